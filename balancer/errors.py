@@ -1,0 +1,82 @@
+"""The exception tree, in one place.
+
+    GputideError
+    ├── InputError            bad user input (config, fleet spec, trace): names file, field, value, allowed; exit 2
+    ├── TelemetryError        telemetry the controller must not act on (the loop holds still)
+    │   ├── StaleTelemetry
+    │   ├── MissingTelemetry
+    │   ├── InvalidTelemetry  NaN, negative or impossible values
+    │   └── TelemetryUnavailable  the source cannot be reached
+    ├── SafetyViolation       an action refused by the safety chokepoint (balancer.safety has one subclass per limit)
+    └── ActuationError
+        ├── TemporaryActuationError  retry later (429, 409, 5xx, timeouts)
+        └── PermanentActuationError  do not retry (404, 403, invalid)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_INPUT_ERROR = 2
+
+
+class GputideError(Exception):
+    """Base of every error gputide raises on purpose."""
+
+
+class InputError(GputideError):
+    """Invalid user input. The message names the file, the field, the value and what is allowed."""
+
+    def __init__(self, file: str | None, field: str, value: Any, allowed: str, detail: str = "") -> None:
+        self.file = file
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.detail = detail
+        where = f"{file}: " if file else ""
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"{where}field '{field}': invalid value {value!r}; allowed: {allowed}{extra}")
+
+
+class TelemetryError(GputideError):
+    """Telemetry the controller must not act on. `reason` is a short stable label for metrics."""
+
+    reason = "telemetry"
+
+    def __init__(self, message: str, *, subjects: tuple[str, ...] = ()) -> None:
+        self.subjects = subjects
+        super().__init__(message)
+
+
+class StaleTelemetry(TelemetryError):
+    reason = "stale_telemetry"
+
+
+class MissingTelemetry(TelemetryError):
+    reason = "missing_telemetry"
+
+
+class InvalidTelemetry(TelemetryError):
+    reason = "invalid_telemetry"
+
+
+class TelemetryUnavailable(TelemetryError):
+    reason = "telemetry_unavailable"
+
+
+class SafetyViolation(GputideError):
+    """An action refused by the safety chokepoint; `reason` labels gputide_actions_rejected_total."""
+
+    reason = "safety"
+
+
+class ActuationError(GputideError):
+    """An actuator could not carry out an action."""
+
+
+class TemporaryActuationError(ActuationError):
+    """Worth retrying later: throttled (429), conflict (409), server error (5xx), timeout."""
+
+
+class PermanentActuationError(ActuationError):
+    """Not worth retrying: the target is gone, forbidden, or the request is invalid."""
