@@ -1,0 +1,100 @@
+"""GPU model catalogue: public spec-sheet figures that the simulator and the planner need.
+
+Figures come from NVIDIA's product briefs and data sheets (memory, TDP / max board power, max boost clock) and
+from the thresholds `nvidia-smi -q` reports on these boards (slowdown and shutdown temperature, minimum power
+limit). Idle power and the relative throughput columns are assumptions, stated here so a user can override them:
+
+* ``inference_tput`` / ``training_tput`` are relative to one A100 SXM4 80GB (= 1.0) for a mid-size transformer
+  (FP16/BF16; FP8 on Hopper/Ada not counted), rounded from MLPerf Inference/Training v3-v4 per-accelerator results.
+* ``thermal_resistance_c_per_w`` is chosen so a well-cooled board at full TDP sits ~45-50 °C above its inlet
+  (air) or ~35 °C (liquid), which is what these boards show in production; ``thermal_tau_s`` is the first-order
+  time constant of die + heatsink.
+
+The Alibaba v2023 trace hides three models as G1/G2/G3; `ALIBABA_MODEL_MAP` maps them to documented assumptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from balancer.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModelSpec:
+    key: str                  # catalogue key used in fleet specs, e.g. "H100-SXM"
+    model_name: str           # what NVML / dcgm-exporter report as modelName
+    memory_gib: float
+    tdp_w: float              # default (and maximum) power limit
+    idle_w: float
+    min_power_limit_w: float
+    slowdown_temp_c: float
+    shutdown_temp_c: float
+    max_sm_clock_mhz: float
+    inference_tput: float
+    training_tput: float
+    nvlink: bool
+    thermal_resistance_c_per_w: float
+    thermal_tau_s: float = 90.0
+    memory_temp_offset_c: float = 6.0  # HBM/GDDR runs this much above the core at full load
+
+    @property
+    def memory_mib(self) -> int:
+        return int(self.memory_gib * 1024)
+
+
+def _spec(key: str, model_name: str, mem: float, tdp: float, idle: float, pmin: float, slow: float, shut: float,
+          clock: float, inf: float, train: float, nvlink: bool, rise_at_tdp: float = 47.0) -> GpuModelSpec:
+    return GpuModelSpec(key, model_name, mem, tdp, idle, pmin, slow, shut, clock, inf, train, nvlink,
+                        thermal_resistance_c_per_w=rise_at_tdp / tdp)
+
+
+CATALOGUE: Mapping[str, GpuModelSpec] = MappingProxyType({s.key: s for s in (
+    _spec("H100-SXM", "NVIDIA H100 80GB HBM3", 80, 700, 70, 200, 87, 92, 1980, 2.0, 2.5, True),
+    _spec("H100-PCIE", "NVIDIA H100 PCIe", 80, 350, 50, 200, 87, 92, 1755, 1.6, 1.9, False),
+    _spec("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 80, 400, 55, 100, 89, 92, 1410, 1.0, 1.0, True),
+    _spec("A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", 40, 250, 35, 150, 89, 92, 1410, 0.8, 0.85, True),
+    _spec("L40S", "NVIDIA L40S", 48, 350, 35, 100, 89, 92, 2520, 0.9, 0.7, False),
+    _spec("L4", "NVIDIA L4", 24, 72, 16, 40, 93, 96, 2040, 0.3, 0.2, False),
+    _spec("T4", "Tesla T4", 16, 70, 10, 60, 93, 96, 1590, 0.15, 0.1, False),
+    _spec("V100-SXM2-32GB", "Tesla V100-SXM2-32GB", 32, 300, 40, 150, 87, 90, 1530, 0.4, 0.45, True),
+    _spec("V100-SXM2-16GB", "Tesla V100-SXM2-16GB", 16, 300, 40, 150, 87, 90, 1530, 0.38, 0.43, True),
+    _spec("P100-PCIE-16GB", "Tesla P100-PCIE-16GB", 16, 250, 30, 125, 88, 93, 1329, 0.2, 0.25, False),
+    _spec("A10", "NVIDIA A10", 24, 150, 20, 100, 93, 98, 1695, 0.35, 0.3, False),
+)})
+
+# Alibaba v2023 model codes -> catalogue keys. G1/G2/G3 are undisclosed in the trace; the mapping is our assumption
+# from their node shapes (G2: 8 GPUs, 96 cores; G3: 8 GPUs, 128 cores, the newest and scarcest).
+ALIBABA_MODEL_MAP: Mapping[str, str] = MappingProxyType({
+    "V100M16": "V100-SXM2-16GB",
+    "V100M32": "V100-SXM2-32GB",
+    "P100": "P100-PCIE-16GB",
+    "T4": "T4",
+    "A10": "A10",
+    "G1": "A100-PCIE-40GB",
+    "G2": "A100-SXM4-80GB",
+    "G3": "H100-SXM",
+})
+
+
+def get(key: str, *, file: str | None = None, field: str = "gpuModel") -> GpuModelSpec:
+    """Look a model up by catalogue key, dcgm modelName or Alibaba code; unknown names are an InputError."""
+    spec = CATALOGUE.get(key)
+    if spec is not None:
+        return spec
+    if key in ALIBABA_MODEL_MAP:
+        return CATALOGUE[ALIBABA_MODEL_MAP[key]]
+    for s in CATALOGUE.values():
+        if s.model_name == key:
+            return s
+    raise InputError(file, field, key, "one of " + ", ".join(CATALOGUE))
+
+
+def by_model_name(model_name: str) -> GpuModelSpec | None:
+    """The spec whose NVML modelName matches, or None (a real fleet may hold boards we do not know)."""
+    for s in CATALOGUE.values():
+        if s.model_name == model_name:
+            return s
+    return None

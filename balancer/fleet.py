@@ -1,0 +1,232 @@
+"""Fleet specs: which nodes a (real or simulated) cluster has, with which GPUs, cooling and NVLink islands.
+
+A fleet spec is a small versioned YAML document::
+
+    apiVersion: gputide/v1alpha1
+    kind: FleetSpec
+    metadata: {name: demo}
+    spec:
+      nodeGroups:
+        - namePrefix: h100-        # nodes are named h100-00, h100-01, ...
+          count: 8
+          gpuModel: H100-SXM       # a key of balancer.catalog.CATALOGUE (or an Alibaba code such as G2)
+          gpusPerNode: 8
+          nvlinkDomainSize: 8      # GPUs per NVLink island on the node; 0 = PCIe only
+          cpuMilli: 96000
+          memoryMiB: 1048576
+          site: site-a
+          cooling: liquid          # air | liquid
+          inletC: 25
+
+Validation errors name the file, the field path, the value and what is allowed (`InputError`, exit code 2).
+`alibaba_fleet()` turns the Alibaba v2023 node list into the same structures.
+"""
+
+from __future__ import annotations
+
+import csv
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from balancer import catalog
+from balancer.errors import InputError
+from balancer.model import Gpu, Node
+
+API_VERSION = "gputide/v1alpha1"
+_GROUP_FIELDS = {
+    "namePrefix": str, "count": int, "gpuModel": str, "gpusPerNode": int, "nvlinkDomainSize": int,
+    "cpuMilli": int, "memoryMiB": int, "site": str, "cooling": str, "inletC": (int, float), "pool": str,
+}
+_COOLING = ("air", "liquid")
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    name: str
+    nodes: tuple[Node, ...]
+    gpus: tuple[Gpu, ...]
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpus)
+
+
+def build(name: str, nodes: Sequence[Node]) -> Fleet:
+    """Derive the GPUs (stable UUIDs, PCI ids, fleet-wide NVLink island ids) from the nodes."""
+    gpus: list[Gpu] = []
+    domain = 0
+    tag = zlib.crc32(name.encode()) & 0xFFFF
+    for node_i, node in enumerate(nodes):
+        size = node.nvlink_domain_size if node.nvlink_domain_size > 1 else 0
+        for slot in range(node.gpu_count):
+            if size and slot % size == 0:
+                domain += 1
+            gpus.append(Gpu(
+                index=len(gpus),
+                uuid=f"GPU-{node_i:05x}{slot:03x}-{tag:04x}-4{node_i % 0xFFF:03x}-a{slot:03x}-{node_i:08x}{slot:04x}",
+                node=node.name,
+                slot=slot,
+                model=node.gpu_model,
+                pci_bus_id=f"00000000:{0x18 + slot * 0x10 & 0xFF:02X}:00.0",
+                nvlink_domain=domain - 1 if size else -1,
+            ))
+    return Fleet(name=name, nodes=tuple(nodes), gpus=tuple(gpus))
+
+
+def _field(group: Mapping[str, Any], key: str, path: str, file: str | None, default: Any = None) -> Any:
+    if key not in group:
+        if default is None:
+            raise InputError(file, f"{path}.{key}", None, f"a required {_type_name(_GROUP_FIELDS[key])}")
+        return default
+    value = group[key]
+    want = _GROUP_FIELDS[key]
+    if isinstance(value, bool) or not isinstance(value, want):
+        raise InputError(file, f"{path}.{key}", value, f"a {_type_name(want)}")
+    return value
+
+
+def _type_name(t: Any) -> str:
+    if isinstance(t, tuple):
+        return "number"
+    return {int: "integer", str: "string", float: "number"}.get(t, str(t))
+
+
+def from_dict(doc: Any, file: str | None = None) -> Fleet:
+    if not isinstance(doc, Mapping):
+        raise InputError(file, "(document)", type(doc).__name__, "a mapping with apiVersion, kind, spec")
+    if doc.get("apiVersion") != API_VERSION:
+        raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
+    if doc.get("kind") != "FleetSpec":
+        raise InputError(file, "kind", doc.get("kind"), "FleetSpec")
+    name = str((doc.get("metadata") or {}).get("name", "fleet"))
+    spec = doc.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InputError(file, "spec", spec, "a mapping with nodeGroups")
+    groups = spec.get("nodeGroups")
+    if not isinstance(groups, list) or not groups:
+        raise InputError(file, "spec.nodeGroups", groups, "a non-empty list of node groups")
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        path = f"spec.nodeGroups[{i}]"
+        if not isinstance(group, Mapping):
+            raise InputError(file, path, group, "a mapping")
+        unknown = sorted(set(group) - set(_GROUP_FIELDS))
+        if unknown:
+            raise InputError(file, f"{path}.{unknown[0]}", group[unknown[0]], "one of the fields " + ", ".join(_GROUP_FIELDS))
+        prefix = _field(group, "namePrefix", path, file)
+        count = _field(group, "count", path, file)
+        if not 1 <= count <= 100_000:
+            raise InputError(file, f"{path}.count", count, "an integer from 1 to 100000")
+        model = catalog.get(_field(group, "gpuModel", path, file), file=file, field=f"{path}.gpuModel").key
+        per_node = _field(group, "gpusPerNode", path, file)
+        if not 0 <= per_node <= 16:
+            raise InputError(file, f"{path}.gpusPerNode", per_node, "an integer from 0 to 16")
+        nvl = _field(group, "nvlinkDomainSize", path, file, default=0)
+        if nvl < 0 or (nvl > 1 and per_node % nvl):
+            raise InputError(file, f"{path}.nvlinkDomainSize", nvl, f"0, 1 or a divisor of gpusPerNode ({per_node})")
+        if nvl > 1 and not catalog.CATALOGUE[model].nvlink:
+            raise InputError(file, f"{path}.nvlinkDomainSize", nvl, f"0: {model} has no NVLink")
+        cooling = _field(group, "cooling", path, file, default="air")
+        if cooling not in _COOLING:
+            raise InputError(file, f"{path}.cooling", cooling, " | ".join(_COOLING))
+        inlet = float(_field(group, "inletC", path, file, default=25.0))
+        if not 5.0 <= inlet <= 50.0:
+            raise InputError(file, f"{path}.inletC", inlet, "a temperature from 5 to 50 °C")
+        cpu = _field(group, "cpuMilli", path, file, default=64000)
+        mem = _field(group, "memoryMiB", path, file, default=262144)
+        if cpu <= 0 or mem <= 0:
+            raise InputError(file, f"{path}.cpuMilli/memoryMiB", (cpu, mem), "positive integers")
+        width = max(2, len(str(count - 1)))
+        for k in range(count):
+            node_name = f"{prefix}{k:0{width}d}"
+            if node_name in seen:
+                raise InputError(file, f"{path}.namePrefix", prefix, "a prefix that gives unique node names")
+            seen.add(node_name)
+            nodes.append(Node(
+                name=node_name, gpu_model=model, gpu_count=per_node, cpu_milli=cpu, memory_mib=mem,
+                site=_field(group, "site", path, file, default="site-a"), pool=_field(group, "pool", path, file, default=""),
+                cooling=cooling, inlet_c=inlet, nvlink_domain_size=nvl,
+            ))
+    return build(name, nodes)
+
+
+def load(path: str | Path) -> Fleet:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(str(path), "(file)", str(path), "a readable fleet spec YAML file", str(exc)) from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(str(path), "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
+    return from_dict(doc, str(path))
+
+
+def demo_fleet() -> Fleet:
+    """The default demo fleet: 32 nodes x 8 GPUs, four models, NVLink islands on the SXM boards."""
+    return from_dict(yaml.safe_load(DEMO_FLEET_YAML), "<built-in demo fleet>")
+
+
+def scaled_fleet(n_gpus: int, name: str = "scaled") -> Fleet:
+    """A fleet of about `n_gpus` GPUs with the demo fleet's model mix (benchmarks and scale tests)."""
+    groups = yaml.safe_load(DEMO_FLEET_YAML)["spec"]["nodeGroups"]
+    per_group = max(1, round(n_gpus / (8 * len(groups))))
+    doc = yaml.safe_load(DEMO_FLEET_YAML)
+    doc["metadata"]["name"] = name
+    for g in doc["spec"]["nodeGroups"]:
+        g["count"] = per_group
+    return from_dict(doc, f"<scaled fleet {n_gpus}>")
+
+
+def alibaba_fleet(node_csv: str | Path) -> Fleet:
+    """The Alibaba v2023 node list (sn, cpu_milli, memory_mib, gpu, model) as a fleet; CPU-only nodes are kept."""
+    path = str(node_csv)
+    nodes: list[Node] = []
+    try:
+        handle = open(node_csv, newline="")  # noqa: SIM115 - closed by the `with` below
+    except OSError as exc:
+        raise InputError(path, "(file)", path, "a readable node list CSV", str(exc)) from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        need = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
+        missing = need - set(reader.fieldnames or ())
+        if missing:
+            raise InputError(path, "(header)", reader.fieldnames, "columns " + ", ".join(sorted(need)))
+        for row_no, row in enumerate(reader, start=2):
+            try:
+                gpus = int(row["gpu"])
+                cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
+            except (TypeError, ValueError) as exc:
+                raise InputError(path, f"row {row_no}", row, "integer cpu_milli, memory_mib, gpu") from exc
+            model = row["model"].strip()
+            key = catalog.get(model, file=path, field=f"row {row_no}.model").key if gpus else "T4"
+            nvl = 8 if gpus == 8 and catalog.CATALOGUE[key].nvlink else 0
+            nodes.append(Node(name=row["sn"], gpu_model=key, gpu_count=gpus, cpu_milli=cpu, memory_mib=mem,
+                              nvlink_domain_size=nvl, pool=model or key))
+    if not nodes:
+        raise InputError(path, "(rows)", 0, "at least one node")
+    return build(Path(path).stem, nodes)
+
+
+DEMO_FLEET_YAML = """
+apiVersion: gputide/v1alpha1
+kind: FleetSpec
+metadata: {name: demo}
+spec:
+  nodeGroups:
+    - {namePrefix: h100-, count: 8, gpuModel: H100-SXM, gpusPerNode: 8, nvlinkDomainSize: 8,
+       cpuMilli: 192000, memoryMiB: 2097152, site: site-a, cooling: liquid, inletC: 30}
+    - {namePrefix: a100-, count: 8, gpuModel: A100-SXM4-80GB, gpusPerNode: 8, nvlinkDomainSize: 8,
+       cpuMilli: 128000, memoryMiB: 1048576, site: site-a, cooling: air, inletC: 25}
+    - {namePrefix: l40s-, count: 8, gpuModel: L40S, gpusPerNode: 8, nvlinkDomainSize: 0,
+       cpuMilli: 96000, memoryMiB: 786432, site: site-a, cooling: air, inletC: 25}
+    - {namePrefix: a100p-, count: 8, gpuModel: A100-PCIE-40GB, gpusPerNode: 8, nvlinkDomainSize: 2,
+       cpuMilli: 96000, memoryMiB: 524288, site: site-a, cooling: air, inletC: 25}
+"""

@@ -1,0 +1,314 @@
+"""The domain model: immutable data that flows through the controller.
+
+A `ClusterSnapshot` is what the controller knows at one instant. Its topology (nodes, GPUs) and workloads are
+tuples of frozen dataclasses; its per-GPU telemetry is a set of read-only numpy arrays indexed by the GPU's
+position in `gpus`, so planners work on whole fleets in one vectorised pass instead of looping over objects.
+
+Decisions are data too: an `Action` is frozen, carries a `reason` and an `expected_gain`, prints and compares
+well; a `Plan` is a tuple of actions plus the objective before and after, as simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from functools import cached_property
+from types import MappingProxyType
+from typing import ClassVar
+
+import numpy as np
+
+
+class WorkloadClass(StrEnum):
+    INFERENCE = "inference"
+    TRAINING = "training"
+    BATCH = "batch"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    name: str
+    gpu_model: str               # catalogue key (balancer.catalog)
+    gpu_count: int
+    cpu_milli: int = 64000
+    memory_mib: int = 262144
+    site: str = "site-a"
+    pool: str = ""               # scheduling pool; defaults to the GPU model
+    cooling: str = "air"         # air | liquid
+    inlet_c: float = 25.0
+    nvlink_domain_size: int = 0  # GPUs per NVLink island on this node (0 or 1: none)
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    taints: tuple[str, ...] = ()
+
+    @property
+    def pool_name(self) -> str:
+        return self.pool or self.gpu_model
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gpu:
+    index: int                   # position in ClusterSnapshot.gpus
+    uuid: str
+    node: str
+    slot: int                    # index on its node (dcgm-exporter's `gpu` label)
+    model: str                   # catalogue key
+    pci_bus_id: str = ""
+    nvlink_domain: int = -1      # fleet-wide NVLink island id, -1 for none
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """One schedulable unit (a pod): an inference replica, a training worker or a batch job."""
+
+    name: str                    # unique, "namespace/pod"
+    workload_class: WorkloadClass
+    namespace: str = "default"
+    owner: str = ""              # the Deployment / Job / service it belongs to
+    priority: int = 0
+    gpus: int = 1
+    gpu_milli: int = 1000        # per GPU; < 1000 means a shared (fractional) GPU
+    gpu_memory_mib: int = 0      # per GPU
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    allowed_models: frozenset[str] | None = None   # None: any GPU model
+    movable: bool = True
+    protected: bool = False
+    elastic_min: int = 0         # for elastic training: fewest workers the job can run with
+    elastic_max: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:
+            raise ValueError(f"workload {self.name}: gpus={self.gpus}, gpu_milli={self.gpu_milli} out of range")
+
+    def fits_model(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceStatus:
+    """An inference service as the controller sees it: offered load, latency and its SLO."""
+
+    name: str
+    demand_rps: float
+    p99_latency_s: float
+    slo_latency_s: float
+    replicas: int
+
+
+_GPU_ARRAYS = (
+    "temperature_c", "memory_temperature_c", "slowdown_temp_c", "power_w", "power_limit_w", "sm_active",
+    "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s",
+)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ClusterSnapshot:
+    """What the controller knows at `time`; arrays are per GPU, in the order of `gpus`, and read-only."""
+
+    time: float
+    nodes: tuple[Node, ...]
+    gpus: tuple[Gpu, ...]
+    temperature_c: np.ndarray
+    memory_temperature_c: np.ndarray
+    slowdown_temp_c: np.ndarray
+    power_w: np.ndarray
+    power_limit_w: np.ndarray
+    sm_active: np.ndarray
+    mem_used_mib: np.ndarray
+    mem_total_mib: np.ndarray
+    sm_clock_mhz: np.ndarray
+    clock_event_reasons: np.ndarray
+    xid: np.ndarray
+    sample_age_s: np.ndarray
+    workloads: tuple[Workload, ...] = ()
+    placements: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    services: Mapping[str, ServiceStatus] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        n = len(self.gpus)
+        for name in _GPU_ARRAYS:
+            arr = np.array(getattr(self, name), copy=True)
+            if arr.shape != (n,):
+                raise ValueError(f"snapshot array {name} has shape {arr.shape}, expected ({n},)")
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+        for i, g in enumerate(self.gpus):
+            if g.index != i:
+                raise ValueError(f"gpu {g.uuid} has index {g.index} at position {i}")
+        object.__setattr__(self, "placements", MappingProxyType(dict(self.placements)))
+        object.__setattr__(self, "services", MappingProxyType(dict(self.services)))
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpus)
+
+    @cached_property
+    def node_index(self) -> np.ndarray:
+        """Per GPU: the position of its node in `nodes`."""
+        pos = {n.name: i for i, n in enumerate(self.nodes)}
+        return np.fromiter((pos[g.node] for g in self.gpus), dtype=np.int64, count=len(self.gpus))
+
+    @cached_property
+    def gpu_by_uuid(self) -> Mapping[str, int]:
+        return MappingProxyType({g.uuid: g.index for g in self.gpus})
+
+    @cached_property
+    def workload_by_name(self) -> Mapping[str, Workload]:
+        return MappingProxyType({w.name: w for w in self.workloads})
+
+    @cached_property
+    def gpu_milli_used(self) -> np.ndarray:
+        """Per GPU: milli-GPUs requested by the workloads placed on it (1000 = whole GPU)."""
+        used = np.zeros(len(self.gpus), dtype=np.int64)
+        for w in self.workloads:
+            idx = self.placements.get(w.name)
+            if idx:
+                np.add.at(used, np.asarray(idx, dtype=np.int64), w.gpu_milli)
+        used.setflags(write=False)
+        return used
+
+    def workloads_on(self, gpu_index: int) -> tuple[Workload, ...]:
+        return tuple(w for w in self.workloads if gpu_index in self.placements.get(w.name, ()))
+
+    def replace(self, **changes: object) -> ClusterSnapshot:
+        """A new snapshot with some fields changed (arrays are copied, the original stays untouched)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return ClusterSnapshot(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Forecast:
+    """Forecast demand (req/s) of one service for steps 1..h after `issued_at`, by quantile."""
+
+    service: str
+    issued_at: float
+    step_s: float
+    quantiles: Mapping[float, np.ndarray]
+
+    def __post_init__(self) -> None:
+        frozen = {}
+        for q, arr in self.quantiles.items():
+            a = np.array(arr, dtype=float, copy=True)
+            a.setflags(write=False)
+            frozen[float(q)] = a
+        object.__setattr__(self, "quantiles", MappingProxyType(frozen))
+
+    @property
+    def horizon(self) -> int:
+        return len(next(iter(self.quantiles.values()))) if self.quantiles else 0
+
+    def window_max(self, quantile: float, start_s: float, end_s: float) -> float:
+        """Largest forecast value of `quantile` over [issued_at + start_s, issued_at + end_s]."""
+        arr = self.quantiles[quantile]
+        lo = max(int(np.floor(start_s / self.step_s)) - 1, 0)
+        hi = max(int(np.ceil(end_s / self.step_s)), lo + 1)
+        window = arr[lo:hi]
+        return float(window.max()) if window.size else float(arr[-1])
+
+
+# ---- actions -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """A decision as data. `kind` names the type; `target` names what it touches (for cooldowns and budgets)."""
+
+    kind: ClassVar[str] = "action"
+    reason: str
+    expected_gain: float = 0.0
+
+    @property
+    def target(self) -> str:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.target}: {self.reason} (gain {self.expected_gain:.3g})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Migrate(Action):
+    """Move a workload to `target_gpus`; the actuator reserves the target before evicting the source."""
+
+    kind: ClassVar[str] = "migrate"
+    workload: str
+    source_gpus: tuple[int, ...]
+    target_gpus: tuple[int, ...]
+    target_node: str
+
+    @property
+    def target(self) -> str:
+        return self.workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetPowerLimit(Action):
+    """Throttle (or give back) one GPU's power limit, in watts, clamped to the GPU's allowed range."""
+
+    kind: ClassVar[str] = "power_limit"
+    gpu: int
+    uuid: str
+    node: str
+    watts: float
+    previous_watts: float
+
+    @property
+    def target(self) -> str:
+        return self.uuid
+
+    @property
+    def is_throttle(self) -> bool:
+        return self.watts < self.previous_watts
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleTraining(Action):
+    """Resize an elastic training job to `workers` (0 suspends it)."""
+
+    kind: ClassVar[str] = "scale_training"
+    job: str
+    workers: int
+    previous_workers: int
+
+    @property
+    def target(self) -> str:
+        return self.job
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleInference(Action):
+    """Set an inference service's replica floor (HPA minReplicas / Deployment replicas)."""
+
+    kind: ClassVar[str] = "scale_inference"
+    service: str
+    replicas: int
+    previous_replicas: int
+
+    @property
+    def target(self) -> str:
+        return self.service
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaintNode(Action):
+    """Keep new work off a hot node until it cools (`remove=True` takes the taint away)."""
+
+    kind: ClassVar[str] = "taint_node"
+    node: str
+    remove: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.node
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    notes: tuple[str, ...] = ()
+    objective_before: float = 0.0
+    objective_after: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.actions)
