@@ -1,0 +1,1 @@
+"""Applications built from the loop: simulation scenarios, the demo, the soak run."""
