@@ -1,0 +1,306 @@
+"""PromQL -> ClusterSnapshot: the only module that talks to Prometheus (through prometheus-api-client).
+
+The source reads the *normalised* recording-rule series (rules/gputide-recording.yaml, docs/metrics.md §2) with
+one instant query per cycle, so every GPU's fields come from the same evaluation, and turns them into an
+immutable `ClusterSnapshot`. It refuses to hand the controller anything it must not act on:
+
+* Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
+* no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`
+* a sample older than `stale_after_intervals` x the scrape interval          -> `StaleTelemetry`
+* NaN, negative or physically impossible values                              -> `InvalidTelemetry`
+
+Never zeros in place of data: the loop catches these and holds still (fail-static).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import pandas as pd
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from balancer import catalog
+from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
+from balancer.fleet import Fleet
+from balancer.model import ClusterSnapshot, Gpu, Node, ServiceStatus, Workload, WorkloadClass
+
+log = logging.getLogger(__name__)
+
+# snapshot field -> (recording rule, scale to the snapshot's unit)
+FIELDS: Mapping[str, tuple[str, float]] = {
+    "temperature_c": ("gpu:temperature:celsius", 1.0),
+    "memory_temperature_c": ("gpu:memory_temperature:celsius", 1.0),
+    "slowdown_temp_c": ("gpu:slowdown_temperature:celsius", 1.0),
+    "power_w": ("gpu:power:watts", 1.0),
+    "power_limit_w": ("gpu:power_limit:watts", 1.0),
+    "sm_active": ("gpu:sm_active:ratio", 1.0),
+    "mem_used_mib": ("gpu:memory_used:bytes", 1 / 1048576),
+    "mem_free_mib": ("gpu:memory_free:bytes", 1 / 1048576),
+    "sm_clock_mhz": ("gpu:sm_clock:hertz", 1e-6),
+    "clock_event_reasons": ("gpu:clock_event_reasons:bitmask", 1.0),
+    "xid": ("gpu:xid_last:code", 1.0),
+    "last_sample": ("gpu:last_sample:timestamp_seconds", 1.0),
+}
+# Optional fields: a dcgm-exporter that is not configured for them leaves them out; the snapshot then uses the
+# catalogue's figure (slowdown temperature) or NaN-free neutral values that the planner never acts on alone.
+OPTIONAL = {"memory_temperature_c", "slowdown_temp_c", "sm_clock_mhz", "clock_event_reasons", "xid"}
+# (lowest, highest) physically possible values; outside means a broken sensor or exporter
+BOUNDS: Mapping[str, tuple[float, float]] = {
+    "temperature_c": (-20, 150), "memory_temperature_c": (-20, 150), "slowdown_temp_c": (40, 150),
+    "power_w": (0, 3000), "power_limit_w": (0, 3000), "sm_active": (0, 1.05), "mem_used_mib": (0, 1 << 22),
+    "mem_free_mib": (0, 1 << 22), "sm_clock_mhz": (0, 5000), "clock_event_reasons": (0, 1 << 16),
+    "xid": (0, 1 << 16),
+}
+GPU_KEY = ("hostname", "gpu", "UUID")
+
+
+@dataclass(frozen=True)
+class PrometheusOptions:
+    url: str
+    timeout_s: float = 5.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    bearer_token: str | None = None
+    basic_auth: tuple[str, str] | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    scrape_interval_s: float = 15.0
+    stale_after_intervals: float = 4.0
+    cluster: str | None = None          # restrict to series with this `cluster` label
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def connect(opts: PrometheusOptions) -> PrometheusConnect:
+    """A PrometheusConnect with auth, TLS and retries with exponential backoff configured."""
+    headers = dict(opts.extra_headers)
+    if opts.bearer_token:
+        headers["Authorization"] = f"Bearer {opts.bearer_token}"
+    session = requests.Session()
+    if opts.ca_file:
+        session.verify = opts.ca_file
+    retry = Retry(total=opts.retries, backoff_factor=opts.backoff_s, status_forcelist=(429, 500, 502, 503, 504),
+                  allowed_methods=frozenset({"GET", "POST"}))
+    return PrometheusConnect(url=opts.url, headers=headers or None, disable_ssl=opts.insecure_skip_verify,
+                             retry=retry, auth=opts.basic_auth, session=session, timeout=opts.timeout_s)
+
+
+class PrometheusTelemetrySource:
+    """TelemetrySource backed by Prometheus. `fleet` (optional) adds what PromQL cannot know: NVLink islands,
+    CPU and memory, cooling. `workload_overrides` (optional) adds priority / movable / protected per pod."""
+
+    def __init__(self, opts: PrometheusOptions, *, fleet: Fleet | None = None,
+                 workload_overrides: Callable[[], Mapping[str, Workload]] | None = None,
+                 slo_latency_s: Mapping[str, float] | None = None,
+                 clock: Callable[[], float] = time.time, client: PrometheusConnect | None = None) -> None:
+        self.opts = opts
+        self.fleet = fleet
+        self.workload_overrides = workload_overrides
+        self.slo_latency_s = dict(slo_latency_s or {})
+        self.clock = clock
+        self.client = client or connect(opts)
+        self.known_uuids: set[str] = set()
+
+    # ---- queries --------------------------------------------------------------------------------------------
+    def _selector(self) -> str:
+        return f',cluster="{self.opts.cluster}"' if self.opts.cluster else ""
+
+    def _query(self, promql: str) -> list[dict]:
+        try:
+            return self.client.custom_query(promql)
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            raise TelemetryUnavailable(f"Prometheus at {self.opts.url} did not answer {promql!r}: {exc}") from exc
+
+    def _gpu_frame(self) -> pd.DataFrame:
+        names = "|".join(rule for rule, _ in FIELDS.values())
+        rows = self._query(f'{{__name__=~"{names}"{self._selector()}}}')
+        if not rows:
+            raise MissingTelemetry(f"no GPU series in Prometheus at {self.opts.url} (are the recording rules loaded "
+                                   "and the exporter scraped?)")
+        rule_to_field = {rule: name for name, (rule, _) in FIELDS.items()}
+        records = []
+        for r in rows:
+            m = r["metric"]
+            records.append((m.get("hostname", ""), m.get("gpu", ""), m.get("UUID", ""), m.get("modelName", ""),
+                            rule_to_field[m["__name__"]], float(r["value"][1])))
+        df = pd.DataFrame.from_records(records, columns=[*GPU_KEY, "modelName", "field", "value"])
+        nan = df["value"].isna() & ~df["field"].isin(OPTIONAL)
+        if nan.any():
+            bad = df[nan]
+            raise InvalidTelemetry(f"NaN in {FIELDS[bad['field'].iloc[0]][0]} on {bad['UUID'].iloc[0]} "
+                                   f"({bad['hostname'].iloc[0]}) and {int(nan.sum()) - 1} more",
+                                   subjects=tuple(bad["UUID"].unique()))
+        # max over duplicates (e.g. MIG instances that slipped past the rules); NaN stays NaN
+        wide = df.groupby([*GPU_KEY, "modelName", "field"], sort=False)["value"].max().unstack("field")
+        return wide.reset_index()
+
+    # ---- snapshot -------------------------------------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        now = self.clock()
+        wide = self._gpu_frame()
+        self._check_complete(wide)
+        for name, (_, scale) in FIELDS.items():
+            if name in wide and scale != 1.0:
+                wide[name] = wide[name] * scale
+        wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key)).reset_index(drop=True)
+        age = now - wide["last_sample"].to_numpy(dtype=float)
+        limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
+        stale = age > limit
+        if stale.any():
+            worst = int(np.argmax(age))
+            raise StaleTelemetry(f"{int(stale.sum())} GPU(s) have samples older than {limit:.0f}s "
+                                 f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
+                                 subjects=tuple(wide["UUID"][stale]))
+        nodes, gpus = self._topology(wide)
+        arrays = self._arrays(wide, gpus)
+        self._check_values(arrays, wide)
+        workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
+        self.known_uuids |= {g.uuid for g in gpus}
+        return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
+                               workloads=workloads, placements=placements, services=self._services(), **arrays)
+
+    def _check_complete(self, wide: pd.DataFrame) -> None:
+        seen = set(wide["UUID"])
+        vanished = sorted(self.known_uuids - seen)
+        if vanished:
+            raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
+                                   subjects=tuple(vanished))
+        required = [n for n in FIELDS if n not in OPTIONAL]
+        for name in required:
+            if name not in wide or wide[name].isna().all():
+                raise MissingTelemetry(f"series {FIELDS[name][0]} is missing for every GPU")
+            missing = wide["UUID"][wide[name].isna()]
+            if len(missing):
+                raise MissingTelemetry(f"{FIELDS[name][0]} missing for {len(missing)} GPU(s): "
+                                       f"{', '.join(missing[:5])}", subjects=tuple(missing))
+
+    def _topology(self, wide: pd.DataFrame) -> tuple[tuple[Node, ...], tuple[Gpu, ...]]:
+        spec_nodes = {n.name: n for n in self.fleet.nodes} if self.fleet else {}
+        spec_gpus = {g.uuid: g for g in self.fleet.gpus} if self.fleet else {}
+        nodes: list[Node] = []
+        gpus: list[Gpu] = []
+        for host, group in wide.groupby("hostname", sort=False):
+            model_name = group["modelName"].iloc[0]
+            spec = catalog.by_model_name(model_name)
+            model = spec.key if spec else model_name
+            nodes.append(spec_nodes.get(host) or Node(name=host, gpu_model=model, gpu_count=len(group)))
+            for _, row in group.iterrows():
+                known = spec_gpus.get(row["UUID"])
+                gpus.append(Gpu(index=len(gpus), uuid=row["UUID"], node=host, slot=int(row["gpu"]), model=model,
+                                nvlink_domain=known.nvlink_domain if known else -1,
+                                pci_bus_id=known.pci_bus_id if known else ""))
+        return tuple(nodes), tuple(gpus)
+
+    @staticmethod
+    def _arrays(wide: pd.DataFrame, gpus: tuple[Gpu, ...]) -> dict[str, np.ndarray]:
+        def col(name: str, default: np.ndarray | float) -> np.ndarray:
+            if name in wide:
+                values = wide[name].to_numpy(dtype=float)
+                return np.where(np.isnan(values), default, values) if name in OPTIONAL else values
+            return np.broadcast_to(np.asarray(default, dtype=float), (len(wide),)).copy()
+
+        slowdown_default = np.array([s.slowdown_temp_c if (s := catalog.CATALOGUE.get(g.model)) else 85.0
+                                     for g in gpus])
+        used = col("mem_used_mib", 0.0)
+        return {
+            "temperature_c": col("temperature_c", 0.0),
+            "memory_temperature_c": col("memory_temperature_c", col("temperature_c", 0.0)),
+            "slowdown_temp_c": col("slowdown_temp_c", slowdown_default),
+            "power_w": col("power_w", 0.0),
+            "power_limit_w": col("power_limit_w", 0.0),
+            "sm_active": col("sm_active", 0.0),
+            "mem_used_mib": used,
+            "mem_total_mib": used + col("mem_free_mib", 0.0),
+            "sm_clock_mhz": col("sm_clock_mhz", 0.0),
+            "clock_event_reasons": col("clock_event_reasons", 0.0).astype(np.int64),
+            "xid": col("xid", 0.0),
+        }
+
+    @staticmethod
+    def _check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame) -> None:
+        for name, arr in arrays.items():
+            lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
+            bad = ~np.isfinite(arr) | (arr < lo) | (arr > hi)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise InvalidTelemetry(f"{FIELDS.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "
+                                       f"({wide['hostname'][i]}) is outside [{lo}, {hi}]",
+                                       subjects=tuple(wide["UUID"][bad]))
+
+    def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
+        rows = self._query(f"gputide_gpu_workload_info{{{self._selector().lstrip(',')}}} == 1")
+        overrides = dict(self.workload_overrides()) if self.workload_overrides else {}
+        gpus_of: dict[str, list[int]] = {}
+        meta: dict[str, Mapping[str, str]] = {}
+        sharers: dict[int, int] = {}
+        for r in rows:
+            m = r["metric"]
+            gpu = index.get(m.get("UUID", ""))
+            if gpu is None:
+                continue
+            name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
+            gpus_of.setdefault(name, []).append(gpu)
+            sharers[gpu] = sharers.get(gpu, 0) + 1
+            meta[name] = m
+        workloads = []
+        for name, idx in gpus_of.items():
+            if name in overrides:
+                workloads.append(overrides[name])
+                continue
+            m = meta[name]
+            try:
+                klass = WorkloadClass(m.get("workload_class", "batch"))
+            except ValueError:
+                klass = WorkloadClass.BATCH
+            share = max(sharers[g] for g in idx)
+            workloads.append(Workload(
+                name=name, workload_class=klass, namespace=m.get("namespace", "default"), owner=m.get("owner", ""),
+                priority=int(m.get("priority", "0") or 0), gpus=len(idx), gpu_milli=1000 // share,
+                movable=m.get("movable", "true") != "false", protected=m.get("protected", "false") == "true",
+            ))
+        return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
+
+    def _services(self) -> dict[str, ServiceStatus]:
+        rows = self._query('{__name__=~"gputide_inference_demand_rps|gputide_inference_latency_p99_seconds|'
+                           f'gputide_inference_replicas"{self._selector()}}}')
+        by: dict[str, dict[str, float]] = {}
+        for r in rows:
+            by.setdefault(r["metric"].get("service", "?"), {})[r["metric"]["__name__"]] = float(r["value"][1])
+        return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
+                                 p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
+                                 slo_latency_s=self.slo_latency_s.get(s, 0.5),
+                                 replicas=int(v.get("gputide_inference_replicas", 0)))
+                for s, v in by.items()}
+
+    # ---- history --------------------------------------------------------------------------------------------
+    def demand_history(self, promql: str, start: float, end: float, step_s: float) -> pd.Series:
+        """A demand series (e.g. `sum(rate(http_requests_total{service="x"}[5m]))`) for the forecaster:
+        UTC DatetimeIndex at `step_s`, NaN where Prometheus has no data (never zeros)."""
+        try:
+            result = self.client.custom_query_range(
+                promql, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+                step=f"{int(step_s)}s")
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            raise TelemetryUnavailable(f"range query {promql!r} failed: {exc}") from exc
+        # Prometheus evaluates a range query at start + k * step, so the same grid holds every answer
+        index = pd.date_range(pd.Timestamp(int(start), unit="s", tz="UTC"), pd.Timestamp(end, unit="s", tz="UTC"),
+                              freq=f"{int(step_s)}s")
+        if not result:
+            return pd.Series(np.nan, index=index, name="demand")
+        values = result[0]["values"]
+        got = pd.Series([float(v) for _, v in values],
+                        index=pd.to_datetime([int(float(t)) for t, _ in values], unit="s", utc=True), name="demand")
+        got = got[np.isfinite(got.to_numpy())]
+        return got.reindex(index)
+
+
+def _natural_key(value: object) -> object:
+    text = str(value)
+    return int(text) if text.isdigit() else text

@@ -1,0 +1,130 @@
+"""PrometheusTelemetrySource against a fake PromQL client: good data becomes a snapshot, bad data a typed error."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import requests
+
+from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
+from balancer.model import WorkloadClass
+from balancer.telemetry.prometheus import FIELDS, PrometheusOptions, PrometheusTelemetrySource
+
+NOW = 1_700_000_000.0
+GPUS = [("node-b", "0", "GPU-b0", "NVIDIA L40S"), ("node-a", "1", "GPU-a1", "NVIDIA H100 80GB HBM3"),
+        ("node-a", "0", "GPU-a0", "NVIDIA H100 80GB HBM3")]
+BASE = {"temperature_c": 60.0, "memory_temperature_c": 66.0, "slowdown_temp_c": 87.0, "power_w": 300.0,
+        "power_limit_w": 700.0, "sm_active": 0.5, "mem_used_mib": 1024.0 * 1048576, "mem_free_mib": 2048.0 * 1048576,
+        "sm_clock_mhz": 1.98e9, "clock_event_reasons": 0.0, "xid": 0.0, "last_sample": NOW - 5}
+
+
+class FakeClient:
+    def __init__(self, values=None, drop=(), workloads=(), fail=False):
+        self.values = values or {}
+        self.drop = set(drop)
+        self.workloads = workloads
+        self.fail = fail
+
+    def custom_query(self, promql):
+        if self.fail:
+            raise requests.ConnectionError("connection refused")
+        if promql.startswith("gputide_gpu_workload_info"):
+            return [{"metric": {"UUID": u, "namespace": ns, "pod": pod, "workload_class": c}, "value": [NOW, "1"]}
+                    for u, ns, pod, c in self.workloads]
+        if "gputide_inference" in promql:
+            return [{"metric": {"__name__": "gputide_inference_demand_rps", "service": "chat"}, "value": [NOW, "12"]}]
+        rows = []
+        for host, gpu, uuid, model in GPUS:
+            for name, (rule, _) in FIELDS.items():
+                if (uuid, name) in self.drop:
+                    continue
+                value = self.values.get((uuid, name), BASE[name])
+                rows.append({"metric": {"__name__": rule, "hostname": host, "gpu": gpu, "UUID": uuid,
+                                        "modelName": model}, "value": [NOW, str(value)]})
+        return rows
+
+
+def source(client, **opts):
+    return PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15, **opts),
+                                     client=client, clock=lambda: NOW)
+
+
+def test_good_data_becomes_a_sorted_snapshot_in_base_units():
+    snap = source(FakeClient(workloads=[("GPU-a1", "ml", "infer-0", "inference"),
+                                        ("GPU-b0", "ml", "share-1", "batch"), ("GPU-b0", "ml", "share-2", "batch")])).snapshot()
+    assert [g.uuid for g in snap.gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
+    assert [n.name for n in snap.nodes] == ["node-a", "node-b"]
+    assert snap.gpus[0].model == "H100-SXM" and snap.gpus[2].model == "L40S"
+    assert snap.mem_used_mib[0] == pytest.approx(1024) and snap.mem_total_mib[0] == pytest.approx(3072)
+    assert snap.sm_clock_mhz[0] == pytest.approx(1980)
+    assert snap.sample_age_s[0] == pytest.approx(5)
+    assert snap.placements["ml/infer-0"] == (1,)
+    assert snap.workload_by_name["ml/infer-0"].workload_class is WorkloadClass.INFERENCE
+    assert snap.workload_by_name["ml/share-1"].gpu_milli == 500  # two pods share GPU-b0
+    assert snap.services["chat"].demand_rps == 12
+
+
+@pytest.mark.parametrize(
+    ("client", "error", "message"),
+    [
+        (FakeClient(values={("GPU-a0", "last_sample"): NOW - 600}), StaleTelemetry, "older than 60s"),
+        (FakeClient(values={("GPU-a1", "temperature_c"): math.nan}), InvalidTelemetry, "GPU-a1"),
+        (FakeClient(values={("GPU-b0", "power_w"): -5}), InvalidTelemetry, "gpu:power:watts"),
+        (FakeClient(values={("GPU-b0", "sm_active"): 3.0}), InvalidTelemetry, "gpu:sm_active:ratio"),
+        (FakeClient(drop={("GPU-a0", "power_w")}), MissingTelemetry, "gpu:power:watts missing"),
+        (FakeClient(fail=True), TelemetryUnavailable, "did not answer"),
+    ],
+    ids=["stale-sample", "nan-temperature", "negative-power", "impossible-sm-active", "gpu-missing-a-field",
+         "prometheus-down"],
+)
+def test_bad_telemetry_raises_a_typed_error_never_zeros(client, error, message):
+    with pytest.raises(error, match=message):
+        source(client).snapshot()
+
+
+def test_optional_fields_fall_back_to_the_catalogue_not_to_zero():
+    client = FakeClient(drop={("GPU-a0", "slowdown_temp_c")})
+    snap = source(client).snapshot()
+    assert snap.slowdown_temp_c[0] == 87.0  # H100-SXM catalogue figure
+
+
+def test_a_gpu_that_vanishes_between_cycles_is_missing_telemetry():
+    client = FakeClient()
+    src = source(client)
+    src.snapshot()
+    GPUS.append(("node-c", "0", "GPU-c0", "Tesla T4"))
+    try:
+        src.snapshot()
+    finally:
+        GPUS.pop()
+    with pytest.raises(MissingTelemetry, match="vanished") as err:
+        src.snapshot()
+    assert err.value.subjects == ("GPU-c0",)
+
+
+def test_no_series_at_all_says_what_to_check():
+    class Empty(FakeClient):
+        def custom_query(self, promql):
+            return []
+
+    with pytest.raises(MissingTelemetry, match="recording rules loaded"):
+        source(Empty()).snapshot()
+
+
+def test_staleness_threshold_is_a_multiple_of_the_scrape_interval():
+    client = FakeClient(values={("GPU-a0", "last_sample"): NOW - 50})
+    assert source(client, stale_after_intervals=4).snapshot().sample_age_s.max() == pytest.approx(50)
+    with pytest.raises(StaleTelemetry):
+        source(client, stale_after_intervals=3).snapshot()
+
+
+def test_demand_history_keeps_gaps_as_nan():
+    class Range(FakeClient):
+        def custom_query_range(self, promql, start_time, end_time, step):
+            return [{"metric": {}, "values": [[NOW, "1"], [NOW + 120, "3"]]}]
+
+    series = source(Range()).demand_history("sum(x)", NOW, NOW + 180, 60)
+    assert list(np.isnan(series.to_numpy())) == [False, True, False, True]
+    assert series.iloc[2] == 3
