@@ -1,0 +1,218 @@
+"""Filter and score plugins, each one tiny class vectorised over every candidate at once.
+
+A *candidate* is a (node, GPU slot) pair for pods that take one GPU or a share of one (`num_gpu == 1`), and a
+node for CPU-only and multi-GPU pods (slot -1; the whole-GPU slots are picked after the node wins). The
+`Candidates` object carries the arrays every plugin reads, as in kube-scheduler's framework: filters return
+a boolean per node, scores return a raw value per candidate (higher is better); the scheduler normalises each
+score to 0..100 over the feasible candidates and sums them with the policy's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from balancer.plan.placement.fragmentation import FragCache
+from balancer.plan.placement.state import MILLI, ClusterState, PodRequest
+
+
+@dataclass
+class Candidates:
+    state: ClusterState
+    pod: PodRequest
+    node: np.ndarray  # [c]
+    slot: np.ndarray  # [c], -1 for node-level candidates
+    value: np.ndarray  # [c] free milli of the slot before placement (MILLI for node-level)
+    frag: FragCache | None = None
+    rng: np.random.Generator | None = None
+    node_tag: np.ndarray | None = None  # [n] gpu_milli of the first shared pod per node (-1 none)
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+
+# ---- filters: (state, pod, model_mask) -> bool[n] --------------------------------------------------------
+
+
+class CpuFit:
+    def filter(self, s: ClusterState, pod: PodRequest, model_mask: np.ndarray) -> np.ndarray:
+        return s.cpu_free >= pod.cpu_milli
+
+
+class MemoryFit:
+    def filter(self, s: ClusterState, pod: PodRequest, model_mask: np.ndarray) -> np.ndarray:
+        return s.mem_free >= pod.memory_mib
+
+
+class GpuModelFit:
+    """Allowed GPU models (`gpu_spec`); CPU-only pods run on any node."""
+
+    def filter(self, s: ClusterState, pod: PodRequest, model_mask: np.ndarray) -> np.ndarray:
+        if pod.num_gpu == 0:
+            return np.ones(s.n_nodes, dtype=bool)
+        return np.append(model_mask, False)[s.model]
+
+
+class GpuCountFit:
+    """Enough GPUs with room for the per-GPU request (fractional milli for shared GPUs)."""
+
+    def filter(self, s: ClusterState, pod: PodRequest, model_mask: np.ndarray) -> np.ndarray:
+        if pod.num_gpu == 0:
+            return np.ones(s.n_nodes, dtype=bool)
+        return (s.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
+
+
+class TaintToleration:
+    def filter(self, s: ClusterState, pod: PodRequest, model_mask: np.ndarray) -> np.ndarray:
+        return (s.taints & ~np.int64(pod.tolerations)) == 0
+
+
+DEFAULT_FILTERS = (CpuFit(), MemoryFit(), GpuModelFit(), GpuCountFit(), TaintToleration())
+
+
+# ---- scores: Candidates -> float[c], higher is better ----------------------------------------------------
+
+
+def _gpu_used_after(c: Candidates) -> np.ndarray:
+    s, pod = c.state, c.pod
+    total = np.maximum(s.gpu_count[c.node], 1) * MILLI
+    free = np.where(s.gpu_exists[c.node], s.gpu_free[c.node], 0).sum(axis=1)
+    return (total - free + pod.total_gpu_milli) / total
+
+
+def _cpu_mem_used_after(c: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    s, pod, n = c.state, c.pod, c.node
+    cpu = 1 - (s.cpu_free[n] - pod.cpu_milli) / np.maximum(s.cpu_total[n], 1)
+    mem = 1 - (s.mem_free[n] - pod.memory_mib) / np.maximum(s.mem_total[n], 1)
+    return cpu, mem
+
+
+class BinPack:
+    """Fill the fullest node and, for shared GPUs, the fullest GPU that still fits."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        cpu, _ = _cpu_mem_used_after(c)
+        slot_fill = np.where(c.slot >= 0, 1 - (c.value - c.pod.gpu_milli) / MILLI, 0)
+        return 2 * _gpu_used_after(c) + cpu + slot_fill
+
+
+class Spread:
+    def score(self, c: Candidates) -> np.ndarray:
+        return -BinPack().score(c)
+
+
+class Fragmentation:
+    """FGD: minus the growth of the node's expected fragmentation against the workload mix."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        if c.frag is None:
+            raise ValueError("the fragmentation score needs a FragCache (a workload mix)")
+        if c.pod.num_gpu != 1:
+            return -c.frag.delta(c.node, c.value, c.pod)
+        # slots of one node with the same free milli score alike: evaluate each (node, free) pair once
+        key = c.node.astype(np.int64) * (2 * MILLI + 1) + c.value
+        uniq, inverse = np.unique(key, return_inverse=True)
+        nodes, values = np.divmod(uniq, 2 * MILLI + 1)
+        return -c.frag.delta(nodes, values, c.pod)[inverse]
+
+
+class Topology:
+    """Multi-GPU pods inside one NVLink domain; single-GPU pods in domains already in use."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        s, pod = c.state, c.pod
+        dom = s.nvlink_domain[c.node]
+        if pod.num_gpu > 1:
+            full = s.gpu_free[c.node] >= MILLI
+            width = s.gpu_free.shape[1]
+            per_domain = ((dom[:, :, None] == np.arange(width)) & full[:, :, None]).sum(axis=1)
+            return (per_domain.max(axis=1) >= pod.num_gpu).astype(float)
+        if pod.num_gpu == 1:
+            same = dom == dom[np.arange(len(c)), np.maximum(c.slot, 0)][:, None]
+            busy = same & s.gpu_exists[c.node] & (s.gpu_free[c.node] < MILLI)
+            return busy.sum(axis=1) / np.maximum((same & s.gpu_exists[c.node]).sum(axis=1), 1)
+        return np.zeros(len(c))
+
+
+class ThermalHeadroom:
+    """Cooler GPUs first; unknown headroom scores as the median of the known ones."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        h = c.state.temp_headroom[c.node]
+        if c.pod.num_gpu == 1:
+            raw = h[np.arange(len(c)), np.maximum(c.slot, 0)]
+        else:
+            with np.errstate(all="ignore"):
+                raw = (
+                    np.nanmean(np.where(c.state.gpu_exists[c.node], h, np.nan), axis=1)
+                    if np.isfinite(h).any()
+                    else np.full(len(c), np.nan)
+                )
+        if np.all(np.isnan(raw)):
+            return np.zeros(len(c))
+        return np.where(np.isnan(raw), np.nanmedian(raw), raw)
+
+
+class HeterogeneityFit:
+    """Small jobs (one GPU or less) stay off the scarcest models so that large jobs still find them."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        s = c.state
+        if c.pod.num_gpu != 1 or len(s.models) < 2:
+            return np.zeros(len(c))
+        per_model = np.bincount(
+            s.model[s.model >= 0], weights=s.gpu_count[s.model >= 0], minlength=len(s.models)
+        )
+        share = per_model / max(per_model.sum(), 1)
+        return np.append(share, 0)[s.model[c.node]]
+
+
+class DotProduct:
+    """Tetris-style alignment of the request with what the node has left (FGD's DotProd baseline)."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        s, pod, n = c.state, c.pod, c.node
+        free_gpu = np.where(s.gpu_exists[n], s.gpu_free[n], 0).sum(axis=1) / np.maximum(
+            s.gpu_count[n] * MILLI, 1
+        )
+        gpu_req = pod.total_gpu_milli / np.maximum(s.gpu_count[n] * MILLI, 1)
+        dot = (
+            pod.cpu_milli / np.maximum(s.cpu_total[n], 1) * s.cpu_free[n] / np.maximum(s.cpu_total[n], 1)
+            + pod.memory_mib / np.maximum(s.mem_total[n], 1) * s.mem_free[n] / np.maximum(s.mem_total[n], 1)
+            + gpu_req * free_gpu
+        )
+        return -dot
+
+
+class BestFit:
+    """Least CPU, memory and GPU left over after placement (FGD's BestFit baseline)."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        cpu, mem = _cpu_mem_used_after(c)
+        slot_fill = np.where(c.slot >= 0, 1 - (c.value - c.pod.gpu_milli) / MILLI, 0)
+        return cpu + mem + _gpu_used_after(c) + slot_fill
+
+
+class GpuPacking:
+    """Shared pods onto partly used GPUs first, then onto partly used nodes, then onto empty ones."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        s = c.state
+        node_used = (s.gpu_exists[c.node] & (s.gpu_free[c.node] < MILLI)).any(axis=1)
+        slot_used = (c.slot >= 0) & (c.value < MILLI)
+        return 2.0 * slot_used + node_used + np.where(c.slot >= 0, 1 - c.value / MILLI, 0) * 0.5
+
+
+class GpuClustering:
+    """Pods with the same GPU share gather on the same nodes (FGD's GpuClustering baseline)."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        tag = c.node_tag[c.node] if c.node_tag is not None else np.full(len(c), -1)
+        return np.where(tag == c.pod.gpu_milli, 2.0, np.where(tag < 0, 1.0, 0.0))
+
+
+class RandomScore:
+    def score(self, c: Candidates) -> np.ndarray:
+        rng = c.rng if c.rng is not None else np.random.default_rng(0)
+        return rng.random(len(c))

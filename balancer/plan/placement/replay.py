@@ -1,0 +1,166 @@
+"""Replay of the FGD paper's arrival-only protocol on Alibaba v2023-format CSVs.
+
+Protocol (Weng et al., ATC'23, and their simulator's `tune`/`seed` settings): the cluster is the node list
+(the authors used `openb_node_list_gpu_node.csv`: 1,213 nodes, 6,212 GPUs); per seed the pod list is shuffled
+and pods drawn with replacement are appended until the GPU requests reach `inflate` (1.3) x the cluster's GPU
+capacity; pods arrive one by one and never leave; a pod that fits nowhere fails. After each arrival the GPU
+allocation ratio (allocated milli-GPUs / capacity) is sampled; for every level k = 0..130 % of capacity the
+value recorded is the one after the last pod whose cumulative GPU request is at most k %. Unallocated GPU % is
+100 - allocation %. The target workload mix of the fragmentation score is the pod list itself.
+
+CSV validation raises `InputError` naming the file, the column, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from balancer.errors import InputError
+from balancer.plan.placement.fragmentation import WorkloadMix
+from balancer.plan.placement.scheduler import Scheduler, get_policy
+from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, parse_gpu_spec
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
+def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, keep_default_na=True)
+    except FileNotFoundError as exc:
+        raise InputError(str(path), "path", str(path), "an existing CSV file") from exc
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "format", str(path), "a CSV file with a header row", str(exc)) from exc
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise InputError(
+            str(path), "columns", missing[0], ", ".join(columns), f"columns present: {list(df.columns)}"
+        )
+    return df
+
+
+def _ints(df: pd.DataFrame, column: str, path: str | Path, lo: int, hi: int | None = None) -> np.ndarray:
+    values = pd.to_numeric(df[column], errors="coerce")
+    bad = values.isna() | (values < lo) | (values != values.round())
+    if hi is not None:
+        bad |= values > hi
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        allowed = f"integers {lo}..{hi}" if hi is not None else f"integers >= {lo}"
+        raise InputError(str(path), column, df[column].iloc[row], allowed, f"row {row + 2}")
+    return values.to_numpy(dtype=np.int64)
+
+
+def load_nodes(path: str | Path) -> ClusterState:
+    df = _read(path, NODE_COLUMNS)
+    gpus = _ints(df, "gpu", path, 0, 64)
+    models = [None if pd.isna(m) else str(m).strip() or None for m in df["model"]]
+    for i, (m, k) in enumerate(zip(models, gpus, strict=True)):
+        if k > 0 and m is None:
+            raise InputError(str(path), "model", "", "a GPU model name on nodes with gpu > 0", f"row {i + 2}")
+    return ClusterState.from_nodes(
+        _ints(df, "cpu_milli", path, 0), _ints(df, "memory_mib", path, 0), gpus, models,
+        names=tuple(df["sn"].astype(str)),
+    )  # fmt: skip
+
+
+def load_pods(path: str | Path) -> list[PodRequest]:
+    df = _read(path, POD_COLUMNS)
+    cpu, mem = _ints(df, "cpu_milli", path, 0), _ints(df, "memory_mib", path, 0)
+    num, milli = _ints(df, "num_gpu", path, 0, 64), _ints(df, "gpu_milli", path, 0, MILLI)
+    bad = np.flatnonzero(((num >= 1) & (milli == 0)) | ((num > 1) & (milli != MILLI)))
+    if len(bad):
+        raise InputError(
+            str(path), "gpu_milli", int(milli[bad[0]]), "1..1000 when num_gpu is 1, 1000 when num_gpu > 1",
+            f"row {bad[0] + 2}",
+        )  # fmt: skip
+    specs = df["gpu_spec"] if "gpu_spec" in df.columns else [None] * len(df)
+    names = df["name"].astype(str).tolist()
+    return [
+        PodRequest(int(c), int(m), int(g), int(gm), parse_gpu_spec(s), name=n)
+        for c, m, g, gm, s, n in zip(cpu, mem, num, milli, specs, names, strict=True)
+    ]
+
+
+def arrival_order(pods: list[PodRequest], capacity_milli: int, inflate: float, seed: int) -> np.ndarray:
+    """Indices into `pods`: a per-seed shuffle, then draws with replacement up to `inflate` x capacity."""
+    rng = np.random.default_rng(seed)
+    gpu = np.array([p.total_gpu_milli for p in pods], dtype=np.int64)
+    order = rng.permutation(len(pods))
+    target = inflate * capacity_milli
+    if gpu.sum() <= 0:
+        return order
+    while gpu[order].sum() < target:
+        extra = rng.integers(len(pods), size=max(len(pods) // 4, 16))
+        order = np.concatenate([order, extra])
+    cum = np.cumsum(gpu[order])
+    return order[: int(np.searchsorted(cum, target)) + 1]
+
+
+@dataclass
+class ReplayResult:
+    seed: int
+    policy: str
+    allocation_pct: np.ndarray  # [levels] GPU allocation ratio (%) at arrived level 0..max
+    placed: int
+    failed: int
+    moves: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def unallocated_pct(self) -> np.ndarray:
+        return 100.0 - self.allocation_pct
+
+
+def replay(
+    nodes: ClusterState,
+    pods: list[PodRequest],
+    policy: str,
+    seed: int,
+    inflate: float = 1.3,
+    defragmenter=None,
+) -> ReplayResult:
+    """One seed of the FGD protocol on a copy of `nodes`. `defragmenter.try_fit` is asked when a pod fails."""
+    import time
+
+    started = time.perf_counter()
+    pol = get_policy(policy)
+    state = nodes.copy()
+    capacity = state.total_gpu_milli
+    mix = WorkloadMix.from_pods(pods, include_cpu_only=pol.mix_cpu_only) if pol.needs_mix else None
+    sched = Scheduler(state, pol, mix, rng=np.random.default_rng(seed + 1_000_003))
+    order = arrival_order(pods, capacity, inflate, seed)
+    ledger = defragmenter.new_ledger(state) if defragmenter is not None else None
+    allocated = np.zeros(len(order) + 1)
+    arrived = np.zeros(len(order) + 1)
+    placed = failed = 0
+    alloc = 0
+    for i, idx in enumerate(order):
+        pod = pods[idx]
+        placement = sched.schedule(pod)
+        if placement is None and defragmenter is not None:
+            placement = defragmenter.try_fit(sched, ledger, pod)
+        if placement is None:
+            failed += 1
+        else:
+            placed += 1
+            alloc += pod.total_gpu_milli
+            if ledger is not None:
+                ledger.add(pod, placement)
+        allocated[i + 1] = alloc
+        arrived[i + 1] = arrived[i] + pod.total_gpu_milli
+    levels = np.arange(int(round(inflate * 100)) + 1)
+    last = np.searchsorted(arrived, levels / 100.0 * capacity + 1e-6, side="right") - 1
+    pct = np.round(allocated[last] / max(capacity, 1) * 100.0, 4)
+    moves = ledger.moves if ledger is not None else 0
+    return ReplayResult(seed, policy, pct, placed, failed, moves, time.perf_counter() - started)
+
+
+def fgd_seeds(count: int) -> list[int]:
+    """The authors' seeds were 42..51; ours follow the same numbering."""
+    return list(range(42, 42 + count))
