@@ -1,0 +1,120 @@
+"""`gputide prometheus`: write or run the project-managed Prometheus.
+
+    gputide prometheus --config-only --targets 127.0.0.1:9835,127.0.0.1:9400 [--out DIR]
+    gputide prometheus --run --targets 127.0.0.1:9835 [--controller 127.0.0.1:9100]
+
+`--config-only` prints prometheus.yml (or, with --out, writes DIR/prometheus.yml and DIR/rules/*.yaml so the
+folder is self-contained); `--run` starts the real binary on a free loopback port and stays in the foreground,
+printing the URL, until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from balancer.errors import InputError
+from balancer.telemetry.promserver import (
+    PrometheusServer,
+    PrometheusServerError,
+    Target,
+    build_config,
+    default_rule_files,
+    parse_duration,
+    write_config,
+)
+
+_ADDRESS_HELP = "host:port[,host:port...]"
+
+
+def _addresses(text: str, field: str) -> list[str]:
+    out = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(None, field, item, _ADDRESS_HELP)
+        out.append(item)
+    if not out:
+        raise InputError(None, field, text, _ADDRESS_HELP)
+    return out
+
+
+def _targets(args: argparse.Namespace) -> list[Target]:
+    targets = [Target(args.job, address) for address in _addresses(args.targets, "--targets")]
+    if args.controller:
+        targets += [Target("gputide-controller", a) for a in _addresses(args.controller, "--controller")]
+    return targets
+
+
+def _rule_files(args: argparse.Namespace) -> list[Path]:
+    if not args.rules:
+        return default_rule_files()
+    files = [Path(p) for p in args.rules]
+    for path in files:
+        if not path.is_file():
+            raise InputError(None, "--rules", str(path), "existing rule files (YAML)")
+    return files
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "prometheus", help="write or run a Prometheus that scrapes gputide's targets with rules/ loaded",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--config-only", action="store_true", help="print (or write with --out) the config")
+    mode.add_argument("--run", action="store_true", help="run Prometheus in the foreground until Ctrl-C")
+    parser.add_argument("--targets", required=True, help=f"exporter addresses, {_ADDRESS_HELP}")
+    parser.add_argument("--job", default="gputide-exporter", help="job name of the --targets (default: %(default)s)")
+    parser.add_argument("--controller", default="", help=f"controller metrics endpoints, {_ADDRESS_HELP}")
+    parser.add_argument("--cluster", default="local", help="value of the cluster label on every target")
+    parser.add_argument("--scrape-interval", default="5s", help="scrape and rule evaluation interval")
+    parser.add_argument("--rules", nargs="*", help="rule files (default: the repository's rules/*.yaml)")
+    parser.add_argument("--out", help="with --config-only: directory to write; with --run: data directory")
+    parser.add_argument("--port", type=int, default=None, help="with --run: port (default: a free one)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        parse_duration(args.scrape_interval)
+    except ValueError as exc:
+        raise InputError(None, "--scrape-interval", args.scrape_interval, "a duration like 1s, 15s, 1m") from exc
+    targets, rules = _targets(args), _rule_files(args)
+    options = {"scrape_interval": args.scrape_interval, "cluster": args.cluster}
+    if args.config_only:
+        if args.out:
+            path = write_config(args.out, targets, rules, **options)
+            print(f"wrote {path} and {len(rules)} rule file(s) under {path.parent / 'rules'}")
+        else:  # printed: point at the rule files where they are
+            config = build_config(targets, [str(p.resolve()) for p in rules], **options)
+            sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
+        return 0
+    return _run_foreground(args, targets, rules)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _run_foreground(args: argparse.Namespace, targets: list[Target], rules: list[Path]) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops Prometheus cleanly too, like Ctrl-C
+    try:
+        server = PrometheusServer(targets, rules, scrape_interval=args.scrape_interval, cluster=args.cluster,
+                                  port=args.port, directory=args.out)
+        with server:
+            print(f"Prometheus ready at {server.url} (config {server.config_path}); Ctrl-C to stop", flush=True)
+            while server.running:
+                time.sleep(0.5)
+            print(f"prometheus exited:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+    except PrometheusServerError as exc:
+        print(f"gputide: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
