@@ -1,0 +1,94 @@
+"""`gputide place`: replay an Alibaba v2023-format pod list on a node list with one placement policy.
+
+Follows the FGD paper's arrival-only protocol (see balancer.plan.placement.replay): per seed, shuffle, inflate
+to `--inflate` x GPU capacity, record the GPU allocation ratio at each arrived level. Prints the median
+unallocated GPU % at 50/80/100/130 % arrival and, with `--json OUT`, writes every seed's curve, the median curve
+and `unallocated_gpu_pct_at_100` (the median at 100 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from balancer.errors import InputError
+from balancer.plan.defrag import Defragmenter
+from balancer.plan.placement.replay import fgd_seeds, load_nodes, load_pods, replay
+from balancer.plan.placement.scheduler import POLICIES
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("place", help="replay a pod list with a placement policy (FGD protocol)")
+    parser.add_argument("--nodes", required=True, help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    parser.add_argument(
+        "--pods", required=True, help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"
+    )
+    parser.add_argument("--policy", required=True, help=f"one of: {', '.join(POLICIES)}")
+    parser.add_argument("--seeds", type=int, default=10, help="number of seeds (42, 43, ...), default 10")
+    parser.add_argument(
+        "--inflate", type=float, default=1.3, help="arrive up to this x GPU capacity, default 1.3"
+    )
+    parser.add_argument(
+        "--defrag", action="store_true", help="consolidate (at most --max-moves moves) when a pod fails"
+    )
+    parser.add_argument("--max-moves", type=int, default=2, help="moves allowed per failed pod with --defrag")
+    parser.add_argument("--json", dest="json_out", help="write per-seed and median curves here")
+    parser.set_defaults(func=run)
+
+
+def summarise(results, args) -> dict:
+    curves = np.array([r.unallocated_pct for r in results])
+    median = np.median(curves, axis=0)
+    return {
+        "nodes": str(args.nodes),
+        "pods": str(args.pods),
+        "policy": args.policy,
+        "defrag": bool(args.defrag),
+        "inflate": args.inflate,
+        "levels_pct": list(range(curves.shape[1])),
+        "unallocated_gpu_pct_at_100": round(float(median[100]), 4) if len(median) > 100 else None,
+        "median_unallocated_gpu_pct": [round(float(x), 4) for x in median],
+        "seeds": [
+            {
+                "seed": r.seed,
+                "unallocated_gpu_pct": [round(float(x), 4) for x in r.unallocated_pct],
+                "placed": r.placed,
+                "failed": r.failed,
+                "moves": r.moves,
+                "seconds": round(r.seconds, 3),
+            }
+            for r in results
+        ],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.policy not in POLICIES:
+        raise InputError(None, "--policy", args.policy, ", ".join(POLICIES))
+    if args.seeds < 1:
+        raise InputError(None, "--seeds", args.seeds, "an integer >= 1")
+    if not 1.0 <= args.inflate <= 5.0:
+        raise InputError(None, "--inflate", args.inflate, "a number between 1.0 and 5.0")
+    if args.max_moves < 1:
+        raise InputError(None, "--max-moves", args.max_moves, "an integer >= 1")
+    nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
+    if not pods:
+        raise InputError(args.pods, "rows", 0, "at least one pod")
+    defrag = Defragmenter(args.max_moves) if args.defrag else None
+    results = [replay(nodes, pods, args.policy, seed, args.inflate, defrag) for seed in fgd_seeds(args.seeds)]
+    summary = summarise(results, args)
+    median = summary["median_unallocated_gpu_pct"]
+    label = args.policy + (" +defrag" if args.defrag else "")
+    print(f"policy {label}: {nodes.n_nodes} nodes, {nodes.total_gpu_milli // 1000} GPUs, {len(pods)} pods, "
+          f"{args.seeds} seeds")  # fmt: skip
+    print("| arrived % | unallocated GPU % (median) |")
+    print("|---:|---:|")
+    for level in (50, 80, 100, 130):
+        if level < len(median):
+            print(f"| {level} | {median[level]:.2f} |")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(summary, indent=1))
+    return 0

@@ -1,0 +1,238 @@
+"""Defragmentation: bounded consolidation moves, and the fragmentation metric per GPU model.
+
+Fragmentation (FGD's measure, see `placement.fragmentation`) is idle GPU capacity the observed workload mix
+cannot use. `fragmentation_by_model` turns it into the two exported series of docs/metrics.md:
+`gputide_fragmentation_ratio{modelName}` (fragmented share of idle GPUs) and
+`gputide_unallocatable_gpus{modelName}` (fragmented idle capacity, in GPUs).
+
+Consolidation is planned, never performed here. `make_room` answers "this pod fits nowhere: which at most K
+placed pods could move so that it fits?": it ranks nodes by how little is missing, evicts the smallest pods
+that close the gap on the best node, re-places each of them elsewhere with the scheduler's own policy, and
+asks `budget(pod, from, to)` (the safety chokepoint's callback) before each move. Anything refused or
+unplaceable rolls the state back untouched. `plan_consolidation` is the loop's entry point: it works on a copy
+and returns frozen `Move`s with the GPUs they are expected to free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from balancer.plan.placement.fragmentation import WorkloadMix, node_fragmentation
+from balancer.plan.placement.scheduler import Scheduler
+from balancer.plan.placement.state import MILLI, ClusterState, Placement, PodRequest
+
+Budget = Callable[[PodRequest, Placement, Placement], bool]
+
+
+@dataclass(frozen=True)
+class Move:
+    pod: PodRequest
+    source: Placement
+    target: Placement
+    reason: str
+    expected_gpus_freed: float = 0.0
+
+
+@dataclass
+class Ledger:
+    """Which pods sit where; kept in step with a Scheduler's state by the caller."""
+
+    pods: dict[int, tuple[PodRequest, Placement]] = field(default_factory=dict)
+    by_node: dict[int, set[int]] = field(default_factory=dict)
+    moves: int = 0
+    _next: int = 0
+
+    def add(self, pod: PodRequest, placement: Placement) -> int:
+        key = self._next
+        self._next += 1
+        self.pods[key] = (pod, placement)
+        self.by_node.setdefault(placement.node, set()).add(key)
+        return key
+
+    def remove(self, key: int) -> tuple[PodRequest, Placement]:
+        pod, placement = self.pods.pop(key)
+        self.by_node[placement.node].discard(key)
+        return pod, placement
+
+
+def fragmentation_by_model(state: ClusterState, mix: WorkloadMix) -> dict[str, dict[str, float]]:
+    """{model: {fragmentation_ratio, unallocatable_gpus, idle_gpus}} against the workload mix."""
+    frag = node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, mix.model_ok(state), mix)
+    expected = frag @ mix.weight if len(mix) else np.zeros(state.n_nodes)
+    idle = np.where(state.gpu_free > 0, state.gpu_free, 0).sum(axis=1)
+    out = {}
+    for i, name in enumerate(state.models):
+        on = state.model == i
+        idle_m, frag_m = float(idle[on].sum()), float(expected[on].sum())
+        out[name] = {
+            "fragmentation_ratio": frag_m / idle_m if idle_m else 0.0,
+            "unallocatable_gpus": frag_m / MILLI,
+            "idle_gpus": idle_m / MILLI,
+        }
+    return out
+
+
+def _missing(s: ClusterState, pod: PodRequest, nodes: np.ndarray) -> np.ndarray:
+    """How far each node is from taking `pod` (0 = fits now), in shares of the node's capacity."""
+    free = np.sort(np.where(s.gpu_exists[nodes], s.gpu_free[nodes], -(10**6)), axis=1)[:, ::-1]
+    gpu = np.zeros(len(nodes))
+    if pod.num_gpu:
+        top = np.clip(free[:, : pod.num_gpu], 0, None)
+        gpu = np.clip(pod.gpu_milli - top, 0, None).sum(axis=1) / MILLI
+    cpu = np.clip(pod.cpu_milli - s.cpu_free[nodes], 0, None) / np.maximum(s.cpu_total[nodes], 1)
+    mem = np.clip(pod.memory_mib - s.mem_free[nodes], 0, None) / np.maximum(s.mem_total[nodes], 1)
+    return gpu + cpu + mem
+
+
+def _victims(s: ClusterState, ledger: Ledger, node: int, pod: PodRequest, max_moves: int):
+    """Target slots and the fewest small pods to evict from `node` so that `pod` fits there, or None."""
+    free = s.gpu_free[node].astype(np.int64)
+    keys = sorted(ledger.by_node.get(node, ()), key=lambda k: (ledger.pods[k][0].total_gpu_milli, k))
+    slots: tuple[int, ...] = ()
+    if pod.num_gpu:
+        order = np.argsort(-np.where(s.gpu_exists[node], free, -(10**6)), kind="stable")
+        slots = tuple(int(x) for x in order[: pod.num_gpu])
+        if len(slots) < pod.num_gpu or not s.gpu_exists[node, list(slots)].all():
+            return None
+    chosen: list[int] = []
+    cpu, mem = int(s.cpu_free[node]), int(s.mem_free[node])
+    for k in keys:
+        if all(free[j] >= pod.gpu_milli for j in slots) and cpu >= pod.cpu_milli and mem >= pod.memory_mib:
+            break
+        other, where = ledger.pods[k]
+        helps_gpu = any(j in where.slots and free[j] < pod.gpu_milli for j in slots)
+        helps_host = (cpu < pod.cpu_milli and other.cpu_milli) or (mem < pod.memory_mib and other.memory_mib)
+        if not (helps_gpu or helps_host):
+            continue
+        chosen.append(k)
+        cpu, mem = cpu + other.cpu_milli, mem + other.memory_mib
+        for j in where.slots:
+            free[j] += where.milli
+        if len(chosen) > max_moves:
+            return None
+    if not (all(free[j] >= pod.gpu_milli for j in slots) and cpu >= pod.cpu_milli and mem >= pod.memory_mib):
+        return None
+    return slots, chosen
+
+
+def make_room(
+    sched: Scheduler,
+    ledger: Ledger,
+    pod: PodRequest,
+    max_moves: int = 2,
+    budget: Budget | None = None,
+    tries: int = 3,
+) -> tuple[Placement, list[Move]] | None:
+    """Fit `pod` by moving at most `max_moves` placed pods; mutates sched/ledger only on success."""
+    s = sched.state
+    static = s.cpu_total >= pod.cpu_milli
+    static &= s.mem_total >= pod.memory_mib
+    if pod.num_gpu:
+        static &= np.append(sched.model_mask(pod), False)[s.model] & (s.gpu_count >= pod.num_gpu)
+        if (
+            np.where(s.gpu_exists & static[:, None], np.clip(s.gpu_free, 0, None), 0).sum()
+            < pod.total_gpu_milli
+        ):
+            return None
+    nodes = np.flatnonzero(static)
+    if not len(nodes):
+        return None
+    missing = _missing(s, pod, nodes)
+    for node in nodes[np.argsort(missing, kind="stable")[:tries]]:
+        plan = _victims(s, ledger, int(node), pod, max_moves)
+        if plan is None:
+            continue
+        done = _try_moves(sched, ledger, pod, int(node), *plan, budget)
+        if done is not None:
+            return done
+    return None
+
+
+def _try_moves(sched, ledger, pod, node, slots, victims, budget):
+    exclude = np.zeros(sched.state.n_nodes, dtype=bool)
+    exclude[node] = True
+    evicted = [ledger.remove(k) for k in victims]
+    for _, where in evicted:
+        sched.remove(where)
+    target = Placement(node, slots, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib)
+    sched.commit(target, pod)
+    moves: list[Move] = []
+    for other, where in evicted:
+        dest = sched.place(other, exclude=exclude)
+        if dest is None or (budget is not None and not budget(other, where, dest)):
+            break
+        sched.commit(dest, other)
+        moves.append(Move(other, where, dest, f"make room for {pod.name or 'a pending pod'}"))
+    if len(moves) == len(evicted):
+        for move in moves:
+            ledger.add(move.pod, move.target)
+        ledger.moves += len(moves)
+        return target, moves
+    for move in moves:  # roll back: the pod could not be placed after all
+        sched.remove(move.target)
+    sched.remove(target)
+    for other, where in evicted:
+        sched.commit(where)
+        ledger.add(other, where)
+    return None
+
+
+@dataclass
+class Defragmenter:
+    """The replay's `--defrag` hook: on a failed pod, try `make_room` with at most `max_moves` moves."""
+
+    max_moves: int = 2
+    budget: Budget | None = None
+
+    def new_ledger(self, state: ClusterState) -> Ledger:
+        return Ledger()
+
+    def try_fit(self, sched: Scheduler, ledger: Ledger, pod: PodRequest) -> Placement | None:
+        done = make_room(sched, ledger, pod, self.max_moves, self.budget)
+        return None if done is None else done[0]
+
+
+def plan_consolidation(
+    state: ClusterState,
+    placed: list[tuple[PodRequest, Placement]],
+    mix: WorkloadMix,
+    max_moves: int = 4,
+    policy: str = "gputide",
+    budget: Budget | None = None,
+) -> list[Move]:
+    """Moves (on a copy of `state`) that empty the least-used shared GPUs, at most `max_moves` of them."""
+    sched = Scheduler(state.copy(), policy, mix)
+    ledger = Ledger()
+    for pod, where in placed:
+        ledger.add(pod, where)
+    s = sched.state
+    used = np.where(s.gpu_exists, MILLI - s.gpu_free, 0)
+    partial = np.argwhere(s.gpu_exists & (used > 0) & (used < MILLI))
+    partial = partial[np.argsort(used[partial[:, 0], partial[:, 1]], kind="stable")]
+    moves: list[Move] = []
+    for node, slot in partial:
+        keys = [k for k in ledger.by_node.get(int(node), ()) if int(slot) in ledger.pods[k][1].slots]
+        if not keys or len(moves) + len(keys) > max_moves:
+            continue
+        exclude = np.zeros(s.n_nodes, dtype=bool)
+        exclude[node] = True
+        batch = []
+        for k in keys:
+            pod, where = ledger.remove(k)
+            sched.remove(where)
+            dest = sched.place(pod, exclude=exclude)
+            if dest is None or (budget is not None and not budget(pod, where, dest)):
+                sched.commit(where)
+                ledger.add(pod, where)
+                break
+            sched.commit(dest, pod)
+            ledger.add(pod, dest)
+            batch.append(Move(pod, where, dest, f"consolidate GPU {slot} of node {node}"))
+        else:
+            freed = 1.0 if s.gpu_free[node, slot] == MILLI else 0.0
+            batch = [Move(m.pod, m.source, m.target, m.reason, freed / len(batch)) for m in batch]
+        moves.extend(batch)
+    return moves
