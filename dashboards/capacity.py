@@ -1,0 +1,80 @@
+"""Tidal Capacity: how inference demand tracks its forecast, and where the GPUs went.
+
+Demand vs the forecaster's p50 with the p50-p90 band, inference vs training GPUs stacked, the controller's
+loans (inference GPUs lent to training) and reclaims as annotations, and SLO attainment with the
+multi-window burn rate of the Google SRE workbook.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.models import dashboard as dm
+
+from dashboards.common import CLUSTER, DATASOURCE, new_dashboard, q, timeseries_panel
+
+UID = "gputide-tidal-capacity"
+
+# The SLO the burn rate is measured against (99% of requests under their latency target).
+SLO_TARGET = 0.99
+
+
+def _fill_between(lower: str, upper: str) -> list[dm.DynamicConfigValue]:
+    return [dm.DynamicConfigValue(id_val="custom.fillBelowTo", value=lower),
+            dm.DynamicConfigValue(id_val="custom.fillOpacity", value=25),
+            dm.DynamicConfigValue(id_val="custom.lineWidth", value=0)]
+
+
+def _annotation(name: str, action_type: str, colour: str) -> dashboard.AnnotationQuery:
+    return (
+        dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(colour)
+        .expr(f'sum by (reason) (increase(gputide_actions_total{{{CLUSTER}, type="{action_type}"}}'
+              f"[$__rate_interval])) > 0")
+    )
+
+
+def build() -> dashboard.Dashboard:
+    d = new_dashboard(
+        UID, "gputide / Tidal Capacity",
+        "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
+        ["capacity", "forecast", "slo"],
+    )
+    d = d.annotation(_annotation("GPU loans to training", "scale_training", "blue")).annotation(
+        _annotation("GPU reclaims for inference", "scale_inference", "orange"))
+    demand = timeseries_panel(
+        "Demand vs forecast", "Offered inference load (service:inference_requests:rate5m) against the "
+        "forecaster's median and the p50-p90 band (gputide_forecast_demand). The forecast is plotted at the "
+        "time it was issued, for demand one `horizon` later.", "reqps",
+        [q(f"sum(service:inference_requests:rate5m{{{CLUSTER}}})", "demand"),
+         q(f'sum(gputide_forecast_demand{{{CLUSTER}, quantile="0.5"}})', "forecast p50"),
+         q(f'sum(gputide_forecast_demand{{{CLUSTER}, quantile="0.9"}})', "forecast p90")],
+        w=24, h=9, min_val=0,
+    ).override_by_name("forecast p90", _fill_between("forecast p50", "forecast p90"))
+    d = d.with_panel(demand)
+    d = (
+        d.with_panel(timeseries_panel(
+            "GPUs by class", "GPUs the controller counts as inference, training, loaned (inference GPUs lent "
+            "to training) and idle (gputide_capacity_gpus), stacked.", "none",
+            [q(f"sum by (class) (gputide_capacity_gpus{{{CLUSTER}}})", "{{class}}")],
+            stack=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "GPUs the forecast asks for", "Inference GPUs each service needs for its forecast demand "
+            "(gputide_capacity_target_gpus) against what it holds.", "none",
+            [q(f"sum by (service) (gputide_capacity_target_gpus{{{CLUSTER}}})", "{{service}} target"),
+             q(f'sum(gputide_capacity_gpus{{{CLUSTER}, class="inference"}})', "inference held")], min_val=0))
+        .with_panel(timeseries_panel(
+            "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
+            f"per service. Target: {SLO_TARGET:.0%}.", "percentunit",
+            [q(f"1 - service:inference_slo_violations:ratio_rate1h{{{CLUSTER}}}", "{{service}}")], max_val=1))
+        .with_panel(timeseries_panel(
+            "SLO burn rate", f"Error-budget burn rate against a {SLO_TARGET:.0%} SLO: 1 spends the budget "
+            "exactly over the SLO window; the fast-burn alert fires above 14.4 on 5m and 1h together.", "none",
+            [q(f"max(service:inference_slo_violations:ratio_rate5m{{{CLUSTER}}}) / {1 - SLO_TARGET:g}", "5m"),
+             q(f"max(service:inference_slo_violations:ratio_rate1h{{{CLUSTER}}}) / {1 - SLO_TARGET:g}", "1h"),
+             q(f"max(service:inference_slo_violations:ratio_rate6h{{{CLUSTER}}}) / {1 - SLO_TARGET:g}", "6h")],
+            min_val=0))
+        .with_panel(timeseries_panel(
+            "Forecast error", "Rolling mean absolute error over mean demand per service and horizon "
+            "(gputide_forecast_error_ratio).", "percentunit",
+            [q(f"gputide_forecast_error_ratio{{{CLUSTER}}}", "{{service}} {{horizon}}")], w=24, min_val=0))
+    )
+    return d

@@ -1,0 +1,189 @@
+"""Shared building blocks: variables, selectors and panel factories used by every gputide dashboard.
+
+A dashboard module only says *what* to show (title, PromQL, unit, description); this module decides *how*,
+so every panel gets the same datasource reference, the same label filters and a unit and description, which
+is what `dashboards.lint` checks.
+
+GPUs x time heatmaps: Grafana's heatmap panel with `calculate: false` takes time series as they come and
+treats every numeric field as one row of cells ("rows frame", ordinal y axis). One series per GPU
+(legend `hostname/gpu`) therefore draws one row per GPU and one column per time step, the colour being the
+value - exactly a GPUs x time image. `format: heatmap` would instead sort series by an `le` label and
+de-accumulate them as histogram buckets, which is wrong for per-GPU gauges.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import bargauge, dashboard, heatmap, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import prometheus as pm
+
+DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Label filters, by the label set each family of normalised series carries (docs/metrics.md section 2).
+GPU = 'cluster=~"$cluster", hostname=~"$node", modelName=~"$model"'
+NODE = 'cluster=~"$cluster", hostname=~"$node"'
+MODEL = 'cluster=~"$cluster", modelName=~"$model"'
+CLUSTER = 'cluster=~"$cluster"'
+
+GPU_LEGEND = "{{hostname}}/{{gpu}}"
+
+
+def _query_variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
+    # allValue ".*" also matches an absent label, so a single-cluster Prometheus without a `cluster`
+    # label still shows everything.
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .description(description)
+        .datasource(DATASOURCE)
+        .query({"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.NATURAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(dm.VariableOption(selected=True, text="All", value="$__all"))
+    )
+
+
+def variables() -> list:
+    """The four variables every gputide dashboard has: datasource, cluster, node and GPU model."""
+    return [
+        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        _query_variable(
+            "cluster", "Cluster", "label_values(gpu:temperature:celsius, cluster)",
+            "Clusters (the `cluster` label; empty on a single-cluster Prometheus).",
+        ),
+        _query_variable(
+            "node", "Node", 'label_values(gpu:temperature:celsius{cluster=~"$cluster"}, hostname)',
+            "GPU nodes (the normalised `hostname` label).",
+        ),
+        _query_variable(
+            "model", "GPU model",
+            'label_values(gpu:temperature:celsius{cluster=~"$cluster", hostname=~"$node"}, modelName)',
+            "GPU models (dcgm-exporter's `modelName`).",
+        ),
+    ]
+
+
+def new_dashboard(uid: str, title: str, description: str, tags: list[str]) -> dashboard.Dashboard:
+    builder = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["gputide", *tags])
+        .editable()
+        .time("now-6h", "now")
+        .refresh("1m")
+        .timezone("browser")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+    )
+    for var in variables():
+        builder = builder.with_variable(var)
+    return builder
+
+
+def q(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False, fmt: str = "") -> prometheus.Dataquery:
+    target = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
+    target = target.legend_format(legend or "__auto")
+    target = target.instant() if instant else target.range()
+    if fmt:
+        target = target.format(pm.PromQueryFormat(fmt))
+    return target
+
+
+def _targets(builder, queries):
+    for i, query in enumerate(queries):
+        builder = builder.with_target(query.ref_id(chr(ord("A") + i)))
+    return builder
+
+
+def _common(builder, title: str, description: str, unit: str, w: int, h: int):
+    return builder.title(title).description(description).unit(unit).datasource(DATASOURCE).span(w).height(h)
+
+
+def timeseries_panel(title: str, description: str, unit: str, queries, *, w: int = 12, h: int = 8,
+                     stack: bool = False, bars: bool = False, min_val: float | None = None,
+                     max_val: float | None = None) -> timeseries.Panel:
+    panel = _common(timeseries.Panel(), title, description, unit, w, h)
+    panel = _targets(panel, queries).legend(
+        cb.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
+        .placement(common.LegendPlacement.BOTTOM)
+    )
+    if stack:
+        panel = panel.stacking(cb.StackingConfig().mode(common.StackingMode.NORMAL)).fill_opacity(60)
+    if bars:
+        panel = panel.draw_style(common.GraphDrawStyle.BARS).fill_opacity(80)
+    if min_val is not None:
+        panel = panel.min(min_val)
+    if max_val is not None:
+        panel = panel.max(max_val)
+    return panel
+
+
+def gpu_heatmap_panel(title: str, description: str, unit: str, expr: str, *, scheme: str = "Turbo",
+                      w: int = 12, h: int = 10) -> heatmap.Panel:
+    """One row per GPU, one column per time step (see the module docstring)."""
+    panel = _common(heatmap.Panel(), title, description, unit, w, h)
+    return (
+        panel.with_target(q(expr, GPU_LEGEND))
+        .calculate(False)
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.UNKNOWN))
+        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme(scheme)
+               .scale(hm.HeatmapColorScale.LINEAR).steps(64))
+        .y_axis(heatmap.YAxisConfig().axis_label("GPU (hostname/index)"))
+        .cell_values(heatmap.CellValues().unit(unit))
+        .cell_gap(0)
+        # Keep zero-valued cells (an idle GPU is information, not noise); the default hides values <= 1e-9.
+        .filter_values(heatmap.FilterValueRange().le(-1e308))
+        .show_legend()
+        .mode(common.TooltipDisplayMode.SINGLE)
+    )
+
+
+
+def stat_panel(title: str, description: str, unit: str, queries, *, w: int = 6, h: int = 4) -> stat.Panel:
+    panel = _common(stat.Panel(), title, description, unit, w, h)
+    return _targets(panel, queries).graph_mode(common.BigValueGraphMode.AREA).reduce_options(
+        cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False)
+    )
+
+
+def bargauge_panel(title: str, description: str, unit: str, queries, *, w: int = 8, h: int = 10,
+                   max_val: float | None = None) -> bargauge.Panel:
+    panel = _common(bargauge.Panel(), title, description, unit, w, h)
+    panel = _targets(panel, queries).orientation(common.VizOrientation.HORIZONTAL).display_mode(
+        common.BarGaugeDisplayMode.GRADIENT
+    ).reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    if max_val is not None:
+        panel = panel.max(max_val)
+    return panel
+
+
+def table_panel(title: str, description: str, unit: str, queries, *, w: int = 12, h: int = 10,
+                matrix: tuple[str, str] | None = None) -> table.Panel:
+    """A table of instant values; `matrix=(row_label, column_label)` pivots it into a grid (e.g. node x GPU)."""
+    panel = _common(table.Panel(), title, description, unit, w, h)
+    panel = _targets(panel, queries).cell_options(
+        common.TableColoredBackgroundCellOptions(mode=common.TableCellBackgroundDisplayMode.GRADIENT)
+    )
+    if matrix:
+        row, column = matrix
+        panel = panel.with_transformation(dm.DataTransformerConfig(
+            id_val="groupingToMatrix",
+            options={"rowField": row, "columnField": column, "valueField": "Value"},
+        ))
+    else:
+        panel = panel.with_transformation(dm.DataTransformerConfig(
+            id_val="organize", options={"excludeByName": {"Time": True}},
+        ))
+    return panel
+
+
+def thresholds(*steps: tuple[float | None, str]) -> dashboard.ThresholdsConfig:
+    return dashboard.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+        [dm.Threshold(value=v, color=c) for v, c in steps]
+    )

@@ -1,0 +1,103 @@
+"""GPU Fleet: which GPUs run hot, right now and over time.
+
+Four GPUs x time heatmaps (temperature, power, SM activity, memory used; one row per GPU, see
+`dashboards.common`), a node x GPU grid of the current temperature, the hottest GPUs, throttle reasons and
+XID errors. Everything reads the normalised `gpu:*` recording rules, so it works behind gputide's exporter
+and behind an existing dcgm-exporter alike.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.models import dashboard as dm
+
+from dashboards.common import (
+    GPU,
+    GPU_LEGEND,
+    bargauge_panel,
+    gpu_heatmap_panel,
+    new_dashboard,
+    q,
+    stat_panel,
+    table_panel,
+    thresholds,
+    timeseries_panel,
+)
+
+UID = "gputide-gpu-fleet"
+
+
+def build() -> dashboard.Dashboard:
+    d = new_dashboard(
+        UID, "gputide / GPU Fleet",
+        "Per-GPU temperature, power, SM activity and memory as GPUs x time heatmaps, the node x GPU grid, "
+        "the hottest GPUs, throttling and XID errors.",
+        ["gpu", "fleet"],
+    )
+    d = (
+        d.with_panel(stat_panel("GPUs reporting", "GPUs with a temperature sample in the selection.", "none",
+                                [q(f"count(gpu:temperature:celsius{{{GPU}}})", "GPUs")]))
+        .with_panel(stat_panel("Fleet power draw", "Sum of the selected GPUs' power draw.", "watt",
+                               [q(f"sum(gpu:power:watts{{{GPU}}})", "power")]))
+        .with_panel(stat_panel("Mean SM activity", "Mean fraction of time the SMs were busy (DCGM SM_ACTIVE).",
+                               "percentunit", [q(f"avg(gpu:sm_active:ratio{{{GPU}}})", "SM active")]))
+        .with_panel(stat_panel("Hottest GPU", "Highest core temperature among the selected GPUs.", "celsius",
+                               [q(f"max(gpu:temperature:celsius{{{GPU}}})", "max")])
+                    .thresholds(thresholds((None, "green"), (75, "orange"), (85, "red"))))
+    )
+    d = d.with_row(dashboard.Row("Heatmaps: one row per GPU, one column per time step"))
+    d = (
+        d.with_panel(gpu_heatmap_panel(
+            "GPU temperature", "Core temperature of every GPU over time (gpu:temperature:celsius). "
+            "A hot horizontal stripe is a GPU that stays hot: a hotspot candidate.",
+            "celsius", f"gpu:temperature:celsius{{{GPU}}}"))
+        .with_panel(gpu_heatmap_panel(
+            "GPU power", "Power draw of every GPU over time (gpu:power:watts).", "watt",
+            f"gpu:power:watts{{{GPU}}}", scheme="Oranges"))
+        .with_panel(gpu_heatmap_panel(
+            "SM activity", "Fraction of time the SMs were busy, per GPU (gpu:sm_active:ratio). "
+            "Dark rows are idle GPUs.", "percentunit", f"gpu:sm_active:ratio{{{GPU}}}", scheme="Viridis"))
+        .with_panel(gpu_heatmap_panel(
+            "Memory used", "Framebuffer memory in use, per GPU (gpu:memory_used:bytes).", "bytes",
+            f"gpu:memory_used:bytes{{{GPU}}}", scheme="Blues"))
+    )
+    d = d.with_row(dashboard.Row("Where it is hot now"))
+    d = (
+        d.with_panel(table_panel(
+            "Node x GPU temperature grid", "Current core temperature, one row per node and one column per GPU "
+            "index (groupingToMatrix over gpu:temperature:celsius).", "celsius",
+            [q(f"gpu:temperature:celsius{{{GPU}}}", instant=True, fmt="table")],
+            matrix=("hostname", "gpu"), w=12, h=10,
+        ).thresholds(thresholds((None, "green"), (70, "yellow"), (80, "orange"), (87, "red"))))
+        .with_panel(bargauge_panel(
+            "Hottest GPUs", "The ten hottest GPUs now (topk over gpu:temperature:celsius), labelled "
+            "hostname/GPU index.", "celsius",
+            [q(f"topk(10, gpu:temperature:celsius{{{GPU}}})", GPU_LEGEND, instant=True)], w=12, h=10,
+            max_val=100,
+        ).thresholds(thresholds((None, "green"), (75, "orange"), (85, "red"))))
+    )
+    d = d.with_row(dashboard.Row("Throttling and errors"))
+    d = (
+        d.with_panel(timeseries_panel(
+            "Throttle reasons", "Number of GPUs whose clocks are held down, by reason, from the NVML clock "
+            "event reasons bitmask: thermal (bits 0x20, 0x40) and power cap (0x4, 0x80).", "none",
+            [q(f"sum(gpu:thermal_throttled:bool{{{GPU}}})", "thermal slowdown"),
+             q(f"sum(gpu:power_capped:bool{{{GPU}}})", "power capped")],
+            stack=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "Temperature above pool mean", "How far the five GPUs furthest above their pool's (cluster, model) "
+            "mean temperature run above it: the controller's hotspot signal.", "celsius",
+            [q(f"topk(5, gpu:temperature_above_pool_mean:celsius{{{GPU}}})", GPU_LEGEND)]))
+        .with_panel(stat_panel(
+            "GPUs with an XID error", "GPUs whose last XID error code is not 0, and those with a fatal one "
+            "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120).", "none",
+            [q(f"count(gpu:xid_last:code{{{GPU}}} > 0) or vector(0)", "any XID"),
+             q(f"sum(gpu:xid_fatal:bool{{{GPU}}}) or vector(0)", "fatal XID")], w=8, h=8)
+            .thresholds(thresholds((None, "green"), (1, "red"))))
+        .with_panel(table_panel(
+            "Last XID per GPU", "Raw last XID code per GPU (gpu:xid_last:code, 0 = none), highest first.", "none",
+            [q(f"topk(20, gpu:xid_last:code{{{GPU}}})", instant=True, fmt="table")], w=16, h=8,
+        ).mappings([dm.ValueMap(options={"0": dm.ValueMappingResult(text="none", color="green")})])
+            .thresholds(thresholds((None, "green"), (1, "red"))))
+    )
+    return d

@@ -1,0 +1,155 @@
+"""Lint rules for the generated dashboards, in the spirit of grafana/dashboard-linter.
+
+Each rule is a function `rule(dashboard: dict) -> list[str]` (one message per problem) registered in `RULES`;
+`lint(dashboard)` runs them all. They read the generated JSON, not the Python sources, so they check exactly
+what a user imports into Grafana:
+
+- template-datasource: a `datasource` variable of type prometheus exists;
+- panel-datasource: every panel, target and annotation uses `${datasource}`;
+- panel-title-description / panel-units: every panel has a title, a description and a unit;
+- target-rate-interval: every rate()/irate()/increase() range is `$__rate_interval`;
+- template-variables: `cluster`, `node`, `model` are label_values queries on a normalised series, over the
+  `cluster`, `hostname` and `modelName` labels, with "All" matching an absent label (`.*`);
+- target-label-filters: every query filters on `$cluster`; per-GPU `gpu:*` selectors also on `$node` and `$model`;
+- target-normalised-series: no raw `DCGM_*` names (dashboards read the recording rules of docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+DATASOURCE_UID = "${datasource}"
+EXPECTED_VARIABLES = {"cluster": "cluster", "node": "hostname", "model": "modelName"}
+_RATE_FUNC = re.compile(r"\b(rate|irate|increase)\s*\(")
+_RANGE = re.compile(r"\[([^\]]+)\]")
+_GPU_SELECTOR = re.compile(r"\bgpu:[a-z_]+:[a-z_]+\{([^}]*)\}")
+_LABEL_VALUES = re.compile(r"^label_values\((?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?,\s*(?P<label>\w+)\)$")
+
+
+def panels(dashboard: dict) -> Iterator[dict]:
+    """Every non-row panel, including those nested in collapsed rows."""
+    for panel in dashboard.get("panels", []):
+        if panel.get("type") == "row":
+            yield from panel.get("panels", [])
+        else:
+            yield panel
+
+
+def targets(dashboard: dict) -> Iterator[tuple[str, dict]]:
+    for panel in panels(dashboard):
+        for target in panel.get("targets", []):
+            yield panel.get("title", "?"), target
+    for ann in dashboard.get("annotations", {}).get("list", []):
+        if ann.get("expr"):
+            yield f"annotation {ann.get('name')}", ann
+
+
+def _uses_datasource(ref: object) -> bool:
+    return isinstance(ref, dict) and ref.get("uid") == DATASOURCE_UID and ref.get("type") == "prometheus"
+
+
+def template_datasource(dashboard: dict) -> list[str]:
+    for var in dashboard.get("templating", {}).get("list", []):
+        if var.get("name") == "datasource" and var.get("type") == "datasource" and var.get("query") == "prometheus":
+            return []
+    return ["no `datasource` template variable of type datasource / prometheus"]
+
+
+def panel_datasource(dashboard: dict) -> list[str]:
+    problems = [f"panel {p.get('title')!r} does not use ${{datasource}}"
+                for p in panels(dashboard) if not _uses_datasource(p.get("datasource"))]
+    problems += [f"{where}: target {t.get('refId')} does not use ${{datasource}}"
+                 for where, t in targets(dashboard) if not _uses_datasource(t.get("datasource"))]
+    return problems
+
+
+def panel_title_description(dashboard: dict) -> list[str]:
+    problems = []
+    for i, p in enumerate(panels(dashboard)):
+        if not str(p.get("title", "")).strip():
+            problems.append(f"panel #{i} has no title")
+        if not str(p.get("description", "")).strip():
+            problems.append(f"panel {p.get('title')!r} has no description")
+    return problems
+
+
+def panel_units(dashboard: dict) -> list[str]:
+    return [f"panel {p.get('title')!r} has no unit" for p in panels(dashboard)
+            if not p.get("fieldConfig", {}).get("defaults", {}).get("unit")]
+
+
+def _call_args(expr: str, open_paren: int) -> str:
+    depth = 0
+    for i in range(open_paren, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0:
+            return expr[open_paren + 1:i]
+    return expr[open_paren + 1:]
+
+
+def target_rate_interval(dashboard: dict) -> list[str]:
+    problems = []
+    for where, t in targets(dashboard):
+        expr = t.get("expr", "")
+        for match in _RATE_FUNC.finditer(expr):
+            ranges = _RANGE.findall(_call_args(expr, match.end() - 1))
+            bad = [r for r in ranges if r.strip() != "$__rate_interval"]
+            if bad or not ranges:
+                problems.append(f"{where}: {match.group(1)}() over {bad or 'no range'}, want [$__rate_interval]")
+    return problems
+
+
+def template_variables(dashboard: dict) -> list[str]:
+    found = {v.get("name"): v for v in dashboard.get("templating", {}).get("list", [])}
+    problems = []
+    for name, label in EXPECTED_VARIABLES.items():
+        var = found.get(name)
+        if var is None:
+            problems.append(f"variable {name!r} missing")
+            continue
+        query = var.get("query")
+        query = query.get("query", "") if isinstance(query, dict) else str(query or "")
+        m = _LABEL_VALUES.match(query.strip())
+        if var.get("type") != "query" or not m or m["label"] != label or ":" not in m["metric"]:
+            problems.append(f"variable {name!r}: want label_values(<recording rule>, {label}), got {query!r}")
+        if not _uses_datasource(var.get("datasource")):
+            problems.append(f"variable {name!r} does not use ${{datasource}}")
+        if not var.get("includeAll") or var.get("allValue") != ".*":
+            problems.append(f"variable {name!r}: want includeAll with allValue '.*'")
+    return problems
+
+
+def target_label_filters(dashboard: dict) -> list[str]:
+    problems = []
+    for where, t in targets(dashboard):
+        expr = t.get("expr", "")
+        if "$cluster" not in expr:
+            problems.append(f"{where}: query does not filter on $cluster: {expr}")
+        for labels in _GPU_SELECTOR.findall(expr):
+            if "$node" not in labels or "$model" not in labels:
+                problems.append(f"{where}: per-GPU selector {{{labels}}} does not filter on $node and $model")
+    return problems
+
+
+def target_normalised_series(dashboard: dict) -> list[str]:
+    return [f"{where}: raw DCGM series in {t.get('expr')}" for where, t in targets(dashboard)
+            if "DCGM_" in t.get("expr", "")]
+
+
+RULES: dict[str, Callable[[dict], list[str]]] = {
+    "template-datasource": template_datasource,
+    "panel-datasource": panel_datasource,
+    "panel-title-description": panel_title_description,
+    "panel-units": panel_units,
+    "target-rate-interval": target_rate_interval,
+    "template-variables": template_variables,
+    "target-label-filters": target_label_filters,
+    "target-normalised-series": target_normalised_series,
+}
+
+
+def lint(dashboard: dict) -> dict[str, list[str]]:
+    """Problems per rule name; an empty dict means the dashboard passes."""
+    results = {name: rule(dashboard) for name, rule in RULES.items()}
+    return {name: found for name, found in results.items() if found}

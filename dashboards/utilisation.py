@@ -1,0 +1,63 @@
+"""Fragmentation & Utilisation: are the GPUs we pay for doing work, and can new jobs still fit?
+
+Allocated vs used vs idle GPUs, GPUs no pending request can use (unallocatable), the fragmented share of idle
+GPUs per model (the FGD paper's measure) and the per-model SM activity with its spread (pool imbalance).
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard
+
+from dashboards.common import CLUSTER, GPU, MODEL, new_dashboard, q, stat_panel, timeseries_panel
+
+UID = "gputide-fragmentation"
+
+
+def build() -> dashboard.Dashboard:
+    d = new_dashboard(
+        UID, "gputide / Fragmentation & Utilisation",
+        "Allocated vs used vs idle GPUs, unallocatable GPUs and fragmentation by GPU model.",
+        ["utilisation", "fragmentation"],
+    )
+    d = (
+        d.with_panel(stat_panel("Allocated share", "GPUs attributed to a workload over all GPUs.",
+                                "percentunit",
+                                [q(f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class!="idle"}}) / '
+                                   f"sum(cluster:gpu_count:sum{{{CLUSTER}}})", "allocated")], w=8))
+        .with_panel(stat_panel("Used share", "SM-busy GPU equivalents (sum of SM activity) over all GPUs: "
+                               "the work actually done.", "percentunit",
+                               [q(f"sum(gpu:sm_active:ratio{{{GPU}}}) / count(gpu:sm_active:ratio{{{GPU}}})",
+                                  "used")], w=8))
+        .with_panel(stat_panel("Unallocatable GPUs", "Idle GPUs that no pending request can use "
+                               "(gputide_unallocatable_gpus).", "none",
+                               [q(f"sum(gputide_unallocatable_gpus{{{MODEL}}})", "unallocatable")], w=8))
+    )
+    d = (
+        d.with_panel(timeseries_panel(
+            "Allocated vs used vs idle GPUs", "All GPUs, those attributed to a workload (allocated), their "
+            "SM-busy equivalent (used = sum of SM activity) and the unattributed ones (idle). The gap between "
+            "allocated and used is waste inside jobs; idle is waste between them.", "none",
+            [q(f"sum(cluster:gpu_count:sum{{{CLUSTER}}})", "total"),
+             q(f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class!="idle"}})', "allocated"),
+             q(f"sum(gpu:sm_active:ratio{{{GPU}}})", "used (SM-busy equivalents)"),
+             q(f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}})', "idle")], w=24, min_val=0))
+        .with_panel(timeseries_panel(
+            "Fragmentation by GPU model", "Share of idle GPUs that are fragmented - partly used GPUs or "
+            "nodes that cannot host a typical request (gputide_fragmentation_ratio).", "percentunit",
+            [q(f"gputide_fragmentation_ratio{{{MODEL}}}", "{{modelName}}")], min_val=0, max_val=1))
+        .with_panel(timeseries_panel(
+            "Unallocatable GPUs by model", "Idle GPUs no pending request can use, per model "
+            "(gputide_unallocatable_gpus).", "none",
+            [q(f"gputide_unallocatable_gpus{{{MODEL}}}", "{{modelName}}")], stack=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "GPUs by workload class", "GPUs per workload class from the attribution join "
+            "(class:gpu_count:sum).", "none",
+            [q(f"sum by (workload_class) (class:gpu_count:sum{{{CLUSTER}}})", "{{workload_class}}")],
+            stack=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "SM activity by model (mean and spread)", "Mean SM activity per GPU model and its standard "
+            "deviation across the pool; a wide spread is an imbalanced pool.", "percentunit",
+            [q(f"model:gpu_sm_active:ratio_avg{{{MODEL}}}", "{{modelName}} mean"),
+             q(f"model:gpu_sm_active:ratio_stddev{{{MODEL}}}", "{{modelName}} stddev")], min_val=0))
+    )
+    return d
