@@ -1,0 +1,414 @@
+"""Tidal capacity shifting: loan inference GPUs to training at the ebb, reclaim them ahead of the flood.
+
+Inference is sized for its daily peak, so most of the day part of its GPUs idle while training queues. From the
+demand forecast of each service this planner decides, every cycle, how many replicas each service needs and
+moves the rest of the GPUs to elastic training:
+
+* **Reclaim ahead of the rise.** A service's replica floor covers the forecast quantile (p90 by default) over
+  ``[now, now + warm-up + margin]``, so a replica started now is warm before the demand it is for arrives: the
+  scale-up happens at least the warm-up lead time ahead of the rise. It also covers the demand observed now
+  (a burst the forecast missed), so the predictive floor never sits below what a reactive HPA would ask for.
+* **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan
+  horizon (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart
+  and buys nothing.
+* **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
+  service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
+  the replicas its peaks need instead of flapping.
+* **Cheapest preemption.** GPUs a scale-up needs come first from idle GPUs of the service's allowed models,
+  then from elastic training ranked by preemption cost: lowest priority first, then least work lost since the
+  last checkpoint (a resize restarts the job from its checkpoint). Jobs shrink to their elastic minimum before
+  any job is suspended.
+* **Loaned GPUs go to training.** Idle GPUs left after inference's claims grow elastic jobs (highest priority
+  first) up to their elastic maximum.
+
+Everything here is pure: `plan_capacity(view, forecasts, policy, state)` returns the actions, the capacity split
+and the per-service GPU targets (for the `gputide_capacity_gpus{class}` and `gputide_capacity_target_gpus{service}`
+gauges) and the next hysteresis state. `view_from_snapshot` derives the view from a `ClusterSnapshot`.
+
+Expected gains, in one unit per action type: a scale-up's gain is the forecast demand (req/s) it protects that the
+current replicas could not serve; a loan's gain, and a training growth's, is the A100-equivalent GPU-hours it
+gives training over the loan horizon; a training shrink carries the gain of the scale-up it makes room for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import numpy as np
+
+from balancer import catalog
+from balancer.model import Action, ClusterSnapshot, Forecast, ScaleInference, ScaleTraining, WorkloadClass
+
+FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceCapacity:
+    """What the planner must know about one inference service besides its demand."""
+
+    name: str
+    rps_per_replica: float            # req/s one replica sustains within its SLO
+    warmup_s: float = 300.0           # a new replica serves nothing for this long
+    min_replicas: int = 1
+    max_replicas: int = 1_000_000
+    gpus_per_replica: int = 1
+    models: frozenset[str] | None = None   # allowed GPU models; None: any
+    home_replicas: int = 0            # what its own peak needs (the static allotment); below it, GPUs are on loan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceView:
+    profile: ServiceCapacity
+    demand_rps: float                 # offered load now
+    replicas: int                     # current replica count (warming ones included)
+    gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobView:
+    """An elastic training job: its size, bounds, and what shrinking it would cost."""
+
+    name: str
+    workers: int                      # desired workers now
+    elastic_max: int
+    elastic_min: int = 1
+    gpus_per_worker: int = 1
+    priority: int = 0
+    since_checkpoint_s: float = 0.0   # work since the last checkpoint is lost on a resize
+    speed: float = 1.0                # A100-equivalent progress per GPU
+    models: frozenset[str] | None = None
+    gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def placed_workers(self) -> int:
+        return sum(self.gpus_by_model.values()) // max(self.gpus_per_worker, 1)
+
+    @property
+    def restart_cost_gpu_h(self) -> float:
+        """A100-equivalent GPU-hours lost if the job is resized now."""
+        return self.since_checkpoint_s / 3600.0 * sum(self.gpus_by_model.values()) * self.speed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityView:
+    time: float
+    free: Mapping[str, int]           # idle, healthy GPUs per GPU model
+    services: tuple[ServiceView, ...]
+    jobs: tuple[JobView, ...]
+    inference_gpus: int
+    training_gpus: int
+    total_gpus: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityPolicy:
+    quantile: float = 0.9
+    headroom: float = 0.15            # capacity above the forecast quantile
+    reclaim_margin_s: float = 600.0   # reclaim this long before the rise on top of the warm-up time
+    loan_horizon_s: float = 7200.0    # loan only if the forecast leaves GPUs idle this long
+    dead_band_replicas: int = 1
+    dead_band_frac: float = 0.1
+    min_hold_s: float = 1800.0        # no scale-down sooner than this after a service's last change
+    allow_suspend: bool = True        # may suspend a job (0 workers) when shrinking to minimum is not enough
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityState:
+    """Hysteresis memory: when each service last changed size."""
+
+    last_change: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySplit:
+    inference: int
+    training: int
+    loaned: int
+    idle: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"inference": self.inference, "training": self.training, "loaned": self.loaned, "idle": self.idle}
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityDecision:
+    actions: tuple[Action, ...]
+    split: CapacitySplit              # GPUs per class now (for gputide_capacity_gpus{class})
+    targets: Mapping[str, int]        # GPUs each service should hold (gputide_capacity_target_gpus{service})
+    state: CapacityState
+    notes: tuple[str, ...] = ()
+
+
+# ---- building the view ---------------------------------------------------------------------------------------
+
+
+def view_from_snapshot(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity],
+                       since_checkpoint_s: Mapping[str, float] | None = None,
+                       jobs: Sequence[JobView] | None = None) -> CapacityView:
+    """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs."""
+    models = np.array([g.model for g in snapshot.gpus], dtype=object)
+    healthy = ~np.isin(snapshot.xid, FATAL_XIDS)
+    idle = (snapshot.gpu_milli_used == 0) & healthy
+    uniq, counts = np.unique(models[idle], return_counts=True) if idle.any() else ((), ())
+    free = {str(m): int(c) for m, c in zip(uniq, counts)}
+    by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}
+    grouped: dict[str, list] = {}
+    service_models: dict[str, dict[str, int]] = {}
+    for w in snapshot.workloads:
+        placed = snapshot.placements.get(w.name, ())
+        by_class[w.workload_class] += len(placed)
+        if w.workload_class is WorkloadClass.INFERENCE:
+            held = service_models.setdefault(w.owner, {})
+            for g in placed:
+                held[snapshot.gpus[g].model] = held.get(snapshot.gpus[g].model, 0) + 1
+        if w.workload_class is WorkloadClass.TRAINING and w.elastic_max > 0:
+            grouped.setdefault(w.owner or w.name, []).append((w, placed))
+    services = tuple(ServiceView(profile=profiles[name], demand_rps=st.demand_rps, replicas=st.replicas,
+                                 gpus_by_model=MappingProxyType(service_models.get(name, {})))
+                     for name, st in sorted(snapshot.services.items()) if name in profiles)
+    if jobs is None:
+        since = since_checkpoint_s or {}
+        built = []
+        for name, members in sorted(grouped.items()):
+            w0 = members[0][0]
+            by_model: dict[str, int] = {}
+            speeds = []
+            for _, placed in members:
+                for g in placed:
+                    m = snapshot.gpus[g].model
+                    by_model[m] = by_model.get(m, 0) + 1
+                    speeds.append(catalog.CATALOGUE[m].training_tput if m in catalog.CATALOGUE else 1.0)
+            built.append(JobView(name=name, workers=len(members), elastic_min=w0.elastic_min,
+                                 elastic_max=w0.elastic_max, gpus_per_worker=max(w0.gpus, 1), priority=w0.priority,
+                                 since_checkpoint_s=float(since.get(name, 0.0)),
+                                 speed=float(np.mean(speeds)) if speeds else 1.0, models=w0.allowed_models,
+                                 gpus_by_model=MappingProxyType(by_model)))
+        jobs = built
+    return CapacityView(time=snapshot.time, free=MappingProxyType(free), services=services, jobs=tuple(jobs),
+                        inference_gpus=by_class[WorkloadClass.INFERENCE],
+                        training_gpus=by_class[WorkloadClass.TRAINING], total_gpus=int(healthy.sum()))
+
+
+# ---- shared pool bookkeeping (also used by the static and reactive baselines) ---------------------------------
+
+
+def _allowed(models: frozenset[str] | None, model: str) -> bool:
+    return models is None or model in models
+
+
+class Pools:
+    """Mutable scratch accounting for one planning pass: idle GPUs per model and the jobs' planned sizes."""
+
+    def __init__(self, view: CapacityView) -> None:
+        self.free = dict(view.free)
+        self.jobs = {j.name: j for j in view.jobs}
+        self.workers = {j.name: j.workers for j in view.jobs}
+        self.held = {j.name: dict(j.gpus_by_model) for j in view.jobs}
+
+    def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
+        """Claim up to `gpus` idle GPUs of the allowed models; returns how many were claimed."""
+        got = 0
+        for m in sorted(self.free, key=lambda k: -self.free[k]):
+            if got >= gpus:
+                break
+            if _allowed(models, m):
+                n = min(self.free[m], gpus - got)
+                self.free[m] -= n
+                got += n
+        return got
+
+    def release(self, service: ServiceView, gpus: int) -> None:
+        """Return GPUs a scale-down frees to the idle pool, on the models the service holds most of."""
+        held = dict(service.gpus_by_model)
+        for m in sorted(held, key=lambda k: -held[k]):
+            n = min(held[m], gpus)
+            self.free[m] = self.free.get(m, 0) + n
+            gpus -= n
+        if gpus > 0:  # unplaced (warming or pending) replicas: credit an allowed model
+            m = min(service.profile.models or self.free or {"any": 0})
+            self.free[m] = self.free.get(m, 0) + gpus
+
+    def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
+        """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first."""
+        def usable(j: JobView) -> int:
+            return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
+
+        ranked = sorted((j for j in self.jobs.values() if usable(j) > 0),
+                        key=lambda j: (j.priority, j.restart_cost_gpu_h, j.name))
+        floors = [lambda j: max(j.elastic_min, 0)] + ([lambda j: 0] if allow_suspend else [])
+        got = 0
+        for floor in floors:
+            for j in ranked:
+                if got >= gpus:
+                    return got
+                gpw = max(j.gpus_per_worker, 1)
+                spare = min(self.workers[j.name], j.placed_workers) - floor(j)
+                if spare <= 0 or usable(j) <= 0:
+                    continue
+                k = min(spare, math.ceil((gpus - got) / gpw), usable(j) // gpw or 1)
+                self.workers[j.name] -= k
+                freed = k * gpw
+                for m in sorted(self.held[j.name]):
+                    if freed <= 0:
+                        break
+                    if _allowed(models, m):
+                        n = min(self.held[j.name][m], freed)
+                        self.held[j.name][m] -= n
+                        freed -= n
+                        got += n
+        return got
+
+    def grow_training(self) -> None:
+        """Give the idle GPUs to elastic jobs (highest priority first) up to their elastic maximum."""
+        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.name)):
+            gpw = max(j.gpus_per_worker, 1)
+            if self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
+                continue  # already waiting for GPUs, or being shrunk this cycle
+            room = j.elastic_max - self.workers[j.name]
+            for m in sorted(self.free, key=lambda k: -self.free[k]):
+                if room <= 0:
+                    break
+                if _allowed(j.models, m) and self.free[m] >= gpw:
+                    k = min(room, self.free[m] // gpw)
+                    self.free[m] -= k * gpw
+                    self.workers[j.name] += k
+                    room -= k
+
+    def training_actions(self, reason_up: str, reason_down: str, gain_down: Mapping[str, float],
+                         hours: float) -> list[Action]:
+        out: list[Action] = []
+        for name, j in sorted(self.jobs.items()):
+            new = self.workers[name]
+            if new == j.workers:
+                continue
+            if new < j.workers:
+                out.append(ScaleTraining(
+                    job=name, workers=new, previous_workers=j.workers, expected_gain=gain_down.get(name, 0.0),
+                    reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
+                           f"(priority {j.priority}, elastic min {j.elastic_min})"))
+            else:
+                gain = (new - j.workers) * j.gpus_per_worker * j.speed * hours
+                out.append(ScaleTraining(job=name, workers=new, previous_workers=j.workers, expected_gain=gain,
+                                         reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs"))
+        return out
+
+
+def capacity_split(view: CapacityView, targets: Mapping[str, int]) -> CapacitySplit:
+    loaned = sum(max(0, s.profile.home_replicas - s.replicas) * s.profile.gpus_per_replica for s in view.services)
+    return CapacitySplit(inference=view.inference_gpus, training=view.training_gpus,
+                         loaned=min(loaned, view.training_gpus), idle=int(sum(view.free.values())))
+
+
+def apply_targets(view: CapacityView, new: Mapping[str, int], policy: CapacityPolicy,
+                  reasons: Mapping[str, str], gains: Mapping[str, float]) -> tuple[list[Action], list[str]]:
+    """Turn per-service replica targets into ordered actions: training shrinks, inference scaling, training growth."""
+    pools = Pools(view)
+    notes: list[str] = []
+    shrink_gain: dict[str, float] = {}
+    inference: list[Action] = []
+    granted: dict[str, int] = {}
+    for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):  # scale-downs first
+        p = s.profile
+        delta = new[p.name] - s.replicas
+        if delta < 0:
+            pools.release(s, -delta * p.gpus_per_replica)
+            granted[p.name] = new[p.name]
+        elif delta > 0:
+            want = delta * p.gpus_per_replica
+            got = pools.take_free(p.models, want)
+            if got < want:
+                before = dict(pools.workers)
+                got += pools.shrink_for(p.models, want - got, policy.allow_suspend)
+                for job, w in pools.workers.items():
+                    if w < before[job]:
+                        shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
+            add = got // p.gpus_per_replica
+            if add < delta:
+                notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed")
+            granted[p.name] = s.replicas + add
+        else:
+            granted[p.name] = s.replicas
+        if granted[p.name] != s.replicas:
+            inference.append(ScaleInference(service=p.name, replicas=granted[p.name], previous_replicas=s.replicas,
+                                            reason=reasons[p.name], expected_gain=gains.get(p.name, 0.0)))
+    pools.grow_training()
+    hours = policy.loan_horizon_s / 3600.0
+    training = pools.training_actions("loan idle GPUs to training", "make room for inference", shrink_gain, hours)
+    shrinks = [a for a in training if a.workers < a.previous_workers]
+    grows = [a for a in training if a.workers > a.previous_workers]
+    return shrinks + inference + grows, notes
+
+
+# ---- the tidal planner ---------------------------------------------------------------------------------------
+
+
+def replicas_for(rps: float, profile: ServiceCapacity, headroom: float) -> int:
+    need = math.ceil(max(rps, 0.0) * (1.0 + headroom) / profile.rps_per_replica - 1e-9)
+    return int(min(max(need, profile.min_replicas), profile.max_replicas))
+
+
+def forecast_peak(fc: Forecast, quantile: float, now: float, horizon_s: float) -> float:
+    """Largest forecast `quantile` (nearest available) over [now, now + horizon_s]."""
+    q = min(fc.quantiles, key=lambda k: abs(k - quantile))
+    start = max(now - fc.issued_at, 0.0)
+    return fc.window_max(q, start, start + horizon_s)
+
+
+def reclaim_horizon_s(profile: ServiceCapacity, policy: CapacityPolicy) -> float:
+    return profile.warmup_s + policy.reclaim_margin_s
+
+
+def plan_capacity(view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy,
+                  state: CapacityState) -> CapacityDecision:
+    """Replica floors from the forecast, with hysteresis on the way down, then the GPU moves they imply."""
+    new: dict[str, int] = {}
+    reasons: dict[str, str] = {}
+    gains: dict[str, float] = {}
+    last = dict(state.last_change)
+    hours = policy.loan_horizon_s / 3600.0
+    for s in view.services:
+        p = s.profile
+        fc = forecasts.get(p.name)
+        now_need = replicas_for(s.demand_rps, p, policy.headroom)
+        if fc is None or fc.horizon == 0:
+            new[p.name] = max(s.replicas, now_need)
+            reasons[p.name] = "no forecast: hold, or follow current demand up"
+            gains[p.name] = max(0.0, s.demand_rps - s.replicas * p.rps_per_replica)
+            continue
+        lead = reclaim_horizon_s(p, policy)
+        peak_lead = forecast_peak(fc, policy.quantile, view.time, lead)
+        up_need = max(now_need, replicas_for(peak_lead, p, policy.headroom))
+        target = s.replicas
+        if up_need > s.replicas:
+            target = up_need
+            reasons[p.name] = (f"reclaim ahead of the rise: p{round(policy.quantile * 100)} demand "
+                               f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas")
+            gains[p.name] = max(0.0, max(peak_lead, s.demand_rps) - s.replicas * p.rps_per_replica)
+        else:
+            peak_loan = forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
+            down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
+            band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
+            held = view.time - last.get(p.name, -math.inf)
+            if s.replicas - down_need >= band and held >= policy.min_hold_s:
+                target = down_need
+                reasons[p.name] = (f"loan to training: p{round(policy.quantile * 100)} demand stays below "
+                                   f"{peak_loan:.0f} req/s for {policy.loan_horizon_s / 3600:.1f} h")
+                gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
+        new[p.name] = target
+        reasons.setdefault(p.name, "hold")
+    actions, notes = apply_targets(view, new, policy, reasons, gains)
+    for a in actions:
+        if isinstance(a, ScaleInference):
+            last[a.service] = view.time
+    targets = {s.profile.name: new[s.profile.name] * s.profile.gpus_per_replica for s in view.services}
+    return CapacityDecision(actions=tuple(actions), split=capacity_split(view, targets),
+                            targets=MappingProxyType(targets),
+                            state=CapacityState(MappingProxyType(last)), notes=tuple(notes))
+
+
+def with_home_replicas(profile: ServiceCapacity, peak_rps: float, headroom: float) -> ServiceCapacity:
+    """The profile with `home_replicas` set to what the service's own peak needs (the static allotment)."""
+    return replace(profile, home_replicas=replicas_for(peak_rps, profile, headroom))
