@@ -1,0 +1,47 @@
+"""The embedded GPU cluster simulator: time-stepped, vectorised over GPUs, deterministic by seed.
+
+Every demo, scenario and benchmark runs on `SimCluster`; the exporter's sim backend publishes its arrays as
+dcgm-exporter series and the reconcile loop drives it through the same verbs it uses on Kubernetes.
+
+API::
+
+    from balancer.sim import SimCluster, ServiceSpec, TrainingJobSpec
+    sim = SimCluster(fleet, seed=0, step_s=60.0, start_time=0.0)
+    sim.time, sim.fleet
+    # per-GPU numpy arrays (fleet order): temperature_c, memory_temperature_c, power_w, power_limit_w, sm_active,
+    # gpu_util, mem_used_mib, mem_total_mib, sm_clock_mhz, clock_event_reasons (NVML bits), energy_mj (monotonic),
+    # xid (last XID, 0 none), online, healthy, slowdown_temp_c, shutdown_temp_c, tdp_w, min_power_limit_w,
+    # clock_factor (throughput multiplier from power/thermal limits), used_milli
+    sim.step(dt=None); sim.advance_to(t)
+    sim.snapshot(sample_age_s=0.0) -> ClusterSnapshot        # includes workloads, placements, service status
+    sim.add_service(ServiceSpec(...), warm=True); sim.add_training_job(TrainingJobSpec(...))
+    sim.submit(workload, duration_s=None)                     # a generic (batch) pod into the pending queue
+    sim.set_scheduler(fn); sim.schedule()                     # fn(SchedulerView, pending) -> [(name, gpus)]
+    sim.place(name, gpus) / sim.evict(name) / sim.migrate(name, gpus) -> bool; sim.fits(name, gpus)
+    sim.set_power_limit(gpu, watts) -> applied watts          # clamped to [min_power_limit_w, tdp_w]
+    sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False)
+    sim.replicas(service), sim.workers(job)
+    sim.add_taint(node) / sim.remove_taint(node)
+    sim.degrade_cooling(node, inlet_rise_c=0, resistance_factor=1, duration_s=None); sim.restore_cooling(node)
+    sim.fail_gpu(gpu, xid=79); sim.ecc_error(gpu); sim.repair_gpu(gpu)
+    sim.stats(); sim.service_status()
+    sim.services, sim.training_jobs, sim.workloads, sim.placements, sim.pending   # read-only views
+
+Models: `physics` (power, clocks, clock event reasons, first-order thermal model), `workloads` (M/M/1 latency and
+SLO violations per replica; synchronous training progress in A100-equivalent GPU-hours with checkpoint loss),
+`accounting` (what `stats()` reports), `scheduler` (the default vectorised first-fit), `scenarios` (tidal demand
+curves, a default workload mix). Faults: a cooling fault raises a node's inlet and/or multiplies its thermal
+resistance; `fail_gpu` takes a GPU off the bus (XID 79, 0 W, pods requeued); a GPU reaching its shutdown
+temperature does the same (we report thermal shutdown as XID 79, since the board disappears from the bus);
+`ecc_error` sets XID 48, requeues the GPU's pods and keeps new work off it until `repair_gpu`.
+"""
+
+from balancer.sim.cluster import TAINT, SimCluster
+from balancer.sim.scenarios import TidalDemand, default_mix
+from balancer.sim.scheduler import SchedulerView, first_fit
+from balancer.sim.workloads import ServiceSpec, TrainingJobSpec
+
+__all__ = [
+    "TAINT", "SchedulerView", "ServiceSpec", "SimCluster", "TidalDemand", "TrainingJobSpec", "default_mix",
+    "first_fit",
+]

@@ -1,0 +1,363 @@
+"""`SimCluster`: the embedded GPU cluster every demo, scenario and benchmark runs on.
+
+State lives in per-GPU numpy arrays (fleet order) and a small set of pod records; `step()` advances the whole
+fleet with array operations only (see `physics` for power/clock/temperature and `workloads` for latency and
+training progress). Workload operations (`place`, `evict`, `migrate`, `scale_*`) and faults mutate the records
+and mark the slot table dirty. Everything random comes from one `numpy.random.Generator` seeded at construction,
+so a run is reproducible by seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+import numpy as np
+
+from balancer.fleet import Fleet
+from balancer.model import ClusterSnapshot, Node, ServiceStatus, Workload
+from balancer.sim import physics
+from balancer.sim.accounting import Accounting
+from balancer.sim.ops import WorkloadOps
+from balancer.sim.pods import EMPTY, GENERIC, INFERENCE, TRAINING, Pod, SlotTable
+from balancer.sim.scheduler import SchedulerView, first_fit
+from balancer.sim.workloads import (
+    BATCH_MEM,
+    BATCH_SM,
+    INFERENCE_INTERFERENCE,
+    INFERENCE_MEM,
+    INFERENCE_SM,
+    STALLED_MEM,
+    STALLED_SM,
+    TRAINING_INTERFERENCE,
+    TRAINING_MEM,
+    TRAINING_SM,
+    WARMUP_MEM,
+    WARMUP_SM,
+    ServiceSpec,
+    TrainingJobSpec,
+    inference_step,
+)
+
+Scheduler = Callable[[SchedulerView, list[Workload]], list[tuple[str, tuple[int, ...]]]]
+TAINT = "gputide.io/hot=true:NoSchedule"
+
+
+class SimCluster(WorkloadOps):
+    """A simulated GPU cluster. See the package docstring (`balancer.sim`) for the API."""
+
+    def __init__(self, fleet: Fleet, *, seed: int = 0, step_s: float = 60.0, start_time: float = 0.0) -> None:
+        if step_s <= 0:
+            raise ValueError("step_s must be positive")
+        self.fleet = fleet
+        self.seed = seed
+        self.step_s = float(step_s)
+        self.time = float(start_time)
+        self.start_time = float(start_time)
+        self._rng = np.random.default_rng(seed)
+        self._p = p = physics.GpuParams.from_fleet(fleet)
+        n = fleet.n_gpus
+        self.n_gpus = n
+        self.node_index = p.node_index
+        self.gpu_model = np.array([g.model for g in fleet.gpus], dtype=object)
+        models = sorted(set(self.gpu_model.tolist()))
+        self._model_idx = np.array([models.index(m) for m in self.gpu_model.tolist()], dtype=np.int64)
+        self._models = models
+        self._node_pos = {nd.name: i for i, nd in enumerate(fleet.nodes)}
+        # per-node cooling state (faults change these)
+        self.node_inlet_rise_c = np.zeros(len(fleet.nodes))
+        self.node_resistance_factor = np.ones(len(fleet.nodes))
+        self._cooling_until: dict[int, float] = {}
+        self.node_tainted = np.zeros(len(fleet.nodes), dtype=bool)
+        # per-GPU state
+        inlet = p.node_inlet_c[p.node_index]
+        self.temperature_c = inlet + p.resistance * p.idle_w
+        self.memory_temperature_c = self.temperature_c + 0.4 * p.mem_offset_c
+        self.power_w = p.idle_w.copy()
+        self.tdp_w = p.tdp_w
+        self.min_power_limit_w = p.min_power_limit_w
+        self.slowdown_temp_c = p.slowdown_c
+        self.shutdown_temp_c = p.shutdown_c
+        self.power_limit_w = p.tdp_w.copy()
+        self.sm_active = np.zeros(n)
+        self.gpu_util = np.zeros(n)
+        self.mem_total_mib = p.mem_total_mib
+        self.mem_used_mib = np.zeros(n)
+        self.sm_clock_mhz = p.max_clock_mhz * physics.IDLE_CLOCK
+        self.clock_event_reasons = np.full(n, physics.IDLE, dtype=np.int64)
+        self.clock_factor = np.ones(n)
+        self.energy_mj = np.zeros(n)
+        self.xid = np.zeros(n, dtype=np.int64)
+        self.online = np.ones(n, dtype=bool)
+        self.healthy = np.ones(n, dtype=bool)
+        self.used_milli = np.zeros(n, dtype=np.int64)
+        # workloads
+        self._pods: dict[str, Pod] = {}
+        self._pending: dict[str, None] = {}
+        self._svc: list[ServiceSpec] = []
+        self._svc_pos: dict[str, int] = {}
+        self._svc_target: list[int] = []
+        self._svc_next: list[int] = []
+        self._svc_rate = np.zeros((0, len(models)))
+        self._svc_demand = np.zeros(0)
+        self._svc_p99 = np.zeros(0)
+        self._jobs: list[TrainingJobSpec] = []
+        self._job_pos: dict[str, int] = {}
+        self._job_target: list[int] = []
+        self._job_next: list[int] = []
+        self.acct = Accounting()
+        self._table: SlotTable = EMPTY
+        self._dirty = False
+        self._sched_dirty = False
+        self._scheduler: Scheduler = first_fit
+        self._nodes_cache: tuple[Node, ...] | None = None
+
+    # ---- read-only views ---------------------------------------------------------------------------------------
+    @property
+    def services(self) -> Mapping[str, ServiceSpec]:
+        return MappingProxyType({s.name: s for s in self._svc})
+
+    @property
+    def training_jobs(self) -> Mapping[str, TrainingJobSpec]:
+        return MappingProxyType({j.name: j for j in self._jobs})
+
+    @property
+    def workloads(self) -> Mapping[str, Workload]:
+        return MappingProxyType({k: p.workload for k, p in self._pods.items()})
+
+    @property
+    def placements(self) -> Mapping[str, tuple[int, ...]]:
+        return MappingProxyType({k: p.gpus for k, p in self._pods.items() if p.gpus is not None})
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        return tuple(self._pending)
+
+    def replicas(self, service: str) -> int:
+        return self._svc_target[self._svc_index(service)]
+
+    def workers(self, job: str) -> int:
+        return self._job_target[self._job_index(job)]
+
+    # ---- time --------------------------------------------------------------------------------------------------
+    def advance_to(self, t: float) -> None:
+        while self.time < t - 1e-9:
+            self.step()
+
+    def step(self, dt: float | None = None) -> None:
+        """Advance the whole cluster by `dt` seconds (default `step_s`)."""
+        dt = self.step_s if dt is None else float(dt)
+        if dt <= 0:
+            raise ValueError("dt must be positive")
+        self._expire_cooling_faults()
+        if self._pending and self._sched_dirty:
+            self.schedule()
+        if self._dirty:
+            self._table.flush()
+            self._table = SlotTable.build([p for p in self._pods.values() if p.gpus is not None])
+            self._dirty = False
+        tb, p, n, t = self._table, self._p, self.n_gpus, self.time
+        g, share, kind, owner = tb.slot_gpu, tb.slot_share, tb.slot_kind, tb.slot_owner
+        c_prev = self.clock_factor
+        is_inf, is_train = kind == INFERENCE, kind == TRAINING
+        has_train = np.bincount(g[is_train], minlength=n) > 0
+        has_inf = np.bincount(g[is_inf], minlength=n) > 0
+
+        # inference: capacity of each ready replica, then the queueing model per service
+        n_svc = len(self._svc)
+        self._svc_demand = np.array([max(float(s.demand(t)), 0.0) for s in self._svc], dtype=float)
+        inf_owner = np.where(is_inf, owner, 0)
+        slot_mu = np.where(is_inf, self._svc_rate[inf_owner, self._model_idx[g]] if n_svc else 0.0, 0.0)
+        slot_mu = slot_mu * c_prev[g] * np.where(has_train[g], INFERENCE_INTERFERENCE, 1.0) * share
+        pod_ready = (tb.pod_kind == INFERENCE) & (tb.pod_ready_at <= t)
+        pod_mu = np.bincount(tb.slot_pod, weights=slot_mu, minlength=len(tb.pods))
+        res = inference_step(
+            demand_rps=self._svc_demand, pod_service=tb.pod_owner[pod_ready], pod_mu=pod_mu[pod_ready],
+            slo_s=np.array([s.slo_latency_s for s in self._svc]), base_s=np.array([s.base_latency_s for s in self._svc]),
+            dt=dt,
+        )
+        self._svc_p99 = res.p99_s
+        rho = np.minimum(res.rho, 1.0)
+        slot_ready = pod_ready[tb.slot_pod]
+
+        # training: a job runs while at least elastic_min (>= 1) workers are placed; the slowest worker gates it
+        n_jobs = len(self._jobs)
+        job_workers = np.bincount(tb.pod_owner[tb.pod_kind == TRAINING], minlength=n_jobs)
+        running = (job_workers >= self.acct.job_min_workers) & ~self.acct.job_done
+        slot_rate = p.training_tput[g] * c_prev[g] * np.where(has_inf[g], TRAINING_INTERFERENCE, 1.0) * share
+        job_min = np.full(n_jobs, np.inf)
+        np.minimum.at(job_min, owner[is_train], slot_rate[is_train])
+        job_slots = np.bincount(owner[is_train], weights=share[is_train], minlength=n_jobs)
+        speed = np.where(running, job_slots * np.where(np.isfinite(job_min), job_min, 0.0), 0.0)
+        slot_running = np.where(is_train, running[np.where(is_train, owner, 0)] if n_jobs else False, False)
+
+        # per-slot activity -> per-GPU activity
+        sm_slot = np.select(
+            [is_inf & slot_ready, is_inf, is_train & slot_running, is_train],
+            [INFERENCE_SM * rho[np.where(is_inf, owner, 0)] if n_svc else 0.0, WARMUP_SM, TRAINING_SM, STALLED_SM],
+            BATCH_SM,
+        )
+        mem_slot = np.select(
+            [is_inf & slot_ready, is_inf, is_train & slot_running, is_train],
+            [INFERENCE_MEM * rho[np.where(is_inf, owner, 0)] if n_svc else 0.0, WARMUP_MEM, TRAINING_MEM, STALLED_MEM],
+            BATCH_MEM,
+        )
+        sm = np.minimum(np.bincount(g, weights=sm_slot * share, minlength=n), 1.0)
+        mem = np.minimum(np.bincount(g, weights=mem_slot * share, minlength=n), 1.0)
+        busy = (np.bincount(g, minlength=n) > 0) & self.online
+
+        ni = self.node_index
+        inlet = p.node_inlet_c[ni] + self.node_inlet_rise_c[ni]
+        out = physics.step(
+            p, temperature_c=self.temperature_c, inlet_c=inlet, resistance=p.resistance * self.node_resistance_factor[ni],
+            power_limit_w=self.power_limit_w, sm=sm, mem=mem, busy=busy, online=self.online, dt=dt,
+            noise=self._rng.normal(0.0, physics.TEMP_NOISE_C, n),
+        )
+        power_noise = 1.0 + self._rng.normal(0.0, physics.POWER_NOISE, n)
+        self.temperature_c = out.temperature_c
+        self.power_w = np.minimum(out.power_w * np.where(busy, power_noise, 1.0), np.maximum(self.power_limit_w, out.power_w))
+        self.clock_factor = np.where(self.online, out.clock_factor, 1.0)
+        self.clock_event_reasons = out.reasons
+        self.sm_active = np.where(self.online, sm, 0.0)
+        self.gpu_util = np.where(busy, np.minimum(sm * 1.08 + 0.02, 1.0), 0.0)
+        self.memory_temperature_c = self.temperature_c + p.mem_offset_c * (0.4 + 0.6 * mem) * self.online
+        self.sm_clock_mhz = np.where(self.online, p.max_clock_mhz * np.where(busy, out.clock_factor, physics.IDLE_CLOCK), 0.0)
+        self.energy_mj = self.energy_mj + self.power_w * dt * 1000.0
+
+        # generic pods count their work down at the pod's mean clock factor
+        pod_c = np.bincount(tb.slot_pod, weights=out.clock_factor[g], minlength=len(tb.pods))
+        pod_c /= np.maximum(np.bincount(tb.slot_pod, minlength=len(tb.pods)), 1)
+        generic = tb.pod_kind == GENERIC
+        tb.pod_remaining[generic] -= dt * pod_c[generic]
+
+        self.acct.record_step(self, dt=dt, inference=res, speed=speed, running=running, is_inf=is_inf,
+                              is_train=is_train, slot_owner=owner, slot_gpu_s=share * dt)
+        self.time = t + dt
+        self._after_step(tb, generic)
+
+    def _after_step(self, tb: SlotTable, generic: np.ndarray) -> None:
+        for j in np.flatnonzero(self.acct.job_newly_done):
+            self._finish_job(int(j))
+        for i in np.flatnonzero(generic & (tb.pod_remaining <= 0)):
+            self._remove_pod(tb.pods[i].workload.name)
+        hot = np.flatnonzero(self.online & (self.temperature_c >= self._p.shutdown_c))
+        for gpu in hot:  # thermal shutdown: the board drops off the bus
+            self.fail_gpu(int(gpu), xid=79)
+
+    # ---- snapshot and status -------------------------------------------------------------------------------
+    def snapshot(self, sample_age_s: float = 0.0) -> ClusterSnapshot:
+        """Ground truth as the controller would see it through fresh telemetry."""
+        if self._nodes_cache is None:
+            self._nodes_cache = tuple(
+                _with_taint(nd, bool(self.node_tainted[i])) for i, nd in enumerate(self.fleet.nodes))
+        return ClusterSnapshot(
+            time=self.time, nodes=self._nodes_cache, gpus=self.fleet.gpus,
+            temperature_c=self.temperature_c, memory_temperature_c=self.memory_temperature_c,
+            slowdown_temp_c=self.slowdown_temp_c, power_w=self.power_w, power_limit_w=self.power_limit_w,
+            sm_active=self.sm_active, mem_used_mib=self.mem_used_mib, mem_total_mib=self.mem_total_mib,
+            sm_clock_mhz=self.sm_clock_mhz, clock_event_reasons=self.clock_event_reasons, xid=self.xid,
+            sample_age_s=np.full(self.n_gpus, float(sample_age_s)),
+            workloads=tuple(p.workload for p in self._pods.values()),
+            placements={k: p.gpus for k, p in self._pods.items() if p.gpus is not None},
+            services=self.service_status(),
+        )
+
+    def service_status(self) -> dict[str, ServiceStatus]:
+        out = {}
+        for i, s in enumerate(self._svc):
+            demand = float(self._svc_demand[i]) if i < len(self._svc_demand) else max(float(s.demand(self.time)), 0.0)
+            p99 = float(self._svc_p99[i]) if i < len(self._svc_p99) else s.base_latency_s
+            out[s.name] = ServiceStatus(name=s.name, demand_rps=demand, p99_latency_s=p99,
+                                        slo_latency_s=s.slo_latency_s, replicas=self._svc_target[i])
+        return out
+
+    def stats(self) -> dict:
+        """Cumulative accounting since the start (see `balancer.sim.accounting`)."""
+        return self.acct.summary(self)
+
+    # ---- power and nodes ---------------------------------------------------------------------------------------
+    def set_power_limit(self, gpu: int, watts: float) -> float:
+        applied = float(np.clip(watts, self.min_power_limit_w[gpu], self.tdp_w[gpu]))
+        self.power_limit_w[gpu] = applied
+        return applied
+
+    def add_taint(self, node: str) -> None:
+        self.node_tainted[self._node(node)] = True
+        self._nodes_cache = None
+
+    def remove_taint(self, node: str) -> None:
+        self.node_tainted[self._node(node)] = False
+        self._nodes_cache = None
+        self._sched_dirty = True
+
+    # ---- faults --------------------------------------------------------------------------------------------
+    def degrade_cooling(self, node: str, *, inlet_rise_c: float = 0.0, resistance_factor: float = 1.0,
+                        duration_s: float | None = None) -> None:
+        """A node's cooling degrades: its inlet warms by `inlet_rise_c` and/or thermal resistance grows."""
+        i = self._node(node)
+        if resistance_factor <= 0:
+            raise ValueError("resistance_factor must be positive")
+        self.node_inlet_rise_c[i] = inlet_rise_c
+        self.node_resistance_factor[i] = resistance_factor
+        if duration_s is None:
+            self._cooling_until.pop(i, None)
+        else:
+            self._cooling_until[i] = self.time + duration_s
+
+    def restore_cooling(self, node: str) -> None:
+        i = self._node(node)
+        self.node_inlet_rise_c[i] = 0.0
+        self.node_resistance_factor[i] = 1.0
+        self._cooling_until.pop(i, None)
+
+    def _expire_cooling_faults(self) -> None:
+        for i, until in list(self._cooling_until.items()):
+            if self.time >= until:
+                self.restore_cooling(self.fleet.nodes[i].name)
+
+    def fail_gpu(self, gpu: int, xid: int = 79) -> None:
+        """The GPU falls off the bus: offline, 0 W, its pods evicted back to pending."""
+        self.online[gpu] = False
+        self.xid[gpu] = xid
+        self._evict_from(gpu)
+
+    def ecc_error(self, gpu: int) -> None:
+        """Double-bit ECC (XID 48): the running pods crash and are requeued; the device is unhealthy until repaired."""
+        self.xid[gpu] = 48
+        self.healthy[gpu] = False
+        self._evict_from(gpu)
+
+    def repair_gpu(self, gpu: int) -> None:
+        """Operator reset / replacement: the GPU is back, healthy, with no XID."""
+        self.online[gpu] = True
+        self.healthy[gpu] = True
+        self.xid[gpu] = 0
+        self._sched_dirty = True
+
+    def _evict_from(self, gpu: int) -> None:
+        for name in [k for k, p in self._pods.items() if p.gpus is not None and gpu in p.gpus]:
+            self.evict(name)
+
+    # ---- helpers ---------------------------------------------------------------------------------------------
+    def _node(self, node: str) -> int:
+        if node not in self._node_pos:
+            raise KeyError(f"unknown node {node!r}")
+        return self._node_pos[node]
+
+    def scheduler_view(self) -> SchedulerView:
+        schedulable = self.online & self.healthy & ~self.node_tainted[self.node_index]
+        return SchedulerView(
+            fleet=self.fleet, time=self.time, gpu_model=self.gpu_model, node_index=self.node_index,
+            schedulable=schedulable, free_milli=1000 - self.used_milli,
+            free_mem_mib=self.mem_total_mib - self.mem_used_mib, temperature_c=self.temperature_c.copy(),
+        )
+
+
+def _with_taint(node: Node, tainted: bool) -> Node:
+    if not tainted or TAINT in node.taints:
+        return node
+    from dataclasses import replace
+
+    return replace(node, taints=(*node.taints, TAINT))
+
+

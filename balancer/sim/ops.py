@@ -1,0 +1,229 @@
+"""Workload operations of `SimCluster`: services, training jobs, generic pods, scheduling, place/evict/migrate.
+
+Semantics (what the reconcile loop can rely on):
+
+* A pod is pending until a scheduler places it; `evict` puts a placed pod back into the pending queue (its
+  controller recreates it, as Kubernetes does) and returns False if it was not placed.
+* `migrate` is make-room-first: it checks that the target GPUs fit the pod (the pod's own share on GPUs it
+  already holds counts as free), and only then moves it; if the target does not fit nothing changes.
+  A migrated inference replica warms up again at the target; a migrated training worker rolls its job back
+  to the last checkpoint; a generic pod restarts.
+* `scale_service` / `scale_training` set the replica / worker count. New pods are pending; scale-down removes
+  pending pods first, then the newest placed ones. Removing a placed training worker rolls its job back unless
+  ``checkpoint_first=True`` (a graceful, checkpointed resize).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from balancer.model import Workload, WorkloadClass
+from balancer.sim.pods import GENERIC, INFERENCE, TRAINING, Pod
+from balancer.sim.workloads import ServiceSpec, TrainingJobSpec
+
+if TYPE_CHECKING:
+    from balancer.sim.cluster import Scheduler, SimCluster
+
+
+class WorkloadOps:
+    # ---- adding work -------------------------------------------------------------------------------------------
+    def add_service(self: SimCluster, spec: ServiceSpec, *, warm: bool = True) -> None:
+        """Add an inference service; its initial replicas are scheduled now and, with `warm`, serve at once."""
+        if spec.name in self._svc_pos:
+            raise ValueError(f"service {spec.name} exists")
+        self._svc_pos[spec.name] = len(self._svc)
+        self._svc.append(spec)
+        self._svc_target.append(0)
+        self._svc_next.append(0)
+        rates = np.array([[spec.rate_on(m) for m in self._models]])
+        self._svc_rate = np.vstack([self._svc_rate, rates])
+        self._svc_demand = np.append(self._svc_demand, max(float(spec.demand(self.time)), 0.0))
+        self._svc_p99 = np.append(self._svc_p99, spec.base_latency_s)
+        self.acct.add_service()
+        self.scale_service(spec.name, spec.replicas)
+        self.schedule()
+        if warm:
+            for p in self._pods.values():
+                if p.kind == INFERENCE and p.workload.owner == spec.name and p.gpus is not None:
+                    p.ready_at = self.time
+
+    def add_training_job(self: SimCluster, spec: TrainingJobSpec) -> None:
+        if spec.name in self._job_pos:
+            raise ValueError(f"training job {spec.name} exists")
+        self._job_pos[spec.name] = len(self._jobs)
+        self._jobs.append(spec)
+        self._job_target.append(0)
+        self._job_next.append(0)
+        self.acct.add_job(spec)
+        self.scale_training(spec.name, spec.workers)
+        self.schedule()
+
+    def submit(self: SimCluster, workload: Workload, *, duration_s: float | None = None) -> None:
+        """Queue a generic pod; with `duration_s` it completes after that much work at full clock."""
+        if workload.name in self._pods:
+            raise ValueError(f"workload {workload.name} exists")
+        d = math.inf if duration_s is None else float(duration_s)
+        self._add_pod(Pod(workload=workload, kind=GENERIC, owner=-1, submitted_at=self.time, duration_s=d,
+                          remaining_s=d))
+
+    def _add_pod(self: SimCluster, pod: Pod) -> None:
+        self._pods[pod.workload.name] = pod
+        self._pending[pod.workload.name] = None
+        self._sched_dirty = True
+
+    # ---- scheduling --------------------------------------------------------------------------------------------
+    def set_scheduler(self: SimCluster, fn: Scheduler) -> None:
+        self._scheduler = fn
+        self._sched_dirty = True
+
+    def schedule(self: SimCluster) -> int:
+        """Run the scheduler on the pending queue now; returns how many pods it placed."""
+        self._sched_dirty = False
+        if not self._pending:
+            return 0
+        pending = [self._pods[k].workload for k in self._pending]
+        placed = 0
+        for name, gpus in self._scheduler(self.scheduler_view(), pending):
+            if name in self._pending and self.place(name, gpus):
+                placed += 1
+        self._sched_dirty = False
+        return placed
+
+    def fits(self: SimCluster, name: str, gpus: Sequence[int]) -> bool:
+        """Whether pod `name` could run on `gpus` now (its own current share counts as free)."""
+        pod = self._pods.get(name)
+        if pod is None:
+            return False
+        w = pod.workload
+        idx = np.asarray(tuple(gpus), dtype=np.int64)
+        if len(idx) != w.gpus or len(set(idx.tolist())) != len(idx):
+            return False
+        if len(idx) == 0:
+            return True
+        if idx.min() < 0 or idx.max() >= self.n_gpus or len(set(self.node_index[idx].tolist())) != 1:
+            return False
+        own = np.isin(idx, pod.gpus or ())
+        free_milli = 1000 - self.used_milli[idx] + np.where(own, w.gpu_milli, 0)
+        free_mem = self.mem_total_mib[idx] - self.mem_used_mib[idx] + np.where(own, w.gpu_memory_mib, 0)
+        ok = (self.online[idx] & self.healthy[idx] & ~self.node_tainted[self.node_index[idx]]
+              & (free_milli >= w.gpu_milli) & (free_mem >= w.gpu_memory_mib))
+        if w.allowed_models is not None:
+            ok &= np.isin(self.gpu_model[idx], list(w.allowed_models))
+        return bool(ok.all())
+
+    def place(self: SimCluster, name: str, gpu_indices: Sequence[int]) -> bool:
+        """Bind a pending pod to `gpu_indices`; False (and no change) if it is not pending or does not fit."""
+        if name not in self._pending or not self.fits(name, gpu_indices):
+            return False
+        pod = self._pods[name]
+        self._bind(pod, tuple(int(g) for g in gpu_indices))
+        del self._pending[name]
+        self.acct.note_wait(name, self.time - pod.submitted_at)
+        return True
+
+    def _bind(self: SimCluster, pod: Pod, gpus: tuple[int, ...]) -> None:
+        idx = np.asarray(gpus, dtype=np.int64)
+        self.used_milli[idx] += pod.workload.gpu_milli
+        self.mem_used_mib[idx] += pod.workload.gpu_memory_mib
+        pod.gpus = gpus
+        if pod.kind == INFERENCE:
+            pod.ready_at = self.time + self._svc[pod.owner].warmup_s
+        self._dirty = True
+
+    def _unbind(self: SimCluster, pod: Pod) -> None:
+        if pod.gpus is None:
+            return
+        self._table.flush()
+        idx = np.asarray(pod.gpus, dtype=np.int64)
+        self.used_milli[idx] -= pod.workload.gpu_milli
+        self.mem_used_mib[idx] = np.maximum(self.mem_used_mib[idx] - pod.workload.gpu_memory_mib, 0.0)
+        pod.gpus = None
+        if pod.kind == GENERIC:
+            pod.remaining_s = pod.duration_s
+        self._dirty = True
+        self._sched_dirty = True
+
+    def evict(self: SimCluster, name: str) -> bool:
+        pod = self._pods.get(name)
+        if pod is None or pod.gpus is None:
+            return False
+        if pod.kind == TRAINING:
+            self.acct.preempt(pod.owner, self.time)
+        self._unbind(pod)
+        pod.submitted_at = self.time
+        self._pending[name] = None
+        return True
+
+    def migrate(self: SimCluster, name: str, target_gpus: Sequence[int]) -> bool:
+        pod = self._pods.get(name)
+        if pod is None or pod.gpus is None or not self.fits(name, target_gpus):
+            return False
+        if pod.kind == TRAINING:
+            self.acct.preempt(pod.owner, self.time)
+        self._unbind(pod)
+        self._bind(pod, tuple(int(g) for g in target_gpus))
+        return True
+
+    def _remove_pod(self: SimCluster, name: str) -> None:
+        pod = self._pods.pop(name)
+        self._pending.pop(name, None)
+        self._unbind(pod)
+
+    # ---- scaling -----------------------------------------------------------------------------------------------
+    def scale_service(self: SimCluster, name: str, replicas: int) -> None:
+        i = self._svc_index(name)
+        spec = self._svc[i]
+        self._scale(INFERENCE, i, name, max(int(replicas), 0), lambda k: Workload(
+            name=f"{spec.namespace}/{spec.name}-{k}", workload_class=WorkloadClass.INFERENCE,
+            namespace=spec.namespace, owner=spec.name, priority=spec.priority, gpus=spec.gpus_per_replica,
+            gpu_milli=spec.gpu_milli, gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models))
+        self._svc_target[i] = max(int(replicas), 0)
+
+    def scale_training(self: SimCluster, job: str, workers: int, *, checkpoint_first: bool = False) -> None:
+        i = self._job_index(job)
+        spec = self._jobs[i]
+        workers = max(int(workers), 0)
+        if self.acct.job_done[i]:
+            workers = 0
+        if checkpoint_first:
+            self.acct.checkpoint(i)
+        self._scale(TRAINING, i, job, workers, lambda k: Workload(
+            name=f"{spec.namespace}/{spec.name}-w{k}", workload_class=WorkloadClass.TRAINING,
+            namespace=spec.namespace, owner=spec.name, priority=spec.priority, gpus=spec.gpus_per_worker,
+            gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models,
+            elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)))
+        self._job_target[i] = workers
+
+    def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make) -> None:
+        mine = [p for p in self._pods.values() if p.kind == kind and p.owner == owner]
+        counter = self._svc_next if kind == INFERENCE else self._job_next
+        for _ in range(target - len(mine)):
+            w = make(counter[owner])
+            counter[owner] += 1
+            self._add_pod(Pod(workload=w, kind=kind, owner=owner, submitted_at=self.time))
+        if len(mine) > target:
+            # pending first, then the newest placed pods
+            ranked = sorted(enumerate(mine), key=lambda ip: (ip[1].gpus is not None, -ip[0]))
+            for _, p in ranked[: len(mine) - target]:
+                if kind == TRAINING and p.gpus is not None:
+                    self.acct.preempt(owner, self.time)
+                self._remove_pod(p.workload.name)
+
+    def _finish_job(self: SimCluster, job: int) -> None:
+        for p in [p for p in self._pods.values() if p.kind == TRAINING and p.owner == job]:
+            self._remove_pod(p.workload.name)
+        self._job_target[job] = 0
+
+    def _svc_index(self: SimCluster, name: str) -> int:
+        if name not in self._svc_pos:
+            raise KeyError(f"unknown service {name!r}")
+        return self._svc_pos[name]
+
+    def _job_index(self: SimCluster, name: str) -> int:
+        if name not in self._job_pos:
+            raise KeyError(f"unknown training job {name!r}")
+        return self._job_pos[name]
