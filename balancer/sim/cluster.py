@@ -225,7 +225,7 @@ class SimCluster(WorkloadOps):
         self.energy_mj = self.energy_mj + self.power_w * dt * 1000.0
 
         # generic pods count their work down at the pod's mean clock factor
-        pod_c = np.bincount(tb.slot_pod, weights=out.clock_factor[g], minlength=len(tb.pods))
+        pod_c = np.bincount(tb.slot_pod, weights=out.clock_factor[g], minlength=len(tb.pods)).astype(float)
         pod_c /= np.maximum(np.bincount(tb.slot_pod, minlength=len(tb.pods)), 1)
         generic = tb.pod_kind == GENERIC
         tb.pod_remaining[generic] -= dt * pod_c[generic]

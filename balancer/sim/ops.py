@@ -194,11 +194,11 @@ class WorkloadOps:
         self._scale(TRAINING, i, job, workers, lambda k: Workload(
             name=f"{spec.namespace}/{spec.name}-w{k}", workload_class=WorkloadClass.TRAINING,
             namespace=spec.namespace, owner=spec.name, priority=spec.priority, gpus=spec.gpus_per_worker,
-            gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models,
-            elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)))
+            gpu_milli=spec.gpu_milli, gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models,
+            elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)), graceful=checkpoint_first)
         self._job_target[i] = workers
 
-    def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make) -> None:
+    def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make, graceful: bool = False) -> None:
         mine = [p for p in self._pods.values() if p.kind == kind and p.owner == owner]
         counter = self._svc_next if kind == INFERENCE else self._job_next
         for _ in range(target - len(mine)):
@@ -209,7 +209,7 @@ class WorkloadOps:
             # pending first, then the newest placed pods
             ranked = sorted(enumerate(mine), key=lambda ip: (ip[1].gpus is not None, -ip[0]))
             for _, p in ranked[: len(mine) - target]:
-                if kind == TRAINING and p.gpus is not None:
+                if kind == TRAINING and p.gpus is not None and not graceful:
                     self.acct.preempt(owner, self.time)
                 self._remove_pod(p.workload.name)
 

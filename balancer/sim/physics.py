@@ -17,8 +17,8 @@ Limits, in the order the board applies them:
   than ``HW_SLOWDOWN_MARGIN_C`` above it, the board halves its clock (``HW_CLOCK``, reason 0x40).
 * at ``shutdown_temp_c`` the board shuts itself down; the cluster treats it as fallen off the bus (XID 79).
 
-Temperature. ``dT/dt = (inlet + R * P - T) / tau`` with per-GPU ``R`` (°C/W) and ``tau`` (s) from the catalogue and
-the node's inlet temperature; cooling faults raise the inlet or multiply ``R``. We use the exact solution over a
+Temperature. ``dT/dt = (inlet + R * P - T) / tau`` with per-GPU ``R`` (°C/W) and ``tau`` (s) from the catalogue
+(``R`` x ``LIQUID_RESISTANCE`` on liquid-cooled nodes) and the node's inlet temperature; cooling faults raise the inlet or multiply ``R``. We use the exact solution over a
 step, ``T' = target + (T - target) * exp(-dt / tau)``, so 60 s steps are as stable as 1 s steps. A little seeded
 Gaussian noise (``TEMP_NOISE_C``) keeps series realistic and deterministic by seed.
 
@@ -46,6 +46,7 @@ HW_SLOWDOWN_MARGIN_C = 2.0   # die this far above slowdown: HW slowdown regardle
 IDLE_CLOCK = 0.2             # idle clock as a fraction of max boost
 TEMP_NOISE_C = 0.15          # std-dev of the per-step temperature noise
 POWER_NOISE = 0.004          # relative std-dev of the power reading noise
+LIQUID_RESISTANCE = 35.0 / 47.0  # catalogue R is for air; liquid-cooled boards sit ~35 °C (not ~47) above inlet
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -75,10 +76,11 @@ class GpuParams:
             return np.array([getattr(s, attr) for s in specs], dtype=float)
 
         node_pos = {n.name: i for i, n in enumerate(fleet.nodes)}
+        liquid = np.array([fleet.nodes[node_pos[g.node]].cooling == "liquid" for g in fleet.gpus], dtype=bool)
         return cls(
             idle_w=col("idle_w"), tdp_w=col("tdp_w"), min_power_limit_w=col("min_power_limit_w"),
             slowdown_c=col("slowdown_temp_c"), shutdown_c=col("shutdown_temp_c"),
-            resistance=col("thermal_resistance_c_per_w"), tau_s=col("thermal_tau_s"),
+            resistance=col("thermal_resistance_c_per_w") * np.where(liquid, LIQUID_RESISTANCE, 1.0), tau_s=col("thermal_tau_s"),
             max_clock_mhz=col("max_sm_clock_mhz"), mem_offset_c=col("memory_temp_offset_c"),
             mem_total_mib=np.array([s.memory_mib for s in specs], dtype=float),
             inference_tput=col("inference_tput"), training_tput=col("training_tput"),

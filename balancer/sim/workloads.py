@@ -89,6 +89,7 @@ class TrainingJobSpec:
     namespace: str = "training"
     workers: int = 1
     gpus_per_worker: int = 1
+    gpu_milli: int = 1000
     elastic_min: int = 1
     elastic_max: int | None = None
     checkpoint_interval_s: float = 1800.0
@@ -130,6 +131,8 @@ def inference_step(*, demand_rps: np.ndarray, pod_service: np.ndarray, pod_mu: n
     with np.errstate(divide="ignore", invalid="ignore"):
         d_mean = np.where(demand_rps > 0, d_mean / np.where(demand_rps > 0, demand_rps, 1.0), mu)
         p99 = np.where(d_mean > 0, base_s + LN100 / d_mean, P99_CAP_S)
+    idle = demand_rps <= 0
+    p99 = np.where(idle, base_s + np.where(mu > 0, LN100 / np.where(mu > 0, mu, 1.0), 0.0), p99)
     collapsed = rho >= 1.0
     p99 = np.where(collapsed, P99_CAP_S, np.minimum(p99, P99_CAP_S))
     requests = demand_rps * dt
