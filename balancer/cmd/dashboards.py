@@ -1,0 +1,79 @@
+"""`gputide dashboards build|render`: generate the Grafana dashboards, or draw them to PNG without Grafana.
+
+`build` regenerates `dashboards/*.json` from the Python sources (a source checkout with the dev extras:
+grafana-foundation-sdk). `render` runs every panel's queries against a Prometheus and writes one PNG per
+dashboard; it exits 1 when Prometheus cannot be reached, and with `--require-data` when a panel had no data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from balancer.errors import InputError, TelemetryUnavailable
+
+
+def _end(text: str) -> float:
+    if text == "now":
+        return time.time()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError as exc:
+        raise InputError(None, "--end", text, "now, unix seconds or an ISO 8601 time") from exc
+
+
+def run_build(args: argparse.Namespace) -> int:
+    try:
+        from dashboards import build
+    except ImportError as exc:
+        print(f"gputide dashboards build needs a source checkout with the dev extras ({exc})", file=sys.stderr)
+        return 1
+    argv = ["--out", str(args.out)] if args.out else []
+    return build.main(argv + (["--check"] if args.check else []))
+
+
+def run_render(args: argparse.Namespace) -> int:
+    from balancer import dashboards_render as dr
+
+    range_s = dr.parse_duration(args.range)
+    step = dr.parse_duration(args.step, "--step") if args.step else None
+    try:
+        report = dr.render(args.prometheus, Path(args.out), dashboards_dir=Path(args.dashboards_dir),
+                           uid=args.dashboard, range_s=range_s, end=_end(args.end), step=step)
+    except TelemetryUnavailable as exc:
+        print(f"gputide: error: {exc}", file=sys.stderr)
+        return 1
+    for path in report.written:
+        print(path)
+    empty = {name: panels for name, panels in report.empty_panels.items() if panels}
+    for name, panels in empty.items():
+        print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)
+    return 1 if empty and args.require_data else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from balancer.dashboards_render import DEFAULT_DASHBOARDS_DIR
+
+    parser = subparsers.add_parser("dashboards", help="build the Grafana dashboards or render them to PNG")
+    sub = parser.add_subparsers(dest="dashboards_command", metavar="ACTION", required=True)
+    b = sub.add_parser("build", help="regenerate dashboards/*.json from the Python sources")
+    b.add_argument("--out", default=None, help="output directory (default: dashboards/)")
+    b.add_argument("--check", action="store_true", help="exit 1 if the committed JSON is out of date")
+    b.set_defaults(func=run_build)
+    r = sub.add_parser("render", help="draw each dashboard's panels to PNG from a Prometheus")
+    r.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    r.add_argument("--out", required=True, help="directory for the PNGs")
+    r.add_argument("--dashboard", default=None, help="render only the dashboard with this uid")
+    r.add_argument("--range", default="1h", help="time range ending at --end (default 1h)")
+    r.add_argument("--end", default="now", help="end of the range: now, unix seconds or ISO 8601")
+    r.add_argument("--step", default=None, help="query step (default: range / 300)")
+    r.add_argument("--dashboards-dir", default=str(DEFAULT_DASHBOARDS_DIR), help="where the JSON files are")
+    r.add_argument("--require-data", action="store_true", help="exit 1 if any panel had no data")
+    r.set_defaults(func=run_render)

@@ -1,0 +1,172 @@
+"""The PNG renderer against a fake Prometheus HTTP API: every panel is queried with its variables resolved,
+heatmaps become GPUs x time matrices, and errors map to the CLI's exit codes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from balancer import cli
+from balancer import dashboards_render as dr
+from balancer.errors import InputError, TelemetryUnavailable
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GPUS = [("node-a", "0"), ("node-a", "1"), ("node-b", "0"), ("node-b", "10"), ("node-b", "2")]
+
+
+class FakePrometheus:
+    """Answers query_range with one series per fake GPU for per-GPU queries and one series otherwise."""
+
+    def __init__(self, empty: bool = False) -> None:
+        self.queries: list[dict[str, str]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                url = urllib.parse.urlparse(self.path)
+                params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+                owner.queries.append({"path": url.path, **params})
+                if url.path == "/api/v1/query_range":
+                    data = {"resultType": "matrix", "result": [] if empty else owner.result(params)}
+                elif url.path.startswith("/api/v1/label/"):
+                    data = ["1h"]
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                body = json.dumps({"status": "success", "data": data}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def result(params: dict[str, str]) -> list[dict]:
+        start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
+        times = np.arange(start, end + 1e-9, step)
+        query = params["query"]
+        per_gpu = query.startswith(("gpu:", "topk"))
+        labels = ([{"hostname": h, "gpu": g, "namespace": "team-a", "modelName": "H100"} for h, g in GPUS]
+                  if per_gpu else [{"service": "chat", "namespace": "team-a", "reason": "hotspot"}])
+        return [{"metric": lab, "values": [[t, str(40 + i + (t - start) / 600)] for t in times]}
+                for i, lab in enumerate(labels)]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fake_prometheus():
+    fake = FakePrometheus()
+    yield fake
+    fake.close()
+
+
+def test_render_writes_one_png_per_dashboard_with_every_panel_filled(fake_prometheus, tmp_path):
+    report = dr.render(fake_prometheus.url, tmp_path, range_s=3600, end=1_700_000_000)
+    assert sorted(p.name for p in report.written) == [
+        "balancer.png", "fragmentation-utilisation.png", "gpu-fleet.png", "tidal-capacity.png",
+        "usage-chargeback.png"]
+    for path in report.written:
+        assert path.read_bytes()[:8] == PNG_MAGIC
+    assert all(not panels for panels in report.empty_panels.values())
+    assert report.series["gpu-fleet"]["GPU temperature"] == len(GPUS)
+
+
+def test_queries_reach_prometheus_fully_interpolated(fake_prometheus, tmp_path):
+    dr.render(fake_prometheus.url, tmp_path, uid="gputide-balancer", range_s=3600, end=1_700_000_000, step=60)
+    sent = [q["query"] for q in fake_prometheus.queries if q["path"] == "/api/v1/query_range"]
+    assert sent and all("$" not in q for q in sent)
+    assert any("[75s]" in q for q in sent)  # $__rate_interval = max(4 x 15s, 60s + 15s)
+    assert all(q["step"] == "60" for q in fake_prometheus.queries if q["path"] == "/api/v1/query_range")
+
+
+def test_panels_without_data_are_reported(tmp_path):
+    fake = FakePrometheus(empty=True)
+    try:
+        report = dr.render(fake.url, tmp_path, uid="gputide-chargeback", range_s=3600, end=1_700_000_000)
+    finally:
+        fake.close()
+    assert "GPU-hours per namespace per day" in report.empty_panels["usage-chargeback"]
+
+
+def test_heatmap_matrix_puts_each_gpu_on_its_row_and_each_sample_in_its_column():
+    def series(values, times):
+        return dr.Series({}, np.array(times, dtype=float), np.array(values, dtype=float))
+
+    data = [("node-b/10", series([1, 2], [0, 60])), ("node-b/2", series([3], [120])), ("node-a/0", series([5], [0]))]
+    names, grid, image = dr.heatmap_matrix(data, 0, 120, 60)
+    assert names == ["node-a/0", "node-b/2", "node-b/10"]
+    assert grid.tolist() == [0, 60, 120]
+    np.testing.assert_array_equal(image, [[5, np.nan, np.nan], [np.nan, np.nan, 3], [1, 2, np.nan]])
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ('rate(x{cluster=~"$cluster"}[$__rate_interval])', 'rate(x{cluster=~".*"}[120s])'),
+        ("avg_over_time(x[$__range]) * $__range_s", "avg_over_time(x[3600s]) * 3600"),
+        ('x{model=~"${model}"}', 'x{model=~"H100"}'),
+    ],
+    ids=["rate interval and All variable", "range and range_s", "braced variable"],
+)
+def test_interpolate(expr, expected):
+    assert dr.interpolate(expr, {"cluster": ".*", "model": "H100"}, step=105, range_s=3600) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [(0.5, "percentunit", "50.0%"), (3 * 2**30, "bytes", "3.0 GiB"), (71.0, "celsius", "71 °C"),
+     (12.5, "suffix: GPU-h", "12.5 GPU-h"), (float("nan"), "watt", "-")],
+    ids=["ratio as percent", "bytes as GiB", "celsius", "custom suffix", "NaN as a dash"],
+)
+def test_format_value(value, unit, text):
+    assert dr.format_value(value, unit) == text
+
+
+def test_unreachable_prometheus_raises_telemetry_unavailable(tmp_path):
+    with pytest.raises(TelemetryUnavailable):
+        dr.render("http://127.0.0.1:9", tmp_path, uid="gputide-balancer")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--range", "forever"], 2),
+        (["--dashboard", "no-such-uid"], 2),
+        (["--end", "yesterday-ish"], 2),
+        (["--prometheus", "http://127.0.0.1:9"], 1),
+    ],
+    ids=["a bad range is an input error", "an unknown uid is an input error", "a bad end is an input error",
+         "an unreachable Prometheus exits 1"],
+)
+def test_cli_exit_codes(fake_prometheus, tmp_path, argv, code):
+    base = {"--prometheus": fake_prometheus.url, "--out": str(tmp_path)}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        base[flag] = value
+    args = ["dashboards", "render", *[x for kv in base.items() for x in kv]]
+    assert cli.main(args) == code
+
+
+def test_cli_render_one_dashboard(fake_prometheus, tmp_path, capsys):
+    assert cli.main(["dashboards", "render", "--prometheus", fake_prometheus.url, "--out", str(tmp_path),
+                     "--dashboard", "gputide-gpu-fleet", "--range", "30m", "--require-data"]) == 0
+    assert capsys.readouterr().out.strip().endswith("gpu-fleet.png")
+
+
+def test_parse_duration_rejects_zero():
+    with pytest.raises(InputError):
+        dr.parse_duration("0h")
