@@ -1,0 +1,84 @@
+"""The simulator actuator: carries actions out on a `SimCluster`, the same verbs Kubernetes gets.
+
+A migration is make-room-first, in two recorded steps: the actuator writes the intent to a *journal* (the
+reservation: in Kubernetes an annotation on the target node; here a dict the caller may share between controller
+"processes"), then calls `sim.migrate`, which re-checks that the target fits before it moves the pod, and finally
+clears the journal entry. A controller that dies between the two steps leaves the journal entry behind and the
+workload still running at its source; `recover()` (called by the loop on start) finishes or abandons every
+journalled migration, so a restart converges and no workload is lost. `crash_after_reserve` injects that crash
+for tests. Scale-downs of training are graceful (checkpoint first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
+from balancer.sim import SimCluster
+
+
+class ControllerCrash(RuntimeError):
+    """Injected: the controller process dies here (tests only)."""
+
+
+class SimActuator:
+    name = "sim"
+
+    def __init__(self, sim: SimCluster, *, journal: MutableMapping[str, dict] | None = None,
+                 crash_after_reserve: bool = False) -> None:
+        self.sim = sim
+        self.journal: MutableMapping[str, dict] = journal if journal is not None else {}
+        self.crash_after_reserve = crash_after_reserve
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        sim = self.sim
+        if isinstance(action, Migrate):
+            name = action.workload
+            if sim.placements.get(name) != tuple(action.source_gpus):
+                return ActionResult(action, Outcome.FAILED, "workload is no longer on its source GPUs")
+            if not sim.fits(name, action.target_gpus):
+                return ActionResult(action, Outcome.RETRY, "target no longer fits")
+            self.journal[name] = {"source": list(action.source_gpus), "target": list(action.target_gpus)}
+            if self.crash_after_reserve:
+                raise ControllerCrash(f"injected crash after reserving {action.target_gpus} for {name}")
+            ok = sim.migrate(name, action.target_gpus)
+            self.journal.pop(name, None)
+            return ActionResult(action, Outcome.APPLIED if ok else Outcome.RETRY,
+                                "" if ok else "target filled up before the move")
+        if isinstance(action, SetPowerLimit):
+            applied = sim.set_power_limit(action.gpu, action.watts)
+            return ActionResult(action, Outcome.APPLIED, f"applied {applied:.0f} W")
+        if isinstance(action, TaintNode):
+            (sim.remove_taint if action.remove else sim.add_taint)(action.node)
+            return ActionResult(action, Outcome.APPLIED)
+        if isinstance(action, ScaleTraining):
+            sim.scale_training(action.job, action.workers, checkpoint_first=action.workers < action.previous_workers)
+            return ActionResult(action, Outcome.APPLIED)
+        if isinstance(action, ScaleInference):
+            sim.scale_service(action.service, action.replicas)
+            return ActionResult(action, Outcome.APPLIED)
+        return ActionResult(action, Outcome.FAILED, f"unsupported action {action.kind}")
+
+    def recover(self) -> list[str]:
+        """Finish or abandon migrations a previous controller journalled but did not complete."""
+        notes = []
+        for name, entry in list(self.journal.items()):
+            where = self.sim.placements.get(name)
+            target = tuple(entry["target"])
+            if where == target:
+                notes.append(f"{name}: migration had completed")
+            elif where == tuple(entry["source"]) and self.sim.fits(name, target) and self.sim.migrate(name, target):
+                notes.append(f"{name}: finished the interrupted migration to {list(target)}")
+            else:
+                notes.append(f"{name}: abandoned the interrupted migration (it keeps running where it is)")
+            del self.journal[name]
+        return notes

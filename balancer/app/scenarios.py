@@ -1,0 +1,297 @@
+"""Simulation scenarios and the harness that runs a control policy against the simulator.
+
+`run_simulation(sim, policy_name, days, step_s, out_dir, ...)` steps a prepared `SimCluster`, lets the chosen
+*control policy* act after every step, and writes `summary.json`, `timeseries.csv`, `audit.jsonl` and plots.
+Control policies live in the `POLICIES` registry (`name -> factory(sim, context) -> SimController`): `none` does
+nothing, `gputide` runs the real `Reconciler` (sim telemetry source, sim actuator, the planner, the safety
+chokepoint) on the simulated clock. Other applications add their own (`static`, `reactive`, tidal ...) with
+`register_policy` or per call with `extra_policies=`.
+
+Scenarios live in `SCENARIOS` (`name -> Scenario`): a scenario builds the fleet's workload and a list of timed
+`Event`s (faults). `hotspot`: a 64-GPU fleet (A100 air-cooled and H100 liquid-cooled nodes) about 85% allocated
+with inference services that follow a daily tide and elastic training jobs; on the first afternoon one air-cooled
+node's cooling degrades (inlet +10 C, thermal resistance x1.35) for six hours, enough to push its busy GPUs past
+their slowdown temperature.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from balancer import fleet as fleet_mod
+from balancer.actuate.sim import SimActuator
+from balancer.config import BalancerPolicy
+from balancer.errors import InputError
+from balancer.loop import JsonlAudit, Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.sim import ServiceSpec, SimCluster, TidalDemand, TrainingJobSpec
+from balancer.telemetry.sim import SimTelemetrySource
+
+HOUR = 3600.0
+
+
+# ---- control policies ------------------------------------------------------------------------------------------
+class SimController(Protocol):
+    reconcile_seconds: list[float]
+
+    def on_step(self, sim: SimCluster) -> None: ...
+
+
+@dataclass
+class PolicyContext:
+    policy: BalancerPolicy
+    audit: JsonlAudit | None
+    interval_s: float = 60.0
+    metrics: ControllerMetrics = field(default_factory=ControllerMetrics)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+PolicyFactory = Callable[[SimCluster, PolicyContext], SimController]
+
+
+class NoController:
+    """The `none` policy: the fleet runs on its own (the simulator's scheduler still places pending pods)."""
+
+    def __init__(self, sim: SimCluster, ctx: PolicyContext) -> None:
+        self.reconcile_seconds: list[float] = []
+
+    def on_step(self, sim: SimCluster) -> None:
+        return None
+
+
+class GputideController:
+    """The `gputide` policy: the real reconcile loop, every `interval_s` of simulated time."""
+
+    def __init__(self, sim: SimCluster, ctx: PolicyContext) -> None:
+        self.reconciler = Reconciler(source=SimTelemetrySource(sim), actuator=SimActuator(sim), policy=ctx.policy,
+                                     clock=lambda: sim.time, metrics=ctx.metrics, audit=ctx.audit,
+                                     forecaster=ctx.options.get("forecaster"))
+        self.interval_s = ctx.interval_s
+        self.next_at = sim.time
+        self.reconcile_seconds = self.reconciler.reconcile_seconds
+
+    def on_step(self, sim: SimCluster) -> None:
+        if sim.time + 1e-9 >= self.next_at:
+            self.reconciler.run_once()
+            self.next_at = sim.time + self.interval_s
+
+
+POLICIES: dict[str, PolicyFactory] = {"none": NoController, "gputide": GputideController}
+
+
+def register_policy(name: str, factory: PolicyFactory) -> None:
+    POLICIES[name] = factory
+
+
+# ---- scenarios -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Event:
+    time: float
+    description: str
+    apply: Callable[[SimCluster], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    default_fleet: Callable[[], fleet_mod.Fleet]
+    setup: Callable[..., list[Event]]   # (sim, *, days, seed, trace) -> events
+    default_days: float = 2.0
+
+
+HOTSPOT_FLEET_YAML = """
+apiVersion: gputide/v1alpha1
+kind: FleetSpec
+metadata: {name: hotspot}
+spec:
+  nodeGroups:
+    - {namePrefix: a100-, count: 5, gpuModel: A100-SXM4-80GB, gpusPerNode: 8, nvlinkDomainSize: 8,
+       cpuMilli: 128000, memoryMiB: 1048576, cooling: air, inletC: 25}
+    - {namePrefix: h100-, count: 3, gpuModel: H100-SXM, gpusPerNode: 8, nvlinkDomainSize: 8,
+       cpuMilli: 192000, memoryMiB: 2097152, cooling: liquid, inletC: 30}
+"""
+
+
+def hotspot_fleet() -> fleet_mod.Fleet:
+    import yaml
+
+    return fleet_mod.from_dict(yaml.safe_load(HOTSPOT_FLEET_YAML), "<hotspot scenario fleet>")
+
+
+def demand_from_trace(path: str, peak: float) -> Callable[[float], float]:
+    """A demand curve from a `timestamp,value` CSV, scaled so its maximum is `peak`, repeated over its span."""
+    from balancer.forecast.traces import load_demand
+
+    y = load_demand(path, "csv")
+    values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
+    if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
+        raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
+    values = np.nan_to_num(values) * (peak / float(np.nanmax(values)))
+    step = float(y.index[1].timestamp() - y.index[0].timestamp()) if len(y) > 1 else 60.0
+    span = step * len(values)
+    return lambda t: float(values[int((t % span) // step)])
+
+
+def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None = None) -> list[Event]:
+    n = sim.n_gpus
+    n_services = 3
+    per_service = max(1, round(n * 0.40 / n_services))
+    rng = np.random.default_rng(seed)
+    for k in range(n_services):
+        spec = ServiceSpec(name=f"llm-{k}", rps_a100=20.0, replicas=per_service, gpu_memory_mib=24576,
+                           slo_latency_s=0.6)
+        rate = float(np.mean([spec.rate_on(m) for m in sorted(set(sim.gpu_model.tolist()))]))
+        peak = 0.5 * rate * per_service
+        demand = (demand_from_trace(trace, peak) if trace else
+                  TidalDemand(peak=peak, trough=0.25 * peak, peak_hour=13.0 + 2 * k, noise=0.03,
+                              seed=seed + k))
+        sim.add_service(ServiceSpec(name=spec.name, rps_a100=20.0, replicas=per_service, gpu_memory_mib=24576,
+                                    slo_latency_s=0.6, demand=demand))
+    free_target = max(2, round(n * 0.14))
+    left = n - n_services * per_service - free_target
+    n_jobs = 4
+    for k in range(n_jobs):
+        workers = left // n_jobs + (1 if k < left % n_jobs else 0)
+        if workers <= 0:
+            continue
+        sim.add_training_job(TrainingJobSpec(name=f"train-{k}", workers=workers, elastic_min=max(1, workers // 2),
+                                             gpu_memory_mib=int(rng.choice([30720, 40960])), priority=10))
+    sim.schedule()
+    # the air-cooled node with the most mixed load (inference next to training) gets the cooling fault
+    classes: dict[int, set[str]] = {}
+    for name, gpus in sim.placements.items():
+        classes.setdefault(int(sim.node_index[gpus[0]]), set()).add(sim.workloads[name].workload_class)
+    air = [i for i, nd in enumerate(sim.fleet.nodes) if nd.cooling == "air"] or list(range(len(sim.fleet.nodes)))
+    node = sim.fleet.nodes[max(air, key=lambda i: (len(classes.get(i, ())), i))].name
+    start = sim.time + 13.0 * HOUR
+    return [Event(start, f"cooling of {node} degrades (inlet +15 C, resistance x1.8) for 6 h",
+                  lambda s: s.degrade_cooling(node, inlet_rise_c=15.0, resistance_factor=1.8, duration_s=6 * HOUR))]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "hotspot": Scenario("hotspot", "a node's cooling degrades for six hours under a realistic load",
+                        hotspot_fleet, _hotspot_setup, default_days=2.0),
+}
+
+
+def build(scenario: str, *, fleet: fleet_mod.Fleet | None = None, seed: int = 0, step_s: float = 60.0,
+          days: float | None = None, trace: str | None = None) -> tuple[SimCluster, list[Event], float]:
+    sc = SCENARIOS.get(scenario)
+    if sc is None:
+        raise InputError(None, "--scenario", scenario, "one of " + ", ".join(sorted(SCENARIOS)))
+    sim = SimCluster(fleet or sc.default_fleet(), seed=seed, step_s=step_s)
+    days = sc.default_days if days is None else days
+    return sim, sc.setup(sim, days=days, seed=seed, trace=trace), days
+
+
+# ---- the harness -----------------------------------------------------------------------------------------------
+def run_simulation(sim: SimCluster, policy_name: str, days: float, step_s: float, out_dir: str | Path, *,
+                   on_step: Callable[[SimCluster, dict], None] | None = None,
+                   extra_policies: Mapping[str, PolicyFactory] | None = None,
+                   events: list[Event] | tuple[Event, ...] = (), scenario: str = "custom",
+                   policy: BalancerPolicy | None = None, interval_s: float | None = None,
+                   options: Mapping[str, Any] | None = None, plots: bool = True) -> dict[str, Any]:
+    """Run `policy_name` on `sim` for `days`; write summary.json, timeseries.csv, audit.jsonl, plots."""
+    registry = {**POLICIES, **(extra_policies or {})}
+    if policy_name not in registry:
+        raise InputError(None, "--policy", policy_name, "one of " + ", ".join(sorted(registry)))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    audit = JsonlAudit(out / "audit.jsonl")
+    (out / "audit.jsonl").write_text("")
+    ctx = PolicyContext(policy=policy or BalancerPolicy(), audit=audit, interval_s=interval_s or step_s,
+                        options=options or {})
+    controller = registry[policy_name](sim, ctx)
+    pending = sorted(events, key=lambda e: e.time)
+    rows: list[dict] = []
+    end = sim.time + days * 86400.0
+    try:
+        while sim.time < end - 1e-9:
+            while pending and pending[0].time <= sim.time:
+                pending.pop(0).apply(sim)
+            sim.step(step_s)
+            controller.on_step(sim)
+            row = _row(sim)
+            rows.append(row)
+            if on_step is not None:
+                on_step(sim, row)
+    finally:
+        audit.close()
+    summary = summarise(sim, policy_name, scenario, days, controller, out / "audit.jsonl")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    _write_csv(out / "timeseries.csv", rows)
+    if plots:
+        from balancer.app.plots import plot_timeseries
+
+        plot_timeseries(rows, out, title=f"{scenario} / {policy_name}")
+    return summary
+
+
+def _row(sim: SimCluster) -> dict:
+    status = sim.service_status()
+    online = sim.online
+    return {
+        "time": sim.time,
+        "temperature_max_c": float(sim.temperature_c[online].max()) if online.any() else math.nan,
+        "temperature_mean_c": float(sim.temperature_c[online].mean()) if online.any() else math.nan,
+        "gpus_at_slowdown": int((sim.temperature_c >= sim.slowdown_temp_c - 0.5).sum()),
+        "power_kw": float(sim.power_w.sum()) / 1000.0,
+        "throttled_gpus": int((sim.power_limit_w < sim.tdp_w - 1).sum()),
+        "sm_active_mean": float(sim.sm_active[online].mean()) if online.any() else 0.0,
+        "allocated_gpus": float(sim.used_milli.sum()) / 1000.0,
+        "demand_rps": sum(s.demand_rps for s in status.values()),
+        "p99_over_slo_max": max((s.p99_latency_s / s.slo_latency_s for s in status.values()), default=0.0),
+        "pending": len(sim.pending),
+    }
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        if rows:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def summarise(sim: SimCluster, policy_name: str, scenario: str, days: float, controller: SimController,
+              audit_path: Path) -> dict[str, Any]:
+    st = sim.stats()
+    inf, tr = st["inference"].values(), st["training"].values()
+    requests = sum(s["requests"] for s in inf)
+    violations = sum(s["slo_violations"] for s in inf)
+    actions: dict[str, int] = {"migrate": 0, "power_limit": 0, "scale_training": 0, "scale_inference": 0,
+                               "taint_node": 0, "rejected": 0}
+    for line in audit_path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["outcome"] in ("applied", "dry_run"):
+            actions[rec["action"]] = actions.get(rec["action"], 0) + 1
+        elif str(rec["outcome"]).startswith("rejected"):
+            actions["rejected"] += 1
+    ms = np.array(controller.reconcile_seconds) * 1000.0
+    return {
+        "policy": policy_name, "scenario": scenario, "days": days, "gpus": sim.n_gpus,
+        "inference": {"slo_attainment": 1.0 - violations / requests if requests else 1.0,
+                      "requests": requests, "gpu_hours": sum(s["gpu_seconds"] for s in inf) / HOUR},
+        "training": {"gpu_hours": sum(s["gpu_seconds"] for s in tr) / HOUR,
+                     "progress": sum(s["progress_gpu_hours"] for s in tr),
+                     "preemptions": sum(s["preemptions"] for s in tr),
+                     "lost_work_gpu_hours": sum(s["lost_work_gpu_hours"] for s in tr),
+                     "max_wait_hours": st["pending"]["max_wait_s"] / HOUR},
+        "cluster": {"allocation_ratio": st["allocation_ratio"], "sm_active_mean": st["sm_active_mean"],
+                    "energy_kwh": st["energy_kwh"]},
+        "thermal": {"gpu_seconds_above_slowdown": st["gpu_seconds_above_slowdown"],
+                    "max_temperature_c": st["max_temperature_c"]},
+        "actions": actions,
+        "controller": {"reconcile_p50_ms": float(np.percentile(ms, 50)) if ms.size else 0.0,
+                       "reconcile_p99_ms": float(np.percentile(ms, 99)) if ms.size else 0.0,
+                       "cycles": int(ms.size)},
+    }

@@ -1,0 +1,274 @@
+"""The reconcile loop: observe -> forecast -> plan -> simulate -> safety -> act -> record.
+
+`Reconciler` wires injected parts together; it owns no I/O of its own:
+
+* `source`      a TelemetrySource; any TelemetryError means *hold still* (fail-static), reported in the metrics
+                (`gputide_fail_static`, `gputide_fail_static_info{reason}`), the log and the audit log;
+* `forecaster`  optional `forecast(snapshot) -> {service: Forecast}`; a failing forecaster is logged and skipped;
+* `planner`     `plan(snapshot, forecasts, policy, state) -> (Plan, state)`, pure; it already simulates its
+                proposals on a projection and drops those that do not help or do not fit;
+* `guard`       the safety chokepoint (`balancer.safety.SafetyGuard`);
+* `actuator`    sim, dry-run or Kubernetes; dry-run is just another actuator;
+* `elector`     leader election: only the leader acts (a standby replica observes nothing and says so);
+* `audit`       JSON lines: time, action, target, reason, expected gain, outcome;
+* `clock`       seconds; the only notion of time.
+
+The loop is level-triggered: every cycle re-derives what to do from the fleet as it is now, so a restart, a
+lost action or a duplicate cycle converges to the same place. Before acting, accepted actions are re-validated
+against a fresh snapshot (drop any whose source moved or whose target no longer fits). On its first cycle as
+leader the loop asks the actuator to `recover()` migrations a previous process left half-done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from balancer.actuate.base import ActionResult, Actuator, Outcome
+from balancer.config import BalancerPolicy
+from balancer.errors import TelemetryError
+from balancer.metrics import ControllerMetrics
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Forecast,
+    Migrate,
+    Plan,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
+from balancer.plan import planner as planner_mod
+from balancer.plan.simulate import Projection
+from balancer.safety import SafetyGuard, SafetyLedger, check_telemetry
+from balancer.telemetry.base import TelemetrySource
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElector(Protocol):
+    def try_acquire(self, now: float) -> bool:
+        """Acquire or renew leadership; True while this replica may act."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class NullLeaderElector:
+    """A single replica: always the leader."""
+
+    def try_acquire(self, now: float) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+@dataclass
+class InMemoryLease:
+    """A Lease record shared by replicas in one process (tests, simulations): holder, renew time, duration."""
+
+    duration_s: float = 15.0
+    holder: str | None = None
+    renewed_at: float = float("-inf")
+
+
+class InMemoryLeaderElector:
+    """coordination.k8s.io Lease semantics on an `InMemoryLease`: renew while held, take over when expired."""
+
+    def __init__(self, lease: InMemoryLease, identity: str) -> None:
+        self.lease, self.identity = lease, identity
+
+    def try_acquire(self, now: float) -> bool:
+        lease = self.lease
+        if lease.holder in (None, self.identity) or now - lease.renewed_at > lease.duration_s:
+            lease.holder, lease.renewed_at = self.identity, now
+            return True
+        return False
+
+    def release(self) -> None:
+        if self.lease.holder == self.identity:
+            self.lease.holder, self.lease.renewed_at = None, float("-inf")
+
+
+class JsonlAudit:
+    """Appends one JSON object per line to a file (or any text stream)."""
+
+    def __init__(self, target: str | Path | IO[str]) -> None:
+        self._own = not hasattr(target, "write")
+        self._fh: IO[str] = open(target, "a", encoding="utf-8") if self._own else target  # type: ignore[arg-type]  # noqa: SIM115
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._own:
+            self._fh.close()
+
+
+def reason_label(action: Action) -> str:
+    """A low-cardinality reason for `gputide_actions_total{reason}` (the free text goes to the audit log)."""
+    if isinstance(action, SetPowerLimit):
+        return "throttle" if action.is_throttle else "unthrottle"
+    if isinstance(action, TaintNode):
+        return "cooled" if action.remove else "hot_node"
+    if isinstance(action, ScaleTraining):
+        if action.workers >= action.previous_workers:
+            return "give_back"
+        return "colocation_slo" if "SLO" in action.reason else "hotspot"
+    if isinstance(action, Migrate):
+        return "hotspot"
+    return action.kind
+
+
+@dataclass
+class CycleReport:
+    status: str                       # ok | fail_static | standby | error
+    reason: str = ""
+    plan: Plan | None = None
+    results: list[ActionResult] = field(default_factory=list)
+    rejected: list[tuple[Action, str]] = field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class Reconciler:
+    def __init__(self, *, source: TelemetrySource, actuator: Actuator, policy: BalancerPolicy | None = None,
+                 guard: SafetyGuard | None = None, clock: Callable[[], float] = time.time,
+                 forecaster: Callable[[ClusterSnapshot], Mapping[str, Forecast]] | None = None,
+                 elector: LeaderElector | None = None, metrics: ControllerMetrics | None = None,
+                 audit: JsonlAudit | None = None,
+                 planner: Callable[..., tuple[Plan, Any]] = planner_mod.plan) -> None:
+        self.policy = policy or BalancerPolicy()
+        self.source, self.actuator, self.clock = source, actuator, clock
+        self.guard = guard or SafetyGuard(self.policy.safety)
+        self.forecaster = forecaster
+        self.elector = elector or NullLeaderElector()
+        self.metrics = metrics or ControllerMetrics()
+        self.audit = audit
+        self.planner = planner
+        self.state = planner_mod.PlannerState()
+        self.ledger = SafetyLedger()
+        self._recovered = False
+        self.reconcile_seconds: list[float] = []
+
+    # -- one cycle ------------------------------------------------------------------------------------------------
+    def run_once(self) -> CycleReport:
+        t0 = time.perf_counter()
+        report = self._cycle()
+        report.duration_s = time.perf_counter() - t0
+        self.reconcile_seconds.append(report.duration_s)
+        m = self.metrics
+        if report.status != "standby":
+            m.reconcile_duration.observe(report.duration_s)
+            m.reconcile_total.labels(result=report.status).inc()
+            m.last_reconcile.set(self.clock())
+        return report
+
+    def _cycle(self) -> CycleReport:
+        now = self.clock()
+        if not self.elector.try_acquire(now):
+            self.metrics.leader.set(0)
+            return CycleReport("standby", "not the leader")
+        self.metrics.leader.set(1)
+        if not self._recovered:
+            self._recovered = True
+            for note in getattr(self.actuator, "recover", lambda: [])():
+                log.warning("recovery: %s", note)
+                self._audit(now, {"action": "recover", "target": "", "reason": note, "outcome": "applied"})
+        try:
+            snap = self.source.snapshot()
+            self.metrics.staleness.set(check_telemetry(snap, self.policy.safety))
+        except TelemetryError as exc:
+            return self._hold(now, exc.reason, str(exc))
+        if self.guard.emergency_stopped():
+            return self._hold(now, "emergency_stop", "emergency stop is set")
+        self.metrics.set_fail_static(None)
+        forecasts = self._forecast(snap)
+        plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
+        review = self.guard.review(plan.actions, snap, self.ledger, now)
+        rejected = [(a, exc.reason) for a, exc in review.rejected]
+        for a, exc in review.rejected:
+            self.metrics.rejected.labels(reason=exc.reason).inc()
+            log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
+            self._audit(now, _record(a, f"rejected:{exc.reason}", str(exc)))
+        accepted = list(review.accepted)
+        results: list[ActionResult] = []
+        if accepted:
+            try:
+                fresh = self.source.snapshot()
+                check_telemetry(fresh, self.policy.safety)
+            except TelemetryError as exc:
+                return self._hold(now, exc.reason, f"fresh snapshot before acting: {exc}")
+            accepted = self._revalidate(accepted, fresh, rejected, now)
+            for a in accepted:
+                res = self.actuator.apply(a, fresh)
+                results.append(res)
+                if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
+                    self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
+                log.info("%s: %s %s", res.outcome, a.describe(), res.detail)
+                self._audit(now, _record(a, str(res.outcome), res.detail))
+            applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
+            self.ledger = self.guard.record(self.ledger, applied, fresh, now)
+            self.state = planner_mod.acknowledge(self.state, applied, fresh)
+        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
+        return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+
+    def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
+        proj = Projection(fresh, self.policy, tainted=self.state.tainted)
+        keep = []
+        for a in actions:
+            why = proj.apply(a)
+            if why is None:
+                keep.append(a)
+            else:
+                rejected.append((a, "stale_plan"))
+                self.metrics.rejected.labels(reason="stale_plan").inc()
+                self._audit(now, _record(a, "rejected:stale_plan", why))
+        return keep
+
+    def _forecast(self, snap: ClusterSnapshot) -> Mapping[str, Forecast] | None:
+        if self.forecaster is None or not self.policy.forecast.enabled:
+            return None
+        try:
+            return self.forecaster(snap)
+        except Exception as exc:  # a broken forecaster must not stop hotspot protection
+            log.warning("forecaster failed, planning without a forecast: %s", exc)
+            return None
+
+    def _hold(self, now: float, reason: str, message: str) -> CycleReport:
+        self.metrics.set_fail_static(reason)
+        log.warning("fail-static (%s): holding still: %s", reason, message)
+        self._audit(now, {"action": "hold", "target": "", "reason": message, "outcome": f"fail_static:{reason}",
+                          "expected_gain": 0.0})
+        return CycleReport("fail_static", reason)
+
+    def _audit(self, now: float, record: dict) -> None:
+        if self.audit is not None:
+            self.audit.write({"time": now, **record})
+
+    # -- forever ----------------------------------------------------------------------------------------------------
+    def run(self, interval_s: float, stop: threading.Event) -> None:
+        """Reconcile every `interval_s` until `stop` is set; one failing cycle never ends the loop."""
+        try:
+            while not stop.is_set():
+                try:
+                    self.run_once()
+                except Exception:
+                    self.metrics.reconcile_total.labels(result="error").inc()
+                    log.exception("reconcile cycle failed")
+                stop.wait(interval_s)
+        finally:
+            self.elector.release()
+            self.metrics.leader.set(0)
+
+
+def _record(a: Action, outcome: str, detail: str = "") -> dict:
+    return {"action": a.kind, "target": a.target, "reason": a.reason, "expected_gain": a.expected_gain,
+            "outcome": outcome, "detail": detail}

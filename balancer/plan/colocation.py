@@ -1,0 +1,83 @@
+"""Co-location QoS: protect inference latency on GPUs it shares with training, and give the room back later.
+
+When a service's p99 latency passes `sloPressure` x its SLO, every elastic training job that has a worker on a
+GPU also serving that service is shrunk by the number of such workers (never below its elastic minimum, never
+a protected job). The original size is remembered in `ColocationState.shrunk`; once the service's p99 has stayed
+under `sloSlack` x SLO for `slackReadings` consecutive cycles the job is scaled back. State is immutable and
+passed in and out, like the hotspot streaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from balancer.config import BalancerPolicy
+from balancer.model import Action, ClusterSnapshot, ScaleTraining, WorkloadClass
+from balancer.plan.simulate import Projection
+
+
+@dataclass(frozen=True)
+class ColocationState:
+    slack_streak: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))  # job -> (workers, service)
+
+
+def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> ColocationState:
+    cp = policy.colocation
+    streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
+              for name, s in snapshot.services.items()}
+    return replace(state, slack_streak=MappingProxyType(streak))
+
+
+def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection) -> list[Action]:
+    cp = policy.colocation
+    if not cp.enabled or not snapshot.services:
+        return []
+    s = snapshot
+    pressured = {n for n, st in s.services.items() if st.p99_latency_s > cp.slo_pressure * st.slo_latency_s}
+    actions: list[Action] = []
+    if pressured:
+        gpu_services: dict[int, set[str]] = {}
+        for w in s.workloads:
+            if w.workload_class == WorkloadClass.INFERENCE and w.owner in pressured:
+                for g in s.placements.get(w.name, ()):
+                    gpu_services.setdefault(g, set()).add(w.owner)
+        shared: dict[str, list[str]] = {}  # job -> services it crowds
+        for w in s.workloads:
+            if w.workload_class != WorkloadClass.TRAINING or w.protected or w.namespace in policy.safety.protected_namespaces:
+                continue
+            hit = set().union(*(gpu_services.get(g, set()) for g in s.placements.get(w.name, ())))
+            if hit:
+                shared.setdefault(w.owner, []).extend(sorted(hit))
+        for job, services in sorted(shared.items()):
+            members = [w for w in s.workloads if w.owner == job and w.name in s.placements]
+            now = proj.workers.get(job, len(members))
+            floor = max((w.elastic_min for w in members), default=0)
+            new = max(now - len(services), floor)
+            if new < now and job not in state.shrunk:
+                svc = services[0]
+                st = s.services[svc]
+                actions.append(ScaleTraining(
+                    job=job, workers=new, previous_workers=now,
+                    reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
+                           "on GPUs shared with this job"))
+    for job, (workers, svc) in sorted(state.shrunk.items()):
+        if state.slack_streak.get(svc, 0) >= cp.slack_readings or svc not in s.services:
+            now = proj.workers.get(job, 0)
+            if now < workers:
+                actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
+                                             reason=f"{svc} has latency slack again: give the workers back"))
+    return actions
+
+
+def acknowledge(state: ColocationState, action: ScaleTraining, snapshot: ClusterSnapshot) -> ColocationState:
+    """Remember (or forget) a shrink once it was applied."""
+    shrunk = dict(state.shrunk)
+    if action.workers < action.previous_workers and action.job not in shrunk:
+        svc = next((n for n in snapshot.services if n in action.reason), "")
+        shrunk[action.job] = (action.previous_workers, svc)
+    elif action.job in shrunk and action.workers >= shrunk[action.job][0]:
+        del shrunk[action.job]
+    return replace(state, shrunk=MappingProxyType(shrunk))

@@ -1,0 +1,222 @@
+"""Hotspot flattening: find hot GPUs with hysteresis, then move work off them, or throttle, or shrink training.
+
+Detection is one vectorised pass over the fleet. A reading is *hot* when a GPU is within `marginC` of its
+slowdown temperature, reports thermal slowdown (clock event bits 0x20/0x40), or sits `poolImbalanceC` above its
+pool's mean; it is *cool* below slowdown - `releaseMarginC` with no thermal bits. A GPU becomes an active
+hotspot after N consecutive hot readings and is released after M consecutive cool ones; the streaks are
+immutable arrays in `HotspotState`, passed in and returned (the planner keeps no hidden state).
+
+For each active hotspot, hottest first, the proposals are, in order of preference:
+
+1. migrate a movable workload to the coolest GPU that fits (model allowed, milli-GPUs and memory free, not on a
+   hot or tainted node, `targetHeadroomC` below slowdown), reserving it in the working arrays so two proposals
+   never pick the same room; at most `maxConcurrentMigrationsPerNode` per source node per cycle;
+2. otherwise lower the power limit just enough to bring the projected temperature under the hot line
+   (never below max(GPU minimum, `minPowerFraction` x TDP));
+3. if even the floor is too hot, shrink one low-priority elastic training job by a worker.
+
+Nodes with a hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
+shrunk jobs are given back. Gains are not guessed here: `simulate_plan` measures each proposal's change of
+the objective with the same projection and drops those that do not help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from balancer.config import BalancerPolicy
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+    WorkloadClass,
+)
+from balancer.plan.simulate import Projection
+
+THERMAL_BITS = 0x20 | 0x40
+FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class HotspotState:
+    """Hysteresis streaks per GPU (by UUID, so a reordered fleet keeps its history)."""
+
+    uuids: tuple[str, ...] = ()
+    hot_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
+    cool_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
+    active: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
+
+    def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(uuids)
+        if uuids == self.uuids:
+            return self.hot_streak.copy(), self.cool_streak.copy(), self.active.copy()
+        hot, cool, act = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool)
+        pos = {u: i for i, u in enumerate(self.uuids)}
+        for i, u in enumerate(uuids):
+            j = pos.get(u)
+            if j is not None:
+                hot[i], cool[i], act[i] = self.hot_streak[j], self.cool_streak[j], self.active[j]
+        return hot, cool, act
+
+
+def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState) -> HotspotState:
+    """Update the streaks with this snapshot's readings; `active` marks the hotspots to act on."""
+    hp = policy.hotspots
+    uuids = tuple(g.uuid for g in snapshot.gpus)
+    hot, cool, active = state.aligned(uuids)
+    t, slow = snapshot.temperature_c, snapshot.slowdown_temp_c
+    thermal = (snapshot.clock_event_reasons.astype(np.int64) & THERMAL_BITS) != 0
+    hot_now = t >= slow - hp.margin_c
+    if hp.thermal_bits:
+        hot_now |= thermal
+    if hp.pool_imbalance_c > 0 and snapshot.n_gpus:
+        pools = [snapshot.nodes[i].pool_name for i in snapshot.node_index]
+        _, code = np.unique(np.array(pools), return_inverse=True)
+        mean = np.bincount(code, t) / np.bincount(code)
+        hot_now |= t - mean[code] >= hp.pool_imbalance_c
+    cool_now = (t < slow - hp.release_margin_c) & ~thermal
+    hot = np.where(hot_now, hot + 1, 0)
+    cool = np.where(cool_now, cool + 1, 0)
+    active = (active | (hot >= hp.hot_readings)) & ~(cool >= hp.cool_readings)
+    return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active))
+
+
+def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
+    idx = np.unique(snapshot.node_index[state.active]) if snapshot.n_gpus else []
+    return frozenset(snapshot.nodes[i].name for i in idx)
+
+
+def _movable(w, policy: BalancerPolicy) -> bool:
+    return (w.movable and not w.protected and w.namespace not in policy.safety.protected_namespaces
+            and w.workload_class in (WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH))
+
+
+def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
+            tainted: frozenset[str], throttled: Mapping[str, float], shrunk: Mapping[str, int]) -> list[Action]:
+    """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation)."""
+    hp, tp = policy.hotspots, policy.throttling
+    s = snapshot
+    actions: list[Action] = []
+    active = state.active
+    hot_node_set = hot_nodes(s, state)
+    if hp.taint_hot_nodes:
+        actions += [TaintNode(node=n, reason="node has a GPU near its slowdown temperature")
+                    for n in sorted(hot_node_set - tainted)]
+    if active.any():
+        on_gpu: dict[int, list[str]] = {}
+        for name, gpus in s.placements.items():
+            for g in gpus:
+                if active[g]:
+                    on_gpu.setdefault(g, []).append(name)
+        free_milli = 1000 - proj.milli
+        free_mem = proj.mem_total - proj.mem
+        node_blocked = np.zeros(len(s.nodes), bool)
+        for i, n in enumerate(s.nodes):
+            node_blocked[i] = n.name in hot_node_set or n.name in tainted
+        ok_target = (~active & ~node_blocked[s.node_index] & ~np.isin(s.xid, FATAL_XIDS)
+                     & (proj.temp <= s.slowdown_temp_c - hp.target_headroom_c))
+        per_node = np.zeros(len(s.nodes), np.int64)
+        limit = policy.safety.max_concurrent_migrations_per_node
+        per_owner: dict[str, int] = {}
+        for g in np.flatnonzero(active)[np.argsort(-proj.temp[active])]:
+            relieved = False
+            node = s.node_index[g]
+            if hp.migrate:
+                for name in sorted(on_gpu.get(int(g), ()), key=lambda n: -s.workload_by_name[n].gpu_milli):
+                    w = s.workload_by_name.get(name)
+                    if (w is None or not _movable(w, policy) or per_node[node] >= limit
+                            or per_owner.get(w.owner or name, 0) >= policy.safety.max_unavailable_per_workload):
+                        continue
+                    target = _pick_target(s, policy, w, ok_target, free_milli, free_mem, proj.temp, per_node, limit)
+                    if target is None:
+                        continue
+                    t = np.asarray(target)
+                    free_milli[t] -= w.gpu_milli
+                    free_mem[t] -= w.gpu_memory_mib
+                    per_node[node] += 1
+                    per_owner[w.owner or name] = per_owner.get(w.owner or name, 0) + 1
+                    per_node[s.node_index[t[0]]] += 1
+                    actions.append(Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
+                                           target_node=s.gpus[target[0]].node,
+                                           reason=f"GPU {s.gpus[g].node}/{s.gpus[g].slot} at "
+                                                  f"{s.temperature_c[g]:.0f} C, slowdown {s.slowdown_temp_c[g]:.0f} C"))
+                    relieved = True
+                    break  # one migration per GPU per cycle; the next cycle sees the effect
+            if not relieved and tp.enabled:
+                actions += _throttle(s, policy, proj, int(g), on_gpu.get(int(g), ()), shrunk)
+    # give back what cooled
+    for uuid, _ in sorted(throttled.items()):
+        g = s.gpu_by_uuid.get(uuid)
+        if g is not None and not active[g] and s.power_limit_w[g] < proj.tdp[g] - 1:
+            actions.append(SetPowerLimit(gpu=g, uuid=uuid, node=s.gpus[g].node, watts=float(proj.tdp[g]),
+                                         previous_watts=float(s.power_limit_w[g]), reason="GPU cooled: unthrottle"))
+    actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
+    busy_jobs = {s.workload_by_name[n].owner for g in np.flatnonzero(active) for n in s.placements
+                 if g in s.placements[n] and n in s.workload_by_name} if active.any() and shrunk else set()
+    for job, workers in sorted(shrunk.items()):
+        now = proj.workers.get(job, 0)
+        if job not in busy_jobs and now < workers:
+            actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
+                                         reason="hotspot cleared: give the workers back"))
+    return actions
+
+
+def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, per_node, limit) -> tuple[int, ...] | None:
+    fit = ok_target & (free_milli >= w.gpu_milli) & (free_mem >= w.gpu_memory_mib)
+    fit &= per_node[s.node_index] < limit
+    if w.allowed_models is not None:
+        fit &= np.isin(np.array([g.model for g in s.gpus]), list(w.allowed_models))
+    cand = np.flatnonzero(fit)
+    if cand.size < max(w.gpus, 1):
+        return None
+    pw = policy.placement
+    span = max(float(np.ptp(temp[cand])), 1.0)
+    score = pw.thermal * (temp[cand] - temp[cand].min()) / span - pw.binpack * (1000 - free_milli[cand]) / 1000
+    if w.gpus <= 1:
+        return (int(cand[np.argmin(score)]),)
+    best, best_score = None, np.inf
+    nodes = s.node_index[cand]
+    for node in np.unique(nodes):  # a multi-GPU worker needs all its GPUs on one node
+        mine = np.flatnonzero(nodes == node)
+        if mine.size >= w.gpus:
+            pick = mine[np.argsort(score[mine])[: w.gpus]]
+            if score[pick].mean() < best_score:
+                best, best_score = tuple(int(c) for c in cand[pick]), float(score[pick].mean())
+    return best
+
+
+def _throttle(s, policy, proj: Projection, g: int, names, shrunk: Mapping[str, int]) -> list[Action]:
+    tp = policy.throttling
+    floor = max(proj.pmin[g], tp.min_power_fraction * proj.tdp[g])
+    target_temp = proj.hot_line[g] - 1.0
+    need = (proj.temp[g] - target_temp) / proj.r[g]
+    watts = float(np.clip(proj.power[g] - need, floor, proj.tdp[g]))
+    out: list[Action] = []
+    if watts < s.power_limit_w[g] - 5:
+        out.append(SetPowerLimit(gpu=g, uuid=s.gpus[g].uuid, node=s.gpus[g].node, watts=round(watts, 1),
+                                 previous_watts=float(s.power_limit_w[g]),
+                                 reason=f"no migration target: cap power to keep {s.temperature_c[g]:.0f} C GPU "
+                                        f"under {target_temp:.0f} C"))
+    if watts <= floor + 1e-6 and tp.shrink_training and proj.power[g] - (proj.temp[g] - target_temp) / proj.r[g] < floor:
+        for name in names:
+            w = s.workload_by_name.get(name)
+            if (w and w.workload_class == WorkloadClass.TRAINING and not w.protected
+                    and w.priority <= tp.max_priority_to_shrink and w.owner not in shrunk):
+                now = proj.workers.get(w.owner, 0)
+                if now - 1 >= max(w.elastic_min, 1):
+                    out.append(ScaleTraining(job=w.owner, workers=now - 1, previous_workers=now,
+                                             reason="throttling cannot cool the GPU: shrink low-priority training"))
+                    break
+    return out

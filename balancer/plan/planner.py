@@ -1,0 +1,75 @@
+"""The planner: `plan(snapshot, forecasts, policy, state) -> (Plan, new_state)`, a pure function.
+
+One call updates the hysteresis streaks, asks the hotspot and co-location planners for proposals, and runs
+them through `simulate_plan` on a projection of the snapshot: an action is kept only if it fits (nothing
+over-committed, every workload keeps a place to run) and lowers the objective; its `expected_gain` is the
+objective change the simulation measured. The result is a `Plan` with objective before and after and notes
+for the dropped proposals. No clock, no I/O: everything the planner remembers between cycles is in the
+immutable `PlannerState` it returns, and `acknowledge(state, applied_actions, snapshot)` folds in what the
+actuator really did (a power cap, a taint or a shrink the controller must later give back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from balancer.config import BalancerPolicy
+from balancer.model import Action, ClusterSnapshot, Forecast, Plan, ScaleTraining, SetPowerLimit, TaintNode
+from balancer.plan import colocation, hotspots
+from balancer.plan.simulate import HOT_TAINT, Projection, simulate_plan
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    hotspots: hotspots.HotspotState = field(default_factory=hotspots.HotspotState)
+    colocation: colocation.ColocationState = field(default_factory=colocation.ColocationState)
+    throttled: Mapping[str, float] = field(default_factory=lambda: _EMPTY)     # GPU uuid -> the limit it had before we capped it
+    tainted: frozenset[str] = frozenset()        # nodes we tainted
+    shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)          # training job -> workers before a hotspot shrink
+
+
+def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
+         state: PlannerState | None = None) -> tuple[Plan, PlannerState]:
+    state = state or PlannerState()
+    hs = hotspots.detect(snapshot, policy, state.hotspots)
+    co = colocation.observe(snapshot, policy, state.colocation)
+    tainted = state.tainted | {n.name for n in snapshot.nodes if HOT_TAINT in n.taints}
+    hot = hotspots.hot_nodes(snapshot, hs)
+    proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted)
+    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), state.throttled, state.shrunk)
+    proposals += colocation.propose(snapshot, policy, co, proj)
+    result = simulate_plan(snapshot, proposals, policy, projection=proj)
+    notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
+    out = Plan(actions=result.kept, notes=notes, objective_before=result.objective_before,
+               objective_after=result.objective_after)
+    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(tainted) & _names(snapshot))
+
+
+def _names(snapshot: ClusterSnapshot) -> frozenset[str]:
+    return frozenset(n.name for n in snapshot.nodes)
+
+
+def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot) -> PlannerState:
+    """Fold actions the actuator applied into the state, so the planner can give them back later."""
+    throttled, tainted, shrunk, co = dict(state.throttled), set(state.tainted), dict(state.shrunk), state.colocation
+    for a in applied:
+        if isinstance(a, SetPowerLimit):
+            if a.is_throttle:
+                throttled.setdefault(a.uuid, a.previous_watts)
+            else:
+                throttled.pop(a.uuid, None)
+        elif isinstance(a, TaintNode):
+            (tainted.discard if a.remove else tainted.add)(a.node)
+        elif isinstance(a, ScaleTraining):
+            if a.job in co.shrunk or (a.workers < a.previous_workers and "SLO" in a.reason):
+                co = colocation.acknowledge(co, a, snapshot)
+            elif a.workers < a.previous_workers:
+                shrunk.setdefault(a.job, a.previous_workers)
+            elif a.job in shrunk and a.workers >= shrunk[a.job]:
+                del shrunk[a.job]
+    return replace(state, throttled=MappingProxyType(throttled), tainted=frozenset(tainted),
+                   shrunk=MappingProxyType(shrunk), colocation=co)

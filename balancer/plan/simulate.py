@@ -1,0 +1,276 @@
+"""Simulate a plan on a copy of the snapshot, with the same projection code the planners use for their gains.
+
+A `Projection` holds per-GPU working arrays copied from a snapshot (milli-GPUs and memory reserved, power,
+power limit, a projected temperature) plus where each workload runs. Applying an action updates those arrays
+the way the action would change the cluster, after checking the hard constraints:
+
+* nothing over-committed: a GPU's milli-GPUs stay <= 1000 and its memory <= its total;
+* no action leaves a workload without a place to run: a migration's target must fit (it is reserved before the
+  source is released), scale-downs respect the job's elastic minimum;
+* a power limit stays within the GPU's [minimum, TDP] range.
+
+Temperatures use a first-order thermal model fitted to what the GPU shows now: an effective thermal resistance
+``R = (T - inlet) / P`` (never below the catalogue's), so a node whose cooling degraded shows a higher R and the
+projection moves its temperature by ``R * dP`` when power moves. The objective (lower is better) adds, in
+"degrees over the hot line" units: thermal excess, hot nodes left untainted, throttled capacity, shrunk
+training, SLO pressure and a small cost per migration. `simulate_plan` keeps an action only if it fits and
+lowers the objective, so a plan is never worse than doing nothing; the measured change is the action's
+`expected_gain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from balancer import catalog
+from balancer.config import BalancerPolicy
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+    Workload,
+    WorkloadClass,
+)
+
+HOT_TAINT = "gputide.io/hot"
+# objective weights, in degrees-over-the-hot-line equivalents
+W_UNTAINTED_HOT_NODE = 1.0
+W_NEEDLESS_TAINT = 0.5
+W_THROTTLE = 4.0          # per GPU throttled to 0% of TDP (linear in the fraction removed)
+W_TRAINING_WORKER = 3.0   # per training worker shrunk away
+W_SLO = 20.0              # per unit of p99/SLO above the pressure line
+MIGRATION_COST = 0.3
+INTERFERENCE_RELIEF = 0.3  # latency share attributed to a co-located training worker
+
+
+def hot_tainted(snapshot: ClusterSnapshot) -> set[str]:
+    """Nodes carrying gputide's hot taint (any value/effect spelling: `gputide.io/hot=true:NoSchedule`)."""
+    return {n.name for n in snapshot.nodes if any(t.startswith(HOT_TAINT) for t in n.taints)}
+
+
+def model_arrays(snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:
+    """Catalogue figures per GPU (TDP, minimum power limit, idle power, thermal resistance)."""
+    keys = sorted({g.model for g in snapshot.gpus})
+    code = {k: i for i, k in enumerate(keys)}
+    idx = np.fromiter((code[g.model] for g in snapshot.gpus), dtype=np.int64, count=snapshot.n_gpus)
+    specs = [catalog.get(k) for k in keys]
+
+    def pick(attr: str) -> np.ndarray:
+        return np.array([getattr(s, attr) for s in specs], dtype=float)[idx]
+
+    return {"tdp": pick("tdp_w"), "pmin": pick("min_power_limit_w"), "idle": pick("idle_w"),
+            "r": pick("thermal_resistance_c_per_w")}
+
+
+def _declared_memory(s: ClusterSnapshot) -> np.ndarray:
+    declared = np.zeros(s.n_gpus)
+    idx: list[int] = []
+    mem: list[float] = []
+    for w in s.workloads:
+        g = s.placements.get(w.name)
+        if g:
+            idx.extend(g)
+            mem.extend([w.gpu_memory_mib] * len(g))
+    if idx:
+        np.add.at(declared, np.asarray(idx), np.asarray(mem))
+    return declared
+
+
+class Projection:
+    """Working copy of a snapshot that actions are applied to (never the snapshot itself)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, policy: BalancerPolicy,
+                 hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None) -> None:
+        s = snapshot
+        self.snapshot = s
+        self.policy = policy
+        m = model_arrays(s)
+        self.tdp, self.pmin, self.idle = m["tdp"], m["pmin"], m["idle"]
+        self.node_of = s.node_index
+        inlet = np.array([n.inlet_c for n in s.nodes], dtype=float)[self.node_of]
+        power = np.maximum(s.power_w, self.idle)
+        self.r = np.maximum((s.temperature_c - inlet) / np.maximum(power, 1.0), m["r"])
+        self.hot_line = s.slowdown_temp_c - policy.hotspots.margin_c
+        self.temp = np.maximum(s.temperature_c, inlet + self.r * power)  # projected steady temperature
+        self.power = power.copy()
+        self.limit = np.clip(s.power_limit_w, self.pmin, self.tdp)
+        self.milli = s.gpu_milli_used.astype(np.int64).copy()
+        self.mem = np.maximum(_declared_memory(s), s.mem_used_mib.astype(float))
+        self.mem_total = s.mem_total_mib.astype(float)
+        self.placements = dict(s.placements)
+        self.workers = _workers(s)
+        self.base_workers = dict(self.workers)
+        self.tainted = set(tainted) if tainted is not None else hot_tainted(s)
+        self.hot_nodes = set(hot_nodes)
+        self.migrations = 0
+        self.slo_ratio = {k: v.p99_latency_s / v.slo_latency_s for k, v in s.services.items() if v.slo_latency_s > 0}
+
+    # -- objective ------------------------------------------------------------------------------------------------
+    def objective(self) -> float:
+        thermal = float(np.maximum(self.temp - self.hot_line, 0.0).sum())
+        taints = (W_UNTAINTED_HOT_NODE * len(self.hot_nodes - self.tainted)
+                  + W_NEEDLESS_TAINT * len(self.tainted - self.hot_nodes))
+        throttle = W_THROTTLE * float(((self.tdp - self.limit) / self.tdp).sum())
+        shrunk = W_TRAINING_WORKER * sum(max(self.base_workers.get(j, 0) - n, 0) for j, n in self.workers.items())
+        pressure = self.policy.colocation.slo_pressure
+        slo = W_SLO * sum(max(r - pressure, 0.0) for r in self.slo_ratio.values())
+        return thermal + taints + throttle + shrunk + slo + MIGRATION_COST * self.migrations
+
+    # -- power and temperature ------------------------------------------------------------------------------------
+    def workload_power(self, name: str) -> float:
+        """Estimated watts a workload adds to each of its GPUs (its milli share of the GPU's dynamic power)."""
+        w = self.snapshot.workload_by_name[name]
+        g = np.asarray(self.placements[name])
+        share = w.gpu_milli / np.maximum(self.milli[g], 1)
+        return float(((self.power[g] - self.idle[g]) * np.minimum(share, 1.0)).mean())
+
+    def _set_power(self, gpus: np.ndarray, power: np.ndarray) -> None:
+        power = np.minimum(np.maximum(power, self.idle[gpus]), self.limit[gpus])
+        self.temp[gpus] += self.r[gpus] * (power - self.power[gpus])
+        self.power[gpus] = power
+
+    # -- actions ----------------------------------------------------------------------------------------------------
+    def apply(self, action: Action) -> str | None:
+        """Apply one action; return None when it fits, or why it breaks a constraint (nothing changed then)."""
+        if isinstance(action, Migrate):
+            return self._migrate(action)
+        if isinstance(action, SetPowerLimit):
+            return self._power_limit(action)
+        if isinstance(action, ScaleTraining):
+            return self._scale_training(action)
+        if isinstance(action, TaintNode):
+            if action.remove:
+                self.tainted.discard(action.node)
+            else:
+                self.tainted.add(action.node)
+            return None
+        if isinstance(action, ScaleInference):
+            return None if action.replicas >= 0 else "negative replicas"
+        return f"unknown action {action.kind}"
+
+    def _power_limit(self, a: SetPowerLimit) -> str | None:
+        if not 0 <= a.gpu < len(self.limit):
+            return "no such GPU"
+        g = a.gpu
+        if not self.pmin[g] - 1e-6 <= a.watts <= self.tdp[g] + 1e-6:
+            return f"power limit {a.watts:.0f} W outside [{self.pmin[g]:.0f}, {self.tdp[g]:.0f}]"
+        capped = self.power[g] >= self.limit[g] - 1.0
+        # a capped GPU wants more than it gets: assume it would draw 90% of TDP when the cap is lifted
+        demand = max(self.power[g], 0.9 * self.tdp[g]) if capped else self.power[g]
+        self.limit[g] = a.watts
+        self._set_power(np.array([g]), np.array([demand]))
+        return None
+
+    def _migrate(self, a: Migrate) -> str | None:
+        w = self.snapshot.workload_by_name.get(a.workload)
+        if w is None or a.workload not in self.placements:
+            return "workload is not running"
+        if tuple(self.placements[a.workload]) != tuple(a.source_gpus):
+            return "workload is no longer on its source GPUs"
+        t = np.asarray(a.target_gpus, dtype=np.int64)
+        if (len(t) != len(a.source_gpus) or len(set(a.target_gpus)) != len(t) or t.min(initial=0) < 0
+                or t.max(initial=0) >= len(self.milli)):
+            return "invalid target GPUs"
+        if not all(w.fits_model(self.snapshot.gpus[i].model) for i in a.target_gpus):
+            return "target GPU model not allowed"
+        if set(a.target_gpus) & set(a.source_gpus):
+            return "target overlaps source"
+        if np.any(self.milli[t] + w.gpu_milli > 1000) or np.any(self.mem[t] + w.gpu_memory_mib > self.mem_total[t]):
+            return "target does not fit (GPU or memory over-committed)"
+        watts = self.workload_power(a.workload)
+        src = np.asarray(a.source_gpus, dtype=np.int64)
+        # reserve the target first, then release the source: the workload always has a place to run
+        self.milli[t] += w.gpu_milli
+        self.mem[t] += w.gpu_memory_mib
+        self._set_power(t, self.power[t] + watts * float(self.tdp[t].mean() / max(self.tdp[src].mean(), 1.0)))
+        self.milli[src] -= w.gpu_milli
+        self.mem[src] = np.maximum(self.mem[src] - w.gpu_memory_mib, 0.0)
+        self._set_power(src, self.power[src] - watts)
+        self.placements[a.workload] = tuple(a.target_gpus)
+        self.migrations += 1
+        return None
+
+    def _scale_training(self, a: ScaleTraining) -> str | None:
+        current = self.workers.get(a.job)
+        if current is None:
+            return "no such training job"
+        members = [w for w in self.snapshot.workloads if w.owner == a.job and w.name in self.placements]
+        floor = min((w.elastic_min for w in members), default=0)
+        if a.workers < floor and a.workers != 0:
+            return f"below the job's elastic minimum ({floor})"
+        if a.workers > current:
+            self.workers[a.job] = a.workers  # growth: capacity is the scheduler's business; no projection
+            return None
+        drop = current - a.workers
+        if drop and members:
+            frac = drop / current  # which workers go is the job's choice: spread the relief evenly
+            for w in members:
+                g = np.asarray(self.placements[w.name])
+                self._set_power(g, self.power[g] - frac * self.workload_power(w.name))
+            for svc in self._services_sharing(members):
+                self.slo_ratio[svc] *= 1.0 - INTERFERENCE_RELIEF * frac
+        self.workers[a.job] = a.workers
+        return None
+
+    def _services_sharing(self, members: Sequence[Workload]) -> set[str]:
+        gpus = {g for w in members for g in self.placements[w.name]}
+        return {w.owner for w in self.snapshot.workloads
+                if w.workload_class == WorkloadClass.INFERENCE and w.owner in self.slo_ratio
+                and gpus.intersection(self.placements.get(w.name, ()))}
+
+    def clone(self) -> Projection:
+        q = Projection.__new__(Projection)
+        q.__dict__.update(self.__dict__)
+        for k in ("temp", "power", "limit", "milli", "mem"):
+            setattr(q, k, getattr(self, k).copy())
+        q.placements = dict(self.placements)
+        q.workers = dict(self.workers)
+        q.tainted = set(self.tainted)
+        q.slo_ratio = dict(self.slo_ratio)
+        return q
+
+
+def _workers(snapshot: ClusterSnapshot) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for w in snapshot.workloads:
+        if w.workload_class == WorkloadClass.TRAINING and w.name in snapshot.placements:
+            out[w.owner] = out.get(w.owner, 0) + 1
+    return out
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    kept: tuple[Action, ...]
+    dropped: tuple[tuple[Action, str], ...]
+    objective_before: float
+    objective_after: float
+
+
+def simulate_plan(snapshot: ClusterSnapshot, actions: Sequence[Action], policy: BalancerPolicy, *,
+                  hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None,
+                  projection: Projection | None = None) -> SimulationResult:
+    """Apply `actions` in order to a projection; keep those that fit and improve the objective."""
+    proj = projection or Projection(snapshot, policy, hot_nodes, tainted)
+    before = current = proj.objective()
+    kept: list[Action] = []
+    dropped: list[tuple[Action, str]] = []
+    for action in actions:
+        trial = proj.clone()
+        why = trial.apply(action)
+        if why is not None:
+            dropped.append((action, why))
+            continue
+        after = trial.objective()
+        if after >= current - 1e-9:
+            dropped.append((action, f"does not improve the objective ({current:.3g} -> {after:.3g})"))
+            continue
+        kept.append(replace(action, expected_gain=round(current - after, 6)))
+        proj, current = trial, after
+    return SimulationResult(tuple(kept), tuple(dropped), before, current)

@@ -1,0 +1,265 @@
+"""Safety: the one chokepoint every action passes before it reaches an actuator.
+
+`SafetyGuard.review(actions, snapshot, ledger, now)` splits a plan into accepted actions and rejected ones, each
+rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_rejected_total{reason}`:
+
+    SafetyViolation
+    ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label / stopped namespace
+    ├── ProtectedWorkload        protected or non-movable workloads (and GPUs hosting them) are never touched
+    ├── MinGainNotMet            expected gain below `minExpectedGain`
+    ├── CooldownActive           the same target acted on within its cooldown
+    ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle
+    ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
+    ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
+    ├── PdbViolation             an eviction a PodDisruptionBudget does not allow
+    └── EvictionBudgetExhausted  no evictions left in the current window
+
+`check_telemetry` is the fail-static gate: stale, missing or NaN telemetry raises a `TelemetryError` and the loop
+takes no action at all. The guard itself keeps no state: what it needs to remember (when each target was last
+acted on, recent evictions and migrations) is the immutable `SafetyLedger`, returned updated by `record`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+
+from balancer.config import SafetyPolicy
+from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation, StaleTelemetry
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
+
+EMERGENCY_LABEL = "gputide.io/emergency-stop"
+
+
+class EmergencyStop(SafetyViolation):
+    reason = "emergency_stop"
+
+
+class ProtectedWorkload(SafetyViolation):
+    reason = "protected"
+
+
+class MinGainNotMet(SafetyViolation):
+    reason = "min_gain"
+
+
+class CooldownActive(SafetyViolation):
+    reason = "cooldown"
+
+
+class MaxActionsPerCycle(SafetyViolation):
+    reason = "max_actions_per_cycle"
+
+
+class MaxConcurrentMigrations(SafetyViolation):
+    reason = "max_concurrent_migrations"
+
+
+class MaxUnavailable(SafetyViolation):
+    reason = "max_unavailable"
+
+
+class PdbViolation(SafetyViolation):
+    reason = "pdb"
+
+
+class EvictionBudgetExhausted(SafetyViolation):
+    reason = "eviction_budget"
+
+
+@dataclass(frozen=True, slots=True)
+class PodDisruptionBudget:
+    """A PDB as data: for the pods of `owner`, keep `min_available` up, or disrupt at most `max_unavailable`."""
+
+    owner: str
+    min_available: int | None = None
+    max_unavailable: int | None = None
+
+
+@dataclass(frozen=True)
+class SafetyLedger:
+    last_action: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    evictions: tuple[float, ...] = ()
+    migrations: tuple[tuple[float, str, str, str], ...] = ()   # (time, source node, target node, owner)
+
+
+def check_telemetry(snapshot: ClusterSnapshot, policy: SafetyPolicy) -> float:
+    """Raise a TelemetryError when the controller must hold still; return the oldest sample's age."""
+    if snapshot.n_gpus == 0:
+        raise MissingTelemetry("the snapshot has no GPUs")
+    for name in ("temperature_c", "power_w", "power_limit_w", "sm_active", "mem_used_mib", "slowdown_temp_c"):
+        bad = ~np.isfinite(getattr(snapshot, name))
+        if bad.any():
+            subjects = tuple(snapshot.gpus[i].uuid for i in np.flatnonzero(bad)[:5])
+            raise InvalidTelemetry(f"{int(bad.sum())} GPU(s) report {name} = NaN/inf", subjects=subjects)
+    age = snapshot.sample_age_s
+    if not np.isfinite(age).all():
+        raise MissingTelemetry("sample ages unknown")
+    oldest = float(age.max())
+    if oldest > policy.max_telemetry_age_s:
+        subjects = tuple(snapshot.gpus[i].uuid for i in np.flatnonzero(age > policy.max_telemetry_age_s)[:5])
+        raise StaleTelemetry(f"oldest sample is {oldest:.0f} s old (> {policy.max_telemetry_age_s:.0f} s)",
+                             subjects=subjects)
+    return oldest
+
+
+@dataclass(frozen=True)
+class Review:
+    accepted: tuple[Action, ...]
+    rejected: tuple[tuple[Action, SafetyViolation], ...]
+
+
+def _evictions(a: Action) -> int:
+    if isinstance(a, Migrate):
+        return 1
+    if isinstance(a, ScaleTraining | ScaleInference):
+        prev = a.previous_workers if isinstance(a, ScaleTraining) else a.previous_replicas
+        new = a.workers if isinstance(a, ScaleTraining) else a.replicas
+        return max(prev - new, 0)
+    return 0
+
+
+class SafetyGuard:
+    def __init__(self, policy: SafetyPolicy, *, pdbs: Iterable[PodDisruptionBudget] = (),
+                 emergency_stop_file: str | Path | None = None, stopped_namespaces: Iterable[str] = ()) -> None:
+        self.policy = policy
+        self.pdbs = {p.owner: p for p in pdbs}
+        self.stop_file = Path(emergency_stop_file) if emergency_stop_file else None
+        self.stopped_namespaces = frozenset(stopped_namespaces)
+
+    def emergency_stopped(self) -> bool:
+        return self.policy.emergency_stop or bool(self.stop_file and self.stop_file.exists())
+
+    def remaining_evictions(self, ledger: SafetyLedger, now: float) -> int:
+        window = [t for t in ledger.evictions if now - t < self.policy.eviction_window_s]
+        return self.policy.eviction_budget - len(window)
+
+    def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
+               now: float) -> Review:
+        p = self.policy
+        accepted: list[Action] = []
+        rejected: list[tuple[Action, SafetyViolation]] = []
+        stopped = self.emergency_stopped()
+        budget = self.remaining_evictions(ledger, now)
+        live = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
+        per_node: dict[str, int] = {}
+        per_owner: dict[str, int] = {}
+        for _, src, dst, owner in live:
+            per_node[src] = per_node.get(src, 0) + 1
+            if dst != src:
+                per_node[dst] = per_node.get(dst, 0) + 1
+            per_owner[owner] = per_owner.get(owner, 0) + 1
+        healthy: dict[str, int] = {}
+        for w in snapshot.workloads:
+            if w.name in snapshot.placements:
+                healthy[w.owner or w.name] = healthy.get(w.owner or w.name, 0) + 1
+        for a in actions:
+            try:
+                self._check_one(a, snapshot, ledger, now, stopped)
+                if len(accepted) >= p.max_actions_per_cycle:
+                    raise MaxActionsPerCycle(f"{p.max_actions_per_cycle} actions already accepted this cycle")
+                ev = _evictions(a)
+                if ev and ev > budget:
+                    raise EvictionBudgetExhausted(f"{budget} evictions left in the {p.eviction_window_s:.0f} s window")
+                if isinstance(a, Migrate):
+                    w = snapshot.workload_by_name[a.workload]
+                    owner = w.owner or w.name
+                    src = snapshot.gpus[a.source_gpus[0]].node
+                    for node in {src, a.target_node}:
+                        if per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
+                            raise MaxConcurrentMigrations(f"node {node} already has {per_node[node]} in flight")
+                    if per_owner.get(owner, 0) + 1 > p.max_unavailable_per_workload:
+                        raise MaxUnavailable(f"{owner} already has {per_owner[owner]} replica(s) disrupted")
+                    self._check_pdb(owner, healthy.get(owner, 0), per_owner.get(owner, 0) + 1)
+                    for node in {src, a.target_node}:
+                        per_node[node] = per_node.get(node, 0) + 1
+                    per_owner[owner] = per_owner.get(owner, 0) + 1
+                elif ev:
+                    owner = a.target
+                    self._check_pdb(owner, healthy.get(owner, 0), ev)
+                budget -= ev
+                accepted.append(a)
+            except SafetyViolation as exc:
+                rejected.append((a, exc))
+        return Review(tuple(accepted), tuple(rejected))
+
+    def _check_one(self, a: Action, s: ClusterSnapshot, ledger: SafetyLedger, now: float, stopped: bool) -> None:
+        p = self.policy
+        if stopped:
+            raise EmergencyStop("emergency stop is set")
+        for w in _touched(a, s):
+            if w.protected or w.namespace in p.protected_namespaces:
+                raise ProtectedWorkload(f"{w.name} is protected")
+            if isinstance(a, Migrate) and not w.movable:
+                raise ProtectedWorkload(f"{w.name} is not movable")
+            if w.namespace in self.stopped_namespaces:
+                raise EmergencyStop(f"namespace {w.namespace} is stopped")
+        for node in _nodes(a, s):
+            n = next((x for x in s.nodes if x.name == node), None)
+            if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
+                raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
+        if a.expected_gain < p.min_expected_gain:
+            raise MinGainNotMet(f"expected gain {a.expected_gain:.3g} < {p.min_expected_gain:.3g}")
+        cooldown = p.power_cooldown_s if isinstance(a, SetPowerLimit | TaintNode) else p.cooldown_s
+        last = ledger.last_action.get(f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target)
+        if last is not None and now - last < cooldown:
+            raise CooldownActive(f"{a.target} was acted on {now - last:.0f} s ago (cooldown {cooldown:.0f} s)")
+
+    def _check_pdb(self, owner: str, healthy: int, disrupted: int) -> None:
+        pdb = self.pdbs.get(owner)
+        if pdb is None:
+            return
+        if pdb.min_available is not None and healthy - disrupted < pdb.min_available:
+            raise PdbViolation(f"{owner}: {healthy} healthy, PDB minAvailable {pdb.min_available}")
+        if pdb.max_unavailable is not None and disrupted > pdb.max_unavailable:
+            raise PdbViolation(f"{owner}: PDB maxUnavailable {pdb.max_unavailable}")
+
+    def record(self, ledger: SafetyLedger, applied: Iterable[Action], snapshot: ClusterSnapshot,
+               now: float) -> SafetyLedger:
+        """The ledger after `applied` actions (old entries outside every window are forgotten)."""
+        p = self.policy
+        horizon = max(p.cooldown_s, p.power_cooldown_s, p.eviction_window_s, p.migration_settle_s)
+        last = {k: t for k, t in ledger.last_action.items() if now - t < horizon}
+        evictions = [t for t in ledger.evictions if now - t < p.eviction_window_s]
+        migrations = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
+        for a in applied:
+            last[f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target] = now
+            evictions += [now] * _evictions(a)
+            if isinstance(a, Migrate):
+                w = snapshot.workload_by_name.get(a.workload)
+                owner = (w.owner or w.name) if w else a.workload
+                migrations.append((now, snapshot.gpus[a.source_gpus[0]].node, a.target_node, owner))
+        return SafetyLedger(MappingProxyType(last), tuple(evictions), tuple(migrations))
+
+
+def _touched(a: Action, s: ClusterSnapshot) -> list:
+    if isinstance(a, Migrate):
+        w = s.workload_by_name.get(a.workload)
+        return [w] if w else []
+    if isinstance(a, ScaleTraining):
+        return [w for w in s.workloads if w.owner == a.job]
+    if isinstance(a, ScaleInference):
+        return [w for w in s.workloads if w.owner == a.service]
+    if isinstance(a, SetPowerLimit):
+        return list(s.workloads_on(a.gpu))
+    return []
+
+
+def _nodes(a: Action, s: ClusterSnapshot) -> set[str]:
+    if isinstance(a, Migrate):
+        return {s.gpus[a.source_gpus[0]].node, a.target_node}
+    if isinstance(a, SetPowerLimit | TaintNode):
+        return {a.node}
+    return set()
