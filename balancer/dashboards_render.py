@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import urllib.error
@@ -34,7 +35,8 @@ from matplotlib.figure import Figure
 
 from balancer.errors import InputError, TelemetryUnavailable
 
-DEFAULT_DASHBOARDS_DIR = Path(__file__).resolve().parents[1] / "dashboards"
+# A source checkout keeps them next to the package; the container image sets GPUTIDE_DASHBOARDS_DIR.
+DEFAULT_DASHBOARDS_DIR = Path(os.environ.get("GPUTIDE_DASHBOARDS_DIR") or Path(__file__).resolve().parents[1] / "dashboards")
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _CMAPS = {"Turbo": "turbo", "Oranges": "Oranges", "Viridis": "viridis", "Blues": "Blues"}

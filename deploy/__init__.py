@@ -1,0 +1,1 @@
+"""Kubernetes deployment for gputide (kustomize base, components and overlays) and its generator."""

@@ -1,0 +1,253 @@
+"""Every kustomize overlay renders, every object validates against the Kubernetes schema, RBAC is exactly the
+least-privilege set, security contexts hold, and the generated manifests match rules/, dashboards/ and the
+dcgm counters.
+
+kubernetes-validate has no schema for the Prometheus Operator CRDs (ServiceMonitor, PodMonitor,
+PrometheusRule): `check_crd_structure` checks their required structure by hand instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+from deploy import gen  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter"]
+K8S_VERSION = "1.30.0"
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+EXPECTED_CLUSTER_RULES = {
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods/eviction"): {"create"},
+    ("", "pods/binding"): {"create"},
+    ("", "nodes"): {"get", "list", "patch"},
+    ("", "events"): {"create"},
+    ("apps", "deployments"): {"get", "patch"},
+    ("apps", "deployments/scale"): {"get", "patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "patch"},
+    ("batch", "jobs"): {"get", "list", "patch"},
+    ("policy", "poddisruptionbudgets"): {"get", "list"},
+    ("kueue.x-k8s.io", "clusterqueues"): {"get", "patch"},
+}
+EXPECTED_NAMESPACE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+@functools.cache
+def render(overlay: str) -> tuple[dict, ...]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with kustomize) not on PATH")
+    out = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy" / overlay)], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def objects(overlay: str, kind: str) -> list[dict]:
+    return [o for o in render(overlay) if o["kind"] == kind]
+
+
+def one(overlay: str, kind: str, name: str) -> dict:
+    return next(o for o in render(overlay) if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def check_crd_structure(obj: dict) -> list[str]:
+    problems = []
+    if obj.get("apiVersion") != "monitoring.coreos.com/v1":
+        problems.append("apiVersion must be monitoring.coreos.com/v1")
+    if not obj.get("metadata", {}).get("name"):
+        problems.append("metadata.name missing")
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "PrometheusRule":
+        for group in spec.get("groups") or [None]:
+            if not isinstance(group, dict) or not group.get("name") or not group.get("rules"):
+                problems.append(f"group without name or rules: {group!r:.60}")
+                continue
+            for rule in group["rules"]:
+                if not rule.get("expr") or bool(rule.get("record")) == bool(rule.get("alert")):
+                    problems.append(f"rule needs expr and exactly one of record/alert: {rule!r:.60}")
+    else:
+        endpoints_key = "endpoints" if obj["kind"] == "ServiceMonitor" else "podMetricsEndpoints"
+        if not spec.get("selector", {}).get("matchLabels"):
+            problems.append("spec.selector.matchLabels missing")
+        endpoints = spec.get(endpoints_key) or []
+        if not endpoints or not all(e.get("port") for e in endpoints):
+            problems.append(f"spec.{endpoints_key} needs entries with a named port")
+    return problems
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_and_every_object_validates(overlay):
+    rendered = render(overlay)
+    assert {"Namespace", "Deployment", "ClusterRole", "PrometheusRule", "ConfigMap"} <= {o["kind"] for o in rendered}
+    for obj in rendered:
+        if obj["kind"] in CRD_KINDS:
+            assert check_crd_structure(obj) == [], obj["metadata"]["name"]
+        else:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        ({"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "x"},
+          "spec": {"groups": [{"name": "g", "rules": [{"record": "a", "alert": "b", "expr": "1"}]}]}},
+         "exactly one of record/alert"),
+        ({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"},
+          "spec": {"selector": {"matchLabels": {"a": "b"}}, "endpoints": [{"path": "/metrics"}]}},
+         "named port"),
+        ({"apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "PodMonitor", "metadata": {"name": "x"},
+          "spec": {"selector": {"matchLabels": {"a": "b"}}, "podMetricsEndpoints": [{"port": "m"}]}},
+         "apiVersion"),
+    ],
+    ids=["a rule both recording and alerting", "an endpoint without a port", "a wrong CRD version"],
+)
+def test_crd_structure_check_catches_broken_objects(broken, expected):
+    assert any(expected in p for p in check_crd_structure(broken))
+
+
+def test_schema_validation_rejects_a_broken_deployment():
+    broken = json.loads(json.dumps(one("base", "Deployment", "gputide-controller")))
+    broken["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def _rules(role: dict) -> dict[tuple[str, str], set[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                found.setdefault((group, resource), set()).update(rule["verbs"])
+    return found
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rbac_is_exactly_the_least_privilege_set(overlay):
+    cluster_role = one(overlay, "ClusterRole", "gputide-controller")
+    role = one(overlay, "Role", "gputide-leader-election")
+    assert _rules(cluster_role) == EXPECTED_CLUSTER_RULES
+    assert _rules(role) == EXPECTED_NAMESPACE_RULES
+    assert role["metadata"]["namespace"] == "gputide"
+    for r in cluster_role["rules"] + role["rules"]:
+        flat = r["apiGroups"] + r["resources"] + r["verbs"] + r.get("resourceNames", [])
+        assert "*" not in flat and not any("secret" in x for x in flat)
+    for binding in objects(overlay, "ClusterRoleBinding") + objects(overlay, "RoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gputide-controller",
+                                        "namespace": "gputide"}]
+
+
+def _restricted(container: dict, pod: dict) -> None:
+    sc = container.get("securityContext", {})
+    assert sc.get("allowPrivilegeEscalation") is False
+    assert sc.get("readOnlyRootFilesystem") is True
+    assert sc.get("capabilities", {}).get("drop") == ["ALL"] and not sc["capabilities"].get("add")
+    assert not sc.get("privileged")
+    assert sc.get("runAsNonRoot", pod.get("runAsNonRoot")) is True
+    assert sc.get("seccompProfile", pod.get("seccompProfile")) == {"type": "RuntimeDefault"}
+    assert container.get("resources", {}).get("requests") and container["resources"].get("limits")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_controller_is_ha_probed_and_locked_down(overlay):
+    deploy = one(overlay, "Deployment", "gputide-controller")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deploy["spec"]["replicas"] == (1 if overlay == "overlays/dev" else 2)
+    assert container["args"][0] == "run" and "--leader-elect" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] == "metrics"
+    assert {"name": "metrics", "containerPort": 9836, "protocol": "TCP"} in container["ports"]
+    assert pod["serviceAccountName"] == "gputide-controller"
+    _restricted(container, pod["securityContext"])
+
+
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "overlays/with-dcgm-exporter"])
+def test_exporter_runs_on_gpu_nodes_and_only_the_power_cap_agent_is_privileged(overlay):
+    ds = one(overlay, "DaemonSet", "gputide-exporter")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["runtimeClassName"] == "nvidia"
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in containers["exporter"]["env"]
+    _restricted(containers["exporter"], pod["securityContext"])
+    namespace = one(overlay, "Namespace", "gputide")["metadata"]["labels"]
+    if overlay == "overlays/power-cap":
+        assert set(containers) == {"exporter", "power-cap-agent"}
+        assert containers["power-cap-agent"]["securityContext"]["privileged"] is True
+        assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"
+    else:
+        assert set(containers) == {"exporter"}
+        assert namespace["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_with_dcgm_exporter_replaces_our_exporter_with_the_counters_configmap():
+    kinds_names = {(o["kind"], o["metadata"]["name"]) for o in render("overlays/with-dcgm-exporter")}
+    assert ("DaemonSet", "gputide-exporter") not in kinds_names
+    assert ("PodMonitor", "gputide-exporter") not in kinds_names
+    counters = one("overlays/with-dcgm-exporter", "ConfigMap", "gputide-dcgm-counters")
+    assert counters["metadata"]["namespace"] == "gpu-operator"
+    fields = {line.split(",")[0].strip() for line in counters["data"]["dcgm-metrics.csv"].splitlines()
+              if line.strip() and not line.startswith("#")}
+    contract = set(re.findall(r"`(DCGM_FI_(?:DEV|PROF)_[A-Z_]+)`", (ROOT / "docs" / "metrics.md").read_text()))
+    assert contract <= fields
+
+
+def test_generated_manifests_are_up_to_date():
+    assert gen.stale() == [], "run python -m deploy.gen"
+
+
+def test_prometheus_rule_holds_exactly_the_rules_directory():
+    rule = one("base", "PrometheusRule", "gputide-rules")
+    assert rule["spec"]["groups"] == gen.rule_groups()
+    assert sum(len(g["rules"]) for g in rule["spec"]["groups"]) > 0
+
+
+def test_dashboard_configmaps_carry_every_dashboard_for_the_grafana_sidecar():
+    maps = [o for o in objects("base", "ConfigMap") if o["metadata"].get("labels", {}).get("grafana_dashboard")]
+    shipped = {}
+    for cm in maps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        shipped.update(cm["data"])
+    on_disk = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
+    assert on_disk and shipped == on_disk
+
+
+def test_policy_configmap_is_a_versioned_balancer_policy():
+    policy = yaml.safe_load(one("base", "ConfigMap", "gputide-policy")["data"]["policy.yaml"])
+    assert (policy["apiVersion"], policy["kind"]) == ("gputide/v1alpha1", "BalancerPolicy")
+
+
+def test_network_policies_and_pdb_select_the_pods_they_protect():
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+            for d in objects("base", "Deployment") + objects("base", "DaemonSet")}
+    for np in objects("base", "NetworkPolicy"):
+        assert np["spec"]["podSelector"]["matchLabels"].items() <= pods[np["metadata"]["name"]].items()
+        assert set(np["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    pdb = one("base", "PodDisruptionBudget", "gputide-controller")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pods["gputide-controller"].items()
+
+
+def test_dockerfile_builds_a_non_root_image_with_gputide_as_entrypoint():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    instructions = [line.split(None, 1) for line in text.splitlines() if line and not line.startswith("#")
+                    and not line.startswith((" ", "\t"))]
+    by_kind = {}
+    for kind, *rest in instructions:
+        by_kind.setdefault(kind, []).append(rest[0] if rest else "")
+    assert by_kind["FROM"] == ["python:3.11-slim"]
+    assert any("pip install" in r and " ." in r for r in by_kind["RUN"])
+    user = by_kind["USER"][-1].split(":")[0]
+    assert user not in ("root", "0")
+    assert json.loads(by_kind["ENTRYPOINT"][-1]) == ["gputide"]
