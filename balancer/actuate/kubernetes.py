@@ -1,0 +1,742 @@
+"""The Kubernetes actuator, Lease leader election and the optional secondary scheduler.
+
+This is the only module in gputide that imports `kubernetes`. It turns frozen actions into API calls and every
+API failure into an `ActionResult`; nothing here decides *what* to do.
+
+How each action reaches the cluster:
+
+    Migrate         reserve the target node (annotation `gputide.io/reserved-for`, a JSON map keyed by the
+                    workload's owner so the replacement pod matches it), taint the hot source node
+                    `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), then evict the pod
+                    through the Eviction API. 429 = a PodDisruptionBudget says no -> RETRY, reservation released.
+    SetPowerLimit   merge {uuid: watts} into the node annotation `gputide.io/power-caps`; the exporter's NVML agent
+                    mode reads it back with `read_power_caps` and applies it clamped to the GPU's constraints.
+    ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
+                    HPA targets the Deployment, else the Deployment's scale subresource.
+    ScaleTraining   batch/v1 Job: suspend when workers == 0, else parallelism = workers; with `kueue_queues` set and
+                    the Job queued through Kueue, GPU quota moves between the two ClusterQueues of the cohort.
+    TaintNode       add or remove the hot taint.
+
+Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
+someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
+transport errors are retried with exponential backoff (`backoff_s * 2**attempt`, injected `sleep`) up to
+`max_retries`; after that the action comes back as RETRY. 404/403/422 are permanent (FAILED).
+Patches are sent as `application/merge-patch+json` explicitly: the generated client would otherwise pick a
+strategic merge patch, which custom resources (Kueue) do not support.
+
+`LeaseLeaderElector` follows client-go's leaderelection: a coordination.k8s.io/v1 Lease holds holderIdentity,
+leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender takes over only when the record it
+observed has not changed for a lease duration (measured on its own clock, so clock skew between replicas does
+not matter), and writes with the observed resourceVersion so that of two racing contenders only one wins.
+`SecondaryScheduler` binds pods with `schedulerName: gputide` through an injected placement function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.errors import ActuationError, PermanentActuationError, TemporaryActuationError
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
+
+log = logging.getLogger(__name__)
+
+POWER_CAP_ANNOTATION = "gputide.io/power-caps"
+HOT_TAINT_KEY = "gputide.io/hot"
+HOT_UNTIL_ANNOTATION = "gputide.io/hot-until"
+RESERVATION_ANNOTATION = "gputide.io/reserved-for"
+GPU_RESOURCE = "nvidia.com/gpu"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+MERGE_PATCH = "application/merge-patch+json"
+Json = dict[str, Any]
+
+
+# ---- errors: ApiException is mapped here, at the boundary ----------------------------------------------------
+
+
+class KubeTemporaryError(TemporaryActuationError):
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ConflictError(KubeTemporaryError):
+    """409: stale resourceVersion or the object already exists."""
+
+
+class ThrottledError(KubeTemporaryError):
+    """429: API priority and fairness, or on an eviction a PodDisruptionBudget."""
+
+
+class KubePermanentError(PermanentActuationError):
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFoundError(KubePermanentError):
+    """404."""
+
+
+def _translate(exc: ApiException, what: str) -> ActuationError:
+    status = int(exc.status or 0)
+    try:
+        message = json.loads(exc.body or "{}").get("message", "") or exc.reason
+    except (ValueError, AttributeError):
+        message = exc.reason
+    text = f"{what}: HTTP {status} {message}"
+    if status == 409:
+        return ConflictError(text, status)
+    if status == 429:
+        return ThrottledError(text, status)
+    if status == 404:
+        return NotFoundError(text, status)
+    if status in (0, 408) or status >= 500:
+        return KubeTemporaryError(text, status)
+    return KubePermanentError(text, status)
+
+
+# ---- small pure helpers --------------------------------------------------------------------------------------
+
+
+def micro_time(t: float) -> datetime:
+    """An aware datetime for a MicroTime field. The client serialises with isoformat(), which drops the fraction
+    when microsecond == 0, and the API server then rejects the value (RFC3339Micro needs six digits)."""
+    dt = datetime.fromtimestamp(t, UTC)
+    return dt if dt.microsecond else dt.replace(microsecond=1)
+
+
+def parse_time(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def split_name(qualified: str, default_namespace: str = "default") -> tuple[str, str]:
+    """`"ns/name"` -> ("ns", "name"); a bare name lives in `default_namespace`."""
+    ns, _, name = qualified.rpartition("/")
+    return (ns or default_namespace), name
+
+
+def _json_annotation(obj: Json, key: str) -> dict[str, Any]:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        log.warning("annotation %s is not JSON, ignoring it: %r", key, raw)
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def read_power_caps(node: Any, annotation: str = POWER_CAP_ANNOTATION) -> dict[str, float]:
+    """The per-GPU power caps {uuid: watts} requested for a node (a dict as from the API or a V1Node).
+
+    Used by the exporter's NVML agent mode; entries that are not positive numbers are skipped."""
+    if not isinstance(node, Mapping):
+        node = {"metadata": {"annotations": getattr(getattr(node, "metadata", None), "annotations", None)}}
+    caps = {}
+    for uuid, watts in _json_annotation(dict(node), annotation).items():
+        if isinstance(watts, int | float) and not isinstance(watts, bool) and watts > 0:
+            caps[str(uuid)] = float(watts)
+    return caps
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "m": 1e-3}  # fmt: skip
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes resource quantity ("2", "500m", "8Gi") as a number of base units."""
+    if isinstance(value, int | float):
+        return float(value)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(value))
+    if not m or m.group(2) not in _UNITS:
+        raise KubePermanentError(f"invalid quantity {value!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _pod_requests(pod: Json) -> tuple[int, int, int]:
+    """(gpus, cpu_milli, memory_mib) of a pod: limits of nvidia.com/gpu, requests (else limits) of cpu/memory."""
+    gpus = cpu = mem = 0.0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        gpus += quantity(limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0)))
+        cpu += quantity(requests.get("cpu", limits.get("cpu", 0))) * 1000
+        mem += quantity(requests.get("memory", limits.get("memory", 0))) / 2**20
+    return int(gpus), int(round(cpu)), int(round(mem))
+
+
+# ---- the API call wrapper ------------------------------------------------------------------------------------
+
+
+class _Api:
+    """Calls the generated client, returns parsed JSON, retries what is worth retrying, maps the rest."""
+
+    def __init__(self, api_client: k8s.ApiClient, max_retries: int, backoff_s: float,
+                 sleep: Callable[[float], None], timeout_s: float) -> None:
+        self.core = k8s.CoreV1Api(api_client)
+        self.apps = k8s.AppsV1Api(api_client)
+        self.autoscaling = k8s.AutoscalingV2Api(api_client)
+        self.batch = k8s.BatchV1Api(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
+
+    def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,
+                 **kwargs: Any) -> Json:
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+                data = resp.data
+                return json.loads(data) if data else {}
+            except ApiException as exc:
+                err: ActuationError = _translate(exc, what)
+                cause: Exception = exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:   # timeouts, refused connections
+                err, cause = KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}"), exc
+            retryable = isinstance(err, KubeTemporaryError) and not isinstance(err, ConflictError) and (
+                retry_throttled or not isinstance(err, ThrottledError))
+            if not retryable or attempt == self.max_retries:
+                raise err from cause
+            log.info("%s; retry %d/%d", err, attempt + 1, self.max_retries)
+            self.sleep(self.backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def update(self, what: str, read: Callable[[], Json], patch: Callable[[Json], Json],
+               change: Callable[[Json], Json | None]) -> Json | None:
+        """Read-modify-write with resourceVersion; on 409 read again and recompute, up to max_retries times.
+
+        `change(obj)` returns a merge patch, or None when nothing needs changing."""
+        for attempt in range(self.max_retries + 1):
+            obj = read()
+            body = change(obj)
+            if body is None:
+                return None
+            body.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            try:
+                return patch(body)
+            except ConflictError:
+                if attempt == self.max_retries:
+                    raise
+                log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.max_retries)
+        return None
+
+    def update_node(self, name: str, change: Callable[[Json], Json | None]) -> Json | None:
+        what = f"node {name}"
+        return self.update(
+            what, lambda: self(what, self.core.read_node, name),
+            lambda body: self(what, self.core.patch_node, name, body, _content_type=MERGE_PATCH), change)
+
+
+def _taints_change(node: Json, key: str, add: bool, until: float | None) -> Json | None:
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    has = any(t.get("key") == key for t in taints)
+    annotations: dict[str, str | None] = {}
+    if add:
+        if not has:
+            taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
+        annotations[HOT_UNTIL_ANNOTATION] = rfc3339(until) if until is not None else None
+    else:
+        if not has and HOT_UNTIL_ANNOTATION not in ((node.get("metadata") or {}).get("annotations") or {}):
+            return None
+        taints = [t for t in taints if t.get("key") != key]
+        annotations[HOT_UNTIL_ANNOTATION] = None
+    return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
+
+
+def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
+    """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
+    current = _json_annotation(node, key)
+    merged = {k: v for k, v in {**current, **updates}.items() if v is not None}
+    if merged == current and key in ((node.get("metadata") or {}).get("annotations") or {}):
+        return None
+    value = json.dumps(merged, sort_keys=True) if merged else None
+    return {"metadata": {"annotations": {key: value}}}
+
+
+# ---- the actuator --------------------------------------------------------------------------------------------
+
+
+class KubernetesActuator:
+    """Applies actions through the Kubernetes API. Failures come back as RETRY / FAILED results, never raised."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        default_namespace: str = "default",
+        power_cap_annotation: str = POWER_CAP_ANNOTATION,
+        hot_taint_key: str = HOT_TAINT_KEY,
+        reservation_annotation: str = RESERVATION_ANNOTATION,
+        hot_taint_ttl_s: float = 900.0,
+        reservation_ttl_s: float = 300.0,
+        kueue_queues: tuple[str, str] | None = None,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        request_timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, request_timeout_s)
+        self.default_namespace = default_namespace
+        self.power_cap_annotation = power_cap_annotation
+        self.hot_taint_key = hot_taint_key
+        self.reservation_annotation = reservation_annotation
+        self.hot_taint_ttl_s = hot_taint_ttl_s
+        self.reservation_ttl_s = reservation_ttl_s
+        self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
+        self.clock = clock
+        self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
+            Migrate: self._migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
+            ScaleTraining: self._scale_training, TaintNode: self._taint,
+        }  # fmt: skip
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        handler = self._handlers.get(type(action))
+        if handler is None:
+            return ActionResult(action, Outcome.FAILED, f"kubernetes actuator cannot apply {action.kind}")
+        try:
+            detail = handler(action, snapshot)
+        except TemporaryActuationError as err:
+            return ActionResult(action, Outcome.RETRY, str(err))
+        except PermanentActuationError as err:
+            return ActionResult(action, Outcome.FAILED, str(err))
+        return ActionResult(action, Outcome.APPLIED, detail)
+
+    # ---- Migrate: reserve, taint, evict ----
+
+    def _migrate(self, action: Migrate, snapshot: ClusterSnapshot) -> str:
+        ns, pod = split_name(action.workload, self.default_namespace)
+        try:
+            slots = [snapshot.gpus[i].slot for i in action.target_gpus]
+            source = snapshot.gpus[action.source_gpus[0]].node if action.source_gpus else ""
+        except IndexError as exc:
+            raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
+        workload = snapshot.workload_by_name.get(action.workload)
+        key = f"{ns}/{workload.owner}" if workload is not None and workload.owner else f"{ns}/{pod}"
+        now = self.clock()
+        entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
+                 "expires": rfc3339(now + self.reservation_ttl_s)}
+        self.api.update_node(action.target_node, lambda n: _annotation_map_change(
+            n, self.reservation_annotation, {key: entry}))
+        try:
+            if source and source != action.target_node:
+                self.api.update_node(source, lambda n: _taints_change(
+                    n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+            self.api(f"evict pod {ns}/{pod}", self.api.core.create_namespaced_pod_eviction, pod, ns, body,
+                     retry_throttled=False)
+        except ActuationError as err:
+            self._release_reservation(action.target_node, key)
+            if isinstance(err, ThrottledError):
+                raise TemporaryActuationError(f"eviction blocked by a PodDisruptionBudget: {err}") from err
+            raise
+        return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
+
+    def _release_reservation(self, node: str, key: str) -> None:
+        try:
+            self.api.update_node(node, lambda n: _annotation_map_change(n, self.reservation_annotation, {key: None}))
+        except ActuationError as err:   # it expires on its own; the action's own error is what matters
+            log.warning("could not release reservation %s on %s: %s", key, node, err)
+
+    # ---- power caps, taints ----
+
+    def _power_limit(self, action: SetPowerLimit, snapshot: ClusterSnapshot) -> str:
+        watts = round(float(action.watts), 1)
+        self.api.update_node(action.node, lambda n: _annotation_map_change(
+            n, self.power_cap_annotation, {action.uuid: watts}))
+        return f"{action.node} {self.power_cap_annotation}[{action.uuid}] = {watts} W"
+
+    def _taint(self, action: TaintNode, snapshot: ClusterSnapshot) -> str:
+        until = None if action.remove else self.clock() + self.hot_taint_ttl_s
+        self.api.update_node(action.node, lambda n: _taints_change(n, self.hot_taint_key, not action.remove, until))
+        return f"{'removed' if action.remove else 'added'} taint {self.hot_taint_key} on {action.node}"
+
+    def power_caps(self, node: str) -> dict[str, float]:
+        return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
+
+    def release_expired(self) -> list[str]:
+        """Remove hot taints and reservations whose expiry has passed; call once per reconcile. Returns notes."""
+        now, notes = self.clock(), []
+        for node in self.api("list nodes", self.api.core.list_node).get("items", []):
+            name = node["metadata"]["name"]
+            until = parse_time((node["metadata"].get("annotations") or {}).get(HOT_UNTIL_ANNOTATION))
+            if until is not None and until <= now:
+                self.api.update_node(name, lambda n: _taints_change(n, self.hot_taint_key, False, None))
+                notes.append(f"{name}: hot taint expired")
+            stale = {k: None for k, v in _json_annotation(node, self.reservation_annotation).items()
+                     if (parse_time(v.get("expires")) or 0) <= now}
+            if stale:
+                self.api.update_node(name, lambda n, s=stale: _annotation_map_change(n, self.reservation_annotation, s))
+                notes.append(f"{name}: reservations expired: {sorted(stale)}")
+        return notes
+
+    # ---- inference: HPA floor or Deployment scale ----
+
+    def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str:
+        ns, name = split_name(action.service, self.default_namespace)
+        hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
+        hpa = next((h for h in hpas.get("items", []) if (h["spec"].get("scaleTargetRef") or {}).get("kind")
+                    == "Deployment" and h["spec"]["scaleTargetRef"].get("name") == name), None)
+        if hpa is None:
+            what = f"deployment {ns}/{name} scale"
+            self.api(what, self.api.apps.patch_namespaced_deployment_scale, name, ns,
+                     {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH)
+            return f"{ns}/{name} replicas = {action.replicas}"
+        hname, floor = hpa["metadata"]["name"], {}
+
+        def change(h: Json) -> Json | None:
+            want = min(max(int(action.replicas), 1), int(h["spec"]["maxReplicas"]))
+            floor["value"] = want
+            return None if h["spec"].get("minReplicas", 1) == want else {"spec": {"minReplicas": want}}
+
+        what = f"hpa {ns}/{hname}"
+        self.api.update(
+            what, lambda: self.api(what, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, hname, ns),
+            lambda body: self.api(what, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, hname, ns,
+                                  body, _content_type=MERGE_PATCH), change)
+        clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
+        return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
+
+    # ---- training: Job suspend / parallelism, Kueue quota ----
+
+    def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> str:
+        ns, name = split_name(action.job, self.default_namespace)
+        what = f"job {ns}/{name}"
+        job = self.api(what, self.api.batch.read_namespaced_job, name, ns)
+        queued = bool((job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL))
+        per_worker = _pod_requests(job["spec"].get("template") or {})[0] or 1
+        delta = (int(action.workers) - int(action.previous_workers)) * per_worker
+        notes = []
+        if self.kueue_queues and queued and delta > 0:   # grow: quota first, so Kueue can admit the workers
+            notes.append(self.shift_kueue_quota(self.kueue_queues[0], self.kueue_queues[1], delta))
+        spec: Json = {"suspend": True} if action.workers == 0 else {"parallelism": int(action.workers),
+                                                                      "suspend": False}
+        self.api(what, self.api.batch.patch_namespaced_job, name, ns, {"spec": spec}, _content_type=MERGE_PATCH)
+        if self.kueue_queues and queued and delta < 0:   # shrink: give the quota back once the job is smaller
+            notes.append(self.shift_kueue_quota(self.kueue_queues[1], self.kueue_queues[0], -delta))
+        state = "suspended" if action.workers == 0 else f"parallelism = {action.workers}"
+        return "; ".join([f"{what} {state}", *notes])
+
+    def shift_kueue_quota(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
+        """Move `gpus` of nominalQuota (nvidia.com/gpu) from one ClusterQueue to another in the same cohort.
+
+        The lender is lowered first, so the cohort's total never exceeds what exists; its lendingLimit is clamped
+        to the new nominal quota. If raising the borrower fails, the lender is restored (best effort)."""
+        if gpus <= 0:
+            raise PermanentActuationError(f"shift_kueue_quota: gpus must be > 0, got {gpus}")
+        cohorts = {q: (self._read_queue(q)["spec"].get("cohort") or "") for q in (from_queue, to_queue)}
+        if not cohorts[from_queue] or cohorts[from_queue] != cohorts[to_queue]:
+            raise PermanentActuationError(f"ClusterQueues {from_queue}, {to_queue} are not in one cohort: {cohorts}")
+        self._change_quota(from_queue, -gpus, flavor)
+        try:
+            self._change_quota(to_queue, gpus, flavor)
+        except ActuationError:
+            try:
+                self._change_quota(from_queue, gpus, flavor)
+            except ActuationError as undo:
+                log.error("kueue quota shift half-done, %s lost %d GPUs: %s", from_queue, gpus, undo)
+            raise
+        return f"kueue quota {gpus} x {GPU_RESOURCE}: {from_queue} -> {to_queue} (cohort {cohorts[to_queue]})"
+
+    def _read_queue(self, name: str) -> Json:
+        return self.api(f"clusterqueue {name}", self.api.custom.get_cluster_custom_object, *KUEUE, name)
+
+    def _change_quota(self, queue: str, delta: int, flavor: str | None) -> None:
+        def change(cq: Json) -> Json:
+            groups = cq["spec"].get("resourceGroups") or []
+            for group in groups:
+                for fl in group.get("flavors") or []:
+                    for res in fl.get("resources") or []:
+                        if res.get("name") == GPU_RESOURCE and flavor in (None, fl.get("name")):
+                            nominal = int(quantity(res["nominalQuota"])) + delta
+                            if nominal < 0:
+                                raise PermanentActuationError(f"clusterqueue {queue}: nominalQuota would be {nominal}")
+                            res["nominalQuota"] = nominal
+                            if "lendingLimit" in res and int(quantity(res["lendingLimit"])) > nominal:
+                                res["lendingLimit"] = nominal
+                            return {"spec": {"resourceGroups": groups}}
+            raise PermanentActuationError(f"clusterqueue {queue} has no {GPU_RESOURCE} quota (flavor {flavor})")
+
+        what = f"clusterqueue {queue}"
+        self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
+            what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
+
+
+# ---- leader election -----------------------------------------------------------------------------------------
+
+
+class LeaseLeaderElector:
+    """client-go style leader election on a coordination.k8s.io/v1 Lease; call `try_acquire_or_renew()` each cycle."""
+
+    def __init__(self, api_client: k8s.ApiClient, name: str, namespace: str, identity: str,
+                 lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] = time.time,
+                 *, max_retries: int = 0, sleep: Callable[[float], None] = time.sleep) -> None:
+        if renew_deadline_s >= lease_duration_s:
+            raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
+        self.api = _Api(api_client, max_retries, 0.1, sleep, 5.0)
+        self.name, self.namespace, self.identity = name, namespace, identity
+        self.lease_duration_s, self.renew_deadline_s, self.clock = int(lease_duration_s), renew_deadline_s, clock
+        self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
+        self._observed_at = 0.0                          # our clock when the record last changed
+        self._renewed_at: float | None = None            # our clock at our last successful write as holder
+
+    @property
+    def is_leader(self) -> bool:
+        return self._renewed_at is not None and self.clock() - self._renewed_at < self.renew_deadline_s
+
+    def _spec(self, now: float, acquired: float, transitions: int, holder: str, duration: int) -> Json:
+        return {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": micro_time(acquired),
+                "renewTime": micro_time(now), "leaseTransitions": transitions}
+
+    def try_acquire_or_renew(self) -> bool:
+        now, what = self.clock(), f"lease {self.namespace}/{self.name}"
+        try:
+            lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
+        except NotFoundError:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": self._spec(now, now, 0, self.identity, self.lease_duration_s)}
+            return self._write(what, now, self.api.coordination.create_namespaced_lease, self.namespace, body)
+        except ActuationError as err:
+            log.warning("%s: %s", what, err)
+            return self.is_leader
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        duration = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
+        if holder and holder != self.identity and self._observed_at + duration > now:
+            self._renewed_at = None
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            acquired = parse_time(spec.get("acquireTime")) or now
+        else:
+            acquired, transitions = now, transitions + 1
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": lease["metadata"]["resourceVersion"]},
+                "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
+        return self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+
+    def _write(self, what: str, now: float, fn: Callable[..., Any], *args: Any) -> bool:
+        try:
+            written = self.api(what, fn, *args)
+        except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
+            log.info("%s: %s is not leader: %s", what, self.identity, err)
+            return False if isinstance(err, ConflictError) else self.is_leader
+        spec = written.get("spec") or {}
+        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"))
+        self._observed_at = self._renewed_at = now
+        return True
+
+    def release(self) -> bool:
+        """Give the lease up (holderIdentity empty) so another replica takes over at once; True if released."""
+        if not self.is_leader:
+            return False
+        now, what = self.clock(), f"lease {self.namespace}/{self.name}"
+        try:
+            lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                self._renewed_at = None
+                return False
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "spec": self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1)}
+            self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        except ActuationError as err:
+            log.warning("%s: release failed: %s", what, err)
+            return False
+        finally:
+            self._renewed_at = None
+        return True
+
+
+# ---- secondary scheduler -------------------------------------------------------------------------------------
+
+PlaceFn = Callable[[Json, list[Json]], "str | None"]
+
+
+class SecondaryScheduler:
+    """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place`.
+
+    `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `pod_request` / `nodes_view`), so the
+    placement engine stays free of Kubernetes types. Reservations made by a Migrate are honoured: a pod matching a
+    reservation goes to its reserved node when it fits; reserved GPUs are not offered to other pods."""
+
+    def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
+                 *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
+                 max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
+        if place is None:
+            raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
+        self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
+        self.reservation_annotation = reservation_annotation
+
+    @staticmethod
+    def pod_request(pod: Json) -> Json:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        gpus, cpu, mem = _pod_requests(pod)
+        annotations = meta.get("annotations") or {}
+        gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(
+            "nvidia.com/gpu.product")
+        owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+        return {
+            "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
+            "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
+            "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
+            "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
+            "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
+            "tolerations": spec.get("tolerations") or [], "node_selector": spec.get("nodeSelector") or {},
+        }  # fmt: skip
+
+    def nodes_view(self) -> list[Json]:
+        """Per node: capacity, what bound pods and live reservations use, labels and taints."""
+        now = self.clock()
+        nodes = self.api("list nodes", self.api.core.list_node).get("items", [])
+        bound = self.api("list bound pods", self.api.core.list_pod_for_all_namespaces,
+                         field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+        used: dict[str, list[int]] = {}
+        for p in bound.get("items", []):
+            g, c, m = _pod_requests(p)
+            u = used.setdefault(p["spec"]["nodeName"], [0, 0, 0])
+            u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
+        view = []
+        for n in nodes:
+            alloc, name = (n.get("status") or {}).get("allocatable") or {}, n["metadata"]["name"]
+            g, c, m = used.get(name, [0, 0, 0])
+            reservations = {k: v for k, v in _json_annotation(n, self.reservation_annotation).items()
+                            if (parse_time(v.get("expires")) or 0) > now}
+            labels = n["metadata"].get("labels") or {}
+            view.append({
+                "name": name, "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
+                "taints": (n.get("spec") or {}).get("taints") or [],
+                "unschedulable": bool((n.get("spec") or {}).get("unschedulable")),
+                "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
+                "gpus_free": int(quantity(alloc.get(GPU_RESOURCE, 0))) - g,
+                "cpu_milli_free": int(quantity(alloc.get("cpu", 0)) * 1000) - c,
+                "memory_mib_free": int(quantity(alloc.get("memory", 0)) / 2**20) - m,
+                "reservations": reservations,
+            })  # fmt: skip
+        return view
+
+    @staticmethod
+    def _reserved_for_others(node: Json, req: Json) -> int:
+        mine = {req["name"], f"{req['namespace']}/{req['owner']}"}
+        if req["owner"]:   # a ReplicaSet "web-7d9f8" belongs to the Deployment "web"
+            mine.add(f"{req['namespace']}/{req['owner'].rsplit('-', 1)[0]}")
+        return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in mine)
+
+    @staticmethod
+    def _reservation_key(node: Json, req: Json) -> str | None:
+        keys = {req["name"], f"{req['namespace']}/{req['owner']}"}
+        if req["owner"]:
+            keys.add(f"{req['namespace']}/{req['owner'].rsplit('-', 1)[0]}")
+        return next((k for k in node["reservations"] if k in keys), None)
+
+    def _fits(self, node: Json, req: Json) -> bool:
+        tolerated = {t.get("key") for t in req["tolerations"]}
+        blocked = any(t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in tolerated
+                      for t in node["taints"])
+        return (not node["unschedulable"] and not blocked
+                and node["gpus_free"] - self._reserved_for_others(node, req) >= req["num_gpu"]
+                and node["cpu_milli_free"] >= req["cpu_milli"] and node["memory_mib_free"] >= req["memory_mib"]
+                and all(node["labels"].get(k) == v for k, v in req["node_selector"].items()))
+
+    def schedule_once(self) -> dict[str, str | None]:
+        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None}."""
+        pending = self.api("list pending pods", self.api.core.list_pod_for_all_namespaces, field_selector=(
+            f"spec.schedulerName={self.scheduler_name},status.phase=Pending,spec.nodeName=")).get("items", [])
+        pending = [p for p in pending if not p["metadata"].get("deletionTimestamp")]
+        pending.sort(key=lambda p: -int((p.get("spec") or {}).get("priority") or 0))
+        view, results = self.nodes_view(), {}
+        by_name = {n["name"]: n for n in view}
+        for pod in pending:
+            req = self.pod_request(pod)
+            reserved = next((n for n in view if self._reservation_key(n, req) and self._fits(n, req)), None)
+            target = reserved["name"] if reserved else self.place(req, [n for n in view if self._fits(n, req)])
+            node = by_name.get(target) if target else None
+            if node is None or not self._fits(node, req):
+                results[req["name"]] = None
+                continue
+            body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
+            try:
+                self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
+                         req["namespace"], body)
+            except ActuationError as err:
+                log.warning("scheduler %s: %s", self.scheduler_name, err)
+                results[req["name"]] = None
+                continue
+            node["gpus_free"] -= req["num_gpu"]
+            node["cpu_milli_free"] -= req["cpu_milli"]
+            node["memory_mib_free"] -= req["memory_mib"]
+            key = self._reservation_key(node, req)
+            if key is not None:
+                node["reservations"].pop(key)
+                self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
+                    n, self.reservation_annotation, {k: None}))
+            results[req["name"]] = node["name"]
+        return results
+
+
+# ---- client construction -------------------------------------------------------------------------------------
+
+
+def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = None,
+                     context: str | None = None) -> k8s.ApiClient:
+    """An ApiClient from the in-cluster service account, or a kubeconfig (default: $KUBECONFIG, ~/.kube/config).
+
+    `in_cluster=None` picks in-cluster config when running in a pod (KUBERNETES_SERVICE_HOST is set) and no
+    kubeconfig was given."""
+    if in_cluster is None:
+        in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if in_cluster:
+        cfg = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=cfg)
+        return k8s.ApiClient(cfg)
+    return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+
+
+__all__ = [
+    "HOT_TAINT_KEY", "POWER_CAP_ANNOTATION", "RESERVATION_ANNOTATION", "ConflictError", "KubernetesActuator",
+    "LeaseLeaderElector", "NotFoundError", "SecondaryScheduler", "ThrottledError", "build_api_client",
+    "micro_time", "read_power_caps", "split_name",
+]  # fmt: skip

@@ -1,0 +1,45 @@
+"""Fixtures for the Kubernetes tests: a fresh fake API server per test, the official client pointed at it,
+and injected `sleep` / `clock` so retries and lease expiry take no real time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fakeapi import FakeKube
+from kubernetes import client as k8s
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with FakeKube() as fake:
+        yield fake
+
+
+@pytest.fixture
+def api(kube: FakeKube) -> Iterator[k8s.ApiClient]:
+    client = kube.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """Pass `sleeps.append` as `sleep=`: records the backoff instead of waiting."""
+    return []

@@ -1,0 +1,632 @@
+"""A fake Kubernetes API server for the actuator tests: real HTTP, real semantics, only the endpoints used.
+
+`FakeKube()` starts `http.server` in a thread on 127.0.0.1:<free port>; the official `kubernetes` client talks
+to it through `FakeKube.client()`. What it implements the way the real API server does:
+
+- resourceVersion: one cluster-wide counter, bumped on every write; a PUT or a merge patch that carries a stale
+  `metadata.resourceVersion` answers 409 Conflict; a Lease PUT without one answers 422 (no unconditional update).
+- POST of an existing name answers 409 AlreadyExists; unknown objects 404 NotFound.
+- PATCH accepts `application/merge-patch+json` only (RFC 7386) and answers 415 otherwise, so a client that
+  relies on the generated client's default (strategic merge, or JSON patch) is caught.
+- Every full request body, and the result of every patch, is validated against the Kubernetes schema with
+  kubernetes-validate (strict), plus the semantic checks the API server adds (HPA min <= max, taint effects,
+  Lease MicroTime format); Kueue ClusterQueues against a subset of the CRD schema. Invalid -> 422.
+- Eviction API: 429 TooManyRequests when a PodDisruptionBudget selecting the pod has no disruptions left,
+  404 for unknown pods, otherwise the pod is deleted and the budget decremented.
+- Binding: sets spec.nodeName once; a second binding answers 409.
+- Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace.
+
+Faults on demand: `inject("POST", r"/eviction$", 500, count=2)` makes the next two matching requests fail;
+`before("PUT", r"/leases/", fn)` runs `fn()` just before the next matching request, to stage races.
+Every request is logged in `requests` for assertions.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import threading
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl
+
+import jsonschema
+from kubernetes import client as k8s
+from kubernetes_validate import utils as kv_utils
+from referencing import Registry, Resource
+
+K8S_VERSION = "1.29"
+MERGE_PATCH = "application/merge-patch+json"
+MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
+
+# resource plural -> (kind, apiVersion, namespaced)
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "nodes": ("Node", "v1", False),
+    "pods": ("Pod", "v1", True),
+    "deployments": ("Deployment", "apps/v1", True),
+    "horizontalpodautoscalers": ("HorizontalPodAutoscaler", "autoscaling/v2", True),
+    "jobs": ("Job", "batch/v1", True),
+    "leases": ("Lease", "coordination.k8s.io/v1", True),
+    "poddisruptionbudgets": ("PodDisruptionBudget", "policy/v1", True),
+    "clusterqueues": ("ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
+}
+PLURAL = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
+POD_FIELDS = {
+    "spec.schedulerName": lambda p: p.get("spec", {}).get("schedulerName", "default-scheduler"),
+    "spec.nodeName": lambda p: p.get("spec", {}).get("nodeName", ""),
+    "status.phase": lambda p: p.get("status", {}).get("phase", ""),
+    "metadata.name": lambda p: p["metadata"]["name"],
+    "metadata.namespace": lambda p: p["metadata"].get("namespace", ""),
+}
+
+# A subset of Kueue's ClusterQueue CRD (v1beta1) openAPIV3Schema: the fields gputide reads and writes.
+_QUANTITY = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^\d+$"}]}
+CLUSTERQUEUE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "kueue.x-k8s.io/v1beta1"},
+        "kind": {"const": "ClusterQueue"},
+        "metadata": {"type": "object"},
+        "status": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "cohort": {"type": "string"},
+                "namespaceSelector": {"type": "object"},
+                "queueingStrategy": {"enum": ["StrictFIFO", "BestEffortFIFO"]},
+                "resourceGroups": {
+                    "type": "array",
+                    "maxItems": 16,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["coveredResources", "flavors"],
+                        "properties": {
+                            "coveredResources": {"type": "array", "items": {"type": "string"}},
+                            "flavors": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["name", "resources"],
+                                    "properties": {
+                                        "name": {"type": "string"},
+                                        "resources": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "object",
+                                                "additionalProperties": False,
+                                                "required": ["name", "nominalQuota"],
+                                                "properties": {
+                                                    "name": {"type": "string"},
+                                                    "nominalQuota": _QUANTITY,
+                                                    "borrowingLimit": _QUANTITY,
+                                                    "lendingLimit": _QUANTITY,
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    ok = code < 400
+    return {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success" if ok else "Failure",
+        "message": message, "reason": "" if ok else reason, "code": code,
+    }  # fmt: skip
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _semantic_errors(obj: dict[str, Any]) -> list[str]:
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    errors = []
+    if kind == "Node":
+        for taint in spec.get("taints") or []:
+            if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                errors.append(f"spec.taints: unsupported effect {taint.get('effect')!r}")
+    if kind == "HorizontalPodAutoscaler":
+        lo, hi = spec.get("minReplicas", 1), spec.get("maxReplicas", 0)
+        if lo < 1 or lo > hi:
+            errors.append(f"spec.minReplicas: {lo} must be >= 1 and <= maxReplicas {hi}")
+    if kind == "Lease":
+        for key in ("acquireTime", "renewTime"):
+            if key in spec and spec[key] is not None and not MICRO_TIME.match(str(spec[key])):
+                errors.append(f"spec.{key}: {spec[key]!r} is not RFC3339 MicroTime")
+    if kind == "ClusterQueue":
+        for group in spec.get("resourceGroups", []):
+            for flavor in group["flavors"]:
+                for res in flavor["resources"]:
+                    if "lendingLimit" in res and int(res["lendingLimit"]) > int(res["nominalQuota"]):
+                        errors.append(f"{flavor['name']}/{res['name']}: lendingLimit > nominalQuota")
+    for key in ("replicas", "parallelism"):
+        if spec.get(key, 0) is not None and spec.get(key, 0) < 0:
+            errors.append(f"spec.{key} must be >= 0")
+    return errors
+
+
+@functools.cache
+def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
+    """kubernetes-validate's strict schema for one kind, built once (its `validate()` re-reads ~1 MB per call)."""
+    if kind == "ClusterQueue":
+        return jsonschema.Draft202012Validator(CLUSTERQUEUE_SCHEMA)
+    version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= K8S_VERSION][-1]
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    try:
+        schema = kv_utils.schema_contents(f"{folder}/{kind.lower()}-{group}.json", K8S_VERSION)
+    except FileNotFoundError as exc:
+        raise ApiError(404, "NotFound", f"no schema for {api_version}/{kind}") from exc
+    definitions = kv_utils.schema_contents(f"{folder}/_definitions.json", K8S_VERSION)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Schema + semantic validation; raises ApiError(422) like the API server's Invalid."""
+    try:
+        _validator(str(obj.get("kind")), str(obj.get("apiVersion"))).validate(obj)
+    except jsonschema.ValidationError as exc:
+        raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {exc.message}") from exc
+    errors = _semantic_errors(obj)
+    if errors:
+        raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {'; '.join(errors)}")
+
+
+@dataclass
+class Fault:
+    method: str | None
+    path: re.Pattern[str]
+    code: int
+    remaining: int
+
+
+@dataclass
+class Hook:
+    method: str | None
+    path: re.Pattern[str]
+    run: Callable[[], object]
+    remaining: int
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: str
+    content_type: str | None
+    body: Any
+
+
+@dataclass
+class _Route:
+    plural: str
+    namespace: str | None
+    name: str | None
+    sub: str | None
+    query: dict[str, str] = field(default_factory=dict)
+
+
+_PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<rest>.+)$")
+
+
+class FakeKube:
+    """In-memory API server state plus the HTTP front end. Use as a context manager or call `close()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._rv = 0
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.faults: list[Fault] = []
+        self.hooks: list[Hook] = []
+        self.requests: list[Request] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+
+    # ---- test-side API -------------------------------------------------------------------------------------
+
+    def client(self) -> k8s.ApiClient:
+        cfg = k8s.Configuration()
+        cfg.host = self.url
+        return k8s.ApiClient(cfg)
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a (validated) object as if created through the API; returns the stored copy."""
+        with self._lock:
+            plural = PLURAL[obj["kind"]]
+            ns = obj["metadata"].get("namespace", "default") if RESOURCES[plural][2] else ""
+            return copy.deepcopy(self._create(plural, ns, copy.deepcopy(obj)))
+
+    def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self._lock:
+            obj = self.objects.get((plural, namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def mutate(self, plural: str, name: str, namespace: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Change an object behind the client's back (another writer): merge-patch, validate, bump rv."""
+        with self._lock:
+            return copy.deepcopy(self._patch(plural, namespace, name, patch))
+
+    def inject(self, method: str | None, path: str, code: int, count: int = 1) -> Fault:
+        """The next `count` requests whose path matches regex `path` (and method, if given) answer `code`."""
+        fault = Fault(method, re.compile(path), code, count)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def before(self, method: str | None, path: str, run: Callable[[], object], count: int = 1) -> None:
+        """Run `run()` just before the next `count` matching requests are handled (to stage races)."""
+        with self._lock:
+            self.hooks.append(Hook(method, re.compile(path), run, count))
+
+    def calls(self, method: str, path_regex: str) -> list[Request]:
+        pattern = re.compile(path_regex)
+        return [r for r in self.requests if r.method == method and pattern.search(r.path)]
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeKube:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- storage ---------------------------------------------------------------------------------------------
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    def _typed(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        kind, api_version, namespaced = RESOURCES[plural]
+        if body.get("kind", kind) != kind or body.get("apiVersion", api_version) != api_version:
+            raise ApiError(400, "BadRequest", f"body is {body.get('apiVersion')}/{body.get('kind')}, not {kind}")
+        body["kind"], body["apiVersion"] = kind, api_version
+        meta = body.setdefault("metadata", {})
+        if namespaced and meta.setdefault("namespace", namespace) != namespace:
+            raise ApiError(400, "BadRequest", "the namespace of the object does not match the request")
+        return body
+
+    def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = self._typed(plural, namespace, body)
+        key = (plural, namespace, obj["metadata"].get("name", ""))
+        if key in self.objects:
+            raise ApiError(409, "AlreadyExists", f'{plural} "{key[2]}" already exists')
+        obj["metadata"].pop("resourceVersion", None)
+        obj["metadata"].setdefault("uid", str(uuidlib.uuid4()))
+        obj["metadata"].setdefault("creationTimestamp", "2024-01-01T00:00:00Z")
+        validate(obj)
+        self._bump(obj)
+        self.objects[key] = obj
+        return obj
+
+    def _existing(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.objects.get((plural, namespace, name))
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        return obj
+
+    def _store(self, plural: str, namespace: str, name: str, new: dict[str, Any]) -> dict[str, Any]:
+        old = self._existing(plural, namespace, name)
+        sent = new["metadata"].get("resourceVersion")
+        if sent is not None and sent != old["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object '
+                           "has been modified; please apply your changes to the latest version and try again")
+        if new["metadata"].get("name") != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        for key in ("uid", "creationTimestamp"):
+            new["metadata"][key] = old["metadata"][key]
+        validate(new)
+        self._bump(new)
+        self.objects[(plural, namespace, name)] = new
+        return new
+
+    def _replace(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        new = self._typed(plural, namespace, body)
+        if plural == "leases" and not new["metadata"].get("resourceVersion"):
+            raise ApiError(422, "Invalid", "metadata.resourceVersion: must be specified for an update")
+        return self._store(plural, namespace, name, new)
+
+    def _patch(self, plural: str, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        if not isinstance(patch, dict):
+            raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+        merged = merge_patch(self._existing(plural, namespace, name), patch)
+        return self._store(plural, namespace, name, merged)
+
+    # ---- sub-resources ---------------------------------------------------------------------------------------
+
+    def _evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = dict(body, apiVersion=body.get("apiVersion", "policy/v1"), kind=body.get("kind", "Eviction"))
+        validate(body)
+        if body["metadata"].get("name") != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        pod = self._existing("pods", namespace, name)
+        labels = pod["metadata"].get("labels", {})
+        budgets = [
+            pdb for (plural, ns, _), pdb in self.objects.items()
+            if plural == "poddisruptionbudgets" and ns == namespace
+            and all(labels.get(k) == v for k, v in pdb["spec"]["selector"].get("matchLabels", {}).items())
+        ]  # fmt: skip
+        for pdb in budgets:
+            if pdb["status"]["disruptionsAllowed"] < 1:
+                raise ApiError(429, "TooManyRequests",
+                               "Cannot evict pod as it would violate the pod's disruption budget.")
+        for pdb in budgets:
+            pdb["status"]["disruptionsAllowed"] -= 1
+            self._bump(pdb)
+        del self.objects[("pods", namespace, name)]
+        return status_body(201, "", "")
+
+    def _bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = dict(body, apiVersion=body.get("apiVersion", "v1"), kind=body.get("kind", "Binding"))
+        validate(body)
+        if body["metadata"].get("name") != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
+        pod = self._existing("pods", namespace, name)
+        if pod["spec"].get("nodeName"):
+            raise ApiError(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']}")
+        self._store("pods", namespace, name, merge_patch(pod, {"spec": {"nodeName": body["target"]["name"]}}))
+        return status_body(201, "", "")
+
+    def _scale(self, namespace: str, name: str) -> dict[str, Any]:
+        dep = self._existing("deployments", namespace, name)
+        return {
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": name, "namespace": namespace,
+                         "resourceVersion": dep["metadata"]["resourceVersion"]},
+            "spec": {"replicas": dep["spec"].get("replicas", 1)},
+            "status": {"replicas": dep.get("status", {}).get("replicas", 0)},
+        }  # fmt: skip
+
+    def _patch_scale(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        scale = merge_patch(self._scale(namespace, name), patch)
+        validate(scale)
+        dep = self._existing("deployments", namespace, name)
+        if scale["metadata"]["resourceVersion"] != dep["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        self._store("deployments", namespace, name, merge_patch(dep, {"spec": {"replicas": scale["spec"]["replicas"]}}))
+        return self._scale(namespace, name)
+
+    # ---- lists -----------------------------------------------------------------------------------------------
+
+    def _list(self, plural: str, namespace: str | None, query: dict[str, str]) -> dict[str, Any]:
+        selectors = []
+        for term in filter(None, query.get("fieldSelector", "").split(",")):
+            m = re.match(r"^([\w.]+)(!=|==|=)(.*)$", term)
+            getter = (POD_FIELDS if plural == "pods" else {"metadata.name": POD_FIELDS["metadata.name"]}).get(
+                m.group(1) if m else "")
+            if m is None or getter is None:
+                raise ApiError(400, "BadRequest", f'field label not supported: "{term}"')
+            selectors.append((getter, m.group(2) == "!=", m.group(3)))
+        items = [
+            copy.deepcopy(obj) for (p, ns, _), obj in sorted(self.objects.items())
+            if p == plural and (namespace is None or ns == namespace)
+            and all((g(obj) != v) if neg else (g(obj) == v) for g, neg, v in selectors)
+        ]  # fmt: skip
+        kind, api_version, _ = RESOURCES[plural]
+        return {"kind": f"{kind}List", "apiVersion": api_version,
+                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    # ---- HTTP ------------------------------------------------------------------------------------------------
+
+    def route(self, path: str) -> _Route:
+        base, _, qs = path.partition("?")
+        m = _PATH.match(base)
+        if not m:
+            raise ApiError(404, "NotFound", f"no route for {base}")
+        api_version = m.group("core") or f"{m.group('group')}/{m.group('version')}"
+        parts = m.group("rest").strip("/").split("/")
+        namespace = None
+        if parts[0] == "namespaces" and len(parts) >= 3:
+            namespace, parts = parts[1], parts[2:]
+        plural = parts[0]
+        if plural not in RESOURCES or RESOURCES[plural][1] != api_version or len(parts) > 3:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({base})")
+        if RESOURCES[plural][2] is False and namespace is not None:
+            raise ApiError(404, "NotFound", f"{plural} is not namespaced")
+        query = dict(parse_qsl(qs, keep_blank_values=True))
+        return _Route(plural, namespace, parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else None, query)
+
+    def dispatch(self, method: str, path: str, content_type: str | None, body: Any) -> tuple[int, Any]:
+        with self._lock:
+            hooks = [h for h in self.hooks if h.remaining > 0 and h.method in (None, method) and h.path.search(path)]
+            for hook in hooks:
+                hook.remaining -= 1
+        for hook in hooks:   # outside the lock: a hook may itself call the API
+            hook.run()
+        with self._lock:
+            self.requests.append(Request(method, path.partition("?")[0], path.partition("?")[2], content_type, body))
+            for fault in self.faults:
+                if fault.remaining > 0 and (fault.method in (None, method)) and fault.path.search(path):
+                    fault.remaining -= 1
+                    reason = {409: "Conflict", 429: "TooManyRequests"}.get(fault.code, "InternalError")
+                    return fault.code, status_body(fault.code, reason, "injected fault")
+            try:
+                return self._dispatch(method, content_type, body, self.route(path))
+            except ApiError as err:
+                return err.code, status_body(err.code, err.reason, err.message)
+
+    def _dispatch(self, method: str, content_type: str | None, body: Any, r: _Route) -> tuple[int, Any]:
+        ns = r.namespace or ""
+        if method == "PATCH" and (content_type or "").split(";")[0] != MERGE_PATCH:
+            raise ApiError(415, "UnsupportedMediaType", f"fake supports {MERGE_PATCH} only, got {content_type}")
+        if r.name is None:
+            if method == "GET":
+                return 200, self._list(r.plural, r.namespace, r.query)
+            if method == "POST":
+                return 201, copy.deepcopy(self._create(r.plural, ns, body))
+        elif r.sub is None:
+            if method == "GET":
+                return 200, copy.deepcopy(self._existing(r.plural, ns, r.name))
+            if method == "PUT":
+                return 200, copy.deepcopy(self._replace(r.plural, ns, r.name, body))
+            if method == "PATCH":
+                return 200, copy.deepcopy(self._patch(r.plural, ns, r.name, body))
+            if method == "DELETE" and r.plural == "pods":
+                obj = self._existing(r.plural, ns, r.name)
+                del self.objects[(r.plural, ns, r.name)]
+                return 200, obj
+        elif r.plural == "pods" and method == "POST" and r.sub in ("eviction", "binding"):
+            return 201, (self._evict if r.sub == "eviction" else self._bind)(ns, r.name, body)
+        elif r.plural == "deployments" and r.sub == "scale":
+            if method == "GET":
+                return 200, self._scale(ns, r.name)
+            if method == "PATCH":
+                return 200, self._patch_scale(ns, r.name, body)
+        raise ApiError(405, "MethodNotAllowed", f"{method} not supported on {r}")
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True   # headers and body go out in two writes; no 40 ms delayed-ACK stalls
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except json.JSONDecodeError:
+                    code, payload = 400, status_body(400, "BadRequest", "body is not JSON")
+                else:
+                    code, payload = owner.dispatch(self.command, self.path, self.headers.get("Content-Type"), body)
+                out = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 - http.server's naming
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+# ---- object builders for tests -------------------------------------------------------------------------------
+
+
+def node(name: str, gpus: int = 8, *, model: str = "H100", labels: dict[str, str] | None = None,
+         cpu: str = "64", memory: str = "256Gi") -> dict[str, Any]:
+    alloc = {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": model, **(labels or {})}},
+        "spec": {},
+        "status": {"capacity": dict(alloc), "allocatable": dict(alloc)},
+    }  # fmt: skip
+
+
+def pod(name: str, namespace: str = "default", *, gpus: int = 1, labels: dict[str, str] | None = None,
+        scheduler: str | None = None, node_name: str | None = None, phase: str = "Running",
+        owner: tuple[str, str] | None = None) -> dict[str, Any]:
+    container = {"name": "main", "image": "registry.example/app:1",
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "2", "memory": "8Gi"}}}
+    spec: dict[str, Any] = {"containers": [container]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if node_name:
+        spec["nodeName"] = node_name
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1],
+                                    "uid": str(uuidlib.uuid4()), "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def pdb(name: str, namespace: str, match_labels: dict[str, str], allowed: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": match_labels}},
+        "status": {"currentHealthy": 2, "desiredHealthy": 1, "disruptionsAllowed": allowed, "expectedPods": 2},
+    }  # fmt: skip
+
+
+def deployment(name: str, namespace: str = "default", replicas: int = 2) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "srv", "image": "registry.example/srv:1"}]}}},
+    }  # fmt: skip
+
+
+def hpa(name: str, target: str, namespace: str = "default", lo: int = 1, hi: int = 10) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                 "minReplicas": lo, "maxReplicas": hi},
+    }  # fmt: skip
+
+
+def job(name: str, namespace: str = "default", parallelism: int = 4, gpus: int = 1,
+        queue: str | None = None, suspend: bool = False) -> dict[str, Any]:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    container = {"name": "train", "image": "registry.example/train:1",
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"parallelism": parallelism, "suspend": suspend,
+                 "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+    }  # fmt: skip
+
+
+def clusterqueue(name: str, cohort: str, gpus: int, lending: int | None = None,
+                 flavor: str = "h100") -> dict[str, Any]:
+    resource: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": gpus}
+    if lending is not None:
+        resource["lendingLimit"] = lending
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"cohort": cohort, "resourceGroups": [
+            {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [
+                {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 512}, resource]}]}]},
+    }  # fmt: skip
+
+
+def iter_taints(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield from obj.get("spec", {}).get("taints") or []

@@ -1,0 +1,412 @@
+"""KubernetesActuator end to end against the fake API server: each action type, PDBs, conflicts, 5xx, Kueue."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from fakeapi import FakeKube, clusterqueue, deployment, hpa, job, node, pdb, pod
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes import client as k8s
+
+from balancer.actuate.base import Actuator, Outcome
+from balancer.actuate.kubernetes import (
+    HOT_TAINT_KEY,
+    HOT_UNTIL_ANNOTATION,
+    POWER_CAP_ANNOTATION,
+    RESERVATION_ANNOTATION,
+    KubernetesActuator,
+    build_api_client,
+    read_power_caps,
+)
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Gpu,
+    Migrate,
+    Node,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+    Workload,
+    WorkloadClass,
+)
+
+ARRAYS = ("temperature_c", "memory_temperature_c", "slowdown_temp_c", "power_w", "power_limit_w", "sm_active",
+          "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s")
+
+
+def make_snapshot() -> ClusterSnapshot:
+    """Two nodes (n1, n2) of two GPUs each; web-1 (owned by Deployment web) runs on n1's GPU 0."""
+    gpus = tuple(Gpu(index=i, uuid=f"GPU-{i}", node=f"n{i // 2 + 1}", slot=i % 2, model="H100") for i in range(4))
+    nodes = tuple(Node(name=f"n{k}", gpu_model="H100", gpu_count=2) for k in (1, 2))
+    workloads = (Workload(name="default/web-1", workload_class=WorkloadClass.INFERENCE, owner="web"),
+                 Workload(name="default/solo", workload_class=WorkloadClass.BATCH))
+    return ClusterSnapshot(time=0.0, nodes=nodes, gpus=gpus, workloads=workloads,
+                           placements={"default/web-1": (0,), "default/solo": (1,)},
+                           **{name: np.zeros(4) for name in ARRAYS})
+
+
+SNAP = make_snapshot()
+
+
+def migrate(workload: str = "default/web-1", source: tuple[int, ...] = (0,), target: tuple[int, ...] = (2,),
+            node_name: str = "n2") -> Migrate:
+    return Migrate(reason="n1 GPU 0 near slowdown", expected_gain=3.0, workload=workload, source_gpus=source,
+                   target_gpus=target, target_node=node_name)
+
+
+def power(uuid: str = "GPU-0", watts: float = 450.0, node_name: str = "n1") -> SetPowerLimit:
+    return SetPowerLimit(reason="hot", gpu=0, uuid=uuid, node=node_name, watts=watts, previous_watts=700.0)
+
+
+@pytest.fixture
+def cluster(kube: FakeKube) -> FakeKube:
+    kube.add(node("n1", 2))
+    kube.add(node("n2", 2))
+    kube.add(pod("web-1", labels={"app": "web"}, node_name="n1", owner=("ReplicaSet", "web-5d8f")))
+    kube.add(pod("solo", node_name="n1"))
+    kube.add(pdb("web", "default", {"app": "web"}, allowed=1))
+    return kube
+
+
+@pytest.fixture
+def actuator(api: k8s.ApiClient, clock, sleeps: list[float]) -> KubernetesActuator:
+    return KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=("inference", "training"))
+
+
+def annotations(kube: FakeKube, name: str) -> dict[str, str]:
+    return kube.get("nodes", name)["metadata"].get("annotations") or {}
+
+
+def taints(kube: FakeKube, name: str) -> list[dict]:
+    return kube.get("nodes", name)["spec"].get("taints") or []
+
+
+def test_the_actuator_satisfies_the_protocol(actuator: KubernetesActuator) -> None:
+    assert isinstance(actuator, Actuator)
+    assert actuator.name == "kubernetes"
+
+
+# ---- Migrate ---------------------------------------------------------------------------------------------------
+
+
+def test_migrate_reserves_the_target_taints_the_source_and_evicts(cluster: FakeKube, actuator, clock) -> None:
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert cluster.get("pods", "web-1", "default") is None
+    reservation = json.loads(annotations(cluster, "n2")[RESERVATION_ANNOTATION])
+    assert reservation["default/web"]["pod"] == "default/web-1"
+    assert reservation["default/web"]["gpus"] == [0] and reservation["default/web"]["count"] == 1
+    assert [t["key"] for t in taints(cluster, "n1")] == [HOT_TAINT_KEY]
+    assert taints(cluster, "n1")[0]["effect"] == "NoSchedule"
+    assert HOT_UNTIL_ANNOTATION in annotations(cluster, "n1")
+    assert cluster.get("poddisruptionbudgets", "web", "default")["status"]["disruptionsAllowed"] == 0
+    order = [(r.method, r.path.rsplit("/", 1)[-1]) for r in cluster.requests if r.method != "GET"]
+    assert order == [("PATCH", "n2"), ("PATCH", "n1"), ("POST", "eviction")]   # reserve before evict
+
+
+def test_pdb_429_gives_retry_releases_the_reservation_then_succeeds_once_allowed(cluster: FakeKube,
+                                                                                   actuator) -> None:
+    cluster.mutate("poddisruptionbudgets", "web", "default", {"status": {"disruptionsAllowed": 0}})
+    blocked = actuator.apply(migrate(), SNAP)
+    assert blocked.outcome is Outcome.RETRY
+    assert "PodDisruptionBudget" in blocked.detail
+    assert cluster.get("pods", "web-1", "default") is not None
+    assert RESERVATION_ANNOTATION not in annotations(cluster, "n2")
+    cluster.mutate("poddisruptionbudgets", "web", "default", {"status": {"disruptionsAllowed": 1}})
+    assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED
+    assert cluster.get("pods", "web-1", "default") is None
+
+
+@pytest.mark.parametrize(
+    ("faults", "outcome", "sleeps_expected", "pod_left"),
+    [
+        pytest.param(2, Outcome.APPLIED, [0.5, 1.0], False, id="two 500s on the eviction are retried"),
+        pytest.param(4, Outcome.RETRY, [0.5, 1.0, 2.0], True, id="500s beyond max_retries give up with RETRY"),
+    ],
+)
+def test_eviction_server_errors_are_retried_with_backoff(cluster: FakeKube, actuator, sleeps, faults, outcome,
+                                                         sleeps_expected, pod_left) -> None:
+    cluster.inject("POST", r"/eviction$", 500, count=faults)
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is outcome, result.detail
+    assert sleeps == sleeps_expected
+    assert (cluster.get("pods", "web-1", "default") is not None) is pod_left
+    assert (RESERVATION_ANNOTATION in annotations(cluster, "n2")) is not pod_left
+
+
+@pytest.mark.parametrize(
+    ("action", "outcome", "source_tainted"),
+    [
+        pytest.param(migrate(workload="default/ghost"), Outcome.FAILED, True, id="unknown pod is a permanent 404"),
+        pytest.param(migrate(node_name="n9"), Outcome.FAILED, False, id="unknown target node fails before touching"),
+        pytest.param(migrate(workload="default/solo", source=(1,), target=(0,), node_name="n1"), Outcome.APPLIED,
+                     False, id="a move within one node does not taint it"),
+        pytest.param(migrate(target=(7,)), Outcome.FAILED, False, id="a GPU index outside the snapshot fails"),
+    ],
+)
+def test_migrate_edge_cases(cluster: FakeKube, actuator, action, outcome, source_tainted) -> None:
+    result = actuator.apply(action, SNAP)
+    assert result.outcome is outcome, result.detail
+    assert bool(taints(cluster, "n1")) is source_tainted
+    assert RESERVATION_ANNOTATION not in annotations(cluster, "n2")
+
+
+def test_reservation_of_a_pod_without_owner_is_keyed_by_the_pod(cluster: FakeKube, actuator) -> None:
+    cluster.add(node("n3", 2))
+    action = migrate(workload="default/solo", source=(1,), target=(2, 3), node_name="n2")
+    assert actuator.apply(action, SNAP).outcome is Outcome.APPLIED
+    reservation = json.loads(annotations(cluster, "n2")[RESERVATION_ANNOTATION])
+    assert list(reservation) == ["default/solo"] and reservation["default/solo"]["gpus"] == [0, 1]
+
+
+# ---- power caps, taints, conflicts --------------------------------------------------------------------------
+
+
+def test_power_limit_merges_into_the_existing_annotation(cluster: FakeKube, actuator) -> None:
+    cluster.mutate("nodes", "n1", "", {"metadata": {"annotations": {POWER_CAP_ANNOTATION: '{"GPU-1": 300}'}}})
+    result = actuator.apply(power(), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert read_power_caps(cluster.get("nodes", "n1")) == {"GPU-0": 450.0, "GPU-1": 300.0}
+    assert actuator.power_caps("n1") == {"GPU-0": 450.0, "GPU-1": 300.0}
+
+
+def test_a_conflicting_writer_is_not_overwritten(cluster: FakeKube, actuator) -> None:
+    # another writer changes n1 between our read and our patch: the 409 makes us re-read and keep its entry
+    cluster.before("PATCH", r"/nodes/n1$", lambda: cluster.mutate(
+        "nodes", "n1", "", {"metadata": {"annotations": {POWER_CAP_ANNOTATION: '{"GPU-1": 280}'}}}))
+    result = actuator.apply(power(), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert len(cluster.calls("PATCH", r"/nodes/n1$")) == 2
+    assert read_power_caps(cluster.get("nodes", "n1")) == {"GPU-0": 450.0, "GPU-1": 280.0}
+
+
+@pytest.mark.parametrize(
+    ("code", "count", "outcome"),
+    [
+        pytest.param(409, 1, Outcome.APPLIED, id="one 409 is retried after a re-read"),
+        pytest.param(409, 4, Outcome.RETRY, id="409 on every try gives RETRY"),
+        pytest.param(500, 3, Outcome.APPLIED, id="three 500s are within max_retries"),
+        pytest.param(503, 4, Outcome.RETRY, id="four 503s give RETRY"),
+        pytest.param(429, 1, Outcome.APPLIED, id="API throttling 429 is retried"),
+        pytest.param(403, 1, Outcome.FAILED, id="403 is permanent"),
+    ],
+)
+def test_node_writes_map_errors_to_outcomes(cluster: FakeKube, actuator, code, count, outcome) -> None:
+    cluster.inject("PATCH", r"/nodes/n1$", code, count=count)
+    result = actuator.apply(power(), SNAP)
+    assert result.outcome is outcome, result.detail
+    assert (read_power_caps(cluster.get("nodes", "n1")) == {"GPU-0": 450.0}) is (outcome is Outcome.APPLIED)
+
+
+def test_power_limit_on_an_unknown_node_fails(cluster: FakeKube, actuator) -> None:
+    assert actuator.apply(power(node_name="n9"), SNAP).outcome is Outcome.FAILED
+
+
+@pytest.mark.parametrize(
+    ("actions", "taint_count", "hot_until"),
+    [
+        pytest.param([TaintNode(reason="hot", node="n1")], 1, True, id="taint adds the hot taint with expiry"),
+        pytest.param([TaintNode(reason="hot", node="n1")] * 2, 1, True, id="tainting twice keeps one taint"),
+        pytest.param([TaintNode(reason="hot", node="n1"), TaintNode(reason="cool", node="n1", remove=True)], 0,
+                     False, id="remove takes taint and expiry away"),
+        pytest.param([TaintNode(reason="cool", node="n1", remove=True)], 0, False, id="removing nothing is fine"),
+    ],
+)
+def test_taint_node(cluster: FakeKube, actuator, actions, taint_count, hot_until) -> None:
+    for action in actions:
+        assert actuator.apply(action, SNAP).outcome is Outcome.APPLIED
+    assert len([t for t in taints(cluster, "n1") if t["key"] == HOT_TAINT_KEY]) == taint_count
+    assert (HOT_UNTIL_ANNOTATION in annotations(cluster, "n1")) is hot_until
+
+
+def test_release_expired_removes_old_taints_and_reservations_only(cluster: FakeKube, actuator, clock) -> None:
+    assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED
+    assert actuator.release_expired() == []
+    clock.advance(actuator.reservation_ttl_s + 1)
+    notes = actuator.release_expired()
+    assert notes == ["n2: reservations expired: ['default/web']"]
+    assert taints(cluster, "n1")
+    clock.advance(actuator.hot_taint_ttl_s)
+    assert actuator.release_expired() == ["n1: hot taint expired"]
+    assert not taints(cluster, "n1") and HOT_UNTIL_ANNOTATION not in annotations(cluster, "n1")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["GPU-0", "GPU-1", "GPU-2"]), st.integers(100, 700)), min_size=1,
+                max_size=5))
+def test_power_caps_annotation_holds_the_last_write_per_gpu(writes: list[tuple[str, int]]) -> None:
+    with FakeKube() as kube:
+        kube.add(node("n1", 2))
+        api = kube.client()
+        actuator = KubernetesActuator(api, sleep=lambda s: None)
+        for uuid, watts in writes:
+            assert actuator.apply(power(uuid, watts), SNAP).outcome is Outcome.APPLIED
+        assert read_power_caps(kube.get("nodes", "n1")) == {u: float(w) for u, w in dict(writes).items()}
+        api.close()
+
+
+@pytest.mark.parametrize(
+    ("node_obj", "expected"),
+    [
+        pytest.param({"metadata": {"annotations": {POWER_CAP_ANNOTATION: '{"a": 300, "b": 250.5}'}}},
+                     {"a": 300.0, "b": 250.5}, id="a JSON map of watts"),
+        pytest.param({"metadata": {"annotations": {POWER_CAP_ANNOTATION: "not json"}}}, {}, id="junk is ignored"),
+        pytest.param({"metadata": {"annotations": {POWER_CAP_ANNOTATION: '{"a": -1, "b": "x", "c": true}'}}}, {},
+                     id="non-positive and non-numeric entries are skipped"),
+        pytest.param({"metadata": {}}, {}, id="no annotation"),
+        pytest.param(k8s.V1Node(metadata=k8s.V1ObjectMeta(annotations={POWER_CAP_ANNOTATION: '{"a": 200}'})),
+                     {"a": 200.0}, id="a V1Node model works too"),
+    ],
+)
+def test_read_power_caps(node_obj, expected) -> None:
+    assert read_power_caps(node_obj) == expected
+
+
+# ---- inference scaling ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("with_hpa", "replicas", "min_replicas", "deploy_replicas", "clamped"),
+    [
+        pytest.param(True, 4, 4, 2, False, id="an HPA gets the floor as minReplicas"),
+        pytest.param(True, 12, 10, 2, True, id="the floor is clamped to the HPA's maxReplicas"),
+        pytest.param(True, 0, 1, 2, True, id="minReplicas never goes below 1"),
+        pytest.param(False, 5, None, 5, False, id="without an HPA the Deployment scale is set"),
+    ],
+)
+def test_scale_inference(kube: FakeKube, actuator, with_hpa, replicas, min_replicas, deploy_replicas,
+                         clamped) -> None:
+    kube.add(deployment("web", "serve"))
+    kube.add(deployment("other", "serve"))
+    if with_hpa:
+        kube.add(hpa("web-other", "other", "serve"))
+        kube.add(hpa("web", "web", "serve", lo=2, hi=10))
+    action = ScaleInference(reason="tide rising", service="serve/web", replicas=replicas, previous_replicas=2)
+    result = actuator.apply(action, SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert ("clamped" in result.detail) is clamped
+    assert kube.get("deployments", "web", "serve")["spec"]["replicas"] == deploy_replicas
+    if with_hpa:
+        assert kube.get("horizontalpodautoscalers", "web", "serve")["spec"]["minReplicas"] == min_replicas
+        assert kube.get("horizontalpodautoscalers", "web-other", "serve")["spec"]["minReplicas"] == 1
+
+
+def test_scale_inference_of_an_unknown_deployment_fails(kube: FakeKube, actuator) -> None:
+    action = ScaleInference(reason="x", service="serve/ghost", replicas=3, previous_replicas=1)
+    assert actuator.apply(action, SNAP).outcome is Outcome.FAILED
+
+
+# ---- training scaling and Kueue ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start_suspended", "workers", "parallelism", "suspended"),
+    [
+        pytest.param(False, 0, 4, True, id="zero workers suspends the job and keeps its parallelism"),
+        pytest.param(False, 2, 2, False, id="shrinking sets parallelism"),
+        pytest.param(True, 6, 6, False, id="growing a suspended job resumes it"),
+    ],
+)
+def test_scale_training_job(kube: FakeKube, actuator, start_suspended, workers, parallelism, suspended) -> None:
+    kube.add(job("train", "ml", parallelism=4, suspend=start_suspended))
+    action = ScaleTraining(reason="tide", job="ml/train", workers=workers, previous_workers=4)
+    assert actuator.apply(action, SNAP).outcome is Outcome.APPLIED
+    spec = kube.get("jobs", "train", "ml")["spec"]
+    assert (spec["parallelism"], spec["suspend"]) == (parallelism, suspended)
+
+
+def quota(kube: FakeKube, name: str) -> dict:
+    return kube.get("clusterqueues", name)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]
+
+
+@pytest.mark.parametrize(
+    ("workers", "inference", "training", "lending"),
+    [
+        pytest.param(6, 12, 12, 12, id="growing 4 -> 6 workers of 2 GPUs loans 4 GPUs of quota to training"),
+        pytest.param(2, 20, 4, 16, id="shrinking 4 -> 2 gives 4 GPUs back to inference"),
+    ],
+)
+def test_scale_training_shifts_kueue_quota(kube: FakeKube, actuator, workers, inference, training,
+                                           lending) -> None:
+    kube.add(clusterqueue("inference", "tide", 16, lending=16))
+    kube.add(clusterqueue("training", "tide", 8))
+    kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
+    action = ScaleTraining(reason="night", job="ml/train", workers=workers, previous_workers=4)
+    result = actuator.apply(action, SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert "kueue quota 4" in result.detail
+    assert quota(kube, "inference")["nominalQuota"] == inference
+    assert quota(kube, "inference")["lendingLimit"] == lending
+    assert quota(kube, "training")["nominalQuota"] == training
+
+
+@pytest.mark.parametrize(
+    ("training_cohort", "gpus", "message"),
+    [
+        pytest.param("other", 2, "not in one cohort", id="queues in different cohorts are refused"),
+        pytest.param("tide", 20, "nominalQuota would be", id="a lender cannot go below zero"),
+    ],
+)
+def test_kueue_shift_refusals_change_nothing(kube: FakeKube, actuator, training_cohort, gpus, message) -> None:
+    kube.add(clusterqueue("inference", "tide", 16))
+    kube.add(clusterqueue("training", training_cohort, 8))
+    with pytest.raises(Exception, match=message):
+        actuator.shift_kueue_quota("inference", "training", gpus)
+    assert (quota(kube, "inference")["nominalQuota"], quota(kube, "training")["nominalQuota"]) == (16, 8)
+
+
+def test_a_failed_kueue_borrower_update_restores_the_lender(kube: FakeKube, actuator) -> None:
+    kube.add(clusterqueue("inference", "tide", 16))
+    kube.add(clusterqueue("training", "tide", 8))
+    kube.inject("PATCH", r"/clusterqueues/training$", 403)
+    with pytest.raises(Exception, match="403"):
+        actuator.shift_kueue_quota("inference", "training", 4)
+    assert quota(kube, "inference")["nominalQuota"] == 16
+
+
+# ---- odds and ends -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reboot(Action):
+    kind: ClassVar[str] = "reboot"
+
+    @property
+    def target(self) -> str:
+        return "n1"
+
+
+def test_an_unknown_action_type_fails_without_raising(actuator) -> None:
+    result = actuator.apply(Reboot(reason="x"), SNAP)
+    assert result.outcome is Outcome.FAILED and "reboot" in result.detail
+
+
+def test_an_unreachable_api_server_gives_retry(kube: FakeKube, sleeps) -> None:
+    cfg = k8s.Configuration()
+    cfg.host = "http://127.0.0.1:9"   # discard port: connection refused
+    cfg.retries = False
+    actuator = KubernetesActuator(k8s.ApiClient(cfg), sleep=sleeps.append, max_retries=1)
+    result = actuator.apply(power(), SNAP)
+    assert result.outcome is Outcome.RETRY, result.detail
+    assert sleeps == [0.5]
+
+
+def test_build_api_client_reads_a_kubeconfig(cluster: FakeKube, tmp_path) -> None:
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": cluster.url}}],
+        "users": [{"name": "me", "user": {"token": "t0k3n"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
+    }  # fmt: skip
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    client = build_api_client(str(path))
+    assert k8s.CoreV1Api(client).read_node("n2").metadata.name == "n2"
+    client.close()

@@ -1,0 +1,131 @@
+"""LeaseLeaderElector against the fake API server: one leader, takeover after expiry, release, races."""
+
+from __future__ import annotations
+
+import pytest
+from fakeapi import MICRO_TIME, FakeKube
+from kubernetes import client as k8s
+
+from balancer.actuate.kubernetes import LeaseLeaderElector, parse_time
+
+
+def elector(api: k8s.ApiClient, clock, identity: str) -> LeaseLeaderElector:
+    return LeaseLeaderElector(api, "gputide-controller", "gputide", identity, lease_duration_s=15,
+                              renew_deadline_s=10, clock=clock)
+
+
+def lease(kube: FakeKube) -> dict:
+    return kube.get("leases", "gputide-controller", "gputide")["spec"]
+
+
+@pytest.fixture
+def pair(api, clock) -> tuple[LeaseLeaderElector, LeaseLeaderElector]:
+    return elector(api, clock, "replica-a"), elector(api, clock, "replica-b")
+
+
+def test_the_first_replica_creates_the_lease_and_leads(kube: FakeKube, pair, clock) -> None:
+    a, b = pair
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    assert (a.is_leader, b.is_leader) == (True, False)
+    spec = lease(kube)
+    assert spec["holderIdentity"] == "replica-a" and spec["leaseDurationSeconds"] == 15
+    assert spec["leaseTransitions"] == 0
+    assert MICRO_TIME.match(spec["renewTime"]) and MICRO_TIME.match(spec["acquireTime"])
+    assert parse_time(spec["renewTime"]) == pytest.approx(clock.now, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("steps", "leaders"),
+    [
+        pytest.param("ab" * 6, "a" * 12, id="a renewing leader keeps the lease"),
+        pytest.param("ba" * 6, "b" * 12, id="whoever comes first keeps it"),
+    ],
+)
+def test_exactly_one_leader_at_every_step(pair, clock, steps, leaders) -> None:
+    a, b = pair
+    by_name = {"a": a, "b": b}
+    seen = ""
+    for step in steps:
+        by_name[step].try_acquire_or_renew()
+        assert a.is_leader != b.is_leader
+        seen += "a" if a.is_leader else "b"
+        clock.advance(2.5)
+    assert seen == leaders
+
+
+def test_renewal_keeps_acquire_time_and_transitions(kube: FakeKube, pair, clock) -> None:
+    a, _ = pair
+    a.try_acquire_or_renew()
+    first = lease(kube)
+    clock.advance(5)
+    assert a.try_acquire_or_renew() is True
+    second = lease(kube)
+    assert second["acquireTime"] == first["acquireTime"]
+    assert second["leaseTransitions"] == 0
+    assert parse_time(second["renewTime"]) - parse_time(first["renewTime"]) == pytest.approx(5, abs=1e-5)
+
+
+def test_the_other_replica_takes_over_only_after_the_lease_expires(kube: FakeKube, pair, clock) -> None:
+    a, b = pair
+    a.try_acquire_or_renew()
+    assert b.try_acquire_or_renew() is False          # b observes a's record now
+    clock.advance(10)
+    assert a.is_leader is False                        # a stopped renewing: past its renew deadline
+    assert b.try_acquire_or_renew() is False           # but a's lease is still valid for b
+    clock.advance(5.5)
+    assert b.try_acquire_or_renew() is True
+    spec = lease(kube)
+    assert spec["holderIdentity"] == "replica-b" and spec["leaseTransitions"] == 1
+    assert parse_time(spec["acquireTime"]) == pytest.approx(clock.now, abs=1e-5)
+    assert a.try_acquire_or_renew() is False and a.is_leader is False
+
+
+def test_release_hands_over_at_once(kube: FakeKube, pair, clock) -> None:
+    a, b = pair
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    assert a.release() is True
+    assert a.is_leader is False and lease(kube)["holderIdentity"] == ""
+    clock.advance(0.1)
+    assert b.try_acquire_or_renew() is True
+    assert lease(kube)["holderIdentity"] == "replica-b" and lease(kube)["leaseTransitions"] == 1
+    assert a.release() is False
+
+
+def test_of_two_replicas_racing_for_an_expired_lease_only_one_wins(kube: FakeKube, pair, clock) -> None:
+    a, b = pair
+    old = elector(a.api.coordination.api_client, clock, "replica-old")
+    old.try_acquire_or_renew()
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    clock.advance(16)
+    # b reads the expired lease; before b's write lands, a reads and writes: b's write carries a stale version
+    kube.before("PUT", r"/leases/gputide-controller$", a.try_acquire_or_renew)
+    assert b.try_acquire_or_renew() is False
+    assert a.is_leader is True and b.is_leader is False
+    assert [r.method for r in kube.requests[-3:]].count("PUT") == 2
+    assert lease(kube)["holderIdentity"] == "replica-a"
+
+
+def test_of_two_replicas_creating_the_lease_only_one_wins(kube: FakeKube, pair) -> None:
+    a, b = pair
+    kube.before("POST", r"/leases$", a.try_acquire_or_renew)
+    assert b.try_acquire_or_renew() is False
+    assert a.is_leader is True and lease(kube)["holderIdentity"] == "replica-a"
+
+
+def test_api_errors_keep_leadership_until_the_renew_deadline(kube: FakeKube, pair, clock) -> None:
+    a, b = pair
+    a.try_acquire_or_renew()
+    kube.inject(None, r"/leases/", 500, count=10)
+    clock.advance(5)
+    assert a.try_acquire_or_renew() is True            # within the deadline, still leader
+    clock.advance(5)
+    assert a.try_acquire_or_renew() is False           # deadline passed without a renewal
+    assert b.is_leader is False
+
+
+def test_renew_deadline_must_be_shorter_than_the_lease(api, clock) -> None:
+    with pytest.raises(ValueError, match="renew_deadline_s"):
+        LeaseLeaderElector(api, "x", "y", "z", lease_duration_s=10, renew_deadline_s=10, clock=clock)
