@@ -224,9 +224,24 @@ def test_dashboard_configmaps_carry_every_dashboard_for_the_grafana_sidecar():
     assert on_disk and shipped == on_disk
 
 
-def test_policy_configmap_is_a_versioned_balancer_policy():
-    policy = yaml.safe_load(one("base", "ConfigMap", "gputide-policy")["data"]["policy.yaml"])
-    assert (policy["apiVersion"], policy["kind"]) == ("gputide/v1alpha1", "BalancerPolicy")
+def test_policy_configmap_is_a_valid_balancer_policy():
+    from balancer import config
+
+    policy = config.from_dict(yaml.safe_load(one("base", "ConfigMap", "gputide-policy")["data"]["policy.yaml"]))
+    assert policy.safety.max_actions_per_cycle == 10
+    assert "gputide" in policy.safety.protected_namespaces
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/dev"])
+def test_controller_args_parse_with_the_real_cli(overlay):
+    from balancer.cli import build_parser
+
+    container = one(overlay, "Deployment", "gputide-controller")["spec"]["template"]["spec"]["containers"][0]
+    args = [a.replace("$(POD_NAMESPACE)", "gputide") for a in container["args"]]
+    parsed = build_parser().parse_args(args)
+    assert parsed.command == "run" and parsed.leader_elect and parsed.metrics_port == 9836
+    assert parsed.policy == "/etc/gputide/policy.yaml"
+    assert parsed.dry_run is (overlay == "overlays/dev")
 
 
 def test_network_policies_and_pdb_select_the_pods_they_protect():
