@@ -99,8 +99,10 @@ def prom(module_prometheus_factory, module_metrics_server):
          Target("gputide-exporter", join.address)],
         default_rule_files(), cluster="test",
     )
-    server.wait_for("count(gpu:temperature:celsius)", lambda r: bool(r) and r[0]["value"][1] == "4")
-    server.wait_for("count(class:gpu_count:sum)", lambda r: bool(r) and r[0]["value"][1] == "3")
+    # Each rule group evaluates on its own schedule: wait until every group has seen all four GPUs.
+    for promql, value in [("count(gpu:temperature:celsius)", "4"), ("cluster:gpu_count:sum", "4"),
+                          ("sum(namespace:gpu_power:watts_sum)", "1160")]:
+        server.wait_for(promql, lambda r, v=value: bool(r) and r[0]["value"][1] == v)
     return server
 
 
