@@ -37,9 +37,8 @@ from balancer.model import (
     TaintNode,
     WorkloadClass,
 )
-from balancer.plan.simulate import Projection
+from balancer.plan.simulate import THERMAL_BITS, Projection
 
-THERMAL_BITS = 0x20 | 0x40
 FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
 
 

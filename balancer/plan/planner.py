@@ -27,9 +27,11 @@ _EMPTY: Mapping = MappingProxyType({})
 class PlannerState:
     hotspots: hotspots.HotspotState = field(default_factory=hotspots.HotspotState)
     colocation: colocation.ColocationState = field(default_factory=colocation.ColocationState)
-    throttled: Mapping[str, float] = field(default_factory=lambda: _EMPTY)     # GPU uuid -> the limit it had before we capped it
+    # GPU uuid -> the limit it had before we capped it
+    throttled: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     tainted: frozenset[str] = frozenset()        # nodes we tainted
-    shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)          # training job -> workers before a hotspot shrink
+    # training job -> workers before a hotspot shrink
+    shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -39,7 +41,8 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     co = colocation.observe(snapshot, policy, state.colocation)
     tainted = state.tainted | {n.name for n in snapshot.nodes if HOT_TAINT in n.taints}
     hot = hotspots.hot_nodes(snapshot, hs)
-    proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted)
+    desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **state.shrunk}
+    proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
     proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), state.throttled, state.shrunk)
     proposals += colocation.propose(snapshot, policy, co, proj)
     result = simulate_plan(snapshot, proposals, policy, projection=proj)

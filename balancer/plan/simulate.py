@@ -20,7 +20,7 @@ lowers the objective, so a plan is never worse than doing nothing; the measured 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -40,12 +40,13 @@ from balancer.model import (
 )
 
 HOT_TAINT = "gputide.io/hot"
+THERMAL_BITS = 0x20 | 0x40  # NVML SW / HW thermal slowdown
 # objective weights, in degrees-over-the-hot-line equivalents
 W_UNTAINTED_HOT_NODE = 1.0
 W_NEEDLESS_TAINT = 0.5
 W_THROTTLE = 4.0          # per GPU throttled to 0% of TDP (linear in the fraction removed)
 W_TRAINING_WORKER = 3.0   # per training worker shrunk away
-W_SLO = 20.0              # per unit of p99/SLO above the pressure line
+W_SLO = 50.0              # per unit of p99/SLO above the pressure line
 MIGRATION_COST = 0.3
 INTERFERENCE_RELIEF = 0.3  # latency share attributed to a co-located training worker
 
@@ -69,6 +70,21 @@ def model_arrays(snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:
             "r": pick("thermal_resistance_c_per_w")}
 
 
+def effective_resistance(s: ClusterSnapshot, inlet: np.ndarray, power: np.ndarray, r_cat: np.ndarray,
+                         tdp: np.ndarray) -> np.ndarray:
+    """Thermal resistance per GPU as observed: (T - inlet) / P on busy GPUs (never below the catalogue's).
+
+    At idle the ratio is dominated by sensor offsets and an unknown inlet, so an idle GPU takes the highest
+    figure of its node's busy GPUs (a node whose cooling degraded shows it on every busy GPU), else the catalogue's.
+    """
+    busy = power >= 0.4 * tdp
+    raw = np.maximum((s.temperature_c - inlet) / np.maximum(power, 1.0), r_cat)
+    node_r = np.zeros(len(s.nodes))
+    if busy.any():
+        np.maximum.at(node_r, s.node_index[busy], raw[busy] / r_cat[busy])
+    return np.where(busy, raw, r_cat * np.maximum(node_r[s.node_index], 1.0))
+
+
 def _declared_memory(s: ClusterSnapshot) -> np.ndarray:
     declared = np.zeros(s.n_gpus)
     idx: list[int] = []
@@ -87,7 +103,8 @@ class Projection:
     """Working copy of a snapshot that actions are applied to (never the snapshot itself)."""
 
     def __init__(self, snapshot: ClusterSnapshot, policy: BalancerPolicy,
-                 hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None) -> None:
+                 hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None,
+                 desired_workers: Mapping[str, int] | None = None) -> None:
         s = snapshot
         self.snapshot = s
         self.policy = policy
@@ -96,9 +113,12 @@ class Projection:
         self.node_of = s.node_index
         inlet = np.array([n.inlet_c for n in s.nodes], dtype=float)[self.node_of]
         power = np.maximum(s.power_w, self.idle)
-        self.r = np.maximum((s.temperature_c - inlet) / np.maximum(power, 1.0), m["r"])
+        self.r = effective_resistance(s, inlet, power, m["r"], self.tdp)
         self.hot_line = s.slowdown_temp_c - policy.hotspots.margin_c
         self.temp = np.maximum(s.temperature_c, inlet + self.r * power)  # projected steady temperature
+        # a GPU in thermal slowdown is held down by its regulator: it is at least at its slowdown temperature
+        thermal = (s.clock_event_reasons.astype(np.int64) & THERMAL_BITS) != 0
+        self.temp = np.where(thermal, np.maximum(self.temp, s.slowdown_temp_c), self.temp)
         self.power = power.copy()
         self.limit = np.clip(s.power_limit_w, self.pmin, self.tdp)
         self.milli = s.gpu_milli_used.astype(np.int64).copy()
@@ -106,7 +126,11 @@ class Projection:
         self.mem_total = s.mem_total_mib.astype(float)
         self.placements = dict(s.placements)
         self.workers = _workers(s)
-        self.base_workers = dict(self.workers)
+        # the size each job should have: its current size, or what it had before we shrank it
+        self.base_workers = {j: max(n, (desired_workers or {}).get(j, 0)) for j, n in self.workers.items()}
+        for j, n in (desired_workers or {}).items():
+            self.workers.setdefault(j, 0)
+            self.base_workers.setdefault(j, n)
         self.tainted = set(tainted) if tainted is not None else hot_tainted(s)
         self.hot_nodes = set(hot_nodes)
         self.migrations = 0

@@ -1,0 +1,143 @@
+"""`gputide run`: the reconcile loop against a real cluster (Prometheus in, Kubernetes or dry-run out).
+
+    gputide run --prometheus http://prometheus:9090 [--dry-run] [--kubeconfig PATH] [--once] [--interval 30s]
+                [--policy FILE] [--leader-elect --lease-name gputide --lease-namespace gputide-system]
+                [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH]
+
+I/O objects are built here and nowhere else: the Prometheus telemetry source, the dry-run or Kubernetes actuator,
+the Lease elector, the metrics HTTP server. SIGTERM / SIGINT stop the loop after the current cycle and release
+the lease. Exit codes: 0 ok, 2 bad input, 3 `--once` ended fail-static (held still).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+
+from balancer import config
+from balancer.errors import InputError
+from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.safety import SafetyGuard
+
+log = logging.getLogger(__name__)
+EXIT_FAIL_STATIC = 3
+
+
+def parse_interval(text: str, field: str = "--interval") -> float:
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            number = text[: -len(unit)]
+            try:
+                value = float(number) * units[unit]
+            except ValueError:
+                break
+            if value > 0:
+                return value
+            break
+    try:
+        value = float(text)
+        if value > 0:
+            return value
+    except ValueError:
+        pass
+    raise InputError(None, field, text, "a positive duration such as 30s, 1m or 500ms")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the reconcile loop against Prometheus and Kubernetes (or --dry-run)")
+    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
+    p.add_argument("--dry-run", action="store_true", help="plan and log, change nothing")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or ~/.kube/config)")
+    p.add_argument("--once", action="store_true", help="one reconcile cycle, then exit")
+    p.add_argument("--interval", default="30s", help="time between cycles (default 30s)")
+    p.add_argument("--policy", default=None, metavar="FILE", help="BalancerPolicy YAML")
+    p.add_argument("--leader-elect", action="store_true", help="act only while holding a coordination.k8s.io Lease")
+    p.add_argument("--lease-name", default="gputide-controller")
+    p.add_argument("--lease-namespace", default="gputide-system")
+    p.add_argument("--metrics-port", type=int, default=9402, help="serve controller metrics here (0: off)")
+    p.add_argument("--audit-log", default=None, metavar="PATH", help="append JSON lines of every decision here")
+    p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
+                   help="while this file exists, every action is rejected (emergency stop)")
+    p.set_defaults(func=run)
+
+
+class _LeaseAdapter:
+    """Adapts balancer.actuate.kubernetes.LeaseLeaderElector to the loop's LeaderElector protocol."""
+
+    def __init__(self, elector) -> None:
+        self.elector = elector
+
+    def try_acquire(self, now: float) -> bool:
+        return bool(self.elector.try_acquire_or_renew())
+
+    def release(self) -> None:
+        self.elector.release()
+
+
+def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:
+    from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+
+    policy = config.load(args.policy) if args.policy else config.BalancerPolicy()
+    interval = parse_interval(args.interval)
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))
+    api_client = None
+    if not args.dry_run or args.leader_elect:
+        from balancer.actuate.kubernetes import build_api_client
+
+        api_client = build_api_client(args.kubeconfig)
+    if args.dry_run:
+        from balancer.actuate.dryrun import DryRunActuator
+
+        actuator = DryRunActuator()
+    else:
+        from balancer.actuate.kubernetes import KubernetesActuator
+
+        actuator = KubernetesActuator(api_client)
+    elector = NullLeaderElector()
+    if args.leader_elect:
+        from balancer.actuate.kubernetes import LeaseLeaderElector
+
+        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        duration = max(15, int(interval * 3))
+        elector = _LeaseAdapter(LeaseLeaderElector(api_client, args.lease_name, args.lease_namespace, identity,
+                                                   lease_duration_s=duration, renew_deadline_s=duration * 2 / 3))
+    guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
+    audit = JsonlAudit(args.audit_log) if args.audit_log else None
+    return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
+                      metrics=metrics, audit=audit)
+
+
+def run(args: argparse.Namespace) -> int:
+    interval = parse_interval(args.interval)
+    if not 0 <= args.metrics_port < 65536:
+        raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
+    metrics = ControllerMetrics()
+    reconciler = build_reconciler(args, metrics)
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, registry=metrics.registry)
+    if args.once:
+        report = reconciler.run_once()
+        print(f"cycle: {report.status} {report.reason}".rstrip())
+        for res in report.results:
+            print(f"  {res.outcome}: {res.action.describe()} {res.detail}".rstrip())
+        for action, reason in report.rejected:
+            print(f"  rejected ({reason}): {action.describe()}")
+        return EXIT_FAIL_STATIC if report.status == "fail_static" else 0
+    stop = threading.Event()
+
+    def _stop(signum, _frame) -> None:
+        log.info("signal %s: finishing the current cycle, then stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    reconciler.run(interval, stop)
+    return 0

@@ -1,0 +1,148 @@
+"""Planner decisions on hand-built fleets: one named case per behaviour."""
+
+from __future__ import annotations
+
+import pytest
+from loop_helpers import make_fleet, snapshot, workload
+
+from balancer.config import BalancerPolicy
+from balancer.model import Migrate, ScaleTraining, ServiceStatus, SetPowerLimit, TaintNode, WorkloadClass
+from balancer.plan.planner import PlannerState, acknowledge, plan
+
+T = WorkloadClass.TRAINING
+FL = make_fleet(3, 4)  # n0: GPUs 0-3, n1: 4-7, n2: 8-11 (A100: slowdown 89 C)
+
+
+def run(snaps, policy=None, state=None):
+    state = state or PlannerState()
+    out = None
+    for s in snaps:
+        out, state = plan(s, None, policy or BalancerPolicy(), state)
+    return out, state
+
+
+def kinds(p):
+    return sorted(a.kind for a in p.actions)
+
+
+def inf(i, **kw):
+    return workload(f"svc-{i}", **kw)
+
+
+CASES = {
+    "a cool fleet needs nothing": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))])] * 3, expect=[]),
+    "one hot reading is not enough when N is 2": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 86})], expect=[]),
+    "two hot readings move the workload to the coolest GPU on another node and taint the node": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 86, 8: 40, 4: 50})] * 2,
+        expect=["migrate", "taint_node"], target=(8,)),
+    "a protected workload is throttled, never moved": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0, protected=True), (0,))], temps={0: 86})] * 2,
+        expect=["power_limit", "taint_node"]),
+    "a non-movable workload is throttled, never moved": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0, movable=False), (0,))], temps={0: 86})] * 2,
+        expect=["power_limit", "taint_node"]),
+    "a workload in a protected namespace is throttled, never moved": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0, namespace="kube-system"), (0,))], temps={0: 86})] * 2,
+        expect=["power_limit", "taint_node"]),
+    "with no GPU free anywhere the hot GPU is throttled": dict(
+        snaps=[snapshot(FL, workloads=[(inf(i), (i,)) for i in range(12)], temps={0: 86})] * 2,
+        expect=["power_limit", "taint_node"]),
+    "targets too warm to take the work leave throttling": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 86}, base_temp=80)] * 2,
+        expect=["power_limit", "taint_node"]),
+    "thermal slowdown bits make a reading hot": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 75}, reasons={0: 0x20})] * 2,
+        expect=["migrate", "taint_node"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+def test_planner_case(case):
+    p, _ = run(case["snaps"])
+    assert kinds(p) == case["expect"]
+    if "target" in case:
+        (m,) = [a for a in p.actions if isinstance(a, Migrate)]
+        assert m.target_gpus == case["target"] and m.target_node == "n2"
+    for a in p.actions:
+        assert a.expected_gain > 0 and a.reason
+        if isinstance(a, SetPowerLimit):
+            assert 200 <= a.watts < 400  # A100: max(min limit 100 W, 0.5 x TDP) .. TDP
+
+
+def test_allowed_models_restrict_the_target():
+    fl = make_fleet(3, 2, models=["A100-SXM4-80GB", "H100-SXM", "L40S"])
+    w = workload("svc-0", allowed_models=frozenset({"L40S"}))
+    snaps = [snapshot(fl, workloads=[(w, (0,))], temps={0: 86, 2: 30, 3: 30, 4: 45, 5: 45})] * 2
+    p, _ = run(snaps)
+    (m,) = [a for a in p.actions if isinstance(a, Migrate)]
+    assert fl.gpus[m.target_gpus[0]].model == "L40S"
+
+
+def test_a_target_without_enough_memory_is_skipped():
+    big = workload("batch-0", WorkloadClass.BATCH, milli=500, mem=70000)
+    snaps = [snapshot(FL, workloads=[(inf(0, mem=20480), (0,)), (big, (8,))], temps={0: 86, 8: 30, 9: 45})] * 2
+    p, _ = run(snaps)
+    (m,) = [a for a in p.actions if isinstance(a, Migrate)]
+    assert m.target_gpus == (9,)
+
+
+def test_two_hot_gpus_never_get_the_same_free_gpu():
+    ws = [(inf(i, owner=f"s{i}"), (i,)) for i in range(4)] + [(inf(10 + i), (4 + i,)) for i in range(4)]
+    ws += [(inf(20), (8,))]
+    snaps = [snapshot(FL, workloads=ws, temps={0: 86, 1: 86, 9: 40, 10: 45, 11: 50})] * 2
+    p, _ = run(snaps)
+    targets = [a.target_gpus for a in p.actions if isinstance(a, Migrate)]
+    assert len(targets) == 2 and len(set(targets)) == 2
+
+
+def test_throttled_gpu_is_given_back_after_m_cool_readings():
+    full = [(inf(i), (i,)) for i in range(12)]
+    hot = snapshot(FL, workloads=full, temps={0: 86})
+    p, state = run([hot, hot])
+    (cap,) = [a for a in p.actions if isinstance(a, SetPowerLimit)]
+    state = acknowledge(state, p.actions, hot)
+    cool = snapshot(FL, workloads=full, temps={0: 60}, limits={0: cap.watts})
+    for _ in range(BalancerPolicy().hotspots.cool_readings - 1):
+        p, state = plan(cool, None, BalancerPolicy(), state)
+        assert not p.actions
+    p, state = plan(cool, None, BalancerPolicy(), state)
+    assert kinds(p) == ["power_limit", "taint_node"]
+    back = next(a for a in p.actions if isinstance(a, SetPowerLimit))
+    assert back.watts == 400 and not back.is_throttle
+    assert next(a for a in p.actions if isinstance(a, TaintNode)).remove
+
+
+def _colocated(p99, workers=3):
+    svc = inf(0, milli=500)
+    job = [workload(f"job-{i}", T, owner="job", milli=500, mem=20480, elastic_min=1, priority=10) for i in range(3)]
+    ws = [(svc, (0,)), (job[0], (0,)), (job[1], (4,)), (job[2], (8,))][: 1 + workers]
+    services = {"svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}
+    return snapshot(FL, workloads=ws, services=services)
+
+
+def test_inference_near_its_slo_shrinks_colocated_training_and_gets_it_back_with_slack():
+    p, state = run([_colocated(0.45)])
+    (a,) = p.actions
+    assert isinstance(a, ScaleTraining) and (a.job, a.workers, a.previous_workers) == ("job", 2, 3)
+    state = acknowledge(state, p.actions, _colocated(0.45))
+    for _ in range(BalancerPolicy().colocation.slack_readings - 1):
+        p, state = plan(_colocated(0.1, workers=2), None, BalancerPolicy(), state)
+        assert not p.actions
+    p, state = plan(_colocated(0.1, workers=2), None, BalancerPolicy(), state)
+    (back,) = p.actions
+    assert isinstance(back, ScaleTraining) and back.workers == 3
+
+
+def test_latency_far_from_the_slo_leaves_training_alone():
+    p, _ = run([_colocated(0.2)] * 3)
+    assert not p.actions
+
+
+def test_the_plan_is_pure_the_same_input_gives_the_same_plan():
+    s = snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 86, 8: 40})
+    a, sa = run([s, s])
+    b, sb = run([s, s])
+    assert a.actions == b.actions and a.objective_after == b.objective_after
+    assert a.objective_after < a.objective_before

@@ -1,0 +1,121 @@
+"""The safety chokepoint: each limit refuses with its own error type; telemetry the loop must not act on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from loop_helpers import make_fleet, snapshot, workload
+
+from balancer import safety
+from balancer.config import SafetyPolicy
+from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry
+from balancer.model import Migrate, ScaleTraining, SetPowerLimit, WorkloadClass
+from balancer.safety import PodDisruptionBudget, SafetyGuard, SafetyLedger
+
+FL = make_fleet(3, 4)
+W = [(workload(f"svc-{i}", owner="svc"), (i,)) for i in range(3)]
+W += [(workload("job-0", WorkloadClass.TRAINING, owner="job", elastic_min=1), (5,))]
+W += [(workload("guarded-0", owner="guarded", protected=True), (6,))]
+W += [(workload("pinned-0", owner="pinned", movable=False), (7,))]
+SNAP = snapshot(FL, workloads=W)
+
+
+def mig(i, target=8, gain=1.0):
+    name = W[i][0].name
+    return Migrate(workload=name, source_gpus=W[i][1], target_gpus=(target,), target_node=FL.gpus[target].node,
+                   reason="hot", expected_gain=gain)
+
+
+def cap(gpu, gain=1.0):
+    return SetPowerLimit(gpu=gpu, uuid=FL.gpus[gpu].uuid, node=FL.gpus[gpu].node, watts=250, previous_watts=400,
+                         reason="hot", expected_gain=gain)
+
+
+NOW = 10_000.0
+CASES = {
+    "protected workloads are never touched": (SafetyPolicy(), [mig(4)], {}, safety.ProtectedWorkload),
+    "non-movable workloads are never migrated": (SafetyPolicy(), [mig(5)], {}, safety.ProtectedWorkload),
+    "a GPU hosting a protected workload is never throttled": (SafetyPolicy(), [cap(6)], {}, safety.ProtectedWorkload),
+    "the emergency stop refuses everything": (SafetyPolicy(emergency_stop=True), [cap(0)], {}, safety.EmergencyStop),
+    "gains below the minimum are refused": (SafetyPolicy(min_expected_gain=2.0), [cap(0)], {}, safety.MinGainNotMet),
+    "a workload inside its cooldown is left alone": (
+        SafetyPolicy(), [mig(0)], {"ledger": SafetyLedger(last_action={W[0][0].name: NOW - 60})},
+        safety.CooldownActive),
+    "more actions than allowed per cycle are refused": (
+        SafetyPolicy(max_actions_per_cycle=1), [cap(0), cap(1)], {}, safety.MaxActionsPerCycle),
+    "a third migration touching one node is refused": (
+        SafetyPolicy(max_unavailable_per_workload=5), [mig(0, 8), mig(1, 9), mig(2, 10)], {},
+        safety.MaxConcurrentMigrations),
+    "migrations still in flight count against the node": (
+        SafetyPolicy(), [mig(0, 8)], {"ledger": SafetyLedger(migrations=((NOW - 10, "n0", "n1", "x"),) * 2)},
+        safety.MaxConcurrentMigrations),
+    "two replicas of one service are not disrupted at once": (
+        SafetyPolicy(), [mig(0, 8), mig(1, 9)], {}, safety.MaxUnavailable),
+    "a PodDisruptionBudget's minAvailable is honoured": (
+        SafetyPolicy(), [mig(0)], {"pdbs": [PodDisruptionBudget("svc", min_available=3)]}, safety.PdbViolation),
+    "the eviction budget of the window is honoured": (
+        SafetyPolicy(eviction_budget=2), [mig(0)], {"ledger": SafetyLedger(evictions=(NOW - 100, NOW - 50))},
+        safety.EvictionBudgetExhausted),
+    "a shrink counts its evicted workers against the budget": (
+        SafetyPolicy(eviction_budget=1), [ScaleTraining(job="job", workers=0, previous_workers=3, reason="x",
+                                                          expected_gain=1)], {}, safety.EvictionBudgetExhausted),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+def test_limit_refuses_with_its_own_error(case):
+    policy, actions, extra, error = case
+    guard = SafetyGuard(policy, pdbs=extra.get("pdbs", ()))
+    review = guard.review(actions, SNAP, extra.get("ledger", SafetyLedger()), NOW)
+    assert review.rejected, "expected a rejection"
+    assert all(isinstance(exc, error) for _, exc in review.rejected[-1:])
+    assert review.rejected[-1][1].reason == error.reason
+
+
+def test_actions_within_every_limit_pass():
+    review = SafetyGuard(SafetyPolicy()).review([mig(0, 8), cap(1), cap(2)], SNAP, SafetyLedger(), NOW)
+    assert len(review.accepted) == 3 and not review.rejected
+
+
+def test_the_emergency_stop_file_and_node_label_stop_actions(tmp_path):
+    flag = tmp_path / "stop"
+    guard = SafetyGuard(SafetyPolicy(), emergency_stop_file=flag)
+    assert guard.review([cap(0)], SNAP, SafetyLedger(), NOW).accepted
+    flag.touch()
+    assert isinstance(guard.review([cap(0)], SNAP, SafetyLedger(), NOW).rejected[0][1], safety.EmergencyStop)
+    labelled = [replace(n, labels={safety.EMERGENCY_LABEL: "true"}) if n.name == "n0" else n for n in FL.nodes]
+    s = snapshot(FL, workloads=W, nodes=labelled)
+    review = SafetyGuard(SafetyPolicy()).review([cap(0), cap(4)], s, SafetyLedger(), NOW)
+    assert [a.gpu for a in review.accepted] == [4]
+    stopped = SafetyGuard(SafetyPolicy(), stopped_namespaces={"inference"})
+    assert not stopped.review([mig(0)], SNAP, SafetyLedger(), NOW).accepted
+
+
+def test_record_starts_cooldowns_and_spends_the_budget():
+    guard = SafetyGuard(SafetyPolicy(eviction_budget=5))
+    ledger = guard.record(SafetyLedger(), [mig(0)], SNAP, NOW)
+    assert guard.remaining_evictions(ledger, NOW) == 4
+    assert guard.remaining_evictions(ledger, NOW + 3601) == 5
+    later = guard.review([mig(0)], SNAP, ledger, NOW + 60)
+    assert isinstance(later.rejected[0][1], safety.CooldownActive)
+    assert guard.review([mig(0)], SNAP, ledger, NOW + 601).accepted
+
+
+@pytest.mark.parametrize("mutate,error", [
+    (lambda s: s.replace(sample_age_s=np.full(s.n_gpus, 500.0)), StaleTelemetry),
+    (lambda s: s.replace(temperature_c=np.where(np.arange(s.n_gpus) == 3, np.nan, s.temperature_c)),
+     InvalidTelemetry),
+    (lambda s: s.replace(power_w=np.full(s.n_gpus, np.inf)), InvalidTelemetry),
+], ids=["samples older than the limit are stale", "a NaN temperature is invalid", "infinite power is invalid"])
+def test_telemetry_the_loop_must_not_act_on(mutate, error):
+    with pytest.raises(error):
+        safety.check_telemetry(mutate(SNAP), SafetyPolicy())
+    assert safety.check_telemetry(SNAP, SafetyPolicy()) == 5.0
+
+
+def test_an_empty_snapshot_is_missing_telemetry():
+    empty = snapshot(make_fleet(1, 0))
+    with pytest.raises(MissingTelemetry):
+        safety.check_telemetry(empty, SafetyPolicy())
