@@ -1,0 +1,97 @@
+"""`gputide exporter`: serve dcgm-exporter-compatible GPU series from NVML or a simulated fleet.
+
+    gputide exporter --backend sim --port 9400 [--fleet SPEC.yaml] [--node NAME] [--speed 60] [--seed 0]
+    gputide exporter --backend nvml --port 9400 [--power-caps-file /run/gputide/caps.json]
+
+The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
+with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap agent: the JSON file
+``{"GPU-uuid": watts}`` is re-read every ``--caps-interval`` seconds and applied (clamped) to the GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+
+from prometheus_client import CollectorRegistry
+
+from balancer.errors import InputError
+
+log = logging.getLogger("gputide.exporter")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("exporter", help="serve GPU metrics (dcgm-exporter names) from NVML or a simulated fleet",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=["sim", "nvml"], default="sim")
+    p.add_argument("--port", type=int, default=9400, help="TCP port (0: pick a free one and print it)")
+    p.add_argument("--listen", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    p.add_argument("--fleet", help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
+    p.add_argument("--node", help="sim backend: serve only this node's GPUs")
+    p.add_argument("--speed", type=float, default=60.0, help="sim backend: simulated seconds per wall second")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--power-caps-file", help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
+    p.add_argument("--caps-interval", type=float, default=10.0, help="seconds between power-cap file reads")
+    p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
+    p.set_defaults(func=run)
+
+
+def build_backend(args: argparse.Namespace):
+    if args.backend == "nvml":
+        from exporters.backends.nvml import NvmlBackend
+
+        return NvmlBackend()
+    from balancer import fleet as fleet_mod
+    from balancer.sim import SimCluster, default_mix
+    from exporters.backends.sim import SimBackend
+    from exporters.sim_caps import SimCapTarget
+
+    fleet = fleet_mod.load(args.fleet) if args.fleet else fleet_mod.demo_fleet()
+    if args.node and args.node not in {n.name for n in fleet.nodes}:
+        raise InputError(args.fleet or "<built-in demo fleet>", "--node", args.node,
+                         "a node of the fleet, e.g. " + fleet.nodes[0].name)
+    if args.speed < 0:
+        raise InputError(None, "--speed", args.speed, "a number >= 0")
+    sim = SimCluster(fleet, seed=args.seed, start_time=time.time() // 60 * 60)
+    default_mix(sim)
+    sim.step()
+    backend = SimBackend(sim, node=args.node, speed=args.speed or None)
+    backend.caps_target = SimCapTarget(sim)  # type: ignore[attr-defined]
+    return backend
+
+
+def run(args: argparse.Namespace) -> int:
+    from exporters.collector import GpuCollector
+    from exporters.power_caps import JsonFileCaps, PowerCapAgent
+    from exporters.server import serve
+
+    if not 0 <= args.port <= 65535:
+        raise InputError(None, "--port", args.port, "0..65535")
+    backend = build_backend(args)
+    registry = CollectorRegistry()
+    registry.register(GpuCollector(backend))
+    server = serve(registry, port=args.port, addr=args.listen)
+    print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
+          f"http://{args.listen}:{server.port}/metrics", flush=True)
+    agent = None
+    if args.power_caps_file:
+        agent = PowerCapAgent(JsonFileCaps(args.power_caps_file), getattr(backend, "caps_target", backend))
+    deadline = time.monotonic() + args.duration if args.duration > 0 else None
+    stop = threading.Event()
+    try:
+        while not stop.is_set():
+            if agent is not None:
+                applied = agent.sync()
+                if applied:
+                    log.info("applied power caps: %s", applied)
+            wait = args.caps_interval if agent is not None else 3600.0
+            if deadline is not None:
+                wait = min(wait, max(deadline - time.monotonic(), 0.0))
+                if wait <= 0:
+                    break
+            stop.wait(wait)
+    finally:
+        server.close()
+    return 0

@@ -1,0 +1,67 @@
+"""What a GPU backend hands the collector: one `GpuReadings` per scrape.
+
+A backend reads every GPU it can see and returns per-field numpy arrays in the order of its `identity` (the
+dcgm-exporter labels of each GPU, which never change while the process runs). A value it could not read is NaN
+and is listed in `errors` as ``(UUID, field)``; the collector then drops that one series and counts the error,
+so one broken GPU never fails the scrape.
+
+Field keys are dcgm-exporter metric names (``DCGM_FI_DEV_GPU_TEMP`` ...) in dcgm-exporter's units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+import numpy as np
+
+LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """dcgm-exporter's per-GPU labels."""
+
+    gpu: str
+    uuid: str
+    pci_bus_id: str
+    device: str
+    model_name: str
+    hostname: str
+
+    def labels(self) -> dict[str, str]:
+        return dict(zip(LABEL_NAMES, (self.gpu, self.uuid, self.pci_bus_id, self.device, self.model_name,
+                                      self.hostname)))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    uuid: str
+    namespace: str
+    pod: str
+    workload_class: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReading:
+    """Simulated serving series (real clusters get these from their serving stack)."""
+
+    requests_total: float
+    slo_violations_total: float
+    demand_rps: float
+    latency_p99_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class GpuReadings:
+    identity: tuple[GpuIdentity, ...]
+    values: Mapping[str, np.ndarray]
+    errors: tuple[tuple[str, str], ...] = ()
+    workloads: tuple[WorkloadInfo, ...] = ()
+    services: Mapping[str, ServiceReading] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class Backend(Protocol):
+    def read(self) -> GpuReadings: ...

@@ -1,0 +1,223 @@
+"""An in-repo stand-in for the subset of `pynvml` the NVML backend uses (no GPU is needed to test it).
+
+Build it with `FakeDevice`s, inject it as ``NvmlBackend(nvml=FakeNvml([...]))``, and break things on purpose:
+``device.lost = True`` makes every call raise `NVMLError_GpuIsLost`; ``device.fail["nvmlDeviceGetClockInfo"] =
+NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {186}`` makes one batched field return an
+error code; `push_xid(device, 48)` queues an XID event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+
+class NVMLError(Exception):
+    value = 999
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's names
+    value = 3
+
+
+class NVMLError_NoPermission(NVMLError):  # noqa: N801
+    value = 4
+
+
+class NVMLError_Timeout(NVMLError):  # noqa: N801
+    value = 10
+
+
+class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+    value = 15
+
+
+@dataclass
+class FakeDevice:
+    uuid: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    bus_id: str = "00000000:18:00.0"
+    minor: int = 0
+    arch: int = 9                  # NVML_DEVICE_ARCH_HOPPER
+    temp: int = 45
+    mem_temp: int = 52
+    slowdown: int = 87
+    shutdown: int = 92
+    power_mw: int = 350_000
+    limit_mw: int = 700_000
+    min_limit_mw: int = 200_000
+    max_limit_mw: int = 700_000
+    energy_mj: int = 123_456_789
+    total_bytes: int = 80 << 30
+    used_bytes: int = 20 << 30
+    util: int = 60
+    sm_clock: int = 1980
+    reasons: int = 0
+    gpm_sm_util: float | None = 55.0  # percent; None: GPM not supported
+    lost: bool = False
+    fail: dict[str, type[NVMLError]] = field(default_factory=dict)
+    field_fail: set[int] = field(default_factory=set)
+
+
+class _GpmMetricsGet:
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(8)]
+
+
+class FakeNvml:
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_Timeout = NVMLError_Timeout
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVML_SUCCESS = 0
+    NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+    NVML_FI_DEV_MEMORY_TEMP = 82
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+    NVML_FI_DEV_POWER_INSTANT = 186
+    NVML_FI_DEV_POWER_CURRENT_LIMIT = 190
+    NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG = 0, 1, 2
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 3, 4, 5
+    NVML_DEVICE_ARCH_HOPPER = 9
+    NVML_GPM_METRIC_SM_UTIL = 2
+    NVML_GPM_METRICS_GET_VERSION = 1
+    nvmlEventTypeXidCriticalError = 0x8
+    c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+
+    def __init__(self, devices: list[FakeDevice]) -> None:
+        self.devices = devices
+        self.events: list[SimpleNamespace] = []
+        self.calls: list[str] = []
+        self.initialised = False
+
+    def _dev(self, h: FakeDevice, fn: str) -> FakeDevice:
+        self.calls.append(fn)
+        if h.lost:
+            raise NVMLError_GpuIsLost()
+        if fn in h.fail:
+            raise h.fail[fn]()
+        return h
+
+    def push_xid(self, device: FakeDevice, xid: int) -> None:
+        self.events.append(SimpleNamespace(device=device, eventType=0x8, eventData=xid))
+
+    # library
+    def nvmlInit(self) -> None:
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:
+        self.initialised = False
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeDevice:
+        return self.devices[i]
+
+    # identity
+    def nvmlDeviceGetUUID(self, h):
+        return self._dev(h, "nvmlDeviceGetUUID").uuid
+
+    def nvmlDeviceGetName(self, h):
+        return self._dev(h, "nvmlDeviceGetName").name
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=self._dev(h, "nvmlDeviceGetPciInfo").bus_id.encode())
+
+    def nvmlDeviceGetMinorNumber(self, h):
+        return self._dev(h, "nvmlDeviceGetMinorNumber").minor
+
+    def nvmlDeviceGetArchitecture(self, h):
+        return self._dev(h, "nvmlDeviceGetArchitecture").arch
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, which):
+        d = self._dev(h, "nvmlDeviceGetTemperatureThreshold")
+        return d.slowdown if which == self.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN else d.shutdown
+
+    # telemetry
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        d = self._dev(h, "nvmlDeviceGetFieldValues")
+        table = {82: (d.mem_temp, 5, "siVal"), 83: (d.energy_mj, 3, "ullVal"), 186: (d.power_mw, 1, "uiVal"),
+                 190: (d.limit_mw, 1, "uiVal")}
+        out = []
+        for fid in ids:
+            v, typ, attr = table[fid]
+            ret = self.NVML_ERROR_NOT_SUPPORTED if fid in d.field_fail else 0
+            out.append(SimpleNamespace(fieldId=fid, nvmlReturn=ret, valueType=typ,
+                                       value=SimpleNamespace(**{attr: v})))
+        return out
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return self._dev(h, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._dev(h, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._dev(h, "nvmlDeviceGetEnforcedPowerLimit").limit_mw
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._dev(h, "nvmlDeviceGetTemperature").temp
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        d = self._dev(h, "nvmlDeviceGetMemoryInfo")
+        return SimpleNamespace(total=d.total_bytes, used=d.used_bytes, free=d.total_bytes - d.used_bytes)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=self._dev(h, "nvmlDeviceGetUtilizationRates").util, memory=0)
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return self._dev(h, "nvmlDeviceGetClockInfo").sm_clock
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._dev(h, "nvmlDeviceGetCurrentClocksEventReasons").reasons
+
+    # GPM
+    def nvmlGpmQueryDeviceSupport(self, h):
+        return SimpleNamespace(isSupportedDevice=int(self._dev(h, "nvmlGpmQueryDeviceSupport").gpm_sm_util is not None))
+
+    def nvmlGpmSampleAlloc(self):
+        return SimpleNamespace(device=None)
+
+    def nvmlGpmSampleGet(self, h, sample):
+        sample.device = self._dev(h, "nvmlGpmSampleGet")
+        return sample
+
+    def nvmlGpmMetricsGet(self, mg):
+        d = mg.sample2.device
+        for m in mg.metrics[: mg.numMetrics]:
+            m.value = float(d.gpm_sm_util or 0.0)
+            m.nvmlReturn = 0
+        return mg
+
+    def nvmlGpmSampleFree(self, sample) -> None:
+        sample.device = None
+
+    # events
+    def nvmlEventSetCreate(self):
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, h, types, events) -> None:
+        self._dev(h, "nvmlDeviceRegisterEvents")
+
+    def nvmlEventSetWait(self, events, timeout_ms):
+        if not self.events:
+            raise NVMLError_Timeout()
+        return self.events.pop(0)
+
+    # power management
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
+        d = self._dev(h, "nvmlDeviceGetPowerManagementLimitConstraints")
+        return d.min_limit_mw, d.max_limit_mw
+
+    def nvmlDeviceSetPowerManagementLimit(self, h, mw):
+        self._dev(h, "nvmlDeviceSetPowerManagementLimit").limit_mw = int(mw)

@@ -1,0 +1,250 @@
+"""NVML backend: reads real GPUs through nvidia-ml-py (`pynvml`); the only module that imports it.
+
+Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy, instant power
+and the current power limit (each field has its own return code; a field the driver lacks falls back to the
+classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. SM activity comes from
+GPM (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's
+sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100. XIDs arrive as NVML
+events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the last one per GPU is
+reported. Slowdown and shutdown thresholds are read once.
+
+Errors never fail a scrape: a field that raises ``NVMLError`` (NotSupported, NoPermission, ...) becomes NaN and
+an ``(UUID, field)`` error; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape and its
+XID becomes 79 (fallen off the bus).
+
+Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
+clamped to ``nvmlDeviceGetPowerManagementLimitConstraints`` and returns the applied watts; the next scrape
+reports them in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``. Tests inject `exporters.backends.fake_nvml` as `nvml`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from exporters.backends.base import GpuIdentity, GpuReadings
+from exporters.collector import GPU_FIELD_NAMES
+
+log = logging.getLogger(__name__)
+MIB = float(1 << 20)
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _field_value(fv: Any, nvml: Any) -> float:
+    t = fv.valueType
+    attr = {nvml.NVML_VALUE_TYPE_DOUBLE: "dVal", nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+            nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+            nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal"}.get(t, "ullVal")
+    return float(getattr(fv.value, attr))
+
+
+class NvmlBackend:
+    def __init__(self, nvml: Any = None, *, hostname: str | None = None) -> None:
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
+        nvml.nvmlInit()
+        host = hostname or socket.gethostname()
+        self.handles: list[Any] = []
+        ids: list[GpuIdentity] = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            self.handles.append(h)
+            ids.append(GpuIdentity(gpu=str(i), uuid=_text(nvml.nvmlDeviceGetUUID(h)),
+                                   pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(h).busId),
+                                   device=f"nvidia{self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), i)}",
+                                   model_name=_text(nvml.nvmlDeviceGetName(h)), hostname=host))
+        self.identity = tuple(ids)
+        self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}
+        n = len(ids)
+        self._slowdown = np.array([self._try_static(
+            lambda h=h: nvml.nvmlDeviceGetTemperatureThreshold(h, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN), np.nan)
+            for h in self.handles], dtype=float)
+        self._shutdown = np.array([self._try_static(
+            lambda h=h: nvml.nvmlDeviceGetTemperatureThreshold(h, nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN), np.nan)
+            for h in self.handles], dtype=float)
+        self._xid = np.zeros(n)
+        self._gpm_prev: list[Any] = [None] * n
+        self._gpm = [self._gpm_supported(h) for h in self.handles]
+        self._events = self._xid_events()
+
+    # ---- set-up helpers ----------------------------------------------------------------------------------------
+    def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
+        try:
+            return fn()
+        except self.nvml.NVMLError:
+            return default
+
+    def _gpm_supported(self, h: Any) -> bool:
+        nvml = self.nvml
+        try:
+            return (nvml.nvmlDeviceGetArchitecture(h) >= nvml.NVML_DEVICE_ARCH_HOPPER
+                    and bool(nvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice))
+        except (self.nvml.NVMLError, AttributeError):
+            return False
+
+    def _xid_events(self) -> Any:
+        nvml = self.nvml
+        try:
+            events = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError:
+            return None
+        for h in self.handles:
+            try:
+                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, events)
+            except nvml.NVMLError as exc:
+                log.info("XID events unavailable on a GPU: %s", exc)
+        return events
+
+    # ---- reading -----------------------------------------------------------------------------------------------
+    def read(self) -> GpuReadings:
+        nvml = self.nvml
+        n = len(self.handles)
+        vals = {name: np.full(n, np.nan) for name in GPU_FIELD_NAMES}
+        vals["DCGM_FI_DEV_SLOWDOWN_TEMP"] = self._slowdown.copy()
+        vals["DCGM_FI_DEV_SHUTDOWN_TEMP"] = self._shutdown.copy()
+        errors: list[tuple[str, str]] = []
+        self._drain_xids()
+        for k, h in enumerate(self.handles):
+            uuid = self.identity[k].uuid
+            try:
+                self._read_one(k, h, vals, errors)
+            except nvml.NVMLError_GpuIsLost:
+                self._xid[k] = 79
+                for name in GPU_FIELD_NAMES:
+                    if name != "DCGM_FI_DEV_XID_ERRORS":
+                        vals[name][k] = np.nan
+                        errors.append((uuid, name))
+        vals["DCGM_FI_DEV_XID_ERRORS"] = self._xid.copy()
+        return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors))
+
+    def _read_one(self, k: int, h: Any, vals: dict[str, np.ndarray], errors: list[tuple[str, str]]) -> None:
+        nvml = self.nvml
+        uuid = self.identity[k].uuid
+
+        def get(field: str, fn: Callable[[], float]) -> float:
+            try:
+                v = float(fn())
+            except nvml.NVMLError_GpuIsLost:
+                raise
+            except nvml.NVMLError:
+                errors.append((uuid, field))
+                return np.nan
+            vals[field][k] = v
+            return v
+
+        batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
+                 nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                 nvml.NVML_FI_DEV_POWER_INSTANT: "DCGM_FI_DEV_POWER_USAGE",
+                 nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT"}
+        got: dict[str, float] = {}
+        try:
+            for fv in nvml.nvmlDeviceGetFieldValues(h, list(batch)):
+                if fv.nvmlReturn == nvml.NVML_SUCCESS and fv.fieldId in batch:
+                    got[batch[fv.fieldId]] = _field_value(fv, nvml)
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except nvml.NVMLError:
+            pass  # fall back to the classic getters below
+        scale = {"DCGM_FI_DEV_POWER_USAGE": 1e-3, "DCGM_FI_DEV_POWER_MGMT_LIMIT": 1e-3}
+        fallback = {
+            "DCGM_FI_DEV_MEMORY_TEMP": None,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
+            "DCGM_FI_DEV_POWER_USAGE": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+        }
+        for field, fb in fallback.items():
+            if field in got:
+                vals[field][k] = got[field] * scale.get(field, 1.0)
+            elif fb is not None:
+                get(field, fb)
+            else:
+                errors.append((uuid, field))
+        get("DCGM_FI_DEV_GPU_TEMP", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
+        try:
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            vals["DCGM_FI_DEV_FB_USED"][k] = round(mem.used / MIB)
+            vals["DCGM_FI_DEV_FB_FREE"][k] = round(mem.free / MIB)
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except nvml.NVMLError:
+            errors.extend([(uuid, "DCGM_FI_DEV_FB_USED"), (uuid, "DCGM_FI_DEV_FB_FREE")])
+        util = get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", lambda: reasons(h))
+        sm = self._gpm_sm_active(k, h) if self._gpm[k] else None
+        if sm is None:
+            sm = util / 100.0
+        if np.isfinite(sm):
+            vals["DCGM_FI_PROF_SM_ACTIVE"][k] = sm
+        else:
+            errors.append((uuid, "DCGM_FI_PROF_SM_ACTIVE"))
+
+    def _gpm_sm_active(self, k: int, h: Any) -> float | None:
+        """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape or error."""
+        nvml = self.nvml
+        try:
+            cur = nvml.nvmlGpmSampleGet(h, nvml.nvmlGpmSampleAlloc())
+        except nvml.NVMLError:
+            return None
+        prev, self._gpm_prev[k] = self._gpm_prev[k], cur
+        if prev is None:
+            return None
+        try:
+            mg = nvml.c_nvmlGpmMetricsGet_t()
+            mg.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = 1
+            mg.sample1, mg.sample2 = prev, cur
+            mg.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+            nvml.nvmlGpmMetricsGet(mg)
+            if mg.metrics[0].nvmlReturn != nvml.NVML_SUCCESS:
+                return None
+            return float(mg.metrics[0].value) / 100.0
+        except nvml.NVMLError:
+            return None
+        finally:
+            self._try_static(lambda: nvml.nvmlGpmSampleFree(prev), None)
+
+    def _drain_xids(self) -> None:
+        nvml = self.nvml
+        if self._events is None:
+            return
+        for _ in range(1024):
+            try:
+                data = nvml.nvmlEventSetWait(self._events, 0)
+            except nvml.NVMLError:  # Timeout: nothing queued
+                return
+            k = self._by_uuid.get(_text(self._try_static(lambda d=data: nvml.nvmlDeviceGetUUID(d.device), "")))
+            if k is not None:
+                self._xid[k] = float(data.eventData)
+
+    # ---- power-cap agent ---------------------------------------------------------------------------------------
+    def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
+        nvml = self.nvml
+        applied: dict[str, float] = {}
+        for uuid, watts in caps.items():
+            k = self._by_uuid.get(uuid)
+            if k is None:
+                log.warning("power cap for unknown GPU %s ignored", uuid)
+                continue
+            h = self.handles[k]
+            try:
+                lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
+                mw = int(min(max(float(watts) * 1000.0, lo), hi))
+                nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
+                applied[uuid] = mw / 1000.0
+            except nvml.NVMLError as exc:
+                log.warning("could not set the power limit of %s: %s", uuid, exc)
+        return applied
+
+    def close(self) -> None:
+        self._try_static(self.nvml.nvmlShutdown, None)

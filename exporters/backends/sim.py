@@ -1,0 +1,106 @@
+"""Sim backend: publishes a `SimCluster`'s GPUs as if NVML/DCGM had read them.
+
+One process can serve the whole simulated fleet (every node's GPUs, ``Hostname`` per node) or a single node
+(``node=``, as a DaemonSet pod would). With ``speed`` set, each read first advances simulated time to
+``start + wall-clock elapsed x speed``; with ``speed=None`` the caller drives the simulator (the demo and the
+loop step it in-process) and should pass the ``lock`` it holds while stepping.
+
+Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %); an offline GPU (fallen off the
+bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import numpy as np
+
+from balancer import catalog
+from balancer.sim import SimCluster
+from exporters.backends.base import GpuIdentity, GpuReadings, ServiceReading, WorkloadInfo
+from exporters.collector import GPU_FIELD_NAMES
+
+
+class SimBackend:
+    def __init__(self, sim: SimCluster, *, node: str | None = None, speed: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, lock: threading.Lock | None = None) -> None:
+        self.sim = sim
+        self.node = node
+        self.speed = speed
+        self._clock = clock
+        self._lock = lock if lock is not None or not speed else threading.Lock()
+        self._wall0 = clock()
+        self._sim0 = sim.time
+        gpus = sim.fleet.gpus if node is None else tuple(g for g in sim.fleet.gpus if g.node == node)
+        if not gpus:
+            raise ValueError(f"node {node!r} has no GPUs in fleet {sim.fleet.name}")
+        self._idx = np.array([g.index for g in gpus], dtype=np.int64)
+        self._all = node is None
+        self._uuid_of = {g.index: g.uuid for g in gpus}
+        self.identity = tuple(
+            GpuIdentity(gpu=str(g.slot), uuid=g.uuid, pci_bus_id=g.pci_bus_id, device=f"nvidia{g.slot}",
+                        model_name=catalog.CATALOGUE[g.model].model_name, hostname=g.node)
+            for g in gpus)
+
+    def read(self) -> GpuReadings:
+        with self._lock or nullcontext():
+            if self.speed:
+                self.sim.advance_to(self._sim0 + (self._clock() - self._wall0) * self.speed)
+            return self._read()
+
+    def _read(self) -> GpuReadings:
+        s, i = self.sim, (slice(None) if self._all else self._idx)
+        online = s.online[i]
+        values = {
+            "DCGM_FI_DEV_GPU_TEMP": np.round(s.temperature_c[i]),
+            "DCGM_FI_DEV_MEMORY_TEMP": np.round(s.memory_temperature_c[i]),
+            "DCGM_FI_DEV_SLOWDOWN_TEMP": s.slowdown_temp_c[i],
+            "DCGM_FI_DEV_SHUTDOWN_TEMP": s.shutdown_temp_c[i],
+            "DCGM_FI_DEV_POWER_USAGE": np.round(s.power_w[i], 3),
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": s.power_limit_w[i],
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": np.floor(s.energy_mj[i]),
+            "DCGM_FI_DEV_FB_USED": np.round(s.mem_used_mib[i]),
+            "DCGM_FI_DEV_FB_FREE": np.round(s.mem_total_mib[i] - s.mem_used_mib[i]),
+            "DCGM_FI_DEV_GPU_UTIL": np.round(s.gpu_util[i] * 100.0),
+            "DCGM_FI_PROF_SM_ACTIVE": np.round(s.sm_active[i], 4),
+            "DCGM_FI_DEV_SM_CLOCK": np.round(s.sm_clock_mhz[i]),
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": s.clock_event_reasons[i].astype(float),
+            "DCGM_FI_DEV_XID_ERRORS": s.xid[i].astype(float),
+        }
+        errors: list[tuple[str, str]] = []
+        if not online.all():
+            lost = np.flatnonzero(~online)
+            for name in GPU_FIELD_NAMES:
+                if name == "DCGM_FI_DEV_XID_ERRORS":
+                    continue
+                values[name] = np.where(online, values[name], np.nan)
+                errors.extend((self.identity[k].uuid, name) for k in lost.tolist())
+        return GpuReadings(identity=self.identity, values=values, errors=tuple(errors),
+                           workloads=self._workloads(), services=self._services())
+
+    def _workloads(self) -> tuple[WorkloadInfo, ...]:
+        out = []
+        wl = self.sim.workloads
+        for name, gpus in self.sim.placements.items():
+            w = wl[name]
+            pod = name.split("/", 1)[-1]
+            for g in gpus:
+                uuid = self._uuid_of.get(g)
+                if uuid is not None:
+                    out.append(WorkloadInfo(uuid=uuid, namespace=w.namespace, pod=pod,
+                                            workload_class=str(w.workload_class)))
+        return tuple(out)
+
+    def _services(self) -> dict[str, ServiceReading]:
+        if not self._all:
+            return {}
+        acct = self.sim.acct
+        out = {}
+        for k, (name, st) in enumerate(self.sim.service_status().items()):
+            out[name] = ServiceReading(requests_total=float(acct.svc_requests[k]),
+                                       slo_violations_total=float(acct.svc_violations[k]),
+                                       demand_rps=st.demand_rps, latency_p99_s=st.p99_latency_s)
+        return out

@@ -1,0 +1,160 @@
+"""The exporter's prometheus-client Collector: reads a backend at scrape time, builds fresh metric families.
+
+No timers and no background threads: every `collect()` calls `backend.read()` once and turns the arrays into
+dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, help texts and labels, plus
+
+* ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table),
+* ``gputide_exporter_scrape_duration_seconds`` (how long this collect took to read and build),
+* ``gputide_exporter_collect_errors_total{UUID,field}`` (cumulative count of fields that failed to read),
+* the simulated serving series ``gputide_inference_*{service}`` when the backend provides them.
+
+Per-GPU families are `ArrayMetric`s: they keep the values as a numpy array and the per-GPU label sets as shared
+dicts, so `exporters.exposition.render` writes 14 x 8,192 samples without building a Python object per sample;
+their `samples` are still materialised on demand for `registry.get_sample_value` and prometheus_client's own
+exposition. `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` is a counter whose sample name has no ``_total`` suffix,
+exactly as dcgm-exporter exposes it; prometheus_client's `generate_latest` would append ``_total`` to its
+``# TYPE`` line, which is why the server renders with `exporters.exposition.render`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+from exporters.backends.base import Backend, GpuIdentity, GpuReadings
+
+# (name, type, help) in dcgm-exporter's words
+GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_SLOWDOWN_TEMP", "gauge", "Slowdown temperature threshold (in C)."),
+    ("DCGM_FI_DEV_SHUTDOWN_TEMP", "gauge", "Shutdown temperature threshold (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned."),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+)
+GPU_FIELD_NAMES = tuple(f[0] for f in GPU_FIELDS)
+
+SERVICE_FIELDS = (
+    ("gputide_inference_requests", "counter", "Requests offered to the simulated service.", "requests_total"),
+    ("gputide_inference_slo_violations", "counter", "Requests over their latency SLO (simulated).",
+     "slo_violations_total"),
+    ("gputide_inference_demand_rps", "gauge", "Offered load of the simulated service (req/s).", "demand_rps"),
+    ("gputide_inference_latency_p99_seconds", "gauge", "p99 latency of the simulated service (s).", "latency_p99_s"),
+)
+
+
+class ArrayMetric(Metric):
+    """A metric family whose samples are one value per GPU: an array plus shared per-GPU label dicts."""
+
+    def __init__(self, name: str, documentation: str, typ: str, label_sets: Sequence[dict[str, str]],
+                 label_strs: Sequence[str], values: np.ndarray) -> None:
+        super().__init__(name, documentation, typ)
+        self.label_sets = label_sets
+        self.label_strs = label_strs
+        self.values = values
+
+    @property
+    def samples(self) -> list[Sample]:  # type: ignore[override]
+        return [Sample(self.name, lbl, float(v)) for lbl, v in zip(self.label_sets, self.values.tolist())]
+
+    @samples.setter
+    def samples(self, _value: list[Sample]) -> None:  # Metric.__init__ assigns []; the array is the truth
+        pass
+
+
+def label_str(labels: dict[str, str]) -> str:
+    """Labels rendered as in the text exposition format, escaped, in sorted order (as prometheus_client does)."""
+    def esc(v: str) -> str:
+        return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+    return ",".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items()))
+
+
+class GpuCollector(Collector):
+    """Reads `backend` on every scrape; see the module docstring."""
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.backend = backend
+        self._clock = clock
+        self._errors: Counter[tuple[str, str]] = Counter()
+        self._identity: tuple[GpuIdentity, ...] | None = None
+        self._label_sets: list[dict[str, str]] = []
+        self._label_strs: list[str] = []
+
+    def describe(self) -> list[Metric]:
+        return []  # reading the hardware at registration time would be a side effect
+
+    def _labels(self, identity: tuple[GpuIdentity, ...]) -> None:
+        if identity != self._identity:
+            self._identity = identity
+            self._label_sets = [g.labels() for g in identity]
+            self._label_strs = [label_str(d) for d in self._label_sets]
+
+    def collect(self) -> Iterator[Metric]:
+        start = self._clock()
+        readings = self.backend.read()
+        self._labels(readings.identity)
+        self._errors.update(readings.errors)
+        families = list(self._gpu_families(readings))
+        families.append(self._workload_family(readings))
+        families.extend(self._service_families(readings))
+        errors = Metric("gputide_exporter_collect_errors", "Fields that failed to read, per GPU.", "counter")
+        for (uuid, fld), n in sorted(self._errors.items()):
+            errors.add_sample("gputide_exporter_collect_errors_total", {"UUID": uuid, "field": fld}, float(n))
+        families.append(errors)
+        duration = Metric("gputide_exporter_scrape_duration_seconds", "Time the last collect took.", "gauge")
+        duration.add_sample("gputide_exporter_scrape_duration_seconds", {}, self._clock() - start)
+        families.append(duration)
+        yield from families
+
+    def _gpu_families(self, r: GpuReadings) -> Iterator[Metric]:
+        for name, typ, doc in GPU_FIELDS:
+            values = r.values.get(name)
+            if values is None:
+                continue
+            values = np.asarray(values, dtype=float)
+            ok = np.isfinite(values)
+            if ok.all():
+                sets, strs = self._label_sets, self._label_strs
+            else:
+                keep = np.flatnonzero(ok).tolist()
+                sets = [self._label_sets[i] for i in keep]
+                strs = [self._label_strs[i] for i in keep]
+                values = values[ok]
+            yield ArrayMetric(name, doc, typ, sets, strs, values)
+
+    @staticmethod
+    def _workload_family(r: GpuReadings) -> Metric:
+        m = Metric("gputide_gpu_workload_info", "Workloads placed on each GPU (attribution join table).", "gauge")
+        for w in r.workloads:
+            m.add_sample("gputide_gpu_workload_info", {"UUID": w.uuid, "namespace": w.namespace, "pod": w.pod,
+                                                       "workload_class": w.workload_class}, 1.0)
+        return m
+
+    @staticmethod
+    def _service_families(r: GpuReadings) -> Iterator[Metric]:
+        if not r.services:
+            return
+        for name, typ, doc, attr in SERVICE_FIELDS:
+            m = Metric(name, doc, typ)
+            sample = f"{name}_total" if typ == "counter" else name
+            for svc, reading in sorted(r.services.items()):
+                value = getattr(reading, attr)
+                if math.isfinite(value):
+                    m.add_sample(sample, {"service": svc}, float(value))
+            yield m

@@ -1,0 +1,57 @@
+"""Serve a registry over HTTP (``/metrics``) from a background thread; returns the bound port (port 0 works).
+
+The app renders with `exporters.exposition.render` (dcgm-exporter's counter names kept verbatim) and is served
+by wsgiref in a daemon thread, one thread per request, as prometheus_client's own `start_http_server` does.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client.registry import Collector
+
+from exporters.exposition import CONTENT_TYPE, render
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+def metrics_app(registry: Collector):
+    def app(environ, start_response):
+        if environ.get("PATH_INFO", "/") not in ("/metrics", "/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics\n"]
+        body = render(registry)
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+@dataclass
+class RunningServer:
+    port: int
+    server: WSGIServer
+    thread: threading.Thread
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(registry: Collector, *, port: int = 9400, addr: str = "127.0.0.1") -> RunningServer:
+    httpd = make_server(addr, port, metrics_app(registry), server_class=_Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="gputide-exporter", daemon=True)
+    thread.start()
+    return RunningServer(port=int(httpd.server_address[1]), server=httpd, thread=thread)

@@ -1,0 +1,113 @@
+"""The NVML backend through the in-repo fake NVML: units, GPM, fallbacks, errors that drop only their series."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission, NVMLError_NotSupported
+from exporters.backends.nvml import NvmlBackend
+from exporters.collector import GPU_FIELD_NAMES, GpuCollector
+from exporters.exposition import render
+
+
+def _fake(n: int = 2, **kw) -> tuple[FakeNvml, list[FakeDevice]]:
+    devs = [FakeDevice(uuid=f"GPU-{i:08d}", minor=i, bus_id=f"00000000:{0x18 + 16 * i:02X}:00.0", **kw)
+            for i in range(n)]
+    return FakeNvml(devs), devs
+
+
+def _scrape(backend):
+    reg = CollectorRegistry()
+    reg.register(GpuCollector(backend))
+    text = render(reg).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    return reg, {name: {s.labels["UUID"]: s.value for s in fams[name].samples} for name in GPU_FIELD_NAMES}
+
+
+def test_readings_are_converted_to_dcgm_units_and_labelled_like_dcgm_exporter():
+    nvml, devs = _fake()
+    backend = NvmlBackend(nvml, hostname="node-a")
+    reg, v = _scrape(backend)
+    u = devs[1].uuid
+    assert v["DCGM_FI_DEV_POWER_USAGE"][u] == 350.0 and v["DCGM_FI_DEV_POWER_MGMT_LIMIT"][u] == 700.0
+    assert v["DCGM_FI_DEV_FB_USED"][u] == 20480 and v["DCGM_FI_DEV_FB_FREE"][u] == 61440
+    assert v["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][u] == 123_456_789
+    assert v["DCGM_FI_DEV_MEMORY_TEMP"][u] == 52 and v["DCGM_FI_DEV_SLOWDOWN_TEMP"][u] == 87
+    assert v["DCGM_FI_DEV_XID_ERRORS"][u] == 0
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", {
+        "gpu": "1", "UUID": u, "pci_bus_id": "00000000:28:00.0", "device": "nvidia1",
+        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a"}) == 45.0
+    assert nvml.calls.count("nvmlDeviceGetFieldValues") >= 2  # one batch per GPU per scrape
+
+
+@pytest.mark.parametrize(("arch", "gpm", "first", "second"), [
+    (9, 55.0, 0.60, 0.55),
+    (8, 55.0, 0.60, 0.60),
+    (9, None, 0.60, 0.60),
+], ids=["hopper with GPM: utilisation first, then GPM between samples", "ampere: utilisation",
+        "hopper without GPM support: utilisation"])
+def test_sm_activity_comes_from_gpm_on_hopper_and_newer_else_from_utilisation(arch, gpm, first, second):
+    nvml, devs = _fake(1, arch=arch, gpm_sm_util=gpm)
+    backend = NvmlBackend(nvml)
+    assert _scrape(backend)[1]["DCGM_FI_PROF_SM_ACTIVE"][devs[0].uuid] == pytest.approx(first)
+    assert _scrape(backend)[1]["DCGM_FI_PROF_SM_ACTIVE"][devs[0].uuid] == pytest.approx(second)
+
+
+@pytest.mark.parametrize(("break_it", "lost_fields"), [
+    (lambda d: d.fail.update(nvmlDeviceGetClockInfo=NVMLError_NotSupported), {"DCGM_FI_DEV_SM_CLOCK"}),
+    (lambda d: d.fail.update(nvmlDeviceGetMemoryInfo=NVMLError_NoPermission),
+     {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}),
+    (lambda d: d.field_fail.add(82), {"DCGM_FI_DEV_MEMORY_TEMP"}),
+    (lambda d: d.field_fail.add(186), set()),  # falls back to nvmlDeviceGetPowerUsage
+], ids=["clock not supported", "memory info forbidden", "memory temperature field missing",
+        "instant power field missing falls back"])
+def test_a_failing_field_drops_only_that_series_on_that_gpu_and_counts_an_error(break_it, lost_fields):
+    nvml, devs = _fake(2)
+    break_it(devs[0])
+    reg, v = _scrape(NvmlBackend(nvml))
+    bad, good = devs[0].uuid, devs[1].uuid
+    for name in GPU_FIELD_NAMES:
+        assert good in v[name], name
+        assert (bad in v[name]) == (name not in lost_fields), name
+        err = reg.get_sample_value("gputide_exporter_collect_errors_total", {"UUID": bad, "field": name})
+        assert (err is not None) == (name in lost_fields), name
+    assert v["DCGM_FI_DEV_POWER_USAGE"][bad] == 350.0
+
+
+def test_a_lost_gpu_keeps_only_its_xid_79_while_the_others_are_scraped_normally():
+    nvml, devs = _fake(3)
+    backend = NvmlBackend(nvml)
+    devs[1].lost = True
+    _, v = _scrape(backend)
+    lost = devs[1].uuid
+    assert v["DCGM_FI_DEV_XID_ERRORS"][lost] == 79
+    for name in GPU_FIELD_NAMES:
+        assert devs[0].uuid in v[name] and devs[2].uuid in v[name]
+        assert (lost in v[name]) == (name == "DCGM_FI_DEV_XID_ERRORS"), name
+
+
+def test_xid_events_are_drained_without_waiting_and_the_last_one_is_reported():
+    nvml, devs = _fake(2)
+    backend = NvmlBackend(nvml)
+    nvml.push_xid(devs[0], 13)
+    nvml.push_xid(devs[0], 48)
+    _, v = _scrape(backend)
+    assert v["DCGM_FI_DEV_XID_ERRORS"] == {devs[0].uuid: 48, devs[1].uuid: 0}
+
+
+def test_power_caps_are_set_in_milliwatts_clamped_to_the_constraints_and_reported():
+    nvml, devs = _fake(2)
+    backend = NvmlBackend(nvml)
+    applied = backend.apply_power_caps({devs[0].uuid: 450, devs[1].uuid: 50, "GPU-nope": 300})
+    assert applied == {devs[0].uuid: 450.0, devs[1].uuid: 200.0}
+    assert devs[0].limit_mw == 450_000
+    _, v = _scrape(backend)
+    assert v["DCGM_FI_DEV_POWER_MGMT_LIMIT"][devs[0].uuid] == 450.0
+
+
+def test_a_power_cap_the_driver_refuses_is_left_out_of_the_result():
+    nvml, devs = _fake(1)
+    devs[0].fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
+    assert NvmlBackend(nvml).apply_power_caps({devs[0].uuid: 400}) == {}
