@@ -345,6 +345,10 @@ class KubernetesActuator:
             source = snapshot.gpus[action.source_gpus[0]].node if action.source_gpus else ""
         except IndexError as exc:
             raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
+        current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
+        running_on = (current.get("spec") or {}).get("nodeName")
+        if source and running_on and running_on != source:
+            raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
         workload = snapshot.workload_by_name.get(action.workload)
         key = f"{ns}/{workload.owner}" if workload is not None and workload.owner else f"{ns}/{pod}"
         now = self.clock()
@@ -359,6 +363,8 @@ class KubernetesActuator:
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
             self.api(f"evict pod {ns}/{pod}", self.api.core.create_namespaced_pod_eviction, pod, ns, body,
                      retry_throttled=False)
+        except NotFoundError:   # gone since we read it: deleted, or our own timed-out eviction went through
+            return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
         except ActuationError as err:
             self._release_reservation(action.target_node, key)
             if isinstance(err, ThrottledError):

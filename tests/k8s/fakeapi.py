@@ -28,6 +28,7 @@ import functools
 import json
 import re
 import threading
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -212,6 +213,7 @@ class Fault:
     path: re.Pattern[str]
     code: int
     remaining: int
+    delay_s: float = 0.0
 
 
 @dataclass
@@ -283,9 +285,10 @@ class FakeKube:
         with self._lock:
             return copy.deepcopy(self._patch(plural, namespace, name, patch))
 
-    def inject(self, method: str | None, path: str, code: int, count: int = 1) -> Fault:
-        """The next `count` requests whose path matches regex `path` (and method, if given) answer `code`."""
-        fault = Fault(method, re.compile(path), code, count)
+    def inject(self, method: str | None, path: str, code: int, count: int = 1, delay_s: float = 0.0) -> Fault:
+        """The next `count` requests whose path matches regex `path` (and method, if given) answer `code`,
+        after `delay_s` (a client with a shorter timeout sees a read timeout)."""
+        fault = Fault(method, re.compile(path), code, count, delay_s)
         with self._lock:
             self.faults.append(fault)
         return fault
@@ -470,15 +473,18 @@ class FakeKube:
             hooks = [h for h in self.hooks if h.remaining > 0 and h.method in (None, method) and h.path.search(path)]
             for hook in hooks:
                 hook.remaining -= 1
+            self.requests.append(Request(method, path.partition("?")[0], path.partition("?")[2], content_type, body))
+            fault = next((f for f in self.faults
+                          if f.remaining > 0 and f.method in (None, method) and f.path.search(path)), None)
+            if fault is not None:
+                fault.remaining -= 1
         for hook in hooks:   # outside the lock: a hook may itself call the API
             hook.run()
+        if fault is not None:
+            time.sleep(fault.delay_s)
+            reason = {409: "Conflict", 429: "TooManyRequests"}.get(fault.code, "InternalError")
+            return fault.code, status_body(fault.code, reason, "injected fault")
         with self._lock:
-            self.requests.append(Request(method, path.partition("?")[0], path.partition("?")[2], content_type, body))
-            for fault in self.faults:
-                if fault.remaining > 0 and (fault.method in (None, method)) and fault.path.search(path):
-                    fault.remaining -= 1
-                    reason = {409: "Conflict", 429: "TooManyRequests"}.get(fault.code, "InternalError")
-                    return fault.code, status_body(fault.code, reason, "injected fault")
             try:
                 return self._dispatch(method, content_type, body, self.route(path))
             except ApiError as err:

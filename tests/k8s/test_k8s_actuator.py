@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
@@ -37,8 +37,7 @@ from balancer.model import (
     WorkloadClass,
 )
 
-ARRAYS = ("temperature_c", "memory_temperature_c", "slowdown_temp_c", "power_w", "power_limit_w", "sm_active",
-          "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s")
+ARRAYS = [f.name for f in fields(ClusterSnapshot) if f.type == "np.ndarray"]   # the per-GPU telemetry
 
 
 def make_snapshot() -> ClusterSnapshot:
@@ -144,7 +143,9 @@ def test_eviction_server_errors_are_retried_with_backoff(cluster: FakeKube, actu
 @pytest.mark.parametrize(
     ("action", "outcome", "source_tainted"),
     [
-        pytest.param(migrate(workload="default/ghost"), Outcome.FAILED, True, id="unknown pod is a permanent 404"),
+        pytest.param(migrate(workload="default/ghost"), Outcome.FAILED, False, id="unknown pod is a permanent 404"),
+        pytest.param(migrate(workload="default/solo", source=(2,)), Outcome.FAILED, False,
+                     id="a pod no longer on the source node means the plan is stale"),
         pytest.param(migrate(node_name="n9"), Outcome.FAILED, False, id="unknown target node fails before touching"),
         pytest.param(migrate(workload="default/solo", source=(1,), target=(0,), node_name="n1"), Outcome.APPLIED,
                      False, id="a move within one node does not taint it"),
@@ -156,6 +157,13 @@ def test_migrate_edge_cases(cluster: FakeKube, actuator, action, outcome, source
     assert result.outcome is outcome, result.detail
     assert bool(taints(cluster, "n1")) is source_tainted
     assert RESERVATION_ANNOTATION not in annotations(cluster, "n2")
+
+
+def test_a_pod_gone_between_read_and_eviction_counts_as_moved(cluster: FakeKube, actuator) -> None:
+    cluster.inject("POST", r"/eviction$", 404)
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.APPLIED and "already gone" in result.detail
+    assert RESERVATION_ANNOTATION in annotations(cluster, "n2")
 
 
 def test_reservation_of_a_pod_without_owner_is_keyed_by_the_pod(cluster: FakeKube, actuator) -> None:
@@ -386,6 +394,15 @@ class Reboot(Action):
 def test_an_unknown_action_type_fails_without_raising(actuator) -> None:
     result = actuator.apply(Reboot(reason="x"), SNAP)
     assert result.outcome is Outcome.FAILED and "reboot" in result.detail
+
+
+def test_a_read_timeout_is_retried(cluster: FakeKube, api, sleeps) -> None:
+    actuator = KubernetesActuator(api, sleep=sleeps.append, request_timeout_s=0.02)
+    cluster.inject("POST", r"/eviction$", 504, delay_s=0.1)
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert sleeps == [0.5]
+    assert len(cluster.calls("POST", r"/eviction$")) == 2
 
 
 def test_an_unreachable_api_server_gives_retry(kube: FakeKube, sleeps) -> None:

@@ -1,0 +1,162 @@
+"""The fake API server itself answers like the real one where the actuator depends on it.
+
+If the fake were lenient (accepting a stale resourceVersion, an invalid body, a strategic merge patch on a
+custom resource), the actuator tests would pass against behaviour no cluster has; these cases pin it down,
+through the official client as the actuator uses it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from fakeapi import FakeKube, clusterqueue, hpa, merge_patch, node, pdb, pod
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture
+def cluster(kube: FakeKube) -> FakeKube:
+    kube.add(node("n1", 2))
+    kube.add(pod("p", labels={"app": "p"}, node_name="n1"))
+    kube.add(pod("q", scheduler="gputide", phase="Pending"))
+    kube.add(hpa("h", "web"))
+    kube.add(clusterqueue("cq", "tide", 8, lending=4))
+    kube.mutate("nodes", "n1", "", {"metadata": {"labels": {"zone": "a"}}})   # n1 moves past resourceVersion 1
+    return kube
+
+
+def lease_body(renew: object, rv: str | None = None) -> dict:
+    meta = {"name": "l", "namespace": "default", **({"resourceVersion": rv} if rv else {})}
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+            "spec": {"holderIdentity": "a", "renewTime": renew}}
+
+
+CASES = [
+    ("stale resourceVersion in a merge patch", 409,
+     lambda c: c.patch_node("n1", {"metadata": {"resourceVersion": "1", "labels": {"x": "y"}}}, _content_type=MERGE)),
+    ("strategic merge patch (the client's default) is refused", 415,
+     lambda c: c.patch_node("n1", {"metadata": {"labels": {"x": "y"}}})),
+    ("an invalid taint effect", 422,
+     lambda c: c.patch_node("n1", {"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}}, _content_type=MERGE)),
+    ("an unknown field fails strict schema validation", 422,
+     lambda c: c.patch_node("n1", {"spec": {"colour": "blue"}}, _content_type=MERGE)),
+    ("eviction of an unknown pod", 404,
+     lambda c: c.create_namespaced_pod_eviction("ghost", "default", {"metadata": {"name": "ghost"}})),
+    ("eviction whose body names another pod", 400,
+     lambda c: c.create_namespaced_pod_eviction("p", "default", {"metadata": {"name": "q"}})),
+    ("binding an already bound pod", 409, lambda c: c.create_namespaced_pod_binding(
+        "p", "default", {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}})),
+    ("an unsupported field selector", 400, lambda c: c.list_pod_for_all_namespaces(field_selector="spec.colour=x")),
+    ("reading an unknown node", 404, lambda c: c.read_node("n9")),
+]
+
+
+@pytest.mark.parametrize(("code", "call"), [pytest.param(code, call, id=name) for name, code, call in CASES])
+def test_core_api_errors(cluster: FakeKube, api, code, call) -> None:
+    with pytest.raises(ApiException) as info:
+        call(k8s.CoreV1Api(api))
+    assert info.value.status == code
+
+
+@pytest.mark.parametrize(
+    ("patch", "code"),
+    [
+        pytest.param({"spec": {"minReplicas": 11}}, 422, id="HPA minReplicas above maxReplicas"),
+        pytest.param({"spec": {"minReplicas": 0}}, 422, id="HPA minReplicas of zero"),
+        pytest.param({"spec": {"minReplicas": 3}}, 200, id="a valid HPA floor"),
+    ],
+)
+def test_hpa_validation(cluster: FakeKube, api, patch, code) -> None:
+    call = k8s.AutoscalingV2Api(api).patch_namespaced_horizontal_pod_autoscaler
+    if code == 200:
+        assert call("h", "default", patch, _content_type=MERGE).spec.min_replicas == 3
+        return
+    with pytest.raises(ApiException) as info:
+        call("h", "default", patch, _content_type=MERGE)
+    assert info.value.status == code
+
+
+@pytest.mark.parametrize(
+    ("renew", "code"),
+    [
+        pytest.param("2024-01-01T00:00:00.000001Z", 201, id="MicroTime with six digits"),
+        pytest.param(dt.datetime(2024, 1, 1, tzinfo=dt.UTC), 422,
+                     id="a whole-second datetime loses its fraction in the client and is refused"),
+    ],
+)
+def test_lease_microtime(kube: FakeKube, api, renew, code) -> None:
+    call = k8s.CoordinationV1Api(api).create_namespaced_lease
+    if code == 201:
+        call("default", lease_body(renew))
+        assert kube.get("leases", "l", "default")["spec"]["renewTime"].endswith(".000001+00:00")
+        return
+    with pytest.raises(ApiException) as info:
+        call("default", lease_body(renew))
+    assert info.value.status == code
+
+
+def test_lease_create_twice_and_update_without_version(kube: FakeKube, api) -> None:
+    coord = k8s.CoordinationV1Api(api)
+    coord.create_namespaced_lease("default", lease_body("2024-01-01T00:00:00.000001Z"))
+    with pytest.raises(ApiException) as twice:
+        coord.create_namespaced_lease("default", lease_body("2024-01-01T00:00:00.000001Z"))
+    with pytest.raises(ApiException) as unversioned:
+        coord.replace_namespaced_lease("l", "default", lease_body("2024-01-01T00:00:01.000001Z"))
+    assert (twice.value.status, unversioned.value.status) == (409, 422)
+
+
+def test_eviction_respects_the_pdb_and_consumes_it(cluster: FakeKube, api) -> None:
+    cluster.add(pdb("p", "default", {"app": "p"}, allowed=1))
+    cluster.add(pod("p2", labels={"app": "p"}, node_name="n1"))
+    core = k8s.CoreV1Api(api)
+    core.create_namespaced_pod_eviction("p", "default", {"metadata": {"name": "p"}}, _preload_content=False)
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_pod_eviction("p2", "default", {"metadata": {"name": "p2"}})
+    assert info.value.status == 429
+    assert cluster.get("pods", "p", "default") is None and cluster.get("pods", "p2", "default") is not None
+
+
+def test_clusterqueue_lending_limit_cannot_exceed_nominal(cluster: FakeKube, api) -> None:
+    body = cluster.get("clusterqueues", "cq")
+    body["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 2
+    with pytest.raises(ApiException) as info:
+        k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+            "kueue.x-k8s.io", "v1beta1", "clusterqueues", "cq", {"spec": body["spec"]})
+    assert info.value.status == 422
+
+
+def test_injected_faults_are_consumed_in_order(cluster: FakeKube, api) -> None:
+    cluster.inject("GET", r"/nodes/n1$", 500, count=2)
+    core, codes = k8s.CoreV1Api(api), []
+    for _ in range(3):
+        try:
+            core.read_node("n1", _preload_content=False)
+            codes.append(200)
+        except ApiException as exc:
+            codes.append(exc.status)
+    assert codes == [500, 500, 200]
+
+
+json_values = st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                           lambda inner: st.dictionaries(st.text(max_size=2), inner, max_size=3), max_leaves=8)
+
+
+@given(json_values, json_values)
+def test_merge_patch_follows_rfc7386(target, patch) -> None:
+    result = merge_patch(target, patch)
+    if not isinstance(patch, dict):
+        assert result == patch
+        return
+    for key, value in patch.items():
+        if value is None:
+            assert key not in result
+        elif not isinstance(value, dict):
+            assert result[key] == value
+    if isinstance(target, dict):
+        for key in set(target) - set(patch):
+            assert result[key] == target[key]
