@@ -95,6 +95,9 @@ class GpuCollector(Collector):
         self._identity: tuple[GpuIdentity, ...] | None = None
         self._label_sets: list[dict[str, str]] = []
         self._label_strs: list[str] = []
+        self._wl_key: object = None
+        self._wl_sets: list[dict[str, str]] = []
+        self._wl_strs: list[str] = []
 
     def describe(self) -> list[Metric]:
         return []  # reading the hardware at registration time would be a side effect
@@ -138,13 +141,15 @@ class GpuCollector(Collector):
                 values = values[ok]
             yield ArrayMetric(name, doc, typ, sets, strs, values)
 
-    @staticmethod
-    def _workload_family(r: GpuReadings) -> Metric:
-        m = Metric("gputide_gpu_workload_info", "Workloads placed on each GPU (attribution join table).", "gauge")
-        for w in r.workloads:
-            m.add_sample("gputide_gpu_workload_info", {"UUID": w.uuid, "namespace": w.namespace, "pod": w.pod,
-                                                       "workload_class": w.workload_class}, 1.0)
-        return m
+    def _workload_family(self, r: GpuReadings) -> Metric:
+        # placements change rarely: a backend that returns the same tuple gets the cached label strings back
+        if r.workloads is not self._wl_key:
+            self._wl_key = r.workloads
+            self._wl_sets = [{"UUID": w.uuid, "namespace": w.namespace, "pod": w.pod,
+                              "workload_class": w.workload_class} for w in r.workloads]
+            self._wl_strs = [label_str(d) for d in self._wl_sets]
+        return ArrayMetric("gputide_gpu_workload_info", "Workloads placed on each GPU (attribution join table).",
+                           "gauge", self._wl_sets, self._wl_strs, np.ones(len(self._wl_sets)))
 
     @staticmethod
     def _service_families(r: GpuReadings) -> Iterator[Metric]:

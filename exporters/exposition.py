@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -36,7 +37,9 @@ def render(registry: Collector) -> bytes:
             name = metric.name
             out.append(f"# HELP {name} {_help(metric.documentation)}\n# TYPE {name} {metric.type}\n")
             prefix = name + "{"
-            out.extend(f"{prefix}{lbl}}} {_value(v)}\n" for lbl, v in zip(metric.label_strs, metric.values.tolist()))
+            vals = metric.values.tolist()
+            strs = map(repr, vals) if np.isfinite(metric.values).all() else map(_value, vals)
+            out.extend(f"{prefix}{lbl}}} {v}\n" for lbl, v in zip(metric.label_strs, strs))
             continue
         samples = metric.samples
         name, typ = metric.name, metric.type

@@ -109,6 +109,7 @@ class SimCluster(WorkloadOps):
         self._table: SlotTable = EMPTY
         self._dirty = False
         self._sched_dirty = False
+        self.placement_version = 0      # bumps on every bind/unbind (caches key on it)
         self._scheduler: Scheduler = first_fit
         self._nodes_cache: tuple[Node, ...] | None = None
 

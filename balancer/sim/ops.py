@@ -130,6 +130,7 @@ class WorkloadOps:
         self.used_milli[idx] += pod.workload.gpu_milli
         self.mem_used_mib[idx] += pod.workload.gpu_memory_mib
         pod.gpus = gpus
+        self.placement_version += 1
         if pod.kind == INFERENCE:
             pod.ready_at = self.time + self._svc[pod.owner].warmup_s
         self._dirty = True
@@ -142,6 +143,7 @@ class WorkloadOps:
         self.used_milli[idx] -= pod.workload.gpu_milli
         self.mem_used_mib[idx] = np.maximum(self.mem_used_mib[idx] - pod.workload.gpu_memory_mib, 0.0)
         pod.gpus = None
+        self.placement_version += 1
         if pod.kind == GENERIC:
             pod.remaining_s = pod.duration_s
         self._dirty = True

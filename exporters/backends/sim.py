@@ -40,6 +40,8 @@ class SimBackend:
         self._idx = np.array([g.index for g in gpus], dtype=np.int64)
         self._all = node is None
         self._uuid_of = {g.index: g.uuid for g in gpus}
+        self._wl_version = -1
+        self._wl: tuple[WorkloadInfo, ...] = ()
         self.identity = tuple(
             GpuIdentity(gpu=str(g.slot), uuid=g.uuid, pci_bus_id=g.pci_bus_id, device=f"nvidia{g.slot}",
                         model_name=catalog.CATALOGUE[g.model].model_name, hostname=g.node)
@@ -82,6 +84,12 @@ class SimBackend:
                            workloads=self._workloads(), services=self._services())
 
     def _workloads(self) -> tuple[WorkloadInfo, ...]:
+        version = self.sim.placement_version
+        if version != self._wl_version:
+            self._wl_version, self._wl = version, self._build_workloads()
+        return self._wl
+
+    def _build_workloads(self) -> tuple[WorkloadInfo, ...]:
         out = []
         wl = self.sim.workloads
         for name, gpus in self.sim.placements.items():
