@@ -23,7 +23,7 @@ prometheus-bin:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null
 
 lint: $(STAMP)
-	$(BIN)/ruff check balancer exporters dashboards bench tests
+	$(BIN)/ruff check balancer exporters dashboards deploy bench tests
 	$(BIN)/lint-imports
 
 test: $(STAMP) prometheus-bin lint
@@ -40,8 +40,10 @@ bench: $(STAMP) prometheus-bin
 soak: $(STAMP) prometheus-bin
 	$(BIN)/gputide soak --days 7 --gpus 512 --out out/soak
 
+# Regenerate the dashboards' JSON and everything in deploy/ derived from rules/ and dashboards/.
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.build
+	$(BIN)/python -m deploy.gen
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
