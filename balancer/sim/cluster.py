@@ -41,6 +41,9 @@ from balancer.sim.workloads import (
 
 Scheduler = Callable[[SchedulerView, list[Workload]], list[tuple[str, tuple[int, ...]]]]
 TAINT = "gputide.io/hot=true:NoSchedule"
+# slot states: 0 serving replica, 1 warming replica, 2 running training worker, 3 stalled worker, 4 generic pod
+_SM_BY_STATE = np.array([INFERENCE_SM, WARMUP_SM, TRAINING_SM, STALLED_SM, BATCH_SM])
+_MEM_BY_STATE = np.array([INFERENCE_MEM, WARMUP_MEM, TRAINING_MEM, STALLED_MEM, BATCH_MEM])
 
 
 class SimCluster(WorkloadOps):
@@ -99,6 +102,8 @@ class SimCluster(WorkloadOps):
         self._svc_target: list[int] = []
         self._svc_next: list[int] = []
         self._svc_rate = np.zeros((0, len(models)))
+        self._svc_slo = np.zeros(0)
+        self._svc_base = np.zeros(0)
         self._svc_demand = np.zeros(0)
         self._svc_p99 = np.zeros(0)
         self._jobs: list[TrainingJobSpec] = []
@@ -174,8 +179,7 @@ class SimCluster(WorkloadOps):
         pod_mu = np.bincount(tb.slot_pod, weights=slot_mu, minlength=len(tb.pods))
         res = inference_step(
             demand_rps=self._svc_demand, pod_service=tb.pod_owner[pod_ready], pod_mu=pod_mu[pod_ready],
-            slo_s=np.array([s.slo_latency_s for s in self._svc]), base_s=np.array([s.base_latency_s for s in self._svc]),
-            dt=dt,
+            slo_s=self._svc_slo, base_s=self._svc_base, dt=dt,
         )
         self._svc_p99 = res.p99_s
         rho = np.minimum(res.rho, 1.0)
@@ -192,17 +196,11 @@ class SimCluster(WorkloadOps):
         speed = np.where(running, job_slots * np.where(np.isfinite(job_min), job_min, 0.0), 0.0)
         slot_running = np.where(is_train, running[np.where(is_train, owner, 0)] if n_jobs else False, False)
 
-        # per-slot activity -> per-GPU activity
-        sm_slot = np.select(
-            [is_inf & slot_ready, is_inf, is_train & slot_running, is_train],
-            [INFERENCE_SM * rho[np.where(is_inf, owner, 0)] if n_svc else 0.0, WARMUP_SM, TRAINING_SM, STALLED_SM],
-            BATCH_SM,
-        )
-        mem_slot = np.select(
-            [is_inf & slot_ready, is_inf, is_train & slot_running, is_train],
-            [INFERENCE_MEM * rho[np.where(is_inf, owner, 0)] if n_svc else 0.0, WARMUP_MEM, TRAINING_MEM, STALLED_MEM],
-            BATCH_MEM,
-        )
+        # per-slot activity -> per-GPU activity: a slot's state indexes the activity tables
+        state = np.where(is_inf, np.where(slot_ready, 0, 1), np.where(is_train, np.where(slot_running, 2, 3), 4))
+        load = np.where(state == 0, rho[inf_owner], 1.0) if n_svc else 1.0
+        sm_slot = _SM_BY_STATE[state] * load
+        mem_slot = _MEM_BY_STATE[state] * load
         sm = np.minimum(np.bincount(g, weights=sm_slot * share, minlength=n), 1.0)
         mem = np.minimum(np.bincount(g, weights=mem_slot * share, minlength=n), 1.0)
         busy = (np.bincount(g, minlength=n) > 0) & self.online

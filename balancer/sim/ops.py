@@ -41,6 +41,8 @@ class WorkloadOps:
         self._svc_next.append(0)
         rates = np.array([[spec.rate_on(m) for m in self._models]])
         self._svc_rate = np.vstack([self._svc_rate, rates])
+        self._svc_slo = np.append(self._svc_slo, spec.slo_latency_s)
+        self._svc_base = np.append(self._svc_base, spec.base_latency_s)
         self._svc_demand = np.append(self._svc_demand, max(float(spec.demand(self.time)), 0.0))
         self._svc_p99 = np.append(self._svc_p99, spec.base_latency_s)
         self.acct.add_service()

@@ -9,7 +9,7 @@ training jobs, so every exported series is non-trivial.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,11 @@ class TidalDemand:
     weekend_factor: float = 1.0
     noise: float = 0.0
     seed: int = 0
+    _table: list[float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # one seeded normal draw per minute of the week, repeating weekly: cheap and deterministic per time
+        object.__setattr__(self, "_table", np.random.default_rng(self.seed).standard_normal(7 * 1440).tolist())
 
     def __call__(self, t: float) -> float:
         phase = 2 * math.pi * ((t / 3600.0 - self.peak_hour) / 24.0)
@@ -37,9 +42,7 @@ class TidalDemand:
         if day >= 5:
             value *= self.weekend_factor
         if self.noise:
-            # deterministic per (seed, minute) so repeated calls at one time agree
-            rng = np.random.default_rng([self.seed, int(t // 60) & 0x7FFFFFFF])
-            value *= 1.0 + self.noise * float(rng.standard_normal())
+            value *= 1.0 + self.noise * self._table[int(t // 60) % len(self._table)]
         return max(value, 0.0)
 
 

@@ -118,21 +118,20 @@ def inference_step(*, demand_rps: np.ndarray, pod_service: np.ndarray, pod_mu: n
     """Latency model over all ready replicas at once. `pod_*` arrays are per ready replica."""
     n = len(demand_rps)
     mu = np.bincount(pod_service, weights=pod_mu, minlength=n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rho = np.where(mu > 0, demand_rps / np.where(mu > 0, mu, 1.0), np.where(demand_rps > 0, np.inf, 0.0))
-    pod_rho = rho[pod_service]
-    pod_lambda = pod_rho * pod_mu
-    pod_d = pod_mu * (1.0 - pod_rho)
-    stable = pod_rho < 1.0
-    slack = (slo_s - base_s)[pod_service]
-    frac = np.where(stable, np.exp(-np.where(stable, pod_d, 0.0) * slack), 1.0)
-    violations = np.bincount(pod_service, weights=pod_lambda * frac * dt, minlength=n)
-    d_mean = np.bincount(pod_service, weights=pod_lambda * np.where(stable, pod_d, 0.0), minlength=n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d_mean = np.where(demand_rps > 0, d_mean / np.where(demand_rps > 0, demand_rps, 1.0), mu)
-        p99 = np.where(d_mean > 0, base_s + LN100 / d_mean, P99_CAP_S)
-    idle = demand_rps <= 0
-    p99 = np.where(idle, base_s + np.where(mu > 0, LN100 / np.where(mu > 0, mu, 1.0), 0.0), p99)
+    has_mu, has_demand = mu > 0, demand_rps > 0
+    with np.errstate(invalid="ignore"):  # inf x 0 only when a model serves 0 req/s; masked below
+        rho = np.where(has_mu, demand_rps / np.where(has_mu, mu, 1.0), np.where(has_demand, np.inf, 0.0))
+        pod_rho = rho[pod_service]
+        pod_lambda = pod_rho * pod_mu
+        stable = pod_rho < 1.0
+        pod_d = np.where(stable, pod_mu * (1.0 - pod_rho), 0.0)
+        frac = np.where(stable, np.exp(-pod_d * (slo_s - base_s)[pod_service]), 1.0)
+        violations = np.bincount(pod_service, weights=np.where(stable, pod_lambda * frac * dt, 0.0), minlength=n)
+        d_mean = np.bincount(pod_service, weights=np.where(stable, pod_lambda * pod_d, 0.0), minlength=n)
+    d_mean = np.where(has_demand, d_mean / np.where(has_demand, demand_rps, 1.0), mu)
+    positive = d_mean > 0
+    p99 = np.where(positive, base_s + LN100 / np.where(positive, d_mean, 1.0), P99_CAP_S)
+    p99 = np.where(has_demand, p99, base_s + np.where(has_mu, LN100 / np.where(has_mu, mu, 1.0), 0.0))
     collapsed = rho >= 1.0
     p99 = np.where(collapsed, P99_CAP_S, np.minimum(p99, P99_CAP_S))
     requests = demand_rps * dt
