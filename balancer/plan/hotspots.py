@@ -113,8 +113,8 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
     if hp.taint_hot_nodes:
         actions += [TaintNode(node=n, reason="node has a GPU near its slowdown temperature")
                     for n in sorted(hot_node_set - tainted)]
+    on_gpu: dict[int, list[str]] = {}
     if active.any():
-        on_gpu: dict[int, list[str]] = {}
         for name, gpus in s.placements.items():
             for g in gpus:
                 if active[g]:
@@ -162,8 +162,8 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             actions.append(SetPowerLimit(gpu=g, uuid=uuid, node=s.gpus[g].node, watts=float(proj.tdp[g]),
                                          previous_watts=float(s.power_limit_w[g]), reason="GPU cooled: unthrottle"))
     actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
-    busy_jobs = {s.workload_by_name[n].owner for g in np.flatnonzero(active) for n in s.placements
-                 if g in s.placements[n] and n in s.workload_by_name} if active.any() and shrunk else set()
+    busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names
+                 if n in s.workload_by_name}
     for job, workers in sorted(shrunk.items()):
         now = proj.workers.get(job, 0)
         if job not in busy_jobs and now < workers:

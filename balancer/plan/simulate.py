@@ -20,8 +20,11 @@ lowers the objective, so a plan is never worse than doing nothing; the measured 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -85,18 +88,22 @@ def effective_resistance(s: ClusterSnapshot, inlet: np.ndarray, power: np.ndarra
     return np.where(busy, raw, r_cat * np.maximum(node_r[s.node_index], 1.0))
 
 
-def _declared_memory(s: ClusterSnapshot) -> np.ndarray:
-    declared = np.zeros(s.n_gpus)
-    idx: list[int] = []
-    mem: list[float] = []
-    for w in s.workloads:
-        g = s.placements.get(w.name)
-        if g:
-            idx.extend(g)
-            mem.extend([w.gpu_memory_mib] * len(g))
-    if idx:
-        np.add.at(declared, np.asarray(idx), np.asarray(mem))
-    return declared
+def _usage(s: ClusterSnapshot) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Milli-GPUs and declared memory per GPU, running workers per training job (C-level maps, no Python loop)."""
+    n = s.n_gpus
+    by_name = s.workload_by_name
+    names = [k for k in s.placements if k in by_name]
+    gpus = list(map(s.placements.__getitem__, names))
+    ws = list(map(by_name.__getitem__, names))
+    counts = np.fromiter(map(len, gpus), dtype=np.int64, count=len(gpus))
+    idx = np.fromiter(chain.from_iterable(gpus), dtype=np.int64, count=int(counts.sum()))
+    milli = np.repeat(np.fromiter(map(attrgetter("gpu_milli"), ws), dtype=float, count=len(ws)), counts)
+    mem = np.repeat(np.fromiter(map(attrgetter("gpu_memory_mib"), ws), dtype=float, count=len(ws)), counts)
+    used = np.rint(np.bincount(idx, weights=milli, minlength=n)).astype(np.int64)
+    declared = np.bincount(idx, weights=mem, minlength=n)
+    training = WorkloadClass.TRAINING
+    workers = Counter(w.owner for w in ws if w.workload_class == training)
+    return used, declared, dict(workers)
 
 
 class Projection:
@@ -121,16 +128,16 @@ class Projection:
         self.temp = np.where(thermal, np.maximum(self.temp, s.slowdown_temp_c), self.temp)
         self.power = power.copy()
         self.limit = np.clip(s.power_limit_w, self.pmin, self.tdp)
-        self.milli = s.gpu_milli_used.astype(np.int64).copy()
-        self.mem = np.maximum(_declared_memory(s), s.mem_used_mib.astype(float))
+        self.milli, declared, self.workers = _usage(s)
+        self.mem = np.maximum(declared, s.mem_used_mib.astype(float))
         self.mem_total = s.mem_total_mib.astype(float)
         self.placements = dict(s.placements)
-        self.workers = _workers(s)
         # the size each job should have: its current size, or what it had before we shrank it
         self.base_workers = {j: max(n, (desired_workers or {}).get(j, 0)) for j, n in self.workers.items()}
         for j, n in (desired_workers or {}).items():
             self.workers.setdefault(j, 0)
             self.base_workers.setdefault(j, n)
+        self.shrunk_workers = sum(max(b - self.workers[j], 0) for j, b in self.base_workers.items())
         self.tainted = set(tainted) if tainted is not None else hot_tainted(s)
         self.hot_nodes = set(hot_nodes)
         self.migrations = 0
@@ -142,7 +149,7 @@ class Projection:
         taints = (W_UNTAINTED_HOT_NODE * len(self.hot_nodes - self.tainted)
                   + W_NEEDLESS_TAINT * len(self.tainted - self.hot_nodes))
         throttle = W_THROTTLE * float(((self.tdp - self.limit) / self.tdp).sum())
-        shrunk = W_TRAINING_WORKER * sum(max(self.base_workers.get(j, 0) - n, 0) for j, n in self.workers.items())
+        shrunk = W_TRAINING_WORKER * self.shrunk_workers
         pressure = self.policy.colocation.slo_pressure
         slo = W_SLO * sum(max(r - pressure, 0.0) for r in self.slo_ratio.values())
         return thermal + taints + throttle + shrunk + slo + MIGRATION_COST * self.migrations
@@ -229,6 +236,8 @@ class Projection:
         floor = min((w.elastic_min for w in members), default=0)
         if a.workers < floor and a.workers != 0:
             return f"below the job's elastic minimum ({floor})"
+        base = self.base_workers.get(a.job, current)
+        self.shrunk_workers += max(base - a.workers, 0) - max(base - current, 0)
         if a.workers > current:
             self.workers[a.job] = a.workers  # growth: capacity is the scheduler's business; no projection
             return None
@@ -259,14 +268,6 @@ class Projection:
         q.tainted = set(self.tainted)
         q.slo_ratio = dict(self.slo_ratio)
         return q
-
-
-def _workers(snapshot: ClusterSnapshot) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for w in snapshot.workloads:
-        if w.workload_class == WorkloadClass.TRAINING and w.name in snapshot.placements:
-            out[w.owner] = out.get(w.owner, 0) + 1
-    return out
 
 
 @dataclass(frozen=True)
