@@ -179,9 +179,10 @@ class SafetyGuard:
                     src = snapshot.gpus[a.source_gpus[0]].node
                     for node in {src, a.target_node}:
                         if per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
-                            raise MaxConcurrentMigrations(f"node {node} already has {per_node[node]} in flight")
+                            raise MaxConcurrentMigrations(f"node {node} already has {per_node.get(node, 0)} in flight "
+                                                      f"(limit {p.max_concurrent_migrations_per_node})")
                     if per_owner.get(owner, 0) + 1 > p.max_unavailable_per_workload:
-                        raise MaxUnavailable(f"{owner} already has {per_owner[owner]} replica(s) disrupted")
+                        raise MaxUnavailable(f"{owner} already has {per_owner.get(owner, 0)} replica(s) disrupted")
                     self._check_pdb(owner, healthy.get(owner, 0), per_owner.get(owner, 0) + 1)
                     for node in {src, a.target_node}:
                         per_node[node] = per_node.get(node, 0) + 1

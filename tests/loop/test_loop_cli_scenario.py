@@ -55,7 +55,8 @@ def test_simulate_cli_writes_every_artifact_with_every_summary_key(tmp_path, cap
     for key in SUMMARY_KEYS:
         get(summary, key)
     assert json.loads(capsys.readouterr().out) == summary
-    rows = list(csv.DictReader(open(out / "timeseries.csv")))
+    with open(out / "timeseries.csv") as fh:
+        rows = list(csv.DictReader(fh))
     assert len(rows) == 0.25 * 24 * 60 and "temperature_max_c" in rows[0]
     assert (out / "timeseries.png").stat().st_size > 1000
     assert (out / "audit.jsonl").exists()
