@@ -149,7 +149,13 @@ class PrometheusTelemetrySource:
         for name, (_, scale) in FIELDS.items():
             if name in wide and scale != 1.0:
                 wide[name] = wide[name] * scale
-        wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key)).reset_index(drop=True)
+        if self.fleet is not None:  # the fleet's order, so snapshots from any source line up GPU by GPU
+            order = {g.uuid: g.index for g in self.fleet.gpus}
+            wide["_order"] = wide["UUID"].map(order).fillna(len(order)).astype(int)
+            wide = wide.sort_values(["_order", "hostname", "gpu"], key=lambda s: s.map(_natural_key))
+        else:
+            wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key))
+        wide = wide.reset_index(drop=True)
         age = now - wide["last_sample"].to_numpy(dtype=float)
         limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
         stale = age > limit
