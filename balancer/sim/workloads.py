@@ -116,18 +116,23 @@ class InferenceResult:
 def inference_step(*, demand_rps: np.ndarray, pod_service: np.ndarray, pod_mu: np.ndarray,
                    slo_s: np.ndarray, base_s: np.ndarray, dt: float) -> InferenceResult:
     """Latency model over all ready replicas at once. `pod_*` arrays are per ready replica."""
+    with np.errstate(all="ignore"):  # tiny or zero capacities overflow to inf and are masked or capped
+        return _inference(demand_rps, pod_service, pod_mu, slo_s, base_s, dt)
+
+
+def _inference(demand_rps: np.ndarray, pod_service: np.ndarray, pod_mu: np.ndarray, slo_s: np.ndarray,
+               base_s: np.ndarray, dt: float) -> InferenceResult:
     n = len(demand_rps)
     mu = np.bincount(pod_service, weights=pod_mu, minlength=n)
     has_mu, has_demand = mu > 0, demand_rps > 0
-    with np.errstate(invalid="ignore"):  # inf x 0 only when a model serves 0 req/s; masked below
-        rho = np.where(has_mu, demand_rps / np.where(has_mu, mu, 1.0), np.where(has_demand, np.inf, 0.0))
-        pod_rho = rho[pod_service]
-        pod_lambda = pod_rho * pod_mu
-        stable = pod_rho < 1.0
-        pod_d = np.where(stable, pod_mu * (1.0 - pod_rho), 0.0)
-        frac = np.where(stable, np.exp(-pod_d * (slo_s - base_s)[pod_service]), 1.0)
-        violations = np.bincount(pod_service, weights=np.where(stable, pod_lambda * frac * dt, 0.0), minlength=n)
-        d_mean = np.bincount(pod_service, weights=np.where(stable, pod_lambda * pod_d, 0.0), minlength=n)
+    rho = np.where(has_mu, demand_rps / np.where(has_mu, mu, 1.0), np.where(has_demand, np.inf, 0.0))
+    pod_rho = rho[pod_service]
+    pod_lambda = pod_rho * pod_mu
+    stable = pod_rho < 1.0
+    pod_d = np.where(stable, pod_mu * (1.0 - pod_rho), 0.0)
+    frac = np.where(stable, np.exp(-pod_d * (slo_s - base_s)[pod_service]), 1.0)
+    violations = np.bincount(pod_service, weights=np.where(stable, pod_lambda * frac * dt, 0.0), minlength=n)
+    d_mean = np.bincount(pod_service, weights=np.where(stable, pod_lambda * pod_d, 0.0), minlength=n)
     d_mean = np.where(has_demand, d_mean / np.where(has_demand, demand_rps, 1.0), mu)
     positive = d_mean > 0
     p99 = np.where(positive, base_s + LN100 / np.where(positive, d_mean, 1.0), P99_CAP_S)

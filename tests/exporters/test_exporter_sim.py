@@ -138,3 +138,26 @@ def test_a_broken_caps_file_changes_nothing(tmp_path, content):
     path.write_text(content)
     assert JsonFileCaps(path).read() == {}
     assert JsonFileCaps(tmp_path / "missing.json").read() == {}
+
+
+def test_the_http_server_serves_metrics_on_a_free_port_and_404s_elsewhere():
+    import urllib.error
+    import urllib.request
+
+    from exporters.server import serve
+
+    sim = SimCluster(demo_fleet(), seed=0)
+    reg = CollectorRegistry()
+    reg.register(GpuCollector(SimBackend(sim, node=sim.fleet.nodes[0].name)))
+    server = serve(reg, port=0)
+    try:
+        assert server.port > 0
+        resp = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        fams = {f.name for f in text_string_to_metric_families(resp.read().decode())}
+        assert set(GPU_FIELD_NAMES) <= fams
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/nope", timeout=10)
+        assert err.value.code == 404
+    finally:
+        server.close()
