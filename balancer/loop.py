@@ -237,10 +237,17 @@ class Reconciler:
         if self.forecaster is None or not self.policy.forecast.enabled:
             return None
         try:
-            return self.forecaster(snap)
+            forecasts = self.forecaster(snap)
         except Exception as exc:  # a broken forecaster must not stop hotspot protection
             log.warning("forecaster failed, planning without a forecast: %s", exc)
             return None
+        horizon_s = self.policy.forecast.horizon_s
+        label = f"{horizon_s / 3600:g}h" if horizon_s >= 3600 else f"{horizon_s / 60:g}m"
+        for name, f in (forecasts or {}).items():
+            for q in f.quantiles:
+                self.metrics.forecast_demand.labels(service=name, quantile=f"{q:g}", horizon=label).set(
+                    f.window_max(q, 0.0, horizon_s))
+        return forecasts
 
     def _hold(self, now: float, reason: str, message: str) -> CycleReport:
         self.metrics.set_fail_static(reason)

@@ -193,3 +193,24 @@ def test_controller_metrics_follow_the_contract():
         assert name in names
     assert reg.get_sample_value("gputide_reconcile_duration_seconds_count") == 5
     assert reg.get_sample_value("gputide_last_reconcile_timestamp_seconds") == sim.time
+
+
+def test_forecasts_reach_the_metrics_and_a_failing_forecaster_does_not_stop_the_loop():
+    import numpy as np
+
+    from balancer.model import Forecast
+
+    sim = hot_sim()
+    calls = []
+
+    def forecaster(snap):
+        calls.append(snap.time)
+        if len(calls) == 2:
+            raise RuntimeError("model blew up")
+        return {"svc": Forecast(service="svc", issued_at=snap.time, step_s=300.0,
+                                quantiles={0.5: np.full(12, 70.0), 0.9: np.linspace(80, 95, 12)})}
+
+    rec, reg = loop_for(sim, forecaster=forecaster)
+    reports = cycles(sim, rec, 3)
+    assert [r.status for r in reports] == ["ok", "ok", "ok"] and len(calls) == 3
+    assert reg.get_sample_value("gputide_forecast_demand", {"service": "svc", "quantile": "0.9", "horizon": "1h"}) == 95
