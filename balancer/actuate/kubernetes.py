@@ -502,6 +502,25 @@ class KubernetesActuator:
             what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
 
 
+class NodeAnnotationCaps:
+    """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts} from this node's annotation.
+
+    Same contract as exporters.power_caps.JsonFileCaps: an API error is logged and reads as no caps, so the
+    agent keeps the limits it already applied."""
+
+    def __init__(self, api_client: k8s.ApiClient, node: str, annotation: str = POWER_CAP_ANNOTATION,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.api = _Api(api_client, 1, 0.5, sleep, 5.0)
+        self.node, self.annotation = node, annotation
+
+    def read(self) -> dict[str, float]:
+        try:
+            return read_power_caps(self.api(f"node {self.node}", self.api.core.read_node, self.node), self.annotation)
+        except ActuationError as err:
+            log.error("power caps of node %s unreadable, keeping current limits: %s", self.node, err)
+            return {}
+
+
 # ---- leader election -----------------------------------------------------------------------------------------
 
 
@@ -743,6 +762,6 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
 
 __all__ = [
     "HOT_TAINT_KEY", "POWER_CAP_ANNOTATION", "RESERVATION_ANNOTATION", "ConflictError", "KubernetesActuator",
-    "LeaseLeaderElector", "NotFoundError", "SecondaryScheduler", "ThrottledError", "build_api_client",
+    "LeaseLeaderElector", "NodeAnnotationCaps", "NotFoundError", "SecondaryScheduler", "ThrottledError", "build_api_client",
     "micro_time", "read_power_caps", "split_name",
 ]  # fmt: skip

@@ -20,6 +20,7 @@ from balancer.actuate.kubernetes import (
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
     KubernetesActuator,
+    NodeAnnotationCaps,
     build_api_client,
     read_power_caps,
 )
@@ -275,6 +276,15 @@ def test_power_caps_annotation_holds_the_last_write_per_gpu(writes: list[tuple[s
 )
 def test_read_power_caps(node_obj, expected) -> None:
     assert read_power_caps(node_obj) == expected
+
+
+def test_the_power_cap_agent_source_reads_what_the_actuator_wrote(cluster: FakeKube, api, actuator) -> None:
+    source = NodeAnnotationCaps(api, "n1", sleep=lambda s: None)
+    assert source.read() == {}
+    actuator.apply(power("GPU-1", 333.0), SNAP)
+    assert source.read() == {"GPU-1": 333.0}
+    cluster.inject("GET", r"/nodes/n1$", 500, count=2)
+    assert source.read() == {}   # unreadable: no caps, the agent keeps what it applied
 
 
 # ---- inference scaling ----------------------------------------------------------------------------------------
