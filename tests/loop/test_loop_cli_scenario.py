@@ -84,3 +84,32 @@ def test_run_once_against_an_unreachable_prometheus_holds_still(tmp_path, capsys
     assert rc == 3
     assert "fail_static" in capsys.readouterr().out
     assert json.loads(audit.read_text().splitlines()[0])["outcome"].startswith("fail_static:")
+
+
+def test_sigterm_stops_gputide_run_gracefully(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    audit = tmp_path / "audit.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "balancer.cli", "--log-level", "ERROR", "run", "--prometheus", "http://127.0.0.1:9",
+         "--dry-run", "--interval", "200ms", "--metrics-port", "0", "--audit-log", str(audit)],
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        for _ in range(600):  # wait until the loop has run at least one (fail-static) cycle
+            if audit.exists() and audit.read_text().strip():
+                break
+            try:
+                proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        assert proc.poll() is None, "the loop should keep running while Prometheus is down"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert json.loads(audit.read_text().splitlines()[0])["outcome"] == "fail_static:telemetry_unavailable"
