@@ -250,3 +250,39 @@ def test_any_sequence_of_operations_keeps_gpu_accounting_consistent(ops):
     assert np.array_equal(used, sim.used_milli) and np.allclose(mem, sim.mem_used_mib)
     assert (sim.used_milli <= 1000).all() and (sim.mem_used_mib <= sim.mem_total_mib).all()
     assert set(sim.pending).isdisjoint(sim.placements)
+
+
+def test_a_custom_scheduler_is_used_and_its_placements_are_checked_again():
+    sim = SimCluster(small_fleet(), seed=0)
+    calls = []
+
+    def last_gpu_first(view, pending):
+        calls.append(len(pending))
+        return [(w.name, (sim.n_gpus - 1,)) for w in pending]  # optimistic: all on one GPU
+
+    sim.set_scheduler(last_gpu_first)
+    sim.submit(batch("a"))
+    sim.submit(batch("b"))
+    sim.step()
+    assert calls == [2]
+    assert sim.placements == {"batch/a": (sim.n_gpus - 1,)} and sim.pending == ("batch/b",)
+
+
+def test_place_binds_a_pending_pod_only_where_it_fits():
+    sim = SimCluster(small_fleet(), seed=0)
+    sim.set_scheduler(lambda view, pending: [])
+    sim.submit(batch("a", gpus=2))
+    assert sim.place("batch/a", (3, 4)) is False  # two nodes
+    assert sim.place("batch/a", (2, 3)) is True
+    assert sim.place("batch/a", (0, 1)) is False  # no longer pending
+    assert sim.placements["batch/a"] == (2, 3)
+
+
+def test_scaling_a_service_down_removes_pending_replicas_before_running_ones():
+    sim = SimCluster(small_fleet(nodes=1, gpus=2), seed=0)
+    sim.add_service(ServiceSpec(name="s", replicas=3, gpu_memory_mib=1000, demand=lambda t: 1.0))
+    assert len(sim.placements) == 2 and len(sim.pending) == 1
+    sim.scale_service("s", 2)
+    assert len(sim.placements) == 2 and not sim.pending and sim.replicas("s") == 2
+    sim.scale_service("s", 1)
+    assert list(sim.placements) == ["inference/s-0"]
