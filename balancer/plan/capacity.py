@@ -11,6 +11,9 @@ moves the rest of the GPUs to elastic training:
 * **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan
   horizon (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart
   and buys nothing.
+* **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
+  the whole forecast is scaled up by that ratio (a level correction), and a rising demand is projected over the
+  warm-up lead by its observed slope, so a rise the forecast missed still gets replicas before it peaks.
 * **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
   the replicas its peaks need instead of flapping.
@@ -50,20 +53,20 @@ class ServiceCapacity:
     """What the planner must know about one inference service besides its demand."""
 
     name: str
-    rps_per_replica: float            # req/s one replica sustains within its SLO
-    warmup_s: float = 300.0           # a new replica serves nothing for this long
+    rps_per_replica: float  # req/s one replica sustains within its SLO
+    warmup_s: float = 300.0  # a new replica serves nothing for this long
     min_replicas: int = 1
     max_replicas: int = 1_000_000
     gpus_per_replica: int = 1
-    models: frozenset[str] | None = None   # allowed GPU models; None: any
-    home_replicas: int = 0            # what its own peak needs (the static allotment); below it, GPUs are on loan
+    models: frozenset[str] | None = None  # allowed GPU models; None: any
+    home_replicas: int = 0  # what its own peak needs (the static allotment); below it, GPUs are on loan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceView:
     profile: ServiceCapacity
-    demand_rps: float                 # offered load now
-    replicas: int                     # current replica count (warming ones included)
+    demand_rps: float  # offered load now
+    replicas: int  # current replica count (warming ones included)
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
@@ -72,13 +75,13 @@ class JobView:
     """An elastic training job: its size, bounds, and what shrinking it would cost."""
 
     name: str
-    workers: int                      # desired workers now
+    workers: int  # desired workers now
     elastic_max: int
     elastic_min: int = 1
     gpus_per_worker: int = 1
     priority: int = 0
-    since_checkpoint_s: float = 0.0   # work since the last checkpoint is lost on a resize
-    speed: float = 1.0                # A100-equivalent progress per GPU
+    since_checkpoint_s: float = 0.0  # work since the last checkpoint is lost on a resize
+    speed: float = 1.0  # A100-equivalent progress per GPU
     models: frozenset[str] | None = None
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -95,7 +98,7 @@ class JobView:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityView:
     time: float
-    free: Mapping[str, int]           # idle, healthy GPUs per GPU model
+    free: Mapping[str, int]  # idle, healthy GPUs per GPU model
     services: tuple[ServiceView, ...]
     jobs: tuple[JobView, ...]
     inference_gpus: int
@@ -105,21 +108,25 @@ class CapacityView:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityPolicy:
-    quantile: float = 0.9
-    headroom: float = 0.15            # capacity above the forecast quantile
-    reclaim_margin_s: float = 600.0   # reclaim this long before the rise on top of the warm-up time
-    loan_horizon_s: float = 7200.0    # loan only if the forecast leaves GPUs idle this long
+    quantile: float = 0.9             # loans: the forecast quantile that must leave GPUs idle over the loan horizon
+    reclaim_quantile: float = 0.99    # reclaims: the quantile replicas must cover over the warm-up lead
+    reclaim_headroom: float = 0.3     # capacity above that quantile (forecast misses cost SLO, not GPU-hours)
+    headroom: float = 0.15  # capacity above the forecast quantile
+    reclaim_margin_s: float = 600.0  # reclaim this long before the rise on top of the warm-up time
+    loan_horizon_s: float = 7200.0  # loan only if the forecast leaves GPUs idle this long
     dead_band_replicas: int = 1
     dead_band_frac: float = 0.1
-    min_hold_s: float = 1800.0        # no scale-down sooner than this after a service's last change
-    allow_suspend: bool = True        # may suspend a job (0 workers) when shrinking to minimum is not enough
+    min_hold_s: float = 1800.0  # no scale-down sooner than this after a service's last change
+    max_level_correction: float = 3.0  # cap on scaling the forecast up to match the demand observed now
+    allow_suspend: bool = True  # may suspend a job (0 workers) when shrinking to minimum is not enough
 
 
 @dataclass(frozen=True, slots=True)
 class CapacityState:
-    """Hysteresis memory: when each service last changed size."""
+    """Hysteresis memory: when each service last changed size, and its last observed (time, demand)."""
 
     last_change: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    last_demand: Mapping[str, tuple[float, float]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,14 +137,19 @@ class CapacitySplit:
     idle: int
 
     def as_dict(self) -> dict[str, int]:
-        return {"inference": self.inference, "training": self.training, "loaned": self.loaned, "idle": self.idle}
+        return {
+            "inference": self.inference,
+            "training": self.training,
+            "loaned": self.loaned,
+            "idle": self.idle,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class CapacityDecision:
     actions: tuple[Action, ...]
-    split: CapacitySplit              # GPUs per class now (for gputide_capacity_gpus{class})
-    targets: Mapping[str, int]        # GPUs each service should hold (gputide_capacity_target_gpus{service})
+    split: CapacitySplit  # GPUs per class now (for gputide_capacity_gpus{class})
+    targets: Mapping[str, int]  # GPUs each service should hold (gputide_capacity_target_gpus{service})
     state: CapacityState
     notes: tuple[str, ...] = ()
 
@@ -145,9 +157,12 @@ class CapacityDecision:
 # ---- building the view ---------------------------------------------------------------------------------------
 
 
-def view_from_snapshot(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity],
-                       since_checkpoint_s: Mapping[str, float] | None = None,
-                       jobs: Sequence[JobView] | None = None) -> CapacityView:
+def view_from_snapshot(
+    snapshot: ClusterSnapshot,
+    profiles: Mapping[str, ServiceCapacity],
+    since_checkpoint_s: Mapping[str, float] | None = None,
+    jobs: Sequence[JobView] | None = None,
+) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs."""
     models = np.array([g.model for g in snapshot.gpus], dtype=object)
     healthy = ~np.isin(snapshot.xid, FATAL_XIDS)
@@ -166,9 +181,16 @@ def view_from_snapshot(snapshot: ClusterSnapshot, profiles: Mapping[str, Service
                 held[snapshot.gpus[g].model] = held.get(snapshot.gpus[g].model, 0) + 1
         if w.workload_class is WorkloadClass.TRAINING and w.elastic_max > 0:
             grouped.setdefault(w.owner or w.name, []).append((w, placed))
-    services = tuple(ServiceView(profile=profiles[name], demand_rps=st.demand_rps, replicas=st.replicas,
-                                 gpus_by_model=MappingProxyType(service_models.get(name, {})))
-                     for name, st in sorted(snapshot.services.items()) if name in profiles)
+    services = tuple(
+        ServiceView(
+            profile=profiles[name],
+            demand_rps=st.demand_rps,
+            replicas=st.replicas,
+            gpus_by_model=MappingProxyType(service_models.get(name, {})),
+        )
+        for name, st in sorted(snapshot.services.items())
+        if name in profiles
+    )
     if jobs is None:
         since = since_checkpoint_s or {}
         built = []
@@ -181,15 +203,30 @@ def view_from_snapshot(snapshot: ClusterSnapshot, profiles: Mapping[str, Service
                     m = snapshot.gpus[g].model
                     by_model[m] = by_model.get(m, 0) + 1
                     speeds.append(catalog.CATALOGUE[m].training_tput if m in catalog.CATALOGUE else 1.0)
-            built.append(JobView(name=name, workers=len(members), elastic_min=w0.elastic_min,
-                                 elastic_max=w0.elastic_max, gpus_per_worker=max(w0.gpus, 1), priority=w0.priority,
-                                 since_checkpoint_s=float(since.get(name, 0.0)),
-                                 speed=float(np.mean(speeds)) if speeds else 1.0, models=w0.allowed_models,
-                                 gpus_by_model=MappingProxyType(by_model)))
+            built.append(
+                JobView(
+                    name=name,
+                    workers=len(members),
+                    elastic_min=w0.elastic_min,
+                    elastic_max=w0.elastic_max,
+                    gpus_per_worker=max(w0.gpus, 1),
+                    priority=w0.priority,
+                    since_checkpoint_s=float(since.get(name, 0.0)),
+                    speed=float(np.mean(speeds)) if speeds else 1.0,
+                    models=w0.allowed_models,
+                    gpus_by_model=MappingProxyType(by_model),
+                )
+            )
         jobs = built
-    return CapacityView(time=snapshot.time, free=MappingProxyType(free), services=services, jobs=tuple(jobs),
-                        inference_gpus=by_class[WorkloadClass.INFERENCE],
-                        training_gpus=by_class[WorkloadClass.TRAINING], total_gpus=int(healthy.sum()))
+    return CapacityView(
+        time=snapshot.time,
+        free=MappingProxyType(free),
+        services=services,
+        jobs=tuple(jobs),
+        inference_gpus=by_class[WorkloadClass.INFERENCE],
+        training_gpus=by_class[WorkloadClass.TRAINING],
+        total_gpus=int(healthy.sum()),
+    )
 
 
 # ---- shared pool bookkeeping (also used by the static and reactive baselines) ---------------------------------
@@ -233,11 +270,14 @@ class Pools:
 
     def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
         """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first."""
+
         def usable(j: JobView) -> int:
             return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
 
-        ranked = sorted((j for j in self.jobs.values() if usable(j) > 0),
-                        key=lambda j: (j.priority, j.restart_cost_gpu_h, j.name))
+        ranked = sorted(
+            (j for j in self.jobs.values() if usable(j) > 0),
+            key=lambda j: (j.priority, j.restart_cost_gpu_h, j.name),
+        )
         floors = [lambda j: max(j.elastic_min, 0)] + ([lambda j: 0] if allow_suspend else [])
         got = 0
         for floor in floors:
@@ -277,33 +317,58 @@ class Pools:
                     self.workers[j.name] += k
                     room -= k
 
-    def training_actions(self, reason_up: str, reason_down: str, gain_down: Mapping[str, float],
-                         hours: float) -> list[Action]:
+    def training_actions(
+        self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float
+    ) -> list[Action]:
         out: list[Action] = []
         for name, j in sorted(self.jobs.items()):
             new = self.workers[name]
             if new == j.workers:
                 continue
             if new < j.workers:
-                out.append(ScaleTraining(
-                    job=name, workers=new, previous_workers=j.workers, expected_gain=gain_down.get(name, 0.0),
-                    reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
-                           f"(priority {j.priority}, elastic min {j.elastic_min})"))
+                out.append(
+                    ScaleTraining(
+                        job=name,
+                        workers=new,
+                        previous_workers=j.workers,
+                        expected_gain=gain_down.get(name, 0.0),
+                        reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
+                        f"(priority {j.priority}, elastic min {j.elastic_min})",
+                    )
+                )
             else:
                 gain = (new - j.workers) * j.gpus_per_worker * j.speed * hours
-                out.append(ScaleTraining(job=name, workers=new, previous_workers=j.workers, expected_gain=gain,
-                                         reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs"))
+                out.append(
+                    ScaleTraining(
+                        job=name,
+                        workers=new,
+                        previous_workers=j.workers,
+                        expected_gain=gain,
+                        reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs",
+                    )
+                )
         return out
 
 
 def capacity_split(view: CapacityView, targets: Mapping[str, int]) -> CapacitySplit:
-    loaned = sum(max(0, s.profile.home_replicas - s.replicas) * s.profile.gpus_per_replica for s in view.services)
-    return CapacitySplit(inference=view.inference_gpus, training=view.training_gpus,
-                         loaned=min(loaned, view.training_gpus), idle=int(sum(view.free.values())))
+    loaned = sum(
+        max(0, s.profile.home_replicas - s.replicas) * s.profile.gpus_per_replica for s in view.services
+    )
+    return CapacitySplit(
+        inference=view.inference_gpus,
+        training=view.training_gpus,
+        loaned=min(loaned, view.training_gpus),
+        idle=int(sum(view.free.values())),
+    )
 
 
-def apply_targets(view: CapacityView, new: Mapping[str, int], policy: CapacityPolicy,
-                  reasons: Mapping[str, str], gains: Mapping[str, float]) -> tuple[list[Action], list[str]]:
+def apply_targets(
+    view: CapacityView,
+    new: Mapping[str, int],
+    policy: CapacityPolicy,
+    reasons: Mapping[str, str],
+    gains: Mapping[str, float],
+) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: training shrinks, inference scaling, training growth."""
     pools = Pools(view)
     notes: list[str] = []
@@ -332,11 +397,20 @@ def apply_targets(view: CapacityView, new: Mapping[str, int], policy: CapacityPo
         else:
             granted[p.name] = s.replicas
         if granted[p.name] != s.replicas:
-            inference.append(ScaleInference(service=p.name, replicas=granted[p.name], previous_replicas=s.replicas,
-                                            reason=reasons[p.name], expected_gain=gains.get(p.name, 0.0)))
+            inference.append(
+                ScaleInference(
+                    service=p.name,
+                    replicas=granted[p.name],
+                    previous_replicas=s.replicas,
+                    reason=reasons[p.name],
+                    expected_gain=gains.get(p.name, 0.0),
+                )
+            )
     pools.grow_training()
     hours = policy.loan_horizon_s / 3600.0
-    training = pools.training_actions("loan idle GPUs to training", "make room for inference", shrink_gain, hours)
+    training = pools.training_actions(
+        "loan idle GPUs to training", "make room for inference", shrink_gain, hours
+    )
     shrinks = [a for a in training if a.workers < a.previous_workers]
     grows = [a for a in training if a.workers > a.previous_workers]
     return shrinks + inference + grows, notes
@@ -357,45 +431,66 @@ def forecast_peak(fc: Forecast, quantile: float, now: float, horizon_s: float) -
     return fc.window_max(q, start, start + horizon_s)
 
 
+def level_correction(fc: Forecast, now: float, demand_rps: float, cap: float) -> float:
+    """How far demand now runs above the forecast median for now (1 when it does not), at most `cap`."""
+    q = min(fc.quantiles, key=lambda k: abs(k - 0.5))
+    start = max(now - fc.issued_at, 0.0)
+    median = fc.window_max(q, start, start)
+    if median <= 0:
+        return 1.0 if demand_rps <= 0 else cap
+    return float(min(max(demand_rps / median, 1.0), cap))
+
+
 def reclaim_horizon_s(profile: ServiceCapacity, policy: CapacityPolicy) -> float:
     return profile.warmup_s + policy.reclaim_margin_s
 
 
-def plan_capacity(view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy,
-                  state: CapacityState) -> CapacityDecision:
+def plan_capacity(
+    view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
+) -> CapacityDecision:
     """Replica floors from the forecast, with hysteresis on the way down, then the GPU moves they imply."""
     new: dict[str, int] = {}
     reasons: dict[str, str] = {}
     gains: dict[str, float] = {}
     last = dict(state.last_change)
+    seen = dict(state.last_demand)
     hours = policy.loan_horizon_s / 3600.0
     for s in view.services:
         p = s.profile
         fc = forecasts.get(p.name)
-        now_need = replicas_for(s.demand_rps, p, policy.headroom)
+        t0, d0 = seen.get(p.name, (view.time, s.demand_rps))
+        seen[p.name] = (view.time, s.demand_rps)
+        slope = (s.demand_rps - d0) / (view.time - t0) if view.time > t0 else 0.0
+        projected = s.demand_rps + max(slope, 0.0) * reclaim_horizon_s(p, policy)
+        now_need = replicas_for(projected, p, policy.headroom)
         if fc is None or fc.horizon == 0:
             new[p.name] = max(s.replicas, now_need)
             reasons[p.name] = "no forecast: hold, or follow current demand up"
             gains[p.name] = max(0.0, s.demand_rps - s.replicas * p.rps_per_replica)
             continue
         lead = reclaim_horizon_s(p, policy)
-        peak_lead = forecast_peak(fc, policy.quantile, view.time, lead)
-        up_need = max(now_need, replicas_for(peak_lead, p, policy.headroom))
+        level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
+        peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, lead)
+        up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
         target = s.replicas
         if up_need > s.replicas:
             target = up_need
-            reasons[p.name] = (f"reclaim ahead of the rise: p{round(policy.quantile * 100)} demand "
-                               f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas")
+            reasons[p.name] = (
+                f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
+                f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas"
+            )
             gains[p.name] = max(0.0, max(peak_lead, s.demand_rps) - s.replicas * p.rps_per_replica)
         else:
-            peak_loan = forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
+            peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, -math.inf)
             if s.replicas - down_need >= band and held >= policy.min_hold_s:
                 target = down_need
-                reasons[p.name] = (f"loan to training: p{round(policy.quantile * 100)} demand stays below "
-                                   f"{peak_loan:.0f} req/s for {policy.loan_horizon_s / 3600:.1f} h")
+                reasons[p.name] = (
+                    f"loan to training: p{round(policy.quantile * 100)} demand stays below "
+                    f"{peak_loan:.0f} req/s for {policy.loan_horizon_s / 3600:.1f} h"
+                )
                 gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
         new[p.name] = target
         reasons.setdefault(p.name, "hold")
@@ -404,9 +499,13 @@ def plan_capacity(view: CapacityView, forecasts: Mapping[str, Forecast], policy:
         if isinstance(a, ScaleInference):
             last[a.service] = view.time
     targets = {s.profile.name: new[s.profile.name] * s.profile.gpus_per_replica for s in view.services}
-    return CapacityDecision(actions=tuple(actions), split=capacity_split(view, targets),
-                            targets=MappingProxyType(targets),
-                            state=CapacityState(MappingProxyType(last)), notes=tuple(notes))
+    return CapacityDecision(
+        actions=tuple(actions),
+        split=capacity_split(view, targets),
+        targets=MappingProxyType(targets),
+        state=CapacityState(MappingProxyType(last)),
+        notes=tuple(notes),
+    )
 
 
 def with_home_replicas(profile: ServiceCapacity, peak_rps: float, headroom: float) -> ServiceCapacity:
