@@ -152,7 +152,8 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
     else:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         kind = "a number"
-    if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
+    # `not lo <= value <= hi` (not `value < lo or value > hi`): NaN compares false both ways and must fail
+    if not ok or (lo is not None and not value >= lo) or (hi is not None and not value <= hi):
         raise InputError(file, path, value, f"{kind} from {lo:g} to {hi:g}")
     return type(default)(value)
 
@@ -184,7 +185,7 @@ def from_dict(doc: Any, file: str | None = None) -> BalancerPolicy:
     spec = doc.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise InputError(file, "spec", spec, "a mapping of sections: " + ", ".join(SECTIONS))
-    unknown = sorted(set(spec) - set(SECTIONS))
+    unknown = sorted(set(spec) - set(SECTIONS), key=str)  # keys may be ints or None in hand-written YAML
     if unknown:
         raise InputError(file, f"spec.{unknown[0]}", spec[unknown[0]], "one of the sections " + ", ".join(SECTIONS))
     sections = {k: _section(cls, spec.get(k), f"spec.{k}", file) for k, cls in SECTIONS.items()}
@@ -202,9 +203,9 @@ def from_dict(doc: Any, file: str | None = None) -> BalancerPolicy:
 def load(path: str | Path) -> BalancerPolicy:
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(str(path), "(file)", str(path), "a readable BalancerPolicy YAML file", str(exc)) from exc
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "(file)", str(path), "a readable BalancerPolicy YAML file (UTF-8)", str(exc)) from exc
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
