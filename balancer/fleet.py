@@ -103,7 +103,10 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
         raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
     if doc.get("kind") != "FleetSpec":
         raise InputError(file, "kind", doc.get("kind"), "FleetSpec")
-    name = str((doc.get("metadata") or {}).get("name", "fleet"))
+    meta = doc.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise InputError(file, "metadata", meta, "a mapping such as {name: demo}")
+    name = str(meta.get("name", "fleet"))
     spec = doc.get("spec")
     if not isinstance(spec, Mapping):
         raise InputError(file, "spec", spec, "a mapping with nodeGroups")
@@ -116,7 +119,7 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
         path = f"spec.nodeGroups[{i}]"
         if not isinstance(group, Mapping):
             raise InputError(file, path, group, "a mapping")
-        unknown = sorted(set(group) - set(_GROUP_FIELDS))
+        unknown = sorted(set(group) - set(_GROUP_FIELDS), key=str)  # keys may be ints in hand-written YAML
         if unknown:
             raise InputError(file, f"{path}.{unknown[0]}", group[unknown[0]], "one of the fields " + ", ".join(_GROUP_FIELDS))
         prefix = _field(group, "namePrefix", path, file)
@@ -159,9 +162,9 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
 def load(path: str | Path) -> Fleet:
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(str(path), "(file)", str(path), "a readable fleet spec YAML file", str(exc)) from exc
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "(file)", str(path), "a readable fleet spec YAML file (UTF-8)", str(exc)) from exc
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -190,29 +193,44 @@ def alibaba_fleet(node_csv: str | Path) -> Fleet:
     path = str(node_csv)
     nodes: list[Node] = []
     try:
-        handle = open(node_csv, newline="")  # noqa: SIM115 - closed by the `with` below
+        handle = open(node_csv, newline="", encoding="utf-8")  # noqa: SIM115 - closed by the `with` below
     except OSError as exc:
         raise InputError(path, "(file)", path, "a readable node list CSV", str(exc)) from exc
     with handle:
-        reader = csv.DictReader(handle)
-        need = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
-        missing = need - set(reader.fieldnames or ())
-        if missing:
-            raise InputError(path, "(header)", reader.fieldnames, "columns " + ", ".join(sorted(need)))
-        for row_no, row in enumerate(reader, start=2):
-            try:
-                gpus = int(row["gpu"])
-                cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
-            except (TypeError, ValueError) as exc:
-                raise InputError(path, f"row {row_no}", row, "integer cpu_milli, memory_mib, gpu") from exc
-            model = row["model"].strip()
-            key = catalog.get(model, file=path, field=f"row {row_no}.model").key if gpus else "T4"
-            nvl = 8 if gpus == 8 and catalog.CATALOGUE[key].nvlink else 0
-            nodes.append(Node(name=row["sn"], gpu_model=key, gpu_count=gpus, cpu_milli=cpu, memory_mib=mem,
-                              nvlink_domain_size=nvl, pool=model or key))
+        try:
+            _alibaba_rows(csv.DictReader(handle), path, nodes)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise InputError(path, "(file)", path, "a UTF-8 CSV node list", str(exc)) from exc
     if not nodes:
         raise InputError(path, "(rows)", 0, "at least one node")
     return build(Path(path).stem, nodes)
+
+
+def _alibaba_rows(reader: csv.DictReader, path: str, nodes: list[Node]) -> None:
+    need = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
+    missing = need - set(reader.fieldnames or ())
+    if missing:
+        raise InputError(path, "(header)", reader.fieldnames, "columns " + ", ".join(sorted(need)))
+    seen: set[str] = set()
+    for row_no, row in enumerate(reader, start=2):
+        if any(row[k] is None for k in need):  # DictReader pads a short row with None
+            raise InputError(path, f"row {row_no}", row, "a value in every column " + ", ".join(sorted(need)))
+        try:
+            gpus = int(row["gpu"])
+            cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
+        except (TypeError, ValueError) as exc:
+            raise InputError(path, f"row {row_no}", row, "integer cpu_milli, memory_mib, gpu") from exc
+        if not 0 <= gpus <= 64 or cpu < 0 or mem < 0:
+            raise InputError(path, f"row {row_no}", row, "gpu from 0 to 64, cpu_milli and memory_mib >= 0")
+        name = row["sn"].strip()
+        if not name or name in seen:
+            raise InputError(path, f"row {row_no}.sn", row["sn"], "a non-empty node name not used before")
+        seen.add(name)
+        model = row["model"].strip()
+        key = catalog.get(model, file=path, field=f"row {row_no}.model").key if gpus else "T4"
+        nvl = 8 if gpus == 8 and catalog.CATALOGUE[key].nvlink else 0
+        nodes.append(Node(name=name, gpu_model=key, gpu_count=gpus, cpu_milli=cpu, memory_mib=mem,
+                          nvlink_domain_size=nvl, pool=model or key))
 
 
 DEMO_FLEET_YAML = """
