@@ -1,0 +1,78 @@
+"""`gputide forecast backtest`: rolling-origin backtest of the demand forecasters on a trace.
+
+    gputide forecast backtest --trace PATH [--format csv|servegen|requests] [--step 10min]
+                              [--horizons 1h,4h,24h] [--models a,b,...] [--json OUT]
+
+Prints one row per model and horizon (MAE, MASE against seasonal naive and persistence, pinball loss, p90
+coverage, fit time); `--json` writes the same table plus run details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import pandas as pd
+
+from balancer.errors import InputError
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("forecast", help="demand forecasting tools")
+    sub = p.add_subparsers(dest="forecast_command", metavar="ACTION")
+    b = sub.add_parser("backtest", help="rolling-origin backtest of the forecasters on a demand trace")
+    b.add_argument("--trace", required=True, help="CSV file, ServeGen folder or per-request CSV")
+    b.add_argument("--format", default="csv", choices=["csv", "servegen", "requests"])
+    b.add_argument("--step", default=None, help="resample to this step (default: the trace's own; 1min for requests)")
+    b.add_argument("--horizons", default="1h,4h,24h", help="comma-separated durations")
+    b.add_argument("--models", default=None, help="comma-separated model names (default: all)")
+    b.add_argument("--origin", default=None, help="servegen: timestamp of window_start_s = 0 (default 2024-01-01Z)")
+    b.add_argument("--min-train-days", type=float, default=7.0, help="history before the first scored origin")
+    b.add_argument("--stride", type=int, default=1, help="score every N-th origin (1 = every step)")
+    b.add_argument("--json", default=None, metavar="OUT", help="also write the table as JSON")
+    b.set_defaults(func=run)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.forecast import MODELS, load_demand
+    from balancer.forecast.backtest import backtest, format_table
+    from balancer.forecast.traces import parse_step
+
+    horizons = [parse_step(h, field="--horizons").total_seconds() for h in _split(args.horizons)]
+    if not horizons:
+        raise InputError(None, "--horizons", args.horizons, "comma-separated durations such as 1h,4h,24h")
+    models = _split(args.models) if args.models else None
+    for m in models or []:
+        if m not in MODELS:
+            raise InputError(None, "--models", m, ", ".join(sorted(MODELS)))
+    if args.stride < 1:
+        raise InputError(None, "--stride", args.stride, "an integer >= 1")
+    y = load_demand(args.trace, args.format, args.step, origin=args.origin)
+    step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
+    for h in horizons:
+        if step and h < step:
+            raise InputError(args.trace, "--horizons", h, f"durations of at least one step ({step:g}s)")
+    t0 = time.perf_counter()
+    try:
+        scores, details = backtest(y, models=models, horizons_s=horizons, min_train_days=args.min_train_days,
+                                   stride=args.stride)
+    except ValueError as exc:
+        raise InputError(args.trace, "trace", f"{len(y)} steps", "a longer trace", detail=str(exc)) from exc
+    details["seconds"] = round(time.perf_counter() - t0, 2)
+    print(f"backtest of {args.trace}: {len(y)} steps of {details['step_s']:g}s, "
+          f"{details['origins']} scored origins from {details['first_scored']}, {details['seconds']} s")
+    print(format_table(scores))
+    for name, why in details["fallbacks"].items():
+        print(f"note: {name} fell back to persistence at least once: {why}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"trace": args.trace, "details": details, "scores": [s.as_dict() for s in scores]}, fh,
+                      indent=2, default=str)
+    return 0

@@ -1,0 +1,185 @@
+"""Honest rolling-origin backtest: at every origin a model sees only the past, and is scored on what came true.
+
+For each model, origins walk forward one step at a time from a burn-in point; the model is refitted every
+`refit_every` steps (parameters re-estimated on everything before the origin) and otherwise only `update`d with
+the newest observations, like the controller does. Each origin forecasts the longest horizon once; the
+requested horizons are read off that path.
+
+* Fitting sees the cleaned series (outages masked, bursts clipped, both causal); scoring uses the unclipped
+  truth with outages masked (an outage is not demand a model should have predicted).
+* Intervals are re-calibrated conformally on residuals of earlier origins only (`conformal.calibrate_path`);
+  the first `calib_days` of origins exist only to feed that calibration and are not scored.
+* ``auto`` is the per-horizon ensemble of the other models, weighted by their errors at earlier origins whose
+  truth is known (the same rule as `auto.Auto`), so its choice is re-evaluated as data arrives.
+
+Scores per model and horizon: MAE of the p50, MASE against seasonal naive (daily) and against persistence
+(ratio of MAEs on the same points), mean pinball loss over the quantiles 0.5/0.9/0.99, p90 coverage (share of
+outcomes at or below the p90) and the time spent fitting and predicting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from balancer.forecast.auto import CANDIDATES, ensemble_weights
+from balancer.forecast.base import MODELS, QUANTILES, Fallback, step_of
+from balancer.forecast.conformal import calibrate_path
+from balancer.forecast.traces import clean_for_fit, mask_outages
+
+DAY_S = 86400.0
+BASELINES = ("persistence", "seasonal_naive_daily", "seasonal_naive_weekly")
+
+
+@dataclass(frozen=True)
+class Score:
+    model: str
+    horizon: str
+    horizon_steps: int
+    n: int
+    mae: float
+    mase_seasonal: float
+    mase_persistence: float
+    pinball: float
+    coverage_p90: float
+    fit_s: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Paths:
+    """Forecasts of one model: quantile -> [origins, horizons]."""
+
+    q: dict[float, np.ndarray]
+    seconds: float
+    fallback: str | None = None
+
+
+def run_model(name: str, y_fit: pd.Series, origins: np.ndarray, steps: np.ndarray, refit_every: int) -> Paths:
+    model = Fallback(MODELS[name]())
+    hmax = int(steps.max())
+    out = {q: np.full((len(origins), len(steps)), np.nan) for q in QUANTILES}
+    reason = None
+    t0 = time.perf_counter()
+    last_fit = None
+    for i, o in enumerate(origins):
+        hist = y_fit.iloc[: o + 1]
+        if last_fit is None or o - last_fit >= refit_every:
+            model.fit(hist)
+            last_fit = o
+        else:
+            model.update(hist)
+        fc = model.predict(hmax)
+        reason = reason or fc.fallback_reason
+        for q in QUANTILES:
+            out[q][i] = fc.quantiles[q][steps - 1]
+    return Paths(out, time.perf_counter() - t0, reason)
+
+
+def auto_paths(runs: dict[str, Paths], origins: np.ndarray, steps: np.ndarray, truth: np.ndarray,
+               window: int, top: int = 3) -> Paths:
+    """Ensemble of `runs`, weighted per horizon by MAE at earlier origins with known truth (last `window`)."""
+    t0 = time.perf_counter()
+    names = list(runs)
+    out = {q: np.zeros((len(origins), len(steps))) for q in QUANTILES}
+    for j, h in enumerate(steps):
+        target = origins + h
+        y = np.where(target < len(truth), truth[np.clip(target, 0, len(truth) - 1)], np.nan)
+        err = np.vstack([np.abs(y - runs[n].q[0.5][:, j]) for n in names])  # [models, origins]
+        ok = np.isfinite(err)
+        csum = np.concatenate([np.zeros((len(names), 1)), np.cumsum(np.where(ok, err, 0.0), axis=1)], axis=1)
+        cnt = np.concatenate([np.zeros((len(names), 1)), np.cumsum(ok, axis=1)], axis=1)
+        hi = np.searchsorted(target, origins, side="right")
+        lo = np.minimum(np.searchsorted(origins, origins - window, side="left"), hi)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mae = (csum[:, hi] - csum[:, lo]) / (cnt[:, hi] - cnt[:, lo])  # [models, origins]
+        w = ensemble_weights(mae, top)
+        for q in QUANTILES:
+            out[q][:, j] = (w * np.vstack([runs[n].q[q][:, j] for n in names])).sum(axis=0)
+    return Paths(out, time.perf_counter() - t0)
+
+
+def pinball(y: np.ndarray, qs: dict[float, np.ndarray]) -> float:
+    losses = [np.mean(np.maximum(q * (y - f), (q - 1) * (y - f))) for q, f in qs.items()]
+    return float(np.mean(losses))
+
+
+def _label(seconds: float) -> str:
+    if seconds % 3600 == 0:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 60)}min" if seconds % 60 == 0 else f"{seconds:g}s"
+
+
+def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[float] = (3600, 4 * 3600, DAY_S),
+             min_train_days: float = 7.0, calib_days: float = 3.0, refit_every_s: float = DAY_S,
+             stride: int = 1) -> tuple[list[Score], dict]:
+    """Rolling-origin backtest of `models` on `y` (raw demand); returns scores and run details."""
+    step = step_of(y)
+    n = len(y)
+    steps = np.array([max(int(round(h / step)), 1) for h in horizons_s])
+    day = int(round(DAY_S / step))
+    score_start = min(int(min_train_days * DAY_S / step), n // 2)
+    first = max(score_start - int(calib_days * DAY_S / step), min(2 * day, score_start // 2), 2)
+    origins = np.arange(first, n - int(steps.min()), stride)
+    if len(origins) < 2 or not np.any(origins >= score_start):
+        raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
+    truth = mask_outages(y).to_numpy(float)
+    y_fit = clean_for_fit(y)
+    requested = list(models or [*CANDIDATES, "auto"])
+    refit = max(int(round(refit_every_s / step)), 1)
+    runs: dict[str, Paths] = {}
+    for name in dict.fromkeys([*BASELINES, *(CANDIDATES if "auto" in requested else ()), *requested]):
+        if name != "auto":
+            runs[name] = run_model(name, y_fit, origins, steps, refit)
+    if "auto" in requested:
+        cands = {k: v for k, v in runs.items() if k in CANDIDATES}
+        runs["auto"] = auto_paths(cands, origins, steps, truth, window=int(calib_days * day))
+    window = int(calib_days * day)
+    scored = origins >= score_start
+    scores = []
+    details = {"step_s": step, "origins": int(scored.sum()), "first_scored": str(y.index[origins[scored][0]]),
+               "fallbacks": {k: v.fallback for k, v in runs.items() if v.fallback}}
+    base_err = {}
+    for name in BASELINES:
+        for j, h in enumerate(steps):
+            target = origins + h
+            yt = np.where(target < n, truth[np.clip(target, 0, n - 1)], np.nan)
+            base_err[(name, j)] = np.abs(yt - runs[name].q[0.5][:, j])
+    for name in requested:
+        run = runs[name]
+        for j, h in enumerate(steps):
+            target = origins + h
+            yt = np.where(target < n, truth[np.clip(target, 0, n - 1)], np.nan)
+            p50 = run.q[0.5][:, j]
+            cal = calibrate_path(origins, int(h), p50, {q: run.q[q][:, j] for q in QUANTILES}, truth,
+                                 window=window)
+            cal[0.9] = np.maximum(cal[0.9], p50)
+            cal[0.99] = np.maximum(cal[0.99], cal[0.9])
+            ok = scored & np.isfinite(yt)
+            mae = float(np.mean(np.abs(yt - p50)[ok]))
+            sn = float(np.mean(base_err[("seasonal_naive_daily", j)][ok]))
+            pe = float(np.mean(base_err[("persistence", j)][ok]))
+            scores.append(Score(
+                model=name, horizon=_label(float(h * step)), horizon_steps=int(h), n=int(ok.sum()), mae=mae,
+                mase_seasonal=mae / sn if sn > 0 else float("nan"),
+                mase_persistence=mae / pe if pe > 0 else float("nan"),
+                pinball=pinball(yt[ok], {q: cal[q][ok] for q in QUANTILES}),
+                coverage_p90=float(np.mean(yt[ok] <= cal[0.9][ok])),
+                fit_s=run.seconds))
+    details["baseline_mae"] = {f"{b}@{_label(float(h * step))}": float(np.nanmean(
+        base_err[(b, j)][scored & np.isfinite(base_err[(b, j)])])) for b in BASELINES for j, h in enumerate(steps)}
+    return scores, details
+
+
+def format_table(scores: list[Score]) -> str:
+    head = "| model | horizon | n | MAE | MASE vs seasonal naive | MASE vs persistence | pinball | p90 coverage | fit s |"
+    rows = [head, "|" + "---|" * 9]
+    for s in scores:
+        rows.append(f"| {s.model} | {s.horizon} | {s.n} | {s.mae:.2f} | {s.mase_seasonal:.3f} | "
+                    f"{s.mase_persistence:.3f} | {s.pinball:.2f} | {s.coverage_p90:.3f} | {s.fit_s:.2f} |")
+    return "\n".join(rows)

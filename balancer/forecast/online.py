@@ -1,0 +1,174 @@
+"""The controller's forecaster: fed one observation per cycle, forecasts per service, tracks its own error.
+
+`DemandForecaster` keeps, per service, demand averaged into fixed buckets of `step_s` (bucket b covers
+[b*step, (b+1)*step) in epoch seconds). A bucket is final once time has moved past it. Each cycle:
+
+* `update(service, t, value)` adds an observation (several per bucket are averaged);
+* `forecast(service, now, horizon_steps)` closes the buckets before `now`, refits the model only when
+  `refit_every` new buckets arrived since the last fit (otherwise a cheap `update`), predicts the buckets
+  from the current one on, re-calibrates the quantiles on the residuals of its own past forecasts
+  (`conformal.OnlineCalibrator`) and returns a frozen `balancer.model.Forecast` whose step 1 is the current
+  bucket (``issued_at`` = start of the previous bucket);
+* when a bucket closes, every stored forecast that covered it is scored: `rolling_error(service, horizon)`
+  is the rolling MAE of the p50 divided by the mean demand (the ``gputide_forecast_error_ratio`` gauge).
+
+History is cleaned like in the backtest (outages masked, bursts clipped) before fitting. Any model failure
+falls back to persistence (`base.Fallback`), so the controller always gets a forecast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from balancer.forecast.base import MODELS, Fallback
+from balancer.forecast.conformal import OnlineCalibrator
+from balancer.forecast.traces import clean_for_fit, parse_step
+
+DAY_S = 86400.0
+
+
+@dataclass
+class _Service:
+    first: int | None = None  # bucket index of values[0]
+    values: list = field(default_factory=list)
+    open_bucket: int | None = None
+    open_sum: float = 0.0
+    open_n: int = 0
+    model: Fallback | None = None
+    fitted_at: int = -1  # number of closed buckets at the last fit
+    issued: dict = field(default_factory=dict)  # bucket of step 1 -> p50 path
+    errors: dict = field(default_factory=dict)  # h -> deque of (abs error, truth)
+    calibrator: OnlineCalibrator | None = None
+    fallback_reason: str | None = None
+
+
+class DemandForecaster:
+    """Per-service online forecaster for the reconcile loop (cheap per cycle, refits every N buckets)."""
+
+    def __init__(self, model: str = "auto", step_s: float = 600.0, refit_every: int | None = None,
+                 history_days: float = 28.0, error_window: int | None = None, min_history: int = 12) -> None:
+        if model not in MODELS:
+            from balancer.errors import InputError
+
+            raise InputError(None, "forecast.model", model, ", ".join(sorted(MODELS)))
+        self.model = model
+        self.step_s = float(step_s)
+        self.refit_every = refit_every or max(int(DAY_S / self.step_s), 1)
+        self.history = int(history_days * DAY_S / self.step_s)
+        self.error_window = error_window or 3 * max(int(DAY_S / self.step_s), 1)
+        self.min_history = min_history
+        self._svc: dict[str, _Service] = {}
+
+    # -- input ---------------------------------------------------------------------------------------------
+    def _service(self, name: str) -> _Service:
+        if name not in self._svc:
+            self._svc[name] = _Service(calibrator=OnlineCalibrator(self.error_window))
+        return self._svc[name]
+
+    def update(self, service: str, t: float, value: float) -> None:
+        """One observation of demand (req/s) at epoch time `t`."""
+        s = self._service(service)
+        b = int(math.floor(t / self.step_s))
+        if s.open_bucket is not None and b < s.open_bucket:
+            return  # late sample for a closed bucket: ignored
+        if s.open_bucket is not None and b > s.open_bucket:
+            self._close_until(s, b)
+        s.open_bucket = b
+        if value is not None and math.isfinite(value):
+            s.open_sum += float(value)
+            s.open_n += 1
+
+    def observe_history(self, service_or_series, series: pd.Series | None = None) -> None:
+        """Seed a service with past demand: `observe_history(service, series)` or `observe_history(series)`."""
+        if series is None:
+            service, series = "default", service_or_series
+        else:
+            service = service_or_series
+        y = series.resample(parse_step(self.step_s), origin="epoch").mean()
+        for ts, v in y.items():
+            self.update(service, ts.timestamp(), float(v) if np.isfinite(v) else float("nan"))
+
+    def _append(self, s: _Service, b: int, value: float) -> None:
+        if s.first is None:
+            s.first = b
+        while s.first + len(s.values) < b:  # a gap: buckets nobody reported
+            self._score(s, s.first + len(s.values), float("nan"))
+            s.values.append(float("nan"))
+        s.values.append(value)
+        self._score(s, b, value)
+        if len(s.values) > self.history + self.refit_every:
+            drop = len(s.values) - self.history
+            del s.values[:drop]
+            s.first += drop
+            s.fitted_at = -1  # indices moved: refit next time
+
+    def _close_until(self, s: _Service, b: int) -> None:
+        if s.open_bucket is not None and s.open_bucket < b:
+            self._append(s, s.open_bucket, s.open_sum / s.open_n if s.open_n else float("nan"))
+            s.open_bucket, s.open_sum, s.open_n = b, 0.0, 0
+
+    def _score(self, s: _Service, b: int, truth: float) -> None:
+        for b0 in list(s.issued):
+            path = s.issued[b0]
+            h = b - b0 + 1
+            if h > len(path):
+                del s.issued[b0]
+            elif h >= 1 and np.isfinite(truth):
+                s.calibrator.add(h, truth, path[h - 1])
+                s.errors.setdefault(h, deque(maxlen=self.error_window)).append((abs(truth - path[h - 1]), truth))
+
+    # -- output --------------------------------------------------------------------------------------------
+    def _series(self, s: _Service) -> pd.Series:
+        idx = pd.to_datetime((np.arange(len(s.values)) + s.first) * self.step_s, unit="s", utc=True)
+        y = pd.Series(np.asarray(s.values, float), index=pd.DatetimeIndex(idx, freq=f"{int(self.step_s)}s"))
+        return clean_for_fit(y)
+
+    def forecast(self, service: str, now: float, horizon_steps: int):
+        """Quantile forecast (a `balancer.model.Forecast`) for buckets now, now+1, ... (horizon_steps of them)."""
+        s = self._service(service)
+        b_now = int(math.floor(now / self.step_s))
+        if s.open_bucket is not None and s.open_bucket < b_now:
+            self._close_until(s, b_now)
+        if s.first is None or np.isfinite(np.asarray(s.values, float)).sum() < self.min_history:
+            raise ValueError(f"not enough history for {service!r}: need {self.min_history} buckets")
+        y = self._series(s)
+        # buckets between the last closed one and now were never reported
+        missing = b_now - (s.first + len(s.values))
+        if missing > 0:
+            ext = pd.date_range(y.index[-1], periods=missing + 1, freq=y.index.freq)[1:]
+            y = pd.concat([y, pd.Series(np.nan, index=ext)])
+            y.index.freq = pd.Timedelta(seconds=self.step_s)
+        closed = len(s.values)
+        if s.model is None or s.fitted_at < 0 or closed - s.fitted_at >= self.refit_every:
+            s.model = Fallback(MODELS[self.model]()).fit(y)
+            s.fitted_at = closed
+        else:
+            s.model.update(y)
+        fc = s.model.predict(int(horizon_steps))
+        s.fallback_reason = fc.fallback_reason
+        p50 = fc.quantiles[0.5]
+        fc.quantiles = s.calibrator.apply(p50, fc.quantiles)
+        fc.quantiles[0.9] = np.maximum(fc.quantiles[0.9], p50)
+        fc.quantiles[0.99] = np.maximum(fc.quantiles[0.99], fc.quantiles[0.9])
+        s.issued[b_now] = np.asarray(p50, float)
+        return fc.to_model(service)
+
+    def rolling_error(self, service: str, horizon: int | str) -> float:
+        """Rolling MAE of the p50 at `horizon` (steps, or a duration such as '1h') divided by mean demand."""
+        if isinstance(horizon, str):
+            horizon = max(int(round(parse_step(horizon).total_seconds() / self.step_s)), 1)
+        s = self._svc.get(service)
+        pairs = s.errors.get(int(horizon)) if s else None
+        if not pairs:
+            return float("nan")
+        err, truth = np.asarray(pairs, float).T
+        mean = truth.mean()
+        return float(err.mean() / mean) if mean > 0 else float("nan")
+
+    def services(self) -> list[str]:
+        return sorted(self._svc)

@@ -1,0 +1,209 @@
+"""Demand traces: load any supported file into one regular series, then clean it for fitting.
+
+`load_demand(path, fmt, step)` returns a pandas Series of demand in requests per second on a tz-aware UTC
+DatetimeIndex at a regular step, with NaN where nothing was observed. Three formats:
+
+* ``csv``: a header ``timestamp,value``; timestamps ISO-8601 (naive ones are taken as UTC) or epoch seconds;
+  ``value`` is demand per second. Resampled to ``step`` by averaging.
+* ``servegen``: a folder of headerless ServeGen client files
+  (``window_start_s, rate_req_per_s, cv, dist, p1, p2``), summed per window. ServeGen's ``window_start_s``
+  counts seconds from an arbitrary origin; it is mapped onto ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC)
+  unless ``origin`` overrides it.
+* ``requests``: one row per request with a ``timestamp`` column (any case); counted per step, divided by the step.
+
+Cleaning rules (used for fitting and scoring, never to change what `load_demand` returns):
+
+* **Outages** (`mask_outages`): a run of exact zeros of at most ``max_run`` steps (default 6 h) lying in a busy
+  stretch, i.e. at least 75% of the observed values in the centred one-day window around it are non-zero, is an
+  outage of the collector or the service, not demand. It becomes NaN. Zeros in a mostly idle series, and zero
+  spells longer than ``max_run``, are kept as real demand.
+* **Bursts** (`clip_bursts`): fitting targets are clipped at ``factor`` times the trailing one-day 99th
+  percentile, so one burst does not bend a seasonal profile. Scores are always computed on the unclipped truth.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from balancer.errors import InputError
+
+SERVEGEN_EPOCH = pd.Timestamp("2024-01-01T00:00:00Z")  # a Monday
+FORMATS = ("csv", "servegen", "requests")
+DAY_S = 86400.0
+
+
+def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, field: str = "step") -> pd.Timedelta:
+    """'10min', '1h', '600s' or seconds -> a positive Timedelta; InputError otherwise."""
+    try:
+        td = pd.Timedelta(seconds=float(step)) if isinstance(step, int | float) else pd.Timedelta(step)
+    except (ValueError, TypeError) as exc:
+        raise InputError(file, field, step, "a duration such as 10min, 1h or 600s") from exc
+    if pd.isna(td) or td <= pd.Timedelta(0):
+        raise InputError(file, field, step, "a positive duration such as 10min")
+    return td
+
+
+def _to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
+    numeric = pd.to_numeric(raw, errors="coerce")
+    if numeric.notna().all():
+        return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
+    try:
+        return pd.DatetimeIndex(pd.to_datetime(raw, utc=True, format="mixed"))
+    except (ValueError, TypeError) as exc:
+        bad = next((i for i, v in enumerate(raw) if pd.isna(pd.to_datetime(v, errors="coerce", utc=True))), 0)
+        raise InputError(path, column, raw.iloc[bad], "ISO-8601 timestamps or epoch seconds",
+                         detail=f"row {bad + 2}") from exc
+
+
+def _regular(series: pd.Series, step: pd.Timedelta, how: str) -> pd.Series:
+    series = series.sort_index()
+    grouped = series.resample(step, origin="epoch")
+    out = grouped.sum(min_count=1) if how == "sum" else grouped.mean()
+    out = out.astype(float)
+    out.index.freq = step
+    out.name = "demand_rps"
+    return out
+
+
+def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(path, "file", path, "a readable CSV with header timestamp,value", detail=str(exc)) from exc
+    cols = {c.strip().lower(): c for c in df.columns}
+    for need in ("timestamp", "value"):
+        if need not in cols:
+            raise InputError(path, "header", list(df.columns), "columns 'timestamp' and 'value'")
+    if df.empty:
+        raise InputError(path, "rows", 0, "at least two rows")
+    values = pd.to_numeric(df[cols["value"]], errors="coerce")
+    bad = values.isna() & df[cols["value"]].notna()
+    if bad.any() or (values < 0).any():
+        row = int(np.flatnonzero(bad.to_numpy() | (values < 0).to_numpy())[0])
+        raise InputError(path, "value", df[cols["value"]].iloc[row], "a non-negative number (req/s)",
+                         detail=f"row {row + 2}")
+    index = _to_utc(df[cols["timestamp"]], path, "timestamp")
+    series = pd.Series(values.to_numpy(float), index=index)
+    if step is None:
+        diffs = np.diff(np.sort(index.as_unit("ns").asi8))
+        diffs = diffs[diffs > 0]
+        if not diffs.size:
+            raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
+        step = pd.Timedelta(int(np.median(diffs)), unit="ns")
+    return _regular(series, step, "mean")
+
+
+def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -> pd.Series:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InputError(path, "trace", path, "a folder of ServeGen client CSV files")
+    files = sorted(p for p in folder.iterdir() if p.suffix == ".csv")
+    if not files:
+        raise InputError(path, "trace", path, "a folder holding at least one ServeGen *.csv file")
+    starts, rates = [], []
+    for f in files:
+        try:
+            df = pd.read_csv(f, header=None, usecols=[0, 1])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+            raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...") from exc
+        s, r = pd.to_numeric(df[0], errors="coerce"), pd.to_numeric(df[1], errors="coerce")
+        bad = s.isna() | r.isna() | (r < 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            col, val = ("window_start_s", df[0].iloc[row]) if s.isna().iloc[row] else ("rate_req_per_s", df[1].iloc[row])
+            raise InputError(str(f), col, val, "numbers; rate >= 0", detail=f"row {row + 1}")
+        starts.append(s.to_numpy(float))
+        rates.append(r.to_numpy(float))
+    start, rate = np.concatenate(starts), np.concatenate(rates)
+    index = origin + pd.to_timedelta(start, unit="s")
+    total = pd.Series(rate, index=index).groupby(level=0).sum()
+    native = pd.Timedelta(float(np.median(np.diff(total.index.as_unit("ns").asi8))) if len(total) > 1 else 600e9, unit="ns")
+    total = total.resample(native, origin=origin).sum(min_count=1)
+    return _regular(total, step or native, "mean")
+
+
+def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(path, "file", path, "a readable CSV with a timestamp column", detail=str(exc)) from exc
+    cols = {c.strip().lower(): c for c in df.columns}
+    if "timestamp" not in cols:
+        raise InputError(path, "header", list(df.columns), "a column named 'timestamp' (any case)")
+    if df.empty:
+        raise InputError(path, "rows", 0, "at least one request")
+    step = step or pd.Timedelta("1min")
+    index = _to_utc(df[cols["timestamp"]], path, "timestamp")
+    counts = _regular(pd.Series(1.0, index=index), step, "sum").fillna(0.0)
+    return counts / step.total_seconds()
+
+
+def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = None,
+                origin: str | pd.Timestamp | None = None) -> pd.Series:
+    """Load a demand trace as req/s on a regular tz-aware UTC index (NaN where missing)."""
+    path = str(path)
+    if fmt not in FORMATS:
+        raise InputError(path, "format", fmt, ", ".join(FORMATS))
+    if not os.path.exists(path):
+        raise InputError(path, "trace", path, "an existing file or folder")
+    td = parse_step(step, file=path) if step is not None else None
+    if fmt == "csv":
+        out = _load_csv(path, td)
+    elif fmt == "servegen":
+        try:
+            org = SERVEGEN_EPOCH if origin is None else pd.Timestamp(origin)
+        except ValueError as exc:
+            raise InputError(path, "origin", origin, "an ISO-8601 timestamp") from exc
+        org = org.tz_localize("UTC") if org.tzinfo is None else org.tz_convert("UTC")
+        out = _load_servegen(path, td, org)
+    else:
+        out = _load_requests(path, td)
+    if len(out) < 2:
+        raise InputError(path, "rows", len(out), "a trace spanning at least two steps")
+    return out
+
+
+def mask_outages(y: pd.Series, *, max_run: int | None = None, busy_share: float = 0.75) -> pd.Series:
+    """NaN out short runs of exact zeros inside busy stretches (see the module docstring)."""
+    step_s = _step_seconds(y)
+    day = max(int(round(DAY_S / step_s)), 3)
+    max_run = max_run if max_run is not None else max(int(round(6 * 3600 / step_s)), 1)
+    v = y.to_numpy(float)
+    zero = v == 0.0
+    if not zero.any():
+        return y.copy()
+    observed = ~np.isnan(v)
+    kernel = np.ones(day)
+    nonzero_share = np.convolve((observed & ~zero).astype(float), kernel, "same") / np.maximum(
+        np.convolve(observed.astype(float), kernel, "same"), 1.0)
+    edges = np.diff(np.concatenate([[0], zero.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    out = v.copy()
+    for s, e in zip(starts, ends):
+        if e - s <= max_run and nonzero_share[s:e].min() >= busy_share:
+            out[s:e] = np.nan
+    return pd.Series(out, index=y.index, name=y.name)
+
+
+def clip_bursts(y: pd.Series, *, q: float = 0.99, factor: float = 1.0) -> pd.Series:
+    """Clip at `factor` x the trailing one-day `q` quantile (causal: uses only the past)."""
+    day = max(int(round(DAY_S / _step_seconds(y))), 3)
+    cap = y.rolling(day, min_periods=max(day // 4, 2)).quantile(q).shift(1) * factor
+    return y.where(~(y > cap), cap)
+
+
+def clean_for_fit(y: pd.Series) -> pd.Series:
+    """The series models are fitted on: outages masked, bursts clipped."""
+    return clip_bursts(mask_outages(y))
+
+
+def _step_seconds(y: pd.Series) -> float:
+    if isinstance(y.index, pd.DatetimeIndex) and y.index.freq is not None:
+        return pd.Timedelta(y.index.freq).total_seconds()
+    if isinstance(y.index, pd.DatetimeIndex) and len(y) > 1:
+        return float(np.median(np.diff(y.index.as_unit("ns").asi8))) / 1e9
+    return 600.0
