@@ -1,0 +1,164 @@
+"""`make demo`: the main job, end to end, on an embedded simulated cluster and real traces.
+
+Stages (each prints its progress; all write under OUT):
+
+1. live    - the reconcile loop on the 256-GPU demo fleet through a real Prometheus, with a cooling fault and an
+             exporter outage; fleet heatmaps before/after, PNG previews of every Grafana dashboard;
+2. hotspot - `gputide simulate --scenario hotspot` for the `none` and `gputide` policies, side by side;
+3. tidal   - a week of real LLM-serving demand (Alibaba ServeGen m-small): static / reactive / gputide;
+4. forecast- a rolling-origin backtest of the demand forecasters on the same trace, forecast vs actual;
+5. place   - one seed of the FGD placement protocol on the Alibaba v2023 trace (when its files are present);
+
+then `OUT/report.html` ties it together.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from balancer.app import demo_plots
+from balancer.app.report import Report
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVEGEN_SMALL = Path(__file__).resolve().parents[1] / "data" / "servegen-language" / "m-small"
+
+HOTSPOT_KEYS = [
+    ("GPU-seconds above slowdown", "thermal.gpu_seconds_above_slowdown"),
+    ("max temperature (°C)", "thermal.max_temperature_c"),
+    ("inference SLO attainment", "inference.slo_attainment"),
+    ("training progress (A100-GPU-hours)", "training.progress"),
+    ("training preemptions", "training.preemptions"),
+    ("energy (kWh)", "cluster.energy_kwh"),
+    ("migrations", "actions.migrate"),
+    ("power-limit changes", "actions.power_limit"),
+    ("node taints", "actions.taint_node"),
+    ("actions rejected by safety", "actions.rejected"),
+    ("reconcile p50 (ms)", "controller.reconcile_p50_ms"),
+    ("reconcile p99 (ms)", "controller.reconcile_p99_ms"),
+]
+
+
+class Demo:
+    def __init__(self, out: Path, *, quick: bool = False, say: Callable[[str], None] = print) -> None:
+        self.out = Path(out)
+        self.quick = quick
+        self.say = say
+        self.report = Report("gputide demo report")
+        self.summary: dict[str, Any] = {}
+
+    def stage(self, n: int, title: str) -> None:
+        self.say(f"\n[{n}/5] {title}")
+
+    # ---- 1: live, through Prometheus -------------------------------------------------------------------------
+    def live(self) -> None:
+        from balancer import dashboards_render
+        from balancer.app.demo_live import run_live
+
+        self.stage(1, "reconcile loop on the simulated fleet, observed through a real Prometheus")
+        out = self.out / "live"
+        res, prom = run_live(out, cycles=40 if self.quick else 60, outage=(30, 34) if self.quick else (44, 48),
+                             say=self.say, prometheus_keepalive=True)
+        assert prom is not None and res.fleet is not None
+        try:
+            timeline = demo_plots.temperature_timeline(
+                prom.url, res.fleet, res.start_wall, res.end_wall, out, fault_wall=res.fault_wall,
+                fault_node=res.fault_node, actions=res.actions, outage=res.outage_wall)
+            self.say("  rendering the Grafana dashboards to PNG from the same Prometheus ...")
+            rendered = dashboards_render.render(prom.url, self.out / "dashboards",
+                                                range_s=int(res.end_wall - res.start_wall) + 30, end=res.end_wall)
+        finally:
+            prom.stop()
+        import numpy as np
+
+        slowdown = np.array([g for g in _slowdown(res.fleet)])
+        grids = demo_plots.node_grids(res.fleet, {"before the fault": res.temperature_before,
+                                                  "at the hottest moment": res.temperature_peak,
+                                                  "end (gputide acted)": res.temperature_after},
+                                      out, slowdown=slowdown)
+        kinds: dict[str, int] = {}
+        for a in res.actions:
+            kinds[a["kind"]] = kinds.get(a["kind"], 0) + 1
+        self.summary["live"] = {"actions": kinds, "fail_static_cycles": len(res.holds),
+                                "alerts_fired": sorted(res.alerts_seen), "fault_node": res.fault_node,
+                                "gpus_above_slowdown_peak": max(res.hot_gpu_cycles),
+                                "gpus_above_slowdown_end": res.hot_gpu_cycles[-1]}
+        r = self.report
+        r.section("1. The reconcile loop, live, through a real Prometheus",
+                  f"A 256-GPU simulated fleet (H100, A100 SXM/PCIe, L40S) published by the gputide exporter, scraped "
+                  f"by a real Prometheus with <code>rules/</code> loaded; the controller reads only the normalised "
+                  f"series. The cooling of <b>{res.fault_node}</b> degrades at the dashed line; later the exporter "
+                  f"goes away for a few cycles (grey) and the controller holds still.")
+        r.image(timeline, self.out, "GPU temperature over the live run, from Prometheus")
+        r.image(grids, self.out, "Node x GPU temperature: before the fault, at its worst, at the end")
+        r.table(["what", "value"], [
+            ["GPUs at/above slowdown at the worst moment", self.summary["live"]["gpus_above_slowdown_peak"]],
+            ["GPUs at/above slowdown at the end", self.summary["live"]["gpus_above_slowdown_end"]],
+            ["controller actions", ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items())) or "none"],
+            ["cycles held still (fail-static)", len(res.holds)],
+            ["Prometheus alerts that fired", ", ".join(sorted(res.alerts_seen)) or "none"],
+        ])
+        rows = [[a["cycle"], a["kind"], a["target"], a["reason"], a["gain"], a["outcome"]] for a in res.actions[:40]]
+        if rows:
+            r.text("What the controller did and why (first 40 actions; the full audit log is "
+                   "<code>live/audit.jsonl</code>):")
+            r.table(["cycle", "action", "target", "reason", "expected gain", "outcome"], rows)
+        r.section("Dashboards (PNG previews rendered from the same queries Grafana runs)")
+        for png in rendered.written:
+            r.image(png, self.out, png.stem)
+
+    # ---- 2: hotspot scenario, none vs gputide ----------------------------------------------------------------
+    def hotspot(self) -> None:
+        from balancer.app import scenarios
+
+        self.stage(2, "hotspot scenario: none vs gputide (simulated, same loop code)")
+        results = {}
+        for policy in ("none", "gputide"):
+            t0 = time.perf_counter()
+            sim, events, days = scenarios.build("hotspot", seed=1, days=1.0 if self.quick else None)
+            results[policy] = scenarios.run_simulation(sim, policy, days, 60.0, self.out / "hotspot" / policy,
+                                                       events=events, scenario="hotspot")
+            self.say(f"  {policy:8s} {days:.1f} simulated days in {time.perf_counter() - t0:.1f} s: "
+                     f"{results[policy]['thermal']['gpu_seconds_above_slowdown']:.0f} GPU-s above slowdown, "
+                     f"SLO attainment {results[policy]['inference']['slo_attainment']:.5f}")
+        self.summary["hotspot"] = results
+        r = self.report
+        r.section("2. Hotspot scenario: no controller vs gputide",
+                  "<code>gputide simulate --scenario hotspot --policy none|gputide</code>: a node's cooling degrades "
+                  "for six hours under a realistic load; the same planner and safety code as the live loop.")
+        r.mapping_table(results, HOTSPOT_KEYS)
+        for policy in results:
+            for png in sorted((self.out / "hotspot" / policy).glob("*.png")):
+                r.image(png, self.out, f"hotspot / {policy}: {png.stem}")
+
+    # ---- 3..5 are added by their own modules -----------------------------------------------------------------
+    def finish(self) -> Path:
+        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
+        path = self.report.write(self.out / "report.html")
+        self.say(f"\nreport: {path.resolve()}")
+        return path
+
+
+def _slowdown(fleet):
+    from balancer import catalog
+
+    return [catalog.CATALOGUE[g.model].slowdown_temp_c for g in fleet.gpus]
+
+
+def run_demo(out: Path, *, quick: bool = False, stages: tuple[str, ...] = ("live", "hotspot", "tidal", "forecast",
+                                                                           "place")) -> Path:
+    import logging
+
+    # the demo narrates what the controller does itself; the audit log under OUT keeps every record
+    logging.getLogger("balancer").setLevel(logging.ERROR)
+    demo = Demo(out, quick=quick)
+    demo.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for name in stages:
+        if hasattr(demo, name):
+            getattr(demo, name)()
+    demo.say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
+    return demo.finish()

@@ -1,0 +1,169 @@
+"""The demo's live part: the reconcile loop on a simulated fleet, observed through a real Prometheus.
+
+Everything is the production path except the cluster itself: the simulated fleet is published by the real
+exporter (sim backend) on loopback, a real Prometheus scrapes it every second and evaluates `rules/`, the
+controller reads the normalised series with `PrometheusTelemetrySource` and serves its own `gputide_` metrics,
+which Prometheus scrapes too. Simulated time runs `minutes_per_cycle` per reconcile cycle (about a second of
+wall time), so an afternoon of fleet life fits in a minute or two.
+
+The story: the fleet warms up; one busy air-cooled node's cooling degrades (inlet +10 °C, thermal resistance
+x1.35); its GPUs cross their slowdown temperature and Prometheus fires `GpuTemperatureHigh`; the controller
+migrates work off the node, taints it and throttles what it cannot move; later the exporter goes away for a few
+cycles and the controller holds still (fail-static) until telemetry returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from balancer import fleet as fleet_mod
+from balancer.actuate.base import ActionResult
+from balancer.actuate.sim import SimActuator
+from balancer.config import BalancerPolicy
+from balancer.loop import JsonlAudit, Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.model import Action, ClusterSnapshot
+from balancer.sim import SimCluster, default_mix
+from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+from balancer.telemetry.promserver import PrometheusServer, Target, default_rule_files
+from exporters.backends.sim import SimBackend
+from exporters.collector import GpuCollector
+from exporters.server import serve
+
+
+class _LockedActuator:
+    """The exporter reads the simulator from its HTTP thread; actions mutate it under the same lock."""
+
+    name = "sim"
+
+    def __init__(self, inner: SimActuator, lock: threading.Lock) -> None:
+        self.inner, self.lock = inner, lock
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        with self.lock:
+            return self.inner.apply(action, snapshot)
+
+    def recover(self) -> list[str]:
+        with self.lock:
+            return self.inner.recover()
+
+
+@dataclass
+class LiveResult:
+    prometheus_url: str
+    start_wall: float
+    end_wall: float
+    fault_wall: float
+    fault_node: str
+    outage_wall: tuple[float, float]
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    holds: list[dict[str, Any]] = field(default_factory=list)
+    alerts_seen: dict[str, float] = field(default_factory=dict)
+    temperature_before: np.ndarray | None = None
+    temperature_peak: np.ndarray | None = None
+    temperature_after: np.ndarray | None = None
+    hot_gpu_cycles: list[int] = field(default_factory=list)
+    fleet: fleet_mod.Fleet | None = None
+
+
+def _hottest_busy_air_node(sim: SimCluster) -> str:
+    load: dict[str, float] = {}
+    for node in sim.fleet.nodes:
+        if node.cooling != "air" or node.gpu_count == 0:
+            continue
+        idx = [g.index for g in sim.fleet.gpus if g.node == node.name]
+        load[node.name] = float(np.mean(sim.power_w[idx]) / np.mean(sim.tdp_w[idx]))
+    return max(load, key=load.get)
+
+
+def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple[int, int] = (44, 48),
+             minutes_per_cycle: float = 2.0, seed: int = 7, say: Callable[[str], None] = print,
+             prometheus_keepalive: bool = False) -> tuple[LiveResult, PrometheusServer | None]:
+    """Run the story; returns what happened and (with `prometheus_keepalive`) the still-running Prometheus."""
+    out.mkdir(parents=True, exist_ok=True)
+    fleet = fleet_mod.demo_fleet()
+    sim = SimCluster(fleet, seed=seed, step_s=60.0, start_time=time.time())
+    default_mix(sim, inference_share=0.45, training_share=0.45)
+    for _ in range(90):  # 1.5 simulated hours to warm the GPUs up
+        sim.step()
+    lock = threading.Lock()
+    exporter = serve(GpuCollector(SimBackend(sim, lock=lock)), port=0)
+    metrics = ControllerMetrics(CollectorRegistry())
+    controller_http = serve(metrics.registry, port=0)
+    prom = PrometheusServer([Target("gputide-exporter", f"127.0.0.1:{exporter.port}"),
+                             Target("gputide-controller", f"127.0.0.1:{controller_http.port}")],
+                            rule_files=default_rule_files(), scrape_interval="1s", alert_for="0s",
+                            directory=out / "prometheus")
+    prom.start()
+    say(f"  real Prometheus {prom.url} scraping the simulated fleet ({fleet.n_gpus} GPUs on {len(fleet.nodes)} nodes)"
+        f" and the controller, with rules/ loaded")
+    prom.wait_for("count(gpu:last_sample:timestamp_seconds)",
+                  lambda r: bool(r) and float(r[0]["value"][1]) == fleet.n_gpus, timeout=60)
+    source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0), fleet=fleet)
+    audit = JsonlAudit(out / "audit.jsonl")
+    reconciler = Reconciler(source=source, actuator=_LockedActuator(SimActuator(sim), lock), policy=BalancerPolicy(),
+                            metrics=metrics, audit=audit, clock=lambda: sim.time)
+    fault_node = _hottest_busy_air_node(sim)
+    node_idx = np.array([g.index for g in fleet.gpus if g.node == fault_node])
+    res = LiveResult(prometheus_url=prom.url, start_wall=time.time(), end_wall=0.0, fault_wall=0.0,
+                     fault_node=fault_node, outage_wall=(0.0, 0.0), fleet=fleet)
+    res.temperature_before = sim.temperature_c.copy()
+    peak_hot = -1.0
+    try:
+        for cycle in range(cycles):
+            with lock:
+                if cycle == fault_cycle:
+                    sim.degrade_cooling(fault_node, inlet_rise_c=10.0, resistance_factor=1.35)
+                    res.fault_wall = time.time()
+                    say(f"  [cycle {cycle:2d}] FAULT: cooling of {fault_node} degrades (inlet +10 °C, "
+                        f"thermal resistance x1.35)")
+                sim.advance_to(sim.time + minutes_per_cycle * 60.0)
+                hot = int(np.sum(sim.temperature_c >= sim.slowdown_temp_c))
+                res.hot_gpu_cycles.append(hot)
+                node_max = float(sim.temperature_c[node_idx].max())
+                if node_max > peak_hot:
+                    peak_hot, res.temperature_peak = node_max, sim.temperature_c.copy()
+            if cycle == outage[0]:
+                exporter.close()
+                res.outage_wall = (time.time(), 0.0)
+                say(f"  [cycle {cycle:2d}] FAULT: the exporter stops answering")
+            if cycle == outage[1]:
+                exporter = serve(GpuCollector(SimBackend(sim, lock=lock)), port=exporter.port)
+                res.outage_wall = (res.outage_wall[0], time.time())
+                say(f"  [cycle {cycle:2d}] the exporter is back")
+            time.sleep(1.25)  # one scrape and one rule evaluation after the simulator moved
+            report = reconciler.run_once()
+            for alert in prom.alerts():
+                name = alert["labels"]["alertname"]
+                if alert["state"] == "firing" and name not in res.alerts_seen:
+                    res.alerts_seen[name] = time.time()
+                    say(f"  [cycle {cycle:2d}] Prometheus alert firing: {name} "
+                        f"({alert['labels'].get('hostname', '')} {alert['annotations'].get('summary', '')})")
+            if report.status == "fail_static":
+                res.holds.append({"cycle": cycle, "reason": report.reason})
+                say(f"  [cycle {cycle:2d}] controller holds still (fail-static: {report.reason})")
+            for r in report.results:
+                a = r.action
+                res.actions.append({"cycle": cycle, "wall": time.time(), "kind": a.kind, "target": a.target,
+                                    "reason": a.reason, "gain": a.expected_gain, "outcome": str(r.outcome)})
+                say(f"  [cycle {cycle:2d}] {r.outcome}: {a.describe()}")
+            for a, why in report.rejected:
+                say(f"  [cycle {cycle:2d}] rejected by safety ({why}): {a.describe()}")
+        res.temperature_after = sim.temperature_c.copy()
+        time.sleep(1.5)
+        res.end_wall = time.time()
+    finally:
+        audit.close()
+        exporter.close()
+        if not prometheus_keepalive:
+            prom.stop()
+        controller_http.close()
+    return res, (prom if prometheus_keepalive else None)
