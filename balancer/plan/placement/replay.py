@@ -26,13 +26,14 @@ from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, parse
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+INT_CAP = 2**53  # largest integer a float64 CSV value holds exactly
 
 
 def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, keep_default_na=True)
-    except FileNotFoundError as exc:
-        raise InputError(str(path), "path", str(path), "an existing CSV file") from exc
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        raise InputError(str(path), "path", str(path), "an existing, readable CSV file", str(exc)) from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(str(path), "format", str(path), "a CSV file with a header row", str(exc)) from exc
     missing = [c for c in columns if c not in df.columns]
@@ -40,17 +41,19 @@ def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
         raise InputError(
             str(path), "columns", missing[0], ", ".join(columns), f"columns present: {list(df.columns)}"
         )
+    if df.empty:
+        raise InputError(str(path), "rows", 0, "at least one data row below the header")
     return df
 
 
 def _ints(df: pd.DataFrame, column: str, path: str | Path, lo: int, hi: int | None = None) -> np.ndarray:
     values = pd.to_numeric(df[column], errors="coerce")
     bad = values.isna() | (values < lo) | (values != values.round())
-    if hi is not None:
-        bad |= values > hi
+    # inf and 1e30 pass the checks above but wrap around when cast to int64: cap every column at 2**53
+    bad |= values > (hi if hi is not None else INT_CAP)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        allowed = f"integers {lo}..{hi}" if hi is not None else f"integers >= {lo}"
+        allowed = f"integers {lo}..{hi}" if hi is not None else f"integers {lo}..{INT_CAP}"
         raise InputError(str(path), column, df[column].iloc[row], allowed, f"row {row + 2}")
     return values.to_numpy(dtype=np.int64)
 
