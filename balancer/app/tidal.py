@@ -1,0 +1,294 @@
+"""The `tidal` scenario: a real day/night inference trace on the demo fleet, shared with elastic training.
+
+Setup (`setup_tidal`): the default demo fleet (256 GPUs in four pools: H100-SXM, A100-SXM4-80GB, L40S,
+A100-PCIE-40GB). Each pool runs one inference service pinned to it (``llm-<model>``, the way a `gpu_spec`
+constraint pins a deployment) and two elastic training jobs pinned to it (a synchronous job on mixed GPU models
+runs at its slowest worker's speed). The trace, loaded with `balancer.forecast.traces.load_demand` (a folder is
+read as ServeGen, a file as ``timestamp,value`` CSV), is played over the *last* ``days`` of its span; everything
+before is the forecaster's history. Collector outages (`mask_outages`) are interpolated, not played as zero
+demand. Each service gets a share of the demand proportional to its pool's capacity, scaled so that **at the
+peak of the simulated window the services need ``PEAK_SHARE`` (60 %) of their pools' GPUs** -- stated in
+``summary.json`` under ``tidal``. A replica's SLO-safe rate is the rate at which the simulator's M/M/1 model
+puts at most ``VIOLATION_TARGET`` of requests over the SLO.
+
+Policies (registered into `balancer.app.scenarios.POLICIES`):
+
+* ``static``: every service holds the replicas its peak in the window needs (plus the shared headroom); training
+  gets the rest (`balancer.plan.baselines.plan_static`).
+* ``reactive``: an HPA on current utilisation with the 5-minute downscale stabilisation window; GPUs it frees are
+  loaned to training and reclaimed by preemption (`plan_reactive`).
+* ``gputide``: the reconcile loop's own ``gputide`` controller (hotspots, co-location) plus, when the scenario is
+  tidal, the forecast-driven capacity planner (`balancer.plan.capacity.plan_capacity`). The forecaster (MSTL by
+  default) is refitted every ``REFIT_S`` of simulated time and conditioned on each new trace step in between.
+
+All three act every 60 s through the same `SimActuator`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from balancer import catalog
+from balancer.actuate.sim import SimActuator
+from balancer.app import scenarios
+from balancer.errors import InputError
+from balancer.forecast import MODELS, Fallback, load_demand
+from balancer.forecast.traces import clean_for_fit, mask_outages
+from balancer.model import ClusterSnapshot, Forecast
+from balancer.plan.baselines import ReactivePolicy, ReactiveState, plan_reactive, plan_static
+from balancer.plan.capacity import (
+    CapacityDecision,
+    CapacityPolicy,
+    CapacityState,
+    CapacityView,
+    ServiceCapacity,
+    plan_capacity,
+    replicas_for,
+    view_from_snapshot,
+)
+from balancer.sim import ServiceSpec, SimCluster, TrainingJobSpec
+
+PEAK_SHARE = 0.6            # at the window's peak the services need this share of their pools' GPUs
+VIOLATION_TARGET = 1e-4     # a replica's SLO-safe rate puts at most this share of requests over the SLO
+SLO_S, BASE_S, RPS_A100, WARMUP_S = 2.0, 0.2, 40.0, 300.0
+REFIT_S = 6 * 3600.0
+DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "data" / "servegen-language" / "m-small"
+CAPACITY = CapacityPolicy()
+
+
+@dataclass
+class TidalContext:
+    """What the tidal policies need beyond the simulator: profiles, the demand history and the scenario facts."""
+
+    profiles: dict[str, ServiceCapacity]
+    shares: dict[str, float]
+    history: pd.Series                 # scaled total demand, whole trace (policies only read the past)
+    info: dict[str, Any] = field(default_factory=dict)
+    splits: list[dict[str, int]] = field(default_factory=list)
+
+
+_CONTEXTS: weakref.WeakKeyDictionary[SimCluster, TidalContext] = weakref.WeakKeyDictionary()
+
+
+def context(sim: SimCluster) -> TidalContext | None:
+    return _CONTEXTS.get(sim)
+
+
+def safe_rate(mu: float, slo_s: float = SLO_S, base_s: float = BASE_S, eps: float = VIOLATION_TARGET) -> float:
+    """Largest load (req/s) a replica of service rate `mu` serves with at most `eps` of requests over the SLO."""
+    return max(mu - math.log(1.0 / eps) / (slo_s - base_s), 0.05 * mu)
+
+
+def load_trace(path: str | None, fmt: str | None = None, step: str = "10min") -> pd.Series:
+    path = str(path or DEFAULT_TRACE)
+    fmt = fmt or ("servegen" if Path(path).is_dir() else "csv")
+    y = load_demand(path, fmt, step=step)
+    y = mask_outages(y).interpolate(limit_direction="both")
+    if not np.isfinite(y.to_numpy()).any() or float(y.max()) <= 0:
+        raise InputError(path, "trace", "no positive demand", "a trace with positive demand")
+    return y
+
+
+def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = None, fmt: str | None = None,
+                peak_share: float = PEAK_SHARE) -> list[scenarios.Event]:
+    """Add the services and jobs to `sim`, move its clock to the window start; returns no fault events."""
+    y = load_trace(trace, fmt)
+    step_s = float(y.index[1].timestamp() - y.index[0].timestamp())
+    window = int(round(days * 86400.0 / step_s))
+    if window > len(y):
+        raise InputError(trace, "--days", days, f"at most the trace's span ({len(y) * step_s / 86400:.1f} days)")
+    start = float(y.index[len(y) - window].timestamp())
+    sim.time = sim.start_time = start
+    models = sorted(set(sim.gpu_model.tolist()))
+    pool = {m: int((sim.gpu_model == m).sum()) for m in models}
+    rate = {m: RPS_A100 * catalog.CATALOGUE[m].inference_tput for m in models}
+    cap = {m: safe_rate(rate[m]) for m in models}
+    total_cap = sum(pool[m] * cap[m] for m in models)
+    peak = float(y.iloc[len(y) - window:].max())
+    scale = peak_share * total_cap / (1.0 + CAPACITY.headroom) / peak
+    scaled = y * scale
+    times = np.array([t.timestamp() for t in y.index])
+    values = scaled.to_numpy(float)
+    profiles, shares = {}, {}
+    for m in models:
+        name = f"llm-{m.lower()}"
+        share = pool[m] * cap[m] / total_cap
+        prof = ServiceCapacity(name=name, rps_per_replica=cap[m], warmup_s=WARMUP_S, min_replicas=1,
+                               max_replicas=pool[m], models=frozenset({m}))
+        home = replicas_for(peak * scale * share, prof, CAPACITY.headroom)
+        profiles[name] = replace(prof, home_replicas=home)
+        shares[name] = share
+        curve = values * share
+        sim.add_service(ServiceSpec(
+            name=name, slo_latency_s=SLO_S, base_latency_s=BASE_S, rps_a100=RPS_A100, replicas=home,
+            gpu_memory_mib=16384, allowed_models=frozenset({m}), warmup_s=WARMUP_S,
+            demand=lambda t, c=curve: float(np.interp(t, times, c))))
+        left = pool[m] - home
+        for k, (prio, ckpt) in enumerate(((10, 1800.0), (5, 3600.0))):
+            workers = left // 2 + (left % 2 if k == 0 else 0)
+            sim.add_training_job(TrainingJobSpec(
+                name=f"train-{m.lower()}-{'ab'[k]}", workers=max(workers, 1), elastic_min=1, elastic_max=pool[m],
+                checkpoint_interval_s=ckpt, priority=prio, gpu_memory_mib=20480, allowed_models=frozenset({m})))
+    sim.schedule()
+    info = {"trace_peak_rps": peak, "scale": scale, "peak_share_of_pool_gpus": peak_share,
+            "peak_inference_gpus": sum(p.home_replicas for p in profiles.values()), "fleet_gpus": sim.n_gpus,
+            "window_start": y.index[len(y) - window].isoformat(), "days": days, "history_days":
+            (len(y) - window) * step_s / 86400.0, "headroom": CAPACITY.headroom, "violation_target": VIOLATION_TARGET,
+            "statement": f"at the window's peak the inference services need {peak_share:.0%} of their pools' "
+                         f"GPUs ({sum(p.home_replicas for p in profiles.values())} of {sim.n_gpus})"}
+    _CONTEXTS[sim] = TidalContext(profiles=profiles, shares=shares, history=scaled, info=info)
+    return []
+
+
+# ---- policies --------------------------------------------------------------------------------------------------
+class _CapacityController:
+    """Shared plumbing: observe the sim, decide, apply through the SimActuator, audit, keep the split."""
+
+    name = "capacity"
+
+    def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
+        tc = context(sim)
+        if tc is None:
+            raise InputError(None, "--policy", self.name, "static and reactive need --scenario tidal")
+        self.tc, self.actuator, self.audit = tc, SimActuator(sim), ctx.audit
+        self.interval_s, self.next_at = ctx.interval_s, sim.time
+        self.reconcile_seconds: list[float] = []
+
+    def decide(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityDecision:
+        raise NotImplementedError
+
+    def on_step(self, sim: SimCluster) -> None:
+        if sim.time + 1e-9 < self.next_at:
+            return
+        self.next_at = sim.time + self.interval_s
+        t0 = time.perf_counter()
+        snap = sim.snapshot()
+        decision = self.decide(sim, snap)
+        self.reconcile_seconds.append(time.perf_counter() - t0)
+        self.tc.splits.append(decision.split.as_dict())
+        for action in decision.actions:
+            result = self.actuator.apply(action, snap)
+            if self.audit is not None:
+                self.audit.write({"time": sim.time, "action": action.kind, "target": action.target,
+                                  "reason": action.reason, "expected_gain": action.expected_gain,
+                                  "outcome": str(result.outcome), "policy": self.name})
+
+    def view(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityView:
+        since = dict(zip(sim.training_jobs, sim.acct.job_since_ckpt.tolist()))
+        return view_from_snapshot(snap, self.tc.profiles, since)
+
+
+class StaticController(_CapacityController):
+    name = "static"
+
+    def decide(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityDecision:
+        return plan_static(self.view(sim, snap), CAPACITY)
+
+
+class ReactiveController(_CapacityController):
+    name = "reactive"
+
+    def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
+        super().__init__(sim, ctx)
+        self.state = ReactiveState()
+        self.policy = ReactivePolicy(target_utilisation=1.0 / (1.0 + CAPACITY.headroom))
+
+    def decide(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityDecision:
+        decision, self.state = plan_reactive(self.view(sim, snap), self.policy, self.state, CAPACITY)
+        return decision
+
+
+class TidalForecaster:
+    """Forecast the scaled total demand from the past only: refit every REFIT_S, condition on each new step."""
+
+    def __init__(self, history: pd.Series, model: str = "mstl", horizon_s: float = 3 * 3600.0) -> None:
+        self.history, self.model_name = history, model
+        self.step_s = float(history.index[1].timestamp() - history.index[0].timestamp())
+        self.horizon = int(math.ceil(horizon_s / self.step_s)) + 1
+        self.model: Fallback | None = None
+        self.fitted_at, self.seen, self.cached = -math.inf, -1, None
+        self.times = np.array([t.timestamp() for t in history.index])
+
+    def forecast(self, now: float) -> Forecast | None:
+        # a step is observed once it is over: its start + step_s <= now
+        seen = int(np.searchsorted(self.times + self.step_s, now, side="right"))
+        if seen < 2:
+            return None
+        if seen != self.seen:
+            past = clean_for_fit(self.history.iloc[:seen])
+            if self.model is None or now - self.fitted_at >= REFIT_S:
+                self.model = Fallback(MODELS[self.model_name]()).fit(past)
+                self.fitted_at = now
+            else:
+                self.model.update(past)
+            self.cached = self.model.predict(self.horizon).to_model("total")
+            self.seen = seen
+        return self.cached
+
+
+class CapacityGputide(_CapacityController):
+    name = "gputide-capacity"
+
+    def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
+        super().__init__(sim, ctx)
+        self.state = CapacityState()
+        self.forecaster = TidalForecaster(self.tc.history, horizon_s=CAPACITY.loan_horizon_s + 1800.0)
+
+    def decide(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityDecision:
+        total = self.forecaster.forecast(sim.time)
+        forecasts = {} if total is None else {
+            name: Forecast(service=name, issued_at=total.issued_at, step_s=total.step_s,
+                           quantiles={q: a * share for q, a in total.quantiles.items()})
+            for name, share in self.tc.shares.items()}
+        decision = plan_capacity(self.view(sim, snap), forecasts, CAPACITY, self.state)
+        self.state = decision.state
+        return decision
+
+
+class GputideTidal:
+    """`gputide`: the loop's own controller, plus the capacity planner when the scenario is tidal."""
+
+    def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
+        self.loop = _LOOP_GPUTIDE(sim, ctx)
+        self.capacity = CapacityGputide(sim, ctx) if context(sim) is not None else None
+        self.reconcile_seconds = self.loop.reconcile_seconds
+
+    def on_step(self, sim: SimCluster) -> None:
+        self.loop.on_step(sim)
+        if self.capacity is not None:
+            t0 = time.perf_counter()
+            self.capacity.on_step(sim)
+            if self.reconcile_seconds:
+                self.reconcile_seconds[-1] += time.perf_counter() - t0
+
+
+_LOOP_GPUTIDE = scenarios.POLICIES["gputide"]
+scenarios.register_policy("static", StaticController)
+scenarios.register_policy("reactive", ReactiveController)
+scenarios.register_policy("gputide", GputideTidal)
+scenarios.SCENARIOS["tidal"] = scenarios.Scenario(
+    "tidal", "a real inference tide (ServeGen m-small by default) shared with elastic training on the demo fleet",
+    lambda: __import__("balancer.fleet", fromlist=["demo_fleet"]).demo_fleet(), setup_tidal, default_days=7.0)
+
+
+def tidal_summary(sim: SimCluster, summary: dict[str, Any]) -> dict[str, Any]:
+    """Add the scenario facts, SLO-violating requests and the mean capacity split to a run's summary."""
+    tc = context(sim)
+    if tc is None:
+        return summary
+    st = sim.stats()
+    out = dict(summary)
+    out["tidal"] = dict(tc.info)
+    out["inference"] = dict(summary["inference"], slo_violating_requests=sum(
+        s["slo_violations"] for s in st["inference"].values()))
+    if tc.splits:
+        out["capacity_gpus_mean"] = {k: float(np.mean([s[k] for s in tc.splits])) for k in tc.splits[0]}
+    return out
