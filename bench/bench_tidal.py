@@ -42,7 +42,7 @@ def run(days: float = 7.0) -> dict[str, dict]:
 
 def main() -> str:
     res = run()
-    st, re, gt = res["static"], res["reactive"], res["gputide"]
+    gt = res["gputide"]
     att = {p: r["inference"]["slo_attainment"] for p, r in res.items()}
     prog = {p: r["training"]["progress"] for p, r in res.items()}
     viol = {p: r["inference"]["slo_violating_requests"] for p, r in res.items()}
