@@ -114,9 +114,12 @@ class PrometheusTelemetrySource:
 
     def _query(self, promql: str) -> list[dict]:
         try:
-            return self.client.custom_query(promql)
+            result = self.client.custom_query(promql)
         except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
             raise TelemetryUnavailable(f"Prometheus at {self.opts.url} did not answer {promql!r}: {exc}") from exc
+        if not isinstance(result, list):
+            raise InvalidTelemetry(f"Prometheus answered {promql!r} with {type(result).__name__}, not an instant vector")
+        return result
 
     def _gpu_frame(self) -> pd.DataFrame:
         names = "|".join(rule for rule, _ in FIELDS.values())
@@ -127,9 +130,13 @@ class PrometheusTelemetrySource:
         rule_to_field = {rule: name for name, (rule, _) in FIELDS.items()}
         records = []
         for r in rows:
-            m = r["metric"]
-            records.append((m.get("hostname", ""), m.get("gpu", ""), m.get("UUID", ""), m.get("modelName", ""),
-                            rule_to_field[m["__name__"]], float(r["value"][1])))
+            m, value = _sample(r)
+            name = rule_to_field.get(m.get("__name__", ""))
+            host, gpu, uuid = (m.get(k, "") for k in GPU_KEY)
+            if name is None or not (host and uuid and str(gpu).isdigit()):
+                raise InvalidTelemetry(f"series {dict(m)} lacks a known rule name or the labels hostname, gpu "
+                                       "(an integer) and UUID that the recording rules guarantee")
+            records.append((host, gpu, uuid, m.get("modelName", ""), name, value))
         df = pd.DataFrame.from_records(records, columns=[*GPU_KEY, "modelName", "field", "value"])
         nan = df["value"].isna() & ~df["field"].isin(OPTIONAL)
         if nan.any():
@@ -156,7 +163,12 @@ class PrometheusTelemetrySource:
         else:
             wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key))
         wide = wide.reset_index(drop=True)
-        age = now - wide["last_sample"].to_numpy(dtype=float)
+        sampled = wide["last_sample"].to_numpy(dtype=float)
+        if not np.isfinite(sampled).all():
+            i = int(np.argmin(np.isfinite(sampled)))
+            raise InvalidTelemetry(f"{FIELDS['last_sample'][0]} = {sampled[i]!r} on {wide['UUID'][i]} is not a time",
+                                   subjects=tuple(wide["UUID"][~np.isfinite(sampled)]))
+        age = now - sampled
         limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
         stale = age > limit
         if stale.any():
@@ -247,11 +259,13 @@ class PrometheusTelemetrySource:
         meta: dict[str, Mapping[str, str]] = {}
         sharers: dict[int, int] = {}
         for r in rows:
-            m = r["metric"]
+            m, _ = _sample(r)
             gpu = index.get(m.get("UUID", ""))
             if gpu is None:
                 continue
             name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
+            if gpu in gpus_of.get(name, ()):
+                continue  # a duplicated series (two scrapes of one exporter) is one placement, not two
             gpus_of.setdefault(name, []).append(gpu)
             sharers[gpu] = sharers.get(gpu, 0) + 1
             meta[name] = m
@@ -266,9 +280,14 @@ class PrometheusTelemetrySource:
             except ValueError:
                 klass = WorkloadClass.BATCH
             share = max(sharers[g] for g in idx)
+            try:
+                priority = int(m.get("priority", "0") or 0)
+            except ValueError as exc:
+                raise InvalidTelemetry(f"gputide_gpu_workload_info for {name}: priority label {m.get('priority')!r} "
+                                       "is not an integer", subjects=(name,)) from exc
             workloads.append(Workload(
                 name=name, workload_class=klass, namespace=m.get("namespace", "default"), owner=m.get("owner", ""),
-                priority=int(m.get("priority", "0") or 0), gpus=len(idx), gpu_milli=1000 // share,
+                priority=priority, gpus=len(idx), gpu_milli=1000 // share,
                 movable=m.get("movable", "true") != "false", protected=m.get("protected", "false") == "true",
             ))
         return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
@@ -278,7 +297,12 @@ class PrometheusTelemetrySource:
                            f'gputide_inference_replicas"{self._selector()}}}')
         by: dict[str, dict[str, float]] = {}
         for r in rows:
-            by.setdefault(r["metric"].get("service", "?"), {})[r["metric"]["__name__"]] = float(r["value"][1])
+            m, value = _sample(r)
+            if "__name__" not in m or value < 0:
+                raise InvalidTelemetry(f"serving series {dict(m)} = {value!r}: need a metric name and a value >= 0",
+                                       subjects=(m.get("service", "?"),))
+            if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
+                by.setdefault(m.get("service", "?"), {})[m["__name__"]] = value
         return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
                                  p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
                                  slo_latency_s=self.slo_latency_s.get(s, 0.5),
@@ -305,6 +329,17 @@ class PrometheusTelemetrySource:
                         index=pd.to_datetime([int(float(t)) for t, _ in values], unit="s", utc=True), name="demand")
         got = got[np.isfinite(got.to_numpy())]
         return got.reindex(index)
+
+
+def _sample(r: object) -> tuple[Mapping[str, str], float]:
+    """One instant-vector element -> (labels, value); a malformed element is InvalidTelemetry, not a traceback."""
+    try:
+        metric, value = r["metric"], float(r["value"][1])  # type: ignore[index]
+        if not isinstance(metric, Mapping):
+            raise TypeError(f"labels are a {type(metric).__name__}")
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise InvalidTelemetry(f"malformed sample {str(r)[:160]} from Prometheus: {exc!r}") from exc
+    return metric, value
 
 
 def _natural_key(value: object) -> object:
