@@ -102,7 +102,7 @@ class QuantileGBM(BaseForecaster):
         tod = (local.hour.to_numpy() * 3600 + local.minute.to_numpy() * 60) / 3600.0
         yday = t + k - d * ((k + d - 1) // d)
         cols = [
-            k.astype(float), tod, local.dayofweek.to_numpy().astype(float),
+            k.astype(float), tod, local.day_of_week.to_numpy().astype(float),
             self.last_[t] / scale, self.m1_[t] / scale, self.m6_[t] / scale,
             lag(yday, v), lag(np.minimum(yday + self.hour_ // 2, t), self.m1_),
             lag(t + k - 7 * d, v),
