@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from balancer import fleet as fleet_mod
+from balancer.errors import TelemetryError
 from balancer.sim import SimCluster, default_mix
 from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 from balancer.telemetry.promserver import Target, default_rule_files
@@ -45,6 +46,15 @@ def stack(prometheus_factory):
     prom.wait_for("count(gpu:last_sample:timestamp_seconds)",
                   lambda r: bool(r) and float(r[0]["value"][1]) == fleet.n_gpus, timeout=30)
     source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0), fleet=fleet)
+    deadline = time.time() + 30
+    while True:  # every rule group has evaluated at least once (they start at different offsets)
+        try:
+            source.snapshot()
+            break
+        except TelemetryError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.3)
     yield sim, lock, prom, source
     exporter.close()
 
