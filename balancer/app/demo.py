@@ -134,12 +134,83 @@ class Demo:
             for png in sorted((self.out / "hotspot" / policy).glob("*.png")):
                 r.image(png, self.out, f"hotspot / {policy}: {png.stem}")
 
-    # ---- 3..5 are added by their own modules -----------------------------------------------------------------
+    # ---- 3: tidal capacity shifting on a real trace ----------------------------------------------------------
+    def tidal(self) -> None:
+        import pandas as pd
+
+        from balancer.app import scenarios, tidal
+
+        days = 2.0 if self.quick else 7.0
+        self.stage(3, f"tidal scenario: {days:.0f} days of ServeGen m-small demand, static / reactive / gputide")
+        results, frames = {}, {}
+        for policy in ("static", "reactive", "gputide"):
+            t0 = time.perf_counter()
+            sim, events, d = scenarios.build("tidal", days=days, trace=str(SERVEGEN_SMALL))
+            probe = _SplitProbe(policy, sim.time, d, t0, self.say)
+            summary = scenarios.run_simulation(sim, policy, d, 60.0, self.out / "tidal" / policy, events=events,
+                                               scenario="tidal", on_step=probe, plots=False)
+            results[policy] = tidal.tidal_summary(sim, summary)
+            frames[policy] = pd.read_csv(self.out / "tidal" / policy / "timeseries.csv")
+            frames[policy]["hours"] = (frames[policy]["time"] - frames[policy]["time"].iloc[0]) / 3600.0
+            res = results[policy]
+            self.say(f"  {policy:8s} done in {time.perf_counter() - t0:.0f} s: SLO attainment "
+                     f"{res['inference']['slo_attainment']:.6f}, training progress "
+                     f"{res['training']['progress']:.0f} A100-GPU-hours")
+        self.summary["tidal"] = results
+        split = demo_plots.capacity_split(frames, self.out / "tidal", inference_cols=["inference_gpus"],
+                                          training_cols=["training_gpus"])
+        static = results["static"]["training"]["progress"] or 1.0
+        for res in results.values():
+            res.setdefault("vs_static", {})["training_progress_ratio"] = res["training"]["progress"] / static
+        r = self.report
+        r.section("3. Tidal capacity: loan GPUs to training at night, reclaim before the morning peak",
+                  f"{days:.0f} days of real LLM-serving demand (Alibaba ServeGen, m-small: 43 API clients summed) "
+                  f"on the 256-GPU demo fleet, scaled so the window's peak needs 60% of the inference pools; elastic "
+                  f"training fills the rest. <code>static</code> holds each service's peak, <code>reactive</code> "
+                  f"is an HPA on current utilisation (5-minute stabilisation), <code>gputide</code> moves capacity "
+                  f"ahead of the tide from a quantile forecast.")
+        r.mapping_table(results, [
+            ("inference SLO attainment", "inference.slo_attainment"),
+            ("SLO-violating requests", "inference.slo_violating_requests"),
+            ("training progress (A100-GPU-hours)", "training.progress"),
+            ("training progress vs static", "vs_static.training_progress_ratio"),
+            ("training preemptions", "training.preemptions"),
+            ("inference GPU-hours", "inference.gpu_hours"),
+            ("training GPU-hours", "training.gpu_hours"),
+            ("mean SM activity", "cluster.sm_active_mean"),
+            ("energy (kWh)", "cluster.energy_kwh"),
+        ])
+        r.image(split, self.out, "GPUs held by inference and by training over the days, per policy")
+
+    # ---- 4..5 ------------------------------------------------------------------------------------------------
     def finish(self) -> Path:
         (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
         path = self.report.write(self.out / "report.html")
         self.say(f"\nreport: {path.resolve()}")
         return path
+
+
+class _SplitProbe:
+    """on_step hook: adds the inference / training GPU split to each timeseries row and prints progress."""
+
+    def __init__(self, policy: str, start: float, days: float, t0: float, say: Callable[[str], None]) -> None:
+        self.policy, self.start, self.days, self.t0, self.say = policy, start, days, t0, say
+        self.last = 0.0
+
+    def __call__(self, sim: Any, row: dict) -> None:
+        from balancer.model import WorkloadClass
+
+        used = {"inference": 0.0, "training": 0.0}
+        workloads = sim.workloads
+        for name, gpus in sim.placements.items():
+            w = workloads[name]
+            key = "inference" if w.workload_class is WorkloadClass.INFERENCE else "training"
+            used[key] += len(gpus) * w.gpu_milli / 1000.0
+        row["inference_gpus"], row["training_gpus"] = used["inference"], used["training"]
+        done = (sim.time - self.start) / (self.days * 86400.0)
+        if done - self.last >= 0.25:
+            self.last = done
+            self.say(f"  {self.policy:8s} {done:4.0%} of {self.days:.0f} days ({time.perf_counter() - self.t0:.0f} s)")
 
 
 def _slowdown(fleet):
