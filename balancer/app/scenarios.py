@@ -17,6 +17,7 @@ their slowdown temperature.
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ from balancer.sim import ServiceSpec, SimCluster, TidalDemand, TrainingJobSpec
 from balancer.telemetry.sim import SimTelemetrySource
 
 HOUR = 3600.0
+TRACE_FORMATS = ("csv", "servegen", "requests")   # balancer.forecast.traces.FORMATS, without importing pandas
 
 
 # ---- control policies ------------------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ class Scenario:
     name: str
     description: str
     default_fleet: Callable[[], fleet_mod.Fleet]
-    setup: Callable[..., list[Event]]   # (sim, *, days, seed, trace) -> events
+    setup: Callable[..., list[Event]]   # (sim, *, days, seed, trace[, trace_format]) -> events
     default_days: float = 2.0
 
 
@@ -127,11 +129,12 @@ def hotspot_fleet() -> fleet_mod.Fleet:
     return fleet_mod.from_dict(yaml.safe_load(HOTSPOT_FLEET_YAML), "<hotspot scenario fleet>")
 
 
-def demand_from_trace(path: str, peak: float) -> Callable[[float], float]:
-    """A demand curve from a `timestamp,value` CSV, scaled so its maximum is `peak`, repeated over its span."""
+def demand_from_trace(path: str, peak: float, fmt: str = "csv") -> Callable[[float], float]:
+    """A demand curve from a trace (`fmt`: csv, servegen or requests), scaled so its maximum is `peak`, repeated
+    over its span."""
     from balancer.forecast.traces import load_demand
 
-    y = load_demand(path, "csv")
+    y = load_demand(path, fmt or "csv")
     values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
     if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
@@ -141,7 +144,8 @@ def demand_from_trace(path: str, peak: float) -> Callable[[float], float]:
     return lambda t: float(values[int((t % span) // step)])
 
 
-def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None = None) -> list[Event]:
+def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None = None,
+                   trace_format: str | None = None) -> list[Event]:
     n = sim.n_gpus
     n_services = 3
     per_service = max(1, round(n * 0.40 / n_services))
@@ -151,7 +155,7 @@ def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None
                            slo_latency_s=0.6)
         rate = float(np.mean([spec.rate_on(m) for m in sorted(set(sim.gpu_model.tolist()))]))
         peak = 0.5 * rate * per_service
-        demand = (demand_from_trace(trace, peak) if trace else
+        demand = (demand_from_trace(trace, peak, trace_format or "csv") if trace else
                   TidalDemand(peak=peak, trough=0.25 * peak, peak_hour=13.0 + 2 * k, noise=0.03,
                               seed=seed + k))
         sim.add_service(ServiceSpec(name=spec.name, rps_a100=20.0, replicas=per_service, gpu_memory_mib=24576,
@@ -184,13 +188,43 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def build(scenario: str, *, fleet: fleet_mod.Fleet | None = None, seed: int = 0, step_s: float = 60.0,
-          days: float | None = None, trace: str | None = None) -> tuple[SimCluster, list[Event], float]:
+          days: float | None = None, trace: str | None = None,
+          trace_format: str | None = None) -> tuple[SimCluster, list[Event], float]:
+    """A fresh simulator set up for `scenario`, its fault events and the days to run.
+
+    `trace_format` (csv, servegen, requests; default: guessed from `trace`, a folder is servegen, a file csv)
+    reaches the setup as the keyword `trace_format`. Setups written before it existed keep working: one that
+    spells it `fmt` gets it under that name; one that takes no format reads its trace its own way, and asking it
+    for a format other than the guessed one is an InputError rather than silently ignored.
+    """
     sc = SCENARIOS.get(scenario)
     if sc is None:
         raise InputError(None, "--scenario", scenario, "one of " + ", ".join(sorted(SCENARIOS)))
+    if trace_format is not None and trace_format not in TRACE_FORMATS:
+        raise InputError(trace, "--format", trace_format, "one of " + ", ".join(TRACE_FORMATS))
     sim = SimCluster(fleet or sc.default_fleet(), seed=seed, step_s=step_s)
     days = sc.default_days if days is None else days
-    return sim, sc.setup(sim, days=days, seed=seed, trace=trace), days
+    extra = _format_keyword(sc, trace, trace_format)
+    return sim, sc.setup(sim, days=days, seed=seed, trace=trace, **extra), days
+
+
+def guess_trace_format(trace: str | None) -> str | None:
+    """The trace format when none is given: a folder is ServeGen, any other path `timestamp,value` CSV."""
+    if trace is None:
+        return None
+    return "servegen" if Path(trace).is_dir() else "csv"
+
+
+def _format_keyword(sc: Scenario, trace: str | None, trace_format: str | None) -> dict[str, str | None]:
+    guessed = guess_trace_format(trace)
+    params = inspect.signature(sc.setup).parameters
+    if "trace_format" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return {"trace_format": trace_format or guessed}
+    if "fmt" in params:
+        return {"fmt": trace_format or guessed}
+    if trace_format is not None and trace_format != guessed:
+        raise InputError(trace, "--format", trace_format, f"no --format (scenario {sc.name} reads its trace as it is)")
+    return {}
 
 
 # ---- the harness -----------------------------------------------------------------------------------------------

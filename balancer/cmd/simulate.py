@@ -1,9 +1,12 @@
 """`gputide simulate`: run a scenario on the embedded simulator under a control policy and write the results.
 
-    gputide simulate --scenario hotspot --policy gputide [--cluster SPEC.yaml] [--trace PATH] [--days N]
-                     [--seed S] [--step 60] [--format json|table] [--policy-file FILE] --out DIR
+    gputide simulate --scenario hotspot --policy gputide [--cluster SPEC.yaml] [--trace PATH]
+                     [--format csv|servegen|requests] [--days N] [--seed S] [--step 60] [--print json|table]
+                     [--policy-file FILE] --out DIR
 
-Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.png; prints the summary.
+Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.png; prints the summary
+(`--print`). `--format` is the format of the demand trace (`balancer.forecast.traces.load_demand`): by default a
+folder is read as ServeGen and a file as `timestamp,value` CSV.
 Scenarios: `balancer.app.scenarios.SCENARIOS`; policies: `balancer.app.scenarios.POLICIES` (`none`, `gputide`
 and whatever other applications registered).
 """
@@ -23,11 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scenario", required=True, help="scenario name (e.g. hotspot)")
     p.add_argument("--policy", required=True, help="control policy: none, gputide, ...")
     p.add_argument("--cluster", default=None, metavar="SPEC", help="FleetSpec YAML (default: the scenario's fleet)")
-    p.add_argument("--trace", default=None, metavar="PATH", help="demand trace CSV (timestamp,value)")
+    p.add_argument("--trace", default=None, metavar="PATH", help="demand trace (file or ServeGen folder)")
+    p.add_argument("--format", choices=scenarios.TRACE_FORMATS, default=None, dest="trace_format",
+                   help="trace format (default: a folder is servegen, a file csv)")
     p.add_argument("--days", type=float, default=None, help="simulated days (default: the scenario's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step", type=float, default=60.0, help="simulator step in seconds")
-    p.add_argument("--format", choices=("json", "table"), default="table", help="how to print the summary")
+    p.add_argument("--print", choices=("json", "table"), default="table", dest="print_as",
+                   help="how to print the summary (default table)")
     p.add_argument("--policy-file", default=None, metavar="FILE", help="BalancerPolicy YAML for the gputide policy")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -55,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
     spec = fleet.load(args.cluster) if args.cluster else None
     policy = config.load(args.policy_file) if args.policy_file else None
     sim, events, days = scenarios.build(args.scenario, fleet=spec, seed=args.seed, step_s=args.step, days=args.days,
-                                        trace=args.trace)
+                                        trace=args.trace, trace_format=args.trace_format)
     summary = scenarios.run_simulation(sim, args.policy, days, args.step, args.out, events=events,
                                        scenario=args.scenario, policy=policy, plots=not args.no_plots)
-    if args.format == "json":
+    if args.print_as == "json":
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         for key, value in _flat(summary).items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_gputide_cuts_time_above_slowdown_by_90_percent_without_hurting_slo_or_t
 def test_simulate_cli_writes_every_artifact_with_every_summary_key(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(["--log-level", "WARNING", "simulate", "--scenario", "hotspot", "--policy", "gputide", "--days", "0.25",
-               "--format", "json", "--out", str(out)])
+               "--print", "json", "--out", str(out)])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in SUMMARY_KEYS:
@@ -62,14 +63,99 @@ def test_simulate_cli_writes_every_artifact_with_every_summary_key(tmp_path, cap
     assert (out / "audit.jsonl").exists()
 
 
+SERVEGEN = Path(__file__).resolve().parents[2] / "balancer" / "data" / "servegen-language" / "m-small"
+
+
+@pytest.mark.parametrize(("trace", "expected"), [
+    (None, None),
+    ("FILE", "csv"),
+    ("DIR", "servegen"),
+], ids=["no trace", "a file is csv", "a folder is servegen"])
+def test_trace_format_is_guessed_from_the_path(trace, expected, tmp_path):
+    path = {"FILE": tmp_path / "d.csv", "DIR": tmp_path}.get(trace)
+    if trace == "FILE":
+        path.write_text("timestamp,value\n")
+    assert scenarios.guess_trace_format(None if path is None else str(path)) == expected
+
+
+def test_cli_trace_formats_are_the_loaders_formats():
+    from balancer.forecast.traces import FORMATS
+
+    assert scenarios.TRACE_FORMATS == FORMATS
+
+
+@pytest.fixture
+def recording_scenarios(monkeypatch):
+    """Two throw-away scenarios that record the keywords their setup received: a current and a legacy setup."""
+    seen: dict[str, dict] = {}
+
+    def current(sim, *, days, seed, trace=None, trace_format=None):
+        seen["current"] = {"trace": trace, "trace_format": trace_format}
+        return []
+
+    def legacy(sim, *, days, seed, trace=None):
+        seen["legacy"] = {"trace": trace}
+        return []
+
+    def fmt_spelling(sim, *, days, seed, trace=None, fmt=None):
+        seen["fmt"] = {"trace": trace, "fmt": fmt}
+        return []
+
+    for name, setup in (("current", current), ("legacy", legacy), ("fmt", fmt_spelling)):
+        monkeypatch.setitem(scenarios.SCENARIOS, name, scenarios.Scenario(
+            name, "test", scenarios.hotspot_fleet, setup, default_days=0.01))
+    return seen
+
+
+@pytest.mark.parametrize(("argv", "scenario", "expected"), [
+    (["--trace", "TRACE", "--format", "requests"], "current", {"trace": "TRACE", "trace_format": "requests"}),
+    (["--trace", "TRACE"], "current", {"trace": "TRACE", "trace_format": "csv"}),
+    ([], "current", {"trace": None, "trace_format": None}),
+    ([], "legacy", {"trace": None}),
+    (["--trace", "TRACE"], "legacy", {"trace": "TRACE"}),
+    (["--trace", "TRACE", "--format", "csv"], "legacy", {"trace": "TRACE"}),
+    (["--trace", "TRACE", "--format", "servegen"], "fmt", {"trace": "TRACE", "fmt": "servegen"}),
+], ids=["explicit format", "guessed csv", "no trace no format", "legacy setup without the keyword",
+        "legacy setup with a trace", "legacy setup with the guessed format",
+        "setup spelling it fmt"])
+def test_simulate_passes_the_trace_format_to_the_scenario_setup(argv, scenario, expected, recording_scenarios,
+                                                                 tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,value\n")
+    argv = [str(trace) if a == "TRACE" else a for a in argv]
+    rc = main(["--log-level", "WARNING", "simulate", "--scenario", scenario, "--policy", "none", "--no-plots",
+               "--print", "json", "--out", str(tmp_path / "o"), *argv])
+    assert rc == 0
+    assert recording_scenarios[scenario] == {k: str(trace) if v == "TRACE" else v for k, v in expected.items()}
+
+
+def test_a_format_for_a_setup_that_reads_none_is_an_input_error(recording_scenarios, tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,value\n")
+    rc = main(["simulate", "--scenario", "legacy", "--policy", "none", "--trace", str(trace), "--format",
+               "requests", "--out", str(tmp_path / "o")])
+    assert rc == EXIT_INPUT_ERROR
+    assert "--format" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not SERVEGEN.is_dir(), reason="the bundled ServeGen trace is missing")
+def test_hotspot_scenario_runs_on_a_servegen_folder(tmp_path, capsys):
+    rc = main(["--log-level", "WARNING", "simulate", "--scenario", "hotspot", "--policy", "none", "--days", "0.02",
+               "--trace", str(SERVEGEN), "--no-plots", "--print", "json", "--out", str(tmp_path / "o")])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["inference"]["requests"] > 0
+
+
 @pytest.mark.parametrize("argv", [
     ["simulate", "--scenario", "nope", "--policy", "gputide", "--out", "X"],
     ["simulate", "--scenario", "hotspot", "--policy", "magic", "--out", "X"],
     ["simulate", "--scenario", "hotspot", "--policy", "none", "--days", "-1", "--out", "X"],
     ["simulate", "--scenario", "hotspot", "--policy", "none", "--cluster", "/nonexistent.yaml", "--out", "X"],
+    ["simulate", "--scenario", "hotspot", "--policy", "none", "--trace", "/nonexistent.csv", "--out", "X"],
     ["run", "--prometheus", "http://127.0.0.1:1", "--interval", "soon", "--once", "--dry-run"],
     ["run", "--prometheus", "http://127.0.0.1:1", "--once", "--dry-run", "--policy", "/nonexistent.yaml"],
-], ids=["unknown scenario", "unknown policy", "negative days", "missing fleet spec", "bad interval",
+], ids=["unknown scenario", "unknown policy", "negative days", "missing fleet spec", "missing trace", "bad interval",
         "missing policy file"])
 def test_bad_input_exits_2(argv, tmp_path, capsys):
     argv = [a if a != "X" else str(tmp_path / "o") for a in argv]
