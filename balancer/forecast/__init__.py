@@ -6,7 +6,7 @@ Modules, bottom up: `traces` (load and clean demand), `base` (protocol, registry
 Importing the package registers every model in `MODELS`.
 """
 
-from balancer.forecast import auto, gbm, naive, stats  # noqa: F401  (register the models)
+from balancer.forecast import auto, gbm, naive, profile, stats  # noqa: F401  (register the models)
 from balancer.forecast.base import MODELS, QUANTILES, Fallback, Forecaster, QuantileForecast
 from balancer.forecast.traces import load_demand
 

@@ -19,7 +19,8 @@ import pandas as pd
 from balancer.forecast.base import QUANTILES, BaseForecaster, Fallback, register
 
 DAY_S = 86400.0
-CANDIDATES = ("persistence", "seasonal_naive_daily", "seasonal_naive_weekly", "holt_winters", "mstl", "gbm")
+CANDIDATES = ("persistence", "seasonal_naive_daily", "seasonal_naive_weekly", "holt_winters", "mstl", "gbm",
+              "profile")
 
 
 def ensemble_weights(mae: np.ndarray, top: int = 3) -> np.ndarray:

@@ -8,7 +8,8 @@ requested horizons are read off that path.
 * Fitting sees the cleaned series (outages masked, bursts clipped, both causal); scoring uses the unclipped
   truth with outages masked (an outage is not demand a model should have predicted).
 * Intervals are re-calibrated conformally on residuals of earlier origins only (`conformal.calibrate_path`);
-  the first `calib_days` of origins exist only to feed that calibration and are not scored.
+  the origins of the `calib_days` (plus the longest horizon) before the first scored one exist only to feed
+  that calibration and are not scored; horizon h calibrates on the residuals of the last `calib_days` + h.
 * ``auto`` is the per-horizon ensemble of the other models, weighted by their errors at earlier origins whose
   truth is known (the same rule as `auto.Auto`), so its choice is re-evaluated as data arrives.
 
@@ -124,7 +125,8 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     steps = np.array([max(int(round(h / step)), 1) for h in horizons_s])
     day = int(round(DAY_S / step))
     score_start = min(int(min_train_days * DAY_S / step), n // 2)
-    first = max(score_start - int(calib_days * DAY_S / step), min(2 * day, score_start // 2), 2)
+    # calibration origins: `calib_days` of known residuals at the longest horizon by the first scored origin
+    first = max(score_start - int(calib_days * DAY_S / step) - int(steps.max()), min(2 * day, score_start // 2), 2)
     origins = np.arange(first, n - int(steps.min()), stride)
     if len(origins) < 2 or not np.any(origins >= score_start):
         raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
@@ -157,7 +159,7 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
             yt = np.where(target < n, truth[np.clip(target, 0, n - 1)], np.nan)
             p50 = run.q[0.5][:, j]
             cal = calibrate_path(origins, int(h), p50, {q: run.q[q][:, j] for q in QUANTILES}, truth,
-                                 window=window)
+                                 window=window + int(h))
             cal[0.9] = np.maximum(cal[0.9], p50)
             cal[0.99] = np.maximum(cal[0.99], cal[0.9])
             ok = scored & np.isfinite(yt)

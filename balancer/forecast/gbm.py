@@ -21,12 +21,22 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from balancer.forecast.base import BaseForecaster, register, steps_per
 
 DAY_S = 86400.0
 HORIZON_GRID_S = (600, 1200, 1800, 3600, 7200, 10800, 14400, 21600, 28800, 43200, 64800, 86400)
+
+
+_THREADS: list[ThreadpoolController] = []
+
+
+def _one_thread():
+    """OpenMP limited to one thread: on data this small, threads only add contention (scanned once, reused)."""
+    if not _THREADS:
+        _THREADS.append(ThreadpoolController())
+    return _THREADS[0].limit(limits=1, user_api="openmp")
 
 
 def _trailing_mean(v: np.ndarray, w: int) -> np.ndarray:
@@ -141,7 +151,7 @@ class QuantileGBM(BaseForecaster):
             m = HistGradientBoostingRegressor(loss="quantile", quantile=q, max_iter=self.max_iter,
                                               learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
                                               min_samples_leaf=self.min_samples_leaf, random_state=self.seed)
-            with threadpool_limits(1, user_api="openmp"):  # small data: threads only add contention
+            with _one_thread():
                 self.models_[q] = m.fit(X, y)
 
     def _update(self, v: np.ndarray) -> None:
@@ -154,7 +164,7 @@ class QuantileGBM(BaseForecaster):
         X, scale = self._features(t, k, self._future_index(horizon))
         X[:, 0] = np.minimum(k, self.max_h_)
         X = X[:, self.cols_]
-        with threadpool_limits(1, user_api="openmp"):
+        with _one_thread():
             return {q: m.predict(X) * scale for q, m in self.models_.items()}
 
 

@@ -45,6 +45,7 @@ BOUNDS = [
     ("holt_winters", 24, 10.0),
     ("mstl", 24, 10.0),
     ("gbm", 24, 12.0),
+    ("profile", 24, 10.0),
     ("auto", 24, 10.0),
 ]
 
@@ -58,6 +59,22 @@ def test_a_model_tracks_a_daily_tide_within_its_error_bound(name, horizon, bound
     assert mae <= bound, f"{name}: MAE {mae:.1f} > {bound}"
 
 
+def test_profile_carries_todays_deviation_forward_and_lets_it_fade():
+    y, _ = tidal(days=8, step_s=STEP, seed=11)
+    rng = np.random.default_rng(11)
+    drift = np.zeros(len(y))  # deviations from the usual tide that persist (AR(1), phi = 0.98 per step)
+    for i in range(1, len(y)):
+        drift[i] = 0.98 * drift[i - 1] + rng.normal(0, 4.0)
+    y = y + drift
+    shifted = y.copy()
+    shifted.iloc[-36:] += 40.0  # today runs 40 above the usual tide
+    base = MODELS["profile"]().fit(y).predict(144).quantiles[0.5]
+    moved = MODELS["profile"]().fit(y).update(shifted).predict(144).quantiles[0.5]
+    lift = moved - base
+    assert lift[0] > 25.0  # the next step inherits most of the deviation
+    assert lift[-1] < lift[0]  # and it does not grow with the horizon
+
+
 def test_the_error_bound_catches_a_model_with_the_wrong_season():
     y, truth = future_truth(8.5, STEP, 24)
     broken = SeasonalNaive(period_s=43200).fit(y).predict(24)  # half a day: out of phase
@@ -68,7 +85,7 @@ def test_every_registered_model_is_in_the_bound_table():
     assert {b[0] for b in BOUNDS} == set(MODELS)
 
 
-@pytest.mark.parametrize("name", ["persistence", "seasonal_naive_daily", "holt_winters", "mstl", "gbm"])
+@pytest.mark.parametrize("name", ["persistence", "seasonal_naive_daily", "holt_winters", "mstl", "gbm", "profile"])
 def test_models_forecast_finite_values_through_gaps(name):
     y, _ = tidal(days=8, step_s=STEP, seed=3)
     v = y.to_numpy().copy()
