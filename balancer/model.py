@@ -168,8 +168,25 @@ class ClusterSnapshot:
         used.setflags(write=False)
         return used
 
+    @cached_property
+    def _workloads_by_gpu(self) -> Mapping[int, tuple[Workload, ...]]:
+        by: dict[int, list[Workload]] = {}
+        for w in self.workloads:
+            for g in dict.fromkeys(self.placements.get(w.name, ())):
+                by.setdefault(g, []).append(w)
+        return MappingProxyType({g: tuple(ws) for g, ws in by.items()})
+
+    @cached_property
+    def workloads_by_owner(self) -> Mapping[str, tuple[Workload, ...]]:
+        """Workloads grouped by `owner`, each group in the order of `workloads`."""
+        by: dict[str, list[Workload]] = {}
+        for w in self.workloads:
+            by.setdefault(w.owner, []).append(w)
+        return MappingProxyType({o: tuple(ws) for o, ws in by.items()})
+
     def workloads_on(self, gpu_index: int) -> tuple[Workload, ...]:
-        return tuple(w for w in self.workloads if gpu_index in self.placements.get(w.name, ()))
+        # an index built once per snapshot: the guard asks this per action, and a scan per call was O(n^2)
+        return self._workloads_by_gpu.get(gpu_index, ())
 
     def replace(self, **changes: object) -> ClusterSnapshot:
         """A new snapshot with some fields changed (arrays are copied, the original stays untouched)."""

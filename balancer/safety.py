@@ -250,9 +250,9 @@ def _touched(a: Action, s: ClusterSnapshot) -> list:
         w = s.workload_by_name.get(a.workload)
         return [w] if w else []
     if isinstance(a, ScaleTraining):
-        return [w for w in s.workloads if w.owner == a.job]
+        return list(s.workloads_by_owner.get(a.job, ()))
     if isinstance(a, ScaleInference):
-        return [w for w in s.workloads if w.owner == a.service]
+        return list(s.workloads_by_owner.get(a.service, ()))
     if isinstance(a, SetPowerLimit):
         return list(s.workloads_on(a.gpu))
     return []

@@ -232,7 +232,7 @@ class Projection:
         current = self.workers.get(a.job)
         if current is None:
             return "no such training job"
-        members = [w for w in self.snapshot.workloads if w.owner == a.job and w.name in self.placements]
+        members = [w for w in self.snapshot.workloads_by_owner.get(a.job, ()) if w.name in self.placements]
         floor = min((w.elastic_min for w in members), default=0)
         if a.workers < floor and a.workers != 0:
             return f"below the job's elastic minimum ({floor})"
