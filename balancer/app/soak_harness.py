@@ -1,0 +1,223 @@
+"""The soak's moving parts: a fault-injectable exporter, controller replicas, and the Kubernetes mirror.
+
+* `FaultyBackend` wraps the simulator's exporter backend: `nan_gpus` makes those GPUs' readings NaN (the
+  collector drops non-finite samples, so their series vanish, as with a broken sensor).
+* `Exporter` serves it on a fixed loopback port; `stop()`/`start()` is an exporter restart, `failing = True`
+  makes every scrape answer HTTP 500 (a telemetry gap) while the process stays up.
+* `Replica` is one controller process: its own `Reconciler`, metrics registry and metrics endpoint (scraped by
+  Prometheus, so a dead replica shows as `up == 0`), and its own leader elector. `kill()` drops it without
+  releasing the lease, as a crash would; a restart is a new `Replica` with a new identity.
+* `CheckedActuator` sits between a replica's reconciler and the world: it takes the simulator's lock, records
+  the staleness of every snapshot it is handed, snapshots the workload state before and after, and feeds the
+  invariant checkers (`soak_checks`).
+* `KubeMirror` (when the in-test Kubernetes API is available) sends every migrate/taint/power-cap through the
+  real `KubernetesActuator` first; only what the API accepted is applied to the simulator, so 429/409/500
+  answers must leave the simulated workloads untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.sim import SimActuator
+from balancer.app.soak_checks import BudgetCheck, StaleGuard, WorkloadLedger
+from balancer.loop import CycleReport, Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.model import Action, ClusterSnapshot, Migrate, SetPowerLimit, TaintNode
+from balancer.sim import SimCluster
+from exporters.backends.sim import SimBackend
+from exporters.collector import GpuCollector
+from exporters.server import RunningServer, _QuietHandler, _Server, metrics_app, serve
+
+
+class FaultyBackend:
+    """SimBackend with a NaN-burst switch: GPUs in `nan_gpus` (fleet indices) read NaN (XID still reported)."""
+
+    def __init__(self, inner: SimBackend) -> None:
+        self.inner = inner
+        self.nan_gpus: frozenset[int] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self):
+        readings = self.inner.read()
+        if not self.nan_gpus:
+            return readings
+        mask = np.zeros(len(readings.identity), dtype=bool)
+        mask[sorted(self.nan_gpus)] = True
+        values = {k: (v if k == "DCGM_FI_DEV_XID_ERRORS" else np.where(mask, np.nan, v))
+                  for k, v in readings.values.items()}
+        return dataclasses.replace(readings, values=values)
+
+
+class Exporter:
+    """The exporter process: fixed port, can be stopped, started again, or made to answer 500."""
+
+    def __init__(self, backend: FaultyBackend, port: int = 0) -> None:
+        self.collector = GpuCollector(backend)
+        self.failing = False
+        self._app = metrics_app(self.collector)
+        self._server: RunningServer | None = None
+        self.port = port
+        self.start()
+
+    def _wsgi(self, environ, start_response):
+        if self.failing:
+            start_response("500 Internal Server Error", [("Content-Type", "text/plain")])
+            return [b"injected fault: exporter cannot read the GPUs\n"]
+        return self._app(environ, start_response)
+
+    def start(self) -> None:
+        from wsgiref.simple_server import make_server
+
+        httpd = make_server("127.0.0.1", self.port, self._wsgi, server_class=_Server, handler_class=_QuietHandler)
+        thread = threading.Thread(target=httpd.serve_forever, name="soak-exporter", daemon=True)
+        thread.start()
+        self._server = RunningServer(port=int(httpd.server_address[1]), server=httpd, thread=thread)
+        self.port = self._server.port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+
+@dataclass
+class ActionLog:
+    """Every action any replica attempted, with what happened (summary JSON / audit)."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    kube_outcomes: dict[str, int] = field(default_factory=dict)
+    applied: int = 0
+
+    def count(self, table: dict[str, int], key: str) -> None:
+        table[key] = table.get(key, 0) + 1
+
+
+class KubeMirror:
+    """Send actions through `KubernetesActuator` against the in-test API before the simulator sees them."""
+
+    def __init__(self, kube: Any, actuator: Any, sim: SimCluster) -> None:
+        self.kube, self.actuator, self.sim = kube, actuator, sim
+        for node in sim.fleet.nodes:
+            kube.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}})
+
+    def ensure_pod(self, workload: str, node: str) -> None:
+        ns, _, pod = workload.rpartition("/")
+        ns = ns or "default"
+        current = self.kube.get("pods", pod, ns)
+        if current is not None and (current.get("spec") or {}).get("nodeName") == node:
+            return
+        if current is not None:
+            with self.kube._lock:
+                self.kube.objects.pop(("pods", ns, pod), None)
+        owner = self.sim.workloads[workload].owner or pod
+        self.kube.add({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": pod, "namespace": ns, "labels": {"app": owner}},
+                       "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/app"}]}})
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult | None:
+        """The API's verdict, or None for actions the mirror does not model (scale: simulator only)."""
+        if not isinstance(action, Migrate | SetPowerLimit | TaintNode):
+            return None
+        if isinstance(action, Migrate):
+            placed = self.sim.placements.get(action.workload)
+            if placed is None:
+                return ActionResult(action, Outcome.FAILED, "workload is not running")
+            self.ensure_pod(action.workload, self.sim.fleet.gpus[placed[0]].node)
+        return self.actuator.apply(action, snapshot)
+
+
+class CheckedActuator:
+    """The replica's actuator: lock, checks, optional Kubernetes mirror, then the simulator."""
+
+    name = "sim"
+
+    def __init__(self, sim_actuator: SimActuator, lock: threading.Lock, *, ledger: WorkloadLedger,
+                 stale: StaleGuard, budget: BudgetCheck, log: ActionLog, cycle: Callable[[], int],
+                 mirror: KubeMirror | None = None) -> None:
+        self.inner, self.lock, self.mirror = sim_actuator, lock, mirror
+        self.ledger, self.stale, self.budget, self.log, self.cycle = ledger, stale, budget, log, cycle
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        cycle = self.cycle()
+        self.stale.on_action(cycle, action, snapshot)
+        with self.lock:
+            before = self.ledger.before_action()
+            try:
+                verdict = self.mirror.apply(action, snapshot) if self.mirror else None
+                if verdict is not None:
+                    self.log.count(self.log.kube_outcomes, f"{action.kind}:{verdict.outcome}")
+                if verdict is not None and verdict.outcome != Outcome.APPLIED:
+                    result = verdict
+                else:
+                    result = self.inner.apply(action, snapshot)
+            finally:
+                self.ledger.after_action(cycle, action, before)
+            if result.outcome == Outcome.APPLIED:
+                self.log.applied += 1
+                self.budget.on_applied(cycle, self.inner.sim.time, action, snapshot)
+        self.log.count(self.log.outcomes, f"{action.kind}:{result.outcome}")
+        return result
+
+    def recover(self) -> list[str]:
+        with self.lock:
+            return self.inner.recover()
+
+
+class LeaseAdapter:
+    """`LeaseLeaderElector` (Kubernetes) behind the loop's `try_acquire(now)` protocol."""
+
+    def __init__(self, elector: Any) -> None:
+        self.elector = elector
+
+    def try_acquire(self, now: float) -> bool:
+        return bool(self.elector.try_acquire_or_renew())
+
+    def release(self) -> None:
+        self.elector.release()
+
+
+@dataclass
+class Replica:
+    """One controller process."""
+
+    identity: str
+    port: int
+    reconciler: Reconciler
+    actuator: CheckedActuator
+    http: RunningServer | None
+    last: CycleReport | None = None
+    alive: bool = True
+
+    @classmethod
+    def start(cls, identity: str, port: int, build: Callable[[ControllerMetrics, CheckedActuator], Reconciler],
+              actuator: CheckedActuator) -> Replica:
+        metrics = ControllerMetrics(CollectorRegistry())
+        http = serve(metrics.registry, port=port)
+        return cls(identity, http.port, build(metrics, actuator), actuator, http)
+
+    def kill(self) -> None:
+        """The process dies: no lease release, its metrics endpoint goes away."""
+        self.alive = False
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.alive and self.last is not None and self.last.status != "standby"
+
