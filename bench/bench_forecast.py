@@ -34,12 +34,14 @@ def one_trace(name: str, stride: int) -> tuple[str, list[str]]:
     from balancer.forecast.backtest import backtest, format_table
 
     y = load_demand(data_dir() / "servegen-language" / name, "servegen")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     scores, details = backtest(y, stride=stride)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     base = details["baseline_mae"]
     auto = {s.horizon: s for s in scores if s.model == "auto"}
-    lines = [f"### {name}: {len(y)} steps of 10 min, {details['origins']} scored origins, {seconds:.1f} s", "",
+    load = os.getloadavg()[0]
+    lines = [f"### {name}: {len(y)} steps of 10 min, {details['origins']} scored origins, {cpu:.1f} CPU s "
+             f"({seconds:.1f} s wall, load average {load:.1f})", "",
              format_table(scores), "", "| check | figure | target | result |", "|---|---|---|---|"]
     verdicts = []
     for h, limit in TARGETS.items():
@@ -51,8 +53,9 @@ def one_trace(name: str, stride: int) -> tuple[str, list[str]]:
         ok = 0.85 <= s.coverage_p90 <= 0.95
         verdicts.append(ok)
         lines.append(f"| auto {h} p90 coverage | {s.coverage_p90:.3f} | 0.85-0.95 | {_ok(ok)} |")
-    verdicts.append(seconds < 60)
-    lines.append(f"| whole backtest | {seconds:.1f} s | < 60 s | {_ok(seconds < 60)} |")
+    # single-threaded: CPU time is what it takes on an idle 2-core machine; wall time depends on other load
+    verdicts.append(cpu < 60)
+    lines.append(f"| whole backtest, CPU time (wall {seconds:.1f} s) | {cpu:.1f} s | < 60 s | {_ok(cpu < 60)} |")
     if details["fallbacks"]:
         lines.append(f"\nFallbacks: {details['fallbacks']}")
     return "\n".join(lines), verdicts

@@ -42,25 +42,42 @@ def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, fie
         td = pd.Timedelta(seconds=float(step)) if isinstance(step, int | float) else pd.Timedelta(step)
     except (ValueError, TypeError) as exc:
         raise InputError(file, field, step, "a duration such as 10min, 1h or 600s") from exc
-    if pd.isna(td) or td <= pd.Timedelta(0):
-        raise InputError(file, field, step, "a positive duration such as 10min")
+    if pd.isna(td) or td < pd.Timedelta(seconds=1):
+        raise InputError(file, field, step, "a duration of at least 1s, such as 10min")
     return td
+
+
+MAX_EPOCH_S = 4102444800.0  # 2100-01-01: later (or negative) epoch seconds are not demand history
+MAX_STEPS = 5_000_000  # a trace resampled to more steps than this is a wrong --step, not a long history
+_READ_ERRORS = (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
 
 
 def _to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     numeric = pd.to_numeric(raw, errors="coerce")
     if numeric.notna().all():
+        bad = ~np.isfinite(numeric.to_numpy(float)) | (numeric < 0) | (numeric > MAX_EPOCH_S)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(path, column, raw.iloc[row], "epoch seconds between 1970 and 2100",
+                             detail=f"row {row + 2}")
         return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
     try:
         return pd.DatetimeIndex(pd.to_datetime(raw, utc=True, format="mixed"))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         bad = next((i for i, v in enumerate(raw) if pd.isna(pd.to_datetime(v, errors="coerce", utc=True))), 0)
         raise InputError(path, column, raw.iloc[bad], "ISO-8601 timestamps or epoch seconds",
                          detail=f"row {bad + 2}") from exc
 
 
-def _regular(series: pd.Series, step: pd.Timedelta, how: str) -> pd.Series:
+def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "") -> pd.Series:
     series = series.sort_index()
+    if len(series) and (series.index[-1] - series.index[0]) / step > MAX_STEPS:
+        raise InputError(path or None, "step", str(step),
+                         f"a step giving at most {MAX_STEPS} steps over the trace's span")
     grouped = series.resample(step, origin="epoch")
     out = grouped.sum(min_count=1) if how == "sum" else grouped.mean()
     out = out.astype(float)
@@ -72,8 +89,9 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str) -> pd.Series:
 def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
     try:
         df = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise InputError(path, "file", path, "a readable CSV with header timestamp,value", detail=str(exc)) from exc
+    except _READ_ERRORS as exc:
+        raise InputError(path, "file", path, "a readable UTF-8 CSV with header timestamp,value",
+                         detail=_one_line(exc)) from exc
     cols = {c.strip().lower(): c for c in df.columns}
     for need in ("timestamp", "value"):
         if need not in cols:
@@ -81,10 +99,10 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
     if df.empty:
         raise InputError(path, "rows", 0, "at least two rows")
     values = pd.to_numeric(df[cols["value"]], errors="coerce")
-    bad = values.isna() & df[cols["value"]].notna()
-    if bad.any() or (values < 0).any():
-        row = int(np.flatnonzero(bad.to_numpy() | (values < 0).to_numpy())[0])
-        raise InputError(path, "value", df[cols["value"]].iloc[row], "a non-negative number (req/s)",
+    bad = (values.isna() & df[cols["value"]].notna()) | (values < 0) | np.isinf(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(path, "value", df[cols["value"]].iloc[row], "a finite non-negative number (req/s)",
                          detail=f"row {row + 2}")
     index = _to_utc(df[cols["timestamp"]], path, "timestamp")
     series = pd.Series(values.to_numpy(float), index=index)
@@ -94,7 +112,7 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
         if not diffs.size:
             raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
         step = pd.Timedelta(int(np.median(diffs)), unit="ns")
-    return _regular(series, step, "mean")
+    return _regular(series, step, "mean", path)
 
 
 def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -> pd.Series:
@@ -108,14 +126,16 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
     for f in files:
         try:
             df = pd.read_csv(f, header=None, usecols=[0, 1])
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        except _READ_ERRORS as exc:
             raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...") from exc
         s, r = pd.to_numeric(df[0], errors="coerce"), pd.to_numeric(df[1], errors="coerce")
-        bad = s.isna() | r.isna() | (r < 0)
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            col, val = ("window_start_s", df[0].iloc[row]) if s.isna().iloc[row] else ("rate_req_per_s", df[1].iloc[row])
-            raise InputError(str(f), col, val, "numbers; rate >= 0", detail=f"row {row + 1}")
+        bad_start = ~np.isfinite(s.to_numpy(float)) | (s.abs() > MAX_EPOCH_S).to_numpy()
+        bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy()
+        if (bad_start | bad_rate).any():
+            row = int(np.flatnonzero(bad_start | bad_rate)[0])
+            col, val = ("window_start_s", df[0].iloc[row]) if bad_start[row] else ("rate_req_per_s", df[1].iloc[row])
+            raise InputError(str(f), col, val, "finite numbers; |window_start_s| < 4.1e9, rate >= 0",
+                             detail=f"row {row + 1}")
         starts.append(s.to_numpy(float))
         rates.append(r.to_numpy(float))
     start, rate = np.concatenate(starts), np.concatenate(rates)
@@ -123,14 +143,15 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
     total = pd.Series(rate, index=index).groupby(level=0).sum()
     native = pd.Timedelta(float(np.median(np.diff(total.index.as_unit("ns").asi8))) if len(total) > 1 else 600e9, unit="ns")
     total = total.resample(native, origin=origin).sum(min_count=1)
-    return _regular(total, step or native, "mean")
+    return _regular(total, step or native, "mean", path)
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
     try:
         df = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise InputError(path, "file", path, "a readable CSV with a timestamp column", detail=str(exc)) from exc
+    except _READ_ERRORS as exc:
+        raise InputError(path, "file", path, "a readable UTF-8 CSV with a timestamp column",
+                         detail=_one_line(exc)) from exc
     cols = {c.strip().lower(): c for c in df.columns}
     if "timestamp" not in cols:
         raise InputError(path, "header", list(df.columns), "a column named 'timestamp' (any case)")
@@ -138,7 +159,7 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
         raise InputError(path, "rows", 0, "at least one request")
     step = step or pd.Timedelta("1min")
     index = _to_utc(df[cols["timestamp"]], path, "timestamp")
-    counts = _regular(pd.Series(1.0, index=index), step, "sum").fillna(0.0)
+    counts = _regular(pd.Series(1.0, index=index), step, "sum", path).fillna(0.0)
     return counts / step.total_seconds()
 
 

@@ -45,6 +45,9 @@ BAD = [
     ("negative demand", "timestamp,value\n1709251200,1\n1709251800,-3\n", "value"),
     ("text demand", "timestamp,value\n1709251200,1\n1709251800,lots\n", "value"),
     ("bad timestamp", "timestamp,value\n2024-03-01T00:00:00Z,1\nyesterday,2\n", "timestamp"),
+    ("infinite demand", "timestamp,value\n0,inf\n600,1\n", "value"),
+    ("epoch after 2100", "timestamp,value\n0,1\n1e30,1\n", "timestamp"),
+    ("negative epoch", "timestamp,value\n-1e12,1\n0,1\n", "timestamp"),
 ]
 
 
@@ -54,6 +57,13 @@ def test_invalid_csv_names_the_file_and_field(tmp_path, case, text, field):
     with pytest.raises(InputError) as err:
         load_demand(path, "csv")
     assert err.value.field == field and err.value.file == path
+
+
+@pytest.mark.parametrize("step", ["1ns", "0s"], ids=["a nanosecond step", "a zero step"])
+def test_steps_below_a_second_are_input_errors(tmp_path, step):
+    with pytest.raises(InputError) as err:
+        load_demand(_write(tmp_path / "d.csv", "timestamp,value\n0,1\n6000000,1\n"), "csv", step=step)
+    assert err.value.field == "step"
 
 
 def test_unknown_format_and_missing_file_are_input_errors(tmp_path):
