@@ -16,13 +16,25 @@
 The loop is level-triggered: every cycle re-derives what to do from the fleet as it is now, so a restart, a
 lost action or a duplicate cycle converges to the same place. Before acting, accepted actions are re-validated
 against a fresh snapshot (drop any whose source moved or whose target no longer fits). On its first cycle as
-leader the loop asks the actuator to `recover()` migrations a previous process left half-done.
+leader the loop asks the actuator to `recover()` migrations a previous process left half-done, and on every
+cycle that goes on to plan it calls the actuator's `housekeeping()` when it has one (the Kubernetes actuator
+releases expired hot taints and reservations there); both are duck-typed hooks returning notes for the log and
+the audit log. A cycle that holds still (fail-static, emergency stop) touches nothing, housekeeping included.
+
+Every planning cycle also records what the fleet looks like (`balancer.metrics.fleet_usage`): GPUs by class,
+fragmentation and unallocatable GPUs per GPU model, training jobs waiting (for how long is measured from the
+first cycle that saw them wait, so it restarts with the controller), and, when a forecaster is configured, the
+forecast demand and the forecaster's rolling error (`rolling_error(service, horizon)`, when it offers one).
+What only a capacity planner knows, GPUs on loan and the GPUs each service's forecast asks for, is read from
+the planner state (`loaned_gpus`, `capacity_targets`) when the planner keeps it there. A failure while
+recording is logged and never stops the loop.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -33,7 +45,7 @@ from typing import IO, Any, Protocol
 from balancer.actuate.base import ActionResult, Actuator, Outcome
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
-from balancer.metrics import ControllerMetrics
+from balancer.metrics import ControllerMetrics, fleet_usage
 from balancer.model import (
     Action,
     ClusterSnapshot,
@@ -113,6 +125,34 @@ class JsonlAudit:
             self._fh.close()
 
 
+class ServiceForecaster:
+    """Adapts an online per-service forecaster (`balancer.forecast.online.DemandForecaster`: `update`, `forecast`,
+    `rolling_error`) to the loop's `forecast(snapshot) -> {service: Forecast}`: each call feeds every service's
+    demand now and forecasts `horizon_s` ahead; a service without enough history yet is left out."""
+
+    def __init__(self, online: Any, horizon_s: float) -> None:
+        self.online = online
+        self.steps = max(math.ceil(horizon_s / online.step_s), 1)
+
+    def __call__(self, snap: ClusterSnapshot) -> dict[str, Forecast]:
+        out = {}
+        for name, status in snap.services.items():
+            self.online.update(name, snap.time, status.demand_rps)
+            try:
+                out[name] = self.online.forecast(name, snap.time, self.steps)
+            except ValueError as exc:   # not enough history for this service yet
+                log.debug("no forecast for %s: %s", name, exc)
+        return out
+
+    def rolling_error(self, service: str, horizon: str) -> float:
+        return self.online.rolling_error(service, horizon)
+
+
+def horizon_label(seconds: float) -> str:
+    """`3600` -> `1h`, `300` -> `5m`: the `horizon` label of the forecast series."""
+    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds / 60:g}m"
+
+
 def reason_label(action: Action) -> str:
     """A low-cardinality reason for `gputide_actions_total{reason}` (the free text goes to the audit log)."""
     if isinstance(action, SetPowerLimit):
@@ -156,6 +196,7 @@ class Reconciler:
         self.state = planner_mod.PlannerState()
         self.ledger = SafetyLedger()
         self._recovered = False
+        self._waiting_since: dict[str, float] = {}
         self.reconcile_seconds: list[float] = []
 
     # -- one cycle ------------------------------------------------------------------------------------------------
@@ -179,9 +220,7 @@ class Reconciler:
         self.metrics.leader.set(1)
         if not self._recovered:
             self._recovered = True
-            for note in getattr(self.actuator, "recover", lambda: [])():
-                log.warning("recovery: %s", note)
-                self._audit(now, {"action": "recover", "target": "", "reason": note, "outcome": "applied"})
+            self._hook(now, "recover", logging.WARNING)
         try:
             snap = self.source.snapshot()
             self.metrics.staleness.set(check_telemetry(snap, self.policy.safety))
@@ -190,8 +229,10 @@ class Reconciler:
         if self.guard.emergency_stopped():
             return self._hold(now, "emergency_stop", "emergency stop is set")
         self.metrics.set_fail_static(None)
+        self._hook(now, "housekeeping", logging.INFO)
         forecasts = self._forecast(snap)
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
+        self._record_fleet(snap, forecasts, now)
         review = self.guard.review(plan.actions, snap, self.ledger, now)
         rejected = [(a, exc.reason) for a, exc in review.rejected]
         for a, exc in review.rejected:
@@ -233,6 +274,38 @@ class Reconciler:
                 self._audit(now, _record(a, "rejected:stale_plan", why))
         return keep
 
+    def _hook(self, now: float, name: str, level: int) -> None:
+        """Call the actuator's optional `recover()` / `housekeeping()`; log and audit the notes it returns."""
+        hook = getattr(self.actuator, name, None)
+        if hook is None:
+            return
+        try:
+            notes = list(hook() or ())
+        except Exception as exc:  # a failing hook is reported; the cycle goes on
+            log.warning("%s failed: %s", name, exc)
+            self._audit(now, {"action": name, "target": "", "reason": str(exc), "outcome": "failed"})
+            return
+        for note in notes:
+            log.log(level, "%s: %s", name, note)
+            self._audit(now, {"action": name, "target": "", "reason": note, "outcome": "applied"})
+
+    def _record_fleet(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, now: float) -> None:
+        """Capacity split, fragmentation, waiting training jobs and forecast error into the metrics."""
+        m = self.metrics
+        try:
+            usage = fleet_usage(snap)
+            split = dict(usage.capacity, loaned=int(getattr(self.state, "loaned_gpus", 0) or 0))
+            m.set_capacity(split, getattr(self.state, "capacity_targets", None))
+            m.set_fragmentation(usage.fragmentation)
+            self._waiting_since = {j: self._waiting_since.get(j, now) for j in usage.waiting_jobs}
+            m.set_training_waiting({j: now - t for j, t in self._waiting_since.items()})
+            rolling_error = getattr(self.forecaster, "rolling_error", None)
+            if forecasts is not None and rolling_error is not None:
+                label = horizon_label(self.policy.forecast.horizon_s)
+                m.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})
+        except Exception:  # the gauges must never stop the controller
+            log.exception("recording fleet metrics failed")
+
     def _forecast(self, snap: ClusterSnapshot) -> Mapping[str, Forecast] | None:
         if self.forecaster is None or not self.policy.forecast.enabled:
             return None
@@ -242,7 +315,7 @@ class Reconciler:
             log.warning("forecaster failed, planning without a forecast: %s", exc)
             return None
         horizon_s = self.policy.forecast.horizon_s
-        label = f"{horizon_s / 3600:g}h" if horizon_s >= 3600 else f"{horizon_s / 60:g}m"
+        label = horizon_label(horizon_s)
         for name, f in (forecasts or {}).items():
             for q in f.quantiles:
                 self.metrics.forecast_demand.labels(service=name, quantile=f"{q:g}", horizon=label).set(

@@ -6,7 +6,8 @@ over-committed, every workload keeps a place to run) and lowers the objective; i
 objective change the simulation measured. The result is a `Plan` with objective before and after and notes
 for the dropped proposals. No clock, no I/O: everything the planner remembers between cycles is in the
 immutable `PlannerState` it returns, and `acknowledge(state, applied_actions, snapshot)` folds in what the
-actuator really did (a power cap, a taint or a shrink the controller must later give back).
+actuator really did (a power cap, a taint or a shrink the controller must later give back). A capacity planner
+wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop publishes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class PlannerState:
     tainted: frozenset[str] = frozenset()        # nodes we tainted
     # training job -> workers before a hotspot shrink
     shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    # what a capacity planner decided, for the metrics (gputide_capacity_gpus{class="loaned"},
+    # gputide_capacity_target_gpus{service}); `plan` keeps whatever a wrapping capacity planner put here
+    loaned_gpus: int = 0
+    capacity_targets: Mapping[str, int] | None = None
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,

@@ -1,0 +1,243 @@
+"""Controller metrics of what the fleet looks like: capacity by class, fragmentation, waiting training jobs,
+forecast error, and the capacity planner's loans and targets; plus the actuator's housekeeping hook."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loop_helpers import make_fleet, snapshot, workload
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.dryrun import DryRunActuator
+from balancer.errors import TelemetryUnavailable
+from balancer.loop import Reconciler, ServiceForecaster, horizon_label
+from balancer.metrics import ControllerMetrics, fleet_usage, waiting_training_jobs, workload_mix
+from balancer.model import ServiceStatus, WorkloadClass
+from balancer.plan import planner as planner_mod
+from balancer.plan.defrag import fragmentation_by_model
+from balancer.plan.placement.fragmentation import WorkloadMix
+from balancer.plan.placement.state import ClusterState, PodRequest
+
+INF, TRAIN, BATCH = WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH
+A100 = "A100-SXM4-80GB"
+
+
+# ---- capacity by class ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("placed", "expected"), [
+    ([], {"inference": 0, "training": 0, "idle": 8}),
+    ([("svc-0", INF, (0,)), ("svc-1", INF, (1,))], {"inference": 2, "training": 0, "idle": 6}),
+    ([("job-0", TRAIN, (2, 3))], {"inference": 0, "training": 2, "idle": 6}),
+    ([("svc-0", INF, (0,)), ("job-0", TRAIN, (0,))], {"inference": 1, "training": 0, "idle": 7}),
+    ([("etl-0", BATCH, (5,))], {"inference": 0, "training": 1, "idle": 7}),
+    ([("svc-0", INF, (0,)), ("job-0", TRAIN, (1,)), ("job-1", TRAIN, (1,))],
+     {"inference": 1, "training": 1, "idle": 6}),
+], ids=["empty fleet", "inference only", "multi-GPU training", "co-located GPU counts as inference",
+        "batch counts as training", "two workers share a GPU"])
+def test_capacity_split_counts_gpus_by_the_class_of_their_workloads(placed, expected):
+    fl = make_fleet(2, 4)
+    snap = snapshot(fl, workloads=[(workload(n, c, milli=500 if len(g) == 1 else 1000, gpus=len(g)), g)
+                                   for n, c, g in placed])
+    assert fleet_usage(snap).capacity == expected
+
+
+# ---- fragmentation ---------------------------------------------------------------------------------------------
+def _reference(snap):
+    """The placement engine's own path: a ClusterState filled with `assign`, a mix from PodRequests."""
+    nodes = snap.nodes
+    state = ClusterState.from_nodes(np.array([n.cpu_milli for n in nodes]), np.array([n.memory_mib for n in nodes]),
+                                    np.array([n.gpu_count for n in nodes]), [n.gpu_model for n in nodes])
+    pods = []
+    for w in snap.workloads:
+        allowed = None if w.allowed_models is None else tuple(sorted(w.allowed_models))
+        pods.append(PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=w.gpus,
+                               gpu_milli=w.gpu_milli if w.gpus else 0, allowed_models=allowed))
+        gpus = snap.placements.get(w.name)
+        if gpus:
+            node = int(snap.node_index[gpus[0]])
+            state.assign(node, tuple(snap.gpus[g].slot for g in gpus), w.gpu_milli, w.cpu_milli, w.memory_mib)
+    return fragmentation_by_model(state, WorkloadMix.from_pods(pods))
+
+
+@pytest.mark.parametrize("case", ["empty", "half GPUs under whole-GPU demand", "mixed models", "cpu exhausted"])
+def test_fragmentation_matches_the_placement_engine(case):
+    models = [A100, "H100-SXM"] if case == "mixed models" else None
+    fl = make_fleet(2, 4, models=models)
+    ws = []
+    if case == "half GPUs under whole-GPU demand":
+        ws = [(workload("half-0", milli=500), (0,)), (workload("half-1", milli=500), (5,)),
+              (workload("whole-0"), (1,)), (workload("whole-1"), (6,)), (workload("whole-2"), ())]
+    elif case == "mixed models":
+        ws = [(workload("h-0", milli=300, allowed_models=frozenset({"H100-SXM"})), (4,)),
+              (workload("a-0", milli=700), (0,)), (workload("pend-0", allowed_models=frozenset({A100})), ())]
+    elif case == "cpu exhausted":
+        ws = [(workload("cpu-0", cpu_milli=64000, memory_mib=1024), (0,)), (workload("w-1", cpu_milli=1000), (4,))]
+    snap = snapshot(fl, workloads=ws)
+    got = fleet_usage(snap).fragmentation
+    want = _reference(snap)
+    assert got.keys() == want.keys()
+    for model in want:
+        for key in ("fragmentation_ratio", "unallocatable_gpus", "idle_gpus"):
+            assert got[model][key] == pytest.approx(want[model][key]), (model, key)
+    if case == "half GPUs under whole-GPU demand":
+        # two idle halves (1 GPU) that whole-GPU pods (3 of the 5 pods) cannot use: 3/5 x 1 GPU
+        assert got[A100]["unallocatable_gpus"] == pytest.approx(0.6)
+
+
+shapes = st.tuples(st.integers(0, 3), st.sampled_from([0, 1, 250, 500, 1000]), st.integers(0, 4000),
+                   st.integers(0, 9000), st.sampled_from([None, frozenset({A100}), frozenset({A100, "H100-SXM"})]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(shapes, max_size=25))
+def test_the_vectorised_mix_is_the_placement_engines_mix(rows):
+    fl = make_fleet(1, 4)
+    ws = [(workload(f"w-{i}", gpus=g, milli=m, cpu_milli=c, memory_mib=mem, allowed_models=a), ())
+          for i, (g, m, c, mem, a) in enumerate(rows)]
+    mix = workload_mix(snapshot(fl, workloads=ws))
+    pods = [PodRequest(cpu_milli=c, memory_mib=mem, num_gpu=g, gpu_milli=max(m, 1) if g else 0,
+                       allowed_models=None if a is None else tuple(sorted(a))) for g, m, c, mem, a in rows]
+    ref = WorkloadMix.from_pods(pods)
+
+    def table(m):
+        return sorted(zip(m.num_gpu.tolist(), m.milli.tolist(), map(str, m.allowed), m.cpu.tolist(), m.mem.tolist(),
+                          np.round(m.weight, 12).tolist()))
+
+    assert table(mix) == table(ref)
+
+
+# ---- waiting training jobs -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("workers", "expected"), [
+    ({"a-0": (), "a-1": ()}, {"a"}),
+    ({"a-0": (0,), "a-1": ()}, set()),
+    ({"g-0": (0,), "g-1": (), "g-2": ()}, {"g"}),
+    ({"a-0": (0,), "a-1": (1,)}, set()),
+], ids=["nothing placed", "elastic job running short", "gang below its minimum", "all placed"])
+def test_a_training_job_waits_while_fewer_workers_run_than_it_needs(workers, expected):
+    ws = [(workload(n, TRAIN, elastic_min=3 if n.startswith("g") else 1), g) for n, g in workers.items()]
+    assert waiting_training_jobs(snapshot(make_fleet(1, 4), workloads=ws)) == expected
+
+
+# ---- the loop publishes them -----------------------------------------------------------------------------------
+class Source:
+    """Hand-built snapshots, one per cycle; `down` makes the next cycle fail-static."""
+
+    def __init__(self, snap) -> None:
+        self.snap, self.down = snap, False
+
+    def snapshot(self):
+        if self.down:
+            raise TelemetryUnavailable("down")
+        return self.snap
+
+
+class Housekeeper(DryRunActuator):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.calls, self.fail = 0, fail
+
+    def housekeeping(self):
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("api down")
+        return [f"tidied {self.calls}"]
+
+
+def loop(source, clock, **kw):
+    reg = CollectorRegistry()
+    return Reconciler(source=source, actuator=kw.pop("actuator", DryRunActuator()), clock=lambda: clock[0],
+                      metrics=ControllerMetrics(reg), **kw), reg
+
+
+def test_the_loop_publishes_capacity_fragmentation_and_waiting_jobs():
+    fl = make_fleet(2, 4)
+    snap = snapshot(fl, workloads=[(workload("svc-0"), (0,)), (workload("half-0", milli=500), (4,)),
+                                   (workload("job-0", TRAIN), (1,)), (workload("job-1", TRAIN), ()),
+                                   (workload("queued-0", TRAIN, elastic_min=1), ())], age=0.0)
+    clock = [1000.0]
+    rec, reg = loop(Source(snap), clock)
+    assert rec.run_once().status == "ok"
+
+    def value(name, **labels):
+        return reg.get_sample_value(name, labels)
+
+    assert value("gputide_capacity_gpus", **{"class": "inference"}) == 2
+    assert value("gputide_capacity_gpus", **{"class": "training"}) == 1
+    assert value("gputide_capacity_gpus", **{"class": "idle"}) == 5
+    assert value("gputide_capacity_gpus", **{"class": "loaned"}) == 0
+    # the idle half GPU is useless to the 4 whole-GPU workloads of 5: 4/5 x 0.5 GPU, of 5.5 idle GPUs
+    assert value("gputide_unallocatable_gpus", modelName=A100) == pytest.approx(0.4)
+    assert value("gputide_fragmentation_ratio", modelName=A100) == pytest.approx(0.4 / 5.5)
+    assert value("gputide_training_waiting_jobs", over="0h") == 1
+    assert value("gputide_training_waiting_jobs", over="4h") == 0
+    clock[0] += 4 * 3600 + 1
+    rec.run_once()
+    assert value("gputide_training_waiting_jobs", over="4h") == 1
+
+
+def test_capacity_planner_loans_and_targets_are_published_and_vanished_services_removed():
+    snap = snapshot(make_fleet(1, 4), workloads=[(workload("svc-0"), (0,))], age=0.0)
+    decided = [{"svc": 3, "chat": 2}, {"svc": 1}]
+
+    def planner(s, forecasts, policy, state):
+        plan, state = planner_mod.plan(s, forecasts, policy, state)
+        return plan, planner_mod.replace(state, loaned_gpus=2, capacity_targets=decided.pop(0))
+
+    rec, reg = loop(Source(snap), [0.0], planner=planner)
+    rec.run_once()
+    assert reg.get_sample_value("gputide_capacity_gpus", {"class": "loaned"}) == 2
+    assert reg.get_sample_value("gputide_capacity_target_gpus", {"service": "chat"}) == 2
+    rec.run_once()
+    assert reg.get_sample_value("gputide_capacity_target_gpus", {"service": "svc"}) == 1
+    assert reg.get_sample_value("gputide_capacity_target_gpus", {"service": "chat"}) is None
+
+
+def test_forecast_error_comes_from_the_forecasters_rolling_error():
+    from balancer.forecast.online import DemandForecaster
+
+    fl = make_fleet(1, 4)
+    clock = [0.0]
+    source = Source(None)
+    online = DemandForecaster(model="persistence", step_s=60.0, min_history=3)
+    from balancer.config import BalancerPolicy, ForecastPolicy
+
+    policy = BalancerPolicy(forecast=ForecastPolicy(horizon_s=300.0))
+    rec, reg = loop(source, clock, forecaster=ServiceForecaster(online, 300.0), policy=policy)
+    for k in range(40):
+        clock[0] = 60.0 * k + 30.0
+        demand = 100.0 + 40.0 * math.sin(k / 3.0)
+        source.snap = snapshot(fl, age=0.0, time=clock[0], services={
+            "chat": ServiceStatus(name="chat", demand_rps=demand, p99_latency_s=0.1, slo_latency_s=1.0, replicas=1)})
+        assert rec.run_once().status == "ok"
+    label = horizon_label(300.0)
+    got = reg.get_sample_value("gputide_forecast_error_ratio", {"service": "chat", "horizon": label})
+    assert label == "5m"
+    assert got is not None and got > 0
+    assert got == pytest.approx(online.rolling_error("chat", "5m"))
+    assert reg.get_sample_value("gputide_forecast_demand", {"service": "chat", "quantile": "0.9", "horizon": "5m"})
+
+
+@pytest.mark.parametrize(("seconds", "label"), [(3600, "1h"), (300, "5m"), (5400, "1.5h"), (86400, "24h")],
+                         ids=["hour", "minutes", "fractional hours", "a day"])
+def test_horizon_labels(seconds, label):
+    assert horizon_label(seconds) == label
+
+
+def test_housekeeping_runs_once_per_planning_cycle_never_while_holding_still():
+    snap = snapshot(make_fleet(1, 4), age=0.0)
+    source, actuator = Source(snap), Housekeeper()
+    rec, _ = loop(source, [0.0], actuator=actuator)
+    rec.run_once()
+    rec.run_once()
+    source.down = True
+    assert rec.run_once().status == "fail_static"
+    assert actuator.calls == 2
+
+
+def test_a_failing_housekeeping_hook_does_not_stop_the_cycle():
+    rec, reg = loop(Source(snapshot(make_fleet(1, 4), age=0.0)), [0.0], actuator=Housekeeper(fail=True))
+    assert rec.run_once().status == "ok"
+    assert reg.get_sample_value("gputide_capacity_gpus", {"class": "idle"}) == 4
