@@ -1,0 +1,134 @@
+"""Sharding: one controller per node pool (or cluster), each seeing and acting on its own nodes only.
+
+A fleet too big, or too political, for one controller is split by a node selector: `ShardSelector` matches
+nodes by pool, site, GPU model, node labels (`key=value`, equality only, as a Kubernetes label selector's
+simplest form) or an explicit name list. `ShardedSource` wraps any `TelemetrySource` (Prometheus, the simulator)
+and restricts every snapshot to the shard's nodes: GPUs are renumbered 0..n-1 in fleet order, workloads and
+placements kept only when they sit entirely on the shard's GPUs, services only when every placed replica is
+inside (a service spread over two shards is scaled by neither: no double scaling). The planner, the safety
+guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names and per-node slots.
+
+Actuators that address GPUs by fleet index (the simulator) get actions translated back with `globalize`; the
+`ShardActuator` wrapper does that and hands them the full snapshot the shard was cut from. Each shard elects
+its own leader on its own Lease (`lease_name`), so shards fail over independently; with Prometheus, each shard's
+source may also be pointed at that shard's Prometheus (see docs/readme/scale-out.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from balancer.errors import InputError, MissingTelemetry
+from balancer.model import _GPU_ARRAYS, Action, ClusterSnapshot, Migrate, Node, SetPowerLimit
+from balancer.telemetry.base import TelemetrySource
+
+
+@dataclass(frozen=True)
+class ShardSelector:
+    """Which nodes belong to a shard; every given criterion must hold (an empty selector matches all)."""
+
+    name: str
+    pools: frozenset[str] = frozenset()
+    sites: frozenset[str] = frozenset()
+    models: frozenset[str] = frozenset()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    nodes: frozenset[str] = frozenset()
+
+    def matches(self, node: Node) -> bool:
+        pool = node.pool or node.gpu_model
+        return ((not self.pools or pool in self.pools) and (not self.sites or node.site in self.sites)
+                and (not self.models or node.gpu_model in self.models)
+                and all(node.labels.get(k) == v for k, v in self.labels.items())
+                and (not self.nodes or node.name in self.nodes))
+
+    def lease_name(self, base: str = "gputide-controller") -> str:
+        """The Lease this shard's replicas elect their leader on."""
+        return f"{base}-{self.name}"
+
+
+def parse_selector(name: str, text: str) -> ShardSelector:
+    """`pool=h100,site=eu-1,gputide.io/shard=a` -> ShardSelector. `pool`, `site`, `model` and `node` may repeat
+    (any of them); every other key is a node label that must equal its value."""
+    sets: dict[str, set[str]] = {"pool": set(), "site": set(), "model": set(), "node": set()}
+    labels: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise InputError(None, f"shard {name} selector", part, "key=value pairs separated by commas")
+        key, value = key.strip(), value.strip()
+        if key in sets:
+            sets[key].add(value)
+        elif key in labels and labels[key] != value:
+            raise InputError(None, f"shard {name} selector", part, f"one value per label (already {labels[key]})")
+        else:
+            labels[key] = value
+    return ShardSelector(name, frozenset(sets["pool"]), frozenset(sets["site"]), frozenset(sets["model"]), labels,
+                         frozenset(sets["node"]))
+
+
+def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[ClusterSnapshot, np.ndarray]:
+    """The shard's part of `snapshot`, and for each of its GPUs the index in the full snapshot."""
+    nodes = tuple(n for n in snapshot.nodes if selector.matches(n))
+    names = {n.name for n in nodes}
+    index = np.array([g.index for g in snapshot.gpus if g.node in names], dtype=np.int64)
+    local = {int(g): k for k, g in enumerate(index)}
+    gpus = tuple(replace(snapshot.gpus[int(g)], index=k) for k, g in enumerate(index))
+    placements = {w: tuple(local[g] for g in idx) for w, idx in snapshot.placements.items()
+                  if idx and all(g in local for g in idx)}
+    workloads = tuple(w for w in snapshot.workloads if w.name in placements)
+    outside = {w.owner for w in snapshot.workloads if w.owner and w.name in snapshot.placements
+               and w.name not in placements}
+    services = {k: s for k, s in snapshot.services.items() if k not in outside}
+    arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in _GPU_ARRAYS}
+    part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
+                           services=services, **arrays)
+    return part, index
+
+
+def globalize(action: Action, index: np.ndarray) -> Action:
+    """An action planned on a shard snapshot, with its GPU indices mapped back to the full snapshot's."""
+    if isinstance(action, Migrate):
+        return replace(action, source_gpus=tuple(int(index[g]) for g in action.source_gpus),
+                       target_gpus=tuple(int(index[g]) for g in action.target_gpus))
+    if isinstance(action, SetPowerLimit):
+        return replace(action, gpu=int(index[action.gpu]))
+    return action
+
+
+class ShardedSource:
+    """A TelemetrySource that shows one shard of another source's snapshots."""
+
+    def __init__(self, inner: TelemetrySource, selector: ShardSelector) -> None:
+        self.inner, self.selector = inner, selector
+        self.last_full: ClusterSnapshot | None = None
+        self.index = np.zeros(0, dtype=np.int64)
+
+    def snapshot(self) -> ClusterSnapshot:
+        full = self.inner.snapshot()
+        part, index = restrict(full, self.selector)
+        if part.n_gpus == 0:
+            raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
+        self.last_full, self.index = full, index
+        return part
+
+    def globalize(self, action: Action) -> Action:
+        return globalize(action, self.index)
+
+
+class ShardActuator:
+    """Wraps an actuator that addresses GPUs by fleet index: translate, then apply against the full snapshot."""
+
+    def __init__(self, inner, source: ShardedSource) -> None:
+        self.inner, self.source = inner, source
+        self.name = getattr(inner, "name", "shard")
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot):
+        full = self.source.last_full if self.source.last_full is not None else snapshot
+        result = self.inner.apply(self.source.globalize(action), full)
+        return replace(result, action=action)   # the loop books results against the shard's snapshot
+
+    def recover(self) -> list[str]:
+        return list(getattr(self.inner, "recover", lambda: [])())
