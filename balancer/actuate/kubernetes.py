@@ -394,6 +394,25 @@ class KubernetesActuator:
     def power_caps(self, node: str) -> dict[str, float]:
         return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
 
+    def recover(self) -> list[str]:
+        """The loop's first cycle as leader: what a previous leader left behind is released once expired.
+
+        Migrations are make-room-first and level-triggered here (the reservation and the taint carry their own
+        expiry; an eviction either happened or did not), so recovering is `release_expired`; an API failure
+        becomes a note, the expiries stay and the next cycle's housekeeping tries again.
+        """
+        return self._release_expired_noting("recover")
+
+    def housekeeping(self) -> list[str]:
+        """Once per planning cycle (the loop's duck-typed hook): `release_expired`, API failures as a note."""
+        return self._release_expired_noting("housekeeping")
+
+    def _release_expired_noting(self, what: str) -> list[str]:
+        try:
+            return self.release_expired()
+        except ActuationError as err:
+            return [f"{what}: could not release expired taints and reservations: {err}"]
+
     def release_expired(self) -> list[str]:
         """Remove hot taints and reservations whose expiry has passed; call once per reconcile. Returns notes."""
         now, notes = self.clock(), []
@@ -525,7 +544,12 @@ class NodeAnnotationCaps:
 
 
 class LeaseLeaderElector:
-    """client-go style leader election on a coordination.k8s.io/v1 Lease; call `try_acquire_or_renew()` each cycle."""
+    """client-go style leader election on a coordination.k8s.io/v1 Lease; call `try_acquire_or_renew()` each cycle.
+
+    It is also the loop's `LeaderElector` (`try_acquire(now)` / `release()`). The lease is timed on the elector's
+    own `clock` (wall time), not the loop's `now`: lease expiry is a matter between replicas, and a simulated
+    or skewed loop clock must not shorten or stretch it.
+    """
 
     def __init__(self, api_client: k8s.ApiClient, name: str, namespace: str, identity: str,
                  lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] = time.time,
@@ -578,6 +602,10 @@ class LeaseLeaderElector:
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
         return self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+
+    def try_acquire(self, now: float) -> bool:
+        """The loop's LeaderElector protocol: acquire or renew; True while this replica may act."""
+        return self.try_acquire_or_renew()
 
     def _write(self, what: str, now: float, fn: Callable[..., Any], *args: Any) -> bool:
         try:

@@ -1,12 +1,15 @@
 """`gputide run`: the reconcile loop against a real cluster (Prometheus in, Kubernetes or dry-run out).
 
     gputide run --prometheus http://prometheus:9090 [--dry-run] [--kubeconfig PATH] [--once] [--interval 30s]
-                [--policy FILE] [--leader-elect --lease-name gputide --lease-namespace gputide-system]
+                [--policy FILE] [--leader-elect --lease-name gputide-controller --lease-namespace NS]
                 [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH]
 
 I/O objects are built here and nowhere else: the Prometheus telemetry source, the dry-run or Kubernetes actuator,
 the Lease elector, the metrics HTTP server. SIGTERM / SIGINT stop the loop after the current cycle and release
 the lease. Exit codes: 0 ok, 2 bad input, 3 `--once` ended fail-static (held still).
+
+The Lease lives in the controller's own namespace by default (the Role in deploy/base/rbac.yaml grants leases
+there only): env `POD_NAMESPACE` (the downward API), else the service account's namespace file, else `gputide`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,21 @@ from balancer.safety import SafetyGuard
 
 log = logging.getLogger(__name__)
 EXIT_FAIL_STATIC = 3
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+DEFAULT_NAMESPACE = "gputide"
+
+
+def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The pod's namespace: `POD_NAMESPACE`, else the mounted service account's namespace, else `gputide`."""
+    env = os.environ if env is None else env
+    if env.get("POD_NAMESPACE", "").strip():
+        return env["POD_NAMESPACE"].strip()
+    try:
+        with open(namespace_file, encoding="utf-8") as fh:
+            text = fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    return text or DEFAULT_NAMESPACE
 
 
 def parse_interval(text: str, field: str = "--interval") -> float:
@@ -59,25 +77,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default=None, metavar="FILE", help="BalancerPolicy YAML")
     p.add_argument("--leader-elect", action="store_true", help="act only while holding a coordination.k8s.io Lease")
     p.add_argument("--lease-name", default="gputide-controller")
-    p.add_argument("--lease-namespace", default="gputide-system")
+    p.add_argument("--lease-namespace", default=None,
+                   help="namespace of the Lease (default: the pod's own namespace: POD_NAMESPACE, the service "
+                        "account's namespace, else gputide)")
     p.add_argument("--metrics-port", type=int, default=9402, help="serve controller metrics here (0: off)")
     p.add_argument("--audit-log", default=None, metavar="PATH", help="append JSON lines of every decision here")
     p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
                    help="while this file exists, every action is rejected (emergency stop)")
     p.set_defaults(func=run)
-
-
-class _LeaseAdapter:
-    """Adapts balancer.actuate.kubernetes.LeaseLeaderElector to the loop's LeaderElector protocol."""
-
-    def __init__(self, elector) -> None:
-        self.elector = elector
-
-    def try_acquire(self, now: float) -> bool:
-        return bool(self.elector.try_acquire_or_renew())
-
-    def release(self) -> None:
-        self.elector.release()
 
 
 def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:
@@ -105,8 +112,9 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         identity = os.environ.get("POD_NAME") or socket.gethostname()
         duration = max(15, int(interval * 3))
-        elector = _LeaseAdapter(LeaseLeaderElector(api_client, args.lease_name, args.lease_namespace, identity,
-                                                   lease_duration_s=duration, renew_deadline_s=duration * 2 / 3))
+        namespace = args.lease_namespace or own_namespace()
+        elector = LeaseLeaderElector(api_client, args.lease_name, namespace, identity, lease_duration_s=duration,
+                                     renew_deadline_s=duration * 2 / 3)
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,

@@ -437,3 +437,40 @@ def test_build_api_client_reads_a_kubeconfig(cluster: FakeKube, tmp_path) -> Non
     client = build_api_client(str(path))
     assert k8s.CoreV1Api(client).read_node("n2").metadata.name == "n2"
     client.close()
+
+
+@pytest.mark.parametrize("hook", ["recover", "housekeeping"])
+def test_recover_and_housekeeping_release_what_expired(cluster: FakeKube, actuator, clock, hook) -> None:
+    assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED
+    assert getattr(actuator, hook)() == []
+    clock.advance(actuator.hot_taint_ttl_s + 1)
+    assert sorted(getattr(actuator, hook)()) == ["n1: hot taint expired", "n2: reservations expired: ['default/web']"]
+    assert not taints(cluster, "n1")
+
+
+@pytest.mark.parametrize("hook", ["recover", "housekeeping"])
+def test_recover_and_housekeeping_turn_an_api_failure_into_a_note(cluster: FakeKube, actuator, hook) -> None:
+    cluster.inject("GET", r"/api/v1/nodes$", 403, count=1)
+    notes = getattr(actuator, hook)()
+    assert len(notes) == 1 and notes[0].startswith(f"{hook}: could not release") and "403" in notes[0]
+
+
+def test_the_loop_recovers_then_housekeeps_through_the_kubernetes_actuator(cluster: FakeKube, actuator) -> None:
+    from balancer.loop import Reconciler
+    from balancer.metrics import ControllerMetrics
+    from balancer.model import Plan
+
+    class Snapshots:
+        def snapshot(self):
+            return SNAP.replace(sample_age_s=[0.0] * SNAP.n_gpus)
+
+    def no_plan(snapshot, forecasts, policy, state):
+        return Plan(actions=()), state
+
+    rec = Reconciler(source=Snapshots(), actuator=actuator, clock=lambda: SNAP.time, metrics=ControllerMetrics(),
+                     planner=no_plan)
+    before = len(cluster.calls("GET", r"/api/v1/nodes$"))
+    assert rec.run_once().status == "ok"
+    assert rec.run_once().status == "ok"
+    # recover on the first cycle as leader, housekeeping on both planning cycles: three node listings
+    assert len(cluster.calls("GET", r"/api/v1/nodes$")) - before == 3

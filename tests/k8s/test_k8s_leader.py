@@ -129,3 +129,83 @@ def test_api_errors_keep_leadership_until_the_renew_deadline(kube: FakeKube, pai
 def test_renew_deadline_must_be_shorter_than_the_lease(api, clock) -> None:
     with pytest.raises(ValueError, match="renew_deadline_s"):
         LeaseLeaderElector(api, "x", "y", "z", lease_duration_s=10, renew_deadline_s=10, clock=clock)
+
+
+def test_the_lease_elector_is_the_loops_leader_elector(pair, clock) -> None:
+    a, b = pair
+    assert a.try_acquire(0.0) is True
+    assert b.try_acquire(1e12) is False, "the loop's clock must not expire someone else's lease"
+    a.release()
+    assert b.try_acquire(0.0) is True and not a.is_leader
+
+
+def test_two_reconcilers_on_one_lease_only_the_leader_plans(kube: FakeKube, pair, clock) -> None:
+    from balancer.actuate.dryrun import DryRunActuator
+    from balancer.loop import Reconciler
+    from balancer.metrics import ControllerMetrics
+    from balancer.model import Plan
+    from tests.loop.loop_helpers import make_fleet, snapshot
+
+    planned: list[str] = []
+
+    def planner_for(name):
+        def plan(snap, forecasts, policy, state):
+            planned.append(name)
+            return Plan(actions=()), state
+        return plan
+
+    snap = snapshot(make_fleet(1, 2), age=0.0)
+
+    class Source:
+        def snapshot(self):
+            return snap
+
+    loops = {name: Reconciler(source=Source(), actuator=DryRunActuator(), elector=e, clock=lambda: snap.time,
+                              metrics=ControllerMetrics(), planner=planner_for(name))
+             for name, e in zip("ab", pair, strict=True)}
+    statuses = []
+    for _ in range(3):
+        statuses.append((loops["a"].run_once().status, loops["b"].run_once().status))
+        clock.advance(5)
+    assert statuses == [("ok", "standby")] * 3 and planned == ["a"] * 3
+    loops["a"].elector.release()
+    assert loops["b"].run_once().status == "ok" and planned[-1] == "b"
+
+
+@pytest.mark.parametrize(("env", "file_text", "expected"), [
+    ({"POD_NAMESPACE": "team-a"}, "from-file", "team-a"),
+    ({"POD_NAMESPACE": "  "}, "from-file\n", "from-file"),
+    ({}, "from-file\n", "from-file"),
+    ({}, None, "gputide"),
+    ({}, "", "gputide"),
+], ids=["downward API env", "blank env falls through", "service account file", "nothing: gputide",
+        "empty file: gputide"])
+def test_the_lease_namespace_defaults_to_the_pods_own(tmp_path, env, file_text, expected) -> None:
+    from balancer.cmd.run import own_namespace
+
+    path = tmp_path / "namespace"
+    if file_text is not None:
+        path.write_text(file_text)
+    assert own_namespace(env, str(path)) == expected
+
+
+@pytest.mark.parametrize(("argv", "env", "namespace"), [
+    ([], {"POD_NAMESPACE": "team-a"}, "team-a"),
+    (["--lease-namespace", "elsewhere"], {"POD_NAMESPACE": "team-a"}, "elsewhere"),
+], ids=["own namespace", "explicit flag wins"])
+def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env, namespace) -> None:
+    import argparse
+
+    from balancer.actuate import kubernetes as kube_mod
+    from balancer.cmd import run as run_cmd
+    from balancer.metrics import ControllerMetrics
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(kube_mod, "build_api_client", lambda kubeconfig=None: api)
+    parser = argparse.ArgumentParser()
+    run_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--leader-elect", *argv])
+    rec = run_cmd.build_reconciler(args, ControllerMetrics())
+    assert isinstance(rec.elector, LeaseLeaderElector)
+    assert rec.elector.namespace == namespace
