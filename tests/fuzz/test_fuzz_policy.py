@@ -46,7 +46,7 @@ def _is_valid(f, value) -> bool:
         return False
     if isinstance(d, int):
         return isinstance(value, int) and lo <= value <= hi
-    return isinstance(value, int | float) and not math.isnan(value) and lo <= value <= hi
+    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value)) and lo <= value <= hi
 
 
 @st.composite
