@@ -1,10 +1,15 @@
 """Hotspot flattening: find hot GPUs with hysteresis, then move work off them, or throttle, or shrink training.
 
 Detection is one vectorised pass over the fleet. A reading is *hot* when a GPU is within `marginC` of its
-slowdown temperature, reports thermal slowdown (clock event bits 0x20/0x40), or sits `poolImbalanceC` above its
-pool's mean; it is *cool* below slowdown - `releaseMarginC` with no thermal bits. A GPU becomes an active
-hotspot after N consecutive hot readings and is released after M consecutive cool ones; the streaks are
-immutable arrays in `HotspotState`, passed in and returned (the planner keeps no hidden state).
+slowdown temperature, reports thermal slowdown (clock event bits 0x20/0x40), sits `poolImbalanceC` above its
+pool's mean, or is *power capped at its default limit*: it reports the software power cap or the hardware power
+brake (bits 0x04/0x80) while its power limit is the GPU's default (TDP). Capping under a lower limit is somebody's
+decision (ours when we throttle, or an operator's) and reads neither hot nor as a reason to stay hot, so our own
+throttling never feeds back into detection. A reading is *cool* below slowdown - `releaseMarginC` with no
+thermal bits and no such power capping. A GPU becomes an active hotspot after N consecutive hot readings (so
+power capping must be *sustained* for N readings, like heat) and is released after M consecutive cool ones;
+the streaks are immutable arrays in `HotspotState`, passed in and returned (the planner keeps no hidden state).
+The power-capping signal follows the policy's `hotspots.powerCapping` switch when the policy has one (default on).
 
 For each active hotspot, hottest first, the proposals are, in order of preference:
 
@@ -37,9 +42,11 @@ from balancer.model import (
     TaintNode,
     WorkloadClass,
 )
-from balancer.plan.simulate import THERMAL_BITS, Projection
+from balancer.plan.simulate import THERMAL_BITS, Projection, model_arrays
 
 FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
+POWER_CAP_BITS = 0x04 | 0x80  # NVML SW power cap / HW power brake slowdown
+DEFAULT_LIMIT_TOLERANCE_W = 1.0
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -85,11 +92,21 @@ def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
         _, code = np.unique(np.array(pools), return_inverse=True)
         mean = np.bincount(code, t) / np.bincount(code)
         hot_now |= t - mean[code] >= hp.pool_imbalance_c
-    cool_now = (t < slow - hp.release_margin_c) & ~thermal
+    capped = power_capped_at_default(snapshot) if getattr(hp, "power_capping", True) else np.zeros_like(thermal)
+    hot_now |= capped
+    cool_now = (t < slow - hp.release_margin_c) & ~thermal & ~capped
     hot = np.where(hot_now, hot + 1, 0)
     cool = np.where(cool_now, cool + 1, 0)
     active = (active | (hot >= hp.hot_readings)) & ~(cool >= hp.cool_readings)
     return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active))
+
+
+def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
+    """Per GPU: power capping (0x04 / 0x80) while its power limit is its default (TDP), not a lowered one."""
+    bits = (snapshot.clock_event_reasons.astype(np.int64) & POWER_CAP_BITS) != 0
+    if not bits.any():  # the common case costs one pass over the reasons, no catalogue lookup
+        return bits
+    return bits & (snapshot.power_limit_w >= model_arrays(snapshot)["tdp"] - DEFAULT_LIMIT_TOLERANCE_W)
 
 
 def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:

@@ -55,6 +55,10 @@ CASES = {
     "thermal slowdown bits make a reading hot": dict(
         snaps=[snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 75}, reasons={0: 0x20})] * 2,
         expect=["migrate", "taint_node"]),
+    "sustained power capping at the default limit keeps new work off the node": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x04})] * 2, expect=["taint_node"]),
+    "power capping under our own lower limit is not a hotspot": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x04}, limits={0: 250.0})] * 2, expect=[]),
 }
 
 
@@ -146,3 +150,48 @@ def test_the_plan_is_pure_the_same_input_gives_the_same_plan():
     b, sb = run([s, s])
     assert a.actions == b.actions and a.objective_after == b.objective_after
     assert a.objective_after < a.objective_before
+
+
+# ---- detection: sustained power capping, with the same hysteresis as heat -------------------------------------
+CAP, BRAKE, NONE = 0x04, 0x80, 0
+TDP_A100 = 400.0
+
+
+@pytest.mark.parametrize(("readings", "expected"), [
+    ([CAP, CAP], [False, True]),
+    ([CAP, NONE, CAP], [False, False, False]),
+    ([BRAKE, BRAKE], [False, True]),
+    ([(CAP, 300.0), (CAP, 300.0), (CAP, 300.0)], [False, False, False]),
+    ([CAP, CAP] + [NONE] * 5, [False, True, True, True, True, True, False]),
+    ([CAP, CAP] + [NONE] * 4 + [CAP] + [NONE] * 4, [False, True] + [True] * 9),
+    ([(CAP, TDP_A100 - 0.5), (CAP, TDP_A100 - 0.5)], [False, True]),
+    ([0x20 | CAP, 0x20 | CAP], [False, True]),
+], ids=["N capped readings activate", "capping that is not sustained", "hardware power brake",
+        "capped under a lowered limit", "released after M uncapped readings", "capping again restarts the release count",
+        "a limit within a watt of TDP is the default", "thermal and power bits together"])
+def test_power_capping_is_a_hot_signal_with_hysteresis(readings, expected):
+    from balancer.plan import hotspots
+
+    policy, state, seen = BalancerPolicy(), hotspots.HotspotState(), []
+    for r in readings:
+        bits, limit = r if isinstance(r, tuple) else (r, TDP_A100)
+        s = snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: bits}, limits={0: limit})
+        state = hotspots.detect(s, policy, state)
+        seen.append(bool(state.active[0]))
+        assert not state.active[1:].any()
+    assert seen == expected
+
+
+def test_a_policy_can_switch_the_power_capping_signal_off():
+    from dataclasses import asdict, replace
+    from types import SimpleNamespace
+
+    from balancer.plan import hotspots
+
+    base = BalancerPolicy()
+    off = replace(base, hotspots=SimpleNamespace(**asdict(base.hotspots), power_capping=False))
+    on = replace(base, hotspots=SimpleNamespace(**asdict(base.hotspots), power_capping=True))
+    s = snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: CAP})
+    for policy, expected in ((off, False), (on, True)):
+        state = hotspots.detect(s, policy, hotspots.detect(s, policy, hotspots.HotspotState()))
+        assert bool(state.active[0]) is expected
