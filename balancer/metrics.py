@@ -33,6 +33,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
+from balancer import safety
+from balancer.errors import SafetyViolation
 from balancer.model import ClusterSnapshot, WorkloadClass
 from balancer.plan.defrag import fragmentation_by_model
 from balancer.plan.placement.fragmentation import WorkloadMix
@@ -41,6 +43,18 @@ from balancer.plan.placement.state import MILLI, NO_GPU, ClusterState
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        "emergency_stop")
 CAPACITY_CLASSES = ("inference", "training", "loaned", "idle")
+STALE_PLAN = "stale_plan"   # the loop's own rejection: the fleet changed between planning and acting
+
+
+def rejection_reasons() -> tuple[str, ...]:
+    """Every `gputide_actions_rejected_total{reason}` value: each safety limit's reason, and `stale_plan`."""
+    found, todo = set(), [SafetyViolation]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if isinstance(getattr(cls, "reason", None), str) and cls.__module__ == safety.__name__:
+            found.add(cls.reason)
+    return tuple(sorted(found | {STALE_PLAN}))
 WAITING_OVER_S = {"0h": 0.0, "4h": 4 * 3600.0}
 
 
@@ -99,6 +113,8 @@ class ControllerMetrics:
                                       "Training jobs waiting to run, for longer than `over`.", ["over"], registry=r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
+        for reason in rejection_reasons():   # known label values start at 0, so rate() and panels see them
+            self.rejected.labels(reason=reason)
         for cls in CAPACITY_CLASSES:
             self.capacity.labels(cls).set(0)
         for over in WAITING_OVER_S:

@@ -241,3 +241,12 @@ def test_a_failing_housekeeping_hook_does_not_stop_the_cycle():
     rec, reg = loop(Source(snapshot(make_fleet(1, 4), age=0.0)), [0.0], actuator=Housekeeper(fail=True))
     assert rec.run_once().status == "ok"
     assert reg.get_sample_value("gputide_capacity_gpus", {"class": "idle"}) == 4
+
+
+@pytest.mark.parametrize("reason", ["max_actions_per_cycle", "cooldown", "pdb", "eviction_budget", "min_gain",
+                                    "protected", "emergency_stop", "max_concurrent_migrations", "max_unavailable",
+                                    "stale_plan"])
+def test_every_rejection_reason_starts_at_zero(reason):
+    reg = CollectorRegistry()
+    ControllerMetrics(reg)
+    assert reg.get_sample_value("gputide_actions_rejected_total", {"reason": reason}) == 0
