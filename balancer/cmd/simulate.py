@@ -7,7 +7,7 @@
 Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.png; prints the summary
 (`--print`). `--format` is the format of the demand trace (`balancer.forecast.traces.load_demand`): by default a
 folder is read as ServeGen and a file as `timestamp,value` CSV.
-Scenarios: `balancer.app.scenarios.SCENARIOS`; policies: `balancer.app.scenarios.POLICIES` (`none`, `gputide`
+Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies: `balancer.app.scenarios.POLICIES` (`none`, `gputide`
 and whatever other applications registered).
 """
 
@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--days", args.days, "a number of days from 0 (exclusive) to 366")
     if not 1 <= args.step <= 3600:
         raise InputError(None, "--step", args.step, "seconds from 1 to 3600")
+    from balancer.app import tidal  # noqa: F401  (registers the tidal scenario and the static/reactive policies)
+
     registry = scenarios.POLICIES
     if args.policy not in registry:
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(sorted(registry)))

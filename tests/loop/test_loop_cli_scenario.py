@@ -199,3 +199,14 @@ def test_sigterm_stops_gputide_run_gracefully(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert json.loads(audit.read_text().splitlines()[0])["outcome"] == "fail_static:telemetry_unavailable"
+
+
+@pytest.mark.skipif(not SERVEGEN.is_dir(), reason="the bundled ServeGen trace is missing")
+@pytest.mark.parametrize(("fmt", "rc"), [(["--format", "servegen"], 0), ([], 0), (["--format", "csv"], 2)],
+                         ids=["explicit servegen", "a folder is guessed servegen", "a folder read as csv"])
+def test_tidal_scenario_reads_the_trace_in_the_format_asked(fmt, rc, tmp_path, capsys):
+    argv = ["--log-level", "ERROR", "simulate", "--scenario", "tidal", "--policy", "static", "--days", "0.02",
+            "--trace", str(SERVEGEN), *fmt, "--no-plots", "--print", "json", "--out", str(tmp_path / "o")]
+    assert main(argv) == rc
+    if rc == 0:
+        assert json.loads(capsys.readouterr().out)["scenario"] == "tidal"
