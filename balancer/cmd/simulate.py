@@ -7,8 +7,8 @@
 Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.png; prints the summary
 (`--print`). `--format` is the format of the demand trace (`balancer.forecast.traces.load_demand`): by default a
 folder is read as ServeGen and a file as `timestamp,value` CSV.
-Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies: `balancer.app.scenarios.POLICIES` (`none`, `gputide`
-and whatever other applications registered).
+Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies:
+`balancer.app.scenarios.POLICIES` (`none`, `gputide` and whatever other applications registered).
 """
 
 from __future__ import annotations
