@@ -40,8 +40,9 @@ from balancer import catalog
 from balancer.actuate.sim import SimActuator
 from balancer.app import scenarios
 from balancer.errors import InputError
-from balancer.forecast import MODELS, Fallback, load_demand
-from balancer.forecast.traces import clean_for_fit, mask_outages
+from balancer.forecast import load_demand
+from balancer.forecast.online import DemandForecaster
+from balancer.forecast.traces import mask_outages
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan.baselines import ReactivePolicy, ReactiveState, plan_reactive, plan_static
 from balancer.plan.capacity import (
@@ -49,9 +50,11 @@ from balancer.plan.capacity import (
     CapacityPolicy,
     CapacityState,
     CapacityView,
+    JobView,
     ServiceCapacity,
     plan_capacity,
     replicas_for,
+    rise_allowance,
     view_from_snapshot,
 )
 from balancer.sim import ServiceSpec, SimCluster, TrainingJobSpec
@@ -59,7 +62,7 @@ from balancer.sim import ServiceSpec, SimCluster, TrainingJobSpec
 PEAK_SHARE = 0.6            # at the window's peak the services need this share of their pools' GPUs
 VIOLATION_TARGET = 1e-4     # a replica's SLO-safe rate puts at most this share of requests over the SLO
 SLO_S, BASE_S, RPS_A100, WARMUP_S = 2.0, 0.2, 40.0, 300.0
-REFIT_S = 6 * 3600.0
+REFIT_S = 86400.0          # the forecaster refits once a simulated day, conditions on each step in between
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "data" / "servegen-language" / "m-small"
 CAPACITY = CapacityPolicy()
 
@@ -181,9 +184,17 @@ class _CapacityController:
                                   "reason": action.reason, "expected_gain": action.expected_gain,
                                   "outcome": str(result.outcome), "policy": self.name})
 
-    def view(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityView:
+    def view(self, sim: SimCluster, snap: ClusterSnapshot, bursts: dict[str, float] | None = None) -> CapacityView:
         since = dict(zip(sim.training_jobs, sim.acct.job_since_ckpt.tolist()))
-        return view_from_snapshot(snap, self.tc.profiles, since)
+        view = view_from_snapshot(snap, self.tc.profiles, since, bursts=bursts)
+        # a job suspended to 0 workers has no pods in the snapshot but still exists (a Job at parallelism 0):
+        # list it, or the GPUs it gave up could never come back to it
+        present = {j.name for j in view.jobs}
+        suspended = tuple(
+            JobView(name=name, workers=0, elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or 0),
+                    gpus_per_worker=spec.gpus_per_worker, priority=spec.priority, models=spec.allowed_models)
+            for name, spec in sim.training_jobs.items() if name not in present and spec.elastic_max)
+        return replace(view, jobs=view.jobs + suspended) if suspended else view
 
 
 class StaticController(_CapacityController):
@@ -207,31 +218,58 @@ class ReactiveController(_CapacityController):
 
 
 class TidalForecaster:
-    """Forecast the scaled total demand from the past only: refit every REFIT_S, condition on each new step."""
+    """The controller's own `DemandForecaster` (conformal-calibrated quantiles, refitted once a simulated day)
+    fed the scaled total demand one trace step at a time, once the step is over; seeded with the history."""
 
-    def __init__(self, history: pd.Series, model: str = "mstl", horizon_s: float = 3 * 3600.0) -> None:
-        self.history, self.model_name = history, model
+    def __init__(self, history: pd.Series, start: float, model: str = "mstl", horizon_s: float = 3 * 3600.0) -> None:
         self.step_s = float(history.index[1].timestamp() - history.index[0].timestamp())
-        self.horizon = int(math.ceil(horizon_s / self.step_s)) + 1
-        self.model: Fallback | None = None
-        self.fitted_at, self.seen, self.cached = -math.inf, -1, None
         self.times = np.array([t.timestamp() for t in history.index])
+        self.values = history.to_numpy(float)
+        self.horizon = int(math.ceil(horizon_s / self.step_s)) + 1
+        self.forecaster = DemandForecaster(model=model, step_s=self.step_s, refit_every=int(REFIT_S / self.step_s))
+        self.fed = int(np.searchsorted(self.times + self.step_s, start, side="right"))
+        self.forecaster.observe_history("total", history.iloc[:self.fed])
+        self.seen, self.cached = -1, None
 
     def forecast(self, now: float) -> Forecast | None:
         # a step is observed once it is over: its start + step_s <= now
         seen = int(np.searchsorted(self.times + self.step_s, now, side="right"))
-        if seen < 2:
-            return None
-        if seen != self.seen:
-            past = clean_for_fit(self.history.iloc[:seen])
-            if self.model is None or now - self.fitted_at >= REFIT_S:
-                self.model = Fallback(MODELS[self.model_name]()).fit(past)
-                self.fitted_at = now
-            else:
-                self.model.update(past)
-            self.cached = self.model.predict(self.horizon).to_model("total")
-            self.seen = seen
+        if seen == self.seen:
+            return self.cached
+        for k in range(self.fed, seen):
+            self.forecaster.update("total", float(self.times[k]), float(self.values[k]))
+        self.fed = max(self.fed, seen)
+        try:
+            self.cached = self.forecaster.forecast("total", now, self.horizon)
+        except ValueError:  # not enough history yet
+            self.cached = None
+        self.seen = seen
         return self.cached
+
+
+class RiseTracker:
+    """A service's demand as the controller observed it each cycle, over the trailing `window_s`, and the burst
+    allowance learned from it (`balancer.plan.capacity.rise_allowance`), recomputed every `every_s`."""
+
+    def __init__(self, lead_s: float, window_s: float, cap: float, every_s: float = 600.0) -> None:
+        self.lead_s, self.window_s, self.cap, self.every_s = lead_s, window_s, cap, every_s
+        self.t: list[float] = []
+        self.y: list[float] = []
+        self.value, self.computed_at = 0.0, -math.inf
+
+    def observe(self, t: float, y: float) -> None:
+        self.t.append(float(t))
+        self.y.append(float(y))
+
+    def allowance(self, now: float) -> float:
+        if now - self.computed_at >= self.every_s:
+            cut = int(np.searchsorted(self.t, now - self.window_s))
+            if cut > len(self.t) // 2:  # trim in bulk, not every cycle
+                del self.t[:cut], self.y[:cut]
+                cut = 0
+            self.value = rise_allowance(np.asarray(self.t[cut:]), np.asarray(self.y[cut:]), self.lead_s, self.cap)
+            self.computed_at = now
+        return self.value
 
 
 class CapacityGputide(_CapacityController):
@@ -239,8 +277,18 @@ class CapacityGputide(_CapacityController):
 
     def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
         super().__init__(sim, ctx)
+        self.policy = CapacityPolicy.from_config(ctx.policy.capacity, CAPACITY)
         self.state = CapacityState()
-        self.forecaster = TidalForecaster(self.tc.history, horizon_s=CAPACITY.loan_horizon_s + 1800.0)
+        self.forecaster = TidalForecaster(self.tc.history, sim.time,
+                                          horizon_s=self.policy.loan_horizon_s + 1800.0)
+        self.rises: dict[str, RiseTracker] = {}
+        grid = np.arange(sim.time - self.policy.burst_window_s, sim.time, self.interval_s)
+        past = np.interp(grid, self.forecaster.times, self.forecaster.values)
+        for name, prof in self.tc.profiles.items():
+            # a scale-up decided now serves from the next cycle's warm-up end: the lead a burst must be met in
+            tracker = RiseTracker(prof.warmup_s + self.interval_s, self.policy.burst_window_s, self.policy.max_burst)
+            tracker.t, tracker.y = grid.tolist(), (past * self.tc.shares[name]).tolist()
+            self.rises[name] = tracker
 
     def decide(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityDecision:
         total = self.forecaster.forecast(sim.time)
@@ -248,7 +296,12 @@ class CapacityGputide(_CapacityController):
             name: Forecast(service=name, issued_at=total.issued_at, step_s=total.step_s,
                            quantiles={q: a * share for q, a in total.quantiles.items()})
             for name, share in self.tc.shares.items()}
-        decision = plan_capacity(self.view(sim, snap), forecasts, CAPACITY, self.state)
+        bursts = {}
+        for name, st in snap.services.items():
+            if name in self.rises:
+                self.rises[name].observe(sim.time, st.demand_rps)
+                bursts[name] = self.rises[name].allowance(sim.time)
+        decision = plan_capacity(self.view(sim, snap, bursts), forecasts, self.policy, self.state)
         self.state = decision.state
         return decision
 

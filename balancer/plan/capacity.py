@@ -11,9 +11,16 @@ moves the rest of the GPUs to elastic training:
 * **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan
   horizon (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart
   and buys nothing.
+* **Burst floor learned from the past.** The forecast misses bursts (a client's batch job, a retry storm): a
+  service never sits below the demand now times ``1 + burst``, where ``burst`` is the largest relative rise the
+  demand made within one warm-up lead over the trailing window (`rise_allowance`; with n exchangeable past
+  rises the largest covers the next one with probability n/(n+1), a conformal bound). Replicas sized so can
+  absorb any rise seen recently while new ones warm up. And it never loans while demand is rising.
+* **Reactive safety net.** When a service's p99 latency reaches ``emergency_pressure`` of its SLO (replicas
+  slower than their profile says, or a burst beyond every bound), it grows by ``emergency_step`` at once, like
+  an HPA under the predictive floor.
 * **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
-  the whole forecast is scaled up by that ratio (a level correction), and a rising demand is projected over the
-  warm-up lead by its observed slope, so a rise the forecast missed still gets replicas before it peaks.
+  the whole forecast is scaled up by that ratio (a level correction).
 * **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
   the replicas its peaks need instead of flapping.
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -68,6 +75,8 @@ class ServiceView:
     demand_rps: float  # offered load now
     replicas: int  # current replica count (warming ones included)
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    burst: float = 0.0  # relative rise of demand within the warm-up lead to be ready for (`rise_allowance`)
+    latency_pressure: float = 0.0  # p99 latency / SLO now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +119,7 @@ class CapacityView:
 class CapacityPolicy:
     quantile: float = 0.9             # loans: the forecast quantile that must leave GPUs idle over the loan horizon
     reclaim_quantile: float = 0.99    # reclaims: the quantile replicas must cover over the warm-up lead
-    reclaim_headroom: float = 0.3     # capacity above that quantile (forecast misses cost SLO, not GPU-hours)
+    reclaim_headroom: float = 0.15    # capacity above that quantile
     headroom: float = 0.15  # capacity above the forecast quantile
     reclaim_margin_s: float = 600.0  # reclaim this long before the rise on top of the warm-up time
     loan_horizon_s: float = 7200.0  # loan only if the forecast leaves GPUs idle this long
@@ -119,14 +128,32 @@ class CapacityPolicy:
     min_hold_s: float = 1800.0  # no scale-down sooner than this after a service's last change
     max_level_correction: float = 3.0  # cap on scaling the forecast up to match the demand observed now
     allow_suspend: bool = True  # may suspend a job (0 workers) when shrinking to minimum is not enough
+    burst_window_s: float = 7 * 86400.0  # the trailing window `rise_allowance` learns bursts from
+    max_burst: float = 3.0  # cap on the learned burst allowance (relative rise)
+    emergency_pressure: float = 0.5  # p99 / SLO at which a service grows at once, whatever the forecast says
+    emergency_step: float = 0.25  # ... by this share of its replicas (at least one)
+
+    @classmethod
+    def from_config(cls, section: object, base: CapacityPolicy | None = None) -> CapacityPolicy:
+        """`base` (default: the defaults) with the fields of the policy file's `capacity` section that this
+        planner also has. A field left at the file's own default keeps `base`'s value: the two defaults need
+        not agree (the file's default `headroom` is the loop's, this planner's is the tidal scenario's)."""
+        base = base or cls()
+        mine = {f.name for f in fields(cls)}
+        changes = {}
+        for f in fields(section):  # type: ignore[arg-type]
+            value = getattr(section, f.name)
+            if f.name in mine and value != f.default:
+                changes[f.name] = type(getattr(base, f.name))(value)
+        return replace(base, **changes)
 
 
 @dataclass(frozen=True, slots=True)
 class CapacityState:
-    """Hysteresis memory: when each service last changed size, and its last observed (time, demand)."""
+    """Hysteresis memory: when each service last changed size, and its last observed (time, demand, slope)."""
 
     last_change: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    last_demand: Mapping[str, tuple[float, float]] = field(default_factory=lambda: MappingProxyType({}))
+    last_demand: Mapping[str, tuple[float, float, float]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,36 +184,81 @@ class CapacityDecision:
 # ---- building the view ---------------------------------------------------------------------------------------
 
 
+_MODEL_CODES: dict[int, tuple[tuple, np.ndarray, list[str], np.ndarray]] = {}
+
+
+def _model_codes(gpus: tuple) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Per GPU the index of its model in a sorted list of models, and each model's training speed (memoised
+    per fleet: a snapshot's `gpus` tuple is the same object cycle after cycle)."""
+    hit = _MODEL_CODES.get(id(gpus))
+    if hit is not None and hit[0] is gpus:
+        return hit[1], hit[2], hit[3]
+    names = sorted({g.model for g in gpus})
+    pos = {m: i for i, m in enumerate(names)}
+    codes = np.fromiter((pos[g.model] for g in gpus), dtype=np.int64, count=len(gpus))
+    speed = np.array([catalog.CATALOGUE[m].training_tput if m in catalog.CATALOGUE else 1.0 for m in names])
+    _MODEL_CODES.clear()
+    _MODEL_CODES[id(gpus)] = (gpus, codes, names, speed)
+    return codes, names, speed
+
+
+def _by_model(counts: np.ndarray, names: list[str]) -> Mapping[str, int]:
+    return MappingProxyType({names[k]: int(counts[k]) for k in np.flatnonzero(counts)})
+
+
 def view_from_snapshot(
     snapshot: ClusterSnapshot,
     profiles: Mapping[str, ServiceCapacity],
     since_checkpoint_s: Mapping[str, float] | None = None,
     jobs: Sequence[JobView] | None = None,
+    bursts: Mapping[str, float] | None = None,
 ) -> CapacityView:
-    """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs."""
-    models = np.array([g.model for g in snapshot.gpus], dtype=object)
-    healthy = ~np.isin(snapshot.xid, FATAL_XIDS)
-    idle = (snapshot.gpu_milli_used == 0) & healthy
-    uniq, counts = np.unique(models[idle], return_counts=True) if idle.any() else ((), ())
-    free = {str(m): int(c) for m, c in zip(uniq, counts)}
+    """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
+
+    One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
+    codes, names, speed = _model_codes(snapshot.gpus)
+    n_models = len(names)
+    groups: dict[tuple[str, str], int] = {}  # ("inference" | "training", owner) -> group index
+    first: list = []  # the first workload of each group (a job's bounds and priority)
+    members: list[int] = []
+    gpu_idx: list[int] = []
+    gpu_grp: list[int] = []
+    placed_all: list[int] = []
     by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}
-    grouped: dict[str, list] = {}
-    service_models: dict[str, dict[str, int]] = {}
     for w in snapshot.workloads:
         placed = snapshot.placements.get(w.name, ())
         by_class[w.workload_class] += len(placed)
+        placed_all.extend(placed)
         if w.workload_class is WorkloadClass.INFERENCE:
-            held = service_models.setdefault(w.owner, {})
-            for g in placed:
-                held[snapshot.gpus[g].model] = held.get(snapshot.gpus[g].model, 0) + 1
-        if w.workload_class is WorkloadClass.TRAINING and w.elastic_max > 0:
-            grouped.setdefault(w.owner or w.name, []).append((w, placed))
+            key = ("inference", w.owner)
+        elif w.workload_class is WorkloadClass.TRAINING and w.elastic_max > 0:
+            key = ("training", w.owner or w.name)
+        else:
+            continue
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = len(first)
+            first.append(w)
+            members.append(0)
+        members[g] += 1
+        gpu_idx.extend(placed)
+        gpu_grp.extend([g] * len(placed))
+    used = np.zeros(len(snapshot.gpus), dtype=bool)
+    used[np.asarray(placed_all, dtype=np.int64)] = True
+    healthy = ~np.isin(snapshot.xid, FATAL_XIDS)
+    free_counts = np.bincount(codes[~used & healthy], minlength=n_models)
+    free = {names[k]: int(free_counts[k]) for k in np.flatnonzero(free_counts)}
+    held = np.bincount(np.asarray(gpu_grp, dtype=np.int64) * n_models + codes[np.asarray(gpu_idx, dtype=np.int64)],
+                       minlength=len(first) * n_models).reshape(len(first), n_models) if first else np.zeros((0, 0))
+    empty: Mapping[str, int] = MappingProxyType({})
     services = tuple(
         ServiceView(
             profile=profiles[name],
             demand_rps=st.demand_rps,
             replicas=st.replicas,
-            gpus_by_model=MappingProxyType(service_models.get(name, {})),
+            gpus_by_model=_by_model(held[g], names) if (g := groups.get(("inference", name))) is not None else empty,
+            burst=float((bursts or {}).get(name, 0.0)),
+            latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
         )
         for name, st in sorted(snapshot.services.items())
         if name in profiles
@@ -194,27 +266,23 @@ def view_from_snapshot(
     if jobs is None:
         since = since_checkpoint_s or {}
         built = []
-        for name, members in sorted(grouped.items()):
-            w0 = members[0][0]
-            by_model: dict[str, int] = {}
-            speeds = []
-            for _, placed in members:
-                for g in placed:
-                    m = snapshot.gpus[g].model
-                    by_model[m] = by_model.get(m, 0) + 1
-                    speeds.append(catalog.CATALOGUE[m].training_tput if m in catalog.CATALOGUE else 1.0)
+        for (kind, name), g in sorted(groups.items()):
+            if kind != "training":
+                continue
+            w0, counts = first[g], held[g]
+            n_placed = int(counts.sum())
             built.append(
                 JobView(
                     name=name,
-                    workers=len(members),
+                    workers=members[g],
                     elastic_min=w0.elastic_min,
                     elastic_max=w0.elastic_max,
                     gpus_per_worker=max(w0.gpus, 1),
                     priority=w0.priority,
                     since_checkpoint_s=float(since.get(name, 0.0)),
-                    speed=float(np.mean(speeds)) if speeds else 1.0,
+                    speed=float(counts @ speed / n_placed) if n_placed else 1.0,
                     models=w0.allowed_models,
-                    gpus_by_model=MappingProxyType(by_model),
+                    gpus_by_model=_by_model(counts, names),
                 )
             )
         jobs = built
@@ -445,6 +513,31 @@ def reclaim_horizon_s(profile: ServiceCapacity, policy: CapacityPolicy) -> float
     return profile.warmup_s + policy.reclaim_margin_s
 
 
+def rise_allowance(times: np.ndarray, values: np.ndarray, lead_s: float, cap: float = 3.0) -> float:
+    """The largest relative rise of demand within `lead_s` after any observed moment: ``max over i of
+    (max y over (t_i, t_i + lead_s]) / y_i - 1``, at least 0 and at most `cap`.
+
+    Rises are relative to a level floored at 5% of the mean demand (as conformal residuals are), so a quiet
+    night's 2 -> 4 req/s is not read as a 100% burst. Vectorised over the samples: one shifted maximum per
+    sample offset inside the lead."""
+    t = np.asarray(times, dtype=float)
+    y = np.asarray(values, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(y)
+    t, y = t[ok], y[ok]
+    if y.size < 2:
+        return 0.0
+    base = np.maximum(y, max(0.05 * float(np.mean(np.abs(y))), 1e-9))
+    ahead = np.full(y.size, -np.inf)
+    for k in range(1, y.size):
+        within = t[k:] - t[:-k] <= lead_s + 1e-9
+        if not within.any():
+            break
+        ahead[:-k] = np.where(within, np.maximum(ahead[:-k], y[k:]), ahead[:-k])
+    rise = (ahead - y) / base
+    rise = rise[np.isfinite(rise)]
+    return float(min(max(rise.max(initial=0.0), 0.0), cap))
+
+
 def plan_capacity(
     view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
 ) -> CapacityDecision:
@@ -458,11 +551,19 @@ def plan_capacity(
     for s in view.services:
         p = s.profile
         fc = forecasts.get(p.name)
-        t0, d0 = seen.get(p.name, (view.time, s.demand_rps))
-        seen[p.name] = (view.time, s.demand_rps)
+        t0, d0, slope0 = seen.get(p.name, (view.time, s.demand_rps, 0.0))
         slope = (s.demand_rps - d0) / (view.time - t0) if view.time > t0 else 0.0
-        projected = s.demand_rps + max(slope, 0.0) * reclaim_horizon_s(p, policy)
-        now_need = replicas_for(projected, p, policy.headroom)
+        seen[p.name] = (view.time, s.demand_rps, slope)
+        # a ramp (two rises in a row; one step between two samples is not a trend) is projected over the
+        # warm-up lead at its slower slope, at most to max_level_correction x the demand now
+        trend = min(slope, slope0) if slope > 0 and slope0 > 0 else 0.0
+        ramp = min(s.demand_rps + trend * (p.warmup_s + view.time - t0), s.demand_rps * policy.max_level_correction)
+        # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
+        now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp), p, policy.headroom)
+        settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
+        if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
+            now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
+                                         p.max_replicas))
         if fc is None or fc.horizon == 0:
             new[p.name] = max(s.replicas, now_need)
             reasons[p.name] = "no forecast: hold, or follow current demand up"
@@ -485,7 +586,7 @@ def plan_capacity(
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, -math.inf)
-            if s.replicas - down_need >= band and held >= policy.min_hold_s:
+            if s.replicas - down_need >= band and held >= policy.min_hold_s and slope <= 0:
                 target = down_need
                 reasons[p.name] = (
                     f"loan to training: p{round(policy.quantile * 100)} demand stays below "
@@ -503,7 +604,7 @@ def plan_capacity(
         actions=tuple(actions),
         split=capacity_split(view, targets),
         targets=MappingProxyType(targets),
-        state=CapacityState(MappingProxyType(last)),
+        state=CapacityState(MappingProxyType(last), MappingProxyType(seen)),
         notes=tuple(notes),
     )
 
