@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "hours (exporter/Prometheus restarts, telemetry gaps, NaN bursts, a node lost, "
                                    "cooling failures, Kubernetes API 429/409/500, controller restart "
                                    "mid-migration, leader change) and checks invariants throughout.")
-    p.add_argument("--days", type=float, default=7.0, help="simulated days (default 7)")
-    p.add_argument("--gpus", type=int, default=512, help="fleet size (default 512)")
+    p.add_argument("--days", type=float, default=None, help="simulated days (default 7; 1 with --short)")
+    p.add_argument("--gpus", type=int, default=None, help="fleet size (default 512; 128 with --short)")
     p.add_argument("--out", default="out/soak", metavar="DIR")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault-every-hours", type=float, default=None, metavar="H",
@@ -39,12 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from balancer.app.soak import SoakConfig, run_soak
     from balancer.errors import InputError
 
-    if args.short:
-        cfg = SoakConfig.short_run(seed=args.seed)
-        if "--days" in _given(args):
-            cfg = replace(cfg, days=args.days)
-    else:
-        cfg = SoakConfig(days=args.days, gpus=args.gpus, seed=args.seed)
+    cfg = SoakConfig.short_run(seed=args.seed) if args.short else SoakConfig(seed=args.seed)
+    if args.days is not None:
+        cfg = replace(cfg, days=args.days)
+    if args.gpus is not None:
+        cfg = replace(cfg, gpus=args.gpus)
     if args.fault_every_hours is not None:
         cfg = replace(cfg, fault_every_hours=args.fault_every_hours)
     if args.minutes_per_cycle is not None:
@@ -64,8 +63,3 @@ def run(args: argparse.Namespace) -> int:
     summary = run_soak(cfg, Path(args.out))
     return 0 if summary["all_held"] else 1
 
-
-def _given(args: argparse.Namespace) -> set[str]:
-    import sys
-
-    return {a.split("=")[0] for a in sys.argv[1:] if a.startswith("--")}
