@@ -586,7 +586,8 @@ def plan_capacity(
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, -math.inf)
-            if s.replicas - down_need >= band and held >= policy.min_hold_s and slope <= 0:
+            calm = slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
+            if s.replicas - down_need >= band and held >= policy.min_hold_s and calm:
                 target = down_need
                 reasons[p.name] = (
                     f"loan to training: p{round(policy.quantile * 100)} demand stays below "

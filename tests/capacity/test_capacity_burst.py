@@ -1,0 +1,157 @@
+"""The capacity planner's defences against what the forecast misses, and the policy file's `capacity` section.
+
+Burst floor (`rise_allowance`, `ServiceView.burst`), ramp projection, the latency safety net, no loans while demand
+rises, suspended jobs growing back, and `CapacityPolicy.from_config` end to end through `gputide simulate`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+import yaml
+
+from balancer import cli, config
+from balancer.model import Forecast, ScaleInference, ScaleTraining
+from balancer.plan.capacity import (
+    CapacityPolicy,
+    CapacityState,
+    CapacityView,
+    JobView,
+    ServiceCapacity,
+    ServiceView,
+    plan_capacity,
+    replicas_for,
+    rise_allowance,
+)
+
+LEAD = 360.0
+POLICY = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_frac=0.0, min_hold_s=0.0)
+PROFILE = ServiceCapacity(name="chat", rps_per_replica=10.0, warmup_s=300.0)
+
+
+def minutes(values):
+    return np.arange(len(values)) * 60.0, np.asarray(values, dtype=float)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ([100.0] * 30, 0.0),
+    ([100.0] * 10 + [150.0] * 20, 0.5),
+    ([100.0 + 10 * k for k in range(30)], 60 / 100),
+    ([100.0] * 10 + [80.0] * 20, 0.0),
+    ([1.0] * 29 + [2000.0], 3.0),
+], ids=["flat demand has no burst", "a 50% step is a 50% burst", "a ramp counts its rise within the lead only",
+        "a fall is no burst", "the allowance is capped"])
+def test_rise_allowance_is_the_largest_rise_within_the_lead(values, expected):
+    t, y = minutes(values)
+    assert rise_allowance(t, y, LEAD, cap=3.0) == pytest.approx(expected, rel=0.02)
+
+
+def test_rise_allowance_measures_quiet_levels_against_a_floor_of_the_mean():
+    t, y = minutes([100.0] * 20 + [1.0] * 10 + [2.0] * 10)  # a busy day, then a night doubling from 1 req/s
+    assert rise_allowance(t, y, LEAD, cap=3.0) == pytest.approx(1.0 / (0.05 * y.mean()))
+    assert rise_allowance(t[20:], y[20:], LEAD, cap=3.0) == pytest.approx(1.0), "a doubling when all is quiet"
+
+
+def svc(replicas, demand, *, burst=0.0, pressure=0.0):
+    return ServiceView(profile=PROFILE, demand_rps=demand, replicas=replicas, burst=burst,
+                       latency_pressure=pressure, gpus_by_model=MappingProxyType({"A100": replicas}))
+
+
+def cview(service, *, now=0.0, free=40, jobs=()):
+    training = sum(sum(j.gpus_by_model.values()) for j in jobs)
+    return CapacityView(time=now, free=MappingProxyType({"A100": free}), services=(service,), jobs=tuple(jobs),
+                        inference_gpus=service.replicas, training_gpus=training,
+                        total_gpus=service.replicas + training + free)
+
+
+def flat(level, now=0.0):
+    a = np.full(24, float(level))
+    return {"chat": Forecast(service="chat", issued_at=now, step_s=600.0, quantiles={0.5: a, 0.9: a, 0.99: a})}
+
+
+def target(decision, default):
+    return next((a.replicas for a in decision.actions if isinstance(a, ScaleInference)), default)
+
+
+@pytest.mark.parametrize(("burst", "expected"), [(0.0, 5), (0.5, 8), (1.0, 10)],
+                         ids=["no burst seen: the forecast decides", "50% bursts seen: 50% spare",
+                              "doubling seen: twice the demand"])
+def test_burst_floor_holds_spare_replicas_the_forecast_would_loan(burst, expected):
+    d = plan_capacity(cview(svc(12, 50.0, burst=burst)), flat(50.0), POLICY, CapacityState())
+    assert target(d, 12) == expected
+
+
+def test_latency_pressure_grows_the_service_at_once_then_waits_for_the_warm_up():
+    pol = replace(POLICY, emergency_pressure=0.5, emergency_step=0.25)
+    d = plan_capacity(cview(svc(8, 50.0, pressure=0.7)), flat(50.0), pol, CapacityState())
+    assert target(d, 8) == 10, "p99 at 70% of the SLO: +25% now, whatever the forecast says"
+    again = plan_capacity(cview(svc(10, 50.0, pressure=0.7), now=60.0), flat(50.0, 60.0), pol, d.state)
+    assert target(again, 10) == 10, "the replicas just added are still warming: no second step yet"
+    calm = plan_capacity(cview(svc(8, 50.0, pressure=0.3)), flat(50.0), pol, CapacityState())
+    assert target(calm, 8) <= 8
+
+
+def run_demand(demands, replicas=12):
+    state, out = CapacityState(), []
+    for k, dem in enumerate(demands):
+        d = plan_capacity(cview(svc(replicas, dem), now=60.0 * k), flat(30.0, 60.0 * k), POLICY, state)
+        state, replicas = d.state, target(d, replicas)
+        out.append(replicas)
+    return out
+
+
+def test_ramp_of_two_rises_is_met_ahead_but_a_single_step_is_not_projected():
+    ramp = run_demand([60.0, 65.0, 70.0])
+    assert ramp[-1] >= replicas_for(70.0 + 5 / 60 * 360, PROFILE, 0.0), "+5 req/s a minute, 6 min ahead"
+    step = run_demand([60.0, 90.0, 90.0])
+    assert step[-1] == replicas_for(90.0, PROFILE, 0.0), "a step is met at its level, not projected as a ramp"
+
+
+@pytest.mark.parametrize(("before", "loans"), [(41.0, True), (40.0, True), (39.0, False)],
+                         ids=["falling demand may be loaned", "flat demand may be loaned",
+                              "rising demand is never loaned, whatever the forecast"])
+def test_no_loans_while_demand_rises(before, loans):
+    state = CapacityState(last_demand=MappingProxyType({"chat": (-60.0, before, 0.0)}))
+    d = plan_capacity(cview(svc(12, 40.0)), flat(30.0), POLICY, state)
+    assert (target(d, 12) < 12) is loans
+
+
+def test_suspended_job_grows_back_on_idle_gpus():
+    gone = JobView(name="train-a", workers=0, elastic_max=8)
+    d = plan_capacity(cview(svc(5, 50.0), free=6, jobs=[gone]), flat(50.0), POLICY, CapacityState())
+    grown = [a for a in d.actions if isinstance(a, ScaleTraining)]
+    assert [(a.job, a.workers) for a in grown] == [("train-a", 6)]
+
+
+# ---- the policy file's capacity section ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ({}, CapacityPolicy()),
+    ({"headroom": 0.5}, replace(CapacityPolicy(), headroom=0.5)),
+    ({"headroom": 0.5, "enabled": True}, replace(CapacityPolicy(), headroom=0.5)),
+], ids=["defaults keep the planner's defaults", "a shared field is read", "fields the planner lacks are ignored"])
+def test_capacity_policy_reads_the_fields_it_shares_with_the_policy_file(spec, expected):
+    doc = {"apiVersion": config.API_VERSION, "kind": config.KIND, "spec": {"capacity": spec}}
+    assert CapacityPolicy.from_config(config.from_dict(doc).capacity) == expected
+
+
+def test_policy_file_changes_capacity_behaviour_in_gputide_simulate(tmp_path, capsys):
+    runs = {}
+    for name, headroom in (("default", None), ("roomy", 2.0)):
+        args = ["simulate", "--scenario", "tidal", "--policy", "gputide", "--days", "0.1", "--no-plots",
+                "--print", "json", "--out", str(tmp_path / name)]
+        if headroom is not None:
+            doc = {"apiVersion": config.API_VERSION, "kind": config.KIND,
+                   "spec": {"capacity": {"headroom": headroom}}}
+            (tmp_path / "policy.yaml").write_text(yaml.safe_dump(doc))
+            args += ["--policy-file", str(tmp_path / "policy.yaml")]
+        assert cli.main(args) == 0
+        capsys.readouterr()
+        runs[name] = json.loads((tmp_path / name / "summary.json").read_text())
+    assert runs["roomy"]["inference"]["gpu_hours"] > 1.1 * runs["default"]["inference"]["gpu_hours"]
+    assert runs["roomy"]["training"]["progress"] < runs["default"]["training"]["progress"]
