@@ -18,8 +18,11 @@ Policies (registered into `balancer.app.scenarios.POLICIES`):
 * ``reactive``: an HPA on current utilisation with the 5-minute downscale stabilisation window; GPUs it frees are
   loaned to training and reclaimed by preemption (`plan_reactive`).
 * ``gputide``: the reconcile loop's own ``gputide`` controller (hotspots, co-location) plus, when the scenario is
-  tidal, the forecast-driven capacity planner (`balancer.plan.capacity.plan_capacity`). The forecaster (MSTL by
-  default) is refitted every ``REFIT_S`` of simulated time and conditioned on each new trace step in between.
+  tidal, the forecast-driven capacity planner (`balancer.plan.capacity.plan_capacity`) with the policy file's
+  ``capacity`` section applied (`CapacityPolicy.from_config`). Its forecaster is the loop's `DemandForecaster`
+  (MSTL, conformal-calibrated quantiles, refitted every ``REFIT_S`` of simulated time and conditioned on each new
+  trace step in between); its burst allowance is learned from the demand it observed each cycle over the trailing
+  week (`RiseTracker`), seeded with the history before the window.
 
 All three act every 60 s through the same `SimActuator`.
 """
