@@ -47,6 +47,7 @@ class HotspotPolicy:
     release_margin_c: float = _f(12.0, "a reading is cool below slowdown temperature minus this", 0, 60)
     pool_imbalance_c: float = _f(0.0, "also hot when this far above the pool mean (0 disables)", 0, 60)
     thermal_bits: bool = _f(True, "a GPU reporting thermal slowdown (0x20/0x40) reads hot")
+    power_capping: bool = _f(True, "a GPU power-capped (0x04/0x80) at its default limit reads hot")
     hot_readings: int = _f(2, "N: consecutive hot readings before acting", 1, 100)
     cool_readings: int = _f(5, "M: consecutive cool readings before releasing", 1, 1000)
     migrate: bool = _f(True, "move movable workloads off hot GPUs")
