@@ -182,7 +182,43 @@ class Demo:
         ])
         r.image(split, self.out, "GPUs held by inference and by training over the days, per policy")
 
-    # ---- 4..5 ------------------------------------------------------------------------------------------------
+    # ---- 4: forecasting, honestly backtested ------------------------------------------------------------------
+    def forecast(self) -> None:
+        from balancer.forecast.backtest import backtest
+        from balancer.forecast.traces import load_demand
+
+        self.stage(4, "rolling-origin backtest of the demand forecasters on ServeGen m-small (14 days, 10-min steps)")
+        t0 = time.perf_counter()
+        y = load_demand(SERVEGEN_SMALL, "servegen")
+        scores, details = backtest(y, horizons_s=[3600, 4 * 3600], keep_paths=True)
+        self.say(f"  {len(scores)} model x horizon scores over {details['origins']} origins in "
+                 f"{time.perf_counter() - t0:.0f} s")
+        out = self.out / "forecast"
+        out.mkdir(parents=True, exist_ok=True)
+        pngs = []
+        for horizon in ("1h", "4h"):
+            path = details["paths"][("auto", horizon)]
+            pngs.append(demo_plots.forecast_vs_actual(
+                path["actual"], {0.5: path[0.5], 0.9: path[0.9]}, out, name=f"forecast_vs_actual_{horizon}.png",
+                title=f"ServeGen m-small: demand vs the auto forecast made {horizon} earlier (p50 line, p50-p90 band)"))
+        rows = [[s.model, s.horizon, s.mae, s.mase_seasonal, s.mase_persistence, s.coverage_p90] for s in scores]
+        self.summary["forecast"] = [s.as_dict() for s in scores]
+        for s in scores:
+            if s.model == "auto":
+                self.say(f"  auto {s.horizon}: MAE {s.mae:.1f} req/s, {s.mase_persistence:.2f} x persistence, "
+                         f"{s.mase_seasonal:.2f} x seasonal naive, p90 coverage {s.coverage_p90:.3f}")
+        r = self.report
+        r.section("4. Forecasting the tide",
+                  "Rolling-origin backtest: at every origin each model sees only the past (refitted daily, updated "
+                  "every step) and is scored on what came true; intervals are calibrated conformally on earlier "
+                  "residuals only. <code>auto</code> is the per-horizon ensemble weighted by recent error. MASE below "
+                  "1 beats the baseline.")
+        r.table(["model", "horizon", "MAE (req/s)", "MASE vs seasonal naive", "MASE vs persistence",
+                 "p90 coverage"], rows)
+        for png in pngs:
+            r.image(png, self.out, png.stem)
+
+    # ---- 5: placement on the Alibaba trace -------------------------------------------------------------------
     def finish(self) -> Path:
         (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
         path = self.report.write(self.out / "report.html")

@@ -118,8 +118,11 @@ def _label(seconds: float) -> str:
 
 def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[float] = (3600, 4 * 3600, DAY_S),
              min_train_days: float = 7.0, calib_days: float = 3.0, refit_every_s: float = DAY_S,
-             stride: int = 1) -> tuple[list[Score], dict]:
-    """Rolling-origin backtest of `models` on `y` (raw demand); returns scores and run details."""
+             stride: int = 1, keep_paths: bool = False) -> tuple[list[Score], dict]:
+    """Rolling-origin backtest of `models` on `y` (raw demand); returns scores and run details.
+
+    With `keep_paths`, `details["paths"][(model, horizon label)]` holds the scored forecasts as a DataFrame indexed
+    by the time they forecast (columns: actual, 0.5, 0.9, 0.99), for plots of forecast vs actual."""
     step = step_of(y)
     n = len(y)
     steps = np.array([max(int(round(h / step)), 1) for h in horizons_s])
@@ -164,6 +167,10 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
             cal[0.99] = np.maximum(cal[0.99], cal[0.9])
             ok = scored & np.isfinite(yt)
             mae = float(np.mean(np.abs(yt - p50)[ok]))
+            if keep_paths:
+                at = y.index[np.clip(target[scored], 0, n - 1)]
+                details.setdefault("paths", {})[(name, _label(float(h * step)))] = pd.DataFrame(
+                    {"actual": yt[scored], **{q: cal[q][scored] for q in QUANTILES}}, index=at)
             sn = float(np.mean(base_err[("seasonal_naive_daily", j)][ok]))
             pe = float(np.mean(base_err[("persistence", j)][ok]))
             scores.append(Score(
