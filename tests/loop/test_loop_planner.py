@@ -183,14 +183,13 @@ def test_power_capping_is_a_hot_signal_with_hysteresis(readings, expected):
 
 
 def test_a_policy_can_switch_the_power_capping_signal_off():
-    from dataclasses import asdict, replace
-    from types import SimpleNamespace
+    from dataclasses import replace
 
     from balancer.plan import hotspots
 
     base = BalancerPolicy()
-    off = replace(base, hotspots=SimpleNamespace(**asdict(base.hotspots), power_capping=False))
-    on = replace(base, hotspots=SimpleNamespace(**asdict(base.hotspots), power_capping=True))
+    off = replace(base, hotspots=replace(base.hotspots, power_capping=False))
+    on = replace(base, hotspots=replace(base.hotspots, power_capping=True))
     s = snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: CAP})
     for policy, expected in ((off, False), (on, True)):
         state = hotspots.detect(s, policy, hotspots.detect(s, policy, hotspots.HotspotState()))
