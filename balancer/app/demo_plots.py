@@ -134,3 +134,20 @@ def capacity_split(runs: Mapping[str, Any], out: Path, *, inference_cols: Sequen
     path = out / "capacity_split.png"
     fig.savefig(path, dpi=100)
     return path
+
+
+def placement_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], out: Path) -> Path:
+    """Unallocated GPU % against arrived workload (% of capacity), one line per policy."""
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for name, (levels, unalloc) in curves.items():
+        ax.plot(levels, unalloc, label=name, lw=1.2)
+    ax.set_xlim(60, max(max(lv) for lv, _ in curves.values()))
+    ax.set_ylim(0, 40)
+    ax.axvline(100, color="grey", ls=":")
+    ax.set_xlabel("arrived GPU requests (% of cluster capacity)")
+    ax.set_ylabel("unallocated GPUs (%)")
+    ax.legend(fontsize=8)
+    path = out / "placement_unallocated.png"
+    fig.savefig(path, dpi=100)
+    return path
