@@ -1,0 +1,53 @@
+"""The demo's live story, shortened: through the real Prometheus, the controller acts on the cooling fault and
+holds still while the exporter is down; the report renders with real images."""
+
+from __future__ import annotations
+
+import pytest
+
+from balancer.app.demo import Demo
+from balancer.app.demo_live import run_live
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from tests.conftest import require_binary
+
+    require_binary("prometheus")
+    out = tmp_path_factory.mktemp("live")
+    res, _ = run_live(out, cycles=16, fault_cycle=1, outage=(11, 14), say=lambda _line: None)
+    return out, res
+
+
+def test_the_controller_acts_on_the_cooling_fault_with_reasons(live):
+    _out, res = live
+    assert res.actions, "the controller did nothing about the hot node"
+    assert all(a["reason"] for a in res.actions)
+    assert {a["kind"] for a in res.actions} & {"migrate", "power_limit", "taint_node"}
+    assert max(res.hot_gpu_cycles) > 0 and res.hot_gpu_cycles[-1] < max(res.hot_gpu_cycles)
+
+
+def test_the_controller_holds_still_while_the_exporter_is_down(live):
+    _out, res = live
+    assert res.holds and all(h["reason"] == "missing_telemetry" for h in res.holds)
+    held = {h["cycle"] for h in res.holds}
+    assert not [a for a in res.actions if a["cycle"] in held]
+    assert "GpuTemperatureHigh" in res.alerts_seen or "GpuNearSlowdownTemperature" in res.alerts_seen
+
+
+def test_the_audit_log_records_every_action(live):
+    out, res = live
+    lines = (out / "audit.jsonl").read_text().splitlines()
+    assert sum('"outcome": "applied"' in line for line in lines) == len(res.actions)
+
+
+def test_the_hotspot_stage_writes_a_report_with_its_table_and_plots(tmp_path):
+    demo = Demo(tmp_path, quick=True, say=lambda _line: None)
+    demo.hotspot()
+    html = demo.finish().read_text()
+    assert "GPU-seconds above slowdown" in html
+    assert html.count("<img") >= 2
+    none, ours = demo.summary["hotspot"]["none"], demo.summary["hotspot"]["gputide"]
+    assert ours["thermal"]["gpu_seconds_above_slowdown"] < 0.1 * none["thermal"]["gpu_seconds_above_slowdown"]
