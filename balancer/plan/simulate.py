@@ -16,6 +16,14 @@ projection moves its temperature by ``R * dP`` when power moves. The objective (
 training, SLO pressure and a small cost per migration. `simulate_plan` keeps an action only if it fits and
 lowers the objective, so a plan is never worse than doing nothing; the measured change is the action's
 `expected_gain`.
+
+Trying a proposal must not cost O(fleet): a fleet with 1 % of its nodes hot has proposals in proportion to its
+size, so copying the per-GPU arrays per proposal made a cycle O(n^2). Instead the projection keeps an undo log:
+`checkpoint()` marks it, `apply` records the old value of every element, dict entry and set member it writes, and
+`rollback(mark)` puts them back. The objective's terms are kept as running totals updated from the elements an
+action touches (`running_objective()`), so measuring a proposal costs what the action touches, not what the
+fleet holds; `objective()` still recomputes everything from the arrays. The clone-per-proposal path is kept as
+`simulate_plan(..., reference=True)`: the property tests check both paths keep the same actions with the same gains.
 """
 
 from __future__ import annotations
@@ -106,8 +114,30 @@ def _usage(s: ClusterSnapshot) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     return used, declared, dict(workers)
 
 
+_MISSING = object()
+# running totals and counters that a rollback restores as a whole (cheaper than logging every update)
+_SCALARS = ("migrations", "shrunk_workers", "_thermal", "_throttle", "_untainted", "_needless", "_slo")
+
+
+def _undo_array(arr: np.ndarray, idx: np.ndarray | int, old: np.ndarray) -> None:
+    arr[idx] = old
+
+
+def _undo_item(d: dict, key: object, old: object) -> None:
+    if old is _MISSING:
+        d.pop(key, None)
+    else:
+        d[key] = old
+
+
+def _undo_member(s: set, item: object, present: bool) -> None:
+    (s.add if present else s.discard)(item)
+
+
 class Projection:
     """Working copy of a snapshot that actions are applied to (never the snapshot itself)."""
+
+    _scan_sharing = False   # True on the reference path's clones
 
     def __init__(self, snapshot: ClusterSnapshot, policy: BalancerPolicy,
                  hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None,
@@ -142,6 +172,52 @@ class Projection:
         self.hot_nodes = set(hot_nodes)
         self.migrations = 0
         self.slo_ratio = {k: v.p99_latency_s / v.slo_latency_s for k, v in s.services.items() if v.slo_latency_s > 0}
+        self._log: list[tuple] | None = None   # undo entries while a checkpoint is open
+        self._moved: set[str] = set()          # workloads this projection migrated
+        self._sharing: dict[int, list[tuple[str, str]]] | None = None
+        self._reset_totals()
+
+    def _reset_totals(self) -> None:
+        """Running objective terms, recomputed from the arrays (see `running_objective`)."""
+        self._thermal = float(np.maximum(self.temp - self.hot_line, 0.0).sum())
+        self._throttle = float(((self.tdp - self.limit) / self.tdp).sum())
+        self._untainted = len(self.hot_nodes - self.tainted)
+        self._needless = len(self.tainted - self.hot_nodes)
+        pressure = self.policy.colocation.slo_pressure
+        self._slo = sum(max(r - pressure, 0.0) for r in self.slo_ratio.values())
+
+    # -- undo log ---------------------------------------------------------------------------------------------------
+    def checkpoint(self) -> tuple[int, tuple]:
+        """Start (or extend) the undo log; `rollback` to the returned mark undoes everything applied since."""
+        if self._log is None:
+            self._log = []
+        return len(self._log), tuple(getattr(self, k) for k in _SCALARS)
+
+    def rollback(self, mark: tuple[int, tuple]) -> None:
+        n, scalars = mark
+        log = self._log or []
+        while len(log) > n:
+            fn, *args = log.pop()
+            fn(*args)
+        for k, v in zip(_SCALARS, scalars, strict=True):
+            setattr(self, k, v)
+
+    def _put(self, arr: np.ndarray, idx: np.ndarray | int, values: np.ndarray | float) -> None:
+        if self._log is not None:
+            self._log.append((_undo_array, arr, idx, np.copy(arr[idx])))
+        arr[idx] = values
+
+    def _set_item(self, d: dict, key: object, value: object) -> None:
+        if self._log is not None:
+            self._log.append((_undo_item, d, key, d.get(key, _MISSING)))
+        d[key] = value
+
+    def _set_member(self, s: set, item: object, present: bool) -> None:
+        if (item in s) == present:
+            return
+        if self._log is not None:
+            self._log.append((_undo_member, s, item, not present))
+        (s.add if present else s.discard)(item)
 
     # -- objective ------------------------------------------------------------------------------------------------
     def objective(self) -> float:
@@ -154,6 +230,12 @@ class Projection:
         slo = W_SLO * sum(max(r - pressure, 0.0) for r in self.slo_ratio.values())
         return thermal + taints + throttle + shrunk + slo + MIGRATION_COST * self.migrations
 
+    def running_objective(self) -> float:
+        """`objective()` from running totals: O(1), equal to it up to float rounding."""
+        return (self._thermal + W_UNTAINTED_HOT_NODE * self._untainted + W_NEEDLESS_TAINT * self._needless
+                + W_THROTTLE * self._throttle + W_TRAINING_WORKER * self.shrunk_workers + W_SLO * self._slo
+                + MIGRATION_COST * self.migrations)
+
     # -- power and temperature ------------------------------------------------------------------------------------
     def workload_power(self, name: str) -> float:
         """Estimated watts a workload adds to each of its GPUs (its milli share of the GPU's dynamic power)."""
@@ -164,8 +246,11 @@ class Projection:
 
     def _set_power(self, gpus: np.ndarray, power: np.ndarray) -> None:
         power = np.minimum(np.maximum(power, self.idle[gpus]), self.limit[gpus])
-        self.temp[gpus] += self.r[gpus] * (power - self.power[gpus])
-        self.power[gpus] = power
+        u = np.unique(gpus)
+        before = float(np.maximum(self.temp[u] - self.hot_line[u], 0.0).sum())
+        self._put(self.temp, gpus, self.temp[gpus] + self.r[gpus] * (power - self.power[gpus]))
+        self._put(self.power, gpus, power)
+        self._thermal += float(np.maximum(self.temp[u] - self.hot_line[u], 0.0).sum()) - before
 
     # -- actions ----------------------------------------------------------------------------------------------------
     def apply(self, action: Action) -> str | None:
@@ -177,14 +262,21 @@ class Projection:
         if isinstance(action, ScaleTraining):
             return self._scale_training(action)
         if isinstance(action, TaintNode):
-            if action.remove:
-                self.tainted.discard(action.node)
-            else:
-                self.tainted.add(action.node)
+            self._taint(action.node, not action.remove)
             return None
         if isinstance(action, ScaleInference):
             return None if action.replicas >= 0 else "negative replicas"
         return f"unknown action {action.kind}"
+
+    def _taint(self, node: str, present: bool) -> None:
+        if (node in self.tainted) == present:
+            return
+        self._set_member(self.tainted, node, present)
+        step = -1 if present else 1   # tainting a hot node fixes it; tainting a cool one is needless
+        if node in self.hot_nodes:
+            self._untainted += step
+        else:
+            self._needless -= step
 
     def _power_limit(self, a: SetPowerLimit) -> str | None:
         if not 0 <= a.gpu < len(self.limit):
@@ -195,7 +287,8 @@ class Projection:
         capped = self.power[g] >= self.limit[g] - 1.0
         # a capped GPU wants more than it gets: assume it would draw 90% of TDP when the cap is lifted
         demand = max(self.power[g], 0.9 * self.tdp[g]) if capped else self.power[g]
-        self.limit[g] = a.watts
+        self._throttle += (self.tdp[g] - a.watts) / self.tdp[g] - (self.tdp[g] - self.limit[g]) / self.tdp[g]
+        self._put(self.limit, g, a.watts)
         self._set_power(np.array([g]), np.array([demand]))
         return None
 
@@ -218,13 +311,14 @@ class Projection:
         watts = self.workload_power(a.workload)
         src = np.asarray(a.source_gpus, dtype=np.int64)
         # reserve the target first, then release the source: the workload always has a place to run
-        self.milli[t] += w.gpu_milli
-        self.mem[t] += w.gpu_memory_mib
+        self._put(self.milli, t, self.milli[t] + w.gpu_milli)
+        self._put(self.mem, t, self.mem[t] + w.gpu_memory_mib)
         self._set_power(t, self.power[t] + watts * float(self.tdp[t].mean() / max(self.tdp[src].mean(), 1.0)))
-        self.milli[src] -= w.gpu_milli
-        self.mem[src] = np.maximum(self.mem[src] - w.gpu_memory_mib, 0.0)
+        self._put(self.milli, src, self.milli[src] - w.gpu_milli)
+        self._put(self.mem, src, np.maximum(self.mem[src] - w.gpu_memory_mib, 0.0))
         self._set_power(src, self.power[src] - watts)
-        self.placements[a.workload] = tuple(a.target_gpus)
+        self._set_item(self.placements, a.workload, tuple(a.target_gpus))
+        self._set_member(self._moved, a.workload, True)
         self.migrations += 1
         return None
 
@@ -239,7 +333,7 @@ class Projection:
         base = self.base_workers.get(a.job, current)
         self.shrunk_workers += max(base - a.workers, 0) - max(base - current, 0)
         if a.workers > current:
-            self.workers[a.job] = a.workers  # growth: capacity is the scheduler's business; no projection
+            self._set_item(self.workers, a.job, a.workers)  # growth: capacity is the scheduler's business; no projection
             return None
         drop = current - a.workers
         if drop and members:
@@ -247,16 +341,41 @@ class Projection:
             for w in members:
                 g = np.asarray(self.placements[w.name])
                 self._set_power(g, self.power[g] - frac * self.workload_power(w.name))
-            for svc in self._services_sharing(members):
-                self.slo_ratio[svc] *= 1.0 - INTERFERENCE_RELIEF * frac
-        self.workers[a.job] = a.workers
+            pressure = self.policy.colocation.slo_pressure
+            sharing = self._services_sharing_scan if self._scan_sharing else self._services_sharing
+            for svc in sharing(members):
+                old = self.slo_ratio[svc]
+                new = old * (1.0 - INTERFERENCE_RELIEF * frac)
+                self._slo += max(new - pressure, 0.0) - max(old - pressure, 0.0)
+                self._set_item(self.slo_ratio, svc, new)
+        self._set_item(self.workers, a.job, a.workers)
         return None
 
-    def _services_sharing(self, members: Sequence[Workload]) -> set[str]:
+    def _services_sharing_scan(self, members: Sequence[Workload]) -> set[str]:
+        """The original scan over every workload (the reference path's; O(workloads) per shrink)."""
         gpus = {g for w in members for g in self.placements[w.name]}
         return {w.owner for w in self.snapshot.workloads
                 if w.workload_class == WorkloadClass.INFERENCE and w.owner in self.slo_ratio
                 and gpus.intersection(self.placements.get(w.name, ()))}
+
+    def _services_sharing(self, members: Sequence[Workload]) -> set[str]:
+        """Services (with an SLO) that have an inference workload on a GPU of `members`, where they run now."""
+        if not self.slo_ratio:
+            return set()
+        if self._sharing is None:   # GPU -> (name, service) of inference workloads, as the snapshot placed them
+            self._sharing = {}
+            for w in self.snapshot.workloads:
+                if w.workload_class == WorkloadClass.INFERENCE and w.owner in self.slo_ratio:
+                    for g in self.snapshot.placements.get(w.name, ()):
+                        self._sharing.setdefault(g, []).append((w.name, w.owner))
+        gpus = {g for w in members for g in self.placements[w.name]}
+        cands = {c for g in gpus for c in self._sharing.get(g, ())}
+        # a workload this projection migrated may sit on these GPUs now (its snapshot entry is re-checked below)
+        for name in self._moved:
+            w = self.snapshot.workload_by_name[name]
+            if w.workload_class == WorkloadClass.INFERENCE and w.owner in self.slo_ratio:
+                cands.add((name, w.owner))
+        return {owner for name, owner in cands if gpus.intersection(self.placements.get(name, ()))}
 
     def clone(self) -> Projection:
         q = Projection.__new__(Projection)
@@ -267,6 +386,8 @@ class Projection:
         q.workers = dict(self.workers)
         q.tainted = set(self.tainted)
         q.slo_ratio = dict(self.slo_ratio)
+        q._moved = set(self._moved)
+        q._log = None
         return q
 
 
@@ -280,14 +401,49 @@ class SimulationResult:
 
 def simulate_plan(snapshot: ClusterSnapshot, actions: Sequence[Action], policy: BalancerPolicy, *,
                   hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None,
-                  projection: Projection | None = None) -> SimulationResult:
-    """Apply `actions` in order to a projection; keep those that fit and improve the objective."""
+                  projection: Projection | None = None, reference: bool = False) -> SimulationResult:
+    """Apply `actions` in order to a projection; keep those that fit and improve the objective.
+
+    Each action is applied in place and rolled back from the undo log when it does not fit or does not help;
+    a `projection` passed in is left as it came. `reference=True` runs the original clone-per-action path.
+    """
     proj = projection or Projection(snapshot, policy, hot_nodes, tainted)
+    if reference:
+        return _simulate_cloning(proj, actions)
+    start = proj.checkpoint()
+    before = proj.objective()
+    current = running = proj.running_objective()
+    kept: list[Action] = []
+    dropped: list[tuple[Action, str]] = []
+    for action in actions:
+        mark = proj.checkpoint()
+        why = proj.apply(action)
+        if why is not None:
+            proj.rollback(mark)
+            dropped.append((action, why))
+            continue
+        after = proj.running_objective()
+        gain = running - after
+        if gain <= 1e-9:
+            proj.rollback(mark)
+            dropped.append((action, f"does not improve the objective ({current:.3g} -> {current - gain:.3g})"))
+            continue
+        kept.append(replace(action, expected_gain=round(gain, 6)))
+        running, current = after, current - gain
+    if projection is not None:
+        proj.rollback(start)
+        proj._log = None
+    return SimulationResult(tuple(kept), tuple(dropped), before, current)
+
+
+def _simulate_cloning(proj: Projection, actions: Sequence[Action]) -> SimulationResult:
+    """The original path: every action on a fresh clone (O(fleet) per action); the reference for the tests."""
     before = current = proj.objective()
     kept: list[Action] = []
     dropped: list[tuple[Action, str]] = []
     for action in actions:
         trial = proj.clone()
+        trial._scan_sharing = True
         why = trial.apply(action)
         if why is not None:
             dropped.append((action, why))
