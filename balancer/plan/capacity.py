@@ -560,6 +560,11 @@ def plan_capacity(
         ramp = min(s.demand_rps + trend * (p.warmup_s + view.time - t0), s.demand_rps * policy.max_level_correction)
         # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
         now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp), p, policy.headroom)
+        # speculative spare (bursts, ramps, forecast quantiles) never beyond what static sizing for the peak
+        # would hold, unless the demand now needs more
+        cap = max(p.home_replicas, replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else None
+        if cap is not None:
+            now_need = min(now_need, cap)
         settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
         if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
             now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
@@ -573,6 +578,7 @@ def plan_capacity(
         level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
         peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, lead)
         up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
+        up_need = min(up_need, cap) if cap is not None else up_need
         target = s.replicas
         if up_need > s.replicas:
             target = up_need
