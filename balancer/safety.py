@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 
@@ -161,13 +163,17 @@ class SafetyGuard:
             if dst != src:
                 per_node[dst] = per_node.get(dst, 0) + 1
             per_owner[owner] = per_owner.get(owner, 0) + 1
+        # replicas placed per owner: only PodDisruptionBudgets read it, so it is counted only when there are some
         healthy: dict[str, int] = {}
-        for w in snapshot.workloads:
-            if w.name in snapshot.placements:
-                healthy[w.owner or w.name] = healthy.get(w.owner or w.name, 0) + 1
+        if self.pdbs:
+            for w in snapshot.workloads:
+                if w.name in snapshot.placements:
+                    healthy[w.owner or w.name] = healthy.get(w.owner or w.name, 0) + 1
+        actions = list(actions)
+        ctx = _Context(snapshot, actions)
         for a in actions:
             try:
-                self._check_one(a, snapshot, ledger, now, stopped)
+                self._check_one(a, ctx, ledger, now, stopped)
                 if len(accepted) >= p.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{p.max_actions_per_cycle} actions already accepted this cycle")
                 ev = _evictions(a)
@@ -196,11 +202,12 @@ class SafetyGuard:
                 rejected.append((a, exc))
         return Review(tuple(accepted), tuple(rejected))
 
-    def _check_one(self, a: Action, s: ClusterSnapshot, ledger: SafetyLedger, now: float, stopped: bool) -> None:
+    def _check_one(self, a: Action, ctx: _Context, ledger: SafetyLedger, now: float, stopped: bool) -> None:
         p = self.policy
+        s = ctx.snapshot
         if stopped:
             raise EmergencyStop("emergency stop is set")
-        for w in _touched(a, s):
+        for w in ctx.touched(a):
             if w.protected or w.namespace in p.protected_namespaces:
                 raise ProtectedWorkload(f"{w.name} is protected")
             if isinstance(a, Migrate) and not w.movable:
@@ -208,7 +215,7 @@ class SafetyGuard:
             if w.namespace in self.stopped_namespaces:
                 raise EmergencyStop(f"namespace {w.namespace} is stopped")
         for node in _nodes(a, s):
-            n = next((x for x in s.nodes if x.name == node), None)
+            n = ctx.node(node)
             if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
                 raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
         if a.expected_gain < p.min_expected_gain:
@@ -245,17 +252,45 @@ class SafetyGuard:
         return SafetyLedger(MappingProxyType(last), tuple(evictions), tuple(migrations))
 
 
-def _touched(a: Action, s: ClusterSnapshot) -> list:
-    if isinstance(a, Migrate):
-        w = s.workload_by_name.get(a.workload)
-        return [w] if w else []
-    if isinstance(a, ScaleTraining):
-        return list(s.workloads_by_owner.get(a.job, ()))
-    if isinstance(a, ScaleInference):
-        return list(s.workloads_by_owner.get(a.service, ()))
-    if isinstance(a, SetPowerLimit):
-        return list(s.workloads_on(a.gpu))
-    return []
+class _Context:
+    """What one review looks up per action, indexed once: nodes by name, and the workloads on the GPUs that the
+    review's power-limit actions touch (one vectorised pass over the placements, not an index of every GPU)."""
+
+    def __init__(self, s: ClusterSnapshot, actions: list[Action]) -> None:
+        self.snapshot = s
+        self._nodes: dict[str, object] | None = None
+        wanted = sorted({a.gpu for a in actions if isinstance(a, SetPowerLimit)})
+        self._on_gpu: dict[int, list] = {g: [] for g in wanted}
+        if wanted:
+            ws = s.workloads
+            gpus = list(map(s.placements.get, map(attrgetter("name"), ws), repeat(())))
+            counts = np.fromiter(map(len, gpus), dtype=np.int64, count=len(ws))
+            idx = np.fromiter(chain.from_iterable(gpus), dtype=np.int64, count=int(counts.sum()))
+            owner = np.repeat(np.arange(len(ws)), counts)
+            hit = np.isin(idx, wanted)
+            # in the order of `workloads`, each workload once per GPU (as ClusterSnapshot.workloads_on answers)
+            for g, i in dict.fromkeys(zip(idx[hit].tolist(), owner[hit].tolist(), strict=True)):
+                self._on_gpu[g].append(ws[i])
+
+    def node(self, name: str):
+        if self._nodes is None:
+            self._nodes = {}
+            for n in self.snapshot.nodes:   # the first node of a name wins, as a scan would find it
+                self._nodes.setdefault(n.name, n)
+        return self._nodes.get(name)
+
+    def touched(self, a: Action) -> list:
+        s = self.snapshot
+        if isinstance(a, Migrate):
+            w = s.workload_by_name.get(a.workload)
+            return [w] if w else []
+        if isinstance(a, ScaleTraining):
+            return list(s.workloads_by_owner.get(a.job, ()))
+        if isinstance(a, ScaleInference):
+            return list(s.workloads_by_owner.get(a.service, ()))
+        if isinstance(a, SetPowerLimit):
+            return list(self._on_gpu.get(a.gpu, ()))
+        return []
 
 
 def _nodes(a: Action, s: ClusterSnapshot) -> set[str]:

@@ -81,13 +81,22 @@ def build_snapshot(n_gpus: int, per_gpu: int = 2, seed: int = 0):
 
 
 class PrebuiltSource:
-    """Observe: returns the same immutable snapshot, re-stamped with the clock's time (no I/O)."""
+    """Observe: a new snapshot object with the prebuilt one's content on every call (no I/O, no array copies).
+
+    A real source builds a new snapshot every cycle, so anything cached on the snapshot (its indexes by GPU, owner
+    and name) is rebuilt every cycle; handing back the same object would let those caches make later cycles look
+    cheaper than they are.
+    """
 
     def __init__(self, snapshot, clock) -> None:
         self.snapshot_, self.clock = snapshot, clock
 
     def snapshot(self):
-        return self.snapshot_
+        from dataclasses import fields
+
+        fresh = object.__new__(type(self.snapshot_))
+        fresh.__dict__.update({f.name: getattr(self.snapshot_, f.name) for f in fields(self.snapshot_)})
+        return fresh
 
 
 def _reconciler(snap):
