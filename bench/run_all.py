@@ -29,13 +29,15 @@ def _modules() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only", default="", help="comma-separated bench names, e.g. sim,forecast")
+    parser.add_argument("--assemble", action="store_true",
+                        help="run nothing: rebuild RESULTS.md from the sections in bench/results/")
     args = parser.parse_args(argv)
     only = {s for s in args.only.split(",") if s}
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     failed: list[str] = []
     for name in _modules():
-        if only and name not in only:
+        if args.assemble or (only and name not in only):
             continue
         print(f"== bench {name} ==", flush=True)
         t0 = time.perf_counter()
@@ -46,9 +48,12 @@ def main(argv: list[str] | None = None) -> int:
             section = f"## {name}\n\nFAILED: {type(exc).__name__}: {exc}\n"
         (results / f"{name}.md").write_text(section.rstrip() + "\n")
         print(f"   {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    how = ("Assembled by `.venv/bin/python -m bench.run_all --assemble` from the latest section of each benchmark "
+           "in bench/results/ (each ran on its own, with the command it names)" if args.assemble else
+           "Written by `make bench` (`.venv/bin/python -m bench.run_all`)")
     header = (
         "# Benchmark results\n\n"
-        f"Written by `make bench` (`.venv/bin/python -m bench.run_all`) on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"{how} on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n"
         "Every figure is measured in the same run as its baseline; each section names the command that produced it.\n"
     )
