@@ -216,3 +216,41 @@ def test_assign_refuses_to_overcommit():
         state.assign(0, (0,), 400, 0, 0)
     with pytest.raises(ValueError, match="over-commits"):
         state.assign(0, (), 0, 2000, 0)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected", "why"),
+    [
+        (
+            [(32000, 64000, [1000, 1000], "T4"), (32000, 64000, [0, 0], "T4")],
+            1,
+            "a node with no idle GPU loses nothing to a CPU-only pod",
+        ),
+        (
+            [(16000, 64000, [1000, 1000], "T4"), (64000, 64000, [1000, 1000], "T4")],
+            1,
+            "among nodes with idle GPUs, keep the most CPU per idle GPU",
+        ),
+    ],
+    ids=["full-gpu-node-first", "most-cpu-per-idle-gpu"],
+)
+def test_gputide_places_cpu_only_pods_where_they_strand_fewest_gpus(nodes, expected, why):
+    state = cluster(*nodes)
+    placement = Scheduler(state, "gputide", MIX).place(PodRequest(8000, 1000))
+    assert placement is not None and placement.node == expected, why
+
+
+@pytest.mark.parametrize(
+    ("options", "types", "mem"),
+    [({}, 2, [8000, 8000]), ({"key_cpu": True, "memory": False}, 3, [0, 0, 0])],
+    ids=["shape-keyed", "fgd-authors-keyed"],
+)
+def test_workload_mix_keying(options, types, mem):
+    pods = [PodRequest(4000, 8000, 1, 500)] * 2 + [
+        PodRequest(8000, 8000, 1, 500),
+        PodRequest(4000, 8000, 2, 1000),
+    ]
+    mix = WorkloadMix.from_pods(pods, **options)
+    assert len(mix) == types
+    assert sorted(mix.mem.tolist()) == mem
+    assert abs(mix.weight.sum() - 1) < 1e-9

@@ -40,13 +40,26 @@ class WorkloadMix:
     allowed: tuple[tuple[str, ...] | None, ...]
 
     @classmethod
-    def from_pods(cls, pods: Iterable[PodRequest], *, include_cpu_only: bool = True, coverage: float = 1.0):
-        """Group pods by GPU shape and model constraint; keep the most popular types up to `coverage`."""
+    def from_pods(
+        cls,
+        pods: Iterable[PodRequest],
+        *,
+        include_cpu_only: bool = True,
+        coverage: float = 1.0,
+        key_cpu: bool = False,
+        memory: bool = True,
+    ):
+        """Group pods by GPU shape and model constraint; keep the most popular types up to `coverage`.
+
+        `key_cpu` adds the CPU request to the key, as the FGD authors' simulator does (their `PodResource` is
+        CPU, GPU milli, GPU count and GPU type); `memory=False` leaves memory out of the measure, as they do.
+        """
         groups: dict[tuple, list[PodRequest]] = {}
         for pod in pods:
             if pod.num_gpu == 0 and not include_cpu_only:
                 continue
-            groups.setdefault((pod.num_gpu, pod.gpu_milli, pod.allowed_models), []).append(pod)
+            key = (pod.num_gpu, pod.gpu_milli, pod.allowed_models) + ((pod.cpu_milli,) if key_cpu else ())
+            groups.setdefault(key, []).append(pod)
         if not groups:
             return cls(*(np.zeros(0, dtype=np.int64) for _ in range(4)), np.zeros(0), ())
         counts = Counter({key: len(members) for key, members in groups.items()})
@@ -61,7 +74,9 @@ class WorkloadMix:
         weight = np.array([len(m) for m in members], dtype=float)
         return cls(
             cpu=np.array([int(np.median([p.cpu_milli for p in m])) for m in members], dtype=np.int64),
-            mem=np.array([int(np.median([p.memory_mib for p in m])) for m in members], dtype=np.int64),
+            mem=np.array(
+                [int(np.median([p.memory_mib for p in m])) if memory else 0 for m in members], dtype=np.int64
+            ),
             num_gpu=np.array([k[0] for k in kept], dtype=np.int64),
             milli=np.array([k[1] for k in kept], dtype=np.int64),
             weight=weight / weight.sum(),

@@ -168,6 +168,20 @@ class HeterogeneityFit:
         return np.append(share, 0)[s.model[c.node]]
 
 
+class CpuOnlyFit:
+    """CPU-only pods go where they strand the fewest GPUs: nodes with no idle GPU first, then nodes that keep the
+    most CPU per idle GPU. FGD's measure is blind here (moving CPU rarely changes it), so its ties are random,
+    and on the Alibaba lists with many CPU-only pods random CPU placement strands whole GPU nodes without CPU."""
+
+    def score(self, c: Candidates) -> np.ndarray:
+        if c.pod.num_gpu:
+            return np.zeros(len(c))
+        s, n = c.state, c.node
+        idle = np.where(s.gpu_exists[n], np.clip(s.gpu_free[n], 0, None), 0).sum(axis=1) / MILLI
+        cpu_left = (s.cpu_free[n] - c.pod.cpu_milli) / np.maximum(s.cpu_total[n], 1)
+        return np.where(idle > 0, cpu_left / (idle + 1.0), 2.0)
+
+
 class DotProduct:
     """Tetris-style alignment of the request with what the node has left (FGD's DotProd baseline)."""
 

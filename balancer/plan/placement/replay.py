@@ -135,7 +135,11 @@ def replay(
     pol = get_policy(policy)
     state = nodes.copy()
     capacity = state.total_gpu_milli
-    mix = WorkloadMix.from_pods(pods, include_cpu_only=pol.mix_cpu_only) if pol.needs_mix else None
+    mix = (
+        WorkloadMix.from_pods(pods, include_cpu_only=pol.mix_cpu_only, **dict(pol.mix_options))
+        if pol.needs_mix
+        else None
+    )
     sched = Scheduler(state, pol, mix, rng=np.random.default_rng(seed + 1_000_003))
     order = arrival_order(pods, capacity, inflate, seed)
     ledger = defragmenter.new_ledger(state) if defragmenter is not None else None
