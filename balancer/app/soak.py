@@ -76,7 +76,7 @@ class SoakConfig:
     gpus: int = 512
     seed: int = 0
     fault_every_hours: float = 4.0
-    minutes_per_cycle: float = 15.0
+    minutes_per_cycle: float = 20.0
     scrape_interval: str = "1s"
     short: bool = False
     kube: bool = True                 # use the in-test Kubernetes API when the source checkout has it

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fault-every-hours", type=float, default=None, metavar="H",
                    help="simulated hours between faults (default 4; 2 with --short)")
     p.add_argument("--minutes-per-cycle", type=float, default=None, metavar="M",
-                   help="simulated minutes per reconcile cycle (default 15; 20 with --short)")
+                   help="simulated minutes per reconcile cycle (default 20)")
     p.add_argument("--short", action="store_true",
                    help="1 simulated day on 128 GPUs, every fault class once (about 2 minutes)")
     p.add_argument("--no-kube", action="store_true", help="skip the Kubernetes API fault classes")
