@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -39,6 +39,7 @@ from balancer.model import ClusterSnapshot, WorkloadClass
 from balancer.plan.defrag import fragmentation_by_model
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.state import MILLI, NO_GPU, ClusterState
+from balancer.plan.simulate import workload_columns
 
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        "emergency_stop")
@@ -156,9 +157,6 @@ class FleetUsage:
     waiting_jobs: frozenset[str] = field(default_factory=frozenset)
 
 
-_CLASS_CODE = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 1, WorkloadClass.BATCH: 2}
-
-
 def _column(items, attr: str) -> np.ndarray:
     """One integer attribute of every item, as an array."""
     return np.fromiter(map(attrgetter(attr), items), dtype=np.int64, count=len(items))
@@ -196,10 +194,8 @@ def _topology(s: ClusterSnapshot) -> _Topology:
 def fleet_usage(s: ClusterSnapshot) -> FleetUsage:
     """Capacity by class, fragmentation per GPU model and waiting training jobs (see the module docstring)."""
     n, ws = s.n_gpus, s.workloads
-    cols = _Columns.of(ws)
-    gpus = list(map(s.placements.get, map(attrgetter("name"), ws), repeat(())))
-    counts = np.fromiter(map(len, gpus), dtype=np.int64, count=len(ws))
-    idx = np.fromiter(chain.from_iterable(gpus), dtype=np.int64, count=int(counts.sum()))
+    cols = _Columns.of(s)
+    counts, idx = cols.counts, cols.idx
     per_gpu = np.repeat(np.arange(len(ws)), counts)          # workload of each (workload, GPU) pair
     has_inf = np.bincount(idx[cols.cls[per_gpu] == 0], minlength=n) > 0
     has_any = np.bincount(idx, minlength=n) > 0
@@ -216,21 +212,21 @@ def fleet_usage(s: ClusterSnapshot) -> FleetUsage:
 
 @dataclass(frozen=True, eq=False)
 class _Columns:
-    """Per-workload numbers as arrays, read once per snapshot."""
+    """Per-workload numbers as arrays: the planner's per-snapshot `workload_columns`, under this module's names."""
 
     cls: np.ndarray        # 0 inference, 1 training, 2 batch
     gpus: np.ndarray
     milli: np.ndarray
     cpu: np.ndarray
     mem: np.ndarray
-    allowed: list
+    allowed: tuple
+    counts: np.ndarray     # GPUs placed per workload
+    idx: np.ndarray        # GPU of each (workload, placed GPU) pair
 
     @classmethod
-    def of(cls, ws) -> _Columns:
-        return cls(np.fromiter(map(_CLASS_CODE.__getitem__, map(attrgetter("workload_class"), ws)), dtype=np.int64,
-                               count=len(ws)),
-                   _column(ws, "gpus"), _column(ws, "gpu_milli"), _column(ws, "cpu_milli"), _column(ws, "memory_mib"),
-                   list(map(attrgetter("allowed_models"), ws)))
+    def of(cls, s: ClusterSnapshot) -> _Columns:
+        c = workload_columns(s)
+        return cls(c.cls, c.gpus, c.gpu_milli, c.cpu_milli, c.memory_mib, c.allowed, c.counts, c.idx)
 
 
 def _cluster_state(s: ClusterSnapshot, used_milli: np.ndarray, cpu: np.ndarray, mem: np.ndarray,
@@ -250,7 +246,7 @@ def _cluster_state(s: ClusterSnapshot, used_milli: np.ndarray, cpu: np.ndarray, 
 def workload_mix(s: ClusterSnapshot) -> WorkloadMix:
     """The snapshot's workloads grouped by (GPUs, milli-GPU per GPU, allowed models), as `WorkloadMix.from_pods`
     groups pods, with the median CPU and memory per group; vectorised (no PodRequest per workload)."""
-    return _mix(_Columns.of(s.workloads))
+    return _mix(_Columns.of(s))
 
 
 def _mix(c: _Columns) -> WorkloadMix:

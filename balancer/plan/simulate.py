@@ -22,16 +22,17 @@ size, so copying the per-GPU arrays per proposal made a cycle O(n^2). Instead th
 `checkpoint()` marks it, `apply` records the old value of every element, dict entry and set member it writes, and
 `rollback(mark)` puts them back. The objective's terms are kept as running totals updated from the elements an
 action touches (`running_objective()`), so measuring a proposal costs what the action touches, not what the
-fleet holds; `objective()` still recomputes everything from the arrays. The clone-per-proposal path is kept as
-`simulate_plan(..., reference=True)`: the property tests check both paths keep the same actions with the same gains.
+fleet holds; `objective()` still recomputes everything from the arrays. A property test keeps the original
+clone-per-proposal path (`clone()` is kept for it) and checks both keep the same actions with the same gains.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import chain
+from itertools import chain, compress, repeat
 from operator import attrgetter
 
 import numpy as np
@@ -96,9 +97,67 @@ def effective_resistance(s: ClusterSnapshot, inlet: np.ndarray, power: np.ndarra
     return np.where(busy, raw, r_cat * np.maximum(node_r[s.node_index], 1.0))
 
 
+_CLASS_CODE = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 1, WorkloadClass.BATCH: 2}
+_FIELDS = attrgetter("name", "workload_class", "owner", "gpus", "gpu_milli", "gpu_memory_mib", "cpu_milli",
+                     "memory_mib", "elastic_min", "allowed_models")
+_columns_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadColumns:
+    """A snapshot's workloads as arrays in the order of `workloads`, read in one pass and cached per snapshot
+    (the projection, the fleet metrics and the planners all need them, every cycle)."""
+
+    names: tuple[str, ...]
+    owners: tuple[str, ...]
+    allowed: tuple
+    cls: np.ndarray          # 0 inference, 1 training, 2 batch
+    gpus: np.ndarray
+    gpu_milli: np.ndarray
+    gpu_memory_mib: np.ndarray
+    cpu_milli: np.ndarray
+    memory_mib: np.ndarray
+    elastic_min: np.ndarray
+    placed: np.ndarray       # has an entry in `placements` (possibly with no GPU)
+    counts: np.ndarray       # GPUs in its placement (0: none)
+    idx: np.ndarray          # the GPU of each (workload, placed GPU) pair, workload by workload
+
+
+def workload_columns(s: ClusterSnapshot) -> WorkloadColumns:
+    cols = _columns_cache.get(s)
+    if cols is None:
+        ws = s.workloads
+        rows = list(map(_FIELDS, ws))
+        names, cls, owners, gpus, milli, mem, cpu, memory, emin, allowed = (
+            zip(*rows, strict=True) if rows else ((),) * 10)
+        placements = s.placements
+        placed_gpus = list(map(placements.get, names, repeat(())))
+        counts = np.fromiter(map(len, placed_gpus), dtype=np.int64, count=len(ws))
+
+        def ints(v: tuple) -> np.ndarray:
+            return np.array(v, dtype=np.int64).reshape(len(ws))
+
+        cols = _columns_cache[s] = WorkloadColumns(
+            names, owners, allowed, np.fromiter(map(_CLASS_CODE.__getitem__, cls), dtype=np.int64, count=len(ws)),
+            ints(gpus), ints(milli), ints(mem), ints(cpu), ints(memory), ints(emin),
+            np.fromiter(map(placements.__contains__, names), dtype=bool, count=len(ws)), counts,
+            np.fromiter(chain.from_iterable(placed_gpus), dtype=np.int64, count=int(counts.sum())))
+    return cols
+
+
 def _usage(s: ClusterSnapshot) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """Milli-GPUs and declared memory per GPU, running workers per training job (C-level maps, no Python loop)."""
+    """Milli-GPUs and declared memory per GPU, running workers per training job (C-level maps, no Python loop).
+
+    Counted over the placements of known workloads; with unique workload names that is the columns' view.
+    """
     n = s.n_gpus
+    if len(s.workload_by_name) == len(s.workloads):
+        c = workload_columns(s)
+        used = np.rint(np.bincount(c.idx, weights=np.repeat(c.gpu_milli.astype(float), c.counts),
+                                   minlength=n)).astype(np.int64)
+        declared = np.bincount(c.idx, weights=np.repeat(c.gpu_memory_mib.astype(float), c.counts), minlength=n)
+        workers = Counter(compress(c.owners, (c.placed & (c.cls == 1)).tolist()))
+        return used, declared, dict(workers)
     by_name = s.workload_by_name
     names = [k for k in s.placements if k in by_name]
     gpus = list(map(s.placements.__getitem__, names))
@@ -136,8 +195,6 @@ def _undo_member(s: set, item: object, present: bool) -> None:
 
 class Projection:
     """Working copy of a snapshot that actions are applied to (never the snapshot itself)."""
-
-    _scan_sharing = False   # True on the reference path's clones
 
     def __init__(self, snapshot: ClusterSnapshot, policy: BalancerPolicy,
                  hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None,
@@ -342,21 +399,13 @@ class Projection:
                 g = np.asarray(self.placements[w.name])
                 self._set_power(g, self.power[g] - frac * self.workload_power(w.name))
             pressure = self.policy.colocation.slo_pressure
-            sharing = self._services_sharing_scan if self._scan_sharing else self._services_sharing
-            for svc in sharing(members):
+            for svc in self._services_sharing(members):
                 old = self.slo_ratio[svc]
                 new = old * (1.0 - INTERFERENCE_RELIEF * frac)
                 self._slo += max(new - pressure, 0.0) - max(old - pressure, 0.0)
                 self._set_item(self.slo_ratio, svc, new)
         self._set_item(self.workers, a.job, a.workers)
         return None
-
-    def _services_sharing_scan(self, members: Sequence[Workload]) -> set[str]:
-        """The original scan over every workload (the reference path's; O(workloads) per shrink)."""
-        gpus = {g for w in members for g in self.placements[w.name]}
-        return {w.owner for w in self.snapshot.workloads
-                if w.workload_class == WorkloadClass.INFERENCE and w.owner in self.slo_ratio
-                and gpus.intersection(self.placements.get(w.name, ()))}
 
     def _services_sharing(self, members: Sequence[Workload]) -> set[str]:
         """Services (with an SLO) that have an inference workload on a GPU of `members`, where they run now."""
@@ -401,15 +450,13 @@ class SimulationResult:
 
 def simulate_plan(snapshot: ClusterSnapshot, actions: Sequence[Action], policy: BalancerPolicy, *,
                   hot_nodes: Iterable[str] = (), tainted: Iterable[str] | None = None,
-                  projection: Projection | None = None, reference: bool = False) -> SimulationResult:
+                  projection: Projection | None = None) -> SimulationResult:
     """Apply `actions` in order to a projection; keep those that fit and improve the objective.
 
     Each action is applied in place and rolled back from the undo log when it does not fit or does not help;
-    a `projection` passed in is left as it came. `reference=True` runs the original clone-per-action path.
+    a `projection` passed in is left as it came.
     """
     proj = projection or Projection(snapshot, policy, hot_nodes, tainted)
-    if reference:
-        return _simulate_cloning(proj, actions)
     start = proj.checkpoint()
     before = proj.objective()
     current = running = proj.running_objective()
@@ -435,23 +482,3 @@ def simulate_plan(snapshot: ClusterSnapshot, actions: Sequence[Action], policy: 
         proj._log = None
     return SimulationResult(tuple(kept), tuple(dropped), before, current)
 
-
-def _simulate_cloning(proj: Projection, actions: Sequence[Action]) -> SimulationResult:
-    """The original path: every action on a fresh clone (O(fleet) per action); the reference for the tests."""
-    before = current = proj.objective()
-    kept: list[Action] = []
-    dropped: list[tuple[Action, str]] = []
-    for action in actions:
-        trial = proj.clone()
-        trial._scan_sharing = True
-        why = trial.apply(action)
-        if why is not None:
-            dropped.append((action, why))
-            continue
-        after = trial.objective()
-        if after >= current - 1e-9:
-            dropped.append((action, f"does not improve the objective ({current:.3g} -> {after:.3g})"))
-            continue
-        kept.append(replace(action, expected_gain=round(current - after, 6)))
-        proj, current = trial, after
-    return SimulationResult(tuple(kept), tuple(dropped), before, current)

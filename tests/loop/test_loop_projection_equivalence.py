@@ -1,14 +1,17 @@
 """The undo-log projection decides exactly what the clone-per-action projection decided.
 
 `simulate_plan` applies each proposal in place and rolls it back when it does not fit or does not help, with the
-objective kept as running totals; `simulate_plan(..., reference=True)` is the original path (a full copy of the
-projection per proposal, the objective recomputed from the arrays, services found by scanning every workload).
+objective kept as running totals; `simulate_cloning` below is the original path (a full copy of the projection
+per proposal, the objective recomputed from the arrays, services found by scanning every workload).
 On random fleets, workloads, services and action sequences (valid and invalid ones, in any order) both keep the
 same actions with the same gains, drop the same actions for the same reasons, and leave a projection passed in
 as it came.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+from types import MethodType
 
 import numpy as np
 import pytest
@@ -18,10 +21,42 @@ from loop_helpers import make_fleet, snapshot, workload
 
 from balancer.config import BalancerPolicy
 from balancer.model import Migrate, ScaleTraining, ServiceStatus, SetPowerLimit, TaintNode, WorkloadClass
-from balancer.plan.simulate import Projection, simulate_plan
+from balancer.plan.simulate import Projection, SimulationResult, simulate_plan
 
 MODELS = ["A100-SXM4-80GB", "H100-SXM", "L40S"]
 POLICY = BalancerPolicy()
+
+
+def scan_sharing(self: Projection, members) -> set[str]:
+    """The original lookup: scan every workload for inference on the members' GPUs (O(workloads) per shrink)."""
+    gpus = {g for w in members for g in self.placements[w.name]}
+    return {w.owner for w in self.snapshot.workloads
+            if w.workload_class == WorkloadClass.INFERENCE and w.owner in self.slo_ratio
+            and gpus.intersection(self.placements.get(w.name, ()))}
+
+
+def scanning(p: Projection) -> Projection:
+    p._services_sharing = MethodType(scan_sharing, p)
+    return p
+
+
+def simulate_cloning(proj: Projection, actions) -> SimulationResult:
+    """The original simulate_plan: every action on a fresh clone, the objective recomputed from the arrays."""
+    before = current = proj.objective()
+    kept, dropped = [], []
+    for action in actions:
+        trial = scanning(proj.clone())
+        why = trial.apply(action)
+        if why is not None:
+            dropped.append((action, why))
+            continue
+        after = trial.objective()
+        if after >= current - 1e-9:
+            dropped.append((action, f"does not improve the objective ({current:.3g} -> {after:.3g})"))
+            continue
+        kept.append(replace(action, expected_gain=round(current - after, 6)))
+        proj, current = trial, after
+    return SimulationResult(tuple(kept), tuple(dropped), before, current)
 
 
 @st.composite
@@ -75,7 +110,7 @@ def _compare(snap, actions, hot):
     before = _state(proj)
     new = simulate_plan(snap, actions, POLICY, projection=proj)
     after = _state(proj)
-    ref = simulate_plan(snap, actions, POLICY, hot_nodes=hot, reference=True)
+    ref = simulate_cloning(Projection(snap, POLICY, hot_nodes=hot), actions)
     assert [a.__class__(**{**a.__dict__, "expected_gain": 0.0}) for a in new.kept] == \
         [a.__class__(**{**a.__dict__, "expected_gain": 0.0}) for a in ref.kept]
     assert [a.expected_gain for a in new.kept] == pytest.approx([a.expected_gain for a in ref.kept], abs=2e-6)
@@ -114,8 +149,7 @@ def test_services_sharing_follows_migrations_inside_the_plan(migrate_first):
     proj = Projection(snap, POLICY)
     for a in actions:
         assert proj.apply(a) is None
-    ref = Projection(snap, POLICY)
-    ref._scan_sharing = True
+    ref = scanning(Projection(snap, POLICY))
     for a in actions:
         ref.apply(a)
     assert proj.slo_ratio == ref.slo_ratio
@@ -133,3 +167,32 @@ def test_running_objective_matches_the_full_recomputation_after_rollbacks():
     proj.rollback(mark)
     assert proj.running_objective() == pytest.approx(Projection(snap, POLICY, hot_nodes={"n0"}).objective())
     assert proj.placements == dict(snap.placements) and proj.migrations == 0
+
+
+def usage_by_placements(s):
+    """The original per-GPU usage: walk the placements of known workloads."""
+    used, mem, workers = np.zeros(s.n_gpus), np.zeros(s.n_gpus), {}
+    for name, gpus in s.placements.items():
+        w = s.workload_by_name.get(name)
+        if w is None:
+            continue
+        for g in gpus:
+            used[g] += w.gpu_milli
+            mem[g] += w.gpu_memory_mib
+        if w.workload_class == WorkloadClass.TRAINING:
+            workers[w.owner] = workers.get(w.owner, 0) + 1
+    return used, mem, workers
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.booleans())
+def test_usage_from_the_cached_columns_matches_the_placements(case, unplaced):
+    from balancer.plan.simulate import _usage
+
+    snap = case[0]
+    if unplaced:   # workloads without a placement, and a placement whose workload is unknown
+        extra = workload("ghost-0", WorkloadClass.TRAINING, owner="job9", milli=250, mem=1)
+        snap = snap.replace(workloads=(*snap.workloads, extra), placements={**snap.placements, "nobody": (0,)})
+    used, mem, workers = _usage(snap)
+    ref_used, ref_mem, ref_workers = usage_by_placements(snap)
+    assert np.array_equal(used, ref_used) and np.allclose(mem, ref_mem) and workers == ref_workers
