@@ -14,9 +14,9 @@ then `OUT/report.html` ties it together.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -222,8 +222,6 @@ class Demo:
 
     # ---- 5: placement on the Alibaba trace -------------------------------------------------------------------
     def place(self) -> None:
-        from balancer.cli import main as cli_main
-
         shared = ROOT.parent / "shared" / "data" / "alibaba-gpu-v2023"
         if (shared / "openb_pod_list_default.csv").exists():
             nodes, pods, what = (shared / "openb_node_list_gpu_node.csv", shared / "openb_pod_list_default.csv",
@@ -244,9 +242,10 @@ class Demo:
             t0 = time.perf_counter()
             policy = label.split("+")[0]
             target = out / f"{label}.json"
-            with contextlib.redirect_stdout(io.StringIO()):  # the CLI's own table; the demo prints one line
-                cli_main(["--log-level", "ERROR", "place", "--nodes", str(nodes), "--pods", str(pods),
-                          "--policy", policy, "--seeds", "1", "--json", str(target), *extra])
+            # the CLI in a child process (app sits below cli); its table stays quiet, the demo prints one line
+            subprocess.run([sys.executable, "-m", "balancer.cli", "--log-level", "ERROR", "place", "--nodes",
+                            str(nodes), "--pods", str(pods), "--policy", policy, "--seeds", "1", "--json",
+                            str(target), *extra], check=True, stdout=subprocess.DEVNULL)
             doc = json.loads(target.read_text())
             curves[label] = (doc["levels_pct"], doc["median_unallocated_gpu_pct"])
             at100[label] = doc["unallocated_gpu_pct_at_100"]
