@@ -40,6 +40,12 @@ class SimActuator:
         self.crash_after_reserve = crash_after_reserve
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        try:
+            return self._apply(action)
+        except (KeyError, ValueError) as exc:  # the protocol: failures are results, never exceptions
+            return ActionResult(action, Outcome.FAILED, f"the simulator refused it: {exc!r}")
+
+    def _apply(self, action: Action) -> ActionResult:
         sim = self.sim
         if isinstance(action, Migrate):
             name = action.workload
