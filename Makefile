@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint soak prometheus-bin clean dashboards
+.PHONY: demo test bench lint soak prometheus-bin clean dashboards readme
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,10 @@ soak: $(STAMP) prometheus-bin
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.build
 	$(BIN)/python -m deploy.gen
+
+# README.md is generated from docs/readme/*.md
+readme: $(STAMP)
+	$(BIN)/python docs/build_readme.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
