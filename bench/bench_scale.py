@@ -27,6 +27,7 @@ import pstats
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -36,6 +37,8 @@ import numpy as np
 COMMAND = ".venv/bin/python -m bench.bench_scale"
 SIZES = ((1000, 21), (10000, 11), (50000, 3))
 SCRAPE_SIZES = ((8, 50), (1024, 11), (8192, 3))
+# the tree before the undo-log projection and the per-snapshot indexes: timed in the same run as "before"
+BEFORE_COMMIT = "bd3f5e6"
 TARGET_MS, TARGET_MB = 100.0, 500.0
 
 
@@ -120,9 +123,11 @@ def measure_one(n_gpus: int, repeats: int, profile: bool = False) -> dict:
     rec = _reconciler(snap)
     for _ in range(2):
         rec.run_once()
-    times, actions = [], 0
+    times, cpu, actions = [], [], 0
     for _ in range(repeats):
+        c0 = time.process_time()
         report = rec.run_once()
+        cpu.append(time.process_time() - c0)
         times.append(report.duration_s)
         actions = len(report.plan.actions) if report.plan else 0
     tracemalloc.start()
@@ -130,7 +135,8 @@ def measure_one(n_gpus: int, repeats: int, profile: bool = False) -> dict:
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     out = {"gpus": snap.n_gpus, "workloads": len(snap.workloads), "nodes": len(snap.nodes),
-           "median_ms": float(np.median(times)) * 1000, "p95_ms": float(np.percentile(times, 95)) * 1000,
+           "median_ms": float(np.median(times)) * 1000, "cpu_median_ms": float(np.median(cpu)) * 1000,
+           "p95_ms": float(np.percentile(times, 95)) * 1000,
            "actions": actions, "build_s": build_s, "rss_import_mb": rss_start,
            "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "cycle_alloc_peak_mb": traced_peak / 2**20, "status": report.status}
@@ -146,15 +152,29 @@ def measure_one(n_gpus: int, repeats: int, profile: bool = False) -> dict:
     return out
 
 
-def _run_sizes(profile_at: int | None = None) -> list[dict]:
+def _run_sizes(profile_at: int | None = None, tree: Path | None = None) -> list[dict]:
+    """Each size in its own process; with `tree`, this script times the `balancer` package found there."""
     rows = []
+    repo = Path(__file__).parents[1]
     for n, reps in SIZES:
-        cmd = [sys.executable, "-m", "bench.bench_scale", "--one", str(n), "--repeats", str(reps)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(n), "--repeats", str(reps)]
         if profile_at == n:
             cmd.append("--profile")
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1])
+        env = dict(os.environ, PYTHONPATH=str(tree or repo))
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tree or repo, env=env)
         rows.append(json.loads(res.stdout.splitlines()[-1]))
     return rows
+
+
+def _before_rows() -> list[dict] | None:
+    """The same measurement on the `BEFORE_COMMIT` tree (exported with `git archive`); None outside a git clone."""
+    repo = Path(__file__).parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", BEFORE_COMMIT, "balancer"], cwd=repo, capture_output=True)
+        if archive.returncode != 0:
+            return None
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        return _run_sizes(tree=Path(tmp))
 
 
 def scrape_rows() -> list[dict]:
@@ -164,6 +184,7 @@ def scrape_rows() -> list[dict]:
 
 
 def main() -> str:
+    before = _before_rows()
     rows = _run_sizes(profile_at=50000)
     base = rows[0]
     nlogn0 = base["gpus"] * math.log(base["gpus"])
@@ -173,17 +194,26 @@ def main() -> str:
         f"load average {os.getloadavg()[0]:.1f} at the start.", "",
         "One cycle = `Reconciler.run_once()`: observe (prebuilt snapshot), plan (proposals simulated on a projection), "
         "guard (`SafetyGuard.review`), re-validate on the fresh snapshot, dry-run actuator. Demo model mix "
-        "(`scaled_fleet`), 2 workloads per GPU on 90 % of GPUs, 1 % of nodes hot.", "",
-        "| GPUs | workloads | cycle median (ms) | p95 (ms) | actions planned | t / (n log n), normalised | "
-        "exponent k vs previous (t ~ n^k) | peak RSS (MB) | RSS after imports (MB) | cycle allocations peak (MB) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "(`scaled_fleet`), 2 workloads per GPU on 90 % of GPUs, 1 % of nodes hot. Every observe hands back a new "
+        "snapshot object (same content), so per-snapshot indexes are rebuilt every cycle as with a real source. "
+        f"*Before* is the same measurement, in the same run, of the tree at commit `{BEFORE_COMMIT}` (before the "
+        "undo-log projection and the per-snapshot indexes). CPU ms is the cycle's process CPU time (less sensitive "
+        "to the machine's load than wall time).", "",
+        "| GPUs | workloads | cycle median (ms) | CPU median (ms) | p95 (ms) | before: median (ms) | before: CPU (ms) | "
+        "speed-up (CPU) | actions planned (before) | t / (n log n), normalised | exponent k vs previous (t ~ n^k) | "
+        "peak RSS (MB) | RSS after imports (MB) | cycle allocations peak (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     prev = None
-    for r in rows:
+    for i, r in enumerate(rows):
         ratio = (r["median_ms"] / (r["gpus"] * math.log(r["gpus"]))) / (base["median_ms"] / nlogn0)
         k = (math.log(r["median_ms"] / prev["median_ms"]) / math.log(r["gpus"] / prev["gpus"])) if prev else None
-        lines.append(f"| {r['gpus']:,} | {r['workloads']:,} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} | "
-                     f"{r['actions']} | {ratio:.2f} | {'' if k is None else f'{k:.2f}'} | {r['rss_peak_mb']:.0f} | "
+        b = before[i] if before else None
+        old = (f"{b['median_ms']:.1f} | {b['cpu_median_ms']:.1f} | {b['cpu_median_ms'] / r['cpu_median_ms']:.1f}x"
+               if b else "n/a | n/a | n/a")
+        lines.append(f"| {r['gpus']:,} | {r['workloads']:,} | {r['median_ms']:.1f} | {r['cpu_median_ms']:.1f} | "
+                     f"{r['p95_ms']:.1f} | {old} | {r['actions']} ({b['actions'] if b else 'n/a'}) | {ratio:.2f} | "
+                     f"{'' if k is None else f'{k:.2f}'} | {r['rss_peak_mb']:.0f} | "
                      f"{r['rss_import_mb']:.0f} | {r['cycle_alloc_peak_mb']:.1f} |")
         prev = r
     ten = min(rows, key=lambda r: abs(r["gpus"] - 10000))  # scaled_fleet rounds to whole nodes: 9,984
@@ -191,10 +221,17 @@ def main() -> str:
     nlogn_ok = all((r["median_ms"] / (r["gpus"] * math.log(r["gpus"]))) <= 1.15 * base["median_ms"] / nlogn0
                    for r in rows)
     ok = ten["median_ms"] < TARGET_MS and ten["rss_peak_mb"] < TARGET_MB
+    cpu_ok = ten["cpu_median_ms"] < TARGET_MS
+    k_cpu = (math.log(rows[-1]["cpu_median_ms"] / rows[0]["cpu_median_ms"])
+             / math.log(rows[-1]["gpus"] / rows[0]["gpus"]))
+    cpu_nlogn = all((r["cpu_median_ms"] / (r["gpus"] * math.log(r["gpus"])))
+                    <= 1.15 * base["cpu_median_ms"] / nlogn0 for r in rows)
     lines += ["", f"Targets at {ten['gpus']:,} GPUs: median < {TARGET_MS:.0f} ms and peak RSS < {TARGET_MB:.0f} MB: "
               f"**{'met' if ok else 'NOT met'}** ({ten['median_ms']:.1f} ms, {ten['rss_peak_mb']:.0f} MB). "
               f"Growth 1k -> 50k: t ~ n^{k_all:.2f}; no faster than n log n (ratio within 15 % of the smallest "
-              f"size at every size): **{'yes' if nlogn_ok else 'NO'}**.", ""]
+              f"size at every size): **{'yes' if nlogn_ok else 'NO'}**. On CPU time: {ten['cpu_median_ms']:.1f} ms "
+              f"at {ten['gpus']:,} GPUs (**{'met' if cpu_ok else 'NOT met'}**), t ~ n^{k_cpu:.2f}, no faster than "
+              f"n log n: **{'yes' if cpu_nlogn else 'NO'}**.", ""]
     scrape = scrape_rows()
     lines += ["| exporter GPUs | scrape (collect + render) median (ms) | per GPU (µs) | "
               "baseline generate_latest on plain Gauges (ms) | speed-up |", "|---:|---:|---:|---:|---:|"]

@@ -98,8 +98,6 @@ def effective_resistance(s: ClusterSnapshot, inlet: np.ndarray, power: np.ndarra
 
 
 _CLASS_CODE = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 1, WorkloadClass.BATCH: 2}
-_FIELDS = attrgetter("name", "workload_class", "owner", "gpus", "gpu_milli", "gpu_memory_mib", "cpu_milli",
-                     "memory_mib", "elastic_min", "allowed_models")
 _columns_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -126,21 +124,21 @@ class WorkloadColumns:
 def workload_columns(s: ClusterSnapshot) -> WorkloadColumns:
     cols = _columns_cache.get(s)
     if cols is None:
-        ws = s.workloads
-        rows = list(map(_FIELDS, ws))
-        names, cls, owners, gpus, milli, mem, cpu, memory, emin, allowed = (
-            zip(*rows, strict=True) if rows else ((),) * 10)
+        ws, n = s.workloads, len(s.workloads)
+        # one C-level map per field: building a tuple per workload (and zipping them) costs more than all of these
+
+        def ints(attr: str) -> np.ndarray:
+            return np.fromiter(map(attrgetter(attr), ws), dtype=np.int64, count=n)
+
+        names = tuple(map(attrgetter("name"), ws))
         placements = s.placements
         placed_gpus = list(map(placements.get, names, repeat(())))
-        counts = np.fromiter(map(len, placed_gpus), dtype=np.int64, count=len(ws))
-
-        def ints(v: tuple) -> np.ndarray:
-            return np.array(v, dtype=np.int64).reshape(len(ws))
-
+        counts = np.fromiter(map(len, placed_gpus), dtype=np.int64, count=n)
         cols = _columns_cache[s] = WorkloadColumns(
-            names, owners, allowed, np.fromiter(map(_CLASS_CODE.__getitem__, cls), dtype=np.int64, count=len(ws)),
-            ints(gpus), ints(milli), ints(mem), ints(cpu), ints(memory), ints(emin),
-            np.fromiter(map(placements.__contains__, names), dtype=bool, count=len(ws)), counts,
+            names, tuple(map(attrgetter("owner"), ws)), tuple(map(attrgetter("allowed_models"), ws)),
+            np.fromiter(map(_CLASS_CODE.__getitem__, map(attrgetter("workload_class"), ws)), dtype=np.int64, count=n),
+            ints("gpus"), ints("gpu_milli"), ints("gpu_memory_mib"), ints("cpu_milli"), ints("memory_mib"),
+            ints("elastic_min"), np.fromiter(map(placements.__contains__, names), dtype=bool, count=n), counts,
             np.fromiter(chain.from_iterable(placed_gpus), dtype=np.int64, count=int(counts.sum())))
     return cols
 
