@@ -96,7 +96,7 @@ class ServiceStatus:
     replicas: int
 
 
-_GPU_ARRAYS = (
+GPU_ARRAYS = (
     "temperature_c", "memory_temperature_c", "slowdown_temp_c", "power_w", "power_limit_w", "sm_active",
     "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s",
 )
@@ -127,7 +127,7 @@ class ClusterSnapshot:
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
-        for name in _GPU_ARRAYS:
+        for name in GPU_ARRAYS:
             arr = np.array(getattr(self, name), copy=True)
             if arr.shape != (n,):
                 raise ValueError(f"snapshot array {name} has shape {arr.shape}, expected ({n},)")

@@ -84,6 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--audit-log", default=None, metavar="PATH", help="append JSON lines of every decision here")
     p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
                    help="while this file exists, every action is rejected (emergency stop)")
+    p.add_argument("--fleet", default=None, metavar="SPEC",
+                   help="FleetSpec YAML: adds NVLink islands, pools, sites and node sizes that PromQL cannot know")
+    p.add_argument("--shard", default=None, metavar="NAME",
+                   help="run as one shard: act only on nodes matching --selector, elect on Lease <lease-name>-NAME")
+    p.add_argument("--selector", default="", metavar="EXPR",
+                   help="shard node selector, e.g. pool=H100-SXM,site=eu-1,gputide.io/shard=a (needs --shard)")
     p.set_defaults(func=run)
 
 
@@ -92,7 +98,21 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
     policy = config.load(args.policy) if args.policy else config.BalancerPolicy()
     interval = parse_interval(args.interval)
-    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))
+    fleet = None
+    if args.fleet:
+        from balancer import fleet as fleet_mod
+
+        fleet = fleet_mod.load(args.fleet)
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet)
+    lease_name = args.lease_name
+    if args.selector and not args.shard:
+        raise InputError(None, "--selector", args.selector, "only together with --shard NAME")
+    if args.shard:
+        from balancer.telemetry.shard import ShardedSource, parse_selector
+
+        selector = parse_selector(args.shard, args.selector)
+        source = ShardedSource(source, selector)
+        lease_name = selector.lease_name(args.lease_name)
     api_client = None
     if not args.dry_run or args.leader_elect:
         from balancer.actuate.kubernetes import build_api_client
@@ -113,7 +133,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         identity = os.environ.get("POD_NAME") or socket.gethostname()
         duration = max(15, int(interval * 3))
         namespace = args.lease_namespace or own_namespace()
-        elector = LeaseLeaderElector(api_client, args.lease_name, namespace, identity, lease_duration_s=duration,
+        elector = LeaseLeaderElector(api_client, lease_name, namespace, identity, lease_duration_s=duration,
                                      renew_deadline_s=duration * 2 / 3)
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None

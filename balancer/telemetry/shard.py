@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from balancer.errors import InputError, MissingTelemetry
-from balancer.model import _GPU_ARRAYS, Action, ClusterSnapshot, Migrate, Node, SetPowerLimit
+from balancer.model import GPU_ARRAYS, Action, ClusterSnapshot, Migrate, Node, SetPowerLimit
 from balancer.telemetry.base import TelemetrySource
 
 
@@ -82,7 +82,7 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     outside = {w.owner for w in snapshot.workloads if w.owner and w.name in snapshot.placements
                and w.name not in placements}
     services = {k: s for k, s in snapshot.services.items() if k not in outside}
-    arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in _GPU_ARRAYS}
+    arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
     part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
                            services=services, **arrays)
     return part, index

@@ -1,0 +1,38 @@
+"""`gputide run --shard NAME --selector EXPR`: one controller per node pool, checked at the CLI boundary."""
+
+from __future__ import annotations
+
+import pytest
+
+from balancer.cli import build_parser, main
+from balancer.cmd.run import build_reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.telemetry.shard import ShardedSource
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--selector", "pool=H100-SXM"], "--selector"),
+     (["--shard", "a", "--selector", "pool"], "key=value"),
+     (["--fleet", "/nonexistent/fleet.yaml"], "fleet.yaml")],
+    ids=["selector-without-shard", "selector-without-value", "missing-fleet-file"],
+)
+def test_bad_shard_arguments_exit_2_naming_the_field(argv, message, capsys):
+    rc = main(["run", "--prometheus", "http://127.0.0.1:9", "--once", "--dry-run", "--metrics-port", "0", *argv])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_shard_reads_through_a_sharded_source(tmp_path):
+    args = build_parser().parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--shard", "east",
+                                      "--selector", "pool=H100-SXM,site=site-a"])
+    reconciler = build_reconciler(args, ControllerMetrics())
+    assert isinstance(reconciler.source, ShardedSource)
+    assert reconciler.source.selector.name == "east"
+    assert reconciler.source.selector.pools == frozenset({"H100-SXM"})
+
+
+def test_a_shard_holds_still_like_any_controller_when_prometheus_is_down(capsys):
+    rc = main(["--log-level", "ERROR", "run", "--prometheus", "http://127.0.0.1:9", "--once", "--dry-run",
+               "--metrics-port", "0", "--shard", "east", "--selector", "pool=H100-SXM"])
+    assert rc == 3
