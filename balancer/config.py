@@ -99,7 +99,7 @@ class ForecastPolicy:
 @dataclass(frozen=True)
 class CapacityPolicy:
     enabled: bool = _f(False, "shift GPUs between inference and training ahead of the tide")
-    headroom: float = _f(0.2, "spare inference capacity above the forecast", 0, 5)
+    headroom: float = _f(0.15, "spare inference capacity above the forecast", 0, 5)
 
 
 @dataclass(frozen=True)
