@@ -195,6 +195,8 @@ class Reconciler:
         self.planner = planner
         self.state = planner_mod.PlannerState()
         self.ledger = SafetyLedger()
+        # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
+        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self._recovered = False
         self._waiting_since: dict[str, float] = {}
         self.reconcile_seconds: list[float] = []

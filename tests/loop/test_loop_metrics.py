@@ -250,3 +250,22 @@ def test_every_rejection_reason_starts_at_zero(reason):
     reg = CollectorRegistry()
     ControllerMetrics(reg)
     assert reg.get_sample_value("gputide_actions_rejected_total", {"reason": reason}) == 0
+
+
+def test_a_fresh_controller_reports_its_whole_eviction_budget_before_the_first_cycle():
+    from prometheus_client import CollectorRegistry
+
+    from balancer.actuate.dryrun import DryRunActuator
+    from balancer.config import BalancerPolicy
+    from balancer.loop import Reconciler
+    from balancer.metrics import ControllerMetrics
+
+    registry = CollectorRegistry()
+
+    class NeverCalled:
+        def snapshot(self):
+            raise AssertionError("no cycle ran")
+
+    Reconciler(source=NeverCalled(), actuator=DryRunActuator(), policy=BalancerPolicy(),
+               metrics=ControllerMetrics(registry), clock=lambda: 1000.0)
+    assert registry.get_sample_value("gputide_eviction_budget_remaining") > 0
