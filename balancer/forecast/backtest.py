@@ -9,7 +9,8 @@ requested horizons are read off that path.
   truth with outages masked (an outage is not demand a model should have predicted).
 * Intervals are re-calibrated conformally on residuals of earlier origins only (`conformal.calibrate_path`);
   the origins of the `calib_days` (plus the longest horizon) before the first scored one exist only to feed
-  that calibration and are not scored; horizon h calibrates on the residuals of the last `calib_days` + h.
+  that calibration and are not scored; horizon h calibrates on the residuals of the last max(`calib_days`,
+  7 x h) + h, with an adaptive quantile level (`conformal`), so day-ahead intervals learn from a week of misses.
 * ``auto`` is the per-horizon ensemble of the other models, weighted by their errors at earlier origins whose
   truth is known (the same rule as `auto.Auto`), so its choice is re-evaluated as data arrives.
 
@@ -28,7 +29,7 @@ import pandas as pd
 
 from balancer.forecast.auto import CANDIDATES, ensemble_weights
 from balancer.forecast.base import MODELS, QUANTILES, Fallback, step_of
-from balancer.forecast.conformal import calibrate_path
+from balancer.forecast.conformal import calibrate_path, calibration_window
 from balancer.forecast.traces import clean_for_fit, mask_outages
 
 DAY_S = 86400.0
@@ -162,7 +163,7 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
             yt = np.where(target < n, truth[np.clip(target, 0, n - 1)], np.nan)
             p50 = run.q[0.5][:, j]
             cal = calibrate_path(origins, int(h), p50, {q: run.q[q][:, j] for q in QUANTILES}, truth,
-                                 window=window + int(h))
+                                 window=calibration_window(window, int(h)))
             cal[0.9] = np.maximum(cal[0.9], p50)
             cal[0.99] = np.maximum(cal[0.99], cal[0.9])
             ok = scored & np.isfinite(yt)
