@@ -28,9 +28,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from balancer.errors import InputError
+from balancer.yamlfile import read_yaml
 
 API_VERSION = "gputide/v1alpha1"
 KIND = "BalancerPolicy"
@@ -202,16 +201,7 @@ def from_dict(doc: Any, file: str | None = None) -> BalancerPolicy:
 
 
 def load(path: str | Path) -> BalancerPolicy:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "(file)", str(path), "a readable BalancerPolicy YAML file (UTF-8)", str(exc)) from exc
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(str(path), "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
-    return from_dict(doc, str(path))
+    return from_dict(read_yaml(path, "BalancerPolicy"), str(path))
 
 
 def reference_markdown() -> str:

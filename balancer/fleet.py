@@ -36,6 +36,7 @@ import yaml
 from balancer import catalog
 from balancer.errors import InputError
 from balancer.model import Gpu, Node
+from balancer.yamlfile import read_yaml
 
 API_VERSION = "gputide/v1alpha1"
 _GROUP_FIELDS = {
@@ -160,16 +161,7 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
 
 
 def load(path: str | Path) -> Fleet:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "(file)", str(path), "a readable fleet spec YAML file (UTF-8)", str(exc)) from exc
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(str(path), "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
-    return from_dict(doc, str(path))
+    return from_dict(read_yaml(path, "fleet spec"), str(path))
 
 
 def demo_fleet() -> Fleet:

@@ -39,7 +39,7 @@ def test_any_junk_group_field_is_an_input_error_or_a_valid_fleet(tmp_path_factor
         assert_names_everything(exc, file=str(path))
         return
     # accepted: then the value was a legal one and the fleet says so
-    assert built.n_gpus == 2 * built.nodes[0].gpu_count
+    assert built.n_gpus == len(built.nodes) * built.nodes[0].gpu_count
     assert all(n.inlet_c == n.inlet_c for n in built.nodes)  # never NaN
 
 

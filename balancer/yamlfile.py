@@ -1,0 +1,23 @@
+"""Reading a user's YAML file: every way it can fail becomes an InputError naming the file and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from balancer.errors import InputError
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The parsed document of `path`; `what` names the expected kind of file (e.g. "fleet spec") for errors."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "(file)", str(path), f"a readable {what} YAML file (UTF-8)", str(exc)) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(str(path), "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
