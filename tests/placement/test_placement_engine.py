@@ -229,10 +229,15 @@ def test_assign_refuses_to_overcommit():
         (
             [(16000, 64000, [1000, 1000], "T4"), (64000, 64000, [1000, 1000], "T4")],
             1,
-            "among nodes with idle GPUs, keep the most CPU per idle GPU",
+            "a node left without the CPU its idle GPUs need loses to one that keeps it",
+        ),
+        (
+            [(64000, 64000, [1000, 1000], "T4"), (32000, 64000, [1000, 1000], "T4")],
+            1,
+            "among nodes that keep enough CPU for their idle GPUs, the tightest (best fit)",
         ),
     ],
-    ids=["full-gpu-node-first", "most-cpu-per-idle-gpu"],
+    ids=["full-gpu-node-first", "keep-cpu-for-idle-gpus", "best-fit-among-enough"],
 )
 def test_gputide_places_cpu_only_pods_where_they_strand_fewest_gpus(nodes, expected, why):
     state = cluster(*nodes)

@@ -169,17 +169,26 @@ class HeterogeneityFit:
 
 
 class CpuOnlyFit:
-    """CPU-only pods go where they strand the fewest GPUs: nodes with no idle GPU first, then nodes that keep the
-    most CPU per idle GPU. FGD's measure is blind here (moving CPU rarely changes it), so its ties are random,
-    and on the Alibaba lists with many CPU-only pods random CPU placement strands whole GPU nodes without CPU."""
+    """CPU-only pods go where they strand the fewest GPUs.
+
+    FGD's measure barely moves for a pod that asks for no GPU, so its ties are random, and on the Alibaba lists
+    with many CPU-only pods random CPU placement strands whole GPU nodes without CPU. Order of preference:
+    nodes with no idle GPU; then nodes that keep at least the CPU their idle GPUs need (idle GPUs x the mix's
+    CPU per GPU), the tightest first (best fit, so big CPU pods still find room); then the least short.
+    """
 
     def score(self, c: Candidates) -> np.ndarray:
         if c.pod.num_gpu:
             return np.zeros(len(c))
         s, n = c.state, c.node
         idle = np.where(s.gpu_exists[n], np.clip(s.gpu_free[n], 0, None), 0).sum(axis=1) / MILLI
-        cpu_left = (s.cpu_free[n] - c.pod.cpu_milli) / np.maximum(s.cpu_total[n], 1)
-        return np.where(idle > 0, cpu_left / (idle + 1.0), 2.0)
+        per_gpu = 0.0
+        if c.frag is not None and len(c.frag.mix):
+            mix = c.frag.mix
+            gpus = (mix.weight * mix.num_gpu * np.maximum(mix.milli, 1) / MILLI).sum()
+            per_gpu = float((mix.weight * mix.cpu).sum() / gpus) if gpus > 0 else 0.0
+        slack = (s.cpu_free[n] - c.pod.cpu_milli - idle * per_gpu) / np.maximum(s.cpu_total[n], 1)
+        return np.where(idle == 0, 3.0, np.where(slack >= 0, 2.0 - slack, slack))
 
 
 class DotProduct:
