@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["exporter", "sim", "forecast", "placement", "loop", "tidal", "scale"]
+ORDER = ["exporter", "sim", "forecast", "placement", "loop", "tidal", "scale", "soak"]
 
 
 def _modules() -> list[str]:
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n"
         "Every figure is measured in the same run as its baseline; each section names the command that produced it.\n"
     )
-    sections = [(results / f"{n}.md").read_text() for n in _modules() if (results / f"{n}.md").exists()]
+    names = [*_modules(), *(n for n in ORDER if n not in _modules())]  # soak runs under `make soak`, not here
+    sections = [(results / f"{n}.md").read_text() for n in names if (results / f"{n}.md").exists()]
     (HERE / "RESULTS.md").write_text(header + "\n" + "\n".join(sections))
     print(f"wrote {HERE / 'RESULTS.md'}")
     return 1 if failed else 0
