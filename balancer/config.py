@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from balancer.errors import InputError
-from balancer.yamlfile import read_yaml
+from balancer.yamlfile import API_VERSION as API_VERSION  # re-exported: documents name it
+from balancer.yamlfile import expect_kind, read_yaml
 
-API_VERSION = "gputide/v1alpha1"
 KIND = "BalancerPolicy"
 
 
@@ -174,12 +174,7 @@ def _section(cls: type, doc: Any, path: str, file: str | None) -> Any:
 
 
 def from_dict(doc: Any, file: str | None = None) -> BalancerPolicy:
-    if not isinstance(doc, Mapping):
-        raise InputError(file, "(document)", type(doc).__name__, "a mapping with apiVersion, kind, spec")
-    if doc.get("apiVersion") != API_VERSION:
-        raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
-    if doc.get("kind") != KIND:
-        raise InputError(file, "kind", doc.get("kind"), KIND)
+    doc = expect_kind(doc, file, KIND)
     meta = doc.get("metadata") or {}
     name = str(meta.get("name", "policy")) if isinstance(meta, Mapping) else "policy"
     spec = doc.get("spec") or {}

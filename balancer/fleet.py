@@ -36,9 +36,9 @@ import yaml
 from balancer import catalog
 from balancer.errors import InputError
 from balancer.model import Gpu, Node
-from balancer.yamlfile import read_yaml
+from balancer.yamlfile import API_VERSION as API_VERSION  # re-exported: documents name it
+from balancer.yamlfile import expect_kind, read_yaml
 
-API_VERSION = "gputide/v1alpha1"
 _GROUP_FIELDS = {
     "namePrefix": str, "count": int, "gpuModel": str, "gpusPerNode": int, "nvlinkDomainSize": int,
     "cpuMilli": int, "memoryMiB": int, "site": str, "cooling": str, "inletC": (int, float), "pool": str,
@@ -98,12 +98,7 @@ def _type_name(t: Any) -> str:
 
 
 def from_dict(doc: Any, file: str | None = None) -> Fleet:
-    if not isinstance(doc, Mapping):
-        raise InputError(file, "(document)", type(doc).__name__, "a mapping with apiVersion, kind, spec")
-    if doc.get("apiVersion") != API_VERSION:
-        raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
-    if doc.get("kind") != "FleetSpec":
-        raise InputError(file, "kind", doc.get("kind"), "FleetSpec")
+    doc = expect_kind(doc, file, "FleetSpec")
     meta = doc.get("metadata") or {}
     if not isinstance(meta, Mapping):
         raise InputError(file, "metadata", meta, "a mapping such as {name: demo}")

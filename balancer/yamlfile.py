@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,3 +22,17 @@ def read_yaml(path: str | Path, what: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(str(path), "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
+
+
+API_VERSION = "gputide/v1alpha1"
+
+
+def expect_kind(doc: Any, file: str | None, kind: str, keys: str = "apiVersion, kind, spec") -> Mapping:
+    """`doc` when it is a mapping of apiVersion gputide/v1alpha1 and this `kind`; else the InputError saying which."""
+    if not isinstance(doc, Mapping):
+        raise InputError(file, "(document)", type(doc).__name__, f"a mapping with {keys}")
+    if doc.get("apiVersion") != API_VERSION:
+        raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
+    if doc.get("kind") != kind:
+        raise InputError(file, "kind", doc.get("kind"), kind)
+    return doc
