@@ -128,15 +128,28 @@ class JsonlAudit:
 class ServiceForecaster:
     """Adapts an online per-service forecaster (`balancer.forecast.online.DemandForecaster`: `update`, `forecast`,
     `rolling_error`) to the loop's `forecast(snapshot) -> {service: Forecast}`: each call feeds every service's
-    demand now and forecasts `horizon_s` ahead; a service without enough history yet is left out."""
+    demand now and forecasts `horizon_s` ahead; a service without enough history yet is left out.
 
-    def __init__(self, online: Any, horizon_s: float) -> None:
+    With `history` (``history(service, now) -> pd.Series | None``, e.g. a Prometheus range query), a service is
+    seeded with its past demand the first time it is seen, so a restarted controller forecasts at once."""
+
+    def __init__(self, online: Any, horizon_s: float, history: Callable[[str, float], Any] | None = None) -> None:
         self.online = online
         self.steps = max(math.ceil(horizon_s / online.step_s), 1)
+        self.history = history
+        self.seeded: set[str] = set()
+
+    def _seed(self, name: str, now: float) -> None:
+        self.seeded.add(name)
+        past = self.history(name, now) if self.history is not None else None
+        if past is not None and len(past):
+            self.online.observe_history(name, past[past.index.as_unit("s").asi8 < now])
 
     def __call__(self, snap: ClusterSnapshot) -> dict[str, Forecast]:
         out = {}
         for name, status in snap.services.items():
+            if name not in self.seeded:
+                self._seed(name, snap.time)
             self.online.update(name, snap.time, status.demand_rps)
             try:
                 out[name] = self.online.forecast(name, snap.time, self.steps)

@@ -287,6 +287,7 @@ class ScaleTraining(Action):
     job: str
     workers: int
     previous_workers: int
+    reclaim: bool = False  # a shrink that gives loaned GPUs back to inference (exempt from the cooldown)
 
     @property
     def target(self) -> str:

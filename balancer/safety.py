@@ -7,7 +7,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label / stopped namespace
     ├── ProtectedWorkload        protected or non-movable workloads (and GPUs hosting them) are never touched
     ├── MinGainNotMet            expected gain below `minExpectedGain`
-    ├── CooldownActive           the same target acted on within its cooldown
+    ├── CooldownActive           the same target acted on within its cooldown (inference scale-ups and the
+    │                            training shrinks that reclaim GPUs for them are exempt)
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
@@ -220,6 +221,10 @@ class SafetyGuard:
                 raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
         if a.expected_gain < p.min_expected_gain:
             raise MinGainNotMet(f"expected gain {a.expected_gain:.3g} < {p.min_expected_gain:.3g}")
+        if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas:
+            return  # adding serving capacity disrupts nothing: like an HPA, scale-ups are never held back
+        if isinstance(a, ScaleTraining) and a.reclaim:
+            return  # loaned GPUs go back to inference when its SLO needs them (the eviction budget still holds)
         cooldown = p.power_cooldown_s if isinstance(a, SetPowerLimit | TaintNode) else p.cooldown_s
         last = ledger.last_action.get(f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target)
         if last is not None and now - last < cooldown:

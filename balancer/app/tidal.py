@@ -42,6 +42,7 @@ import pandas as pd
 from balancer import catalog
 from balancer.actuate.sim import SimActuator
 from balancer.app import scenarios
+from balancer.app.capacity_run import RiseTracker
 from balancer.errors import InputError
 from balancer.forecast import load_demand
 from balancer.forecast.online import DemandForecaster
@@ -57,7 +58,6 @@ from balancer.plan.capacity import (
     ServiceCapacity,
     plan_capacity,
     replicas_for,
-    rise_allowance,
     view_from_snapshot,
 )
 from balancer.sim import ServiceSpec, SimCluster, TrainingJobSpec
@@ -248,31 +248,6 @@ class TidalForecaster:
             self.cached = None
         self.seen = seen
         return self.cached
-
-
-class RiseTracker:
-    """A service's demand as the controller observed it each cycle, over the trailing `window_s`, and the burst
-    allowance learned from it (`balancer.plan.capacity.rise_allowance`), recomputed every `every_s`."""
-
-    def __init__(self, lead_s: float, window_s: float, cap: float, every_s: float = 600.0) -> None:
-        self.lead_s, self.window_s, self.cap, self.every_s = lead_s, window_s, cap, every_s
-        self.t: list[float] = []
-        self.y: list[float] = []
-        self.value, self.computed_at = 0.0, -math.inf
-
-    def observe(self, t: float, y: float) -> None:
-        self.t.append(float(t))
-        self.y.append(float(y))
-
-    def allowance(self, now: float) -> float:
-        if now - self.computed_at >= self.every_s:
-            cut = int(np.searchsorted(self.t, now - self.window_s))
-            if cut > len(self.t) // 2:  # trim in bulk, not every cycle
-                del self.t[:cut], self.y[:cut]
-                cut = 0
-            self.value = rise_allowance(np.asarray(self.t[cut:]), np.asarray(self.y[cut:]), self.lead_s, self.cap)
-            self.computed_at = now
-        return self.value
 
 
 class CapacityGputide(_CapacityController):

@@ -47,7 +47,7 @@ def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVI
 
 
 def parse_interval(text: str, field: str = "--interval") -> float:
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
     for unit in sorted(units, key=len, reverse=True):
         if text.endswith(unit):
             number = text[: -len(unit)]
@@ -90,6 +90,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run as one shard: act only on nodes matching --selector, elect on Lease <lease-name>-NAME")
     p.add_argument("--selector", default="", metavar="EXPR",
                    help="shard node selector, e.g. pool=H100-SXM,site=eu-1,gputide.io/shard=a (needs --shard)")
+    p.add_argument("--services", default=None, metavar="FILE",
+                   help="ServiceProfiles YAML: the inference services capacity shifting may resize (needs "
+                        "capacity.enabled in the policy file)")
+    p.add_argument("--demand-query", default=None, metavar="PROMQL",
+                   help="a service's demand in req/s, $service replaced by its name (default: "
+                        "sum(gputide_inference_demand_rps{service=\"$service\"}))")
+    p.add_argument("--forecast-model", default="mstl", metavar="NAME",
+                   help="forecaster for capacity shifting (persistence, seasonal_naive_daily, holt_winters, mstl, "
+                        "gbm, profile, auto; default mstl)")
+    p.add_argument("--forecast-history", default="14d", metavar="DURATION",
+                   help="demand history read from Prometheus when a service is first seen (default 14d)")
     p.set_defaults(func=run)
 
 
@@ -137,8 +148,42 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                                      renew_deadline_s=duration * 2 / 3)
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None
+    planner, forecaster = capacity_parts(args, policy, source, interval)
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
-                      metrics=metrics, audit=audit)
+                      metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}))
+
+
+def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, source, interval: float):
+    """(planner, forecaster) for tidal capacity shifting, or (None, None) when the policy leaves it off."""
+    if not policy.capacity.enabled:
+        if args.services:
+            raise InputError(args.policy, "capacity.enabled", False, "true when --services is given")
+        return None, None
+    if not args.services:
+        raise InputError(args.policy, "capacity.enabled", True,
+                         "false, or --services FILE naming the inference services capacity shifting may resize")
+    from balancer.app.capacity_run import (
+        DEFAULT_DEMAND_QUERY,
+        CapacityLoopPlanner,
+        PrometheusDemandHistory,
+        load_profiles,
+    )
+    from balancer.forecast.base import MODELS
+    from balancer.forecast.online import DemandForecaster
+    from balancer.loop import ServiceForecaster
+    from balancer.plan.capacity import CapacityPolicy, reclaim_horizon_s
+
+    if args.forecast_model not in MODELS:
+        raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))
+    profiles = load_profiles(args.services)
+    cap = CapacityPolicy.from_config(policy.capacity)
+    step = policy.forecast.step_s
+    history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,
+                                      parse_interval(args.forecast_history, "--forecast-history") / 86400.0, step)
+    # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
+    horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
+    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model, step_s=step), horizon, history=history)
+    return CapacityLoopPlanner(profiles, cap, interval, history=history), forecaster
 
 
 def run(args: argparse.Namespace) -> int:

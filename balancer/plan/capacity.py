@@ -35,8 +35,9 @@ Everything here is pure: `plan_capacity(view, forecasts, policy, state)` returns
 and the per-service GPU targets (for the `gputide_capacity_gpus{class}` and `gputide_capacity_target_gpus{service}`
 gauges) and the next hysteresis state. `view_from_snapshot` derives the view from a `ClusterSnapshot`.
 
-Expected gains, in one unit per action type: a scale-up's gain is the forecast demand (req/s) it protects that the
-current replicas could not serve; a loan's gain, and a training growth's, is the A100-equivalent GPU-hours it
+Expected gains, in one unit per action type: a scale-up's gain is the SLO-safe capacity (req/s) it adds,
+``(target - replicas) x rps_per_replica`` (never zero, so the safety guard's minimum gain cannot veto the
+headroom a reclaim is for); a loan's gain, and a training growth's, is the A100-equivalent GPU-hours it
 gives training over the loan horizon; a training shrink carries the gain of the scale-up it makes room for.
 """
 
@@ -206,6 +207,10 @@ def _by_model(counts: np.ndarray, names: list[str]) -> Mapping[str, int]:
     return MappingProxyType({names[k]: int(counts[k]) for k in np.flatnonzero(counts)})
 
 
+def _placed_replicas(held: np.ndarray, group: int | None, profile: ServiceCapacity) -> int:
+    return 0 if group is None else int(held[group].sum()) // max(profile.gpus_per_replica, 1)
+
+
 def view_from_snapshot(
     snapshot: ClusterSnapshot,
     profiles: Mapping[str, ServiceCapacity],
@@ -255,7 +260,9 @@ def view_from_snapshot(
         ServiceView(
             profile=profiles[name],
             demand_rps=st.demand_rps,
-            replicas=st.replicas,
+            # replicas that hold GPUs (warming ones included): a replica still pending for want of a GPU serves
+            # nothing, and counting it would leave the planner content while training keeps the GPU it needs
+            replicas=min(st.replicas, _placed_replicas(held, groups.get(("inference", name)), profiles[name])),
             gpus_by_model=_by_model(held[g], names) if (g := groups.get(("inference", name))) is not None else empty,
             burst=float((bursts or {}).get(name, 0.0)),
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
@@ -400,6 +407,7 @@ class Pools:
                         workers=new,
                         previous_workers=j.workers,
                         expected_gain=gain_down.get(name, 0.0),
+                        reclaim=True,
                         reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
                         f"(priority {j.priority}, elastic min {j.elastic_min})",
                     )
@@ -572,7 +580,7 @@ def plan_capacity(
         if fc is None or fc.horizon == 0:
             new[p.name] = max(s.replicas, now_need)
             reasons[p.name] = "no forecast: hold, or follow current demand up"
-            gains[p.name] = max(0.0, s.demand_rps - s.replicas * p.rps_per_replica)
+            gains[p.name] = max(0, new[p.name] - s.replicas) * p.rps_per_replica
             continue
         lead = reclaim_horizon_s(p, policy)
         level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
@@ -586,7 +594,7 @@ def plan_capacity(
                 f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
                 f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas"
             )
-            gains[p.name] = max(0.0, max(peak_lead, s.demand_rps) - s.replicas * p.rps_per_replica)
+            gains[p.name] = (up_need - s.replicas) * p.rps_per_replica
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))

@@ -37,6 +37,8 @@ class PlannerState:
     # gputide_capacity_target_gpus{service}); `plan` keeps whatever a wrapping capacity planner put here
     loaned_gpus: int = 0
     capacity_targets: Mapping[str, int] | None = None
+    # a wrapping capacity planner's own memory (`balancer.plan.capacity_loop`: its CapacityState)
+    capacity: object = None
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,

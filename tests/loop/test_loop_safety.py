@@ -11,7 +11,7 @@ from loop_helpers import make_fleet, snapshot, workload
 from balancer import safety
 from balancer.config import SafetyPolicy
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry
-from balancer.model import Migrate, ScaleTraining, SetPowerLimit, WorkloadClass
+from balancer.model import Migrate, ScaleInference, ScaleTraining, SetPowerLimit, WorkloadClass
 from balancer.safety import PodDisruptionBudget, SafetyGuard, SafetyLedger
 
 FL = make_fleet(3, 4)
@@ -119,3 +119,23 @@ def test_an_empty_snapshot_is_missing_telemetry():
     empty = snapshot(make_fleet(1, 0))
     with pytest.raises(MissingTelemetry):
         safety.check_telemetry(empty, SafetyPolicy())
+
+
+@pytest.mark.parametrize(("action", "exempt"), [
+    (ScaleInference(service="svc", replicas=5, previous_replicas=3, reason="reclaim", expected_gain=40.0), True),
+    (ScaleInference(service="svc", replicas=2, previous_replicas=3, reason="loan", expected_gain=2.0), False),
+    (ScaleTraining(job="job", workers=0, previous_workers=1, reason="room", expected_gain=40.0, reclaim=True), True),
+    (ScaleTraining(job="job", workers=0, previous_workers=1, reason="hotspot", expected_gain=40.0), False),
+], ids=["inference-scale-up", "inference-scale-down", "reclaim-shrink", "hotspot-shrink"])
+def test_cooldown_never_holds_back_capacity_for_inference_but_holds_everything_else(action, exempt):
+    ledger = SafetyLedger(last_action={"svc": NOW - 10, "job": NOW - 10})
+    review = SafetyGuard(SafetyPolicy(cooldown_s=600)).review([action], SNAP, ledger, NOW)
+    assert (review.accepted == (action,)) is exempt
+    if not exempt:
+        assert isinstance(review.rejected[0][1], safety.CooldownActive)
+
+
+def test_a_reclaim_shrink_still_spends_the_eviction_budget():
+    shrink = ScaleTraining(job="job", workers=0, previous_workers=1, reason="room", expected_gain=40.0, reclaim=True)
+    review = SafetyGuard(SafetyPolicy(eviction_budget=0)).review([shrink], SNAP, SafetyLedger(), NOW)
+    assert isinstance(review.rejected[0][1], safety.EvictionBudgetExhausted)

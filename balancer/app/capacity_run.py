@@ -1,0 +1,207 @@
+"""Tidal capacity shifting for the live controller (`gputide run` with ``capacity.enabled``): the pieces that
+know about files, Prometheus and time, around the pure `balancer.plan.capacity_loop.plan_with_capacity`.
+
+* `load_profiles(path)`: the inference services the planner may resize, from a ``ServiceProfiles`` YAML file
+  (what one replica sustains within the SLO, its warm-up, bounds, GPU models). Every mistake is an `InputError`
+  naming the file, the field, the value and what is allowed (exit code 2)::
+
+      apiVersion: gputide/v1alpha1
+      kind: ServiceProfiles
+      services:
+        - name: llm-chat             # the `service` label of gputide_inference_demand_rps
+          rpsPerReplica: 30          # req/s one replica serves within its latency SLO
+          warmupSeconds: 300         # a new replica serves nothing for this long
+          minReplicas: 2
+          maxReplicas: 40
+          gpusPerReplica: 1
+          gpuModels: [H100-SXM]      # optional: the models its pods may run on
+          homeReplicas: 24           # optional: its static allotment (what its own peak needs)
+
+* `PrometheusDemandHistory`: a service's past demand from Prometheus (one range query per service, cached), which
+  seeds the forecaster and the burst tracker the first time the controller sees the service, so a restarted
+  controller forecasts from the first cycle instead of after days of watching.
+* `RiseTracker`: the demand the controller observed each cycle over a trailing window, and the burst allowance
+  learned from it (shared with the simulator's tidal scenario).
+* `CapacityLoopPlanner`: the loop's planner callable: observes demand, learns bursts, calls the pure planner.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from string import Template
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from balancer import catalog
+from balancer.config import BalancerPolicy
+from balancer.errors import GputideError, InputError
+from balancer.model import ClusterSnapshot, Forecast, Plan
+from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, rise_allowance
+from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.plan.planner import PlannerState
+from balancer.yamlfile import expect_kind, read_yaml
+
+log = logging.getLogger(__name__)
+DEFAULT_DEMAND_QUERY = 'sum(gputide_inference_demand_rps{service="$service"})'
+MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
+
+# YAML key -> (ServiceCapacity field, type, lowest allowed, required)
+_FIELDS: dict[str, tuple[str, type, float, bool]] = {
+    "name": ("name", str, 0, True),
+    "rpsPerReplica": ("rps_per_replica", float, 0, True),
+    "warmupSeconds": ("warmup_s", float, 0, False),
+    "minReplicas": ("min_replicas", int, 0, False),
+    "maxReplicas": ("max_replicas", int, 1, False),
+    "gpusPerReplica": ("gpus_per_replica", int, 1, False),
+    "gpuModels": ("models", list, 0, False),
+    "homeReplicas": ("home_replicas", int, 0, False),
+}
+
+
+def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
+    attr, kind, low, _ = _FIELDS[key]
+    value = item[key]
+    if kind is str:
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(file, where, value, "a non-empty string")
+        return value.strip()
+    if kind is list:
+        if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
+            raise InputError(file, where, value, "a non-empty list of GPU model names, e.g. [H100-SXM]")
+        return frozenset(catalog.get(m, file=file, field=where).key for m in value)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and (kind is float or float(value).is_integer())
+    if not ok or not math.isfinite(float(value)) or value < low or (kind is float and low == 0 and value <= 0):
+        what = "an integer" if kind is int else "a number"
+        bound = f">= {low:g}" if not (kind is float and low == 0) else "> 0"
+        raise InputError(file, where, value, f"{what} {bound}")
+    return kind(value)
+
+
+def profiles_from_dict(doc: Any, file: str) -> dict[str, ServiceCapacity]:
+    doc = expect_kind(doc, file, "ServiceProfiles", "apiVersion, kind, services")
+    items = doc.get("services")
+    if not isinstance(items, list) or not items:
+        raise InputError(file, "services", items, "a non-empty list of services")
+    out: dict[str, ServiceCapacity] = {}
+    for i, item in enumerate(items):
+        path = f"services[{i}]"
+        if not isinstance(item, Mapping):
+            raise InputError(file, path, item, "a mapping with name and rpsPerReplica")
+        unknown = sorted(str(k) for k in item if k not in _FIELDS)
+        if unknown:
+            raise InputError(file, f"{path}.{unknown[0]}", item[unknown[0]], "one of the fields " + ", ".join(_FIELDS))
+        kwargs = {}
+        for key, (attr, _kind, _low, required) in _FIELDS.items():
+            if key in item:
+                kwargs[attr] = _value(item, key, f"{path}.{key}", file)
+            elif required:
+                raise InputError(file, f"{path}.{key}", None, "a required field")
+        if kwargs.get("min_replicas", 1) > kwargs.get("max_replicas", 1_000_000):
+            raise InputError(file, f"{path}.minReplicas", kwargs["min_replicas"],
+                             f"at most maxReplicas ({kwargs['max_replicas']})")
+        if kwargs["name"] in out:
+            raise InputError(file, f"{path}.name", kwargs["name"], "a name no other service in the file has")
+        out[kwargs["name"]] = ServiceCapacity(**kwargs)
+    return out
+
+
+def load_profiles(path: str) -> dict[str, ServiceCapacity]:
+    return profiles_from_dict(read_yaml(path, "service profiles"), str(path))
+
+
+class PrometheusDemandHistory:
+    """`history(service, now)`: the service's demand over the last `days` from Prometheus (`source.demand_history`
+    with `query`, a `string.Template` over ``$service``), at `step_s`; None when Prometheus has nothing or fails
+    (the controller then learns from what it observes). Cached per service: the forecaster and the burst
+    tracker share one query."""
+
+    def __init__(self, source: Any, query: str = DEFAULT_DEMAND_QUERY, days: float = 14.0,
+                 step_s: float = 300.0) -> None:
+        self.source, self.query, self.days, self.step_s = source, Template(query), days, step_s
+        self.cache: dict[str, pd.Series | None] = {}
+
+    def __call__(self, service: str, now: float) -> pd.Series | None:
+        if service not in self.cache:
+            promql = self.query.safe_substitute(service=service)
+            # Prometheus answers at most 11,000 points per series: a long history at a fine step is cut to that
+            start = max(now - self.days * 86400.0, now - (MAX_POINTS - 1) * self.step_s)
+            try:
+                y = self.source.demand_history(promql, start, now, self.step_s)
+            except GputideError as exc:
+                log.warning("no demand history for %s (%s): %s", service, promql, exc)
+                y = None
+            if y is not None and not np.isfinite(y.to_numpy(float)).any():
+                y = None
+            self.cache[service] = y
+            log.info("demand history for %s: %s", service,
+                     "none" if y is None else f"{int(np.isfinite(y.to_numpy(float)).sum())} samples")
+        return self.cache[service]
+
+
+class RiseTracker:
+    """A service's demand as the controller observed it each cycle, over the trailing `window_s`, and the burst
+    allowance learned from it (`balancer.plan.capacity.rise_allowance`), recomputed every `every_s`."""
+
+    def __init__(self, lead_s: float, window_s: float, cap: float, every_s: float = 600.0) -> None:
+        self.lead_s, self.window_s, self.cap, self.every_s = lead_s, window_s, cap, every_s
+        self.t: list[float] = []
+        self.y: list[float] = []
+        self.value, self.computed_at = 0.0, -math.inf
+
+    def observe(self, t: float, y: float) -> None:
+        self.t.append(float(t))
+        self.y.append(float(y))
+
+    def seed(self, history: pd.Series) -> None:
+        """Past demand (a series with a UTC DatetimeIndex) before the first observation."""
+        ok = np.isfinite(history.to_numpy(float))
+        t = history.index[ok].as_unit("s").asi8.astype(float)
+        self.t[:0] = t.tolist()
+        self.y[:0] = history.to_numpy(float)[ok].tolist()
+
+    def allowance(self, now: float) -> float:
+        if now - self.computed_at >= self.every_s:
+            cut = int(np.searchsorted(self.t, now - self.window_s))
+            if cut > len(self.t) // 2:  # trim in bulk, not every cycle
+                del self.t[:cut], self.y[:cut]
+                cut = 0
+            self.value = rise_allowance(np.asarray(self.t[cut:]), np.asarray(self.y[cut:]), self.lead_s, self.cap)
+            self.computed_at = now
+        return self.value
+
+
+class CapacityLoopPlanner:
+    """The reconcile loop's planner with tidal capacity shifting (`Reconciler(planner=...)`)."""
+
+    def __init__(self, profiles: Mapping[str, ServiceCapacity], capacity_policy: CapacityPolicy, interval_s: float,
+                 history: Callable[[str, float], pd.Series | None] | None = None) -> None:
+        self.profiles, self.policy, self.interval_s, self.history = dict(profiles), capacity_policy, interval_s, history
+        self.rises: dict[str, RiseTracker] = {}
+
+    def bursts(self, snapshot: ClusterSnapshot) -> dict[str, float]:
+        out = {}
+        for name, st in snapshot.services.items():
+            prof = self.profiles.get(name)
+            if prof is None:
+                continue
+            tracker = self.rises.get(name)
+            if tracker is None:
+                # a scale-up decided now serves from the next cycle's warm-up end: the lead a burst must be met in
+                tracker = self.rises[name] = RiseTracker(prof.warmup_s + self.interval_s, self.policy.burst_window_s,
+                                                         self.policy.max_burst)
+                past = self.history(name, snapshot.time) if self.history else None
+                if past is not None:
+                    tracker.seed(past[past.index.as_unit("s").asi8 < snapshot.time])
+            if math.isfinite(st.demand_rps):
+                tracker.observe(snapshot.time, st.demand_rps)
+            out[name] = tracker.allowance(snapshot.time)
+        return out
+
+    def __call__(self, snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
+                 state: PlannerState | None = None) -> tuple[Plan, PlannerState]:
+        return plan_with_capacity(snapshot, forecasts, policy, state, profiles=self.profiles,
+                                  capacity_policy=self.policy, bursts=self.bursts(snapshot))

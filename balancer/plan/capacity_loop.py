@@ -1,0 +1,75 @@
+"""Capacity shifting inside the reconcile loop: the hotspot and co-location plan first, then the tidal plan.
+
+`plan_with_capacity` is the planner `gputide run` uses when the policy file's ``capacity.enabled`` is true. It
+runs `balancer.plan.planner.plan` (hotspots, co-location), then `balancer.plan.capacity.plan_capacity` on the
+same snapshot with the cycle's forecasts, and appends the capacity actions (ScaleTraining shrinks before the
+ScaleInference that needs their GPUs, as `plan_capacity` orders them) to the plan. Every action of both then
+goes through the one safety chokepoint (`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle
+cap bound the tide exactly as they bound hotspot moves.
+
+Elastic training jobs are then sized by the tide: the hotspot planner's give-back of workers it shrank (after a
+hotspot cooled) is dropped for them, since it would grow a job into GPUs just reclaimed for inference; idle GPUs
+reach training through the capacity plan's own growth. The two planners never touch one workload in the same
+cycle: when the hotspot plan already acts on a service
+or a training job (a migration of one of its pods, a shrink), the whole capacity decision waits one cycle,
+with a note, and its hysteresis state is not advanced (the plan it would have made did not happen).
+
+Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
+metrics goes to `loaned_gpus` and `capacity_targets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from balancer.config import BalancerPolicy
+from balancer.model import Action, ClusterSnapshot, Forecast, Migrate, Plan, ScaleTraining
+from balancer.plan import planner as planner_mod
+from balancer.plan.capacity import (
+    CapacityPolicy,
+    CapacityState,
+    ServiceCapacity,
+    plan_capacity,
+    view_from_snapshot,
+)
+
+Planner = Callable[..., tuple[Plan, planner_mod.PlannerState]]
+
+
+def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
+    """Services and jobs the actions act on: targets, and the owner of every migrated workload."""
+    owners = {w.name: w.owner for w in snapshot.workloads if w.owner}
+    out = {a.target for a in actions}
+    out |= {owners[a.workload] for a in actions if isinstance(a, Migrate) and a.workload in owners}
+    return out
+
+
+def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
+                       state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
+                       capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
+                       base: Planner = planner_mod.plan) -> tuple[Plan, planner_mod.PlannerState]:
+    """`base`'s plan, plus the capacity plan for the services in `profiles` (see the module docstring)."""
+    plan, state = base(snapshot, forecasts, policy, state)
+    if not policy.capacity.enabled or not profiles:
+        return plan, state
+    cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
+    view = view_from_snapshot(snapshot, profiles, bursts=bursts)
+    # elastic training is sized by the tide now: the hotspot planner's "give the workers back" after a cooled
+    # hotspot would grow a job into GPUs the capacity plan reclaimed for inference; idle GPUs reach training
+    # through the capacity plan's own growth instead
+    managed = {j.name for j in view.jobs}
+    giveback = [a for a in plan.actions if isinstance(a, ScaleTraining) and a.job in managed
+                and a.workers > a.previous_workers]
+    if giveback or managed & set(state.shrunk):
+        plan = replace(plan, actions=tuple(a for a in plan.actions if a not in giveback))
+        state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
+    decision = plan_capacity(view, forecasts or {}, capacity_policy, cap_state)
+    state = replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets))
+    clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
+    if clash:
+        note = f"capacity waits a cycle: the hotspot plan already acts on {', '.join(clash)}"
+        return replace(plan, notes=plan.notes + (note,)), replace(state, capacity=cap_state)
+    notes = plan.notes + tuple(f"capacity: {n}" for n in decision.notes)
+    return (replace(plan, actions=plan.actions + decision.actions, notes=notes),
+            replace(state, capacity=decision.state))

@@ -1,0 +1,132 @@
+"""Tidal capacity shifting inside the reconcile loop (`gputide run` with capacity.enabled): every decision goes
+through the safety guard, the hotspot plan and the tide never fight over a job, and the live controller loans at
+night and reclaims ahead of the morning rise on the simulated tidal fleet."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from balancer import config
+from balancer.actuate.sim import SimActuator
+from balancer.app import scenarios, tidal
+from balancer.app.capacity_run import CapacityLoopPlanner
+from balancer.forecast.online import DemandForecaster
+from balancer.loop import Reconciler, ServiceForecaster
+from balancer.metrics import ControllerMetrics
+from balancer.model import Plan, ScaleInference, ScaleTraining
+from balancer.plan import planner as planner_mod
+from balancer.plan.capacity import CapacityPolicy, view_from_snapshot
+from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.telemetry.sim import SimTelemetrySource
+
+ON = config.BalancerPolicy(capacity=config.CapacityPolicy(enabled=True))
+
+
+@pytest.fixture(scope="module")
+def tide():
+    sim, _events, _days = scenarios.build("tidal", days=1)
+    return sim, tidal.context(sim)
+
+
+def base_with(*actions):
+    def base(snapshot, forecasts, policy, state):
+        return Plan(actions=tuple(actions)), state or planner_mod.PlannerState()
+    return base
+
+
+def loan_forecast(tc, now, level=0.2):
+    """A forecast of very low demand for every service: the capacity plan wants to loan."""
+    from balancer.model import Forecast
+
+    return {name: Forecast(service=name, issued_at=now, step_s=600.0,
+                           quantiles={q: np.full(24, level) for q in (0.5, 0.9, 0.99)}) for name in tc.shares}
+
+
+def run_plan(sim, tc, base, state=None, policy=ON):
+    snap = sim.snapshot()
+    return plan_with_capacity(snap, loan_forecast(tc, snap.time), policy, state, profiles=tc.profiles,
+                              capacity_policy=CapacityPolicy(min_hold_s=0.0), base=base)
+
+
+def test_disabled_capacity_returns_the_hotspot_plan_untouched(tide):
+    sim, tc = tide
+    off = config.BalancerPolicy()
+    plan, state = run_plan(sim, tc, base_with(), policy=off)
+    assert plan.actions == () and state.capacity is None and state.capacity_targets is None
+
+
+def test_enabled_capacity_appends_its_loans_and_keeps_its_memory(tide):
+    sim, tc = tide
+    plan, state = run_plan(sim, tc, base_with())
+    loans = [a for a in plan.actions if isinstance(a, ScaleInference) and a.replicas < a.previous_replicas]
+    assert loans, "a near-zero forecast must loan inference GPUs"
+    assert state.capacity is not None and state.loaned_gpus >= 0 and set(state.capacity_targets) == set(tc.shares)
+
+
+def test_the_tide_waits_a_cycle_when_the_hotspot_plan_already_acts_on_a_service(tide):
+    sim, tc = tide
+    service = sorted(tc.shares)[0]
+    hot = ScaleInference(service=service, replicas=99, previous_replicas=1, reason="hotspot", expected_gain=1.0)
+    plan, state = run_plan(sim, tc, base_with(hot))
+    assert plan.actions == (hot,)
+    assert any("capacity waits a cycle" in n and service in n for n in plan.notes)
+    assert state.capacity is None or not state.capacity.last_change  # the decision that did not happen is not kept
+
+
+def test_a_hotspot_give_back_never_grows_a_job_the_tide_sizes(tide):
+    sim, tc = tide
+    job = sorted(sim.training_jobs)[0]
+    workers = sum(1 for w in sim.snapshot().workloads if w.owner == job)
+    give_back = ScaleTraining(job=job, workers=workers + 4, previous_workers=workers, reason="hotspot cleared",
+                              expected_gain=5.0)
+    state = replace(planner_mod.PlannerState(), shrunk={job: workers + 4})
+    plan, new_state = run_plan(sim, tc, base_with(give_back), state=state)
+    assert give_back not in plan.actions
+    assert job not in new_state.shrunk
+
+
+def test_pending_replicas_do_not_count_as_capacity(tide):
+    sim, tc = tide
+    service = sorted(tc.shares)[0]
+    snap = sim.snapshot()
+    placed = {s.profile.name: s.replicas for s in view_from_snapshot(snap, tc.profiles).services}
+    status = snap.services[service]
+    pending = replace(snap, services={**snap.services, service: replace(status, replicas=status.replicas + 7)})
+    seen = {s.profile.name: s.replicas for s in view_from_snapshot(pending, tc.profiles).services}
+    assert seen[service] == placed[service]
+
+
+def test_the_live_loop_loans_at_night_and_reclaims_ahead_of_the_day_within_the_slo():
+    """Nine simulated hours from midnight of the trace's last day, one cycle a minute, through the real guard."""
+    sim, _events, _days = scenarios.build("tidal", days=1)
+    tc = tidal.context(sim)
+
+    def history(name, now):
+        h = tc.history * tc.shares[name]
+        return h[h.index.as_unit("s").asi8 < now]
+
+    policy = replace(ON, forecast=config.ForecastPolicy(step_s=600.0))
+    cap = CapacityPolicy.from_config(policy.capacity, tidal.CAPACITY)
+    rec = Reconciler(source=SimTelemetrySource(sim), actuator=SimActuator(sim), policy=policy, clock=lambda: sim.time,
+                     forecaster=ServiceForecaster(DemandForecaster(model="profile", step_s=600.0), 3 * 3600.0,
+                                                  history=history),
+                     planner=CapacityLoopPlanner(tc.profiles, cap, 60.0, history=history),
+                     metrics=ControllerMetrics(CollectorRegistry()))
+    loaned, applied, worst_p99 = [], [], 0.0
+    for _ in range(9 * 60):
+        report = rec.run_once()
+        assert report.status == "ok", report.reason
+        applied += [r.action for r in report.results if str(r.outcome) == "applied"]
+        loaned.append(rec.state.loaned_gpus)
+        sim.step()
+        worst_p99 = max(worst_p99, max(s.p99_latency_s / s.slo_latency_s for s in sim.service_status().values()))
+    summary = sim.acct.summary(sim)["inference"]
+    violating = sum(s["slo_violations"] for s in summary.values()) / sum(s["requests"] for s in summary.values())
+    assert max(loaned) >= 40, "the night's idle inference GPUs must go to training"
+    assert loaned[-1] <= max(loaned) - 20, "GPUs must come back to inference as the morning demand rises"
+    assert any(isinstance(a, ScaleTraining) and a.reclaim for a in applied), "reclaims shrink training"
+    assert violating < 1e-4 and worst_p99 < 1.0, (violating, worst_p99)

@@ -1,0 +1,144 @@
+"""`gputide run` with capacity shifting: the ServiceProfiles file, its errors (exit 2, naming file, field, value),
+the flags, and the demand history read from a real Prometheus that seeds the forecaster and the burst tracker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+from balancer.app.capacity_run import PrometheusDemandHistory, RiseTracker, load_profiles
+from balancer.cli import build_parser, main
+from balancer.cmd.run import build_reconciler
+from balancer.errors import InputError
+from balancer.loop import ServiceForecaster
+from balancer.metrics import ControllerMetrics
+
+GOOD = {"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles", "services": [
+    {"name": "llm-chat", "rpsPerReplica": 30, "warmupSeconds": 240, "minReplicas": 2, "maxReplicas": 40,
+     "gpuModels": ["H100-SXM"], "homeReplicas": 24},
+    {"name": "embed", "rpsPerReplica": 120.5}]}
+
+
+def write(tmp_path, doc, name="services.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return str(path)
+
+
+def policy_file(tmp_path, enabled=True):
+    return write(tmp_path, {"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy", "metadata": {"name": "t"},
+                            "spec": {"capacity": {"enabled": enabled}}}, "policy.yaml")
+
+
+def test_profiles_load_with_defaults_for_what_is_left_out(tmp_path):
+    profiles = load_profiles(write(tmp_path, GOOD))
+    chat, embed = profiles["llm-chat"], profiles["embed"]
+    assert (chat.rps_per_replica, chat.warmup_s, chat.min_replicas, chat.max_replicas) == (30.0, 240.0, 2, 40)
+    assert chat.models == frozenset({"H100-SXM"}) and chat.home_replicas == 24
+    assert embed.rps_per_replica == 120.5 and embed.warmup_s == 300.0 and embed.models is None
+
+
+def _bad(path, value):
+    doc = yaml.safe_load(yaml.safe_dump(GOOD))
+    parent = doc
+    *head, last = path
+    for key in head:
+        parent = parent[key]
+    if value is KeyError:
+        del parent[last]
+    else:
+        parent[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(("doc", "field", "shown"), [
+    (_bad(["kind"], "FleetSpec"), "kind", "FleetSpec"),
+    (_bad(["services"], []), "services", "[]"),
+    (_bad(["services", 0, "rpsPerReplica"], 0), "services[0].rpsPerReplica", "0"),
+    (_bad(["services", 0, "rpsPerReplica"], KeyError), "services[0].rpsPerReplica", "None"),
+    (_bad(["services", 1, "minReplicas"], 1.5), "services[1].minReplicas", "1.5"),
+    (_bad(["services", 0, "minReplicas"], 50), "services[0].minReplicas", "50"),
+    (_bad(["services", 0, "gpuModels"], ["Z80"]), "services[0].gpuModels", "Z80"),
+    (_bad(["services", 1, "name"], "llm-chat"), "services[1].name", "llm-chat"),
+    (_bad(["services", 1, "replicas"], 3), "services[1].replicas", "3"),
+], ids=["kind", "empty", "zero-rate", "missing-rate", "fractional-replicas", "min-above-max", "unknown-model",
+        "duplicate-name", "unknown-field"])
+def test_bad_profiles_name_the_file_the_field_and_the_value(tmp_path, doc, field, shown):
+    path = write(tmp_path, doc)
+    with pytest.raises(InputError) as err:
+        load_profiles(path)
+    assert err.value.file == path and err.value.field == field
+    assert shown in str(err.value) and "allowed" in str(err.value)
+
+
+@pytest.mark.parametrize(("extra", "enabled", "field"), [
+    ([], True, "capacity.enabled"),
+    (["--services", "SERVICES"], False, "capacity.enabled"),
+    (["--services", "SERVICES", "--forecast-model", "prophet"], True, "--forecast-model"),
+    (["--services", "SERVICES", "--forecast-history=0d"], True, "--forecast-history"),
+], ids=["enabled-without-services", "services-without-enabled", "unknown-model", "bad-history"])
+def test_inconsistent_capacity_flags_exit_2_naming_the_field(tmp_path, capsys, extra, enabled, field):
+    services = write(tmp_path, GOOD)
+    argv = ["run", "--prometheus", "http://127.0.0.1:9", "--once", "--dry-run", "--metrics-port", "0",
+            "--policy", policy_file(tmp_path, enabled), *[services if a == "SERVICES" else a for a in extra]]
+    assert main(argv) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_capacity_flags_build_the_capacity_planner_and_a_seeded_forecaster(tmp_path):
+    args = build_parser().parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--policy",
+                                      policy_file(tmp_path), "--services", write(tmp_path, GOOD),
+                                      "--forecast-model", "profile", "--forecast-history", "2d"])
+    rec = build_reconciler(args, ControllerMetrics())
+    assert set(rec.planner.profiles) == {"llm-chat", "embed"}
+    assert isinstance(rec.forecaster, ServiceForecaster) and rec.forecaster.online.model == "profile"
+    assert rec.forecaster.history.days == 2.0
+    # the forecast reaches over the loan horizon (2 h at 300 s steps)
+    assert rec.forecaster.steps * rec.forecaster.online.step_s >= 7200
+
+
+def test_rise_tracker_learns_bursts_from_seeded_history_before_watching():
+    idx = pd.date_range("2024-01-01", periods=12, freq="60s", tz="UTC")
+    tracker = RiseTracker(lead_s=120.0, window_s=86400.0, cap=3.0)
+    tracker.seed(pd.Series([100.0] * 5 + [150.0] + [100.0] * 6, index=idx))
+    now = idx[-1].timestamp() + 60
+    tracker.observe(now, 100.0)
+    assert tracker.allowance(now) == pytest.approx(0.5)
+
+
+@pytest.mark.integration
+def test_demand_history_comes_from_the_real_prometheus_and_feeds_the_forecaster(prometheus_factory):
+    from balancer.app import scenarios, tidal  # noqa: F401 - importing tidal registers the scenario
+    from balancer.forecast.online import DemandForecaster
+    from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+    from balancer.telemetry.promserver import Target
+    from exporters.backends.sim import SimBackend
+    from exporters.collector import GpuCollector
+    from exporters.server import serve
+    from tests.conftest import require_binary
+
+    require_binary("prometheus")
+    sim, _events, _days = scenarios.build("tidal", days=1)
+    exporter = serve(GpuCollector(SimBackend(sim, lock=threading.Lock())), port=0)
+    try:
+        prom = prometheus_factory([Target("gputide-exporter", f"127.0.0.1:{exporter.port}")], scrape_interval="1s")
+        service = sorted(sim.service_status())[0]
+        prom.wait_for(f'gputide_inference_demand_rps{{service="{service}"}}', bool, timeout=30)
+        time.sleep(3)  # a few scrapes
+        source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0))
+        history = PrometheusDemandHistory(source, days=1.0, step_s=1.0)
+        now = time.time()
+        past = history(service, now)
+        assert past is not None and past.notna().sum() >= 2
+        assert abs(past.dropna().iloc[-1] - sim.service_status()[service].demand_rps) < 1e-6 * max(
+            1.0, sim.service_status()[service].demand_rps)
+        assert history("no-such-service", now) is None  # Prometheus has nothing: learn from what is observed
+        online = DemandForecaster(model="persistence", step_s=1.0, min_history=2)
+        ServiceForecaster(online, 10.0, history=history)._seed(service, now)
+        assert online.forecast(service, now, 5).quantiles[0.5][0] > 0
+    finally:
+        exporter.close()
