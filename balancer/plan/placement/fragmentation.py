@@ -10,7 +10,13 @@ the popularity-weighted sum over the observed workload mix; FGD places each task
 `WorkloadMix` is the target distribution: pod types keyed by (num_gpu, gpu_milli, allowed models), with their
 median CPU/memory and popularity. `FragCache` keeps per node and type the statistics the measure needs
 (count of GPUs that could take the type, idle milli below its request, the resulting fragmentation) and
-refreshes one node at a time after each placement, so scoring a pod costs one pass over its candidates.
+refreshes one node at a time after each placement, so scoring a pod costs one pass over its candidates. That
+pass is the replay's hot loop: how a shared-GPU pod changes a slot's statistics depends only on the slot's free
+milli, so it is read from a per-request table; nodes in the same state (`NodeClasses`: most candidates are
+untouched nodes of a few hardware types) share their row of the [candidates, types] matrix, so each distinct
+row is computed once and then copied into place. The matrix itself and its product with the weights stay
+exactly as they were: BLAS sums a row differently depending on the matrix it sits in, and a last-bit change
+could flip a tie between nodes.
 
 `include_cpu_only` decides what a CPU-only type means. FGD counts its idle GPUs as fragments whether or not it
 fits, a constant that cannot change a decision, so `fgd` leaves such types out. gputide keeps them and counts
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from balancer.plan.placement.nodestats import NodeClasses
 from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, resolve_models
 
 
@@ -120,6 +127,13 @@ class FragCache:
         self.mix = mix
         self.model_ok = mix.model_ok(state)
         self.need = np.maximum(mix.milli, 1)
+        self.gpu_only = bool(np.all(mix.num_gpu > 0))  # no CPU-only type: a fitting type leaves `below`
+        self._slot_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.classes = NodeClasses(state)
+        # per free milli v = -1..MILLI (row v + 1): does a slot with v free fit the type, its idle milli if not
+        v = np.arange(-1, MILLI + 1, dtype=np.int64)[:, None]
+        self._slot_fits = (v >= self.need).astype(np.int64)
+        self._slot_below = np.maximum(v, 0) * (v < self.need)
         self.rebuild()
 
     def rebuild(self) -> None:
@@ -139,32 +153,52 @@ class FragCache:
     def refresh(self, node: int) -> None:
         s = self.state
         free = s.gpu_free[node]
-        fits_slot = free[:, None] >= self.need[None, :]
-        idle = np.where(free > 0, free, 0)
-        self.count[node] = fits_slot.sum(axis=0)
-        self.below[node] = (idle[:, None] * ~fits_slot).sum(axis=0)
-        self.total[node] = idle.sum()
+        rows = free + 1  # per-slot rows of the tables below (free milli -1..MILLI)
+        self.count[node] = self._slot_fits[rows].sum(axis=0)
+        self.below[node] = self._slot_below[rows].sum(axis=0)
+        self.total[node] = free[free > 0].sum()
         self.frag[node] = _frag(
             self.count[node], self.below[node], self.total[node], s.cpu_free[node], s.mem_free[node],
             self.model_ok[node], self.mix,
         )  # fmt: skip
         self.expected[node] = self.frag[node] @ self.mix.weight
+        self.classes.refresh(node)
 
     def delta(self, nodes: np.ndarray, values: np.ndarray, pod: PodRequest) -> np.ndarray:
         """Increase of expected fragmentation if `pod` goes on `nodes` (taking slots whose free milli is `values`)."""
+        first, group = self.classes.groups(nodes, values)
+        after = self._after(nodes[first], values[first], pod)[group]
+        return after @ self.mix.weight - self.expected[nodes]
+
+    def _after(self, nodes: np.ndarray, values: np.ndarray, pod: PodRequest) -> np.ndarray:
+        """[c, t] fragmented milli per type once `pod` is on `nodes` (the `_frag` of the updated statistics)."""
         mix = self.mix
         count, below, total = self.count[nodes], self.below[nodes], self.total[nodes]
         if pod.num_gpu == 1:
-            v = values[:, None]
-            nv = v - pod.gpu_milli
-            need = self.need[None, :]
-            count = count - (v >= need) + (nv >= need)
-            below = below - v * (v < need) + nv * (nv < need)
-            total = total - pod.gpu_milli
+            dcount, dbelow = self._slot_change(pod.gpu_milli)
+            count += dcount[values]
+            below += dbelow[values]
+            total -= pod.gpu_milli
         elif pod.num_gpu > 1:
-            count = count - pod.num_gpu
-            total = total - pod.num_gpu * MILLI
-        cpu = self.state.cpu_free[nodes] - pod.cpu_milli
-        mem = self.state.mem_free[nodes] - pod.memory_mib
-        after = _frag(count, below, total[:, None], cpu[:, None], mem[:, None], self.model_ok[nodes], mix)
-        return after @ mix.weight - self.expected[nodes]
+            count -= pod.num_gpu
+            total -= pod.num_gpu * MILLI
+        # _frag, unrolled in place (same integers, fewer temporaries)
+        fits = self.model_ok[nodes]
+        fits &= (self.state.cpu_free[nodes] - pod.cpu_milli)[:, None] >= mix.cpu
+        fits &= (self.state.mem_free[nodes] - pod.memory_mib)[:, None] >= mix.mem
+        fits &= count >= mix.num_gpu
+        if not self.gpu_only:
+            below = np.where(mix.num_gpu > 0, below, 0)
+        return np.where(fits, below, total[:, None])
+
+    def _slot_change(self, milli: int) -> tuple[np.ndarray, np.ndarray]:
+        """[MILLI + 1, t] change of `count` and `below` when a slot with v free milli gives `milli` (row v)."""
+        tables = self._slot_tables.get(milli)
+        if tables is None:
+            v = np.arange(MILLI + 1, dtype=np.int64)[:, None]
+            nv = v - milli
+            need = self.need[None, :]
+            dcount = (nv >= need).astype(np.int64) - (v >= need)
+            dbelow = nv * (nv < need) - v * (v < need)
+            tables = self._slot_tables[milli] = (dcount, dbelow)
+        return tables

@@ -4,7 +4,9 @@ A *candidate* is a (node, GPU slot) pair for pods that take one GPU or a share o
 node for CPU-only and multi-GPU pods (slot -1; the whole-GPU slots are picked after the node wins). The
 `Candidates` object carries the arrays every plugin reads, as in kube-scheduler's framework: filters return
 a boolean per node, scores return a raw value per candidate (higher is better); the scheduler normalises each
-score to 0..100 over the feasible candidates and sums them with the policy's weights.
+score to 0..100 over the feasible candidates and sums them with the policy's weights. Per-node aggregates
+(idle milli, busy GPUs per NVLink domain, ...) come from the Scheduler's `NodeStats`, kept in step after each
+bind, so a score reads one value per candidate instead of reducing the node's GPU row again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from balancer.plan.placement.fragmentation import FragCache
+from balancer.plan.placement.nodestats import NodeStats
 from balancer.plan.placement.state import MILLI, ClusterState, PodRequest
 
 
@@ -24,6 +27,7 @@ class Candidates:
     node: np.ndarray  # [c]
     slot: np.ndarray  # [c], -1 for node-level candidates
     value: np.ndarray  # [c] free milli of the slot before placement (MILLI for node-level)
+    stats: NodeStats
     frag: FragCache | None = None
     rng: np.random.Generator | None = None
     node_tag: np.ndarray | None = None  # [n] gpu_milli of the first shared pod per node (-1 none)
@@ -77,7 +81,7 @@ DEFAULT_FILTERS = (CpuFit(), MemoryFit(), GpuModelFit(), GpuCountFit(), TaintTol
 def _gpu_used_after(c: Candidates) -> np.ndarray:
     s, pod = c.state, c.pod
     total = np.maximum(s.gpu_count[c.node], 1) * MILLI
-    free = np.where(s.gpu_exists[c.node], s.gpu_free[c.node], 0).sum(axis=1)
+    free = c.stats.idle[c.node]
     return (total - free + pod.total_gpu_milli) / total
 
 
@@ -112,26 +116,35 @@ class Fragmentation:
             return -c.frag.delta(c.node, c.value, c.pod)
         # slots of one node with the same free milli score alike: evaluate each (node, free) pair once
         key = c.node.astype(np.int64) * (2 * MILLI + 1) + c.value
-        uniq, inverse = np.unique(key, return_inverse=True)
-        nodes, values = np.divmod(uniq, 2 * MILLI + 1)
-        return -c.frag.delta(nodes, values, c.pod)[inverse]
+        first, inverse = _runs(key)
+        return -c.frag.delta(c.node[first], c.value[first], c.pod)[inverse]
+
+
+def _runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of one element per distinct key in ascending key order, and each element's group (np.unique).
+
+    The scheduler's candidates come sorted by (node, free milli), so the groups are runs and a diff finds them
+    without np.unique's sort; an unsorted key falls back to it.
+    """
+    if len(key) and np.all(key[1:] >= key[:-1]):
+        start = np.empty(len(key), dtype=bool)
+        start[0] = True
+        np.not_equal(key[1:], key[:-1], out=start[1:])
+        return np.flatnonzero(start), np.cumsum(start) - 1
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse
 
 
 class Topology:
     """Multi-GPU pods inside one NVLink domain; single-GPU pods in domains already in use."""
 
     def score(self, c: Candidates) -> np.ndarray:
-        s, pod = c.state, c.pod
-        dom = s.nvlink_domain[c.node]
+        st, pod = c.stats, c.pod
         if pod.num_gpu > 1:
-            full = s.gpu_free[c.node] >= MILLI
-            width = s.gpu_free.shape[1]
-            per_domain = ((dom[:, :, None] == np.arange(width)) & full[:, :, None]).sum(axis=1)
-            return (per_domain.max(axis=1) >= pod.num_gpu).astype(float)
+            return (st.full_in_domain[c.node] >= pod.num_gpu).astype(float)
         if pod.num_gpu == 1:
-            same = dom == dom[np.arange(len(c)), np.maximum(c.slot, 0)][:, None]
-            busy = same & s.gpu_exists[c.node] & (s.gpu_free[c.node] < MILLI)
-            return busy.sum(axis=1) / np.maximum((same & s.gpu_exists[c.node]).sum(axis=1), 1)
+            slot = np.maximum(c.slot, 0)
+            return st.domain_busy[c.node, slot] / np.maximum(st.domain_size[c.node, slot], 1)
         return np.zeros(len(c))
 
 
@@ -139,10 +152,10 @@ class ThermalHeadroom:
     """Cooler GPUs first; unknown headroom scores as the median of the known ones."""
 
     def score(self, c: Candidates) -> np.ndarray:
-        h = c.state.temp_headroom[c.node]
         if c.pod.num_gpu == 1:
-            raw = h[np.arange(len(c)), np.maximum(c.slot, 0)]
+            raw = c.state.temp_headroom[c.node, np.maximum(c.slot, 0)]
         else:
+            h = c.state.temp_headroom[c.node]
             with np.errstate(all="ignore"):
                 raw = (
                     np.nanmean(np.where(c.state.gpu_exists[c.node], h, np.nan), axis=1)
@@ -158,14 +171,9 @@ class HeterogeneityFit:
     """Small jobs (one GPU or less) stay off the scarcest models so that large jobs still find them."""
 
     def score(self, c: Candidates) -> np.ndarray:
-        s = c.state
-        if c.pod.num_gpu != 1 or len(s.models) < 2:
+        if c.pod.num_gpu != 1 or len(c.state.models) < 2:
             return np.zeros(len(c))
-        per_model = np.bincount(
-            s.model[s.model >= 0], weights=s.gpu_count[s.model >= 0], minlength=len(s.models)
-        )
-        share = per_model / max(per_model.sum(), 1)
-        return np.append(share, 0)[s.model[c.node]]
+        return c.stats.model_share[c.node]
 
 
 class CpuOnlyFit:
@@ -181,7 +189,7 @@ class CpuOnlyFit:
         if c.pod.num_gpu:
             return np.zeros(len(c))
         s, n = c.state, c.node
-        idle = np.where(s.gpu_exists[n], np.clip(s.gpu_free[n], 0, None), 0).sum(axis=1) / MILLI
+        idle = c.stats.idle[n] / MILLI
         per_gpu = 0.0
         if c.frag is not None and len(c.frag.mix):
             mix = c.frag.mix
@@ -196,9 +204,7 @@ class DotProduct:
 
     def score(self, c: Candidates) -> np.ndarray:
         s, pod, n = c.state, c.pod, c.node
-        free_gpu = np.where(s.gpu_exists[n], s.gpu_free[n], 0).sum(axis=1) / np.maximum(
-            s.gpu_count[n] * MILLI, 1
-        )
+        free_gpu = c.stats.idle[n] / np.maximum(s.gpu_count[n] * MILLI, 1)
         gpu_req = pod.total_gpu_milli / np.maximum(s.gpu_count[n] * MILLI, 1)
         dot = (
             pod.cpu_milli / np.maximum(s.cpu_total[n], 1) * s.cpu_free[n] / np.maximum(s.cpu_total[n], 1)
@@ -221,8 +227,7 @@ class GpuPacking:
     """Shared pods onto partly used GPUs first, then onto partly used nodes, then onto empty ones."""
 
     def score(self, c: Candidates) -> np.ndarray:
-        s = c.state
-        node_used = (s.gpu_exists[c.node] & (s.gpu_free[c.node] < MILLI)).any(axis=1)
+        node_used = c.stats.busy[c.node] > 0
         slot_used = (c.slot >= 0) & (c.value < MILLI)
         return 2.0 * slot_used + node_used + np.where(c.slot >= 0, 1 - c.value / MILLI, 0) * 0.5
 
