@@ -23,7 +23,8 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 from deploy import gen  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter"]
+OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter",
+            "overlays/capacity"]
 K8S_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -232,7 +233,7 @@ def test_policy_configmap_is_a_valid_balancer_policy():
     assert "gputide" in policy.safety.protected_namespaces
 
 
-@pytest.mark.parametrize("overlay", ["base", "overlays/dev"])
+@pytest.mark.parametrize("overlay", ["base", "overlays/dev", "overlays/capacity"])
 def test_controller_args_parse_with_the_real_cli(overlay):
     from balancer.cli import build_parser
 
@@ -266,3 +267,27 @@ def test_dockerfile_builds_a_non_root_image_with_gputide_as_entrypoint():
     user = by_kind["USER"][-1].split(":")[0]
     assert user not in ("root", "0")
     assert json.loads(by_kind["ENTRYPOINT"][-1]) == ["gputide"]
+
+
+def test_capacity_overlay_mounts_valid_profiles_and_builds_the_capacity_planner(tmp_path):
+    """The rendered policy and services ConfigMaps, written where the pod mounts them, drive the real controller."""
+    from balancer.cli import build_parser
+    from balancer.cmd.run import build_reconciler
+    from balancer.metrics import ControllerMetrics
+
+    files = {"policy": ("gputide-policy", "policy.yaml"), "services": ("gputide-services", "services.yaml")}
+    paths = {}
+    for key, (name, item) in files.items():
+        paths[key] = tmp_path / item
+        paths[key].write_text(one("overlays/capacity", "ConfigMap", name)["data"][item])
+    deployment = one("overlays/capacity", "Deployment", "gputide-controller")["spec"]["template"]["spec"]
+    container = deployment["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v.get("configMap", {}).get("name") for v in deployment["volumes"]}
+    assert volumes["services"] == "gputide-services"
+    args = [a.replace("$(POD_NAMESPACE)", "gputide").replace("/etc/gputide/policy.yaml", str(paths["policy"]))
+            .replace(f"{mounts['services']}/services.yaml", str(paths["services"])) for a in container["args"]]
+    assert f"--services={paths['services']}" in args
+    args = [a for a in args if a != "--leader-elect"]  # no API server here: plan without the Lease
+    reconciler = build_reconciler(build_parser().parse_args([*args, "--dry-run"]), ControllerMetrics())
+    assert reconciler.policy.capacity.enabled and list(reconciler.planner.profiles) == ["llm-chat"]
