@@ -268,6 +268,9 @@ class Reconciler:
                 results.append(res)
                 if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                     self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
+                else:
+                    self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
+                                                         code=res.code or "unknown").inc()
                 log.info("%s: %s %s", res.outcome, a.describe(), res.detail)
                 self._audit(now, _record(a, str(res.outcome), res.detail))
             applied = [r.action for r in results if r.outcome == Outcome.APPLIED]

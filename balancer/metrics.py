@@ -87,6 +87,10 @@ class ControllerMetrics:
                                    registry=r)
         self.rejected = PromCounter("gputide_actions_rejected", "Actions refused, by the limit that refused them.",
                                     ["reason"], registry=r)
+        self.actuation_errors = PromCounter(
+            "gputide_actuation_errors", "Accepted actions the actuator could not carry out, by action type, outcome "
+            "(retry: temporary, failed: permanent) and code (HTTP status, or transport).",
+            ["type", "outcome", "code"], registry=r)
         self.fail_static = Gauge("gputide_fail_static", "1 while the controller holds still.", registry=r)
         self.fail_static_info = Gauge("gputide_fail_static_info", "1 for the current fail-static reason.",
                                       ["reason"], registry=r)

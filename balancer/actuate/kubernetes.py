@@ -117,6 +117,12 @@ def _translate(exc: ApiException, what: str) -> ActuationError:
     return KubePermanentError(text, status)
 
 
+def _code(err: ActuationError) -> str:
+    """The `code` label of gputide_actuation_errors_total: the HTTP status, or "transport" when none came back."""
+    status = int(getattr(err, "status", 0) or 0)
+    return str(status) if status else ("transport" if isinstance(err, TemporaryActuationError) else "refused")
+
+
 # ---- small pure helpers --------------------------------------------------------------------------------------
 
 
@@ -331,9 +337,9 @@ class KubernetesActuator:
         try:
             detail = handler(action, snapshot)
         except TemporaryActuationError as err:
-            return ActionResult(action, Outcome.RETRY, str(err))
+            return ActionResult(action, Outcome.RETRY, str(err), _code(err))
         except PermanentActuationError as err:
-            return ActionResult(action, Outcome.FAILED, str(err))
+            return ActionResult(action, Outcome.FAILED, str(err), _code(err))
         return ActionResult(action, Outcome.APPLIED, detail)
 
     # ---- Migrate: reserve, taint, evict ----
@@ -368,7 +374,7 @@ class KubernetesActuator:
         except ActuationError as err:
             self._release_reservation(action.target_node, key)
             if isinstance(err, ThrottledError):
-                raise TemporaryActuationError(f"eviction blocked by a PodDisruptionBudget: {err}") from err
+                raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
             raise
         return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
 

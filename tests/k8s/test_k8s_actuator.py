@@ -115,7 +115,7 @@ def test_pdb_429_gives_retry_releases_the_reservation_then_succeeds_once_allowed
                                                                                    actuator) -> None:
     cluster.mutate("poddisruptionbudgets", "web", "default", {"status": {"disruptionsAllowed": 0}})
     blocked = actuator.apply(migrate(), SNAP)
-    assert blocked.outcome is Outcome.RETRY
+    assert blocked.outcome is Outcome.RETRY and blocked.code == "429"
     assert "PodDisruptionBudget" in blocked.detail
     assert cluster.get("pods", "web-1", "default") is not None
     assert RESERVATION_ANNOTATION not in annotations(cluster, "n2")
@@ -211,6 +211,8 @@ def test_node_writes_map_errors_to_outcomes(cluster: FakeKube, actuator, code, c
     cluster.inject("PATCH", r"/nodes/n1$", code, count=count)
     result = actuator.apply(power(), SNAP)
     assert result.outcome is outcome, result.detail
+    # the code labels gputide_actuation_errors_total: the HTTP status of the failure, none on success
+    assert result.code == ("" if outcome is Outcome.APPLIED else str(code))
     assert (read_power_caps(cluster.get("nodes", "n1")) == {"GPU-0": 450.0}) is (outcome is Outcome.APPLIED)
 
 
@@ -421,7 +423,7 @@ def test_an_unreachable_api_server_gives_retry(kube: FakeKube, sleeps) -> None:
     cfg.retries = False
     actuator = KubernetesActuator(k8s.ApiClient(cfg), sleep=sleeps.append, max_retries=1)
     result = actuator.apply(power(), SNAP)
-    assert result.outcome is Outcome.RETRY, result.detail
+    assert result.outcome is Outcome.RETRY and result.code == "transport", result.detail
     assert sleeps == [0.5]
 
 

@@ -269,3 +269,39 @@ def test_a_fresh_controller_reports_its_whole_eviction_budget_before_the_first_c
     Reconciler(source=NeverCalled(), actuator=DryRunActuator(), policy=BalancerPolicy(),
                metrics=ControllerMetrics(registry), clock=lambda: 1000.0)
     assert registry.get_sample_value("gputide_eviction_budget_remaining") > 0
+
+
+class Refusing(DryRunActuator):
+    """An actuator whose API keeps answering 429 then 403: every accepted action fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers = [("retry", "429"), ("failed", "403")]
+
+    def apply(self, action, snapshot):
+        from balancer.actuate.base import ActionResult, Outcome
+
+        outcome, code = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
+        return ActionResult(action, Outcome(outcome), f"HTTP {code}", code)
+
+
+def test_actuation_errors_are_counted_by_type_outcome_and_code_and_nothing_counts_as_done():
+    from balancer.model import Plan, ScaleTraining
+
+    snap = snapshot(make_fleet(1, 4), workloads=[(workload("job-0", TRAIN, owner="job", elastic_min=0), (0,))],
+                    age=0.0)
+    shrink = ScaleTraining(job="job", workers=0, previous_workers=1, reason="room", expected_gain=5.0)
+
+    def planner(s, forecasts, policy, state):
+        return Plan(actions=(shrink,)), state or planner_mod.PlannerState()
+
+    clock = [0.0]
+    rec, reg = loop(Source(snap), clock, planner=planner, actuator=Refusing())
+    for t in (0.0, 1000.0, 2000.0):  # past the cooldown each time: the guard lets the retry through
+        clock[0] = t
+        report = rec.run_once()
+        assert not report.rejected and len(report.results) == 1, report
+    labels = {"type": "scale_training", "outcome": "retry", "code": "429"}
+    assert reg.get_sample_value("gputide_actuation_errors_total", labels) == 1
+    assert reg.get_sample_value("gputide_actuation_errors_total", {**labels, "outcome": "failed", "code": "403"}) == 2
+    assert reg.get_sample_value("gputide_actions_total", {"type": "scale_training", "reason": "hotspot"}) is None
