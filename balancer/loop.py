@@ -89,6 +89,7 @@ class InMemoryLease:
     duration_s: float = 15.0
     holder: str | None = None
     renewed_at: float = float("-inf")
+    state: str | None = None  # the holder's safety ledger, inherited by the next holder
 
 
 class InMemoryLeaderElector:
@@ -107,6 +108,13 @@ class InMemoryLeaderElector:
     def release(self) -> None:
         if self.lease.holder == self.identity:
             self.lease.holder, self.lease.renewed_at = None, float("-inf")
+
+    def load_state(self) -> str | None:
+        return self.lease.state
+
+    def save_state(self, text: str) -> None:
+        if self.lease.holder == self.identity:
+            self.lease.state = text
 
 
 class JsonlAudit:
@@ -211,6 +219,7 @@ class Reconciler:
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self._recovered = False
+        self._leading = False
         self._waiting_since: dict[str, float] = {}
         self.reconcile_seconds: list[float] = []
 
@@ -231,8 +240,12 @@ class Reconciler:
         now = self.clock()
         if not self.elector.try_acquire(now):
             self.metrics.leader.set(0)
+            self._leading = False
             return CycleReport("standby", "not the leader")
         self.metrics.leader.set(1)
+        if not self._leading:
+            self._leading = True
+            self._inherit_ledger()
         if not self._recovered:
             self._recovered = True
             self._hook(now, "recover", logging.WARNING)
@@ -275,9 +288,37 @@ class Reconciler:
                 self._audit(now, _record(a, str(res.outcome), res.detail))
             applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
             self.ledger = self.guard.record(self.ledger, applied, fresh, now)
+            if applied:
+                self._hand_on_ledger()
             self.state = planner_mod.acknowledge(self.state, applied, fresh)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
         return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+
+    def _inherit_ledger(self) -> None:
+        """On becoming the leader: the cooldowns and budget spent by the previous leader, if its elector kept them
+        (`load_state()`, e.g. the Lease annotation), so a restart or fail-over never resets the safety budgets."""
+        load = getattr(self.elector, "load_state", None)
+        text = load() if load is not None else None
+        if not text:
+            return
+        try:
+            inherited = SafetyLedger.from_json(text)
+        except ValueError as exc:
+            log.warning("inherited safety ledger unreadable, starting from this replica's own: %s", exc)
+            return
+        self.ledger = self.ledger.merged(inherited)
+        log.info("inherited safety ledger: %d cooldowns, %d evictions in the window", len(inherited.last_action),
+                 len(inherited.evictions))
+        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
+
+    def _hand_on_ledger(self) -> None:
+        save = getattr(self.elector, "save_state", None)
+        if save is None:
+            return
+        try:
+            save(self.ledger.to_json())
+        except Exception as exc:  # losing the hand-over must not stop the controller; the next act retries it
+            log.warning("safety ledger not saved for a successor: %s", exc)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
         proj = Projection(fresh, self.policy, tainted=self.state.tainted)

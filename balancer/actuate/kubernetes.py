@@ -549,12 +549,20 @@ class NodeAnnotationCaps:
 # ---- leader election -----------------------------------------------------------------------------------------
 
 
+LEDGER_ANNOTATION = "gputide.io/safety-ledger"  # the holder's SafetyLedger (JSON), inherited by the next holder
+MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on all annotations of an object
+
+
 class LeaseLeaderElector:
     """client-go style leader election on a coordination.k8s.io/v1 Lease; call `try_acquire_or_renew()` each cycle.
 
     It is also the loop's `LeaderElector` (`try_acquire(now)` / `release()`). The lease is timed on the elector's
     own `clock` (wall time), not the loop's `now`: lease expiry is a matter between replicas, and a simulated
     or skewed loop clock must not shorten or stretch it.
+
+    The Lease also carries the holder's safety ledger (cooldowns, evictions and migrations in their windows) in
+    the `gputide.io/safety-ledger` annotation: `save_state` writes it whenever the loop acted, `load_state` hands
+    a new holder what the previous one left, so a fail-over or restart never resets the safety budgets.
     """
 
     def __init__(self, api_client: k8s.ApiClient, name: str, namespace: str, identity: str,
@@ -568,6 +576,8 @@ class LeaseLeaderElector:
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
         self._observed_at = 0.0                          # our clock when the record last changed
         self._renewed_at: float | None = None            # our clock at our last successful write as holder
+        self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
+        self._inherited: str | None = None               # the ledger found on the Lease when we took it
 
     @property
     def is_leader(self) -> bool:
@@ -603,11 +613,37 @@ class LeaseLeaderElector:
             acquired = parse_time(spec.get("acquireTime")) or now
         else:
             acquired, transitions = now, transitions + 1
+        annotations = self._annotations(lease)
+        taking_over = holder != self.identity or self._renewed_at is None
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace,
+                "metadata": {"name": self.name, "namespace": self.namespace, "annotations": annotations,
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
-        return self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        won = self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        if won and taking_over:
+            self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
+        return won
+
+    def _annotations(self, lease: Json) -> dict[str, str]:
+        """The Lease's annotations, with our safety ledger when we have one (a replace must carry them all)."""
+        out = dict((lease.get("metadata") or {}).get("annotations") or {})
+        if self._state is not None:
+            out[LEDGER_ANNOTATION] = self._state
+        return out
+
+    def load_state(self) -> str | None:
+        """The safety ledger the previous holder left on the Lease (once, after we took it over)."""
+        text, self._inherited = self._inherited, None
+        return text
+
+    def save_state(self, text: str) -> None:
+        """Keep our safety ledger on the Lease for whoever holds it next; written now if we hold it."""
+        if len(text) > MAX_LEDGER_BYTES:
+            log.warning("safety ledger of %d bytes not written to the Lease (limit %d)", len(text), MAX_LEDGER_BYTES)
+            return
+        self._state = text
+        if self.is_leader:
+            self.try_acquire_or_renew()
 
     def try_acquire(self, now: float) -> bool:
         """The loop's LeaderElector protocol: acquire or renew; True while this replica may act."""
@@ -637,6 +673,7 @@ class LeaseLeaderElector:
                 return False
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "annotations": self._annotations(lease),
                                  "resourceVersion": lease["metadata"]["resourceVersion"]},
                     "spec": self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1)}
             self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)

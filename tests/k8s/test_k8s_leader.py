@@ -209,3 +209,64 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
     rec = run_cmd.build_reconciler(args, ControllerMetrics())
     assert isinstance(rec.elector, LeaseLeaderElector)
     assert rec.elector.namespace == namespace
+
+
+def test_the_safety_ledger_rides_on_the_lease_to_the_next_holder(kube: FakeKube, pair, clock) -> None:
+    from balancer.actuate.kubernetes import LEDGER_ANNOTATION
+
+    a, b = pair
+    a.try_acquire_or_renew()
+    a.save_state('{"evictions":[1.0]}')
+    metadata = kube.get("leases", "gputide-controller", "gputide")["metadata"]
+    assert metadata["annotations"][LEDGER_ANNOTATION] == '{"evictions":[1.0]}'
+    a.try_acquire_or_renew()                            # renewing keeps it
+    assert kube.get("leases", "gputide-controller", "gputide")["metadata"]["annotations"][LEDGER_ANNOTATION]
+    assert a.load_state() is None                       # a created the Lease: nothing to inherit
+    assert a.release() is True                          # a release keeps it for the successor
+    clock.advance(0.1)
+    assert b.try_acquire_or_renew() is True
+    assert b.load_state() == '{"evictions":[1.0]}' and b.load_state() is None  # handed over once
+
+
+def test_a_new_leader_inherits_cooldowns_and_spent_evictions_and_refuses_what_they_forbid(kube: FakeKube, pair,
+                                                                                         clock) -> None:
+    """Replica a shrinks a job and dies; replica b takes over after the lease expires and, though it never saw
+    the shrink, refuses to touch the job again within the cooldown and counts the eviction against its budget."""
+    from prometheus_client import CollectorRegistry
+
+    from balancer.actuate.dryrun import DryRunActuator
+    from balancer.config import BalancerPolicy, SafetyPolicy
+    from balancer.loop import Reconciler
+    from balancer.metrics import ControllerMetrics
+    from balancer.model import Plan, ScaleTraining, WorkloadClass
+    from tests.loop.loop_helpers import make_fleet, snapshot, workload
+
+    snap = snapshot(make_fleet(1, 4), workloads=[(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job",
+                                                           elastic_min=0), (i,)) for i in range(2)], age=0.0)
+    shrink = ScaleTraining(job="job", workers=1, previous_workers=2, reason="room", expected_gain=5.0)
+
+    class Source:
+        def snapshot(self):
+            return snap
+
+    def planner(s, forecasts, policy, state):
+        return Plan(actions=(shrink,)), state
+
+    class Applying(DryRunActuator):
+        def apply(self, action, snapshot):
+            from balancer.actuate.base import ActionResult, Outcome
+            return ActionResult(action, Outcome.APPLIED)
+
+    policy = BalancerPolicy(safety=SafetyPolicy(cooldown_s=600.0, eviction_budget=5))
+    registries = {n: CollectorRegistry() for n in "ab"}
+    loops = {n: Reconciler(source=Source(), actuator=Applying(), elector=e, clock=lambda: clock.now, policy=policy,
+                           metrics=ControllerMetrics(registries[n]), planner=planner)
+             for n, e in zip("ab", pair, strict=True)}
+    first = loops["a"].run_once()
+    assert [r.action for r in first.results] == [shrink]
+    assert loops["b"].run_once().status == "standby"     # b sees a's lease ...
+    clock.advance(16)                                   # ... then a is gone: no renewals, the lease expires
+    second = loops["b"].run_once()
+    assert second.status == "ok" and second.results == []
+    assert [why for _, why in second.rejected] == ["cooldown"]
+    assert registries["b"].get_sample_value("gputide_eviction_budget_remaining") == 4

@@ -139,3 +139,22 @@ def test_a_reclaim_shrink_still_spends_the_eviction_budget():
     shrink = ScaleTraining(job="job", workers=0, previous_workers=1, reason="room", expected_gain=40.0, reclaim=True)
     review = SafetyGuard(SafetyPolicy(eviction_budget=0)).review([shrink], SNAP, SafetyLedger(), NOW)
     assert isinstance(review.rejected[0][1], safety.EvictionBudgetExhausted)
+
+
+def test_the_ledger_survives_json_and_merging_keeps_the_later_time_and_every_eviction():
+    ledger = SafetyLedger(last_action={"svc": 5.0, "power_limit:GPU-1": 7.5}, evictions=(1.0, 2.0),
+                          migrations=((3.0, "n1", "n2", "svc"),))
+    again = SafetyLedger.from_json(ledger.to_json())
+    assert dict(again.last_action) == dict(ledger.last_action) and again.evictions == ledger.evictions
+    assert again.migrations == ledger.migrations
+    mine = SafetyLedger(last_action={"svc": 9.0, "job": 1.0}, evictions=(2.0, 4.0))
+    both = mine.merged(again)
+    assert dict(both.last_action) == {"svc": 9.0, "job": 1.0, "power_limit:GPU-1": 7.5}
+    assert both.evictions == (1.0, 2.0, 4.0) and both.migrations == ledger.migrations
+
+
+@pytest.mark.parametrize("text", ["[]", '{"last_action": {"svc": "soon"}}', '{"evictions": "many"}',
+                                  '{"migrations": [[1.0, "n1"]]}', "not json"])
+def test_a_broken_ledger_is_refused_with_what_is_wrong(text):
+    with pytest.raises(ValueError):
+        SafetyLedger.from_json(text)
