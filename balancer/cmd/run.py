@@ -114,7 +114,18 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         from balancer import fleet as fleet_mod
 
         fleet = fleet_mod.load(args.fleet)
-    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet)
+    api_client = None
+    if not args.dry_run or args.leader_elect:
+        from balancer.actuate.kubernetes import build_api_client
+
+        api_client = build_api_client(args.kubeconfig)
+    overrides = None
+    if api_client is not None:  # owners, priorities, elastic bounds: what the metrics' join table cannot say
+        from balancer.actuate.k8s_workloads import KubernetesWorkloads
+
+        overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0))
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet,
+                                       workload_overrides=overrides)
     lease_name = args.lease_name
     if args.selector and not args.shard:
         raise InputError(None, "--selector", args.selector, "only together with --shard NAME")
@@ -124,11 +135,6 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         selector = parse_selector(args.shard, args.selector)
         source = ShardedSource(source, selector)
         lease_name = selector.lease_name(args.lease_name)
-    api_client = None
-    if not args.dry_run or args.leader_elect:
-        from balancer.actuate.kubernetes import build_api_client
-
-        api_client = build_api_client(args.kubeconfig)
     if args.dry_run:
         from balancer.actuate.dryrun import DryRunActuator
 

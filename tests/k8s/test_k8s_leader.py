@@ -209,6 +209,11 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
     rec = run_cmd.build_reconciler(args, ControllerMetrics())
     assert isinstance(rec.elector, LeaseLeaderElector)
     assert rec.elector.namespace == namespace
+    # with an API client at hand, pod owners, priorities and elastic bounds come from the API
+    from balancer.actuate.k8s_workloads import KubernetesWorkloads
+
+    source = getattr(rec.source, "inner", rec.source)
+    assert isinstance(source.workload_overrides, KubernetesWorkloads)
 
 
 def test_the_safety_ledger_rides_on_the_lease_to_the_next_holder(kube: FakeKube, pair, clock) -> None:

@@ -1,0 +1,131 @@
+"""What the metrics cannot say about a pod, read from the Kubernetes API: the `workload_overrides` of
+`PrometheusTelemetrySource` for `gputide run`.
+
+The exporter's join table `gputide_gpu_workload_info{UUID,namespace,pod,workload_class}` says which pod runs on
+which GPU, nothing more. Planning needs the rest: which Deployment or Job a pod belongs to (so capacity shifting
+can name the service to scale and the training job to shrink), its priority, whether the job is elastic and
+within which bounds, whether it may be moved. `KubernetesWorkloads()` lists the running pods (one call, served
+from the API server's watch cache, at most once per `ttl_s`) and turns each GPU pod into a `Workload`:
+
+| field | from |
+|---|---|
+| `owner` | label `gputide.io/service` or `gputide.io/job`; else the controlling owner: a ReplicaSet's Deployment (its name less the `pod-template-hash`), a Job's name, any other controller's name |
+| `workload_class` | label `gputide.io/workload-class` (inference, training, batch); else a Deployment's pod is inference, a Job's pod with elastic bounds is training, anything else batch |
+| `priority` | `spec.priority` (set by its PriorityClass) |
+| `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
+| `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
+| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers) |
+| `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector |
+| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"` |
+
+A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
+answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard still
+re-checks every action against the fresh snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from balancer import catalog
+from balancer.actuate.kubernetes import _Api, _pod_requests
+from balancer.errors import ActuationError, InputError
+from balancer.model import Workload, WorkloadClass
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def _models(spec: str | None) -> frozenset[str] | None:
+    if not spec:
+        return None
+    out = set()
+    for name in filter(None, (s.strip() for s in spec.split("|"))):
+        try:
+            out.add(catalog.get(name).key)
+        except InputError:
+            out.add(name)  # a model the catalogue does not know still constrains the pod
+    return frozenset(out) or None
+
+
+def _owner(meta: Json) -> tuple[str, str]:
+    """(owner name, owner kind) of a pod: the gputide labels first, then its controlling ownerReference."""
+    labels = meta.get("labels") or {}
+    for key, kind in (("gputide.io/service", "Deployment"), ("gputide.io/job", "Job")):
+        if labels.get(key):
+            return labels[key], kind
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    if not owners:
+        return "", ""
+    name, kind = owners[0].get("name", ""), owners[0].get("kind", "")
+    suffix = labels.get("pod-template-hash")
+    if kind == "ReplicaSet" and suffix and name.endswith(f"-{suffix}"):
+        return name[: -len(suffix) - 1], "Deployment"
+    return name, kind
+
+
+def workload_from_pod(pod: Json) -> Workload | None:
+    """The Workload a GPU pod is (see the module docstring); None for a pod without GPUs."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    gpus, cpu, mem = _pod_requests(pod)
+    if gpus <= 0 or not meta.get("name"):
+        return None
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    owner, kind = _owner(meta)
+    elastic_min = _int(notes.get("gputide.io/elastic-min"), 0)
+    elastic_max = _int(notes.get("gputide.io/elastic-max"), 0)
+    try:
+        klass = WorkloadClass(labels.get("gputide.io/workload-class", ""))
+    except ValueError:
+        klass = (WorkloadClass.INFERENCE if kind == "Deployment"
+                 else WorkloadClass.TRAINING if kind == "Job" and elastic_max > 0 else WorkloadClass.BATCH)
+    namespace = meta.get("namespace", "default")
+    milli = min(max(_int(notes.get("gputide.io/gpu-milli"), 1000), 1), 1000)
+    return Workload(
+        name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
+        priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
+        allowed_models=_models(notes.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(
+            "nvidia.com/gpu.product")),
+        movable=str(notes.get("gputide.io/movable", "true")).lower() != "false",
+        protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
+        elastic_min=max(min(elastic_min, elastic_max), 0) if elastic_max else 0, elastic_max=max(elastic_max, 0),
+    )
+
+
+class KubernetesWorkloads:
+    """`workload_overrides` for `PrometheusTelemetrySource`: {"namespace/pod": Workload} of the running GPU pods."""
+
+    def __init__(self, api_client: Any, ttl_s: float = 60.0, clock: Callable[[], float] = time.time, *,
+                 max_retries: int = 1, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
+        self.ttl_s, self.clock = ttl_s, clock
+        self._cache: dict[str, Workload] = {}
+        self._at = -float("inf")
+
+    def __call__(self) -> dict[str, Workload]:
+        now = self.clock()
+        if now - self._at < self.ttl_s:
+            return self._cache
+        try:
+            pods = self.api("list running pods", self.api.core.list_pod_for_all_namespaces,
+                            field_selector="status.phase=Running", resource_version="0").get("items", [])
+        except ActuationError as err:
+            log.warning("pod metadata unavailable, keeping the last answer (%d pods): %s", len(self._cache), err)
+            return self._cache
+        out = {}
+        for pod in pods:
+            w = workload_from_pod(pod)
+            if w is not None:
+                out[w.name] = w
+        self._cache, self._at = out, now
+        return out

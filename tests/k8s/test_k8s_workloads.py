@@ -1,0 +1,69 @@
+"""Pod metadata from the Kubernetes API (the fake API server): owners, classes, priorities, elastic bounds."""
+
+from __future__ import annotations
+
+import pytest
+from fakeapi import FakeKube, pod
+
+from balancer.actuate.k8s_workloads import KubernetesWorkloads, workload_from_pod
+from balancer.model import WorkloadClass
+
+
+def with_meta(p, *, labels=None, annotations=None, priority=None, node_selector=None):
+    p["metadata"].setdefault("labels", {}).update(labels or {})
+    p["metadata"]["annotations"] = annotations or {}
+    if priority is not None:
+        p["spec"]["priority"] = priority
+    if node_selector:
+        p["spec"]["nodeSelector"] = node_selector
+    return p
+
+
+def test_a_deployment_pod_is_inference_owned_by_its_deployment():
+    p = with_meta(pod("chat-7d9f8-abcde", "serving", gpus=1, owner=("ReplicaSet", "chat-7d9f8")),
+                  labels={"pod-template-hash": "7d9f8"}, priority=1000)
+    w = workload_from_pod(p)
+    assert (w.name, w.owner, w.workload_class, w.priority) == ("serving/chat-7d9f8-abcde", "chat",
+                                                                 WorkloadClass.INFERENCE, 1000)
+    assert (w.gpus, w.gpu_milli, w.cpu_milli, w.memory_mib) == (1, 1000, 2000, 8192)
+
+
+def test_an_elastic_job_pod_is_training_with_its_bounds_and_constraints():
+    p = with_meta(pod("train-0", "ml", gpus=2, owner=("Job", "llama-ft")),
+                  annotations={"gputide.io/elastic-min": "2", "gputide.io/elastic-max": "8",
+                               "gputide.io/gpu-spec": "A100-SXM4-80GB|H100-SXM", "gputide.io/movable": "false"})
+    w = workload_from_pod(p)
+    assert (w.owner, w.workload_class, w.elastic_min, w.elastic_max) == ("llama-ft", WorkloadClass.TRAINING, 2, 8)
+    assert w.allowed_models == frozenset({"A100-SXM4-80GB", "H100-SXM"}) and w.movable is False
+
+
+@pytest.mark.parametrize(("labels", "annotations", "owner", "expected"), [
+    ({"gputide.io/workload-class": "inference", "gputide.io/service": "embed"}, {}, ("StatefulSet", "embed-sts"),
+     ("embed", WorkloadClass.INFERENCE)),
+    ({}, {}, ("Job", "nightly"), ("nightly", WorkloadClass.BATCH)),
+    ({}, {"gputide.io/elastic-max": "not-a-number"}, ("Job", "odd"), ("odd", WorkloadClass.BATCH)),
+    ({}, {}, None, ("", WorkloadClass.BATCH)),
+], ids=["labels-win", "inelastic-job-is-batch", "bad-annotation-ignored", "bare-pod"])
+def test_labels_override_and_odd_pods_fall_back_to_batch(labels, annotations, owner, expected):
+    w = workload_from_pod(with_meta(pod("p", gpus=1, owner=owner), labels=labels, annotations=annotations))
+    assert (w.owner, w.workload_class) == expected
+
+
+def test_pods_without_gpus_are_not_workloads():
+    assert workload_from_pod(pod("web", gpus=0)) is None
+
+
+def test_the_provider_lists_running_gpu_pods_once_per_ttl_and_keeps_the_last_answer_when_the_api_fails(
+        kube: FakeKube, api, clock):
+    kube.add(pod("chat-1", "serving", gpus=1, owner=("Job", "x")))
+    kube.add(pod("web", "serving", gpus=0))
+    kube.add(pod("done", "serving", gpus=1, phase="Succeeded"))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    assert set(provider()) == {"serving/chat-1"}
+    kube.add(pod("chat-2", "serving", gpus=1))
+    assert set(provider()) == {"serving/chat-1"}            # within the TTL: no second list
+    clock.advance(61)
+    assert set(provider()) == {"serving/chat-1", "serving/chat-2"}
+    kube.inject("GET", r"/pods$", 503, count=5)
+    clock.advance(61)
+    assert set(provider()) == {"serving/chat-1", "serving/chat-2"}  # API down: the last answer stands
