@@ -86,9 +86,11 @@ def main() -> str:
         f"median of 10 seeds where they published the trace. {len(lists)} pod lists (every "
         f"openb_pod_list_*.csv). Wall time {wall:.0f} s with {jobs} processes on a shared 2-core machine.",
         "",
-        "| pod list | " + " | ".join(cols) + " | gputide <= fgd | defrag <= 0.7 fgd |",
-        "|---" * (len(cols) + 3) + "|",
+        "| pod list | " + " | ".join(cols) + " | gputide - fgd, paired per seed | gputide <= fgd | "
+        "defrag <= 0.7 fgd |",
+        "|---" * (len(cols) + 4) + "|",
     ]
+    paired = paired_difference(df)
     ok_all = ok_defrag_all = True
     for workload, row in ours.iterrows():
         cells = []
@@ -101,8 +103,8 @@ def main() -> str:
         ok_all &= bool(ok)
         ok_defrag_all &= bool(ok_defrag)
         name = workload.replace("openb_pod_list_", "")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'pass' if ok else 'FAIL'} | "
-                     f"{'pass' if ok_defrag else 'FAIL'} |")  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {paired.get(workload, '-')} | "
+                     f"{'pass' if ok else 'FAIL'} | {'pass' if ok_defrag else 'FAIL'} |")  # fmt: skip
     speed = df[df.policy.isin(["fgd", "gputide"])].groupby("policy")["seconds"]
     moves = df[df.policy == "gputide+defrag"]["moves"]
     lines += [
@@ -115,10 +117,31 @@ def main() -> str:
         + ", ".join(f"{p} {s.median():.1f} / {s.max():.1f}" for p, s in speed)
         + f"; target < 10 s: **{'pass' if speed.max().max() < 10 else 'FAIL'}**",
         "",
-        "Command: `.venv/bin/python -m bench.bench_placement`",
+        "The paired column: for each seed (the same shuffled pod order for both policies), gputide's unallocated % "
+        "minus fgd's; mean +- 2 standard errors over the seeds, and seeds where gputide is better / equal / worse. "
+        "A mean within its +- 2 s.e. of 0 is a difference the seeds cannot tell from noise. Per-seed figures: "
+        "bench/results/placement_seeds.csv.",
+        "",
+        f"Command: `GPUTIDE_BENCH_SEEDS={seeds} GPUTIDE_BENCH_DEFRAG_SEEDS={defrag_seeds} "
+        f"GPUTIDE_BENCH_BASELINE_SEEDS={base_seeds} GPUTIDE_BENCH_JOBS={jobs} .venv/bin/python -m bench.bench_placement`",
         "",
     ]
+    df.assign(workload=df.workload.str.replace("openb_pod_list_", "")).sort_values(
+        ["workload", "policy", "seed"]).to_csv(ROOT / "bench" / "results" / "placement_seeds.csv", index=False)
     return "\n".join(lines)
+
+
+def paired_difference(df: pd.DataFrame) -> dict[str, str]:
+    """Per pod list: gputide - fgd at 100 % arrival, paired by seed: 'mean +- 2 s.e. (better/equal/worse)'."""
+    wide = df[df.policy.isin(["fgd", "gputide"])].pivot_table(index=["workload", "seed"], columns="policy",
+                                                              values="unalloc100")
+    out = {}
+    for workload, g in wide.dropna().groupby(level=0):
+        d = g["gputide"] - g["fgd"]
+        se = d.std(ddof=1) / len(d) ** 0.5 if len(d) > 1 else float("nan")
+        out[workload] = (f"{d.mean():+.2f} +- {2 * se:.2f} ({int((d < -1e-9).sum())}/{int((d.abs() <= 1e-9).sum())}/"
+                         f"{int((d > 1e-9).sum())})")
+    return out
 
 
 if __name__ == "__main__":
