@@ -13,7 +13,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     ├── PdbViolation             an eviction a PodDisruptionBudget does not allow
-    └── EvictionBudgetExhausted  no evictions left in the current window
+    └── EvictionBudgetExhausted  no evictions left in the current window (a reclaim of loaned GPUs spends the
+                                 budget but is never refused by it)
 
 `check_telemetry` is the fail-static gate: stale, missing or NaN telemetry raises a `TelemetryError` and the loop
 takes no action at all. The guard itself keeps no state: what it needs to remember (when each target was last
@@ -211,7 +212,9 @@ class SafetyGuard:
                 if len(accepted) >= p.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{p.max_actions_per_cycle} actions already accepted this cycle")
                 ev = _evictions(a)
-                if ev and ev > budget:
+                # loaned GPUs always come back: a reclaim spends the budget but is never refused by it (what the
+                # budget let the controller lend, within its window, it may take back when inference needs it)
+                if ev and ev > budget and not (isinstance(a, ScaleTraining) and a.reclaim):
                     raise EvictionBudgetExhausted(f"{budget} evictions left in the {p.eviction_window_s:.0f} s window")
                 if isinstance(a, Migrate):
                     w = snapshot.workload_by_name[a.workload]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from string import Template
 from typing import Any
 
@@ -156,12 +157,18 @@ class RiseTracker:
         self.t.append(float(t))
         self.y.append(float(y))
 
-    def seed(self, history: pd.Series) -> None:
-        """Past demand (a series with a UTC DatetimeIndex) before the first observation."""
+    def seed(self, history: pd.Series, every_s: float | None = None) -> None:
+        """Past demand (a series with a UTC DatetimeIndex) before the first observation. With `every_s`, it is
+        interpolated onto that grid first (the controller's cycle): history stored at a step longer than the
+        burst lead has no two samples within one lead, and would teach no burst at all."""
         ok = np.isfinite(history.to_numpy(float))
         t = history.index[ok].as_unit("s").asi8.astype(float)
+        y = history.to_numpy(float)[ok]
+        if every_s and t.size >= 2:
+            grid = np.arange(t[0], t[-1] + 1e-9, every_s)
+            t, y = grid, np.interp(grid, t, y)
         self.t[:0] = t.tolist()
-        self.y[:0] = history.to_numpy(float)[ok].tolist()
+        self.y[:0] = y.tolist()
 
     def allowance(self, now: float) -> float:
         if now - self.computed_at >= self.every_s:
@@ -179,7 +186,10 @@ class CapacityLoopPlanner:
 
     def __init__(self, profiles: Mapping[str, ServiceCapacity], capacity_policy: CapacityPolicy, interval_s: float,
                  history: Callable[[str, float], pd.Series | None] | None = None) -> None:
-        self.profiles, self.policy, self.interval_s, self.history = dict(profiles), capacity_policy, interval_s, history
+        # never suspend a job: a Job at parallelism 0 has no pods, so a controller that sees the cluster through
+        # its pods could not find it again to give GPUs back
+        self.profiles, self.interval_s, self.history = dict(profiles), interval_s, history
+        self.policy = replace(capacity_policy, allow_suspend=False)
         self.rises: dict[str, RiseTracker] = {}
 
     def bursts(self, snapshot: ClusterSnapshot) -> dict[str, float]:
@@ -195,7 +205,7 @@ class CapacityLoopPlanner:
                                                          self.policy.max_burst)
                 past = self.history(name, snapshot.time) if self.history else None
                 if past is not None:
-                    tracker.seed(past[past.index.as_unit("s").asi8 < snapshot.time])
+                    tracker.seed(past[past.index.as_unit("s").asi8 < snapshot.time], every_s=self.interval_s)
             if math.isfinite(st.demand_rps):
                 tracker.observe(snapshot.time, st.demand_rps)
             out[name] = tracker.allowance(snapshot.time)

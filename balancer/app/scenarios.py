@@ -75,7 +75,8 @@ class GputideController:
     def __init__(self, sim: SimCluster, ctx: PolicyContext) -> None:
         self.reconciler = Reconciler(source=SimTelemetrySource(sim), actuator=SimActuator(sim), policy=ctx.policy,
                                      clock=lambda: sim.time, metrics=ctx.metrics, audit=ctx.audit,
-                                     forecaster=ctx.options.get("forecaster"))
+                                     forecaster=ctx.options.get("forecaster"),
+                                     **({"planner": ctx.options["planner"]} if "planner" in ctx.options else {}))
         self.interval_s = ctx.interval_s
         self.next_at = sim.time
         self.reconcile_seconds = self.reconciler.reconcile_seconds

@@ -17,14 +17,16 @@ Policies (registered into `balancer.app.scenarios.POLICIES`):
   gets the rest (`balancer.plan.baselines.plan_static`).
 * ``reactive``: an HPA on current utilisation with the 5-minute downscale stabilisation window; GPUs it frees are
   loaned to training and reclaimed by preemption (`plan_reactive`).
-* ``gputide``: the reconcile loop's own ``gputide`` controller (hotspots, co-location) plus, when the scenario is
-  tidal, the forecast-driven capacity planner (`balancer.plan.capacity.plan_capacity`) with the policy file's
-  ``capacity`` section applied (`CapacityPolicy.from_config`). Its forecaster is the loop's `DemandForecaster`
+* ``gputide``: exactly what `gputide run` runs with ``capacity.enabled``: one `Reconciler` whose planner is the
+  hotspot/co-location plan plus the forecast-driven capacity plan (`balancer.app.capacity_run.CapacityLoopPlanner`,
+  the policy file's ``capacity`` section applied), every action through the `SafetyGuard` (so the policy's
+  eviction budget bounds the reclaims). Its forecaster is the loop's `DemandForecaster` on the total demand
   (MSTL, conformal-calibrated quantiles, refitted every ``REFIT_S`` of simulated time and conditioned on each new
-  trace step in between); its burst allowance is learned from the demand it observed each cycle over the trailing
-  week (`RiseTracker`), seeded with the history before the window.
+  trace step in between), split by each service's share; its burst allowance is learned from the demand it
+  observed each cycle over the trailing week (`RiseTracker`), seeded with the history before the window.
 
-All three act every 60 s through the same `SimActuator`.
+All three act every 60 s through the same `SimActuator`; static and reactive bypass the guard (they model what
+an operator's fixed allotment and an HPA do, neither of which has gputide's budgets).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import pandas as pd
 from balancer import catalog
 from balancer.actuate.sim import SimActuator
 from balancer.app import scenarios
-from balancer.app.capacity_run import RiseTracker
+from balancer.app.capacity_run import CapacityLoopPlanner
 from balancer.errors import InputError
 from balancer.forecast import load_demand
 from balancer.forecast.online import DemandForecaster
@@ -52,11 +54,9 @@ from balancer.plan.baselines import ReactivePolicy, ReactiveState, plan_reactive
 from balancer.plan.capacity import (
     CapacityDecision,
     CapacityPolicy,
-    CapacityState,
     CapacityView,
     JobView,
     ServiceCapacity,
-    plan_capacity,
     replicas_for,
     view_from_snapshot,
 )
@@ -250,55 +250,43 @@ class TidalForecaster:
         return self.cached
 
 
-class CapacityGputide(_CapacityController):
-    name = "gputide-capacity"
-
-    def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
-        super().__init__(sim, ctx)
-        self.policy = CapacityPolicy.from_config(ctx.policy.capacity, CAPACITY)
-        self.state = CapacityState()
-        self.forecaster = TidalForecaster(self.tc.history, sim.time,
-                                          horizon_s=self.policy.loan_horizon_s + 1800.0)
-        self.rises: dict[str, RiseTracker] = {}
-        grid = np.arange(sim.time - self.policy.burst_window_s, sim.time, self.interval_s)
-        past = np.interp(grid, self.forecaster.times, self.forecaster.values)
-        for name, prof in self.tc.profiles.items():
-            # a scale-up decided now serves from the next cycle's warm-up end: the lead a burst must be met in
-            tracker = RiseTracker(prof.warmup_s + self.interval_s, self.policy.burst_window_s, self.policy.max_burst)
-            tracker.t, tracker.y = grid.tolist(), (past * self.tc.shares[name]).tolist()
-            self.rises[name] = tracker
-
-    def decide(self, sim: SimCluster, snap: ClusterSnapshot) -> CapacityDecision:
-        total = self.forecaster.forecast(sim.time)
-        forecasts = {} if total is None else {
-            name: Forecast(service=name, issued_at=total.issued_at, step_s=total.step_s,
-                           quantiles={q: a * share for q, a in total.quantiles.items()})
-            for name, share in self.tc.shares.items()}
-        bursts = {}
-        for name, st in snap.services.items():
-            if name in self.rises:
-                self.rises[name].observe(sim.time, st.demand_rps)
-                bursts[name] = self.rises[name].allowance(sim.time)
-        decision = plan_capacity(self.view(sim, snap, bursts), forecasts, self.policy, self.state)
-        self.state = decision.state
-        return decision
-
-
 class GputideTidal:
-    """`gputide`: the loop's own controller, plus the capacity planner when the scenario is tidal."""
+    """`gputide` as `gputide run` runs it: one Reconciler whose planner is the hotspot plan plus the capacity plan
+    (`CapacityLoopPlanner`), every action through the safety guard; the forecast is the scenario's total-demand
+    forecaster split by each service's share."""
 
     def __init__(self, sim: SimCluster, ctx: scenarios.PolicyContext) -> None:
-        self.loop = _LOOP_GPUTIDE(sim, ctx)
-        self.capacity = CapacityGputide(sim, ctx) if context(sim) is not None else None
+        tc = context(sim)
+        if tc is None:
+            self.loop = _LOOP_GPUTIDE(sim, ctx)
+        else:
+            cap = CapacityPolicy.from_config(ctx.policy.capacity, CAPACITY)
+            total = TidalForecaster(tc.history, sim.time, horizon_s=cap.loan_horizon_s + 1800.0)
+
+            def forecaster(snap: ClusterSnapshot) -> dict[str, Forecast]:
+                fc = total.forecast(snap.time)
+                return {} if fc is None else {
+                    name: Forecast(service=name, issued_at=fc.issued_at, step_s=fc.step_s,
+                                   quantiles={q: a * share for q, a in fc.quantiles.items()})
+                    for name, share in tc.shares.items()}
+
+            def history(name: str, now: float) -> pd.Series:
+                past = tc.history * tc.shares[name]
+                return past[past.index.as_unit("s").asi8 < now]
+
+            policy = replace(ctx.policy, capacity=replace(ctx.policy.capacity, enabled=True))
+            planner = CapacityLoopPlanner(tc.profiles, cap, ctx.interval_s, history=history)
+            self.loop = _LOOP_GPUTIDE(sim, replace(ctx, policy=policy, options={
+                **ctx.options, "forecaster": forecaster, "planner": planner}))
         self.reconcile_seconds = self.loop.reconcile_seconds
 
     def on_step(self, sim: SimCluster) -> None:
+        cycles = len(self.reconcile_seconds)
         self.loop.on_step(sim)
-        if self.capacity is not None:
-            t0 = time.perf_counter()
-            self.capacity.on_step(sim)
-            if self.reconcile_seconds:
-                self.reconcile_seconds[-1] += time.perf_counter() - t0
+        tc = context(sim)
+        split = self.loop.reconciler.state.capacity_split if tc is not None else None
+        if split is not None and len(self.reconcile_seconds) > cycles:  # a cycle ran: record the split it left
+            tc.splits.append(dict(split))
 
 
 _LOOP_GPUTIDE = scenarios.POLICIES["gputide"]

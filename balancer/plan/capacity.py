@@ -78,6 +78,7 @@ class ServiceView:
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     burst: float = 0.0  # relative rise of demand within the warm-up lead to be ready for (`rise_allowance`)
     latency_pressure: float = 0.0  # p99 latency / SLO now
+    desired: int | None = None  # the replica count already asked for (placed + pending); None: = replicas
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,6 +264,7 @@ def view_from_snapshot(
             # replicas that hold GPUs (warming ones included): a replica still pending for want of a GPU serves
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
             replicas=min(st.replicas, _placed_replicas(held, groups.get(("inference", name)), profiles[name])),
+            desired=st.replicas,
             gpus_by_model=_by_model(held[g], names) if (g := groups.get(("inference", name))) is not None else empty,
             burst=float((bursts or {}).get(name, 0.0)),
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
@@ -353,7 +355,8 @@ class Pools:
             (j for j in self.jobs.values() if usable(j) > 0),
             key=lambda j: (j.priority, j.restart_cost_gpu_h, j.name),
         )
-        floors = [lambda j: max(j.elastic_min, 0)] + ([lambda j: 0] if allow_suspend else [])
+        # without suspension a job keeps one worker even when its elastic minimum is 0
+        floors = [lambda j: max(j.elastic_min, 0 if allow_suspend else 1)] + ([lambda j: 0] if allow_suspend else [])
         got = 0
         for floor in floors:
             for j in ranked:
@@ -444,8 +447,10 @@ def apply_targets(
     policy: CapacityPolicy,
     reasons: Mapping[str, str],
     gains: Mapping[str, float],
+    hold: frozenset[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
-    """Turn per-service replica targets into ordered actions: training shrinks, inference scaling, training growth."""
+    """Turn per-service replica targets into ordered actions: training shrinks, inference scaling, training growth.
+    Services in `hold` keep what they asked for but get no GPUs freed for replicas still pending."""
     pools = Pools(view)
     notes: list[str] = []
     shrink_gain: dict[str, float] = {}
@@ -457,6 +462,8 @@ def apply_targets(
         if delta < 0:
             pools.release(s, -delta * p.gpus_per_replica)
             granted[p.name] = new[p.name]
+        elif delta > 0 and p.name in hold:
+            granted[p.name] = s.replicas  # pending replicas the forecast does not need: no GPU freed for them
         elif delta > 0:
             want = delta * p.gpus_per_replica
             got = pools.take_free(p.models, want)
@@ -472,12 +479,15 @@ def apply_targets(
             granted[p.name] = s.replicas + add
         else:
             granted[p.name] = s.replicas
-        if granted[p.name] != s.replicas:
+        # replicas already asked for but pending for want of a GPU need GPUs (freed above), not a second request;
+        # a scale-up that could free fewer GPUs than it wanted never lowers what was asked
+        asked = s.replicas if s.desired is None else s.desired
+        if (granted[p.name] > asked) if delta > 0 else (granted[p.name] != asked):
             inference.append(
                 ScaleInference(
                     service=p.name,
                     replicas=granted[p.name],
-                    previous_replicas=s.replicas,
+                    previous_replicas=asked,
                     reason=reasons[p.name],
                     expected_gain=gains.get(p.name, 0.0),
                 )
@@ -577,8 +587,9 @@ def plan_capacity(
         if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
             now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
                                          p.max_replicas))
+        asked = s.replicas if s.desired is None else s.desired  # placed + pending
         if fc is None or fc.horizon == 0:
-            new[p.name] = max(s.replicas, now_need)
+            new[p.name] = max(asked, now_need)
             reasons[p.name] = "no forecast: hold, or follow current demand up"
             gains[p.name] = max(0, new[p.name] - s.replicas) * p.rps_per_replica
             continue
@@ -587,30 +598,31 @@ def plan_capacity(
         peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, lead)
         up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
         up_need = min(up_need, cap) if cap is not None else up_need
-        target = s.replicas
-        if up_need > s.replicas:
-            target = up_need
+        target = asked
+        if up_need > s.replicas:  # more than the replicas holding GPUs: keep what was asked, or ask more
+            target = max(up_need, asked)
             reasons[p.name] = (
                 f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
                 f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas"
             )
-            gains[p.name] = (up_need - s.replicas) * p.rps_per_replica
+            gains[p.name] = (target - s.replicas) * p.rps_per_replica
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, -math.inf)
             calm = slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
-            if s.replicas - down_need >= band and held >= policy.min_hold_s and calm:
+            if asked - down_need >= band and held >= policy.min_hold_s and calm:
                 target = down_need
                 reasons[p.name] = (
                     f"loan to training: p{round(policy.quantile * 100)} demand stays below "
                     f"{peak_loan:.0f} req/s for {policy.loan_horizon_s / 3600:.1f} h"
                 )
-                gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
+                gains[p.name] = (asked - down_need) * p.gpus_per_replica * hours
         new[p.name] = target
         reasons.setdefault(p.name, "hold")
-    actions, notes = apply_targets(view, new, policy, reasons, gains)
+    hold = frozenset(name for name, why in reasons.items() if why == "hold")
+    actions, notes = apply_targets(view, new, policy, reasons, gains, hold)
     for a in actions:
         if isinstance(a, ScaleInference):
             last[a.service] = view.time

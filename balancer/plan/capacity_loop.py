@@ -65,7 +65,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         plan = replace(plan, actions=tuple(a for a in plan.actions if a not in giveback))
         state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
     decision = plan_capacity(view, forecasts or {}, capacity_policy, cap_state)
-    state = replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets))
+    state = replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets),
+                    capacity_split=decision.split.as_dict())
     clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
     if clash:
         note = f"capacity waits a cycle: the hotspot plan already acts on {', '.join(clash)}"

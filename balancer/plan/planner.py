@@ -39,6 +39,7 @@ class PlannerState:
     capacity_targets: Mapping[str, int] | None = None
     # a wrapping capacity planner's own memory (`balancer.plan.capacity_loop`: its CapacityState)
     capacity: object = None
+    capacity_split: Mapping[str, int] | None = None  # its last split: inference, training, loaned, idle GPUs
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,

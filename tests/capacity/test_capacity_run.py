@@ -142,3 +142,16 @@ def test_demand_history_comes_from_the_real_prometheus_and_feeds_the_forecaster(
         assert online.forecast(service, now, 5).quantiles[0.5][0] > 0
     finally:
         exporter.close()
+
+
+def test_history_coarser_than_the_burst_lead_still_teaches_bursts_once_put_on_the_cycle_grid():
+    """10-minute history, a 6-minute lead: no two raw samples fall within one lead, so without the grid the
+    tracker would learn no burst at all and loan as if demand never jumped."""
+    idx = pd.date_range("2024-01-01", periods=6, freq="600s", tz="UTC")
+    past = pd.Series([100.0, 100.0, 200.0, 200.0, 100.0, 100.0], index=idx)
+    now = idx[-1].timestamp() + 600
+    raw, grid = (RiseTracker(lead_s=360.0, window_s=86400.0, cap=3.0) for _ in range(2))
+    raw.seed(past)
+    grid.seed(past, every_s=60.0)
+    assert raw.allowance(now) == 0.0
+    assert grid.allowance(now) == pytest.approx(0.6)  # 100 -> 160 within 6 of the 10 interpolated minutes

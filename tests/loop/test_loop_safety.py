@@ -135,10 +135,16 @@ def test_cooldown_never_holds_back_capacity_for_inference_but_holds_everything_e
         assert isinstance(review.rejected[0][1], safety.CooldownActive)
 
 
-def test_a_reclaim_shrink_still_spends_the_eviction_budget():
+def test_a_reclaim_is_never_refused_by_the_eviction_budget_but_spends_it():
     shrink = ScaleTraining(job="job", workers=0, previous_workers=1, reason="room", expected_gain=40.0, reclaim=True)
-    review = SafetyGuard(SafetyPolicy(eviction_budget=0)).review([shrink], SNAP, SafetyLedger(), NOW)
-    assert isinstance(review.rejected[0][1], safety.EvictionBudgetExhausted)
+    guard = SafetyGuard(SafetyPolicy(eviction_budget=1))
+    review = guard.review([shrink, mig(0)], SNAP, SafetyLedger(), NOW)
+    assert review.accepted == (shrink,)          # the reclaim took the last eviction ...
+    assert isinstance(review.rejected[0][1], safety.EvictionBudgetExhausted)  # ... so the migration waits
+    spent = guard.record(SafetyLedger(), [shrink], SNAP, NOW)
+    assert guard.remaining_evictions(spent, NOW) == 0
+    again = guard.review([shrink], SNAP, spent, NOW + 1)
+    assert again.accepted == (shrink,)           # an empty budget still lets loaned GPUs come back
 
 
 def test_the_ledger_survives_json_and_merging_keeps_the_later_time_and_every_eviction():
