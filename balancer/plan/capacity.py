@@ -80,6 +80,11 @@ class ServiceView:
     latency_pressure: float = 0.0  # p99 latency / SLO now
     desired: int | None = None  # the replica count already asked for (placed + pending); None: = replicas
 
+    @property
+    def asked(self) -> int:
+        """Replicas asked for: those holding GPUs plus those still pending."""
+        return self.replicas if self.desired is None else self.desired
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobView:
@@ -481,7 +486,7 @@ def apply_targets(
             granted[p.name] = s.replicas
         # replicas already asked for but pending for want of a GPU need GPUs (freed above), not a second request;
         # a scale-up that could free fewer GPUs than it wanted never lowers what was asked
-        asked = s.replicas if s.desired is None else s.desired
+        asked = s.asked
         if (granted[p.name] > asked) if delta > 0 else (granted[p.name] != asked):
             inference.append(
                 ScaleInference(
@@ -563,6 +568,7 @@ def plan_capacity(
     new: dict[str, int] = {}
     reasons: dict[str, str] = {}
     gains: dict[str, float] = {}
+    holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
     last = dict(state.last_change)
     seen = dict(state.last_demand)
     hours = policy.loan_horizon_s / 3600.0
@@ -587,7 +593,7 @@ def plan_capacity(
         if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
             now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
                                          p.max_replicas))
-        asked = s.replicas if s.desired is None else s.desired  # placed + pending
+        asked = s.asked
         if fc is None or fc.horizon == 0:
             new[p.name] = max(asked, now_need)
             reasons[p.name] = "no forecast: hold, or follow current demand up"
@@ -620,9 +626,10 @@ def plan_capacity(
                 )
                 gains[p.name] = (asked - down_need) * p.gpus_per_replica * hours
         new[p.name] = target
-        reasons.setdefault(p.name, "hold")
-    hold = frozenset(name for name, why in reasons.items() if why == "hold")
-    actions, notes = apply_targets(view, new, policy, reasons, gains, hold)
+        if p.name not in reasons:
+            reasons[p.name] = "hold"
+            holding.add(p.name)
+    actions, notes = apply_targets(view, new, policy, reasons, gains, frozenset(holding))
     for a in actions:
         if isinstance(a, ScaleInference):
             last[a.service] = view.time

@@ -131,3 +131,42 @@ def test_the_live_loop_loans_at_night_and_reclaims_ahead_of_the_day_within_the_s
     assert min(loaned[peak:]) <= loaned[peak] - 20, "GPUs must come back to inference as the demand rises"
     assert any(isinstance(a, ScaleTraining) and a.reclaim for a in applied), "reclaims shrink training"
     assert violating < 1e-4 and worst_p99 < 1.0, (violating, worst_p99)
+
+
+def _pending_view(asked, placed, demand, free=0):
+    from types import MappingProxyType
+
+    from balancer.plan.capacity import CapacityView, JobView, ServiceCapacity, ServiceView
+
+    prof = ServiceCapacity(name="chat", rps_per_replica=10.0, warmup_s=300.0, home_replicas=12)
+    svc = ServiceView(profile=prof, demand_rps=demand, replicas=placed, desired=asked,
+                      gpus_by_model=MappingProxyType({"A100": placed}))
+    job = JobView(name="train", workers=8, elastic_min=1, elastic_max=16, gpus_by_model=MappingProxyType({"A100": 8}))
+    return CapacityView(time=10_000.0, free=MappingProxyType({"A100": free}), services=(svc,), jobs=(job,),
+                        inference_gpus=placed, training_gpus=8, total_gpus=placed + 8 + free)
+
+
+def _flat(level):
+    from balancer.model import Forecast
+
+    return {"chat": Forecast(service="chat", issued_at=10_000.0, step_s=600.0,
+                             quantiles={q: np.full(24, level) for q in (0.5, 0.9, 0.99)})}
+
+
+def test_pending_replicas_the_forecast_needs_get_gpus_from_training_without_a_second_request():
+    from balancer.plan.capacity import CapacityPolicy as PlannerPolicy
+    from balancer.plan.capacity import CapacityState, plan_capacity
+
+    d = plan_capacity(_pending_view(asked=8, placed=5, demand=60.0), _flat(60.0), PlannerPolicy(), CapacityState())
+    shrinks = [a for a in d.actions if isinstance(a, ScaleTraining)]
+    assert shrinks and all(a.reclaim and a.workers < 8 for a in shrinks)
+    assert not [a for a in d.actions if isinstance(a, ScaleInference) and a.replicas <= 8]  # 8 already asked
+
+
+def test_pending_replicas_the_forecast_does_not_need_take_no_gpu_from_training():
+    from balancer.plan.capacity import CapacityPolicy as PlannerPolicy
+    from balancer.plan.capacity import CapacityState, plan_capacity
+
+    d = plan_capacity(_pending_view(asked=8, placed=5, demand=20.0), _flat(20.0),
+                      PlannerPolicy(min_hold_s=1e9), CapacityState())
+    assert not [a for a in d.actions if isinstance(a, ScaleTraining) and a.workers < a.previous_workers]
