@@ -139,13 +139,21 @@ class ServiceForecaster:
     demand now and forecasts `horizon_s` ahead; a service without enough history yet is left out.
 
     With `history` (``history(service, now) -> pd.Series | None``, e.g. a Prometheus range query), a service is
-    seeded with its past demand the first time it is seen, so a restarted controller forecasts at once."""
+    seeded with its past demand the first time it is seen, so a restarted controller forecasts at once.
 
-    def __init__(self, online: Any, horizon_s: float, history: Callable[[str, float], Any] | None = None) -> None:
+    Model fits are spread over cycles: at most `max_fits_per_cycle` services (re)fit in one cycle (a fit can take
+    seconds, and every service seeded at start-up would otherwise refit in the same cycle every day, stalling
+    hotspot protection); a service whose fit waits keeps its previous forecast for that cycle, or has none yet
+    (the capacity planner then holds it, or follows its demand up)."""
+
+    def __init__(self, online: Any, horizon_s: float, history: Callable[[str, float], Any] | None = None,
+                 max_fits_per_cycle: int = 2) -> None:
         self.online = online
         self.steps = max(math.ceil(horizon_s / online.step_s), 1)
         self.history = history
+        self.max_fits_per_cycle = max_fits_per_cycle
         self.seeded: set[str] = set()
+        self.last: dict[str, Forecast] = {}
 
     def _seed(self, name: str, now: float) -> None:
         self.seeded.add(name)
@@ -155,13 +163,22 @@ class ServiceForecaster:
 
     def __call__(self, snap: ClusterSnapshot) -> dict[str, Forecast]:
         out = {}
+        fits = 0
+        due = getattr(self.online, "fit_due", None)
         for name, status in snap.services.items():
             if name not in self.seeded:
                 self._seed(name, snap.time)
             self.online.update(name, snap.time, status.demand_rps)
+            if due is not None and due(name, snap.time):
+                if fits >= self.max_fits_per_cycle:
+                    if name in self.last:
+                        out[name] = self.last[name]
+                    continue
+                fits += 1
             try:
-                out[name] = self.online.forecast(name, snap.time, self.steps)
-            except ValueError as exc:   # not enough history for this service yet
+                out[name] = self.last[name] = self.online.forecast(name, snap.time, self.steps)
+            except ValueError as exc:   # not enough history for this service yet (nothing was fitted)
+                fits -= 1 if due is not None and due(name, snap.time) else 0
                 log.debug("no forecast for %s: %s", name, exc)
         return out
 

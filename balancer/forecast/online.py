@@ -158,6 +158,14 @@ class DemandForecaster:
         s.issued[b_now] = np.asarray(p50, float)
         return fc.to_model(service)
 
+    def fit_due(self, service: str, now: float) -> bool:
+        """Whether `forecast(service, now, ...)` would (re)fit the model rather than only update it."""
+        s = self._svc.get(service)
+        if s is None or s.model is None or s.fitted_at < 0:
+            return True
+        closing = 1 if s.open_bucket is not None and s.open_bucket < int(math.floor(now / self.step_s)) else 0
+        return len(s.values) + closing - s.fitted_at >= self.refit_every
+
     def rolling_error(self, service: str, horizon: int | str) -> float:
         """Rolling MAE of the p50 at `horizon` (steps, or a duration such as '1h') divided by mean demand."""
         if isinstance(horizon, str):

@@ -4,8 +4,10 @@ forecast error, and the capacity planner's loans and targets; plus the actuator'
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -305,3 +307,33 @@ def test_actuation_errors_are_counted_by_type_outcome_and_code_and_nothing_count
     assert reg.get_sample_value("gputide_actuation_errors_total", labels) == 1
     assert reg.get_sample_value("gputide_actuation_errors_total", {**labels, "outcome": "failed", "code": "403"}) == 2
     assert reg.get_sample_value("gputide_actions_total", {"type": "scale_training", "reason": "hotspot"}) is None
+
+
+def test_model_fits_are_spread_over_cycles_and_a_waiting_service_keeps_its_last_forecast():
+    """Five services seeded at once: at most two fit per cycle; the others wait, then keep being served."""
+    from balancer.forecast.online import DemandForecaster
+
+    online = DemandForecaster(model="persistence", step_s=60.0, min_history=3, refit_every=1000)
+    fitted: list[str] = []
+    original = online.forecast
+
+    def counting(service, now, steps):
+        if online.fit_due(service, now):
+            fitted.append(service)
+        return original(service, now, steps)
+
+    online.forecast = counting
+    names = [f"svc-{i}" for i in range(5)]
+    history = {n: pd.Series([10.0 + i] * 30, index=pd.date_range("2024-01-01", periods=30, freq="60s", tz="UTC"))
+               for i, n in enumerate(names)}
+    fc = ServiceForecaster(online, 300.0, history=lambda n, now: history[n], max_fits_per_cycle=2)
+    t0 = history[names[0]].index[-1].timestamp() + 60
+    seen = []
+    for k in range(3):
+        snap = snapshot(make_fleet(1, 4), age=0.0)
+        snap = replace(snap, time=t0 + 60 * k, services={n: ServiceStatus(name=n, demand_rps=10.0, p99_latency_s=0.1,
+                                                                           slo_latency_s=1.0, replicas=1)
+                                                          for n in names})
+        seen.append(sorted(fc(snap)))
+    assert fitted == names  # two, two, then the last one: never more than two in a cycle
+    assert seen == [names[:2], names[:4], names]
