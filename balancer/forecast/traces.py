@@ -86,13 +86,17 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "") ->
     return out
 
 
-def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
+def _read_table(path: str, allowed: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The CSV at `path` and its columns by lower-cased name; unreadable files name what is `allowed`."""
     try:
         df = pd.read_csv(path)
     except _READ_ERRORS as exc:
-        raise InputError(path, "file", path, "a readable UTF-8 CSV with header timestamp,value",
-                         detail=_one_line(exc)) from exc
-    cols = {c.strip().lower(): c for c in df.columns}
+        raise InputError(path, "file", path, allowed, detail=_one_line(exc)) from exc
+    return df, {c.strip().lower(): c for c in df.columns}
+
+
+def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
+    df, cols = _read_table(path, "a readable UTF-8 CSV with header timestamp,value")
     for need in ("timestamp", "value"):
         if need not in cols:
             raise InputError(path, "header", list(df.columns), "columns 'timestamp' and 'value'")
@@ -147,12 +151,7 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
-    try:
-        df = pd.read_csv(path)
-    except _READ_ERRORS as exc:
-        raise InputError(path, "file", path, "a readable UTF-8 CSV with a timestamp column",
-                         detail=_one_line(exc)) from exc
-    cols = {c.strip().lower(): c for c in df.columns}
+    df, cols = _read_table(path, "a readable UTF-8 CSV with a timestamp column")
     if "timestamp" not in cols:
         raise InputError(path, "header", list(df.columns), "a column named 'timestamp' (any case)")
     if df.empty:
