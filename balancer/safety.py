@@ -14,7 +14,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     ├── PdbViolation             an eviction a PodDisruptionBudget does not allow
     └── EvictionBudgetExhausted  no evictions left in the current window (a reclaim of loaned GPUs spends the
-                                 budget but is never refused by it)
+                                 budget but is never refused by it; an inference scale-down spends only the
+                                 running replicas it stops, not the pending ones it drops)
 
 `check_telemetry` is the fail-static gate: stale, missing or NaN telemetry raises a `TelemetryError` and the loop
 takes no action at all. The guard itself keeps no state: what it needs to remember (when each target was last
@@ -43,6 +44,7 @@ from balancer.model import (
     ScaleTraining,
     SetPowerLimit,
     TaintNode,
+    WorkloadClass,
 )
 
 EMERGENCY_LABEL = "gputide.io/emergency-stop"
@@ -158,13 +160,19 @@ class Review:
     rejected: tuple[tuple[Action, SafetyViolation], ...]
 
 
-def _evictions(a: Action) -> int:
+def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
+    """Running pods that `a` stops. An inference scale-down removes pending replicas first (a ReplicaSet
+    deletes unscheduled pods before running ones), so only the replicas it takes below the placed count evict."""
     if isinstance(a, Migrate):
         return 1
-    if isinstance(a, ScaleTraining | ScaleInference):
-        prev = a.previous_workers if isinstance(a, ScaleTraining) else a.previous_replicas
-        new = a.workers if isinstance(a, ScaleTraining) else a.replicas
-        return max(prev - new, 0)
+    if isinstance(a, ScaleTraining):
+        return max(a.previous_workers - a.workers, 0)
+    if isinstance(a, ScaleInference):
+        if a.replicas >= a.previous_replicas:
+            return 0
+        placed = sum(1 for w in snapshot.workloads if w.workload_class is WorkloadClass.INFERENCE
+                     and w.owner == a.service and snapshot.placements.get(w.name))
+        return max(min(a.previous_replicas, placed) - a.replicas, 0)
     return 0
 
 
@@ -211,7 +219,7 @@ class SafetyGuard:
                 self._check_one(a, ctx, ledger, now, stopped)
                 if len(accepted) >= p.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{p.max_actions_per_cycle} actions already accepted this cycle")
-                ev = _evictions(a)
+                ev = _evictions(a, snapshot)
                 # loaned GPUs always come back: a reclaim spends the budget but is never refused by it (what the
                 # budget let the controller lend, within its window, it may take back when inference needs it)
                 if ev and ev > budget and not (isinstance(a, ScaleTraining) and a.reclaim):
@@ -285,7 +293,7 @@ class SafetyGuard:
         migrations = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
         for a in applied:
             last[f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target] = now
-            evictions += [now] * _evictions(a)
+            evictions += [now] * _evictions(a, snapshot)
             if isinstance(a, Migrate):
                 w = snapshot.workload_by_name.get(a.workload)
                 owner = (w.owner or w.name) if w else a.workload

@@ -164,3 +164,19 @@ def test_the_ledger_survives_json_and_merging_keeps_the_later_time_and_every_evi
 def test_a_broken_ledger_is_refused_with_what_is_wrong(text):
     with pytest.raises(ValueError):
         SafetyLedger.from_json(text)
+
+
+@pytest.mark.parametrize(("previous", "replicas", "spent"), [
+    (5, 3, 0),  # svc has 3 running replicas: dropping the 2 pending ones evicts nothing
+    (5, 2, 1),  # one below the running count: one eviction
+    (3, 1, 2),  # all asked are running: every replica dropped is an eviction
+    (3, 4, 0),  # a scale-up evicts nothing
+])
+def test_an_inference_scale_down_spends_only_the_running_replicas_it_stops(previous, replicas, spent):
+    down = ScaleInference(service="svc", replicas=replicas, previous_replicas=previous, reason="loan",
+                          expected_gain=2.0)
+    guard = SafetyGuard(SafetyPolicy(eviction_budget=5))
+    ledger = guard.record(SafetyLedger(), [down], SNAP, NOW)
+    assert guard.remaining_evictions(ledger, NOW) == 5 - spent
+    tight = SafetyGuard(SafetyPolicy(eviction_budget=spent)).review([down], SNAP, SafetyLedger(), NOW)
+    assert tight.accepted == (down,)  # a budget of exactly what it stops is enough
