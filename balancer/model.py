@@ -96,6 +96,21 @@ class ServiceStatus:
     replicas: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuspendedJob:
+    """An elastic training job that gputide suspended (0 workers): it has no pods, so no metrics show it, but it
+    still exists and wants its GPUs back. Telemetry sources that can see such jobs list them in the snapshot;
+    only then may the capacity planner suspend a job (it must be able to find it again to resume it)."""
+
+    name: str                    # the job's name, as its workers' `Workload.owner`
+    namespace: str = "default"
+    elastic_min: int = 0
+    elastic_max: int = 0
+    gpus_per_worker: int = 1
+    priority: int = 0
+    allowed_models: frozenset[str] | None = None
+
+
 GPU_ARRAYS = (
     "temperature_c", "memory_temperature_c", "slowdown_temp_c", "power_w", "power_limit_w", "sm_active",
     "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s",
@@ -124,6 +139,7 @@ class ClusterSnapshot:
     workloads: tuple[Workload, ...] = ()
     placements: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     services: Mapping[str, ServiceStatus] = field(default_factory=lambda: MappingProxyType({}))
+    suspended_jobs: tuple[SuspendedJob, ...] | None = None  # None: this source cannot see suspended jobs
 
     def __post_init__(self) -> None:
         n = len(self.gpus)

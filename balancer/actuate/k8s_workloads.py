@@ -18,6 +18,12 @@ from the API server's watch cache, at most once per `ttl_s`) and turns each GPU 
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"` |
 
+`KubernetesWorkloads.suspended_jobs()` lists the Jobs gputide itself suspended (label `gputide.io/suspended=true`,
+set by the actuator together with `spec.suspend`; a Job a person suspended is not gputide's to resume): their
+elastic bounds and GPU models from the pod template's annotations, GPUs per worker from its containers, priority
+from the annotation `gputide.io/priority` the actuator recorded. The capacity planner suspends jobs only when
+this list is available (a Job at parallelism 0 has no pods, so without it gputide could never resume it).
+
 A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
 answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard still
 re-checks every action against the fresh snapshot.
@@ -31,9 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 from balancer import catalog
-from balancer.actuate.kubernetes import _Api, _pod_requests
+from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError, InputError
-from balancer.model import Workload, WorkloadClass
+from balancer.model import SuspendedJob, Workload, WorkloadClass
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -102,6 +108,25 @@ def workload_from_pod(pod: Json) -> Workload | None:
     )
 
 
+def suspended_job(job: Json) -> SuspendedJob | None:
+    """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic."""
+    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+    template = spec.get("template") or {}
+    notes = (template.get("metadata") or {}).get("annotations") or {}
+    elastic_max = _int(notes.get("gputide.io/elastic-max"), 0)
+    if elastic_max <= 0 or not meta.get("name"):
+        return None
+    elastic_min = max(min(_int(notes.get("gputide.io/elastic-min"), 0), elastic_max), 0)
+    tspec = template.get("spec") or {}
+    return SuspendedJob(
+        name=meta["name"], namespace=meta.get("namespace", "default"), elastic_min=elastic_min,
+        elastic_max=elastic_max, gpus_per_worker=max(_pod_requests(template)[0], 1),
+        priority=_int((meta.get("annotations") or {}).get(PRIORITY_ANNOTATION), _int(tspec.get("priority"), 0)),
+        allowed_models=_models(notes.get("gputide.io/gpu-spec") or (tspec.get("nodeSelector") or {}).get(
+            "nvidia.com/gpu.product")),
+    )
+
+
 class KubernetesWorkloads:
     """`workload_overrides` for `PrometheusTelemetrySource`: {"namespace/pod": Workload} of the running GPU pods."""
 
@@ -111,6 +136,23 @@ class KubernetesWorkloads:
         self.ttl_s, self.clock = ttl_s, clock
         self._cache: dict[str, Workload] = {}
         self._at = -float("inf")
+        self._suspended: tuple[SuspendedJob, ...] | None = None
+        self._suspended_at = -float("inf")
+
+    def suspended_jobs(self) -> tuple[SuspendedJob, ...] | None:
+        """The Jobs gputide suspended (at most one list per `ttl_s`); None until the API has answered once."""
+        now = self.clock()
+        if now - self._suspended_at < self.ttl_s:
+            return self._suspended
+        try:
+            jobs = self.api("list suspended jobs", self.api.batch.list_job_for_all_namespaces,
+                            label_selector=f"{SUSPENDED_LABEL}=true", resource_version="0").get("items", [])
+        except ActuationError as err:
+            log.warning("suspended jobs unavailable, keeping the last answer: %s", err)
+            return self._suspended
+        self._suspended = tuple(j for j in map(suspended_job, jobs) if j is not None)
+        self._suspended_at = now
+        return self._suspended
 
     def __call__(self) -> dict[str, Workload]:
         now = self.clock()

@@ -13,8 +13,12 @@ How each action reaches the cluster:
                     mode reads it back with `read_power_caps` and applies it clamped to the GPU's constraints.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA targets the Deployment, else the Deployment's scale subresource.
-    ScaleTraining   batch/v1 Job: suspend when workers == 0, else parallelism = workers; with `kueue_queues` set and
-                    the Job queued through Kueue, GPU quota moves between the two ClusterQueues of the cohort.
+    ScaleTraining   batch/v1 Job: suspend when workers == 0 (labelled `gputide.io/suspended=true`, its pods'
+                    priority kept in `gputide.io/priority`, so `KubernetesWorkloads.suspended_jobs` finds it again),
+                    else parallelism = workers and the label removed; with `kueue_queues` set and the Job queued
+                    through Kueue, GPU quota moves between the two ClusterQueues of the cohort.
+    Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
+    snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint.
 
 Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
@@ -67,6 +71,8 @@ HOT_UNTIL_ANNOTATION = "gputide.io/hot-until"
 RESERVATION_ANNOTATION = "gputide.io/reserved-for"
 GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+SUSPENDED_LABEL = "gputide.io/suspended"  # on the Jobs gputide suspended (and only those: it resumes only them)
+PRIORITY_ANNOTATION = "gputide.io/priority"  # the suspended Job's pods' priority, for when it has none
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 MERGE_PATCH = "application/merge-patch+json"
 Json = dict[str, Any]
@@ -438,7 +444,7 @@ class KubernetesActuator:
     # ---- inference: HPA floor or Deployment scale ----
 
     def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str:
-        ns, name = split_name(action.service, self.default_namespace)
+        ns, name = split_name(action.service, self._owner_namespace(action.service, snapshot))
         hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
         hpa = next((h for h in hpas.get("items", []) if (h["spec"].get("scaleTargetRef") or {}).get("kind")
                     == "Deployment" and h["spec"]["scaleTargetRef"].get("name") == name), None)
@@ -464,8 +470,19 @@ class KubernetesActuator:
 
     # ---- training: Job suspend / parallelism, Kueue quota ----
 
+    def _owner_namespace(self, owner: str, snapshot: ClusterSnapshot) -> str:
+        """The namespace of a job or service named by its bare name: that of its pods (or, for a suspended job,
+        the one the snapshot lists it in), else the actuator's default."""
+        for w in snapshot.workloads:
+            if w.owner == owner:
+                return w.namespace
+        for j in snapshot.suspended_jobs or ():
+            if j.name == owner:
+                return j.namespace
+        return self.default_namespace
+
     def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> str:
-        ns, name = split_name(action.job, self.default_namespace)
+        ns, name = split_name(action.job, self._owner_namespace(action.job, snapshot))
         what = f"job {ns}/{name}"
         job = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         queued = bool((job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL))
@@ -474,9 +491,19 @@ class KubernetesActuator:
         notes = []
         if self.kueue_queues and queued and delta > 0:   # grow: quota first, so Kueue can admit the workers
             notes.append(self.shift_kueue_quota(self.kueue_queues[0], self.kueue_queues[1], delta))
-        spec: Json = {"suspend": True} if action.workers == 0 else {"parallelism": int(action.workers),
-                                                                      "suspend": False}
-        self.api(what, self.api.batch.patch_namespaced_job, name, ns, {"spec": spec}, _content_type=MERGE_PATCH)
+        body: Json
+        if action.workers == 0:
+            # the label lets the next cycle (or the next leader) find the Job it suspended and resume it; the
+            # priority of its pods is recorded because a suspended Job has none to read it from
+            prio = next((w.priority for w in snapshot.workloads if w.owner == action.job), None)
+            meta: Json = {"labels": {SUSPENDED_LABEL: "true"}}
+            if prio is not None:
+                meta["annotations"] = {PRIORITY_ANNOTATION: str(prio)}
+            body = {"metadata": meta, "spec": {"suspend": True}}
+        else:
+            body = {"metadata": {"labels": {SUSPENDED_LABEL: None}},
+                    "spec": {"parallelism": int(action.workers), "suspend": False}}
+        self.api(what, self.api.batch.patch_namespaced_job, name, ns, body, _content_type=MERGE_PATCH)
         if self.kueue_queues and queued and delta < 0:   # shrink: give the quota back once the job is smaller
             notes.append(self.shift_kueue_quota(self.kueue_queues[1], self.kueue_queues[0], -delta))
         state = "suspended" if action.workers == 0 else f"parallelism = {action.workers}"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from string import Template
 from typing import Any
 
@@ -186,10 +185,10 @@ class CapacityLoopPlanner:
 
     def __init__(self, profiles: Mapping[str, ServiceCapacity], capacity_policy: CapacityPolicy, interval_s: float,
                  history: Callable[[str, float], pd.Series | None] | None = None) -> None:
-        # never suspend a job: a Job at parallelism 0 has no pods, so a controller that sees the cluster through
-        # its pods could not find it again to give GPUs back
+        # jobs are suspended only when the snapshot lists suspended jobs (`plan_with_capacity`): a Job at
+        # parallelism 0 has no pods, so a source that sees the cluster through its pods alone could not resume it
         self.profiles, self.interval_s, self.history = dict(profiles), interval_s, history
-        self.policy = replace(capacity_policy, allow_suspend=False)
+        self.policy = capacity_policy
         self.rises: dict[str, RiseTracker] = {}
 
     def bursts(self, snapshot: ClusterSnapshot) -> dict[str, float]:

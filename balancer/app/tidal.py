@@ -55,7 +55,6 @@ from balancer.plan.capacity import (
     CapacityDecision,
     CapacityPolicy,
     CapacityView,
-    JobView,
     ServiceCapacity,
     replicas_for,
     view_from_snapshot,
@@ -189,15 +188,8 @@ class _CapacityController:
 
     def view(self, sim: SimCluster, snap: ClusterSnapshot, bursts: dict[str, float] | None = None) -> CapacityView:
         since = dict(zip(sim.training_jobs, sim.acct.job_since_ckpt.tolist()))
-        view = view_from_snapshot(snap, self.tc.profiles, since, bursts=bursts)
-        # a job suspended to 0 workers has no pods in the snapshot but still exists (a Job at parallelism 0):
-        # list it, or the GPUs it gave up could never come back to it
-        present = {j.name for j in view.jobs}
-        suspended = tuple(
-            JobView(name=name, workers=0, elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or 0),
-                    gpus_per_worker=spec.gpus_per_worker, priority=spec.priority, models=spec.allowed_models)
-            for name, spec in sim.training_jobs.items() if name not in present and spec.elastic_max)
-        return replace(view, jobs=view.jobs + suspended) if suspended else view
+        # jobs suspended to 0 workers come with the snapshot (`SimCluster.suspended_jobs`), as from Kubernetes
+        return view_from_snapshot(snap, self.tc.profiles, since, bursts=bursts)
 
 
 class StaticController(_CapacityController):

@@ -125,7 +125,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0))
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet,
-                                       workload_overrides=overrides)
+                                       workload_overrides=overrides,
+                                       suspended_jobs=overrides.suspended_jobs if overrides else None)
     lease_name = args.lease_name
     if args.selector and not args.shard:
         raise InputError(None, "--selector", args.selector, "only together with --shard NAME")

@@ -299,6 +299,10 @@ def view_from_snapshot(
                     gpus_by_model=_by_model(counts, names),
                 )
             )
+        # a suspended job has no pods but still exists: list it, or the GPUs it gave up could never come back
+        built += [JobView(name=j.name, workers=0, elastic_min=j.elastic_min, elastic_max=j.elastic_max,
+                          gpus_per_worker=max(j.gpus_per_worker, 1), priority=j.priority, models=j.allowed_models)
+                  for j in snapshot.suspended_jobs or () if j.elastic_max and ("training", j.name) not in groups]
         jobs = built
     return CapacityView(
         time=snapshot.time,

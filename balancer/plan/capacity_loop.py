@@ -64,6 +64,9 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     if giveback or managed & set(state.shrunk):
         plan = replace(plan, actions=tuple(a for a in plan.actions if a not in giveback))
         state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
+    if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
+        # a Job at parallelism 0 has no pods: a source that cannot list suspended jobs would lose it for good
+        capacity_policy = replace(capacity_policy, allow_suspend=False)
     decision = plan_capacity(view, forecasts or {}, capacity_policy, cap_state)
     state = replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets),
                     capacity_split=decision.split.as_dict())

@@ -15,7 +15,7 @@ from types import MappingProxyType
 import numpy as np
 
 from balancer.fleet import Fleet
-from balancer.model import ClusterSnapshot, Node, ServiceStatus, Workload
+from balancer.model import ClusterSnapshot, Node, ServiceStatus, SuspendedJob, Workload
 from balancer.sim import physics
 from balancer.sim.accounting import Accounting
 from balancer.sim.ops import WorkloadOps
@@ -259,7 +259,16 @@ class SimCluster(WorkloadOps):
             workloads=tuple(p.workload for p in self._pods.values()),
             placements={k: p.gpus for k, p in self._pods.items() if p.gpus is not None},
             services=self.service_status(),
+            suspended_jobs=self.suspended_jobs(),
         )
+
+    def suspended_jobs(self) -> tuple[SuspendedJob, ...]:
+        """Elastic jobs scaled to 0 workers and not finished (what a Kubernetes source lists as suspended Jobs)."""
+        return tuple(
+            SuspendedJob(name=j.name, namespace=j.namespace, elastic_min=j.elastic_min, elastic_max=int(j.elastic_max),
+                         gpus_per_worker=j.gpus_per_worker, priority=j.priority, allowed_models=j.allowed_models)
+            for i, j in enumerate(self._jobs)
+            if j.elastic_max and self._job_target[i] == 0 and not self.acct.job_done[i])
 
     def service_status(self) -> dict[str, ServiceStatus]:
         out = {}

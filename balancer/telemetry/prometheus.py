@@ -30,7 +30,7 @@ from urllib3.util.retry import Retry
 from balancer import catalog
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
 from balancer.fleet import Fleet
-from balancer.model import ClusterSnapshot, Gpu, Node, ServiceStatus, Workload, WorkloadClass
+from balancer.model import ClusterSnapshot, Gpu, Node, ServiceStatus, SuspendedJob, Workload, WorkloadClass
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +94,19 @@ def connect(opts: PrometheusOptions) -> PrometheusConnect:
 
 class PrometheusTelemetrySource:
     """TelemetrySource backed by Prometheus. `fleet` (optional) adds what PromQL cannot know: NVLink islands,
-    CPU and memory, cooling. `workload_overrides` (optional) adds priority / movable / protected per pod."""
+    CPU and memory, cooling. `workload_overrides` (optional) adds priority / movable / protected per pod;
+    `suspended_jobs` (optional) lists the jobs gputide suspended, which no metric shows (no pods); without it the
+    snapshot says it cannot see them (`suspended_jobs=None`) and the capacity planner never suspends a job."""
 
     def __init__(self, opts: PrometheusOptions, *, fleet: Fleet | None = None,
                  workload_overrides: Callable[[], Mapping[str, Workload]] | None = None,
+                 suspended_jobs: Callable[[], tuple[SuspendedJob, ...] | None] | None = None,
                  slo_latency_s: Mapping[str, float] | None = None,
                  clock: Callable[[], float] = time.time, client: PrometheusConnect | None = None) -> None:
         self.opts = opts
         self.fleet = fleet
         self.workload_overrides = workload_overrides
+        self.suspended_jobs = suspended_jobs
         self.slo_latency_s = dict(slo_latency_s or {})
         self.clock = clock
         self.client = client or connect(opts)
@@ -182,7 +186,8 @@ class PrometheusTelemetrySource:
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         self.known_uuids |= {g.uuid for g in gpus}
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
-                               workloads=workloads, placements=placements, services=self._services(), **arrays)
+                               workloads=workloads, placements=placements, services=self._services(),
+                               suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None, **arrays)
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
         seen = set(wide["UUID"])

@@ -5,7 +5,8 @@ nodes by pool, site, GPU model, node labels (`key=value`, equality only, as a Ku
 simplest form) or an explicit name list. `ShardedSource` wraps any `TelemetrySource` (Prometheus, the simulator)
 and restricts every snapshot to the shard's nodes: GPUs are renumbered 0..n-1 in fleet order, workloads and
 placements kept only when they sit entirely on the shard's GPUs, services only when every placed replica is
-inside (a service spread over two shards is scaled by neither: no double scaling). The planner, the safety
+inside (a service spread over two shards is scaled by neither: no double scaling). Suspended jobs sit on no
+node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never suspends one. The planner, the safety
 guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names and per-node slots.
 
 Actuators that address GPUs by fleet index (the simulator) get actions translated back with `globalize`; the

@@ -170,3 +170,37 @@ def test_pending_replicas_the_forecast_does_not_need_take_no_gpu_from_training()
     d = plan_capacity(_pending_view(asked=8, placed=5, demand=20.0), _flat(20.0),
                       PlannerPolicy(min_hold_s=1e9), CapacityState())
     assert not [a for a in d.actions if isinstance(a, ScaleTraining) and a.workers < a.previous_workers]
+
+
+def test_jobs_are_suspended_only_when_the_snapshot_can_list_suspended_jobs(tide):
+    sim, tc = tide
+    snap = sim.snapshot()
+    # demand now far above the peak: every service wants every GPU of its pool, at once
+    snap = replace(snap, services={k: replace(v, demand_rps=1e6) for k, v in snap.services.items()})
+    flood = loan_forecast(tc, snap.time, level=1e6)
+
+    def suspensions(snapshot):
+        plan, _ = plan_with_capacity(snapshot, flood, ON, None, profiles=tc.profiles,
+                                     capacity_policy=CapacityPolicy(min_hold_s=0.0), base=base_with())
+        return [a for a in plan.actions if isinstance(a, ScaleTraining) and a.workers == 0]
+
+    assert snap.suspended_jobs == ()  # the simulator lists suspended jobs (none yet)
+    assert suspensions(snap), "minimums are not enough for a flood: the cheapest jobs are suspended"
+    assert suspensions(replace(snap, suspended_jobs=None)) == []  # a source blind to them never suspends
+
+
+def test_a_suspended_job_is_in_the_view_with_zero_workers_and_comes_back(tide):
+    sim, tc = tide
+    job = sorted(sim.training_jobs)[0]
+    sim.scale_training(job, 0)
+    try:
+        snap = sim.snapshot()
+        assert [j.name for j in snap.suspended_jobs] == [job]
+        view = view_from_snapshot(snap, tc.profiles)
+        assert {j.name: j.workers for j in view.jobs}[job] == 0
+        plan, _ = plan_with_capacity(snap, loan_forecast(tc, snap.time), ON, None, profiles=tc.profiles,
+                                     capacity_policy=CapacityPolicy(min_hold_s=0.0), base=base_with())
+        grow = [a for a in plan.actions if isinstance(a, ScaleTraining) and a.job == job]
+        assert grow and grow[0].workers > 0 and grow[0].previous_workers == 0  # idle GPUs resume it
+    finally:
+        sim.scale_training(job, sim.training_jobs[job].workers)

@@ -14,7 +14,8 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Eviction API: 429 TooManyRequests when a PodDisruptionBudget selecting the pod has no disruptions left,
   404 for unknown pods, otherwise the pod is deleted and the budget decremented.
 - Binding: sets spec.nodeName once; a second binding answers 409.
-- Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace.
+- Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace; label
+  selectors of equality terms (`key=value`, `key!=value`) on every list.
 
 Faults on demand: `inject("POST", r"/eviction$", 500, count=2)` makes the next two matching requests fail;
 `before("PUT", r"/leases/", fn)` runs `fn()` just before the next matching request, to stage races.
@@ -439,6 +440,11 @@ class FakeKube:
             if m is None or getter is None:
                 raise ApiError(400, "BadRequest", f'field label not supported: "{term}"')
             selectors.append((getter, m.group(2) == "!=", m.group(3)))
+        for term in filter(None, query.get("labelSelector", "").split(",")):
+            m = re.match(r"^([\w./-]+)(!=|==|=)(.*)$", term)
+            if m is None:
+                raise ApiError(400, "BadRequest", f'label selector not supported by the fake: "{term}"')
+            selectors.append((functools.partial(_label, key=m.group(1)), m.group(2) == "!=", m.group(3)))
         items = [
             copy.deepcopy(obj) for (p, ns, _), obj in sorted(self.objects.items())
             if p == plural and (namespace is None or ns == namespace)
@@ -598,6 +604,10 @@ def deployment(name: str, namespace: str = "default", replicas: int = 2) -> dict
                  "template": {"metadata": {"labels": labels},
                               "spec": {"containers": [{"name": "srv", "image": "registry.example/srv:1"}]}}},
     }  # fmt: skip
+
+
+def _label(obj: dict[str, Any], key: str) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(key)
 
 
 def hpa(name: str, target: str, namespace: str = "default", lo: int = 1, hi: int = 10) -> dict[str, Any]:

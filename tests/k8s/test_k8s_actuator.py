@@ -342,6 +342,30 @@ def test_scale_training_job(kube: FakeKube, actuator, start_suspended, workers, 
     assert (spec["parallelism"], spec["suspend"]) == (parallelism, suspended)
 
 
+def test_a_suspended_job_is_labelled_for_gputide_to_find_and_unlabelled_when_resumed(kube: FakeKube, actuator):
+    from dataclasses import replace
+
+    from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL
+    from balancer.model import SuspendedJob
+
+    kube.add(job("train", "ml", parallelism=4))
+    worker = Workload(name="ml/train-0", workload_class=WorkloadClass.TRAINING, namespace="ml", owner="train",
+                      priority=50, elastic_min=1, elastic_max=8)
+    running = replace(SNAP, workloads=(*SNAP.workloads, worker), placements={**SNAP.placements, worker.name: (3,)})
+    # a bare job name: the namespace comes from its pods in the snapshot, not the actuator's default
+    suspend = ScaleTraining(reason="burst", job="train", workers=0, previous_workers=4)
+    assert actuator.apply(suspend, running).outcome is Outcome.APPLIED
+    meta = kube.get("jobs", "train", "ml")["metadata"]
+    assert meta["labels"][SUSPENDED_LABEL] == "true" and meta["annotations"][PRIORITY_ANNOTATION] == "50"
+    # no pods now: the namespace comes from the snapshot's suspended jobs
+    suspended = replace(SNAP, suspended_jobs=(SuspendedJob(name="train", namespace="ml", elastic_max=8),))
+    resume = ScaleTraining(reason="idle GPUs", job="train", workers=3, previous_workers=0)
+    assert actuator.apply(resume, suspended).outcome is Outcome.APPLIED
+    got = kube.get("jobs", "train", "ml")
+    assert SUSPENDED_LABEL not in (got["metadata"].get("labels") or {})
+    assert (got["spec"]["parallelism"], got["spec"]["suspend"]) == (3, False)
+
+
 def quota(kube: FakeKube, name: str) -> dict:
     return kube.get("clusterqueues", name)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 import pytest
-from fakeapi import FakeKube, pod
+from fakeapi import FakeKube, job, pod
 
 from balancer.actuate.k8s_workloads import KubernetesWorkloads, workload_from_pod
-from balancer.model import WorkloadClass
+from balancer.model import SuspendedJob, WorkloadClass
 
 
 def with_meta(p, *, labels=None, annotations=None, priority=None, node_selector=None):
@@ -67,3 +69,36 @@ def test_the_provider_lists_running_gpu_pods_once_per_ttl_and_keeps_the_last_ans
     kube.inject("GET", r"/pods$", 503, count=5)
     clock.advance(61)
     assert set(provider()) == {"serving/chat-1", "serving/chat-2"}  # API down: the last answer stands
+
+
+def gputide_suspended(name, namespace, annotations, *, label=True, priority=None, gpus=2):
+    j = job(name, namespace, parallelism=4, gpus=gpus, suspend=True)
+    if label:
+        j["metadata"]["labels"]["gputide.io/suspended"] = "true"
+    if priority is not None:
+        j["metadata"]["annotations"] = {"gputide.io/priority": str(priority)}
+    j["spec"]["template"]["metadata"] = {"annotations": annotations}
+    return j
+
+
+def test_only_the_elastic_jobs_gputide_suspended_are_listed_and_the_api_is_asked_once_per_ttl(
+        kube: FakeKube, api, clock):
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    kube.inject("GET", r"/jobs", 503, count=2)  # the first try and its one retry
+    assert provider.suspended_jobs() is None  # never answered: the planner must not suspend anything
+    clock.advance(61)
+    elastic = {"gputide.io/elastic-min": "1", "gputide.io/elastic-max": "8", "gputide.io/gpu-spec": "H100-SXM"}
+    kube.add(gputide_suspended("llama-ft", "ml", elastic, priority=50))
+    kube.add(gputide_suspended("paused-by-a-person", "ml", elastic, label=False))
+    kube.add(gputide_suspended("inelastic", "ml", {}))
+    assert provider.suspended_jobs() == (SuspendedJob(name="llama-ft", namespace="ml", elastic_min=1, elastic_max=8,
+                                                      gpus_per_worker=2, priority=50,
+                                                      allowed_models=frozenset({"H100-SXM"})),)
+    kube.add(gputide_suspended("later", "ml", elastic))
+    assert [j.name for j in provider.suspended_jobs()] == ["llama-ft"]  # within the TTL: no second list
+    kube.inject("GET", r"/jobs", 503, count=2)  # the first try and its one retry
+    clock.advance(61)
+    assert [j.name for j in provider.suspended_jobs()] == ["llama-ft"]  # API down: the last answer stands
+    lists = [r for r in kube.requests if r.path.endswith("/jobs")]
+    assert len(lists) == 5  # 2 failed tries, 1 answer, none within the TTL, 2 failed tries
+    assert all(parse_qs(r.query)["labelSelector"] == ["gputide.io/suspended=true"] for r in lists)

@@ -66,6 +66,16 @@ def test_good_data_becomes_a_sorted_snapshot_in_base_units():
     assert snap.services["chat"].demand_rps == 12
 
 
+def test_suspended_jobs_come_from_their_provider_and_a_source_without_one_says_it_cannot_see_them():
+    from balancer.model import SuspendedJob
+
+    assert source(FakeClient()).snapshot().suspended_jobs is None
+    jobs = (SuspendedJob(name="llama-ft", namespace="ml", elastic_max=8),)
+    with_jobs = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                          client=FakeClient(), clock=lambda: NOW, suspended_jobs=lambda: jobs)
+    assert with_jobs.snapshot().suspended_jobs == jobs
+
+
 @pytest.mark.parametrize(
     ("client", "error", "message"),
     [
