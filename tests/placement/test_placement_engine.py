@@ -259,3 +259,29 @@ def test_workload_mix_keying(options, types, mem):
     assert len(mix) == types
     assert sorted(mix.mem.tolist()) == mem
     assert abs(mix.weight.sum() - 1) < 1e-9
+
+
+def test_gpu_pods_keep_the_cpu_their_nodes_idle_gpus_need():
+    from balancer.plan.placement.plugins import CpuForIdleGpus
+
+    # MIX asks 4000 CPU per 0.875 GPU (4571 per GPU); after a 1-GPU, 8000-CPU pod a 4-GPU node has 3 idle
+    # GPUs that need 13714
+    state = cluster((24000, 64000, [1000] * 4, "T4"), (14000, 64000, [1000] * 4, "T4"), (8000, 64000, [1000], "T4"))
+    sched = Scheduler(state, "gputide", MIX)
+    c = sched.candidates(PodRequest(8000, 1000, 1, 1000))
+    score = dict(zip(c.node.tolist(), CpuForIdleGpus().score(c).tolist(), strict=True))
+    assert score[0] == 0.0  # keeps 16000 for its 3 idle GPUs
+    assert score[1] == pytest.approx((6000 - 3 * 4000 / 0.875) / 14000)  # keeps 6000 of the 13714 they need
+    assert score[2] == 0.0  # its only GPU is taken: nothing left idle to strand
+    assert CpuForIdleGpus().score(sched.candidates(PodRequest(8000, 1000))).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_only_wholly_idle_gpus_ask_for_cpu_a_share_next_to_another_takes_none_away():
+    from balancer.plan.placement.plugins import CpuForIdleGpus
+
+    state = cluster((20000, 64000, [1000, 1000, 1000, 500], "T4"))  # one GPU already half used
+    sched = Scheduler(state, "gputide", MIX)
+    c = sched.candidates(PodRequest(8000, 1000, 1, 500))
+    score = {int(slot): v for slot, v in zip(c.slot, CpuForIdleGpus().score(c), strict=True)}
+    assert score[3] == pytest.approx((12000 - 3 * 4000 / 0.875) / 20000)  # 3 empty GPUs still want CPU
+    assert score[0] == 0.0  # opening a fresh GPU leaves 2 empty ones: 9143 of CPU is enough

@@ -9,7 +9,15 @@ import pytest
 
 from balancer.cli import main
 from balancer.errors import InputError
-from balancer.plan.placement.replay import arrival_order, load_nodes, load_pods, replay
+from balancer.plan.placement.replay import (
+    arrival_order,
+    arrived_at,
+    load_nodes,
+    load_pods,
+    replay,
+    shared_gpu_floor,
+)
+from balancer.plan.placement.state import PodRequest
 from tests.placement.conftest import shared_data
 
 
@@ -119,3 +127,34 @@ def test_full_default_trace_one_seed_matches_the_authors_neighbourhood():
     pods = load_pods(data / "openb_pod_list_default.csv")
     fgd = replay(nodes, pods, "fgd", 42).unallocated_pct[100]
     assert 3.0 < fgd < 7.0  # the authors' FGD median is 4.77
+
+
+def _shares(*milli: int) -> list[PodRequest]:
+    return [PodRequest(1000, 1024, 1, m) for m in milli]
+
+
+@pytest.mark.parametrize(
+    ("shares", "floor"),
+    [
+        ((810, 810, 190, 190), 0),  # the small shares fill both gaps exactly
+        ((810, 810, 380), 380),  # 380 fits neither 190 gap
+        ((810, 650, 300, 190), 50),  # 300 -> the 350 gap, 190 -> the 190 gap: 50 left
+        ((470, 470, 1000), 0),  # no share above half a GPU: nothing is forced idle
+    ],
+)
+def test_shared_gpu_floor_counts_gaps_nothing_smaller_can_fill(shares, floor):
+    assert shared_gpu_floor(_shares(*shares)) == floor
+
+
+def test_shared_gpu_floor_ignores_whole_and_multi_gpu_pods():
+    pods = [*_shares(810), PodRequest(1000, 1024, 4, 1000), PodRequest(1000, 1024, 0, 0)]
+    assert shared_gpu_floor(pods) == 190
+
+
+def test_arrived_at_stops_at_the_level(slice_paths):
+    nodes, pods = load_nodes(slice_paths[0]), load_pods(slice_paths[1])
+    cap = nodes.total_gpu_milli
+    order = arrival_order(pods, cap, 1.3, 42)
+    arrived = arrived_at(pods, order, cap, 1.0)
+    total = sum(p.total_gpu_milli for p in arrived)
+    assert total <= cap < total + pods[order[len(arrived)]].total_gpu_milli

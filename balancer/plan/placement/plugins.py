@@ -93,12 +93,16 @@ def _cpu_mem_used_after(c: Candidates) -> tuple[np.ndarray, np.ndarray]:
 
 
 class BinPack:
-    """Fill the fullest node and, for shared GPUs, the fullest GPU that still fits."""
+    """Fill the node with the most GPUs in use and, for shared GPUs, the fullest GPU that still fits.
+
+    GPUs only: packing CPU too (as this score did until December 2026) fills nodes' CPU next to idle GPUs and
+    strands them; `CpuForIdleGpus` looks after CPU instead (Alibaba cpu0..cpu072, default: 0.1-0.3 points
+    fewer unallocated GPUs than with the CPU term, 10 seeds).
+    """
 
     def score(self, c: Candidates) -> np.ndarray:
-        cpu, _ = _cpu_mem_used_after(c)
         slot_fill = np.where(c.slot >= 0, 1 - (c.value - c.pod.gpu_milli) / MILLI, 0)
-        return 2 * _gpu_used_after(c) + cpu + slot_fill
+        return 2 * _gpu_used_after(c) + slot_fill
 
 
 class Spread:
@@ -190,13 +194,37 @@ class CpuOnlyFit:
             return np.zeros(len(c))
         s, n = c.state, c.node
         idle = c.stats.idle[n] / MILLI
-        per_gpu = 0.0
-        if c.frag is not None and len(c.frag.mix):
-            mix = c.frag.mix
-            gpus = (mix.weight * mix.num_gpu * np.maximum(mix.milli, 1) / MILLI).sum()
-            per_gpu = float((mix.weight * mix.cpu).sum() / gpus) if gpus > 0 else 0.0
-        slack = (s.cpu_free[n] - c.pod.cpu_milli - idle * per_gpu) / np.maximum(s.cpu_total[n], 1)
+        slack = (s.cpu_free[n] - c.pod.cpu_milli - idle * _cpu_per_gpu(c)) / np.maximum(s.cpu_total[n], 1)
         return np.where(idle == 0, 3.0, np.where(slack >= 0, 2.0 - slack, slack))
+
+
+def _cpu_per_gpu(c: Candidates) -> float:
+    """CPU milli the workload mix asks per GPU it uses (0 without a mix)."""
+    if c.frag is None or not len(c.frag.mix):
+        return 0.0
+    mix = c.frag.mix
+    gpus = (mix.weight * mix.num_gpu * np.maximum(mix.milli, 1) / MILLI).sum()
+    return float((mix.weight * mix.cpu).sum() / gpus) if gpus > 0 else 0.0
+
+
+class CpuForIdleGpus:
+    """GPU pods keep the CPU that the node's wholly idle GPUs will need after them.
+
+    A GPU pod with a big CPU request on a node whose GPUs are mostly idle leaves GPUs nobody can use (FGD then
+    counts them as fragmented, but only by the mix's median CPU per type, so near-ties remain). Score: 0 when
+    the node keeps at least (GPUs with nothing on them after the pod) x the mix's CPU per GPU, else minus the
+    shortfall as a share of the node's CPU. Whole GPUs only: counting the slivers left next to shares as idle
+    GPUs wanting CPU cost gpushare100 a point (14.7 vs 13.7 % unallocated, 10 seeds).
+    """
+
+    def score(self, c: Candidates) -> np.ndarray:
+        if not c.pod.num_gpu:
+            return np.zeros(len(c))
+        s, n = c.state, c.node
+        takes = np.where(c.slot >= 0, c.value >= MILLI, c.pod.num_gpu)  # GPUs it turns from empty to busy
+        idle = s.gpu_count[n] - c.stats.busy[n] - takes
+        slack = (s.cpu_free[n] - c.pod.cpu_milli - idle * _cpu_per_gpu(c)) / np.maximum(s.cpu_total[n], 1)
+        return np.minimum(slack, 0.0)
 
 
 class DotProduct:

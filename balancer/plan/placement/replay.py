@@ -171,3 +171,35 @@ def replay(
 def fgd_seeds(count: int) -> list[int]:
     """The authors' seeds were 42..51; ours follow the same numbering."""
     return list(range(42, 42 + count))
+
+
+def arrived_at(pods: list[PodRequest], order: np.ndarray, capacity_milli: int, level: float = 1.0) -> list[PodRequest]:
+    """The pods of `order` that have arrived when the cumulative GPU request reaches `level` x capacity."""
+    gpu = np.cumsum([pods[i].total_gpu_milli for i in order])
+    return [pods[i] for i in order[: int(np.searchsorted(gpu, level * capacity_milli + 1e-6, side="right"))]]
+
+
+def shared_gpu_floor(pods: list[PodRequest]) -> int:
+    """Idle milli-GPUs that the GPU shares of `pods` leave however they are packed, if all of them run.
+
+    A share above half a GPU (`gpu_milli` > 500) gets a GPU of its own, and the rest of that GPU (1000 - s)
+    can only take shares that small: at 100 % arrival the default list's 810-milli pods leave 190 on each of
+    their GPUs, and only the few pods of 190 or less can use it. The floor is the sum of those gaps less the
+    most the smaller shares could put in them; for every threshold t, shares >= t only fit gaps >= t, so the
+    fill is at most min over t of (gaps >= t) + (shares < t). It holds for any placement, with or without
+    migrations, that runs every share above 500 (it is no bound for a policy that leaves such pods pending
+    while room is free). The FGD protocol's unallocated GPU % at 100 % arrival cannot go below it then.
+    """
+    sizes = np.array([p.gpu_milli for p in pods if p.num_gpu == 1], dtype=np.int64)
+    gaps = MILLI - sizes[sizes > MILLI // 2]
+    small = np.sort(sizes[sizes <= MILLI // 2])
+    if not len(gaps):
+        return 0
+    prefix = np.concatenate([[0], np.cumsum(small)])
+    desc = np.sort(gaps)[::-1]
+    gap_prefix = np.concatenate([[0], np.cumsum(desc)])
+    thresholds = np.unique(np.concatenate([small, [MILLI + 1]]))
+    small_below = prefix[np.searchsorted(small, thresholds, side="left")]
+    gaps_at_least = gap_prefix[np.searchsorted(-desc, -thresholds, side="right")]
+    fill = int((gaps_at_least + small_below).min())
+    return max(int(gaps.sum()) - fill, 0)
