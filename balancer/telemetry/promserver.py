@@ -188,7 +188,8 @@ class PrometheusServer:
         }
         self._alert_for = alert_for
         self._own_dir = directory is None
-        self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="gputide-prom-"))
+        # absolute: the binary runs with this directory as its cwd, where a relative config path would not resolve
+        self.directory = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="gputide-prom-"))
         self.config_path = write_config(self.directory, self.targets, self.rule_files, alert_for=alert_for,
                                         **self._options)
         self.data_dir = self.directory / "data"

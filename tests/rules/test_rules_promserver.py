@@ -132,3 +132,21 @@ def test_a_refused_reload_and_a_bad_query_raise(prometheus_factory):
 def test_a_config_prometheus_rejects_fails_with_its_log(prometheus_factory):
     with pytest.raises(PrometheusServerError, match="exited during startup"):
         prometheus_factory([], extra_config={"scrape_configs": [{"job_name": "bad", "static_configs": "oops"}]})
+
+
+@pytest.mark.integration
+def test_a_relative_directory_works_from_any_working_directory(tmp_path, monkeypatch, metrics_server):
+    # `gputide demo --out out` hands the server a relative folder; the binary runs inside it, so the server must
+    # pass absolute paths or Prometheus looks for out/.../prometheus.yml inside out/... and exits
+    from tests.conftest import require_binary
+
+    require_binary("prometheus")
+    probe = metrics_server("# TYPE probe gauge\nprobe 1\n")
+    monkeypatch.chdir(tmp_path)
+    server = PrometheusServer([Target("probe", probe.address)], directory="out/prometheus", scrape_interval="1s")
+    try:
+        server.start()
+        assert server.wait_for("probe")[0]["value"][1] == "1"
+        assert server.directory == tmp_path / "out" / "prometheus"
+    finally:
+        server.stop()
