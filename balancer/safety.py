@@ -170,8 +170,8 @@ def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
     if isinstance(a, ScaleInference):
         if a.replicas >= a.previous_replicas:
             return 0
-        placed = sum(1 for w in snapshot.workloads if w.workload_class is WorkloadClass.INFERENCE
-                     and w.owner == a.service and snapshot.placements.get(w.name))
+        placed = sum(1 for w in snapshot.workloads_by_owner.get(a.service, ())
+                     if w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name))
         return max(min(a.previous_replicas, placed) - a.replicas, 0)
     return 0
 

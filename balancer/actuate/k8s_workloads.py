@@ -64,6 +64,17 @@ def _models(spec: str | None) -> frozenset[str] | None:
     return frozenset(out) or None
 
 
+def _elastic(notes: Json) -> tuple[int, int]:
+    """(elastic_min, elastic_max) workers from the annotations; min within 0..max, (0, 0) when not elastic."""
+    hi = max(_int(notes.get("gputide.io/elastic-max"), 0), 0)
+    return (max(min(_int(notes.get("gputide.io/elastic-min"), 0), hi), 0) if hi else 0), hi
+
+
+def _pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
+    """Allowed GPU models: annotation `gputide.io/gpu-spec`, else the `nvidia.com/gpu.product` node selector."""
+    return _models(notes.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product"))
+
+
 def _owner(meta: Json) -> tuple[str, str]:
     """(owner name, owner kind) of a pod: the gputide labels first, then its controlling ownerReference."""
     labels = meta.get("labels") or {}
@@ -88,8 +99,7 @@ def workload_from_pod(pod: Json) -> Workload | None:
         return None
     labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
     owner, kind = _owner(meta)
-    elastic_min = _int(notes.get("gputide.io/elastic-min"), 0)
-    elastic_max = _int(notes.get("gputide.io/elastic-max"), 0)
+    elastic_min, elastic_max = _elastic(notes)
     try:
         klass = WorkloadClass(labels.get("gputide.io/workload-class", ""))
     except ValueError:
@@ -100,11 +110,10 @@ def workload_from_pod(pod: Json) -> Workload | None:
     return Workload(
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
-        allowed_models=_models(notes.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(
-            "nvidia.com/gpu.product")),
+        allowed_models=_pod_models(notes, spec),
         movable=str(notes.get("gputide.io/movable", "true")).lower() != "false",
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
-        elastic_min=max(min(elastic_min, elastic_max), 0) if elastic_max else 0, elastic_max=max(elastic_max, 0),
+        elastic_min=elastic_min, elastic_max=elastic_max,
     )
 
 
@@ -113,17 +122,15 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
     template = spec.get("template") or {}
     notes = (template.get("metadata") or {}).get("annotations") or {}
-    elastic_max = _int(notes.get("gputide.io/elastic-max"), 0)
+    elastic_min, elastic_max = _elastic(notes)
     if elastic_max <= 0 or not meta.get("name"):
         return None
-    elastic_min = max(min(_int(notes.get("gputide.io/elastic-min"), 0), elastic_max), 0)
     tspec = template.get("spec") or {}
     return SuspendedJob(
         name=meta["name"], namespace=meta.get("namespace", "default"), elastic_min=elastic_min,
         elastic_max=elastic_max, gpus_per_worker=max(_pod_requests(template)[0], 1),
         priority=_int((meta.get("annotations") or {}).get(PRIORITY_ANNOTATION), _int(tspec.get("priority"), 0)),
-        allowed_models=_models(notes.get("gputide.io/gpu-spec") or (tspec.get("nodeSelector") or {}).get(
-            "nvidia.com/gpu.product")),
+        allowed_models=_pod_models(notes, tspec),
     )
 
 

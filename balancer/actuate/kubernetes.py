@@ -473,9 +473,9 @@ class KubernetesActuator:
     def _owner_namespace(self, owner: str, snapshot: ClusterSnapshot) -> str:
         """The namespace of a job or service named by its bare name: that of its pods (or, for a suspended job,
         the one the snapshot lists it in), else the actuator's default."""
-        for w in snapshot.workloads:
-            if w.owner == owner:
-                return w.namespace
+        pods = snapshot.workloads_by_owner.get(owner)
+        if pods:
+            return pods[0].namespace
         for j in snapshot.suspended_jobs or ():
             if j.name == owner:
                 return j.namespace
@@ -495,10 +495,10 @@ class KubernetesActuator:
         if action.workers == 0:
             # the label lets the next cycle (or the next leader) find the Job it suspended and resume it; the
             # priority of its pods is recorded because a suspended Job has none to read it from
-            prio = next((w.priority for w in snapshot.workloads if w.owner == action.job), None)
+            pods = snapshot.workloads_by_owner.get(action.job)
             meta: Json = {"labels": {SUSPENDED_LABEL: "true"}}
-            if prio is not None:
-                meta["annotations"] = {PRIORITY_ANNOTATION: str(prio)}
+            if pods:
+                meta["annotations"] = {PRIORITY_ANNOTATION: str(pods[0].priority)}
             body = {"metadata": meta, "spec": {"suspend": True}}
         else:
             body = {"metadata": {"labels": {SUSPENDED_LABEL: None}},

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -92,6 +93,12 @@ class WorkloadMix:
 
     def __len__(self) -> int:
         return len(self.weight)
+
+    @cached_property
+    def cpu_per_gpu(self) -> float:
+        """CPU milli the mix asks per GPU it uses (0 when it uses none): a constant the scores read per pod."""
+        gpus = (self.weight * self.num_gpu * np.maximum(self.milli, 1) / MILLI).sum()
+        return float((self.weight * self.cpu).sum() / gpus) if gpus > 0 else 0.0
 
     def model_ok(self, state: ClusterState) -> np.ndarray:
         """[n, t] True where a node's GPU model is allowed for the type (CPU-only types: every node)."""

@@ -200,11 +200,7 @@ class CpuOnlyFit:
 
 def _cpu_per_gpu(c: Candidates) -> float:
     """CPU milli the workload mix asks per GPU it uses (0 without a mix)."""
-    if c.frag is None or not len(c.frag.mix):
-        return 0.0
-    mix = c.frag.mix
-    gpus = (mix.weight * mix.num_gpu * np.maximum(mix.milli, 1) / MILLI).sum()
-    return float((mix.weight * mix.cpu).sum() / gpus) if gpus > 0 else 0.0
+    return c.frag.mix.cpu_per_gpu if c.frag is not None and len(c.frag.mix) else 0.0
 
 
 class CpuForIdleGpus:
