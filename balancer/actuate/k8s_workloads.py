@@ -24,6 +24,12 @@ elastic bounds and GPU models from the pod template's annotations, GPUs per work
 from the annotation `gputide.io/priority` the actuator recorded. The capacity planner suspends jobs only when
 this list is available (a Job at parallelism 0 has no pods, so without it gputide could never resume it).
 
+Owners are bare names (`chat`), as people name their services in profiles and serving metrics, except where a
+bare name would name two things: an owner found in two namespaces (two `vllm` Deployments, a running and a
+suspended `train` Job) becomes `namespace/name` for every pod and Job it covers, so the planner never merges them
+and the actuator knows which one to scale (it refuses a bare name that spans namespaces). Profiles for such
+services are named `namespace/name` too.
+
 A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
 answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard still
 re-checks every action against the fresh snapshot.
@@ -34,6 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from balancer import catalog
@@ -134,6 +141,25 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     )
 
 
+def qualify_ambiguous(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None
+                      ) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
+    """Owners (and suspended Jobs) whose bare name occurs in more than one namespace, renamed `namespace/name`."""
+    spaces: dict[str, set[str]] = {}
+    for w in workloads.values():
+        if w.owner and "/" not in w.owner:
+            spaces.setdefault(w.owner, set()).add(w.namespace)
+    for j in suspended or ():
+        spaces.setdefault(j.name, set()).add(j.namespace)
+    clash = {name for name, ns in spaces.items() if len(ns) > 1}
+    if not clash:
+        return workloads, suspended
+    log.warning("owner names used in several namespaces, qualified as namespace/name: %s", ", ".join(sorted(clash)))
+    pods = {k: replace(w, owner=f"{w.namespace}/{w.owner}") if w.owner in clash else w for k, w in workloads.items()}
+    jobs = None if suspended is None else tuple(
+        replace(j, name=f"{j.namespace}/{j.name}") if j.name in clash else j for j in suspended)
+    return pods, jobs
+
+
 class KubernetesWorkloads:
     """`workload_overrides` for `PrometheusTelemetrySource`: {"namespace/pod": Workload} of the running GPU pods."""
 
@@ -145,36 +171,44 @@ class KubernetesWorkloads:
         self._at = -float("inf")
         self._suspended: tuple[SuspendedJob, ...] | None = None
         self._suspended_at = -float("inf")
+        self._memo: tuple[tuple[float, float], tuple] | None = None
+
+    def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
+        """Both latest answers with ambiguous owners qualified (recomputed only when either answer changed)."""
+        key = (self._at, self._suspended_at)
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, qualify_ambiguous(self._cache, self._suspended))
+        return self._memo[1]
 
     def suspended_jobs(self) -> tuple[SuspendedJob, ...] | None:
         """The Jobs gputide suspended (at most one list per `ttl_s`); None until the API has answered once."""
         now = self.clock()
         if now - self._suspended_at < self.ttl_s:
-            return self._suspended
+            return self._qualified()[1]
         try:
             jobs = self.api("list suspended jobs", self.api.batch.list_job_for_all_namespaces,
                             label_selector=f"{SUSPENDED_LABEL}=true", resource_version="0").get("items", [])
         except ActuationError as err:
             log.warning("suspended jobs unavailable, keeping the last answer: %s", err)
-            return self._suspended
+            return self._qualified()[1]
         self._suspended = tuple(j for j in map(suspended_job, jobs) if j is not None)
         self._suspended_at = now
-        return self._suspended
+        return self._qualified()[1]
 
     def __call__(self) -> dict[str, Workload]:
         now = self.clock()
         if now - self._at < self.ttl_s:
-            return self._cache
+            return self._qualified()[0]
         try:
             pods = self.api("list running pods", self.api.core.list_pod_for_all_namespaces,
                             field_selector="status.phase=Running", resource_version="0").get("items", [])
         except ActuationError as err:
             log.warning("pod metadata unavailable, keeping the last answer (%d pods): %s", len(self._cache), err)
-            return self._cache
+            return self._qualified()[0]
         out = {}
         for pod in pods:
             w = workload_from_pod(pod)
             if w is not None:
                 out[w.name] = w
         self._cache, self._at = out, now
-        return out
+        return self._qualified()[0]

@@ -362,7 +362,8 @@ class KubernetesActuator:
         if source and running_on and running_on != source:
             raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
         workload = snapshot.workload_by_name.get(action.workload)
-        key = f"{ns}/{workload.owner}" if workload is not None and workload.owner else f"{ns}/{pod}"
+        # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
+        key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
         now = self.clock()
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
                  "expires": rfc3339(now + self.reservation_ttl_s)}
@@ -472,14 +473,15 @@ class KubernetesActuator:
 
     def _owner_namespace(self, owner: str, snapshot: ClusterSnapshot) -> str:
         """The namespace of a job or service named by its bare name: that of its pods (or, for a suspended job,
-        the one the snapshot lists it in), else the actuator's default."""
-        pods = snapshot.workloads_by_owner.get(owner)
-        if pods:
-            return pods[0].namespace
-        for j in snapshot.suspended_jobs or ():
-            if j.name == owner:
-                return j.namespace
-        return self.default_namespace
+        the one the snapshot lists it in), else the actuator's default. A bare name whose pods and suspended jobs
+        sit in two namespaces names two objects: acting on either could scale the wrong one, so it is refused
+        (`KubernetesWorkloads` qualifies such owners as `namespace/name`)."""
+        spaces = {w.namespace for w in snapshot.workloads_by_owner.get(owner, ())}
+        spaces |= {j.namespace for j in snapshot.suspended_jobs or () if j.name == owner}
+        if len(spaces) > 1:
+            raise PermanentActuationError(f"{owner!r} names objects in namespaces {', '.join(sorted(spaces))}: "
+                                          "refusing to guess; owners must be namespace/name")
+        return spaces.pop() if spaces else self.default_namespace
 
     def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> str:
         ns, name = split_name(action.job, self._owner_namespace(action.job, snapshot))

@@ -175,6 +175,15 @@ def test_reservation_of_a_pod_without_owner_is_keyed_by_the_pod(cluster: FakeKub
     assert list(reservation) == ["default/solo"] and reservation["default/solo"]["gpus"] == [0, 1]
 
 
+def test_the_reservation_of_a_qualified_owner_is_keyed_once_by_its_namespace(cluster: FakeKube, actuator) -> None:
+    from dataclasses import replace
+
+    web = replace(SNAP.workload_by_name["default/web-1"], owner="default/web")  # as KubernetesWorkloads qualifies
+    snap = replace(SNAP, workloads=tuple(web if w.name == web.name else w for w in SNAP.workloads))
+    assert actuator.apply(migrate(), snap).outcome is Outcome.APPLIED
+    assert list(json.loads(annotations(cluster, "n2")[RESERVATION_ANNOTATION])) == ["default/web"]
+
+
 # ---- power caps, taints, conflicts --------------------------------------------------------------------------
 
 
@@ -364,6 +373,25 @@ def test_a_suspended_job_is_labelled_for_gputide_to_find_and_unlabelled_when_res
     got = kube.get("jobs", "train", "ml")
     assert SUSPENDED_LABEL not in (got["metadata"].get("labels") or {})
     assert (got["spec"]["parallelism"], got["spec"]["suspend"]) == (3, False)
+
+
+def test_a_bare_name_that_spans_two_namespaces_is_refused_and_a_qualified_one_scales_only_its_own(
+        kube: FakeKube, actuator):
+    from dataclasses import replace
+
+    kube.add(job("train", "ml", parallelism=4))
+    kube.add(job("train", "research", parallelism=4))
+    pods = tuple(Workload(name=f"{ns}/train-0", workload_class=WorkloadClass.TRAINING, namespace=ns, owner=owner,
+                          elastic_min=1, elastic_max=8) for ns, owner in (("ml", "train"), ("research", "train")))
+    snap = replace(SNAP, workloads=(*SNAP.workloads, *pods))
+    result = actuator.apply(ScaleTraining(reason="tide", job="train", workers=2, previous_workers=4), snap)
+    assert result.outcome is Outcome.FAILED and "ml, research" in result.detail
+    assert [kube.get("jobs", "train", ns)["spec"]["parallelism"] for ns in ("ml", "research")] == [4, 4]
+    # the workload provider names them research/train and ml/train: each action reaches only its own Job
+    qualified = replace(SNAP, workloads=(*SNAP.workloads, *(replace(w, owner=f"{w.namespace}/train") for w in pods)))
+    action = ScaleTraining(reason="tide", job="research/train", workers=2, previous_workers=4)
+    assert actuator.apply(action, qualified).outcome is Outcome.APPLIED
+    assert [kube.get("jobs", "train", ns)["spec"]["parallelism"] for ns in ("ml", "research")] == [4, 2]
 
 
 def quota(kube: FakeKube, name: str) -> dict:

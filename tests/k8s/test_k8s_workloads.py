@@ -102,3 +102,24 @@ def test_only_the_elastic_jobs_gputide_suspended_are_listed_and_the_api_is_asked
     lists = [r for r in kube.requests if r.path.endswith("/jobs")]
     assert len(lists) == 5  # 2 failed tries, 1 answer, none within the TTL, 2 failed tries
     assert all(parse_qs(r.query)["labelSelector"] == ["gputide.io/suspended=true"] for r in lists)
+
+
+def test_an_owner_name_used_in_two_namespaces_is_qualified_for_every_pod_and_suspended_job(kube: FakeKube, api, clock):
+    elastic = {"gputide.io/elastic-min": "1", "gputide.io/elastic-max": "8"}
+    hash_ = {"pod-template-hash": "7d9f8"}
+    for ns in ("team-a", "team-b"):
+        kube.add(with_meta(pod(f"vllm-7d9f8-{ns}", ns, gpus=1, owner=("ReplicaSet", "vllm-7d9f8")), labels=hash_))
+    kube.add(with_meta(pod("chat-7d9f8-x", "team-a", gpus=1, owner=("ReplicaSet", "chat-7d9f8")), labels=hash_))
+    kube.add(with_meta(pod("train-0", "ml", gpus=1, owner=("Job", "train")), annotations=elastic))
+    kube.add(gputide_suspended("train", "research", elastic))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    assert provider.suspended_jobs()[0].name == "train"  # no pods listed yet: nothing to clash with
+    owners = {k: w.owner for k, w in provider().items()}
+    assert owners == {"team-a/vllm-7d9f8-team-a": "team-a/vllm", "team-b/vllm-7d9f8-team-b": "team-b/vllm",
+                      "team-a/chat-7d9f8-x": "chat", "ml/train-0": "ml/train"}
+    assert [j.name for j in provider.suspended_jobs()] == ["research/train"]
+    # the clash ends when one side goes: bare names again
+    kube.mutate("pods", "train-0", "ml", {"status": {"phase": "Succeeded"}})
+    clock.advance(61)
+    assert provider()["team-a/chat-7d9f8-x"].owner == "chat" and "ml/train-0" not in provider()
+    assert [j.name for j in provider.suspended_jobs()] == ["train"]
