@@ -187,8 +187,15 @@ class ServiceForecaster:
 
 
 def horizon_label(seconds: float) -> str:
-    """`3600` -> `1h`, `300` -> `5m`: the `horizon` label of the forecast series."""
-    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds / 60:g}m"
+    """`3600` -> `1h`, `300` -> `5m`, `5400` -> `1h30m`: the `horizon` label of the forecast series, written as a
+    Prometheus duration so a query can use it as is (`offset 1h30m`)."""
+    left = max(int(round(seconds)), 0)
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"
 
 
 def reason_label(action: Action) -> str:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from balancer.actuate.dryrun import DryRunActuator
 from balancer.errors import TelemetryUnavailable
+from balancer.forecast.traces import parse_step
 from balancer.loop import Reconciler, ServiceForecaster, horizon_label
 from balancer.metrics import ControllerMetrics, fleet_usage, waiting_training_jobs, workload_mix
 from balancer.model import ServiceStatus, WorkloadClass
@@ -222,10 +223,12 @@ def test_forecast_error_comes_from_the_forecasters_rolling_error():
     assert reg.get_sample_value("gputide_forecast_demand", {"service": "chat", "quantile": "0.9", "horizon": "5m"})
 
 
-@pytest.mark.parametrize(("seconds", "label"), [(3600, "1h"), (300, "5m"), (5400, "1.5h"), (86400, "24h")],
-                         ids=["hour", "minutes", "fractional hours", "a day"])
-def test_horizon_labels(seconds, label):
+@pytest.mark.parametrize(("seconds", "label"), [(3600, "1h"), (300, "5m"), (5400, "1h30m"), (86400, "24h"),
+                                               (90, "1m30s"), (3605, "1h5s")],
+                         ids=["hour", "minutes", "hours and minutes", "a day", "minutes and seconds", "hour and seconds"])
+def test_horizon_labels_are_prometheus_durations(seconds, label):
     assert horizon_label(seconds) == label
+    assert parse_step(label).total_seconds() == seconds  # what rolling_error reads back
 
 
 def test_housekeeping_runs_once_per_planning_cycle_never_while_holding_still():
