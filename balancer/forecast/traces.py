@@ -56,7 +56,8 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
 
-def _to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
+def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
+    """A timestamp column (ISO-8601 or epoch seconds) as UTC times; a bad cell is an InputError naming its row."""
     numeric = pd.to_numeric(raw, errors="coerce")
     if numeric.notna().all():
         bad = ~np.isfinite(numeric.to_numpy(float)) | (numeric < 0) | (numeric > MAX_EPOCH_S)
@@ -108,7 +109,7 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(path, "value", df[cols["value"]].iloc[row], "a finite non-negative number (req/s)",
                          detail=f"row {row + 2}")
-    index = _to_utc(df[cols["timestamp"]], path, "timestamp")
+    index = to_utc(df[cols["timestamp"]], path, "timestamp")
     series = pd.Series(values.to_numpy(float), index=index)
     if step is None:
         diffs = np.diff(np.sort(index.as_unit("ns").asi8))
@@ -157,7 +158,7 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
     if df.empty:
         raise InputError(path, "rows", 0, "at least one request")
     step = step or pd.Timedelta("1min")
-    index = _to_utc(df[cols["timestamp"]], path, "timestamp")
+    index = to_utc(df[cols["timestamp"]], path, "timestamp")
     counts = _regular(pd.Series(1.0, index=index), step, "sum", path).fillna(0.0)
     return counts / step.total_seconds()
 

@@ -1,0 +1,165 @@
+"""`gputide calibrate`: the `rpsPerReplica` each service's own history supports (see `balancer.plan.calibration`).
+
+    gputide calibrate --prometheus URL --service NAME [--service NAME ...] [--slo 0.5] [--margin 1.0]
+                      [--range 7d] [--end TIME] [--step 1m] [--settle 5m]
+                      [--demand-query Q] [--replicas-query Q] [--latency-query Q] [--json OUT]
+    gputide calibrate --csv FILE [--service NAME] ...
+
+From Prometheus, three range queries per service (`$service` is replaced by its name; the defaults read the
+`gputide_inference_*` series the controller reads); from a CSV, one row per sample with the header
+`timestamp,demand_rps,replicas,p99_s` (ISO-8601 or epoch seconds). Prints, per service, the estimate, whether the
+data crossed the SLO (measured) or only shows a lower bound, the samples behind it, and a ServiceProfiles snippet.
+Exit 0 when every service got an estimate, 1 when one did not (or Prometheus did not answer), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from string import Template
+
+import numpy as np
+import pandas as pd
+
+from balancer.errors import InputError, TelemetryError
+
+DEMAND_QUERY = 'sum(gputide_inference_demand_rps{service="$service"})'
+REPLICAS_QUERY = 'sum(gputide_inference_replicas{service="$service"})'
+LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{service="$service"})'
+CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
+MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="estimate each service's rpsPerReplica from its load and p99 history")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
+    src.add_argument("--csv", metavar="FILE", help="samples: timestamp,demand_rps,replicas,p99_s")
+    p.add_argument("--service", action="append", default=[], help="service name (repeat for several)")
+    p.add_argument("--slo", type=float, default=0.5, help="p99 latency SLO in seconds (default 0.5)")
+    p.add_argument("--margin", type=float, default=1.0, help="aim at margin x SLO, 0 < margin <= 1 (default 1)")
+    p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d)")
+    p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
+    p.add_argument("--step", default="1m", help="range-query step (default 1m)")
+    p.add_argument("--settle", default="5m", help="drop samples this soon after a replica change (default 5m)")
+    p.add_argument("--demand-query", default=DEMAND_QUERY, help=f"PromQL, $service templated (default {DEMAND_QUERY})")
+    p.add_argument("--replicas-query", default=REPLICAS_QUERY, help=f"PromQL (default {REPLICAS_QUERY})")
+    p.add_argument("--latency-query", default=LATENCY_QUERY, help=f"PromQL, seconds (default {LATENCY_QUERY})")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON")
+    p.set_defaults(func=run)
+
+
+def _seconds(text: str, flag: str, minimum: float = 1.0) -> float:
+    try:
+        value = pd.Timedelta(text).total_seconds()
+    except (ValueError, TypeError):
+        value = float("nan")
+    if not value >= minimum:
+        raise InputError(None, flag, text, f"a duration of at least {minimum:g}s, such as 5m or 7d")
+    return value
+
+
+def _time(text: str | None, flag: str) -> float:
+    if text is None:
+        return time.time()
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = pd.Timestamp(text).timestamp()
+        except (ValueError, TypeError) as exc:
+            raise InputError(None, flag, text, "ISO-8601 or epoch seconds") from exc
+    return value
+
+
+def _frame(times, demand, replicas, p99) -> pd.DataFrame:
+    return pd.DataFrame({"t": np.asarray(times, float), "demand": np.asarray(demand, float),
+                         "replicas": np.asarray(replicas, float), "p99": np.asarray(p99, float)})
+
+
+def from_csv(path: str) -> pd.DataFrame:
+    from balancer.forecast.traces import to_utc
+
+    try:
+        raw = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise InputError(path, "file", path, "a CSV file with header " + ",".join(CSV_COLUMNS)) from exc
+    missing = [c for c in CSV_COLUMNS if c not in raw.columns]
+    if missing:
+        raise InputError(path, missing[0], None, "a column of the header " + ",".join(CSV_COLUMNS))
+    cols = {}
+    for c in CSV_COLUMNS[1:]:
+        v = pd.to_numeric(raw[c], errors="coerce").to_numpy(float)
+        bad = np.flatnonzero(~np.isfinite(v) & raw[c].notna().to_numpy() | (v < 0))
+        if bad.size:
+            raise InputError(path, c, raw[c].iloc[bad[0]], "numbers >= 0 (empty = missing)", detail=f"row {bad[0] + 2}")
+        cols[c] = v
+    t = to_utc(raw["timestamp"], path, "timestamp").as_unit("s").asi8.astype(float)
+    return _frame(t, cols["demand_rps"], cols["replicas"], cols["p99_s"])
+
+
+def from_prometheus(args: argparse.Namespace, service: str, start: float, end: float, step_s: float) -> pd.DataFrame:
+    from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))
+    got = [source.demand_history(Template(q).safe_substitute(service=service), start, end, step_s)
+           for q in (args.demand_query, args.replicas_query, args.latency_query)]
+    index = got[0].index
+    return _frame(index.as_unit("s").asi8.astype(float), *(s.reindex(index).to_numpy(float) for s in got))
+
+
+def estimate(frame: pd.DataFrame, slo_s: float, margin: float, settle_s: float):
+    from balancer.plan.calibration import calibrate, settled
+
+    f = frame.dropna(subset=["replicas"])
+    f = f[f["replicas"] > 0]
+    keep = settled(f["t"].to_numpy(), f["replicas"].to_numpy(), settle_s)
+    f = f[keep]
+    return calibrate((f["demand"] / f["replicas"]).to_numpy(float), f["p99"].to_numpy(float), slo_s, margin=margin)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.slo > 0:
+        raise InputError(None, "--slo", args.slo, "seconds > 0")
+    if not 0 < args.margin <= 1:
+        raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
+    settle_s = _seconds(args.settle, "--settle", minimum=0.0)
+    if args.prometheus and not args.service:
+        raise InputError(None, "--service", None, "at least one service name with --prometheus")
+    frames: dict[str, pd.DataFrame] = {}
+    if args.csv:
+        if len(args.service) > 1:
+            raise InputError(args.csv, "--service", args.service, "one name: a CSV holds one service")
+        frames[(args.service or ["service"])[0]] = from_csv(args.csv)
+    else:
+        step_s, span = _seconds(args.step, "--step"), _seconds(args.range_, "--range")
+        if span / step_s > MAX_POINTS:
+            raise InputError(None, "--step", args.step, f"at least {span / MAX_POINTS:.0f}s for --range {args.range_} "
+                             f"(Prometheus returns at most {MAX_POINTS} points a series)")
+        end = _time(args.end, "--end")
+        try:
+            for name in args.service:
+                frames[name] = from_prometheus(args, name, end - span, end, step_s)
+        except TelemetryError as exc:
+            print(f"gputide: error: {exc}", file=sys.stderr)
+            return 1
+    results = {name: estimate(f, args.slo, args.margin, settle_s) for name, f in frames.items()}
+    print("| service | rpsPerReplica | bound | samples | support (within 10%) | load per replica seen | why |")
+    print("|---|---|---|---|---|---|---|")
+    for name, c in results.items():
+        rps = "-" if c.rps_per_replica is None else f"{c.rps_per_replica:.4g}"
+        print(f"| {name} | {rps} | {c.bound} | {c.samples} | {c.support} | "
+              f"{c.load_range[0]:.4g}-{c.load_range[1]:.4g} | {c.reason} |")
+    ok = {n: c for n, c in results.items() if c.rps_per_replica is not None}
+    if ok:
+        print("\n# ServiceProfiles (rpsPerReplica only; 'lower' bounds are what the data shows, not a limit)")
+        print("services:")
+        for name, c in ok.items():
+            print(f"  - name: {name}\n    rpsPerReplica: {c.rps_per_replica:.4g}  # {c.bound}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"slo_s": args.slo, "margin": args.margin, "services": {n: c.as_dict() for n, c in
+                                                                          results.items()}}, fh, indent=2)
+    return 0 if len(ok) == len(results) else 1

@@ -1,0 +1,100 @@
+"""Calibrate a service profile's `rpsPerReplica` from what the service did: load per replica against p99 latency.
+
+The capacity planner turns demand into replicas with `rpsPerReplica`, the load one replica serves within its
+latency SLO. A load test gives it once; traffic changes it (longer prompts, a new model version, another GPU).
+The history a cluster already keeps answers the same question: at every sample, the load each ready replica
+carried (demand / replicas) and the p99 latency the service had. `calibrate` fits p99 as a non-decreasing
+function of the load per replica (isotonic regression, scikit-learn: no queueing model assumed, robust to noisy
+p99s) and reads off the largest load whose fitted p99 stays within ``margin x SLO``:
+
+* ``bound = "measured"``: the fitted p99 crosses the target inside the observed loads; the estimate is the
+  crossing (linear between the fit's knots);
+* ``bound = "lower"``: the service never got that slow: the estimate is the largest load observed, and the true
+  figure is at least that (it is never extrapolated beyond the data);
+* ``bound = "none"``: even the lightest observed load breaks the target (or too few samples): no estimate.
+
+`support` counts the samples within 10% of the estimate, so a figure read off three samples is visible as such.
+Samples taken within ``settle_s`` after the replica count changed are dropped (`settled`): a new replica serves
+nothing while it warms, so right after a scale-up the load per *counted* replica understates the load per
+serving one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+
+MIN_SAMPLES = 30
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The `rpsPerReplica` a service's history supports (None when it supports none) and the evidence."""
+
+    rps_per_replica: float | None
+    bound: str  # measured | lower | none
+    target_p99_s: float
+    samples: int
+    support: int
+    load_range: tuple[float, float]
+    curve: tuple[tuple[float, float], ...]  # fitted (load per replica, p99) knots, for a report
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def settled(times: np.ndarray, replicas: np.ndarray, settle_s: float) -> np.ndarray:
+    """True for samples at least `settle_s` after the last change of the replica count (vectorised)."""
+    t = np.asarray(times, float)
+    r = np.asarray(replicas, float)
+    if t.size == 0:
+        return np.zeros(0, bool)
+    changed = np.concatenate([[True], r[1:] != r[:-1]])
+    last_change = np.maximum.accumulate(np.where(changed, t, -np.inf))
+    return t - last_change >= settle_s  # the first sample counts as a change: its history is unknown
+
+
+def _knots(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fit at each distinct load, collapsed to the points where it changes (the curve's corners)."""
+    ux, first = np.unique(x, return_index=True)
+    uy = y[first]
+    keep = np.concatenate([[True], uy[1:] != uy[:-1]]) | np.concatenate([uy[:-1] != uy[1:], [True]])
+    return ux[keep], uy[keep]
+
+
+def calibrate(load_per_replica: np.ndarray, p99_s: np.ndarray, slo_s: float, *, margin: float = 1.0,
+              min_samples: int = MIN_SAMPLES) -> Calibration:
+    """`rpsPerReplica` from paired samples of load per ready replica (req/s) and p99 latency (s); see the module."""
+    if not slo_s > 0 or not 0 < margin <= 1:
+        raise ValueError(f"need slo_s > 0 and 0 < margin <= 1, got {slo_s!r}, {margin!r}")
+    x = np.asarray(load_per_replica, float)
+    y = np.asarray(p99_s, float)
+    ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    x, y = x[ok], y[ok]
+    target = slo_s * margin
+    if x.size < min_samples:
+        return Calibration(None, "none", target, int(x.size), 0, (0.0, 0.0), (), f"{x.size} usable samples, "
+                           f"need {min_samples} (times with traffic, replicas and a p99, after a replica change settled)")
+    fit = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, y)
+    kx, ky = _knots(np.sort(x), fit.predict(np.sort(x)))
+    lo, hi = float(x.min()), float(x.max())
+    curve = tuple(zip(kx.round(6).tolist(), ky.round(6).tolist(), strict=True))
+    over = np.flatnonzero(ky > target)
+    if over.size == 0:
+        rps, bound = hi, "lower"
+        reason = (f"p99 stayed within {target:g} s up to the highest load observed ({hi:.4g} req/s per replica): "
+                  "the service can take at least that")
+    elif over[0] == 0:
+        return Calibration(None, "none", target, int(x.size), 0, (lo, hi), curve,
+                           f"p99 above {target:g} s already at the lightest observed load ({lo:.4g} req/s per replica)")
+    else:
+        i = int(over[0])
+        x0, x1, y0, y1 = kx[i - 1], kx[i], ky[i - 1], ky[i]
+        rps = float(x0 + (target - y0) / (y1 - y0) * (x1 - x0)) if y1 > y0 else float(x0)
+        bound = "measured"
+        reason = f"fitted p99 reaches {target:g} s at {rps:.4g} req/s per replica"
+    support = int(np.sum(np.abs(x - rps) <= 0.1 * rps))
+    return Calibration(float(rps), bound, target, int(x.size), support, (lo, hi), curve, reason)
