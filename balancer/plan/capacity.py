@@ -458,12 +458,15 @@ def apply_targets(
     gains: Mapping[str, float],
     hold: frozenset[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
-    """Turn per-service replica targets into ordered actions: training shrinks, inference scaling, training growth.
-    Services in `hold` keep what they asked for but get no GPUs freed for replicas still pending."""
+    """Turn per-service replica targets into ordered actions: each inference change right after the training
+    shrinks that free its GPUs (so a per-cycle action cap that cuts the list leaves whole units: never GPUs freed
+    for a scale-up that was cut), then the remaining shrinks, then training growth. Services in `hold` keep what
+    they asked for but get no GPUs freed for replicas still pending."""
     pools = Pools(view)
     notes: list[str] = []
     shrink_gain: dict[str, float] = {}
-    inference: list[Action] = []
+    inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
+    shrunk: list[str] = []  # jobs in the order a service first shrank them
     granted: dict[str, int] = {}
     for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):  # scale-downs first
         p = s.profile
@@ -482,6 +485,8 @@ def apply_targets(
                 for job, w in pools.workers.items():
                     if w < before[job]:
                         shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
+                        if job not in shrunk:
+                            shrunk.append(job)
             add = got // p.gpus_per_replica
             if add < delta:
                 notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed")
@@ -492,23 +497,30 @@ def apply_targets(
         # a scale-up that could free fewer GPUs than it wanted never lowers what was asked
         asked = s.asked
         if (granted[p.name] > asked) if delta > 0 else (granted[p.name] != asked):
-            inference.append(
+            inference.append((
                 ScaleInference(
                     service=p.name,
                     replicas=granted[p.name],
                     previous_replicas=asked,
                     reason=reasons[p.name],
                     expected_gain=gains.get(p.name, 0.0),
-                )
-            )
+                ),
+                len(shrunk),
+            ))
     pools.grow_training()
     hours = policy.loan_horizon_s / 3600.0
     training = pools.training_actions(
         "loan idle GPUs to training", "make room for inference", shrink_gain, hours
     )
-    shrinks = [a for a in training if a.workers < a.previous_workers]
+    shrinks = {a.job: a for a in training if a.workers < a.previous_workers}
     grows = [a for a in training if a.workers > a.previous_workers]
-    return shrinks + inference + grows, notes
+    ordered: list[Action] = []
+    done = 0
+    for action, needs in inference:
+        ordered += [shrinks.pop(j) for j in shrunk[done:needs] if j in shrinks]
+        done = max(done, needs)
+        ordered.append(action)
+    return ordered + list(shrinks.values()) + grows, notes
 
 
 # ---- the tidal planner ---------------------------------------------------------------------------------------

@@ -77,6 +77,29 @@ def test_rise_within_the_warmup_lead_is_reclaimed_now_by_shrinking_training():
     assert order.index("scale_training") < order.index("scale_inference"), "free GPUs before scaling up"
 
 
+def test_each_scale_up_follows_the_shrinks_that_free_its_gpus_so_an_action_cap_cuts_whole_units():
+    services, jobs = [], []
+    for model, name in (("A100", "chat"), ("H100", "code")):
+        prof = ServiceCapacity(name=name, rps_per_replica=10.0, warmup_s=300.0, models=frozenset({model}))
+        services.append(ServiceView(profile=prof, demand_rps=30.0, replicas=3,
+                                    gpus_by_model=MappingProxyType({model: 3})))
+        jobs += [job(f"train-{model}-{k}", 5, model=model) for k in "ab"]
+    v = CapacityView(time=0.0, free=MappingProxyType({}), services=tuple(services), jobs=tuple(jobs),
+                     inference_gpus=6, training_gpus=20, total_gpus=26)
+    fcs = {name: forecast([30, 150, 150, 150], service=name) for name in ("chat", "code")}
+    d = plan_capacity(v, fcs, POLICY, CapacityState())
+    order = [(a.kind, getattr(a, "service", None) or a.job) for a in d.actions]
+    assert [k for k, _ in order].count("scale_inference") == 2
+    for svc, model in (("chat", "A100"), ("code", "H100")):
+        up = order.index(("scale_inference", svc))
+        shrinks = [i for i, (k, t) in enumerate(order) if k == "scale_training" and model in t]
+        assert shrinks and max(shrinks) < up, f"{svc}'s GPUs are freed right before its scale-up: {order}"
+    # the first unit is complete before the second begins: a cap after it leaves no GPUs freed for nothing
+    first_up = min(order.index(("scale_inference", s)) for s in ("chat", "code"))
+    first_model = "A100" if order[first_up][1] == "chat" else "H100"
+    assert all(first_model in t for k, t in order[:first_up])
+
+
 def test_rise_beyond_the_lead_is_not_reclaimed_yet():
     v = view(3, 30.0, jobs=[job("train-a", 10)])
     d = plan_capacity(v, {"chat": forecast([30] * 6 + [90] * 6)}, POLICY, CapacityState())
