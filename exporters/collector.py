@@ -55,6 +55,9 @@ SERVICE_FIELDS = (
      "slo_violations_total"),
     ("gputide_inference_demand_rps", "gauge", "Offered load of the simulated service (req/s).", "demand_rps"),
     ("gputide_inference_latency_p99_seconds", "gauge", "p99 latency of the simulated service (s).", "latency_p99_s"),
+    ("gputide_inference_replicas", "gauge", "Replicas the simulated service asked for (spec.replicas).", "replicas"),
+    ("gputide_inference_replicas_ready", "gauge", "Replicas of the simulated service placed and warm "
+     "(status.availableReplicas).", "replicas_ready"),
 )
 
 

@@ -5,7 +5,8 @@ Stages (each prints its progress; all write under OUT):
 1. live    - the reconcile loop on the 256-GPU demo fleet through a real Prometheus, with a cooling fault and an
              exporter outage; fleet heatmaps before/after, PNG previews of every Grafana dashboard;
 2. hotspot - `gputide simulate --scenario hotspot` for the `none` and `gputide` policies, side by side;
-3. tidal   - a week of real LLM-serving demand (Alibaba ServeGen m-small): static / reactive / gputide;
+3. tidal   - a week of real LLM-serving demand (Alibaba ServeGen m-small): static / reactive / gputide, and
+             `gputide calibrate`'s fit of rpsPerReplica on the reactive run's own history;
 4. forecast- a rolling-origin backtest of the demand forecasters on the same trace, forecast vs actual;
 5. place   - one seed of the FGD placement protocol on the Alibaba v2023 trace (when its files are present);
 
@@ -145,12 +146,16 @@ class Demo:
         days = 2.0 if self.quick else 7.0
         self.stage(3, f"tidal scenario: {days:.0f} days of ServeGen m-small demand, static / reactive / gputide")
         results, frames = {}, {}
+        history: dict[str, list] = {}
+        services: dict[str, Any] = {}
         for policy in ("static", "reactive", "gputide"):
             t0 = time.perf_counter()
             sim, events, d = scenarios.build("tidal", days=days, trace=str(SERVEGEN_SMALL))
-            probe = _SplitProbe(policy, sim.time, d, t0, self.say)
+            probe = _SplitProbe(policy, sim.time, d, t0, self.say, record=policy == "reactive")
             summary = scenarios.run_simulation(sim, policy, d, 60.0, self.out / "tidal" / policy, events=events,
                                                scenario="tidal", on_step=probe, plots=False)
+            if probe.record:
+                history, services = probe.services, dict(sim.services)
             results[policy] = tidal.tidal_summary(sim, summary)
             frames[policy] = pd.read_csv(self.out / "tidal" / policy / "timeseries.csv")
             frames[policy]["hours"] = (frames[policy]["time"] - frames[policy]["time"].iloc[0]) / 3600.0
@@ -183,6 +188,44 @@ class Demo:
             ("energy (kWh)", "cluster.energy_kwh"),
         ])
         r.image(split, self.out, "GPUs held by inference and by training over the days, per policy")
+        self._calibration(history, services, tidal)
+
+    def _calibration(self, history: dict[str, list], services: dict, tidal: Any) -> None:
+        """`gputide calibrate` on the reactive run's own history (its replica counts move, so loads vary)."""
+        import math
+
+        import numpy as np
+
+        from balancer.plan.calibration import calibrate, settled
+
+        fits, rows = {}, []
+        for name, samples in sorted(history.items()):
+            t, demand, replicas, p99 = np.array(samples, float).T
+            spec = services[name]
+            keep = settled(t, replicas, spec.warmup_s) & (replicas > 0)
+            load = demand[keep] / replicas[keep]
+            cal = calibrate(load, p99[keep], spec.slo_latency_s)
+            fits[name] = (load, p99[keep], cal)
+            mu = spec.rate_on(next(iter(spec.allowed_models)))
+            truth = mu - math.log(100.0) / (spec.slo_latency_s - spec.base_latency_s)
+            rows.append([name, f"{tidal.safe_rate(mu):.1f}", "-" if cal.rps_per_replica is None else
+                         f"{cal.rps_per_replica:.1f}", cal.bound, cal.samples, cal.support, cal.over, f"{truth:.1f}"])
+        self.summary["calibration"] = {n: c.as_dict() for n, (_, _, c) in fits.items()}
+        slo = next(iter(services.values())).slo_latency_s
+        path = demo_plots.calibration_curves(fits, slo, self.out / "tidal")
+        r = self.report
+        r.section("3b. Calibrating rpsPerReplica from history (gputide calibrate)",
+                  "The same fit <code>gputide calibrate</code> runs on a cluster's Prometheus, here on the reactive "
+                  "run's samples (its replica counts move with the load, so loads per replica vary): p99 against "
+                  "load per serving (placed and warm) replica, samples within a warm-up of a change dropped, isotonic "
+                  "fit, the largest "
+                  "load whose fitted p99 stays within the SLO. <em>measured</em>: the data crossed the SLO; "
+                  "<em>lower</em>: the service never got that slow, so the figure is the highest load seen. The "
+                  "profiles the scenario uses are stricter (at most 1 in 10,000 requests over the SLO, not p99 "
+                  "within it); the last column is the simulator's exact p99 limit, mu - ln(100) / (SLO - base).")
+        r.table(["service", "profile rpsPerReplica (1e-4 over SLO)", "calibrated (p99 within SLO)", "bound",
+                 "samples", "within 10%", "over the SLO beyond it", "simulator's exact p99 limit"], rows)
+        r.image(path, self.out, "p99 latency against load per replica, per service, with the fit and the estimate")
 
     # ---- 4: forecasting, honestly backtested ------------------------------------------------------------------
     def forecast(self) -> None:
@@ -271,12 +314,20 @@ class Demo:
 class _SplitProbe:
     """on_step hook: adds the inference / training GPU split to each timeseries row and prints progress."""
 
-    def __init__(self, policy: str, start: float, days: float, t0: float, say: Callable[[str], None]) -> None:
+    def __init__(self, policy: str, start: float, days: float, t0: float, say: Callable[[str], None], *,
+                 record: bool = False) -> None:
         self.policy, self.start, self.days, self.t0, self.say = policy, start, days, t0, say
         self.last = 0.0
+        self.record = record  # keep each service's (time, demand, replicas, p99) for the calibration section
+        self.services: dict[str, list[tuple[float, float, float, float]]] = {}
 
     def __call__(self, sim: Any, row: dict) -> None:
         from balancer.model import WorkloadClass
+
+        if self.record:  # the replicas that serve (placed and warm), as `gputide calibrate` reads them by default
+            ready = sim.ready_replicas()
+            for name, st in sim.service_status().items():
+                self.services.setdefault(name, []).append((sim.time, st.demand_rps, ready[name], st.p99_latency_s))
 
         used = {"inference": 0.0, "training": 0.0}
         workloads = sim.workloads

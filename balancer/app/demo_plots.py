@@ -151,3 +151,32 @@ def placement_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]
     path = out / "placement_unallocated.png"
     fig.savefig(path, dpi=100)
     return path
+
+
+def calibration_curves(fits: Mapping[str, tuple[np.ndarray, np.ndarray, Any]], slo_s: float, out: Path) -> Path:
+    """Per service: observed (load per replica, p99) samples, the isotonic fit and the calibrated rpsPerReplica
+    (`fits`: name -> (load, p99, balancer.plan.calibration.Calibration))."""
+    n = len(fits)
+    cols = min(n, 2)
+    rows = (n + cols - 1) // cols
+    fig = Figure(figsize=(6 * cols, 3.4 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, (name, (load, p99, cal)) in zip(axes, fits.items()):
+        ax.scatter(load, np.minimum(p99, 4 * slo_s), s=6, alpha=0.4, color="tab:blue", label="samples")
+        if cal.curve:
+            kx, ky = zip(*cal.curve)
+            ax.plot(kx, np.minimum(ky, 4 * slo_s), color="tab:red", lw=1.5, label="isotonic fit")
+        ax.axhline(slo_s, color="grey", ls=":", label=f"SLO {slo_s:g} s")
+        if cal.rps_per_replica is not None:
+            ax.axvline(cal.rps_per_replica, color="tab:green", ls="--",
+                       label=f"rpsPerReplica {cal.rps_per_replica:.1f} ({cal.bound})")
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=10, loc="left")
+        ax.set_xlabel("load per replica (req/s)")
+        ax.set_ylabel("p99 latency (s)")
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    path = out / "calibration.png"
+    fig.savefig(path, dpi=100)
+    return path

@@ -6,7 +6,8 @@
     gputide calibrate --csv FILE [--service NAME] ...
 
 From Prometheus, three range queries per service (`$service` is replaced by its name; the defaults read the
-`gputide_inference_*` series the controller reads); from a CSV, one row per sample with the header
+`gputide_inference_*` series, with the replicas that serve: placed and warm, as kube-state-metrics'
+`kube_deployment_status_replicas_available` counts them); from a CSV, one row per sample with the header
 `timestamp,demand_rps,replicas,p99_s` (ISO-8601 or epoch seconds). Prints, per service, the estimate, whether the
 data crossed the SLO (measured) or only shows a lower bound, the samples behind it, and a ServiceProfiles snippet.
 Exit 0 when every service got an estimate, 1 when one did not (or Prometheus did not answer), 2 on bad input.
@@ -26,7 +27,7 @@ import pandas as pd
 from balancer.errors import InputError, TelemetryError
 
 DEMAND_QUERY = 'sum(gputide_inference_demand_rps{service="$service"})'
-REPLICAS_QUERY = 'sum(gputide_inference_replicas{service="$service"})'
+REPLICAS_QUERY = 'sum(gputide_inference_replicas_ready{service="$service"})'
 LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{service="$service"})'
 CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
@@ -146,11 +147,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"gputide: error: {exc}", file=sys.stderr)
             return 1
     results = {name: estimate(f, args.slo, args.margin, settle_s) for name, f in frames.items()}
-    print("| service | rpsPerReplica | bound | samples | support (within 10%) | load per replica seen | why |")
-    print("|---|---|---|---|---|---|---|")
+    print("| service | rpsPerReplica | bound | samples | within 10% | over the SLO beyond it | load per replica seen "
+          "| why |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, c in results.items():
         rps = "-" if c.rps_per_replica is None else f"{c.rps_per_replica:.4g}"
-        print(f"| {name} | {rps} | {c.bound} | {c.samples} | {c.support} | "
+        print(f"| {name} | {rps} | {c.bound} | {c.samples} | {c.support} | {c.over} | "
               f"{c.load_range[0]:.4g}-{c.load_range[1]:.4g} | {c.reason} |")
     ok = {n: c for n, c in results.items() if c.rps_per_replica is not None}
     if ok:

@@ -7,10 +7,12 @@ carried (demand / replicas) and the p99 latency the service had. `calibrate` fit
 function of the load per replica (isotonic regression, scikit-learn: no queueing model assumed, robust to noisy
 p99s) and reads off the largest load whose fitted p99 stays within ``margin x SLO``:
 
-* ``bound = "measured"``: the fitted p99 crosses the target inside the observed loads; the estimate is the
-  crossing (linear between the fit's knots);
-* ``bound = "lower"``: the service never got that slow: the estimate is the largest load observed, and the true
-  figure is at least that (it is never extrapolated beyond the data);
+* ``bound = "measured"``: the fitted p99 crosses the target inside the observed loads, and at least
+  ``min_over`` samples at or beyond the crossing were over the target (one slow outlier at the highest load
+  does not make a limit); the estimate is the crossing (linear between the fit's knots);
+* ``bound = "lower"``: the service never got that slow (or only a handful of samples say so): the estimate is
+  the largest load observed (or the crossing), and the true figure is at least that; nothing is extrapolated
+  beyond the data;
 * ``bound = "none"``: even the lightest observed load breaks the target (or too few samples): no estimate.
 
 `support` counts the samples within 10% of the estimate, so a figure read off three samples is visible as such.
@@ -27,6 +29,7 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 MIN_SAMPLES = 30
+MIN_OVER = 5
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Calibration:
     target_p99_s: float
     samples: int
     support: int
+    over: int  # samples at or beyond the estimate whose p99 was over the target
     load_range: tuple[float, float]
     curve: tuple[tuple[float, float], ...]  # fitted (load per replica, p99) knots, for a report
     reason: str
@@ -66,7 +70,7 @@ def _knots(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def calibrate(load_per_replica: np.ndarray, p99_s: np.ndarray, slo_s: float, *, margin: float = 1.0,
-              min_samples: int = MIN_SAMPLES) -> Calibration:
+              min_samples: int = MIN_SAMPLES, min_over: int = MIN_OVER) -> Calibration:
     """`rpsPerReplica` from paired samples of load per ready replica (req/s) and p99 latency (s); see the module."""
     if not slo_s > 0 or not 0 < margin <= 1:
         raise ValueError(f"need slo_s > 0 and 0 < margin <= 1, got {slo_s!r}, {margin!r}")
@@ -76,7 +80,7 @@ def calibrate(load_per_replica: np.ndarray, p99_s: np.ndarray, slo_s: float, *, 
     x, y = x[ok], y[ok]
     target = slo_s * margin
     if x.size < min_samples:
-        return Calibration(None, "none", target, int(x.size), 0, (0.0, 0.0), (), f"{x.size} usable samples, "
+        return Calibration(None, "none", target, int(x.size), 0, 0, (0.0, 0.0), (), f"{x.size} usable samples, "
                            f"need {min_samples} (times with traffic, replicas and a p99, after a replica change settled)")
     fit = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, y)
     kx, ky = _knots(np.sort(x), fit.predict(np.sort(x)))
@@ -88,13 +92,19 @@ def calibrate(load_per_replica: np.ndarray, p99_s: np.ndarray, slo_s: float, *, 
         reason = (f"p99 stayed within {target:g} s up to the highest load observed ({hi:.4g} req/s per replica): "
                   "the service can take at least that")
     elif over[0] == 0:
-        return Calibration(None, "none", target, int(x.size), 0, (lo, hi), curve,
+        return Calibration(None, "none", target, int(x.size), 0, int(np.sum(y > target)), (lo, hi), curve,
                            f"p99 above {target:g} s already at the lightest observed load ({lo:.4g} req/s per replica)")
     else:
         i = int(over[0])
         x0, x1, y0, y1 = kx[i - 1], kx[i], ky[i - 1], ky[i]
         rps = float(x0 + (target - y0) / (y1 - y0) * (x1 - x0)) if y1 > y0 else float(x0)
-        bound = "measured"
-        reason = f"fitted p99 reaches {target:g} s at {rps:.4g} req/s per replica"
+        n_over = int(np.sum((x >= x0) & (y > target)))
+        if n_over >= min_over:
+            bound, reason = "measured", f"fitted p99 reaches {target:g} s at {rps:.4g} req/s per replica"
+        else:
+            bound = "lower"
+            reason = (f"fitted p99 reaches {target:g} s at {rps:.4g} req/s per replica, but only {n_over} sample(s) "
+                      f"there were over it (need {min_over}): the service can take at least that")
     support = int(np.sum(np.abs(x - rps) <= 0.1 * rps))
-    return Calibration(float(rps), bound, target, int(x.size), support, (lo, hi), curve, reason)
+    over = int(np.sum((x >= rps) & (y > target)))
+    return Calibration(float(rps), bound, target, int(x.size), support, over, (lo, hi), curve, reason)

@@ -279,6 +279,15 @@ class SimCluster(WorkloadOps):
                                         slo_latency_s=s.slo_latency_s, replicas=self._svc_target[i])
         return out
 
+    def ready_replicas(self) -> dict[str, int]:
+        """Replicas per service that serve now: placed and warm (`ServiceStatus.replicas` counts what was asked,
+        pending and warming replicas included; a ReplicaSet's `availableReplicas` is this)."""
+        out = {s.name: 0 for s in self._svc}
+        for p in self._pods.values():
+            if p.kind == INFERENCE and p.gpus is not None and p.ready_at <= self.time:
+                out[self._svc[p.owner].name] += 1
+        return out
+
     def stats(self) -> dict:
         """Cumulative accounting since the start (see `balancer.sim.accounting`)."""
         return self.acct.summary(self)

@@ -186,7 +186,7 @@ class PrometheusTelemetrySource:
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         self.known_uuids |= {g.uuid for g in gpus}
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
-                               workloads=workloads, placements=placements, services=self._services(),
+                               workloads=workloads, placements=placements, services=self._services(workloads),
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None, **arrays)
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
@@ -297,7 +297,10 @@ class PrometheusTelemetrySource:
             ))
         return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
 
-    def _services(self) -> dict[str, ServiceStatus]:
+    def _services(self, workloads: tuple[Workload, ...] = ()) -> dict[str, ServiceStatus]:
+        """Serving series per `service`. Without a `gputide_inference_replicas` series (the replicas asked for: the
+        sim exporter's, or a recording rule over kube-state-metrics' `kube_deployment_spec_replicas`), a service
+        counts the inference pods it owns on GPUs (pending ones are invisible then; never 0 while pods run)."""
         rows = self._query('{__name__=~"gputide_inference_demand_rps|gputide_inference_latency_p99_seconds|'
                            f'gputide_inference_replicas"{self._selector()}}}')
         by: dict[str, dict[str, float]] = {}
@@ -308,10 +311,15 @@ class PrometheusTelemetrySource:
                                        subjects=(m.get("service", "?"),))
             if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
                 by.setdefault(m.get("service", "?"), {})[m["__name__"]] = value
+        pods: dict[str, int] = {}
+        for w in workloads:
+            if w.workload_class is WorkloadClass.INFERENCE and w.owner:
+                pods[w.owner] = pods.get(w.owner, 0) + 1
         return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
                                  p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
                                  slo_latency_s=self.slo_latency_s.get(s, 0.5),
-                                 replicas=int(v.get("gputide_inference_replicas", 0)))
+                                 replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
+                                 else pods.get(s, 0))
                 for s, v in by.items()}
 
     # ---- history --------------------------------------------------------------------------------------------

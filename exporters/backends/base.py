@@ -10,6 +10,7 @@ Field keys are dcgm-exporter metric names (``DCGM_FI_DEV_GPU_TEMP`` ...) in dcgm
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -52,6 +53,8 @@ class ServiceReading:
     slo_violations_total: float
     demand_rps: float
     latency_p99_s: float
+    replicas: float = math.nan  # asked for (a Deployment's spec.replicas)
+    replicas_ready: float = math.nan  # placed and warm (its status.availableReplicas)
 
 
 @dataclass(frozen=True, eq=False)

@@ -107,8 +107,10 @@ class SimBackend:
             return {}
         acct = self.sim.acct
         out = {}
+        ready = self.sim.ready_replicas()
         for k, (name, st) in enumerate(self.sim.service_status().items()):
             out[name] = ServiceReading(requests_total=float(acct.svc_requests[k]),
                                        slo_violations_total=float(acct.svc_violations[k]),
-                                       demand_rps=st.demand_rps, latency_p99_s=st.p99_latency_s)
+                                       demand_rps=st.demand_rps, latency_p99_s=st.p99_latency_s,
+                                       replicas=float(st.replicas), replicas_ready=float(ready[name]))
         return out

@@ -53,6 +53,17 @@ def test_a_service_that_never_got_slow_gives_only_a_lower_bound():
     assert "at least" in c.reason
 
 
+def test_one_slow_outlier_at_the_highest_load_is_not_a_measured_limit():
+    load = np.linspace(2, 20, 200)
+    p99 = mm1_p99(load)
+    p99[-1] = 5.0  # a single slow scrape at the top of the range
+    c = calibrate(load, p99, SLO)
+    assert c.bound == "lower" and "only 1 sample" in c.reason
+    many = p99.copy()
+    many[-8:] = 5.0
+    assert calibrate(load, many, SLO).bound == "measured"
+
+
 @pytest.mark.parametrize(("load", "p99", "why"), [
     (np.linspace(30, 39, 100), None, "lightest observed load"),
     (np.linspace(5, 20, 10), None, "need 30"),
@@ -74,7 +85,8 @@ def test_samples_right_after_a_replica_change_are_dropped():
 
 
 def simulated_history(hours: float = 6.0):
-    """A simulated service on A100 PCIe (mu = 16 req/s): load per replica ramps 1 -> 12, replicas 4 -> 5 once."""
+    """A simulated service on A100 PCIe (mu = 16 req/s): load per replica ramps 1 -> 12, replicas 4 -> 5 once;
+    the replicas recorded are those that serve (placed and warm), as the exporter's `..._replicas_ready`."""
     from balancer.fleet import scaled_fleet
     from balancer.sim import SimCluster
     from balancer.sim.workloads import ServiceSpec
@@ -91,7 +103,7 @@ def simulated_history(hours: float = 6.0):
             sim.scale_service("chat", 5)
         sim.step()
         st = sim.service_status()["chat"]
-        rows.append((sim.time, st.demand_rps, st.replicas, st.p99_latency_s))
+        rows.append((sim.time, st.demand_rps, sim.ready_replicas()["chat"], st.p99_latency_s))
     return np.array(rows), analytic(spec.rate_on("A100-PCIE-40GB"))
 
 
@@ -150,7 +162,7 @@ def test_too_little_data_exits_1_with_the_reason(tmp_path, capsys):
 def openmetrics(rows, end: float) -> str:
     lines = []
     shift = end - rows[-1, 0]
-    for name, col in (("gputide_inference_demand_rps", 1), ("gputide_inference_replicas", 2),
+    for name, col in (("gputide_inference_demand_rps", 1), ("gputide_inference_replicas_ready", 2),
                       ("gputide_inference_latency_p99_seconds", 3)):
         lines.append(f"# TYPE {name} gauge")
         lines += [f'{name}{{service="chat"}} {float(row[col])!r} {row[0] + shift:.0f}' for row in rows]

@@ -75,8 +75,13 @@ def test_attribution_and_simulated_serving_series_are_exposed(demo):
     assert {s.labels["workload_class"] for s in info} == {"inference", "training"}
     assert all(s.value == 1.0 and "/" not in s.labels["pod"] for s in info)
     for name in ("gputide_inference_requests", "gputide_inference_slo_violations", "gputide_inference_demand_rps",
-                 "gputide_inference_latency_p99_seconds"):
+                 "gputide_inference_latency_p99_seconds", "gputide_inference_replicas",
+                 "gputide_inference_replicas_ready"):
         assert {s.labels["service"] for s in fams[name].samples} == set(demo.services), name
+    asked = {s.labels["service"]: s.value for s in fams["gputide_inference_replicas"].samples}
+    ready = {s.labels["service"]: s.value for s in fams["gputide_inference_replicas_ready"].samples}
+    assert asked == {n: st.replicas for n, st in demo.service_status().items()}
+    assert ready == demo.ready_replicas() and all(ready[n] <= asked[n] for n in asked)
     assert fams["gputide_exporter_scrape_duration_seconds"].samples[0].value > 0
 
 

@@ -21,11 +21,12 @@ BASE = {"temperature_c": 60.0, "memory_temperature_c": 66.0, "slowdown_temp_c": 
 
 
 class FakeClient:
-    def __init__(self, values=None, drop=(), workloads=(), fail=False):
+    def __init__(self, values=None, drop=(), workloads=(), fail=False, serving=None):
         self.values = values or {}
         self.drop = set(drop)
         self.workloads = workloads
         self.fail = fail
+        self.serving = serving or {"gputide_inference_demand_rps": "12"}
 
     def custom_query(self, promql):
         if self.fail:
@@ -34,7 +35,7 @@ class FakeClient:
             return [{"metric": {"UUID": u, "namespace": ns, "pod": pod, "workload_class": c}, "value": [NOW, "1"]}
                     for u, ns, pod, c in self.workloads]
         if "gputide_inference" in promql:
-            return [{"metric": {"__name__": "gputide_inference_demand_rps", "service": "chat"}, "value": [NOW, "12"]}]
+            return [{"metric": {"__name__": k, "service": "chat"}, "value": [NOW, v]} for k, v in self.serving.items()]
         rows = []
         for host, gpu, uuid, model in GPUS:
             for name, (rule, _) in FIELDS.items():
@@ -64,6 +65,23 @@ def test_good_data_becomes_a_sorted_snapshot_in_base_units():
     assert snap.workload_by_name["ml/infer-0"].workload_class is WorkloadClass.INFERENCE
     assert snap.workload_by_name["ml/share-1"].gpu_milli == 500  # two pods share GPU-b0
     assert snap.services["chat"].demand_rps == 12
+
+
+@pytest.mark.parametrize(("serving", "replicas"), [
+    ({"gputide_inference_demand_rps": "12", "gputide_inference_replicas": "5"}, 5),
+    ({"gputide_inference_demand_rps": "12"}, 2),
+], ids=["the replicas series when there is one", "else the service's inference pods on GPUs"])
+def test_a_service_without_a_replicas_series_counts_its_pods_never_zero(serving, replicas):
+    from balancer.model import Workload
+
+    pods = [("GPU-a0", "ml", "chat-0", "inference"), ("GPU-a1", "ml", "chat-1", "inference"),
+            ("GPU-b0", "ml", "train-0", "training")]
+    owned = {f"ml/{p}": Workload(name=f"ml/{p}", workload_class=WorkloadClass(c), namespace="ml",
+                                 owner=p.rsplit("-", 1)[0]) for _, _, p, c in pods}
+    src = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                    client=FakeClient(workloads=pods, serving=serving), clock=lambda: NOW,
+                                    workload_overrides=lambda: owned)
+    assert src.snapshot().services["chat"].replicas == replicas
 
 
 def test_suspended_jobs_come_from_their_provider_and_a_source_without_one_says_it_cannot_see_them():
