@@ -16,6 +16,7 @@ know about files, Prometheus and time, around the pure `balancer.plan.capacity_l
           gpusPerReplica: 1
           gpuModels: [H100-SXM]      # optional: the models its pods may run on
           homeReplicas: 24           # optional: its static allotment (what its own peak needs)
+          latencySloSeconds: 2       # optional (0.5): its p99 SLO; latency pressure = p99 / this
 
 * `PrometheusDemandHistory`: a service's past demand from Prometheus (one range query per service, cached), which
   seeds the forecaster and the burst tracker the first time the controller sees the service, so a restarted
@@ -59,6 +60,7 @@ _FIELDS: dict[str, tuple[str, type, float, bool]] = {
     "gpusPerReplica": ("gpus_per_replica", int, 1, False),
     "gpuModels": ("models", list, 0, False),
     "homeReplicas": ("home_replicas", int, 0, False),
+    "latencySloSeconds": ("slo_latency_s", float, 0, False),
 }
 
 

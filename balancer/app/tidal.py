@@ -126,7 +126,7 @@ def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = 
     for m in models:
         name = f"llm-{m.lower()}"
         share = pool[m] * cap[m] / total_cap
-        prof = ServiceCapacity(name=name, rps_per_replica=cap[m], warmup_s=WARMUP_S, min_replicas=1,
+        prof = ServiceCapacity(name=name, rps_per_replica=cap[m], warmup_s=WARMUP_S, min_replicas=1, slo_latency_s=SLO_S,
                                max_replicas=pool[m], models=frozenset({m}))
         home = replicas_for(peak * scale * share, prof, CAPACITY.headroom)
         profiles[name] = replace(prof, home_replicas=home)

@@ -124,9 +124,16 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         from balancer.actuate.k8s_workloads import KubernetesWorkloads
 
         overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0))
+    profiles = None
+    if args.services:
+        from balancer.app.capacity_run import load_profiles
+
+        profiles = load_profiles(args.services)
+    # each profiled service's p99 SLO (latency pressure = p99 / SLO); others default to 0.5 s
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet,
                                        workload_overrides=overrides,
-                                       suspended_jobs=overrides.suspended_jobs if overrides else None)
+                                       suspended_jobs=overrides.suspended_jobs if overrides else None,
+                                       slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()})
     lease_name = args.lease_name
     if args.selector and not args.shard:
         raise InputError(None, "--selector", args.selector, "only together with --shard NAME")
@@ -155,12 +162,13 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                                      renew_deadline_s=duration * 2 / 3)
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None
-    planner, forecaster = capacity_parts(args, policy, source, interval)
+    planner, forecaster = capacity_parts(args, policy, source, interval, profiles)
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
                       metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}))
 
 
-def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, source, interval: float):
+def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, source, interval: float,
+                   profiles: dict | None = None):
     """(planner, forecaster) for tidal capacity shifting, or (None, None) when the policy leaves it off."""
     if not policy.capacity.enabled:
         if args.services:
@@ -182,7 +190,7 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
 
     if args.forecast_model not in MODELS:
         raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))
-    profiles = load_profiles(args.services)
+    profiles = profiles if profiles is not None else load_profiles(args.services)
     cap = CapacityPolicy.from_config(policy.capacity)
     step = policy.forecast.step_s
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,

@@ -68,6 +68,7 @@ class ServiceCapacity:
     gpus_per_replica: int = 1
     models: frozenset[str] | None = None  # allowed GPU models; None: any
     home_replicas: int = 0  # what its own peak needs (the static allotment); below it, GPUs are on loan
+    slo_latency_s: float = 0.5  # its p99 latency SLO: the telemetry's latency pressure is p99 over this
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

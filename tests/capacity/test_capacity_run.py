@@ -19,7 +19,7 @@ from balancer.metrics import ControllerMetrics
 
 GOOD = {"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles", "services": [
     {"name": "llm-chat", "rpsPerReplica": 30, "warmupSeconds": 240, "minReplicas": 2, "maxReplicas": 40,
-     "gpuModels": ["H100-SXM"], "homeReplicas": 24},
+     "gpuModels": ["H100-SXM"], "homeReplicas": 24, "latencySloSeconds": 2},
     {"name": "embed", "rpsPerReplica": 120.5}]}
 
 
@@ -99,6 +99,8 @@ def test_capacity_flags_build_the_capacity_planner_and_a_seeded_forecaster(tmp_p
     assert rec.forecaster.history.days == 2.0
     # the forecast reaches over the loan horizon (2 h at 300 s steps)
     assert rec.forecaster.steps * rec.forecaster.online.step_s >= 7200
+    # latency pressure is judged against each profile's own SLO (0.5 s when the profile leaves it out)
+    assert rec.source.slo_latency_s == {"llm-chat": 2.0, "embed": 0.5}
 
 
 def test_rise_tracker_learns_bursts_from_seeded_history_before_watching():
