@@ -853,11 +853,14 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
     kubeconfig was given."""
     if in_cluster is None:
         in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    if in_cluster:
-        cfg = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg)
-        return k8s.ApiClient(cfg)
-    return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+    try:
+        if in_cluster:
+            cfg = k8s.Configuration()
+            k8s_config.load_incluster_config(client_configuration=cfg)
+            return k8s.ApiClient(cfg)
+        return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+    except k8s_config.ConfigException as exc:
+        raise PermanentActuationError(f"no Kubernetes API configuration: {exc}") from exc
 
 
 __all__ = [

@@ -115,10 +115,22 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         fleet = fleet_mod.load(args.fleet)
     api_client = None
-    if not args.dry_run or args.leader_elect:
-        from balancer.actuate.kubernetes import build_api_client
+    from balancer.actuate.kubernetes import build_api_client
+    from balancer.errors import ActuationError
 
-        api_client = build_api_client(args.kubeconfig)
+    if not args.dry_run or args.leader_elect or args.kubeconfig:
+        try:
+            api_client = build_api_client(args.kubeconfig)
+        except ActuationError as exc:
+            raise InputError(args.kubeconfig, "--kubeconfig", args.kubeconfig or "(in-cluster, $KUBECONFIG, "
+                             "~/.kube/config)", "a usable Kubernetes configuration, or --dry-run", detail=str(exc)) from exc
+    elif args.services:
+        # a dry run of capacity shifting still needs the pods' owners (read-only); without a cluster it runs blind
+        try:
+            api_client = build_api_client(None)
+        except ActuationError as exc:
+            log.warning("dry run without the Kubernetes API (%s): pods have no owners, so capacity shifting sees "
+                        "no service's replicas and no training job", exc)
     overrides = None
     if api_client is not None:  # owners, priorities, elastic bounds: what the metrics' join table cannot say
         from balancer.actuate.k8s_workloads import KubernetesWorkloads

@@ -276,3 +276,50 @@ def test_a_new_leader_inherits_cooldowns_and_spent_evictions_and_refuses_what_th
     assert second.status == "ok" and second.results == []
     assert [why for _, why in second.rejected] == ["cooldown"]
     assert registries["b"].get_sample_value("gputide_eviction_budget_remaining") == 4
+
+
+def _services_file(tmp_path):
+    import yaml
+
+    path = tmp_path / "services.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles",
+                                    "services": [{"name": "chat", "rpsPerReplica": 10}]}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy",
+                                      "metadata": {"name": "t"}, "spec": {"capacity": {"enabled": True}}}))
+    return ["--services", str(path), "--policy", str(policy)]
+
+
+def test_a_dry_run_of_capacity_shifting_reads_pod_owners_from_the_api_when_it_can(api, monkeypatch, tmp_path):
+    import argparse
+
+    from balancer.actuate import kubernetes as kube_mod
+    from balancer.actuate.k8s_workloads import KubernetesWorkloads
+    from balancer.cmd import run as run_cmd
+    from balancer.errors import PermanentActuationError
+    from balancer.metrics import ControllerMetrics
+
+    parser = argparse.ArgumentParser()
+    run_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", *_services_file(tmp_path)])
+    monkeypatch.setattr(kube_mod, "build_api_client", lambda kubeconfig=None: api)
+    rec = run_cmd.build_reconciler(args, ControllerMetrics())
+    assert isinstance(rec.source.workload_overrides, KubernetesWorkloads)  # read-only: the actuator stays dry
+    assert type(rec.actuator).__name__ == "DryRunActuator"
+
+    def no_config(kubeconfig=None):
+        raise PermanentActuationError("no Kubernetes API configuration: none found")
+
+    monkeypatch.setattr(kube_mod, "build_api_client", no_config)
+    blind = run_cmd.build_reconciler(args, ControllerMetrics())  # no cluster at hand: a warning, not a failure
+    assert blind.source.workload_overrides is None
+
+
+def test_gputide_run_without_a_kubernetes_configuration_exits_2_naming_kubeconfig(monkeypatch, tmp_path, capsys):
+    from balancer.cli import main
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["run", "--prometheus", "http://127.0.0.1:9", "--once", "--metrics-port", "0"]) == 2
+    assert "--kubeconfig" in capsys.readouterr().err
