@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: $(STAMP) prometheus-bin lint
-	promtool check rules rules/*.yaml
+	promtool check rules rules/*.yaml rules/serving/*.yaml
 	promtool test rules rules/tests/*.yaml
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

@@ -4,6 +4,8 @@
   rules/*.yaml, so the Prometheus Operator loads exactly the rules promtool tests;
 - base/generated/dashboards.yaml: one ConfigMap per dashboards/*.json, labelled `grafana_dashboard: "1"` for
   Grafana's dashboard sidecar;
+- components/capacity/generated/serving-rules.yaml: rules/serving/*.yaml (the serving series capacity shifting
+  reads, from vLLM and kube-state-metrics) as a PrometheusRule;
 - overlays/with-dcgm-exporter/generated/dcgm-counters.yaml: exporters/dcgm-counters.csv as the ConfigMap an
   existing dcgm-exporter (GPU operator: `dcgmExporter.config.name`) reads its counters from.
 
@@ -50,14 +52,22 @@ def rule_groups(rules_dir: Path = ROOT / "rules") -> list[dict]:
     return groups
 
 
-def prometheus_rule() -> str:
+def _prometheus_rule(name: str, rules_dir: Path) -> str:
     return _dump([{
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "gputide-rules", "labels": {"app.kubernetes.io/name": "gputide",
-                                                         "app.kubernetes.io/component": "rules"}},
-        "spec": {"groups": rule_groups()},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "gputide",
+                                              "app.kubernetes.io/component": "rules"}},
+        "spec": {"groups": rule_groups(rules_dir)},
     }])
+
+
+def prometheus_rule() -> str:
+    return _prometheus_rule("gputide-rules", ROOT / "rules")
+
+
+def serving_rule() -> str:
+    return _prometheus_rule("gputide-serving-rules", ROOT / "rules" / "serving")
 
 
 def dashboard_configmaps(dashboards_dir: Path = ROOT / "dashboards") -> str:
@@ -102,6 +112,7 @@ def _counters_from_contract() -> str:
 OUTPUTS = {
     HERE / "base" / "generated" / "prometheusrule.yaml": prometheus_rule,
     HERE / "base" / "generated" / "dashboards.yaml": dashboard_configmaps,
+    HERE / "components" / "capacity" / "generated" / "serving-rules.yaml": serving_rule,
     HERE / "overlays" / "with-dcgm-exporter" / "generated" / "dcgm-counters.yaml": counters_configmap,
 }
 

@@ -16,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "rules").glob("*.yaml"))
+SERVING_FILES = sorted((ROOT / "rules" / "serving").glob("*.yaml"))  # optional: for clusters, not loaded by default
 TEST_FILES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
 RUNBOOK_BASE = "https://github.com/gputide/gputide/blob/main/docs/runbooks.md#"
 
@@ -40,7 +41,7 @@ def github_anchors(markdown: str) -> set[str]:
 @pytest.mark.integration
 @pytest.mark.parametrize(
     "command",
-    [["check", "rules", *map(str, RULE_FILES)], ["test", "rules", *map(str, TEST_FILES)]],
+    [["check", "rules", *map(str, RULE_FILES + SERVING_FILES)], ["test", "rules", *map(str, TEST_FILES)]],
     ids=["promtool check rules accepts every rule file", "promtool unit tests of the rules pass"],
 )
 def test_promtool(promtool, command):
@@ -50,6 +51,15 @@ def test_promtool(promtool, command):
 
 def test_there_are_rule_files_and_tests():
     assert len(RULE_FILES) >= 2 and TEST_FILES and len(ALERTS) >= 13 and len(RECORDS) >= 40
+
+
+@pytest.mark.parametrize("path", SERVING_FILES, ids=[p.name for p in SERVING_FILES])
+def test_serving_rules_record_every_series_the_controller_reads_and_have_a_promtool_test(path):
+    records = {r["record"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]}
+    assert records == {"gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
+                       "gputide_inference_replicas", "gputide_inference_replicas_ready"}
+    tested = {f for f in TEST_FILES if f"../serving/{path.name}" in f.read_text()}
+    assert tested, f"no promtool test loads {path.name}"
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=[a["alert"] for a in ALERTS])
