@@ -300,17 +300,27 @@ class PrometheusTelemetrySource:
     def _services(self, workloads: tuple[Workload, ...] = ()) -> dict[str, ServiceStatus]:
         """Serving series per `service`. Without a `gputide_inference_replicas` series (the replicas asked for: the
         sim exporter's, or a recording rule over kube-state-metrics' `kube_deployment_spec_replicas`), a service
-        counts the inference pods it owns on GPUs (pending ones are invisible then; never 0 while pods run)."""
+        counts the inference pods it owns on GPUs (pending ones are invisible then; never 0 while pods run).
+        A `service` label found with two `namespace` labels names two services: both become `namespace/service`,
+        as `KubernetesWorkloads` names such owners, instead of one overwriting the other."""
         rows = self._query('{__name__=~"gputide_inference_demand_rps|gputide_inference_latency_p99_seconds|'
                            f'gputide_inference_replicas"{self._selector()}}}')
-        by: dict[str, dict[str, float]] = {}
+        samples = []
+        spaces: dict[str, set[str]] = {}
         for r in rows:
             m, value = _sample(r)
             if "__name__" not in m or value < 0:
                 raise InvalidTelemetry(f"serving series {dict(m)} = {value!r}: need a metric name and a value >= 0",
                                        subjects=(m.get("service", "?"),))
+            samples.append((m, value))
+            spaces.setdefault(m.get("service", "?"), set()).add(m.get("namespace", ""))
+        by: dict[str, dict[str, float]] = {}
+        for m, value in samples:
+            name = m.get("service", "?")
+            if len(spaces[name]) > 1 and m.get("namespace"):
+                name = f"{m['namespace']}/{name}"
             if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
-                by.setdefault(m.get("service", "?"), {})[m["__name__"]] = value
+                by.setdefault(name, {})[m["__name__"]] = value
         pods: dict[str, int] = {}
         for w in workloads:
             if w.workload_class is WorkloadClass.INFERENCE and w.owner:

@@ -35,6 +35,8 @@ class FakeClient:
             return [{"metric": {"UUID": u, "namespace": ns, "pod": pod, "workload_class": c}, "value": [NOW, "1"]}
                     for u, ns, pod, c in self.workloads]
         if "gputide_inference" in promql:
+            if isinstance(self.serving, list):  # full label sets
+                return [{"metric": m, "value": [NOW, v]} for m, v in self.serving]
             return [{"metric": {"__name__": k, "service": "chat"}, "value": [NOW, v]} for k, v in self.serving.items()]
         rows = []
         for host, gpu, uuid, model in GPUS:
@@ -82,6 +84,15 @@ def test_a_service_without_a_replicas_series_counts_its_pods_never_zero(serving,
                                     client=FakeClient(workloads=pods, serving=serving), clock=lambda: NOW,
                                     workload_overrides=lambda: owned)
     assert src.snapshot().services["chat"].replicas == replicas
+
+
+def test_one_service_name_in_two_namespaces_is_two_services_never_one_overwriting_the_other():
+    demand = "gputide_inference_demand_rps"
+    serving = [({"__name__": demand, "service": "vllm", "namespace": "team-a"}, "10"),
+               ({"__name__": demand, "service": "vllm", "namespace": "team-b"}, "30"),
+               ({"__name__": demand, "service": "chat", "namespace": "team-a"}, "5")]
+    services = source(FakeClient(serving=serving)).snapshot().services
+    assert {k: v.demand_rps for k, v in services.items()} == {"team-a/vllm": 10, "team-b/vllm": 30, "chat": 5}
 
 
 def test_suspended_jobs_come_from_their_provider_and_a_source_without_one_says_it_cannot_see_them():
