@@ -185,6 +185,9 @@ class ServiceForecaster:
     def rolling_error(self, service: str, horizon: str) -> float:
         return self.online.rolling_error(service, horizon)
 
+    def forecast_for(self, service: str, now: float, horizon: str) -> dict[float, float]:
+        return self.online.forecast_for(service, now, horizon) if hasattr(self.online, "forecast_for") else {}
+
 
 def horizon_label(seconds: float) -> str:
     """`3600` -> `1h`, `300` -> `5m`, `5400` -> `1h30m`: the `horizon` label of the forecast series, written as a
@@ -386,6 +389,11 @@ class Reconciler:
             if forecasts is not None and rolling_error is not None:
                 label = horizon_label(self.policy.forecast.horizon_s)
                 m.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})
+            forecast_for = getattr(self.forecaster, "forecast_for", None)
+            if forecasts is not None and forecast_for is not None:
+                label = horizon_label(self.policy.forecast.horizon_s)
+                m.set_forecast_for_now({(name, f"{q:g}", label): v for name in forecasts
+                                        for q, v in forecast_for(name, snap.time, label).items()})
         except Exception:  # the gauges must never stop the controller
             log.exception("recording fleet metrics failed")
 

@@ -100,6 +100,9 @@ class ControllerMetrics:
                                      registry=r)
         self.forecast_demand = Gauge("gputide_forecast_demand", "Forecast demand (req/s).",
                                      ["service", "quantile", "horizon"], registry=r)
+        self.forecast_for_now = _LabelledGauge(Gauge(
+            "gputide_forecast_for_now", "Demand (req/s) forecast for now when now was `horizon` ahead: plotted against "
+            "the demand now, forecast and outcome line up in time.", ["service", "quantile", "horizon"], registry=r))
         self.forecast_error = _LabelledGauge(Gauge(
             "gputide_forecast_error_ratio", "Rolling MAE of the p50 forecast over mean demand.",
             ["service", "horizon"], registry=r))
@@ -140,6 +143,10 @@ class ControllerMetrics:
     def set_fragmentation(self, by_model: Mapping[str, Mapping[str, float]]) -> None:
         self.fragmentation.set_all({(m,): v["fragmentation_ratio"] for m, v in by_model.items()})
         self.unallocatable.set_all({(m,): v["unallocatable_gpus"] for m, v in by_model.items()})
+
+    def set_forecast_for_now(self, values: Mapping[tuple[str, str, str], float]) -> None:
+        """{(service, quantile, horizon): req/s} of the forecasts issued one horizon ago for now."""
+        self.forecast_for_now.set_all({k: float(v) for k, v in values.items() if math.isfinite(v)})
 
     def set_forecast_error(self, errors: Mapping[tuple[str, str], float]) -> None:
         """{(service, horizon): ratio}; NaN ratios (nothing scored yet) are left out."""

@@ -41,12 +41,12 @@ def build() -> dashboard.Dashboard:
     d = d.annotation(_annotation("GPU loans to training", "scale_training", "blue")).annotation(
         _annotation("GPU reclaims for inference", "scale_inference", "orange"))
     demand = timeseries_panel(
-        "Demand vs forecast", "Offered inference load (service:inference_requests:rate5m) against the "
-        "forecaster's median and the p50-p90 band (gputide_forecast_demand). The forecast is plotted at the "
-        "time it was issued, for demand one `horizon` later.", "reqps",
+        "Demand vs forecast", "Offered inference load (service:inference_requests:rate5m) against what the "
+        "forecaster predicted for that moment one horizon earlier: its median and the p50-p90 band "
+        "(gputide_forecast_for_now), so forecast and outcome line up in time.", "reqps",
         [q(f"sum(service:inference_requests:rate5m{{{CLUSTER}}})", "demand"),
-         q(f'sum(gputide_forecast_demand{{{CLUSTER}, quantile="0.5"}})', "forecast p50"),
-         q(f'sum(gputide_forecast_demand{{{CLUSTER}, quantile="0.9"}})', "forecast p90")],
+         q(f'sum(gputide_forecast_for_now{{{CLUSTER}, quantile="0.5"}})', "forecast p50"),
+         q(f'sum(gputide_forecast_for_now{{{CLUSTER}, quantile="0.9"}})', "forecast p90")],
         w=24, h=9, min_val=0,
     ).override_by_name("forecast p90", _fill_between("forecast p50", "forecast p90"))
     d = d.with_panel(demand)

@@ -42,6 +42,7 @@ class _Service:
     model: Fallback | None = None
     fitted_at: int = -1  # number of closed buckets at the last fit
     issued: dict = field(default_factory=dict)  # bucket of step 1 -> p50 path
+    issued_p90: dict = field(default_factory=dict)  # bucket of step 1 -> calibrated p90 path
     errors: dict = field(default_factory=dict)  # h -> deque of (abs error, truth)
     calibrator: OnlineCalibrator | None = None
     fallback_reason: str | None = None
@@ -118,6 +119,7 @@ class DemandForecaster:
             h = b - b0 + 1
             if h > len(path):
                 del s.issued[b0]
+                s.issued_p90.pop(b0, None)
             elif h >= 1 and np.isfinite(truth):
                 s.calibrator.add(h, truth, path[h - 1])
                 s.errors.setdefault(h, deque(maxlen=self.error_window)).append((abs(truth - path[h - 1]), truth))
@@ -156,7 +158,20 @@ class DemandForecaster:
         fc.quantiles[0.9] = np.maximum(fc.quantiles[0.9], p50)
         fc.quantiles[0.99] = np.maximum(fc.quantiles[0.99], fc.quantiles[0.9])
         s.issued[b_now] = np.asarray(p50, float)
+        s.issued_p90[b_now] = np.asarray(fc.quantiles[0.9], float)
         return fc.to_model(service)
+
+    def forecast_for(self, service: str, now: float, horizon: int | str) -> dict[float, float]:
+        """What was forecast for the bucket holding `now` when it was `horizon` (steps, or a duration) ahead:
+        {0.5: p50, 0.9: p90}, or {} when no forecast was issued then. Plotted against the demand observed now, it
+        shows forecast and outcome aligned in time (the `gputide_forecast_for_now` gauge)."""
+        if isinstance(horizon, str):
+            horizon = max(int(round(parse_step(horizon).total_seconds() / self.step_s)), 1)
+        s = self._svc.get(service)
+        b0 = int(math.floor(now / self.step_s)) - int(horizon) + 1
+        if s is None or b0 not in s.issued or len(s.issued[b0]) < horizon:
+            return {}
+        return {0.5: float(s.issued[b0][horizon - 1]), 0.9: float(s.issued_p90[b0][horizon - 1])}
 
     def fit_due(self, service: str, now: float) -> bool:
         """Whether `forecast(service, now, ...)` would (re)fit the model rather than only update it."""

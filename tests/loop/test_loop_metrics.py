@@ -221,6 +221,12 @@ def test_forecast_error_comes_from_the_forecasters_rolling_error():
     assert got is not None and got > 0
     assert got == pytest.approx(online.rolling_error("chat", "5m"))
     assert reg.get_sample_value("gputide_forecast_demand", {"service": "chat", "quantile": "0.9", "horizon": "5m"})
+    # what was forecast for now 5 minutes ago: persistence issued at k = 35 held the last closed bucket, k = 34
+    aligned = {q: reg.get_sample_value("gputide_forecast_for_now", {"service": "chat", "quantile": q, "horizon": "5m"})
+               for q in ("0.5", "0.9")}
+    assert aligned["0.5"] == pytest.approx(100.0 + 40.0 * math.sin(34 / 3.0))
+    assert aligned["0.9"] >= aligned["0.5"]
+    assert online.forecast_for("chat", clock[0], 41) == {}  # nothing was issued 41 buckets ago
 
 
 @pytest.mark.parametrize(("seconds", "label"), [(3600, "1h"), (300, "5m"), (5400, "1h30m"), (86400, "24h"),
