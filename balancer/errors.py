@@ -20,6 +20,11 @@ from typing import Any
 EXIT_INPUT_ERROR = 2
 
 
+def printable(text: str) -> str:
+    """`text` with control characters escaped (`\\n`), so an error message stays on one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 class GputideError(Exception):
     """Base of every error gputide raises on purpose."""
 
@@ -29,13 +34,14 @@ class InputError(GputideError):
 
     def __init__(self, file: str | None, field: str, value: Any, allowed: str, detail: str = "") -> None:
         self.file = file
-        self.field = field
+        # a field named by the input itself (an unknown YAML key) may hold a newline: shown escaped, on one line
+        self.field = printable(str(field))
         self.value = value
         self.allowed = allowed
         self.detail = detail
         where = f"{file}: " if file else ""
         extra = f" ({detail})" if detail else ""
-        super().__init__(f"{where}field '{field}': invalid value {value!r}; allowed: {allowed}{extra}")
+        super().__init__(f"{where}field '{self.field}': invalid value {value!r}; allowed: {allowed}{extra}")
 
 
 class TelemetryError(GputideError):

@@ -11,11 +11,12 @@ scrape always succeeds, and every field left out of it is counted in gputide_exp
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -90,22 +91,24 @@ def _apply(answers: dict[str, list], edits) -> None:
         rows = answers[query]
         i %= len(rows)
         row = rows[i]
-        if how == "value":
+        labels = row.get("metric") if isinstance(row, dict) else None
+        if how == "value" and isinstance(row, dict):
             row["value"] = [NOW, arg]
-        elif how == "drop_label":
-            row["metric"].pop(arg, None)
-        elif how == "set_label":
-            row["metric"][arg[0]] = arg[1]
-        elif how == "duplicate":
-            rows.append({"metric": dict(row["metric"]), "value": list(row["value"])})
-        elif how == "drop_key":
+        elif how == "drop_label" and isinstance(labels, dict):
+            labels.pop(arg, None)
+        elif how == "set_label" and isinstance(labels, dict):
+            labels[arg[0]] = arg[1]
+        elif how == "duplicate":  # an earlier edit may have broken the row already: copy it as it is
+            rows.append(copy.deepcopy(row))
+        elif how == "drop_key" and isinstance(row, dict):
             row.pop(arg, None)
-        else:
+        elif how == "replace_row":
             rows[i] = arg
 
 
 @SETTINGS
 @given(breakage())
+@example([("gpu", 0, "replace_row", {"metric": "x", "value": [1, "1"]}), ("gpu", 0, "duplicate", None)])
 def test_broken_prometheus_answers_raise_telemetry_errors_or_give_a_sound_snapshot(edits):
     answers = healthy()
     try:
