@@ -68,6 +68,8 @@ class ColocationPolicy:
     slo_pressure: float = _f(0.8, "act when p99 latency exceeds this fraction of the SLO", 0.05, 5)
     slo_slack: float = _f(0.5, "give training back when p99 is below this fraction of the SLO", 0, 5)
     slack_readings: int = _f(5, "consecutive slack readings before giving back", 1, 1000)
+    latency_slo_s: float = _f(0.5, "p99 latency SLO of services without their own (ServiceProfiles "
+                                   "latencySloSeconds)", 0.001, 3600)
 
 
 @dataclass(frozen=True)

@@ -141,11 +141,12 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         from balancer.app.capacity_run import load_profiles
 
         profiles = load_profiles(args.services)
-    # each profiled service's p99 SLO (latency pressure = p99 / SLO); others default to 0.5 s
+    # each profiled service's p99 SLO (latency pressure = p99 / SLO); others: the policy's colocation.latencySloS
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet,
                                        workload_overrides=overrides,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
-                                       slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()})
+                                       slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},
+                                       default_slo_latency_s=policy.colocation.latency_slo_s)
     lease_name = args.lease_name
     if args.selector and not args.shard:
         raise InputError(None, "--selector", args.selector, "only together with --shard NAME")

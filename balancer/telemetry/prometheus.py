@@ -101,13 +101,14 @@ class PrometheusTelemetrySource:
     def __init__(self, opts: PrometheusOptions, *, fleet: Fleet | None = None,
                  workload_overrides: Callable[[], Mapping[str, Workload]] | None = None,
                  suspended_jobs: Callable[[], tuple[SuspendedJob, ...] | None] | None = None,
-                 slo_latency_s: Mapping[str, float] | None = None,
+                 slo_latency_s: Mapping[str, float] | None = None, default_slo_latency_s: float = 0.5,
                  clock: Callable[[], float] = time.time, client: PrometheusConnect | None = None) -> None:
         self.opts = opts
         self.fleet = fleet
         self.workload_overrides = workload_overrides
         self.suspended_jobs = suspended_jobs
         self.slo_latency_s = dict(slo_latency_s or {})
+        self.default_slo_latency_s = default_slo_latency_s
         self.clock = clock
         self.client = client or connect(opts)
         self.known_uuids: set[str] = set()
@@ -327,7 +328,7 @@ class PrometheusTelemetrySource:
                 pods[w.owner] = pods.get(w.owner, 0) + 1
         return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
                                  p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
-                                 slo_latency_s=self.slo_latency_s.get(s, 0.5),
+                                 slo_latency_s=self.slo_latency_s.get(s, self.default_slo_latency_s),
                                  replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
                                  else pods.get(s, 0))
                 for s, v in by.items()}

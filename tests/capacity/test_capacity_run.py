@@ -101,6 +101,15 @@ def test_capacity_flags_build_the_capacity_planner_and_a_seeded_forecaster(tmp_p
     assert rec.forecaster.steps * rec.forecaster.online.step_s >= 7200
     # latency pressure is judged against each profile's own SLO (0.5 s when the profile leaves it out)
     assert rec.source.slo_latency_s == {"llm-chat": 2.0, "embed": 0.5}
+    assert rec.source.default_slo_latency_s == 0.5  # services without a profile: the policy's colocation.latencySloS
+
+
+def test_services_without_a_profile_take_the_policys_latency_slo(tmp_path):
+    policy = write(tmp_path, {"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy", "metadata": {"name": "t"},
+                              "spec": {"colocation": {"latencySloS": 2.5}}}, "policy.yaml")
+    args = build_parser().parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--policy", policy])
+    source = build_reconciler(args, ControllerMetrics()).source
+    assert (source.slo_latency_s, source.default_slo_latency_s) == ({}, 2.5)
 
 
 def test_rise_tracker_learns_bursts_from_seeded_history_before_watching():
