@@ -4,6 +4,11 @@
                       [--range 7d] [--end TIME] [--step 1m] [--settle 5m]
                       [--demand-query Q] [--replicas-query Q] [--latency-query Q] [--json OUT]
     gputide calibrate --csv FILE [--service NAME] ...
+    gputide calibrate --prometheus URL --services services.yaml ...
+
+With `--services` (a ServiceProfiles file), every profiled service is calibrated against its own
+`latencySloSeconds`, and the table compares the profile's `rpsPerReplica` with what its history supports: a
+`measured` figure replaces it, a `lower` bound only raises it (the data says "at least"), `none` keeps it.
 
 From Prometheus, three range queries per service (`$service` is replaced by its name; the defaults read the
 `gputide_inference_*` series, with the replicas that serve: placed and warm, as kube-state-metrics'
@@ -39,7 +44,10 @@ def register(subparsers) -> None:
     src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
     src.add_argument("--csv", metavar="FILE", help="samples: timestamp,demand_rps,replicas,p99_s")
     p.add_argument("--service", action="append", default=[], help="service name (repeat for several)")
-    p.add_argument("--slo", type=float, default=0.5, help="p99 latency SLO in seconds (default 0.5)")
+    p.add_argument("--services", default=None, metavar="FILE",
+                   help="ServiceProfiles file: calibrate every service in it, each against its own latency SLO")
+    p.add_argument("--slo", type=float, default=None,
+                   help="p99 latency SLO in seconds (default: the profile's latencySloSeconds, else 0.5)")
     p.add_argument("--margin", type=float, default=1.0, help="aim at margin x SLO, 0 < margin <= 1 (default 1)")
     p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d)")
     p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
@@ -121,14 +129,29 @@ def estimate(frame: pd.DataFrame, slo_s: float, margin: float, settle_s: float):
     return calibrate((f["demand"] / f["replicas"]).to_numpy(float), f["p99"].to_numpy(float), slo_s, margin=margin)
 
 
+def suggestion(current: float | None, c) -> float | None:
+    """The rpsPerReplica to write: a measured limit as is, a lower bound only upwards, no estimate: unchanged."""
+    if c.rps_per_replica is None or c.bound == "none":
+        return current
+    if c.bound == "lower" and current is not None:
+        return max(current, c.rps_per_replica)
+    return c.rps_per_replica
+
+
 def run(args: argparse.Namespace) -> int:
-    if not args.slo > 0:
+    if args.slo is not None and not args.slo > 0:
         raise InputError(None, "--slo", args.slo, "seconds > 0")
     if not 0 < args.margin <= 1:
         raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
     settle_s = _seconds(args.settle, "--settle", minimum=0.0)
+    profiles = {}
+    if args.services:
+        from balancer.app.capacity_run import load_profiles
+
+        profiles = load_profiles(args.services)
+        args.service = list(dict.fromkeys([*args.service, *profiles]))
     if args.prometheus and not args.service:
-        raise InputError(None, "--service", None, "at least one service name with --prometheus")
+        raise InputError(None, "--service", None, "at least one service name (or --services FILE) with --prometheus")
     frames: dict[str, pd.DataFrame] = {}
     if args.csv:
         if len(args.service) > 1:
@@ -146,22 +169,29 @@ def run(args: argparse.Namespace) -> int:
         except TelemetryError as exc:
             print(f"gputide: error: {exc}", file=sys.stderr)
             return 1
-    results = {name: estimate(f, args.slo, args.margin, settle_s) for name, f in frames.items()}
-    print("| service | rpsPerReplica | bound | samples | within 10% | over the SLO beyond it | load per replica seen "
-          "| why |")
-    print("|---|---|---|---|---|---|---|---|")
+    def slo_of(name: str) -> float:
+        return args.slo if args.slo is not None else (profiles[name].slo_latency_s if name in profiles else 0.5)
+
+    results = {name: estimate(f, slo_of(name), args.margin, settle_s) for name, f in frames.items()}
+    current = {n: p.rps_per_replica for n, p in profiles.items()}
+    print("| service | SLO s | rpsPerReplica | bound | profile now | samples | within 10% | over the SLO beyond it "
+          "| load per replica seen | why |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, c in results.items():
         rps = "-" if c.rps_per_replica is None else f"{c.rps_per_replica:.4g}"
-        print(f"| {name} | {rps} | {c.bound} | {c.samples} | {c.support} | {c.over} | "
+        now = f"{current[name]:.4g}" if name in current else "-"
+        print(f"| {name} | {slo_of(name):g} | {rps} | {c.bound} | {now} | {c.samples} | {c.support} | {c.over} | "
               f"{c.load_range[0]:.4g}-{c.load_range[1]:.4g} | {c.reason} |")
-    ok = {n: c for n, c in results.items() if c.rps_per_replica is not None}
-    if ok:
-        print("\n# ServiceProfiles (rpsPerReplica only; 'lower' bounds are what the data shows, not a limit)")
+    suggested = {n: suggestion(current.get(n), c) for n, c in results.items()}
+    if any(v is not None for v in suggested.values()):
+        print("\n# ServiceProfiles rpsPerReplica: 'measured' replaces, 'lower' only raises, 'none' keeps")
         print("services:")
-        for name, c in ok.items():
-            print(f"  - name: {name}\n    rpsPerReplica: {c.rps_per_replica:.4g}  # {c.bound}")
+        for name, v in suggested.items():
+            if v is not None:
+                print(f"  - name: {name}\n    rpsPerReplica: {v:.4g}  # {results[name].bound}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"slo_s": args.slo, "margin": args.margin, "services": {n: c.as_dict() for n, c in
-                                                                          results.items()}}, fh, indent=2)
-    return 0 if len(ok) == len(results) else 1
+            json.dump({"margin": args.margin, "services": {
+                n: {**c.as_dict(), "slo_s": slo_of(n), "profile_rps_per_replica": current.get(n),
+                    "suggested_rps_per_replica": suggested[n]} for n, c in results.items()}}, fh, indent=2)
+    return 0 if all(c.rps_per_replica is not None for c in results.values()) else 1

@@ -127,6 +127,41 @@ def test_the_command_reads_a_csv_and_finds_the_simulated_services_limit(history,
     assert got["rps_per_replica"] == pytest.approx(truth, rel=0.01)
 
 
+def test_the_profiles_file_gives_each_service_its_slo_and_the_profile_value_to_compare(history, tmp_path):
+    import json
+
+    import yaml
+
+    rows, truth = history
+    csv = tmp_path / "chat.csv"
+    csv.write_text("timestamp,demand_rps,replicas,p99_s\n" + "\n".join(
+        f"{1.7e9 + t:.0f},{d},{r:g},{p}" for t, d, r, p in rows))
+    profiles = tmp_path / "services.yaml"
+    profiles.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles", "services": [
+        {"name": "chat", "rpsPerReplica": 3, "latencySloSeconds": SLO}]}))
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--csv", str(csv), "--services", str(profiles), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["services"]["chat"]
+    assert got["slo_s"] == SLO and got["profile_rps_per_replica"] == 3
+    assert got["suggested_rps_per_replica"] == pytest.approx(truth, rel=0.01)  # measured: replaces the guess
+    # a tighter SLO from the command line wins over the profile's
+    assert main(["calibrate", "--csv", str(csv), "--services", str(profiles), "--slo", "0.45", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["services"]["chat"]["rps_per_replica"] < truth
+
+
+@pytest.mark.parametrize(("current", "bound", "estimate", "suggested"), [
+    (3.0, "measured", 4.5, 4.5), (6.0, "measured", 4.5, 4.5),  # a measured limit replaces, up or down
+    (3.0, "lower", 4.5, 4.5), (6.0, "lower", 4.5, 6.0),  # "at least 4.5" never lowers a profile
+    (3.0, "none", None, 3.0), (None, "lower", 4.5, 4.5),
+])
+def test_what_the_command_suggests_for_the_profile(current, bound, estimate, suggested):
+    from balancer.cmd.calibrate import suggestion
+    from balancer.plan.calibration import Calibration
+
+    c = Calibration(estimate, bound, SLO, 100, 10, 0, (1.0, 5.0), (), "")
+    assert suggestion(current, c) == suggested
+
+
 @pytest.mark.parametrize(("args", "shown"), [
     (["--margin", "1.5"], "--margin"),
     (["--slo", "0"], "--slo"),
