@@ -14,6 +14,11 @@ cycle: when the hotspot plan already acts on a service
 or a training job (a migration of one of its pods, a shrink), the whole capacity decision waits one cycle,
 with a note, and its hysteresis state is not advanced (the plan it would have made did not happen).
 
+Capacity holds (no capacity action, a note) while inference pods on GPUs have no owner and a profiled service
+that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
+empty would be "reclaimed" for from every training job at once (a controller started before the Kubernetes API
+answered, a dry run without the API, a join table without owners). A stray bare pod does not stop the tide.
+
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`.
 """
@@ -24,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from balancer.config import BalancerPolicy
-from balancer.model import Action, ClusterSnapshot, Forecast, Migrate, Plan, ScaleTraining
+from balancer.model import Action, ClusterSnapshot, Forecast, Migrate, Plan, ScaleTraining, WorkloadClass
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import (
     CapacityPolicy,
@@ -45,6 +50,20 @@ def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
     return out
 
 
+def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
+    """Profiled services that report replicas but own no pod, while some inference pods have no owner."""
+    owned, unowned = set(), False
+    for w in snapshot.workloads:
+        if w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name):
+            if w.owner:
+                owned.add(w.owner)
+            else:
+                unowned = True
+    if not unowned:
+        return []
+    return sorted(n for n, st in snapshot.services.items() if n in profiles and st.replicas > 0 and n not in owned)
+
+
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                        state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
                        capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
@@ -54,6 +73,11 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     if not policy.capacity.enabled or not profiles:
         return plan, state
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
+    blind = unattributed_services(snapshot, profiles)
+    if blind:
+        note = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} report replicas but "
+                "own none of them (pod metadata not read yet?)")
+        return replace(plan, notes=plan.notes + (note,)), replace(state, capacity=cap_state)
     view = view_from_snapshot(snapshot, profiles, bursts=bursts)
     # elastic training is sized by the tide now: the hotspot planner's "give the workers back" after a cooled
     # hotspot would grow a job into GPUs the capacity plan reclaimed for inference; idle GPUs reach training

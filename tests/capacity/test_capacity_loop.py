@@ -89,6 +89,30 @@ def test_a_hotspot_give_back_never_grows_a_job_the_tide_sizes(tide):
     assert job not in new_state.shrunk
 
 
+def test_capacity_holds_while_the_services_pods_have_no_owners_but_not_for_a_stray_bare_pod(tide):
+    sim, tc = tide
+    snap = sim.snapshot()
+    service = sorted(tc.shares)[0]
+
+    def plan_for(snapshot):
+        return plan_with_capacity(snapshot, loan_forecast(tc, snapshot.time), ON, None, profiles=tc.profiles,
+                                  capacity_policy=CapacityPolicy(min_hold_s=0.0), base=base_with())[0]
+
+    # the API has not answered yet: no pod has an owner, every service looks empty
+    blind = replace(snap, workloads=tuple(replace(w, owner="") for w in snap.workloads))
+    plan = plan_for(blind)
+    assert plan.actions == () and any("capacity holds" in n and service in n for n in plan.notes)
+    # one service's pods unattributed: still no capacity action (it would be "reclaimed" for from scratch)
+    partly = replace(snap, workloads=tuple(replace(w, owner="") if w.owner == service else w for w in snap.workloads))
+    assert plan_for(partly).actions == ()
+    # a bare inference pod of nobody's: the services still own theirs, the tide goes on
+    stray = next(w for w in snap.workloads if w.owner == service)
+    bare = replace(stray, name="ml/bare-pod", owner="")
+    with_stray = replace(snap, workloads=(*snap.workloads, bare),
+                         placements={**snap.placements, bare.name: snap.placements[stray.name]})
+    assert plan_for(with_stray).actions, "a stray pod must not stop capacity shifting"
+
+
 def test_pending_replicas_do_not_count_as_capacity(tide):
     sim, tc = tide
     service = sorted(tc.shares)[0]
