@@ -129,8 +129,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         try:
             api_client = build_api_client(None)
         except ActuationError as exc:
-            log.warning("dry run without the Kubernetes API (%s): pods have no owners, so capacity shifting sees "
-                        "no service's replicas and no training job", exc)
+            log.warning("dry run without the Kubernetes API (%s): pods have no owners, so capacity shifting holds "
+                        "(no service's replicas can be counted)", exc)
     overrides = None
     if api_client is not None:  # owners, priorities, elastic bounds: what the metrics' join table cannot say
         from balancer.actuate.k8s_workloads import KubernetesWorkloads
