@@ -382,6 +382,7 @@ class Reconciler:
             usage = fleet_usage(snap)
             split = dict(usage.capacity, loaned=int(getattr(self.state, "loaned_gpus", 0) or 0))
             m.set_capacity(split, getattr(self.state, "capacity_targets", None))
+            m.set_capacity_holding(getattr(self.state, "capacity_holding", ""))
             m.set_fragmentation(usage.fragmentation)
             self._waiting_since = {j: self._waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self._waiting_since.items()})

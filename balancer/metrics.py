@@ -100,6 +100,9 @@ class ControllerMetrics:
                                      registry=r)
         self.forecast_demand = Gauge("gputide_forecast_demand", "Forecast demand (req/s).",
                                      ["service", "quantile", "horizon"], registry=r)
+        self.capacity_holding = _LabelledGauge(Gauge(
+            "gputide_capacity_holding", "1 while capacity shifting holds, by reason (unattributed_pods: a profiled "
+            "service's pods have no owner).", ["reason"], registry=r))
         self.forecast_for_now = _LabelledGauge(Gauge(
             "gputide_forecast_for_now", "Demand (req/s) forecast for now when now was `horizon` ahead: plotted against "
             "the demand now, forecast and outcome line up in time.", ["service", "quantile", "horizon"], registry=r))
@@ -143,6 +146,10 @@ class ControllerMetrics:
     def set_fragmentation(self, by_model: Mapping[str, Mapping[str, float]]) -> None:
         self.fragmentation.set_all({(m,): v["fragmentation_ratio"] for m, v in by_model.items()})
         self.unallocatable.set_all({(m,): v["unallocatable_gpus"] for m, v in by_model.items()})
+
+    def set_capacity_holding(self, reason: str) -> None:
+        """The capacity planner's hold reason this cycle ("" = none: the gauge has no series)."""
+        self.capacity_holding.set_all({(reason,): 1.0} if reason else {})
 
     def set_forecast_for_now(self, values: Mapping[tuple[str, str, str], float]) -> None:
         """{(service, quantile, horizon): req/s} of the forecasts issued one horizon ago for now."""

@@ -77,7 +77,9 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     if blind:
         note = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} report replicas but "
                 "own none of them (pod metadata not read yet?)")
-        return replace(plan, notes=plan.notes + (note,)), replace(state, capacity=cap_state)
+        return (replace(plan, notes=plan.notes + (note,)),
+                replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
+    state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts)
     # elastic training is sized by the tide now: the hotspot planner's "give the workers back" after a cooled
     # hotspot would grow a job into GPUs the capacity plan reclaimed for inference; idle GPUs reach training

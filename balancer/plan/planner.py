@@ -40,6 +40,7 @@ class PlannerState:
     # a wrapping capacity planner's own memory (`balancer.plan.capacity_loop`: its CapacityState)
     capacity: object = None
     capacity_split: Mapping[str, int] | None = None  # its last split: inference, training, loaned, idle GPUs
+    capacity_holding: str = ""  # why the capacity planner holds this cycle ("" = it planned): a metric label
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,

@@ -94,14 +94,21 @@ def test_capacity_holds_while_the_services_pods_have_no_owners_but_not_for_a_str
     snap = sim.snapshot()
     service = sorted(tc.shares)[0]
 
-    def plan_for(snapshot):
-        return plan_with_capacity(snapshot, loan_forecast(tc, snapshot.time), ON, None, profiles=tc.profiles,
-                                  capacity_policy=CapacityPolicy(min_hold_s=0.0), base=base_with())[0]
+    def plan_for(snapshot, full=False):
+        out = plan_with_capacity(snapshot, loan_forecast(tc, snapshot.time), ON, None, profiles=tc.profiles,
+                                 capacity_policy=CapacityPolicy(min_hold_s=0.0), base=base_with())
+        return out if full else out[0]
 
     # the API has not answered yet: no pod has an owner, every service looks empty
     blind = replace(snap, workloads=tuple(replace(w, owner="") for w in snap.workloads))
-    plan = plan_for(blind)
+    plan, state = plan_for(blind, full=True)
     assert plan.actions == () and any("capacity holds" in n and service in n for n in plan.notes)
+    metrics = ControllerMetrics(CollectorRegistry())
+    metrics.set_capacity_holding(state.capacity_holding)  # what the loop does with it each cycle
+    assert metrics.registry.get_sample_value("gputide_capacity_holding", {"reason": "unattributed_pods"}) == 1
+    assert plan_for(snap, full=True)[1].capacity_holding == ""  # owners known: it plans, and the gauge clears
+    metrics.set_capacity_holding("")
+    assert metrics.registry.get_sample_value("gputide_capacity_holding", {"reason": "unattributed_pods"}) is None
     # one service's pods unattributed: still no capacity action (it would be "reclaimed" for from scratch)
     partly = replace(snap, workloads=tuple(replace(w, owner="") if w.owner == service else w for w in snap.workloads))
     assert plan_for(partly).actions == ()
