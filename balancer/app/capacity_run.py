@@ -47,7 +47,7 @@ from balancer.plan.planner import PlannerState
 from balancer.yamlfile import expect_kind, read_yaml
 
 log = logging.getLogger(__name__)
-DEFAULT_DEMAND_QUERY = 'sum(gputide_inference_demand_rps{service="$service"})'
+DEFAULT_DEMAND_QUERY = 'sum(gputide_inference_demand_rps{$selector})'
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
 
 # YAML key -> (ServiceCapacity field, type, lowest allowed, required)
@@ -111,24 +111,33 @@ def profiles_from_dict(doc: Any, file: str) -> dict[str, ServiceCapacity]:
     return out
 
 
+def service_query(template: str, service: str) -> str:
+    """A per-service PromQL template filled in: ``$service`` is the service's name, ``$namespace`` its namespace
+    ("" for a bare name) and ``$selector`` the label matchers for both (``service="vllm", namespace="team-a"``
+    for the qualified ``team-a/vllm``, ``service="chat"`` for a bare ``chat``)."""
+    namespace, _, name = service.rpartition("/")
+    selector = f'service="{name}"' + (f', namespace="{namespace}"' if namespace else "")
+    return Template(template).safe_substitute(service=name, namespace=namespace, selector=selector)
+
+
 def load_profiles(path: str) -> dict[str, ServiceCapacity]:
     return profiles_from_dict(read_yaml(path, "service profiles"), str(path))
 
 
 class PrometheusDemandHistory:
     """`history(service, now)`: the service's demand over the last `days` from Prometheus (`source.demand_history`
-    with `query`, a `string.Template` over ``$service``), at `step_s`; None when Prometheus has nothing or fails
+    with `query`, a template over ``$service``, ``$namespace`` and ``$selector``: `service_query`), at `step_s`; None when Prometheus has nothing or fails
     (the controller then learns from what it observes). Cached per service: the forecaster and the burst
     tracker share one query."""
 
     def __init__(self, source: Any, query: str = DEFAULT_DEMAND_QUERY, days: float = 14.0,
                  step_s: float = 300.0) -> None:
-        self.source, self.query, self.days, self.step_s = source, Template(query), days, step_s
+        self.source, self.query, self.days, self.step_s = source, query, days, step_s
         self.cache: dict[str, pd.Series | None] = {}
 
     def __call__(self, service: str, now: float) -> pd.Series | None:
         if service not in self.cache:
-            promql = self.query.safe_substitute(service=service)
+            promql = service_query(self.query, service)
             # Prometheus answers at most 11,000 points per series: a long history at a fine step is cut to that
             start = max(now - self.days * 86400.0, now - (MAX_POINTS - 1) * self.step_s)
             try:

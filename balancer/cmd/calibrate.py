@@ -24,16 +24,15 @@ import argparse
 import json
 import sys
 import time
-from string import Template
 
 import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError, TelemetryError
 
-DEMAND_QUERY = 'sum(gputide_inference_demand_rps{service="$service"})'
-REPLICAS_QUERY = 'sum(gputide_inference_replicas_ready{service="$service"})'
-LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{service="$service"})'
+DEMAND_QUERY = 'sum(gputide_inference_demand_rps{$selector})'
+REPLICAS_QUERY = 'sum(gputide_inference_replicas_ready{$selector})'
+LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{$selector})'
 CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
 
@@ -53,7 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
     p.add_argument("--step", default="1m", help="range-query step (default 1m)")
     p.add_argument("--settle", default="5m", help="drop samples this soon after a replica change (default 5m)")
-    p.add_argument("--demand-query", default=DEMAND_QUERY, help=f"PromQL, $service templated (default {DEMAND_QUERY})")
+    p.add_argument("--demand-query", default=DEMAND_QUERY,
+                   help=f"PromQL; $service, $namespace, $selector filled in (default {DEMAND_QUERY})")
     p.add_argument("--replicas-query", default=REPLICAS_QUERY, help=f"PromQL (default {REPLICAS_QUERY})")
     p.add_argument("--latency-query", default=LATENCY_QUERY, help=f"PromQL, seconds (default {LATENCY_QUERY})")
     p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON")
@@ -110,10 +110,11 @@ def from_csv(path: str) -> pd.DataFrame:
 
 
 def from_prometheus(args: argparse.Namespace, service: str, start: float, end: float, step_s: float) -> pd.DataFrame:
+    from balancer.app.capacity_run import service_query
     from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))
-    got = [source.demand_history(Template(q).safe_substitute(service=service), start, end, step_s)
+    got = [source.demand_history(service_query(q, service), start, end, step_s)
            for q in (args.demand_query, args.replicas_query, args.latency_query)]
     index = got[0].index
     return _frame(index.as_unit("s").asi8.astype(float), *(s.reindex(index).to_numpy(float) for s in got))

@@ -94,8 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ServiceProfiles YAML: the inference services capacity shifting may resize (needs "
                         "capacity.enabled in the policy file)")
     p.add_argument("--demand-query", default=None, metavar="PROMQL",
-                   help="a service's demand in req/s, $service replaced by its name (default: "
-                        "sum(gputide_inference_demand_rps{service=\"$service\"}))")
+                   help="a service's demand in req/s; $service, $namespace and $selector (the label matchers "
+                        "for both) are filled in (default: sum(gputide_inference_demand_rps{$selector}))")
     p.add_argument("--forecast-model", default="mstl", metavar="NAME",
                    help="forecaster for capacity shifting (persistence, seasonal_naive_daily, holt_winters, mstl, "
                         "gbm, profile, auto; default mstl)")

@@ -112,6 +112,19 @@ def test_services_without_a_profile_take_the_policys_latency_slo(tmp_path):
     assert (source.slo_latency_s, source.default_slo_latency_s) == ({}, 2.5)
 
 
+@pytest.mark.parametrize(("service", "query"), [
+    ("chat", 'sum(gputide_inference_demand_rps{service="chat"})'),
+    ("team-a/vllm", 'sum(gputide_inference_demand_rps{service="vllm", namespace="team-a"})'),
+], ids=["bare name", "namespace/name, as an ambiguous owner is qualified"])
+def test_per_service_queries_fill_in_the_name_the_namespace_and_their_selector(service, query):
+    from balancer.app.capacity_run import DEFAULT_DEMAND_QUERY, service_query
+
+    assert service_query(DEFAULT_DEMAND_QUERY, service) == query
+    ns, _, name = service.rpartition("/")
+    assert service_query('rate(http_requests_total{app="$service", ns="$namespace"}[5m])', service) == (
+        f'rate(http_requests_total{{app="{name}", ns="{ns}"}}[5m])')
+
+
 def test_rise_tracker_learns_bursts_from_seeded_history_before_watching():
     idx = pd.date_range("2024-01-01", periods=12, freq="60s", tz="UTC")
     tracker = RiseTracker(lead_s=120.0, window_s=86400.0, cap=3.0)
