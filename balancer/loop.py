@@ -246,6 +246,7 @@ class Reconciler:
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self._recovered = False
+        self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
         self._waiting_since: dict[str, float] = {}
         self.reconcile_seconds: list[float] = []
@@ -287,6 +288,7 @@ class Reconciler:
         self._hook(now, "housekeeping", logging.INFO)
         forecasts = self._forecast(snap)
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
+        self._log_notes(plan.notes)
         self._record_fleet(snap, forecasts, now)
         review = self.guard.review(plan.actions, snap, self.ledger, now)
         rejected = [(a, exc.reason) for a, exc in review.rejected]
@@ -320,6 +322,13 @@ class Reconciler:
             self.state = planner_mod.acknowledge(self.state, applied, fresh)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
         return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+
+    def _log_notes(self, notes: tuple[str, ...]) -> None:
+        """The planner's notes (why it holds or waits) at INFO, each once while it lasts, not every cycle."""
+        for note in notes:
+            if note not in self._last_notes:
+                log.info("plan: %s", note)
+        self._last_notes = frozenset(notes)
 
     def _inherit_ledger(self) -> None:
         """On becoming the leader: the cooldowns and budget spent by the previous leader, if its elector kept them

@@ -227,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         report = reconciler.run_once()
         print(f"cycle: {report.status} {report.reason}".rstrip())
+        for note in report.plan.notes if report.plan is not None else ():
+            print(f"  note: {note}")
         for res in report.results:
             print(f"  {res.outcome}: {res.action.describe()} {res.detail}".rstrip())
         for action, reason in report.rejected:

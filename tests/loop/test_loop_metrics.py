@@ -346,3 +346,25 @@ def test_model_fits_are_spread_over_cycles_and_a_waiting_service_keeps_its_last_
         seen.append(sorted(fc(snap)))
     assert fitted == names  # two, two, then the last one: never more than two in a cycle
     assert seen == [names[:2], names[:4], names]
+
+
+def test_the_planners_notes_are_logged_once_while_they_last(caplog):
+    import logging
+
+    from balancer.model import Plan
+
+    fl = make_fleet(1, 4)
+    clock = [1000.0]
+    notes = [("capacity holds: chat owns no pod",), ("capacity holds: chat owns no pod",), (), ("capacity holds: "
+                                                                                             "chat owns no pod",)]
+
+    def planner(snap, forecasts, policy, state):
+        return Plan(notes=notes.pop(0)), state
+
+    rec, _ = loop(Source(snapshot(fl, age=0.0)), clock, planner=planner)
+    caplog.set_level(logging.INFO, logger="balancer.loop")
+    for _ in range(4):
+        assert rec.run_once().status == "ok"
+        clock[0] += 60.0
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plan: ")]
+    assert logged == ["plan: capacity holds: chat owns no pod"] * 2  # first seen, then again after it cleared
