@@ -28,6 +28,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from balancer.cmd.run import parse_interval
 from balancer.errors import InputError, TelemetryError
 
 DEMAND_QUERY = 'sum(gputide_inference_demand_rps{$selector})'
@@ -58,16 +59,6 @@ def register(subparsers) -> None:
     p.add_argument("--latency-query", default=LATENCY_QUERY, help=f"PromQL, seconds (default {LATENCY_QUERY})")
     p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON")
     p.set_defaults(func=run)
-
-
-def _seconds(text: str, flag: str, minimum: float = 1.0) -> float:
-    try:
-        value = pd.Timedelta(text).total_seconds()
-    except (ValueError, TypeError):
-        value = float("nan")
-    if not value >= minimum:
-        raise InputError(None, flag, text, f"a duration of at least {minimum:g}s, such as 5m or 7d")
-    return value
 
 
 def _time(text: str | None, flag: str) -> float:
@@ -109,11 +100,11 @@ def from_csv(path: str) -> pd.DataFrame:
     return _frame(t, cols["demand_rps"], cols["replicas"], cols["p99_s"])
 
 
-def from_prometheus(args: argparse.Namespace, service: str, start: float, end: float, step_s: float) -> pd.DataFrame:
+def from_prometheus(source, args: argparse.Namespace, service: str, start: float, end: float,
+                    step_s: float) -> pd.DataFrame:
+    """The three series of `service` (range queries through `source.demand_history`) as one frame."""
     from balancer.app.capacity_run import service_query
-    from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
-    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))
     got = [source.demand_history(service_query(q, service), start, end, step_s)
            for q in (args.demand_query, args.replicas_query, args.latency_query)]
     index = got[0].index
@@ -144,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--slo", args.slo, "seconds > 0")
     if not 0 < args.margin <= 1:
         raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
-    settle_s = _seconds(args.settle, "--settle", minimum=0.0)
+    settle_s = parse_interval(args.settle, "--settle", allow_zero=True)
     profiles = {}
     if args.services:
         from balancer.app.capacity_run import load_profiles
@@ -159,14 +150,17 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(args.csv, "--service", args.service, "one name: a CSV holds one service")
         frames[(args.service or ["service"])[0]] = from_csv(args.csv)
     else:
-        step_s, span = _seconds(args.step, "--step"), _seconds(args.range_, "--range")
+        step_s, span = parse_interval(args.step, "--step"), parse_interval(args.range_, "--range")
         if span / step_s > MAX_POINTS:
             raise InputError(None, "--step", args.step, f"at least {span / MAX_POINTS:.0f}s for --range {args.range_} "
                              f"(Prometheus returns at most {MAX_POINTS} points a series)")
         end = _time(args.end, "--end")
+        from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+
+        source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))  # one client for every service
         try:
             for name in args.service:
-                frames[name] = from_prometheus(args, name, end - span, end, step_s)
+                frames[name] = from_prometheus(source, args, name, end - span, end, step_s)
         except TelemetryError as exc:
             print(f"gputide: error: {exc}", file=sys.stderr)
             return 1

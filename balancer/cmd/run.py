@@ -46,8 +46,12 @@ def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVI
     return text or DEFAULT_NAMESPACE
 
 
-def parse_interval(text: str, field: str = "--interval") -> float:
+def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = False) -> float:
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+    def ok(value: float) -> bool:
+        return value > 0 or (allow_zero and value == 0)
+
     for unit in sorted(units, key=len, reverse=True):
         if text.endswith(unit):
             number = text[: -len(unit)]
@@ -55,16 +59,17 @@ def parse_interval(text: str, field: str = "--interval") -> float:
                 value = float(number) * units[unit]
             except ValueError:
                 break
-            if value > 0:
+            if ok(value):
                 return value
             break
     try:
         value = float(text)
-        if value > 0:
+        if ok(value):
             return value
     except ValueError:
         pass
-    raise InputError(None, field, text, "a positive duration such as 30s, 1m or 500ms")
+    what = "a duration >= 0" if allow_zero else "a positive duration"
+    raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

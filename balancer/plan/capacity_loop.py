@@ -52,16 +52,15 @@ def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
 
 def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
     """Profiled services that report replicas but own no pod, while some inference pods have no owner."""
-    owned, unowned = set(), False
-    for w in snapshot.workloads:
-        if w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name):
-            if w.owner:
-                owned.add(w.owner)
-            else:
-                unowned = True
-    if not unowned:
+    by_owner = snapshot.workloads_by_owner
+
+    def serving(owner: str) -> bool:
+        return any(w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name)
+                   for w in by_owner.get(owner, ()))
+
+    if not serving(""):
         return []
-    return sorted(n for n, st in snapshot.services.items() if n in profiles and st.replicas > 0 and n not in owned)
+    return sorted(n for n, st in snapshot.services.items() if n in profiles and st.replicas > 0 and not serving(n))
 
 
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,

@@ -323,9 +323,10 @@ class PrometheusTelemetrySource:
             if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
                 by.setdefault(name, {})[m["__name__"]] = value
         pods: dict[str, int] = {}
-        for w in workloads:
-            if w.workload_class is WorkloadClass.INFERENCE and w.owner:
-                pods[w.owner] = pods.get(w.owner, 0) + 1
+        if any("gputide_inference_replicas" not in v for v in by.values()):
+            for w in workloads:
+                if w.workload_class is WorkloadClass.INFERENCE and w.owner:
+                    pods[w.owner] = pods.get(w.owner, 0) + 1
         return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
                                  p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
                                  slo_latency_s=self.slo_latency_s.get(s, self.default_slo_latency_s),
