@@ -5,7 +5,10 @@ The exporter's join table `gputide_gpu_workload_info{UUID,namespace,pod,workload
 which GPU, nothing more. Planning needs the rest: which Deployment or Job a pod belongs to (so capacity shifting
 can name the service to scale and the training job to shrink), its priority, whether the job is elastic and
 within which bounds, whether it may be moved. `KubernetesWorkloads()` lists the running pods (one call, served
-from the API server's watch cache, at most once per `ttl_s`) and turns each GPU pod into a `Workload`:
+from the API server's watch cache, at most once per `ttl_s`) and turns each GPU pod into a `Workload`. With
+`watch=True` (what `gputide run` uses) it lists once and then follows the API server's watch (`ListWatch`,
+balancer/actuate/k8s_watch.py): owners are as fresh as the last event and a planning cycle costs the API server
+nothing; until that first list succeeds (or when watching is refused) it lists per `ttl_s` as before.
 
 | field | from |
 |---|---|
@@ -44,6 +47,7 @@ from dataclasses import replace
 from typing import Any
 
 from balancer import catalog
+from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError, InputError
 from balancer.model import SuspendedJob, Workload, WorkloadClass
@@ -124,6 +128,11 @@ def workload_from_pod(pod: Json) -> Workload | None:
     )
 
 
+def running_workload(pod: Json) -> Workload | None:
+    """`workload_from_pod` of a Running pod; None otherwise (a watch also sees a pod that just finished)."""
+    return workload_from_pod(pod) if (pod.get("status") or {}).get("phase") == "Running" else None
+
+
 def suspended_job(job: Json) -> SuspendedJob | None:
     """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic."""
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
@@ -164,18 +173,24 @@ class KubernetesWorkloads:
     """`workload_overrides` for `PrometheusTelemetrySource`: {"namespace/pod": Workload} of the running GPU pods."""
 
     def __init__(self, api_client: Any, ttl_s: float = 60.0, clock: Callable[[], float] = time.time, *,
-                 max_retries: int = 1, sleep: Callable[[float], None] = time.sleep) -> None:
+                 max_retries: int = 1, sleep: Callable[[float], None] = time.sleep, watch: bool = False,
+                 watch_s: float = 300.0) -> None:
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
         self.ttl_s, self.clock = ttl_s, clock
         self._cache: dict[str, Workload] = {}
         self._at = -float("inf")
+        self._generation = -1
+        self.watch = None if not watch else ListWatch(
+            "running pods", lambda **kw: self.api("list running pods", self.api.core.list_pod_for_all_namespaces, **kw),
+            self.api.core.list_pod_for_all_namespaces, running_workload,
+            selectors={"field_selector": "status.phase=Running"}, watch_s=watch_s)
         self._suspended: tuple[SuspendedJob, ...] | None = None
         self._suspended_at = -float("inf")
-        self._memo: tuple[tuple[float, float], tuple] | None = None
+        self._memo: tuple[tuple[float, int, float], tuple] | None = None
 
     def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
         """Both latest answers with ambiguous owners qualified (recomputed only when either answer changed)."""
-        key = (self._at, self._suspended_at)
+        key = (self._at, self._generation, self._suspended_at)
         if self._memo is None or self._memo[0] != key:
             self._memo = (key, qualify_ambiguous(self._cache, self._suspended))
         return self._memo[1]
@@ -195,7 +210,16 @@ class KubernetesWorkloads:
         self._suspended_at = now
         return self._qualified()[1]
 
+    def close(self) -> None:
+        """Stop watching (a no-op without `watch`)."""
+        if self.watch is not None:
+            self.watch.stop()
+
     def __call__(self) -> dict[str, Workload]:
+        if self.watch is not None and self.watch.start().synced:
+            if self.watch.generation != self._generation:
+                self._generation, self._cache = self.watch.snapshot()
+            return self._qualified()[0]
         now = self.clock()
         if now - self._at < self.ttl_s:
             return self._qualified()[0]

@@ -49,6 +49,7 @@ from typing import Any
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch  # noqa: F401 - the gateway's watch, used by k8s_watch.ListWatch
 from kubernetes.client.exceptions import ApiException
 
 from balancer.actuate.base import ActionResult, Outcome

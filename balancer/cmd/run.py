@@ -140,7 +140,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     if api_client is not None:  # owners, priorities, elastic bounds: what the metrics' join table cannot say
         from balancer.actuate.k8s_workloads import KubernetesWorkloads
 
-        overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0))
+        # a long-running controller lists once and follows the watch; --once lists once and exits
+        overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0), watch=not args.once)
     profiles = None
     if args.services:
         from balancer.app.capacity_run import load_profiles

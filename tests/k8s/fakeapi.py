@@ -16,9 +16,16 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Binding: sets spec.nodeName once; a second binding answers 409.
 - Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace; label
   selectors of equality terms (`key=value`, `key!=value`) on every list.
+- Watch (`?watch=true` on any list, chunked JSON lines): from `resourceVersion` N every later change, as the
+  filtered watch of the real server sends it (an object that stops matching the selectors comes as DELETED, one
+  that starts matching as ADDED); without one (or "0"), synthetic ADDED events for what exists now. The stream
+  ends after `timeoutSeconds` (with a BOOKMARK when `allowWatchBookmarks=true`). A resourceVersion older than the
+  kept history (`compact()` forgets it all) gets an ERROR event with a 410 Expired Status, as etcd compaction
+  does. Faults apply to watch requests like any other.
 
 Faults on demand: `inject("POST", r"/eviction$", 500, count=2)` makes the next two matching requests fail;
-`before("PUT", r"/leases/", fn)` runs `fn()` just before the next matching request, to stage races.
+`before("PUT", r"/leases/", fn)` runs `fn()` just before the next matching request, to stage races;
+`delete(plural, name, namespace)` removes an object behind the client's back.
 Every request is logged in `requests` for assertions.
 """
 
@@ -226,6 +233,16 @@ class Hook:
 
 
 @dataclass
+class _Event:
+    rv: int
+    plural: str
+    namespace: str
+    type: str                       # ADDED, MODIFIED, DELETED
+    old: dict[str, Any] | None      # before the change (None when ADDED)
+    new: dict[str, Any]             # after it (the last state when DELETED)
+
+
+@dataclass
 class Request:
     method: str
     path: str
@@ -256,6 +273,11 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.hooks: list[Hook] = []
         self.requests: list[Request] = []
+        self.history_limit = 10_000
+        self._history: list[_Event] = []
+        self._expired_below = 0    # watches from a resourceVersion below this answer 410 Expired
+        self._changed = threading.Condition(self._lock)
+        self._closing = False
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
@@ -286,6 +308,17 @@ class FakeKube:
         with self._lock:
             return copy.deepcopy(self._patch(plural, namespace, name, patch))
 
+    def delete(self, plural: str, name: str, namespace: str = "") -> None:
+        """Delete an object behind the client's back (another writer)."""
+        with self._lock:
+            self._remove(plural, namespace, name)
+
+    def compact(self) -> None:
+        """Forget the change history, as etcd compaction does: watches from any older version get 410."""
+        with self._lock:
+            self._history.clear()
+            self._expired_below = self._rv
+
     def inject(self, method: str | None, path: str, code: int, count: int = 1, delay_s: float = 0.0) -> Fault:
         """The next `count` requests whose path matches regex `path` (and method, if given) answer `code`,
         after `delay_s` (a client with a shorter timeout sees a read timeout)."""
@@ -304,6 +337,9 @@ class FakeKube:
         return [r for r in self.requests if r.method == method and pattern.search(r.path)]
 
     def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._changed.notify_all()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -318,6 +354,21 @@ class FakeKube:
     def _bump(self, obj: dict[str, Any]) -> None:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    def _record(self, plural: str, namespace: str, type_: str, old: dict[str, Any] | None,
+                new: dict[str, Any]) -> None:
+        """Keep a change for watches (after `_bump` of `new`) and wake them."""
+        self._history.append(_Event(self._rv, plural, namespace, type_, copy.deepcopy(old), copy.deepcopy(new)))
+        if len(self._history) > self.history_limit:
+            self._expired_below = self._history.pop(0).rv
+        self._changed.notify_all()
+
+    def _remove(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        obj = self._existing(plural, namespace, name)
+        del self.objects[(plural, namespace, name)]
+        self._bump(obj)
+        self._record(plural, namespace, "DELETED", obj, obj)
+        return obj
 
     def _typed(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         kind, api_version, namespaced = RESOURCES[plural]
@@ -340,6 +391,7 @@ class FakeKube:
         validate(obj)
         self._bump(obj)
         self.objects[key] = obj
+        self._record(plural, namespace, "ADDED", None, obj)
         return obj
 
     def _existing(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
@@ -361,6 +413,7 @@ class FakeKube:
         validate(new)
         self._bump(new)
         self.objects[(plural, namespace, name)] = new
+        self._record(plural, namespace, "MODIFIED", old, new)
         return new
 
     def _replace(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -394,9 +447,11 @@ class FakeKube:
                 raise ApiError(429, "TooManyRequests",
                                "Cannot evict pod as it would violate the pod's disruption budget.")
         for pdb in budgets:
+            old = copy.deepcopy(pdb)
             pdb["status"]["disruptionsAllowed"] -= 1
             self._bump(pdb)
-        del self.objects[("pods", namespace, name)]
+            self._record("poddisruptionbudgets", namespace, "MODIFIED", old, pdb)
+        self._remove("pods", namespace, name)
         return status_body(201, "", "")
 
     def _bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -431,7 +486,8 @@ class FakeKube:
 
     # ---- lists -----------------------------------------------------------------------------------------------
 
-    def _list(self, plural: str, namespace: str | None, query: dict[str, str]) -> dict[str, Any]:
+    def _matcher(self, plural: str, namespace: str | None, query: dict[str, str]) -> Callable[[Any], bool]:
+        """The list's namespace, field and label selectors as one predicate on an object (None never matches)."""
         selectors = []
         for term in filter(None, query.get("fieldSelector", "").split(",")):
             m = re.match(r"^([\w.]+)(!=|==|=)(.*)$", term)
@@ -445,14 +501,60 @@ class FakeKube:
             if m is None:
                 raise ApiError(400, "BadRequest", f'label selector not supported by the fake: "{term}"')
             selectors.append((functools.partial(_label, key=m.group(1)), m.group(2) == "!=", m.group(3)))
-        items = [
-            copy.deepcopy(obj) for (p, ns, _), obj in sorted(self.objects.items())
-            if p == plural and (namespace is None or ns == namespace)
-            and all((g(obj) != v) if neg else (g(obj) == v) for g, neg, v in selectors)
-        ]  # fmt: skip
+
+        def matches(obj: Any) -> bool:
+            return obj is not None and (namespace is None or obj["metadata"].get("namespace") == namespace) and all(
+                (g(obj) != v) if neg else (g(obj) == v) for g, neg, v in selectors)
+        return matches
+
+    def _list(self, plural: str, namespace: str | None, query: dict[str, str]) -> dict[str, Any]:
+        matches = self._matcher(plural, namespace, query)
+        items = [copy.deepcopy(obj) for (p, _, _), obj in sorted(self.objects.items()) if p == plural and matches(obj)]
         kind, api_version, _ = RESOURCES[plural]
         return {"kind": f"{kind}List", "apiVersion": api_version,
                 "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    def _watch(self, plural: str, namespace: str | None, query: dict[str, str]) -> Iterator[dict[str, Any]]:
+        """Watch events (see the module docstring); a bad selector answers before the stream starts."""
+        return self._events(plural, self._matcher(plural, namespace, query), query)
+
+    def _events(self, plural: str, matches: Callable[[Any], bool], query: dict[str, str]) -> Iterator[dict[str, Any]]:
+        """Runs in the handler's thread, taking the lock per batch."""
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        since = query.get("resourceVersion") or "0"
+        with self._lock:
+            if since == "0":
+                at = self._rv
+                initial = [{"type": "ADDED", "object": copy.deepcopy(o)}
+                           for (p, _, _), o in sorted(self.objects.items()) if p == plural and matches(o)]
+            else:
+                initial, at = [], int(since) if since.isdigit() else -1
+        yield from initial
+        while True:
+            with self._lock:
+                expired_below = self._expired_below
+                batch = [e for e in self._history if e.rv > at and e.plural == plural]
+                if not batch and at >= expired_below:
+                    at = max(at, self._rv)  # nothing of this resource up to now
+                    left = deadline - time.monotonic()
+                    if self._closing or left <= 0:
+                        break
+                    self._changed.wait(min(left, 0.5))
+                    continue
+            if at < expired_below:  # compacted before this watcher read it: it must list again
+                yield {"type": "ERROR", "object": status_body(
+                    410, "Expired", f"too old resource version: {at} ({expired_below})")}
+                return
+            at = batch[-1].rv
+            for e in batch:
+                was, now = matches(e.old), matches(e.new) and e.type != "DELETED"
+                kind = {(False, True): "ADDED", (True, True): "MODIFIED", (True, False): "DELETED"}.get((was, now))
+                if kind:
+                    yield {"type": kind, "object": e.new}
+        if query.get("allowWatchBookmarks") == "true":
+            kind, api_version, _ = RESOURCES[plural]
+            yield {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                                                  "metadata": {"resourceVersion": str(at)}}}
 
     # ---- HTTP ------------------------------------------------------------------------------------------------
 
@@ -501,6 +603,8 @@ class FakeKube:
         if method == "PATCH" and (content_type or "").split(";")[0] != MERGE_PATCH:
             raise ApiError(415, "UnsupportedMediaType", f"fake supports {MERGE_PATCH} only, got {content_type}")
         if r.name is None:
+            if method == "GET" and r.query.get("watch") in ("true", "1"):
+                return 200, self._watch(r.plural, r.namespace, r.query)
             if method == "GET":
                 return 200, self._list(r.plural, r.namespace, r.query)
             if method == "POST":
@@ -513,9 +617,7 @@ class FakeKube:
             if method == "PATCH":
                 return 200, copy.deepcopy(self._patch(r.plural, ns, r.name, body))
             if method == "DELETE" and r.plural == "pods":
-                obj = self._existing(r.plural, ns, r.name)
-                del self.objects[(r.plural, ns, r.name)]
-                return 200, obj
+                return 200, copy.deepcopy(self._remove(r.plural, ns, r.name))
         elif r.plural == "pods" and method == "POST" and r.sub in ("eviction", "binding"):
             return 201, (self._evict if r.sub == "eviction" else self._bind)(ns, r.name, body)
         elif r.plural == "deployments" and r.sub == "scale":
@@ -541,12 +643,30 @@ class FakeKube:
                     code, payload = 400, status_body(400, "BadRequest", "body is not JSON")
                 else:
                     code, payload = owner.dispatch(self.command, self.path, self.headers.get("Content-Type"), body)
+                if isinstance(payload, Iterator):
+                    self._stream(payload)
+                    return
                 out = json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
+
+            def _stream(self, events: Iterator[dict[str, Any]]) -> None:
+                """A watch: one JSON event per line, each line its own chunk, as the API server sends them."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in events:
+                        line = json.dumps(event).encode() + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped watching
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 - http.server's naming
 

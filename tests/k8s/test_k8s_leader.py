@@ -214,6 +214,7 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
 
     source = getattr(rec.source, "inner", rec.source)
     assert isinstance(source.workload_overrides, KubernetesWorkloads)
+    assert source.workload_overrides.watch is not None  # a running controller follows the pods' watch
     assert source.suspended_jobs == source.workload_overrides.suspended_jobs  # so jobs may be suspended
 
 

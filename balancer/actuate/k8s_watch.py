@@ -1,0 +1,173 @@
+"""List once, then watch: a cache of API objects kept current by the API server's change events.
+
+Listing every running pod in the cluster each planning cycle costs the API server a full list per cycle and
+still leaves ownership up to a TTL old. `ListWatch` does what client-go's reflector does, with the official
+client's `kubernetes.watch.Watch`:
+
+1. **List** (served from the API server's watch cache, `resourceVersion=0`) and replace the whole cache with it;
+   the list's `metadata.resourceVersion` is where the watch starts.
+2. **Watch** from there (`allowWatchBookmarks`, server-side `timeoutSeconds`), applying each ADDED, MODIFIED and
+   DELETED event to the cache, and carrying the last resourceVersion seen (bookmarks included) into the next
+   watch when this one ends.
+3. **410 Gone** (the history the watch needs was compacted): list again. **Any other failure** (connection
+   refused, 5xx, 403): wait with exponential backoff (1 s doubling to 60 s) and list again, so a lost event can
+   never stay lost.
+
+`convert(obj)` turns an object into the cached item (None drops it): the cache holds items, not raw objects, so
+readers pay nothing per event. Readers get `snapshot()`: the generation (bumped on every change) and a copy of the
+items, consistent at one point in time. Until the first list has succeeded `synced` is False and the reader
+should ask the API itself (`KubernetesWorkloads` does); after that a broken watch leaves the last known state in
+place while it reconnects, like a reflector's store.
+
+The watch runs in one daemon thread, started by `start()` and ended by `stop()` (it closes the open stream).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import urllib3
+
+from balancer.actuate.kubernetes import ApiException, k8s_watch  # the one module that imports the client
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+GONE = 410
+
+
+def object_key(obj: Json) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+class ListWatch:
+    """A cache of `convert(obj)` by `namespace/name`, kept current by a list and then a watch (module docstring).
+
+    `list_call(**kwargs) -> Json` lists (with retries, raising `ActuationError`); `watch_fn` is the generated
+    client's list function the watch streams from (e.g. `CoreV1Api.list_pod_for_all_namespaces`); `selectors`
+    (field_selector, label_selector) go to both.
+    """
+
+    def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
+                 convert: Callable[[Json], Any | None], *, selectors: dict[str, str] | None = None,
+                 watch_s: float = 300.0, backoff_s: float = 1.0, max_backoff_s: float = 60.0) -> None:
+        self.what, self.list_call, self.watch_fn, self.convert = what, list_call, watch_fn, convert
+        self.selectors = dict(selectors or {})
+        self.watch_s, self.backoff_s, self.max_backoff_s = watch_s, backoff_s, max_backoff_s
+        self._lock = threading.Lock()
+        self._items: dict[str, Any] = {}
+        self._generation = 0
+        self._synced = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: k8s_watch.Watch | None = None
+        self.lists = 0        # lists made (the first, and one after each expiry or failure)
+        self.failures = 0     # consecutive failures (0 while the watch is healthy)
+
+    # ---- reader side ----------------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every change of the items."""
+        return self._generation
+
+    def snapshot(self) -> tuple[int, dict[str, Any]]:
+        """(generation, a copy of the items), consistent at one instant."""
+        with self._lock:
+            return self._generation, dict(self._items)
+
+    def start(self) -> ListWatch:
+        """Start the watch thread (once; later calls do nothing)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"watch {self.what}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+            resp = getattr(w, "_resp", None)  # unblock a stream waiting for its next event
+            if resp is not None:
+                resp.close()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # ---- the reflector --------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                version = self._follow(version)
+                self.failures = 0
+                continue
+            except ApiException as exc:
+                if exc.status == GONE:
+                    log.info("%s: watch expired (%s), listing again", self.what, exc.reason)
+                    version = None
+                    continue
+                err = f"{exc.status} {exc.reason}"
+            except (ActuationError, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                err = f"{type(exc).__name__}: {exc}"
+            if self._stop.is_set():
+                return
+            self.failures += 1
+            version = None  # whatever was missed meanwhile is only in a new list
+            wait = min(self.backoff_s * 2 ** (self.failures - 1), self.max_backoff_s)
+            log.warning("%s: watch failed (%s), keeping the last state of %d objects; listing again in %.1f s",
+                        self.what, err, len(self._items), wait)
+            self._stop.wait(wait)
+
+    def _relist(self) -> str:
+        listed = self.list_call(resource_version="0", **self.selectors)
+        items = {}
+        for obj in listed.get("items") or []:
+            item = self.convert(obj)
+            if item is not None:
+                items[object_key(obj)] = item
+        with self._lock:
+            self._items, self._generation = items, self._generation + 1
+        self._synced = True
+        self.lists += 1
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "0")
+
+    def _follow(self, version: str) -> str:
+        """One watch from `version` until the server ends it; returns the last resourceVersion seen."""
+        self._watch = w = k8s_watch.Watch()
+        try:
+            for event in w.stream(self.watch_fn, resource_version=version, allow_watch_bookmarks=True,
+                                  timeout_seconds=max(int(self.watch_s), 1),
+                                  _request_timeout=(10.0, self.watch_s + 30.0), **self.selectors):
+                obj = event.get("raw_object") or {}
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    self._apply(event["type"], obj)
+                if self._stop.is_set():
+                    break
+        finally:
+            self._watch = None
+        return version
+
+    def _apply(self, kind: str, obj: Json) -> None:
+        key = object_key(obj)
+        item = self.convert(obj) if kind != "DELETED" else None
+        with self._lock:
+            if item is not None:
+                if self._items.get(key) == item:  # a status change that does not change the item
+                    return
+                self._items[key] = item
+            elif self._items.pop(key, None) is None:
+                return
+            self._generation += 1

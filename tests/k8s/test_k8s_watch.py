@@ -1,0 +1,163 @@
+"""Watching the API server: the fake's watch semantics, `ListWatch` (list, watch, relist on 410 or failure) and
+`KubernetesWorkloads(watch=True)`, all through the official client over real HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from fakeapi import FakeKube, pod
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_workloads import KubernetesWorkloads, running_workload
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait for the watch thread to catch up; fails with the check's name after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not reached within {timeout_s} s: {check.__doc__ or check}"
+        time.sleep(0.02)
+
+
+def events(api, **kwargs) -> list[tuple[str, str]]:
+    core = k8s.CoreV1Api(api)
+    return [(e["type"], e["raw_object"]["metadata"].get("name", ""))
+            for e in k8s_watch.Watch().stream(core.list_pod_for_all_namespaces, timeout_seconds=1, **kwargs)]
+
+
+def test_the_fake_watch_sends_what_changed_after_a_version_as_a_filtered_watch_does(kube: FakeKube, api):
+    kube.add(pod("a", gpus=1))
+    since = kube.add(pod("b", gpus=1))["metadata"]["resourceVersion"]
+    kube.add(pod("c", gpus=1, phase="Pending"))
+    kube.mutate("pods", "c", "default", {"status": {"phase": "Running"}})   # starts matching: ADDED
+    kube.mutate("pods", "a", "default", {"metadata": {"labels": {"x": "1"}}})
+    kube.mutate("pods", "b", "default", {"status": {"phase": "Succeeded"}})  # stops matching: DELETED
+    kube.delete("pods", "a", "default")
+    assert events(api, resource_version=since, field_selector="status.phase=Running") == [
+        ("ADDED", "c"), ("MODIFIED", "a"), ("DELETED", "b"), ("DELETED", "a")]
+    # from "0": what matches now, then the stream ends at its timeout with a bookmark
+    assert events(api, resource_version="0", field_selector="status.phase=Running",
+                  allow_watch_bookmarks=True) == [("ADDED", "c"), ("BOOKMARK", "")]
+
+
+def test_a_compacted_history_answers_410_and_a_live_watch_sees_a_later_change(kube: FakeKube, api):
+    old = kube.add(pod("a", gpus=1))["metadata"]["resourceVersion"]
+    now = kube.add(pod("b", gpus=1))["metadata"]["resourceVersion"]
+    kube.compact()
+    with pytest.raises(ApiException) as err:
+        events(api, resource_version=old)
+    assert err.value.status == 410
+    # a watch from the current version gets a change made while it waits
+    core, seen = k8s.CoreV1Api(api), []
+    stream = k8s_watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version=now, timeout_seconds=5)
+    kube.add(pod("c", gpus=1))
+    for e in stream:
+        seen.append((e["type"], e["raw_object"]["metadata"]["name"]))
+        break
+    assert seen == [("ADDED", "c")]
+
+
+@pytest.fixture
+def pods_watch(kube: FakeKube, api):
+    core = k8s.CoreV1Api(api)
+    lists: list[dict] = []
+
+    def list_call(**kw):
+        lists.append(kw)
+        return core.list_pod_for_all_namespaces(_preload_content=False, **kw).json()
+
+    lw = ListWatch("running pods", list_call, core.list_pod_for_all_namespaces, running_workload,
+                   selectors={"field_selector": "status.phase=Running"}, watch_s=1.0, backoff_s=0.05)
+    lw.list_kwargs = lists
+    yield lw
+    lw.stop()
+
+
+def owners(lw: ListWatch) -> dict[str, str]:
+    return {k: w.owner for k, w in lw.snapshot()[1].items()}
+
+
+def test_list_watch_follows_adds_changes_finishes_and_deletes(kube: FakeKube, pods_watch: ListWatch):
+    kube.add(pod("chat-1", "serving", gpus=1, owner=("Job", "x")))
+    kube.add(pod("web", "serving", gpus=0))                      # no GPU: not a workload
+    pods_watch.start()
+    eventually(lambda: pods_watch.synced)
+    assert owners(pods_watch) == {"serving/chat-1": "x"}
+    assert pods_watch.list_kwargs == [{"resource_version": "0", "field_selector": "status.phase=Running"}]
+    kube.add(pod("chat-2", "serving", gpus=1, labels={"gputide.io/service": "chat"}))
+    eventually(lambda: "serving/chat-2" in owners(pods_watch))
+    kube.mutate("pods", "chat-2", "serving", {"metadata": {"labels": {"gputide.io/service": "chat-v2"}}})
+    eventually(lambda: owners(pods_watch).get("serving/chat-2") == "chat-v2")
+    kube.mutate("pods", "chat-1", "serving", {"status": {"phase": "Succeeded"}})
+    eventually(lambda: "serving/chat-1" not in owners(pods_watch))
+    kube.delete("pods", "chat-2", "serving")
+    eventually(lambda: owners(pods_watch) == {})
+    generation = pods_watch.generation
+    kube.mutate("pods", "web", "serving", {"metadata": {"labels": {"x": "y"}}})  # not an item: no change
+    time.sleep(0.3)
+    assert pods_watch.generation == generation
+    assert len(pods_watch.list_kwargs) == 1   # several watches (1 s each), one list
+
+
+def test_list_watch_lists_again_after_410_and_after_a_failed_watch_and_loses_nothing(
+        kube: FakeKube, pods_watch: ListWatch):
+    kube.add(pod("a", gpus=1))
+    pods_watch.start()
+    eventually(lambda: pods_watch.synced)
+    # the history is compacted and changes happen while no watch is open: 410, list, nothing lost
+    kube.before("GET", r"/pods\?.*watch=true", lambda: (kube.add(pod("b", gpus=1)), kube.compact()))
+    eventually(lambda: set(owners(pods_watch)) == {"default/a", "default/b"})
+    assert pods_watch.lists >= 2
+    # the API server fails the next watch (500): back off, list again, pick up what changed meanwhile
+    lists = pods_watch.lists
+    kube.inject("GET", r"/pods\?.*watch=true", 500, count=1)
+    kube.before("GET", r"/pods\?.*watch=true", lambda: kube.delete("pods", "a", "default"))
+    eventually(lambda: set(owners(pods_watch)) == {"default/b"} and pods_watch.lists > lists)
+    eventually(lambda: pods_watch.failures == 0)
+
+
+def test_stop_ends_the_thread_while_a_watch_is_open(kube: FakeKube, api):
+    core = k8s.CoreV1Api(api)
+    lw = ListWatch("pods", lambda **kw: core.list_pod_for_all_namespaces(_preload_content=False, **kw).json(),
+                   core.list_pod_for_all_namespaces, running_workload, watch_s=30.0).start()
+    eventually(lambda: lw.synced)
+    time.sleep(0.2)                    # the watch is now open and idle
+    started = time.monotonic()
+    lw.stop()
+    assert not lw._thread.is_alive() and time.monotonic() - started < 5.0
+
+
+def test_kubernetes_workloads_with_watch_lists_once_and_follows_events_without_a_ttl(kube: FakeKube, api, clock):
+    kube.add(pod("chat-1", "serving", gpus=1, owner=("Job", "x")))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
+    try:
+        assert set(provider()) == {"serving/chat-1"}   # the first call answers at once (a list of its own)
+        eventually(lambda: provider.watch.synced)
+        kube.add(pod("chat-2", "serving", gpus=1))
+        eventually(lambda: set(provider()) == {"serving/chat-1", "serving/chat-2"})  # the clock never moved
+        kube.delete("pods", "chat-1", "serving")
+        eventually(lambda: set(provider()) == {"serving/chat-2"})
+        plain_lists = [r for r in kube.requests if r.path.endswith("/pods") and "watch=true" not in r.query]
+        assert len(plain_lists) == 2   # the first call's, the watch's; none per call after that
+    finally:
+        provider.close()
+
+
+def test_a_refused_watch_degrades_to_a_list_per_backoff_and_nothing_is_lost(kube: FakeKube, api, clock):
+    kube.add(pod("chat-1", "serving", gpus=1))
+    kube.inject("GET", r"watch=true", 403, count=10_000)   # RBAC granting list but not watch
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True)
+    provider.watch.backoff_s = provider.watch.max_backoff_s = 0.05
+    try:
+        assert set(provider()) == {"serving/chat-1"}
+        eventually(lambda: provider.watch.synced and provider.watch.failures > 0)
+        kube.add(pod("chat-2", "serving", gpus=1))
+        eventually(lambda: set(provider()) == {"serving/chat-1", "serving/chat-2"})  # from a later list
+        assert provider.watch.lists >= 2
+    finally:
+        provider.close()
