@@ -24,7 +24,7 @@ disappears stops being reported instead of freezing at its last value.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -122,6 +122,11 @@ class ControllerMetrics:
             ["modelName"], registry=r))
         self.training_waiting = Gauge("gputide_training_waiting_jobs",
                                       "Training jobs waiting to run, for longer than `over`.", ["over"], registry=r)
+        self.watch_synced = Gauge("gputide_kubernetes_watch_synced", "1 once the first list of a Kubernetes "
+                                  "resource the controller follows by watch has succeeded.", ["resource"], registry=r)
+        self.watch_failures = Gauge(
+            "gputide_kubernetes_watch_failures", "Consecutive failed lists or watches of a followed Kubernetes "
+            "resource (0 while its watch delivers); meanwhile the last known state is used.", ["resource"], registry=r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
         for reason in rejection_reasons():   # known label values start at 0, so rate() and panels see them
@@ -130,6 +135,11 @@ class ControllerMetrics:
             self.capacity.labels(cls).set(0)
         for over in WAITING_OVER_S:
             self.training_waiting.labels(over).set(0)
+
+    def follow_watch(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
+        """Report a watch's state (`ListWatch.synced`, `.failures`), read at each scrape."""
+        self.watch_synced.labels(resource).set_function(lambda: float(synced()))
+        self.watch_failures.labels(resource).set_function(lambda: float(failures()))
 
     def set_fail_static(self, reason: str | None) -> None:
         self.fail_static.set(1 if reason else 0)

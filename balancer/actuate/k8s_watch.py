@@ -150,6 +150,7 @@ class ListWatch:
             for event in w.stream(self.watch_fn, resource_version=version, allow_watch_bookmarks=True,
                                   timeout_seconds=max(int(self.watch_s), 1),
                                   _request_timeout=(10.0, self.watch_s + 30.0), **self.selectors):
+                self.failures = 0  # the watch delivers
                 obj = event.get("raw_object") or {}
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):

@@ -142,6 +142,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         # a long-running controller lists once and follows the watch; --once lists once and exits
         overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0), watch=not args.once)
+        if overrides.watch is not None:
+            metrics.follow_watch("pods", lambda: overrides.watch.synced, lambda: overrides.watch.failures)
     profiles = None
     if args.services:
         from balancer.app.capacity_run import load_profiles

@@ -206,8 +206,10 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
     parser = argparse.ArgumentParser()
     run_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--leader-elect", *argv])
-    rec = run_cmd.build_reconciler(args, ControllerMetrics())
+    metrics = ControllerMetrics()
+    rec = run_cmd.build_reconciler(args, metrics)
     assert isinstance(rec.elector, LeaseLeaderElector)
+    assert metrics.registry.get_sample_value("gputide_kubernetes_watch_synced", {"resource": "pods"}) == 0
     assert rec.elector.namespace == namespace
     # with an API client at hand, pod owners, priorities and elastic bounds come from the API
     from balancer.actuate.k8s_workloads import KubernetesWorkloads

@@ -136,14 +136,17 @@ def test_kubernetes_workloads_with_watch_lists_once_and_follows_events_without_a
     kube.add(pod("chat-1", "serving", gpus=1, owner=("Job", "x")))
     provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
     try:
-        assert set(provider()) == {"serving/chat-1"}   # the first call answers at once (a list of its own)
+        def plain_lists():
+            return len([r for r in kube.requests if r.path.endswith("/pods") and "watch=true" not in r.query])
+        assert set(provider()) == {"serving/chat-1"}   # the first call answers at once (its own list if need be)
         eventually(lambda: provider.watch.synced)
+        listed = plain_lists()
+        assert listed in (1, 2)                        # the watch's, and the first call's unless the watch was first
         kube.add(pod("chat-2", "serving", gpus=1))
         eventually(lambda: set(provider()) == {"serving/chat-1", "serving/chat-2"})  # the clock never moved
         kube.delete("pods", "chat-1", "serving")
         eventually(lambda: set(provider()) == {"serving/chat-2"})
-        plain_lists = [r for r in kube.requests if r.path.endswith("/pods") and "watch=true" not in r.query]
-        assert len(plain_lists) == 2   # the first call's, the watch's; none per call after that
+        assert plain_lists() == listed                 # no list per call once the watch follows
     finally:
         provider.close()
 
@@ -159,5 +162,31 @@ def test_a_refused_watch_degrades_to_a_list_per_backoff_and_nothing_is_lost(kube
         kube.add(pod("chat-2", "serving", gpus=1))
         eventually(lambda: set(provider()) == {"serving/chat-1", "serving/chat-2"})  # from a later list
         assert provider.watch.lists >= 2
+    finally:
+        provider.close()
+
+
+def test_the_watch_state_reaches_the_controller_metrics(kube: FakeKube, api, clock):
+    from prometheus_client import CollectorRegistry
+
+    from balancer.metrics import ControllerMetrics
+
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
+    provider.watch.backoff_s = provider.watch.max_backoff_s = 0.05
+    metrics.follow_watch("pods", lambda: provider.watch.synced, lambda: provider.watch.failures)
+
+    def sample(name):
+        return registry.get_sample_value(name, {"resource": "pods"})
+    try:
+        assert (sample("gputide_kubernetes_watch_synced"), sample("gputide_kubernetes_watch_failures")) == (0, 0)
+        provider()
+        eventually(lambda: sample("gputide_kubernetes_watch_synced") == 1)
+        fault = kube.inject("GET", r"/pods\?", 503, count=10_000)     # the API server goes away
+        eventually(lambda: sample("gputide_kubernetes_watch_failures") >= 2)
+        fault.remaining = 0                                           # and comes back
+        kube.add(pod("late", gpus=1))
+        eventually(lambda: sample("gputide_kubernetes_watch_failures") == 0 and "default/late" in provider())
     finally:
         provider.close()
