@@ -1,0 +1,111 @@
+"""`gputide run` as the process a cluster runs: a real Prometheus scraping the simulated tidal fleet, the fake API
+server holding a pod for every simulated workload (found through a kubeconfig), the controller started as a
+subprocess and stopped with SIGTERM. It must follow the pods' watch (one list, then no list per cycle), know
+every service's owner (so capacity does not hold), report the watch on its metrics endpoint, and exit 0."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.request import urlopen
+
+import pytest
+import yaml
+from fakeapi import FakeKube, pod
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pod_for(w) -> dict:
+    """The pod a simulated workload would be: a service's pod labelled with its service, a training worker owned
+    by its Job with its elastic bounds."""
+    ns, name = w.name.split("/", 1)
+    if w.workload_class.value == "inference":
+        p = pod(name, ns, gpus=w.gpus, labels={"gputide.io/service": w.owner})
+    else:
+        p = pod(name, ns, gpus=w.gpus, owner=("Job", w.owner))
+        p["metadata"]["annotations"] = {"gputide.io/elastic-min": str(w.elastic_min),
+                                        "gputide.io/elastic-max": str(w.elastic_max)}
+    p["spec"]["priority"] = w.priority
+    return p
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sample(text: str, series: str) -> float | None:
+    m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory, kube: FakeKube, tmp_path):
+    from balancer.app import scenarios, tidal
+    from balancer.telemetry.promserver import Target, default_rule_files
+    from exporters.backends.sim import SimBackend
+    from exporters.collector import GpuCollector
+    from exporters.server import serve
+
+    sim, _events, _days = scenarios.build("tidal", days=1)
+    tc = tidal.context(sim)
+    for w in sim.workloads.values():
+        kube.add(pod_for(w))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+        "users": [{"name": "fake", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    services = tmp_path / "services.yaml"
+    services.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles",
+                                        "services": [{"name": p.name, "rpsPerReplica": p.rps_per_replica,
+                                                      "latencySloSeconds": p.slo_latency_s}
+                                                     for p in tc.profiles.values()]}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy",
+                                      "metadata": {"name": "t"}, "spec": {"capacity": {"enabled": True}}}))
+    exporter = serve(GpuCollector(SimBackend(sim, lock=threading.Lock())), port=0)
+    port = free_port()
+    proc = None
+    try:
+        prom = prometheus_factory([Target("gputide-exporter", f"127.0.0.1:{exporter.port}")],
+                                  rule_files=default_rule_files(), scrape_interval="1s")
+        prom.wait_for("gputide_inference_replicas", bool, timeout=30)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "balancer.cli", "run", "--prometheus", prom.url, "--kubeconfig", str(kubeconfig),
+             "--dry-run", "--services", str(services), "--policy", str(policy), "--interval", "1s",
+             "--metrics-port", str(port), "--forecast-model", "persistence"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        text, deadline = "", time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                text = ""
+            if (sample(text, 'gputide_reconcile_total{result="ok"}') or 0) >= 4 and \
+                    sample(text, 'gputide_kubernetes_watch_synced{resource="pods"}') == 1:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"no four cycles with a synced watch: rc {proc.poll()}\n{text[-2000:]}")
+    finally:
+        exporter.close()
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0] if proc is not None else ""
+    assert proc.returncode == 0, out[-3000:]
+    assert sample(text, 'gputide_kubernetes_watch_failures{resource="pods"}') == 0
+    assert "gputide_capacity_holding{" not in text, text   # every service's pods have an owner
+    lists = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" not in r.query]
+    watches = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" in r.query]
+    assert 1 <= len(lists) <= 2 and watches, (len(lists), len(watches))   # 4+ cycles, no list per cycle
+    assert "Traceback" not in out, out[-3000:]
