@@ -128,14 +128,13 @@ def test_gputide_run_once_dry_run_without_the_kubernetes_api_holds_the_tide_and_
     note and the holding gauge), while the cycle itself runs."""
     import logging
 
-    import yaml
-
     from balancer.app import scenarios, tidal
     from balancer.cli import main
     from balancer.telemetry.promserver import Target, default_rule_files
     from exporters.backends.sim import SimBackend
     from exporters.collector import GpuCollector
     from exporters.server import serve
+    from tests.capacity.run_files import capacity_args
 
     sim, _events, _days = scenarios.build("tidal", days=1)
     tc = tidal.context(sim)
@@ -145,21 +144,12 @@ def test_gputide_run_once_dry_run_without_the_kubernetes_api_holds_the_tide_and_
                                   rule_files=default_rule_files(), scrape_interval="1s")
         prom.wait_for("gpu:last_sample:timestamp_seconds", bool, timeout=30)
         prom.wait_for("gputide_inference_replicas", bool, timeout=30)
-        services = tmp_path / "services.yaml"
-        services.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles",
-                                            "services": [{"name": p.name, "rpsPerReplica": p.rps_per_replica,
-                                                          "latencySloSeconds": p.slo_latency_s}
-                                                         for p in tc.profiles.values()]}))
-        policy = tmp_path / "policy.yaml"
-        policy.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy",
-                                          "metadata": {"name": "t"},
-                                          "spec": {"capacity": {"enabled": True}}}))
         monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
         monkeypatch.setenv("HOME", str(tmp_path))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         caplog.set_level(logging.WARNING, logger="balancer")
         rc = main(["run", "--prometheus", prom.url, "--once", "--dry-run", "--metrics-port", "0",
-                   "--services", str(services), "--policy", str(policy), "--forecast-model", "persistence"])
+                   *capacity_args(tmp_path, tc.profiles), "--forecast-model", "persistence"])
     finally:
         exporter.close()
     captured = capsys.readouterr()

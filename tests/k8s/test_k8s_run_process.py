@@ -54,6 +54,7 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
     from exporters.backends.sim import SimBackend
     from exporters.collector import GpuCollector
     from exporters.server import serve
+    from tests.capacity.run_files import capacity_args
 
     sim, _events, _days = scenarios.build("tidal", days=1)
     tc = tidal.context(sim)
@@ -65,14 +66,6 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
         "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
         "users": [{"name": "fake", "user": {}}],
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
-    services = tmp_path / "services.yaml"
-    services.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles",
-                                        "services": [{"name": p.name, "rpsPerReplica": p.rps_per_replica,
-                                                      "latencySloSeconds": p.slo_latency_s}
-                                                     for p in tc.profiles.values()]}))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy",
-                                      "metadata": {"name": "t"}, "spec": {"capacity": {"enabled": True}}}))
     exporter = serve(GpuCollector(SimBackend(sim, lock=threading.Lock())), port=0)
     port = free_port()
     proc = None
@@ -82,7 +75,7 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
         prom.wait_for("gputide_inference_replicas", bool, timeout=30)
         proc = subprocess.Popen(
             [sys.executable, "-m", "balancer.cli", "run", "--prometheus", prom.url, "--kubeconfig", str(kubeconfig),
-             "--dry-run", "--services", str(services), "--policy", str(policy), "--interval", "1s",
+             "--dry-run", *capacity_args(tmp_path, tc.profiles), "--interval", "1s",
              "--metrics-port", str(port), "--forecast-model", "persistence"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         text, deadline = "", time.monotonic() + 120
