@@ -150,19 +150,24 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     )
 
 
-def qualify_ambiguous(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None
-                      ) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
-    """Owners (and suspended Jobs) whose bare name occurs in more than one namespace, renamed `namespace/name`."""
+def ambiguous_owners(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None) -> frozenset[str]:
+    """Bare owner (and suspended Job) names that occur in more than one namespace."""
     spaces: dict[str, set[str]] = {}
     for w in workloads.values():
         if w.owner and "/" not in w.owner:
             spaces.setdefault(w.owner, set()).add(w.namespace)
     for j in suspended or ():
         spaces.setdefault(j.name, set()).add(j.namespace)
-    clash = {name for name, ns in spaces.items() if len(ns) > 1}
+    return frozenset(name for name, ns in spaces.items() if len(ns) > 1)
+
+
+def qualify_ambiguous(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None,
+                      clash: frozenset[str] | None = None
+                      ) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
+    """Owners (and suspended Jobs) named in `clash` (default: `ambiguous_owners`) renamed `namespace/name`."""
+    clash = ambiguous_owners(workloads, suspended) if clash is None else clash
     if not clash:
         return workloads, suspended
-    log.warning("owner names used in several namespaces, qualified as namespace/name: %s", ", ".join(sorted(clash)))
     pods = {k: replace(w, owner=f"{w.namespace}/{w.owner}") if w.owner in clash else w for k, w in workloads.items()}
     jobs = None if suspended is None else tuple(
         replace(j, name=f"{j.namespace}/{j.name}") if j.name in clash else j for j in suspended)
@@ -187,12 +192,18 @@ class KubernetesWorkloads:
         self._suspended: tuple[SuspendedJob, ...] | None = None
         self._suspended_at = -float("inf")
         self._memo: tuple[tuple[float, int, float], tuple] | None = None
+        self._clash: frozenset[str] = frozenset()
 
     def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
         """Both latest answers with ambiguous owners qualified (recomputed only when either answer changed)."""
         key = (self._at, self._generation, self._suspended_at)
         if self._memo is None or self._memo[0] != key:
-            self._memo = (key, qualify_ambiguous(self._cache, self._suspended))
+            clash = ambiguous_owners(self._cache, self._suspended)
+            if clash != self._clash and clash:  # said once while it lasts, not at every pod event
+                log.warning("owner names used in several namespaces, qualified as namespace/name: %s",
+                            ", ".join(sorted(clash)))
+            self._clash = clash
+            self._memo = (key, qualify_ambiguous(self._cache, self._suspended, clash))
         return self._memo[1]
 
     def suspended_jobs(self) -> tuple[SuspendedJob, ...] | None:

@@ -104,7 +104,8 @@ def test_only_the_elastic_jobs_gputide_suspended_are_listed_and_the_api_is_asked
     assert all(parse_qs(r.query)["labelSelector"] == ["gputide.io/suspended=true"] for r in lists)
 
 
-def test_an_owner_name_used_in_two_namespaces_is_qualified_for_every_pod_and_suspended_job(kube: FakeKube, api, clock):
+def test_an_owner_name_used_in_two_namespaces_is_qualified_for_every_pod_and_suspended_job(kube: FakeKube, api, clock,
+                                                                                           caplog):
     elastic = {"gputide.io/elastic-min": "1", "gputide.io/elastic-max": "8"}
     hash_ = {"pod-template-hash": "7d9f8"}
     for ns in ("team-a", "team-b"):
@@ -118,6 +119,11 @@ def test_an_owner_name_used_in_two_namespaces_is_qualified_for_every_pod_and_sus
     assert owners == {"team-a/vllm-7d9f8-team-a": "team-a/vllm", "team-b/vllm-7d9f8-team-b": "team-b/vllm",
                       "team-a/chat-7d9f8-x": "chat", "ml/train-0": "ml/train"}
     assert [j.name for j in provider.suspended_jobs()] == ["research/train"]
+    clock.advance(61)
+    kube.add(with_meta(pod("vllm-7d9f8-extra", "team-a", gpus=1, owner=("ReplicaSet", "vllm-7d9f8")), labels=hash_))
+    assert provider()["team-a/vllm-7d9f8-extra"].owner == "team-a/vllm"
+    warned = [r for r in caplog.records if "several namespaces" in r.getMessage()]
+    assert len(warned) == 1, warned   # said once while the same names clash, not at every new answer
     # the clash ends when one side goes: bare names again
     kube.mutate("pods", "train-0", "ml", {"status": {"phase": "Succeeded"}})
     clock.advance(61)
