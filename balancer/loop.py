@@ -435,8 +435,9 @@ class Reconciler:
             self.audit.write({"time": now, **record})
 
     # -- forever ----------------------------------------------------------------------------------------------------
-    def run(self, interval_s: float, stop: threading.Event) -> None:
-        """Reconcile every `interval_s` until `stop` is set; one failing cycle never ends the loop."""
+    def run(self, interval_s: float, stop: threading.Event, beat: Callable[[], None] | None = None) -> None:
+        """Reconcile every `interval_s` until `stop` is set; one failing cycle never ends the loop. `beat()` is
+        called after every iteration, whatever its result (the liveness probe's heartbeat)."""
         try:
             while not stop.is_set():
                 try:
@@ -444,6 +445,8 @@ class Reconciler:
                 except Exception:
                     self.metrics.reconcile_total.labels(result="error").inc()
                     log.exception("reconcile cycle failed")
+                if beat is not None:
+                    beat()
                 stop.wait(interval_s)
         finally:
             self.elector.release()

@@ -50,8 +50,13 @@ class RunningServer:
         self.thread.join(timeout=5)
 
 
-def serve(registry: Collector, *, port: int = 9400, addr: str = "127.0.0.1") -> RunningServer:
-    httpd = make_server(addr, port, metrics_app(registry), server_class=_Server, handler_class=_QuietHandler)
-    thread = threading.Thread(target=httpd.serve_forever, name="gputide-exporter", daemon=True)
+def serve_app(app, *, port: int, addr: str = "127.0.0.1", name: str = "gputide-http") -> RunningServer:
+    """Serve any WSGI `app` from a daemon thread, one thread per request, without request logs."""
+    httpd = make_server(addr, port, app, server_class=_Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
     thread.start()
     return RunningServer(port=int(httpd.server_address[1]), server=httpd, thread=thread)
+
+
+def serve(registry: Collector, *, port: int = 9400, addr: str = "127.0.0.1") -> RunningServer:
+    return serve_app(metrics_app(registry), port=port, addr=addr, name="gputide-exporter")

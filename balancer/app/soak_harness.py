@@ -35,7 +35,7 @@ from balancer.model import Action, ClusterSnapshot, Migrate, SetPowerLimit, Tain
 from balancer.sim import SimCluster
 from exporters.backends.sim import SimBackend
 from exporters.collector import GpuCollector
-from exporters.server import RunningServer, _QuietHandler, _Server, metrics_app, serve
+from exporters.server import RunningServer, metrics_app, serve, serve_app
 
 
 class FaultyBackend:
@@ -77,12 +77,7 @@ class Exporter:
         return self._app(environ, start_response)
 
     def start(self) -> None:
-        from wsgiref.simple_server import make_server
-
-        httpd = make_server("127.0.0.1", self.port, self._wsgi, server_class=_Server, handler_class=_QuietHandler)
-        thread = threading.Thread(target=httpd.serve_forever, name="soak-exporter", daemon=True)
-        thread.start()
-        self._server = RunningServer(port=int(httpd.server_address[1]), server=httpd, thread=thread)
+        self._server = serve_app(self._wsgi, port=self.port, name="soak-exporter")
         self.port = self._server.port
 
     def stop(self) -> None:

@@ -22,6 +22,8 @@ import socket
 import threading
 
 from balancer import config
+from balancer.app.health import Health, stall_limit
+from balancer.app.health import serve as serve_metrics
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -228,10 +230,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
     metrics = ControllerMetrics()
     reconciler = build_reconciler(args, metrics)
-    if args.metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(args.metrics_port, registry=metrics.registry)
+    health = Health(stall_limit(interval))
+    if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
+        serve_metrics(args.metrics_port, metrics.registry, health)
     if args.once:
         report = reconciler.run_once()
         print(f"cycle: {report.status} {report.reason}".rstrip())
@@ -250,5 +251,5 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    reconciler.run(interval, stop)
+    reconciler.run(interval, stop, beat=health.beat)
     return 0

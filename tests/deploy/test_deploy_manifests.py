@@ -166,8 +166,8 @@ def test_controller_is_ha_probed_and_locked_down(overlay):
     (container,) = pod["containers"]
     assert deploy["spec"]["replicas"] == (1 if overlay == "overlays/dev" else 2)
     assert container["args"][0] == "run" and "--leader-elect" in container["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"]["port"] == "metrics"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}  # the loop's own probes
     assert {"name": "metrics", "containerPort": 9836, "protocol": "TCP"} in container["ports"]
     assert pod["serviceAccountName"] == "gputide-controller"
     _restricted(container, pod["securityContext"])

@@ -90,12 +90,15 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
             time.sleep(0.5)
         else:
             pytest.fail(f"no four cycles with a synced watch: rc {proc.poll()}\n{text[-2000:]}")
+        probes = {path: urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).read().decode()
+                  for path in ("/healthz", "/readyz")}   # 200, or urlopen raises
     finally:
         exporter.close()
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=60)[0] if proc is not None else ""
     assert proc.returncode == 0, out[-3000:]
+    assert all(text.startswith("ok: the last iteration ended") for text in probes.values()), probes
     assert sample(text, 'gputide_kubernetes_watch_failures{resource="pods"}') == 0
     assert "gputide_capacity_holding{" not in text, text   # every service's pods have an owner
     lists = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" not in r.query]
