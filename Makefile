@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint soak prometheus-bin clean dashboards readme
+.PHONY: demo test bench lint soak fuzz prometheus-bin clean dashboards readme
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ demo: $(STAMP) prometheus-bin
 
 bench: $(STAMP) prometheus-bin
 	$(BIN)/python -m bench.run_all
+
+# New random examples for the property tests of tests/fuzz, ten times as many as `make test` draws (repeatable).
+fuzz: $(STAMP) prometheus-bin
+	HYPOTHESIS_PROFILE=explore GPUTIDE_FUZZ_SCALE=10 $(BIN)/python -m pytest -q -p no:cacheprovider tests/fuzz
 
 soak: $(STAMP) prometheus-bin
 	$(BIN)/gputide soak --days 7 --gpus 512 --out out/soak

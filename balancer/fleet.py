@@ -134,9 +134,10 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
         cooling = _field(group, "cooling", path, file, default="air")
         if cooling not in _COOLING:
             raise InputError(file, f"{path}.cooling", cooling, " | ".join(_COOLING))
-        inlet = float(_field(group, "inletC", path, file, default=25.0))
-        if not 5.0 <= inlet <= 50.0:
+        inlet = _field(group, "inletC", path, file, default=25.0)
+        if not 5.0 <= inlet <= 50.0:  # compared before float(): a huge integer would overflow it
             raise InputError(file, f"{path}.inletC", inlet, "a temperature from 5 to 50 °C")
+        inlet = float(inlet)
         cpu = _field(group, "cpuMilli", path, file, default=64000)
         mem = _field(group, "memoryMiB", path, file, default=262144)
         if cpu <= 0 or mem <= 0:

@@ -1,7 +1,8 @@
 """Shared fixtures: a real Prometheus per test (or per module), promtool, and a static /metrics server.
 
 Prometheus and promtool come from Debian's `prometheus` package (`make test` installs it). Where they are
-missing a test is skipped, except in CI (env CI == "true"), where a missing binary fails the run.
+missing a test is skipped, except in CI (env CI == "true"), where a missing binary fails the run. Hypothesis runs
+under a repeatable profile unless HYPOTHESIS_PROFILE says otherwise (see below).
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from balancer.telemetry.promserver import INSTALL_HINT, PrometheusServer
+
+# Property tests draw the same examples on every run, so `make test` passes or fails the same way for the same
+# code (a random counterexample must not turn an unrelated commit red); `make fuzz` explores instead: new random
+# examples, ten times as many (HYPOTHESIS_PROFILE=explore, GPUTIDE_FUZZ_SCALE=10). What it finds is pinned with
+# @example, so the repeatable runs keep checking it.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def require_binary(name: str) -> str:

@@ -10,13 +10,14 @@ import io
 import pytest
 import yaml
 from fuzz_helpers import JUNK, ODD_KEYS, assert_names_everything
-from hypothesis import HealthCheck, given, settings
+from fuzzing import examples
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from balancer import catalog, fleet
 from balancer.errors import InputError
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GOOD_GROUP = {"namePrefix": "n-", "count": 2, "gpuModel": "A100-SXM4-80GB", "gpusPerNode": 8, "nvlinkDomainSize": 8,
               "cpuMilli": 64000, "memoryMiB": 262144, "site": "s", "cooling": "air", "inletC": 25, "pool": "p"}
 
@@ -28,6 +29,7 @@ def _doc(groups) -> dict:
 
 @SETTINGS
 @given(st.sampled_from(sorted(GOOD_GROUP)), JUNK)
+@example(key="inletC", value=10**400)   # make fuzz: float() of a huge integer overflowed
 def test_any_junk_group_field_is_an_input_error_or_a_valid_fleet(tmp_path_factory, key, value):
     path = tmp_path_factory.mktemp("fleet") / "bad.yaml"
     path.write_text(yaml.safe_dump(_doc([{**GOOD_GROUP, key: value}])))

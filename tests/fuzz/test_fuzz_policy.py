@@ -9,6 +9,7 @@ from dataclasses import fields
 import pytest
 import yaml
 from fuzz_helpers import JUNK, ODD_KEYS, assert_names_everything
+from fuzzing import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from balancer import config
 from balancer.errors import InputError, printable
 
 FIELDS = [(sec, f) for sec, cls in config.SECTIONS.items() for f in fields(cls)]
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _doc(spec: dict) -> dict:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fuzz_helpers import assert_names_everything
+from fuzzing import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from balancer.errors import InputError
 from balancer.forecast.traces import load_demand
 from balancer.plan.placement import replay
 
-SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NUMBERISH = st.one_of(st.sampled_from(["", "0", "1", "8", "-1", "1.5", "inf", "-inf", "nan", "1e30", "9" * 25, "x",
                                        "1000", "2000", "500"]),
                       st.integers(-10, 2000).map(str), st.text(alphabet="0123456789-.e", max_size=5))

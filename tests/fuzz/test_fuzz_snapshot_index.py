@@ -4,6 +4,7 @@ answered: `workloads_on(g)` and `workloads_by_owner[o]`, same workloads, same or
 from __future__ import annotations
 
 import numpy as np
+from fuzzing import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ def _snapshot(placements: list[tuple[int, ...]], owners: list[str]) -> ClusterSn
                            placements={w.name: p for w, p in zip(workloads, placements, strict=True) if p})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.lists(st.integers(0, 7), max_size=3).map(tuple), st.sampled_from(["a", "b", ""])),
                 max_size=12))
 def test_indexes_answer_what_the_scans_answered(rows):

@@ -16,6 +16,7 @@ import random
 
 import numpy as np
 import pytest
+from fuzzing import examples
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -27,7 +28,7 @@ from exporters.backends.nvml import NvmlBackend
 from exporters.collector import GPU_FIELD_NAMES, GpuCollector
 from exporters.exposition import render
 
-SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_700_000_000.0
 GOOD = {"temperature_c": 50, "memory_temperature_c": 55, "slowdown_temp_c": 87, "power_w": 300,
         "power_limit_w": 700, "sm_active": 0.5, "mem_used_mib": 2**34, "mem_free_mib": 2**34, "sm_clock_mhz": 1.4e9,
@@ -213,7 +214,7 @@ class ChaosNvml(fk.FakeNvml):
         return chaotic
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(0, 2**32), st.floats(0.0, 0.9), st.integers(1, 6))
 def test_random_nvml_errors_never_fail_a_scrape_and_every_missing_field_is_counted(seed, p, n_gpus):
     rng = random.Random(seed)
