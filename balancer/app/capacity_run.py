@@ -75,8 +75,11 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
         if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
             raise InputError(file, where, value, "a non-empty list of GPU model names, e.g. [H100-SXM]")
         return frozenset(catalog.get(m, file=file, field=where).key for m in value)
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and (kind is float or float(value).is_integer())
-    if not ok or not math.isfinite(float(value)) or value < low or (kind is float and low == 0 and value <= 0):
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    # finite before any float(): float() of a 400-digit integer overflows
+    finite = number and (math.isfinite(value) if isinstance(value, float) else abs(value) < 1e300)
+    ok = finite and (kind is float or float(value).is_integer())
+    if not ok or value < low or (kind is float and low == 0 and value <= 0):
         what = "an integer" if kind is int else "a number"
         bound = f">= {low:g}" if not (kind is float and low == 0) else "> 0"
         raise InputError(file, where, value, f"{what} {bound}")
@@ -93,7 +96,7 @@ def profiles_from_dict(doc: Any, file: str) -> dict[str, ServiceCapacity]:
         path = f"services[{i}]"
         if not isinstance(item, Mapping):
             raise InputError(file, path, item, "a mapping with name and rpsPerReplica")
-        unknown = sorted(str(k) for k in item if k not in _FIELDS)
+        unknown = sorted((k for k in item if k not in _FIELDS), key=str)  # YAML keys may be ints, None, booleans
         if unknown:
             raise InputError(file, f"{path}.{unknown[0]}", item[unknown[0]], "one of the fields " + ", ".join(_FIELDS))
         kwargs = {}
