@@ -159,3 +159,21 @@ def test_servegen_window_starts_out_of_range_are_input_errors(tmp_path, rows):
     (tmp_path / "client.csv").write_text(rows)
     with pytest.raises(InputError):
         load_demand(tmp_path, "servegen")
+
+
+@SETTINGS
+@given(st.lists(st.tuples(EPOCH.map(str), NUMBERISH, NUMBERISH, NUMBERISH), min_size=0, max_size=8))
+def test_any_calibration_csv_is_samples_or_an_input_error_and_calibrates_without_crashing(tmp_path_factory, rows):
+    from balancer.cmd.calibrate import CSV_COLUMNS, estimate, from_csv
+
+    path = _write(tmp_path_factory.mktemp("c") / "samples.csv", list(CSV_COLUMNS), rows)
+    try:
+        frame = from_csv(path)
+    except InputError as exc:
+        assert_names_everything(exc, file=path)
+        return
+    values = frame[["demand", "replicas", "p99"]].to_numpy(float)
+    assert not np.isinf(values).any() and (values[~np.isnan(values)] >= 0).all()
+    result = estimate(frame, 0.5, 1.0, 0.0)   # zero replicas, gaps, too few samples: an answer, never a crash
+    assert result.bound in ("measured", "lower", "none")
+    assert result.rps_per_replica is None or (math.isfinite(result.rps_per_replica) and result.rps_per_replica > 0)
