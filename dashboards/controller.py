@@ -1,7 +1,7 @@
 """Balancer: what the controller did, what it refused, and whether it is healthy.
 
 Actions by type and reason, rejections by the limit that refused them, reconcile duration quantiles from the
-histogram, telemetry staleness, the fail-static state and which replica leads.
+histogram, telemetry staleness, the fail-static state, which replica leads and whether its pods' watch works.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def build() -> dashboard.Dashboard:
                                "(gputide_eviction_budget_remaining).", "none",
                                [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}})", "budget")])
                     .thresholds(thresholds((None, "red"), (1, "green"))))
+        .with_panel(stat_panel("Pod watch failures", "Consecutive failed lists or watches of the pods whose "
+                               "owners the planner uses (gputide_kubernetes_watch_failures); above 0, it plans "
+                               "on the last pods it read (alert GputideKubernetesWatchFailing after 15 min).",
+                               "none",
+                               [q(f'max(gputide_kubernetes_watch_failures{{{CLUSTER}, resource="pods"}})',
+                                  "failures")])
+                    .thresholds(thresholds((None, "green"), (1, "orange"), (5, "red"))))
     )
     d = (
         d.with_panel(timeseries_panel(

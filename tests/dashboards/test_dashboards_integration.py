@@ -10,7 +10,8 @@ hot GPUs to act on. The forecaster is the online `DemandForecaster` (persistence
 five-minute horizon, so its rolling error is scored within the run) behind `ServiceForecaster`, and the
 capacity planner (`balancer.plan.capacity.plan_capacity`) is wrapped around the planner so that the loans and
 per-service targets it decides reach the loop's metrics; its actions are not applied (capacity shifting is not
-part of the hotspot scenario).
+part of the hotspot scenario). The pods' watch follows the fake Kubernetes API server (tests/k8s/fakeapi.py), as
+`gputide run`'s does, for the controller dashboard's watch panel.
 """
 
 from __future__ import annotations
@@ -108,6 +109,15 @@ def rendered(tmp_path_factory):
     lock = threading.Lock()
     exporter = serve(GpuCollector(SimBackend(sim, speed=120.0, lock=lock)), port=0)
     metrics = ControllerMetrics(CollectorRegistry())
+    # the pods' watch, as gputide run follows it, against the fake API server (its panel needs the series)
+    from balancer.actuate.k8s_workloads import KubernetesWorkloads
+    from tests.k8s.fakeapi import FakeKube, pod
+
+    kube = FakeKube()
+    kube.add(pod("trainer-0", gpus=1))
+    pods = KubernetesWorkloads(kube.client(), watch=True, watch_s=5.0)
+    pods()
+    metrics.follow_watch("pods", lambda: pods.watch.synced, lambda: pods.watch.failures)
     controller_http = serve(metrics.registry, port=0)
     reconciler = _controller(sim, lock, metrics)
     stop = threading.Event()
@@ -129,6 +139,8 @@ def rendered(tmp_path_factory):
         prom.cleanup()
         exporter.close()
         controller_http.close()
+        pods.close()
+        kube.close()
     report.cycles = len(reconciler.reconcile_seconds)
     return report
 
