@@ -92,6 +92,20 @@ def get(key: str, *, file: str | None = None, field: str = "gpuModel") -> GpuMod
     raise InputError(file, field, key, "one of " + ", ".join(CATALOGUE))
 
 
+def key_of(name: str) -> str:
+    """The catalogue key of a GPU model named by key, dcgm modelName, Alibaba code, or GPU feature discovery's
+    `nvidia.com/gpu.product` node label (the modelName with '-' for ' ', e.g. `NVIDIA-H100-80GB-HBM3`); a name
+    the catalogue does not know comes back as it is (it still constrains by exact match)."""
+    if not name:
+        return name
+    if name in CATALOGUE or name in ALIBABA_MODEL_MAP:
+        return get(name).key
+    for s in CATALOGUE.values():
+        if name in (s.model_name, s.model_name.replace(" ", "-")):
+            return s.key
+    return name
+
+
 def by_model_name(model_name: str) -> GpuModelSpec | None:
     """The spec whose NVML modelName matches, or None (a real fleet may hold boards we do not know)."""
     for s in CATALOGUE.values():

@@ -723,8 +723,9 @@ PlaceFn = Callable[[Json, list[Json]], "str | None"]
 class SecondaryScheduler:
     """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place`.
 
-    `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `pod_request` / `nodes_view`), so the
-    placement engine stays free of Kubernetes types. Reservations made by a Migrate are honoured: a pod matching a
+    `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `pod_request` / `nodes_view`; each
+    offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
+    stays free of Kubernetes types (`balancer.app.scheduling.EnginePlacer` is the engine's own `place`). Reservations made by a Migrate are honoured: a pod matching a
     reservation goes to its reserved node when it fits; reserved GPUs are not offered to other pods."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
@@ -777,7 +778,9 @@ class SecondaryScheduler:
                 "unschedulable": bool((n.get("spec") or {}).get("unschedulable")),
                 "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
                 "gpus_free": int(quantity(alloc.get(GPU_RESOURCE, 0))) - g,
+                "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
                 "cpu_milli_free": int(quantity(alloc.get("cpu", 0)) * 1000) - c,
+                "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
                 "memory_mib_free": int(quantity(alloc.get("memory", 0)) / 2**20) - m,
                 "reservations": reservations,
             })  # fmt: skip
@@ -811,13 +814,17 @@ class SecondaryScheduler:
         pending = self.api("list pending pods", self.api.core.list_pod_for_all_namespaces, field_selector=(
             f"spec.schedulerName={self.scheduler_name},status.phase=Pending,spec.nodeName=")).get("items", [])
         pending = [p for p in pending if not p["metadata"].get("deletionTimestamp")]
+        if not pending:   # nothing to place: no need to list every node and bound pod
+            return {}
         pending.sort(key=lambda p: -int((p.get("spec") or {}).get("priority") or 0))
         view, results = self.nodes_view(), {}
         by_name = {n["name"]: n for n in view}
         for pod in pending:
             req = self.pod_request(pod)
             reserved = next((n for n in view if self._reservation_key(n, req) and self._fits(n, req)), None)
-            target = reserved["name"] if reserved else self.place(req, [n for n in view if self._fits(n, req)])
+            offered = [dict(n, gpus_usable=n["gpus_free"] - self._reserved_for_others(n, req))
+                       for n in view if self._fits(n, req)]
+            target = reserved["name"] if reserved else self.place(req, offered)
             node = by_name.get(target) if target else None
             if node is None or not self._fits(node, req):
                 results[req["name"]] = None

@@ -111,6 +111,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def kube_client(kubeconfig: str | None, allowed: str = "a usable Kubernetes configuration"):
+    """An API client from `kubeconfig` (else in-cluster, $KUBECONFIG, ~/.kube/config); none found is bad input,
+    naming --kubeconfig (exit 2), not a traceback."""
+    from balancer.actuate.kubernetes import build_api_client
+    from balancer.errors import ActuationError
+
+    try:
+        return build_api_client(kubeconfig)
+    except ActuationError as exc:
+        raise InputError(kubeconfig, "--kubeconfig", kubeconfig or "(in-cluster, $KUBECONFIG, ~/.kube/config)",
+                         allowed, detail=str(exc)) from exc
+
+
 def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:
     from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
@@ -126,11 +139,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     from balancer.errors import ActuationError
 
     if not args.dry_run or args.leader_elect or args.kubeconfig:
-        try:
-            api_client = build_api_client(args.kubeconfig)
-        except ActuationError as exc:
-            raise InputError(args.kubeconfig, "--kubeconfig", args.kubeconfig or "(in-cluster, $KUBECONFIG, "
-                             "~/.kube/config)", "a usable Kubernetes configuration, or --dry-run", detail=str(exc)) from exc
+        api_client = kube_client(args.kubeconfig, "a usable Kubernetes configuration, or --dry-run")
     elif args.services:
         # a dry run of capacity shifting still needs the pods' owners (read-only); without a cluster it runs blind
         try:

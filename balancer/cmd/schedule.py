@@ -1,0 +1,84 @@
+"""`gputide schedule`: the optional secondary scheduler, placing pods with gputide's placement engine.
+
+    gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
+                     [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
+
+Every `--interval` it binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority
+first) to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and
+memory, reservations made by gputide's migrations), through the Binding API. Pods of other schedulers are never
+touched. `--policy` is any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see
+balancer/app/scheduling.py. With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
+each pod's node (or that none fits), exit. Exit codes: 0 ok, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+
+from balancer.cmd.run import kube_client, own_namespace, parse_interval
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("schedule", help="secondary scheduler: bind pending pods with schedulerName gputide")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--scheduler-name", default="gputide", help="the spec.schedulerName served (default gputide)")
+    p.add_argument("--policy", default="gputide", metavar="NAME",
+                   help="placement policy: gputide (default), fgd, bestfit, dotprod, gpupacking, gpuclustering, random")
+    p.add_argument("--interval", default="2s", help="time between passes (default 2s)")
+    p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
+    p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
+    p.add_argument("--lease-name", default="gputide-scheduler")
+    p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.actuate.kubernetes import LeaseLeaderElector, SecondaryScheduler
+    from balancer.app.scheduling import EnginePlacer
+    from balancer.errors import InputError
+    from balancer.plan.placement import POLICIES
+
+    interval = parse_interval(args.interval)
+    if args.policy not in POLICIES:   # bad input before anything connects
+        raise InputError(None, "--policy", args.policy, "one of " + ", ".join(POLICIES))
+    placer = EnginePlacer(args.policy)
+    api_client = kube_client(args.kubeconfig)
+    scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer)
+    if args.once:
+        for name, node in scheduler.schedule_once().items():
+            print(f"{name} -> {node}" if node else f"{name}: no node fits")
+        return 0
+    elector = None
+    if args.leader_elect:
+        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        duration = max(15, int(interval * 3))
+        elector = LeaseLeaderElector(api_client, args.lease_name, args.lease_namespace or own_namespace(), identity,
+                                     lease_duration_s=duration, renew_deadline_s=duration * 2 / 3)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("scheduling pods of %s with policy %s every %.1f s", args.scheduler_name, args.policy, interval)
+    try:
+        while not stop.is_set():
+            if elector is None or elector.try_acquire_or_renew():
+                try:
+                    for name, node in scheduler.schedule_once().items():
+                        if node:
+                            log.info("bound %s to %s", name, node)
+                        else:
+                            log.info("%s: no node fits, retried next pass", name)
+                except ActuationError as err:   # the API server is away: try again next pass
+                    log.warning("scheduling pass failed: %s", err)
+            stop.wait(interval)
+    finally:
+        if elector is not None:
+            elector.release()
+    return 0

@@ -1,0 +1,118 @@
+"""`gputide schedule`: the placement engine as the secondary scheduler, against the fake API server through a
+kubeconfig, and its adapter (Kubernetes node views -> ClusterState) on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from fakeapi import FakeKube, node, pod
+
+from balancer.app.scheduling import EnginePlacer, cluster_state, pod_request
+from balancer.cli import main
+from balancer.plan.placement.state import MILLI, NO_GPU
+
+H100 = "NVIDIA-H100-80GB-HBM3"   # GPU feature discovery's nvidia.com/gpu.product label
+
+
+def view(name, total, free, model=H100, cpu=(64000, 64000), mem=(262144, 262144), usable=None):
+    return {"name": name, "gpu_model": model, "gpus_total": total, "gpus_free": free, "gpus_usable": usable,
+            "cpu_milli_total": cpu[0], "cpu_milli_free": cpu[1], "memory_mib_total": mem[0],
+            "memory_mib_free": mem[1]} | ({} if usable is not None else {"gpus_usable": free})
+
+
+def test_node_views_become_a_cluster_state_with_used_and_reserved_gpus_and_catalogue_models():
+    state = cluster_state([view("a", 8, 5, usable=3, cpu=(64000, 16000)), view("b", 2, 2, model="L40S"),
+                           view("cpu", 0, 0, model="")])
+    assert state.names == ("a", "b", "cpu") and state.models == ("H100-SXM", "L40S")
+    assert state.gpu_free[0].tolist() == [MILLI] * 3 + [0] * 5            # 3 usable, the rest in use or reserved
+    assert state.gpu_free[1].tolist() == [MILLI, MILLI] + [NO_GPU] * 6
+    assert (state.gpu_free[2] == NO_GPU).all() and state.model.tolist() == [0, 1, -1]
+    assert (state.cpu_total[0], state.cpu_free[0]) == (64000, 16000)
+
+
+def test_a_pod_request_names_models_by_catalogue_key():
+    req = {"name": "ml/p", "num_gpu": 2, "gpu_milli": 500, "cpu_milli": 4000, "memory_mib": 1024,
+           "allowed_models": ("H100", "NVIDIA-A100-SXM4-80GB", "A100-SXM4-80GB")}
+    p = pod_request(req)
+    assert (p.num_gpu, p.gpu_milli, p.cpu_milli) == (2, MILLI, 4000)       # several GPUs are whole GPUs
+    assert p.allowed_models == ("A100-SXM4-80GB", "H100")                  # unknown names kept as they are
+
+
+def test_the_engine_packs_by_policy_and_never_breaks_a_model_constraint():
+    nodes = [view("empty", 8, 8), view("half", 8, 4), view("l40s", 8, 8, model="L40S")]
+    two = {"name": "ml/a", "num_gpu": 2, "gpu_milli": 1000, "cpu_milli": 1000, "memory_mib": 1024,
+           "allowed_models": None}
+    assert EnginePlacer("bestfit")(two, nodes) == "half"                   # the tightest fit
+    only_h100 = dict(two, allowed_models=("H100-SXM",))
+    assert EnginePlacer("gputide")(only_h100, nodes[2:]) is None           # only an L40S fits: no node
+    assert EnginePlacer("gputide")(only_h100, nodes) in ("empty", "half")
+    assert EnginePlacer("gputide")(two, []) is None
+
+
+@pytest.fixture
+def kubeconfig(kube: FakeKube, tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}], "users": [{"name": "fake", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    return str(path)
+
+
+def test_gputide_schedule_once_binds_its_pending_pods_by_policy(kube: FakeKube, kubeconfig, capsys):
+    kube.add(node("h100-a", 8, model=H100))
+    kube.add(node("h100-b", 8, model=H100))
+    kube.add(node("l40s", 8, model="NVIDIA-L40S"))
+    kube.add(pod("resident", "ml", gpus=4, node_name="h100-b", phase="Running"))
+    kube.add(pod("resident-l40s", "ml", gpus=5, node_name="l40s", phase="Running"))  # the tightest, wrong model
+    train = pod("train-0", "ml", gpus=2, scheduler="gputide", phase="Pending")
+    train["metadata"]["annotations"] = {"gputide.io/gpu-spec": "H100-SXM"}
+    kube.add(train)
+    kube.add(pod("big", "ml", gpus=16, scheduler="gputide", phase="Pending"))     # fits nowhere
+    kube.add(pod("theirs", "ml", gpus=1, phase="Pending"))                         # the default scheduler's
+    assert main(["schedule", "--kubeconfig", kubeconfig, "--once", "--policy", "bestfit"]) == 0
+    out = capsys.readouterr().out
+    assert "ml/train-0 -> h100-b" in out and "ml/big: no node fits" in out
+    assert kube.get("pods", "train-0", "ml")["spec"]["nodeName"] == "h100-b"       # the tightest H100
+    assert "nodeName" not in kube.get("pods", "theirs", "ml")["spec"]
+    assert len(kube.calls("POST", r"/binding$")) == 1
+
+
+def test_a_pass_without_pending_pods_lists_no_nodes(kube: FakeKube, kubeconfig):
+    kube.add(node("h100-a", 8, model=H100))
+    assert main(["schedule", "--kubeconfig", kubeconfig, "--once"]) == 0
+    assert not kube.calls("GET", r"/nodes$")
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["--policy", "best"], "--policy"),
+    (["--interval", "0s"], "--interval"),
+], ids=["unknown-policy", "zero-interval"])
+def test_bad_input_exits_2_naming_the_flag(kube, kubeconfig, argv, field, capsys):
+    assert main(["schedule", "--kubeconfig", kubeconfig, "--once", *argv]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_no_kubernetes_configuration_exits_2_naming_kubeconfig(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["schedule", "--once"]) == 2
+    assert "--kubeconfig" in capsys.readouterr().err
+
+
+def test_placement_matches_the_engine_on_a_random_cluster():
+    """EnginePlacer's answer is what the engine's Scheduler picks on the same ClusterState (no adapter drift)."""
+    from balancer.plan.placement import Scheduler, WorkloadMix
+
+    rng = np.random.default_rng(3)
+    nodes = [view(f"n{i}", 8, int(rng.integers(0, 9)), model=["H100-SXM", "L40S"][i % 2]) for i in range(12)]
+    req = {"name": "p", "num_gpu": 1, "gpu_milli": 1000, "cpu_milli": 2000, "memory_mib": 4096,
+           "allowed_models": None}
+    placer = EnginePlacer("gputide")
+    got = placer(req, nodes)
+    state = cluster_state(nodes)
+    mix = WorkloadMix.from_pods([pod_request(req)], include_cpu_only=False)
+    want = Scheduler(state, "gputide", mix).place(pod_request(req))
+    assert got == state.names[want.node]
