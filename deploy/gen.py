@@ -26,6 +26,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 COUNTERS_NAMESPACE = "gpu-operator"
+NAMESPACE = "gputide"  # deploy/base's namespace
 
 
 class _Dumper(yaml.SafeDumper):
@@ -52,12 +53,13 @@ def rule_groups(rules_dir: Path = ROOT / "rules") -> list[dict]:
     return groups
 
 
-def _prometheus_rule(name: str, rules_dir: Path) -> str:
+def _prometheus_rule(name: str, rules_dir: Path, namespace: str | None = None) -> str:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {}),
+            "labels": {"app.kubernetes.io/name": "gputide", "app.kubernetes.io/component": "rules"}}
     return _dump([{
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "gputide",
-                                              "app.kubernetes.io/component": "rules"}},
+        "metadata": meta,
         "spec": {"groups": rule_groups(rules_dir)},
     }])
 
@@ -67,7 +69,8 @@ def prometheus_rule() -> str:
 
 
 def serving_rule() -> str:
-    return _prometheus_rule("gputide-serving-rules", ROOT / "rules" / "serving")
+    # a component's resources do not get the base's `namespace:`, so they name theirs
+    return _prometheus_rule("gputide-serving-rules", ROOT / "rules" / "serving", namespace=NAMESPACE)
 
 
 def dashboard_configmaps(dashboards_dir: Path = ROOT / "dashboards") -> str:

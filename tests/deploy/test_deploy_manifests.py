@@ -24,7 +24,8 @@ from deploy import gen  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter",
-            "overlays/capacity"]
+            "overlays/capacity", "overlays/scheduler"]
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 K8S_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -243,6 +244,36 @@ def test_controller_args_parse_with_the_real_cli(overlay):
     assert parsed.command == "run" and parsed.leader_elect and parsed.metrics_port == 9836
     assert parsed.policy == "/etc/gputide/policy.yaml"
     assert parsed.dry_run is (overlay == "overlays/dev")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_namespaced_object_names_its_namespace(overlay):
+    """A component's resources do not get the base's `namespace:`: without their own, kubectl would create them in
+    the context's namespace (the capacity overlay's ServiceProfiles ConfigMap once went to `default`, where the
+    controller in `gputide` could not mount it)."""
+    allowed = {"gputide", "gpu-operator"}   # gpu-operator: dcgm-exporter's counters ConfigMap
+    for obj in render(overlay):
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace") in allowed, (obj["kind"], obj["metadata"]["name"])
+
+
+def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_with_the_controllers_rights():
+    from balancer.cli import build_parser
+
+    deploy = one("overlays/scheduler", "Deployment", "gputide-scheduler")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    parsed = build_parser().parse_args([a.replace("$(POD_NAMESPACE)", "gputide") for a in container["args"]])
+    assert parsed.command == "schedule" and parsed.leader_elect and parsed.lease_name == "gputide-scheduler"
+    assert (parsed.scheduler_name, parsed.policy) == ("gputide", "gputide")
+    assert pod["serviceAccountName"] == "gputide-controller"
+    rules = _rules(one("overlays/scheduler", "ClusterRole", "gputide-controller"))
+    assert {"create"} <= rules[("", "pods/binding")] and {"list"} <= rules[("", "pods")] & rules[("", "nodes")]
+    _restricted(container, pod["securityContext"])
+    netpol = one("overlays/scheduler", "NetworkPolicy", "gputide-scheduler")
+    assert netpol["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+    assert "ingress" not in netpol["spec"] and {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {
+        53, 443, 6443}   # no way in; out only to DNS and the API server
 
 
 def test_network_policies_and_pdb_select_the_pods_they_protect():
