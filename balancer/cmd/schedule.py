@@ -1,14 +1,15 @@
 """`gputide schedule`: the optional secondary scheduler, placing pods with gputide's placement engine.
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
-                     [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
+                     [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS] [--metrics-port 9837]
 
 Every `--interval` it binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority
 first) to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and
 memory, reservations made by gputide's migrations), through the Binding API. Pods of other schedulers are never
 touched. `--policy` is any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see
 balancer/app/scheduling.py. With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
-each pod's node (or that none fits), exit. Exit codes: 0 ok, 2 bad input.
+each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
+`/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import signal
 import socket
 import threading
 
+from balancer.app.health import Health, stall_limit
+from balancer.app.health import serve as serve_metrics
 from balancer.cmd.run import kube_client, own_namespace, parse_interval
 from balancer.errors import ActuationError
 
@@ -37,7 +40,32 @@ def register(subparsers) -> None:
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
     p.add_argument("--lease-name", default="gputide-scheduler")
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
+    p.add_argument("--metrics-port", type=int, default=9837,
+                   help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.set_defaults(func=run)
+
+
+class SchedulerMetrics:
+    """The scheduler's own series, on its own registry."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = r = CollectorRegistry()
+        self.binds = Counter("gputide_scheduler_pods", "Pods the scheduler handled, by result: bound, or "
+                             "unschedulable (no node fits; tried again next pass).", ["result"], registry=r)
+        self.failed_passes = Counter("gputide_scheduler_failed_passes", "Passes the API server failed.", registry=r)
+        self.pending = Gauge("gputide_scheduler_pending_pods", "Pods of this scheduler left pending by the last "
+                             "pass (no node fits them).", registry=r)
+        self.leader = Gauge("gputide_scheduler_leader", "1 on the replica that binds.", registry=r)
+        for result in ("bound", "unschedulable"):
+            self.binds.labels(result)
+
+    def record(self, results: dict) -> None:
+        bound = sum(1 for node in results.values() if node)
+        self.binds.labels("bound").inc(bound)
+        self.binds.labels("unschedulable").inc(len(results) - bound)
+        self.pending.set(len(results) - bound)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_interval(args.interval)
     if args.policy not in POLICIES:   # bad input before anything connects
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(POLICIES))
+    if not 0 <= args.metrics_port < 65536:
+        raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
     placer = EnginePlacer(args.policy)
     api_client = kube_client(args.kubeconfig)
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer)
@@ -62,23 +92,34 @@ def run(args: argparse.Namespace) -> int:
         duration = max(15, int(interval * 3))
         elector = LeaseLeaderElector(api_client, args.lease_name, args.lease_namespace or own_namespace(), identity,
                                      lease_duration_s=duration, renew_deadline_s=duration * 2 / 3)
+    metrics, health = SchedulerMetrics(), Health(stall_limit(interval))
+    if args.metrics_port:
+        serve_metrics(args.metrics_port, metrics.registry, health)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     log.info("scheduling pods of %s with policy %s every %.1f s", args.scheduler_name, args.policy, interval)
     try:
         while not stop.is_set():
-            if elector is None or elector.try_acquire_or_renew():
+            leading = elector is None or elector.try_acquire_or_renew()
+            metrics.leader.set(1 if leading else 0)
+            if leading:
                 try:
-                    for name, node in scheduler.schedule_once().items():
+                    results = scheduler.schedule_once()
+                except ActuationError as err:   # the API server is away: try again next pass
+                    metrics.failed_passes.inc()
+                    log.warning("scheduling pass failed: %s", err)
+                else:
+                    metrics.record(results)
+                    for name, node in results.items():
                         if node:
                             log.info("bound %s to %s", name, node)
                         else:
                             log.info("%s: no node fits, retried next pass", name)
-                except ActuationError as err:   # the API server is away: try again next pass
-                    log.warning("scheduling pass failed: %s", err)
+            health.beat()
             stop.wait(interval)
     finally:
         if elector is not None:
             elector.release()
+        metrics.leader.set(0)
     return 0

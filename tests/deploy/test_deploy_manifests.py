@@ -272,8 +272,14 @@ def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_with_the_contro
     _restricted(container, pod["securityContext"])
     netpol = one("overlays/scheduler", "NetworkPolicy", "gputide-scheduler")
     assert netpol["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
-    assert "ingress" not in netpol["spec"] and {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {
-        53, 443, 6443}   # no way in; out only to DNS and the API server
+    assert [p["port"] for r in netpol["spec"]["ingress"] for p in r["ports"]] == [9837]   # in: metrics only
+    assert {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {53, 443, 6443}  # DNS, API server
+    assert parsed.metrics_port == 9837 and {"name": "metrics", "containerPort": 9837, "protocol": "TCP"} in container[
+        "ports"]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
+    monitor = one("overlays/scheduler", "PodMonitor", "gputide-scheduler")
+    assert monitor["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
 
 
 def test_network_policies_and_pdb_select_the_pods_they_protect():

@@ -116,3 +116,46 @@ def test_placement_matches_the_engine_on_a_random_cluster():
     mix = WorkloadMix.from_pods([pod_request(req)], include_cpu_only=False)
     want = Scheduler(state, "gputide", mix).place(pod_request(req))
     assert got == state.names[want.node]
+
+
+def test_gputide_schedule_as_a_process_binds_reports_and_stops_cleanly(kube: FakeKube, kubeconfig):
+    """The long-running scheduler: a pod created while it runs is bound, its metrics and probes answer, SIGTERM
+    ends it with exit 0 and releases the Lease."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    from urllib.request import urlopen
+
+    from test_k8s_run_process import free_port, sample
+
+    kube.add(node("h100-a", 8, model=H100))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "balancer.cli", "schedule", "--kubeconfig", kubeconfig, "--interval", "200ms",
+         "--metrics-port", str(port), "--leader-elect", "--lease-namespace", "gputide"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        kube.add(pod("late", "ml", gpus=1, scheduler="gputide", phase="Pending"))
+        deadline, text = time.monotonic() + 60, ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                text = ""
+            if sample(text, 'gputide_scheduler_pods_total{result="bound"}') == 1:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the pod was not bound: rc {proc.poll()}\n{text[-1500:]}")
+        assert kube.get("pods", "late", "ml")["spec"]["nodeName"] == "h100-a"
+        assert sample(text, "gputide_scheduler_leader") == 1 and sample(text, "gputide_scheduler_pending_pods") == 0
+        assert urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, out[-2000:]
+    lease = kube.get("leases", "gputide-scheduler", "gputide")
+    assert lease is not None and not lease["spec"].get("holderIdentity"), lease   # released for the next replica
