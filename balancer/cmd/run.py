@@ -111,6 +111,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def lease_elector(api_client, name: str, namespace: str | None, interval_s: float):
+    """A Lease elector for this pod (identity `POD_NAME`, else the host name) in `namespace` (default: the pod's
+    own), the lease lasting three intervals (at least 15 s) and renewed within two thirds of that."""
+    from balancer.actuate.kubernetes import LeaseLeaderElector
+
+    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    duration = max(15, int(interval_s * 3))
+    return LeaseLeaderElector(api_client, name, namespace or own_namespace(), identity, lease_duration_s=duration,
+                              renew_deadline_s=duration * 2 / 3)
+
+
 def kube_client(kubeconfig: str | None, allowed: str = "a usable Kubernetes configuration"):
     """An API client from `kubeconfig` (else in-cluster, $KUBECONFIG, ~/.kube/config); none found is bad input,
     naming --kubeconfig (exit 2), not a traceback."""
@@ -185,13 +196,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         actuator = KubernetesActuator(api_client)
     elector = NullLeaderElector()
     if args.leader_elect:
-        from balancer.actuate.kubernetes import LeaseLeaderElector
-
-        identity = os.environ.get("POD_NAME") or socket.gethostname()
-        duration = max(15, int(interval * 3))
-        namespace = args.lease_namespace or own_namespace()
-        elector = LeaseLeaderElector(api_client, lease_name, namespace, identity, lease_duration_s=duration,
-                                     renew_deadline_s=duration * 2 / 3)
+        elector = lease_elector(api_client, lease_name, args.lease_namespace, interval)
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None
     planner, forecaster = capacity_parts(args, policy, source, interval, profiles)

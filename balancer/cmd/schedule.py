@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
-import socket
 import threading
 
 from balancer.app.health import Health, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd.run import kube_client, own_namespace, parse_interval
+from balancer.cmd.run import kube_client, lease_elector, parse_interval
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
@@ -69,7 +67,7 @@ class SchedulerMetrics:
 
 
 def run(args: argparse.Namespace) -> int:
-    from balancer.actuate.kubernetes import LeaseLeaderElector, SecondaryScheduler
+    from balancer.actuate.kubernetes import SecondaryScheduler
     from balancer.app.scheduling import EnginePlacer
     from balancer.errors import InputError
     from balancer.plan.placement import POLICIES
@@ -88,10 +86,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     elector = None
     if args.leader_elect:
-        identity = os.environ.get("POD_NAME") or socket.gethostname()
-        duration = max(15, int(interval * 3))
-        elector = LeaseLeaderElector(api_client, args.lease_name, args.lease_namespace or own_namespace(), identity,
-                                     lease_duration_s=duration, renew_deadline_s=duration * 2 / 3)
+        elector = lease_elector(api_client, args.lease_name, args.lease_namespace, interval)
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval))
     if args.metrics_port:
         serve_metrics(args.metrics_port, metrics.registry, health)

@@ -43,3 +43,16 @@ def clock() -> FakeClock:
 def sleeps() -> list[float]:
     """Pass `sleeps.append` as `sleep=`: records the backoff instead of waiting."""
     return []
+
+
+@pytest.fixture
+def kubeconfig(kube: FakeKube, tmp_path) -> str:
+    """A kubeconfig file pointing at the fake API server, for commands run as a user would run them."""
+    import yaml
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}], "users": [{"name": "fake", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    return str(path)

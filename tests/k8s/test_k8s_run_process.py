@@ -16,7 +16,6 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
-import yaml
 from fakeapi import FakeKube, pod
 
 pytestmark = pytest.mark.integration
@@ -48,7 +47,8 @@ def sample(text: str, series: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory, kube: FakeKube, tmp_path):
+def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory, kube: FakeKube, kubeconfig,
+                                                             tmp_path):
     from balancer.app import scenarios, tidal
     from balancer.telemetry.promserver import Target, default_rule_files
     from exporters.backends.sim import SimBackend
@@ -60,12 +60,6 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
     tc = tidal.context(sim)
     for w in sim.workloads.values():
         kube.add(pod_for(w))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
-        "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
     exporter = serve(GpuCollector(SimBackend(sim, lock=threading.Lock())), port=0)
     port = free_port()
     proc = None
@@ -74,7 +68,7 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
                                   rule_files=default_rule_files(), scrape_interval="1s")
         prom.wait_for("gputide_inference_replicas", bool, timeout=30)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "balancer.cli", "run", "--prometheus", prom.url, "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "balancer.cli", "run", "--prometheus", prom.url, "--kubeconfig", kubeconfig,
              "--dry-run", *capacity_args(tmp_path, tc.profiles), "--interval", "1s",
              "--metrics-port", str(port), "--forecast-model", "persistence"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 from fakeapi import FakeKube, node, pod
 
 from balancer.app.scheduling import EnginePlacer, cluster_state, pod_request
@@ -48,16 +47,6 @@ def test_the_engine_packs_by_policy_and_never_breaks_a_model_constraint():
     assert EnginePlacer("gputide")(only_h100, nodes[2:]) is None           # only an L40S fits: no node
     assert EnginePlacer("gputide")(only_h100, nodes) in ("empty", "half")
     assert EnginePlacer("gputide")(two, []) is None
-
-
-@pytest.fixture
-def kubeconfig(kube: FakeKube, tmp_path):
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}], "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
-    return str(path)
 
 
 def test_gputide_schedule_once_binds_its_pending_pods_by_policy(kube: FakeKube, kubeconfig, capsys):
