@@ -13,8 +13,9 @@ schedules with (balancer/plan/placement/):
 * FGD's fragmentation measure needs the workload mix: here, the last `mix_window` pods this scheduler was asked
   to place (the observed mix, as the paper prescribes), the current one included.
 
-Topology and thermal scores see no NVLink domains and no temperatures from the Kubernetes view (all GPUs of a
-node are one domain, headroom unknown), so on a cluster they do not separate candidates; the others do.
+NVLink domains come from the node label `gputide.io/nvlink-domain-size`, else from the catalogue (an SXM board is
+one domain, NVLink-bridged PCIe cards pair up, other GPUs are a domain each), so the topology score keeps
+multi-GPU pods inside one domain and single-GPU pods in domains already in use. The Kubernetes view has no temperatures, so the thermal score does not separate candidates.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from balancer.plan.placement import ClusterState, PodRequest, Scheduler, Workloa
 from balancer.plan.placement.state import MILLI, NO_GPU
 
 Json = Mapping[str, Any]
+DOMAIN_LABEL = "gputide.io/nvlink-domain-size"
 
 
 def pod_request(req: Json) -> PodRequest:
@@ -40,6 +42,19 @@ def pod_request(req: Json) -> PodRequest:
     return PodRequest(cpu_milli=max(int(req.get("cpu_milli") or 0), 0), memory_mib=max(int(req.get("memory_mib") or 0), 0),
                       num_gpu=gpus, gpu_milli=milli, name=str(req.get("name", "")),
                       allowed_models=tuple(sorted({catalog.key_of(m) for m in allowed})) if allowed else None)
+
+
+def nvlink_domain_size(node: Json, model_key: str, gpus: int) -> int:
+    """GPUs per NVLink domain on a node: its label `gputide.io/nvlink-domain-size` when set, else by catalogue
+    model: an SXM board's GPUs are one domain (NVSwitch), a PCIe model with NVLink bridges pairs them, a model
+    without NVLink (or unknown) has a domain per GPU."""
+    label = str((node.get("labels") or {}).get(DOMAIN_LABEL, "")).strip()
+    if label.isdigit() and int(label) > 0:
+        return min(int(label), max(gpus, 1))
+    spec = catalog.CATALOGUE.get(model_key)
+    if spec is None or not spec.nvlink:
+        return 1
+    return max(gpus, 1) if "SXM" in model_key else 2
 
 
 def cluster_state(nodes: Sequence[Json]) -> ClusterState:
@@ -63,8 +78,10 @@ def cluster_state(nodes: Sequence[Json]) -> ClusterState:
 
     cpu_total, cpu_free = column("cpu_milli_total", "cpu_milli_free")
     mem_total, mem_free = column("memory_mib_total", "memory_mib_free")
+    sizes = np.array([nvlink_domain_size(n, k, int(t)) for n, k, t in zip(nodes, keys, total, strict=True)])
+    domain = np.arange(width)[None, :] // np.maximum(sizes, 1)[:, None]
     return ClusterState(cpu_total, mem_total, gpu_free, model, models, cpu_free=cpu_free, mem_free=mem_free,
-                        names=tuple(str(n["name"]) for n in nodes))
+                        nvlink_domain=domain, names=tuple(str(n["name"]) for n in nodes))
 
 
 class EnginePlacer:

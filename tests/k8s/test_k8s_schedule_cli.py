@@ -49,6 +49,23 @@ def test_the_engine_packs_by_policy_and_never_breaks_a_model_constraint():
     assert EnginePlacer("gputide")(two, []) is None
 
 
+def test_nvlink_domains_come_from_the_label_else_the_catalogue():
+    nodes = [view("l40s", 8, 8, model="NVIDIA-L40S"), view("h100", 8, 8), view("a100p", 8, 8, model="A100-PCIE-40GB"),
+             dict(view("odd", 8, 8, model="weird"), labels={"gputide.io/nvlink-domain-size": "4"})]
+    assert cluster_state(nodes).nvlink_domain.tolist() == [
+        [0, 1, 2, 3, 4, 5, 6, 7],       # PCIe without NVLink: a domain per GPU
+        [0] * 8,                        # an SXM board: one NVSwitch domain
+        [0, 0, 1, 1, 2, 2, 3, 3],       # NVLink-bridged PCIe cards: pairs
+        [0, 0, 0, 0, 1, 1, 1, 1]]       # the operator's label wins
+
+
+def test_a_multi_gpu_pod_goes_to_an_nvlink_board_whatever_the_node_order():
+    nodes = [view("l40s", 8, 8, model="NVIDIA-L40S"), view("h100", 8, 8)]
+    four = {"name": "ml/t", "num_gpu": 4, "gpu_milli": 1000, "cpu_milli": 1000, "memory_mib": 1024,
+            "allowed_models": None}
+    assert EnginePlacer("gputide")(four, nodes) == EnginePlacer("gputide")(four, nodes[::-1]) == "h100"
+
+
 def test_gputide_schedule_once_binds_its_pending_pods_by_policy(kube: FakeKube, kubeconfig, capsys):
     kube.add(node("h100-a", 8, model=H100))
     kube.add(node("h100-b", 8, model=H100))
