@@ -112,6 +112,7 @@ class PrometheusTelemetrySource:
         self.clock = clock
         self.client = client or connect(opts)
         self.known_uuids: set[str] = set()
+        self._topology_cache: tuple[tuple, tuple[tuple[Node, ...], tuple[Gpu, ...]]] | None = None
 
     # ---- queries --------------------------------------------------------------------------------------------
     def _selector(self) -> str:
@@ -133,25 +134,39 @@ class PrometheusTelemetrySource:
             raise MissingTelemetry(f"no GPU series in Prometheus at {self.opts.url} (are the recording rules loaded "
                                    "and the exporter scraped?)")
         rule_to_field = {rule: name for name, (rule, _) in FIELDS.items()}
-        records = []
+        field_names = list(FIELDS)
+        column = {name: i for i, name in enumerate(field_names)}
+        # one pass over the rows into plain lists (120,000 rows at 10,000 GPUs: no per-row pandas)
+        keys, cols, values = [], [], []
         for r in rows:
             m, value = _sample(r)
             name = rule_to_field.get(m.get("__name__", ""))
-            host, gpu, uuid = (m.get(k, "") for k in GPU_KEY)
+            host, gpu, uuid = m.get("hostname", ""), m.get("gpu", ""), m.get("UUID", "")   # GPU_KEY
             if name is None or not (host and uuid and str(gpu).isdigit()):
                 raise InvalidTelemetry(f"series {dict(m)} lacks a known rule name or the labels hostname, gpu "
                                        "(an integer) and UUID that the recording rules guarantee")
-            records.append((host, gpu, uuid, m.get("modelName", ""), name, value))
-        df = pd.DataFrame.from_records(records, columns=[*GPU_KEY, "modelName", "field", "value"])
-        nan = df["value"].isna() & ~df["field"].isin(OPTIONAL)
+            keys.append((host, gpu, uuid, m.get("modelName", "")))
+            cols.append(column[name])
+            values.append(value)
+        codes, uniques = pd.factorize(pd.Index(keys, tupleize_cols=False), sort=False)
+        cols_a, values_a = np.asarray(cols), np.asarray(values, dtype=float)
+        optional = np.isin(cols_a, [column[n] for n in OPTIONAL])
+        nan = np.isnan(values_a) & ~optional
         if nan.any():
-            bad = df[nan]
-            raise InvalidTelemetry(f"NaN in {FIELDS[bad['field'].iloc[0]][0]} on {bad['UUID'].iloc[0]} "
-                                   f"({bad['hostname'].iloc[0]}) and {int(nan.sum()) - 1} more",
-                                   subjects=tuple(bad["UUID"].unique()))
-        # max over duplicates (e.g. MIG instances that slipped past the rules); NaN stays NaN
-        wide = df.groupby([*GPU_KEY, "modelName", "field"], sort=False)["value"].max().unstack("field")
-        return wide.reset_index()
+            i = int(np.argmax(nan))
+            subjects = tuple(dict.fromkeys(keys[j][2] for j in np.flatnonzero(nan)))
+            raise InvalidTelemetry(f"NaN in {FIELDS[field_names[cols_a[i]]][0]} on {keys[i][2]} ({keys[i][0]}) and "
+                                   f"{int(nan.sum()) - 1} more", subjects=subjects)
+        # max over duplicates (e.g. MIG instances that slipped past the rules); a field never seen stays NaN
+        table = np.full((len(uniques), len(field_names)), np.nan)
+        np.fmax.at(table, (codes, cols_a), values_a)
+        seen = np.zeros(table.shape, dtype=bool)
+        seen[codes, cols_a] = True
+        wide = pd.DataFrame(list(uniques), columns=[*GPU_KEY, "modelName"])
+        for j, name in enumerate(field_names):
+            if seen[:, j].any():
+                wide[name] = table[:, j]
+        return wide
 
     # ---- snapshot -------------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
@@ -164,7 +179,9 @@ class PrometheusTelemetrySource:
         if self.fleet is not None:  # the fleet's order, so snapshots from any source line up GPU by GPU
             order = {g.uuid: g.index for g in self.fleet.gpus}
             wide["_order"] = wide["UUID"].map(order).fillna(len(order)).astype(int)
-            wide = wide.sort_values(["_order", "hostname", "gpu"], key=lambda s: s.map(_natural_key))
+            # a host's GPUs stay together even when one of them is new to the fleet spec (a replaced board)
+            wide["_node_order"] = wide.groupby("hostname", sort=False)["_order"].transform("min")
+            wide = wide.sort_values(["_node_order", "hostname", "gpu"], key=lambda s: s.map(_natural_key))
         else:
             wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key))
         wide = wide.reset_index(drop=True)
@@ -206,21 +223,38 @@ class PrometheusTelemetrySource:
                                        f"{', '.join(missing[:5])}", subjects=tuple(missing))
 
     def _topology(self, wide: pd.DataFrame) -> tuple[tuple[Node, ...], tuple[Gpu, ...]]:
+        """Nodes and GPUs in `wide`'s (sorted) order; the same GPUs as last cycle reuse last cycle's objects
+        (the fleet rarely changes, and building 10,000 of them from rows cost more than a whole plan)."""
+        key = tuple(wide[c].to_numpy(dtype=object) for c in ("hostname", "gpu", "UUID", "modelName"))
+        last = self._topology_cache
+        if last is not None and len(last[0][0]) == len(key[0]) and all(
+                np.array_equal(a, b) for a, b in zip(last[0], key, strict=True)):
+            return last[1]
         spec_nodes = {n.name: n for n in self.fleet.nodes} if self.fleet else {}
         spec_gpus = {g.uuid: g for g in self.fleet.gpus} if self.fleet else {}
-        nodes: list[Node] = []
-        gpus: list[Gpu] = []
-        for host, group in wide.groupby("hostname", sort=False):
-            model_name = group["modelName"].iloc[0]
-            spec = catalog.by_model_name(model_name)
-            model = spec.key if spec else model_name
-            nodes.append(spec_nodes.get(host) or Node(name=host, gpu_model=model, gpu_count=len(group)))
-            for _, row in group.iterrows():
-                known = spec_gpus.get(row["UUID"])
-                gpus.append(Gpu(index=len(gpus), uuid=row["UUID"], node=host, slot=int(row["gpu"]), model=model,
-                                nvlink_domain=known.nvlink_domain if known else -1,
-                                pci_bus_id=known.pci_bus_id if known else ""))
-        return tuple(nodes), tuple(gpus)
+        keys: dict[str, str] = {}
+        for name in set(key[3]):   # catalogue key per modelName, once each
+            spec = catalog.by_model_name(name)
+            keys[name] = spec.key if spec else name
+        hosts, slots, uuids, names = (k.tolist() for k in key)
+        models = [keys[n] for n in names]
+        # the first model seen on a host is the node's, as the rows of a host are contiguous after the sort
+        first: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        for i, host in enumerate(hosts):
+            first.setdefault(host, i)
+            counts[host] = counts.get(host, 0) + 1
+        nodes = tuple(spec_nodes.get(h) or Node(name=h, gpu_model=models[i], gpu_count=counts[h])
+                      for h, i in first.items())
+        node_model = {h: models[i] for h, i in first.items()}
+        gpus = []
+        for i, (host, slot, uuid) in enumerate(zip(hosts, slots, uuids, strict=True)):
+            known = spec_gpus.get(uuid)
+            gpus.append(Gpu(index=i, uuid=uuid, node=host, slot=int(slot), model=node_model[host],
+                            nvlink_domain=known.nvlink_domain if known else -1,
+                            pci_bus_id=known.pci_bus_id if known else ""))
+        self._topology_cache = (key, (nodes, tuple(gpus)))
+        return self._topology_cache[1]
 
     @staticmethod
     def _arrays(wide: pd.DataFrame, gpus: tuple[Gpu, ...]) -> dict[str, np.ndarray]:
@@ -360,7 +394,7 @@ def _sample(r: object) -> tuple[Mapping[str, str], float]:
     """One instant-vector element -> (labels, value); a malformed element is InvalidTelemetry, not a traceback."""
     try:
         metric, value = r["metric"], float(r["value"][1])  # type: ignore[index]
-        if not isinstance(metric, Mapping):
+        if type(metric) is not dict and not isinstance(metric, Mapping):  # dict first: the ABC check is slow
             raise TypeError(f"labels are a {type(metric).__name__}")
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise InvalidTelemetry(f"malformed sample {str(r)[:160]} from Prometheus: {exc!r}") from exc

@@ -167,3 +167,27 @@ def test_demand_history_keeps_gaps_as_nan():
     series = source(Range()).demand_history("sum(x)", NOW, NOW + 180, 60)
     assert list(np.isnan(series.to_numpy())) == [False, True, False, True]
     assert series.iloc[2] == 3
+
+
+def test_a_new_board_on_a_known_host_stays_with_its_host_and_keeps_its_own_readings():
+    """The fleet spec knows node-a's GPU-a0 only; GPU-a1 replaced a board. GPUs stay grouped by host, in line
+    with every per-GPU array (a GPU's temperature is its own), and the same fleet twice reuses the topology."""
+    from dataclasses import replace
+
+    from balancer import fleet as fleet_mod
+    from balancer.model import Node
+
+    fl = fleet_mod.build("t", [Node(name="node-a", gpu_model="H100-SXM", gpu_count=1),
+                               Node(name="node-b", gpu_model="L40S", gpu_count=1)])
+    fl = fleet_mod.Fleet(name="t", nodes=fl.nodes, gpus=tuple(
+        replace(g, uuid={"node-a": "GPU-a0", "node-b": "GPU-b0"}[g.node]) for g in fl.gpus))
+    hot = {("GPU-a1", "temperature_c"): 81.0, ("GPU-b0", "temperature_c"): 55.0}
+    src = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                    client=FakeClient(values=hot), clock=lambda: NOW, fleet=fl)
+    snap = src.snapshot()
+    assert [(g.node, g.uuid) for g in snap.gpus] == [("node-a", "GPU-a0"), ("node-a", "GPU-a1"), ("node-b", "GPU-b0")]
+    assert dict(zip([g.uuid for g in snap.gpus], snap.temperature_c.tolist(), strict=True)) == {
+        "GPU-a0": 60.0, "GPU-a1": 81.0, "GPU-b0": 55.0}
+    assert [g.index for g in snap.gpus] == [0, 1, 2]
+    again = src.snapshot()
+    assert again.gpus is snap.gpus and again.nodes is snap.nodes   # unchanged fleet: last cycle's objects
