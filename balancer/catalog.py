@@ -15,6 +15,7 @@ The Alibaba v2023 trace hides three models as G1/G2/G3; `ALIBABA_MODEL_MAP` maps
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -92,6 +93,7 @@ def get(key: str, *, file: str | None = None, field: str = "gpuModel") -> GpuMod
     raise InputError(file, field, key, "one of " + ", ".join(CATALOGUE))
 
 
+@functools.cache   # the catalogue never changes; the scheduler asks once per node per pod
 def key_of(name: str) -> str:
     """The catalogue key of a GPU model named by key, dcgm modelName, Alibaba code, or GPU feature discovery's
     `nvidia.com/gpu.product` node label (the modelName with '-' for ' ', e.g. `NVIDIA-H100-80GB-HBM3`); a name

@@ -18,7 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -83,14 +82,15 @@ def _run(tree: Path) -> list[dict]:
 
 def main() -> str:
     now = _run(ROOT)
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", BEFORE_COMMIT, "balancer"], cwd=ROOT, capture_output=True,
-                                 check=True)
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        (Path(tmp) / "bench").mkdir()
-        (Path(tmp) / "bench" / "__init__.py").write_text("")
-        (Path(tmp) / "bench" / "bench_observe.py").write_text(Path(__file__).read_text())
-        before = _run(Path(tmp))
+    from bench.trees import exported
+
+    with exported(BEFORE_COMMIT, "balancer") as tree:
+        if tree is None:
+            raise RuntimeError(f"bench_observe times the tree at {BEFORE_COMMIT}: it needs a git clone")
+        (tree / "bench").mkdir()
+        (tree / "bench" / "__init__.py").write_text("")
+        (tree / "bench" / "bench_observe.py").write_text(Path(__file__).read_text())
+        before = _run(tree)
     lines = [
         "## Observe: Prometheus answer -> ClusterSnapshot (balancer/telemetry/prometheus.py)", "",
         f"Command: `{COMMAND}`. CPU time of `snapshot()` with the decoded answer stubbed in (12 series per GPU and "

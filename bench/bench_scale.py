@@ -27,7 +27,6 @@ import pstats
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -168,13 +167,10 @@ def _run_sizes(profile_at: int | None = None, tree: Path | None = None) -> list[
 
 def _before_rows() -> list[dict] | None:
     """The same measurement on the `BEFORE_COMMIT` tree (exported with `git archive`); None outside a git clone."""
-    repo = Path(__file__).parents[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", BEFORE_COMMIT, "balancer"], cwd=repo, capture_output=True)
-        if archive.returncode != 0:
-            return None
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        return _run_sizes(tree=Path(tmp))
+    from bench.trees import exported
+
+    with exported(BEFORE_COMMIT, "balancer") as tree:
+        return None if tree is None else _run_sizes(tree=tree)
 
 
 def scrape_rows() -> list[dict]:

@@ -113,6 +113,7 @@ class PrometheusTelemetrySource:
         self.client = client or connect(opts)
         self.known_uuids: set[str] = set()
         self._topology_cache: tuple[tuple, tuple[tuple[Node, ...], tuple[Gpu, ...]]] | None = None
+        self._slowdown: tuple[tuple[Gpu, ...], np.ndarray] | None = None
 
     # ---- queries --------------------------------------------------------------------------------------------
     def _selector(self) -> str:
@@ -199,7 +200,7 @@ class PrometheusTelemetrySource:
                                  f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
                                  subjects=tuple(wide["UUID"][stale]))
         nodes, gpus = self._topology(wide)
-        arrays = self._arrays(wide, gpus)
+        arrays = self._arrays(wide, self._slowdown_defaults(gpus))
         self._check_values(arrays, wide)
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         self.known_uuids |= {g.uuid for g in gpus}
@@ -256,16 +257,22 @@ class PrometheusTelemetrySource:
         self._topology_cache = (key, (nodes, tuple(gpus)))
         return self._topology_cache[1]
 
+    def _slowdown_defaults(self, gpus: tuple[Gpu, ...]) -> np.ndarray:
+        """The catalogue's slowdown temperature per GPU (85 °C for a model it does not know), computed again only
+        when `_topology` built new GPUs."""
+        if self._slowdown is None or self._slowdown[0] is not gpus:
+            by_model = {m: s.slowdown_temp_c if (s := catalog.CATALOGUE.get(m)) else 85.0 for m in {g.model for g in gpus}}
+            self._slowdown = (gpus, np.array([by_model[g.model] for g in gpus], dtype=float))
+        return self._slowdown[1]
+
     @staticmethod
-    def _arrays(wide: pd.DataFrame, gpus: tuple[Gpu, ...]) -> dict[str, np.ndarray]:
+    def _arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.ndarray]:
         def col(name: str, default: np.ndarray | float) -> np.ndarray:
             if name in wide:
                 values = wide[name].to_numpy(dtype=float)
                 return np.where(np.isnan(values), default, values) if name in OPTIONAL else values
             return np.broadcast_to(np.asarray(default, dtype=float), (len(wide),)).copy()
 
-        slowdown_default = np.array([s.slowdown_temp_c if (s := catalog.CATALOGUE.get(g.model)) else 85.0
-                                     for g in gpus])
         used = col("mem_used_mib", 0.0)
         return {
             "temperature_c": col("temperature_c", 0.0),
