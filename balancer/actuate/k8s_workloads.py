@@ -18,7 +18,7 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
 | `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers) |
-| `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector |
+| `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector (GPU feature discovery labels resolve to catalogue keys) |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"` |
 
 `KubernetesWorkloads.suspended_jobs()` lists the Jobs gputide itself suspended (label `gputide.io/suspended=true`,
@@ -49,7 +49,7 @@ from typing import Any
 from balancer import catalog
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
-from balancer.errors import ActuationError, InputError
+from balancer.errors import ActuationError
 from balancer.model import SuspendedJob, Workload, WorkloadClass
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,11 @@ def _int(value: Any, default: int) -> int:
 
 
 def _models(spec: str | None) -> frozenset[str] | None:
+    """Catalogue keys of `A|B` (keys, modelNames, Alibaba codes or GPU feature discovery's product labels such as
+    `NVIDIA-H100-80GB-HBM3`); a model the catalogue does not know still constrains the pod by its own name."""
     if not spec:
         return None
-    out = set()
-    for name in filter(None, (s.strip() for s in spec.split("|"))):
-        try:
-            out.add(catalog.get(name).key)
-        except InputError:
-            out.add(name)  # a model the catalogue does not know still constrains the pod
-    return frozenset(out) or None
+    return frozenset(catalog.key_of(name) for name in filter(None, (s.strip() for s in spec.split("|")))) or None
 
 
 def _elastic(notes: Json) -> tuple[int, int]:

@@ -129,3 +129,13 @@ def test_an_owner_name_used_in_two_namespaces_is_qualified_for_every_pod_and_sus
     clock.advance(61)
     assert provider()["team-a/chat-7d9f8-x"].owner == "chat" and "ml/train-0" not in provider()
     assert [j.name for j in provider.suspended_jobs()] == ["train"]
+
+
+def test_a_node_selector_on_gpu_feature_discoverys_product_label_names_the_catalogue_model():
+    """`nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3` is what GPU feature discovery puts on nodes; as a raw name it
+    matched no GPU of the fleet, so the planner could place the pod nowhere."""
+    p = with_meta(pod("train-0", "ml", gpus=1, owner=("Job", "t")),
+                  node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    assert workload_from_pod(p).allowed_models == frozenset({"H100-SXM"})
+    odd = with_meta(pod("x", gpus=1), annotations={"gputide.io/gpu-spec": "H100-SXM|Mystery-GPU"})
+    assert workload_from_pod(odd).allowed_models == frozenset({"H100-SXM", "Mystery-GPU"})
