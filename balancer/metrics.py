@@ -73,6 +73,24 @@ class _LabelledGauge:
         self._keys = set(values)
 
 
+class WatchGauges:
+    """`gputide_kubernetes_watch_synced` and `_failures` per followed resource, for any gputide process that
+    follows Kubernetes objects by watch (the controller, the secondary scheduler); read at each scrape."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.synced = Gauge("gputide_kubernetes_watch_synced", "1 once the first list of a Kubernetes resource "
+                            "followed by watch has succeeded.", ["resource"], registry=registry)
+        self.failures = Gauge(
+            "gputide_kubernetes_watch_failures", "Consecutive failed lists or watches of a followed Kubernetes "
+            "resource (0 while its watch delivers); meanwhile the last known state is used.", ["resource"],
+            registry=registry)
+
+    def follow(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
+        """Report a watch's state (`ListWatch.synced`, `.failures`)."""
+        self.synced.labels(resource).set_function(lambda: float(synced()))
+        self.failures.labels(resource).set_function(lambda: float(failures()))
+
+
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
@@ -122,11 +140,7 @@ class ControllerMetrics:
             ["modelName"], registry=r))
         self.training_waiting = Gauge("gputide_training_waiting_jobs",
                                       "Training jobs waiting to run, for longer than `over`.", ["over"], registry=r)
-        self.watch_synced = Gauge("gputide_kubernetes_watch_synced", "1 once the first list of a Kubernetes "
-                                  "resource the controller follows by watch has succeeded.", ["resource"], registry=r)
-        self.watch_failures = Gauge(
-            "gputide_kubernetes_watch_failures", "Consecutive failed lists or watches of a followed Kubernetes "
-            "resource (0 while its watch delivers); meanwhile the last known state is used.", ["resource"], registry=r)
+        self.watches = WatchGauges(r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
         for reason in rejection_reasons():   # known label values start at 0, so rate() and panels see them
@@ -137,9 +151,7 @@ class ControllerMetrics:
             self.training_waiting.labels(over).set(0)
 
     def follow_watch(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
-        """Report a watch's state (`ListWatch.synced`, `.failures`), read at each scrape."""
-        self.watch_synced.labels(resource).set_function(lambda: float(synced()))
-        self.watch_failures.labels(resource).set_function(lambda: float(failures()))
+        self.watches.follow(resource, synced, failures)
 
     def set_fail_static(self, reason: str | None) -> None:
         self.fail_static.set(1 if reason else 0)

@@ -49,13 +49,15 @@ class ListWatch:
 
     `list_call(**kwargs) -> Json` lists (with retries, raising `ActuationError`); `watch_fn` is the generated
     client's list function the watch streams from (e.g. `CoreV1Api.list_pod_for_all_namespaces`); `selectors`
-    (field_selector, label_selector) go to both.
+    (field_selector, label_selector) go to both; `notify` (an Event) is set after every change.
     """
 
     def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
                  convert: Callable[[Json], Any | None], *, selectors: dict[str, str] | None = None,
-                 watch_s: float = 300.0, backoff_s: float = 1.0, max_backoff_s: float = 60.0) -> None:
+                 watch_s: float = 300.0, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 notify: threading.Event | None = None) -> None:
         self.what, self.list_call, self.watch_fn, self.convert = what, list_call, watch_fn, convert
+        self.notify = notify  # set after every change of the items (a reader waiting for work wakes up)
         self.selectors = dict(selectors or {})
         self.watch_s, self.backoff_s, self.max_backoff_s = watch_s, backoff_s, max_backoff_s
         self._lock = threading.Lock()
@@ -121,6 +123,11 @@ class ListWatch:
                 err = f"{exc.status} {exc.reason}"
             except (ActuationError, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 err = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # noqa: BLE001 - the reflector outlives any one bad answer or closed stream
+                if self._stop.is_set():   # stop() closed the stream under the reader
+                    return
+                log.exception("%s: unexpected failure", self.what)
+                err = f"{type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
             self.failures += 1
@@ -141,6 +148,8 @@ class ListWatch:
             self._items, self._generation = items, self._generation + 1
         self._synced = True
         self.lists += 1
+        if self.notify is not None:
+            self.notify.set()
         return str((listed.get("metadata") or {}).get("resourceVersion") or "0")
 
     def _follow(self, version: str) -> str:
@@ -172,3 +181,5 @@ class ListWatch:
             elif self._items.pop(key, None) is None:
                 return
             self._generation += 1
+        if self.notify is not None:
+            self.notify.set()

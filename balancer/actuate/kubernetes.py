@@ -1,4 +1,4 @@
-"""The Kubernetes actuator, Lease leader election and the optional secondary scheduler.
+"""The Kubernetes actuator and Lease leader election.
 
 This is the only module in gputide that imports `kubernetes`. It turns frozen actions into API calls and every
 API failure into an `ActionResult`; nothing here decides *what* to do.
@@ -32,7 +32,7 @@ strategic merge patch, which custom resources (Kueue) do not support.
 leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender takes over only when the record it
 observed has not changed for a lease duration (measured on its own clock, so clock skew between replicas does
 not matter), and writes with the observed resourceVersion so that of two racing contenders only one wins.
-`SecondaryScheduler` binds pods with `schedulerName: gputide` through an injected placement function.
+The secondary scheduler (`SecondaryScheduler`, binding pods with `schedulerName: gputide`) is in k8s_scheduler.py.
 """
 
 from __future__ import annotations
@@ -715,141 +715,6 @@ class LeaseLeaderElector:
         return True
 
 
-# ---- secondary scheduler -------------------------------------------------------------------------------------
-
-PlaceFn = Callable[[Json, list[Json]], "str | None"]
-
-
-class SecondaryScheduler:
-    """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place`.
-
-    `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `pod_request` / `nodes_view`; each
-    offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
-    stays free of Kubernetes types (`balancer.app.scheduling.EnginePlacer` is the engine's own `place`). Reservations made by a Migrate are honoured: a pod matching a
-    reservation goes to its reserved node when it fits; reserved GPUs are not offered to other pods."""
-
-    def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
-                 *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
-                 max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
-        if place is None:
-            raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
-        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
-        self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
-        self.reservation_annotation = reservation_annotation
-
-    @staticmethod
-    def pod_request(pod: Json) -> Json:
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        gpus, cpu, mem = _pod_requests(pod)
-        annotations = meta.get("annotations") or {}
-        gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(
-            "nvidia.com/gpu.product")
-        owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-        return {
-            "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
-            "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
-            "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
-            "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
-            "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
-            "tolerations": spec.get("tolerations") or [], "node_selector": spec.get("nodeSelector") or {},
-        }  # fmt: skip
-
-    def nodes_view(self) -> list[Json]:
-        """Per node: capacity, what bound pods and live reservations use, labels and taints."""
-        now = self.clock()
-        nodes = self.api("list nodes", self.api.core.list_node).get("items", [])
-        bound = self.api("list bound pods", self.api.core.list_pod_for_all_namespaces,
-                         field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
-        used: dict[str, list[int]] = {}
-        for p in bound.get("items", []):
-            g, c, m = _pod_requests(p)
-            u = used.setdefault(p["spec"]["nodeName"], [0, 0, 0])
-            u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
-        view = []
-        for n in nodes:
-            alloc, name = (n.get("status") or {}).get("allocatable") or {}, n["metadata"]["name"]
-            g, c, m = used.get(name, [0, 0, 0])
-            reservations = {k: v for k, v in _json_annotation(n, self.reservation_annotation).items()
-                            if (parse_time(v.get("expires")) or 0) > now}
-            labels = n["metadata"].get("labels") or {}
-            view.append({
-                "name": name, "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
-                "taints": (n.get("spec") or {}).get("taints") or [],
-                "unschedulable": bool((n.get("spec") or {}).get("unschedulable")),
-                "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
-                "gpus_free": int(quantity(alloc.get(GPU_RESOURCE, 0))) - g,
-                "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
-                "cpu_milli_free": int(quantity(alloc.get("cpu", 0)) * 1000) - c,
-                "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
-                "memory_mib_free": int(quantity(alloc.get("memory", 0)) / 2**20) - m,
-                "reservations": reservations,
-            })  # fmt: skip
-        return view
-
-    @staticmethod
-    def _reserved_for_others(node: Json, req: Json) -> int:
-        mine = {req["name"], f"{req['namespace']}/{req['owner']}"}
-        if req["owner"]:   # a ReplicaSet "web-7d9f8" belongs to the Deployment "web"
-            mine.add(f"{req['namespace']}/{req['owner'].rsplit('-', 1)[0]}")
-        return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in mine)
-
-    @staticmethod
-    def _reservation_key(node: Json, req: Json) -> str | None:
-        keys = {req["name"], f"{req['namespace']}/{req['owner']}"}
-        if req["owner"]:
-            keys.add(f"{req['namespace']}/{req['owner'].rsplit('-', 1)[0]}")
-        return next((k for k in node["reservations"] if k in keys), None)
-
-    def _fits(self, node: Json, req: Json) -> bool:
-        tolerated = {t.get("key") for t in req["tolerations"]}
-        blocked = any(t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in tolerated
-                      for t in node["taints"])
-        return (not node["unschedulable"] and not blocked
-                and node["gpus_free"] - self._reserved_for_others(node, req) >= req["num_gpu"]
-                and node["cpu_milli_free"] >= req["cpu_milli"] and node["memory_mib_free"] >= req["memory_mib"]
-                and all(node["labels"].get(k) == v for k, v in req["node_selector"].items()))
-
-    def schedule_once(self) -> dict[str, str | None]:
-        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None}."""
-        pending = self.api("list pending pods", self.api.core.list_pod_for_all_namespaces, field_selector=(
-            f"spec.schedulerName={self.scheduler_name},status.phase=Pending,spec.nodeName=")).get("items", [])
-        pending = [p for p in pending if not p["metadata"].get("deletionTimestamp")]
-        if not pending:   # nothing to place: no need to list every node and bound pod
-            return {}
-        pending.sort(key=lambda p: -int((p.get("spec") or {}).get("priority") or 0))
-        view, results = self.nodes_view(), {}
-        by_name = {n["name"]: n for n in view}
-        for pod in pending:
-            req = self.pod_request(pod)
-            reserved = next((n for n in view if self._reservation_key(n, req) and self._fits(n, req)), None)
-            offered = [dict(n, gpus_usable=n["gpus_free"] - self._reserved_for_others(n, req))
-                       for n in view if self._fits(n, req)]
-            target = reserved["name"] if reserved else self.place(req, offered)
-            node = by_name.get(target) if target else None
-            if node is None or not self._fits(node, req):
-                results[req["name"]] = None
-                continue
-            body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
-            try:
-                self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
-                         req["namespace"], body)
-            except ActuationError as err:
-                log.warning("scheduler %s: %s", self.scheduler_name, err)
-                results[req["name"]] = None
-                continue
-            node["gpus_free"] -= req["num_gpu"]
-            node["cpu_milli_free"] -= req["cpu_milli"]
-            node["memory_mib_free"] -= req["memory_mib"]
-            key = self._reservation_key(node, req)
-            if key is not None:
-                node["reservations"].pop(key)
-                self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
-                    n, self.reservation_annotation, {k: None}))
-            results[req["name"]] = node["name"]
-        return results
-
-
 # ---- client construction -------------------------------------------------------------------------------------
 
 
@@ -873,6 +738,6 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
 
 __all__ = [
     "HOT_TAINT_KEY", "POWER_CAP_ANNOTATION", "RESERVATION_ANNOTATION", "ConflictError", "KubernetesActuator",
-    "LeaseLeaderElector", "NodeAnnotationCaps", "NotFoundError", "SecondaryScheduler", "ThrottledError", "build_api_client",
+    "LeaseLeaderElector", "NodeAnnotationCaps", "NotFoundError", "ThrottledError", "build_api_client",
     "micro_time", "read_power_caps", "split_name",
 ]  # fmt: skip

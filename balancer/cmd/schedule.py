@@ -3,9 +3,11 @@
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
                      [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS] [--metrics-port 9837]
 
-Every `--interval` it binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority
-first) to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and
-memory, reservations made by gputide's migrations), through the Binding API. Pods of other schedulers are never
+It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest)
+to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
+reservations made by gputide's migrations), through the Binding API. It follows pending pods, nodes and bound
+pods by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending pod appears, and at least
+every `--interval` (pods that fit nowhere are tried again then). Pods of other schedulers are never
 touched. `--policy` is any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see
 balancer/app/scheduling.py. With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
 each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
@@ -18,6 +20,7 @@ import argparse
 import logging
 import signal
 import threading
+import time
 
 from balancer.app.health import Health, stall_limit
 from balancer.app.health import serve as serve_metrics
@@ -33,7 +36,8 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler-name", default="gputide", help="the spec.schedulerName served (default gputide)")
     p.add_argument("--policy", default="gputide", metavar="NAME",
                    help="placement policy: gputide (default), fgd, bestfit, dotprod, gpupacking, gpuclustering, random")
-    p.add_argument("--interval", default="2s", help="time between passes (default 2s)")
+    p.add_argument("--interval", default="2s",
+                   help="longest time between passes; a new pending pod starts one at once (default 2s)")
     p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
     p.add_argument("--lease-name", default="gputide-scheduler")
@@ -49,6 +53,8 @@ class SchedulerMetrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
+        from balancer.metrics import WatchGauges
+
         self.registry = r = CollectorRegistry()
         self.binds = Counter("gputide_scheduler_pods", "Pods the scheduler handled, by result: bound, or "
                              "unschedulable (no node fits; tried again next pass).", ["result"], registry=r)
@@ -56,6 +62,7 @@ class SchedulerMetrics:
         self.pending = Gauge("gputide_scheduler_pending_pods", "Pods of this scheduler left pending by the last "
                              "pass (no node fits them).", registry=r)
         self.leader = Gauge("gputide_scheduler_leader", "1 on the replica that binds.", registry=r)
+        self.watches = WatchGauges(r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
 
@@ -67,7 +74,7 @@ class SchedulerMetrics:
 
 
 def run(args: argparse.Namespace) -> int:
-    from balancer.actuate.kubernetes import SecondaryScheduler
+    from balancer.actuate.k8s_scheduler import SecondaryScheduler
     from balancer.app.scheduling import EnginePlacer
     from balancer.errors import InputError
     from balancer.plan.placement import POLICIES
@@ -79,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
     placer = EnginePlacer(args.policy)
     api_client = kube_client(args.kubeconfig)
-    scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer)
+    scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once)
     if args.once:
         for name, node in scheduler.schedule_once().items():
             print(f"{name} -> {node}" if node else f"{name}: no node fits")
@@ -88,15 +95,25 @@ def run(args: argparse.Namespace) -> int:
     if args.leader_elect:
         elector = lease_elector(api_client, args.lease_name, args.lease_namespace, interval)
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval))
+    for resource, w in scheduler.watches.items():
+        metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
     if args.metrics_port:
         serve_metrics(args.metrics_port, metrics.registry, health)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        scheduler.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    scheduler.start()
     log.info("scheduling pods of %s with policy %s every %.1f s", args.scheduler_name, args.policy, interval)
+    leading, renew_at = elector is None, 0.0
     try:
         while not stop.is_set():
-            leading = elector is None or elector.try_acquire_or_renew()
+            if elector is not None and time.monotonic() >= renew_at:   # once an interval, however often woken
+                leading, renew_at = elector.try_acquire_or_renew(), time.monotonic() + interval
             metrics.leader.set(1 if leading else 0)
             if leading:
                 try:
@@ -112,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
                         else:
                             log.info("%s: no node fits, retried next pass", name)
             health.beat()
-            stop.wait(interval)
+            scheduler.wait_for_work(interval)
     finally:
+        scheduler.close()
         if elector is not None:
             elector.release()
         metrics.leader.set(0)

@@ -33,7 +33,7 @@ EXPECTED_CLUSTER_RULES = {
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/eviction"): {"create"},
     ("", "pods/binding"): {"create"},
-    ("", "nodes"): {"get", "list", "patch"},
+    ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "events"): {"create"},
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "deployments/scale"): {"get", "patch"},

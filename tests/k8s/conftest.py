@@ -3,9 +3,12 @@ and injected `sleep` / `clock` so retries and lease expiry take no real time."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from fakeapi import FakeKube
 from kubernetes import client as k8s
 
@@ -21,10 +24,27 @@ class FakeClock:
         self.now += seconds
 
 
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) the shipped ClusterRole and leader-election Role grant gputide."""
+    out = set()
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        if doc and doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                out |= set(itertools.product(rule["apiGroups"], rule["resources"], rule["verbs"]))
+    return out
+
+
 @pytest.fixture
 def kube() -> Iterator[FakeKube]:
+    """The fake API server. At the end of the test every request it served must be one the shipped RBAC grants
+    gputide (a verb missing there is a 403 on a real cluster)."""
     with FakeKube() as fake:
         yield fake
+        denied = sorted(fake.rbac_requests() - granted())
+        assert not denied, f"requests deploy/base/rbac.yaml does not grant: {denied}"
 
 
 @pytest.fixture

@@ -332,6 +332,21 @@ class FakeKube:
         with self._lock:
             self.hooks.append(Hook(method, re.compile(path), run, count))
 
+    def rbac_requests(self) -> set[tuple[str, str, str]]:
+        """(API group, resource[/subresource], verb) of every request served, as RBAC authorises it."""
+        out = set()
+        for r in list(self.requests):
+            try:
+                route = self.route(f"{r.path}?{r.query}")
+            except ApiError:
+                continue
+            group = RESOURCES[route.plural][1].rpartition("/")[0]
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(r.method)
+            if verb is None:   # GET
+                verb = "get" if route.name else "watch" if route.query.get("watch") in ("true", "1") else "list"
+            out.add((group, route.plural + (f"/{route.sub}" if route.sub else ""), verb))
+        return out
+
     def calls(self, method: str, path_regex: str) -> list[Request]:
         pattern = re.compile(path_regex)
         return [r for r in self.requests if r.method == method and pattern.search(r.path)]

@@ -125,8 +125,9 @@ def test_placement_matches_the_engine_on_a_random_cluster():
 
 
 def test_gputide_schedule_as_a_process_binds_reports_and_stops_cleanly(kube: FakeKube, kubeconfig):
-    """The long-running scheduler: a pod created while it runs is bound, its metrics and probes answer, SIGTERM
-    ends it with exit 0 and releases the Lease."""
+    """The long-running scheduler: once its watches have synced, a pod created while it runs is bound at once,
+    though the next poll is a minute away, and without listing anything; its metrics and probes answer; SIGTERM
+    ends it at once with exit 0 and releases the Lease."""
     import signal
     import subprocess
     import sys
@@ -136,32 +137,49 @@ def test_gputide_schedule_as_a_process_binds_reports_and_stops_cleanly(kube: Fak
 
     from test_k8s_run_process import free_port, sample
 
+    def metrics() -> str:
+        try:
+            return urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return ""
+
+    def wait_for(check, what: str) -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if check(text := metrics()):
+                return text
+            time.sleep(0.1)
+        pytest.fail(f"{what}: rc {proc.poll()}\n{metrics()[-1500:]}")
+
     kube.add(node("h100-a", 8, model=H100))
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "balancer.cli", "schedule", "--kubeconfig", kubeconfig, "--interval", "200ms",
+        [sys.executable, "-m", "balancer.cli", "schedule", "--kubeconfig", kubeconfig, "--interval", "60s",
          "--metrics-port", str(port), "--leader-elect", "--lease-namespace", "gputide"],
         cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        resources = ("pending pods", "nodes", "bound pods")
+        wait_for(lambda t: all(sample(t, f'gputide_kubernetes_watch_synced{{resource="{r}"}}') == 1
+                               for r in resources), "the watches did not sync")
+        def lists() -> int:
+            return sum("watch=true" not in c.query for c in kube.calls("GET", r"/(pods|nodes)$"))
+
+        listed = lists()
+        created = time.monotonic()
         kube.add(pod("late", "ml", gpus=1, scheduler="gputide", phase="Pending"))
-        deadline, text = time.monotonic() + 60, ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            except OSError:
-                text = ""
-            if sample(text, 'gputide_scheduler_pods_total{result="bound"}') == 1:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"the pod was not bound: rc {proc.poll()}\n{text[-1500:]}")
+        text = wait_for(lambda t: sample(t, 'gputide_scheduler_pods_total{result="bound"}') == 1,
+                        "the pod was not bound")
+        assert time.monotonic() - created < 30            # the pod's event, not the 60 s poll
         assert kube.get("pods", "late", "ml")["spec"]["nodeName"] == "h100-a"
+        assert lists() == listed                          # read from the caches
         assert sample(text, "gputide_scheduler_leader") == 1 and sample(text, "gputide_scheduler_pending_pods") == 0
         assert urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
     finally:
+        stopped = time.monotonic()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0, out[-2000:]
+    assert time.monotonic() - stopped < 15               # SIGTERM wakes the wait; no minute-long sleep
     lease = kube.get("leases", "gputide-scheduler", "gputide")
     assert lease is not None and not lease["spec"].get("holderIdentity"), lease   # released for the next replica

@@ -190,3 +190,26 @@ def test_the_watch_state_reaches_the_controller_metrics(kube: FakeKube, api, clo
         eventually(lambda: sample("gputide_kubernetes_watch_failures") == 0 and "default/late" in provider())
     finally:
         provider.close()
+
+
+def test_an_unexpected_failure_does_not_end_the_reflector(kube: FakeKube, api):
+    """A bug or an answer no one foresaw (here: converting one object raises) is logged and treated as a failed
+    watch: back off, list again. The thread never dies leaving a cache that looks synced and stays stale."""
+    core = k8s.CoreV1Api(api)
+    broken = {"once": True}
+
+    def convert(obj):
+        if obj["metadata"]["name"] == "odd" and broken.pop("once", False):
+            raise TypeError("unforeseen")
+        return running_workload(obj)
+
+    lw = ListWatch("pods", lambda **kw: core.list_pod_for_all_namespaces(_preload_content=False, **kw).json(),
+                   core.list_pod_for_all_namespaces, convert, watch_s=1.0, backoff_s=0.05).start()
+    try:
+        eventually(lambda: lw.synced)
+        kube.add(pod("odd", gpus=1))
+        eventually(lambda: "default/odd" in lw.snapshot()[1] and lw.lists >= 2)
+        eventually(lambda: lw.failures == 0)
+        assert lw._thread.is_alive()
+    finally:
+        lw.stop()

@@ -1,0 +1,266 @@
+"""The optional secondary scheduler: binds Pending pods with `spec.schedulerName: gputide` to nodes.
+
+`SecondaryScheduler` decides nothing itself: an injected `place(request, nodes_view) -> node name | None` picks
+among the nodes that fit (`balancer.app.scheduling.EnginePlacer` is the placement engine's), and the pod is bound
+through the Binding API. Reservations made by a Migrate (node annotation `gputide.io/reserved-for`) are honoured:
+a pod matching a reservation goes to its reserved node when it fits; reserved GPUs are not offered to other pods.
+
+What it reads, two ways:
+
+* `watch=False` (and `gputide schedule --once`): each pass lists the pending pods of this scheduler; only when
+  there are some, it also lists every node and every bound pod.
+* `watch=True` (what a running `gputide schedule` uses): three `ListWatch` caches (balancer/actuate/k8s_watch.py),
+  the pending pods of this scheduler, the nodes, and the bound pods that still hold resources, as kube-scheduler's
+  informers do. A pass then costs the API server nothing but the bindings, and `wait_for_work` returns as soon as
+  a pending pod appears, so a pod is bound within moments of its creation instead of at the next poll. Until a
+  cache has listed once, the pass lists that resource itself.
+
+A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
+watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
+node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from balancer.actuate.k8s_watch import ListWatch, object_key
+from balancer.actuate.kubernetes import (
+    GPU_RESOURCE,
+    RESERVATION_ANNOTATION,
+    _annotation_map_change,
+    _Api,
+    _json_annotation,
+    _pod_requests,
+    k8s,
+    parse_time,
+    quantity,
+)
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+PlaceFn = Callable[[Json, list[Json]], "str | None"]
+BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods that hold a node's resources
+
+
+def scheduling_request(pod: Json) -> Json | None:
+    """What the scheduler needs of a pending pod, in plain values; None for a pod being deleted."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    gpus, cpu, mem = _pod_requests(pod)
+    annotations = meta.get("annotations") or {}
+    gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    return {
+        "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
+        "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
+        "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
+        "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
+        "created": str(meta.get("creationTimestamp") or ""),
+        "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
+        "tolerations": spec.get("tolerations") or [], "node_selector": spec.get("nodeSelector") or {},
+    }  # fmt: skip
+
+
+def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION) -> Json:
+    """A node's capacity, labels, taints and reservations (with their expiry), before what its pods use."""
+    alloc, meta = (node.get("status") or {}).get("allocatable") or {}, node["metadata"]
+    labels = meta.get("labels") or {}
+    return {
+        "name": meta["name"], "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
+        "taints": (node.get("spec") or {}).get("taints") or [],
+        "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+        "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
+        "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
+        "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
+        "reservations": _json_annotation(node, reservation_annotation),
+    }  # fmt: skip
+
+
+def pod_usage(pod: Json) -> tuple[str, int, int, int]:
+    """(node, gpus, cpu_milli, memory_mib) a bound pod takes."""
+    g, c, m = _pod_requests(pod)
+    return pod["spec"]["nodeName"], g, c, m
+
+
+class SecondaryScheduler:
+    """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place` (module docstring).
+
+    `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `scheduling_request` / `nodes_view`; each
+    offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
+    stays free of Kubernetes types."""
+
+    def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
+                 *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
+                 max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0) -> None:
+        if place is None:
+            raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
+        self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
+        self.reservation_annotation = reservation_annotation
+        self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
+        self.assume_s = assume_s
+        self._assumed: dict[str, tuple[float, tuple[str, int, int, int]]] = {}
+        self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
+        self.watches: dict[str, ListWatch] = {}
+        if watch:
+            core = self.api.core
+            self.watches = {
+                "pending pods": ListWatch(f"pending pods of {scheduler_name}", self._lister(
+                    "list pending pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
+                    scheduling_request, selectors={"field_selector": self.pending_selector}, watch_s=watch_s,
+                    notify=self.work),
+                "nodes": ListWatch("nodes", self._lister("list nodes", core.list_node), core.list_node,
+                                   lambda n: node_facts(n, reservation_annotation), watch_s=watch_s),
+                "bound pods": ListWatch("bound pods", self._lister(
+                    "list bound pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
+                    pod_usage, selectors={"field_selector": BOUND}, watch_s=watch_s),
+            }  # fmt: skip
+
+    def _lister(self, what: str, fn: Callable[..., Any]) -> Callable[..., Json]:
+        return lambda **kw: self.api(what, fn, **kw)
+
+    # ---- the watched (or listed) state ------------------------------------------------------------------------
+
+    def start(self) -> SecondaryScheduler:
+        for w in self.watches.values():
+            w.start()
+        return self
+
+    def close(self) -> None:
+        for w in self.watches.values():
+            w.stop()
+
+    def wake(self) -> None:
+        self.work.set()
+
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Wait until a pending pod changes (with watches) or `wake()`, at most `timeout_s`; True when woken."""
+        woken = self.work.wait(timeout_s)
+        self.work.clear()
+        return woken
+
+    def _items(self, name: str, what: str, fn: Callable[..., Any], convert: Callable[[Json], Any],
+               **selectors: str) -> tuple[list[Any], bool]:
+        """The items of a synced watch (and True), else of a consistent list (and False)."""
+        w = self.watches.get(name)
+        if w is not None and w.synced:
+            return list(w.snapshot()[1].values()), True
+        items = self.api(what, fn, **selectors).get("items", [])
+        return [x for x in map(convert, items) if x is not None], False
+
+    def _bound_keys(self) -> set[str] | None:
+        w = self.watches.get("bound pods")
+        return set(w.snapshot()[1]) if w is not None and w.synced else None
+
+    def pending(self) -> list[Json]:
+        """Pending pods of this scheduler, not being deleted nor just bound: highest priority first, then oldest."""
+        reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
+                              scheduling_request, field_selector=self.pending_selector)
+        assumed = self._live_assumed()
+        return sorted((r for r in reqs if r["name"] not in assumed),
+                      key=lambda r: (-r["priority"], r["created"], r["name"]))
+
+    def _live_assumed(self) -> dict[str, tuple[str, int, int, int]]:
+        """Bindings not yet seen in the bound cache (dropped once seen there, or after `assume_s`)."""
+        now, seen = self.clock(), self._bound_keys()
+        self._assumed = {k: v for k, v in self._assumed.items()
+                         if now - v[0] < self.assume_s and (seen is None or k not in seen)}
+        return {k: v[1] for k, v in self._assumed.items()}
+
+    def nodes_view(self) -> list[Json]:
+        """Per node, by name: capacity, what bound (and assumed) pods and live reservations use, labels, taints."""
+        now = self.clock()
+        nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
+                               lambda n: node_facts(n, self.reservation_annotation))
+        usage, cached = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
+                                    pod_usage, field_selector=BOUND)
+        if cached:   # a consistent list already shows every binding made; the cache may not yet
+            usage += self._live_assumed().values()
+        used: dict[str, list[int]] = {}
+        for node, g, c, m in usage:
+            u = used.setdefault(node, [0, 0, 0])
+            u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
+        view = []
+        for n in sorted(nodes, key=lambda n: n["name"]):
+            g, c, m = used.get(n["name"], [0, 0, 0])
+            view.append(dict(n, gpus_free=n["gpus_total"] - g, cpu_milli_free=n["cpu_milli_total"] - c,
+                             memory_mib_free=n["memory_mib_total"] - m,
+                             reservations={k: v for k, v in n["reservations"].items()
+                                           if (parse_time(v.get("expires")) or 0) > now}))
+        return view
+
+    # ---- one pass -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _owned_keys(req: Json) -> set[str]:
+        """The reservation keys that are this pod's: itself, its owner, and a ReplicaSet's Deployment."""
+        keys = {req["name"], f"{req['namespace']}/{req['owner']}"}
+        if req["owner"]:   # a ReplicaSet "web-7d9f8" belongs to the Deployment "web"
+            keys.add(f"{req['namespace']}/{req['owner'].rsplit('-', 1)[0]}")
+        return keys
+
+    def _reserved_for_others(self, node: Json, req: Json) -> int:
+        mine = self._owned_keys(req)
+        return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in mine)
+
+    def _reservation_key(self, node: Json, req: Json) -> str | None:
+        keys = self._owned_keys(req)
+        return next((k for k in node["reservations"] if k in keys), None)
+
+    def _fits(self, node: Json, req: Json) -> bool:
+        tolerated = {t.get("key") for t in req["tolerations"]}
+        blocked = any(t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in tolerated
+                      for t in node["taints"])
+        return (not node["unschedulable"] and not blocked
+                and node["gpus_free"] - self._reserved_for_others(node, req) >= req["num_gpu"]
+                and node["cpu_milli_free"] >= req["cpu_milli"] and node["memory_mib_free"] >= req["memory_mib"]
+                and all(node["labels"].get(k) == v for k, v in req["node_selector"].items()))
+
+    def schedule_once(self) -> dict[str, str | None]:
+        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None}."""
+        pending = self.pending()
+        if not pending:   # nothing to place: no need to read every node and bound pod
+            return {}
+        view, results = self.nodes_view(), {}
+        by_name = {n["name"]: n for n in view}
+        for req in pending:
+            reserved = next((n for n in view if self._reservation_key(n, req) and self._fits(n, req)), None)
+            offered = [dict(n, gpus_usable=n["gpus_free"] - self._reserved_for_others(n, req))
+                       for n in view if self._fits(n, req)]
+            target = reserved["name"] if reserved else self.place(req, offered)
+            node = by_name.get(target) if target else None
+            if node is None or not self._fits(node, req):
+                results[req["name"]] = None
+                continue
+            body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
+            try:
+                self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
+                         req["namespace"], body)
+            except ActuationError as err:
+                log.warning("scheduler %s: %s", self.scheduler_name, err)
+                results[req["name"]] = None
+                continue
+            self._assumed[req["name"]] = (self.clock(), (node["name"], req["num_gpu"], req["cpu_milli"],
+                                                         req["memory_mib"]))
+            node["gpus_free"] -= req["num_gpu"]
+            node["cpu_milli_free"] -= req["cpu_milli"]
+            node["memory_mib_free"] -= req["memory_mib"]
+            key = self._reservation_key(node, req)
+            if key is not None:
+                node["reservations"].pop(key)
+                self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
+                    n, self.reservation_annotation, {k: None}))
+            results[req["name"]] = node["name"]
+        return results
+
+
+__all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_facts", "object_key", "pod_usage", "scheduling_request"]
