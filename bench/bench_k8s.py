@@ -1,4 +1,5 @@
-"""Pod metadata from the Kubernetes API: what one planning cycle costs the controller, listing vs watching.
+"""The Kubernetes API, listing vs watching: what one planning cycle of the controller, and one pass of the
+secondary scheduler, cost.
 
 `KubernetesWorkloads` gives the planner each GPU pod's owner, priority and elastic bounds. Baseline (same run):
 the list path, one `list pods` per cycle (what `--once`, and every cycle before the watch has synced, does;
@@ -11,16 +12,25 @@ own CPU (decode, convert, copy, qualify), not the server's. Pods are the fake's 
 few labels, annotations, env and status conditions (about 1.6 KiB of JSON each; real pods with managedFields
 are larger, which only widens the gap).
 
+The scheduler (`SecondaryScheduler`, balancer/actuate/k8s_scheduler.py) is measured on the same pods, bound to
+nodes of 10 GPUs (2 free each), with one new pending pod per pass and a first-fit `place` (the placement engine's
+own cost is bench_schedule's): the baseline lists pending pods, nodes and bound pods each pass (what it did
+before, and still does with `--once`); the watch path reads its three caches. Latency is from the pod's creation
+to its binding, with the scheduler running its loop at the shipped 2 s interval.
+
     .venv/bin/python -m bench.bench_k8s
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing as mp
 import os
+import random
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from balancer.actuate.k8s_workloads import KubernetesWorkloads
@@ -53,14 +63,25 @@ def _pods(n: int) -> list[dict[str, Any]]:
         p["metadata"].update(name=f"train-{i // 8}-w{i % 8}", namespace=f"ns-{i // 8 % 40}",
                              resourceVersion=str(i + 1), creationTimestamp="2024-01-01T00:00:00Z")
         p["metadata"]["ownerReferences"][0]["name"] = f"train-{i // 8}"
+        p["spec"]["nodeName"] = f"node-{i // 8}"
         out.append(p)
     return out
+
+
+def _nodes(n: int) -> list[dict[str, Any]]:
+    """Nodes for `n` bound pods, 8 on each: 10 GPUs each, so 2 are free."""
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": f"node-{i}", "resourceVersion": "1", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "10", "cpu": "128", "memory": "1Ti"}}}
+        for i in range((n + 7) // 8)]
 
 
 def _serve(n: int, conn) -> None:
     kube = load_fake_kube()()
     for p in _pods(n):
         kube.objects[("pods", p["metadata"]["namespace"], p["metadata"]["name"])] = p
+    for node in _nodes(n):
+        kube.objects[("nodes", "", node["metadata"]["name"])] = node
     kube._rv = n
     conn.send(kube.url)
     conn.recv()   # until the parent is done
@@ -80,7 +101,9 @@ def _cycle_cpu(call, cycles: int, before=None) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
-def measure(n: int, cycles: int) -> dict[str, float]:
+@contextlib.contextmanager
+def _fake_api(n: int) -> Iterator[Any]:
+    """An ApiClient of the fake API server holding `n` bound pods and their nodes, in a child process."""
     from kubernetes import client as k8s
 
     parent, child = mp.Pipe()
@@ -89,7 +112,16 @@ def measure(n: int, cycles: int) -> dict[str, float]:
     try:
         cfg = k8s.Configuration()
         cfg.host = parent.recv()
-        api = k8s.ApiClient(cfg)
+        yield k8s.ApiClient(cfg)
+    finally:
+        parent.send("done")
+        server.join(10)
+
+
+def measure(n: int, cycles: int) -> dict[str, float]:
+    from kubernetes import client as k8s
+
+    with _fake_api(n) as api:
         listing = KubernetesWorkloads(api, ttl_s=0.0)
         assert len(listing()) == n
         list_cpu, list_wall = _cycle_cpu(listing, cycles)
@@ -114,15 +146,81 @@ def measure(n: int, cycles: int) -> dict[str, float]:
         assert len(watching()) == n
         watching.close()
         body = len(core.list_pod_for_all_namespaces(_preload_content=False).data)
-    finally:
-        parent.send("done")
-        server.join(10)
     return {"pods": n, "list_cpu": list_cpu, "list_wall": list_wall, "watch_cpu": watch_cpu,
             "watch_wall": watch_wall, "idle_cpu": idle_cpu, "bytes": body}
 
 
+def _first_fit(request: dict, nodes: list[dict]) -> str | None:
+    return nodes[0]["name"] if nodes else None
+
+
+def measure_scheduler(n: int, passes: int, latencies: int = 5) -> dict[str, float]:
+    import threading
+
+    from kubernetes import client as k8s
+
+    from balancer.actuate.k8s_scheduler import SecondaryScheduler
+
+    with _fake_api(n) as api:
+        core = k8s.CoreV1Api(api)
+        names = iter(range(10**9))
+
+        def new_pod() -> str:
+            name = f"pending-{next(names)}"
+            core.create_namespaced_pod("bench", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "bench"},
+                "spec": {"schedulerName": "gputide", "containers": [{"name": "main", "image": "x", "resources": {
+                    "limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]},
+                "status": {"phase": "Pending"}})
+            return name
+
+        def latency(sched: SecondaryScheduler) -> float:
+            """Median seconds from a pod's creation to its binding, the scheduler running its 2 s loop."""
+            stop = threading.Event()
+
+            def loop() -> None:
+                while not stop.is_set():
+                    sched.schedule_once()
+                    sched.wait_for_work(2.0)
+
+            thread = threading.Thread(target=loop, daemon=True)
+            thread.start()
+            out, phase = [], random.Random(0)
+            for _ in range(latencies):
+                time.sleep(phase.uniform(0, 2.0))   # pods arrive at any point of the scheduler's 2 s cycle
+                t0 = time.perf_counter()
+                name = new_pod()
+                while not core.read_namespaced_pod(name, "bench", _preload_content=False).json()["spec"].get(
+                        "nodeName"):
+                    time.sleep(0.005)
+                out.append(time.perf_counter() - t0)
+            stop.set()
+            sched.wake()
+            thread.join(60)
+            return statistics.median(out)
+
+        listing = SecondaryScheduler(api, "gputide", _first_fit)
+        list_cpu, list_wall = _cycle_cpu(listing.schedule_once, passes, before=new_pod)
+        list_latency = latency(listing)
+        watching = SecondaryScheduler(api, "gputide", _first_fit, watch=True).start()
+        while not all(w.synced for w in watching.watches.values()):
+            time.sleep(0.05)
+
+        def new_pod_seen() -> None:
+            name = new_pod()
+            while all(r["pod"] != name for r in watching.pending()):
+                time.sleep(0.005)
+
+        watch_cpu, watch_wall = _cycle_cpu(watching.schedule_once, passes, before=new_pod_seen)
+        watch_latency = latency(watching)
+        watching.close()
+    return {"pods": n, "list_cpu": list_cpu, "list_wall": list_wall, "watch_cpu": watch_cpu,
+            "watch_wall": watch_wall, "list_latency": list_latency, "watch_latency": watch_latency}
+
+
 def main() -> str:
     rows = [measure(n, 5) for n in SIZES]
+    sched = [measure_scheduler(n, 5) for n in SIZES]
     lines = [
         "## Pod metadata from the Kubernetes API: list per cycle vs watch (balancer/actuate/k8s_watch.py)", "",
         "Controller CPU per planning cycle for `KubernetesWorkloads()`, median of 5 cycles; the fake API server runs "
@@ -142,7 +240,22 @@ def main() -> str:
               f"{big['watch_cpu'] * 1e3:.1f} ms when a pod changed and nothing when none did, and the API server only "
               "the changed pods. Machine: "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end of the run.", "",
-              f"Command: `{COMMAND}`"]
+              f"Command: `{COMMAND}`", "",
+              "## Secondary scheduler: a pass listing everything vs a pass on watched caches "
+              "(balancer/actuate/k8s_scheduler.py)", "",
+              "Scheduler CPU and wall time of one `schedule_once()` binding one new pod, median of 5 passes, and the "
+              "median time from a pod's creation to its binding (5 pods, created at seeded random points of the 2 s cycle) with the scheduler looping at the shipped "
+              "2 s interval. Baseline (same run, same server): a pass lists pending pods, nodes and bound pods. "
+              "Watch: the pass reads the three caches and only binds.", "",
+              "| bound pods | nodes | baseline pass (CPU / wall) | watch pass (CPU / wall) | CPU ratio "
+              "| creation to binding: baseline | watch |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sched:
+        lines.append(f"| {r['pods']:,} | {(r['pods'] + 7) // 8:,} | {r['list_cpu'] * 1e3:.0f} ms / "
+                     f"{r['list_wall'] * 1e3:.0f} ms | {r['watch_cpu'] * 1e3:.1f} ms / {r['watch_wall'] * 1e3:.1f} ms "
+                     f"| {r['list_cpu'] / max(r['watch_cpu'], 1e-6):.0f}x | {r['list_latency']:.2f} s "
+                     f"| {r['watch_latency']:.3f} s |")
+    lines += ["", f"Command: `{COMMAND}`"]
     return "\n".join(lines) + "\n"
 
 

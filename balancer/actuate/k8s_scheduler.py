@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from balancer.actuate.k8s_watch import ListWatch, object_key
@@ -110,6 +110,7 @@ class SecondaryScheduler:
         self._assumed: dict[str, tuple[float, tuple[str, int, int, int]]] = {}
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
+        self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
         if watch:
             core = self.api.core
             self.watches = {
@@ -147,30 +148,37 @@ class SecondaryScheduler:
         self.work.clear()
         return woken
 
+    def _cached(self, name: str) -> dict[str, Any] | None:
+        """The items of watch `name` once it has synced (None before): copied only when they changed."""
+        w = self.watches.get(name)
+        if w is None or not w.synced:
+            return None
+        held = self._snapshots.get(name)
+        if held is None or held[0] != w.generation:
+            held = self._snapshots[name] = w.snapshot()
+        return held[1]
+
     def _items(self, name: str, what: str, fn: Callable[..., Any], convert: Callable[[Json], Any],
                **selectors: str) -> tuple[list[Any], bool]:
         """The items of a synced watch (and True), else of a consistent list (and False)."""
-        w = self.watches.get(name)
-        if w is not None and w.synced:
-            return list(w.snapshot()[1].values()), True
+        cached = self._cached(name)
+        if cached is not None:
+            return list(cached.values()), True
         items = self.api(what, fn, **selectors).get("items", [])
         return [x for x in map(convert, items) if x is not None], False
-
-    def _bound_keys(self) -> set[str] | None:
-        w = self.watches.get("bound pods")
-        return set(w.snapshot()[1]) if w is not None and w.synced else None
 
     def pending(self) -> list[Json]:
         """Pending pods of this scheduler, not being deleted nor just bound: highest priority first, then oldest."""
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
-        assumed = self._live_assumed()
-        return sorted((r for r in reqs if r["name"] not in assumed),
+        bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one
+        assumed = self._live_assumed(self._cached("bound pods"))
+        return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
 
-    def _live_assumed(self) -> dict[str, tuple[str, int, int, int]]:
-        """Bindings not yet seen in the bound cache (dropped once seen there, or after `assume_s`)."""
-        now, seen = self.clock(), self._bound_keys()
+    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple[str, int, int, int]]:
+        """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`)."""
+        now = self.clock()
         self._assumed = {k: v for k, v in self._assumed.items()
                          if now - v[0] < self.assume_s and (seen is None or k not in seen)}
         return {k: v[1] for k, v in self._assumed.items()}
@@ -183,7 +191,7 @@ class SecondaryScheduler:
         usage, cached = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
                                     pod_usage, field_selector=BOUND)
         if cached:   # a consistent list already shows every binding made; the cache may not yet
-            usage += self._live_assumed().values()
+            usage += self._live_assumed(self._cached("bound pods")).values()
         used: dict[str, list[int]] = {}
         for node, g, c, m in usage:
             u = used.setdefault(node, [0, 0, 0])

@@ -192,3 +192,16 @@ def test_a_binding_the_cache_has_seen_is_counted_once(cluster: FakeKube, watchin
     assert watching.schedule_once() == {"default/p0": "small"}
     eventually(lambda: "default/p0" in watching.watches["bound pods"].snapshot()[1])
     assert watching.nodes_view()[1]["gpus_free"] == 1 and watching._assumed == {}
+
+
+def test_a_pod_the_bound_watch_shows_first_is_not_offered_again(cluster: FakeKube, watching) -> None:
+    """The two watches are separate streams: the bound-pod one may report a binding before the pending one
+    reports the pod gone. The pod must not be bound a second time (a 409 from the API server)."""
+    cluster.add(pod("p0", gpus=1, scheduler="gputide", phase="Pending"))
+    watching.start()
+    synced(watching)
+    watching.watches["pending pods"].stop()        # the pending cache lags: it keeps p0 forever
+    assert watching.schedule_once() == {"default/p0": "small"}
+    eventually(lambda: "default/p0" in watching.watches["bound pods"].snapshot()[1])
+    assert watching.pending() == [] and watching.schedule_once() == {}
+    assert len(cluster.calls("POST", r"/binding$")) == 1
