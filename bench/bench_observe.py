@@ -14,10 +14,7 @@ archive`), the parser before its vectorisation and topology cache.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -69,45 +66,22 @@ def measure_one(n: int) -> dict:
             "mib": len(body) / 2**20}
 
 
-def _run(tree: Path) -> list[dict]:
-    out = []
-    for n in SIZES:
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        res = subprocess.run([sys.executable, "-c", f"import json, bench.bench_observe as b; print(json.dumps("
-                              f"b.measure_one({n})))"], capture_output=True, text=True, check=True, env=env,
-                             cwd=tree)
-        out.append(json.loads(res.stdout.strip().splitlines()[-1]))
-    return out
-
-
 def main() -> str:
-    now = _run(ROOT)
-    from bench.trees import exported
+    from bench.trees import now_and_before, section
 
-    with exported(BEFORE_COMMIT, "balancer") as tree:
-        if tree is None:
-            raise RuntimeError(f"bench_observe times the tree at {BEFORE_COMMIT}: it needs a git clone")
-        (tree / "bench").mkdir()
-        (tree / "bench" / "__init__.py").write_text("")
-        (tree / "bench" / "bench_observe.py").write_text(Path(__file__).read_text())
-        before = _run(tree)
-    lines = [
-        "## Observe: Prometheus answer -> ClusterSnapshot (balancer/telemetry/prometheus.py)", "",
+    now, before = now_and_before("bench_observe", BEFORE_COMMIT, [f"measure_one({n})" for n in SIZES])
+    return section(
+        "Observe: Prometheus answer -> ClusterSnapshot (balancer/telemetry/prometheus.py)",
         f"Command: `{COMMAND}`. CPU time of `snapshot()` with the decoded answer stubbed in (12 series per GPU and "
         "the workload join table), each size and tree in its own process; steady state = median of 5 snapshots "
         f"after the first, the fleet unchanged. Before = the tree at `{BEFORE_COMMIT}`, same run. Decoding the JSON "
-        "body (not part of either figure) is shown for scale.", "",
-        "| GPUs | answer | first snapshot | steady state | before: first | before: steady | speed-up (steady) "
-        "| JSON decode |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for a, b in zip(now, before, strict=True):
-        lines.append(f"| {a['gpus']:,} | {a['mib']:.1f} MiB | {a['first'] * 1e3:.0f} ms | {a['steady'] * 1e3:.0f} ms | "
-                     f"{b['first'] * 1e3:.0f} ms | {b['steady'] * 1e3:.0f} ms | {b['steady'] / a['steady']:.1f}x | "
-                     f"{a['decode'] * 1e3:.0f} ms |")
-    lines += ["", f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end of the run."]
-    return "\n".join(lines) + "\n"
-
+        "body (not part of either figure) is shown for scale.",
+        ["GPUs", "answer", "first snapshot", "steady state", "before: first", "before: steady",
+         "speed-up (steady)", "JSON decode"],
+        [[f"{a['gpus']:,}", f"{a['mib']:.1f} MiB", f"{a['first'] * 1e3:.0f} ms", f"{a['steady'] * 1e3:.0f} ms",
+          f"{b['first'] * 1e3:.0f} ms", f"{b['steady'] * 1e3:.0f} ms", f"{b['steady'] / a['steady']:.1f}x",
+          f"{a['decode'] * 1e3:.0f} ms"] for a, b in zip(now, before, strict=True)],
+    )
 
 if __name__ == "__main__":
     print(main())

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancer.plan.placement import FragCache, PodRequest, Scheduler, WorkloadMix
+from balancer.plan.placement import FragCache, PodRequest, Scheduler, WorkloadMix, node_fragmentation
 from balancer.plan.placement.nodestats import NodeClasses, NodeStats
 from tests.placement.conftest import cluster
 
@@ -77,3 +77,44 @@ def test_node_classes_reuse_ids_below_the_node_count():
     assert classes.id.max() < state.n_nodes
     first, group = classes.groups(np.array([0, 1, 2, 0]), np.array([900, 900, 1000, 1000]))
     assert len(first) == 2 and group.tolist() == [0, 0, 1, 1]
+
+
+def _stats_by_broadcast(s):
+    """NodeStats' per-node aggregates as first written: every slot against every other, [n, g, g]."""
+    g = s.gpu_free.shape[1]
+    same = (s.nvlink_domain[:, :, None] == s.nvlink_domain[:, None, :]) & s.gpu_exists[:, None, :]
+    busy = s.gpu_exists & (s.gpu_free < 1000)
+    domain_of = (s.nvlink_domain[:, :, None] == np.arange(g)) & s.gpu_exists[:, :, None]
+    return {"domain_size": same.sum(axis=2), "domain_busy": (same & busy[:, None, :]).sum(axis=2),
+            "full_in_domain": (domain_of & (s.gpu_free >= 1000)[:, :, None]).sum(axis=1).max(axis=1)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(node_st, min_size=1, max_size=6), st.lists(st.integers(0, len(PODS) - 1), max_size=12),
+       st.integers(-1, 5))
+def test_caches_built_for_all_nodes_at_once_equal_the_node_by_node_and_broadcast_ones(nodes, arrivals, odd_domain):
+    """NodeClasses, NodeStats and FragCache build every node at once (one sort, bincounts per NVLink domain,
+    FGD's statistics once per class); each equals what it replaces: node-by-node refreshes, the [n, g, g]
+    broadcast, `node_fragmentation` of every node. Domain ids outside 0..g-1 take the broadcast path."""
+    sched = Scheduler(_state(nodes), "gputide", MIX)
+    for i in arrivals:   # nodes in different states, several in the same one
+        sched.schedule(PODS[i])
+    s = sched.state
+    if odd_domain >= 0:   # a free GPU in a domain numbered past the slots
+        node, slot = (np.argwhere(s.gpu_free >= 1000).tolist() or [[0, 0]])[0]
+        s.nvlink_domain[node, slot] = s.gpu_free.shape[1] + odd_domain
+    stats, classes, frag = NodeStats(s), NodeClasses(s), FragCache(s, MIX)
+    for name, want in _stats_by_broadcast(s).items():
+        assert np.array_equal(getattr(stats, name), want), name
+    one_by_one = NodeClasses.__new__(NodeClasses)
+    one_by_one.state, one_by_one.id, one_by_one._ids = s, np.zeros(s.n_nodes, dtype=np.int64), {}
+    one_by_one._refs, one_by_one._keys = np.zeros(s.n_nodes, dtype=np.int64), [None] * s.n_nodes
+    one_by_one._spare = list(range(s.n_nodes - 1, -1, -1))
+    for node in range(s.n_nodes):
+        one_by_one.refresh(node)
+    assert classes.id.tolist() == one_by_one.id.tolist() and classes._ids == one_by_one._ids
+    assert classes._keys == one_by_one._keys and classes._spare == one_by_one._spare
+    assert classes._refs.tolist() == one_by_one._refs.tolist()
+    want = node_fragmentation(s.gpu_free, s.cpu_free, s.mem_free, MIX.model_ok(s), MIX)
+    assert np.array_equal(frag.frag, want) and frag.frag.dtype == want.dtype
+    assert np.array_equal(frag.expected, want @ MIX.weight)

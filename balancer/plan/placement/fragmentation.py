@@ -25,8 +25,8 @@ the node's idle GPUs as fragmented only when the node has no CPU/memory left for
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -68,9 +68,18 @@ class WorkloadMix:
                 continue
             key = (pod.num_gpu, pod.gpu_milli, pod.allowed_models) + ((pod.cpu_milli,) if key_cpu else ())
             groups.setdefault(key, []).append(pod)
-        if not groups:
+        return cls.from_groups({key: len(m) for key, m in groups.items()}, lambda key: _medians(groups[key], memory),
+                               coverage)
+
+    @classmethod
+    def from_groups(
+        cls, sizes: Mapping[tuple, int], medians: Callable[[tuple], tuple[int, int]], coverage: float = 1.0
+    ):
+        """The mix of pod types `sizes` (type key -> pods of it, in order of first appearance) with median CPU and
+        memory `medians(key)`: the most popular types up to `coverage`, ties by first appearance."""
+        if not sizes:
             return cls(*(np.zeros(0, dtype=np.int64) for _ in range(4)), np.zeros(0), ())
-        counts = Counter({key: len(members) for key, members in groups.items()})
+        counts = Counter(sizes)
         total = sum(counts.values())
         kept, covered = [], 0
         for key, count in counts.most_common():
@@ -78,13 +87,11 @@ class WorkloadMix:
                 break
             kept.append(key)
             covered += count
-        members = [groups[key] for key in kept]
-        weight = np.array([len(m) for m in members], dtype=float)
+        weight = np.array([sizes[key] for key in kept], dtype=float)
+        cpu_mem = [medians(key) for key in kept]
         return cls(
-            cpu=np.array([int(np.median([p.cpu_milli for p in m])) for m in members], dtype=np.int64),
-            mem=np.array(
-                [int(np.median([p.memory_mib for p in m])) if memory else 0 for m in members], dtype=np.int64
-            ),
+            cpu=np.array([cpu for cpu, _ in cpu_mem], dtype=np.int64),
+            mem=np.array([mem for _, mem in cpu_mem], dtype=np.int64),
             num_gpu=np.array([k[0] for k in kept], dtype=np.int64),
             milli=np.array([k[1] for k in kept], dtype=np.int64),
             weight=weight / weight.sum(),
@@ -107,6 +114,64 @@ class WorkloadMix:
             table[t, :-1] = resolve_models(allowed, state.models)[0]
         table[:, -1] = self.num_gpu == 0  # model index -1 (no GPU) only suits CPU-only types
         return table[:, state.model].T
+
+
+def _medians(pods: Iterable[PodRequest], memory: bool) -> tuple[int, int]:
+    pods = list(pods)
+    return int(np.median([p.cpu_milli for p in pods])), int(np.median([p.memory_mib for p in pods])) if memory else 0
+
+
+class MixWindow:
+    """The workload mix of the last `size` pods, kept up to date one pod at a time.
+
+    `mix()` is `WorkloadMix.from_pods(the last size pods, **options)`: the same types in the same order with the
+    same weights and medians. A caller that asks for the mix after every pod (the secondary scheduler) would
+    otherwise regroup the whole window each time; here a pod joins its type, the pod it pushes out leaves its
+    type, and only those two types' medians are taken again. A type's place in the order is its oldest pod's."""
+
+    def __init__(self, size: int, *, include_cpu_only: bool = True, coverage: float = 1.0, key_cpu: bool = False,
+                 memory: bool = True) -> None:
+        self.window: deque[tuple | None] = deque(maxlen=size)  # each pod's type key (None: not in the mix)
+        self.include_cpu_only, self.coverage, self.key_cpu, self.memory = include_cpu_only, coverage, key_cpu, memory
+        self._types: dict[tuple, deque[tuple[int, PodRequest]]] = {}
+        self._medians: dict[tuple, tuple[int, int]] = {}
+        self._arrivals = 0
+        self._mix: WorkloadMix | None = None
+
+    def append(self, pod: PodRequest) -> None:
+        if self.window.maxlen == 0:
+            return
+        if len(self.window) == self.window.maxlen:
+            old = self.window[0]
+            if old is not None:
+                members = self._types[old]
+                members.popleft()
+                if not members:
+                    del self._types[old]
+                self._forget(old)
+        key = None
+        if pod.num_gpu or self.include_cpu_only:
+            key = (pod.num_gpu, pod.gpu_milli, pod.allowed_models) + ((pod.cpu_milli,) if self.key_cpu else ())
+            self._types.setdefault(key, deque()).append((self._arrivals, pod))
+            self._forget(key)
+        self.window.append(key)
+        self._arrivals += 1
+
+    def _forget(self, key: tuple) -> None:
+        self._medians.pop(key, None)
+        self._mix = None
+
+    def mix(self) -> WorkloadMix:
+        if self._mix is None:
+            order = sorted(self._types, key=lambda key: self._types[key][0][0])
+            self._mix = WorkloadMix.from_groups({key: len(self._types[key]) for key in order}, self._median,
+                                                self.coverage)
+        return self._mix
+
+    def _median(self, key: tuple) -> tuple[int, int]:
+        if key not in self._medians:
+            self._medians[key] = _medians((pod for _, pod in self._types[key]), self.memory)
+        return self._medians[key]
 
 
 def node_fragmentation(
@@ -136,7 +201,6 @@ class FragCache:
         self.need = np.maximum(mix.milli, 1)
         self.gpu_only = bool(np.all(mix.num_gpu > 0))  # no CPU-only type: a fitting type leaves `below`
         self._slot_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.classes = NodeClasses(state)
         # per free milli v = -1..MILLI (row v + 1): does a slot with v free fit the type, its idle milli if not
         v = np.arange(-1, MILLI + 1, dtype=np.int64)[:, None]
         self._slot_fits = (v >= self.need).astype(np.int64)
@@ -144,17 +208,24 @@ class FragCache:
         self.rebuild()
 
     def rebuild(self) -> None:
+        """Every node from the state. The statistics are computed once per `NodeClasses` class (a fleet of
+        thousands of nodes has tens of distinct states) and copied to its nodes: they are integers, so the copies
+        are what each node would compute; `expected` is still the product of the whole matrix."""
         s = self.state
-        free = s.gpu_free
+        self.classes = NodeClasses(s)
+        _, first, inverse = np.unique(self.classes.id, return_index=True, return_inverse=True)
+        free = s.gpu_free[first]
         fits_slot = free[:, :, None] >= self.need[None, None, :]
         idle = np.where(free > 0, free, 0)
-        self.count = fits_slot.sum(axis=1)
-        self.below = (idle[:, :, None] * ~fits_slot).sum(axis=1)
-        self.total = idle.sum(axis=1)
-        self.frag = _frag(
-            self.count, self.below, self.total[:, None], s.cpu_free[:, None], s.mem_free[:, None], self.model_ok,
+        count = fits_slot.sum(axis=1)
+        below = (idle[:, :, None] * ~fits_slot).sum(axis=1)
+        total = idle.sum(axis=1)
+        frag = _frag(
+            count, below, total[:, None], s.cpu_free[first, None], s.mem_free[first, None], self.model_ok[first],
             self.mix,
         )  # fmt: skip
+        inverse = inverse.reshape(-1)
+        self.count, self.below, self.total, self.frag = count[inverse], below[inverse], total[inverse], frag[inverse]
         self.expected = self.frag @ self.mix.weight
 
     def refresh(self, node: int) -> None:

@@ -13,6 +13,8 @@ a new one), never behind its back. Thermal headroom is read live (the slot choic
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from balancer.plan.placement.state import MILLI, ClusterState
@@ -26,10 +28,14 @@ class NodeStats:
         s = state
         n, g = s.gpu_free.shape
         exists = s.gpu_exists
-        # [n, g, g]: slot j' shares slot j's NVLink domain (and holds a GPU)
-        self._same = (s.nvlink_domain[:, :, None] == s.nvlink_domain[:, None, :]) & exists[:, None, :]
-        self.domain_size = self._same.sum(axis=2)  # [n, g] GPUs in the domain of each slot (static)
-        self._domain_of = (s.nvlink_domain[:, :, None] == np.arange(g)) & exists[:, :, None]  # [n, g, d]
+        # domain ids 0..g-1 (the usual case: cluster_state and from_nodes make them): per-domain counts are one
+        # bincount over (node, domain); other ids fall back to comparing every slot's domain with every other's
+        dom = s.nvlink_domain
+        in_range = (dom >= 0) & (dom < g)
+        self._cell = np.arange(n)[:, None] * g + dom  # [n, g] the (node, domain) cell of each slot
+        self._in_range = in_range
+        self._dense = bool(in_range.all())
+        self.domain_size = self._in_domain(exists)  # [n, g] GPUs in the domain of each slot (static)
         models = s.model >= 0
         per_model = np.bincount(s.model[models], weights=s.gpu_count[models], minlength=len(s.models))
         share = per_model / max(per_model.sum(), 1)
@@ -43,8 +49,17 @@ class NodeStats:
         self.slot_key_ok = bool(np.all((s.nvlink_domain >= 0) & (s.nvlink_domain <= g)))
         self.rep_slot = np.zeros((n, g), dtype=np.int64)
         self.rep_free = np.zeros((n, g), dtype=np.int64)
-        self._dom, self._exists = s.nvlink_domain.tolist(), exists.tolist()
         self.rebuild()
+
+    @cached_property
+    def _dom(self) -> list[list[int]]:
+        """The NVLink domain ids as lists, for `refresh` (built on its first call: a Scheduler that only places,
+        as the secondary scheduler's does once per pod, never pays for them)."""
+        return self.state.nvlink_domain.tolist()
+
+    @cached_property
+    def _exists(self) -> list[list[bool]]:
+        return self.state.gpu_exists.tolist()
 
     def rebuild(self) -> None:
         """Every node at once (vectorised); `refresh` is the same for one node, in plain Python because a node
@@ -55,9 +70,9 @@ class NodeStats:
         busy = exists & (free < MILLI)
         self.idle[:] = np.where(exists, np.clip(free, 0, None), 0).sum(axis=1)
         self.busy[:] = busy.sum(axis=1)
-        self.domain_busy[:] = (self._same & busy[:, None, :]).sum(axis=2)
+        self.domain_busy[:] = self._in_domain(busy)
         full = free >= MILLI
-        self.full_in_domain[:] = (self._domain_of & full[:, :, None]).sum(axis=1).max(axis=1)
+        self.full_in_domain[:] = self._per_domain(full & self._in_range).max(axis=1)
         key = free.astype(np.int64) * (free.shape[1] + 1) + s.nvlink_domain
         order = np.argsort(key, axis=1, kind="stable")
         key = np.take_along_axis(key, order, axis=1)
@@ -65,6 +80,18 @@ class NodeStats:
         rep_free[:, 1:][key[:, 1:] == key[:, :-1]] = -1
         self.rep_slot[:] = order
         self.rep_free[:] = rep_free
+
+    def _per_domain(self, mask: np.ndarray) -> np.ndarray:
+        """[n, g]: how many slots with `mask` (ids 0..g-1 only) each node has in domain d (column d)."""
+        n, g = mask.shape
+        return np.bincount(self._cell[mask], minlength=n * g).reshape(n, g)
+
+    def _in_domain(self, mask: np.ndarray) -> np.ndarray:
+        """[n, g]: slots with `mask` (slots that hold a GPU) in the NVLink domain of each slot."""
+        if self._dense:
+            return np.take_along_axis(self._per_domain(mask), self.state.nvlink_domain, axis=1)
+        dom = self.state.nvlink_domain
+        return ((dom[:, :, None] == dom[:, None, :]) & mask[:, None, :]).sum(axis=2)
 
     def refresh(self, node: int) -> None:
         free, dom, exists = self.state.gpu_free[node].tolist(), self._dom[node], self._exists[node]
@@ -119,8 +146,32 @@ class NodeClasses:
         self._keys: list[tuple | None] = [None] * n
         self._spare = list(range(n - 1, -1, -1))
         self._scratch = np.zeros(n * (MILLI + 1), dtype=np.int64)
-        for node in range(n):
-            self.refresh(node)
+        self._build()
+
+    def _build(self) -> None:
+        """Every node at once: what `refresh` of nodes 0, 1, ... in turn gives (same keys, same ids: the first
+        node of each class in node order takes the next id), from one sort of the nodes' rows (a stable lexsort
+        of the columns, several times faster than `np.unique(axis=0)` here)."""
+        s = self.state
+        n = s.n_nodes
+        if not n:
+            return
+        free = np.sort(s.gpu_free, axis=1)
+        rows = np.column_stack([s.model, s.cpu_free, s.mem_free, free]).astype(np.int64)
+        order = np.lexsort(rows.T)
+        ordered = rows[order]
+        start = np.ones(n, dtype=bool)
+        start[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+        first = order[start]  # stable sort: the lowest node of each class
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first)] = np.arange(len(first))
+        self.id[order] = rank[np.cumsum(start) - 1]
+        first = np.sort(first)
+        keys = [(int(s.model[i]), int(s.cpu_free[i]), int(s.mem_free[i]), free[i].tobytes()) for i in first]
+        self._ids = {key: i for i, key in enumerate(keys)}
+        self._keys = [keys[i] for i in self.id.tolist()]
+        self._refs[:] = np.bincount(self.id, minlength=n)
+        self._spare = list(range(n - 1, len(keys) - 1, -1))
 
     def refresh(self, node: int) -> None:
         s = self.state

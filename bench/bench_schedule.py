@@ -1,0 +1,155 @@
+"""Schedule: what the secondary scheduler's `EnginePlacer.place` costs per pending pod at 1,000 and 5,000 nodes.
+
+`SecondaryScheduler.schedule_once` (balancer/actuate/k8s_scheduler.py) asks `place(pod_request, offered_nodes)`
+once per pending pod, with fresh node dicts each time (the nodes the pod fits, each with its `gpus_usable`). This
+benchmark replays that loop without the API server: a mixed fleet (H100 and A100 SXM boards, L40S, H100 and A100
+PCIe cards, CPU-only nodes; a third of them partly used, a few with GPUs reserved or an NVLink label) and 200
+pending pods of a mixed request mix (whole and shared single GPUs, 2/4/8-GPU pods, some pinned to a model,
+CPU-only pods), each bound where `place` says so the next pod sees the node's GPUs, CPU and memory taken. Figure:
+CPU time of one `place` call, median over the 200 pods (policy gputide); the best of 5 runs, each in its own
+process. *Before*: the same measurement, in the same run and in turn with this tree's, of the tree at
+`BEFORE_COMMIT` (exported with `git archive`), which rebuilt every per-node fact and the workload mix on every call;
+both trees must pick the same nodes (the run fails otherwise).
+
+    .venv/bin/python -m bench.bench_schedule
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from pathlib import Path
+
+COMMAND = ".venv/bin/python -m bench.bench_schedule"
+SIZES = (1000, 5000)
+PODS = 200
+RUNS = 5
+BEFORE_COMMIT = "a017911"
+ROOT = Path(__file__).resolve().parents[1]
+
+# (nvidia.com/gpu.product, GPUs, CPU milli, memory MiB, share of the fleet)
+HARDWARE = (
+    ("NVIDIA-H100-80GB-HBM3", 8, 224000, 2097152, 0.35),
+    ("NVIDIA-A100-SXM4-80GB", 8, 128000, 1048576, 0.2),
+    ("NVIDIA-L40S", 4, 64000, 524288, 0.2),
+    ("NVIDIA-H100-PCIe", 2, 48000, 393216, 0.1),
+    ("NVIDIA-A100-PCIE-40GB", 4, 64000, 524288, 0.1),
+    ("", 0, 96000, 393216, 0.05),
+)
+# (num_gpu, gpu_milli, CPU milli, memory MiB, allowed models, share of the pods)
+REQUESTS = (
+    (1, 1000, 8000, 65536, None, 0.3),
+    (1, 500, 4000, 32768, None, 0.1),
+    (2, 1000, 16000, 131072, None, 0.15),
+    (4, 1000, 32000, 262144, None, 0.1),
+    (8, 1000, 96000, 1048576, ("H100-SXM",), 0.05),
+    (1, 1000, 8000, 65536, ("NVIDIA-L40S", "L4"), 0.1),
+    (0, 0, 2000, 8192, None, 0.2),
+)
+
+
+def fleet(n: int, seed: int = 0) -> list[dict]:
+    """`n` node views shaped like `SecondaryScheduler.nodes_view`'s."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(len(HARDWARE), size=n, p=[h[-1] for h in HARDWARE])
+    view = []
+    for i, k in enumerate(kinds):
+        product, gpus, cpu, mem, _ = HARDWARE[k]
+        used = int(rng.integers(0, gpus + 1)) if gpus and rng.random() < 0.35 else 0
+        labels = {"kubernetes.io/hostname": f"node-{i:05d}", "topology.kubernetes.io/zone": f"zone-{i % 3}",
+                  "node.kubernetes.io/instance-type": f"type-{k}"}
+        if gpus:
+            labels |= {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus)}
+        if gpus == 8 and rng.random() < 0.05:
+            labels["gputide.io/nvlink-domain-size"] = "4"
+        view.append({
+            "name": f"node-{i:05d}", "labels": labels, "gpu_model": product, "taints": [], "unschedulable": False,
+            "gpus_total": gpus, "gpus_free": gpus - used,
+            "cpu_milli_total": cpu, "cpu_milli_free": cpu - used * cpu // max(gpus, 1) // 2,
+            "memory_mib_total": mem, "memory_mib_free": mem - used * mem // max(gpus, 1) // 4,
+            "reservations": {"other/job": {"count": 1}} if used < gpus and rng.random() < 0.02 else {},
+        })  # fmt: skip
+    return view
+
+
+def pods(count: int = PODS, seed: int = 1) -> list[dict]:
+    """Pending pods' requests shaped like `SecondaryScheduler.pod_request`'s."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(len(REQUESTS), size=count, p=[r[-1] for r in REQUESTS])
+    return [{"name": f"ml/p{i}", "num_gpu": REQUESTS[k][0], "gpu_milli": REQUESTS[k][1], "cpu_milli": REQUESTS[k][2],
+             "memory_mib": REQUESTS[k][3], "allowed_models": REQUESTS[k][4]} for i, k in enumerate(kinds)]
+
+
+def offered(view: list[dict], req: dict) -> list[dict]:
+    """What `schedule_once` offers `place` for `req`: fresh dicts of the nodes it fits, with `gpus_usable`."""
+    out = []
+    for n in view:
+        usable = n["gpus_free"] - sum(int(v.get("count", 0)) for v in n["reservations"].values())
+        if (usable >= req["num_gpu"] and n["cpu_milli_free"] >= req["cpu_milli"]
+                and n["memory_mib_free"] >= req["memory_mib"]):
+            out.append(dict(n, gpus_usable=usable))
+    return out
+
+
+def bind(view: list[dict], name: str | None, req: dict) -> None:
+    """Take the pod's GPUs, CPU and memory on the node `place` chose, as `schedule_once` does after binding."""
+    for n in view:
+        if n["name"] == name:
+            n["gpus_free"] -= req["num_gpu"]
+            n["cpu_milli_free"] -= req["cpu_milli"]
+            n["memory_mib_free"] -= req["memory_mib"]
+
+
+def measure_one(n: int, policy: str = "gputide") -> dict:
+    from balancer.app.scheduling import EnginePlacer
+
+    view, placer, cpu, answers = fleet(n), EnginePlacer(policy), [], []
+    for req in pods():
+        nodes = offered(view, req)
+        c0 = time.process_time()
+        name = placer(req, nodes)
+        cpu.append(time.process_time() - c0)
+        answers.append(name)
+        bind(view, name, req)
+    return {"nodes": n, "median": statistics.median(cpu), "first": cpu[0], "placed": sum(a is not None for a in answers),
+            "answers": hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16]}
+
+
+def _best(runs: list[dict]) -> list[dict]:
+    """Per size, the run with the lowest median (each run a process; a burst of other load only slows some)."""
+    return [min((r for r in runs if r["nodes"] == n), key=lambda r: r["median"]) for n in SIZES]
+
+
+def main() -> str:
+    from bench.trees import now_and_before, section
+
+    runs = [f"measure_one({n})" for n in SIZES for _ in range(RUNS)]
+    now, before = now_and_before("bench_schedule", BEFORE_COMMIT, runs)
+    for a, b in zip(now, before, strict=True):
+        if a["answers"] != b["answers"]:
+            raise RuntimeError(f"{a['nodes']} nodes: the trees placed the pods differently ({a} vs {b})")
+    now, before = _best(now), _best(before)
+    return section(
+        "Schedule: EnginePlacer.place per pending pod (balancer/app/scheduling.py)",
+        f"Command: `{COMMAND}`. CPU time of one `place(pod_request, offered_nodes)` call (policy gputide), median "
+        f"over {PODS} pending pods of a mixed request mix, each bound where it was placed before the next is "
+        "offered the nodes it fits (fresh dicts per pod, as `SecondaryScheduler.schedule_once` makes them); a mixed "
+        "fleet of H100/A100 SXM, L40S, H100/A100 PCIe and CPU-only nodes, a third partly used. Each run in its own "
+        f"process, {RUNS} per size and tree, the trees in turn; the best run shown. Before = the tree at "
+        f"`{BEFORE_COMMIT}`, same run; both trees placed every pod on the same node.",
+        ["nodes", "pods placed", "first call", "median per pod", "before: first", "before: median",
+         "speed-up (median)"],
+        [[f"{a['nodes']:,}", f"{a['placed']} of {PODS}", f"{a['first'] * 1e3:.1f} ms", f"{a['median'] * 1e3:.2f} ms",
+          f"{b['first'] * 1e3:.1f} ms", f"{b['median'] * 1e3:.2f} ms", f"{b['median'] / a['median']:.1f}x"]
+         for a, b in zip(now, before, strict=True)],
+    )
+
+
+if __name__ == "__main__":
+    print(main())
