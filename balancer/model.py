@@ -85,6 +85,16 @@ class Workload:
         return self.allowed_models is None or model in self.allowed_models
 
 
+@dataclass(frozen=True, slots=True)
+class NodeGpuFacts:
+    """What telemetry says of one node's GPUs, by slot (the `gpu` index): thermal headroom in °C below the
+    slowdown temperature (fresh readings only), and the slots a pod is attributed to. For the secondary
+    scheduler, whose Kubernetes view counts a node's free GPUs but knows neither which nor how hot."""
+
+    headroom_c: Mapping[int, float]
+    busy: frozenset[int] = frozenset()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceStatus:
     """An inference service as the controller sees it: offered load, latency and its SLO."""

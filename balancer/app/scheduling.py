@@ -15,8 +15,15 @@ schedules with (balancer/plan/placement/):
 
 NVLink domains come from the node label `gputide.io/nvlink-domain-size`, else from the catalogue (an SXM board is
 one domain, NVLink-bridged PCIe cards pair up, other GPUs are a domain each), so the topology score keeps
-multi-GPU pods inside one domain and single-GPU pods in domains already in use. The Kubernetes view has no
-temperatures, so the thermal score does not separate candidates.
+multi-GPU pods inside one domain and single-GPU pods in domains already in use.
+
+The Kubernetes view counts a node's free GPUs but knows neither which ones (the device plugin picks them) nor how
+hot they are. With `gpu_facts` (`gputide schedule --prometheus URL`: `PrometheusTelemetrySource.gpu_facts`, the
+per-GPU thermal headroom and the GPUs a pod is attributed to, fresh readings only) the placer fills both in for
+the nodes Prometheus knows: the free slots are the ones no pod is on (Kubernetes' count still decides how many),
+so the topology score sees which NVLink domains really have room, and the thermal score separates a hot node
+from a cool one. The facts are read at most once per `facts_ttl_s`; when Prometheus fails the placer says so once
+and places as without them, never holding a pod back for it.
 
 `place` runs once per pending pod over every node the pod fits (thousands), each time on fresh dicts, so what
 does not change between calls is kept and what does is read as cheaply as it can be:
@@ -41,19 +48,25 @@ reading the node dicts and the engine's own set-up and scoring.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from balancer import catalog
+from balancer.errors import TelemetryError
+from balancer.model import NodeGpuFacts
 from balancer.plan.placement import ClusterState, MixWindow, PodRequest, Scheduler, get_policy
 from balancer.plan.placement.state import MILLI, NO_GPU
 
+log = logging.getLogger(__name__)
 Json = Mapping[str, Any]
 DOMAIN_LABEL = "gputide.io/nvlink-domain-size"
 NO_LABELS: Json = MappingProxyType({})
+BUSY_RANK = 1 << 20   # added to a busy slot's rank: after every free slot of any node
 
 
 def pod_request(req: Json) -> PodRequest:
@@ -166,15 +179,60 @@ class NodeFacts:
         return len(self.keys) - 1
 
 
+class GpuFactsTable:
+    """`NodeGpuFacts` per node as two padded matrices, built once per refresh so a pod's placement reads them with
+    one lookup per node: `head[k, slot]` (°C of headroom, NaN unknown) and `rank[k, slot]` (free slots are the
+    lowest ranks: slots no pod is on first, then by index)."""
+
+    def __init__(self, facts: Mapping[str, NodeGpuFacts]) -> None:
+        self.row = {name: k for k, name in enumerate(facts)}
+        width = max((max(f.headroom_c, default=-1) + 1 for f in facts.values()), default=0)
+        width = max(width, max((max(f.busy, default=-1) + 1 for f in facts.values()), default=0), 1)
+        self.head = np.full((len(facts), width), np.nan)
+        self.rank = np.tile(np.arange(width), (len(facts), 1))
+        for k, f in enumerate(facts.values()):
+            for slot, value in f.headroom_c.items():
+                self.head[k, slot] = value
+            for slot in f.busy:
+                self.rank[k, slot] += BUSY_RANK
+
+    def apply(self, state: ClusterState) -> None:
+        """Headroom and free slots of the nodes in `state` that the table knows (in place; the others as they are)."""
+        rows = np.array([self.row.get(name, -1) for name in state.names], dtype=np.int64)
+        known = np.flatnonzero(rows >= 0)
+        if not len(known):
+            return
+        n, width = len(known), state.gpu_free.shape[1]
+        head = np.full((n, width), np.nan)
+        rank = np.tile(np.arange(width), (n, 1))
+        w = min(width, self.head.shape[1])
+        head[:, :w] = self.head[rows[known], :w]
+        rank[:, :w] = self.rank[rows[known], :w]
+        gpu_free = state.gpu_free[known]
+        exists = gpu_free != NO_GPU
+        usable = (gpu_free == MILLI).sum(axis=1)
+        rank = np.where(exists, rank, np.iinfo(np.int64).max)        # slots the node does not have come last
+        position = np.argsort(np.argsort(rank, axis=1, kind="stable"), axis=1, kind="stable")
+        state.gpu_free[known] = np.where(exists, np.where(position < usable[:, None], MILLI, 0), NO_GPU)
+        state.temp_headroom[known] = np.where(exists, head, np.nan)
+
+
 class EnginePlacer:
     """`place(pod_request, nodes_view) -> node name | None` by a placement policy (see the module docstring)."""
 
-    def __init__(self, policy: str = "gputide", mix_window: int = 1000, seed: int = 0) -> None:
+    def __init__(self, policy: str = "gputide", mix_window: int = 1000, seed: int = 0,
+                 gpu_facts: Callable[[], Mapping[str, NodeGpuFacts]] | None = None, facts_ttl_s: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = get_policy(policy)
         self.window = MixWindow(mix_window, include_cpu_only=self.policy.mix_cpu_only,
                                 **dict(self.policy.mix_options))
         self.rng = np.random.default_rng(seed)
         self.facts = NodeFacts()
+        self.gpu_facts, self.facts_ttl_s, self.clock = gpu_facts, facts_ttl_s, clock
+        self._table: GpuFactsTable | None = None
+        self._table_at = -float("inf")
+        self.facts_failing = False
+        self.facts_nodes = 0   # nodes with fresh GPU facts at the last refresh
 
     def state(self, nodes: Sequence[Json]) -> ClusterState:
         """`cluster_state(nodes)`, from the node dicts read field by field and the remembered `NodeFacts`."""
@@ -201,12 +259,40 @@ class EnginePlacer:
         sizes = np.array(self.facts.sizes, dtype=np.int64)[fact]
         return _assemble(tuple(map(str, names)), total, usable, model, models, sizes, cpu_mem)
 
+    def table(self) -> GpuFactsTable | None:
+        """The GPU facts, read again once `facts_ttl_s` has passed (a failure too waits that long)."""
+        if self.gpu_facts is None:
+            return None
+        now = self.clock()
+        if now - self._table_at >= self.facts_ttl_s:
+            self._table_at = now
+            try:
+                facts = self.gpu_facts()
+            except TelemetryError as err:
+                if not self.facts_failing:
+                    log.warning("GPU facts unavailable, placing without temperatures or free-slot identities: %s",
+                                err)
+                self.facts_failing, self._table, self.facts_nodes = True, None, 0
+                return None
+            if self.facts_failing:
+                log.info("GPU facts available again (%d nodes)", len(facts))
+            self.facts_failing, self._table, self.facts_nodes = False, GpuFactsTable(facts), len(facts)
+        return self._table
+
+    def cluster(self, nodes: Sequence[Json]) -> ClusterState:
+        """The state a pod is placed on: `state(nodes)` with the GPU facts filled in where there are any."""
+        state = self.state(nodes)
+        table = self.table()
+        if table is not None and len(nodes):
+            table.apply(state)
+        return state
+
     def __call__(self, request: Json, nodes: Sequence[Json]) -> str | None:
         pod = pod_request(request)
         self.window.append(pod)
         if not nodes:
             return None
-        state = self.state(nodes)
+        state = self.cluster(nodes)
         mix = self.window.mix() if self.policy.needs_mix else None
         # ties go to the first offered node, so the same cluster gets the same answer (random: its own draw)
         placement = Scheduler(state, self.policy, mix, rng=self.rng if self.policy.name == "random" else None).place(pod)

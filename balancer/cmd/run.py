@@ -74,6 +74,16 @@ def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = F
     raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
 
 
+def prometheus_url(text: str, field: str = "--prometheus") -> str:
+    """A Prometheus base URL, checked before anything connects (a bare host:port would fail on every query)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(None, field, text, "an http:// or https:// URL such as http://prometheus:9090")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the reconcile loop against Prometheus and Kubernetes (or --dry-run)")
     p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
@@ -140,6 +150,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
     policy = config.load(args.policy) if args.policy else config.BalancerPolicy()
     interval = parse_interval(args.interval)
+    prometheus_url(args.prometheus)
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod

@@ -1,7 +1,8 @@
 """`gputide schedule`: the optional secondary scheduler, placing pods with gputide's placement engine.
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
-                     [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS] [--metrics-port 9837]
+                     [--prometheus URL] [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
+                     [--metrics-port 9837]
 
 It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest)
 to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
@@ -9,7 +10,9 @@ reservations made by gputide's migrations), through the Binding API. It follows 
 pods by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending pod appears, and at least
 every `--interval` (pods that fit nowhere are tried again then). Pods of other schedulers are never
 touched. `--policy` is any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see
-balancer/app/scheduling.py. With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
+balancer/app/scheduling.py. `--prometheus` adds what the Kubernetes API does not say: each GPU's thermal
+headroom and which GPUs pods are on (read at most every 15 s; while Prometheus fails, pods are placed without
+them). With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
 each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
 `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
 """
@@ -24,7 +27,7 @@ import time
 
 from balancer.app.health import Health, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd.run import kube_client, lease_elector, parse_interval
+from balancer.cmd.run import kube_client, lease_elector, parse_interval, prometheus_url
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--interval", default="2s",
                    help="longest time between passes; a new pending pod starts one at once (default 2s)")
     p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
+    p.add_argument("--prometheus", default=None, metavar="URL",
+                   help="Prometheus with gputide's rules: per-GPU thermal headroom and which GPUs are in use")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
     p.add_argument("--lease-name", default="gputide-scheduler")
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
@@ -63,6 +68,9 @@ class SchedulerMetrics:
                              "pass (no node fits them).", registry=r)
         self.leader = Gauge("gputide_scheduler_leader", "1 on the replica that binds.", registry=r)
         self.watches = WatchGauges(r)
+        self.facts_nodes = Gauge("gputide_scheduler_gpu_facts_nodes", "Nodes with fresh per-GPU facts (thermal "
+                                 "headroom, GPUs in use) from Prometheus at the last read; 0 without --prometheus "
+                                 "or while it fails.", registry=r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
 
@@ -84,7 +92,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(POLICIES))
     if not 0 <= args.metrics_port < 65536:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
-    placer = EnginePlacer(args.policy)
+    facts = None
+    if args.prometheus:
+        from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+
+        facts = PrometheusTelemetrySource(PrometheusOptions(url=prometheus_url(args.prometheus))).gpu_facts
+    placer = EnginePlacer(args.policy, gpu_facts=facts)
     api_client = kube_client(args.kubeconfig)
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once)
     if args.once:
@@ -97,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval))
     for resource, w in scheduler.watches.items():
         metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
+    metrics.facts_nodes.set_function(lambda: float(placer.facts_nodes))
     if args.metrics_port:
         serve_metrics(args.metrics_port, metrics.registry, health)
     stop = threading.Event()
@@ -115,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
             if elector is not None and time.monotonic() >= renew_at:   # once an interval, however often woken
                 leading, renew_at = elector.try_acquire_or_renew(), time.monotonic() + interval
             metrics.leader.set(1 if leading else 0)
-            if leading:
+            if not leading:
+                metrics.pending.set(0)   # the leader's figure; a standby's last one would go stale
+            else:
                 try:
                     results = scheduler.schedule_once()
                 except ActuationError as err:   # the API server is away: try again next pass

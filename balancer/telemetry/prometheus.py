@@ -30,7 +30,16 @@ from urllib3.util.retry import Retry
 from balancer import catalog
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
 from balancer.fleet import Fleet
-from balancer.model import ClusterSnapshot, Gpu, Node, ServiceStatus, SuspendedJob, Workload, WorkloadClass
+from balancer.model import (
+    ClusterSnapshot,
+    Gpu,
+    Node,
+    NodeGpuFacts,
+    ServiceStatus,
+    SuspendedJob,
+    Workload,
+    WorkloadClass,
+)
 
 log = logging.getLogger(__name__)
 
@@ -374,6 +383,31 @@ class PrometheusTelemetrySource:
                                  replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
                                  else pods.get(s, 0))
                 for s, v in by.items()}
+
+    # ---- for the secondary scheduler ------------------------------------------------------------------------
+    def gpu_facts(self) -> dict[str, NodeGpuFacts]:
+        """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than
+        `stale_after_intervals` scrapes (a stale GPU is left out, never guessed), and the GPUs a pod is attributed
+        to (`gputide_gpu_workload_info`). Raises `TelemetryError` subclasses like `snapshot()`; the caller decides
+        what to do without the facts (the scheduler places as if it had none)."""
+        sel = self._selector().lstrip(",")
+        limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
+        rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
+                           f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} < {limit:g})")
+        busy = {_sample(r)[0].get("UUID") for r in self._query(
+            f"count by (UUID) (gputide_gpu_workload_info{{{sel}}} == 1)")}
+        heads: dict[str, dict[int, float]] = {}
+        used: dict[str, set[int]] = {}
+        for r in rows:
+            m, value = _sample(r)
+            host, slot = m.get("hostname", ""), str(m.get("gpu", ""))
+            if not host or not slot.isdigit() or not math.isfinite(value):
+                continue
+            h = heads.setdefault(host, {})
+            h[int(slot)] = min(value, h.get(int(slot), math.inf))   # the hotter of duplicates
+            if m.get("UUID") in busy:
+                used.setdefault(host, set()).add(int(slot))
+        return {host: NodeGpuFacts(h, frozenset(used.get(host, ()))) for host, h in heads.items()}
 
     # ---- history --------------------------------------------------------------------------------------------
     def demand_history(self, promql: str, start: float, end: float, step_s: float) -> pd.Series:

@@ -1,4 +1,4 @@
-"""`gputide run --shard NAME --selector EXPR`: one controller per node pool, checked at the CLI boundary."""
+"""`gputide run` at the CLI boundary: --shard NAME --selector EXPR (one controller per node pool), --prometheus."""
 
 from __future__ import annotations
 
@@ -36,3 +36,10 @@ def test_a_shard_holds_still_like_any_controller_when_prometheus_is_down(capsys)
     rc = main(["--log-level", "ERROR", "run", "--prometheus", "http://127.0.0.1:9", "--once", "--dry-run",
                "--metrics-port", "0", "--shard", "east", "--selector", "pool=H100-SXM"])
     assert rc == 3
+
+
+@pytest.mark.parametrize("url", ["prometheus:9090", "ftp://prometheus", "http://"])
+def test_a_prometheus_url_without_http_scheme_or_host_exits_2_before_connecting(url, capsys):
+    assert main(["run", "--prometheus", url, "--once", "--dry-run", "--metrics-port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--prometheus" in err and url in err and "http://" in err

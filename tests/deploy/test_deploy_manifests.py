@@ -268,12 +268,16 @@ def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_with_the_contro
     assert (parsed.scheduler_name, parsed.policy) == ("gputide", "gputide")
     assert pod["serviceAccountName"] == "gputide-controller"
     rules = _rules(one("overlays/scheduler", "ClusterRole", "gputide-controller"))
-    assert {"create"} <= rules[("", "pods/binding")] and {"list"} <= rules[("", "pods")] & rules[("", "nodes")]
+    assert {"create"} <= rules[("", "pods/binding")] and {"list", "watch"} <= rules[("", "pods")] & rules[("", "nodes")]
     _restricted(container, pod["securityContext"])
     netpol = one("overlays/scheduler", "NetworkPolicy", "gputide-scheduler")
     assert netpol["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
     assert [p["port"] for r in netpol["spec"]["ingress"] for p in r["ports"]] == [9837]   # in: metrics only
-    assert {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {53, 443, 6443}  # DNS, API server
+    # out: DNS, the API server, and Prometheus on the port of the URL it is given
+    assert {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {53, 443, 6443, 9090}
+    controller = one("base", "Deployment", "gputide-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert f"--prometheus={parsed.prometheus}" in controller["args"]     # the controller's Prometheus
+    assert parsed.prometheus.rsplit(":", 1)[1] == "9090"
     assert parsed.metrics_port == 9837 and {"name": "metrics", "containerPort": 9837, "protocol": "TCP"} in container[
         "ports"]
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):

@@ -94,7 +94,8 @@ def test_a_pass_without_pending_pods_lists_no_nodes(kube: FakeKube, kubeconfig):
 @pytest.mark.parametrize(("argv", "field"), [
     (["--policy", "best"], "--policy"),
     (["--interval", "0s"], "--interval"),
-], ids=["unknown-policy", "zero-interval"])
+    (["--prometheus", "prometheus:9090"], "--prometheus"),
+], ids=["unknown-policy", "zero-interval", "prometheus-without-scheme"])
 def test_bad_input_exits_2_naming_the_flag(kube, kubeconfig, argv, field, capsys):
     assert main(["schedule", "--kubeconfig", kubeconfig, "--once", *argv]) == 2
     assert field in capsys.readouterr().err
@@ -183,3 +184,43 @@ def test_gputide_schedule_as_a_process_binds_reports_and_stops_cleanly(kube: Fak
     assert time.monotonic() - stopped < 15               # SIGTERM wakes the wait; no minute-long sleep
     lease = kube.get("leases", "gputide-scheduler", "gputide")
     assert lease is not None and not lease["spec"].get("holderIdentity"), lease   # released for the next replica
+
+
+@pytest.mark.integration
+def test_with_prometheus_the_scheduler_avoids_the_hot_node(kube: FakeKube, kubeconfig, prometheus_factory, capsys):
+    """`--prometheus`: per-GPU headroom from the real Prometheus scraping the simulated fleet. Two equally free
+    H100 nodes; the first listed has lost its cooling, so the pod goes to the other. Without `--prometheus` the
+    nodes are a tie and the first listed gets it."""
+    from balancer import fleet as fleet_mod
+    from balancer.sim import SimCluster
+    from balancer.telemetry.promserver import Target, default_rule_files
+    from exporters.backends.sim import SimBackend
+    from exporters.collector import GpuCollector
+    from exporters.server import serve
+
+    fleet = fleet_mod.from_dict({"apiVersion": "gputide/v1alpha1", "kind": "FleetSpec", "metadata": {"name": "s"},
+                                 "spec": {"nodeGroups": [{"namePrefix": "h100-", "count": 2, "gpuModel": "H100-SXM",
+                                                          "gpusPerNode": 4}]}}, "<test>")
+    sim = SimCluster(fleet, seed=1, step_s=60.0)
+    sim.degrade_cooling("h100-00", inlet_rise_c=30.0, resistance_factor=2.0)
+    for _ in range(20):
+        sim.step()
+    exporter = serve(GpuCollector(SimBackend(sim)), port=0)
+    try:
+        prom = prometheus_factory([Target("gputide-exporter", f"127.0.0.1:{exporter.port}")],
+                                  rule_files=default_rule_files(), scrape_interval="1s")
+        prom.wait_for("count(gpu:temperature_headroom:celsius)",
+                      lambda r: bool(r) and float(r[0]["value"][1]) == 8, timeout=30)
+        for name in ("h100-00", "h100-01"):
+            kube.add(node(name, 4, model=H100))
+        kube.add(pod("p", "ml", gpus=1, scheduler="gputide", phase="Pending"))
+        kube.add(pod("q", "ml", gpus=1, scheduler="gputide", phase="Pending"))
+        kube.mutate("pods", "q", "ml", {"spec": {"schedulerName": "other"}})     # held back for the second run
+        assert main(["schedule", "--kubeconfig", kubeconfig, "--once", "--prometheus", prom.url]) == 0
+        assert "ml/p -> h100-01" in capsys.readouterr().out
+        kube.mutate("pods", "q", "ml", {"spec": {"schedulerName": "gputide"}})
+        kube.delete("pods", "p", "ml")
+        assert main(["schedule", "--kubeconfig", kubeconfig, "--once"]) == 0
+        assert "ml/q -> h100-00" in capsys.readouterr().out
+    finally:
+        exporter.close()

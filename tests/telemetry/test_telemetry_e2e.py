@@ -87,6 +87,24 @@ def test_snapshot_matches_the_simulators_ground_truth(stack):
         assert gpus == tuple(sorted(truth.placements[name])), name
 
 
+def test_gpu_facts_give_each_node_its_gpus_headroom_and_which_are_busy(stack):
+    """What the secondary scheduler reads: per node and slot the headroom below the slowdown temperature and the
+    GPUs a pod runs on, as the simulator has them; a GPU whose readings went stale is left out, not guessed."""
+    sim, lock, prom, source = stack
+    truth, _ = _settled_snapshot(source, sim, lock)
+    facts = source.gpu_facts()
+    assert set(facts) == {n.name for n in truth.nodes}
+    busy = {g for gpus in truth.placements.values() for g in gpus}
+    assert 0 < len(busy) < len(truth.gpus)          # both kinds of GPU are there to tell apart
+    for g in truth.gpus:
+        want = truth.slowdown_temp_c[g.index] - truth.temperature_c[g.index]
+        assert abs(facts[g.node].headroom_c[g.slot] - want) <= 1.02, g.uuid     # dcgm-exporter's integer °C
+        assert (g.slot in facts[g.node].busy) == (g.index in busy), g.uuid
+    strict = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=0.001,
+                                                         stale_after_intervals=1.0))
+    assert strict.gpu_facts() == {}                 # every reading is older than 1 ms: nothing is fresh
+
+
 def test_a_cooling_fault_fires_the_temperature_alert(stack):
     sim, lock, prom, source = stack
     node = "a100-00"
