@@ -25,12 +25,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from balancer.actuate.k8s_watch import ListWatch, object_key
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
+    MERGE_PATCH,
     RESERVATION_ANNOTATION,
     _annotation_map_change,
     _Api,
@@ -39,6 +41,7 @@ from balancer.actuate.kubernetes import (
     k8s,
     parse_time,
     quantity,
+    rfc3339,
 )
 from balancer.errors import ActuationError
 
@@ -62,7 +65,7 @@ def scheduling_request(pod: Json) -> Json | None:
         "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
         "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
         "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
-        "created": str(meta.get("creationTimestamp") or ""),
+        "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
         "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
         "tolerations": spec.get("tolerations") or [], "node_selector": spec.get("nodeSelector") or {},
     }  # fmt: skip
@@ -99,14 +102,15 @@ class SecondaryScheduler:
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0) -> None:
+                 watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
         self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
-        self.assume_s = assume_s
+        self.assume_s, self.retell_s = assume_s, retell_s
+        self._told: dict[str, tuple[str, float]] = {}   # pod -> (why it is pending, when that was said)
         self._assumed: dict[str, tuple[float, tuple[str, int, int, int]]] = {}
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
@@ -223,18 +227,46 @@ class SecondaryScheduler:
         keys = self._owned_keys(req)
         return next((k for k in node["reservations"] if k in keys), None)
 
-    def _fits(self, node: Json, req: Json) -> bool:
+    def _why_not(self, node: Json, req: Json) -> str | None:
+        """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
+        if node["unschedulable"]:
+            return "node(s) were unschedulable"
         tolerated = {t.get("key") for t in req["tolerations"]}
-        blocked = any(t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in tolerated
-                      for t in node["taints"])
-        return (not node["unschedulable"] and not blocked
-                and node["gpus_free"] - self._reserved_for_others(node, req) >= req["num_gpu"]
-                and node["cpu_milli_free"] >= req["cpu_milli"] and node["memory_mib_free"] >= req["memory_mib"]
-                and all(node["labels"].get(k) == v for k, v in req["node_selector"].items()))
+        for t in node["taints"]:
+            if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in tolerated:
+                return f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"
+        if any(node["labels"].get(k) != v for k, v in req["node_selector"].items()):
+            return "node(s) didn't match Pod's node selector"
+        if node["gpus_free"] < req["num_gpu"]:
+            return f"Insufficient {GPU_RESOURCE}"
+        if node["gpus_free"] - self._reserved_for_others(node, req) < req["num_gpu"]:
+            return "node(s) had GPUs reserved for other pods"
+        if node["cpu_milli_free"] < req["cpu_milli"]:
+            return "Insufficient cpu"
+        if node["memory_mib_free"] < req["memory_mib"]:
+            return "Insufficient memory"
+        return None
+
+    def _fits(self, node: Json, req: Json) -> bool:
+        return self._why_not(node, req) is None
+
+    def _unschedulable(self, view: list[Json], req: Json, offered: int) -> str:
+        """kube-scheduler's summary: `0/N nodes are available: <count> <reason>, ...`."""
+        reasons = Counter(r for n in view if (r := self._why_not(n, req)) is not None)
+        if offered:   # nodes fit the requests; the placement policy took none of them
+            models = f" (allowed GPU models: {'|'.join(req['allowed_models'])})" if req["allowed_models"] else ""
+            reasons[f"node(s) fit the requests but not the placement policy{models}"] += offered
+        detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+        return f"0/{len(view)} nodes are available: {detail or 'no nodes'}."
 
     def schedule_once(self) -> dict[str, str | None]:
-        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None}."""
+        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None}.
+        Each pod left pending gets a FailedScheduling Event and the condition PodScheduled=False/Unschedulable
+        saying why (as kube-scheduler reports it: `kubectl describe pod` shows it, and the cluster autoscaler
+        scales up for such pods), again when the reason changes or `retell_s` has passed; a bound pod gets a
+        Scheduled Event."""
         pending = self.pending()
+        self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
         view, results = self.nodes_view(), {}
@@ -247,6 +279,7 @@ class SecondaryScheduler:
             node = by_name.get(target) if target else None
             if node is None or not self._fits(node, req):
                 results[req["name"]] = None
+                self._tell_unschedulable(req, self._unschedulable(view, req, len(offered)))
                 continue
             body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
@@ -268,7 +301,59 @@ class SecondaryScheduler:
                 self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                     n, self.reservation_annotation, {k: None}))
             results[req["name"]] = node["name"]
+            self._told.pop(req["name"], None)
+            self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {node['name']}")
         return results
+
+    # ---- telling the pod's owner --------------------------------------------------------------------------
+
+    def _tell_unschedulable(self, req: Json, message: str) -> None:
+        now, told = self.clock(), self._told.get(req["name"])
+        if told is not None and told[0] == message and now - told[1] < self.retell_s:
+            return
+        self._told[req["name"]] = (message, now)
+        self._event(req, "Warning", "FailedScheduling", message)
+        what = f"pod {req['name']} status"
+        core = self.api.core
+        try:
+            self.api.update(what, lambda: self.api(what, core.read_namespaced_pod, req["pod"], req["namespace"]),
+                            lambda body: self.api(what, core.patch_namespaced_pod_status, req["pod"],
+                                                  req["namespace"], body, _content_type=MERGE_PATCH),
+                            lambda pod: _unschedulable_condition(pod, message, now))
+        except ActuationError as err:   # best effort: the pod is retried next pass all the same
+            log.warning("scheduler %s: cannot mark %s unschedulable: %s", self.scheduler_name, req["name"], err)
+
+    def _event(self, req: Json, kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the pod, as kube-scheduler posts them (best effort: a failure is logged)."""
+        now = self.clock()
+        stamp = rfc3339(now)
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{req['pod']}.{time.time_ns():x}", "namespace": req["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": req["pod"], "namespace": req["namespace"],
+                               "uid": req["uid"]},
+            "type": kind, "reason": reason, "message": message, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
+        }  # fmt: skip
+        try:
+            self.api(f"event on {req['name']}", self.api.core.create_namespaced_event, req["namespace"], body)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot post %s event on %s: %s", self.scheduler_name, reason, req["name"], err)
+
+
+def _unschedulable_condition(pod: Json, message: str, now: float) -> Json | None:
+    """The merge patch that sets PodScheduled=False/Unschedulable with `message` (None: already so, or bound)."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    old = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if (old.get("status"), old.get("reason"), old.get("message")) == ("False", "Unschedulable", message):
+        return None
+    new = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+           "lastTransitionTime": old["lastTransitionTime"] if old.get("status") == "False" and old.get(
+               "lastTransitionTime") else rfc3339(now)}
+    return {"status": {"conditions": [*(c for c in conditions if c.get("type") != "PodScheduled"), new]}}
 
 
 __all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_facts", "object_key", "pod_usage", "scheduling_request"]

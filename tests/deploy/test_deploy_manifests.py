@@ -33,6 +33,7 @@ EXPECTED_CLUSTER_RULES = {
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/eviction"): {"create"},
     ("", "pods/binding"): {"create"},
+    ("", "pods/status"): {"patch"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "events"): {"create"},
     ("apps", "deployments"): {"get", "patch"},

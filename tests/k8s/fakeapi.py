@@ -14,6 +14,8 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Eviction API: 429 TooManyRequests when a PodDisruptionBudget selecting the pod has no disruptions left,
   404 for unknown pods, otherwise the pod is deleted and the budget decremented.
 - Binding: sets spec.nodeName once; a second binding answers 409.
+- Pod status subresource (PATCH pods/{name}/status): only the patch's `status` applies, as on the real server.
+- Events (core v1): created and listed like any other object.
 - Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace; label
   selectors of equality terms (`key=value`, `key!=value`) on every list.
 - Watch (`?watch=true` on any list, chunked JSON lines): from `resourceVersion` N every later change, as the
@@ -63,6 +65,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "leases": ("Lease", "coordination.k8s.io/v1", True),
     "poddisruptionbudgets": ("PodDisruptionBudget", "policy/v1", True),
     "clusterqueues": ("ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
+    "events": ("Event", "v1", True),
 }
 PLURAL = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
 POD_FIELDS = {
@@ -445,6 +448,16 @@ class FakeKube:
 
     # ---- sub-resources ---------------------------------------------------------------------------------------
 
+    def _patch_status(self, plural: str, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        """The status subresource: only `status` (and the resourceVersion precondition) of the patch applies."""
+        if not isinstance(patch, dict):
+            raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+        current = self._existing(plural, namespace, name)
+        merged = merge_patch(current, {"status": patch.get("status") or {}})
+        sent = (patch.get("metadata") or {}).get("resourceVersion")
+        merged["metadata"]["resourceVersion"] = sent or current["metadata"]["resourceVersion"]
+        return self._store(plural, namespace, name, merged)
+
     def _evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         body = dict(body, apiVersion=body.get("apiVersion", "policy/v1"), kind=body.get("kind", "Eviction"))
         validate(body)
@@ -633,6 +646,8 @@ class FakeKube:
                 return 200, copy.deepcopy(self._patch(r.plural, ns, r.name, body))
             if method == "DELETE" and r.plural == "pods":
                 return 200, copy.deepcopy(self._remove(r.plural, ns, r.name))
+        elif r.plural == "pods" and method == "PATCH" and r.sub == "status":
+            return 200, copy.deepcopy(self._patch_status(r.plural, ns, r.name, body))
         elif r.plural == "pods" and method == "POST" and r.sub in ("eviction", "binding"):
             return 201, (self._evict if r.sub == "eviction" else self._bind)(ns, r.name, body)
         elif r.plural == "deployments" and r.sub == "scale":

@@ -205,3 +205,86 @@ def test_a_pod_the_bound_watch_shows_first_is_not_offered_again(cluster: FakeKub
     eventually(lambda: "default/p0" in watching.watches["bound pods"].snapshot()[1])
     assert watching.pending() == [] and watching.schedule_once() == {}
     assert len(cluster.calls("POST", r"/binding$")) == 1
+
+
+# ---- telling the pod's owner why ------------------------------------------------------------------------------
+
+
+def events_of(kube: FakeKube, name: str) -> list[tuple[str, str, str]]:
+    return [(e["type"], e["reason"], e["message"]) for (plural, _, _), e in sorted(kube.objects.items())
+            if plural == "events" and e["involvedObject"]["name"] == name]
+
+
+def scheduled_condition(kube: FakeKube, name: str) -> dict | None:
+    conditions = (kube.get("pods", name, "default").get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+
+def test_a_pod_that_fits_nowhere_is_told_why_as_kube_scheduler_tells_it(cluster: FakeKube, api, clock) -> None:
+    cluster.mutate("nodes", "small", "", {"spec": {"taints": [
+        {"key": "gputide.io/hot", "value": "true", "effect": "NoSchedule"}]}})
+    cluster.add(pod("huge", gpus=4, scheduler="gputide", phase="Pending"))
+    cluster.add(pod("fits", gpus=1, scheduler="gputide", phase="Pending"))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    cluster.add(pod("resident", gpus=6, node_name="big"))
+    assert sched.schedule_once() == {"default/fits": "big", "default/huge": None}
+    why = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint {gputide.io/hot: true}."
+    assert events_of(cluster, "huge") == [("Warning", "FailedScheduling", why)]
+    assert events_of(cluster, "fits") == [("Normal", "Scheduled", "Successfully assigned default/fits to big")]
+    condition = scheduled_condition(cluster, "huge")      # what the cluster autoscaler looks for
+    assert (condition["status"], condition["reason"], condition["message"]) == ("False", "Unschedulable", why)
+    assert scheduled_condition(cluster, "fits") is None
+    # the same reason is not repeated at every pass; it is after retell_s, and at once when it changes
+    sched.schedule_once()
+    assert len(events_of(cluster, "huge")) == 1
+    clock.advance(sched.retell_s)
+    sched.schedule_once()
+    assert len(events_of(cluster, "huge")) == 2
+    cluster.mutate("nodes", "small", "", {"spec": {"taints": None}})
+    sched.schedule_once()
+    changed = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert events_of(cluster, "huge")[-1][2] == changed and scheduled_condition(cluster, "huge")["message"] == changed
+
+
+@pytest.mark.parametrize(
+    ("setup", "request_", "why"),
+    [
+        (lambda k: k.mutate("nodes", "big", "", {"spec": {"unschedulable": True}}), {},
+         "1 node(s) were unschedulable"),
+        (lambda k: None, {"spec": {"nodeSelector": {"pool": "a"}}}, "2 node(s) didn't match Pod's node selector"),
+        (lambda k: (reserve(k, "small", "default/web", 2, 1_700_000_060.0), k.add(pod("r", gpus=8, node_name="big"))),
+         {}, "1 Insufficient nvidia.com/gpu, 1 node(s) had GPUs reserved for other pods"),
+        (lambda k: None, {"spec": {"containers": [{"name": "c", "image": "x", "resources": {
+            "limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "4000", "memory": "1Gi"}}}]}},
+         "2 Insufficient cpu"),
+    ],
+    ids=["cordoned", "node-selector", "reserved", "cpu"],
+)
+def test_each_filter_names_its_reason(cluster: FakeKube, api, clock, setup, request_, why) -> None:
+    setup(cluster)
+    p = pod("p", gpus=1, scheduler="gputide", phase="Pending")
+    for key, value in request_.items():
+        p[key].update(value)
+    cluster.add(p)
+    if "unschedulable" in why:
+        cluster.add(pod("r", gpus=2, node_name="small"))
+    assert SecondaryScheduler(api, "gputide", most_free, clock=clock).schedule_once() == {"default/p": None}
+    assert why in events_of(cluster, "p")[0][2]
+
+
+def test_a_pod_the_policy_refuses_says_so_with_its_allowed_models(cluster: FakeKube, api, clock) -> None:
+    p = pod("p", gpus=1, scheduler="gputide", phase="Pending")
+    p["metadata"]["annotations"] = {"gputide.io/gpu-spec": "B200"}
+    cluster.add(p)
+    assert SecondaryScheduler(api, "gputide", lambda r, n: None, clock=clock).schedule_once() == {"default/p": None}
+    assert events_of(cluster, "p")[0][2] == ("0/2 nodes are available: 2 node(s) fit the requests but not the "
+                                             "placement policy (allowed GPU models: B200).")
+
+
+def test_an_events_api_that_fails_does_not_stop_the_scheduler(cluster: FakeKube, api, clock, sleeps) -> None:
+    cluster.inject("POST", r"/events$", 500, count=100)
+    cluster.add(pod("p", gpus=1, scheduler="gputide", phase="Pending"))
+    cluster.add(pod("huge", gpus=64, scheduler="gputide", phase="Pending"))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=sleeps.append)
+    assert sched.schedule_once() == {"default/p": "big", "default/huge": None}
+    assert bound_to(cluster, "p") == "big" and scheduled_condition(cluster, "huge")["reason"] == "Unschedulable"
