@@ -40,6 +40,7 @@ from balancer.actuate.kubernetes import (
     _pod_requests,
     k8s,
     parse_time,
+    post_event,
     quantity,
     rfc3339,
 )
@@ -324,20 +325,10 @@ class SecondaryScheduler:
             log.warning("scheduler %s: cannot mark %s unschedulable: %s", self.scheduler_name, req["name"], err)
 
     def _event(self, req: Json, kind: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the pod, as kube-scheduler posts them (best effort: a failure is logged)."""
-        now = self.clock()
-        stamp = rfc3339(now)
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{req['pod']}.{time.time_ns():x}", "namespace": req["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": req["pod"], "namespace": req["namespace"],
-                               "uid": req["uid"]},
-            "type": kind, "reason": reason, "message": message, "count": 1,
-            "firstTimestamp": stamp, "lastTimestamp": stamp,
-            "source": {"component": self.scheduler_name}, "reportingComponent": self.scheduler_name,
-        }  # fmt: skip
+        """An Event on the pod, as kube-scheduler posts them (best effort: a failure is logged)."""
+        pod = {"apiVersion": "v1", "kind": "Pod", "name": req["pod"], "namespace": req["namespace"], "uid": req["uid"]}
         try:
-            self.api(f"event on {req['name']}", self.api.core.create_namespaced_event, req["namespace"], body)
+            post_event(self.api, pod, kind, reason, message, self.scheduler_name, self.clock())
         except ActuationError as err:
             log.warning("scheduler %s: cannot post %s event on %s: %s", self.scheduler_name, reason, req["name"], err)
 

@@ -76,6 +76,10 @@ SUSPENDED_LABEL = "gputide.io/suspended"  # on the Jobs gputide suspended (and o
 PRIORITY_ANNOTATION = "gputide.io/priority"  # the suspended Job's pods' priority, for when it has none
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 MERGE_PATCH = "application/merge-patch+json"
+# the Event reason gputide posts on the object an applied action changed
+EVENT_REASONS: dict[type, str] = {Migrate: "GputideMigrated", SetPowerLimit: "GputidePowerCapped",
+                                  ScaleInference: "GputideScaledInference", ScaleTraining: "GputideScaledTraining",
+                                  TaintNode: "GputideTainted"}
 Json = dict[str, Any]
 
 
@@ -227,8 +231,9 @@ class _Api:
         self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
 
     def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,
-                 **kwargs: Any) -> Json:
-        for attempt in range(self.max_retries + 1):
+                 retries: int | None = None, **kwargs: Any) -> Json:
+        limit = self.max_retries if retries is None else retries
+        for attempt in range(limit + 1):
             try:
                 resp = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
                 data = resp.data
@@ -240,9 +245,9 @@ class _Api:
                 err, cause = KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}"), exc
             retryable = isinstance(err, KubeTemporaryError) and not isinstance(err, ConflictError) and (
                 retry_throttled or not isinstance(err, ThrottledError))
-            if not retryable or attempt == self.max_retries:
+            if not retryable or attempt == limit:
                 raise err from cause
-            log.info("%s; retry %d/%d", err, attempt + 1, self.max_retries)
+            log.info("%s; retry %d/%d", err, attempt + 1, limit)
             self.sleep(self.backoff_s * 2**attempt)
         raise AssertionError("unreachable")
 
@@ -270,6 +275,23 @@ class _Api:
         return self.update(
             what, lambda: self(what, self.core.read_node, name),
             lambda body: self(what, self.core.patch_node, name, body, _content_type=MERGE_PATCH), change)
+
+
+def post_event(api: _Api, involved: Json, kind: str, reason: str, message: str, component: str, now: float) -> None:
+    """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid), as controllers post them; a
+    cluster-scoped object's Events go to `default`. One attempt; raises ActuationError: callers treat Events as
+    best effort."""
+    namespace = involved.get("namespace") or "default"
+    stamp = rfc3339(now)
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": {k: v for k, v in involved.items() if v}, "type": kind, "reason": reason,
+        "message": message[:1024], "count": 1, "firstTimestamp": stamp, "lastTimestamp": stamp,
+        "source": {"component": component}, "reportingComponent": component,
+    }  # fmt: skip
+    api(f"event on {involved['kind']} {involved['name']}", api.core.create_namespaced_event, namespace, body,
+        retries=0)   # never worth delaying the work it reports
 
 
 def _taints_change(node: Json, key: str, add: bool, until: float | None) -> Json | None:
@@ -347,7 +369,27 @@ class KubernetesActuator:
             return ActionResult(action, Outcome.RETRY, str(err), _code(err))
         except PermanentActuationError as err:
             return ActionResult(action, Outcome.FAILED, str(err), _code(err))
+        self._tell(action, snapshot, detail)
         return ActionResult(action, Outcome.APPLIED, detail)
+
+    def _tell(self, action: Action, snapshot: ClusterSnapshot, detail: str) -> None:
+        """An Event on what the action changed (the pod, Deployment, Job or node), so `kubectl describe` and
+        `kubectl get events` say what gputide did and why. Best effort: a failure is logged."""
+        try:
+            if isinstance(action, Migrate):
+                ns, name = split_name(action.workload, self.default_namespace)
+                involved = {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
+            elif isinstance(action, ScaleInference | ScaleTraining):
+                owner = action.service if isinstance(action, ScaleInference) else action.job
+                ns, name = split_name(owner, self._owner_namespace(owner, snapshot))
+                kind = ("apps/v1", "Deployment") if isinstance(action, ScaleInference) else ("batch/v1", "Job")
+                involved = {"apiVersion": kind[0], "kind": kind[1], "namespace": ns, "name": name}
+            else:   # SetPowerLimit, TaintNode
+                involved = {"apiVersion": "v1", "kind": "Node", "name": action.node}
+            post_event(self.api, involved, "Normal", EVENT_REASONS[type(action)], f"{action.reason}: {detail}",
+                       "gputide-controller", self.clock())
+        except ActuationError as err:
+            log.warning("no event for %s: %s", action.describe(), err)
 
     # ---- Migrate: reserve, taint, evict ----
 

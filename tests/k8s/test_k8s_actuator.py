@@ -108,7 +108,8 @@ def test_migrate_reserves_the_target_taints_the_source_and_evicts(cluster: FakeK
     assert HOT_UNTIL_ANNOTATION in annotations(cluster, "n1")
     assert cluster.get("poddisruptionbudgets", "web", "default")["status"]["disruptionsAllowed"] == 0
     order = [(r.method, r.path.rsplit("/", 1)[-1]) for r in cluster.requests if r.method != "GET"]
-    assert order == [("PATCH", "n2"), ("PATCH", "n1"), ("POST", "eviction")]   # reserve before evict
+    # reserve before evict; then the Event saying so
+    assert order == [("PATCH", "n2"), ("PATCH", "n1"), ("POST", "eviction"), ("POST", "events")]
 
 
 def test_pdb_429_gives_retry_releases_the_reservation_then_succeeds_once_allowed(cluster: FakeKube,
@@ -528,3 +529,25 @@ def test_the_loop_recovers_then_housekeeps_through_the_kubernetes_actuator(clust
     assert rec.run_once().status == "ok"
     # recover on the first cycle as leader, housekeeping on both planning cycles: three node listings
     assert len(cluster.calls("GET", r"/api/v1/nodes$")) - before == 3
+
+
+def test_every_applied_action_leaves_an_event_on_what_it_changed(cluster: FakeKube, actuator, sleeps) -> None:
+    """`kubectl describe` / `kubectl get events` say what gputide did and why: the pod it moved, the node it
+    tainted or capped, the Deployment or Job it scaled. A failing Events API costs one attempt and no action."""
+    assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED
+    assert actuator.apply(TaintNode(node="n1", reason="hot"), SNAP).outcome is Outcome.APPLIED
+    cluster.add(deployment("chat", "serving", 2))
+    scale = ScaleInference(service="serving/chat", replicas=3, previous_replicas=2, reason="the tide rises")
+    assert actuator.apply(scale, SNAP).outcome is Outcome.APPLIED
+    events = [(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["metadata"]["namespace"], e["reason"])
+              for (p, _, _), e in sorted(cluster.objects.items(),
+                                         key=lambda kv: int(kv[1]["metadata"]["resourceVersion"])) if p == "events"]
+    assert events == [("Pod", "web-1", "default", "GputideMigrated"), ("Node", "n1", "default", "GputideTainted"),
+                      ("Deployment", "chat", "serving", "GputideScaledInference")]
+    message = next(e["message"] for (p, _, _), e in cluster.objects.items() if p == "events" and
+                   e["involvedObject"]["kind"] == "Node")
+    assert message.startswith("hot: added taint gputide.io/hot on n1")
+    cluster.inject("POST", r"/events$", 500, count=10)
+    before = len(sleeps)
+    assert actuator.apply(TaintNode(node="n1", remove=True, reason="cooled"), SNAP).outcome is Outcome.APPLIED
+    assert len(sleeps) == before and len(cluster.calls("POST", r"/events$")) == 4   # one attempt, no backoff
