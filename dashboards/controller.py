@@ -2,6 +2,9 @@
 
 Actions by type and reason, rejections by the limit that refused them, reconcile duration quantiles from the
 histogram, telemetry staleness, the fail-static state, which replica leads and whether its pods' watch works.
+A "Secondary scheduler" row covers `gputide schedule` (its own `gputide_scheduler_*` series): pods bound and
+unschedulable, pods left pending, failed passes, which replica binds, the nodes with per-GPU facts from
+Prometheus, and its watches of pending pods, nodes and bound pods.
 """
 
 from __future__ import annotations
@@ -22,11 +25,71 @@ def _duration(quantile: float) -> object:
     )
 
 
+def _watch_failures(title: str, description: str, expr: str, w: int = 6) -> object:
+    return stat_panel(title, description, "none", [q(expr, "failures")], w=w).thresholds(
+        thresholds((None, "green"), (1, "orange"), (5, "red")))
+
+
+# The scheduler's series of the replica that binds; a standby's are 0 or stale.
+_ON_LEADER = f"and on (cluster, job, instance) (gputide_scheduler_leader{{{CLUSTER}}} == 1)"
+# Series of any scheduler process, leading or not (the controller's watch gauges have no scheduler_leader).
+_ON_SCHEDULER = f"and on (cluster, job, instance) gputide_scheduler_leader{{{CLUSTER}}}"
+
+
+def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
+    """The `gputide schedule` row: stats of its state now, then what it did over time."""
+    d = d.with_row(dashboard.Row("Secondary scheduler"))
+    d = (
+        d.with_panel(stat_panel("Scheduler leaders", "Scheduler replicas that bind pods (gputide_scheduler_leader); "
+                                "anything but 1 is a problem (alert GputideSchedulerNoLeader).", "none",
+                                [q(f"sum(gputide_scheduler_leader{{{CLUSTER}}})", "leaders")])
+                     .thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))))
+        .with_panel(stat_panel("Pods pending (scheduler)", "Pods with schedulerName gputide that the leading "
+                               "replica's last pass left pending because no node fits them "
+                               "(gputide_scheduler_pending_pods; alert GputideSchedulerPodsUnschedulable after "
+                               "30 min).", "none",
+                               [q(f"sum(gputide_scheduler_pending_pods{{{CLUSTER}}} {_ON_LEADER})", "pending")])
+                    .thresholds(thresholds((None, "green"), (1, "orange"))))
+        .with_panel(stat_panel("GPU-facts nodes", "Nodes with fresh per-GPU facts (thermal headroom, GPUs in use) "
+                               "from Prometheus at the scheduler's last read (gputide_scheduler_gpu_facts_nodes); 0 "
+                               "without --prometheus or while it fails, and pods are then placed without them.",
+                               "none", [q(f"max(gputide_scheduler_gpu_facts_nodes{{{CLUSTER}}})", "nodes")])
+                    .thresholds(thresholds((None, "orange"), (1, "green"))))
+        .with_panel(_watch_failures("Scheduler watch failures", "Consecutive failed lists or watches of pending "
+                                    "pods, nodes or bound pods, the worst over resources and scheduler replicas "
+                                    "(gputide_kubernetes_watch_failures); above 0, passes use the last state read.",
+                                    f"max(gputide_kubernetes_watch_failures{{{CLUSTER}}} {_ON_SCHEDULER})"))
+    )
+    return (
+        d.with_panel(timeseries_panel(
+            "Scheduler pods by result", "Pods per minute the scheduler bound, and pods a pass found no node for "
+            "(gputide_scheduler_pods_total): a pod that keeps waiting counts as unschedulable at every pass.", "opm",
+            [q(f"60 * sum by (result) (rate(gputide_scheduler_pods_total{{{CLUSTER}}}[$__rate_interval]))",
+               "{{result}}")], min_val=0))
+        .with_panel(timeseries_panel(
+            "Failed scheduling passes", "Passes per interval that failed because the API server did "
+            "(gputide_scheduler_failed_passes_total); pods wait for the next pass (alert "
+            "GputideSchedulerPassesFailing).", "none",
+            [q(f"sum by (pod, instance) (increase(gputide_scheduler_failed_passes_total{{{CLUSTER}}}"
+               f"[$__rate_interval]))", "{{pod}} {{instance}}")], bars=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "Scheduler leader by replica", "gputide_scheduler_leader per scheduler replica: exactly one should be 1.",
+            "none", [q(f"max by (pod, instance) (gputide_scheduler_leader{{{CLUSTER}}})", "{{pod}} {{instance}}")],
+            min_val=0, max_val=1))
+        .with_panel(timeseries_panel(
+            "Scheduler watches", "Consecutive failed lists or watches per resource the scheduler follows (pending "
+            "pods, nodes, bound pods), the worst over its replicas (gputide_kubernetes_watch_failures; alert "
+            "GputideKubernetesWatchFailing after 15 min).", "none",
+            [q(f"max by (resource) (gputide_kubernetes_watch_failures{{{CLUSTER}}} {_ON_SCHEDULER})",
+               "{{resource}}")], min_val=0))
+    )
+
+
 def build() -> dashboard.Dashboard:
     d = new_dashboard(
         UID, "gputide / Balancer",
         "The reconcile loop: actions and why, rejections and by which limit, duration, staleness, "
-        "fail-static and leadership.",
+        "fail-static and leadership; the secondary scheduler's binds, pending pods and watches.",
         ["controller"],
     )
     holding = [dm.ValueMap(options={
@@ -36,27 +99,24 @@ def build() -> dashboard.Dashboard:
     d = (
         d.with_panel(stat_panel("Fail-static", "1 while the controller holds still (stale or missing "
                                 "telemetry, emergency stop): gputide_fail_static.", "none",
-                                [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")])
+                                [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], w=5)
                      .mappings(holding).thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Leader replicas", "Replicas that currently act (gputide_leader); anything "
                                "but 1 is a problem.", "none",
-                               [q(f"sum(gputide_leader{{{CLUSTER}}})", "leaders")])
+                               [q(f"sum(gputide_leader{{{CLUSTER}}})", "leaders")], w=5)
                     .thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))))
         .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the last cycle used "
                                "(gputide_telemetry_staleness_seconds).", "s",
-                               [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}})", "staleness")])
+                               [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}})", "staleness")], w=5)
                     .thresholds(thresholds((None, "green"), (60, "orange"), (180, "red"))))
         .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window "
                                "(gputide_eviction_budget_remaining).", "none",
-                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}})", "budget")])
+                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}})", "budget")], w=5)
                     .thresholds(thresholds((None, "red"), (1, "green"))))
-        .with_panel(stat_panel("Pod watch failures", "Consecutive failed lists or watches of the pods whose "
-                               "owners the planner uses (gputide_kubernetes_watch_failures); above 0, it plans "
-                               "on the last pods it read (alert GputideKubernetesWatchFailing after 15 min).",
-                               "none",
-                               [q(f'max(gputide_kubernetes_watch_failures{{{CLUSTER}, resource="pods"}})',
-                                  "failures")])
-                    .thresholds(thresholds((None, "green"), (1, "orange"), (5, "red"))))
+        .with_panel(_watch_failures("Pod watch failures", "Consecutive failed lists or watches of the pods whose "
+                                    "owners the planner uses (gputide_kubernetes_watch_failures); above 0, it plans "
+                                    "on the last pods it read (alert GputideKubernetesWatchFailing after 15 min).",
+                                    f'max(gputide_kubernetes_watch_failures{{{CLUSTER}, resource="pods"}})', w=4))
     )
     d = (
         d.with_panel(timeseries_panel(
@@ -91,4 +151,4 @@ def build() -> dashboard.Dashboard:
             [q(f"max by (pod, instance) (gputide_leader{{{CLUSTER}}})", "{{pod}} {{instance}}")],
             min_val=0, max_val=1))
     )
-    return d
+    return _scheduler(d)

@@ -11,7 +11,9 @@ what a user imports into Grafana:
 - template-variables: `cluster`, `node`, `model` are label_values queries on a normalised series, over the
   `cluster`, `hostname` and `modelName` labels, with "All" matching an absent label (`.*`);
 - target-label-filters: every query filters on `$cluster`; per-GPU `gpu:*` selectors also on `$node` and `$model`;
-- target-normalised-series: no raw `DCGM_*` names (dashboards read the recording rules of docs/metrics.md).
+- target-normalised-series: no raw `DCGM_*` names (dashboards read the recording rules of docs/metrics.md);
+- panel-grid: every panel lies within Grafana's 24 columns and no two panels overlap (the SDK's auto layout
+  places a panel that does not fit the rest of a line past the edge instead of wrapping it).
 """
 
 from __future__ import annotations
@@ -137,6 +139,21 @@ def target_normalised_series(dashboard: dict) -> list[str]:
             if "DCGM_" in t.get("expr", "")]
 
 
+def panel_grid(dashboard: dict) -> list[str]:
+    problems, taken = [], {}
+    for panel in panels(dashboard):
+        g = panel.get("gridPos") or {}
+        x, y, w, h = (int(g.get(k, 0)) for k in ("x", "y", "w", "h"))
+        if x < 0 or x + w > 24:
+            problems.append(f"{panel.get('title')!r} spans columns {x}..{x + w}, beyond the 24-column grid")
+        for cell in ((cx, cy) for cx in range(x, x + w) for cy in range(y, y + h)):
+            if cell in taken:
+                problems.append(f"{panel.get('title')!r} overlaps {taken[cell]!r}")
+                break
+            taken[cell] = panel.get("title")
+    return problems
+
+
 RULES: dict[str, Callable[[dict], list[str]]] = {
     "template-datasource": template_datasource,
     "panel-datasource": panel_datasource,
@@ -146,6 +163,7 @@ RULES: dict[str, Callable[[dict], list[str]]] = {
     "template-variables": template_variables,
     "target-label-filters": target_label_filters,
     "target-normalised-series": target_normalised_series,
+    "panel-grid": panel_grid,
 }
 
 

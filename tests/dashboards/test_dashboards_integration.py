@@ -12,6 +12,12 @@ capacity planner (`balancer.plan.capacity.plan_capacity`) is wrapped around the 
 per-service targets it decides reach the loop's metrics; its actions are not applied (capacity shifting is not
 part of the hotspot scenario). The pods' watch follows the fake Kubernetes API server (tests/k8s/fakeapi.py), as
 `gputide run`'s does, for the controller dashboard's watch panel.
+
+The secondary scheduler runs as `gputide schedule --prometheus` would, on the same fake API server: its watches,
+its `SchedulerMetrics` served over HTTP, per-GPU facts read from the test's Prometheus, and run()'s pass loop
+(one replica, so it leads). The fake cluster has two nodes named after simulated hosts, pods that fit, one that
+never fits (64 GPUs) and one created halfway through the warm-up, so the scheduler row has binds, a pending pod
+and per-GPU facts to show.
 """
 
 from __future__ import annotations
@@ -90,11 +96,43 @@ def _controller(sim, lock, metrics):
                       planner=plan_with_capacity)
 
 
+def _scheduler(kube, metrics, prom):
+    """`gputide schedule --prometheus URL`'s scheduler, reporting to `metrics` (balancer/cmd/schedule.py run()).
+    The facts are read from `prom.url` at each read, as its port is final only once it has started."""
+    from balancer.actuate.k8s_scheduler import SecondaryScheduler
+    from balancer.app.scheduling import EnginePlacer
+    from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+
+    def facts():
+        return PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0)).gpu_facts()
+
+    placer = EnginePlacer("gputide", gpu_facts=facts)
+    scheduler = SecondaryScheduler(kube.client(), "gputide", placer, watch=True, watch_s=5.0)
+    for resource, w in scheduler.watches.items():
+        metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
+    metrics.facts_nodes.set_function(lambda: float(placer.facts_nodes))
+    return scheduler
+
+
+def _schedule(scheduler, metrics, stop: threading.Event) -> None:
+    """run()'s loop of one leading replica: a pass, its metrics, then wait for a pending pod or 0.5 s."""
+    from balancer.errors import ActuationError
+
+    metrics.leader.set(1)
+    while not stop.is_set():
+        try:
+            metrics.record(scheduler.schedule_once())
+        except ActuationError:
+            metrics.failed_passes.inc()
+        scheduler.wait_for_work(0.5)
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     from prometheus_client import CollectorRegistry
 
     from balancer.app import scenarios
+    from balancer.cmd.schedule import SchedulerMetrics
     from balancer.metrics import ControllerMetrics
     from balancer.telemetry.promserver import PrometheusServer, Target, default_rule_files
     from exporters.backends.sim import SimBackend
@@ -111,37 +149,58 @@ def rendered(tmp_path_factory):
     metrics = ControllerMetrics(CollectorRegistry())
     # the pods' watch, as gputide run follows it, against the fake API server (its panel needs the series)
     from balancer.actuate.k8s_workloads import KubernetesWorkloads
-    from tests.k8s.fakeapi import FakeKube, pod
+    from tests.k8s.fakeapi import FakeKube, node, pod
 
     kube = FakeKube()
     kube.add(pod("trainer-0", gpus=1))
+    for sim_node in sim.fleet.nodes[:2]:
+        kube.add(node(sim_node.name, sim_node.gpu_count))
+    for name, gpus in (("infer-0", 1), ("infer-1", 2), ("train-big", 64)):   # train-big never fits
+        kube.add(pod(name, gpus=gpus, scheduler="gputide", phase="Pending"))
     pods = KubernetesWorkloads(kube.client(), watch=True, watch_s=5.0)
     pods()
     metrics.follow_watch("pods", lambda: pods.watch.synced, lambda: pods.watch.failures)
     controller_http = serve(metrics.registry, port=0)
+    scheduler_metrics = SchedulerMetrics()
+    scheduler_http = serve(scheduler_metrics.registry, port=0)
     reconciler = _controller(sim, lock, metrics)
     stop = threading.Event()
     loop = threading.Thread(target=reconciler.run, args=(0.5, stop), daemon=True)
     prom = PrometheusServer([Target("gputide-exporter", f"127.0.0.1:{exporter.port}"),
-                             Target("gputide-controller", f"127.0.0.1:{controller_http.port}")],
+                             Target("gputide-controller", f"127.0.0.1:{controller_http.port}"),
+                             Target("gputide/gputide-scheduler", f"127.0.0.1:{scheduler_http.port}")],
                             rule_files=default_rule_files(), scrape_interval="1s")
+    scheduler = _scheduler(kube, scheduler_metrics, prom).start()
+    scheduling = threading.Thread(target=_schedule, args=(scheduler, scheduler_metrics, stop), daemon=True)
     try:
         prom.start()
         prom.wait_for("gpu:temperature:celsius", lambda r: len(r) > 0, timeout=30)
         loop.start()
-        time.sleep(WARMUP_S)
+        scheduling.start()
+        time.sleep(WARMUP_S / 2)
+        kube.add(pod("infer-late", gpus=1, scheduler="gputide", phase="Pending"))   # binds after the first pass
+        time.sleep(WARMUP_S / 2)
         out = tmp_path_factory.mktemp("png")
         report = dr.render(prom.url, out, range_s=120, step=2)
+        facts_nodes = scheduler_metrics.registry.get_sample_value("gputide_scheduler_gpu_facts_nodes")
+        bound = {p: (kube.get("pods", p, "default") or {}).get("spec", {}).get("nodeName")
+                 for p in ("infer-0", "infer-1", "train-big", "infer-late")}
     finally:
         stop.set()
+        scheduler.wake()
         loop.join(timeout=30)
+        if scheduling.ident is not None:
+            scheduling.join(timeout=30)
         prom.stop()
         prom.cleanup()
         exporter.close()
         controller_http.close()
+        scheduler_http.close()
+        scheduler.close()
         pods.close()
         kube.close()
     report.cycles = len(reconciler.reconcile_seconds)
+    report.scheduled, report.facts_nodes = bound, facts_nodes
     return report
 
 
@@ -153,6 +212,12 @@ def test_panel_returns_data(rendered, dashboard, title, controller):
 
 def test_the_controller_really_ran_its_loop(rendered):
     assert rendered.cycles >= 10
+
+
+def test_the_scheduler_bound_the_pods_that_fit_and_read_gpu_facts(rendered):
+    assert rendered.scheduled["train-big"] is None
+    assert all(rendered.scheduled[p] for p in ("infer-0", "infer-1", "infer-late")), rendered.scheduled
+    assert rendered.facts_nodes >= 2   # the simulated fleet's hosts, from the test's Prometheus
 
 
 def test_previews_are_written(rendered):

@@ -122,6 +122,15 @@ def _raw_dcgm(d):
     _first(d)["targets"][0]["expr"] = 'max(DCGM_FI_DEV_GPU_TEMP{cluster=~"$cluster"})'
 
 
+def _past_the_edge(d):
+    _first(d)["gridPos"].update(x=18, w=12)
+
+
+def _overlapping(d):
+    first, second = list(panels(d))[:2]
+    second["gridPos"].update(x=first["gridPos"]["x"], y=first["gridPos"]["y"])
+
+
 @pytest.mark.parametrize(
     ("rule", "breakage"),
     [
@@ -134,6 +143,8 @@ def _raw_dcgm(d):
         ("target-label-filters", _missing_cluster_filter),
         ("target-label-filters", _missing_node_filter),
         ("target-normalised-series", _raw_dcgm),
+        ("panel-grid", _past_the_edge),
+        ("panel-grid", _overlapping),
     ],
     ids=[
         "a dashboard without a datasource variable is flagged",
@@ -145,6 +156,8 @@ def _raw_dcgm(d):
         "a query without the cluster filter is flagged",
         "a per-GPU selector without node and model filters is flagged",
         "a raw DCGM series is flagged",
+        "a panel past the 24th column is flagged",
+        "two panels on the same cells are flagged",
     ],
 )
 def test_each_rule_catches_its_defect(rule, breakage):
