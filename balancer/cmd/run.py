@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -84,9 +85,18 @@ def prometheus_url(text: str, field: str = "--prometheus") -> str:
     return text
 
 
+def cluster_name(text: str | None, field: str = "--cluster") -> str | None:
+    """A `cluster` label value to select by, checked so it cannot break (or change) the PromQL it goes into."""
+    if text is not None and (not text or not re.fullmatch(r"[^\"\\\n{}]+", text)):
+        raise InputError(None, field, text, 'a cluster label value without quotes, backslashes, braces or newlines')
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the reconcile loop against Prometheus and Kubernetes (or --dry-run)")
     p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
+    p.add_argument("--cluster", default=None, metavar="NAME",
+                   help="read only series with this `cluster` label (required when Prometheus holds several)")
     p.add_argument("--dry-run", action="store_true", help="plan and log, change nothing")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or ~/.kube/config)")
     p.add_argument("--once", action="store_true", help="one reconcile cycle, then exit")
@@ -151,6 +161,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     policy = config.load(args.policy) if args.policy else config.BalancerPolicy()
     interval = parse_interval(args.interval)
     prometheus_url(args.prometheus)
+    cluster_name(args.cluster)
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
@@ -183,7 +194,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         profiles = load_profiles(args.services)
     # each profiled service's p99 SLO (latency pressure = p99 / SLO); others: the policy's colocation.latencySloS
-    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus), fleet=fleet,
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus, cluster=args.cluster), fleet=fleet,
                                        workload_overrides=overrides,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
                                        slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},

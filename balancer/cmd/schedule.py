@@ -1,7 +1,7 @@
 """`gputide schedule`: the optional secondary scheduler, placing pods with gputide's placement engine.
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
-                     [--prometheus URL] [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
+                     [--prometheus URL [--cluster NAME]] [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
                      [--metrics-port 9837]
 
 It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest)
@@ -27,7 +27,7 @@ import time
 
 from balancer.app.health import Health, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd.run import kube_client, lease_elector, parse_interval, prometheus_url
+from balancer.cmd.run import cluster_name, kube_client, lease_elector, parse_interval, prometheus_url
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ def register(subparsers) -> None:
     p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
     p.add_argument("--prometheus", default=None, metavar="URL",
                    help="Prometheus with gputide's rules: per-GPU thermal headroom and which GPUs are in use")
+    p.add_argument("--cluster", default=None, metavar="NAME",
+                   help="with --prometheus: read only series with this `cluster` label")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
     p.add_argument("--lease-name", default="gputide-scheduler")
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
@@ -96,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if args.prometheus:
         from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
-        facts = PrometheusTelemetrySource(PrometheusOptions(url=prometheus_url(args.prometheus))).gpu_facts
+        facts = PrometheusTelemetrySource(PrometheusOptions(url=prometheus_url(args.prometheus),
+                                                            cluster=cluster_name(args.cluster))).gpu_facts
     placer = EnginePlacer(args.policy, gpu_facts=facts)
     api_client = kube_client(args.kubeconfig)
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once)

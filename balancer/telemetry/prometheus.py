@@ -8,6 +8,7 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`
 * a sample older than `stale_after_intervals` x the scrape interval          -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
+* GPU series of several `cluster` labels while no `cluster` is chosen         -> `InvalidTelemetry`
 
 Never zeros in place of data: the loop catches these and holds still (fail-static).
 """
@@ -137,6 +138,14 @@ class PrometheusTelemetrySource:
             raise InvalidTelemetry(f"Prometheus answered {promql!r} with {type(result).__name__}, not an instant vector")
         return result
 
+    def _one_cluster(self, clusters: set[str]) -> None:
+        """One Prometheus for several clusters (a `cluster` label per cluster) and none chosen: acting on every
+        cluster's GPUs from here would be wrong, so refuse."""
+        if len(clusters) > 1:
+            named = ", ".join(sorted(c or "(no cluster label)" for c in clusters))
+            raise InvalidTelemetry(f"GPU series of {len(clusters)} clusters in Prometheus at {self.opts.url} "
+                                   f"({named}): pick this cluster's with --cluster NAME")
+
     def _gpu_frame(self) -> pd.DataFrame:
         names = "|".join(rule for rule, _ in FIELDS.values())
         rows = self._query(f'{{__name__=~"{names}"{self._selector()}}}')
@@ -147,9 +156,10 @@ class PrometheusTelemetrySource:
         field_names = list(FIELDS)
         column = {name: i for i, name in enumerate(field_names)}
         # one pass over the rows into plain lists (120,000 rows at 10,000 GPUs: no per-row pandas)
-        keys, cols, values = [], [], []
+        keys, cols, values, clusters = [], [], [], set()
         for r in rows:
             m, value = _sample(r)
+            clusters.add(m.get("cluster", ""))
             name = rule_to_field.get(m.get("__name__", ""))
             host, gpu, uuid = m.get("hostname", ""), m.get("gpu", ""), m.get("UUID", "")   # GPU_KEY
             if name is None or not (host and uuid and str(gpu).isdigit()):
@@ -158,6 +168,7 @@ class PrometheusTelemetrySource:
             keys.append((host, gpu, uuid, m.get("modelName", "")))
             cols.append(column[name])
             values.append(value)
+        self._one_cluster(clusters)
         codes, uniques = pd.factorize(pd.Index(keys, tupleize_cols=False), sort=False)
         cols_a, values_a = np.asarray(cols), np.asarray(values, dtype=float)
         optional = np.isin(cols_a, [column[n] for n in OPTIONAL])
@@ -398,6 +409,7 @@ class PrometheusTelemetrySource:
             f"count by (UUID) (gputide_gpu_workload_info{{{sel}}} == 1)")}
         heads: dict[str, dict[int, float]] = {}
         used: dict[str, set[int]] = {}
+        self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
         for r in rows:
             m, value = _sample(r)
             host, slot = m.get("hostname", ""), str(m.get("gpu", ""))

@@ -43,3 +43,15 @@ def test_a_prometheus_url_without_http_scheme_or_host_exits_2_before_connecting(
     assert main(["run", "--prometheus", url, "--once", "--dry-run", "--metrics-port", "0"]) == 2
     err = capsys.readouterr().err
     assert "--prometheus" in err and url in err and "http://" in err
+
+
+@pytest.mark.parametrize("name", ['east"} or vector(1) #', "", "a\\b"])
+def test_a_cluster_name_that_would_break_the_promql_exits_2(name, capsys):
+    assert main(["run", "--prometheus", "http://127.0.0.1:9", "--cluster", name, "--once", "--dry-run",
+                 "--metrics-port", "0"]) == 2
+    assert "--cluster" in capsys.readouterr().err
+
+
+def test_the_cluster_reaches_the_telemetry_source():
+    args = build_parser().parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--cluster", "east"])
+    assert build_reconciler(args, ControllerMetrics()).source.opts.cluster == "east"

@@ -95,7 +95,8 @@ def test_a_pass_without_pending_pods_lists_no_nodes(kube: FakeKube, kubeconfig):
     (["--policy", "best"], "--policy"),
     (["--interval", "0s"], "--interval"),
     (["--prometheus", "prometheus:9090"], "--prometheus"),
-], ids=["unknown-policy", "zero-interval", "prometheus-without-scheme"])
+    (["--prometheus", "http://prometheus:9090", "--cluster", 'a"'], "--cluster"),
+], ids=["unknown-policy", "zero-interval", "prometheus-without-scheme", "cluster-with-a-quote"])
 def test_bad_input_exits_2_naming_the_flag(kube, kubeconfig, argv, field, capsys):
     assert main(["schedule", "--kubeconfig", kubeconfig, "--once", *argv]) == 2
     assert field in capsys.readouterr().err

@@ -191,3 +191,26 @@ def test_a_new_board_on_a_known_host_stays_with_its_host_and_keeps_its_own_readi
     assert [g.index for g in snap.gpus] == [0, 1, 2]
     again = src.snapshot()
     assert again.gpus is snap.gpus and again.nodes is snap.nodes   # unchanged fleet: last cycle's objects
+
+
+class TwoClusters(FakeClient):
+    """A Prometheus holding the GPUs of two clusters (east and west), answering selectors as Prometheus would."""
+
+    def custom_query(self, promql):
+        rows = []
+        for cluster in ("east", "west"):
+            if f'cluster="{"west" if cluster == "east" else "east"}"' in promql:
+                continue   # the other cluster's selector excludes this one
+            for r in super().custom_query(promql):
+                rows.append({"metric": {**r["metric"], "cluster": cluster}, "value": r["value"]})
+        return rows
+
+
+def test_gpus_of_several_clusters_are_refused_unless_one_is_chosen():
+    """A controller pointed at a Prometheus that holds several clusters would otherwise act on all of them."""
+    with pytest.raises(InvalidTelemetry, match=r"2 clusters .*\(east, west\): pick this cluster's with --cluster"):
+        source(TwoClusters()).snapshot()
+    with pytest.raises(InvalidTelemetry, match="--cluster"):
+        source(TwoClusters()).gpu_facts()
+    snap = source(TwoClusters(), cluster="east").snapshot()
+    assert [g.uuid for g in snap.gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]      # east's three GPUs, once each
