@@ -69,7 +69,51 @@ def scheduling_request(pod: Json) -> Json | None:
         "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
         "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
         "tolerations": spec.get("tolerations") or [], "node_selector": spec.get("nodeSelector") or {},
+        "node_affinity": (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [],
+        "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
     }  # fmt: skip
+
+
+def tolerates(tolerations: list[Json], taint: Json) -> bool:
+    """Kubernetes' toleration rule: same effect (or none given); `Exists` on the key (an empty key tolerates every
+    taint), else `Equal` on key and value."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        exists = (t.get("operator") or "Equal") == "Exists"
+        if not t.get("key"):
+            if exists:
+                return True
+            continue
+        if t.get("key") == taint.get("key") and (exists or (t.get("value") or "") == (taint.get("value") or "")):
+            return True
+    return False
+
+
+def _matches(expression: Json, values_of: Json) -> bool:
+    """One node selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against labels or fields."""
+    key, op, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+    has, value = key in values_of, values_of.get(key)
+    if op in ("Gt", "Lt"):
+        try:
+            a, b = int(value), int(values[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        return a > b if op == "Gt" else a < b
+    return {"In": has and value in values, "NotIn": not has or value not in values, "Exists": has,
+            "DoesNotExist": not has}.get(op, False)
+
+
+def node_affinity_allows(terms: list[Json], node: Json) -> bool:
+    """Required node affinity: any term (ORed) whose expressions and fields all match; no terms allow all."""
+    if not terms:
+        return True
+    fields = {"metadata.name": node["name"]}
+    return any((t.get("matchExpressions") or t.get("matchFields"))
+               and all(_matches(e, node["labels"]) for e in t.get("matchExpressions") or [])
+               and all(_matches(f, fields) for f in t.get("matchFields") or []) for t in terms)
 
 
 def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION) -> Json:
@@ -230,14 +274,17 @@ class SecondaryScheduler:
 
     def _why_not(self, node: Json, req: Json) -> str | None:
         """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
+        if req["pod_affinity"]:   # never ignored silently: placed against it, the pod would break its rule
+            return "node(s) not considered: required pod affinity or anti-affinity is not supported by gputide"
         if node["unschedulable"]:
             return "node(s) were unschedulable"
-        tolerated = {t.get("key") for t in req["tolerations"]}
         for t in node["taints"]:
-            if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in tolerated:
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(req["tolerations"], t):
                 return f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"
         if any(node["labels"].get(k) != v for k, v in req["node_selector"].items()):
             return "node(s) didn't match Pod's node selector"
+        if not node_affinity_allows(req["node_affinity"], node):
+            return "node(s) didn't match Pod's node affinity"
         if node["gpus_free"] < req["num_gpu"]:
             return f"Insufficient {GPU_RESOURCE}"
         if node["gpus_free"] - self._reserved_for_others(node, req) < req["num_gpu"]:
@@ -347,4 +394,5 @@ def _unschedulable_condition(pod: Json, message: str, now: float) -> Json | None
     return {"status": {"conditions": [*(c for c in conditions if c.get("type") != "PodScheduled"), new]}}
 
 
-__all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_facts", "object_key", "pod_usage", "scheduling_request"]
+__all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_affinity_allows", "node_facts", "object_key", "pod_usage",
+           "scheduling_request", "tolerates"]

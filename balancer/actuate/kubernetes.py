@@ -203,18 +203,29 @@ def quantity(value: Any) -> float:
 
 
 def _pod_requests(pod: Json) -> tuple[int, int, int]:
-    """(gpus, cpu_milli, memory_mib) of a pod: limits of nvidia.com/gpu, requests (else limits) of cpu/memory."""
-    gpus = cpu = mem = 0.0
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    """(gpus, cpu_milli, memory_mib) a pod holds, by Kubernetes' rule for the effective request: the sum over
+    its containers and sidecars (init containers with `restartPolicy: Always`), or the largest one-shot init
+    container if that is more, plus the pod's `overhead`. GPUs are counted from limits (requests default to
+    them), CPU and memory from requests (else limits)."""
+    spec = pod.get("spec") or {}
+
+    def need(c: Json) -> tuple[float, float, float]:
         res = c.get("resources") or {}
         limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        gpus += quantity(limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0)))
-        cpu += quantity(requests.get("cpu", limits.get("cpu", 0))) * 1000
-        mem += quantity(requests.get("memory", limits.get("memory", 0))) / 2**20
+        return (quantity(limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0))),
+                quantity(requests.get("cpu", limits.get("cpu", 0))) * 1000,
+                quantity(requests.get("memory", limits.get("memory", 0))) / 2**20)
+
+    inits = spec.get("initContainers") or []
+    running = [need(c) for c in [*(spec.get("containers") or []),
+                                 *(c for c in inits if c.get("restartPolicy") == "Always")]]
+    total = [sum(v[i] for v in running) for i in range(3)]
+    for c in inits:
+        if c.get("restartPolicy") != "Always":
+            total = [max(t, v) for t, v in zip(total, need(c), strict=True)]
+    overhead = need({"resources": {"requests": spec.get("overhead") or {}}})
+    gpus, cpu, mem = (t + o for t, o in zip(total, overhead, strict=True))
     return int(gpus), int(round(cpu)), int(round(mem))
-
-
-# ---- the API call wrapper ------------------------------------------------------------------------------------
 
 
 class _Api:

@@ -10,7 +10,7 @@ from fakeapi import FakeKube, node, pod
 from test_k8s_watch import eventually
 
 from balancer.actuate.base import Outcome
-from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.k8s_scheduler import SecondaryScheduler, node_affinity_allows, tolerates
 from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, KubernetesActuator, rfc3339
 
 
@@ -288,3 +288,64 @@ def test_an_events_api_that_fails_does_not_stop_the_scheduler(cluster: FakeKube,
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=sleeps.append)
     assert sched.schedule_once() == {"default/p": "big", "default/huge": None}
     assert bound_to(cluster, "p") == "big" and scheduled_condition(cluster, "huge")["reason"] == "Unschedulable"
+
+
+# ---- Kubernetes' own placement rules ---------------------------------------------------------------------------
+
+HOT = {"key": "gputide.io/hot", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "expected"),
+    [({"key": "gputide.io/hot", "operator": "Equal", "value": "true"}, True),
+     ({"key": "gputide.io/hot", "value": "false"}, False),                    # Equal by default: the value counts
+     ({"key": "gputide.io/hot", "operator": "Exists"}, True),
+     ({"operator": "Exists"}, True),                                          # an empty key tolerates every taint
+     ({"operator": "Exists", "effect": "NoExecute"}, False),                  # ... of its effect only
+     ({"key": "other", "operator": "Exists"}, False),
+     ({"value": "true"}, False)],                                             # empty key needs Exists
+    ids=["equal", "wrong-value", "exists", "tolerate-all", "other-effect", "other-key", "empty-key-equal"])
+def test_tolerations_follow_kubernetes(toleration, expected) -> None:
+    assert tolerates([toleration], HOT) is expected
+
+
+@pytest.mark.parametrize(
+    ("terms", "expected"),
+    [([], True),
+     ([{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a", "b"]}]}], True),
+     ([{"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["a"]}]}], False),
+     ([{"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}], True),
+     ([{"matchExpressions": [{"key": "gpus", "operator": "Gt", "values": ["4"]}]}], True),
+     ([{"matchExpressions": [{"key": "gpus", "operator": "Lt", "values": ["4"]}]}], False),
+     ([{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]},
+       {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}], True),   # terms are ORed
+     ([{"matchExpressions": [{"key": "pool", "operator": "Exists"},
+                             {"key": "gpus", "operator": "Gt", "values": ["x"]}]}], False),      # ANDed; bad Gt
+     ([{}], False)],                                                                          # an empty term
+    ids=["none", "in", "not-in", "does-not-exist", "gt", "lt", "terms-ored", "expressions-anded", "empty-term"])
+def test_required_node_affinity_follows_kubernetes(terms, expected) -> None:
+    assert node_affinity_allows(terms, {"name": "n1", "labels": {"pool": "a", "gpus": "8"}}) is expected
+
+
+def test_the_scheduler_keeps_to_affinity_tolerations_and_init_containers(cluster: FakeKube, api, clock) -> None:
+    cluster.mutate("nodes", "small", "", {"spec": {"taints": [HOT]}})
+    pinned = pod("pinned", gpus=1, scheduler="gputide", phase="Pending")
+    pinned["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["small"]}]}]}}}
+    pinned["spec"]["tolerations"] = [{"operator": "Exists"}]
+    wrong = pod("wrong-value", gpus=1, scheduler="gputide", phase="Pending")
+    wrong["spec"]["affinity"] = pinned["spec"]["affinity"]
+    wrong["spec"]["tolerations"] = [{"key": "gputide.io/hot", "value": "false"}]
+    spread = pod("spread", gpus=1, scheduler="gputide", phase="Pending")
+    spread["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    setup = pod("setup", gpus=0, scheduler="gputide", phase="Pending")
+    setup["spec"]["initContainers"] = [{"name": "warm", "image": "x", "resources": {"requests": {"cpu": "500"}}}]
+    for p in (pinned, wrong, spread, setup):
+        cluster.add(p)
+    results = SecondaryScheduler(api, "gputide", most_free, clock=clock).schedule_once()
+    assert results == {"default/pinned": "small", "default/wrong-value": None, "default/spread": None,
+                       "default/setup": None}
+    assert "didn't match Pod's node affinity" in events_of(cluster, "wrong-value")[0][2]
+    assert "not supported by gputide" in events_of(cluster, "spread")[0][2]
+    assert "Insufficient cpu" in events_of(cluster, "setup")[0][2]   # its init container needs 500 CPUs
