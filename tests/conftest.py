@@ -96,6 +96,16 @@ def _metrics_server() -> Iterator[Callable[[str], MetricsServer]]:
         server.close()
 
 
+def wait_for_gpu_rules(prom: PrometheusServer, timeout: float = 30.0) -> None:
+    """Until every recording rule the controller requires has a sample: the rule groups start at different
+    offsets, so one rule answering says nothing of the others."""
+    from balancer.telemetry.prometheus import FIELDS, OPTIONAL
+
+    for name, (rule, _) in FIELDS.items():
+        if name not in OPTIONAL:
+            prom.wait_for(rule, bool, timeout=timeout)
+
+
 @pytest.fixture
 def prometheus_factory() -> Iterator[Callable[..., PrometheusServer]]:
     """`prometheus_factory(targets, rule_files, **options)` starts a PrometheusServer (1 s scrape interval)."""

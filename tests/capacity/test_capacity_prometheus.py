@@ -16,6 +16,8 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.conftest import wait_for_gpu_rules
+
 pytestmark = pytest.mark.integration
 CYCLES = 40  # one simulated minute each, from midnight
 
@@ -43,7 +45,7 @@ def test_the_controller_reads_replicas_through_prometheus_and_loans_at_night_wit
     try:
         prom = prometheus_factory([Target("gputide-exporter", f"127.0.0.1:{exporter.port}")],
                                   rule_files=default_rule_files(), scrape_interval="500ms")
-        prom.wait_for("gpu:last_sample:timestamp_seconds", bool, timeout=30)
+        wait_for_gpu_rules(prom)
 
         def owners():  # ownerReferences, as KubernetesWorkloads reads them from the API
             with lock:
@@ -142,7 +144,7 @@ def test_gputide_run_once_dry_run_without_the_kubernetes_api_holds_the_tide_and_
     try:
         prom = prometheus_factory([Target("gputide-exporter", f"127.0.0.1:{exporter.port}")],
                                   rule_files=default_rule_files(), scrape_interval="1s")
-        prom.wait_for("gpu:last_sample:timestamp_seconds", bool, timeout=30)
+        wait_for_gpu_rules(prom)
         prom.wait_for("gputide_inference_replicas", bool, timeout=30)
         monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
         monkeypatch.setenv("HOME", str(tmp_path))
