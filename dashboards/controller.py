@@ -17,10 +17,10 @@ from dashboards.common import CLUSTER, new_dashboard, q, stat_panel, thresholds,
 UID = "gputide-balancer"
 
 
-def _duration(quantile: float) -> object:
+def _duration(quantile: float, histogram: str = "gputide_reconcile_duration_seconds") -> object:
     return q(
         f"histogram_quantile({quantile}, sum by (le) "
-        f"(rate(gputide_reconcile_duration_seconds_bucket{{{CLUSTER}}}[$__rate_interval])))",
+        f"(rate({histogram}_bucket{{{CLUSTER}}}[$__rate_interval])))",
         f"p{round(quantile * 100)}",
     )
 
@@ -46,7 +46,7 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
                      .thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))))
         .with_panel(stat_panel("Pods pending (scheduler)", "Pods with schedulerName gputide that the leading "
                                "replica's last pass left pending because no node fits them "
-                               "(gputide_scheduler_pending_pods; alert GputideSchedulerPodsUnschedulable after "
+                               "(gputide_scheduler_pending_pods; alert GputidePodsUnschedulable after "
                                "30 min).", "none",
                                [q(f"sum(gputide_scheduler_pending_pods{{{CLUSTER}}} {_ON_LEADER})", "pending")])
                     .thresholds(thresholds((None, "green"), (1, "orange"))))
@@ -82,6 +82,14 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
             "GputideKubernetesWatchFailing after 15 min).", "none",
             [q(f"max by (resource) (gputide_kubernetes_watch_failures{{{CLUSTER}}} {_ON_SCHEDULER})",
                "{{resource}}")], min_val=0))
+        .with_panel(timeseries_panel(
+            "Binding latency", "p50, p90 and p99 of the time from a pod's creation to its binding "
+            "(gputide_scheduler_binding_latency_seconds; creationTimestamp has whole seconds).", "s",
+            [_duration(qt, "gputide_scheduler_binding_latency_seconds") for qt in (0.5, 0.9, 0.99)], min_val=0))
+        .with_panel(timeseries_panel(
+            "Oldest pending pod", "Age of the oldest pod the leading replica's last pass left pending "
+            "(gputide_scheduler_oldest_pending_seconds): how long the longest-waiting pod has waited.", "s",
+            [q(f"max(gputide_scheduler_oldest_pending_seconds{{{CLUSTER}}} {_ON_LEADER})", "oldest")], min_val=0))
     )
 
 

@@ -61,6 +61,10 @@ def scheduling_request(pod: Json) -> Json | None:
     annotations = meta.get("annotations") or {}
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    namespace, owner = meta.get("namespace", "default"), owners[0]["name"] if owners else ""
+    # the reservation keys that are this pod's: itself, its owner, and a ReplicaSet's Deployment ("web-7d9f8")
+    owned = {f"{namespace}/{meta['name']}", f"{namespace}/{owner}"} | (
+        {f"{namespace}/{owner.rsplit('-', 1)[0]}"} if owner else set())
     return {
         "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
         "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
@@ -73,6 +77,7 @@ def scheduling_request(pod: Json) -> Json | None:
             "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [],
         "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
+        "owned": frozenset(owned),
     }  # fmt: skip
 
 
@@ -156,6 +161,8 @@ class SecondaryScheduler:
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
         self.assume_s, self.retell_s = assume_s, retell_s
         self._told: dict[str, tuple[str, float]] = {}   # pod -> (why it is pending, when that was said)
+        self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
+        self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self._assumed: dict[str, tuple[float, tuple[str, int, int, int]]] = {}
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
@@ -257,20 +264,14 @@ class SecondaryScheduler:
     # ---- one pass -----------------------------------------------------------------------------------------
 
     @staticmethod
-    def _owned_keys(req: Json) -> set[str]:
-        """The reservation keys that are this pod's: itself, its owner, and a ReplicaSet's Deployment."""
-        keys = {req["name"], f"{req['namespace']}/{req['owner']}"}
-        if req["owner"]:   # a ReplicaSet "web-7d9f8" belongs to the Deployment "web"
-            keys.add(f"{req['namespace']}/{req['owner'].rsplit('-', 1)[0]}")
-        return keys
+    def _reserved_for_others(node: Json, req: Json) -> int:
+        if not node["reservations"]:   # most nodes: nothing to look up
+            return 0
+        return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in req["owned"])
 
-    def _reserved_for_others(self, node: Json, req: Json) -> int:
-        mine = self._owned_keys(req)
-        return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in mine)
-
-    def _reservation_key(self, node: Json, req: Json) -> str | None:
-        keys = self._owned_keys(req)
-        return next((k for k in node["reservations"] if k in keys), None)
+    @staticmethod
+    def _reservation_key(node: Json, req: Json) -> str | None:
+        return next((k for k in node["reservations"] if k in req["owned"]), None) if node["reservations"] else None
 
     def _why_not(self, node: Json, req: Json) -> str | None:
         """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
@@ -283,7 +284,7 @@ class SecondaryScheduler:
                 return f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"
         if any(node["labels"].get(k) != v for k, v in req["node_selector"].items()):
             return "node(s) didn't match Pod's node selector"
-        if not node_affinity_allows(req["node_affinity"], node):
+        if req["node_affinity"] and not node_affinity_allows(req["node_affinity"], node):
             return "node(s) didn't match Pod's node affinity"
         if node["gpus_free"] < req["num_gpu"]:
             return f"Insufficient {GPU_RESOURCE}"
@@ -308,25 +309,30 @@ class SecondaryScheduler:
         return f"0/{len(view)} nodes are available: {detail or 'no nodes'}."
 
     def schedule_once(self) -> dict[str, str | None]:
-        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None}.
+        """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None};
+        `latencies` and `oldest_pending_s` say how long the bound pods waited and the oldest left pending has.
         Each pod left pending gets a FailedScheduling Event and the condition PodScheduled=False/Unschedulable
         saying why (as kube-scheduler reports it: `kubectl describe pod` shows it, and the cluster autoscaler
         scales up for such pods), again when the reason changes or `retell_s` has passed; a bound pod gets a
         Scheduled Event."""
+        self.latencies, self.oldest_pending_s = [], 0.0
         pending = self.pending()
         self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
-        view, results = self.nodes_view(), {}
+        view, results, now = self.nodes_view(), {}, self.clock()
         by_name = {n["name"]: n for n in view}
         for req in pending:
-            reserved = next((n for n in view if self._reservation_key(n, req) and self._fits(n, req)), None)
-            offered = [dict(n, gpus_usable=n["gpus_free"] - self._reserved_for_others(n, req))
-                       for n in view if self._fits(n, req)]
+            offered = [n for n in view if self._fits(n, req)]
+            reserved = next((n for n in offered if self._reservation_key(n, req)), None)
+            for n in offered:   # the view is this pass's own copy: no per-pod copy of every node
+                n["gpus_usable"] = n["gpus_free"] - self._reserved_for_others(n, req)
             target = reserved["name"] if reserved else self.place(req, offered)
             node = by_name.get(target) if target else None
+            created = parse_time(req["created"])
             if node is None or not self._fits(node, req):
                 results[req["name"]] = None
+                self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
                 self._tell_unschedulable(req, self._unschedulable(view, req, len(offered)))
                 continue
             body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
@@ -349,6 +355,8 @@ class SecondaryScheduler:
                 self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                     n, self.reservation_annotation, {k: None}))
             results[req["name"]] = node["name"]
+            if created:
+                self.latencies.append(max(now - created, 0.0))
             self._told.pop(req["name"], None)
             self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {node['name']}")
         return results

@@ -24,6 +24,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 
 from balancer.app.health import Health, stall_limit
 from balancer.app.health import serve as serve_metrics
@@ -58,7 +59,7 @@ class SchedulerMetrics:
     """The scheduler's own series, on its own registry."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         from balancer.metrics import WatchGauges
 
@@ -73,10 +74,18 @@ class SchedulerMetrics:
         self.facts_nodes = Gauge("gputide_scheduler_gpu_facts_nodes", "Nodes with fresh per-GPU facts (thermal "
                                  "headroom, GPUs in use) from Prometheus at the last read; 0 without --prometheus "
                                  "or while it fails.", registry=r)
+        self.latency = Histogram("gputide_scheduler_binding_latency_seconds", "Time from a pod's creation to its "
+                                 "binding (creationTimestamp has whole seconds).", registry=r,
+                                 buckets=(0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600))
+        self.oldest = Gauge("gputide_scheduler_oldest_pending_seconds", "Age of the oldest pod the last pass left "
+                            "pending (0 when none).", registry=r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
 
-    def record(self, results: dict) -> None:
+    def record(self, results: dict, latencies: Sequence[float] = (), oldest_pending_s: float = 0.0) -> None:
+        for seconds in latencies:
+            self.latency.observe(seconds)
+        self.oldest.set(oldest_pending_s)
         bound = sum(1 for node in results.values() if node)
         self.binds.labels("bound").inc(bound)
         self.binds.labels("unschedulable").inc(len(results) - bound)
@@ -132,8 +141,9 @@ def run(args: argparse.Namespace) -> int:
             if elector is not None and time.monotonic() >= renew_at:   # once an interval, however often woken
                 leading, renew_at = elector.try_acquire_or_renew(), time.monotonic() + interval
             metrics.leader.set(1 if leading else 0)
-            if not leading:
-                metrics.pending.set(0)   # the leader's figure; a standby's last one would go stale
+            if not leading:   # the leader's figures; a standby's last ones would go stale
+                metrics.pending.set(0)
+                metrics.oldest.set(0)
             else:
                 try:
                     results = scheduler.schedule_once()
@@ -141,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                     metrics.failed_passes.inc()
                     log.warning("scheduling pass failed: %s", err)
                 else:
-                    metrics.record(results)
+                    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s)
                     for name, node in results.items():
                         if node:
                             log.info("bound %s to %s", name, node)

@@ -114,6 +114,14 @@ def _scheduler(kube, metrics, prom):
     return scheduler
 
 
+def _created_now(pod: dict) -> dict:
+    """A pod as the API server creates it, stamped now (the binding latency is measured from it)."""
+    from balancer.actuate.kubernetes import rfc3339
+
+    pod["metadata"]["creationTimestamp"] = rfc3339(time.time())
+    return pod
+
+
 def _schedule(scheduler, metrics, stop: threading.Event) -> None:
     """run()'s loop of one leading replica: a pass, its metrics, then wait for a pending pod or 0.5 s."""
     from balancer.errors import ActuationError
@@ -121,7 +129,8 @@ def _schedule(scheduler, metrics, stop: threading.Event) -> None:
     metrics.leader.set(1)
     while not stop.is_set():
         try:
-            metrics.record(scheduler.schedule_once())
+            results = scheduler.schedule_once()
+            metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s)
         except ActuationError:
             metrics.failed_passes.inc()
         scheduler.wait_for_work(0.5)
@@ -156,7 +165,7 @@ def rendered(tmp_path_factory):
     for sim_node in sim.fleet.nodes[:2]:
         kube.add(node(sim_node.name, sim_node.gpu_count))
     for name, gpus in (("infer-0", 1), ("infer-1", 2), ("train-big", 64)):   # train-big never fits
-        kube.add(pod(name, gpus=gpus, scheduler="gputide", phase="Pending"))
+        kube.add(_created_now(pod(name, gpus=gpus, scheduler="gputide", phase="Pending")))
     pods = KubernetesWorkloads(kube.client(), watch=True, watch_s=5.0)
     pods()
     metrics.follow_watch("pods", lambda: pods.watch.synced, lambda: pods.watch.failures)
@@ -178,7 +187,7 @@ def rendered(tmp_path_factory):
         loop.start()
         scheduling.start()
         time.sleep(WARMUP_S / 2)
-        kube.add(pod("infer-late", gpus=1, scheduler="gputide", phase="Pending"))   # binds after the first pass
+        kube.add(_created_now(pod("infer-late", gpus=1, scheduler="gputide", phase="Pending")))   # binds later
         time.sleep(WARMUP_S / 2)
         out = tmp_path_factory.mktemp("png")
         report = dr.render(prom.url, out, range_s=120, step=2)

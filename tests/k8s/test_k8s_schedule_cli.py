@@ -139,6 +139,8 @@ def test_gputide_schedule_as_a_process_binds_reports_and_stops_cleanly(kube: Fak
 
     from test_k8s_run_process import free_port, sample
 
+    from balancer.actuate.kubernetes import rfc3339
+
     def metrics() -> str:
         try:
             return urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -168,13 +170,16 @@ def test_gputide_schedule_as_a_process_binds_reports_and_stops_cleanly(kube: Fak
 
         listed = lists()
         created = time.monotonic()
-        kube.add(pod("late", "ml", gpus=1, scheduler="gputide", phase="Pending"))
+        late = pod("late", "ml", gpus=1, scheduler="gputide", phase="Pending")
+        late["metadata"]["creationTimestamp"] = rfc3339(time.time())
+        kube.add(late)
         text = wait_for(lambda t: sample(t, 'gputide_scheduler_pods_total{result="bound"}') == 1,
                         "the pod was not bound")
         assert time.monotonic() - created < 30            # the pod's event, not the 60 s poll
         assert kube.get("pods", "late", "ml")["spec"]["nodeName"] == "h100-a"
         assert lists() == listed                          # read from the caches
         assert sample(text, "gputide_scheduler_leader") == 1 and sample(text, "gputide_scheduler_pending_pods") == 0
+        assert sample(text, "gputide_scheduler_binding_latency_seconds_count") == 1
         assert urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
     finally:
         stopped = time.monotonic()

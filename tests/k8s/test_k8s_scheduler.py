@@ -349,3 +349,20 @@ def test_the_scheduler_keeps_to_affinity_tolerations_and_init_containers(cluster
     assert "didn't match Pod's node affinity" in events_of(cluster, "wrong-value")[0][2]
     assert "not supported by gputide" in events_of(cluster, "spread")[0][2]
     assert "Insufficient cpu" in events_of(cluster, "setup")[0][2]   # its init container needs 500 CPUs
+
+
+def test_a_pass_says_how_long_bound_pods_waited_and_the_oldest_pending_has(cluster: FakeKube, api, clock) -> None:
+    from balancer.cmd.schedule import SchedulerMetrics
+
+    for name, gpus, age in (("quick", 1, 7), ("huge", 64, 100), ("also-huge", 64, 30)):
+        p = pod(name, gpus=gpus, scheduler="gputide", phase="Pending")
+        p["metadata"]["creationTimestamp"] = rfc3339(clock.now - age)
+        cluster.add(p)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once()["default/quick"] == "big"
+    assert sched.latencies == [7.0] and sched.oldest_pending_s == 100.0
+    metrics = SchedulerMetrics()
+    metrics.record({}, sched.latencies, sched.oldest_pending_s)
+    assert metrics.registry.get_sample_value("gputide_scheduler_binding_latency_seconds_count") == 1
+    assert metrics.registry.get_sample_value("gputide_scheduler_binding_latency_seconds_bucket", {"le": "10.0"}) == 1
+    assert metrics.registry.get_sample_value("gputide_scheduler_oldest_pending_seconds") == 100.0
