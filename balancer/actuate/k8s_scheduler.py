@@ -299,14 +299,16 @@ class SecondaryScheduler:
     def _fits(self, node: Json, req: Json) -> bool:
         return self._why_not(node, req) is None
 
-    def _unschedulable(self, view: list[Json], req: Json, offered: int) -> str:
-        """kube-scheduler's summary: `0/N nodes are available: <count> <reason>, ...`."""
-        reasons = Counter(r for n in view if (r := self._why_not(n, req)) is not None)
+    @staticmethod
+    def _unschedulable(why: list[str | None], req: Json, offered: int) -> str:
+        """kube-scheduler's summary of the filters' answers `why` (one per node, None: fits):
+        `0/N nodes are available: <count> <reason>, ...`."""
+        reasons = Counter(r for r in why if r is not None)
         if offered:   # nodes fit the requests; the placement policy took none of them
             models = f" (allowed GPU models: {'|'.join(req['allowed_models'])})" if req["allowed_models"] else ""
             reasons[f"node(s) fit the requests but not the placement policy{models}"] += offered
         detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-        return f"0/{len(view)} nodes are available: {detail or 'no nodes'}."
+        return f"0/{len(why)} nodes are available: {detail or 'no nodes'}."
 
     def schedule_once(self) -> dict[str, str | None]:
         """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None};
@@ -323,7 +325,8 @@ class SecondaryScheduler:
         view, results, now = self.nodes_view(), {}, self.clock()
         by_name = {n["name"]: n for n in view}
         for req in pending:
-            offered = [n for n in view if self._fits(n, req)]
+            why = [self._why_not(n, req) for n in view]   # once per node and pod: it is the hot loop
+            offered = [n for n, reason in zip(view, why, strict=True) if reason is None]
             reserved = next((n for n in offered if self._reservation_key(n, req)), None)
             for n in offered:   # the view is this pass's own copy: no per-pod copy of every node
                 n["gpus_usable"] = n["gpus_free"] - self._reserved_for_others(n, req)
@@ -333,7 +336,7 @@ class SecondaryScheduler:
             if node is None or not self._fits(node, req):
                 results[req["name"]] = None
                 self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
-                self._tell_unschedulable(req, self._unschedulable(view, req, len(offered)))
+                self._tell_unschedulable(req, self._unschedulable(why, req, len(offered)))
                 continue
             body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
