@@ -38,6 +38,7 @@ from balancer.actuate.kubernetes import (
     _Api,
     _json_annotation,
     _pod_requests,
+    effective_requests,
     k8s,
     parse_time,
     post_event,
@@ -50,6 +51,12 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 PlaceFn = Callable[[Json, list[Json]], "str | None"]
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods that hold a node's resources
+BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
+
+
+def _extended(pod: Json) -> dict[str, float]:
+    """A pod's requests beyond CPU, memory and whole GPUs, and the one slot of the node's pod count it takes."""
+    return {k: v for k, v in effective_requests(pod).items() if k not in BASIC and v} | {"pods": 1.0}
 
 
 def scheduling_request(pod: Json) -> Json | None:
@@ -77,7 +84,7 @@ def scheduling_request(pod: Json) -> Json | None:
             "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [],
         "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
-        "owned": frozenset(owned),
+        "owned": frozenset(owned), "extended": _extended(pod),
     }  # fmt: skip
 
 
@@ -132,14 +139,15 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
         "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
         "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
         "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
+        "extended_total": {k: quantity(v) for k, v in alloc.items() if k not in BASIC},
         "reservations": _json_annotation(node, reservation_annotation),
     }  # fmt: skip
 
 
-def pod_usage(pod: Json) -> tuple[str, int, int, int]:
-    """(node, gpus, cpu_milli, memory_mib) a bound pod takes."""
+def pod_usage(pod: Json) -> tuple[str, int, int, int, tuple[tuple[str, float], ...]]:
+    """(node, gpus, cpu_milli, memory_mib, extended requests) a bound pod takes."""
     g, c, m = _pod_requests(pod)
-    return pod["spec"]["nodeName"], g, c, m
+    return pod["spec"]["nodeName"], g, c, m, tuple(sorted(_extended(pod).items()))
 
 
 class SecondaryScheduler:
@@ -163,7 +171,7 @@ class SecondaryScheduler:
         self._told: dict[str, tuple[str, float]] = {}   # pod -> (why it is pending, when that was said)
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
-        self._assumed: dict[str, tuple[float, tuple[str, int, int, int]]] = {}
+        self._assumed: dict[str, tuple[float, tuple]] = {}   # pod -> (when, its pod_usage)
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -232,7 +240,7 @@ class SecondaryScheduler:
         return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
 
-    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple[str, int, int, int]]:
+    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
         """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`)."""
         now = self.clock()
         self._assumed = {k: v for k, v in self._assumed.items()
@@ -249,14 +257,20 @@ class SecondaryScheduler:
         if cached:   # a consistent list already shows every binding made; the cache may not yet
             usage += self._live_assumed(self._cached("bound pods")).values()
         used: dict[str, list[int]] = {}
-        for node, g, c, m in usage:
+        used_ext: dict[str, dict[str, float]] = {}
+        for node, g, c, m, ext in usage:
             u = used.setdefault(node, [0, 0, 0])
             u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
+            e = used_ext.setdefault(node, {})
+            for k, v in ext:
+                e[k] = e.get(k, 0.0) + v
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):
             g, c, m = used.get(n["name"], [0, 0, 0])
+            e = used_ext.get(n["name"], {})
             view.append(dict(n, gpus_free=n["gpus_total"] - g, cpu_milli_free=n["cpu_milli_total"] - c,
                              memory_mib_free=n["memory_mib_total"] - m,
+                             extended_free={k: v - e.get(k, 0.0) for k, v in n["extended_total"].items()},
                              reservations={k: v for k, v in n["reservations"].items()
                                            if (parse_time(v.get("expires")) or 0) > now}))
         return view
@@ -294,6 +308,13 @@ class SecondaryScheduler:
             return "Insufficient cpu"
         if node["memory_mib_free"] < req["memory_mib"]:
             return "Insufficient memory"
+        free = node["extended_free"]
+        for k, v in req["extended"].items():
+            if k == "pods":   # a node that does not say how many pods it takes is not limited here
+                if free.get("pods", v) < v:
+                    return "Too many pods"
+            elif free.get(k, 0.0) < v:
+                return f"Insufficient {k}"
         return None
 
     def _fits(self, node: Json, req: Json) -> bool:
@@ -348,10 +369,13 @@ class SecondaryScheduler:
                 results[req["name"]] = None
                 continue
             self._assumed[req["name"]] = (self.clock(), (node["name"], req["num_gpu"], req["cpu_milli"],
-                                                         req["memory_mib"]))
+                                                         req["memory_mib"], tuple(sorted(req["extended"].items()))))
             node["gpus_free"] -= req["num_gpu"]
             node["cpu_milli_free"] -= req["cpu_milli"]
             node["memory_mib_free"] -= req["memory_mib"]
+            for k, v in req["extended"].items():
+                if k in node["extended_free"]:
+                    node["extended_free"][k] -= v
             key = self._reservation_key(node, req)
             if key is not None:
                 node["reservations"].pop(key)

@@ -202,30 +202,36 @@ def quantity(value: Any) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def _pod_requests(pod: Json) -> tuple[int, int, int]:
-    """(gpus, cpu_milli, memory_mib) a pod holds, by Kubernetes' rule for the effective request: the sum over
-    its containers and sidecars (init containers with `restartPolicy: Always`), or the largest one-shot init
-    container if that is more, plus the pod's `overhead`. GPUs are counted from limits (requests default to
-    them), CPU and memory from requests (else limits)."""
+def effective_requests(pod: Json) -> dict[str, float]:
+    """What a pod holds of each resource, by Kubernetes' rule for the effective request: the sum over its
+    containers and sidecars (init containers with `restartPolicy: Always`), or the largest one-shot init container
+    if that is more, plus the pod's `overhead`. A container's request defaults to its limit (the API server does
+    so), which is how GPUs and other extended resources, set as limits, are counted."""
     spec = pod.get("spec") or {}
 
-    def need(c: Json) -> tuple[float, float, float]:
+    def need(c: Json) -> dict[str, float]:
         res = c.get("resources") or {}
-        limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        return (quantity(limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0))),
-                quantity(requests.get("cpu", limits.get("cpu", 0))) * 1000,
-                quantity(requests.get("memory", limits.get("memory", 0))) / 2**20)
+        return {k: quantity(v) for k, v in {**(res.get("limits") or {}), **(res.get("requests") or {})}.items()}
 
     inits = spec.get("initContainers") or []
-    running = [need(c) for c in [*(spec.get("containers") or []),
-                                 *(c for c in inits if c.get("restartPolicy") == "Always")]]
-    total = [sum(v[i] for v in running) for i in range(3)]
+    total: dict[str, float] = {}
+    for c in [*(spec.get("containers") or []), *(c for c in inits if c.get("restartPolicy") == "Always")]:
+        for k, v in need(c).items():
+            total[k] = total.get(k, 0.0) + v
     for c in inits:
         if c.get("restartPolicy") != "Always":
-            total = [max(t, v) for t, v in zip(total, need(c), strict=True)]
-    overhead = need({"resources": {"requests": spec.get("overhead") or {}}})
-    gpus, cpu, mem = (t + o for t, o in zip(total, overhead, strict=True))
-    return int(gpus), int(round(cpu)), int(round(mem))
+            for k, v in need(c).items():
+                total[k] = max(total.get(k, 0.0), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, 0.0) + quantity(v)
+    return total
+
+
+def _pod_requests(pod: Json) -> tuple[int, int, int]:
+    """(gpus, cpu_milli, memory_mib) a pod holds (`effective_requests`)."""
+    total = effective_requests(pod)
+    return (int(total.get(GPU_RESOURCE, 0)), int(round(total.get("cpu", 0) * 1000)),
+            int(round(total.get("memory", 0) / 2**20)))
 
 
 class _Api:

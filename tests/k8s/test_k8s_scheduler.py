@@ -366,3 +366,34 @@ def test_a_pass_says_how_long_bound_pods_waited_and_the_oldest_pending_has(clust
     assert metrics.registry.get_sample_value("gputide_scheduler_binding_latency_seconds_count") == 1
     assert metrics.registry.get_sample_value("gputide_scheduler_binding_latency_seconds_bucket", {"le": "10.0"}) == 1
     assert metrics.registry.get_sample_value("gputide_scheduler_oldest_pending_seconds") == 100.0
+
+
+def mig_pod(name: str, slices: int, node_name: str | None = None) -> dict:
+    p = pod(name, gpus=0, scheduler=None if node_name else "gputide", phase="Running" if node_name else "Pending",
+            node_name=node_name)
+    p["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-1g.10gb": str(slices)}
+    return p
+
+
+def test_extended_resources_and_the_pod_count_are_checked_like_gpus(kube: FakeKube, api, clock) -> None:
+    """MIG slices (or RDMA, hugepages) are extended resources like whole GPUs: a pod asking for them goes only
+    where enough are free, counting bound pods, earlier bindings of the pass and the node's pod limit. Placed
+    without the check, the kubelet would refuse it at admission and the pod would fail."""
+    mig = node("mig", 0, model="A100")
+    mig["status"]["allocatable"] |= {"nvidia.com/mig-1g.10gb": "7", "pods": "110"}
+    full = node("full", 8)
+    full["status"]["allocatable"]["pods"] = "1"
+    for n in (mig, full, node("plain", 8)):
+        kube.add(n)
+    kube.add(mig_pod("resident", 2, node_name="mig"))
+    kube.add(pod("sole", node_name="full"))
+    for name in ("a", "b"):
+        kube.add(mig_pod(name, 4))
+    only_full = pod("wants-full", gpus=1, scheduler="gputide", phase="Pending")
+    only_full["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "full"}
+    kube.mutate("nodes", "full", "", {"metadata": {"labels": {"kubernetes.io/hostname": "full"}}})
+    kube.add(only_full)
+    results = SecondaryScheduler(api, "gputide", most_free, clock=clock).schedule_once()
+    assert results == {"default/a": "mig", "default/b": None, "default/wants-full": None}   # 7 - 2 - 4 = 1 left
+    assert events_of(kube, "b")[0][2] == "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb."
+    assert "1 Too many pods" in events_of(kube, "wants-full")[0][2]
