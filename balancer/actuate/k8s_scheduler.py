@@ -37,7 +37,7 @@ from balancer.actuate.kubernetes import (
     _annotation_map_change,
     _Api,
     _json_annotation,
-    _pod_requests,
+    basic_requests,
     effective_requests,
     k8s,
     parse_time,
@@ -54,9 +54,12 @@ BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods 
 BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
 
 
-def _extended(pod: Json) -> dict[str, float]:
-    """A pod's requests beyond CPU, memory and whole GPUs, and the one slot of the node's pod count it takes."""
-    return {k: v for k, v in effective_requests(pod).items() if k not in BASIC and v} | {"pods": 1.0}
+def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
+    """(gpus, cpu_milli, memory_mib, the rest): the rest are the pod's requests beyond CPU, memory and whole GPUs,
+    and the one slot of the node's pod count it takes."""
+    total = effective_requests(pod)
+    extended = {k: v for k, v in total.items() if k not in BASIC and v} | {"pods": 1.0}
+    return *basic_requests(total), extended
 
 
 def scheduling_request(pod: Json) -> Json | None:
@@ -64,7 +67,7 @@ def scheduling_request(pod: Json) -> Json | None:
     meta, spec = pod["metadata"], pod.get("spec") or {}
     if meta.get("deletionTimestamp"):
         return None
-    gpus, cpu, mem = _pod_requests(pod)
+    gpus, cpu, mem, extended = _requests(pod)
     annotations = meta.get("annotations") or {}
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
@@ -84,7 +87,7 @@ def scheduling_request(pod: Json) -> Json | None:
             "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [],
         "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
-        "owned": frozenset(owned), "extended": _extended(pod),
+        "owned": frozenset(owned), "extended": extended,
     }  # fmt: skip
 
 
@@ -146,8 +149,8 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
 
 def pod_usage(pod: Json) -> tuple[str, int, int, int, tuple[tuple[str, float], ...]]:
     """(node, gpus, cpu_milli, memory_mib, extended requests) a bound pod takes."""
-    g, c, m = _pod_requests(pod)
-    return pod["spec"]["nodeName"], g, c, m, tuple(sorted(_extended(pod).items()))
+    g, c, m, extended = _requests(pod)
+    return pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items()))
 
 
 class SecondaryScheduler:

@@ -229,7 +229,11 @@ def effective_requests(pod: Json) -> dict[str, float]:
 
 def _pod_requests(pod: Json) -> tuple[int, int, int]:
     """(gpus, cpu_milli, memory_mib) a pod holds (`effective_requests`)."""
-    total = effective_requests(pod)
+    return basic_requests(effective_requests(pod))
+
+
+def basic_requests(total: Mapping[str, float]) -> tuple[int, int, int]:
+    """(gpus, cpu_milli, memory_mib) of `effective_requests`' answer."""
     return (int(total.get(GPU_RESOURCE, 0)), int(round(total.get("cpu", 0) * 1000)),
             int(round(total.get("memory", 0) / 2**20)))
 
