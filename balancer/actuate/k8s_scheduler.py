@@ -163,14 +163,15 @@ class SecondaryScheduler:
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0) -> None:
+                 watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0,
+                 min_tell_s: float = 60.0) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
         self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
-        self.assume_s, self.retell_s = assume_s, retell_s
+        self.assume_s, self.retell_s, self.min_tell_s = assume_s, retell_s, min_tell_s
         self._told: dict[str, tuple[str, float]] = {}   # pod -> (why it is pending, when that was said)
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
@@ -339,7 +340,8 @@ class SecondaryScheduler:
         `latencies` and `oldest_pending_s` say how long the bound pods waited and the oldest left pending has.
         Each pod left pending gets a FailedScheduling Event and the condition PodScheduled=False/Unschedulable
         saying why (as kube-scheduler reports it: `kubectl describe pod` shows it, and the cluster autoscaler
-        scales up for such pods), again when the reason changes or `retell_s` has passed; a bound pod gets a
+        scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has passed; a
+        bound pod gets a
         Scheduled Event."""
         self.latencies, self.oldest_pending_s = [], 0.0
         pending = self.pending()
@@ -395,7 +397,9 @@ class SecondaryScheduler:
 
     def _tell_unschedulable(self, req: Json, message: str) -> None:
         now, told = self.clock(), self._told.get(req["name"])
-        if told is not None and told[0] == message and now - told[1] < self.retell_s:
+        # a new reason after `min_tell_s`, the same one again after `retell_s`: in a busy cluster the counts in the
+        # message change at almost every pass, and an Event plus a status write per pod per pass would flood the API
+        if told is not None and now - told[1] < (self.retell_s if told[0] == message else self.min_tell_s):
             return
         self._told[req["name"]] = (message, now)
         self._event(req, "Warning", "FailedScheduling", message)
