@@ -34,6 +34,8 @@ from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     MERGE_PATCH,
     RESERVATION_ANNOTATION,
+    ConflictError,
+    NotFoundError,
     _annotation_map_change,
     _Api,
     _json_annotation,
@@ -175,6 +177,7 @@ class SecondaryScheduler:
         self._told: dict[str, tuple[str, float]] = {}   # pod -> (why it is pending, when that was said)
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
+        self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
         self._assumed: dict[str, tuple[float, tuple]] = {}   # pod -> (when, its pod_usage)
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
@@ -337,13 +340,14 @@ class SecondaryScheduler:
 
     def schedule_once(self) -> dict[str, str | None]:
         """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None};
-        `latencies` and `oldest_pending_s` say how long the bound pods waited and the oldest left pending has.
+        `latencies` and `oldest_pending_s` say how long the bound pods waited and the oldest left pending has,
+        `reasons` why each pod left pending waits. A pod bound by someone else or deleted meanwhile is left out.
         Each pod left pending gets a FailedScheduling Event and the condition PodScheduled=False/Unschedulable
         saying why (as kube-scheduler reports it: `kubectl describe pod` shows it, and the cluster autoscaler
         scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has passed; a
         bound pod gets a
         Scheduled Event."""
-        self.latencies, self.oldest_pending_s = [], 0.0
+        self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
         pending = self.pending()
         self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
         if not pending:   # nothing to place: no need to read every node and bound pod
@@ -362,13 +366,17 @@ class SecondaryScheduler:
             if node is None or not self._fits(node, req):
                 results[req["name"]] = None
                 self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
-                self._tell_unschedulable(req, self._unschedulable(why, req, len(offered)))
+                self.reasons[req["name"]] = self._unschedulable(why, req, len(offered))
+                self._tell_unschedulable(req, self.reasons[req["name"]])
                 continue
             body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
             try:
                 self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
                          req["namespace"], body)
+            except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
+                log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
+                continue
             except ActuationError as err:
                 log.warning("scheduler %s: %s", self.scheduler_name, err)
                 results[req["name"]] = None

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once)
     if args.once:
         for name, node in scheduler.schedule_once().items():
-            print(f"{name} -> {node}" if node else f"{name}: no node fits")
+            print(f"{name} -> {node}" if node else f"{name}: no node fits ({scheduler.reasons.get(name, '')})")
         return 0
     elector = None
     if args.leader_elect:

@@ -79,7 +79,8 @@ def test_gputide_schedule_once_binds_its_pending_pods_by_policy(kube: FakeKube, 
     kube.add(pod("theirs", "ml", gpus=1, phase="Pending"))                         # the default scheduler's
     assert main(["schedule", "--kubeconfig", kubeconfig, "--once", "--policy", "bestfit"]) == 0
     out = capsys.readouterr().out
-    assert "ml/train-0 -> h100-b" in out and "ml/big: no node fits" in out
+    assert "ml/train-0 -> h100-b" in out
+    assert "ml/big: no node fits (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)" in out
     assert kube.get("pods", "train-0", "ml")["spec"]["nodeName"] == "h100-b"       # the tightest H100
     assert "nodeName" not in kube.get("pods", "theirs", "ml")["spec"]
     assert len(kube.calls("POST", r"/binding$")) == 1

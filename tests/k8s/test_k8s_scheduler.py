@@ -401,3 +401,16 @@ def test_extended_resources_and_the_pod_count_are_checked_like_gpus(kube: FakeKu
     assert results == {"default/a": "mig", "default/b": None, "default/wants-full": None}   # 7 - 2 - 4 = 1 left
     assert events_of(kube, "b")[0][2] == "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb."
     assert "1 Too many pods" in events_of(kube, "wants-full")[0][2]
+
+
+def test_a_pod_bound_or_deleted_by_someone_else_meanwhile_is_left_alone(cluster: FakeKube, api, clock) -> None:
+    """Between the read and the binding another scheduler replica (during a Lease hand-over) bound the pod, or its
+    owner deleted it: the API answers 409 or 404, and the pod is neither reported nor told anything."""
+    cluster.add(pod("raced", gpus=1, scheduler="gputide", phase="Pending"))
+    cluster.add(pod("gone", gpus=1, scheduler="gputide", phase="Pending"))
+    cluster.before("POST", r"/raced/binding$", lambda: cluster.mutate("pods", "raced", "default",
+                                                                      {"spec": {"nodeName": "small"}}))
+    cluster.before("POST", r"/gone/binding$", lambda: cluster.delete("pods", "gone", "default"))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {}
+    assert bound_to(cluster, "raced") == "small" and not events_of(cluster, "raced")
