@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(POLICIES))
     if not 0 <= args.metrics_port < 65536:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
+    if args.cluster is not None and not args.prometheus:
+        raise InputError(None, "--cluster", args.cluster, "only with --prometheus (it selects Prometheus series)")
     facts = None
     if args.prometheus:
         from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource

@@ -97,7 +97,9 @@ def test_a_pass_without_pending_pods_lists_no_nodes(kube: FakeKube, kubeconfig):
     (["--interval", "0s"], "--interval"),
     (["--prometheus", "prometheus:9090"], "--prometheus"),
     (["--prometheus", "http://prometheus:9090", "--cluster", 'a"'], "--cluster"),
-], ids=["unknown-policy", "zero-interval", "prometheus-without-scheme", "cluster-with-a-quote"])
+    (["--cluster", "east"], "--cluster"),
+], ids=["unknown-policy", "zero-interval", "prometheus-without-scheme", "cluster-with-a-quote",
+        "cluster-without-prometheus"])
 def test_bad_input_exits_2_naming_the_flag(kube, kubeconfig, argv, field, capsys):
     assert main(["schedule", "--kubeconfig", kubeconfig, "--once", *argv]) == 2
     assert field in capsys.readouterr().err

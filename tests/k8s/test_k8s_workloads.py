@@ -139,3 +139,34 @@ def test_a_node_selector_on_gpu_feature_discoverys_product_label_names_the_catal
     assert workload_from_pod(p).allowed_models == frozenset({"H100-SXM"})
     odd = with_meta(pod("x", gpus=1), annotations={"gputide.io/gpu-spec": "H100-SXM|Mystery-GPU"})
     assert workload_from_pod(odd).allowed_models == frozenset({"H100-SXM", "Mystery-GPU"})
+
+
+def _affinity(*terms: list[dict]) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": list(t)} for t in terms]}}}
+
+
+PRODUCT_IN = {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}
+
+
+@pytest.mark.parametrize(("spec", "models", "movable"), [
+    ({"affinity": _affinity([PRODUCT_IN])}, {"H100-SXM"}, True),
+    ({"affinity": _affinity([PRODUCT_IN], [{**PRODUCT_IN, "values": ["NVIDIA-A100-SXM4-80GB"]}])},
+     {"H100-SXM", "A100-SXM4-80GB"}, True),                                     # terms are ORed: either model
+    ({"affinity": _affinity([PRODUCT_IN], [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}])},
+     None, True),                                                               # one term allows any model
+    ({"nodeSelector": {"kubernetes.io/os": "linux"}}, None, True),             # every node has it
+    ({"nodeSelector": {"cloud.google.com/gke-nodepool": "a100-spot"}}, None, False),
+    ({"affinity": _affinity([{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}])},
+     None, False),
+    ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}}, None, False),
+], ids=["product-affinity", "products-ored", "any-model-term", "os-selector", "pool-selector", "zone-affinity",
+        "pod-anti-affinity"])
+def test_required_placement_rules_give_models_or_make_a_pod_unmovable(spec, models, movable):
+    """The planner sees GPU models, not a node's other labels: a pod pinned to a pool, a zone or a host, or kept
+    apart from other pods, could be migrated where its replacement may not run, so it is not movable."""
+    p = pod("p", gpus=1)
+    p["spec"].update(spec)
+    w = workload_from_pod(p)
+    assert w.allowed_models == (frozenset(models) if models else None) and w.movable is movable
