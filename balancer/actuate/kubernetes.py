@@ -298,6 +298,63 @@ class _Api:
             lambda body: self(what, self.core.patch_node, name, body, _content_type=MERGE_PATCH), change)
 
 
+def tolerates(tolerations: list[Json], taint: Json) -> bool:
+    """Kubernetes' toleration rule: same effect (or none given); `Exists` on the key (an empty key tolerates every
+    taint), else `Equal` on key and value."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        exists = (t.get("operator") or "Equal") == "Exists"
+        if not t.get("key"):
+            if exists:
+                return True
+            continue
+        if t.get("key") == taint.get("key") and (exists or (t.get("value") or "") == (taint.get("value") or "")):
+            return True
+    return False
+
+
+def _matches(expression: Json, values_of: Json) -> bool:
+    """One node selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against labels or fields."""
+    key, op, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+    has, value = key in values_of, values_of.get(key)
+    if op in ("Gt", "Lt"):
+        try:
+            a, b = int(value), int(values[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        return a > b if op == "Gt" else a < b
+    return {"In": has and value in values, "NotIn": not has or value not in values, "Exists": has,
+            "DoesNotExist": not has}.get(op, False)
+
+
+def node_affinity_allows(terms: list[Json], node: Json) -> bool:
+    """Required node affinity: any term (ORed) whose expressions and fields all match; no terms allow all."""
+    if not terms:
+        return True
+    fields = {"metadata.name": node["name"]}
+    return any((t.get("matchExpressions") or t.get("matchFields"))
+               and all(_matches(e, node["labels"]) for e in t.get("matchExpressions") or [])
+               and all(_matches(f, fields) for f in t.get("matchFields") or []) for t in terms)
+
+
+def placement_refusal(pod: Json, node: Json) -> str | None:
+    """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
+    does not tolerate, its node selector, its required node affinity), None when they allow it."""
+    spec, meta = pod.get("spec") or {}, node.get("metadata") or {}
+    for t in (node.get("spec") or {}).get("taints") or []:
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], t):
+            return f"a taint it does not tolerate ({t.get('key')}={t.get('value', '')}:{t.get('effect')})"
+    labels = meta.get("labels") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return "labels its node selector does not match"
+    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    if not node_affinity_allows(terms, {"name": meta.get("name", ""), "labels": labels}):
+        return "labels its required node affinity does not allow"
+    return None
+
+
 def post_event(api: _Api, involved: Json, kind: str, reason: str, message: str, component: str, now: float) -> None:
     """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid), as controllers post them; a
     cluster-scoped object's Events go to `default`. One attempt; raises ActuationError: callers treat Events as
@@ -425,6 +482,10 @@ class KubernetesActuator:
         running_on = (current.get("spec") or {}).get("nodeName")
         if source and running_on and running_on != source:
             raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
+        target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
+        refusal = placement_refusal(current, target)
+        if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
+            raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
         workload = snapshot.workload_by_name.get(action.workload)
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"

@@ -551,3 +551,32 @@ def test_every_applied_action_leaves_an_event_on_what_it_changed(cluster: FakeKu
     before = len(sleeps)
     assert actuator.apply(TaintNode(node="n1", remove=True, reason="cooled"), SNAP).outcome is Outcome.APPLIED
     assert len(sleeps) == before and len(cluster.calls("POST", r"/events$")) == 4   # one attempt, no backoff
+
+
+@pytest.mark.parametrize(("target_change", "pod_change", "why"), [
+    ({"spec": {"taints": [{"key": "dedicated", "value": "team-b", "effect": "NoSchedule"}]}}, {},
+     "a taint it does not tolerate (dedicated=team-b:NoSchedule)"),
+    ({}, {"spec": {"nodeSelector": {"pool": "a"}}}, "labels its node selector does not match"),
+    ({}, {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}},
+     "labels its required node affinity does not allow"),
+], ids=["untolerated-taint", "node-selector", "node-affinity"])
+def test_a_migration_to_a_node_the_pod_may_not_run_on_is_refused_before_anything_changes(
+        cluster: FakeKube, actuator, target_change, pod_change, why) -> None:
+    """The chokepoint sees the real pod and node: a move whose replacement could not run on the target (a taint
+    it does not tolerate, its node selector or required node affinity) would leave the workload without a place,
+    so nothing is reserved, tainted or evicted."""
+    if target_change:
+        cluster.mutate("nodes", "n2", "", target_change)
+    if pod_change:
+        cluster.mutate("pods", "web-1", "default", pod_change)
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.FAILED and why in result.detail, result.detail
+    assert cluster.get("pods", "web-1", "default") is not None
+    assert not [r for r in cluster.requests if r.method != "GET"]
+
+
+def test_a_tolerated_taint_does_not_stop_a_migration(cluster: FakeKube, actuator) -> None:
+    cluster.mutate("nodes", "n2", "", {"spec": {"taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]}})
+    cluster.mutate("pods", "web-1", "default", {"spec": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}})
+    assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED
