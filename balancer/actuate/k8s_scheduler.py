@@ -258,6 +258,11 @@ class SecondaryScheduler:
 
     def _why_not(self, node: Json, req: Json) -> str | None:
         """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
+        return self._rule_refusal(node, req) or self._resource_refusal(node, req)
+
+    @staticmethod
+    def _rule_refusal(node: Json, req: Json) -> str | None:
+        """The pod's and the node's placement rules: cordon, taints, node selector, node affinity."""
         if req["pod_affinity"]:   # never ignored silently: placed against it, the pod would break its rule
             return "node(s) not considered: required pod affinity or anti-affinity is not supported by gputide"
         if node["unschedulable"]:
@@ -269,6 +274,10 @@ class SecondaryScheduler:
             return "node(s) didn't match Pod's node selector"
         if req["node_affinity"] and not node_affinity_allows(req["node_affinity"], node):
             return "node(s) didn't match Pod's node affinity"
+        return None
+
+    def _resource_refusal(self, node: Json, req: Json) -> str | None:
+        """What the node has left: GPUs (less those reserved for other pods), CPU, memory, the rest, pod slots."""
         if node["gpus_free"] < req["num_gpu"]:
             return f"Insufficient {GPU_RESOURCE}"
         if node["gpus_free"] - self._reserved_for_others(node, req) < req["num_gpu"]:

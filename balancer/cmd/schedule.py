@@ -92,14 +92,13 @@ class SchedulerMetrics:
         self.pending.set(len(results) - bound)
 
 
-def run(args: argparse.Namespace) -> int:
-    from balancer.actuate.k8s_scheduler import SecondaryScheduler
+def build_placer(args: argparse.Namespace):
+    """The EnginePlacer the arguments ask for, every argument checked before anything connects (exit 2)."""
     from balancer.app.scheduling import EnginePlacer
     from balancer.errors import InputError
     from balancer.plan.placement import POLICIES
 
-    interval = parse_interval(args.interval)
-    if args.policy not in POLICIES:   # bad input before anything connects
+    if args.policy not in POLICIES:
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(POLICIES))
     if not 0 <= args.metrics_port < 65536:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
@@ -111,7 +110,31 @@ def run(args: argparse.Namespace) -> int:
 
         facts = PrometheusTelemetrySource(PrometheusOptions(url=prometheus_url(args.prometheus),
                                                             cluster=cluster_name(args.cluster))).gpu_facts
-    placer = EnginePlacer(args.policy, gpu_facts=facts)
+    return EnginePlacer(args.policy, gpu_facts=facts)
+
+
+def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
+    """A pass of the leading replica, its results in `metrics` and the log; a pass the API server fails is
+    counted and tried again next time."""
+    try:
+        results = scheduler.schedule_once()
+    except ActuationError as err:
+        metrics.failed_passes.inc()
+        log.warning("scheduling pass failed: %s", err)
+        return
+    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s)
+    for name, node in results.items():
+        if node:
+            log.info("bound %s to %s", name, node)
+        else:
+            log.info("%s: no node fits, retried next pass: %s", name, scheduler.reasons.get(name, ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.actuate.k8s_scheduler import SecondaryScheduler
+
+    interval = parse_interval(args.interval)
+    placer = build_placer(args)
     api_client = kube_client(args.kubeconfig)
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once)
     if args.once:
@@ -143,22 +166,11 @@ def run(args: argparse.Namespace) -> int:
             if elector is not None and time.monotonic() >= renew_at:   # once an interval, however often woken
                 leading, renew_at = elector.try_acquire_or_renew(), time.monotonic() + interval
             metrics.leader.set(1 if leading else 0)
-            if not leading:   # the leader's figures; a standby's last ones would go stale
+            if leading:
+                one_pass(scheduler, metrics)
+            else:   # the leader's figures; a standby's last ones would go stale
                 metrics.pending.set(0)
                 metrics.oldest.set(0)
-            else:
-                try:
-                    results = scheduler.schedule_once()
-                except ActuationError as err:   # the API server is away: try again next pass
-                    metrics.failed_passes.inc()
-                    log.warning("scheduling pass failed: %s", err)
-                else:
-                    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s)
-                    for name, node in results.items():
-                        if node:
-                            log.info("bound %s to %s", name, node)
-                        else:
-                            log.info("%s: no node fits, retried next pass", name)
             health.beat()
             scheduler.wait_for_work(interval)
     finally:

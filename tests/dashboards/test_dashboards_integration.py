@@ -123,16 +123,12 @@ def _created_now(pod: dict) -> dict:
 
 
 def _schedule(scheduler, metrics, stop: threading.Event) -> None:
-    """run()'s loop of one leading replica: a pass, its metrics, then wait for a pending pod or 0.5 s."""
-    from balancer.errors import ActuationError
+    """run()'s loop of one leading replica: a pass (`one_pass`), then wait for a pending pod or 0.5 s."""
+    from balancer.cmd.schedule import one_pass
 
     metrics.leader.set(1)
     while not stop.is_set():
-        try:
-            results = scheduler.schedule_once()
-            metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s)
-        except ActuationError:
-            metrics.failed_passes.inc()
+        one_pass(scheduler, metrics)
         scheduler.wait_for_work(0.5)
 
 
