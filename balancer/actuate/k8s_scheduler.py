@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from balancer.actuate.k8s_watch import ListWatch, object_key
+from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     MERGE_PATCH,
@@ -117,6 +117,32 @@ def pod_usage(pod: Json) -> tuple[str, int, int, int, tuple[tuple[str, float], .
     return pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items()))
 
 
+def _sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
+    """Per node: [gpus, cpu_milli, memory_mib] and the extended resources that `usage` (`pod_usage` tuples) takes."""
+    used: dict[str, list[int]] = {}
+    used_ext: dict[str, dict[str, float]] = {}
+    for node, g, c, m, ext in usage:
+        u = used.setdefault(node, [0, 0, 0])
+        u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
+        e = used_ext.setdefault(node, {})
+        for k, v in ext:
+            e[k] = e.get(k, 0.0) + v
+    return used, used_ext
+
+
+def _with_usage(summed: tuple[dict, dict], usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
+    """`summed` plus `usage` (a few assumed bindings), as new dicts: `summed` itself is left as it is."""
+    more, more_ext = _sum_usage(usage)
+    used, used_ext = dict(summed[0]), dict(summed[1])
+    for node, (g, c, m) in more.items():
+        u = used.get(node, (0, 0, 0))
+        used[node] = [u[0] + g, u[1] + c, u[2] + m]
+        e = used_ext[node] = dict(used_ext.get(node, {}))
+        for k, v in more_ext[node].items():
+            e[k] = e.get(k, 0.0) + v
+    return used, used_ext
+
+
 class SecondaryScheduler:
     """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place` (module docstring).
 
@@ -144,6 +170,7 @@ class SecondaryScheduler:
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._usage_memo: tuple[int, tuple[dict, dict]] | None = None
         if watch:
             core = self.api.core
             self.watches = {
@@ -221,18 +248,9 @@ class SecondaryScheduler:
         now = self.clock()
         nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
                                lambda n: node_facts(n, self.reservation_annotation))
-        usage, cached = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
-                                    pod_usage, field_selector=BOUND)
+        (used, used_ext), cached = self._bound_usage()
         if cached:   # a consistent list already shows every binding made; the cache may not yet
-            usage += self._live_assumed(self._cached("bound pods")).values()
-        used: dict[str, list[int]] = {}
-        used_ext: dict[str, dict[str, float]] = {}
-        for node, g, c, m, ext in usage:
-            u = used.setdefault(node, [0, 0, 0])
-            u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
-            e = used_ext.setdefault(node, {})
-            for k, v in ext:
-                e[k] = e.get(k, 0.0) + v
+            used, used_ext = _with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):
             g, c, m = used.get(n["name"], [0, 0, 0])
@@ -243,6 +261,20 @@ class SecondaryScheduler:
                              reservations={k: v for k, v in n["reservations"].items()
                                            if (parse_time(v.get("expires")) or 0) > now}))
         return view
+
+    def _bound_usage(self) -> tuple[tuple[dict[str, list[int]], dict[str, dict[str, float]]], bool]:
+        """What bound pods use per node, and whether it comes from the watch cache. From the cache it is summed
+        again only when the cache changed (a pass woken by a pending pod that fits nowhere would otherwise re-add
+        20,000 unchanged pods)."""
+        items = self._cached("bound pods")
+        if items is None:   # no synced watch: a consistent list, summed every time
+            usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
+                                   pod_usage, field_selector=BOUND)
+            return _sum_usage(usage), False
+        generation = self._snapshots["bound pods"][0]
+        if self._usage_memo is None or self._usage_memo[0] != generation:
+            self._usage_memo = (generation, _sum_usage(items.values()))
+        return self._usage_memo[1], True
 
     # ---- one pass -----------------------------------------------------------------------------------------
 
@@ -415,5 +447,4 @@ def _unschedulable_condition(pod: Json, message: str, now: float) -> Json | None
     return {"status": {"conditions": [*(c for c in conditions if c.get("type") != "PodScheduled"), new]}}
 
 
-__all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_affinity_allows", "node_facts", "object_key", "pod_usage",
-           "scheduling_request", "tolerates"]
+__all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_facts", "pod_usage", "scheduling_request"]

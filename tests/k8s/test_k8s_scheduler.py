@@ -10,8 +10,14 @@ from fakeapi import FakeKube, node, pod
 from test_k8s_watch import eventually
 
 from balancer.actuate.base import Outcome
-from balancer.actuate.k8s_scheduler import SecondaryScheduler, node_affinity_allows, tolerates
-from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, KubernetesActuator, rfc3339
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.kubernetes import (
+    RESERVATION_ANNOTATION,
+    KubernetesActuator,
+    node_affinity_allows,
+    rfc3339,
+    tolerates,
+)
 
 
 def most_free(request: dict, nodes: list[dict]) -> str | None:
@@ -414,3 +420,17 @@ def test_a_pod_bound_or_deleted_by_someone_else_meanwhile_is_left_alone(cluster:
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     assert sched.schedule_once() == {}
     assert bound_to(cluster, "raced") == "small" and not events_of(cluster, "raced")
+
+
+def test_the_summed_bound_usage_follows_the_cache_when_a_pod_finishes(cluster: FakeKube, watching) -> None:
+    """The usage per node is summed once per change of the bound-pod cache and reused in between: a pod that
+    finishes must free its GPUs in the next view, and an unchanged cache gives the very same sums."""
+    cluster.add(pod("done-soon", gpus=2, node_name="small"))
+    watching.start()
+    synced(watching)
+    assert watching.nodes_view()[1]["gpus_free"] == 0
+    memo = watching._usage_memo
+    watching.nodes_view()
+    assert watching._usage_memo is memo                 # nothing changed: not summed again
+    cluster.mutate("pods", "done-soon", "default", {"status": {"phase": "Succeeded"}})
+    eventually(lambda: watching.nodes_view()[1]["gpus_free"] == 2)
