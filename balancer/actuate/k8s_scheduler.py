@@ -18,6 +18,12 @@ What it reads, two ways:
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
 node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
+
+Within a pass the bindings are assumed the same way, into one view of the nodes: the filters run over all nodes
+at once per pod (`_Offers`: the placement rules once per distinct set of rules in the pass, what is left as numpy
+columns updated after each binding), and a `place` that has `start_pass(view)` (`EnginePlacer`) is asked through
+the pass it returns: `place(request, offered_indices)`, and `bound(i)` after each binding the API accepted, so it
+can keep one placement state for the whole pass instead of building one per pod.
 """
 
 from __future__ import annotations
@@ -143,12 +149,100 @@ def _with_usage(summed: tuple[dict, dict], usage) -> tuple[dict[str, list[int]],
     return used, used_ext
 
 
+def _reserved(node: Json) -> int:
+    """GPUs reserved on `node` for anyone."""
+    return sum(int(v.get("count", 0)) for v in node["reservations"].values()) if node["reservations"] else 0
+
+
+class _Offers:
+    """The scheduler's filters over every node of one pass at once: which nodes a pod fits, and why not the others.
+
+    The answers are `SecondaryScheduler._why_not`'s for each node, computed per pass rather than per pod and node.
+    The placement rules (cordon, taints, node selector, node affinity) do not change during a pass, so they are
+    checked once per node for each distinct set of the pod's rules (a Job's pods share theirs); what the nodes have
+    left (GPUs, those reserved for others, CPU, memory, the rest, pod slots) is a numpy column each, compared with
+    the pod's requests in one pass, and `update(i)` reads node i again after a binding took its share.
+
+    It also sets each node's `gpus_usable`: its free GPUs less all its reservations. That is what `place` is told
+    for every node it is offered: a pod that owns a reservation on a node it fits goes there without `place`."""
+
+    def __init__(self, view: list[Json], rule_refusal: Callable[[Json, Json], str | None]) -> None:
+        import numpy as np  # only the per-pass filters need numpy
+
+        self.np, self.view, self.rule_refusal = np, view, rule_refusal
+        self.reserving = [i for i, n in enumerate(view) if n["reservations"]]
+        self.reserved = np.zeros(len(view), dtype=np.int64)
+        self.reserved[self.reserving] = [_reserved(view[i]) for i in self.reserving]
+        self.gpus = np.array([n["gpus_free"] for n in view])
+        self.cpu = np.array([n["cpu_milli_free"] for n in view])
+        self.memory = np.array([n["memory_mib_free"] for n in view])
+        self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
+        self.rules: dict[str, tuple[list[str | None], Any]] = {}
+        for n, reserved in zip(view, self.reserved.tolist(), strict=True):
+            n["gpus_usable"] = n["gpus_free"] - reserved
+        self._last: tuple[list[str | None], Any, list[str]] = ([], None, [])
+
+    @staticmethod
+    def _missing(resource: str) -> float:
+        return float("inf") if resource == "pods" else 0.0   # a node that does not count its pods takes any number
+
+    def _free(self, resource: str) -> Any:
+        column = self.extended.get(resource)
+        if column is None:
+            missing = self._missing(resource)
+            column = self.extended[resource] = self.np.array(
+                [n["extended_free"].get(resource, missing) for n in self.view], dtype=float)
+        return column
+
+    def _rules(self, req: Json) -> tuple[list[str | None], Any]:
+        key = repr((req["pod_affinity"], req["tolerations"], req["node_selector"], req["node_affinity"]))
+        if key not in self.rules:
+            why = [self.rule_refusal(n, req) for n in self.view]
+            self.rules[key] = (why, self.np.array([w is None for w in why], dtype=bool))
+        return self.rules[key]
+
+    def fitting(self, req: Json) -> list[int]:
+        """Indices of the nodes `req` fits, in view order; `reasons()` then says why not the others."""
+        np, view = self.np, self.view
+        others = self.reserved
+        mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
+        if mine:   # reservations of this pod's own are not held against it
+            others = others.copy()
+            others[mine] = [SecondaryScheduler._reserved_for_others(view[i], req) for i in mine]
+        gpus = req["num_gpu"]
+        failed = [self.gpus < gpus, self.gpus - others < gpus, self.cpu < req["cpu_milli"],
+                  self.memory < req["memory_mib"]]
+        words = [f"Insufficient {GPU_RESOURCE}", "node(s) had GPUs reserved for other pods", "Insufficient cpu",
+                 "Insufficient memory"]
+        for k, v in req["extended"].items():
+            failed.append(self._free(k) < v)
+            words.append("Too many pods" if k == "pods" else f"Insufficient {k}")
+        code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
+        rules, rules_ok = self._rules(req)
+        self._last = (rules, code, words)
+        return np.flatnonzero(rules_ok & (code == 0)).tolist()
+
+    def reasons(self) -> list[str | None]:
+        """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""
+        rules, code, words = self._last
+        return [r if r is not None else words[c - 1] if c else None for r, c in zip(rules, code.tolist(), strict=True)]
+
+    def update(self, i: int) -> None:
+        """Node i changed (a binding took its share, maybe a reservation): read what it has left again."""
+        n = self.view[i]
+        self.gpus[i], self.cpu[i], self.memory[i] = n["gpus_free"], n["cpu_milli_free"], n["memory_mib_free"]
+        self.reserved[i] = _reserved(n)
+        for k, column in self.extended.items():
+            column[i] = n["extended_free"].get(k, self._missing(k))
+
+
 class SecondaryScheduler:
     """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place` (module docstring).
 
     `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `scheduling_request` / `nodes_view`; each
     offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
-    stays free of Kubernetes types."""
+    stays free of Kubernetes types. A `place` with `start_pass(view)` is asked through the pass object it returns
+    (module docstring); its answers must be what `place` would answer."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
@@ -356,53 +450,72 @@ class SecondaryScheduler:
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
         view, results, now = self.nodes_view(), {}, self.clock()
-        by_name = {n["name"]: n for n in view}
+        index = {n["name"]: i for i, n in enumerate(view)}
+        offers = _Offers(view, self._rule_refusal)
+        session = self.place.start_pass(view) if hasattr(self.place, "start_pass") else None
         for req in pending:
-            why = [self._why_not(n, req) for n in view]   # once per node and pod: it is the hot loop
-            offered = [n for n, reason in zip(view, why, strict=True) if reason is None]
-            reserved = next((n for n in offered if self._reservation_key(n, req)), None)
-            for n in offered:   # the view is this pass's own copy: no per-pod copy of every node
-                n["gpus_usable"] = n["gpus_free"] - self._reserved_for_others(n, req)
-            target = reserved["name"] if reserved else self.place(req, offered)
-            node = by_name.get(target) if target else None
+            offered = offers.fitting(req)
+            target = self._choose(req, view, offered, session)
+            i = index.get(target) if target else None
             created = parse_time(req["created"])
-            if node is None or not self._fits(node, req):
+            if i is None or not self._fits(view[i], req):
                 results[req["name"]] = None
                 self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
-                self.reasons[req["name"]] = self._unschedulable(why, req, len(offered))
+                self.reasons[req["name"]] = self._unschedulable(offers.reasons(), req, len(offered))
                 self._tell_unschedulable(req, self.reasons[req["name"]])
                 continue
-            body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
-            try:
-                self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
-                         req["namespace"], body)
-            except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
-                log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
+            bound = self._bind(req, view[i])
+            if bound is not None:
+                results[req["name"]] = bound or None
+            if not bound:
                 continue
-            except ActuationError as err:
-                log.warning("scheduler %s: %s", self.scheduler_name, err)
-                results[req["name"]] = None
-                continue
-            self._assumed[req["name"]] = (self.clock(), (node["name"], req["num_gpu"], req["cpu_milli"],
-                                                         req["memory_mib"], tuple(sorted(req["extended"].items()))))
-            node["gpus_free"] -= req["num_gpu"]
-            node["cpu_milli_free"] -= req["cpu_milli"]
-            node["memory_mib_free"] -= req["memory_mib"]
-            for k, v in req["extended"].items():
-                if k in node["extended_free"]:
-                    node["extended_free"][k] -= v
-            key = self._reservation_key(node, req)
-            if key is not None:
-                node["reservations"].pop(key)
-                self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
-                    n, self.reservation_annotation, {k: None}))
-            results[req["name"]] = node["name"]
+            offers.update(i)
+            if session is not None:
+                session.bound(i)
             if created:
                 self.latencies.append(max(now - created, 0.0))
             self._told.pop(req["name"], None)
-            self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {node['name']}")
+            self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
         return results
+
+    def _choose(self, req: Json, view: list[Json], offered: list[int], session: Any) -> str | None:
+        """The node reserved for the pod among those it fits, else what `place` (or the pass's session) picks."""
+        reserved = next((view[i] for i in offered if self._reservation_key(view[i], req)), None)
+        if reserved is not None:
+            return reserved["name"]
+        if session is not None:
+            return session.place(req, offered)
+        return self.place(req, [view[i] for i in offered])
+
+    def _bind(self, req: Json, node: Json) -> str | None:
+        """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays
+        pending), None when the pod was bound by someone else or deleted (left out of the pass)."""
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
+        try:
+            self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
+                     req["namespace"], body)
+        except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
+            log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
+            return None
+        except ActuationError as err:
+            log.warning("scheduler %s: %s", self.scheduler_name, err)
+            return ""
+        self._assumed[req["name"]] = (self.clock(), (node["name"], req["num_gpu"], req["cpu_milli"],
+                                                     req["memory_mib"], tuple(sorted(req["extended"].items()))))
+        node["gpus_free"] -= req["num_gpu"]
+        node["cpu_milli_free"] -= req["cpu_milli"]
+        node["memory_mib_free"] -= req["memory_mib"]
+        for k, v in req["extended"].items():
+            if k in node["extended_free"]:
+                node["extended_free"][k] -= v
+        key = self._reservation_key(node, req)
+        if key is not None:
+            node["reservations"].pop(key)
+            self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
+                n, self.reservation_annotation, {k: None}))
+        node["gpus_usable"] = node["gpus_free"] - _reserved(node)
+        return node["name"]
 
     # ---- telling the pod's owner --------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ from balancer import catalog
 from balancer.errors import TelemetryError
 from balancer.model import NodeGpuFacts
 from balancer.plan.placement import ClusterState, MixWindow, PodRequest, Scheduler, get_policy
+from balancer.plan.placement.snapshot import Snapshot
 from balancer.plan.placement.state import MILLI, NO_GPU
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def _assemble(names: tuple[str, ...], total: np.ndarray, usable: np.ndarray, mod
     (-1: no GPUs; GPUs of no known model get a model of their own, "unknown"), NVLink domain per slot."""
     width = max(int(total.max(initial=0)), 1)
     slot = np.arange(width)[None, :]
-    gpu_free = np.where(slot < usable[:, None], MILLI, np.where(slot < total[:, None], 0, NO_GPU))
+    gpu_free = _gpu_rows(total, usable, width)
     if np.any((total > 0) & (model < 0)):   # GPUs without a model label: a model of their own, "unknown"
         models = (*models, "unknown")
         model = np.where((total > 0) & (model < 0), len(models) - 1, model)
@@ -131,6 +132,18 @@ def _assemble(names: tuple[str, ...], total: np.ndarray, usable: np.ndarray, mod
     cpu_total, cpu_free, mem_total, mem_free = cpu_mem
     return ClusterState(cpu_total, mem_total, gpu_free, model, models, cpu_free=cpu_free, mem_free=mem_free,
                         nvlink_domain=domain, names=names)
+
+
+def _gpu_rows(total: np.ndarray, usable: np.ndarray, width: int) -> np.ndarray:
+    """[n, width] free milli per GPU slot: the first `usable` slots free, the rest of `total` in use, then none."""
+    slot = np.arange(width)[None, :]
+    return np.where(slot < usable[:, None], MILLI, np.where(slot < total[:, None], 0, NO_GPU))
+
+
+def _cpu_mem(numbers: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(cpu_total, cpu_free, mem_total, mem_free) of `EnginePlacer.read`'s numbers, as `cluster_state` reads them."""
+    cpu_free, mem_free = np.maximum(numbers[2], 0), np.maximum(numbers[4], 0)
+    return np.maximum(numbers[1], cpu_free), cpu_free, np.maximum(numbers[3], mem_free), mem_free
 
 
 class NodeFacts:
@@ -196,18 +209,20 @@ class GpuFactsTable:
             for slot in f.busy:
                 self.rank[k, slot] += BUSY_RANK
 
-    def apply(self, state: ClusterState) -> None:
-        """Headroom and free slots of the nodes in `state` that the table knows (in place; the others as they are)."""
-        rows = np.array([self.row.get(name, -1) for name in state.names], dtype=np.int64)
-        known = np.flatnonzero(rows >= 0)
+    def apply(self, state: ClusterState, nodes: Sequence[int] | None = None) -> None:
+        """Headroom and free slots of the nodes in `state` (of `nodes`, indices, when given) that the table knows
+        (in place; the others as they are). Row by row: a node's slots come out the same whatever the others."""
+        index = np.arange(state.n_nodes) if nodes is None else np.asarray(nodes, dtype=np.int64)
+        rows = np.array([self.row.get(state.names[i], -1) for i in index.tolist()], dtype=np.int64)
+        known, rows = index[rows >= 0], rows[rows >= 0]
         if not len(known):
             return
         n, width = len(known), state.gpu_free.shape[1]
         head = np.full((n, width), np.nan)
         rank = np.tile(np.arange(width), (n, 1))
         w = min(width, self.head.shape[1])
-        head[:, :w] = self.head[rows[known], :w]
-        rank[:, :w] = self.rank[rows[known], :w]
+        head[:, :w] = self.head[rows, :w]
+        rank[:, :w] = self.rank[rows, :w]
         gpu_free = state.gpu_free[known]
         exists = gpu_free != NO_GPU
         usable = (gpu_free == MILLI).sum(axis=1)
@@ -238,8 +253,23 @@ class EnginePlacer:
         """`cluster_state(nodes)`, from the node dicts read field by field and the remembered `NodeFacts`."""
         if not nodes:
             return cluster_state(nodes)
+        return self.assemble(nodes, *self.read(nodes))
+
+    def assemble(self, nodes: Sequence[Json], fact: np.ndarray, numbers: np.ndarray) -> ClusterState:
+        """The ClusterState of `nodes` from what `read(nodes)` gave."""
+        total = np.array(self.facts.gpus, dtype=np.int64)[fact]
+        usable = np.clip(numbers[0], 0, total)
+        models = tuple(sorted({self.facts.keys[f] for f in np.unique(fact).tolist()} - {""}))
+        index = {m: i for i, m in enumerate(models)}
+        model = np.array([index.get(k, -1) for k in self.facts.keys], dtype=np.int32)[fact]
+        sizes = np.array(self.facts.sizes, dtype=np.int64)[fact]
+        return _assemble(tuple(str(n["name"]) for n in nodes), total, usable, model, models, sizes,
+                         _cpu_mem(numbers))
+
+    def read(self, nodes: Sequence[Json]) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes' `NodeFacts` ids, and [usable GPUs, cpu_milli_total, cpu_milli_free, memory_mib_total,
+        memory_mib_free] as `int(value or 0)` makes them, one row per field."""
         # a list per field, not a tuple per node: quicker, and nothing for the garbage collector to chase
-        names = [n["name"] for n in nodes]
         fact = self.facts.lookup([n.get("gpu_model") or "" for n in nodes],
                                  [(n.get("labels") or NO_LABELS).get(DOMAIN_LABEL, "") for n in nodes],
                                  [n.get("gpus_total") for n in nodes])
@@ -249,15 +279,7 @@ class EnginePlacer:
         numbers = np.array(raw)
         if numbers.dtype.kind != "i":   # None, floats, strings, bools: what `int(value or 0)` makes of them
             numbers = np.array([[int(v or 0) for v in column] for column in raw], dtype=np.int64)
-        total = np.array(self.facts.gpus, dtype=np.int64)[fact]
-        usable = np.clip(numbers[0], 0, total)
-        cpu_free, mem_free = np.maximum(numbers[2], 0), np.maximum(numbers[4], 0)
-        cpu_mem = (np.maximum(numbers[1], cpu_free), cpu_free, np.maximum(numbers[3], mem_free), mem_free)
-        models = tuple(sorted({self.facts.keys[f] for f in np.unique(fact).tolist()} - {""}))
-        index = {m: i for i, m in enumerate(models)}
-        model = np.array([index.get(k, -1) for k in self.facts.keys], dtype=np.int32)[fact]
-        sizes = np.array(self.facts.sizes, dtype=np.int64)[fact]
-        return _assemble(tuple(map(str, names)), total, usable, model, models, sizes, cpu_mem)
+        return fact, numbers
 
     def table(self) -> GpuFactsTable | None:
         """The GPU facts, read again once `facts_ttl_s` has passed (a failure too waits that long)."""
@@ -297,3 +319,64 @@ class EnginePlacer:
         # ties go to the first offered node, so the same cluster gets the same answer (random: its own draw)
         placement = Scheduler(state, self.policy, mix, rng=self.rng if self.policy.name == "random" else None).place(pod)
         return state.names[placement.node] if placement is not None else None
+
+    def start_pass(self, view: Sequence[Json]) -> PlacerPass:
+        """This placer for one pass of the secondary scheduler over `view` (every node of the pass)."""
+        return PlacerPass(self, view)
+
+
+class PlacerPass:
+    """`EnginePlacer` over one scheduling pass: `view` is read once into a placement `Snapshot`, `place(request,
+    offered)` takes the offered nodes as indices into `view` and answers what `EnginePlacer(request, [view[i] for i
+    in offered])` would, and `bound(i)` after a binding reads `view[i]` again (the scheduler has taken the pod's
+    GPUs, CPU and memory there), so the next pod sees the node as a fresh view would show it. A binding that
+    failed is not reported: nothing was committed, nothing is undone. New GPU facts (`facts_ttl_s` passed) or a
+    node that changed hardware build the snapshot again."""
+
+    def __init__(self, placer: EnginePlacer, view: Sequence[Json]) -> None:
+        self.placer, self.view = placer, view
+        self.snapshot: Snapshot | None = None
+        self.table: GpuFactsTable | None = None
+        self.fact = np.zeros(0, dtype=np.int64)
+        self.known: tuple[list, list, list] = ([], [], [])   # NodeFacts' lists when the snapshot was built
+
+    def place(self, request: Json, offered: Sequence[int]) -> str | None:
+        placer = self.placer
+        pod = pod_request(request)
+        placer.window.append(pod)
+        if not len(offered):
+            return None
+        table = placer.table()
+        if self.snapshot is None or table is not self.table:
+            self._build(table)
+        mix = placer.window.mix() if placer.policy.needs_mix else None
+        rng = placer.rng if placer.policy.name == "random" else None
+        placement = self.snapshot.place(pod, np.asarray(offered, dtype=np.int64), mix, rng)
+        return self.snapshot.state.names[placement.node] if placement is not None else None
+
+    def _build(self, table: GpuFactsTable | None) -> None:
+        facts = self.placer.facts
+        self.fact, numbers = self.placer.read(self.view)
+        self.known = (list(facts.gpus), list(facts.keys), list(facts.sizes))
+        state = self.placer.assemble(self.view, self.fact, numbers)
+        if table is not None:
+            table.apply(state)
+        self.table, self.snapshot = table, Snapshot(state, self.placer.policy)
+
+    def bound(self, node: int) -> None:
+        """`view[node]` changed (a binding): its row of the snapshot is read again, its aggregates refreshed."""
+        if self.snapshot is None:
+            return
+        facts = self.placer.facts
+        fact, numbers = self.placer.read([self.view[node]])
+        f, old = int(fact[0]), int(self.fact[node])
+        if (facts.gpus[f], facts.keys[f], facts.sizes[f]) != tuple(known[old] for known in self.known):
+            self.snapshot = None   # another GPU count, model or NVLink domain: the whole state is read again
+            return
+        s = self.snapshot.state
+        total = np.array([facts.gpus[f]], dtype=np.int64)
+        s.gpu_free[node] = _gpu_rows(total, np.clip(numbers[0], 0, total), s.gpu_free.shape[1])[0]
+        s.cpu_total[node], s.cpu_free[node], s.mem_total[node], s.mem_free[node] = (c[0] for c in _cpu_mem(numbers))
+        if self.table is not None:
+            self.table.apply(s, [node])
+        self.snapshot.refresh(node)

@@ -5,6 +5,10 @@ domain label and GPU count) and keeps the workload mix up to date one pod at a t
 below is the placer as first written: `cluster_state` of every view and `WorkloadMix.from_pods` of the remembered
 pods on every call. Both see the same sequence of calls, so a fact or a mix that went stale shows as a different
 node (or state); node names come back with other models, labels and GPU counts on purpose.
+
+A scheduling pass (`EnginePlacer.start_pass`) keeps one placement snapshot for many pods and commits each binding
+into it; it must answer what the per-pod rebuild answers, pod after pod, whichever nodes each pod is offered,
+whether its binding succeeds or fails, and with GPU facts that change or fail during the pass.
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from balancer.app.scheduling import DOMAIN_LABEL, EnginePlacer, cluster_state, pod_request
-from balancer.plan.placement import POLICIES, MixWindow, PodRequest, Scheduler, WorkloadMix, get_policy
+from balancer.errors import TelemetryUnavailable
+from balancer.model import NodeGpuFacts
+from balancer.plan.placement import (
+    POLICIES,
+    FragCache,
+    MixWindow,
+    PodRequest,
+    Scheduler,
+    WorkloadMix,
+    get_policy,
+)
+from balancer.plan.placement.nodestats import NodeStats
 from tests.fuzz.fuzzing import examples
 
 
@@ -163,3 +178,116 @@ def test_the_mix_window_equals_the_mix_of_its_last_pods(arrivals, size, cpu_only
         for field in ("cpu", "mem", "num_gpu", "milli", "weight"):
             x, y = getattr(got, field), getattr(want, field)
             assert x.dtype == y.dtype and np.array_equal(x, y), field
+
+
+# ---- a pass: one snapshot, bindings committed into it ------------------------------------------------------
+
+@st.composite
+def pass_views(draw):
+    """A pass's view: the node dicts `SecondaryScheduler.nodes_view` makes (integer free resources, which the
+    bindings take from), with the hardware drawn as oddly as above."""
+    nodes = []
+    for k in range(draw(st.integers(1, 7))):
+        node = draw(node_views()) | {"name": f"n{k}", "gpus_free": draw(st.integers(-1, 8)),
+                                     "cpu_milli_free": draw(st.sampled_from([0, 4000, 16000, 64000, -1])),
+                                     "memory_mib_free": draw(st.sampled_from([1024, 65536, 262144]))}
+        node["gpus_usable"] = node["gpus_free"] - draw(st.sampled_from([0, 0, 1]))   # a reservation for another
+        nodes.append(node)
+    return nodes
+
+
+facts_tables = st.dictionaries(st.sampled_from([f"n{k}" for k in range(7)]), st.builds(
+    NodeGpuFacts, st.dictionaries(st.integers(0, 8), st.sampled_from([2.0, 15.5, 30.0])),
+    st.frozensets(st.integers(0, 8), max_size=4)), max_size=5)
+# per pod: (request, offered nodes as booleans over the view, the binding: "ok", "409" or "error")
+pass_pods = st.lists(st.tuples(requests, st.lists(st.booleans(), min_size=7, max_size=7),
+                               st.sampled_from(["ok", "ok", "ok", "409", "error"])), min_size=1, max_size=12)
+
+
+class Facts:
+    """GPU facts that change at every read and sometimes fail (as Prometheus does), the same for every placer."""
+
+    def __init__(self, tables) -> None:
+        self.tables, self.reads = tables, 0
+
+    def __call__(self):
+        self.reads += 1
+        table = self.tables[self.reads % len(self.tables)]
+        if table is None:
+            raise TelemetryUnavailable("prometheus down")
+        return table
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def bind(node, request) -> None:
+    """What `SecondaryScheduler` does to the view once the API accepted a binding."""
+    for key, taken in (("gpus_free", request["num_gpu"]), ("gpus_usable", request["num_gpu"]),
+                       ("cpu_milli_free", request["cpu_milli"]), ("memory_mib_free", request["memory_mib"])):
+        node[key] -= taken
+
+
+def in_step(session) -> None:
+    """The pass's snapshot holds what one built afresh from its view holds: the state, the engine's per-node
+    aggregates and the fragmentation statistics (the class ids may differ, the classes may not)."""
+    if session.snapshot is None:
+        return
+    fresh = session.placer.state(session.view)
+    if session.table is not None:
+        session.table.apply(fresh)
+    kept = session.snapshot
+    same_state(kept.state, fresh)
+    assert np.array_equal(kept.state.temp_headroom, fresh.temp_headroom, equal_nan=True)
+    stats = NodeStats(fresh)
+    for field in ("idle", "busy", "domain_busy", "full_in_domain", "rep_slot", "rep_free", "domain_size"):
+        assert np.array_equal(getattr(kept.stats, field), getattr(stats, field)), field
+    if kept.frag is not None:
+        frag = FragCache(fresh, kept.frag.mix)
+        for field in ("count", "below", "total", "frag"):
+            assert np.array_equal(getattr(kept.frag, field), getattr(frag, field)), field
+        ids, want = kept.frag.classes.id, frag.classes.id
+        assert np.array_equal(ids[:, None] == ids[None, :], want[:, None] == want[None, :])
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(view=pass_views(), pods=pass_pods, window=st.sampled_from([1, 3, 1000]), seed=st.integers(0, 3),
+       tables=st.one_of(st.none(), st.lists(st.one_of(st.none(), facts_tables), min_size=1, max_size=3)))
+def test_a_pass_with_its_bindings_committed_picks_what_a_rebuild_per_pod_picks(policy, view, pods, window, seed,
+                                                                              tables):
+    clocks = Clock(), Clock()
+    placers = [EnginePlacer(policy, mix_window=window, seed=seed, clock=clock, facts_ttl_s=2.0,
+                            gpu_facts=Facts(tables) if tables else None) for clock in clocks]
+    plain = Reference(policy, window, seed) if tables is None else None
+    session = placers[1].start_pass(view)
+    for req, offer, binding in pods:
+        offered = [i for i in range(len(view)) if offer[i]]
+        want = placers[0](req, [dict(view[i]) for i in offered])   # fresh dicts per pod, as before
+        if plain is not None:
+            assert plain(req, [view[i] for i in offered]) == want
+        assert session.place(req, offered) == want
+        if want is not None and binding == "ok":   # a 409 or a failed binding changes nothing
+            i = next(i for i in offered if view[i]["name"] == want)
+            bind(view[i], req)
+            session.bound(i)
+            in_step(session)
+        for clock in clocks:
+            clock.now += 1.0   # the facts are read again every other pod
+
+
+def test_a_node_whose_hardware_changed_during_a_pass_is_read_afresh():
+    nodes = [view("a"), view("b", model="NVIDIA-L40S", total=4, free=4)]
+    session, reference = EnginePlacer("gputide").start_pass(nodes), EnginePlacer("gputide")
+    two = request(gpus=2)
+    assert session.place(two, [0, 1]) == reference(two, [dict(n) for n in nodes]) == "a"
+    nodes[0] |= {"gpu_model": "NVIDIA-L40S", "gpus_total": 2, "gpus_free": 2, "gpus_usable": 2}
+    session.bound(0)
+    assert session.snapshot is None                       # read again at the next pod, not patched
+    assert session.place(two, [0, 1]) == reference(two, [dict(n) for n in nodes])
+    assert session.snapshot.state.models == ("L40S",) and session.snapshot.state.gpu_count.tolist() == [2, 4]

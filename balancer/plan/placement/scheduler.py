@@ -89,15 +89,21 @@ class Scheduler:
         mix: WorkloadMix | None = None,
         rng: np.random.Generator | None = None,
         filters: tuple = p.DEFAULT_FILTERS,
+        *,
+        stats: NodeStats | None = None,
+        frag: FragCache | None = None,
     ) -> None:
+        """`stats` and `frag`, when given, are the caller's own, already in step with `state` (a `Snapshot`'s)."""
         self.state = state
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.rng = rng
         self.filters = filters
         if self.policy.needs_mix and mix is None:
             raise ValueError(f"policy {self.policy.name} needs a workload mix")
-        self.frag = FragCache(state, mix) if mix is not None and self.policy.needs_mix else None
-        self.stats = NodeStats(state)
+        if frag is None and mix is not None and self.policy.needs_mix:
+            frag = FragCache(state, mix)
+        self.frag = frag if self.policy.needs_mix else None
+        self.stats = stats if stats is not None else NodeStats(state)
         self.node_tag = np.full(state.n_nodes, -1, dtype=np.int64)
         self._model_masks: dict[tuple[str, ...] | None, np.ndarray] = {}
 
