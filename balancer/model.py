@@ -19,6 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from balancer.noderules import NO_RULES, NodeRules, Taint
+
 
 class WorkloadClass(StrEnum):
     INFERENCE = "inference"
@@ -44,6 +46,15 @@ class Node:
     @property
     def pool_name(self) -> str:
         return self.pool or self.gpu_model
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMeta:
+    """What the Kubernetes API says of a node that its metrics do not: labels, and taints in kubectl's syntax
+    (`key=value:Effect`)."""
+
+    labels: Mapping[str, str]
+    taints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +87,7 @@ class Workload:
     protected: bool = False
     elastic_min: int = 0         # for elastic training: fewest workers the job can run with
     elastic_max: int = 0
+    node_rules: NodeRules = NO_RULES   # its tolerations, node selector, required node affinity
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:
@@ -176,6 +188,13 @@ class ClusterSnapshot:
         return np.fromiter((pos[g.node] for g in self.gpus), dtype=np.int64, count=len(self.gpus))
 
     @cached_property
+    def gpu_models(self) -> np.ndarray:
+        """Per GPU: its catalogue model."""
+        models = np.array([g.model for g in self.gpus], dtype=str)
+        models.setflags(write=False)
+        return models
+
+    @cached_property
     def gpu_by_uuid(self) -> Mapping[str, int]:
         return MappingProxyType({g.uuid: g.index for g in self.gpus})
 
@@ -209,6 +228,27 @@ class ClusterSnapshot:
         for w in self.workloads:
             by.setdefault(w.owner, []).append(w)
         return MappingProxyType({o: tuple(ws) for o, ws in by.items()})
+
+    @cached_property
+    def _node_taints(self) -> tuple[tuple[Taint, ...], ...]:
+        return tuple(tuple(map(Taint.parse, n.taints)) for n in self.nodes)
+
+    @cached_property
+    def _admitted(self) -> dict[NodeRules, np.ndarray]:
+        return {}
+
+    def admits(self, rules: NodeRules) -> np.ndarray:
+        """Per node (in the order of `nodes`): whether a pod with `rules` may run there by Kubernetes' rules (the
+        node's taints tolerated, its labels selected). Computed once per distinct rule set and snapshot; a node
+        whose labels the snapshot lacks matches no selector, so a pod that needs one is admitted nowhere."""
+        mask = self._admitted.get(rules)
+        if mask is None:
+            mask = np.fromiter((rules.refusal(n.name, n.labels, t) is None
+                                for n, t in zip(self.nodes, self._node_taints, strict=True)),
+                               dtype=bool, count=len(self.nodes))
+            mask.setflags(write=False)
+            self._admitted[rules] = mask
+        return mask
 
     def workloads_on(self, gpu_index: int) -> tuple[Workload, ...]:
         # an index built once per snapshot: the guard asks this per action, and a scan per call was O(n^2)

@@ -6,6 +6,9 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     SafetyViolation
     ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label / stopped namespace
     ├── ProtectedWorkload        protected or non-movable workloads (and GPUs hosting them) are never touched
+    ├── PlacementRefused         a migration to a node the workload's own rules keep it off (a taint it does not
+    │                            tolerate, its node selector, its required node affinity): its replacement could
+    │                            not run there
     ├── MinGainNotMet            expected gain below `minExpectedGain`
     ├── CooldownActive           the same target acted on within its cooldown (inference scale-ups and the
     │                            training shrinks that reclaim GPUs for them are exempt)
@@ -46,6 +49,7 @@ from balancer.model import (
     TaintNode,
     WorkloadClass,
 )
+from balancer.noderules import Taint
 
 EMERGENCY_LABEL = "gputide.io/emergency-stop"
 
@@ -56,6 +60,10 @@ class EmergencyStop(SafetyViolation):
 
 class ProtectedWorkload(SafetyViolation):
     reason = "protected"
+
+
+class PlacementRefused(SafetyViolation):
+    reason = "placement_rules"
 
 
 class MinGainNotMet(SafetyViolation):
@@ -249,7 +257,6 @@ class SafetyGuard:
 
     def _check_one(self, a: Action, ctx: _Context, ledger: SafetyLedger, now: float, stopped: bool) -> None:
         p = self.policy
-        s = ctx.snapshot
         if stopped:
             raise EmergencyStop("emergency stop is set")
         for w in ctx.touched(a):
@@ -259,10 +266,7 @@ class SafetyGuard:
                 raise ProtectedWorkload(f"{w.name} is not movable")
             if w.namespace in self.stopped_namespaces:
                 raise EmergencyStop(f"namespace {w.namespace} is stopped")
-        for node in _nodes(a, s):
-            n = ctx.node(node)
-            if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
-                raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
+        self._check_nodes(a, ctx)
         if a.expected_gain < p.min_expected_gain:
             raise MinGainNotMet(f"expected gain {a.expected_gain:.3g} < {p.min_expected_gain:.3g}")
         if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas:
@@ -273,6 +277,23 @@ class SafetyGuard:
         last = ledger.last_action.get(f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target)
         if last is not None and now - last < cooldown:
             raise CooldownActive(f"{a.target} was acted on {now - last:.0f} s ago (cooldown {cooldown:.0f} s)")
+
+    @staticmethod
+    def _check_nodes(a: Action, ctx: _Context) -> None:
+        """The nodes an action touches: none may carry the emergency-stop label, and a migration's target must
+        admit the workload by its own rules (taints tolerated, labels selected)."""
+        for node in _nodes(a, ctx.snapshot):
+            n = ctx.node(node)
+            if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
+                raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
+        if not isinstance(a, Migrate):
+            return
+        w, n = ctx.snapshot.workload_by_name.get(a.workload), ctx.node(a.target_node)
+        if n is None:
+            raise PlacementRefused(f"{a.workload} may not move to {a.target_node}: no such node in the snapshot")
+        why = None if w is None else w.node_rules.refusal(n.name, n.labels, map(Taint.parse, n.taints))
+        if why is not None:
+            raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: the node has {why}")
 
     def _check_pdb(self, owner: str, healthy: int, disrupted: int) -> None:
         pdb = self.pdbs.get(owner)

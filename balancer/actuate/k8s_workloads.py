@@ -19,7 +19,8 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
 | `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers) |
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
-| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose required node selector or node affinity names other node labels (a zone, a pool, a host; OS and architecture aside), or which has required pod (anti-)affinity, is not movable: the planner cannot see those labels, and a migration could send it where its replacement may not run |
+| `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
+| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod with required pod (anti-)affinity is not movable: where its replacement may run depends on other pods, which gputide does not evaluate |
 
 `KubernetesWorkloads.suspended_jobs()` lists the Jobs gputide itself suspended (label `gputide.io/suspended=true`,
 set by the actuator together with `spec.suspend`; a Job a person suspended is not gputide's to resume): their
@@ -51,6 +52,7 @@ from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError
 from balancer.model import SuspendedJob, Workload, WorkloadClass
+from balancer.noderules import NO_RULES, NodeRules, affinity_terms
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -78,14 +80,6 @@ def _elastic(notes: Json) -> tuple[int, int]:
 
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-# node labels every GPU node of a cluster carries alike: constraints on them never rule out a migration target
-UNIVERSAL_LABELS = frozenset({"kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/os",
-                              "beta.kubernetes.io/arch", "nvidia.com/gpu.present"})
-
-
-def _affinity_terms(spec: Json) -> list[Json]:
-    return ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
 
 
 def _pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
@@ -95,7 +89,7 @@ def _pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
     if named:
         return _models(named)
     allowed: set[str] = set()
-    for term in _affinity_terms(spec):
+    for term in affinity_terms(spec):
         values = [v for e in term.get("matchExpressions") or [] if e.get("key") == PRODUCT_LABEL
                   and e.get("operator") == "In" for v in e.get("values") or []]
         if not values:   # a term that allows any model: the pod is not limited by model
@@ -104,16 +98,23 @@ def _pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
     return _models("|".join(sorted(allowed)))
 
 
-def _placement_unknown(spec: Json) -> bool:
-    """Whether the pod's required placement rules name node properties the planner cannot see (a zone, a pool,
-    a host: labels that are not in its snapshot), or other pods. Moving such a pod could send it where its
-    replacement may not run, so it is not movable."""
-    selector = set(spec.get("nodeSelector") or {}) - {PRODUCT_LABEL} - UNIVERSAL_LABELS
-    expressions = {e.get("key") for t in _affinity_terms(spec) for e in t.get("matchExpressions") or []}
-    fields = any(t.get("matchFields") for t in _affinity_terms(spec))
-    pods = any(((spec.get("affinity") or {}).get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+def _pod_affinity(spec: Json) -> bool:
+    """Whether the pod has required pod (anti-)affinity: where it may run depends on other pods."""
+    return any(((spec.get("affinity") or {}).get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
                for k in ("podAffinity", "podAntiAffinity"))
-    return bool(selector or expressions - {PRODUCT_LABEL} - UNIVERSAL_LABELS or fields or pods)
+
+
+_RULES: dict[NodeRules, NodeRules] = {}
+
+
+def _node_rules(spec: Json) -> NodeRules:
+    """The pod's node rules, one shared object per distinct rule set (thousands of replicas, a few templates)."""
+    rules = NodeRules.from_pod_spec(spec)
+    if rules == NO_RULES:
+        return NO_RULES
+    if len(_RULES) > 4096:   # bounded: rule sets of pods long gone do not accumulate
+        _RULES.clear()
+    return _RULES.setdefault(rules, rules)
 
 
 def _owner(meta: Json) -> tuple[str, str]:
@@ -151,8 +152,8 @@ def workload_from_pod(pod: Json) -> Workload | None:
     return Workload(
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
-        allowed_models=_pod_models(notes, spec),
-        movable=str(notes.get("gputide.io/movable", "true")).lower() != "false" and not _placement_unknown(spec),
+        allowed_models=_pod_models(notes, spec), node_rules=_node_rules(spec),
+        movable=str(notes.get("gputide.io/movable", "true")).lower() != "false" and not _pod_affinity(spec),
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
     )

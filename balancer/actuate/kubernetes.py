@@ -63,6 +63,7 @@ from balancer.model import (
     SetPowerLimit,
     TaintNode,
 )
+from balancer.noderules import NodeRules, Taint
 
 log = logging.getLogger(__name__)
 
@@ -341,18 +342,10 @@ def node_affinity_allows(terms: list[Json], node: Json) -> bool:
 def placement_refusal(pod: Json, node: Json) -> str | None:
     """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
     does not tolerate, its node selector, its required node affinity), None when they allow it."""
-    spec, meta = pod.get("spec") or {}, node.get("metadata") or {}
-    for t in (node.get("spec") or {}).get("taints") or []:
-        if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], t):
-            return f"a taint it does not tolerate ({t.get('key')}={t.get('value', '')}:{t.get('effect')})"
-    labels = meta.get("labels") or {}
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return "labels its node selector does not match"
-    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
-    if not node_affinity_allows(terms, {"name": meta.get("name", ""), "labels": labels}):
-        return "labels its required node affinity does not allow"
-    return None
+    meta = node.get("metadata") or {}
+    return NodeRules.from_pod_spec(pod.get("spec") or {}).refusal(
+        meta.get("name", ""), meta.get("labels") or {},
+        map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
 
 
 def post_event(api: _Api, involved: Json, kind: str, reason: str, message: str, component: str, now: float) -> None:

@@ -180,14 +180,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         except ActuationError as exc:
             log.warning("dry run without the Kubernetes API (%s): pods have no owners, so capacity shifting holds "
                         "(no service's replicas can be counted)", exc)
-    overrides = None
-    if api_client is not None:  # owners, priorities, elastic bounds: what the metrics' join table cannot say
-        from balancer.actuate.k8s_workloads import KubernetesWorkloads
-
-        # a long-running controller lists once and follows the watch; --once lists once and exits
-        overrides = KubernetesWorkloads(api_client, ttl_s=max(interval, 30.0), watch=not args.once)
-        if overrides.watch is not None:
-            metrics.follow_watch("pods", lambda: overrides.watch.synced, lambda: overrides.watch.failures)
+    overrides, nodes = kubernetes_sources(api_client, interval, args.once, metrics)
     profiles = None
     if args.services:
         from balancer.app.capacity_run import load_profiles
@@ -195,7 +188,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         profiles = load_profiles(args.services)
     # each profiled service's p99 SLO (latency pressure = p99 / SLO); others: the policy's colocation.latencySloS
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus, cluster=args.cluster), fleet=fleet,
-                                       workload_overrides=overrides,
+                                       workload_overrides=overrides, node_overrides=nodes,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
                                        slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},
                                        default_slo_latency_s=policy.colocation.latency_slo_s)
@@ -224,6 +217,24 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     planner, forecaster = capacity_parts(args, policy, source, interval, profiles)
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
                       metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}))
+
+
+def kubernetes_sources(api_client, interval: float, once: bool, metrics: ControllerMetrics):
+    """(workload overrides, node overrides) from the Kubernetes API: what the metrics cannot say of pods (owners,
+    priorities, elastic bounds, node rules) and of nodes (labels, taints); (None, None) without an API client. A
+    long-running controller lists once and follows the watches; `--once` lists once and exits."""
+    if api_client is None:
+        return None, None
+    from balancer.actuate.k8s_nodes import KubernetesNodes
+    from balancer.actuate.k8s_workloads import KubernetesWorkloads
+
+    ttl = max(interval, 30.0)
+    overrides = KubernetesWorkloads(api_client, ttl_s=ttl, watch=not once)
+    nodes = KubernetesNodes(api_client, ttl_s=ttl, watch=not once)
+    for what, lw in (("pods", overrides.watch), ("nodes", nodes.watch)):
+        if lw is not None:
+            metrics.follow_watch(what, lambda lw=lw: lw.synced, lambda lw=lw: lw.failures)
+    return overrides, nodes
 
 
 def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, source, interval: float,

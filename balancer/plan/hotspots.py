@@ -191,9 +191,9 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
 
 def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, per_node, limit) -> tuple[int, ...] | None:
     fit = ok_target & (free_milli >= w.gpu_milli) & (free_mem >= w.gpu_memory_mib)
-    fit &= per_node[s.node_index] < limit
+    fit &= (per_node < limit)[s.node_index] & s.admits(w.node_rules)[s.node_index]
     if w.allowed_models is not None:
-        fit &= np.isin(np.array([g.model for g in s.gpus]), list(w.allowed_models))
+        fit &= np.isin(s.gpu_models, list(w.allowed_models))
     cand = np.flatnonzero(fit)
     if cand.size < max(w.gpus, 1):
         return None

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from balancer.config import BalancerPolicy
 from balancer.model import Action, ClusterSnapshot, Forecast, Plan, ScaleTraining, SetPowerLimit, TaintNode
 from balancer.plan import colocation, hotspots
-from balancer.plan.simulate import HOT_TAINT, Projection, simulate_plan
+from balancer.plan.simulate import Projection, hot_tainted, simulate_plan
 
 _EMPTY: Mapping = MappingProxyType({})
 
@@ -48,7 +48,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     state = state or PlannerState()
     hs = hotspots.detect(snapshot, policy, state.hotspots)
     co = colocation.observe(snapshot, policy, state.colocation)
-    tainted = state.tainted | {n.name for n in snapshot.nodes if HOT_TAINT in n.taints}
+    tainted = state.tainted | hot_tainted(snapshot)
     hot = hotspots.hot_nodes(snapshot, hs)
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **state.shrunk}
     proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)

@@ -50,6 +50,7 @@ from balancer.model import (
     Workload,
     WorkloadClass,
 )
+from balancer.noderules import Taint
 
 HOT_TAINT = "gputide.io/hot"
 THERMAL_BITS = 0x20 | 0x40  # NVML SW / HW thermal slowdown
@@ -65,7 +66,7 @@ INTERFERENCE_RELIEF = 0.3  # latency share attributed to a co-located training w
 
 def hot_tainted(snapshot: ClusterSnapshot) -> set[str]:
     """Nodes carrying gputide's hot taint (any value/effect spelling: `gputide.io/hot=true:NoSchedule`)."""
-    return {n.name for n in snapshot.nodes if any(t.startswith(HOT_TAINT) for t in n.taints)}
+    return {n.name for n in snapshot.nodes if any(Taint.parse(t).key == HOT_TAINT for t in n.taints)}
 
 
 def model_arrays(snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -36,6 +36,7 @@ from balancer.model import (
     Gpu,
     Node,
     NodeGpuFacts,
+    NodeMeta,
     ServiceStatus,
     SuspendedJob,
     Workload,
@@ -105,17 +106,23 @@ def connect(opts: PrometheusOptions) -> PrometheusConnect:
 class PrometheusTelemetrySource:
     """TelemetrySource backed by Prometheus. `fleet` (optional) adds what PromQL cannot know: NVLink islands,
     CPU and memory, cooling. `workload_overrides` (optional) adds priority / movable / protected per pod;
-    `suspended_jobs` (optional) lists the jobs gputide suspended, which no metric shows (no pods); without it the
-    snapshot says it cannot see them (`suspended_jobs=None`) and the capacity planner never suspends a job."""
+    `node_overrides` (optional: `KubernetesNodes`) gives each node its labels and taints as the Kubernetes API has
+    them (they replace the fleet file's), or None until it has listed them, when the snapshot cannot be taken:
+    without labels, an emergency-stop label would go unseen. `suspended_jobs` (optional) lists the jobs gputide
+    suspended, which no metric shows (no pods); without it the snapshot says it cannot see them
+    (`suspended_jobs=None`) and the capacity planner never suspends a job."""
 
     def __init__(self, opts: PrometheusOptions, *, fleet: Fleet | None = None,
                  workload_overrides: Callable[[], Mapping[str, Workload]] | None = None,
+                 node_overrides: Callable[[], Mapping[str, NodeMeta] | None] | None = None,
                  suspended_jobs: Callable[[], tuple[SuspendedJob, ...] | None] | None = None,
                  slo_latency_s: Mapping[str, float] | None = None, default_slo_latency_s: float = 0.5,
                  clock: Callable[[], float] = time.time, client: PrometheusConnect | None = None) -> None:
         self.opts = opts
         self.fleet = fleet
         self.workload_overrides = workload_overrides
+        self.node_overrides = node_overrides
+        self._labelled: tuple[tuple[Node, ...], Mapping[str, NodeMeta], tuple[Node, ...]] | None = None
         self.suspended_jobs = suspended_jobs
         self.slo_latency_s = dict(slo_latency_s or {})
         self.default_slo_latency_s = default_slo_latency_s
@@ -250,7 +257,7 @@ class PrometheusTelemetrySource:
         last = self._topology_cache
         if last is not None and len(last[0][0]) == len(key[0]) and all(
                 np.array_equal(a, b) for a, b in zip(last[0], key, strict=True)):
-            return last[1]
+            return self._with_node_meta(last[1][0]), last[1][1]
         spec_nodes = {n.name: n for n in self.fleet.nodes} if self.fleet else {}
         spec_gpus = {g.uuid: g for g in self.fleet.gpus} if self.fleet else {}
         keys: dict[str, str] = {}
@@ -275,7 +282,29 @@ class PrometheusTelemetrySource:
                             nvlink_domain=known.nvlink_domain if known else -1,
                             pci_bus_id=known.pci_bus_id if known else ""))
         self._topology_cache = (key, (nodes, tuple(gpus)))
-        return self._topology_cache[1]
+        return self._with_node_meta(nodes), self._topology_cache[1][1]
+
+    def _with_node_meta(self, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+        """`nodes` with the labels and taints `node_overrides` has for them (built again only when either changed).
+        A node the API does not know keeps what the fleet file says."""
+        if self.node_overrides is None:
+            return nodes
+        meta = self.node_overrides()
+        if meta is None:
+            raise TelemetryUnavailable("Kubernetes nodes not listed yet: their labels and taints (an emergency "
+                                       "stop, a workload's node selector) are unknown")
+        last = self._labelled
+        if last is None or last[0] is not nodes or last[1] is not meta:
+            labelled = tuple(replace(n, labels=m.labels, taints=m.taints) if (m := meta.get(n.name)) else n
+                             for n in nodes)
+            unknown = sum(n.name not in meta for n in nodes)
+            if unknown and (last is None or last[0] is not nodes):
+                log.warning("%d of %d nodes with GPU metrics are not Kubernetes nodes (hostname label != node "
+                            "name?): their labels and taints are unknown", unknown, len(nodes))
+            self._labelled = last = (nodes, meta, labelled)
+        return last[2]
+
+
 
     def _slowdown_defaults(self, gpus: tuple[Gpu, ...]) -> np.ndarray:
         """The catalogue's slowdown temperature per GPU (85 °C for a model it does not know), computed again only

@@ -66,9 +66,11 @@ def test_the_provider_lists_running_gpu_pods_once_per_ttl_and_keeps_the_last_ans
     assert set(provider()) == {"serving/chat-1"}            # within the TTL: no second list
     clock.advance(61)
     assert set(provider()) == {"serving/chat-1", "serving/chat-2"}
-    kube.inject("GET", r"/pods$", 503, count=5)
+    down = kube.inject("GET", r"/pods(\?|$)", 503, count=5)
+    kube.add(pod("chat-3", "serving", gpus=1))
     clock.advance(61)
     assert set(provider()) == {"serving/chat-1", "serving/chat-2"}  # API down: the last answer stands
+    assert down.remaining == 3                                      # the list and its one retry did fail
 
 
 def gputide_suspended(name, namespace, annotations, *, label=True, priority=None, gpus=2):
@@ -156,16 +158,17 @@ PRODUCT_IN = {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVI
     ({"affinity": _affinity([PRODUCT_IN], [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}])},
      None, True),                                                               # one term allows any model
     ({"nodeSelector": {"kubernetes.io/os": "linux"}}, None, True),             # every node has it
-    ({"nodeSelector": {"cloud.google.com/gke-nodepool": "a100-spot"}}, None, False),
+    ({"nodeSelector": {"cloud.google.com/gke-nodepool": "a100-spot"}}, None, True),   # checked against labels
     ({"affinity": _affinity([{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}])},
-     None, False),
+     None, True),
     ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}}, None, False),
 ], ids=["product-affinity", "products-ored", "any-model-term", "os-selector", "pool-selector", "zone-affinity",
         "pod-anti-affinity"])
-def test_required_placement_rules_give_models_or_make_a_pod_unmovable(spec, models, movable):
-    """The planner sees GPU models, not a node's other labels: a pod pinned to a pool, a zone or a host, or kept
-    apart from other pods, could be migrated where its replacement may not run, so it is not movable."""
+def test_required_placement_rules_give_models_and_only_pod_affinity_makes_a_pod_unmovable(spec, models, movable):
+    """GPU models come from the product label; other labels the planner checks against the nodes' own
+    (`node_rules`). A pod kept apart from (or together with) other pods is not movable: gputide does not evaluate
+    pod affinity, so a migration could send it where its replacement may not run."""
     p = pod("p", gpus=1)
     p["spec"].update(spec)
     w = workload_from_pod(p)

@@ -1,0 +1,82 @@
+"""Node labels and taints from the Kubernetes API: the `node_overrides` of `PrometheusTelemetrySource`.
+
+GPU metrics name a node but say nothing of its labels or taints, and planning needs both:
+
+* **where a workload may move.** A pod's node selector, required node affinity and tolerations
+  (`Workload.node_rules`) are checked against the node's labels and taints (`ClusterSnapshot.admits`), so the
+  planner proposes only targets the replacement pod can run on, and the safety guard refuses any other;
+* **the emergency stop on a node** (label `gputide.io/emergency-stop=true`), which the guard reads from the node's
+  labels;
+* **gputide's own hot taint**, so a restarted controller knows which nodes it tainted and gives them back when
+  they cool.
+
+`KubernetesNodes(api_client, watch=True)` (what a long-running `gputide run` uses) lists the nodes once and follows
+the API server's watch (`ListWatch`), so a cycle costs the API server nothing; until the watch has synced, and
+without `watch` (`gputide run --once`), it lists them itself at most once per `ttl_s`. Until a list has succeeded
+it answers None and the controller holds still (telemetry unavailable): it would otherwise act without seeing an
+emergency-stop label. After that, a failing API leaves the last known nodes in place (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.kubernetes import _Api
+from balancer.errors import ActuationError
+from balancer.model import NodeMeta
+from balancer.noderules import Taint
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+def node_meta(node: Json) -> NodeMeta:
+    """A Node object's labels and taints."""
+    return NodeMeta(labels=MappingProxyType(dict((node.get("metadata") or {}).get("labels") or {})),
+                    taints=tuple(str(Taint.from_json(t)) for t in (node.get("spec") or {}).get("taints") or ()))
+
+
+class KubernetesNodes:
+    """`node_overrides` for `PrometheusTelemetrySource`: {node name: NodeMeta}, None until the first list."""
+
+    def __init__(self, api_client: Any, ttl_s: float = 60.0, clock: Callable[[], float] = time.time, *,
+                 watch: bool = False, watch_s: float = 300.0, max_retries: int = 1,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
+        self.ttl_s, self.clock = ttl_s, clock
+        self.watch = None if not watch else ListWatch(
+            "nodes", lambda **kw: self.api("list nodes", self.api.core.list_node, **kw), self.api.core.list_node,
+            node_meta, watch_s=watch_s)
+        self._generation = -1
+        self._at = -float("inf")
+        self._by_name: Mapping[str, NodeMeta] | None = None
+
+    def __call__(self) -> Mapping[str, NodeMeta] | None:
+        """The nodes as last seen; the same mapping object until a node changes (callers memoise on it)."""
+        if self.watch is not None and self.watch.start().synced:
+            if self.watch.generation != self._generation:
+                self._generation, items = self.watch.snapshot()
+                # a Node is cluster-scoped: ListWatch keys it "default/<name>"
+                self._by_name = MappingProxyType({key.split("/", 1)[1]: m for key, m in items.items()})
+            return self._by_name
+        now = self.clock()
+        if now - self._at < self.ttl_s:
+            return self._by_name
+        try:
+            nodes = self.api("list nodes", self.api.core.list_node, resource_version="0").get("items", [])
+        except ActuationError as err:
+            log.warning("nodes unavailable, keeping the last answer: %s", err)
+            return self._by_name
+        self._by_name = MappingProxyType({n["metadata"]["name"]: node_meta(n) for n in nodes})
+        self._at = now
+        return self._by_name
+
+    def close(self) -> None:
+        """Stop watching (a no-op without `watch`)."""
+        if self.watch is not None:
+            self.watch.stop()

@@ -1,0 +1,169 @@
+"""Kubernetes' node-selection rules as plain, hashable data: may this pod run on that node?
+
+A pod's own placement rules, as kube-scheduler and the kubelet apply them:
+
+* **taints**: a node's `NoSchedule` or `NoExecute` taint keeps off every pod that does not tolerate it
+  (`PreferNoSchedule` only discourages, so it never refuses). A toleration matches a taint by effect (or none
+  given) and by `Exists` on the key (an empty key with `Exists` tolerates every taint) or `Equal` on key and value;
+* **the node selector**: every label it names, with that value;
+* **required node affinity**: any term (ORed) whose requirements all hold (`In`, `NotIn`, `Exists`,
+  `DoesNotExist`, `Gt`, `Lt` on labels; on fields, `metadata.name`); a term with no requirement matches nothing,
+  and no terms at all allow every node.
+
+`NodeRules.from_pod_spec(spec)` turns a pod spec (or a pod template's) into frozen tuples. Pods of one template
+have equal rules, so whoever checks many pods against many nodes checks each distinct rule set once: the
+controller's snapshot (`ClusterSnapshot.admits`, one mask over all nodes per rule set), the Migrate chokepoint of
+the Kubernetes actuator (`placement_refusal`) and the secondary scheduler all ask these rules, one reading of
+Kubernetes for all three.
+
+Node taints travel as kubectl writes them, `key[=value][:effect]`; without an effect a taint is `NoSchedule`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+REPELLING = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    @classmethod
+    def parse(cls, text: str) -> Taint:
+        """A taint in kubectl's syntax `key[=value][:effect]`."""
+        head, _, effect = text.partition(":")
+        key, _, value = head.partition("=")
+        return cls(key, value, effect or "NoSchedule")
+
+    @classmethod
+    def from_json(cls, taint: Mapping[str, Any]) -> Taint:
+        """A taint of a Node object's `spec.taints`."""
+        return cls(str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect") or ""))
+
+    def __str__(self) -> str:
+        return self.key + (f"={self.value}" if self.value else "") + (f":{self.effect}" if self.effect else "")
+
+    @property
+    def repels(self) -> bool:
+        return self.effect in REPELLING
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def matches(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        exists = self.operator == "Exists"
+        if not self.key:
+            return exists
+        return self.key == taint.key and (exists or self.value == taint.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement, on a label or a field."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def holds(self, values_of: Mapping[str, str]) -> bool:
+        has, value = self.key in values_of, values_of.get(self.key)
+        if self.operator in ("Gt", "Lt"):
+            try:
+                a, b = int(value), int(self.values[0])  # type: ignore[arg-type]
+            except (TypeError, ValueError, IndexError):
+                return False
+            return a > b if self.operator == "Gt" else a < b
+        if self.operator == "In":
+            return has and value in self.values
+        if self.operator == "NotIn":
+            return not has or value not in self.values
+        return {"Exists": has, "DoesNotExist": not has}.get(self.operator, False)
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A node selector term: all its requirements, on labels and on fields, must hold."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+    def allows(self, name: str, labels: Mapping[str, str]) -> bool:
+        if not (self.expressions or self.fields):
+            return False
+        return (all(r.holds(labels) for r in self.expressions)
+                and all(r.holds({"metadata.name": name}) for r in self.fields))
+
+
+def _requirements(items: Iterable[Mapping[str, Any]] | None) -> tuple[Requirement, ...]:
+    return tuple(Requirement(str(e.get("key") or ""), str(e.get("operator") or ""),
+                             tuple(str(v) for v in e.get("values") or ())) for e in items or ())
+
+
+def affinity_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The `nodeSelectorTerms` of a pod spec's required node affinity, as the API gives them."""
+    return ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRules:
+    """A pod's own node-selection rules: its tolerations, node selector and required node affinity terms."""
+
+    tolerations: tuple[Toleration, ...] = ()
+    selector: tuple[tuple[str, str], ...] = ()
+    terms: tuple[Term, ...] = ()
+
+    @classmethod
+    def from_pod_spec(cls, spec: Mapping[str, Any]) -> NodeRules:
+        tolerations = tuple(Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"),
+                                       str(t.get("value") or ""), str(t.get("effect") or ""))
+                            for t in spec.get("tolerations") or ())
+        selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
+        terms = tuple(Term(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+                      for t in affinity_terms(spec))
+        return cls(tolerations, selector, terms)
+
+    @property
+    def labels_named(self) -> frozenset[str]:
+        """The node labels these rules read."""
+        return frozenset(k for k, _ in self.selector) | {r.key for t in self.terms for r in t.expressions}
+
+    def tolerates(self, taint: Taint) -> bool:
+        return any(t.matches(taint) for t in self.tolerations)
+
+    def untolerated(self, taints: Iterable[Taint]) -> Taint | None:
+        """The first `NoSchedule` / `NoExecute` taint these rules do not tolerate, None when there is none."""
+        return next((t for t in taints if t.repels and not self.tolerates(t)), None)
+
+    def selector_matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.selector)
+
+    def affinity_allows(self, name: str, labels: Mapping[str, str]) -> bool:
+        return not self.terms or any(t.allows(name, labels) for t in self.terms)
+
+    def refusal(self, name: str, labels: Mapping[str, str], taints: Iterable[Taint]) -> str | None:
+        """Why a pod with these rules may not run on the node (`name`, `labels`, `taints`); None when it may."""
+        taint = self.untolerated(taints)
+        if taint is not None:
+            return f"a taint it does not tolerate ({taint.key}={taint.value}:{taint.effect})"
+        if not self.selector_matches(labels):
+            return "labels its node selector does not match"
+        if not self.affinity_allows(name, labels):
+            return "labels its required node affinity does not allow"
+        return None
+
+
+NO_RULES = NodeRules()

@@ -1,0 +1,118 @@
+"""Kubernetes' node rules in the controller: a pod moves only where its replacement may run (its tolerations,
+node selector and required node affinity against the node's taints and labels), and the guard refuses the rest."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+from loop_helpers import make_fleet, snapshot, workload
+
+from balancer.config import BalancerPolicy
+from balancer.metrics import rejection_reasons
+from balancer.model import Migrate
+from balancer.noderules import NO_RULES, NodeRules, Taint, Toleration
+from balancer.plan.planner import plan
+from balancer.plan.simulate import hot_tainted
+from balancer.safety import PlacementRefused, SafetyGuard, SafetyLedger
+
+FL = make_fleet(3, 4)   # n0: GPUs 0-3, n1: 4-7, n2: 8-11
+
+
+def labelled(**by_node) -> tuple:
+    """FL's nodes with labels / taints: labelled(n1={"labels": {...}, "taints": ("k=v:NoSchedule",)})."""
+    return tuple(replace(n, labels=MappingProxyType(by_node.get(n.name, {}).get("labels", {})),
+                         taints=by_node.get(n.name, {}).get("taints", ())) for n in FL.nodes)
+
+
+def rules(**spec) -> NodeRules:
+    return NodeRules.from_pod_spec(spec)
+
+
+def migrations(nodes, w, temps):
+    snaps = [snapshot(FL, workloads=[(w, (0,))], temps=temps, nodes=nodes)] * 2
+    state = None
+    for s in snaps:
+        p, state = plan(s, None, BalancerPolicy(), state)
+    return [a for a in p.actions if isinstance(a, Migrate)], p
+
+
+# n2 is the coolest target, n1 the next: a rule that rules n2 out must send the pod to n1
+TEMPS = {0: 86, 8: 35, 9: 35, 4: 45, 5: 45}
+
+
+@pytest.mark.parametrize(("nodes", "node_rules", "expected"), [
+    (labelled(), NO_RULES, "n2"),
+    (labelled(n1={"labels": {"zone": "b"}}, n2={"labels": {"zone": "a"}}), rules(nodeSelector={"zone": "b"}), "n1"),
+    (labelled(n2={"taints": ("dedicated=team-b:NoSchedule",)}), NO_RULES, "n1"),
+    (labelled(n2={"taints": ("dedicated=team-b:NoSchedule",)}),
+     rules(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "team-b", "effect": "NoSchedule"}]), "n2"),
+    (labelled(n2={"taints": ("dedicated=team-b:PreferNoSchedule",)}), NO_RULES, "n2"),   # only discourages
+    (labelled(n1={"labels": {"zone": "b"}}),
+     rules(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b", "c"]}]}]}}}), "n1"),
+    (labelled(), rules(nodeSelector={"zone": "b"}), None),   # no node has the label: nowhere to go
+], ids=["no-rules", "selector", "untolerated-taint", "tolerated-taint", "prefer-no-schedule", "affinity",
+        "unknown-label"])
+def test_a_hot_pod_moves_only_to_a_node_its_own_rules_admit(nodes, node_rules, expected):
+    moves, p = migrations(nodes, workload("svc-0", node_rules=node_rules), TEMPS)
+    assert [m.target_node for m in moves] == ([expected] if expected else [])
+    if expected is None:   # it stays, so the hot GPU is throttled instead
+        assert "power_limit" in {a.kind for a in p.actions}
+
+
+def test_the_snapshot_checks_each_distinct_rule_set_once_per_snapshot():
+    s = snapshot(FL, nodes=labelled(n1={"labels": {"zone": "b"}}, n2={"taints": ("x:NoExecute",)}))
+    zone_b = rules(nodeSelector={"zone": "b"})
+    assert s.admits(NO_RULES).tolist() == [True, True, False]
+    assert s.admits(zone_b).tolist() == [False, True, False]
+    assert s.admits(rules(nodeSelector={"zone": "b"})) is s.admits(zone_b)   # equal rules, one mask
+    with pytest.raises(ValueError):
+        s.admits(zone_b)[0] = True   # read-only, as every snapshot array
+
+
+def guard_review(nodes, w, target=8):
+    s = snapshot(FL, workloads=[(w, (0,))], nodes=nodes)
+    a = Migrate(workload=w.name, source_gpus=(0,), target_gpus=(target,), target_node=FL.gpus[target].node,
+                reason="x", expected_gain=1.0)
+    return SafetyGuard(BalancerPolicy().safety).review([a], s, SafetyLedger(), now=2000.0)
+
+
+def test_the_guard_refuses_a_migration_to_a_node_the_workload_may_not_run_on():
+    """The chokepoint holds even when a planner (or a person's plan) proposes the move."""
+    nodes = labelled(n2={"taints": ("dedicated=team-b:NoSchedule",)})
+    review = guard_review(nodes, workload("svc-0"))
+    (rejected,) = review.rejected
+    assert isinstance(rejected[1], PlacementRefused) and not review.accepted
+    assert "dedicated=team-b:NoSchedule" in str(rejected[1]) and "n2" in str(rejected[1])
+    assert PlacementRefused.reason in rejection_reasons()
+    tolerant = rules(tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    assert guard_review(nodes, workload("svc-0", node_rules=tolerant)).accepted
+
+
+def test_gputides_own_hot_taint_is_recognised_in_kubernetes_spelling():
+    """Node taints from the API come as `key=value:Effect`; a restarted controller must see its own."""
+    s = snapshot(FL, nodes=labelled(n0={"taints": ("gputide.io/hot=true:NoSchedule",)},
+                                    n1={"taints": ("gputide.io/hotter:NoSchedule",)}))
+    assert hot_tainted(s) == {"n0"}
+
+
+@pytest.mark.parametrize(("toleration", "taint", "expected"), [
+    (Toleration("dedicated", "Equal", "b", "NoSchedule"), "dedicated=b:NoSchedule", True),
+    (Toleration("dedicated", "Equal", "a", "NoSchedule"), "dedicated=b:NoSchedule", False),   # wrong value
+    (Toleration("dedicated", "Exists"), "dedicated=b:NoExecute", True),                      # any value, effect
+    (Toleration("dedicated", "Exists", effect="NoExecute"), "dedicated=b:NoSchedule", False),  # wrong effect
+    (Toleration("", "Exists"), "anything=x:NoSchedule", True),                              # tolerates all
+    (Toleration("", "Equal"), "anything=x:NoSchedule", False),                             # empty key, Equal
+    (Toleration("gpu"), "gpu", True),                                                       # no value, no effect
+])
+def test_tolerations_follow_kubernetes(toleration, taint, expected):
+    assert NodeRules(tolerations=(toleration,)).tolerates(Taint.parse(taint)) is expected
+
+
+@pytest.mark.parametrize("text", ["k", "k=v", "k:NoExecute", "example.com/k=v:PreferNoSchedule"])
+def test_a_taint_reads_and_writes_kubectls_syntax(text):
+    taint = Taint.parse(text)
+    assert Taint.parse(str(taint)) == taint and taint.key == text.split("=")[0].split(":")[0]
+    assert taint.effect == (text.split(":")[1] if ":" in text else "NoSchedule")
