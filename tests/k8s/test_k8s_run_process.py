@@ -1,7 +1,8 @@
 """`gputide run` as the process a cluster runs: a real Prometheus scraping the simulated tidal fleet, the fake API
 server holding a pod for every simulated workload (found through a kubeconfig), the controller started as a
 subprocess and stopped with SIGTERM. It must follow the pods' watch (one list, then no list per cycle), know
-every service's owner (so capacity does not hold), report the watch on its metrics endpoint, and exit 0."""
+every service's owner (so capacity does not hold), follow the nodes' watch too (their labels and taints), report
+both watches on its metrics endpoint, and exit 0."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
-from fakeapi import FakeKube, pod
+from fakeapi import FakeKube, node, pod
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +61,8 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
     tc = tidal.context(sim)
     for w in sim.workloads.values():
         kube.add(pod_for(w))
+    for n in sim.fleet.nodes:
+        kube.add(node(n.name, n.gpu_count))
     exporter = serve(GpuCollector(SimBackend(sim, lock=threading.Lock())), port=0)
     port = free_port()
     proc = None
@@ -78,12 +81,12 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
                 text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             except OSError:
                 text = ""
-            if (sample(text, 'gputide_reconcile_total{result="ok"}') or 0) >= 4 and \
-                    sample(text, 'gputide_kubernetes_watch_synced{resource="pods"}') == 1:
+            if (sample(text, 'gputide_reconcile_total{result="ok"}') or 0) >= 4 and all(
+                    sample(text, f'gputide_kubernetes_watch_synced{{resource="{r}"}}') == 1 for r in ("pods", "nodes")):
                 break
             time.sleep(0.5)
         else:
-            pytest.fail(f"no four cycles with a synced watch: rc {proc.poll()}\n{text[-2000:]}")
+            pytest.fail(f"no four cycles with synced watches: rc {proc.poll()}\n{text[-2000:]}")
         probes = {path: urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).read().decode()
                   for path in ("/healthz", "/readyz")}   # 200, or urlopen raises
     finally:
@@ -98,4 +101,7 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
     lists = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" not in r.query]
     watches = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" in r.query]
     assert 1 <= len(lists) <= 2 and watches, (len(lists), len(watches))   # 4+ cycles, no list per cycle
+    node_lists = [r for r in kube.requests if r.path == "/api/v1/nodes" and "watch=true" not in r.query]
+    assert 1 <= len(node_lists) <= 2, len(node_lists)
+    assert "are not Kubernetes nodes" not in out   # every GPU host was matched to its Node by name
     assert "Traceback" not in out, out[-3000:]
