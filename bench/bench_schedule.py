@@ -11,6 +11,11 @@ process. *Before*: the same measurement, in the same run and in turn with this t
 `BEFORE_COMMIT` (exported with `git archive`), which rebuilt every per-node fact and the workload mix on every call;
 both trees must pick the same nodes (the run fails otherwise).
 
+*Per pass*: what `SecondaryScheduler.schedule_once` itself costs for `PASS_PODS` pending pods (filters, placing,
+bookkeeping; the API server replaced by a stub that accepts every binding), CPU time of the whole pass, against
+the tree at `PASS_BEFORE_COMMIT` (which filtered every node and rebuilt the placement state for every pod). A few
+pods ask for 16 GPUs and fit nowhere, a fifth select a zone. Both trees must bind the same pods to the same nodes.
+
     .venv/bin/python -m bench.bench_schedule
 """
 
@@ -27,6 +32,9 @@ SIZES = (1000, 5000)
 PODS = 200
 RUNS = 5
 BEFORE_COMMIT = "a017911"
+PASS_PODS = 100
+PASS_RUNS = 3
+PASS_BEFORE_COMMIT = "487169e"
 ROOT = Path(__file__).resolve().parents[1]
 
 # (nvidia.com/gpu.product, GPUs, CPU milli, memory MiB, share of the fleet)
@@ -121,9 +129,102 @@ def measure_one(n: int, policy: str = "gputide") -> dict:
             "answers": hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16]}
 
 
-def _best(runs: list[dict]) -> list[dict]:
-    """Per size, the run with the lowest median (each run a process; a burst of other load only slows some)."""
-    return [min((r for r in runs if r["nodes"] == n), key=lambda r: r["median"]) for n in SIZES]
+def pending(count: int = PASS_PODS, seed: int = 2) -> list[dict]:
+    """Pending pods as `SecondaryScheduler.pending` gives them: `pods()` with their rules and owners, a few of
+    them asking for more GPUs than any node has."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, req in enumerate(pods(count, seed)):
+        name = req["name"].split("/")[1]
+        if rng.random() < 0.03:
+            req |= {"num_gpu": 16, "gpu_milli": 1000}
+        out.append(req | {
+            "namespace": "ml", "pod": name, "owner": "", "priority": 0, "created": "", "uid": f"uid-{i}",
+            "tolerations": [], "node_affinity": [], "pod_affinity": False, "owned": frozenset({f"ml/{name}"}),
+            "node_selector": {"topology.kubernetes.io/zone": "zone-1"} if rng.random() < 0.2 else {},
+            "extended": {"pods": 1.0}})  # fmt: skip
+    return out
+
+
+def measure_pass(n: int, policy: str = "gputide") -> dict:
+    """CPU time of one `schedule_once` over `pending()` on `fleet(n)`, every binding accepted."""
+    import copy
+    from types import SimpleNamespace
+
+    from kubernetes import client as k8s
+
+    from balancer.actuate.k8s_scheduler import SecondaryScheduler
+    from balancer.app.scheduling import EnginePlacer
+
+    class Offline(SecondaryScheduler):
+        """The scheduler with its reads given and its writes dropped: what is left is the pass itself."""
+
+        def pending(self) -> list[dict]:
+            return self.queue
+
+        def nodes_view(self) -> list[dict]:
+            return self.view
+
+        def _tell_unschedulable(self, req: dict, message: str) -> None:
+            pass
+
+        def _event(self, req: dict, kind: str, reason: str, message: str) -> None:
+            pass
+
+    class Accepting:
+        """The API: every binding accepted at once."""
+
+        core = SimpleNamespace(create_namespaced_pod_binding=None)
+
+        def __call__(self, *args, **kwargs) -> dict:
+            return {}
+
+    sched = Offline(k8s.ApiClient(), "gputide", EnginePlacer(policy))
+    sched.api = Accepting()
+    view = fleet(n)
+    for node in view:
+        node |= {"extended_total": {"pods": 110.0}, "extended_free": {"pods": 110.0}}
+    sched.queue, sched.view = pending(), copy.deepcopy(view)
+    c0 = time.process_time()
+    results = sched.schedule_once()
+    cpu = time.process_time() - c0
+    return {"nodes": n, "cpu": cpu, "placed": sum(v is not None for v in results.values()),
+            "answers": hashlib.sha256(json.dumps(sorted(results.items())).encode()).hexdigest()[:16]}
+
+
+def _best(runs: list[dict], key: str = "median") -> list[dict]:
+    """Per size, the run with the lowest figure (each run a process; a burst of other load only slows some)."""
+    return [min((r for r in runs if r["nodes"] == n), key=lambda r: r[key]) for n in SIZES]
+
+
+def _same(now: list[dict], before: list[dict]) -> None:
+    for a, b in zip(now, before, strict=True):
+        if a["answers"] != b["answers"]:
+            raise RuntimeError(f"{a['nodes']} nodes: the trees placed the pods differently ({a} vs {b})")
+
+
+def per_pass() -> str:
+    from bench.trees import now_and_before, section
+
+    now, before = now_and_before("bench_schedule", PASS_BEFORE_COMMIT,
+                                 [f"measure_pass({n})" for n in SIZES for _ in range(PASS_RUNS)])
+    _same(now, before)
+    now, before = _best(now, "cpu"), _best(before, "cpu")
+    return section(
+        "Schedule: one pass of SecondaryScheduler.schedule_once (balancer/actuate/k8s_scheduler.py)",
+        f"Command: `{COMMAND}`. CPU time of one pass over {PASS_PODS} pending pods (the same fleet and request mix, "
+        "3 % asking for 16 GPUs, a fifth selecting a zone): filters, placement (policy gputide) and bookkeeping, "
+        f"the API server replaced by a stub that accepts every binding. {PASS_RUNS} runs per size and tree, each "
+        f"in its own process, the trees in turn; the best run shown. Before = the tree at `{PASS_BEFORE_COMMIT}` "
+        "(every node filtered and the placement state rebuilt for every pod), same run; both trees bound the same "
+        "pods to the same nodes.",
+        ["nodes", "pods bound", "CPU per pass", "per pod", "before: per pass", "before: per pod", "speed-up"],
+        [[f"{a['nodes']:,}", f"{a['placed']} of {PASS_PODS}", f"{a['cpu'] * 1e3:.0f} ms",
+          f"{a['cpu'] / PASS_PODS * 1e3:.2f} ms", f"{b['cpu'] * 1e3:.0f} ms", f"{b['cpu'] / PASS_PODS * 1e3:.2f} ms",
+          f"{b['cpu'] / a['cpu']:.1f}x"] for a, b in zip(now, before, strict=True)],
+    )
 
 
 def main() -> str:
@@ -131,11 +232,9 @@ def main() -> str:
 
     runs = [f"measure_one({n})" for n in SIZES for _ in range(RUNS)]
     now, before = now_and_before("bench_schedule", BEFORE_COMMIT, runs)
-    for a, b in zip(now, before, strict=True):
-        if a["answers"] != b["answers"]:
-            raise RuntimeError(f"{a['nodes']} nodes: the trees placed the pods differently ({a} vs {b})")
+    _same(now, before)
     now, before = _best(now), _best(before)
-    return section(
+    return per_pass() + "\n" + section(
         "Schedule: EnginePlacer.place per pending pod (balancer/app/scheduling.py)",
         f"Command: `{COMMAND}`. CPU time of one `place(pod_request, offered_nodes)` call (policy gputide), median "
         f"over {PODS} pending pods of a mixed request mix, each bound where it was placed before the next is "

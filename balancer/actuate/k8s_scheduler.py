@@ -181,6 +181,7 @@ class _Offers:
         for n, reserved in zip(view, self.reserved.tolist(), strict=True):
             n["gpus_usable"] = n["gpus_free"] - reserved
         self._last: tuple[list[str | None], Any, list[str]] = ([], None, [])
+        self._fits = np.zeros(len(view), dtype=bool)
 
     @staticmethod
     def _missing(resource: str) -> float:
@@ -201,8 +202,8 @@ class _Offers:
             self.rules[key] = (why, self.np.array([w is None for w in why], dtype=bool))
         return self.rules[key]
 
-    def fitting(self, req: Json) -> list[int]:
-        """Indices of the nodes `req` fits, in view order; `reasons()` then says why not the others."""
+    def fitting(self, req: Json) -> Any:
+        """Indices of the nodes `req` fits, in view order (numpy); `reasons()` then says why not the others."""
         np, view = self.np, self.view
         others = self.reserved
         mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
@@ -220,7 +221,13 @@ class _Offers:
         code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
         rules, rules_ok = self._rules(req)
         self._last = (rules, code, words)
-        return np.flatnonzero(rules_ok & (code == 0)).tolist()
+        self._fits = rules_ok & (code == 0)
+        return np.flatnonzero(self._fits)
+
+    def reserved_for(self, req: Json) -> Json | None:
+        """The first node the last pod `fitting` was asked about fits and holds a reservation of its own."""
+        return next((self.view[i] for i in self.reserving if self._fits[i] and any(
+            k in req["owned"] for k in self.view[i]["reservations"])), None)
 
     def reasons(self) -> list[str | None]:
         """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""
@@ -455,7 +462,8 @@ class SecondaryScheduler:
         session = self.place.start_pass(view) if hasattr(self.place, "start_pass") else None
         for req in pending:
             offered = offers.fitting(req)
-            target = self._choose(req, view, offered, session)
+            reserved = offers.reserved_for(req)
+            target = reserved["name"] if reserved else self._choose(req, view, offered, session)
             i = index.get(target) if target else None
             created = parse_time(req["created"])
             if i is None or not self._fits(view[i], req):
@@ -478,11 +486,8 @@ class SecondaryScheduler:
             self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
         return results
 
-    def _choose(self, req: Json, view: list[Json], offered: list[int], session: Any) -> str | None:
-        """The node reserved for the pod among those it fits, else what `place` (or the pass's session) picks."""
-        reserved = next((view[i] for i in offered if self._reservation_key(view[i], req)), None)
-        if reserved is not None:
-            return reserved["name"]
+    def _choose(self, req: Json, view: list[Json], offered: Any, session: Any) -> str | None:
+        """What `place` (or the pass's session) picks among the nodes `offered` (indices into `view`)."""
         if session is not None:
             return session.place(req, offered)
         return self.place(req, [view[i] for i in offered])

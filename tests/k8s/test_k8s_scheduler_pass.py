@@ -63,8 +63,11 @@ def test_the_pass_filter_answers_what_the_per_node_filter_answers(view, pods):
                                                 for n in view]
     for req, taken in pods:
         why = per_node(view, req)
-        assert offers.fitting(req) == [i for i, w in enumerate(why) if w is None]
+        assert offers.fitting(req).tolist() == [i for i, w in enumerate(why) if w is None]
         assert offers.reasons() == why
+        own = next((n for n, w in zip(view, why, strict=True) if w is None and set(n["reservations"]) & req["owned"]),
+                   None)
+        assert offers.reserved_for(req) is own
         if view:   # a binding takes from one node (and its reservation, as the scheduler does): read it again
             n = view[taken % len(view)]
             n["gpus_free"] -= req["num_gpu"]
