@@ -214,3 +214,12 @@ def test_gpus_of_several_clusters_are_refused_unless_one_is_chosen():
         source(TwoClusters()).gpu_facts()
     snap = source(TwoClusters(), cluster="east").snapshot()
     assert [g.uuid for g in snap.gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]      # east's three GPUs, once each
+
+
+def test_one_gpu_under_two_hosts_is_refused_not_counted_twice(monkeypatch):
+    """A relabelled exporter can leave the old series next to the new for the lookback window: the same UUID on
+    two hosts. Before, the snapshot held two GPUs with one UUID, and actions on it could reach either host."""
+    monkeypatch.setitem(globals(), "GPUS", [*GPUS, ("node-c", "0", "GPU-b0", "NVIDIA L40S")])   # FakeClient's
+    with pytest.raises(InvalidTelemetry, match="1 GPU.* several hostname, gpu or modelName labels: GPU-b0") as err:
+        source(FakeClient()).snapshot()
+    assert err.value.subjects == ("GPU-b0",)
