@@ -129,6 +129,16 @@ def measure_one(n: int, policy: str = "gputide") -> dict:
             "answers": hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16]}
 
 
+def rules(selector: dict) -> object:
+    """A pod's node rules as the tree measured reads them: `NodeRules` (balancer/noderules.py) where it exists; the
+    trees before it read the plain `tolerations` / `node_selector` / `node_affinity` keys, which are kept too."""
+    try:
+        from balancer.noderules import NodeRules
+    except ImportError:
+        return None
+    return NodeRules.from_pod_spec({"nodeSelector": selector})
+
+
 def pending(count: int = PASS_PODS, seed: int = 2) -> list[dict]:
     """Pending pods as `SecondaryScheduler.pending` gives them: `pods()` with their rules and owners, a few of
     them asking for more GPUs than any node has."""
@@ -145,6 +155,7 @@ def pending(count: int = PASS_PODS, seed: int = 2) -> list[dict]:
             "tolerations": [], "node_affinity": [], "pod_affinity": False, "owned": frozenset({f"ml/{name}"}),
             "node_selector": {"topology.kubernetes.io/zone": "zone-1"} if rng.random() < 0.2 else {},
             "extended": {"pods": 1.0}})  # fmt: skip
+        out[-1]["rules"] = rules(out[-1]["node_selector"])   # the same rules as this tree reads them
     return out
 
 

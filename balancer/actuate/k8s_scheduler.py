@@ -20,8 +20,8 @@ watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a
 node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
 
 Within a pass the bindings are assumed the same way, into one view of the nodes: the filters run over all nodes
-at once per pod (`_Offers`: the placement rules once per distinct set of rules in the pass, what is left as numpy
-columns updated after each binding), and a `place` that has `start_pass(view)` (`EnginePlacer`) is asked through
+at once per pod (`k8s_filters.Offers`: the placement rules once per distinct set of rules in the pass, what is left
+as numpy columns updated after each binding), and a `place` that has `start_pass(view)` (`EnginePlacer`) is asked through
 the pass it returns: `place(request, offered_indices)`, and `bound(i)` after each binding the API accepted, so it
 can keep one placement state for the whole pass instead of building one per pod.
 """
@@ -31,10 +31,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from balancer.actuate.k8s_filters import Offers, reservation_key, reserved, unschedulable, why_not
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
@@ -48,14 +48,13 @@ from balancer.actuate.kubernetes import (
     basic_requests,
     effective_requests,
     k8s,
-    node_affinity_allows,
     parse_time,
     post_event,
     quantity,
     rfc3339,
-    tolerates,
 )
 from balancer.errors import ActuationError
+from balancer.noderules import NodeRules, Taint
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -92,9 +91,7 @@ def scheduling_request(pod: Json) -> Json | None:
         "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
         "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
         "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
-        "tolerations": spec.get("tolerations") or [], "node_selector": spec.get("nodeSelector") or {},
-        "node_affinity": (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [],
+        "rules": NodeRules.from_pod_spec(spec),   # tolerations, node selector, required node affinity
         "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
         "owned": frozenset(owned), "extended": extended,
@@ -107,7 +104,7 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
     labels = meta.get("labels") or {}
     return {
         "name": meta["name"], "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
-        "taints": (node.get("spec") or {}).get("taints") or [],
+        "taints": tuple(Taint.from_json(t) for t in (node.get("spec") or {}).get("taints") or ()),
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
         "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
         "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
@@ -147,100 +144,6 @@ def _with_usage(summed: tuple[dict, dict], usage) -> tuple[dict[str, list[int]],
         for k, v in more_ext[node].items():
             e[k] = e.get(k, 0.0) + v
     return used, used_ext
-
-
-def _reserved(node: Json) -> int:
-    """GPUs reserved on `node` for anyone."""
-    return sum(int(v.get("count", 0)) for v in node["reservations"].values()) if node["reservations"] else 0
-
-
-class _Offers:
-    """The scheduler's filters over every node of one pass at once: which nodes a pod fits, and why not the others.
-
-    The answers are `SecondaryScheduler._why_not`'s for each node, computed per pass rather than per pod and node.
-    The placement rules (cordon, taints, node selector, node affinity) do not change during a pass, so they are
-    checked once per node for each distinct set of the pod's rules (a Job's pods share theirs); what the nodes have
-    left (GPUs, those reserved for others, CPU, memory, the rest, pod slots) is a numpy column each, compared with
-    the pod's requests in one pass, and `update(i)` reads node i again after a binding took its share.
-
-    It also sets each node's `gpus_usable`: its free GPUs less all its reservations. That is what `place` is told
-    for every node it is offered: a pod that owns a reservation on a node it fits goes there without `place`."""
-
-    def __init__(self, view: list[Json], rule_refusal: Callable[[Json, Json], str | None]) -> None:
-        import numpy as np  # only the per-pass filters need numpy
-
-        self.np, self.view, self.rule_refusal = np, view, rule_refusal
-        self.reserving = [i for i, n in enumerate(view) if n["reservations"]]
-        self.reserved = np.zeros(len(view), dtype=np.int64)
-        self.reserved[self.reserving] = [_reserved(view[i]) for i in self.reserving]
-        self.gpus = np.array([n["gpus_free"] for n in view])
-        self.cpu = np.array([n["cpu_milli_free"] for n in view])
-        self.memory = np.array([n["memory_mib_free"] for n in view])
-        self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
-        self.rules: dict[str, tuple[list[str | None], Any]] = {}
-        for n, reserved in zip(view, self.reserved.tolist(), strict=True):
-            n["gpus_usable"] = n["gpus_free"] - reserved
-        self._last: tuple[list[str | None], Any, list[str]] = ([], None, [])
-        self._fits = np.zeros(len(view), dtype=bool)
-
-    @staticmethod
-    def _missing(resource: str) -> float:
-        return float("inf") if resource == "pods" else 0.0   # a node that does not count its pods takes any number
-
-    def _free(self, resource: str) -> Any:
-        column = self.extended.get(resource)
-        if column is None:
-            missing = self._missing(resource)
-            column = self.extended[resource] = self.np.array(
-                [n["extended_free"].get(resource, missing) for n in self.view], dtype=float)
-        return column
-
-    def _rules(self, req: Json) -> tuple[list[str | None], Any]:
-        key = repr((req["pod_affinity"], req["tolerations"], req["node_selector"], req["node_affinity"]))
-        if key not in self.rules:
-            why = [self.rule_refusal(n, req) for n in self.view]
-            self.rules[key] = (why, self.np.array([w is None for w in why], dtype=bool))
-        return self.rules[key]
-
-    def fitting(self, req: Json) -> Any:
-        """Indices of the nodes `req` fits, in view order (numpy); `reasons()` then says why not the others."""
-        np, view = self.np, self.view
-        others = self.reserved
-        mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
-        if mine:   # reservations of this pod's own are not held against it
-            others = others.copy()
-            others[mine] = [SecondaryScheduler._reserved_for_others(view[i], req) for i in mine]
-        gpus = req["num_gpu"]
-        failed = [self.gpus < gpus, self.gpus - others < gpus, self.cpu < req["cpu_milli"],
-                  self.memory < req["memory_mib"]]
-        words = [f"Insufficient {GPU_RESOURCE}", "node(s) had GPUs reserved for other pods", "Insufficient cpu",
-                 "Insufficient memory"]
-        for k, v in req["extended"].items():
-            failed.append(self._free(k) < v)
-            words.append("Too many pods" if k == "pods" else f"Insufficient {k}")
-        code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
-        rules, rules_ok = self._rules(req)
-        self._last = (rules, code, words)
-        self._fits = rules_ok & (code == 0)
-        return np.flatnonzero(self._fits)
-
-    def reserved_for(self, req: Json) -> Json | None:
-        """The first node the last pod `fitting` was asked about fits and holds a reservation of its own."""
-        return next((self.view[i] for i in self.reserving if self._fits[i] and any(
-            k in req["owned"] for k in self.view[i]["reservations"])), None)
-
-    def reasons(self) -> list[str | None]:
-        """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""
-        rules, code, words = self._last
-        return [r if r is not None else words[c - 1] if c else None for r, c in zip(rules, code.tolist(), strict=True)]
-
-    def update(self, i: int) -> None:
-        """Node i changed (a binding took its share, maybe a reservation): read what it has left again."""
-        n = self.view[i]
-        self.gpus[i], self.cpu[i], self.memory[i] = n["gpus_free"], n["cpu_milli_free"], n["memory_mib_free"]
-        self.reserved[i] = _reserved(n)
-        for k, column in self.extended.items():
-            column[i] = n["extended_free"].get(k, self._missing(k))
 
 
 class SecondaryScheduler:
@@ -379,69 +282,6 @@ class SecondaryScheduler:
 
     # ---- one pass -----------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _reserved_for_others(node: Json, req: Json) -> int:
-        if not node["reservations"]:   # most nodes: nothing to look up
-            return 0
-        return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in req["owned"])
-
-    @staticmethod
-    def _reservation_key(node: Json, req: Json) -> str | None:
-        return next((k for k in node["reservations"] if k in req["owned"]), None) if node["reservations"] else None
-
-    def _why_not(self, node: Json, req: Json) -> str | None:
-        """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
-        return self._rule_refusal(node, req) or self._resource_refusal(node, req)
-
-    @staticmethod
-    def _rule_refusal(node: Json, req: Json) -> str | None:
-        """The pod's and the node's placement rules: cordon, taints, node selector, node affinity."""
-        if req["pod_affinity"]:   # never ignored silently: placed against it, the pod would break its rule
-            return "node(s) not considered: required pod affinity or anti-affinity is not supported by gputide"
-        if node["unschedulable"]:
-            return "node(s) were unschedulable"
-        for t in node["taints"]:
-            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(req["tolerations"], t):
-                return f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"
-        if any(node["labels"].get(k) != v for k, v in req["node_selector"].items()):
-            return "node(s) didn't match Pod's node selector"
-        if req["node_affinity"] and not node_affinity_allows(req["node_affinity"], node):
-            return "node(s) didn't match Pod's node affinity"
-        return None
-
-    def _resource_refusal(self, node: Json, req: Json) -> str | None:
-        """What the node has left: GPUs (less those reserved for other pods), CPU, memory, the rest, pod slots."""
-        if node["gpus_free"] < req["num_gpu"]:
-            return f"Insufficient {GPU_RESOURCE}"
-        if node["gpus_free"] - self._reserved_for_others(node, req) < req["num_gpu"]:
-            return "node(s) had GPUs reserved for other pods"
-        if node["cpu_milli_free"] < req["cpu_milli"]:
-            return "Insufficient cpu"
-        if node["memory_mib_free"] < req["memory_mib"]:
-            return "Insufficient memory"
-        free = node["extended_free"]
-        for k, v in req["extended"].items():
-            if k == "pods":   # a node that does not say how many pods it takes is not limited here
-                if free.get("pods", v) < v:
-                    return "Too many pods"
-            elif free.get(k, 0.0) < v:
-                return f"Insufficient {k}"
-        return None
-
-    def _fits(self, node: Json, req: Json) -> bool:
-        return self._why_not(node, req) is None
-
-    @staticmethod
-    def _unschedulable(why: list[str | None], req: Json, offered: int) -> str:
-        """kube-scheduler's summary of the filters' answers `why` (one per node, None: fits):
-        `0/N nodes are available: <count> <reason>, ...`."""
-        reasons = Counter(r for r in why if r is not None)
-        if offered:   # nodes fit the requests; the placement policy took none of them
-            models = f" (allowed GPU models: {'|'.join(req['allowed_models'])})" if req["allowed_models"] else ""
-            reasons[f"node(s) fit the requests but not the placement policy{models}"] += offered
-        detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-        return f"0/{len(why)} nodes are available: {detail or 'no nodes'}."
-
     def schedule_once(self) -> dict[str, str | None]:
         """One pass: bind every pending pod of this scheduler that fits somewhere. Returns {pod: node or None};
         `latencies` and `oldest_pending_s` say how long the bound pods waited and the oldest left pending has,
@@ -458,7 +298,7 @@ class SecondaryScheduler:
             return {}
         view, results, now = self.nodes_view(), {}, self.clock()
         index = {n["name"]: i for i, n in enumerate(view)}
-        offers = _Offers(view, self._rule_refusal)
+        offers = Offers(view)
         session = self.place.start_pass(view) if hasattr(self.place, "start_pass") else None
         for req in pending:
             offered = offers.fitting(req)
@@ -466,10 +306,10 @@ class SecondaryScheduler:
             target = reserved["name"] if reserved else self._choose(req, view, offered, session)
             i = index.get(target) if target else None
             created = parse_time(req["created"])
-            if i is None or not self._fits(view[i], req):
+            if i is None or why_not(view[i], req) is not None:
                 results[req["name"]] = None
                 self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
-                self.reasons[req["name"]] = self._unschedulable(offers.reasons(), req, len(offered))
+                self.reasons[req["name"]] = unschedulable(offers.reasons(), req, len(offered))
                 self._tell_unschedulable(req, self.reasons[req["name"]])
                 continue
             bound = self._bind(req, view[i])
@@ -514,12 +354,12 @@ class SecondaryScheduler:
         for k, v in req["extended"].items():
             if k in node["extended_free"]:
                 node["extended_free"][k] -= v
-        key = self._reservation_key(node, req)
+        key = reservation_key(node, req)
         if key is not None:
             node["reservations"].pop(key)
             self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                 n, self.reservation_annotation, {k: None}))
-        node["gpus_usable"] = node["gpus_free"] - _reserved(node)
+        node["gpus_usable"] = node["gpus_free"] - reserved(node)
         return node["name"]
 
     # ---- telling the pod's owner --------------------------------------------------------------------------

@@ -299,46 +299,6 @@ class _Api:
             lambda body: self(what, self.core.patch_node, name, body, _content_type=MERGE_PATCH), change)
 
 
-def tolerates(tolerations: list[Json], taint: Json) -> bool:
-    """Kubernetes' toleration rule: same effect (or none given); `Exists` on the key (an empty key tolerates every
-    taint), else `Equal` on key and value."""
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        exists = (t.get("operator") or "Equal") == "Exists"
-        if not t.get("key"):
-            if exists:
-                return True
-            continue
-        if t.get("key") == taint.get("key") and (exists or (t.get("value") or "") == (taint.get("value") or "")):
-            return True
-    return False
-
-
-def _matches(expression: Json, values_of: Json) -> bool:
-    """One node selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against labels or fields."""
-    key, op, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
-    has, value = key in values_of, values_of.get(key)
-    if op in ("Gt", "Lt"):
-        try:
-            a, b = int(value), int(values[0])
-        except (TypeError, ValueError, IndexError):
-            return False
-        return a > b if op == "Gt" else a < b
-    return {"In": has and value in values, "NotIn": not has or value not in values, "Exists": has,
-            "DoesNotExist": not has}.get(op, False)
-
-
-def node_affinity_allows(terms: list[Json], node: Json) -> bool:
-    """Required node affinity: any term (ORed) whose expressions and fields all match; no terms allow all."""
-    if not terms:
-        return True
-    fields = {"metadata.name": node["name"]}
-    return any((t.get("matchExpressions") or t.get("matchFields"))
-               and all(_matches(e, node["labels"]) for e in t.get("matchExpressions") or [])
-               and all(_matches(f, fields) for f in t.get("matchFields") or []) for t in terms)
-
-
 def placement_refusal(pod: Json, node: Json) -> str | None:
     """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
     does not tolerate, its node selector, its required node affinity), None when they allow it."""

@@ -11,13 +11,8 @@ from test_k8s_watch import eventually
 
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
-from balancer.actuate.kubernetes import (
-    RESERVATION_ANNOTATION,
-    KubernetesActuator,
-    node_affinity_allows,
-    rfc3339,
-    tolerates,
-)
+from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, KubernetesActuator, rfc3339
+from balancer.noderules import NodeRules, Taint
 
 
 def most_free(request: dict, nodes: list[dict]) -> str | None:
@@ -316,7 +311,7 @@ HOT = {"key": "gputide.io/hot", "value": "true", "effect": "NoSchedule"}
      ({"value": "true"}, False)],                                             # empty key needs Exists
     ids=["equal", "wrong-value", "exists", "tolerate-all", "other-effect", "other-key", "empty-key-equal"])
 def test_tolerations_follow_kubernetes(toleration, expected) -> None:
-    assert tolerates([toleration], HOT) is expected
+    assert NodeRules.from_pod_spec({"tolerations": [toleration]}).tolerates(Taint.from_json(HOT)) is expected
 
 
 @pytest.mark.parametrize(
@@ -334,7 +329,9 @@ def test_tolerations_follow_kubernetes(toleration, expected) -> None:
      ([{}], False)],                                                                          # an empty term
     ids=["none", "in", "not-in", "does-not-exist", "gt", "lt", "terms-ored", "expressions-anded", "empty-term"])
 def test_required_node_affinity_follows_kubernetes(terms, expected) -> None:
-    assert node_affinity_allows(terms, {"name": "n1", "labels": {"pool": "a", "gpus": "8"}}) is expected
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    rules = NodeRules.from_pod_spec({"affinity": affinity} if terms else {})
+    assert rules.affinity_allows("n1", {"pool": "a", "gpus": "8"}) is expected
 
 
 def test_the_scheduler_keeps_to_affinity_tolerations_and_init_containers(cluster: FakeKube, api, clock) -> None:

@@ -10,12 +10,13 @@ from fakeapi import FakeKube, node, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balancer.actuate.k8s_scheduler import SecondaryScheduler, _Offers
+from balancer.actuate.k8s_filters import Offers, why_not
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.scheduling import EnginePlacer
+from balancer.noderules import NodeRules, Taint
 from tests.fuzz.fuzzing import examples
 
-TAINTS = [{"key": "hot", "value": "true", "effect": "NoSchedule"}, {"key": "gpu", "effect": "NoExecute"},
-          {"key": "soft", "effect": "PreferNoSchedule"}]
+TAINTS = [Taint("hot", "true", "NoSchedule"), Taint("gpu", "", "NoExecute"), Taint("soft", "", "PreferNoSchedule")]
 
 
 @st.composite
@@ -40,8 +41,10 @@ def views(draw):
 requests = st.fixed_dictionaries({
     "name": st.just("ml/a"), "num_gpu": st.integers(0, 4), "cpu_milli": st.sampled_from([0, 2000, 8000]),
     "memory_mib": st.sampled_from([0, 8192]), "pod_affinity": st.booleans(),
-    "tolerations": st.sampled_from([[], [{"key": "hot", "operator": "Exists"}], [{"operator": "Exists"}]]),
-    "node_selector": st.sampled_from([{}, {"pool": "a"}]), "node_affinity": st.just([]),
+    "rules": st.builds(lambda tolerations, selector: NodeRules.from_pod_spec(
+        {"tolerations": tolerations, "nodeSelector": selector}),
+        st.sampled_from([[], [{"key": "hot", "operator": "Exists"}], [{"operator": "Exists"}]]),
+        st.sampled_from([{}, {"pool": "a"}])),
     "owned": st.sampled_from([frozenset(), frozenset({"ml/a", "ml/job"})]),
     "extended": st.sampled_from([{"pods": 1.0}, {"nvidia.com/mig-1g.10gb": 2.0, "pods": 1.0}]),
 })  # fmt: skip
@@ -49,14 +52,13 @@ requests = st.fixed_dictionaries({
 
 def per_node(view, req) -> list[str | None]:
     """The scheduler's filter node by node, as every pod of a pass used to run it."""
-    scheduler = SecondaryScheduler.__new__(SecondaryScheduler)
-    return [scheduler._why_not(n, req) for n in view]
+    return [why_not(n, req) for n in view]
 
 
 @settings(max_examples=examples(200), deadline=None)
 @given(view=views(), pods=st.lists(st.tuples(requests, st.integers(0, 5)), min_size=1, max_size=6))
 def test_the_pass_filter_answers_what_the_per_node_filter_answers(view, pods):
-    offers = _Offers(view, SecondaryScheduler._rule_refusal)
+    offers = Offers(view)
     # what `place` is told a node it is offered has: its free GPUs less every reservation (a pod that owns one on
     # a node it fits is bound there without asking `place`)
     assert [n["gpus_usable"] for n in view] == [n["gpus_free"] - sum(r["count"] for r in n["reservations"].values())

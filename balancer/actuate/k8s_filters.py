@@ -1,0 +1,184 @@
+"""The secondary scheduler's filters: may a pending pod go to a node, and if not, why, in kube-scheduler's words.
+
+Two parts, checked in this order for each node:
+
+* **placement rules** (`rule_refusal`): required pod (anti-)affinity is not evaluated, so such a pod is refused
+  everywhere (with that reason, never placed against its rule); a cordoned node; then the pod's own rules
+  (`balancer.noderules`: `NoSchedule`/`NoExecute` taints it does not tolerate, its node selector, its required
+  node affinity), the same reading of Kubernetes the controller's migrations use;
+* **what is left** (`resource_refusal`): GPUs, those reserved for other pods (node annotation
+  `gputide.io/reserved-for`, written by a Migrate for the workload's replacement), CPU, memory, every extended
+  resource and the node's pod slots.
+
+`why_not(node, request)` is both for one node; `Offers` answers the same over every node of a pass at once: the
+placement rules once per node for each distinct set of rules in the pass (a Job's pods share theirs), what is left
+as a numpy column per resource compared with the pod's requests in one go, and `update(i)` reads node i again
+after a binding took its share. `unschedulable(why, request, offered)` is kube-scheduler's one-line summary for
+the pod's FailedScheduling Event: `0/12 nodes are available: 4 Insufficient nvidia.com/gpu, ...`.
+
+Nodes and requests are the plain dicts of `balancer.actuate.k8s_scheduler` (`node_facts` with what is free,
+`scheduling_request`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from balancer.actuate.kubernetes import GPU_RESOURCE
+
+Json = dict[str, Any]
+
+
+def reserved(node: Json) -> int:
+    """GPUs reserved on `node` for anyone."""
+    return sum(int(v.get("count", 0)) for v in node["reservations"].values()) if node["reservations"] else 0
+
+
+def reserved_for_others(node: Json, req: Json) -> int:
+    """GPUs reserved on `node` for anyone but `req` (its own reservations are not held against it)."""
+    if not node["reservations"]:   # most nodes: nothing to look up
+        return 0
+    return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in req["owned"])
+
+
+def reservation_key(node: Json, req: Json) -> str | None:
+    """The key of `req`'s own reservation on `node`, if it has one."""
+    return next((k for k in node["reservations"] if k in req["owned"]), None) if node["reservations"] else None
+
+
+def rule_refusal(node: Json, req: Json) -> str | None:
+    """The pod's and the node's placement rules: pod affinity, cordon, taints, node selector, node affinity."""
+    if req["pod_affinity"]:   # never ignored silently: placed against it, the pod would break its rule
+        return "node(s) not considered: required pod affinity or anti-affinity is not supported by gputide"
+    if node["unschedulable"]:
+        return "node(s) were unschedulable"
+    rules = req["rules"]
+    taint = rules.untolerated(node["taints"])
+    if taint is not None:
+        return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    if not rules.selector_matches(node["labels"]):
+        return "node(s) didn't match Pod's node selector"
+    if not rules.affinity_allows(node["name"], node["labels"]):
+        return "node(s) didn't match Pod's node affinity"
+    return None
+
+
+def resource_refusal(node: Json, req: Json) -> str | None:
+    """What the node has left: GPUs (less those reserved for other pods), CPU, memory, the rest, pod slots."""
+    if node["gpus_free"] < req["num_gpu"]:
+        return f"Insufficient {GPU_RESOURCE}"
+    if node["gpus_free"] - reserved_for_others(node, req) < req["num_gpu"]:
+        return "node(s) had GPUs reserved for other pods"
+    if node["cpu_milli_free"] < req["cpu_milli"]:
+        return "Insufficient cpu"
+    if node["memory_mib_free"] < req["memory_mib"]:
+        return "Insufficient memory"
+    free = node["extended_free"]
+    for k, v in req["extended"].items():
+        if k == "pods":   # a node that does not say how many pods it takes is not limited here
+            if free.get("pods", v) < v:
+                return "Too many pods"
+        elif free.get(k, 0.0) < v:
+            return f"Insufficient {k}"
+    return None
+
+
+def why_not(node: Json, req: Json) -> str | None:
+    """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
+    return rule_refusal(node, req) or resource_refusal(node, req)
+
+
+def unschedulable(why: list[str | None], req: Json, offered: int) -> str:
+    """kube-scheduler's summary of the filters' answers `why` (one per node, None: fits):
+    `0/N nodes are available: <count> <reason>, ...`."""
+    reasons = Counter(r for r in why if r is not None)
+    if offered:   # nodes fit the requests; the placement policy took none of them
+        models = f" (allowed GPU models: {'|'.join(req['allowed_models'])})" if req["allowed_models"] else ""
+        reasons[f"node(s) fit the requests but not the placement policy{models}"] += offered
+    detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    return f"0/{len(why)} nodes are available: {detail or 'no nodes'}."
+
+
+class Offers:
+    """The filters over every node of one pass at once: which nodes a pod fits, and why not the others.
+
+    The answers are `why_not`'s for each node, computed per pass rather than per pod and node (module docstring).
+    It also sets each node's `gpus_usable`: its free GPUs less all its reservations. That is what `place` is told
+    for every node it is offered: a pod that owns a reservation on a node it fits goes there without `place`."""
+
+    def __init__(self, view: list[Json]) -> None:
+        self.view = view
+        self.reserving = [i for i, n in enumerate(view) if n["reservations"]]
+        self.reserved = np.zeros(len(view), dtype=np.int64)
+        self.reserved[self.reserving] = [reserved(view[i]) for i in self.reserving]
+        self.gpus = np.array([n["gpus_free"] for n in view])
+        self.cpu = np.array([n["cpu_milli_free"] for n in view])
+        self.memory = np.array([n["memory_mib_free"] for n in view])
+        self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
+        self.rules: dict[tuple, tuple[list[str | None], np.ndarray]] = {}
+        for n, r in zip(view, self.reserved.tolist(), strict=True):
+            n["gpus_usable"] = n["gpus_free"] - r
+        self._last: tuple[list[str | None], Any, list[str]] = ([], None, [])
+        self._fits = np.zeros(len(view), dtype=bool)
+
+    @staticmethod
+    def _missing(resource: str) -> float:
+        return float("inf") if resource == "pods" else 0.0   # a node that does not count its pods takes any number
+
+    def _free(self, resource: str) -> np.ndarray:
+        column = self.extended.get(resource)
+        if column is None:
+            missing = self._missing(resource)
+            column = self.extended[resource] = np.array(
+                [n["extended_free"].get(resource, missing) for n in self.view], dtype=float)
+        return column
+
+    def _rules(self, req: Json) -> tuple[list[str | None], np.ndarray]:
+        key = (req["pod_affinity"], req["rules"])
+        if key not in self.rules:
+            why = [rule_refusal(n, req) for n in self.view]
+            self.rules[key] = (why, np.array([w is None for w in why], dtype=bool))
+        return self.rules[key]
+
+    def fitting(self, req: Json) -> np.ndarray:
+        """Indices of the nodes `req` fits, in view order; `reasons()` then says why not the others."""
+        view = self.view
+        others = self.reserved
+        mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
+        if mine:   # reservations of this pod's own are not held against it
+            others = others.copy()
+            others[mine] = [reserved_for_others(view[i], req) for i in mine]
+        gpus = req["num_gpu"]
+        failed = [self.gpus < gpus, self.gpus - others < gpus, self.cpu < req["cpu_milli"],
+                  self.memory < req["memory_mib"]]
+        words = [f"Insufficient {GPU_RESOURCE}", "node(s) had GPUs reserved for other pods", "Insufficient cpu",
+                 "Insufficient memory"]
+        for k, v in req["extended"].items():
+            failed.append(self._free(k) < v)
+            words.append("Too many pods" if k == "pods" else f"Insufficient {k}")
+        code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
+        rules, rules_ok = self._rules(req)
+        self._last = (rules, code, words)
+        self._fits = rules_ok & (code == 0)
+        return np.flatnonzero(self._fits)
+
+    def reserved_for(self, req: Json) -> Json | None:
+        """The first node the last pod `fitting` was asked about fits and holds a reservation of its own."""
+        return next((self.view[i] for i in self.reserving if self._fits[i] and any(
+            k in req["owned"] for k in self.view[i]["reservations"])), None)
+
+    def reasons(self) -> list[str | None]:
+        """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""
+        rules, code, words = self._last
+        return [r if r is not None else words[c - 1] if c else None for r, c in zip(rules, code.tolist(), strict=True)]
+
+    def update(self, i: int) -> None:
+        """Node i changed (a binding took its share, maybe a reservation): read what it has left again."""
+        n = self.view[i]
+        self.gpus[i], self.cpu[i], self.memory[i] = n["gpus_free"], n["cpu_milli_free"], n["memory_mib_free"]
+        self.reserved[i] = reserved(n)
+        for k, column in self.extended.items():
+            column[i] = n["extended_free"].get(k, self._missing(k))
