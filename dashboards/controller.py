@@ -90,6 +90,11 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
             "Oldest pending pod", "Age of the oldest pod the leading replica's last pass left pending "
             "(gputide_scheduler_oldest_pending_seconds): how long the longest-waiting pod has waited.", "s",
             [q(f"max(gputide_scheduler_oldest_pending_seconds{{{CLUSTER}}} {_ON_LEADER})", "oldest")], min_val=0))
+        .with_panel(timeseries_panel(
+            "Preempted pods", "Pods of lower priority the scheduler evicted per interval to make room for a pod that "
+            "fit nowhere (gputide_scheduler_preempted_pods_total; never against a PodDisruptionBudget).", "none",
+            [q(f"sum(increase(gputide_scheduler_preempted_pods_total{{{CLUSTER}}}[$__rate_interval]))", "evicted")],
+            bars=True, min_val=0))
     )
 
 

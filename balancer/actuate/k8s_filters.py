@@ -170,6 +170,10 @@ class Offers:
         return next((self.view[i] for i in self.reserving if self._fits[i] and any(
             k in req["owned"] for k in self.view[i]["reservations"])), None)
 
+    def admitted(self) -> list[int]:
+        """Nodes whose placement rules admit the last pod `fitting` was asked about, whatever they have left."""
+        return [i for i, r in enumerate(self._last[0]) if r is None]
+
     def reasons(self) -> list[str | None]:
         """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""
         rules, code, words = self._last

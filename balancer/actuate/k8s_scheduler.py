@@ -32,9 +32,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_filters import Offers, reservation_key, reserved, unschedulable, why_not
+from balancer.actuate.k8s_preempt import Preemptor
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
@@ -94,7 +95,7 @@ def scheduling_request(pod: Json) -> Json | None:
         "rules": NodeRules.from_pod_spec(spec),   # tolerations, node selector, required node affinity
         "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
-        "owned": frozenset(owned), "extended": extended,
+        "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
     }  # fmt: skip
 
 
@@ -114,17 +115,35 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
     }  # fmt: skip
 
 
-def pod_usage(pod: Json) -> tuple[str, int, int, int, tuple[tuple[str, float], ...]]:
-    """(node, gpus, cpu_milli, memory_mib, extended requests) a bound pod takes."""
+class Usage(NamedTuple):
+    """What a bound pod takes on its node, and what preemption weighs it by."""
+
+    node: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    extended: tuple[tuple[str, float], ...]
+    key: str = ""                         # namespace/name
+    priority: int = 0
+    started: float = 0.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def pod_usage(pod: Json) -> Usage:
+    """The `Usage` of a bound pod."""
     g, c, m, extended = _requests(pod)
-    return pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items()))
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return Usage(pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items())),
+                 f"{meta.get('namespace', 'default')}/{meta['name']}", int(pod["spec"].get("priority") or 0),
+                 parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
+                 tuple(sorted((meta.get("labels") or {}).items())))
 
 
 def _sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
     """Per node: [gpus, cpu_milli, memory_mib] and the extended resources that `usage` (`pod_usage` tuples) takes."""
     used: dict[str, list[int]] = {}
     used_ext: dict[str, dict[str, float]] = {}
-    for node, g, c, m, ext in usage:
+    for node, g, c, m, ext, *_ in usage:
         u = used.setdefault(node, [0, 0, 0])
         u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
         e = used_ext.setdefault(node, {})
@@ -158,7 +177,7 @@ class SecondaryScheduler:
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0,
-                 min_tell_s: float = 60.0) -> None:
+                 min_tell_s: float = 60.0, preemption: bool = True) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
@@ -170,7 +189,11 @@ class SecondaryScheduler:
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
-        self._assumed: dict[str, tuple[float, tuple]] = {}   # pod -> (when, its pod_usage)
+        self._assumed: dict[str, tuple[float, Usage]] = {}   # pod -> (when, its pod_usage)
+        self.preemptor = Preemptor(self.api, scheduler_name, reservation_annotation, clock) if preemption else None
+        self.preempted: list[tuple[str, str]] = []   # the last pass: (victim, node) of each preemption started
+        self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
+        self._pass_bound: dict[str, list[Usage]] | None = None   # the pass's bound pods per node (preemption)
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -253,6 +276,7 @@ class SecondaryScheduler:
         nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
                                lambda n: node_facts(n, self.reservation_annotation))
         (used, used_ext), cached = self._bound_usage()
+        held = self.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes}) if self.preemptor else {}
         if cached:   # a consistent list already shows every binding made; the cache may not yet
             used, used_ext = _with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
         view = []
@@ -262,7 +286,7 @@ class SecondaryScheduler:
             view.append(dict(n, gpus_free=n["gpus_total"] - g, cpu_milli_free=n["cpu_milli_total"] - c,
                              memory_mib_free=n["memory_mib_total"] - m,
                              extended_free={k: v - e.get(k, 0.0) for k, v in n["extended_total"].items()},
-                             reservations={k: v for k, v in n["reservations"].items()
+                             reservations={k: v for k, v in {**n["reservations"], **held.get(n["name"], {})}.items()
                                            if (parse_time(v.get("expires")) or 0) > now}))
         return view
 
@@ -271,9 +295,10 @@ class SecondaryScheduler:
         again only when the cache changed (a pass woken by a pending pod that fits nowhere would otherwise re-add
         20,000 unchanged pods)."""
         items = self._cached("bound pods")
-        if items is None:   # no synced watch: a consistent list, summed every time
+        if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
                                    pod_usage, field_selector=BOUND)
+            self._listed_bound = usage
             return _sum_usage(usage), False
         generation = self._snapshots["bound pods"][0]
         if self._usage_memo is None or self._usage_memo[0] != generation:
@@ -291,7 +316,8 @@ class SecondaryScheduler:
         scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has passed; a
         bound pod gets a
         Scheduled Event."""
-        self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
+        self.latencies, self.oldest_pending_s, self.reasons, self.preempted = [], 0.0, {}, []
+        self._pass_bound: dict[str, list[Usage]] | None = None
         pending = self.pending()
         self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
         if not pending:   # nothing to place: no need to read every node and bound pod
@@ -310,6 +336,8 @@ class SecondaryScheduler:
                 results[req["name"]] = None
                 self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
                 self.reasons[req["name"]] = unschedulable(offers.reasons(), req, len(offered))
+                if not len(offered):
+                    self.reasons[req["name"]] += self._preempt(req, view, offers)
                 self._tell_unschedulable(req, self.reasons[req["name"]])
                 continue
             bound = self._bind(req, view[i])
@@ -325,6 +353,44 @@ class SecondaryScheduler:
             self._told.pop(req["name"], None)
             self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
         return results
+
+    def _preempt(self, req: Json, view: list[Json], offers: Offers) -> str:
+        """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""
+        when preemption is off, the pod opts out, already holds a node while its victims terminate, or no node
+        can make room. The reservation made holds the node for the rest of the pass too, and the victims are no
+        one else's victims in it."""
+        if self.preemptor is None or not req["preempt"] or any(reservation_key(n, req) for n in view):
+            return ""
+        bound = self._bound_by_node()
+        try:
+            choice = self.preemptor.plan(req, [view[i] for i in offers.admitted()], bound)
+            if choice is None:
+                return ""
+            entry = self.preemptor.preempt(req, choice)
+        except ActuationError as err:
+            log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
+            return f" preemption failed: {err}."
+        gone = {v.key for v in choice.victims}
+        bound[choice.node] = [u for u in bound[choice.node] if u.key not in gone]
+        i = next(i for i, n in enumerate(view) if n["name"] == choice.node)
+        view[i]["reservations"] = {**view[i]["reservations"], req["name"]: entry}
+        offers.update(i)
+        self.preempted += [(v.key, choice.node) for v in choice.victims]
+        done = (f"preempting {len(choice.victims)} pod(s) of lower priority on {choice.node}: "
+                f"{', '.join(sorted(gone))}")
+        log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], done)
+        return f" preemption: {done}."
+
+    def _bound_by_node(self) -> dict[str, list[Usage]]:
+        """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
+        pod fits nowhere."""
+        if self._pass_bound is None:
+            cached = self._cached("bound pods")
+            usage = self._listed_bound if cached is None else cached.values()   # the pass's own list, or the cache
+            self._pass_bound = {}
+            for u in [*usage, *self._live_assumed(cached).values()]:
+                self._pass_bound.setdefault(u.node, []).append(u)
+        return self._pass_bound
 
     def _choose(self, req: Json, view: list[Json], offered: Any, session: Any) -> str | None:
         """What `place` (or the pass's session) picks among the nodes `offered` (indices into `view`)."""
@@ -346,8 +412,9 @@ class SecondaryScheduler:
         except ActuationError as err:
             log.warning("scheduler %s: %s", self.scheduler_name, err)
             return ""
-        self._assumed[req["name"]] = (self.clock(), (node["name"], req["num_gpu"], req["cpu_milli"],
-                                                     req["memory_mib"], tuple(sorted(req["extended"].items()))))
+        self._assumed[req["name"]] = (self.clock(), Usage(
+            node["name"], req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
+            req["name"], req["priority"], self.clock()))
         node["gpus_free"] -= req["num_gpu"]
         node["cpu_milli_free"] -= req["cpu_milli"]
         node["memory_mib_free"] -= req["memory_mib"]
@@ -357,6 +424,8 @@ class SecondaryScheduler:
         key = reservation_key(node, req)
         if key is not None:
             node["reservations"].pop(key)
+            if self.preemptor is not None:
+                self.preemptor.release(node["name"], key)
             self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                 n, self.reservation_annotation, {k: None}))
         node["gpus_usable"] = node["gpus_free"] - reserved(node)

@@ -2,7 +2,7 @@
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
                      [--prometheus URL [--cluster NAME]] [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
-                     [--metrics-port 9837]
+                     [--metrics-port 9837] [--no-preemption]
 
 It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest)
 to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
@@ -12,7 +12,10 @@ every `--interval` (pods that fit nowhere are tried again then). Pods of other s
 touched. `--policy` is any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see
 balancer/app/scheduling.py. `--prometheus` adds what the Kubernetes API does not say: each GPU's thermal
 headroom and which GPUs pods are on (read at most every 15 s; while Prometheus fails, pods are placed without
-them). With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
+them). A pod that fits nowhere preempts pods of lower priority as kube-scheduler would, evicting them through the
+Eviction API (a PodDisruptionBudget is never broken) and holding the node with a reservation until they are gone
+(balancer/actuate/k8s_preempt.py); `--no-preemption` turns that off, a pod's `preemptionPolicy: Never` opts it
+out. With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
 each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
 `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
 """
@@ -50,6 +53,8 @@ def register(subparsers) -> None:
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
     p.add_argument("--lease-name", default="gputide-scheduler")
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
+    p.add_argument("--no-preemption", action="store_true",
+                   help="never evict pods of lower priority to make room for a pod that fits nowhere")
     p.add_argument("--metrics-port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.set_defaults(func=run)
@@ -79,10 +84,14 @@ class SchedulerMetrics:
                                  buckets=(0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600))
         self.oldest = Gauge("gputide_scheduler_oldest_pending_seconds", "Age of the oldest pod the last pass left "
                             "pending (0 when none).", registry=r)
+        self.preempted = Counter("gputide_scheduler_preempted_pods", "Pods of lower priority evicted to make room "
+                                 "for a pod that fit nowhere.", registry=r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
 
-    def record(self, results: dict, latencies: Sequence[float] = (), oldest_pending_s: float = 0.0) -> None:
+    def record(self, results: dict, latencies: Sequence[float] = (), oldest_pending_s: float = 0.0,
+               preempted: int = 0) -> None:
+        self.preempted.inc(preempted)
         for seconds in latencies:
             self.latency.observe(seconds)
         self.oldest.set(oldest_pending_s)
@@ -122,7 +131,7 @@ def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
         metrics.failed_passes.inc()
         log.warning("scheduling pass failed: %s", err)
         return
-    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s)
+    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s, len(scheduler.preempted))
     for name, node in results.items():
         if node:
             log.info("bound %s to %s", name, node)
@@ -136,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_interval(args.interval)
     placer = build_placer(args)
     api_client = kube_client(args.kubeconfig)
-    scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once)
+    scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once,
+                                   preemption=not args.no_preemption)
     if args.once:
         for name, node in scheduler.schedule_once().items():
             print(f"{name} -> {node}" if node else f"{name}: no node fits ({scheduler.reasons.get(name, '')})")

@@ -1,0 +1,150 @@
+"""Preemption for the secondary scheduler: a pending pod that fits no node takes the place of pods of lower priority,
+as kube-scheduler's DefaultPreemption does, with two differences that keep it safe:
+
+* victims are **evicted through the Eviction API**, so a PodDisruptionBudget is never broken (kube-scheduler
+  deletes them, and only prefers nodes where no budget is broken); a node where room would need a disruption a
+  budget does not allow is no candidate at all;
+* the node is **held for the preemptor by a GPU reservation** (node annotation `gputide.io/reserved-for`, the one a
+  Migrate writes), which every replica of the scheduler honours and which survives a restart, instead of
+  kube-scheduler's in-memory nominated pods. The pod also gets `status.nominatedNodeName`, as kube-scheduler sets it.
+
+When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
+pod slots are short there), whose `preemptionPolicy` is not `Never`, and that holds no live reservation already
+(its victims are still terminating: it waits for them rather than preempting again).
+
+Which: `balancer.plan.preemption.choose` over those nodes with the pods bound to each (their priority, requests,
+start time and the budgets that cover them; budgets are read only when a preemption is considered). Only pods of
+lower priority are ever victims, and as few and as unimportant as the node allows.
+
+Then: reserve the node's GPUs for the pod (expiring after `reserve_s`), evict each victim with an Event
+`Preempted` on it ("Preempted by <pod> on node <node>"), set the pod's nominated node. A later pass binds the pod
+once the victims are gone. If an eviction fails, the reservation is released and the pod is told why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from balancer.actuate.k8s_filters import reserved_for_others
+from balancer.actuate.kubernetes import (
+    GPU_RESOURCE,
+    MERGE_PATCH,
+    NotFoundError,
+    _annotation_map_change,
+    _Api,
+    parse_time,
+    post_event,
+    rfc3339,
+)
+from balancer.errors import ActuationError
+from balancer.noderules import Requirement
+from balancer.plan.preemption import Preemption, Running, choose
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+def selects(selector: Json, labels: Mapping[str, str]) -> bool:
+    """A label selector (matchLabels, matchExpressions) against a pod's labels; an empty selector selects all."""
+    expressions = [Requirement(str(e.get("key") or ""), str(e.get("operator") or ""),
+                               tuple(str(v) for v in e.get("values") or ())) for e in selector.get("matchExpressions") or ()]
+    return (all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+            and all(r.holds(labels) for r in expressions))
+
+
+def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mapping[str, float]) -> dict[str, float]:
+    return {GPU_RESOURCE: gpus, "cpu": cpu_milli, "memory": memory_mib, **extended}
+
+
+class Preemptor:
+    """Finds victims for a pod that fits nowhere and evicts them (module docstring)."""
+
+    def __init__(self, api: _Api, scheduler_name: str, reservation_annotation: str, clock: Callable[[], float],
+                 reserve_s: float = 300.0) -> None:
+        self.api, self.scheduler_name, self.clock = api, scheduler_name, clock
+        self.reservation_annotation, self.reserve_s = reservation_annotation, reserve_s
+        self._held: dict[str, dict[str, Json]] = {}   # node -> {pod: reservation} the node cache may not show yet
+
+    def held(self, now: float, seen: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Json]]:
+        """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
+        show yet and that have not expired: a pass must hold the node even before the watch brings the annotation."""
+        self._held = {node: kept for node, entries in self._held.items() if (kept := {
+            k: e for k, e in entries.items()
+            if k not in seen.get(node, {}) and (parse_time(e["expires"]) or 0) > now})}
+        return self._held
+
+    def release(self, node: str, key: str) -> None:
+        """`key` was bound (or gave up) on `node`: its reservation no longer holds anything."""
+        self._held.get(node, {}).pop(key, None)
+
+    def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Json]]]:
+        """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`."""
+        items = self.api("list pod disruption budgets", self.api.policy.list_pod_disruption_budget_for_all_namespaces
+                         ).get("items", [])
+        allowed, selectors = {}, []
+        for b in items:
+            meta = b.get("metadata") or {}
+            if meta.get("namespace") not in namespaces:
+                continue
+            key = f"{meta['namespace']}/{meta.get('name', '')}"
+            allowed[key] = int((b.get("status") or {}).get("disruptionsAllowed") or 0)
+            selectors.append((key, meta["namespace"], (b.get("spec") or {}).get("selector") or {}))
+        return allowed, selectors
+
+    def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
+        """Where `req` should preempt and whom, among `nodes` (those whose rules admit it); `bound`: per node, the
+        bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget."""
+        lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]] for n in nodes}
+        if not any(lower.values()):
+            return None
+        allowed, selectors = self._budgets({u.key.split("/", 1)[0] for us in lower.values() for u in us})
+        need = resources(req["num_gpu"], req["cpu_milli"], req["memory_mib"], req["extended"])
+        options = {}
+        for n in nodes:
+            running = [Running(u.key, u.priority, resources(u.gpus, u.cpu_milli, u.memory_mib, dict(u.extended)),
+                               u.started, tuple(k for k, ns, sel in selectors
+                                                if u.key.startswith(f"{ns}/") and selects(sel, dict(u.labels))))
+                       for u in lower[n["name"]]]
+            # a resource the node does not list is none of it, except pod slots: then it takes any number
+            extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0) for k in req["extended"]}
+            free = resources(n["gpus_free"] - reserved_for_others(n, req), n["cpu_milli_free"],
+                             n["memory_mib_free"], extended)
+            options[n["name"]] = (free, running)
+        return choose(need, req["priority"], options, allowed, respect_budgets=True)
+
+    def preempt(self, req: Json, choice: Preemption) -> Json:
+        """Reserve the node for `req`, evict the victims, nominate the node; returns the reservation made."""
+        key, now = req["name"], self.clock()
+        entry = {"pod": key, "gpus": [], "count": req["num_gpu"], "expires": rfc3339(now + self.reserve_s)}
+        self.api.update_node(choice.node, lambda n: _annotation_map_change(n, self.reservation_annotation,
+                                                                          {key: entry}))
+        self._held.setdefault(choice.node, {})[key] = entry
+        for v in choice.victims:
+            ns, name = v.key.split("/", 1)
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+            try:
+                self.api(f"evict pod {v.key}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
+                         retry_throttled=False)
+            except NotFoundError:   # gone already: its room is free all the same
+                continue
+            except ActuationError:   # a budget changed meanwhile, or the API failed: give the node back
+                self.release(choice.node, key)
+                self.api.update_node(choice.node, lambda n: _annotation_map_change(
+                    n, self.reservation_annotation, {key: None}))
+                raise
+            self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
+                        f"Preempted by {key} on node {choice.node}")
+        try:
+            self.api(f"pod {key} status", self.api.core.patch_namespaced_pod_status, req["pod"], req["namespace"],
+                     {"status": {"nominatedNodeName": choice.node}}, _content_type=MERGE_PATCH)
+        except ActuationError as err:   # informational only: the reservation is what holds the node
+            log.warning("scheduler %s: cannot nominate %s for %s: %s", self.scheduler_name, choice.node, key, err)
+        return entry
+
+    def _event(self, involved: Json, kind: str, reason: str, message: str) -> None:
+        try:
+            post_event(self.api, involved, kind, reason, message, self.scheduler_name, self.clock())
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot post %s event: %s", self.scheduler_name, reason, err)
