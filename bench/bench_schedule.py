@@ -154,7 +154,7 @@ def pending(count: int = PASS_PODS, seed: int = 2) -> list[dict]:
             "namespace": "ml", "pod": name, "owner": "", "priority": 0, "created": "", "uid": f"uid-{i}",
             "tolerations": [], "node_affinity": [], "pod_affinity": False, "owned": frozenset({f"ml/{name}"}),
             "node_selector": {"topology.kubernetes.io/zone": "zone-1"} if rng.random() < 0.2 else {},
-            "extended": {"pods": 1.0}})  # fmt: skip
+            "extended": {"pods": 1.0}, "preempt": True, "labels": {}, "group": None, "group_min": 0})  # fmt: skip
         out[-1]["rules"] = rules(out[-1]["node_selector"])   # the same rules as this tree reads them
     return out
 

@@ -49,6 +49,22 @@ def reservation_key(node: Json, req: Json) -> str | None:
     return next((k for k in node["reservations"] if k in req["owned"]), None) if node["reservations"] else None
 
 
+def take(node: Json, req: Json) -> str | None:
+    """Count `req` on `node` (a binding made, or tried on a copy): what it takes comes off what is free, and its
+    own reservation there, if any, is used up. Returns that reservation's key (None: it had none)."""
+    node["gpus_free"] -= req["num_gpu"]
+    node["cpu_milli_free"] -= req["cpu_milli"]
+    node["memory_mib_free"] -= req["memory_mib"]
+    for k, v in req["extended"].items():
+        if k in node["extended_free"]:
+            node["extended_free"][k] -= v
+    key = reservation_key(node, req)
+    if key is not None:
+        node["reservations"].pop(key)
+    node["gpus_usable"] = node["gpus_free"] - reserved(node)
+    return key
+
+
 def rule_refusal(node: Json, req: Json) -> str | None:
     """The pod's and the node's placement rules: pod affinity, cordon, taints, node selector, node affinity."""
     if req["pod_affinity"]:   # never ignored silently: placed against it, the pod would break its rule

@@ -24,6 +24,9 @@ at once per pod (`k8s_filters.Offers`: the placement rules once per distinct set
 as numpy columns updated after each binding), and a `place` that has `start_pass(view)` (`EnginePlacer`) is asked through
 the pass it returns: `place(request, offered_indices)`, and `bound(i)` after each binding the API accepted, so it
 can keep one placement state for the whole pass instead of building one per pod.
+
+A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`); the pods of a pod group are bound all
+together or none is (`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`.
 """
 
 from __future__ import annotations
@@ -32,137 +35,45 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
 
-from balancer.actuate.k8s_filters import Offers, reservation_key, reserved, unschedulable, why_not
+from balancer.actuate.k8s_filters import Offers, reservation_key, take, unschedulable, why_not
+from balancer.actuate.k8s_gang import bound_members, groups, missing, trial
 from balancer.actuate.k8s_preempt import Preemptor
+from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
-    GPU_RESOURCE,
     MERGE_PATCH,
     RESERVATION_ANNOTATION,
     ConflictError,
     NotFoundError,
     _annotation_map_change,
     _Api,
-    _json_annotation,
-    basic_requests,
-    effective_requests,
     k8s,
     parse_time,
     post_event,
-    quantity,
     rfc3339,
 )
 from balancer.errors import ActuationError
-from balancer.noderules import NodeRules, Taint
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 PlaceFn = Callable[[Json, list[Json]], "str | None"]
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods that hold a node's resources
-BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
 
 
-def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
-    """(gpus, cpu_milli, memory_mib, the rest): the rest are the pod's requests beyond CPU, memory and whole GPUs,
-    and the one slot of the node's pod count it takes."""
-    total = effective_requests(pod)
-    extended = {k: v for k, v in total.items() if k not in BASIC and v} | {"pods": 1.0}
-    return *basic_requests(total), extended
+@dataclass(slots=True)
+class _Pass:
+    """One pass's state: the nodes as the pass has them, its filters and placement session, what it decided."""
 
-
-def scheduling_request(pod: Json) -> Json | None:
-    """What the scheduler needs of a pending pod, in plain values; None for a pod being deleted."""
-    meta, spec = pod["metadata"], pod.get("spec") or {}
-    if meta.get("deletionTimestamp"):
-        return None
-    gpus, cpu, mem, extended = _requests(pod)
-    annotations = meta.get("annotations") or {}
-    gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    namespace, owner = meta.get("namespace", "default"), owners[0]["name"] if owners else ""
-    # the reservation keys that are this pod's: itself, its owner, and a ReplicaSet's Deployment ("web-7d9f8")
-    owned = {f"{namespace}/{meta['name']}", f"{namespace}/{owner}"} | (
-        {f"{namespace}/{owner.rsplit('-', 1)[0]}"} if owner else set())
-    return {
-        "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
-        "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
-        "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
-        "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
-        "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
-        "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
-        "rules": NodeRules.from_pod_spec(spec),   # tolerations, node selector, required node affinity
-        "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
-        "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
-    }  # fmt: skip
-
-
-def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION) -> Json:
-    """A node's capacity, labels, taints and reservations (with their expiry), before what its pods use."""
-    alloc, meta = (node.get("status") or {}).get("allocatable") or {}, node["metadata"]
-    labels = meta.get("labels") or {}
-    return {
-        "name": meta["name"], "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
-        "taints": tuple(Taint.from_json(t) for t in (node.get("spec") or {}).get("taints") or ()),
-        "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
-        "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
-        "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
-        "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
-        "extended_total": {k: quantity(v) for k, v in alloc.items() if k not in BASIC},
-        "reservations": _json_annotation(node, reservation_annotation),
-    }  # fmt: skip
-
-
-class Usage(NamedTuple):
-    """What a bound pod takes on its node, and what preemption weighs it by."""
-
-    node: str
-    gpus: int
-    cpu_milli: int
-    memory_mib: int
-    extended: tuple[tuple[str, float], ...]
-    key: str = ""                         # namespace/name
-    priority: int = 0
-    started: float = 0.0
-    labels: tuple[tuple[str, str], ...] = ()
-
-
-def pod_usage(pod: Json) -> Usage:
-    """The `Usage` of a bound pod."""
-    g, c, m, extended = _requests(pod)
-    meta, status = pod["metadata"], pod.get("status") or {}
-    return Usage(pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items())),
-                 f"{meta.get('namespace', 'default')}/{meta['name']}", int(pod["spec"].get("priority") or 0),
-                 parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
-                 tuple(sorted((meta.get("labels") or {}).items())))
-
-
-def _sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
-    """Per node: [gpus, cpu_milli, memory_mib] and the extended resources that `usage` (`pod_usage` tuples) takes."""
-    used: dict[str, list[int]] = {}
-    used_ext: dict[str, dict[str, float]] = {}
-    for node, g, c, m, ext, *_ in usage:
-        u = used.setdefault(node, [0, 0, 0])
-        u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
-        e = used_ext.setdefault(node, {})
-        for k, v in ext:
-            e[k] = e.get(k, 0.0) + v
-    return used, used_ext
-
-
-def _with_usage(summed: tuple[dict, dict], usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
-    """`summed` plus `usage` (a few assumed bindings), as new dicts: `summed` itself is left as it is."""
-    more, more_ext = _sum_usage(usage)
-    used, used_ext = dict(summed[0]), dict(summed[1])
-    for node, (g, c, m) in more.items():
-        u = used.get(node, (0, 0, 0))
-        used[node] = [u[0] + g, u[1] + c, u[2] + m]
-        e = used_ext[node] = dict(used_ext.get(node, {}))
-        for k, v in more_ext[node].items():
-            e[k] = e.get(k, 0.0) + v
-    return used, used_ext
+    view: list[Json]
+    index: dict[str, int]
+    offers: Offers
+    session: Any
+    results: dict[str, str | None]
+    now: float
 
 
 class SecondaryScheduler:
@@ -278,7 +189,7 @@ class SecondaryScheduler:
         (used, used_ext), cached = self._bound_usage()
         held = self.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes}) if self.preemptor else {}
         if cached:   # a consistent list already shows every binding made; the cache may not yet
-            used, used_ext = _with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
+            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):
             g, c, m = used.get(n["name"], [0, 0, 0])
@@ -299,10 +210,10 @@ class SecondaryScheduler:
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
                                    pod_usage, field_selector=BOUND)
             self._listed_bound = usage
-            return _sum_usage(usage), False
+            return sum_usage(usage), False
         generation = self._snapshots["bound pods"][0]
         if self._usage_memo is None or self._usage_memo[0] != generation:
-            self._usage_memo = (generation, _sum_usage(items.values()))
+            self._usage_memo = (generation, sum_usage(items.values()))
         return self._usage_memo[1], True
 
     # ---- one pass -----------------------------------------------------------------------------------------
@@ -322,37 +233,71 @@ class SecondaryScheduler:
         self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
-        view, results, now = self.nodes_view(), {}, self.clock()
-        index = {n["name"]: i for i, n in enumerate(view)}
-        offers = Offers(view)
-        session = self.place.start_pass(view) if hasattr(self.place, "start_pass") else None
+        view = self.nodes_view()
+        ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)}, Offers(view),
+                   self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
+        gangs, done = groups(pending), set()
         for req in pending:
-            offered = offers.fitting(req)
-            reserved = offers.reserved_for(req)
-            target = reserved["name"] if reserved else self._choose(req, view, offered, session)
-            i = index.get(target) if target else None
-            created = parse_time(req["created"])
-            if i is None or why_not(view[i], req) is not None:
-                results[req["name"]] = None
-                self.oldest_pending_s = max(self.oldest_pending_s, now - created if created else 0.0)
-                self.reasons[req["name"]] = unschedulable(offers.reasons(), req, len(offered))
-                if not len(offered):
-                    self.reasons[req["name"]] += self._preempt(req, view, offers)
-                self._tell_unschedulable(req, self.reasons[req["name"]])
-                continue
-            bound = self._bind(req, view[i])
-            if bound is not None:
-                results[req["name"]] = bound or None
-            if not bound:
-                continue
-            offers.update(i)
-            if session is not None:
-                session.bound(i)
-            if created:
-                self.latencies.append(max(now - created, 0.0))
-            self._told.pop(req["name"], None)
-            self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
-        return results
+            if not req["group"]:
+                self._place_one(req, ps)
+            elif req["group"] not in done:   # a group comes up at its most important member's turn
+                done.add(req["group"])
+                self._place_group(gangs[req["group"]], ps)
+        return ps.results
+
+    def _place_one(self, req: Json, ps: _Pass) -> None:
+        """Bind `req` where the placement policy (or its own reservation) says, or tell it why it waits."""
+        offered = ps.offers.fitting(req)
+        reserved = ps.offers.reserved_for(req)
+        target = reserved["name"] if reserved else self._choose(req, ps.view, offered, ps.session)
+        i = ps.index.get(target) if target else None
+        if i is None or why_not(ps.view[i], req) is not None:
+            why = unschedulable(ps.offers.reasons(), req, len(offered))
+            if not len(offered):
+                why += self._preempt(req, ps.view, ps.offers)
+            self._left_pending(req, why, ps)
+            return
+        self._commit(req, i, ps)
+
+    def _place_group(self, members: list[Json], ps: _Pass) -> None:
+        """A pod group's pending members: all bound together, or none (balancer/actuate/k8s_gang.py)."""
+        running = bound_members(chain.from_iterable(self._bound_by_node().values()), members[0]["group"])
+        least = max(m["group_min"] for m in members)
+        if least and running >= least:   # the gang runs already: more members join one by one
+            for m in members:
+                self._place_one(m, ps)
+            return
+        chosen, why = {}, missing(members, running)
+        if why is None:
+            chosen, why = trial(members, ps.view, self.place)
+        for m in members:
+            if why is not None:
+                self._left_pending(m, why, ps)
+            else:
+                self._commit(m, chosen[m["name"]], ps)
+
+    def _left_pending(self, req: Json, why: str, ps: _Pass) -> None:
+        created = parse_time(req["created"])
+        ps.results[req["name"]] = None
+        self.oldest_pending_s = max(self.oldest_pending_s, ps.now - created if created else 0.0)
+        self.reasons[req["name"]] = why
+        self._tell_unschedulable(req, why)
+
+    def _commit(self, req: Json, i: int, ps: _Pass) -> None:
+        """Bind `req` to node i of the pass and count it there (the filters and the placement state too)."""
+        bound = self._bind(req, ps.view[i])
+        if bound is not None:
+            ps.results[req["name"]] = bound or None
+        if not bound:
+            return
+        ps.offers.update(i)
+        if ps.session is not None:
+            ps.session.bound(i)
+        created = parse_time(req["created"])
+        if created:
+            self.latencies.append(max(ps.now - created, 0.0))
+        self._told.pop(req["name"], None)
+        self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
 
     def _preempt(self, req: Json, view: list[Json], offers: Offers) -> str:
         """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""
@@ -414,21 +359,13 @@ class SecondaryScheduler:
             return ""
         self._assumed[req["name"]] = (self.clock(), Usage(
             node["name"], req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
-            req["name"], req["priority"], self.clock()))
-        node["gpus_free"] -= req["num_gpu"]
-        node["cpu_milli_free"] -= req["cpu_milli"]
-        node["memory_mib_free"] -= req["memory_mib"]
-        for k, v in req["extended"].items():
-            if k in node["extended_free"]:
-                node["extended_free"][k] -= v
-        key = reservation_key(node, req)
+            req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items()))))
+        key = take(node, req)
         if key is not None:
-            node["reservations"].pop(key)
             if self.preemptor is not None:
                 self.preemptor.release(node["name"], key)
             self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                 n, self.reservation_annotation, {k: None}))
-        node["gpus_usable"] = node["gpus_free"] - reserved(node)
         return node["name"]
 
     # ---- telling the pod's owner --------------------------------------------------------------------------

@@ -15,7 +15,8 @@ headroom and which GPUs pods are on (read at most every 15 s; while Prometheus f
 them). A pod that fits nowhere preempts pods of lower priority as kube-scheduler would, evicting them through the
 Eviction API (a PodDisruptionBudget is never broken) and holding the node with a reservation until they are gone
 (balancer/actuate/k8s_preempt.py); `--no-preemption` turns that off, a pod's `preemptionPolicy: Never` opts it
-out. With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
+out. Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together or none
+(balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
 each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
 `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
 """

@@ -1,0 +1,88 @@
+"""Gang scheduling for the secondary scheduler: the pods of one group are bound all together, or none is.
+
+A distributed training job whose workers are bound one by one can hold GPUs with half its workers while the rest
+wait for room that never comes, and two such jobs can each hold half of what both need and block each other for
+ever. Pods labelled `scheduling.x-k8s.io/pod-group: <name>` (the label of the Kubernetes coscheduling plugin)
+form a group in their namespace; the annotation `gputide.io/pod-group-min: <n>` says how many members must run
+together (without it: the members pending at the time, together).
+
+In a pass a group comes up at its most important member's turn, and its pending members are placed together
+(`trial`): each on a copy of the pass's nodes that already holds the members placed before it, by the same
+filters and placement policy as any pod. Only when every member found a node are they bound, each to the node
+it found; otherwise none is bound, and each is told why: which member fits nowhere, or how many members are
+still missing. Members already bound count towards n; once n are bound, later members are placed one by one.
+Gangs do not preempt. A binding the API refuses half-way (an error, not a lack of room) leaves the members bound
+so far in place, and the rest are tried again next pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from balancer.actuate.k8s_filters import Offers, take, unschedulable
+
+Json = dict[str, Any]
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+MIN_ANNOTATION = "gputide.io/pod-group-min"
+
+
+def group_of(meta: Json) -> tuple[str | None, int]:
+    """("namespace/group", the members that must run together; 0: whoever is pending) of a pod, (None, 0) if none."""
+    name = (meta.get("labels") or {}).get(GROUP_LABEL)
+    if not name:
+        return None, 0
+    try:
+        least = max(int(str((meta.get("annotations") or {}).get(MIN_ANNOTATION, "0")).strip()), 0)
+    except ValueError:
+        least = 0
+    return f"{meta.get('namespace', 'default')}/{name}", least
+
+
+def bound_members(bound: Iterable[Any], group: str) -> int:
+    """How many pods of `group` are bound already (`k8s_scheduler.Usage`: its key and labels)."""
+    namespace, name = group.split("/", 1)
+    return sum(1 for u in bound if u.key.startswith(f"{namespace}/") and dict(u.labels).get(GROUP_LABEL) == name)
+
+
+def missing(members: Sequence[Json], bound: int) -> str | None:
+    """Why the group cannot be placed yet for want of members, None when enough are pending."""
+    least = max(m["group_min"] for m in members)
+    if least and len(members) + bound < least:
+        return (f"pod group {members[0]['group']} waits for its members: {len(members)} pending and {bound} "
+                f"bound of the {least} that must run together.")
+    return None
+
+
+def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list[Json]], str | None]
+          ) -> tuple[dict[str, int], str | None]:
+    """Place every member on a copy of `view`, each seeing the members placed before it: ({member: node index},
+    None), or ({}, why the first member that fits nowhere does not fit)."""
+    copy = list(view)   # nodes are copied when a member is counted on them; the others are shared, read-only
+    offers = Offers(copy)
+    index = {n["name"]: i for i, n in enumerate(copy)}
+    chosen: dict[str, int] = {}
+    for m in members:
+        offered = offers.fitting(m)
+        reserved = offers.reserved_for(m)
+        target = reserved["name"] if reserved else place(m, [copy[i] for i in offered])
+        i = index.get(target) if target else None
+        if i is None:
+            why = unschedulable(offers.reasons(), m, len(offered))
+            return {}, f"pod group {m['group']}: member {m['name']} fits nowhere with the others: {why}"
+        if copy[i] is view[i]:
+            copy[i] = dict(view[i], extended_free=dict(view[i]["extended_free"]),
+                           reservations=dict(view[i]["reservations"]))
+        take(copy[i], m)
+        offers.update(i)
+        chosen[m["name"]] = i
+    return chosen, None
+
+
+def groups(pending: Sequence[Json]) -> Mapping[str, list[Json]]:
+    """The pending pods of each group, in the pass's order."""
+    out: dict[str, list[Json]] = {}
+    for r in pending:
+        if r.get("group"):
+            out.setdefault(r["group"], []).append(r)
+    return out

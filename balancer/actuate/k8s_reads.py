@@ -1,0 +1,132 @@
+"""What the secondary scheduler reads of pods and nodes, as plain values (balancer/actuate/k8s_scheduler.py).
+
+* `scheduling_request(pod)`: a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
+  the largest init container, plus overhead; every extended resource and one pod slot), its rules
+  (`balancer.noderules.NodeRules`), priority, owner, the reservations that are its own, its preemption policy and
+  pod group;
+* `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
+* `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), and what preemption weighs it by;
+* `sum_usage` / `with_usage`: what bound pods take per node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from balancer.actuate.k8s_gang import group_of
+from balancer.actuate.kubernetes import (
+    GPU_RESOURCE,
+    RESERVATION_ANNOTATION,
+    _json_annotation,
+    basic_requests,
+    effective_requests,
+    parse_time,
+    quantity,
+)
+from balancer.noderules import NodeRules, Taint
+
+Json = dict[str, Any]
+BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
+
+
+def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
+    """(gpus, cpu_milli, memory_mib, the rest): the rest are the pod's requests beyond CPU, memory and whole GPUs,
+    and the one slot of the node's pod count it takes."""
+    total = effective_requests(pod)
+    extended = {k: v for k, v in total.items() if k not in BASIC and v} | {"pods": 1.0}
+    return *basic_requests(total), extended
+
+
+def scheduling_request(pod: Json) -> Json | None:
+    """What the scheduler needs of a pending pod, in plain values; None for a pod being deleted."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    gpus, cpu, mem, extended = _requests(pod)
+    group, least = group_of(meta)
+    annotations = meta.get("annotations") or {}
+    gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    namespace, owner = meta.get("namespace", "default"), owners[0]["name"] if owners else ""
+    # the reservation keys that are this pod's: itself, its owner, and a ReplicaSet's Deployment ("web-7d9f8")
+    owned = {f"{namespace}/{meta['name']}", f"{namespace}/{owner}"} | (
+        {f"{namespace}/{owner.rsplit('-', 1)[0]}"} if owner else set())
+    return {
+        "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
+        "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
+        "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
+        "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
+        "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
+        "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
+        "rules": NodeRules.from_pod_spec(spec),   # tolerations, node selector, required node affinity
+        "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
+        "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
+        "labels": dict(meta.get("labels") or {}), "group": group, "group_min": least,
+    }  # fmt: skip
+
+
+def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION) -> Json:
+    """A node's capacity, labels, taints and reservations (with their expiry), before what its pods use."""
+    alloc, meta = (node.get("status") or {}).get("allocatable") or {}, node["metadata"]
+    labels = meta.get("labels") or {}
+    return {
+        "name": meta["name"], "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
+        "taints": tuple(Taint.from_json(t) for t in (node.get("spec") or {}).get("taints") or ()),
+        "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+        "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
+        "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
+        "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
+        "extended_total": {k: quantity(v) for k, v in alloc.items() if k not in BASIC},
+        "reservations": _json_annotation(node, reservation_annotation),
+    }  # fmt: skip
+
+
+class Usage(NamedTuple):
+    """What a bound pod takes on its node, and what preemption weighs it by."""
+
+    node: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    extended: tuple[tuple[str, float], ...]
+    key: str = ""                         # namespace/name
+    priority: int = 0
+    started: float = 0.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def pod_usage(pod: Json) -> Usage:
+    """The `Usage` of a bound pod."""
+    g, c, m, extended = _requests(pod)
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return Usage(pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items())),
+                 f"{meta.get('namespace', 'default')}/{meta['name']}", int(pod["spec"].get("priority") or 0),
+                 parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
+                 tuple(sorted((meta.get("labels") or {}).items())))
+
+
+def sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
+    """Per node: [gpus, cpu_milli, memory_mib] and the extended resources that `usage` (`pod_usage` tuples) takes."""
+    used: dict[str, list[int]] = {}
+    used_ext: dict[str, dict[str, float]] = {}
+    for node, g, c, m, ext, *_ in usage:
+        u = used.setdefault(node, [0, 0, 0])
+        u[0], u[1], u[2] = u[0] + g, u[1] + c, u[2] + m
+        e = used_ext.setdefault(node, {})
+        for k, v in ext:
+            e[k] = e.get(k, 0.0) + v
+    return used, used_ext
+
+
+def with_usage(summed: tuple[dict, dict], usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:
+    """`summed` plus `usage` (a few assumed bindings), as new dicts: `summed` itself is left as it is."""
+    more, more_ext = sum_usage(usage)
+    used, used_ext = dict(summed[0]), dict(summed[1])
+    for node, (g, c, m) in more.items():
+        u = used.get(node, (0, 0, 0))
+        used[node] = [u[0] + g, u[1] + c, u[2] + m]
+        e = used_ext[node] = dict(used_ext.get(node, {}))
+        for k, v in more_ext[node].items():
+            e[k] = e.get(k, 0.0) + v
+    return used, used_ext
