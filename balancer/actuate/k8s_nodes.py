@@ -62,7 +62,7 @@ class KubernetesNodes:
             if self.watch.generation != self._generation:
                 self._generation, items = self.watch.snapshot()
                 # a Node is cluster-scoped: ListWatch keys it "default/<name>"
-                self._by_name = MappingProxyType({key.split("/", 1)[1]: m for key, m in items.items()})
+                self._keep({key.split("/", 1)[1]: m for key, m in items.items()})
             return self._by_name
         now = self.clock()
         if now - self._at < self.ttl_s:
@@ -72,9 +72,15 @@ class KubernetesNodes:
         except ActuationError as err:
             log.warning("nodes unavailable, keeping the last answer: %s", err)
             return self._by_name
-        self._by_name = MappingProxyType({n["metadata"]["name"]: node_meta(n) for n in nodes})
+        self._keep({n["metadata"]["name"]: node_meta(n) for n in nodes})
         self._at = now
         return self._by_name
+
+    def _keep(self, by_name: dict[str, NodeMeta]) -> None:
+        """Keep the new answer, unless its labels and taints are the last ones: a kubelet's status updates change
+        a Node every few minutes without touching either, and the snapshot rebuilds its nodes on a new answer."""
+        if self._by_name is None or by_name != self._by_name:
+            self._by_name = MappingProxyType(by_name)
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""

@@ -107,3 +107,16 @@ def test_a_pod_pinned_to_a_zone_is_movable_within_it_and_pod_affinity_still_pins
     apart["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
     assert not workload_from_pod(apart).movable
+
+
+def test_a_status_update_that_leaves_labels_and_taints_alone_keeps_the_same_answer(kube: FakeKube, api, clock):
+    """Kubelets update their Node's status all the time; the snapshot rebuilds its nodes only on a real change."""
+    kube.add(node("g1", labels={"zone": "a"}))
+    nodes = KubernetesNodes(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    first = nodes()
+    kube.mutate("nodes", "g1", "", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    clock.advance(61)
+    assert nodes() is first
+    kube.mutate("nodes", "g1", "", {"metadata": {"labels": {"zone": "b"}}})
+    clock.advance(61)
+    assert nodes() is not first and nodes()["g1"].labels["zone"] == "b"
