@@ -58,6 +58,15 @@ def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mappin
     return {GPU_RESOURCE: gpus, "cpu": cpu_milli, "memory": memory_mib, **extended}
 
 
+def _could_make_room(node: Json, lower: Sequence[Any], req: Json) -> bool:
+    """Whether evicting every pod of lower priority would free enough GPUs, CPU and memory on `node`: only such
+    nodes are weighed pod by pod (the rest, most nodes of a busy cluster, cost three sums each)."""
+    return bool(lower) and all(have + sum(getattr(u, field) for u in lower) >= want for have, field, want in (
+        (node["gpus_free"] - reserved_for_others(node, req), "gpus", req["num_gpu"]),
+        (node["cpu_milli_free"], "cpu_milli", req["cpu_milli"]),
+        (node["memory_mib_free"], "memory_mib", req["memory_mib"])))
+
+
 class Preemptor:
     """Finds victims for a pod that fits nowhere and evicts them (module docstring)."""
 
@@ -66,6 +75,8 @@ class Preemptor:
         self.api, self.scheduler_name, self.clock = api, scheduler_name, clock
         self.reservation_annotation, self.reserve_s = reservation_annotation, reserve_s
         self._held: dict[str, dict[str, Json]] = {}   # node -> {pod: reservation} the node cache may not show yet
+        self.budgets_ttl_s = 10.0
+        self._budget_list: tuple[float, list[Json]] | None = None
 
     def held(self, now: float, seen: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Json]]:
         """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
@@ -80,9 +91,14 @@ class Preemptor:
         self._held.get(node, {}).pop(key, None)
 
     def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Json]]]:
-        """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`."""
-        items = self.api("list pod disruption budgets", self.api.policy.list_pod_disruption_budget_for_all_namespaces
-                         ).get("items", [])
+        """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`, listed at most once per
+        `budgets_ttl_s` (a pod that cannot preempt asks again at every pass; the Eviction API has the last word)."""
+        now = self.clock()
+        if self._budget_list is None or now - self._budget_list[0] >= self.budgets_ttl_s:
+            self._budget_list = (now, self.api("list pod disruption budgets",
+                                               self.api.policy.list_pod_disruption_budget_for_all_namespaces
+                                               ).get("items", []))
+        items = self._budget_list[1]
         allowed, selectors = {}, []
         for b in items:
             meta = b.get("metadata") or {}
@@ -97,9 +113,10 @@ class Preemptor:
         """Where `req` should preempt and whom, among `nodes` (those whose rules admit it); `bound`: per node, the
         bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget."""
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]] for n in nodes}
-        if not any(lower.values()):
+        nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
+        if not nodes:
             return None
-        allowed, selectors = self._budgets({u.key.split("/", 1)[0] for us in lower.values() for u in us})
+        allowed, selectors = self._budgets({u.key.split("/", 1)[0] for n in nodes for u in lower[n["name"]]})
         need = resources(req["num_gpu"], req["cpu_milli"], req["memory_mib"], req["extended"])
         options = {}
         for n in nodes:

@@ -138,3 +138,16 @@ def test_two_pods_preempting_in_one_pass_never_count_on_the_same_room(full, api,
     assert sched.preempted == [("default/low-1", "a")]
     assert set(reservations(full, "a")) == {"default/urgent-1"}
     assert full.get("pods", "low-5", "default") is not None   # evicting it would still leave no room for urgent-2
+
+
+def test_a_pod_that_cannot_preempt_does_not_list_budgets_at_every_pass(full, api, clock):
+    full.add(pdb("all", "default", {}, 0))                            # guards every pod: no preemption possible
+    full.add(pending("urgent", 4, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    for _ in range(3):                                                 # passes 2 s apart, as the scheduler runs
+        sched.schedule_once()
+        clock.advance(2)
+    assert sched.preempted == [] and len(full.calls("GET", r"/poddisruptionbudgets")) == 1
+    clock.advance(10)
+    sched.schedule_once()
+    assert len(full.calls("GET", r"/poddisruptionbudgets")) == 2      # read again after budgets_ttl_s
