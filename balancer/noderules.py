@@ -17,6 +17,7 @@ the Kubernetes actuator (`placement_refusal`) and the secondary scheduler all as
 Kubernetes for all three.
 
 Node taints travel as kubectl writes them, `key[=value][:effect]`; without an effect a taint is `NoSchedule`.
+`Selector` is a label selector over the same requirements, for what selects pods (PodDisruptionBudgets).
 """
 
 from __future__ import annotations
@@ -110,6 +111,24 @@ class Term:
 def _requirements(items: Iterable[Mapping[str, Any]] | None) -> tuple[Requirement, ...]:
     return tuple(Requirement(str(e.get("key") or ""), str(e.get("operator") or ""),
                              tuple(str(v) for v in e.get("values") or ())) for e in items or ())
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A label selector (`matchLabels` and `matchExpressions`, as PodDisruptionBudgets and pod affinity terms
+    select pods): every requirement must hold; an empty selector selects everything."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def from_json(cls, selector: Mapping[str, Any] | None) -> Selector:
+        selector = selector or {}
+        return cls(tuple(Requirement(str(k), "In", (str(v),)) for k, v in sorted((selector.get("matchLabels") or {})
+                                                                               .items()))
+                   + _requirements(selector.get("matchExpressions")))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(r.holds(labels) for r in self.requirements)
 
 
 def affinity_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:

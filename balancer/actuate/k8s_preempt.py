@@ -39,19 +39,11 @@ from balancer.actuate.kubernetes import (
     rfc3339,
 )
 from balancer.errors import ActuationError
-from balancer.noderules import Requirement
+from balancer.noderules import Selector
 from balancer.plan.preemption import Preemption, Running, choose
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-
-
-def selects(selector: Json, labels: Mapping[str, str]) -> bool:
-    """A label selector (matchLabels, matchExpressions) against a pod's labels; an empty selector selects all."""
-    expressions = [Requirement(str(e.get("key") or ""), str(e.get("operator") or ""),
-                               tuple(str(v) for v in e.get("values") or ())) for e in selector.get("matchExpressions") or ()]
-    return (all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
-            and all(r.holds(labels) for r in expressions))
 
 
 def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mapping[str, float]) -> dict[str, float]:
@@ -90,7 +82,7 @@ class Preemptor:
         """`key` was bound (or gave up) on `node`: its reservation no longer holds anything."""
         self._held.get(node, {}).pop(key, None)
 
-    def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Json]]]:
+    def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Selector]]]:
         """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`, listed at most once per
         `budgets_ttl_s` (a pod that cannot preempt asks again at every pass; the Eviction API has the last word)."""
         now = self.clock()
@@ -106,7 +98,7 @@ class Preemptor:
                 continue
             key = f"{meta['namespace']}/{meta.get('name', '')}"
             allowed[key] = int((b.get("status") or {}).get("disruptionsAllowed") or 0)
-            selectors.append((key, meta["namespace"], (b.get("spec") or {}).get("selector") or {}))
+            selectors.append((key, meta["namespace"], Selector.from_json((b.get("spec") or {}).get("selector"))))
         return allowed, selectors
 
     def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
@@ -122,7 +114,7 @@ class Preemptor:
         for n in nodes:
             running = [Running(u.key, u.priority, resources(u.gpus, u.cpu_milli, u.memory_mib, dict(u.extended)),
                                u.started, tuple(k for k, ns, sel in selectors
-                                                if u.key.startswith(f"{ns}/") and selects(sel, dict(u.labels))))
+                                                if u.key.startswith(f"{ns}/") and sel.matches(dict(u.labels))))
                        for u in lower[n["name"]]]
             # a resource the node does not list is none of it, except pod slots: then it takes any number
             extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0) for k in req["extended"]}
