@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from balancer.noderules import NO_RULES, NodeRules, Taint
+from balancer.noderules import NO_RULES, NodeRules, Selector, Taint
 
 
 class WorkloadClass(StrEnum):
@@ -88,6 +88,7 @@ class Workload:
     elastic_min: int = 0         # for elastic training: fewest workers the job can run with
     elastic_max: int = 0
     node_rules: NodeRules = NO_RULES   # its tolerations, node selector, required node affinity
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)   # for budgets
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:
@@ -105,6 +106,20 @@ class NodeGpuFacts:
 
     headroom_c: Mapping[int, float]
     busy: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget as the API server last reported it: the pods of `namespace` its `selector` selects may
+    lose `disruptions_allowed` more of their number to evictions now."""
+
+    name: str
+    namespace: str
+    selector: Selector
+    disruptions_allowed: int
+
+    def covers(self, w: Workload) -> bool:
+        return w.namespace == self.namespace and self.selector.matches(w.labels)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +177,7 @@ class ClusterSnapshot:
     placements: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     services: Mapping[str, ServiceStatus] = field(default_factory=lambda: MappingProxyType({}))
     suspended_jobs: tuple[SuspendedJob, ...] | None = None  # None: this source cannot see suspended jobs
+    disruption_budgets: tuple[DisruptionBudget, ...] | None = None  # None: this source cannot see them
 
     def __post_init__(self) -> None:
         n = len(self.gpus)

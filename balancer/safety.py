@@ -15,7 +15,9 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
-    ├── PdbViolation             an eviction a PodDisruptionBudget does not allow
+    ├── PdbViolation             an eviction a PodDisruptionBudget does not allow: the budgets given as data
+    │                            (by owner), and for migrations the cluster's own (`disruption_budgets` of the
+    │                            snapshot, by the pods' labels, as the Eviction API checks them)
     └── EvictionBudgetExhausted  no evictions left in the current window (a reclaim of loaned GPUs spends the
                                  budget but is never refused by it; an inference scale-down spends only the
                                  running replicas it stops, not the pending ones it drops)
@@ -42,11 +44,13 @@ from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation,
 from balancer.model import (
     Action,
     ClusterSnapshot,
+    DisruptionBudget,
     Migrate,
     ScaleInference,
     ScaleTraining,
     SetPowerLimit,
     TaintNode,
+    Workload,
     WorkloadClass,
 )
 from balancer.noderules import Taint
@@ -184,6 +188,21 @@ def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
     return 0
 
 
+def _spend_budgets(w: Workload, budgets: Iterable[DisruptionBudget] | None, spent: dict[str, int]) -> None:
+    """Count one eviction of `w` against every PodDisruptionBudget that covers it (`spent`: this review's so far),
+    or raise PdbViolation, spending nothing, when one of them allows no more disruption now. The Eviction API
+    would refuse it (429); refused here, nothing is reserved or tainted for a move that cannot happen."""
+    hit = [b for b in budgets or () if b.covers(w)]
+    for b in hit:
+        key = f"{b.namespace}/{b.name}"
+        if b.disruptions_allowed - spent.get(key, 0) < 1:
+            taken = f", {spent[key]} of them taken by this cycle's actions" if spent.get(key) else ""
+            raise PdbViolation(f"{w.name}: PodDisruptionBudget {key} allows {b.disruptions_allowed} disruption(s) "
+                               f"now{taken}")
+    for b in hit:
+        spent[f"{b.namespace}/{b.name}"] = spent.get(f"{b.namespace}/{b.name}", 0) + 1
+
+
 class SafetyGuard:
     def __init__(self, policy: SafetyPolicy, *, pdbs: Iterable[PodDisruptionBudget] = (),
                  emergency_stop_file: str | Path | None = None, stopped_namespaces: Iterable[str] = ()) -> None:
@@ -220,6 +239,7 @@ class SafetyGuard:
             for w in snapshot.workloads:
                 if w.name in snapshot.placements:
                     healthy[w.owner or w.name] = healthy.get(w.owner or w.name, 0) + 1
+        spent: dict[str, int] = {}   # evictions this review has accepted, per PodDisruptionBudget
         actions = list(actions)
         ctx = _Context(snapshot, actions)
         for a in actions:
@@ -243,6 +263,7 @@ class SafetyGuard:
                     if per_owner.get(owner, 0) + 1 > p.max_unavailable_per_workload:
                         raise MaxUnavailable(f"{owner} already has {per_owner.get(owner, 0)} replica(s) disrupted")
                     self._check_pdb(owner, healthy.get(owner, 0), per_owner.get(owner, 0) + 1)
+                    _spend_budgets(w, snapshot.disruption_budgets, spent)
                     for node in {src, a.target_node}:
                         per_node[node] = per_node.get(node, 0) + 1
                     per_owner[owner] = per_owner.get(owner, 0) + 1

@@ -19,8 +19,13 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
 | `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers) |
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
+| `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod with required pod (anti-)affinity is not movable: where its replacement may run depends on other pods, which gputide does not evaluate |
+
+`KubernetesWorkloads.disruption_budgets()` lists the PodDisruptionBudgets (at most once per `ttl_s`), with each pod's
+labels in its Workload: the safety guard refuses a migration whose eviction a budget does not allow now, as the
+Eviction API would, before anything is reserved or tainted for it.
 
 `KubernetesWorkloads.suspended_jobs()` lists the Jobs gputide itself suspended (label `gputide.io/suspended=true`,
 set by the actuator together with `spec.suspend`; a Job a person suspended is not gputide's to resume): their
@@ -45,14 +50,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError
-from balancer.model import SuspendedJob, Workload, WorkloadClass
-from balancer.noderules import NO_RULES, NodeRules, affinity_terms
+from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
+from balancer.noderules import NO_RULES, NodeRules, Selector, affinity_terms
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -152,7 +158,7 @@ def workload_from_pod(pod: Json) -> Workload | None:
     return Workload(
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
-        allowed_models=_pod_models(notes, spec), node_rules=_node_rules(spec),
+        allowed_models=_pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
         movable=str(notes.get("gputide.io/movable", "true")).lower() != "false" and not _pod_affinity(spec),
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
@@ -179,6 +185,16 @@ def suspended_job(job: Json) -> SuspendedJob | None:
         priority=_int((meta.get("annotations") or {}).get(PRIORITY_ANNOTATION), _int(tspec.get("priority"), 0)),
         allowed_models=_pod_models(notes, tspec),
     )
+
+
+def disruption_budget(pdb: Json) -> DisruptionBudget | None:
+    """The DisruptionBudget a PodDisruptionBudget is; None for one without a name."""
+    meta = pdb.get("metadata") or {}
+    if not meta.get("name"):
+        return None
+    return DisruptionBudget(meta["name"], meta.get("namespace", "default"),
+                            Selector.from_json((pdb.get("spec") or {}).get("selector")),
+                            max(_int((pdb.get("status") or {}).get("disruptionsAllowed"), 0), 0))
 
 
 def ambiguous_owners(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None) -> frozenset[str]:
@@ -222,6 +238,8 @@ class KubernetesWorkloads:
             selectors={"field_selector": "status.phase=Running"}, watch_s=watch_s)
         self._suspended: tuple[SuspendedJob, ...] | None = None
         self._suspended_at = -float("inf")
+        self._budgets: tuple[DisruptionBudget, ...] | None = None
+        self._budgets_at = -float("inf")
         self._memo: tuple[tuple[float, int, float], tuple] | None = None
         self._clash: frozenset[str] = frozenset()
 
@@ -251,6 +269,21 @@ class KubernetesWorkloads:
         self._suspended = tuple(j for j in map(suspended_job, jobs) if j is not None)
         self._suspended_at = now
         return self._qualified()[1]
+
+    def disruption_budgets(self) -> tuple[DisruptionBudget, ...] | None:
+        """Every PodDisruptionBudget (at most one list per `ttl_s`); None until the API has answered once."""
+        now = self.clock()
+        if now - self._budgets_at < self.ttl_s:
+            return self._budgets
+        try:
+            items = self.api("list pod disruption budgets",
+                             self.api.policy.list_pod_disruption_budget_for_all_namespaces).get("items", [])
+        except ActuationError as err:
+            log.warning("pod disruption budgets unavailable, keeping the last answer: %s", err)
+            return self._budgets
+        self._budgets = tuple(b for b in map(disruption_budget, items) if b is not None)
+        self._budgets_at = now
+        return self._budgets
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""

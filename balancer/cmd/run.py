@@ -190,6 +190,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus, cluster=args.cluster), fleet=fleet,
                                        workload_overrides=overrides, node_overrides=nodes,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
+                                       disruption_budgets=overrides.disruption_budgets if overrides else None,
                                        slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},
                                        default_slo_latency_s=policy.colocation.latency_slo_s)
     lease_name = args.lease_name

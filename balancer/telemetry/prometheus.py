@@ -33,6 +33,7 @@ from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, 
 from balancer.fleet import Fleet
 from balancer.model import (
     ClusterSnapshot,
+    DisruptionBudget,
     Gpu,
     Node,
     NodeGpuFacts,
@@ -110,12 +111,14 @@ class PrometheusTelemetrySource:
     them (they replace the fleet file's), or None until it has listed them, when the snapshot cannot be taken:
     without labels, an emergency-stop label would go unseen. `suspended_jobs` (optional) lists the jobs gputide
     suspended, which no metric shows (no pods); without it the snapshot says it cannot see them
-    (`suspended_jobs=None`) and the capacity planner never suspends a job."""
+    (`suspended_jobs=None`) and the capacity planner never suspends a job. `disruption_budgets` (optional) lists the
+    PodDisruptionBudgets the safety guard checks migrations against."""
 
     def __init__(self, opts: PrometheusOptions, *, fleet: Fleet | None = None,
                  workload_overrides: Callable[[], Mapping[str, Workload]] | None = None,
                  node_overrides: Callable[[], Mapping[str, NodeMeta] | None] | None = None,
                  suspended_jobs: Callable[[], tuple[SuspendedJob, ...] | None] | None = None,
+                 disruption_budgets: Callable[[], tuple[DisruptionBudget, ...] | None] | None = None,
                  slo_latency_s: Mapping[str, float] | None = None, default_slo_latency_s: float = 0.5,
                  clock: Callable[[], float] = time.time, client: PrometheusConnect | None = None) -> None:
         self.opts = opts
@@ -124,6 +127,7 @@ class PrometheusTelemetrySource:
         self.node_overrides = node_overrides
         self._labelled: tuple[tuple[Node, ...], Mapping[str, NodeMeta], tuple[Node, ...]] | None = None
         self.suspended_jobs = suspended_jobs
+        self.disruption_budgets = disruption_budgets
         self.slo_latency_s = dict(slo_latency_s or {})
         self.default_slo_latency_s = default_slo_latency_s
         self.clock = clock
@@ -243,7 +247,9 @@ class PrometheusTelemetrySource:
         self.known_uuids |= {g.uuid for g in gpus}
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
                                workloads=workloads, placements=placements, services=self._services(workloads),
-                               suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None, **arrays)
+                               suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
+                               disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
+                               **arrays)
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
         seen = set(wide["UUID"])

@@ -173,3 +173,23 @@ def test_required_placement_rules_give_models_and_only_pod_affinity_makes_a_pod_
     p["spec"].update(spec)
     w = workload_from_pod(p)
     assert w.allowed_models == (frozenset(models) if models else None) and w.movable is movable
+
+
+def test_disruption_budgets_are_listed_once_per_ttl_and_pods_carry_the_labels_they_select(kube: FakeKube, api,
+                                                                                          clock):
+    from fakeapi import pdb
+
+    kube.add(pdb("web", "serving", {"app": "web"}, 1))
+    kube.add(with_meta(pod("web-1", "serving", gpus=1), labels={"app": "web"}))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    (budget,) = provider.disruption_budgets()
+    w = provider()["serving/web-1"]
+    assert (budget.name, budget.namespace, budget.disruptions_allowed) == ("web", "serving", 1) and budget.covers(w)
+    kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}})
+    assert provider.disruption_budgets()[0].disruptions_allowed == 1     # within the TTL: no second list
+    clock.advance(61)
+    assert provider.disruption_budgets()[0].disruptions_allowed == 0
+    down = kube.inject("GET", r"/poddisruptionbudgets(\?|$)", 503, count=2)
+    clock.advance(61)
+    assert provider.disruption_budgets()[0].disruptions_allowed == 0     # API down: the last answer stands
+    assert down.remaining == 0

@@ -1,0 +1,50 @@
+"""The cluster's PodDisruptionBudgets in the safety guard: a migration whose eviction a budget does not allow now
+is refused before anything is reserved or tainted for it, counting this cycle's own evictions."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from loop_helpers import make_fleet, snapshot, workload
+
+from balancer.config import BalancerPolicy, SafetyPolicy
+from balancer.model import DisruptionBudget, Migrate
+from balancer.noderules import Selector
+from balancer.safety import PdbViolation, SafetyGuard, SafetyLedger
+
+FL = make_fleet(3, 4)
+
+
+def web(i: int, app: str = "web", namespace: str = "inference"):
+    return workload(f"{app}-{i}", owner=f"{app}-{i}", namespace=namespace, labels=MappingProxyType({"app": app}))
+
+
+def budget(allowed: int, app: str = "web", namespace: str = "inference") -> DisruptionBudget:
+    return DisruptionBudget(f"{app}-pdb", namespace, Selector.from_json({"matchLabels": {"app": app}}), allowed)
+
+
+def review(pods, budgets):
+    s = snapshot(FL, workloads=[(w, (i,)) for i, w in enumerate(pods)]).replace(disruption_budgets=budgets)
+    moves = [Migrate(workload=w.name, source_gpus=(i,), target_gpus=(8 + i,), target_node="n2", reason="x",
+                     expected_gain=1.0) for i, w in enumerate(pods)]
+    policy = BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=10)).safety
+    return SafetyGuard(policy).review(moves, s, SafetyLedger(), now=2000.0)
+
+
+def test_a_budget_allows_as_many_migrations_as_it_has_disruptions_left_this_cycle():
+    r = review([web(0), web(1), web(2)], (budget(2),))
+    assert [a.workload for a in r.accepted] == ["inference/web-0", "inference/web-1"]
+    (rejected,) = r.rejected
+    assert isinstance(rejected[1], PdbViolation)
+    assert "inference/web-pdb allows 2 disruption(s) now, 2 of them taken by this cycle's actions" in str(rejected[1])
+
+
+def test_only_the_pods_a_budget_selects_in_its_namespace_are_held_by_it():
+    pods = [web(0), web(1, app="api"), web(2, namespace="other")]
+    r = review(pods, (budget(0),))
+    assert [a.workload for a in r.accepted] == ["inference/api-1", "inference/web-2"]   # web-2: namespace other
+    assert [a.workload for a, _ in r.rejected] == ["inference/web-0"]
+
+
+def test_a_source_that_cannot_see_budgets_holds_nothing_back():
+    assert len(review([web(0), web(1)], None).accepted) == 2
