@@ -146,14 +146,14 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
         per_node = np.zeros(len(s.nodes), np.int64)
         limit = policy.safety.max_concurrent_migrations_per_node
         per_owner: dict[str, int] = {}
+        spent: dict[str, int] = {}   # migrations proposed this cycle per PodDisruptionBudget
         for g in np.flatnonzero(active)[np.argsort(-proj.temp[active])]:
             relieved = False
             node = s.node_index[g]
             if hp.migrate:
                 for name in sorted(on_gpu.get(int(g), ()), key=lambda n: -s.workload_by_name[n].gpu_milli):
                     w = s.workload_by_name.get(name)
-                    if (w is None or not _movable(w, policy) or per_node[node] >= limit
-                            or per_owner.get(w.owner or name, 0) >= policy.safety.max_unavailable_per_workload):
+                    if w is None or per_node[node] >= limit or not _may_move(s, w, policy, per_owner, spent):
                         continue
                     target = _pick_target(s, policy, w, ok_target, free_milli, free_mem, proj.temp, per_node, limit)
                     if target is None:
@@ -164,6 +164,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     per_node[node] += 1
                     per_owner[w.owner or name] = per_owner.get(w.owner or name, 0) + 1
                     per_node[s.node_index[t[0]]] += 1
+                    spent.update({k: spent.get(k, 0) + 1 for k in _budgets_of(s, w)})
                     actions.append(Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
                                            target_node=s.gpus[target[0]].node,
                                            reason=f"GPU {s.gpus[g].node}/{s.gpus[g].slot} at "
@@ -187,6 +188,21 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
                                          reason="hotspot cleared: give the workers back"))
     return actions
+
+
+def _budgets_of(s: ClusterSnapshot, w) -> list[str]:
+    """The PodDisruptionBudgets (namespace/name) that cover `w`."""
+    return [f"{b.namespace}/{b.name}" for b in s.disruption_budgets or () if b.covers(w)]
+
+
+def _may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[str, int],
+              spent: Mapping[str, int]) -> bool:
+    """Whether `w` may be migrated this cycle: movable, its owner within `maxUnavailablePerWorkload`, and every
+    PodDisruptionBudget covering it with a disruption left after this cycle's proposals (a move the guard and the
+    Eviction API would refuse is not proposed, so the hot GPU is throttled instead)."""
+    allowed = {f"{b.namespace}/{b.name}": b.disruptions_allowed for b in s.disruption_budgets or ()}
+    return (_movable(w, policy) and per_owner.get(w.owner or w.name, 0) < policy.safety.max_unavailable_per_workload
+            and all(allowed[k] - spent.get(k, 0) >= 1 for k in _budgets_of(s, w)))
 
 
 def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, per_node, limit) -> tuple[int, ...] | None:

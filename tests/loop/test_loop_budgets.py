@@ -48,3 +48,28 @@ def test_only_the_pods_a_budget_selects_in_its_namespace_are_held_by_it():
 
 def test_a_source_that_cannot_see_budgets_holds_nothing_back():
     assert len(review([web(0), web(1)], None).accepted) == 2
+
+
+def plan_for(pods_on, temps, budgets):
+    from balancer.plan.planner import plan
+
+    s = snapshot(FL, workloads=pods_on, temps=temps).replace(disruption_budgets=budgets)
+    state = None
+    for _ in range(2):   # two hot readings make a hotspot
+        p, state = plan(s, None, BalancerPolicy(), state)
+    return p
+
+
+def test_the_planner_throttles_a_hot_gpu_whose_pod_no_budget_lets_it_move():
+    """Proposing the move would only have it refused, every cycle, and leave the GPU hot."""
+    p = plan_for([(web(0), (0,))], {0: 86}, (budget(0),))
+    assert sorted(a.kind for a in p.actions) == ["power_limit", "taint_node"]
+    p = plan_for([(web(0), (0,))], {0: 86}, (budget(1),))
+    assert "migrate" in {a.kind for a in p.actions}
+
+
+def test_the_planner_spends_a_budget_once_per_move_it_proposes():
+    p = plan_for([(web(0), (0,)), (web(1), (4,))], {0: 86, 4: 86}, (budget(1),))
+    moved = [a.workload for a in p.actions if a.kind == "migrate"]
+    throttled = [a.gpu for a in p.actions if a.kind == "power_limit"]
+    assert len(moved) == 1 and len(throttled) == 1
