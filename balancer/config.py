@@ -50,6 +50,8 @@ class HotspotPolicy:
     hot_readings: int = _f(2, "N: consecutive hot readings before acting", 1, 100)
     cool_readings: int = _f(5, "M: consecutive cool readings before releasing", 1, 1000)
     migrate: bool = _f(True, "move movable workloads off hot GPUs")
+    refused_retry_s: float = _f(300.0, "after a migration was refused or failed, throttle instead of proposing it "
+                                       "again for this long", 0, 86400)
     target_headroom_c: float = _f(15.0, "a migration target must be at least this far below slowdown", 0, 60)
     taint_hot_nodes: bool = _f(True, "taint a node with a hot GPU so new work lands elsewhere")
 

@@ -296,6 +296,8 @@ class Reconciler:
             self.metrics.rejected.labels(reason=exc.reason).inc()
             log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
             self._audit(now, _record(a, f"rejected:{exc.reason}", str(exc)))
+        # a refused migration is not offered again for a while: its hot GPU is throttled instead
+        self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
         accepted = list(review.accepted)
         results: list[ActionResult] = []
         if accepted:
@@ -320,6 +322,8 @@ class Reconciler:
             if applied:
                 self._hand_on_ledger()
             self.state = planner_mod.acknowledge(self.state, applied, fresh)
+            self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
+                Outcome.FAILED, Outcome.RETRY)], now)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
         return CycleReport("ok", plan=plan, results=results, rejected=rejected)
 

@@ -120,8 +120,10 @@ def _movable(w, policy: BalancerPolicy) -> bool:
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
-            tainted: frozenset[str], throttled: Mapping[str, float], shrunk: Mapping[str, int]) -> list[Action]:
-    """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation)."""
+            tainted: frozenset[str], throttled: Mapping[str, float], shrunk: Mapping[str, int],
+            refused: frozenset[str] = frozenset()) -> list[Action]:
+    """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation). `refused`:
+    workloads whose migration was recently refused or failed; their GPUs are throttled instead."""
     hp, tp = policy.hotspots, policy.throttling
     s = snapshot
     actions: list[Action] = []
@@ -153,7 +155,8 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             if hp.migrate:
                 for name in sorted(on_gpu.get(int(g), ()), key=lambda n: -s.workload_by_name[n].gpu_milli):
                     w = s.workload_by_name.get(name)
-                    if w is None or per_node[node] >= limit or not _may_move(s, w, policy, per_owner, spent):
+                    if (w is None or per_node[node] >= limit or name in refused
+                            or not _may_move(s, w, policy, per_owner, spent)):
                         continue
                     target = _pick_target(s, policy, w, ok_target, free_milli, free_mem, proj.temp, per_node, limit)
                     if target is None:

@@ -17,7 +17,16 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
-from balancer.model import Action, ClusterSnapshot, Forecast, Plan, ScaleTraining, SetPowerLimit, TaintNode
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Forecast,
+    Migrate,
+    Plan,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
 from balancer.plan import colocation, hotspots
 from balancer.plan.simulate import Projection, hot_tainted, simulate_plan
 
@@ -41,6 +50,8 @@ class PlannerState:
     capacity: object = None
     capacity_split: Mapping[str, int] | None = None  # its last split: inference, training, loaned, idle GPUs
     capacity_holding: str = ""  # why the capacity planner holds this cycle ("" = it planned): a metric label
+    # workload -> when a migration of it was refused (guard) or failed (actuator): not proposed again for a while
+    refused_moves: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -52,17 +63,30 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     hot = hotspots.hot_nodes(snapshot, hs)
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **state.shrunk}
     proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
-    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), state.throttled, state.shrunk)
+    refused = {w: t for w, t in state.refused_moves.items() if snapshot.time - t < policy.hotspots.refused_retry_s}
+    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), state.throttled, state.shrunk,
+                                 frozenset(refused))
     proposals += colocation.propose(snapshot, policy, co, proj)
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
     out = Plan(actions=result.kept, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
-    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(tainted) & _names(snapshot))
+    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(tainted) & _names(snapshot),
+                        refused_moves=MappingProxyType(refused))
 
 
 def _names(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(n.name for n in snapshot.nodes)
+
+
+def refuse(state: PlannerState, actions: Iterable[Action], now: float) -> PlannerState:
+    """Fold migrations the guard refused or the actuator could not carry out into the state: the planner does not
+    propose moving those workloads again for `hotspots.refusedRetryS`, so a hot GPU whose pod cannot move is throttled
+    instead of being offered the same refused move every cycle."""
+    refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
+    if not refused:
+        return state
+    return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}))
 
 
 def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot) -> PlannerState:

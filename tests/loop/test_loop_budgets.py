@@ -73,3 +73,33 @@ def test_the_planner_spends_a_budget_once_per_move_it_proposes():
     moved = [a.workload for a in p.actions if a.kind == "migrate"]
     throttled = [a.gpu for a in p.actions if a.kind == "power_limit"]
     assert len(moved) == 1 and len(throttled) == 1
+
+
+def test_a_hot_gpu_whose_move_the_guard_refuses_is_throttled_next_cycle_not_offered_the_same_move():
+    """Any refusal (here the eviction budget, which the planner does not see) used to leave the GPU hot for ever: a
+    proposed migration counts as relieving it, so no power cap was proposed, and the same move was refused again."""
+    from prometheus_client import CollectorRegistry
+
+    from balancer.actuate.dryrun import DryRunActuator
+    from balancer.loop import Reconciler
+    from balancer.metrics import ControllerMetrics
+    from balancer.plan.planner import PlannerState
+
+    snap = snapshot(FL, workloads=[(web(0), (0,))], temps={0: 86})
+
+    class Source:
+        def snapshot(self):
+            return snap
+
+    clock = [1000.0]
+    policy = BalancerPolicy(safety=SafetyPolicy(eviction_budget=0))
+    rec = Reconciler(source=Source(), actuator=DryRunActuator(), policy=policy, clock=lambda: clock[0],
+                     metrics=ControllerMetrics(CollectorRegistry()))
+    kinds = []
+    for _ in range(3):
+        report = rec.run_once()
+        kinds.append(sorted({a.kind for a in report.plan.actions}))
+        clock[0] += 30
+    assert "migrate" in kinds[1] and "power_limit" not in kinds[1]       # cycle 2: hot, the move is refused
+    assert "power_limit" in kinds[2] and "migrate" not in kinds[2]       # cycle 3: throttled instead
+    assert isinstance(rec.state, PlannerState) and "inference/web-0" in rec.state.refused_moves
