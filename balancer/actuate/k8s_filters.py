@@ -1,20 +1,24 @@
 """The secondary scheduler's filters: may a pending pod go to a node, and if not, why, in kube-scheduler's words.
 
-Two parts, checked in this order for each node:
+Three parts, checked in this order for each node (kube-scheduler's order of its filter plugins):
 
-* **placement rules** (`rule_refusal`): required pod (anti-)affinity is not evaluated, so such a pod is refused
-  everywhere (with that reason, never placed against its rule); a cordoned node; then the pod's own rules
+* **placement rules** (`rule_refusal`): pod (anti-)affinity gputide cannot evaluate (a namespaceSelector) refuses
+  the pod everywhere (with that reason, never placed against its rule); a cordoned node; then the pod's own rules
   (`balancer.noderules`: `NoSchedule`/`NoExecute` taints it does not tolerate, its node selector, its required
   node affinity), the same reading of Kubernetes the controller's migrations use;
 * **what is left** (`resource_refusal`): GPUs, those reserved for other pods (node annotation
   `gputide.io/reserved-for`, written by a Migrate for the workload's replacement), CPU, memory, every extended
-  resource and the node's pod slots.
+  resource and the node's pod slots;
+* **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, and the
+  required anti-affinity of the pods bound already. These depend on the pass's bindings, so only `Offers` answers
+  them (with the pass's `PodPlacement`); `why_not` does not.
 
-`why_not(node, request)` is both for one node; `Offers` answers the same over every node of a pass at once: the
-placement rules once per node for each distinct set of rules in the pass (a Job's pods share theirs), what is left
-as a numpy column per resource compared with the pod's requests in one go, and `update(i)` reads node i again
-after a binding took its share. `unschedulable(why, request, offered)` is kube-scheduler's one-line summary for
-the pod's FailedScheduling Event: `0/12 nodes are available: 4 Insufficient nvidia.com/gpu, ...`.
+`why_not(node, request)` is the first two for one node; `Offers` answers all three over every node of a pass at
+once: the placement rules once per node for each distinct set of rules in the pass (a Job's pods share theirs),
+what is left as a numpy column per resource compared with the pod's requests in one go, pod affinity per topology
+domain, and `update(i, request)` reads node i again after a binding took its share and counts the pod bound there.
+`unschedulable(why, request, offered)` is kube-scheduler's one-line summary for the pod's FailedScheduling Event:
+`0/12 nodes are available: 4 Insufficient nvidia.com/gpu, ...`.
 
 Nodes and requests are the plain dicts of `balancer.actuate.k8s_scheduler` (`node_facts` with what is free,
 `scheduling_request`).
@@ -27,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from balancer.actuate.k8s_podaffinity import REASONS, PodPlacement
 from balancer.actuate.kubernetes import GPU_RESOURCE
 
 Json = dict[str, Any]
@@ -65,10 +70,17 @@ def take(node: Json, req: Json) -> str | None:
     return key
 
 
+def unsupported(req: Json) -> str:
+    """What of the pod's placement rules gputide cannot evaluate ("": nothing)."""
+    affinity = req["pod_affinity"]
+    return affinity.unsupported if affinity else ""
+
+
 def rule_refusal(node: Json, req: Json) -> str | None:
-    """The pod's and the node's placement rules: pod affinity, cordon, taints, node selector, node affinity."""
-    if req["pod_affinity"]:   # never ignored silently: placed against it, the pod would break its rule
-        return "node(s) not considered: required pod affinity or anti-affinity is not supported by gputide"
+    """The pod's and the node's placement rules: unsupported pod affinity, cordon, taints, node selector, node
+    affinity."""
+    if unsupported(req):   # never ignored silently: placed against it, the pod would break its rule
+        return f"node(s) not considered: {unsupported(req)} is not supported by gputide"
     if node["unschedulable"]:
         return "node(s) were unschedulable"
     rules = req["rules"]
@@ -103,7 +115,7 @@ def resource_refusal(node: Json, req: Json) -> str | None:
 
 
 def why_not(node: Json, req: Json) -> str | None:
-    """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits)."""
+    """Why `req` does not fit `node`, in kube-scheduler's words (None: it fits), pod affinity aside (`Offers`)."""
     return rule_refusal(node, req) or resource_refusal(node, req)
 
 
@@ -121,12 +133,14 @@ def unschedulable(why: list[str | None], req: Json, offered: int) -> str:
 class Offers:
     """The filters over every node of one pass at once: which nodes a pod fits, and why not the others.
 
-    The answers are `why_not`'s for each node, computed per pass rather than per pod and node (module docstring).
-    It also sets each node's `gpus_usable`: its free GPUs less all its reservations. That is what `place` is told
-    for every node it is offered: a pod that owns a reservation on a node it fits goes there without `place`."""
+    The answers are `why_not`'s for each node, then pod affinity's (`pods`: where pods run, by default none but
+    those `update` counts), computed per pass rather than per pod and node (module docstring). It also sets each
+    node's `gpus_usable`: its free GPUs less all its reservations. That is what `place` is told for every node it
+    is offered: a pod that owns a reservation on a node it fits goes there without `place`."""
 
-    def __init__(self, view: list[Json]) -> None:
+    def __init__(self, view: list[Json], pods: PodPlacement | None = None) -> None:
         self.view = view
+        self.pods = pods if pods is not None else PodPlacement(view)
         self.reserving = [i for i, n in enumerate(view) if n["reservations"]]
         self.reserved = np.zeros(len(view), dtype=np.int64)
         self.reserved[self.reserving] = [reserved(view[i]) for i in self.reserving]
@@ -137,7 +151,7 @@ class Offers:
         self.rules: dict[tuple, tuple[list[str | None], np.ndarray]] = {}
         for n, r in zip(view, self.reserved.tolist(), strict=True):
             n["gpus_usable"] = n["gpus_free"] - r
-        self._last: tuple[list[str | None], Any, list[str]] = ([], None, [])
+        self._last: tuple[list[str | None], Any, list[str], Any] = ([], None, [], None)
         self._fits = np.zeros(len(view), dtype=bool)
 
     @staticmethod
@@ -153,7 +167,7 @@ class Offers:
         return column
 
     def _rules(self, req: Json) -> tuple[list[str | None], np.ndarray]:
-        key = (req["pod_affinity"], req["rules"])
+        key = (unsupported(req), req["rules"])
         if key not in self.rules:
             why = [rule_refusal(n, req) for n in self.view]
             self.rules[key] = (why, np.array([w is None for w in why], dtype=bool))
@@ -177,9 +191,16 @@ class Offers:
             words.append("Too many pods" if k == "pods" else f"Insufficient {k}")
         code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
         rules, rules_ok = self._rules(req)
-        self._last = (rules, code, words)
+        spread = self.pods.refusals(req.get("namespace", ""), req.get("labels") or {}, req["pod_affinity"])
+        self._last = (rules, code, words, spread)
         self._fits = rules_ok & (code == 0)
+        if spread is not None:
+            self._fits &= spread == 0
         return np.flatnonzero(self._fits)
+
+    def fits(self, i: int) -> bool:
+        """Whether the last pod `fitting` was asked about fits node i."""
+        return bool(self._fits[i])
 
     def reserved_for(self, req: Json) -> Json | None:
         """The first node the last pod `fitting` was asked about fits and holds a reservation of its own."""
@@ -187,16 +208,24 @@ class Offers:
             k in req["owned"] for k in self.view[i]["reservations"])), None)
 
     def admitted(self) -> list[int]:
-        """Nodes whose placement rules admit the last pod `fitting` was asked about, whatever they have left."""
-        return [i for i, r in enumerate(self._last[0]) if r is None]
+        """Nodes whose placement rules and pod affinity admit the last pod `fitting` was asked about, whatever they
+        have left."""
+        rules, spread = self._last[0], self._last[3]
+        return [i for i, r in enumerate(rules) if r is None and (spread is None or not spread[i])]
 
     def reasons(self) -> list[str | None]:
         """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""
-        rules, code, words = self._last
-        return [r if r is not None else words[c - 1] if c else None for r, c in zip(rules, code.tolist(), strict=True)]
+        rules, code, words, spread = self._last
+        spread = [0] * len(rules) if spread is None else spread.tolist()
+        return [r if r is not None else words[c - 1] if c else REASONS[a] if a else None
+                for r, c, a in zip(rules, code.tolist(), spread, strict=True)]
 
-    def update(self, i: int) -> None:
-        """Node i changed (a binding took its share, maybe a reservation): read what it has left again."""
+    def update(self, i: int, req: Json | None = None) -> None:
+        """Node i changed (a binding took its share, maybe a reservation): read what it has left again; `req`: the
+        pod bound there, counted where pods run from now on."""
+        if req is not None:
+            affinity = req["pod_affinity"]
+            self.pods.add(i, req["namespace"], req["labels"], affinity.anti if affinity else ())
         n = self.view[i]
         self.gpus[i], self.cpu[i], self.memory[i] = n["gpus_free"], n["cpu_milli_free"], n["memory_mib_free"]
         self.reserved[i] = reserved(n)

@@ -8,9 +8,9 @@ together (without it: the members pending at the time, together).
 
 In a pass a group comes up at its most important member's turn, and its pending members are placed together
 (`trial`): each on a copy of the pass's nodes that already holds the members placed before it, by the same
-filters and placement policy as any pod. Only when every member found a node are they bound, each to the node
-it found; otherwise none is bound, and each is told why: which member fits nowhere, or how many members are
-still missing. Members already bound count towards n; once n are bound, later members are placed one by one.
+filters and placement policy as any pod (pod affinity included: the members placed before it count where they
+run). Only when every member found a node are they bound, each to the node it found; otherwise none is bound,
+and each is told why: which member fits nowhere, or how many members are still missing. Members already bound count towards n; once n are bound, later members are placed one by one.
 Gangs do not preempt. A binding the API refuses half-way (an error, not a lack of room) leaves the members bound
 so far in place, and the rest are tried again next pass.
 """
@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from balancer.actuate.k8s_filters import Offers, take, unschedulable
+from balancer.actuate.k8s_podaffinity import PodPlacement
 
 Json = dict[str, Any]
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -54,12 +55,13 @@ def missing(members: Sequence[Json], bound: int) -> str | None:
     return None
 
 
-def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list[Json]], str | None]
-          ) -> tuple[dict[str, int], str | None]:
-    """Place every member on a copy of `view`, each seeing the members placed before it: ({member: node index},
-    None), or ({}, why the first member that fits nowhere does not fit)."""
+def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list[Json]], str | None],
+          pods: PodPlacement | None = None) -> tuple[dict[str, int], str | None]:
+    """Place every member on a copy of `view`, each seeing the members placed before it (their resources, and
+    for pod affinity where they run, on `pods`: a copy of the pass's placement, counted on): ({member: node
+    index}, None), or ({}, why the first member that fits nowhere does not fit)."""
     copy = list(view)   # nodes are copied when a member is counted on them; the others are shared, read-only
-    offers = Offers(copy)
+    offers = Offers(copy, pods)
     index = {n["name"]: i for i, n in enumerate(copy)}
     chosen: dict[str, int] = {}
     for m in members:
@@ -74,7 +76,7 @@ def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list
             copy[i] = dict(view[i], extended_free=dict(view[i]["extended_free"]),
                            reservations=dict(view[i]["reservations"]))
         take(copy[i], m)
-        offers.update(i)
+        offers.update(i, m)
         chosen[m["name"]] = i
     return chosen, None
 

@@ -2,10 +2,11 @@
 
 * `scheduling_request(pod)`: a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
   the largest init container, plus overhead; every extended resource and one pod slot), its rules
-  (`balancer.noderules.NodeRules`), priority, owner, the reservations that are its own, its preemption policy and
-  pod group;
+  (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`k8s_podaffinity.PodAffinity`), priority,
+  owner, the reservations that are its own, its preemption policy and pod group;
 * `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
-* `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), and what preemption weighs it by;
+* `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, and the required
+  anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`);
 * `sum_usage` / `with_usage`: what bound pods take per node.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_gang import group_of
+from balancer.actuate.k8s_podaffinity import AffinityTerm, PodAffinity
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     RESERVATION_ANNOTATION,
@@ -59,8 +61,7 @@ def scheduling_request(pod: Json) -> Json | None:
         "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
         "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
         "rules": NodeRules.from_pod_spec(spec),   # tolerations, node selector, required node affinity
-        "pod_affinity": any(((spec.get("affinity") or {}).get(k) or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution") for k in ("podAffinity", "podAntiAffinity")),
+        "pod_affinity": PodAffinity.from_spec(namespace, spec),   # required pod (anti-)affinity; false: none
         "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
         "labels": dict(meta.get("labels") or {}), "group": group, "group_min": least,
     }  # fmt: skip
@@ -94,6 +95,7 @@ class Usage(NamedTuple):
     priority: int = 0
     started: float = 0.0
     labels: tuple[tuple[str, str], ...] = ()
+    anti: tuple[AffinityTerm, ...] = ()   # its required pod anti-affinity terms (they keep other pods away)
 
 
 def pod_usage(pod: Json) -> Usage:
@@ -103,7 +105,8 @@ def pod_usage(pod: Json) -> Usage:
     return Usage(pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items())),
                  f"{meta.get('namespace', 'default')}/{meta['name']}", int(pod["spec"].get("priority") or 0),
                  parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
-                 tuple(sorted((meta.get("labels") or {}).items())))
+                 tuple(sorted((meta.get("labels") or {}).items())),
+                 PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti)
 
 
 def sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:

@@ -25,8 +25,11 @@ as numpy columns updated after each binding), and a `place` that has `start_pass
 the pass it returns: `place(request, offered_indices)`, and `bound(i)` after each binding the API accepted, so it
 can keep one placement state for the whole pass instead of building one per pod.
 
-A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`); the pods of a pod group are bound all
-together or none is (`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`.
+Required pod affinity and anti-affinity, the pod's own and the bound pods' anti-affinity, are kube-scheduler's
+InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass.
+A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity); the pods
+of a pod group are bound all together or none is (`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the
+filters are `k8s_filters`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 
 from balancer.actuate.k8s_filters import Offers, reservation_key, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import bound_members, groups, missing, trial
+from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preempt import Preemptor
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
 from balancer.actuate.k8s_watch import ListWatch
@@ -234,7 +238,7 @@ class SecondaryScheduler:
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
         view = self.nodes_view()
-        ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)}, Offers(view),
+        ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)}, Offers(view, PodPlacement(view, self._bound())),
                    self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
         gangs, done = groups(pending), set()
         for req in pending:
@@ -251,7 +255,7 @@ class SecondaryScheduler:
         reserved = ps.offers.reserved_for(req)
         target = reserved["name"] if reserved else self._choose(req, ps.view, offered, ps.session)
         i = ps.index.get(target) if target else None
-        if i is None or why_not(ps.view[i], req) is not None:
+        if i is None or why_not(ps.view[i], req) is not None or not ps.offers.fits(i):
             why = unschedulable(ps.offers.reasons(), req, len(offered))
             if not len(offered):
                 why += self._preempt(req, ps.view, ps.offers)
@@ -269,7 +273,7 @@ class SecondaryScheduler:
             return
         chosen, why = {}, missing(members, running)
         if why is None:
-            chosen, why = trial(members, ps.view, self.place)
+            chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
         for m in members:
             if why is not None:
                 self._left_pending(m, why, ps)
@@ -290,7 +294,7 @@ class SecondaryScheduler:
             ps.results[req["name"]] = bound or None
         if not bound:
             return
-        ps.offers.update(i)
+        ps.offers.update(i, req)   # and counted where pods run, for pod affinity
         if ps.session is not None:
             ps.session.bound(i)
         created = parse_time(req["created"])
@@ -306,6 +310,8 @@ class SecondaryScheduler:
         one else's victims in it."""
         if self.preemptor is None or not req["preempt"] or any(reservation_key(n, req) for n in view):
             return ""
+        if req["pod_affinity"]:   # victims would change where pods run: not weighed
+            return " preemption: not considered for a pod with required pod affinity or anti-affinity."
         bound = self._bound_by_node()
         try:
             choice = self.preemptor.plan(req, [view[i] for i in offers.admitted()], bound)
@@ -330,12 +336,16 @@ class SecondaryScheduler:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
         pod fits nowhere."""
         if self._pass_bound is None:
-            cached = self._cached("bound pods")
-            usage = self._listed_bound if cached is None else cached.values()   # the pass's own list, or the cache
             self._pass_bound = {}
-            for u in [*usage, *self._live_assumed(cached).values()]:
+            for u in self._bound():
                 self._pass_bound.setdefault(u.node, []).append(u)
         return self._pass_bound
+
+    def _bound(self) -> list[Usage]:
+        """The bound and assumed pods: the pass's own list, or the cache."""
+        cached = self._cached("bound pods")
+        usage = self._listed_bound if cached is None else cached.values()
+        return [*usage, *self._live_assumed(cached).values()]
 
     def _choose(self, req: Json, view: list[Json], offered: Any, session: Any) -> str | None:
         """What `place` (or the pass's session) picks among the nodes `offered` (indices into `view`)."""
@@ -359,7 +369,8 @@ class SecondaryScheduler:
             return ""
         self._assumed[req["name"]] = (self.clock(), Usage(
             node["name"], req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
-            req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items()))))
+            req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
+            req["pod_affinity"].anti if req["pod_affinity"] else ()))
         key = take(node, req)
         if key is not None:
             if self.preemptor is not None:

@@ -345,7 +345,8 @@ def test_the_scheduler_keeps_to_affinity_tolerations_and_init_containers(cluster
     wrong["spec"]["tolerations"] = [{"key": "gputide.io/hot", "value": "false"}]
     spread = pod("spread", gpus=1, scheduler="gputide", phase="Pending")
     spread["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {"matchLabels": {"team": "x"}}}]}}   # needs the namespaces' labels: not evaluated
     setup = pod("setup", gpus=0, scheduler="gputide", phase="Pending")
     setup["spec"]["initContainers"] = [{"name": "warm", "image": "x", "resources": {"requests": {"cpu": "500"}}}]
     for p in (pinned, wrong, spread, setup):
@@ -354,7 +355,7 @@ def test_the_scheduler_keeps_to_affinity_tolerations_and_init_containers(cluster
     assert results == {"default/pinned": "small", "default/wrong-value": None, "default/spread": None,
                        "default/setup": None}
     assert "didn't match Pod's node affinity" in events_of(cluster, "wrong-value")[0][2]
-    assert "not supported by gputide" in events_of(cluster, "spread")[0][2]
+    assert "with a namespaceSelector is not supported by gputide" in events_of(cluster, "spread")[0][2]
     assert "Insufficient cpu" in events_of(cluster, "setup")[0][2]   # its init container needs 500 CPUs
 
 

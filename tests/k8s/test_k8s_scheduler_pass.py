@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from balancer.actuate.k8s_filters import Offers, why_not
+from balancer.actuate.k8s_podaffinity import NO_AFFINITY, PodAffinity
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.scheduling import EnginePlacer
 from balancer.noderules import NodeRules, Taint
 from tests.fuzz.fuzzing import examples
 
+UNSUPPORTED = PodAffinity(unsupported="required pod affinity or anti-affinity with a namespaceSelector")
 TAINTS = [Taint("hot", "true", "NoSchedule"), Taint("gpu", "", "NoExecute"), Taint("soft", "", "PreferNoSchedule")]
 
 
@@ -40,7 +42,7 @@ def views(draw):
 
 requests = st.fixed_dictionaries({
     "name": st.just("ml/a"), "num_gpu": st.integers(0, 4), "cpu_milli": st.sampled_from([0, 2000, 8000]),
-    "memory_mib": st.sampled_from([0, 8192]), "pod_affinity": st.booleans(),
+    "memory_mib": st.sampled_from([0, 8192]), "pod_affinity": st.sampled_from([NO_AFFINITY, UNSUPPORTED]),
     "rules": st.builds(lambda tolerations, selector: NodeRules.from_pod_spec(
         {"tolerations": tolerations, "nodeSelector": selector}),
         st.sampled_from([[], [{"key": "hot", "operator": "Exists"}], [{"operator": "Exists"}]]),

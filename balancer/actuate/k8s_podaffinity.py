@@ -1,0 +1,237 @@
+"""Required inter-pod affinity and anti-affinity for the secondary scheduler, as kube-scheduler's InterPodAffinity
+filter evaluates them.
+
+A term (`AffinityTerm`) selects pods by a label selector (a term without one selects no pod, an empty one every
+pod) in namespaces (those it names; none named: the pod's own; `namespaceSelector: {}`: every namespace), and
+names a topology key: a node label whose value is the node's domain (a node without that label is in no domain).
+For the pod being placed and a candidate node, in this order (kube-scheduler's reasons):
+
+* **its required pod affinity** ("node(s) didn't match pod affinity rules"): the node has every term's topology key
+  and, for each term, a pod that matches *all* the terms runs in the node's domain of that term. When no such pod
+  runs anywhere (on a node with one of the keys) and the pod matches all its own terms, any node with every key
+  will do: the first pod of a group with affinity to itself;
+* **its required pod anti-affinity** ("node(s) didn't match pod anti-affinity rules"): no pod matching a term runs
+  in the node's domain of that term (a node without the key is in no domain, so nothing there is in its way);
+* **the bound pods' required anti-affinity** ("node(s) didn't satisfy existing pods anti-affinity rules"): no pod
+  with an anti-affinity term that selects the incoming pod runs in the node's domain of that term.
+
+A term with a non-empty `namespaceSelector` would need the namespaces' labels, which gputide does not read: a
+pending pod with one is refused (`PodAffinity.unsupported`), and a bound pod's such term is read as selecting pods
+of every namespace, so it may keep a pod off more nodes than kube-scheduler would, never fewer.
+
+`PodPlacement` answers these for every node of a pass at once: each topology key's domains as one integer column
+over the nodes, and, per distinct set of terms asked about in the pass, how many pods each node holds that match
+them (bound pods grouped by namespace and labels, so a Deployment's thousand replicas cost one selector match).
+`add` counts a pod bound in the pass on its node, so later pods of the pass see it; `copy` is what a gang's trial
+places its members on, leaving the pass's own counts as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from balancer.noderules import Selector
+
+Json = dict[str, Any]
+AFFINITY_REASON = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_REASON = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY_REASON = "node(s) didn't satisfy existing pods anti-affinity rules"
+REASONS = ("", AFFINITY_REASON, ANTI_AFFINITY_REASON, EXISTING_ANTI_AFFINITY_REASON)   # by `refusals` code
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """One required pod (anti-)affinity term: which pods (selector, namespaces) in which domain (topology key)."""
+
+    selector: Selector | None            # None: no labelSelector, which selects no pod
+    namespaces: frozenset[str] | None    # None: every namespace
+    topology_key: str
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return (self.selector is not None and (self.namespaces is None or namespace in self.namespaces)
+                and self.selector.matches(labels))
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """A pod's required pod affinity and anti-affinity terms; false when it has none (nor an unsupported one)."""
+
+    affinity: tuple[AffinityTerm, ...] = ()
+    anti: tuple[AffinityTerm, ...] = ()
+    unsupported: str = ""   # why gputide cannot evaluate them ("": it can)
+
+    def __bool__(self) -> bool:
+        return bool(self.affinity or self.anti or self.unsupported)
+
+    @classmethod
+    def from_spec(cls, namespace: str, spec: Mapping[str, Any]) -> PodAffinity:
+        """The required terms of a pod spec in `namespace` (an unsupported namespaceSelector: every namespace)."""
+        affinity = spec.get("affinity") or {}
+        if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
+            return NO_AFFINITY
+        parsed = {}
+        unsupported = False
+        for kind in ("podAffinity", "podAntiAffinity"):
+            terms = []
+            for t in (affinity.get(kind) or {}).get(REQUIRED) or ():
+                ns_selector, named = t.get("namespaceSelector"), frozenset(str(n) for n in t.get("namespaces") or ())
+                if ns_selector is None:
+                    namespaces = named or frozenset({namespace})
+                elif ns_selector.get("matchLabels") or ns_selector.get("matchExpressions"):
+                    namespaces, unsupported = None, True
+                else:   # an empty namespace selector selects every namespace
+                    namespaces = None
+                selector = t.get("labelSelector")
+                terms.append(AffinityTerm(None if selector is None else Selector.from_json(selector), namespaces,
+                                          str(t.get("topologyKey") or "")))
+            parsed[kind] = tuple(terms)
+        why = "required pod affinity or anti-affinity with a namespaceSelector" if unsupported else ""
+        return cls(parsed["podAffinity"], parsed["podAntiAffinity"], why)
+
+
+NO_AFFINITY = PodAffinity()
+
+
+def occupied(domain: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """Per node: whether its domain (`domain`: an id per node, -1: none) holds any of `per_node` (a count per
+    node). A node in no domain is never occupied."""
+    inside = domain >= 0
+    out = np.zeros(len(domain), dtype=bool)
+    if inside.any():
+        counts = np.bincount(domain[inside], weights=per_node[inside])
+        out[inside] = counts[domain[inside]] > 0
+    return out
+
+
+class PodPlacement:
+    """Where pods run in one pass, and the pod (anti-)affinity filter over every node at once (module docstring).
+
+    `view`: the pass's nodes (their `name` and `labels`); `bound`: the bound and assumed pods (`k8s_reads.Usage`:
+    node, key "namespace/name", labels, anti-affinity terms). Pods on nodes outside the view are not counted."""
+
+    def __init__(self, view: list[Json], bound: Iterable[Any] = ()) -> None:
+        self.labels = [n["labels"] for n in view]
+        self.size = len(view)
+        self._index = index = {n["name"]: i for i, n in enumerate(view)}
+        self._bound = bound = list(bound)   # read pod by pod only once a pod with pod affinity asks
+        self._domains: dict[str, np.ndarray] = {}   # topology key -> domain id per node (-1: none); shared by copies
+        self._groups: dict[tuple[str, tuple], list[int]] | None = None   # (namespace, labels) -> nodes; lazily
+        self._added: list[tuple[int, str, tuple]] = []   # pods this pass (or trial) counted
+        self._hits: dict[tuple[AffinityTerm, ...], np.ndarray] = {}   # terms -> pods matching all of them per node
+        self._anti: dict[AffinityTerm, np.ndarray] = {}   # a bound pod's anti-affinity term -> pods holding it per node
+        self._kept_off: dict[tuple[str, tuple], np.ndarray] = {}   # (namespace, labels) -> `_existing_anti`'s answer
+        held: dict[AffinityTerm, list[int]] = {}
+        for u in bound:
+            if u.anti and (i := index.get(u.node)) is not None:
+                for t in u.anti:
+                    held.setdefault(t, []).append(i)
+        for t, nodes in held.items():
+            self._anti[t] = np.bincount(nodes, minlength=self.size).astype(np.int64)
+
+    def copy(self) -> PodPlacement:
+        """A placement to count more pods on (a gang's trial) without counting them here."""
+        other = object.__new__(PodPlacement)
+        other.labels, other.size, other._index, other._bound = self.labels, self.size, self._index, self._bound
+        other._domains = self._domains
+        other._groups = None if self._groups is None else dict(self._groups)   # its lists are replaced, never changed
+        other._added = list(self._added)
+        other._hits = {k: v.copy() for k, v in self._hits.items()}
+        other._anti = {k: v.copy() for k, v in self._anti.items()}
+        other._kept_off = dict(self._kept_off)   # its arrays are replaced, never changed
+        return other
+
+    def domain(self, key: str) -> np.ndarray:
+        """The domain id of every node for topology key `key` (-1: the node lacks the label)."""
+        column = self._domains.get(key)
+        if column is None:
+            ids: dict[str, int] = {}
+            column = self._domains[key] = np.array(
+                [ids.setdefault(labels[key], len(ids)) if key in labels else -1 for labels in self.labels],
+                dtype=np.int64)
+        return column
+
+    def _pods(self) -> dict[tuple[str, tuple], list[int]]:
+        if self._groups is None:
+            self._groups = {}
+            index = self._index
+            for u in self._bound:
+                if (i := index.get(u.node)) is not None:
+                    self._groups.setdefault((u.key.split("/", 1)[0], u.labels), []).append(i)
+            for i, ns, labels in self._added:
+                self._groups.setdefault((ns, labels), []).append(i)
+        return self._groups
+
+    def matching(self, terms: tuple[AffinityTerm, ...]) -> np.ndarray:
+        """Per node, how many pods there match every one of `terms` (kept up to date by `add`)."""
+        hits = self._hits.get(terms)
+        if hits is None:
+            hits = self._hits[terms] = np.zeros(self.size, dtype=np.int64)
+            for (ns, labels), nodes in self._pods().items():
+                if all(t.matches(ns, dict(labels)) for t in terms):
+                    np.add.at(hits, nodes, 1)
+        return hits
+
+    def add(self, i: int, namespace: str, labels: Mapping[str, str], anti: tuple[AffinityTerm, ...] = ()) -> None:
+        """A pod with `labels` (and its required anti-affinity terms `anti`) now runs on node i."""
+        key = tuple(sorted(labels.items()))
+        self._added.append((i, namespace, key))
+        if self._groups is not None:
+            self._groups[(namespace, key)] = [*self._groups.get((namespace, key), ()), i]
+        for terms, hits in self._hits.items():
+            if all(t.matches(namespace, labels) for t in terms):
+                hits[i] += 1
+        for t in anti:
+            if t not in self._anti:
+                self._anti[t] = np.zeros(self.size, dtype=np.int64)
+            self._anti[t][i] += 1
+        if anti:
+            self._kept_off = {}
+
+    def refusals(self, namespace: str, labels: Mapping[str, str], affinity: PodAffinity | None) -> np.ndarray | None:
+        """Per node, why a pod in `namespace` with `labels` and `affinity` may not go there: 0 it may, else the
+        index of the reason in `REASONS` (the first of the three checks that fails). None: nothing to check."""
+        if affinity and affinity.unsupported:
+            affinity = None   # refused everywhere by its placement rules already
+        if not affinity and not self._anti:
+            return None
+        code = np.zeros(self.size, dtype=np.int8)
+        code[self._existing_anti(namespace, labels)] = 3
+        if affinity:
+            for t in affinity.anti:
+                code[occupied(self.domain(t.topology_key), self.matching((t,)))] = 2
+            code[~self._affinity(namespace, labels, affinity.affinity)] = 1
+        return code
+
+    def _existing_anti(self, namespace: str, labels: Mapping[str, str]) -> np.ndarray:
+        """Nodes in a domain where a bound pod's anti-affinity term selects the pod (the pods of one template ask
+        once per pass, until a pod with anti-affinity is bound)."""
+        key = (namespace, tuple(sorted(labels.items())))
+        refused = self._kept_off.get(key)
+        if refused is None:
+            refused = np.zeros(self.size, dtype=bool)
+            for t, holders in self._anti.items():
+                if t.matches(namespace, labels):
+                    refused |= occupied(self.domain(t.topology_key), holders)
+            self._kept_off[key] = refused
+        return refused
+
+    def _affinity(self, namespace: str, labels: Mapping[str, str], terms: tuple[AffinityTerm, ...]) -> np.ndarray:
+        """Nodes the pod's required affinity `terms` allow."""
+        keyed = np.ones(self.size, dtype=bool)
+        if not terms:
+            return keyed
+        hits, near, anywhere = self.matching(terms), np.ones(self.size, dtype=bool), False
+        for t in terms:
+            domain = self.domain(t.topology_key)
+            keyed &= domain >= 0
+            near &= occupied(domain, hits)
+            anywhere = anywhere or bool(hits[domain >= 0].any())
+        if not anywhere and all(t.matches(namespace, labels) for t in terms):   # the first pod of its group
+            return keyed
+        return keyed & near
+
