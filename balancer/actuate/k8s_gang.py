@@ -17,6 +17,7 @@ so far in place, and the rest are tried again next pass.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,10 +41,10 @@ def group_of(meta: Json) -> tuple[str | None, int]:
     return f"{meta.get('namespace', 'default')}/{name}", least
 
 
-def bound_members(bound: Iterable[Any], group: str) -> int:
-    """How many pods of `group` are bound already (`k8s_scheduler.Usage`: its key and labels)."""
-    namespace, name = group.split("/", 1)
-    return sum(1 for u in bound if u.key.startswith(f"{namespace}/") and dict(u.labels).get(GROUP_LABEL) == name)
+def member_counts(bound: Iterable[Any]) -> Counter[str]:
+    """How many pods of each group ("namespace/group") are bound already (`k8s_reads.Usage`: key and labels);
+    counted once per pass, not once per group."""
+    return Counter(f"{u.key.split('/', 1)[0]}/{g}" for u in bound if (g := dict(u.labels).get(GROUP_LABEL)))
 
 
 def missing(members: Sequence[Json], bound: int) -> str | None:

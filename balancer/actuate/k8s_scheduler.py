@@ -37,13 +37,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from balancer.actuate.k8s_filters import Offers, reservation_key, take, unschedulable, why_not
-from balancer.actuate.k8s_gang import bound_members, groups, missing, trial
+from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preempt import Preemptor
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
@@ -78,6 +78,7 @@ class _Pass:
     session: Any
     results: dict[str, str | None]
     now: float
+    members: Counter[str] | None = None   # bound pods per pod group, counted when a group first comes up
 
 
 class SecondaryScheduler:
@@ -265,7 +266,9 @@ class SecondaryScheduler:
 
     def _place_group(self, members: list[Json], ps: _Pass) -> None:
         """A pod group's pending members: all bound together, or none (balancer/actuate/k8s_gang.py)."""
-        running = bound_members(chain.from_iterable(self._bound_by_node().values()), members[0]["group"])
+        if ps.members is None:
+            ps.members = member_counts(self._bound())
+        running = ps.members[members[0]["group"]]
         least = max(m["group_min"] for m in members)
         if least and running >= least:   # the gang runs already: more members join one by one
             for m in members:
@@ -344,8 +347,9 @@ class SecondaryScheduler:
     def _bound(self) -> list[Usage]:
         """The bound and assumed pods: the pass's own list, or the cache."""
         cached = self._cached("bound pods")
-        usage = self._listed_bound if cached is None else cached.values()
-        return [*usage, *self._live_assumed(cached).values()]
+        if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
+            return list(self._listed_bound)
+        return [*cached.values(), *self._live_assumed(cached).values()]
 
     def _choose(self, req: Json, view: list[Json], offered: Any, session: Any) -> str | None:
         """What `place` (or the pass's session) picks among the nodes `offered` (indices into `view`)."""

@@ -151,3 +151,16 @@ def test_a_pod_that_cannot_preempt_does_not_list_budgets_at_every_pass(full, api
     clock.advance(10)
     sched.schedule_once()
     assert len(full.calls("GET", r"/poddisruptionbudgets")) == 2      # read again after budgets_ttl_s
+
+
+def test_a_pod_bound_by_the_last_pass_is_counted_once_when_weighing_victims(kube: FakeKube, api, clock):
+    """Without watches a pass lists the bound pods, which already hold the last pass's bindings; counting those
+    again as assumed made one victim look like two and preempted for room that was not there."""
+    kube.add(node("a", 8))
+    kube.add(bound("vip", "a", 4, 100))
+    kube.add(pending("low", 4, 1))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {"default/low": "a"}
+    kube.add(pending("urgent", 8, 50))
+    sched.schedule_once()
+    assert sched.preempted == [] and kube.get("pods", "low", "default") is not None
