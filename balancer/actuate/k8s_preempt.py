@@ -50,6 +50,16 @@ def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mappin
     return {GPU_RESOURCE: gpus, "cpu": cpu_milli, "memory": memory_mib, **extended}
 
 
+def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
+    """The node a pod that waits too long should hold as GPUs free up: among those big enough for it at all, the one
+    with the most GPUs free and not reserved for others (ties: by name); None when none is big enough."""
+    big = [n for n in nodes if n["gpus_total"] >= req["num_gpu"] and n["cpu_milli_total"] >= req["cpu_milli"]
+           and n["memory_mib_total"] >= req["memory_mib"]]
+    if not big:
+        return None
+    return max(big, key=lambda n: (n["gpus_free"] - reserved_for_others(n, req), n["name"]))["name"]
+
+
 def _could_make_room(node: Json, lower: Sequence[Any], req: Json) -> bool:
     """Whether evicting every pod of lower priority would free enough GPUs, CPU and memory on `node`: only such
     nodes are weighed pod by pod (the rest, most nodes of a busy cluster, cost three sums each)."""
@@ -123,13 +133,19 @@ class Preemptor:
             options[n["name"]] = (free, running)
         return choose(need, req["priority"], options, allowed, respect_budgets=True)
 
+    def reserve(self, req: Json, node: str) -> Json:
+        """Hold `req`'s GPUs on `node` for it (a reservation every replica honours, expiring after `reserve_s`);
+        returns the reservation."""
+        key = req["name"]
+        entry = {"pod": key, "gpus": [], "count": req["num_gpu"], "expires": rfc3339(self.clock() + self.reserve_s)}
+        self.api.update_node(node, lambda n: _annotation_map_change(n, self.reservation_annotation, {key: entry}))
+        self._held.setdefault(node, {})[key] = entry
+        return entry
+
     def preempt(self, req: Json, choice: Preemption) -> Json:
         """Reserve the node for `req`, evict the victims, nominate the node; returns the reservation made."""
-        key, now = req["name"], self.clock()
-        entry = {"pod": key, "gpus": [], "count": req["num_gpu"], "expires": rfc3339(now + self.reserve_s)}
-        self.api.update_node(choice.node, lambda n: _annotation_map_change(n, self.reservation_annotation,
-                                                                          {key: entry}))
-        self._held.setdefault(choice.node, {})[key] = entry
+        key = req["name"]
+        entry = self.reserve(req, choice.node)
         for v in choice.victims:
             ns, name = v.key.split("/", 1)
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}

@@ -45,7 +45,7 @@ from typing import Any
 from balancer.actuate.k8s_filters import Offers, reservation_key, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_podaffinity import PodPlacement
-from balancer.actuate.k8s_preempt import Preemptor
+from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
@@ -93,7 +93,7 @@ class SecondaryScheduler:
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0,
-                 min_tell_s: float = 60.0, preemption: bool = True) -> None:
+                 min_tell_s: float = 60.0, preemption: bool = True, starving_s: float = 600.0) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
@@ -106,8 +106,11 @@ class SecondaryScheduler:
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
         self._assumed: dict[str, tuple[float, Usage]] = {}   # pod -> (when, its pod_usage)
-        self.preemptor = Preemptor(self.api, scheduler_name, reservation_annotation, clock) if preemption else None
+        # reservations for pods that preempt or starve (node annotation, as a migration's), and preemption itself
+        self.preemptor = Preemptor(self.api, scheduler_name, reservation_annotation, clock)
+        self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []   # the last pass: (victim, node) of each preemption started
+        self.starving: list[tuple[str, str]] = []    # the last pass: (pod, node) of each starving pod given a node
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
         self._pass_bound: dict[str, list[Usage]] | None = None   # the pass's bound pods per node (preemption)
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
@@ -192,7 +195,7 @@ class SecondaryScheduler:
         nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
                                lambda n: node_facts(n, self.reservation_annotation))
         (used, used_ext), cached = self._bound_usage()
-        held = self.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes}) if self.preemptor else {}
+        held = self.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
         if cached:   # a consistent list already shows every binding made; the cache may not yet
             used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
         view = []
@@ -232,7 +235,7 @@ class SecondaryScheduler:
         scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has passed; a
         bound pod gets a
         Scheduled Event."""
-        self.latencies, self.oldest_pending_s, self.reasons, self.preempted = [], 0.0, {}, []
+        self.latencies, self.oldest_pending_s, self.reasons, self.preempted, self.starving = [], 0.0, {}, [], []
         self._pass_bound: dict[str, list[Usage]] | None = None
         pending = self.pending()
         self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
@@ -259,7 +262,7 @@ class SecondaryScheduler:
         if i is None or why_not(ps.view[i], req) is not None or not ps.offers.fits(i):
             why = unschedulable(ps.offers.reasons(), req, len(offered))
             if not len(offered):
-                why += self._preempt(req, ps.view, ps.offers)
+                why += self._preempt(req, ps.view, ps.offers) or self._hold_for_starving(req, ps)
             self._left_pending(req, why, ps)
             return
         self._commit(req, i, ps)
@@ -311,7 +314,7 @@ class SecondaryScheduler:
         when preemption is off, the pod opts out, already holds a node while its victims terminate, or no node
         can make room. The reservation made holds the node for the rest of the pass too, and the victims are no
         one else's victims in it."""
-        if self.preemptor is None or not req["preempt"] or any(reservation_key(n, req) for n in view):
+        if not self.preemption or not req["preempt"] or any(reservation_key(n, req) for n in view):
             return ""
         if req["pod_affinity"]:   # victims would change where pods run: not weighed
             return " preemption: not considered for a pod with required pod affinity or anti-affinity."
@@ -334,6 +337,28 @@ class SecondaryScheduler:
                 f"{', '.join(sorted(gone))}")
         log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], done)
         return f" preemption: {done}."
+
+    def _hold_for_starving(self, req: Json, ps: _Pass) -> str:
+        """Anti-starvation: a pod pending longer than `starving_s` that fits nowhere and preempts no one holds the
+        node closest to fitting it (a reservation of its GPUs, renewed while it waits), so that GPUs freed there go
+        to it instead of to smaller pods that keep arriving. " waiting <m> min: holding <node> ...", or ""."""
+        created = parse_time(req["created"])
+        if not created or ps.now - created < self.starving_s or any(reservation_key(n, req) for n in ps.view):
+            return ""
+        node = closest_to_fitting(req, [ps.view[i] for i in ps.offers.admitted()])
+        if node is None:
+            return ""
+        try:
+            entry = self.preemptor.reserve(req, node)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot hold %s for %s: %s", self.scheduler_name, node, req["name"], err)
+            return ""
+        i = ps.index[node]
+        ps.view[i]["reservations"] = {**ps.view[i]["reservations"], req["name"]: entry}
+        ps.offers.update(i)
+        self.starving.append((req["name"], node))
+        return (f" Waiting {(ps.now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
+                "as GPUs free up there.")
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
@@ -377,8 +402,7 @@ class SecondaryScheduler:
             req["pod_affinity"].anti if req["pod_affinity"] else ()))
         key = take(node, req)
         if key is not None:
-            if self.preemptor is not None:
-                self.preemptor.release(node["name"], key)
+            self.preemptor.release(node["name"], key)
             self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                 n, self.reservation_annotation, {k: None}))
         return node["name"]

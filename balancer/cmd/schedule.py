@@ -2,7 +2,7 @@
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
                      [--prometheus URL [--cluster NAME]] [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
-                     [--metrics-port 9837] [--no-preemption]
+                     [--metrics-port 9837] [--no-preemption] [--starving-after 10m]
 
 It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest)
 to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
@@ -15,7 +15,8 @@ headroom and which GPUs pods are on (read at most every 15 s; while Prometheus f
 them). A pod that fits nowhere preempts pods of lower priority as kube-scheduler would, evicting them through the
 Eviction API (a PodDisruptionBudget is never broken) and holding the node with a reservation until they are gone
 (balancer/actuate/k8s_preempt.py); `--no-preemption` turns that off, a pod's `preemptionPolicy: Never` opts it
-out. Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together or none
+out. A pod pending longer than `--starving-after` that fits nowhere holds the node closest to fitting it, so GPUs
+freed there go to it rather than to smaller pods that keep arriving. Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together or none
 (balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
 each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
 `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
@@ -56,6 +57,8 @@ def register(subparsers) -> None:
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
     p.add_argument("--no-preemption", action="store_true",
                    help="never evict pods of lower priority to make room for a pod that fits nowhere")
+    p.add_argument("--starving-after", default="10m", metavar="DURATION",
+                   help="a pod pending this long that fits nowhere holds the node closest to fitting it (default 10m)")
     p.add_argument("--metrics-port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.set_defaults(func=run)
@@ -87,12 +90,15 @@ class SchedulerMetrics:
                             "pending (0 when none).", registry=r)
         self.preempted = Counter("gputide_scheduler_preempted_pods", "Pods of lower priority evicted to make room "
                                  "for a pod that fit nowhere.", registry=r)
+        self.starving = Gauge("gputide_scheduler_starving_pods", "Pods the last pass found waiting longer than "
+                              "--starving-after and gave a node to hold as GPUs free up there.", registry=r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
 
     def record(self, results: dict, latencies: Sequence[float] = (), oldest_pending_s: float = 0.0,
-               preempted: int = 0) -> None:
+               preempted: int = 0, starving: int = 0) -> None:
         self.preempted.inc(preempted)
+        self.starving.set(starving)
         for seconds in latencies:
             self.latency.observe(seconds)
         self.oldest.set(oldest_pending_s)
@@ -132,7 +138,8 @@ def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
         metrics.failed_passes.inc()
         log.warning("scheduling pass failed: %s", err)
         return
-    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s, len(scheduler.preempted))
+    metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s, len(scheduler.preempted),
+                   len(scheduler.starving))
     for name, node in results.items():
         if node:
             log.info("bound %s to %s", name, node)
@@ -144,10 +151,12 @@ def run(args: argparse.Namespace) -> int:
     from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
     interval = parse_interval(args.interval)
+    starving_s = parse_interval(args.starving_after, "--starving-after")
     placer = build_placer(args)
     api_client = kube_client(args.kubeconfig)
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once,
-                                   preemption=not args.no_preemption)
+                                   preemption=not args.no_preemption,
+                                   starving_s=starving_s)
     if args.once:
         for name, node in scheduler.schedule_once().items():
             print(f"{name} -> {node}" if node else f"{name}: no node fits ({scheduler.reasons.get(name, '')})")
