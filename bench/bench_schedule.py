@@ -16,6 +16,9 @@ bookkeeping; the API server replaced by a stub that accepts every binding), CPU 
 the tree at `PASS_BEFORE_COMMIT` (which filtered every node and rebuilt the placement state for every pod). A few
 pods ask for 16 GPUs and fit nowhere, a fifth select a zone. Both trees must bind the same pods to the same nodes.
 
+*Pod affinity*: the same pass on this tree with bound pods of many workloads, some keeping their replicas one per
+host, and a share of the pending pods carrying that anti-affinity, against the pass without any (`affinity_pass`).
+
     .venv/bin/python -m bench.bench_schedule
 """
 
@@ -159,8 +162,45 @@ def pending(count: int = PASS_PODS, seed: int = 2) -> list[dict]:
     return out
 
 
-def measure_pass(n: int, policy: str = "gputide") -> dict:
-    """CPU time of one `schedule_once` over `pending()` on `fleet(n)`, every binding accepted."""
+APPS = 500               # workloads the bound pods of the affinity pass belong to
+BOUND_PER_NODE = 4       # bound pods per node in the affinity pass
+ANTI_SHARE = 0.2         # share of those workloads with required anti-affinity on kubernetes.io/hostname
+
+
+def _anti(app: str) -> dict:
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def with_affinity(queue: list[dict], view: list[dict], share: float, seed: int = 3) -> list:
+    """The affinity pass: `BOUND_PER_NODE` bound pods per node of `APPS` workloads (`ANTI_SHARE` of them keeping
+    their replicas one per host), and `share` of the pending pods made replicas of those workloads, with their
+    anti-affinity. Returns the bound pods (`k8s_reads.Usage`)."""
+    import numpy as np
+
+    from balancer.actuate.k8s_podaffinity import PodAffinity
+    from balancer.actuate.k8s_reads import Usage
+
+    rng = np.random.default_rng(seed)
+    anti = {f"app-{a}" for a in range(APPS) if rng.random() < ANTI_SHARE}
+    terms = {app: PodAffinity.from_spec("ml", {"affinity": _anti(app)}) for app in anti}
+    bound = []
+    for i, node in enumerate(view):
+        for k in range(BOUND_PER_NODE):
+            app = f"app-{int(rng.integers(APPS))}"
+            bound.append(Usage(node["name"], 0, 0, 0, (), f"ml/b-{i}-{k}", 0, 0.0, (("app", app),),
+                               terms[app].anti if app in terms else ()))
+    for req in queue:
+        if rng.random() < share:
+            app = f"app-{int(rng.integers(APPS))}"
+            req["labels"] = {"app": app}
+            req["pod_affinity"] = terms.get(app) or PodAffinity.from_spec("ml", {"affinity": _anti(app)})
+    return bound
+
+
+def measure_pass(n: int, policy: str = "gputide", affinity: float | None = None) -> dict:
+    """CPU time of one `schedule_once` over `pending()` on `fleet(n)`, every binding accepted. With `affinity` (a
+    share of the pending pods), the pass of `with_affinity`."""
     import copy
     from types import SimpleNamespace
 
@@ -198,6 +238,8 @@ def measure_pass(n: int, policy: str = "gputide") -> dict:
     for node in view:
         node |= {"extended_total": {"pods": 110.0}, "extended_free": {"pods": 110.0}}
     sched.queue, sched.view = pending(), copy.deepcopy(view)
+    if affinity is not None:
+        sched._listed_bound = with_affinity(sched.queue, sched.view, affinity)
     c0 = time.process_time()
     results = sched.schedule_once()
     cpu = time.process_time() - c0
@@ -238,6 +280,32 @@ def per_pass() -> str:
     )
 
 
+AFFINITY_SHARES = (0.0, 0.3, 1.0)
+
+
+def affinity_pass() -> str:
+    """The cost of required pod (anti-)affinity in a pass: this tree, against the same pass without any."""
+    from bench.trees import measured, section
+
+    rows = []
+    for n in SIZES:
+        base = min((measured(ROOT, "bench_schedule", f"measure_pass({n})") for _ in range(PASS_RUNS)),
+                   key=lambda r: r["cpu"])
+        for share in AFFINITY_SHARES:
+            r = min((measured(ROOT, "bench_schedule", f"measure_pass({n}, affinity={share})")
+                     for _ in range(PASS_RUNS)), key=lambda r: r["cpu"])
+            rows.append([f"{n:,}", f"{share:.0%}", f"{r['placed']} of {PASS_PODS}", f"{r['cpu'] * 1e3:.0f} ms",
+                         f"{base['cpu'] * 1e3:.0f} ms", f"{r['cpu'] / base['cpu']:.2f}x"])
+    return section(
+        "Schedule: a pass with required pod affinity (balancer/actuate/k8s_podaffinity.py)",
+        f"Command: `{COMMAND}`. The per-pass measurement above on this tree, with {BOUND_PER_NODE} bound pods per "
+        f"node of {APPS} workloads, {ANTI_SHARE:.0%} of which keep their replicas one per host (required "
+        "anti-affinity on kubernetes.io/hostname), and a share of the pending pods made replicas of those workloads "
+        "with their anti-affinity. Baseline = the same pass with no bound pods and no affinity, same run, same tree. "
+        f"{PASS_RUNS} runs each, each in its own process; the best run shown.",
+        ["nodes", "pending pods with affinity", "pods bound", "CPU per pass", "baseline", "ratio"], rows)
+
+
 def main() -> str:
     from bench.trees import now_and_before, section
 
@@ -245,7 +313,7 @@ def main() -> str:
     now, before = now_and_before("bench_schedule", BEFORE_COMMIT, runs)
     _same(now, before)
     now, before = _best(now), _best(before)
-    return per_pass() + "\n" + section(
+    return per_pass() + "\n" + affinity_pass() + "\n" + section(
         "Schedule: EnginePlacer.place per pending pod (balancer/app/scheduling.py)",
         f"Command: `{COMMAND}`. CPU time of one `place(pod_request, offered_nodes)` call (policy gputide), median "
         f"over {PODS} pending pods of a mixed request mix, each bound where it was placed before the next is "
