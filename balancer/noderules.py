@@ -17,7 +17,10 @@ the Kubernetes actuator (`placement_refusal`) and the secondary scheduler all as
 Kubernetes for all three.
 
 Node taints travel as kubectl writes them, `key[=value][:effect]`; without an effect a taint is `NoSchedule`.
-`Selector` is a label selector over the same requirements, for what selects pods (PodDisruptionBudgets).
+`Selector` is a label selector over the same requirements, for what selects pods (PodDisruptionBudgets), and
+`PodAffinity` a pod's required pod affinity and anti-affinity terms (`AffinityTerm`: a selector, namespaces, a
+topology key), read here and evaluated where pods are known (the scheduler's `k8s_podaffinity`, the controller's
+`ClusterSnapshot.affinity_admits`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 REPELLING = ("NoSchedule", "NoExecute")
 
@@ -186,3 +191,68 @@ class NodeRules:
 
 
 NO_RULES = NodeRules()
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """One required pod (anti-)affinity term: which pods (selector, namespaces) in which domain (topology key)."""
+
+    selector: Selector | None            # None: no labelSelector, which selects no pod
+    namespaces: frozenset[str] | None    # None: every namespace
+    topology_key: str
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return (self.selector is not None and (self.namespaces is None or namespace in self.namespaces)
+                and self.selector.matches(labels))
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """A pod's required pod affinity and anti-affinity terms; false when it has none (nor an unsupported one)."""
+
+    affinity: tuple[AffinityTerm, ...] = ()
+    anti: tuple[AffinityTerm, ...] = ()
+    unsupported: str = ""   # why gputide cannot evaluate them ("": it can)
+
+    def __bool__(self) -> bool:
+        return bool(self.affinity or self.anti or self.unsupported)
+
+    @classmethod
+    def from_spec(cls, namespace: str, spec: Mapping[str, Any]) -> PodAffinity:
+        """The required terms of a pod spec in `namespace` (an unsupported namespaceSelector: every namespace)."""
+        affinity = spec.get("affinity") or {}
+        if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
+            return NO_AFFINITY
+        parsed = {}
+        unsupported = False
+        for kind in ("podAffinity", "podAntiAffinity"):
+            terms = []
+            for t in (affinity.get(kind) or {}).get(REQUIRED) or ():
+                ns_selector, named = t.get("namespaceSelector"), frozenset(str(n) for n in t.get("namespaces") or ())
+                if ns_selector is None:
+                    namespaces = named or frozenset({namespace})
+                elif ns_selector.get("matchLabels") or ns_selector.get("matchExpressions"):
+                    namespaces, unsupported = None, True
+                else:   # an empty namespace selector selects every namespace
+                    namespaces = None
+                selector = t.get("labelSelector")
+                terms.append(AffinityTerm(None if selector is None else Selector.from_json(selector), namespaces,
+                                          str(t.get("topologyKey") or "")))
+            parsed[kind] = tuple(terms)
+        why = "required pod affinity or anti-affinity with a namespaceSelector" if unsupported else ""
+        return cls(parsed["podAffinity"], parsed["podAntiAffinity"], why)
+
+
+NO_AFFINITY = PodAffinity()
+
+
+def occupied(domain: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """Per node: whether its domain (`domain`: an id per node, -1: none) holds any of `per_node` (a count per
+    node). A node in no domain is never occupied."""
+    inside = domain >= 0
+    out = np.zeros(len(domain), dtype=bool)
+    if inside.any():
+        counts = np.bincount(domain[inside], weights=per_node[inside])
+        out[inside] = counts[domain[inside]] > 0
+    return out

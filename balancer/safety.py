@@ -7,8 +7,9 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label / stopped namespace
     ├── ProtectedWorkload        protected or non-movable workloads (and GPUs hosting them) are never touched
     ├── PlacementRefused         a migration to a node the workload's own rules keep it off (a taint it does not
-    │                            tolerate, its node selector, its required node affinity): its replacement could
-    │                            not run there
+    │                            tolerate, its node selector, its required node affinity, required pod affinity
+    │                            or anti-affinity, its own or that of the pods there): its replacement could not
+    │                            run there
     ├── MinGainNotMet            expected gain below `minExpectedGain`
     ├── CooldownActive           the same target acted on within its cooldown (inference scale-ups and the
     │                            training shrinks that reclaim GPUs for them are exempt)
@@ -315,6 +316,9 @@ class SafetyGuard:
         why = None if w is None else w.node_rules.refusal(n.name, n.labels, map(Taint.parse, n.taints))
         if why is not None:
             raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: the node has {why}")
+        if w is not None and not ctx.snapshot.affinity_admits(w)[ctx.snapshot.node_position[n.name]]:
+            raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: pod affinity or anti-affinity "
+                                   "(its own, or that of pods running there) keeps it off")
 
     def _check_pdb(self, owner: str, healthy: int, disrupted: int) -> None:
         pdb = self.pdbs.get(owner)

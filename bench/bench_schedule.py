@@ -178,8 +178,8 @@ def with_affinity(queue: list[dict], view: list[dict], share: float, seed: int =
     anti-affinity. Returns the bound pods (`k8s_reads.Usage`)."""
     import numpy as np
 
-    from balancer.actuate.k8s_podaffinity import PodAffinity
     from balancer.actuate.k8s_reads import Usage
+    from balancer.noderules import PodAffinity
 
     rng = np.random.default_rng(seed)
     anti = {f"app-{a}" for a in range(APPS) if rng.random() < ANTI_SHARE}

@@ -2,7 +2,7 @@
 
 * `scheduling_request(pod)`: a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
   the largest init container, plus overhead; every extended resource and one pod slot), its rules
-  (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`k8s_podaffinity.PodAffinity`), priority,
+  (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), priority,
   owner, the reservations that are its own, its preemption policy and pod group;
 * `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
 * `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, and the required
@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_gang import group_of
-from balancer.actuate.k8s_podaffinity import AffinityTerm, PodAffinity
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     RESERVATION_ANNOTATION,
@@ -25,7 +24,7 @@ from balancer.actuate.kubernetes import (
     parse_time,
     quantity,
 )
-from balancer.noderules import NodeRules, Taint
+from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Taint
 
 Json = dict[str, Any]
 BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"

@@ -21,7 +21,8 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
-| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod with required pod (anti-)affinity is not movable: where its replacement may run depends on other pods, which gputide does not evaluate |
+| `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`) |
+| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` (which needs the namespaces' labels, not read) is not movable |
 
 `KubernetesWorkloads.disruption_budgets()` lists the PodDisruptionBudgets (at most once per `ttl_s`), with each pod's
 labels in its Workload: the safety guard refuses a migration whose eviction a budget does not allow now, as the
@@ -58,7 +59,7 @@ from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
-from balancer.noderules import NO_RULES, NodeRules, Selector, affinity_terms
+from balancer.noderules import NO_RULES, NodeRules, PodAffinity, Selector, affinity_terms
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -102,12 +103,6 @@ def _pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
             return None
         allowed.update(values)
     return _models("|".join(sorted(allowed)))
-
-
-def _pod_affinity(spec: Json) -> bool:
-    """Whether the pod has required pod (anti-)affinity: where it may run depends on other pods."""
-    return any(((spec.get("affinity") or {}).get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-               for k in ("podAffinity", "podAntiAffinity"))
 
 
 _RULES: dict[NodeRules, NodeRules] = {}
@@ -155,11 +150,13 @@ def workload_from_pod(pod: Json) -> Workload | None:
                  else WorkloadClass.TRAINING if kind == "Job" and elastic_max > 0 else WorkloadClass.BATCH)
     namespace = meta.get("namespace", "default")
     milli = min(max(_int(notes.get("gputide.io/gpu-milli"), 1000), 1), 1000)
+    affinity = PodAffinity.from_spec(namespace, spec)
     return Workload(
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=_pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        movable=str(notes.get("gputide.io/movable", "true")).lower() != "false" and not _pod_affinity(spec),
+        pod_affinity=affinity,
+        movable=str(notes.get("gputide.io/movable", "true")).lower() != "false" and not affinity.unsupported,
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
     )

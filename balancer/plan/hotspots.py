@@ -210,7 +210,7 @@ def _may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[
 
 def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, per_node, limit) -> tuple[int, ...] | None:
     fit = ok_target & (free_milli >= w.gpu_milli) & (free_mem >= w.gpu_memory_mib)
-    fit &= (per_node < limit)[s.node_index] & s.admits(w.node_rules)[s.node_index]
+    fit &= ((per_node < limit) & s.admits(w.node_rules) & s.affinity_admits(w))[s.node_index]
     if w.allowed_models is not None:
         fit &= np.isin(s.gpu_models, list(w.allowed_models))
     cand = np.flatnonzero(fit)

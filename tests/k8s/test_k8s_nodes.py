@@ -95,7 +95,7 @@ def test_the_snapshot_carries_the_nodes_labels_and_taints_and_holds_still_until_
     assert isinstance(review.rejected[0][1], EmergencyStop)   # the label on the Kubernetes node stops it
 
 
-def test_a_pod_pinned_to_a_zone_is_movable_within_it_and_pod_affinity_still_pins_it():
+def test_a_pod_pinned_to_a_zone_is_movable_within_it_and_carries_its_pod_anti_affinity():
     zoned = pod("z", gpus=1)
     zoned["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "b"}
     w = workload_from_pod(zoned)
@@ -106,7 +106,8 @@ def test_a_pod_pinned_to_a_zone_is_movable_within_it_and_pod_affinity_still_pins
     apart = pod("a", gpus=1)
     apart["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-    assert not workload_from_pod(apart).movable
+    spread = workload_from_pod(apart)
+    assert spread.movable and [t.topology_key for t in spread.pod_affinity.anti] == ["kubernetes.io/hostname"]
 
 
 def test_a_status_update_that_leaves_labels_and_taints_alone_keeps_the_same_answer(kube: FakeKube, api, clock):

@@ -19,15 +19,12 @@ from balancer.actuate.k8s_podaffinity import (
     AFFINITY_REASON,
     ANTI_AFFINITY_REASON,
     EXISTING_ANTI_AFFINITY_REASON,
-    NO_AFFINITY,
     REASONS,
-    AffinityTerm,
-    PodAffinity,
     PodPlacement,
 )
 from balancer.actuate.k8s_reads import pod_usage, scheduling_request
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
-from balancer.noderules import Selector
+from balancer.noderules import NO_AFFINITY, AffinityTerm, PodAffinity, Selector
 from tests.fuzz.fuzzing import examples
 
 HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"

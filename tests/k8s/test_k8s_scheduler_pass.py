@@ -11,10 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from balancer.actuate.k8s_filters import Offers, why_not
-from balancer.actuate.k8s_podaffinity import NO_AFFINITY, PodAffinity
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.scheduling import EnginePlacer
-from balancer.noderules import NodeRules, Taint
+from balancer.noderules import NO_AFFINITY, NodeRules, PodAffinity, Taint
 from tests.fuzz.fuzzing import examples
 
 UNSUPPORTED = PodAffinity(unsupported="required pod affinity or anti-affinity with a namespaceSelector")

@@ -162,13 +162,17 @@ PRODUCT_IN = {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVI
     ({"affinity": _affinity([{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}])},
      None, True),
     ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}}, None, False),
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}}, None, True),
+    ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}}, None, False),
 ], ids=["product-affinity", "products-ored", "any-model-term", "os-selector", "pool-selector", "zone-affinity",
-        "pod-anti-affinity"])
-def test_required_placement_rules_give_models_and_only_pod_affinity_makes_a_pod_unmovable(spec, models, movable):
+        "pod-anti-affinity", "namespace-selector"])
+def test_required_placement_rules_give_models_and_only_unreadable_pod_affinity_makes_a_pod_unmovable(
+        spec, models, movable):
     """GPU models come from the product label; other labels the planner checks against the nodes' own
-    (`node_rules`). A pod kept apart from (or together with) other pods is not movable: gputide does not evaluate
-    pod affinity, so a migration could send it where its replacement may not run."""
+    (`node_rules`), pod affinity against where the other pods run (`pod_affinity`). A term that names namespaces
+    by their labels cannot be checked (gputide does not read namespaces): such a pod is not movable."""
     p = pod("p", gpus=1)
     p["spec"].update(spec)
     w = workload_from_pod(p)

@@ -116,3 +116,60 @@ def test_a_taint_reads_and_writes_kubectls_syntax(text):
     taint = Taint.parse(text)
     assert Taint.parse(str(taint)) == taint and taint.key == text.split("=")[0].split(":")[0]
     assert taint.effect == (text.split(":")[1] if ":" in text else "NoSchedule")
+
+
+# ---- required pod affinity and anti-affinity ------------------------------------------------------------------
+
+HOSTS = {n: {"labels": {"kubernetes.io/hostname": n, "zone": z}} for n, z in (("n0", "a"), ("n1", "b"), ("n2", "a"))}
+
+
+def affinity(kind: str, app: str, key: str = "kubernetes.io/hostname"):
+    from balancer.noderules import PodAffinity
+
+    return PodAffinity.from_spec("inference", {"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}})
+
+
+def app(name: str, label: str, **kw):
+    return workload(name, labels=MappingProxyType({"app": label}), **kw)
+
+
+def moves_with(others, w, temps=TEMPS):
+    snaps = [snapshot(FL, workloads=[(w, (0,)), *others], temps=temps, nodes=labelled(**HOSTS))] * 2
+    state = None
+    for s in snaps:
+        p, state = plan(s, None, BalancerPolicy(), state)
+    return [a.target_node for a in p.actions if isinstance(a, Migrate)], snaps[0]
+
+
+def test_a_replica_spread_one_per_host_never_moves_next_to_another_replica():
+    spread = affinity("podAntiAffinity", "web")
+    targets, _ = moves_with([(app("web-1", "web", pod_affinity=spread), (9,))],
+                            app("web-0", "web", pod_affinity=spread))
+    assert targets == ["n1"]   # n2 is cooler, but web-1 runs there
+
+
+def test_a_running_pods_anti_affinity_keeps_a_pod_it_selects_off_its_node():
+    targets, _ = moves_with([(app("db-0", "db", pod_affinity=affinity("podAntiAffinity", "web")), (9,))],
+                            app("web-0", "web"))
+    assert targets == ["n1"]
+    targets, _ = moves_with([(app("db-0", "db", pod_affinity=affinity("podAntiAffinity", "other")), (9,))],
+                            app("web-0", "web"))
+    assert targets == ["n2"]   # a term that does not select web-0 keeps nothing off
+
+
+def test_a_pod_with_zone_affinity_moves_within_the_zone_of_what_it_follows():
+    follows = affinity("podAffinity", "cache", key="zone")
+    targets, _ = moves_with([(app("cache-0", "cache"), (5,))], app("web-0", "web", pod_affinity=follows))
+    assert targets == ["n1"]   # cache-0 runs on n1 (zone b); the cooler n2 is in zone a
+
+
+def test_the_guard_refuses_a_move_that_breaks_pod_anti_affinity():
+    from balancer.safety import PlacementRefused
+
+    spread = affinity("podAntiAffinity", "web")
+    w = app("web-0", "web", pod_affinity=spread)
+    s = snapshot(FL, workloads=[(w, (0,)), (app("web-1", "web", pod_affinity=spread), (9,))], nodes=labelled(**HOSTS))
+    a = Migrate(workload=w.name, source_gpus=(0,), target_gpus=(8,), target_node="n2", reason="x", expected_gain=1.0)
+    (rejected,) = SafetyGuard(BalancerPolicy().safety).review([a], s, SafetyLedger(), now=2000.0).rejected
+    assert isinstance(rejected[1], PlacementRefused) and "anti-affinity" in str(rejected[1])
