@@ -286,10 +286,14 @@ class ClusterSnapshot:
         return out
 
     @cached_property
-    def _anti_holders(self) -> tuple[int, ...]:
-        """Positions (in `workloads`) of the placed workloads with required pod anti-affinity."""
-        placed = self._placed_node
-        return tuple(i for i, w in enumerate(self.workloads) if w.pod_affinity.anti and placed[i] >= 0)
+    def _anti_holders(self) -> tuple[tuple[Workload, int], ...]:
+        """(workload, its node's position) of the placed workloads with required pod anti-affinity (one pass over
+        the workloads' terms; their placements only for the few that have some)."""
+        out = []
+        for w in self.workloads:
+            if w.pod_affinity.anti and (gpus := self.placements.get(w.name)):
+                out.append((w, int(self.node_index[gpus[0]])))
+        return tuple(out)
 
     @cached_property
     def _domains(self) -> dict[str, np.ndarray]:
@@ -332,12 +336,11 @@ class ClusterSnapshot:
                 ok[:] = False
         for t in aff.anti:
             ok &= ~occupied(self._domain(t.topology_key), self._pods_matching(w, (t,)))
-        for i in self._anti_holders:
-            v = self.workloads[i]
+        for v, node in self._anti_holders:
             for t in v.pod_affinity.anti if v.name != w.name else ():
                 domain = self._domain(t.topology_key)
-                if t.matches(w.namespace, w.labels) and domain[self._placed_node[i]] >= 0:
-                    ok &= domain != domain[self._placed_node[i]]
+                if t.matches(w.namespace, w.labels) and domain[node] >= 0:
+                    ok &= domain != domain[node]
         return ok
 
     def workloads_on(self, gpu_index: int) -> tuple[Workload, ...]:
