@@ -95,6 +95,10 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
             "fit nowhere (gputide_scheduler_preempted_pods_total; never against a PodDisruptionBudget).", "none",
             [q(f"sum(increase(gputide_scheduler_preempted_pods_total{{{CLUSTER}}}[$__rate_interval]))", "evicted")],
             bars=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "Starving pods", "Pods the leading replica's last pass found waiting longer than --starving-after, each "
+            "holding the node closest to fitting it as GPUs free up there (gputide_scheduler_starving_pods).",
+            "none", [q(f"max(gputide_scheduler_starving_pods{{{CLUSTER}}} {_ON_LEADER})", "starving")], min_val=0))
     )
 
 
