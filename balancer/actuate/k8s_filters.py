@@ -26,6 +26,7 @@ Nodes and requests are the plain dicts of `balancer.actuate.k8s_scheduler` (`nod
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from typing import Any
 
@@ -229,5 +230,11 @@ class Offers:
         n = self.view[i]
         self.gpus[i], self.cpu[i], self.memory[i] = n["gpus_free"], n["cpu_milli_free"], n["memory_mib_free"]
         self.reserved[i] = reserved(n)
+        at = bisect.bisect_left(self.reserving, i)
+        listed = at < len(self.reserving) and self.reserving[at] == i
+        if n["reservations"] and not listed:   # a reservation made in the pass (preemption, a starving pod)
+            self.reserving.insert(at, i)
+        elif listed and not n["reservations"]:
+            del self.reserving[at]
         for k, column in self.extended.items():
             column[i] = n["extended_free"].get(k, self._missing(k))

@@ -303,11 +303,29 @@ class SecondaryScheduler:
         ps.offers.update(i, req)   # and counted where pods run, for pod affinity
         if ps.session is not None:
             ps.session.bound(i)
+        self._release_elsewhere(req, i, ps)
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
         self._told.pop(req["name"], None)
         self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
+
+    def _release_elsewhere(self, req: Json, i: int, ps: _Pass) -> None:
+        """A pod that held other nodes for itself (preemption, starvation: reservations under its own name) and was
+        bound to node i gives them back at once rather than when they expire."""
+        key = req["name"]
+        for j in list(ps.offers.reserving):   # the few nodes with reservations, not every node
+            node = ps.view[j]
+            if j != i and key in node["reservations"]:
+                node["reservations"] = {k: v for k, v in node["reservations"].items() if k != key}
+                ps.offers.update(j)
+                self.preemptor.release(node["name"], key)
+                try:
+                    self.api.update_node(node["name"], lambda n: _annotation_map_change(
+                        n, self.reservation_annotation, {key: None}))
+                except ActuationError as err:   # it expires on its own
+                    log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,
+                                node["name"], err)
 
     def _preempt(self, req: Json, view: list[Json], offers: Offers) -> str:
         """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""

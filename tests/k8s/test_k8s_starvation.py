@@ -63,3 +63,16 @@ def test_the_command_reads_how_long_a_pod_may_wait_and_refuses_a_bad_duration(ku
     assert main(["schedule", "--kubeconfig", kubeconfig, "--once", "--starving-after", "30m"]) == 0
     assert main(["schedule", "--kubeconfig", kubeconfig, "--once", "--starving-after", "soon"]) == 2
     assert "--starving-after" in capsys.readouterr().err
+
+
+def test_a_pod_bound_elsewhere_gives_back_the_node_it_held_at_once(kube: FakeKube, api, clock):
+    cluster(kube)
+    kube.add(pending("big", 4, 11 * 60, clock))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()
+    assert "default/big" in held(kube, "a")
+    kube.add(node("c", 8))                                     # room appears elsewhere first
+    assert sched.schedule_once() == {"default/big": "c"}
+    assert held(kube, "a") == {}                               # a's GPUs are free for others again
+    kube.add(pending("small", 2, 0, clock))
+    assert sched.schedule_once()["default/small"] in ("a", "c")
