@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from balancer.noderules import NO_AFFINITY, NO_RULES, NodeRules, PodAffinity, Selector, Taint, occupied
+from balancer.admission import Admission
+from balancer.noderules import NO_AFFINITY, NO_RULES, NodeRules, PodAffinity, Selector
 
 
 class WorkloadClass(StrEnum):
@@ -247,25 +248,17 @@ class ClusterSnapshot:
         return MappingProxyType({o: tuple(ws) for o, ws in by.items()})
 
     @cached_property
-    def _node_taints(self) -> tuple[tuple[Taint, ...], ...]:
-        return tuple(tuple(map(Taint.parse, n.taints)) for n in self.nodes)
-
-    @cached_property
-    def _admitted(self) -> dict[NodeRules, np.ndarray]:
-        return {}
+    def admission(self) -> Admission:
+        """Where a workload may run by Kubernetes' rules (balancer/admission.py), with its per-snapshot caches."""
+        return Admission(self)
 
     def admits(self, rules: NodeRules) -> np.ndarray:
-        """Per node (in the order of `nodes`): whether a pod with `rules` may run there by Kubernetes' rules (the
-        node's taints tolerated, its labels selected). Computed once per distinct rule set and snapshot; a node
-        whose labels the snapshot lacks matches no selector, so a pod that needs one is admitted nowhere."""
-        mask = self._admitted.get(rules)
-        if mask is None:
-            mask = np.fromiter((rules.refusal(n.name, n.labels, t) is None
-                                for n, t in zip(self.nodes, self._node_taints, strict=True)),
-                               dtype=bool, count=len(self.nodes))
-            mask.setflags(write=False)
-            self._admitted[rules] = mask
-        return mask
+        """Per node: whether a pod with `rules` may run there (`Admission.admits`)."""
+        return self.admission.admits(rules)
+
+    def affinity_admits(self, w: Workload) -> np.ndarray:
+        """Per node: whether `w`'s replacement may run there by required pod affinity (`Admission.affinity_admits`)."""
+        return self.admission.affinity_admits(w)
 
     @cached_property
     def node_position(self) -> Mapping[str, int]:
@@ -274,74 +267,6 @@ class ClusterSnapshot:
         for i, n in enumerate(self.nodes):
             pos.setdefault(n.name, i)
         return MappingProxyType(pos)
-
-    @cached_property
-    def _placed_node(self) -> np.ndarray:
-        """Per workload (in the order of `workloads`): the position of the node it runs on, -1 when not placed."""
-        out = np.full(len(self.workloads), -1, dtype=np.int64)
-        for i, w in enumerate(self.workloads):
-            gpus = self.placements.get(w.name)
-            if gpus:
-                out[i] = self.node_index[gpus[0]]
-        return out
-
-    @cached_property
-    def _anti_holders(self) -> tuple[tuple[Workload, int], ...]:
-        """(workload, its node's position) of the placed workloads with required pod anti-affinity (one pass over
-        the workloads' terms; their placements only for the few that have some)."""
-        out = []
-        for w in self.workloads:
-            if w.pod_affinity.anti and (gpus := self.placements.get(w.name)):
-                out.append((w, int(self.node_index[gpus[0]])))
-        return tuple(out)
-
-    @cached_property
-    def _domains(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def _domain(self, key: str) -> np.ndarray:
-        """Per node: its domain id for topology key `key` (the label's value), -1 when it lacks the label."""
-        column = self._domains.get(key)
-        if column is None:
-            ids: dict[str, int] = {}
-            column = self._domains[key] = np.array(
-                [ids.setdefault(n.labels[key], len(ids)) if key in n.labels else -1 for n in self.nodes],
-                dtype=np.int64)
-        return column
-
-    def _pods_matching(self, w: Workload, terms: tuple) -> np.ndarray:
-        """Per node: the placed workloads other than `w` that every one of `terms` selects."""
-        counts = np.zeros(len(self.nodes), dtype=np.int64)
-        for i, v in enumerate(self.workloads):
-            node = self._placed_node[i]
-            if node >= 0 and v.name != w.name and all(t.matches(v.namespace, v.labels) for t in terms):
-                counts[node] += 1
-        return counts
-
-    def affinity_admits(self, w: Workload) -> np.ndarray:
-        """Per node: whether `w`'s replacement may run there by required pod affinity, as kube-scheduler decides:
-        its own affinity (a pod matching all its terms in the node's domain of each; if there is none anywhere and
-        `w` matches its own terms, any node with every key), its own anti-affinity (no pod it selects in the
-        domain), and the placed pods' anti-affinity (none there selecting `w`). `w` itself does not count, as it is
-        what moves; a node without a term's topology key is in no domain. Needs the nodes' labels."""
-        ok = np.ones(len(self.nodes), dtype=bool)
-        aff = w.pod_affinity
-        if aff.unsupported:
-            return ok & False
-        if aff.affinity:
-            hits = self._pods_matching(w, aff.affinity)
-            for t in aff.affinity:
-                ok &= occupied(self._domain(t.topology_key), hits) if hits.any() else self._domain(t.topology_key) >= 0
-            if not hits.any() and not all(t.matches(w.namespace, w.labels) for t in aff.affinity):
-                ok[:] = False
-        for t in aff.anti:
-            ok &= ~occupied(self._domain(t.topology_key), self._pods_matching(w, (t,)))
-        for v, node in self._anti_holders:
-            for t in v.pod_affinity.anti if v.name != w.name else ():
-                domain = self._domain(t.topology_key)
-                if t.matches(w.namespace, w.labels) and domain[node] >= 0:
-                    ok &= domain != domain[node]
-        return ok
 
     def workloads_on(self, gpu_index: int) -> tuple[Workload, ...]:
         # an index built once per snapshot: the guard asks this per action, and a scan per call was O(n^2)
