@@ -114,7 +114,11 @@ def test_real_prometheus_scrapes_reloads_and_survives_a_restart(prometheus_facto
     assert set(prom.targets_health()) == {f"http://{m.address}/metrics" for m in (first, second)}
     prom.restart()  # same port, same data directory
     assert prom.running
-    assert prom.query("sum(probe)", at=scraped[0]["value"][0])[0]["value"][1] == "3"
+    # the data from before the restart is still there, for both targets. Not `sum(probe)` at that instant: a
+    # shutdown slower than the grace period is a SIGKILL, which may lose the last unflushed WAL page, and with it
+    # the newest sample of a series whose previous one is the staleness marker of the reload (seen once in CI)
+    survived = prom.query("count by (instance) (count_over_time(probe[5m]))", at=scraped[0]["value"][0])
+    assert {r["metric"]["instance"] for r in survived} == {first.address, second.address}
 
 
 @pytest.mark.integration
