@@ -6,6 +6,9 @@
   that needs one is admitted nowhere.
 * `affinity_admits(workload)`: per node, whether the workload's replacement may run there by required pod
   affinity and anti-affinity, as kube-scheduler decides (see the method).
+* `eviction_room(budgets, workload, spent)` / `spend`: the PodDisruptionBudgets an eviction of the workload counts
+  against, and the one that has no disruption left after this cycle's evictions; the planner (not proposing such
+  a move) and the safety guard (refusing it) share it.
 
 The planner's migration targets and the safety guard's chokepoint both ask these; the caches live as long as the
 snapshot. The snapshot is taken as it is (duck-typed): this module sits below `balancer.model`.
@@ -13,6 +16,7 @@ snapshot. The snapshot is taken as it is (duck-typed): this module sits below `b
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
@@ -45,14 +49,14 @@ class Admission:
         return mask
 
     @cached_property
-    def _placed_node(self) -> np.ndarray:
-        """Per workload (in the order of `workloads`): the position of the node it runs on, -1 when not placed."""
-        out = np.full(len(self.s.workloads), -1, dtype=np.int64)
-        for i, w in enumerate(self.s.workloads):
-            gpus = self.s.placements.get(w.name)
-            if gpus:
-                out[i] = self.s.node_index[gpus[0]]
-        return out
+    def _groups(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray]:
+        """The placed workloads by (namespace, labels): their nodes' positions. A Deployment's replicas share theirs,
+        so a term is matched once per group, not once per pod."""
+        by: dict[tuple[str, tuple[tuple[str, str], ...]], list[int]] = {}
+        for w in self.s.workloads:
+            if gpus := self.s.placements.get(w.name):
+                by.setdefault((w.namespace, tuple(sorted(w.labels.items()))), []).append(gpus[0])
+        return {k: self.s.node_index[np.asarray(v, dtype=np.int64)] for k, v in by.items()}
 
     @cached_property
     def _anti_holders(self) -> tuple[tuple[Any, int], ...]:
@@ -77,10 +81,12 @@ class Admission:
     def _pods_matching(self, w: Any, terms: tuple) -> np.ndarray:
         """Per node: the placed workloads other than `w` that every one of `terms` selects."""
         counts = np.zeros(len(self.s.nodes), dtype=np.int64)
-        for i, v in enumerate(self.s.workloads):
-            node = self._placed_node[i]
-            if node >= 0 and v.name != w.name and all(t.matches(v.namespace, v.labels) for t in terms):
-                counts[node] += 1
+        for (namespace, labels), nodes in self._groups.items():
+            if all(t.matches(namespace, dict(labels)) for t in terms):
+                np.add.at(counts, nodes, 1)
+        own = self.s.placements.get(w.name)
+        if own and all(t.matches(w.namespace, w.labels) for t in terms):
+            counts[self.s.node_index[own[0]]] -= 1   # `w` is what moves: it is no neighbour of its replacement
         return counts
 
     def affinity_admits(self, w: Any) -> np.ndarray:
@@ -107,3 +113,16 @@ class Admission:
                 if t.matches(w.namespace, w.labels) and domain[node] >= 0:
                     ok &= domain != domain[node]
         return ok
+
+
+def eviction_room(budgets: Iterable[Any] | None, w: Any, spent: Mapping[str, int]) -> tuple[list[str], Any | None]:
+    """(the keys of the PodDisruptionBudgets covering `w`, the first of them with no disruption left after `spent`,
+    this cycle's evictions per budget; None when each has one)."""
+    hit = [b for b in budgets or () if b.covers(w)]
+    return [b.key for b in hit], next((b for b in hit if b.disruptions_allowed - spent.get(b.key, 0) < 1), None)
+
+
+def spend(spent: dict[str, int], keys: Iterable[str]) -> None:
+    """Count one eviction against each budget of `keys`."""
+    for k in keys:
+        spent[k] = spent.get(k, 0) + 1

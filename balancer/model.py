@@ -120,6 +120,10 @@ class DisruptionBudget:
     selector: Selector
     disruptions_allowed: int
 
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
     def covers(self, w: Workload) -> bool:
         return w.namespace == self.namespace and self.selector.matches(w.labels)
 

@@ -40,6 +40,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from balancer.admission import eviction_room, spend
 from balancer.config import SafetyPolicy
 from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation, StaleTelemetry
 from balancer.model import (
@@ -193,15 +194,12 @@ def _spend_budgets(w: Workload, budgets: Iterable[DisruptionBudget] | None, spen
     """Count one eviction of `w` against every PodDisruptionBudget that covers it (`spent`: this review's so far),
     or raise PdbViolation, spending nothing, when one of them allows no more disruption now. The Eviction API
     would refuse it (429); refused here, nothing is reserved or tainted for a move that cannot happen."""
-    hit = [b for b in budgets or () if b.covers(w)]
-    for b in hit:
-        key = f"{b.namespace}/{b.name}"
-        if b.disruptions_allowed - spent.get(key, 0) < 1:
-            taken = f", {spent[key]} of them taken by this cycle's actions" if spent.get(key) else ""
-            raise PdbViolation(f"{w.name}: PodDisruptionBudget {key} allows {b.disruptions_allowed} disruption(s) "
-                               f"now{taken}")
-    for b in hit:
-        spent[f"{b.namespace}/{b.name}"] = spent.get(f"{b.namespace}/{b.name}", 0) + 1
+    keys, blocked = eviction_room(budgets, w, spent)
+    if blocked is not None:
+        taken = f", {spent[blocked.key]} of them taken by this cycle's actions" if spent.get(blocked.key) else ""
+        raise PdbViolation(f"{w.name}: PodDisruptionBudget {blocked.key} allows {blocked.disruptions_allowed} "
+                           f"disruption(s) now{taken}")
+    spend(spent, keys)
 
 
 class SafetyGuard:

@@ -154,6 +154,7 @@ class Offers:
             n["gpus_usable"] = n["gpus_free"] - r
         self._last: tuple[list[str | None], Any, list[str], Any] = ([], None, [], None)
         self._fits = np.zeros(len(view), dtype=bool)
+        self._admitted = self._fits
 
     @staticmethod
     def _missing(resource: str) -> float:
@@ -194,9 +195,8 @@ class Offers:
         rules, rules_ok = self._rules(req)
         spread = self.pods.refusals(req.get("namespace", ""), req.get("labels") or {}, req["pod_affinity"])
         self._last = (rules, code, words, spread)
-        self._fits = rules_ok & (code == 0)
-        if spread is not None:
-            self._fits &= spread == 0
+        self._admitted = rules_ok if spread is None else rules_ok & (spread == 0)
+        self._fits = self._admitted & (code == 0)
         return np.flatnonzero(self._fits)
 
     def fits(self, i: int) -> bool:
@@ -208,11 +208,14 @@ class Offers:
         return next((self.view[i] for i in self.reserving if self._fits[i] and any(
             k in req["owned"] for k in self.view[i]["reservations"])), None)
 
-    def admitted(self) -> list[int]:
+    def admitted(self) -> np.ndarray:
         """Nodes whose placement rules and pod affinity admit the last pod `fitting` was asked about, whatever they
         have left."""
-        rules, spread = self._last[0], self._last[3]
-        return [i for i, r in enumerate(rules) if r is None and (spread is None or not spread[i])]
+        return np.flatnonzero(self._admitted)
+
+    def holds_for(self, req: Json) -> bool:
+        """Whether a node holds a reservation of `req`'s own (only the few reserving nodes are looked at)."""
+        return any(reservation_key(self.view[i], req) for i in self.reserving)
 
     def reasons(self) -> list[str | None]:
         """Why the last pod `fitting` was asked about does not fit each node (None: it fits)."""

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from balancer.actuate.k8s_filters import Offers, reservation_key, take, unschedulable, why_not
+from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
@@ -332,7 +332,7 @@ class SecondaryScheduler:
         when preemption is off, the pod opts out, already holds a node while its victims terminate, or no node
         can make room. The reservation made holds the node for the rest of the pass too, and the victims are no
         one else's victims in it."""
-        if not self.preemption or not req["preempt"] or any(reservation_key(n, req) for n in view):
+        if not self.preemption or not req["preempt"] or offers.holds_for(req):
             return ""
         if req["pod_affinity"]:   # victims would change where pods run: not weighed
             return " preemption: not considered for a pod with required pod affinity or anti-affinity."
@@ -361,7 +361,7 @@ class SecondaryScheduler:
         node closest to fitting it (a reservation of its GPUs, renewed while it waits), so that GPUs freed there go
         to it instead of to smaller pods that keep arriving. " waiting <m> min: holding <node> ...", or ""."""
         created = parse_time(req["created"])
-        if not created or ps.now - created < self.starving_s or any(reservation_key(n, req) for n in ps.view):
+        if not created or ps.now - created < self.starving_s or ps.offers.holds_for(req):
             return ""
         node = closest_to_fitting(req, [ps.view[i] for i in ps.offers.admitted()])
         if node is None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from balancer.admission import eviction_room, spend
 from balancer.config import BalancerPolicy
 from balancer.model import (
     Action,
@@ -167,7 +168,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     per_node[node] += 1
                     per_owner[w.owner or name] = per_owner.get(w.owner or name, 0) + 1
                     per_node[s.node_index[t[0]]] += 1
-                    spent.update({k: spent.get(k, 0) + 1 for k in _budgets_of(s, w)})
+                    spend(spent, eviction_room(s.disruption_budgets, w, spent)[0])
                     actions.append(Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
                                            target_node=s.gpus[target[0]].node,
                                            reason=f"GPU {s.gpus[g].node}/{s.gpus[g].slot} at "
@@ -193,19 +194,13 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
     return actions
 
 
-def _budgets_of(s: ClusterSnapshot, w) -> list[str]:
-    """The PodDisruptionBudgets (namespace/name) that cover `w`."""
-    return [f"{b.namespace}/{b.name}" for b in s.disruption_budgets or () if b.covers(w)]
-
-
 def _may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[str, int],
               spent: Mapping[str, int]) -> bool:
     """Whether `w` may be migrated this cycle: movable, its owner within `maxUnavailablePerWorkload`, and every
     PodDisruptionBudget covering it with a disruption left after this cycle's proposals (a move the guard and the
     Eviction API would refuse is not proposed, so the hot GPU is throttled instead)."""
-    allowed = {f"{b.namespace}/{b.name}": b.disruptions_allowed for b in s.disruption_budgets or ()}
     return (_movable(w, policy) and per_owner.get(w.owner or w.name, 0) < policy.safety.max_unavailable_per_workload
-            and all(allowed[k] - spent.get(k, 0) >= 1 for k in _budgets_of(s, w)))
+            and eviction_room(s.disruption_budgets, w, spent)[1] is None)
 
 
 def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, per_node, limit) -> tuple[int, ...] | None:
