@@ -4,8 +4,9 @@
   `NoExecute` taints tolerated, its labels selected by the node selector and required node affinity). Computed
   once per distinct rule set and snapshot; a node whose labels the snapshot lacks matches no selector, so a pod
   that needs one is admitted nowhere.
-* `affinity_admits(workload)`: per node, whether the workload's replacement may run there by required pod
-  affinity and anti-affinity, as kube-scheduler decides (see the method).
+* `affinity_admits(workload, moved)`: per node, whether the workload's replacement may run there by required pod
+  affinity and anti-affinity, as kube-scheduler decides (see the method), with the moves already proposed in this
+  cycle (`moved`) counted where they go, not where they were.
 * `eviction_room(budgets, workload, spent)` / `spend`: the PodDisruptionBudgets an eviction of the workload counts
   against, and the one that has no disruption left after this cycle's evictions; the planner (not proposing such
   a move) and the safety guard (refusing it) share it.
@@ -78,36 +79,53 @@ class Admission:
                 dtype=np.int64)
         return column
 
-    def _pods_matching(self, w: Any, terms: tuple) -> np.ndarray:
-        """Per node: the placed workloads other than `w` that every one of `terms` selects."""
+    def _node_of(self, name: str) -> int | None:
+        gpus = self.s.placements.get(name)
+        return int(self.s.node_index[gpus[0]]) if gpus else None
+
+    def _pods_matching(self, w: Any, terms: tuple, moved: Mapping[str, int]) -> np.ndarray:
+        """Per node: the placed workloads other than `w` that every one of `terms` selects, each moved one (name ->
+        its target node's position) counted on its target."""
         counts = np.zeros(len(self.s.nodes), dtype=np.int64)
         for (namespace, labels), nodes in self._groups.items():
             if all(t.matches(namespace, dict(labels)) for t in terms):
                 np.add.at(counts, nodes, 1)
-        own = self.s.placements.get(w.name)
-        if own and all(t.matches(w.namespace, w.labels) for t in terms):
-            counts[self.s.node_index[own[0]]] -= 1   # `w` is what moves: it is no neighbour of its replacement
+        own = self._node_of(w.name)
+        if own is not None and all(t.matches(w.namespace, w.labels) for t in terms):
+            counts[own] -= 1   # `w` is what moves: it is no neighbour of its replacement
+        for name, target in moved.items():
+            v = self.s.workload_by_name.get(name)
+            src = self._node_of(name)
+            if name != w.name and v is not None and src is not None and all(
+                    t.matches(v.namespace, v.labels) for t in terms):
+                counts[src] -= 1
+                counts[target] += 1
         return counts
 
-    def affinity_admits(self, w: Any) -> np.ndarray:
+    def affinity_admits(self, w: Any, moved: Mapping[str, int] | None = None) -> np.ndarray:
         """Per node: whether `w`'s replacement may run there by required pod affinity, as kube-scheduler decides:
         its own affinity (a pod matching all its terms in the node's domain of each; if there is none anywhere and
         `w` matches its own terms, any node with every key), its own anti-affinity (no pod it selects in the
         domain), and the placed pods' anti-affinity (none there selecting `w`). `w` itself does not count, as it is
-        what moves; a node without a term's topology key is in no domain. Needs the nodes' labels."""
+        what moves; a node without a term's topology key is in no domain. Needs the nodes' labels.
+
+        `moved` (workload name -> its target node's position): the migrations already proposed or accepted this
+        cycle. Each counts on its target, not its source, so two replicas spread one per host are not both sent to
+        the one free host in the same cycle."""
+        moved = moved or {}
         ok = np.ones(len(self.s.nodes), dtype=bool)
         aff = w.pod_affinity
         if aff.unsupported:
             return ok & False
         if aff.affinity:
-            hits = self._pods_matching(w, aff.affinity)
+            hits = self._pods_matching(w, aff.affinity, moved)
             for t in aff.affinity:
                 ok &= occupied(self._domain(t.topology_key), hits) if hits.any() else self._domain(t.topology_key) >= 0
             if not hits.any() and not all(t.matches(w.namespace, w.labels) for t in aff.affinity):
                 ok[:] = False
         for t in aff.anti:
-            ok &= ~occupied(self._domain(t.topology_key), self._pods_matching(w, (t,)))
-        for v, node in self._anti_holders:
+            ok &= ~occupied(self._domain(t.topology_key), self._pods_matching(w, (t,), moved))
+        for v, node in ((v, moved.get(v.name, node)) for v, node in self._anti_holders):
             for t in v.pod_affinity.anti if v.name != w.name else ():
                 domain = self._domain(t.topology_key)
                 if t.matches(w.namespace, w.labels) and domain[node] >= 0:

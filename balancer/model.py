@@ -260,9 +260,10 @@ class ClusterSnapshot:
         """Per node: whether a pod with `rules` may run there (`Admission.admits`)."""
         return self.admission.admits(rules)
 
-    def affinity_admits(self, w: Workload) -> np.ndarray:
-        """Per node: whether `w`'s replacement may run there by required pod affinity (`Admission.affinity_admits`)."""
-        return self.admission.affinity_admits(w)
+    def affinity_admits(self, w: Workload, moved: Mapping[str, int] | None = None) -> np.ndarray:
+        """Per node: whether `w`'s replacement may run there by required pod affinity, with this cycle's `moved`
+        workloads (name -> target node position) counted on their targets (`Admission.affinity_admits`)."""
+        return self.admission.affinity_admits(w, moved)
 
     @cached_property
     def node_position(self) -> Mapping[str, int]:

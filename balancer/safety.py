@@ -266,6 +266,7 @@ class SafetyGuard:
                     for node in {src, a.target_node}:
                         per_node[node] = per_node.get(node, 0) + 1
                     per_owner[owner] = per_owner.get(owner, 0) + 1
+                    ctx.moved[w.name] = snapshot.node_position[a.target_node]
                 elif ev:
                     owner = a.target
                     self._check_pdb(owner, healthy.get(owner, 0), ev)
@@ -314,9 +315,9 @@ class SafetyGuard:
         why = None if w is None else w.node_rules.refusal(n.name, n.labels, map(Taint.parse, n.taints))
         if why is not None:
             raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: the node has {why}")
-        if w is not None and not ctx.snapshot.affinity_admits(w)[ctx.snapshot.node_position[n.name]]:
+        if w is not None and not ctx.snapshot.affinity_admits(w, ctx.moved)[ctx.snapshot.node_position[n.name]]:
             raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: pod affinity or anti-affinity "
-                                   "(its own, or that of pods running there) keeps it off")
+                                   "(its own, or that of pods running there or moving there this cycle) keeps it off")
 
     def _check_pdb(self, owner: str, healthy: int, disrupted: int) -> None:
         pdb = self.pdbs.get(owner)
@@ -347,10 +348,13 @@ class SafetyGuard:
 
 class _Context:
     """What one review looks up per action, indexed once: nodes by name, and the workloads on the GPUs that the
-    review's power-limit actions touch (one vectorised pass over the placements, not an index of every GPU)."""
+    review's power-limit actions touch (one vectorised pass over the placements, not an index of every GPU); and
+    the migrations accepted so far (`moved`: workload -> target node position), which later ones' pod affinity
+    counts where they are going."""
 
     def __init__(self, s: ClusterSnapshot, actions: list[Action]) -> None:
         self.snapshot = s
+        self.moved: dict[str, int] = {}
         self._nodes: dict[str, object] | None = None
         wanted = sorted({a.gpu for a in actions if isinstance(a, SetPowerLimit)})
         self._on_gpu: dict[int, list] = {g: [] for g in wanted}

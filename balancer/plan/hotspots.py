@@ -150,6 +150,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
         limit = policy.safety.max_concurrent_migrations_per_node
         per_owner: dict[str, int] = {}
         spent: dict[str, int] = {}   # migrations proposed this cycle per PodDisruptionBudget
+        moved: dict[str, int] = {}   # workloads proposed to move this cycle -> their target node's position
         for g in np.flatnonzero(active)[np.argsort(-proj.temp[active])]:
             relieved = False
             node = s.node_index[g]
@@ -159,10 +160,12 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     if (w is None or per_node[node] >= limit or name in refused
                             or not _may_move(s, w, policy, per_owner, spent)):
                         continue
-                    target = _pick_target(s, policy, w, ok_target, free_milli, free_mem, proj.temp, per_node, limit)
+                    target = _pick_target(s, policy, w, ok_target, free_milli, free_mem, proj.temp,
+                                          per_node < limit, moved)
                     if target is None:
                         continue
                     t = np.asarray(target)
+                    moved[name] = int(s.node_index[t[0]])
                     free_milli[t] -= w.gpu_milli
                     free_mem[t] -= w.gpu_memory_mib
                     per_node[node] += 1
@@ -203,9 +206,11 @@ def _may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[
             and eviction_room(s.disruption_budgets, w, spent)[1] is None)
 
 
-def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, per_node, limit) -> tuple[int, ...] | None:
+def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, node_room, moved) -> tuple[int, ...] | None:
+    """GPUs for `w`'s replacement: cool, with room, on a node with migrations to spare (`node_room`) that admits it,
+    its pod affinity judged with this cycle's earlier proposals (`moved`) where they are going."""
     fit = ok_target & (free_milli >= w.gpu_milli) & (free_mem >= w.gpu_memory_mib)
-    fit &= ((per_node < limit) & s.admits(w.node_rules) & s.affinity_admits(w))[s.node_index]
+    fit &= (node_room & s.admits(w.node_rules) & s.affinity_admits(w, moved))[s.node_index]
     if w.allowed_models is not None:
         fit &= np.isin(s.gpu_models, list(w.allowed_models))
     cand = np.flatnonzero(fit)

@@ -173,3 +173,40 @@ def test_the_guard_refuses_a_move_that_breaks_pod_anti_affinity():
     a = Migrate(workload=w.name, source_gpus=(0,), target_gpus=(8,), target_node="n2", reason="x", expected_gain=1.0)
     (rejected,) = SafetyGuard(BalancerPolicy().safety).review([a], s, SafetyLedger(), now=2000.0).rejected
     assert isinstance(rejected[1], PlacementRefused) and "anti-affinity" in str(rejected[1])
+
+
+def test_two_replicas_spread_one_per_host_are_not_both_proposed_onto_one_host_in_a_cycle():
+    # web-0 and web-1 (two owners, so both may move this cycle) run hot on n0; n2 is the coolest host. The first
+    # proposal sends one there; the second must see it there and take n1, not also n2.
+    spread = affinity("podAntiAffinity", "web")
+    temps = {**TEMPS, 1: 85}
+    targets, _ = moves_with([(app("web-1", "web", owner="web-b", pod_affinity=spread), (1,))],
+                            app("web-0", "web", owner="web-a", pod_affinity=spread), temps)
+    assert sorted(targets) == ["n1", "n2"]
+
+
+def test_a_pod_following_another_follows_it_to_where_it_is_moving_this_cycle():
+    # cache-0 (hotter) moves off n0 to n2; web-0 needs a cache pod on its host. n0 will have none once cache-0 has
+    # gone, so web-0 may follow it to n2, and must not be kept on n0's reasoning (cache-0 counted on n0).
+    follows = affinity("podAffinity", "cache")
+    s = snapshot(FL, workloads=[(app("web-0", "web", pod_affinity=follows), (1,)), (app("cache-0", "cache"), (0,))],
+                 nodes=labelled(**HOSTS))
+    web = s.workload_by_name["inference/web-0"]
+    before = s.affinity_admits(web)
+    after = s.affinity_admits(web, {"inference/cache-0": s.node_position["n2"]})
+    assert before.tolist() == [True, False, False]
+    assert after.tolist() == [False, False, True]
+
+
+def test_the_guard_counts_a_migration_it_accepted_in_the_same_review():
+    spread = affinity("podAntiAffinity", "web")
+    w0 = app("web-0", "web", owner="web-a", pod_affinity=spread)
+    w1 = app("web-1", "web", owner="web-b", pod_affinity=spread)
+    s = snapshot(FL, workloads=[(w0, (0,)), (w1, (1,))], nodes=labelled(**HOSTS))
+    moves = [Migrate(workload=w.name, source_gpus=(g,), target_gpus=(t,), target_node="n2", reason="x",
+                     expected_gain=1.0) for w, g, t in ((w0, 0, 8), (w1, 1, 9))]
+    review = SafetyGuard(BalancerPolicy().safety).review(moves, s, SafetyLedger(), now=2000.0)
+    assert [a.workload for a in review.accepted] == [w0.name]
+    (rejected,) = review.rejected
+    assert rejected[0].workload == w1.name and isinstance(rejected[1], PlacementRefused)
+    assert "moving there this cycle" in str(rejected[1])
