@@ -27,9 +27,9 @@ can keep one placement state for the whole pass instead of building one per pod.
 
 Required pod affinity and anti-affinity, the pod's own and the bound pods' anti-affinity, are kube-scheduler's
 InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass.
-A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity); the pods
-of a pod group are bound all together or none is (`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the
-filters are `k8s_filters`.
+A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
+a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
+(`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any
 
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
+from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_podaffinity import PodPlacement
-from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
@@ -106,13 +106,9 @@ class SecondaryScheduler:
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
         self._assumed: dict[str, tuple[float, Usage]] = {}   # pod -> (when, its pod_usage)
-        # reservations for pods that preempt or starve (node annotation, as a migration's), and preemption itself
-        self.preemptor = Preemptor(self.api, scheduler_name, reservation_annotation, clock)
-        self.preemption, self.starving_s = preemption, starving_s
-        self.preempted: list[tuple[str, str]] = []   # the last pass: (victim, node) of each preemption started
-        self.starving: list[tuple[str, str]] = []    # the last pass: (pod, node) of each starving pod given a node
+        self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
+                           starving_s=starving_s)   # nodes held for pods that preempt or starve
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
-        self._pass_bound: dict[str, list[Usage]] | None = None   # the pass's bound pods per node (preemption)
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self.watches: dict[str, ListWatch] = {}
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -130,6 +126,16 @@ class SecondaryScheduler:
                     "list bound pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
                     pod_usage, selectors={"field_selector": BOUND}, watch_s=watch_s),
             }  # fmt: skip
+
+    @property
+    def preempted(self) -> list[tuple[str, str]]:
+        """The last pass: (victim, node) of each preemption started."""
+        return self.holds.preempted
+
+    @property
+    def starving(self) -> list[tuple[str, str]]:
+        """The last pass: (pod, node) of each starving pod given a node to hold."""
+        return self.holds.starving
 
     def _lister(self, what: str, fn: Callable[..., Any]) -> Callable[..., Json]:
         return lambda **kw: self.api(what, fn, **kw)
@@ -195,7 +201,7 @@ class SecondaryScheduler:
         nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
                                lambda n: node_facts(n, self.reservation_annotation))
         (used, used_ext), cached = self._bound_usage()
-        held = self.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
+        held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
         if cached:   # a consistent list already shows every binding made; the cache may not yet
             used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
         view = []
@@ -232,11 +238,10 @@ class SecondaryScheduler:
         `reasons` why each pod left pending waits. A pod bound by someone else or deleted meanwhile is left out.
         Each pod left pending gets a FailedScheduling Event and the condition PodScheduled=False/Unschedulable
         saying why (as kube-scheduler reports it: `kubectl describe pod` shows it, and the cluster autoscaler
-        scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has passed; a
-        bound pod gets a
-        Scheduled Event."""
-        self.latencies, self.oldest_pending_s, self.reasons, self.preempted, self.starving = [], 0.0, {}, [], []
-        self._pass_bound: dict[str, list[Usage]] | None = None
+        scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has
+        passed; a bound pod gets a Scheduled Event."""
+        self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
+        self.holds.start_pass(self._bound)
         pending = self.pending()
         self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
         if not pending:   # nothing to place: no need to read every node and bound pod
@@ -262,7 +267,7 @@ class SecondaryScheduler:
         if i is None or why_not(ps.view[i], req) is not None or not ps.offers.fits(i):
             why = unschedulable(ps.offers.reasons(), req, len(offered))
             if not len(offered):
-                why += self._preempt(req, ps.view, ps.offers) or self._hold_for_starving(req, ps)
+                why += self.holds.for_unplaced(req, ps.view, ps.index, ps.offers, ps.now)
             self._left_pending(req, why, ps)
             return
         self._commit(req, i, ps)
@@ -303,89 +308,12 @@ class SecondaryScheduler:
         ps.offers.update(i, req)   # and counted where pods run, for pod affinity
         if ps.session is not None:
             ps.session.bound(i)
-        self._release_elsewhere(req, i, ps)
+        self.holds.release_elsewhere(req, i, ps.view, ps.offers)
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
         self._told.pop(req["name"], None)
         self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
-
-    def _release_elsewhere(self, req: Json, i: int, ps: _Pass) -> None:
-        """A pod that held other nodes for itself (preemption, starvation: reservations under its own name) and was
-        bound to node i gives them back at once rather than when they expire."""
-        key = req["name"]
-        for j in list(ps.offers.reserving):   # the few nodes with reservations, not every node
-            node = ps.view[j]
-            if j != i and key in node["reservations"]:
-                node["reservations"] = {k: v for k, v in node["reservations"].items() if k != key}
-                ps.offers.update(j)
-                self.preemptor.release(node["name"], key)
-                try:
-                    self.api.update_node(node["name"], lambda n: _annotation_map_change(
-                        n, self.reservation_annotation, {key: None}))
-                except ActuationError as err:   # it expires on its own
-                    log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,
-                                node["name"], err)
-
-    def _preempt(self, req: Json, view: list[Json], offers: Offers) -> str:
-        """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""
-        when preemption is off, the pod opts out, already holds a node while its victims terminate, or no node
-        can make room. The reservation made holds the node for the rest of the pass too, and the victims are no
-        one else's victims in it."""
-        if not self.preemption or not req["preempt"] or offers.holds_for(req):
-            return ""
-        if req["pod_affinity"]:   # victims would change where pods run: not weighed
-            return " preemption: not considered for a pod with required pod affinity or anti-affinity."
-        bound = self._bound_by_node()
-        try:
-            choice = self.preemptor.plan(req, [view[i] for i in offers.admitted()], bound)
-            if choice is None:
-                return ""
-            entry = self.preemptor.preempt(req, choice)
-        except ActuationError as err:
-            log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
-            return f" preemption failed: {err}."
-        gone = {v.key for v in choice.victims}
-        bound[choice.node] = [u for u in bound[choice.node] if u.key not in gone]
-        i = next(i for i, n in enumerate(view) if n["name"] == choice.node)
-        view[i]["reservations"] = {**view[i]["reservations"], req["name"]: entry}
-        offers.update(i)
-        self.preempted += [(v.key, choice.node) for v in choice.victims]
-        done = (f"preempting {len(choice.victims)} pod(s) of lower priority on {choice.node}: "
-                f"{', '.join(sorted(gone))}")
-        log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], done)
-        return f" preemption: {done}."
-
-    def _hold_for_starving(self, req: Json, ps: _Pass) -> str:
-        """Anti-starvation: a pod pending longer than `starving_s` that fits nowhere and preempts no one holds the
-        node closest to fitting it (a reservation of its GPUs, renewed while it waits), so that GPUs freed there go
-        to it instead of to smaller pods that keep arriving. " waiting <m> min: holding <node> ...", or ""."""
-        created = parse_time(req["created"])
-        if not created or ps.now - created < self.starving_s or ps.offers.holds_for(req):
-            return ""
-        node = closest_to_fitting(req, [ps.view[i] for i in ps.offers.admitted()])
-        if node is None:
-            return ""
-        try:
-            entry = self.preemptor.reserve(req, node)
-        except ActuationError as err:
-            log.warning("scheduler %s: cannot hold %s for %s: %s", self.scheduler_name, node, req["name"], err)
-            return ""
-        i = ps.index[node]
-        ps.view[i]["reservations"] = {**ps.view[i]["reservations"], req["name"]: entry}
-        ps.offers.update(i)
-        self.starving.append((req["name"], node))
-        return (f" Waiting {(ps.now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
-                "as GPUs free up there.")
-
-    def _bound_by_node(self) -> dict[str, list[Usage]]:
-        """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
-        pod fits nowhere."""
-        if self._pass_bound is None:
-            self._pass_bound = {}
-            for u in self._bound():
-                self._pass_bound.setdefault(u.node, []).append(u)
-        return self._pass_bound
 
     def _bound(self) -> list[Usage]:
         """The bound and assumed pods: the pass's own list, or the cache."""
@@ -420,7 +348,7 @@ class SecondaryScheduler:
             req["pod_affinity"].anti if req["pod_affinity"] else ()))
         key = take(node, req)
         if key is not None:
-            self.preemptor.release(node["name"], key)
+            self.holds.preemptor.release(node["name"], key)
             self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                 n, self.reservation_annotation, {k: None}))
         return node["name"]

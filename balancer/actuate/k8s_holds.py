@@ -1,0 +1,137 @@
+"""Nodes held for pods that fit nowhere, for the secondary scheduler (balancer/actuate/k8s_scheduler.py).
+
+A pod left pending because no node has room for it may get a node held for it, by a reservation under its own name
+(node annotation `gputide.io/reserved-for`, the one a Migrate writes, honoured by every replica of the scheduler):
+
+* **preemption** (`k8s_preempt`): pods of lower priority are evicted from a node, which is held while they
+  terminate;
+* **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
+  fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving.
+
+A hold made in a pass holds the node for the rest of that pass too (the pass's view of the node and its filters
+are updated at once). It ends when the pod is bound: on the held node the binding uses it up
+(`k8s_filters.take`), elsewhere `release_elsewhere` gives the held nodes back at once rather than when their
+reservations expire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from balancer.actuate.k8s_filters import Offers
+from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
+from balancer.actuate.k8s_reads import Usage
+from balancer.actuate.kubernetes import _annotation_map_change, _Api, parse_time
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+class Holds:
+    """Preemption, anti-starvation and the release of held nodes for one scheduler (module docstring).
+
+    `preempted` and `starving` say what the last pass did: (victim, node) of each preemption started, (pod, node)
+    of each starving pod given a node to hold."""
+
+    def __init__(self, api: _Api, scheduler_name: str, reservation_annotation: str, clock: Callable[[], float], *,
+                 preemption: bool = True, starving_s: float = 600.0) -> None:
+        self.api, self.scheduler_name, self.reservation_annotation = api, scheduler_name, reservation_annotation
+        self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock)
+        self.preemption, self.starving_s = preemption, starving_s
+        self.preempted: list[tuple[str, str]] = []
+        self.starving: list[tuple[str, str]] = []
+        self._bound: Callable[[], Iterable[Usage]] = tuple
+        self._by_node: dict[str, list[Usage]] | None = None
+
+    def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
+        """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
+        self.preempted, self.starving = [], []
+        self._bound, self._by_node = bound, None
+
+    def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
+        """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
+        starves. What was done, as a sentence to append to why it waits ("" when nothing)."""
+        return self.preempt(req, view, index, offers) or self.hold_for_starving(req, view, index, offers, now)
+
+    def preempt(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers) -> str:
+        """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""
+        when preemption is off, the pod opts out, already holds a node while its victims terminate, or no node
+        can make room. The reservation made holds the node for the rest of the pass too, and the victims are no
+        one else's victims in it."""
+        if not self.preemption or not req["preempt"] or offers.holds_for(req):
+            return ""
+        if req["pod_affinity"]:   # victims would change where pods run: not weighed
+            return " preemption: not considered for a pod with required pod affinity or anti-affinity."
+        bound = self._bound_by_node()
+        try:
+            choice = self.preemptor.plan(req, [view[i] for i in offers.admitted()], bound)
+            if choice is None:
+                return ""
+            entry = self.preemptor.preempt(req, choice)
+        except ActuationError as err:
+            log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
+            return f" preemption failed: {err}."
+        gone = {v.key for v in choice.victims}
+        bound[choice.node] = [u for u in bound[choice.node] if u.key not in gone]
+        self._hold(req, index[choice.node], view, offers, entry)
+        self.preempted += [(v.key, choice.node) for v in choice.victims]
+        done = (f"preempting {len(choice.victims)} pod(s) of lower priority on {choice.node}: "
+                f"{', '.join(sorted(gone))}")
+        log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], done)
+        return f" preemption: {done}."
+
+    def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
+                          now: float) -> str:
+        """Anti-starvation: a pod pending longer than `starving_s` that fits nowhere and preempts no one holds the
+        node closest to fitting it (a reservation of its GPUs, renewed while it waits), so that GPUs freed there go
+        to it instead of to smaller pods that keep arriving. " waiting <m> min: holding <node> ...", or ""."""
+        created = parse_time(req["created"])
+        if not created or now - created < self.starving_s or offers.holds_for(req):
+            return ""
+        node = closest_to_fitting(req, [view[i] for i in offers.admitted()])
+        if node is None:
+            return ""
+        try:
+            entry = self.preemptor.reserve(req, node)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot hold %s for %s: %s", self.scheduler_name, node, req["name"], err)
+            return ""
+        self._hold(req, index[node], view, offers, entry)
+        self.starving.append((req["name"], node))
+        return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
+                "as GPUs free up there.")
+
+    @staticmethod
+    def _hold(req: Json, i: int, view: list[Json], offers: Offers, entry: Json) -> None:
+        """The reservation `entry` just made for `req` on node i holds it for the rest of the pass."""
+        view[i]["reservations"] = {**view[i]["reservations"], req["name"]: entry}
+        offers.update(i)
+
+    def release_elsewhere(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
+        """A pod that held other nodes for itself (preemption, starvation: reservations under its own name) and was
+        bound to node i gives them back at once rather than when they expire."""
+        key = req["name"]
+        for j in list(offers.reserving):   # the few nodes with reservations, not every node
+            node = view[j]
+            if j != i and key in node["reservations"]:
+                node["reservations"] = {k: v for k, v in node["reservations"].items() if k != key}
+                offers.update(j)
+                self.preemptor.release(node["name"], key)
+                try:
+                    self.api.update_node(node["name"], lambda n: _annotation_map_change(
+                        n, self.reservation_annotation, {key: None}))
+                except ActuationError as err:   # it expires on its own
+                    log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,
+                                node["name"], err)
+
+    def _bound_by_node(self) -> dict[str, list[Usage]]:
+        """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
+        pod fits nowhere."""
+        if self._by_node is None:
+            self._by_node = {}
+            for u in self._bound():
+                self._by_node.setdefault(u.node, []).append(u)
+        return self._by_node
