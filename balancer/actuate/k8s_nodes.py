@@ -19,19 +19,16 @@ emergency-stop label. After that, a failing API leaves the last known nodes in p
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_watch import ListCache
 from balancer.actuate.kubernetes import _Api
-from balancer.errors import ActuationError
 from balancer.model import NodeMeta
 from balancer.noderules import Taint
 
-log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
@@ -48,41 +45,23 @@ class KubernetesNodes:
                  watch: bool = False, watch_s: float = 300.0, max_retries: int = 1,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
-        self.ttl_s, self.clock = ttl_s, clock
-        self.watch = None if not watch else ListWatch(
-            "nodes", lambda **kw: self.api("list nodes", self.api.core.list_node, **kw), self.api.core.list_node,
-            node_meta, watch_s=watch_s)
-        self._generation = -1
-        self._at = -float("inf")
+        self.nodes = ListCache("nodes", lambda **kw: self.api("list nodes", self.api.core.list_node, **kw),
+                               self.api.core.list_node, node_meta, ttl_s=ttl_s, clock=clock, watch=watch,
+                               watch_s=watch_s)
+        self.watch = self.nodes.watch  # None without `watch`
+        self._version = -1
         self._by_name: Mapping[str, NodeMeta] | None = None
 
     def __call__(self) -> Mapping[str, NodeMeta] | None:
-        """The nodes as last seen; the same mapping object until a node changes (callers memoise on it)."""
-        if self.watch is not None and self.watch.start().synced:
-            if self.watch.generation != self._generation:
-                self._generation, items = self.watch.snapshot()
-                # a Node is cluster-scoped: ListWatch keys it "default/<name>"
-                self._keep({key.split("/", 1)[1]: m for key, m in items.items()})
-            return self._by_name
-        now = self.clock()
-        if now - self._at < self.ttl_s:
-            return self._by_name
-        try:
-            nodes = self.api("list nodes", self.api.core.list_node, resource_version="0").get("items", [])
-        except ActuationError as err:
-            log.warning("nodes unavailable, keeping the last answer: %s", err)
-            return self._by_name
-        self._keep({n["metadata"]["name"]: node_meta(n) for n in nodes})
-        self._at = now
+        """The nodes as last seen; the same mapping object until a node's labels or taints change (callers memoise
+        on it: a kubelet's status updates change a Node every few minutes without touching either)."""
+        items = self.nodes.items()
+        if items is not None and self.nodes.version != self._version:
+            self._version = self.nodes.version
+            # a Node is cluster-scoped: ListCache keys it "default/<name>"
+            self._by_name = MappingProxyType({key.split("/", 1)[1]: m for key, m in items.items()})
         return self._by_name
-
-    def _keep(self, by_name: dict[str, NodeMeta]) -> None:
-        """Keep the new answer, unless its labels and taints are the last ones: a kubelet's status updates change
-        a Node every few minutes without touching either, and the snapshot rebuilds its nodes on a new answer."""
-        if self._by_name is None or by_name != self._by_name:
-            self._by_name = MappingProxyType(by_name)
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        if self.watch is not None:
-            self.watch.stop()
+        self.nodes.close()

@@ -20,12 +20,17 @@ should ask the API itself (`KubernetesWorkloads` does); after that a broken watc
 place while it reconnects, like a reflector's store.
 
 The watch runs in one daemon thread, started by `start()` and ended by `stop()` (it closes the open stream).
+
+`ListCache` is what a reader holds: the `ListWatch` once it has synced, and before that (or without a watch, as
+`gputide run --once` reads, or when even the first list has not succeeded yet) a list of its own at most once per
+`ttl_s`. Running pods, nodes, PodDisruptionBudgets and the Jobs gputide suspended are each read through one.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +47,16 @@ GONE = 410
 def object_key(obj: Json) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def converted(listed: Json, convert: Callable[[Json], Any | None]) -> dict[str, Any]:
+    """`convert(obj)` by `namespace/name` of a list's items, less those it turns into None."""
+    out = {}
+    for obj in listed.get("items") or []:
+        item = convert(obj)
+        if item is not None:
+            out[object_key(obj)] = item
+    return out
 
 
 class ListWatch:
@@ -139,11 +154,7 @@ class ListWatch:
 
     def _relist(self) -> str:
         listed = self.list_call(resource_version="0", **self.selectors)
-        items = {}
-        for obj in listed.get("items") or []:
-            item = self.convert(obj)
-            if item is not None:
-                items[object_key(obj)] = item
+        items = converted(listed, self.convert)
         with self._lock:
             self._items, self._generation = items, self._generation + 1
         self._synced = True
@@ -183,3 +194,57 @@ class ListWatch:
             self._generation += 1
         if self.notify is not None:
             self.notify.set()
+
+
+class ListCache:
+    """`convert(obj)` by `namespace/name` for a reader: from `ListWatch` once its first list has succeeded (with
+    `watch`), else from a list of its own at most once per `ttl_s` (module docstring).
+
+    `items()` is None until a list has answered, then the last good answer: a failed list is logged and leaves it
+    in place, as stale metadata is safer than none. It returns the same dict until an item changes, and `version`
+    (bumped on every change) lets a reader memoise what it derives from the items.
+    """
+
+    def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
+                 convert: Callable[[Json], Any | None], *, selectors: dict[str, str] | None = None,
+                 ttl_s: float = 60.0, clock: Callable[[], float] = time.time, watch: bool = False,
+                 watch_s: float = 300.0) -> None:
+        self.what, self.list_call, self.convert = what, list_call, convert
+        self.selectors = dict(selectors or {})
+        self.ttl_s, self.clock = ttl_s, clock
+        self.watch = None if not watch else ListWatch(what, list_call, watch_fn, convert, selectors=selectors,
+                                                      watch_s=watch_s)
+        self.version = 0
+        self._items: dict[str, Any] | None = None
+        self._generation = -1   # the watch's generation `_items` holds
+        self._at = -float("inf")  # when the last list of its own answered
+
+    def items(self) -> dict[str, Any] | None:
+        """The items as last seen; None until a list has answered (see the class docstring)."""
+        if self.watch is not None and self.watch.start().synced:
+            if self.watch.generation != self._generation:
+                self._generation, items = self.watch.snapshot()
+                self._keep(items)
+            return self._items
+        now = self.clock()
+        if now - self._at < self.ttl_s:
+            return self._items
+        try:
+            listed = self.list_call(resource_version="0", **self.selectors)
+        except ActuationError as err:
+            log.warning("%s unavailable, keeping the last answer: %s", self.what, err)
+            return self._items
+        self._keep(converted(listed, self.convert))
+        self._at = now
+        return self._items
+
+    def _keep(self, items: dict[str, Any]) -> None:
+        """Keep a new answer unless it equals the last one (a relist, a list per TTL that found no change)."""
+        if self._items is None or items != self._items:
+            self._items = items
+            self.version += 1
+
+    def close(self) -> None:
+        """Stop watching (a no-op without a watch)."""
+        if self.watch is not None:
+            self.watch.stop()

@@ -55,7 +55,7 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
-from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_watch import ListCache
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
@@ -226,30 +226,30 @@ class KubernetesWorkloads:
                  watch_s: float = 300.0) -> None:
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
         self.ttl_s, self.clock = ttl_s, clock
-        self._cache: dict[str, Workload] = {}
-        self._at = -float("inf")
-        self._generation = -1
-        self.watch = None if not watch else ListWatch(
+        self.pods = ListCache(
             "running pods", lambda **kw: self.api("list running pods", self.api.core.list_pod_for_all_namespaces, **kw),
             self.api.core.list_pod_for_all_namespaces, running_workload,
-            selectors={"field_selector": "status.phase=Running"}, watch_s=watch_s)
+            selectors={"field_selector": "status.phase=Running"}, ttl_s=ttl_s, clock=clock, watch=watch,
+            watch_s=watch_s)
+        self.watch = self.pods.watch   # the pods' ListWatch (None without `watch`), whose state the metrics show
+        self._pods: tuple[int, dict[str, Workload]] = (0, {})  # (version, items) of the last `__call__`
         self._suspended: tuple[SuspendedJob, ...] | None = None
         self._suspended_at = -float("inf")
         self._budgets: tuple[DisruptionBudget, ...] | None = None
         self._budgets_at = -float("inf")
-        self._memo: tuple[tuple[float, int, float], tuple] | None = None
+        self._memo: tuple[tuple[int, float], tuple] | None = None
         self._clash: frozenset[str] = frozenset()
 
     def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
         """Both latest answers with ambiguous owners qualified (recomputed only when either answer changed)."""
-        key = (self._at, self._generation, self._suspended_at)
+        key = (self._pods[0], self._suspended_at)
         if self._memo is None or self._memo[0] != key:
-            clash = ambiguous_owners(self._cache, self._suspended)
+            clash = ambiguous_owners(self._pods[1], self._suspended)
             if clash != self._clash and clash:  # said once while it lasts, not at every pod event
                 log.warning("owner names used in several namespaces, qualified as namespace/name: %s",
                             ", ".join(sorted(clash)))
             self._clash = clash
-            self._memo = (key, qualify_ambiguous(self._cache, self._suspended, clash))
+            self._memo = (key, qualify_ambiguous(self._pods[1], self._suspended, clash))
         return self._memo[1]
 
     def suspended_jobs(self) -> tuple[SuspendedJob, ...] | None:
@@ -284,27 +284,10 @@ class KubernetesWorkloads:
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        if self.watch is not None:
-            self.watch.stop()
+        self.pods.close()
 
     def __call__(self) -> dict[str, Workload]:
-        if self.watch is not None and self.watch.start().synced:
-            if self.watch.generation != self._generation:
-                self._generation, self._cache = self.watch.snapshot()
-            return self._qualified()[0]
-        now = self.clock()
-        if now - self._at < self.ttl_s:
-            return self._qualified()[0]
-        try:
-            pods = self.api("list running pods", self.api.core.list_pod_for_all_namespaces,
-                            field_selector="status.phase=Running", resource_version="0").get("items", [])
-        except ActuationError as err:
-            log.warning("pod metadata unavailable, keeping the last answer (%d pods): %s", len(self._cache), err)
-            return self._qualified()[0]
-        out = {}
-        for pod in pods:
-            w = workload_from_pod(pod)
-            if w is not None:
-                out[w.name] = w
-        self._cache, self._at = out, now
+        """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile)."""
+        items = self.pods.items()
+        self._pods = (self.pods.version, items if items is not None else {})
         return self._qualified()[0]
