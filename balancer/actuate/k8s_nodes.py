@@ -38,6 +38,11 @@ def node_meta(node: Json) -> NodeMeta:
                     taints=tuple(str(Taint.from_json(t)) for t in (node.get("spec") or {}).get("taints") or ()))
 
 
+def by_name(items: dict[str, NodeMeta]) -> Mapping[str, NodeMeta]:
+    """{node name: NodeMeta} of `ListCache`'s items (a Node is cluster-scoped: its key is "default/<name>")."""
+    return MappingProxyType({key.split("/", 1)[1]: meta for key, meta in items.items()})
+
+
 class KubernetesNodes:
     """`node_overrides` for `PrometheusTelemetrySource`: {node name: NodeMeta}, None until the first list."""
 
@@ -46,21 +51,14 @@ class KubernetesNodes:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
         self.nodes = ListCache("nodes", lambda **kw: self.api("list nodes", self.api.core.list_node, **kw),
-                               self.api.core.list_node, node_meta, ttl_s=ttl_s, clock=clock, watch=watch,
-                               watch_s=watch_s)
+                               self.api.core.list_node, node_meta, view=by_name, ttl_s=ttl_s, clock=clock,
+                               watch=watch, watch_s=watch_s)
         self.watch = self.nodes.watch  # None without `watch`
-        self._version = -1
-        self._by_name: Mapping[str, NodeMeta] | None = None
 
     def __call__(self) -> Mapping[str, NodeMeta] | None:
         """The nodes as last seen; the same mapping object until a node's labels or taints change (callers memoise
         on it: a kubelet's status updates change a Node every few minutes without touching either)."""
-        items = self.nodes.items()
-        if items is not None and self.nodes.version != self._version:
-            self._version = self.nodes.version
-            # a Node is cluster-scoped: ListCache keys it "default/<name>"
-            self._by_name = MappingProxyType({key.split("/", 1)[1]: m for key, m in items.items()})
-        return self._by_name
+        return self.nodes.current()
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""

@@ -200,51 +200,59 @@ class ListCache:
     """`convert(obj)` by `namespace/name` for a reader: from `ListWatch` once its first list has succeeded (with
     `watch`), else from a list of its own at most once per `ttl_s` (module docstring).
 
-    `items()` is None until a list has answered, then the last good answer: a failed list is logged and leaves it
-    in place, as stale metadata is safer than none. It returns the same dict until an item changes, and `version`
-    (bumped on every change) lets a reader memoise what it derives from the items.
+    `current()` is None until a list has answered, then `view(items)` of the last good answer (the items
+    themselves without a `view`): a failed list is logged and leaves it in place, as stale metadata is safer than
+    none. It is the same object until an item changes, so `view` runs once per change, not per call, and `version`
+    (bumped on every change) lets a reader memoise what it derives from it in turn.
     """
 
     def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
                  convert: Callable[[Json], Any | None], *, selectors: dict[str, str] | None = None,
-                 ttl_s: float = 60.0, clock: Callable[[], float] = time.time, watch: bool = False,
-                 watch_s: float = 300.0) -> None:
-        self.what, self.list_call, self.convert = what, list_call, convert
+                 view: Callable[[dict[str, Any]], Any] | None = None, ttl_s: float = 60.0,
+                 clock: Callable[[], float] = time.time, watch: bool = False, watch_s: float = 300.0) -> None:
+        self.what, self.list_call, self.convert, self.view = what, list_call, convert, view
         self.selectors = dict(selectors or {})
         self.ttl_s, self.clock = ttl_s, clock
         self.watch = None if not watch else ListWatch(what, list_call, watch_fn, convert, selectors=selectors,
                                                       watch_s=watch_s)
         self.version = 0
         self._items: dict[str, Any] | None = None
+        self._current: Any = None
         self._generation = -1   # the watch's generation `_items` holds
         self._at = -float("inf")  # when the last list of its own answered
 
-    def items(self) -> dict[str, Any] | None:
-        """The items as last seen; None until a list has answered (see the class docstring)."""
+    def current(self) -> Any:
+        """What the reader sees of the items as last seen; None until a list has answered (class docstring)."""
         if self.watch is not None and self.watch.start().synced:
             if self.watch.generation != self._generation:
                 self._generation, items = self.watch.snapshot()
                 self._keep(items)
-            return self._items
+            return self._current
         now = self.clock()
         if now - self._at < self.ttl_s:
-            return self._items
+            return self._current
         try:
             listed = self.list_call(resource_version="0", **self.selectors)
         except ActuationError as err:
             log.warning("%s unavailable, keeping the last answer: %s", self.what, err)
-            return self._items
+            return self._current
         self._keep(converted(listed, self.convert))
         self._at = now
-        return self._items
+        return self._current
 
     def _keep(self, items: dict[str, Any]) -> None:
         """Keep a new answer unless it equals the last one (a relist, a list per TTL that found no change)."""
         if self._items is None or items != self._items:
             self._items = items
+            self._current = items if self.view is None else self.view(items)
             self.version += 1
 
     def close(self) -> None:
         """Stop watching (a no-op without a watch)."""
         if self.watch is not None:
             self.watch.stop()
+
+
+def by_key(items: dict[str, Any]) -> tuple[Any, ...]:
+    """A `view` for `ListCache`: the items as a tuple, in the order of their `namespace/name` (a list's order)."""
+    return tuple(items[key] for key in sorted(items))

@@ -24,9 +24,11 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`) |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` (which needs the namespaces' labels, not read) is not movable |
 
-`KubernetesWorkloads.disruption_budgets()` lists the PodDisruptionBudgets (at most once per `ttl_s`), with each pod's
-labels in its Workload: the safety guard refuses a migration whose eviction a budget does not allow now, as the
-Eviction API would, before anything is reserved or tainted for it.
+`KubernetesWorkloads.disruption_budgets()` reads the PodDisruptionBudgets as the pods are read (with `watch`, listed
+once and then followed, so `disruptionsAllowed` is as fresh as the last watch event; else at most one list per
+`ttl_s`), with each pod's labels in its Workload: the safety guard refuses a migration whose eviction a budget does
+not allow now, as the Eviction API would, before anything is reserved or tainted for it. Until the API has answered
+once they are None (unknown: the Eviction API alone guards them meanwhile).
 
 `KubernetesWorkloads.suspended_jobs()` lists the Jobs gputide itself suspended (label `gputide.io/suspended=true`,
 set by the actuator together with `spec.suspend`; a Job a person suspended is not gputide's to resume): their
@@ -55,7 +57,7 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
-from balancer.actuate.k8s_watch import ListCache
+from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.errors import ActuationError
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
@@ -232,11 +234,16 @@ class KubernetesWorkloads:
             selectors={"field_selector": "status.phase=Running"}, ttl_s=ttl_s, clock=clock, watch=watch,
             watch_s=watch_s)
         self.watch = self.pods.watch   # the pods' ListWatch (None without `watch`), whose state the metrics show
+        policy = self.api.policy
+        self.budgets = ListCache(
+            "pod disruption budgets",
+            lambda **kw: self.api("list pod disruption budgets",
+                                  policy.list_pod_disruption_budget_for_all_namespaces, **kw),
+            policy.list_pod_disruption_budget_for_all_namespaces, disruption_budget, view=by_key, ttl_s=ttl_s,
+            clock=clock, watch=watch, watch_s=watch_s)
         self._pods: tuple[int, dict[str, Workload]] = (0, {})  # (version, items) of the last `__call__`
         self._suspended: tuple[SuspendedJob, ...] | None = None
         self._suspended_at = -float("inf")
-        self._budgets: tuple[DisruptionBudget, ...] | None = None
-        self._budgets_at = -float("inf")
         self._memo: tuple[tuple[int, float], tuple] | None = None
         self._clash: frozenset[str] = frozenset()
 
@@ -268,26 +275,18 @@ class KubernetesWorkloads:
         return self._qualified()[1]
 
     def disruption_budgets(self) -> tuple[DisruptionBudget, ...] | None:
-        """Every PodDisruptionBudget (at most one list per `ttl_s`); None until the API has answered once."""
-        now = self.clock()
-        if now - self._budgets_at < self.ttl_s:
-            return self._budgets
-        try:
-            items = self.api("list pod disruption budgets",
-                             self.api.policy.list_pod_disruption_budget_for_all_namespaces).get("items", [])
-        except ActuationError as err:
-            log.warning("pod disruption budgets unavailable, keeping the last answer: %s", err)
-            return self._budgets
-        self._budgets = tuple(b for b in map(disruption_budget, items) if b is not None)
-        self._budgets_at = now
-        return self._budgets
+        """Every PodDisruptionBudget, by namespace/name: with `watch`, as of the watch's last event once it has
+        synced; before that (and without `watch`) listed at most once per `ttl_s`. None until the API has answered
+        once (the safety guard then leaves the budgets to the Eviction API)."""
+        return self.budgets.current()
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
         self.pods.close()
+        self.budgets.close()
 
     def __call__(self) -> dict[str, Workload]:
         """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile)."""
-        items = self.pods.items()
+        items = self.pods.current()
         self._pods = (self.pods.version, items if items is not None else {})
         return self._qualified()[0]

@@ -40,7 +40,7 @@ EXPECTED_CLUSTER_RULES = {
     ("apps", "deployments/scale"): {"get", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "patch"},
     ("batch", "jobs"): {"get", "list", "patch"},
-    ("policy", "poddisruptionbudgets"): {"get", "list"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "patch"},
 }
 EXPECTED_NAMESPACE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}

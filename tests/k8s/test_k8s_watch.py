@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from fakeapi import FakeKube, pod
+from fakeapi import FakeKube, pdb, pod
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
@@ -213,3 +213,84 @@ def test_an_unexpected_failure_does_not_end_the_reflector(kube: FakeKube, api):
         assert lw._thread.is_alive()
     finally:
         lw.stop()
+
+
+# ---- PodDisruptionBudgets ------------------------------------------------------------------------------------
+
+
+def allowed(provider: KubernetesWorkloads) -> dict[str, int]:
+    return {b.key: b.disruptions_allowed for b in provider.disruption_budgets() or ()}
+
+
+def plain_lists(kube: FakeKube, plural: str) -> int:
+    return len([r for r in kube.requests if r.path.endswith(f"/{plural}") and "watch=true" not in r.query])
+
+
+def test_a_watched_budget_created_changed_or_deleted_is_seen_at_once_and_no_cycle_lists_them(kube: FakeKube, api,
+                                                                                             clock):
+    kube.add(pdb("web", "serving", {"app": "web"}, 1))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
+    try:
+        assert allowed(provider) == {"serving/web": 1}   # the first call answers at once (its own list if need be)
+        eventually(lambda: provider.budgets.watch.synced)
+        listed = plain_lists(kube, "poddisruptionbudgets")
+        assert listed in (1, 2)                          # the watch's, and the first call's unless the watch was first
+        kube.add(pdb("chat", "serving", {"app": "chat"}, 2))
+        eventually(lambda: allowed(provider) == {"serving/chat": 2, "serving/web": 1})   # the clock never moved
+        kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}})
+        eventually(lambda: allowed(provider)["serving/web"] == 0)
+        kube.delete("poddisruptionbudgets", "chat", "serving")
+        eventually(lambda: allowed(provider) == {"serving/web": 0})
+        first = provider.disruption_budgets()
+        time.sleep(1.5)                                  # the 1 s watch ends and is reopened from where it was
+        for _ in range(100):                             # a hundred planning cycles
+            assert provider.disruption_budgets() is first   # nothing changed: the same answer, not a new tuple
+        assert plain_lists(kube, "poddisruptionbudgets") == listed and provider.budgets.watch.lists == 1
+    finally:
+        provider.close()
+
+
+def test_budgets_are_none_until_the_api_has_answered_even_with_a_watch(kube: FakeKube, api, clock):
+    kube.add(pdb("web", "serving", {"app": "web"}, 1))
+    down = kube.inject("GET", r"/poddisruptionbudgets(\?|$)", 503, count=10_000)
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True)
+    provider.budgets.watch.backoff_s = provider.budgets.watch.max_backoff_s = 0.05
+    try:
+        assert provider.disruption_budgets() is None     # unknown, not "no budgets"
+        eventually(lambda: provider.budgets.watch.failures >= 2)
+        assert provider.disruption_budgets() is None
+        down.remaining = 0
+        eventually(lambda: allowed(provider) == {"serving/web": 1})
+    finally:
+        provider.close()
+
+
+def test_a_refused_budget_watch_still_answers_from_a_list_per_backoff(kube: FakeKube, api, clock):
+    kube.add(pdb("web", "serving", {"app": "web"}, 1))
+    kube.inject("GET", r"/poddisruptionbudgets\?.*watch=true", 403, count=10_000)   # list granted, watch not
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True)
+    provider.budgets.watch.backoff_s = provider.budgets.watch.max_backoff_s = 0.05
+    try:
+        assert allowed(provider) == {"serving/web": 1}
+        eventually(lambda: provider.budgets.watch.synced and provider.budgets.watch.failures > 0)
+        kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}})
+        eventually(lambda: allowed(provider) == {"serving/web": 0})   # from a later list
+        assert provider.budgets.watch.lists >= 2
+    finally:
+        provider.close()
+
+
+def test_a_budget_watch_that_expires_lists_again_and_misses_no_change(kube: FakeKube, api, clock):
+    kube.add(pdb("web", "serving", {"app": "web"}, 1))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
+    try:
+        provider.disruption_budgets()
+        eventually(lambda: provider.budgets.watch.synced)
+        # while no watch is open the budget changes and the history is compacted: 410 Gone, list, nothing lost
+        kube.before("GET", r"/poddisruptionbudgets\?.*watch=true", lambda: (
+            kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}}),
+            kube.compact()))
+        eventually(lambda: allowed(provider) == {"serving/web": 0} and provider.budgets.watch.lists >= 2)
+        eventually(lambda: provider.budgets.watch.failures == 0)
+    finally:
+        provider.close()
