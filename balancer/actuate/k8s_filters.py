@@ -6,9 +6,10 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
   the pod everywhere (with that reason, never placed against its rule); a cordoned node; then the pod's own rules
   (`balancer.noderules`: `NoSchedule`/`NoExecute` taints it does not tolerate, its node selector, its required
   node affinity), the same reading of Kubernetes the controller's migrations use;
-* **what is left** (`resource_refusal`): GPUs, those reserved for other pods (node annotation
-  `gputide.io/reserved-for`, written by a Migrate for the workload's replacement), CPU, memory, every extended
-  resource and the node's pod slots;
+* **what is left** (`resource_refusal`): GPUs, CPU and memory, each less what is reserved for other pods (node
+  annotation `gputide.io/reserved-for`: written by a Migrate for the workload's replacement, its GPUs only, and by
+  this scheduler for a pod that preempts or starves, its GPUs, CPU and memory), every extended resource and the
+  node's pod slots;
 * **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, and the
   required anti-affinity of the pods bound already. These depend on the pass's bindings, so only `Offers` answers
   them (with the pass's `PodPlacement`); `why_not` does not.
@@ -38,16 +39,29 @@ from balancer.actuate.kubernetes import GPU_RESOURCE
 Json = dict[str, Any]
 
 
-def reserved(node: Json) -> int:
-    """GPUs reserved on `node` for anyone."""
-    return sum(int(v.get("count", 0)) for v in node["reservations"].values()) if node["reservations"] else 0
+GPUS, CPU, MEMORY = "count", "cpu_milli", "memory_mib"   # what a reservation holds, by its keys
 
 
-def reserved_for_others(node: Json, req: Json) -> int:
-    """GPUs reserved on `node` for anyone but `req` (its own reservations are not held against it)."""
+def _held(entry: Json, what: str) -> int:
+    """What one reservation holds of `what` (a key of `GPUS`, `CPU`, `MEMORY`): 0 when it does not say, as a
+    migration's reservation does not say CPU or memory, or says it in a form that is not a number."""
+    try:
+        return max(int(entry.get(what) or 0), 0)
+    except (TypeError, ValueError, AttributeError):
+        return 0
+
+
+def reserved(node: Json, what: str = GPUS) -> int:
+    """GPUs (or, by `what`, CPU milli or memory MiB) reserved on `node` for anyone."""
+    return sum(_held(v, what) for v in node["reservations"].values()) if node["reservations"] else 0
+
+
+def reserved_for_others(node: Json, req: Json, what: str = GPUS) -> int:
+    """GPUs (or, by `what`, CPU milli or memory MiB) reserved on `node` for anyone but `req` (its own reservations
+    are not held against it)."""
     if not node["reservations"]:   # most nodes: nothing to look up
         return 0
-    return sum(int(v.get("count", 0)) for k, v in node["reservations"].items() if k not in req["owned"])
+    return sum(_held(v, what) for k, v in node["reservations"].items() if k not in req["owned"])
 
 
 def reservation_key(node: Json, req: Json) -> str | None:
@@ -95,16 +109,25 @@ def rule_refusal(node: Json, req: Json) -> str | None:
     return None
 
 
+RESERVED_GPUS = "node(s) had GPUs reserved for other pods"
+RESERVED_CPU = "node(s) had cpu reserved for other pods"
+RESERVED_MEMORY = "node(s) had memory reserved for other pods"
+
+
 def resource_refusal(node: Json, req: Json) -> str | None:
     """What the node has left: GPUs (less those reserved for other pods), CPU, memory, the rest, pod slots."""
     if node["gpus_free"] < req["num_gpu"]:
         return f"Insufficient {GPU_RESOURCE}"
     if node["gpus_free"] - reserved_for_others(node, req) < req["num_gpu"]:
-        return "node(s) had GPUs reserved for other pods"
+        return RESERVED_GPUS
     if node["cpu_milli_free"] < req["cpu_milli"]:
         return "Insufficient cpu"
+    if node["cpu_milli_free"] - reserved_for_others(node, req, CPU) < req["cpu_milli"]:
+        return RESERVED_CPU
     if node["memory_mib_free"] < req["memory_mib"]:
         return "Insufficient memory"
+    if node["memory_mib_free"] - reserved_for_others(node, req, MEMORY) < req["memory_mib"]:
+        return RESERVED_MEMORY
     free = node["extended_free"]
     for k, v in req["extended"].items():
         if k == "pods":   # a node that does not say how many pods it takes is not limited here
@@ -143,14 +166,15 @@ class Offers:
         self.view = view
         self.pods = pods if pods is not None else PodPlacement(view)
         self.reserving = [i for i, n in enumerate(view) if n["reservations"]]
-        self.reserved = np.zeros(len(view), dtype=np.int64)
-        self.reserved[self.reserving] = [reserved(view[i]) for i in self.reserving]
+        self.reserved = {what: np.zeros(len(view), dtype=np.int64) for what in (GPUS, CPU, MEMORY)}
+        for what, column in self.reserved.items():
+            column[self.reserving] = [reserved(view[i], what) for i in self.reserving]
         self.gpus = np.array([n["gpus_free"] for n in view])
         self.cpu = np.array([n["cpu_milli_free"] for n in view])
         self.memory = np.array([n["memory_mib_free"] for n in view])
         self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
         self.rules: dict[tuple, tuple[list[str | None], np.ndarray]] = {}
-        for n, r in zip(view, self.reserved.tolist(), strict=True):
+        for n, r in zip(view, self.reserved[GPUS].tolist(), strict=True):
             n["gpus_usable"] = n["gpus_free"] - r
         self._last: tuple[list[str | None], Any, list[str], Any] = ([], None, [], None)
         self._fits = np.zeros(len(view), dtype=bool)
@@ -177,17 +201,12 @@ class Offers:
 
     def fitting(self, req: Json) -> np.ndarray:
         """Indices of the nodes `req` fits, in view order; `reasons()` then says why not the others."""
-        view = self.view
-        others = self.reserved
-        mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
-        if mine:   # reservations of this pod's own are not held against it
-            others = others.copy()
-            others[mine] = [reserved_for_others(view[i], req) for i in mine]
-        gpus = req["num_gpu"]
-        failed = [self.gpus < gpus, self.gpus - others < gpus, self.cpu < req["cpu_milli"],
-                  self.memory < req["memory_mib"]]
-        words = [f"Insufficient {GPU_RESOURCE}", "node(s) had GPUs reserved for other pods", "Insufficient cpu",
-                 "Insufficient memory"]
+        others = self._others(req)
+        gpus, cpu, memory = req["num_gpu"], req["cpu_milli"], req["memory_mib"]
+        failed = [self.gpus < gpus, self.gpus - others[GPUS] < gpus, self.cpu < cpu, self.cpu - others[CPU] < cpu,
+                  self.memory < memory, self.memory - others[MEMORY] < memory]
+        words = [f"Insufficient {GPU_RESOURCE}", RESERVED_GPUS, "Insufficient cpu", RESERVED_CPU,
+                 "Insufficient memory", RESERVED_MEMORY]
         for k, v in req["extended"].items():
             failed.append(self._free(k) < v)
             words.append("Too many pods" if k == "pods" else f"Insufficient {k}")
@@ -198,6 +217,18 @@ class Offers:
         self._admitted = rules_ok if spread is None else rules_ok & (spread == 0)
         self._fits = self._admitted & (code == 0)
         return np.flatnonzero(self._fits)
+
+    def _others(self, req: Json) -> dict[str, np.ndarray]:
+        """Per node, the GPUs, CPU and memory reserved for pods other than `req`."""
+        view = self.view
+        mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
+        if not mine:
+            return self.reserved
+        others = {}
+        for what, column in self.reserved.items():   # reservations of this pod's own are not held against it
+            others[what] = column.copy()
+            others[what][mine] = [reserved_for_others(view[i], req, what) for i in mine]
+        return others
 
     def fits(self, i: int) -> bool:
         """Whether the last pod `fitting` was asked about fits node i."""
@@ -232,7 +263,8 @@ class Offers:
             self.pods.add(i, req["namespace"], req["labels"], affinity.anti if affinity else ())
         n = self.view[i]
         self.gpus[i], self.cpu[i], self.memory[i] = n["gpus_free"], n["cpu_milli_free"], n["memory_mib_free"]
-        self.reserved[i] = reserved(n)
+        for what, column in self.reserved.items():
+            column[i] = reserved(n, what)
         at = bisect.bisect_left(self.reserving, i)
         listed = at < len(self.reserving) and self.reserving[at] == i
         if n["reservations"] and not listed:   # a reservation made in the pass (preemption, a starving pod)

@@ -4,9 +4,10 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
 * victims are **evicted through the Eviction API**, so a PodDisruptionBudget is never broken (kube-scheduler
   deletes them, and only prefers nodes where no budget is broken); a node where room would need a disruption a
   budget does not allow is no candidate at all;
-* the node is **held for the preemptor by a GPU reservation** (node annotation `gputide.io/reserved-for`, the one a
-  Migrate writes), which every replica of the scheduler honours and which survives a restart, instead of
-  kube-scheduler's in-memory nominated pods. The pod also gets `status.nominatedNodeName`, as kube-scheduler sets it.
+* the node is **held for the preemptor by a reservation** of its GPUs, CPU and memory (node annotation
+  `gputide.io/reserved-for`, the one a Migrate writes), which every replica of the scheduler honours and which
+  survives a restart, instead of kube-scheduler's in-memory nominated pods. The pod also gets
+  `status.nominatedNodeName`, as kube-scheduler sets it.
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
 pod slots are short there), whose `preemptionPolicy` is not `Never`, and that holds no live reservation already
@@ -16,7 +17,7 @@ Which: `balancer.plan.preemption.choose` over those nodes with the pods bound to
 start time and the budgets that cover them; budgets are read only when a preemption is considered). Only pods of
 lower priority are ever victims, and as few and as unimportant as the node allows.
 
-Then: reserve the node's GPUs for the pod (expiring after `reserve_s`), evict each victim with an Event
+Then: reserve the node's GPUs, CPU and memory for the pod (expiring after `reserve_s`), evict each victim with an Event
 `Preempted` on it ("Preempted by <pod> on node <node>"), set the pod's nominated node. A later pass binds the pod
 once the victims are gone. If an eviction fails, the reservation is released and the pod is told why.
 """
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from balancer.actuate.k8s_filters import reserved_for_others
+from balancer.actuate.k8s_filters import CPU, MEMORY, reserved_for_others
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     MERGE_PATCH,
@@ -60,13 +61,19 @@ def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
     return max(big, key=lambda n: (n["gpus_free"] - reserved_for_others(n, req), n["name"]))["name"]
 
 
+def usable(node: Json, req: Json) -> tuple[int, int, int]:
+    """(GPUs, CPU milli, memory MiB) free on `node` and not reserved for pods other than `req`."""
+    return (node["gpus_free"] - reserved_for_others(node, req), node["cpu_milli_free"] - reserved_for_others(
+        node, req, CPU), node["memory_mib_free"] - reserved_for_others(node, req, MEMORY))
+
+
 def _could_make_room(node: Json, lower: Sequence[Any], req: Json) -> bool:
-    """Whether evicting every pod of lower priority would free enough GPUs, CPU and memory on `node`: only such
-    nodes are weighed pod by pod (the rest, most nodes of a busy cluster, cost three sums each)."""
-    return bool(lower) and all(have + sum(getattr(u, field) for u in lower) >= want for have, field, want in (
-        (node["gpus_free"] - reserved_for_others(node, req), "gpus", req["num_gpu"]),
-        (node["cpu_milli_free"], "cpu_milli", req["cpu_milli"]),
-        (node["memory_mib_free"], "memory_mib", req["memory_mib"])))
+    """Whether evicting every pod of lower priority would free enough GPUs, CPU and memory on `node` (what is held
+    for other pods stays held): only such nodes are weighed pod by pod (the rest, most nodes of a busy cluster,
+    cost three sums each)."""
+    return bool(lower) and all(have + sum(getattr(u, field) for u in lower) >= want for have, field, want in zip(
+        usable(node, req), ("gpus", "cpu_milli", "memory_mib"), (req["num_gpu"], req["cpu_milli"], req["memory_mib"]),
+        strict=True))
 
 
 class Preemptor:
@@ -128,16 +135,17 @@ class Preemptor:
                        for u in lower[n["name"]]]
             # a resource the node does not list is none of it, except pod slots: then it takes any number
             extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0) for k in req["extended"]}
-            free = resources(n["gpus_free"] - reserved_for_others(n, req), n["cpu_milli_free"],
-                             n["memory_mib_free"], extended)
+            free = resources(*usable(n, req), extended)
             options[n["name"]] = (free, running)
         return choose(need, req["priority"], options, allowed, respect_budgets=True)
 
     def reserve(self, req: Json, node: str) -> Json:
-        """Hold `req`'s GPUs on `node` for it (a reservation every replica honours, expiring after `reserve_s`);
-        returns the reservation."""
+        """Hold `req`'s GPUs, CPU and memory on `node` for it (a reservation every replica honours, expiring after
+        `reserve_s`): without the CPU and memory, pods that need no more GPUs than are left over could take them
+        and the pod would never fit. Returns the reservation."""
         key = req["name"]
-        entry = {"pod": key, "gpus": [], "count": req["num_gpu"], "expires": rfc3339(self.clock() + self.reserve_s)}
+        entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
+                 "expires": rfc3339(self.clock() + self.reserve_s)}
         self.api.update_node(node, lambda n: _annotation_map_change(n, self.reservation_annotation, {key: entry}))
         self._held.setdefault(node, {})[key] = entry
         return entry

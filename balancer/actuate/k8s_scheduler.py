@@ -2,8 +2,8 @@
 
 `SecondaryScheduler` decides nothing itself: an injected `place(request, nodes_view) -> node name | None` picks
 among the nodes that fit (`balancer.app.scheduling.EnginePlacer` is the placement engine's), and the pod is bound
-through the Binding API. Reservations made by a Migrate (node annotation `gputide.io/reserved-for`) are honoured:
-a pod matching a reservation goes to its reserved node when it fits; reserved GPUs are not offered to other pods.
+through the Binding API. Reservations (node annotation `gputide.io/reserved-for`: a Migrate's, `k8s_holds`') are
+honoured: a pod goes to a node reserved for it when it fits; what is reserved is not offered to other pods.
 
 What it reads, two ways:
 
