@@ -232,8 +232,10 @@ class Reconciler:
                  forecaster: Callable[[ClusterSnapshot], Mapping[str, Forecast]] | None = None,
                  elector: LeaderElector | None = None, metrics: ControllerMetrics | None = None,
                  audit: JsonlAudit | None = None,
-                 planner: Callable[..., tuple[Plan, Any]] = planner_mod.plan) -> None:
+                 planner: Callable[..., tuple[Plan, Any]] = planner_mod.plan,
+                 policy_source: Callable[[], BalancerPolicy | None] | None = None) -> None:
         self.policy = policy or BalancerPolicy()
+        self.policy_source = policy_source
         self.source, self.actuator, self.clock = source, actuator, clock
         self.guard = guard or SafetyGuard(self.policy.safety)
         self.forecaster = forecaster
@@ -266,6 +268,7 @@ class Reconciler:
 
     def _cycle(self) -> CycleReport:
         now = self.clock()
+        self._reload_policy()
         if not self.elector.try_acquire(now):
             self.metrics.leader.set(0)
             self._leading = False
@@ -326,6 +329,14 @@ class Reconciler:
                 Outcome.FAILED, Outcome.RETRY)], now)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
         return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+
+    def _reload_policy(self) -> None:
+        """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies
+        from this cycle on, to the planner and the safety guard alike; standby replicas follow it too."""
+        new = self.policy_source() if self.policy_source is not None else None
+        if new is not None:
+            self.policy = new
+            self.guard.policy = new.safety
 
     def _log_notes(self, notes: tuple[str, ...]) -> None:
         """The planner's notes (why it holds or waits) at INFO, each once while it lasts, not every cycle."""

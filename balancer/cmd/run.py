@@ -216,8 +216,14 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None
     planner, forecaster = capacity_parts(args, policy, source, interval, profiles)
+    reloader = None
+    if args.policy and not args.once:  # a long-running controller follows edits of its policy file (ConfigMap)
+        from balancer.app.policy_reload import PolicyReloader
+
+        reloader = PolicyReloader(args.policy, policy, registry=metrics.registry)
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
-                      metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}))
+                      metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}),
+                      policy_source=reloader.poll if reloader else None)
 
 
 def kubernetes_sources(api_client, interval: float, once: bool, metrics: ControllerMetrics):

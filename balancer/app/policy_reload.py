@@ -1,0 +1,124 @@
+"""The policy file, re-read while the controller runs: an edit to its ConfigMap takes effect without a restart.
+
+Kubernetes updates a mounted ConfigMap in place (the kubelet swaps the volume's `..data` link, within about a
+minute of the edit), but a process that read the file at start never sees it. An operator who sets
+`spec.safety.emergencyStop: true`, lowers the eviction budget or protects a namespace expects the running
+controller to obey. `PolicyReloader.poll()`, called by the reconcile loop at the start of every cycle, looks at the
+file (one `stat`); when it changed, it loads and validates it like at start:
+
+* **valid**: the new policy is returned and the loop acts on it from this cycle, in the planner and the safety
+  guard. The sections the controller builds long-lived parts from at start (`spec.capacity`, `spec.forecast`
+  and `spec.colocation.latencySloS`: the capacity planner, the forecaster, the telemetry's SLO) keep their
+  values until a restart; a change to them sets `gputide_policy_restart_required` and is logged once.
+* **invalid** (bad YAML, an unknown field, a value out of range, the file missing or unreadable): the running
+  policy stays, the error names the file, the field, the value and what is allowed (as at start), and
+  `gputide_policy_last_reload_successful` drops to 0 (alert `GputidePolicyReloadFailing`). It is logged once per
+  content; the next change is tried again.
+
+Like Prometheus's `prometheus_config_last_reload_successful`, success is a gauge and the time of the last
+successful load is `gputide_policy_last_reload_success_timestamp_seconds`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from balancer import config
+from balancer.errors import InputError
+
+log = logging.getLogger(__name__)
+
+RESTART_ONLY = ("spec.capacity", "spec.forecast", "spec.colocation.latencySloS")
+
+
+def restart_only(old: config.BalancerPolicy, new: config.BalancerPolicy) -> tuple[config.BalancerPolicy, list[str]]:
+    """(`new` with the `RESTART_ONLY` parts kept as in `old`, the names of those parts that differ)."""
+    changed = [name for name, a, b in (
+        ("spec.capacity", old.capacity, new.capacity), ("spec.forecast", old.forecast, new.forecast),
+        ("spec.colocation.latencySloS", old.colocation.latency_slo_s, new.colocation.latency_slo_s)) if a != b]
+    kept = replace(new, capacity=old.capacity, forecast=old.forecast,
+                   colocation=replace(new.colocation, latency_slo_s=old.colocation.latency_slo_s))
+    return kept, changed
+
+
+def changed_sections(old: config.BalancerPolicy, new: config.BalancerPolicy) -> list[str]:
+    """The `spec.<section>` names whose values differ."""
+    return [f"spec.{s}" for s in config.SECTIONS if getattr(old, s) != getattr(new, s)]
+
+
+@dataclass
+class _Gauges:
+    ok: Gauge
+    at: Gauge
+    restart: Gauge
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry | None) -> _Gauges:
+        r = registry
+        return cls(
+            Gauge("gputide_policy_last_reload_successful",
+                  "1 if the last load of the policy file succeeded (0: the previous policy is still in force).",
+                  registry=r),
+            Gauge("gputide_policy_last_reload_success_timestamp_seconds",
+                  "When the policy file was last loaded successfully.", registry=r),
+            Gauge("gputide_policy_restart_required",
+                  "1 while the policy file changes a part that applies only at start (capacity, forecast, "
+                  "colocation.latencySloS).", registry=r))
+
+
+class PolicyReloader:
+    """Re-reads `path` when it changes (see the module docstring); `poll()` returns a new policy or None."""
+
+    def __init__(self, path: str | Path, started_with: config.BalancerPolicy, *,
+                 registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.started_with = self.current = started_with
+        self.clock = clock
+        self.gauges = _Gauges.on(registry)
+        self._seen = self._signature()
+        self.gauges.ok.set(1)
+        self.gauges.at.set(clock())
+        self.gauges.restart.set(0)
+        self.last_error: str | None = None
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        """What changes when the file does: a ConfigMap update swaps the link, so the inode and mtime change."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def poll(self) -> config.BalancerPolicy | None:
+        sig = self._signature()
+        if sig == self._seen:
+            return None
+        self._seen = sig
+        try:
+            loaded = config.load(self.path)
+        except InputError as exc:
+            self.gauges.ok.set(0)
+            self.last_error = str(exc)
+            log.error("policy file not reloaded, the running policy stays: %s", exc)
+            return None
+        self.gauges.ok.set(1)
+        self.gauges.at.set(self.clock())
+        self.last_error = None
+        effective, pending = restart_only(self.started_with, loaded)
+        self.gauges.restart.set(1 if pending else 0)
+        if pending:
+            log.warning("policy file changes %s: these apply at the next start; the rest applies now",
+                        ", ".join(pending))
+        sections = changed_sections(self.current, effective)
+        if not sections:
+            return None
+        log.info("policy file reloaded: %s changed", ", ".join(sections))
+        self.current = effective
+        return effective
