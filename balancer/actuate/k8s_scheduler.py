@@ -29,7 +29,8 @@ Required pod affinity and anti-affinity, the pod's own and the bound pods' anti-
 InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass.
 A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
 a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
-(`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`.
+(`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod
+conditions that tell a pod's owner what was done are `k8s_tell`.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
+from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
-    MERGE_PATCH,
     RESERVATION_ANNOTATION,
     ConflictError,
     NotFoundError,
@@ -57,8 +58,6 @@ from balancer.actuate.kubernetes import (
     _Api,
     k8s,
     parse_time,
-    post_event,
-    rfc3339,
 )
 from balancer.errors import ActuationError
 
@@ -100,8 +99,8 @@ class SecondaryScheduler:
         self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
-        self.assume_s, self.retell_s, self.min_tell_s = assume_s, retell_s, min_tell_s
-        self._told: dict[str, tuple[str, float]] = {}   # pod -> (why it is pending, when that was said)
+        self.assume_s = assume_s
+        self.tell = Teller(self.api, scheduler_name, clock, retell_s, min_tell_s)   # Events, pod conditions
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
@@ -126,6 +125,16 @@ class SecondaryScheduler:
                     "list bound pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
                     pod_usage, selectors={"field_selector": BOUND}, watch_s=watch_s),
             }  # fmt: skip
+
+    @property
+    def retell_s(self) -> float:
+        """How long before the same reason is told a pod again (`k8s_tell`)."""
+        return self.tell.retell_s
+
+    @property
+    def min_tell_s(self) -> float:
+        """How long before a new reason is told a pod (`k8s_tell`)."""
+        return self.tell.min_tell_s
 
     @property
     def preempted(self) -> list[tuple[str, str]]:
@@ -243,7 +252,7 @@ class SecondaryScheduler:
         self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
         self.holds.start_pass(self._bound)
         pending = self.pending()
-        self._told = {k: v for k, v in self._told.items() if k in {r["name"] for r in pending}}
+        self.tell.keep(r["name"] for r in pending)
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
         view = self.nodes_view()
@@ -296,7 +305,7 @@ class SecondaryScheduler:
         ps.results[req["name"]] = None
         self.oldest_pending_s = max(self.oldest_pending_s, ps.now - created if created else 0.0)
         self.reasons[req["name"]] = why
-        self._tell_unschedulable(req, why)
+        self.tell.unschedulable(req, why)
 
     def _commit(self, req: Json, i: int, ps: _Pass) -> None:
         """Bind `req` to node i of the pass and count it there (the filters and the placement state too)."""
@@ -312,8 +321,7 @@ class SecondaryScheduler:
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
-        self._told.pop(req["name"], None)
-        self._event(req, "Normal", "Scheduled", f"Successfully assigned {req['name']} to {bound}")
+        self.tell.scheduled(req, bound)
 
     def _bound(self) -> list[Usage]:
         """The bound and assumed pods: the pass's own list, or the cache."""
@@ -352,48 +360,6 @@ class SecondaryScheduler:
             self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
                 n, self.reservation_annotation, {k: None}))
         return node["name"]
-
-    # ---- telling the pod's owner --------------------------------------------------------------------------
-
-    def _tell_unschedulable(self, req: Json, message: str) -> None:
-        now, told = self.clock(), self._told.get(req["name"])
-        # a new reason after `min_tell_s`, the same one again after `retell_s`: in a busy cluster the counts in the
-        # message change at almost every pass, and an Event plus a status write per pod per pass would flood the API
-        if told is not None and now - told[1] < (self.retell_s if told[0] == message else self.min_tell_s):
-            return
-        self._told[req["name"]] = (message, now)
-        self._event(req, "Warning", "FailedScheduling", message)
-        what = f"pod {req['name']} status"
-        core = self.api.core
-        try:
-            self.api.update(what, lambda: self.api(what, core.read_namespaced_pod, req["pod"], req["namespace"]),
-                            lambda body: self.api(what, core.patch_namespaced_pod_status, req["pod"],
-                                                  req["namespace"], body, _content_type=MERGE_PATCH),
-                            lambda pod: _unschedulable_condition(pod, message, now))
-        except ActuationError as err:   # best effort: the pod is retried next pass all the same
-            log.warning("scheduler %s: cannot mark %s unschedulable: %s", self.scheduler_name, req["name"], err)
-
-    def _event(self, req: Json, kind: str, reason: str, message: str) -> None:
-        """An Event on the pod, as kube-scheduler posts them (best effort: a failure is logged)."""
-        pod = {"apiVersion": "v1", "kind": "Pod", "name": req["pod"], "namespace": req["namespace"], "uid": req["uid"]}
-        try:
-            post_event(self.api, pod, kind, reason, message, self.scheduler_name, self.clock())
-        except ActuationError as err:
-            log.warning("scheduler %s: cannot post %s event on %s: %s", self.scheduler_name, reason, req["name"], err)
-
-
-def _unschedulable_condition(pod: Json, message: str, now: float) -> Json | None:
-    """The merge patch that sets PodScheduled=False/Unschedulable with `message` (None: already so, or bound)."""
-    if (pod.get("spec") or {}).get("nodeName"):
-        return None
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    old = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
-    if (old.get("status"), old.get("reason"), old.get("message")) == ("False", "Unschedulable", message):
-        return None
-    new = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-           "lastTransitionTime": old["lastTransitionTime"] if old.get("status") == "False" and old.get(
-               "lastTransitionTime") else rfc3339(now)}
-    return {"status": {"conditions": [*(c for c in conditions if c.get("type") != "PodScheduled"), new]}}
 
 
 __all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_facts", "pod_usage", "scheduling_request"]
