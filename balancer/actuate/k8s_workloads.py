@@ -30,8 +30,9 @@ once and then followed, so `disruptionsAllowed` is as fresh as the last watch ev
 not allow now, as the Eviction API would, before anything is reserved or tainted for it. Until the API has answered
 once they are None (unknown: the Eviction API alone guards them meanwhile).
 
-`KubernetesWorkloads.suspended_jobs()` lists the Jobs gputide itself suspended (label `gputide.io/suspended=true`,
-set by the actuator together with `spec.suspend`; a Job a person suspended is not gputide's to resume): their
+`KubernetesWorkloads.suspended_jobs()` reads, as the budgets are, the Jobs gputide itself suspended (label
+`gputide.io/suspended=true`, set by the actuator together with `spec.suspend` and removed on resume, so the
+label-selected watch sends DELETED for a resumed Job; a Job a person suspended is not gputide's to resume): their
 elastic bounds and GPU models from the pod template's annotations, GPUs per worker from its containers, priority
 from the annotation `gputide.io/priority` the actuator recorded. The capacity planner suspends jobs only when
 this list is available (a Job at parallelism 0 has no pods, so without it gputide could never resume it).
@@ -59,7 +60,6 @@ from typing import Any
 from balancer import catalog
 from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
-from balancer.errors import ActuationError
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
 from balancer.noderules import NO_RULES, NodeRules, PodAffinity, Selector, affinity_terms
 
@@ -228,13 +228,17 @@ class KubernetesWorkloads:
                  watch_s: float = 300.0) -> None:
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
         self.ttl_s, self.clock = ttl_s, clock
+        core, batch, policy = self.api.core, self.api.batch, self.api.policy
         self.pods = ListCache(
-            "running pods", lambda **kw: self.api("list running pods", self.api.core.list_pod_for_all_namespaces, **kw),
-            self.api.core.list_pod_for_all_namespaces, running_workload,
+            "running pods", lambda **kw: self.api("list running pods", core.list_pod_for_all_namespaces, **kw),
+            core.list_pod_for_all_namespaces, running_workload,
             selectors={"field_selector": "status.phase=Running"}, ttl_s=ttl_s, clock=clock, watch=watch,
             watch_s=watch_s)
         self.watch = self.pods.watch   # the pods' ListWatch (None without `watch`), whose state the metrics show
-        policy = self.api.policy
+        self.jobs = ListCache(
+            "suspended jobs", lambda **kw: self.api("list suspended jobs", batch.list_job_for_all_namespaces, **kw),
+            batch.list_job_for_all_namespaces, suspended_job, selectors={"label_selector": f"{SUSPENDED_LABEL}=true"},
+            view=by_key, ttl_s=ttl_s, clock=clock, watch=watch, watch_s=watch_s)
         self.budgets = ListCache(
             "pod disruption budgets",
             lambda **kw: self.api("list pod disruption budgets",
@@ -242,36 +246,27 @@ class KubernetesWorkloads:
             policy.list_pod_disruption_budget_for_all_namespaces, disruption_budget, view=by_key, ttl_s=ttl_s,
             clock=clock, watch=watch, watch_s=watch_s)
         self._pods: tuple[int, dict[str, Workload]] = (0, {})  # (version, items) of the last `__call__`
-        self._suspended: tuple[SuspendedJob, ...] | None = None
-        self._suspended_at = -float("inf")
-        self._memo: tuple[tuple[int, float], tuple] | None = None
+        self._jobs: tuple[int, tuple[SuspendedJob, ...] | None] = (0, None)  # of the last `suspended_jobs()`
+        self._memo: tuple[tuple[int, int], tuple] | None = None
         self._clash: frozenset[str] = frozenset()
 
     def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
         """Both latest answers with ambiguous owners qualified (recomputed only when either answer changed)."""
-        key = (self._pods[0], self._suspended_at)
+        key = (self._pods[0], self._jobs[0])
         if self._memo is None or self._memo[0] != key:
-            clash = ambiguous_owners(self._pods[1], self._suspended)
+            clash = ambiguous_owners(self._pods[1], self._jobs[1])
             if clash != self._clash and clash:  # said once while it lasts, not at every pod event
                 log.warning("owner names used in several namespaces, qualified as namespace/name: %s",
                             ", ".join(sorted(clash)))
             self._clash = clash
-            self._memo = (key, qualify_ambiguous(self._pods[1], self._suspended, clash))
+            self._memo = (key, qualify_ambiguous(self._pods[1], self._jobs[1], clash))
         return self._memo[1]
 
     def suspended_jobs(self) -> tuple[SuspendedJob, ...] | None:
-        """The Jobs gputide suspended (at most one list per `ttl_s`); None until the API has answered once."""
-        now = self.clock()
-        if now - self._suspended_at < self.ttl_s:
-            return self._qualified()[1]
-        try:
-            jobs = self.api("list suspended jobs", self.api.batch.list_job_for_all_namespaces,
-                            label_selector=f"{SUSPENDED_LABEL}=true", resource_version="0").get("items", [])
-        except ActuationError as err:
-            log.warning("suspended jobs unavailable, keeping the last answer: %s", err)
-            return self._qualified()[1]
-        self._suspended = tuple(j for j in map(suspended_job, jobs) if j is not None)
-        self._suspended_at = now
+        """The Jobs gputide suspended, read as the budgets are (with `watch`, as of the last event once synced;
+        else at most one list per `ttl_s`); None until the API has answered once."""
+        jobs = self.jobs.current()
+        self._jobs = (self.jobs.version, jobs)
         return self._qualified()[1]
 
     def disruption_budgets(self) -> tuple[DisruptionBudget, ...] | None:
@@ -282,8 +277,8 @@ class KubernetesWorkloads:
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        self.pods.close()
-        self.budgets.close()
+        for cache in (self.pods, self.jobs, self.budgets):
+            cache.close()
 
     def __call__(self) -> dict[str, Workload]:
         """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile)."""

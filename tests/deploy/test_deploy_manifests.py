@@ -39,7 +39,7 @@ EXPECTED_CLUSTER_RULES = {
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "deployments/scale"): {"get", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "patch"},
-    ("batch", "jobs"): {"get", "list", "patch"},
+    ("batch", "jobs"): {"get", "list", "watch", "patch"},
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "patch"},
 }

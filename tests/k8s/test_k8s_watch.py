@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
-from fakeapi import FakeKube, pdb, pod
+from fakeapi import FakeKube, job, pdb, pod
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_watch import ListCache, ListWatch
 from balancer.actuate.k8s_workloads import KubernetesWorkloads, running_workload
 
 
@@ -215,82 +216,131 @@ def test_an_unexpected_failure_does_not_end_the_reflector(kube: FakeKube, api):
         lw.stop()
 
 
-# ---- PodDisruptionBudgets ------------------------------------------------------------------------------------
+# ---- PodDisruptionBudgets and the Jobs gputide suspended ------------------------------------------------------
 
 
-def allowed(provider: KubernetesWorkloads) -> dict[str, int]:
-    return {b.key: b.disruptions_allowed for b in provider.disruption_budgets() or ()}
+@dataclass(frozen=True)
+class Watched:
+    """One resource `KubernetesWorkloads` follows besides the pods: how to make one, change it, and read it back."""
+
+    plural: str
+    namespace: str
+    make: Callable[[str, int], dict]       # (name, value) -> the object
+    change: Callable[[int], dict]          # value -> a merge patch that sets it
+    cache: Callable[[KubernetesWorkloads], ListCache]
+    read: Callable[[KubernetesWorkloads], dict[str, int] | None]   # {namespace/name: value}, None when unknown
+
+    def __str__(self) -> str:
+        return self.plural
+
+
+def suspended(name: str, priority: int, *, label: bool = True) -> dict:
+    """An elastic Job as gputide suspends it (label `gputide.io/suspended`, its pods' priority recorded)."""
+    j = job(name, "ml", parallelism=4, gpus=2, suspend=True)
+    j["metadata"]["labels"].update({"gputide.io/suspended": "true"} if label else {})
+    j["metadata"]["annotations"] = {"gputide.io/priority": str(priority)}
+    j["spec"]["template"]["metadata"] = {"annotations": {"gputide.io/elastic-max": "8"}}
+    return j
+
+
+def _read(items) -> dict[str, int] | None:
+    return None if items is None else {f"{o.namespace}/{o.name}": v for o, v in items}
+
+
+BUDGETS = Watched(
+    "poddisruptionbudgets", "serving", lambda name, n: pdb(name, "serving", {"app": name}, n),
+    lambda n: {"status": {"disruptionsAllowed": n}}, lambda p: p.budgets,
+    lambda p: _read(None if (b := p.disruption_budgets()) is None else [(x, x.disruptions_allowed) for x in b]))
+JOBS = Watched(
+    "jobs", "ml", suspended, lambda n: {"metadata": {"annotations": {"gputide.io/priority": str(n)}}},
+    lambda p: p.jobs,
+    lambda p: _read(None if (j := p.suspended_jobs()) is None else [(x, x.priority) for x in j]))
+EACH = pytest.mark.parametrize("res", [BUDGETS, JOBS], ids=str)
 
 
 def plain_lists(kube: FakeKube, plural: str) -> int:
     return len([r for r in kube.requests if r.path.endswith(f"/{plural}") and "watch=true" not in r.query])
 
 
-def test_a_watched_budget_created_changed_or_deleted_is_seen_at_once_and_no_cycle_lists_them(kube: FakeKube, api,
-                                                                                             clock):
-    kube.add(pdb("web", "serving", {"app": "web"}, 1))
+@pytest.fixture
+def watching(api, clock):
+    """`KubernetesWorkloads(watch=True)` with 1 s watches and a 50 ms backoff, closed after the test."""
     provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
-    try:
-        assert allowed(provider) == {"serving/web": 1}   # the first call answers at once (its own list if need be)
-        eventually(lambda: provider.budgets.watch.synced)
-        listed = plain_lists(kube, "poddisruptionbudgets")
-        assert listed in (1, 2)                          # the watch's, and the first call's unless the watch was first
-        kube.add(pdb("chat", "serving", {"app": "chat"}, 2))
-        eventually(lambda: allowed(provider) == {"serving/chat": 2, "serving/web": 1})   # the clock never moved
-        kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}})
-        eventually(lambda: allowed(provider)["serving/web"] == 0)
-        kube.delete("poddisruptionbudgets", "chat", "serving")
-        eventually(lambda: allowed(provider) == {"serving/web": 0})
-        first = provider.disruption_budgets()
-        time.sleep(1.5)                                  # the 1 s watch ends and is reopened from where it was
-        for _ in range(100):                             # a hundred planning cycles
-            assert provider.disruption_budgets() is first   # nothing changed: the same answer, not a new tuple
-        assert plain_lists(kube, "poddisruptionbudgets") == listed and provider.budgets.watch.lists == 1
-    finally:
-        provider.close()
+    for cache in (provider.pods, provider.jobs, provider.budgets):
+        cache.watch.backoff_s = cache.watch.max_backoff_s = 0.05
+    yield provider
+    provider.close()
 
 
-def test_budgets_are_none_until_the_api_has_answered_even_with_a_watch(kube: FakeKube, api, clock):
-    kube.add(pdb("web", "serving", {"app": "web"}, 1))
-    down = kube.inject("GET", r"/poddisruptionbudgets(\?|$)", 503, count=10_000)
-    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True)
-    provider.budgets.watch.backoff_s = provider.budgets.watch.max_backoff_s = 0.05
-    try:
-        assert provider.disruption_budgets() is None     # unknown, not "no budgets"
-        eventually(lambda: provider.budgets.watch.failures >= 2)
-        assert provider.disruption_budgets() is None
-        down.remaining = 0
-        eventually(lambda: allowed(provider) == {"serving/web": 1})
-    finally:
-        provider.close()
+@EACH
+def test_a_watched_object_created_changed_or_deleted_is_seen_at_once_and_no_cycle_lists_again(
+        kube: FakeKube, watching: KubernetesWorkloads, res: Watched):
+    kube.add(res.make("web", 1))
+    assert res.read(watching) == {f"{res.namespace}/web": 1}   # the first call answers at once (its own list)
+    eventually(lambda: res.cache(watching).watch.synced)
+    listed = plain_lists(kube, res.plural)
+    assert listed in (1, 2)                        # the watch's, and the first call's unless the watch was first
+    kube.add(res.make("chat", 2))
+    eventually(lambda: res.read(watching) == {f"{res.namespace}/chat": 2, f"{res.namespace}/web": 1})  # no TTL
+    kube.mutate(res.plural, "web", res.namespace, res.change(0))
+    eventually(lambda: res.read(watching)[f"{res.namespace}/web"] == 0)
+    kube.delete(res.plural, "chat", res.namespace)
+    eventually(lambda: res.read(watching) == {f"{res.namespace}/web": 0})
+    first = res.cache(watching).current()
+    time.sleep(1.5)                                # the 1 s watch ends and is reopened from where it was
+    for _ in range(100):                           # a hundred planning cycles
+        assert res.cache(watching).current() is first   # nothing changed: the same answer, not a new one
+    assert plain_lists(kube, res.plural) == listed and res.cache(watching).watch.lists == 1
 
 
-def test_a_refused_budget_watch_still_answers_from_a_list_per_backoff(kube: FakeKube, api, clock):
-    kube.add(pdb("web", "serving", {"app": "web"}, 1))
-    kube.inject("GET", r"/poddisruptionbudgets\?.*watch=true", 403, count=10_000)   # list granted, watch not
-    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True)
-    provider.budgets.watch.backoff_s = provider.budgets.watch.max_backoff_s = 0.05
-    try:
-        assert allowed(provider) == {"serving/web": 1}
-        eventually(lambda: provider.budgets.watch.synced and provider.budgets.watch.failures > 0)
-        kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}})
-        eventually(lambda: allowed(provider) == {"serving/web": 0})   # from a later list
-        assert provider.budgets.watch.lists >= 2
-    finally:
-        provider.close()
+@EACH
+def test_a_watched_resource_is_unknown_until_the_api_has_answered(kube: FakeKube, watching: KubernetesWorkloads,
+                                                                  res: Watched):
+    kube.add(res.make("web", 1))
+    down = kube.inject("GET", rf"/{res.plural}(\?|$)", 503, count=10_000)
+    assert res.read(watching) is None              # unknown, not "none there"
+    eventually(lambda: res.cache(watching).watch.failures >= 2)
+    assert res.read(watching) is None
+    down.remaining = 0
+    eventually(lambda: res.read(watching) == {f"{res.namespace}/web": 1})
 
 
-def test_a_budget_watch_that_expires_lists_again_and_misses_no_change(kube: FakeKube, api, clock):
-    kube.add(pdb("web", "serving", {"app": "web"}, 1))
-    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
-    try:
-        provider.disruption_budgets()
-        eventually(lambda: provider.budgets.watch.synced)
-        # while no watch is open the budget changes and the history is compacted: 410 Gone, list, nothing lost
-        kube.before("GET", r"/poddisruptionbudgets\?.*watch=true", lambda: (
-            kube.mutate("poddisruptionbudgets", "web", "serving", {"status": {"disruptionsAllowed": 0}}),
-            kube.compact()))
-        eventually(lambda: allowed(provider) == {"serving/web": 0} and provider.budgets.watch.lists >= 2)
-        eventually(lambda: provider.budgets.watch.failures == 0)
-    finally:
-        provider.close()
+@EACH
+def test_a_refused_watch_still_answers_from_a_list_per_backoff(kube: FakeKube, watching: KubernetesWorkloads,
+                                                               res: Watched):
+    kube.add(res.make("web", 1))
+    kube.inject("GET", rf"/{res.plural}\?.*watch=true", 403, count=10_000)   # RBAC granting list, not watch
+    assert res.read(watching) == {f"{res.namespace}/web": 1}
+    eventually(lambda: res.cache(watching).watch.synced and res.cache(watching).watch.failures > 0)
+    kube.mutate(res.plural, "web", res.namespace, res.change(0))
+    eventually(lambda: res.read(watching) == {f"{res.namespace}/web": 0})   # from a later list
+    assert res.cache(watching).watch.lists >= 2
+
+
+@EACH
+def test_a_watch_that_expires_lists_again_and_misses_no_change(kube: FakeKube, watching: KubernetesWorkloads,
+                                                               res: Watched):
+    kube.add(res.make("web", 1))
+    res.read(watching)
+    eventually(lambda: res.cache(watching).watch.synced)
+    # while no watch is open the object changes and the history is compacted: 410 Gone, list, nothing lost
+    kube.before("GET", rf"/{res.plural}\?.*watch=true", lambda: (
+        kube.mutate(res.plural, "web", res.namespace, res.change(0)), kube.compact()))
+    eventually(lambda: res.read(watching) == {f"{res.namespace}/web": 0} and res.cache(watching).watch.lists >= 2)
+    eventually(lambda: res.cache(watching).watch.failures == 0)
+
+
+def test_a_job_counts_as_suspended_from_the_event_that_labels_it_to_the_one_that_resumes_it(
+        kube: FakeKube, watching: KubernetesWorkloads):
+    kube.add(pod("train-0", "research", gpus=1, owner=("Job", "train")))
+    kube.add(suspended("train", 50, label=False))   # suspended by a person: not gputide's to resume
+    assert watching.suspended_jobs() == () and watching()["research/train-0"].owner == "train"
+    eventually(lambda: watching.jobs.watch.synced and watching.watch.synced)
+    kube.mutate("jobs", "train", "ml", {"metadata": {"labels": {"gputide.io/suspended": "true"}}})  # gputide's
+    # the suspended ml/train and the running research/train now clash: both are qualified, with no TTL waited
+    eventually(lambda: [j.name for j in watching.suspended_jobs()] == ["ml/train"])
+    assert watching()["research/train-0"].owner == "research/train"
+    kube.mutate("jobs", "train", "ml", {"metadata": {"labels": {"gputide.io/suspended": None}},
+                                        "spec": {"suspend": False, "parallelism": 2}})  # as the actuator resumes
+    eventually(lambda: watching.suspended_jobs() == ())
+    assert watching()["research/train-0"].owner == "train"
