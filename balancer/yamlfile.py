@@ -13,15 +13,27 @@ from balancer.errors import InputError
 
 def read_yaml(path: str | Path, what: str) -> Any:
     """The parsed document of `path`; `what` names the expected kind of file (e.g. "fleet spec") for errors."""
-    path = Path(path)
+    return parse_yaml(_read(path, what), str(path))
+
+
+def read_yaml_all(path: str | Path, what: str) -> list[Any]:
+    """Every document of a multi-document YAML file (`---` between them), e.g. Kubernetes manifests."""
+    return parse_yaml(_read(path, what), str(path), every=True)
+
+
+def parse_yaml(text: str, file: str, *, every: bool = False) -> Any:
+    """`text` parsed (all its documents with `every`); unparseable YAML is an InputError naming `file`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return list(yaml.safe_load_all(text)) if every else yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(file, "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
+
+
+def _read(path: str | Path, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(str(path), "(file)", str(path), f"a readable {what} YAML file (UTF-8)", str(exc)) from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(str(path), "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
 
 
 API_VERSION = "gputide/v1alpha1"

@@ -1,0 +1,118 @@
+"""`gputide check FILE...`: validate gputide's own files before they reach a cluster, as `promtool check` does.
+
+    gputide check deploy/base/policy.yaml my-fleet.yaml services.yaml
+
+Each file may hold a `BalancerPolicy`, a `FleetSpec` or `ServiceProfiles` document, or Kubernetes manifests whose
+`ConfigMap`s carry one in their `data` (the way the deployment ships them: `kubectl apply` would accept an invalid
+policy, and a running controller would refuse it, so it is better caught in CI). Every document is checked with
+the loader the controller uses at start, so the answer is the same: one line per document that says what it
+holds (for a policy, the fields it sets away from the defaults), or the error naming the file, the field, the value
+and what is allowed. Exit code 0 when every file is valid, 2 when any is not (all files are checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Any
+
+from balancer import config, fleet
+from balancer.app.capacity_run import profiles_from_dict
+from balancer.errors import EXIT_INPUT_ERROR, InputError
+from balancer.yamlfile import API_VERSION, parse_yaml, read_yaml_all
+
+
+def _shown(value: Any) -> str:
+    """A field's value as it is written in the YAML file."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _policy(doc: Any, where: str) -> str:
+    p = config.from_dict(doc, where)
+    default = config.BalancerPolicy()
+    changed = [f"spec.{sec}.{config.camel(f.name)}={_shown(getattr(getattr(p, sec), f.name))}"
+               for sec in config.SECTIONS for f in fields(getattr(p, sec))
+               if getattr(getattr(p, sec), f.name) != getattr(getattr(default, sec), f.name)]
+    return f"BalancerPolicy '{p.name}', " + (f"{len(changed)} field(s) away from the defaults: " + ", ".join(changed)
+                                             if changed else "every field at its default")
+
+
+def _fleet(doc: Any, where: str) -> str:
+    f = fleet.from_dict(doc, where)
+    models = sorted({g.model for g in f.gpus})
+    return f"FleetSpec '{f.name}', {len(f.nodes)} node(s), {f.n_gpus} GPU(s): {', '.join(models)}"
+
+
+def _services(doc: Any, where: str) -> str:
+    profiles = profiles_from_dict(doc, where)
+    return f"ServiceProfiles, {len(profiles)} service(s): {', '.join(profiles)}"
+
+
+KINDS: dict[str, Callable[[Any, str], str]] = {"BalancerPolicy": _policy, "FleetSpec": _fleet,
+                                               "ServiceProfiles": _services}
+
+
+def _one(doc: Any, where: str) -> str:
+    kind = doc.get("kind") if isinstance(doc, Mapping) else None
+    check = KINDS.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        raise InputError(where, "kind", kind, "one of " + ", ".join(KINDS) + " (or a ConfigMap whose data holds one)")
+    return check(doc, where)
+
+
+def _config_map(doc: Mapping, where: str) -> list[tuple[str, str]]:
+    """(where, summary) for each entry of a ConfigMap's data that is a gputide document; other entries are not ours."""
+    name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), Mapping | None) else "?"
+    data = doc.get("data") or {}
+    if not isinstance(data, Mapping):
+        raise InputError(where, f"ConfigMap {name}: data", data, "a mapping of keys to text")
+    out = []
+    for key, text in data.items():
+        at = f"{where} (ConfigMap {name}, data.{key})"
+        inner = parse_yaml(text, at) if isinstance(text, str) else None
+        if isinstance(inner, Mapping) and inner.get("apiVersion") == API_VERSION:
+            out.append((at, _one(inner, at)))
+    return out
+
+
+def check_file(path: str) -> list[tuple[str, str]]:
+    """(where, what it holds) for every gputide document in `path`; InputError on the first invalid one."""
+    docs = [d for d in read_yaml_all(path, "gputide") if d is not None]
+    found: list[tuple[str, str]] = []
+    for i, doc in enumerate(docs):
+        where = path if len(docs) == 1 else f"{path} (document {i + 1})"
+        if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap" and doc.get("apiVersion") == "v1":
+            found += _config_map(doc, where)
+        elif isinstance(doc, Mapping) and doc.get("apiVersion") not in (None, API_VERSION):
+            continue   # another Kubernetes object in a manifest file: not ours to check
+        else:
+            found.append((where, _one(doc, where)))
+    if not found:
+        raise InputError(path, "kind", None, "a file holding " + ", ".join(KINDS) + " (or a ConfigMap whose data "
+                                             "holds one)")
+    return found
+
+
+def run(args: argparse.Namespace) -> int:
+    failed = 0
+    for path in args.files:
+        try:
+            for where, what in check_file(path):
+                print(f"{where}: ok, {what}")
+        except InputError as exc:
+            failed += 1
+            print(f"gputide: error: {exc}", file=sys.stderr)
+    return EXIT_INPUT_ERROR if failed else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("check", help="validate policy, fleet and service-profile files (also inside "
+                                            "ConfigMap manifests); exit 2 if any is invalid")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=run)
