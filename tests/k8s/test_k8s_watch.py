@@ -344,3 +344,28 @@ def test_a_job_counts_as_suspended_from_the_event_that_labels_it_to_the_one_that
                                         "spec": {"suspend": False, "parallelism": 2}})  # as the actuator resumes
     eventually(lambda: watching.suspended_jobs() == ())
     assert watching()["research/train-0"].owner == "train"
+
+
+def test_an_hour_of_a_30_s_controller_lists_each_resource_at_most_twice(kube: FakeKube, api, clock):
+    """The figure docs/readme/kubernetes.md quotes: 120 cycles of what a snapshot asks (pods, nodes, suspended Jobs,
+    budgets) at the TTL `gputide run` sets, max(interval, 30 s). Before budgets and Jobs were watched this was 244
+    lists, 120 of each of them; now each resource is listed by the watch and at most once by the first cycle."""
+    from balancer.actuate.k8s_nodes import KubernetesNodes
+
+    kube.add(pod("p", gpus=1))
+    kube.add(pdb("web", "default", {"app": "web"}, 1))
+    kube.add(suspended("train", 1))
+    workloads = KubernetesWorkloads(api, ttl_s=30.0, clock=clock, sleep=lambda s: None, watch=True)
+    nodes = KubernetesNodes(api, ttl_s=30.0, clock=clock, watch=True)
+    try:
+        for cycle in range(120):
+            workloads(), nodes(), workloads.suspended_jobs(), workloads.disruption_budgets()
+            clock.advance(30)
+            if cycle == 0:   # a real cycle is 30 s: the watches have long synced by the next one
+                eventually(lambda: all(c.watch.synced for c in (workloads.pods, workloads.jobs, workloads.budgets,
+                                                                  nodes.nodes)))
+        lists = {plural: plain_lists(kube, plural) for plural in ("pods", "nodes", "jobs", "poddisruptionbudgets")}
+        assert all(1 <= n <= 2 for n in lists.values()), lists
+    finally:
+        workloads.close()
+        nodes.close()
