@@ -202,6 +202,19 @@ def _spend_budgets(w: Workload, budgets: Iterable[DisruptionBudget] | None, spen
     spend(spent, keys)
 
 
+@dataclass
+class _Tally:
+    """What one review counts as it accepts actions: evictions left in the window, migrations in flight per node
+    and per owner, placed replicas per owner (for the PodDisruptionBudgets given as data) and this review's
+    evictions per cluster PodDisruptionBudget."""
+
+    budget: int
+    per_node: dict[str, int] = field(default_factory=dict)
+    per_owner: dict[str, int] = field(default_factory=dict)
+    healthy: dict[str, int] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)
+
+
 class SafetyGuard:
     def __init__(self, policy: SafetyPolicy, *, pdbs: Iterable[PodDisruptionBudget] = (),
                  emergency_stop_file: str | Path | None = None, stopped_namespaces: Iterable[str] = ()) -> None:
@@ -219,62 +232,69 @@ class SafetyGuard:
 
     def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:
-        p = self.policy
         accepted: list[Action] = []
         rejected: list[tuple[Action, SafetyViolation]] = []
         stopped = self.emergency_stopped()
-        budget = self.remaining_evictions(ledger, now)
-        live = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
-        per_node: dict[str, int] = {}
-        per_owner: dict[str, int] = {}
-        for _, src, dst, owner in live:
-            per_node[src] = per_node.get(src, 0) + 1
-            if dst != src:
-                per_node[dst] = per_node.get(dst, 0) + 1
-            per_owner[owner] = per_owner.get(owner, 0) + 1
-        # replicas placed per owner: only PodDisruptionBudgets read it, so it is counted only when there are some
-        healthy: dict[str, int] = {}
-        if self.pdbs:
-            for w in snapshot.workloads:
-                if w.name in snapshot.placements:
-                    healthy[w.owner or w.name] = healthy.get(w.owner or w.name, 0) + 1
-        spent: dict[str, int] = {}   # evictions this review has accepted, per PodDisruptionBudget
+        tally = self._tally(snapshot, ledger, now)
         actions = list(actions)
         ctx = _Context(snapshot, actions)
         for a in actions:
             try:
                 self._check_one(a, ctx, ledger, now, stopped)
-                if len(accepted) >= p.max_actions_per_cycle:
-                    raise MaxActionsPerCycle(f"{p.max_actions_per_cycle} actions already accepted this cycle")
-                ev = _evictions(a, snapshot)
-                # loaned GPUs always come back: a reclaim spends the budget but is never refused by it (what the
-                # budget let the controller lend, within its window, it may take back when inference needs it)
-                if ev and ev > budget and not (isinstance(a, ScaleTraining) and a.reclaim):
-                    raise EvictionBudgetExhausted(f"{budget} evictions left in the {p.eviction_window_s:.0f} s window")
-                if isinstance(a, Migrate):
-                    w = snapshot.workload_by_name[a.workload]
-                    owner = w.owner or w.name
-                    src = snapshot.gpus[a.source_gpus[0]].node
-                    for node in {src, a.target_node}:
-                        if per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
-                            raise MaxConcurrentMigrations(f"node {node} already has {per_node.get(node, 0)} in flight "
-                                                      f"(limit {p.max_concurrent_migrations_per_node})")
-                    if per_owner.get(owner, 0) + 1 > p.max_unavailable_per_workload:
-                        raise MaxUnavailable(f"{owner} already has {per_owner.get(owner, 0)} replica(s) disrupted")
-                    self._check_pdb(owner, healthy.get(owner, 0), per_owner.get(owner, 0) + 1)
-                    _spend_budgets(w, snapshot.disruption_budgets, spent)
-                    for node in {src, a.target_node}:
-                        per_node[node] = per_node.get(node, 0) + 1
-                    per_owner[owner] = per_owner.get(owner, 0) + 1
-                    ctx.moved[w.name] = snapshot.node_position[a.target_node]
-                elif ev:
-                    owner = a.target
-                    self._check_pdb(owner, healthy.get(owner, 0), ev)
-                budget -= ev
+                if len(accepted) >= self.policy.max_actions_per_cycle:
+                    raise MaxActionsPerCycle(f"{self.policy.max_actions_per_cycle} actions already accepted this cycle")
+                self._count(a, ctx, tally)
                 accepted.append(a)
             except SafetyViolation as exc:
                 rejected.append((a, exc))
         return Review(tuple(accepted), tuple(rejected))
+
+    def _tally(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> _Tally:
+        """What the limits count before this review: evictions left, the migrations in flight per node and
+        owner, and (only when PodDisruptionBudgets are given as data) the placed replicas per owner."""
+        t = _Tally(budget=self.remaining_evictions(ledger, now))
+        for _, src, dst, owner in (m for m in ledger.migrations if now - m[0] < self.policy.migration_settle_s):
+            t.per_node[src] = t.per_node.get(src, 0) + 1
+            if dst != src:
+                t.per_node[dst] = t.per_node.get(dst, 0) + 1
+            t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
+        if self.pdbs:
+            for w in snapshot.workloads:
+                if w.name in snapshot.placements:
+                    t.healthy[w.owner or w.name] = t.healthy.get(w.owner or w.name, 0) + 1
+        return t
+
+    def _count(self, a: Action, ctx: _Context, t: _Tally) -> None:
+        """Count `a` against the review's limits, or raise the one it would break (counting nothing)."""
+        ev = _evictions(a, ctx.snapshot)
+        # loaned GPUs always come back: a reclaim spends the budget but is never refused by it (what the budget
+        # let the controller lend, within its window, it may take back when inference needs it)
+        if ev and ev > t.budget and not (isinstance(a, ScaleTraining) and a.reclaim):
+            raise EvictionBudgetExhausted(f"{t.budget} evictions left in the {self.policy.eviction_window_s:.0f} s "
+                                          "window")
+        if isinstance(a, Migrate):
+            self._count_migration(a, ctx, t)
+        elif ev:
+            self._check_pdb(a.target, t.healthy.get(a.target, 0), ev)
+        t.budget -= ev
+
+    def _count_migration(self, a: Migrate, ctx: _Context, t: _Tally) -> None:
+        p, s = self.policy, ctx.snapshot
+        w = s.workload_by_name[a.workload]
+        owner = w.owner or w.name
+        nodes = {s.gpus[a.source_gpus[0]].node, a.target_node}
+        for node in nodes:
+            if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
+                raise MaxConcurrentMigrations(f"node {node} already has {t.per_node.get(node, 0)} in flight "
+                                              f"(limit {p.max_concurrent_migrations_per_node})")
+        if t.per_owner.get(owner, 0) + 1 > p.max_unavailable_per_workload:
+            raise MaxUnavailable(f"{owner} already has {t.per_owner.get(owner, 0)} replica(s) disrupted")
+        self._check_pdb(owner, t.healthy.get(owner, 0), t.per_owner.get(owner, 0) + 1)
+        _spend_budgets(w, s.disruption_budgets, t.spent)
+        for node in nodes:
+            t.per_node[node] = t.per_node.get(node, 0) + 1
+        t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
+        ctx.moved[w.name] = s.node_position[a.target_node]
 
     def _check_one(self, a: Action, ctx: _Context, ledger: SafetyLedger, now: float, stopped: bool) -> None:
         p = self.policy
