@@ -209,7 +209,8 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
     metrics = ControllerMetrics()
     rec = run_cmd.build_reconciler(args, metrics)
     assert isinstance(rec.elector, LeaseLeaderElector)
-    assert metrics.registry.get_sample_value("gputide_kubernetes_watch_synced", {"resource": "pods"}) == 0
+    for resource in ("pods", "nodes", "jobs", "poddisruptionbudgets"):   # every watch the controller follows
+        assert metrics.registry.get_sample_value("gputide_kubernetes_watch_synced", {"resource": resource}) == 0
     assert rec.elector.namespace == namespace
     # with an API client at hand, pod owners, priorities and elastic bounds come from the API
     from balancer.actuate.k8s_workloads import KubernetesWorkloads

@@ -82,7 +82,7 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
             except OSError:
                 text = ""
             if (sample(text, 'gputide_reconcile_total{result="ok"}') or 0) >= 4 and all(
-                    sample(text, f'gputide_kubernetes_watch_synced{{resource="{r}"}}') == 1 for r in ("pods", "nodes")):
+                    sample(text, f'gputide_kubernetes_watch_synced{{resource="{r}"}}') == 1 for r in ("pods", "nodes", "jobs", "poddisruptionbudgets")):
                 break
             time.sleep(0.5)
         else:
