@@ -36,10 +36,10 @@ from prometheus_client import Counter as PromCounter
 from balancer import safety
 from balancer.errors import SafetyViolation
 from balancer.model import ClusterSnapshot, WorkloadClass
+from balancer.plan.columns import workload_columns
 from balancer.plan.defrag import fragmentation_by_model
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.state import MILLI, NO_GPU, ClusterState
-from balancer.plan.simulate import workload_columns
 
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        "emergency_stop")

@@ -187,12 +187,12 @@ def usage_by_placements(s):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.booleans())
 def test_usage_from_the_cached_columns_matches_the_placements(case, unplaced):
-    from balancer.plan.simulate import _usage
+    from balancer.plan.columns import gpu_usage
 
     snap = case[0]
     if unplaced:   # workloads without a placement, and a placement whose workload is unknown
         extra = workload("ghost-0", WorkloadClass.TRAINING, owner="job9", milli=250, mem=1)
         snap = snap.replace(workloads=(*snap.workloads, extra), placements={**snap.placements, "nobody": (0,)})
-    used, mem, workers = _usage(snap)
+    used, mem, workers = gpu_usage(snap)
     ref_used, ref_mem, ref_workers = usage_by_placements(snap)
     assert np.array_equal(used, ref_used) and np.allclose(mem, ref_mem) and workers == ref_workers
