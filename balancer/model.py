@@ -157,6 +157,7 @@ class SuspendedJob:
 GPU_ARRAYS = (
     "temperature_c", "memory_temperature_c", "slowdown_temp_c", "power_w", "power_limit_w", "sm_active",
     "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s",
+    "memory_unhealthy",
 )
 
 
@@ -179,6 +180,9 @@ class ClusterSnapshot:
     clock_event_reasons: np.ndarray
     xid: np.ndarray
     sample_age_s: np.ndarray
+    # per GPU: an uncorrectable ECC error since its last reset, a row remap pending or failed; it must not receive
+    # work. None (a source without these series, a board that does not report them): all healthy
+    memory_unhealthy: np.ndarray = None  # type: ignore[assignment]
     workloads: tuple[Workload, ...] = ()
     placements: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     services: Mapping[str, ServiceStatus] = field(default_factory=lambda: MappingProxyType({}))
@@ -187,6 +191,9 @@ class ClusterSnapshot:
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
+        unhealthy = self.memory_unhealthy
+        object.__setattr__(self, "memory_unhealthy",
+                           np.zeros(n, dtype=bool) if unhealthy is None else np.asarray(unhealthy) != 0)
         for name in GPU_ARRAYS:
             arr = np.array(getattr(self, name), copy=True)
             if arr.shape != (n,):

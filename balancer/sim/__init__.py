@@ -12,6 +12,7 @@ API::
     # gpu_util, mem_used_mib, mem_total_mib, sm_clock_mhz, clock_event_reasons (NVML bits), energy_mj (monotonic),
     # xid (last XID, 0 none), online, healthy, slowdown_temp_c, shutdown_temp_c, tdp_w, min_power_limit_w,
     # clock_factor (throughput multiplier from power/thermal limits), used_milli
+    sim.memory  # MemoryHealth: sbe_volatile, dbe_volatile, remapped_*, remap_pending, remap_failure, unhealthy
     sim.step(dt=None); sim.advance_to(t)
     sim.snapshot(sample_age_s=0.0) -> ClusterSnapshot        # includes workloads, placements, service status
     sim.add_service(ServiceSpec(...), warm=True); sim.add_training_job(TrainingJobSpec(...))
@@ -23,7 +24,8 @@ API::
     sim.replicas(service), sim.workers(job)
     sim.add_taint(node) / sim.remove_taint(node)
     sim.degrade_cooling(node, inlet_rise_c=0, resistance_factor=1, duration_s=None); sim.restore_cooling(node)
-    sim.fail_gpu(gpu, xid=79); sim.ecc_error(gpu); sim.repair_gpu(gpu)
+    sim.fail_gpu(gpu, xid=79); sim.ecc_error(gpu); sim.row_remap_failure(gpu); sim.repair_gpu(gpu)
+    sim.memory.correctable(gpu, errors=1)                     # single-bit ECC: counted only
     sim.stats(); sim.service_status()
     sim.services, sim.training_jobs, sim.workloads, sim.placements, sim.pending   # read-only views
 
@@ -33,7 +35,9 @@ SLO violations per replica; synchronous training progress in A100-equivalent GPU
 curves, a default workload mix). Faults: a cooling fault raises a node's inlet and/or multiplies its thermal
 resistance; `fail_gpu` takes a GPU off the bus (XID 79, 0 W, pods requeued); a GPU reaching its shutdown
 temperature does the same (we report thermal shutdown as XID 79, since the board disappears from the bus);
-`ecc_error` sets XID 48, requeues the GPU's pods and keeps new work off it until `repair_gpu`.
+`ecc_error` sets XID 48, counts a double-bit ECC error and (Ampere and newer) a pending row remap, requeues the
+GPU's pods and keeps new work off it until `repair_gpu` (a reset); `row_remap_failure` (XID 64) does the same until
+the board is replaced (`repair_gpu` again). `memory` models the ECC counters and the row remapper.
 """
 
 from balancer.sim.cluster import TAINT, SimCluster

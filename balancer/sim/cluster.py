@@ -18,6 +18,7 @@ from balancer.fleet import Fleet
 from balancer.model import ClusterSnapshot, Node, ServiceStatus, SuspendedJob, Workload
 from balancer.sim import physics
 from balancer.sim.accounting import Accounting
+from balancer.sim.memory import MemoryHealth
 from balancer.sim.ops import WorkloadOps
 from balancer.sim.pods import EMPTY, GENERIC, INFERENCE, TRAINING, Pod, SlotTable
 from balancer.sim.scheduler import SchedulerView, first_fit
@@ -94,6 +95,7 @@ class SimCluster(WorkloadOps):
         self.online = np.ones(n, dtype=bool)
         self.healthy = np.ones(n, dtype=bool)
         self.used_milli = np.zeros(n, dtype=np.int64)
+        self.memory = MemoryHealth(self.gpu_model.tolist())   # ECC counters and row remapper
         # workloads
         self._pods: dict[str, Pod] = {}
         self._pending: dict[str, None] = {}
@@ -255,7 +257,7 @@ class SimCluster(WorkloadOps):
             slowdown_temp_c=self.slowdown_temp_c, power_w=self.power_w, power_limit_w=self.power_limit_w,
             sm_active=self.sm_active, mem_used_mib=self.mem_used_mib, mem_total_mib=self.mem_total_mib,
             sm_clock_mhz=self.sm_clock_mhz, clock_event_reasons=self.clock_event_reasons, xid=self.xid,
-            sample_age_s=np.full(self.n_gpus, float(sample_age_s)),
+            sample_age_s=np.full(self.n_gpus, float(sample_age_s)), memory_unhealthy=self.memory.unhealthy,
             workloads=tuple(p.workload for p in self._pods.values()),
             placements={k: p.gpus for k, p in self._pods.items() if p.gpus is not None},
             services=self.service_status(),
@@ -339,16 +341,27 @@ class SimCluster(WorkloadOps):
         self._evict_from(gpu)
 
     def ecc_error(self, gpu: int) -> None:
-        """Double-bit ECC (XID 48): the running pods crash and are requeued; the device is unhealthy until repaired."""
+        """Double-bit ECC (XID 48): the running pods crash and are requeued; the device is unhealthy until repaired.
+        The volatile DBE counter counts it and, on boards with a row remapper, a remap is pending until the reset."""
         self.xid[gpu] = 48
+        self.healthy[gpu] = False
+        self.memory.uncorrectable(gpu)
+        self._evict_from(gpu)
+
+    def row_remap_failure(self, gpu: int) -> None:
+        """The row remapper ran out of spare rows (XID 64): pods requeued, unhealthy until the board is replaced."""
+        self.memory.remap_failed(gpu)
+        self.xid[gpu] = 64
         self.healthy[gpu] = False
         self._evict_from(gpu)
 
     def repair_gpu(self, gpu: int) -> None:
-        """Operator reset / replacement: the GPU is back, healthy, with no XID."""
+        """Operator reset / replacement: the GPU is back, healthy, with no XID; a reset clears the volatile ECC
+        counters and applies pending row remaps, a failed remap gets a new board (`MemoryHealth.repair`)."""
         self.online[gpu] = True
         self.healthy[gpu] = True
         self.xid[gpu] = 0
+        self.memory.repair(gpu)
         self._sched_dirty = True
 
     def _evict_from(self, gpu: int) -> None:

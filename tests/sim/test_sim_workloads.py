@@ -175,17 +175,19 @@ def test_a_failed_gpu_goes_offline_and_its_pods_are_rescheduled_elsewhere():
     assert sim.stats()["training"]["j"]["preemptions"] == 1
 
 
-def test_a_double_bit_ecc_error_sets_xid_48_and_keeps_new_work_off_the_gpu_until_repaired():
+@pytest.mark.parametrize(("fault", "xid"), [("ecc_error", 48), ("row_remap_failure", 64)],
+                         ids=["a double-bit ECC error", "a failed row remap"])
+def test_a_memory_fault_sets_its_xid_and_keeps_new_work_off_the_gpu_until_repaired(fault, xid):
     sim = SimCluster(small_fleet(nodes=1, gpus=2), seed=0)
     sim.submit(batch("a"))
     sim.schedule()
     gpu = sim.placements["batch/a"][0]
-    sim.ecc_error(gpu)
+    getattr(sim, fault)(gpu)
     sim.step()
-    assert sim.xid[gpu] == 48 and sim.online[gpu]
+    assert sim.xid[gpu] == xid and sim.online[gpu] and sim.snapshot().memory_unhealthy[gpu]
     assert sim.placements["batch/a"] != (gpu,)
     sim.repair_gpu(gpu)
-    assert sim.xid[gpu] == 0
+    assert sim.xid[gpu] == 0 and not sim.snapshot().memory_unhealthy.any()
 
 
 def test_a_timed_cooling_fault_heals_itself():
