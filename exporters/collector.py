@@ -9,11 +9,15 @@ dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, hel
 * the simulated serving series ``gputide_inference_*{service}`` when the backend provides them.
 
 Per-GPU families are `ArrayMetric`s: they keep the values as a numpy array and the per-GPU label sets as shared
-dicts, so `exporters.exposition.render` writes 14 x 8,192 samples without building a Python object per sample;
+dicts, so `exporters.exposition.render` writes 20 x 8,192 samples without building a Python object per sample;
 their `samples` are still materialised on demand for `registry.get_sample_value` and prometheus_client's own
 exposition. `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` is a counter whose sample name has no ``_total`` suffix,
-exactly as dcgm-exporter exposes it; prometheus_client's `generate_latest` would append ``_total`` to its
-``# TYPE`` line, which is why the server renders with `exporters.exposition.render`.
+exactly as dcgm-exporter exposes it (so are the ECC and remapped-row counters); prometheus_client's
+`generate_latest` would append ``_total`` to its ``# TYPE`` line, which is why the server renders with
+`exporters.exposition.render`.
+
+A field a GPU does not support (ECC and row remapping: GeForce boards, ECC switched off, row remapping before
+Ampere) is NaN without an error: its series is left out for that GPU, like any NaN.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending."),
 )
 GPU_FIELD_NAMES = tuple(f[0] for f in GPU_FIELDS)
 

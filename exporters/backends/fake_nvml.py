@@ -3,7 +3,8 @@
 Build it with `FakeDevice`s, inject it as ``NvmlBackend(nvml=FakeNvml([...]))``, and break things on purpose:
 ``device.lost = True`` makes every call raise `NVMLError_GpuIsLost`; ``device.fail["nvmlDeviceGetClockInfo"] =
 NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {186}`` makes one batched field return an
-error code; `push_xid(device, 48)` queues an XID event.
+error code; `push_xid(device, 48)` queues an XID event. Memory health: ``ecc_supported=False`` (a GeForce board,
+ECC off) and ``remap_supported=False`` (before Ampere) make those fields and getters answer NotSupported.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ class FakeDevice:
     sm_clock: int = 1980
     reasons: int = 0
     gpm_sm_util: float | None = 55.0  # percent; None: GPM not supported
+    ecc_supported: bool = True
+    sbe_volatile: int = 3
+    dbe_volatile: int = 0
+    remap_supported: bool = True
+    remapped_correctable: int = 1
+    remapped_uncorrectable: int = 0
+    remap_pending: int = 0
+    remap_failure: int = 0
     lost: bool = False
     fail: dict[str, type[NVMLError]] = field(default_factory=dict)
     field_fail: set[int] = field(default_factory=set)
@@ -85,6 +94,16 @@ class FakeNvml:
     NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
     NVML_FI_DEV_POWER_INSTANT = 186
     NVML_FI_DEV_POWER_CURRENT_LIMIT = 190
+    NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3
+    NVML_FI_DEV_ECC_DBE_VOL_TOTAL = 4
+    NVML_FI_DEV_REMAPPED_COR = 142
+    NVML_FI_DEV_REMAPPED_UNC = 143
+    NVML_FI_DEV_REMAPPED_PENDING = 144
+    NVML_FI_DEV_REMAPPED_FAILURE = 145
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    NVML_AGGREGATE_ECC = 1
     NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG = 0, 1, 2
     NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 3, 4, 5
     NVML_DEVICE_ARCH_HOPPER = 9
@@ -147,11 +166,15 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, h, ids):
         d = self._dev(h, "nvmlDeviceGetFieldValues")
         table = {82: (d.mem_temp, 5, "siVal"), 83: (d.energy_mj, 3, "ullVal"), 186: (d.power_mw, 1, "uiVal"),
-                 190: (d.limit_mw, 1, "uiVal")}
+                 190: (d.limit_mw, 1, "uiVal"), 3: (d.sbe_volatile, 3, "ullVal"), 4: (d.dbe_volatile, 3, "ullVal"),
+                 142: (d.remapped_correctable, 1, "uiVal"), 143: (d.remapped_uncorrectable, 1, "uiVal"),
+                 144: (d.remap_pending, 1, "uiVal"), 145: (d.remap_failure, 1, "uiVal")}
+        unsupported = ({3, 4} if not d.ecc_supported else set()) | ({142, 143, 144, 145} if not d.remap_supported
+                                                                      else set())
         out = []
         for fid in ids:
             v, typ, attr = table[fid]
-            ret = self.NVML_ERROR_NOT_SUPPORTED if fid in d.field_fail else 0
+            ret = self.NVML_ERROR_NOT_SUPPORTED if fid in d.field_fail | unsupported else 0
             out.append(SimpleNamespace(fieldId=fid, nvmlReturn=ret, valueType=typ,
                                        value=SimpleNamespace(**{attr: v})))
         return out
@@ -180,6 +203,19 @@ class FakeNvml:
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         return self._dev(h, "nvmlDeviceGetCurrentClocksEventReasons").reasons
+
+    # memory health
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
+        d = self._dev(h, "nvmlDeviceGetTotalEccErrors")
+        if not d.ecc_supported or counter_type != self.NVML_VOLATILE_ECC:  # the fake keeps no aggregate counter
+            raise NVMLError_NotSupported()
+        return d.dbe_volatile if error_type == self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else d.sbe_volatile
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        d = self._dev(h, "nvmlDeviceGetRemappedRows")
+        if not d.remap_supported:
+            raise NVMLError_NotSupported()
+        return d.remapped_correctable, d.remapped_uncorrectable, d.remap_pending, d.remap_failure
 
     # GPM
     def nvmlGpmQueryDeviceSupport(self, h):

@@ -8,6 +8,13 @@ sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` 
 events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the last one per GPU is
 reported. Slowdown and shutdown thresholds are read once.
 
+Memory health rides in the same batch: volatile single- and double-bit ECC totals (``NVML_FI_DEV_ECC_*_VOL_TOTAL``)
+and the row remapper's correctable / uncorrectable remapped rows, pending and failure flags
+(``NVML_FI_DEV_REMAPPED_*``); a field the batch does not return falls back to ``nvmlDeviceGetTotalEccErrors``
+(volatile counter) and ``nvmlDeviceGetRemappedRows``. ``NVMLError_NotSupported`` there is a property of the board
+(GeForce, ECC switched off, no row remapper before Ampere) and changes only with a reset: that GPU's series are
+left out, no error is counted, and the getter is not asked again while the process runs.
+
 Errors never fail a scrape: a field that raises ``NVMLError`` (NotSupported, NoPermission, ...) becomes NaN and
 an ``(UUID, field)`` error; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape and its
 XID becomes 79 (fallen off the bus).
@@ -31,6 +38,14 @@ from exporters.collector import GPU_FIELD_NAMES
 
 log = logging.getLogger(__name__)
 MIB = float(1 << 20)
+# dcgm field -> (batched NVML field id, nvmlDeviceGetTotalEccErrors error type); the volatile counters
+ECC_FIELDS = {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
+              "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")}
+# dcgm field -> batched NVML field id, in the order of nvmlDeviceGetRemappedRows' (corr, unc, pending, failure)
+REMAP_FIELDS = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_COR",
+                "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_UNC",
+                "DCGM_FI_DEV_ROW_REMAP_PENDING": "NVML_FI_DEV_REMAPPED_PENDING",
+                "DCGM_FI_DEV_ROW_REMAP_FAILURE": "NVML_FI_DEV_REMAPPED_FAILURE"}
 
 
 def _text(v: Any) -> str:
@@ -74,6 +89,13 @@ class NvmlBackend:
         self._gpm_prev: list[Any] = [None] * n
         self._gpm = [self._gpm_supported(h) for h in self.handles]
         self._events = self._xid_events()
+        self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
+                       nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                       nvml.NVML_FI_DEV_POWER_INSTANT: "DCGM_FI_DEV_POWER_USAGE",
+                       nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+                       **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
+                       **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
+        self._unsupported: set[tuple[int, str]] = set()   # (GPU, "ecc" | "remap") that said NotSupported
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
     def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
@@ -140,19 +162,7 @@ class NvmlBackend:
             vals[field][k] = v
             return v
 
-        batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
-                 nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-                 nvml.NVML_FI_DEV_POWER_INSTANT: "DCGM_FI_DEV_POWER_USAGE",
-                 nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT"}
-        got: dict[str, float] = {}
-        try:
-            for fv in nvml.nvmlDeviceGetFieldValues(h, list(batch)):
-                if fv.nvmlReturn == nvml.NVML_SUCCESS and fv.fieldId in batch:
-                    got[batch[fv.fieldId]] = _field_value(fv, nvml)
-        except nvml.NVMLError_GpuIsLost:
-            raise
-        except nvml.NVMLError:
-            pass  # fall back to the classic getters below
+        got = self._batched(h)
         scale = {"DCGM_FI_DEV_POWER_USAGE": 1e-3, "DCGM_FI_DEV_POWER_MGMT_LIMIT": 1e-3}
         fallback = {
             "DCGM_FI_DEV_MEMORY_TEMP": None,
@@ -167,6 +177,7 @@ class NvmlBackend:
                 get(field, fb)
             else:
                 errors.append((uuid, field))
+        self._memory_health(k, h, got, vals, errors)
         get("DCGM_FI_DEV_GPU_TEMP", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
         try:
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
@@ -188,6 +199,55 @@ class NvmlBackend:
             vals["DCGM_FI_PROF_SM_ACTIVE"][k] = sm
         else:
             errors.append((uuid, "DCGM_FI_PROF_SM_ACTIVE"))
+
+    def _batched(self, h: Any) -> dict[str, float]:
+        """The fields of one ``nvmlDeviceGetFieldValues`` call that came back; the caller falls back for the rest."""
+        nvml, batch = self.nvml, self._batch
+        got: dict[str, float] = {}
+        try:
+            for fv in nvml.nvmlDeviceGetFieldValues(h, list(batch)):
+                if fv.nvmlReturn == nvml.NVML_SUCCESS and fv.fieldId in batch:
+                    got[batch[fv.fieldId]] = _field_value(fv, nvml)
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except nvml.NVMLError:
+            pass  # the classic getters instead
+        return got
+
+    def _memory_health(self, k: int, h: Any, got: Mapping[str, float], vals: dict[str, np.ndarray],
+                       errors: list[tuple[str, str]]) -> None:
+        """ECC totals and the row remapper: the batch's values, else the classic getters (module docstring)."""
+        nvml = self.nvml
+
+        def ecc(fields: list[str]) -> list[float]:
+            return [nvml.nvmlDeviceGetTotalEccErrors(h, getattr(nvml, ECC_FIELDS[f][1]), nvml.NVML_VOLATILE_ECC)
+                    for f in fields]
+
+        def remap(fields: list[str]) -> list[float]:
+            rows = dict(zip(REMAP_FIELDS, nvml.nvmlDeviceGetRemappedRows(h)))
+            return [rows[f] for f in fields]
+
+        for group, fields, fetch in (("ecc", ECC_FIELDS, ecc), ("remap", REMAP_FIELDS, remap)):
+            missing = []
+            for f in fields:
+                if f in got:
+                    vals[f][k] = got[f]
+                else:
+                    missing.append(f)
+            if not missing or (k, group) in self._unsupported:
+                continue
+            try:
+                values = fetch(missing)
+            except nvml.NVMLError_GpuIsLost:
+                raise
+            except nvml.NVMLError_NotSupported:
+                self._unsupported.add((k, group))
+                continue
+            except nvml.NVMLError:
+                errors.extend((self.identity[k].uuid, f) for f in missing)
+                continue
+            for f, v in zip(missing, values, strict=True):
+                vals[f][k] = float(v)
 
     def _gpm_sm_active(self, k: int, h: Any) -> float | None:
         """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape or error."""

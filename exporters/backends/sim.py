@@ -6,7 +6,8 @@ One process can serve the whole simulated fleet (every node's GPUs, ``Hostname``
 loop step it in-process) and should pass the ``lock`` it holds while stepping.
 
 Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %); an offline GPU (fallen off the
-bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would.
+bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. The
+row-remapper fields of a model without one (before Ampere) are left out without an error, as NVML's NotSupported.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class SimBackend:
     def _read(self) -> GpuReadings:
         s, i = self.sim, (slice(None) if self._all else self._idx)
         online = s.online[i]
+        mem = s.memory
+        remap = np.where(mem.row_remapping[i], 0.0, np.nan)   # NaN: this model has no row remapper
         values = {
             "DCGM_FI_DEV_GPU_TEMP": np.round(s.temperature_c[i]),
             "DCGM_FI_DEV_MEMORY_TEMP": np.round(s.memory_temperature_c[i]),
@@ -71,6 +74,12 @@ class SimBackend:
             "DCGM_FI_DEV_SM_CLOCK": np.round(s.sm_clock_mhz[i]),
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": s.clock_event_reasons[i].astype(float),
             "DCGM_FI_DEV_XID_ERRORS": s.xid[i].astype(float),
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": mem.sbe_volatile[i].astype(float),
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": mem.dbe_volatile[i].astype(float),
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": remap + mem.remapped_correctable[i],
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": remap + mem.remapped_uncorrectable[i],
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": remap + mem.remap_failure[i],
+            "DCGM_FI_DEV_ROW_REMAP_PENDING": remap + mem.remap_pending[i],
         }
         errors: list[tuple[str, str]] = []
         if not online.all():
