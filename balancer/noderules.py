@@ -16,6 +16,10 @@ controller's snapshot (`ClusterSnapshot.admits`, one mask over all nodes per rul
 the Kubernetes actuator (`placement_refusal`) and the secondary scheduler all ask these rules, one reading of
 Kubernetes for all three.
 
+Preferred (soft) rules are read here too (`Preferences`): preferred node affinity terms and preferred pod affinity
+and anti-affinity terms, each with a weight from 1 to 100. They never refuse a node; the secondary scheduler scores
+the nodes a pod fits by them (`balancer/actuate/k8s_preferred.py`).
+
 Node taints travel as kubectl writes them, `key[=value][:effect]`; without an effect a taint is `NoSchedule`.
 `Selector` is a label selector over the same requirements, for what selects pods (PodDisruptionBudgets), and
 `PodAffinity` a pod's required pod affinity and anti-affinity terms (`AffinityTerm`: a selector, namespaces, a
@@ -229,30 +233,90 @@ class PodAffinity:
         for kind in ("podAffinity", "podAntiAffinity"):
             terms = []
             for t in (affinity.get(kind) or {}).get(REQUIRED) or ():
-                ns_selector, named = t.get("namespaceSelector"), frozenset(str(n) for n in t.get("namespaces") or ())
-                if ns_selector is None:
-                    namespaces = named or frozenset({namespace})
-                elif ns_selector.get("matchLabels") or ns_selector.get("matchExpressions"):
-                    namespaces, unsupported = None, True
-                else:   # an empty namespace selector selects every namespace
-                    namespaces = None
-                selector = t.get("labelSelector")
-                terms.append(AffinityTerm(None if selector is None else Selector.from_json(selector), namespaces,
-                                          str(t.get("topologyKey") or "")))
+                term, selects_namespaces = _affinity_term(namespace, t)
+                unsupported = unsupported or selects_namespaces
+                terms.append(term)
             parsed[kind] = tuple(terms)
         why = "required pod affinity or anti-affinity with a namespaceSelector" if unsupported else ""
         return cls(parsed["podAffinity"], parsed["podAntiAffinity"], why)
 
 
+def _affinity_term(namespace: str, t: Mapping[str, Any]) -> tuple[AffinityTerm, bool]:
+    """A pod (anti-)affinity term of a pod in `namespace`, and whether it has a non-empty namespaceSelector (which
+    gputide cannot evaluate: the term is then read as covering every namespace)."""
+    ns_selector, named = t.get("namespaceSelector"), frozenset(str(n) for n in t.get("namespaces") or ())
+    unsupported = False
+    if ns_selector is None:
+        namespaces = named or frozenset({namespace})
+    elif ns_selector.get("matchLabels") or ns_selector.get("matchExpressions"):
+        namespaces, unsupported = None, True
+    else:   # an empty namespace selector selects every namespace
+        namespaces = None
+    selector = t.get("labelSelector")
+    return AffinityTerm(None if selector is None else Selector.from_json(selector), namespaces,
+                        str(t.get("topologyKey") or "")), unsupported
+
+
 NO_AFFINITY = PodAffinity()
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def weight(value: Any) -> int | None:
+    """A preferred term's weight when it is one the API server admits, a whole number from 1 to 100; else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Preferences:
+    """A pod's preferred (soft) placement: node affinity terms and pod affinity and anti-affinity terms, each with
+    its weight. They order the nodes a pod may go to and never refuse one; false when there are none."""
+
+    node: tuple[tuple[int, Term], ...] = ()
+    affinity: tuple[tuple[int, AffinityTerm], ...] = ()
+    anti: tuple[tuple[int, AffinityTerm], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.node or self.affinity or self.anti)
+
+    @classmethod
+    def from_spec(cls, namespace: str, spec: Mapping[str, Any]) -> Preferences:
+        """The preferred terms of a pod spec in `namespace`. Ignored, as no-ops: a term whose weight is not a whole
+        number from 1 to 100 (the API server admits no other), and a pod term with a non-empty
+        namespaceSelector (gputide does not read namespaces' labels; a preference is better left out than read
+        as covering every namespace)."""
+        affinity = spec.get("affinity") or {}
+        node = tuple((w, Term(_requirements(pref.get("matchExpressions")), _requirements(pref.get("matchFields"))))
+                     for t in ((affinity.get("nodeAffinity") or {}).get(PREFERRED) or ())
+                     if (w := weight(t.get("weight"))) and (pref := t.get("preference") or {}))
+        pods: dict[str, tuple[tuple[int, AffinityTerm], ...]] = {}
+        for kind in ("podAffinity", "podAntiAffinity"):
+            terms = ((weight(t.get("weight")), _affinity_term(namespace, t.get("podAffinityTerm") or {}))
+                     for t in (affinity.get(kind) or {}).get(PREFERRED) or ())
+            pods[kind] = tuple((w, term) for w, (term, unsupported) in terms if w and not unsupported)
+        if not (node or pods["podAffinity"] or pods["podAntiAffinity"]):
+            return NO_PREFERENCES
+        return cls(node, pods["podAffinity"], pods["podAntiAffinity"])
+
+    def node_weight(self, name: str, labels: Mapping[str, str]) -> int:
+        """The summed weights of the preferred node affinity terms the node (`name`, `labels`) matches."""
+        return sum(w for w, t in self.node if t.allows(name, labels))
+
+
+NO_PREFERENCES = Preferences()
+
+
+def in_domain(domain: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """Per node: how many of `per_node` (a count per node) its domain holds (`domain`: an id per node, -1: none).
+    A node in no domain holds none."""
+    inside = domain >= 0
+    out = np.zeros(len(domain))
+    if inside.any():
+        counts = np.bincount(domain[inside], weights=per_node[inside])
+        out[inside] = counts[domain[inside]]
+    return out
 
 
 def occupied(domain: np.ndarray, per_node: np.ndarray) -> np.ndarray:
     """Per node: whether its domain (`domain`: an id per node, -1: none) holds any of `per_node` (a count per
     node). A node in no domain is never occupied."""
-    inside = domain >= 0
-    out = np.zeros(len(domain), dtype=bool)
-    if inside.any():
-        counts = np.bincount(domain[inside], weights=per_node[inside])
-        out[inside] = counts[domain[inside]] > 0
-    return out
+    return in_domain(domain, per_node) > 0

@@ -17,7 +17,8 @@ the tree at `PASS_BEFORE_COMMIT` (which filtered every node and rebuilt the plac
 pods ask for 16 GPUs and fit nowhere, a fifth select a zone. Both trees must bind the same pods to the same nodes.
 
 *Pod affinity*: the same pass on this tree with bound pods of many workloads, some keeping their replicas one per
-host, and a share of the pending pods carrying that anti-affinity, against the pass without any (`affinity_pass`).
+host, and a share of the pending pods carrying that anti-affinity, against the pass without any (`affinity_pass`);
+and with a share of the pending pods carrying preferred node and pod anti-affinity instead (`preferred_pass`).
 
     .venv/bin/python -m bench.bench_schedule
 """
@@ -198,9 +199,33 @@ def with_affinity(queue: list[dict], view: list[dict], share: float, seed: int =
     return bound
 
 
-def measure_pass(n: int, policy: str = "gputide", affinity: float | None = None) -> dict:
+def with_preferences(queue: list[dict], view: list[dict], share: float, seed: int = 4) -> list:
+    """The preferred-affinity pass: the bound pods of `with_affinity` (none of the pending pods with required
+    affinity), and `share` of the pending pods made replicas of those workloads that would rather run one per host
+    (preferred anti-affinity to their own workload on kubernetes.io/hostname, weight 100) and in zone-1 (preferred
+    node affinity, weight 50). Returns the bound pods."""
+    import numpy as np
+
+    from balancer.noderules import PREFERRED, Preferences
+
+    bound = with_affinity(queue, view, 0.0)
+    rng = np.random.default_rng(seed)
+    zone = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-1"]}]}
+    for req in queue:
+        if rng.random() < share:
+            app = f"app-{int(rng.integers(APPS))}"
+            req["labels"] = {"app": app}
+            req["preferences"] = Preferences.from_spec("ml", {"affinity": {
+                "nodeAffinity": {PREFERRED: [{"weight": 50, "preference": zone}]},
+                "podAntiAffinity": {PREFERRED: [{"weight": 100, "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}}]}}})
+    return bound
+
+
+def measure_pass(n: int, policy: str = "gputide", affinity: float | None = None,
+                 preferred: float | None = None) -> dict:
     """CPU time of one `schedule_once` over `pending()` on `fleet(n)`, every binding accepted. With `affinity` (a
-    share of the pending pods), the pass of `with_affinity`."""
+    share of the pending pods), the pass of `with_affinity`; with `preferred`, that of `with_preferences`."""
     import copy
     from types import SimpleNamespace
 
@@ -224,6 +249,18 @@ def measure_pass(n: int, policy: str = "gputide", affinity: float | None = None)
         def _event(self, req: dict, kind: str, reason: str, message: str) -> None:
             pass
 
+    class Quiet:
+        """Telling pods what was done (`k8s_tell.Teller`, in the trees that have one): nothing said."""
+
+        def keep(self, pods) -> None:
+            pass
+
+        def unschedulable(self, req: dict, message: str) -> None:
+            pass
+
+        def scheduled(self, req: dict, node: str) -> None:
+            pass
+
     class Accepting:
         """The API: every binding accepted at once."""
 
@@ -233,13 +270,15 @@ def measure_pass(n: int, policy: str = "gputide", affinity: float | None = None)
             return {}
 
     sched = Offline(k8s.ApiClient(), "gputide", EnginePlacer(policy))
-    sched.api = Accepting()
+    sched.api, sched.tell = Accepting(), Quiet()
     view = fleet(n)
     for node in view:
         node |= {"extended_total": {"pods": 110.0}, "extended_free": {"pods": 110.0}}
     sched.queue, sched.view = pending(), copy.deepcopy(view)
     if affinity is not None:
         sched._listed_bound = with_affinity(sched.queue, sched.view, affinity)
+    if preferred is not None:
+        sched._listed_bound = with_preferences(sched.queue, sched.view, preferred)
     c0 = time.process_time()
     results = sched.schedule_once()
     cpu = time.process_time() - c0
@@ -306,6 +345,31 @@ def affinity_pass() -> str:
         ["nodes", "pending pods with affinity", "pods bound", "CPU per pass", "baseline", "ratio"], rows)
 
 
+PREFERRED_SHARES = (0.0, 0.3, 1.0)
+
+
+def preferred_pass() -> str:
+    """The cost of preferred node and pod (anti-)affinity in a pass: this tree, against the same pass without any."""
+    from bench.trees import measured, section
+
+    rows = []
+    for n in SIZES:
+        runs = {share: min((measured(ROOT, "bench_schedule", f"measure_pass({n}, preferred={share})")
+                            for _ in range(PASS_RUNS)), key=lambda r: r["cpu"]) for share in PREFERRED_SHARES}
+        base = runs[0.0]
+        rows += [[f"{n:,}", f"{share:.0%}", f"{r['placed']} of {PASS_PODS}", f"{r['cpu'] * 1e3:.0f} ms",
+                  f"{base['cpu'] * 1e3:.0f} ms", f"{r['cpu'] / base['cpu']:.2f}x"] for share, r in runs.items()]
+    return section(
+        "Schedule: a pass with preferred affinity (balancer/actuate/k8s_preferred.py)",
+        f"Command: `{COMMAND}`. The per-pass measurement above on this tree, with the bound pods of the required "
+        "affinity pass (none of the pending pods with required affinity), and a share of the pending pods made "
+        "replicas of those workloads that would rather run one per host (preferred anti-affinity on "
+        "kubernetes.io/hostname, weight 100) and in one zone (preferred node affinity, weight 50), scored over "
+        "every node they fit. Baseline = the same pass with no pending pod carrying preferences (0 %), same run, "
+        f"same tree. {PASS_RUNS} runs each, each in its own process; the best run shown.",
+        ["nodes", "pending pods with preferences", "pods bound", "CPU per pass", "baseline", "ratio"], rows)
+
+
 def main() -> str:
     from bench.trees import now_and_before, section
 
@@ -313,7 +377,7 @@ def main() -> str:
     now, before = now_and_before("bench_schedule", BEFORE_COMMIT, runs)
     _same(now, before)
     now, before = _best(now), _best(before)
-    return per_pass() + "\n" + affinity_pass() + "\n" + section(
+    return per_pass() + "\n" + affinity_pass() + "\n" + preferred_pass() + "\n" + section(
         "Schedule: EnginePlacer.place per pending pod (balancer/app/scheduling.py)",
         f"Command: `{COMMAND}`. CPU time of one `place(pod_request, offered_nodes)` call (policy gputide), median "
         f"over {PODS} pending pods of a mixed request mix, each bound where it was placed before the next is "

@@ -8,8 +8,8 @@ together (without it: the members pending at the time, together).
 
 In a pass a group comes up at its most important member's turn, and its pending members are placed together
 (`trial`): each on a copy of the pass's nodes that already holds the members placed before it, by the same
-filters and placement policy as any pod (pod affinity included: the members placed before it count where they
-run). Only when every member found a node are they bound, each to the node it found; otherwise none is bound,
+filters and placement policy as any pod (pod affinity, required and preferred, included: the members placed
+before it count where they run). Only when every member found a node are they bound, each to the node it found; otherwise none is bound,
 and each is told why: which member fits nowhere, or how many members are still missing. Members already bound count towards n; once n are bound, later members are placed one by one.
 Gangs do not preempt. A binding the API refuses half-way (an error, not a lack of room) leaves the members bound
 so far in place, and the rest are tried again next pass.
@@ -23,6 +23,7 @@ from typing import Any
 
 from balancer.actuate.k8s_filters import Offers, take, unschedulable
 from balancer.actuate.k8s_podaffinity import PodPlacement
+from balancer.actuate.k8s_preferred import Preferred
 
 Json = dict[str, Any]
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -63,12 +64,13 @@ def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list
     index}, None), or ({}, why the first member that fits nowhere does not fit)."""
     copy = list(view)   # nodes are copied when a member is counted on them; the others are shared, read-only
     offers = Offers(copy, pods)
+    preferred = Preferred(copy, offers.pods)
     index = {n["name"]: i for i, n in enumerate(copy)}
     chosen: dict[str, int] = {}
     for m in members:
         offered = offers.fitting(m)
         reserved = offers.reserved_for(m)
-        target = reserved["name"] if reserved else place(m, [copy[i] for i in offered])
+        target = reserved["name"] if reserved else place(preferred.request(m, offered), [copy[i] for i in offered])
         i = index.get(target) if target else None
         if i is None:
             why = unschedulable(offers.reasons(), m, len(offered))

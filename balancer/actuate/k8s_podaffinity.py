@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from balancer.noderules import AffinityTerm, PodAffinity, occupied
+from balancer.noderules import AffinityTerm, PodAffinity, in_domain, occupied
 
 Json = dict[str, Any]
 AFFINITY_REASON = "node(s) didn't match pod affinity rules"
@@ -109,6 +109,11 @@ class PodPlacement:
                 if all(t.matches(ns, dict(labels)) for t in terms):
                     np.add.at(hits, nodes, 1)
         return hits
+
+    def near(self, term: AffinityTerm) -> np.ndarray:
+        """Per node, how many pods matching `term` run in the node's domain of the term's topology key (0 for a
+        node without the key): what a preferred term weighs (`k8s_preferred`)."""
+        return in_domain(self.domain(term.topology_key), self.matching((term,)))
 
     def add(self, i: int, namespace: str, labels: Mapping[str, str], anti: tuple[AffinityTerm, ...] = ()) -> None:
         """A pod with `labels` (and its required anti-affinity terms `anti`) now runs on node i."""

@@ -2,8 +2,9 @@
 
 * `scheduling_request(pod)`: a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
   the largest init container, plus overhead; every extended resource and one pod slot), its rules
-  (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), priority,
-  owner, the reservations that are its own, its preemption policy and pod group;
+  (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), its
+  preferred node and pod (anti-)affinity (`balancer.noderules.Preferences`), priority, owner, the reservations
+  that are its own, its preemption policy and pod group;
 * `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
 * `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, and the required
   anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`);
@@ -24,7 +25,7 @@ from balancer.actuate.kubernetes import (
     parse_time,
     quantity,
 )
-from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Taint
+from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Preferences, Taint
 
 Json = dict[str, Any]
 BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
@@ -61,6 +62,7 @@ def scheduling_request(pod: Json) -> Json | None:
         "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
         "rules": NodeRules.from_pod_spec(spec),   # tolerations, node selector, required node affinity
         "pod_affinity": PodAffinity.from_spec(namespace, spec),   # required pod (anti-)affinity; false: none
+        "preferences": Preferences.from_spec(namespace, spec),    # preferred node and pod (anti-)affinity
         "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
         "labels": dict(meta.get("labels") or {}), "group": group, "group_min": least,
     }  # fmt: skip

@@ -27,6 +27,7 @@ can keep one placement state for the whole pass instead of building one per pod.
 
 Required pod affinity and anti-affinity, the pod's own and the bound pods' anti-affinity, are kube-scheduler's
 InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass.
+Preferred node and pod (anti-)affinity only weigh the nodes a pod fits: `place` is told them (`k8s_preferred`).
 A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
 a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
 (`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod
@@ -47,6 +48,7 @@ from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_podaffinity import PodPlacement
+from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_watch import ListWatch
@@ -78,6 +80,7 @@ class _Pass:
     results: dict[str, str | None]
     now: float
     members: Counter[str] | None = None   # bound pods per pod group, counted when a group first comes up
+    preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
 
 
 class SecondaryScheduler:
@@ -271,7 +274,7 @@ class SecondaryScheduler:
         """Bind `req` where the placement policy (or its own reservation) says, or tell it why it waits."""
         offered = ps.offers.fitting(req)
         reserved = ps.offers.reserved_for(req)
-        target = reserved["name"] if reserved else self._choose(req, ps.view, offered, ps.session)
+        target = reserved["name"] if reserved else self._choose(req, ps, offered)
         i = ps.index.get(target) if target else None
         if i is None or why_not(ps.view[i], req) is not None or not ps.offers.fits(i):
             why = unschedulable(ps.offers.reasons(), req, len(offered))
@@ -330,11 +333,15 @@ class SecondaryScheduler:
             return list(self._listed_bound)
         return [*cached.values(), *self._live_assumed(cached).values()]
 
-    def _choose(self, req: Json, view: list[Json], offered: Any, session: Any) -> str | None:
-        """What `place` (or the pass's session) picks among the nodes `offered` (indices into `view`)."""
-        if session is not None:
-            return session.place(req, offered)
-        return self.place(req, [view[i] for i in offered])
+    def _choose(self, req: Json, ps: _Pass, offered: Any) -> str | None:
+        """What `place` (or the pass's session) picks among the nodes `offered` (indices into the pass's view),
+        told how much the pod prefers each (`k8s_preferred`)."""
+        if req.get("preferences"):
+            ps.preferred = ps.preferred or Preferred(ps.view, ps.offers.pods)
+            req = ps.preferred.request(req, offered)
+        if ps.session is not None:
+            return ps.session.place(req, offered)
+        return self.place(req, [ps.view[i] for i in offered])
 
     def _bind(self, req: Json, node: Json) -> str | None:
         """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays

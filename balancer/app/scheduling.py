@@ -325,7 +325,8 @@ class EnginePlacer:
         state = self.cluster(nodes)
         mix = self.window.mix() if self.policy.needs_mix else None
         # ties go to the first offered node, so the same cluster gets the same answer (random: its own draw)
-        placement = Scheduler(state, self.policy, mix, rng=self.rng if self.policy.name == "random" else None).place(pod)
+        placement = Scheduler(state, self.policy, mix, rng=self.rng if self.policy.name == "random" else None).place(
+            pod, preferred=request.get("preferred"))
         return state.names[placement.node] if placement is not None else None
 
     def start_pass(self, view: Sequence[Json]) -> PlacerPass:
@@ -359,7 +360,7 @@ class PlacerPass:
             self._build(table)
         mix = placer.window.mix() if placer.policy.needs_mix else None
         rng = placer.rng if placer.policy.name == "random" else None
-        placement = self.snapshot.place(pod, np.asarray(offered, dtype=np.int64), mix, rng)
+        placement = self.snapshot.place(pod, np.asarray(offered, dtype=np.int64), mix, rng, request.get("preferred"))
         return self.snapshot.state.names[placement.node] if placement is not None else None
 
     def _build(self, table: GpuFactsTable | None) -> None:

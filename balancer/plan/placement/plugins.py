@@ -264,6 +264,22 @@ class GpuClustering:
         return np.where(tag == c.pod.gpu_milli, 2.0, np.where(tag < 0, 1.0, 0.0))
 
 
+def preference(c: Candidates, preferred: np.ndarray) -> np.ndarray:
+    """A pod's preferred (soft) affinity per candidate, 0..200: `preferred` holds the raw (node affinity, pod
+    affinity) scores of every node of the state, one row each, and each column is normalised over the candidates as
+    kube-scheduler's score plugins normalise theirs: node affinity (weights, never negative) to 100 for the highest
+    (NodeAffinity; all 0 when none matches), pod affinity (anti-affinity subtracts) min-max to 0..100
+    (InterPodAffinity; all 0 when all are equal). Summed, for the policy to weigh."""
+    raw = np.asarray(preferred, dtype=float)[c.node]
+    node, pods = raw[:, 0], raw[:, 1]
+    top = node.max(initial=0.0)
+    out = node * (100.0 / top) if top > 0 else np.zeros(len(c))
+    lo, hi = (pods.min(), pods.max()) if len(c) else (0.0, 0.0)
+    if hi > lo:
+        out = out + (pods - lo) * (100.0 / (hi - lo))
+    return out
+
+
 class RandomScore:
     def score(self, c: Candidates) -> np.ndarray:
         rng = c.rng if c.rng is not None else np.random.default_rng(0)

@@ -16,6 +16,13 @@ cpu235 6.5 -> 5.3, cpu250 7.9 -> 7.1; gpushare100 with its CPU-only pods removed
 authors report 13.4 for their FGD). GPU pods have the matching near-tie breaker, CpuForIdleGpus: keep the CPU
 the node's empty GPUs will need (with BinPack packing GPUs only, no longer CPU); it is what put gputide ahead of
 fgd on the CPU-light lists (cpu0..cpu200, default), where it used to tie or lose by a few hundredths of a point.
+
+A pod's preferred (soft) node and pod affinity, which only the Kubernetes secondary scheduler knows, is added to
+the weighted sum with the policy's `preferred` weight (`plugins.preference`, 0..200). Each policy weighs it twice
+its main score, as kube-scheduler weighs its NodeAffinity and InterPodAffinity scores twice its resource fit: the
+node a pod prefers most beats a node it does not prefer at all whatever the main score and the tie-breakers say
+(for gputide: 2000 against fragmentation's 1000), while a lesser preference can be outweighed. Pods without
+preferences, and so the trace replays, are placed as before.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class Policy:
     needs_mix: bool = False
     mix_cpu_only: bool = True
     mix_options: tuple[tuple[str, object], ...] = ()  # extra WorkloadMix.from_pods keywords
+    preferred: float = 2.0   # the weight of a pod's preferred affinity (`plugins.preference`), when it has some
 
 
 POLICIES: dict[str, Policy] = {
@@ -59,6 +67,7 @@ POLICIES: dict[str, Policy] = {
         ),
         needs_mix=True,
         mix_cpu_only=False,
+        preferred=2000.0,
     ),
 }
 
@@ -164,14 +173,19 @@ class Scheduler:
             keep = np.unique(key, return_index=True)[1]
         return node[keep], slot[keep], value[keep]
 
-    def place(self, pod: PodRequest, exclude: np.ndarray | None = None) -> Placement | None:
-        """Best placement for `pod` (no state change), or None when no node can take it."""
+    def place(self, pod: PodRequest, exclude: np.ndarray | None = None,
+              preferred: np.ndarray | None = None) -> Placement | None:
+        """Best placement for `pod` (no state change), or None when no node can take it. `preferred`: the pod's
+        preferred affinity, [n_nodes, 2] (`plugins.preference`), weighed by the policy's `preferred` among the
+        feasible candidates only."""
         c = self.candidates(pod, exclude)
         if not len(c):
             return None
         total = np.zeros(len(c))
         for plugin, weight in self.policy.scores:
             total += weight * normalise(plugin.score(c))
+        if preferred is not None and np.any(preferred):
+            total += self.policy.preferred * p.preference(c, preferred)
         best = np.flatnonzero(total >= total.max() - 1e-9)
         pick = best[self.rng.integers(len(best))] if self.rng is not None and len(best) > 1 else best[0]
         node = int(c.node[pick])

@@ -51,8 +51,10 @@ class Snapshot:
             self.frag.refresh(node)
 
     def place(self, pod: PodRequest, offered: np.ndarray, mix: WorkloadMix | None,
-              rng: np.random.Generator | None = None) -> Placement | None:
-        """Where `pod` goes among the nodes `offered` (indices, ascending), or None; nothing is changed."""
+              rng: np.random.Generator | None = None, preferred: np.ndarray | None = None) -> Placement | None:
+        """Where `pod` goes among the nodes `offered` (indices, ascending), or None; nothing is changed.
+        `preferred`: the pod's preferred affinity on the offered nodes, one (node, pod affinity) row each in
+        `offered`'s order, as a ClusterState of just those nodes would take it (`Scheduler.place`)."""
         offered = np.asarray(offered, dtype=np.int64)
         if not len(offered):
             return None
@@ -66,7 +68,10 @@ class Snapshot:
         self._offered[:] = False
         self._offered[offered] = True
         scheduler = Scheduler(view, self.policy, mix, rng=rng, stats=self.stats, frag=frag)
-        return scheduler.place(pod, exclude=~self._offered)
+        if preferred is not None:   # the offered nodes' rows, spread over every node of the pass
+            preferred, rows = np.zeros((s.n_nodes, 2)), preferred
+            preferred[offered] = rows
+        return scheduler.place(pod, exclude=~self._offered, preferred=preferred)
 
     def _frag(self, mix: WorkloadMix, offered: np.ndarray) -> FragCache:
         """The FragCache of `mix`, with the expected fragmentation of the offered nodes as their own state gives it."""
