@@ -9,10 +9,12 @@ together (without it: the members pending at the time, together).
 In a pass a group comes up at its most important member's turn, and its pending members are placed together
 (`trial`): each on a copy of the pass's nodes that already holds the members placed before it, by the same
 filters and placement policy as any pod (pod affinity, required and preferred, included: the members placed
-before it count where they run). Only when every member found a node are they bound, each to the node it found; otherwise none is bound,
-and each is told why: which member fits nowhere, or how many members are still missing. Members already bound count towards n; once n are bound, later members are placed one by one.
-Gangs do not preempt. A binding the API refuses half-way (an error, not a lack of room) leaves the members bound
-so far in place, and the rest are tried again next pass.
+before it count where they run). Only when every member found a node are they bound, each to the node it found;
+otherwise none is bound, and each is told why: which member fits nowhere, or how many members are still missing.
+Members already bound count towards n; once n are bound, later members are placed one by one. Gangs do not
+preempt; a group that has waited longer than `--starving-after` holds a node for each member instead
+(`k8s_holds`). A binding the API refuses half-way (an error, not a lack of room) leaves the members bound so far
+in place, and the rest are tried again next pass.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
 * **preemption** (`k8s_preempt`): pods of lower priority are evicted from a node, which is held while they
   terminate;
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
-  fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving.
+  fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
+  members of a pod group that cannot be placed whole, each its own node (groups do not preempt).
 
 A hold made in a pass holds the node for the rest of that pass too (the pass's view of the node and its filters
 are updated at once). It ends when the pod is bound: on the held node the binding uses it up
@@ -93,17 +94,45 @@ class Holds:
         if not created or now - created < self.starving_s or offers.holds_for(req):
             return ""
         node = closest_to_fitting(req, [view[i] for i in offers.admitted()])
-        if node is None:
+        if node is None or not self._hold_starving(req, node, view, index, offers):
             return ""
+        return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
+                "as GPUs free up there.")
+
+    def hold_for_starving_group(self, members: list[Json], view: list[Json], index: dict[str, int], offers: Offers,
+                                now: float) -> str:
+        """Anti-starvation for a pod group that cannot be placed whole (`k8s_gang`): once its oldest pending member
+        has waited longer than `starving_s`, each member that holds no node yet holds the node closest to fitting
+        it, the biggest first, each seeing the holds made before it (two members never count on the same GPUs).
+        What frees up there then goes to the group until every member fits, and the group is bound together,
+        instead of to single pods that keep arriving. " Waiting <m> min: holding ...", or ""."""
+        created = [t for m in members if (t := parse_time(m["created"]))]
+        if not created or now - min(created) < self.starving_s:
+            return ""
+        held = []
+        for m in sorted(members, key=lambda m: (-m["num_gpu"], -m["cpu_milli"], -m["memory_mib"], m["name"])):
+            if offers.holds_for(m):
+                continue
+            offers.fitting(m)
+            node = closest_to_fitting(m, [view[i] for i in offers.admitted()])
+            if node is not None and self._hold_starving(m, node, view, index, offers):
+                held.append(f"{m['name']} on {node}")
+        if not held:
+            return ""
+        return (f" Waiting {(now - min(created)) / 60:.0f} min: holding nodes for the group's members as GPUs free "
+                f"up there ({', '.join(held)}).")
+
+    def _hold_starving(self, req: Json, node: str, view: list[Json], index: dict[str, int], offers: Offers) -> bool:
+        """Reserve `node` for the starving `req`, for the rest of the pass too; False when the API refused (logged:
+        the next pass tries again)."""
         try:
             entry = self.preemptor.reserve(req, node)
         except ActuationError as err:
             log.warning("scheduler %s: cannot hold %s for %s: %s", self.scheduler_name, node, req["name"], err)
-            return ""
+            return False
         self._hold(req, index[node], view, offers, entry)
         self.starving.append((req["name"], node))
-        return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
-                "as GPUs free up there.")
+        return True
 
     @staticmethod
     def _hold(req: Json, i: int, view: list[Json], offers: Offers, entry: Json) -> None:

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from balancer.actuate.k8s_filters import CPU, MEMORY, reserved_for_others
+from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, reserved_for_others
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     MERGE_PATCH,
@@ -52,10 +52,12 @@ def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mappin
 
 
 def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
-    """The node a pod that waits too long should hold as GPUs free up: among those big enough for it at all, the one
-    with the most GPUs free and not reserved for others (ties: by name); None when none is big enough."""
-    big = [n for n in nodes if n["gpus_total"] >= req["num_gpu"] and n["cpu_milli_total"] >= req["cpu_milli"]
-           and n["memory_mib_total"] >= req["memory_mib"]]
+    """The node a pod that waits too long should hold as GPUs free up: among those big enough for it at all once
+    what they hold for others is set aside, the one with the most GPUs free and not reserved for others (ties: by
+    name); None when none is big enough."""
+    big = [n for n in nodes if all(n[total] - reserved_for_others(n, req, what) >= req[want] for total, what, want in (
+        ("gpus_total", GPUS, "num_gpu"), ("cpu_milli_total", CPU, "cpu_milli"),
+        ("memory_mib_total", MEMORY, "memory_mib")))]
     if not big:
         return None
     return max(big, key=lambda n: (n["gpus_free"] - reserved_for_others(n, req), n["name"]))["name"]

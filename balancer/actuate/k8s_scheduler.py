@@ -297,6 +297,8 @@ class SecondaryScheduler:
         chosen, why = {}, missing(members, running)
         if why is None:
             chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
+            if why is not None:   # enough members, not enough room: a group that has waited too long holds nodes
+                why += self.holds.hold_for_starving_group(members, ps.view, ps.index, ps.offers, ps.now)
         for m in members:
             if why is not None:
                 self._left_pending(m, why, ps)
