@@ -2,16 +2,21 @@
 
     gputide exporter --backend sim --port 9400 [--fleet SPEC.yaml] [--node NAME] [--speed 60] [--seed 0]
     gputide exporter --backend nvml --port 9400 [--power-caps-file /run/gputide/caps.json]
+                     [--pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock]
 
 The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
 with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap agent: the JSON file
 ``{"GPU-uuid": watts}`` is re-read every ``--caps-interval`` seconds and applied (clamped) to the GPUs.
+``--pod-resources-socket`` (nvml backend, on a Kubernetes node) attributes pods to GPUs from the kubelet's
+PodResources API and publishes them as ``gputide_gpu_workload_info`` (exporters/podresources.py); without it a
+real node's GPUs carry no pods and the controller can throttle them but not move what runs on them.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 import time
 
@@ -35,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--power-caps-file", help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
     p.add_argument("--caps-interval", type=float, default=10.0, help="seconds between power-cap file reads")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
+    p.add_argument("--pod-resources-socket", default="", metavar="PATH",
+                   help="nvml backend: the kubelet's PodResources socket, to publish which pod holds which GPU "
+                        "(e.g. /var/lib/kubelet/pod-resources/kubelet.sock; default: off)")
     p.set_defaults(func=run)
 
 
@@ -62,6 +70,21 @@ def build_backend(args: argparse.Namespace):
     return backend
 
 
+def attributed(backend, args: argparse.Namespace, registry: CollectorRegistry):
+    """`backend` with the pods on its GPUs from the kubelet (nvml only: the simulated fleet knows its own)."""
+    if args.backend != "nvml":
+        raise InputError(None, "--pod-resources-socket", args.pod_resources_socket,
+                         "only with --backend nvml (the sim backend attributes its own pods)")
+    from exporters.podresources import Attributed, PodAttribution, PodResourcesClient
+
+    if not os.path.exists(args.pod_resources_socket):
+        log.warning("no kubelet PodResources socket at %s yet: GPUs are published without their pods until it "
+                    "answers (is /var/lib/kubelet/pod-resources mounted?)", args.pod_resources_socket)
+    attribution = PodAttribution(PodResourcesClient(args.pod_resources_socket))
+    registry.register(attribution)
+    return Attributed(backend, attribution)
+
+
 def run(args: argparse.Namespace) -> int:
     from exporters.collector import GpuCollector
     from exporters.power_caps import JsonFileCaps, PowerCapAgent
@@ -71,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--port", args.port, "0..65535")
     backend = build_backend(args)
     registry = CollectorRegistry()
+    if args.pod_resources_socket:
+        backend = attributed(backend, args, registry)
     registry.register(GpuCollector(backend))
     server = serve(registry, port=args.port, addr=args.listen)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "

@@ -150,13 +150,18 @@ def test_rbac_is_exactly_the_least_privilege_set(overlay):
                                         "namespace": "gputide"}]
 
 
-def _restricted(container: dict, pod: dict) -> None:
+def _restricted(container: dict, pod: dict, *, root: bool = False) -> None:
+    """Locked down: no privilege, no capability, no escalation, read-only root; non-root unless `root` (then
+    uid 0 and still none of the rest)."""
     sc = container.get("securityContext", {})
     assert sc.get("allowPrivilegeEscalation") is False
     assert sc.get("readOnlyRootFilesystem") is True
     assert sc.get("capabilities", {}).get("drop") == ["ALL"] and not sc["capabilities"].get("add")
     assert not sc.get("privileged")
-    assert sc.get("runAsNonRoot", pod.get("runAsNonRoot")) is True
+    if root:
+        assert sc.get("runAsUser") == 0 and sc.get("runAsNonRoot") is False
+    else:
+        assert sc.get("runAsNonRoot", pod.get("runAsNonRoot")) is True
     assert sc.get("seccompProfile", pod.get("seccompProfile")) == {"type": "RuntimeDefault"}
     assert container.get("resources", {}).get("requests") and container["resources"].get("limits")
 
@@ -184,15 +189,23 @@ def test_exporter_runs_on_gpu_nodes_and_only_the_power_cap_agent_is_privileged(o
     assert pod["runtimeClassName"] == "nvidia"
     containers = {c["name"]: c for c in pod["containers"]}
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in containers["exporter"]["env"]
-    _restricted(containers["exporter"], pod["securityContext"])
+    # root without any capability, only to connect to the kubelet's PodResources socket, its one host path
+    exporter = containers["exporter"]
+    _restricted(exporter, pod["securityContext"], root=True)
+    sock = "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert sock in exporter["args"]
+    host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    assert host == {"pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}}
+    assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True} in \
+        exporter["volumeMounts"]
     namespace = one(overlay, "Namespace", "gputide")["metadata"]["labels"]
+    assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"   # a hostPath is beyond baseline
+    assert namespace["pod-security.kubernetes.io/warn"] == "restricted"
     if overlay == "overlays/power-cap":
         assert set(containers) == {"exporter", "power-cap-agent"}
         assert containers["power-cap-agent"]["securityContext"]["privileged"] is True
-        assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"
     else:
         assert set(containers) == {"exporter"}
-        assert namespace["pod-security.kubernetes.io/enforce"] == "baseline"
 
 
 def test_with_dcgm_exporter_replaces_our_exporter_with_the_counters_configmap():

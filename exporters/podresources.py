@@ -1,0 +1,188 @@
+"""Which pod holds which GPU, from the kubelet's PodResources API: the exporter's `gputide_gpu_workload_info`.
+
+NVML knows the GPUs and the processes on them, not the pods. The kubelet does: its PodResources gRPC service
+(`v1.PodResourcesLister/List`, on the node's `/var/lib/kubelet/pod-resources/kubelet.sock`, stable since
+Kubernetes 1.28) lists, for every pod and container, the device IDs the device plugin allocated to it. NVIDIA's
+device plugin names a GPU by its UUID (`GPU-...`); with time-slicing or MPS sharing each replica is the UUID with
+a `::N` suffix; with `--device-id-strategy=index` it is the GPU's index. dcgm-exporter attributes pods the same way.
+Without this join table the controller sees every GPU of a real node as idle: it can throttle a hot GPU but not
+move what runs on it, and capacity shifting counts no replica.
+
+* `PodResourcesClient(socket)`: one `List` call over gRPC (`grpcio`), with the request and answer messages defined
+  here (`_messages`): only the fields gputide reads, by their numbers in the kubelet's API (protobuf skips the
+  rest, so newer kubelets with more fields answer the same).
+* `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
+  does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
+  seconds and then dropped, so a lasting outage shows as no attribution rather than as frozen pods; it also
+  collects its own health: `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
+  `gputide_pod_resources_unmatched_devices` (device IDs of the GPU resource that match no GPU of this exporter,
+  e.g. MIG instances, which are not attributed yet).
+* `Attributed(backend, attribution)`: any backend whose readings gain the workloads (the NVML backend has none).
+
+The workload class is not in the kubelet's answer: the series carry `workload_class="unknown"`, and the
+controller, which reads the pods from the API server, classifies them (its `KubernetesWorkloads` replaces what the
+join table says of a pod by what the API says).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from prometheus_client.core import GaugeMetricFamily
+
+from exporters.backends.base import GpuIdentity, GpuReadings, WorkloadInfo
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+GPU_RESOURCES = ("nvidia.com/gpu",)
+LIST_METHOD = "/v1.PodResourcesLister/List"
+UNKNOWN_CLASS = "unknown"
+_SHARED_REPLICA = re.compile(r"::\d+$")   # time-slicing / MPS: GPU-<uuid>::<replica>
+
+
+@cache
+def _messages() -> dict[str, Any]:
+    """The message classes of `List`, built at run time from a descriptor (no generated code to keep in step):
+    ListPodResourcesResponse{1: repeated PodResources}, PodResources{1: name, 2: namespace, 3: repeated
+    ContainerResources}, ContainerResources{1: name, 2: repeated ContainerDevices}, ContainerDevices{1:
+    resource_name, 2: repeated device_ids}. Field numbers are the kubelet's (package `v1`)."""
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="gputide/podresources/v1.proto", package="v1", syntax="proto3")
+
+    def message(name: str, *fields: tuple[str, int, int, str]) -> None:
+        m = fdp.message_type.add(name=name)
+        for field_name, number, kind, of in fields:
+            label = f.LABEL_REPEATED if of.startswith("*") else f.LABEL_OPTIONAL
+            spec = m.field.add(name=field_name, number=number, label=label, type=kind)
+            if kind == f.TYPE_MESSAGE:
+                spec.type_name = ".v1." + of.lstrip("*")
+
+    string, msg = f.TYPE_STRING, f.TYPE_MESSAGE
+    message("ListPodResourcesRequest")
+    message("ContainerDevices", ("resource_name", 1, string, ""), ("device_ids", 2, string, "*"))
+    message("ContainerResources", ("name", 1, string, ""), ("devices", 2, msg, "*ContainerDevices"))
+    message("PodResources", ("name", 1, string, ""), ("namespace", 2, string, ""),
+            ("containers", 3, msg, "*ContainerResources"))
+    message("ListPodResourcesResponse", ("pod_resources", 1, msg, "*PodResources"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"v1.{m.name}"))
+            for m in fdp.message_type}
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One device the kubelet allocated to a container."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
+class PodResourcesClient:
+    """`list()`: every device allocation on the node, from the kubelet's PodResources service at `socket`."""
+
+    def __init__(self, socket: str = DEFAULT_SOCKET, timeout_s: float = 5.0) -> None:
+        self.socket, self.timeout_s = socket, timeout_s
+        m = _messages()
+        self._request = m["ListPodResourcesRequest"]
+        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._list = self._channel.unary_unary(LIST_METHOD, request_serializer=self._request.SerializeToString,
+                                               response_deserializer=m["ListPodResourcesResponse"].FromString)
+
+    def list(self) -> list[Allocation]:
+        answer = self._list(self._request(), timeout=self.timeout_s)
+        return [Allocation(p.namespace, p.name, c.name, d.resource_name, device)
+                for p in answer.pod_resources for c in p.containers for d in c.devices for device in d.device_ids]
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def gpu_of(device_id: str, by_uuid: dict[str, GpuIdentity], by_index: dict[str, GpuIdentity]) -> GpuIdentity | None:
+    """The GPU a device plugin's ID names: its UUID, a shared replica of it (`UUID::N`), or its index."""
+    uuid = _SHARED_REPLICA.sub("", device_id)
+    return by_uuid.get(uuid) or (by_index.get(device_id) if device_id.isdigit() else None)
+
+
+class PodAttribution:
+    """This node's pods on its GPUs (see the module docstring); also a Prometheus collector of its own health."""
+
+    def __init__(self, client: Any, *, grace_s: float = 60.0, resources: Iterable[str] = GPU_RESOURCES,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client, self.grace_s, self.clock = client, grace_s, clock
+        self.resources = frozenset(resources)
+        self._last: list[Allocation] | None = None
+        self._last_ok = float("nan")
+        self._up = False
+        self._unmatched = 0
+        self._failing_since: float | None = None
+
+    def _allocations(self) -> list[Allocation]:
+        now = self.clock()
+        try:
+            self._last = [a for a in self.client.list() if a.resource in self.resources]
+        except grpc.RpcError as exc:
+            self._up = False
+            if self._failing_since is None:
+                self._failing_since = now
+                log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer for %.0f s",
+                            getattr(self.client, "socket", "?"), exc.code() if hasattr(exc, "code") else exc,
+                            self.grace_s)
+            if self._last is not None and now - self._last_ok > self.grace_s:
+                log.error("kubelet PodResources silent for %.0f s: GPUs are published without their pods",
+                          now - self._last_ok)
+                self._last = None
+            return self._last or []
+        self._up, self._last_ok, self._failing_since = True, now, None
+        return self._last
+
+    def workloads(self, identity: Iterable[GpuIdentity]) -> tuple[WorkloadInfo, ...]:
+        """One `WorkloadInfo` per (GPU, pod) of the GPUs in `identity`, in the kubelet's order, each pair once."""
+        ids = tuple(identity)
+        by_uuid = {g.uuid: g for g in ids}
+        by_index = {g.gpu: g for g in ids}
+        seen: dict[tuple[str, str, str], WorkloadInfo] = {}
+        unmatched = 0
+        for a in self._allocations():
+            g = gpu_of(a.device_id, by_uuid, by_index)
+            if g is None:
+                unmatched += 1
+                continue
+            seen.setdefault((g.uuid, a.namespace, a.pod), WorkloadInfo(g.uuid, a.namespace, a.pod, UNKNOWN_CLASS))
+        self._unmatched = unmatched
+        return tuple(seen.values())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("gputide_pod_resources_up", "1 if the kubelet's PodResources API answered the last "
+                                "scrape (pods are attributed to GPUs from it).", value=1.0 if self._up else 0.0)
+        yield GaugeMetricFamily("gputide_pod_resources_last_success_timestamp_seconds",
+                                "When the kubelet's PodResources API last answered.", value=self._last_ok)
+        yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU device IDs allocated to pods that "
+                                "match no GPU of this exporter (e.g. MIG instances).", value=float(self._unmatched))
+
+
+class Attributed:
+    """A backend whose readings carry the pods on its GPUs (`PodAttribution`), e.g. `Attributed(NvmlBackend(),
+    PodAttribution(PodResourcesClient()))`. Everything else is the wrapped backend's."""
+
+    def __init__(self, backend: Any, attribution: PodAttribution) -> None:
+        self.backend, self.attribution = backend, attribution
+
+    def __getattr__(self, name: str) -> Any:   # identity, apply_power_caps, close ... of the wrapped backend
+        return getattr(self.backend, name)
+
+    def read(self) -> GpuReadings:
+        readings = self.backend.read()
+        return replace(readings, workloads=readings.workloads + self.attribution.workloads(readings.identity))
