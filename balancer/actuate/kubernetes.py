@@ -16,7 +16,8 @@ How each action reaches the cluster:
     ScaleTraining   batch/v1 Job: suspend when workers == 0 (labelled `gputide.io/suspended=true`, its pods'
                     priority kept in `gputide.io/priority`, so `KubernetesWorkloads.suspended_jobs` finds it again),
                     else parallelism = workers and the label removed; with `kueue_queues` set and the Job queued
-                    through Kueue, GPU quota moves between the two ClusterQueues of the cohort.
+                    through Kueue, GPU quota moves between the two ClusterQueues of the cohort, in the
+                    ResourceFlavor Kueue admitted the Job under (its Workload; `k8s_kueue` decides).
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint.
@@ -53,6 +54,7 @@ from kubernetes import watch as k8s_watch  # noqa: F401 - the gateway's watch, u
 from kubernetes.client.exceptions import ApiException
 
 from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
 from balancer.errors import ActuationError, PermanentActuationError, TemporaryActuationError
 from balancer.model import (
     Action,
@@ -76,6 +78,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SUSPENDED_LABEL = "gputide.io/suspended"  # on the Jobs gputide suspended (and only those: it resumes only them)
 PRIORITY_ANNOTATION = "gputide.io/priority"  # the suspended Job's pods' priority, for when it has none
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+KUEUE_WORKLOADS = ("kueue.x-k8s.io", "v1beta1")   # + namespace, "workloads": namespaced
 MERGE_PATCH = "application/merge-patch+json"
 # the Event reason gputide posts on the object an applied action changed
 EVENT_REASONS: dict[type, str] = {Migrate: "GputideMigrated", SetPowerLimit: "GputidePowerCapped",
@@ -569,9 +572,12 @@ class KubernetesActuator:
         queued = bool((job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL))
         per_worker = _pod_requests(job["spec"].get("template") or {})[0] or 1
         delta = (int(action.workers) - int(action.previous_workers)) * per_worker
-        notes = []
+        notes, flavor = [], None
+        if self.kueue_queues and queued and delta:
+            # resolved before anything changes: a refusal leaves the Job alone, and a suspend clears the admission
+            flavor = self._check_queues(self.kueue_queues, self._admitted_flavor(ns, name, job))[0]
         if self.kueue_queues and queued and delta > 0:   # grow: quota first, so Kueue can admit the workers
-            notes.append(self.shift_kueue_quota(self.kueue_queues[0], self.kueue_queues[1], delta))
+            notes.append(self.shift_kueue_quota(self.kueue_queues[0], self.kueue_queues[1], delta, flavor))
         body: Json
         if action.workers == 0:
             # the label lets the next cycle (or the next leader) find the Job it suspended and resume it; the
@@ -586,20 +592,43 @@ class KubernetesActuator:
                     "spec": {"parallelism": int(action.workers), "suspend": False}}
         self.api(what, self.api.batch.patch_namespaced_job, name, ns, body, _content_type=MERGE_PATCH)
         if self.kueue_queues and queued and delta < 0:   # shrink: give the quota back once the job is smaller
-            notes.append(self.shift_kueue_quota(self.kueue_queues[1], self.kueue_queues[0], -delta))
+            notes.append(self.shift_kueue_quota(self.kueue_queues[1], self.kueue_queues[0], -delta, flavor))
         state = "suspended" if action.workers == 0 else f"parallelism = {action.workers}"
         return "; ".join([f"{what} {state}", *notes])
 
+    def _admitted_flavor(self, ns: str, name: str, job: Json) -> str | None:
+        """The GPU flavor Kueue admitted the Job under, from its Workload(s); None while it is not admitted.
+
+        Found by Kueue's `kueue.x-k8s.io/job-uid` label; a Workload without it (Kueue sets it only where the uid is
+        a valid label value) is found by its owner reference, at the cost of listing the namespace's Workloads."""
+        uid = job["metadata"].get("uid") or ""
+        what = f"kueue workloads of job {ns}/{name}"
+        items = self.api(what, self.api.custom.list_namespaced_custom_object, *KUEUE_WORKLOADS, ns, "workloads",
+                         label_selector=f"{JOB_UID_LABEL}={uid}").get("items") or []
+        if not items:
+            items = self.api(what, self.api.custom.list_namespaced_custom_object, *KUEUE_WORKLOADS, ns,
+                             "workloads").get("items") or []
+        return admitted_flavor([w for w in items if owned_by(w, uid)], GPU_RESOURCE, f"{ns}/{name}")
+
+    def _check_queues(self, queues: tuple[str, str], flavor: str | None) -> tuple[str, str]:
+        """(flavor, cohort) of a quota move between two ClusterQueues, read fresh: both must be in one cohort and
+        hold GPU quota in `flavor` (None: in exactly one common flavor, `k8s_kueue.choose_flavor`)."""
+        read = {q: self._read_queue(q) for q in queues}
+        cohorts = {q: cq["spec"].get("cohort") or "" for q, cq in read.items()}
+        if not cohorts[queues[0]] or cohorts[queues[0]] != cohorts[queues[1]]:
+            raise PermanentActuationError(f"ClusterQueues {queues[0]}, {queues[1]} are not in one cohort: {cohorts}")
+        return choose_flavor(read, flavor, GPU_RESOURCE), cohorts[queues[0]]
+
     def shift_kueue_quota(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
-        """Move `gpus` of nominalQuota (nvidia.com/gpu) from one ClusterQueue to another in the same cohort.
+        """Move `gpus` of nominalQuota (nvidia.com/gpu) in one ResourceFlavor from one ClusterQueue to another in
+        the same cohort. Without `flavor`, the queues must hold GPU quota in exactly one common flavor (never a
+        guess between several); with it, both must hold quota in it. Nothing changes when either is not so.
 
         The lender is lowered first, so the cohort's total never exceeds what exists; its lendingLimit is clamped
         to the new nominal quota. If raising the borrower fails, the lender is restored (best effort)."""
         if gpus <= 0:
             raise PermanentActuationError(f"shift_kueue_quota: gpus must be > 0, got {gpus}")
-        cohorts = {q: (self._read_queue(q)["spec"].get("cohort") or "") for q in (from_queue, to_queue)}
-        if not cohorts[from_queue] or cohorts[from_queue] != cohorts[to_queue]:
-            raise PermanentActuationError(f"ClusterQueues {from_queue}, {to_queue} are not in one cohort: {cohorts}")
+        flavor, cohort = self._check_queues((from_queue, to_queue), flavor)
         self._change_quota(from_queue, -gpus, flavor)
         try:
             self._change_quota(to_queue, gpus, flavor)
@@ -609,21 +638,23 @@ class KubernetesActuator:
             except ActuationError as undo:
                 log.error("kueue quota shift half-done, %s lost %d GPUs: %s", from_queue, gpus, undo)
             raise
-        return f"kueue quota {gpus} x {GPU_RESOURCE}: {from_queue} -> {to_queue} (cohort {cohorts[to_queue]})"
+        return f"kueue quota {gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
 
     def _read_queue(self, name: str) -> Json:
         return self.api(f"clusterqueue {name}", self.api.custom.get_cluster_custom_object, *KUEUE, name)
 
-    def _change_quota(self, queue: str, delta: int, flavor: str | None) -> None:
+    def _change_quota(self, queue: str, delta: int, flavor: str) -> None:
+        """Add `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay as they are)."""
         def change(cq: Json) -> Json:
             groups = cq["spec"].get("resourceGroups") or []
             for group in groups:
                 for fl in group.get("flavors") or []:
                     for res in fl.get("resources") or []:
-                        if res.get("name") == GPU_RESOURCE and flavor in (None, fl.get("name")):
+                        if res.get("name") == GPU_RESOURCE and fl.get("name") == flavor:
                             nominal = int(quantity(res["nominalQuota"])) + delta
                             if nominal < 0:
-                                raise PermanentActuationError(f"clusterqueue {queue}: nominalQuota would be {nominal}")
+                                raise PermanentActuationError(
+                                    f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")
                             res["nominalQuota"] = nominal
                             if "lendingLimit" in res and int(quantity(res["lendingLimit"])) > nominal:
                                 res["lendingLimit"] = nominal

@@ -10,7 +10,7 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
   relies on the generated client's default (strategic merge, or JSON patch) is caught.
 - Every full request body, and the result of every patch, is validated against the Kubernetes schema with
   kubernetes-validate (strict), plus the semantic checks the API server adds (HPA min <= max, taint effects,
-  Lease MicroTime format); Kueue ClusterQueues against a subset of the CRD schema. Invalid -> 422.
+  Lease MicroTime format); Kueue ClusterQueues and Workloads against a subset of their CRD schemas. Invalid -> 422.
 - Eviction API: 429 TooManyRequests when a PodDisruptionBudget selecting the pod has no disruptions left,
   404 for unknown pods, otherwise the pod is deleted and the budget decremented.
 - Binding: sets spec.nodeName once; a second binding answers 409.
@@ -65,6 +65,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "leases": ("Lease", "coordination.k8s.io/v1", True),
     "poddisruptionbudgets": ("PodDisruptionBudget", "policy/v1", True),
     "clusterqueues": ("ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
+    "workloads": ("Workload", "kueue.x-k8s.io/v1beta1", True),
     "events": ("Event", "v1", True),
 }
 PLURAL = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
@@ -135,6 +136,25 @@ CLUSTERQUEUE_SCHEMA: dict[str, Any] = {
     },
 }
 
+# A subset of Kueue's Workload CRD (v1beta1): the admission gputide reads (which ResourceFlavor each pod set got).
+_POD_SET_ASSIGNMENT = {"type": "object", "required": ["name"], "properties": {
+    "name": {"type": "string"}, "flavors": {"type": "object", "additionalProperties": {"type": "string"}},
+    "resourceUsage": {"type": "object"}, "count": {"type": "integer", "minimum": 0}}}
+_ADMISSION = {"type": "object", "additionalProperties": False, "required": ["clusterQueue", "podSetAssignments"],
+              "properties": {"clusterQueue": {"type": "string"},
+                             "podSetAssignments": {"type": "array", "maxItems": 8, "items": _POD_SET_ASSIGNMENT}}}
+WORKLOAD_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "kueue.x-k8s.io/v1beta1"}, "kind": {"const": "Workload"},
+        "metadata": {"type": "object"},
+        "spec": {"type": "object", "required": ["podSets"],
+                 "properties": {"podSets": {"type": "array", "minItems": 1, "maxItems": 8},
+                                "queueName": {"type": "string"}}},
+        "status": {"type": "object", "properties": {"admission": _ADMISSION, "conditions": {"type": "array"}}},
+    },
+}  # fmt: skip
+
 
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
@@ -195,6 +215,8 @@ def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
     """kubernetes-validate's strict schema for one kind, built once (its `validate()` re-reads ~1 MB per call)."""
     if kind == "ClusterQueue":
         return jsonschema.Draft202012Validator(CLUSTERQUEUE_SCHEMA)
+    if kind == "Workload":
+        return jsonschema.Draft202012Validator(WORKLOAD_SCHEMA)
     version = [v for v in kv_utils.all_versions() if kv_utils.major_minor(v) <= K8S_VERSION][-1]
     folder = f"kubernetes-json-schema/v{version}-local-strict"
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
@@ -792,6 +814,38 @@ def clusterqueue(name: str, cohort: str, gpus: int, lending: int | None = None,
             {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [
                 {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 512}, resource]}]}]},
     }  # fmt: skip
+
+
+def multi_flavor_clusterqueue(name: str, cohort: str, gpus: dict[str, int]) -> dict[str, Any]:
+    """A ClusterQueue of a heterogeneous cluster: one resourceGroup, one flavor per GPU model ({flavor: gpus})."""
+    flavors = [{"name": fl, "resources": [{"name": "cpu", "nominalQuota": 512}, {"name": "nvidia.com/gpu",
+                                                                               "nominalQuota": n}]}
+               for fl, n in gpus.items()]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"cohort": cohort, "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"],
+                                                        "flavors": flavors}]},
+    }  # fmt: skip
+
+
+def workload(job_obj: dict[str, Any], flavor: str | None = None, *, cluster_queue: str = "training",
+             label: bool = True) -> dict[str, Any]:
+    """The Workload Kueue makes for a Job (`job_obj` as stored, with its uid): owned by it, labelled with its uid
+    unless `label` is False, and admitted under `flavor` (None: not admitted yet)."""
+    meta = job_obj["metadata"]
+    labels = {"kueue.x-k8s.io/job-uid": meta["uid"]} if label else {}
+    pod_set = {"name": "main", "count": job_obj["spec"].get("parallelism", 1), "template": job_obj["spec"]["template"]}
+    obj: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": f"job-{meta['name']}-{meta['uid'][:5]}", "namespace": meta["namespace"], "labels": labels,
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                          "uid": meta["uid"], "controller": True}]},
+        "spec": {"podSets": [pod_set], "queueName": meta["labels"].get("kueue.x-k8s.io/queue-name", "")},
+    }  # fmt: skip
+    if flavor is not None:
+        obj["status"] = {"admission": {"clusterQueue": cluster_queue, "podSetAssignments": [
+            {"name": "main", "flavors": {"cpu": flavor, "nvidia.com/gpu": flavor}, "count": pod_set["count"]}]}}
+    return obj
 
 
 def iter_taints(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
