@@ -92,6 +92,22 @@ def cluster_name(text: str | None, field: str = "--cluster") -> str | None:
     return text
 
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def kueue_queues(text: str | None, field: str = "--kueue-queues") -> tuple[str, str] | None:
+    """(inference ClusterQueue, training ClusterQueue) between which the actuator moves GPU quota when it scales a
+    Kueue-queued training Job; checked before anything connects, since a typo would fail every such action."""
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",")]
+    if len(names) != 2 or names[0] == names[1] or not all(len(n) <= 253 and _DNS_SUBDOMAIN.fullmatch(n)
+                                                          for n in names):
+        raise InputError(None, field, text, "two distinct ClusterQueue names (DNS subdomains), the inference "
+                                            "queue first: INFERENCE_CQ,TRAINING_CQ")
+    return names[0], names[1]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the reconcile loop against Prometheus and Kubernetes (or --dry-run)")
     p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
@@ -128,6 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "gbm, profile, auto; default mstl)")
     p.add_argument("--forecast-history", default="14d", metavar="DURATION",
                    help="demand history read from Prometheus when a service is first seen (default 14d)")
+    p.add_argument("--kueue-queues", default=None, metavar="INFERENCE_CQ,TRAINING_CQ",
+                   help="scaling a Kueue-queued training Job moves GPU nominalQuota between these two ClusterQueues "
+                        "of one cohort, in the flavor Kueue admitted the Job under (ignored with --dry-run)")
     p.set_defaults(func=run)
 
 
@@ -162,6 +181,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     interval = parse_interval(args.interval)
     prometheus_url(args.prometheus)
     cluster_name(args.cluster)
+    queues = kueue_queues(args.kueue_queues)
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
@@ -209,7 +229,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     else:
         from balancer.actuate.kubernetes import KubernetesActuator
 
-        actuator = KubernetesActuator(api_client)
+        actuator = KubernetesActuator(api_client, kueue_queues=queues)
     elector = NullLeaderElector()
     if args.leader_elect:
         elector = lease_elector(api_client, lease_name, args.lease_namespace, interval)

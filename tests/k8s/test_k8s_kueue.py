@@ -1,11 +1,18 @@
 """Kueue quota shifting in a heterogeneous cluster, against the fake API server: the GPU quota that moves when a
 queued training Job is scaled is that of the ResourceFlavor Kueue admitted the Job under (its Workload), never
-merely the first one; a Job not admitted yet needs one common flavor; every refusal changes nothing."""
+merely the first one; a Job not admitted yet needs one common flavor; every refusal changes nothing; and
+`gputide run --kueue-queues` (validated) is what turns it on, as the capacity overlay shows."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 from fakeapi import ApiError, FakeKube, clusterqueue, job, multi_flavor_clusterqueue, workload
 
 from balancer.actuate.base import Outcome
@@ -14,6 +21,7 @@ from balancer.actuate.kubernetes import KubernetesActuator
 from balancer.errors import PermanentActuationError
 from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 
+ROOT = Path(__file__).resolve().parents[2]
 SNAP = ClusterSnapshot(time=0.0, nodes=(), gpus=(), **{name: np.zeros(0) for name in GPU_ARRAYS})
 GPU = "nvidia.com/gpu"
 
@@ -207,3 +215,63 @@ def test_a_job_admitted_under_two_gpu_flavors_is_refused() -> None:
     with pytest.raises(PermanentActuationError, match="flavors a100, h100"):
         admitted_flavor([wl], GPU, "ml/train")
     assert admitted_flavor([workload(train)], GPU, "ml/train") is None
+
+
+# ---- gputide run --kueue-queues ---------------------------------------------------------------------------------------
+
+
+def run_args(*extra: str) -> list[str]:
+    return ["run", "--prometheus", "http://127.0.0.1:9", "--once", "--metrics-port", "0", *extra]
+
+
+def test_the_flag_reaches_the_actuator_which_shifts_the_admitted_flavor(kube: FakeKube, kubeconfig) -> None:
+    from balancer.cli import build_parser
+    from balancer.cmd.run import build_reconciler
+    from balancer.metrics import ControllerMetrics
+
+    args = build_parser().parse_args(run_args("--kubeconfig", kubeconfig, "--kueue-queues", "inference,training"))
+    actuator = build_reconciler(args, ControllerMetrics()).actuator
+    assert isinstance(actuator, KubernetesActuator) and actuator.kueue_queues == ("inference", "training")
+    heterogeneous(kube)
+    kube.add(workload(queued_job(kube), "a100"))
+    assert scale(actuator, 6).outcome is Outcome.APPLIED
+    assert gpu_quota(kube, "training") == {"h100": 8, "a100": 12}
+    dry = build_reconciler(build_parser().parse_args(run_args("--dry-run", "--kueue-queues", "a,b")),
+                           ControllerMetrics())
+    assert type(dry.actuator).__name__ == "DryRunActuator"   # accepted; a dry run changes no quota
+
+
+@pytest.mark.parametrize("value", ["inference", "inference,inference", "a,b,c", "inference,", ",training",
+                                   "Inference,training", "inference training", ""])
+def test_a_bad_kueue_queues_value_exits_2_naming_the_flag(value, capsys) -> None:
+    from balancer.cli import main
+
+    assert main(run_args("--kueue-queues", value)) == 2
+    err = capsys.readouterr().err
+    assert "--kueue-queues" in err and repr(value) in err and "two distinct ClusterQueue names" in err
+
+
+def test_the_capacity_overlays_commented_kueue_patch_renders_and_parses(tmp_path) -> None:
+    """The patch deploy/overlays/capacity shows commented out, uncommented over the overlay as a user would: it
+    renders and the controller's arguments pass the real CLI, --kueue-queues included."""
+    from balancer.cli import build_parser
+    from balancer.cmd.run import kueue_queues
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with kustomize) not on PATH")
+    overlay = ROOT / "deploy" / "overlays" / "capacity"
+    text = (overlay / "kustomization.yaml").read_text()
+    commented = text[text.index("# patches:"):].splitlines()
+    assert all(line.startswith("#") for line in commented)
+    patches = yaml.safe_load("\n".join(line[2:] for line in commented))["patches"]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(overlay, tmp_path)], "patches": patches}))
+    out = subprocess.run([kubectl, "kustomize", str(tmp_path)], check=True, capture_output=True, text=True,
+                         timeout=60).stdout
+    controller = next(d for d in yaml.safe_load_all(out)
+                      if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "gputide-controller")
+    args = [a.replace("$(POD_NAMESPACE)", "gputide") for a in controller["spec"]["template"]["spec"]["containers"][0]["args"]]
+    parsed = build_parser().parse_args(args)
+    assert parsed.services and kueue_queues(parsed.kueue_queues) == ("inference", "training")
