@@ -20,6 +20,7 @@ import yaml
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
+from balancer.cli import build_parser  # noqa: E402
 from deploy import gen  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,9 +147,13 @@ def test_rbac_is_exactly_the_least_privilege_set(overlay):
     for r in cluster_role["rules"] + role["rules"]:
         flat = r["apiGroups"] + r["resources"] + r["verbs"] + r.get("resourceNames", [])
         assert "*" not in flat and not any("secret" in x for x in flat)
+    agents = {"gputide-power-cap-agent"} if overlay == "overlays/power-cap" else set()
     for binding in objects(overlay, "ClusterRoleBinding") + objects(overlay, "RoleBinding"):
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gputide-controller",
-                                        "namespace": "gputide"}]
+        sa = "gputide-exporter" if binding["metadata"]["name"] in agents else "gputide-controller"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "gputide"}]
+    for name in agents:   # the power-cap agent reads its node's annotation, nothing more
+        assert _rules(one(overlay, "ClusterRole", name)) == {("", "nodes"): {"get"}}
+        assert one(overlay, "ClusterRoleBinding", name)["roleRef"]["name"] == name
 
 
 def _restricted(container: dict, pod: dict, *, root: bool = False) -> None:
@@ -202,9 +207,15 @@ def test_exporter_runs_on_gpu_nodes_and_only_the_power_cap_agent_is_privileged(o
     namespace = one(overlay, "Namespace", "gputide")["metadata"]["labels"]
     assert namespace["pod-security.kubernetes.io/enforce"] == "privileged"   # a hostPath is beyond baseline
     assert namespace["pod-security.kubernetes.io/warn"] == "restricted"
+    assert pod["automountServiceAccountToken"] is False and "volumeMounts" not in exporter or all(
+        m["name"] != "kube-api-access" for m in exporter["volumeMounts"])   # the exporter holds no API token
     if overlay == "overlays/power-cap":
         assert set(containers) == {"exporter", "power-cap-agent"}
-        assert containers["power-cap-agent"]["securityContext"]["privileged"] is True
+        agent = containers["power-cap-agent"]
+        assert agent["securityContext"]["privileged"] is True
+        assert any(m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" for m in agent["volumeMounts"])
+        args = build_parser().parse_args(agent["args"])   # the real CLI accepts the container's arguments
+        assert args.command == "power-cap-agent" and args.node == "$(NODE_NAME)"
     else:
         assert set(containers) == {"exporter"}
 

@@ -1,0 +1,115 @@
+"""`gputide power-cap-agent`: apply the power limits the controller asked for on this node's GPUs.
+
+    gputide power-cap-agent --node NAME [--kubeconfig PATH] [--interval 10s] [--port 9837] [--once]
+
+On Kubernetes the controller's `SetPowerLimit` writes `{GPU UUID: watts}` into the node annotation
+`gputide.io/power-caps`; nothing on the node acts on an annotation by itself. This agent, one per GPU node (the
+`power-cap-agent` container of `deploy/components/power-cap`, the only privileged container of gputide: setting a
+power limit needs root and CAP_SYS_ADMIN on the device), reads its node's annotation every `--interval`
+(`NodeAnnotationCaps`, read-only `get` on its node), and applies what changed through NVML
+(`NvmlBackend.apply_power_caps`, clamped to each GPU's allowed range; `exporters.power_caps.PowerCapAgent`). An
+unreadable annotation reads as no change: the GPUs keep the limits already applied.
+
+`/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
+`gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}`
+(`applied`, `unchanged`, `failed`). The exporter's next scrape reports the new limit as
+`DCGM_FI_DEV_POWER_MGMT_LIMIT`. Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from balancer.errors import InputError
+
+log = logging.getLogger("gputide.power_cap_agent")
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.applied = Gauge("gputide_power_cap_agent_applied_watts", "The power limit last applied to a GPU.",
+                             ["UUID"], registry=registry)
+        self.last_sync = Gauge("gputide_power_cap_agent_last_sync_timestamp_seconds",
+                               "When the agent last read its node's requested caps.", registry=registry)
+        self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
+                             "unchanged, failed (the backend raised).", ["result"], registry=registry)
+        for result in ("applied", "unchanged", "failed"):
+            self.syncs.labels(result=result)
+
+
+def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, float]:
+    """One read-and-apply; what was applied (UUID -> watts). A backend error is counted and logged, not raised:
+    the next interval tries again."""
+    try:
+        applied = agent.sync()
+    except Exception as exc:   # noqa: BLE001 - an NVML or API failure must not stop the agent
+        metrics.syncs.labels(result="failed").inc()
+        log.error("power caps not applied: %s", exc)
+        return {}
+    metrics.last_sync.set(clock())
+    metrics.syncs.labels(result="applied" if applied else "unchanged").inc()
+    for uuid, watts in applied.items():
+        metrics.applied.labels(UUID=uuid).set(watts)
+    if applied:
+        log.info("applied power caps: %s", applied)
+    return applied
+
+
+def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: threading.Event) -> None:
+    while not stop.is_set():
+        sync_once(agent, metrics)
+        stop.wait(interval_s)
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.cmd.run import kube_client, parse_interval
+    from exporters.power_caps import PowerCapAgent
+
+    if not args.node:
+        raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
+    if not 0 <= args.port <= 65535:
+        raise InputError(None, "--port", args.port, "0..65535")
+    interval = parse_interval(args.interval)
+    api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
+    from balancer.actuate.kubernetes import NodeAnnotationCaps
+    from exporters.backends.nvml import NvmlBackend
+
+    agent = PowerCapAgent(NodeAnnotationCaps(api, args.node), NvmlBackend())
+    registry = CollectorRegistry()
+    metrics = AgentMetrics(registry)
+    if args.once:
+        sync_once(agent, metrics)
+        return 0
+    server = None
+    if args.port:
+        from exporters.server import serve
+
+        server = serve(registry, port=args.port, addr="0.0.0.0")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("applying the power caps requested for node %s every %.0f s", args.node, interval)
+    try:
+        run_agent(agent, metrics, interval, stop)
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("power-cap-agent", help="apply the controller's requested GPU power limits on this node",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--node", default="", help="this node's name (required)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--interval", default="10s", help="seconds between reads of the node's caps (default 10s)")
+    p.add_argument("--port", type=int, default=9837, help="serve /metrics here (0: off; default 9837)")
+    p.add_argument("--once", action="store_true", help="read and apply once, then exit")
+    p.set_defaults(func=run)

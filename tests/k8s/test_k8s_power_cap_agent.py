@@ -1,0 +1,84 @@
+"""`gputide power-cap-agent`: what the controller writes into a node's `gputide.io/power-caps` annotation reaches
+that node's GPUs through NVML (the fake API server and the fake NVML, end to end through the real clients)."""
+
+from __future__ import annotations
+
+import pytest
+from fakeapi import FakeKube, node
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.kubernetes import KubernetesActuator, NodeAnnotationCaps
+from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
+from balancer.model import SetPowerLimit
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml
+from exporters.backends.nvml import NvmlBackend
+from exporters.power_caps import PowerCapAgent
+
+
+def cap(uuid: str, watts: float) -> SetPowerLimit:
+    return SetPowerLimit(reason="hot", gpu=0, uuid=uuid, node="n1", watts=watts, previous_watts=700.0)
+
+
+@pytest.fixture
+def gpus():
+    return [FakeDevice(uuid=f"GPU-{i}", minor=i, bus_id=f"00000000:{i:02x}:00.0") for i in range(2)]
+
+
+@pytest.fixture
+def agent(kube: FakeKube, api, gpus):
+    kube.add(node("n1", 2))
+    reg = CollectorRegistry()
+    source = NodeAnnotationCaps(api, "n1", sleep=lambda s: None)
+    return PowerCapAgent(source, NvmlBackend(nvml=FakeNvml(gpus), hostname="n1")), AgentMetrics(reg), reg
+
+
+def test_a_cap_the_controller_writes_is_applied_to_the_gpu_clamped_and_only_once(kube, api, agent, gpus, clock):
+    a, metrics, reg = agent
+    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
+    snap = None
+    assert sync_once(a, metrics) == {}   # nothing asked yet
+    for action in (cap("GPU-0", 450.0), cap("GPU-1", 50.0)):
+        res = actuator.apply(action, snap)
+        assert res.outcome == "applied", res.detail
+    assert sync_once(a, metrics) == {"GPU-0": 450.0, "GPU-1": 200.0}   # 50 W is below the GPU's 200 W floor
+    assert (gpus[0].limit_mw, gpus[1].limit_mw) == (450_000, 200_000)
+    assert reg.get_sample_value("gputide_power_cap_agent_applied_watts", {"UUID": "GPU-0"}) == 450.0
+    assert sync_once(a, metrics) == {}   # unchanged: NVML is not asked again
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "unchanged"}) == 2
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "applied"}) == 1
+
+
+def test_an_unreadable_annotation_keeps_the_limits_and_a_failing_backend_does_not_stop_the_agent(kube, api, agent,
+                                                                                                  gpus, clock):
+    a, metrics, reg = agent
+    KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap("GPU-0", 500.0), None)
+    sync_once(a, metrics)
+    kube.inject("GET", r"/nodes/n1$", 500, count=4)
+    assert sync_once(a, metrics) == {} and gpus[0].limit_mw == 500_000
+
+    class Broken:
+        def sync(self):
+            raise RuntimeError("NVML gone")
+
+    assert sync_once(Broken(), metrics) == {}
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 1
+
+
+def test_the_cli_applies_once_against_a_kubeconfig(kube, api, kubeconfig, gpus, monkeypatch, clock):
+    from balancer.cli import main
+    from exporters.backends import nvml as nvml_mod
+
+    kube.add(node("n1", 2))
+    KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap("GPU-1", 300.0), None)
+    monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda: NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"))
+    assert main(["power-cap-agent", "--node", "n1", "--kubeconfig", kubeconfig, "--once"]) == 0
+    assert gpus[1].limit_mw == 300_000
+
+
+@pytest.mark.parametrize(("argv", "field"), [([], "--node"), (["--node", "n1", "--port", "70000"], "--port"),
+                                             (["--node", "n1", "--interval", "soon"], "--interval")])
+def test_bad_agent_input_exits_2_naming_the_flag(argv, field, capsys):
+    from balancer.cli import main
+
+    assert main(["power-cap-agent", "--once", *argv]) == 2
+    assert field in capsys.readouterr().err
