@@ -17,7 +17,7 @@ exactly as dcgm-exporter exposes it (so are the ECC and remapped-row counters); 
 `exporters.exposition.render`.
 
 A field a GPU does not support (ECC and row remapping: GeForce boards, ECC switched off, row remapping before
-Ampere) is NaN without an error: its series is left out for that GPU, like any NaN.
+Ampere) is a field it cannot read: NaN, its series left out for that GPU, the error counted.
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ reported. Slowdown and shutdown thresholds are read once.
 Memory health rides in the same batch: volatile single- and double-bit ECC totals (``NVML_FI_DEV_ECC_*_VOL_TOTAL``)
 and the row remapper's correctable / uncorrectable remapped rows, pending and failure flags
 (``NVML_FI_DEV_REMAPPED_*``); a field the batch does not return falls back to ``nvmlDeviceGetTotalEccErrors``
-(volatile counter) and ``nvmlDeviceGetRemappedRows``. ``NVMLError_NotSupported`` there is a property of the board
-(GeForce, ECC switched off, no row remapper before Ampere) and changes only with a reset: that GPU's series are
-left out, no error is counted, and the getter is not asked again while the process runs.
+(volatile counter) and ``nvmlDeviceGetRemappedRows``. A board without them (GeForce, ECC switched off, no row
+remapper before Ampere) answers ``NVMLError_NotSupported``: like any field that cannot be read, its series are left
+out and the error is counted; as that is a property of the board, which changes only with a reset, the getter is
+not asked again while the process runs.
 
 Errors never fail a scrape: a field that raises ``NVMLError`` (NotSupported, NoPermission, ...) becomes NaN and
 an ``(UUID, field)`` error; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape and its
@@ -95,7 +96,7 @@ class NvmlBackend:
                        nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
-        self._unsupported: set[tuple[int, str]] = set()   # (GPU, "ecc" | "remap") that said NotSupported
+        self._unsupported: set[tuple[int, str]] = set()   # (GPU, "ecc" | "remap") whose getter said NotSupported
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
     def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
@@ -234,20 +235,20 @@ class NvmlBackend:
                     vals[f][k] = got[f]
                 else:
                     missing.append(f)
-            if not missing or (k, group) in self._unsupported:
+            if not missing:
                 continue
-            try:
-                values = fetch(missing)
-            except nvml.NVMLError_GpuIsLost:
-                raise
-            except nvml.NVMLError_NotSupported:
-                self._unsupported.add((k, group))
-                continue
-            except nvml.NVMLError:
-                errors.extend((self.identity[k].uuid, f) for f in missing)
-                continue
-            for f, v in zip(missing, values, strict=True):
-                vals[f][k] = float(v)
+            if (k, group) not in self._unsupported:
+                try:
+                    for f, v in zip(missing, fetch(missing), strict=True):
+                        vals[f][k] = float(v)
+                    continue
+                except nvml.NVMLError_GpuIsLost:
+                    raise
+                except nvml.NVMLError_NotSupported:
+                    self._unsupported.add((k, group))
+                except nvml.NVMLError:
+                    pass
+            errors.extend((self.identity[k].uuid, f) for f in missing)
 
     def _gpm_sm_active(self, k: int, h: Any) -> float | None:
         """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape or error."""

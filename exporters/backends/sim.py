@@ -6,8 +6,8 @@ One process can serve the whole simulated fleet (every node's GPUs, ``Hostname``
 loop step it in-process) and should pass the ``lock`` it holds while stepping.
 
 Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %); an offline GPU (fallen off the
-bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. The
-row-remapper fields of a model without one (before Ampere) are left out without an error, as NVML's NotSupported.
+bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. So are the
+row-remapper fields of a model without one (before Ampere), which NVML answers with NotSupported.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from balancer import catalog
 from balancer.sim import SimCluster
 from exporters.backends.base import GpuIdentity, GpuReadings, ServiceReading, WorkloadInfo
 from exporters.collector import GPU_FIELD_NAMES
+
+REMAPPER_FIELDS = ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+                   "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING")
 
 
 class SimBackend:
@@ -40,6 +43,7 @@ class SimBackend:
             raise ValueError(f"node {node!r} has no GPUs in fleet {sim.fleet.name}")
         self._idx = np.array([g.index for g in gpus], dtype=np.int64)
         self._all = node is None
+        self._no_remapper = np.flatnonzero(~sim.memory.row_remapping[self._idx]).tolist()   # positions here
         self._uuid_of = {g.index: g.uuid for g in gpus}
         self._wl_version = -1
         self._wl: tuple[WorkloadInfo, ...] = ()
@@ -89,6 +93,9 @@ class SimBackend:
                     continue
                 values[name] = np.where(online, values[name], np.nan)
                 errors.extend((self.identity[k].uuid, name) for k in lost.tolist())
+        for k in self._no_remapper:   # NVML's NotSupported, an error like any field it cannot read
+            if online[k]:
+                errors.extend((self.identity[k].uuid, name) for name in REMAPPER_FIELDS)
         return GpuReadings(identity=self.identity, values=values, errors=tuple(errors),
                            workloads=self._workloads(), services=self._services())
 

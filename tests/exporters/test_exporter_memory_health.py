@@ -1,7 +1,7 @@
 """ECC and row-remapper series: from NVML (batch, then the classic getters) and from the simulated fleet.
 
-A board that does not support them (NotSupported: GeForce, ECC off, no row remapper before Ampere) has no series
-and no read error; any other NVML error drops the series and is counted; the scrape never fails.
+A board that does not support them (NotSupported: GeForce, ECC off, no row remapper before Ampere) has no series,
+and like any field that cannot be read the error is counted; the scrape never fails.
 """
 
 from __future__ import annotations
@@ -88,19 +88,21 @@ def test_a_field_the_batch_does_not_return_falls_back_to_the_classic_getter(fiel
     ({"remap_supported": False}, set(REMAP), "nvmlDeviceGetRemappedRows"),
     ({"ecc_supported": False, "remap_supported": False}, set(MEMORY), "nvmlDeviceGetRemappedRows"),
 ], ids=["ECC off or a GeForce board", "no row remapper (before Ampere)", "neither"])
-def test_a_board_without_the_feature_has_no_series_no_error_and_is_not_asked_again(kw, gone, getter):
+def test_a_board_without_the_feature_has_no_series_counts_the_error_and_is_not_asked_again(kw, gone, getter):
     nvml, devs = _fake(2)
     for k, value in kw.items():
         setattr(devs[0], k, value)
     backend = NvmlBackend(nvml)
+    collector = GpuCollector(backend)
     for _ in range(3):
-        reg, _, v = _scrape(backend)
+        scrape = Scrape(collector)
     bad, good = devs[0].uuid, devs[1].uuid
     for name in GPU_FIELD_NAMES:
-        assert good in v[name], name
-        assert (bad in v[name]) == (name not in gone), name
-    assert _errors(reg, bad) == set()
-    assert nvml.calls.count(getter) == 1   # NotSupported is the board's, asked once
+        assert good in scrape.values[name], name
+        assert (bad in scrape.values[name]) == (name not in gone), name
+    assert scrape.failed(bad) == gone and scrape.failed(good) == set()
+    assert all(scrape.errors[(bad, name)] == 3 for name in gone)
+    assert nvml.calls.count(getter) == 1   # NotSupported is the board's: asked once
 
 
 def test_another_nvml_error_drops_the_series_counts_it_and_asks_again_next_scrape():
@@ -144,8 +146,8 @@ def test_the_simulated_fleet_reports_a_dbe_and_its_pending_remap_until_the_gpu_i
     assert v["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"][h100] == 4 and v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][h100] == 1
     assert v["DCGM_FI_DEV_ROW_REMAP_PENDING"][h100] == 1 and v["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"][h100] == 0
     assert v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][t4] == 1
-    assert all(t4 not in v[n] for n in REMAP)          # a T4 has no row remapper: no series, no error
-    assert _errors(reg, t4) == set()
+    assert all(t4 not in v[n] for n in REMAP)          # a T4 has no row remapper: no series, the error counted
+    assert _errors(reg, t4) == set(REMAP) and _errors(reg, h100) == set()
     sim.repair_gpu(0)
     _, _, v = _scrape(SimBackend(sim))
     assert v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][h100] == 0 and v["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"][h100] == 0
