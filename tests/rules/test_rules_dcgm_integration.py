@@ -30,7 +30,13 @@ FIELDS = {
     "DCGM_FI_PROF_SM_ACTIVE": ("The ratio of cycles an SM has at least 1 warp assigned.", "gauge"),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("Current clock event reasons (bitmask).", "gauge"),
     "DCGM_FI_DEV_XID_ERRORS": ("Value of the last XID error encountered.", "gauge"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("Total number of double-bit volatile ECC errors.", "counter"),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("Whether remapping of rows is pending", "gauge"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("Whether remapping of rows has failed", "gauge"),
 }
+# memory health where the board reports it (node-a GPU 0 does not: no series at all)
+HEALTHY_MEMORY = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0, "DCGM_FI_DEV_ROW_REMAP_PENDING": 0,
+                  "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0}
 BASE = {"DCGM_FI_DEV_SM_CLOCK": 1980, "DCGM_FI_DEV_MEMORY_TEMP": 45, "DCGM_FI_DEV_SLOWDOWN_TEMP": 87,
         "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 5_000_000_000,
         "DCGM_FI_DEV_GPU_UTIL": 30, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0, "DCGM_FI_DEV_XID_ERRORS": 0}
@@ -49,19 +55,20 @@ A0 = gpu(0, "GPU-aaaa0000-0000-0000-0000-000000000000", H100, "Hostname", "node-
          DCGM_FI_PROF_SM_ACTIVE=0.25)
 A1 = gpu(1, "GPU-aaaa1111-0000-0000-0000-000000000000", H100, "Hostname", "node-a", DCGM_FI_DEV_GPU_TEMP=78,
          DCGM_FI_DEV_POWER_USAGE=650, DCGM_FI_DEV_FB_USED=79872, DCGM_FI_DEV_FB_FREE=2048,
-         DCGM_FI_PROF_SM_ACTIVE=0.9, DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0x40 | 0x4, DCGM_FI_DEV_XID_ERRORS=79)
+         DCGM_FI_PROF_SM_ACTIVE=0.9, DCGM_FI_DEV_CLOCKS_EVENT_REASONS=0x40 | 0x4, DCGM_FI_DEV_XID_ERRORS=79,
+         **{**HEALTHY_MEMORY, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1, "DCGM_FI_DEV_ROW_REMAP_PENDING": 1})
 A1["variants"] = [{"container": "main", "namespace": "ml", "pod": "p1", "pod_uid": ""},
                   {"container": "main", "namespace": "research", "pod": "p2", "pod_uid": ""}]
 # node-b: newer dcgm-exporter (hostname); GPU 0 in MIG mode with two instances, GPU 1 attributed to a pod.
 B0 = gpu(0, "GPU-bbbb0000-0000-0000-0000-000000000000", A100, "hostname", "node-b", DCGM_FI_DEV_GPU_TEMP=55,
-         DCGM_FI_DEV_POWER_USAGE=210, DCGM_FI_DEV_SLOWDOWN_TEMP=88)
+         DCGM_FI_DEV_POWER_USAGE=210, DCGM_FI_DEV_SLOWDOWN_TEMP=88, **HEALTHY_MEMORY)
 B0["variants"] = [{"GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1", "DCGM_FI_DEV_FB_USED": 10000,
                    "DCGM_FI_DEV_FB_FREE": 30000, "DCGM_FI_PROF_SM_ACTIVE": 0.3},
                   {"GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "2", "DCGM_FI_DEV_FB_USED": 5000,
                    "DCGM_FI_DEV_FB_FREE": 35000, "DCGM_FI_PROF_SM_ACTIVE": 0.7}]
 B1 = gpu(1, "GPU-bbbb1111-0000-0000-0000-000000000000", A100, "hostname", "node-b", DCGM_FI_DEV_GPU_TEMP=60,
          DCGM_FI_DEV_POWER_USAGE=300, DCGM_FI_DEV_FB_USED=40960, DCGM_FI_DEV_FB_FREE=40960,
-         DCGM_FI_PROF_SM_ACTIVE=0.5)
+         DCGM_FI_PROF_SM_ACTIVE=0.5, **{**HEALTHY_MEMORY, "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1})
 B1["variants"] = [{"container": "server", "namespace": "ml", "pod": "p3", "pod_uid": ""}]
 
 
@@ -73,6 +80,8 @@ def dcgm_text(gpus: list[dict]) -> str:
         for g in gpus:
             for variant in g["variants"]:
                 value = variant.get(name, g["values"].get(name))
+                if value is None:   # a field this board does not report
+                    continue
                 labels = {**g["labels"], **{k: v for k, v in variant.items() if not k.startswith("DCGM_FI_")}}
                 body = ",".join(f'{k}="{v}"' for k, v in labels.items())
                 lines.append(f"{name}{{{body}}} {value}")
@@ -134,6 +143,10 @@ CASES = [
      {U["A0"]: 0, U["A1"]: 1, U["B0"]: 0, U["B1"]: 0}),
     ("XID 79 is kept and classed fatal", "gpu:xid_fatal:bool", "UUID",
      {U["A0"]: 0, U["A1"]: 1, U["B0"]: 0, U["B1"]: 0}),
+    ("memory unhealthy: a DBE with its remap pending, a failed remap; no series where none is reported",
+     "gpu:memory_unhealthy:bool", "UUID", {U["A1"]: 1, U["B0"]: 0, U["B1"]: 1}),
+    ("ECC errors are not summed over the two pods of a shared GPU nor the two MIG instances",
+     "gpu:ecc_dbe_volatile:total", "UUID", {U["A1"]: 1, U["B0"]: 0, U["B1"]: 0}),
     ("node maximum groups old Hostname and new hostname alike", "node:gpu_temperature:celsius_max", "hostname",
      {"node-a": 78, "node-b": 60}),
     ("hotspot: degrees above the node mean", "gpu:temperature_above_node_mean:celsius", "UUID",
