@@ -257,7 +257,7 @@ def view_from_snapshot(
         gpu_grp.extend([g] * len(placed))
     used = np.zeros(len(snapshot.gpus), dtype=bool)
     used[np.asarray(placed_all, dtype=np.int64)] = True
-    healthy = ~np.isin(snapshot.xid, FATAL_XIDS)
+    healthy = ~np.isin(snapshot.xid, FATAL_XIDS) & ~snapshot.memory_unhealthy   # neither lent nor counted
     free_counts = np.bincount(codes[~used & healthy], minlength=n_models)
     free = {names[k]: int(free_counts[k]) for k in np.flatnonzero(free_counts)}
     held = np.bincount(np.asarray(gpu_grp, dtype=np.int64) * n_models + codes[np.asarray(gpu_idx, dtype=np.int64)],

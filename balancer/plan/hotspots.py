@@ -14,7 +14,8 @@ The power-capping signal follows the policy's `hotspots.powerCapping` switch whe
 For each active hotspot, hottest first, the proposals are, in order of preference:
 
 1. migrate a movable workload to the coolest GPU that fits (model allowed, milli-GPUs and memory free, not on a
-   hot or tainted node, `targetHeadroomC` below slowdown), reserving it in the working arrays so two proposals
+   hot or tainted node, `targetHeadroomC` below slowdown, no fatal XID and memory healthy: no uncorrectable ECC
+   error since its reset, no row remap pending or failed), reserving it in the working arrays so two proposals
    never pick the same room; at most `maxConcurrentMigrationsPerNode` per source node per cycle;
 2. otherwise lower the power limit just enough to bring the projected temperature under the hot line
    (never below max(GPU minimum, `minPowerFraction` x TDP));
@@ -144,7 +145,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
         node_blocked = np.zeros(len(s.nodes), bool)
         for i, n in enumerate(s.nodes):
             node_blocked[i] = n.name in hot_node_set or n.name in tainted
-        ok_target = (~active & ~node_blocked[s.node_index] & ~np.isin(s.xid, FATAL_XIDS)
+        ok_target = (~active & ~node_blocked[s.node_index] & ~np.isin(s.xid, FATAL_XIDS) & ~s.memory_unhealthy
                      & (proj.temp <= s.slowdown_temp_c - hp.target_headroom_c))
         per_node = np.zeros(len(s.nodes), np.int64)
         limit = policy.safety.max_concurrent_migrations_per_node

@@ -10,6 +10,9 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
 * GPU series of several `cluster` labels while no `cluster` is chosen         -> `InvalidTelemetry`
 
+Optional fields and flags are not missing telemetry: without them the snapshot uses the catalogue's figure or a
+neutral value, and a GPU without memory-health series (`gpu:memory_unhealthy:bool`) counts healthy.
+
 Never zeros in place of data: the loop catches these and holds still (fail-static).
 """
 
@@ -61,15 +64,23 @@ FIELDS: Mapping[str, tuple[str, float]] = {
     "xid": ("gpu:xid_last:code", 1.0),
     "last_sample": ("gpu:last_sample:timestamp_seconds", 1.0),
 }
+# Flags: 0/1 series that only some GPUs have, read with the fields; a GPU without one is not flagged. Memory
+# health: a board that does not report ECC or row remapping (GeForce, ECC off, before Ampere), or an exporter
+# not configured for those fields, leaves it out, and that GPU counts healthy, never as missing telemetry.
+FLAGS: Mapping[str, tuple[str, float]] = {
+    "memory_unhealthy": ("gpu:memory_unhealthy:bool", 1.0),
+}
+_SERIES: Mapping[str, tuple[str, float]] = {**FIELDS, **FLAGS}
 # Optional fields: a dcgm-exporter that is not configured for them leaves them out; the snapshot then uses the
 # catalogue's figure (slowdown temperature) or NaN-free neutral values that the planner never acts on alone.
-OPTIONAL = {"memory_temperature_c", "slowdown_temp_c", "sm_clock_mhz", "clock_event_reasons", "xid"}
+# Flags are optional and NaN-free too (absent or NaN: 0).
+OPTIONAL = {"memory_temperature_c", "slowdown_temp_c", "sm_clock_mhz", "clock_event_reasons", "xid", *FLAGS}
 # (lowest, highest) physically possible values; outside means a broken sensor or exporter
 BOUNDS: Mapping[str, tuple[float, float]] = {
     "temperature_c": (-20, 150), "memory_temperature_c": (-20, 150), "slowdown_temp_c": (40, 150),
     "power_w": (0, 3000), "power_limit_w": (0, 3000), "sm_active": (0, 1.05), "mem_used_mib": (0, 1 << 22),
     "mem_free_mib": (0, 1 << 22), "sm_clock_mhz": (0, 5000), "clock_event_reasons": (0, 1 << 16),
-    "xid": (0, 1 << 16),
+    "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
 }
 GPU_KEY = ("hostname", "gpu", "UUID")
 
@@ -163,13 +174,13 @@ class PrometheusTelemetrySource:
         and saves the controller 220-340 ms of CPU a snapshot, but Prometheus 2.42's own evaluation of the query
         grew by 170-590 ms in every run (537 -> 1,129 ms in one), and a NaN with a good duplicate would be hidden
         by `max`: the cost moves to a shared server rather than going away (defe488, reverted)."""
-        names = "|".join(rule for rule, _ in FIELDS.values())
+        names = "|".join(rule for rule, _ in _SERIES.values())
         rows = self._query(f'{{__name__=~"{names}"{self._selector()}}}')
         if not rows:
             raise MissingTelemetry(f"no GPU series in Prometheus at {self.opts.url} (are the recording rules loaded "
                                    "and the exporter scraped?)")
-        rule_to_field = {rule: name for name, (rule, _) in FIELDS.items()}
-        field_names = list(FIELDS)
+        rule_to_field = {rule: name for name, (rule, _) in _SERIES.items()}
+        field_names = list(_SERIES)
         column = {name: i for i, name in enumerate(field_names)}
         # one pass over the rows into plain lists (120,000 rows at 10,000 GPUs: no per-row pandas)
         keys, cols, values, clusters = [], [], [], set()
@@ -197,7 +208,7 @@ class PrometheusTelemetrySource:
         if nan.any():
             i = int(np.argmax(nan))
             subjects = tuple(dict.fromkeys(keys[j][2] for j in np.flatnonzero(nan)))
-            raise InvalidTelemetry(f"NaN in {FIELDS[field_names[cols_a[i]]][0]} on {keys[i][2]} ({keys[i][0]}) and "
+            raise InvalidTelemetry(f"NaN in {_SERIES[field_names[cols_a[i]]][0]} on {keys[i][2]} ({keys[i][0]}) and "
                                    f"{int(nan.sum()) - 1} more", subjects=subjects)
         # max over duplicates (e.g. MIG instances that slipped past the rules); a field never seen stays NaN
         table = np.full((len(uniques), len(field_names)), np.nan)
@@ -215,7 +226,7 @@ class PrometheusTelemetrySource:
         now = self.clock()
         wide = self._gpu_frame()
         self._check_complete(wide)
-        for name, (_, scale) in FIELDS.items():
+        for name, (_, scale) in _SERIES.items():
             if name in wide and scale != 1.0:
                 wide[name] = wide[name] * scale
         if self.fleet is not None:  # the fleet's order, so snapshots from any source line up GPU by GPU
@@ -351,6 +362,7 @@ class PrometheusTelemetrySource:
             "sm_clock_mhz": col("sm_clock_mhz", 0.0),
             "clock_event_reasons": col("clock_event_reasons", 0.0).astype(np.int64),
             "xid": col("xid", 0.0),
+            "memory_unhealthy": col("memory_unhealthy", 0.0),
         }
 
     @staticmethod
@@ -360,7 +372,7 @@ class PrometheusTelemetrySource:
             bad = ~np.isfinite(arr) | (arr < lo) | (arr > hi)
             if bad.any():
                 i = int(np.argmax(bad))
-                raise InvalidTelemetry(f"{FIELDS.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "
+                raise InvalidTelemetry(f"{_SERIES.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "
                                        f"({wide['hostname'][i]}) is outside [{lo}, {hi}]",
                                        subjects=tuple(wide["UUID"][bad]))
 

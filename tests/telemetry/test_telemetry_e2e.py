@@ -1,7 +1,8 @@
 """End to end: simulated exporter -> real Prometheus with rules/ -> PrometheusTelemetrySource -> snapshot.
 
-The snapshot must match the simulator's ground truth (within the rounding dcgm-exporter applies), and a cooling
-fault must end with GpuTemperatureHigh firing in Prometheus's own /api/v1/alerts.
+The snapshot must match the simulator's ground truth (within the rounding dcgm-exporter applies), a cooling
+fault must end with GpuTemperatureHigh firing in Prometheus's own /api/v1/alerts, and a double-bit ECC error with
+GpuEccUncorrectable and GpuRowRemapPending firing and the GPU flagged in the snapshot.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def test_snapshot_matches_the_simulators_ground_truth(stack):
     for name, tol in TOLERANCE.items():
         np.testing.assert_allclose(getattr(snap, name), getattr(truth, name), atol=tol, err_msg=name)
     assert snap.sample_age_s.max() < 5.0
+    assert snap.memory_unhealthy.tolist() == truth.memory_unhealthy.tolist() == [False] * len(truth.gpus)
     assert set(snap.placements) == {w for w, gpus in truth.placements.items() if gpus}
     for name, gpus in snap.placements.items():
         assert gpus == tuple(sorted(truth.placements[name])), name
@@ -125,3 +127,27 @@ def test_a_cooling_fault_fires_the_temperature_alert(stack):
     assert {a["labels"]["hostname"] for a in alerts} == {node}
     snap = source.snapshot()
     assert snap.temperature_c[[g.index for g in snap.gpus if g.node == node]].max() > 85.0
+
+
+def test_a_double_bit_ecc_error_flags_the_gpu_and_fires_the_memory_alerts_until_it_is_reset(stack):
+    sim, lock, prom, source = stack
+    gpu = sim.fleet.gpus[5]
+    with lock:
+        sim.ecc_error(gpu.index)
+
+    def firing(names):
+        return {(a["labels"]["alertname"], a["labels"]["UUID"]) for a in prom.alerts()
+                if a["labels"]["alertname"] in names and a["state"] == "firing"}
+
+    memory_alerts = {"GpuEccUncorrectable", "GpuRowRemapPending", "GpuRowRemapFailure"}
+    want = {("GpuEccUncorrectable", gpu.uuid), ("GpuRowRemapPending", gpu.uuid)}
+    prom.wait_for("vector(1)", lambda _: firing(memory_alerts) == want, timeout=20)
+    snap = source.snapshot()
+    assert np.flatnonzero(snap.memory_unhealthy).tolist() == [snap.gpu_by_uuid[gpu.uuid]]
+    with lock:
+        sim.repair_gpu(gpu.index)
+    prom.wait_for("vector(1)", lambda _: not firing(memory_alerts), timeout=20)
+    deadline = time.time() + 20
+    while source.snapshot().memory_unhealthy.any():
+        assert time.time() < deadline, "the reset GPU stayed flagged"
+        time.sleep(0.3)

@@ -10,7 +10,7 @@ import requests
 
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
 from balancer.model import WorkloadClass
-from balancer.telemetry.prometheus import FIELDS, PrometheusOptions, PrometheusTelemetrySource
+from balancer.telemetry.prometheus import FIELDS, FLAGS, PrometheusOptions, PrometheusTelemetrySource
 
 NOW = 1_700_000_000.0
 GPUS = [("node-b", "0", "GPU-b0", "NVIDIA L40S"), ("node-a", "1", "GPU-a1", "NVIDIA H100 80GB HBM3"),
@@ -21,8 +21,9 @@ BASE = {"temperature_c": 60.0, "memory_temperature_c": 66.0, "slowdown_temp_c": 
 
 
 class FakeClient:
-    def __init__(self, values=None, drop=(), workloads=(), fail=False, serving=None):
+    def __init__(self, values=None, drop=(), workloads=(), fail=False, serving=None, flags=None):
         self.values = values or {}
+        self.flags = flags or {}   # (UUID, flag) -> value: flags are series only some GPUs have
         self.drop = set(drop)
         self.workloads = workloads
         self.fail = fail
@@ -46,6 +47,9 @@ class FakeClient:
                 value = self.values.get((uuid, name), BASE[name])
                 rows.append({"metric": {"__name__": rule, "hostname": host, "gpu": gpu, "UUID": uuid,
                                         "modelName": model}, "value": [NOW, str(value)]})
+            rows += [{"metric": {"__name__": rule, "hostname": host, "gpu": gpu, "UUID": uuid, "modelName": model},
+                      "value": [NOW, str(self.flags[uuid, name])]}
+                     for name, (rule, _) in FLAGS.items() if (uuid, name) in self.flags]
         return rows
 
 
@@ -127,6 +131,26 @@ def test_optional_fields_fall_back_to_the_catalogue_not_to_zero():
     client = FakeClient(drop={("GPU-a0", "slowdown_temp_c")})
     snap = source(client).snapshot()
     assert snap.slowdown_temp_c[0] == 87.0  # H100-SXM catalogue figure
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({}, [False, False, False]),
+    ({("GPU-a1", "memory_unhealthy"): 1.0}, [False, True, False]),
+    ({("GPU-a0", "memory_unhealthy"): 0.0, ("GPU-a1", "memory_unhealthy"): 1.0, ("GPU-b0", "memory_unhealthy"): 1.0},
+     [False, True, True]),
+    ({("GPU-a1", "memory_unhealthy"): math.nan}, [False, False, False]),
+], ids=["no GPU reports memory health (GeForce, ECC off, dcgm-exporter without the fields)",
+        "only the unhealthy GPU reports it", "every GPU reports it", "NaN is neutral, like the optional fields'"])
+def test_memory_health_flags_only_the_gpus_that_report_it_and_its_absence_is_not_missing_telemetry(flags, expected):
+    snap = source(FakeClient(flags=flags)).snapshot()      # never MissingTelemetry: the loop does not hold
+    assert [g.uuid for g in snap.gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
+    assert snap.memory_unhealthy.tolist() == expected
+
+
+@pytest.mark.parametrize("value", [2.0, -1.0, math.inf])
+def test_a_memory_health_flag_outside_0_and_1_is_invalid_telemetry(value):
+    with pytest.raises(InvalidTelemetry, match="gpu:memory_unhealthy:bool"):
+        source(FakeClient(flags={("GPU-b0", "memory_unhealthy"): value})).snapshot()
 
 
 def test_a_gpu_that_vanishes_between_cycles_is_missing_telemetry():
