@@ -377,7 +377,7 @@ class PrometheusTelemetrySource:
                                        subjects=tuple(wide["UUID"][bad]))
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
-        rows = self._query(f"gputide_gpu_workload_info{{{self._selector().lstrip(',')}}} == 1")
+        rows = self._query(attribution_query(self._selector().lstrip(",")))
         overrides = dict(self.workload_overrides()) if self.workload_overrides else {}
         gpus_of: dict[str, list[int]] = {}
         meta: dict[str, Mapping[str, str]] = {}
@@ -462,8 +462,7 @@ class PrometheusTelemetrySource:
         limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
                            f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} < {limit:g})")
-        busy = {_sample(r)[0].get("UUID") for r in self._query(
-            f"count by (UUID) (gputide_gpu_workload_info{{{sel}}} == 1)")}
+        busy = {_sample(r)[0].get("UUID") for r in self._query(f"count by (UUID) ({attribution_query(sel)})")}
         heads: dict[str, dict[int, float]] = {}
         used: dict[str, set[int]] = {}
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
@@ -498,6 +497,14 @@ class PrometheusTelemetrySource:
                         index=pd.to_datetime([int(float(t)) for t, _ in values], unit="s", utc=True), name="demand")
         got = got[np.isfinite(got.to_numpy())]
         return got.reindex(index)
+
+
+def attribution_query(selector: str) -> str:
+    """Which pod holds which GPU: gputide's exporter's join table, and where dcgm-exporter attributes pods instead,
+    the pairs the recording rule `gpu_pod:dcgm_attribution:info` derives from its labels (the same pod reported
+    by both counts once, with gputide's labels)."""
+    return (f"gputide_gpu_workload_info{{{selector}}} == 1 "
+            f"or on (UUID, namespace, pod) gpu_pod:dcgm_attribution:info{{{selector}}}")
 
 
 def _sample(r: object) -> tuple[Mapping[str, str], float]:
