@@ -25,6 +25,15 @@ Node taints travel as kubectl writes them, `key[=value][:effect]`; without an ef
 `PodAffinity` a pod's required pod affinity and anti-affinity terms (`AffinityTerm`: a selector, namespaces, a
 topology key), read here and evaluated where pods are known (the scheduler's `k8s_podaffinity`, the controller's
 `ClusterSnapshot.affinity_admits`).
+
+A term's namespaces are, as kube-scheduler reads them, the union of those it names (`namespaces`) and those whose
+labels its `namespaceSelector` selects; an empty selector (`{}`) selects every namespace, and a term with neither
+covers the pod's own namespace. The labels are the Namespace objects', which a pod spec does not carry: a term
+with a non-empty selector is read *unresolved* (it keeps the selector) until `resolve` is given the namespaces'
+labels, as kube-scheduler resolves it against its namespace lister. Until then the pod's `PodAffinity.unsupported`
+says so and the term `matches` pods of every namespace (for a bound pod's anti-affinity: more nodes kept off than
+kube-scheduler would, never fewer); who reads pods from the API resolves them (`k8s_workloads`, the scheduler's
+`k8s_namespaces`) and keeps them unresolved, never guessed, while the labels are not known.
 """
 
 from __future__ import annotations
@@ -198,17 +207,36 @@ NO_RULES = NodeRules()
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
+NamespaceLabels = Mapping[str, Mapping[str, str]]   # namespace name -> its labels
+
+
 @dataclass(frozen=True, slots=True)
 class AffinityTerm:
-    """One required pod (anti-)affinity term: which pods (selector, namespaces) in which domain (topology key)."""
+    """One pod (anti-)affinity term: which pods (selector, namespaces) in which domain (topology key).
+
+    `namespace_selector` is a non-empty `namespaceSelector` not resolved yet: the namespaces it selects are still to
+    be added to `namespaces` (`resolve`); meanwhile the term matches pods of every namespace (module docstring)."""
 
     selector: Selector | None            # None: no labelSelector, which selects no pod
     namespaces: frozenset[str] | None    # None: every namespace
     topology_key: str
+    namespace_selector: Selector | None = None   # unresolved: its namespaces are not known yet
 
     def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        return (self.selector is not None and (self.namespaces is None or namespace in self.namespaces)
+        return (self.selector is not None
+                and (self.namespaces is None or self.namespace_selector is not None or namespace in self.namespaces)
                 and self.selector.matches(labels))
+
+    def resolve(self, namespaces: NamespaceLabels) -> AffinityTerm:
+        """The term with the namespaces its selector selects (by `namespaces`: name -> labels) added to those it
+        names; the term itself when it has no selector to resolve."""
+        if self.namespace_selector is None:
+            return self
+        chosen = {name for name, labels in namespaces.items() if self.namespace_selector.matches(labels)}
+        return AffinityTerm(self.selector, (self.namespaces or frozenset()) | chosen, self.topology_key)
+
+
+UNRESOLVED = "required pod affinity or anti-affinity with a namespaceSelector, before the namespaces' labels are known"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,44 +245,53 @@ class PodAffinity:
 
     affinity: tuple[AffinityTerm, ...] = ()
     anti: tuple[AffinityTerm, ...] = ()
-    unsupported: str = ""   # why gputide cannot evaluate them ("": it can)
+    unsupported: str = ""   # why gputide cannot evaluate them yet ("": it can)
 
     def __bool__(self) -> bool:
         return bool(self.affinity or self.anti or self.unsupported)
 
     @classmethod
-    def from_spec(cls, namespace: str, spec: Mapping[str, Any]) -> PodAffinity:
-        """The required terms of a pod spec in `namespace` (an unsupported namespaceSelector: every namespace)."""
+    def from_spec(cls, namespace: str, spec: Mapping[str, Any],
+                  namespace_labels: NamespaceLabels | None = None) -> PodAffinity:
+        """The required terms of a pod spec in `namespace`, namespaceSelectors resolved by `namespace_labels` (name
+        -> labels of every namespace); without them such terms stay unresolved and `unsupported` says so."""
         affinity = spec.get("affinity") or {}
         if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
             return NO_AFFINITY
-        parsed = {}
-        unsupported = False
-        for kind in ("podAffinity", "podAntiAffinity"):
-            terms = []
-            for t in (affinity.get(kind) or {}).get(REQUIRED) or ():
-                term, selects_namespaces = _affinity_term(namespace, t)
-                unsupported = unsupported or selects_namespaces
-                terms.append(term)
-            parsed[kind] = tuple(terms)
-        why = "required pod affinity or anti-affinity with a namespaceSelector" if unsupported else ""
-        return cls(parsed["podAffinity"], parsed["podAntiAffinity"], why)
+        parsed = {kind: tuple(_affinity_term(namespace, t) for t in (affinity.get(kind) or {}).get(REQUIRED) or ())
+                  for kind in ("podAffinity", "podAntiAffinity")}
+        unresolved = any(t.namespace_selector is not None for terms in parsed.values() for t in terms)
+        raw = cls(parsed["podAffinity"], parsed["podAntiAffinity"], UNRESOLVED if unresolved else "")
+        return raw.resolved(namespace_labels)
+
+    @property
+    def unresolved(self) -> bool:
+        """Whether a term has a namespaceSelector still to resolve."""
+        return any(t.namespace_selector is not None for t in self.affinity + self.anti)
+
+    def resolved(self, namespaces: NamespaceLabels | None) -> PodAffinity:
+        """These terms with their namespaceSelectors resolved by `namespaces` (name -> labels); unchanged while
+        `namespaces` is None (not known) or there is nothing to resolve."""
+        if namespaces is None or not self.unresolved:
+            return self
+        return PodAffinity(tuple(t.resolve(namespaces) for t in self.affinity),
+                           tuple(t.resolve(namespaces) for t in self.anti))
 
 
-def _affinity_term(namespace: str, t: Mapping[str, Any]) -> tuple[AffinityTerm, bool]:
-    """A pod (anti-)affinity term of a pod in `namespace`, and whether it has a non-empty namespaceSelector (which
-    gputide cannot evaluate: the term is then read as covering every namespace)."""
+def _affinity_term(namespace: str, t: Mapping[str, Any]) -> AffinityTerm:
+    """A pod (anti-)affinity term of a pod in `namespace`: with a non-empty namespaceSelector, unresolved (module
+    docstring)."""
     ns_selector, named = t.get("namespaceSelector"), frozenset(str(n) for n in t.get("namespaces") or ())
-    unsupported = False
+    unresolved = None
     if ns_selector is None:
         namespaces = named or frozenset({namespace})
     elif ns_selector.get("matchLabels") or ns_selector.get("matchExpressions"):
-        namespaces, unsupported = None, True
+        namespaces, unresolved = named, Selector.from_json(ns_selector)
     else:   # an empty namespace selector selects every namespace
         namespaces = None
     selector = t.get("labelSelector")
     return AffinityTerm(None if selector is None else Selector.from_json(selector), namespaces,
-                        str(t.get("topologyKey") or "")), unsupported
+                        str(t.get("topologyKey") or ""), unresolved)
 
 
 NO_AFFINITY = PodAffinity()
@@ -279,23 +316,44 @@ class Preferences:
         return bool(self.node or self.affinity or self.anti)
 
     @classmethod
-    def from_spec(cls, namespace: str, spec: Mapping[str, Any]) -> Preferences:
-        """The preferred terms of a pod spec in `namespace`. Ignored, as no-ops: a term whose weight is not a whole
-        number from 1 to 100 (the API server admits no other), and a pod term with a non-empty
-        namespaceSelector (gputide does not read namespaces' labels; a preference is better left out than read
-        as covering every namespace)."""
+    def from_spec(cls, namespace: str, spec: Mapping[str, Any],
+                  namespace_labels: NamespaceLabels | None = None) -> Preferences:
+        """The preferred terms of a pod spec in `namespace`, namespaceSelectors resolved by `namespace_labels` as
+        `PodAffinity.from_spec` resolves them (unresolved without). Ignored, as no-ops: a term whose weight is not a
+        whole number from 1 to 100 (the API server admits no other)."""
         affinity = spec.get("affinity") or {}
         node = tuple((w, Term(_requirements(pref.get("matchExpressions")), _requirements(pref.get("matchFields"))))
                      for t in ((affinity.get("nodeAffinity") or {}).get(PREFERRED) or ())
                      if (w := weight(t.get("weight"))) and (pref := t.get("preference") or {}))
         pods: dict[str, tuple[tuple[int, AffinityTerm], ...]] = {}
         for kind in ("podAffinity", "podAntiAffinity"):
-            terms = ((weight(t.get("weight")), _affinity_term(namespace, t.get("podAffinityTerm") or {}))
-                     for t in (affinity.get(kind) or {}).get(PREFERRED) or ())
-            pods[kind] = tuple((w, term) for w, (term, unsupported) in terms if w and not unsupported)
+            pods[kind] = tuple((w, _affinity_term(namespace, t.get("podAffinityTerm") or {}))
+                               for t in (affinity.get(kind) or {}).get(PREFERRED) or ()
+                               if (w := weight(t.get("weight"))))
         if not (node or pods["podAffinity"] or pods["podAntiAffinity"]):
             return NO_PREFERENCES
-        return cls(node, pods["podAffinity"], pods["podAntiAffinity"])
+        raw = cls(node, pods["podAffinity"], pods["podAntiAffinity"])
+        return raw if namespace_labels is None else raw.resolved(namespace_labels)
+
+    @property
+    def unresolved(self) -> bool:
+        """Whether a preferred pod term has a namespaceSelector still to resolve."""
+        return any(t.namespace_selector is not None for _, t in self.affinity + self.anti)
+
+    def resolved(self, namespaces: NamespaceLabels | None) -> Preferences:
+        """These preferences with their pod terms' namespaceSelectors resolved by `namespaces` (name -> labels).
+        While the labels are not known (None) such a term is left out: a preference is better left out than read
+        as covering every namespace."""
+        if not self.unresolved:
+            return self
+
+        def kept(terms: tuple[tuple[int, AffinityTerm], ...]) -> tuple[tuple[int, AffinityTerm], ...]:
+            if namespaces is None:
+                return tuple((w, t) for w, t in terms if t.namespace_selector is None)
+            return tuple((w, t.resolve(namespaces)) for w, t in terms)
+
+        out = Preferences(self.node, kept(self.affinity), kept(self.anti))
+        return out if out else NO_PREFERENCES
 
     def node_weight(self, name: str, labels: Mapping[str, str]) -> int:
         """The summed weights of the preferred node affinity terms the node (`name`, `labels`) matches."""

@@ -2,8 +2,9 @@
 
 Three parts, checked in this order for each node (kube-scheduler's order of its filter plugins):
 
-* **placement rules** (`rule_refusal`): pod (anti-)affinity gputide cannot evaluate (a namespaceSelector) refuses
-  the pod everywhere (with that reason, never placed against its rule); a cordoned node; then the pod's own rules
+* **placement rules** (`rule_refusal`): pod (anti-)affinity gputide cannot evaluate (a namespaceSelector while
+  the namespaces' labels are not known) refuses the pod everywhere (with that reason, never placed against its
+  rule); a cordoned node; then the pod's own rules
   (`balancer.noderules`: `NoSchedule`/`NoExecute` taints it does not tolerate, its node selector, its required
   node affinity), the same reading of Kubernetes the controller's migrations use;
 * **what is left** (`resource_refusal`): GPUs, CPU and memory, each less what is reserved for other pods (node
@@ -95,7 +96,7 @@ def rule_refusal(node: Json, req: Json) -> str | None:
     """The pod's and the node's placement rules: unsupported pod affinity, cordon, taints, node selector, node
     affinity."""
     if unsupported(req):   # never ignored silently: placed against it, the pod would break its rule
-        return f"node(s) not considered: {unsupported(req)} is not supported by gputide"
+        return f"node(s) not considered: gputide cannot evaluate {unsupported(req)}"
     if node["unschedulable"]:
         return "node(s) were unschedulable"
     rules = req["rules"]

@@ -2,8 +2,8 @@
 filter evaluates them.
 
 A term (`AffinityTerm`) selects pods by a label selector (a term without one selects no pod, an empty one every
-pod) in namespaces (those it names; none named: the pod's own; `namespaceSelector: {}`: every namespace), and
-names a topology key: a node label whose value is the node's domain (a node without that label is in no domain).
+pod) in namespaces (those it names and those whose labels its `namespaceSelector` selects; neither: the pod's own;
+`namespaceSelector: {}`: every namespace), and names a topology key: a node label whose value is the node's domain (a node without that label is in no domain).
 For the pod being placed and a candidate node, in this order (kube-scheduler's reasons):
 
 * **its required pod affinity** ("node(s) didn't match pod affinity rules"): the node has every term's topology key
@@ -15,9 +15,12 @@ For the pod being placed and a candidate node, in this order (kube-scheduler's r
 * **the bound pods' required anti-affinity** ("node(s) didn't satisfy existing pods anti-affinity rules"): no pod
   with an anti-affinity term that selects the incoming pod runs in the node's domain of that term.
 
-A term with a non-empty `namespaceSelector` would need the namespaces' labels, which gputide does not read: a
-pending pod with one is refused (`PodAffinity.unsupported`), and a bound pod's such term is read as selecting pods
-of every namespace, so it may keep a pod off more nodes than kube-scheduler would, never fewer.
+A term with a non-empty `namespaceSelector` is resolved against the Namespace objects' labels
+(`k8s_namespaces.Resolver`): the scheduler resolves the pending pods' terms at the start of a pass, and
+`PodPlacement` the bound pods' anti-affinity terms with the resolver it is given. While the namespaces' labels are
+not known (their list failing), a pending pod with such a term is refused (`PodAffinity.unsupported`), and a bound
+pod's such term is read as selecting pods of every namespace, so it may keep a pod off more nodes than
+kube-scheduler would, never fewer.
 
 `PodPlacement` answers these for every node of a pass at once: each topology key's domains as one integer column
 over the nodes, and, per distinct set of terms asked about in the pass, how many pods each node holds that match
@@ -28,7 +31,7 @@ places its members on, leaving the pass's own counts as they are.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -46,9 +49,12 @@ class PodPlacement:
     """Where pods run in one pass, and the pod (anti-)affinity filter over every node at once (module docstring).
 
     `view`: the pass's nodes (their `name` and `labels`); `bound`: the bound and assumed pods (`k8s_reads.Usage`:
-    node, key "namespace/name", labels, anti-affinity terms). Pods on nodes outside the view are not counted."""
+    node, key "namespace/name", labels, anti-affinity terms). Pods on nodes outside the view are not counted.
+    `resolve`: what resolves a bound pod's anti-affinity term with a namespaceSelector (`k8s_namespaces.Resolver
+    .term`); without, such a term covers every namespace."""
 
-    def __init__(self, view: list[Json], bound: Iterable[Any] = ()) -> None:
+    def __init__(self, view: list[Json], bound: Iterable[Any] = (),
+                 resolve: Callable[[AffinityTerm], AffinityTerm] | None = None) -> None:
         self.labels = [n["labels"] for n in view]
         self.size = len(view)
         self._index = index = {n["name"]: i for i, n in enumerate(view)}
@@ -65,7 +71,10 @@ class PodPlacement:
                 for t in u.anti:
                     held.setdefault(t, []).append(i)
         for t, nodes in held.items():
-            self._anti[t] = np.bincount(nodes, minlength=self.size).astype(np.int64)
+            counts = np.bincount(nodes, minlength=self.size).astype(np.int64)
+            if resolve is not None and t.namespace_selector is not None:   # two terms may resolve to one
+                t = resolve(t)
+            self._anti[t] = self._anti[t] + counts if t in self._anti else counts
 
     def copy(self) -> PodPlacement:
         """A placement to count more pods on (a gang's trial) without counting them here."""

@@ -18,9 +18,10 @@ placement engine normalises them over its candidates as kube-scheduler does (nod
 highest, pod affinity min-max to 0..100) and adds them with its policy's weight
 (`balancer.plan.placement.plugins.preference`).
 
-Not weighed, unlike kube-scheduler: the bound pods' own preferred terms and required affinity terms towards the
-incoming pod (InterPodAffinity's symmetric part), and a preferred pod term with a non-empty namespaceSelector
-(ignored, see `Preferences.from_spec`).
+A preferred pod term with a non-empty namespaceSelector is resolved against the namespaces' labels as a required
+one is (the scheduler resolves the pending pods' terms at the start of a pass, `k8s_namespaces`); while the labels
+are not known it is left out (`Preferences.resolved`). Not weighed, unlike kube-scheduler: the bound pods' own
+preferred terms and required affinity terms towards the incoming pod (InterPodAffinity's symmetric part).
 """
 
 from __future__ import annotations

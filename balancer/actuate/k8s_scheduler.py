@@ -9,9 +9,9 @@ What it reads, two ways:
 
 * `watch=False` (and `gputide schedule --once`): each pass lists the pending pods of this scheduler; only when
   there are some, it also lists every node and every bound pod.
-* `watch=True` (what a running `gputide schedule` uses): three `ListWatch` caches (balancer/actuate/k8s_watch.py),
-  the pending pods of this scheduler, the nodes, and the bound pods that still hold resources, as kube-scheduler's
-  informers do. A pass then costs the API server nothing but the bindings, and `wait_for_work` returns as soon as
+* `watch=True` (what a running `gputide schedule` uses): four `ListWatch` caches (balancer/actuate/k8s_watch.py),
+  the pending pods of this scheduler, the nodes, the bound pods that still hold resources, and the namespaces
+  (their labels, for pod affinity's namespaceSelectors), as kube-scheduler's informers do. A pass then costs the API server nothing but the bindings, and `wait_for_work` returns as soon as
   a pending pod appears, so a pod is bound within moments of its creation instead of at the next poll. Until a
   cache has listed once, the pass lists that resource itself.
 
@@ -26,7 +26,10 @@ the pass it returns: `place(request, offered_indices)`, and `bound(i)` after eac
 can keep one placement state for the whole pass instead of building one per pod.
 
 Required pod affinity and anti-affinity, the pod's own and the bound pods' anti-affinity, are kube-scheduler's
-InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass.
+InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass;
+a term's namespaceSelector is resolved against the namespaces' labels as the pass reads them (`k8s_namespaces`:
+the watch's, else one list, only in a pass that has such a term; a pass that cannot read them leaves such pending
+pods unplaced and reads such bound terms as covering every namespace).
 Preferred node and pod (anti-)affinity only weigh the nodes a pod fits: `place` is told them (`k8s_preferred`).
 A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
 a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
@@ -47,11 +50,12 @@ from typing import Any
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
+from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
 from balancer.actuate.k8s_tell import Teller
-from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_watch import ListWatch, converted
 from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
     ConflictError,
@@ -127,6 +131,8 @@ class SecondaryScheduler:
                 "bound pods": ListWatch("bound pods", self._lister(
                     "list bound pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
                     pod_usage, selectors={"field_selector": BOUND}, watch_s=watch_s),
+                "namespaces": ListWatch("namespaces", self._lister("list namespaces", core.list_namespace),
+                                        core.list_namespace, namespace_entry, watch_s=watch_s),
             }  # fmt: skip
 
     @property
@@ -190,6 +196,20 @@ class SecondaryScheduler:
             return list(cached.values()), True
         items = self.api(what, fn, **selectors).get("items", [])
         return [x for x in map(convert, items) if x is not None], False
+
+    def namespace_labels(self) -> dict[str, dict[str, str]] | None:
+        """The namespaces' labels by name: the watch's once synced, else a list of them; None when the list fails
+        (logged: terms that need them are then left unresolved, never guessed)."""
+        cached = self._cached("namespaces")
+        if cached is not None:
+            return labels_by_name(cached)
+        try:
+            listed = self.api("list namespaces", self.api.core.list_namespace)
+        except ActuationError as err:
+            log.warning("scheduler %s: namespaces unknown, namespaceSelectors not evaluated: %s",
+                        self.scheduler_name, err)
+            return None
+        return labels_by_name(converted(listed, namespace_entry))
 
     def pending(self) -> list[Json]:
         """Pending pods of this scheduler, not being deleted nor just bound: highest priority first, then oldest."""
@@ -258,8 +278,11 @@ class SecondaryScheduler:
         self.tell.keep(r["name"] for r in pending)
         if not pending:   # nothing to place: no need to read every node and bound pod
             return {}
+        resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
+        pending = [resolver.request(r) for r in pending]
         view = self.nodes_view()
-        ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)}, Offers(view, PodPlacement(view, self._bound())),
+        ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)},
+                   Offers(view, PodPlacement(view, self._bound(), resolver.term)),
                    self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
         gangs, done = groups(pending), set()
         for req in pending:

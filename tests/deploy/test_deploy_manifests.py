@@ -37,6 +37,7 @@ EXPECTED_CLUSTER_RULES = {
     ("", "pods/status"): {"patch"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "events"): {"create"},
+    ("", "namespaces"): {"list", "watch"},
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "deployments/scale"): {"get", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "patch"},

@@ -16,6 +16,8 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Binding: sets spec.nodeName once; a second binding answers 409.
 - Pod status subresource (PATCH pods/{name}/status): only the patch's `status` applies, as on the real server.
 - Events (core v1): created and listed like any other object.
+- Namespaces (cluster-scoped, `namespace(name, **labels)`): listed and watched like any other object, for pod
+  affinity terms that select namespaces by their labels.
 - Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace; label
   selectors of equality terms (`key=value`, `key!=value`) on every list.
 - Watch (`?watch=true` on any list, chunked JSON lines): from `resourceVersion` N every later change, as the
@@ -67,6 +69,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "clusterqueues": ("ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
     "workloads": ("Workload", "kueue.x-k8s.io/v1beta1", True),
     "events": ("Event", "v1", True),
+    "namespaces": ("Namespace", "v1", False),
 }
 PLURAL = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
 POD_FIELDS = {
@@ -740,6 +743,11 @@ def node(name: str, gpus: int = 8, *, model: str = "H100", labels: dict[str, str
         "spec": {},
         "status": {"capacity": dict(alloc), "allocatable": dict(alloc)},
     }  # fmt: skip
+
+
+def namespace(name: str, **labels: str) -> dict[str, Any]:
+    """A Namespace with `labels` (those a pod affinity term's namespaceSelector selects by)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels)}}
 
 
 def pod(name: str, namespace: str = "default", *, gpus: int = 1, labels: dict[str, str] | None = None,

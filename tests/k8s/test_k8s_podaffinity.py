@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from balancer.actuate.k8s_gang import GROUP_LABEL
+from balancer.actuate.k8s_namespaces import Resolver
 from balancer.actuate.k8s_podaffinity import (
     AFFINITY_REASON,
     ANTI_AFFINITY_REASON,
@@ -80,21 +81,45 @@ def hosts(kube: FakeKube, zones: Mapping[str, str], gpus: int = 8) -> FakeKube:
 
 # ---- reading the terms ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("raw", "namespaces", "selects_any", "unsupported"), [
-    (term(app="web"), frozenset({"ml"}), True, ""),
-    (term(namespaces=["a", "b"], app="web"), frozenset({"a", "b"}), True, ""),
-    ({**term(app="web"), "namespaceSelector": {}}, None, True, ""),
-    ({**term(app="web"), "namespaceSelector": {"matchLabels": {"team": "x"}}}, None, True, "namespaceSelector"),
-    ({"topologyKey": HOST}, frozenset({"ml"}), False, ""),
+NAMESPACES = {"ml": {"team": "ml"}, "a": {"team": "x"}, "b": {"team": "y"}, "c": {"team": "x", "tier": "gold"}}
+
+
+def team(*values: str) -> dict:
+    return {"matchExpressions": [{"key": "team", "operator": "In", "values": list(values)}]}
+
+
+@pytest.mark.parametrize(("raw", "namespaces", "selected"), [
+    (term(app="web"), frozenset({"ml"}), ["ml"]),
+    (term(namespaces=["a", "b"], app="web"), frozenset({"a", "b"}), ["a", "b"]),
+    ({**term(app="web"), "namespaceSelector": {}}, None, ["ml", "a", "b", "c"]),
+    ({**term(app="web"), "namespaceSelector": {"matchLabels": {"team": "x"}}}, frozenset({"a", "c"}), ["a", "c"]),
+    ({**term(namespaces=["b"], app="web"), "namespaceSelector": team("x")}, frozenset({"a", "b", "c"}),
+     ["a", "b", "c"]),
+    ({**term(app="web"), "namespaceSelector": team("nobody")}, frozenset(), []),
+    ({"topologyKey": HOST}, frozenset({"ml"}), []),
 ], ids=["own-namespace-by-default", "namespaces-named", "empty-namespace-selector-is-every-namespace",
-        "namespace-selector-is-not-supported", "no-label-selector-selects-no-pod"])
-def test_a_term_reads_as_kubernetes_defines_it(raw, namespaces, selects_any, unsupported) -> None:
+        "namespace-selector-selects-by-the-namespaces-labels", "named-and-selected-namespaces-are-united",
+        "a-selector-matching-no-namespace-selects-no-pod", "no-label-selector-selects-no-pod"])
+def test_a_term_reads_as_kubernetes_defines_it(raw, namespaces, selected) -> None:
     parsed = PodAffinity.from_spec("ml", {"affinity": {"podAntiAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": [raw]}}})
+        "requiredDuringSchedulingIgnoredDuringExecution": [raw]}}}, NAMESPACES)
     (t,) = parsed.anti
-    assert t.namespaces == namespaces and t.topology_key == HOST
-    assert t.matches("a" if namespaces and "a" in namespaces else "ml", {"app": "web"}) is selects_any
-    assert unsupported in parsed.unsupported and bool(parsed)
+    assert t.namespaces == namespaces and t.topology_key == HOST and t.namespace_selector is None
+    assert [ns for ns in NAMESPACES if t.matches(ns, {"app": "web"})] == selected
+    assert not parsed.unsupported and bool(parsed)
+
+
+def test_a_namespace_selector_stays_unresolved_until_the_namespaces_labels_are_known() -> None:
+    spec = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {**term(namespaces=["b"], app="web"), "namespaceSelector": team("x")}, term(app="db")]}}}
+    raw = PodAffinity.from_spec("ml", spec)
+    assert raw.unresolved and "namespaceSelector" in raw.unsupported and raw.resolved(None) is raw
+    selecting, own = raw.anti
+    assert all(selecting.matches(ns, {"app": "web"}) for ns in ("ml", "a", "elsewhere"))   # meanwhile: every one
+    assert own.namespace_selector is None and own.namespaces == frozenset({"ml"})
+    assert raw.resolved(NAMESPACES) == PodAffinity.from_spec("ml", spec, NAMESPACES)
+    assert raw.resolved(NAMESPACES).anti[0].namespaces == frozenset({"a", "b", "c"})
+    assert raw.resolved({"ml": {}}).anti[0].namespaces == frozenset({"b"})   # a label changed: rebuilt
 
 
 def test_a_pod_without_required_pod_affinity_has_none_and_a_bound_pod_keeps_its_anti_affinity_terms() -> None:
@@ -213,6 +238,30 @@ def test_the_pass_filter_answers_what_kube_scheduler_answers_node_by_node(cluste
         running.append((here, ns, labels, wanted.anti))
         assert answers(trial, ns, labels, wanted) == reference(nodes, tried, ns, labels, wanted)
         assert answers(placement, "ml", {}, NO_AFFINITY) == reference(nodes, running, "ml", {}, NO_AFFINITY)
+
+
+LABELLED = {"ml": {"team": "x"}, "other": {"team": "y"}}
+selecting = st.builds(lambda t, team: AffinityTerm(t.selector, t.namespaces or frozenset(), t.topology_key,
+                                                   Selector.from_json({"matchLabels": {"team": team}})),
+                      terms, st.sampled_from(["x", "y"]))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(cluster=clusters(), more=st.lists(st.tuples(st.sampled_from([f"n{k}" for k in range(6)]),
+                                                   st.sampled_from(["ml", "other"]), label_sets,
+                                                   st.lists(selecting, min_size=1, max_size=2).map(tuple)),
+                                         max_size=4),
+       ask=st.tuples(st.sampled_from(["ml", "other"]), label_sets), known=st.booleans())
+def test_bound_terms_with_a_namespace_selector_count_as_the_namespaces_they_resolve_to(cluster, more, ask,
+                                                                                       known) -> None:
+    """Resolved by the placement (two terms may become one), a bound pod's anti-affinity keeps pods off as the same
+    terms read resolved do; while the labels are unknown, as covering every namespace."""
+    nodes, running = cluster
+    running = [*running, *more]
+    labels = LABELLED if known else None
+    placement = PodPlacement(nodes, [Bound(*p) for p in running], Resolver(lambda: labels).term)
+    read = [(n, ns, lab, tuple(t.resolve(labels) if labels else t for t in anti)) for n, ns, lab, anti in running]
+    assert answers(placement, *ask, NO_AFFINITY) == reference(nodes, read, *ask, NO_AFFINITY)
 
 
 # ---- the scheduler against the fake API server ------------------------------------------------------------------

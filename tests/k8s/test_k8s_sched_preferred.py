@@ -92,9 +92,9 @@ def test_a_term_whose_weight_the_api_server_would_refuse_is_ignored_and_only_tha
     ({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [pods_term(app="web")]}}},
      NO_PREFERENCES),
 ], ids=["none", "node-term", "an-empty-preference-is-a-no-op", "pod-anti-affinity-term",
-        "a-namespace-selector-is-ignored-not-read-as-every-namespace", "required-terms-are-no-preference"])
+        "a-namespace-selector-is-left-out-while-the-namespaces-are-unknown", "required-terms-are-no-preference"])
 def test_preferred_terms_read_as_kubernetes_defines_them(spec, expected) -> None:
-    parsed = Preferences.from_spec("ml", spec)
+    parsed = Preferences.from_spec("ml", spec).resolved(None)   # what is weighed while no namespace is known
     if expected == "anti":
         ((w, term),) = parsed.anti
         assert (w, term.topology_key, term.namespaces, parsed.node, parsed.affinity) == (9, HOST, {"ml"}, (), ())

@@ -1,0 +1,128 @@
+"""Pod affinity terms that select namespaces by their labels (`namespaceSelector`), against the fake API server.
+
+The secondary scheduler reads the Namespace objects (listed, then watched) and resolves each term to the
+namespaces whose labels it selects, required and preferred, the pending pod's and the bound pods', as
+kube-scheduler does; a label put on a Namespace changes which pods a term selects, and while the namespaces cannot
+be read a pod with such a term stays pending."""
+
+from __future__ import annotations
+
+import pytest
+from fakeapi import FakeKube, namespace, node, pod
+
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.app.scheduling import EnginePlacer
+from balancer.noderules import PREFERRED, REQUIRED
+from tests.k8s.test_k8s_watch import eventually
+
+HOST = "kubernetes.io/hostname"
+SERVING = {"matchLabels": {"team": "serving"}}
+
+
+def by_team(app: str, selector: dict | None = None) -> dict:
+    """A pod affinity term: `app` pods on the same host, in the namespaces labelled team=serving (or `selector`)."""
+    return {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": HOST,
+            "namespaceSelector": SERVING if selector is None else selector}
+
+
+def kept_apart(p: dict, app: str = "web") -> dict:
+    """`p` with required anti-affinity to `app` pods of the serving teams' namespaces, one per host."""
+    p["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [by_team(app)]}}
+    return p
+
+
+def pending(name: str, ns: str, gpus: int = 1, **labels: str) -> dict:
+    return pod(name, ns, gpus=gpus, scheduler="gputide", phase="Pending", labels=labels)
+
+
+def teams(kube: FakeKube, *hosts: str) -> FakeKube:
+    """Namespaces team-a and team-b (team=serving) and lab (team=research), and a node per host."""
+    for name, team in (("team-a", "serving"), ("team-b", "serving"), ("lab", "research")):
+        kube.add(namespace(name, team=team))
+    for h in hosts:
+        kube.add(node(h, 8, labels={HOST: h}))
+    return kube
+
+
+def first_by_name(request: dict, nodes: list[dict]) -> str | None:
+    return min(n["name"] for n in nodes) if nodes else None
+
+
+def where(kube: FakeKube, name: str, ns: str) -> str | None:
+    return kube.get("pods", name, ns)["spec"].get("nodeName")
+
+
+# ---- the secondary scheduler ------------------------------------------------------------------------------------
+
+def test_the_scheduler_keeps_a_replica_off_the_hosts_of_pods_in_selected_namespaces_only(kube, api, clock):
+    teams(kube, "a", "b", "c")
+    kube.add(pod("web-b", "team-b", node_name="a", labels={"app": "web"}))     # a serving team's: counts
+    kube.add(pod("web-lab", "lab", node_name="b", labels={"app": "web"}))      # research's: does not count
+    kube.add(kept_apart(pending("web-0", "team-a", app="web")))
+    sched = SecondaryScheduler(api, "gputide", first_by_name, clock=clock)
+    assert sched.schedule_once() == {"team-a/web-0": "b"}
+
+
+def test_a_bound_pods_term_keeps_off_pods_of_the_namespaces_it_selects_as_their_labels_are_now(kube: FakeKube,
+                                                                                              api, clock):
+    teams(kube, "a", "b")
+    kube.add(kept_apart(pod("guard", "ops", gpus=0, node_name="a", labels={"app": "guard"})))
+    kube.add(pending("web-0", "team-a", app="web"))
+    kube.add(pending("web-1", "lab", app="web"))
+    sched = SecondaryScheduler(api, "gputide", first_by_name, clock=clock)
+    assert sched.schedule_once() == {"team-a/web-0": "b", "lab/web-1": "a"}
+    kube.mutate("namespaces", "lab", "", {"metadata": {"labels": {"team": "serving"}}})
+    kube.add(pending("web-2", "lab", app="web"))
+    assert sched.schedule_once() == {"lab/web-2": "b"}   # lab is a serving team's now: the guard keeps it off a
+
+
+def test_while_the_namespaces_cannot_be_read_such_a_pending_pod_waits_and_a_bound_term_covers_all(kube: FakeKube,
+                                                                                                 api, clock):
+    teams(kube, "a", "b")
+    kube.add(kept_apart(pod("guard", "ops", gpus=0, node_name="a", labels={"app": "guard"})))
+    kube.add(kept_apart(pending("web-0", "team-a", app="web")))
+    kube.add(pending("web-1", "lab", app="web"))
+    kube.inject("GET", r"/namespaces(\?|$)", 503, count=10_000)
+    sched = SecondaryScheduler(api, "gputide", first_by_name, clock=clock, sleep=lambda s: None)
+    assert sched.schedule_once() == {"lab/web-1": "b", "team-a/web-0": None}
+    assert sched.reasons["team-a/web-0"].startswith(
+        "0/2 nodes are available: 2 node(s) not considered: gputide cannot evaluate required pod affinity or "
+        "anti-affinity with a namespaceSelector, before the namespaces' labels are known")
+
+
+def test_a_pass_without_such_a_term_does_not_read_the_namespaces(kube: FakeKube, api, clock):
+    teams(kube, "a")
+    kube.add(pending("plain", "team-a"))
+    sched = SecondaryScheduler(api, "gputide", first_by_name, clock=clock)
+    assert sched.schedule_once() == {"team-a/plain": "a"}
+    assert not kube.calls("GET", r"/namespaces$")
+
+
+def test_a_watching_scheduler_follows_the_namespaces_labels(kube: FakeKube, api, clock):
+    teams(kube, "a", "b")
+    kube.add(pod("web-lab", "lab", node_name="a", labels={"app": "web"}))
+    kube.add(kept_apart(pending("web-0", "team-a", app="web")))
+    sched = SecondaryScheduler(api, "gputide", first_by_name, clock=clock, watch=True, watch_s=1.0).start()
+    try:
+        assert set(sched.watches) == {"pending pods", "nodes", "bound pods", "namespaces"}   # each in the metrics
+        eventually(lambda: all(w.synced for w in sched.watches.values()))
+        kube.mutate("namespaces", "lab", "", {"metadata": {"labels": {"team": "serving"}}})
+        eventually(lambda: sched.namespace_labels()["lab"] == {"team": "serving"})
+        listed = len(kube.calls("GET", r"/namespaces$"))
+        assert sched.schedule_once() == {"team-a/web-0": "b"}   # without the relabel: "a"
+        assert len(kube.calls("GET", r"/namespaces$")) == listed   # read from the watch, not listed
+    finally:
+        sched.close()
+
+
+@pytest.mark.parametrize(("serving_host", "research_host"), [("a", "b"), ("b", "a")])
+def test_a_preferred_term_weighs_only_the_pods_of_the_namespaces_it_selects(kube: FakeKube, api, clock,
+                                                                           serving_host, research_host):
+    teams(kube, "a", "b")
+    kube.add(pod("cache-b", "team-b", node_name=serving_host, labels={"app": "cache"}))
+    kube.add(pod("cache-lab", "lab", node_name=research_host, labels={"app": "cache"}))
+    reader = pending("reader", "team-a")
+    reader["spec"]["affinity"] = {"podAffinity": {PREFERRED: [{"weight": 100, "podAffinityTerm": by_team("cache")}]}}
+    kube.add(reader)
+    SecondaryScheduler(api, "gputide", EnginePlacer("gputide"), clock=clock, preemption=False).schedule_once()
+    assert where(kube, "reader", "team-a") == serving_host
