@@ -21,8 +21,8 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
-| `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`) |
-| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` (which needs the namespaces' labels, not read) is not movable |
+| `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
+| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers) |
 
 `KubernetesWorkloads.disruption_budgets()` reads the PodDisruptionBudgets as the pods are read (with `watch`, listed
 once and then followed, so `disruptionsAllowed` is as fresh as the last watch event; else at most one list per
@@ -43,6 +43,11 @@ suspended `train` Job) becomes `namespace/name` for every pod and Job it covers,
 and the actuator knows which one to scale (it refuses a bare name that spans namespaces). Profiles for such
 services are named `namespace/name` too.
 
+The Namespace objects are read as the budgets are (`namespaces`: listed, then followed, or at most one list per
+`ttl_s`): the pods cache holds each pod's terms as its spec says, and the workloads handed out have their
+namespaceSelectors resolved against the namespaces' latest labels, rebuilt when either the pods or the
+namespaces change, so a label put on a Namespace changes which pods a term selects from the next cycle on.
+
 A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
 answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard still
 re-checks every action against the fresh snapshot.
@@ -58,10 +63,11 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
+from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
-from balancer.noderules import NO_RULES, NodeRules, PodAffinity, Selector, affinity_terms
+from balancer.noderules import NO_RULES, NamespaceLabels, NodeRules, PodAffinity, Selector, affinity_terms
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -136,8 +142,9 @@ def _owner(meta: Json) -> tuple[str, str]:
     return name, kind
 
 
-def workload_from_pod(pod: Json) -> Workload | None:
-    """The Workload a GPU pod is (see the module docstring); None for a pod without GPUs."""
+def _pod_workload(pod: Json) -> Workload | None:
+    """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
+    and `movable` by the annotation alone (`with_namespaces` settles both); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus, cpu, mem = _pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
@@ -157,16 +164,42 @@ def workload_from_pod(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=_pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity,
-        movable=str(notes.get("gputide.io/movable", "true")).lower() != "false" and not affinity.unsupported,
+        pod_affinity=affinity, movable=str(notes.get("gputide.io/movable", "true")).lower() != "false",
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
     )
 
 
-def running_workload(pod: Json) -> Workload | None:
+def with_namespaces(w: Workload, resolve: Callable[[PodAffinity], PodAffinity]) -> Workload:
+    """`w` with its pod affinity's namespaceSelectors resolved by `resolve`; not movable while one stays
+    unresolved (the namespaces' labels not known: where its replacement may run cannot be told)."""
+    if not w.pod_affinity.unresolved:
+        return w
+    affinity = resolve(w.pod_affinity)
+    return replace(w, pod_affinity=affinity) if not affinity.unresolved else replace(w, movable=False)
+
+
+def workload_from_pod(pod: Json, namespace_labels: NamespaceLabels | None = None) -> Workload | None:
+    """The Workload a GPU pod is (see the module docstring), its pod affinity's namespaceSelectors resolved by
+    `namespace_labels` (name -> labels of every namespace; None: not known, so such a pod is not movable); None for
+    a pod without GPUs."""
+    w = _pod_workload(pod)
+    return None if w is None else with_namespaces(w, lambda a: a.resolved(namespace_labels))
+
+
+def running_workload(pod: Json, namespace_labels: NamespaceLabels | None = None) -> Workload | None:
     """`workload_from_pod` of a Running pod; None otherwise (a watch also sees a pod that just finished)."""
-    return workload_from_pod(pod) if (pod.get("status") or {}).get("phase") == "Running" else None
+    return workload_from_pod(pod, namespace_labels) if _running(pod) else None
+
+
+def _running(pod: Json) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running"
+
+
+def _running_pod(pod: Json) -> Workload | None:
+    """What the pods cache holds of a pod: `_pod_workload` of a Running pod (settled by `with_namespaces` as the
+    workloads are handed out, against the namespaces' labels of that moment); None otherwise."""
+    return _pod_workload(pod) if _running(pod) else None
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:
@@ -231,7 +264,7 @@ class KubernetesWorkloads:
         core, batch, policy = self.api.core, self.api.batch, self.api.policy
         self.pods = ListCache(
             "running pods", lambda **kw: self.api("list running pods", core.list_pod_for_all_namespaces, **kw),
-            core.list_pod_for_all_namespaces, running_workload,
+            core.list_pod_for_all_namespaces, _running_pod,
             selectors={"field_selector": "status.phase=Running"}, ttl_s=ttl_s, clock=clock, watch=watch,
             watch_s=watch_s)
         self.watch = self.pods.watch   # the pods' ListWatch (None without `watch`), whose state the metrics show
@@ -245,9 +278,13 @@ class KubernetesWorkloads:
                                   policy.list_pod_disruption_budget_for_all_namespaces, **kw),
             policy.list_pod_disruption_budget_for_all_namespaces, disruption_budget, view=by_key, ttl_s=ttl_s,
             clock=clock, watch=watch, watch_s=watch_s)
-        self._pods: tuple[int, dict[str, Workload]] = (0, {})  # (version, items) of the last `__call__`
+        self.namespaces = ListCache(
+            "namespaces", lambda **kw: self.api("list namespaces", core.list_namespace, **kw), core.list_namespace,
+            namespace_entry, view=labels_by_name, ttl_s=ttl_s, clock=clock, watch=watch, watch_s=watch_s)
+        # (pods version, namespaces version) and the workloads of the last `__call__`, namespaceSelectors resolved
+        self._pods: tuple[tuple[int, int], dict[str, Workload]] = ((0, 0), {})
         self._jobs: tuple[int, tuple[SuspendedJob, ...] | None] = (0, None)  # of the last `suspended_jobs()`
-        self._memo: tuple[tuple[int, int], tuple] | None = None
+        self._memo: tuple[tuple, tuple] | None = None
         self._clash: frozenset[str] = frozenset()
 
     def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
@@ -277,11 +314,21 @@ class KubernetesWorkloads:
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        for cache in (self.pods, self.jobs, self.budgets):
+        for cache in (self.pods, self.jobs, self.budgets, self.namespaces):
             cache.close()
 
     def __call__(self) -> dict[str, Workload]:
-        """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile)."""
+        """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile). Their
+        namespaceSelectors are resolved by the namespaces' latest labels (a pod with one is not movable until the
+        namespaces have been read); rebuilt only when the pods or the namespaces changed."""
         items = self.pods.current()
-        self._pods = (self.pods.version, items if items is not None else {})
+        labels = self.namespaces.current()   # every cycle, so the namespaces watch starts with the others
+        key = (self.pods.version, self.namespaces.version)
+        if key != self._pods[0]:
+            items = items if items is not None else {}
+            resolve = Resolver(lambda: labels).affinity
+            unresolved = [k for k, w in items.items() if w.pod_affinity.unresolved]
+            if unresolved:
+                items = dict(items) | {k: with_namespaces(items[k], resolve) for k in unresolved}
+            self._pods = (key, items)
         return self._qualified()[0]

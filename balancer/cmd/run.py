@@ -259,7 +259,8 @@ def kubernetes_sources(api_client, interval: float, once: bool, metrics: Control
     overrides = KubernetesWorkloads(api_client, ttl_s=ttl, watch=not once)
     nodes = KubernetesNodes(api_client, ttl_s=ttl, watch=not once)
     for what, lw in (("pods", overrides.watch), ("nodes", nodes.watch), ("jobs", overrides.jobs.watch),
-                     ("poddisruptionbudgets", overrides.budgets.watch)):
+                     ("poddisruptionbudgets", overrides.budgets.watch),
+                     ("namespaces", overrides.namespaces.watch)):
         if lw is not None:
             metrics.follow_watch(what, lambda lw=lw: lw.synced, lambda lw=lw: lw.failures)
     return overrides, nodes

@@ -1,9 +1,10 @@
 """Pod affinity terms that select namespaces by their labels (`namespaceSelector`), against the fake API server.
 
-The secondary scheduler reads the Namespace objects (listed, then watched) and resolves each term to the
-namespaces whose labels it selects, required and preferred, the pending pod's and the bound pods', as
-kube-scheduler does; a label put on a Namespace changes which pods a term selects, and while the namespaces cannot
-be read a pod with such a term stays pending."""
+The controller reads the Namespace objects (listed, then watched) and resolves each term to the namespaces whose
+labels it selects: such a pod is movable once they are known and not before, and a label put on a Namespace
+changes which pods a term selects. The secondary scheduler evaluates such terms the same way, required and
+preferred, the pending pod's and the bound pods', and leaves a pod with one pending while the namespaces cannot
+be read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from fakeapi import FakeKube, namespace, node, pod
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.k8s_workloads import KubernetesWorkloads
 from balancer.app.scheduling import EnginePlacer
 from balancer.noderules import PREFERRED, REQUIRED
 from tests.k8s.test_k8s_watch import eventually
@@ -50,6 +52,80 @@ def first_by_name(request: dict, nodes: list[dict]) -> str | None:
 
 def where(kube: FakeKube, name: str, ns: str) -> str | None:
     return kube.get("pods", name, ns)["spec"].get("nodeName")
+
+
+def covered(provider: KubernetesWorkloads, key: str = "team-a/web-0") -> frozenset[str] | None:
+    (term,) = provider()[key].pod_affinity.anti
+    return term.namespaces
+
+
+# ---- the controller ---------------------------------------------------------------------------------------------
+
+def test_a_pod_whose_anti_affinity_selects_team_namespaces_is_movable_and_covers_only_them(kube, api, clock):
+    teams(kube)
+    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"})))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    w = provider()["team-a/web-0"]
+    (term,) = w.pod_affinity.anti
+    assert w.movable and not w.pod_affinity.unsupported
+    assert term.namespaces == {"team-a", "team-b"}
+    assert term.matches("team-b", {"app": "web"}) and not term.matches("lab", {"app": "web"})
+
+
+def test_before_the_namespaces_are_first_listed_the_pod_stays_unmovable(kube: FakeKube, api, clock):
+    teams(kube)
+    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"})))
+    pinned = kept_apart(pod("web-1", "team-a", labels={"app": "web"}))
+    pinned["metadata"]["annotations"] = {"gputide.io/movable": "false"}
+    kube.add(pinned)
+    down = kube.inject("GET", r"/namespaces(\?|$)", 503, count=10_000)
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    w = provider()["team-a/web-0"]
+    assert not w.movable and w.pod_affinity.unresolved   # not guessed: where it may go cannot be told
+    assert not provider()["team-a/web-0"].movable        # a failed list is tried again each cycle
+    down.remaining = 0
+    workloads = provider()
+    assert workloads["team-a/web-0"].movable and covered(provider) == {"team-a", "team-b"}
+    assert not workloads["team-a/web-1"].movable          # its annotation still says so
+    kube.mutate("namespaces", "lab", "", {"metadata": {"labels": {"team": "serving"}}})
+    clock.advance(61)
+    assert covered(provider) == {"team-a", "team-b", "lab"}   # the next list re-evaluates it
+
+
+def test_a_watching_controller_re_evaluates_the_term_when_a_namespaces_labels_change(kube: FakeKube, api, clock):
+    teams(kube)
+    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"})))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
+    try:
+        assert covered(provider) == {"team-a", "team-b"}
+        eventually(lambda: provider.namespaces.watch.synced and provider.watch.synced)
+        kube.mutate("namespaces", "lab", "", {"metadata": {"labels": {"team": "serving"}}})
+        eventually(lambda: covered(provider) == {"team-a", "team-b", "lab"})   # no TTL waited
+        kube.add(namespace("team-c", team="serving"))
+        kube.delete("namespaces", "team-b")
+        eventually(lambda: covered(provider) == {"team-a", "team-c", "lab"})
+        assert provider()["team-a/web-0"].movable
+    finally:
+        provider.close()
+
+
+def test_the_namespaces_watch_reaches_the_controller_metrics(api):
+    from balancer.cmd.run import kubernetes_sources
+    from balancer.metrics import ControllerMetrics
+
+    metrics = ControllerMetrics()
+    overrides, nodes = kubernetes_sources(api, 30.0, False, metrics)
+    try:
+        def synced() -> float | None:
+            return metrics.registry.get_sample_value("gputide_kubernetes_watch_synced", {"resource": "namespaces"})
+
+        assert synced() == 0
+        overrides()   # the first cycle starts the watches
+        eventually(lambda: synced() == 1)
+        assert metrics.registry.get_sample_value("gputide_kubernetes_watch_failures", {"resource": "namespaces"}) == 0
+    finally:
+        overrides.close()
+        nodes.close()
 
 
 # ---- the secondary scheduler ------------------------------------------------------------------------------------
