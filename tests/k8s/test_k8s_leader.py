@@ -209,7 +209,7 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
     metrics = ControllerMetrics()
     rec = run_cmd.build_reconciler(args, metrics)
     assert isinstance(rec.elector, LeaseLeaderElector)
-    for resource in ("pods", "nodes", "jobs", "poddisruptionbudgets"):   # every watch the controller follows
+    for resource in ("pods", "nodes", "jobs", "poddisruptionbudgets", "namespaces"):   # every watch it follows
         assert metrics.registry.get_sample_value("gputide_kubernetes_watch_synced", {"resource": resource}) == 0
     assert rec.elector.namespace == namespace
     # with an API client at hand, pod owners, priorities and elastic bounds come from the API

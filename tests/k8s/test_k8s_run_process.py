@@ -48,6 +48,9 @@ def sample(text: str, series: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+WATCHED = ("pods", "nodes", "jobs", "poddisruptionbudgets", "namespaces")   # every watch of gputide run
+
+
 def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory, kube: FakeKube, kubeconfig,
                                                              tmp_path):
     from balancer.app import scenarios, tidal
@@ -82,7 +85,7 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
             except OSError:
                 text = ""
             if (sample(text, 'gputide_reconcile_total{result="ok"}') or 0) >= 4 and all(
-                    sample(text, f'gputide_kubernetes_watch_synced{{resource="{r}"}}') == 1 for r in ("pods", "nodes", "jobs", "poddisruptionbudgets")):
+                    sample(text, f'gputide_kubernetes_watch_synced{{resource="{r}"}}') == 1 for r in WATCHED):
                 break
             time.sleep(0.5)
         else:
