@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--power-caps-file", help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
     p.add_argument("--caps-interval", type=float, default=10.0, help="seconds between power-cap file reads")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
+    p.add_argument("--hostname", default="", metavar="NAME",
+                   help="nvml backend: the Hostname label of every series, the node's name (default: $NODE_NAME, "
+                        "else this machine's hostname; in a pod that is the pod's name, so the DaemonSet passes it)")
     p.add_argument("--pod-resources-socket", default="", metavar="PATH",
                    help="nvml backend: the kubelet's PodResources socket, to publish which pod holds which GPU "
                         "(e.g. /var/lib/kubelet/pod-resources/kubelet.sock; default: off)")
@@ -50,7 +53,10 @@ def build_backend(args: argparse.Namespace):
     if args.backend == "nvml":
         from exporters.backends.nvml import NvmlBackend
 
-        return NvmlBackend()
+        return NvmlBackend(hostname=args.hostname or os.environ.get("NODE_NAME") or None)
+    if args.hostname:
+        raise InputError(None, "--hostname", args.hostname, "only with --backend nvml (the simulated fleet names its "
+                                                          "own nodes; --node picks one)")
     from balancer import fleet as fleet_mod
     from balancer.sim import SimCluster, default_mix
     from exporters.backends.sim import SimBackend

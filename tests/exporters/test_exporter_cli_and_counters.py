@@ -93,3 +93,29 @@ def test_bad_exporter_input_exits_with_code_2_and_names_the_field(args, capsys):
 
     assert main(["exporter", "--port", "0", "--duration", "0.1", *args]) == 2
     assert "field" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "env", "expected"), [("n7", "ignored", "n7"), ("", "node-from-env", "node-from-env"),
+                                                       ("", None, None)])
+def test_the_nvml_exporter_labels_series_with_the_node_name(flag, env, expected, monkeypatch):
+    """In a pod the machine's hostname is the pod's name: the DaemonSet passes --hostname=$(NODE_NAME), and without
+    the flag $NODE_NAME still wins over it (None: the backend falls back to the hostname)."""
+    from balancer.cli import build_parser
+    from balancer.cmd.exporter import build_backend
+    from exporters.backends import nvml as nvml_mod
+
+    seen = {}
+    monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda hostname=None: seen.setdefault("hostname", hostname))
+    if env is None:
+        monkeypatch.delenv("NODE_NAME", raising=False)
+    else:
+        monkeypatch.setenv("NODE_NAME", env)
+    build_backend(build_parser().parse_args(["exporter", "--backend", "nvml", *(["--hostname", flag] if flag else [])]))
+    assert seen["hostname"] == expected
+
+
+def test_hostname_is_for_the_nvml_backend_only(capsys):
+    from balancer.cli import main
+
+    assert main(["exporter", "--backend", "sim", "--hostname", "n1", "--port", "0", "--duration", "0.1"]) == 2
+    assert "--hostname" in capsys.readouterr().err
