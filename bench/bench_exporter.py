@@ -2,7 +2,7 @@
 
 A scrape = `GpuCollector.collect()` (backend read, metric families) + `exporters.exposition.render`, exactly what
 the HTTP handler runs. Baseline (same run): prometheus_client's `generate_latest` over a registry of plain
-labelled `Gauge`s holding the same number of per-GPU samples (14 fields x GPUs), i.e. the cost of the obvious
+labelled `Gauge`s holding the same number of per-GPU samples (every DCGM field x GPUs), i.e. the cost of the obvious
 implementation before any read happens. One HTTP round trip at 1,024 GPUs is measured too.
 
     .venv/bin/python -m bench.bench_exporter
@@ -92,7 +92,7 @@ def main() -> str:
     lines += [
         "",
         f"1,024-GPU scrape: **{r1024['ours'] * 1e3:.1f} ms** (target < 50 ms); over HTTP (loopback, wsgiref) "
-        f"{http * 1e3:.1f} ms. Every scrape reads the simulator and emits 14 DCGM series per GPU plus "
+        f"{http * 1e3:.1f} ms. Every scrape reads the simulator and emits {len(GPU_FIELDS)} DCGM series per GPU plus "
         "attribution, serving and self-metrics series.",
         f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end of the run.",
         "",
