@@ -42,3 +42,13 @@ def test_the_exporter_names_series_by_the_node_it_runs_on():
     args = build_parser().parse_args(exporter["args"])
     assert args.hostname == "$(NODE_NAME)"
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in exporter["env"]
+
+
+@pytest.mark.parametrize("overlay", ["overlays/dev", "overlays/dev-scheduler"])
+def test_the_kind_overlays_run_the_locally_built_image_and_a_dry_run_controller(overlay):
+    """On kind nothing pulls ghcr.io/gputide/gputide (it is not published): every container runs gputide:dev."""
+    found = dict(gputide_containers(overlay))
+    assert {c["image"] for c in found.values()} == {"gputide:dev"}
+    (controller,) = [c for where, c in found.items() if where.startswith("Deployment/gputide-controller/")]
+    assert build_parser().parse_args(controller["args"]).dry_run
+    assert any(w.startswith("Deployment/gputide-scheduler/") for w in found) == overlay.endswith("scheduler")

@@ -25,7 +25,7 @@ from deploy import gen  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter",
-            "overlays/capacity", "overlays/scheduler"]
+            "overlays/capacity", "overlays/scheduler", "overlays/dev-scheduler"]
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 K8S_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
@@ -178,7 +178,7 @@ def test_controller_is_ha_probed_and_locked_down(overlay):
     deploy = one(overlay, "Deployment", "gputide-controller")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert deploy["spec"]["replicas"] == (1 if overlay == "overlays/dev" else 2)
+    assert deploy["spec"]["replicas"] == (1 if overlay.startswith("overlays/dev") else 2)
     assert container["args"][0] == "run" and "--leader-elect" in container["args"]
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}  # the loop's own probes
@@ -217,8 +217,16 @@ def test_exporter_runs_on_gpu_nodes_and_only_the_power_cap_agent_is_privileged(o
         assert any(m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" for m in agent["volumeMounts"])
         args = build_parser().parse_args(agent["args"])   # the real CLI accepts the container's arguments
         assert args.command == "power-cap-agent" and args.node == "$(NODE_NAME)"
+        # it reaches the API server and Prometheus reaches it: the exporter pod's policy allows no egress otherwise
+        policy = one(overlay, "NetworkPolicy", "gputide-exporter")["spec"]
+        assert {"port": 443, "protocol": "TCP"} in [p for rule in policy["egress"] for p in rule["ports"]]
+        assert {"port": args.port, "protocol": "TCP"} in policy["ingress"][0]["ports"]
+        endpoints = one(overlay, "PodMonitor", "gputide-exporter")["spec"]["podMetricsEndpoints"]
+        port_name = next(p["name"] for p in agent["ports"] if p["containerPort"] == args.port)
+        assert port_name in [e["port"] for e in endpoints]
     else:
         assert set(containers) == {"exporter"}
+        assert one(overlay, "NetworkPolicy", "gputide-exporter")["spec"]["egress"] == []   # the driver only
 
 
 def test_with_dcgm_exporter_replaces_our_exporter_with_the_counters_configmap():
