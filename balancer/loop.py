@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +44,7 @@ from typing import IO, Any, Protocol
 from balancer.actuate.base import ActionResult, Actuator, Outcome
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
+from balancer.forecast.service import horizon_label
 from balancer.metrics import ControllerMetrics, fleet_usage
 from balancer.model import (
     Action,
@@ -131,74 +131,6 @@ class JsonlAudit:
     def close(self) -> None:
         if self._own:
             self._fh.close()
-
-
-class ServiceForecaster:
-    """Adapts an online per-service forecaster (`balancer.forecast.online.DemandForecaster`: `update`, `forecast`,
-    `rolling_error`) to the loop's `forecast(snapshot) -> {service: Forecast}`: each call feeds every service's
-    demand now and forecasts `horizon_s` ahead; a service without enough history yet is left out.
-
-    With `history` (``history(service, now) -> pd.Series | None``, e.g. a Prometheus range query), a service is
-    seeded with its past demand the first time it is seen, so a restarted controller forecasts at once.
-
-    Model fits are spread over cycles: at most `max_fits_per_cycle` services (re)fit in one cycle (a fit can take
-    seconds, and every service seeded at start-up would otherwise refit in the same cycle every day, stalling
-    hotspot protection); a service whose fit waits keeps its previous forecast for that cycle, or has none yet
-    (the capacity planner then holds it, or follows its demand up)."""
-
-    def __init__(self, online: Any, horizon_s: float, history: Callable[[str, float], Any] | None = None,
-                 max_fits_per_cycle: int = 2) -> None:
-        self.online = online
-        self.steps = max(math.ceil(horizon_s / online.step_s), 1)
-        self.history = history
-        self.max_fits_per_cycle = max_fits_per_cycle
-        self.seeded: set[str] = set()
-        self.last: dict[str, Forecast] = {}
-
-    def _seed(self, name: str, now: float) -> None:
-        self.seeded.add(name)
-        past = self.history(name, now) if self.history is not None else None
-        if past is not None and len(past):
-            self.online.observe_history(name, past[past.index.as_unit("s").asi8 < now])
-
-    def __call__(self, snap: ClusterSnapshot) -> dict[str, Forecast]:
-        out = {}
-        fits = 0
-        due = getattr(self.online, "fit_due", None)
-        for name, status in snap.services.items():
-            if name not in self.seeded:
-                self._seed(name, snap.time)
-            self.online.update(name, snap.time, status.demand_rps)
-            if due is not None and due(name, snap.time):
-                if fits >= self.max_fits_per_cycle:
-                    if name in self.last:
-                        out[name] = self.last[name]
-                    continue
-                fits += 1
-            try:
-                out[name] = self.last[name] = self.online.forecast(name, snap.time, self.steps)
-            except ValueError as exc:   # not enough history for this service yet (nothing was fitted)
-                fits -= 1 if due is not None and due(name, snap.time) else 0
-                log.debug("no forecast for %s: %s", name, exc)
-        return out
-
-    def rolling_error(self, service: str, horizon: str) -> float:
-        return self.online.rolling_error(service, horizon)
-
-    def forecast_for(self, service: str, now: float, horizon: str) -> dict[float, float]:
-        return self.online.forecast_for(service, now, horizon) if hasattr(self.online, "forecast_for") else {}
-
-
-def horizon_label(seconds: float) -> str:
-    """`3600` -> `1h`, `300` -> `5m`, `5400` -> `1h30m`: the `horizon` label of the forecast series, written as a
-    Prometheus duration so a query can use it as is (`offset 1h30m`)."""
-    left = max(int(round(seconds)), 0)
-    parts = []
-    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
-        if left >= size:
-            parts.append(f"{left // size}{unit}")
-            left %= size
-    return "".join(parts) or "0s"
 
 
 def reason_label(action: Action) -> str:

@@ -284,7 +284,7 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     )
     from balancer.forecast.base import MODELS
     from balancer.forecast.online import DemandForecaster
-    from balancer.loop import ServiceForecaster
+    from balancer.forecast.service import ServiceForecaster
     from balancer.plan.capacity import CapacityPolicy, reclaim_horizon_s
 
     if args.forecast_model not in MODELS:

@@ -15,7 +15,8 @@ from balancer.actuate.sim import SimActuator
 from balancer.app import scenarios, tidal
 from balancer.app.capacity_run import CapacityLoopPlanner
 from balancer.forecast.online import DemandForecaster
-from balancer.loop import Reconciler, ServiceForecaster
+from balancer.forecast.service import ServiceForecaster
+from balancer.loop import Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.model import Plan, ScaleInference, ScaleTraining
 from balancer.plan import planner as planner_mod

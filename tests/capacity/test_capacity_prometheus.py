@@ -28,7 +28,8 @@ def test_the_controller_reads_replicas_through_prometheus_and_loans_at_night_wit
     from balancer.app import scenarios, tidal
     from balancer.app.capacity_run import CapacityLoopPlanner
     from balancer.forecast.online import DemandForecaster
-    from balancer.loop import Reconciler, ServiceForecaster
+    from balancer.forecast.service import ServiceForecaster
+    from balancer.loop import Reconciler
     from balancer.metrics import ControllerMetrics
     from balancer.model import ScaleInference, ScaleTraining
     from balancer.plan.capacity import CapacityPolicy

@@ -14,7 +14,7 @@ from balancer.app.capacity_run import PrometheusDemandHistory, RiseTracker, load
 from balancer.cli import build_parser, main
 from balancer.cmd.run import build_reconciler
 from balancer.errors import InputError
-from balancer.loop import ServiceForecaster
+from balancer.forecast.service import ServiceForecaster
 from balancer.metrics import ControllerMetrics
 
 GOOD = {"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles", "services": [

@@ -73,7 +73,8 @@ def _controller(sim, lock, metrics):
     from balancer.actuate.sim import SimActuator
     from balancer.config import BalancerPolicy, ForecastPolicy
     from balancer.forecast.online import DemandForecaster
-    from balancer.loop import Reconciler, ServiceForecaster
+    from balancer.forecast.service import ServiceForecaster
+    from balancer.loop import Reconciler
     from balancer.plan import capacity
     from balancer.plan import planner as planner_mod
     from balancer.telemetry.sim import SimTelemetrySource
