@@ -22,10 +22,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from balancer.actuate.k8s_actuator import _annotation_map_change
 from balancer.actuate.k8s_filters import Offers
 from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
 from balancer.actuate.k8s_reads import Usage
-from balancer.actuate.kubernetes import _annotation_map_change, _Api, parse_time
+from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)

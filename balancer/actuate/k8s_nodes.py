@@ -15,19 +15,26 @@ the API server's watch (`ListWatch`), so a cycle costs the API server nothing; u
 without `watch` (`gputide run --once`), it lists them itself at most once per `ttl_s`. Until a list has succeeded
 it answers None and the controller holds still (telemetry unavailable): it would otherwise act without seeing an
 emergency-stop label. After that, a failing API leaves the last known nodes in place (logged).
+
+`NodeAnnotationCaps(api_client, node)` reads one node's other annotation for the power-cap agent: the power limits
+the actuator's `SetPowerLimit` wrote into `gputide.io/power-caps`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from balancer.actuate.k8s_watch import ListCache
-from balancer.actuate.kubernetes import _Api
+from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION, _Api, read_power_caps
+from balancer.errors import ActuationError
 from balancer.model import NodeMeta
 from balancer.noderules import Taint
+
+log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
@@ -63,3 +70,22 @@ class KubernetesNodes:
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
         self.nodes.close()
+
+
+class NodeAnnotationCaps:
+    """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts} from this node's annotation.
+
+    Same contract as exporters.power_caps.JsonFileCaps: an API error is logged and reads as no caps, so the
+    agent keeps the limits it already applied."""
+
+    def __init__(self, api_client: Any, node: str, annotation: str = POWER_CAP_ANNOTATION,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.api = _Api(api_client, 1, 0.5, sleep, 5.0)
+        self.node, self.annotation = node, annotation
+
+    def read(self) -> dict[str, float]:
+        try:
+            return read_power_caps(self.api(f"node {self.node}", self.api.core.read_node, self.node), self.annotation)
+        except ActuationError as err:
+            log.error("power caps of node %s unreadable, keeping current limits: %s", self.node, err)
+            return {}

@@ -28,17 +28,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from balancer.actuate.k8s_actuator import _annotation_map_change, post_event
 from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, reserved_for_others
-from balancer.actuate.kubernetes import (
-    GPU_RESOURCE,
-    MERGE_PATCH,
-    NotFoundError,
-    _annotation_map_change,
-    _Api,
-    parse_time,
-    post_event,
-    rfc3339,
-)
+from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
 from balancer.errors import ActuationError
 from balancer.noderules import Selector
 from balancer.plan.preemption import Preemption, Running, choose

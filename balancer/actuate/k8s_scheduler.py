@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from balancer.actuate.k8s_actuator import _annotation_map_change
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
@@ -60,7 +61,6 @@ from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
     ConflictError,
     NotFoundError,
-    _annotation_map_change,
     _Api,
     k8s,
     parse_time,

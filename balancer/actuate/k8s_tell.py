@@ -16,7 +16,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from balancer.actuate.kubernetes import MERGE_PATCH, _Api, post_event, rfc3339
+from balancer.actuate.k8s_actuator import post_event
+from balancer.actuate.kubernetes import MERGE_PATCH, _Api, rfc3339
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)

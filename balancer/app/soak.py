@@ -127,7 +127,7 @@ class Soak:
         self.mirror = None
         fake = load_fake_kube() if cfg.kube else None
         if fake is not None:
-            from balancer.actuate.kubernetes import KubernetesActuator
+            from balancer.actuate.k8s_actuator import KubernetesActuator
 
             self.kube = fake()
             self.mirror = KubeMirror(self.kube, KubernetesActuator(
@@ -143,7 +143,7 @@ class Soak:
             if not hasattr(self, "_lease"):
                 self._lease = InMemoryLease(duration_s=duration)
             return InMemoryLeaderElector(self._lease, identity)
-        from balancer.actuate.kubernetes import LeaseLeaderElector
+        from balancer.actuate.k8s_leader import LeaseLeaderElector
 
         return LeaseAdapter(LeaseLeaderElector(self.kube.client(), "gputide-controller", "gputide-system", identity,
                                                lease_duration_s=duration, renew_deadline_s=duration * 2 / 3,

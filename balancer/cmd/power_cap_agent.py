@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--port", args.port, "0..65535")
     interval = parse_interval(args.interval)
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
-    from balancer.actuate.kubernetes import NodeAnnotationCaps
+    from balancer.actuate.k8s_nodes import NodeAnnotationCaps
     from exporters.backends.nvml import NvmlBackend
 
     agent = PowerCapAgent(NodeAnnotationCaps(api, args.node), NvmlBackend())

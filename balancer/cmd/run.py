@@ -153,7 +153,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def lease_elector(api_client, name: str, namespace: str | None, interval_s: float):
     """A Lease elector for this pod (identity `POD_NAME`, else the host name) in `namespace` (default: the pod's
     own), the lease lasting three intervals (at least 15 s) and renewed within two thirds of that."""
-    from balancer.actuate.kubernetes import LeaseLeaderElector
+    from balancer.actuate.k8s_leader import LeaseLeaderElector
 
     identity = os.environ.get("POD_NAME") or socket.gethostname()
     duration = max(15, int(interval_s * 3))
@@ -227,7 +227,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         actuator = DryRunActuator()
     else:
-        from balancer.actuate.kubernetes import KubernetesActuator
+        from balancer.actuate.k8s_actuator import KubernetesActuator
 
         actuator = KubernetesActuator(api_client, kueue_queues=queues)
     elector = NullLeaderElector()

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 
 from balancer.actuate.base import Actuator, Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
     HOT_UNTIL_ANNOTATION,
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
-    KubernetesActuator,
-    NodeAnnotationCaps,
     build_api_client,
     read_power_caps,
 )

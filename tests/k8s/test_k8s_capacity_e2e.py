@@ -12,8 +12,8 @@ from fakeapi import FakeKube, deployment, hpa, job, pod
 
 from balancer import config
 from balancer.actuate.base import Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_workloads import KubernetesWorkloads
-from balancer.actuate.kubernetes import KubernetesActuator
 from balancer.fleet import scaled_fleet
 from balancer.model import Forecast, Plan, ScaleInference, ScaleTraining, ServiceStatus
 from balancer.plan import planner as planner_mod

@@ -16,8 +16,8 @@ import yaml
 from fakeapi import ApiError, FakeKube, clusterqueue, job, multi_flavor_clusterqueue, workload
 
 from balancer.actuate.base import Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_kueue import admitted_flavor, choose_flavor
-from balancer.actuate.kubernetes import KubernetesActuator
 from balancer.errors import PermanentActuationError
 from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 

@@ -6,7 +6,8 @@ import pytest
 from fakeapi import MICRO_TIME, FakeKube
 from kubernetes import client as k8s
 
-from balancer.actuate.kubernetes import LeaseLeaderElector, parse_time
+from balancer.actuate.k8s_leader import LeaseLeaderElector
+from balancer.actuate.kubernetes import parse_time
 
 
 def elector(api: k8s.ApiClient, clock, identity: str) -> LeaseLeaderElector:
@@ -222,7 +223,7 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
 
 
 def test_the_safety_ledger_rides_on_the_lease_to_the_next_holder(kube: FakeKube, pair, clock) -> None:
-    from balancer.actuate.kubernetes import LEDGER_ANNOTATION
+    from balancer.actuate.k8s_leader import LEDGER_ANNOTATION
 
     a, b = pair
     a.try_acquire_or_renew()

@@ -7,7 +7,8 @@ import pytest
 from fakeapi import FakeKube, node
 from prometheus_client import CollectorRegistry
 
-from balancer.actuate.kubernetes import KubernetesActuator, NodeAnnotationCaps
+from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
 from balancer.model import SetPowerLimit
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml

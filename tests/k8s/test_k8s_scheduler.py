@@ -10,8 +10,9 @@ from fakeapi import FakeKube, node, pod
 from test_k8s_watch import eventually
 
 from balancer.actuate.base import Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
-from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, KubernetesActuator, rfc3339
+from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, rfc3339
 from balancer.noderules import NodeRules, Taint
 
 

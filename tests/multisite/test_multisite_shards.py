@@ -120,7 +120,7 @@ def test_two_shard_controllers_act_only_on_their_nodes_and_hold_separate_leases(
     fake = load_fake_kube()
     if fake is None:
         pytest.skip("tests/k8s/fakeapi.py not in this checkout")
-    from balancer.actuate.kubernetes import LeaseLeaderElector
+    from balancer.actuate.k8s_leader import LeaseLeaderElector
 
     sim = SimCluster(fleet_mod.demo_fleet(), seed=9, step_s=60.0)
     default_mix(sim, inference_share=0.45, training_share=0.45)

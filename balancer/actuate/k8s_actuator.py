@@ -1,0 +1,386 @@
+"""The Kubernetes actuator: frozen actions turned into API calls, every failure into an `ActionResult`.
+
+Nothing here decides *what* to do. How each action reaches the cluster:
+
+    Migrate         reserve the target node (annotation `gputide.io/reserved-for`, a JSON map keyed by the
+                    workload's owner so the replacement pod matches it), taint the hot source node
+                    `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), then evict the pod
+                    through the Eviction API. 429 = a PodDisruptionBudget says no -> RETRY, reservation released.
+    SetPowerLimit   merge {uuid: watts} into the node annotation `gputide.io/power-caps`; the exporter's NVML agent
+                    mode reads it back with `read_power_caps` and applies it clamped to the GPU's constraints.
+    ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
+                    HPA targets the Deployment, else the Deployment's scale subresource.
+    ScaleTraining   batch/v1 Job: suspend when workers == 0 (labelled `gputide.io/suspended=true`, its pods'
+                    priority kept in `gputide.io/priority`, so `KubernetesWorkloads.suspended_jobs` finds it again),
+                    else parallelism = workers and the label removed; with `kueue_queues` set and the Job queued
+                    through Kueue, GPU quota moves between the two ClusterQueues of the cohort, in the
+                    ResourceFlavor Kueue admitted the Job under (its Workload; `k8s_kueue` decides).
+    Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
+    snapshot (or of the suspended Job), else `default_namespace`.
+    TaintNode       add or remove the hot taint.
+
+Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
+someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
+transport errors are retried with exponential backoff (`backoff_s * 2**attempt`, injected `sleep`) up to
+`max_retries`; after that the action comes back as RETRY. 404/403/422 are permanent (FAILED).
+Patches are sent as `application/merge-patch+json` explicitly: the generated client would otherwise pick a
+strategic merge patch, which custom resources (Kueue) do not support.
+
+Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
+someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
+transport errors are retried with exponential backoff (`backoff_s * 2**attempt`, injected `sleep`) up to
+`max_retries`; after that the action comes back as RETRY. 404/403/422 are permanent (FAILED).
+Patches are sent as `application/merge-patch+json` explicitly: the generated client would otherwise pick a
+strategic merge patch, which custom resources (Kueue) do not support. The API calls go through the gateway's
+`_Api` (`balancer/actuate/kubernetes.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.k8s_quota import KueueQuota
+from balancer.actuate.kubernetes import (
+    HOT_TAINT_KEY,
+    HOT_UNTIL_ANNOTATION,
+    KUEUE_QUEUE_LABEL,
+    MERGE_PATCH,
+    POWER_CAP_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    RESERVATION_ANNOTATION,
+    SUSPENDED_LABEL,
+    Json,
+    KubeTemporaryError,
+    NotFoundError,
+    ThrottledError,
+    _Api,
+    _code,
+    _json_annotation,
+    _pod_requests,
+    parse_time,
+    read_power_caps,
+    rfc3339,
+    split_name,
+)
+from balancer.errors import ActuationError, PermanentActuationError, TemporaryActuationError
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
+from balancer.noderules import NodeRules, Taint
+
+log = logging.getLogger(__name__)
+
+# the Event reason gputide posts on the object an applied action changed
+EVENT_REASONS: dict[type, str] = {Migrate: "GputideMigrated", SetPowerLimit: "GputidePowerCapped",
+                                  ScaleInference: "GputideScaledInference", ScaleTraining: "GputideScaledTraining",
+                                  TaintNode: "GputideTainted"}
+
+
+def placement_refusal(pod: Json, node: Json) -> str | None:
+    """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
+    does not tolerate, its node selector, its required node affinity), None when they allow it."""
+    meta = node.get("metadata") or {}
+    return NodeRules.from_pod_spec(pod.get("spec") or {}).refusal(
+        meta.get("name", ""), meta.get("labels") or {},
+        map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
+
+
+def post_event(api: _Api, involved: Json, kind: str, reason: str, message: str, component: str, now: float) -> None:
+    """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid), as controllers post them; a
+    cluster-scoped object's Events go to `default`. One attempt; raises ActuationError: callers treat Events as
+    best effort."""
+    namespace = involved.get("namespace") or "default"
+    stamp = rfc3339(now)
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": {k: v for k, v in involved.items() if v}, "type": kind, "reason": reason,
+        "message": message[:1024], "count": 1, "firstTimestamp": stamp, "lastTimestamp": stamp,
+        "source": {"component": component}, "reportingComponent": component,
+    }  # fmt: skip
+    api(f"event on {involved['kind']} {involved['name']}", api.core.create_namespaced_event, namespace, body,
+        retries=0)   # never worth delaying the work it reports
+
+
+def _taints_change(node: Json, key: str, add: bool, until: float | None) -> Json | None:
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    has = any(t.get("key") == key for t in taints)
+    annotations: dict[str, str | None] = {}
+    if add:
+        if not has:
+            taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
+        annotations[HOT_UNTIL_ANNOTATION] = rfc3339(until) if until is not None else None
+    else:
+        if not has and HOT_UNTIL_ANNOTATION not in ((node.get("metadata") or {}).get("annotations") or {}):
+            return None
+        taints = [t for t in taints if t.get("key") != key]
+        annotations[HOT_UNTIL_ANNOTATION] = None
+    return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
+
+
+def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
+    """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
+    current = _json_annotation(node, key)
+    merged = {k: v for k, v in {**current, **updates}.items() if v is not None}
+    if merged == current and key in ((node.get("metadata") or {}).get("annotations") or {}):
+        return None
+    value = json.dumps(merged, sort_keys=True) if merged else None
+    return {"metadata": {"annotations": {key: value}}}
+
+
+# ---- the actuator --------------------------------------------------------------------------------------------
+
+
+class KubernetesActuator:
+    """Applies actions through the Kubernetes API. Failures come back as RETRY / FAILED results, never raised."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        default_namespace: str = "default",
+        power_cap_annotation: str = POWER_CAP_ANNOTATION,
+        hot_taint_key: str = HOT_TAINT_KEY,
+        reservation_annotation: str = RESERVATION_ANNOTATION,
+        hot_taint_ttl_s: float = 900.0,
+        reservation_ttl_s: float = 300.0,
+        kueue_queues: tuple[str, str] | None = None,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        request_timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, request_timeout_s)
+        self.default_namespace = default_namespace
+        self.power_cap_annotation = power_cap_annotation
+        self.hot_taint_key = hot_taint_key
+        self.reservation_annotation = reservation_annotation
+        self.hot_taint_ttl_s = hot_taint_ttl_s
+        self.reservation_ttl_s = reservation_ttl_s
+        self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
+        self.kueue = KueueQuota(self.api)
+        self.clock = clock
+        self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
+            Migrate: self._migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
+            ScaleTraining: self._scale_training, TaintNode: self._taint,
+        }  # fmt: skip
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        handler = self._handlers.get(type(action))
+        if handler is None:
+            return ActionResult(action, Outcome.FAILED, f"kubernetes actuator cannot apply {action.kind}")
+        try:
+            detail = handler(action, snapshot)
+        except TemporaryActuationError as err:
+            return ActionResult(action, Outcome.RETRY, str(err), _code(err))
+        except PermanentActuationError as err:
+            return ActionResult(action, Outcome.FAILED, str(err), _code(err))
+        self._tell(action, snapshot, detail)
+        return ActionResult(action, Outcome.APPLIED, detail)
+
+    def _tell(self, action: Action, snapshot: ClusterSnapshot, detail: str) -> None:
+        """An Event on what the action changed (the pod, Deployment, Job or node), so `kubectl describe` and
+        `kubectl get events` say what gputide did and why. Best effort: a failure is logged."""
+        try:
+            if isinstance(action, Migrate):
+                ns, name = split_name(action.workload, self.default_namespace)
+                involved = {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
+            elif isinstance(action, ScaleInference | ScaleTraining):
+                owner = action.service if isinstance(action, ScaleInference) else action.job
+                ns, name = split_name(owner, self._owner_namespace(owner, snapshot))
+                kind = ("apps/v1", "Deployment") if isinstance(action, ScaleInference) else ("batch/v1", "Job")
+                involved = {"apiVersion": kind[0], "kind": kind[1], "namespace": ns, "name": name}
+            else:   # SetPowerLimit, TaintNode
+                involved = {"apiVersion": "v1", "kind": "Node", "name": action.node}
+            post_event(self.api, involved, "Normal", EVENT_REASONS[type(action)], f"{action.reason}: {detail}",
+                       "gputide-controller", self.clock())
+        except ActuationError as err:
+            log.warning("no event for %s: %s", action.describe(), err)
+
+    # ---- Migrate: reserve, taint, evict ----
+
+    def _migrate(self, action: Migrate, snapshot: ClusterSnapshot) -> str:
+        ns, pod = split_name(action.workload, self.default_namespace)
+        try:
+            slots = [snapshot.gpus[i].slot for i in action.target_gpus]
+            source = snapshot.gpus[action.source_gpus[0]].node if action.source_gpus else ""
+        except IndexError as exc:
+            raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
+        current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
+        running_on = (current.get("spec") or {}).get("nodeName")
+        if source and running_on and running_on != source:
+            raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
+        target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
+        refusal = placement_refusal(current, target)
+        if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
+            raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
+        workload = snapshot.workload_by_name.get(action.workload)
+        # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
+        key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
+        now = self.clock()
+        entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
+                 "expires": rfc3339(now + self.reservation_ttl_s)}
+        self.api.update_node(action.target_node, lambda n: _annotation_map_change(
+            n, self.reservation_annotation, {key: entry}))
+        try:
+            if source and source != action.target_node:
+                self.api.update_node(source, lambda n: _taints_change(
+                    n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+            self.api(f"evict pod {ns}/{pod}", self.api.core.create_namespaced_pod_eviction, pod, ns, body,
+                     retry_throttled=False)
+        except NotFoundError:   # gone since we read it: deleted, or our own timed-out eviction went through
+            return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
+        except ActuationError as err:
+            self._release_reservation(action.target_node, key)
+            if isinstance(err, ThrottledError):
+                raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
+            raise
+        return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
+
+    def _release_reservation(self, node: str, key: str) -> None:
+        try:
+            self.api.update_node(node, lambda n: _annotation_map_change(n, self.reservation_annotation, {key: None}))
+        except ActuationError as err:   # it expires on its own; the action's own error is what matters
+            log.warning("could not release reservation %s on %s: %s", key, node, err)
+
+    # ---- power caps, taints ----
+
+    def _power_limit(self, action: SetPowerLimit, snapshot: ClusterSnapshot) -> str:
+        watts = round(float(action.watts), 1)
+        self.api.update_node(action.node, lambda n: _annotation_map_change(
+            n, self.power_cap_annotation, {action.uuid: watts}))
+        return f"{action.node} {self.power_cap_annotation}[{action.uuid}] = {watts} W"
+
+    def _taint(self, action: TaintNode, snapshot: ClusterSnapshot) -> str:
+        until = None if action.remove else self.clock() + self.hot_taint_ttl_s
+        self.api.update_node(action.node, lambda n: _taints_change(n, self.hot_taint_key, not action.remove, until))
+        return f"{'removed' if action.remove else 'added'} taint {self.hot_taint_key} on {action.node}"
+
+    def power_caps(self, node: str) -> dict[str, float]:
+        return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
+
+    def recover(self) -> list[str]:
+        """The loop's first cycle as leader: what a previous leader left behind is released once expired.
+
+        Migrations are make-room-first and level-triggered here (the reservation and the taint carry their own
+        expiry; an eviction either happened or did not), so recovering is `release_expired`; an API failure
+        becomes a note, the expiries stay and the next cycle's housekeeping tries again.
+        """
+        return self._release_expired_noting("recover")
+
+    def housekeeping(self) -> list[str]:
+        """Once per planning cycle (the loop's duck-typed hook): `release_expired`, API failures as a note."""
+        return self._release_expired_noting("housekeeping")
+
+    def _release_expired_noting(self, what: str) -> list[str]:
+        try:
+            return self.release_expired()
+        except ActuationError as err:
+            return [f"{what}: could not release expired taints and reservations: {err}"]
+
+    def release_expired(self) -> list[str]:
+        """Remove hot taints and reservations whose expiry has passed; call once per reconcile. Returns notes."""
+        now, notes = self.clock(), []
+        for node in self.api("list nodes", self.api.core.list_node).get("items", []):
+            name = node["metadata"]["name"]
+            until = parse_time((node["metadata"].get("annotations") or {}).get(HOT_UNTIL_ANNOTATION))
+            if until is not None and until <= now:
+                self.api.update_node(name, lambda n: _taints_change(n, self.hot_taint_key, False, None))
+                notes.append(f"{name}: hot taint expired")
+            stale = {k: None for k, v in _json_annotation(node, self.reservation_annotation).items()
+                     if (parse_time(v.get("expires")) or 0) <= now}
+            if stale:
+                self.api.update_node(name, lambda n, s=stale: _annotation_map_change(n, self.reservation_annotation, s))
+                notes.append(f"{name}: reservations expired: {sorted(stale)}")
+        return notes
+
+    # ---- inference: HPA floor or Deployment scale ----
+
+    def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str:
+        ns, name = split_name(action.service, self._owner_namespace(action.service, snapshot))
+        hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
+        hpa = next((h for h in hpas.get("items", []) if (h["spec"].get("scaleTargetRef") or {}).get("kind")
+                    == "Deployment" and h["spec"]["scaleTargetRef"].get("name") == name), None)
+        if hpa is None:
+            what = f"deployment {ns}/{name} scale"
+            self.api(what, self.api.apps.patch_namespaced_deployment_scale, name, ns,
+                     {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH)
+            return f"{ns}/{name} replicas = {action.replicas}"
+        hname, floor = hpa["metadata"]["name"], {}
+
+        def change(h: Json) -> Json | None:
+            want = min(max(int(action.replicas), 1), int(h["spec"]["maxReplicas"]))
+            floor["value"] = want
+            return None if h["spec"].get("minReplicas", 1) == want else {"spec": {"minReplicas": want}}
+
+        what = f"hpa {ns}/{hname}"
+        self.api.update(
+            what, lambda: self.api(what, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, hname, ns),
+            lambda body: self.api(what, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, hname, ns,
+                                  body, _content_type=MERGE_PATCH), change)
+        clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
+        return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
+
+    # ---- training: Job suspend / parallelism, Kueue quota ----
+
+    def _owner_namespace(self, owner: str, snapshot: ClusterSnapshot) -> str:
+        """The namespace of a job or service named by its bare name: that of its pods (or, for a suspended job,
+        the one the snapshot lists it in), else the actuator's default. A bare name whose pods and suspended jobs
+        sit in two namespaces names two objects: acting on either could scale the wrong one, so it is refused
+        (`KubernetesWorkloads` qualifies such owners as `namespace/name`)."""
+        spaces = {w.namespace for w in snapshot.workloads_by_owner.get(owner, ())}
+        spaces |= {j.namespace for j in snapshot.suspended_jobs or () if j.name == owner}
+        if len(spaces) > 1:
+            raise PermanentActuationError(f"{owner!r} names objects in namespaces {', '.join(sorted(spaces))}: "
+                                          "refusing to guess; owners must be namespace/name")
+        return spaces.pop() if spaces else self.default_namespace
+
+    def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> str:
+        ns, name = split_name(action.job, self._owner_namespace(action.job, snapshot))
+        what = f"job {ns}/{name}"
+        job = self.api(what, self.api.batch.read_namespaced_job, name, ns)
+        queued = bool((job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL))
+        per_worker = _pod_requests(job["spec"].get("template") or {})[0] or 1
+        delta = (int(action.workers) - int(action.previous_workers)) * per_worker
+        notes, flavor = [], None
+        if self.kueue_queues and queued and delta:
+            # resolved before anything changes: a refusal leaves the Job alone, and a suspend clears the admission
+            flavor = self.kueue.check_queues(self.kueue_queues, self.kueue.admitted_flavor(ns, name, job))[0]
+        if self.kueue_queues and queued and delta > 0:   # grow: quota first, so Kueue can admit the workers
+            notes.append(self.shift_kueue_quota(self.kueue_queues[0], self.kueue_queues[1], delta, flavor))
+        body: Json
+        if action.workers == 0:
+            # the label lets the next cycle (or the next leader) find the Job it suspended and resume it; the
+            # priority of its pods is recorded because a suspended Job has none to read it from
+            pods = snapshot.workloads_by_owner.get(action.job)
+            meta: Json = {"labels": {SUSPENDED_LABEL: "true"}}
+            if pods:
+                meta["annotations"] = {PRIORITY_ANNOTATION: str(pods[0].priority)}
+            body = {"metadata": meta, "spec": {"suspend": True}}
+        else:
+            body = {"metadata": {"labels": {SUSPENDED_LABEL: None}},
+                    "spec": {"parallelism": int(action.workers), "suspend": False}}
+        self.api(what, self.api.batch.patch_namespaced_job, name, ns, body, _content_type=MERGE_PATCH)
+        if self.kueue_queues and queued and delta < 0:   # shrink: give the quota back once the job is smaller
+            notes.append(self.shift_kueue_quota(self.kueue_queues[1], self.kueue_queues[0], -delta, flavor))
+        state = "suspended" if action.workers == 0 else f"parallelism = {action.workers}"
+        return "; ".join([f"{what} {state}", *notes])
+
+    def shift_kueue_quota(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
+        """Move `gpus` of GPU nominalQuota between two ClusterQueues of a cohort (`KueueQuota.shift`)."""
+        return self.kueue.shift(from_queue, to_queue, gpus, flavor)

@@ -1,0 +1,161 @@
+"""Lease leader election for the controller and the scheduler, through the gateway's `_Api`.
+
+`LeaseLeaderElector` follows client-go's leaderelection: a coordination.k8s.io/v1 Lease holds holderIdentity,
+leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender takes over only when the record it
+observed has not changed for a lease duration (measured on its own clock, so clock skew between replicas does
+not matter), and writes with the observed resourceVersion so that of two racing contenders only one wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from balancer.actuate.kubernetes import ConflictError, Json, NotFoundError, _Api, micro_time, parse_time
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+
+
+# ---- leader election -----------------------------------------------------------------------------------------
+
+
+LEDGER_ANNOTATION = "gputide.io/safety-ledger"  # the holder's SafetyLedger (JSON), inherited by the next holder
+MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on all annotations of an object
+
+
+class LeaseLeaderElector:
+    """client-go style leader election on a coordination.k8s.io/v1 Lease; call `try_acquire_or_renew()` each cycle.
+
+    It is also the loop's `LeaderElector` (`try_acquire(now)` / `release()`). The lease is timed on the elector's
+    own `clock` (wall time), not the loop's `now`: lease expiry is a matter between replicas, and a simulated
+    or skewed loop clock must not shorten or stretch it.
+
+    The Lease also carries the holder's safety ledger (cooldowns, evictions and migrations in their windows) in
+    the `gputide.io/safety-ledger` annotation: `save_state` writes it whenever the loop acted, `load_state` hands
+    a new holder what the previous one left, so a fail-over or restart never resets the safety budgets.
+    """
+
+    def __init__(self, api_client: Any, name: str, namespace: str, identity: str,
+                 lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] = time.time,
+                 *, max_retries: int = 0, sleep: Callable[[float], None] = time.sleep) -> None:
+        if renew_deadline_s >= lease_duration_s:
+            raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
+        self.api = _Api(api_client, max_retries, 0.1, sleep, 5.0)
+        self.name, self.namespace, self.identity = name, namespace, identity
+        self.lease_duration_s, self.renew_deadline_s, self.clock = int(lease_duration_s), renew_deadline_s, clock
+        self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
+        self._observed_at = 0.0                          # our clock when the record last changed
+        self._renewed_at: float | None = None            # our clock at our last successful write as holder
+        self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
+        self._inherited: str | None = None               # the ledger found on the Lease when we took it
+
+    @property
+    def is_leader(self) -> bool:
+        return self._renewed_at is not None and self.clock() - self._renewed_at < self.renew_deadline_s
+
+    def _spec(self, now: float, acquired: float, transitions: int, holder: str, duration: int) -> Json:
+        return {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": micro_time(acquired),
+                "renewTime": micro_time(now), "leaseTransitions": transitions}
+
+    def try_acquire_or_renew(self) -> bool:
+        now, what = self.clock(), f"lease {self.namespace}/{self.name}"
+        try:
+            lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
+        except NotFoundError:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": self._spec(now, now, 0, self.identity, self.lease_duration_s)}
+            return self._write(what, now, self.api.coordination.create_namespaced_lease, self.namespace, body)
+        except ActuationError as err:
+            log.warning("%s: %s", what, err)
+            return self.is_leader
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        duration = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
+        if holder and holder != self.identity and self._observed_at + duration > now:
+            self._renewed_at = None
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            acquired = parse_time(spec.get("acquireTime")) or now
+        else:
+            acquired, transitions = now, transitions + 1
+        annotations = self._annotations(lease)
+        taking_over = holder != self.identity or self._renewed_at is None
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace, "annotations": annotations,
+                             "resourceVersion": lease["metadata"]["resourceVersion"]},
+                "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
+        won = self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        if won and taking_over:
+            self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
+        return won
+
+    def _annotations(self, lease: Json) -> dict[str, str]:
+        """The Lease's annotations, with our safety ledger when we have one (a replace must carry them all)."""
+        out = dict((lease.get("metadata") or {}).get("annotations") or {})
+        if self._state is not None:
+            out[LEDGER_ANNOTATION] = self._state
+        return out
+
+    def load_state(self) -> str | None:
+        """The safety ledger the previous holder left on the Lease (once, after we took it over)."""
+        text, self._inherited = self._inherited, None
+        return text
+
+    def save_state(self, text: str) -> None:
+        """Keep our safety ledger on the Lease for whoever holds it next; written now if we hold it."""
+        if len(text) > MAX_LEDGER_BYTES:
+            log.warning("safety ledger of %d bytes not written to the Lease (limit %d)", len(text), MAX_LEDGER_BYTES)
+            return
+        self._state = text
+        if self.is_leader:
+            self.try_acquire_or_renew()
+
+    def try_acquire(self, now: float) -> bool:
+        """The loop's LeaderElector protocol: acquire or renew; True while this replica may act."""
+        return self.try_acquire_or_renew()
+
+    def _write(self, what: str, now: float, fn: Callable[..., Any], *args: Any) -> bool:
+        try:
+            written = self.api(what, fn, *args)
+        except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
+            log.info("%s: %s is not leader: %s", what, self.identity, err)
+            return False if isinstance(err, ConflictError) else self.is_leader
+        spec = written.get("spec") or {}
+        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"))
+        self._observed_at = self._renewed_at = now
+        return True
+
+    def release(self) -> bool:
+        """Give the lease up (holderIdentity empty) so another replica takes over at once; True if released."""
+        if not self.is_leader:
+            return False
+        now, what = self.clock(), f"lease {self.namespace}/{self.name}"
+        try:
+            lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                self._renewed_at = None
+                return False
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "annotations": self._annotations(lease),
+                                 "resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "spec": self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1)}
+            self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        except ActuationError as err:
+            log.warning("%s: release failed: %s", what, err)
+            return False
+        finally:
+            self._renewed_at = None
+        return True
+
+
+# ---- client construction -------------------------------------------------------------------------------------

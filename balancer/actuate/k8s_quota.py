@@ -1,0 +1,99 @@
+"""Kueue GPU quota moves between two ClusterQueues of a cohort, for the actuator's training scaling.
+
+`KueueQuota` reads a Job's Workloads and the ClusterQueues through the gateway's `_Api` and patches the queues'
+`nvidia.com/gpu` nominalQuota in one ResourceFlavor; which flavor is decided by the pure rules of `k8s_kueue`
+(the one Kueue admitted the Job under, else the only one both queues hold). The lender is lowered first, so the
+cohort's total never exceeds what exists, and restored if raising the borrower fails.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
+from balancer.actuate.kubernetes import (
+    GPU_RESOURCE,
+    KUEUE,
+    KUEUE_WORKLOADS,
+    MERGE_PATCH,
+    Json,
+    _Api,
+    quantity,
+)
+from balancer.errors import ActuationError, PermanentActuationError
+
+log = logging.getLogger(__name__)
+
+
+class KueueQuota:
+    def __init__(self, api: _Api) -> None:
+        self.api = api
+
+    def admitted_flavor(self, ns: str, name: str, job: Json) -> str | None:
+        """The GPU flavor Kueue admitted the Job under, from its Workload(s); None while it is not admitted.
+
+        Found by Kueue's `kueue.x-k8s.io/job-uid` label; a Workload without it (Kueue sets it only where the uid is
+        a valid label value) is found by its owner reference, at the cost of listing the namespace's Workloads."""
+        uid = job["metadata"].get("uid") or ""
+        what = f"kueue workloads of job {ns}/{name}"
+        items = self.api(what, self.api.custom.list_namespaced_custom_object, *KUEUE_WORKLOADS, ns, "workloads",
+                         label_selector=f"{JOB_UID_LABEL}={uid}").get("items") or []
+        if not items:
+            items = self.api(what, self.api.custom.list_namespaced_custom_object, *KUEUE_WORKLOADS, ns,
+                             "workloads").get("items") or []
+        return admitted_flavor([w for w in items if owned_by(w, uid)], GPU_RESOURCE, f"{ns}/{name}")
+
+    def check_queues(self, queues: tuple[str, str], flavor: str | None) -> tuple[str, str]:
+        """(flavor, cohort) of a quota move between two ClusterQueues, read fresh: both must be in one cohort and
+        hold GPU quota in `flavor` (None: in exactly one common flavor, `k8s_kueue.choose_flavor`)."""
+        read = {q: self._read_queue(q) for q in queues}
+        cohorts = {q: cq["spec"].get("cohort") or "" for q, cq in read.items()}
+        if not cohorts[queues[0]] or cohorts[queues[0]] != cohorts[queues[1]]:
+            raise PermanentActuationError(f"ClusterQueues {queues[0]}, {queues[1]} are not in one cohort: {cohorts}")
+        return choose_flavor(read, flavor, GPU_RESOURCE), cohorts[queues[0]]
+
+    def shift(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
+        """Move `gpus` of nominalQuota (nvidia.com/gpu) in one ResourceFlavor from one ClusterQueue to another in
+        the same cohort. Without `flavor`, the queues must hold GPU quota in exactly one common flavor (never a
+        guess between several); with it, both must hold quota in it. Nothing changes when either is not so.
+
+        The lender is lowered first, so the cohort's total never exceeds what exists; its lendingLimit is clamped
+        to the new nominal quota. If raising the borrower fails, the lender is restored (best effort)."""
+        if gpus <= 0:
+            raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
+        flavor, cohort = self.check_queues((from_queue, to_queue), flavor)
+        self._change_quota(from_queue, -gpus, flavor)
+        try:
+            self._change_quota(to_queue, gpus, flavor)
+        except ActuationError:
+            try:
+                self._change_quota(from_queue, gpus, flavor)
+            except ActuationError as undo:
+                log.error("kueue quota shift half-done, %s lost %d GPUs: %s", from_queue, gpus, undo)
+            raise
+        return f"kueue quota {gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
+
+    def _read_queue(self, name: str) -> Json:
+        return self.api(f"clusterqueue {name}", self.api.custom.get_cluster_custom_object, *KUEUE, name)
+
+    def _change_quota(self, queue: str, delta: int, flavor: str) -> None:
+        """Add `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay as they are)."""
+        def change(cq: Json) -> Json:
+            groups = cq["spec"].get("resourceGroups") or []
+            for group in groups:
+                for fl in group.get("flavors") or []:
+                    for res in fl.get("resources") or []:
+                        if res.get("name") == GPU_RESOURCE and fl.get("name") == flavor:
+                            nominal = int(quantity(res["nominalQuota"])) + delta
+                            if nominal < 0:
+                                raise PermanentActuationError(
+                                    f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")
+                            res["nominalQuota"] = nominal
+                            if "lendingLimit" in res and int(quantity(res["lendingLimit"])) > nominal:
+                                res["lendingLimit"] = nominal
+                            return {"spec": {"resourceGroups": groups}}
+            raise PermanentActuationError(f"clusterqueue {queue} has no {GPU_RESOURCE} quota (flavor {flavor})")
+
+        what = f"clusterqueue {queue}"
+        self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
+            what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
