@@ -41,8 +41,9 @@ from balancer import catalog
 from balancer.config import BalancerPolicy
 from balancer.errors import GputideError, InputError
 from balancer.model import ClusterSnapshot, Forecast, Plan
-from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, rise_allowance
+from balancer.plan.capacity import CapacityPolicy, ServiceCapacity
 from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.plan.capacity_plan import rise_allowance
 from balancer.plan.planner import PlannerState
 from balancer.yamlfile import expect_kind, read_yaml
 
@@ -158,7 +159,7 @@ class PrometheusDemandHistory:
 
 class RiseTracker:
     """A service's demand as the controller observed it each cycle, over the trailing `window_s`, and the burst
-    allowance learned from it (`balancer.plan.capacity.rise_allowance`), recomputed every `every_s`."""
+    allowance learned from it (`balancer.plan.capacity_plan.rise_allowance`), recomputed every `every_s`."""
 
     def __init__(self, lead_s: float, window_s: float, cap: float, every_s: float = 600.0) -> None:
         self.lead_s, self.window_s, self.cap, self.every_s = lead_s, window_s, cap, every_s

@@ -56,9 +56,9 @@ from balancer.plan.capacity import (
     CapacityPolicy,
     CapacityView,
     ServiceCapacity,
-    replicas_for,
     view_from_snapshot,
 )
+from balancer.plan.capacity_plan import replicas_for
 from balancer.sim import ServiceSpec, SimCluster, TrainingJobSpec
 
 PEAK_SHARE = 0.6            # at the window's peak the services need this share of their pools' GPUs

@@ -285,7 +285,8 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     from balancer.forecast.base import MODELS
     from balancer.forecast.online import DemandForecaster
     from balancer.forecast.service import ServiceForecaster
-    from balancer.plan.capacity import CapacityPolicy, reclaim_horizon_s
+    from balancer.plan.capacity import CapacityPolicy
+    from balancer.plan.capacity_plan import reclaim_horizon_s
 
     if args.forecast_model not in MODELS:
         raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))

@@ -12,7 +12,7 @@
   same least-cost preemption as gputide) when it grows again -- but only after the utilisation has already
   risen, so new replicas are still warming up when the demand arrives.
 
-Both return a `CapacityDecision` built with `balancer.plan.capacity.apply_targets`, so the three policies differ
+Both return a `CapacityDecision` built with `balancer.plan.capacity_plan.apply_targets`, so the three policies differ
 only in how they set replica targets.
 """
 
@@ -24,14 +24,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from balancer.model import ScaleInference
-from balancer.plan.capacity import (
-    CapacityDecision,
-    CapacityPolicy,
-    CapacityState,
-    CapacityView,
-    apply_targets,
-    capacity_split,
-)
+from balancer.plan.capacity import CapacityDecision, CapacityPolicy, CapacityState, CapacityView
+from balancer.plan.capacity_plan import apply_targets, capacity_split
 
 DEFAULT_POLICY = CapacityPolicy()
 

@@ -1,7 +1,7 @@
 """Capacity shifting inside the reconcile loop: the hotspot and co-location plan first, then the tidal plan.
 
 `plan_with_capacity` is the planner `gputide run` uses when the policy file's ``capacity.enabled`` is true. It
-runs `balancer.plan.planner.plan` (hotspots, co-location), then `balancer.plan.capacity.plan_capacity` on the
+runs `balancer.plan.planner.plan` (hotspots, co-location), then `balancer.plan.capacity_plan.plan_capacity` on the
 same snapshot with the cycle's forecasts, and appends the capacity actions (ScaleTraining shrinks before the
 ScaleInference that needs their GPUs, as `plan_capacity` orders them) to the plan. Every action of both then
 goes through the one safety chokepoint (`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle
@@ -31,13 +31,8 @@ from dataclasses import replace
 from balancer.config import BalancerPolicy
 from balancer.model import Action, ClusterSnapshot, Forecast, Migrate, Plan, ScaleTraining, WorkloadClass
 from balancer.plan import planner as planner_mod
-from balancer.plan.capacity import (
-    CapacityPolicy,
-    CapacityState,
-    ServiceCapacity,
-    plan_capacity,
-    view_from_snapshot,
-)
+from balancer.plan.capacity import CapacityPolicy, CapacityState, ServiceCapacity, view_from_snapshot
+from balancer.plan.capacity_plan import plan_capacity
 
 Planner = Callable[..., tuple[Plan, planner_mod.PlannerState]]
 

@@ -23,10 +23,8 @@ from balancer.plan.capacity import (
     JobView,
     ServiceCapacity,
     ServiceView,
-    plan_capacity,
-    replicas_for,
-    rise_allowance,
 )
+from balancer.plan.capacity_plan import plan_capacity, replicas_for, rise_allowance
 
 LEAD = 360.0
 POLICY = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_frac=0.0, min_hold_s=0.0)

@@ -187,7 +187,8 @@ def _flat(level):
 
 def test_pending_replicas_the_forecast_needs_get_gpus_from_training_without_a_second_request():
     from balancer.plan.capacity import CapacityPolicy as PlannerPolicy
-    from balancer.plan.capacity import CapacityState, plan_capacity
+    from balancer.plan.capacity import CapacityState
+    from balancer.plan.capacity_plan import plan_capacity
 
     d = plan_capacity(_pending_view(asked=8, placed=5, demand=60.0), _flat(60.0), PlannerPolicy(), CapacityState())
     shrinks = [a for a in d.actions if isinstance(a, ScaleTraining)]
@@ -197,7 +198,8 @@ def test_pending_replicas_the_forecast_needs_get_gpus_from_training_without_a_se
 
 def test_pending_replicas_the_forecast_does_not_need_take_no_gpu_from_training():
     from balancer.plan.capacity import CapacityPolicy as PlannerPolicy
-    from balancer.plan.capacity import CapacityState, plan_capacity
+    from balancer.plan.capacity import CapacityState
+    from balancer.plan.capacity_plan import plan_capacity
 
     d = plan_capacity(_pending_view(asked=8, placed=5, demand=20.0), _flat(20.0),
                       PlannerPolicy(min_hold_s=1e9), CapacityState())

@@ -17,11 +17,8 @@ from balancer.plan.capacity import (
     JobView,
     ServiceCapacity,
     ServiceView,
-    forecast_peak,
-    plan_capacity,
-    reclaim_horizon_s,
-    replicas_for,
 )
+from balancer.plan.capacity_plan import forecast_peak, plan_capacity, reclaim_horizon_s, replicas_for
 
 STEP = 600.0
 POLICY = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_replicas=1, dead_band_frac=0.0, min_hold_s=1800.0)

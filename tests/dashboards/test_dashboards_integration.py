@@ -8,7 +8,7 @@ The controller runs as `gputide run` would, except for its ends: telemetry comes
 advances simulated time (120 x wall time). The hotspot scenario's cooling fault starts at once so the loop has
 hot GPUs to act on. The forecaster is the online `DemandForecaster` (persistence model, one-minute buckets,
 five-minute horizon, so its rolling error is scored within the run) behind `ServiceForecaster`, and the
-capacity planner (`balancer.plan.capacity.plan_capacity`) is wrapped around the planner so that the loans and
+capacity planner (`balancer.plan.capacity_plan.plan_capacity`) is wrapped around the planner so that the loans and
 per-service targets it decides reach the loop's metrics; its actions are not applied (capacity shifting is not
 part of the hotspot scenario). The pods' watch follows the fake Kubernetes API server (tests/k8s/fakeapi.py), as
 `gputide run`'s does, for the controller dashboard's watch panel.
@@ -75,7 +75,7 @@ def _controller(sim, lock, metrics):
     from balancer.forecast.online import DemandForecaster
     from balancer.forecast.service import ServiceForecaster
     from balancer.loop import Reconciler
-    from balancer.plan import capacity
+    from balancer.plan import capacity, capacity_plan
     from balancer.plan import planner as planner_mod
     from balancer.telemetry.sim import SimTelemetrySource
 
@@ -86,7 +86,7 @@ def _controller(sim, lock, metrics):
 
     def plan_with_capacity(snapshot, forecasts, pol, state):
         plan, state = planner_mod.plan(snapshot, forecasts, pol, state)
-        decision = capacity.plan_capacity(capacity.view_from_snapshot(snapshot, profiles), forecasts or {},
+        decision = capacity_plan.plan_capacity(capacity.view_from_snapshot(snapshot, profiles), forecasts or {},
                                           capacity.CapacityPolicy(), cap_state[0])
         cap_state[0] = decision.state
         return plan, replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets))

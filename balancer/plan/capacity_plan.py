@@ -1,0 +1,411 @@
+"""Tidal capacity shifting: loan inference GPUs to training at the ebb, reclaim them ahead of the flood.
+
+Inference is sized for its daily peak, so most of the day part of its GPUs idle while training queues. From the
+demand forecast of each service this planner decides, every cycle, how many replicas each service needs and
+moves the rest of the GPUs to elastic training:
+
+* **Reclaim ahead of the rise.** A service's replica floor covers the forecast quantile (p90 by default) over
+  ``[now, now + warm-up + margin]``, so a replica started now is warm before the demand it is for arrives: the
+  scale-up happens at least the warm-up lead time ahead of the rise. It also covers the demand observed now
+  (a burst the forecast missed), so the predictive floor never sits below what a reactive HPA would ask for.
+* **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan
+  horizon (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart
+  and buys nothing.
+* **Burst floor learned from the past.** The forecast misses bursts (a client's batch job, a retry storm): a
+  service never sits below the demand now times ``1 + burst``, where ``burst`` is the largest relative rise the
+  demand made within one warm-up lead over the trailing window (`rise_allowance`; with n exchangeable past
+  rises the largest covers the next one with probability n/(n+1), a conformal bound). Replicas sized so can
+  absorb any rise seen recently while new ones warm up. And it never loans while demand is rising.
+* **Reactive safety net.** When a service's p99 latency reaches ``emergency_pressure`` of its SLO (replicas
+  slower than their profile says, or a burst beyond every bound), it grows by ``emergency_step`` at once, like
+  an HPA under the predictive floor.
+* **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
+  the whole forecast is scaled up by that ratio (a level correction).
+* **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
+  service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
+  the replicas its peaks need instead of flapping.
+* **Cheapest preemption.** GPUs a scale-up needs come first from idle GPUs of the service's allowed models,
+  then from elastic training ranked by preemption cost: lowest priority first, then least work lost since the
+  last checkpoint (a resize restarts the job from its checkpoint). Jobs shrink to their elastic minimum before
+  any job is suspended.
+* **Loaned GPUs go to training.** Idle GPUs left after inference's claims grow elastic jobs (highest priority
+  first) up to their elastic maximum.
+
+Everything here is pure: `plan_capacity(view, forecasts, policy, state)` returns the actions, the capacity split
+and the per-service GPU targets (for the `gputide_capacity_gpus{class}` and `gputide_capacity_target_gpus{service}`
+gauges) and the next hysteresis state. `balancer.plan.capacity.view_from_snapshot` derives the view from a `ClusterSnapshot`.
+
+Expected gains, in one unit per action type: a scale-up's gain is the SLO-safe capacity (req/s) it adds,
+``(target - replicas) x rps_per_replica`` (never zero, so the safety guard's minimum gain cannot veto the
+headroom a reclaim is for); a loan's gain, and a training growth's, is the A100-equivalent GPU-hours it
+gives training over the loan horizon; a training shrink carries the gain of the scale-up it makes room for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+import numpy as np
+
+from balancer.model import Action, Forecast, ScaleInference, ScaleTraining
+from balancer.plan.capacity import (
+    CapacityDecision,
+    CapacityPolicy,
+    CapacitySplit,
+    CapacityState,
+    CapacityView,
+    JobView,
+    ServiceCapacity,
+    ServiceView,
+)
+
+# ---- shared pool bookkeeping (also used by the static and reactive baselines) ---------------------------------
+
+
+def _allowed(models: frozenset[str] | None, model: str) -> bool:
+    return models is None or model in models
+
+
+class Pools:
+    """Mutable scratch accounting for one planning pass: idle GPUs per model and the jobs' planned sizes."""
+
+    def __init__(self, view: CapacityView) -> None:
+        self.free = dict(view.free)
+        self.jobs = {j.name: j for j in view.jobs}
+        self.workers = {j.name: j.workers for j in view.jobs}
+        self.held = {j.name: dict(j.gpus_by_model) for j in view.jobs}
+
+    def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
+        """Claim up to `gpus` idle GPUs of the allowed models; returns how many were claimed."""
+        got = 0
+        for m in sorted(self.free, key=lambda k: -self.free[k]):
+            if got >= gpus:
+                break
+            if _allowed(models, m):
+                n = min(self.free[m], gpus - got)
+                self.free[m] -= n
+                got += n
+        return got
+
+    def release(self, service: ServiceView, gpus: int) -> None:
+        """Return GPUs a scale-down frees to the idle pool, on the models the service holds most of."""
+        held = dict(service.gpus_by_model)
+        for m in sorted(held, key=lambda k: -held[k]):
+            n = min(held[m], gpus)
+            self.free[m] = self.free.get(m, 0) + n
+            gpus -= n
+        if gpus > 0:  # unplaced (warming or pending) replicas: credit an allowed model
+            m = min(service.profile.models or self.free or {"any": 0})
+            self.free[m] = self.free.get(m, 0) + gpus
+
+    def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
+        """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first."""
+
+        def usable(j: JobView) -> int:
+            return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
+
+        ranked = sorted(
+            (j for j in self.jobs.values() if usable(j) > 0),
+            key=lambda j: (j.priority, j.restart_cost_gpu_h, j.name),
+        )
+        # without suspension a job keeps one worker even when its elastic minimum is 0
+        floors = [lambda j: max(j.elastic_min, 0 if allow_suspend else 1)] + ([lambda j: 0] if allow_suspend else [])
+        got = 0
+        for floor in floors:
+            for j in ranked:
+                if got >= gpus:
+                    return got
+                gpw = max(j.gpus_per_worker, 1)
+                spare = min(self.workers[j.name], j.placed_workers) - floor(j)
+                if spare <= 0 or usable(j) <= 0:
+                    continue
+                k = min(spare, math.ceil((gpus - got) / gpw), usable(j) // gpw or 1)
+                self.workers[j.name] -= k
+                freed = k * gpw
+                for m in sorted(self.held[j.name]):
+                    if freed <= 0:
+                        break
+                    if _allowed(models, m):
+                        n = min(self.held[j.name][m], freed)
+                        self.held[j.name][m] -= n
+                        freed -= n
+                        got += n
+        return got
+
+    def grow_training(self) -> None:
+        """Give the idle GPUs to elastic jobs (highest priority first) up to their elastic maximum."""
+        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.name)):
+            gpw = max(j.gpus_per_worker, 1)
+            if self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
+                continue  # already waiting for GPUs, or being shrunk this cycle
+            room = j.elastic_max - self.workers[j.name]
+            for m in sorted(self.free, key=lambda k: -self.free[k]):
+                if room <= 0:
+                    break
+                if _allowed(j.models, m) and self.free[m] >= gpw:
+                    k = min(room, self.free[m] // gpw)
+                    self.free[m] -= k * gpw
+                    self.workers[j.name] += k
+                    room -= k
+
+    def training_actions(
+        self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float
+    ) -> list[Action]:
+        out: list[Action] = []
+        for name, j in sorted(self.jobs.items()):
+            new = self.workers[name]
+            if new == j.workers:
+                continue
+            if new < j.workers:
+                out.append(
+                    ScaleTraining(
+                        job=name,
+                        workers=new,
+                        previous_workers=j.workers,
+                        expected_gain=gain_down.get(name, 0.0),
+                        reclaim=True,
+                        reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
+                        f"(priority {j.priority}, elastic min {j.elastic_min})",
+                    )
+                )
+            else:
+                gain = (new - j.workers) * j.gpus_per_worker * j.speed * hours
+                out.append(
+                    ScaleTraining(
+                        job=name,
+                        workers=new,
+                        previous_workers=j.workers,
+                        expected_gain=gain,
+                        reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs",
+                    )
+                )
+        return out
+
+
+def capacity_split(view: CapacityView, targets: Mapping[str, int]) -> CapacitySplit:
+    loaned = sum(
+        max(0, s.profile.home_replicas - s.replicas) * s.profile.gpus_per_replica for s in view.services
+    )
+    return CapacitySplit(
+        inference=view.inference_gpus,
+        training=view.training_gpus,
+        loaned=min(loaned, view.training_gpus),
+        idle=int(sum(view.free.values())),
+    )
+
+
+def apply_targets(
+    view: CapacityView,
+    new: Mapping[str, int],
+    policy: CapacityPolicy,
+    reasons: Mapping[str, str],
+    gains: Mapping[str, float],
+    hold: frozenset[str] = frozenset(),
+) -> tuple[list[Action], list[str]]:
+    """Turn per-service replica targets into ordered actions: each inference change right after the training
+    shrinks that free its GPUs (so a per-cycle action cap that cuts the list leaves whole units: never GPUs freed
+    for a scale-up that was cut), then the remaining shrinks, then training growth. Services in `hold` keep what
+    they asked for but get no GPUs freed for replicas still pending."""
+    pools = Pools(view)
+    notes: list[str] = []
+    shrink_gain: dict[str, float] = {}
+    inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
+    shrunk: list[str] = []  # jobs in the order a service first shrank them
+    granted: dict[str, int] = {}
+    for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):  # scale-downs first
+        p = s.profile
+        delta = new[p.name] - s.replicas
+        if delta < 0:
+            pools.release(s, -delta * p.gpus_per_replica)
+            granted[p.name] = new[p.name]
+        elif delta > 0 and p.name in hold:
+            granted[p.name] = s.replicas  # pending replicas the forecast does not need: no GPU freed for them
+        elif delta > 0:
+            want = delta * p.gpus_per_replica
+            got = pools.take_free(p.models, want)
+            if got < want:
+                before = dict(pools.workers)
+                got += pools.shrink_for(p.models, want - got, policy.allow_suspend)
+                for job, w in pools.workers.items():
+                    if w < before[job]:
+                        shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
+                        if job not in shrunk:
+                            shrunk.append(job)
+            add = got // p.gpus_per_replica
+            if add < delta:
+                notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed")
+            granted[p.name] = s.replicas + add
+        else:
+            granted[p.name] = s.replicas
+        # replicas already asked for but pending for want of a GPU need GPUs (freed above), not a second request;
+        # a scale-up that could free fewer GPUs than it wanted never lowers what was asked
+        asked = s.asked
+        if (granted[p.name] > asked) if delta > 0 else (granted[p.name] != asked):
+            inference.append((
+                ScaleInference(
+                    service=p.name,
+                    replicas=granted[p.name],
+                    previous_replicas=asked,
+                    reason=reasons[p.name],
+                    expected_gain=gains.get(p.name, 0.0),
+                ),
+                len(shrunk),
+            ))
+    pools.grow_training()
+    hours = policy.loan_horizon_s / 3600.0
+    training = pools.training_actions(
+        "loan idle GPUs to training", "make room for inference", shrink_gain, hours
+    )
+    shrinks = {a.job: a for a in training if a.workers < a.previous_workers}
+    grows = [a for a in training if a.workers > a.previous_workers]
+    ordered: list[Action] = []
+    done = 0
+    for action, needs in inference:
+        ordered += [shrinks.pop(j) for j in shrunk[done:needs] if j in shrinks]
+        done = max(done, needs)
+        ordered.append(action)
+    return ordered + list(shrinks.values()) + grows, notes
+
+
+# ---- the tidal planner ---------------------------------------------------------------------------------------
+
+
+def replicas_for(rps: float, profile: ServiceCapacity, headroom: float) -> int:
+    need = math.ceil(max(rps, 0.0) * (1.0 + headroom) / profile.rps_per_replica - 1e-9)
+    return int(min(max(need, profile.min_replicas), profile.max_replicas))
+
+
+def forecast_peak(fc: Forecast, quantile: float, now: float, horizon_s: float) -> float:
+    """Largest forecast `quantile` (nearest available) over [now, now + horizon_s]."""
+    q = min(fc.quantiles, key=lambda k: abs(k - quantile))
+    start = max(now - fc.issued_at, 0.0)
+    return fc.window_max(q, start, start + horizon_s)
+
+
+def level_correction(fc: Forecast, now: float, demand_rps: float, cap: float) -> float:
+    """How far demand now runs above the forecast median for now (1 when it does not), at most `cap`."""
+    q = min(fc.quantiles, key=lambda k: abs(k - 0.5))
+    start = max(now - fc.issued_at, 0.0)
+    median = fc.window_max(q, start, start)
+    if median <= 0:
+        return 1.0 if demand_rps <= 0 else cap
+    return float(min(max(demand_rps / median, 1.0), cap))
+
+
+def reclaim_horizon_s(profile: ServiceCapacity, policy: CapacityPolicy) -> float:
+    return profile.warmup_s + policy.reclaim_margin_s
+
+
+def rise_allowance(times: np.ndarray, values: np.ndarray, lead_s: float, cap: float = 3.0) -> float:
+    """The largest relative rise of demand within `lead_s` after any observed moment: ``max over i of
+    (max y over (t_i, t_i + lead_s]) / y_i - 1``, at least 0 and at most `cap`.
+
+    Rises are relative to a level floored at 5% of the mean demand (as conformal residuals are), so a quiet
+    night's 2 -> 4 req/s is not read as a 100% burst. Vectorised over the samples: one shifted maximum per
+    sample offset inside the lead."""
+    t = np.asarray(times, dtype=float)
+    y = np.asarray(values, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(y)
+    t, y = t[ok], y[ok]
+    if y.size < 2:
+        return 0.0
+    base = np.maximum(y, max(0.05 * float(np.mean(np.abs(y))), 1e-9))
+    ahead = np.full(y.size, -np.inf)
+    for k in range(1, y.size):
+        within = t[k:] - t[:-k] <= lead_s + 1e-9
+        if not within.any():
+            break
+        ahead[:-k] = np.where(within, np.maximum(ahead[:-k], y[k:]), ahead[:-k])
+    rise = (ahead - y) / base
+    rise = rise[np.isfinite(rise)]
+    return float(min(max(rise.max(initial=0.0), 0.0), cap))
+
+
+def plan_capacity(
+    view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
+) -> CapacityDecision:
+    """Replica floors from the forecast, with hysteresis on the way down, then the GPU moves they imply."""
+    new: dict[str, int] = {}
+    reasons: dict[str, str] = {}
+    gains: dict[str, float] = {}
+    holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
+    last = dict(state.last_change)
+    seen = dict(state.last_demand)
+    hours = policy.loan_horizon_s / 3600.0
+    for s in view.services:
+        p = s.profile
+        fc = forecasts.get(p.name)
+        t0, d0, slope0 = seen.get(p.name, (view.time, s.demand_rps, 0.0))
+        slope = (s.demand_rps - d0) / (view.time - t0) if view.time > t0 else 0.0
+        seen[p.name] = (view.time, s.demand_rps, slope)
+        # a ramp (two rises in a row; one step between two samples is not a trend) is projected over the
+        # warm-up lead at its slower slope, at most to max_level_correction x the demand now
+        trend = min(slope, slope0) if slope > 0 and slope0 > 0 else 0.0
+        ramp = min(s.demand_rps + trend * (p.warmup_s + view.time - t0), s.demand_rps * policy.max_level_correction)
+        # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
+        now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp), p, policy.headroom)
+        # speculative spare (bursts, ramps, forecast quantiles) never beyond what static sizing for the peak
+        # would hold, unless the demand now needs more
+        cap = max(p.home_replicas, replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else None
+        if cap is not None:
+            now_need = min(now_need, cap)
+        settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
+        if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
+            now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
+                                         p.max_replicas))
+        asked = s.asked
+        if fc is None or fc.horizon == 0:
+            new[p.name] = max(asked, now_need)
+            reasons[p.name] = "no forecast: hold, or follow current demand up"
+            gains[p.name] = max(0, new[p.name] - s.replicas) * p.rps_per_replica
+            continue
+        lead = reclaim_horizon_s(p, policy)
+        level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
+        peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, lead)
+        up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
+        up_need = min(up_need, cap) if cap is not None else up_need
+        target = asked
+        if up_need > s.replicas:  # more than the replicas holding GPUs: keep what was asked, or ask more
+            target = max(up_need, asked)
+            reasons[p.name] = (
+                f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
+                f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas"
+            )
+            gains[p.name] = (target - s.replicas) * p.rps_per_replica
+        else:
+            peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
+            down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
+            band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
+            held = view.time - last.get(p.name, -math.inf)
+            calm = slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
+            if asked - down_need >= band and held >= policy.min_hold_s and calm:
+                target = down_need
+                reasons[p.name] = (
+                    f"loan to training: p{round(policy.quantile * 100)} demand stays below "
+                    f"{peak_loan:.0f} req/s for {policy.loan_horizon_s / 3600:.1f} h"
+                )
+                gains[p.name] = (asked - down_need) * p.gpus_per_replica * hours
+        new[p.name] = target
+        if p.name not in reasons:
+            reasons[p.name] = "hold"
+            holding.add(p.name)
+    actions, notes = apply_targets(view, new, policy, reasons, gains, frozenset(holding))
+    for a in actions:
+        if isinstance(a, ScaleInference):
+            last[a.service] = view.time
+    targets = {s.profile.name: new[s.profile.name] * s.profile.gpus_per_replica for s in view.services}
+    return CapacityDecision(
+        actions=tuple(actions),
+        split=capacity_split(view, targets),
+        targets=MappingProxyType(targets),
+        state=CapacityState(MappingProxyType(last), MappingProxyType(seen)),
+        notes=tuple(notes),
+    )
+
+
+def with_home_replicas(profile: ServiceCapacity, peak_rps: float, headroom: float) -> ServiceCapacity:
+    """The profile with `home_replicas` set to what the service's own peak needs (the static allotment)."""
+    return replace(profile, home_replicas=replicas_for(peak_rps, profile, headroom))
