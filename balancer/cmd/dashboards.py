@@ -45,7 +45,8 @@ def run_render(args: argparse.Namespace) -> int:
     range_s = dr.parse_duration(args.range)
     step = dr.parse_duration(args.step, "--step") if args.step else None
     try:
-        report = dr.render(args.prometheus, Path(args.out), dashboards_dir=Path(args.dashboards_dir),
+        report = dr.render(args.prometheus, Path(args.out),
+                           dashboards_dir=Path(args.dashboards_dir or dr.DEFAULT_DASHBOARDS_DIR),
                            uid=args.dashboard, range_s=range_s, end=_end(args.end), step=step)
     except TelemetryUnavailable as exc:
         print(f"gputide: error: {exc}", file=sys.stderr)
@@ -59,8 +60,8 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from balancer.dashboards_render import DEFAULT_DASHBOARDS_DIR
-
+    # nothing heavy here: every gputide command builds every parser, and the renderer imports matplotlib, which
+    # needs a writable home the exporter and the power-cap agent (read-only root filesystem) do not have
     parser = subparsers.add_parser("dashboards", help="build the Grafana dashboards or render them to PNG")
     sub = parser.add_subparsers(dest="dashboards_command", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="regenerate dashboards/*.json from the Python sources")
@@ -74,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--range", default="1h", help="time range ending at --end (default 1h)")
     r.add_argument("--end", default="now", help="end of the range: now, unix seconds or ISO 8601")
     r.add_argument("--step", default=None, help="query step (default: range / 300)")
-    r.add_argument("--dashboards-dir", default=str(DEFAULT_DASHBOARDS_DIR), help="where the JSON files are")
+    r.add_argument("--dashboards-dir", default=None,
+                   help="where the JSON files are (default: $GPUTIDE_DASHBOARDS_DIR, else the repository's dashboards/)")
     r.add_argument("--require-data", action="store_true", help="exit 1 if any panel had no data")
     r.set_defaults(func=run_render)
