@@ -203,6 +203,8 @@ class Reconciler:
         self._reload_policy()
         if not self.elector.try_acquire(now):
             self.metrics.leader.set(0)
+            if self._leading:   # demoted: what it reported as leader is no longer its to report
+                self.metrics.standby()
             self._leading = False
             return CycleReport("standby", "not the leader")
         self.metrics.leader.set(1)

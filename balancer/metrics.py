@@ -150,6 +150,19 @@ class ControllerMetrics:
         for over in WAITING_OVER_S:
             self.training_waiting.labels(over).set(0)
 
+    def standby(self) -> None:
+        """A replica that stopped acting (it lost its Lease) stops reporting what it saw while it acted: fail-static,
+        capacity, forecasts, fragmentation and waiting jobs go back to empty, so alerts and dashboard sums count
+        the leader only, not also the frozen values of a former one."""
+        self.set_fail_static(None)
+        self.set_capacity({}, {})
+        self.set_capacity_holding("")
+        self.forecast_demand.clear()
+        self.set_forecast_for_now({})
+        self.set_forecast_error({})
+        self.set_fragmentation({})
+        self.set_training_waiting({})
+
     def follow_watch(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
         self.watches.follow(resource, synced, failures)
 

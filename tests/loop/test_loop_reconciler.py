@@ -214,3 +214,23 @@ def test_forecasts_reach_the_metrics_and_a_failing_forecaster_does_not_stop_the_
     reports = cycles(sim, rec, 3)
     assert [r.status for r in reports] == ["ok", "ok", "ok"] and len(calls) == 3
     assert reg.get_sample_value("gputide_forecast_demand", {"service": "svc", "quantile": "0.9", "horizon": "1h"}) == 95
+
+
+def test_a_demoted_replica_stops_reporting_the_fleet_it_saw_as_leader():
+    sim = hot_sim()
+    lease = InMemoryLease(duration_s=90.0)
+    a, reg_a = loop_for(sim, elector=InMemoryLeaderElector(lease, "a"))
+    b, _ = loop_for(sim, elector=InMemoryLeaderElector(lease, "b"))
+    for _ in range(3):
+        sim.step()
+        assert a.run_once().status == "ok"
+    busy = reg_a.get_sample_value("gputide_capacity_gpus", {"class": "inference"})
+    assert busy and busy > 0
+    assert any(m.name == "gputide_fragmentation_ratio" and m.samples for m in reg_a.collect())
+    sim.step()
+    sim.step()   # a missed its renewals: b takes over
+    assert b.run_once().status == "ok"
+    assert a.run_once().status == "standby"
+    assert reg_a.get_sample_value("gputide_capacity_gpus", {"class": "inference"}) == 0
+    assert not any(m.name == "gputide_fragmentation_ratio" and m.samples for m in reg_a.collect())
+    assert reg_a.get_sample_value("gputide_fail_static") == 0 and reg_a.get_sample_value("gputide_leader") == 0
