@@ -51,7 +51,9 @@ def build() -> dashboard.Dashboard:
             [q(f"gputide_unallocatable_gpus{{{MODEL}}}", "{{modelName}}")], stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "GPUs by workload class", "GPUs per workload class from the attribution join "
-            "(class:gpu_count:sum).", "none",
+            "(class:gpu_count:sum). On a real cluster the pods come from the kubelet or dcgm-exporter, which do not "
+            "know their class: they show as unknown, and the Tidal Capacity dashboard's GPUs by class "
+            "(gputide_capacity_gpus, from the controller) splits them.", "none",
             [q(f"sum by (workload_class) (class:gpu_count:sum{{{CLUSTER}}})", "{{workload_class}}")],
             stack=True, min_val=0))
         .with_panel(timeseries_panel(
