@@ -69,6 +69,18 @@ def test_write_config_copies_rules_and_can_shorten_alert_for(tmp_path):
     assert fors == {"0s"}
 
 
+def test_the_normalised_series_are_evaluated_every_15_s_except_on_a_managed_server(tmp_path):
+    """The rules file pins the normalisation group to 15 s (the controller's freshness check counts on it); the
+    managed server's copy drops it, evaluating every group at its own (scrape) interval."""
+    shipped = yaml.safe_load(next(p for p in default_rule_files() if p.name == "gputide-recording.yaml").read_text())
+    group = next(g for g in shipped["groups"] if g["name"] == "gputide-gpu-normalise")
+    assert group["interval"] == "15s"
+    write_config(tmp_path, [Target("a", "h:1")], default_rule_files())
+    copied = yaml.safe_load((tmp_path / "rules" / "gputide-recording.yaml").read_text())
+    assert all("interval" not in g for g in copied["groups"])
+    assert [g["name"] for g in copied["groups"]] == [g["name"] for g in shipped["groups"]]
+
+
 def test_a_missing_binary_says_how_to_install_it(tmp_path):
     server = PrometheusServer([], binary="prometheus-does-not-exist", directory=tmp_path)
     with pytest.raises(PrometheusNotInstalled, match="apt-get install prometheus"):
