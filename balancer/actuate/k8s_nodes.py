@@ -76,16 +76,21 @@ class NodeAnnotationCaps:
     """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts} from this node's annotation.
 
     Same contract as exporters.power_caps.JsonFileCaps: an API error is logged and reads as no caps, so the
-    agent keeps the limits it already applied."""
+    agent keeps the limits it already applied; `failed` says whether the last read was such an error (the agent
+    counts it as a failed sync, which an alert watches)."""
 
     def __init__(self, api_client: Any, node: str, annotation: str = POWER_CAP_ANNOTATION,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.api = _Api(api_client, 1, 0.5, sleep, 5.0)
         self.node, self.annotation = node, annotation
+        self.failed = False
 
     def read(self) -> dict[str, float]:
         try:
-            return read_power_caps(self.api(f"node {self.node}", self.api.core.read_node, self.node), self.annotation)
+            caps = read_power_caps(self.api(f"node {self.node}", self.api.core.read_node, self.node), self.annotation)
         except ActuationError as err:
             log.error("power caps of node %s unreadable, keeping current limits: %s", self.node, err)
+            self.failed = True
             return {}
+        self.failed = False
+        return caps

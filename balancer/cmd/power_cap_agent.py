@@ -12,7 +12,8 @@ unreadable annotation reads as no change: the GPUs keep the limits already appli
 
 `/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
 `gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}`
-(`applied`, `unchanged`, `failed`). The exporter's next scrape reports the new limit as
+(`applied`, `unchanged`, `failed`: the node unreadable or NVML raising; alert `GputidePowerCapAgentFailing`). The
+exporter's next scrape reports the new limit as
 `DCGM_FI_DEV_POWER_MGMT_LIMIT`. Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 2 bad input.
 """
 
@@ -39,7 +40,8 @@ class AgentMetrics:
         self.last_sync = Gauge("gputide_power_cap_agent_last_sync_timestamp_seconds",
                                "When the agent last read its node's requested caps.", registry=registry)
         self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
-                             "unchanged, failed (the backend raised).", ["result"], registry=registry)
+                             "unchanged, failed (the node's caps unreadable, or NVML raised).", ["result"],
+                             registry=registry)
         for result in ("applied", "unchanged", "failed"):
             self.syncs.labels(result=result)
 
@@ -53,6 +55,9 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
         metrics.syncs.labels(result="failed").inc()
         log.error("power caps not applied: %s", exc)
         return {}
+    if getattr(getattr(agent, "source", None), "failed", False):   # the node's caps could not be read
+        metrics.syncs.labels(result="failed").inc()
+        return applied
     metrics.last_sync.set(clock())
     metrics.syncs.labels(result="applied" if applied else "unchanged").inc()
     for uuid, watts in applied.items():

@@ -223,7 +223,9 @@ def test_exporter_runs_on_gpu_nodes_and_only_the_power_cap_agent_is_privileged(o
         assert {"port": args.port, "protocol": "TCP"} in policy["ingress"][0]["ports"]
         endpoints = one(overlay, "PodMonitor", "gputide-exporter")["spec"]["podMetricsEndpoints"]
         port_name = next(p["name"] for p in agent["ports"] if p["containerPort"] == args.port)
-        assert port_name in [e["port"] for e in endpoints]
+        (endpoint,) = [e for e in endpoints if e["port"] == port_name]
+        assert {"targetLabel": "job", "replacement": "gputide/gputide-power-cap-agent", "action": "replace"} in \
+            endpoint["relabelings"]   # its own job: GputidePowerCapAgentDown, not the exporter's alert
     else:
         assert set(containers) == {"exporter"}
         assert one(overlay, "NetworkPolicy", "gputide-exporter")["spec"]["egress"] == []   # the driver only

@@ -54,15 +54,18 @@ def test_an_unreadable_annotation_keeps_the_limits_and_a_failing_backend_does_no
     a, metrics, reg = agent
     KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap("GPU-0", 500.0), None)
     sync_once(a, metrics)
-    kube.inject("GET", r"/nodes/n1$", 500, count=4)
+    kube.inject("GET", r"/nodes/n1$", 500, count=2)   # the read and its one retry
     assert sync_once(a, metrics) == {} and gpus[0].limit_mw == 500_000
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 1   # not "unchanged"
 
     class Broken:
         def sync(self):
             raise RuntimeError("NVML gone")
 
     assert sync_once(Broken(), metrics) == {}
-    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 1
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
+    assert sync_once(a, metrics) == {}   # the API answers again: no change to apply, not a failure
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
 
 
 def test_the_cli_applies_once_against_a_kubeconfig(kube, api, kubeconfig, gpus, monkeypatch, clock):
