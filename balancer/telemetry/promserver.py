@@ -40,7 +40,8 @@ import yaml
 from balancer.errors import GputideError
 
 INSTALL_HINT = "install Debian's prometheus package: apt-get install prometheus (or make test does it)"
-RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+# the repository's rules/, or where an installed copy keeps them (the image sets GPUTIDE_RULES_DIR=/opt/gputide/rules)
+RULES_DIR = Path(os.environ.get("GPUTIDE_RULES_DIR") or Path(__file__).resolve().parents[2] / "rules")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -345,6 +345,13 @@ def test_dockerfile_builds_a_non_root_image_with_gputide_as_entrypoint():
     user = by_kind["USER"][-1].split(":")[0]
     assert user not in ("root", "0")
     assert json.loads(by_kind["ENTRYPOINT"][-1]) == ["gputide"]
+    # what the code reads from outside the package at run time is in the image, where the ENV says
+    for env, source in (("GPUTIDE_DASHBOARDS_DIR", "dashboards/*.json"), ("GPUTIDE_RULES_DIR", "rules/*.yaml")):
+        where = re.search(rf"{env}=(\S+)", text).group(1)
+        assert f"COPY {source} {where}/" in text
+        assert f"!{source}" in (ROOT / "deploy" / "Dockerfile.dockerignore").read_text()
+    ports = {int(p) for p in by_kind["EXPOSE"][-1].split()}
+    assert {9835, 9836, 9837} <= ports   # exporter, controller, scheduler / power-cap agent
 
 
 def test_capacity_overlay_mounts_valid_profiles_and_builds_the_capacity_planner(tmp_path):

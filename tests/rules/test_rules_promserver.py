@@ -166,3 +166,15 @@ def test_a_relative_directory_works_from_any_working_directory(tmp_path, monkeyp
         assert server.directory == tmp_path / "out" / "prometheus"
     finally:
         server.stop()
+
+
+def test_an_installed_copy_finds_the_rules_where_gputide_rules_dir_says(tmp_path):
+    """In the image the package is installed away from the repository: GPUTIDE_RULES_DIR points at the rules."""
+    import subprocess
+    import sys
+
+    (tmp_path / "only.yaml").write_text("groups: []\n")
+    code = "from balancer.telemetry.promserver import default_rule_files; print([p.name for p in default_rule_files()])"
+    out = subprocess.run([sys.executable, "-c", code], env={"GPUTIDE_RULES_DIR": str(tmp_path), "PATH": "/usr/bin"},
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "['only.yaml']"
