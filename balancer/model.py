@@ -108,6 +108,7 @@ class NodeGpuFacts:
 
     headroom_c: Mapping[int, float]
     busy: frozenset[int] = frozenset()
+    unhealthy: frozenset[int] = frozenset()   # slots with bad memory (`gpu:memory_unhealthy:bool`): never free
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ Json = Mapping[str, Any]
 DOMAIN_LABEL = "gputide.io/nvlink-domain-size"
 NO_LABELS: Json = MappingProxyType({})
 BUSY_RANK = 1 << 20   # added to a busy slot's rank: after every free slot of any node
+UNHEALTHY_RANK = 2 * BUSY_RANK   # a GPU with bad memory comes after the busy ones: taken for free last of all
 
 
 def pod_request(req: Json) -> PodRequest:
@@ -203,12 +204,13 @@ class NodeFacts:
 class GpuFactsTable:
     """`NodeGpuFacts` per node as two padded matrices, built once per refresh so a pod's placement reads them with
     one lookup per node: `head[k, slot]` (°C of headroom, NaN unknown) and `rank[k, slot]` (free slots are the
-    lowest ranks: slots no pod is on first, then by index)."""
+    lowest ranks: slots no pod is on first, then by index; slots with bad memory last, after the busy ones, so
+    the topology and thermal scores never count on them while Kubernetes' count allows it)."""
 
     def __init__(self, facts: Mapping[str, NodeGpuFacts]) -> None:
         self.row = {name: k for k, name in enumerate(facts)}
         width = max((max(f.headroom_c, default=-1) + 1 for f in facts.values()), default=0)
-        width = max(width, max((max(f.busy, default=-1) + 1 for f in facts.values()), default=0), 1)
+        width = max(width, max((max(f.busy | f.unhealthy, default=-1) + 1 for f in facts.values()), default=0), 1)
         self.head = np.full((len(facts), width), np.nan)
         self.rank = np.tile(np.arange(width), (len(facts), 1))
         for k, f in enumerate(facts.values()):
@@ -216,6 +218,8 @@ class GpuFactsTable:
                 self.head[k, slot] = value
             for slot in f.busy:
                 self.rank[k, slot] += BUSY_RANK
+            for slot in f.unhealthy:
+                self.rank[k, slot] += UNHEALTHY_RANK
 
     def apply(self, state: ClusterState, nodes: Sequence[int] | None = None) -> None:
         """Headroom and free slots of the nodes in `state` (of `nodes`, indices, when given) that the table knows

@@ -455,16 +455,18 @@ class PrometheusTelemetrySource:
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:
         """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than
-        `stale_after_intervals` scrapes (a stale GPU is left out, never guessed), and the GPUs a pod is attributed
-        to (`gputide_gpu_workload_info`). Raises `TelemetryError` subclasses like `snapshot()`; the caller decides
+        `stale_after_intervals` scrapes (a stale GPU is left out, never guessed), the GPUs a pod is attributed
+        to (`attribution_query`) and those with bad memory (`gpu:memory_unhealthy:bool`). Raises `TelemetryError` subclasses like `snapshot()`; the caller decides
         what to do without the facts (the scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
         limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
                            f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} < {limit:g})")
         busy = {_sample(r)[0].get("UUID") for r in self._query(f"count by (UUID) ({attribution_query(sel)})")}
+        bad = {_sample(r)[0].get("UUID") for r in self._query(f"gpu:memory_unhealthy:bool{{{sel}}} == 1")}
         heads: dict[str, dict[int, float]] = {}
         used: dict[str, set[int]] = {}
+        unhealthy: dict[str, set[int]] = {}
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
         for r in rows:
             m, value = _sample(r)
@@ -475,7 +477,10 @@ class PrometheusTelemetrySource:
             h[int(slot)] = min(value, h.get(int(slot), math.inf))   # the hotter of duplicates
             if m.get("UUID") in busy:
                 used.setdefault(host, set()).add(int(slot))
-        return {host: NodeGpuFacts(h, frozenset(used.get(host, ()))) for host, h in heads.items()}
+            if m.get("UUID") in bad:
+                unhealthy.setdefault(host, set()).add(int(slot))
+        return {host: NodeGpuFacts(h, frozenset(used.get(host, ())), frozenset(unhealthy.get(host, ())))
+                for host, h in heads.items()}
 
     # ---- history --------------------------------------------------------------------------------------------
     def demand_history(self, promql: str, start: float, end: float, step_s: float) -> pd.Series:

@@ -80,3 +80,13 @@ def test_failing_facts_are_reported_once_retried_after_the_ttl_and_never_hold_a_
     assert sum("GPU facts unavailable" in r.message for r in caplog.records) == 1
     clock.now = 40.0
     assert placer(ONE, nodes) == "b" and not placer.facts_failing          # back: the cool node wins
+
+
+def test_a_gpu_with_bad_memory_is_the_last_slot_counted_free():
+    # Kubernetes says 2 of 4 free; slot 0 is idle but its memory is unhealthy, slot 3 is busy: 1 and 2 are free
+    facts = {"n": NodeGpuFacts({s: 20.0 for s in range(4)}, frozenset({3}), frozenset({0}))}
+    state = EnginePlacer("gputide", gpu_facts=lambda: facts).cluster([view("n", total=4, usable=2)])
+    assert state.gpu_free[0].tolist() == [0, MILLI, MILLI, 0]
+    # with three free by Kubernetes' count it is taken only after the busy one would be: idle slots first
+    state = EnginePlacer("gputide", gpu_facts=lambda: facts).cluster([view("n", total=4, usable=3)])
+    assert state.gpu_free[0].tolist() == [0, MILLI, MILLI, MILLI]

@@ -144,6 +144,8 @@ def test_a_double_bit_ecc_error_flags_the_gpu_and_fires_the_memory_alerts_until_
     prom.wait_for("vector(1)", lambda _: firing(memory_alerts) == want, timeout=20)
     snap = source.snapshot()
     assert np.flatnonzero(snap.memory_unhealthy).tolist() == [snap.gpu_by_uuid[gpu.uuid]]
+    facts = source.gpu_facts()   # the secondary scheduler never counts it as a free slot
+    assert {(host, slot) for host, f in facts.items() for slot in f.unhealthy} == {(gpu.node, gpu.slot)}
     with lock:
         sim.repair_gpu(gpu.index)
     prom.wait_for("vector(1)", lambda _: not firing(memory_alerts), timeout=20)
