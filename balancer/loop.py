@@ -198,19 +198,26 @@ class Reconciler:
             m.last_reconcile.set(self.clock())
         return report
 
-    def _cycle(self) -> CycleReport:
-        now = self.clock()
-        self._reload_policy()
+    def _lead(self, now: float) -> bool:
+        """Whether this replica acts this cycle; on taking the lead it inherits the ledger, on losing it it stops
+        reporting what it saw as leader."""
         if not self.elector.try_acquire(now):
             self.metrics.leader.set(0)
             if self._leading:   # demoted: what it reported as leader is no longer its to report
                 self.metrics.standby()
             self._leading = False
-            return CycleReport("standby", "not the leader")
+            return False
         self.metrics.leader.set(1)
         if not self._leading:
             self._leading = True
             self._inherit_ledger()
+        return True
+
+    def _cycle(self) -> CycleReport:
+        now = self.clock()
+        self._reload_policy()
+        if not self._lead(now):
+            return CycleReport("standby", "not the leader")
         if not self._recovered:
             self._recovered = True
             self._hook(now, "recover", logging.WARNING)
