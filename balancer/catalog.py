@@ -10,7 +10,15 @@ limit). Idle power and the relative throughput columns are assumptions, stated h
   (air) or ~35 °C (liquid), which is what these boards show in production; ``thermal_tau_s`` is the first-order
   time constant of die + heatsink.
 
+The H200 row was read off a real board (bench/device/h200-2026-12-04/README.md): NVML's name, memory, power-limit
+range, thresholds and clocks, idle power, and the thermal figures of a 45 s bf16 load: 38 -> 61 °C at 692 W within
+about 2 s (a fast die; the few degrees still to come after 45 s are not in `thermal_tau_s`), HBM 10 °C below the die.
+Its relative throughput is an assumption: 1.2x / 1.1x an H100 (its extra memory bandwidth counts for inference).
+
 The Alibaba v2023 trace hides three models as G1/G2/G3; `ALIBABA_MODEL_MAP` maps them to documented assumptions.
+
+A model the catalogue does not know (a real fleet may hold any board) is planned with `generic` figures derived
+from its power limit, never refused: see `generic`.
 """
 
 from __future__ import annotations
@@ -47,13 +55,15 @@ class GpuModelSpec:
 
 
 def _spec(key: str, model_name: str, mem: float, tdp: float, idle: float, pmin: float, slow: float, shut: float,
-          clock: float, inf: float, train: float, nvlink: bool, rise_at_tdp: float = 47.0) -> GpuModelSpec:
+          clock: float, inf: float, train: float, nvlink: bool, rise_at_tdp: float = 47.0, **kw: float) -> GpuModelSpec:
     return GpuModelSpec(key, model_name, mem, tdp, idle, pmin, slow, shut, clock, inf, train, nvlink,
-                        thermal_resistance_c_per_w=rise_at_tdp / tdp)
+                        thermal_resistance_c_per_w=rise_at_tdp / tdp, **kw)
 
 
 CATALOGUE: Mapping[str, GpuModelSpec] = MappingProxyType({s.key: s for s in (
     _spec("H100-SXM", "NVIDIA H100 80GB HBM3", 80, 700, 70, 200, 87, 92, 1980, 2.0, 2.5, True),
+    _spec("H200-SXM", "NVIDIA H200", 143771 / 1024, 700, 80, 200, 89, 95, 1980, 2.4, 2.75, True, rise_at_tdp=26.0,
+          thermal_tau_s=2.0, memory_temp_offset_c=-10.0),
     _spec("H100-PCIE", "NVIDIA H100 PCIe", 80, 350, 50, 200, 87, 92, 1755, 1.6, 1.9, False),
     _spec("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 80, 400, 55, 100, 89, 92, 1410, 1.0, 1.0, True),
     _spec("A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", 40, 250, 35, 150, 89, 92, 1410, 0.8, 0.85, True),
@@ -106,6 +116,16 @@ def key_of(name: str) -> str:
         if name in (s.model_name, s.model_name.replace(" ", "-")):
             return s.key
     return name
+
+
+def generic(name: str, power_limit_w: float) -> GpuModelSpec:
+    """Figures for a board the catalogue does not know, named `name` (its NVML modelName), from the highest power
+    limit seen on it, taken as its TDP (a NaN or non-positive limit counts as 300 W). The rest are rules of thumb
+    from the catalogue's rows: idle 10 % of TDP, minimum limit 30 % (the driver clamps a cap to the board's true
+    range anyway), 47 °C above inlet at TDP, slowdown 87 / shutdown 92 °C (the exporter's thresholds take over),
+    the throughput of an A100 and no NVLink. Good enough to plan with, never to refuse a real fleet."""
+    tdp = float(power_limit_w) if power_limit_w > 0 else 300.0   # NaN > 0 is False
+    return _spec(name, name, 80, tdp, 0.1 * tdp, 0.3 * tdp, 87, 92, 1500, 1.0, 1.0, False)
 
 
 def by_model_name(model_name: str) -> GpuModelSpec | None:

@@ -26,17 +26,25 @@ from balancer.model import ClusterSnapshot, WorkloadClass
 
 
 def model_arrays(snapshot: ClusterSnapshot) -> dict[str, np.ndarray]:
-    """Catalogue figures per GPU (TDP, minimum power limit, idle power, thermal resistance)."""
+    """Catalogue figures per GPU (TDP, minimum power limit, idle power, thermal resistance); a model the catalogue
+    does not know gets `catalog.generic` figures (the telemetry source logs it once)."""
     keys = sorted({g.model for g in snapshot.gpus})
     code = {k: i for i, k in enumerate(keys)}
     idx = np.fromiter((code[g.model] for g in snapshot.gpus), dtype=np.int64, count=snapshot.n_gpus)
-    specs = [catalog.get(k) for k in keys]
+    # a board the catalogue does not know: generic figures from the highest limit it has (catalog.generic)
+    specs = [catalog.CATALOGUE.get(k) or catalog.generic(k, _highest(snapshot.power_limit_w[idx == i]))
+             for i, k in enumerate(keys)]
 
     def pick(attr: str) -> np.ndarray:
         return np.array([getattr(s, attr) for s in specs], dtype=float)[idx]
 
     return {"tdp": pick("tdp_w"), "pmin": pick("min_power_limit_w"), "idle": pick("idle_w"),
             "r": pick("thermal_resistance_c_per_w")}
+
+
+def _highest(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else 0.0
 
 
 def effective_resistance(s: ClusterSnapshot, inlet: np.ndarray, power: np.ndarray, r_cat: np.ndarray,

@@ -11,6 +11,13 @@ power capping must be *sustained* for N readings, like heat) and is released aft
 the streaks are immutable arrays in `HotspotState`, passed in and returned (the planner keeps no hidden state).
 The power-capping signal follows the policy's `hotspots.powerCapping` switch when the policy has one (default on).
 
+Power capping is not heat. A real H200 under a bf16 matrix-product load sat at its 700 W default limit with the
+software power cap set the whole time, at 61 °C, 28 °C below slowdown (bench/device/h200-2026-12-04): that is what
+a saturated Hopper GPU looks like. Such a hotspot is `power_only` while it is thermally cool (below the release
+line, no thermal bits) and only the software cap (0x04) is set: its work may still be moved where the simulation
+finds a gain, but its node is not tainted, so a fleet busy at full power is not closed to new work. The hardware
+power brake (0x80) is the node's power delivery asking for less, and taints like heat.
+
 For each active hotspot, hottest first, the proposals are, in order of preference:
 
 1. migrate a movable workload to the coolest GPU that fits (model allowed, milli-GPUs and memory free, not on a
@@ -21,7 +28,7 @@ For each active hotspot, hottest first, the proposals are, in order of preferenc
    (never below max(GPU minimum, `minPowerFraction` x TDP));
 3. if even the floor is too hot, shrink one low-priority elastic training job by a worker.
 
-Nodes with a hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
+Nodes with a thermal hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
 shrunk jobs are given back. Gains are not guessed here: `simulate_plan` measures each proposal's change of
 the objective with the same projection and drops those that do not help.
 """
@@ -47,7 +54,8 @@ from balancer.model import (
 from balancer.plan.simulate import THERMAL_BITS, Projection, model_arrays
 
 FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
-POWER_CAP_BITS = 0x04 | 0x80  # NVML SW power cap / HW power brake slowdown
+HW_POWER_BRAKE = 0x80
+POWER_CAP_BITS = 0x04 | HW_POWER_BRAKE  # NVML SW power cap / HW power brake slowdown
 DEFAULT_LIMIT_TOLERANCE_W = 1.0
 
 
@@ -65,6 +73,8 @@ class HotspotState:
     hot_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
     cool_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
     active: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
+    # active hotspots kept active by power capping alone, thermally cool now (recomputed by every `detect`)
+    power_only: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
 
     def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(uuids)
@@ -96,11 +106,15 @@ def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
         hot_now |= t - mean[code] >= hp.pool_imbalance_c
     capped = power_capped_at_default(snapshot) if getattr(hp, "power_capping", True) else np.zeros_like(thermal)
     hot_now |= capped
-    cool_now = (t < slow - hp.release_margin_c) & ~thermal & ~capped
+    thermally_cool = (t < slow - hp.release_margin_c) & ~thermal
+    cool_now = thermally_cool & ~capped
     hot = np.where(hot_now, hot + 1, 0)
     cool = np.where(cool_now, cool + 1, 0)
     active = (active | (hot >= hp.hot_readings)) & ~(cool >= hp.cool_readings)
-    return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active))
+    # the hardware power brake (0x80) is the node's power delivery asking for less: keep new work off, like heat
+    braked = (snapshot.clock_event_reasons.astype(np.int64) & HW_POWER_BRAKE) != 0
+    return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active),
+                        _frozen(active & capped & thermally_cool & ~braked))
 
 
 def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
@@ -112,7 +126,9 @@ def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
 
 
 def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
-    idx = np.unique(snapshot.node_index[state.active]) if snapshot.n_gpus else []
+    """Nodes with a thermal hotspot (not one kept active by power capping alone): the nodes to taint."""
+    thermal = state.active & ~state.power_only if state.power_only.shape == state.active.shape else state.active
+    idx = np.unique(snapshot.node_index[thermal]) if snapshot.n_gpus else []
     return frozenset(snapshot.nodes[i].name for i in idx)
 
 
@@ -175,8 +191,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     spend(spent, eviction_room(s.disruption_budgets, w, spent)[0])
                     actions.append(Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
                                            target_node=s.gpus[target[0]].node,
-                                           reason=f"GPU {s.gpus[g].node}/{s.gpus[g].slot} at "
-                                                  f"{s.temperature_c[g]:.0f} C, slowdown {s.slowdown_temp_c[g]:.0f} C"))
+                                           reason=_why(s, state, int(g))))
                     relieved = True
                     break  # one migration per GPU per cycle; the next cycle sees the effect
             if not relieved and tp.enabled:
@@ -196,6 +211,13 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
                                          reason="hotspot cleared: give the workers back"))
     return actions
+
+
+def _why(s: ClusterSnapshot, state: HotspotState, g: int) -> str:
+    where = f"GPU {s.gpus[g].node}/{s.gpus[g].slot}"
+    if state.power_only.shape == state.active.shape and state.power_only[g]:
+        return f"{where} power-capped at its default limit ({s.power_w[g]:.0f} of {s.power_limit_w[g]:.0f} W)"
+    return f"{where} at {s.temperature_c[g]:.0f} C, slowdown {s.slowdown_temp_c[g]:.0f} C"
 
 
 def _may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[str, int],

@@ -146,6 +146,7 @@ class PrometheusTelemetrySource:
         self.known_uuids: set[str] = set()
         self._topology_cache: tuple[tuple, tuple[tuple[Node, ...], tuple[Gpu, ...]]] | None = None
         self._slowdown: tuple[tuple[Gpu, ...], np.ndarray] | None = None
+        self._uncatalogued: set[str] = set()   # modelNames already logged as not in the catalogue
 
     # ---- queries --------------------------------------------------------------------------------------------
     def _selector(self) -> str:
@@ -291,6 +292,10 @@ class PrometheusTelemetrySource:
         for name in set(key[3]):   # catalogue key per modelName, once each
             spec = catalog.by_model_name(name)
             keys[name] = spec.key if spec else name
+            if spec is None and name not in self._uncatalogued:
+                self._uncatalogued.add(name)
+                log.warning("GPU model %r is not in gputide's catalogue: planned with generic figures from its "
+                            "power limit (catalog.generic); add it to balancer/catalog.py for better ones", name)
         hosts, slots, uuids, names = (k.tolist() for k in key)
         models = [keys[n] for n in names]
         # the first model seen on a host is the node's, as the rows of a host are contiguous after the sort

@@ -74,4 +74,5 @@ def test_catalogue_figures_are_physically_sane():
     for spec in catalog.CATALOGUE.values():
         assert spec.idle_w < spec.min_power_limit_w <= spec.tdp_w, spec.key
         assert spec.slowdown_temp_c < spec.shutdown_temp_c, spec.key
-        assert 30 < spec.tdp_w * spec.thermal_resistance_c_per_w < 60, spec.key
+        # 20: the H200 we measured rose 26 C from idle at 700 W (bench/device/h200-2026-12-04)
+        assert 20 < spec.tdp_w * spec.thermal_resistance_c_per_w < 60, spec.key

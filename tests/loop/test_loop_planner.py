@@ -55,8 +55,15 @@ CASES = {
     "thermal slowdown bits make a reading hot": dict(
         snaps=[snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 75}, reasons={0: 0x20})] * 2,
         expect=["migrate", "taint_node"]),
-    "sustained power capping at the default limit keeps new work off the node": dict(
-        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x04})] * 2, expect=["taint_node"]),
+    # a real H200 under a bf16 load: 692 W at its 700 W default limit, software power cap set, 61 C (slowdown 89 C)
+    "a GPU busy at its default power limit, far from slowdown, leaves its node open": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x04}, temps={0: 61.0})] * 3, expect=[]),
+    "the hardware power brake keeps new work off the node": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x80}, temps={0: 61.0})] * 2,
+        expect=["taint_node"]),
+    "power capping on a GPU within the release margin of slowdown is heat: the node is tainted": dict(
+        snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x04}, temps={0: 82.0})] * 2,
+        expect=["taint_node"]),
     "power capping under our own lower limit is not a hotspot": dict(
         snaps=[snapshot(FL, workloads=[(inf(0), (0,))], reasons={0: 0x04}, limits={0: 250.0})] * 2, expect=[]),
 }
@@ -194,3 +201,22 @@ def test_a_policy_can_switch_the_power_capping_signal_off():
     for policy, expected in ((off, False), (on, True)):
         state = hotspots.detect(s, policy, hotspots.detect(s, policy, hotspots.HotspotState()))
         assert bool(state.active[0]) is expected
+
+
+# ---- a board the catalogue does not know --------------------------------------------------------------------
+def test_an_uncatalogued_board_is_planned_with_figures_from_its_power_limit():
+    from dataclasses import replace
+
+    from balancer import catalog
+    from balancer.plan.columns import model_arrays
+
+    known = snapshot(FL, workloads=[(inf(0), (0,))], temps={0: 88}, limits={1: 350.0, 2: 300.0})
+    gpus = tuple(replace(g, model="NVIDIA B300") if g.node == "n0" else g for g in known.gpus)
+    s = replace(known, gpus=gpus)
+    m = model_arrays(s)
+    # n0's highest limit (400 W, GPU 0 and 3) is taken as its TDP; the rest follow catalog.generic's rules of thumb
+    assert m["tdp"][:4].tolist() == [400.0] * 4 and m["pmin"][:4].tolist() == [120.0] * 4
+    assert m["tdp"][4:].tolist() == [catalog.get("A100-SXM4-80GB").tdp_w] * 8
+    assert catalog.generic("X", float("nan")).tdp_w == 300.0
+    p, _ = run([s, s])
+    assert kinds(p) == ["migrate", "taint_node"]
