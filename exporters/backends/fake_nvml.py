@@ -2,7 +2,7 @@
 
 Build it with `FakeDevice`s, inject it as ``NvmlBackend(nvml=FakeNvml([...]))``, and break things on purpose:
 ``device.lost = True`` makes every call raise `NVMLError_GpuIsLost`; ``device.fail["nvmlDeviceGetClockInfo"] =
-NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {186}`` makes one batched field return an
+NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {185}`` makes one batched field return an
 error code; `push_xid(device, 48)` queues an XID event. Memory health: ``ecc_supported=False`` (a GeForce board,
 ECC off) and ``remap_supported=False`` (before Ampere) make those fields and getters answer NotSupported.
 """
@@ -45,7 +45,8 @@ class FakeDevice:
     mem_temp: int = 52
     slowdown: int = 87
     shutdown: int = 92
-    power_mw: int = 350_000
+    power_mw: int = 350_000         # the 1 s average (nvmlDeviceGetPowerUsage on Ampere and newer, field 185)
+    power_instant_mw: int | None = None   # field 186; None: the average
     limit_mw: int = 700_000
     min_limit_mw: int = 200_000
     max_limit_mw: int = 700_000
@@ -92,6 +93,7 @@ class FakeNvml:
     NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
     NVML_FI_DEV_MEMORY_TEMP = 82
     NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+    NVML_FI_DEV_POWER_AVERAGE = 185
     NVML_FI_DEV_POWER_INSTANT = 186
     NVML_FI_DEV_POWER_CURRENT_LIMIT = 190
     NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3
@@ -165,7 +167,8 @@ class FakeNvml:
     # telemetry
     def nvmlDeviceGetFieldValues(self, h, ids):
         d = self._dev(h, "nvmlDeviceGetFieldValues")
-        table = {82: (d.mem_temp, 5, "siVal"), 83: (d.energy_mj, 3, "ullVal"), 186: (d.power_mw, 1, "uiVal"),
+        table = {82: (d.mem_temp, 5, "siVal"), 83: (d.energy_mj, 3, "ullVal"), 185: (d.power_mw, 1, "uiVal"),
+                 186: (d.power_mw if d.power_instant_mw is None else d.power_instant_mw, 1, "uiVal"),
                  190: (d.limit_mw, 1, "uiVal"), 3: (d.sbe_volatile, 3, "ullVal"), 4: (d.dbe_volatile, 3, "ullVal"),
                  142: (d.remapped_correctable, 1, "uiVal"), 143: (d.remapped_uncorrectable, 1, "uiVal"),
                  144: (d.remap_pending, 1, "uiVal"), 145: (d.remap_failure, 1, "uiVal")}

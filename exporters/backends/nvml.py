@@ -1,12 +1,18 @@
 """NVML backend: reads real GPUs through nvidia-ml-py (`pynvml`); the only module that imports it.
 
-Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy, instant power
-and the current power limit (each field has its own return code; a field the driver lacks falls back to the
+Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy, power and the
+current power limit (each field has its own return code; a field the driver lacks falls back to the
 classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. SM activity comes from
 GPM (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's
 sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100. XIDs arrive as NVML
 events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the last one per GPU is
 reported. Slowdown and shutdown thresholds are read once.
+
+Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
+which returns that average on Ampere and newer and the instant power before), as dcgm-exporter's
+``DCGM_FI_DEV_POWER_USAGE`` and nvidia-smi's ``power.draw`` report it. The instant field swings around it: on a real
+H200 at its 700 W limit it read 704.8 W while the average held 692 W (bench/device/h200-2026-12-04), and a
+planner comparing power with the limit must not see a board above its own cap.
 
 Memory health rides in the same batch: volatile single- and double-bit ECC totals (``NVML_FI_DEV_ECC_*_VOL_TOTAL``)
 and the row remapper's correctable / uncorrectable remapped rows, pending and failure flags
@@ -92,7 +98,7 @@ class NvmlBackend:
         self._events = self._xid_events()
         self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
                        nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-                       nvml.NVML_FI_DEV_POWER_INSTANT: "DCGM_FI_DEV_POWER_USAGE",
+                       nvml.NVML_FI_DEV_POWER_AVERAGE: "DCGM_FI_DEV_POWER_USAGE",
                        nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}

@@ -42,6 +42,13 @@ def test_readings_are_converted_to_dcgm_units_and_labelled_like_dcgm_exporter():
     assert nvml.calls.count("nvmlDeviceGetFieldValues") >= 2  # one batch per GPU per scrape
 
 
+def test_power_is_the_one_second_average_not_the_instant_reading():
+    # what a real H200 at its 700 W limit answered (bench/device/h200-2026-12-04): instant 704.8 W, average 692 W
+    nvml, devs = _fake(1, power_mw=692_000, power_instant_mw=704_823, limit_mw=700_000)
+    _, v = _scrape(NvmlBackend(nvml))
+    assert v["DCGM_FI_DEV_POWER_USAGE"][devs[0].uuid] == 692.0
+
+
 @pytest.mark.parametrize(("arch", "gpm", "first", "second"), [
     (9, 55.0, 0.60, 0.55),
     (8, 55.0, 0.60, 0.60),
@@ -60,9 +67,9 @@ def test_sm_activity_comes_from_gpm_on_hopper_and_newer_else_from_utilisation(ar
     (lambda d: d.fail.update(nvmlDeviceGetMemoryInfo=NVMLError_NoPermission),
      {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}),
     (lambda d: d.field_fail.add(82), {"DCGM_FI_DEV_MEMORY_TEMP"}),
-    (lambda d: d.field_fail.add(186), set()),  # falls back to nvmlDeviceGetPowerUsage
+    (lambda d: d.field_fail.add(185), set()),  # falls back to nvmlDeviceGetPowerUsage
 ], ids=["clock not supported", "memory info forbidden", "memory temperature field missing",
-        "instant power field missing falls back"])
+        "average power field missing falls back"])
 def test_a_failing_field_drops_only_that_series_on_that_gpu_and_counts_an_error(break_it, lost_fields):
     nvml, devs = _fake(2)
     break_it(devs[0])
