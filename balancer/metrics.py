@@ -11,7 +11,8 @@ in the fleet, computed here from a `ClusterSnapshot` by `fleet_usage` in one vec
   counts as `inference` (inference owns it; co-located training is a guest), one with only training or batch
   work as `training`, one with no workload as `idle`. `loaned` is the part of `training` that inference lent
   (as in `balancer.plan.capacity.CapacitySplit`), known only to a capacity planner: the loop passes it in.
-* `gputide_fragmentation_ratio{modelName}` / `gputide_unallocatable_gpus{modelName}`: FGD's expected
+* `gputide_fragmentation_ratio{modelName}` / `gputide_unallocatable_gpus{modelName}` (the GPUs' NVML modelName,
+  as on the DCGM series, not the catalogue key): FGD's expected
   fragmentation (`balancer.plan.defrag.fragmentation_by_model`) of the snapshot's free GPU, CPU and memory
   against the workload mix the snapshot shows (every workload, placed or pending, grouped by GPU shape).
 * waiting training jobs: a job waits while fewer of its workers are placed than it needs to run (its elastic
@@ -33,7 +34,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
-from balancer import safety
+from balancer import catalog, safety
 from balancer.errors import SafetyViolation
 from balancer.model import ClusterSnapshot, WorkloadClass
 from balancer.plan.columns import workload_columns
@@ -179,8 +180,11 @@ class ControllerMetrics:
             self.capacity_target.set_all({(name,): float(v) for name, v in targets.items()})
 
     def set_fragmentation(self, by_model: Mapping[str, Mapping[str, float]]) -> None:
-        self.fragmentation.set_all({(m,): v["fragmentation_ratio"] for m, v in by_model.items()})
-        self.unallocatable.set_all({(m,): v["unallocatable_gpus"] for m, v in by_model.items()})
+        """`by_model` is keyed by catalogue key; the label is the modelName the exporters publish, so the dashboards'
+        `$model` variable (label_values of `modelName` on the GPU series) selects these series too."""
+        name = {m: spec.model_name if (spec := catalog.CATALOGUE.get(m)) else m for m in by_model}
+        self.fragmentation.set_all({(name[m],): v["fragmentation_ratio"] for m, v in by_model.items()})
+        self.unallocatable.set_all({(name[m],): v["unallocatable_gpus"] for m, v in by_model.items()})
 
     def set_capacity_holding(self, reason: str) -> None:
         """The capacity planner's hold reason this cycle ("" = none: the gauge has no series)."""
