@@ -66,7 +66,6 @@ def run(trace: Path, days: float = 7.0) -> dict[str, dict]:
             sim, events, d = scenarios.build("tidal", days=days, trace=str(trace))
             summary = scenarios.run_simulation(sim, policy, d, 60.0, Path(tmp) / policy, events=events,
                                                scenario="tidal", plots=False, policy=policy_file)
-            summary = tidal.tidal_summary(sim, summary)
             summary["wall_s"] = time.perf_counter() - t0
             summary["cpu_s"] = time.process_time() - c0
             out[policy] = summary

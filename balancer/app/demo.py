@@ -156,7 +156,7 @@ class Demo:
                                                scenario="tidal", on_step=probe, plots=False)
             if probe.record:
                 history, services = probe.services, dict(sim.services)
-            results[policy] = tidal.tidal_summary(sim, summary)
+            results[policy] = summary
             frames[policy] = pd.read_csv(self.out / "tidal" / policy / "timeseries.csv")
             frames[policy]["hours"] = (frames[policy]["time"] - frames[policy]["time"].iloc[0]) / 3600.0
             res = results[policy]

@@ -109,6 +109,8 @@ class Scenario:
     default_fleet: Callable[[], fleet_mod.Fleet]
     setup: Callable[..., list[Event]]   # (sim, *, days, seed, trace[, trace_format]) -> events
     default_days: float = 2.0
+    # the scenario's own facts added to summary.json (e.g. the tide's SLO-violating requests); None: nothing
+    summarise: Callable[[SimCluster, dict[str, Any]], dict[str, Any]] | None = None
 
 
 HOTSPOT_FLEET_YAML = """
@@ -262,6 +264,9 @@ def run_simulation(sim: SimCluster, policy_name: str, days: float, step_s: float
     finally:
         audit.close()
     summary = summarise(sim, policy_name, scenario, days, controller, out / "audit.jsonl")
+    sc = SCENARIOS.get(scenario)
+    if sc is not None and sc.summarise is not None:
+        summary = sc.summarise(sim, summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     _write_csv(out / "timeseries.csv", rows)
     if plots:

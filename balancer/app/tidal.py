@@ -285,11 +285,6 @@ _LOOP_GPUTIDE = scenarios.POLICIES["gputide"]
 scenarios.register_policy("static", StaticController)
 scenarios.register_policy("reactive", ReactiveController)
 scenarios.register_policy("gputide", GputideTidal)
-scenarios.SCENARIOS["tidal"] = scenarios.Scenario(
-    "tidal", "a real inference tide (ServeGen m-small by default) shared with elastic training on the demo fleet",
-    lambda: __import__("balancer.fleet", fromlist=["demo_fleet"]).demo_fleet(), setup_tidal, default_days=7.0)
-
-
 def tidal_summary(sim: SimCluster, summary: dict[str, Any]) -> dict[str, Any]:
     """Add the scenario facts, SLO-violating requests and the mean capacity split to a run's summary."""
     tc = context(sim)
@@ -303,3 +298,9 @@ def tidal_summary(sim: SimCluster, summary: dict[str, Any]) -> dict[str, Any]:
     if tc.splits:
         out["capacity_gpus_mean"] = {k: float(np.mean([s[k] for s in tc.splits])) for k in tc.splits[0]}
     return out
+
+
+scenarios.SCENARIOS["tidal"] = scenarios.Scenario(
+    "tidal", "a real inference tide (ServeGen m-small by default) shared with elastic training on the demo fleet",
+    lambda: __import__("balancer.fleet", fromlist=["demo_fleet"]).demo_fleet(), setup_tidal, default_days=7.0,
+    summarise=tidal_summary)
