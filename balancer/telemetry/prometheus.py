@@ -7,6 +7,8 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
 * no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`
 * a sample older than `stale_after_intervals` x the scrape interval          -> `StaleTelemetry`
+* an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
+  values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
 * GPU series of several `cluster` labels while no `cluster` is chosen         -> `InvalidTelemetry`
 
@@ -69,6 +71,8 @@ FIELDS: Mapping[str, tuple[str, float]] = {
 # not configured for those fields, leaves it out, and that GPU counts healthy, never as missing telemetry.
 FLAGS: Mapping[str, tuple[str, float]] = {
     "memory_unhealthy": ("gpu:memory_unhealthy:bool", 1.0),
+    # the exporter serves values that have not changed for 2 minutes with fresh timestamps: stale (fail-static)
+    "readings_frozen": ("gpu:readings_frozen:bool", 1.0),
 }
 _SERIES: Mapping[str, tuple[str, float]] = {**FIELDS, **FLAGS}
 # Optional fields: a dcgm-exporter that is not configured for them leaves them out; the snapshot then uses the
@@ -252,6 +256,7 @@ class PrometheusTelemetrySource:
             raise StaleTelemetry(f"{int(stale.sum())} GPU(s) have samples older than {limit:.0f}s "
                                  f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
                                  subjects=tuple(wide["UUID"][stale]))
+        self._check_not_frozen(wide)
         nodes, gpus = self._topology(wide)
         arrays = self._arrays(wide, self._slowdown_defaults(gpus))
         self._check_values(arrays, wide)
@@ -262,6 +267,18 @@ class PrometheusTelemetrySource:
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
                                **arrays)
+
+    @staticmethod
+    def _check_not_frozen(wide: pd.DataFrame) -> None:
+        """Fresh timestamps on old values are stale telemetry too (`gpu:readings_frozen:bool`)."""
+        if "readings_frozen" not in wide:
+            return
+        frozen = wide["readings_frozen"].to_numpy(dtype=float) == 1.0
+        if frozen.any():
+            hosts = sorted(set(wide["hostname"][frozen]))
+            raise StaleTelemetry(f"{int(frozen.sum())} GPU(s) on {', '.join(hosts[:5])} report the same energy reading "
+                                 "as 2 minutes ago: their exporter serves frozen values (DCGM host engine restarted "
+                                 "or hung?)", subjects=tuple(wide["UUID"][frozen]))
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
         seen = set(wide["UUID"])

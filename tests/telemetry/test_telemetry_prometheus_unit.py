@@ -147,6 +147,21 @@ def test_memory_health_flags_only_the_gpus_that_report_it_and_its_absence_is_not
     assert snap.memory_unhealthy.tolist() == expected
 
 
+@pytest.mark.parametrize(("flags", "stale"), [
+    ({("GPU-a1", "readings_frozen"): 1.0}, True),
+    ({("GPU-a0", "readings_frozen"): 0.0, ("GPU-a1", "readings_frozen"): 0.0}, False),
+    ({("GPU-a1", "readings_frozen"): math.nan}, False),
+], ids=["one frozen GPU holds the controller still", "moving counters are fresh", "NaN is not frozen"])
+def test_readings_that_stopped_changing_are_stale_whatever_their_timestamps(flags, stale):
+    # dcgm-exporter keeps serving its last values, freshly timestamped, after its DCGM host engine restarts
+    if stale:
+        with pytest.raises(StaleTelemetry, match="on node-a report the same energy reading as 2 minutes ago") as err:
+            source(FakeClient(flags=flags)).snapshot()
+        assert err.value.subjects == ("GPU-a1",)
+    else:
+        assert source(FakeClient(flags=flags)).snapshot().n_gpus == 3
+
+
 @pytest.mark.parametrize("value", [2.0, -1.0, math.inf])
 def test_a_memory_health_flag_outside_0_and_1_is_invalid_telemetry(value):
     with pytest.raises(InvalidTelemetry, match="gpu:memory_unhealthy:bool"):
