@@ -48,45 +48,24 @@ from balancer.model import (
     Workload,
     WorkloadClass,
 )
+from balancer.telemetry.gpu_frame import (
+    _SERIES,
+    BOUNDS,
+    FIELDS,
+    FLAGS,
+    OPTIONAL,
+    arrays,
+    check_not_frozen,
+    check_values,
+    gpu_frame,
+)
+from balancer.telemetry.gpu_frame import natural_key as _natural_key
+from balancer.telemetry.gpu_frame import sample as _sample
 
 log = logging.getLogger(__name__)
+__all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
+           "attribution_query", "connect"]
 
-# snapshot field -> (recording rule, scale to the snapshot's unit)
-FIELDS: Mapping[str, tuple[str, float]] = {
-    "temperature_c": ("gpu:temperature:celsius", 1.0),
-    "memory_temperature_c": ("gpu:memory_temperature:celsius", 1.0),
-    "slowdown_temp_c": ("gpu:slowdown_temperature:celsius", 1.0),
-    "power_w": ("gpu:power:watts", 1.0),
-    "power_limit_w": ("gpu:power_limit:watts", 1.0),
-    "sm_active": ("gpu:sm_active:ratio", 1.0),
-    "mem_used_mib": ("gpu:memory_used:bytes", 1 / 1048576),
-    "mem_free_mib": ("gpu:memory_free:bytes", 1 / 1048576),
-    "sm_clock_mhz": ("gpu:sm_clock:hertz", 1e-6),
-    "clock_event_reasons": ("gpu:clock_event_reasons:bitmask", 1.0),
-    "xid": ("gpu:xid_last:code", 1.0),
-    "last_sample": ("gpu:last_sample:timestamp_seconds", 1.0),
-}
-# Flags: 0/1 series that only some GPUs have, read with the fields; a GPU without one is not flagged. Memory
-# health: a board that does not report ECC or row remapping (GeForce, ECC off, before Ampere), or an exporter
-# not configured for those fields, leaves it out, and that GPU counts healthy, never as missing telemetry.
-FLAGS: Mapping[str, tuple[str, float]] = {
-    "memory_unhealthy": ("gpu:memory_unhealthy:bool", 1.0),
-    # the exporter serves values that have not changed for 2 minutes with fresh timestamps: stale (fail-static)
-    "readings_frozen": ("gpu:readings_frozen:bool", 1.0),
-}
-_SERIES: Mapping[str, tuple[str, float]] = {**FIELDS, **FLAGS}
-# Optional fields: a dcgm-exporter that is not configured for them leaves them out; the snapshot then uses the
-# catalogue's figure (slowdown temperature) or NaN-free neutral values that the planner never acts on alone.
-# Flags are optional and NaN-free too (absent or NaN: 0).
-OPTIONAL = {"memory_temperature_c", "slowdown_temp_c", "sm_clock_mhz", "clock_event_reasons", "xid", *FLAGS}
-# (lowest, highest) physically possible values; outside means a broken sensor or exporter
-BOUNDS: Mapping[str, tuple[float, float]] = {
-    "temperature_c": (-20, 150), "memory_temperature_c": (-20, 150), "slowdown_temp_c": (40, 150),
-    "power_w": (0, 3000), "power_limit_w": (0, 3000), "sm_active": (0, 1.05), "mem_used_mib": (0, 1 << 22),
-    "mem_free_mib": (0, 1 << 22), "sm_clock_mhz": (0, 5000), "clock_event_reasons": (0, 1 << 16),
-    "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
-}
-GPU_KEY = ("hostname", "gpu", "UUID")
 
 
 @dataclass(frozen=True)
@@ -184,47 +163,7 @@ class PrometheusTelemetrySource:
         if not rows:
             raise MissingTelemetry(f"no GPU series in Prometheus at {self.opts.url} (are the recording rules loaded "
                                    "and the exporter scraped?)")
-        rule_to_field = {rule: name for name, (rule, _) in _SERIES.items()}
-        field_names = list(_SERIES)
-        column = {name: i for i, name in enumerate(field_names)}
-        # one pass over the rows into plain lists (120,000 rows at 10,000 GPUs: no per-row pandas)
-        keys, cols, values, clusters = [], [], [], set()
-        for r in rows:
-            m, value = _sample(r)
-            clusters.add(m.get("cluster", ""))
-            name = rule_to_field.get(m.get("__name__", ""))
-            host, gpu, uuid = m.get("hostname", ""), m.get("gpu", ""), m.get("UUID", "")   # GPU_KEY
-            if name is None or not (host and uuid and str(gpu).isdigit()):
-                raise InvalidTelemetry(f"series {dict(m)} lacks a known rule name or the labels hostname, gpu "
-                                       "(an integer) and UUID that the recording rules guarantee")
-            keys.append((host, gpu, uuid, m.get("modelName", "")))
-            cols.append(column[name])
-            values.append(value)
-        self._one_cluster(clusters)
-        codes, uniques = pd.factorize(pd.Index(keys, tupleize_cols=False), sort=False)
-        gpu_uuids = pd.Index([k[2] for k in uniques], dtype=object)
-        if not gpu_uuids.is_unique:   # one GPU under two hosts or slots: which one is it?
-            twice = tuple(gpu_uuids[gpu_uuids.duplicated()].unique())
-            raise InvalidTelemetry(f"{len(twice)} GPU(s) reported under several hostname, gpu or modelName labels: "
-                                   f"{', '.join(twice[:5])}", subjects=twice)
-        cols_a, values_a = np.asarray(cols), np.asarray(values, dtype=float)
-        optional = np.isin(cols_a, [column[n] for n in OPTIONAL])
-        nan = np.isnan(values_a) & ~optional
-        if nan.any():
-            i = int(np.argmax(nan))
-            subjects = tuple(dict.fromkeys(keys[j][2] for j in np.flatnonzero(nan)))
-            raise InvalidTelemetry(f"NaN in {_SERIES[field_names[cols_a[i]]][0]} on {keys[i][2]} ({keys[i][0]}) and "
-                                   f"{int(nan.sum()) - 1} more", subjects=subjects)
-        # max over duplicates (e.g. MIG instances that slipped past the rules); a field never seen stays NaN
-        table = np.full((len(uniques), len(field_names)), np.nan)
-        np.fmax.at(table, (codes, cols_a), values_a)
-        seen = np.zeros(table.shape, dtype=bool)
-        seen[codes, cols_a] = True
-        wide = pd.DataFrame(list(uniques), columns=[*GPU_KEY, "modelName"])
-        for j, name in enumerate(field_names):
-            if seen[:, j].any():
-                wide[name] = table[:, j]
-        return wide
+        return gpu_frame(rows, self._one_cluster)
 
     # ---- snapshot -------------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
@@ -256,29 +195,17 @@ class PrometheusTelemetrySource:
             raise StaleTelemetry(f"{int(stale.sum())} GPU(s) have samples older than {limit:.0f}s "
                                  f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
                                  subjects=tuple(wide["UUID"][stale]))
-        self._check_not_frozen(wide)
+        check_not_frozen(wide)
         nodes, gpus = self._topology(wide)
-        arrays = self._arrays(wide, self._slowdown_defaults(gpus))
-        self._check_values(arrays, wide)
+        arrays_ = arrays(wide, self._slowdown_defaults(gpus))
+        check_values(arrays_, wide)
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         self.known_uuids |= {g.uuid for g in gpus}
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
                                workloads=workloads, placements=placements, services=self._services(workloads),
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
-                               **arrays)
-
-    @staticmethod
-    def _check_not_frozen(wide: pd.DataFrame) -> None:
-        """Fresh timestamps on old values are stale telemetry too (`gpu:readings_frozen:bool`)."""
-        if "readings_frozen" not in wide:
-            return
-        frozen = wide["readings_frozen"].to_numpy(dtype=float) == 1.0
-        if frozen.any():
-            hosts = sorted(set(wide["hostname"][frozen]))
-            raise StaleTelemetry(f"{int(frozen.sum())} GPU(s) on {', '.join(hosts[:5])} report the same energy reading "
-                                 "as 2 minutes ago: their exporter serves frozen values (DCGM host engine restarted "
-                                 "or hung?)", subjects=tuple(wide["UUID"][frozen]))
+                               **arrays_)
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
         seen = set(wide["UUID"])
@@ -362,41 +289,6 @@ class PrometheusTelemetrySource:
             by_model = {m: s.slowdown_temp_c if (s := catalog.CATALOGUE.get(m)) else 85.0 for m in {g.model for g in gpus}}
             self._slowdown = (gpus, np.array([by_model[g.model] for g in gpus], dtype=float))
         return self._slowdown[1]
-
-    @staticmethod
-    def _arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.ndarray]:
-        def col(name: str, default: np.ndarray | float) -> np.ndarray:
-            if name in wide:
-                values = wide[name].to_numpy(dtype=float)
-                return np.where(np.isnan(values), default, values) if name in OPTIONAL else values
-            return np.broadcast_to(np.asarray(default, dtype=float), (len(wide),)).copy()
-
-        used = col("mem_used_mib", 0.0)
-        return {
-            "temperature_c": col("temperature_c", 0.0),
-            "memory_temperature_c": col("memory_temperature_c", col("temperature_c", 0.0)),
-            "slowdown_temp_c": col("slowdown_temp_c", slowdown_default),
-            "power_w": col("power_w", 0.0),
-            "power_limit_w": col("power_limit_w", 0.0),
-            "sm_active": col("sm_active", 0.0),
-            "mem_used_mib": used,
-            "mem_total_mib": used + col("mem_free_mib", 0.0),
-            "sm_clock_mhz": col("sm_clock_mhz", 0.0),
-            "clock_event_reasons": col("clock_event_reasons", 0.0).astype(np.int64),
-            "xid": col("xid", 0.0),
-            "memory_unhealthy": col("memory_unhealthy", 0.0),
-        }
-
-    @staticmethod
-    def _check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame) -> None:
-        for name, arr in arrays.items():
-            lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
-            bad = ~np.isfinite(arr) | (arr < lo) | (arr > hi)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise InvalidTelemetry(f"{_SERIES.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "
-                                       f"({wide['hostname'][i]}) is outside [{lo}, {hi}]",
-                                       subjects=tuple(wide["UUID"][bad]))
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))
@@ -532,19 +424,3 @@ def attribution_query(selector: str) -> str:
     by both counts once, with gputide's labels)."""
     return (f"gputide_gpu_workload_info{{{selector}}} == 1 "
             f"or on (UUID, namespace, pod) gpu_pod:dcgm_attribution:info{{{selector}}}")
-
-
-def _sample(r: object) -> tuple[Mapping[str, str], float]:
-    """One instant-vector element -> (labels, value); a malformed element is InvalidTelemetry, not a traceback."""
-    try:
-        metric, value = r["metric"], float(r["value"][1])  # type: ignore[index]
-        if type(metric) is not dict and not isinstance(metric, Mapping):  # dict first: the ABC check is slow
-            raise TypeError(f"labels are a {type(metric).__name__}")
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise InvalidTelemetry(f"malformed sample {str(r)[:160]} from Prometheus: {exc!r}") from exc
-    return metric, value
-
-
-def _natural_key(value: object) -> object:
-    text = str(value)
-    return int(text) if text.isdigit() else text
