@@ -399,7 +399,10 @@ class PrometheusTelemetrySource:
     # ---- history --------------------------------------------------------------------------------------------
     def demand_history(self, promql: str, start: float, end: float, step_s: float) -> pd.Series:
         """A demand series (e.g. `sum(rate(http_requests_total{service="x"}[5m]))`) for the forecaster:
-        UTC DatetimeIndex at `step_s`, NaN where Prometheus has no data (never zeros)."""
+        UTC DatetimeIndex at `step_s`, NaN where Prometheus has no data (never zeros). `start` is taken in whole
+        seconds: prometheus-api-client sends round(start), and an index built from int(start) sat one second off
+        every answer whenever the fraction was .5 or more, so half of all restarts got no history at all."""
+        start = float(math.floor(start))
         try:
             result = self.client.custom_query_range(
                 promql, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),

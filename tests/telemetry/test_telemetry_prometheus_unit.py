@@ -198,6 +198,28 @@ def test_staleness_threshold_is_a_multiple_of_the_scrape_interval():
         source(client, stale_after_intervals=3).snapshot()
 
 
+@pytest.mark.parametrize("fraction", [0.2, 0.7])
+def test_demand_history_lines_up_with_what_prometheus_answers_whatever_the_start_fraction(fraction):
+    # the real client over a session answering as Prometheus does: at start, start + step, ... from the start it sent
+    from prometheus_api_client import PrometheusConnect
+
+    class Answer:
+        status_code = 200
+
+        def __init__(self, start, end, step):
+            self.data = [{"metric": {}, "values": [[t, "42"] for t in range(start, end + 1, step)]}]
+
+        def json(self):
+            return {"status": "success", "data": {"resultType": "matrix", "result": self.data}}
+
+    client = PrometheusConnect(url="http://prom.invalid", disable_ssl=True)
+    client._session.request = lambda method, url, params=None, **kw: Answer(
+        int(params["start"]), int(params["end"]), int(params["step"].rstrip("s")))
+    start = 1_767_000_000 + fraction
+    series = source(client).demand_history("sum(x)", start, start + 3600, 300)
+    assert series.notna().all() and len(series) == 13 and (series == 42.0).all()
+
+
 def test_demand_history_keeps_gaps_as_nan():
     class Range(FakeClient):
         def custom_query_range(self, promql, start_time, end_time, step):
