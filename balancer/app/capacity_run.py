@@ -115,13 +115,17 @@ def profiles_from_dict(doc: Any, file: str) -> dict[str, ServiceCapacity]:
     return out
 
 
-def service_query(template: str, service: str) -> str:
+def service_query(template: str, service: str, cluster: str | None = None) -> str:
     """A per-service PromQL template filled in: ``$service`` is the service's name, ``$namespace`` its namespace
-    ("" for a bare name) and ``$selector`` the label matchers for both (``service="vllm", namespace="team-a"``
-    for the qualified ``team-a/vllm``, ``service="chat"`` for a bare ``chat``)."""
+    ("" for a bare name), ``$cluster`` the controller's ``--cluster`` ("" without) and ``$selector`` the label
+    matchers for them (``service="vllm", namespace="team-a"`` for the qualified ``team-a/vllm``,
+    ``service="chat"`` for a bare ``chat``, with ``, cluster="eu-1"`` under ``--cluster eu-1``: a Prometheus that
+    holds several clusters would otherwise sum one service's demand over all of them)."""
     namespace, _, name = service.rpartition("/")
-    selector = f'service="{name}"' + (f', namespace="{namespace}"' if namespace else "")
-    return Template(template).safe_substitute(service=name, namespace=namespace, selector=selector)
+    selector = (f'service="{name}"' + (f', namespace="{namespace}"' if namespace else "")
+                + (f', cluster="{cluster}"' if cluster else ""))
+    return Template(template).safe_substitute(service=name, namespace=namespace, cluster=cluster or "",
+                                              selector=selector)
 
 
 def load_profiles(path: str) -> dict[str, ServiceCapacity]:
@@ -135,13 +139,13 @@ class PrometheusDemandHistory:
     tracker share one query."""
 
     def __init__(self, source: Any, query: str = DEFAULT_DEMAND_QUERY, days: float = 14.0,
-                 step_s: float = 300.0) -> None:
-        self.source, self.query, self.days, self.step_s = source, query, days, step_s
+                 step_s: float = 300.0, cluster: str | None = None) -> None:
+        self.source, self.query, self.days, self.step_s, self.cluster = source, query, days, step_s, cluster
         self.cache: dict[str, pd.Series | None] = {}
 
     def __call__(self, service: str, now: float) -> pd.Series | None:
         if service not in self.cache:
-            promql = service_query(self.query, service)
+            promql = service_query(self.query, service, self.cluster)
             # Prometheus answers at most 11,000 points per series: a long history at a fine step is cut to that
             start = max(now - self.days * 86400.0, now - (MAX_POINTS - 1) * self.step_s)
             try:

@@ -137,8 +137,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ServiceProfiles YAML: the inference services capacity shifting may resize (needs "
                         "capacity.enabled in the policy file)")
     p.add_argument("--demand-query", default=None, metavar="PROMQL",
-                   help="a service's demand in req/s; $service, $namespace and $selector (the label matchers "
-                        "for both) are filled in (default: sum(gputide_inference_demand_rps{$selector}))")
+                   help="a service's demand in req/s; $service, $namespace, $cluster and $selector (the label "
+                        "matchers for them; cluster only with --cluster) are filled in "
+                        "(default: sum(gputide_inference_demand_rps{$selector}))")
     p.add_argument("--forecast-model", default="mstl", metavar="NAME",
                    help="forecaster for capacity shifting (persistence, seasonal_naive_daily, holt_winters, mstl, "
                         "gbm, profile, auto; default mstl)")
@@ -294,7 +295,8 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     cap = CapacityPolicy.from_config(policy.capacity)
     step = policy.forecast.step_s
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,
-                                      parse_interval(args.forecast_history, "--forecast-history") / 86400.0, step)
+                                      parse_interval(args.forecast_history, "--forecast-history") / 86400.0, step,
+                                      cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
     forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model, step_s=step), horizon, history=history)

@@ -123,6 +123,8 @@ def test_per_service_queries_fill_in_the_name_the_namespace_and_their_selector(s
     ns, _, name = service.rpartition("/")
     assert service_query('rate(http_requests_total{app="$service", ns="$namespace"}[5m])', service) == (
         f'rate(http_requests_total{{app="{name}", ns="{ns}"}}[5m])')
+    # under --cluster, one Prometheus holding several clusters: only this cluster's demand
+    assert service_query(DEFAULT_DEMAND_QUERY, service, "eu-1") == query.replace("})", ', cluster="eu-1"})')
 
 
 def test_rise_tracker_learns_bursts_from_seeded_history_before_watching():
