@@ -1,6 +1,8 @@
 """What the secondary scheduler reads of pods and nodes, as plain values (balancer/actuate/k8s_scheduler.py).
 
-* `scheduling_request(pod)`: a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
+* `scheduling_request(pod)`: None for a pod being deleted or one with `spec.schedulingGates` (not ready to be
+  scheduled, as kube-scheduler keeps it out of its queue: Kueue and other admission controllers gate pods until
+  they admit them; the watch delivers the pod again once its gates are removed), else a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
   the largest init container, plus overhead; every extended resource and one pod slot), its rules
   (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), its
   preferred node and pod (anti-)affinity (`balancer.noderules.Preferences`), priority, owner, the reservations
@@ -40,9 +42,11 @@ def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
 
 
 def scheduling_request(pod: Json) -> Json | None:
-    """What the scheduler needs of a pending pod, in plain values; None for a pod being deleted."""
+    """What the scheduler needs of a pending pod, in plain values; None for a pod being deleted or gated."""
     meta, spec = pod["metadata"], pod.get("spec") or {}
-    if meta.get("deletionTimestamp"):
+    if meta.get("deletionTimestamp") or spec.get("schedulingGates"):
+        # a gated pod is no scheduling request: no binding (the API server refuses it, 409), no preemption or
+        # hold for it, and its PodScheduled=False/SchedulingGated condition is the API server's, not overwritten
         return None
     gpus, cpu, mem, extended = _requests(pod)
     group, least = group_of(meta)

@@ -212,7 +212,8 @@ class SecondaryScheduler:
         return labels_by_name(converted(listed, namespace_entry))
 
     def pending(self) -> list[Json]:
-        """Pending pods of this scheduler, not being deleted nor just bound: highest priority first, then oldest."""
+        """Pending pods of this scheduler, not being deleted, gated (`spec.schedulingGates`) nor just bound: highest
+        priority first, then oldest."""
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
         bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one

@@ -13,7 +13,9 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
   Lease MicroTime format); Kueue ClusterQueues and Workloads against a subset of their CRD schemas. Invalid -> 422.
 - Eviction API: 429 TooManyRequests when a PodDisruptionBudget selecting the pod has no disruptions left,
   404 for unknown pods, otherwise the pod is deleted and the budget decremented.
-- Binding: sets spec.nodeName once; a second binding answers 409.
+- Binding: sets spec.nodeName once; a second binding answers 409, and so does binding a pod with
+  `spec.schedulingGates` ("pod X has non-empty .spec.schedulingGates"). A pod created with gates gets the condition
+  PodScheduled=False/SchedulingGated, as the API server gives it; gates may only be removed, never added.
 - Pod status subresource (PATCH pods/{name}/status): only the patch's `status` applies, as on the real server.
 - Events (core v1): created and listed like any other object.
 - Namespaces (cluster-scoped, `namespace(name, **labels)`): listed and watched like any other object, for pod
@@ -211,6 +213,25 @@ def _semantic_errors(obj: dict[str, Any]) -> list[str]:
         if spec.get(key, 0) is not None and spec.get(key, 0) < 0:
             errors.append(f"spec.{key} must be >= 0")
     return errors
+
+
+def _update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What the API server refuses to change on an update (its ValidateXUpdate), for the kinds the tests change."""
+    kind, was, now = new.get("kind"), old.get("spec") or {}, new.get("spec") or {}
+    if kind == "Pod":
+        added = {g["name"] for g in now.get("schedulingGates") or []} - {g["name"] for g in was.get("schedulingGates") or []}
+        return [f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate {g!r}"
+                for g in sorted(added)]
+    return []
+
+
+def _defaults(obj: dict[str, Any]) -> None:
+    """What the API server sets on create: a gated pod's PodScheduled=False/SchedulingGated condition."""
+    if obj.get("kind") == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
+        status = obj.setdefault("status", {})
+        status["conditions"] = [*(c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"), {
+            "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+            "message": "Scheduling is blocked due to non-empty scheduling gates"}]
 
 
 @functools.cache
@@ -431,6 +452,7 @@ class FakeKube:
         obj["metadata"].pop("resourceVersion", None)
         obj["metadata"].setdefault("uid", str(uuidlib.uuid4()))
         obj["metadata"].setdefault("creationTimestamp", "2024-01-01T00:00:00Z")
+        _defaults(obj)
         validate(obj)
         self._bump(obj)
         self.objects[key] = obj
@@ -454,6 +476,9 @@ class FakeKube:
         for key in ("uid", "creationTimestamp"):
             new["metadata"][key] = old["metadata"][key]
         validate(new)
+        refused = _update_errors(old, new)
+        if refused:
+            raise ApiError(422, "Invalid", f"{new['kind']} {name!r} is invalid: {'; '.join(refused)}")
         self._bump(new)
         self.objects[(plural, namespace, name)] = new
         self._record(plural, namespace, "MODIFIED", old, new)
@@ -515,6 +540,8 @@ class FakeKube:
         pod = self._existing("pods", namespace, name)
         if pod["spec"].get("nodeName"):
             raise ApiError(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']}")
+        if pod["spec"].get("schedulingGates"):   # the real server's assignPod refuses a scheduling un-ready pod
+            raise ApiError(409, "Conflict", f"pod {name} has non-empty .spec.schedulingGates")
         self._store("pods", namespace, name, merge_patch(pod, {"spec": {"nodeName": body["target"]["name"]}}))
         return status_body(201, "", "")
 
