@@ -64,9 +64,9 @@ def build() -> dashboard.Dashboard:
              q(f'sum(gputide_capacity_gpus{{{CLUSTER}, class="inference"}})', "inference held")], min_val=0))
         .with_panel(timeseries_panel(
             "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
-            f"per service. Target: {SLO_TARGET:.1%}. Needs gputide_inference_requests_total and "
-            "gputide_inference_slo_violations_total from the serving stack (the simulated fleet publishes them; "
-            "the vLLM rules do not derive them).", "percentunit",
+            f"per service. Target: {SLO_TARGET:.1%}. From gputide_inference_requests_total and "
+            "gputide_inference_slo_violations_total (the simulated fleet publishes them) or, serving with vLLM, from "
+            "the rules gputide slo-rules writes.", "percentunit",
             [q(f"1 - service:inference_slo_violations:ratio_rate1h{{{CLUSTER}}}", "{{service}}")], max_val=1))
         .with_panel(timeseries_panel(
             "SLO burn rate", f"Error-budget burn rate against a {SLO_TARGET:.1%} SLO: 1 spends the budget "

@@ -1,0 +1,53 @@
+"""`gputide slo-rules`: the SLO burn-rate inputs of each profiled service, from vLLM (see `balancer.telemetry.slo_rules`).
+
+    gputide slo-rules --services services.yaml [--out FILE] [--buckets 0.3,0.5,...]
+    gputide slo-rules --services services.yaml --prometheus-rule [--namespace gputide] --out slo-rules.yaml
+
+Reads the ServiceProfiles file the controller reads (`gputide run --services`) and writes a Prometheus rule file
+(a `groups:` document; with `--prometheus-rule`, a PrometheusRule manifest for the Prometheus Operator) that
+records, per service, the request and SLO-violation rates the burn-rate alerts need, from vLLM's end-to-end
+latency histogram and each service's `latencySloSeconds`. Prints one line per service to stderr: the bucket its
+violations are counted above. Exit 0, or 2 on bad input (naming the file, the field, the value and what is allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from balancer.errors import InputError
+from balancer.telemetry import slo_rules
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.app.capacity_run import load_profiles  # pandas and numpy: only when the command runs
+
+    buckets = slo_rules.parse_buckets(args.buckets) if args.buckets else slo_rules.VLLM_E2E_BUCKETS
+    profiles = load_profiles(args.services)
+    slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles.values()], buckets, args.services)
+    text = slo_rules.render(slos, buckets, args.services, args.namespace if args.prometheus_rule else None)
+    if args.out in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(None, "--out", args.out, "a writable file path", str(exc)) from exc
+    for slo in slos:
+        print(slo_rules.describe(slo), file=sys.stderr)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("slo-rules", help="write the Prometheus rules that derive each service's SLO "
+                                                "burn-rate inputs from vLLM's latency histogram")
+    p.add_argument("--services", required=True, metavar="FILE", help="ServiceProfiles file (name, latencySloSeconds)")
+    p.add_argument("--out", default=None, metavar="FILE", help="write here (default: stdout)")
+    p.add_argument("--buckets", default=None, metavar="LIST",
+                   help="the bucket boundaries (s) of vLLM's vllm:e2e_request_latency_seconds, comma-separated "
+                        "(default: vLLM's, " + ",".join(f"{b:g}" for b in slo_rules.VLLM_E2E_BUCKETS) + ")")
+    p.add_argument("--prometheus-rule", action="store_true",
+                   help="write a PrometheusRule manifest (Prometheus Operator) instead of a rule file")
+    p.add_argument("--namespace", default="gputide", help="the PrometheusRule's namespace (default gputide)")
+    p.set_defaults(func=run)

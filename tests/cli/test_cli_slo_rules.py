@@ -1,0 +1,67 @@
+"""`gputide slo-rules`: it writes the rule file to --out or stdout and says per service which bucket it judges by;
+every bad input exits 2 with one line naming the file, the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from balancer.cli import main
+
+PROFILE = "apiVersion: gputide/v1alpha1\nkind: ServiceProfiles\nservices:\n  - {name: %s, rpsPerReplica: 10%s}\n"
+
+
+def run(capsys, tmp_path, name: str = "chat", extra: str = "", *flags: str) -> tuple[int, str, str]:
+    services = tmp_path / "services.yaml"
+    services.write_text(PROFILE % (name, extra))
+    rc = main(["slo-rules", "--services", str(services), *flags])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_the_rules_go_to_out_and_each_service_s_bucket_to_stderr(capsys, tmp_path):
+    out_file = tmp_path / "slo.yaml"
+    rc, out, err = run(capsys, tmp_path, "chat", ", latencySloSeconds: 0.7", "--out", str(out_file))
+    assert rc == 0 and out == ""
+    doc = yaml.safe_load(out_file.read_text())
+    assert [r["record"] for r in doc["groups"][0]["rules"]][:2] == ["service:vllm_requests:rate5m",
+                                                                   "service:vllm_slo_violations:rate5m"]
+    assert "chat: SLO 0.7 s is not a bucket boundary; requests over 0.5 s" in err
+
+
+def test_without_out_the_rules_go_to_stdout_and_the_default_slo_is_half_a_second(capsys, tmp_path):
+    rc, out, err = run(capsys, tmp_path)
+    assert rc == 0 and yaml.safe_load(out)["groups"][0]["name"] == "gputide-slo-vllm"
+    assert 'le=~"0[.]5"' in out and "chat: SLO 0.5 s, counted at the le=0.5 bucket" in err
+
+
+@pytest.mark.parametrize(("name", "extra", "flags", "field", "value", "allowed"), [
+    ("chat", ", latencySloSeconds: 0.2", [], "services[0].latencySloSeconds", "0.2", "at least 0.3 s"),
+    ("chat", "", ["--buckets", "1,2.5,5"], "services[0].latencySloSeconds", "0.5", "at least 1 s"),
+    ("Chat Bot", "", [], "services[0].name", "'Chat Bot'", "a Deployment's name"),
+    ("team_a/chat", "", [], "services[0].name", "'team_a/chat'", "optionally after its namespace"),
+    ("chat", ", latencySloSeconds: -1", [], "services[0].latencySloSeconds", "-1", "> 0"),
+    ("chat", "", ["--buckets", "0.5,0.3"], "--buckets", "'0.5,0.3'", "increasing bucket boundaries"),
+    ("chat", "", ["--buckets", "0.3,fast"], "--buckets", "'0.3,fast'", "in seconds, > 0"),
+    ("chat", "", ["--buckets", "0,0.3"], "--buckets", "'0,0.3'", "> 0"),
+], ids=["an SLO under vLLM's smallest bucket", "the default SLO under --buckets' smallest",
+        "a name no Deployment can have", "a namespace no namespace can have", "a negative SLO (the loader's check)",
+        "buckets out of order", "a bucket that is not a number", "a zero bucket"])
+def test_bad_input_exits_2_naming_file_field_value_and_what_is_allowed(capsys, tmp_path, name, extra, flags, field,
+                                                                       value, allowed):
+    rc, out, err = run(capsys, tmp_path, name, extra, *flags)
+    assert rc == 2 and out == ""
+    assert f"field '{field}': invalid value {value}; allowed: " in err and allowed in err
+    assert err.count("\n") == 1
+    if not field.startswith("--"):
+        assert str(tmp_path / "services.yaml") in err
+
+
+def test_a_missing_profiles_file_exits_2_naming_it(capsys, tmp_path):
+    rc = main(["slo-rules", "--services", str(tmp_path / "nope.yaml")])
+    assert rc == 2 and str(tmp_path / "nope.yaml") in capsys.readouterr().err
+
+
+def test_an_unwritable_out_exits_2_naming_it(capsys, tmp_path):
+    rc, _, err = run(capsys, tmp_path, "chat", "", "--out", str(tmp_path / "no-such-dir" / "slo.yaml"))
+    assert rc == 2 and "field '--out'" in err and "a writable file path" in err
