@@ -133,7 +133,7 @@ def _rules(slo: ServiceSlo, qualified: set[tuple[str, str]]) -> list[dict[str, A
     for w in WINDOWS:
         every = f'rate({HISTOGRAM}{{le="+Inf"}}[{w}])'
         within = f'rate({HISTOGRAM}{{le=~"{le_matcher(slo.le)}"}}[{w}])'
-        pods = f"and on (namespace, pod) {_pods(slo, qualified, w)}"
+        pods = f"and on (cluster, namespace, pod) {_pods(slo, qualified, w)}"
         rules.append({"record": REQUESTS.format(window=w), "labels": dict(labels), "expr": (
             f"sum by (cluster, namespace) (\n  ({every}\n   and ignoring (le) {within})\n  {pods})\n")})
         rules.append({"record": VIOLATIONS.format(window=w), "labels": dict(labels), "expr": (
