@@ -138,6 +138,7 @@ class ServiceStatus:
     p99_latency_s: float
     slo_latency_s: float
     replicas: int
+    namespace: str = ""     # of its serving series, when they say (the actuator's namespace while no pod runs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

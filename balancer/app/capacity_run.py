@@ -11,7 +11,7 @@ know about files, Prometheus and time, around the pure `balancer.plan.capacity_l
         - name: llm-chat             # the `service` label of gputide_inference_demand_rps
           rpsPerReplica: 30          # req/s one replica serves within its latency SLO
           warmupSeconds: 300         # a new replica serves nothing for this long
-          minReplicas: 2
+          minReplicas: 2             # at least 1 (at 0 no pod reports its demand)
           maxReplicas: 40
           gpusPerReplica: 1
           gpuModels: [H100-SXM]      # optional: the models its pods may run on
@@ -56,7 +56,7 @@ _FIELDS: dict[str, tuple[str, type, float, bool]] = {
     "name": ("name", str, 0, True),
     "rpsPerReplica": ("rps_per_replica", float, 0, True),
     "warmupSeconds": ("warmup_s", float, 0, False),
-    "minReplicas": ("min_replicas", int, 0, False),
+    "minReplicas": ("min_replicas", int, 1, False),   # 0: see `_value`
     "maxReplicas": ("max_replicas", int, 1, False),
     "gpusPerReplica": ("gpus_per_replica", int, 1, False),
     "gpuModels": ("models", list, 0, False),
@@ -83,6 +83,9 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
     if not ok or value < low or (kind is float and low == 0 and value <= 0):
         what = "an integer" if kind is int else "a number"
         bound = f">= {low:g}" if not (kind is float and low == 0) else "> 0"
+        if key == "minReplicas":   # scale to zero: no vLLM pod, no demand series, the service could never return
+            bound += (" (a service at 0 replicas has no vLLM pod to report its demand, so the controller could "
+                      "never see it to bring it back)")
         raise InputError(file, where, value, f"{what} {bound}")
     return kind(value)
 

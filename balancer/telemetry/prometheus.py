@@ -348,10 +348,12 @@ class PrometheusTelemetrySource:
             samples.append((m, value))
             spaces.setdefault(m.get("service", "?"), set()).add(m.get("namespace", ""))
         by: dict[str, dict[str, float]] = {}
+        namespace: dict[str, str] = {}
         for m, value in samples:
             name = m.get("service", "?")
             if len(spaces[name]) > 1 and m.get("namespace"):
                 name = f"{m['namespace']}/{name}"
+            namespace[name] = m.get("namespace", "")
             if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
                 by.setdefault(name, {})[m["__name__"]] = value
         pods: dict[str, int] = {}
@@ -363,7 +365,7 @@ class PrometheusTelemetrySource:
                                  p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
                                  slo_latency_s=self.slo_latency_s.get(s, self.default_slo_latency_s),
                                  replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
-                                 else pods.get(s, 0))
+                                 else pods.get(s, 0), namespace=namespace.get(s, ""))
                 for s, v in by.items()}
 
     # ---- for the secondary scheduler ------------------------------------------------------------------------

@@ -65,8 +65,10 @@ def _bad(path, value):
     (_bad(["services", 0, "gpuModels"], ["Z80"]), "services[0].gpuModels", "Z80"),
     (_bad(["services", 1, "name"], "llm-chat"), "services[1].name", "llm-chat"),
     (_bad(["services", 1, "replicas"], 3), "services[1].replicas", "3"),
+    # scaled to zero, vLLM reports no demand for it, so the controller could never bring it back
+    (_bad(["services", 0, "minReplicas"], 0), "services[0].minReplicas", "never see it to bring it back"),
 ], ids=["kind", "empty", "zero-rate", "missing-rate", "fractional-replicas", "min-above-max", "unknown-model",
-        "duplicate-name", "unknown-field"])
+        "duplicate-name", "unknown-field", "scale-to-zero"])
 def test_bad_profiles_name_the_file_the_field_and_the_value(tmp_path, doc, field, shown):
     path = write(tmp_path, doc)
     with pytest.raises(InputError) as err:

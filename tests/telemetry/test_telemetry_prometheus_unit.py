@@ -97,6 +97,9 @@ def test_one_service_name_in_two_namespaces_is_two_services_never_one_overwritin
                ({"__name__": demand, "service": "chat", "namespace": "team-a"}, "5")]
     services = source(FakeClient(serving=serving)).snapshot().services
     assert {k: v.demand_rps for k, v in services.items()} == {"team-a/vllm": 10, "team-b/vllm": 30, "chat": 5}
+    # each keeps the namespace its series name: where to scale it while none of its pods runs
+    assert {k: v.namespace for k, v in services.items()} == {"team-a/vllm": "team-a", "team-b/vllm": "team-b",
+                                                             "chat": "team-a"}
 
 
 def test_suspended_jobs_come_from_their_provider_and_a_source_without_one_says_it_cannot_see_them():
