@@ -119,6 +119,11 @@ class Term:
     expressions: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()
 
+    @classmethod
+    def from_json(cls, term: Mapping[str, Any]) -> Term:
+        """A `nodeSelectorTerm` as the API gives it (a pod's node affinity, a PersistentVolume's)."""
+        return cls(_requirements(term.get("matchExpressions")), _requirements(term.get("matchFields")))
+
     def allows(self, name: str, labels: Mapping[str, str]) -> bool:
         if not (self.expressions or self.fields):
             return False
@@ -169,8 +174,7 @@ class NodeRules:
                                        str(t.get("value") or ""), str(t.get("effect") or ""))
                             for t in spec.get("tolerations") or ())
         selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
-        terms = tuple(Term(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
-                      for t in affinity_terms(spec))
+        terms = tuple(Term.from_json(t) for t in affinity_terms(spec))
         return cls(tolerations, selector, terms)
 
     @property
@@ -322,7 +326,7 @@ class Preferences:
         `PodAffinity.from_spec` resolves them (unresolved without). Ignored, as no-ops: a term whose weight is not a
         whole number from 1 to 100 (the API server admits no other)."""
         affinity = spec.get("affinity") or {}
-        node = tuple((w, Term(_requirements(pref.get("matchExpressions")), _requirements(pref.get("matchFields"))))
+        node = tuple((w, Term.from_json(pref))
                      for t in ((affinity.get("nodeAffinity") or {}).get(PREFERRED) or ())
                      if (w := weight(t.get("weight"))) and (pref := t.get("preference") or {}))
         pods: dict[str, tuple[tuple[int, AffinityTerm], ...]] = {}

@@ -6,7 +6,9 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
   the namespaces' labels are not known) refuses the pod everywhere (with that reason, never placed against its
   rule); a cordoned node; then the pod's own rules
   (`balancer.noderules`: `NoSchedule`/`NoExecute` taints it does not tolerate, its node selector, its required
-  node affinity), the same reading of Kubernetes the controller's migrations use;
+  node affinity), the same reading of Kubernetes the controller's migrations use; then where its volumes can be
+  attached or provisioned (`k8s_volumes`: a bound volume's node affinity, a class's allowed topologies, the node
+  a claim was already given);
 * **what is left** (`resource_refusal`): GPUs, CPU and memory, each less what is reserved for other pods (node
   annotation `gputide.io/reserved-for`: written by a Migrate for the workload's replacement, its GPUs only, and by
   this scheduler for a pod that preempts or starves, its GPUs, CPU and memory), every extended resource and the
@@ -94,7 +96,7 @@ def unsupported(req: Json) -> str:
 
 def rule_refusal(node: Json, req: Json) -> str | None:
     """The pod's and the node's placement rules: unsupported pod affinity, cordon, taints, node selector, node
-    affinity."""
+    affinity, volumes."""
     if unsupported(req):   # never ignored silently: placed against it, the pod would break its rule
         return f"node(s) not considered: gputide cannot evaluate {unsupported(req)}"
     if node["unschedulable"]:
@@ -107,7 +109,8 @@ def rule_refusal(node: Json, req: Json) -> str | None:
         return "node(s) didn't match Pod's node selector"
     if not rules.affinity_allows(node["name"], node["labels"]):
         return "node(s) didn't match Pod's node affinity"
-    return None
+    volumes = req.get("volumes")
+    return volumes.refusal(node["name"], node["labels"]) if volumes and volumes.rule else None
 
 
 RESERVED_GPUS = "node(s) had GPUs reserved for other pods"
@@ -194,7 +197,8 @@ class Offers:
         return column
 
     def _rules(self, req: Json) -> tuple[list[str | None], np.ndarray]:
-        key = (unsupported(req), req["rules"])
+        volumes = req.get("volumes")
+        key = (unsupported(req), req["rules"], volumes.rule if volumes else None)
         if key not in self.rules:
             why = [rule_refusal(n, req) for n in self.view]
             self.rules[key] = (why, np.array([w is None for w in why], dtype=bool))

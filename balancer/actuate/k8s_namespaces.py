@@ -11,7 +11,8 @@ such anti-affinity term covers every namespace. Nothing is guessed.
   (balancer/actuate/k8s_watch.py), and `labels_by_name(items)` those items as {name: labels}, what a term is
   resolved by (a `ListCache` view). The controller's `KubernetesWorkloads` and the secondary scheduler each
   follow the namespaces by watch, as they follow pods and nodes, so a label changed on a Namespace changes which
-  pods a term selects from the next planning cycle or pass on.
+  pods a term selects from the next planning cycle or pass on; `listed_labels(list_call)` is one list of them,
+  for when the watch has not synced.
 * `Resolver(read)` resolves for one pass of the scheduler (or one rebuild of the controller's workloads): `read()`
   is called at most once and only when a term needs the labels (most passes have none: no list), and each
   distinct set of terms is resolved once (a Deployment's thousand replicas share one).
@@ -19,11 +20,15 @@ such anti-affinity term covers every namespace. Nothing is guessed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from balancer.actuate.k8s_watch import converted
+from balancer.errors import ActuationError
 from balancer.noderules import AffinityTerm, NamespaceLabels, PodAffinity, Preferences
 
+log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
@@ -38,6 +43,17 @@ def namespace_entry(obj: Json) -> tuple[str, tuple[tuple[str, str], ...]] | None
 def labels_by_name(items: dict[str, Any]) -> dict[str, dict[str, str]]:
     """{namespace name: its labels} of `namespace_entry` items."""
     return {name: dict(labels) for name, labels in items.values()}
+
+
+def listed_labels(list_call: Callable[[], Json], who: str) -> dict[str, dict[str, str]] | None:
+    """{namespace name: its labels} by one list (`list_call()`); None when it fails (logged as `who`'s: terms that
+    need the labels are then left unresolved, never guessed)."""
+    try:
+        listed = list_call()
+    except ActuationError as err:
+        log.warning("%s: namespaces unknown, namespaceSelectors not evaluated: %s", who, err)
+        return None
+    return labels_by_name(converted(listed, namespace_entry))
 
 
 _UNREAD = object()

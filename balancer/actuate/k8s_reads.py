@@ -6,21 +6,28 @@
   the largest init container, plus overhead; every extended resource and one pod slot), its rules
   (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), its
   preferred node and pod (anti-)affinity (`balancer.noderules.Preferences`), priority, owner, the reservations
-  that are its own, its preemption policy and pod group;
+  that are its own, its preemption policy and pod group, and the PersistentVolumeClaims it mounts (`k8s_volumes`);
 * `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
 * `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, and the required
   anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`);
-* `sum_usage` / `with_usage`: what bound pods take per node.
+* `sum_usage` / `with_usage`: what bound pods take per node;
+* `scheduler_watches`: the `ListWatch` caches a running scheduler reads all of this from, as kube-scheduler's
+  informers (its pending pods, the nodes, the bound pods that hold resources, the namespaces).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_gang import group_of
+from balancer.actuate.k8s_namespaces import namespace_entry
+from balancer.actuate.k8s_volumes import pod_claims
+from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     RESERVATION_ANNOTATION,
+    _Api,
     _json_annotation,
     basic_requests,
     effective_requests,
@@ -31,6 +38,7 @@ from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Preferences
 
 Json = dict[str, Any]
 BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
+BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods that hold a node's resources
 
 
 def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
@@ -69,6 +77,7 @@ def scheduling_request(pod: Json) -> Json | None:
         "preferences": Preferences.from_spec(namespace, spec),    # preferred node and pod (anti-)affinity
         "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
         "labels": dict(meta.get("labels") or {}), "group": group, "group_min": least,
+        "claims": pod_claims(pod),   # resolved at the pod's turn in a pass (`k8s_volumes.VolumeBinding.request`)
     }  # fmt: skip
 
 
@@ -138,3 +147,24 @@ def with_usage(summed: tuple[dict, dict], usage) -> tuple[dict[str, list[int]], 
         for k, v in more_ext[node].items():
             e[k] = e.get(k, 0.0) + v
     return used, used_ext
+
+
+def scheduler_watches(api: _Api, scheduler_name: str, pending_selector: str, reservation_annotation: str,
+                      watch_s: float, notify: threading.Event) -> dict[str, ListWatch]:
+    """The `ListWatch` caches of a running scheduler, by the resource its metrics name: its pending pods (field
+    selector `pending_selector`; `notify` is set on every change, so a new pod starts a pass), the nodes, the bound
+    pods that hold resources and the namespaces."""
+    core = api.core
+
+    def follow(what: str, fn: Any, convert: Any, name: str = "", **kw: Any) -> ListWatch:
+        return ListWatch(name or what, lambda **k: api(f"list {what}", fn, **k), fn, convert, watch_s=watch_s, **kw)
+
+    return {
+        "pending pods": follow("pending pods", core.list_pod_for_all_namespaces, scheduling_request,
+                               f"pending pods of {scheduler_name}", selectors={"field_selector": pending_selector},
+                               notify=notify),
+        "nodes": follow("nodes", core.list_node, lambda n: node_facts(n, reservation_annotation)),
+        "bound pods": follow("bound pods", core.list_pod_for_all_namespaces, pod_usage,
+                             selectors={"field_selector": BOUND}),
+        "namespaces": follow("namespaces", core.list_namespace, namespace_entry),
+    }

@@ -9,11 +9,13 @@ What it reads, two ways:
 
 * `watch=False` (and `gputide schedule --once`): each pass lists the pending pods of this scheduler; only when
   there are some, it also lists every node and every bound pod.
-* `watch=True` (what a running `gputide schedule` uses): four `ListWatch` caches (balancer/actuate/k8s_watch.py),
-  the pending pods of this scheduler, the nodes, the bound pods that still hold resources, and the namespaces
-  (their labels, for pod affinity's namespaceSelectors), as kube-scheduler's informers do. A pass then costs the API server nothing but the bindings, and `wait_for_work` returns as soon as
-  a pending pod appears, so a pod is bound within moments of its creation instead of at the next poll. Until a
-  cache has listed once, the pass lists that resource itself.
+* `watch=True` (what a running `gputide schedule` uses): `ListWatch` caches (balancer/actuate/k8s_watch.py) of
+  the pending pods of this scheduler, the nodes, the bound pods that still hold resources, the namespaces (their
+  labels, for pod affinity's namespaceSelectors) and the PersistentVolumeClaims, PersistentVolumes and
+  StorageClasses (`k8s_volumes`), as kube-scheduler's informers do. A pass then costs the API server nothing but
+  the bindings, and `wait_for_work` returns as soon as a pending pod appears, so a pod is bound within moments of
+  its creation instead of at the next poll. Until a cache has listed once, the pass lists that resource itself
+  (the claims, volumes and classes only in a pass with a pod that mounts claims).
 
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
@@ -33,7 +35,9 @@ pods unplaced and reads such bound terms as covering every namespace).
 Preferred node and pod (anti-)affinity only weigh the nodes a pod fits: `place` is told them (`k8s_preferred`).
 A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
 a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
-(`k8s_gang`). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod
+(`k8s_gang`). A pod's claims keep it to the nodes where its volumes can be attached or provisioned, and before
+its Binding its unbound WaitForFirstConsumer claims are given its node (`k8s_volumes`, kube-scheduler's
+VolumeBinding). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod
 conditions that tell a pod's owner what was done are `k8s_tell`.
 """
 
@@ -51,12 +55,22 @@ from balancer.actuate.k8s_actuator import _annotation_map_change
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
-from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
+from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, listed_labels
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preferred import Preferred
-from balancer.actuate.k8s_reads import Usage, node_facts, pod_usage, scheduling_request, sum_usage, with_usage
+from balancer.actuate.k8s_reads import (
+    BOUND,
+    Usage,
+    node_facts,
+    pod_usage,
+    scheduler_watches,
+    scheduling_request,
+    sum_usage,
+    with_usage,
+)
 from balancer.actuate.k8s_tell import Teller
-from balancer.actuate.k8s_watch import ListWatch, converted
+from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
+from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
     ConflictError,
@@ -70,7 +84,6 @@ from balancer.errors import ActuationError
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 PlaceFn = Callable[[Json, list[Json]], "str | None"]
-BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods that hold a node's resources
 
 
 @dataclass(slots=True)
@@ -116,24 +129,12 @@ class SecondaryScheduler:
                            starving_s=starving_s)   # nodes held for pods that preempt or starve
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
-        self.watches: dict[str, ListWatch] = {}
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
         self._usage_memo: tuple[int, tuple[dict, dict]] | None = None
-        if watch:
-            core = self.api.core
-            self.watches = {
-                "pending pods": ListWatch(f"pending pods of {scheduler_name}", self._lister(
-                    "list pending pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
-                    scheduling_request, selectors={"field_selector": self.pending_selector}, watch_s=watch_s,
-                    notify=self.work),
-                "nodes": ListWatch("nodes", self._lister("list nodes", core.list_node), core.list_node,
-                                   lambda n: node_facts(n, reservation_annotation), watch_s=watch_s),
-                "bound pods": ListWatch("bound pods", self._lister(
-                    "list bound pods", core.list_pod_for_all_namespaces), core.list_pod_for_all_namespaces,
-                    pod_usage, selectors={"field_selector": BOUND}, watch_s=watch_s),
-                "namespaces": ListWatch("namespaces", self._lister("list namespaces", core.list_namespace),
-                                        core.list_namespace, namespace_entry, watch_s=watch_s),
-            }  # fmt: skip
+        self.volumes = VolumeBinding(self.api, watch=watch, watch_s=watch_s)   # claims, volumes, classes
+        self.watches: dict[str, ListWatch] = {} if not watch else {**scheduler_watches(
+            self.api, scheduler_name, self.pending_selector, reservation_annotation, watch_s, self.work),
+            **self.volumes.watches}
 
     @property
     def retell_s(self) -> float:
@@ -154,9 +155,6 @@ class SecondaryScheduler:
     def starving(self) -> list[tuple[str, str]]:
         """The last pass: (pod, node) of each starving pod given a node to hold."""
         return self.holds.starving
-
-    def _lister(self, what: str, fn: Callable[..., Any]) -> Callable[..., Json]:
-        return lambda **kw: self.api(what, fn, **kw)
 
     # ---- the watched (or listed) state ------------------------------------------------------------------------
 
@@ -201,15 +199,8 @@ class SecondaryScheduler:
         """The namespaces' labels by name: the watch's once synced, else a list of them; None when the list fails
         (logged: terms that need them are then left unresolved, never guessed)."""
         cached = self._cached("namespaces")
-        if cached is not None:
-            return labels_by_name(cached)
-        try:
-            listed = self.api("list namespaces", self.api.core.list_namespace)
-        except ActuationError as err:
-            log.warning("scheduler %s: namespaces unknown, namespaceSelectors not evaluated: %s",
-                        self.scheduler_name, err)
-            return None
-        return labels_by_name(converted(listed, namespace_entry))
+        return labels_by_name(cached) if cached is not None else listed_labels(
+            lambda: self.api("list namespaces", self.api.core.list_namespace), f"scheduler {self.scheduler_name}")
 
     def pending(self) -> list[Json]:
         """Pending pods of this scheduler, not being deleted, gated (`spec.schedulingGates`) nor just bound: highest
@@ -281,6 +272,7 @@ class SecondaryScheduler:
             return {}
         resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
         pending = [resolver.request(r) for r in pending]
+        self.volumes.start_pass(pending)
         view = self.nodes_view()
         ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)},
                    Offers(view, PodPlacement(view, self._bound(), resolver.term)),
@@ -296,6 +288,10 @@ class SecondaryScheduler:
 
     def _place_one(self, req: Json, ps: _Pass) -> None:
         """Bind `req` where the placement policy (or its own reservation) says, or tell it why it waits."""
+        req = self.volumes.request(req)
+        if why := waiting(req, len(ps.view)):   # its claims are not ready: no node considered, no one preempted
+            self._left_pending(req, why, ps)
+            return
         offered = ps.offers.fitting(req)
         reserved = ps.offers.reserved_for(req)
         target = reserved["name"] if reserved else self._choose(req, ps, offered)
@@ -313,12 +309,13 @@ class SecondaryScheduler:
         if ps.members is None:
             ps.members = member_counts(self._bound())
         running = ps.members[members[0]["group"]]
+        members = [self.volumes.request(m) for m in members]
         least = max(m["group_min"] for m in members)
         if least and running >= least:   # the gang runs already: more members join one by one
             for m in members:
                 self._place_one(m, ps)
             return
-        chosen, why = {}, missing(members, running)
+        chosen, why = {}, missing(members, running) or group_waiting(members, len(ps.view))
         if why is None:
             chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
             if why is not None:   # enough members, not enough room: a group that has waited too long holds nodes
@@ -337,7 +334,11 @@ class SecondaryScheduler:
         self.tell.unschedulable(req, why)
 
     def _commit(self, req: Json, i: int, ps: _Pass) -> None:
-        """Bind `req` to node i of the pass and count it there (the filters and the placement state too)."""
+        """Bind `req` to node i of the pass and count it there (the filters and the placement state too), its
+        claims given the node first (none given: not bound this pass)."""
+        if why := self.volumes.prebind(req, ps.view[i]["name"]):
+            ps.results[req["name"]], self.reasons[req["name"]] = None, why
+            return
         bound = self._bind(req, ps.view[i])
         if bound is not None:
             ps.results[req["name"]] = bound or None

@@ -210,6 +210,7 @@ class _Api:
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self.policy = k8s.PolicyV1Api(api_client)
+        self.storage = k8s.StorageV1Api(api_client)
         self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
 
     def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,

@@ -16,9 +16,12 @@ them). A pod that fits nowhere preempts pods of lower priority as kube-scheduler
 Eviction API (a PodDisruptionBudget is never broken) and holding the node with a reservation until they are gone
 (balancer/actuate/k8s_preempt.py); `--no-preemption` turns that off, a pod's `preemptionPolicy: Never` opts it
 out. A pod pending longer than `--starving-after` that fits nowhere holds the node closest to fitting it, so GPUs
-freed there go to it rather than to smaller pods that keep arriving. Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together or none
-(balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds. `--once`: one pass, print
-each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*` series and the probes
+freed there go to it rather than to smaller pods that keep arriving. A pod's PersistentVolumeClaims keep it where
+its volumes can be attached, and an unbound WaitForFirstConsumer claim is given the pod's node before the pod is
+bound, as kube-scheduler's VolumeBinding does (balancer/actuate/k8s_volumes.py). Pods labelled
+`scheduling.x-k8s.io/pod-group` are bound as a group, all together or none (balancer/actuate/k8s_gang.py). With
+`--leader-elect` only the holder of the Lease binds. `--once`: one pass, print each pod's node (or that none fits),
+exit. The metrics port serves `gputide_scheduler_*` series and the probes
 `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
 """
 

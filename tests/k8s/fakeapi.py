@@ -16,6 +16,11 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Binding: sets spec.nodeName once; a second binding answers 409, and so does binding a pod with
   `spec.schedulingGates` ("pod X has non-empty .spec.schedulingGates"). A pod created with gates gets the condition
   PodScheduled=False/SchedulingGated, as the API server gives it; gates may only be removed, never added.
+- Storage (`claim`, `volume`, `storage_class`): PersistentVolumeClaims (namespaced), PersistentVolumes and
+  StorageClasses (cluster-scoped) are listed, watched, read and merge-patched like any other object, validated as
+  the API server validates them (access modes and size required, a StorageClass's volumeBindingMode defaulted to
+  Immediate, a claim's spec immutable but for its volumeName once and its requests, a class's provisioner,
+  parameters and binding mode immutable, a volume's node affinity immutable once set).
 - Pod status subresource (PATCH pods/{name}/status): only the patch's `status` applies, as on the real server.
 - Events (core v1): created and listed like any other object.
 - Namespaces (cluster-scoped, `namespace(name, **labels)`): listed and watched like any other object, for pod
@@ -72,6 +77,9 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "workloads": ("Workload", "kueue.x-k8s.io/v1beta1", True),
     "events": ("Event", "v1", True),
     "namespaces": ("Namespace", "v1", False),
+    "persistentvolumeclaims": ("PersistentVolumeClaim", "v1", True),
+    "persistentvolumes": ("PersistentVolume", "v1", False),
+    "storageclasses": ("StorageClass", "storage.k8s.io/v1", False),
 }
 PLURAL = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
 POD_FIELDS = {
@@ -215,6 +223,27 @@ def _semantic_errors(obj: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _storage_errors(obj: dict[str, Any]) -> list[str]:
+    """What the API server checks of claims, volumes and classes beyond their schema."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    errors = []
+    if kind in ("PersistentVolumeClaim", "PersistentVolume"):
+        if not spec.get("accessModes"):
+            errors.append("spec.accessModes: Required value: at least 1 access mode is required")
+        size = (spec.get("resources") or {}).get("requests") if kind == "PersistentVolumeClaim" else spec.get("capacity")
+        if "storage" not in (size or {}):
+            errors.append("spec: Required value: storage size")
+    required = (spec.get("nodeAffinity") or {}).get("required") if kind == "PersistentVolume" else None
+    if required is not None and not required.get("nodeSelectorTerms"):
+        errors.append("spec.nodeAffinity.required.nodeSelectorTerms: Required value: must have at least one term")
+    if kind == "StorageClass":
+        if obj.get("volumeBindingMode") not in ("Immediate", "WaitForFirstConsumer"):
+            errors.append(f"volumeBindingMode: Unsupported value: {obj.get('volumeBindingMode')!r}")
+        if any(not t.get("matchLabelExpressions") for t in obj.get("allowedTopologies") or []):
+            errors.append("allowedTopologies: Required value: must contain at least one requirement")
+    return errors
+
+
 def _update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What the API server refuses to change on an update (its ValidateXUpdate), for the kinds the tests change."""
     kind, was, now = new.get("kind"), old.get("spec") or {}, new.get("spec") or {}
@@ -222,11 +251,24 @@ def _update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         added = {g["name"] for g in now.get("schedulingGates") or []} - {g["name"] for g in was.get("schedulingGates") or []}
         return [f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate {g!r}"
                 for g in sorted(added)]
+    if kind == "PersistentVolumeClaim":
+        mutable = {"resources"} | ({"volumeName"} if not was.get("volumeName") else set())
+        if {k: v for k, v in was.items() if k not in mutable} != {k: v for k, v in now.items() if k not in mutable}:
+            return ["spec: Forbidden: spec is immutable after creation except resources.requests for bound claims"]
+    if kind == "PersistentVolume" and was.get("nodeAffinity") and was["nodeAffinity"] != now.get("nodeAffinity"):
+        return ["spec.nodeAffinity: Invalid value: field is immutable"]
+    if kind == "StorageClass":
+        return [f"{k}: Forbidden: updates to {k} are forbidden." for k in ("provisioner", "parameters", "reclaimPolicy",
+                                                                         "volumeBindingMode") if old.get(k) != new.get(k)]
     return []
 
 
 def _defaults(obj: dict[str, Any]) -> None:
-    """What the API server sets on create: a gated pod's PodScheduled=False/SchedulingGated condition."""
+    """What the API server sets on create: a StorageClass's binding mode and reclaim policy, a gated pod's
+    PodScheduled=False/SchedulingGated condition."""
+    if obj.get("kind") == "StorageClass":
+        obj.setdefault("volumeBindingMode", "Immediate")
+        obj.setdefault("reclaimPolicy", "Delete")
     if obj.get("kind") == "Pod" and (obj.get("spec") or {}).get("schedulingGates"):
         status = obj.setdefault("status", {})
         status["conditions"] = [*(c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"), {
@@ -259,7 +301,7 @@ def validate(obj: dict[str, Any]) -> None:
         _validator(str(obj.get("kind")), str(obj.get("apiVersion"))).validate(obj)
     except jsonschema.ValidationError as exc:
         raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {exc.message}") from exc
-    errors = _semantic_errors(obj)
+    errors = _semantic_errors(obj) + _storage_errors(obj)
     if errors:
         raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {'; '.join(errors)}")
 
@@ -885,3 +927,52 @@ def workload(job_obj: dict[str, Any], flavor: str | None = None, *, cluster_queu
 
 def iter_taints(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from obj.get("spec", {}).get("taints") or []
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def claim(name: str, namespace: str = "default", *, storage_class: str | None = "standard", volume: str | None = None,
+          selected_node: str | None = None, size: str = "100Gi") -> dict[str, Any]:
+    """A PersistentVolumeClaim: bound to `volume` when given, else Pending (`selected_node`: the annotation
+    kube-scheduler writes for a WaitForFirstConsumer claim)."""
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    if volume:
+        spec["volumeName"] = volume
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if selected_node:
+        meta["annotations"] = {"volume.kubernetes.io/selected-node": selected_node}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec,
+            "status": {"phase": "Bound" if volume else "Pending"}}
+
+
+def volume(name: str, *, zone: str | None = None, claim_ref: tuple[str, str] | None = None,
+           storage_class: str = "standard", size: str = "100Gi") -> dict[str, Any]:
+    """A CSI PersistentVolume, attachable only in `zone` when given (a zonal disk), bound to `claim_ref`
+    (namespace, name) when given."""
+    spec: dict[str, Any] = {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": storage_class,
+                            "csi": {"driver": "pd.csi.storage.gke.io", "volumeHandle": f"disks/{name}"}}
+    if zone:
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": [zone]}]}]}}
+    if claim_ref:
+        spec["claimRef"] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": claim_ref[0],
+                            "name": claim_ref[1]}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": spec,
+            "status": {"phase": "Bound" if claim_ref else "Available"}}
+
+
+def storage_class(name: str, mode: str | None = "WaitForFirstConsumer", *,
+                  provisioner: str = "pd.csi.storage.gke.io", zones: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A StorageClass (`mode` None: left to the API server's default, Immediate), its volumes allowed only in
+    `zones` when given."""
+    obj: dict[str, Any] = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+                           "provisioner": provisioner}
+    if mode is not None:
+        obj["volumeBindingMode"] = mode
+    if zones:
+        obj["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE_LABEL, "values": list(zones)}]}]
+    return obj

@@ -180,7 +180,8 @@ def test_a_watching_scheduler_follows_the_namespaces_labels(kube: FakeKube, api,
     kube.add(kept_apart(pending("web-0", "team-a", app="web")))
     sched = SecondaryScheduler(api, "gputide", first_by_name, clock=clock, watch=True, watch_s=1.0).start()
     try:
-        assert set(sched.watches) == {"pending pods", "nodes", "bound pods", "namespaces"}   # each in the metrics
+        assert set(sched.watches) == {"pending pods", "nodes", "bound pods", "namespaces", "persistentvolumeclaims",
+                                      "persistentvolumes", "storageclasses"}   # each in the metrics
         eventually(lambda: all(w.synced for w in sched.watches.values()))
         kube.mutate("namespaces", "lab", "", {"metadata": {"labels": {"team": "serving"}}})
         eventually(lambda: sched.namespace_labels()["lab"] == {"team": "serving"})

@@ -1,0 +1,293 @@
+"""A pod's PersistentVolumeClaims, for the secondary scheduler: kube-scheduler's VolumeBinding, for what GPU pods use.
+
+A training pod mounts its checkpoints from a claim, and where a volume can be attached decides where the pod may
+run. kube-scheduler's VolumeBinding plugin knows it; a scheduler that posts the Binding without it leaves two
+failures on a real cluster:
+
+* the default StorageClass of GKE, EKS and AKS binds `WaitForFirstConsumer`: its volume is provisioned only once
+  the scheduler has written the node it chose on the claim (annotation `volume.kubernetes.io/selected-node`).
+  Without it the claim stays Pending and the pod sits in ContainerCreating for ever (kubernetes/kubernetes#86262);
+* a claim bound to a zonal disk (a PersistentVolume with `spec.nodeAffinity`) can be attached only in its zone: a
+  pod bound elsewhere never starts.
+
+So, for each claim of a pending pod (its `persistentVolumeClaim` volumes, and its generic `ephemeral` volumes,
+whose claim `<pod>-<volume>` the ephemeral volume controller creates):
+
+* **bound** (`spec.volumeName`): the pod may go only where the volume's `spec.nodeAffinity.required` terms admit
+  (`node(s) had volume node affinity conflict`); a claim bound to a volume that does not exist admits no node;
+* **unbound, WaitForFirstConsumer**: the pod may go where the class's `allowedTopologies` admit, and, when the
+  claim already names a node (`selected-node`, written for another pod of a Job sharing it), only there (`node(s)
+  didn't find available persistent volumes to bind`). Once the node is chosen and before the Binding is posted,
+  the claim gets `selected-node: <node>` (kube-scheduler's PreBind), read-modify-write: a claim that was bound or
+  given another node meanwhile, or a write that fails, leaves the pod unbound this pass;
+* **unbound otherwise** (an Immediate class, no class, a class that does not exist: the volume controller binds
+  it on its own), **missing** or **being deleted**: no node is considered until that changes (`pod has unbound
+  immediate PersistentVolumeClaims`, `persistentvolumeclaim "x" not found`), and the pod preempts no one;
+* a WaitForFirstConsumer class without a provisioner (`kubernetes.io/no-provisioner`, local volumes) needs a
+  pre-provisioned volume matched to the claim, which gputide does not do: the pod waits and is told so.
+
+Unlike kube-scheduler, the pod is bound right after its claims name the node, without waiting for them to be
+bound: the kubelet waits for the volume, and a pass does not block for minutes.
+
+`pod_claims(pod)` reads what a pod mounts; `claim_entry`, `volume_entry` and `class_entry` turn the API objects
+into cache items; `resolve` decides, without I/O, what the claims allow (`Volumes`, a placement rule the filters
+apply as they apply node affinity, `k8s_filters`); `VolumeBinding` reads the objects (a `ListCache` each: by
+watch once synced, else a list in a pass that has a pod with claims) and writes `selected-node`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import ChainMap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from balancer.actuate.k8s_nodes import by_name
+from balancer.actuate.k8s_watch import ListCache
+from balancer.actuate.kubernetes import MERGE_PATCH, _Api
+from balancer.errors import ActuationError, PermanentActuationError
+from balancer.noderules import Requirement, Term
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+WAIT = "WaitForFirstConsumer"
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+AFFINITY_CONFLICT = "node(s) had volume node affinity conflict"
+NO_VOLUME = "node(s) didn't find available persistent volumes to bind"
+LOST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+
+
+class Claim(NamedTuple):
+    """A PersistentVolumeClaim as the scheduler reads it."""
+
+    volume: str              # spec.volumeName: the volume it is bound to ("": unbound)
+    storage_class: str
+    selected: str            # the node a scheduler chose for it (annotation selected-node)
+    deleting: bool
+    owner: str               # the uid of its controlling owner (a generic ephemeral volume's pod)
+    version: int             # resourceVersion, to tell the newer of two readings
+
+
+class StorageClass(NamedTuple):
+    mode: str                # volumeBindingMode
+    provisioner: str
+    topologies: tuple[Term, ...]   # allowedTopologies, ORed (none: anywhere)
+
+
+def claim_entry(obj: Json) -> Claim:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    # the beta annotation still wins over the field, as in kube-scheduler's GetPersistentVolumeClaimClass
+    cls = (meta.get("annotations") or {}).get("volume.beta.kubernetes.io/storage-class", spec.get("storageClassName"))
+    version = str(meta.get("resourceVersion") or "")
+    return Claim(str(spec.get("volumeName") or ""), str(cls or ""),
+                 str((meta.get("annotations") or {}).get(SELECTED_NODE) or ""), bool(meta.get("deletionTimestamp")),
+                 str(owners[0].get("uid") or "") if owners else "", int(version) if version.isdigit() else 0)
+
+
+def volume_entry(obj: Json) -> tuple[Term, ...]:
+    """A PersistentVolume's required node affinity terms, ORed (none: it attaches anywhere)."""
+    required = ((obj.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}
+    return tuple(Term.from_json(t) for t in required.get("nodeSelectorTerms") or ())
+
+
+def _topology_term(term: Json) -> Term:
+    """A StorageClass's `allowedTopologies` term: every label it names, with one of its values (a term naming none
+    matches no node, as in kube-scheduler's MatchTopologySelectorTerms)."""
+    return Term(tuple(Requirement(str(e.get("key") or ""), "In", tuple(str(v) for v in e.get("values") or ()))
+                      for e in term.get("matchLabelExpressions") or ()))
+
+
+def class_entry(obj: Json) -> StorageClass:
+    return StorageClass(str(obj.get("volumeBindingMode") or "Immediate"), str(obj.get("provisioner") or ""),
+                        tuple(_topology_term(t) for t in obj.get("allowedTopologies") or ()))
+
+
+def pod_claims(pod: Json) -> tuple[tuple[str, bool], ...]:
+    """(claim name, whether it is a generic ephemeral volume's) of each claim the pod mounts, once each."""
+    name = pod["metadata"]["name"]
+    claims = {}
+    for v in (pod.get("spec") or {}).get("volumes") or ():
+        if (v.get("persistentVolumeClaim") or {}).get("claimName"):
+            claims.setdefault(str(v["persistentVolumeClaim"]["claimName"]), False)
+        elif v.get("ephemeral") is not None:
+            claims.setdefault(f"{name}-{v.get('name')}", True)
+    return tuple(claims.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Volumes:
+    """What a pending pod's claims allow: a placement rule (`refusal`) and the claims to annotate before binding.
+    False when it restricts nothing and writes nothing."""
+
+    waiting: str = ""                             # why no node is considered at all ("": none)
+    lost: bool = False                            # a claim is bound to a volume that does not exist
+    attach: tuple[tuple[Term, ...], ...] = ()     # per bound volume with node affinity: its terms, ORed
+    provision: tuple[tuple[Term, ...], ...] = ()  # per unbound WaitForFirstConsumer claim: where it may be made
+    select: tuple[str, ...] = ()                  # "namespace/claim": unbound WaitForFirstConsumer, no node yet
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting or self.lost or self.attach or self.provision or self.select)
+
+    @property
+    def rule(self) -> tuple | None:
+        """What of it refuses nodes (None: nothing), by which pods with the same refusals share them (`Offers`
+        evaluates each distinct rule once per pass): a Job's pods each with its own claim have the same."""
+        return (self.lost, self.attach, self.provision) if self.lost or self.attach or self.provision else None
+
+    def refusal(self, name: str, labels: Mapping[str, str]) -> str | None:
+        """Why the pod's volumes keep it off the node (`name`, `labels`), in kube-scheduler's words; None: they
+        do not."""
+        if self.lost:
+            return LOST
+        if not all(any(t.allows(name, labels) for t in terms) for terms in self.attach):
+            return AFFINITY_CONFLICT
+        if not all(any(t.allows(name, labels) for t in terms) for terms in self.provision):
+            return NO_VOLUME
+        return None
+
+
+def _unusable(claim: Claim | None, key: str, ephemeral: bool, pod: str, uid: str) -> str:
+    """Why a claim keeps the pod from being considered at all, as kube-scheduler says it ("": it does not)."""
+    name = key.split("/", 1)[1]
+    if claim is None:
+        return (f'waiting for ephemeral volume controller to create the persistentvolumeclaim "{name}"' if ephemeral
+                else f'persistentvolumeclaim "{name}" not found')
+    if claim.deleting:
+        return f'persistentvolumeclaim "{name}" is being deleted'
+    if ephemeral and claim.owner != uid:
+        return f"PVC {key} was not created for pod {pod} (pod is not owner)"
+    return ""
+
+
+def resolve(req: Json, claims: Mapping[str, Claim], volumes: Mapping[str, tuple[Term, ...]],
+            classes: Mapping[str, StorageClass]) -> Volumes:
+    """What the claims of `req` (`scheduling_request`) allow, by the claims, volumes and classes as read."""
+    attach, provision, select, lost = [], [], [], False
+    for name, ephemeral in req.get("claims") or ():
+        key = f"{req['namespace']}/{name}"
+        claim = claims.get(key)
+        why = _unusable(claim, key, ephemeral, req["name"], req.get("uid", ""))
+        if why or claim is None:
+            return Volumes(waiting=why)
+        if claim.volume:
+            terms = volumes.get(claim.volume)
+            lost = lost or terms is None
+            attach += [terms] if terms else []
+            continue
+        cls = classes.get(claim.storage_class) if claim.storage_class else None
+        if cls is None or cls.mode != WAIT:   # the volume controller binds it on its own; until then, nowhere
+            return Volumes(waiting=UNBOUND_IMMEDIATE)
+        if cls.provisioner in ("", NO_PROVISIONER):
+            return Volumes(waiting=f'persistentvolumeclaim "{name}" of StorageClass "{claim.storage_class}" waits for '
+                                   "a pre-provisioned PersistentVolume, which gputide does not bind (no provisioner)")
+        provision += [cls.topologies] if cls.topologies else []
+        if claim.selected:   # chosen for another pod sharing it: its volume is being made for that node
+            provision.append((Term(fields=(Requirement("metadata.name", "In", (claim.selected,)),)),))
+        else:
+            select.append(key)
+    return Volumes("", lost, tuple(attach), tuple(provision), tuple(select))
+
+
+def waiting(req: Json, nodes: int) -> str:
+    """kube-scheduler's message for a pod whose claims keep every one of `nodes` nodes from being considered ("":
+    they do not)."""
+    volumes = req.get("volumes")
+    return f"0/{nodes} nodes are available: {volumes.waiting}." if volumes and volumes.waiting else ""
+
+
+def group_waiting(members: list[Json], nodes: int) -> str | None:
+    """`waiting` for the first member of a pod group it holds back, naming it (None: it holds back none)."""
+    return next((f"pod group {m['group']}: member {m['name']}: {w}" for m in members if (w := waiting(m, nodes))),
+                None)
+
+
+class ClaimChanged(PermanentActuationError):
+    """A claim was bound, or given another node, since the pass read it."""
+
+
+def selecting(node: str):
+    """The merge patch that names `node` on a claim (None: it names it already), for `_Api.update`."""
+    def change(pvc: Json) -> Json | None:
+        claim = claim_entry(pvc)
+        if claim.volume or (claim.selected and claim.selected != node):
+            raise ClaimChanged(f"bound or given node {claim.selected or '-'} meanwhile, not {node}")
+        return None if claim.selected == node else {"metadata": {"annotations": {SELECTED_NODE: node}}}
+    return change
+
+
+class VolumeBinding:
+    """The claims, volumes and classes as the scheduler reads them, and the write of `selected-node` (module
+    docstring). Per pass: `start_pass(pending)`, then `request(req)` at each pod's turn, `prebind(req, node)`
+    before its Binding. A claim written in a pass is seen by the pods after it, and by later passes until the
+    claims' cache holds that write (kube-scheduler's assume cache)."""
+
+    def __init__(self, api: _Api, *, watch: bool = False, watch_s: float = 300.0) -> None:
+        self.api = api
+        core, storage = api.core, api.storage
+
+        def cache(what: str, fn: Any, convert: Any, view: Any = None) -> ListCache:
+            return ListCache(what, lambda **kw: api(f"list {what}", fn, **kw), fn, convert, view=view, ttl_s=0.0,
+                             watch=watch, watch_s=watch_s)
+
+        self.caches = {
+            "persistentvolumeclaims": cache("persistentvolumeclaims", core.list_persistent_volume_claim_for_all_namespaces,
+                                            claim_entry),
+            "persistentvolumes": cache("persistentvolumes", core.list_persistent_volume, volume_entry, by_name),
+            "storageclasses": cache("storageclasses", storage.list_storage_class, class_entry, by_name),
+        }  # fmt: skip
+        self.watches = {name: c.watch for name, c in self.caches.items() if c.watch is not None}
+        self._assumed: dict[str, Claim] = {}   # claims written, until the cache shows the write
+        self._read: tuple[Mapping[str, Claim], Mapping, Mapping] | None = None
+
+    def start_pass(self, pending: list[Json]) -> None:
+        """Read the claims, volumes and classes for this pass, only when a pending pod has claims."""
+        self._read = None
+        if not any(r.get("claims") for r in pending):
+            return
+        claims, volumes, classes = (self.caches[name].current() for name in (
+            "persistentvolumeclaims", "persistentvolumes", "storageclasses"))
+        if claims is None or volumes is None or classes is None:   # never listed yet: logged by the cache
+            return
+        # a write stays assumed until the cache holds it (or the claim is gone)
+        self._assumed = {k: a for k, a in self._assumed.items() if k in claims and a.version > claims[k].version}
+        self._read = (ChainMap(self._assumed, claims), volumes, classes)
+
+    def request(self, req: Json) -> Json:
+        """`req` with `volumes` (`Volumes`) when it has claims; `req` itself when it has none."""
+        if not req.get("claims"):
+            return req
+        if self._read is None:
+            return dict(req, volumes=Volumes(waiting="PersistentVolumeClaims not known yet (their list failed)"))
+        return dict(req, volumes=resolve(req, *self._read))
+
+    def prebind(self, req: Json, node: str) -> str:
+        """Name `node` on the pod's unbound WaitForFirstConsumer claims: "" when done, else why not (the pod is
+        then not bound this pass)."""
+        volumes = req.get("volumes")
+        for key in volumes.select if volumes else ():
+            try:
+                written = self._select(key, node)
+            except ActuationError as err:
+                log.warning("%s not bound this pass: persistentvolumeclaim %s: %s", req["name"], key, err)
+                return f"binding volumes: persistentvolumeclaim {key}: {err}"
+            if written is not None:
+                self._assumed[key] = claim_entry(written)
+        return ""
+
+    def _select(self, key: str, node: str) -> Json | None:
+        """Read-modify-write `selected-node: node` on claim `key` ("namespace/name"): the claim as written, None
+        when it named `node` already; `ClaimChanged` when it was bound or given another node meanwhile."""
+        namespace, name = key.split("/", 1)
+        what, core = f"persistentvolumeclaim {key}", self.api.core
+        return self.api.update(
+            what, lambda: self.api(what, core.read_namespaced_persistent_volume_claim, name, namespace),
+            lambda body: self.api(what, core.patch_namespaced_persistent_volume_claim, name, namespace, body,
+                                  _content_type=MERGE_PATCH), selecting(node))
+
+    def close(self) -> None:
+        for c in self.caches.values():
+            c.close()
