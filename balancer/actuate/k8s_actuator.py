@@ -10,21 +10,15 @@ Nothing here decides *what* to do. How each action reaches the cluster:
                     mode reads it back with `read_power_caps` and applies it clamped to the GPU's constraints.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA targets the Deployment, else the Deployment's scale subresource.
-    ScaleTraining   batch/v1 Job: suspend when workers == 0 (labelled `gputide.io/suspended=true`, its pods'
-                    priority kept in `gputide.io/priority`, so `KubernetesWorkloads.suspended_jobs` finds it again),
-                    else parallelism = workers and the label removed; with `kueue_queues` set and the Job queued
-                    through Kueue, GPU quota moves between the two ClusterQueues of the cohort, in the
-                    ResourceFlavor Kueue admitted the Job under (its Workload; `k8s_kueue` decides).
+    ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
+                    pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
+                    again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
+                    `spec.active: false` (Kueue owns that Job's suspend and would undo one). Else parallelism =
+                    workers and the label removed, a Workload gputide deactivated made active again. With `kueue_queues` set and the Job queued, GPU quota moves between the two
+                    ClusterQueues of the cohort, in the ResourceFlavor Kueue admitted the Job under (`k8s_kueue`).
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint.
-
-Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
-someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
-transport errors are retried with exponential backoff (`backoff_s * 2**attempt`, injected `sleep`) up to
-`max_retries`; after that the action comes back as RETRY. 404/403/422 are permanent (FAILED).
-Patches are sent as `application/merge-patch+json` explicitly: the generated client would otherwise pick a
-strategic merge patch, which custom resources (Kueue) do not support.
 
 Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
 someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
@@ -45,15 +39,13 @@ from typing import Any
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_quota import KueueQuota
+from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
     HOT_UNTIL_ANNOTATION,
-    KUEUE_QUEUE_LABEL,
     MERGE_PATCH,
     POWER_CAP_ANNOTATION,
-    PRIORITY_ANNOTATION,
     RESERVATION_ANNOTATION,
-    SUSPENDED_LABEL,
     Json,
     KubeTemporaryError,
     NotFoundError,
@@ -61,7 +53,6 @@ from balancer.actuate.kubernetes import (
     _Api,
     _code,
     _json_annotation,
-    _pod_requests,
     parse_time,
     read_power_caps,
     rfc3339,
@@ -173,6 +164,7 @@ class KubernetesActuator:
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
         self.kueue = KueueQuota(self.api)
+        self.training = TrainingJobs(self.api, self.kueue)
         self.clock = clock
         self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
             Migrate: self._migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
@@ -336,7 +328,7 @@ class KubernetesActuator:
         clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
         return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
 
-    # ---- training: Job suspend / parallelism, Kueue quota ----
+    # ---- training: Job stop / resume / size, Kueue quota (k8s_training) ----
 
     def _owner_namespace(self, owner: str, snapshot: ClusterSnapshot) -> str:
         """The namespace of a job or service named by its bare name: that of its pods (or, for a suspended job,
@@ -352,34 +344,9 @@ class KubernetesActuator:
 
     def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> str:
         ns, name = split_name(action.job, self._owner_namespace(action.job, snapshot))
-        what = f"job {ns}/{name}"
-        job = self.api(what, self.api.batch.read_namespaced_job, name, ns)
-        queued = bool((job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL))
-        per_worker = _pod_requests(job["spec"].get("template") or {})[0] or 1
-        delta = (int(action.workers) - int(action.previous_workers)) * per_worker
-        notes, flavor = [], None
-        if self.kueue_queues and queued and delta:
-            # resolved before anything changes: a refusal leaves the Job alone, and a suspend clears the admission
-            flavor = self.kueue.check_queues(self.kueue_queues, self.kueue.admitted_flavor(ns, name, job))[0]
-        if self.kueue_queues and queued and delta > 0:   # grow: quota first, so Kueue can admit the workers
-            notes.append(self.shift_kueue_quota(self.kueue_queues[0], self.kueue_queues[1], delta, flavor))
-        body: Json
-        if action.workers == 0:
-            # the label lets the next cycle (or the next leader) find the Job it suspended and resume it; the
-            # priority of its pods is recorded because a suspended Job has none to read it from
-            pods = snapshot.workloads_by_owner.get(action.job)
-            meta: Json = {"labels": {SUSPENDED_LABEL: "true"}}
-            if pods:
-                meta["annotations"] = {PRIORITY_ANNOTATION: str(pods[0].priority)}
-            body = {"metadata": meta, "spec": {"suspend": True}}
-        else:
-            body = {"metadata": {"labels": {SUSPENDED_LABEL: None}},
-                    "spec": {"parallelism": int(action.workers), "suspend": False}}
-        self.api(what, self.api.batch.patch_namespaced_job, name, ns, body, _content_type=MERGE_PATCH)
-        if self.kueue_queues and queued and delta < 0:   # shrink: give the quota back once the job is smaller
-            notes.append(self.shift_kueue_quota(self.kueue_queues[1], self.kueue_queues[0], -delta, flavor))
-        state = "suspended" if action.workers == 0 else f"parallelism = {action.workers}"
-        return "; ".join([f"{what} {state}", *notes])
+        pods = snapshot.workloads_by_owner.get(action.job)
+        return self.training.scale(ns, name, int(action.workers), int(action.previous_workers),
+                                   pods[0].priority if pods else None, self.kueue_queues)
 
     def shift_kueue_quota(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
         """Move `gpus` of GPU nominalQuota between two ClusterQueues of a cohort (`KueueQuota.shift`)."""

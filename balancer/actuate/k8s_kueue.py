@@ -8,7 +8,8 @@ another flavor is quota the Job cannot use, lent by inference GPUs of another mo
 admission:
 
 * admitted: that flavor, in both ClusterQueues; a queue without GPU quota in it is refused (never another flavor);
-* not admitted yet (a suspended Job being grown): the one GPU flavor both queues have; with several in common
+* not admitted (a Job gputide stopped, whose Workload's admission its deactivation cleared, being resumed; or one
+  Kueue has not admitted yet): the one GPU flavor both queues have; with several in common
   Kueue's choice cannot be foreseen, so it is refused, naming the flavors, rather than guessed.
 
 A refusal is a `PermanentActuationError` (the action comes back FAILED); `KubernetesActuator` resolves the flavor

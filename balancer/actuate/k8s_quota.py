@@ -1,9 +1,13 @@
-"""Kueue GPU quota moves between two ClusterQueues of a cohort, for the actuator's training scaling.
+"""Kueue's objects for the actuator's training scaling: a Job's Workloads, their activation, and GPU quota moves
+between two ClusterQueues of a cohort.
 
 `KueueQuota` reads a Job's Workloads and the ClusterQueues through the gateway's `_Api` and patches the queues'
 `nvidia.com/gpu` nominalQuota in one ResourceFlavor; which flavor is decided by the pure rules of `k8s_kueue`
 (the one Kueue admitted the Job under, else the only one both queues hold). The lender is lowered first, so the
 cohort's total never exceeds what exists, and restored if raising the borrower fails.
+
+`set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
+(Kueue owns such a Job's `spec.suspend`: see `k8s_training`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from balancer.actuate.kubernetes import (
     KUEUE_WORKLOADS,
     MERGE_PATCH,
     Json,
+    KubeTemporaryError,
+    NotFoundError,
     _Api,
     quantity,
 )
@@ -29,8 +35,8 @@ class KueueQuota:
     def __init__(self, api: _Api) -> None:
         self.api = api
 
-    def admitted_flavor(self, ns: str, name: str, job: Json) -> str | None:
-        """The GPU flavor Kueue admitted the Job under, from its Workload(s); None while it is not admitted.
+    def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
+        """The Job's Workloads (Kueue makes one per Job).
 
         Found by Kueue's `kueue.x-k8s.io/job-uid` label; a Workload without it (Kueue sets it only where the uid is
         a valid label value) is found by its owner reference, at the cost of listing the namespace's Workloads."""
@@ -41,7 +47,35 @@ class KueueQuota:
         if not items:
             items = self.api(what, self.api.custom.list_namespaced_custom_object, *KUEUE_WORKLOADS, ns,
                              "workloads").get("items") or []
-        return admitted_flavor([w for w in items if owned_by(w, uid)], GPU_RESOURCE, f"{ns}/{name}")
+        return [w for w in items if owned_by(w, uid)]
+
+    @staticmethod
+    def admitted_flavor(ns: str, name: str, workloads: list[Json]) -> str | None:
+        """The GPU flavor Kueue admitted the Job under, from its Workloads; None while it is not admitted."""
+        return admitted_flavor(workloads, GPU_RESOURCE, f"{ns}/{name}")
+
+    def set_active(self, ns: str, workloads: list[Json], active: bool) -> list[str]:
+        """Set `spec.active` on those of the Workloads that differ; returns their names.
+
+        Inactive, Kueue evicts a Workload (its quota released, its admission cleared) and suspends its Job, and
+        keeps it so; active again, it is queued and its Job unsuspended once admitted. A Workload gone meanwhile
+        is skipped when activating (Kueue replaced it by one that is active) and a temporary error when
+        deactivating (its replacement is not deactivated yet)."""
+        changed = []
+        for wl in workloads:
+            if ((wl.get("spec") or {}).get("active", True) is not False) == active:
+                continue
+            name = wl["metadata"]["name"]
+            try:
+                self.api(f"kueue workload {ns}/{name}", self.api.custom.patch_namespaced_custom_object,
+                         *KUEUE_WORKLOADS, ns, "workloads", name, {"spec": {"active": active}},
+                         _content_type=MERGE_PATCH)
+            except NotFoundError as err:
+                if not active:
+                    raise KubeTemporaryError(f"kueue workload {ns}/{name} was replaced: {err}", 404) from err
+                continue
+            changed.append(name)
+        return changed
 
     def check_queues(self, queues: tuple[str, str], flavor: str | None) -> tuple[str, str]:
         """(flavor, cohort) of a quota move between two ClusterQueues, read fresh: both must be in one cohort and

@@ -31,11 +31,13 @@ not allow now, as the Eviction API would, before anything is reserved or tainted
 once they are None (unknown: the Eviction API alone guards them meanwhile).
 
 `KubernetesWorkloads.suspended_jobs()` reads, as the budgets are, the Jobs gputide itself suspended (label
-`gputide.io/suspended=true`, set by the actuator together with `spec.suspend` and removed on resume, so the
-label-selected watch sends DELETED for a resumed Job; a Job a person suspended is not gputide's to resume): their
-elastic bounds and GPU models from the pod template's annotations, GPUs per worker from its containers, priority
-from the annotation `gputide.io/priority` the actuator recorded. The capacity planner suspends jobs only when
-this list is available (a Job at parallelism 0 has no pods, so without it gputide could never resume it).
+`gputide.io/suspended=true`, set by the actuator when it stops a Job and removed on resume, so the label-selected
+watch sends DELETED for a resumed Job; a Job a person suspended is not gputide's to resume) that are suspended
+indeed (`spec.suspend`: Kueue suspends a queued Job itself once gputide deactivated its Workload, and a labelled Job
+still running is counted by its pods, not as suspended): their elastic bounds and GPU models from the pod
+template's annotations, GPUs per worker from its containers, priority from the annotation `gputide.io/priority`
+the actuator recorded. The capacity planner suspends jobs only when this list is available (a Job at parallelism 0
+has no pods, so without it gputide could never resume it).
 
 Owners are bare names (`chat`), as people name their services in profiles and serving metrics, except where a
 bare name would name two things: an owner found in two namespaces (two `vllm` Deployments, a running and a
@@ -203,12 +205,14 @@ def _running_pod(pod: Json) -> Workload | None:
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:
-    """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic."""
+    """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic and
+    suspended indeed (`spec.suspend`: a Kueue-queued Job is suspended by Kueue once gputide deactivated its
+    Workload, and one Kueue keeps running is not suspended, whatever its label says)."""
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
     template = spec.get("template") or {}
     notes = (template.get("metadata") or {}).get("annotations") or {}
     elastic_min, elastic_max = _elastic(notes)
-    if elastic_max <= 0 or not meta.get("name"):
+    if elastic_max <= 0 or not meta.get("name") or spec.get("suspend") is not True:
         return None
     tspec = template.get("spec") or {}
     return SuspendedJob(

@@ -47,7 +47,7 @@ EXPECTED_CLUSTER_RULES = {
     ("batch", "jobs"): {"get", "list", "watch", "patch"},
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "patch"},
-    ("kueue.x-k8s.io", "workloads"): {"list"},
+    ("kueue.x-k8s.io", "workloads"): {"list", "patch"},
 }
 EXPECTED_NAMESPACE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 

@@ -11,6 +11,12 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Every full request body, and the result of every patch, is validated against the Kubernetes schema with
   kubernetes-validate (strict), plus the semantic checks the API server adds (HPA min <= max, taint effects,
   Lease MicroTime format); Kueue ClusterQueues and Workloads against a subset of their CRD schemas. Invalid -> 422.
+- Kueue's job reconciler, reduced to what gputide meets (`kueue = True`, the default; `_kueue_change`): a queued Job
+  (label `kueue.x-k8s.io/queue-name`) follows its Workload, re-checked after every write of a Job or a Workload. A
+  deactivated Workload (`spec.active: false`) loses its admission and its Job is suspended; activated again it is
+  admitted again as it was (the fake checks no quota); a suspended Job whose Workload is admitted is unsuspended
+  and a running one whose Workload is not is suspended (steps 7 and 8 of kueue's
+  pkg/controller/jobframework/reconciler.go). A Job without a Workload is left alone (Kueue would make one).
 - Eviction API: 429 TooManyRequests when a PodDisruptionBudget selecting the pod has no disruptions left,
   404 for unknown pods, otherwise the pod is deleted and the budget decremented.
 - Binding: sets spec.nodeName once; a second binding answers 409, and so does binding a pod with
@@ -62,6 +68,7 @@ from referencing import Registry, Resource
 
 K8S_VERSION = "1.29"
 MERGE_PATCH = "application/merge-patch+json"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
 
 # resource plural -> (kind, apiVersion, namespaced)
@@ -163,7 +170,7 @@ WORKLOAD_SCHEMA: dict[str, Any] = {
         "metadata": {"type": "object"},
         "spec": {"type": "object", "required": ["podSets"],
                  "properties": {"podSets": {"type": "array", "minItems": 1, "maxItems": 8},
-                                "queueName": {"type": "string"}}},
+                                "queueName": {"type": "string"}, "active": {"type": "boolean"}}},
         "status": {"type": "object", "properties": {"admission": _ADMISSION, "conditions": {"type": "array"}}},
     },
 }  # fmt: skip
@@ -221,6 +228,34 @@ def _semantic_errors(obj: dict[str, Any]) -> list[str]:
         if spec.get(key, 0) is not None and spec.get(key, 0) < 0:
             errors.append(f"spec.{key} must be >= 0")
     return errors
+
+
+def _owned(obj: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _kueue_change(job_obj: dict[str, Any], wl: dict[str, Any],
+                  evicted: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(plural, merge patch) of the one change Kueue makes next to a queued Job or its Workload, None when they
+    agree. `evicted` keeps the admission a deactivation cleared, to admit the Workload again once it is active."""
+    uid = wl["metadata"]["uid"]
+    admission = (wl.get("status") or {}).get("admission")
+    suspended = bool(job_obj["spec"].get("suspend"))
+    if (wl.get("spec") or {}).get("active", True) is False:   # deactivated: evicted, its Job stopped
+        if admission:
+            evicted[uid] = admission
+            return "workloads", {"status": {"admission": None}}
+        return None if suspended else ("jobs", {"spec": {"suspend": True}})
+    if admission is None and uid in evicted:   # active again: admitted again, at the Job's size of now
+        again = copy.deepcopy(evicted.pop(uid))
+        for ps in again.get("podSetAssignments") or []:
+            ps["count"] = job_obj["spec"].get("parallelism", 1)
+        return "workloads", {"status": {"admission": again}}
+    if admission and suspended:          # 7. "Job admitted, unsuspending"
+        return "jobs", {"spec": {"suspend": False}}
+    if not admission and not suspended:  # 8. "Not admitted by cluster queue", suspending
+        return "jobs", {"spec": {"suspend": True}}
+    return None
 
 
 def _storage_errors(obj: dict[str, Any]) -> list[str]:
@@ -365,6 +400,9 @@ class FakeKube:
         self.hooks: list[Hook] = []
         self.requests: list[Request] = []
         self.history_limit = 10_000
+        self.kueue = True   # Kueue's job reconciler runs (the module docstring); False: queued Jobs are left alone
+        self._kueue_busy = False
+        self._kueue_evicted: dict[str, Any] = {}   # Workload uid -> the admission its deactivation cleared
         self._history: list[_Event] = []
         self._expired_below = 0    # watches from a resourceVersion below this answer 410 Expired
         self._changed = threading.Condition(self._lock)
@@ -499,6 +537,7 @@ class FakeKube:
         self._bump(obj)
         self.objects[key] = obj
         self._record(plural, namespace, "ADDED", None, obj)
+        self._kueue_reconcile(plural)
         return obj
 
     def _existing(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
@@ -524,6 +563,7 @@ class FakeKube:
         self._bump(new)
         self.objects[(plural, namespace, name)] = new
         self._record(plural, namespace, "MODIFIED", old, new)
+        self._kueue_reconcile(plural)
         return new
 
     def _replace(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -537,6 +577,33 @@ class FakeKube:
             raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
         merged = merge_patch(self._existing(plural, namespace, name), patch)
         return self._store(plural, namespace, name, merged)
+
+    # ---- Kueue's job reconciler -------------------------------------------------------------------------------
+
+    def _kueue_reconcile(self, plural: str) -> None:
+        """After a write of a Job or a Workload, what Kueue's job reconciler would do, until nothing is left (its
+        own writes come back here and return at once)."""
+        if not self.kueue or self._kueue_busy or plural not in ("jobs", "workloads"):
+            return
+        self._kueue_busy = True
+        try:
+            while self._kueue_step():
+                pass
+        finally:
+            self._kueue_busy = False
+
+    def _kueue_step(self) -> bool:
+        """Make the next change Kueue would make to a queued Job or its Workload; False when there is none."""
+        for (plural, ns, name), job_obj in sorted(self.objects.items()):
+            if plural != "jobs" or not _label(job_obj, KUEUE_QUEUE_LABEL):
+                continue
+            for (wplural, wns, wname), wl in sorted(self.objects.items()):
+                if wplural == "workloads" and wns == ns and _owned(wl, job_obj["metadata"]["uid"]):
+                    change = _kueue_change(job_obj, wl, self._kueue_evicted)
+                    if change is not None:
+                        self._patch(change[0], ns, name if change[0] == "jobs" else wname, change[1])
+                        return True
+        return False
 
     # ---- sub-resources ---------------------------------------------------------------------------------------
 

@@ -108,7 +108,13 @@ def test_a_job_not_admitted_yet_grows_in_the_one_flavor_both_queues_hold(kube: F
     assert result.outcome is Outcome.APPLIED, result.detail
     assert (gpu_quota(kube, "inference"), gpu_quota(kube, "training")) == ({"h100": 16, "a100": 12}, {"a100": 12})
     spec = kube.get("jobs", "train", "ml")["spec"]
-    assert (spec["parallelism"], spec["suspend"]) == (2, False)
+    # Kueue owns a queued Job's suspend: gputide sizes it and leaves it suspended until Kueue admits it (a
+    # `suspend: false` sent now would be undone, the Workload not being admitted)
+    assert (spec["parallelism"], spec["suspend"]) == (2, True)
+    assert all("suspend" not in r.body["spec"] for r in kube.calls("PATCH", r"/jobs/train$"))
+    admitted = workload(kube.get("jobs", "train", "ml"), "a100")
+    kube.mutate("workloads", admitted["metadata"]["name"], "ml", {"status": admitted["status"]})
+    assert kube.get("jobs", "train", "ml")["spec"]["suspend"] is False   # admitted: Kueue starts it
 
 
 def test_a_job_not_admitted_yet_with_two_common_flavors_is_refused_and_nothing_changes(kube: FakeKube,

@@ -1,0 +1,149 @@
+"""`ScaleTraining` on a batch/v1 Job: how the actuator stops, resumes and resizes a training Job, and when Kueue
+quota moves.
+
+Stop (0 workers). The Job is labelled `gputide.io/suspended=true` (and its pods' priority kept in the annotation
+`gputide.io/priority`, since a stopped Job has no pods to read it from), so `KubernetesWorkloads.suspended_jobs`
+finds it again; its size is kept. A plain Job is then suspended (`spec.suspend: true`). A Job queued through Kueue
+(label `kueue.x-k8s.io/queue-name`, with or without `--kueue-queues`) is not: Kueue owns its `spec.suspend`. Kueue's
+job reconciler (kueue pkg/controller/jobframework/reconciler.go) unsuspends a suspended Job whose Workload is still
+admitted and suspends a running Job whose Workload is not (kubernetes-sigs/kueue#1726), so a suspend patched on it
+is undone at Kueue's next reconcile and the Job keeps running on GPUs the plan gave to inference. Such a Job is stopped
+through its Workload, Kueue's documented way: `spec.active: false`, on which Kueue evicts the Workload (its quota
+released) and suspends the Job, and keeps it suspended. A queued Job without a Workload is refused (FAILED):
+nothing could keep it stopped.
+
+Run (N > 0 workers). Parallelism = N and the label is removed. A plain
+Job is unsuspended with it; a queued Job that gputide stopped has its Workloads made active again after the Job's
+new size is written, so Kueue queues them as they now are and unsuspends the Job once admitted. gputide never
+writes `spec.suspend` on a queued Job.
+
+Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between the two ClusterQueues in the flavor
+`k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
+so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
+shrinks. Every refusal (a flavor that cannot be told, a queued Job without a Workload) comes before any change.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from balancer.actuate.k8s_quota import KueueQuota
+from balancer.actuate.kubernetes import (
+    KUEUE_QUEUE_LABEL,
+    MERGE_PATCH,
+    PRIORITY_ANNOTATION,
+    SUSPENDED_LABEL,
+    Json,
+    _Api,
+    _pod_requests,
+)
+from balancer.errors import ActuationError, PermanentActuationError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The Job an action changes, as read before it: where it is, its Kueue queue ("" when not queued) and
+    whether gputide's label says it stopped it."""
+
+    ns: str
+    name: str
+    queue: str
+    labelled: bool
+
+    @property
+    def what(self) -> str:
+        return f"job {self.ns}/{self.name}"
+
+
+class TrainingJobs:
+    """Stops, resumes and resizes training Jobs; moves Kueue quota with them (the module docstring)."""
+
+    def __init__(self, api: _Api, kueue: KueueQuota) -> None:
+        self.api, self.kueue = api, kueue
+
+    def scale(self, ns: str, name: str, workers: int, previous: int, priority: int | None,
+              queues: tuple[str, str] | None) -> str:
+        """Run `workers` workers of Job ns/name (0: stop it), `previous` before; `priority` is that of its pods
+        (None: none running), `queues` the (inference, training) ClusterQueues quota moves between. Returns the
+        detail of what changed; raises ActuationError."""
+        what = f"job {ns}/{name}"
+        obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
+        labels = obj["metadata"].get("labels") or {}
+        job = _Job(ns, name, labels.get(KUEUE_QUEUE_LABEL) or "", labels.get(SUSPENDED_LABEL) == "true")
+        size = {"parallelism": workers} if workers else {}
+        delta = (workers - previous) * (_pod_requests(obj["spec"].get("template") or {})[0] or 1)
+        quota = queues if queues and job.queue and delta else None
+        owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers or job.labelled) else []
+        flavor = self.kueue.check_queues(quota, self.kueue.admitted_flavor(ns, name, owned))[0] if quota else None
+        notes = []
+        if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers
+            notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor))
+        try:
+            state = self._run(job, owned, size) if workers else self._stop(job, owned, priority)
+        except ActuationError:
+            if quota and delta > 0:
+                self._give_back(quota, delta, flavor)
+            raise
+        if quota and delta < 0:   # shrink: give the quota back once the job is smaller
+            notes.append(self.kueue.shift(quota[1], quota[0], -delta, flavor))
+        return "; ".join([f"{what} {state}", *notes])
+
+    def _patch(self, job: _Job, body: Json) -> None:
+        self.api(job.what, self.api.batch.patch_namespaced_job, job.name, job.ns, body, _content_type=MERGE_PATCH)
+
+    def _stop(self, job: _Job, owned: list[Json], priority: int | None) -> str:
+        meta: Json = {"labels": {SUSPENDED_LABEL: "true"}}
+        if priority is not None:
+            meta["annotations"] = {PRIORITY_ANNOTATION: str(priority)}
+        if not job.queue:
+            self._patch(job, {"metadata": meta, "spec": {"suspend": True}})
+            return "suspended"
+        if not owned:
+            raise PermanentActuationError(
+                f"{job.what} is queued through Kueue ({KUEUE_QUEUE_LABEL}={job.queue}) but has no Workload: Kueue "
+                "owns its spec.suspend and would undo a suspend, and there is no Workload to deactivate; not stopped")
+        # labelled first: a Job stopped but not labelled would never be found again, one labelled but still
+        # running is not listed as suspended (`k8s_workloads.suspended_job` wants spec.suspend too)
+        self._patch(job, {"metadata": meta})
+        try:
+            names = self.kueue.set_active(job.ns, owned, False)
+        except ActuationError:
+            if not job.labelled:
+                self._relabel(job, None)
+            raise
+        done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
+        return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)"
+
+    def _run(self, job: _Job, owned: list[Json], size: Json) -> str:
+        spec = dict(size) if job.queue else {**size, "suspend": False}
+        self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}}, "spec": spec})
+        state = f"parallelism = {size['parallelism']}"
+        if job.queue and job.labelled:   # a queued Job gputide stopped: its Workloads made active again
+            try:
+                names = self.kueue.set_active(job.ns, owned, True)
+            except ActuationError:
+                self._relabel(job, "true")   # so the next cycle still finds it stopped and resumes it
+                raise
+            if names:
+                state += (f"; Kueue workload {', '.join(names)} active again (Kueue unsuspends the Job once it "
+                          "admits it)")
+        return state
+
+    def _relabel(self, job: _Job, value: str | None) -> None:
+        """Undo the label change of a stop or resume that failed half-way (best effort: the action's error is
+        what matters)."""
+        try:
+            self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: value}}})
+        except ActuationError as err:
+            log.warning("%s: could not restore label %s=%s: %s", job.what, SUSPENDED_LABEL, value, err)
+
+    def _give_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> None:
+        """Return quota lent for a grow that did not happen (best effort)."""
+        try:
+            self.kueue.shift(queues[1], queues[0], gpus, flavor)
+        except ActuationError as err:
+            log.error("kueue quota lent to %s for a grow that failed was not given back (%d GPUs): %s",
+                      queues[1], gpus, err)
