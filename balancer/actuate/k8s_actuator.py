@@ -13,8 +13,10 @@ Nothing here decides *what* to do. How each action reaches the cluster:
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
-                    `spec.active: false` (Kueue owns that Job's suspend and would undo one). Else parallelism =
-                    workers and the label removed, a Workload gputide deactivated made active again. With `kueue_queues` set and the Job queued, GPU quota moves between the two
+                    `spec.active: false` (Kueue owns that Job's suspend and would undo one). Else resized: parallelism
+                    = workers, an Elastic Indexed Job's completions with it, never beyond `completions - succeeded`
+                    where completions cannot change (`k8s_jobs`); the label removed, a Workload gputide deactivated
+                    made active again. With `kueue_queues` set and the Job queued, GPU quota moves between the two
                     ClusterQueues of the cohort, in the ResourceFlavor Kueue admitted the Job under (`k8s_kueue`).
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.

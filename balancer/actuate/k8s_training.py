@@ -12,7 +12,8 @@ through its Workload, Kueue's documented way: `spec.active: false`, on which Kue
 released) and suspends the Job, and keeps it suspended. A queued Job without a Workload is refused (FAILED):
 nothing could keep it stopped.
 
-Run (N > 0 workers). Parallelism = N and the label is removed. A plain
+Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; completions too for an Elastic Indexed
+Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A plain
 Job is unsuspended with it; a queued Job that gputide stopped has its Workloads made active again after the Job's
 new size is written, so Kueue queues them as they now are and unsuspends the Job once admitted. gputide never
 writes `spec.suspend` on a queued Job.
@@ -20,7 +21,8 @@ writes `spec.suspend` on a queued Job.
 Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between the two ClusterQueues in the flavor
 `k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
 so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
-shrinks. Every refusal (a flavor that cannot be told, a queued Job without a Workload) comes before any change.
+shrinks. Every refusal (a size that cannot run, a flavor that cannot be told, a queued Job without a Workload)
+comes before any change.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from balancer.actuate.k8s_jobs import describe, resize
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
@@ -73,7 +76,7 @@ class TrainingJobs:
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
         job = _Job(ns, name, labels.get(KUEUE_QUEUE_LABEL) or "", labels.get(SUSPENDED_LABEL) == "true")
-        size = {"parallelism": workers} if workers else {}
+        size = resize(obj, workers, what) if workers else {}
         delta = (workers - previous) * (_pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None
         owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers or job.labelled) else []
@@ -120,7 +123,7 @@ class TrainingJobs:
     def _run(self, job: _Job, owned: list[Json], size: Json) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
         self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}}, "spec": spec})
-        state = f"parallelism = {size['parallelism']}"
+        state = describe(size)
         if job.queue and job.labelled:   # a queued Job gputide stopped: its Workloads made active again
             try:
                 names = self.kueue.set_active(job.ns, owned, True)

@@ -17,7 +17,7 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `priority` | `spec.priority` (set by its PriorityClass) |
 | `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
-| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers) |
+| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers; a pod does not say its Job's `completions`, so a running Job is held to `completions - succeeded` by the actuator, which refuses more, and a suspended one by `suspended_jobs`) |
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
@@ -35,7 +35,8 @@ once they are None (unknown: the Eviction API alone guards them meanwhile).
 watch sends DELETED for a resumed Job; a Job a person suspended is not gputide's to resume) that are suspended
 indeed (`spec.suspend`: Kueue suspends a queued Job itself once gputide deactivated its Workload, and a labelled Job
 still running is counted by its pods, not as suspended): their elastic bounds and GPU models from the pod
-template's annotations, GPUs per worker from its containers, priority from the annotation `gputide.io/priority`
+template's annotations (`elastic_max` capped at `completions - succeeded` where completions cannot grow,
+`k8s_jobs.worker_limit`), GPUs per worker from its containers, priority from the annotation `gputide.io/priority`
 the actuator recorded. The capacity planner suspends jobs only when this list is available (a Job at parallelism 0
 has no pods, so without it gputide could never resume it).
 
@@ -65,6 +66,7 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
+from balancer.actuate.k8s_jobs import worker_limit
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
@@ -205,13 +207,16 @@ def _running_pod(pod: Json) -> Workload | None:
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:
-    """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic and
-    suspended indeed (`spec.suspend`: a Kueue-queued Job is suspended by Kueue once gputide deactivated its
-    Workload, and one Kueue keeps running is not suspended, whatever its label says)."""
+    """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic, can still
+    run a worker and is suspended indeed (`spec.suspend`: a Kueue-queued Job is suspended by Kueue once gputide
+    deactivated its Workload, and one Kueue keeps running is not suspended, whatever its label says)."""
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
     template = spec.get("template") or {}
     notes = (template.get("metadata") or {}).get("annotations") or {}
     elastic_min, elastic_max = _elastic(notes)
+    limit = worker_limit(job)   # completions - succeeded, where completions cannot grow with the Job
+    if limit is not None and limit < elastic_max:
+        elastic_min, elastic_max = min(elastic_min, limit), limit
     if elastic_max <= 0 or not meta.get("name") or spec.get("suspend") is not True:
         return None
     tspec = template.get("spec") or {}

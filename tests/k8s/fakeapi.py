@@ -11,6 +11,9 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
 - Every full request body, and the result of every patch, is validated against the Kubernetes schema with
   kubernetes-validate (strict), plus the semantic checks the API server adds (HPA min <= max, taint effects,
   Lease MicroTime format); Kueue ClusterQueues and Workloads against a subset of their CRD schemas. Invalid -> 422.
+- Jobs: `spec.completions` is immutable except on an Indexed Job whose completions equal its parallelism after the
+  update (Elastic Indexed Jobs, KEP-3715), `spec.completionMode` is immutable and an Indexed Job needs completions,
+  as the API server's Job validation says.
 - Kueue's job reconciler, reduced to what gputide meets (`kueue = True`, the default; `_kueue_change`): a queued Job
   (label `kueue.x-k8s.io/queue-name`) follows its Workload, re-checked after every write of a Job or a Workload. A
   deactivated Workload (`spec.active: false`) loses its admission and its Job is suspended; activated again it is
@@ -227,6 +230,34 @@ def _semantic_errors(obj: dict[str, Any]) -> list[str]:
     for key in ("replicas", "parallelism"):
         if spec.get(key, 0) is not None and spec.get(key, 0) < 0:
             errors.append(f"spec.{key} must be >= 0")
+    return errors + _job_errors(obj)
+
+
+def _job_errors(obj: dict[str, Any]) -> list[str]:
+    """A Job's completions as the API server checks them (pkg/apis/batch/validation, validateJobSpec)."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") != "Job":
+        return []
+    if spec.get("completions") is not None and spec["completions"] < 0:
+        return ["spec.completions must be >= 0"]
+    if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
+        return ["spec.completions: Required value: when completion mode is Indexed"]
+    return []
+
+
+def _job_update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What the API server refuses in an update of a Job's size (pkg/apis/batch/validation, validateCompletions)."""
+    if new.get("kind") != "Job":
+        return []
+    was, spec = old.get("spec") or {}, new.get("spec") or {}
+    errors = []
+    if spec.get("completionMode", "NonIndexed") != was.get("completionMode", "NonIndexed"):
+        errors.append("spec.completionMode: field is immutable")
+    if spec.get("completions") != was.get("completions"):
+        if spec.get("completionMode") != "Indexed":
+            errors.append("spec.completions: field is immutable")
+        elif spec.get("completions") != spec.get("parallelism", 1):
+            errors.append("spec.completions: can only be modified in tandem with spec.parallelism")
     return errors
 
 
@@ -557,6 +588,9 @@ class FakeKube:
         for key in ("uid", "creationTimestamp"):
             new["metadata"][key] = old["metadata"][key]
         validate(new)
+        job_errors = _job_update_errors(old, new)
+        if job_errors:
+            raise ApiError(422, "Invalid", f"Job {name!r} is invalid: {'; '.join(job_errors)}")
         refused = _update_errors(old, new)
         if refused:
             raise ApiError(422, "Invalid", f"{new['kind']} {name!r} is invalid: {'; '.join(refused)}")
@@ -936,14 +970,21 @@ def hpa(name: str, target: str, namespace: str = "default", lo: int = 1, hi: int
 
 
 def job(name: str, namespace: str = "default", parallelism: int = 4, gpus: int = 1,
-        queue: str | None = None, suspend: bool = False) -> dict[str, Any]:
-    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+        queue: str | None = None, suspend: bool = False, completions: int | None = None,
+        indexed: bool = False) -> dict[str, Any]:
+    """A Job; with `completions` one that runs to that many successes (`indexed`: completionMode Indexed)."""
+    labels = {KUEUE_QUEUE_LABEL: queue} if queue else {}
     container = {"name": "train", "image": "registry.example/train:1",
                  "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    spec: dict[str, Any] = {"parallelism": parallelism, "suspend": suspend,
+                            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}
+    if completions is not None:
+        spec["completions"] = completions
+    if indexed:
+        spec["completionMode"] = "Indexed"
     return {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"parallelism": parallelism, "suspend": suspend,
-                 "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+        "spec": spec,
     }  # fmt: skip
 
 

@@ -1,0 +1,78 @@
+"""How many workers a batch/v1 Job can run, and the spec change that runs N of them: pure decisions on a Job's JSON.
+
+`parallelism` is only an upper bound on the pods a Job runs. The Job controller never runs more than the
+completions still outstanding (`completions - status.succeeded`; JobSpec.parallelism in the API reference), so a
+Job with `completions` set is not resized by parallelism alone:
+
+| the Job | resized by | at most |
+|---|---|---|
+| no `completions` (a work queue) | `parallelism` | unbounded |
+| Indexed, `completions == parallelism` (an Elastic Indexed Job: one index per rank) | `completions` and `parallelism` together, kept equal (KEP-3715, beta in Kubernetes 1.27, GA in 1.31) | unbounded |
+| NonIndexed with `completions`, or Indexed with `completions != parallelism` | `parallelism` | `completions - succeeded` |
+
+The API server rejects a change of `completions` except on an Indexed Job whose completions equal its parallelism
+after the update (`validateCompletions`, pkg/apis/batch/validation), so the last row cannot raise its completions;
+asking it for more workers than can run would lend GPUs (and Kueue quota) to pods that never start. `resize`
+refuses that with a `PermanentActuationError` naming the Job and the limit; the actuator calls it before anything
+changes. `k8s_workloads.suspended_job` caps a suspended Job's `elastic_max` by the same `worker_limit`, so the
+planner does not ask for what cannot run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from balancer.errors import PermanentActuationError
+
+Json = dict[str, Any]
+
+
+def _count(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def indexed(job: Json) -> bool:
+    return (job.get("spec") or {}).get("completionMode") == "Indexed"
+
+
+def elastic_indexed(job: Json) -> bool:
+    """An Indexed Job whose completions equal its parallelism: resized by changing both."""
+    spec = job.get("spec") or {}
+    n = _count(spec.get("completions"))
+    return indexed(job) and n is not None and n == _count(spec.get("parallelism", 1))
+
+
+def worker_limit(job: Json) -> int | None:
+    """The most pods the Job can run whatever its parallelism: `completions - succeeded` for a Job with completions
+    that is not an Elastic Indexed Job; None when only parallelism bounds it."""
+    n = _count((job.get("spec") or {}).get("completions"))
+    if n is None or elastic_indexed(job):
+        return None
+    return max(n - (_count((job.get("status") or {}).get("succeeded")) or 0), 0)
+
+
+def resize(job: Json, workers: int, what: str) -> Json:
+    """The `spec` merge patch that runs `workers` (> 0) workers of the Job (see the module docstring); raises
+    PermanentActuationError when the Job cannot run that many."""
+    if elastic_indexed(job):
+        return {"completions": workers, "parallelism": workers}
+    limit = worker_limit(job)
+    if limit is not None and workers > limit:
+        spec = job.get("spec") or {}
+        succeeded = _count((job.get("status") or {}).get("succeeded")) or 0
+        mode = "Indexed" if indexed(job) else "NonIndexed"
+        raise PermanentActuationError(
+            f"{what} ({mode}, completions {spec.get('completions')}, parallelism {spec.get('parallelism', 1)}, "
+            f"{succeeded} succeeded) can run at most {limit} workers, not {workers}: the Job controller starts no "
+            f"pod beyond completions - succeeded and its completions cannot change; nothing changed")
+    return {"parallelism": workers}
+
+
+def describe(size: Json) -> str:
+    """The size `resize` set, for the action's detail."""
+    if "completions" in size:
+        return f"parallelism = completions = {size['parallelism']} (Elastic Indexed Job)"
+    return f"parallelism = {size['parallelism']}"
