@@ -334,11 +334,15 @@ class KubernetesActuator:
 
     def _owner_namespace(self, owner: str, snapshot: ClusterSnapshot) -> str:
         """The namespace of a job or service named by its bare name: that of its pods (or, for a suspended job,
-        the one the snapshot lists it in), else the actuator's default. A bare name whose pods and suspended jobs
-        sit in two namespaces names two objects: acting on either could scale the wrong one, so it is refused
-        (`KubernetesWorkloads` qualifies such owners as `namespace/name`)."""
+        the one the snapshot lists it in; for a service, that of its serving series, which tell it while none of its
+        pods runs), else the actuator's default. A bare name whose pods and suspended jobs sit in two namespaces
+        names two objects: acting on either could scale the wrong one, so it is refused (`KubernetesWorkloads`
+        qualifies such owners as `namespace/name`)."""
         spaces = {w.namespace for w in snapshot.workloads_by_owner.get(owner, ())}
         spaces |= {j.namespace for j in snapshot.suspended_jobs or () if j.name == owner}
+        status = (getattr(snapshot, "services", None) or {}).get(owner)
+        if status is not None and status.namespace:
+            spaces.add(status.namespace)
         if len(spaces) > 1:
             raise PermanentActuationError(f"{owner!r} names objects in namespaces {', '.join(sorted(spaces))}: "
                                           "refusing to guess; owners must be namespace/name")

@@ -328,6 +328,22 @@ def test_scale_inference(kube: FakeKube, actuator, with_hpa, replicas, min_repli
         assert kube.get("horizontalpodautoscalers", "web-other", "serve")["spec"]["minReplicas"] == 1
 
 
+def test_a_service_none_of_whose_pods_runs_is_scaled_in_the_namespace_its_series_name(kube: FakeKube, actuator) -> None:
+    # every replica pending (or none yet): no pod says where the Deployment lives; its serving series do
+    from dataclasses import replace
+
+    from balancer.model import ServiceStatus
+
+    kube.add(deployment("llm-chat", "ml", replicas=1))
+    status = ServiceStatus(name="llm-chat", demand_rps=0.0, p99_latency_s=0.0, slo_latency_s=0.5, replicas=1,
+                           namespace="ml")
+    snap = replace(SNAP, services={"llm-chat": status})
+    action = ScaleInference(reason="reclaim ahead of the rise", service="llm-chat", replicas=4, previous_replicas=1)
+    result = actuator.apply(action, snap)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert kube.get("deployments", "llm-chat", "ml")["spec"]["replicas"] == 4
+
+
 def test_scale_inference_of_an_unknown_deployment_fails(kube: FakeKube, actuator) -> None:
     action = ScaleInference(reason="x", service="serve/ghost", replicas=3, previous_replicas=1)
     assert actuator.apply(action, SNAP).outcome is Outcome.FAILED
