@@ -80,6 +80,9 @@ class PrometheusOptions:
     insecure_skip_verify: bool = False
     scrape_interval_s: float = 15.0
     stale_after_intervals: float = 4.0
+    # a GPU gone from telemetry holds the controller still this long, then is forgotten (at once when its node is
+    # gone from the Kubernetes API): a node removed by the autoscaler must not stop the controller for good
+    forget_vanished_after_s: float = 600.0
     cluster: str | None = None          # restrict to series with this `cluster` label
     extra_headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -126,7 +129,10 @@ class PrometheusTelemetrySource:
         self.default_slo_latency_s = default_slo_latency_s
         self.clock = clock
         self.client = client or connect(opts)
-        self.known_uuids: set[str] = set()
+        self.known: dict[str, str] = {}              # every GPU seen -> its node
+        self._known_from: tuple[Gpu, ...] | None = None   # the topology `known` was last updated from
+        self._missing_since: dict[str, float] = {}   # known GPUs absent from telemetry -> since when
+        self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
         self._topology_cache: tuple[tuple, tuple[tuple[Node, ...], tuple[Gpu, ...]]] | None = None
         self._slowdown: tuple[tuple[Gpu, ...], np.ndarray] | None = None
         self._uncatalogued: set[str] = set()   # modelNames already logged as not in the catalogue
@@ -163,6 +169,10 @@ class PrometheusTelemetrySource:
         if not rows:
             raise MissingTelemetry(f"no GPU series in Prometheus at {self.opts.url} (are the recording rules loaded "
                                    "and the exporter scraped?)")
+        try:   # every sample of an instant query carries the evaluation time: Prometheus's clock, not ours
+            self._evaluated_at = float(rows[0]["value"][0])
+        except (KeyError, IndexError, TypeError, ValueError):
+            self._evaluated_at = math.nan
         return gpu_frame(rows, self._one_cluster)
 
     # ---- snapshot -------------------------------------------------------------------------------------------
@@ -187,7 +197,9 @@ class PrometheusTelemetrySource:
             i = int(np.argmin(np.isfinite(sampled)))
             raise InvalidTelemetry(f"{FIELDS['last_sample'][0]} = {sampled[i]!r} on {wide['UUID'][i]} is not a time",
                                    subjects=tuple(wide["UUID"][~np.isfinite(sampled)]))
-        age = now - sampled
+        # sample age on Prometheus's clock: the controller's own may be skewed against it (a minute ahead would
+        # read every sample as stale, behind would hide real staleness)
+        age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
         limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
         stale = age > limit
         if stale.any():
@@ -200,7 +212,9 @@ class PrometheusTelemetrySource:
         arrays_ = arrays(wide, self._slowdown_defaults(gpus))
         check_values(arrays_, wide)
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
-        self.known_uuids |= {g.uuid for g in gpus}
+        if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
+            self.known.update((g.uuid, g.node) for g in gpus)
+            self._known_from = gpus
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
                                workloads=workloads, placements=placements, services=self._services(workloads),
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
@@ -209,7 +223,9 @@ class PrometheusTelemetrySource:
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
         seen = set(wide["UUID"])
-        vanished = sorted(self.known_uuids - seen)
+        for uuid in [u for u in self._missing_since if u in seen]:   # came back
+            del self._missing_since[uuid]
+        vanished = self._vanished(sorted(self.known.keys() - seen))
         if vanished:
             raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
                                    subjects=tuple(vanished))
@@ -221,6 +237,28 @@ class PrometheusTelemetrySource:
             if len(missing):
                 raise MissingTelemetry(f"{FIELDS[name][0]} missing for {len(missing)} GPU(s): "
                                        f"{', '.join(missing[:5])}", subjects=tuple(missing))
+
+    def _vanished(self, gone: list[str]) -> list[str]:
+        """Of the known GPUs now absent, those to hold still for: each is forgotten (logged) once its node is gone
+        from the Kubernetes API, or after `forget_vanished_after_s` of absence; until then it is missing telemetry."""
+        if not gone:
+            return []
+        now = self.clock()
+        nodes = self.node_overrides() if self.node_overrides is not None else None
+        vanished = []
+        for uuid in gone:
+            since = self._missing_since.setdefault(uuid, now)
+            node = self.known[uuid]
+            if nodes is not None and node not in nodes:
+                why = f"its node {node} is no longer a Kubernetes node"
+            elif now - since >= self.opts.forget_vanished_after_s:
+                why = f"absent from telemetry for {now - since:.0f}s"
+            else:
+                vanished.append(uuid)
+                continue
+            log.warning("forgetting GPU %s on %s: %s", uuid, node, why)
+            del self.known[uuid], self._missing_since[uuid]
+        return vanished
 
     def _topology(self, wide: pd.DataFrame) -> tuple[tuple[Node, ...], tuple[Gpu, ...]]:
         """Nodes and GPUs in `wide`'s (sorted) order; the same GPUs as last cycle reuse last cycle's objects

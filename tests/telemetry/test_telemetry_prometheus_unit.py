@@ -185,6 +185,56 @@ def test_a_gpu_that_vanishes_between_cycles_is_missing_telemetry():
     assert err.value.subjects == ("GPU-c0",)
 
 
+def test_a_vanished_gpu_holds_still_for_a_while_then_is_forgotten():
+    # a node the autoscaler removed, or one decommissioned: the controller must not hold still until restarted
+    clock = [NOW]
+    src = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                    client=FakeClient(), clock=lambda: clock[0])
+    GPUS.append(("node-c", "0", "GPU-c0", "Tesla T4"))
+    try:
+        src.snapshot()
+    finally:
+        GPUS.pop()
+    for step in (0, 300, 599):
+        clock[0] = NOW + step
+        with pytest.raises(MissingTelemetry, match="vanished"):
+            src.snapshot()
+    clock[0] = NOW + 600
+    assert [g.uuid for g in src.snapshot().gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
+    assert [g.uuid for g in src.snapshot().gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]   # and stays forgotten
+
+
+def test_a_gpu_whose_node_left_the_cluster_is_forgotten_at_once():
+    from balancer.model import NodeMeta
+
+    nodes = {"node-a": NodeMeta(labels={}), "node-b": NodeMeta(labels={}), "node-c": NodeMeta(labels={})}
+    src = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                    client=FakeClient(), clock=lambda: NOW, node_overrides=lambda: nodes)
+    GPUS.append(("node-c", "0", "GPU-c0", "Tesla T4"))
+    try:
+        src.snapshot()
+    finally:
+        GPUS.pop()
+    with pytest.raises(MissingTelemetry, match="vanished"):   # its node is still there: telemetry was lost
+        src.snapshot()
+    del nodes["node-c"]
+    assert src.snapshot().n_gpus == 3
+
+
+@pytest.mark.parametrize(("offset", "sampled_ago", "stale"), [
+    (+55, 5, False), (-120, 170, True), (0, 70, True)],
+    ids=["controller a minute ahead, fresh sample", "controller behind, old sample", "no skew, old sample"])
+def test_sample_age_is_read_on_prometheus_clock_not_the_controllers(offset, sampled_ago, stale):
+    client = FakeClient(values={(u, "last_sample"): NOW - sampled_ago for _, _, u, _ in GPUS})
+    src = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                    client=client, clock=lambda: NOW + offset)
+    if stale:
+        with pytest.raises(StaleTelemetry, match=f"{sampled_ago}s old"):
+            src.snapshot()
+    else:
+        assert src.snapshot().sample_age_s.tolist() == [sampled_ago] * 3
+
+
 def test_no_series_at_all_says_what_to_check():
     class Empty(FakeClient):
         def custom_query(self, promql):
