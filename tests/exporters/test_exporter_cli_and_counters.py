@@ -52,6 +52,9 @@ def test_the_counters_csv_covers_every_dcgm_name_the_rules_use():
     for path in rules:
         used |= set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+", path.read_text()))
     assert used, "rules use no DCGM series?"
+    # the rules also read DCGM's name before 3.3 for the same field, which a CSV for a current DCGM cannot list
+    assert "DCGM_FI_DEV_CLOCKS_EVENT_REASONS" in _counters()
+    used -= {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"}
     assert used <= set(_counters()), sorted(used - set(_counters()))
 
 
