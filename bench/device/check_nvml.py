@@ -11,7 +11,8 @@ On a machine with an NVIDIA GPU, the real `prometheus` on PATH and gputide impor
 4. queries Prometheus for the raw and normalised series and firing alerts (promql.json);
 5. probes the backend in-process (probe.json): read() and scrape latency, thresholds, GPM, XID events, the
    power-limit range, and the power-cap path, re-applying each GPU's *current* limit so no setting changes;
-6. runs the controller every 5 s (dry-run) through both phases and records its metrics and audit log.
+6. runs the controller every 5 s (dry-run) through both phases and records its metrics and audit log;
+7. with ``--settle-seconds``, waits and queries again: the frozen-readings rule compares with 2 minutes ago.
 
 Nothing here changes the GPU's settings. ``--fake-nvml`` runs the same steps on the in-repo fake NVML (no GPU) so
 the script itself is tested before a GPU machine's time is spent on it. Output files are named so that the device
@@ -252,6 +253,9 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--load-seconds", type=float, default=45.0)
     ap.add_argument("--idle-seconds", type=float, default=20.0)
+    ap.add_argument("--settle-seconds", type=float, default=0.0,
+                    help="keep everything running this long after the probe, then query the frozen-readings rule and "
+                         "the firing alerts again (its 2-minute comparison needs a run that long)")
     ap.add_argument("--fake-nvml", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -293,6 +297,11 @@ def main() -> int:
         result["power_fields_idle"] = power_fields(args.fake_nvml, 5)
         result["probe"] = probe(args.fake_nvml)
         run.say("probe recorded")
+        if args.settle_seconds > 0:
+            time.sleep(args.settle_seconds)
+            result["settled"] = {"promql": query(prom.url), "frozen": json.loads(http(
+                f"{prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": "gpu:readings_frozen:bool"})))}
+            run.say("settled phase recorded")
         record_loop(run, loop)
     finally:
         (out / "probe.json").write_text(json.dumps(result, indent=1, default=str))
