@@ -9,9 +9,14 @@
                 proposals on a projection and drops those that do not help or do not fit;
 * `guard`       the safety chokepoint (`balancer.safety.SafetyGuard`);
 * `actuator`    sim, dry-run or Kubernetes; dry-run is just another actuator;
-* `elector`     leader election: only the leader acts (a standby replica observes nothing and says so);
+* `elector`     leader election (`balancer.actuate.leader`): only the leader acts (a standby replica observes
+                nothing and says so); asked again after the telemetry read and before every action, it stops
+                a cycle that outlived its Lease (the rest skipped as `not_leader`);
 * `audit`       JSON lines: time, action, target, reason, expected gain, outcome;
 * `clock`       seconds; the only notion of time.
+
+`run(interval, stop)` also checks `stop` (SIGTERM) before every action: the action in progress is finished, the
+rest are skipped (`shutting_down`), and the Lease is released on the way out.
 
 The loop is level-triggered: every cycle re-derives what to do from the fleet as it is now, so a restart, a
 lost action or a duplicate cycle converges to the same place. Before acting, accepted actions are re-validated
@@ -39,13 +44,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from balancer.actuate.base import ActionResult, Actuator, Outcome
+from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, imported from here by soak and tests)
+    InMemoryLeaderElector,
+    InMemoryLease,
+    LeaderElector,
+    NullLeaderElector,
+)
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
 from balancer.forecast.service import horizon_label
-from balancer.metrics import ControllerMetrics, fleet_usage
+from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics, fleet_usage
 from balancer.model import (
     Action,
     ClusterSnapshot,
@@ -62,59 +73,6 @@ from balancer.safety import SafetyGuard, SafetyLedger, check_telemetry
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
-
-
-class LeaderElector(Protocol):
-    def try_acquire(self, now: float) -> bool:
-        """Acquire or renew leadership; True while this replica may act."""
-        ...
-
-    def release(self) -> None: ...
-
-
-class NullLeaderElector:
-    """A single replica: always the leader."""
-
-    def try_acquire(self, now: float) -> bool:
-        return True
-
-    def release(self) -> None:
-        return None
-
-
-@dataclass
-class InMemoryLease:
-    """A Lease record shared by replicas in one process (tests, simulations): holder, renew time, duration."""
-
-    duration_s: float = 15.0
-    holder: str | None = None
-    renewed_at: float = float("-inf")
-    state: str | None = None  # the holder's safety ledger, inherited by the next holder
-
-
-class InMemoryLeaderElector:
-    """coordination.k8s.io Lease semantics on an `InMemoryLease`: renew while held, take over when expired."""
-
-    def __init__(self, lease: InMemoryLease, identity: str) -> None:
-        self.lease, self.identity = lease, identity
-
-    def try_acquire(self, now: float) -> bool:
-        lease = self.lease
-        if lease.holder in (None, self.identity) or now - lease.renewed_at > lease.duration_s:
-            lease.holder, lease.renewed_at = self.identity, now
-            return True
-        return False
-
-    def release(self) -> None:
-        if self.lease.holder == self.identity:
-            self.lease.holder, self.lease.renewed_at = None, float("-inf")
-
-    def load_state(self) -> str | None:
-        return self.lease.state
-
-    def save_state(self, text: str) -> None:
-        if self.lease.holder == self.identity:
-            self.lease.state = text
 
 
 class JsonlAudit:
@@ -183,6 +141,7 @@ class Reconciler:
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
         self._waiting_since: dict[str, float] = {}
+        self._stop = threading.Event()   # `run`'s: once set, no further action starts
         self.reconcile_seconds: list[float] = []
 
     # -- one cycle ------------------------------------------------------------------------------------------------
@@ -226,6 +185,8 @@ class Reconciler:
             self.metrics.staleness.set(check_telemetry(snap, self.policy.safety))
         except TelemetryError as exc:
             return self._hold(now, exc.reason, str(exc))
+        if not self._lead(self.clock()):   # the reads outlived the Lease: what follows is the new leader's to do
+            return CycleReport("standby", "lost the Lease while reading telemetry")
         if self.guard.emergency_stopped():
             return self._hold(now, "emergency_stop", "emergency stop is set")
         self.metrics.set_fail_static(None)
@@ -250,17 +211,7 @@ class Reconciler:
                 check_telemetry(fresh, self.policy.safety)
             except TelemetryError as exc:
                 return self._hold(now, exc.reason, f"fresh snapshot before acting: {exc}")
-            accepted = self._revalidate(accepted, fresh, rejected, now)
-            for a in accepted:
-                res = self.actuator.apply(a, fresh)
-                results.append(res)
-                if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
-                    self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
-                else:
-                    self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
-                                                         code=res.code or "unknown").inc()
-                log.info("%s: %s %s", res.outcome, a.describe(), res.detail)
-                self._audit(now, _record(a, str(res.outcome), res.detail))
+            results = self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now)
             applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
             self.ledger = self.guard.record(self.ledger, applied, fresh, now)
             if applied:
@@ -320,10 +271,43 @@ class Reconciler:
             if why is None:
                 keep.append(a)
             else:
-                rejected.append((a, "stale_plan"))
-                self.metrics.rejected.labels(reason="stale_plan").inc()
-                self._audit(now, _record(a, "rejected:stale_plan", why))
+                self._reject(a, STALE_PLAN, why, rejected, now)
         return keep
+
+    def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[ActionResult]:
+        """Apply the actions in turn while this replica may: before each, `stop` and the Lease are checked again, and
+        once either says no, the action in progress is the last (the rest are rejected, counted and audited)."""
+        results = []
+        for i, a in enumerate(actions):
+            why = self._interruption()
+            if why is not None:
+                log.warning("%s: %s; %d planned actions not applied", why[0], why[1], len(actions) - i)
+                for skipped in actions[i:]:
+                    self._reject(skipped, *why, rejected, now)
+                break
+            res = self.actuator.apply(a, fresh)
+            results.append(res)
+            if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
+                self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
+            else:
+                self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
+                                                     code=res.code or "unknown").inc()
+            log.info("%s: %s %s", res.outcome, a.describe(), res.detail)
+            self._audit(now, _record(a, str(res.outcome), res.detail))
+        return results
+
+    def _interruption(self) -> tuple[str, str] | None:
+        """(reason, why) no further action may start: `stop` is set, or the Lease is no longer ours."""
+        if self._stop.is_set():
+            return SHUTTING_DOWN, "the controller is stopping (SIGTERM)"
+        if not self._lead(self.clock()):
+            return NOT_LEADER, "this replica no longer holds the Lease"
+        return None
+
+    def _reject(self, a: Action, reason: str, detail: str, rejected: list, now: float) -> None:
+        rejected.append((a, reason))
+        self.metrics.rejected.labels(reason=reason).inc()
+        self._audit(now, _record(a, f"rejected:{reason}", detail))
 
     def _hook(self, now: float, name: str, level: int) -> None:
         """Call the actuator's optional `recover()` / `housekeeping()`; log and audit the notes it returns."""
@@ -393,7 +377,9 @@ class Reconciler:
     # -- forever ----------------------------------------------------------------------------------------------------
     def run(self, interval_s: float, stop: threading.Event, beat: Callable[[], None] | None = None) -> None:
         """Reconcile every `interval_s` until `stop` is set; one failing cycle never ends the loop. `beat()` is
-        called after every iteration, whatever its result (the liveness probe's heartbeat)."""
+        called after every iteration, whatever its result (the liveness probe's heartbeat). `stop` set mid-cycle
+        lets the action in progress finish and starts no other; the Lease is released on the way out."""
+        self._stop = stop
         try:
             while not stop.is_set():
                 try:

@@ -45,18 +45,20 @@ from balancer.plan.placement.state import MILLI, NO_GPU, ClusterState
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        "emergency_stop")
 CAPACITY_CLASSES = ("inference", "training", "loaned", "idle")
-STALE_PLAN = "stale_plan"   # the loop's own rejection: the fleet changed between planning and acting
+STALE_PLAN = "stale_plan"   # the loop's own rejections: the fleet changed between planning and acting,
+NOT_LEADER = "not_leader"   # the Lease was lost mid-cycle (another replica may act now),
+SHUTTING_DOWN = "shutting_down"   # SIGTERM came mid-cycle: only the action in progress was finished
 
 
 def rejection_reasons() -> tuple[str, ...]:
-    """Every `gputide_actions_rejected_total{reason}` value: each safety limit's reason, and `stale_plan`."""
+    """Every `gputide_actions_rejected_total{reason}` value: each safety limit's reason, and the loop's own."""
     found, todo = set(), [SafetyViolation]
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
         if isinstance(getattr(cls, "reason", None), str) and cls.__module__ == safety.__name__:
             found.add(cls.reason)
-    return tuple(sorted(found | {STALE_PLAN}))
+    return tuple(sorted(found | {STALE_PLAN, NOT_LEADER, SHUTTING_DOWN}))
 WAITING_OVER_S = {"0h": 0.0, "4h": 4 * 3600.0}
 
 

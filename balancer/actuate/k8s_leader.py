@@ -4,11 +4,19 @@
 leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender takes over only when the record it
 observed has not changed for a lease duration (measured on its own clock, so clock skew between replicas does
 not matter), and writes with the observed resourceVersion so that of two racing contenders only one wins.
+
+A holder counts as the leader (`is_leader`) only until `renew_deadline_s` after its last successful write, a
+margin of lease duration - renew deadline before any contender may take over. `start()` renews from a daemon
+thread every `retry_period_s`, as client-go's elector does, so the Lease stays fresh however long a reconcile
+cycle runs, and the loop's check before each action (`try_acquire`) is a look at that flag, not an API call;
+renewals that keep failing until the deadline make `is_leader` False at once, with no call from the loop.
+Without `start()`, `try_acquire` renews on demand (the loop asks before every action).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +35,8 @@ MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on a
 
 
 class LeaseLeaderElector:
-    """client-go style leader election on a coordination.k8s.io/v1 Lease; call `try_acquire_or_renew()` each cycle.
+    """client-go style leader election on a coordination.k8s.io/v1 Lease: call `try_acquire_or_renew()` often
+    enough (within the renew deadline), or `start()` a renewer thread that does.
 
     It is also the loop's `LeaderElector` (`try_acquire(now)` / `release()`). The lease is timed on the elector's
     own `clock` (wall time), not the loop's `now`: lease expiry is a matter between replicas, and a simulated
@@ -40,9 +49,18 @@ class LeaseLeaderElector:
 
     def __init__(self, api_client: Any, name: str, namespace: str, identity: str,
                  lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] = time.time,
-                 *, max_retries: int = 0, sleep: Callable[[float], None] = time.sleep) -> None:
+                 *, max_retries: int = 0, sleep: Callable[[float], None] = time.sleep,
+                 retry_period_s: float | None = None) -> None:
         if renew_deadline_s >= lease_duration_s:
             raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
+        # four tries before the renew deadline (client-go: 2 s of a 10 s deadline); a try is 2 calls of <= 5 s
+        self.retry_period_s = renew_deadline_s / 4 if retry_period_s is None else retry_period_s
+        if not 0 < self.retry_period_s < renew_deadline_s:
+            raise ValueError("retry_period_s must be positive and shorter than renew_deadline_s")
+        self._lock = threading.RLock()    # the renewer thread and the loop's save_state / release
+        self._halt = threading.Event()    # set by release(): the renewer thread stops
+        self._background = False          # start() called: a renewer thread keeps the Lease
+        self._was_leader = False          # the renewer's last view, to log each change once
         self.api = _Api(api_client, max_retries, 0.1, sleep, 5.0)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_duration_s, self.renew_deadline_s, self.clock = int(lease_duration_s), renew_deadline_s, clock
@@ -60,7 +78,40 @@ class LeaseLeaderElector:
         return {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": micro_time(acquired),
                 "renewTime": micro_time(now), "leaseTransitions": transitions}
 
+    def start(self, thread: bool = True) -> None:
+        """Acquire or renew now, then every `retry_period_s` from a daemon thread until `release()`. `thread=False`:
+        the caller calls `renew()` itself (tests and simulations, on their own clock)."""
+        self._background = True
+        self.renew()
+        if thread:
+            threading.Thread(target=self._renew_until_released, name=f"lease-{self.name}", daemon=True).start()
+
+    def _renew_until_released(self) -> None:
+        while not self._halt.wait(self.retry_period_s):
+            self.renew()
+
+    def renew(self) -> bool:
+        """One try of the renewer: acquire or renew unless released; never raises (the thread must not die)."""
+        with self._lock:
+            if self._halt.is_set():
+                return False
+            try:
+                won = self.try_acquire_or_renew()
+            except Exception:
+                log.exception("lease %s/%s: renewal failed", self.namespace, self.name)
+                won = False
+            if self.is_leader != self._was_leader:
+                self._was_leader = self.is_leader
+                log.log(logging.INFO if self._was_leader else logging.WARNING, "lease %s/%s: %s %s", self.namespace,
+                        self.name, self.identity, "leads" if self._was_leader else
+                        "lost it (no renewal within the renew deadline, or another holder): it stops acting")
+            return won and self.is_leader
+
     def try_acquire_or_renew(self) -> bool:
+        with self._lock:
+            return self._try_acquire_or_renew()
+
+    def _try_acquire_or_renew(self) -> bool:
         now, what = self.clock(), f"lease {self.namespace}/{self.name}"
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
@@ -106,7 +157,8 @@ class LeaseLeaderElector:
 
     def load_state(self) -> str | None:
         """The safety ledger the previous holder left on the Lease (once, after we took it over)."""
-        text, self._inherited = self._inherited, None
+        with self._lock:   # the renewer thread sets it when it takes the Lease over
+            text, self._inherited = self._inherited, None
         return text
 
     def save_state(self, text: str) -> None:
@@ -119,22 +171,32 @@ class LeaseLeaderElector:
             self.try_acquire_or_renew()
 
     def try_acquire(self, now: float) -> bool:
-        """The loop's LeaderElector protocol: acquire or renew; True while this replica may act."""
-        return self.try_acquire_or_renew()
+        """The loop's LeaderElector protocol: True while this replica may act. With a renewer thread (`start()`)
+        the flag it keeps (no I/O: the loop asks before every action); without one, acquire or renew now."""
+        return self.is_leader if self._background else self.try_acquire_or_renew()
 
     def _write(self, what: str, now: float, fn: Callable[..., Any], *args: Any) -> bool:
         try:
             written = self.api(what, fn, *args)
         except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
             log.info("%s: %s is not leader: %s", what, self.identity, err)
-            return False if isinstance(err, ConflictError) else self.is_leader
+            if isinstance(err, ConflictError):   # the Lease changed since we read it: not ours until a renewal says so
+                self._renewed_at = None
+                return False
+            return self.is_leader
         spec = written.get("spec") or {}
         self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"))
         self._observed_at = self._renewed_at = now
         return True
 
     def release(self) -> bool:
-        """Give the lease up (holderIdentity empty) so another replica takes over at once; True if released."""
+        """Give the lease up (holderIdentity empty) so another replica takes over at once; True if released. Stops
+        the renewer first (after the renewal in flight, if any), so it cannot take the Lease back."""
+        self._halt.set()
+        with self._lock:
+            return self._release()
+
+    def _release(self) -> bool:
         if not self.is_leader:
             return False
         now, what = self.clock(), f"lease {self.namespace}/{self.name}"

@@ -5,8 +5,11 @@
                 [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH]
 
 I/O objects are built here and nowhere else: the Prometheus telemetry source, the dry-run or Kubernetes actuator,
-the Lease elector, the metrics HTTP server. SIGTERM / SIGINT stop the loop after the current cycle and release
-the lease. Exit codes: 0 ok, 2 bad input, 3 `--once` ended fail-static (held still).
+the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renews the Lease every quarter of the
+renew deadline, whatever the loop is doing, and the loop checks it before every action. SIGTERM / SIGINT let the
+action in progress finish, skip the rest of the cycle's actions and release the Lease, so a standby takes over at
+once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). Exit codes: 0 ok,
+2 bad input, 3 `--once` ended fail-static (held still).
 
 The Lease lives in the controller's own namespace by default (the Role in deploy/base/rbac.yaml grants leases
 there only): env `POD_NAMESPACE` (the downward API), else the service account's namespace file, else `gputide`.
@@ -325,10 +328,13 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
 
     def _stop(signum, _frame) -> None:
-        log.info("signal %s: finishing the current cycle, then stopping", signum)
+        log.info("signal %s: finishing the action in progress, then releasing the Lease and stopping", signum)
         stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    start = getattr(reconciler.elector, "start", None)
+    if start is not None:   # renew the Lease from its own thread, however long a cycle runs (released by run)
+        start()
     reconciler.run(interval, stop, beat=health.beat)
     return 0

@@ -1,0 +1,70 @@
+"""Leader election as the reconcile loop sees it: the `LeaderElector` protocol and the electors that need no cluster.
+
+Only the holder of a Lease acts. The loop asks `try_acquire(now)` when a cycle starts, again after its telemetry
+reads and before every action it applies (a cycle may run for minutes on a slow Prometheus or API server, longer
+than the Lease lasts), and stops acting the moment it says False: a replica never acts without a valid Lease, so
+two replicas never act at once (the way client-go's leaderelection is used). An elector that renews on demand
+(`InMemoryLeaderElector`, `LeaseLeaderElector` without its background renewer) renews each time it is asked; one
+with a background renewer (`LeaseLeaderElector.start()`) answers from its last renewal, without I/O.
+
+`release()` gives the Lease up on the way out, so a standby takes over at once rather than after the Lease expires.
+The Kubernetes elector is `balancer.actuate.k8s_leader.LeaseLeaderElector`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class LeaderElector(Protocol):
+    def try_acquire(self, now: float) -> bool:
+        """Acquire or renew leadership; True while this replica may act."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class NullLeaderElector:
+    """A single replica: always the leader."""
+
+    def try_acquire(self, now: float) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+@dataclass
+class InMemoryLease:
+    """A Lease record shared by replicas in one process (tests, simulations): holder, renew time, duration."""
+
+    duration_s: float = 15.0
+    holder: str | None = None
+    renewed_at: float = float("-inf")
+    state: str | None = None  # the holder's safety ledger, inherited by the next holder
+
+
+class InMemoryLeaderElector:
+    """coordination.k8s.io Lease semantics on an `InMemoryLease`: renew while held, take over when expired."""
+
+    def __init__(self, lease: InMemoryLease, identity: str) -> None:
+        self.lease, self.identity = lease, identity
+
+    def try_acquire(self, now: float) -> bool:
+        lease = self.lease
+        if lease.holder in (None, self.identity) or now - lease.renewed_at > lease.duration_s:
+            lease.holder, lease.renewed_at = self.identity, now
+            return True
+        return False
+
+    def release(self) -> None:
+        if self.lease.holder == self.identity:
+            self.lease.holder, self.lease.renewed_at = None, float("-inf")
+
+    def load_state(self) -> str | None:
+        return self.lease.state
+
+    def save_state(self, text: str) -> None:
+        if self.lease.holder == self.identity:
+            self.lease.state = text
