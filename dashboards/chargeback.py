@@ -1,8 +1,20 @@
 """Usage & Chargeback: GPU-hours and energy per namespace per day, for pay-per-use billing.
 
-`namespace:gpu_seconds:rate1m` is GPU-seconds per second (i.e. GPUs held); its average over a day times 24 is
-GPU-hours that day. `namespace:gpu_energy:joules_rate1m` is watts; its daily average times 86400 / 3.6e6 is
-kWh. Averages, not sums, so the figures do not depend on the scrape or rule interval.
+`namespace:gpu_seconds:rate1m` is GPU-seconds per second (GPUs held) and `namespace:gpu_energy:joules_rate1m`
+is watts. A bill integrates them over time: a subquery samples the rule once a minute (`[1d:1m]`), so each
+point stands for one minute and `sum_over_time(...) / 60` is GPU-hours, `sum_over_time(...) * 60 / 3.6e6` kWh.
+A minute that the namespace held nothing has no sample and adds nothing.
+
+Not `avg_over_time(...[1d]) * 24`: the average is over the samples that exist, and a namespace's series exists
+only while it holds a GPU, so one GPU held for one hour of a day averaged 1 and billed 24 GPU-hours. Not
+`sum_over_time(...[1d])` without a step either: that counts rule evaluations, whose interval (the server's
+evaluation_interval) a dashboard does not know. No counter of GPU-seconds or of attributed joules exists to
+take `increase()` of (attribution changes while a GPU's energy counter runs), so the one-minute subquery is the
+cheapest exact form: 1440 points per namespace per day, whatever the scrape or rule interval.
+
+Accuracy: the rule averages its input over the last minute, so a namespace is billed for about one minute more
+than each stretch it held a GPU, and on Prometheus 2.x (closed range) a sample exactly on a bar's edge is counted
+in both bars: at most a minute or two of GPU time per hold, against up to 23 hours before.
 """
 
 from __future__ import annotations
@@ -13,7 +25,14 @@ from dashboards.common import CLUSTER, new_dashboard, q, table_panel, timeseries
 
 UID = "gputide-chargeback"
 
-KWH_PER_WATT_DAY = 86400 / 3.6e6
+# Each subquery point is one minute of the rule's value: GPUs x 1 min is 1/60 GPU-hour, W x 60 s is J.
+GPU_HOURS = "/ 60"
+KWH = "* 60 / 3.6e6"
+
+
+def _integral(rule: str, window: str, to_unit: str) -> str:
+    """Per namespace, the integral over `window` of a per-namespace rate rule, one point a minute."""
+    return f"sum by (namespace) (sum_over_time({rule}{{{CLUSTER}}}[{window}:1m])) {to_unit}"
 
 
 def build() -> dashboard.Dashboard:
@@ -24,26 +43,28 @@ def build() -> dashboard.Dashboard:
     ).time("now-7d", "now")
     gpu_hours = timeseries_panel(
         "GPU-hours per namespace per day", "GPU-hours each namespace held in the day ending at each bar: "
-        "daily mean of namespace:gpu_seconds:rate1m x 24.", "suffix: GPU-h",
-        [q(f"sum by (namespace) (avg_over_time(namespace:gpu_seconds:rate1m{{{CLUSTER}}}[1d])) * 24",
-           "{{namespace}}")], w=24, bars=True, stack=True, min_val=0).interval("1d")
+        "namespace:gpu_seconds:rate1m (GPUs held) summed once a minute, / 60.", "suffix: GPU-h",
+        [q(_integral("namespace:gpu_seconds:rate1m", "1d", GPU_HOURS), "{{namespace}}")],
+        w=24, bars=True, stack=True, min_val=0).interval("1d")
     energy = timeseries_panel(
         "Energy per namespace per day", "kWh attributed to each namespace in the day ending at each bar: "
-        "daily mean of namespace:gpu_energy:joules_rate1m (W) x 86400 / 3.6e6.", "kwatth",
-        [q(f"sum by (namespace) (avg_over_time(namespace:gpu_energy:joules_rate1m{{{CLUSTER}}}[1d])) "
-           f"* {KWH_PER_WATT_DAY:g}", "{{namespace}}")], w=24, bars=True, stack=True, min_val=0).interval("1d")
+        "namespace:gpu_energy:joules_rate1m (W) summed once a minute, x 60 s / 3.6e6.", "kwatth",
+        [q(_integral("namespace:gpu_energy:joules_rate1m", "1d", KWH), "{{namespace}}")],
+        w=24, bars=True, stack=True, min_val=0).interval("1d")
     d = d.with_panel(gpu_hours).with_panel(energy)
     d = (
         d.with_panel(table_panel(
             "GPU-hours per namespace over the selected range", "Total GPU-hours per namespace over the "
-            "dashboard's time range, for the invoice.", "suffix: GPU-h",
-            [q(f"sum by (namespace) (avg_over_time(namespace:gpu_seconds:rate1m{{{CLUSTER}}}[$__range])) "
-               "* $__range_s / 3600", instant=True, fmt="table")]))
+            "dashboard's time range, for the invoice: namespace:gpu_seconds:rate1m summed once a minute, / 60.",
+            "suffix: GPU-h",
+            [q(_integral("namespace:gpu_seconds:rate1m", "$__range", GPU_HOURS),
+               instant=True, fmt="table")]))
         .with_panel(table_panel(
             "Energy per namespace over the selected range", "Total kWh attributed to each namespace over the "
-            "dashboard's time range.", "kwatth",
-            [q(f"sum by (namespace) (avg_over_time(namespace:gpu_energy:joules_rate1m{{{CLUSTER}}}[$__range])) "
-               "* $__range_s / 3.6e6", instant=True, fmt="table")]))
+            "dashboard's time range: namespace:gpu_energy:joules_rate1m (W) summed once a minute, x 60 s / 3.6e6.",
+            "kwatth",
+            [q(_integral("namespace:gpu_energy:joules_rate1m", "$__range", KWH),
+               instant=True, fmt="table")]))
         .with_panel(timeseries_panel(
             "GPUs held per namespace", "GPUs attributed to each namespace now (namespace:gpu_allocated:count).",
             "none", [q(f"sum by (namespace) (namespace:gpu_allocated:count{{{CLUSTER}}})", "{{namespace}}")],

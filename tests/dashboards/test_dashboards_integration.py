@@ -186,6 +186,9 @@ def rendered(tmp_path_factory):
         time.sleep(WARMUP_S / 2)
         kube.add(_created_now(pod("infer-late", gpus=1, scheduler="gputide", phase="Pending")))   # binds later
         time.sleep(WARMUP_S / 2)
+        # the chargeback panels integrate the per-namespace rules once a minute, and a subquery's steps fall on
+        # whole minutes: they have a first point once a whole minute has passed since the rules' first samples
+        prom.wait_for("sum_over_time(namespace:gpu_energy:joules_rate1m[1d:1m])", bool, timeout=75)
         out = tmp_path_factory.mktemp("png")
         report = dr.render(prom.url, out, range_s=120, step=2)
         facts_nodes = scheduler_metrics.registry.get_sample_value("gputide_scheduler_gpu_facts_nodes")
