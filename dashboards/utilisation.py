@@ -2,6 +2,11 @@
 
 Allocated vs used vs idle GPUs, GPUs no pending request can use (unallocatable), the fragmented share of idle
 GPUs per model (the FGD paper's measure) and the per-model SM activity with its spread (pool imbalance).
+
+class:gpu_count:sum has a series only for the classes that hold GPUs: none but "idle" on an idle fleet, no "idle"
+on a full one. The allocated and idle counts therefore fall back to 0 - as `0 * <fleet total>` rather than
+`vector(0)`, so they read 0 where the fleet reports GPUs (an idle fleet: 0 % allocated, not No data) and No data
+where it reports none, like every other panel. Both sides of the `or` are sum()s, without labels, so they match.
 """
 
 from __future__ import annotations
@@ -11,6 +16,10 @@ from grafana_foundation_sdk.builders import dashboard
 from dashboards.common import CLUSTER, GPU, MODEL, new_dashboard, q, stat_panel, timeseries_panel
 
 UID = "gputide-fragmentation"
+
+TOTAL = f"sum(cluster:gpu_count:sum{{{CLUSTER}}})"
+ALLOCATED = f'(sum(class:gpu_count:sum{{{CLUSTER}, workload_class!="idle"}}) or 0 * {TOTAL})'
+IDLE = f'(sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}}) or 0 * {TOTAL})'
 
 
 def build() -> dashboard.Dashboard:
@@ -22,8 +31,7 @@ def build() -> dashboard.Dashboard:
     d = (
         d.with_panel(stat_panel("Allocated share", "GPUs attributed to a workload over all GPUs.",
                                 "percentunit",
-                                [q(f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class!="idle"}}) / '
-                                   f"sum(cluster:gpu_count:sum{{{CLUSTER}}})", "allocated")], w=8))
+                                [q(f"{ALLOCATED} / {TOTAL}", "allocated")], w=8))
         .with_panel(stat_panel("Used share", "SM-busy GPU equivalents (sum of SM activity) over all GPUs: "
                                "the work actually done.", "percentunit",
                                [q(f"sum(gpu:sm_active:ratio{{{GPU}}}) / count(gpu:sm_active:ratio{{{GPU}}})",
@@ -37,10 +45,10 @@ def build() -> dashboard.Dashboard:
             "Allocated vs used vs idle GPUs", "All GPUs, those attributed to a workload (allocated), their "
             "SM-busy equivalent (used = sum of SM activity) and the unattributed ones (idle). The gap between "
             "allocated and used is waste inside jobs; idle is waste between them.", "none",
-            [q(f"sum(cluster:gpu_count:sum{{{CLUSTER}}})", "total"),
-             q(f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class!="idle"}})', "allocated"),
+            [q(TOTAL, "total"),
+             q(ALLOCATED, "allocated"),
              q(f"sum(gpu:sm_active:ratio{{{GPU}}})", "used (SM-busy equivalents)"),
-             q(f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}})', "idle")], w=24, min_val=0))
+             q(IDLE, "idle")], w=24, min_val=0))
         .with_panel(timeseries_panel(
             "Fragmentation by GPU model", "Share of idle GPUs that are fragmented - partly used GPUs or "
             "nodes that cannot host a typical request (gputide_fragmentation_ratio).", "percentunit",
