@@ -61,6 +61,7 @@ from balancer.telemetry.gpu_frame import (
 )
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
+from balancer.telemetry.serving import SERVING_SERIES, service_status
 
 log = logging.getLogger(__name__)
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
@@ -369,42 +370,9 @@ class PrometheusTelemetrySource:
         return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
 
     def _services(self, workloads: tuple[Workload, ...] = ()) -> dict[str, ServiceStatus]:
-        """Serving series per `service`. Without a `gputide_inference_replicas` series (the replicas asked for: the
-        sim exporter's, or a recording rule over kube-state-metrics' `kube_deployment_spec_replicas`), a service
-        counts the inference pods it owns on GPUs (pending ones are invisible then; never 0 while pods run).
-        A `service` label found with two `namespace` labels names two services: both become `namespace/service`,
-        as `KubernetesWorkloads` names such owners, instead of one overwriting the other."""
-        rows = self._query('{__name__=~"gputide_inference_demand_rps|gputide_inference_latency_p99_seconds|'
-                           f'gputide_inference_replicas"{self._selector()}}}')
-        samples = []
-        spaces: dict[str, set[str]] = {}
-        for r in rows:
-            m, value = _sample(r)
-            if "__name__" not in m or value < 0:
-                raise InvalidTelemetry(f"serving series {dict(m)} = {value!r}: need a metric name and a value >= 0",
-                                       subjects=(m.get("service", "?"),))
-            samples.append((m, value))
-            spaces.setdefault(m.get("service", "?"), set()).add(m.get("namespace", ""))
-        by: dict[str, dict[str, float]] = {}
-        namespace: dict[str, str] = {}
-        for m, value in samples:
-            name = m.get("service", "?")
-            if len(spaces[name]) > 1 and m.get("namespace"):
-                name = f"{m['namespace']}/{name}"
-            namespace[name] = m.get("namespace", "")
-            if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
-                by.setdefault(name, {})[m["__name__"]] = value
-        pods: dict[str, int] = {}
-        if any("gputide_inference_replicas" not in v for v in by.values()):
-            for w in workloads:
-                if w.workload_class is WorkloadClass.INFERENCE and w.owner:
-                    pods[w.owner] = pods.get(w.owner, 0) + 1
-        return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
-                                 p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
-                                 slo_latency_s=self.slo_latency_s.get(s, self.default_slo_latency_s),
-                                 replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
-                                 else pods.get(s, 0), namespace=namespace.get(s, ""))
-                for s, v in by.items()}
+        """Serving series per `service` (`serving.service_status`)."""
+        rows = self._query(f'{{__name__=~"{"|".join(SERVING_SERIES)}"{self._selector()}}}')
+        return service_status(rows, workloads, self.slo_latency_s, self.default_slo_latency_s)
 
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:

@@ -1,0 +1,58 @@
+"""Serving series -> `ServiceStatus` per inference service: the pure half of the source's serving read.
+
+The controller reads, per `service` label, the offered load `gputide_inference_demand_rps`, the p99
+`gputide_inference_latency_p99_seconds` and the replicas asked for `gputide_inference_replicas`
+(rules/serving/vllm.yaml records them from vLLM and kube-state-metrics; the simulated fleet's exporter publishes
+them itself). No I/O here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from balancer.errors import InvalidTelemetry
+from balancer.model import ServiceStatus, Workload, WorkloadClass
+from balancer.telemetry.gpu_frame import sample
+
+SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
+                  "gputide_inference_replicas")
+
+
+def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
+                   default_slo_latency_s: float) -> dict[str, ServiceStatus]:
+    """Instant-vector rows of `SERVING_SERIES` -> one status per service. Without a `gputide_inference_replicas`
+    series (the replicas asked for: the sim exporter's, or a recording rule over kube-state-metrics'
+    `kube_deployment_spec_replicas`), a service counts the inference pods it owns on GPUs (pending ones are
+    invisible then; never 0 while pods run). A `service` label found with two `namespace` labels names two
+    services: both become `namespace/service`, as `KubernetesWorkloads` names such owners, instead of one
+    overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs)."""
+    samples = []
+    spaces: dict[str, set[str]] = {}
+    for r in rows:
+        m, value = sample(r)
+        if "__name__" not in m or value < 0:
+            raise InvalidTelemetry(f"serving series {dict(m)} = {value!r}: need a metric name and a value >= 0",
+                                   subjects=(m.get("service", "?"),))
+        samples.append((m, value))
+        spaces.setdefault(m.get("service", "?"), set()).add(m.get("namespace", ""))
+    by: dict[str, dict[str, float]] = {}
+    namespace: dict[str, str] = {}
+    for m, value in samples:
+        name = m.get("service", "?")
+        if len(spaces[name]) > 1 and m.get("namespace"):
+            name = f"{m['namespace']}/{name}"
+        namespace[name] = m.get("namespace", "")
+        if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
+            by.setdefault(name, {})[m["__name__"]] = value
+    pods: dict[str, int] = {}
+    if any("gputide_inference_replicas" not in v for v in by.values()):
+        for w in workloads:
+            if w.workload_class is WorkloadClass.INFERENCE and w.owner:
+                pods[w.owner] = pods.get(w.owner, 0) + 1
+    return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
+                             p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
+                             slo_latency_s=slo_latency_s.get(s, default_slo_latency_s),
+                             replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
+                             else pods.get(s, 0), namespace=namespace.get(s, ""))
+            for s, v in by.items()}
