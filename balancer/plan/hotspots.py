@@ -127,7 +127,7 @@ def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
 
 def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
     """Nodes with a thermal hotspot (not one kept active by power capping alone): the nodes to taint."""
-    thermal = state.active & ~state.power_only if state.power_only.shape == state.active.shape else state.active
+    thermal = state.active & ~state.power_only
     idx = np.unique(snapshot.node_index[thermal]) if snapshot.n_gpus else []
     return frozenset(snapshot.nodes[i].name for i in idx)
 
@@ -215,7 +215,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
 
 def _why(s: ClusterSnapshot, state: HotspotState, g: int) -> str:
     where = f"GPU {s.gpus[g].node}/{s.gpus[g].slot}"
-    if state.power_only.shape == state.active.shape and state.power_only[g]:
+    if state.power_only[g]:
         return f"{where} power-capped at its default limit ({s.power_w[g]:.0f} of {s.power_limit_w[g]:.0f} W)"
     return f"{where} at {s.temperature_c[g]:.0f} C, slowdown {s.slowdown_temp_c[g]:.0f} C"
 
