@@ -12,9 +12,9 @@ evaluation_interval) a dashboard does not know. No counter of GPU-seconds or of 
 take `increase()` of (attribution changes while a GPU's energy counter runs), so the one-minute subquery is the
 cheapest exact form: 1440 points per namespace per day, whatever the scrape or rule interval.
 
-Accuracy: the rule averages its input over the last minute, so a namespace is billed for about one minute more
-than each stretch it held a GPU, and on Prometheus 2.x (closed range) a sample exactly on a bar's edge is counted
-in both bars: at most a minute or two of GPU time per hold, against up to 23 hours before.
+Accuracy: the rule is the share held at the instant it is evaluated (not averaged over the last minute, which
+billed one GPU-minute more than each stretch held), so a hold is billed to within a minute either way; on
+Prometheus 2.x (closed range) a sample exactly on a bar's edge is counted in both bars.
 """
 
 from __future__ import annotations

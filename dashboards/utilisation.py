@@ -3,10 +3,11 @@
 Allocated vs used vs idle GPUs, GPUs no pending request can use (unallocatable), the fragmented share of idle
 GPUs per model (the FGD paper's measure) and the per-model SM activity with its spread (pool imbalance).
 
-class:gpu_count:sum has a series only for the classes that hold GPUs: none but "idle" on an idle fleet, no "idle"
-on a full one. The allocated and idle counts therefore fall back to 0 - as `0 * <fleet total>` rather than
-`vector(0)`, so they read 0 where the fleet reports GPUs (an idle fleet: 0 % allocated, not No data) and No data
-where it reports none, like every other panel. Both sides of the `or` are sum()s, without labels, so they match.
+Allocated GPUs are cluster:gpu_allocated:count, each GPU once: class:gpu_count:sum counts a GPU shared by two
+classes in both, and its sum let the allocated share pass 100 %. Neither has a series where no GPU is allocated,
+and class:gpu_count:sum has no "idle" series on a full fleet. The allocated and idle counts therefore fall back
+to 0 - as `0 * <fleet total>` rather than `vector(0)`, so they read 0 where the fleet reports GPUs (an idle
+fleet: 0 % allocated, not No data) and No data where it reports none, like every other panel. Both sides of the `or` are sum()s, without labels, so they match.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dashboards.common import CLUSTER, GPU, MODEL, new_dashboard, q, stat_panel,
 UID = "gputide-fragmentation"
 
 TOTAL = f"sum(cluster:gpu_count:sum{{{CLUSTER}}})"
-ALLOCATED = f'(sum(class:gpu_count:sum{{{CLUSTER}, workload_class!="idle"}}) or 0 * {TOTAL})'
+ALLOCATED = f'(sum(cluster:gpu_allocated:count{{{CLUSTER}}}) or 0 * {TOTAL})'
 IDLE = f'(sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}}) or 0 * {TOTAL})'
 
 
