@@ -316,7 +316,10 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
         serve_metrics(args.metrics_port, metrics.registry, health)
     if args.once:
-        report = reconciler.run_once()
+        try:
+            report = reconciler.run_once()
+        finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later
+            reconciler.elector.release()
         print(f"cycle: {report.status} {report.reason}".rstrip())
         for note in report.plan.notes if report.plan is not None else ():
             print(f"  note: {note}")
