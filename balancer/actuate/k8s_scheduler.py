@@ -97,6 +97,7 @@ class _Pass:
     results: dict[str, str | None]
     now: float
     members: Counter[str] | None = None   # bound pods per pod group, counted when a group first comes up
+    stopped: bool = False                 # the Lease was lost: nothing more is bound or preempted this pass
     preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
 
 
@@ -106,17 +107,19 @@ class SecondaryScheduler:
     `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `scheduling_request` / `nodes_view`; each
     offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
     stays free of Kubernetes types. A `place` with `start_pass(view)` is asked through the pass object it returns
-    (module docstring); its answers must be what `place` would answer."""
+    (module docstring); its answers must be what `place` would answer. `leading()` (a Lease elector's check, no
+    I/O) is asked before each pod's placement and each binding: once False, the pass stops."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0,
-                 min_tell_s: float = 60.0, preemption: bool = True, starving_s: float = 600.0) -> None:
+                 min_tell_s: float = 60.0, preemption: bool = True, starving_s: float = 600.0,
+                 leading: Callable[[], bool] = lambda: True) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
-        self.scheduler_name, self.place, self.clock = scheduler_name, place, clock
+        self.scheduler_name, self.place, self.clock, self.leading = scheduler_name, place, clock, leading
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
         self.assume_s = assume_s
@@ -279,6 +282,8 @@ class SecondaryScheduler:
                    self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
         gangs, done = groups(pending), set()
         for req in pending:
+            if not self._leads(ps):
+                break
             if not req["group"]:
                 self._place_one(req, ps)
             elif req["group"] not in done:   # a group comes up at its most important member's turn
@@ -335,7 +340,9 @@ class SecondaryScheduler:
 
     def _commit(self, req: Json, i: int, ps: _Pass) -> None:
         """Bind `req` to node i of the pass and count it there (the filters and the placement state too), its
-        claims given the node first (none given: not bound this pass)."""
+        claims given the node first (none given: not bound this pass). Not once the Lease is lost."""
+        if not self._leads(ps):
+            return
         if why := self.volumes.prebind(req, ps.view[i]["name"]):
             ps.results[req["name"]], self.reasons[req["name"]] = None, why
             return
@@ -352,6 +359,12 @@ class SecondaryScheduler:
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
         self.tell.scheduled(req, bound)
+
+    def _leads(self, ps: _Pass) -> bool:
+        if not ps.stopped and not self.leading():
+            ps.stopped = True
+            log.warning("scheduler %s: the Lease is lost: this pass binds nothing more", self.scheduler_name)
+        return not ps.stopped
 
     def _bound(self) -> list[Usage]:
         """The bound and assumed pods: the pass's own list, or the cache."""

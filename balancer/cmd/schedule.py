@@ -20,9 +20,12 @@ freed there go to it rather than to smaller pods that keep arriving. A pod's Per
 its volumes can be attached, and an unbound WaitForFirstConsumer claim is given the pod's node before the pod is
 bound, as kube-scheduler's VolumeBinding does (balancer/actuate/k8s_volumes.py). Pods labelled
 `scheduling.x-k8s.io/pod-group` are bound as a group, all together or none (balancer/actuate/k8s_gang.py). With
-`--leader-elect` only the holder of the Lease binds. `--once`: one pass, print each pod's node (or that none fits),
-exit. The metrics port serves `gputide_scheduler_*` series and the probes
-`/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2 bad input.
+`--leader-elect` only the holder of the Lease binds: the elector's renewer thread keeps the Lease however long a
+pass runs, and the pass asks it (no I/O) before each pod and each binding, stopping once it is lost, so no pod is
+bound or preempted without a valid Lease. `--once`: one pass (with `--leader-elect`, only as the holder, the Lease
+released at exit), print each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*`
+series and the probes `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2
+bad input.
 """
 
 from __future__ import annotations
@@ -157,16 +160,35 @@ def run(args: argparse.Namespace) -> int:
     starving_s = parse_interval(args.starving_after, "--starving-after")
     placer = build_placer(args)
     api_client = kube_client(args.kubeconfig)
+    elector = lease_elector(api_client, args.lease_name, args.lease_namespace, interval) if args.leader_elect else None
+
+    def leading() -> bool:   # the renewer thread's view of the Lease: no API call, asked before every binding
+        return elector is None or elector.try_acquire(time.time())
+
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once,
-                                   preemption=not args.no_preemption,
-                                   starving_s=starving_s)
-    if args.once:
-        for name, node in scheduler.schedule_once().items():
-            print(f"{name} -> {node}" if node else f"{name}: no node fits ({scheduler.reasons.get(name, '')})")
+                                   preemption=not args.no_preemption, starving_s=starving_s, leading=leading)
+    if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
+        elector.start()
+    try:
+        return one_shot(scheduler, leading) if args.once else serve(args, scheduler, placer, leading, interval)
+    finally:
+        if elector is not None:
+            elector.release()
+
+
+def one_shot(scheduler, leading) -> int:
+    """`--once`: one pass if this replica holds the Lease (or elects none), each pod's node printed."""
+    if not leading():
+        print("not the leader: another replica holds the Lease; nothing bound")
         return 0
-    elector = None
-    if args.leader_elect:
-        elector = lease_elector(api_client, args.lease_name, args.lease_namespace, interval)
+    for name, node in scheduler.schedule_once().items():
+        print(f"{name} -> {node}" if node else f"{name}: no node fits ({scheduler.reasons.get(name, '')})")
+    return 0
+
+
+def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float) -> int:
+    """Passes until SIGTERM / SIGINT, each as soon as a pending pod appears and at least every `interval`, by the
+    leader only; metrics and probes on `--metrics-port`."""
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval))
     for resource, w in scheduler.watches.items():
         metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
@@ -183,13 +205,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     scheduler.start()
     log.info("scheduling pods of %s with policy %s every %.1f s", args.scheduler_name, args.policy, interval)
-    leading, renew_at = elector is None, 0.0
     try:
         while not stop.is_set():
-            if elector is not None and time.monotonic() >= renew_at:   # once an interval, however often woken
-                leading, renew_at = elector.try_acquire_or_renew(), time.monotonic() + interval
-            metrics.leader.set(1 if leading else 0)
-            if leading:
+            is_leader = leading()
+            metrics.leader.set(1 if is_leader else 0)
+            if is_leader:
                 one_pass(scheduler, metrics)
             else:   # the leader's figures; a standby's last ones would go stale
                 metrics.pending.set(0)
@@ -198,7 +218,5 @@ def run(args: argparse.Namespace) -> int:
             scheduler.wait_for_work(interval)
     finally:
         scheduler.close()
-        if elector is not None:
-            elector.release()
         metrics.leader.set(0)
     return 0
