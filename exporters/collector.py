@@ -6,6 +6,8 @@ dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, hel
 * ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table),
 * ``gputide_exporter_scrape_duration_seconds`` (how long this collect took to read and build),
 * ``gputide_exporter_collect_errors_total{UUID,field}`` (cumulative count of fields that failed to read),
+* ``gputide_exporter_unsupported_field_info{UUID,field} 1`` (fields a GPU does not have; only those, so a fleet of
+  boards that support everything adds no series),
 * the simulated serving series ``gputide_inference_*{service}`` when the backend provides them.
 
 Per-GPU families are `ArrayMetric`s: they keep the values as a numpy array and the per-GPU label sets as shared
@@ -16,8 +18,10 @@ exactly as dcgm-exporter exposes it (so are the ECC and remapped-row counters); 
 `generate_latest` would append ``_total`` to its ``# TYPE`` line, which is why the server renders with
 `exporters.exposition.render`.
 
-A field a GPU does not support (ECC and row remapping: GeForce boards, ECC switched off, row remapping before
-Ampere) is a field it cannot read: NaN, its series left out for that GPU, the error counted.
+A field a GPU does not support (NVML's NotSupported: ECC on GeForce boards or with ECC switched off, row remapping
+before Ampere, memory temperature on GDDR boards, ...) has no series for that GPU, as with dcgm-exporter, and is no
+collect error: an alert or dashboard on the error counter sees real failures only (NoPermission, Unknown, a GPU
+fallen off the bus), and an operator sees what each GPU lacks in ``gputide_exporter_unsupported_field_info``.
 """
 
 from __future__ import annotations
@@ -111,6 +115,9 @@ class GpuCollector(Collector):
         self._wl_key: object = None
         self._wl_sets: list[dict[str, str]] = []
         self._wl_strs: list[str] = []
+        self._us_key: tuple[tuple[str, str], ...] = ()
+        self._us_sets: list[dict[str, str]] = []
+        self._us_strs: list[str] = []
 
     def describe(self) -> list[Metric]:
         return []  # reading the hardware at registration time would be a side effect
@@ -128,6 +135,7 @@ class GpuCollector(Collector):
         self._errors.update(readings.errors)
         families = list(self._gpu_families(readings))
         families.append(self._workload_family(readings))
+        families.append(self._unsupported_family(readings))
         families.extend(self._service_families(readings))
         errors = Metric("gputide_exporter_collect_errors", "Fields that failed to read, per GPU.", "counter")
         for (uuid, fld), n in sorted(self._errors.items()):
@@ -163,6 +171,16 @@ class GpuCollector(Collector):
             self._wl_strs = [label_str(d) for d in self._wl_sets]
         return ArrayMetric("gputide_gpu_workload_info", "Workloads placed on each GPU (attribution join table).",
                            "gauge", self._wl_sets, self._wl_strs, np.ones(len(self._wl_sets)))
+
+    def _unsupported_family(self, r: GpuReadings) -> Metric:
+        # the same pairs scrape after scrape (the backends remember them): their label strings are kept
+        if r.unsupported is not self._us_key and r.unsupported != self._us_key:
+            self._us_key = r.unsupported
+            self._us_sets = [{"UUID": uuid, "field": fld} for uuid, fld in sorted(set(r.unsupported))]
+            self._us_strs = [label_str(d) for d in self._us_sets]
+        return ArrayMetric("gputide_exporter_unsupported_field_info", "Fields a GPU does not support (NVML answered "
+                           "NotSupported): no series, no collect error.", "gauge", self._us_sets, self._us_strs,
+                           np.ones(len(self._us_sets)))
 
     @staticmethod
     def _service_families(r: GpuReadings) -> Iterator[Metric]:

@@ -3,7 +3,10 @@
 A backend reads every GPU it can see and returns per-field numpy arrays in the order of its `identity` (the
 dcgm-exporter labels of each GPU, which never change while the process runs). A value it could not read is NaN
 and is listed in `errors` as ``(UUID, field)``; the collector then drops that one series and counts the error,
-so one broken GPU never fails the scrape.
+so one broken GPU never fails the scrape. A value the GPU does not have at all (NVML answered NotSupported: no
+ECC on a GeForce board, no row remapper before Ampere, no memory temperature sensor on GDDR boards, ...) is NaN
+too but listed in `unsupported` instead: its series is left out, as dcgm-exporter leaves it out, and it is no
+error (the collector publishes the pairs as ``gputide_exporter_unsupported_field_info``).
 
 Field keys are dcgm-exporter metric names (``DCGM_FI_DEV_GPU_TEMP`` ...) in dcgm-exporter's units.
 """
@@ -62,6 +65,7 @@ class GpuReadings:
     identity: tuple[GpuIdentity, ...]
     values: Mapping[str, np.ndarray]
     errors: tuple[tuple[str, str], ...] = ()
+    unsupported: tuple[tuple[str, str], ...] = ()
     workloads: tuple[WorkloadInfo, ...] = ()
     services: Mapping[str, ServiceReading] = field(default_factory=lambda: MappingProxyType({}))
 

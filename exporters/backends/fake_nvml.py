@@ -2,9 +2,11 @@
 
 Build it with `FakeDevice`s, inject it as ``NvmlBackend(nvml=FakeNvml([...]))``, and break things on purpose:
 ``device.lost = True`` makes every call raise `NVMLError_GpuIsLost`; ``device.fail["nvmlDeviceGetClockInfo"] =
-NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {185}`` makes one batched field return an
-error code; `push_xid(device, 48)` queues an XID event. Memory health: ``ecc_supported=False`` (a GeForce board,
-ECC off) and ``remap_supported=False`` (before Ampere) make those fields and getters answer NotSupported.
+NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {185}`` makes one batched field answer
+NotSupported (``nvmlReturn`` 3) and ``device.field_ret = {185: 4}`` any other return code (4: NoPermission);
+`push_xid(device, 48)` queues an XID event. What a board lacks answers NotSupported, as real NVML does:
+``ecc_supported=False`` (a GeForce board, ECC off) and ``remap_supported=False`` (before Ampere) for memory health,
+``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class FakeDevice:
     minor: int = 0
     arch: int = 9                  # NVML_DEVICE_ARCH_HOPPER
     temp: int = 45
-    mem_temp: int = 52
+    mem_temp: int | None = 52      # None: no memory temperature sensor (field 82 answers NotSupported)
     slowdown: int = 87
     shutdown: int = 92
     power_mw: int = 350_000         # the 1 s average (nvmlDeviceGetPowerUsage on Ampere and newer, field 185)
@@ -68,6 +70,7 @@ class FakeDevice:
     lost: bool = False
     fail: dict[str, type[NVMLError]] = field(default_factory=dict)
     field_fail: set[int] = field(default_factory=set)
+    field_ret: dict[int, int] = field(default_factory=dict)
 
 
 class _GpmMetricsGet:
@@ -87,6 +90,8 @@ class FakeNvml:
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
     NVML_SUCCESS = 0
     NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_NO_PERMISSION = 4
+    NVML_ERROR_UNKNOWN = 999
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
@@ -118,10 +123,12 @@ class FakeNvml:
         self.devices = devices
         self.events: list[SimpleNamespace] = []
         self.calls: list[str] = []
+        self.asked: list[tuple[str, str]] = []   # (function or "nvmlDeviceGetFieldValues:<id>", UUID it asked about)
         self.initialised = False
 
     def _dev(self, h: FakeDevice, fn: str) -> FakeDevice:
         self.calls.append(fn)
+        self.asked.append((fn, h.uuid))
         if h.lost:
             raise NVMLError_GpuIsLost()
         if fn in h.fail:
@@ -167,17 +174,18 @@ class FakeNvml:
     # telemetry
     def nvmlDeviceGetFieldValues(self, h, ids):
         d = self._dev(h, "nvmlDeviceGetFieldValues")
+        self.asked.extend((f"nvmlDeviceGetFieldValues:{fid}", d.uuid) for fid in ids)
         table = {82: (d.mem_temp, 5, "siVal"), 83: (d.energy_mj, 3, "ullVal"), 185: (d.power_mw, 1, "uiVal"),
                  186: (d.power_mw if d.power_instant_mw is None else d.power_instant_mw, 1, "uiVal"),
                  190: (d.limit_mw, 1, "uiVal"), 3: (d.sbe_volatile, 3, "ullVal"), 4: (d.dbe_volatile, 3, "ullVal"),
                  142: (d.remapped_correctable, 1, "uiVal"), 143: (d.remapped_uncorrectable, 1, "uiVal"),
                  144: (d.remap_pending, 1, "uiVal"), 145: (d.remap_failure, 1, "uiVal")}
-        unsupported = ({3, 4} if not d.ecc_supported else set()) | ({142, 143, 144, 145} if not d.remap_supported
-                                                                      else set())
+        unsupported = (({3, 4} if not d.ecc_supported else set()) | ({82} if d.mem_temp is None else set())
+                       | ({142, 143, 144, 145} if not d.remap_supported else set()))
         out = []
         for fid in ids:
             v, typ, attr = table[fid]
-            ret = self.NVML_ERROR_NOT_SUPPORTED if fid in d.field_fail | unsupported else 0
+            ret = self.NVML_ERROR_NOT_SUPPORTED if fid in d.field_fail | unsupported else d.field_ret.get(fid, 0)
             out.append(SimpleNamespace(fieldId=fid, nvmlReturn=ret, valueType=typ,
                                        value=SimpleNamespace(**{attr: v})))
         return out
@@ -222,7 +230,8 @@ class FakeNvml:
 
     # GPM
     def nvmlGpmQueryDeviceSupport(self, h):
-        return SimpleNamespace(isSupportedDevice=int(self._dev(h, "nvmlGpmQueryDeviceSupport").gpm_sm_util is not None))
+        d = self._dev(h, "nvmlGpmQueryDeviceSupport")   # GPM is Hopper's and newer
+        return SimpleNamespace(isSupportedDevice=int(d.gpm_sm_util is not None and d.arch >= 9))
 
     def nvmlGpmSampleAlloc(self):
         return SimpleNamespace(device=None)

@@ -6,7 +6,7 @@ classic getter), then temperature, memory, utilisation, SM clock and clock event
 GPM (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's
 sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100. XIDs arrive as NVML
 events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the last one per GPU is
-reported. Slowdown and shutdown thresholds are read once.
+reported. Slowdown and shutdown thresholds are kept once read.
 
 Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
 which returns that average on Ampere and newer and the instant power before), as dcgm-exporter's
@@ -17,14 +17,23 @@ planner comparing power with the limit must not see a board above its own cap.
 Memory health rides in the same batch: volatile single- and double-bit ECC totals (``NVML_FI_DEV_ECC_*_VOL_TOTAL``)
 and the row remapper's correctable / uncorrectable remapped rows, pending and failure flags
 (``NVML_FI_DEV_REMAPPED_*``); a field the batch does not return falls back to ``nvmlDeviceGetTotalEccErrors``
-(volatile counter) and ``nvmlDeviceGetRemappedRows``. A board without them (GeForce, ECC switched off, no row
-remapper before Ampere) answers ``NVMLError_NotSupported``: like any field that cannot be read, its series are left
-out and the error is counted; as that is a property of the board, which changes only with a reset, the getter is
-not asked again while the process runs.
+(volatile counter) and ``nvmlDeviceGetRemappedRows``.
 
-Errors never fail a scrape: a field that raises ``NVMLError`` (NotSupported, NoPermission, ...) becomes NaN and
-an ``(UUID, field)`` error; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape and its
-XID becomes 79 (fallen off the bus).
+A field the GPU does not have is not an error. NVML says so with NotSupported (``nvmlReturn`` 3 for a batched
+field, ``NVMLError_NotSupported`` from a getter): no ECC on GeForce boards or with ECC switched off, no row remapper
+before Ampere, no memory temperature on GDDR boards, no utilisation in MIG mode. Once the
+source of last resort (the getter where there is one, else the batch) answers NotSupported, the field is
+*unsupported* on that GPU: its series are left out, as dcgm-exporter leaves them out, it is reported in
+`GpuReadings.unsupported` (published as ``gputide_exporter_unsupported_field_info``), and it is not read again while
+the process runs. A batched field NotSupported also leaves that GPU's batch; GPM answering NotSupported turns GPM
+off for that GPU (utilisation instead). Support is a property of the board, its driver and its modes (ECC, MIG),
+which change only with a GPU reset or a driver reload; the driver refuses both while a monitoring process such as
+this one holds the GPU open, so the exporter restarts around them and asks again: there is no periodic re-check.
+
+Any other ``NVMLError`` (NoPermission, Unknown, ...) makes the field NaN and an ``(UUID, field)`` error, asked
+again at the next scrape; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape (its
+unsupported fields stay unsupported, the others are errors) and its XID becomes 79 (fallen off the bus). Errors
+never fail a scrape.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 clamped to ``nvmlDeviceGetPowerManagementLimitConstraints`` and returns the applied watts; the next scrape
@@ -35,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +62,7 @@ REMAP_FIELDS = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_C
                 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_UNC",
                 "DCGM_FI_DEV_ROW_REMAP_PENDING": "NVML_FI_DEV_REMAPPED_PENDING",
                 "DCGM_FI_DEV_ROW_REMAP_FAILURE": "NVML_FI_DEV_REMAPPED_FAILURE"}
+BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a classic getter to fall back on
 
 
 def _text(v: Any) -> str:
@@ -65,6 +75,16 @@ def _field_value(fv: Any, nvml: Any) -> float:
             nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
             nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal"}.get(t, "ullVal")
     return float(getattr(fv.value, attr))
+
+
+class _Out:
+    """The fields of one GPU's read that came back without a value: errors, and fields the GPU does not have."""
+
+    __slots__ = ("errors", "unsupported")
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.unsupported: list[str] = []
 
 
 class NvmlBackend:
@@ -86,12 +106,8 @@ class NvmlBackend:
         self.identity = tuple(ids)
         self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}
         n = len(ids)
-        self._slowdown = np.array([self._try_static(
-            lambda h=h: nvml.nvmlDeviceGetTemperatureThreshold(h, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN), np.nan)
-            for h in self.handles], dtype=float)
-        self._shutdown = np.array([self._try_static(
-            lambda h=h: nvml.nvmlDeviceGetTemperatureThreshold(h, nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN), np.nan)
-            for h in self.handles], dtype=float)
+        self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
+                            "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}
         self._xid = np.zeros(n)
         self._gpm_prev: list[Any] = [None] * n
         self._gpm = [self._gpm_supported(h) for h in self.handles]
@@ -102,7 +118,8 @@ class NvmlBackend:
                        nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
-        self._unsupported: set[tuple[int, str]] = set()   # (GPU, "ecc" | "remap") whose getter said NotSupported
+        self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
+        self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
     def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
@@ -135,41 +152,56 @@ class NvmlBackend:
     # ---- reading -----------------------------------------------------------------------------------------------
     def read(self) -> GpuReadings:
         nvml = self.nvml
-        n = len(self.handles)
-        vals = {name: np.full(n, np.nan) for name in GPU_FIELD_NAMES}
-        vals["DCGM_FI_DEV_SLOWDOWN_TEMP"] = self._slowdown.copy()
-        vals["DCGM_FI_DEV_SHUTDOWN_TEMP"] = self._shutdown.copy()
+        vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         errors: list[tuple[str, str]] = []
+        unsupported: list[tuple[str, str]] = []
         self._drain_xids()
         for k, h in enumerate(self.handles):
-            uuid = self.identity[k].uuid
+            out = _Out()
             try:
-                self._read_one(k, h, vals, errors)
+                self._read_one(k, h, vals, out)
             except nvml.NVMLError_GpuIsLost:
                 self._xid[k] = 79
+                out = _Out()
                 for name in GPU_FIELD_NAMES:
                     if name != "DCGM_FI_DEV_XID_ERRORS":
                         vals[name][k] = np.nan
-                        errors.append((uuid, name))
+                        (out.unsupported if (k, name) in self._unsupported else out.errors).append(name)
+            uuid = self.identity[k].uuid
+            errors.extend((uuid, f) for f in out.errors)
+            unsupported.extend((uuid, f) for f in out.unsupported)
         vals["DCGM_FI_DEV_XID_ERRORS"] = self._xid.copy()
-        return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors))
+        return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported))
 
-    def _read_one(self, k: int, h: Any, vals: dict[str, np.ndarray], errors: list[tuple[str, str]]) -> None:
+    def _ask(self, k: int, fields: Sequence[str], fn: Callable[[], Any], out: _Out) -> Any:
+        """`fn()` for `fields` of GPU `k`, or None where it gave nothing: NotSupported makes the fields unsupported
+        for good (`fn` is not called for them again), another NVMLError counts them as errors. GpuIsLost propagates."""
         nvml = self.nvml
-        uuid = self.identity[k].uuid
+        if all((k, f) in self._unsupported for f in fields):
+            out.unsupported.extend(fields)
+            return None
+        try:
+            return fn()
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except nvml.NVMLError_NotSupported:
+            self._unsupported.update((k, f) for f in fields)
+            out.unsupported.extend(fields)
+        except nvml.NVMLError:
+            out.errors.extend(fields)
+        return None
+
+    def _read_one(self, k: int, h: Any, vals: dict[str, np.ndarray], out: _Out) -> None:
+        nvml = self.nvml
 
         def get(field: str, fn: Callable[[], float]) -> float:
-            try:
-                v = float(fn())
-            except nvml.NVMLError_GpuIsLost:
-                raise
-            except nvml.NVMLError:
-                errors.append((uuid, field))
+            v = self._ask(k, (field,), fn, out)
+            if v is None:
                 return np.nan
-            vals[field][k] = v
-            return v
+            vals[field][k] = float(v)
+            return float(v)
 
-        got = self._batched(h)
+        got = self._batched(k, h)
         scale = {"DCGM_FI_DEV_POWER_USAGE": 1e-3, "DCGM_FI_DEV_POWER_MGMT_LIMIT": 1e-3}
         fallback = {
             "DCGM_FI_DEV_MEMORY_TEMP": None,
@@ -182,18 +214,18 @@ class NvmlBackend:
                 vals[field][k] = got[field] * scale.get(field, 1.0)
             elif fb is not None:
                 get(field, fb)
-            else:
-                errors.append((uuid, field))
-        self._memory_health(k, h, got, vals, errors)
+            else:   # the batch is its only source: it said NotSupported (remembered by _batched) or failed
+                (out.unsupported if (k, field) in self._unsupported else out.errors).append(field)
+        self._memory_health(k, h, got, vals, out)
+        for field, (which, known) in self._thresholds.items():
+            if np.isnan(known[k]):   # read until it answers once: thresholds are the board's
+                known[k] = get(field, lambda which=which: nvml.nvmlDeviceGetTemperatureThreshold(h, which))
+            vals[field][k] = known[k]
         get("DCGM_FI_DEV_GPU_TEMP", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
-        try:
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        mem = self._ask(k, ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"), lambda: nvml.nvmlDeviceGetMemoryInfo(h), out)
+        if mem is not None:
             vals["DCGM_FI_DEV_FB_USED"][k] = round(mem.used / MIB)
             vals["DCGM_FI_DEV_FB_FREE"][k] = round(mem.free / MIB)
-        except nvml.NVMLError_GpuIsLost:
-            raise
-        except nvml.NVMLError:
-            errors.extend([(uuid, "DCGM_FI_DEV_FB_USED"), (uuid, "DCGM_FI_DEV_FB_FREE")])
         util = get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
@@ -204,25 +236,38 @@ class NvmlBackend:
             sm = util / 100.0
         if np.isfinite(sm):
             vals["DCGM_FI_PROF_SM_ACTIVE"][k] = sm
-        else:
-            errors.append((uuid, "DCGM_FI_PROF_SM_ACTIVE"))
+        else:   # neither GPM nor utilisation: unsupported with utilisation, not remembered (GPM may answer next)
+            unsupported = (k, "DCGM_FI_DEV_GPU_UTIL") in self._unsupported
+            (out.unsupported if unsupported else out.errors).append("DCGM_FI_PROF_SM_ACTIVE")
 
-    def _batched(self, h: Any) -> dict[str, float]:
-        """The fields of one ``nvmlDeviceGetFieldValues`` call that came back; the caller falls back for the rest."""
-        nvml, batch = self.nvml, self._batch
+    def _batched(self, k: int, h: Any) -> dict[str, float]:
+        """The fields of GPU `k`'s ``nvmlDeviceGetFieldValues`` call that came back; the caller falls back for the
+        rest. A field answering NotSupported leaves this GPU's batch, and is unsupported if it has no getter."""
+        nvml, batch, ids = self.nvml, self._batch, self._batch_ids[k]
         got: dict[str, float] = {}
+        if not ids:
+            return got
         try:
-            for fv in nvml.nvmlDeviceGetFieldValues(h, list(batch)):
-                if fv.nvmlReturn == nvml.NVML_SUCCESS and fv.fieldId in batch:
-                    got[batch[fv.fieldId]] = _field_value(fv, nvml)
+            answers = [(fv.fieldId, fv.nvmlReturn, fv) for fv in nvml.nvmlDeviceGetFieldValues(h, ids)]
         except nvml.NVMLError_GpuIsLost:
             raise
+        except nvml.NVMLError_NotSupported:   # no batched reads on this GPU at all
+            answers = [(fid, nvml.NVML_ERROR_NOT_SUPPORTED, None) for fid in ids]
         except nvml.NVMLError:
-            pass  # the classic getters instead
+            return got   # the classic getters instead
+        for fid, ret, fv in answers:
+            if fid not in batch:
+                continue
+            if ret == nvml.NVML_SUCCESS:
+                got[batch[fid]] = _field_value(fv, nvml)
+            elif ret == nvml.NVML_ERROR_NOT_SUPPORTED:
+                ids.remove(fid)
+                if batch[fid] in BATCH_ONLY:
+                    self._unsupported.add((k, batch[fid]))
         return got
 
     def _memory_health(self, k: int, h: Any, got: Mapping[str, float], vals: dict[str, np.ndarray],
-                       errors: list[tuple[str, str]]) -> None:
+                       out: _Out) -> None:
         """ECC totals and the row remapper: the batch's values, else the classic getters (module docstring)."""
         nvml = self.nvml
 
@@ -234,34 +279,32 @@ class NvmlBackend:
             rows = dict(zip(REMAP_FIELDS, nvml.nvmlDeviceGetRemappedRows(h)))
             return [rows[f] for f in fields]
 
-        for group, fields, fetch in (("ecc", ECC_FIELDS, ecc), ("remap", REMAP_FIELDS, remap)):
+        for fields, fetch in ((ECC_FIELDS, ecc), (REMAP_FIELDS, remap)):
             missing = []
             for f in fields:
                 if f in got:
                     vals[f][k] = got[f]
                 else:
                     missing.append(f)
-            if not missing:
-                continue
-            if (k, group) not in self._unsupported:
-                try:
-                    for f, v in zip(missing, fetch(missing), strict=True):
+            if missing:
+                values = self._ask(k, missing, lambda fetch=fetch, missing=missing: fetch(missing), out)
+                if values is not None:
+                    for f, v in zip(missing, values, strict=True):
                         vals[f][k] = float(v)
-                    continue
-                except nvml.NVMLError_GpuIsLost:
-                    raise
-                except nvml.NVMLError_NotSupported:
-                    self._unsupported.add((k, group))
-                except nvml.NVMLError:
-                    pass
-            errors.extend((self.identity[k].uuid, f) for f in missing)
 
     def _gpm_sm_active(self, k: int, h: Any) -> float | None:
-        """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape or error."""
+        """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape or error.
+        GPM answering NotSupported (a Hopper board in MIG mode or a VM without profiling) is turned off for `k`."""
         nvml = self.nvml
+        sample = self._try_static(nvml.nvmlGpmSampleAlloc, None)
+        if sample is None:
+            return None
         try:
-            cur = nvml.nvmlGpmSampleGet(h, nvml.nvmlGpmSampleAlloc())
-        except nvml.NVMLError:
+            cur = nvml.nvmlGpmSampleGet(h, sample)
+        except nvml.NVMLError as exc:
+            self._try_static(lambda: nvml.nvmlGpmSampleFree(sample), None)
+            if isinstance(exc, nvml.NVMLError_NotSupported):
+                self._gpm_off(k)
             return None
         prev, self._gpm_prev[k] = self._gpm_prev[k], cur
         if prev is None:
@@ -273,6 +316,8 @@ class NvmlBackend:
             mg.sample1, mg.sample2 = prev, cur
             mg.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
             nvml.nvmlGpmMetricsGet(mg)
+            if mg.metrics[0].nvmlReturn == nvml.NVML_ERROR_NOT_SUPPORTED:
+                self._gpm_off(k)
             if mg.metrics[0].nvmlReturn != nvml.NVML_SUCCESS:
                 return None
             return float(mg.metrics[0].value) / 100.0
@@ -280,6 +325,13 @@ class NvmlBackend:
             return None
         finally:
             self._try_static(lambda: nvml.nvmlGpmSampleFree(prev), None)
+
+    def _gpm_off(self, k: int) -> None:
+        log.info("GPM not supported on GPU %s: SM activity from utilisation", self.identity[k].uuid)
+        self._gpm[k] = False
+        last, self._gpm_prev[k] = self._gpm_prev[k], None
+        if last is not None:
+            self._try_static(lambda: self.nvml.nvmlGpmSampleFree(last), None)
 
     def _drain_xids(self) -> None:
         nvml = self.nvml

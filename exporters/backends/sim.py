@@ -6,8 +6,9 @@ One process can serve the whole simulated fleet (every node's GPUs, ``Hostname``
 loop step it in-process) and should pass the ``lock`` it holds while stepping.
 
 Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %); an offline GPU (fallen off the
-bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. So are the
-row-remapper fields of a model without one (before Ampere), which NVML answers with NotSupported.
+bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. The
+row-remapper fields of a model without one (before Ampere), which NVML answers with NotSupported, are reported as
+unsupported (no series, no error), online or not, as the NVML backend reports them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class SimBackend:
             raise ValueError(f"node {node!r} has no GPUs in fleet {sim.fleet.name}")
         self._idx = np.array([g.index for g in gpus], dtype=np.int64)
         self._all = node is None
-        self._no_remapper = np.flatnonzero(~sim.memory.row_remapping[self._idx]).tolist()   # positions here
+        self._remapper = sim.memory.row_remapping[self._idx].tolist()   # per position here
         self._uuid_of = {g.index: g.uuid for g in gpus}
         self._wl_version = -1
         self._wl: tuple[WorkloadInfo, ...] = ()
@@ -51,6 +52,8 @@ class SimBackend:
             GpuIdentity(gpu=str(g.slot), uuid=g.uuid, pci_bus_id=g.pci_bus_id, device=f"nvidia{g.slot}",
                         model_name=catalog.CATALOGUE[g.model].model_name, hostname=g.node)
             for g in gpus)
+        self._unsupported = tuple((g.uuid, name) for g, has in zip(self.identity, self._remapper) if not has
+                                  for name in REMAPPER_FIELDS)   # NVML's NotSupported: the model has no remapper
 
     def read(self) -> GpuReadings:
         with self._lock or nullcontext():
@@ -87,16 +90,14 @@ class SimBackend:
         }
         errors: list[tuple[str, str]] = []
         if not online.all():
-            lost = np.flatnonzero(~online)
+            for k in np.flatnonzero(~online).tolist():
+                lacks = () if self._remapper[k] else REMAPPER_FIELDS
+                errors.extend((self.identity[k].uuid, name) for name in GPU_FIELD_NAMES
+                              if name != "DCGM_FI_DEV_XID_ERRORS" and name not in lacks)
             for name in GPU_FIELD_NAMES:
-                if name == "DCGM_FI_DEV_XID_ERRORS":
-                    continue
-                values[name] = np.where(online, values[name], np.nan)
-                errors.extend((self.identity[k].uuid, name) for k in lost.tolist())
-        for k in self._no_remapper:   # NVML's NotSupported, an error like any field it cannot read
-            if online[k]:
-                errors.extend((self.identity[k].uuid, name) for name in REMAPPER_FIELDS)
-        return GpuReadings(identity=self.identity, values=values, errors=tuple(errors),
+                if name != "DCGM_FI_DEV_XID_ERRORS":
+                    values[name] = np.where(online, values[name], np.nan)
+        return GpuReadings(identity=self.identity, values=values, errors=tuple(errors), unsupported=self._unsupported,
                            workloads=self._workloads(), services=self._services())
 
     def _workloads(self) -> tuple[WorkloadInfo, ...]:

@@ -1,14 +1,14 @@
 """ECC and row-remapper series: from NVML (batch, then the classic getters) and from the simulated fleet.
 
-A board that does not support them (NotSupported: GeForce, ECC off, no row remapper before Ampere) has no series,
-and like any field that cannot be read the error is counted; the scrape never fails.
+A board that does not support them (NotSupported: GeForce, ECC off, no row remapper before Ampere) has no series
+and no collect error, and is listed in gputide_exporter_unsupported_field_info; other errors are counted; the scrape
+never fails.
 """
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
+from exporter_scrapes import Scrape
 
 from balancer import fleet as fleet_mod
 from balancer.model import Node
@@ -17,7 +17,6 @@ from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_GpuIsLo
 from exporters.backends.nvml import ECC_FIELDS, REMAP_FIELDS, NvmlBackend
 from exporters.backends.sim import SimBackend
 from exporters.collector import GPU_FIELD_NAMES, GpuCollector
-from exporters.exposition import render
 
 ECC, REMAP = tuple(ECC_FIELDS), tuple(REMAP_FIELDS)
 MEMORY = ECC + REMAP
@@ -26,23 +25,6 @@ MEMORY = ECC + REMAP
 def _fake(n: int = 2, **kw) -> tuple[FakeNvml, list[FakeDevice]]:
     devs = [FakeDevice(uuid=f"GPU-{i:08d}", minor=i, **kw) for i in range(n)]
     return FakeNvml(devs), devs
-
-
-class Scrape:
-    """One scrape of a collector, read from its exposition text (asking the registry would scrape again)."""
-
-    def __init__(self, collector: GpuCollector) -> None:
-        reg = CollectorRegistry()
-        reg.register(collector)
-        self.text = render(reg).decode()
-        fams = {f.name: f for f in text_string_to_metric_families(self.text)}
-        self.values = {n: {s.labels["UUID"]: s.value for s in fams[n].samples} if n in fams else {}
-                       for n in GPU_FIELD_NAMES}
-        self.errors = {(s.labels["UUID"], s.labels["field"]): s.value
-                       for s in fams["gputide_exporter_collect_errors"].samples}
-
-    def failed(self, uuid: str) -> set[str]:
-        return {f for u, f in self.errors if u == uuid}
 
 
 def _scrape(backend) -> tuple[Scrape, str, dict[str, dict[str, float]]]:
@@ -88,7 +70,7 @@ def test_a_field_the_batch_does_not_return_falls_back_to_the_classic_getter(fiel
     ({"remap_supported": False}, set(REMAP), "nvmlDeviceGetRemappedRows"),
     ({"ecc_supported": False, "remap_supported": False}, set(MEMORY), "nvmlDeviceGetRemappedRows"),
 ], ids=["ECC off or a GeForce board", "no row remapper (before Ampere)", "neither"])
-def test_a_board_without_the_feature_has_no_series_counts_the_error_and_is_not_asked_again(kw, gone, getter):
+def test_a_board_without_the_feature_has_no_series_and_no_error_is_listed_and_is_not_asked_again(kw, gone, getter):
     nvml, devs = _fake(2)
     for k, value in kw.items():
         setattr(devs[0], k, value)
@@ -100,8 +82,8 @@ def test_a_board_without_the_feature_has_no_series_counts_the_error_and_is_not_a
     for name in GPU_FIELD_NAMES:
         assert good in scrape.values[name], name
         assert (bad in scrape.values[name]) == (name not in gone), name
-    assert scrape.failed(bad) == gone and scrape.failed(good) == set()
-    assert all(scrape.errors[(bad, name)] == 3 for name in gone)
+    assert scrape.failed(bad) == scrape.failed(good) == set()
+    assert scrape.lacks(bad) == gone and scrape.lacks(good) == set()
     assert nvml.calls.count(getter) == 1   # NotSupported is the board's: asked once
 
 
@@ -146,8 +128,8 @@ def test_the_simulated_fleet_reports_a_dbe_and_its_pending_remap_until_the_gpu_i
     assert v["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"][h100] == 4 and v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][h100] == 1
     assert v["DCGM_FI_DEV_ROW_REMAP_PENDING"][h100] == 1 and v["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"][h100] == 0
     assert v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][t4] == 1
-    assert all(t4 not in v[n] for n in REMAP)          # a T4 has no row remapper: no series, the error counted
-    assert _errors(reg, t4) == set(REMAP) and _errors(reg, h100) == set()
+    assert all(t4 not in v[n] for n in REMAP)          # a T4 has no row remapper: no series, no error
+    assert _errors(reg, t4) == _errors(reg, h100) == set() and reg.lacks(t4) == set(REMAP)
     sim.repair_gpu(0)
     _, _, v = _scrape(SimBackend(sim))
     assert v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][h100] == 0 and v["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"][h100] == 0

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission, NVMLError_NotSupported
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission
 from exporters.backends.nvml import NvmlBackend
 from exporters.collector import GPU_FIELD_NAMES, GpuCollector
 from exporters.exposition import render
@@ -63,13 +63,13 @@ def test_sm_activity_comes_from_gpm_on_hopper_and_newer_else_from_utilisation(ar
 
 
 @pytest.mark.parametrize(("break_it", "lost_fields"), [
-    (lambda d: d.fail.update(nvmlDeviceGetClockInfo=NVMLError_NotSupported), {"DCGM_FI_DEV_SM_CLOCK"}),
+    (lambda d: d.fail.update(nvmlDeviceGetClockInfo=NVMLError_NoPermission), {"DCGM_FI_DEV_SM_CLOCK"}),
     (lambda d: d.fail.update(nvmlDeviceGetMemoryInfo=NVMLError_NoPermission),
      {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}),
-    (lambda d: d.field_fail.add(82), {"DCGM_FI_DEV_MEMORY_TEMP"}),
+    (lambda d: d.field_ret.update({82: 999}), {"DCGM_FI_DEV_MEMORY_TEMP"}),
     (lambda d: d.field_fail.add(185), set()),  # falls back to nvmlDeviceGetPowerUsage
-], ids=["clock not supported", "memory info forbidden", "memory temperature field missing",
-        "average power field missing falls back"])
+], ids=["clock forbidden", "memory info forbidden", "memory temperature field failing",
+        "average power field not supported falls back"])
 def test_a_failing_field_drops_only_that_series_on_that_gpu_and_counts_an_error(break_it, lost_fields):
     nvml, devs = _fake(2)
     break_it(devs[0])

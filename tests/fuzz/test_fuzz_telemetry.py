@@ -6,7 +6,8 @@ duplicated, malformed elements). Property: `snapshot()` either raises a Telemetr
 every value is finite and physically possible; never another exception, never a NaN or invented zero.
 
 NVML: a chaos NVML (the in-repo fake) raises a random NVML error from any call with some probability. Property: the
-scrape always succeeds, and every field left out of it is counted in gputide_exporter_collect_errors_total.
+scrape always succeeds, and every field left out of it is either counted in gputide_exporter_collect_errors_total or,
+where NVML answered NotSupported, listed as unsupported on that GPU (never both).
 """
 
 from __future__ import annotations
@@ -228,14 +229,14 @@ def test_random_nvml_errors_never_fail_a_scrape_and_every_missing_field_is_count
     for _ in range(3):
         body = render(registry).decode()  # must not raise
         assert "DCGM_FI_DEV_XID_ERRORS" in body
-    # the same chaos, read directly: every NaN field is an error counted against its GPU and field
+    # the same chaos, read directly: every NaN field is an error counted against its GPU and field, or unsupported
     for _ in range(3):
         readings = backend.read()
-        errors = set(readings.errors)
+        errors, unsupported = set(readings.errors), set(readings.unsupported)
         for name in GPU_FIELD_NAMES:
             for k, value in enumerate(readings.values[name]):
-                if np.isnan(value):
-                    assert (readings.identity[k].uuid, name) in errors, name
+                key = (readings.identity[k].uuid, name)
+                assert ((key in errors) + (key in unsupported)) == int(np.isnan(value)), name
         for key in readings.errors:
             expected[key] = expected.get(key, 0) + 1
     if p == 0:
@@ -243,7 +244,7 @@ def test_random_nvml_errors_never_fail_a_scrape_and_every_missing_field_is_count
 
 
 def test_nvml_errors_show_up_in_the_error_counter():
-    device = fk.FakeDevice(uuid="GPU-x", fail={"nvmlDeviceGetClockInfo": fk.NVMLError_NotSupported})
+    device = fk.FakeDevice(uuid="GPU-x", fail={"nvmlDeviceGetClockInfo": fk.NVMLError_NoPermission})
     registry = CollectorRegistry()
     registry.register(GpuCollector(NvmlBackend(nvml=fk.FakeNvml([device]), hostname="h")))
     render(registry)
