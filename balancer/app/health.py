@@ -16,10 +16,65 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from exporters.server import RunningServer, serve_app
+
+# ---- how long one action may take ------------------------------------------------------------------------------
+
+# API calls on the longest path of each action through the Kubernetes actuator, its Event included (it has one try
+# but is counted as a call, which only overstates). A read-modify-write is its read and its write: a 409 (another
+# writer in between, or our own timed-out write that landed) reads and writes again, up to max_retries more rounds,
+# which these counts leave out. tests/k8s/test_k8s_action_budget.py walks every path with up to three failed calls
+# against the fake API server and checks each count is the longest there is.
+ACTION_API_CALLS = {
+    # read the pod and the target node, reserve the target (read + patch), taint the source (read + patch),
+    # evict; the eviction refused: release the reservation (read + patch) (balancer/actuate/k8s_actuator.py)
+    "migrate": 9,
+    # resuming a Job gputide stopped, growing it with Kueue quota: read the Job, its Workloads (by label, then
+    # by owner), both ClusterQueues; lend quota (both read again, lender and borrower read + patch); write the Job,
+    # reactivate its Workload; that refused: restore the label, give the quota back (the queues read, lender and
+    # borrower read + patch, the borrower refusing: the lender restored, read + patch) (k8s_training, k8s_quota)
+    "scale_training": 22,
+    "scale_inference": 4,   # list HPAs, the HPA's floor (read + patch), the Event
+    "power_limit": 3,       # the node's annotation (read + patch), the Event
+    "taint_node": 3,        # the node's taints (read + patch), the Event
+}
+LEASE_CALLS_AFTER_ACTING = 4   # the safety ledger onto the Lease: a renewal in flight (read + write), then ours
+LEASE_CALLS_TO_RELEASE = 4     # the same again to clear the holder on the way out
+
+
+class Retries(Protocol):
+    """What the gateway's `_Api` (balancer/actuate/kubernetes.py) retries a call with."""
+
+    max_retries: int
+    backoff_s: float
+    timeout_s: float
+
+
+def call_budget_s(api: Retries | None) -> float:
+    """The longest one API call through `api` can take: every try to the request timeout, with the backoff between
+    them; 0 without an API (a dry run, no Lease)."""
+    if api is None:
+        return 0.0
+    tries = api.max_retries + 1
+    return tries * api.timeout_s + sum(api.backoff_s * 2**i for i in range(tries - 1))
+
+
+def action_budget_s(actuator_api: Retries | None, lease_api: Retries | None = None) -> float:
+    """The longest one action keeps the loop from its next step: every call on the longest path (`ACTION_API_CALLS`)
+    at its full budget through the actuator's API, then the safety ledger written to the Lease."""
+    return (max(ACTION_API_CALLS.values()) * call_budget_s(actuator_api)
+            + LEASE_CALLS_AFTER_ACTING * call_budget_s(lease_api))
+
+
+def stop_budget_s(actuator_api: Retries | None, lease_api: Retries | None) -> float:
+    """How long `gputide run` may take from SIGTERM to exit: the action in progress finishes (`action_budget_s`),
+    then the Lease is released. The controller's terminationGracePeriodSeconds must cover it, or the kubelet kills
+    it mid-action with the Lease held (tests/deploy/test_deploy_grace_period.py)."""
+    return action_budget_s(actuator_api, lease_api) + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 
 
 def stall_limit(interval_s: float) -> float:
