@@ -247,7 +247,7 @@ def test_every_namespaced_object_names_its_namespace(overlay):
             assert obj["metadata"].get("namespace") in allowed, (obj["kind"], obj["metadata"]["name"])
 
 
-def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_with_the_controllers_rights():
+def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_as_its_own_service_account():
     from balancer.cli import build_parser
 
     deploy = one("overlays/scheduler", "Deployment", "gputide-scheduler")
@@ -256,7 +256,7 @@ def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_with_the_contro
     parsed = build_parser().parse_args([a.replace("$(POD_NAMESPACE)", "gputide") for a in container["args"]])
     assert parsed.command == "schedule" and parsed.leader_elect and parsed.lease_name == "gputide-scheduler"
     assert (parsed.scheduler_name, parsed.policy) == ("gputide", "gputide")
-    assert pod["serviceAccountName"] == "gputide-controller"
+    assert pod["serviceAccountName"] == "gputide-scheduler"   # its rights: test_deploy_rbac.py
     _restricted(container, pod["securityContext"])
     netpol = one("overlays/scheduler", "NetworkPolicy", "gputide-scheduler")
     assert netpol["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]

@@ -24,13 +24,16 @@ class FakeClock:
         self.now += seconds
 
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RBAC = [DEPLOY / "base" / "rbac.yaml", *sorted((DEPLOY / "components").glob("*/rbac.yaml"))]
 
 
 def granted() -> set[tuple[str, str, str]]:
-    """(API group, resource, verb) the shipped ClusterRole and leader-election Role grant gputide."""
+    """(API group, resource, verb) the shipped roles grant gputide: the controller's ClusterRole and leader-election
+    Role, and those of the components (the scheduler's, the power-cap agent's); which ServiceAccount holds which is
+    tests/deploy/test_deploy_rbac.py's."""
     out = set()
-    for doc in yaml.safe_load_all(RBAC.read_text()):
+    for doc in (d for path in RBAC for d in yaml.safe_load_all(path.read_text())):
         if doc and doc["kind"] in ("ClusterRole", "Role"):
             for rule in doc["rules"]:
                 out |= set(itertools.product(rule["apiGroups"], rule["resources"], rule["verbs"]))
@@ -44,7 +47,7 @@ def kube() -> Iterator[FakeKube]:
     with FakeKube() as fake:
         yield fake
         denied = sorted(fake.rbac_requests() - granted())
-        assert not denied, f"requests deploy/base/rbac.yaml does not grant: {denied}"
+        assert not denied, f"requests deploy/*/rbac.yaml do not grant: {denied}"
 
 
 @pytest.fixture
