@@ -283,6 +283,21 @@ def test_network_policies_and_pdb_select_the_pods_they_protect():
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pods["gputide-controller"].items()
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_replicated_deployment_keeps_one_replica_through_a_drain(overlay):
+    """A node drain evicts through the Eviction API, which only a PodDisruptionBudget slows: without one both
+    replicas of a leader-elected pair may go at once (the scheduler's did: no pod with `schedulerName: gputide` was
+    bound until one came back)."""
+    budgets = objects(overlay, "PodDisruptionBudget")
+    for deploy in objects(overlay, "Deployment"):
+        if deploy["spec"].get("replicas", 1) < 2:
+            continue
+        labels = deploy["spec"]["template"]["metadata"]["labels"]
+        covering = [b for b in budgets if b["metadata"]["namespace"] == deploy["metadata"]["namespace"]
+                    and b["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert [b["spec"].get("minAvailable") for b in covering] == [1], deploy["metadata"]["name"]
+
+
 def test_dockerfile_builds_a_non_root_image_with_gputide_as_entrypoint():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     instructions = [line.split(None, 1) for line in text.splitlines() if line and not line.startswith("#")
