@@ -3,7 +3,8 @@
 No timers and no background threads: every `collect()` calls `backend.read()` once and turns the arrays into
 dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, help texts and labels, plus
 
-* ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table),
+* ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table; a pod on a MIG
+  instance also has dcgm-exporter's ``GPU_I_ID`` and ``GPU_I_PROFILE``),
 * ``gputide_exporter_scrape_duration_seconds`` (how long this collect took to read and build),
 * ``gputide_exporter_collect_errors_total{UUID,field}`` (cumulative count of fields that failed to read),
 * ``gputide_exporter_unsupported_field_info{UUID,field} 1`` (fields a GPU does not have; only those, so a fleet of
@@ -166,8 +167,7 @@ class GpuCollector(Collector):
         # placements change rarely: a backend that returns the same tuple gets the cached label strings back
         if r.workloads is not self._wl_key:
             self._wl_key = r.workloads
-            self._wl_sets = [{"UUID": w.uuid, "namespace": w.namespace, "pod": w.pod,
-                              "workload_class": w.workload_class} for w in r.workloads]
+            self._wl_sets = [w.labels() for w in r.workloads]
             self._wl_strs = [label_str(d) for d in self._wl_sets]
         return ArrayMetric("gputide_gpu_workload_info", "Workloads placed on each GPU (attribution join table).",
                            "gauge", self._wl_sets, self._wl_strs, np.ones(len(self._wl_sets)))

@@ -8,6 +8,14 @@ a `::N` suffix; with `--device-id-strategy=index` it is the GPU's index. dcgm-ex
 Without this join table the controller sees every GPU of a real node as idle: it can throttle a hot GPU but not
 move what runs on it, and capacity shifting counts no replica.
 
+MIG devices are attributed to the GPU they are carved from, with dcgm-exporter's `GPU_I_ID` and `GPU_I_PROFILE`
+labels for the GPU instance. The device plugin lists them under `nvidia.com/gpu` (MIG strategy "single") or
+`nvidia.com/mig-<profile>` ("mixed"), by MIG UUID (`MIG-<uuid>`, drivers R470 and newer) or, with the index
+strategy, `<gpu index>:<mig index>`; those the backend resolves through NVML (`Backend.mig_instance`,
+`exporters.backends.nvml_mig`). Two forms carry their GPU and are read here: R450/R460's
+`MIG-GPU-<uuid>/<gi>/<ci>` and GKE's `nvidia<n>/gi<gi>`. The profile is NVML's, else the mixed strategy's resource
+name's, else left out.
+
 * `PodResourcesClient(socket)`: one `List` call over gRPC (`grpcio`), with the request and answer messages defined
   here (`_messages`): only the fields gputide reads, by their numbers in the kubelet's API (protobuf skips the
   rest, so newer kubelets with more fields answer the same).
@@ -15,9 +23,10 @@ move what runs on it, and capacity shifting counts no replica.
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
   seconds and then dropped, so a lasting outage shows as no attribution rather than as frozen pods; it also
   collects its own health: `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
-  `gputide_pod_resources_unmatched_devices` (device IDs of the GPU resource that match no GPU of this exporter,
-  e.g. MIG instances, which are not attributed yet).
-* `Attributed(backend, attribution)`: any backend whose readings gain the workloads (the NVML backend has none).
+  `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource that match no GPU of this
+  exporter: another node's, a MIG device NVML does not know, an ID format not known here).
+* `Attributed(backend, attribution)`: any backend whose readings gain the workloads (the NVML backend has none),
+  with the backend's `mig_instance` to resolve MIG devices where it has one.
 
 The workload class is not in the kubelet's answer: the series carry `workload_class="unknown"`, and the
 controller, which reads the pods from the API server, classifies them (its `KubernetesWorkloads` replaces what the
@@ -38,15 +47,19 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from prometheus_client.core import GaugeMetricFamily
 
-from exporters.backends.base import GpuIdentity, GpuReadings, WorkloadInfo
+from exporters.backends.base import GpuIdentity, GpuReadings, MigLookup, WorkloadInfo
+from exporters.backends.nvml_mig import gpu_instance_profile
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 GPU_RESOURCES = ("nvidia.com/gpu",)
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"   # the device plugin's MIG strategy "mixed": nvidia.com/mig-1g.10gb, ...
 LIST_METHOD = "/v1.PodResourcesLister/List"
 UNKNOWN_CLASS = "unknown"
 _SHARED_REPLICA = re.compile(r"::\d+$")   # time-slicing / MPS: GPU-<uuid>::<replica>
+_OLD_MIG = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/\d+$")   # drivers R450/R460: MIG-<GPU UUID>/<GI>/<CI>
+_GKE_MIG = re.compile(r"^(nvidia\d+)/gi(\d+)$")         # GKE's device plugin: nvidia<minor>/gi<GI>
 
 
 @cache
@@ -110,10 +123,43 @@ class PodResourcesClient:
         self._channel.close()
 
 
-def gpu_of(device_id: str, by_uuid: dict[str, GpuIdentity], by_index: dict[str, GpuIdentity]) -> GpuIdentity | None:
-    """The GPU a device plugin's ID names: its UUID, a shared replica of it (`UUID::N`), or its index."""
-    uuid = _SHARED_REPLICA.sub("", device_id)
-    return by_uuid.get(uuid) or (by_index.get(device_id) if device_id.isdigit() else None)
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a device ID lies: a GPU of this exporter and, for a MIG device, its GPU instance and profile."""
+
+    gpu: GpuIdentity
+    gpu_instance_id: str = ""
+    profile: str = ""
+
+
+class DeviceIndex:
+    """This exporter's GPUs by every name a device plugin gives them (module docstring); `mig` resolves MIG UUIDs
+    and MIG indices (the NVML backend's `mig_instance`), without it those stay unmatched."""
+
+    def __init__(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None) -> None:
+        ids = tuple(identity)
+        self.by_uuid = {g.uuid: g for g in ids}
+        self.by_index = {g.gpu: g for g in ids}
+        self.by_device = {g.device: g for g in ids}
+        self.mig = mig
+
+    def place(self, device_id: str, resource: str = GPU_RESOURCES[0]) -> Placement | None:
+        device = _SHARED_REPLICA.sub("", device_id)
+        if g := self.by_uuid.get(device) or (self.by_index.get(device) if device.isdigit() else None):
+            return Placement(g)
+        mixed = resource.startswith(MIG_RESOURCE_PREFIX)   # the resource names the profile
+        profile = gpu_instance_profile(resource.removeprefix(MIG_RESOURCE_PREFIX)) if mixed else ""
+        if m := _OLD_MIG.match(device) or _GKE_MIG.match(device):
+            g = self.by_uuid.get(m[1]) or self.by_device.get(m[1])
+            return Placement(g, m[2], profile) if g else None
+        found = self.mig(device) if self.mig is not None else None
+        if found is None or (g := self.by_uuid.get(found.parent_uuid)) is None:
+            return None   # not a MIG device NVML knows, or one of another node's GPUs
+        return Placement(g, str(found.gpu_instance_id), found.profile or profile)
+
+
+def is_gpu_resource(resource: str, whole_gpus: Iterable[str] = GPU_RESOURCES) -> bool:
+    return resource in whole_gpus or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 class PodAttribution:
@@ -132,7 +178,7 @@ class PodAttribution:
     def _allocations(self) -> list[Allocation]:
         now = self.clock()
         try:
-            self._last = [a for a in self.client.list() if a.resource in self.resources]
+            self._last = [a for a in self.client.list() if is_gpu_resource(a.resource, self.resources)]
         except grpc.RpcError as exc:
             self._up = False
             if self._failing_since is None:
@@ -148,19 +194,19 @@ class PodAttribution:
         self._up, self._last_ok, self._failing_since = True, now, None
         return self._last
 
-    def workloads(self, identity: Iterable[GpuIdentity]) -> tuple[WorkloadInfo, ...]:
-        """One `WorkloadInfo` per (GPU, pod) of the GPUs in `identity`, in the kubelet's order, each pair once."""
-        ids = tuple(identity)
-        by_uuid = {g.uuid: g for g in ids}
-        by_index = {g.gpu: g for g in ids}
-        seen: dict[tuple[str, str, str], WorkloadInfo] = {}
+    def workloads(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None) -> tuple[WorkloadInfo, ...]:
+        """One `WorkloadInfo` per (GPU, GPU instance, pod) of the GPUs in `identity`, in the kubelet's order, each
+        once; `mig` resolves MIG devices (`DeviceIndex`)."""
+        index = DeviceIndex(identity, mig)
+        seen: dict[tuple[str, str, str, str], WorkloadInfo] = {}
         unmatched = 0
         for a in self._allocations():
-            g = gpu_of(a.device_id, by_uuid, by_index)
-            if g is None:
+            p = index.place(a.device_id, a.resource)
+            if p is None:
                 unmatched += 1
                 continue
-            seen.setdefault((g.uuid, a.namespace, a.pod), WorkloadInfo(g.uuid, a.namespace, a.pod, UNKNOWN_CLASS))
+            seen.setdefault((p.gpu.uuid, p.gpu_instance_id, a.namespace, a.pod),
+                            WorkloadInfo(p.gpu.uuid, a.namespace, a.pod, UNKNOWN_CLASS, p.gpu_instance_id, p.profile))
         self._unmatched = unmatched
         return tuple(seen.values())
 
@@ -169,8 +215,8 @@ class PodAttribution:
                                 "scrape (pods are attributed to GPUs from it).", value=1.0 if self._up else 0.0)
         yield GaugeMetricFamily("gputide_pod_resources_last_success_timestamp_seconds",
                                 "When the kubelet's PodResources API last answered.", value=self._last_ok)
-        yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU device IDs allocated to pods that "
-                                "match no GPU of this exporter (e.g. MIG instances).", value=float(self._unmatched))
+        yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs allocated to pods "
+                                "that match no GPU of this exporter.", value=float(self._unmatched))
 
 
 class Attributed:
@@ -185,4 +231,5 @@ class Attributed:
 
     def read(self) -> GpuReadings:
         readings = self.backend.read()
-        return replace(readings, workloads=readings.workloads + self.attribution.workloads(readings.identity))
+        mig = getattr(self.backend, "mig_instance", None)   # the NVML backend's; a simulated fleet has no MIG
+        return replace(readings, workloads=readings.workloads + self.attribution.workloads(readings.identity, mig))

@@ -42,10 +42,37 @@ class GpuIdentity:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadInfo:
+    """One row of the attribution join table: a pod on a GPU, on one of its MIG instances if `gpu_instance_id`."""
+
     uuid: str
     namespace: str
     pod: str
     workload_class: str
+    gpu_instance_id: str = ""        # MIG: the GPU instance the pod holds (dcgm-exporter's GPU_I_ID)
+    gpu_instance_profile: str = ""   # MIG: that instance's profile, e.g. "1g.10gb" (GPU_I_PROFILE); "" unknown
+
+    def labels(self) -> dict[str, str]:
+        out = {"UUID": self.uuid, "namespace": self.namespace, "pod": self.pod, "workload_class": self.workload_class}
+        if self.gpu_instance_id:
+            out["GPU_I_ID"] = self.gpu_instance_id
+        if self.gpu_instance_profile:
+            out["GPU_I_PROFILE"] = self.gpu_instance_profile
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG device as NVML knows it: the GPU it is carved from, its GPU instance, that instance's profile."""
+
+    parent_uuid: str
+    gpu_instance_id: int
+    profile: str = ""   # e.g. "1g.10gb"; "" when NVML did not say
+
+
+class MigLookup(Protocol):
+    """The MIG device a device plugin's ID names (a MIG UUID, or ``<gpu index>:<mig index>``), or None."""
+
+    def __call__(self, device_id: str, /) -> MigInstance | None: ...
 
 
 @dataclass(frozen=True, slots=True)

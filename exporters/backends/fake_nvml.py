@@ -7,6 +7,8 @@ NotSupported (``nvmlReturn`` 3) and ``device.field_ret = {185: 4}`` any other re
 `push_xid(device, 48)` queues an XID event. What a board lacks answers NotSupported, as real NVML does:
 ``ecc_supported=False`` (a GeForce board, ECC off) and ``remap_supported=False`` (before Ampere) for memory health,
 ``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
+MIG: ``FakeDevice(..., migs=[FakeMig("MIG-...", gpu_instance_id=1, profile="1g.10gb")])`` partitions a GPU; its MIG
+devices are found by UUID and by index and answer name, parent and GPU instance as NVML does.
 """
 
 from __future__ import annotations
@@ -32,8 +34,32 @@ class NVMLError_Timeout(NVMLError):  # noqa: N801
     value = 10
 
 
+class NVMLError_NotFound(NVMLError):  # noqa: N801
+    value = 6
+
+
 class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
     value = 15
+
+
+@dataclass
+class FakeMig:
+    """A MIG device of a `FakeDevice` (its `parent` is set by the device)."""
+
+    uuid: str
+    gpu_instance_id: int = 1
+    profile: str = "1g.10gb"
+    compute_instance_id: int = 0
+    parent: Any = field(default=None, repr=False)
+    fail: dict[str, type[NVMLError]] = field(default_factory=dict)
+
+    @property
+    def lost(self) -> bool:
+        return bool(self.parent is not None and self.parent.lost)
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent.name} MIG {self.profile}"
 
 
 @dataclass
@@ -71,6 +97,11 @@ class FakeDevice:
     fail: dict[str, type[NVMLError]] = field(default_factory=dict)
     field_fail: set[int] = field(default_factory=set)
     field_ret: dict[int, int] = field(default_factory=dict)
+    migs: list[FakeMig] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for mig in self.migs:
+            mig.parent = self
 
 
 class _GpmMetricsGet:
@@ -88,6 +119,7 @@ class FakeNvml:
     NVMLError_NoPermission = NVMLError_NoPermission
     NVMLError_Timeout = NVMLError_Timeout
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVMLError_NotFound = NVMLError_NotFound
     NVML_SUCCESS = 0
     NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_NO_PERMISSION = 4
@@ -170,6 +202,31 @@ class FakeNvml:
     def nvmlDeviceGetTemperatureThreshold(self, h, which):
         d = self._dev(h, "nvmlDeviceGetTemperatureThreshold")
         return d.slowdown if which == self.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN else d.shutdown
+
+    # MIG
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls.append("nvmlDeviceGetHandleByUUID")
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for d in self.devices:
+            for h in (d, *d.migs):
+                if h.uuid == uuid:
+                    return h
+        raise NVMLError_NotFound()
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
+        d = self._dev(h, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if not 0 <= index < len(d.migs):
+            raise NVMLError_NotFound()
+        return d.migs[index]
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h):
+        d = self._dev(h, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        if not isinstance(d, FakeMig):
+            raise NVMLError()   # NVML_ERROR_INVALID_ARGUMENT: not a MIG device
+        return d.parent
+
+    def nvmlDeviceGetGpuInstanceId(self, h):
+        return self._dev(h, "nvmlDeviceGetGpuInstanceId").gpu_instance_id
 
     # telemetry
     def nvmlDeviceGetFieldValues(self, h, ids):

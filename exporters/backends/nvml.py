@@ -37,7 +37,9 @@ never fail a scrape.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 clamped to ``nvmlDeviceGetPowerManagementLimitConstraints`` and returns the applied watts; the next scrape
-reports them in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``. Tests inject `exporters.backends.fake_nvml` as `nvml`.
+reports them in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``. `mig_instance(device_id)` tells pod attribution which GPU and
+GPU instance a device plugin's MIG device is (`exporters.backends.nvml_mig`). Tests inject
+`exporters.backends.fake_nvml` as `nvml`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from exporters.backends.base import GpuIdentity, GpuReadings
+from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
+from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.collector import GPU_FIELD_NAMES
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,7 @@ class NvmlBackend:
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
+        self._mig = NvmlMigLookup(nvml, self.handles)
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
     def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
@@ -345,6 +349,10 @@ class NvmlBackend:
             k = self._by_uuid.get(_text(self._try_static(lambda d=data: nvml.nvmlDeviceGetUUID(d.device), "")))
             if k is not None:
                 self._xid[k] = float(data.eventData)
+
+    def mig_instance(self, device_id: str) -> MigInstance | None:
+        """The MIG device a device plugin's ID names (`exporters.backends.nvml_mig`), for pod attribution."""
+        return self._mig(device_id)
 
     # ---- power-cap agent ---------------------------------------------------------------------------------------
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
