@@ -142,6 +142,7 @@ class Reconciler:
         self._leading = False
         self._waiting_since: dict[str, float] = {}
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
+        self._progress: Callable[[], None] = lambda: None   # `run`'s: called as each action begins
         self.reconcile_seconds: list[float] = []
 
     # -- one cycle ------------------------------------------------------------------------------------------------
@@ -285,6 +286,7 @@ class Reconciler:
                 for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
+            self._progress()
             res = self.actuator.apply(a, fresh)
             results.append(res)
             if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
@@ -375,11 +377,13 @@ class Reconciler:
             self.audit.write({"time": now, **record})
 
     # -- forever ----------------------------------------------------------------------------------------------------
-    def run(self, interval_s: float, stop: threading.Event, beat: Callable[[], None] | None = None) -> None:
+    def run(self, interval_s: float, stop: threading.Event, beat: Callable[[], None] | None = None,
+            progress: Callable[[], None] | None = None) -> None:
         """Reconcile every `interval_s` until `stop` is set; one failing cycle never ends the loop. `beat()` is
-        called after every iteration, whatever its result (the liveness probe's heartbeat). `stop` set mid-cycle
-        lets the action in progress finish and starts no other; the Lease is released on the way out."""
-        self._stop = stop
+        called after every iteration, whatever its result, and `progress()` as each action begins (the liveness
+        probe's heartbeats: a cycle of many slow actions is moving). `stop` set mid-cycle lets the action in
+        progress finish and starts no other; the Lease is released on the way out."""
+        self._stop, self._progress = stop, progress or self._progress
         try:
             while not stop.is_set():
                 try:

@@ -3,11 +3,15 @@
 The metrics server answers from its own thread, so a probe on `/metrics` says only that the process is up: a
 reconcile loop stuck in a call that never returns would be probed healthy forever, and no action would be taken
 again until a person noticed `GputideControllerNotReconciling`. The loop therefore beats once per iteration,
-whatever its result (ok, fail-static, standby, error), and
+whatever its result (ok, fail-static, standby, error), and marks progress as each action begins, and
 
-* `/healthz` (liveness) answers 200 while the last iteration ended less than `stall_after_s` ago (before the
-  first one: since the process started), 503 with the age otherwise, so the kubelet restarts a stuck controller;
+* `/healthz` (liveness) answers 200 while the loop last moved (an iteration ended, an action began) less than
+  `stall_after_s` ago (before that: since the process started), 503 with the age otherwise, so the kubelet
+  restarts a stuck controller;
 * `/readyz` (readiness) answers 200 once an iteration has ended and the loop is not stalled.
+
+A healthy loop must never look stuck, or the kubelet kills it in the middle of an action: `stall_limit` is the
+longest it may legitimately go without moving, from the actuator's own call counts and retry settings.
 
 Every other path is prometheus_client's own exposition of the controller's registry (`make_wsgi_app`).
 """
@@ -77,29 +81,39 @@ def stop_budget_s(actuator_api: Retries | None, lease_api: Retries | None) -> fl
     return action_budget_s(actuator_api, lease_api) + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 
 
-def stall_limit(interval_s: float) -> float:
-    """How long an iteration may take before the controller counts as stuck: five intervals, at least 5 minutes
-    (one cycle may wait on Prometheus and retry API calls for minutes; only a loop that never returns is stuck)."""
-    return max(5.0 * interval_s, 300.0)
+def stall_limit(interval_s: float, action_s: float = 0.0) -> float:
+    """How long the loop may go without moving before it counts as stuck: from an iteration's end, through the
+    wait and the next cycle's reads and planning, to its first action or its end, five intervals and at least
+    5 minutes (a slow Prometheus, API calls retried); from an action's start to the next one's or the cycle's end,
+    `action_s` (`action_budget_s`: the longest action, then the safety ledger's Lease write). Only a loop that
+    never returns is stuck."""
+    return max(5.0 * interval_s, 300.0, action_s)
 
 
 class Health:
-    """The loop's heartbeat (`beat()` after every iteration) and what the probes make of it."""
+    """The loop's heartbeats (`beat()` after every iteration, `progress()` as each action begins) and what the
+    probes make of them."""
 
     def __init__(self, stall_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_after_s, self.clock = stall_after_s, clock
         self.started = clock()
-        self.last: float | None = None
+        self.last: float | None = None    # the last iteration's end
+        self.moved: float | None = None   # the last heartbeat of either kind
+        self.moving = "no iteration has ended since the start"
 
     def beat(self) -> None:
-        self.last = self.clock()
+        self.last = self.moved = self.clock()
+        self.moving = "the last iteration ended"
+
+    def progress(self) -> None:
+        self.moved = self.clock()
+        self.moving = "the last action began"
 
     def live(self) -> tuple[bool, str]:
-        since = self.clock() - (self.started if self.last is None else self.last)
-        what = "no iteration has ended since the start" if self.last is None else "the last iteration ended"
+        since = self.clock() - (self.started if self.moved is None else self.moved)
         if since > self.stall_after_s:
-            return False, f"stalled: {what} {since:.0f} s ago (limit {self.stall_after_s:.0f} s)"
-        return True, f"ok: {what} {since:.0f} s ago"
+            return False, f"stalled: {self.moving} {since:.0f} s ago (limit {self.stall_after_s:.0f} s)"
+        return True, f"ok: {self.moving} {since:.0f} s ago"
 
     def ready(self) -> tuple[bool, str]:
         if self.last is None:

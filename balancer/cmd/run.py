@@ -26,7 +26,7 @@ import socket
 import threading
 
 from balancer import config
-from balancer.app.health import Health, stall_limit
+from balancer.app.health import Health, action_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
@@ -312,7 +312,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
     metrics = ControllerMetrics()
     reconciler = build_reconciler(args, metrics)
-    health = Health(stall_limit(interval))
+    # the loop may take the longest action (all its API calls retried) between two heartbeats: not stuck
+    action_s = action_budget_s(getattr(reconciler.actuator, "api", None), getattr(reconciler.elector, "api", None))
+    health = Health(stall_limit(interval, action_s))
     if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
         serve_metrics(args.metrics_port, metrics.registry, health)
     if args.once:
@@ -339,5 +341,5 @@ def run(args: argparse.Namespace) -> int:
     start = getattr(reconciler.elector, "start", None)
     if start is not None:   # renew the Lease from its own thread, however long a cycle runs (released by run)
         start()
-    reconciler.run(interval, stop, beat=health.beat)
+    reconciler.run(interval, stop, beat=health.beat, progress=health.progress)
     return 0

@@ -11,9 +11,14 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry
 
-from balancer.app.health import Health, serve, stall_limit
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.app.health import Health, action_budget_s, serve, stall_limit
+from balancer.cmd.run import lease_elector
 from balancer.loop import Reconciler
 from balancer.metrics import ControllerMetrics
+from balancer.model import Plan, TaintNode
+from tests.loop.loop_helpers import make_fleet, snapshot
 
 
 class Clock:
@@ -49,6 +54,68 @@ def test_liveness_allows_a_slow_start_then_fails_when_no_iteration_ends_within_t
 @pytest.mark.parametrize(("interval", "limit"), [(30.0, 300.0), (60.0, 300.0), (120.0, 600.0)])
 def test_the_stall_limit_is_five_intervals_and_never_under_five_minutes(interval, limit):
     assert stall_limit(interval) == limit
+
+
+def test_the_stall_limit_never_falls_below_the_longest_action():
+    assert stall_limit(30.0, action_s=977.0) == 977.0 and stall_limit(600.0, action_s=977.0) == 3000.0
+
+
+def test_an_action_beginning_keeps_the_loop_live_but_does_not_make_it_ready():
+    clock = Clock()
+    health = Health(stall_after_s=300.0, clock=clock)
+    clock.now += 299
+    health.progress()
+    clock.now += 299
+    assert health.live() == (True, "ok: the last action began 299 s ago")
+    assert health.ready() == (False, "not ready: no iteration has ended yet")
+    clock.now += 2
+    assert health.live() == (False, "stalled: the last action began 301 s ago (limit 300 s)")
+
+
+class SlowActuator:
+    """Each action takes `seconds` on the probe's clock (every API call on its path retried to the last try), and
+    the liveness probe is asked as it ends; the cycle's last action stops the loop."""
+
+    def __init__(self, clock: Clock, health: Health, seconds: float, stop: threading.Event, count: int) -> None:
+        self.clock, self.health, self.seconds, self.stop, self.count = clock, health, seconds, stop, count
+        self.live: list[bool] = []
+
+    def apply(self, action, snap):
+        self.clock.now += self.seconds
+        self.live.append(self.health.live()[0])
+        if len(self.live) == self.count:
+            self.stop.set()
+        return ActionResult(action, Outcome.APPLIED)
+
+
+def worst_cycle(seconds_per_action: float) -> list[bool]:
+    """`gputide run`'s loop and probe as it wires them, for a `--leader-elect` controller at 30 s: a cycle of three
+    actions of `seconds_per_action` each; what the probe said as each ended."""
+    snap = snapshot(make_fleet(3, 4), age=0.0)
+    actions = tuple(TaintNode(node=f"n{i}", reason="hot", expected_gain=1.0) for i in range(3))
+
+    class Source:
+        def snapshot(self):
+            return snap
+
+    clock, stop = Clock(), threading.Event()
+    lease = lease_elector(None, "gputide-controller", "gputide", 30.0).api
+    health = Health(stall_limit(30.0, action_budget_s(KubernetesActuator(None).api, lease)), clock=clock)
+    actuator = SlowActuator(clock, health, seconds_per_action, stop, len(actions))
+    rec = Reconciler(source=Source(), actuator=actuator, clock=lambda: snap.time, metrics=ControllerMetrics(
+        CollectorRegistry()), planner=lambda s, f, p, st: (Plan(actions=actions), st))
+    rec.run(0.0, stop, beat=health.beat, progress=health.progress)
+    return actuator.live
+
+
+def test_a_cycle_of_worst_case_actions_stays_live_and_an_action_stuck_beyond_it_does_not():
+    """Three actions at the worst case (a ScaleTraining moving Kueue quota, every call retried: 957 s, and the
+    ledger's Lease write, 20 s) took 49 minutes, and the old 5-minute limit had the kubelet kill the controller in
+    the first; each now begins with a heartbeat. An action that outlasts the worst case is stuck."""
+    worst = action_budget_s(KubernetesActuator(None).api, lease_elector(None, "l", "ns", 30.0).api)
+    assert worst == 977.0
+    assert worst_cycle(worst) == [True, True, True]
+    assert worst_cycle(worst + 1) == [False, False, False]
 
 
 def test_probes_and_metrics_over_http():
@@ -103,3 +170,28 @@ def test_a_loop_stuck_in_a_call_that_never_returns_fails_liveness():
         release.set()
         loop.join(5)
         server.close()
+
+
+def test_gputide_run_gives_its_probe_the_worst_action_of_the_actuator_it_built(monkeypatch):
+    """`gputide run` sizes the stall limit from its own actuator's API (its retry settings), not a constant."""
+    import argparse
+
+    from balancer.cmd import run as run_cmd
+    from balancer.errors import TelemetryError
+
+    class Source:
+        def snapshot(self):
+            raise TelemetryError("no telemetry")
+
+    class Actuator:   # the Kubernetes actuator's API, with nothing to recover
+        api = KubernetesActuator(None).api
+
+    limits = []
+    monkeypatch.setattr(run_cmd, "Health", lambda stall_after_s: limits.append(stall_after_s) or Health(stall_after_s))
+    monkeypatch.setattr(run_cmd, "build_reconciler", lambda args, metrics: Reconciler(
+        source=Source(), actuator=Actuator(), metrics=metrics))
+    parser = argparse.ArgumentParser()
+    run_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--once", "--metrics-port", "0"])
+    assert run_cmd.run(args) == 3   # held still: no telemetry
+    assert limits == [22 * 43.5]

@@ -12,11 +12,17 @@ from pathlib import Path
 import yaml
 
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.app.health import ACTION_API_CALLS, call_budget_s, stop_budget_s
-from balancer.cmd.run import lease_elector
+from balancer.app.health import ACTION_API_CALLS, action_budget_s, call_budget_s, stall_limit, stop_budget_s
+from balancer.cli import build_parser
+from balancer.cmd.run import lease_elector, parse_interval
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "base"
 SLACK_S = 60   # the grace period is derived from the budget, not a guess far above it
+
+
+def budgets() -> tuple[object, object]:
+    """The API gateways of the actuator and the Lease elector `gputide run` builds, with their retry settings."""
+    return KubernetesActuator(None).api, lease_elector(None, "gputide-controller", "gputide", 30.0).api
 
 
 def controller_pod() -> dict:
@@ -25,10 +31,27 @@ def controller_pod() -> dict:
 
 
 def test_the_grace_period_outlasts_the_longest_action_and_the_lease_release():
-    actuator, lease = KubernetesActuator(None).api, lease_elector(None, "gputide-controller", "gputide", 30.0).api
+    actuator, lease = budgets()
     assert (call_budget_s(actuator), call_budget_s(lease)) == (43.5, 5.0)   # 4 tries of 10 s + 3.5 s backoff; 1 of 5 s
     # a ScaleTraining that moves Kueue quota, 22 calls: as deploy/base/controller.yaml's comment says
     assert max(ACTION_API_CALLS, key=ACTION_API_CALLS.get) == "scale_training"
     needed = stop_budget_s(actuator, lease)
     assert needed == 22 * 43.5 + 8 * 5.0 == 997.0
     assert needed <= controller_pod()["terminationGracePeriodSeconds"] <= needed + SLACK_S
+
+
+def test_the_liveness_probe_allows_the_longest_action_and_the_manifest_says_so():
+    """The kubelet restarts the controller once /healthz fails `failureThreshold` times: never before the loop has
+    gone without moving for longer than its worst action (balancer/app/health.py), whose figure the manifest's
+    comment gives for its own --interval."""
+    (container,) = controller_pod()["containers"]
+    probe = container["livenessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    args = build_parser().parse_args(container["args"])
+    assert args.metrics_port == next(p["containerPort"] for p in container["ports"] if p["name"] == "metrics")
+    actuator, lease = budgets()
+    limit = stall_limit(parse_interval(args.interval), action_budget_s(actuator, lease))
+    assert limit == 977.0 > max(ACTION_API_CALLS.values()) * call_budget_s(actuator)   # the action, then the ledger
+    text = (BASE / "controller.yaml").read_text()
+    assert f": {limit:.0f} s at --interval={args.interval}" in text
+    assert f": {stop_budget_s(actuator, lease):.0f} s, balancer/app/health.py" in text

@@ -1,9 +1,9 @@
 """How many API calls one action can make, walked rather than counted by hand: the Kubernetes actuator applies each
 action against the fake API server with every combination of up to three failed calls (a 500, so each refusal
 takes the action down its undo path), one try per call, and the most requests any path made is what
-`balancer.app.health.ACTION_API_CALLS` says. The controller's grace period is derived from those counts
-(tests/deploy/test_deploy_grace_period.py), so an action that gains a call on some path fails here before the
-kubelet can kill a controller in the middle of it."""
+`balancer.app.health.ACTION_API_CALLS` says. The controller's grace period and its liveness limit are derived from
+those counts (tests/deploy/test_deploy_grace_period.py, tests/cli/test_cli_health.py), so an action that gains a
+call on some path fails here before the kubelet can kill a controller in the middle of it."""
 
 from __future__ import annotations
 
