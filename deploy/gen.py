@@ -6,6 +6,9 @@
   Grafana's dashboard sidecar;
 - components/capacity/generated/serving-rules.yaml: rules/serving/*.yaml (the serving series capacity shifting
   reads, from vLLM and kube-state-metrics) as a PrometheusRule;
+- components/capacity/generated/slo-rules.yaml: the PrometheusRule `gputide slo-rules --prometheus-rule` writes for
+  the ServiceProfiles of components/capacity/services.yaml (each service's request and SLO-violation rates from
+  vLLM's latency histogram, which the burn-rate alerts read); regenerate after editing services.yaml;
 - overlays/with-dcgm-exporter/generated/dcgm-counters.yaml: exporters/dcgm-counters.csv as the ConfigMap an
   existing dcgm-exporter (GPU operator: `dcgmExporter.config.name`) reads its counters from.
 
@@ -73,6 +76,19 @@ def serving_rule() -> str:
     return _prometheus_rule("gputide-serving-rules", ROOT / "rules" / "serving", namespace=NAMESPACE)
 
 
+def slo_rule(services: Path = HERE / "components" / "capacity" / "services.yaml") -> str:
+    """The SLO rules of the ServiceProfiles in the capacity component's ConfigMap, as `gputide slo-rules` makes them."""
+    from balancer.app.capacity_run import profiles_from_dict  # pandas: only for this output
+    from balancer.telemetry import slo_rules
+
+    source = f"{services.relative_to(ROOT)} (its data.services.yaml)"
+    doc = yaml.safe_load(yaml.safe_load(services.read_text(encoding="utf-8"))["data"]["services.yaml"])
+    slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles_from_dict(doc, source).values()],
+                                    slo_rules.VLLM_E2E_BUCKETS, source)
+    header = "# Written by `python -m deploy.gen` (do not edit by hand) from the ServiceProfiles in ../services.yaml, as:\n"
+    return header + slo_rules.render(slos, slo_rules.VLLM_E2E_BUCKETS, source, NAMESPACE)
+
+
 def dashboard_configmaps(dashboards_dir: Path = ROOT / "dashboards") -> str:
     docs = []
     for path in sorted(dashboards_dir.glob("*.json")):
@@ -116,6 +132,7 @@ OUTPUTS = {
     HERE / "base" / "generated" / "prometheusrule.yaml": prometheus_rule,
     HERE / "base" / "generated" / "dashboards.yaml": dashboard_configmaps,
     HERE / "components" / "capacity" / "generated" / "serving-rules.yaml": serving_rule,
+    HERE / "components" / "capacity" / "generated" / "slo-rules.yaml": slo_rule,
     HERE / "overlays" / "with-dcgm-exporter" / "generated" / "dcgm-counters.yaml": counters_configmap,
 }
 
