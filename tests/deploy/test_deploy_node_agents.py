@@ -3,15 +3,16 @@ above all on a node the controller itself tainted hot. A DaemonSet pod is placed
 off a node with a NoSchedule taint it does not tolerate; a NoSchedule taint does not evict a running pod, so the gap
 opens only when the pod is replaced (a rollout, an eviction for node pressure, a deleted pod): from then on the
 hottest node has no exporter (no readings, so the controller holds still on it) and no power-cap agent (a power
-cap written to it applies nowhere), for as long as it stays tainted."""
+cap written to it applies nowhere), for as long as it stays tainted. And they are admitted at all where their
+priority class is quota-limited (GKE)."""
 
 from __future__ import annotations
 
 import pytest
-from test_deploy_manifests import OVERLAYS, one
+from test_deploy_manifests import OVERLAYS, one, render
 
 from balancer.actuate.k8s_actuator import _taints_change
-from balancer.actuate.kubernetes import HOT_TAINT_KEY
+from balancer.actuate.kubernetes import HOT_TAINT_KEY, quantity
 from balancer.noderules import NodeRules, Taint
 
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": "gpu-1"}
@@ -42,3 +43,26 @@ def test_the_node_agents_stay_off_nodes_without_gpus_and_leave_a_draining_node(o
     rules = NodeRules.from_pod_spec(one(overlay, "DaemonSet", "gputide-exporter")["spec"]["template"]["spec"])
     assert rules.refusal("cpu-1", {"kubernetes.io/hostname": "cpu-1"}, []) is not None
     assert rules.refusal("gpu-1", GPU_NODE_LABELS, [Taint("maintenance", "true", "NoExecute")]) is not None
+
+
+CRITICAL = {"system-node-critical", "system-cluster-critical"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_critical_priority_pods_are_admitted_where_the_class_is_quota_limited(overlay):
+    """GKE (and any cluster that limits priority class consumption by default, Kubernetes' ResourceQuota admission
+    `limitedResources`) admits a pod of system-node-critical / system-cluster-critical outside kube-system only in a
+    namespace with a ResourceQuota whose scope selects that class: without one every exporter pod was refused
+    ("insufficient quota to match these scopes") and the DaemonSet ran nowhere."""
+    rendered = render(overlay)
+    quotas = [q for q in rendered if q["kind"] == "ResourceQuota"]
+    for obj in (o for o in rendered if o["kind"] in ("DaemonSet", "Deployment", "StatefulSet")):
+        wanted = obj["spec"]["template"]["spec"].get("priorityClassName")
+        if wanted not in CRITICAL:
+            continue
+        scoped = [q for q in quotas if q["metadata"]["namespace"] == obj["metadata"]["namespace"] and any(
+            e["scopeName"] == "PriorityClass" and e["operator"] == "In" and wanted in e["values"]
+            for e in q["spec"].get("scopeSelector", {}).get("matchExpressions", []))]
+        assert scoped, f"{overlay}: {obj['kind']}/{obj['metadata']['name']} ({wanted}) has no quota scoped to it"
+        for quota in scoped:   # a budget, not a limit: the number of GPU nodes is the cluster's
+            assert quantity(quota["spec"]["hard"]["pods"]) >= 10**6
