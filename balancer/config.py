@@ -23,6 +23,7 @@ more entry in `SECTIONS`; nothing else changes. Errors are `InputError`s naming 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from balancer.errors import InputError
 from balancer.yamlfile import API_VERSION as API_VERSION  # re-exported: documents name it
-from balancer.yamlfile import expect_kind, read_yaml
+from balancer.yamlfile import document_name, expect_kind, read_yaml
 
 KIND = "BalancerPolicy"
 
@@ -149,7 +150,7 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
     if isinstance(default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(file, path, value, "a list of strings")
-        return tuple(value)
+        return _names(value, path, file)
     if isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
         kind = "an integer"
@@ -160,6 +161,20 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
     if not ok or (lo is not None and not value >= lo) or (hi is not None and not value <= hi):
         raise InputError(file, path, value, f"{kind} from {lo:g} to {hi:g}")
     return type(default)(value)
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _names(value: list[str], path: str, file: str | None) -> tuple[str, ...]:
+    """Kubernetes namespace names (DNS labels), each once: a typo such as `Kube-System` protects nothing."""
+    for i, name in enumerate(value):
+        if not _DNS_LABEL.fullmatch(name):
+            raise InputError(file, f"{path}[{i}]", name, "a namespace name: 1 to 63 lower-case letters, digits "
+                             "and '-', starting and ending with a letter or digit")
+        if name in value[:i]:
+            raise InputError(file, f"{path}[{i}]", name, "each namespace once")
+    return tuple(value)
 
 
 def _section(cls: type, doc: Any, path: str, file: str | None) -> Any:
@@ -179,9 +194,8 @@ def _section(cls: type, doc: Any, path: str, file: str | None) -> Any:
 
 def from_dict(doc: Any, file: str | None = None) -> BalancerPolicy:
     doc = expect_kind(doc, file, KIND)
-    meta = doc.get("metadata") or {}
-    name = str(meta.get("name", "policy")) if isinstance(meta, Mapping) else "policy"
-    spec = doc.get("spec") or {}
+    name = document_name(doc, "policy")
+    spec = {} if doc.get("spec") is None else doc["spec"]   # `spec: false` or `spec: 0` is not "no spec"
     if not isinstance(spec, Mapping):
         raise InputError(file, "spec", spec, "a mapping of sections: " + ", ".join(SECTIONS))
     unknown = sorted(set(spec) - set(SECTIONS), key=str)  # keys may be ints or None in hand-written YAML

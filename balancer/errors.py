@@ -25,6 +25,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
+def _one_line(text: str) -> str:
+    """`text` with its runs of whitespace, newlines included, as single spaces."""
+    return printable(" ".join(str(text).split()))
+
+
 class GputideError(Exception):
     """Base of every error gputide raises on purpose."""
 
@@ -37,11 +42,12 @@ class InputError(GputideError):
         # a field named by the input itself (an unknown YAML key) may hold a newline: shown escaped, on one line
         self.field = printable(str(field))
         self.value = value
-        self.allowed = allowed
-        self.detail = detail
+        # one line whatever the parts hold: a pandas or OS message may end in a newline or span several
+        self.allowed = _one_line(allowed)
+        self.detail = _one_line(detail)
         where = f"{file}: " if file else ""
-        extra = f" ({detail})" if detail else ""
-        super().__init__(f"{where}field '{self.field}': invalid value {value!r}; allowed: {allowed}{extra}")
+        extra = f" ({self.detail})" if self.detail else ""
+        super().__init__(f"{where}field '{self.field}': invalid value {value!r}; allowed: {self.allowed}{extra}")
 
 
 class TelemetryError(GputideError):

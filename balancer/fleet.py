@@ -25,6 +25,7 @@ Validation errors name the file, the field path, the value and what is allowed (
 from __future__ import annotations
 
 import csv
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from balancer import catalog
 from balancer.errors import InputError
 from balancer.model import Gpu, Node
 from balancer.yamlfile import API_VERSION as API_VERSION  # re-exported: documents name it
-from balancer.yamlfile import expect_kind, read_yaml
+from balancer.yamlfile import document_name, expect_kind, read_yaml
 
 _GROUP_FIELDS = {
     "namePrefix": str, "count": int, "gpuModel": str, "gpusPerNode": int, "nvlinkDomainSize": int,
@@ -79,6 +80,25 @@ def build(name: str, nodes: Sequence[Node]) -> Fleet:
     return Fleet(name=name, nodes=tuple(nodes), gpus=tuple(gpus))
 
 
+# allowed ranges, checked by `_field` (ints compared before any float(): a 400-digit integer would overflow it)
+_RANGES: dict[str, tuple[float, float, str]] = {
+    "count": (1, 100_000, "an integer from 1 to 100000"),
+    "gpusPerNode": (0, 16, "an integer from 0 to 16"),
+    "cpuMilli": (1, 10_000_000, "an integer from 1 to 10000000 (10,000 cores)"),
+    "memoryMiB": (1, 1 << 30, "an integer from 1 to 1073741824 (1 PiB)"),
+    "inletC": (5.0, 50.0, "a temperature from 5 to 50 °C"),
+}
+# node names are Kubernetes object names; site and pool become label values (selectors such as site=eu-1)
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_FORMATS: dict[str, tuple[re.Pattern, str]] = {
+    "site": (_LABEL_VALUE, "a non-empty label value: up to 63 letters, digits, '-', '_' and '.', starting and "
+                           "ending with a letter or digit"),
+    "pool": (_LABEL_VALUE, "a label value: up to 63 letters, digits, '-', '_' and '.', starting and ending with "
+                           "a letter or digit (empty: none)"),
+}
+
+
 def _field(group: Mapping[str, Any], key: str, path: str, file: str | None, default: Any = None) -> Any:
     if key not in group:
         if default is None:
@@ -87,25 +107,56 @@ def _field(group: Mapping[str, Any], key: str, path: str, file: str | None, defa
     value = group[key]
     want = _GROUP_FIELDS[key]
     if isinstance(value, bool) or not isinstance(value, want):
-        raise InputError(file, f"{path}.{key}", value, f"a {_type_name(want)}")
+        raise InputError(file, f"{path}.{key}", value, _type_name(want, article=True))
+    lo, hi, allowed = _RANGES.get(key, (None, None, ""))
+    if lo is not None and not lo <= value <= hi:   # `not lo <= v <= hi`: NaN fails both comparisons
+        raise InputError(file, f"{path}.{key}", value, allowed)
+    pattern, allowed = _FORMATS.get(key, (None, ""))
+    if pattern is not None and not (pattern.fullmatch(value) and (value or key == "pool")):
+        raise InputError(file, f"{path}.{key}", value, allowed)
     return value
 
 
-def _type_name(t: Any) -> str:
-    if isinstance(t, tuple):
-        return "number"
-    return {int: "integer", str: "string", float: "number"}.get(t, str(t))
+def _type_name(t: Any, article: bool = False) -> str:
+    name = "number" if isinstance(t, tuple) else {int: "integer", str: "string", float: "number"}.get(t, str(t))
+    return (("an " if name[0] in "aeiou" else "a ") + name) if article else name
+
+
+def _group(group: Any, path: str, file: str | None) -> dict[str, Any]:
+    """One node group's settings, validated; the keys are Node's fields (and namePrefix, count)."""
+    if not isinstance(group, Mapping):
+        raise InputError(file, path, group, "a mapping")
+    unknown = sorted(set(group) - set(_GROUP_FIELDS), key=str)  # keys may be ints in hand-written YAML
+    if unknown:
+        raise InputError(file, f"{path}.{unknown[0]}", group[unknown[0]], "one of the fields " + ", ".join(_GROUP_FIELDS))
+    prefix, count = _field(group, "namePrefix", path, file), _field(group, "count", path, file)
+    model = catalog.get(_field(group, "gpuModel", path, file), file=file, field=f"{path}.gpuModel").key
+    per_node = _field(group, "gpusPerNode", path, file)
+    nvl = _field(group, "nvlinkDomainSize", path, file, default=0)
+    if nvl < 0 or (nvl > 1 and per_node % nvl):
+        raise InputError(file, f"{path}.nvlinkDomainSize", nvl, f"0, 1 or a divisor of gpusPerNode ({per_node})")
+    if nvl > 1 and not catalog.CATALOGUE[model].nvlink:
+        raise InputError(file, f"{path}.nvlinkDomainSize", nvl, f"0: {model} has no NVLink")
+    cooling = _field(group, "cooling", path, file, default="air")
+    if cooling not in _COOLING:
+        raise InputError(file, f"{path}.cooling", cooling, " | ".join(_COOLING))
+    return {"prefix": prefix, "count": count, "gpu_model": model, "gpu_count": per_node, "nvlink_domain_size": nvl, "cooling": cooling,
+            "inlet_c": float(_field(group, "inletC", path, file, default=25.0)),
+            "cpu_milli": _field(group, "cpuMilli", path, file, default=64000),
+            "memory_mib": _field(group, "memoryMiB", path, file, default=262144),
+            "site": _field(group, "site", path, file, default="site-a"),
+            "pool": _field(group, "pool", path, file, default="")}
 
 
 def from_dict(doc: Any, file: str | None = None) -> Fleet:
     doc = expect_kind(doc, file, "FleetSpec")
-    meta = doc.get("metadata") or {}
-    if not isinstance(meta, Mapping):
-        raise InputError(file, "metadata", meta, "a mapping such as {name: demo}")
-    name = str(meta.get("name", "fleet"))
+    name = document_name(doc, "fleet")
     spec = doc.get("spec")
     if not isinstance(spec, Mapping):
         raise InputError(file, "spec", spec, "a mapping with nodeGroups")
+    unknown = sorted((k for k in spec if k != "nodeGroups"), key=str)
+    if unknown:
+        raise InputError(file, f"spec.{unknown[0]}", spec[unknown[0]], "nodeGroups, the only field of spec")
     groups = spec.get("nodeGroups")
     if not isinstance(groups, list) or not groups:
         raise InputError(file, "spec.nodeGroups", groups, "a non-empty list of node groups")
@@ -113,46 +164,21 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
     seen: set[str] = set()
     for i, group in enumerate(groups):
         path = f"spec.nodeGroups[{i}]"
-        if not isinstance(group, Mapping):
-            raise InputError(file, path, group, "a mapping")
-        unknown = sorted(set(group) - set(_GROUP_FIELDS), key=str)  # keys may be ints in hand-written YAML
-        if unknown:
-            raise InputError(file, f"{path}.{unknown[0]}", group[unknown[0]], "one of the fields " + ", ".join(_GROUP_FIELDS))
-        prefix = _field(group, "namePrefix", path, file)
-        count = _field(group, "count", path, file)
-        if not 1 <= count <= 100_000:
-            raise InputError(file, f"{path}.count", count, "an integer from 1 to 100000")
-        model = catalog.get(_field(group, "gpuModel", path, file), file=file, field=f"{path}.gpuModel").key
-        per_node = _field(group, "gpusPerNode", path, file)
-        if not 0 <= per_node <= 16:
-            raise InputError(file, f"{path}.gpusPerNode", per_node, "an integer from 0 to 16")
-        nvl = _field(group, "nvlinkDomainSize", path, file, default=0)
-        if nvl < 0 or (nvl > 1 and per_node % nvl):
-            raise InputError(file, f"{path}.nvlinkDomainSize", nvl, f"0, 1 or a divisor of gpusPerNode ({per_node})")
-        if nvl > 1 and not catalog.CATALOGUE[model].nvlink:
-            raise InputError(file, f"{path}.nvlinkDomainSize", nvl, f"0: {model} has no NVLink")
-        cooling = _field(group, "cooling", path, file, default="air")
-        if cooling not in _COOLING:
-            raise InputError(file, f"{path}.cooling", cooling, " | ".join(_COOLING))
-        inlet = _field(group, "inletC", path, file, default=25.0)
-        if not 5.0 <= inlet <= 50.0:  # compared before float(): a huge integer would overflow it
-            raise InputError(file, f"{path}.inletC", inlet, "a temperature from 5 to 50 °C")
-        inlet = float(inlet)
-        cpu = _field(group, "cpuMilli", path, file, default=64000)
-        mem = _field(group, "memoryMiB", path, file, default=262144)
-        if cpu <= 0 or mem <= 0:
-            raise InputError(file, f"{path}.cpuMilli/memoryMiB", (cpu, mem), "positive integers")
+        settings = _group(group, path, file)
+        prefix, count = settings.pop("prefix"), settings.pop("count")
         width = max(2, len(str(count - 1)))
+        if not _NODE_NAME.fullmatch(f"{prefix}{0:0{width}d}") or not _NODE_NAME.fullmatch(f"{prefix}{count - 1}"):
+            raise InputError(file, f"{path}.namePrefix", prefix, "a prefix of Kubernetes node names: lower-case "
+                             "letters, digits, '-' and '.', starting with a letter or digit")
         for k in range(count):
             node_name = f"{prefix}{k:0{width}d}"
             if node_name in seen:
                 raise InputError(file, f"{path}.namePrefix", prefix, "a prefix that gives unique node names")
             seen.add(node_name)
-            nodes.append(Node(
-                name=node_name, gpu_model=model, gpu_count=per_node, cpu_milli=cpu, memory_mib=mem,
-                site=_field(group, "site", path, file, default="site-a"), pool=_field(group, "pool", path, file, default=""),
-                cooling=cooling, inlet_c=inlet, nvlink_domain_size=nvl,
-            ))
+            nodes.append(Node(name=node_name, **settings))
+    if not any(n.gpu_count for n in nodes):
+        raise InputError(file, "spec.nodeGroups", "0 GPUs", "node groups with at least one GPU in all (gpusPerNode "
+                         "> 0 in one of them)")
     return build(name, nodes)
 
 

@@ -1,14 +1,46 @@
-"""Reading a user's YAML file: every way it can fail becomes an InputError naming the file and what is allowed."""
+"""Reading a user's YAML file: every way it can fail becomes an InputError naming the file and what is allowed.
+
+Stricter than `yaml.safe_load` where a hand-edited file goes wrong without a word: a key written twice in one
+mapping (YAML says keys are unique; PyYAML keeps the last one, so half an edited section vanished) and a
+document nested deeper than Python's stack (a RecursionError) are errors. `expect_kind` also refuses top-level
+keys and `metadata` keys a gputide document does not have, so a typo (`specs:`, `metadata: {nmae: x}`) is
+reported instead of leaving the whole spec at its defaults.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from balancer.errors import InputError
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that names one key twice."""
+
+    def __init__(self, key: Any, line: int) -> None:
+        self.key, self.line = key, line
+        super().__init__(problem=f"duplicate key {key!r} at line {line}")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a key written twice in one mapping (merge keys `<<` may still be overridden)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader reports an unhashable key itself
+            if key in seen:
+                raise DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
@@ -24,9 +56,20 @@ def read_yaml_all(path: str | Path, what: str) -> list[Any]:
 def parse_yaml(text: str, file: str, *, every: bool = False) -> Any:
     """`text` parsed (all its documents with `every`); unparseable YAML is an InputError naming `file`."""
     try:
-        return list(yaml.safe_load_all(text)) if every else yaml.safe_load(text)
+        return list(yaml.load_all(text, _StrictLoader)) if every else yaml.load(text, _StrictLoader)  # noqa: S506
+    except DuplicateKey as exc:
+        raise InputError(file, _key_text(exc.key), f"a second {exc.key!r} at line {exc.line}",
+                         "each key once in a mapping (YAML keeps only the last, silently)") from exc
     except yaml.YAMLError as exc:
         raise InputError(file, "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
+    except RecursionError as exc:
+        raise InputError(file, "(document)", "nested too deeply to read", "YAML nested at most a few hundred "
+                         "levels") from exc
+
+
+def _key_text(key: Any) -> str:
+    """A YAML key as a field name: strings as they are, anything else (1, None, true) as Python writes it."""
+    return key if isinstance(key, str) else repr(key)
 
 
 def _read(path: str | Path, what: str) -> str:
@@ -37,14 +80,36 @@ def _read(path: str | Path, what: str) -> str:
 
 
 API_VERSION = "gputide/v1alpha1"
+METADATA_KEYS = ("name", "namespace", "labels", "annotations")
 
 
 def expect_kind(doc: Any, file: str | None, kind: str, keys: str = "apiVersion, kind, spec") -> Mapping:
-    """`doc` when it is a mapping of apiVersion gputide/v1alpha1 and this `kind`; else the InputError saying which."""
+    """`doc` when it is a mapping of apiVersion gputide/v1alpha1 and this `kind` with no top-level key but
+    `keys` (comma-separated) and `metadata`, whose metadata is a mapping of METADATA_KEYS; else the InputError
+    saying which."""
     if not isinstance(doc, Mapping):
         raise InputError(file, "(document)", type(doc).__name__, f"a mapping with {keys}")
     if doc.get("apiVersion") != API_VERSION:
         raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
     if doc.get("kind") != kind:
         raise InputError(file, "kind", doc.get("kind"), kind)
+    allowed = [k.strip() for k in keys.split(",")] + ["metadata"]
+    unknown = sorted((k for k in doc if k not in allowed), key=str)  # YAML keys may be ints, None, booleans
+    if unknown:
+        raise InputError(file, _key_text(unknown[0]), doc[unknown[0]], "one of the keys " + ", ".join(allowed))
+    meta = doc.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, Mapping):
+            raise InputError(file, "metadata", meta, "a mapping such as {name: production}")
+        unknown = sorted((k for k in meta if k not in METADATA_KEYS), key=str)
+        if unknown:
+            raise InputError(file, f"metadata.{unknown[0]}", meta[unknown[0]],
+                             "one of the keys " + ", ".join(METADATA_KEYS))
+        if "name" in meta and (not isinstance(meta["name"], str) or not meta["name"].strip()):
+            raise InputError(file, "metadata.name", meta["name"], "a non-empty string")
     return doc
+
+
+def document_name(doc: Mapping, default: str) -> str:
+    """The metadata.name of a document `expect_kind` accepted, else `default`."""
+    return (doc.get("metadata") or {}).get("name", default)

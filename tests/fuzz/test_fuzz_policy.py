@@ -4,6 +4,7 @@ file, the field path, the value and what is allowed; every valid document round-
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import fields
 
 import pytest
@@ -17,6 +18,7 @@ from balancer import config
 from balancer.errors import InputError, printable
 
 FIELDS = [(sec, f) for sec, cls in config.SECTIONS.items() for f in fields(cls)]
+NAMESPACE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -29,8 +31,9 @@ def _valid_value(f) -> st.SearchStrategy:
     lo, hi = f.metadata["range"]
     if isinstance(d, bool):
         return st.booleans()
-    if isinstance(d, tuple):
-        return st.lists(st.text(min_size=1, max_size=8), max_size=3)
+    if isinstance(d, tuple):   # namespace names (DNS labels), each once
+        return st.lists(st.from_regex(NAMESPACE, fullmatch=True).filter(lambda n: len(n) <= 63), max_size=3,
+                        unique=True)
     if isinstance(d, int):
         return st.integers(int(lo), int(min(hi, 10**6)))
     return st.floats(lo, hi, allow_nan=False)
@@ -42,7 +45,8 @@ def _is_valid(f, value) -> bool:
     if isinstance(d, bool):
         return isinstance(value, bool)
     if isinstance(d, tuple):
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return (isinstance(value, list) and all(isinstance(v, str) and re.fullmatch(NAMESPACE, v) and len(v) <= 63
+                                                for v in value) and len(set(value)) == len(value))
     if isinstance(value, bool):
         return False
     if isinstance(d, int):
