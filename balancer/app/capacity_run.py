@@ -45,6 +45,7 @@ from balancer.plan.capacity import CapacityPolicy, ServiceCapacity
 from balancer.plan.capacity_loop import plan_with_capacity
 from balancer.plan.capacity_plan import rise_allowance
 from balancer.plan.planner import PlannerState
+from balancer.telemetry.slo_rules import service_name
 from balancer.yamlfile import expect_kind, read_yaml
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,9 @@ _FIELDS: dict[str, tuple[str, type, float, bool]] = {
     "latencySloSeconds": ("slo_latency_s", float, 0, False),
 }
 
+_MAX = {"minReplicas": 100_000, "maxReplicas": 100_000, "homeReplicas": 100_000, "gpusPerReplica": 64,
+        "warmupSeconds": 86_400, "latencySloSeconds": 3_600}
+
 
 def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
     attr, kind, low, _ = _FIELDS[key]
@@ -71,7 +75,7 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
     if kind is str:
         if not isinstance(value, str) or not value.strip():
             raise InputError(file, where, value, "a non-empty string")
-        return value.strip()
+        return service_name(value.strip(), file, where)   # it goes into PromQL matchers and Kubernetes calls
     if kind is list:
         if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
             raise InputError(file, where, value, "a non-empty list of GPU model names, e.g. [H100-SXM]")
@@ -87,6 +91,8 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
             bound += (" (a service at 0 replicas has no vLLM pod to report its demand, so the controller could "
                       "never see it to bring it back)")
         raise InputError(file, where, value, f"{what} {bound}")
+    if value > _MAX.get(key, math.inf):
+        raise InputError(file, where, value, f"{'an integer' if kind is int else 'a number'} up to {_MAX[key]:g}")
     return kind(value)
 
 
@@ -111,6 +117,9 @@ def profiles_from_dict(doc: Any, file: str) -> dict[str, ServiceCapacity]:
                 raise InputError(file, f"{path}.{key}", None, "a required field")
         if kwargs.get("min_replicas", 1) > kwargs.get("max_replicas", 1_000_000):
             raise InputError(file, f"{path}.minReplicas", kwargs["min_replicas"],
+                             f"at most maxReplicas ({kwargs['max_replicas']})")
+        if kwargs.get("home_replicas", 0) > kwargs.get("max_replicas", 1_000_000):
+            raise InputError(file, f"{path}.homeReplicas", kwargs["home_replicas"],
                              f"at most maxReplicas ({kwargs['max_replicas']})")
         if kwargs["name"] in out:
             raise InputError(file, f"{path}.name", kwargs["name"], "a name no other service in the file has")

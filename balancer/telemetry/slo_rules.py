@@ -89,14 +89,22 @@ def parse_buckets(text: str, field: str = "--buckets") -> tuple[float, ...]:
     return values
 
 
+def service_name(name: str, file: str | None, field: str) -> str:
+    """`name` when a Deployment can have it (`deployment` or `namespace/deployment`); else an InputError naming
+    `field`. The name goes into PromQL label matchers (`service="..."`) and Kubernetes calls, so a quote or a space
+    in it would break (or rewrite) every query made for the service."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name.rpartition("/")[2]) > 253:
+        raise InputError(file, field, name, _NAME_ALLOWED)
+    return name
+
+
 def choose_buckets(services: Sequence[tuple[str, float]], buckets: Sequence[float],
                    file: str | None = None) -> list[ServiceSlo]:
     """Each (name, SLO) of a profiles file, in its order, with its bucket. A name no Deployment can have, or an SLO
     under the smallest bucket, is an InputError naming the field (`services[i].name` / `.latencySloSeconds`)."""
     out = []
     for i, (name, slo) in enumerate(services):
-        if not _NAME.fullmatch(name) or len(name.rpartition("/")[2]) > 253:
-            raise InputError(file, f"services[{i}].name", name, _NAME_ALLOWED)
+        service_name(name, file, f"services[{i}].name")
         under = [b for b in buckets if b <= slo * (1 + _EPS)]
         if not under:
             raise InputError(file, f"services[{i}].latencySloSeconds", slo,

@@ -99,3 +99,24 @@ def test_an_error_detail_with_newlines_stays_on_one_line():
     exc = InputError("f.csv", "format", "f.csv", "a CSV\nfile", "Error tokenizing data.\nC error: saw 2\n")
     assert "\n" not in str(exc)
     assert str(exc).endswith("allowed: a CSV file (Error tokenizing data. C error: saw 2)")
+
+
+SERVICE = SERVICES + "services:\n  - {name: chat, rpsPerReplica: 3"
+
+
+@pytest.mark.parametrize("text, field", [
+    pytest.param(SERVICE.replace("chat", "'a\"} or vector(1)'") + "}\n", "services[0].name",
+                 id="a name that rewrites every PromQL query made for it"),
+    pytest.param(SERVICE.replace("chat", "Chat Bot") + "}\n", "services[0].name", id="a name no Deployment can have"),
+    pytest.param(SERVICE + ", maxReplicas: " + "9" * 30 + "}\n", "services[0].maxReplicas", id="maxReplicas beyond int64"),
+    pytest.param(SERVICE + ", gpusPerReplica: 100000}\n", "services[0].gpusPerReplica", id="gpusPerReplica no pod has"),
+    pytest.param(SERVICE + ", latencySloSeconds: 100000}\n", "services[0].latencySloSeconds", id="an SLO of centuries"),
+    pytest.param(SERVICE + ", maxReplicas: 3, homeReplicas: 10}\n", "services[0].homeReplicas",
+                 id="an allotment above maxReplicas"),
+])
+def test_service_profiles_refuse_values_no_service_can_have(tmp_path, text, field):
+    path = tmp_path / "services.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_profiles(str(path))
+    assert_names_everything(info.value, file=str(path), field=field)
