@@ -3,19 +3,23 @@
 A source is anything with ``read() -> Mapping[uuid, watts]``; `JsonFileCaps` reads a JSON object
 ``{"GPU-...": 300, ...}`` (or ``{"caps": {...}}``) from a file the controller writes (a missing file means no
 caps). The Kubernetes node-annotation source lives in balancer/actuate/kubernetes.py. `PowerCapAgent.sync()`
-applies the caps that changed since the last sync and returns what the backend applied (clamped to each GPU's
-allowed range); the exporter's next scrape reports it in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``.
+applies the caps that changed since the last sync and returns what the backend applied, each clamped to [the GPU's
+minimum, its *default* limit]: gputide only ever lowers a limit, and a request at or above the default (the
+controller's give-back writes the catalogue TDP) sets exactly the default. The exporter's next scrape reports it
+in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger(__name__)
+RESTORE = math.inf   # a request for "the default limit": every target clamps it down to exactly that
 
 
 class CapSource(Protocol):

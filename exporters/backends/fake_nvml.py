@@ -2,9 +2,11 @@
 
 Build it with `FakeDevice`s, inject it as ``NvmlBackend(nvml=FakeNvml([...]))``, and break things on purpose:
 ``device.lost = True`` makes every call raise `NVMLError_GpuIsLost`; ``device.fail["nvmlDeviceGetClockInfo"] =
-NVMLError_NotSupported`` breaks one getter; ``device.field_fail = {185}`` makes one batched field answer
-NotSupported (``nvmlReturn`` 3) and ``device.field_ret = {185: 4}`` any other return code (4: NoPermission);
-`push_xid(device, 48)` queues an XID event. What a board lacks answers NotSupported, as real NVML does:
+NVMLError_NotSupported`` breaks one getter (``fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission``:
+an agent without root); a power limit outside ``min_limit_mw``..``max_limit_mw`` is refused as the driver refuses
+it, and ``default_limit_mw`` may sit below ``max_limit_mw`` as on many PCIe boards; ``device.field_fail = {185}``
+makes one batched field answer NotSupported (``nvmlReturn`` 3) and ``device.field_ret = {185: 4}`` any other
+return code (4: NoPermission); `push_xid(device, 48)` queues an XID event. What a board lacks answers NotSupported, as real NVML does:
 ``ecc_supported=False`` (a GeForce board, ECC off) and ``remap_supported=False`` (before Ampere) for memory health,
 ``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
 MIG: ``FakeDevice(..., migs=[FakeMig("MIG-...", gpu_instance_id=1, profile="1g.10gb")])`` partitions a GPU; its MIG
@@ -22,7 +24,11 @@ class NVMLError(Exception):
     value = 999
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's names
+class NVMLError_InvalidArgument(NVMLError):  # noqa: N801 - pynvml's names
+    value = 2
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801
     value = 3
 
 
@@ -75,9 +81,10 @@ class FakeDevice:
     shutdown: int = 92
     power_mw: int = 350_000         # the 1 s average (nvmlDeviceGetPowerUsage on Ampere and newer, field 185)
     power_instant_mw: int | None = None   # field 186; None: the average
-    limit_mw: int = 700_000
+    limit_mw: int = 700_000         # the management limit (nvidia-smi -pl), enforced as it is
     min_limit_mw: int = 200_000
     max_limit_mw: int = 700_000
+    default_limit_mw: int = 700_000  # the limit the board boots with; some boards allow more (max_limit_mw)
     energy_mj: int = 123_456_789
     total_bytes: int = 80 << 30
     used_bytes: int = 20 << 30
@@ -115,6 +122,7 @@ class _GpmMetricsGet:
 
 class FakeNvml:
     NVMLError = NVMLError
+    NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_NoPermission = NVMLError_NoPermission
     NVMLError_Timeout = NVMLError_Timeout
@@ -324,5 +332,14 @@ class FakeNvml:
         d = self._dev(h, "nvmlDeviceGetPowerManagementLimitConstraints")
         return d.min_limit_mw, d.max_limit_mw
 
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return self._dev(h, "nvmlDeviceGetPowerManagementDefaultLimit").default_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return self._dev(h, "nvmlDeviceGetPowerManagementLimit").limit_mw
+
     def nvmlDeviceSetPowerManagementLimit(self, h, mw):
-        self._dev(h, "nvmlDeviceSetPowerManagementLimit").limit_mw = int(mw)
+        d = self._dev(h, "nvmlDeviceSetPowerManagementLimit")
+        if not d.min_limit_mw <= mw <= d.max_limit_mw:   # the driver refuses a limit outside the constraints
+            raise NVMLError_InvalidArgument()
+        d.limit_mw = int(mw)

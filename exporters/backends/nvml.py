@@ -36,10 +36,10 @@ unsupported fields stay unsupported, the others are errors) and its XID becomes 
 never fail a scrape.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
-clamped to ``nvmlDeviceGetPowerManagementLimitConstraints`` and returns the applied watts; the next scrape
-reports them in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``. `mig_instance(device_id)` tells pod attribution which GPU and
-GPU instance a device plugin's MIG device is (`exporters.backends.nvml_mig`). Tests inject
-`exporters.backends.fake_nvml` as `nvml`.
+between the GPU's minimum and its *default* limit, never above it (`exporters.backends.nvml_power`); the next
+scrape reports a new limit in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``. `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a
+device plugin's MIG device is (`exporters.backends.nvml_mig`). Tests inject `exporters.backends.fake_nvml` as
+`nvml`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import numpy as np
 
 from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
 from exporters.backends.nvml_mig import NvmlMigLookup
+from exporters.backends.nvml_power import NvmlPowerCaps
 from exporters.collector import GPU_FIELD_NAMES
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class NvmlBackend:
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
         self._mig = NvmlMigLookup(nvml, self.handles)
+        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, self.handles, strict=True)})
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
     def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
@@ -356,22 +358,8 @@ class NvmlBackend:
 
     # ---- power-cap agent ---------------------------------------------------------------------------------------
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
-        nvml = self.nvml
-        applied: dict[str, float] = {}
-        for uuid, watts in caps.items():
-            k = self._by_uuid.get(uuid)
-            if k is None:
-                log.warning("power cap for unknown GPU %s ignored", uuid)
-                continue
-            h = self.handles[k]
-            try:
-                lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
-                mw = int(min(max(float(watts) * 1000.0, lo), hi))
-                nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
-                applied[uuid] = mw / 1000.0
-            except nvml.NVMLError as exc:
-                log.warning("could not set the power limit of %s: %s", uuid, exc)
-        return applied
+        """Set each GPU's power limit, clamped to [its minimum, its default]; what NVML refuses is left out."""
+        return self._power.apply_power_caps(caps)
 
     def close(self) -> None:
         self._try_static(self.nvml.nvmlShutdown, None)

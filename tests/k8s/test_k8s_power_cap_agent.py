@@ -68,13 +68,24 @@ def test_an_unreadable_annotation_keeps_the_limits_and_a_failing_backend_does_no
     assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
 
 
+def test_a_give_back_at_the_catalogue_tdp_restores_the_boards_own_default(kube, api, agent, gpus, clock):
+    a, metrics, _ = agent
+    gpus[0].default_limit_mw, gpus[0].limit_mw = 600_000, 600_000   # a board allowed 700 W that boots at 600 W
+    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
+    actuator.apply(cap("GPU-0", 450.0), None)
+    sync_once(a, metrics)
+    actuator.apply(SetPowerLimit(reason="GPU cooled: unthrottle", gpu=0, uuid="GPU-0", node="n1", watts=700.0,
+                                 previous_watts=450.0), None)
+    assert sync_once(a, metrics) == {"GPU-0": 600.0} and gpus[0].limit_mw == 600_000
+
+
 def test_the_cli_applies_once_against_a_kubeconfig(kube, api, kubeconfig, gpus, monkeypatch, clock):
     from balancer.cli import main
     from exporters.backends import nvml as nvml_mod
 
     kube.add(node("n1", 2))
     KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap("GPU-1", 300.0), None)
-    monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda: NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"))
+    monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda **kw: NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"))
     assert main(["power-cap-agent", "--node", "n1", "--kubeconfig", kubeconfig, "--once"]) == 0
     assert gpus[1].limit_mw == 300_000
 

@@ -1,0 +1,43 @@
+"""Power limits through NVML for the power-cap agent: `NvmlPowerCaps(nvml, {uuid: handle})`.
+
+``apply_power_caps({uuid: watts})`` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts) clamped to
+[``nvmlDeviceGetPowerManagementLimitConstraints``' minimum, ``nvmlDeviceGetPowerManagementDefaultLimit``], never
+the constraints' maximum: on boards whose maximum exceeds their default (many PCIe and workstation boards) or
+whose default is below the catalogue's TDP, a give-back written as the TDP must not raise the GPU above the limit
+it boots with. A request at or above the default (`exporters.power_caps.RESTORE`: infinity) sets exactly the
+default. A GPU NVML refuses (NoPermission without root or CAP_SYS_ADMIN, a lost GPU) is logged and left out.
+
+This module never imports `pynvml`: it uses the `nvml` module the backend was given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class NvmlPowerCaps:
+    def __init__(self, nvml: Any, handles: Mapping[str, Any]) -> None:
+        self.nvml = nvml
+        self.handles = dict(handles)
+
+    def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
+        nvml = self.nvml
+        applied: dict[str, float] = {}
+        for uuid, watts in caps.items():
+            h = self.handles.get(uuid)
+            if h is None:
+                log.warning("power cap for unknown GPU %s ignored", uuid)
+                continue
+            try:
+                lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
+                top = min(nvml.nvmlDeviceGetPowerManagementDefaultLimit(h), hi)
+                mw = int(max(min(float(watts) * 1000.0, top), min(lo, top)))
+                nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
+                applied[uuid] = mw / 1000.0
+            except nvml.NVMLError as exc:
+                log.warning("could not set the power limit of %s: %s", uuid, exc)
+        return applied

@@ -1,0 +1,74 @@
+"""The power-cap path on a node: `PowerCapAgent` applying what a source asks for through the NVML backend (on the
+in-repo fake NVML). gputide only ever lowers a GPU's limit, gives it back exactly, and says when it could not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml
+from exporters.backends.nvml import NvmlBackend
+from exporters.power_caps import RESTORE, JsonFileCaps, PowerCapAgent
+
+W = 1000   # milliwatts
+
+
+def pcie_board(i: int = 0, **kw) -> FakeDevice:
+    """A board whose maximum limit is above the one it boots with (as on many PCIe boards): 200..700 W, default
+    600 W, running at its default."""
+    return FakeDevice(uuid=f"GPU-{i}", minor=i, bus_id=f"00000000:{i:02x}:00.0", limit_mw=600 * W,
+                      default_limit_mw=600 * W, **kw)
+
+
+@pytest.fixture
+def gpus() -> list[FakeDevice]:
+    return [pcie_board(0), pcie_board(1)]
+
+
+@pytest.fixture
+def backend(gpus) -> NvmlBackend:
+    return NvmlBackend(nvml=FakeNvml(gpus), hostname="n1")
+
+
+@pytest.fixture
+def caps_file(tmp_path):
+    path = tmp_path / "caps.json"
+
+    def write(caps: dict | str | None) -> JsonFileCaps:
+        if caps is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(caps if isinstance(caps, str) else json.dumps(caps))
+        return JsonFileCaps(path)
+
+    return write
+
+
+# ---- the backend -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("watts", "limit_w"), [
+    pytest.param(700.0, 600.0, id="the catalogue TDP above the board's default sets the default, not the maximum"),
+    pytest.param(RESTORE, 600.0, id="a restore sets exactly the default"),
+    pytest.param(450.0, 450.0, id="a cap below the default is set as asked"),
+    pytest.param(50.0, 200.0, id="a cap below the board's minimum sets the minimum"),
+])
+def test_no_request_sets_a_gpu_above_the_limit_it_boots_with(backend, gpus, watts, limit_w):
+    assert backend.apply_power_caps({"GPU-0": watts}) == {"GPU-0": limit_w}
+    assert gpus[0].limit_mw == limit_w * W
+
+
+def test_a_default_limit_above_the_maximum_is_held_to_the_maximum():
+    gpu = FakeDevice(uuid="GPU-0", default_limit_mw=800 * W, max_limit_mw=700 * W)
+    assert NvmlBackend(FakeNvml([gpu])).apply_power_caps({"GPU-0": RESTORE}) == {"GPU-0": 700.0}
+
+
+# ---- the agent ---------------------------------------------------------------------------------------------------
+
+
+def test_a_give_back_restores_exactly_the_default_limit(caps_file, backend, gpus):
+    agent = PowerCapAgent(caps_file({"GPU-0": 450}), backend)
+    assert agent.sync() == {"GPU-0": 450.0}
+    agent.source = caps_file({"GPU-0": 700})   # the controller gives it back at the catalogue's TDP
+    assert agent.sync() == {"GPU-0": 600.0} and gpus[0].limit_mw == 600 * W
