@@ -17,11 +17,12 @@ it answers None and the controller holds still (telemetry unavailable): it would
 emergency-stop label. After that, a failing API leaves the last known nodes in place (logged).
 
 `NodeAnnotationCaps(api_client, node)` reads one node's other annotation for the power-cap agent: the power limits
-the actuator's `SetPowerLimit` wrote into `gputide.io/power-caps`.
+the actuator's `SetPowerLimit` wrote into `gputide.io/power-caps` (None when it cannot be read or is malformed).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -29,10 +30,11 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer.actuate.k8s_watch import ListCache
-from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION, _Api, read_power_caps
+from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION, _Api
 from balancer.errors import ActuationError
 from balancer.model import NodeMeta
 from balancer.noderules import Taint
+from exporters.power_caps import parse_caps
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +77,26 @@ class KubernetesNodes:
 class NodeAnnotationCaps:
     """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts} from this node's annotation.
 
-    Same contract as exporters.power_caps.JsonFileCaps: an API error is logged and reads as no caps, so the
-    agent keeps the limits it already applied; `failed` says whether the last read was such an error (the agent
-    counts it as a failed sync, which an alert watches)."""
+    Same contract as exporters.power_caps.JsonFileCaps: no annotation is no caps (the agent gives back the limits
+    it applied); an API error, or an annotation that is not a JSON object of positive watts (a hand edit gone
+    wrong), is logged and reads as None, so the agent keeps every limit as it is and counts a failed sync, which
+    an alert watches. One bad entry spoils the whole annotation: read as "no cap", it would give a hot GPU back."""
 
     def __init__(self, api_client: Any, node: str, annotation: str = POWER_CAP_ANNOTATION,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.api = _Api(api_client, 1, 0.5, sleep, 5.0)
         self.node, self.annotation = node, annotation
-        self.failed = False
 
-    def read(self) -> dict[str, float]:
+    def read(self) -> dict[str, float] | None:
         try:
-            caps = read_power_caps(self.api(f"node {self.node}", self.api.core.read_node, self.node), self.annotation)
+            obj = self.api(f"node {self.node}", self.api.core.read_node, self.node)
         except ActuationError as err:
             log.error("power caps of node %s unreadable, keeping current limits: %s", self.node, err)
-            self.failed = True
-            return {}
-        self.failed = False
-        return caps
+            return None
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(self.annotation)
+        try:
+            return parse_caps(json.loads(raw)) if raw else {}
+        except ValueError as err:
+            log.error("annotation %s of node %s is malformed, keeping current limits: %s", self.annotation,
+                      self.node, err)
+            return None

@@ -40,28 +40,28 @@ class AgentMetrics:
         self.last_sync = Gauge("gputide_power_cap_agent_last_sync_timestamp_seconds",
                                "When the agent last read its node's requested caps.", registry=registry)
         self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
-                             "unchanged, failed (the node's caps unreadable, or NVML raised).", ["result"],
-                             registry=registry)
+                             "unchanged, failed (the node's caps unreadable or malformed, or NVML refused a GPU).",
+                             ["result"], registry=registry)
         for result in ("applied", "unchanged", "failed"):
             self.syncs.labels(result=result)
 
 
 def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, float]:
-    """One read-and-apply; what was applied (UUID -> watts). A backend error is counted and logged, not raised:
-    the next interval tries again."""
+    """One read-and-apply; what was applied (UUID -> watts). A failure (the node's caps unreadable or malformed,
+    NVML refusing a GPU, anything raised) is counted and logged, not raised: the next interval tries again."""
     try:
         applied = agent.sync()
     except Exception as exc:   # noqa: BLE001 - an NVML or API failure must not stop the agent
         metrics.syncs.labels(result="failed").inc()
         log.error("power caps not applied: %s", exc)
         return {}
-    if getattr(getattr(agent, "source", None), "failed", False):   # the node's caps could not be read
+    for uuid, watts in applied.items():
+        metrics.applied.labels(UUID=uuid).set(watts)
+    if getattr(agent, "failed", None):
         metrics.syncs.labels(result="failed").inc()
         return applied
     metrics.last_sync.set(clock())
     metrics.syncs.labels(result="applied" if applied else "unchanged").inc()
-    for uuid, watts in applied.items():
-        metrics.applied.labels(UUID=uuid).set(watts)
     if applied:
         log.info("applied power caps: %s", applied)
     return applied

@@ -72,3 +72,29 @@ def test_a_give_back_restores_exactly_the_default_limit(caps_file, backend, gpus
     assert agent.sync() == {"GPU-0": 450.0}
     agent.source = caps_file({"GPU-0": 700})   # the controller gives it back at the catalogue's TDP
     assert agent.sync() == {"GPU-0": 600.0} and gpus[0].limit_mw == 600 * W
+    assert agent.failed is None
+
+
+@pytest.mark.parametrize("after", [pytest.param({"GPU-1": 400}, id="its key removed"),
+                                   pytest.param({}, id="every key removed"),
+                                   pytest.param(None, id="the file removed")])
+def test_a_cap_no_longer_asked_for_is_given_back(caps_file, backend, gpus, after):
+    agent = PowerCapAgent(caps_file({"GPU-0": 450, "GPU-1": 400}), backend)
+    agent.sync()
+    agent.source = caps_file(after)
+    agent.sync()
+    assert gpus[0].limit_mw == 600 * W and gpus[1].limit_mw == (400 if after else 600) * W
+    assert agent.sync() == {}   # given back once, then nothing to do
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"GPU-0": "hot"}', '{"GPU-0": -1}', '{"GPU-0": true}',
+                                     '{"GPU-0": NaN}', '{"GPU-0": 450, "GPU-1": null}'])
+def test_a_malformed_source_keeps_every_limit_and_says_so(caps_file, backend, gpus, content):
+    agent = PowerCapAgent(caps_file({"GPU-0": 450, "GPU-1": 400}), backend)
+    agent.sync()
+    agent.source = caps_file(content)
+    assert agent.sync() == {}
+    assert (gpus[0].limit_mw, gpus[1].limit_mw) == (450 * W, 400 * W)   # not read as "no caps": nothing given back
+    assert agent.failed
+    agent.source = caps_file({"GPU-0": 450, "GPU-1": 400})
+    assert agent.sync() == {} and agent.failed is None

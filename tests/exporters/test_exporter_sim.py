@@ -138,10 +138,10 @@ def test_power_caps_from_a_json_file_are_applied_clamped_and_reported(tmp_path, 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"GPU-x": "hot"}'],
                          ids=["unparseable", "not an object", "watts not a number"])
-def test_a_broken_caps_file_changes_nothing(tmp_path, content):
+def test_a_broken_caps_file_reads_as_unknown_and_a_missing_one_as_no_caps(tmp_path, content):
     path = tmp_path / "caps.json"
     path.write_text(content)
-    assert JsonFileCaps(path).read() == {}
+    assert JsonFileCaps(path).read() is None   # not "no caps", which would give every capped GPU back
     assert JsonFileCaps(tmp_path / "missing.json").read() == {}
 
 

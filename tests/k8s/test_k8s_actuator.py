@@ -296,7 +296,7 @@ def test_the_power_cap_agent_source_reads_what_the_actuator_wrote(cluster: FakeK
     actuator.apply(power("GPU-1", 333.0), SNAP)
     assert source.read() == {"GPU-1": 333.0}
     cluster.inject("GET", r"/nodes/n1$", 500, count=2)
-    assert source.read() == {}   # unreadable: no caps, the agent keeps what it applied
+    assert source.read() is None   # unreadable, not "no caps": the agent keeps what it applied
 
 
 # ---- inference scaling ----------------------------------------------------------------------------------------

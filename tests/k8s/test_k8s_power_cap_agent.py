@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_nodes import NodeAnnotationCaps
+from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION
 from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
 from balancer.model import SetPowerLimit
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml
@@ -66,6 +67,22 @@ def test_an_unreadable_annotation_keeps_the_limits_and_a_failing_backend_does_no
     assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
     assert sync_once(a, metrics) == {}   # the API answers again: no change to apply, not a failure
     assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
+
+
+def test_a_hand_edited_annotation_keeps_the_caps_until_it_is_removed(kube, api, agent, gpus, clock):
+    a, metrics, reg = agent
+    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
+    actuator.apply(cap("GPU-0", 450.0), None)
+    actuator.apply(cap("GPU-1", 400.0), None)
+    sync_once(a, metrics)
+    kube.mutate("nodes", "n1", "", {"metadata": {"annotations": {POWER_CAP_ANNOTATION: '{"GPU-0": 450, "GPU-1": '}}})
+    assert sync_once(a, metrics) == {}
+    assert (gpus[0].limit_mw, gpus[1].limit_mw) == (450_000, 400_000)
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 1
+    # the controller uninstalled: `kubectl annotate node n1 gputide.io/power-caps-` while the agent still runs
+    kube.mutate("nodes", "n1", "", {"metadata": {"annotations": {POWER_CAP_ANNOTATION: None}}})
+    assert sync_once(a, metrics) == {"GPU-0": 700.0, "GPU-1": 700.0}
+    assert reg.get_sample_value("gputide_power_cap_agent_applied_watts", {"UUID": "GPU-1"}) == 700.0
 
 
 def test_a_give_back_at_the_catalogue_tdp_restores_the_boards_own_default(kube, api, agent, gpus, clock):
