@@ -4,7 +4,8 @@ A *source* answers ``read() -> {uuid: watts}``, or None when it cannot tell (unr
 changes). `JsonFileCaps` reads a JSON object ``{"GPU-...": 300, ...}`` (or ``{"caps": {...}}``) from a file (a
 missing file: no caps); on Kubernetes `balancer.actuate.k8s_nodes.NodeAnnotationCaps` reads the node annotation
 the controller's `SetPowerLimit` writes. A *target* sets limits: ``apply_power_caps({uuid: watts})`` returns the
-watts it set, each clamped to [the GPU's minimum, its *default* limit].
+watts it set, each clamped to [the GPU's minimum, its *default* limit], and raises `PowerCapError` (holding what
+it did set) when the driver refused some.
 
 What `PowerCapAgent.sync()` does, each interval:
 
@@ -14,8 +15,9 @@ What `PowerCapAgent.sync()` does, each interval:
 * A new or changed entry is applied.
 * An entry that disappears (its key deleted, the whole annotation or file removed) gives that GPU its default
   limit back.
-* An unreadable or malformed source changes nothing, and `failed` says why (the agent's CLI counts a failed sync,
-  which ``GputidePowerCapAgentFailing`` watches).
+* An unreadable or malformed source changes nothing; a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not
+  stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
+  ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
 
 The agent remembers only what it applied since it started: a restarted agent applies every entry again, and an
 entry deleted while no agent ran leaves its GPU's limit where it was. NVML keeps a limit until the driver reloads
@@ -34,6 +36,14 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 RESTORE = math.inf   # a request for "the default limit": every target clamps it down to exactly that
+
+
+class PowerCapError(Exception):
+    """The driver refused some of the limits asked for; `applied` holds those it set, `refused` why per GPU."""
+
+    def __init__(self, applied: Mapping[str, float], refused: Mapping[str, str]) -> None:
+        super().__init__("; ".join(f"{uuid}: {why}" for uuid, why in refused.items()))
+        self.applied, self.refused = dict(applied), dict(refused)
 
 
 class CapSource(Protocol):
@@ -92,7 +102,12 @@ class PowerCapAgent:
         requests.update((uuid, RESTORE) for uuid in self._asked.keys() - wanted.keys())
         if not requests:
             return {}
-        applied = dict(self.target.apply_power_caps(requests))
+        try:
+            applied = dict(self.target.apply_power_caps(requests))
+        except PowerCapError as err:
+            applied = err.applied
+            self.failed = f"the driver refused: {err}"
+            log.error("power caps not applied: %s", err)
         for uuid in applied:
             if uuid in wanted:
                 self._asked[uuid] = wanted[uuid]

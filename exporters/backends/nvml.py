@@ -358,7 +358,7 @@ class NvmlBackend:
 
     # ---- power-cap agent ---------------------------------------------------------------------------------------
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
-        """Set each GPU's power limit, clamped to [its minimum, its default]; what NVML refuses is left out."""
+        """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused."""
         return self._power.apply_power_caps(caps)
 
     def close(self) -> None:

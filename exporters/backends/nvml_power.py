@@ -5,7 +5,8 @@
 the constraints' maximum: on boards whose maximum exceeds their default (many PCIe and workstation boards) or
 whose default is below the catalogue's TDP, a give-back written as the TDP must not raise the GPU above the limit
 it boots with. A request at or above the default (`exporters.power_caps.RESTORE`: infinity) sets exactly the
-default. A GPU NVML refuses (NoPermission without root or CAP_SYS_ADMIN, a lost GPU) is logged and left out.
+default. Every GPU asked for is tried; those NVML refuses (NoPermission without root or CAP_SYS_ADMIN, a lost GPU)
+raise one `PowerCapError` at the end, holding the ones it set.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any
+
+from exporters.power_caps import PowerCapError
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,7 @@ class NvmlPowerCaps:
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
         nvml = self.nvml
         applied: dict[str, float] = {}
+        refused: dict[str, str] = {}
         for uuid, watts in caps.items():
             h = self.handles.get(uuid)
             if h is None:
@@ -39,5 +43,8 @@ class NvmlPowerCaps:
                 nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
                 applied[uuid] = mw / 1000.0
             except nvml.NVMLError as exc:
-                log.warning("could not set the power limit of %s: %s", uuid, exc)
+                refused[uuid] = f"{type(exc).__name__}: {exc}"
+                log.warning("could not set the power limit of %s: %s", uuid, refused[uuid])
+        if refused:
+            raise PowerCapError(applied, refused)
         return applied

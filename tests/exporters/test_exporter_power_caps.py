@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from exporters.backends.fake_nvml import FakeDevice, FakeNvml
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission
 from exporters.backends.nvml import NvmlBackend
-from exporters.power_caps import RESTORE, JsonFileCaps, PowerCapAgent
+from exporters.power_caps import RESTORE, JsonFileCaps, PowerCapAgent, PowerCapError
 
 W = 1000   # milliwatts
 
@@ -64,6 +64,15 @@ def test_a_default_limit_above_the_maximum_is_held_to_the_maximum():
     assert NvmlBackend(FakeNvml([gpu])).apply_power_caps({"GPU-0": RESTORE}) == {"GPU-0": 700.0}
 
 
+def test_limits_the_driver_refuses_raise_after_the_other_gpus_are_set(backend, gpus):
+    gpus[0].fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
+    with pytest.raises(PowerCapError) as err:
+        backend.apply_power_caps({"GPU-0": 400.0, "GPU-1": 450.0})
+    assert err.value.applied == {"GPU-1": 450.0}
+    assert list(err.value.refused) == ["GPU-0"] and "NoPermission" in err.value.refused["GPU-0"]
+    assert (gpus[0].limit_mw, gpus[1].limit_mw) == (600 * W, 450 * W)
+
+
 # ---- the agent ---------------------------------------------------------------------------------------------------
 
 
@@ -98,3 +107,13 @@ def test_a_malformed_source_keeps_every_limit_and_says_so(caps_file, backend, gp
     assert agent.failed
     agent.source = caps_file({"GPU-0": 450, "GPU-1": 400})
     assert agent.sync() == {} and agent.failed is None
+
+
+def test_a_gpu_the_driver_refuses_is_a_failure_and_tried_again(caps_file, backend, gpus):
+    gpus[0].fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
+    agent = PowerCapAgent(caps_file({"GPU-0": 450, "GPU-1": 400}), backend)
+    assert agent.sync() == {"GPU-1": 400.0}
+    assert agent.failed and "GPU-0" in agent.failed
+    assert agent.sync() == {} and agent.failed   # GPU-0 asked again, refused again
+    del gpus[0].fail["nvmlDeviceSetPowerManagementLimit"]
+    assert agent.sync() == {"GPU-0": 450.0} and agent.failed is None

@@ -12,7 +12,7 @@ from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION
 from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
 from balancer.model import SetPowerLimit
-from exporters.backends.fake_nvml import FakeDevice, FakeNvml
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission
 from exporters.backends.nvml import NvmlBackend
 from exporters.power_caps import PowerCapAgent
 
@@ -67,6 +67,18 @@ def test_an_unreadable_annotation_keeps_the_limits_and_a_failing_backend_does_no
     assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
     assert sync_once(a, metrics) == {}   # the API answers again: no change to apply, not a failure
     assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 2
+
+
+def test_a_gpu_nvml_refuses_fails_the_sync_so_the_alert_fires(kube, api, agent, gpus, clock):
+    a, metrics, reg = agent
+    gpus[0].fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission   # the agent is not privileged
+    KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap("GPU-0", 450.0), None)
+    for _ in range(3):
+        sync_once(a, metrics)
+    # GputidePowerCapAgentFailing: failed syncs and no other kind
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "failed"}) == 3
+    assert reg.get_sample_value("gputide_power_cap_agent_syncs_total", {"result": "unchanged"}) == 0
+    assert gpus[0].limit_mw == 700_000
 
 
 def test_a_hand_edited_annotation_keeps_the_caps_until_it_is_removed(kube, api, agent, gpus, clock):
