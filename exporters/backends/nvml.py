@@ -36,8 +36,9 @@ unsupported fields stay unsupported, the others are errors) and its XID becomes 
 never fail a scrape.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
-between the GPU's minimum and its *default* limit, never above it (`exporters.backends.nvml_power`); the next
-scrape reports a new limit in ``DCGM_FI_DEV_POWER_MGMT_LIMIT``. `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a
+between the GPU's minimum and its *default* limit, never above it, and `power_limits()` answers where each GPU's
+limit is (`exporters.backends.nvml_power`); the next scrape reports a new limit in
+``DCGM_FI_DEV_POWER_MGMT_LIMIT``. `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a
 device plugin's MIG device is (`exporters.backends.nvml_mig`). Tests inject `exporters.backends.fake_nvml` as
 `nvml`.
 """
@@ -55,6 +56,7 @@ from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
 from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
 from exporters.collector import GPU_FIELD_NAMES
+from exporters.power_caps import PowerLimit
 
 log = logging.getLogger(__name__)
 MIB = float(1 << 20)
@@ -360,6 +362,10 @@ class NvmlBackend:
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
         """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused."""
         return self._power.apply_power_caps(caps)
+
+    def power_limits(self) -> dict[str, PowerLimit]:
+        """Each GPU's power management limit now and its default, in watts."""
+        return self._power.power_limits()
 
     def close(self) -> None:
         self._try_static(self.nvml.nvmlShutdown, None)

@@ -6,7 +6,8 @@ the constraints' maximum: on boards whose maximum exceeds their default (many PC
 whose default is below the catalogue's TDP, a give-back written as the TDP must not raise the GPU above the limit
 it boots with. A request at or above the default (`exporters.power_caps.RESTORE`: infinity) sets exactly the
 default. Every GPU asked for is tried; those NVML refuses (NoPermission without root or CAP_SYS_ADMIN, a lost GPU)
-raise one `PowerCapError` at the end, holding the ones it set.
+raise one `PowerCapError` at the end, holding the ones it set. ``power_limits()`` answers each GPU's current
+management limit (what ``nvidia-smi -pl`` sets) and default, NaN where NVML will not say.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -14,10 +15,11 @@ This module never imports `pynvml`: it uses the `nvml` module the backend was gi
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from exporters.power_caps import PowerCapError
+from exporters.power_caps import PowerCapError, PowerLimit
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +50,14 @@ class NvmlPowerCaps:
         if refused:
             raise PowerCapError(applied, refused)
         return applied
+
+    def power_limits(self) -> dict[str, PowerLimit]:
+        return {uuid: self._limit(h) for uuid, h in self.handles.items()}
+
+    def _limit(self, h: Any) -> PowerLimit:
+        nvml = self.nvml
+        try:
+            return PowerLimit(nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
+                              nvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000.0)
+        except nvml.NVMLError:
+            return PowerLimit(math.nan, math.nan)

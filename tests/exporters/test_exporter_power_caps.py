@@ -4,6 +4,8 @@ in-repo fake NVML). gputide only ever lowers a GPU's limit, gives it back exactl
 from __future__ import annotations
 
 import json
+import logging
+import math
 
 import pytest
 
@@ -73,6 +75,14 @@ def test_limits_the_driver_refuses_raise_after_the_other_gpus_are_set(backend, g
     assert (gpus[0].limit_mw, gpus[1].limit_mw) == (600 * W, 450 * W)
 
 
+def test_power_limits_are_each_gpus_limit_now_and_its_default(backend, gpus):
+    gpus[1].limit_mw = 350 * W
+    gpus[0].lost = True
+    limits = backend.power_limits()
+    assert limits["GPU-1"] == (350.0, 600.0)
+    assert all(map(math.isnan, limits["GPU-0"]))   # known GPU, figures unknown: nothing is judged by them
+
+
 # ---- the agent ---------------------------------------------------------------------------------------------------
 
 
@@ -109,6 +119,22 @@ def test_a_malformed_source_keeps_every_limit_and_says_so(caps_file, backend, gp
     assert agent.sync() == {} and agent.failed is None
 
 
+def test_a_cap_raised_by_hand_is_applied_again_and_one_lowered_by_hand_is_left(caps_file, backend, gpus):
+    agent = PowerCapAgent(caps_file({"GPU-0": 450, "GPU-1": 400}), backend)
+    agent.sync()
+    gpus[0].limit_mw = 600 * W   # nvidia-smi -i GPU-0 -pl 600
+    gpus[1].limit_mw = 300 * W   # nvidia-smi -i GPU-1 -pl 300: lower still, gputide only caps
+    assert agent.sync() == {"GPU-0": 450.0}
+    assert (gpus[0].limit_mw, gpus[1].limit_mw) == (450 * W, 300 * W)
+
+
+def test_a_given_back_gpu_is_not_held_at_its_default(caps_file, backend, gpus):
+    agent = PowerCapAgent(caps_file({"GPU-0": 700}), backend)
+    agent.sync()
+    gpus[0].limit_mw = 650 * W   # raised by hand past its default after the give-back: not gputide's cap
+    assert agent.sync() == {} and gpus[0].limit_mw == 650 * W
+
+
 def test_a_gpu_the_driver_refuses_is_a_failure_and_tried_again(caps_file, backend, gpus):
     gpus[0].fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
     agent = PowerCapAgent(caps_file({"GPU-0": 450, "GPU-1": 400}), backend)
@@ -117,3 +143,20 @@ def test_a_gpu_the_driver_refuses_is_a_failure_and_tried_again(caps_file, backen
     assert agent.sync() == {} and agent.failed   # GPU-0 asked again, refused again
     del gpus[0].fail["nvmlDeviceSetPowerManagementLimit"]
     assert agent.sync() == {"GPU-0": 450.0} and agent.failed is None
+
+
+def test_a_cap_for_a_gpu_the_node_does_not_have_is_logged_once_and_is_no_failure(caps_file, backend, caplog):
+    agent = PowerCapAgent(caps_file({"GPU-gone": 300, "GPU-0": 450}), backend)
+    with caplog.at_level(logging.WARNING):
+        assert agent.sync() == {"GPU-0": 450.0}
+        assert agent.sync() == {} and agent.sync() == {}
+    assert [r.getMessage() for r in caplog.records if "GPU-gone" in r.getMessage()] == [
+        "power cap for GPU-gone ignored: no such GPU on this node (replaced?)"]
+    assert agent.failed is None
+
+
+def test_a_restarted_agent_applies_every_cap_again(caps_file, gpus):
+    PowerCapAgent(caps_file({"GPU-0": 450}), NvmlBackend(FakeNvml(gpus))).sync()
+    gpus[0].limit_mw = gpus[0].default_limit_mw   # the driver reloaded (the agent is restarted around it)
+    assert PowerCapAgent(caps_file({"GPU-0": 450}), NvmlBackend(FakeNvml(gpus))).sync() == {"GPU-0": 450.0}
+    assert gpus[0].limit_mw == 450 * W
