@@ -6,15 +6,17 @@ On Kubernetes the controller's `SetPowerLimit` writes `{GPU UUID: watts}` into t
 `gputide.io/power-caps`; nothing on the node acts on an annotation by itself. This agent, one per GPU node (the
 `power-cap-agent` container of `deploy/components/power-cap`, the only privileged container of gputide: setting a
 power limit needs root and CAP_SYS_ADMIN on the device), reads its node's annotation every `--interval`
-(`NodeAnnotationCaps`, read-only `get` on its node), and applies what changed through NVML
-(`NvmlBackend.apply_power_caps`, clamped to each GPU's allowed range; `exporters.power_caps.PowerCapAgent`). An
-unreadable annotation reads as no change: the GPUs keep the limits already applied.
+(`NodeAnnotationCaps`, read-only `get` on its node), and applies it through NVML (`NvmlBackend.apply_power_caps`)
+as `exporters.power_caps.PowerCapAgent` says: never above a GPU's default limit (a give-back sets exactly the
+default), a cap raised by hand applied again, an entry removed given back; an unreadable or malformed annotation
+changes nothing. What it applied is kept only while it runs: it applies the whole annotation when it starts, and
+removing it leaves the limits it set (NVML keeps them until the driver reloads): delete the annotation first.
 
 `/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
 `gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}`
-(`applied`, `unchanged`, `failed`: the node unreadable or NVML raising; alert `GputidePowerCapAgentFailing`). The
-exporter's next scrape reports the new limit as
-`DCGM_FI_DEV_POWER_MGMT_LIMIT`. Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 2 bad input.
+(`applied`, `unchanged`, `failed`: the annotation unreadable or malformed, or NVML refusing a GPU; alert
+`GputidePowerCapAgentFailing`). The exporter's next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
+Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 2 bad input.
 """
 
 from __future__ import annotations
