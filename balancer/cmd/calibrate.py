@@ -89,6 +89,8 @@ def from_csv(path: str) -> pd.DataFrame:
     missing = [c for c in CSV_COLUMNS if c not in raw.columns]
     if missing:
         raise InputError(path, missing[0], None, "a column of the header " + ",".join(CSV_COLUMNS))
+    if raw.empty:
+        raise InputError(path, "rows", 0, "at least one sample below the header")
     cols = {}
     for c in CSV_COLUMNS[1:]:
         v = pd.to_numeric(raw[c], errors="coerce").to_numpy(float)
@@ -96,8 +98,14 @@ def from_csv(path: str) -> pd.DataFrame:
         if bad.size:
             raise InputError(path, c, raw[c].iloc[bad[0]], "numbers >= 0 (empty = missing)", detail=f"row {bad[0] + 2}")
         cols[c] = v
-    t = to_utc(raw["timestamp"], path, "timestamp").as_unit("s").asi8.astype(float)
-    return _frame(t, cols["demand_rps"], cols["replicas"], cols["p99_s"])
+    index = to_utc(raw["timestamp"], path, "timestamp")
+    repeated = np.flatnonzero(index.duplicated())
+    if repeated.size:   # two samples at one time: which replica count held then?
+        raise InputError(path, "timestamp", raw["timestamp"].iloc[repeated[0]], "each time once",
+                         detail=f"row {repeated[0] + 2}")
+    # in time order: the settle filter measures the time since the last replica change row by row
+    return _frame(index.as_unit("s").asi8.astype(float), cols["demand_rps"], cols["replicas"],
+                  cols["p99_s"]).sort_values("t", kind="stable", ignore_index=True)
 
 
 def from_prometheus(source, args: argparse.Namespace, service: str, start: float, end: float,

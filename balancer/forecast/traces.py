@@ -48,6 +48,7 @@ def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, fie
 
 
 MAX_EPOCH_S = 4102444800.0  # 2100-01-01: later (or negative) epoch seconds are not demand history
+MAX_RPS = 1e9  # demand beyond this is a wrong column or unit, and sums of such values overflow to inf
 MAX_STEPS = 5_000_000  # a trace resampled to more steps than this is a wrong --step, not a long history
 _READ_ERRORS = (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError)
 
@@ -66,12 +67,16 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
             raise InputError(path, column, raw.iloc[row], "epoch seconds between 1970 and 2100",
                              detail=f"row {row + 2}")
         return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
+    allowed = "ISO-8601 timestamps or epoch seconds"
     try:
-        return pd.DatetimeIndex(pd.to_datetime(raw, utc=True, format="mixed"))
+        index = pd.DatetimeIndex(pd.to_datetime(raw, utc=True, format="mixed"))
     except (ValueError, TypeError, OverflowError) as exc:
         bad = next((i for i, v in enumerate(raw) if pd.isna(pd.to_datetime(v, errors="coerce", utc=True))), 0)
-        raise InputError(path, column, raw.iloc[bad], "ISO-8601 timestamps or epoch seconds",
-                         detail=f"row {bad + 2}") from exc
+        raise InputError(path, column, raw.iloc[bad], allowed, detail=f"row {bad + 2}") from exc
+    if index.hasnans:   # an empty cell (or NaN, NaT) reads as NaT: a sample at no time at all
+        row = int(np.flatnonzero(index.isna())[0])
+        raise InputError(path, column, raw.iloc[row], allowed + " (a time on every row)", detail=f"row {row + 2}")
+    return index
 
 
 def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "") -> pd.Series:
@@ -104,12 +109,17 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
     if df.empty:
         raise InputError(path, "rows", 0, "at least two rows")
     values = pd.to_numeric(df[cols["value"]], errors="coerce")
-    bad = (values.isna() & df[cols["value"]].notna()) | (values < 0) | np.isinf(values)
+    bad = (values.isna() & df[cols["value"]].notna()) | (values < 0) | ~(values <= MAX_RPS) & values.notna()
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(path, "value", df[cols["value"]].iloc[row], "a finite non-negative number (req/s)",
-                         detail=f"row {row + 2}")
+        raise InputError(path, "value", df[cols["value"]].iloc[row], f"a number from 0 to {MAX_RPS:g} (req/s; "
+                         "empty: not observed)", detail=f"row {row + 2}")
     index = to_utc(df[cols["timestamp"]], path, "timestamp")
+    repeated = index.duplicated()
+    if repeated.any():   # two demands at one time: averaging them would invent a third
+        row = int(np.flatnonzero(repeated)[0])
+        raise InputError(path, "timestamp", df[cols["timestamp"]].iloc[row], "each time once (a repeated row?)",
+                         detail=f"row {row + 2}")
     series = pd.Series(values.to_numpy(float), index=index)
     if step is None:
         diffs = np.diff(np.sort(index.as_unit("ns").asi8))
@@ -135,11 +145,11 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
             raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...") from exc
         s, r = pd.to_numeric(df[0], errors="coerce"), pd.to_numeric(df[1], errors="coerce")
         bad_start = ~np.isfinite(s.to_numpy(float)) | (s.abs() > MAX_EPOCH_S).to_numpy()
-        bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy()
+        bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy() | (r > MAX_RPS).to_numpy()
         if (bad_start | bad_rate).any():
             row = int(np.flatnonzero(bad_start | bad_rate)[0])
             col, val = ("window_start_s", df[0].iloc[row]) if bad_start[row] else ("rate_req_per_s", df[1].iloc[row])
-            raise InputError(str(f), col, val, "finite numbers; |window_start_s| < 4.1e9, rate >= 0",
+            raise InputError(str(f), col, val, f"finite numbers; |window_start_s| < 4.1e9, 0 <= rate <= {MAX_RPS:g}",
                              detail=f"row {row + 1}")
         starts.append(s.to_numpy(float))
         rates.append(r.to_numpy(float))

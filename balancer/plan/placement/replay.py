@@ -67,19 +67,32 @@ def load_nodes(path: str | Path) -> ClusterState:
             raise InputError(str(path), "model", "", "a GPU model name on nodes with gpu > 0", f"row {i + 2}")
     return ClusterState.from_nodes(
         _ints(df, "cpu_milli", path, 0), _ints(df, "memory_mib", path, 0), gpus, models,
-        names=tuple(df["sn"].astype(str)),
+        names=_names(df, "sn", path),
     )  # fmt: skip
+
+
+def _names(df: pd.DataFrame, column: str, path: str | Path) -> tuple[str, ...]:
+    """A column of names, each non-empty and used once (a node's name is what a pod is bound to)."""
+    raw = df[column]
+    names = tuple("" if pd.isna(v) else str(v).strip() for v in raw)
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not name or name in seen:
+            raise InputError(str(path), column, "" if pd.isna(raw.iloc[i]) else raw.iloc[i],
+                             "a non-empty name no earlier row has", f"row {i + 2}")
+        seen.add(name)
+    return names
 
 
 def load_pods(path: str | Path) -> list[PodRequest]:
     df = _read(path, POD_COLUMNS)
     cpu, mem = _ints(df, "cpu_milli", path, 0), _ints(df, "memory_mib", path, 0)
     num, milli = _ints(df, "num_gpu", path, 0, 64), _ints(df, "gpu_milli", path, 0, MILLI)
-    bad = np.flatnonzero(((num >= 1) & (milli == 0)) | ((num > 1) & (milli != MILLI)))
+    bad = np.flatnonzero(((num >= 1) & (milli == 0)) | ((num > 1) & (milli != MILLI)) | ((num == 0) & (milli > 0)))
     if len(bad):
         raise InputError(
-            str(path), "gpu_milli", int(milli[bad[0]]), "1..1000 when num_gpu is 1, 1000 when num_gpu > 1",
-            f"row {bad[0] + 2}",
+            str(path), "gpu_milli", int(milli[bad[0]]),
+            "0 when num_gpu is 0, 1..1000 when num_gpu is 1, 1000 when num_gpu > 1", f"row {bad[0] + 2}",
         )  # fmt: skip
     specs = df["gpu_spec"] if "gpu_spec" in df.columns else [None] * len(df)
     names = df["name"].astype(str).tolist()
