@@ -23,13 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 import pandas as pd
 
-from balancer.cmd.run import parse_interval
+from balancer.cmd._args import duration, epoch, number, output_file
+from balancer.cmd.run import prometheus_url
 from balancer.errors import InputError, TelemetryError
+from balancer.telemetry.slo_rules import service_name
 
 DEMAND_QUERY = 'sum(gputide_inference_demand_rps{$selector})'
 REPLICAS_QUERY = 'sum(gputide_inference_replicas_ready{$selector})'
@@ -59,19 +60,6 @@ def register(subparsers) -> None:
     p.add_argument("--latency-query", default=LATENCY_QUERY, help=f"PromQL, seconds (default {LATENCY_QUERY})")
     p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON")
     p.set_defaults(func=run)
-
-
-def _time(text: str | None, flag: str) -> float:
-    if text is None:
-        return time.time()
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = pd.Timestamp(text).timestamp()
-        except (ValueError, TypeError) as exc:
-            raise InputError(None, flag, text, "ISO-8601 or epoch seconds") from exc
-    return value
 
 
 def _frame(times, demand, replicas, p99) -> pd.DataFrame:
@@ -138,12 +126,35 @@ def suggestion(current: float | None, c) -> float | None:
     return c.rps_per_replica
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.slo is not None and not args.slo > 0:
-        raise InputError(None, "--slo", args.slo, "seconds > 0")
+def _checked(args: argparse.Namespace) -> float:
+    """Every command-line value checked before anything is read; the settle time in seconds."""
+    if args.slo is not None:
+        number(args.slo, "--slo", 0, above=True, unit=" (seconds)")
     if not 0 < args.margin <= 1:
         raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
-    settle_s = parse_interval(args.settle, "--settle", allow_zero=True)
+    if args.prometheus:
+        prometheus_url(args.prometheus)
+    for name in args.service:
+        service_name(name, None, "--service")   # it goes into PromQL matchers
+    output_file(args.json, "--json")
+    return duration(args.settle, "--settle", allow_zero=True)
+
+
+def _from_prometheus(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
+    """Each service's samples from Prometheus; TelemetryError when it does not answer."""
+    step_s, span = duration(args.step, "--step"), duration(args.range_, "--range")
+    if span / step_s > MAX_POINTS:
+        raise InputError(None, "--step", args.step, f"at least {span / MAX_POINTS:.0f}s for --range {args.range_} "
+                         f"(Prometheus returns at most {MAX_POINTS} points a series)")
+    end = epoch(args.end, "--end")
+    from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
+
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))  # one client for every service
+    return {name: from_prometheus(source, args, name, end - span, end, step_s) for name in args.service}
+
+
+def run(args: argparse.Namespace) -> int:
+    settle_s = _checked(args)
     profiles = {}
     if args.services:
         from balancer.app.capacity_run import load_profiles
@@ -158,20 +169,12 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(args.csv, "--service", args.service, "one name: a CSV holds one service")
         frames[(args.service or ["service"])[0]] = from_csv(args.csv)
     else:
-        step_s, span = parse_interval(args.step, "--step"), parse_interval(args.range_, "--range")
-        if span / step_s > MAX_POINTS:
-            raise InputError(None, "--step", args.step, f"at least {span / MAX_POINTS:.0f}s for --range {args.range_} "
-                             f"(Prometheus returns at most {MAX_POINTS} points a series)")
-        end = _time(args.end, "--end")
-        from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
-
-        source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))  # one client for every service
         try:
-            for name in args.service:
-                frames[name] = from_prometheus(source, args, name, end - span, end, step_s)
+            frames = _from_prometheus(args)
         except TelemetryError as exc:
             print(f"gputide: error: {exc}", file=sys.stderr)
             return 1
+
     def slo_of(name: str) -> float:
         return args.slo if args.slo is not None else (profiles[name].slo_latency_s if name in profiles else 0.5)
 

@@ -9,24 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 
-from balancer.errors import InputError, TelemetryUnavailable
-
-
-def _end(text: str) -> float:
-    if text == "now":
-        return time.time()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError as exc:
-        raise InputError(None, "--end", text, "now, unix seconds or an ISO 8601 time") from exc
+from balancer.errors import TelemetryUnavailable
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -41,13 +26,17 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_render(args: argparse.Namespace) -> int:
     from balancer import dashboards_render as dr
+    from balancer.cmd._args import epoch, output_dir
+    from balancer.cmd.run import prometheus_url
 
+    prometheus_url(args.prometheus)
+    output_dir(args.out, "--out")
     range_s = dr.parse_duration(args.range)
     step = dr.parse_duration(args.step, "--step") if args.step else None
     try:
         report = dr.render(args.prometheus, Path(args.out),
                            dashboards_dir=Path(args.dashboards_dir or dr.DEFAULT_DASHBOARDS_DIR),
-                           uid=args.dashboard, range_s=range_s, end=_end(args.end), step=step)
+                           uid=args.dashboard, range_s=range_s, end=epoch(args.end, "--end"), step=step)
     except TelemetryUnavailable as exc:
         print(f"gputide: error: {exc}", file=sys.stderr)
         return 1

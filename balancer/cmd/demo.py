@@ -21,11 +21,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from balancer.app.demo import run_demo
+    from balancer.cmd._args import output_dir
     from balancer.errors import InputError
 
     stages = tuple(s for s in args.stages.split(",") if s)
     unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        raise InputError(None, "--stages", unknown[0], "one of " + ", ".join(STAGES))
+    if unknown or not stages:
+        raise InputError(None, "--stages", unknown[0] if unknown else args.stages,
+                         "comma-separated stages of " + ", ".join(STAGES))
+    output_dir(args.out, "--out")
     run_demo(Path(args.out), quick=args.quick, stages=stages)
     return 0

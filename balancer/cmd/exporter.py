@@ -22,6 +22,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from balancer.cmd._args import number, seed
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.exporter")
@@ -49,11 +50,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def nvml_backend(hostname: str | None = None):
+    """The NVML backend; no NVIDIA driver here is bad input (`--backend nvml` on a machine it cannot serve), said
+    in one line rather than as pynvml's traceback."""
+    from exporters.backends.nvml import NvmlBackend
+
+    try:
+        return NvmlBackend(hostname=hostname)
+    except Exception as exc:   # noqa: BLE001 - pynvml's errors (NVMLError_LibraryNotFound, ...) are pynvml's own
+        raise InputError(None, "--backend", "nvml", "sim, or nvml on a machine whose NVIDIA driver answers NVML",
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def _check(args: argparse.Namespace) -> None:
+    """The command-line values, before a fleet is built or a port bound."""
+    if not 0 <= args.port <= 65535:
+        raise InputError(None, "--port", args.port, "0..65535")
+    seed(args.seed)
+    number(args.speed, "--speed", 0)
+    number(args.duration, "--duration", 0, unit=" (0: run forever)")
+    number(args.caps_interval, "--caps-interval", 0, above=True, unit=" (seconds)")
+    if args.backend == "nvml":
+        for flag, value in (("--fleet", args.fleet), ("--node", args.node)):
+            if value:
+                raise InputError(None, flag, value, "only with --backend sim (NVML serves this machine's GPUs)")
+
+
 def build_backend(args: argparse.Namespace):
     if args.backend == "nvml":
-        from exporters.backends.nvml import NvmlBackend
-
-        return NvmlBackend(hostname=args.hostname or os.environ.get("NODE_NAME") or None)
+        return nvml_backend(args.hostname or os.environ.get("NODE_NAME") or None)
     if args.hostname:
         raise InputError(None, "--hostname", args.hostname, "only with --backend nvml (the simulated fleet names its "
                                                           "own nodes; --node picks one)")
@@ -66,8 +91,6 @@ def build_backend(args: argparse.Namespace):
     if args.node and args.node not in {n.name for n in fleet.nodes}:
         raise InputError(args.fleet or "<built-in demo fleet>", "--node", args.node,
                          "a node of the fleet, e.g. " + fleet.nodes[0].name)
-    if args.speed < 0:
-        raise InputError(None, "--speed", args.speed, "a number >= 0")
     sim = SimCluster(fleet, seed=args.seed, start_time=time.time() // 60 * 60)
     default_mix(sim)
     sim.step()
@@ -96,14 +119,17 @@ def run(args: argparse.Namespace) -> int:
     from exporters.power_caps import JsonFileCaps, PowerCapAgent
     from exporters.server import serve
 
-    if not 0 <= args.port <= 65535:
-        raise InputError(None, "--port", args.port, "0..65535")
+    _check(args)
     backend = build_backend(args)
     registry = CollectorRegistry()
     if args.pod_resources_socket:
         backend = attributed(backend, args, registry)
     registry.register(GpuCollector(backend))
-    server = serve(registry, port=args.port, addr=args.listen)
+    try:
+        server = serve(registry, port=args.port, addr=args.listen)
+    except OSError as exc:   # an address this machine does not have, a port in use or reserved
+        raise InputError(None, "--listen/--port", f"{args.listen}:{args.port}",
+                         "an address of this machine and a free port (0: any free one)", str(exc)) from exc
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{args.listen}:{server.port}/metrics", flush=True)
     agent = None

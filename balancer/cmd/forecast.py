@@ -16,6 +16,7 @@ import time
 
 import pandas as pd
 
+from balancer.cmd._args import number, output_file
 from balancer.errors import InputError
 
 
@@ -48,12 +49,18 @@ def run(args: argparse.Namespace) -> int:
     horizons = [parse_step(h, field="--horizons").total_seconds() for h in _split(args.horizons)]
     if not horizons:
         raise InputError(None, "--horizons", args.horizons, "comma-separated durations such as 1h,4h,24h")
-    models = _split(args.models) if args.models else None
+    models = _split(args.models) if args.models is not None else None
+    if models == []:
+        raise InputError(None, "--models", args.models, "comma-separated model names: " + ", ".join(sorted(MODELS)))
     for m in models or []:
         if m not in MODELS:
             raise InputError(None, "--models", m, ", ".join(sorted(MODELS)))
     if args.stride < 1:
         raise InputError(None, "--stride", args.stride, "an integer >= 1")
+    number(args.min_train_days, "--min-train-days", 0, unit=" (days)")
+    if args.origin is not None and args.format != "servegen":
+        raise InputError(args.trace, "--origin", args.origin, "no --origin: only --format servegen reads one")
+    output_file(args.json, "--json")
     y = load_demand(args.trace, args.format, args.step, origin=args.origin)
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
     for h in horizons:

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from balancer.cmd._args import output_file
 from balancer.errors import InputError
 from balancer.plan.defrag import Defragmenter
 from balancer.plan.placement.replay import fgd_seeds, load_nodes, load_pods, replay
 from balancer.plan.placement.scheduler import POLICIES
+
+MAX_SEEDS = 1000
 
 
 def register(subparsers) -> None:
@@ -68,15 +71,18 @@ def summarise(results, args) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.policy not in POLICIES:
         raise InputError(None, "--policy", args.policy, ", ".join(POLICIES))
-    if args.seeds < 1:
-        raise InputError(None, "--seeds", args.seeds, "an integer >= 1")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise InputError(None, "--seeds", args.seeds, f"an integer from 1 to {MAX_SEEDS}")
     if not 1.0 <= args.inflate <= 5.0:
         raise InputError(None, "--inflate", args.inflate, "a number between 1.0 and 5.0")
     if args.max_moves < 1:
         raise InputError(None, "--max-moves", args.max_moves, "an integer >= 1")
+    output_file(args.json_out, "--json")
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     if not pods:
         raise InputError(args.pods, "rows", 0, "at least one pod")
+    if nodes.total_gpu_milli == 0:   # the protocol arrives pods up to --inflate x the GPU capacity: x 0 is nothing
+        raise InputError(args.nodes, "gpu", 0, "at least one node with gpu > 0")
     defrag = Defragmenter(args.max_moves) if args.defrag else None
     results = [replay(nodes, pods, args.policy, seed, args.inflate, defrag) for seed in fgd_seeds(args.seeds)]
     summary = summarise(results, args)

@@ -76,19 +76,20 @@ def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: thread
 
 
 def run(args: argparse.Namespace) -> int:
-    from balancer.cmd.run import kube_client, parse_interval
+    from balancer.cmd._args import duration
+    from balancer.cmd.exporter import nvml_backend
+    from balancer.cmd.run import kube_client
     from exporters.power_caps import PowerCapAgent
 
     if not args.node:
         raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
-    interval = parse_interval(args.interval)
+    interval = duration(args.interval, "--interval")
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
-    from exporters.backends.nvml import NvmlBackend
 
-    agent = PowerCapAgent(NodeAnnotationCaps(api, args.node), NvmlBackend())
+    agent = PowerCapAgent(NodeAnnotationCaps(api, args.node), nvml_backend())
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry)
     if args.once:

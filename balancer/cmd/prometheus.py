@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from balancer.cmd._args import output_dir
+from balancer.cmd.run import cluster_name
 from balancer.errors import InputError
 from balancer.telemetry.promserver import (
     PrometheusServer,
@@ -28,6 +30,7 @@ from balancer.telemetry.promserver import (
     parse_duration,
     write_config,
 )
+from balancer.yamlfile import read_yaml
 
 _ADDRESS_HELP = "host:port[,host:port...]"
 
@@ -58,6 +61,7 @@ def _rule_files(args: argparse.Namespace) -> list[Path]:
     for path in files:
         if not path.is_file():
             raise InputError(None, "--rules", str(path), "existing rule files (YAML)")
+        read_yaml(path, "Prometheus rule")   # unreadable, not UTF-8 or not YAML: said here, not by a traceback
     return files
 
 
@@ -85,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
         parse_duration(args.scrape_interval)
     except ValueError as exc:
         raise InputError(None, "--scrape-interval", args.scrape_interval, "a duration like 1s, 15s, 1m") from exc
+    cluster_name(args.cluster)   # the label the controller's --cluster selects by: the same values
+    if not args.job.strip():
+        raise InputError(None, "--job", args.job, "a non-empty job name")
+    if args.port is not None and not 0 < args.port <= 65535:
+        raise InputError(None, "--port", args.port, "1..65535")
+    if args.out:
+        output_dir(args.out, "--out")
     targets, rules = _targets(args), _rule_files(args)
     options = {"scrape_interval": args.scrape_interval, "cluster": args.cluster}
     if args.config_only:

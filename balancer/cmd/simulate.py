@@ -18,6 +18,7 @@ import json
 
 from balancer import config, fleet
 from balancer.app import scenarios
+from balancer.cmd._args import output_dir, seed
 from balancer.errors import InputError
 
 
@@ -55,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--days", args.days, "a number of days from 0 (exclusive) to 366")
     if not 1 <= args.step <= 3600:
         raise InputError(None, "--step", args.step, "seconds from 1 to 3600")
+    seed(args.seed)
+    output_dir(args.out, "--out")
+    if args.trace_format is not None and args.trace is None:
+        raise InputError(None, "--format", args.trace_format, "no --format without --trace (it is the trace's format)")
     from balancer.app import tidal  # noqa: F401  (registers the tidal scenario and the static/reactive policies)
 
     registry = scenarios.POLICIES

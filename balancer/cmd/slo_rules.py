@@ -13,20 +13,37 @@ violations are counted above. Exit 0, or 2 on bad input (naming the file, the fi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
+from balancer.cmd._args import output_file
 from balancer.errors import InputError
 from balancer.telemetry import slo_rules
+
+
+def _namespace(args: argparse.Namespace) -> str | None:
+    """The PrometheusRule's namespace (None: a plain rule file); --namespace alone would be silently ignored."""
+    if not args.prometheus_rule:
+        if args.namespace is not None:
+            raise InputError(None, "--namespace", args.namespace, "only with --prometheus-rule")
+        return None
+    namespace = "gputide" if args.namespace is None else args.namespace
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+        raise InputError(None, "--namespace", namespace, "a namespace name: 1 to 63 lower-case letters, digits and "
+                         "'-', starting and ending with a letter or digit")
+    return namespace
 
 
 def run(args: argparse.Namespace) -> int:
     from balancer.app.capacity_run import load_profiles  # pandas and numpy: only when the command runs
 
-    buckets = slo_rules.parse_buckets(args.buckets) if args.buckets else slo_rules.VLLM_E2E_BUCKETS
+    buckets = slo_rules.parse_buckets(args.buckets) if args.buckets is not None else slo_rules.VLLM_E2E_BUCKETS
+    namespace = _namespace(args)
+    output_file(args.out, "--out")
     profiles = load_profiles(args.services)
     slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles.values()], buckets, args.services)
-    text = slo_rules.render(slos, buckets, args.services, args.namespace if args.prometheus_rule else None)
+    text = slo_rules.render(slos, buckets, args.services, namespace)
     if args.out in (None, "-"):
         sys.stdout.write(text)
     else:
@@ -49,5 +66,5 @@ def register(subparsers) -> None:
                         "(default: vLLM's, " + ",".join(f"{b:g}" for b in slo_rules.VLLM_E2E_BUCKETS) + ")")
     p.add_argument("--prometheus-rule", action="store_true",
                    help="write a PrometheusRule manifest (Prometheus Operator) instead of a rule file")
-    p.add_argument("--namespace", default="gputide", help="the PrometheusRule's namespace (default gputide)")
+    p.add_argument("--namespace", default=None, help="the PrometheusRule's namespace (default gputide)")
     p.set_defaults(func=run)

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from balancer.app.soak import SoakConfig, run_soak
+    from balancer.cmd._args import output_dir, seed
     from balancer.errors import InputError
 
     cfg = SoakConfig.short_run(seed=args.seed) if args.short else SoakConfig(seed=args.seed)
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     for name, value, ok, allowed in checks:
         if not ok:
             raise InputError(None, name, value, allowed)
+    seed(args.seed)
+    output_dir(args.out, "--out")
     if getattr(args, "log_level", "INFO") != "DEBUG":   # fail-static holds and API retries are expected here
         for name in ("balancer", "urllib3"):
             logging.getLogger(name).setLevel(logging.ERROR)
