@@ -101,8 +101,20 @@ class RenderReport:
     series: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+def _dashboard(path: Path) -> dict:
+    """One dashboard file; unreadable, not UTF-8, not JSON or not a JSON object is an InputError naming it."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(str(path), "(file)", path.name, "a readable UTF-8 Grafana dashboard JSON file",
+                         str(exc)) from exc
+    if not isinstance(doc, dict):
+        raise InputError(str(path), "(document)", type(doc).__name__, "a JSON object (a Grafana dashboard)")
+    return doc
+
+
 def load_dashboards(directory: Path, uid: str | None = None) -> list[tuple[str, dict]]:
-    found = [(p.stem, json.loads(p.read_text(encoding="utf-8"))) for p in sorted(Path(directory).glob("*.json"))]
+    found = [(p.stem, _dashboard(p)) for p in sorted(Path(directory).glob("*.json"))]
     if not found:
         raise InputError(str(directory), "--dashboards-dir", str(directory), "a directory with dashboard JSON")
     if uid is not None:

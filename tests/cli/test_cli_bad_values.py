@@ -97,3 +97,16 @@ def test_unusable_values_exit_2_naming_the_flag(tmp_path, capsys, argv, field):
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("gputide: error: "), err
     assert f"field '{field}'" in lines[0] and "allowed: " in lines[0], err
+
+
+@pytest.mark.parametrize("content, field", [
+    pytest.param(b"{not json", "(file)", id="not JSON"),
+    pytest.param(b"\xff\xfe{}", "(file)", id="not UTF-8"),
+    pytest.param(b"[1, 2]", "(document)", id="a list, not a dashboard"),
+])
+def test_a_dashboards_dir_holding_a_bad_file_exits_2_naming_it(tmp_path, capsys, content, field):
+    (tmp_path / "board.json").write_bytes(content)
+    code = main(["dashboards", "render", "--prometheus", PROM, "--out", str(tmp_path / "png"), "--dashboards-dir",
+                 str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"gputide: error: {tmp_path / 'board.json'}: field '{field}'"), err
