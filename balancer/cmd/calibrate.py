@@ -68,12 +68,13 @@ def _frame(times, demand, replicas, p99) -> pd.DataFrame:
 
 
 def from_csv(path: str) -> pd.DataFrame:
-    from balancer.forecast.traces import to_utc
+    from balancer.forecast.traces import check_header, to_utc
 
     try:
         raw = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise InputError(path, "file", path, "a CSV file with header " + ",".join(CSV_COLUMNS)) from exc
+    check_header(path)
     missing = [c for c in CSV_COLUMNS if c not in raw.columns]
     if missing:
         raise InputError(path, missing[0], None, "a column of the header " + ",".join(CSV_COLUMNS))

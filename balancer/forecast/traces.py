@@ -23,6 +23,7 @@ Cleaning rules (used for fitting and scoring, never to change what `load_demand`
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
@@ -98,7 +99,25 @@ def _read_table(path: str, allowed: str) -> tuple[pd.DataFrame, dict[str, str]]:
         df = pd.read_csv(path)
     except _READ_ERRORS as exc:
         raise InputError(path, "file", path, allowed, detail=_one_line(exc)) from exc
+    check_header(path, fold_case=True)
     return df, {c.strip().lower(): c for c in df.columns}
+
+
+def check_header(path: str, *, fold_case: bool = False) -> None:
+    """A CSV header (of a file pandas has read) naming a column twice is an InputError: pandas renames the second
+    `value` to `value.1` and reads the first, whichever the writer meant. With `fold_case`, `Timestamp` and
+    `timestamp` count as one name."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            header = next(csv.reader(handle), [])
+    except csv.Error:   # a column name past the csv module's field limit: pandas read it, so do not refuse it
+        return
+    seen: dict[str, str] = {}
+    for column in header:
+        key = column.strip().lower() if fold_case else column.strip()
+        if key and key in seen:
+            raise InputError(path, "header", header, "each column name once", detail=f"'{seen[key]}' and '{column}'")
+        seen[key] = column
 
 
 def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:

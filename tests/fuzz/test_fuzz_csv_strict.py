@@ -59,3 +59,27 @@ def test_a_calibration_history_out_of_order_is_read_in_time_order(tmp_path):
     frame = from_csv(str(path))
     assert frame["t"].tolist() == [0.0, 60.0, 120.0]
     assert frame["demand"].tolist() == [1.0, 2.0, 3.0] and frame["replicas"].tolist() == [1.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("reader, header", [
+    pytest.param(_trace, "timestamp,value,value", id="trace: value twice"),
+    pytest.param(_trace, "Timestamp,timestamp,value", id="trace: timestamp twice in two cases"),
+    pytest.param(_requests, "timestamp,TIMESTAMP", id="requests: timestamp twice"),
+    pytest.param(from_csv, "timestamp,demand_rps,replicas,p99_s,replicas", id="calibration: replicas twice"),
+    pytest.param(replay.load_nodes, "sn,cpu_milli,memory_mib,gpu,gpu,model", id="node list: gpu twice"),
+    pytest.param(replay.load_pods, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,num_gpu", id="pod list: num_gpu twice"),
+])
+def test_a_header_naming_a_column_twice_is_an_input_error(tmp_path, reader, header):
+    """pandas renames the second `value` to `value.1` and reads the first, whichever the writer meant."""
+    path = tmp_path / "in.csv"
+    width = header.count(",") + 1
+    path.write_text(header + "\n" + "".join(",".join([str(600 * i)] + ["1"] * (width - 1)) + "\n" for i in range(3)))
+    with pytest.raises(InputError) as info:
+        reader(str(path))
+    assert_names_everything(info.value, file=str(path), field="header")
+
+
+def test_a_column_name_past_the_csv_module_field_limit_is_read_as_pandas_reads_it(tmp_path):
+    path = tmp_path / "in.csv"
+    path.write_text("timestamp,value," + "x" * 200_000 + "\n" + "".join(f"{600 * i},1,2\n" for i in range(3)))
+    assert load_demand(str(path)).tolist() == [1.0, 1.0, 1.0]

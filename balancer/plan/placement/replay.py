@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
+from balancer.forecast.traces import check_header
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.scheduler import Scheduler, get_policy
 from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, parse_gpu_spec
@@ -36,6 +37,7 @@ def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
         raise InputError(str(path), "path", str(path), "an existing, readable CSV file", str(exc)) from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(str(path), "format", str(path), "a CSV file with a header row", str(exc)) from exc
+    check_header(str(path))
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise InputError(
