@@ -142,7 +142,7 @@ class Reconciler:
         self._leading = False
         self._waiting_since: dict[str, float] = {}
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
-        self._progress: Callable[[], None] = lambda: None   # `run`'s: called as each action begins
+        self._progress: Callable[[str], None] = lambda what: None   # `run`'s: as housekeeping, each action begin
         self.reconcile_seconds: list[float] = []
 
     # -- one cycle ------------------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ class Reconciler:
                 for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
-            self._progress()
+            self._progress(f"{a.kind} {a.target}")
             res = self.actuator.apply(a, fresh)
             results.append(res)
             if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
@@ -316,6 +316,7 @@ class Reconciler:
         hook = getattr(self.actuator, name, None)
         if hook is None:
             return
+        self._progress(name)   # as long as an action may take (the Kubernetes actuator's deadline bounds both)
         try:
             notes = list(hook() or ())
         except Exception as exc:  # a failing hook is reported; the cycle goes on
@@ -378,11 +379,11 @@ class Reconciler:
 
     # -- forever ----------------------------------------------------------------------------------------------------
     def run(self, interval_s: float, stop: threading.Event, beat: Callable[[], None] | None = None,
-            progress: Callable[[], None] | None = None) -> None:
+            progress: Callable[[str], None] | None = None) -> None:
         """Reconcile every `interval_s` until `stop` is set; one failing cycle never ends the loop. `beat()` is
-        called after every iteration, whatever its result, and `progress()` as each action begins (the liveness
-        probe's heartbeats: a cycle of many slow actions is moving). `stop` set mid-cycle lets the action in
-        progress finish and starts no other; the Lease is released on the way out."""
+        called after every iteration, whatever its result, and `progress(what)` as the actuator's housekeeping and
+        each action begin (the liveness probe's heartbeats: a cycle of many slow actions is moving). `stop` set
+        mid-cycle lets the action in progress finish and starts no other; the Lease is released on the way out."""
         self._stop, self._progress = stop, progress or self._progress
         try:
             while not stop.is_set():

@@ -26,9 +26,24 @@ Every read-modify-write carries the object's `metadata.resourceVersion` (optimis
 someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
 transport errors are retried with exponential backoff (`backoff_s * 2**attempt`, injected `sleep`) up to
 `max_retries`; after that the action comes back as RETRY. 404/403/422 are permanent (FAILED).
+
 Patches are sent as `application/merge-patch+json` explicitly: the generated client would otherwise pick a
 strategic merge patch, which custom resources (Kueue) do not support. The API calls go through the gateway's
 `_Api` (`balancer/actuate/kubernetes.py`).
+
+Deadline. Each action ends within `action_deadline_s` (3 minutes; `gputide run --action-deadline`; why that is
+long enough: `k8s_budget`), however many calls its path makes and however they fail: the gateway cuts each try's
+timeout to what is left and starts no call or retry that could not end in time (`_Api.deadline`). The action's own
+calls have the first two thirds; the last third is the reserve, kept for what undoes or completes a change already
+made (a Migrate's reservation released, Kueue quota given back, a Job's label restored, the quota a shrunk Job
+returns) and the action's Event, so running out of time never leaves a half-done action without time to undo it.
+An action out of time comes back as RETRY with code `deadline`, like any action whose API calls failed: nothing
+enters the safety ledger, the planner leaves it alone for a while, and the next cycle starts from the fleet as it
+is. What it can leave behind is what a failed call leaves: a hot taint and a reservation that expire on their own,
+a Job resized but its Kueue Workload not reactivated (its label restored, so a later cycle resumes it); the
+eviction is a Migrate's last call, made once its target is reserved. `housekeeping` and `recover` run under the
+same deadline (what is left is released next cycle). The controller's grace period and liveness limit are derived
+from it (balancer/app/health.py).
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
@@ -154,10 +170,15 @@ class KubernetesActuator:
         max_retries: int = 3,
         backoff_s: float = 0.5,
         request_timeout_s: float = 10.0,
+        action_deadline_s: float = ACTION_DEADLINE_S,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
+        deadline_clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.api = _Api(api_client, max_retries, backoff_s, sleep, request_timeout_s)
+        if not action_deadline_s > 0:
+            raise ValueError(f"action_deadline_s must be > 0, got {action_deadline_s}")
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, request_timeout_s, deadline_clock)
+        self.action_deadline_s = action_deadline_s
         self.default_namespace = default_namespace
         self.power_cap_annotation = power_cap_annotation
         self.hot_taint_key = hot_taint_key
@@ -177,13 +198,15 @@ class KubernetesActuator:
         handler = self._handlers.get(type(action))
         if handler is None:
             return ActionResult(action, Outcome.FAILED, f"kubernetes actuator cannot apply {action.kind}")
-        try:
-            detail = handler(action, snapshot)
-        except TemporaryActuationError as err:
-            return ActionResult(action, Outcome.RETRY, str(err), _code(err))
-        except PermanentActuationError as err:
-            return ActionResult(action, Outcome.FAILED, str(err), _code(err))
-        self._tell(action, snapshot, detail)
+        with self.api.deadline(self.action_deadline_s):   # every call below, undo and Event included
+            try:
+                detail = handler(action, snapshot)
+            except TemporaryActuationError as err:   # DeadlineExceeded too: out of time is tried again later
+                return ActionResult(action, Outcome.RETRY, str(err), _code(err))
+            except PermanentActuationError as err:
+                return ActionResult(action, Outcome.FAILED, str(err), _code(err))
+            with self.api.reserve():   # the action is done: its Event may use what is left
+                self._tell(action, snapshot, detail)
         return ActionResult(action, Outcome.APPLIED, detail)
 
     def _tell(self, action: Action, snapshot: ClusterSnapshot, detail: str) -> None:
@@ -248,7 +271,9 @@ class KubernetesActuator:
 
     def _release_reservation(self, node: str, key: str) -> None:
         try:
-            self.api.update_node(node, lambda n: _annotation_map_change(n, self.reservation_annotation, {key: None}))
+            with self.api.reserve():   # undoing: within the action's deadline, on the time kept for it
+                self.api.update_node(node, lambda n: _annotation_map_change(
+                    n, self.reservation_annotation, {key: None}))
         except ActuationError as err:   # it expires on its own; the action's own error is what matters
             log.warning("could not release reservation %s on %s: %s", key, node, err)
 
@@ -283,7 +308,8 @@ class KubernetesActuator:
 
     def _release_expired_noting(self, what: str) -> list[str]:
         try:
-            return self.release_expired()
+            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):   # what is left waits for next cycle
+                return self.release_expired()
         except ActuationError as err:
             return [f"{what}: could not release expired taints and reservations: {err}"]
 

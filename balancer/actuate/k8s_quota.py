@@ -101,7 +101,8 @@ class KueueQuota:
             self._change_quota(to_queue, gpus, flavor)
         except ActuationError:
             try:
-                self._change_quota(from_queue, gpus, flavor)
+                with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
+                    self._change_quota(from_queue, gpus, flavor)
             except ActuationError as undo:
                 log.error("kueue quota shift half-done, %s lost %d GPUs: %s", from_queue, gpus, undo)
             raise

@@ -90,8 +90,9 @@ class TrainingJobs:
             if quota and delta > 0:
                 self._give_back(quota, delta, flavor)
             raise
-        if quota and delta < 0:   # shrink: give the quota back once the job is smaller
-            notes.append(self.kueue.shift(quota[1], quota[0], -delta, flavor))
+        if quota and delta < 0:   # shrink: the quota goes back once the job is smaller, completing a change
+            with self.api.reserve():   # already made: on the action's reserve
+                notes.append(self.kueue.shift(quota[1], quota[0], -delta, flavor))
         return "; ".join([f"{what} {state}", *notes])
 
     def _patch(self, job: _Job, body: Json) -> None:
@@ -139,14 +140,16 @@ class TrainingJobs:
         """Undo the label change of a stop or resume that failed half-way (best effort: the action's error is
         what matters)."""
         try:
-            self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: value}}})
+            with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
+                self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: value}}})
         except ActuationError as err:
             log.warning("%s: could not restore label %s=%s: %s", job.what, SUSPENDED_LABEL, value, err)
 
     def _give_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> None:
         """Return quota lent for a grow that did not happen (best effort)."""
         try:
-            self.kueue.shift(queues[1], queues[0], gpus, flavor)
+            with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
+                self.kueue.shift(queues[1], queues[0], gpus, flavor)
         except ActuationError as err:
             log.error("kueue quota lent to %s for a grow that failed was not given back (%d GPUs): %s",
                       queues[1], gpus, err)

@@ -2,11 +2,12 @@
 
 It builds the client (`build_api_client`: in-cluster, a kubeconfig), wraps every call (`_Api`: retries with
 exponential backoff on 5xx, throttling 429 and transport errors, optimistic-concurrency read-modify-write on 409,
-`ApiException` mapped to gputide's `ActuationError` tree), and holds what every Kubernetes-facing module shares:
-the annotations, labels and taint gputide writes, resource quantities and a pod's effective requests, RFC 3339
-times. Built on it: the actuator (`k8s_actuator.py`), Lease leader election (`k8s_leader.py`), the watch caches
-(`k8s_watch.py`), the pod and node metadata (`k8s_workloads.py`, `k8s_nodes.py`) and the secondary scheduler
-(`k8s_scheduler.py`); none of them imports the client.
+`ApiException` mapped to gputide's `ActuationError` tree, every call of a piece of work within its deadline:
+`k8s_budget`), and holds what every Kubernetes-facing module shares: the annotations, labels and taint gputide
+writes, resource quantities and a pod's effective requests, RFC 3339 times. Built on it: the actuator
+(`k8s_actuator.py`), Lease leader election (`k8s_leader.py`), the watch caches (`k8s_watch.py`), the pod and node
+metadata (`k8s_workloads.py`, `k8s_nodes.py`) and the secondary scheduler (`k8s_scheduler.py`); none of them imports
+the client.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +29,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch  # noqa: F401 - the gateway's watch, used by k8s_watch.ListWatch
 from kubernetes.client.exceptions import ApiException
 
+from balancer.actuate.k8s_budget import RESERVE_SHARE
 from balancer.errors import ActuationError, PermanentActuationError, TemporaryActuationError
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,11 @@ class NotFoundError(KubePermanentError):
     """404."""
 
 
+class DeadlineExceeded(KubeTemporaryError):
+    """The deadline of the work in progress (an action, a scheduler's pod) has passed, or would before another try
+    could end: the call or retry was not started (`_Api.deadline`). Temporary: the work is tried again next time."""
+
+
 def _translate(exc: ApiException, what: str) -> ActuationError:
     status = int(exc.status or 0)
     try:
@@ -89,7 +99,10 @@ def _translate(exc: ApiException, what: str) -> ActuationError:
 
 
 def _code(err: ActuationError) -> str:
-    """The `code` label of gputide_actuation_errors_total: the HTTP status, or "transport" when none came back."""
+    """The `code` label of gputide_actuation_errors_total: the HTTP status, "transport" when none came back, or
+    "deadline" when the action ran out of time."""
+    if isinstance(err, DeadlineExceeded):
+        return "deadline"
     status = int(getattr(err, "status", 0) or 0)
     return str(status) if status else ("transport" if isinstance(err, TemporaryActuationError) else "refused")
 
@@ -198,11 +211,25 @@ def basic_requests(total: Mapping[str, float]) -> tuple[int, int, int]:
             int(round(total.get("memory", 0) / 2**20)))
 
 
+MIN_TRY_S = 1.0   # no try is started with less of its deadline left: it would only add a call cut short (a write that
+                  # may have landed all the same) to a deadline already passed
+
+
+class _Deadline(threading.local):
+    """The deadline of the work this thread is doing through one `_Api` (none: calls have their own timeouts only).
+    Thread-local: a scheduler's watch threads list through the same `_Api` as its passes."""
+
+    work: float | None = None    # the work's own calls and retries end by this
+    hard: float | None = None    # those under `reserve()` by this
+    reserving: int = 0           # how many `reserve()` blocks are open
+
+
 class _Api:
-    """Calls the generated client, returns parsed JSON, retries what is worth retrying, maps the rest."""
+    """Calls the generated client, returns parsed JSON, retries what is worth retrying, maps the rest; inside
+    `deadline(s)`, every call and retry ends within it (`clock`: monotonic seconds, injectable)."""
 
     def __init__(self, api_client: k8s.ApiClient, max_retries: int, backoff_s: float,
-                 sleep: Callable[[float], None], timeout_s: float) -> None:
+                 sleep: Callable[[float], None], timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.core = k8s.CoreV1Api(api_client)
         self.apps = k8s.AppsV1Api(api_client)
         self.autoscaling = k8s.AutoscalingV2Api(api_client)
@@ -212,13 +239,70 @@ class _Api:
         self.policy = k8s.PolicyV1Api(api_client)
         self.storage = k8s.StorageV1Api(api_client)
         self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
+        self.clock = clock
+        self._deadline = _Deadline()
+
+    # ---- deadlines: how long one piece of work may take, whatever the retries ----
+
+    @contextmanager
+    def deadline(self, seconds: float, reserve_s: float | None = None) -> Iterator[None]:
+        """Every call this thread makes inside ends within `seconds` of now: the work's own calls and retries by
+        `seconds - reserve_s` (default: all but the last `RESERVE_SHARE`), those under `reserve()` by `seconds`.
+        Each try's timeout is cut to what is left, and a call or retry that would not have `MIN_TRY_S` raises
+        `DeadlineExceeded` without being tried. Nested, the earlier end wins."""
+        d, now = self._deadline, self.clock()
+        saved = (d.work, d.hard)
+        reserve = seconds * RESERVE_SHARE if reserve_s is None else reserve_s
+        d.hard = now + seconds if d.hard is None else min(d.hard, now + seconds)
+        d.work = min(d.hard, now + seconds - reserve, *(() if d.work is None else (d.work,)))
+        try:
+            yield
+        finally:
+            d.work, d.hard = saved
+
+    @contextmanager
+    def reserve(self) -> Iterator[None]:
+        """Calls that undo or complete a change the work already made (a reservation released, Kueue quota given
+        back) may use the reserve: the end of the deadline, which the work's own calls leave to them. Outside a
+        deadline, nothing changes."""
+        d = self._deadline
+        saved = d.work
+        d.work, d.reserving = d.hard, d.reserving + 1
+        try:
+            yield
+        finally:
+            d.work, d.reserving = saved, d.reserving - 1
+
+    @property
+    def reserving(self) -> bool:
+        """Whether this thread's calls now run on the reserve (`reserve()`)."""
+        return self._deadline.reserving > 0
+
+    def _left(self) -> float | None:
+        """Seconds left before this thread's current deadline (None: no deadline)."""
+        until = self._deadline.work
+        return None if until is None else until - self.clock()
+
+    def _try_timeout(self, what: str) -> float:
+        """The request timeout of the next try: the configured one, cut to what is left of the deadline."""
+        left = self._left()
+        if left is None:
+            return self.timeout_s
+        if left < MIN_TRY_S:
+            raise DeadlineExceeded(f"{what}: not tried: {self._over(left)}")
+        return min(self.timeout_s, left)
+
+    def _over(self, left: float) -> str:
+        part = "reserve" if self.reserving else "deadline"
+        return f"only {left:.1f} s left before its {part}" if left > 0 else f"its {part} has passed"
 
     def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,
                  retries: int | None = None, **kwargs: Any) -> Json:
         limit = self.max_retries if retries is None else retries
         for attempt in range(limit + 1):
+            timeout = self._try_timeout(what)
             try:
-                resp = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+                resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
                 data = resp.data
                 return json.loads(data) if data else {}
             except ApiException as exc:
@@ -230,8 +314,12 @@ class _Api:
                 retry_throttled or not isinstance(err, ThrottledError))
             if not retryable or attempt == limit:
                 raise err from cause
+            delay, left = self.backoff_s * 2**attempt, self._left()
+            if left is not None and left - delay < MIN_TRY_S:   # the retry could not end in time: not started
+                raise DeadlineExceeded(f"{err}; not retried: {self._over(left)}", int(getattr(err, "status", 0))
+                                       ) from cause
             log.info("%s; retry %d/%d", err, attempt + 1, limit)
-            self.sleep(self.backoff_s * 2**attempt)
+            self.sleep(delay)
         raise AssertionError("unreachable")
 
     def update(self, what: str, read: Callable[[], Json], patch: Callable[[Json], Json],
@@ -279,6 +367,6 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
 
 
 __all__ = [
-    "HOT_TAINT_KEY", "POWER_CAP_ANNOTATION", "RESERVATION_ANNOTATION", "ConflictError", "NotFoundError",
-    "ThrottledError", "build_api_client", "micro_time", "read_power_caps", "split_name",
+    "HOT_TAINT_KEY", "POWER_CAP_ANNOTATION", "RESERVATION_ANNOTATION", "ConflictError", "DeadlineExceeded",
+    "NotFoundError", "ThrottledError", "build_api_client", "micro_time", "read_power_caps", "split_name",
 ]  # fmt: skip

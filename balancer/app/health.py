@@ -3,7 +3,8 @@
 The metrics server answers from its own thread, so a probe on `/metrics` says only that the process is up: a
 reconcile loop stuck in a call that never returns would be probed healthy forever, and no action would be taken
 again until a person noticed `GputideControllerNotReconciling`. The loop therefore beats once per iteration,
-whatever its result (ok, fail-static, standby, error), and marks progress as each action begins, and
+whatever its result (ok, fail-static, standby, error), and marks progress as its housekeeping and each action
+begin, and
 
 * `/healthz` (liveness) answers 200 while the loop last moved (an iteration ended, an action began) less than
   `stall_after_s` ago (before that: since the process started), 503 with the age otherwise, so the kubelet
@@ -11,7 +12,8 @@ whatever its result (ok, fail-static, standby, error), and marks progress as eac
 * `/readyz` (readiness) answers 200 once an iteration has ended and the loop is not stalled.
 
 A healthy loop must never look stuck, or the kubelet kills it in the middle of an action: `stall_limit` is the
-longest it may legitimately go without moving, from the actuator's own call counts and retry settings.
+longest it may legitimately go without moving, from the actuator's action deadline (every API call of an action
+ends within it) rather than from retry arithmetic, so a loop stuck in a call is restarted within minutes.
 
 Every other path is prometheus_client's own exposition of the controller's registry (`make_wsgi_app`).
 """
@@ -28,24 +30,6 @@ from exporters.server import RunningServer, serve_app
 
 # ---- how long one action may take ------------------------------------------------------------------------------
 
-# API calls on the longest path of each action through the Kubernetes actuator, its Event included (it has one try
-# but is counted as a call, which only overstates). A read-modify-write is its read and its write: a 409 (another
-# writer in between, or our own timed-out write that landed) reads and writes again, up to max_retries more rounds,
-# which these counts leave out. tests/k8s/test_k8s_action_budget.py walks every path with up to three failed calls
-# against the fake API server and checks each count is the longest there is.
-ACTION_API_CALLS = {
-    # read the pod and the target node, reserve the target (read + patch), taint the source (read + patch),
-    # evict; the eviction refused: release the reservation (read + patch) (balancer/actuate/k8s_actuator.py)
-    "migrate": 9,
-    # resuming a Job gputide stopped, growing it with Kueue quota: read the Job, its Workloads (by label, then
-    # by owner), both ClusterQueues; lend quota (both read again, lender and borrower read + patch); write the Job,
-    # reactivate its Workload; that refused: restore the label, give the quota back (the queues read, lender and
-    # borrower read + patch, the borrower refusing: the lender restored, read + patch) (k8s_training, k8s_quota)
-    "scale_training": 22,
-    "scale_inference": 4,   # list HPAs, the HPA's floor (read + patch), the Event
-    "power_limit": 3,       # the node's annotation (read + patch), the Event
-    "taint_node": 3,        # the node's taints (read + patch), the Event
-}
 LEASE_CALLS_AFTER_ACTING = 4   # the safety ledger onto the Lease: a renewal in flight (read + write), then ours
 LEASE_CALLS_TO_RELEASE = 4     # the same again to clear the holder on the way out
 
@@ -59,40 +43,40 @@ class Retries(Protocol):
 
 
 def call_budget_s(api: Retries | None) -> float:
-    """The longest one API call through `api` can take: every try to the request timeout, with the backoff between
-    them; 0 without an API (a dry run, no Lease)."""
+    """The longest one API call through `api` can take outside a deadline: every try to the request timeout, with
+    the backoff between them; 0 without an API (a dry run, no Lease)."""
     if api is None:
         return 0.0
     tries = api.max_retries + 1
     return tries * api.timeout_s + sum(api.backoff_s * 2**i for i in range(tries - 1))
 
 
-def action_budget_s(actuator_api: Retries | None, lease_api: Retries | None = None) -> float:
-    """The longest one action keeps the loop from its next step: every call on the longest path (`ACTION_API_CALLS`)
-    at its full budget through the actuator's API, then the safety ledger written to the Lease."""
-    return (max(ACTION_API_CALLS.values()) * call_budget_s(actuator_api)
-            + LEASE_CALLS_AFTER_ACTING * call_budget_s(lease_api))
+def action_budget_s(action_deadline_s: float, lease_api: Retries | None = None) -> float:
+    """The longest one action keeps the loop from its next step: its deadline (every API call it makes, its undo and
+    Event included, ends within it: balancer/actuate/k8s_budget.py), then the safety ledger written to the Lease.
+    0 for an actuator without a deadline (a dry run makes no call)."""
+    return action_deadline_s + LEASE_CALLS_AFTER_ACTING * call_budget_s(lease_api)
 
 
-def stop_budget_s(actuator_api: Retries | None, lease_api: Retries | None) -> float:
+def stop_budget_s(action_deadline_s: float, lease_api: Retries | None) -> float:
     """How long `gputide run` may take from SIGTERM to exit: the action in progress finishes (`action_budget_s`),
     then the Lease is released. The controller's terminationGracePeriodSeconds must cover it, or the kubelet kills
     it mid-action with the Lease held (tests/deploy/test_deploy_grace_period.py)."""
-    return action_budget_s(actuator_api, lease_api) + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
+    return action_budget_s(action_deadline_s, lease_api) + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 
 
 def stall_limit(interval_s: float, action_s: float = 0.0) -> float:
     """How long the loop may go without moving before it counts as stuck: from an iteration's end, through the
-    wait and the next cycle's reads and planning, to its first action or its end, five intervals and at least
-    5 minutes (a slow Prometheus, API calls retried); from an action's start to the next one's or the cycle's end,
-    `action_s` (`action_budget_s`: the longest action, then the safety ledger's Lease write). Only a loop that
-    never returns is stuck."""
+    wait and the next cycle's reads, to its housekeeping (or its end), five intervals and at least 5 minutes (a slow
+    Prometheus); from the start of housekeeping or of an action to the next one's or the cycle's end, `action_s`
+    (`action_budget_s`: an action's deadline, then the safety ledger's Lease write). Only a loop that never
+    returns is stuck."""
     return max(5.0 * interval_s, 300.0, action_s)
 
 
 class Health:
     """The loop's heartbeats (`beat()` after every iteration, `progress()` as each action begins) and what the
-    probes make of them."""
+    probes make of them. `gputide schedule` beats after every pass and marks progress as each pod's turn begins."""
 
     def __init__(self, stall_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_after_s, self.clock = stall_after_s, clock
@@ -105,9 +89,10 @@ class Health:
         self.last = self.moved = self.clock()
         self.moving = "the last iteration ended"
 
-    def progress(self) -> None:
+    def progress(self, what: str = "the last action") -> None:
+        """`what` (an action, housekeeping, a scheduler's pod) began: the loop is moving."""
         self.moved = self.clock()
-        self.moving = "the last action began"
+        self.moving = f"{what} began"
 
     def live(self) -> tuple[bool, str]:
         since = self.clock() - (self.started if self.moved is None else self.moved)

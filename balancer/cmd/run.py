@@ -2,14 +2,16 @@
 
     gputide run --prometheus http://prometheus:9090 [--dry-run] [--kubeconfig PATH] [--once] [--interval 30s]
                 [--policy FILE] [--leader-elect --lease-name gputide-controller --lease-namespace NS]
-                [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH]
+                [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH] [--action-deadline 3m]
 
 I/O objects are built here and nowhere else: the Prometheus telemetry source, the dry-run or Kubernetes actuator,
 the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renews the Lease every quarter of the
 renew deadline, whatever the loop is doing, and the loop checks it before every action. SIGTERM / SIGINT let the
 action in progress finish, skip the rest of the cycle's actions and release the Lease, so a standby takes over at
-once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). Exit codes: 0 ok,
-2 bad input, 3 `--once` ended fail-static (held still).
+once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). Every action ends
+within `--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace
+period and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
+ended fail-static (held still).
 
 The Lease lives in the controller's own namespace by default (the Role in deploy/base/rbac.yaml grants leases
 there only): env `POD_NAMESPACE` (the downward API), else the service account's namespace file, else `gputide`.
@@ -26,7 +28,8 @@ import socket
 import threading
 
 from balancer import config
-from balancer.app.health import Health, action_budget_s, stall_limit
+from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
+from balancer.app.health import Health, action_budget_s, stall_limit, stop_budget_s
 from balancer.app.health import serve as serve_metrics
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 EXIT_FAIL_STATIC = 3
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_NAMESPACE = "gputide"
+MOST_ACTION_DEADLINE_S = 600.0   # the grace period and the liveness limit grow with it
 
 
 def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -151,7 +155,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kueue-queues", default=None, metavar="INFERENCE_CQ,TRAINING_CQ",
                    help="scaling a Kueue-queued training Job moves GPU nominalQuota between these two ClusterQueues "
                         "of one cohort, in the flavor Kueue admitted the Job under (ignored with --dry-run)")
+    p.add_argument("--action-deadline", default=f"{ACTION_DEADLINE_S:.0f}s", metavar="DURATION",
+                   help=f"every action's API calls, retries and undo included, end within this (default "
+                        f"{ACTION_DEADLINE_S:.0f}s; {least_action_deadline_s():.0f}s to {MOST_ACTION_DEADLINE_S:.0f}s); "
+                        "deploy/base/controller.yaml's grace period and liveness limit are derived from it")
     p.set_defaults(func=run)
+
+
+def action_deadline(text: str, field: str = "--action-deadline") -> float:
+    """Seconds every action's API calls must end within: no shorter than the longest action needs on a slow but
+    healthy API server (balancer/actuate/k8s_budget.py), no longer than `MOST_ACTION_DEADLINE_S` (the grace period
+    and the liveness limit grow with it, and an action out of time would hold the loop that long)."""
+    least = least_action_deadline_s()
+    try:
+        seconds = parse_interval(text, field)
+    except InputError:
+        seconds = float("nan")
+    if not least <= seconds <= MOST_ACTION_DEADLINE_S:
+        raise InputError(None, field, text, f"a duration from {least:.0f}s (the longest action on a slow but healthy "
+                                            f"API server) to {MOST_ACTION_DEADLINE_S:.0f}s, such as 3m")
+    return seconds
 
 
 def lease_elector(api_client, name: str, namespace: str | None, interval_s: float):
@@ -186,6 +209,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     prometheus_url(args.prometheus)
     cluster_name(args.cluster)
     queues = kueue_queues(args.kueue_queues)
+    deadline = action_deadline(args.action_deadline)
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
@@ -233,7 +257,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     else:
         from balancer.actuate.k8s_actuator import KubernetesActuator
 
-        actuator = KubernetesActuator(api_client, kueue_queues=queues)
+        actuator = KubernetesActuator(api_client, kueue_queues=queues, action_deadline_s=deadline)
     elector = NullLeaderElector()
     if args.leader_elect:
         elector = lease_elector(api_client, lease_name, args.lease_namespace, interval)
@@ -312,9 +336,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
     metrics = ControllerMetrics()
     reconciler = build_reconciler(args, metrics)
-    # the loop may take the longest action (all its API calls retried) between two heartbeats: not stuck
-    action_s = action_budget_s(getattr(reconciler.actuator, "api", None), getattr(reconciler.elector, "api", None))
-    health = Health(stall_limit(interval, action_s))
+    # the loop may take an action to its deadline, then write the ledger, between two heartbeats: not stuck
+    deadline, lease = getattr(reconciler.actuator, "action_deadline_s", 0.0), getattr(reconciler.elector, "api", None)
+    health = Health(stall_limit(interval, action_budget_s(deadline, lease)))
+    log.info("liveness limit %.0f s; from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must cover "
+             "it)", health.stall_after_s, stop_budget_s(deadline, lease))
     if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
         serve_metrics(args.metrics_port, metrics.registry, health)
     if args.once:

@@ -57,7 +57,7 @@ def test_the_stall_limit_is_five_intervals_and_never_under_five_minutes(interval
 
 
 def test_the_stall_limit_never_falls_below_the_longest_action():
-    assert stall_limit(30.0, action_s=977.0) == 977.0 and stall_limit(600.0, action_s=977.0) == 3000.0
+    assert stall_limit(30.0, action_s=420.0) == 420.0 and stall_limit(600.0, action_s=420.0) == 3000.0
 
 
 def test_an_action_beginning_keeps_the_loop_live_but_does_not_make_it_ready():
@@ -73,8 +73,8 @@ def test_an_action_beginning_keeps_the_loop_live_but_does_not_make_it_ready():
 
 
 class SlowActuator:
-    """Each action takes `seconds` on the probe's clock (every API call on its path retried to the last try), and
-    the liveness probe is asked as it ends; the cycle's last action stops the loop."""
+    """Each action takes `seconds` on the probe's clock (up to its deadline), and the liveness probe is asked as it
+    ends; the cycle's last action stops the loop."""
 
     def __init__(self, clock: Clock, health: Health, seconds: float, stop: threading.Event, count: int) -> None:
         self.clock, self.health, self.seconds, self.stop, self.count = clock, health, seconds, stop, count
@@ -100,7 +100,7 @@ def worst_cycle(seconds_per_action: float) -> list[bool]:
 
     clock, stop = Clock(), threading.Event()
     lease = lease_elector(None, "gputide-controller", "gputide", 30.0).api
-    health = Health(stall_limit(30.0, action_budget_s(KubernetesActuator(None).api, lease)), clock=clock)
+    health = Health(stall_limit(30.0, action_budget_s(KubernetesActuator(None).action_deadline_s, lease)), clock=clock)
     actuator = SlowActuator(clock, health, seconds_per_action, stop, len(actions))
     rec = Reconciler(source=Source(), actuator=actuator, clock=lambda: snap.time, metrics=ControllerMetrics(
         CollectorRegistry()), planner=lambda s, f, p, st: (Plan(actions=actions), st))
@@ -108,14 +108,43 @@ def worst_cycle(seconds_per_action: float) -> list[bool]:
     return actuator.live
 
 
-def test_a_cycle_of_worst_case_actions_stays_live_and_an_action_stuck_beyond_it_does_not():
-    """Three actions at the worst case (a ScaleTraining moving Kueue quota, every call retried: 957 s, and the
-    ledger's Lease write, 20 s) took 49 minutes, and the old 5-minute limit had the kubelet kill the controller in
-    the first; each now begins with a heartbeat. An action that outlasts the worst case is stuck."""
-    worst = action_budget_s(KubernetesActuator(None).api, lease_elector(None, "l", "ns", 30.0).api)
-    assert worst == 977.0
+def test_a_cycle_of_actions_each_at_its_deadline_stays_live_and_a_loop_stuck_in_one_does_not():
+    """An action ends within its deadline (3 minutes, undo and Event included), then the ledger's Lease write takes
+    at most 20 s: 200 s, so at 30 s the limit is the 5-minute floor (977 s when it was derived from every call's
+    retries). A cycle of three such actions (10 minutes) is moving, each beginning with a heartbeat; a call stuck
+    past 5 minutes is not."""
+    worst = action_budget_s(KubernetesActuator(None).action_deadline_s, lease_elector(None, "l", "ns", 30.0).api)
+    assert worst == 200.0 and stall_limit(30.0, worst) == 300.0
     assert worst_cycle(worst) == [True, True, True]
-    assert worst_cycle(worst + 1) == [False, False, False]
+    assert worst_cycle(301.0) == [False, False, False]
+
+
+def test_housekeeping_beginning_is_a_heartbeat_too():
+    """The actuator's housekeeping (expired taints and reservations released) runs to an action's deadline, after
+    the cycle's telemetry reads: the two together may outlast the 5-minute floor, and the loop is moving."""
+    snap = snapshot(make_fleet(3, 4), age=0.0)
+    clock, stop, said = Clock(), threading.Event(), []
+    health = Health(300.0, clock=clock)
+
+    class Source:
+        def snapshot(self):
+            clock.now += 150.0   # a slow Prometheus
+            return snap
+
+    class Actuator:
+        def apply(self, action, snap):
+            return ActionResult(action, Outcome.APPLIED)
+
+        def housekeeping(self):
+            clock.now += 200.0   # a slow API server, up to the deadline
+            said.append(health.live())
+            stop.set()
+            return []
+
+    rec = Reconciler(source=Source(), actuator=Actuator(), clock=lambda: snap.time, metrics=ControllerMetrics(
+        CollectorRegistry()), planner=lambda s, f, p, st: (Plan(actions=()), st))
+    rec.run(0.0, stop, beat=health.beat, progress=health.progress)
+    assert said == [(True, "ok: housekeeping began 200 s ago")]
 
 
 def test_probes_and_metrics_over_http():
@@ -172,8 +201,8 @@ def test_a_loop_stuck_in_a_call_that_never_returns_fails_liveness():
         server.close()
 
 
-def test_gputide_run_gives_its_probe_the_worst_action_of_the_actuator_it_built(monkeypatch):
-    """`gputide run` sizes the stall limit from its own actuator's API (its retry settings), not a constant."""
+def test_gputide_run_gives_its_probe_the_deadline_of_the_actuator_it_built(monkeypatch):
+    """`gputide run` sizes the stall limit from its own actuator's action deadline, not a constant."""
     import argparse
 
     from balancer.cmd import run as run_cmd
@@ -183,8 +212,8 @@ def test_gputide_run_gives_its_probe_the_worst_action_of_the_actuator_it_built(m
         def snapshot(self):
             raise TelemetryError("no telemetry")
 
-    class Actuator:   # the Kubernetes actuator's API, with nothing to recover
-        api = KubernetesActuator(None).api
+    class Actuator:   # the Kubernetes actuator's deadline, with nothing to recover
+        action_deadline_s = KubernetesActuator(None, action_deadline_s=420.0).action_deadline_s
 
     limits = []
     monkeypatch.setattr(run_cmd, "Health", lambda stall_after_s: limits.append(stall_after_s) or Health(stall_after_s))
@@ -194,4 +223,4 @@ def test_gputide_run_gives_its_probe_the_worst_action_of_the_actuator_it_built(m
     run_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--once", "--metrics-port", "0"])
     assert run_cmd.run(args) == 3   # held still: no telemetry
-    assert limits == [22 * 43.5]
+    assert limits == [420.0]   # no Lease: the deadline alone

@@ -1,57 +1,93 @@
 """The controller's terminationGracePeriodSeconds outlasts the longest action plus the Lease release: on SIGTERM the
 controller finishes the action in progress and releases its Lease (balancer/cmd/run.py); a SIGKILL before that
 leaves the action half done (Kueue quota lent for a grow that never happened, with nobody to give it back) and
-the Lease held, and the standby waits it out (90 s) before anyone acts. The figure is
-`balancer.app.health.stop_budget_s` of the actuator and Lease elector `gputide run` builds, with their own retry
-settings; the call counts it rests on are walked in tests/k8s/test_k8s_action_budget.py."""
+the Lease held, and the standby waits it out (90 s) before anyone acts. Every action ends within the deadline the
+manifest's `--action-deadline` sets (balancer/actuate/k8s_budget.py), so the figure is
+`balancer.app.health.stop_budget_s` of that deadline and of the Lease elector `gputide run` builds. The
+controller's liveness limit follows from the same deadline, and GputideControllerNotReconciling fires only once
+the kubelet's restart of a stuck controller has not helped."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.app.health import ACTION_API_CALLS, action_budget_s, call_budget_s, stall_limit, stop_budget_s
+from balancer.app.health import action_budget_s, call_budget_s, stall_limit, stop_budget_s
 from balancer.cli import build_parser
-from balancer.cmd.run import lease_elector, parse_interval
+from balancer.cmd.run import action_deadline, lease_elector, parse_interval
 
-BASE = Path(__file__).resolve().parents[2] / "deploy" / "base"
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "deploy" / "base"
 SLACK_S = 60   # the grace period is derived from the budget, not a guess far above it
 
 
-def budgets() -> tuple[object, object]:
-    """The API gateways of the actuator and the Lease elector `gputide run` builds, with their retry settings."""
-    return KubernetesActuator(None).api, lease_elector(None, "gputide-controller", "gputide", 30.0).api
-
-
-def controller_pod() -> dict:
-    docs = [d for d in yaml.safe_load_all((BASE / "controller.yaml").read_text()) if d]
+def deployment(path: Path) -> dict:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     return next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
 
 
+def controller_pod() -> dict:
+    return deployment(BASE / "controller.yaml")
+
+
+def controller_budgets() -> tuple[float, object, object]:
+    """The action deadline, the Lease elector's API and the parsed arguments of the deployed `gputide run`."""
+    (container,) = controller_pod()["containers"]
+    args = build_parser().parse_args(container["args"])
+    deadline = action_deadline(args.action_deadline)
+    assert KubernetesActuator(None, action_deadline_s=deadline).action_deadline_s == deadline
+    return deadline, lease_elector(None, "gputide-controller", "gputide", parse_interval(args.interval)).api, args
+
+
+def restart_after_s(probe: dict, stall_s: float) -> float:
+    """The longest the kubelet takes to restart a container whose /healthz has failed since `stall_s`: the failures
+    it needs, `periodSeconds` apart, the first up to one period late."""
+    return stall_s + probe["failureThreshold"] * probe["periodSeconds"]
+
+
 def test_the_grace_period_outlasts_the_longest_action_and_the_lease_release():
-    actuator, lease = budgets()
-    assert (call_budget_s(actuator), call_budget_s(lease)) == (43.5, 5.0)   # 4 tries of 10 s + 3.5 s backoff; 1 of 5 s
-    # a ScaleTraining that moves Kueue quota, 22 calls: as deploy/base/controller.yaml's comment says
-    assert max(ACTION_API_CALLS, key=ACTION_API_CALLS.get) == "scale_training"
-    needed = stop_budget_s(actuator, lease)
-    assert needed == 22 * 43.5 + 8 * 5.0 == 997.0
+    deadline, lease, _ = controller_budgets()
+    assert (deadline, call_budget_s(lease)) == (180.0, 5.0)   # --action-deadline=3m; one try of 5 s per Lease call
+    needed = stop_budget_s(deadline, lease)
+    assert needed == 180.0 + 8 * 5.0 == 220.0   # as deploy/base/controller.yaml's comment says
     assert needed <= controller_pod()["terminationGracePeriodSeconds"] <= needed + SLACK_S
+    assert f"Lease released, each after a renewal in flight (8 calls x 5 s = 40 s): {needed:.0f} s" in (
+        BASE / "controller.yaml").read_text()
 
 
 def test_the_liveness_probe_allows_the_longest_action_and_the_manifest_says_so():
     """The kubelet restarts the controller once /healthz fails `failureThreshold` times: never before the loop has
-    gone without moving for longer than its worst action (balancer/app/health.py), whose figure the manifest's
-    comment gives for its own --interval."""
+    gone without moving for longer than an action's deadline and the ledger's write (balancer/app/health.py), whose
+    figure the manifest's comment gives for its own --interval."""
     (container,) = controller_pod()["containers"]
     probe = container["livenessProbe"]
     assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    args = build_parser().parse_args(container["args"])
+    deadline, lease, args = controller_budgets()
     assert args.metrics_port == next(p["containerPort"] for p in container["ports"] if p["name"] == "metrics")
-    actuator, lease = budgets()
-    limit = stall_limit(parse_interval(args.interval), action_budget_s(actuator, lease))
-    assert limit == 977.0 > max(ACTION_API_CALLS.values()) * call_budget_s(actuator)   # the action, then the ledger
+    action_s = action_budget_s(deadline, lease)
+    limit = stall_limit(parse_interval(args.interval), action_s)
+    assert (action_s, limit) == (200.0, 300.0)   # the action's deadline, then the ledger; under the 5-minute floor
     text = (BASE / "controller.yaml").read_text()
-    assert f": {limit:.0f} s at --interval={args.interval}" in text
-    assert f": {stop_budget_s(actuator, lease):.0f} s, balancer/app/health.py" in text
+    assert f"({action_s:.0f} s): {limit:.0f} s at --interval={args.interval}" in text
+    assert restart_after_s(probe, limit) == 360.0 and "restarted within 6 minutes" in text
+
+
+def test_the_not_reconciling_alert_fires_only_after_the_kubelet_has_restarted_a_stuck_controller():
+    """GputideControllerNotReconciling (the last cycle ended more than `threshold` ago, for `for`) must not page
+    for what the liveness probe mends by itself: a controller stuck in a call is restarted first. With the limit
+    derived from retries (977 s) the alert fired 7 minutes before the kubelet acted. It must not fire either for a
+    cycle holding an action that runs to its deadline, between two cycle ends an interval apart."""
+    rules = yaml.safe_load((ROOT / "rules" / "gputide-alerts.yaml").read_text())
+    alert = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "GputideControllerNotReconciling")
+    threshold = float(re.search(r"gputide_last_reconcile_timestamp_seconds > (\d+)", alert["expr"]).group(1))
+    fires_after = threshold + parse_interval(alert["for"])
+    deadline, lease, args = controller_budgets()
+    interval = parse_interval(args.interval)
+    probe = controller_pod()["containers"][0]["livenessProbe"]
+    restarted = restart_after_s(probe, stall_limit(interval, action_budget_s(deadline, lease)))
+    assert (threshold, fires_after, restarted) == (300.0, 600.0, 360.0)
+    assert fires_after > restarted + probe["periodSeconds"]   # the first failure may come a period late
+    assert threshold > interval + action_budget_s(deadline, lease)   # 230 s: a cycle of one action at its deadline

@@ -1,9 +1,10 @@
 """How many API calls one action can make, walked rather than counted by hand: the Kubernetes actuator applies each
 action against the fake API server with every combination of up to three failed calls (a 500, so each refusal
-takes the action down its undo path), one try per call, and the most requests any path made is what
-`balancer.app.health.ACTION_API_CALLS` says. The controller's grace period and its liveness limit are derived from
-those counts (tests/deploy/test_deploy_grace_period.py, tests/cli/test_cli_health.py), so an action that gains a
-call on some path fails here before the kubelet can kill a controller in the middle of it."""
+takes the action down its undo path), one try per call, and the most requests any path made, and the most it made
+on the reserve of its deadline (undoing, completing, its Event), are what `balancer.actuate.k8s_budget`'s
+`ACTION_API_CALLS` and `RESERVE_API_CALLS` say. The action deadline must let those paths end on a slow but healthy
+API server (`least_action_deadline_s`, which `gputide run --action-deadline` enforces), so an action that gains a
+call on some path fails here before a deadline can cut its healthy path short."""
 
 from __future__ import annotations
 
@@ -27,21 +28,35 @@ from fakeapi import (
 from test_k8s_actuator import SNAP, migrate, power
 
 from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.actuate.k8s_budget import (
+    ACTION_API_CALLS,
+    ACTION_DEADLINE_S,
+    RESERVE_API_CALLS,
+    RESERVE_SHARE,
+    SLOW_CALL_S,
+    least_action_deadline_s,
+)
 from balancer.actuate.kubernetes import SUSPENDED_LABEL
-from balancer.app.health import ACTION_API_CALLS
 from balancer.model import Migrate, ScaleInference, ScaleTraining, SetPowerLimit, TaintNode
 
 FAILURES = 3   # failed calls combined on one path (the longest path known needs two)
 
 
-def the_longest_path(kube: FakeKube, apply: Callable[[], object]) -> int:
+def the_longest_path(kube: FakeKube, actuator: KubernetesActuator, apply: Callable[[], object]) -> tuple[int, int]:
     """The most requests `apply()` makes on any path with up to FAILURES failed requests, the cluster as it is now
-    before each try: a depth-first walk that fails, in turn, each request after the last one it failed."""
+    before each try (a depth-first walk that fails, in turn, each request after the last one it failed), and the
+    most of them any path makes on the reserve of its deadline (`_Api.reserve`)."""
     objects, evicted, dispatch = copy.deepcopy(kube.objects), copy.deepcopy(kube._kueue_evicted), kube.dispatch
+    on_reserve: list[bool] = []   # per try, in the client's thread: whether it ran on the reserve
+    try_timeout = actuator.api._try_timeout
+    actuator.api._try_timeout = lambda what: on_reserve.append(actuator.api.reserving) or try_timeout(what)
+    most_on_reserve = 0
 
     def requests_with(failing: frozenset[int]) -> int:
+        nonlocal most_on_reserve
         kube.objects, kube._kueue_evicted = copy.deepcopy(objects), copy.deepcopy(evicted)
         kube.requests.clear()
+        on_reserve.clear()
 
         def failing_dispatch(method: str, path: str, content_type: str | None, body):
             if len(kube.requests) + 1 in failing:
@@ -55,6 +70,8 @@ def the_longest_path(kube: FakeKube, apply: Callable[[], object]) -> int:
             apply()
         finally:
             kube.dispatch = dispatch
+        assert len(on_reserve) == len(kube.requests)   # one try per request
+        most_on_reserve = max(most_on_reserve, sum(on_reserve))
         return len(kube.requests)
 
     longest, walk = 0, [(frozenset(), 0)]
@@ -64,7 +81,7 @@ def the_longest_path(kube: FakeKube, apply: Callable[[], object]) -> int:
         longest = max(longest, made)
         if len(failing) < FAILURES:
             walk += [(failing | {k}, k) for k in range(last + 1, made + 1)]
-    return longest
+    return longest, most_on_reserve
 
 
 def migrate_setup(kube: FakeKube) -> Migrate:
@@ -145,6 +162,10 @@ def test_every_action_kind_has_its_count_walked():
     assert set(SCENARIOS) == set(ACTION_API_CALLS)
 
 
+def test_every_action_kind_has_its_reserve_counted():
+    assert set(RESERVE_API_CALLS) == set(ACTION_API_CALLS)
+
+
 @pytest.mark.parametrize("kind", sorted(SCENARIOS))
 def test_the_longest_path_of_each_action_makes_as_many_calls_as_counted(kind: str, clock) -> None:
     longest = []
@@ -154,5 +175,16 @@ def test_the_longest_path_of_each_action_makes_as_many_calls_as_counted(kind: st
             assert action.kind == kind
             actuator = KubernetesActuator(kube.client(), sleep=lambda _s: None, clock=clock, max_retries=0,
                                           kueue_queues=("inference", "training"))
-            longest.append(the_longest_path(kube, lambda a=action, k=actuator: k.apply(a, SNAP)))
-    assert max(longest) == ACTION_API_CALLS[kind], dict(zip([s.__name__ for s in SCENARIOS[kind]], longest))
+            longest.append(the_longest_path(kube, actuator, lambda a=action, k=actuator: k.apply(a, SNAP)))
+    paths = dict(zip([s.__name__ for s in SCENARIOS[kind]], longest))
+    assert max(n for n, _ in longest) == ACTION_API_CALLS[kind], paths
+    assert max(r for _, r in longest) == RESERVE_API_CALLS[kind], paths
+
+
+def test_the_default_deadline_lets_the_longest_action_end_on_a_slow_but_healthy_api_server():
+    """Every call of the longest path at the API latency SLO's 5 s fits in the action's own two thirds of the
+    deadline, and the most calls any path makes on the reserve fit in its last third: 22 x 5 s = 110 s <= 120 s,
+    9 x 5 s = 45 s <= 60 s. An action that gains a call on its longest path needs a longer deadline."""
+    assert (max(ACTION_API_CALLS.values()), max(RESERVE_API_CALLS.values()), SLOW_CALL_S) == (22, 9, 5.0)
+    assert least_action_deadline_s() == 165.0 <= ACTION_DEADLINE_S == 180.0
+    assert 22 * SLOW_CALL_S <= ACTION_DEADLINE_S * (1 - RESERVE_SHARE) and 9 * SLOW_CALL_S <= ACTION_DEADLINE_S / 3
