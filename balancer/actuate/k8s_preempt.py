@@ -158,8 +158,9 @@ class Preemptor:
                 continue
             except ActuationError:   # a budget changed meanwhile, or the API failed: give the node back
                 self.release(choice.node, key)
-                self.api.update_node(choice.node, lambda n: _annotation_map_change(
-                    n, self.reservation_annotation, {key: None}))
+                with self.api.reserve():   # undoing: on the time the pod's turn keeps for it
+                    self.api.update_node(choice.node, lambda n: _annotation_map_change(
+                        n, self.reservation_annotation, {key: None}))
                 raise
             self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
                         f"Preempted by {key} on node {choice.node}")

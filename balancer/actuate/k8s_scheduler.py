@@ -39,6 +39,15 @@ a node once it has starved long enough (`k8s_holds`); the pods of a pod group ar
 its Binding its unbound WaitForFirstConsumer claims are given its node (`k8s_volumes`, kube-scheduler's
 VolumeBinding). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod
 conditions that tell a pod's owner what was done are `k8s_tell`.
+
+Deadlines. However slow the API server, a pass keeps moving: its reads before the first pod end within `reads_s`
+(2 minutes, `k8s_budget`; a pass out of time fails and the next one lists again), and each pod's turn (its claims,
+binding, preemption or hold, Events; a pod group's own turn, then one per member) within `turn_s` (1 minute), the
+last third kept for what completes or undoes a change already made (the reservation a binding used up, the nodes
+the bound pod held elsewhere, one a failed preemption leaves, the Scheduled Event): the gateway cuts each try's timeout to what is left and starts
+no call or retry that could not end in time (`_Api.deadline`). A pod out of time waits for the next pass, as after
+any failed call. `progress(what)` is called as the reads and each turn begin: `gputide schedule`'s liveness probe
+counts a pass of many pods as moving, and its limit follows from these two figures (`turn_budget_s`).
 """
 
 from __future__ import annotations
@@ -47,11 +56,13 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from balancer.actuate.k8s_actuator import _annotation_map_change
+from balancer.actuate.k8s_budget import PASS_READS_DEADLINE_S, POD_DEADLINE_S
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
@@ -115,10 +126,13 @@ class SecondaryScheduler:
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0,
                  min_tell_s: float = 60.0, preemption: bool = True, starving_s: float = 600.0,
-                 leading: Callable[[], bool] = lambda: True) -> None:
+                 leading: Callable[[], bool] = lambda: True, turn_s: float = POD_DEADLINE_S,
+                 reads_s: float = PASS_READS_DEADLINE_S, deadline_clock: Callable[[], float] = time.monotonic,
+                 progress: Callable[[str], None] = lambda what: None) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
-        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0)
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0, deadline_clock)
+        self.turn_s, self.reads_s, self.progress = turn_s, reads_s, progress
         self.scheduler_name, self.place, self.clock, self.leading = scheduler_name, place, clock, leading
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
@@ -138,6 +152,19 @@ class SecondaryScheduler:
         self.watches: dict[str, ListWatch] = {} if not watch else {**scheduler_watches(
             self.api, scheduler_name, self.pending_selector, reservation_annotation, watch_s, self.work),
             **self.volumes.watches}
+
+    @property
+    def turn_budget_s(self) -> float:
+        """The longest the scheduler goes between two `progress` calls, or from one to a pass's end, when the API
+        server is slow (the module docstring's deadlines); the placement itself takes milliseconds a pod."""
+        return max(self.turn_s, self.reads_s)
+
+    @contextmanager
+    def _turn(self, what: str) -> Iterator[None]:
+        """One pod's turn (or a group's): `progress` told, every API call in it within `turn_s`."""
+        self.progress(what)
+        with self.api.deadline(self.turn_s):
+            yield
 
     @property
     def retell_s(self) -> float:
@@ -269,23 +296,26 @@ class SecondaryScheduler:
         passed; a bound pod gets a Scheduled Event."""
         self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
         self.holds.start_pass(self._bound)
-        pending = self.pending()
-        self.tell.keep(r["name"] for r in pending)
-        if not pending:   # nothing to place: no need to read every node and bound pod
-            return {}
-        resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
-        pending = [resolver.request(r) for r in pending]
-        self.volumes.start_pass(pending)
-        view = self.nodes_view()
-        ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)},
-                   Offers(view, PodPlacement(view, self._bound(), resolver.term)),
-                   self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
+        self.progress("a pass's reads")
+        with self.api.deadline(self.reads_s, reserve_s=0.0):   # out of time: the pass fails, the next one reads again
+            pending = self.pending()
+            self.tell.keep(r["name"] for r in pending)
+            if not pending:   # nothing to place: no need to read every node and bound pod
+                return {}
+            resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
+            pending = [resolver.request(r) for r in pending]
+            self.volumes.start_pass(pending)
+            view = self.nodes_view()
+            ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)},
+                       Offers(view, PodPlacement(view, self._bound(), resolver.term)),
+                       self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
         gangs, done = groups(pending), set()
         for req in pending:
             if not self._leads(ps):
                 break
             if not req["group"]:
-                self._place_one(req, ps)
+                with self._turn(f"pod {req['name']}"):
+                    self._place_one(req, ps)
             elif req["group"] not in done:   # a group comes up at its most important member's turn
                 done.add(req["group"])
                 self._place_group(gangs[req["group"]], ps)
@@ -310,26 +340,28 @@ class SecondaryScheduler:
         self._commit(req, i, ps)
 
     def _place_group(self, members: list[Json], ps: _Pass) -> None:
-        """A pod group's pending members: all bound together, or none (balancer/actuate/k8s_gang.py)."""
-        if ps.members is None:
-            ps.members = member_counts(self._bound())
-        running = ps.members[members[0]["group"]]
-        members = [self.volumes.request(m) for m in members]
-        least = max(m["group_min"] for m in members)
-        if least and running >= least:   # the gang runs already: more members join one by one
-            for m in members:
-                self._place_one(m, ps)
-            return
-        chosen, why = {}, missing(members, running) or group_waiting(members, len(ps.view))
-        if why is None:
-            chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
-            if why is not None:   # enough members, not enough room: a group that has waited too long holds nodes
-                why += self.holds.hold_for_starving_group(members, ps.view, ps.index, ps.offers, ps.now)
+        """A pod group's pending members: all bound together, or none (balancer/actuate/k8s_gang.py). The group's
+        decision is one turn, each member's binding (or telling) another."""
+        with self._turn(f"pod group {members[0]['group']}"):
+            if ps.members is None:
+                ps.members = member_counts(self._bound())
+            running = ps.members[members[0]["group"]]
+            members = [self.volumes.request(m) for m in members]
+            least = max(m["group_min"] for m in members)
+            joining = bool(least and running >= least)   # the gang runs already: more members join one by one
+            chosen, why = {}, None if joining else missing(members, running) or group_waiting(members, len(ps.view))
+            if not joining and why is None:
+                chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
+                if why is not None:   # enough members, not enough room: a group that waited too long holds nodes
+                    why += self.holds.hold_for_starving_group(members, ps.view, ps.index, ps.offers, ps.now)
         for m in members:
-            if why is not None:
-                self._left_pending(m, why, ps)
-            else:
-                self._commit(m, chosen[m["name"]], ps)
+            with self._turn(f"pod {m['name']}"):
+                if joining:
+                    self._place_one(m, ps)
+                elif why is not None:
+                    self._left_pending(m, why, ps)
+                else:
+                    self._commit(m, chosen[m["name"]], ps)
 
     def _left_pending(self, req: Json, why: str, ps: _Pass) -> None:
         created = parse_time(req["created"])
@@ -354,11 +386,12 @@ class SecondaryScheduler:
         ps.offers.update(i, req)   # and counted where pods run, for pod affinity
         if ps.session is not None:
             ps.session.bound(i)
-        self.holds.release_elsewhere(req, i, ps.view, ps.offers)
+        with self.api.reserve():   # the binding is made: what follows it may use the turn's reserve
+            self.holds.release_elsewhere(req, i, ps.view, ps.offers)
+            self.tell.scheduled(req, bound)
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
-        self.tell.scheduled(req, bound)
 
     def _leads(self, ps: _Pass) -> bool:
         if not ps.stopped and not self.leading():
@@ -404,8 +437,13 @@ class SecondaryScheduler:
         key = take(node, req)
         if key is not None:
             self.holds.preemptor.release(node["name"], key)
-            self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
-                n, self.reservation_annotation, {k: None}))
+            try:
+                with self.api.reserve():   # the pod is bound: releasing what it used up may use the reserve
+                    self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
+                        n, self.reservation_annotation, {k: None}))
+            except ActuationError as err:   # it expires on its own; the pod is bound all the same
+                log.warning("scheduler %s: cannot release reservation %s on %s: %s", self.scheduler_name, key,
+                            node["name"], err)
         return node["name"]
 
 

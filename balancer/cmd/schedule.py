@@ -23,9 +23,11 @@ bound, as kube-scheduler's VolumeBinding does (balancer/actuate/k8s_volumes.py).
 `--leader-elect` only the holder of the Lease binds: the elector's renewer thread keeps the Lease however long a
 pass runs, and the pass asks it (no I/O) before each pod and each binding, stopping once it is lost, so no pod is
 bound or preempted without a valid Lease. `--once`: one pass (with `--leader-elect`, only as the holder, the Lease
-released at exit), print each pod's node (or that none fits), exit. The metrics port serves `gputide_scheduler_*`
-series and the probes `/healthz` (a pass ended within max(5 intervals, 5 min)) and `/readyz`. Exit codes: 0 ok, 2
-bad input.
+released at exit), print each pod's node (or that none fits), exit. However slow the API server, a pass's reads
+end within 2 minutes and each pod's turn within 1 (balancer/actuate/k8s_scheduler.py: a pod out of time waits for
+the next pass). The metrics port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved,
+a pass ended or its reads or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as
+deployed) and `/readyz`. Exit codes: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -189,7 +191,9 @@ def one_shot(scheduler, leading) -> int:
 def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float) -> int:
     """Passes until SIGTERM / SIGINT, each as soon as a pending pod appears and at least every `interval`, by the
     leader only; metrics and probes on `--metrics-port`."""
-    metrics, health = SchedulerMetrics(), Health(stall_limit(interval))
+    # a pass of many pods keeps moving: a heartbeat as its reads and each pod's turn begin, each within its deadline
+    metrics, health = SchedulerMetrics(), Health(stall_limit(interval, scheduler.turn_budget_s))
+    scheduler.progress = health.progress
     for resource, w in scheduler.watches.items():
         metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
     metrics.facts_nodes.set_function(lambda: float(placer.facts_nodes))

@@ -3,9 +3,9 @@ controller finishes the action in progress and releases its Lease (balancer/cmd/
 leaves the action half done (Kueue quota lent for a grow that never happened, with nobody to give it back) and
 the Lease held, and the standby waits it out (90 s) before anyone acts. Every action ends within the deadline the
 manifest's `--action-deadline` sets (balancer/actuate/k8s_budget.py), so the figure is
-`balancer.app.health.stop_budget_s` of that deadline and of the Lease elector `gputide run` builds. The
-controller's liveness limit follows from the same deadline, and GputideControllerNotReconciling fires only once
-the kubelet's restart of a stuck controller has not helped."""
+`balancer.app.health.stop_budget_s` of that deadline and of the Lease elector `gputide run` builds. The liveness
+limits of the controller and of the secondary scheduler follow from the same deadlines, and
+GputideControllerNotReconciling fires only once the kubelet's restart of a stuck controller has not helped."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.health import action_budget_s, call_budget_s, stall_limit, stop_budget_s
 from balancer.cli import build_parser
 from balancer.cmd.run import action_deadline, lease_elector, parse_interval
@@ -73,6 +74,19 @@ def test_the_liveness_probe_allows_the_longest_action_and_the_manifest_says_so()
     text = (BASE / "controller.yaml").read_text()
     assert f"({action_s:.0f} s): {limit:.0f} s at --interval={args.interval}" in text
     assert restart_after_s(probe, limit) == 360.0 and "restarted within 6 minutes" in text
+
+
+def test_the_schedulers_liveness_probe_allows_its_deadlines_and_the_manifest_says_so():
+    """A pass's reads and each pod's turn end within their deadlines (balancer/actuate/k8s_scheduler.py) and each
+    begins with a heartbeat: the limit `gputide schedule` gives its probe, at the deployed --interval."""
+    path = ROOT / "deploy" / "components" / "scheduler" / "scheduler.yaml"
+    (container,) = deployment(path)["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    args = build_parser().parse_args(container["args"])
+    sched = SecondaryScheduler(None, args.scheduler_name, lambda r, n: None)
+    limit = stall_limit(parse_interval(args.interval), sched.turn_budget_s)
+    assert (sched.reads_s, sched.turn_s, limit) == (120.0, 60.0, 300.0)
+    assert f"{limit:.0f} s at --interval={args.interval}" in re.sub(r"\s*#\s*", " ", path.read_text())
 
 
 def test_the_not_reconciling_alert_fires_only_after_the_kubelet_has_restarted_a_stuck_controller():
