@@ -46,8 +46,8 @@ from balancer.model import (
     ServiceStatus,
     SuspendedJob,
     Workload,
-    WorkloadClass,
 )
+from balancer.telemetry.attribution import attributed, attribution_query
 from balancer.telemetry.gpu_frame import (
     _SERIES,
     BOUNDS,
@@ -331,43 +331,7 @@ class PrometheusTelemetrySource:
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))
-        overrides = dict(self.workload_overrides()) if self.workload_overrides else {}
-        gpus_of: dict[str, list[int]] = {}
-        meta: dict[str, Mapping[str, str]] = {}
-        sharers: dict[int, int] = {}
-        for r in rows:
-            m, _ = _sample(r)
-            gpu = index.get(m.get("UUID", ""))
-            if gpu is None:
-                continue
-            name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
-            if gpu in gpus_of.get(name, ()):
-                continue  # a duplicated series (two scrapes of one exporter) is one placement, not two
-            gpus_of.setdefault(name, []).append(gpu)
-            sharers[gpu] = sharers.get(gpu, 0) + 1
-            meta[name] = m
-        workloads = []
-        for name, idx in gpus_of.items():
-            if name in overrides:
-                workloads.append(overrides[name])
-                continue
-            m = meta[name]
-            try:
-                klass = WorkloadClass(m.get("workload_class", "batch"))
-            except ValueError:
-                klass = WorkloadClass.BATCH
-            share = max(sharers[g] for g in idx)
-            try:
-                priority = int(m.get("priority", "0") or 0)
-            except ValueError as exc:
-                raise InvalidTelemetry(f"gputide_gpu_workload_info for {name}: priority label {m.get('priority')!r} "
-                                       "is not an integer", subjects=(name,)) from exc
-            workloads.append(Workload(
-                name=name, workload_class=klass, namespace=m.get("namespace", "default"), owner=m.get("owner", ""),
-                priority=priority, gpus=len(idx), gpu_milli=1000 // share,
-                movable=m.get("movable", "true") != "false", protected=m.get("protected", "false") == "true",
-            ))
-        return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
+        return attributed(rows, index, dict(self.workload_overrides()) if self.workload_overrides else {})
 
     def _services(self, workloads: tuple[Workload, ...] = ()) -> dict[str, ServiceStatus]:
         """Serving series per `service` (`serving.service_status`)."""
@@ -427,11 +391,3 @@ class PrometheusTelemetrySource:
                         index=pd.to_datetime([int(float(t)) for t, _ in values], unit="s", utc=True), name="demand")
         got = got[np.isfinite(got.to_numpy())]
         return got.reindex(index)
-
-
-def attribution_query(selector: str) -> str:
-    """Which pod holds which GPU: gputide's exporter's join table, and where dcgm-exporter attributes pods instead,
-    the pairs the recording rule `gpu_pod:dcgm_attribution:info` derives from its labels (the same pod reported
-    by both counts once, with gputide's labels)."""
-    return (f"gputide_gpu_workload_info{{{selector}}} == 1 "
-            f"or on (UUID, namespace, pod) gpu_pod:dcgm_attribution:info{{{selector}}}")
