@@ -54,10 +54,12 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
 GPU_KEY = ("hostname", "gpu", "UUID")
 
 
-def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None]) -> pd.DataFrame:
+def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_since: float = math.inf,
+              on_leftovers: Callable[[list[tuple[str, ...]]], None] | None = None) -> pd.DataFrame:
     """Instant-vector rows of the GPU series -> one row per GPU: `GPU_KEY`, modelName and one column per field
     seen (NaN where a GPU lacks it). `on_clusters` is shown the `cluster` labels met before any other check (the
-    source refuses several)."""
+    source refuses several). A UUID under several keys is resolved by `drop_leftovers` (with `fresh_since`, the
+    oldest last-sample time still fresh); `on_leftovers` is shown the keys dropped."""
     rule_to_field = {rule: name for name, (rule, _) in _SERIES.items()}
     field_names = list(_SERIES)
     column = {name: i for i, name in enumerate(field_names)}
@@ -76,12 +78,16 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None]) -> pd.D
         values.append(value)
     on_clusters(clusters)
     codes, uniques = pd.factorize(pd.Index(keys, tupleize_cols=False), sort=False)
-    gpu_uuids = pd.Index([k[2] for k in uniques], dtype=object)
-    if not gpu_uuids.is_unique:   # one GPU under two hosts or slots: which one is it?
-        twice = tuple(gpu_uuids[gpu_uuids.duplicated()].unique())
-        raise InvalidTelemetry(f"{len(twice)} GPU(s) reported under several hostname, gpu or modelName labels: "
-                               f"{', '.join(twice[:5])}", subjects=twice)
-    cols_a, values_a = np.asarray(cols), np.asarray(values, dtype=float)
+    cols_a, values_a = np.asarray(cols, dtype=np.int64), np.asarray(values, dtype=float)
+    keep = drop_leftovers(list(uniques), codes, values_a, cols_a == column["last_sample"], fresh_since)
+    if not keep.all():
+        if on_leftovers is not None:
+            on_leftovers([u for u, k in zip(uniques, keep, strict=True) if not k])
+        rows_kept = keep[codes]
+        codes = (np.cumsum(keep) - 1)[codes[rows_kept]]
+        uniques = [u for u, k in zip(uniques, keep, strict=True) if k]
+        keys = [k for k, r in zip(keys, rows_kept, strict=True) if r]
+        cols_a, values_a = cols_a[rows_kept], values_a[rows_kept]
     optional = np.isin(cols_a, [column[n] for n in OPTIONAL])
     nan = np.isnan(values_a) & ~optional
     if nan.any():
@@ -99,6 +105,36 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None]) -> pd.D
         if seen[:, j].any():
             wide[name] = table[:, j]
     return wide
+
+
+def drop_leftovers(uniques: list[tuple[str, ...]], codes: np.ndarray, values: np.ndarray, is_last_sample: np.ndarray,
+                   fresh_since: float) -> np.ndarray:
+    """Which of the (hostname, gpu, UUID, modelName) keys to keep. A UUID under one key keeps it. Under several,
+    a key whose newest `gpu:last_sample:timestamp_seconds` is older than `fresh_since` (or that has none) is what
+    the GPU left behind when it moved (a renamed node, a board moved to another host or slot, old series that
+    linger without staleness markers after a Prometheus restart or through federation) and goes, as long as
+    another key of that UUID is fresh. Two fresh keys are two exporters disagreeing about one GPU: which host
+    holds it? `InvalidTelemetry`, naming what each says."""
+    uuids = pd.Index([k[2] for k in uniques], dtype=object)
+    keep = np.ones(len(uniques), dtype=bool)
+    if uuids.is_unique:
+        return keep
+    newest = np.full(len(uniques), np.nan)
+    np.fmax.at(newest, codes[is_last_sample], values[is_last_sample])
+    fresh = newest >= fresh_since
+    shared = uuids.duplicated(keep=False)
+    has_fresh = pd.Series(fresh).groupby(uuids.to_numpy()).transform("any").to_numpy(dtype=bool)
+    keep &= ~(shared & ~fresh & has_fresh)
+    left = uuids[keep]
+    twice = tuple(left[left.duplicated()].unique())
+    if twice:
+        seen = {u: [f"{k[0]} gpu {k[1]} ({k[3] or 'no modelName'})" for k, kept in zip(uniques, keep, strict=True)
+                    if kept and k[2] == u] for u in twice[:3]}
+        raise InvalidTelemetry(f"{len(twice)} GPU(s) reported under several hostname, gpu or modelName labels: "
+                               + "; ".join(f"{u} as {' and '.join(v)}" for u, v in seen.items())
+                               + " (none alone is fresh: two exporters disagree about where the GPU is?)",
+                               subjects=twice)
+    return keep
 
 
 def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.ndarray]:

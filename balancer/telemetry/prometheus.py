@@ -5,12 +5,17 @@ one instant query per cycle, so every GPU's fields come from the same evaluation
 immutable `ClusterSnapshot`. It refuses to hand the controller anything it must not act on:
 
 * Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
+* an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
+  `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
 * no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`
 * a sample older than `stale_after_intervals` x the scrape interval          -> `StaleTelemetry`
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
 * GPU series of several `cluster` labels while no `cluster` is chosen         -> `InvalidTelemetry`
+* one UUID under two hosts or slots, both fresh (two exporters that disagree)  -> `InvalidTelemetry`; where only
+  one is fresh, the other is what a GPU left behind when it moved (a renamed node, a board moved, series that
+  linger without staleness markers) and is dropped (`gpu_frame.drop_leftovers`)
 
 Optional fields and flags are not missing telemetry: without them the snapshot uses the catalogue's figure or a
 neutral value, and a GPU without memory-health series (`gpu:memory_unhealthy:bool`) counts healthy.
@@ -31,7 +36,6 @@ import numpy as np
 import pandas as pd
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from urllib3.util.retry import Retry
 
 from balancer import catalog
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
@@ -47,6 +51,7 @@ from balancer.model import (
     SuspendedJob,
     Workload,
 )
+from balancer.telemetry import promapi
 from balancer.telemetry.attribution import attributed, attribution_query
 from balancer.telemetry.gpu_frame import (
     _SERIES,
@@ -89,15 +94,13 @@ class PrometheusOptions:
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:
-    """A PrometheusConnect with auth, TLS and retries with exponential backoff configured."""
+    """A PrometheusConnect with auth, TLS and retries with exponential backoff configured, which refuses answers
+    carrying warnings (`promapi.session`)."""
     headers = dict(opts.extra_headers)
     if opts.bearer_token:
         headers["Authorization"] = f"Bearer {opts.bearer_token}"
-    session = requests.Session()
-    if opts.ca_file:
-        session.verify = opts.ca_file
-    retry = Retry(total=opts.retries, backoff_factor=opts.backoff_s, status_forcelist=(429, 500, 502, 503, 504),
-                  allowed_methods=frozenset({"GET", "POST"}))
+    session, retry = promapi.session(retries=opts.retries, backoff_s=opts.backoff_s, ca_file=opts.ca_file,
+                                     insecure_skip_verify=opts.insecure_skip_verify)
     return PrometheusConnect(url=opts.url, headers=headers or None, disable_ssl=opts.insecure_skip_verify,
                              retry=retry, auth=opts.basic_auth, session=session, timeout=opts.timeout_s)
 
@@ -137,14 +140,17 @@ class PrometheusTelemetrySource:
         self._topology_cache: tuple[tuple, tuple[tuple[Node, ...], tuple[Gpu, ...]]] | None = None
         self._slowdown: tuple[tuple[Gpu, ...], np.ndarray] | None = None
         self._uncatalogued: set[str] = set()   # modelNames already logged as not in the catalogue
+        self._leftovers: set[tuple[str, ...]] = set()   # stale keys of moved GPUs last dropped (logged once)
 
     # ---- queries --------------------------------------------------------------------------------------------
     def _selector(self) -> str:
-        return f',cluster="{self.opts.cluster}"' if self.opts.cluster else ""
+        return f",cluster={promapi.promql_string(self.opts.cluster)}" if self.opts.cluster else ""
 
     def _query(self, promql: str) -> list[dict]:
         try:
             result = self.client.custom_query(promql)
+        except promapi.PartialResponse as exc:
+            raise MissingTelemetry(f"Prometheus at {self.opts.url} answered {promql!r} in part: {exc}") from exc
         except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
             raise TelemetryUnavailable(f"Prometheus at {self.opts.url} did not answer {promql!r}: {exc}") from exc
         if not isinstance(result, list):
@@ -174,7 +180,19 @@ class PrometheusTelemetrySource:
             self._evaluated_at = float(rows[0]["value"][0])
         except (KeyError, IndexError, TypeError, ValueError):
             self._evaluated_at = math.nan
-        return gpu_frame(rows, self._one_cluster)
+        now = self._evaluated_at if math.isfinite(self._evaluated_at) else self.clock()
+        return gpu_frame(rows, self._one_cluster, fresh_since=now - self._stale_limit(),
+                         on_leftovers=self._log_leftovers)
+
+    def _stale_limit(self) -> float:
+        return self.opts.scrape_interval_s * self.opts.stale_after_intervals
+
+    def _log_leftovers(self, keys: list[tuple[str, ...]]) -> None:
+        """Once per key: the stale series a GPU left behind where it was before (`gpu_frame.drop_leftovers`)."""
+        for host, slot, uuid, _ in (k for k in keys if k not in self._leftovers):
+            log.info("GPU %s is also reported as gpu %s on %s, by stale series only: read where it is now, that "
+                     "is what it left behind (a renamed node, a moved board)", uuid, slot, host)
+        self._leftovers = set(keys)
 
     # ---- snapshot -------------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
@@ -201,7 +219,7 @@ class PrometheusTelemetrySource:
         # sample age on Prometheus's clock: the controller's own may be skewed against it (a minute ahead would
         # read every sample as stale, behind would hide real staleness)
         age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
-        limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
+        limit = self._stale_limit()
         stale = age > limit
         if stale.any():
             worst = int(np.argmax(age))
@@ -345,7 +363,7 @@ class PrometheusTelemetrySource:
         to (`attribution_query`) and those with bad memory (`gpu:memory_unhealthy:bool`). Raises `TelemetryError` subclasses like `snapshot()`; the caller decides
         what to do without the facts (the scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
-        limit = self.opts.scrape_interval_s * self.opts.stale_after_intervals
+        limit = self._stale_limit()
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
                            f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} < {limit:g})")
         busy = {_sample(r)[0].get("UUID") for r in self._query(f"count by (UUID) ({attribution_query(sel)})")}
@@ -379,6 +397,8 @@ class PrometheusTelemetrySource:
             result = self.client.custom_query_range(
                 promql, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
                 step=f"{int(step_s)}s")
+        except promapi.PartialResponse as exc:
+            raise MissingTelemetry(f"range query {promql!r} answered in part: {exc}") from exc
         except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
             raise TelemetryUnavailable(f"range query {promql!r} failed: {exc}") from exc
         # Prometheus evaluates a range query at start + k * step, so the same grid holds every answer
