@@ -116,7 +116,9 @@ class ControllerMetrics:
         self.fail_static_info = Gauge("gputide_fail_static_info", "1 for the current fail-static reason.",
                                       ["reason"], registry=r)
         self.staleness = Gauge("gputide_telemetry_staleness_seconds", "Age of the oldest sample used.", registry=r)
-        self.leader = Gauge("gputide_leader", "1 on the replica that acts.", registry=r)
+        self._leader = Gauge("gputide_leader", "1 on the replica that acts, by the Lease it elects on (empty without "
+                             "leader election).", ["lease"], registry=r)
+        self.leader = self._leader.labels(lease="")
         self.eviction_budget = Gauge("gputide_eviction_budget_remaining", "Evictions left in the current window.",
                                      registry=r)
         self.forecast_demand = Gauge("gputide_forecast_demand", "Forecast demand (req/s).",
@@ -204,6 +206,12 @@ class ControllerMetrics:
         """{job: seconds it has waited so far} -> the count per `over` threshold."""
         for over, threshold in WAITING_OVER_S.items():
             self.training_waiting.labels(over).set(sum(1 for s in waiting_s.values() if s >= threshold))
+
+    def elect_on(self, lease: str) -> None:
+        """Label gputide_leader with the Lease this replica elects on: shards of one job elect on their own Leases,
+        and GputideControllerNoLeader tells them apart by it."""
+        self._leader.remove("")
+        self.leader = self._leader.labels(lease=lease)
 
 
 # ---- what the fleet looks like, from a snapshot ----------------------------------------------------------------

@@ -118,10 +118,11 @@ def build() -> dashboard.Dashboard:
                                 "telemetry, emergency stop): gputide_fail_static.", "none",
                                 [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], w=5)
                      .mappings(holding).thresholds(thresholds((None, "green"), (1, "red"))))
-        .with_panel(stat_panel("Leader replicas", "Replicas that currently act (gputide_leader); anything "
-                               "but 1 is a problem.", "none",
-                               [q(f"sum(gputide_leader{{{CLUSTER}}})", "leaders")], w=5)
-                    .thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))))
+        .with_panel(stat_panel("Leases not led by one replica", "Leases (one per shard) that no replica or more "
+                               "than one holds, from gputide_leader{lease}: anything but 0 is a problem.", "none",
+                               [q(f"count(sum by (lease) (gputide_leader{{{CLUSTER}}}) != 1) "
+                                  f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=5)
+                    .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the last cycle used "
                                "(gputide_telemetry_staleness_seconds).", "s",
                                [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}})", "staleness")], w=5)
@@ -164,8 +165,9 @@ def build() -> dashboard.Dashboard:
                                               dm.DynamicConfigValue(id_val="custom.axisPlacement",
                                                                     value="right")]))
         .with_panel(timeseries_panel(
-            "Leader by replica", "gputide_leader per controller replica: exactly one should be 1.", "none",
-            [q(f"max by (pod, instance) (gputide_leader{{{CLUSTER}}})", "{{pod}} {{instance}}")],
+            "Leader by replica", "gputide_leader per controller replica: exactly one per Lease (shard) should be "
+            "1.", "none",
+            [q(f"max by (lease, pod, instance) (gputide_leader{{{CLUSTER}}})", "{{lease}} {{pod}} {{instance}}")],
             min_val=0, max_val=1))
     )
     return _scheduler(d)

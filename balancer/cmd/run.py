@@ -261,6 +261,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     elector = NullLeaderElector()
     if args.leader_elect:
         elector = lease_elector(api_client, lease_name, args.lease_namespace, interval)
+        metrics.elect_on(lease_name)   # gputide_leader{lease}: shards of one job are told apart by it
     guard = SafetyGuard(policy.safety, emergency_stop_file=args.emergency_stop_file)
     audit = JsonlAudit(args.audit_log) if args.audit_log else None
     planner, forecaster = capacity_parts(args, policy, source, interval, profiles)

@@ -190,11 +190,13 @@ def test_the_lease_namespace_defaults_to_the_pods_own(tmp_path, env, file_text, 
     assert own_namespace(env, str(path)) == expected
 
 
-@pytest.mark.parametrize(("argv", "env", "namespace"), [
-    ([], {"POD_NAMESPACE": "team-a"}, "team-a"),
-    (["--lease-namespace", "elsewhere"], {"POD_NAMESPACE": "team-a"}, "elsewhere"),
-], ids=["own namespace", "explicit flag wins"])
-def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env, namespace) -> None:
+@pytest.mark.parametrize(("argv", "env", "namespace", "lease"), [
+    ([], {"POD_NAMESPACE": "team-a"}, "team-a", "gputide-controller"),
+    (["--lease-namespace", "elsewhere"], {"POD_NAMESPACE": "team-a"}, "elsewhere", "gputide-controller"),
+    (["--shard", "east", "--selector", "pool=H100-SXM"], {"POD_NAMESPACE": "team-a"}, "team-a",
+     "gputide-controller-east"),
+], ids=["own namespace", "explicit flag wins", "a shard elects on its own Lease"])
+def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env, namespace, lease) -> None:
     import argparse
 
     from balancer.actuate import kubernetes as kube_mod
@@ -213,6 +215,10 @@ def test_gputide_run_uses_the_lease_elector_directly(api, monkeypatch, argv, env
     for resource in ("pods", "nodes", "jobs", "poddisruptionbudgets", "namespaces"):   # every watch it follows
         assert metrics.registry.get_sample_value("gputide_kubernetes_watch_synced", {"resource": resource}) == 0
     assert rec.elector.namespace == namespace
+    # gputide_leader names the Lease, so GputideControllerNoLeader tells shards of one job apart
+    assert rec.elector.name == lease
+    assert metrics.registry.get_sample_value("gputide_leader", {"lease": lease}) == 0
+    assert metrics.registry.get_sample_value("gputide_leader", {"lease": ""}) is None
     # with an API client at hand, pod owners, priorities and elastic bounds come from the API
     from balancer.actuate.k8s_workloads import KubernetesWorkloads
 

@@ -97,7 +97,7 @@ def test_a_replica_whose_lease_is_taken_over_during_an_action_applies_no_further
     assert rejected(reg, "not_leader") == 2 and rejected(reg, "shutting_down") == 0
     assert audited(out)[-2:] == [("n1", "rejected:not_leader"), ("n2", "rejected:not_leader")]
     # demoted: it reports itself standby and no longer the fleet it saw as leader
-    assert reg.get_sample_value("gputide_leader") == 0
+    assert reg.get_sample_value("gputide_leader", {"lease": ""}) == 0
     assert reg.get_sample_value("gputide_capacity_gpus", {"class": "idle"}) == 0
     assert lease.holder == "b" and a.run_once().status == "standby"
 
@@ -116,7 +116,7 @@ def test_a_lease_lost_while_reading_telemetry_leaves_housekeeping_and_acting_to_
     report = a.run_once()
     assert (report.status, report.reason) == ("standby", "lost the Lease while reading telemetry")
     assert actuator.calls == [] and actuator.housekeeping_calls == 0
-    assert reg.get_sample_value("gputide_leader") == 0
+    assert reg.get_sample_value("gputide_leader", {"lease": ""}) == 0
 
 
 def test_a_lease_lost_while_taking_the_fresh_snapshot_before_acting_applies_nothing():
@@ -150,7 +150,7 @@ def test_a_replica_that_keeps_its_lease_applies_every_action_and_renews_before_e
     report = a.run_once()
     assert actuator.calls == list(ACTIONS) and report.rejected == []
     assert renewed == [SNAP.time, SNAP.time + 60, SNAP.time + 120]
-    assert reg.get_sample_value("gputide_leader") == 1
+    assert reg.get_sample_value("gputide_leader", {"lease": ""}) == 1
 
 
 @pytest.mark.parametrize("elector", [
@@ -166,7 +166,7 @@ def test_sigterm_during_an_action_finishes_it_skips_the_rest_and_ends_the_loop(e
     assert actuator.calls == [ACTIONS[0]]
     assert rejected(reg, "shutting_down") == 2 and rejected(reg, "not_leader") == 0
     assert audited(out)[-2:] == [("n1", "rejected:shutting_down"), ("n2", "rejected:shutting_down")]
-    assert reg.get_sample_value("gputide_leader") == 0
+    assert reg.get_sample_value("gputide_leader", {"lease": ""}) == 0
 
 
 def test_sigterm_releases_the_lease_so_a_standby_takes_over_at_once():
