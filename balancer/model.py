@@ -91,6 +91,7 @@ class Workload:
     node_rules: NodeRules = NO_RULES   # its tolerations, node selector, required node affinity
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)   # for budgets
     pod_affinity: PodAffinity = NO_AFFINITY   # its required pod affinity and anti-affinity
+    restarts_on_resize: bool = False   # its Job restarts every pod when resized (queued in Kueue, not elastic there)
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:

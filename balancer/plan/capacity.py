@@ -67,6 +67,7 @@ class JobView:
     speed: float = 1.0  # A100-equivalent progress per GPU
     models: frozenset[str] | None = None
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    restarts_on_resize: bool = False  # any resize restarts every worker (a Kueue-queued Job not elastic there)
 
     @property
     def placed_workers(self) -> int:
@@ -264,6 +265,7 @@ def view_from_snapshot(
                     speed=float(counts @ speed / n_placed) if n_placed else 1.0,
                     models=w0.allowed_models,
                     gpus_by_model=_by_model(counts, names),
+                    restarts_on_resize=w0.restarts_on_resize,
                 )
             )
         # a suspended job has no pods but still exists: list it, or the GPUs it gave up could never come back

@@ -26,10 +26,15 @@ moves the rest of the GPUs to elastic training:
   the replicas its peaks need instead of flapping.
 * **Cheapest preemption.** GPUs a scale-up needs come first from idle GPUs of the service's allowed models,
   then from elastic training ranked by preemption cost: lowest priority first, then least work lost since the
-  last checkpoint (a resize restarts the job from its checkpoint). Jobs shrink to their elastic minimum before
-  any job is suspended.
+  last checkpoint (a resize restarts the job from its checkpoint), then a job resized in place before one that
+  restarts whole. Jobs shrink to their elastic minimum before any job is suspended.
 * **Loaned GPUs go to training.** Idle GPUs left after inference's claims grow elastic jobs (highest priority
-  first) up to their elastic maximum.
+  first, in-place resizes before whole restarts) up to their elastic maximum.
+* **A resize that restarts the whole job is priced so.** A Job queued through Kueue and not elastic there
+  (`JobView.restarts_on_resize`: no `kueue.x-k8s.io/elastic-job` annotation) is suspended, re-queued and re-admitted
+  by Kueue whenever its size changes, every pod restarting from the last checkpoint. A shrink already costs the
+  whole job's work since its checkpoint; a grow of such a job costs it too, so it is proposed only when the
+  GPU-hours it adds over the loan horizon exceed that loss, and its expected gain is net of it.
 
 Everything here is pure: `plan_capacity(view, forecasts, policy, state)` returns the actions, the capacity split
 and the per-service GPU targets (for the `gputide_capacity_gpus{class}` and `gputide_capacity_target_gpus{service}`
@@ -109,7 +114,7 @@ class Pools:
 
         ranked = sorted(
             (j for j in self.jobs.values() if usable(j) > 0),
-            key=lambda j: (j.priority, j.restart_cost_gpu_h, j.name),
+            key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name),
         )
         # without suspension a job keeps one worker even when its elastic minimum is 0
         floors = [lambda j: max(j.elastic_min, 0 if allow_suspend else 1)] + ([lambda j: 0] if allow_suspend else [])
@@ -135,21 +140,27 @@ class Pools:
                         got += n
         return got
 
-    def grow_training(self) -> None:
-        """Give the idle GPUs to elastic jobs (highest priority first) up to their elastic maximum."""
-        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.name)):
+    def grow_training(self, hours: float) -> None:
+        """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
+        restarts) up to their elastic maximum; a job a resize restarts only when the `hours` of the added workers
+        outweigh the work its restart loses (`grow_gain`)."""
+        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.restarts_on_resize, j.name)):
             gpw = max(j.gpus_per_worker, 1)
             if self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
                 continue  # already waiting for GPUs, or being shrunk this cycle
             room = j.elastic_max - self.workers[j.name]
+            take: dict[str, int] = {}
             for m in sorted(self.free, key=lambda k: -self.free[k]):
                 if room <= 0:
                     break
                 if _allowed(j.models, m) and self.free[m] >= gpw:
-                    k = min(room, self.free[m] // gpw)
-                    self.free[m] -= k * gpw
-                    self.workers[j.name] += k
+                    take[m] = k = min(room, self.free[m] // gpw)
                     room -= k
+            if not take or (j.restarts_on_resize and grow_gain(j, sum(take.values()), hours) <= 0):
+                continue
+            for m, k in take.items():
+                self.free[m] -= k * gpw
+                self.workers[j.name] += k
 
     def training_actions(
         self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float
@@ -168,21 +179,31 @@ class Pools:
                         expected_gain=gain_down.get(name, 0.0),
                         reclaim=True,
                         reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
-                        f"(priority {j.priority}, elastic min {j.elastic_min})",
+                        f"(priority {j.priority}, elastic min {j.elastic_min}){_RESTART if j.restarts_on_resize else ''}",
                     )
                 )
             else:
-                gain = (new - j.workers) * j.gpus_per_worker * j.speed * hours
+                lost = f"; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint{_RESTART}" if j.restarts_on_resize else ""
                 out.append(
                     ScaleTraining(
                         job=name,
                         workers=new,
                         previous_workers=j.workers,
-                        expected_gain=gain,
-                        reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs",
+                        expected_gain=grow_gain(j, new - j.workers, hours),
+                        reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs{lost}",
                     )
                 )
         return out
+
+
+_RESTART = "; Kueue restarts the whole job to resize it (not elastic for Kueue)"
+
+
+def grow_gain(j: JobView, workers: int, hours: float) -> float:
+    """A100-equivalent GPU-hours `workers` more workers give `j` over `hours`, less the work since its checkpoint
+    that a job a resize restarts (`JobView.restarts_on_resize`) loses by growing."""
+    gain = workers * max(j.gpus_per_worker, 1) * j.speed * hours
+    return gain - j.restart_cost_gpu_h if j.restarts_on_resize else gain
 
 
 def capacity_split(view: CapacityView, targets: Mapping[str, int]) -> CapacitySplit:
@@ -254,8 +275,8 @@ def apply_targets(
                 ),
                 len(shrunk),
             ))
-    pools.grow_training()
     hours = policy.loan_horizon_s / 3600.0
+    pools.grow_training(hours)
     training = pools.training_actions(
         "loan idle GPUs to training", "make room for inference", shrink_gain, hours
     )

@@ -238,3 +238,13 @@ def test_a_suspended_job_is_in_the_view_with_zero_workers_and_comes_back(tide):
         assert grow and grow[0].workers > 0 and grow[0].previous_workers == 0  # idle GPUs resume it
     finally:
         sim.scale_training(job, sim.training_jobs[job].workers)
+
+
+def test_the_view_marks_a_job_whose_pods_say_a_resize_restarts_it(tide):
+    sim, tc = tide
+    snap = sim.snapshot()
+    job = sorted(sim.training_jobs)[0]
+    marked = replace(snap, workloads=tuple(replace(w, restarts_on_resize=True) if w.owner == job else w
+                                           for w in snap.workloads))
+    restarts = {j.name: j.restarts_on_resize for j in view_from_snapshot(marked, tc.profiles).jobs}
+    assert restarts[job] and not any(v for name, v in restarts.items() if name != job)

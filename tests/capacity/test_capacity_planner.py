@@ -29,10 +29,11 @@ def forecast(values, *, now=0.0, service="chat") -> Forecast:
     return Forecast(service=service, issued_at=now, step_s=STEP, quantiles={0.5: a, 0.9: a, 0.99: a})
 
 
-def job(name, workers, *, gpus=None, prio=0, since=0.0, emin=1, emax=16, model="A100") -> JobView:
+def job(name, workers, *, gpus=None, prio=0, since=0.0, emin=1, emax=16, model="A100", restarts=False) -> JobView:
     placed = workers if gpus is None else gpus
     return JobView(name=name, workers=workers, elastic_min=emin, elastic_max=emax, priority=prio,
-                   since_checkpoint_s=since, gpus_by_model=MappingProxyType({model: placed}))
+                   since_checkpoint_s=since, gpus_by_model=MappingProxyType({model: placed}),
+                   restarts_on_resize=restarts)
 
 
 def view(replicas, demand, *, free=0, jobs=(), now=0.0, min_replicas=1, home=0, warmup=300.0) -> CapacityView:
@@ -170,6 +171,40 @@ def test_chooses_the_cheapest_training_to_preempt(jobs, shrunk):
     d = plan_capacity(v, {"chat": forecast([60] * 24)}, POLICY, CapacityState())
     assert inference_target(d, 3) == 6
     assert training_sizes(d) == shrunk
+
+
+def test_a_job_kueue_restarts_to_resize_is_shrunk_after_one_resized_in_place_at_the_same_cost():
+    # a Kueue-queued Job without kueue.x-k8s.io/elastic-job is suspended, re-queued and re-admitted whole when its
+    # size changes: at one priority and one loss since checkpoint, the job resized in place gives the GPUs
+    jobs = [job("a-queued", 6, restarts=True), job("b-elastic", 6)]
+    d = plan_capacity(view(3, 30.0, jobs=jobs), {"chat": forecast([60] * 24)}, POLICY, CapacityState())
+    assert training_sizes(d) == {"b-elastic": 3}
+    # a lower priority still goes first, restart or not (the cost model's first key)
+    jobs = [job("a-queued", 6, restarts=True), job("b-elastic", 6, prio=5)]
+    d = plan_capacity(view(3, 30.0, jobs=jobs), {"chat": forecast([60] * 24)}, POLICY, CapacityState())
+    assert training_sizes(d) == {"a-queued": 3}
+    shrink = next(a for a in d.actions if isinstance(a, ScaleTraining))
+    assert "restarts the whole job" in shrink.reason
+
+
+def test_a_grow_that_restarts_the_job_is_proposed_only_when_it_adds_more_than_the_restart_loses():
+    # 7 idle GPUs for 2 h add 14 GPU-h; a restart of 4 GPUs 14 h past their checkpoint loses 56 GPU-h
+    v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=14 * 3600.0, restarts=True)])
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    assert inference_target(d, 10) == 3
+    assert training_sizes(d) == {}
+    # 30 min past the checkpoint it loses 2 GPU-h: grown, and its gain is what is left of the 14
+    v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=1800.0, restarts=True)])
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    grow = next(a for a in d.actions if isinstance(a, ScaleTraining))
+    assert (grow.workers, grow.expected_gain) == (11, pytest.approx(12.0))
+    assert "loses 2.00 GPU-h since checkpoint" in grow.reason and "restarts the whole job" in grow.reason
+
+
+def test_idle_gpus_grow_a_job_resized_in_place_before_one_a_resize_restarts():
+    jobs = [job("a-queued", 4, emax=12, restarts=True), job("b-elastic", 4, emax=12)]
+    d = plan_capacity(view(10, 20.0, jobs=jobs), {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    assert training_sizes(d) == {"b-elastic": 11}
 
 
 def test_missing_forecast_holds_or_follows_current_demand():
