@@ -14,9 +14,30 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+
 from balancer.errors import InputError
 
 MAX_EPOCH_S = 4102444800.0  # 2100-01-01
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = False) -> float:
+    """Seconds from `30s`, `1m`, `500ms`, `2h`, `14d` or a number: finite and positive (or 0 with `allow_zero`).
+    float() reads `inf` and `nan` (and `1e999` as inf): a loop every `inf` seconds never runs a second cycle."""
+    number, scale = text, 1.0
+    for unit in sorted(_UNITS, key=len, reverse=True):
+        if text.endswith(unit):
+            number, scale = text[: -len(unit)], _UNITS[unit]
+            break
+    try:
+        value = float(number) * scale
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and (value > 0 or (allow_zero and value == 0)):
+        return value
+    what = "a finite duration >= 0" if allow_zero else "a finite positive duration"
+    raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
 
 
 def seed(value: int, flag: str = "--seed") -> int:
@@ -37,13 +58,19 @@ def number(value: float, flag: str, lo: float, hi: float = math.inf, *, above: b
 
 
 def duration(text: str, flag: str, *, allow_zero: bool = False) -> float:
-    """Seconds from `30s`, `1m`, `500ms` or a number; `inf` (which float() reads) is not a duration."""
-    from balancer.cmd.run import parse_interval
+    """Seconds from `30s`, `1m`, `500ms` or a number (`parse_interval`)."""
+    return parse_interval(text, flag, allow_zero=allow_zero)
 
-    value = parse_interval(text, flag, allow_zero=allow_zero)
-    if not math.isfinite(value):
-        raise InputError(None, flag, text, "a finite duration such as 30s, 1m or 500ms")
-    return value
+
+def duration_between(text: str, flag: str, least: float, most: float, allowed: str) -> float:
+    """Seconds from `text` (`parse_interval`) from `least` to `most`; anything else names `allowed`."""
+    try:
+        seconds = parse_interval(text, flag)
+    except InputError:
+        seconds = math.nan
+    if not least <= seconds <= most:
+        raise InputError(None, flag, text, allowed)
+    return seconds
 
 
 def epoch(text: str | None, flag: str) -> float:
@@ -82,3 +109,72 @@ def output_dir(path: str, flag: str) -> str:
                 raise InputError(None, flag, path, "a folder, or a path where one can be created")
             break
     return path
+
+
+def appendable_file(path: str | None, flag: str) -> str | None:
+    """A file a long run appends to (an audit log), checked at its start by opening it for appending (which
+    creates it, as the run would): a folder, a missing folder or a path not writable here is refused, not a
+    traceback after the run has begun."""
+    if path is None:
+        return None
+    allowed = "a file this process can append to, in an existing folder"
+    if Path(path).is_dir():
+        raise InputError(None, flag, path, allowed, "a folder")
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
+    return path
+
+
+def kubeconfig_file(path: str | None, flag: str = "--kubeconfig") -> str | None:
+    """A kubeconfig given on the command line, read as the Kubernetes client reads it (UTF-8 YAML, a mapping that
+    names its current-context): what the client would raise as a traceback (UnicodeDecodeError, a YAML error,
+    IsADirectoryError, a TypeError on a list) is one line naming the file. None (in-cluster or the client's own
+    defaults) is left to the client."""
+    if path is None:
+        return None
+    problem = _kubeconfig_problem(path)
+    if problem:
+        raise InputError(path, flag, path, "a kubeconfig file: UTF-8 YAML naming its current-context", problem)
+    return path
+
+
+def _kubeconfig_problem(path: str) -> str:
+    try:
+        doc = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+    except IsADirectoryError:
+        return "a folder"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8: byte {exc.object[exc.start]:#04x} at offset {exc.start}"
+    except yaml.YAMLError as exc:
+        return f"not YAML: {' '.join(str(exc).split())}"
+    if doc is None:
+        return "empty"
+    if not isinstance(doc, dict):
+        return f"a YAML {type(doc).__name__}, not a mapping"
+    if not isinstance(doc.get("current-context"), str) or not doc["current-context"]:
+        return "no current-context"
+    return ""
+
+
+def kube_client(kubeconfig: str | None, allowed: str = "a usable Kubernetes configuration"):
+    """An API client from `kubeconfig` (else in-cluster, $KUBECONFIG, ~/.kube/config); none found, or one the client
+    cannot read (not UTF-8, not YAML, a folder, no current-context, bad certificate data) is bad input naming
+    --kubeconfig (exit 2), not a traceback."""
+    from balancer.actuate.kubernetes import build_api_client
+    from balancer.errors import ActuationError
+
+    kubeconfig_file(kubeconfig)
+    try:
+        return build_api_client(kubeconfig)
+    except ActuationError as exc:
+        detail = str(exc)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as exc:
+        # the client's loader reads $KUBECONFIG / ~/.kube/config unchecked and raises whatever its parts do
+        detail = f"{type(exc).__name__}: {exc}"
+    raise InputError(kubeconfig, "--kubeconfig", kubeconfig or "(in-cluster, $KUBECONFIG, ~/.kube/config)",
+                     allowed, detail=detail)

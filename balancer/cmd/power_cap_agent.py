@@ -76,9 +76,8 @@ def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: thread
 
 
 def run(args: argparse.Namespace) -> int:
-    from balancer.cmd._args import duration
+    from balancer.cmd._args import duration, kube_client
     from balancer.cmd.exporter import nvml_backend
-    from balancer.cmd.run import kube_client
     from exporters.power_caps import PowerCapAgent
 
     if not args.node:

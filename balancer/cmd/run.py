@@ -31,6 +31,7 @@ from balancer import config
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
 from balancer.app.health import Health, action_budget_s, stall_limit, stop_budget_s
 from balancer.app.health import serve as serve_metrics
+from balancer.cmd._args import appendable_file, duration_between, kube_client, parse_interval
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -41,6 +42,8 @@ EXIT_FAIL_STATIC = 3
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_NAMESPACE = "gputide"
 MOST_ACTION_DEADLINE_S = 600.0   # the grace period and the liveness limit grow with it
+CAPACITY_FLAGS = (("--forecast-model", "forecast_model"), ("--forecast-history", "forecast_history"),
+                  ("--demand-query", "demand_query"))
 
 
 def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -54,32 +57,6 @@ def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVI
     except (OSError, UnicodeDecodeError):
         text = ""
     return text or DEFAULT_NAMESPACE
-
-
-def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = False) -> float:
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-    def ok(value: float) -> bool:
-        return value > 0 or (allow_zero and value == 0)
-
-    for unit in sorted(units, key=len, reverse=True):
-        if text.endswith(unit):
-            number = text[: -len(unit)]
-            try:
-                value = float(number) * units[unit]
-            except ValueError:
-                break
-            if ok(value):
-                return value
-            break
-    try:
-        value = float(text)
-        if ok(value):
-            return value
-    except ValueError:
-        pass
-    what = "a duration >= 0" if allow_zero else "a positive duration"
-    raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
 
 
 def prometheus_url(text: str, field: str = "--prometheus") -> str:
@@ -146,12 +123,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--demand-query", default=None, metavar="PROMQL",
                    help="a service's demand in req/s; $service, $namespace, $cluster and $selector (the label "
                         "matchers for them; cluster only with --cluster) are filled in "
-                        "(default: sum(gputide_inference_demand_rps{$selector}))")
-    p.add_argument("--forecast-model", default="mstl", metavar="NAME",
+                        "(default: sum(gputide_inference_demand_rps{$selector}); needs --services)")
+    p.add_argument("--forecast-model", default=None, metavar="NAME",
                    help="forecaster for capacity shifting (persistence, seasonal_naive_daily, holt_winters, mstl, "
-                        "gbm, profile, auto; default mstl)")
-    p.add_argument("--forecast-history", default="14d", metavar="DURATION",
-                   help="demand history read from Prometheus when a service is first seen (default 14d)")
+                        "gbm, profile, auto; default mstl; needs --services)")
+    p.add_argument("--forecast-history", default=None, metavar="DURATION",
+                   help="demand history read from Prometheus when a service is first seen (default 14d; needs "
+                        "--services)")
     p.add_argument("--kueue-queues", default=None, metavar="INFERENCE_CQ,TRAINING_CQ",
                    help="scaling a Kueue-queued training Job moves GPU nominalQuota between these two ClusterQueues "
                         "of one cohort, in the flavor Kueue admitted the Job under (ignored with --dry-run)")
@@ -167,14 +145,26 @@ def action_deadline(text: str, field: str = "--action-deadline") -> float:
     healthy API server (balancer/actuate/k8s_budget.py), no longer than `MOST_ACTION_DEADLINE_S` (the grace period
     and the liveness limit grow with it, and an action out of time would hold the loop that long)."""
     least = least_action_deadline_s()
-    try:
-        seconds = parse_interval(text, field)
-    except InputError:
-        seconds = float("nan")
-    if not least <= seconds <= MOST_ACTION_DEADLINE_S:
-        raise InputError(None, field, text, f"a duration from {least:.0f}s (the longest action on a slow but healthy "
-                                            f"API server) to {MOST_ACTION_DEADLINE_S:.0f}s, such as 3m")
-    return seconds
+    return duration_between(text, field, least, MOST_ACTION_DEADLINE_S,
+                            f"a duration from {least:.0f}s (the longest action on a slow but healthy API server) to "
+                            f"{MOST_ACTION_DEADLINE_S:.0f}s, such as 3m")
+
+
+def capacity_flags(args: argparse.Namespace) -> None:
+    """The forecaster's flags mean something only with --services: without it, refuse them rather than ignore them
+    (a --forecast-model typo or a --demand-query that would never be read), and check their values up front."""
+    if not args.services:
+        for flag, name in CAPACITY_FLAGS:
+            if getattr(args, name) is not None:
+                raise InputError(None, flag, getattr(args, name), "only with --services FILE (capacity shifting "
+                                                                  "is all that reads it)")
+        return
+    from balancer.forecast.base import MODELS
+
+    if args.forecast_model is not None and args.forecast_model not in MODELS:
+        raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))
+    if args.forecast_history is not None:
+        parse_interval(args.forecast_history, "--forecast-history")
 
 
 def lease_elector(api_client, name: str, namespace: str | None, interval_s: float):
@@ -188,19 +178,6 @@ def lease_elector(api_client, name: str, namespace: str | None, interval_s: floa
                               renew_deadline_s=duration * 2 / 3)
 
 
-def kube_client(kubeconfig: str | None, allowed: str = "a usable Kubernetes configuration"):
-    """An API client from `kubeconfig` (else in-cluster, $KUBECONFIG, ~/.kube/config); none found is bad input,
-    naming --kubeconfig (exit 2), not a traceback."""
-    from balancer.actuate.kubernetes import build_api_client
-    from balancer.errors import ActuationError
-
-    try:
-        return build_api_client(kubeconfig)
-    except ActuationError as exc:
-        raise InputError(kubeconfig, "--kubeconfig", kubeconfig or "(in-cluster, $KUBECONFIG, ~/.kube/config)",
-                         allowed, detail=str(exc)) from exc
-
-
 def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:
     from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
@@ -210,24 +187,23 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     cluster_name(args.cluster)
     queues = kueue_queues(args.kueue_queues)
     deadline = action_deadline(args.action_deadline)
+    capacity_flags(args)
+    appendable_file(args.audit_log, "--audit-log")
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
 
         fleet = fleet_mod.load(args.fleet)
     api_client = None
-    from balancer.actuate.kubernetes import build_api_client
-    from balancer.errors import ActuationError
-
     if not args.dry_run or args.leader_elect or args.kubeconfig:
         api_client = kube_client(args.kubeconfig, "a usable Kubernetes configuration, or --dry-run")
     elif args.services:
         # a dry run of capacity shifting still needs the pods' owners (read-only); without a cluster it runs blind
         try:
-            api_client = build_api_client(None)
-        except ActuationError as exc:
+            api_client = kube_client(None)
+        except InputError as exc:
             log.warning("dry run without the Kubernetes API (%s): pods have no owners, so capacity shifting holds "
-                        "(no service's replicas can be counted)", exc)
+                        "(no service's replicas can be counted)", exc.detail)
     overrides, nodes = kubernetes_sources(api_client, interval, args.once, metrics)
     profiles = None
     if args.services:
@@ -311,23 +287,22 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
         PrometheusDemandHistory,
         load_profiles,
     )
-    from balancer.forecast.base import MODELS
     from balancer.forecast.online import DemandForecaster
     from balancer.forecast.service import ServiceForecaster
     from balancer.plan.capacity import CapacityPolicy
     from balancer.plan.capacity_plan import reclaim_horizon_s
 
-    if args.forecast_model not in MODELS:
-        raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))
     profiles = profiles if profiles is not None else load_profiles(args.services)
     cap = CapacityPolicy.from_config(policy.capacity)
     step = policy.forecast.step_s
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,
-                                      parse_interval(args.forecast_history, "--forecast-history") / 86400.0, step,
+                                      parse_interval(args.forecast_history or "14d", "--forecast-history") / 86400,
+                                      step,
                                       cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
-    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model, step_s=step), horizon, history=history)
+    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model or "mstl", step_s=step), horizon,
+                                   history=history)
     return CapacityLoopPlanner(profiles, cap, interval, history=history), forecaster
 
 

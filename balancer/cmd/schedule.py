@@ -41,7 +41,8 @@ from collections.abc import Sequence
 
 from balancer.app.health import Health, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd.run import cluster_name, kube_client, lease_elector, parse_interval, prometheus_url
+from balancer.cmd._args import kube_client
+from balancer.cmd.run import cluster_name, lease_elector, parse_interval, prometheus_url
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
