@@ -3,6 +3,7 @@
     gputide run --prometheus http://prometheus:9090 [--dry-run] [--kubeconfig PATH] [--once] [--interval 30s]
                 [--policy FILE] [--leader-elect --lease-name gputide-controller --lease-namespace NS]
                 [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH] [--action-deadline 3m]
+                [--stale-after 2m]
 
 I/O objects are built here and nowhere else: the Prometheus telemetry source, the dry-run or Kubernetes actuator,
 the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renews the Lease every quarter of the
@@ -42,6 +43,9 @@ EXIT_FAIL_STATIC = 3
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_NAMESPACE = "gputide"
 MOST_ACTION_DEADLINE_S = 600.0   # the grace period and the liveness limit grow with it
+# a reading's age reaches the scrape interval + the rules' 15 s evaluation + the scrape's own time (31 s or so with
+# the shipped 15 s scrapes): a limit below this holds a healthy controller still whenever a scrape is slow
+STALE_FLOOR_S = 45.0
 CAPACITY_FLAGS = (("--forecast-model", "forecast_model"), ("--forecast-history", "forecast_history"),
                   ("--demand-query", "demand_query"))
 
@@ -137,6 +141,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"every action's API calls, retries and undo included, end within this (default "
                         f"{ACTION_DEADLINE_S:.0f}s; {least_action_deadline_s():.0f}s to {MOST_ACTION_DEADLINE_S:.0f}s); "
                         "deploy/base/controller.yaml's grace period and liveness limit are derived from it")
+    p.add_argument("--stale-after", default=None, metavar="DURATION",
+                   help=f"hold still while a GPU's newest reading is older than this (default: the policy's "
+                        f"spec.safety.maxTelemetryAgeS, 120s, the age GpuTelemetryStale fires at; "
+                        f"{STALE_FLOOR_S:.0f}s to maxTelemetryAgeS); at least the scrape interval + 30s")
     p.set_defaults(func=run)
 
 
@@ -148,6 +156,24 @@ def action_deadline(text: str, field: str = "--action-deadline") -> float:
     return duration_between(text, field, least, MOST_ACTION_DEADLINE_S,
                             f"a duration from {least:.0f}s (the longest action on a slow but healthy API server) to "
                             f"{MOST_ACTION_DEADLINE_S:.0f}s, such as 3m")
+
+
+def stale_after(text: str | None, policy: config.BalancerPolicy, policy_file: str | None,
+                field: str = "--stale-after") -> float:
+    """Seconds past which a GPU's newest reading is too old to act on (the telemetry source's limit): `text`, by
+    default the policy's `spec.safety.maxTelemetryAgeS`, the limit the safety guard applies to every snapshot (so
+    a larger one would change nothing) and the age GpuTelemetryStale fires at; never below `STALE_FLOOR_S`."""
+    most = policy.safety.max_telemetry_age_s
+    if most < STALE_FLOOR_S:
+        raise InputError(policy_file, "spec.safety.maxTelemetryAgeS", most,
+                         f">= {STALE_FLOOR_S:.0f} for gputide run (a reading's age reaches the scrape interval plus "
+                         "the rules' 15 s evaluation: less holds a healthy controller still)")
+    if text is None:
+        return most
+    return duration_between(text, field, STALE_FLOOR_S, most,
+                            f"a duration from {STALE_FLOOR_S:.0f}s (the rules' 15 s evaluation plus two 15 s scrapes) "
+                            f"to {most:.0f}s (the policy's spec.safety.maxTelemetryAgeS, past which the safety guard "
+                            "holds still anyway), such as 2m")
 
 
 def capacity_flags(args: argparse.Namespace) -> None:
@@ -187,6 +213,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     cluster_name(args.cluster)
     queues = kueue_queues(args.kueue_queues)
     deadline = action_deadline(args.action_deadline)
+    stale_s = stale_after(args.stale_after, policy, args.policy)
     capacity_flags(args)
     appendable_file(args.audit_log, "--audit-log")
     fleet = None
@@ -211,7 +238,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         profiles = load_profiles(args.services)
     # each profiled service's p99 SLO (latency pressure = p99 / SLO); others: the policy's colocation.latencySloS
-    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus, cluster=args.cluster), fleet=fleet,
+    source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus, cluster=args.cluster,
+                                                         stale_after_s=stale_s), fleet=fleet,
                                        workload_overrides=overrides, node_overrides=nodes,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
                                        disruption_budgets=overrides.disruption_budgets if overrides else None,

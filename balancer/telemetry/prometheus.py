@@ -8,7 +8,7 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
   `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
 * no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`
-* a sample older than `stale_after_intervals` x the scrape interval          -> `StaleTelemetry`
+* a sample older than `stale_after_s` (default `stale_after_intervals` x the scrape interval) -> `StaleTelemetry`
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
@@ -86,6 +86,7 @@ class PrometheusOptions:
     insecure_skip_verify: bool = False
     scrape_interval_s: float = 15.0
     stale_after_intervals: float = 4.0
+    stale_after_s: float | None = None   # the limit in seconds when set (`gputide run --stale-after`), else the above
     # a GPU gone from telemetry holds the controller still this long, then is forgotten (at once when its node is
     # gone from the Kubernetes API): a node removed by the autoscaler must not stop the controller for good
     forget_vanished_after_s: float = 600.0
@@ -185,7 +186,8 @@ class PrometheusTelemetrySource:
                          on_leftovers=self._log_leftovers)
 
     def _stale_limit(self) -> float:
-        return self.opts.scrape_interval_s * self.opts.stale_after_intervals
+        opts = self.opts
+        return opts.stale_after_s if opts.stale_after_s is not None else opts.scrape_interval_s * opts.stale_after_intervals
 
     def _log_leftovers(self, keys: list[tuple[str, ...]]) -> None:
         """Once per key: the stale series a GPU left behind where it was before (`gpu_frame.drop_leftovers`)."""
@@ -358,8 +360,8 @@ class PrometheusTelemetrySource:
 
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:
-        """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than
-        `stale_after_intervals` scrapes (a stale GPU is left out, never guessed), the GPUs a pod is attributed
+        """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than the staleness
+        limit (a stale GPU is left out, never guessed), the GPUs a pod is attributed
         to (`attribution_query`) and those with bad memory (`gpu:memory_unhealthy:bool`). Raises `TelemetryError` subclasses like `snapshot()`; the caller decides
         what to do without the facts (the scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
