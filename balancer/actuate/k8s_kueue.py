@@ -26,6 +26,17 @@ from balancer.errors import PermanentActuationError
 
 Json = dict[str, Any]
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"   # Kueue's label on the Workload it made for a Job
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"   # a Job's opt-in to Kueue's in-place resizes ("true")
+
+
+def restarts_on_resize(job: Json, queue: str) -> bool:
+    """Whether Kueue restarts a Job queued in `queue` ("" when not queued) whole to change its size: unless its
+    metadata carries `kueue.x-k8s.io/elastic-job: "true"` (ElasticJobsViaWorkloadSlices: a shrink recorded in the
+    admitted Workload, a grow admitted as a new Workload slice in the same flavor), Kueue finds the admitted
+    Workload no longer matching the Job, suspends the Job (every pod deleted) and queues a new Workload
+    (kubernetes-sigs/kueue#467). The annotation is trusted: on a Kueue without that feature gate it does nothing."""
+    notes = (job.get("metadata") or {}).get("annotations") or {}
+    return bool(queue) and notes.get(ELASTIC_JOB_ANNOTATION) != "true"
 
 
 def quota_flavors(cluster_queue: Json, resource: str) -> list[str]:

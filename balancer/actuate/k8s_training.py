@@ -14,7 +14,10 @@ nothing could keep it stopped.
 
 Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; completions too for an Elastic Indexed
 Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A plain
-Job is unsuspended with it; a queued Job that gputide stopped has its Workloads made active again after the Job's
+Job is unsuspended with it; a running queued Job is resized in place only where Kueue's ElasticJobsViaWorkloadSlices
+honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
+the new size (every pod restarting: the detail says so, and the planner prices it, `JobView.restarts_on_resize`);
+a queued Job that gputide stopped has its Workloads made active again after the Job's
 new size is written, so Kueue queues them as they now are and unsuspends the Job once admitted. gputide never
 writes `spec.suspend` on a queued Job.
 
@@ -31,6 +34,7 @@ import logging
 from dataclasses import dataclass
 
 from balancer.actuate.k8s_jobs import describe, resize
+from balancer.actuate.k8s_kueue import ELASTIC_JOB_ANNOTATION, restarts_on_resize
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
@@ -55,6 +59,7 @@ class _Job:
     name: str
     queue: str
     labelled: bool
+    restarts: bool = False   # Kueue restarts it whole to resize it (`k8s_kueue.restarts_on_resize`)
 
     @property
     def what(self) -> str:
@@ -75,7 +80,8 @@ class TrainingJobs:
         what = f"job {ns}/{name}"
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
-        job = _Job(ns, name, labels.get(KUEUE_QUEUE_LABEL) or "", labels.get(SUSPENDED_LABEL) == "true")
+        queue = labels.get(KUEUE_QUEUE_LABEL) or ""
+        job = _Job(ns, name, queue, labels.get(SUSPENDED_LABEL) == "true", restarts_on_resize(obj, queue))
         size = resize(obj, workers, what) if workers else {}
         delta = (workers - previous) * (_pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None
@@ -125,6 +131,9 @@ class TrainingJobs:
         spec = dict(size) if job.queue else {**size, "suspend": False}
         self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}}, "spec": spec})
         state = describe(size)
+        if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
+            state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "
+                      "suspends it, every pod stops, and re-admits it at its new size")
         if job.queue and job.labelled:   # a queued Job gputide stopped: its Workloads made active again
             try:
                 names = self.kueue.set_active(job.ns, owned, True)

@@ -17,12 +17,19 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `priority` | `spec.priority` (set by its PriorityClass) |
 | `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
-| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers; a pod does not say its Job's `completions`, so a running Job is held to `completions - succeeded` by the actuator, which refuses more, and a suspended one by `suspended_jobs`) |
+| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers), capped at the pod's Job's `completions - succeeded` where its completions cannot grow (`k8s_jobs.worker_limit`, read from the Job: `job_facts`), so the planner never asks a Job for workers it cannot start |
+| `restarts_on_resize` | its Job is queued through Kueue (label `kueue.x-k8s.io/queue-name`) without Kueue's `kueue.x-k8s.io/elastic-job: "true"` annotation: Kueue suspends, re-queues and re-admits such a Job whenever its parallelism changes, every pod restarting (`job_facts`) |
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers) |
+
+The Jobs themselves are read as the budgets are (`jobs_facts`: every Job, listed then followed, or at most one list
+per `ttl_s`), keeping of each only what its pods cannot say (`JobFacts`: the worker limit and whether a resize
+restarts it), and only for Jobs that have either; a pod whose owner (a training pod's owner, in its namespace) is
+such a Job gets them. Until the Jobs have been read, pods keep their annotations' bounds and are taken as resized in
+place.
 
 `KubernetesWorkloads.disruption_budgets()` reads the PodDisruptionBudgets as the pods are read (with `watch`, listed
 once and then followed, so `disruptionsAllowed` is as fresh as the last watch event; else at most one list per
@@ -61,20 +68,55 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
 from balancer.actuate.k8s_jobs import worker_limit
+from balancer.actuate.k8s_kueue import restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_watch import ListCache, by_key
-from balancer.actuate.kubernetes import PRIORITY_ANNOTATION, SUSPENDED_LABEL, _Api, _pod_requests
+from balancer.actuate.kubernetes import (
+    KUEUE_QUEUE_LABEL,
+    PRIORITY_ANNOTATION,
+    SUSPENDED_LABEL,
+    _Api,
+    _pod_requests,
+)
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
 from balancer.noderules import NO_RULES, NamespaceLabels, NodeRules, PodAffinity, Selector, affinity_terms
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What a Job says of its workers that their pods do not (module docstring)."""
+
+    limit: int | None   # the most workers it can run (`k8s_jobs.worker_limit`); None: only parallelism bounds it
+    restarts: bool      # Kueue restarts it whole to resize it
+
+
+def job_facts(job: Json) -> JobFacts | None:
+    """A Job's `JobFacts`; None for a Job that has neither a worker limit nor a restarting resize (a Job queued
+    through Kueue without `kueue.x-k8s.io/elastic-job: "true"`, `k8s_kueue.restarts_on_resize`)."""
+    meta = job.get("metadata") or {}
+    restarts = restarts_on_resize(job, (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL) or "")
+    limit = worker_limit(job)
+    if not meta.get("name") or (limit is None and not restarts):
+        return None
+    return JobFacts(limit, restarts)
+
+
+def with_job(w: Workload, facts: JobFacts | None) -> Workload:
+    """A training pod `w` with what its Job says (`JobFacts`): elastic bounds capped at the Job's worker limit
+    (never below one worker: a running Job is still there to shrink) and whether a resize restarts it."""
+    if facts is None or w.workload_class is not WorkloadClass.TRAINING:
+        return w
+    hi = w.elastic_max if facts.limit is None else min(w.elastic_max, max(facts.limit, 1))
+    return replace(w, elastic_min=min(w.elastic_min, hi), elastic_max=hi, restarts_on_resize=facts.restarts)
 
 
 def _int(value: Any, default: int) -> int:
@@ -290,8 +332,11 @@ class KubernetesWorkloads:
         self.namespaces = ListCache(
             "namespaces", lambda **kw: self.api("list namespaces", core.list_namespace, **kw), core.list_namespace,
             namespace_entry, view=labels_by_name, ttl_s=ttl_s, clock=clock, watch=watch, watch_s=watch_s)
-        # (pods version, namespaces version) and the workloads of the last `__call__`, namespaceSelectors resolved
-        self._pods: tuple[tuple[int, int], dict[str, Workload]] = ((0, 0), {})
+        self.jobs_facts = ListCache(
+            "jobs", lambda **kw: self.api("list jobs", batch.list_job_for_all_namespaces, **kw),
+            batch.list_job_for_all_namespaces, job_facts, ttl_s=ttl_s, clock=clock, watch=watch, watch_s=watch_s)
+        # (pods, namespaces, jobs versions) and the workloads of the last `__call__`, namespaceSelectors resolved
+        self._pods: tuple[tuple[int, int, int], dict[str, Workload]] = ((0, 0, 0), {})
         self._jobs: tuple[int, tuple[SuspendedJob, ...] | None] = (0, None)  # of the last `suspended_jobs()`
         self._memo: tuple[tuple, tuple] | None = None
         self._clash: frozenset[str] = frozenset()
@@ -323,21 +368,25 @@ class KubernetesWorkloads:
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        for cache in (self.pods, self.jobs, self.budgets, self.namespaces):
+        for cache in (self.pods, self.jobs, self.budgets, self.namespaces, self.jobs_facts):
             cache.close()
 
     def __call__(self) -> dict[str, Workload]:
         """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile). Their
         namespaceSelectors are resolved by the namespaces' latest labels (a pod with one is not movable until the
-        namespaces have been read); rebuilt only when the pods or the namespaces changed."""
+        namespaces have been read) and their Jobs' facts applied (`with_job`); rebuilt only when the pods, the
+        namespaces or the Jobs changed."""
         items = self.pods.current()
         labels = self.namespaces.current()   # every cycle, so the namespaces watch starts with the others
-        key = (self.pods.version, self.namespaces.version)
+        facts = self.jobs_facts.current() or {}
+        key = (self.pods.version, self.namespaces.version, self.jobs_facts.version)
         if key != self._pods[0]:
             items = items if items is not None else {}
             resolve = Resolver(lambda: labels).affinity
             unresolved = [k for k, w in items.items() if w.pod_affinity.unresolved]
             if unresolved:
                 items = dict(items) | {k: with_namespaces(items[k], resolve) for k in unresolved}
+            if facts:
+                items = {k: with_job(w, facts.get(f"{w.namespace}/{w.owner}")) for k, w in items.items()}
             self._pods = (key, items)
         return self._qualified()[0]

@@ -281,3 +281,14 @@ def test_the_capacity_overlays_commented_kueue_patch_renders_and_parses(tmp_path
     args = [a.replace("$(POD_NAMESPACE)", "gputide") for a in controller["spec"]["template"]["spec"]["containers"][0]["args"]]
     parsed = build_parser().parse_args(args)
     assert parsed.services and kueue_queues(parsed.kueue_queues) == ("inference", "training")
+
+
+def test_resizing_a_running_queued_job_says_kueue_restarts_it_unless_it_is_elastic_for_kueue(kube: FakeKube,
+                                                                                           actuator) -> None:
+    heterogeneous(kube)
+    kube.add(workload(queued_job(kube), "a100"))
+    result = scale(actuator, 6)
+    assert result.outcome is Outcome.APPLIED and "Kueue restarts the whole Job to resize it" in result.detail
+    kube.mutate("jobs", "train", "ml", {"metadata": {"annotations": {"kueue.x-k8s.io/elastic-job": "true"}}})
+    result = scale(actuator, 8, previous=6)
+    assert result.outcome is Outcome.APPLIED and "restarts" not in result.detail, result.detail

@@ -197,3 +197,22 @@ def test_disruption_budgets_are_listed_once_per_ttl_and_pods_carry_the_labels_th
     clock.advance(61)
     assert provider.disruption_budgets()[0].disruptions_allowed == 0     # API down: the last answer stands
     assert down.remaining == 0
+
+
+def test_pods_of_a_job_get_its_worker_limit_and_whether_kueue_restarts_it_to_resize(kube: FakeKube, api, clock):
+    elastic = {"gputide.io/elastic-min": "2", "gputide.io/elastic-max": "8"}
+    finite = job("finite", "ml", parallelism=4, completions=6)   # NonIndexed: completions cannot grow
+    finite["status"] = {"succeeded": 3}
+    queued = job("queued", "ml", queue="training")
+    sliced = job("sliced", "ml", queue="training")
+    sliced["metadata"]["annotations"] = {"kueue.x-k8s.io/elastic-job": "true"}
+    for j in (finite, queued, sliced, job("plain", "ml")):
+        kube.add(j)
+        kube.add(with_meta(pod(f"{j['metadata']['name']}-0", "ml", gpus=1, owner=("Job", j["metadata"]["name"])),
+                           annotations=elastic))
+    got = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)()
+    bounds = {w.owner: (w.elastic_min, w.elastic_max, w.restarts_on_resize) for w in got.values()}
+    assert bounds == {"finite": (2, 3, False),   # 6 completions, 3 succeeded: at most 3 workers, never 8
+                      "queued": (2, 8, True),    # queued through Kueue, not elastic there: a resize restarts it
+                      "sliced": (2, 8, False),   # Kueue's elastic-job annotation: resized in place
+                      "plain": (2, 8, False)}
