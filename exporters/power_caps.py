@@ -1,31 +1,37 @@
 """Power-cap agent: apply the per-GPU power limits a controller asks for on this node, and give them back.
 
-A *source* answers ``read() -> {uuid: watts}``, or None when it cannot tell (unreadable or malformed: then nothing
-changes). `JsonFileCaps` reads a JSON object ``{"GPU-...": 300, ...}`` (or ``{"caps": {...}}``) from a file (a
-missing file: no caps); on Kubernetes `balancer.actuate.k8s_nodes.NodeAnnotationCaps` reads the node annotation
-the controller's `SetPowerLimit` writes. A *target* sets limits: ``apply_power_caps({uuid: watts})`` returns the
-watts it set, each clamped to [the GPU's minimum, its *default* limit], and raises `PowerCapError` (holding what
-it did set) when the driver refused some. A target that also answers ``power_limits() -> {uuid: PowerLimit}``
-(the NVML backend; the simulated fleet does not) tells the agent which GPUs the node has and where their limits are.
+A *source* answers ``read() -> {uuid: entry}``, or None when it cannot tell (unreadable or malformed: then nothing
+changes). An entry is a cap in watts, or a `Restore`: ``{"restore": W}``, what the controller's give-back leaves
+where its cap was (the GPU had been capped at W; put its default limit back). `JsonFileCaps` reads a JSON object
+``{"GPU-...": 300, "GPU-...": {"restore": 280}}`` (or ``{"caps": {...}}``) from a file (a missing file: no caps); on
+Kubernetes `balancer.actuate.k8s_nodes.NodeAnnotationCaps` reads the node annotation the controller's
+`SetPowerLimit` writes. A *target* sets limits: ``apply_power_caps({uuid: watts})`` returns the watts it set, each
+clamped to [the GPU's minimum, its *default* limit], and raises `PowerCapError` (holding what it did set) when the
+driver refused some. A target that also answers ``power_limits() -> {uuid: PowerLimit}`` (the NVML backend; the
+simulated fleet does not) tells the agent which GPUs the node has and where their limits are.
 
 What `PowerCapAgent.sync()` does, each interval:
 
 * **gputide only ever lowers a limit.** No request sets a GPU above its default limit (the one it boots with),
-  whatever the board's maximum; a request at or above the default (the controller's give-back writes the
-  catalogue TDP) sets exactly the default.
-* A new or changed entry is applied. An entry whose GPU now runs *above* the cap applied (raised by hand with
-  ``nvidia-smi -pl``) is applied again; a GPU running *below* it (lowered by hand) is left alone.
-* An entry that disappears (its key deleted, the whole annotation or file removed) gives that GPU its default
-  limit back.
+  whatever the board's maximum; a request at or above the default sets exactly the default.
+* A new or changed cap is applied. A GPU that now runs *above* the cap applied (raised by hand with
+  ``nvidia-smi -pl``) gets it again; a GPU running *below* it (lowered by hand) is left alone.
+* **Giving back never overrides a limit set by hand.** A `Restore` entry, or a cap that disappears (its key
+  deleted, the whole annotation or file removed), puts the GPU's default limit back only while the GPU still runs
+  at the cap gputide set (W, clamped as the target clamps it); a limit anybody set since is left as it is (logged).
+  A `Restore` is decided from the GPU itself, not from the agent's memory, so a give-back written while no agent
+  ran (restarted, crash-looping, being upgraded) is carried out when one starts; without ``power_limits()`` it is
+  put back once per agent start. The controller drops a `Restore` once the GPU's limit has left that cap.
 * An entry for a GPU the node does not have (replaced since, or a typo) is logged once and ignored.
 * An unreadable or malformed source changes nothing; a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not
   stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
   ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
 
-The agent remembers only what it applied since it started: a restarted agent applies every entry again (a limit
-set by hand on a GPU the source names is overwritten then), and an entry deleted while no agent ran leaves its
-GPU's limit where it was. NVML keeps a limit until the driver reloads or the node reboots, so removing the agent
-leaves the caps it set: delete the annotation (or file) and let one sync pass first.
+Besides the source, the agent remembers only what it applied since it started: a restarted agent applies every cap
+again (a limit set by hand on a GPU the source names is overwritten then), and a cap whose key was deleted outright
+while no agent ran leaves its GPU's limit where it was (the controller writes a `Restore` instead). NVML keeps a
+limit until the driver reloads or the node reboots, so removing the agent leaves the caps it set: delete the
+annotation (or file) and let one sync pass first.
 """
 
 from __future__ import annotations
@@ -43,10 +49,21 @@ TOLERANCE_W = 1.0
 
 
 class PowerLimit(NamedTuple):
-    """A GPU's power management limit now and the default it boots with, in watts (NaN: NVML did not say)."""
+    """A GPU's power management limit now, the default it boots with and the least it accepts, in watts (NaN: NVML
+    did not say)."""
 
     current_w: float
     default_w: float
+    min_w: float = math.nan
+
+
+class Restore(NamedTuple):
+    """A given-back entry: put the GPU's default limit back if it still runs at `cap_w`, the cap gputide set."""
+
+    cap_w: float
+
+
+Entry = float | Restore
 
 
 class PowerCapError(Exception):
@@ -58,31 +75,51 @@ class PowerCapError(Exception):
 
 
 class CapSource(Protocol):
-    def read(self) -> Mapping[str, float] | None: ...
+    def read(self) -> Mapping[str, Entry] | None: ...
 
 
 class CapTarget(Protocol):
     def apply_power_caps(self, caps: Mapping[str, float]) -> Mapping[str, float]: ...
 
 
-def parse_caps(doc: Any) -> dict[str, float]:
-    """The caps of a decoded JSON document, {uuid: watts > 0}; ValueError says what is wrong with it. One bad
-    entry spoils the whole document: reading it as "that GPU has no cap" would give a throttled GPU back."""
+def parse_caps(doc: Any) -> dict[str, Entry]:
+    """The entries of a decoded JSON document, {uuid: watts > 0 or Restore(watts > 0)}; ValueError says what is
+    wrong with it. One bad entry spoils the whole document: reading it as "that GPU has no cap" would give a
+    throttled GPU back."""
     if not isinstance(doc, dict):
         raise ValueError(f"expected an object of GPU UUID -> watts, not {type(doc).__name__}")
-    caps = {}
-    for uuid, watts in doc.items():
-        if isinstance(watts, bool) or not isinstance(watts, int | float) or not 0 < watts < math.inf:
-            raise ValueError(f"{uuid}: watts {watts!r} is not a positive number")
-        caps[str(uuid)] = float(watts)
+    caps: dict[str, Entry] = {}
+    for uuid, value in doc.items():
+        if isinstance(value, dict) and value.keys() == {"restore"}:
+            caps[str(uuid)] = Restore(_watts(uuid, value["restore"]))
+        else:
+            caps[str(uuid)] = _watts(uuid, value)
     return caps
+
+
+def _watts(uuid: Any, watts: Any) -> float:
+    if isinstance(watts, bool) or not isinstance(watts, int | float) or not 0 < watts < math.inf:
+        raise ValueError(f"{uuid}: watts {watts!r} is not a positive number (nor {{\"restore\": watts}})")
+    return float(watts)
+
+
+def in_force(cap_w: float, limit: PowerLimit) -> float:
+    """The limit a cap of `cap_w` sets on a GPU: clamped to [its minimum, its default] as every target clamps it."""
+    watts = cap_w if math.isnan(limit.default_w) else min(cap_w, limit.default_w)
+    return watts if math.isnan(limit.min_w) else max(watts, min(limit.min_w, limit.default_w))
+
+
+def holds(limit: PowerLimit, cap_w: float) -> bool:
+    """Whether a GPU still runs at the cap gputide set (`cap_w`) and under its default: gputide's to give back."""
+    return (abs(limit.current_w - in_force(cap_w, limit)) <= TOLERANCE_W
+            and limit.current_w < limit.default_w - TOLERANCE_W)
 
 
 class JsonFileCaps:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def read(self) -> dict[str, float] | None:
+    def read(self) -> dict[str, Entry] | None:
         try:
             doc = json.loads(self.path.read_text())
             if isinstance(doc, dict) and isinstance(doc.get("caps"), dict):
@@ -100,7 +137,7 @@ class PowerCapAgent:
         self.source = source
         self.target = target
         self.failed: str | None = None     # why the last sync did not do all it should have; None: it did
-        self._asked: dict[str, float] = {}    # what the source asked for, per GPU, as last applied
+        self._asked: dict[str, Entry] = {}    # what the source asked for, per GPU, as last carried out
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
 
@@ -124,26 +161,60 @@ class PowerCapAgent:
             if uuid in wanted:
                 self._asked[uuid], self._applied[uuid] = wanted[uuid], watts
             else:   # given back
-                self._asked.pop(uuid, None)
-                self._applied.pop(uuid, None)
+                self._forget(uuid)
         return applied
 
     def _limits(self) -> Mapping[str, PowerLimit] | None:
         limits = getattr(self.target, "power_limits", None)
         return limits() if callable(limits) else None
 
-    def _requests(self, wanted: Mapping[str, float], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
+    def _requests(self, wanted: Mapping[str, Entry], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         requests = {}
-        for uuid, watts in wanted.items():
+        for uuid, want in wanted.items():
             if limits is not None and uuid not in limits:
                 if uuid not in self._unknown:
                     self._unknown.add(uuid)
                     log.warning("power cap for %s ignored: no such GPU on this node (replaced?)", uuid)
                 continue
-            if self._asked.get(uuid) != watts or (limits is not None and self._lifted(uuid, limits[uuid])):
+            watts = self._request(uuid, want, None if limits is None else limits[uuid])
+            if watts is not None:
                 requests[uuid] = watts
-        requests.update((uuid, RESTORE) for uuid in self._asked.keys() - wanted.keys())
+        for uuid in self._asked.keys() - wanted.keys():   # deleted outright: given back
+            asked = self._asked[uuid]
+            if isinstance(asked, Restore) or (limits is not None and uuid not in limits):
+                self._forget(uuid)
+            elif self._gives_back(uuid, self._applied[uuid], None if limits is None else limits[uuid]):
+                requests[uuid] = RESTORE
         return requests
+
+    def _request(self, uuid: str, want: Entry, limit: PowerLimit | None) -> float | None:
+        """What to ask the target for `uuid` now (None: nothing)."""
+        if isinstance(want, Restore):
+            if self._asked.get(uuid) == want:
+                return None   # carried out, or left alone, already
+            if self._gives_back(uuid, want.cap_w, limit):
+                return RESTORE
+            self._asked[uuid] = want   # settled: nothing to put back
+            self._applied.pop(uuid, None)
+            return None
+        if self._asked.get(uuid) != want or (limit is not None and self._lifted(uuid, limit)):
+            return want
+        return None
+
+    def _gives_back(self, uuid: str, cap_w: float, limit: PowerLimit | None) -> bool:
+        """Whether to put `uuid`'s default limit back: it still runs at the cap gputide set. Without the GPU's
+        limits (a target that cannot say) it is put back."""
+        if limit is None or holds(limit, cap_w):
+            return True
+        if limit.current_w < limit.default_w - TOLERANCE_W:   # at its default already: nothing to say
+                log.info("power cap of %s given back, but the GPU runs at %.0f W (default %.0f W), not the %.0f W "
+                     "gputide set: left as it is", uuid, limit.current_w, limit.default_w, cap_w)
+        self._forget(uuid)
+        return False
+
+    def _forget(self, uuid: str) -> None:
+        self._asked.pop(uuid, None)
+        self._applied.pop(uuid, None)
 
     def _lifted(self, uuid: str, limit: PowerLimit) -> bool:
         """Whether a cap applied to `uuid` is in force no more: the GPU runs above it (nvidia-smi -pl, ...)."""

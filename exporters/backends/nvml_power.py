@@ -7,7 +7,8 @@ whose default is below the catalogue's TDP, a give-back written as the TDP must 
 it boots with. A request at or above the default (`exporters.power_caps.RESTORE`: infinity) sets exactly the
 default. Every GPU asked for is tried; those NVML refuses (NoPermission without root or CAP_SYS_ADMIN, a lost GPU)
 raise one `PowerCapError` at the end, holding the ones it set. ``power_limits()`` answers each GPU's current
-management limit (what ``nvidia-smi -pl`` sets) and default, NaN where NVML will not say.
+management limit (what ``nvidia-smi -pl`` sets), default and minimum, NaN where NVML will not say: the agent gives
+a GPU back only while it runs at the cap gputide set, as clamped here.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -57,7 +58,11 @@ class NvmlPowerCaps:
     def _limit(self, h: Any) -> PowerLimit:
         nvml = self.nvml
         try:
-            return PowerLimit(nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
-                              nvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000.0)
+            limit = PowerLimit(nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
+                               nvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000.0)
         except nvml.NVMLError:
             return PowerLimit(math.nan, math.nan)
+        try:
+            return limit._replace(min_w=nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[0] / 1000.0)
+        except nvml.NVMLError:
+            return limit

@@ -11,7 +11,7 @@ import pytest
 
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission
 from exporters.backends.nvml import NvmlBackend
-from exporters.power_caps import RESTORE, JsonFileCaps, PowerCapAgent, PowerCapError
+from exporters.power_caps import RESTORE, JsonFileCaps, PowerCapAgent, PowerCapError, Restore, parse_caps
 
 W = 1000   # milliwatts
 
@@ -75,11 +75,11 @@ def test_limits_the_driver_refuses_raise_after_the_other_gpus_are_set(backend, g
     assert (gpus[0].limit_mw, gpus[1].limit_mw) == (600 * W, 450 * W)
 
 
-def test_power_limits_are_each_gpus_limit_now_and_its_default(backend, gpus):
+def test_power_limits_are_each_gpus_limit_now_its_default_and_its_minimum(backend, gpus):
     gpus[1].limit_mw = 350 * W
     gpus[0].lost = True
     limits = backend.power_limits()
-    assert limits["GPU-1"] == (350.0, 600.0)
+    assert limits["GPU-1"] == (350.0, 600.0, 200.0)
     assert all(map(math.isnan, limits["GPU-0"]))   # known GPU, figures unknown: nothing is judged by them
 
 
@@ -89,9 +89,63 @@ def test_power_limits_are_each_gpus_limit_now_and_its_default(backend, gpus):
 def test_a_give_back_restores_exactly_the_default_limit(caps_file, backend, gpus):
     agent = PowerCapAgent(caps_file({"GPU-0": 450}), backend)
     assert agent.sync() == {"GPU-0": 450.0}
-    agent.source = caps_file({"GPU-0": 700})   # the controller gives it back at the catalogue's TDP
+    agent.source = caps_file({"GPU-0": {"restore": 450}})   # the controller's give-back
     assert agent.sync() == {"GPU-0": 600.0} and gpus[0].limit_mw == 600 * W
     assert agent.failed is None
+    assert agent.sync() == {}   # carried out once
+
+
+def test_a_restore_entry_is_parsed_and_anything_else_in_an_object_spoils_the_document():
+    assert parse_caps({"GPU-0": 450, "GPU-1": {"restore": 300}}) == {"GPU-0": 450.0, "GPU-1": Restore(300.0)}
+    for bad in ({"restore": 0}, {"restore": "x"}, {"restore": 300, "by": "me"}, {}):
+        with pytest.raises(ValueError, match="GPU-1"):
+            parse_caps({"GPU-1": bad})
+
+
+@pytest.mark.parametrize(("cap", "applied"), [pytest.param(450, 450, id="a cap set as asked"),
+                                              pytest.param(50, 200, id="a cap the board held to its minimum")])
+def test_a_give_back_written_while_no_agent_ran_is_carried_out_by_the_next_one(caps_file, gpus, cap, applied):
+    PowerCapAgent(caps_file({"GPU-0": cap}), NvmlBackend(FakeNvml(gpus))).sync()
+    assert gpus[0].limit_mw == applied * W
+    # the agent is down (restarted, upgraded) while the controller gives GPU-0 back: its memory is gone with it
+    agent = PowerCapAgent(caps_file({"GPU-0": {"restore": cap}}), NvmlBackend(FakeNvml(gpus)))
+    assert agent.sync() == {"GPU-0": 600.0} and gpus[0].limit_mw == 600 * W
+    assert agent.sync() == {}
+
+
+@pytest.mark.parametrize("give_back", [pytest.param({"GPU-0": {"restore": 450}}, id="a restore entry"),
+                                       pytest.param({}, id="its key removed")])
+@pytest.mark.parametrize("by_hand", [300, 500], ids=["lowered by hand", "raised by hand"])
+def test_a_give_back_never_overrides_a_limit_set_by_hand(caps_file, backend, gpus, give_back, by_hand, caplog):
+    agent = PowerCapAgent(caps_file({"GPU-0": 450}), backend)
+    agent.sync()
+    agent.source = caps_file(give_back)
+    gpus[0].limit_mw = by_hand * W   # nvidia-smi -i GPU-0 -pl ... between the last sync and the give-back
+    with caplog.at_level(logging.INFO):
+        assert agent.sync() == {} and agent.sync() == {}
+    assert gpus[0].limit_mw == by_hand * W
+    assert sum("left as it is" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_restore_entry_for_a_gpu_not_at_gputides_cap_is_left_by_a_restarted_agent(caps_file, gpus):
+    gpus[0].limit_mw = 500 * W   # whatever the operator set, after gputide's give-back was carried out
+    agent = PowerCapAgent(caps_file({"GPU-0": {"restore": 450}}), NvmlBackend(FakeNvml(gpus)))
+    assert agent.sync() == {} and gpus[0].limit_mw == 500 * W
+
+
+def test_without_the_gpus_limits_a_restore_entry_is_carried_out_once(caps_file):
+    class Target:   # a target that cannot say where limits are (the simulated fleet)
+        def __init__(self):
+            self.asked = []
+
+        def apply_power_caps(self, caps):
+            self.asked.append(dict(caps))
+            return {u: 600.0 if w == RESTORE else w for u, w in caps.items()}
+
+    target = Target()
+    agent = PowerCapAgent(caps_file({"GPU-0": {"restore": 450}}), target)
+    assert agent.sync() == {"GPU-0": 600.0} and agent.sync() == {}
+    assert target.asked == [{"GPU-0": RESTORE}]
 
 
 @pytest.mark.parametrize("after", [pytest.param({"GPU-1": 400}, id="its key removed"),
@@ -107,7 +161,8 @@ def test_a_cap_no_longer_asked_for_is_given_back(caps_file, backend, gpus, after
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"GPU-0": "hot"}', '{"GPU-0": -1}', '{"GPU-0": true}',
-                                     '{"GPU-0": NaN}', '{"GPU-0": 450, "GPU-1": null}'])
+                                     '{"GPU-0": NaN}', '{"GPU-0": 450, "GPU-1": null}',
+                                     '{"GPU-0": {"restore": -1}}', '{"GPU-0": {"watts": 450}}'])
 def test_a_malformed_source_keeps_every_limit_and_says_so(caps_file, backend, gpus, content):
     agent = PowerCapAgent(caps_file({"GPU-0": 450, "GPU-1": 400}), backend)
     agent.sync()
