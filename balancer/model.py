@@ -43,6 +43,9 @@ class Node:
     nvlink_domain_size: int = 0  # GPUs per NVLink island on this node (0 or 1: none)
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     taints: tuple[str, ...] = ()
+    # {GPU uuid: watts} gputide has capped on this node and not given back (its `gputide.io/power-caps` annotation,
+    # the durable record a restarted controller or a new leader gives them back from)
+    power_caps: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def pool_name(self) -> str:
@@ -51,11 +54,12 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class NodeMeta:
-    """What the Kubernetes API says of a node that its metrics do not: labels, and taints in kubectl's syntax
-    (`key=value:Effect`)."""
+    """What the Kubernetes API says of a node that its metrics do not: labels, taints in kubectl's syntax
+    (`key=value:Effect`) and the power caps gputide set there (`Node.power_caps`)."""
 
     labels: Mapping[str, str]
     taints: tuple[str, ...] = ()
+    power_caps: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -360,7 +364,11 @@ class Migrate(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class SetPowerLimit(Action):
-    """Throttle (or give back) one GPU's power limit, in watts, clamped to the GPU's allowed range."""
+    """Throttle one GPU's power limit to `watts` (clamped to the GPU's allowed range), or give it back.
+
+    A give-back (`give_back=True`) returns the GPU to its *default* limit, whatever that is on the board: `watts`
+    is then only the planner's estimate of it (the catalogue TDP), which the simulation projects and no actuator
+    writes (a board's default can differ from the catalogue)."""
 
     kind: ClassVar[str] = "power_limit"
     gpu: int
@@ -368,6 +376,7 @@ class SetPowerLimit(Action):
     node: str
     watts: float
     previous_watts: float
+    give_back: bool = False
 
     @property
     def target(self) -> str:

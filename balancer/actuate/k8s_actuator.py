@@ -6,8 +6,12 @@ Nothing here decides *what* to do. How each action reaches the cluster:
                     workload's owner so the replacement pod matches it), taint the hot source node
                     `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), then evict the pod
                     through the Eviction API. 429 = a PodDisruptionBudget says no -> RETRY, reservation released.
-    SetPowerLimit   merge {uuid: watts} into the node annotation `gputide.io/power-caps`; the exporter's NVML agent
-                    mode reads it back with `read_power_caps` and applies it clamped to the GPU's constraints.
+    SetPowerLimit   merge {uuid: watts} into the node annotation `gputide.io/power-caps`, where the node's power-cap
+                    agent reads it and applies it between the GPU's minimum and its default limit; a give-back turns
+                    the GPU's entry into {"restore": watts} (the agent puts the board's default back), and the same
+                    write drops the entries of GPUs no longer on the node and the give-backs carried out
+                    (`k8s_nodes.power_caps_update`). The annotation is also what a restarted controller or a new
+                    leader reads back (`Node.power_caps`) to give back what an earlier one throttled.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA targets the Deployment, else the Deployment's scale subresource.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
@@ -56,6 +60,7 @@ from typing import Any
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
+from balancer.actuate.k8s_nodes import node_power_limits, power_caps_note, power_caps_update
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
@@ -141,11 +146,14 @@ def _taints_change(node: Json, key: str, add: bool, until: float | None) -> Json
 def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
     """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
     current = _json_annotation(node, key)
-    merged = {k: v for k, v in {**current, **updates}.items() if v is not None}
-    if merged == current and key in ((node.get("metadata") or {}).get("annotations") or {}):
+    return _annotation_patch(node, key, current, {k: v for k, v in {**current, **updates}.items() if v is not None})
+
+
+def _annotation_patch(node: Json, key: str, current: Mapping[str, Any], new: Mapping[str, Any]) -> Json | None:
+    """The patch that turns annotation `key`'s JSON map `current` into `new` (none when nothing changes)."""
+    if new == current and (not new or key in ((node.get("metadata") or {}).get("annotations") or {})):
         return None
-    value = json.dumps(merged, sort_keys=True) if merged else None
-    return {"metadata": {"annotations": {key: value}}}
+    return {"metadata": {"annotations": {key: json.dumps(new, sort_keys=True) if new else None}}}
 
 
 # ---- the actuator --------------------------------------------------------------------------------------------
@@ -280,10 +288,17 @@ class KubernetesActuator:
     # ---- power caps, taints ----
 
     def _power_limit(self, action: SetPowerLimit, snapshot: ClusterSnapshot) -> str:
-        watts = round(float(action.watts), 1)
-        self.api.update_node(action.node, lambda n: _annotation_map_change(
-            n, self.power_cap_annotation, {action.uuid: watts}))
-        return f"{action.node} {self.power_cap_annotation}[{action.uuid}] = {watts} W"
+        watts = None if action.give_back else round(float(action.watts), 1)
+        limits = node_power_limits(snapshot, action.node)
+        seen: dict[str, Any] = {}
+
+        def change(n: Json) -> Json | None:
+            current = _json_annotation(n, self.power_cap_annotation)
+            seen.update(before=current, after=power_caps_update(current, action.uuid, watts, limits))
+            return _annotation_patch(n, self.power_cap_annotation, current, seen["after"])
+
+        self.api.update_node(action.node, change)
+        return power_caps_note(f"{action.node} {self.power_cap_annotation}", action.uuid, watts, **seen)
 
     def _taint(self, action: TaintNode, snapshot: ClusterSnapshot) -> str:
         until = None if action.remove else self.clock() + self.hot_taint_ttl_s

@@ -8,7 +8,9 @@ GPU metrics name a node but say nothing of its labels or taints, and planning ne
 * **the emergency stop on a node** (label `gputide.io/emergency-stop=true`), which the guard reads from the node's
   labels;
 * **gputide's own hot taint**, so a restarted controller knows which nodes it tainted and gives them back when
-  they cool.
+  they cool;
+* **gputide's own power caps** (the `{uuid: watts}` entries of `gputide.io/power-caps`, `Node.power_caps`), so a
+  restarted controller, or a replica that becomes the leader, gives back the GPUs an earlier one throttled.
 
 `KubernetesNodes(api_client, watch=True)` (what a long-running `gputide run` uses) lists the nodes once and follows
 the API server's watch (`ListWatch`), so a cycle costs the API server nothing; until the watch has synced, and
@@ -16,8 +18,17 @@ without `watch` (`gputide run --once`), it lists them itself at most once per `t
 it answers None and the controller holds still (telemetry unavailable): it would otherwise act without seeing an
 emergency-stop label. After that, a failing API leaves the last known nodes in place (logged).
 
-`NodeAnnotationCaps(api_client, node)` reads one node's other annotation for the power-cap agent: the power limits
-the actuator's `SetPowerLimit` wrote into `gputide.io/power-caps` (None when it cannot be read or is malformed).
+`NodeAnnotationCaps(api_client, node)` reads that annotation for the power-cap agent of one node (None when it
+cannot be read or is malformed). `power_caps_update` is what the actuator's `SetPowerLimit` writes into it:
+
+* a throttle sets `{uuid: watts}`;
+* a give-back replaces the GPU's cap by `{"restore": watts}` (`exporters.power_caps.Restore`), not by a number: the
+  agent puts back the board's own default limit, whatever the catalogue says, and only while the GPU still runs at
+  that cap, so a limit an operator set since is never overridden; and the entry survives an agent that is down
+  when it is written. A GPU that holds no gputide cap is left alone;
+* the same write drops what no agent needs any more: the entries of GPUs no longer on the node (replaced), and
+  `restore` entries whose GPU's limit (as the snapshot reports it) has left the cap they name (carried out, or set
+  otherwise since). So the annotation holds at most one entry per GPU of the node.
 """
 
 from __future__ import annotations
@@ -30,11 +41,11 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer.actuate.k8s_watch import ListCache
-from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION, _Api
+from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION, _Api, read_power_caps
 from balancer.errors import ActuationError
-from balancer.model import NodeMeta
+from balancer.model import ClusterSnapshot, NodeMeta
 from balancer.noderules import Taint
-from exporters.power_caps import parse_caps
+from exporters.power_caps import TOLERANCE_W, Entry, parse_caps
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +53,57 @@ Json = dict[str, Any]
 
 
 def node_meta(node: Json) -> NodeMeta:
-    """A Node object's labels and taints."""
+    """A Node object's labels, taints and gputide power caps."""
     return NodeMeta(labels=MappingProxyType(dict((node.get("metadata") or {}).get("labels") or {})),
-                    taints=tuple(str(Taint.from_json(t)) for t in (node.get("spec") or {}).get("taints") or ()))
+                    taints=tuple(str(Taint.from_json(t)) for t in (node.get("spec") or {}).get("taints") or ()),
+                    power_caps=MappingProxyType(read_power_caps(node)))
+
+
+def node_power_limits(snapshot: ClusterSnapshot | None, node: str) -> dict[str, float] | None:
+    """{uuid: reported power limit} of `node`'s GPUs in `snapshot`; None when it shows none (nothing to judge by)."""
+    if snapshot is None:
+        return None
+    limits = {g.uuid: float(snapshot.power_limit_w[g.index]) for g in snapshot.gpus if g.node == node}
+    return limits or None
+
+
+def power_caps_update(entries: Mapping[str, Any], uuid: str, watts: float | None,
+                      limits: Mapping[str, float] | None) -> dict[str, Any]:
+    """The annotation's entries after capping `uuid` at `watts`, or giving it back (`watts` None), pruned of what no
+    agent needs (see the module's docstring). `limits`: `node_power_limits` (None: nothing is pruned)."""
+    out = dict(entries)
+    if watts is not None:
+        out[uuid] = watts
+    elif _is_cap(out.get(uuid)):
+        out[uuid] = {"restore": out[uuid]}
+    if limits is None:
+        return out
+    return {k: v for k, v in out.items() if (k in limits and not _done(v, limits[k])) or (k == uuid and k not in limits)}
+
+
+def power_caps_note(where: str, uuid: str, watts: float | None, before: Mapping[str, Any],
+                    after: Mapping[str, Any]) -> str:
+    """What `power_caps_update` did to the annotation at `where`, for the action's result and Event."""
+    if watts is not None:
+        done = f"{where}[{uuid}] = {watts} W"
+    elif _is_cap(before.get(uuid)):
+        done = f"{where}[{uuid}] given back: the node's agent restores the GPU's default limit"
+    else:
+        done = f"{where}[{uuid}]: no gputide cap to give back"
+    gone = sorted(before.keys() - after.keys() - {uuid})
+    return done + (f"; dropped {', '.join(gone)} (not on the node, or given back)" if gone else "")
+
+
+def _is_cap(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _done(value: Any, limit: float) -> bool:
+    """Whether `value` is a `restore` entry with nothing left to do: the GPU's limit has left the cap it names."""
+    if not isinstance(value, dict):
+        return False
+    cap = value.get("restore")
+    return not _is_cap(cap) or not abs(limit - cap) <= TOLERANCE_W
 
 
 def by_name(items: dict[str, NodeMeta]) -> Mapping[str, NodeMeta]:
@@ -75,7 +134,7 @@ class KubernetesNodes:
 
 
 class NodeAnnotationCaps:
-    """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts} from this node's annotation.
+    """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts or Restore} from this node's annotation.
 
     Same contract as exporters.power_caps.JsonFileCaps: no annotation is no caps (the agent gives back the limits
     it applied); an API error, or an annotation that is not a JSON object of positive watts (a hand edit gone
@@ -87,7 +146,7 @@ class NodeAnnotationCaps:
         self.api = _Api(api_client, 1, 0.5, sleep, 5.0)
         self.node, self.annotation = node, annotation
 
-    def read(self) -> dict[str, float] | None:
+    def read(self) -> dict[str, Entry] | None:
         try:
             obj = self.api(f"node {self.node}", self.api.core.read_node, self.node)
         except ActuationError as err:

@@ -149,9 +149,10 @@ def _json_annotation(obj: Json, key: str) -> dict[str, Any]:
 
 
 def read_power_caps(node: Any, annotation: str = POWER_CAP_ANNOTATION) -> dict[str, float]:
-    """The per-GPU power caps {uuid: watts} requested for a node (a dict as from the API or a V1Node).
-
-    Used by the exporter's NVML agent mode; entries that are not positive numbers are skipped."""
+    """The power caps {uuid: watts} gputide holds on a node (a dict as from the API or a V1Node): the GPUs it throttled
+    and has not given back. Lenient, for the controller (`Node.power_caps`, `KubernetesActuator.power_caps`): entries
+    that are not positive numbers, `{"restore": W}` give-backs included, are skipped (the power-cap agent reads the
+    annotation strictly: `k8s_nodes.NodeAnnotationCaps`)."""
     if not isinstance(node, Mapping):
         node = {"metadata": {"annotations": getattr(getattr(node, "metadata", None), "annotations", None)}}
     caps = {}

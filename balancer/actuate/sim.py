@@ -6,7 +6,10 @@ reservation: in Kubernetes an annotation on the target node; here a dict the cal
 clears the journal entry. A controller that dies between the two steps leaves the journal entry behind and the
 workload still running at its source; `recover()` (called by the loop on start) finishes or abandons every
 journalled migration, so a restart converges and no workload is lost. `crash_after_reserve` injects that crash
-for tests. Scale-downs of training are graceful (checkpoint first).
+for tests. Scale-downs of training are graceful (checkpoint first). A power cap is recorded on its node
+(`SimCluster.cap_power`, `Node.power_caps`) as the Kubernetes actuator records it in the node's annotation, so a
+restarted controller sees in its snapshot what it must give back; a give-back restores the GPU's default limit, and
+only on a GPU gputide capped.
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ class SimActuator:
             self.journal.pop(name, None)
             return ActionResult(action, Outcome.APPLIED if ok else Outcome.RETRY,
                                 "" if ok else "target filled up before the move")
-        if isinstance(action, SetPowerLimit):
-            applied = sim.set_power_limit(action.gpu, action.watts)
+        if isinstance(action, SetPowerLimit):   # recorded on the node, as the Kubernetes actuator's annotation
+            applied = sim.cap_power(action.gpu, None if action.give_back else action.watts)
             return ActionResult(action, Outcome.APPLIED, f"applied {applied:.0f} W")
         if isinstance(action, TaintNode):
             (sim.remove_taint if action.remove else sim.add_taint)(action.node)

@@ -29,7 +29,9 @@ For each active hotspot, hottest first, the proposals are, in order of preferenc
 3. if even the floor is too hot, shrink one low-priority elastic training job by a worker.
 
 Nodes with a thermal hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
-shrunk jobs are given back. Gains are not guessed here: `simulate_plan` measures each proposal's change of
+shrunk jobs are given back. A power limit is given back to the GPU's own default (`SetPowerLimit.give_back`), for
+every GPU gputide capped: those the planner state remembers and those the snapshot's nodes record
+(`gputide_caps`), so what a previous controller or leader throttled is not left capped with nobody owning it. Gains are not guessed here: `simulate_plan` measures each proposal's change of
 the objective with the same projection and drops those that do not help.
 """
 
@@ -196,12 +198,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     break  # one migration per GPU per cycle; the next cycle sees the effect
             if not relieved and tp.enabled:
                 actions += _throttle(s, policy, proj, int(g), on_gpu.get(int(g), ()), shrunk)
-    # give back what cooled
-    for uuid, _ in sorted(throttled.items()):
-        g = s.gpu_by_uuid.get(uuid)
-        if g is not None and not active[g] and s.power_limit_w[g] < proj.tdp[g] - 1:
-            actions.append(SetPowerLimit(gpu=g, uuid=uuid, node=s.gpus[g].node, watts=float(proj.tdp[g]),
-                                         previous_watts=float(s.power_limit_w[g]), reason="GPU cooled: unthrottle"))
+    actions += _give_back_power(s, proj, state, policy, throttled)
     actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
     busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names
                  if n in s.workload_by_name}
@@ -211,6 +208,37 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
                                          reason="hotspot cleared: give the workers back"))
     return actions
+
+
+def gputide_caps(snapshot: ClusterSnapshot) -> dict[str, float]:
+    """{uuid: watts} of the power caps gputide holds on the snapshot's GPUs, as their nodes record them
+    (`Node.power_caps`, the durable `gputide.io/power-caps` annotation): what a restarted controller, or a replica
+    that has just become the leader, must give back, as the planner state of the one that throttled them is gone. An
+    entry naming a GPU on another node than its own is a stale one that node's next write drops."""
+    caps: dict[str, float] = {}
+    for n in snapshot.nodes:
+        for uuid, watts in n.power_caps.items():
+            g = snapshot.gpu_by_uuid.get(uuid)
+            if g is not None and snapshot.gpus[g].node == n.name:
+                caps[uuid] = watts
+    return caps
+
+
+def _give_back_power(s: ClusterSnapshot, proj: Projection, state: HotspotState, policy: BalancerPolicy,
+                     throttled: Mapping[str, float]) -> list[Action]:
+    """Give-backs for the GPUs gputide throttled (`throttled`) that have cooled: no hotspot, and `coolReadings` cool
+    readings in a row (not merely "not active yet": the streaks of a restarted controller start from nothing, and a
+    GPU still hot must not get its power back before they have counted). The GPU goes back to its own default limit
+    (`give_back`; `watts`, the catalogue TDP, is what the simulation projects)."""
+    cooled = ~state.active & (state.cool_streak >= policy.hotspots.cool_readings)
+    out: list[Action] = []
+    for uuid in sorted(throttled):
+        g = s.gpu_by_uuid.get(uuid)
+        if g is not None and cooled[g] and s.power_limit_w[g] < proj.tdp[g] - 1:
+            out.append(SetPowerLimit(gpu=g, uuid=uuid, node=s.gpus[g].node, watts=float(proj.tdp[g]),
+                                     previous_watts=float(s.power_limit_w[g]), give_back=True,
+                                     reason="GPU cooled: unthrottle"))
+    return out
 
 
 def _why(s: ClusterSnapshot, state: HotspotState, g: int) -> str:

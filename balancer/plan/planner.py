@@ -6,7 +6,10 @@ over-committed, every workload keeps a place to run) and lowers the objective; i
 objective change the simulation measured. The result is a `Plan` with objective before and after and notes
 for the dropped proposals. No clock, no I/O: everything the planner remembers between cycles is in the
 immutable `PlannerState` it returns, and `acknowledge(state, applied_actions, snapshot)` folds in what the
-actuator really did (a power cap, a taint or a shrink the controller must later give back). A capacity planner
+actuator really did (a power cap, a taint or a shrink the controller must later give back). What must outlive the
+process is read back from the snapshot every cycle, not from memory: gputide's hot taint on a node
+(`hot_tainted`) and the power caps gputide holds on a node (`hotspots.gputide_caps`), so a restarted controller or a
+replica that has just become the leader gives back what an earlier one tainted or throttled. A capacity planner
 wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop publishes.
 """
 
@@ -37,7 +40,8 @@ _EMPTY: Mapping = MappingProxyType({})
 class PlannerState:
     hotspots: hotspots.HotspotState = field(default_factory=hotspots.HotspotState)
     colocation: colocation.ColocationState = field(default_factory=colocation.ColocationState)
-    # GPU uuid -> the limit it had before we capped it
+    # GPU uuid -> the power cap gputide holds on it (acknowledged throttles, and each cycle what the snapshot's nodes
+    # record: `hotspots.gputide_caps`), until it is given back
     throttled: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     tainted: frozenset[str] = frozenset()        # nodes we tainted
     # training job -> workers before a hotspot shrink
@@ -64,7 +68,9 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **state.shrunk}
     proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
     refused = {w: t for w, t in state.refused_moves.items() if snapshot.time - t < policy.hotspots.refused_retry_s}
-    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), state.throttled, state.shrunk,
+    throttled = {**hotspots.gputide_caps(snapshot),
+                 **{u: w for u, w in state.throttled.items() if u in snapshot.gpu_by_uuid}}
+    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, state.shrunk,
                                  frozenset(refused))
     proposals += colocation.propose(snapshot, policy, co, proj)
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
@@ -72,7 +78,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     out = Plan(actions=result.kept, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(tainted) & _names(snapshot),
-                        refused_moves=MappingProxyType(refused))
+                        throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
 
 
 def _names(snapshot: ClusterSnapshot) -> frozenset[str]:
@@ -94,8 +100,8 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
     throttled, tainted, shrunk, co = dict(state.throttled), set(state.tainted), dict(state.shrunk), state.colocation
     for a in applied:
         if isinstance(a, SetPowerLimit):
-            if a.is_throttle:
-                throttled.setdefault(a.uuid, a.previous_watts)
+            if a.is_throttle and not a.give_back:
+                throttled[a.uuid] = a.watts
             else:
                 throttled.pop(a.uuid, None)
         elif isinstance(a, TaintNode):

@@ -20,6 +20,8 @@ API::
     sim.set_scheduler(fn); sim.schedule()                     # fn(SchedulerView, pending) -> [(name, gpus)]
     sim.place(name, gpus) / sim.evict(name) / sim.migrate(name, gpus) -> bool; sim.fits(name, gpus)
     sim.set_power_limit(gpu, watts) -> applied watts          # clamped to [min_power_limit_w, tdp_w]
+    sim.cap_power(gpu, watts | None) -> limit now             # gputide's cap, kept in sim.power_caps and on its
+                                                              # node (Node.power_caps); None gives it back
     sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False)
     sim.replicas(service), sim.workers(job)
     sim.add_taint(node) / sim.remove_taint(node)

@@ -73,6 +73,7 @@ class SimCluster(WorkloadOps):
         self.node_resistance_factor = np.ones(len(fleet.nodes))
         self._cooling_until: dict[int, float] = {}
         self.node_tainted = np.zeros(len(fleet.nodes), dtype=bool)
+        self.power_caps: dict[int, float] = {}   # GPU -> the cap gputide set (a node's gputide.io/power-caps)
         # per-GPU state
         inlet = p.node_inlet_c[p.node_index]
         self.temperature_c = inlet + p.resistance * p.idle_w
@@ -249,8 +250,7 @@ class SimCluster(WorkloadOps):
     def snapshot(self, sample_age_s: float = 0.0) -> ClusterSnapshot:
         """Ground truth as the controller would see it through fresh telemetry."""
         if self._nodes_cache is None:
-            self._nodes_cache = tuple(
-                _with_taint(nd, bool(self.node_tainted[i])) for i, nd in enumerate(self.fleet.nodes))
+            self._nodes_cache = _with_meta(self.fleet, self.node_tainted, self.power_caps)
         return ClusterSnapshot(
             time=self.time, nodes=self._nodes_cache, gpus=self.fleet.gpus,
             temperature_c=self.temperature_c, memory_temperature_c=self.memory_temperature_c,
@@ -299,6 +299,16 @@ class SimCluster(WorkloadOps):
         applied = float(np.clip(watts, self.min_power_limit_w[gpu], self.tdp_w[gpu]))
         self.power_limit_w[gpu] = applied
         return applied
+
+    def cap_power(self, gpu: int, watts: float | None) -> float:
+        """gputide's cap on `gpu`, recorded on its node (`Node.power_caps`, a Kubernetes node's annotation), or (None)
+        given back: its default limit, if gputide capped it. Returns the GPU's limit now."""
+        if watts is None and self.power_caps.pop(gpu, None) is None:
+            return float(self.power_limit_w[gpu])
+        if watts is not None:
+            self.power_caps[gpu] = float(watts)
+        self._nodes_cache = None
+        return self.set_power_limit(gpu, self.tdp_w[gpu] if watts is None else watts)
 
     def add_taint(self, node: str) -> None:
         self.node_tainted[self._node(node)] = True
@@ -383,11 +393,15 @@ class SimCluster(WorkloadOps):
         )
 
 
-def _with_taint(node: Node, tainted: bool) -> Node:
-    if not tainted or TAINT in node.taints:
-        return node
+def _with_meta(fleet: Fleet, tainted: np.ndarray, power_caps: Mapping[int, float]) -> tuple[Node, ...]:
+    """The fleet's nodes carrying gputide's hot taint and power caps, as a Kubernetes Node carries them."""
     from dataclasses import replace
 
-    return replace(node, taints=(*node.taints, TAINT))
+    caps: dict[str, dict[str, float]] = {}
+    for g, watts in power_caps.items():
+        caps.setdefault(fleet.gpus[g].node, {})[fleet.gpus[g].uuid] = watts
+    return tuple(replace(nd, taints=(*nd.taints, TAINT) if t and TAINT not in nd.taints else nd.taints,
+                         power_caps=MappingProxyType(caps.get(nd.name, {}))) if t or nd.name in caps else nd
+                 for nd, t in zip(fleet.nodes, tainted.tolist(), strict=True))
 
 

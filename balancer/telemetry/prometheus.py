@@ -320,7 +320,8 @@ class PrometheusTelemetrySource:
         return self._with_node_meta(nodes), self._topology_cache[1][1]
 
     def _with_node_meta(self, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
-        """`nodes` with the labels and taints `node_overrides` has for them (built again only when either changed).
+        """`nodes` with the labels, taints and gputide power caps `node_overrides` has for them (built again only when
+        one changed).
         A node the API does not know keeps what the fleet file says."""
         if self.node_overrides is None:
             return nodes
@@ -330,8 +331,8 @@ class PrometheusTelemetrySource:
                                        "stop, a workload's node selector) are unknown")
         last = self._labelled
         if last is None or last[0] is not nodes or last[1] is not meta:
-            labelled = tuple(replace(n, labels=m.labels, taints=m.taints) if (m := meta.get(n.name)) else n
-                             for n in nodes)
+            labelled = tuple(replace(n, labels=m.labels, taints=m.taints, power_caps=m.power_caps)
+                             if (m := meta.get(n.name)) else n for n in nodes)
             unknown = sum(n.name not in meta for n in nodes)
             if unknown and (last is None or last[0] is not nodes):
                 log.warning("%d of %d nodes with GPU metrics are not Kubernetes nodes (hostname label != node "

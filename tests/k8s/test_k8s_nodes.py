@@ -121,3 +121,20 @@ def test_a_status_update_that_leaves_labels_and_taints_alone_keeps_the_same_answ
     kube.mutate("nodes", "g1", "", {"metadata": {"labels": {"zone": "b"}}})
     clock.advance(61)
     assert nodes() is not first and nodes()["g1"].labels["zone"] == "b"
+
+
+def test_the_snapshot_carries_the_power_caps_gputide_holds_on_each_node(kube: FakeKube, api, clock):
+    """What a restarted controller or a new leader gives back: the caps in force, not the give-backs."""
+    from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION
+    from balancer.plan.hotspots import gputide_caps
+
+    caps = '{"GPU-a0": 300, "GPU-a1": {"restore": 250}, "GPU-b0": 280}'   # GPU-b0 is on node-b, not node-a
+    with_caps = node("node-a")
+    with_caps["metadata"]["annotations"] = {POWER_CAP_ANNOTATION: caps}
+    kube.add(with_caps)
+    kube.add(node("node-b"))
+    assert dict(node_meta(kube.get("nodes", "node-a")).power_caps) == {"GPU-a0": 300.0, "GPU-b0": 280.0}
+    src = source(FakeClient())
+    src.node_overrides = meta_of(kube, api, clock)
+    snap = src.snapshot()
+    assert gputide_caps(snap) == {"GPU-a0": 300.0}   # an entry naming another node's GPU is a stale one

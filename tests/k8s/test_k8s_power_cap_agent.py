@@ -97,15 +97,33 @@ def test_a_hand_edited_annotation_keeps_the_caps_until_it_is_removed(kube, api, 
     assert reg.get_sample_value("gputide_power_cap_agent_applied_watts", {"UUID": "GPU-1"}) == 700.0
 
 
-def test_a_give_back_at_the_catalogue_tdp_restores_the_boards_own_default(kube, api, agent, gpus, clock):
+def give_back(uuid: str, catalogue_w: float) -> SetPowerLimit:
+    return SetPowerLimit(reason="GPU cooled", gpu=0, uuid=uuid, node="n1", watts=catalogue_w, previous_watts=450.0,
+                         give_back=True)
+
+
+def test_a_give_back_restores_the_boards_own_default_not_the_catalogue_tdp(kube, api, agent, gpus, clock):
     a, metrics, _ = agent
-    gpus[0].default_limit_mw, gpus[0].limit_mw = 600_000, 600_000   # a board allowed 700 W that boots at 600 W
+    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
+    actuator.apply(cap("GPU-0", 350.0), None)
+    sync_once(a, metrics)
+    # a board that boots at 700 W of a model the catalogue lists at 400 W: 400 W is no give-back on it
+    actuator.apply(give_back("GPU-0", catalogue_w=400.0), None)
+    assert sync_once(a, metrics) == {"GPU-0": 700.0} and gpus[0].limit_mw == 700_000
+
+
+def test_a_give_back_written_while_the_agent_is_down_is_carried_out_when_it_is_back(kube, api, agent, gpus, clock):
+    a, metrics, _ = agent
     actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
     actuator.apply(cap("GPU-0", 450.0), None)
+    actuator.apply(cap("GPU-1", 400.0), None)
     sync_once(a, metrics)
-    actuator.apply(SetPowerLimit(reason="GPU cooled: unthrottle", gpu=0, uuid="GPU-0", node="n1", watts=700.0,
-                                 previous_watts=450.0), None)
-    assert sync_once(a, metrics) == {"GPU-0": 600.0} and gpus[0].limit_mw == 600_000
+    gpus[1].limit_mw = 300_000   # the operator lowers GPU-1 further by hand
+    actuator.apply(give_back("GPU-0", 700.0), None)   # meanwhile the agent is down: its memory goes with it
+    actuator.apply(give_back("GPU-1", 700.0), None)
+    restarted = PowerCapAgent(NodeAnnotationCaps(api, "n1", sleep=lambda s: None), a.target)
+    assert sync_once(restarted, metrics) == {"GPU-0": 700.0}
+    assert (gpus[0].limit_mw, gpus[1].limit_mw) == (700_000, 300_000)   # the hand-set limit is left as it is
 
 
 def test_the_cli_applies_once_against_a_kubeconfig(kube, api, kubeconfig, gpus, monkeypatch, clock):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from loop_helpers import make_fleet, snapshot, workload
 
@@ -121,8 +123,48 @@ def test_throttled_gpu_is_given_back_after_m_cool_readings():
     p, state = plan(cool, None, BalancerPolicy(), state)
     assert kinds(p) == ["power_limit", "taint_node"]
     back = next(a for a in p.actions if isinstance(a, SetPowerLimit))
-    assert back.watts == 400 and not back.is_throttle
+    assert back.watts == 400 and not back.is_throttle and back.give_back
     assert next(a for a in p.actions if isinstance(a, TaintNode)).remove
+    assert cap.uuid not in acknowledge(state, p.actions, cool).throttled
+
+
+def _recorded(caps_by_node: dict[int, dict[int, float]]):
+    """FL's nodes, each recording the power caps gputide holds on its GPUs (its gputide.io/power-caps annotation)."""
+    return [replace(n, power_caps={FL.gpus[g].uuid: w for g, w in caps_by_node.get(i, {}).items()})
+            for i, n in enumerate(FL.nodes)]
+
+
+def _gave_back(p):
+    return [a.gpu for a in p.actions if isinstance(a, SetPowerLimit) and a.give_back]
+
+
+def test_a_restarted_planner_gives_back_what_the_snapshot_records_it_throttled_once_it_has_cooled():
+    full = [(inf(i), (i,)) for i in range(12)]
+    # GPU 0 capped by gputide (recorded on n0), GPU 5 capped by someone else (not recorded): both cool now
+    cool = snapshot(FL, workloads=full, temps={0: 60, 5: 60}, limits={0: 250.0, 5: 250.0},
+                    nodes=_recorded({0: {0: 250.0}}))
+    state = PlannerState()   # a new process, or a replica that has just become the leader: no memory
+    for _ in range(BalancerPolicy().hotspots.cool_readings - 1):
+        p, state = plan(cool, None, BalancerPolicy(), state)
+        assert not _gave_back(p)   # the cool readings are counted first, as for a release
+    assert state.throttled == {FL.gpus[0].uuid: 250.0}
+    p, state = plan(cool, None, BalancerPolicy(), state)
+    assert _gave_back(p) == [0]   # GPU 5's limit is not gputide's to give back
+
+
+def test_a_restarted_planner_keeps_a_recorded_cap_on_a_gpu_still_hot():
+    full = [(inf(i), (i,)) for i in range(12)]
+    hot = snapshot(FL, workloads=full, temps={0: 86}, limits={0: 250.0}, nodes=_recorded({0: {0: 250.0}}))
+    state = PlannerState()   # restarted: the streaks start from nothing, so GPU 0 is no hotspot for a cycle or two
+    for _ in range(BalancerPolicy().hotspots.cool_readings + 2):
+        p, state = plan(hot, None, BalancerPolicy(), state)
+        assert not _gave_back(p) and FL.gpus[0].uuid in state.throttled
+
+
+def test_a_recorded_cap_naming_a_gpu_of_another_node_is_not_given_back_there():
+    cool = snapshot(FL, workloads=[(inf(0), (0,))], limits={0: 250.0}, nodes=_recorded({1: {0: 250.0}}))
+    p, state = run([cool] * BalancerPolicy().hotspots.cool_readings)
+    assert not _gave_back(p) and not state.throttled
 
 
 def _colocated(p99, workers=3):

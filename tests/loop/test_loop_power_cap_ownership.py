@@ -1,0 +1,83 @@
+"""Power caps outlive the controller that set them: a restarted controller, a replica that becomes the leader and a
+dry run all read what was throttled from the fleet (the node's record of gputide's caps: on Kubernetes the
+`gputide.io/power-caps` annotation, in the simulator `SimCluster.power_caps`) and give it back once it has cooled,
+so no GPU stays capped with nobody owning it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from loop_helpers import make_fleet
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.dryrun import DryRunActuator
+from balancer.actuate.sim import SimActuator
+from balancer.config import BalancerPolicy
+from balancer.loop import InMemoryLeaderElector, InMemoryLease, Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.model import SetPowerLimit
+from balancer.sim import ServiceSpec, SimCluster
+from balancer.telemetry.sim import SimTelemetrySource
+
+COOL_READINGS = BalancerPolicy().hotspots.cool_readings
+
+
+def controller(sim: SimCluster, actuator=None, elector=None) -> Reconciler:
+    return Reconciler(source=SimTelemetrySource(sim), actuator=actuator or SimActuator(sim), clock=lambda: sim.time,
+                      metrics=ControllerMetrics(CollectorRegistry()), elector=elector)
+
+
+def throttled_then_cooled(elector=None) -> tuple[SimCluster, dict[int, float]]:
+    """One node of 4 busy GPUs whose cooling fails: with nowhere to move the work, a controller throttles them;
+    then it is gone (killed, or it lost its Lease) and the cooling is repaired."""
+    sim = SimCluster(make_fleet(1, 4), seed=1, step_s=60.0)
+    sim.add_service(ServiceSpec(name="svc", replicas=4, demand=lambda t: 80.0, gpu_memory_mib=16384))
+    sim.schedule()
+    sim.degrade_cooling("n0", inlet_rise_c=22.0)
+    first = controller(sim, elector=elector)
+    for _ in range(10):
+        sim.step()
+        first.run_once()
+    capped = {int(g): float(sim.power_limit_w[g]) for g in np.flatnonzero(sim.power_limit_w < sim.tdp_w - 1)}
+    assert capped and sim.power_caps == pytest.approx(capped)   # what the first controller did, and recorded
+    sim.restore_cooling("n0")
+    return sim, capped
+
+
+def run(sim: SimCluster, rec: Reconciler, cycles: int) -> list:
+    applied = []
+    for _ in range(cycles):
+        sim.step()
+        report = rec.run_once()
+        applied += [r.action for r in report.results]
+    return applied
+
+
+def gave_back(actions) -> list[int]:
+    return sorted(a.gpu for a in actions if isinstance(a, SetPowerLimit) and a.give_back)
+
+
+def test_a_restarted_controller_gives_back_what_its_predecessor_throttled_once_the_gpus_cool():
+    sim, capped = throttled_then_cooled()
+    restarted = controller(sim)   # a new process: its planner state starts empty
+    early = run(sim, restarted, COOL_READINGS - 1)
+    assert not gave_back(early) and (sim.power_limit_w < sim.tdp_w - 1).any()   # the cool readings count first
+    assert gave_back(run(sim, restarted, 1)) == sorted(capped)
+    assert (sim.power_limit_w == sim.tdp_w).all() and not sim.power_caps
+
+
+def test_a_replica_that_becomes_the_leader_gives_back_what_the_old_leader_throttled():
+    lease = InMemoryLease(duration_s=90.0)
+    sim, capped = throttled_then_cooled(InMemoryLeaderElector(lease, "a"))   # "a" dies holding the Lease
+    b = controller(sim, elector=InMemoryLeaderElector(lease, "b"))
+    actions = run(sim, b, COOL_READINGS + 2)
+    assert lease.holder == "b" and gave_back(actions) == sorted(capped)
+    assert (sim.power_limit_w == sim.tdp_w).all()
+
+
+def test_a_dry_run_after_a_restart_says_it_would_give_them_back_and_changes_nothing():
+    sim, capped = throttled_then_cooled()
+    dry = DryRunActuator()
+    run(sim, controller(sim, actuator=dry), COOL_READINGS + 1)
+    assert sorted(set(gave_back(dry.actions))) == sorted(capped)   # (every cycle: a dry run applies nothing)
+    assert sim.power_caps == pytest.approx(capped) and (sim.power_limit_w < sim.tdp_w - 1).sum() == len(capped)
