@@ -81,12 +81,18 @@ def test_a_gpu_nvml_refuses_fails_the_sync_so_the_alert_fires(kube, api, agent, 
     assert gpus[0].limit_mw == 700_000
 
 
-def test_a_hand_edited_annotation_keeps_the_caps_until_it_is_removed(kube, api, agent, gpus, clock):
-    a, metrics, reg = agent
+def capped_and_applied(api, clock, agent: PowerCapAgent, metrics) -> KubernetesActuator:
+    """The controller caps GPU-0 at 450 W and GPU-1 at 400 W, and the agent applies both; the actuator, to go on."""
     actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
     actuator.apply(cap("GPU-0", 450.0), None)
     actuator.apply(cap("GPU-1", 400.0), None)
-    sync_once(a, metrics)
+    sync_once(agent, metrics)
+    return actuator
+
+
+def test_a_hand_edited_annotation_keeps_the_caps_until_it_is_removed(kube, api, agent, gpus, clock):
+    a, metrics, reg = agent
+    capped_and_applied(api, clock, a, metrics)
     kube.mutate("nodes", "n1", "", {"metadata": {"annotations": {POWER_CAP_ANNOTATION: '{"GPU-0": 450, "GPU-1": '}}})
     assert sync_once(a, metrics) == {}
     assert (gpus[0].limit_mw, gpus[1].limit_mw) == (450_000, 400_000)
@@ -114,10 +120,7 @@ def test_a_give_back_restores_the_boards_own_default_not_the_catalogue_tdp(kube,
 
 def test_a_give_back_written_while_the_agent_is_down_is_carried_out_when_it_is_back(kube, api, agent, gpus, clock):
     a, metrics, _ = agent
-    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
-    actuator.apply(cap("GPU-0", 450.0), None)
-    actuator.apply(cap("GPU-1", 400.0), None)
-    sync_once(a, metrics)
+    actuator = capped_and_applied(api, clock, a, metrics)
     gpus[1].limit_mw = 300_000   # the operator lowers GPU-1 further by hand
     actuator.apply(give_back("GPU-0", 700.0), None)   # meanwhile the agent is down: its memory goes with it
     actuator.apply(give_back("GPU-1", 700.0), None)
