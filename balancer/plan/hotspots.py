@@ -77,6 +77,9 @@ class HotspotState:
     active: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
     # active hotspots kept active by power capping alone, thermally cool now (recomputed by every `detect`)
     power_only: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
+    # readings counted since this state started (a process's first): before `hotReadings` of them no GPU can be an
+    # active hotspot, so a node without one is not yet known to have cooled
+    readings: int = 0
 
     def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(uuids)
@@ -116,7 +119,7 @@ def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
     # the hardware power brake (0x80) is the node's power delivery asking for less: keep new work off, like heat
     braked = (snapshot.clock_event_reasons.astype(np.int64) & HW_POWER_BRAKE) != 0
     return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active),
-                        _frozen(active & capped & thermally_cool & ~braked))
+                        _frozen(active & capped & thermally_cool & ~braked), state.readings + 1)
 
 
 def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
@@ -199,7 +202,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             if not relieved and tp.enabled:
                 actions += _throttle(s, policy, proj, int(g), on_gpu.get(int(g), ()), shrunk)
     actions += _give_back_power(s, proj, state, policy, throttled)
-    actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
+    actions += _untaint(state, hp.hot_readings, tainted - hot_node_set)
     busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names
                  if n in s.workload_by_name}
     for job, workers in sorted(shrunk.items()):
@@ -208,6 +211,15 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
                                          reason="hotspot cleared: give the workers back"))
     return actions
+
+
+def _untaint(state: HotspotState, hot_readings: int, cooled: frozenset[str]) -> list[Action]:
+    """Taint removals for the tainted nodes without a thermal hotspot, once the streaks have had `hotReadings`
+    readings: a restarted controller (or a new leader) inherits its predecessor's taints with empty streaks, and
+    removing them on its first cycle reopened a node still hot until the next one tainted it again."""
+    if state.readings < hot_readings:
+        return []
+    return [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(cooled)]
 
 
 def gputide_caps(snapshot: ClusterSnapshot) -> dict[str, float]:

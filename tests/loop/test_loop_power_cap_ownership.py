@@ -15,7 +15,7 @@ from balancer.actuate.sim import SimActuator
 from balancer.config import BalancerPolicy
 from balancer.loop import InMemoryLeaderElector, InMemoryLease, Reconciler
 from balancer.metrics import ControllerMetrics
-from balancer.model import SetPowerLimit
+from balancer.model import SetPowerLimit, TaintNode
 from balancer.sim import ServiceSpec, SimCluster
 from balancer.telemetry.sim import SimTelemetrySource
 
@@ -81,3 +81,18 @@ def test_a_dry_run_after_a_restart_says_it_would_give_them_back_and_changes_noth
     run(sim, controller(sim, actuator=dry), COOL_READINGS + 1)
     assert sorted(set(gave_back(dry.actions))) == sorted(capped)   # (every cycle: a dry run applies nothing)
     assert sim.power_caps == pytest.approx(capped) and (sim.power_limit_w < sim.tdp_w - 1).sum() == len(capped)
+
+
+def test_a_restarted_controller_keeps_the_taint_of_a_node_still_hot_until_it_has_read_enough_to_tell():
+    """A restarted controller's streaks start from nothing: before `hotReadings` readings no GPU can be an active
+    hotspot, so 'no hot node' only means 'not counted yet'. It used to remove its predecessor's taint on its first
+    cycle and put it back on the next, opening the hottest node to new pods in between."""
+    sim = SimCluster(make_fleet(1, 4), seed=1, step_s=60.0)
+    sim.add_service(ServiceSpec(name="svc", replicas=4, demand=lambda t: 80.0, gpu_memory_mib=16384))
+    sim.schedule()
+    sim.degrade_cooling("n0", inlet_rise_c=40.0)
+    run(sim, controller(sim), 10)
+    assert sim.node_tainted.all()                                 # the first controller closed the hot node
+    actions = run(sim, controller(sim), BalancerPolicy().hotspots.hot_readings + 2)
+    assert not [a for a in actions if isinstance(a, TaintNode) and a.remove]
+    assert sim.node_tainted.all()
