@@ -96,6 +96,10 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)   # for budgets
     pod_affinity: PodAffinity = NO_AFFINITY   # its required pod affinity and anti-affinity
     restarts_on_resize: bool = False   # its Job restarts every pod when resized (queued in Kueue, not elastic there)
+    # epoch seconds: its last checkpoint as its pod says (`gputide.io/last-checkpoint`), and when it started; NaN
+    # where not known. A resize loses the work since the job's checkpoint (`capacity.since_checkpoint`)
+    checkpointed_at: float = float("nan")
+    started_at: float = float("nan")
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:

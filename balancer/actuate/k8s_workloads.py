@@ -23,6 +23,7 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
+| `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`: a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`) |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers) |
 
 The Jobs themselves are read as the budgets are (`jobs_facts`: every Job, listed then followed, or at most one list
@@ -66,9 +67,11 @@ re-checks every action against the fresh snapshot.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -78,6 +81,7 @@ from balancer.actuate.k8s_kueue import restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import (
+    CHECKPOINT_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     PRIORITY_ANNOTATION,
     SUSPENDED_LABEL,
@@ -213,7 +217,27 @@ def _pod_workload(pod: Json) -> Workload | None:
         pod_affinity=affinity, movable=str(notes.get("gputide.io/movable", "true")).lower() != "false",
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
+        checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),
+        started_at=_epoch((pod.get("status") or {}).get("startTime")),
     )
+
+
+def _epoch(value: Any) -> float:
+    """Epoch seconds of an RFC 3339 time (`2026-12-04T06:00:00Z`, the API's) or of a number; NaN for anything else
+    (a malformed annotation must not stop planning: the job is then costed from its start)."""
+    if value is None or isinstance(value, bool):
+        return float("nan")
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        try:
+            when = datetime.fromisoformat(str(value))
+        except ValueError:
+            return float("nan")
+        if when.tzinfo is None:
+            return float("nan")   # a time without its zone is ambiguous
+        t = when.timestamp()
+    return t if math.isfinite(t) and t > 0 else float("nan")
 
 
 def with_namespaces(w: Workload, resolve: Callable[[PodAffinity], PodAffinity]) -> Workload:

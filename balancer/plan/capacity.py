@@ -185,6 +185,19 @@ def _placed_replicas(held: np.ndarray, group: int | None, profile: ServiceCapaci
     return 0 if group is None else int(held[group].sum()) // max(profile.gpus_per_replica, 1)
 
 
+def since_checkpoint(now: float, trainers: Sequence[tuple[int, float, float]], n_groups: int) -> np.ndarray:
+    """Per group, the seconds of work a resize would lose: since the latest checkpoint any of its pods reports
+    (often only rank 0 does), else since its earliest pod started (no checkpoint known: all of it), else 0 (nothing
+    known, as in a simulation that passes its own figures)."""
+    ckpt, start = np.full(n_groups, np.nan), np.full(n_groups, np.nan)
+    if trainers:
+        g, c, s = (np.asarray(col) for col in zip(*trainers, strict=True))
+        np.fmax.at(ckpt, g.astype(np.int64), c.astype(float))
+        np.fmin.at(start, g.astype(np.int64), s.astype(float))
+    since = now - np.where(np.isnan(ckpt), start, ckpt)
+    return np.where(np.isnan(since), 0.0, np.maximum(since, 0.0))
+
+
 def view_from_snapshot(
     snapshot: ClusterSnapshot,
     profiles: Mapping[str, ServiceCapacity],
@@ -204,6 +217,7 @@ def view_from_snapshot(
     gpu_grp: list[int] = []
     placed_all: list[int] = []
     by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}
+    trainers: list[tuple[int, float, float]] = []   # (group, checkpointed_at, started_at) of each training pod
     for w in snapshot.workloads:
         placed = snapshot.placements.get(w.name, ())
         by_class[w.workload_class] += len(placed)
@@ -220,6 +234,8 @@ def view_from_snapshot(
             first.append(w)
             members.append(0)
         members[g] += 1
+        if key[0] == "training":
+            trainers.append((g, w.checkpointed_at, w.started_at))
         gpu_idx.extend(placed)
         gpu_grp.extend([g] * len(placed))
     used = np.zeros(len(snapshot.gpus), dtype=bool)
@@ -246,6 +262,7 @@ def view_from_snapshot(
         if name in profiles
     )
     if jobs is None:
+        ages = since_checkpoint(snapshot.time, trainers, len(first))
         since = since_checkpoint_s or {}
         built = []
         for (kind, name), g in sorted(groups.items()):
@@ -261,7 +278,7 @@ def view_from_snapshot(
                     elastic_max=w0.elastic_max,
                     gpus_per_worker=max(w0.gpus, 1),
                     priority=w0.priority,
-                    since_checkpoint_s=float(since.get(name, 0.0)),
+                    since_checkpoint_s=float(since.get(name, ages[g])),
                     speed=float(counts @ speed / n_placed) if n_placed else 1.0,
                     models=w0.allowed_models,
                     gpus_by_model=_by_model(counts, names),
