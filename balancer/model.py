@@ -5,7 +5,8 @@ tuples of frozen dataclasses; its per-GPU telemetry is a set of read-only numpy 
 position in `gpus`, so planners work on whole fleets in one vectorised pass instead of looping over objects.
 
 Decisions are data too: an `Action` is frozen, carries a `reason` and an `expected_gain`, prints and compares
-well; a `Plan` is a tuple of actions plus the objective before and after, as simulated.
+well; a `Plan` is a tuple of actions plus the objective before and after, as simulated. They live in
+`balancer.actions` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -15,12 +16,26 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
-from typing import ClassVar
 
 import numpy as np
 
+from balancer.actions import (  # re-exported: decisions as data (balancer/actions.py)
+    Action,
+    Migrate,
+    Plan,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+)
 from balancer.admission import Admission
 from balancer.noderules import NO_AFFINITY, NO_RULES, NodeRules, PodAffinity, Selector
+
+__all__ = [
+    "GPU_ARRAYS", "Action", "ClusterSnapshot", "DisruptionBudget", "Forecast", "Gpu", "Migrate", "Node",
+    "NodeGpuFacts", "NodeMeta", "Plan", "ScaleInference", "ScaleTraining", "ServiceStatus", "SetPowerLimit",
+    "SuspendedJob", "TaintNode", "Workload", "WorkloadClass",
+]
 
 
 class WorkloadClass(StrEnum):
@@ -330,115 +345,3 @@ class Forecast:
         hi = max(int(np.ceil(end_s / self.step_s)), lo + 1)
         window = arr[lo:hi]
         return float(window.max()) if window.size else float(arr[-1])
-
-
-# ---- actions -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Action:
-    """A decision as data. `kind` names the type; `target` names what it touches (for cooldowns and budgets)."""
-
-    kind: ClassVar[str] = "action"
-    reason: str
-    expected_gain: float = 0.0
-
-    @property
-    def target(self) -> str:
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        return f"{self.kind} {self.target}: {self.reason} (gain {self.expected_gain:.3g})"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Migrate(Action):
-    """Move a workload to `target_gpus`; the actuator reserves the target before evicting the source."""
-
-    kind: ClassVar[str] = "migrate"
-    workload: str
-    source_gpus: tuple[int, ...]
-    target_gpus: tuple[int, ...]
-    target_node: str
-
-    @property
-    def target(self) -> str:
-        return self.workload
-
-
-@dataclass(frozen=True, kw_only=True)
-class SetPowerLimit(Action):
-    """Throttle one GPU's power limit to `watts` (clamped to the GPU's allowed range), or give it back.
-
-    A give-back (`give_back=True`) returns the GPU to its *default* limit, whatever that is on the board: `watts`
-    is then only the planner's estimate of it (the catalogue TDP), which the simulation projects and no actuator
-    writes (a board's default can differ from the catalogue)."""
-
-    kind: ClassVar[str] = "power_limit"
-    gpu: int
-    uuid: str
-    node: str
-    watts: float
-    previous_watts: float
-    give_back: bool = False
-
-    @property
-    def target(self) -> str:
-        return self.uuid
-
-    @property
-    def is_throttle(self) -> bool:
-        return self.watts < self.previous_watts
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScaleTraining(Action):
-    """Resize an elastic training job to `workers` (0 suspends it)."""
-
-    kind: ClassVar[str] = "scale_training"
-    job: str
-    workers: int
-    previous_workers: int
-    reclaim: bool = False  # a shrink that gives loaned GPUs back to inference (exempt from the cooldown)
-
-    @property
-    def target(self) -> str:
-        return self.job
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScaleInference(Action):
-    """Set an inference service's replica floor (HPA minReplicas / Deployment replicas)."""
-
-    kind: ClassVar[str] = "scale_inference"
-    service: str
-    replicas: int
-    previous_replicas: int
-
-    @property
-    def target(self) -> str:
-        return self.service
-
-
-@dataclass(frozen=True, kw_only=True)
-class TaintNode(Action):
-    """Keep new work off a hot node until it cools (`remove=True` takes the taint away)."""
-
-    kind: ClassVar[str] = "taint_node"
-    node: str
-    remove: bool = False
-
-    @property
-    def target(self) -> str:
-        return self.node
-
-
-@dataclass(frozen=True, kw_only=True)
-class Plan:
-    actions: tuple[Action, ...] = ()
-    notes: tuple[str, ...] = ()
-    objective_before: float = 0.0
-    objective_after: float = 0.0
-
-    def __len__(self) -> int:
-        return len(self.actions)
