@@ -25,13 +25,13 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
 
 `check_telemetry` is the fail-static gate: stale, missing or NaN telemetry raises a `TelemetryError` and the loop
 takes no action at all. The guard itself keeps no state: what it needs to remember (when each target was last
-acted on, recent evictions and migrations) is the immutable `SafetyLedger`, returned updated by `record`.
+acted on, recent evictions and migrations) is the immutable `SafetyLedger` (balancer/safety_ledger.py),
+returned updated by `record`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import attrgetter
@@ -40,22 +40,13 @@ from types import MappingProxyType
 
 import numpy as np
 
+from balancer.actions import Action, Migrate, ScaleInference, ScaleTraining, SetPowerLimit, TaintNode
 from balancer.admission import eviction_room, spend
 from balancer.config import SafetyPolicy
 from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation, StaleTelemetry
-from balancer.model import (
-    Action,
-    ClusterSnapshot,
-    DisruptionBudget,
-    Migrate,
-    ScaleInference,
-    ScaleTraining,
-    SetPowerLimit,
-    TaintNode,
-    Workload,
-    WorkloadClass,
-)
+from balancer.model import ClusterSnapshot, DisruptionBudget, Workload, WorkloadClass
 from balancer.noderules import Taint
+from balancer.safety_ledger import SafetyLedger  # re-exported: the guard's memory between cycles
 
 EMERGENCY_LABEL = "gputide.io/emergency-stop"
 
@@ -107,45 +98,6 @@ class PodDisruptionBudget:
     owner: str
     min_available: int | None = None
     max_unavailable: int | None = None
-
-
-@dataclass(frozen=True)
-class SafetyLedger:
-    last_action: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    evictions: tuple[float, ...] = ()
-    migrations: tuple[tuple[float, str, str, str], ...] = ()   # (time, source node, target node, owner)
-
-    def to_json(self) -> str:
-        """The ledger as compact JSON, for a successor to inherit (the Lease annotation, see the loop)."""
-        return json.dumps({"last_action": dict(self.last_action), "evictions": list(self.evictions),
-                           "migrations": [list(m) for m in self.migrations]}, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> SafetyLedger:
-        """The ledger `to_json` wrote; ValueError naming what is wrong for anything else."""
-        doc = json.loads(text)
-        if not isinstance(doc, dict):
-            raise ValueError("a JSON object with last_action, evictions, migrations")
-        last = doc.get("last_action", {})
-        if not isinstance(last, dict) or not all(isinstance(t, int | float) for t in last.values()):
-            raise ValueError("last_action: an object of target -> time")
-        ev = doc.get("evictions", [])
-        if not isinstance(ev, list) or not all(isinstance(t, int | float) for t in ev):
-            raise ValueError("evictions: a list of times")
-        mig = doc.get("migrations", [])
-        if not isinstance(mig, list) or not all(isinstance(m, list) and len(m) == 4 and isinstance(m[0], int | float)
-                                                and all(isinstance(x, str) for x in m[1:]) for m in mig):
-            raise ValueError("migrations: a list of [time, source node, target node, owner]")
-        return cls(MappingProxyType({str(k): float(t) for k, t in last.items()}), tuple(float(t) for t in ev),
-                   tuple((float(m[0]), m[1], m[2], m[3]) for m in mig))
-
-    def merged(self, other: SafetyLedger) -> SafetyLedger:
-        """Both ledgers' memory: the later time per target, every eviction and migration once."""
-        last = dict(self.last_action)
-        for k, t in other.last_action.items():
-            last[k] = max(t, last.get(k, t))
-        return SafetyLedger(MappingProxyType(last), tuple(sorted(set(self.evictions) | set(other.evictions))),
-                            tuple(sorted(set(self.migrations) | set(other.migrations))))
 
 
 def check_telemetry(snapshot: ClusterSnapshot, policy: SafetyPolicy) -> float:
