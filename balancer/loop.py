@@ -12,7 +12,7 @@
 * `elector`     leader election (`balancer.actuate.leader`): only the leader acts (a standby replica observes
                 nothing and says so); asked again after the telemetry read and before every action, it stops
                 a cycle that outlived its Lease (the rest skipped as `not_leader`);
-* `audit`       JSON lines: time, action, target, reason, expected gain, outcome;
+* `audit`       JSON lines: time, action, target, reason, expected gain, outcome (`balancer.audit.JsonlAudit`);
 * `clock`       seconds; the only notion of time.
 
 `run(interval, stop)` also checks `stop` (SIGTERM) before every action: the action in progress is finished, the
@@ -37,15 +37,14 @@ recording is logged and never stops the loop.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from balancer.actions import Action, Plan
 from balancer.actuate.base import ActionResult, Actuator, Outcome
 from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, imported from here by soak and tests)
     InMemoryLeaderElector,
@@ -53,57 +52,18 @@ from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, im
     LeaderElector,
     NullLeaderElector,
 )
+from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
 from balancer.forecast.service import horizon_label
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics, fleet_usage
-from balancer.model import (
-    Action,
-    ClusterSnapshot,
-    Forecast,
-    Migrate,
-    Plan,
-    ScaleTraining,
-    SetPowerLimit,
-    TaintNode,
-)
+from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection
 from balancer.safety import SafetyGuard, SafetyLedger, check_telemetry
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
-
-
-class JsonlAudit:
-    """Appends one JSON object per line to a file (or any text stream)."""
-
-    def __init__(self, target: str | Path | IO[str]) -> None:
-        self._own = not hasattr(target, "write")
-        self._fh: IO[str] = open(target, "a", encoding="utf-8") if self._own else target  # type: ignore[arg-type]  # noqa: SIM115
-
-    def write(self, record: Mapping[str, Any]) -> None:
-        self._fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        if self._own:
-            self._fh.close()
-
-
-def reason_label(action: Action) -> str:
-    """A low-cardinality reason for `gputide_actions_total{reason}` (the free text goes to the audit log)."""
-    if isinstance(action, SetPowerLimit):
-        return "throttle" if action.is_throttle else "unthrottle"
-    if isinstance(action, TaintNode):
-        return "cooled" if action.remove else "hot_node"
-    if isinstance(action, ScaleTraining):
-        if action.workers >= action.previous_workers:
-            return "give_back"
-        return "colocation_slo" if "SLO" in action.reason else "hotspot"
-    if isinstance(action, Migrate):
-        return "hotspot"
-    return action.kind
 
 
 @dataclass
@@ -201,7 +161,7 @@ class Reconciler:
         for a, exc in review.rejected:
             self.metrics.rejected.labels(reason=exc.reason).inc()
             log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
-            self._audit(now, _record(a, f"rejected:{exc.reason}", str(exc)))
+            self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
         # a refused migration is not offered again for a while: its hot GPU is throttled instead
         self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
         accepted = list(review.accepted)
@@ -295,7 +255,7 @@ class Reconciler:
                 self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
                                                      code=res.code or "unknown").inc()
             log.info("%s: %s %s", res.outcome, a.describe(), res.detail)
-            self._audit(now, _record(a, str(res.outcome), res.detail))
+            self._audit(now, action_record(a, str(res.outcome), res.detail))
         return results
 
     def _interruption(self) -> tuple[str, str] | None:
@@ -309,7 +269,7 @@ class Reconciler:
     def _reject(self, a: Action, reason: str, detail: str, rejected: list, now: float) -> None:
         rejected.append((a, reason))
         self.metrics.rejected.labels(reason=reason).inc()
-        self._audit(now, _record(a, f"rejected:{reason}", detail))
+        self._audit(now, action_record(a, f"rejected:{reason}", detail))
 
     def _hook(self, now: float, name: str, level: int) -> None:
         """Call the actuator's optional `recover()` / `housekeeping()`; log and audit the notes it returns."""
@@ -398,8 +358,3 @@ class Reconciler:
         finally:
             self.elector.release()
             self.metrics.leader.set(0)
-
-
-def _record(a: Action, outcome: str, detail: str = "") -> dict:
-    return {"action": a.kind, "target": a.target, "reason": a.reason, "expected_gain": a.expected_gain,
-            "outcome": outcome, "detail": detail}
