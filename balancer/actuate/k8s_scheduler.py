@@ -5,21 +5,9 @@ among the nodes that fit (`balancer.app.scheduling.EnginePlacer` is the placemen
 through the Binding API. Reservations (node annotation `gputide.io/reserved-for`: a Migrate's, `k8s_holds`') are
 honoured: a pod goes to a node reserved for it when it fits; what is reserved is not offered to other pods.
 
-What it reads, two ways:
-
-* `watch=False` (and `gputide schedule --once`): each pass lists the pending pods of this scheduler; only when
-  there are some, it also lists every node and every bound pod.
-* `watch=True` (what a running `gputide schedule` uses): `ListWatch` caches (balancer/actuate/k8s_watch.py) of
-  the pending pods of this scheduler, the nodes, the bound pods that still hold resources, the namespaces (their
-  labels, for pod affinity's namespaceSelectors) and the PersistentVolumeClaims, PersistentVolumes and
-  StorageClasses (`k8s_volumes`), as kube-scheduler's informers do. A pass then costs the API server nothing but
-  the bindings, and `wait_for_work` returns as soon as a pending pod appears, so a pod is bound within moments of
-  its creation instead of at the next poll. Until a cache has listed once, the pass lists that resource itself
-  (the claims, volumes and classes only in a pass with a pod that mounts claims).
-
-A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
-watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
-node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
+What it reads (the pending pods, nodes, bound pods, namespaces), from watch caches or lists, and how a pod just
+bound is *assumed* until the caches show it, is `k8s_sched_reads` (`SchedulerReads`, whose methods the scheduler
+has).
 
 Within a pass the bindings are assumed the same way, into one view of the nodes: the filters run over all nodes
 at once per pod (`k8s_filters.Offers`: the placement rules once per distinct set of rules in the pass, what is left
@@ -56,7 +44,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +54,7 @@ from balancer.actuate.k8s_budget import PASS_READS_DEADLINE_S, POD_DEADLINE_S
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
-from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, listed_labels
+from balancer.actuate.k8s_namespaces import Resolver
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import (
@@ -76,9 +64,8 @@ from balancer.actuate.k8s_reads import (
     pod_usage,
     scheduler_watches,
     scheduling_request,
-    sum_usage,
-    with_usage,
 )
+from balancer.actuate.k8s_sched_reads import SchedulerReads
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
@@ -112,7 +99,7 @@ class _Pass:
     preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
 
 
-class SecondaryScheduler:
+class SecondaryScheduler(SchedulerReads):
     """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place` (module docstring).
 
     `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `scheduling_request` / `nodes_view`; each
@@ -185,104 +172,6 @@ class SecondaryScheduler:
     def starving(self) -> list[tuple[str, str]]:
         """The last pass: (pod, node) of each starving pod given a node to hold."""
         return self.holds.starving
-
-    # ---- the watched (or listed) state ------------------------------------------------------------------------
-
-    def start(self) -> SecondaryScheduler:
-        for w in self.watches.values():
-            w.start()
-        return self
-
-    def close(self) -> None:
-        for w in self.watches.values():
-            w.stop()
-
-    def wake(self) -> None:
-        self.work.set()
-
-    def wait_for_work(self, timeout_s: float) -> bool:
-        """Wait until a pending pod changes (with watches) or `wake()`, at most `timeout_s`; True when woken."""
-        woken = self.work.wait(timeout_s)
-        self.work.clear()
-        return woken
-
-    def _cached(self, name: str) -> dict[str, Any] | None:
-        """The items of watch `name` once it has synced (None before): copied only when they changed."""
-        w = self.watches.get(name)
-        if w is None or not w.synced:
-            return None
-        held = self._snapshots.get(name)
-        if held is None or held[0] != w.generation:
-            held = self._snapshots[name] = w.snapshot()
-        return held[1]
-
-    def _items(self, name: str, what: str, fn: Callable[..., Any], convert: Callable[[Json], Any],
-               **selectors: str) -> tuple[list[Any], bool]:
-        """The items of a synced watch (and True), else of a consistent list (and False)."""
-        cached = self._cached(name)
-        if cached is not None:
-            return list(cached.values()), True
-        items = self.api(what, fn, **selectors).get("items", [])
-        return [x for x in map(convert, items) if x is not None], False
-
-    def namespace_labels(self) -> dict[str, dict[str, str]] | None:
-        """The namespaces' labels by name: the watch's once synced, else a list of them; None when the list fails
-        (logged: terms that need them are then left unresolved, never guessed)."""
-        cached = self._cached("namespaces")
-        return labels_by_name(cached) if cached is not None else listed_labels(
-            lambda: self.api("list namespaces", self.api.core.list_namespace), f"scheduler {self.scheduler_name}")
-
-    def pending(self) -> list[Json]:
-        """Pending pods of this scheduler, not being deleted, gated (`spec.schedulingGates`) nor just bound: highest
-        priority first, then oldest."""
-        reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
-                              scheduling_request, field_selector=self.pending_selector)
-        bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one
-        assumed = self._live_assumed(self._cached("bound pods"))
-        return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
-                      key=lambda r: (-r["priority"], r["created"], r["name"]))
-
-    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
-        """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`)."""
-        now = self.clock()
-        self._assumed = {k: v for k, v in self._assumed.items()
-                         if now - v[0] < self.assume_s and (seen is None or k not in seen)}
-        return {k: v[1] for k, v in self._assumed.items()}
-
-    def nodes_view(self) -> list[Json]:
-        """Per node, by name: capacity, what bound (and assumed) pods and live reservations use, labels, taints."""
-        now = self.clock()
-        nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
-                               lambda n: node_facts(n, self.reservation_annotation))
-        (used, used_ext), cached = self._bound_usage()
-        held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
-        if cached:   # a consistent list already shows every binding made; the cache may not yet
-            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
-        view = []
-        for n in sorted(nodes, key=lambda n: n["name"]):
-            g, c, m = used.get(n["name"], [0, 0, 0])
-            e = used_ext.get(n["name"], {})
-            view.append(dict(n, gpus_free=n["gpus_total"] - g, cpu_milli_free=n["cpu_milli_total"] - c,
-                             memory_mib_free=n["memory_mib_total"] - m,
-                             extended_free={k: v - e.get(k, 0.0) for k, v in n["extended_total"].items()},
-                             reservations={k: v for k, v in {**n["reservations"], **held.get(n["name"], {})}.items()
-                                           if (parse_time(v.get("expires")) or 0) > now}))
-        return view
-
-    def _bound_usage(self) -> tuple[tuple[dict[str, list[int]], dict[str, dict[str, float]]], bool]:
-        """What bound pods use per node, and whether it comes from the watch cache. From the cache it is summed
-        again only when the cache changed (a pass woken by a pending pod that fits nowhere would otherwise re-add
-        20,000 unchanged pods)."""
-        items = self._cached("bound pods")
-        if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
-            usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
-                                   pod_usage, field_selector=BOUND)
-            self._listed_bound = usage
-            return sum_usage(usage), False
-        generation = self._snapshots["bound pods"][0]
-        if self._usage_memo is None or self._usage_memo[0] != generation:
-            self._usage_memo = (generation, sum_usage(items.values()))
-        return self._usage_memo[1], True
 
     # ---- one pass -----------------------------------------------------------------------------------------
 
@@ -398,13 +287,6 @@ class SecondaryScheduler:
             ps.stopped = True
             log.warning("scheduler %s: the Lease is lost: this pass binds nothing more", self.scheduler_name)
         return not ps.stopped
-
-    def _bound(self) -> list[Usage]:
-        """The bound and assumed pods: the pass's own list, or the cache."""
-        cached = self._cached("bound pods")
-        if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
-            return list(self._listed_bound)
-        return [*cached.values(), *self._live_assumed(cached).values()]
 
     def _choose(self, req: Json, ps: _Pass, offered: Any) -> str | None:
         """What `place` (or the pass's session) picks among the nodes `offered` (indices into the pass's view),

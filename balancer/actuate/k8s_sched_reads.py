@@ -1,0 +1,161 @@
+"""What the secondary scheduler reads: its pending pods, the nodes, the bound pods, the namespaces' labels.
+
+Two ways (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these methods from `SchedulerReads`):
+
+* `watch=False` (and `gputide schedule --once`): each pass lists the pending pods of this scheduler; only when
+  there are some, it also lists every node and every bound pod.
+* `watch=True` (what a running `gputide schedule` uses): `ListWatch` caches (balancer/actuate/k8s_watch.py) of
+  the pending pods of this scheduler, the nodes, the bound pods that still hold resources, the namespaces (their
+  labels, for pod affinity's namespaceSelectors) and the PersistentVolumeClaims, PersistentVolumes and
+  StorageClasses (`k8s_volumes`), as kube-scheduler's informers do. A pass then costs the API server nothing but
+  the bindings, and `wait_for_work` returns as soon as a pending pod appears, so a pod is bound within moments of
+  its creation instead of at the next poll. Until a cache has listed once, the pass lists that resource itself
+  (the claims, volumes and classes only in a pass with a pod that mounts claims).
+
+A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
+watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
+node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Self
+
+from balancer.actuate.k8s_namespaces import labels_by_name, listed_labels
+from balancer.actuate.k8s_reads import (
+    BOUND,
+    Usage,
+    node_facts,
+    pod_usage,
+    scheduling_request,
+    sum_usage,
+    with_usage,
+)
+from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.kubernetes import _Api, parse_time
+
+Json = dict[str, Any]
+
+
+class SchedulerReads:
+    """The reads of `SecondaryScheduler` (the module docstring), a mixin: the scheduler's `__init__` sets the
+    attributes below."""
+
+    api: _Api
+    scheduler_name: str
+    reservation_annotation: str
+    pending_selector: str
+    clock: Callable[[], float]
+    assume_s: float
+    holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
+    work: threading.Event                        # set when a pending pod changed (watch), or by `wake`
+    watches: dict[str, ListWatch]
+    _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
+    _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed
+    _snapshots: dict[str, tuple[int, dict[str, Any]]]
+    _usage_memo: tuple[int, tuple[dict, dict]] | None
+
+    def start(self) -> Self:
+        for w in self.watches.values():
+            w.start()
+        return self
+
+    def close(self) -> None:
+        for w in self.watches.values():
+            w.stop()
+
+    def wake(self) -> None:
+        self.work.set()
+
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Wait until a pending pod changes (with watches) or `wake()`, at most `timeout_s`; True when woken."""
+        woken = self.work.wait(timeout_s)
+        self.work.clear()
+        return woken
+
+    def _cached(self, name: str) -> dict[str, Any] | None:
+        """The items of watch `name` once it has synced (None before): copied only when they changed."""
+        w = self.watches.get(name)
+        if w is None or not w.synced:
+            return None
+        held = self._snapshots.get(name)
+        if held is None or held[0] != w.generation:
+            held = self._snapshots[name] = w.snapshot()
+        return held[1]
+
+    def _items(self, name: str, what: str, fn: Callable[..., Any], convert: Callable[[Json], Any],
+               **selectors: str) -> tuple[list[Any], bool]:
+        """The items of a synced watch (and True), else of a consistent list (and False)."""
+        cached = self._cached(name)
+        if cached is not None:
+            return list(cached.values()), True
+        items = self.api(what, fn, **selectors).get("items", [])
+        return [x for x in map(convert, items) if x is not None], False
+
+    def namespace_labels(self) -> dict[str, dict[str, str]] | None:
+        """The namespaces' labels by name: the watch's once synced, else a list of them; None when the list fails
+        (logged: terms that need them are then left unresolved, never guessed)."""
+        cached = self._cached("namespaces")
+        return labels_by_name(cached) if cached is not None else listed_labels(
+            lambda: self.api("list namespaces", self.api.core.list_namespace), f"scheduler {self.scheduler_name}")
+
+    def pending(self) -> list[Json]:
+        """Pending pods of this scheduler, not being deleted, gated (`spec.schedulingGates`) nor just bound: highest
+        priority first, then oldest."""
+        reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
+                              scheduling_request, field_selector=self.pending_selector)
+        bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one
+        assumed = self._live_assumed(self._cached("bound pods"))
+        return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
+                      key=lambda r: (-r["priority"], r["created"], r["name"]))
+
+    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
+        """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`)."""
+        now = self.clock()
+        self._assumed = {k: v for k, v in self._assumed.items()
+                         if now - v[0] < self.assume_s and (seen is None or k not in seen)}
+        return {k: v[1] for k, v in self._assumed.items()}
+
+    def nodes_view(self) -> list[Json]:
+        """Per node, by name: capacity, what bound (and assumed) pods and live reservations use, labels, taints."""
+        now = self.clock()
+        nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
+                               lambda n: node_facts(n, self.reservation_annotation))
+        (used, used_ext), cached = self._bound_usage()
+        held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
+        if cached:   # a consistent list already shows every binding made; the cache may not yet
+            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
+        view = []
+        for n in sorted(nodes, key=lambda n: n["name"]):
+            g, c, m = used.get(n["name"], [0, 0, 0])
+            e = used_ext.get(n["name"], {})
+            view.append(dict(n, gpus_free=n["gpus_total"] - g, cpu_milli_free=n["cpu_milli_total"] - c,
+                             memory_mib_free=n["memory_mib_total"] - m,
+                             extended_free={k: v - e.get(k, 0.0) for k, v in n["extended_total"].items()},
+                             reservations={k: v for k, v in {**n["reservations"], **held.get(n["name"], {})}.items()
+                                           if (parse_time(v.get("expires")) or 0) > now}))
+        return view
+
+    def _bound_usage(self) -> tuple[tuple[dict[str, list[int]], dict[str, dict[str, float]]], bool]:
+        """What bound pods use per node, and whether it comes from the watch cache. From the cache it is summed
+        again only when the cache changed (a pass woken by a pending pod that fits nowhere would otherwise re-add
+        20,000 unchanged pods)."""
+        items = self._cached("bound pods")
+        if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
+            usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
+                                   pod_usage, field_selector=BOUND)
+            self._listed_bound = usage
+            return sum_usage(usage), False
+        generation = self._snapshots["bound pods"][0]
+        if self._usage_memo is None or self._usage_memo[0] != generation:
+            self._usage_memo = (generation, sum_usage(items.values()))
+        return self._usage_memo[1], True
+
+    def _bound(self) -> list[Usage]:
+        """The bound and assumed pods: the pass's own list, or the cache."""
+        cached = self._cached("bound pods")
+        if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
+            return list(self._listed_bound)
+        return [*cached.values(), *self._live_assumed(cached).values()]
