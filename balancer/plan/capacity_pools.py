@@ -1,0 +1,240 @@
+"""Shared pool bookkeeping of the capacity planners: from per-service replica targets to the GPU moves they imply.
+
+The tidal planner (`balancer.plan.capacity_plan`, which re-exports these) and the static and reactive baselines
+(`balancer.plan.baselines`) decide replica targets differently and share this: `apply_targets` frees the GPUs a
+scale-up needs, first idle GPUs of the service's allowed models, then elastic training ranked by preemption cost
+(lowest priority, least work lost since the last checkpoint, resized in place before restarted whole; elastic
+minimum before suspension), gives the idle GPUs left to elastic training, and orders the actions so that a
+per-cycle action cap leaves whole units. `Pools` is its mutable scratch accounting for one pass; `grow_gain` prices
+a training growth net of the restart a Kueue-queued job pays for it; `capacity_split` is the split for the gauges.
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from balancer.actions import Action, ScaleInference, ScaleTraining
+from balancer.plan.capacity import CapacityPolicy, CapacitySplit, CapacityView, JobView, ServiceView
+
+
+def _allowed(models: frozenset[str] | None, model: str) -> bool:
+    return models is None or model in models
+
+
+class Pools:
+    """Mutable scratch accounting for one planning pass: idle GPUs per model and the jobs' planned sizes."""
+
+    def __init__(self, view: CapacityView) -> None:
+        self.free = dict(view.free)
+        self.jobs = {j.name: j for j in view.jobs}
+        self.workers = {j.name: j.workers for j in view.jobs}
+        self.held = {j.name: dict(j.gpus_by_model) for j in view.jobs}
+
+    def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
+        """Claim up to `gpus` idle GPUs of the allowed models; returns how many were claimed."""
+        got = 0
+        for m in sorted(self.free, key=lambda k: -self.free[k]):
+            if got >= gpus:
+                break
+            if _allowed(models, m):
+                n = min(self.free[m], gpus - got)
+                self.free[m] -= n
+                got += n
+        return got
+
+    def release(self, service: ServiceView, gpus: int) -> None:
+        """Return GPUs a scale-down frees to the idle pool, on the models the service holds most of."""
+        held = dict(service.gpus_by_model)
+        for m in sorted(held, key=lambda k: -held[k]):
+            n = min(held[m], gpus)
+            self.free[m] = self.free.get(m, 0) + n
+            gpus -= n
+        if gpus > 0:  # unplaced (warming or pending) replicas: credit an allowed model
+            m = min(service.profile.models or self.free or {"any": 0})
+            self.free[m] = self.free.get(m, 0) + gpus
+
+    def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
+        """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first."""
+
+        def usable(j: JobView) -> int:
+            return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
+
+        ranked = sorted(
+            (j for j in self.jobs.values() if usable(j) > 0),
+            key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name),
+        )
+        # without suspension a job keeps one worker even when its elastic minimum is 0
+        floors = [lambda j: max(j.elastic_min, 0 if allow_suspend else 1)] + ([lambda j: 0] if allow_suspend else [])
+        got = 0
+        for floor in floors:
+            for j in ranked:
+                if got >= gpus:
+                    return got
+                gpw = max(j.gpus_per_worker, 1)
+                spare = min(self.workers[j.name], j.placed_workers) - floor(j)
+                if spare <= 0 or usable(j) <= 0:
+                    continue
+                k = min(spare, math.ceil((gpus - got) / gpw), usable(j) // gpw or 1)
+                self.workers[j.name] -= k
+                freed = k * gpw
+                for m in sorted(self.held[j.name]):
+                    if freed <= 0:
+                        break
+                    if _allowed(models, m):
+                        n = min(self.held[j.name][m], freed)
+                        self.held[j.name][m] -= n
+                        freed -= n
+                        got += n
+        return got
+
+    def grow_training(self, hours: float) -> None:
+        """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
+        restarts) up to their elastic maximum; a job a resize restarts only when the `hours` of the added workers
+        outweigh the work its restart loses (`grow_gain`)."""
+        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.restarts_on_resize, j.name)):
+            gpw = max(j.gpus_per_worker, 1)
+            if self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
+                continue  # already waiting for GPUs, or being shrunk this cycle
+            room = j.elastic_max - self.workers[j.name]
+            take: dict[str, int] = {}
+            for m in sorted(self.free, key=lambda k: -self.free[k]):
+                if room <= 0:
+                    break
+                if _allowed(j.models, m) and self.free[m] >= gpw:
+                    take[m] = k = min(room, self.free[m] // gpw)
+                    room -= k
+            if not take or (j.restarts_on_resize and grow_gain(j, sum(take.values()), hours) <= 0):
+                continue
+            for m, k in take.items():
+                self.free[m] -= k * gpw
+                self.workers[j.name] += k
+
+    def training_actions(
+        self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float
+    ) -> list[Action]:
+        out: list[Action] = []
+        for name, j in sorted(self.jobs.items()):
+            new = self.workers[name]
+            if new == j.workers:
+                continue
+            if new < j.workers:
+                out.append(
+                    ScaleTraining(
+                        job=name,
+                        workers=new,
+                        previous_workers=j.workers,
+                        expected_gain=gain_down.get(name, 0.0),
+                        reclaim=True,
+                        reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
+                        f"(priority {j.priority}, elastic min {j.elastic_min}){_RESTART if j.restarts_on_resize else ''}",
+                    )
+                )
+            else:
+                lost = f"; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint{_RESTART}" if j.restarts_on_resize else ""
+                out.append(
+                    ScaleTraining(
+                        job=name,
+                        workers=new,
+                        previous_workers=j.workers,
+                        expected_gain=grow_gain(j, new - j.workers, hours),
+                        reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs{lost}",
+                    )
+                )
+        return out
+
+
+_RESTART = "; Kueue restarts the whole job to resize it (not elastic for Kueue)"
+
+
+def grow_gain(j: JobView, workers: int, hours: float) -> float:
+    """A100-equivalent GPU-hours `workers` more workers give `j` over `hours`, less the work since its checkpoint
+    that a job a resize restarts (`JobView.restarts_on_resize`) loses by growing."""
+    gain = workers * max(j.gpus_per_worker, 1) * j.speed * hours
+    return gain - j.restart_cost_gpu_h if j.restarts_on_resize else gain
+
+
+def capacity_split(view: CapacityView, targets: Mapping[str, int]) -> CapacitySplit:
+    loaned = sum(
+        max(0, s.profile.home_replicas - s.replicas) * s.profile.gpus_per_replica for s in view.services
+    )
+    return CapacitySplit(
+        inference=view.inference_gpus,
+        training=view.training_gpus,
+        loaned=min(loaned, view.training_gpus),
+        idle=int(sum(view.free.values())),
+    )
+
+
+def apply_targets(
+    view: CapacityView,
+    new: Mapping[str, int],
+    policy: CapacityPolicy,
+    reasons: Mapping[str, str],
+    gains: Mapping[str, float],
+    hold: frozenset[str] = frozenset(),
+) -> tuple[list[Action], list[str]]:
+    """Turn per-service replica targets into ordered actions: each inference change right after the training
+    shrinks that free its GPUs (so a per-cycle action cap that cuts the list leaves whole units: never GPUs freed
+    for a scale-up that was cut), then the remaining shrinks, then training growth. Services in `hold` keep what
+    they asked for but get no GPUs freed for replicas still pending."""
+    pools = Pools(view)
+    notes: list[str] = []
+    shrink_gain: dict[str, float] = {}
+    inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
+    shrunk: list[str] = []  # jobs in the order a service first shrank them
+    granted: dict[str, int] = {}
+    for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):  # scale-downs first
+        p = s.profile
+        delta = new[p.name] - s.replicas
+        if delta < 0:
+            pools.release(s, -delta * p.gpus_per_replica)
+            granted[p.name] = new[p.name]
+        elif delta > 0 and p.name in hold:
+            granted[p.name] = s.replicas  # pending replicas the forecast does not need: no GPU freed for them
+        elif delta > 0:
+            want = delta * p.gpus_per_replica
+            got = pools.take_free(p.models, want)
+            if got < want:
+                before = dict(pools.workers)
+                got += pools.shrink_for(p.models, want - got, policy.allow_suspend)
+                for job, w in pools.workers.items():
+                    if w < before[job]:
+                        shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
+                        if job not in shrunk:
+                            shrunk.append(job)
+            add = got // p.gpus_per_replica
+            if add < delta:
+                notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed")
+            granted[p.name] = s.replicas + add
+        else:
+            granted[p.name] = s.replicas
+        # replicas already asked for but pending for want of a GPU need GPUs (freed above), not a second request;
+        # a scale-up that could free fewer GPUs than it wanted never lowers what was asked
+        asked = s.asked
+        if (granted[p.name] > asked) if delta > 0 else (granted[p.name] != asked):
+            inference.append((
+                ScaleInference(
+                    service=p.name,
+                    replicas=granted[p.name],
+                    previous_replicas=asked,
+                    reason=reasons[p.name],
+                    expected_gain=gains.get(p.name, 0.0),
+                ),
+                len(shrunk),
+            ))
+    hours = policy.loan_horizon_s / 3600.0
+    pools.grow_training(hours)
+    training = pools.training_actions(
+        "loan idle GPUs to training", "make room for inference", shrink_gain, hours
+    )
+    shrinks = {a.job: a for a in training if a.workers < a.previous_workers}
+    grows = [a for a in training if a.workers > a.previous_workers]
+    ordered: list[Action] = []
+    done = 0
+    for action, needs in inference:
+        ordered += [shrinks.pop(j) for j in shrunk[done:needs] if j in shrinks]
+        done = max(done, needs)
+        ordered.append(action)
+    return ordered + list(shrinks.values()) + grows, notes
