@@ -9,7 +9,9 @@ sub-command.)
 
 from __future__ import annotations
 
+import argparse
 import math
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,6 +130,27 @@ def appendable_file(path: str | None, flag: str) -> str | None:
     return path
 
 
+def stop_file(path: str | None, flag: str) -> str | None:
+    """A file whose existence stops every action (the operator's emergency stop), checked at start. The file need
+    not exist, but its folder must, and this process must be able to look in it: a path in a missing folder (a
+    typo, a volume not mounted) is a file the operator can never create where the controller looks, so the stop
+    would silently never take; one the controller cannot look in raised on every cycle; a folder there stopped
+    every action for good."""
+    if path is None:
+        return None
+    allowed = "a file path in an existing folder this process can look in (the file itself need not exist)"
+    target = Path(path)
+    try:
+        if not target.parent.is_dir():
+            raise InputError(None, flag, path, allowed, "no such folder" if not target.parent.exists()
+                             else "under a file, not a folder")
+        if target.is_dir():
+            raise InputError(None, flag, path, allowed, "a folder")
+    except OSError as exc:   # EACCES: stat() of a path in a folder this process cannot search
+        raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
+    return path
+
+
 def kubeconfig_file(path: str | None, flag: str = "--kubeconfig") -> str | None:
     """A kubeconfig given on the command line, read as the Kubernetes client reads it (UTF-8 YAML, a mapping that
     names its current-context): what the client would raise as a traceback (UnicodeDecodeError, a YAML error,
@@ -178,3 +201,34 @@ def kube_client(kubeconfig: str | None, allowed: str = "a usable Kubernetes conf
         detail = f"{type(exc).__name__}: {exc}"
     raise InputError(kubeconfig, "--kubeconfig", kubeconfig or "(in-cluster, $KUBECONFIG, ~/.kube/config)",
                      allowed, detail=detail)
+
+
+_NEGATIVE = re.compile(r"-\.?\d")   # -1h, -30s, -.5: a negative value, not an option
+
+
+class NegativeValues(argparse.ArgumentParser):
+    """A parser that reads `--horizons -1h` as the value -1h of --horizons. argparse takes a word that starts with
+    `-` and is not a plain negative number (`-1` is one, `-1h` is not) for an option, so the flag 'expected one
+    argument' and the value was an unrecognised option: the check that would name the flag, the value and what
+    is allowed (exit 2) never ran. Here such a word right after an option that takes one value is joined to it
+    (`--horizons=-1h`, which argparse reads as a value), and the command's own check refuses it."""
+
+    def parse_known_args(self, args=None, namespace=None):   # noqa: ANN001, ANN201 - argparse's signature
+        import sys
+
+        words = list(sys.argv[1:] if args is None else args)
+        takes_one = {s for a in self._actions if a.option_strings and a.nargs is None for s in a.option_strings}
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--":
+                out += words[i:]
+                break
+            if word in takes_one and i + 1 < len(words) and _NEGATIVE.match(words[i + 1]):
+                out.append(f"{word}={words[i + 1]}")
+                i += 2
+                continue
+            out.append(word)
+            i += 1
+        return super().parse_known_args(out, namespace)

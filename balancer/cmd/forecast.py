@@ -16,7 +16,7 @@ import time
 
 import pandas as pd
 
-from balancer.cmd._args import number, output_file
+from balancer.cmd._args import NegativeValues, number, output_file
 from balancer.errors import InputError
 
 
@@ -26,7 +26,9 @@ def _split(text: str) -> list[str]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("forecast", help="demand forecasting tools")
-    sub = p.add_subparsers(dest="forecast_command", metavar="ACTION")
+    # NegativeValues: `--horizons -1h` reaches the check below (exit 2 naming the flag), not argparse's 'expected
+    # one argument'
+    sub = p.add_subparsers(dest="forecast_command", metavar="ACTION", parser_class=NegativeValues)
     b = sub.add_parser("backtest", help="rolling-origin backtest of the forecasters on a demand trace")
     b.add_argument("--trace", required=True, help="CSV file, ServeGen folder or per-request CSV")
     b.add_argument("--format", default="csv", choices=["csv", "servegen", "requests"])
@@ -41,14 +43,23 @@ def register(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def run(args: argparse.Namespace) -> int:
-    from balancer.forecast import MODELS, load_demand
-    from balancer.forecast.backtest import backtest, format_table
+def _durations(args: argparse.Namespace) -> list[float]:
+    """--step checked (named as the flag, before the trace is read) and --horizons as seconds."""
     from balancer.forecast.traces import parse_step
 
+    if args.step is not None:
+        parse_step(args.step, field="--step")
     horizons = [parse_step(h, field="--horizons").total_seconds() for h in _split(args.horizons)]
     if not horizons:
         raise InputError(None, "--horizons", args.horizons, "comma-separated durations such as 1h,4h,24h")
+    return horizons
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.forecast import MODELS, load_demand
+    from balancer.forecast.backtest import backtest, format_table
+
+    horizons = _durations(args)
     models = _split(args.models) if args.models is not None else None
     if models == []:
         raise InputError(None, "--models", args.models, "comma-separated model names: " + ", ".join(sorted(MODELS)))

@@ -32,7 +32,7 @@ from balancer import config
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
 from balancer.app.health import Health, action_budget_s, stall_limit, stop_budget_s
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd._args import appendable_file, duration_between, kube_client, parse_interval
+from balancer.cmd._args import appendable_file, duration_between, kube_client, parse_interval, stop_file
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -46,6 +46,9 @@ MOST_ACTION_DEADLINE_S = 600.0   # the grace period and the liveness limit grow 
 # a reading's age reaches the scrape interval + the rules' 15 s evaluation + the scrape's own time (31 s or so with
 # the shipped 15 s scrapes): a limit below this holds a healthy controller still whenever a scrape is slow
 STALE_FLOOR_S = 45.0
+# the forecaster keeps this much of a service's demand and drops anything older: more history is read and fitted
+# for nothing (a 1400d typo read years at a coarse step), so --forecast-history stops here
+MOST_FORECAST_HISTORY_D = 28.0
 CAPACITY_FLAGS = (("--forecast-model", "forecast_model"), ("--forecast-history", "forecast_history"),
                   ("--demand-query", "demand_query"))
 
@@ -114,7 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=9402, help="serve controller metrics here (0: off)")
     p.add_argument("--audit-log", default=None, metavar="PATH", help="append JSON lines of every decision here")
     p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
-                   help="while this file exists, every action is rejected (emergency stop)")
+                   help="while this file exists, every action is rejected (emergency stop); its folder must exist")
     p.add_argument("--fleet", default=None, metavar="SPEC",
                    help="FleetSpec YAML: adds NVLink islands, pools, sites and node sizes that PromQL cannot know")
     p.add_argument("--shard", default=None, metavar="NAME",
@@ -132,8 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="forecaster for capacity shifting (persistence, seasonal_naive_daily, holt_winters, mstl, "
                         "gbm, profile, auto; default mstl; needs --services)")
     p.add_argument("--forecast-history", default=None, metavar="DURATION",
-                   help="demand history read from Prometheus when a service is first seen (default 14d; needs "
-                        "--services)")
+                   help=f"demand history read from Prometheus when a service is first seen (default 14d, at most "
+                        f"{MOST_FORECAST_HISTORY_D:.0f}d: the forecaster keeps no more; needs --services)")
     p.add_argument("--kueue-queues", default=None, metavar="INFERENCE_CQ,TRAINING_CQ",
                    help="scaling a Kueue-queued training Job moves GPU nominalQuota between these two ClusterQueues "
                         "of one cohort, in the flavor Kueue admitted the Job under (ignored with --dry-run)")
@@ -190,7 +193,15 @@ def capacity_flags(args: argparse.Namespace) -> None:
     if args.forecast_model is not None and args.forecast_model not in MODELS:
         raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))
     if args.forecast_history is not None:
-        parse_interval(args.forecast_history, "--forecast-history")
+        forecast_history_days(args.forecast_history)
+
+
+def forecast_history_days(text: str, field: str = "--forecast-history") -> float:
+    """Days of demand history to read when a service is first seen: a finite positive duration, no more than the
+    forecaster keeps (`MOST_FORECAST_HISTORY_D`)."""
+    most = MOST_FORECAST_HISTORY_D * 86400.0
+    return duration_between(text, field, 0.0, most, f"a finite positive duration up to {MOST_FORECAST_HISTORY_D:.0f}d "
+                            "(the forecaster keeps no more of a service's demand), such as 14d") / 86400.0
 
 
 def lease_elector(api_client, name: str, namespace: str | None, interval_s: float):
@@ -216,6 +227,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     stale_s = stale_after(args.stale_after, policy, args.policy)
     capacity_flags(args)
     appendable_file(args.audit_log, "--audit-log")
+    stop_file(args.emergency_stop_file, "--emergency-stop-file")
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
@@ -324,13 +336,11 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     cap = CapacityPolicy.from_config(policy.capacity)
     step = policy.forecast.step_s
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,
-                                      parse_interval(args.forecast_history or "14d", "--forecast-history") / 86400,
-                                      step,
-                                      cluster=args.cluster)
+                                      forecast_history_days(args.forecast_history or "14d"), step, cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
-    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model or "mstl", step_s=step), horizon,
-                                   history=history)
+    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model or "mstl", step_s=step,
+                                                    history_days=MOST_FORECAST_HISTORY_D), horizon, history=history)
     return CapacityLoopPlanner(profiles, cap, interval, history=history), forecaster
 
 
