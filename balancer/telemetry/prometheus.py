@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
@@ -37,14 +37,12 @@ import pandas as pd
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 
-from balancer import catalog
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
 from balancer.fleet import Fleet
 from balancer.model import (
     ClusterSnapshot,
     DisruptionBudget,
     Gpu,
-    Node,
     NodeGpuFacts,
     NodeMeta,
     ServiceStatus,
@@ -67,6 +65,7 @@ from balancer.telemetry.gpu_frame import (
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
 from balancer.telemetry.serving import SERVING_SERIES, service_status
+from balancer.telemetry.topology import Topology
 
 log = logging.getLogger(__name__)
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
@@ -127,7 +126,6 @@ class PrometheusTelemetrySource:
         self.fleet = fleet
         self.workload_overrides = workload_overrides
         self.node_overrides = node_overrides
-        self._labelled: tuple[tuple[Node, ...], Mapping[str, NodeMeta], tuple[Node, ...]] | None = None
         self.suspended_jobs = suspended_jobs
         self.disruption_budgets = disruption_budgets
         self.slo_latency_s = dict(slo_latency_s or {})
@@ -138,9 +136,7 @@ class PrometheusTelemetrySource:
         self._known_from: tuple[Gpu, ...] | None = None   # the topology `known` was last updated from
         self._missing_since: dict[str, float] = {}   # known GPUs absent from telemetry -> since when
         self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
-        self._topology_cache: tuple[tuple, tuple[tuple[Node, ...], tuple[Gpu, ...]]] | None = None
-        self._slowdown: tuple[tuple[Gpu, ...], np.ndarray] | None = None
-        self._uncatalogued: set[str] = set()   # modelNames already logged as not in the catalogue
+        self._topology = Topology()                  # nodes and GPUs from the series' labels, with its caches
         self._leftovers: set[tuple[str, ...]] = set()   # stale keys of moved GPUs last dropped (logged once)
 
     # ---- queries --------------------------------------------------------------------------------------------
@@ -229,8 +225,8 @@ class PrometheusTelemetrySource:
                                  f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
                                  subjects=tuple(wide["UUID"][stale]))
         check_not_frozen(wide)
-        nodes, gpus = self._topology(wide)
-        arrays_ = arrays(wide, self._slowdown_defaults(gpus))
+        nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
+        arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
         check_values(arrays_, wide)
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
@@ -280,75 +276,6 @@ class PrometheusTelemetrySource:
             log.warning("forgetting GPU %s on %s: %s", uuid, node, why)
             del self.known[uuid], self._missing_since[uuid]
         return vanished
-
-    def _topology(self, wide: pd.DataFrame) -> tuple[tuple[Node, ...], tuple[Gpu, ...]]:
-        """Nodes and GPUs in `wide`'s (sorted) order; the same GPUs as last cycle reuse last cycle's objects
-        (the fleet rarely changes, and building 10,000 of them from rows cost more than a whole plan)."""
-        key = tuple(wide[c].to_numpy(dtype=object) for c in ("hostname", "gpu", "UUID", "modelName"))
-        last = self._topology_cache
-        if last is not None and len(last[0][0]) == len(key[0]) and all(
-                np.array_equal(a, b) for a, b in zip(last[0], key, strict=True)):
-            return self._with_node_meta(last[1][0]), last[1][1]
-        spec_nodes = {n.name: n for n in self.fleet.nodes} if self.fleet else {}
-        spec_gpus = {g.uuid: g for g in self.fleet.gpus} if self.fleet else {}
-        keys: dict[str, str] = {}
-        for name in set(key[3]):   # catalogue key per modelName, once each
-            spec = catalog.by_model_name(name)
-            keys[name] = spec.key if spec else name
-            if spec is None and name not in self._uncatalogued:
-                self._uncatalogued.add(name)
-                log.warning("GPU model %r is not in gputide's catalogue: planned with generic figures from its "
-                            "power limit (catalog.generic); add it to balancer/catalog.py for better ones", name)
-        hosts, slots, uuids, names = (k.tolist() for k in key)
-        models = [keys[n] for n in names]
-        # the first model seen on a host is the node's, as the rows of a host are contiguous after the sort
-        first: dict[str, int] = {}
-        counts: dict[str, int] = {}
-        for i, host in enumerate(hosts):
-            first.setdefault(host, i)
-            counts[host] = counts.get(host, 0) + 1
-        nodes = tuple(spec_nodes.get(h) or Node(name=h, gpu_model=models[i], gpu_count=counts[h])
-                      for h, i in first.items())
-        node_model = {h: models[i] for h, i in first.items()}
-        gpus = []
-        for i, (host, slot, uuid) in enumerate(zip(hosts, slots, uuids, strict=True)):
-            known = spec_gpus.get(uuid)
-            gpus.append(Gpu(index=i, uuid=uuid, node=host, slot=int(slot), model=node_model[host],
-                            nvlink_domain=known.nvlink_domain if known else -1,
-                            pci_bus_id=known.pci_bus_id if known else ""))
-        self._topology_cache = (key, (nodes, tuple(gpus)))
-        return self._with_node_meta(nodes), self._topology_cache[1][1]
-
-    def _with_node_meta(self, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
-        """`nodes` with the labels, taints and gputide power caps `node_overrides` has for them (built again only when
-        one changed).
-        A node the API does not know keeps what the fleet file says."""
-        if self.node_overrides is None:
-            return nodes
-        meta = self.node_overrides()
-        if meta is None:
-            raise TelemetryUnavailable("Kubernetes nodes not listed yet: their labels and taints (an emergency "
-                                       "stop, a workload's node selector) are unknown")
-        last = self._labelled
-        if last is None or last[0] is not nodes or last[1] is not meta:
-            labelled = tuple(replace(n, labels=m.labels, taints=m.taints, power_caps=m.power_caps)
-                             if (m := meta.get(n.name)) else n for n in nodes)
-            unknown = sum(n.name not in meta for n in nodes)
-            if unknown and (last is None or last[0] is not nodes):
-                log.warning("%d of %d nodes with GPU metrics are not Kubernetes nodes (hostname label != node "
-                            "name?): their labels and taints are unknown", unknown, len(nodes))
-            self._labelled = last = (nodes, meta, labelled)
-        return last[2]
-
-
-
-    def _slowdown_defaults(self, gpus: tuple[Gpu, ...]) -> np.ndarray:
-        """The catalogue's slowdown temperature per GPU (85 °C for a model it does not know), computed again only
-        when `_topology` built new GPUs."""
-        if self._slowdown is None or self._slowdown[0] is not gpus:
-            by_model = {m: s.slowdown_temp_c if (s := catalog.CATALOGUE.get(m)) else 85.0 for m in {g.model for g in gpus}}
-            self._slowdown = (gpus, np.array([by_model[g.model] for g in gpus], dtype=float))
-        return self._slowdown[1]
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))
