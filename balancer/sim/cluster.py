@@ -2,8 +2,8 @@
 
 State lives in per-GPU numpy arrays (fleet order) and a small set of pod records; `step()` advances the whole
 fleet with array operations only (see `physics` for power/clock/temperature and `workloads` for latency and
-training progress). Workload operations (`place`, `evict`, `migrate`, `scale_*`) and faults mutate the records
-and mark the slot table dirty. Everything random comes from one `numpy.random.Generator` seeded at construction,
+training progress). Workload operations (`place`, `evict`, `migrate`, `scale_*`, in `ops`) and faults (in `faults`)
+mutate the records and mark the slot table dirty. Everything random comes from one `numpy.random.Generator` seeded at construction,
 so a run is reproducible by seed.
 """
 
@@ -18,6 +18,7 @@ from balancer.fleet import Fleet
 from balancer.model import ClusterSnapshot, Node, ServiceStatus, SuspendedJob, Workload
 from balancer.sim import physics
 from balancer.sim.accounting import Accounting
+from balancer.sim.faults import Faults
 from balancer.sim.memory import MemoryHealth
 from balancer.sim.ops import WorkloadOps
 from balancer.sim.pods import EMPTY, GENERIC, INFERENCE, TRAINING, Pod, SlotTable
@@ -47,7 +48,7 @@ _SM_BY_STATE = np.array([INFERENCE_SM, WARMUP_SM, TRAINING_SM, STALLED_SM, BATCH
 _MEM_BY_STATE = np.array([INFERENCE_MEM, WARMUP_MEM, TRAINING_MEM, STALLED_MEM, BATCH_MEM])
 
 
-class SimCluster(WorkloadOps):
+class SimCluster(WorkloadOps, Faults):
     """A simulated GPU cluster. See the package docstring (`balancer.sim`) for the API."""
 
     def __init__(self, fleet: Fleet, *, seed: int = 0, step_s: float = 60.0, start_time: float = 0.0) -> None:
@@ -319,65 +320,6 @@ class SimCluster(WorkloadOps):
         self._nodes_cache = None
         self._sched_dirty = True
 
-    # ---- faults --------------------------------------------------------------------------------------------
-    def degrade_cooling(self, node: str, *, inlet_rise_c: float = 0.0, resistance_factor: float = 1.0,
-                        duration_s: float | None = None) -> None:
-        """A node's cooling degrades: its inlet warms by `inlet_rise_c` and/or thermal resistance grows."""
-        i = self._node(node)
-        if resistance_factor <= 0:
-            raise ValueError("resistance_factor must be positive")
-        self.node_inlet_rise_c[i] = inlet_rise_c
-        self.node_resistance_factor[i] = resistance_factor
-        if duration_s is None:
-            self._cooling_until.pop(i, None)
-        else:
-            self._cooling_until[i] = self.time + duration_s
-
-    def restore_cooling(self, node: str) -> None:
-        i = self._node(node)
-        self.node_inlet_rise_c[i] = 0.0
-        self.node_resistance_factor[i] = 1.0
-        self._cooling_until.pop(i, None)
-
-    def _expire_cooling_faults(self) -> None:
-        for i, until in list(self._cooling_until.items()):
-            if self.time >= until:
-                self.restore_cooling(self.fleet.nodes[i].name)
-
-    def fail_gpu(self, gpu: int, xid: int = 79) -> None:
-        """The GPU falls off the bus: offline, 0 W, its pods evicted back to pending."""
-        self.online[gpu] = False
-        self.xid[gpu] = xid
-        self._evict_from(gpu)
-
-    def ecc_error(self, gpu: int) -> None:
-        """Double-bit ECC (XID 48): the running pods crash and are requeued; the device is unhealthy until repaired.
-        The volatile DBE counter counts it and, on boards with a row remapper, a remap is pending until the reset."""
-        self.xid[gpu] = 48
-        self.healthy[gpu] = False
-        self.memory.uncorrectable(gpu)
-        self._evict_from(gpu)
-
-    def row_remap_failure(self, gpu: int) -> None:
-        """The row remapper ran out of spare rows (XID 64): pods requeued, unhealthy until the board is replaced."""
-        self.memory.remap_failed(gpu)
-        self.xid[gpu] = 64
-        self.healthy[gpu] = False
-        self._evict_from(gpu)
-
-    def repair_gpu(self, gpu: int) -> None:
-        """Operator reset / replacement: the GPU is back, healthy, with no XID; a reset clears the volatile ECC
-        counters and applies pending row remaps, a failed remap gets a new board (`MemoryHealth.repair`)."""
-        self.online[gpu] = True
-        self.healthy[gpu] = True
-        self.xid[gpu] = 0
-        self.memory.repair(gpu)
-        self._sched_dirty = True
-
-    def _evict_from(self, gpu: int) -> None:
-        for name in [k for k, p in self._pods.items() if p.gpus is not None and gpu in p.gpus]:
-            self.evict(name)
-
     # ---- helpers ---------------------------------------------------------------------------------------------
     def _node(self, node: str) -> int:
         if node not in self._node_pos:
@@ -403,5 +345,3 @@ def _with_meta(fleet: Fleet, tainted: np.ndarray, power_caps: Mapping[int, float
     return tuple(replace(nd, taints=(*nd.taints, TAINT) if t and TAINT not in nd.taints else nd.taints,
                          power_caps=MappingProxyType(caps.get(nd.name, {}))) if t or nd.name in caps else nd
                  for nd, t in zip(fleet.nodes, tainted.tolist(), strict=True))
-
-
