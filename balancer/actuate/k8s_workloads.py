@@ -59,7 +59,8 @@ The Namespace objects are read as the budgets are (`namespaces`: listed, then fo
 namespaceSelectors resolved against the namespaces' latest labels, rebuilt when either the pods or the
 namespaces change, so a label put on a Namespace changes which pods a term selects from the next cycle on.
 
-A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
+One pod's object becomes its Workload in `k8s_pods.py` (`workload_from_pod`, re-exported here); this module reads
+and caches the API's lists. A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
 answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard still
 re-checks every action against the fresh snapshot.
 """
@@ -67,21 +68,26 @@ re-checks every action against the fresh snapshot.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
-from balancer import catalog
 from balancer.actuate.k8s_jobs import worker_limit
 from balancer.actuate.k8s_kueue import restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
+from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
+    PRODUCT_LABEL,
+    as_int,
+    elastic_bounds,
+    pod_models,
+    running_pod,
+    running_workload,
+    with_namespaces,
+    workload_from_pod,
+)
 from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import (
-    CHECKPOINT_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     PRIORITY_ANNOTATION,
     SUSPENDED_LABEL,
@@ -89,7 +95,7 @@ from balancer.actuate.kubernetes import (
     _pod_requests,
 )
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
-from balancer.noderules import NO_RULES, NamespaceLabels, NodeRules, PodAffinity, Selector, affinity_terms
+from balancer.noderules import Selector
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -123,155 +129,6 @@ def with_job(w: Workload, facts: JobFacts | None) -> Workload:
     return replace(w, elastic_min=min(w.elastic_min, hi), elastic_max=hi, restarts_on_resize=facts.restarts)
 
 
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return default
-
-
-def _models(spec: str | None) -> frozenset[str] | None:
-    """Catalogue keys of `A|B` (keys, modelNames, Alibaba codes or GPU feature discovery's product labels such as
-    `NVIDIA-H100-80GB-HBM3`); a model the catalogue does not know still constrains the pod by its own name."""
-    if not spec:
-        return None
-    return frozenset(catalog.key_of(name) for name in filter(None, (s.strip() for s in spec.split("|")))) or None
-
-
-def _elastic(notes: Json) -> tuple[int, int]:
-    """(elastic_min, elastic_max) workers from the annotations; min within 0..max, (0, 0) when not elastic."""
-    hi = max(_int(notes.get("gputide.io/elastic-max"), 0), 0)
-    return (max(min(_int(notes.get("gputide.io/elastic-min"), 0), hi), 0) if hi else 0), hi
-
-
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-
-def _pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
-    """Allowed GPU models: annotation `gputide.io/gpu-spec`, else the `nvidia.com/gpu.product` node selector, else
-    a required node affinity whose every term names the products it allows (`In`)."""
-    named = notes.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
-    if named:
-        return _models(named)
-    allowed: set[str] = set()
-    for term in affinity_terms(spec):
-        values = [v for e in term.get("matchExpressions") or [] if e.get("key") == PRODUCT_LABEL
-                  and e.get("operator") == "In" for v in e.get("values") or []]
-        if not values:   # a term that allows any model: the pod is not limited by model
-            return None
-        allowed.update(values)
-    return _models("|".join(sorted(allowed)))
-
-
-_RULES: dict[NodeRules, NodeRules] = {}
-
-
-def _node_rules(spec: Json) -> NodeRules:
-    """The pod's node rules, one shared object per distinct rule set (thousands of replicas, a few templates)."""
-    rules = NodeRules.from_pod_spec(spec)
-    if rules == NO_RULES:
-        return NO_RULES
-    if len(_RULES) > 4096:   # bounded: rule sets of pods long gone do not accumulate
-        _RULES.clear()
-    return _RULES.setdefault(rules, rules)
-
-
-def _owner(meta: Json) -> tuple[str, str]:
-    """(owner name, owner kind) of a pod: the gputide labels first, then its controlling ownerReference."""
-    labels = meta.get("labels") or {}
-    for key, kind in (("gputide.io/service", "Deployment"), ("gputide.io/job", "Job")):
-        if labels.get(key):
-            return labels[key], kind
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    if not owners:
-        return "", ""
-    name, kind = owners[0].get("name", ""), owners[0].get("kind", "")
-    suffix = labels.get("pod-template-hash")
-    if kind == "ReplicaSet" and suffix and name.endswith(f"-{suffix}"):
-        return name[: -len(suffix) - 1], "Deployment"
-    return name, kind
-
-
-def _pod_workload(pod: Json) -> Workload | None:
-    """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
-    and `movable` by the annotation alone (`with_namespaces` settles both); None for a pod without GPUs."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    gpus, cpu, mem = _pod_requests(pod)
-    if gpus <= 0 or not meta.get("name"):
-        return None
-    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    owner, kind = _owner(meta)
-    elastic_min, elastic_max = _elastic(notes)
-    try:
-        klass = WorkloadClass(labels.get("gputide.io/workload-class", ""))
-    except ValueError:
-        klass = (WorkloadClass.INFERENCE if kind == "Deployment"
-                 else WorkloadClass.TRAINING if kind == "Job" and elastic_max > 0 else WorkloadClass.BATCH)
-    namespace = meta.get("namespace", "default")
-    milli = min(max(_int(notes.get("gputide.io/gpu-milli"), 1000), 1), 1000)
-    affinity = PodAffinity.from_spec(namespace, spec)
-    return Workload(
-        name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
-        priority=_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
-        allowed_models=_pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity, movable=str(notes.get("gputide.io/movable", "true")).lower() != "false",
-        protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
-        elastic_min=elastic_min, elastic_max=elastic_max,
-        checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),
-        started_at=_epoch((pod.get("status") or {}).get("startTime")),
-    )
-
-
-def _epoch(value: Any) -> float:
-    """Epoch seconds of an RFC 3339 time (`2026-12-04T06:00:00Z`, the API's) or of a number; NaN for anything else
-    (a malformed annotation must not stop planning: the job is then costed from its start)."""
-    if value is None or isinstance(value, bool):
-        return float("nan")
-    try:
-        t = float(value)
-    except (TypeError, ValueError):
-        try:
-            when = datetime.fromisoformat(str(value))
-        except ValueError:
-            return float("nan")
-        if when.tzinfo is None:
-            return float("nan")   # a time without its zone is ambiguous
-        t = when.timestamp()
-    return t if math.isfinite(t) and t > 0 else float("nan")
-
-
-def with_namespaces(w: Workload, resolve: Callable[[PodAffinity], PodAffinity]) -> Workload:
-    """`w` with its pod affinity's namespaceSelectors resolved by `resolve`; not movable while one stays
-    unresolved (the namespaces' labels not known: where its replacement may run cannot be told)."""
-    if not w.pod_affinity.unresolved:
-        return w
-    affinity = resolve(w.pod_affinity)
-    return replace(w, pod_affinity=affinity) if not affinity.unresolved else replace(w, movable=False)
-
-
-def workload_from_pod(pod: Json, namespace_labels: NamespaceLabels | None = None) -> Workload | None:
-    """The Workload a GPU pod is (see the module docstring), its pod affinity's namespaceSelectors resolved by
-    `namespace_labels` (name -> labels of every namespace; None: not known, so such a pod is not movable); None for
-    a pod without GPUs."""
-    w = _pod_workload(pod)
-    return None if w is None else with_namespaces(w, lambda a: a.resolved(namespace_labels))
-
-
-def running_workload(pod: Json, namespace_labels: NamespaceLabels | None = None) -> Workload | None:
-    """`workload_from_pod` of a Running pod; None otherwise (a watch also sees a pod that just finished)."""
-    return workload_from_pod(pod, namespace_labels) if _running(pod) else None
-
-
-def _running(pod: Json) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running"
-
-
-def _running_pod(pod: Json) -> Workload | None:
-    """What the pods cache holds of a pod: `_pod_workload` of a Running pod (settled by `with_namespaces` as the
-    workloads are handed out, against the namespaces' labels of that moment); None otherwise."""
-    return _pod_workload(pod) if _running(pod) else None
-
-
 def suspended_job(job: Json) -> SuspendedJob | None:
     """The SuspendedJob a Job gputide suspended is (see the module docstring); None unless it is elastic, can still
     run a worker and is suspended indeed (`spec.suspend`: a Kueue-queued Job is suspended by Kueue once gputide
@@ -279,7 +136,7 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     meta, spec = job.get("metadata") or {}, job.get("spec") or {}
     template = spec.get("template") or {}
     notes = (template.get("metadata") or {}).get("annotations") or {}
-    elastic_min, elastic_max = _elastic(notes)
+    elastic_min, elastic_max = elastic_bounds(notes)
     limit = worker_limit(job)   # completions - succeeded, where completions cannot grow with the Job
     if limit is not None and limit < elastic_max:
         elastic_min, elastic_max = min(elastic_min, limit), limit
@@ -289,8 +146,8 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     return SuspendedJob(
         name=meta["name"], namespace=meta.get("namespace", "default"), elastic_min=elastic_min,
         elastic_max=elastic_max, gpus_per_worker=max(_pod_requests(template)[0], 1),
-        priority=_int((meta.get("annotations") or {}).get(PRIORITY_ANNOTATION), _int(tspec.get("priority"), 0)),
-        allowed_models=_pod_models(notes, tspec),
+        priority=as_int((meta.get("annotations") or {}).get(PRIORITY_ANNOTATION), as_int(tspec.get("priority"), 0)),
+        allowed_models=pod_models(notes, tspec),
     )
 
 
@@ -301,7 +158,7 @@ def disruption_budget(pdb: Json) -> DisruptionBudget | None:
         return None
     return DisruptionBudget(meta["name"], meta.get("namespace", "default"),
                             Selector.from_json((pdb.get("spec") or {}).get("selector")),
-                            max(_int((pdb.get("status") or {}).get("disruptionsAllowed"), 0), 0))
+                            max(as_int((pdb.get("status") or {}).get("disruptionsAllowed"), 0), 0))
 
 
 def ambiguous_owners(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None) -> frozenset[str]:
@@ -339,7 +196,7 @@ class KubernetesWorkloads:
         core, batch, policy = self.api.core, self.api.batch, self.api.policy
         self.pods = ListCache(
             "running pods", lambda **kw: self.api("list running pods", core.list_pod_for_all_namespaces, **kw),
-            core.list_pod_for_all_namespaces, _running_pod,
+            core.list_pod_for_all_namespaces, running_pod,
             selectors={"field_selector": "status.phase=Running"}, ttl_s=ttl_s, clock=clock, watch=watch,
             watch_s=watch_s)
         self.watch = self.pods.watch   # the pods' ListWatch (None without `watch`), whose state the metrics show
