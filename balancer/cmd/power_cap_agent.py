@@ -16,6 +16,10 @@ removing it leaves the limits it set (NVML keeps them until the driver reloads):
 `gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}`
 (`applied`, `unchanged`, `failed`: the annotation unreadable or malformed, or NVML refusing a GPU; alert
 `GputidePowerCapAgentFailing`). The exporter's next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
+The same port serves the probes (`balancer.app.health`): `/healthz` fails once no sync has ended (whatever its
+result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent stuck in a call
+(an NVML call that never returns; its metrics thread would keep answering, `up` stay 1 and no alert fire);
+`/readyz` once a sync has ended.
 Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 2 bad input.
 """
 
@@ -30,6 +34,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from balancer.app.health import Health, call_budget_s
+from balancer.app.health import app as probes_app
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.power_cap_agent")
@@ -69,10 +75,37 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
     return applied
 
 
-def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: threading.Event) -> None:
+NVML_ALLOWANCE_S = 30.0   # NVML calls have no timeout; healthy ones take milliseconds, a GPU in recovery seconds
+LEAST_STALL_S = 60.0
+
+
+def stall_limit_s(interval_s: float, read_s: float) -> float:
+    """How long the agent may go without ending a sync before it counts as stuck: the wait, the node's read to its
+    deadline (`read_s`: every try of the API call, `NodeAnnotationCaps`) and NVML's calls, at least five intervals
+    and a minute. Failures are not stuck (an alert watches them): a restart would not mend an API server down."""
+    return max(5.0 * interval_s, LEAST_STALL_S, interval_s + read_s + NVML_ALLOWANCE_S)
+
+
+def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: threading.Event,
+              beat=lambda: None) -> None:
+    """Sync every `interval_s` until `stop`; `beat()` after every sync, whatever its result (the liveness probe)."""
     while not stop.is_set():
         sync_once(agent, metrics)
+        beat()
         stop.wait(interval_s)
+
+
+def serve_with_probes(registry: CollectorRegistry, health: Health, port: int, addr: str = "0.0.0.0"):
+    """/metrics as the exporter writes it (`exporters.server`), /healthz and /readyz from `health`."""
+    from exporters.server import metrics_app, serve_app
+
+    metrics, probes = metrics_app(registry), probes_app(health, registry)
+
+    def dispatch(environ, start_response):
+        probe = environ.get("PATH_INFO", "/") in ("/healthz", "/readyz")
+        return (probes if probe else metrics)(environ, start_response)
+
+    return serve_app(dispatch, port=port, addr=addr, name="gputide-power-cap-agent")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,23 +121,22 @@ def run(args: argparse.Namespace) -> int:
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 
-    agent = PowerCapAgent(NodeAnnotationCaps(api, args.node), nvml_backend())
+    source = NodeAnnotationCaps(api, args.node)
+    agent = PowerCapAgent(source, nvml_backend())
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry)
     if args.once:
         sync_once(agent, metrics)
         return 0
-    server = None
-    if args.port:
-        from exporters.server import serve
-
-        server = serve(registry, port=args.port, addr="0.0.0.0")
+    health = Health(stall_limit_s(interval, call_budget_s(source.api)))
+    server = serve_with_probes(registry, health, args.port) if args.port else None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("applying the power caps requested for node %s every %.0f s", args.node, interval)
+    log.info("applying the power caps requested for node %s every %.0f s (liveness limit %.0f s)", args.node,
+             interval, health.stall_after_s)
     try:
-        run_agent(agent, metrics, interval, stop)
+        run_agent(agent, metrics, interval, stop, beat=health.beat)
     finally:
         if server is not None:
             server.close()
@@ -117,6 +149,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--node", default="", help="this node's name (required)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--interval", default="10s", help="seconds between reads of the node's caps (default 10s)")
-    p.add_argument("--port", type=int, default=9837, help="serve /metrics here (0: off; default 9837)")
+    p.add_argument("--port", type=int, default=9837,
+                   help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.add_argument("--once", action="store_true", help="read and apply once, then exit")
     p.set_defaults(func=run)

@@ -4,15 +4,23 @@ off a node with a NoSchedule taint it does not tolerate; a NoSchedule taint does
 opens only when the pod is replaced (a rollout, an eviction for node pressure, a deleted pod): from then on the
 hottest node has no exporter (no readings, so the controller holds still on it) and no power-cap agent (a power
 cap written to it applies nowhere), for as long as it stays tainted. And they are admitted at all where their
-priority class is quota-limited (GKE)."""
+priority class is quota-limited (GKE). A hung power-cap agent is restarted: its metrics thread keeps answering
+Prometheus, so only its own liveness probe tells."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from test_deploy_manifests import OVERLAYS, one, render
+from test_deploy_manifests import OVERLAYS, ROOT, one, render
 
 from balancer.actuate.k8s_actuator import _taints_change
+from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 from balancer.actuate.kubernetes import HOT_TAINT_KEY, quantity
+from balancer.app.health import call_budget_s
+from balancer.cli import build_parser
+from balancer.cmd._args import parse_interval
+from balancer.cmd.power_cap_agent import stall_limit_s
 from balancer.noderules import NodeRules, Taint
 
 GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": "gpu-1"}
@@ -66,3 +74,30 @@ def test_critical_priority_pods_are_admitted_where_the_class_is_quota_limited(ov
         assert scoped, f"{overlay}: {obj['kind']}/{obj['metadata']['name']} ({wanted}) has no quota scoped to it"
         for quota in scoped:   # a budget, not a limit: the number of GPU nodes is the cluster's
             assert quantity(quota["spec"]["hard"]["pods"]) >= 10**6
+
+
+def power_cap_agents() -> list[tuple[str, dict]]:
+    return [(overlay, c) for overlay in OVERLAYS for ds in render(overlay) if ds["kind"] == "DaemonSet"
+            for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "power-cap-agent"]
+
+
+def test_a_hung_power_cap_agent_is_restarted_and_a_healthy_one_is_not():
+    """/healthz on the agent's own port fails once no sync has ended for its stall limit at the deployed
+    --interval (balancer/cmd/power_cap_agent.py), which covers a sync whose node read runs to its deadline: the
+    kubelet restarts it `failureThreshold` probes later, and the manifest's comment gives those figures."""
+    found = power_cap_agents()
+    assert [overlay for overlay, _ in found] == ["overlays/power-cap"]
+    for overlay, agent in found:
+        args = build_parser().parse_args(agent["args"])
+        assert args.port == next(p["containerPort"] for p in agent["ports"] if p["name"] == "powercap"), overlay
+        live, ready = agent["livenessProbe"], agent["readinessProbe"]
+        assert live["httpGet"] == {"path": "/healthz", "port": "powercap"}, overlay
+        assert ready["httpGet"] == {"path": "/readyz", "port": "powercap"}, overlay
+        interval = parse_interval(args.interval)
+        read_s = call_budget_s(NodeAnnotationCaps(None, args.node).api)
+        limit = stall_limit_s(interval, read_s)
+        assert limit > interval + read_s   # a healthy sync never looks stuck
+        restart_s = limit + live["failureThreshold"] * live["periodSeconds"]
+        assert (interval, limit, restart_s) == (10.0, 60.0, 120.0)
+    text = re.sub(r"\s*#\s*", " ", (ROOT / "deploy/components/power-cap/power-cap-agent.yaml").read_text())
+    assert "60 s at --interval=10s" in text and "restarted within 2 minutes" in text
