@@ -28,7 +28,7 @@ from balancer import fleet as fleet_mod
 from balancer.actuate.base import ActionResult
 from balancer.actuate.sim import SimActuator
 from balancer.config import BalancerPolicy
-from balancer.loop import JsonlAudit, Reconciler
+from balancer.loop import CycleReport, JsonlAudit, Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.model import Action, ClusterSnapshot
 from balancer.sim import SimCluster, default_mix
@@ -140,23 +140,7 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
                 res.outage_wall = (res.outage_wall[0], time.time())
                 say(f"  [cycle {cycle:2d}] the exporter is back")
             time.sleep(1.25)  # one scrape and one rule evaluation after the simulator moved
-            report = reconciler.run_once()
-            for alert in prom.alerts():
-                name = alert["labels"]["alertname"]
-                if alert["state"] == "firing" and name not in res.alerts_seen:
-                    res.alerts_seen[name] = time.time()
-                    say(f"  [cycle {cycle:2d}] Prometheus alert firing: {name} "
-                        f"({alert['labels'].get('hostname', '')} {alert['annotations'].get('summary', '')})")
-            if report.status == "fail_static":
-                res.holds.append({"cycle": cycle, "reason": report.reason})
-                say(f"  [cycle {cycle:2d}] controller holds still (fail-static: {report.reason})")
-            for r in report.results:
-                a = r.action
-                res.actions.append({"cycle": cycle, "wall": time.time(), "kind": a.kind, "target": a.target,
-                                    "reason": a.reason, "gain": a.expected_gain, "outcome": str(r.outcome)})
-                say(f"  [cycle {cycle:2d}] {r.outcome}: {a.describe()}")
-            for a, why in report.rejected:
-                say(f"  [cycle {cycle:2d}] rejected by safety ({why}): {a.describe()}")
+            _record_cycle(res, prom, reconciler.run_once(), cycle, say)
         res.temperature_after = sim.temperature_c.copy()
         time.sleep(1.5)
         res.end_wall = time.time()
@@ -167,3 +151,24 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
             prom.stop()
         controller_http.close()
     return res, (prom if prometheus_keepalive else None)
+
+
+def _record_cycle(res: LiveResult, prom: PrometheusServer, report: CycleReport, cycle: int,
+                  say: Callable[[str], None]) -> None:
+    """Note a cycle's news in `res` and say it: alerts firing for the first time, a hold, actions, rejections."""
+    for alert in prom.alerts():
+        name = alert["labels"]["alertname"]
+        if alert["state"] == "firing" and name not in res.alerts_seen:
+            res.alerts_seen[name] = time.time()
+            say(f"  [cycle {cycle:2d}] Prometheus alert firing: {name} "
+                f"({alert['labels'].get('hostname', '')} {alert['annotations'].get('summary', '')})")
+    if report.status == "fail_static":
+        res.holds.append({"cycle": cycle, "reason": report.reason})
+        say(f"  [cycle {cycle:2d}] controller holds still (fail-static: {report.reason})")
+    for r in report.results:
+        a = r.action
+        res.actions.append({"cycle": cycle, "wall": time.time(), "kind": a.kind, "target": a.target,
+                            "reason": a.reason, "gain": a.expected_gain, "outcome": str(r.outcome)})
+        say(f"  [cycle {cycle:2d}] {r.outcome}: {a.describe()}")
+    for a, why in report.rejected:
+        say(f"  [cycle {cycle:2d}] rejected by safety ({why}): {a.describe()}")

@@ -35,36 +35,52 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     cp = policy.colocation
     if not cp.enabled or not snapshot.services:
         return []
-    s = snapshot
-    pressured = {n for n, st in s.services.items() if st.p99_latency_s > cp.slo_pressure * st.slo_latency_s}
+    pressured = {n for n, st in snapshot.services.items() if st.p99_latency_s > cp.slo_pressure * st.slo_latency_s}
+    actions = _shrinks(snapshot, policy, state, proj, pressured) if pressured else []
+    return actions + _give_backs(snapshot, policy, state, proj)
+
+
+def _crowding(s: ClusterSnapshot, policy: BalancerPolicy, pressured: set[str]) -> dict[str, list[str]]:
+    """{training job: the pressured services it shares a GPU with} (protected jobs and namespaces left out)."""
+    gpu_services: dict[int, set[str]] = {}
+    for w in s.workloads:
+        if w.workload_class == WorkloadClass.INFERENCE and w.owner in pressured:
+            for g in s.placements.get(w.name, ()):
+                gpu_services.setdefault(g, set()).add(w.owner)
+    shared: dict[str, list[str]] = {}
+    for w in s.workloads:
+        if w.workload_class != WorkloadClass.TRAINING or w.protected or w.namespace in policy.safety.protected_namespaces:
+            continue
+        hit = set().union(*(gpu_services.get(g, set()) for g in s.placements.get(w.name, ())))
+        if hit:
+            shared.setdefault(w.owner, []).extend(sorted(hit))
+    return shared
+
+
+def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
+             pressured: set[str]) -> list[Action]:
+    """Each crowding job shrunk by a worker per service it crowds, down to its elastic minimum."""
     actions: list[Action] = []
-    if pressured:
-        gpu_services: dict[int, set[str]] = {}
-        for w in s.workloads:
-            if w.workload_class == WorkloadClass.INFERENCE and w.owner in pressured:
-                for g in s.placements.get(w.name, ()):
-                    gpu_services.setdefault(g, set()).add(w.owner)
-        shared: dict[str, list[str]] = {}  # job -> services it crowds
-        for w in s.workloads:
-            if w.workload_class != WorkloadClass.TRAINING or w.protected or w.namespace in policy.safety.protected_namespaces:
-                continue
-            hit = set().union(*(gpu_services.get(g, set()) for g in s.placements.get(w.name, ())))
-            if hit:
-                shared.setdefault(w.owner, []).extend(sorted(hit))
-        for job, services in sorted(shared.items()):
-            members = [w for w in s.workloads if w.owner == job and w.name in s.placements]
-            now = proj.workers.get(job, len(members))
-            floor = max((w.elastic_min for w in members), default=0)
-            new = max(now - len(services), floor)
-            if new < now and job not in state.shrunk:
-                svc = services[0]
-                st = s.services[svc]
-                actions.append(ScaleTraining(
-                    job=job, workers=new, previous_workers=now,
-                    reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
-                           "on GPUs shared with this job"))
+    for job, services in sorted(_crowding(s, policy, pressured).items()):
+        members = [w for w in s.workloads if w.owner == job and w.name in s.placements]
+        now = proj.workers.get(job, len(members))
+        floor = max((w.elastic_min for w in members), default=0)
+        new = max(now - len(services), floor)
+        if new < now and job not in state.shrunk:
+            svc = services[0]
+            st = s.services[svc]
+            actions.append(ScaleTraining(
+                job=job, workers=new, previous_workers=now,
+                reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
+                       "on GPUs shared with this job"))
+    return actions
+
+
+def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection) -> list[Action]:
+    """Shrunk jobs scaled back once their service has had `slackReadings` cycles of slack (or is gone)."""
+    actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
-        if state.slack_streak.get(svc, 0) >= cp.slack_readings or svc not in s.services:
+        if state.slack_streak.get(svc, 0) >= policy.colocation.slack_readings or svc not in s.services:
             now = proj.workers.get(job, 0)
             if now < workers:
                 actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,

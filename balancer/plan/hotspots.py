@@ -37,7 +37,7 @@ the objective with the same projection and drops those that do not help.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +51,7 @@ from balancer.model import (
     ScaleTraining,
     SetPowerLimit,
     TaintNode,
+    Workload,
     WorkloadClass,
 )
 from balancer.plan.simulate import THERMAL_BITS, Projection, model_arrays
@@ -122,6 +123,11 @@ def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
                         _frozen(active & capped & thermally_cool & ~braked), state.readings + 1)
 
 
+def on_nodes(snapshot: ClusterSnapshot, names: set[str] | frozenset[str]) -> np.ndarray:
+    """Per GPU: whether its node is one of `names`."""
+    return np.array([n.name in names for n in snapshot.nodes], dtype=bool)[snapshot.node_index]
+
+
 def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
     """Per GPU: power capping (0x04 / 0x80) while its power limit is its default (TDP), not a lowered one."""
     bits = (snapshot.clock_event_reasons.astype(np.int64) & POWER_CAP_BITS) != 0
@@ -147,70 +153,107 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
             refused: frozenset[str] = frozenset()) -> list[Action]:
     """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation). `refused`:
     workloads whose migration was recently refused or failed; their GPUs are throttled instead."""
-    hp, tp = policy.hotspots, policy.throttling
     s = snapshot
     actions: list[Action] = []
-    active = state.active
     hot_node_set = hot_nodes(s, state)
-    if hp.taint_hot_nodes:
+    if policy.hotspots.taint_hot_nodes:
         actions += [TaintNode(node=n, reason="node has a GPU near its slowdown temperature")
                     for n in sorted(hot_node_set - tainted)]
-    on_gpu: dict[int, list[str]] = {}
-    if active.any():
-        for name, gpus in s.placements.items():
-            for g in gpus:
-                if active[g]:
-                    on_gpu.setdefault(g, []).append(name)
-        free_milli = 1000 - proj.milli
-        free_mem = proj.mem_total - proj.mem
-        node_blocked = np.zeros(len(s.nodes), bool)
-        for i, n in enumerate(s.nodes):
-            node_blocked[i] = n.name in hot_node_set or n.name in tainted
-        ok_target = (~active & ~node_blocked[s.node_index] & ~np.isin(s.xid, FATAL_XIDS) & ~s.memory_unhealthy
-                     & (proj.temp <= s.slowdown_temp_c - hp.target_headroom_c))
-        per_node = np.zeros(len(s.nodes), np.int64)
-        limit = policy.safety.max_concurrent_migrations_per_node
-        per_owner: dict[str, int] = {}
-        spent: dict[str, int] = {}   # migrations proposed this cycle per PodDisruptionBudget
-        moved: dict[str, int] = {}   # workloads proposed to move this cycle -> their target node's position
-        for g in np.flatnonzero(active)[np.argsort(-proj.temp[active])]:
-            relieved = False
-            node = s.node_index[g]
-            if hp.migrate:
-                for name in sorted(on_gpu.get(int(g), ()), key=lambda n: -s.workload_by_name[n].gpu_milli):
-                    w = s.workload_by_name.get(name)
-                    if (w is None or per_node[node] >= limit or name in refused
-                            or not _may_move(s, w, policy, per_owner, spent)):
-                        continue
-                    target = _pick_target(s, policy, w, ok_target, free_milli, free_mem, proj.temp,
-                                          per_node < limit, moved)
-                    if target is None:
-                        continue
-                    t = np.asarray(target)
-                    moved[name] = int(s.node_index[t[0]])
-                    free_milli[t] -= w.gpu_milli
-                    free_mem[t] -= w.gpu_memory_mib
-                    per_node[node] += 1
-                    per_owner[w.owner or name] = per_owner.get(w.owner or name, 0) + 1
-                    per_node[s.node_index[t[0]]] += 1
-                    spend(spent, eviction_room(s.disruption_budgets, w, spent)[0])
-                    actions.append(Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
-                                           target_node=s.gpus[target[0]].node,
-                                           reason=_why(s, state, int(g))))
-                    relieved = True
-                    break  # one migration per GPU per cycle; the next cycle sees the effect
-            if not relieved and tp.enabled:
-                actions += _throttle(s, policy, proj, int(g), on_gpu.get(int(g), ()), shrunk)
+    on_gpu = _placed_on(s, state.active)
+    if state.active.any():
+        room = _Room.start(s, policy, state, proj, hot_node_set | tainted)
+        actions += _relieve(s, policy, state, proj, room, on_gpu, shrunk, refused)
     actions += _give_back_power(s, proj, state, policy, throttled)
-    actions += _untaint(state, hp.hot_readings, tainted - hot_node_set)
-    busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names
-                 if n in s.workload_by_name}
+    actions += _untaint(state, policy.hotspots.hot_readings, tainted - hot_node_set)
+    busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names if n in s.workload_by_name}
+    return actions + _give_back_workers(proj, shrunk, busy_jobs)
+
+
+def _placed_on(s: ClusterSnapshot, gpus: np.ndarray) -> dict[int, list[str]]:
+    """{GPU: the workloads placed on it} for the GPUs `gpus` marks."""
+    out: dict[int, list[str]] = {}
+    for name, placed in s.placements.items() if gpus.any() else ():
+        for g in placed:
+            if gpus[g]:
+                out.setdefault(g, []).append(name)
+    return out
+
+
+@dataclass
+class _Room:
+    """This cycle's working copy of where work may still go, used up as migrations are proposed, so two proposals
+    never pick the same room and the per-node, per-owner and PodDisruptionBudget limits count them all."""
+
+    ok_target: np.ndarray
+    free_milli: np.ndarray
+    free_mem: np.ndarray
+    per_node: np.ndarray
+    per_owner: dict[str, int] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)   # migrations proposed this cycle per PodDisruptionBudget
+    moved: dict[str, int] = field(default_factory=dict)   # workloads proposed to move -> their target node's position
+
+    @classmethod
+    def start(cls, s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
+              blocked: frozenset[str]) -> _Room:
+        node_blocked = on_nodes(s, blocked)
+        ok_target = (~state.active & ~node_blocked & ~np.isin(s.xid, FATAL_XIDS) & ~s.memory_unhealthy
+                     & (proj.temp <= s.slowdown_temp_c - policy.hotspots.target_headroom_c))
+        return cls(ok_target, 1000 - proj.milli, proj.mem_total - proj.mem, np.zeros(len(s.nodes), np.int64))
+
+    def take(self, s: ClusterSnapshot, w: Workload, source_node: int, target: tuple[int, ...]) -> None:
+        t = np.asarray(target)
+        self.moved[w.name] = int(s.node_index[t[0]])
+        self.free_milli[t] -= w.gpu_milli
+        self.free_mem[t] -= w.gpu_memory_mib
+        self.per_node[source_node] += 1
+        self.per_owner[w.owner or w.name] = self.per_owner.get(w.owner or w.name, 0) + 1
+        self.per_node[s.node_index[t[0]]] += 1
+        spend(self.spent, eviction_room(s.disruption_budgets, w, self.spent)[0])
+
+
+def _relieve(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection, room: _Room,
+             on_gpu: Mapping[int, list[str]], shrunk: Mapping[str, int], refused: frozenset[str]) -> list[Action]:
+    """For each active hotspot, hottest first: one migration off it, else throttling (and maybe a shrink)."""
+    out: list[Action] = []
+    active = state.active
+    for g in np.flatnonzero(active)[np.argsort(-proj.temp[active])]:
+        names = on_gpu.get(int(g), ())
+        move = _migrate_from(s, policy, state, proj, room, int(g), names, refused) if policy.hotspots.migrate else None
+        if move is not None:
+            out.append(move)   # one migration per GPU per cycle; the next cycle sees the effect
+        elif policy.throttling.enabled:
+            out += _throttle(s, policy, proj, int(g), names, shrunk)
+    return out
+
+
+def _migrate_from(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection, room: _Room,
+                  g: int, names: Sequence[str], refused: frozenset[str]) -> Migrate | None:
+    """A migration of the largest workload on hot GPU `g` that may move and has a target, its room taken."""
+    node = s.node_index[g]
+    limit = policy.safety.max_concurrent_migrations_per_node
+    for name in sorted(names, key=lambda n: -s.workload_by_name[n].gpu_milli):
+        w = s.workload_by_name.get(name)
+        if (w is None or room.per_node[node] >= limit or name in refused
+                or not _may_move(s, w, policy, room.per_owner, room.spent)):
+            continue
+        target = _pick_target(s, policy, w, room.ok_target, room.free_milli, room.free_mem, proj.temp,
+                              room.per_node < limit, room.moved)
+        if target is not None:
+            room.take(s, w, node, target)
+            return Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
+                           target_node=s.gpus[target[0]].node, reason=_why(s, state, g))
+    return None
+
+
+def _give_back_workers(proj: Projection, shrunk: Mapping[str, int], busy_jobs: set[str]) -> list[Action]:
+    """Workers given back to the jobs a hotspot shrank, once none of theirs sits on an active hotspot."""
+    out: list[Action] = []
     for job, workers in sorted(shrunk.items()):
         now = proj.workers.get(job, 0)
         if job not in busy_jobs and now < workers:
-            actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
-                                         reason="hotspot cleared: give the workers back"))
-    return actions
+            out.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
+                                     reason="hotspot cleared: give the workers back"))
+    return out
 
 
 def _untaint(state: HotspotState, hot_readings: int, cooled: frozenset[str]) -> list[Action]:
