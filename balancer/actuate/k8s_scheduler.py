@@ -36,6 +36,12 @@ the bound pod held elsewhere, one a failed preemption leaves, the Scheduled Even
 no call or retry that could not end in time (`_Api.deadline`). A pod out of time waits for the next pass, as after
 any failed call. `progress(what)` is called as the reads and each turn begin: `gputide schedule`'s liveness probe
 counts a pass of many pods as moving, and its limit follows from these two figures (`turn_budget_s`).
+
+Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is: before each pod's turn (a pod
+group member's too) and each binding, and once the pending pods are read; the turn or read in progress ends
+within its deadline, nothing more is begun. So a pass ends at most `turn_budget_s` after a stop, and the
+scheduler's grace period (its Lease released after it) follows from that figure, not from the pass's length.
+A pod group stopped between its members keeps those bound, as when the Lease is lost or a binding fails (`k8s_gang`).
 """
 
 from __future__ import annotations
@@ -95,7 +101,7 @@ class _Pass:
     results: dict[str, str | None]
     now: float
     members: Counter[str] | None = None   # bound pods per pod group, counted when a group first comes up
-    stopped: bool = False                 # the Lease was lost: nothing more is bound or preempted this pass
+    stopped: bool = False                 # stopped or the Lease lost: nothing more is bound or preempted this pass
     preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
 
 
@@ -106,7 +112,8 @@ class SecondaryScheduler(SchedulerReads):
     offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
     stays free of Kubernetes types. A `place` with `start_pass(view)` is asked through the pass object it returns
     (module docstring); its answers must be what `place` would answer. `leading()` (a Lease elector's check, no
-    I/O) is asked before each pod's placement and each binding: once False, the pass stops."""
+    I/O) is asked before each pod's placement and each binding: once False, the pass stops. So does `stop()`
+    (`gputide schedule` on SIGTERM): the pass ends before its next pod or binding, never in the middle of one."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
@@ -133,6 +140,7 @@ class SecondaryScheduler(SchedulerReads):
                            starving_s=starving_s)   # nodes held for pods that preempt or starve
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
+        self._stop = threading.Event()  # `stop()`: no pod is begun or bound any more
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
         self._usage_memo: tuple[int, tuple[dict, dict]] | None = None
         self.volumes = VolumeBinding(self.api, watch=watch, watch_s=watch_s)   # claims, volumes, classes
@@ -152,6 +160,18 @@ class SecondaryScheduler(SchedulerReads):
         self.progress(what)
         with self.api.deadline(self.turn_s):
             yield
+
+    def stop(self) -> None:
+        """Stop the pass in progress before its next pod or binding (the turn in progress ends, within `turn_s`;
+        reads in progress end within `reads_s`), start no other, and wake `wait_for_work`. From any thread, or a
+        signal handler."""
+        self._stop.set()
+        self.wake()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop()` was called: nothing more is bound."""
+        return self._stop.is_set()
 
     @property
     def retell_s(self) -> float:
@@ -189,7 +209,7 @@ class SecondaryScheduler(SchedulerReads):
         with self.api.deadline(self.reads_s, reserve_s=0.0):   # out of time: the pass fails, the next one reads again
             pending = self.pending()
             self.tell.keep(r["name"] for r in pending)
-            if not pending:   # nothing to place: no need to read every node and bound pod
+            if not pending or self.stopping:   # nothing to place: no need to read every node and bound pod
                 return {}
             resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
             pending = [resolver.request(r) for r in pending]
@@ -244,6 +264,8 @@ class SecondaryScheduler(SchedulerReads):
                 if why is not None:   # enough members, not enough room: a group that waited too long holds nodes
                     why += self.holds.hold_for_starving_group(members, ps.view, ps.index, ps.offers, ps.now)
         for m in members:
+            if not self._leads(ps):   # a member's turn is a pod's: none begun once stopped or the Lease is lost
+                break
             with self._turn(f"pod {m['name']}"):
                 if joining:
                     self._place_one(m, ps)
@@ -283,9 +305,11 @@ class SecondaryScheduler(SchedulerReads):
             self.latencies.append(max(ps.now - created, 0.0))
 
     def _leads(self, ps: _Pass) -> bool:
-        if not ps.stopped and not self.leading():
+        """Whether the pass may begin a pod or a binding: not once stopped (`stop()`) or the Lease is lost."""
+        if not ps.stopped and (self.stopping or not self.leading()):
             ps.stopped = True
-            log.warning("scheduler %s: the Lease is lost: this pass binds nothing more", self.scheduler_name)
+            why = "stopping" if self.stopping else "the Lease is lost"
+            log.warning("scheduler %s: %s: this pass binds nothing more", self.scheduler_name, why)
         return not ps.stopped
 
     def _choose(self, req: Json, ps: _Pass, offered: Any) -> str | None:

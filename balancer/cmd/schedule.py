@@ -1,33 +1,36 @@
 """`gputide schedule`: the optional secondary scheduler, placing pods with gputide's placement engine.
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
-                     [--prometheus URL [--cluster NAME]] [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
+                     [--prometheus URL [--cluster NAME]]
+                     [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
                      [--metrics-port 9837] [--no-preemption] [--starving-after 10m]
 
-It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest)
-to the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
-reservations made by gputide's migrations), through the Binding API. It follows pending pods, nodes and bound
-pods by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending pod appears, and at least
-every `--interval` (pods that fit nowhere are tried again then). Pods of other schedulers are never
-touched. `--policy` is any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see
-balancer/app/scheduling.py. `--prometheus` adds what the Kubernetes API does not say: each GPU's thermal
-headroom and which GPUs pods are on (read at most every 15 s; while Prometheus fails, pods are placed without
-them). A pod that fits nowhere preempts pods of lower priority as kube-scheduler would, evicting them through the
-Eviction API (a PodDisruptionBudget is never broken) and holding the node with a reservation until they are gone
-(balancer/actuate/k8s_preempt.py); `--no-preemption` turns that off, a pod's `preemptionPolicy: Never` opts it
-out. A pod pending longer than `--starving-after` that fits nowhere holds the node closest to fitting it, so GPUs
-freed there go to it rather than to smaller pods that keep arriving. A pod's PersistentVolumeClaims keep it where
-its volumes can be attached, and an unbound WaitForFirstConsumer claim is given the pod's node before the pod is
-bound, as kube-scheduler's VolumeBinding does (balancer/actuate/k8s_volumes.py). Pods labelled
-`scheduling.x-k8s.io/pod-group` are bound as a group, all together or none (balancer/actuate/k8s_gang.py). With
-`--leader-elect` only the holder of the Lease binds: the elector's renewer thread keeps the Lease however long a
-pass runs, and the pass asks it (no I/O) before each pod and each binding, stopping once it is lost, so no pod is
-bound or preempted without a valid Lease. `--once`: one pass (with `--leader-elect`, only as the holder, the Lease
-released at exit), print each pod's node (or that none fits), exit. However slow the API server, a pass's reads
-end within 2 minutes and each pod's turn within 1 (balancer/actuate/k8s_scheduler.py: a pod out of time waits for
-the next pass). The metrics port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved,
-a pass ended or its reads or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as
-deployed) and `/readyz`. Exit codes: 0 ok, 2 bad input.
+It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest) to
+the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
+reservations made by gputide's migrations), through the Binding API. It follows pending pods, nodes and bound pods
+by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending pod appears, and at least every
+`--interval` (pods that fit nowhere are tried again then). Pods of other schedulers are never touched. `--policy` is
+any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see balancer/app/scheduling.py. `--prometheus` adds
+what the Kubernetes API does not say: each GPU's thermal headroom and which GPUs pods are on (read at most every 15
+s; while Prometheus fails, pods are placed without them). A pod that fits nowhere preempts pods of lower
+priority as kube-scheduler would, evicting them through the Eviction API (a PodDisruptionBudget is never broken) and
+holding the node with a reservation until they are gone (balancer/actuate/k8s_preempt.py); `--no-preemption` turns
+that off, a pod's `preemptionPolicy: Never` opts it out. A pod pending longer than `--starving-after` that fits
+nowhere holds the node closest to fitting it, so GPUs freed there go to it rather than to smaller pods that keep
+arriving. A pod's PersistentVolumeClaims keep it where its volumes can be attached, and an unbound
+WaitForFirstConsumer claim is given the pod's node before the pod is bound, as kube-scheduler's VolumeBinding does
+(balancer/actuate/k8s_volumes.py). Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together
+or none (balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds: the elector's
+renewer thread keeps the Lease however long a pass runs, and the pass asks it (no I/O) before each pod and each
+binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease. `--once`: one pass (with
+`--leader-elect`, only as the holder, the Lease released at exit), print each pod's node (or that none fits), exit.
+However slow the API server, a pass's reads end within 2 minutes and each pod's turn within 1
+(balancer/actuate/k8s_scheduler.py: a pod out of time waits for the next pass). SIGTERM / SIGINT stop the pass
+before its next pod or binding (never in the middle of one), then the Lease is released and the process exits:
+within `stop_budget_s` (140 s as deployed; the Deployment's terminationGracePeriodSeconds covers it). The metrics
+port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved, a pass ended or its reads
+or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as deployed) and `/readyz`. Exit
+codes: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -35,11 +38,10 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import threading
 import time
 from collections.abc import Sequence
 
-from balancer.app.health import Health, stall_limit
+from balancer.app.health import LEASE_CALLS_TO_RELEASE, Health, Retries, call_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
 from balancer.cmd._args import kube_client
 from balancer.cmd.run import cluster_name, lease_elector, parse_interval, prometheus_url
@@ -156,6 +158,14 @@ def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
             log.info("%s: no node fits, retried next pass: %s", name, scheduler.reasons.get(name, ""))
 
 
+def stop_budget_s(scheduler, lease_api: Retries | None) -> float:
+    """How long `gputide schedule` may take from SIGTERM to exit: the pass stops before its next pod or binding, so
+    the longest stretch without that check (`turn_budget_s`: a pass's reads, or one pod's turn), then the Lease is
+    released (after a renewal in flight). The Deployment's terminationGracePeriodSeconds must cover it, or the
+    kubelet kills it with the Lease held and the standby waits a whole lease duration."""
+    return scheduler.turn_budget_s + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
+
+
 def run(args: argparse.Namespace) -> int:
     from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
@@ -170,13 +180,24 @@ def run(args: argparse.Namespace) -> int:
 
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once,
                                    preemption=not args.no_preemption, starving_s=starving_s, leading=leading)
-    if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
-        elector.start()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %s: stopping before the next pod, then releasing the Lease", signum)
+        scheduler.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    log.info("from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must cover it)",
+             stop_budget_s(scheduler, getattr(elector, "api", None)))
     try:
+        if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
+            elector.start()
         return one_shot(scheduler, leading) if args.once else serve(args, scheduler, placer, leading, interval)
     finally:
-        if elector is not None:
+        if elector is not None:   # first: the next leader need not wait for the watches to close
             elector.release()
+        scheduler.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def one_shot(scheduler, leading) -> int:
@@ -190,8 +211,9 @@ def one_shot(scheduler, leading) -> int:
 
 
 def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float) -> int:
-    """Passes until SIGTERM / SIGINT, each as soon as a pending pod appears and at least every `interval`, by the
-    leader only; metrics and probes on `--metrics-port`."""
+    """Passes until SIGTERM / SIGINT (`scheduler.stop()`: the pass in progress ends before its next pod), each as
+    soon as a pending pod appears and at least every `interval`, by the leader only; metrics and probes on
+    `--metrics-port`."""
     # a pass of many pods keeps moving: a heartbeat as its reads and each pod's turn begin, each within its deadline
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval, scheduler.turn_budget_s))
     scheduler.progress = health.progress
@@ -200,18 +222,10 @@ def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float)
     metrics.facts_nodes.set_function(lambda: float(placer.facts_nodes))
     if args.metrics_port:
         serve_metrics(args.metrics_port, metrics.registry, health)
-    stop = threading.Event()
-
-    def on_signal(*_: object) -> None:
-        stop.set()
-        scheduler.wake()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     scheduler.start()
     log.info("scheduling pods of %s with policy %s every %.1f s", args.scheduler_name, args.policy, interval)
     try:
-        while not stop.is_set():
+        while not scheduler.stopping:
             is_leader = leading()
             metrics.leader.set(1 if is_leader else 0)
             if is_leader:
@@ -222,6 +236,5 @@ def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float)
             health.beat()
             scheduler.wait_for_work(interval)
     finally:
-        scheduler.close()
         metrics.leader.set(0)
     return 0

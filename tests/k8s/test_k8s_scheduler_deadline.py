@@ -5,7 +5,6 @@ pods for a stuck scheduler, while one stuck in a call still fails it. Time is a 
 from __future__ import annotations
 
 import argparse
-import signal
 from types import SimpleNamespace
 
 import pytest
@@ -82,8 +81,7 @@ def test_gputide_schedule_probes_a_long_pass_of_slow_pods_as_moving(kube: FakeKu
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, max_retries=10, sleep=mono.advance,
                                deadline_clock=mono)
     SlowServer(kube, sched.api, mono, 5.0, {("POST", r"/binding$"): 60.0})
-    handlers, probes, limits = {}, [], []
-    monkeypatch.setattr(schedule_cmd.signal, "signal", lambda sig, handler: handlers.__setitem__(sig, handler))
+    probes, limits = [], []
 
     def health(stall_after_s: float) -> Health:
         limits.append(stall_after_s)
@@ -93,7 +91,7 @@ def test_gputide_schedule_probes_a_long_pass_of_slow_pods_as_moving(kube: FakeKu
     def one_pass(scheduler, metrics) -> None:   # the pass, then what the probe says before the loop's heartbeat
         scheduler.schedule_once()
         probes.append(probes[0].live())
-        handlers[signal.SIGTERM]()
+        scheduler.stop()   # what SIGTERM does
 
     monkeypatch.setattr(schedule_cmd, "Health", health)
     monkeypatch.setattr(schedule_cmd, "one_pass", one_pass)

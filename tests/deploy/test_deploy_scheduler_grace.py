@@ -1,0 +1,40 @@
+"""The secondary scheduler's terminationGracePeriodSeconds outlasts its way out: on SIGTERM `gputide schedule` ends
+its pass before the next pod or binding and releases its Lease (balancer/cmd/schedule.py). With the 30 s default a
+pass on a slow API server (reads up to 120 s, a pod's turn up to 60 s) was SIGKILLed with the Lease held, and the
+standby waited out a whole lease duration before binding anything. The figure is `stop_budget_s` of the scheduler
+and the Lease elector the deployed arguments build."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.app.health import call_budget_s
+from balancer.cli import build_parser
+from balancer.cmd.run import lease_elector, parse_interval
+from balancer.cmd.schedule import stop_budget_s
+
+MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "components" / "scheduler" / "scheduler.yaml"
+SLACK_S = 60   # derived from the budget, not a guess far above it
+
+
+def scheduler_pod() -> dict:
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    return next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+
+
+def test_the_grace_period_outlasts_the_longest_stretch_between_stop_checks_and_the_lease_release():
+    (container,) = scheduler_pod()["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.leader_elect, "the Lease is what a SIGKILL would leave held"
+    sched = SecondaryScheduler(None, args.scheduler_name, lambda r, n: None)
+    lease = lease_elector(None, args.lease_name, "gputide", parse_interval(args.interval)).api
+    assert (sched.reads_s, sched.turn_s, call_budget_s(lease)) == (120.0, 60.0, 5.0)
+    needed = stop_budget_s(sched, lease)
+    assert needed == 120.0 + 4 * 5.0 == 140.0   # as the manifest's comment says
+    assert needed <= scheduler_pod()["terminationGracePeriodSeconds"] <= needed + SLACK_S
+    comment = re.sub(r"\s*#\s*", " ", MANIFEST.read_text())
+    assert f"(4 calls x 5 s = 20 s): {needed:.0f} s, stop_budget_s" in comment
