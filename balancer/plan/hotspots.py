@@ -29,7 +29,11 @@ For each active hotspot, hottest first, the proposals are, in order of preferenc
 3. if even the floor is too hot, shrink one low-priority elastic training job by a worker.
 
 Nodes with a thermal hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
-shrunk jobs are given back. A power limit is given back to the GPU's own default (`SetPowerLimit.give_back`), for
+shrunk jobs are given back. A hot taint read from a node before this controller could have set one (its first
+`hotReadings` readings: it was restarted, or has just become the leader) is its predecessor's and is kept with the
+same hysteresis (`HotspotState.inherited`): every GPU of the node holds it, as an active hotspot would, until it has
+had `coolReadings` cool readings, so a GPU left in the warm band between the cool and hot lines does not get its
+node reopened by a restart. A power limit is given back to the GPU's own default (`SetPowerLimit.give_back`), for
 every GPU gputide capped: those the planner state remembers and those the snapshot's nodes record
 (`gputide_caps`), so what a previous controller or leader throttled is not left capped with nobody owning it. Gains are not guessed here: `simulate_plan` measures each proposal's change of
 the objective with the same projection and drops those that do not help.
@@ -54,7 +58,7 @@ from balancer.model import (
     Workload,
     WorkloadClass,
 )
-from balancer.plan.simulate import THERMAL_BITS, Projection, model_arrays
+from balancer.plan.simulate import THERMAL_BITS, Projection, hot_tainted, model_arrays
 
 FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
 HW_POWER_BRAKE = 0x80
@@ -76,30 +80,36 @@ class HotspotState:
     hot_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
     cool_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
     active: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
-    # active hotspots kept active by power capping alone, thermally cool now (recomputed by every `detect`)
+    # hotspots (active or inherited) held by power capping alone, thermally cool now (recomputed by every `detect`)
     power_only: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
     # readings counted since this state started (a process's first): before `hotReadings` of them no GPU can be an
-    # active hotspot, so a node without one is not yet known to have cooled
+    # active hotspot, so a hot taint seen then is a predecessor's (a restarted controller's, a former leader's)
     readings: int = 0
+    # GPUs on a node whose hot taint this state inherited: each holds the taint like an active hotspot until it has had
+    # `coolReadings` cool readings, as the hotspot that set it would have (which of them it was is not recorded)
+    inherited: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
 
-    def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n = len(uuids)
+    def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """(hot_streak, cool_streak, active, inherited) for `uuids`; a GPU this state has not seen starts from nothing."""
+        own = (self.hot_streak, self.cool_streak, self.active, self.inherited)
         if uuids == self.uuids:
-            return self.hot_streak.copy(), self.cool_streak.copy(), self.active.copy()
-        hot, cool, act = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool)
+            return tuple(a.copy() for a in own)
         pos = {u: i for i, u in enumerate(self.uuids)}
-        for i, u in enumerate(uuids):
-            j = pos.get(u)
-            if j is not None:
-                hot[i], cool[i], act[i] = self.hot_streak[j], self.cool_streak[j], self.active[j]
-        return hot, cool, act
+        idx = np.array([pos.get(u, -1) for u in uuids], dtype=np.int64)
+        known = idx >= 0
+        out = []
+        for a in own:
+            b = np.zeros(len(uuids), a.dtype)
+            b[known] = a[idx[known]]
+            out.append(b)
+        return tuple(out)
 
 
 def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState) -> HotspotState:
     """Update the streaks with this snapshot's readings; `active` marks the hotspots to act on."""
     hp = policy.hotspots
     uuids = tuple(g.uuid for g in snapshot.gpus)
-    hot, cool, active = state.aligned(uuids)
+    hot, cool, active, inherited = state.aligned(uuids)
     t, slow = snapshot.temperature_c, snapshot.slowdown_temp_c
     thermal = (snapshot.clock_event_reasons.astype(np.int64) & THERMAL_BITS) != 0
     hot_now = t >= slow - hp.margin_c
@@ -116,11 +126,16 @@ def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
     cool_now = thermally_cool & ~capped
     hot = np.where(hot_now, hot + 1, 0)
     cool = np.where(cool_now, cool + 1, 0)
-    active = (active | (hot >= hp.hot_readings)) & ~(cool >= hp.cool_readings)
+    released = cool >= hp.cool_readings
+    active = (active | (hot >= hp.hot_readings)) & ~released
+    if state.readings < hp.hot_readings:   # no taint of this controller's yet: any hot taint is inherited
+        inherited |= on_nodes(snapshot, hot_tainted(snapshot))
+    inherited &= ~released
     # the hardware power brake (0x80) is the node's power delivery asking for less: keep new work off, like heat
     braked = (snapshot.clock_event_reasons.astype(np.int64) & HW_POWER_BRAKE) != 0
-    return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active),
-                        _frozen(active & capped & thermally_cool & ~braked), state.readings + 1)
+    power_only = (active | inherited) & capped & thermally_cool & ~braked
+    return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active), _frozen(power_only),
+                        readings=state.readings + 1, inherited=_frozen(inherited))
 
 
 def on_nodes(snapshot: ClusterSnapshot, names: set[str] | frozenset[str]) -> np.ndarray:
@@ -137,8 +152,9 @@ def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
 
 
 def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
-    """Nodes with a thermal hotspot (not one kept active by power capping alone): the nodes to taint."""
-    thermal = state.active & ~state.power_only
+    """Nodes with a thermal hotspot (not one kept active by power capping alone), or an inherited hot taint not yet
+    cooled: the nodes to keep tainted."""
+    thermal = (state.active | state.inherited) & ~state.power_only
     idx = np.unique(snapshot.node_index[thermal]) if snapshot.n_gpus else []
     return frozenset(snapshot.nodes[i].name for i in idx)
 
@@ -164,7 +180,8 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
         room = _Room.start(s, policy, state, proj, hot_node_set | tainted)
         actions += _relieve(s, policy, state, proj, room, on_gpu, shrunk, refused)
     actions += _give_back_power(s, proj, state, policy, throttled)
-    actions += _untaint(state, policy.hotspots.hot_readings, tainted - hot_node_set)
+    # a node no longer hot (its inherited taint included: `HotspotState.inherited`) is opened again
+    actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
     busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names if n in s.workload_by_name}
     return actions + _give_back_workers(proj, shrunk, busy_jobs)
 
@@ -254,15 +271,6 @@ def _give_back_workers(proj: Projection, shrunk: Mapping[str, int], busy_jobs: s
             out.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
                                      reason="hotspot cleared: give the workers back"))
     return out
-
-
-def _untaint(state: HotspotState, hot_readings: int, cooled: frozenset[str]) -> list[Action]:
-    """Taint removals for the tainted nodes without a thermal hotspot, once the streaks have had `hotReadings`
-    readings: a restarted controller (or a new leader) inherits its predecessor's taints with empty streaks, and
-    removing them on its first cycle reopened a node still hot until the next one tainted it again."""
-    if state.readings < hot_readings:
-        return []
-    return [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(cooled)]
 
 
 def gputide_caps(snapshot: ClusterSnapshot) -> dict[str, float]:
