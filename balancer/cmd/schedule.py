@@ -1,7 +1,7 @@
 """`gputide schedule`: the optional secondary scheduler, placing pods with gputide's placement engine.
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
-                     [--prometheus URL [--cluster NAME]]
+                     [--prometheus URL [--cluster NAME] [--stale-after 2m]]
                      [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
                      [--metrics-port 9837] [--no-preemption] [--starving-after 10m]
 
@@ -12,7 +12,9 @@ by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending p
 `--interval` (pods that fit nowhere are tried again then). Pods of other schedulers are never touched. `--policy` is
 any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see balancer/app/scheduling.py. `--prometheus` adds
 what the Kubernetes API does not say: each GPU's thermal headroom and which GPUs pods are on (read at most every 15
-s; while Prometheus fails, pods are placed without them). A pod that fits nowhere preempts pods of lower
+s; while Prometheus fails, pods are placed without them); a GPU whose newest reading is older than `--stale-after`
+(default 2 minutes, GpuTelemetryStale's age and `gputide run`'s default; 45 s to 2 minutes, the limit logged at
+start) is left out, its node placed as one Prometheus does not know. A pod that fits nowhere preempts pods of lower
 priority as kube-scheduler would, evicting them through the Eviction API (a PodDisruptionBudget is never broken) and
 holding the node with a reservation until they are gone (balancer/actuate/k8s_preempt.py); `--no-preemption` turns
 that off, a pod's `preemptionPolicy: Never` opts it out. A pod pending longer than `--starving-after` that fits
@@ -43,11 +45,16 @@ from collections.abc import Sequence
 
 from balancer.app.health import LEASE_CALLS_TO_RELEASE, Health, Retries, call_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd._args import kube_client
-from balancer.cmd.run import cluster_name, lease_elector, parse_interval, prometheus_url
+from balancer.cmd._args import duration_between, kube_client
+from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, parse_interval, prometheus_url
+from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
+# the default spec.safety.maxTelemetryAgeS: `gputide run` holds still past it, and GpuTelemetryStale fires there
+MOST_STALE_S = BalancerPolicy().safety.max_telemetry_age_s
+STALE_ALLOWED = (f"a duration from {STALE_FLOOR_S:.0f}s (the rules' 15 s evaluation plus two 15 s scrapes) to "
+                 f"{MOST_STALE_S:.0f}s (the age GpuTelemetryStale fires at, gputide run's default), such as 2m")
 
 
 def register(subparsers) -> None:
@@ -63,6 +70,10 @@ def register(subparsers) -> None:
                    help="Prometheus with gputide's rules: per-GPU thermal headroom and which GPUs are in use")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help="with --prometheus: read only series with this `cluster` label")
+    p.add_argument("--stale-after", default=None, metavar="DURATION",
+                   help=f"with --prometheus: a GPU whose newest reading is older than this is placed without its "
+                        f"thermal headroom (default {MOST_STALE_S:.0f}s, GpuTelemetryStale's age, gputide run's "
+                        f"default; {STALE_FLOOR_S:.0f}s to {MOST_STALE_S:.0f}s); at least the scrape interval + 30s")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
     p.add_argument("--lease-name", default="gputide-scheduler")
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
@@ -129,15 +140,28 @@ def build_placer(args: argparse.Namespace):
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(POLICIES))
     if not 0 <= args.metrics_port < 65536:
         raise InputError(None, "--metrics-port", args.metrics_port, "a port from 0 to 65535")
-    if args.cluster is not None and not args.prometheus:
-        raise InputError(None, "--cluster", args.cluster, "only with --prometheus (it selects Prometheus series)")
+    for flag, value in (("--cluster", args.cluster), ("--stale-after", args.stale_after)):
+        if value is not None and not args.prometheus:
+            raise InputError(None, flag, value, "only with --prometheus (it is about Prometheus series)")
     facts = None
     if args.prometheus:
         from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
+        stale_s = stale_after(args.stale_after)
         facts = PrometheusTelemetrySource(PrometheusOptions(url=prometheus_url(args.prometheus),
-                                                            cluster=cluster_name(args.cluster))).gpu_facts
+                                                            cluster=cluster_name(args.cluster),
+                                                            stale_after_s=stale_s)).gpu_facts
+        log.info("GPU facts from %s: a GPU whose newest reading is older than %.0f s is placed without its thermal "
+                 "headroom (--stale-after)", args.prometheus, stale_s)
     return EnginePlacer(args.policy, gpu_facts=facts)
+
+
+def stale_after(text: str | None, field: str = "--stale-after") -> float:
+    """Seconds past which a GPU's newest reading is too old to place by (the telemetry source's limit, as
+    `gputide run --stale-after`: balancer/cmd/run.py): `text`, by default `MOST_STALE_S`, the default
+    spec.safety.maxTelemetryAgeS, where `gputide run` holds still and GpuTelemetryStale fires; never below
+    `STALE_FLOOR_S`, where a healthy scrape's readings would already count as stale."""
+    return MOST_STALE_S if text is None else duration_between(text, field, STALE_FLOOR_S, MOST_STALE_S, STALE_ALLOWED)
 
 
 def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
