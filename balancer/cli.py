@@ -20,8 +20,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gputide", description="Keep GPU fleets busy and cool.")
     parser.add_argument("--version", action="version", version=f"gputide {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     import balancer.cmd as cmd_pkg
+    from balancer.cmd._args import NegativeValues
+
+    # every command's parser reads `--interval -30s` as the value -30s, so the command's own check names the flag
+    # and what is allowed (exit 2) instead of argparse's 'expected one argument'
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=NegativeValues)
 
     for info in sorted(pkgutil.iter_modules(cmd_pkg.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):

@@ -133,3 +133,16 @@ def test_a_flag_taking_no_value_does_not_swallow_a_negative_word():
     with pytest.raises(SystemExit):   # argparse: -1h is an unknown option, as before
         negative_values_parser().parse_args(["--verbose", "-1h"])
 
+
+
+@pytest.mark.parametrize("argv, flag, value", [
+    (["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--interval", "-30s"], "--interval", "-30s"),
+    (["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--stale-after", "-2m"], "--stale-after", "-2m"),
+    (["schedule", "--once", "--interval", "-2s"], "--interval", "-2s"),
+], ids=["run interval", "run stale-after", "schedule interval"])
+def test_every_command_reads_a_negative_duration_as_the_value_its_check_refuses(capsys, argv, flag, value):
+    # the top-level parser hands every command NegativeValues: before, `run --interval -30s` was argparse's
+    # 'expected one argument' and the check naming what --interval allows never ran
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert f"field '{flag}': invalid value '{value}'" in line, line
