@@ -3,7 +3,14 @@
 Which pod holds which GPU comes from gputide's exporter's join table `gputide_gpu_workload_info` and, where
 dcgm-exporter attributes pods instead, from the recording rule `gpu_pod:dcgm_attribution:info` (`attribution_query`).
 A pod's row repeated (two scrapes of one exporter, an HA pair read without deduplication, one row per MIG instance
-the pod holds on a GPU) is one placement on that GPU. No I/O here.
+the pod holds on a GPU) is one placement on that GPU.
+
+How much of a GPU a pod holds is decided as the recording rule `gpu_pod:attribution:share` decides it: a whole
+GPU is split evenly between the pods on it (time-slicing, MPS); a MIG instance is its fraction of the GPU, which the
+query hands over as the row's value (`gpu_instance:gpu_share:ratio`: compute slices of its profile over the GPU's,
+1/7 for a 1g.10gb on an A100), split evenly between the pods on that instance and summed over the instances of the
+GPU a pod holds. A row of value 1 (a whole GPU, a 7g instance, an instance whose profile is not known) is counted
+as a whole GPU's. No I/O here.
 """
 
 from __future__ import annotations
@@ -14,54 +21,79 @@ from balancer.errors import InvalidTelemetry
 from balancer.model import Workload, WorkloadClass
 from balancer.telemetry.gpu_frame import sample
 
+_SHARE = "gpu_instance:gpu_share:ratio"
+
 
 def attribution_query(selector: str) -> str:
     """Which pod holds which GPU: gputide's exporter's join table, and where dcgm-exporter attributes pods instead,
     the pairs the recording rule `gpu_pod:dcgm_attribution:info` derives from its labels (the same pod reported
-    by both counts once, with gputide's labels)."""
-    return (f"gputide_gpu_workload_info{{{selector}}} == 1 "
-            f"or on (UUID, namespace, pod) gpu_pod:dcgm_attribution:info{{{selector}}}")
+    by both counts once, with gputide's labels). A row on a MIG instance whose fraction of the GPU is known has that
+    fraction as its value, every other row 1."""
+    on = "on (UUID, GPU_I_ID, namespace, pod)"
+    join, dcgm = f"gputide_gpu_workload_info{{{selector}}}", f"gpu_pod:dcgm_attribution:info{{{selector}}}"
+    share = f"on (UUID, GPU_I_ID) group_left () {_SHARE}{{{selector}}}"
+    return f"{join} * {share} or {on} {join} == 1 or {on} {dcgm} * {share} or {on} {dcgm}"
+
+
+def _fraction(m: Mapping[str, str], value: float, name: str) -> float:
+    """The fraction of its GPU a row's MIG instance is, or 1 for a row counted as a whole GPU's."""
+    if not 0.0 < value <= 1.0:
+        raise InvalidTelemetry(f"attribution row for {name} on {m.get('UUID')}: instance share {value!r} is not in "
+                               f"(0, 1] ({_SHARE})", subjects=(name,))
+    return value if m.get("GPU_I_ID") and value < 1.0 else 1.0
+
+
+def _milli(held: Mapping[tuple[int, str], float], holders: Mapping[tuple[int, str], int]) -> int:
+    """Milli-GPUs a pod holds on the GPU where it holds least: per GPU, the sum over its slots there (a whole GPU
+    is slot "", a MIG instance its GPU_I_ID) of the slot's fraction / the pods on that slot."""
+    per_gpu: dict[int, float] = {}
+    for slot, fraction in held.items():
+        per_gpu[slot[0]] = per_gpu.get(slot[0], 0.0) + fraction / holders[slot]
+    return max(0, min(1000, int(1000 * min(per_gpu.values()) + 1e-9)))
+
+
+def _workload(name: str, m: Mapping[str, str], gpus: int, milli: int) -> Workload:
+    try:
+        klass = WorkloadClass(m.get("workload_class", "batch"))
+    except ValueError:
+        klass = WorkloadClass.BATCH
+    try:
+        priority = int(m.get("priority", "0") or 0)
+    except ValueError as exc:
+        raise InvalidTelemetry(f"gputide_gpu_workload_info for {name}: priority label {m.get('priority')!r} "
+                               "is not an integer", subjects=(name,)) from exc
+    return Workload(
+        name=name, workload_class=klass, namespace=m.get("namespace", "default"), owner=m.get("owner", ""),
+        priority=priority, gpus=gpus, gpu_milli=milli,
+        movable=m.get("movable", "true") != "false", protected=m.get("protected", "false") == "true",
+    )
 
 
 def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[str, Workload]
                ) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
     """Rows of `attribution_query` -> (workloads, placements) on the GPUs of `index` (UUID -> snapshot index;
     rows of other GPUs are left out). `overrides` replaces a pod's workload as read from its labels; a pod's
-    share of a GPU is 1000 / the pods on it."""
+    share of a GPU is decided as the module docstring says (1000 / the pods on a whole GPU)."""
     gpus_of: dict[str, list[int]] = {}
     meta: dict[str, Mapping[str, str]] = {}
-    sharers: dict[int, int] = {}
+    held: dict[str, dict[tuple[int, str], float]] = {}
+    holders: dict[tuple[int, str], int] = {}
     for r in rows:
-        m, _ = sample(r)
+        m, value = sample(r)
         gpu = index.get(m.get("UUID", ""))
         if gpu is None:
             continue
         name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
-        if gpu in gpus_of.get(name, ()):
-            continue  # a repeated row (two scrapes, an HA pair, MIG instances) is one placement, not two
-        gpus_of.setdefault(name, []).append(gpu)
-        sharers[gpu] = sharers.get(gpu, 0) + 1
+        fraction = _fraction(m, value, name)
+        slot = (gpu, m.get("GPU_I_ID", "") if fraction < 1.0 else "")
+        if slot in held.setdefault(name, {}):
+            continue  # a repeated row (two scrapes, an HA pair) is one holder of its slot, not two
+        held[name][slot] = fraction
+        holders[slot] = holders.get(slot, 0) + 1
+        if gpu not in gpus_of.setdefault(name, []):
+            gpus_of[name].append(gpu)  # a pod on two MIG instances of one GPU is one placement on it
         meta[name] = m
-    workloads = []
-    for name, idx in gpus_of.items():
-        if name in overrides:
-            workloads.append(overrides[name])
-            continue
-        m = meta[name]
-        try:
-            klass = WorkloadClass(m.get("workload_class", "batch"))
-        except ValueError:
-            klass = WorkloadClass.BATCH
-        share = max(sharers[g] for g in idx)
-        try:
-            priority = int(m.get("priority", "0") or 0)
-        except ValueError as exc:
-            raise InvalidTelemetry(f"gputide_gpu_workload_info for {name}: priority label {m.get('priority')!r} "
-                                   "is not an integer", subjects=(name,)) from exc
-        workloads.append(Workload(
-            name=name, workload_class=klass, namespace=m.get("namespace", "default"), owner=m.get("owner", ""),
-            priority=priority, gpus=len(idx), gpu_milli=1000 // share,
-            movable=m.get("movable", "true") != "false", protected=m.get("protected", "false") == "true",
-        ))
+    workloads = [overrides[name] if name in overrides else _workload(name, meta[name], len(idx),
+                                                                     _milli(held[name], holders))
+                 for name, idx in gpus_of.items()]
     return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
-
