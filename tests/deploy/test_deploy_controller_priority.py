@@ -37,3 +37,13 @@ def test_the_node_agents_still_outrank_the_controller(overlay):
     not let it preempt the node agents to be placed."""
     (agents,) = [d for d in objects(overlay, "DaemonSet") if d["metadata"]["name"] == "gputide-exporter"]
     assert priority(agents["spec"]["template"]["spec"], overlay) > priority(controller(overlay), overlay)
+
+
+@pytest.mark.parametrize("overlay", ["overlays/scheduler", "overlays/dev-scheduler"])
+def test_the_secondary_scheduler_outranks_any_workload_too(overlay):
+    """Every pod with schedulerName: gputide waits for this scheduler: preempted to place a workload, it would
+    leave them all Pending; it runs at the controller's class, below the node agents."""
+    (found,) = [d for d in objects(overlay, "Deployment") if d["metadata"]["name"] == "gputide-scheduler"]
+    pod = found["spec"]["template"]["spec"]
+    assert priority(pod, overlay) > HIGHEST_USER_PRIORITY, f"{overlay}: {pod.get('priorityClassName')!r}"
+    assert priority(pod, overlay) == priority(controller(overlay), overlay)
