@@ -5,6 +5,8 @@ dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, hel
 
 * ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table; a pod on a MIG
   instance also has dcgm-exporter's ``GPU_I_ID`` and ``GPU_I_PROFILE``),
+* ``DCGM_FI_PROF_SM_ACTIVE`` also per GPU instance of a MIG GPU (``GPU_I_ID``, ``GPU_I_PROFILE``), where the backend
+  reads it (`GpuReadings.instances`), as dcgm-exporter publishes it,
 * ``gputide_exporter_scrape_duration_seconds`` (how long this collect took to read and build),
 * ``gputide_exporter_collect_errors_total{UUID,field}`` (cumulative count of fields that failed to read),
 * ``gputide_exporter_unsupported_field_info{UUID,field} 1`` (fields a GPU does not have; only those, so a fleet of
@@ -161,7 +163,17 @@ class GpuCollector(Collector):
                 sets = [self._label_sets[i] for i in keep]
                 strs = [self._label_strs[i] for i in keep]
                 values = values[ok]
+            if name == "DCGM_FI_PROF_SM_ACTIVE" and r.instances:
+                sets, strs, values = self._with_instances(r, sets, strs, values)
             yield ArrayMetric(name, doc, typ, sets, strs, values)
+
+    def _with_instances(self, r: GpuReadings, sets: list[dict[str, str]], strs: list[str], values: np.ndarray
+                        ) -> tuple[list[dict[str, str]], list[str], np.ndarray]:
+        """The GPU-level samples plus one per MIG GPU instance, labelled as dcgm-exporter labels them."""
+        extra = [{**self._label_sets[i.gpu], "GPU_I_ID": i.gpu_instance_id,
+                  **({"GPU_I_PROFILE": i.profile} if i.profile else {})} for i in r.instances]
+        return ([*sets, *extra], [*strs, *map(label_str, extra)],
+                np.concatenate([values, np.array([i.sm_active for i in r.instances], dtype=float)]))
 
     def _workload_family(self, r: GpuReadings) -> Metric:
         # placements change rarely: a backend that returns the same tuple gets the cached label strings back

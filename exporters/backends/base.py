@@ -76,6 +76,17 @@ class MigLookup(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceReading:
+    """SM activity of one GPU instance of a MIG GPU (`gpu`: the GPU's position in `GpuReadings.identity`), relative
+    to the instance's own SMs, published as ``DCGM_FI_PROF_SM_ACTIVE`` with dcgm-exporter's instance labels."""
+
+    gpu: int
+    gpu_instance_id: str
+    profile: str   # e.g. "1g.10gb"; "" when NVML did not say
+    sm_active: float
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceReading:
     """Simulated serving series (real clusters get these from their serving stack)."""
 
@@ -94,6 +105,7 @@ class GpuReadings:
     errors: tuple[tuple[str, str], ...] = ()
     unsupported: tuple[tuple[str, str], ...] = ()
     workloads: tuple[WorkloadInfo, ...] = ()
+    instances: tuple[InstanceReading, ...] = ()   # MIG: per GPU instance (the GPU's own value stays in `values`)
     services: Mapping[str, ServiceReading] = field(default_factory=lambda: MappingProxyType({}))
 
 

@@ -10,7 +10,8 @@ return code (4: NoPermission); `push_xid(device, 48)` queues an XID event. What 
 ``ecc_supported=False`` (a GeForce board, ECC off) and ``remap_supported=False`` (before Ampere) for memory health,
 ``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
 MIG: ``FakeDevice(..., migs=[FakeMig("MIG-...", gpu_instance_id=1, profile="1g.10gb")])`` partitions a GPU; its MIG
-devices are found by UUID and by index and answer name, parent and GPU instance as NVML does.
+devices are found by UUID and by index and answer name, parent and GPU instance as NVML does, the GPU its MIG mode,
+and GPM per GPU instance (``FakeMig.gpm_sm_util``; None or a GPU before Hopper: NotSupported).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class FakeMig:
     gpu_instance_id: int = 1
     profile: str = "1g.10gb"
     compute_instance_id: int = 0
+    gpm_sm_util: float | None = 40.0   # percent of the instance's SMs (nvmlGpmMigSampleGet); None: NotSupported
     parent: Any = field(default=None, repr=False)
     fail: dict[str, type[NVMLError]] = field(default_factory=dict)
 
@@ -129,6 +131,7 @@ class FakeNvml:
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
     NVMLError_NotFound = NVMLError_NotFound
     NVML_SUCCESS = 0
+    NVML_DEVICE_MIG_ENABLE = 1
     NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_NO_PERMISSION = 4
     NVML_ERROR_UNKNOWN = 999
@@ -233,6 +236,15 @@ class FakeNvml:
             raise NVMLError()   # NVML_ERROR_INVALID_ARGUMENT: not a MIG device
         return d.parent
 
+    def nvmlDeviceGetMigMode(self, h):
+        d = self._dev(h, "nvmlDeviceGetMigMode")
+        if d.arch < 8:   # MIG is Ampere's and newer
+            raise NVMLError_NotSupported()
+        return [int(bool(d.migs)), int(bool(d.migs))]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if self._dev(h, "nvmlDeviceGetMaxMigDeviceCount").migs else 0
+
     def nvmlDeviceGetGpuInstanceId(self, h):
         return self._dev(h, "nvmlDeviceGetGpuInstanceId").gpu_instance_id
 
@@ -305,6 +317,16 @@ class FakeNvml:
         sample.device = self._dev(h, "nvmlGpmSampleGet")
         return sample
 
+    def nvmlGpmMigSampleGet(self, h, gpu_instance_id, sample):
+        d = self._dev(h, "nvmlGpmMigSampleGet")
+        mig = next((m for m in d.migs if m.gpu_instance_id == gpu_instance_id), None)
+        if mig is None:
+            raise NVMLError_InvalidArgument()
+        if mig.gpm_sm_util is None or d.arch < 9:
+            raise NVMLError_NotSupported()
+        sample.device = mig
+        return sample
+
     def nvmlGpmMetricsGet(self, mg):
         d = mg.sample2.device
         for m in mg.metrics[: mg.numMetrics]:
@@ -313,6 +335,7 @@ class FakeNvml:
         return mg
 
     def nvmlGpmSampleFree(self, sample) -> None:
+        self.calls.append("nvmlGpmSampleFree")
         sample.device = None
 
     # events

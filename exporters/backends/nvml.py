@@ -4,9 +4,10 @@ Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperat
 current power limit (each field has its own return code; a field the driver lacks falls back to the
 classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. SM activity comes from
 GPM (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's
-sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100. XIDs arrive as NVML
-events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the last one per GPU is
-reported. Slowdown and shutdown thresholds are kept once read.
+sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100; a Hopper GPU in MIG mode
+also gets it per GPU instance (``nvmlGpmMigSampleGet``, `exporters.backends.nvml_gpm`), as dcgm-exporter publishes
+it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the
+last one per GPU is reported. Slowdown and shutdown thresholds are kept once read.
 
 Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
 which returns that average on Ampere and newer and the instant power before), as dcgm-exporter's
@@ -53,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
+from exporters.backends.nvml_gpm import MigActivity, sm_util
 from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
 from exporters.collector import GPU_FIELD_NAMES
@@ -117,6 +119,7 @@ class NvmlBackend:
         self._xid = np.zeros(n)
         self._gpm_prev: list[Any] = [None] * n
         self._gpm = [self._gpm_supported(h) for h in self.handles]
+        self._mig_activity = MigActivity(nvml, self.handles, self._gpm)   # before GPM on a MIG GPU turns itself off
         self._events = self._xid_events()
         self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
                        nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -179,7 +182,8 @@ class NvmlBackend:
             errors.extend((uuid, f) for f in out.errors)
             unsupported.extend((uuid, f) for f in out.unsupported)
         vals["DCGM_FI_DEV_XID_ERRORS"] = self._xid.copy()
-        return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported))
+        return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
+                           instances=self._mig_activity.read())
 
     def _ask(self, k: int, fields: Sequence[str], fn: Callable[[], Any], out: _Out) -> Any:
         """`fn()` for `fields` of GPU `k`, or None where it gave nothing: NotSupported makes the fields unsupported
@@ -318,17 +322,10 @@ class NvmlBackend:
         if prev is None:
             return None
         try:
-            mg = nvml.c_nvmlGpmMetricsGet_t()
-            mg.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            mg.numMetrics = 1
-            mg.sample1, mg.sample2 = prev, cur
-            mg.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
-            nvml.nvmlGpmMetricsGet(mg)
-            if mg.metrics[0].nvmlReturn == nvml.NVML_ERROR_NOT_SUPPORTED:
+            value, not_supported = sm_util(nvml, prev, cur)
+            if not_supported:
                 self._gpm_off(k)
-            if mg.metrics[0].nvmlReturn != nvml.NVML_SUCCESS:
-                return None
-            return float(mg.metrics[0].value) / 100.0
+            return value
         except nvml.NVMLError:
             return None
         finally:

@@ -35,6 +35,12 @@ def gpu_instance_profile(profile: str) -> str:
     return _COMPUTE_INSTANCE.sub("", profile.strip())
 
 
+def profile_of_name(name: Any) -> str:
+    """The GPU instance profile a MIG device's NVML name ends with (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``), or ""."""
+    name = _text(name)
+    return gpu_instance_profile(name.rsplit(" MIG ", 1)[1]) if " MIG " in name else ""
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -68,8 +74,6 @@ class NvmlMigLookup:
     def _describe(self, mig: Any) -> MigInstance:
         nvml = self.nvml
         parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
-        name = _text(nvml.nvmlDeviceGetName(mig))
-        profile = name.rsplit(" MIG ", 1)[1] if " MIG " in name else ""
         return MigInstance(parent_uuid=_text(nvml.nvmlDeviceGetUUID(parent)),
                            gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
-                           profile=gpu_instance_profile(profile))
+                           profile=profile_of_name(nvml.nvmlDeviceGetName(mig)))

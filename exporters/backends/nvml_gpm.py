@@ -1,0 +1,113 @@
+"""SM activity from GPM (GPU Performance Monitoring, Hopper and newer): per GPU, and per GPU instance of a MIG GPU.
+
+GPM answers a metric between two samples: `sm_util(nvml, prev, cur)` is ``NVML_GPM_METRIC_SM_UTIL`` / 100 between
+them. `MigActivity` reads it per GPU instance of the GPUs in MIG mode (``nvmlGpmMigSampleGet``, one sample per
+instance and scrape, each compared with the previous scrape's), which is what dcgm-exporter publishes as
+``DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID, GPU_I_PROFILE}`` for a MIG GPU: the instance's own SMs' activity. Without it a
+MIG GPU has no SM activity from NVML at all: utilisation answers NotSupported in MIG mode. Before Hopper there is
+no GPM, so an A100 or A30 in MIG mode gets per-instance activity from DCGM (dcgm-exporter) only.
+
+The GPU instances are listed each scrape from the MIG devices under the GPU (``nvmlDeviceGetMigDeviceHandleByIndex``
+up to ``nvmlDeviceGetMaxMigDeviceCount``; several compute instances of one GPU instance are one instance here), so
+a re-partitioned GPU is followed; a sample of an instance gone is freed. Whether a GPU is in MIG mode is asked once:
+the mode changes only with a GPU reset, which the driver refuses while this process holds the GPU.
+
+Not verified on MIG hardware (none was available): written against NVML's documented calls and the in-repo fake.
+This module never imports `pynvml`: it uses the `nvml` module the backend was given.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from exporters.backends.base import InstanceReading
+from exporters.backends.nvml_mig import profile_of_name
+
+log = logging.getLogger(__name__)
+
+
+def sm_util(nvml: Any, prev: Any, cur: Any) -> tuple[float | None, bool]:
+    """(SM_UTIL / 100 between two GPM samples or None, whether GPM answered NotSupported for the metric)."""
+    mg = nvml.c_nvmlGpmMetricsGet_t()
+    mg.version = nvml.NVML_GPM_METRICS_GET_VERSION
+    mg.numMetrics = 1
+    mg.sample1, mg.sample2 = prev, cur
+    mg.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+    nvml.nvmlGpmMetricsGet(mg)
+    ret = mg.metrics[0].nvmlReturn
+    if ret != nvml.NVML_SUCCESS:
+        return None, ret == nvml.NVML_ERROR_NOT_SUPPORTED
+    return float(mg.metrics[0].value) / 100.0, False
+
+
+class MigActivity:
+    """`read()`: SM activity per GPU instance of the MIG-mode GPUs among `handles` whose `gpm` flag is set."""
+
+    def __init__(self, nvml: Any, handles: Sequence[Any], gpm: Sequence[bool]) -> None:
+        self.nvml, self.handles = nvml, handles
+        self.mig = [bool(ok) and self._mig_mode(h) for h, ok in zip(handles, gpm, strict=True)]
+        self._prev: dict[tuple[int, int], Any] = {}
+
+    def _mig_mode(self, h: Any) -> bool:
+        nvml = self.nvml
+        try:
+            return nvml.nvmlDeviceGetMigMode(h)[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+        except (nvml.NVMLError, AttributeError):
+            return False
+
+    def _instances(self, h: Any) -> dict[int, str]:
+        """GPU instance ID -> its profile ("" when NVML's name does not say), from the MIG devices under `h`."""
+        nvml, found = self.nvml, {}
+        for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+                name = nvml.nvmlDeviceGetName(mig)
+                gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+            except nvml.NVMLError_GpuIsLost:
+                raise
+            except nvml.NVMLError:
+                continue   # no MIG device at this index (NotFound), or one being destroyed
+            found[gi] = profile_of_name(name)
+        return found
+
+    def _sample(self, k: int, h: Any, gi: int) -> float | None:
+        nvml = self.nvml
+        cur = nvml.nvmlGpmSampleAlloc()
+        try:
+            nvml.nvmlGpmMigSampleGet(h, gi, cur)
+        except nvml.NVMLError:
+            nvml.nvmlGpmSampleFree(cur)
+            raise
+        prev, self._prev[k, gi] = self._prev.get((k, gi)), cur
+        if prev is None:
+            return None
+        try:
+            return sm_util(nvml, prev, cur)[0]
+        finally:
+            nvml.nvmlGpmSampleFree(prev)
+
+    def read(self) -> tuple[InstanceReading, ...]:
+        """One reading per GPU instance that has two samples; an instance NVML fails for is left out this scrape,
+        a GPU it fails for entirely (lost, not answering) too."""
+        nvml, out = self.nvml, []
+        for k, h in enumerate(self.handles):
+            if not self.mig[k]:
+                continue
+            try:
+                instances = self._instances(h)
+            except nvml.NVMLError:
+                continue
+            for gi in [g for kk, g in self._prev if kk == k and g not in instances]:
+                nvml.nvmlGpmSampleFree(self._prev.pop((k, gi)))   # an instance destroyed since
+            for gi, profile in sorted(instances.items()):
+                try:
+                    value = self._sample(k, h, gi)
+                except nvml.NVMLError as exc:
+                    log.debug("GPM sample of GPU %d instance %d failed: %s", k, gi, exc)
+                    continue
+                if value is not None and math.isfinite(value):
+                    out.append(InstanceReading(k, str(gi), profile, value))
+        return tuple(out)
