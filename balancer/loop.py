@@ -225,7 +225,7 @@ class Reconciler:
             log.warning("safety ledger not saved for a successor: %s", exc)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
-        proj = Projection(fresh, self.policy, tainted=self.state.tainted)
+        proj = Projection(fresh, self.policy)   # tainted: what the fresh snapshot's nodes carry
         keep = []
         for a in actions:
             why = proj.apply(a)

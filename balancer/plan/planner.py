@@ -9,7 +9,11 @@ immutable `PlannerState` it returns, and `acknowledge(state, applied_actions, sn
 actuator really did (a power cap, a taint or a shrink the controller must later give back). What must outlive the
 process is read back from the snapshot every cycle, not from memory: gputide's hot taint on a node
 (`hot_tainted`) and the power caps gputide holds on a node (`hotspots.gputide_caps`), so a restarted controller or a
-replica that has just become the leader gives back what an earlier one tainted or throttled. A capacity planner
+replica that has just become the leader gives back what an earlier one tainted or throttled. Which nodes are tainted
+is what the snapshot says, not what the controller remembers doing: the Kubernetes hot taint expires
+(`gputide.io/hot-until`, 15 minutes after it was written; nothing renews it) and is then removed, and a node still
+hot must be tainted again, by this controller or any other. A taint acknowledged last cycle counts once more while
+the node list may not show it yet (`PlannerState.tainted`). A capacity planner
 wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop publishes.
 """
 
@@ -43,7 +47,9 @@ class PlannerState:
     # GPU uuid -> the power cap gputide holds on it (acknowledged throttles, and each cycle what the snapshot's nodes
     # record: `hotspots.gputide_caps`), until it is given back
     throttled: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
-    tainted: frozenset[str] = frozenset()        # nodes we tainted
+    # nodes whose hot taint the actuator applied since the last plan: that plan's successor counts them tainted even if
+    # its snapshot (a node list that may lag the write) does not show it yet; after that only the snapshot counts
+    tainted: frozenset[str] = frozenset()
     # training job -> workers before a hotspot shrink
     shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     # what a capacity planner decided, for the metrics (gputide_capacity_gpus{class="loaned"},
@@ -63,7 +69,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     state = state or PlannerState()
     hs = hotspots.detect(snapshot, policy, state.hotspots)
     co = colocation.observe(snapshot, policy, state.colocation)
-    tainted = state.tainted | hot_tainted(snapshot)
+    tainted = hot_tainted(snapshot) | (state.tainted & _names(snapshot))
     hot = hotspots.hot_nodes(snapshot, hs)
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **state.shrunk}
     proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
@@ -77,7 +83,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
     out = Plan(actions=result.kept, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
-    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(tainted) & _names(snapshot),
+    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
 
 

@@ -116,7 +116,8 @@ def test_throttled_gpu_is_given_back_after_m_cool_readings():
     p, state = run([hot, hot])
     (cap,) = [a for a in p.actions if isinstance(a, SetPowerLimit)]
     state = acknowledge(state, p.actions, hot)
-    cool = snapshot(FL, workloads=full, temps={0: 60}, limits={0: cap.watts})
+    tainted = [replace(FL.nodes[0], taints=("gputide.io/hot=true:NoSchedule",)), *FL.nodes[1:]]  # as n0 now reads
+    cool = snapshot(FL, workloads=full, temps={0: 60}, limits={0: cap.watts}, nodes=tainted)
     for _ in range(BalancerPolicy().hotspots.cool_readings - 1):
         p, state = plan(cool, None, BalancerPolicy(), state)
         assert not p.actions
