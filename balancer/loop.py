@@ -11,7 +11,10 @@
 * `actuator`    sim, dry-run or Kubernetes; dry-run is just another actuator;
 * `elector`     leader election (`balancer.actuate.leader`): only the leader acts (a standby replica observes
                 nothing and says so); asked again after the telemetry read and before every action, it stops
-                a cycle that outlived its Lease (the rest skipped as `not_leader`);
+                a cycle that outlived its Lease (the rest skipped as `not_leader`). Each time this replica takes
+                the lead (its first time, or again after another replica led: the elector's `terms` count, where
+                it keeps one, tells a lead lost and retaken between two asks) it starts as a new process would:
+                see `_take_office`;
 * `audit`       JSON lines: time, action, target, reason, expected gain, outcome (`balancer.audit.JsonlAudit`);
 * `clock`       seconds; the only notion of time.
 
@@ -100,6 +103,9 @@ class Reconciler:
         self._recovered = False
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
+        self._term: object = None   # the elector's `terms` when this replica last took the lead
+        self._offices = 0           # times this replica took the lead: a cycle stops when it changes under it
+        self._cycle_office = 0      # ... its value when this cycle began
         self._waiting_since: dict[str, float] = {}
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
         self._progress: Callable[[str], None] = lambda what: None   # `run`'s: as housekeeping, each action begin
@@ -119,8 +125,8 @@ class Reconciler:
         return report
 
     def _lead(self, now: float) -> bool:
-        """Whether this replica acts this cycle; on taking the lead it inherits the ledger, on losing it it stops
-        reporting what it saw as leader."""
+        """Whether this replica acts this cycle; on taking the lead it takes office (`_take_office`), on losing it
+        it stops reporting what it saw as leader."""
         if not self.elector.try_acquire(now):
             self.metrics.leader.set(0)
             if self._leading:   # demoted: what it reported as leader is no longer its to report
@@ -128,16 +134,32 @@ class Reconciler:
             self._leading = False
             return False
         self.metrics.leader.set(1)
-        if not self._leading:
-            self._leading = True
-            self._inherit_ledger()
+        term = getattr(self.elector, "terms", None)   # a renewer thread may lose and retake the Lease between asks
+        if not self._leading or term != self._term:
+            self._leading, self._term = True, term
+            self._take_office()
         return True
+
+    def _take_office(self) -> None:
+        """This replica has just taken the lead: it starts as a new process would. Another replica may have led in
+        between, tainting, capping and resizing, and this one's streaks are from before it stopped reading: its
+        planner state starts empty (what gputide holds on the fleet, hot taints and power caps, is read back from
+        the snapshot, as after a restart), the actuator's `recover()` runs again, and the training-wait clocks restart.
+        Kept: the safety ledger, merged with the one the previous leader left (cooldowns and evictions only
+        restrain), the policy, and the forecaster with its demand history (what was observed, not who acted)."""
+        self._offices += 1
+        self.state = planner_mod.PlannerState()
+        self._recovered = False
+        self._waiting_since = {}
+        self._last_notes = frozenset()
+        self._inherit_ledger()
 
     def _cycle(self) -> CycleReport:
         now = self.clock()
         self._reload_policy()
         if not self._lead(now):
             return CycleReport("standby", "not the leader")
+        self._cycle_office = self._offices
         if not self._recovered:
             self._recovered = True
             self._hook(now, "recover", logging.WARNING)
@@ -146,7 +168,7 @@ class Reconciler:
             self.metrics.staleness.set(check_telemetry(snap, self.policy.safety))
         except TelemetryError as exc:
             return self._hold(now, exc.reason, str(exc))
-        if not self._lead(self.clock()):   # the reads outlived the Lease: what follows is the new leader's to do
+        if not self._still_leading():   # the reads outlived the Lease: what follows is the new leader's to do
             return CycleReport("standby", "lost the Lease while reading telemetry")
         if self.guard.emergency_stopped():
             return self._hold(now, "emergency_stop", "emergency stop is set")
@@ -259,12 +281,17 @@ class Reconciler:
         return results
 
     def _interruption(self) -> tuple[str, str] | None:
-        """(reason, why) no further action may start: `stop` is set, or the Lease is no longer ours."""
+        """(reason, why) no further action may start: `stop` is set, or the Lease is no longer ours, or no longer the
+        one this cycle started under (lost and taken again: another replica may have acted in between)."""
         if self._stop.is_set():
             return SHUTTING_DOWN, "the controller is stopping (SIGTERM)"
-        if not self._lead(self.clock()):
-            return NOT_LEADER, "this replica no longer holds the Lease"
+        if not self._still_leading():
+            return NOT_LEADER, "this replica no longer holds the Lease it planned under"
         return None
+
+    def _still_leading(self) -> bool:
+        """This replica holds the Lease, and has held it since this cycle began (not lost and taken again)."""
+        return self._lead(self.clock()) and self._offices == self._cycle_office
 
     def _reject(self, a: Action, reason: str, detail: str, rejected: list, now: float) -> None:
         rejected.append((a, reason))

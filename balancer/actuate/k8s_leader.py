@@ -69,6 +69,9 @@ class LeaseLeaderElector:
         self._renewed_at: float | None = None            # our clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
+        # times we took the Lease (not renewals): the loop tells a lead lost and retaken between two of its asks
+        # (as a renewer thread may) from one held throughout, and starts the new term afresh
+        self.terms = 0
 
     @property
     def is_leader(self) -> bool:
@@ -119,7 +122,9 @@ class LeaseLeaderElector:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(now, now, 0, self.identity, self.lease_duration_s)}
-            return self._write(what, now, self.api.coordination.create_namespaced_lease, self.namespace, body)
+            created = self._write(what, now, self.api.coordination.create_namespaced_lease, self.namespace, body)
+            self.terms += created
+            return created
         except ActuationError as err:
             log.warning("%s: %s", what, err)
             return self.is_leader
@@ -145,6 +150,7 @@ class LeaseLeaderElector:
                 "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
         won = self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
         if won and taking_over:
+            self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
 

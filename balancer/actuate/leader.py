@@ -8,6 +8,9 @@ two replicas never act at once (the way client-go's leaderelection is used). An 
 with a background renewer (`LeaseLeaderElector.start()`) answers from its last renewal, without I/O.
 
 `release()` gives the Lease up on the way out, so a standby takes over at once rather than after the Lease expires.
+An elector may count `terms`, the times this replica took the Lease (not its renewals): the loop compares it to tell
+a lead lost and taken again between two of its asks (another replica may have led in between) from one held
+throughout, and starts a new term as a new leader would.
 The Kubernetes elector is `balancer.actuate.k8s_leader.LeaseLeaderElector`.
 """
 
@@ -50,10 +53,12 @@ class InMemoryLeaderElector:
 
     def __init__(self, lease: InMemoryLease, identity: str) -> None:
         self.lease, self.identity = lease, identity
+        self.terms = 0
 
     def try_acquire(self, now: float) -> bool:
         lease = self.lease
         if lease.holder in (None, self.identity) or now - lease.renewed_at > lease.duration_s:
+            self.terms += lease.holder != self.identity   # taken, not renewed
             lease.holder, lease.renewed_at = self.identity, now
             return True
         return False

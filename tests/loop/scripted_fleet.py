@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loop_helpers import make_fleet, snapshot, workload
 from prometheus_client import CollectorRegistry
 
 from balancer.actuate.base import ActionResult, Outcome
@@ -15,6 +14,7 @@ from balancer.config import BalancerPolicy
 from balancer.loop import Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.model import Action, ClusterSnapshot, TaintNode
+from tests.loop.loop_helpers import make_fleet, snapshot, workload
 
 FL = make_fleet(3, 4)   # A100: slowdown 89 C, hot from 84 C, cool under 77 C
 HOT, WARM, COOL = 86.0, 80.0, 60.0
