@@ -74,6 +74,9 @@ class ScaleTraining(Action):
     workers: int
     previous_workers: int
     reclaim: bool = False  # a shrink that gives loaned GPUs back to inference (exempt from the cooldown)
+    # the record of a hotspot shrink kept on the job with the resize (`gputide.io/shrunk`), so a restarted controller or
+    # a new leader gives the workers back: the workers before the shrink; 0 (its give-back) clears it; None: untouched
+    shrunk_from: int | None = None
 
     @property
     def target(self) -> str:

@@ -70,7 +70,8 @@ class SimActuator:
             (sim.remove_taint if action.remove else sim.add_taint)(action.node)
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleTraining):
-            sim.scale_training(action.job, action.workers, checkpoint_first=action.workers < action.previous_workers)
+            sim.scale_training(action.job, action.workers, checkpoint_first=action.workers < action.previous_workers,
+                               shrunk_from=action.shrunk_from)   # the shrink's record, as on a Kubernetes Job
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleInference):
             sim.scale_service(action.service, action.replicas)

@@ -35,8 +35,11 @@ same hysteresis (`HotspotState.inherited`): every GPU of the node holds it, as a
 had `coolReadings` cool readings, so a GPU left in the warm band between the cool and hot lines does not get its
 node reopened by a restart. A power limit is given back to the GPU's own default (`SetPowerLimit.give_back`), for
 every GPU gputide capped: those the planner state remembers and those the snapshot's nodes record
-(`gputide_caps`), so what a previous controller or leader throttled is not left capped with nobody owning it. Gains are not guessed here: `simulate_plan` measures each proposal's change of
-the objective with the same projection and drops those that do not help.
+(`gputide_caps`), so what a previous controller or leader throttled is not left capped with nobody owning it. So are a
+shrunk job's workers (`shrunk_jobs`): the shrink is recorded on the job (`ScaleTraining.shrunk_from`,
+`Workload.shrunk_from`) and given back from either record; a job resized since by someone else is theirs (the record
+is void and dropped), and a job gone from the snapshot is forgotten. Gains are not guessed here: `simulate_plan`
+measures each proposal's change of the objective with the same projection and drops those that do not help.
 """
 
 from __future__ import annotations
@@ -182,7 +185,9 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
     actions += _give_back_power(s, proj, state, policy, throttled)
     # a node no longer hot (its inherited taint included: `HotspotState.inherited`) is opened again
     actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
-    busy_jobs = {s.workload_by_name[n].owner for names in on_gpu.values() for n in names if n in s.workload_by_name}
+    # not yet cool: a hotspot, an inherited taint, or a hot reading a restarted controller has not counted out yet
+    warm = _placed_on(s, state.active | state.inherited | (state.hot_streak > 0))
+    busy_jobs = {s.workload_by_name[n].owner for names in warm.values() for n in names if n in s.workload_by_name}
     return actions + _give_back_workers(proj, shrunk, busy_jobs)
 
 
@@ -268,9 +273,26 @@ def _give_back_workers(proj: Projection, shrunk: Mapping[str, int], busy_jobs: s
     for job, workers in sorted(shrunk.items()):
         now = proj.workers.get(job, 0)
         if job not in busy_jobs and now < workers:
-            out.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
+            out.append(ScaleTraining(job=job, workers=workers, previous_workers=now, shrunk_from=0,
                                      reason="hotspot cleared: give the workers back"))
     return out
+
+
+def shrunk_jobs(snapshot: ClusterSnapshot, remembered: Mapping[str, int]) -> dict[str, int]:
+    """{job: workers before gputide's hotspot shrink} to give back: what the snapshot's jobs record
+    (`Workload.shrunk_from`: a restarted controller's, or a former leader's shrink) and what this planner remembers
+    (`remembered`, acknowledged shrinks the job's record may not show yet). A job with no pod in the snapshot is gone
+    and forgotten, and one whose record is void (`Workload.shrink_overridden`: resized since) is the operator's."""
+    recorded: dict[str, int] = {}
+    overridden: set[str] = set()
+    for w in snapshot.workloads:
+        if w.shrunk_from > 0:
+            recorded[w.owner] = max(recorded.get(w.owner, 0), w.shrunk_from)
+        elif w.shrink_overridden:
+            overridden.add(w.owner)
+    present = snapshot.workloads_by_owner
+    kept = {j: n for j, n in remembered.items() if j in present and j not in overridden}
+    return {**kept, **recorded}
 
 
 def gputide_caps(snapshot: ClusterSnapshot) -> dict[str, float]:
@@ -365,7 +387,7 @@ def _throttle(s, policy, proj: Projection, g: int, names, shrunk: Mapping[str, i
                     and w.priority <= tp.max_priority_to_shrink and w.owner not in shrunk):
                 now = proj.workers.get(w.owner, 0)
                 if now - 1 >= max(w.elastic_min, 1):
-                    out.append(ScaleTraining(job=w.owner, workers=now - 1, previous_workers=now,
+                    out.append(ScaleTraining(job=w.owner, workers=now - 1, previous_workers=now, shrunk_from=now,
                                              reason="throttling cannot cool the GPU: shrink low-priority training"))
                     break
     return out

@@ -50,7 +50,8 @@ class PlannerState:
     # nodes whose hot taint the actuator applied since the last plan: that plan's successor counts them tainted even if
     # its snapshot (a node list that may lag the write) does not show it yet; after that only the snapshot counts
     tainted: frozenset[str] = frozenset()
-    # training job -> workers before a hotspot shrink
+    # training job -> workers before a hotspot shrink (acknowledged ones, and each cycle what the snapshot's jobs
+    # record: `hotspots.shrunk_jobs`), until given back, resized by someone else or gone
     shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     # what a capacity planner decided, for the metrics (gputide_capacity_gpus{class="loaned"},
     # gputide_capacity_target_gpus{service}); `plan` keeps whatever a wrapping capacity planner put here
@@ -71,19 +72,20 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     co = colocation.observe(snapshot, policy, state.colocation)
     tainted = hot_tainted(snapshot) | (state.tainted & _names(snapshot))
     hot = hotspots.hot_nodes(snapshot, hs)
-    desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **state.shrunk}
+    shrunk = hotspots.shrunk_jobs(snapshot, state.shrunk)   # the jobs' records too; gone jobs forgotten
+    desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **shrunk}
     proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
     refused = {w: t for w, t in state.refused_moves.items() if snapshot.time - t < policy.hotspots.refused_retry_s}
     throttled = {**hotspots.gputide_caps(snapshot),
                  **{u: w for u, w in state.throttled.items() if u in snapshot.gpu_by_uuid}}
-    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, state.shrunk,
+    proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, shrunk,
                                  frozenset(refused))
     proposals += colocation.propose(snapshot, policy, co, proj)
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
     out = Plan(actions=result.kept, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
-    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(),
+    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
 
 

@@ -22,7 +22,9 @@ API::
     sim.set_power_limit(gpu, watts) -> applied watts          # clamped to [min_power_limit_w, tdp_w]
     sim.cap_power(gpu, watts | None) -> limit now             # gputide's cap, kept in sim.power_caps and on its
                                                               # node (Node.power_caps); None gives it back
-    sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False)
+    sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False, shrunk_from=None)
+    sim.shrink_records                                        # job -> (workers before a hotspot shrink, left): its
+                                                              # workloads' shrunk_from (a Job's gputide.io/shrunk)
     sim.replicas(service), sim.workers(job)
     sim.add_taint(node) / sim.remove_taint(node)
     sim.degrade_cooling(node, inlet_rise_c=0, resistance_factor=1, duration_s=None); sim.restore_cooling(node)

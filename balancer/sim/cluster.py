@@ -114,6 +114,7 @@ class SimCluster(WorkloadOps, Faults):
         self._job_pos: dict[str, int] = {}
         self._job_target: list[int] = []
         self._job_next: list[int] = []
+        self.shrink_records: dict[int, tuple[int, int]] = {}   # job -> (workers before a hotspot shrink, left)
         self.acct = Accounting()
         self._table: SlotTable = EMPTY
         self._dirty = False
@@ -259,7 +260,7 @@ class SimCluster(WorkloadOps, Faults):
             sm_active=self.sm_active, mem_used_mib=self.mem_used_mib, mem_total_mib=self.mem_total_mib,
             sm_clock_mhz=self.sm_clock_mhz, clock_event_reasons=self.clock_event_reasons, xid=self.xid,
             sample_age_s=np.full(self.n_gpus, float(sample_age_s)), memory_unhealthy=self.memory.unhealthy,
-            workloads=tuple(p.workload for p in self._pods.values()),
+            workloads=self._recorded(self._pods.values()),
             placements={k: p.gpus for k, p in self._pods.items() if p.gpus is not None},
             services=self.service_status(),
             suspended_jobs=self.suspended_jobs(),

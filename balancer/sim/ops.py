@@ -10,13 +10,16 @@ Semantics (what the reconcile loop can rely on):
   to the last checkpoint; a generic pod restarts.
 * `scale_service` / `scale_training` set the replica / worker count. New pods are pending; scale-down removes
   pending pods first, then the newest placed ones. Removing a placed training worker rolls its job back unless
-  ``checkpoint_first=True`` (a graceful, checkpointed resize).
+  ``checkpoint_first=True`` (a graceful, checkpointed resize). A hotspot shrink's record (``shrunk_from``, as the
+  Kubernetes actuator writes `gputide.io/shrunk` on the Job) is kept in `shrink_records` and shown on the job's
+  workloads in the snapshot (`Workload.shrunk_from`), void (`shrink_overridden`) once the job was resized since.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -187,7 +190,8 @@ class WorkloadOps:
             gpu_milli=spec.gpu_milli, gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models))
         self._svc_target[i] = max(int(replicas), 0)
 
-    def scale_training(self: SimCluster, job: str, workers: int, *, checkpoint_first: bool = False) -> None:
+    def scale_training(self: SimCluster, job: str, workers: int, *, checkpoint_first: bool = False,
+                       shrunk_from: int | None = None) -> None:
         i = self._job_index(job)
         spec = self._jobs[i]
         workers = max(int(workers), 0)
@@ -201,6 +205,20 @@ class WorkloadOps:
             gpu_milli=spec.gpu_milli, gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models,
             elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)), graceful=checkpoint_first)
         self._job_target[i] = workers
+        if shrunk_from is not None:   # written with the size, as on a Kubernetes Job; 0 (a give-back) removes it
+            if shrunk_from > workers:
+                self.shrink_records[i] = (int(shrunk_from), workers)
+            else:
+                self.shrink_records.pop(i, None)
+
+    def _recorded(self: SimCluster, pods: Iterable[Pod]) -> tuple[Workload, ...]:
+        """The pods' workloads, a training job's with its shrink record (void once its size is not the one left)."""
+        if not self.shrink_records:
+            return tuple(p.workload for p in pods)
+        marks = {i: {"shrunk_from": before} if self._job_target[i] == left else {"shrink_overridden": True}
+                 for i, (before, left) in self.shrink_records.items()}
+        return tuple(replace(p.workload, **marks[p.owner]) if p.kind == TRAINING and p.owner in marks
+                     else p.workload for p in pods)
 
     def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make, graceful: bool = False) -> None:
         mine = [p for p in self._pods.values() if p.kind == kind and p.owner == owner]
