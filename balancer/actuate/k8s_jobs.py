@@ -16,15 +16,22 @@ asking it for more workers than can run would lend GPUs (and Kueue quota) to pod
 refuses that with a `PermanentActuationError` naming the Job and the limit; the actuator calls it before anything
 changes. `k8s_workloads.suspended_job` caps a suspended Job's `elastic_max` by the same `worker_limit`, so the
 planner does not ask for what cannot run.
+
+gputide's hotspot shrink is recorded on the Job it resized, in the same patch: the annotation `gputide.io/shrunk`,
+`{"from": workers before, "to": workers it left}`, removed by the give-back. A restarted controller or a new leader
+reads it back (`shrink_record`) and gives the workers back once the GPU is cool; a Job whose size is no longer the
+`to` was resized since (by hand, by another planner): the record is void and the Job's size is the operator's.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from balancer.errors import PermanentActuationError
 
 Json = dict[str, Any]
+SHRUNK_ANNOTATION = "gputide.io/shrunk"
 
 
 def _count(value: Any) -> int | None:
@@ -76,3 +83,30 @@ def describe(size: Json) -> str:
     if "completions" in size:
         return f"parallelism = completions = {size['parallelism']} (Elastic Indexed Job)"
     return f"parallelism = {size['parallelism']}"
+
+
+def size(job: Json) -> int:
+    """The workers the Job asks for now: its parallelism (1 when unset, as the API defaults it)."""
+    return _count((job.get("spec") or {}).get("parallelism", 1)) or 0
+
+
+def shrink_note(before: int, left: int) -> str:
+    """The `gputide.io/shrunk` value of a hotspot shrink from `before` to `left` workers."""
+    return json.dumps({"from": int(before), "to": int(left)}, sort_keys=True)
+
+
+def shrink_record(job: Json) -> tuple[int, bool]:
+    """(workers before gputide's hotspot shrink, overridden) as the Job's `gputide.io/shrunk` says: (0, False) with no
+    record (or one that is not `{"from": N, "to": M}` with N > M > 0), (N, False) while the Job still asks for the M
+    workers gputide left, (0, True) once it was resized since (the record is void)."""
+    note = ((job.get("metadata") or {}).get("annotations") or {}).get(SHRUNK_ANNOTATION)
+    try:
+        record = json.loads(note) if note else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return 0, False
+    before, left = _count(record.get("from")), _count(record.get("to"))
+    if before is None or left is None or not before > left > 0:
+        return 0, False
+    return (before, False) if size(job) == left else (0, True)

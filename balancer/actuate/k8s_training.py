@@ -13,7 +13,9 @@ released) and suspends the Job, and keeps it suspended. A queued Job without a W
 nothing could keep it stopped.
 
 Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; completions too for an Elastic Indexed
-Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A plain
+Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A hotspot
+shrink writes its record (`gputide.io/shrunk`, `k8s_jobs.shrink_note`) in that same patch, and its give-back
+removes it there, so the Job never runs shrunk without the record a restarted controller gives it back by. A plain
 Job is unsuspended with it; a running queued Job is resized in place only where Kueue's ElasticJobsViaWorkloadSlices
 honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
 the new size (every pod restarting: the detail says so, and the planner prices it, `JobView.restarts_on_resize`);
@@ -33,7 +35,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from balancer.actuate.k8s_jobs import describe, resize
+from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION, describe, resize, shrink_note
 from balancer.actuate.k8s_kueue import ELASTIC_JOB_ANNOTATION, restarts_on_resize
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.kubernetes import (
@@ -73,10 +75,11 @@ class TrainingJobs:
         self.api, self.kueue = api, kueue
 
     def scale(self, ns: str, name: str, workers: int, previous: int, priority: int | None,
-              queues: tuple[str, str] | None) -> str:
+              queues: tuple[str, str] | None, shrunk_from: int | None = None) -> str:
         """Run `workers` workers of Job ns/name (0: stop it), `previous` before; `priority` is that of its pods
-        (None: none running), `queues` the (inference, training) ClusterQueues quota moves between. Returns the
-        detail of what changed; raises ActuationError."""
+        (None: none running), `queues` the (inference, training) ClusterQueues quota moves between, `shrunk_from`
+        the hotspot shrink's record to write with the size (`ScaleTraining.shrunk_from`: 0 removes it, None leaves
+        it). Returns the detail of what changed; raises ActuationError."""
         what = f"job {ns}/{name}"
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
@@ -91,7 +94,8 @@ class TrainingJobs:
         if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor))
         try:
-            state = self._run(job, owned, size) if workers else self._stop(job, owned, priority)
+            state = self._run(job, owned, size, _record(shrunk_from, workers)) if workers else self._stop(
+                job, owned, priority)
         except ActuationError:
             if quota and delta > 0:
                 self._give_back(quota, delta, flavor)
@@ -127,10 +131,13 @@ class TrainingJobs:
         done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
         return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)"
 
-    def _run(self, job: _Job, owned: list[Json], size: Json) -> str:
+    def _run(self, job: _Job, owned: list[Json], size: Json, record: Json) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
-        self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}}, "spec": spec})
+        self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}, **record}, "spec": spec})
         state = describe(size)
+        if record:
+            note = record["annotations"][SHRUNK_ANNOTATION]
+            state += f"; {SHRUNK_ANNOTATION} = {note}" if note else f"; {SHRUNK_ANNOTATION} removed"
         if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
             state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "
                       "suspends it, every pod stops, and re-admits it at its new size")
@@ -162,3 +169,12 @@ class TrainingJobs:
         except ActuationError as err:
             log.error("kueue quota lent to %s for a grow that failed was not given back (%d GPUs): %s",
                       queues[1], gpus, err)
+
+
+def _record(shrunk_from: int | None, workers: int) -> Json:
+    """The metadata the resize writes for a hotspot shrink's record: the record (`shrunk_from` > `workers`), its
+    removal (0, or a size no longer below it), nothing (None)."""
+    if shrunk_from is None:
+        return {}
+    note = shrink_note(shrunk_from, workers) if shrunk_from > workers else None
+    return {"annotations": {SHRUNK_ANNOTATION: note}}
