@@ -97,13 +97,20 @@ class ScaleInference(Action):
         return self.service
 
 
+# how long gputide's hot taint holds once written (`gputide.io/hot-until`), unless renewed: the safety net for a
+# controller that dies while a node is tainted
+HOT_TAINT_TTL_S = 900.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaintNode(Action):
-    """Keep new work off a hot node until it cools (`remove=True` takes the taint away)."""
+    """Keep new work off a hot node until it cools (`remove=True` takes the taint away). `renew=True` writes a fresh
+    expiry on a node that already carries the taint and is still hot: it changes nothing for any workload."""
 
     kind: ClassVar[str] = "taint_node"
     node: str
     remove: bool = False
+    renew: bool = False
 
     @property
     def target(self) -> str:

@@ -34,7 +34,7 @@ def reason_label(action: Action) -> str:
     if isinstance(action, SetPowerLimit):
         return "throttle" if action.is_throttle else "unthrottle"
     if isinstance(action, TaintNode):
-        return "cooled" if action.remove else "hot_node"
+        return "cooled" if action.remove else "renew" if action.renew else "hot_node"
     if isinstance(action, ScaleTraining):
         if action.workers >= action.previous_workers:
             return "give_back"

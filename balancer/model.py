@@ -61,6 +61,9 @@ class Node:
     # {GPU uuid: watts} gputide has capped on this node and not given back (its `gputide.io/power-caps` annotation,
     # the durable record a restarted controller or a new leader gives them back from)
     power_caps: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # when gputide's hot taint on this node expires (epoch seconds, its `gputide.io/hot-until` annotation; None: no
+    # expiry recorded): the planner renews the taint of a node still hot before it passes (`TaintNode.renew`)
+    hot_until: float | None = None
 
     @property
     def pool_name(self) -> str:
@@ -70,11 +73,13 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class NodeMeta:
     """What the Kubernetes API says of a node that its metrics do not: labels, taints in kubectl's syntax
-    (`key=value:Effect`) and the power caps gputide set there (`Node.power_caps`)."""
+    (`key=value:Effect`), the power caps gputide set there (`Node.power_caps`) and its hot taint's expiry
+    (`Node.hot_until`)."""
 
     labels: Mapping[str, str]
     taints: tuple[str, ...] = ()
     power_caps: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    hot_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

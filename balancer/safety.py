@@ -23,6 +23,13 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
                                  budget but is never refused by it; an inference scale-down spends only the
                                  running replicas it stops, not the pending ones it drops)
 
+A hot-taint renewal (`TaintNode(renew=True)`: a fresh expiry on a node already tainted and still hot) changes
+nothing for any workload, so none of the limits that bound disruption apply to it: it is not counted against
+`maxActionsPerCycle` (a fleet with many hot nodes must not let their taints lapse to make room, nor starve real
+relief), needs no expected gain, neither waits for nor re-arms its node's taint cooldown (a renewal is not a flap;
+re-arming it would hold back the taint's removal once the node cools). An emergency stop (flag, file or the
+node's label) still refuses it: the taint then lapses at its expiry, as a stopped controller's would.
+
 `check_telemetry` is the fail-static gate: stale, missing or NaN telemetry raises a `TelemetryError` and the loop
 takes no action at all. The guard itself keeps no state: what it needs to remember (when each target was last
 acted on, recent evictions and migrations) is the immutable `SafetyLedger` (balancer/safety_ledger.py),
@@ -190,13 +197,15 @@ class SafetyGuard:
         tally = self._tally(snapshot, ledger, now)
         actions = list(actions)
         ctx = _Context(snapshot, actions)
+        counted = 0   # accepted actions the per-cycle limit counts (renewals are not)
         for a in actions:
             try:
                 self._check_one(a, ctx, ledger, now, stopped)
-                if len(accepted) >= self.policy.max_actions_per_cycle:
+                if not _renewal(a) and counted >= self.policy.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{self.policy.max_actions_per_cycle} actions already accepted this cycle")
                 self._count(a, ctx, tally)
                 accepted.append(a)
+                counted += not _renewal(a)
             except SafetyViolation as exc:
                 rejected.append((a, exc))
         return Review(tuple(accepted), tuple(rejected))
@@ -260,6 +269,8 @@ class SafetyGuard:
             if w.namespace in self.stopped_namespaces:
                 raise EmergencyStop(f"namespace {w.namespace} is stopped")
         self._check_nodes(a, ctx)
+        if _renewal(a):
+            return  # a fresh expiry on a taint already there: no gain to meet, no cooldown (module docstring)
         if a.expected_gain < p.min_expected_gain:
             raise MinGainNotMet(f"expected gain {a.expected_gain:.3g} < {p.min_expected_gain:.3g}")
         if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas:
@@ -309,7 +320,8 @@ class SafetyGuard:
         evictions = [t for t in ledger.evictions if now - t < p.eviction_window_s]
         migrations = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
         for a in applied:
-            last[f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target] = now
+            if not _renewal(a):   # a renewal does not re-arm the taint's cooldown
+                last[f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target] = now
             evictions += [now] * _evictions(a, snapshot)
             if isinstance(a, Migrate):
                 w = snapshot.workload_by_name.get(a.workload)
@@ -360,6 +372,10 @@ class _Context:
         if isinstance(a, SetPowerLimit):
             return list(self._on_gpu.get(a.gpu, ()))
         return []
+
+
+def _renewal(a: Action) -> bool:
+    return isinstance(a, TaintNode) and a.renew
 
 
 def _nodes(a: Action, s: ClusterSnapshot) -> set[str]:

@@ -24,7 +24,10 @@ Nothing here decides *what* to do. How each action reaches the cluster:
                     ClusterQueues of the cohort, in the ResourceFlavor Kueue admitted the Job under (`k8s_kueue`).
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
-    TaintNode       add or remove the hot taint.
+    TaintNode       add or remove the hot taint. Its expiry (`gputide.io/hot-until`, `hot_taint_ttl_s` after the
+                    write) is the safety net for a dead controller: `release_expired` removes the taint then. A
+                    renewal (`renew`, the planner's, for a node still hot whose expiry is near) writes a fresh expiry
+                    and posts no Event (the loop's log and audit record it; the annotation shows the new expiry).
 
 Every read-modify-write carries the object's `metadata.resourceVersion` (optimistic concurrency): a 409 means
 someone else wrote in between, so the object is read again and the change recomputed. 5xx, throttling 429 and
@@ -58,9 +61,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
-from balancer.actuate.k8s_nodes import node_power_limits, power_caps_note, power_caps_update
+from balancer.actuate.k8s_nodes import node_power_limits, power_caps_note, power_caps_update, taints_change
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
@@ -127,22 +131,6 @@ def post_event(api: _Api, involved: Json, kind: str, reason: str, message: str, 
         retries=0)   # never worth delaying the work it reports
 
 
-def _taints_change(node: Json, key: str, add: bool, until: float | None) -> Json | None:
-    taints = list((node.get("spec") or {}).get("taints") or [])
-    has = any(t.get("key") == key for t in taints)
-    annotations: dict[str, str | None] = {}
-    if add:
-        if not has:
-            taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
-        annotations[HOT_UNTIL_ANNOTATION] = rfc3339(until) if until is not None else None
-    else:
-        if not has and HOT_UNTIL_ANNOTATION not in ((node.get("metadata") or {}).get("annotations") or {}):
-            return None
-        taints = [t for t in taints if t.get("key") != key]
-        annotations[HOT_UNTIL_ANNOTATION] = None
-    return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
-
-
 def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
     """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
     current = _json_annotation(node, key)
@@ -172,7 +160,7 @@ class KubernetesActuator:
         power_cap_annotation: str = POWER_CAP_ANNOTATION,
         hot_taint_key: str = HOT_TAINT_KEY,
         reservation_annotation: str = RESERVATION_ANNOTATION,
-        hot_taint_ttl_s: float = 900.0,
+        hot_taint_ttl_s: float = HOT_TAINT_TTL_S,
         reservation_ttl_s: float = 300.0,
         kueue_queues: tuple[str, str] | None = None,
         max_retries: int = 3,
@@ -213,8 +201,9 @@ class KubernetesActuator:
                 return ActionResult(action, Outcome.RETRY, str(err), _code(err))
             except PermanentActuationError as err:
                 return ActionResult(action, Outcome.FAILED, str(err), _code(err))
-            with self.api.reserve():   # the action is done: its Event may use what is left
-                self._tell(action, snapshot, detail)
+            if not (isinstance(action, TaintNode) and action.renew):   # a renewal changes nothing to tell
+                with self.api.reserve():   # the action is done: its Event may use what is left
+                    self._tell(action, snapshot, detail)
         return ActionResult(action, Outcome.APPLIED, detail)
 
     def _tell(self, action: Action, snapshot: ClusterSnapshot, detail: str) -> None:
@@ -263,7 +252,7 @@ class KubernetesActuator:
             n, self.reservation_annotation, {key: entry}))
         try:
             if source and source != action.target_node:
-                self.api.update_node(source, lambda n: _taints_change(
+                self.api.update_node(source, lambda n: taints_change(
                     n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
             self.api(f"evict pod {ns}/{pod}", self.api.core.create_namespaced_pod_eviction, pod, ns, body,
@@ -302,8 +291,15 @@ class KubernetesActuator:
 
     def _taint(self, action: TaintNode, snapshot: ClusterSnapshot) -> str:
         until = None if action.remove else self.clock() + self.hot_taint_ttl_s
-        self.api.update_node(action.node, lambda n: _taints_change(n, self.hot_taint_key, not action.remove, until))
-        return f"{'removed' if action.remove else 'added'} taint {self.hot_taint_key} on {action.node}"
+        had: list[bool] = []
+
+        def change(n: Json) -> Json | None:
+            had[:] = [any(t.get("key") == self.hot_taint_key for t in (n.get("spec") or {}).get("taints") or ())]
+            return taints_change(n, self.hot_taint_key, not action.remove, until)
+
+        self.api.update_node(action.node, change)
+        done = "removed" if action.remove else "renewed" if action.renew and had[0] else "added"
+        return f"{done} taint {self.hot_taint_key} on {action.node}" + (f" until {rfc3339(until)}" if until else "")
 
     def power_caps(self, node: str) -> dict[str, float]:
         return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
@@ -335,7 +331,7 @@ class KubernetesActuator:
             name = node["metadata"]["name"]
             until = parse_time((node["metadata"].get("annotations") or {}).get(HOT_UNTIL_ANNOTATION))
             if until is not None and until <= now:
-                self.api.update_node(name, lambda n: _taints_change(n, self.hot_taint_key, False, None))
+                self.api.update_node(name, lambda n: taints_change(n, self.hot_taint_key, False, None))
                 notes.append(f"{name}: hot taint expired")
             stale = {k: None for k, v in _json_annotation(node, self.reservation_annotation).items()
                      if (parse_time(v.get("expires")) or 0) <= now}

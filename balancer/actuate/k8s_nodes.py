@@ -8,7 +8,8 @@ GPU metrics name a node but say nothing of its labels or taints, and planning ne
 * **the emergency stop on a node** (label `gputide.io/emergency-stop=true`), which the guard reads from the node's
   labels;
 * **gputide's own hot taint**, so a restarted controller knows which nodes it tainted and gives them back when
-  they cool;
+  they cool, and its expiry (`gputide.io/hot-until`, `Node.hot_until`), so the planner renews the taint of a node
+  still hot before it passes (`taints_change` writes both);
 * **gputide's own power caps** (the `{uuid: watts}` entries of `gputide.io/power-caps`, `Node.power_caps`), so a
   restarted controller, or a replica that becomes the leader, gives back the GPUs an earlier one throttled.
 
@@ -41,7 +42,14 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer.actuate.k8s_watch import ListCache
-from balancer.actuate.kubernetes import POWER_CAP_ANNOTATION, _Api, read_power_caps
+from balancer.actuate.kubernetes import (
+    HOT_UNTIL_ANNOTATION,
+    POWER_CAP_ANNOTATION,
+    _Api,
+    parse_time,
+    read_power_caps,
+    rfc3339,
+)
 from balancer.errors import ActuationError
 from balancer.model import ClusterSnapshot, NodeMeta
 from balancer.noderules import Taint
@@ -53,10 +61,30 @@ Json = dict[str, Any]
 
 
 def node_meta(node: Json) -> NodeMeta:
-    """A Node object's labels, taints and gputide power caps."""
-    return NodeMeta(labels=MappingProxyType(dict((node.get("metadata") or {}).get("labels") or {})),
+    """A Node object's labels, taints, gputide power caps and hot-taint expiry."""
+    meta = node.get("metadata") or {}
+    return NodeMeta(labels=MappingProxyType(dict(meta.get("labels") or {})),
                     taints=tuple(str(Taint.from_json(t)) for t in (node.get("spec") or {}).get("taints") or ()),
-                    power_caps=MappingProxyType(read_power_caps(node)))
+                    power_caps=MappingProxyType(read_power_caps(node)),
+                    hot_until=parse_time((meta.get("annotations") or {}).get(HOT_UNTIL_ANNOTATION)))
+
+
+def taints_change(node: Json, key: str, add: bool, until: float | None) -> Json | None:
+    """The patch that puts gputide's hot taint `key` on `node` with a fresh expiry `until` (a renewal: the taint
+    stays, the expiry moves), or takes both away; None when there is nothing to remove."""
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    has = any(t.get("key") == key for t in taints)
+    annotations: dict[str, str | None] = {}
+    if add:
+        if not has:
+            taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
+        annotations[HOT_UNTIL_ANNOTATION] = rfc3339(until) if until is not None else None
+    else:
+        if not has and HOT_UNTIL_ANNOTATION not in ((node.get("metadata") or {}).get("annotations") or {}):
+            return None
+        taints = [t for t in taints if t.get("key") != key]
+        annotations[HOT_UNTIL_ANNOTATION] = None
+    return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
 
 
 def node_power_limits(snapshot: ClusterSnapshot | None, node: str) -> dict[str, float] | None:

@@ -10,11 +10,22 @@ actuator really did (a power cap, a taint or a shrink the controller must later 
 process is read back from the snapshot every cycle, not from memory: gputide's hot taint on a node
 (`hot_tainted`) and the power caps gputide holds on a node (`hotspots.gputide_caps`), so a restarted controller or a
 replica that has just become the leader gives back what an earlier one tainted or throttled. Which nodes are tainted
-is what the snapshot says, not what the controller remembers doing: the Kubernetes hot taint expires
-(`gputide.io/hot-until`, 15 minutes after it was written; nothing renews it) and is then removed, and a node still
-hot must be tainted again, by this controller or any other. A taint acknowledged last cycle counts once more while
-the node list may not show it yet (`PlannerState.tainted`). A capacity planner
-wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop publishes.
+is what the snapshot says, not what the controller remembers doing: a person may remove the taint, and a node still
+hot must then be tainted again, by this controller or any other. A taint acknowledged last cycle counts once more
+while the node list may not show it yet (`PlannerState.tainted`).
+
+Renewal. The Kubernetes hot taint expires (`gputide.io/hot-until`, `HOT_TAINT_TTL_S` = 15 minutes after it was
+written, `Node.hot_until`) and the actuator's housekeeping then removes it: the safety net for a controller that dies
+while a node is tainted. A live controller keeps the taint of a node it still counts hot (its active hotspots and
+inherited taints, with the hysteresis that decides when a node cooled) by renewing it once its expiry is less than
+`RENEW_WITHIN_S` (half the TTL) away: `TaintNode(renew=True)`, which the actuator writes as a fresh expiry. Half the
+TTL leaves room for many missed cycles before the taint could lapse, and renews a hot node about twice per TTL. A
+renewal changes nothing the simulation measures, so it bypasses `simulate_plan` (expected gain 0) and the safety
+guard's budgets (`SafetyGuard`: it is not counted, cooled down or gain-checked; an emergency stop still holds it). A
+taint whose expiry is unknown (no annotation) never expires and is not renewed.
+
+A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
+publishes.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from balancer.actions import HOT_TAINT_TTL_S
 from balancer.config import BalancerPolicy
 from balancer.model import (
     Action,
@@ -38,6 +50,8 @@ from balancer.plan import colocation, hotspots
 from balancer.plan.simulate import Projection, hot_tainted, simulate_plan
 
 _EMPTY: Mapping = MappingProxyType({})
+# a hot node's taint is renewed once its expiry is this close (see the module's docstring)
+RENEW_WITHIN_S = HOT_TAINT_TTL_S / 2
 
 
 @dataclass(frozen=True)
@@ -83,10 +97,22 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     proposals += colocation.propose(snapshot, policy, co, proj)
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
-    out = Plan(actions=result.kept, notes=notes, objective_before=result.objective_before,
+    renewals = _renewals(snapshot, hot, state.tainted) if policy.hotspots.taint_hot_nodes else ()
+    out = Plan(actions=result.kept + renewals, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
+
+
+def _renewals(snapshot: ClusterSnapshot, hot: frozenset[str], fresh: frozenset[str]) -> tuple[TaintNode, ...]:
+    """A renewal for each node still hot whose hot taint (as the snapshot's nodes show it) expires within
+    `RENEW_WITHIN_S`; not for one whose taint was acknowledged last cycle (`fresh`: written with a fresh expiry the
+    node list may not show yet)."""
+    shown = hot_tainted(snapshot)
+    due = {n.name: n.hot_until - snapshot.time for n in reversed(snapshot.nodes)   # the first node of a name wins
+           if n.name in hot and n.name in shown and n.name not in fresh and n.hot_until is not None}
+    return tuple(TaintNode(node=name, renew=True, reason=f"node still hot, its taint expires in {left:.0f} s")
+                 for name, left in sorted(due.items()) if left <= RENEW_WITHIN_S)
 
 
 def _names(snapshot: ClusterSnapshot) -> frozenset[str]:

@@ -77,8 +77,8 @@ class Topology:
         return self._with_node_meta(nodes, node_overrides), self._cache[1][1]
 
     def _with_node_meta(self, nodes: tuple[Node, ...], node_overrides: NodeMetaSource | None) -> tuple[Node, ...]:
-        """`nodes` with the labels, taints and gputide power caps `node_overrides` has for them (built again only when
-        one changed).
+        """`nodes` with the labels, taints, gputide power caps and hot-taint expiry `node_overrides` has for them
+        (built again only when one changed).
         A node the API does not know keeps what the fleet file says."""
         if node_overrides is None:
             return nodes
@@ -88,8 +88,8 @@ class Topology:
                                        "stop, a workload's node selector) are unknown")
         last = self._labelled
         if last is None or last[0] is not nodes or last[1] is not meta:
-            labelled = tuple(replace(n, labels=m.labels, taints=m.taints, power_caps=m.power_caps)
-                             if (m := meta.get(n.name)) else n for n in nodes)
+            labelled = tuple(replace(n, labels=m.labels, taints=m.taints, power_caps=m.power_caps,
+                                     hot_until=m.hot_until) if (m := meta.get(n.name)) else n for n in nodes)
             unknown = sum(n.name not in meta for n in nodes)
             if unknown and (last is None or last[0] is not nodes):
                 log.warning("%d of %d nodes with GPU metrics are not Kubernetes nodes (hostname label != node "

@@ -14,8 +14,7 @@ import re
 import pytest
 from test_deploy_manifests import OVERLAYS, ROOT, one, render
 
-from balancer.actuate.k8s_actuator import _taints_change
-from balancer.actuate.k8s_nodes import NodeAnnotationCaps
+from balancer.actuate.k8s_nodes import NodeAnnotationCaps, taints_change
 from balancer.actuate.kubernetes import HOT_TAINT_KEY, quantity
 from balancer.app.health import call_budget_s
 from balancer.cli import build_parser
@@ -28,7 +27,7 @@ GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": "
 
 def hot_taint() -> Taint:
     """The taint the controller puts on a hot node, as its actuator writes it."""
-    (taint,) = _taints_change({"spec": {}}, HOT_TAINT_KEY, True, 0.0)["spec"]["taints"]
+    (taint,) = taints_change({"spec": {}}, HOT_TAINT_KEY, True, 0.0)["spec"]["taints"]
     return Taint.from_json(taint)
 
 
