@@ -120,16 +120,16 @@ class Workload:
     # where not known. A resize loses the work since the job's checkpoint (`capacity.since_checkpoint`)
     checkpointed_at: float = float("nan")
     started_at: float = float("nan")
-
-    def __post_init__(self) -> None:
-        if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:
-            raise ValueError(f"workload {self.name}: gpus={self.gpus}, gpu_milli={self.gpu_milli} out of range")
-
     # its job's workers before gputide's hotspot shrink, as the job records it (`ScaleTraining.shrunk_from`, the Job's
     # `gputide.io/shrunk` annotation): what a restarted controller or a new leader gives back; 0: none. A record the
     # job's size no longer matches (resized since, by hand or by another planner) is void: `shrink_overridden`
     shrunk_from: int = 0
     shrink_overridden: bool = False
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:
+            raise ValueError(f"workload {self.name}: gpus={self.gpus}, gpu_milli={self.gpu_milli} out of range")
+
     def fits_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
 
