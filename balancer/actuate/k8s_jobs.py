@@ -21,6 +21,9 @@ gputide's hotspot shrink is recorded on the Job it resized, in the same patch: t
 `{"from": workers before, "to": workers it left}`, removed by the give-back. A restarted controller or a new leader
 reads it back (`shrink_record`) and gives the workers back once the GPU is cool; a Job whose size is no longer the
 `to` was resized since (by hand, by another planner): the record is void and the Job's size is the operator's.
+Any other gputide resize (the capacity planner's tide, co-location) or stop removes the record in its own patch
+once it is done with (`shrink_patch`): when it leaves the Job at the record's `from` or more (the workers are back),
+and when the record is already void, so a stale record never counts again if the Job later returns to its `to`.
 """
 
 from __future__ import annotations
@@ -93,6 +96,19 @@ def size(job: Json) -> int:
 def shrink_note(before: int, left: int) -> str:
     """The `gputide.io/shrunk` value of a hotspot shrink from `before` to `left` workers."""
     return json.dumps({"from": int(before), "to": int(left)}, sort_keys=True)
+
+
+def shrink_patch(job: Json, workers: int, shrunk_from: int | None) -> Json:
+    """The metadata merge patch gputide's change of the Job to `workers` (0: a stop) writes for the hotspot shrink
+    record, in the same patch as the size: the record of a hotspot shrink (`shrunk_from` > `workers`); its removal on
+    the give-back (`shrunk_from` 0) and on any other change that leaves the Job at the record's `from` or more or finds
+    the record void (`ScaleTraining.shrunk_from` None: the tide, co-location); else nothing ({})."""
+    if shrunk_from is not None and workers > 0:
+        return {"annotations": {SHRUNK_ANNOTATION: shrink_note(shrunk_from, workers) if shrunk_from > workers else None}}
+    before, void = shrink_record(job)
+    if void or (before and workers >= before):
+        return {"annotations": {SHRUNK_ANNOTATION: None}}
+    return {}
 
 
 def shrink_record(job: Json) -> tuple[int, bool]:

@@ -14,8 +14,9 @@ nothing could keep it stopped.
 
 Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; completions too for an Elastic Indexed
 Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A hotspot
-shrink writes its record (`gputide.io/shrunk`, `k8s_jobs.shrink_note`) in that same patch, and its give-back
-removes it there, so the Job never runs shrunk without the record a restarted controller gives it back by. A plain
+shrink writes its record (`gputide.io/shrunk`, `k8s_jobs.shrink_patch`) in that same patch, and its give-back
+removes it there, so the Job never runs shrunk without the record a restarted controller gives it back by; any other
+resize or stop removes it there too once the Job is back at the record's `from` or the record is void. A plain
 Job is unsuspended with it; a running queued Job is resized in place only where Kueue's ElasticJobsViaWorkloadSlices
 honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
 the new size (every pod restarting: the detail says so, and the planner prices it, `JobView.restarts_on_resize`);
@@ -35,7 +36,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION, describe, resize, shrink_note
+from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION, describe, resize, shrink_patch
 from balancer.actuate.k8s_kueue import ELASTIC_JOB_ANNOTATION, restarts_on_resize
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.kubernetes import (
@@ -79,7 +80,7 @@ class TrainingJobs:
         """Run `workers` workers of Job ns/name (0: stop it), `previous` before; `priority` is that of its pods
         (None: none running), `queues` the (inference, training) ClusterQueues quota moves between, `shrunk_from`
         the hotspot shrink's record to write with the size (`ScaleTraining.shrunk_from`: 0 removes it, None leaves
-        it). Returns the detail of what changed; raises ActuationError."""
+        it unless done with: `k8s_jobs.shrink_patch`). Returns the detail of what changed; raises ActuationError."""
         what = f"job {ns}/{name}"
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
@@ -94,8 +95,8 @@ class TrainingJobs:
         if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor))
         try:
-            state = self._run(job, owned, size, _record(shrunk_from, workers)) if workers else self._stop(
-                job, owned, priority)
+            record = shrink_patch(obj, workers, shrunk_from)
+            state = self._run(job, owned, size, record) if workers else self._stop(job, owned, priority, record)
         except ActuationError:
             if quota and delta > 0:
                 self._give_back(quota, delta, flavor)
@@ -108,13 +109,15 @@ class TrainingJobs:
     def _patch(self, job: _Job, body: Json) -> None:
         self.api(job.what, self.api.batch.patch_namespaced_job, job.name, job.ns, body, _content_type=MERGE_PATCH)
 
-    def _stop(self, job: _Job, owned: list[Json], priority: int | None) -> str:
-        meta: Json = {"labels": {SUSPENDED_LABEL: "true"}}
+    def _stop(self, job: _Job, owned: list[Json], priority: int | None, record: Json) -> str:
+        meta: Json = {"labels": {SUSPENDED_LABEL: "true"}, "annotations": dict(record.get("annotations") or {})}
         if priority is not None:
-            meta["annotations"] = {PRIORITY_ANNOTATION: str(priority)}
+            meta["annotations"][PRIORITY_ANNOTATION] = str(priority)
+        if not meta["annotations"]:
+            del meta["annotations"]
         if not job.queue:
             self._patch(job, {"metadata": meta, "spec": {"suspend": True}})
-            return "suspended"
+            return "suspended" + _noted(record)
         if not owned:
             raise PermanentActuationError(
                 f"{job.what} is queued through Kueue ({KUEUE_QUEUE_LABEL}={job.queue}) but has no Workload: Kueue "
@@ -129,15 +132,12 @@ class TrainingJobs:
                 self._relabel(job, None)
             raise
         done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
-        return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)"
+        return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)" + _noted(record)
 
     def _run(self, job: _Job, owned: list[Json], size: Json, record: Json) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
         self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}, **record}, "spec": spec})
-        state = describe(size)
-        if record:
-            note = record["annotations"][SHRUNK_ANNOTATION]
-            state += f"; {SHRUNK_ANNOTATION} = {note}" if note else f"; {SHRUNK_ANNOTATION} removed"
+        state = describe(size) + _noted(record)
         if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
             state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "
                       "suspends it, every pod stops, and re-admits it at its new size")
@@ -171,10 +171,9 @@ class TrainingJobs:
                       queues[1], gpus, err)
 
 
-def _record(shrunk_from: int | None, workers: int) -> Json:
-    """The metadata the resize writes for a hotspot shrink's record: the record (`shrunk_from` > `workers`), its
-    removal (0, or a size no longer below it), nothing (None)."""
-    if shrunk_from is None:
-        return {}
-    note = shrink_note(shrunk_from, workers) if shrunk_from > workers else None
-    return {"annotations": {SHRUNK_ANNOTATION: note}}
+def _noted(record: Json) -> str:
+    """What the change did to the hotspot shrink record (`k8s_jobs.shrink_patch`), for the action's detail."""
+    if not record:
+        return ""
+    note = record["annotations"][SHRUNK_ANNOTATION]
+    return f"; {SHRUNK_ANNOTATION} = {note}" if note else f"; {SHRUNK_ANNOTATION} removed"

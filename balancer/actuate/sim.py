@@ -70,8 +70,11 @@ class SimActuator:
             (sim.remove_taint if action.remove else sim.add_taint)(action.node)
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleTraining):
+            # the shrink's record, as on a Kubernetes Job (`k8s_jobs.shrink_patch`): written by a hotspot shrink,
+            # removed by its give-back and by any other resize once the job is back at its size or the record void
+            done = action.shrunk_from is None and sim.shrink_record_done(action.job, action.workers)
             sim.scale_training(action.job, action.workers, checkpoint_first=action.workers < action.previous_workers,
-                               shrunk_from=action.shrunk_from)   # the shrink's record, as on a Kubernetes Job
+                               shrunk_from=0 if done else action.shrunk_from)
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleInference):
             sim.scale_service(action.service, action.replicas)

@@ -36,9 +36,10 @@ had `coolReadings` cool readings, so a GPU left in the warm band between the coo
 node reopened by a restart. A power limit is given back to the GPU's own default (`SetPowerLimit.give_back`), for
 every GPU gputide capped: those the planner state remembers and those the snapshot's nodes record
 (`gputide_caps`), so what a previous controller or leader throttled is not left capped with nobody owning it. So are a
-shrunk job's workers (`shrunk_jobs`): the shrink is recorded on the job (`ScaleTraining.shrunk_from`,
-`Workload.shrunk_from`) and given back from either record; a job resized since by someone else is theirs (the record
-is void and dropped), and a job gone from the snapshot is forgotten. Gains are not guessed here: `simulate_plan`
+shrunk job's workers (`shrunk_jobs`, `balancer.plan.shrink_records`): the shrink is recorded on the job
+(`ScaleTraining.shrunk_from`, `Workload.shrunk_from`) and given back from either record; a job resized since by
+someone else is theirs (the record is void and dropped), a job back at its size before the shrink is done, and a job
+gone from the snapshot is forgotten. Gains are not guessed here: `simulate_plan`
 measures each proposal's change of the objective with the same projection and drops those that do not help.
 """
 
@@ -61,6 +62,7 @@ from balancer.model import (
     Workload,
     WorkloadClass,
 )
+from balancer.plan.shrink_records import shrunk_jobs  # noqa: F401  (the planner's hotspots.shrunk_jobs)
 from balancer.plan.simulate import THERMAL_BITS, Projection, hot_tainted, model_arrays
 
 FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
@@ -276,23 +278,6 @@ def _give_back_workers(proj: Projection, shrunk: Mapping[str, int], busy_jobs: s
             out.append(ScaleTraining(job=job, workers=workers, previous_workers=now, shrunk_from=0,
                                      reason="hotspot cleared: give the workers back"))
     return out
-
-
-def shrunk_jobs(snapshot: ClusterSnapshot, remembered: Mapping[str, int]) -> dict[str, int]:
-    """{job: workers before gputide's hotspot shrink} to give back: what the snapshot's jobs record
-    (`Workload.shrunk_from`: a restarted controller's, or a former leader's shrink) and what this planner remembers
-    (`remembered`, acknowledged shrinks the job's record may not show yet). A job with no pod in the snapshot is gone
-    and forgotten, and one whose record is void (`Workload.shrink_overridden`: resized since) is the operator's."""
-    recorded: dict[str, int] = {}
-    overridden: set[str] = set()
-    for w in snapshot.workloads:
-        if w.shrunk_from > 0:
-            recorded[w.owner] = max(recorded.get(w.owner, 0), w.shrunk_from)
-        elif w.shrink_overridden:
-            overridden.add(w.owner)
-    present = snapshot.workloads_by_owner
-    kept = {j: n for j, n in remembered.items() if j in present and j not in overridden}
-    return {**kept, **recorded}
 
 
 def gputide_caps(snapshot: ClusterSnapshot) -> dict[str, float]:

@@ -25,6 +25,7 @@ API::
     sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False, shrunk_from=None)
     sim.shrink_records                                        # job -> (workers before a hotspot shrink, left): its
                                                               # workloads' shrunk_from (a Job's gputide.io/shrunk)
+    sim.shrink_record_done(job, workers) -> bool              # gputide's resize to `workers` removes the record
     sim.replicas(service), sim.workers(job)
     sim.add_taint(node) / sim.remove_taint(node)
     sim.degrade_cooling(node, inlet_rise_c=0, resistance_factor=1, duration_s=None); sim.restore_cooling(node)

@@ -13,6 +13,10 @@ Semantics (what the reconcile loop can rely on):
   ``checkpoint_first=True`` (a graceful, checkpointed resize). A hotspot shrink's record (``shrunk_from``, as the
   Kubernetes actuator writes `gputide.io/shrunk` on the Job) is kept in `shrink_records` and shown on the job's
   workloads in the snapshot (`Workload.shrunk_from`), void (`shrink_overridden`) once the job was resized since.
+  `scale_training` is the raw verb (an operator's resize keeps the record, as `kubectl scale` keeps the
+  annotation); `shrink_record_done` is the rule gputide's own resizes follow (`SimActuator`, as
+  `k8s_jobs.shrink_patch` on a Job): the record goes once the job is back at its size before the shrink or the
+  record is void.
 """
 
 from __future__ import annotations
@@ -210,6 +214,13 @@ class WorkloadOps:
                 self.shrink_records[i] = (int(shrunk_from), workers)
             else:
                 self.shrink_records.pop(i, None)
+
+    def shrink_record_done(self: SimCluster, job: str, workers: int) -> bool:
+        """Whether gputide's resize of `job` to `workers` ends its hotspot shrink record: it leaves the job at its
+        workers before the shrink or more, or the record is void already (the job resized since)."""
+        i = self._job_index(job)
+        record = self.shrink_records.get(i)
+        return record is not None and (workers >= record[0] or self._job_target[i] != record[1])
 
     def _recorded(self: SimCluster, pods: Iterable[Pod]) -> tuple[Workload, ...]:
         """The pods' workloads, a training job's with its shrink record (void once its size is not the one left)."""

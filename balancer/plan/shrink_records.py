@@ -1,0 +1,38 @@
+"""Which training jobs a hotspot shrank are still owed their workers: the records the planner gives back from.
+
+gputide records a hotspot shrink on the job it resized (`ScaleTraining.shrunk_from`; a Kubernetes Job's
+`gputide.io/shrunk`, the simulator's `shrink_records`), read back into the job's pods (`Workload.shrunk_from`), and
+remembers the shrinks it acknowledged (`PlannerState.shrunk`). `shrunk_jobs` merges the two each cycle and keeps only
+what is still owed:
+
+* a job with no pod in the snapshot is gone (finished, deleted, stopped) and forgotten;
+* a job whose record is void (`Workload.shrink_overridden`: resized since by someone else) is the operator's;
+* a job that already runs as many workers as it had before the shrink, or more (grown back by the capacity planner's
+  tide or co-location), is done: no give-back is proposed, and the hotspot planner may shrink it again.
+
+The actuators remove a record once it is done with (`k8s_jobs.shrink_patch`, `SimActuator`), so the last two are
+what a lagging read, or a record whose removal failed, still shows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from balancer.model import ClusterSnapshot, WorkloadClass
+
+
+def shrunk_jobs(snapshot: ClusterSnapshot, remembered: Mapping[str, int]) -> dict[str, int]:
+    """{job: workers before gputide's hotspot shrink} still to give back: what the snapshot's jobs record and what
+    this planner remembers (`remembered`, acknowledged shrinks the job's record may not show yet), less the jobs that
+    are gone, the operator's and the ones already back at that size (the module docstring)."""
+    recorded: dict[str, int] = {}
+    overridden: set[str] = set()
+    for w in snapshot.workloads:
+        if w.shrunk_from > 0:
+            recorded[w.owner] = max(recorded.get(w.owner, 0), w.shrunk_from)
+        elif w.shrink_overridden:
+            overridden.add(w.owner)
+    workers = Counter(w.owner for w in snapshot.workloads if w.workload_class is WorkloadClass.TRAINING)
+    owed = {**{j: n for j, n in remembered.items() if j not in overridden}, **recorded}
+    return {j: n for j, n in owed.items() if 0 < workers[j] < n}
