@@ -31,11 +31,13 @@ DASHBOARDS: dict[str, Callable] = {
 
 def _finish(model: dict) -> dict:
     # Fields the SDK's AnnotationQuery model does not carry but Grafana's Prometheus annotations use:
-    # the step, the label that becomes the event title and the tags.
+    # the step, the event's title and text (the action's type and reason: dashboards.common.action_annotation)
+    # and the tags.
     for ann in model.get("annotations", {}).get("list", []):
         if ann.get("expr"):
             ann.setdefault("step", "1m")
             ann.setdefault("titleFormat", ann["name"])
+            ann.setdefault("textFormat", "{{type}}: {{reason}}")
             ann.setdefault("tagKeys", "reason")
             ann.setdefault("useValueForTime", False)
     model["schemaVersion"] = model.get("schemaVersion") or 39

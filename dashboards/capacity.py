@@ -10,7 +10,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.common import CLUSTER, DATASOURCE, new_dashboard, q, timeseries_panel
+from dashboards.common import CLUSTER, action_annotation, new_dashboard, q, timeseries_panel
 
 UID = "gputide-tidal-capacity"
 
@@ -24,22 +24,14 @@ def _fill_between(lower: str, upper: str) -> list[dm.DynamicConfigValue]:
             dm.DynamicConfigValue(id_val="custom.lineWidth", value=0)]
 
 
-def _annotation(name: str, action_type: str, colour: str) -> dashboard.AnnotationQuery:
-    return (
-        dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(colour)
-        .expr(f'sum by (reason) (increase(gputide_actions_total{{{CLUSTER}, type="{action_type}"}}'
-              f"[$__rate_interval])) > 0")
-    )
-
-
 def build() -> dashboard.Dashboard:
     d = new_dashboard(
         UID, "gputide / Tidal Capacity",
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
         ["capacity", "forecast", "slo"],
     )
-    d = d.annotation(_annotation("GPU loans to training", "scale_training", "blue")).annotation(
-        _annotation("GPU reclaims for inference", "scale_inference", "orange"))
+    d = d.annotation(action_annotation("GPU loans to training", "blue", "scale_training")).annotation(
+        action_annotation("GPU reclaims for inference", "orange", "scale_inference"))
     demand = timeseries_panel(
         "Demand vs forecast", "Offered inference load (gputide_inference_demand_rps, what the forecaster is fed: "
         "the simulated fleet's, or the serving rules' from vLLM) against what the "

@@ -86,6 +86,37 @@ def new_dashboard(uid: str, title: str, description: str, tags: list[str]) -> da
     return builder
 
 
+def action_annotation(name: str, colour: str, action_type: str,
+                      reasons: tuple[str, ...] = ()) -> dashboard.AnnotationQuery:
+    """A marker, titled `name`, wherever the controller carried out an action of `action_type` within the interval
+    (`gputide_actions_total{type}`; with `reasons`, only those `reason` labels: balancer.audit.reason_label).
+    One event per reason; its text is the type and reason (build.py adds the title, text and tag fields that the
+    SDK's AnnotationQuery does not carry).
+
+    The controller creates a (type, reason) series at its first such action, already at 1, which increase() reads
+    as no change: a series that did not exist one interval earlier marks that first action."""
+    actions = f'gputide_actions_total{{{CLUSTER}, type="{action_type}"'
+    actions += (f', reason=~"{"|".join(reasons)}"}}' if reasons else "}")
+    return (
+        dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(colour)
+        .expr(f"sum by (type, reason) (increase({actions}[$__rate_interval]) > 0 "
+              f"or ({actions} unless {actions} offset $__rate_interval))")
+    )
+
+
+def hotspot_annotations() -> list[dashboard.AnnotationQuery]:
+    """The controller's hotspot actions, one family per colour, on the dashboards an operator watches for heat, so
+    that a temperature drop gputide caused is told from one that happened by itself. The colours differ from the
+    Tidal Capacity dashboard's loans (blue) and reclaims (orange). A training job's heat shrink and regrow are
+    the `scale_training` actions labelled `hotspot` and `give_back` (co-location's SLO shrink is not heat)."""
+    return [
+        action_annotation("Pod migrations", "purple", "migrate"),
+        action_annotation("Power caps (throttle / give back)", "red", "power_limit"),
+        action_annotation("Hot taints (taint / renew / untaint)", "yellow", "taint_node"),
+        action_annotation("Training shrunk / regrown for heat", "green", "scale_training", ("hotspot", "give_back")),
+    ]
+
+
 def q(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False, fmt: str = "") -> prometheus.Dataquery:
     target = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
     target = target.legend_format(legend or "__auto")

@@ -12,7 +12,15 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.common import CLUSTER, new_dashboard, q, stat_panel, thresholds, timeseries_panel
+from dashboards.common import (
+    CLUSTER,
+    hotspot_annotations,
+    new_dashboard,
+    q,
+    stat_panel,
+    thresholds,
+    timeseries_panel,
+)
 
 UID = "gputide-balancer"
 
@@ -109,6 +117,8 @@ def build() -> dashboard.Dashboard:
         "fail-static and leadership; the secondary scheduler's binds, pending pods and watches.",
         ["controller"],
     )
+    for marker in hotspot_annotations():
+        d = d.annotation(marker)
     holding = [dm.ValueMap(options={
         "0": dm.ValueMappingResult(text="acting", color="green"),
         "1": dm.ValueMappingResult(text="holding still", color="red"),

@@ -16,6 +16,7 @@ from dashboards.common import (
     GPU_LEGEND,
     bargauge_panel,
     gpu_heatmap_panel,
+    hotspot_annotations,
     new_dashboard,
     q,
     stat_panel,
@@ -34,6 +35,8 @@ def build() -> dashboard.Dashboard:
         "the hottest GPUs, throttling and XID errors.",
         ["gpu", "fleet"],
     )
+    for marker in hotspot_annotations():
+        d = d.annotation(marker)
     d = (
         d.with_panel(stat_panel("GPUs reporting", "GPUs with a temperature sample in the selection.", "none",
                                 [q(f"count(gpu:temperature:celsius{{{GPU}}})", "GPUs")]))

@@ -18,6 +18,9 @@ its `SchedulerMetrics` served over HTTP, per-GPU facts read from the test's Prom
 (one replica, so it leads). The fake cluster has two nodes named after simulated hosts, pods that fit, one that
 never fits (64 GPUs) and one created halfway through the warm-up, so the scheduler row has binds, a pending pod
 and per-GPU facts to show.
+
+Every dashboard annotation query runs too, over the whole run; the fleet and balancer dashboards' hotspot markers
+must show the actions the controller carried out.
 """
 
 from __future__ import annotations
@@ -48,6 +51,45 @@ def _panels() -> list[tuple[str, str, bool]]:
 
 
 PANELS = _panels()
+
+
+def _annotations() -> list[tuple[str, str]]:
+    return [(path.stem, ann["name"]) for path in sorted((ROOT / "dashboards").glob("*.json"))
+            for ann in json.loads(path.read_text()).get("annotations", {}).get("list", []) if ann.get("expr")]
+
+
+ANNOTATIONS = _annotations()
+# the hotspot markers (dashboards.common.hotspot_annotations) by the action type they mark
+HOTSPOT_MARKERS = {"migrate": "Pod migrations", "power_limit": "Power caps (throttle / give back)",
+                   "taint_node": "Hot taints (taint / renew / untaint)",
+                   "scale_training": "Training shrunk / regrown for heat"}
+
+
+def _annotation_reasons(url: str, range_s: int, step: int) -> dict[tuple[str, str], set[str] | str]:
+    """Each annotation query, interpolated as the renderer does, over the last `range_s`: the `reason` labels of
+    the events Grafana would draw (a sample > 0), or the error Prometheus answered."""
+    from balancer.errors import TelemetryUnavailable
+
+    client, end = dr.PromClient(url), time.time()
+    out: dict[tuple[str, str], set[str] | str] = {}
+    for name, dashboard in dr.load_dashboards(ROOT / "dashboards"):
+        variables = dr.resolve_variables(dashboard, client)
+        for ann in dashboard.get("annotations", {}).get("list", []):
+            if ann.get("expr"):
+                expr = dr.interpolate(ann["expr"], variables, step, range_s)
+                try:
+                    hits = client.query_range(expr, end - range_s, end, step)
+                except TelemetryUnavailable as exc:
+                    out[name, ann["name"]] = str(exc)
+                    continue
+                out[name, ann["name"]] = {s.labels.get("reason", "") for s in hits if (s.values > 0).any()}
+    return out
+
+
+def _actions(registry) -> set[tuple[str, str]]:
+    """(type, reason) of the actions the controller carried out."""
+    return {(s.labels["type"], s.labels["reason"]) for family in registry.collect() for s in family.samples
+            if s.name == "gputide_actions_total" and s.value >= 1}
 
 
 class Locked:
@@ -178,6 +220,7 @@ def rendered(tmp_path_factory):
                             rule_files=default_rule_files(), scrape_interval="1s")
     scheduler = _scheduler(kube, scheduler_metrics, prom).start()
     scheduling = threading.Thread(target=_schedule, args=(scheduler, scheduler_metrics, stop), daemon=True)
+    began = time.time()
     try:
         prom.start()
         prom.wait_for("gpu:temperature:celsius", lambda r: len(r) > 0, timeout=30)
@@ -191,6 +234,8 @@ def rendered(tmp_path_factory):
         prom.wait_for("sum_over_time(namespace:gpu_energy:joules_rate1m[1d:1m])", bool, timeout=75)
         out = tmp_path_factory.mktemp("png")
         report = dr.render(prom.url, out, range_s=120, step=2)
+        report.annotations = _annotation_reasons(prom.url, int(time.time() - began) + 60, 2)
+        report.actions = _actions(metrics.registry)
         facts_nodes = scheduler_metrics.registry.get_sample_value("gputide_scheduler_gpu_facts_nodes")
         bound = {p: (kube.get("pods", p, "default") or {}).get("spec", {}).get("nodeName")
                  for p in ("infer-0", "infer-1", "train-big", "infer-late")}
@@ -217,6 +262,21 @@ def rendered(tmp_path_factory):
     ("dashboard", "title", "controller"), PANELS, ids=[f"{d}: {t}" for d, t, _ in PANELS])
 def test_panel_returns_data(rendered, dashboard, title, controller):
     assert title not in rendered.empty_panels[dashboard], f"{dashboard}: panel {title!r} had no data"
+
+
+@pytest.mark.parametrize(("dashboard", "name"), ANNOTATIONS, ids=[f"{d}: {n}" for d, n in ANNOTATIONS])
+def test_annotation_query_runs(rendered, dashboard, name):
+    assert isinstance(rendered.annotations[dashboard, name], set), rendered.annotations[dashboard, name]
+
+
+@pytest.mark.parametrize("dashboard", ["gpu-fleet", "balancer"])
+def test_hotspot_actions_the_controller_carried_out_are_marked(rendered, dashboard):
+    hotspot = {(t, r) for t, r in rendered.actions if t in HOTSPOT_MARKERS and r != "colocation_slo"}
+    # the hotspot scenario's cooling fault makes the controller migrate, cap power and taint within the run
+    assert {"migrate", "power_limit", "taint_node"} <= {t for t, _ in hotspot}, rendered.actions
+    for action_type, reason in hotspot:
+        marked = rendered.annotations[dashboard, HOTSPOT_MARKERS[action_type]]
+        assert reason in marked, f"{dashboard}: {action_type} {reason} not marked ({marked})"
 
 
 def test_the_controller_really_ran_its_loop(rendered):
