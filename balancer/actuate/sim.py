@@ -9,13 +9,16 @@ journalled migration, so a restart converges and no workload is lost. `crash_aft
 for tests. Scale-downs of training are graceful (checkpoint first). A power cap is recorded on its node
 (`SimCluster.cap_power`, `Node.power_caps`) as the Kubernetes actuator records it in the node's annotation, so a
 restarted controller sees in its snapshot what it must give back; a give-back restores the GPU's default limit, and
-only on a GPU gputide capped.
+only on a GPU gputide capped. The hot taint expires as on Kubernetes: written (and renewed, `TaintNode.renew`) with
+an expiry `HOT_TAINT_TTL_S` after the write (`SimCluster.hot_until`, in the snapshot as `Node.hot_until`, so the
+planner renews the taint of a node still hot), and removed by `housekeeping` (every cycle) and `recover` once passed.
 """
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
 
+from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.model import (
     Action,
@@ -26,7 +29,9 @@ from balancer.model import (
     SetPowerLimit,
     TaintNode,
 )
-from balancer.sim import SimCluster
+from balancer.sim import TAINT, SimCluster
+
+TAINT_KEY = TAINT.split("=")[0]
 
 
 class ControllerCrash(RuntimeError):
@@ -67,8 +72,7 @@ class SimActuator:
             applied = sim.cap_power(action.gpu, None if action.give_back else action.watts)
             return ActionResult(action, Outcome.APPLIED, f"applied {applied:.0f} W")
         if isinstance(action, TaintNode):
-            (sim.remove_taint if action.remove else sim.add_taint)(action.node)
-            return ActionResult(action, Outcome.APPLIED)
+            return ActionResult(action, Outcome.APPLIED, self._taint(action))
         if isinstance(action, ScaleTraining):
             # the shrink's record, as on a Kubernetes Job (`k8s_jobs.shrink_patch`): written by a hotspot shrink,
             # removed by its give-back and by any other resize once the job is back at its size or the record void
@@ -81,9 +85,29 @@ class SimActuator:
             return ActionResult(action, Outcome.APPLIED)
         return ActionResult(action, Outcome.FAILED, f"unsupported action {action.kind}")
 
-    def recover(self) -> list[str]:
-        """Finish or abandon migrations a previous controller journalled but did not complete."""
+    def _taint(self, action: TaintNode) -> str:
+        """The hot taint added, renewed (a fresh expiry) or removed; the detail the Kubernetes actuator gives."""
+        if action.remove:
+            self.sim.remove_taint(action.node)
+            return f"removed taint {TAINT_KEY} on {action.node}"
+        done = "renewed" if action.renew and self.sim.has_taint(action.node) else "added"
+        until = self.sim.time + HOT_TAINT_TTL_S
+        self.sim.add_taint(action.node, until=until)
+        return f"{done} taint {TAINT_KEY} on {action.node} until t={until:.0f} s"
+
+    def housekeeping(self) -> list[str]:
+        """Once per cycle (the loop's hook), as the Kubernetes actuator's: hot taints whose expiry has passed are
+        removed. Returns notes."""
         notes = []
+        for node in self.sim.expired_taints():
+            self.sim.remove_taint(node)
+            notes.append(f"{node}: hot taint expired")
+        return notes
+
+    def recover(self) -> list[str]:
+        """Finish or abandon migrations a previous controller journalled but did not complete; release the hot
+        taints whose expiry has passed (a dead controller's)."""
+        notes = self.housekeeping()
         for name, entry in list(self.journal.items()):
             where = self.sim.placements.get(name)
             target = tuple(entry["target"])

@@ -27,7 +27,10 @@ API::
                                                               # workloads' shrunk_from (a Job's gputide.io/shrunk)
     sim.shrink_record_done(job, workers) -> bool              # gputide's resize to `workers` removes the record
     sim.replicas(service), sim.workers(job)
-    sim.add_taint(node) / sim.remove_taint(node)
+    sim.add_taint(node, until=None) / sim.remove_taint(node); sim.has_taint(node)   # gputide's hot taint; `until`:
+                                                              # its expiry (sim.hot_until, Node.hot_until), None never
+    sim.expired_taints() -> [node]; sim.node_meta()           # what housekeeping removes; the node list as Kubernetes
+                                                              # would give it (a telemetry source's node_overrides)
     sim.degrade_cooling(node, inlet_rise_c=0, resistance_factor=1, duration_s=None); sim.restore_cooling(node)
     sim.fail_gpu(gpu, xid=79); sim.ecc_error(gpu); sim.row_remap_failure(gpu); sim.repair_gpu(gpu)
     sim.memory.correctable(gpu, errors=1)                     # single-bit ECC: counted only

@@ -15,7 +15,7 @@ from types import MappingProxyType
 import numpy as np
 
 from balancer.fleet import Fleet
-from balancer.model import ClusterSnapshot, Node, ServiceStatus, SuspendedJob, Workload
+from balancer.model import ClusterSnapshot, Node, NodeMeta, ServiceStatus, SuspendedJob, Workload
 from balancer.sim import physics
 from balancer.sim.accounting import Accounting
 from balancer.sim.faults import Faults
@@ -74,6 +74,8 @@ class SimCluster(WorkloadOps, Faults):
         self.node_resistance_factor = np.ones(len(fleet.nodes))
         self._cooling_until: dict[int, float] = {}
         self.node_tainted = np.zeros(len(fleet.nodes), dtype=bool)
+        # node -> when its hot taint expires (a Kubernetes node's gputide.io/hot-until); a taint without one never does
+        self.hot_until: dict[str, float] = {}
         self.power_caps: dict[int, float] = {}   # GPU -> the cap gputide set (a node's gputide.io/power-caps)
         # per-GPU state
         inlet = p.node_inlet_c[p.node_index]
@@ -252,7 +254,7 @@ class SimCluster(WorkloadOps, Faults):
     def snapshot(self, sample_age_s: float = 0.0) -> ClusterSnapshot:
         """Ground truth as the controller would see it through fresh telemetry."""
         if self._nodes_cache is None:
-            self._nodes_cache = _with_meta(self.fleet, self.node_tainted, self.power_caps)
+            self._nodes_cache = _with_meta(self.fleet, self.node_tainted, self.power_caps, self.hot_until)
         return ClusterSnapshot(
             time=self.time, nodes=self._nodes_cache, gpus=self.fleet.gpus,
             temperature_c=self.temperature_c, memory_temperature_c=self.memory_temperature_c,
@@ -312,14 +314,36 @@ class SimCluster(WorkloadOps, Faults):
         self._nodes_cache = None
         return self.set_power_limit(gpu, self.tdp_w[gpu] if watts is None else watts)
 
-    def add_taint(self, node: str) -> None:
+    def add_taint(self, node: str, until: float | None = None) -> None:
+        """gputide's hot taint on `node`, expiring at `until` (as the Kubernetes actuator writes it, renewed by
+        writing it again); None: a taint that never expires."""
         self.node_tainted[self._node(node)] = True
+        if until is None:
+            self.hot_until.pop(node, None)
+        else:
+            self.hot_until[node] = float(until)
         self._nodes_cache = None
 
     def remove_taint(self, node: str) -> None:
         self.node_tainted[self._node(node)] = False
+        self.hot_until.pop(node, None)
         self._nodes_cache = None
         self._sched_dirty = True
+
+    def has_taint(self, node: str) -> bool:
+        return bool(self.node_tainted[self._node(node)])
+
+    def expired_taints(self) -> list[str]:
+        """Nodes whose hot taint's expiry has passed (what housekeeping removes, `SimActuator.housekeeping`)."""
+        return sorted(n for n, until in self.hot_until.items() if until <= self.time)
+
+    def node_meta(self) -> dict[str, NodeMeta]:
+        """What the Kubernetes node list would say of each node (taints, power caps, hot-taint expiry): a telemetry
+        source's `node_overrides` where the simulator plays the Kubernetes API."""
+        if self._nodes_cache is None:
+            self._nodes_cache = _with_meta(self.fleet, self.node_tainted, self.power_caps, self.hot_until)
+        return {n.name: NodeMeta(labels=n.labels, taints=n.taints, power_caps=n.power_caps, hot_until=n.hot_until)
+                for n in self._nodes_cache}
 
     # ---- helpers ---------------------------------------------------------------------------------------------
     def _node(self, node: str) -> int:
@@ -336,13 +360,16 @@ class SimCluster(WorkloadOps, Faults):
         )
 
 
-def _with_meta(fleet: Fleet, tainted: np.ndarray, power_caps: Mapping[int, float]) -> tuple[Node, ...]:
-    """The fleet's nodes carrying gputide's hot taint and power caps, as a Kubernetes Node carries them."""
+def _with_meta(fleet: Fleet, tainted: np.ndarray, power_caps: Mapping[int, float],
+               hot_until: Mapping[str, float]) -> tuple[Node, ...]:
+    """The fleet's nodes carrying gputide's hot taint (with its expiry) and power caps, as a Kubernetes Node carries
+    them."""
     from dataclasses import replace
 
     caps: dict[str, dict[str, float]] = {}
     for g, watts in power_caps.items():
         caps.setdefault(fleet.gpus[g].node, {})[fleet.gpus[g].uuid] = watts
     return tuple(replace(nd, taints=(*nd.taints, TAINT) if t and TAINT not in nd.taints else nd.taints,
-                         power_caps=MappingProxyType(caps.get(nd.name, {}))) if t or nd.name in caps else nd
+                         power_caps=MappingProxyType(caps.get(nd.name, {})),
+                         hot_until=hot_until.get(nd.name) if t else None) if t or nd.name in caps else nd
                  for nd, t in zip(fleet.nodes, tainted.tolist(), strict=True))
