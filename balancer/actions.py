@@ -6,7 +6,13 @@ before and after, as simulated. The snapshot they are decided on is in `balancer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+# why a planner resized a training job, low-cardinality (`gputide_actions_total{reason}`, balancer.action_labels):
+# the tide's loan of idle inference GPUs (a grow) and its reclaim (a shrink, `reclaim=True`), co-location's shrink for
+# a service near its SLO and its give-back once the service has slack again. A hotspot shrink and its give-back carry
+# none: `shrunk_from` tells them apart.
+TrainingCause = Literal["loan", "reclaim", "colocation_slo", "colocation_slack"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +83,7 @@ class ScaleTraining(Action):
     # the record of a hotspot shrink kept on the job with the resize (`gputide.io/shrunk`), so a restarted controller or
     # a new leader gives the workers back: the workers before the shrink; 0 (its give-back) clears it; None: untouched
     shrunk_from: int | None = None
+    cause: TrainingCause | None = None  # set by the planner that resizes for a reason of its own (TrainingCause)
 
     @property
     def target(self) -> str:

@@ -1,6 +1,7 @@
 """How the controller writes down what it did: one JSON line per action in the audit log (`JsonlAudit`,
-`action_record`) and a low-cardinality reason label for `gputide_actions_total{reason}` (`reason_label`). The
-reconcile loop (balancer/loop.py, which re-exports `JsonlAudit` and `reason_label`) does the writing.
+`action_record`) and a low-cardinality reason label for `gputide_actions_total{reason}` (`reason_label`, decided
+in balancer/action_labels.py). The reconcile loop (balancer/loop.py, which re-exports `JsonlAudit` and
+`reason_label`) does the writing.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from balancer.actions import Action, Migrate, ScaleTraining, SetPowerLimit, TaintNode
+from balancer.action_labels import reason_label
+from balancer.actions import Action
+
+__all__ = ["JsonlAudit", "action_record", "reason_label"]
 
 
 class JsonlAudit:
@@ -27,21 +31,6 @@ class JsonlAudit:
     def close(self) -> None:
         if self._own:
             self._fh.close()
-
-
-def reason_label(action: Action) -> str:
-    """A low-cardinality reason for `gputide_actions_total{reason}` (the free text goes to the audit log)."""
-    if isinstance(action, SetPowerLimit):
-        return "throttle" if action.is_throttle else "unthrottle"
-    if isinstance(action, TaintNode):
-        return "cooled" if action.remove else "renew" if action.renew else "hot_node"
-    if isinstance(action, ScaleTraining):
-        if action.workers >= action.previous_workers:
-            return "give_back"
-        return "colocation_slo" if "SLO" in action.reason else "hotspot"
-    if isinstance(action, Migrate):
-        return "hotspot"
-    return action.kind
 
 
 def action_record(a: Action, outcome: str, detail: str = "") -> dict:

@@ -30,8 +30,9 @@ def build() -> dashboard.Dashboard:
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
         ["capacity", "forecast", "slo"],
     )
-    d = d.annotation(action_annotation("GPU loans to training", "blue", "scale_training")).annotation(
-        action_annotation("GPU reclaims for inference", "orange", "scale_inference"))
+    d = d.annotation(action_annotation("GPU loans to training", "blue", {"scale_training": ("loan",)})).annotation(
+        action_annotation("GPU reclaims for inference", "orange",
+                          {"scale_inference": (), "scale_training": ("reclaim",)}))
     demand = timeseries_panel(
         "Demand vs forecast", "Offered inference load (gputide_inference_demand_rps, what the forecaster is fed: "
         "the simulated fleet's, or the serving rules' from vLLM) against what the "

@@ -13,6 +13,8 @@ de-accumulate them as histogram buckets, which is wrong for per-GPU gauges.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from grafana_foundation_sdk.builders import bargauge, dashboard, heatmap, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.models import common
@@ -86,21 +88,21 @@ def new_dashboard(uid: str, title: str, description: str, tags: list[str]) -> da
     return builder
 
 
-def action_annotation(name: str, colour: str, action_type: str,
-                      reasons: tuple[str, ...] = ()) -> dashboard.AnnotationQuery:
-    """A marker, titled `name`, wherever the controller carried out an action of `action_type` within the interval
-    (`gputide_actions_total{type}`; with `reasons`, only those `reason` labels: balancer.audit.reason_label).
-    One event per reason; its text is the type and reason (build.py adds the title, text and tag fields that the
-    SDK's AnnotationQuery does not carry).
+def action_annotation(name: str, colour: str, actions: Mapping[str, tuple[str, ...]]) -> dashboard.AnnotationQuery:
+    """A marker, titled `name`, wherever the controller carried out one of `actions` within the interval: {type:
+    reasons} of `gputide_actions_total{type, reason}` (no reasons: every reason of that type; the reasons are
+    balancer.action_labels.reason_label's). One event per (type, reason); its text is the type and reason (build.py
+    adds the title, text and tag fields that the SDK's AnnotationQuery does not carry).
 
     The controller creates a (type, reason) series at its first such action, already at 1, which increase() reads
-    as no change: a series that did not exist one interval earlier marks that first action."""
-    actions = f'gputide_actions_total{{{CLUSTER}, type="{action_type}"'
-    actions += (f', reason=~"{"|".join(reasons)}"}}' if reasons else "}")
+    as no change: a series born above 0 within the interval marks that first action."""
+    selectors = [f'gputide_actions_total{{{CLUSTER}, type="{t}"' + (f', reason=~"{"|".join(r)}"}}' if r else "}")
+                 for t, r in actions.items()]
+    counted = [f"increase({s}[$__rate_interval]) > 0" for s in selectors]
+    born = [f"({s} > 0 unless {s} offset $__rate_interval)" for s in selectors]
     return (
         dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(colour)
-        .expr(f"sum by (type, reason) (increase({actions}[$__rate_interval]) > 0 "
-              f"or ({actions} unless {actions} offset $__rate_interval))")
+        .expr(f"sum by (type, reason) ({' or '.join(counted + born)})")
     )
 
 
@@ -108,12 +110,13 @@ def hotspot_annotations() -> list[dashboard.AnnotationQuery]:
     """The controller's hotspot actions, one family per colour, on the dashboards an operator watches for heat, so
     that a temperature drop gputide caused is told from one that happened by itself. The colours differ from the
     Tidal Capacity dashboard's loans (blue) and reclaims (orange). A training job's heat shrink and regrow are
-    the `scale_training` actions labelled `hotspot` and `give_back` (co-location's SLO shrink is not heat)."""
+    the `scale_training` actions labelled `hotspot` and `give_back` (the tide's loans and reclaims and co-location's
+    resizes are not heat)."""
     return [
-        action_annotation("Pod migrations", "purple", "migrate"),
-        action_annotation("Power caps (throttle / give back)", "red", "power_limit"),
-        action_annotation("Hot taints (taint / renew / untaint)", "yellow", "taint_node"),
-        action_annotation("Training shrunk / regrown for heat", "green", "scale_training", ("hotspot", "give_back")),
+        action_annotation("Pod migrations", "purple", {"migrate": ()}),
+        action_annotation("Power caps (throttle / give back)", "red", {"power_limit": ()}),
+        action_annotation("Hot taints (taint / renew / untaint)", "yellow", {"taint_node": ()}),
+        action_annotation("Training shrunk / regrown for heat", "green", {"scale_training": ("hotspot", "give_back")}),
     ]
 
 

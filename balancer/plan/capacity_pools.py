@@ -127,6 +127,7 @@ class Pools:
                         previous_workers=j.workers,
                         expected_gain=gain_down.get(name, 0.0),
                         reclaim=True,
+                        cause="reclaim",
                         reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
                         f"(priority {j.priority}, elastic min {j.elastic_min}){_RESTART if j.restarts_on_resize else ''}",
                     )
@@ -139,6 +140,7 @@ class Pools:
                         workers=new,
                         previous_workers=j.workers,
                         expected_gain=grow_gain(j, new - j.workers, hours),
+                        cause="loan",
                         reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs{lost}",
                     )
                 )

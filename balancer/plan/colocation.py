@@ -70,7 +70,7 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
             svc = services[0]
             st = s.services[svc]
             actions.append(ScaleTraining(
-                job=job, workers=new, previous_workers=now,
+                job=job, workers=new, previous_workers=now, cause="colocation_slo",
                 reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
                        "on GPUs shared with this job"))
     return actions
@@ -83,7 +83,7 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
         if state.slack_streak.get(svc, 0) >= policy.colocation.slack_readings or svc not in s.services:
             now = proj.workers.get(job, 0)
             if now < workers:
-                actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now,
+                actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now, cause="colocation_slack",
                                              reason=f"{svc} has latency slack again: give the workers back"))
     return actions
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from balancer.audit import reason_label
 from balancer.model import Forecast, ScaleInference, ScaleTraining
 from balancer.plan.capacity import (
     CapacityPolicy,
@@ -63,6 +64,7 @@ def test_night_trough_loans_idle_inference_gpus_to_training():
     assert inference_target(d, 10) == 3
     assert training_sizes(d) == {"train-a": 11}
     assert d.split.inference == 10 and d.targets["chat"] == 3
+    assert {reason_label(a) for a in d.actions if isinstance(a, ScaleTraining)} == {"loan"}
 
 
 def test_rise_within_the_warmup_lead_is_reclaimed_now_by_shrinking_training():
@@ -71,6 +73,7 @@ def test_rise_within_the_warmup_lead_is_reclaimed_now_by_shrinking_training():
     d = plan_capacity(v, {"chat": forecast([30, 90, 90, 90])}, POLICY, CapacityState())
     assert inference_target(d, 3) == 9
     assert training_sizes(d) == {"train-a": 4}
+    assert {reason_label(a) for a in d.actions if isinstance(a, ScaleTraining)} == {"reclaim"}
     order = [a.kind for a in d.actions]
     assert order.index("scale_training") < order.index("scale_inference"), "free GPUs before scaling up"
 

@@ -1,4 +1,5 @@
-"""The GPU Fleet and Balancer dashboards mark every hotspot action the controller carries out, and only those.
+"""The GPU Fleet and Balancer dashboards mark every hotspot action the controller carries out, and only those; the
+Tidal Capacity dashboard marks the tide's loans and reclaims, and only those.
 
 The controller counts an action as `gputide_actions_total{type=action.kind, reason=reason_label(action)}`
 (balancer/loop.py); each case below builds one action as the planner would, takes its labels from that same code
@@ -38,11 +39,23 @@ HOTSPOT_ACTIONS = {
     "a training job given its workers back": ScaleTraining(reason="cooled", job="j", workers=4,
                                                            previous_workers=3, shrunk_from=0),
 }
+TIDE_ACTIONS = {  # as balancer/plan/capacity_pools.py and capacity_plan.py build them, by the marker they belong to
+    "a loan of idle GPUs to training": ("GPU loans to training", ScaleTraining(
+        reason="loan idle GPUs to training: +2 workers on idle GPUs", job="j", workers=6, previous_workers=4,
+        cause="loan")),
+    "a training shrink to reclaim GPUs": ("GPU reclaims for inference", ScaleTraining(
+        reason="make room for inference", job="j", workers=2, previous_workers=4, reclaim=True, cause="reclaim")),
+    "an inference scale-up": ("GPU reclaims for inference", ScaleInference(
+        reason="forecast", service="svc", replicas=3, previous_replicas=2)),
+}
 OTHER_ACTIONS = {
     "a co-location shrink for a service's SLO": ScaleTraining(
         reason="svc p99 190 ms near SLO 200 ms on GPUs shared with this job", job="j", workers=3,
-        previous_workers=4),
-    "an inference reclaim": ScaleInference(reason="forecast", service="svc", replicas=3, previous_replicas=2),
+        previous_workers=4, cause="colocation_slo"),
+    "a co-location give-back once the service has slack": ScaleTraining(
+        reason="svc has latency slack again: give the workers back", job="j", workers=4, previous_workers=3,
+        cause="colocation_slack"),
+    **{case: action for case, (_, action) in TIDE_ACTIONS.items()},
 }
 
 
@@ -52,10 +65,12 @@ def annotations(name: str) -> list[dict]:
 
 
 def marks(annotation: dict, action_type: str, reason: str) -> bool:
-    """Whether the annotation's selector takes the series {type=action_type, reason=reason}."""
-    (selector,) = set(re.findall(r"gputide_actions_total\{([^}]*)\}", annotation["expr"]))
-    labels = dict(re.findall(r'(\w+)=~?"([^"]*)"', selector))
-    return labels["type"] == action_type and re.fullmatch(labels.get("reason", ".*"), reason) is not None
+    """Whether one of the annotation's selectors takes the series {type=action_type, reason=reason}."""
+    selectors = [dict(re.findall(r'(\w+)=~?"([^"]*)"', selector))
+                 for selector in set(re.findall(r"gputide_actions_total\{([^}]*)\}", annotation["expr"]))]
+    assert selectors, annotation["expr"]
+    return any(labels["type"] == action_type and re.fullmatch(labels.get("reason", ".*"), reason) is not None
+               for labels in selectors)
 
 
 @pytest.mark.parametrize("dashboard", HEAT_DASHBOARDS)
@@ -71,6 +86,19 @@ def test_each_hotspot_action_is_marked_by_one_annotation(dashboard, case):
 def test_actions_not_taken_for_heat_are_not_marked(dashboard, case):
     action = OTHER_ACTIONS[case]
     assert not [a["name"] for a in annotations(dashboard) if marks(a, action.kind, reason_label(action))]
+
+
+@pytest.mark.parametrize("case", TIDE_ACTIONS)
+def test_the_tide_s_loans_and_reclaims_are_each_marked_by_their_own_capacity_annotation(case):
+    name, action = TIDE_ACTIONS[case]
+    marking = [a["name"] for a in annotations("tidal-capacity") if marks(a, action.kind, reason_label(action))]
+    assert marking == [name], f"{case} ({action.kind}, {reason_label(action)}) marked by {marking}"
+
+
+@pytest.mark.parametrize("case", [*HOTSPOT_ACTIONS, *(c for c in OTHER_ACTIONS if c not in TIDE_ACTIONS)])
+def test_capacity_annotations_leave_hotspot_and_colocation_resizes_out(case):
+    action = {**HOTSPOT_ACTIONS, **OTHER_ACTIONS}[case]
+    assert not [a["name"] for a in annotations("tidal-capacity") if marks(a, action.kind, reason_label(action))]
 
 
 @pytest.mark.parametrize("dashboard", [*HEAT_DASHBOARDS, "tidal-capacity"])

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from loop_helpers import make_fleet, snapshot, workload
 
+from balancer.audit import reason_label
 from balancer.config import BalancerPolicy
 from balancer.model import Migrate, ScaleTraining, ServiceStatus, SetPowerLimit, TaintNode, WorkloadClass
 from balancer.plan.planner import PlannerState, acknowledge, plan
@@ -180,6 +181,7 @@ def test_inference_near_its_slo_shrinks_colocated_training_and_gets_it_back_with
     p, state = run([_colocated(0.45)])
     (a,) = p.actions
     assert isinstance(a, ScaleTraining) and (a.job, a.workers, a.previous_workers) == ("job", 2, 3)
+    assert reason_label(a) == "colocation_slo"
     state = acknowledge(state, p.actions, _colocated(0.45))
     for _ in range(BalancerPolicy().colocation.slack_readings - 1):
         p, state = plan(_colocated(0.1, workers=2), None, BalancerPolicy(), state)
@@ -187,6 +189,7 @@ def test_inference_near_its_slo_shrinks_colocated_training_and_gets_it_back_with
     p, state = plan(_colocated(0.1, workers=2), None, BalancerPolicy(), state)
     (back,) = p.actions
     assert isinstance(back, ScaleTraining) and back.workers == 3
+    assert reason_label(back) == "colocation_slack", "a co-location give-back is not a hotspot's"
 
 
 def test_latency_far_from_the_slo_leaves_training_alone():
