@@ -18,6 +18,11 @@ in the fleet, computed here from a `ClusterSnapshot` by `fleet_usage` in one vec
 * waiting training jobs: a job waits while fewer of its workers are placed than it needs to run (its elastic
   minimum, at least one). How long it has waited is the loop's business (it remembers when it first saw it).
 
+Labelled counters start every label value the controller can count at 0 (`gputide_actions_total` every (type,
+reason) pair of `balancer.action_labels.action_label_pairs`, rejections every limit, reconcile results), so
+`increase()` and `rate()` see the first increment; a series created at its first increment starts at 1 and reads
+as no change. `gputide_actuation_errors_total{code}` cannot: its codes are whatever the API server answers.
+
 Labelled gauges are replaced as a whole each cycle (`_LabelledGauge.set_all`), so a service or GPU model that
 disappears stops being reported instead of freezing at its last value.
 """
@@ -35,6 +40,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
 from balancer import catalog, safety
+from balancer.action_labels import action_label_pairs
 from balancer.errors import SafetyViolation
 from balancer.model import ClusterSnapshot, WorkloadClass
 from balancer.plan.columns import workload_columns
@@ -148,6 +154,8 @@ class ControllerMetrics:
         self.watches = WatchGauges(r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
+        for kind, reason in action_label_pairs():   # a first action then reads as an increase, not a new series at 1
+            self.actions.labels(type=kind, reason=reason)
         for reason in rejection_reasons():   # known label values start at 0, so rate() and panels see them
             self.rejected.labels(reason=reason)
         for cls in CAPACITY_CLASSES:

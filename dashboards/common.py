@@ -94,8 +94,9 @@ def action_annotation(name: str, colour: str, actions: Mapping[str, tuple[str, .
     balancer.action_labels.reason_label's). One event per (type, reason); its text is the type and reason (build.py
     adds the title, text and tag fields that the SDK's AnnotationQuery does not carry).
 
-    The controller creates a (type, reason) series at its first such action, already at 1, which increase() reads
-    as no change: a series born above 0 within the interval marks that first action."""
+    The controller starts every (type, reason) series at 0 (balancer.metrics), so increase() sees a first action;
+    a series born above 0 within the interval (a controller restarted that acted before its first scrape) marks
+    one too."""
     selectors = [f'gputide_actions_total{{{CLUSTER}, type="{t}"' + (f', reason=~"{"|".join(r)}"}}' if r else "}")
                  for t, r in actions.items()]
     counted = [f"increase({s}[$__rate_interval]) > 0" for s in selectors]

@@ -4,7 +4,8 @@ Tidal Capacity dashboard marks the tide's loans and reclaims, and only those.
 The controller counts an action as `gputide_actions_total{type=action.kind, reason=reason_label(action)}`
 (balancer/loop.py); each case below builds one action as the planner would, takes its labels from that same code
 and finds the annotation whose selector takes it. promtool then evaluates a committed annotation query over
-counters as the controller publishes them: a (type, reason) series appears at 1 with its first action.
+counters: a (type, reason) series born at 1 (a restarted controller that acted before its first scrape), one
+standing still, one incremented.
 """
 
 from __future__ import annotations
@@ -129,21 +130,24 @@ def _events(minute: str, *reasons: str) -> dict:
 
 @pytest.mark.integration
 def test_a_first_action_steady_counters_and_an_increment_read_as_events(promtool, tmp_path):
-    """15 s scrapes: `hot_node` appears at 1 at minute 10 (the controller's first taint), `cooled` has counted 1
-    since minute 0 and goes to 2 at minute 20, a migration counts along and is not a taint."""
+    """15 s scrapes: `hot_node` appears at 1 at minute 10 (a restarted controller's taint before its first
+    scrape), `renew` appears at 0 then (a controller starts every pair at 0) and goes to 1 at minute 20 (its first
+    renewal), `cooled` has counted 1 since minute 0 and goes to 2 at minute 20, a migration counts along and is
+    not a taint."""
     actions = 'gputide_actions_total{{cluster="c", job="gputide", type="{}", reason="{}"}}'
     test = {"tests": [{
         "interval": "15s",
         "input_series": [
             {"series": actions.format("taint_node", "hot_node"), "values": "_x40 1x80"},
+            {"series": actions.format("taint_node", "renew"), "values": "_x40 0x40 1x40"},
             {"series": actions.format("taint_node", "cooled"), "values": "1x80 2x40"},
             {"series": actions.format("migrate", "hotspot"), "values": "0+1x120"},
         ],
         "promql_expr_test": [
             _events("9m"),                        # nothing new: no event, a counter standing still included
-            _events("10m15s", "hot_node"),        # the first taint: its series was born at 1
+            _events("10m15s", "hot_node"),        # the first taint: its series was born at 1; renew's at 0 is none
             _events("12m"),                       # the taint is over
-            _events("20m30s", "cooled"),          # the second untaint: an increment
+            _events("20m30s", "cooled", "renew"),  # the second untaint and the first renewal: increments
             _events("25m"),
         ],
     }]}
