@@ -4,8 +4,8 @@ Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range qu
 (plain HTTP, `/api/v1/query_range`) and draws the panels with matplotlib where Grafana would put them
 (`gridPos` on the 24-column grid), one PNG per dashboard:
 
-- timeseries: lines (stacked areas or bars when the panel stacks or draws bars), dashboard annotations
-  (e.g. GPU loans and reclaims) as vertical lines;
+- timeseries: lines (stacked areas or bars when the panel stacks or draws bars), every dashboard annotation
+  (e.g. GPU loans and reclaims) as vertical lines in its own `iconColor`;
 - heatmap: one row per series (per GPU) and one column per step, the colour being the value, exactly what
   Grafana's heatmap panel with `calculate: false` shows;
 - table with `groupingToMatrix` (node x GPU grid): a row-label x column-label image of the last values;
@@ -99,6 +99,8 @@ class RenderReport:
     written: list[Path] = field(default_factory=list)
     empty_panels: dict[str, list[str]] = field(default_factory=dict)
     series: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per dashboard, each annotation drawn: (name, matplotlib colour, event times)
+    markers: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
 
 
 def _dashboard(path: Path) -> dict:
@@ -195,6 +197,26 @@ class _Renderer:
             for s in self.run({}, target["expr"], variables):
                 data.append((legend(target.get("legendFormat", ""), s.labels), s))
         return data
+
+
+# Grafana's named colours (its classic palette; a shade such as dark-red or light-blue is drawn as its base colour)
+_GRAFANA_COLOURS = {"red": "#F2495C", "orange": "#FF9830", "yellow": "#FADE2A", "green": "#73BF69",
+                    "blue": "#5794F2", "purple": "#B877D9"}
+_SHADE = re.compile(r"^(?:super-light|light|semi-dark|dark)-")
+_RGB = re.compile(r"^rgba?\(\s*([\d.]+)\s*,\s*([\d.]+)\s*,\s*([\d.]+)\s*(?:,\s*[\d.]+\s*)?\)$")
+
+
+def annotation_colour(icon_color: object, index: int) -> str:
+    """The colour an annotation's events are drawn in: its Grafana `iconColor` (a named colour, #rgb hex or
+    rgb()/rgba()), or, for none that reads as one, the `index`-th colour of matplotlib's cycle."""
+    text = _SHADE.sub("", icon_color.strip().lower()) if isinstance(icon_color, str) else ""
+    if text in _GRAFANA_COLOURS:
+        return _GRAFANA_COLOURS[text]
+    if re.fullmatch(r"#(?:[0-9a-f]{3}|[0-9a-f]{6}|[0-9a-f]{8})", text):
+        return text
+    if (m := _RGB.match(text)) and all(float(v) <= 255 for v in m.groups()):
+        return "#" + "".join(f"{round(float(v)):02x}" for v in m.groups())
+    return f"C{index % 10}"
 
 
 def _draw_timeseries(ax, panel, data, unit, annotations) -> None:
@@ -297,11 +319,11 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     fig.suptitle(f"{dashboard.get('title')} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(renderer.end))} UTC)",
                  fontsize=14, y=1 - 0.5 / rows)
     annotations = []
-    for colour, ann in zip(("tab:blue", "tab:orange", "tab:green"), dashboard.get("annotations", {}).get("list", [])):
-        if ann.get("expr"):
-            hits = renderer.run(dashboard, ann["expr"], variables)
-            times = np.unique(np.concatenate([s.times[s.values > 0] for s in hits])) if hits else np.array([])
-            annotations.append((ann.get("name", "annotation"), times, colour))
+    for i, ann in enumerate(a for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")):
+        hits = renderer.run(dashboard, ann["expr"], variables)
+        times = np.unique(np.concatenate([s.times[s.values > 0] for s in hits])) if hits else np.array([])
+        annotations.append((ann.get("name", "annotation"), times, annotation_colour(ann.get("iconColor"), i)))
+    report.markers[name] = [(n, colour, len(times)) for n, times, colour in annotations]
     report.empty_panels[name], report.series[name] = [], {}
     for panel in panels:
         g = panel["gridPos"]

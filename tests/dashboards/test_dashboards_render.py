@@ -170,3 +170,39 @@ def test_cli_render_one_dashboard(fake_prometheus, tmp_path, capsys):
 def test_parse_duration_rejects_zero():
     with pytest.raises(InputError):
         dr.parse_duration("0h")
+
+
+def test_every_annotation_is_drawn_in_its_own_colour(fake_prometheus, tmp_path):
+    dashboard = json.loads((dr.DEFAULT_DASHBOARDS_DIR / "gpu-fleet.json").read_text())
+    annotations = [a for a in dashboard["annotations"]["list"] if a.get("expr")]
+    assert len(annotations) > 3, "more annotations than the renderer once drew"
+    report = dr.render(fake_prometheus.url, tmp_path, uid="gputide-gpu-fleet", range_s=3600, end=1_700_000_000)
+    drawn = report.markers["gpu-fleet"]
+    assert [(name, colour) for name, colour, _ in drawn] == [
+        (a["name"], dr.annotation_colour(a["iconColor"], i)) for i, a in enumerate(annotations)]
+    assert len({colour for _, colour, _ in drawn}) == len(drawn) and all(events for *_, events in drawn)
+
+
+def test_each_annotation_s_events_are_vertical_lines_in_its_colour():
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot()
+    data = [("temp", dr.Series({}, np.array([0.0, 60.0, 120.0]), np.array([1.0, 2.0, 3.0])))]
+    marks = [(f"marker {i}", np.array([60.0 * i]), dr.annotation_colour(c, i))
+             for i, c in enumerate(["purple", "red", "yellow", "green", "blue"])]
+    dr._draw_timeseries(ax, {}, data, "", marks)
+    vertical = [line for line in ax.get_lines() if len(set(np.asarray(line.get_xdata(), dtype=float))) == 1]
+    assert sorted(to_hex(line.get_color()) for line in vertical) == sorted(to_hex(c) for *_, c in marks)
+
+
+@pytest.mark.parametrize(
+    ("icon", "index", "colour"),
+    [("purple", 0, "#B877D9"), ("dark-red", 0, "#F2495C"), ("semi-dark-green", 0, "#73BF69"),
+     ("#73BF69", 0, "#73bf69"), ("rgba(0, 211, 255, 1)", 0, "#00d3ff"), ("rgb(255,0,0)", 0, "#ff0000"),
+     (None, 3, "C3"), ("not-a-colour", 11, "C1"), ("rgb(300, 0, 0)", 0, "C0")],
+    ids=["Grafana's purple", "a dark shade as its base colour", "a semi-dark shade", "hex", "Grafana's default rgba",
+         "rgb", "none: the colour cycle", "unknown: the cycle, wrapped", "an rgb out of range"],
+)
+def test_annotation_colour(icon, index, colour):
+    assert dr.annotation_colour(icon, index) == colour
