@@ -6,7 +6,8 @@ controller can count (`action_label_pairs`) is read from the same table `reason_
 start each pair at 0 (balancer.metrics), and a pair added here is there too.
 
 A training resize is labelled by its planner's cause (`ScaleTraining.cause`: the tide's `loan` and `reclaim`,
-co-location's `colocation_slo` and `colocation_slack`); a hotspot shrink by its record (`shrunk_from` > 0:
+co-location's `colocation_slo` and `colocation_slack`), an inference scale by its direction (up: `reclaim`, down:
+`loan`); a hotspot shrink by its record (`shrunk_from` > 0:
 `hotspot`, 0: its give-back, `give_back`); a resize with neither as `resize`.
 """
 
@@ -16,7 +17,15 @@ from collections.abc import Callable
 from typing import Any, get_args
 
 from balancer import actions
-from balancer.actions import Action, Migrate, ScaleTraining, SetPowerLimit, TaintNode, TrainingCause
+from balancer.actions import (
+    Action,
+    Migrate,
+    ScaleInference,
+    ScaleTraining,
+    SetPowerLimit,
+    TaintNode,
+    TrainingCause,
+)
 
 
 def _always(_: Any) -> bool:
@@ -30,7 +39,7 @@ def _cause(cause: str) -> Callable[[ScaleTraining], bool]:
 _Rules = tuple[tuple[str, Callable[[Any], bool]], ...]
 
 # per action class: (reason, applies) in order; the first that applies labels the action. A class without rules is
-# labelled by its kind (ScaleInference: `scale_inference`).
+# labelled by its kind.
 RULES: dict[type[Action], _Rules] = {
     Migrate: (("hotspot", _always),),
     SetPowerLimit: (("throttle", lambda a: a.is_throttle), ("unthrottle", _always)),
@@ -39,6 +48,8 @@ RULES: dict[type[Action], _Rules] = {
                     ("give_back", lambda a: a.shrunk_from == 0),
                     ("hotspot", lambda a: a.shrunk_from is not None),
                     ("resize", _always)),
+    # only the tide scales inference: up gives GPUs back to inference, down lends them to training
+    ScaleInference: (("reclaim", lambda a: a.replicas > a.previous_replicas), ("loan", _always)),
 }
 
 

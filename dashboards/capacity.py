@@ -30,9 +30,10 @@ def build() -> dashboard.Dashboard:
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
         ["capacity", "forecast", "slo"],
     )
-    d = d.annotation(action_annotation("GPU loans to training", "blue", {"scale_training": ("loan",)})).annotation(
+    d = d.annotation(action_annotation("GPU loans to training", "blue",
+                                       {"scale_inference": ("loan",), "scale_training": ("loan",)})).annotation(
         action_annotation("GPU reclaims for inference", "orange",
-                          {"scale_inference": (), "scale_training": ("reclaim",)}))
+                          {"scale_inference": ("reclaim",), "scale_training": ("reclaim",)}))
     demand = timeseries_panel(
         "Demand vs forecast", "Offered inference load (gputide_inference_demand_rps, what the forecaster is fed: "
         "the simulated fleet's, or the serving rules' from vLLM) against what the "

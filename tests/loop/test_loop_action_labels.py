@@ -36,8 +36,10 @@ CASES = {
     "co-location's give-back on slack, a grow": (resize(4, 3, cause="colocation_slack"), "colocation_slack"),
     "a grow with no cause is no hotspot give-back": (resize(4, 3), "resize"),
     "a shrink with no cause is no hotspot shrink": (resize(3, 4), "resize"),
-    "an inference scale-up": (ScaleInference(reason="forecast", service="s", replicas=3, previous_replicas=2),
-                              "scale_inference"),
+    "an inference scale-up reclaims": (ScaleInference(reason="forecast", service="s", replicas=3, previous_replicas=2),
+                                       "reclaim"),
+    "an inference scale-down lends": (ScaleInference(reason="forecast", service="s", replicas=2, previous_replicas=3),
+                                      "loan"),
 }
 
 
