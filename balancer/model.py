@@ -32,8 +32,8 @@ from balancer.admission import Admission
 from balancer.noderules import NO_AFFINITY, NO_RULES, NodeRules, PodAffinity, Selector
 
 __all__ = [
-    "GPU_ARRAYS", "Action", "ClusterSnapshot", "DisruptionBudget", "Forecast", "Gpu", "Migrate", "Node",
-    "NodeGpuFacts", "NodeMeta", "Plan", "ScaleInference", "ScaleTraining", "ServiceStatus", "SetPowerLimit",
+    "GPU_ARRAYS", "MAY_BE_UNKNOWN", "Action", "ClusterSnapshot", "DisruptionBudget", "Forecast", "Gpu", "Migrate",
+    "Node", "NodeGpuFacts", "NodeMeta", "Plan", "ScaleInference", "ScaleTraining", "ServiceStatus", "SetPowerLimit",
     "SuspendedJob", "TaintNode", "Workload", "WorkloadClass",
 ]
 
@@ -195,6 +195,10 @@ GPU_ARRAYS = (
     "mem_used_mib", "mem_total_mib", "sm_clock_mhz", "clock_event_reasons", "xid", "sample_age_s",
     "memory_unhealthy",
 )
+# Arrays that may hold NaN for "unknown": a board that never reports the field (the exporter declares it
+# unsupported, e.g. SM activity of an A100/A30 in MIG mode) is not missing telemetry, and nothing may read its NaN
+# as 0 (an idle GPU). Every other array is finite (`balancer.safety.check_telemetry`).
+MAY_BE_UNKNOWN = frozenset({"sm_active"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -209,7 +213,7 @@ class ClusterSnapshot:
     slowdown_temp_c: np.ndarray
     power_w: np.ndarray
     power_limit_w: np.ndarray
-    sm_active: np.ndarray
+    sm_active: np.ndarray   # NaN: unknown, the board has none (`MAY_BE_UNKNOWN`)
     mem_used_mib: np.ndarray
     mem_total_mib: np.ndarray
     sm_clock_mhz: np.ndarray

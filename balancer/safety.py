@@ -51,7 +51,7 @@ from balancer.actions import Action, Migrate, ScaleInference, ScaleTraining, Set
 from balancer.admission import eviction_room, spend
 from balancer.config import SafetyPolicy
 from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation, StaleTelemetry
-from balancer.model import ClusterSnapshot, DisruptionBudget, Workload, WorkloadClass
+from balancer.model import MAY_BE_UNKNOWN, ClusterSnapshot, DisruptionBudget, Workload, WorkloadClass
 from balancer.noderules import Taint
 from balancer.safety_ledger import SafetyLedger  # re-exported: the guard's memory between cycles
 
@@ -112,7 +112,8 @@ def check_telemetry(snapshot: ClusterSnapshot, policy: SafetyPolicy) -> float:
     if snapshot.n_gpus == 0:
         raise MissingTelemetry("the snapshot has no GPUs")
     for name in ("temperature_c", "power_w", "power_limit_w", "sm_active", "mem_used_mib", "slowdown_temp_c"):
-        bad = ~np.isfinite(getattr(snapshot, name))
+        values = getattr(snapshot, name)   # NaN in a field a board may lack for good is unknown, not invalid
+        bad = np.isinf(values) if name in MAY_BE_UNKNOWN else ~np.isfinite(values)
         if bad.any():
             subjects = tuple(snapshot.gpus[i].uuid for i in np.flatnonzero(bad)[:5])
             raise InvalidTelemetry(f"{int(bad.sum())} GPU(s) report {name} = NaN/inf", subjects=subjects)

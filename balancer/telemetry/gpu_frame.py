@@ -4,6 +4,11 @@ The pure half of `balancer.telemetry.prometheus` (which queries): `gpu_frame` tu
 normalised GPU series (rules/gputide-recording.yaml) into one row per GPU, `arrays` into the snapshot's arrays,
 and `check_not_frozen` / `check_values` refuse what the controller must not act on (`InvalidTelemetry`,
 `StaleTelemetry`). No I/O here.
+
+A required field a board never has is not missing telemetry: gputide's exporter declares each field NVML answers
+NotSupported for in ``gputide_exporter_unsupported_field_info{UUID,field}`` (`UNKNOWABLE` names the fields where
+that is allowed), `declared_unsupported` reads those rows, and the snapshot carries NaN (unknown) for that GPU.
+dcgm-exporter declares nothing: under it a missing field stays missing telemetry.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InvalidTelemetry, StaleTelemetry
+from balancer.model import MAY_BE_UNKNOWN
 
 # snapshot field -> (recording rule, scale to the snapshot's unit)
 FIELDS: Mapping[str, tuple[str, float]] = {
@@ -52,6 +58,12 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
 }
 GPU_KEY = ("hostname", "gpu", "UUID")
+# Required fields a board may lack for good -> the exporter's names for them (the `field` label of
+# UNSUPPORTED_INFO): an A100 or A30 in MIG mode has no SM activity under gputide's exporter (NVML has none per
+# instance before Hopper). Temperature and power stay required: a GPU without them is missing telemetry.
+UNKNOWABLE: Mapping[str, tuple[str, ...]] = {"sm_active": ("DCGM_FI_PROF_SM_ACTIVE",)}
+UNSUPPORTED_INFO = "gputide_exporter_unsupported_field_info"
+assert set(UNKNOWABLE) <= set(MAY_BE_UNKNOWN)
 
 
 def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_since: float = math.inf,
@@ -137,6 +149,19 @@ def drop_leftovers(uniques: list[tuple[str, ...]], codes: np.ndarray, values: np
     return keep
 
 
+def declared_unsupported(rows: list[dict]) -> set[tuple[str, str]]:
+    """Rows of `UNSUPPORTED_INFO` -> the (UUID, snapshot field) pairs of `UNKNOWABLE` fields a GPU does not have.
+    Rows of other fields, or without a UUID, declare nothing."""
+    field_of = {exported: name for name, names in UNKNOWABLE.items() for exported in names}
+    pairs = set()
+    for r in rows:
+        m, _ = sample(r)
+        name = field_of.get(m.get("field", ""))
+        if name is not None and m.get("UUID"):
+            pairs.add((m["UUID"], name))
+    return pairs
+
+
 def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.ndarray]:
     def col(name: str, default: np.ndarray | float) -> np.ndarray:
         if name in wide:
@@ -151,7 +176,7 @@ def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.nda
         "slowdown_temp_c": col("slowdown_temp_c", slowdown_default),
         "power_w": col("power_w", 0.0),
         "power_limit_w": col("power_limit_w", 0.0),
-        "sm_active": col("sm_active", 0.0),
+        "sm_active": col("sm_active", np.nan),   # NaN only where declared unsupported (never 0: not idle)
         "mem_used_mib": used,
         "mem_total_mib": used + col("mem_free_mib", 0.0),
         "sm_clock_mhz": col("sm_clock_mhz", 0.0),
@@ -163,7 +188,8 @@ def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.nda
 def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame) -> None:
     for name, arr in arrays.items():
         lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
-        bad = ~np.isfinite(arr) | (arr < lo) | (arr > hi)
+        # NaN in a MAY_BE_UNKNOWN field got here only declared unsupported (`_check_complete`): unknown, not bad
+        bad = (np.isinf(arr) if name in MAY_BE_UNKNOWN else ~np.isfinite(arr)) | (arr < lo) | (arr > hi)
         if bad.any():
             i = int(np.argmax(bad))
             raise InvalidTelemetry(f"{_SERIES.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "

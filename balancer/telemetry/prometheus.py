@@ -7,7 +7,9 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
 * an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
   `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
-* no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`
+* no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`; except
+  a field its exporter declares unsupported (``gputide_exporter_unsupported_field_info``, `gpu_frame.UNKNOWABLE`:
+  SM activity of an A100/A30 in MIG mode): NaN, unknown, in the snapshot. dcgm-exporter declares nothing
 * a sample older than `stale_after_s` (default `stale_after_intervals` x the scrape interval) -> `StaleTelemetry`
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
@@ -57,9 +59,12 @@ from balancer.telemetry.gpu_frame import (
     FIELDS,
     FLAGS,
     OPTIONAL,
+    UNKNOWABLE,
+    UNSUPPORTED_INFO,
     arrays,
     check_not_frozen,
     check_values,
+    declared_unsupported,
     gpu_frame,
 )
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
@@ -138,6 +143,7 @@ class PrometheusTelemetrySource:
         self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
         self._topology = Topology()                  # nodes and GPUs from the series' labels, with its caches
         self._leftovers: set[tuple[str, ...]] = set()   # stale keys of moved GPUs last dropped (logged once)
+        self._unknown: dict[str, set[str]] = {}   # field -> GPUs declared without it, last logged
 
     # ---- queries --------------------------------------------------------------------------------------------
     def _selector(self) -> str:
@@ -248,12 +254,28 @@ class PrometheusTelemetrySource:
                                    subjects=tuple(vanished))
         required = [n for n in FIELDS if n not in OPTIONAL]
         for name in required:
-            if name not in wide or wide[name].isna().all():
-                raise MissingTelemetry(f"series {FIELDS[name][0]} is missing for every GPU")
+            if name not in wide:
+                wide[name] = np.nan
             missing = wide["UUID"][wide[name].isna()]
+            if len(missing) and name in UNKNOWABLE:   # asked only then: no cost while every GPU reports it
+                missing = missing[~missing.isin(list(self._declared_unsupported(name, missing)))]
+            if len(missing) == len(wide):
+                raise MissingTelemetry(f"series {FIELDS[name][0]} is missing for every GPU")
             if len(missing):
                 raise MissingTelemetry(f"{FIELDS[name][0]} missing for {len(missing)} GPU(s): "
                                        f"{', '.join(missing[:5])}", subjects=tuple(missing))
+
+    def _declared_unsupported(self, name: str, missing: pd.Series) -> set[str]:
+        """Of the GPUs without `name`, those whose exporter declares the field unsupported (`UNSUPPORTED_INFO`):
+        the board never has it, so the snapshot carries NaN (unknown) there. Logged when that set changes."""
+        fields = "|".join(UNKNOWABLE[name])
+        rows = self._query(f'{UNSUPPORTED_INFO}{{field=~"{fields}"{self._selector()}}}')
+        declared = {uuid for uuid, field_name in declared_unsupported(rows) if field_name == name} & set(missing)
+        if declared != self._unknown.get(name, set()):
+            log.info("%d GPU(s) have no %s (their exporter declares %s unsupported), read as unknown, not missing: "
+                     "%s", len(declared), FIELDS[name][0], fields, ", ".join(sorted(declared)[:5]))
+            self._unknown[name] = declared
+        return declared
 
     def _vanished(self, gone: list[str]) -> list[str]:
         """Of the known GPUs now absent, those to hold still for: each is forgotten (logged) once its node is gone
