@@ -21,7 +21,9 @@ in the fleet, computed here from a `ClusterSnapshot` by `fleet_usage` in one vec
 Labelled counters start every label value the controller can count at 0 (`gputide_actions_total` every (type,
 reason) pair of `balancer.action_labels.action_label_pairs`, rejections every limit, reconcile results), so
 `increase()` and `rate()` see the first increment; a series created at its first increment starts at 1 and reads
-as no change. `gputide_actuation_errors_total{code}` cannot: its codes are whatever the API server answers.
+as no change. `gputide_actuation_errors_total` starts every (type, outcome, code) of
+`balancer.actuation_codes.error_label_triples` at 0: its code, whatever the actuator saw, is mapped into that fixed
+set as it is counted (`ActuationErrors`), so the series stay few and each code's first error is an increase.
 
 Labelled gauges are replaced as a whole each cycle (`_LabelledGauge.set_all`), so a service or GPU model that
 disappears stops being reported instead of freezing at its last value.
@@ -41,6 +43,7 @@ from prometheus_client import Counter as PromCounter
 
 from balancer import catalog, safety
 from balancer.action_labels import action_label_pairs
+from balancer.actuation_codes import error_code, error_label_triples
 from balancer.errors import SafetyViolation
 from balancer.model import ClusterSnapshot, WorkloadClass
 from balancer.plan.columns import workload_columns
@@ -100,6 +103,19 @@ class WatchGauges:
         self.failures.labels(resource).set_function(lambda: float(failures()))
 
 
+class ActuationErrors:
+    """`gputide_actuation_errors_total`, every (type, outcome, code) the controller can count created at 0; `labels`
+    maps the actuator's code into that set (`balancer.actuation_codes.error_code`)."""
+
+    def __init__(self, counter: PromCounter) -> None:
+        self.counter = counter
+        for kind, outcome, code in error_label_triples():
+            counter.labels(type=kind, outcome=outcome, code=code)
+
+    def labels(self, *, type: str, outcome: str, code: str) -> PromCounter:
+        return self.counter.labels(type=type, outcome=outcome, code=error_code(outcome, code))
+
+
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
@@ -114,10 +130,10 @@ class ControllerMetrics:
                                    registry=r)
         self.rejected = PromCounter("gputide_actions_rejected", "Actions refused, by the limit that refused them.",
                                     ["reason"], registry=r)
-        self.actuation_errors = PromCounter(
+        self.actuation_errors = ActuationErrors(PromCounter(
             "gputide_actuation_errors", "Accepted actions the actuator could not carry out, by action type, outcome "
-            "(retry: temporary, failed: permanent) and code (HTTP status, or transport).",
-            ["type", "outcome", "code"], registry=r)
+            "(retry: temporary, failed: permanent) and code (HTTP status, transport, deadline, refused, unknown, other).",
+            ["type", "outcome", "code"], registry=r))
         self.fail_static = Gauge("gputide_fail_static", "1 while the controller holds still.", registry=r)
         self.fail_static_info = Gauge("gputide_fail_static_info", "1 for the current fail-static reason.",
                                       ["reason"], registry=r)

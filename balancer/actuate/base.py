@@ -28,7 +28,7 @@ class ActionResult:
     action: Action
     outcome: Outcome
     detail: str = ""
-    code: str = ""  # why a RETRY/FAILED happened, low cardinality: an HTTP status ("409", "429", "500"), "transport"
+    code: str = ""  # why a RETRY/FAILED happened: an HTTP status ("409", "429"), "transport" (balancer.actuation_codes)
 
 
 @runtime_checkable

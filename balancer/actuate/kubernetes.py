@@ -100,8 +100,9 @@ def _translate(exc: ApiException, what: str) -> ActuationError:
 
 
 def _code(err: ActuationError) -> str:
-    """The `code` label of gputide_actuation_errors_total: the HTTP status, "transport" when none came back, or
-    "deadline" when the action ran out of time."""
+    """A failed action's `ActionResult.code`: the HTTP status, "transport" when none came back, "deadline" when the
+    action ran out of time, "refused" for the actuator's own refusal. `balancer.actuation_codes.CODES` lists the
+    ones gputide_actuation_errors_total counts by name (any other status counts as `other`)."""
     if isinstance(err, DeadlineExceeded):
         return "deadline"
     status = int(getattr(err, "status", 0) or 0)
