@@ -16,6 +16,9 @@ moves the rest of the GPUs to elastic training:
   demand made within one warm-up lead over the trailing window (`rise_allowance`; with n exchangeable past
   rises the largest covers the next one with probability n/(n+1), a conformal bound). Replicas sized so can
   absorb any rise seen recently while new ones warm up. And it never loans while demand is rising.
+* **Surge response.** A rise the forecast did not foresee (demand above the forecast median for now) whose latest
+  one-cycle slope, projected over the warm-up lead, goes past the burst floor is sized for that projection at
+  once (`surge_rps`), not one cycle's growth at a time while each step warms up; capped like the ramp.
 * **Reactive safety net.** When a service's p99 latency reaches ``emergency_pressure`` of its SLO (replicas
   slower than their profile says, or a burst beyond every bound), it grows by ``emergency_step`` at once, like
   an HPA under the predictive floor.
@@ -86,11 +89,18 @@ def forecast_peak(fc: Forecast, quantile: float, now: float, horizon_s: float) -
     return fc.window_max(q, start, start + horizon_s)
 
 
-def level_correction(fc: Forecast, now: float, demand_rps: float, cap: float) -> float:
-    """How far demand now runs above the forecast median for now (1 when it does not), at most `cap`."""
+def median_now(fc: Forecast | None, now: float) -> float:
+    """The forecast median (nearest quantile) for `now`; 0 without a forecast."""
+    if fc is None or fc.horizon == 0:
+        return 0.0
     q = min(fc.quantiles, key=lambda k: abs(k - 0.5))
     start = max(now - fc.issued_at, 0.0)
-    median = fc.window_max(q, start, start)
+    return fc.window_max(q, start, start)
+
+
+def level_correction(fc: Forecast, now: float, demand_rps: float, cap: float) -> float:
+    """How far demand now runs above the forecast median for now (1 when it does not), at most `cap`."""
+    median = median_now(fc, now)
     if median <= 0:
         return 1.0 if demand_rps <= 0 else cap
     return float(min(max(demand_rps / median, 1.0), cap))
@@ -125,6 +135,21 @@ def rise_allowance(times: np.ndarray, values: np.ndarray, lead_s: float, cap: fl
     return float(min(max(rise.max(initial=0.0), 0.0), cap))
 
 
+def surge_rps(demand_rps: float, slope: float, lead_s: float, burst: float, cap: float,
+              expected_rps: float = 0.0) -> float:
+    """The demand a surge reaches by the time a replica started now is warm: the latest slope (req/s per
+    second, one cycle's) projected over the warm-up lead `lead_s`, when that goes past the burst floor
+    ``demand x (1 + burst)``, at most `cap` x the demand now; 0 when it does not (flat, falling, a rise the
+    burst floor already covers, or demand not above `expected_rps`, the forecast median for now: a rise the
+    forecast foresaw is reclaimed ahead of time and holds through the loan horizon's hysteresis, and a
+    projection of it would only flap). Without it a steep unforeseen rise is followed one cycle's growth at a
+    time, each step a warm-up late."""
+    projected = demand_rps + max(slope, 0.0) * lead_s
+    if demand_rps <= expected_rps or projected <= demand_rps * (1.0 + burst):
+        return 0.0
+    return float(min(projected, demand_rps * cap))
+
+
 def plan_capacity(
     view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
 ) -> CapacityDecision:
@@ -146,9 +171,12 @@ def plan_capacity(
         # warm-up lead at its slower slope, at most to max_level_correction x the demand now
         trend = min(slope, slope0) if slope > 0 and slope0 > 0 else 0.0
         ramp = min(s.demand_rps + trend * (p.warmup_s + view.time - t0), s.demand_rps * policy.max_level_correction)
+        # ... a surge steeper than any rise the burst floor learned is sized for at once (`surge_rps`) ...
+        surge = surge_rps(s.demand_rps, slope, p.warmup_s + view.time - t0, s.burst, policy.max_level_correction,
+                          median_now(fc, view.time))
         # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
-        now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp), p, policy.headroom)
-        # speculative spare (bursts, ramps, forecast quantiles) never beyond what static sizing for the peak
+        now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp, surge), p, policy.headroom)
+        # speculative spare (bursts, ramps, surges, forecast quantiles) never beyond what static sizing for the peak
         # would hold, unless the demand now needs more
         cap = max(p.home_replicas, replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else None
         if cap is not None:

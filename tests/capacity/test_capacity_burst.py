@@ -1,6 +1,6 @@
 """The capacity planner's defences against what the forecast misses, and the policy file's `capacity` section.
 
-Burst floor (`rise_allowance`, `ServiceView.burst`), ramp projection, the latency safety net, no loans while demand
+Burst floor (`rise_allowance`, `ServiceView.burst`), ramp projection, surge response, the latency safety net, no loans while demand
 rises, suspended jobs growing back, and `CapacityPolicy.from_config` end to end through `gputide simulate`.
 """
 
@@ -24,7 +24,7 @@ from balancer.plan.capacity import (
     ServiceCapacity,
     ServiceView,
 )
-from balancer.plan.capacity_plan import plan_capacity, replicas_for, rise_allowance
+from balancer.plan.capacity_plan import plan_capacity, replicas_for, rise_allowance, surge_rps
 
 LEAD = 360.0
 POLICY = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_frac=0.0, min_hold_s=0.0)
@@ -107,6 +107,51 @@ def test_ramp_of_two_rises_is_met_ahead_but_a_single_step_is_not_projected():
     assert ramp[-1] >= replicas_for(70.0 + 5 / 60 * 360, PROFILE, 0.0), "+5 req/s a minute, 6 min ahead"
     step = run_demand([60.0, 90.0, 90.0])
     assert step[-1] == replicas_for(90.0, PROFILE, 0.0), "a step is met at its level, not projected as a ramp"
+
+
+def surge_run(demands, *, replicas=4, burst=0.0, home=0, expected=30.0, policy=POLICY):
+    """(time, new target) of every scale the planner orders over one demand per 60 s cycle."""
+    prof = replace(PROFILE, home_replicas=home)
+    state, changes = CapacityState(), []
+    for k, dem in enumerate(demands):
+        s = replace(svc(replicas, dem, burst=burst), profile=prof)
+        d = plan_capacity(cview(s, now=60.0 * k), flat(expected, 60.0 * k), policy, state)
+        state, new = d.state, target(d, replicas)
+        if new != replicas:
+            changes.append((60.0 * k, new))
+        replicas = new
+    return changes
+
+
+@pytest.mark.parametrize(("burst", "home", "demands", "expected"), [
+    (0.0, 0, [60.0, 80.0], 20),
+    (0.5, 0, [60.0, 80.0], 20),
+    (2.0, 0, [60.0, 80.0], 24),
+    (0.0, 0, [20.0, 60.0], 18),
+    (0.0, 12, [60.0, 80.0], 12),
+], ids=["+20 req/s in a minute is 80 + 20 x 6 min ahead at once", "a 50% burst floor is passed: the projection",
+        "a 200% burst floor covers it: the floor, no projection", "capped at the level correction (3 x now)",
+        "capped at the static allotment"])
+def test_a_rise_steeper_than_the_burst_floor_gets_its_projection_in_one_cycle(burst, home, demands, expected):
+    changes = surge_run(demands, burst=burst, home=home)
+    assert changes[-1] == (60.0 * (len(demands) - 1), expected)
+
+
+@pytest.mark.parametrize(("demand", "slope", "burst", "expected_rps"), [
+    (80.0, 0.0, 0.0, 30.0), (80.0, -0.5, 0.0, 30.0), (80.0, 0.1, 0.5, 30.0), (80.0, 0.5, 0.0, 100.0),
+], ids=["flat demand", "falling demand", "a rise within the burst floor", "a rise the forecast foresaw"])
+def test_no_surge_where_the_burst_floor_or_the_forecast_covers_the_demand(demand, slope, burst, expected_rps):
+    assert surge_rps(demand, slope, 360.0, burst, 3.0, expected_rps) == 0.0
+
+
+def test_a_rise_the_forecast_foresaw_is_met_by_the_forecast_not_projected():
+    assert surge_run([60.0, 80.0], expected=100.0) == [(0.0, 10)], "the p90 of 100 req/s: 10 replicas, no more"
+
+
+def test_a_one_cycle_spike_that_reverses_scales_up_once_then_down_only_after_the_hold_time():
+    held = replace(POLICY, min_hold_s=1800.0)
+    changes = surge_run([40.0, 80.0] + [40.0] * 40, policy=held)
+    assert changes == [(60.0, 24), (60.0 + 1800.0, 4)], "up at once, held for min_hold_s, then one scale-down"
 
 
 @pytest.mark.parametrize(("before", "loans"), [(41.0, True), (40.0, True), (39.0, False)],
