@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from balancer import fleet as fleet_mod
 from balancer.actuate.base import ActionResult
 from balancer.actuate.sim import SimActuator
+from balancer.app.soak_harness import sim_node_meta
 from balancer.config import BalancerPolicy
 from balancer.loop import CycleReport, JsonlAudit, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -54,6 +55,11 @@ class _LockedActuator:
     def recover(self) -> list[str]:
         with self.lock:
             return self.inner.recover()
+
+    def housekeeping(self) -> list[str]:
+        """The loop's per-cycle hook: expired hot taints are removed, as on Kubernetes."""
+        with self.lock:
+            return self.inner.housekeeping()
 
 
 @dataclass
@@ -107,7 +113,10 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
         f" and the controller, with rules/ loaded")
     prom.wait_for("count(gpu:last_sample:timestamp_seconds)",
                   lambda r: bool(r) and float(r[0]["value"][1]) == fleet.n_gpus, timeout=60)
-    source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0), fleet=fleet)
+    # the simulator plays the Kubernetes node list (taints, hot-taint expiry on the snapshot's clock), so the planner
+    # renews the hot node's taint as it would on a cluster
+    source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0), fleet=fleet,
+                                       node_overrides=sim_node_meta(sim, lock, time.time))
     audit = JsonlAudit(out / "audit.jsonl")
     reconciler = Reconciler(source=source, actuator=_LockedActuator(SimActuator(sim), lock), policy=BalancerPolicy(),
                             metrics=metrics, audit=audit, clock=lambda: sim.time)

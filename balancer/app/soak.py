@@ -6,9 +6,13 @@ evaluates rules/ (alerts with `for: 0s`), and two controller replicas read throu
 elect a leader on a Lease (the in-test Kubernetes API when the source checkout has it, an in-memory Lease
 otherwise) and act on the simulator, mirrored through `KubernetesActuator` against that API.
 
-Simulated time runs `minutes_per_cycle` per reconcile cycle: each cycle advances the simulator, waits until
-Prometheus holds a scrape taken after the advance (one scrape and one rule evaluation), runs every live
-replica's `run_once()`, then polls the alerts. Faults (see `soak_faults`) cycle through their classes every
+Simulated time runs `minutes_per_cycle` per cycle, in as many controller intervals as keep each one shorter than
+the hot taint's renewal window (`RENEW_WITHIN_S`, half its TTL; 3 of 6.7 min at 20 min per cycle), so a node that
+stays hot keeps its taint as on a cluster: each interval advances the simulator, waits until Prometheus holds a
+scrape taken after the advance (one scrape and one rule evaluation) and runs every live replica's `run_once()`;
+the cycle then polls the alerts. The simulator plays the Kubernetes node list (`sim_node_meta`: taints and their
+expiry, moved onto the wall clock that stamps the Prometheus snapshot, whose sample ages and vanished-GPU timers
+must stay on Prometheus's clock). Faults (see `soak_faults`) cycle through their classes every
 `fault_every_hours`; the invariants (see `soak_checks`) are checked throughout and printed as one table, also
 written with a summary to OUT/soak-summary.json and OUT/soak-invariants.md.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 import threading
 import time
@@ -53,9 +58,12 @@ from balancer.app.soak_harness import (
     KubeMirror,
     LeaseAdapter,
     Replica,
+    TaintWatch,
+    sim_node_meta,
 )
 from balancer.config import BalancerPolicy
 from balancer.loop import InMemoryLeaderElector, InMemoryLease, JsonlAudit, Reconciler
+from balancer.plan.planner import RENEW_WITHIN_S
 from balancer.sim import SimCluster, default_mix
 from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 from balancer.telemetry.promserver import (
@@ -106,6 +114,9 @@ class Soak:
         self.rng = np.random.default_rng(cfg.seed)
         self.policy = BalancerPolicy()
         self.cycle_s = cfg.minutes_per_cycle * 60.0
+        # controller intervals per cycle: each one well inside the hot taint's renewal window
+        self.steps = max(1, math.ceil(self.cycle_s / (0.9 * RENEW_WITHIN_S)))
+        self.reconciles = 0
         fleet = fleet_mod.scaled_fleet(cfg.gpus, name=f"soak-{cfg.gpus}")
         self.sim = SimCluster(fleet, seed=cfg.seed, step_s=60.0, start_time=time.time())
         default_mix(self.sim, inference_share=0.45, training_share=0.45)
@@ -116,7 +127,10 @@ class Soak:
         self.ledger = WorkloadLedger(self.sim)
         self.stale = StaleGuard(self.policy.safety)
         self.budget = BudgetCheck(self.policy.safety)
-        self.memory = MemoryTrend()
+        self.taints = TaintWatch(self.sim)
+        # the growth budget is per reconcile (8 MiB per simulated day at one per cycle): three intervals per cycle
+        # allocate three times as often per simulated day
+        self.memory = MemoryTrend(max_mib_per_day=8.0 * self.steps)
         self.leaders = Check("one leader at a time", "at most one replica acts in any cycle")
         self.alerts = AlertTracker()
         self.log = ActionLog()
@@ -154,13 +168,14 @@ class Soak:
             "ms") else float(self.cfg.scrape_interval.removesuffix("s"))
         actuator = CheckedActuator(SimActuator(self.sim, journal=self.journal), self.lock, ledger=self.ledger,
                                    stale=self.stale, budget=self.budget, log=self.log, cycle=lambda: self.cycle,
-                                   mirror=self.mirror)
+                                   mirror=self.mirror, taints=self.taints, reconcile=lambda: self.reconciles)
         elector = self._elector(identity)
 
         def build(metrics, act) -> Reconciler:
             source = PrometheusTelemetrySource(PrometheusOptions(
                 url=self.prom.url, scrape_interval_s=interval, retries=1, backoff_s=0.1, timeout_s=3.0),
-                fleet=self.sim.fleet, workload_overrides=self._owners)
+                fleet=self.sim.fleet, workload_overrides=self._owners,
+                node_overrides=sim_node_meta(self.sim, self.lock, time.time))
             return Reconciler(source=source, actuator=act, policy=self.policy, metrics=metrics, audit=self.audit,
                               clock=lambda: self.sim.time, elector=elector)
 
@@ -230,6 +245,9 @@ class Soak:
         self.leaders.checked += 1
         if acting > 1:
             self.leaders.breach(self.cycle, f"{acting} replicas acted")
+        led = any(r.alive and r.last is not None and r.last.status == "ok" for r in self.replicas)
+        self.taints.after_reconcile(self.reconciles, led, self.cycle)
+        self.reconciles += 1
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -280,11 +298,13 @@ class Soak:
                 fault.begin(self, rec)
                 active = (fault, rec)
                 self.say(f"  [cycle {cycle}] fault: {fault.name} {rec.notes or ''}".rstrip())
-            with self.lock:
-                self.sim.advance_to(self.sim.time + self.cycle_s)
-            self.ledger.after_cycle(cycle)
-            self._wait_fresh(time.time(), cap_s=3.0)
-            self._reconcile(active)
+            for step in range(self.steps):
+                with self.lock:
+                    self.sim.advance_to(self.sim.time + self.cycle_s / self.steps)
+                if step == 0:
+                    self.ledger.after_cycle(cycle)
+                self._wait_fresh(time.time(), cap_s=3.0)
+                self._reconcile(active)
             if active and hasattr(active[0], "during"):
                 active[0].during(self, active[1])
             self.alerts.update(self, cycle)
@@ -313,6 +333,7 @@ class Soak:
     def _summary(self, wall_s: float, n_cycles: int, every: int) -> dict[str, Any]:
         self.memory.finish(n_cycles)
         self.ledger.finish(n_cycles, self.journal)
+        self.taints.finish()
         faults = Check("alerts fire and resolve per fault class",
                        "each fault's alert fires while it lasts and clears after; its class check passes")
         for rec in self.alerts.records:
@@ -329,7 +350,8 @@ class Soak:
             row["resolved"] += rec.resolved_cycle is not None
             row["ok"] += rec.ok
         faults.detail = ", ".join(f"{r['fault']} {r['ok']}/{r['injected']}" for r in by_class.values())
-        checks = [self.ledger.check, self.stale.check, self.budget.check, self.memory.check, faults, self.leaders]
+        checks = [self.ledger.check, self.stale.check, self.budget.check, self.memory.check, faults, self.leaders,
+                  self.taints.check]
         rows = [c.row() for c in checks]
         return {"config": asdict(self.cfg), "wall_s": round(wall_s, 1), "cycles": n_cycles,
                 "fault_every_cycles": every, "gpus": self.sim.n_gpus, "simulated_days": round(

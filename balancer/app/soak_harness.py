@@ -13,6 +13,9 @@
 * `KubeMirror` (when the in-test Kubernetes API is available) sends every migrate/taint/power-cap through the
   real `KubernetesActuator` first; only what the API accepted is applied to the simulator, so 429/409/500
   answers must leave the simulated workloads untouched.
+* `sim_node_meta` plays the Kubernetes node list for a Prometheus source (`node_overrides`): the simulated nodes'
+  taints, power caps and hot-taint expiry, the expiry moved onto the source's clock.
+* `TaintWatch` checks that a node kept hot for longer than the taint's TTL kept its hot taint without a gap.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.sim import SimActuator
-from balancer.app.soak_checks import BudgetCheck, StaleGuard, WorkloadLedger
+from balancer.app.soak_checks import BudgetCheck, Check, StaleGuard, WorkloadLedger
 from balancer.loop import CycleReport, Reconciler
 from balancer.metrics import ControllerMetrics
-from balancer.model import Action, ClusterSnapshot, Migrate, SetPowerLimit, TaintNode
+from balancer.model import Action, ClusterSnapshot, Migrate, NodeMeta, SetPowerLimit, TaintNode
 from balancer.sim import SimCluster
 from exporters.backends.sim import SimBackend
 from exporters.collector import GpuCollector
@@ -143,8 +147,10 @@ class CheckedActuator:
 
     def __init__(self, sim_actuator: SimActuator, lock: threading.Lock, *, ledger: WorkloadLedger,
                  stale: StaleGuard, budget: BudgetCheck, log: ActionLog, cycle: Callable[[], int],
-                 mirror: KubeMirror | None = None) -> None:
-        self.inner, self.lock, self.mirror = sim_actuator, lock, mirror
+                 mirror: KubeMirror | None = None, taints: TaintWatch | None = None,
+                 reconcile: Callable[[], int] | None = None) -> None:
+        self.inner, self.lock, self.mirror, self.taints = sim_actuator, lock, mirror, taints
+        self.reconcile = reconcile or cycle   # the budgets are per reconcile
         self.ledger, self.stale, self.budget, self.log, self.cycle = ledger, stale, budget, log, cycle
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
@@ -164,13 +170,90 @@ class CheckedActuator:
                 self.ledger.after_action(cycle, action, before)
             if result.outcome == Outcome.APPLIED:
                 self.log.applied += 1
-                self.budget.on_applied(cycle, self.inner.sim.time, action, snapshot)
-        self.log.count(self.log.outcomes, f"{action.kind}:{result.outcome}")
+                if not (isinstance(action, TaintNode) and action.renew):   # outside the budgets, as the guard keeps it
+                    self.budget.on_applied(self.reconcile(), self.inner.sim.time, action, snapshot)
+        kind = "taint_node(renew)" if isinstance(action, TaintNode) and action.renew else action.kind
+        self.log.count(self.log.outcomes, f"{kind}:{result.outcome}")
         return result
 
     def recover(self) -> list[str]:
         with self.lock:
-            return self.inner.recover()
+            return self._noted(self.inner.recover())
+
+    def housekeeping(self) -> list[str]:
+        """The loop's per-cycle hook: the simulator's expired hot taints are removed (`SimActuator.housekeeping`)."""
+        with self.lock:
+            notes = self.inner.housekeeping()
+            if self.mirror is not None:   # the API's copy of the taint expires too (its notes repeat the simulator's)
+                self.mirror.actuator.housekeeping()
+            return self._noted(notes)
+
+    def _noted(self, notes: list[str]) -> list[str]:
+        if self.taints is not None:
+            self.taints.expired(notes)
+        return notes
+
+
+def sim_node_meta(sim: SimCluster, lock: threading.Lock,
+                  clock: Callable[[], float]) -> Callable[[], dict[str, NodeMeta]]:
+    """`node_overrides` for a Prometheus source reading a simulated fleet: what the Kubernetes node list would say
+    (`SimCluster.node_meta`), each hot-taint expiry moved from the simulator's clock onto `clock` (the source's, which
+    stamps the snapshot) by the time left: the planner compares `Node.hot_until` with `snapshot.time`."""
+
+    def read() -> dict[str, NodeMeta]:
+        with lock:
+            meta, now = sim.node_meta(), clock()
+            left = now - sim.time
+        return {name: dataclasses.replace(m, hot_until=m.hot_until + left) if m.hot_until is not None else m
+                for name, m in meta.items()}
+
+    return read
+
+
+class TaintWatch:
+    """A node tainted hot for longer than the TTL keeps its taint without a gap: the leader renews it. A taint that
+    expired (`housekeeping`) right after a normal leader cycle, and is written again by the next reconcile (the node
+    was still hot), is a gap: that cycle had the taint within `RENEW_WITHIN_S` of its expiry and did not renew it. An
+    expiry after a dead, standby or fail-static cycle is the TTL doing its job (a controller that cannot act lets
+    the taint lapse). Checked: each taint that outlived the TTL (so was renewed at least once)."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+        self.check = Check("hot taint renewed without a gap",
+                           f"a node tainted for longer than the TTL ({HOT_TAINT_TTL_S:.0f} s) is never untainted "
+                           "by expiry and tainted again while a leader was acting")
+        self._since: dict[str, float] = {}      # tainted node -> since when (simulated)
+        self._lapsed: dict[str, int] = {}       # node whose taint expired after a normal leader cycle -> reconcile
+        self._reconcile, self._led = 0, False   # the last reconcile looked at; whether a leader ran it normally
+        self.longest = 0.0
+
+    def expired(self, notes: list[str]) -> None:
+        for note in notes:
+            if note.endswith(": hot taint expired") and self._led:
+                self._lapsed[note.split(":")[0]] = self._reconcile + 1
+
+    def after_reconcile(self, reconcile: int, led: bool, cycle: int) -> None:
+        now = self.sim.time
+        tainted = {n.name for n in self.sim.fleet.nodes if self.sim.has_taint(n.name)}
+        for node in sorted(tainted & set(self._lapsed)):
+            self.check.breach(cycle, f"{node}: hot taint expired (reconcile {self._lapsed[node]}) after a normal "
+                                     "leader cycle and was written again: the node was still hot, not renewed")
+        self._lapsed = {n: r for n, r in self._lapsed.items() if n not in tainted and r >= reconcile}
+        self._reconcile, self._led = reconcile, led
+        for node in set(self._since) - tainted:
+            self._record(self._since.pop(node), now)
+        for node in tainted:
+            self._since.setdefault(node, now)
+
+    def finish(self) -> None:
+        for since in self._since.values():
+            self._record(since, self.sim.time)
+        self._since = {}
+        self.check.detail = f"longest hot taint {self.longest / 60:.0f} min"
+
+    def _record(self, since: float, until: float) -> None:
+        self.longest = max(self.longest, until - since)
+        self.check.checked += until - since > HOT_TAINT_TTL_S
 
 
 class LeaseAdapter:

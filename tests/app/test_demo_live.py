@@ -45,6 +45,16 @@ def test_the_controller_holds_still_while_the_exporter_is_down(live):
     assert "GpuTemperatureHigh" in res.alerts_seen or "GpuNearSlowdownTemperature" in res.alerts_seen
 
 
+def test_the_hot_nodes_taint_is_renewed_and_never_lapses(live):
+    # the fault node stays hot for longer than the taint's TTL (15 min; 2 min per cycle): the planner, seeing the
+    # expiry through the simulated node list, renews it, so housekeeping never removes it
+    out, res = live
+    renewals = [a for a in res.actions if a["kind"] == "taint_node" and a["gain"] == 0.0
+                and a["reason"].startswith("node still hot")]
+    assert renewals and all(a["target"] == res.fault_node for a in renewals)
+    assert "hot taint expired" not in (out / "audit.jsonl").read_text()
+
+
 def test_the_audit_log_records_every_action(live):
     out, res = live
     lines = (out / "audit.jsonl").read_text().splitlines()

@@ -25,7 +25,8 @@ def summary(tmp_path_factory):
 
 
 INVARIANTS = ["no workload lost or without a place", "no action on stale data", "no budget exceeded",
-              "controller memory flat", "alerts fire and resolve per fault class", "one leader at a time"]
+              "controller memory flat", "alerts fire and resolve per fault class", "one leader at a time",
+              "hot taint renewed without a gap"]
 
 
 @pytest.mark.parametrize("name", INVARIANTS, ids=lambda n: n.replace(" ", "-"))
@@ -63,3 +64,8 @@ def test_summary_and_table_are_written(summary):
     out = summary["_out"]
     assert json.loads((out / "soak-summary.json").read_text())["all_held"] is True
     assert "| no budget exceeded | yes |" in (out / "soak-invariants.md").read_text()
+
+
+def test_hot_taints_were_renewed_through_prometheus(summary):
+    # the planner saw the simulated taints' expiry (sim_node_meta) on the snapshot's clock and renewed them
+    assert summary["actions"].get("taint_node(renew):applied", 0) > 0, summary["actions"]
