@@ -18,21 +18,31 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from itertools import compress
+from operator import attrgetter
+
+import numpy as np
 
 from balancer.model import ClusterSnapshot, WorkloadClass
+from balancer.plan.columns import _CLASS_CODE, workload_columns
 
 
 def shrunk_jobs(snapshot: ClusterSnapshot, remembered: Mapping[str, int]) -> dict[str, int]:
     """{job: workers before gputide's hotspot shrink} still to give back: what the snapshot's jobs record and what
     this planner remembers (`remembered`, acknowledged shrinks the job's record may not show yet), less the jobs that
-    are gone, the operator's and the ones already back at that size (the module docstring)."""
+    are gone, the operator's and the ones already back at that size (the module docstring). Runs every cycle over
+    every workload: C-level maps, Python only for the few pods that carry a record."""
+    ws = snapshot.workloads
+    froms = np.fromiter(map(attrgetter("shrunk_from"), ws), dtype=np.int64, count=len(ws))
+    voids = np.fromiter(map(attrgetter("shrink_overridden"), ws), dtype=bool, count=len(ws))
     recorded: dict[str, int] = {}
-    overridden: set[str] = set()
-    for w in snapshot.workloads:
-        if w.shrunk_from > 0:
-            recorded[w.owner] = max(recorded.get(w.owner, 0), w.shrunk_from)
-        elif w.shrink_overridden:
-            overridden.add(w.owner)
-    workers = Counter(w.owner for w in snapshot.workloads if w.workload_class is WorkloadClass.TRAINING)
+    for i in np.flatnonzero(froms > 0).tolist():
+        recorded[ws[i].owner] = max(recorded.get(ws[i].owner, 0), int(froms[i]))
+    overridden = {ws[i].owner for i in np.flatnonzero(voids & (froms <= 0)).tolist()}
+    if not recorded and not remembered:
+        return {}
+    c = workload_columns(snapshot)
+    training = c.cls == _CLASS_CODE[WorkloadClass.TRAINING]
+    workers = Counter(compress(c.owners, training.tolist()))   # training pods per job, placed or not
     owed = {**{j: n for j, n in remembered.items() if j not in overridden}, **recorded}
     return {j: n for j, n in owed.items() if 0 < workers[j] < n}
