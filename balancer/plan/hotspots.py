@@ -188,8 +188,10 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
     # a node no longer hot (its inherited taint included: `HotspotState.inherited`) is opened again
     actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
     # not yet cool: a hotspot, an inherited taint, or a hot reading a restarted controller has not counted out yet
-    warm = _placed_on(s, state.active | state.inherited | (state.hot_streak > 0))
-    busy_jobs = {s.workload_by_name[n].owner for names in warm.values() for n in names if n in s.workload_by_name}
+    if not shrunk:
+        return actions
+    warm = np.flatnonzero(state.active | state.inherited | (state.hot_streak > 0))
+    busy_jobs = {w.owner for g in warm.tolist() for w in s.workloads_on(g)}
     return actions + _give_back_workers(proj, shrunk, busy_jobs)
 
 
