@@ -5,6 +5,14 @@ GPU also serving that service is shrunk by the number of such workers (never bel
 a protected job). The original size is remembered in `ColocationState.shrunk`; once the service's p99 has stayed
 under `sloSlack` x SLO for `slackReadings` consecutive cycles the job is scaled back. State is immutable and
 passed in and out, like the hotspot streaks.
+
+A job a hotspot shrank carries that shrink's record (`balancer.plan.shrink_records`: the workers it had before, on a
+Kubernetes Job `gputide.io/shrunk` `{"from": N, "to": M}`), which is valid only while the job runs the "to" it
+records. Co-location's shrink and give-back of such a job (`owed`) carry the record's "from"
+(`ScaleTraining.shrunk_from`), so the same write moves its "to" to the job's new size: the record stays valid and the
+hotspot planner still gives the job its N workers once its node is cool, after co-location has given its own back.
+Without it the next read found the job resized by someone else, the record void, and the workers the hotspot took
+were never given back.
 """
 
 from __future__ import annotations
@@ -31,13 +39,16 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     return replace(state, slack_streak=MappingProxyType(streak))
 
 
-def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection) -> list[Action]:
+def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
+            owed: Mapping[str, int] = MappingProxyType({})) -> list[Action]:
+    """Shrinks for pressured services and give-backs for those with slack; `owed`: {job: workers before a hotspot
+    shrink} still to give back, whose record each resize keeps (the module docstring)."""
     cp = policy.colocation
     if not cp.enabled or not snapshot.services:
         return []
     pressured = {n for n, st in snapshot.services.items() if st.p99_latency_s > cp.slo_pressure * st.slo_latency_s}
-    actions = _shrinks(snapshot, policy, state, proj, pressured) if pressured else []
-    return actions + _give_backs(snapshot, policy, state, proj)
+    actions = _shrinks(snapshot, policy, state, proj, pressured, owed) if pressured else []
+    return actions + _give_backs(snapshot, policy, state, proj, owed)
 
 
 def _crowding(s: ClusterSnapshot, policy: BalancerPolicy, pressured: set[str]) -> dict[str, list[str]]:
@@ -58,7 +69,7 @@ def _crowding(s: ClusterSnapshot, policy: BalancerPolicy, pressured: set[str]) -
 
 
 def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
-             pressured: set[str]) -> list[Action]:
+             pressured: set[str], owed: Mapping[str, int]) -> list[Action]:
     """Each crowding job shrunk by a worker per service it crowds, down to its elastic minimum."""
     actions: list[Action] = []
     for job, services in sorted(_crowding(s, policy, pressured).items()):
@@ -70,13 +81,14 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
             svc = services[0]
             st = s.services[svc]
             actions.append(ScaleTraining(
-                job=job, workers=new, previous_workers=now, cause="colocation_slo",
+                job=job, workers=new, previous_workers=now, cause="colocation_slo", shrunk_from=owed.get(job),
                 reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
                        "on GPUs shared with this job"))
     return actions
 
 
-def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection) -> list[Action]:
+def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
+                owed: Mapping[str, int]) -> list[Action]:
     """Shrunk jobs scaled back once their service has had `slackReadings` cycles of slack (or is gone)."""
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
@@ -84,6 +96,7 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
             now = proj.workers.get(job, 0)
             if now < workers:
                 actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now, cause="colocation_slack",
+                                             shrunk_from=owed.get(job),
                                              reason=f"{svc} has latency slack again: give the workers back"))
     return actions
 

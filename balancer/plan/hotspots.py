@@ -171,9 +171,10 @@ def _movable(w, policy: BalancerPolicy) -> bool:
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
             tainted: frozenset[str], throttled: Mapping[str, float], shrunk: Mapping[str, int],
-            refused: frozenset[str] = frozenset()) -> list[Action]:
+            refused: frozenset[str] = frozenset(), held: frozenset[str] = frozenset()) -> list[Action]:
     """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation). `refused`:
-    workloads whose migration was recently refused or failed; their GPUs are throttled instead."""
+    workloads whose migration was recently refused or failed; their GPUs are throttled instead. `held`: shrunk jobs
+    another planner holds smaller still (co-location): their workers are given back only after its own give-back."""
     s = snapshot
     actions: list[Action] = []
     hot_node_set = hot_nodes(s, state)
@@ -192,7 +193,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
         return actions
     warm = np.flatnonzero(state.active | state.inherited | (state.hot_streak > 0))
     busy_jobs = {w.owner for g in warm.tolist() for w in s.workloads_on(g)}
-    return actions + _give_back_workers(proj, shrunk, busy_jobs)
+    return actions + _give_back_workers(proj, shrunk, busy_jobs | held)
 
 
 def _placed_on(s: ClusterSnapshot, gpus: np.ndarray) -> dict[int, list[str]]:

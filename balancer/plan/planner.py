@@ -92,9 +92,11 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     refused = {w: t for w, t in state.refused_moves.items() if snapshot.time - t < policy.hotspots.refused_retry_s}
     throttled = {**hotspots.gputide_caps(snapshot),
                  **{u: w for u, w in state.throttled.items() if u in snapshot.gpu_by_uuid}}
+    # a job co-location holds shrunk gets co-location's give-back first: the hotspot's now would undo a QoS shrink
+    held = frozenset(j for j, (n, _) in co.shrunk.items() if proj.workers.get(j, 0) < n)
     proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, shrunk,
-                                 frozenset(refused))
-    proposals += colocation.propose(snapshot, policy, co, proj)
+                                 frozenset(refused), held)
+    proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
     renewals = _renewals(snapshot, hot, state.tainted) if policy.hotspots.taint_hot_nodes else ()

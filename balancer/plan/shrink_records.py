@@ -6,7 +6,8 @@ remembers the shrinks it acknowledged (`PlannerState.shrunk`). `shrunk_jobs` mer
 what is still owed:
 
 * a job with no pod in the snapshot is gone (finished, deleted, stopped) and forgotten;
-* a job whose record is void (`Workload.shrink_overridden`: resized since by someone else) is the operator's;
+* a job whose record is void (`Workload.shrink_overridden`: resized since by someone else) is the operator's
+  (co-location's resizes of an owed job keep its record valid: they write its new size as the record's "to");
 * a job that already runs as many workers as it had before the shrink, or more (grown back by the capacity planner's
   tide or co-location), is done: no give-back is proposed, and the hotspot planner may shrink it again.
 
