@@ -9,8 +9,11 @@ cap bound the tide exactly as they bound hotspot moves.
 
 Elastic training jobs are then sized by the tide: the hotspot planner's give-back of workers it shrank (after a
 hotspot cooled) is dropped for them, since it would grow a job into GPUs just reclaimed for inference; idle GPUs
-reach training through the capacity plan's own growth. The two planners never touch one workload in the same
-cycle: when the hotspot plan already acts on a service
+reach training through the capacity plan's own growth. A job's shrink record (`gputide.io/shrunk`) stays valid until
+the tide resizes the job, so the give-back is proposed again every cycle: each plan that drops it says so in a note
+naming the job, the same text while it lasts (the loop logs a note once while it lasts), and its gain is taken out of
+the plan's `objective_after` (before, it was dropped silently and its gain still counted). The two planners never
+touch one workload in the same cycle: when the hotspot plan already acts on a service
 or a training job (a migration of one of its pods, a shrink), the whole capacity decision waits one cycle,
 with a note, and its hysteresis state is not advanced (the plan it would have made did not happen).
 
@@ -58,6 +61,33 @@ def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, Serv
     return sorted(n for n, st in snapshot.services.items() if n in profiles and st.replicas > 0 and not serving(n))
 
 
+def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
+                         managed: set[str]) -> tuple[Plan, planner_mod.PlannerState]:
+    """`plan` without the growths of the jobs the tide sizes (`managed`), and `state` without the hotspot planner's
+    memory of their shrinks. Elastic training is sized by the tide: the hotspot planner's "give the workers back"
+    after a cooled hotspot would grow a job into GPUs the capacity plan reclaimed for inference; idle GPUs reach
+    training through the capacity plan's own growth instead. Each growth dropped gets a note (no number in it that
+    changes while the job does not, so the loop logs it once) and its gain leaves `objective_after`."""
+    grows = [a for a in plan.actions if isinstance(a, ScaleTraining) and a.job in managed
+             and a.workers > a.previous_workers]
+    if grows:
+        notes = tuple(f"dropped {a.kind} {a.job}: {_whose(a)} {a.previous_workers} -> {a.workers} workers is left to "
+                      "the tide, which sizes elastic training in capacity mode (it would grow the job into GPUs the "
+                      "capacity plan may reclaim for inference; idle GPUs reach it through the capacity plan's growth)"
+                      for a in grows)
+        plan = replace(plan, actions=tuple(a for a in plan.actions if a not in grows), notes=plan.notes + notes,
+                       objective_after=plan.objective_after + sum(a.expected_gain for a in grows))
+    if managed & set(state.shrunk):
+        state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
+    return plan, state
+
+
+def _whose(a: ScaleTraining) -> str:
+    if a.shrunk_from == 0:
+        return "the hotspot give-back"
+    return "co-location's give-back" if a.cause == "colocation_slack" else "the growth"
+
+
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                        state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
                        capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
@@ -75,15 +105,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
                 replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
     state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts)
-    # elastic training is sized by the tide now: the hotspot planner's "give the workers back" after a cooled
-    # hotspot would grow a job into GPUs the capacity plan reclaimed for inference; idle GPUs reach training
-    # through the capacity plan's own growth instead
-    managed = {j.name for j in view.jobs}
-    giveback = [a for a in plan.actions if isinstance(a, ScaleTraining) and a.job in managed
-                and a.workers > a.previous_workers]
-    if giveback or managed & set(state.shrunk):
-        plan = replace(plan, actions=tuple(a for a in plan.actions if a not in giveback))
-        state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
+    plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
         # a Job at parallelism 0 has no pods: a source that cannot list suspended jobs would lose it for good
         capacity_policy = replace(capacity_policy, allow_suspend=False)
