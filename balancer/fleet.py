@@ -17,8 +17,11 @@ A fleet spec is a small versioned YAML document::
           site: site-a
           cooling: liquid          # air | liquid
           inletC: 25
+          mig: [3g.40gb, 2g.20gb, 2g.20gb]   # optional: every GPU of the group in MIG mode, so partitioned
 
 Validation errors name the file, the field path, the value and what is allowed (`InputError`, exit code 2).
+A ``mig`` partition must use profiles the model offers and fit one GPU (`balancer.mig.check_partition`); it is
+kept per node in `Fleet.mig` and changes nothing but what the simulated exporter publishes (per GPU instance).
 `alibaba_fleet()` turns the Alibaba v2023 node list into the same structures.
 """
 
@@ -28,13 +31,14 @@ import csv
 import re
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
-from balancer import catalog
+from balancer import catalog, mig
 from balancer.errors import InputError
 from balancer.model import Gpu, Node
 from balancer.yamlfile import API_VERSION as API_VERSION  # re-exported: documents name it
@@ -42,7 +46,7 @@ from balancer.yamlfile import document_name, expect_kind, read_yaml
 
 _GROUP_FIELDS = {
     "namePrefix": str, "count": int, "gpuModel": str, "gpusPerNode": int, "nvlinkDomainSize": int,
-    "cpuMilli": int, "memoryMiB": int, "site": str, "cooling": str, "inletC": (int, float), "pool": str,
+    "cpuMilli": int, "memoryMiB": int, "site": str, "cooling": str, "inletC": (int, float), "pool": str, "mig": list,
 }
 _COOLING = ("air", "liquid")
 
@@ -52,14 +56,17 @@ class Fleet:
     name: str
     nodes: tuple[Node, ...]
     gpus: tuple[Gpu, ...]
+    # node name -> the MIG profiles each of its GPUs is partitioned into (`balancer.mig`); absent: no MIG
+    mig: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     @property
     def n_gpus(self) -> int:
         return len(self.gpus)
 
 
-def build(name: str, nodes: Sequence[Node]) -> Fleet:
-    """Derive the GPUs (stable UUIDs, PCI ids, fleet-wide NVLink island ids) from the nodes."""
+def build(name: str, nodes: Sequence[Node], mig_of: Mapping[str, tuple[str, ...]] | None = None) -> Fleet:
+    """Derive the GPUs (stable UUIDs, PCI ids, fleet-wide NVLink island ids) from the nodes; `mig_of`: the MIG
+    partition of each node's GPUs, by node name (`Fleet.mig`)."""
     gpus: list[Gpu] = []
     domain = 0
     tag = zlib.crc32(name.encode()) & 0xFFFF
@@ -77,7 +84,7 @@ def build(name: str, nodes: Sequence[Node]) -> Fleet:
                 pci_bus_id=f"00000000:{0x18 + slot * 0x10 & 0xFF:02X}:00.0",
                 nvlink_domain=domain - 1 if size else -1,
             ))
-    return Fleet(name=name, nodes=tuple(nodes), gpus=tuple(gpus))
+    return Fleet(name=name, nodes=tuple(nodes), gpus=tuple(gpus), mig=MappingProxyType(dict(mig_of or {})))
 
 
 # allowed ranges, checked by `_field` (ints compared before any float(): a 400-digit integer would overflow it)
@@ -140,12 +147,13 @@ def _group(group: Any, path: str, file: str | None) -> dict[str, Any]:
     cooling = _field(group, "cooling", path, file, default="air")
     if cooling not in _COOLING:
         raise InputError(file, f"{path}.cooling", cooling, " | ".join(_COOLING))
+    partition = mig.check_partition(model, group["mig"], file, f"{path}.mig") if "mig" in group else ()
     return {"prefix": prefix, "count": count, "gpu_model": model, "gpu_count": per_node, "nvlink_domain_size": nvl, "cooling": cooling,
             "inlet_c": float(_field(group, "inletC", path, file, default=25.0)),
             "cpu_milli": _field(group, "cpuMilli", path, file, default=64000),
             "memory_mib": _field(group, "memoryMiB", path, file, default=262144),
             "site": _field(group, "site", path, file, default="site-a"),
-            "pool": _field(group, "pool", path, file, default="")}
+            "pool": _field(group, "pool", path, file, default=""), "mig": partition}
 
 
 def from_dict(doc: Any, file: str | None = None) -> Fleet:
@@ -161,11 +169,12 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
     if not isinstance(groups, list) or not groups:
         raise InputError(file, "spec.nodeGroups", groups, "a non-empty list of node groups")
     nodes: list[Node] = []
+    mig_of: dict[str, tuple[str, ...]] = {}
     seen: set[str] = set()
     for i, group in enumerate(groups):
         path = f"spec.nodeGroups[{i}]"
         settings = _group(group, path, file)
-        prefix, count = settings.pop("prefix"), settings.pop("count")
+        prefix, count, partition = settings.pop("prefix"), settings.pop("count"), settings.pop("mig")
         width = max(2, len(str(count - 1)))
         if not _NODE_NAME.fullmatch(f"{prefix}{0:0{width}d}") or not _NODE_NAME.fullmatch(f"{prefix}{count - 1}"):
             raise InputError(file, f"{path}.namePrefix", prefix, "a prefix of Kubernetes node names: lower-case "
@@ -176,10 +185,12 @@ def from_dict(doc: Any, file: str | None = None) -> Fleet:
                 raise InputError(file, f"{path}.namePrefix", prefix, "a prefix that gives unique node names")
             seen.add(node_name)
             nodes.append(Node(name=node_name, **settings))
+            if partition:
+                mig_of[node_name] = partition
     if not any(n.gpu_count for n in nodes):
         raise InputError(file, "spec.nodeGroups", "0 GPUs", "node groups with at least one GPU in all (gpusPerNode "
                          "> 0 in one of them)")
-    return build(name, nodes)
+    return build(name, nodes, mig_of)
 
 
 def load(path: str | Path) -> Fleet:

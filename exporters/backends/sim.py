@@ -9,24 +9,64 @@ Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %)
 bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. The
 row-remapper fields of a model without one (before Ampere), which NVML answers with NotSupported, are reported as
 unsupported (no series, no error), online or not, as the NVML backend reports them.
+
+A GPU whose node the fleet spec partitions (``mig:``, `balancer.fleet`) is in MIG mode: as with the NVML backend on
+a Hopper board, it has no GPU-level utilisation or SM activity (both unsupported), and ``DCGM_FI_PROF_SM_ACTIVE``
+per GPU instance (`GpuReadings.instances`: ``GPU_I_ID`` 1, 2, ... in the declared order, ``GPU_I_PROFILE`` its
+profile). The simulator itself knows no instances (its pods hold whole GPUs, and the join table names no
+instance), so the GPU's simulated SM activity is split over its instances as if its work filled them in order:
+``activity x the instances' compute slices`` is poured into the first instance up to 100 %, the rest into the
+next, and so on. Their mean weighted by compute slices, which the recording rules compute as the GPU's
+``gpu:sm_active:ratio``, is the simulated GPU's activity again.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 
 import numpy as np
 
-from balancer import catalog
+from balancer import catalog, mig
+from balancer.model import Gpu
 from balancer.sim import SimCluster
-from exporters.backends.base import GpuIdentity, GpuReadings, ServiceReading, WorkloadInfo
+from exporters.backends.base import GpuIdentity, GpuReadings, InstanceReading, ServiceReading, WorkloadInfo
 from exporters.collector import GPU_FIELD_NAMES
 
 REMAPPER_FIELDS = ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
                    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING")
+MIG_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE")   # NotSupported per GPU in MIG mode
+
+
+class MigLayout:
+    """The GPU instances of the MIG GPUs among `gpus` (by their node's partition in `mig_of`), one array entry per
+    instance; `read` splits each GPU's SM activity over its instances (module docstring)."""
+
+    def __init__(self, gpus: tuple[Gpu, ...], mig_of: Mapping[str, tuple[str, ...]]) -> None:
+        rows = []
+        for k, g in enumerate(gpus):
+            partition = mig_of.get(g.node, ())
+            sizes = [mig.compute_slices(p) for p in partition]
+            rows.extend((k, str(n + 1), p, size, sum(sizes[:n]), sum(sizes))
+                        for n, (p, size) in enumerate(zip(partition, sizes)))
+        self._pos = np.array([r[0] for r in rows], dtype=np.int64)
+        self.gpus = np.unique(self._pos)   # positions of the MIG GPUs
+        self._ids = [r[1] for r in rows]
+        self._profiles = [r[2] for r in rows]
+        self._slices, self._before, self._covered = (np.array([r[i] for r in rows], dtype=float) for i in (3, 4, 5))
+
+    def read(self, sm_active: np.ndarray, online: np.ndarray) -> tuple[InstanceReading, ...]:
+        """Each instance of an online GPU: its share of the GPU's work over its own slices, rounded as dcgm-exporter
+        rounds SM activity."""
+        if not self._ids:
+            return ()
+        work = sm_active[self._pos] * self._covered - self._before
+        value = np.round(np.clip(work / self._slices, 0.0, 1.0), 4)
+        keep = online[self._pos] & np.isfinite(value)
+        return tuple(InstanceReading(k, gi, p, v) for k, gi, p, v, ok in zip(
+            self._pos.tolist(), self._ids, self._profiles, value.tolist(), keep.tolist()) if ok)
 
 
 class SimBackend:
@@ -52,8 +92,11 @@ class SimBackend:
             GpuIdentity(gpu=str(g.slot), uuid=g.uuid, pci_bus_id=g.pci_bus_id, device=f"nvidia{g.slot}",
                         model_name=catalog.CATALOGUE[g.model].model_name, hostname=g.node)
             for g in gpus)
-        self._unsupported = tuple((g.uuid, name) for g, has in zip(self.identity, self._remapper) if not has
-                                  for name in REMAPPER_FIELDS)   # NVML's NotSupported: the model has no remapper
+        self._mig = MigLayout(gpus, sim.fleet.mig)
+        in_mig = set(self._mig.gpus.tolist())
+        self._lacks = [(() if has else REMAPPER_FIELDS) + (MIG_FIELDS if k in in_mig else ())
+                       for k, has in enumerate(self._remapper)]   # NVML's NotSupported: no remapper; MIG mode
+        self._unsupported = tuple((g.uuid, name) for g, lacks in zip(self.identity, self._lacks) for name in lacks)
 
     def read(self) -> GpuReadings:
         with self._lock or nullcontext():
@@ -88,17 +131,19 @@ class SimBackend:
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": remap + mem.remap_failure[i],
             "DCGM_FI_DEV_ROW_REMAP_PENDING": remap + mem.remap_pending[i],
         }
+        for name in MIG_FIELDS:
+            values[name][self._mig.gpus] = np.nan
         errors: list[tuple[str, str]] = []
         if not online.all():
             for k in np.flatnonzero(~online).tolist():
-                lacks = () if self._remapper[k] else REMAPPER_FIELDS
                 errors.extend((self.identity[k].uuid, name) for name in GPU_FIELD_NAMES
-                              if name != "DCGM_FI_DEV_XID_ERRORS" and name not in lacks)
+                              if name != "DCGM_FI_DEV_XID_ERRORS" and name not in self._lacks[k])
             for name in GPU_FIELD_NAMES:
                 if name != "DCGM_FI_DEV_XID_ERRORS":
                     values[name] = np.where(online, values[name], np.nan)
         return GpuReadings(identity=self.identity, values=values, errors=tuple(errors), unsupported=self._unsupported,
-                           workloads=self._workloads(), services=self._services())
+                           workloads=self._workloads(), instances=self._mig.read(s.sm_active[i], online),
+                           services=self._services())
 
     def _workloads(self) -> tuple[WorkloadInfo, ...]:
         version = self.sim.placement_version
