@@ -6,8 +6,9 @@ Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range qu
 
 - timeseries: lines (stacked areas or bars when the panel stacks or draws bars), every dashboard annotation
   (e.g. GPU loans and reclaims) as vertical lines in its own `iconColor`;
-- heatmap: one row per series (per GPU) and one column per step, the colour being the value, exactly what
-  Grafana's heatmap panel with `calculate: false` shows;
+- heatmap: one row per series (per GPU, or per MIG instance) and one column per step, the colour being the
+  value, exactly what Grafana's heatmap panel with `calculate: false` shows, the rows counted by the noun of the
+  panel's y-axis label;
 - table with `groupingToMatrix` (node x GPU grid): a row-label x column-label image of the last values;
 - other tables, bar gauges and stats: the last value of each series.
 
@@ -266,6 +267,12 @@ def heatmap_matrix(data: list[tuple[str, Series]], start: float, end: float, ste
     return [name for name, _ in data], grid, image
 
 
+def heatmap_rows(panel: dict, n: int) -> str:
+    """What the `n` rows of a heatmap are, from its y-axis label: "5 GPUs", "21 MIG instances"."""
+    noun = str(panel.get("options", {}).get("yAxis", {}).get("axisLabel") or "GPU").split(" (")[0]
+    return f"{n} {noun}s"
+
+
 def _draw_heatmap(fig, ax, panel, data, unit, start, end, step) -> None:
     names, grid, image = heatmap_matrix(data, start, end, step)
     cmap = _CMAPS.get(panel.get("options", {}).get("color", {}).get("scheme", ""), "turbo")
@@ -274,7 +281,7 @@ def _draw_heatmap(fig, ax, panel, data, unit, start, end, step) -> None:
     fig.colorbar(shown, ax=ax, format=lambda v, _pos: format_value(v, unit), pad=0.01)
     ticks = np.linspace(0, len(names) - 1, min(len(names), 16)).round().astype(int)
     ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=5)
-    ax.set_ylabel(f"{len(names)} GPUs")
+    ax.set_ylabel(heatmap_rows(panel, len(names)))
 
 
 def _draw_matrix(fig, ax, data, unit, row_label, column_label) -> None:

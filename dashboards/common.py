@@ -160,16 +160,18 @@ def timeseries_panel(title: str, description: str, unit: str, queries, *, w: int
 
 
 def gpu_heatmap_panel(title: str, description: str, unit: str, expr: str, *, scheme: str = "Turbo",
-                      w: int = 12, h: int = 10) -> heatmap.Panel:
-    """One row per GPU, one column per time step (see the module docstring)."""
+                      w: int = 12, h: int = 10, legend: str = GPU_LEGEND,
+                      y_label: str = "GPU (hostname/index)") -> heatmap.Panel:
+    """One row per GPU (or per series `legend` names, e.g. a MIG instance), one column per time step (see the
+    module docstring)."""
     panel = _common(heatmap.Panel(), title, description, unit, w, h)
     return (
-        panel.with_target(q(expr, GPU_LEGEND))
+        panel.with_target(q(expr, legend))
         .calculate(False)
         .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.UNKNOWN))
         .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme(scheme)
                .scale(hm.HeatmapColorScale.LINEAR).steps(64))
-        .y_axis(heatmap.YAxisConfig().axis_label("GPU (hostname/index)"))
+        .y_axis(heatmap.YAxisConfig().axis_label(y_label))
         .cell_values(heatmap.CellValues().unit(unit))
         .cell_gap(0)
         # Keep zero-valued cells (an idle GPU is information, not noise); the default hides values <= 1e-9.

@@ -1,7 +1,7 @@
 """GPU Fleet: which GPUs run hot, right now and over time.
 
 Four GPUs x time heatmaps (temperature, power, SM activity, memory used; one row per GPU, see
-`dashboards.common`), a node x GPU grid of the current temperature, the hottest GPUs, throttle reasons and
+`dashboards.common`), one of SM activity per MIG GPU instance (a row per instance), a node x GPU grid of the current temperature, the hottest GPUs, throttle reasons and
 XID errors. Everything reads the normalised `gpu:*` recording rules, so it works behind gputide's exporter
 and behind an existing dcgm-exporter alike.
 """
@@ -31,8 +31,8 @@ UID = "gputide-gpu-fleet"
 def build() -> dashboard.Dashboard:
     d = new_dashboard(
         UID, "gputide / GPU Fleet",
-        "Per-GPU temperature, power, SM activity and memory as GPUs x time heatmaps, the node x GPU grid, "
-        "the hottest GPUs, throttling and XID errors.",
+        "Per-GPU temperature, power, SM activity and memory as GPUs x time heatmaps, SM activity per MIG "
+        "instance, the node x GPU grid, the hottest GPUs, throttling and XID errors.",
         ["gpu", "fleet"],
     )
     for marker in hotspot_annotations():
@@ -63,6 +63,14 @@ def build() -> dashboard.Dashboard:
         .with_panel(gpu_heatmap_panel(
             "Memory used", "Framebuffer memory in use, per GPU (gpu:memory_used:bytes).", "bytes",
             f"gpu:memory_used:bytes{{{GPU}}}", scheme="Blues"))
+        .with_panel(gpu_heatmap_panel(
+            "SM activity per MIG instance", "Fraction of time each GPU instance of a MIG GPU kept its own SMs "
+            "busy (gpu_instance:sm_active:ratio), one row per instance: hostname/GPU index/GPU_I_ID and its "
+            "GPU_I_PROFILE. The SM activity heatmap shows the GPU as its instances' mean weighted by their compute "
+            "slices; here a busy small instance beside idle ones stands out. Empty on a fleet without MIG.",
+            "percentunit", f"gpu_instance:sm_active:ratio{{{GPU}}}", scheme="Viridis", w=24,
+            legend="{{hostname}}/{{gpu}}/{{GPU_I_ID}} {{GPU_I_PROFILE}}",
+            y_label="MIG instance (hostname/index/GPU_I_ID profile)"))
     )
     d = d.with_row(dashboard.Row("Where it is hot now"))
     d = (

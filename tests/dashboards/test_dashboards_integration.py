@@ -13,6 +13,9 @@ per-service targets it decides reach the loop's metrics; its actions are not app
 part of the hotspot scenario). The pods' watch follows the fake Kubernetes API server (tests/k8s/fakeapi.py), as
 `gputide run`'s does, for the controller dashboard's watch panel.
 
+The hotspot scenario's H100 nodes are in MIG mode here (`mig:` in the fleet spec): only the exporter sees it, which
+publishes their SM activity per GPU instance, for the fleet dashboard's per-instance panel.
+
 The secondary scheduler runs as `gputide schedule --prometheus` would, on the same fake API server: its watches,
 its `SchedulerMetrics` served over HTTP, per-GPU facts read from the test's Prometheus, and run()'s pass loop
 (one replica, so it leads). The fake cluster has two nodes named after simulated hosts, pods that fit, one that
@@ -177,8 +180,10 @@ def _schedule(scheduler, metrics, stop: threading.Event) -> None:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
+    import yaml
     from prometheus_client import CollectorRegistry
 
+    from balancer import fleet as fleet_mod
     from balancer.app import scenarios
     from balancer.cmd.schedule import SchedulerMetrics
     from balancer.metrics import ControllerMetrics
@@ -189,7 +194,10 @@ def rendered(tmp_path_factory):
     from tests.conftest import require_binary
 
     require_binary("prometheus")
-    sim, events, _days = scenarios.build("hotspot", seed=1)
+    # the hotspot fleet with its H100 nodes in MIG mode, for the per-instance panel (the exporter alone sees MIG)
+    spec = yaml.safe_load(scenarios.HOTSPOT_FLEET_YAML)
+    spec["spec"]["nodeGroups"][1]["mig"] = ["4g.40gb", "2g.20gb", "1g.10gb"]
+    sim, events, _days = scenarios.build("hotspot", fleet=fleet_mod.from_dict(spec, "<hotspot with MIG>"), seed=1)
     for event in events:  # the cooling fault now, not on the first afternoon
         event.apply(sim)
     lock = threading.Lock()

@@ -73,12 +73,16 @@ def test_every_series_is_in_the_metric_contract(name):
     assert used and not unknown
 
 
-def test_fleet_heatmaps_draw_one_row_per_gpu():
-    heatmaps = [p for p in panels(committed("gpu-fleet")) if p["type"] == "heatmap"]
-    assert {p["title"] for p in heatmaps} == {"GPU temperature", "GPU power", "SM activity", "Memory used"}
-    for p in heatmaps:
+def test_fleet_heatmaps_draw_one_row_per_gpu_or_per_mig_instance():
+    heatmaps = {p["title"]: p for p in panels(committed("gpu-fleet")) if p["type"] == "heatmap"}
+    assert set(heatmaps) == {"GPU temperature", "GPU power", "SM activity", "Memory used",
+                             "SM activity per MIG instance"}
+    for title, p in heatmaps.items():
         assert p["options"]["calculate"] is False
-        assert p["targets"][0]["legendFormat"] == "{{hostname}}/{{gpu}}"
+        mig = title == "SM activity per MIG instance"
+        assert p["targets"][0]["legendFormat"] == (
+            "{{hostname}}/{{gpu}}/{{GPU_I_ID}} {{GPU_I_PROFILE}}" if mig else "{{hostname}}/{{gpu}}")
+        assert p["targets"][0]["expr"].startswith("gpu_instance:sm_active:ratio{" if mig else "gpu:")
 
 
 def _first(dashboard: dict, kind: str = "") -> dict:

@@ -114,6 +114,13 @@ def test_heatmap_matrix_puts_each_gpu_on_its_row_and_each_sample_in_its_column()
     np.testing.assert_array_equal(image, [[5, np.nan, np.nan], [np.nan, np.nan, 3], [1, 2, np.nan]])
 
 
+def test_a_heatmaps_rows_are_counted_as_what_its_y_axis_names():
+    fleet = {p["title"]: p for p in json.loads((dr.DEFAULT_DASHBOARDS_DIR / "gpu-fleet.json").read_text())["panels"]}
+    assert dr.heatmap_rows(fleet["GPU temperature"], 5) == "5 GPUs"
+    assert dr.heatmap_rows(fleet["SM activity per MIG instance"], 21) == "21 MIG instances"
+    assert dr.heatmap_rows({"type": "heatmap"}, 3) == "3 GPUs"
+
+
 @pytest.mark.parametrize(
     ("expr", "expected"),
     [
