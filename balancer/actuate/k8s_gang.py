@@ -14,7 +14,9 @@ otherwise none is bound, and each is told why: which member fits nowhere, or how
 Members already bound count towards n; once n are bound, later members are placed one by one. Gangs do not
 preempt; a group that has waited longer than `--starving-after` holds a node for each member instead
 (`k8s_holds`). A binding the API refuses half-way (an error, not a lack of room) leaves the members bound so far
-in place, and the rest are tried again next pass.
+in place, and the rest are tried again next pass. So does a pass that stops between members (SIGTERM, the Lease
+lost): each member left unbound is told so (`DEFERRED`, `deferred_message`), as otherwise nothing would say why it
+still waits.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from balancer.actuate.k8s_preferred import Preferred
 Json = dict[str, Any]
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 MIN_ANNOTATION = "gputide.io/pod-group-min"
+DEFERRED = "SchedulingDeferred"   # the Event reason of a pod a stopped pass left unbound in the turn it cut
 
 
 def group_of(meta: Json) -> tuple[str | None, int]:
@@ -93,3 +96,15 @@ def groups(pending: Sequence[Json]) -> Mapping[str, list[Json]]:
         if r.get("group"):
             out.setdefault(r["group"], []).append(r)
     return out
+
+
+def deferred_message(scheduler: str, why: str, req: Json, members: Sequence[Json] | None,
+                     results: Mapping[str, str | None]) -> str:
+    """What a pod a stopped pass left unbound is told: why the pass stopped, and for a pod group's member how many
+    of the group's pending members the pass bound before it stopped (`results`: {pod: node or None})."""
+    group = ""
+    if members:
+        bound = sum(bool(results.get(m["name"])) for m in members)
+        group = f" while binding pod group {req['group']} ({bound} of its {len(members)} pending members bound)"
+    return (f"Not bound: scheduler {scheduler} stopped its pass ({why}){group}; this pod stays pending for the "
+            "scheduler's next pass (by the replica holding the Lease).")

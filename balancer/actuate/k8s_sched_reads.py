@@ -15,6 +15,10 @@ Two ways (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these m
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
 node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
+
+A pass told to stop (`halted()`: `stop()` was called, or the Lease is lost) begins no other read: the pods, nodes
+and bound pods raise `PassStopped` instead of being read (the read in flight ends within its own timeout), the
+namespaces' labels are left unknown, and `k8s_volumes` reads no further claims, volumes or classes.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ from balancer.actuate.kubernetes import _Api, parse_time
 Json = dict[str, Any]
 
 
+class PassStopped(Exception):
+    """The pass was told to stop (or lost the Lease) before a read it would have begun: it ends, having read no
+    more. Not an `ActuationError`: nothing failed, and the next pass reads again."""
+
+
 class SchedulerReads:
     """The reads of `SecondaryScheduler` (the module docstring), a mixin: the scheduler's `__init__` sets the
     attributes below."""
@@ -48,6 +57,7 @@ class SchedulerReads:
     reservation_annotation: str
     pending_selector: str
     clock: Callable[[], float]
+    leading: Callable[[], bool]                  # the Lease elector's check (no I/O)
     assume_s: float
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
     work: threading.Event                        # set when a pending pod changed (watch), or by `wake`
@@ -56,6 +66,16 @@ class SchedulerReads:
     _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed
     _snapshots: dict[str, tuple[int, dict[str, Any]]]
     _usage_memo: tuple[int, tuple[dict, dict]] | None
+    _stop: threading.Event                       # set by `stop()`
+
+    def halted(self) -> bool:
+        """Whether the pass must begin nothing more: `stop()` was called, or the Lease is lost."""
+        return self._stop.is_set() or not self.leading()
+
+    @property
+    def why_halted(self) -> str:
+        """Why `halted()` says so."""
+        return "shutting down" if self._stop.is_set() else "this replica lost the Lease"
 
     def start(self) -> Self:
         for w in self.watches.values():
@@ -87,7 +107,10 @@ class SchedulerReads:
 
     def _items(self, name: str, what: str, fn: Callable[..., Any], convert: Callable[[Json], Any],
                **selectors: str) -> tuple[list[Any], bool]:
-        """The items of a synced watch (and True), else of a consistent list (and False)."""
+        """The items of a synced watch (and True), else of a consistent list (and False); `PassStopped` once
+        `halted()`."""
+        if self.halted():
+            raise PassStopped(f"{what}: not read")
         cached = self._cached(name)
         if cached is not None:
             return list(cached.values()), True
@@ -96,8 +119,10 @@ class SchedulerReads:
 
     def namespace_labels(self) -> dict[str, dict[str, str]] | None:
         """The namespaces' labels by name: the watch's once synced, else a list of them; None when the list fails
-        (logged: terms that need them are then left unresolved, never guessed)."""
+        (logged: terms that need them are then left unresolved, never guessed), or the pass is `halted()`."""
         cached = self._cached("namespaces")
+        if cached is None and self.halted():   # read lazily, maybe within a pod's turn: left unknown, not raised
+            return None
         return labels_by_name(cached) if cached is not None else listed_labels(
             lambda: self.api("list namespaces", self.api.core.list_namespace), f"scheduler {self.scheduler_name}")
 

@@ -37,11 +37,17 @@ no call or retry that could not end in time (`_Api.deadline`). A pod out of time
 any failed call. `progress(what)` is called as the reads and each turn begin: `gputide schedule`'s liveness probe
 counts a pass of many pods as moving, and its limit follows from these two figures (`turn_budget_s`).
 
-Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is: before each pod's turn (a pod
-group member's too) and each binding, and once the pending pods are read; the turn or read in progress ends
-within its deadline, nothing more is begun. So a pass ends at most `turn_budget_s` after a stop, and the
-scheduler's grace period (its Lease released after it) follows from that figure, not from the pass's length.
-A pod group stopped between its members keeps those bound, as when the Lease is lost or a binding fails (`k8s_gang`).
+Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is (`halted()`): before each read of
+the pass (pods, nodes, bound pods, namespaces, claims, volumes, classes: `k8s_sched_reads`, `k8s_volumes`), each
+pod's turn (a pod group member's too), each claim's `selected-node` and each binding. The read or turn in
+progress ends (a read within one call's timeouts, a turn within its deadline), nothing more is begun. So a pass
+ends at most one turn after a stop, or one read, and the scheduler's grace period (its Lease released after it)
+follows from those figures, not from the pass's length (`gputide schedule`'s `stop_budget_s`).
+A pod group stopped between its members keeps those bound, as when the Lease is lost or a binding fails (`k8s_gang`);
+each member left unbound, and a pod whose binding the stop kept from beginning, gets a Normal `SchedulingDeferred`
+Event saying the pass stopped and it waits for the next one (within `tell_s`, after the turn): `kubectl describe pod`
+would otherwise show nothing of why it is still pending. After a Lease loss too: an Event decides nothing (no
+binding, claim or reservation is written without the Lease), and the new leader's pass tells the pod its own news.
 """
 
 from __future__ import annotations
@@ -52,13 +58,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from balancer.actuate.k8s_actuator import _annotation_map_change
 from balancer.actuate.k8s_budget import PASS_READS_DEADLINE_S, POD_DEADLINE_S
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
-from balancer.actuate.k8s_gang import groups, member_counts, missing, trial
+from balancer.actuate.k8s_gang import DEFERRED, deferred_message, groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_namespaces import Resolver
 from balancer.actuate.k8s_podaffinity import PodPlacement
@@ -71,7 +77,7 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
-from balancer.actuate.k8s_sched_reads import SchedulerReads
+from balancer.actuate.k8s_sched_reads import PassStopped, SchedulerReads
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
@@ -88,6 +94,7 @@ from balancer.errors import ActuationError
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 PlaceFn = Callable[[Json, list[Json]], "str | None"]
+DEFERRED_TELL_S = 10.0   # telling them: one request timeout, a few hundred Events at the 1 s single-object SLO
 
 
 @dataclass(slots=True)
@@ -101,7 +108,8 @@ class _Pass:
     results: dict[str, str | None]
     now: float
     members: Counter[str] | None = None   # bound pods per pod group, counted when a group first comes up
-    stopped: bool = False                 # stopped or the Lease lost: nothing more is bound or preempted this pass
+    stopped: str = ""                     # why it stopped (told to, the Lease lost): nothing more is bound this pass
+    cut: list[Json] = field(default_factory=list)   # the pods of the turn it cut, left unbound: told so
     preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
 
 
@@ -126,7 +134,7 @@ class SecondaryScheduler(SchedulerReads):
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0, deadline_clock)
-        self.turn_s, self.reads_s, self.progress = turn_s, reads_s, progress
+        self.turn_s, self.reads_s, self.progress, self.tell_s = turn_s, reads_s, progress, DEFERRED_TELL_S
         self.scheduler_name, self.place, self.clock, self.leading = scheduler_name, place, clock, leading
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
@@ -162,9 +170,9 @@ class SecondaryScheduler(SchedulerReads):
             yield
 
     def stop(self) -> None:
-        """Stop the pass in progress before its next pod or binding (the turn in progress ends, within `turn_s`;
-        reads in progress end within `reads_s`), start no other, and wake `wait_for_work`. From any thread, or a
-        signal handler."""
+        """Stop the pass in progress before its next read, pod or binding (the turn in progress ends, within
+        `turn_s`; a read in progress, within its call's timeouts), start no other, and wake `wait_for_work`. From any
+        thread, or a signal handler."""
         self._stop.set()
         self.wake()
 
@@ -206,18 +214,13 @@ class SecondaryScheduler(SchedulerReads):
         self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
         self.holds.start_pass(self._bound)
         self.progress("a pass's reads")
-        with self.api.deadline(self.reads_s, reserve_s=0.0):   # out of time: the pass fails, the next one reads again
-            pending = self.pending()
-            self.tell.keep(r["name"] for r in pending)
-            if not pending or self.stopping:   # nothing to place: no need to read every node and bound pod
-                return {}
-            resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
-            pending = [resolver.request(r) for r in pending]
-            self.volumes.start_pass(pending)
-            view = self.nodes_view()
-            ps = _Pass(view, {n["name"]: i for i, n in enumerate(view)},
-                       Offers(view, PodPlacement(view, self._bound(), resolver.term)),
-                       self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
+        try:
+            pending, ps = self._read_pass()
+        except PassStopped as stopped:   # told to stop, or the Lease lost: the read in flight was the last
+            log.warning("scheduler %s: %s: %s, this pass binds nothing", self.scheduler_name, self.why_halted, stopped)
+            return {}
+        if ps is None:   # nothing to place
+            return {}
         gangs, done = groups(pending), set()
         for req in pending:
             if not self._leads(ps):
@@ -228,7 +231,25 @@ class SecondaryScheduler(SchedulerReads):
             elif req["group"] not in done:   # a group comes up at its most important member's turn
                 done.add(req["group"])
                 self._place_group(gangs[req["group"]], ps)
+        self._tell_deferred(ps, gangs)
         return ps.results
+
+    def _read_pass(self) -> tuple[list[Json], _Pass | None]:
+        """The pass's reads: its pending pods, and (only when there are some) what the pass is made of; each read
+        begun only while not `halted()` (else `PassStopped`)."""
+        with self.api.deadline(self.reads_s, reserve_s=0.0):   # out of time: the pass fails, the next one reads again
+            pending = self.pending()
+            self.tell.keep(r["name"] for r in pending)
+            if not pending:   # nothing to place: no need to read every node and bound pod
+                return pending, None
+            resolver = Resolver(self.namespace_labels)   # the namespaces read only if a term has a namespaceSelector
+            pending = [resolver.request(r) for r in pending]
+            self.volumes.start_pass(pending, self.halted)
+            view = self.nodes_view()
+            return pending, _Pass(
+                view, {n["name"]: i for i, n in enumerate(view)},
+                Offers(view, PodPlacement(view, self._bound(), resolver.term)),
+                self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
 
     def _place_one(self, req: Json, ps: _Pass) -> None:
         """Bind `req` where the placement policy (or its own reservation) says, or tell it why it waits."""
@@ -263,8 +284,9 @@ class SecondaryScheduler(SchedulerReads):
                 chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
                 if why is not None:   # enough members, not enough room: a group that waited too long holds nodes
                     why += self.holds.hold_for_starving_group(members, ps.view, ps.index, ps.offers, ps.now)
-        for m in members:
+        for k, m in enumerate(members):
             if not self._leads(ps):   # a member's turn is a pod's: none begun once stopped or the Lease is lost
+                ps.cut += members[k:]
                 break
             with self._turn(f"pod {m['name']}"):
                 if joining:
@@ -283,10 +305,14 @@ class SecondaryScheduler(SchedulerReads):
 
     def _commit(self, req: Json, i: int, ps: _Pass) -> None:
         """Bind `req` to node i of the pass and count it there (the filters and the placement state too), its
-        claims given the node first (none given: not bound this pass). Not once the Lease is lost."""
+        claims given the node first (none given: not bound this pass). Not once stopped or the Lease is lost."""
         if not self._leads(ps):
+            ps.cut.append(req)
             return
-        if why := self.volumes.prebind(req, ps.view[i]["name"]):
+        if why := self.volumes.prebind(req, ps.view[i]["name"], self.halted):
+            if not self._leads(ps):   # stopped between its claims: told with the pods the stop left unbound
+                ps.cut.append(req)
+                return
             ps.results[req["name"]], self.reasons[req["name"]] = None, why
             return
         bound = self._bind(req, ps.view[i])
@@ -306,11 +332,21 @@ class SecondaryScheduler(SchedulerReads):
 
     def _leads(self, ps: _Pass) -> bool:
         """Whether the pass may begin a pod or a binding: not once stopped (`stop()`) or the Lease is lost."""
-        if not ps.stopped and (self.stopping or not self.leading()):
-            ps.stopped = True
-            why = "stopping" if self.stopping else "the Lease is lost"
-            log.warning("scheduler %s: %s: this pass binds nothing more", self.scheduler_name, why)
+        if not ps.stopped and self.halted():
+            ps.stopped = self.why_halted
+            log.warning("scheduler %s: %s: this pass binds nothing more", self.scheduler_name, ps.stopped)
         return not ps.stopped
+
+    def _tell_deferred(self, ps: _Pass, gangs: dict[str, list[Json]]) -> None:
+        """A `SchedulingDeferred` Event on each pod the stop left unbound in the turn it cut (module docstring),
+        all within `tell_s` (best effort, as every Event)."""
+        if not ps.cut:
+            return
+        self.progress(f"telling {len(ps.cut)} pods the pass stopped")
+        with self.api.deadline(self.tell_s, reserve_s=0.0):
+            for req in ps.cut:
+                self.tell.event(req, "Normal", DEFERRED, deferred_message(self.scheduler_name, ps.stopped, req,
+                                                                          gangs.get(req["group"]), ps.results))
 
     def _choose(self, req: Json, ps: _Pass, offered: Any) -> str | None:
         """What `place` (or the pass's session) picks among the nodes `offered` (indices into the pass's view),

@@ -32,14 +32,16 @@ bound: the kubelet waits for the volume, and a pass does not block for minutes.
 `pod_claims(pod)` reads what a pod mounts; `claim_entry`, `volume_entry` and `class_entry` turn the API objects
 into cache items; `resolve` decides, without I/O, what the claims allow (`Volumes`, a placement rule the filters
 apply as they apply node affinity, `k8s_filters`); `VolumeBinding` reads the objects (a `ListCache` each: by
-watch once synced, else a list in a pass that has a pod with claims) and writes `selected-node`.
+watch once synced, else a list in a pass that has a pod with claims) and writes `selected-node`. A pass told to
+stop, or whose replica lost the Lease, begins none of these reads or writes (each is checked before it begins):
+the call in flight ends within its timeout, and the pass ends with it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -243,13 +245,18 @@ class VolumeBinding:
         self._assumed: dict[str, Claim] = {}   # claims written, until the cache shows the write
         self._read: tuple[Mapping[str, Claim], Mapping, Mapping] | None = None
 
-    def start_pass(self, pending: list[Json]) -> None:
-        """Read the claims, volumes and classes for this pass, only when a pending pod has claims."""
+    def start_pass(self, pending: list[Json], halted: Callable[[], bool] = lambda: False) -> None:
+        """Read the claims, volumes and classes for this pass, only when a pending pod has claims; none more once
+        `halted()` (the pass stopped, or the Lease is lost: the read in flight ends, the pass reads nothing else)."""
         self._read = None
         if not any(r.get("claims") for r in pending):
             return
-        claims, volumes, classes = (self.caches[name].current() for name in (
-            "persistentvolumeclaims", "persistentvolumes", "storageclasses"))
+        read = []
+        for name in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
+            if halted():
+                return
+            read.append(self.caches[name].current())
+        claims, volumes, classes = read
         if claims is None or volumes is None or classes is None:   # never listed yet: logged by the cache
             return
         # a write stays assumed until the cache holds it (or the claim is gone)
@@ -264,11 +271,14 @@ class VolumeBinding:
             return dict(req, volumes=Volumes(waiting="PersistentVolumeClaims not known yet (their list failed)"))
         return dict(req, volumes=resolve(req, *self._read))
 
-    def prebind(self, req: Json, node: str) -> str:
+    def prebind(self, req: Json, node: str, halted: Callable[[], bool] = lambda: False) -> str:
         """Name `node` on the pod's unbound WaitForFirstConsumer claims: "" when done, else why not (the pod is
-        then not bound this pass)."""
+        then not bound this pass). Once `halted()`, no other claim is read or written: a replica that lost the
+        Lease must not choose nodes, and a claim already named keeps the pod to that node, as in any pass."""
         volumes = req.get("volumes")
         for key in volumes.select if volumes else ():
+            if halted():
+                return f"binding volumes: the pass stopped before persistentvolumeclaim {key}"
             try:
                 written = self._select(key, node)
             except ActuationError as err:

@@ -24,12 +24,13 @@ WaitForFirstConsumer claim is given the pod's node before the pod is bound, as k
 (balancer/actuate/k8s_volumes.py). Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together
 or none (balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds: the elector's
 renewer thread keeps the Lease however long a pass runs, and the pass asks it (no I/O) before each pod and each
-binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease. `--once`: one pass (with
+binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease (the pods of a pod
+group that pass left unbound are told so by an Event, `SchedulingDeferred`). `--once`: one pass (with
 `--leader-elect`, only as the holder, the Lease released at exit), print each pod's node (or that none fits), exit.
 However slow the API server, a pass's reads end within 2 minutes and each pod's turn within 1
 (balancer/actuate/k8s_scheduler.py: a pod out of time waits for the next pass). SIGTERM / SIGINT stop the pass
-before its next pod or binding (never in the middle of one), then the Lease is released and the process exits:
-within `stop_budget_s` (140 s as deployed; the Deployment's terminationGracePeriodSeconds covers it). The metrics
+before its next read, pod or binding (never in the middle of one), then the Lease is released and the process
+exits: within `stop_budget_s` (90 s as deployed; the Deployment's terminationGracePeriodSeconds covers it). The metrics
 port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved, a pass ended or its reads
 or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as deployed) and `/readyz`. Exit
 codes: 0 ok, 2 bad input.
@@ -183,11 +184,14 @@ def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
 
 
 def stop_budget_s(scheduler, lease_api: Retries | None) -> float:
-    """How long `gputide schedule` may take from SIGTERM to exit: the pass stops before its next pod or binding, so
-    the longest stretch without that check (`turn_budget_s`: a pass's reads, or one pod's turn), then the Lease is
-    released (after a renewal in flight). The Deployment's terminationGracePeriodSeconds must cover it, or the
-    kubelet kills it with the Lease held and the standby waits a whole lease duration."""
-    return scheduler.turn_budget_s + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
+    """How long `gputide schedule` may take from SIGTERM to exit. The pass begins no read, pod, claim write or
+    binding after the stop (balancer/actuate/k8s_scheduler.py), so what is in flight ends it: one read (a single
+    call, its tries and backoff: `call_budget_s`, within the reads' deadline), or one pod's turn (`turn_s`, its
+    deadline) followed by the Events telling the pods it left unbound (`tell_s`); then the Lease is released
+    (after a renewal in flight). The Deployment's terminationGracePeriodSeconds must cover it, or the kubelet
+    kills it with the Lease held and the standby waits a whole lease duration."""
+    in_flight = max(min(call_budget_s(scheduler.api), scheduler.reads_s), scheduler.turn_s + scheduler.tell_s)
+    return in_flight + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 
 
 def run(args: argparse.Namespace) -> int:

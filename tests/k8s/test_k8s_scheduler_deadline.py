@@ -11,9 +11,10 @@ import pytest
 from fakeapi import FakeKube, node, pod
 from slow_api import Clock, SlowServer
 
+from balancer.actuate.k8s_gang import GROUP_LABEL
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.actuate.kubernetes import DeadlineExceeded
-from balancer.app.health import Health, stall_limit
+from balancer.app.health import Health, call_budget_s, stall_limit
 
 
 def most_free(request: dict, nodes: list[dict]) -> str | None:
@@ -100,3 +101,44 @@ def test_gputide_schedule_probes_a_long_pass_of_slow_pods_as_moving(kube: FakeKu
     assert limits == [stall_limit(2.0, 120.0)] == [300.0]
     assert mono.now > 400.0
     assert probes[1] == (True, "ok: pod default/p9 began 40 s ago")
+
+
+# ---- after a stop: what `gputide schedule`'s grace period rests on (balancer/cmd/schedule.py stop_budget_s) ----
+
+
+def test_a_stop_during_a_slow_read_ends_the_pass_with_that_one_call(cluster, api, clock):
+    """Every call 5 s, listing nodes fails three times and the stop comes during its first try: that call's retries
+    run their course (within one call's budget, 43.5 s with 10 s timeouts, not the reads' 120 s), then the pass
+    ends: no bound pods listed, no pod's turn begun."""
+    mono, moves = Clock(), []
+    sched = scheduler(api, clock, mono, moves)
+    sched.api.max_retries = 3   # as deployed
+    cluster.inject("GET", r"/api/v1/nodes$", 500, count=3)
+    SlowServer(cluster, sched.api, mono, 5.0)
+    cluster.before("GET", r"/api/v1/nodes$", sched.stop)
+
+    assert sched.schedule_once() == {}
+
+    assert mono.now - 5.0 == 4 * 5.0 + 0.5 + 1.0 + 2.0 <= call_budget_s(sched.api) == 43.5   # after the pending pods
+    assert len(cluster.calls("GET", r"^/api/v1/pods$")) == 1, "the pending pods only: no bound pods listed"
+    assert [what for what, _ in moves] == ["a pass's reads"]
+
+
+def test_a_stop_mid_group_on_a_slow_api_server_tells_the_members_left_within_tell_s(kube: FakeKube, api, clock):
+    """Eight members, every call 5 s, the stop at the first binding: that binding and its Event end the member's
+    turn, then the seven members left unbound are told within `tell_s` (10 s: two Events here, the rest are not
+    tried), so a turn and its Events are what the grace period must cover."""
+    kube.add(node("n1", 8))
+    for i in range(8):
+        kube.add(pod(f"w{i}", gpus=1, scheduler="gputide", phase="Pending", labels={GROUP_LABEL: "job"}))
+    mono, moves = Clock(), []
+    sched = scheduler(api, clock, mono, moves)
+    SlowServer(kube, sched.api, mono, 5.0)
+    kube.before("POST", r"/binding$", sched.stop)
+
+    assert list(sched.schedule_once().values()) == ["n1"]
+
+    assert moves[-1] == ("telling 7 pods the pass stopped", moves[-2][1] + 10.0)   # a binding and its Event
+    assert mono.now - moves[-1][1] == sched.tell_s == 10.0
+    reasons = [r.body["reason"] for r in kube.calls("POST", r"/events$")]
+    assert reasons == ["Scheduled", "SchedulingDeferred", "SchedulingDeferred"]
