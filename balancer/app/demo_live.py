@@ -10,6 +10,10 @@ The story: the fleet warms up; one busy air-cooled node's cooling degrades (inle
 x1.35); its GPUs cross their slowdown temperature and Prometheus fires `GpuTemperatureHigh`; the controller
 migrates work off the node, taints it and throttles what it cannot move; later the exporter goes away for a few
 cycles and the controller holds still (fail-static) until telemetry returns.
+
+The fleet is the demo fleet with its liquid-cooled H100 nodes partitioned by MIG (`LIVE_MIG`; the exporter alone
+sees it: it publishes SM activity per GPU instance, slice-weighted back to the GPU by the rules), so the GPU Fleet
+dashboard's per-instance panel has data in the report's previews.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from prometheus_client import CollectorRegistry
 
 from balancer import fleet as fleet_mod
@@ -80,6 +85,17 @@ class LiveResult:
     fleet: fleet_mod.Fleet | None = None
 
 
+LIVE_MIG = ["4g.40gb", "2g.20gb", "1g.10gb"]   # 7 compute slices of each H100 of the demo fleet
+
+
+def live_fleet() -> fleet_mod.Fleet:
+    """The demo fleet with its H100 node group in MIG mode (`LIVE_MIG`)."""
+    spec = yaml.safe_load(fleet_mod.DEMO_FLEET_YAML)
+    group = next(g for g in spec["spec"]["nodeGroups"] if g["gpuModel"] == "H100-SXM")
+    group["mig"] = list(LIVE_MIG)
+    return fleet_mod.from_dict(spec, "<demo fleet, H100 nodes in MIG mode>")
+
+
 def _hottest_busy_air_node(sim: SimCluster) -> str:
     load: dict[str, float] = {}
     for node in sim.fleet.nodes:
@@ -95,7 +111,7 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
              prometheus_keepalive: bool = False) -> tuple[LiveResult, PrometheusServer | None]:
     """Run the story; returns what happened and (with `prometheus_keepalive`) the still-running Prometheus."""
     out.mkdir(parents=True, exist_ok=True)
-    fleet = fleet_mod.demo_fleet()
+    fleet = live_fleet()
     sim = SimCluster(fleet, seed=seed, step_s=60.0, start_time=time.time())
     default_mix(sim, inference_share=0.45, training_share=0.45)
     for _ in range(90):  # 1.5 simulated hours to warm the GPUs up

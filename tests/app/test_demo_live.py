@@ -17,7 +17,14 @@ def live(tmp_path_factory):
 
     require_binary("prometheus")
     out = tmp_path_factory.mktemp("live")
-    res, _ = run_live(out, cycles=16, fault_cycle=1, outage=(11, 14), say=lambda _line: None)
+    res, prom = run_live(out, cycles=16, fault_cycle=1, outage=(11, 14), say=lambda _line: None,
+                         prometheus_keepalive=True)
+    try:
+        # what the report's GPU Fleet preview draws in its per-MIG-instance panel, read while Prometheus still runs
+        res.mig_instances = prom.query("count(last_over_time(gpu_instance:sm_active:ratio[1h]))")
+        res.mig_shares = prom.query("sum by (GPU_I_ID) (last_over_time(gpu_instance:gpu_share:ratio[1h]))")
+    finally:
+        prom.stop()
     return out, res
 
 
@@ -53,6 +60,17 @@ def test_the_hot_nodes_taint_is_renewed_and_never_lapses(live):
                 and a["reason"].startswith("node still hot")]
     assert renewals and all(a["target"] == res.fault_node for a in renewals)
     assert "hot taint expired" not in (out / "audit.jsonl").read_text()
+
+
+def test_the_h100_nodes_publish_sm_activity_per_mig_instance(live):
+    # the live fleet's 8 H100 nodes are in MIG mode (4g + 2g + 1g on each of their 64 GPUs): the dashboard panel
+    # for gpu_instance:sm_active:ratio has a series per instance in the report instead of "No data"
+    _out, res = live
+    h100 = [g for g in res.fleet.gpus if g.model == "H100-SXM"]
+    assert float(res.mig_instances[0]["value"][1]) == 3 * len(h100) == 192
+    # the instances are numbered in the declared order, 4g.40gb first: each is its slices' share of the GPU
+    shares = {r["metric"]["GPU_I_ID"]: float(r["value"][1]) for r in res.mig_shares}
+    assert shares == pytest.approx({"1": len(h100) * 4 / 7, "2": len(h100) * 2 / 7, "3": len(h100) * 1 / 7})
 
 
 def test_the_audit_log_records_every_action(live):
