@@ -143,7 +143,7 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
         elif isinstance(a, TaintNode):
             (tainted.discard if a.remove else tainted.add)(a.node)
         elif isinstance(a, ScaleTraining):
-            if a.job in co.shrunk or (a.workers < a.previous_workers and "SLO" in a.reason):
+            if a.job in co.shrunk or a.cause == "colocation_slo":
                 co = colocation.acknowledge(co, a, snapshot)
             elif a.workers < a.previous_workers:
                 shrunk.setdefault(a.job, a.previous_workers)

@@ -92,3 +92,17 @@ def test_a_restarted_controller_gives_the_workers_back_from_the_record_colocatio
     assert k8s_jobs.size(obj) == 3 and k8s_jobs.shrink_record(obj) == (4, False), obj
     resizes, obj, _ = reconcile(obj, PlannerState(), p99=0.1)   # restarted: only the Job remembers
     assert [(a.workers, a.shrunk_from) for a in resizes] == [(4, 0)]
+
+
+def test_a_shrink_is_told_apart_by_its_cause_not_by_its_reason_text():
+    """acknowledge() once read 'SLO' in the free-text reason to tell a co-location shrink from a hotspot one: a
+    hotspot reason mentioning an SLO was remembered as co-location's (never given back by the hotspot path), and a
+    co-location shrink worded otherwise as a hotspot's."""
+    snap = observe(job(4), p99=0.1)
+    hot = ScaleTraining(job="job", workers=3, previous_workers=4, reason="GPU hot; SLO of svc unaffected")
+    colo = ScaleTraining(job="job", workers=3, previous_workers=4, reason="svc p99 over 0.8 x target",
+                         cause="colocation_slo")
+    after_hot = acknowledge(PlannerState(), [hot], snap)
+    assert dict(after_hot.shrunk) == {"job": 4} and not after_hot.colocation.shrunk
+    after_colo = acknowledge(PlannerState(), [colo], snap)
+    assert not after_colo.shrunk and after_colo.colocation.shrunk["job"][0] == 4
