@@ -99,6 +99,8 @@ class RenderReport:
 
     written: list[Path] = field(default_factory=list)
     empty_panels: dict[str, list[str]] = field(default_factory=dict)
+    # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG): not a missing series
+    not_applicable: dict[str, list[str]] = field(default_factory=dict)
     series: dict[str, dict[str, int]] = field(default_factory=dict)
     # per dashboard, each annotation drawn: (name, matplotlib colour, event times)
     markers: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
@@ -199,6 +201,16 @@ class _Renderer:
                 data.append((legend(target.get("legendFormat", ""), s.labels), s))
         return data
 
+    def absent_hardware(self, panel: dict) -> str | None:
+        """Why an empty `panel` is expected to be empty here, or None: every query of a per-MIG-instance panel reads
+        `gpu_instance:` series, which exist only when some GPU in Prometheus is partitioned."""
+        exprs = [t.get("expr", "") for t in panel.get("targets", [])]
+        if not exprs or not all(HARDWARE_SERIES in e for e in exprs):
+            return None
+        return None if self.run({}, HARDWARE_PRESENT, {}) else "no MIG GPU in this Prometheus"
+
+
+HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"
 
 # Grafana's named colours (its classic palette; a shade such as dark-red or light-blue is drawn as its base colour)
 _GRAFANA_COLOURS = {"red": "#F2495C", "orange": "#FF9830", "yellow": "#FADE2A", "green": "#73BF69",
@@ -342,9 +354,12 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
         data = [(n, s) for n, s in data if len(s.values)]
         report.series[name][panel.get("title", "")] = len(data)
         if not data:
-            report.empty_panels[name].append(panel.get("title", ""))
+            why = renderer.absent_hardware(panel)
+            (report.not_applicable.setdefault(name, []) if why else report.empty_panels[name]).append(
+                panel.get("title", ""))
             ax.axis("off")
-            ax.text(0.5, 0.5, "No data", ha="center", va="center", transform=ax.transAxes, color="grey")
+            ax.text(0.5, 0.5, f"No data ({why})" if why else "No data", ha="center", va="center",
+                    transform=ax.transAxes, color="grey")
             continue
         matrix = next((t["options"] for t in panel.get("transformations", []) if t["id"] == "groupingToMatrix"),
                       None)

@@ -2,7 +2,8 @@
 
 `build` regenerates `dashboards/*.json` from the Python sources (a source checkout with the dev extras:
 grafana-foundation-sdk). `render` runs every panel's queries against a Prometheus and writes one PNG per
-dashboard; it exits 1 when Prometheus cannot be reached, and with `--require-data` when a panel had no data.
+dashboard; it exits 1 when Prometheus cannot be reached, and with `--require-data` when a panel had no data (a
+per-MIG-instance panel on a Prometheus without any MIG GPU is expected to be empty and does not count).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def run_render(args: argparse.Namespace) -> int:
     empty = {name: panels for name, panels in report.empty_panels.items() if panels}
     for name, panels in empty.items():
         print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)
+    for name, panels in report.not_applicable.items():  # not a failure of --require-data: nothing to show here
+        print(f"{name}: no data, as expected without MIG GPUs, for {', '.join(panels)}", file=sys.stderr)
     return 1 if empty and args.require_data else 0
 
 

@@ -22,8 +22,9 @@ GPUS = [("node-a", "0"), ("node-a", "1"), ("node-b", "0"), ("node-b", "10"), ("n
 class FakePrometheus:
     """Answers query_range with one series per fake GPU for per-GPU queries and one series otherwise."""
 
-    def __init__(self, empty: bool = False) -> None:
+    def __init__(self, empty: bool = False, missing: tuple[str, ...] = ()) -> None:
         self.queries: list[dict[str, str]] = []
+        self.missing = missing   # queries containing any of these answer no series
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,7 +33,8 @@ class FakePrometheus:
                 params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
                 owner.queries.append({"path": url.path, **params})
                 if url.path == "/api/v1/query_range":
-                    data = {"resultType": "matrix", "result": [] if empty else owner.result(params)}
+                    none = empty or any(m in params["query"] for m in owner.missing)
+                    data = {"resultType": "matrix", "result": [] if none else owner.result(params)}
                 elif url.path.startswith("/api/v1/label/"):
                     data = ["1h"]
                 else:
@@ -101,6 +103,27 @@ def test_panels_without_data_are_reported(tmp_path):
     finally:
         fake.close()
     assert "GPU-hours per namespace per day" in report.empty_panels["usage-chargeback"]
+
+
+MIG_PANEL = "SM activity per MIG instance"
+
+
+@pytest.mark.parametrize(("missing", "expected_empty"), [
+    (("gpu_instance:",), False), (("gpu_instance:sm_active",), True)],
+    ids=["no MIG GPU at all: not applicable, --require-data passes", "MIG GPUs but no per-instance series: empty"])
+def test_the_mig_panel_counts_as_empty_only_when_the_fleet_has_mig_gpus(tmp_path, capsys, missing, expected_empty):
+    fake = FakePrometheus(missing=missing)
+    try:
+        report = dr.render(fake.url, tmp_path, uid="gputide-gpu-fleet", range_s=3600, end=1_700_000_000)
+        code = cli.main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path), "--dashboard",
+                         "gputide-gpu-fleet", "--range", "1h", "--require-data"])
+    finally:
+        fake.close()
+    assert (MIG_PANEL in report.empty_panels["gpu-fleet"]) is expected_empty
+    assert (MIG_PANEL in report.not_applicable.get("gpu-fleet", [])) is not expected_empty
+    assert report.empty_panels["gpu-fleet"] == ([MIG_PANEL] if expected_empty else [])
+    assert code == (1 if expected_empty else 0)
+    assert ("as expected without MIG GPUs" in capsys.readouterr().err) is not expected_empty
 
 
 def test_heatmap_matrix_puts_each_gpu_on_its_row_and_each_sample_in_its_column():
