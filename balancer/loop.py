@@ -7,7 +7,9 @@
 * `forecaster`  optional `forecast(snapshot) -> {service: Forecast}`; a failing forecaster is logged and skipped;
 * `planner`     `plan(snapshot, forecasts, policy, state) -> (Plan, state)`, pure; it already simulates its
                 proposals on a projection and drops those that do not help or do not fit;
-* `guard`       the safety chokepoint (`balancer.safety.SafetyGuard`);
+* `guard`       the safety chokepoint (`balancer.safety.SafetyGuard`); its ledger counts the actions applied and
+                those that may have been (`ActionResult.maybe_applied`: a write got no answer), never told to the
+                planner as done;
 * `actuator`    sim, dry-run or Kubernetes; dry-run is just another actuator;
 * `elector`     leader election (`balancer.actuate.leader`): only the leader acts (a standby replica observes
                 nothing and says so); asked again after the telemetry read and before every action, it stops
@@ -196,8 +198,9 @@ class Reconciler:
                 return self._hold(now, exc.reason, f"fresh snapshot before acting: {exc}")
             results = self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now)
             applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
-            self.ledger = self.guard.record(self.ledger, applied, fresh, now)
-            if applied:
+            maybe = [r.action for r in results if r.maybe_applied and r.outcome != Outcome.APPLIED]
+            self.ledger = self.guard.record(self.ledger, applied + maybe, fresh, now)   # budgets: unknown = spent
+            if applied or maybe:
                 self._hand_on_ledger()
             self.state = planner_mod.acknowledge(self.state, applied, fresh)
             self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
@@ -276,8 +279,11 @@ class Reconciler:
             else:
                 self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
                                                      code=res.code or "unknown").inc()
-            log.info("%s: %s %s", res.outcome, a.describe(), res.detail)
-            self._audit(now, action_record(a, str(res.outcome), res.detail))
+            detail = res.detail + ("; outcome unknown: counted against the budgets" if res.maybe_applied else "")
+            if res.maybe_applied:
+                self.metrics.unknown_outcomes.labels(type=a.kind).inc()
+            log.info("%s: %s %s", res.outcome, a.describe(), detail)
+            self._audit(now, action_record(a, str(res.outcome), detail))
         return results
 
     def _interruption(self) -> tuple[str, str] | None:

@@ -134,6 +134,9 @@ class ControllerMetrics:
             "gputide_actuation_errors", "Accepted actions the actuator could not carry out, by action type, outcome "
             "(retry: temporary, failed: permanent) and code (HTTP status, transport, deadline, refused, unknown, other).",
             ["type", "outcome", "code"], registry=r))
+        self.unknown_outcomes = PromCounter(
+            "gputide_actuation_unknown_outcomes", "Failed actions that may have been carried out all the same (a "
+            "write got no answer), by action type: counted against the safety budgets.", ["type"], registry=r)
         self.fail_static = Gauge("gputide_fail_static", "1 while the controller holds still.", registry=r)
         self.fail_static_info = Gauge("gputide_fail_static_info", "1 for the current fail-static reason.",
                                       ["reason"], registry=r)
@@ -174,6 +177,8 @@ class ControllerMetrics:
             self.actions.labels(type=kind, reason=reason)
         for reason in rejection_reasons():   # known label values start at 0, so rate() and panels see them
             self.rejected.labels(reason=reason)
+        for kind in dict.fromkeys(kind for kind, _ in action_label_pairs()):
+            self.unknown_outcomes.labels(type=kind)
         for cls in CAPACITY_CLASSES:
             self.capacity.labels(cls).set(0)
         for over in WAITING_OVER_S:

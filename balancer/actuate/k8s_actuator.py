@@ -44,13 +44,19 @@ timeout to what is left and starts no call or retry that could not end in time (
 calls have the first two thirds; the last third is the reserve, kept for what undoes or completes a change already
 made (a Migrate's reservation released, Kueue quota given back, a Job's label restored, the quota a shrunk Job
 returns) and the action's Event, so running out of time never leaves a half-done action without time to undo it.
-An action out of time comes back as RETRY with code `deadline`, like any action whose API calls failed: nothing
-enters the safety ledger, the planner leaves it alone for a while, and the next cycle starts from the fleet as it
-is. What it can leave behind is what a failed call leaves: a hot taint and a reservation that expire on their own,
-a Job resized but its Kueue Workload not reactivated (its label restored, so a later cycle resumes it); the
-eviction is a Migrate's last call, made once its target is reserved. `housekeeping` and `recover` run under the
-same deadline (what is left is released next cycle). The controller's grace period and liveness limit are derived
-from it (balancer/app/health.py).
+An action out of time comes back as RETRY with code `deadline`, like any action whose API calls failed: the
+planner leaves it alone for a while, the next cycle starts from the fleet as it is, and nothing enters the safety
+ledger unless its outcome is unknown (below). What it can leave behind is what a failed call leaves: a hot taint
+and a reservation that expire on their own, a Job resized but its Kueue Workload not reactivated (its label
+restored, so a later cycle resumes it); the eviction is a Migrate's last call, made once its target is reserved.
+`housekeeping` and `recover` run under the same deadline (what is left is released next cycle). The controller's
+grace period and liveness limit are derived from it (balancer/app/health.py).
+
+Unknown outcome. A write that got no answer (its last try a transport error or a 504, or its retries cut by the
+deadline after one) may have landed: the gateway lists it (`_Api.writes`) and a RETRY/FAILED result says so
+(`maybe_applied`, "outcome unknown" in `detail`), which the loop counts against the safety budgets. A Migrate
+counts its eviction only (the reservation and taint expire) and first confirms it by one read of the pod on the
+reserve: gone, being deleted or replaced, it landed (APPLIED, the reservation kept); running, it did not.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from typing import Any
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
+from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
 from balancer.actuate.k8s_nodes import node_power_limits, power_caps_note, power_caps_update, taints_change
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_training import TrainingJobs
@@ -99,12 +106,6 @@ from balancer.noderules import NodeRules, Taint
 
 log = logging.getLogger(__name__)
 
-# the Event reason gputide posts on the object an applied action changed
-EVENT_REASONS: dict[type, str] = {Migrate: "GputideMigrated", SetPowerLimit: "GputidePowerCapped",
-                                  ScaleInference: "GputideScaledInference", ScaleTraining: "GputideScaledTraining",
-                                  TaintNode: "GputideTainted"}
-
-
 def placement_refusal(pod: Json, node: Json) -> str | None:
     """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
     does not tolerate, its node selector, its required node affinity), None when they allow it."""
@@ -114,21 +115,12 @@ def placement_refusal(pod: Json, node: Json) -> str | None:
         map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
 
 
-def post_event(api: _Api, involved: Json, kind: str, reason: str, message: str, component: str, now: float) -> None:
-    """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid), as controllers post them; a
-    cluster-scoped object's Events go to `default`. One attempt; raises ActuationError: callers treat Events as
-    best effort."""
-    namespace = involved.get("namespace") or "default"
-    stamp = rfc3339(now)
-    body = {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
-        "involvedObject": {k: v for k, v in involved.items() if v}, "type": kind, "reason": reason,
-        "message": message[:1024], "count": 1, "firstTimestamp": stamp, "lastTimestamp": stamp,
-        "source": {"component": component}, "reportingComponent": component,
-    }  # fmt: skip
-    api(f"event on {involved['kind']} {involved['name']}", api.core.create_namespaced_event, namespace, body,
-        retries=0)   # never worth delaying the work it reports
+def _failed(action: Action, outcome: Outcome, err: ActuationError, unknown: list[str]) -> ActionResult:
+    """A failed action; one with unanswered writes (`_Api.writes`) may have been carried out all the same."""
+    if not unknown:
+        return ActionResult(action, outcome, str(err), _code(err))
+    return ActionResult(action, outcome, f"{err}; outcome unknown: no answer to {', '.join(unknown)}, which may "
+                        "have been carried out", _code(err), maybe_applied=True)
 
 
 def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
@@ -194,36 +186,19 @@ class KubernetesActuator:
         handler = self._handlers.get(type(action))
         if handler is None:
             return ActionResult(action, Outcome.FAILED, f"kubernetes actuator cannot apply {action.kind}")
-        with self.api.deadline(self.action_deadline_s):   # every call below, undo and Event included
+        # every call below within the deadline, undo and Event included; its unanswered writes listed (`unknown`)
+        with self.api.deadline(self.action_deadline_s), self.api.writes() as unknown:
             try:
                 detail = handler(action, snapshot)
             except TemporaryActuationError as err:   # DeadlineExceeded too: out of time is tried again later
-                return ActionResult(action, Outcome.RETRY, str(err), _code(err))
+                return _failed(action, Outcome.RETRY, err, unknown)
             except PermanentActuationError as err:
-                return ActionResult(action, Outcome.FAILED, str(err), _code(err))
+                return _failed(action, Outcome.FAILED, err, unknown)
             if not (isinstance(action, TaintNode) and action.renew):   # a renewal changes nothing to tell
-                with self.api.reserve():   # the action is done: its Event may use what is left
-                    self._tell(action, snapshot, detail)
+                with self.api.reserve():   # the action is done: its Event (best effort) may use what is left
+                    tell_action(self.api, action, detail, self.clock(), self.default_namespace,
+                                lambda owner: self._owner_namespace(owner, snapshot))
         return ActionResult(action, Outcome.APPLIED, detail)
-
-    def _tell(self, action: Action, snapshot: ClusterSnapshot, detail: str) -> None:
-        """An Event on what the action changed (the pod, Deployment, Job or node), so `kubectl describe` and
-        `kubectl get events` say what gputide did and why. Best effort: a failure is logged."""
-        try:
-            if isinstance(action, Migrate):
-                ns, name = split_name(action.workload, self.default_namespace)
-                involved = {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
-            elif isinstance(action, ScaleInference | ScaleTraining):
-                owner = action.service if isinstance(action, ScaleInference) else action.job
-                ns, name = split_name(owner, self._owner_namespace(owner, snapshot))
-                kind = ("apps/v1", "Deployment") if isinstance(action, ScaleInference) else ("batch/v1", "Job")
-                involved = {"apiVersion": kind[0], "kind": kind[1], "namespace": ns, "name": name}
-            else:   # SetPowerLimit, TaintNode
-                involved = {"apiVersion": "v1", "kind": "Node", "name": action.node}
-            post_event(self.api, involved, "Normal", EVENT_REASONS[type(action)], f"{action.reason}: {detail}",
-                       "gputide-controller", self.clock())
-        except ActuationError as err:
-            log.warning("no event for %s: %s", action.describe(), err)
 
     # ---- Migrate: reserve, taint, evict ----
 
@@ -248,27 +223,54 @@ class KubernetesActuator:
         now = self.clock()
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
                  "expires": rfc3339(now + self.reservation_ttl_s)}
-        self.api.update_node(action.target_node, lambda n: _annotation_map_change(
-            n, self.reservation_annotation, {key: entry}))
+        with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
+            self.api.update_node(action.target_node, lambda n: _annotation_map_change(
+                n, self.reservation_annotation, {key: entry}))
+        evict = f"evict pod {ns}/{pod}"
         try:
             if source and source != action.target_node:
-                self.api.update_node(source, lambda n: taints_change(
-                    n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
+                with self.api.writes():
+                    self.api.update_node(source, lambda n: taints_change(
+                        n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
-            self.api(f"evict pod {ns}/{pod}", self.api.core.create_namespaced_pod_eviction, pod, ns, body,
-                     retry_throttled=False)
+            self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, body, retry_throttled=False)
         except NotFoundError:   # gone since we read it: deleted, or our own timed-out eviction went through
             return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
         except ActuationError as err:
+            uid = (current.get("metadata") or {}).get("uid")
+            landed = self._eviction_landed(evict, ns, pod, uid) if evict in self.api.unknown_writes else None
+            if landed is not None:   # the reservation is its replacement's
+                return (f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from "
+                        f"{source or '?'} (confirmed after no answer: the pod {landed}; {err})")
             self._release_reservation(action.target_node, key)
             if isinstance(err, ThrottledError):
                 raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
             raise
         return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
 
+    def _eviction_landed(self, evict: str, ns: str, pod: str, uid: str | None) -> str | None:
+        """Whether the eviction `evict` of pod `uid`, unanswered, went through, by one read of the pod on the
+        deadline's reserve: how the pod shows it (gone, being deleted, replaced by another of its name), or None:
+        still running, it did not (its outcome known: off `unknown_writes`), or the read failed (still unknown)."""
+        try:
+            with self.api.reserve():
+                seen = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns, retries=0)
+        except NotFoundError:
+            return "is gone"
+        except ActuationError as err:
+            log.warning("%s: outcome unknown, confirming it failed: %s", evict, err)
+            return None
+        meta = seen.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return "is being deleted"
+        if meta.get("uid") != uid:
+            return "was replaced"
+        self.api.unknown_writes.remove(evict)
+        return None
+
     def _release_reservation(self, node: str, key: str) -> None:
         try:
-            with self.api.reserve():   # undoing: within the action's deadline, on the time kept for it
+            with self.api.reserve(), self.api.writes():   # undoing: within the action's deadline, on its reserve
                 self.api.update_node(node, lambda n: _annotation_map_change(
                     n, self.reservation_annotation, {key: None}))
         except ActuationError as err:   # it expires on its own; the action's own error is what matters

@@ -3,11 +3,11 @@
 It builds the client (`build_api_client`: in-cluster, a kubeconfig), wraps every call (`_Api`: retries with
 exponential backoff on 5xx, throttling 429 and transport errors, optimistic-concurrency read-modify-write on 409,
 `ApiException` mapped to gputide's `ActuationError` tree, every call of a piece of work within its deadline:
-`k8s_budget`), and holds what every Kubernetes-facing module shares: the annotations, labels and taint gputide
-writes, resource quantities and a pod's effective requests, RFC 3339 times. Built on it: the actuator
-(`k8s_actuator.py`), Lease leader election (`k8s_leader.py`), the watch caches (`k8s_watch.py`), the pod and node
-metadata (`k8s_workloads.py`, `k8s_nodes.py`) and the secondary scheduler (`k8s_scheduler.py`); none of them imports
-the client.
+`k8s_budget`, the work's writes whose outcome is unknown listed: `writes()`), and holds what every
+Kubernetes-facing module shares: the annotations, labels and taint gputide writes, resource quantities and a pod's
+effective requests, RFC 3339 times. Built on it: the actuator (`k8s_actuator.py`), Lease leader election
+(`k8s_leader.py`), the watch caches (`k8s_watch.py`), the pod and node metadata (`k8s_workloads.py`,
+`k8s_nodes.py`) and the secondary scheduler (`k8s_scheduler.py`); none of them imports the client.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
@@ -30,6 +29,7 @@ from kubernetes import watch as k8s_watch  # noqa: F401 - the gateway's watch, u
 from kubernetes.client.exceptions import ApiException
 
 from balancer.actuate.k8s_budget import RESERVE_SHARE
+from balancer.actuate.k8s_time import micro_time, parse_time, rfc3339  # noqa: F401  (re-exported: imported from here)
 from balancer.errors import ActuationError, PermanentActuationError, TemporaryActuationError
 
 log = logging.getLogger(__name__)
@@ -110,28 +110,6 @@ def _code(err: ActuationError) -> str:
 
 
 # ---- small pure helpers --------------------------------------------------------------------------------------
-
-
-def micro_time(t: float) -> datetime:
-    """An aware datetime for a MicroTime field. The client serialises with isoformat(), which drops the fraction
-    when microsecond == 0, and the API server then rejects the value (RFC3339Micro needs six digits)."""
-    dt = datetime.fromtimestamp(t, UTC)
-    return dt if dt.microsecond else dt.replace(microsecond=1)
-
-
-def parse_time(value: Any) -> float | None:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def split_name(qualified: str, default_namespace: str = "default") -> tuple[str, str]:
@@ -219,12 +197,28 @@ MIN_TRY_S = 1.0   # no try is started with less of its deadline left: it would o
 
 
 class _Deadline(threading.local):
-    """The deadline of the work this thread is doing through one `_Api` (none: calls have their own timeouts only).
-    Thread-local: a scheduler's watch threads list through the same `_Api` as its passes."""
+    """The deadline of the work this thread is doing through one `_Api` (none: calls have their own timeouts only),
+    and its writes of unknown outcome. Thread-local: a scheduler's watch threads list through the same `_Api` as
+    its passes."""
 
     work: float | None = None    # the work's own calls and retries end by this
     hard: float | None = None    # those under `reserve()` by this
     reserving: int = 0           # how many `reserve()` blocks are open
+    unknown: list[str] | None = None   # the work's writes of unknown outcome (`writes()`); None: not tracked
+
+
+MUTATING = ("create_", "patch_", "replace_", "delete_")   # the generated client's writes (eviction, binding too)
+
+
+def _settles(err: ActuationError | None) -> bool | None:
+    """What one try of a write tells of its outcome: True, it may have landed unseen (no answer: a transport error,
+    or the API server's own timeout, 504); False, a definite answer (success, or a 4xx that says why not: it also
+    settles an earlier try's doubt, a 404 or 409 being what a landed earlier try leaves); None, neither (a 5xx,
+    a 408 or 429: not done, but an earlier try may have been)."""
+    status = int(getattr(err, "status", 0) or 0)
+    if err is None or (400 <= status < 500 and status not in (408, 429)):
+        return False
+    return True if status in (0, 504) else None
 
 
 class _Api:
@@ -276,6 +270,30 @@ class _Api:
         finally:
             d.work, d.reserving = saved, d.reserving - 1
 
+    @contextmanager
+    def writes(self) -> Iterator[list[str]]:
+        """Inside, this thread's writes (`MUTATING`) whose outcome is unknown are tracked: a write whose last try got
+        no answer (a transport error: the request may have been received; or a 504), or whose retries the deadline
+        stopped after such a try, is listed by its `what` until a later try of the same call gets a definite answer
+        (`_settles`). Yields the list, fresh for the block; nested, the inner block's writes are its own."""
+        d = self._deadline
+        saved, d.unknown = d.unknown, []
+        try:
+            yield d.unknown
+        finally:
+            d.unknown = saved
+
+    @property
+    def unknown_writes(self) -> list[str]:
+        """The innermost `writes()` block's list, live (a caller that learns a write's outcome removes it)."""
+        return self._deadline.unknown if self._deadline.unknown is not None else []
+
+    def _track(self, written: str | None, err: ActuationError | None) -> None:
+        """One try of the write `written` (None: not a write) ended with `err` (None: success)."""
+        unknown, doubt = self._deadline.unknown, _settles(err)
+        if written is not None and unknown is not None and doubt is not None:
+            unknown[:] = [w for w in unknown if w != written] + ([written] if doubt else [])
+
     @property
     def reserving(self) -> bool:
         """Whether this thread's calls now run on the reserve (`reserve()`)."""
@@ -302,17 +320,20 @@ class _Api:
     def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,
                  retries: int | None = None, **kwargs: Any) -> Json:
         limit = self.max_retries if retries is None else retries
+        written = what if getattr(fn, "__name__", "").startswith(MUTATING) else None   # tracked: `writes()`
         for attempt in range(limit + 1):
             timeout = self._try_timeout(what)
             try:
                 resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
                 data = resp.data
+                self._track(written, None)
                 return json.loads(data) if data else {}
             except ApiException as exc:
                 err: ActuationError = _translate(exc, what)
                 cause: Exception = exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:   # timeouts, refused connections
                 err, cause = KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}"), exc
+            self._track(written, err)
             retryable = isinstance(err, KubeTemporaryError) and not isinstance(err, ConflictError) and (
                 retry_throttled or not isinstance(err, ThrottledError))
             if not retryable or attempt == limit:

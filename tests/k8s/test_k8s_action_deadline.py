@@ -143,8 +143,9 @@ def cluster(kube: FakeKube) -> FakeKube:
 def test_a_migrate_whose_eviction_never_answers_ends_in_its_deadline_and_releases_its_reservation(
         cluster: FakeKube, api, clock) -> None:
     """Every call 5 s, the eviction never answering (10 retries allowed: 240 s of tries without a deadline). The
-    evictions stop at the action's own 120 s; the reservation is released on the reserve, after it; the pod stays
-    where it runs, and the source's hot taint expires on its own (as after any failed Migrate)."""
+    evictions stop at the action's own 120 s; the last one unanswered, one read of the pod on the reserve finds it
+    still running (the eviction did not land: not `maybe_applied`), and the reservation is released, after it; the
+    pod stays where it runs, and the source's hot taint expires on its own (as after any failed Migrate)."""
     mono = Clock()
     actuator = KubernetesActuator(api, clock=clock, sleep=mono.advance, deadline_clock=mono, max_retries=10,
                                   backoff_s=0.1)
@@ -153,8 +154,9 @@ def test_a_migrate_whose_eviction_never_answers_ends_in_its_deadline_and_release
     result = actuator.apply(migrate(), SNAP)
     assert (result.outcome, result.code) == (Outcome.RETRY, "deadline")
     assert "evict pod default/web-1: HTTP 504" in result.detail and "not retried" in result.detail
-    assert len(cluster.calls("POST", r"/eviction$")) == 8 and server.timeouts[6:] == [10.0] * 7 + [pytest.approx(7.3), 10.0, 10.0]
-    assert mono.now == pytest.approx(130.0)   # 120 s, then the release's two calls: within the 180 s deadline
+    assert len(cluster.calls("POST", r"/eviction$")) == 8 and server.timeouts[6:] == [10.0] * 7 + [pytest.approx(7.3), 10.0, 10.0, 10.0]
+    assert mono.now == pytest.approx(135.0)   # 120 s, the pod read, the release's two calls: within the 180 s deadline
+    assert not result.maybe_applied and "outcome unknown" not in result.detail
     assert RESERVATION_ANNOTATION not in (cluster.get("nodes", "n2")["metadata"].get("annotations") or {})
     assert cluster.get("pods", "web-1", "default")["spec"]["nodeName"] == "n1"
     assert [t["key"] for t in cluster.get("nodes", "n1")["spec"]["taints"]] == [HOT_TAINT_KEY]
@@ -209,9 +211,8 @@ def test_an_action_deadline_must_be_positive(api) -> None:
 # ---- the loop and the safety ledger ------------------------------------------------------------------------------
 
 
-def test_the_loop_treats_an_action_out_of_time_as_any_failed_action(cluster: FakeKube, api, clock) -> None:
-    """Not in the safety ledger (no eviction spent, no cooldown), refused by the planner for a while, counted in
-    gputide_actuation_errors_total{code="deadline"}, audited as retry."""
+def migrating_loop(actuator: KubernetesActuator):
+    """A Reconciler whose every cycle plans `migrate()` on SNAP, applied by `actuator`; its audit and registry."""
     import io
 
     from prometheus_client import CollectorRegistry
@@ -219,12 +220,6 @@ def test_the_loop_treats_an_action_out_of_time_as_any_failed_action(cluster: Fak
     from balancer.loop import JsonlAudit, Reconciler
     from balancer.metrics import ControllerMetrics
     from balancer.model import Plan
-    from balancer.safety import SafetyLedger
-
-    mono = Clock()
-    actuator = KubernetesActuator(api, clock=clock, sleep=mono.advance, deadline_clock=mono, max_retries=10)
-    cluster.inject("POST", r"/eviction$", 500, count=100)
-    SlowServer(cluster, actuator.api, mono, 5.0, {("POST", r"/eviction$"): 60.0})
 
     class Snapshots:
         def snapshot(self):
@@ -236,6 +231,19 @@ def test_the_loop_treats_an_action_out_of_time_as_any_failed_action(cluster: Fak
     audit, registry = io.StringIO(), CollectorRegistry()
     rec = Reconciler(source=Snapshots(), actuator=actuator, clock=lambda: SNAP.time, planner=plan,
                      metrics=ControllerMetrics(registry), audit=JsonlAudit(audit))
+    return rec, audit, registry
+
+
+def test_the_loop_treats_an_action_out_of_time_as_any_failed_action(cluster: FakeKube, api, clock) -> None:
+    """Not in the safety ledger (no eviction spent, no cooldown), refused by the planner for a while, counted in
+    gputide_actuation_errors_total{code="deadline"}, audited as retry."""
+    from balancer.safety import SafetyLedger
+
+    mono = Clock()
+    actuator = KubernetesActuator(api, clock=clock, sleep=mono.advance, deadline_clock=mono, max_retries=10)
+    cluster.inject("POST", r"/eviction$", 500, count=100)
+    SlowServer(cluster, actuator.api, mono, 5.0, {("POST", r"/eviction$"): 60.0})
+    rec, audit, registry = migrating_loop(actuator)
     budget = rec.guard.remaining_evictions(rec.ledger, SNAP.time)
     report = rec.run_once()
     assert [(r.outcome, r.code) for r in report.results] == [(Outcome.RETRY, "deadline")]
