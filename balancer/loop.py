@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ from balancer.safety import SafetyGuard, SafetyLedger, check_telemetry
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
+KEEP_DURATIONS = 1000   # cycle durations a Reconciler keeps by default (`reconcile_seconds`)
 
 
 @dataclass
@@ -88,7 +90,8 @@ class Reconciler:
                  elector: LeaderElector | None = None, metrics: ControllerMetrics | None = None,
                  audit: JsonlAudit | None = None,
                  planner: Callable[..., tuple[Plan, Any]] = planner_mod.plan,
-                 policy_source: Callable[[], BalancerPolicy | None] | None = None) -> None:
+                 policy_source: Callable[[], BalancerPolicy | None] | None = None,
+                 keep_durations: int | None = KEEP_DURATIONS) -> None:
         self.policy = policy or BalancerPolicy()
         self.policy_source = policy_source
         self.source, self.actuator, self.clock = source, actuator, clock
@@ -111,7 +114,9 @@ class Reconciler:
         self._waiting_since: dict[str, float] = {}
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
         self._progress: Callable[[str], None] = lambda what: None   # `run`'s: as housekeeping, each action begin
-        self.reconcile_seconds: list[float] = []
+        # the last `keep_durations` cycles' durations (None: every cycle's, for an offline run's report); a controller
+        # that runs for weeks must not keep one float per cycle for ever (gputide_reconcile_duration_seconds has them)
+        self.reconcile_seconds: deque[float] = deque(maxlen=keep_durations)
 
     # -- one cycle ------------------------------------------------------------------------------------------------
     def run_once(self) -> CycleReport:
@@ -353,10 +358,8 @@ class Reconciler:
             return None
         horizon_s = self.policy.forecast.horizon_s
         label = horizon_label(horizon_s)
-        for name, f in (forecasts or {}).items():
-            for q in f.quantiles:
-                self.metrics.forecast_demand.labels(service=name, quantile=f"{q:g}", horizon=label).set(
-                    f.window_max(q, 0.0, horizon_s))
+        self.metrics.set_forecast_demand({(name, f"{q:g}", label): f.window_max(q, 0.0, horizon_s)
+                                          for name, f in (forecasts or {}).items() for q in f.quantiles})
         return forecasts
 
     def _hold(self, now: float, reason: str, message: str) -> CycleReport:

@@ -146,8 +146,8 @@ class ControllerMetrics:
         self.leader = self._leader.labels(lease="")
         self.eviction_budget = Gauge("gputide_eviction_budget_remaining", "Evictions left in the current window.",
                                      registry=r)
-        self.forecast_demand = Gauge("gputide_forecast_demand", "Forecast demand (req/s).",
-                                     ["service", "quantile", "horizon"], registry=r)
+        self.forecast_demand = _LabelledGauge(Gauge("gputide_forecast_demand", "Forecast demand (req/s).",
+                                                    ["service", "quantile", "horizon"], registry=r))
         self.capacity_holding = _LabelledGauge(Gauge(
             "gputide_capacity_holding", "1 while capacity shifting holds, by reason (unattributed_pods: a profiled "
             "service's pods have no owner).", ["reason"], registry=r))
@@ -191,7 +191,7 @@ class ControllerMetrics:
         self.set_fail_static(None)
         self.set_capacity({}, {})
         self.set_capacity_holding("")
-        self.forecast_demand.clear()
+        self.set_forecast_demand({})
         self.set_forecast_for_now({})
         self.set_forecast_error({})
         self.set_fragmentation({})
@@ -222,6 +222,11 @@ class ControllerMetrics:
     def set_capacity_holding(self, reason: str) -> None:
         """The capacity planner's hold reason this cycle ("" = none: the gauge has no series)."""
         self.capacity_holding.set_all({(reason,): 1.0} if reason else {})
+
+    def set_forecast_demand(self, values: Mapping[tuple[str, str, str], float]) -> None:
+        """{(service, quantile, horizon): req/s} forecast for the coming horizon, every service of this cycle's
+        forecasts: a service no longer forecast (deleted, renamed) loses its series instead of keeping them frozen."""
+        self.forecast_demand.set_all({k: float(v) for k, v in values.items()})
 
     def set_forecast_for_now(self, values: Mapping[tuple[str, str, str], float]) -> None:
         """{(service, quantile, horizon): req/s} of the forecasts issued one horizon ago for now."""

@@ -73,9 +73,10 @@ class GputideController:
     """The `gputide` policy: the real reconcile loop, every `interval_s` of simulated time."""
 
     def __init__(self, sim: SimCluster, ctx: PolicyContext) -> None:
+        # keep_durations=None: the report's cycle times (and tidal's "a cycle ran") count every cycle of the run
         self.reconciler = Reconciler(source=SimTelemetrySource(sim), actuator=SimActuator(sim), policy=ctx.policy,
                                      clock=lambda: sim.time, metrics=ctx.metrics, audit=ctx.audit,
-                                     forecaster=ctx.options.get("forecaster"),
+                                     forecaster=ctx.options.get("forecaster"), keep_durations=None,
                                      **({"planner": ctx.options["planner"]} if "planner" in ctx.options else {}))
         self.interval_s = ctx.interval_s
         self.next_at = sim.time
