@@ -128,8 +128,8 @@ class Soak:
         self.stale = StaleGuard(self.policy.safety)
         self.budget = BudgetCheck(self.policy.safety)
         self.taints = TaintWatch(self.sim)
-        # settled RSS (soak_checks.settled_rss_mib), harness included: the short soak measures about 4 MiB per
-        # simulated day with 3 reconciles per cycle, in steps while it warms up (the 7-day run is flat)
+        # settled RSS (soak_checks.settled_rss_mib), harness included: the short soak measures 4-5 MiB per simulated
+        # day with 3 reconciles per cycle, in steps of about 1 MiB around faults (the 7-day run was flat after warm-up)
         self.memory = MemoryTrend(max_mib_per_day=8.0)
         self.leaders = Check("one leader at a time", "at most one replica acts in any cycle")
         self.alerts = AlertTracker()
