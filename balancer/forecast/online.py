@@ -195,3 +195,7 @@ class DemandForecaster:
 
     def services(self) -> list[str]:
         return sorted(self._svc)
+
+    def forget(self, service: str) -> None:
+        """Drop everything kept for `service` (its demand history, model, stored forecasts and errors)."""
+        self._svc.pop(service, None)

@@ -31,16 +31,30 @@ class ServiceForecaster:
     Model fits are spread over cycles: at most `max_fits_per_cycle` services (re)fit in one cycle (a fit can take
     seconds, and every service seeded at start-up would otherwise refit in the same cycle every day, stalling
     hotspot protection); a service whose fit waits keeps its previous forecast for that cycle, or has none yet
-    (the capacity planner then holds it, or follows its demand up)."""
+    (the capacity planner then holds it, or follows its demand up).
+
+    A service no snapshot has shown for `forget_after_s` (a day: deleted or renamed, not a telemetry gap) is
+    forgotten, its history and model included, so a controller running for months does not keep every service it
+    ever saw; if it comes back it is seeded again from its history."""
 
     def __init__(self, online: Any, horizon_s: float, history: Callable[[str, float], Any] | None = None,
-                 max_fits_per_cycle: int = 2) -> None:
+                 max_fits_per_cycle: int = 2, forget_after_s: float = 86400.0) -> None:
         self.online = online
         self.steps = max(math.ceil(horizon_s / online.step_s), 1)
         self.history = history
         self.max_fits_per_cycle = max_fits_per_cycle
+        self.forget_after_s = forget_after_s
         self.seeded: set[str] = set()
         self.last: dict[str, Forecast] = {}
+        self.seen: dict[str, float] = {}   # service -> the last snapshot time that showed it
+
+    def _forget_gone(self, now: float) -> None:
+        for name in [n for n, t in self.seen.items() if now - t > self.forget_after_s]:
+            log.info("forecaster: forgetting %s, not seen for %.0f h", name, (now - self.seen.pop(name)) / 3600)
+            self.seeded.discard(name)
+            self.last.pop(name, None)
+            if hasattr(self.online, "forget"):
+                self.online.forget(name)
 
     def _seed(self, name: str, now: float) -> None:
         self.seeded.add(name)
@@ -52,7 +66,9 @@ class ServiceForecaster:
         out = {}
         fits = 0
         due = getattr(self.online, "fit_due", None)
+        self._forget_gone(snap.time)
         for name, status in snap.services.items():
+            self.seen[name] = snap.time
             if name not in self.seeded:
                 self._seed(name, snap.time)
             self.online.update(name, snap.time, status.demand_rps)
