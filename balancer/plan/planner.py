@@ -20,6 +20,9 @@ while a node is tainted. A live controller keeps the taint of a node it still co
 inherited taints, with the hysteresis that decides when a node cooled) by renewing it once its expiry is less than
 `RENEW_WITHIN_S` (half the TTL) away: `TaintNode(renew=True)`, which the actuator writes as a fresh expiry. Half the
 TTL leaves room for many missed cycles before the taint could lapse, and renews a hot node about twice per TTL. A
+node list that lags a write still shows the expiry the write replaced: while it does (`PlannerState.taint_written`,
+the expiry each acknowledged write found), the node is not renewed again; once it shows any other, that one is
+judged, however many cycles (a fail-static hold, a standby) passed since the write. A
 renewal changes nothing the simulation measures, so it bypasses `simulate_plan` (expected gain 0) and the safety
 guard's budgets (`SafetyGuard`: it is not counted, cooled down or gain-checked; an emergency stop still holds it). A
 taint whose expiry is unknown (no annotation) never expires and is not renewed.
@@ -64,6 +67,9 @@ class PlannerState:
     # nodes whose hot taint the actuator applied since the last plan: that plan's successor counts them tainted even if
     # its snapshot (a node list that may lag the write) does not show it yet; after that only the snapshot counts
     tainted: frozenset[str] = frozenset()
+    # node -> the expiry its node showed when this controller's hot-taint write (add or renewal) was acknowledged (None:
+    # no expiry, no taint), kept while the node list still shows that one: it lags the write (see the docstring)
+    taint_written: Mapping[str, float | None] = field(default_factory=lambda: _EMPTY)
     # training job -> workers before a hotspot shrink (acknowledged ones, and each cycle what the snapshot's jobs
     # record: `hotspots.shrunk_jobs`), until given back, resized by someone else or gone
     shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
@@ -99,20 +105,23 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
-    renewals = _renewals(snapshot, hot, state.tainted) if policy.hotspots.taint_hot_nodes else ()
+    lagging = MappingProxyType({n.name: n.hot_until for n in reversed(snapshot.nodes)   # the first of a name wins
+                                if n.name in state.taint_written and state.taint_written[n.name] == n.hot_until})
+    renewals = _renewals(snapshot, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
     out = Plan(actions=result.kept + renewals, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
-    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), shrunk=MappingProxyType(shrunk),
+    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
+                        shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
 
 
-def _renewals(snapshot: ClusterSnapshot, hot: frozenset[str], fresh: frozenset[str]) -> tuple[TaintNode, ...]:
+def _renewals(snapshot: ClusterSnapshot, hot: frozenset[str], lagging: frozenset[str]) -> tuple[TaintNode, ...]:
     """A renewal for each node still hot whose hot taint (as the snapshot's nodes show it) expires within
-    `RENEW_WITHIN_S`; not for one whose taint was acknowledged last cycle (`fresh`: written with a fresh expiry the
-    node list may not show yet)."""
+    `RENEW_WITHIN_S`; not for one whose node list still shows the expiry an acknowledged write replaced (`lagging`:
+    the fresh one is not shown yet)."""
     shown = hot_tainted(snapshot)
     due = {n.name: n.hot_until - snapshot.time for n in reversed(snapshot.nodes)   # the first node of a name wins
-           if n.name in hot and n.name in shown and n.name not in fresh and n.hot_until is not None}
+           if n.name in hot and n.name in shown and n.name not in lagging and n.hot_until is not None}
     return tuple(TaintNode(node=name, renew=True, reason=f"node still hot, its taint expires in {left:.0f} s")
                  for name, left in sorted(due.items()) if left <= RENEW_WITHIN_S)
 
@@ -134,6 +143,7 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float) -> Planne
 def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot) -> PlannerState:
     """Fold actions the actuator applied into the state, so the planner can give them back later."""
     throttled, tainted, shrunk, co = dict(state.throttled), set(state.tainted), dict(state.shrunk), state.colocation
+    written, nodes = dict(state.taint_written), {n.name: n for n in reversed(snapshot.nodes)}
     for a in applied:
         if isinstance(a, SetPowerLimit):
             if a.is_throttle and not a.give_back:
@@ -142,6 +152,10 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
                 throttled.pop(a.uuid, None)
         elif isinstance(a, TaintNode):
             (tainted.discard if a.remove else tainted.add)(a.node)
+            if a.remove or a.node not in nodes:
+                written.pop(a.node, None)
+            else:
+                written[a.node] = nodes[a.node].hot_until
         elif isinstance(a, ScaleTraining):
             if a.job in co.shrunk or a.cause == "colocation_slo":
                 co = colocation.acknowledge(co, a, snapshot)
@@ -150,4 +164,5 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
             elif a.job in shrunk and a.workers >= shrunk[a.job]:
                 del shrunk[a.job]
     return replace(state, throttled=MappingProxyType(throttled), tainted=frozenset(tainted),
+                   taint_written=MappingProxyType(written),
                    shrunk=MappingProxyType(shrunk), colocation=co)

@@ -144,6 +144,23 @@ def test_a_taint_acknowledged_last_cycle_is_not_renewed_again_on_a_node_list_tha
     assert not [a for a in p.actions if isinstance(a, TaintNode)]
 
 
+def test_a_write_acknowledged_before_a_hold_is_judged_by_the_expiry_the_node_list_shows_now():
+    """A renewal acknowledged, then cycles that planned nothing (fail-static holds: the planner does not run): the
+    next plan must judge the expiry the node list shows, not count the write as just made. It did (the taint counted
+    "acknowledged last cycle" until a plan consumed it), so the renewal due then was skipped and the taint lapsed
+    under a node still hot: the short soak saw it on a loaded 2-core machine."""
+    fleet, state = hot_and_tainted()
+    state, _ = run(fleet, [HOT], state)
+    snap = fleet.snapshot(fleet.now + 10)
+    p, state = plan(snap, None, BalancerPolicy(), state)
+    fleet.apply(p.actions)
+    state = acknowledge(state, p.actions, snap)
+    assert fleet.until == fleet.now + HOT_TAINT_TTL_S
+    fleet.now = fleet.until - 60   # holds in between; the node list shows the renewed expiry, a minute away
+    p, _ = plan(fleet.snapshot(), None, BalancerPolicy(), state)
+    assert [(a.node, a.renew) for a in p.actions if isinstance(a, TaintNode)] == [("n0", True)]
+
+
 def test_no_renewal_when_hot_nodes_are_not_tainted_by_policy():
     fleet, state = hot_and_tainted()
     state, _ = run(fleet, [HOT], state)
