@@ -1,7 +1,8 @@
 """Faults of `SimCluster`: what goes wrong with hardware, and the operator's repair.
 
 * `degrade_cooling` / `restore_cooling`: a node's inlet warms and/or its thermal resistance grows, for a while
-  (`duration_s`, expired at the start of a step) or until restored.
+  (`duration_s`, expired at the start of a step) or until restored; `inlet_rise_for` sizes the warming that takes
+  the node's hottest GPU past its slowdown temperature at the power it draws now.
 * `fail_gpu`: the board falls off the bus (thermal shutdown does this too): offline, 0 W, its pods requeued.
 * `ecc_error` (XID 48) and `row_remap_failure` (XID 64): the pods on the GPU crash and are requeued, and the GPU
   is unhealthy (never scheduled) until `repair_gpu` resets or replaces it (`MemoryHealth`).
@@ -28,6 +29,18 @@ class Faults:
             self._cooling_until.pop(i, None)
         else:
             self._cooling_until[i] = self.time + duration_s
+
+    def inlet_rise_for(self: SimCluster, node: str, *, resistance_factor: float = 1.0,
+                       over_slowdown_c: float = 0.0) -> float:
+        """The inlet rise (°C, >= 0) that, with the node's thermal resistance x `resistance_factor`, puts the
+        equilibrium temperature of its hottest GPU at the power it draws now `over_slowdown_c` above that GPU's
+        slowdown temperature (where the board throttles itself): a cooling fault sized by what it does."""
+        i = self._node(node)
+        gpus = self.node_index == i
+        p = self._p
+        need = p.slowdown_c[gpus] + over_slowdown_c - p.node_inlet_c[i] - p.resistance[gpus] * resistance_factor * \
+            self.power_w[gpus]
+        return max(float(need.min()), 0.0) if need.size else 0.0
 
     def restore_cooling(self: SimCluster, node: str) -> None:
         i = self._node(node)
