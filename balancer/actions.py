@@ -84,6 +84,7 @@ class ScaleTraining(Action):
     # a new leader gives the workers back: the workers before the shrink; 0 (its give-back) clears it; None: untouched
     shrunk_from: int | None = None
     cause: TrainingCause | None = None  # set by the planner that resizes for a reason of its own (TrainingCause)
+    service: str = ""   # a co-location shrink: the inference service it makes room for (given back on its slack)
 
     @property
     def target(self) -> str:

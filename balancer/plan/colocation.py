@@ -81,7 +81,7 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
             svc = services[0]
             st = s.services[svc]
             actions.append(ScaleTraining(
-                job=job, workers=new, previous_workers=now, cause="colocation_slo", shrunk_from=owed.get(job),
+                job=job, workers=new, previous_workers=now, cause="colocation_slo", shrunk_from=owed.get(job), service=svc,
                 reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
                        "on GPUs shared with this job"))
     return actions
@@ -101,12 +101,11 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
     return actions
 
 
-def acknowledge(state: ColocationState, action: ScaleTraining, snapshot: ClusterSnapshot) -> ColocationState:
+def acknowledge(state: ColocationState, action: ScaleTraining) -> ColocationState:
     """Remember (or forget) a shrink once it was applied."""
     shrunk = dict(state.shrunk)
     if action.workers < action.previous_workers and action.job not in shrunk:
-        svc = next((n for n in snapshot.services if n in action.reason), "")
-        shrunk[action.job] = (action.previous_workers, svc)
+        shrunk[action.job] = (action.previous_workers, action.service)
     elif action.job in shrunk and action.workers >= shrunk[action.job][0]:
         del shrunk[action.job]
     return replace(state, shrunk=MappingProxyType(shrunk))

@@ -158,7 +158,7 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
                 written[a.node] = nodes[a.node].hot_until
         elif isinstance(a, ScaleTraining):
             if a.job in co.shrunk or a.cause == "colocation_slo":
-                co = colocation.acknowledge(co, a, snapshot)
+                co = colocation.acknowledge(co, a)
             elif a.workers < a.previous_workers:
                 shrunk.setdefault(a.job, a.previous_workers)
             elif a.job in shrunk and a.workers >= shrunk[a.job]:

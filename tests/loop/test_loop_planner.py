@@ -169,11 +169,12 @@ def test_a_recorded_cap_naming_a_gpu_of_another_node_is_not_given_back_there():
     assert not _gave_back(p) and not state.throttled
 
 
-def _colocated(p99, workers=3):
+def _colocated(p99, workers=3, before=None):
     svc = inf(0, milli=500)
     job = [workload(f"job-{i}", T, owner="job", milli=500, mem=20480, elastic_min=1, priority=10) for i in range(3)]
     ws = [(svc, (0,)), (job[0], (0,)), (job[1], (4,)), (job[2], (8,))][: 1 + workers]
-    services = {"svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}
+    services = {**(before or {}),
+                "svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}
     return snapshot(FL, workloads=ws, services=services)
 
 
@@ -190,6 +191,20 @@ def test_inference_near_its_slo_shrinks_colocated_training_and_gets_it_back_with
     (back,) = p.actions
     assert isinstance(back, ScaleTraining) and back.workers == 3
     assert reason_label(back) == "colocation_slack", "a co-location give-back is not a hotspot's"
+
+
+def test_a_colocation_shrink_waits_for_its_own_services_slack_not_that_of_one_named_within_its_reason():
+    """The shrink's service was found as the first service named anywhere in its reason text: "sv" (listed first,
+    idle) is in "svc p99 ...", so the job was given back once "sv" had slack while "svc" was still near its SLO. The
+    shrink now carries its service (`ScaleTraining.service`)."""
+    idle = {"sv": ServiceStatus(name="sv", demand_rps=1, p99_latency_s=0.01, slo_latency_s=0.5, replicas=1)}
+    p, state = run([_colocated(0.45, before=idle)])
+    (a,) = p.actions
+    assert a.service == "svc"
+    state = acknowledge(state, p.actions, _colocated(0.45, before=idle))
+    for _ in range(BalancerPolicy().colocation.slack_readings + 2):
+        p, state = plan(_colocated(0.45, workers=2, before=idle), None, BalancerPolicy(), state)
+        assert not [x for x in p.actions if isinstance(x, ScaleTraining) and x.workers > x.previous_workers]
 
 
 def test_latency_far_from_the_slo_leaves_training_alone():
