@@ -33,10 +33,15 @@ class ColocationState:
 
 
 def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> ColocationState:
+    """The slack streaks with this snapshot's latencies; a shrunk job that is gone (no pod, placed or pending: it
+    finished or was deleted) is forgotten, or its give-back would be proposed, and fail, every cycle for ever."""
     cp = policy.colocation
     streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
               for name, s in snapshot.services.items()}
-    return replace(state, slack_streak=MappingProxyType(streak))
+    by_owner = snapshot.workloads_by_owner
+    shrunk = state.shrunk if all(j in by_owner for j in state.shrunk) else MappingProxyType(
+        {j: v for j, v in state.shrunk.items() if j in by_owner})
+    return replace(state, slack_streak=MappingProxyType(streak), shrunk=shrunk)
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
@@ -73,7 +78,7 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
     """Each crowding job shrunk by a worker per service it crowds, down to its elastic minimum."""
     actions: list[Action] = []
     for job, services in sorted(_crowding(s, policy, pressured).items()):
-        members = [w for w in s.workloads if w.owner == job and w.name in s.placements]
+        members = [w for w in s.workloads_by_owner.get(job, ()) if w.name in s.placements]
         now = proj.workers.get(job, len(members))
         floor = max((w.elastic_min for w in members), default=0)
         new = max(now - len(services), floor)

@@ -207,6 +207,19 @@ def test_a_colocation_shrink_waits_for_its_own_services_slack_not_that_of_one_na
         assert not [x for x in p.actions if isinstance(x, ScaleTraining) and x.workers > x.previous_workers]
 
 
+def test_a_shrunk_job_that_is_gone_is_forgotten_not_given_back_every_cycle():
+    """Co-location remembered a shrunk job until its give-back was applied; a job that finished or was deleted
+    never got one applied, so its give-back (a job with 0 workers, "below" its size) was proposed every cycle."""
+    p, state = run([_colocated(0.45)])
+    state = acknowledge(state, p.actions, _colocated(0.45))
+    assert "job" in state.colocation.shrunk
+    gone = _colocated(0.1, workers=0)
+    for _ in range(BalancerPolicy().colocation.slack_readings + 2):
+        p, state = plan(gone, None, BalancerPolicy(), state)
+        assert not [a for a in p.actions if isinstance(a, ScaleTraining)]
+    assert not state.colocation.shrunk
+
+
 def test_latency_far_from_the_slo_leaves_training_alone():
     p, _ = run([_colocated(0.2)] * 3)
     assert not p.actions

@@ -18,7 +18,8 @@ from balancer.app import scenarios, tidal
 from balancer.model import Forecast, ScaleTraining
 from balancer.plan.capacity import CapacityPolicy
 from balancer.plan.capacity_loop import plan_with_capacity
-from balancer.plan.planner import plan
+from balancer.plan.colocation import ColocationState
+from balancer.plan.planner import PlannerState, plan
 
 ON = config.BalancerPolicy(capacity=config.CapacityPolicy(enabled=True))
 
@@ -65,3 +66,22 @@ def test_the_note_reads_the_same_every_cycle_the_record_stays_so_the_loop_logs_i
     again, _ = with_capacity(snap, forecasts, profiles, state)   # the record still on the job: proposed again
     assert notes_on(first, job) and notes_on(again, job) == notes_on(first, job)
     assert again.objective_after == pytest.approx(first.objective_after)
+
+
+def test_colocations_give_back_left_to_the_tide_is_forgotten_so_the_job_is_not_held_shrunk_for_ever():
+    """Co-location's give-back dropped for the tide left its memory of the shrink in place: the job counted as held
+    smaller by co-location for ever (never shrunk by it again, the hotspot's give-back waiting behind it)."""
+    sim, _events, _days = scenarios.build("tidal", days=1)
+    job = sorted(sim.training_jobs)[0]
+    workers = sim.workers(job)
+    sim.scale_training(job, workers - 1)
+    snap = sim.snapshot()
+    forecasts = {name: Forecast(service=name, issued_at=snap.time, step_s=600.0,
+                                quantiles={q: np.full(24, 0.2) for q in (0.5, 0.9, 0.99)})
+                 for name in tidal.context(sim).shares}
+    state = PlannerState(colocation=ColocationState(shrunk={job: (workers, "a-service-since-removed")}))
+    alone, _ = plan(snap, forecasts, ON, state)
+    assert [(a.job, a.cause) for a in alone.actions if isinstance(a, ScaleTraining)] == [(job, "colocation_slack")]
+    p, state = with_capacity(snap, forecasts, tidal.context(sim).profiles, state)
+    assert "co-location's give-back" in notes_on(p, job)[0]
+    assert job not in state.colocation.shrunk
