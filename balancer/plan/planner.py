@@ -44,6 +44,7 @@ from balancer.model import (
     ClusterSnapshot,
     Forecast,
     Migrate,
+    Node,
     Plan,
     ScaleTraining,
     SetPowerLimit,
@@ -105,9 +106,10 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
-    lagging = MappingProxyType({n.name: n.hot_until for n in reversed(snapshot.nodes)   # the first of a name wins
-                                if n.name in state.taint_written and state.taint_written[n.name] == n.hot_until})
-    renewals = _renewals(snapshot, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
+    nodes = _first_nodes(snapshot)
+    lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
+                                if name in nodes and nodes[name].hot_until == until})
+    renewals = _renewals(snapshot, nodes, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
     out = Plan(actions=result.kept + renewals, notes=notes, objective_before=result.objective_before,
                objective_after=result.objective_after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
@@ -115,19 +117,25 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
 
 
-def _renewals(snapshot: ClusterSnapshot, hot: frozenset[str], lagging: frozenset[str]) -> tuple[TaintNode, ...]:
+def _renewals(snapshot: ClusterSnapshot, nodes: Mapping[str, Node], hot: frozenset[str],
+              lagging: frozenset[str]) -> tuple[TaintNode, ...]:
     """A renewal for each node still hot whose hot taint (as the snapshot's nodes show it) expires within
     `RENEW_WITHIN_S`; not for one whose node list still shows the expiry an acknowledged write replaced (`lagging`:
     the fresh one is not shown yet)."""
     shown = hot_tainted(snapshot)
-    due = {n.name: n.hot_until - snapshot.time for n in reversed(snapshot.nodes)   # the first node of a name wins
-           if n.name in hot and n.name in shown and n.name not in lagging and n.hot_until is not None}
+    due = {name: n.hot_until - snapshot.time for name, n in nodes.items()
+           if name in hot and name in shown and name not in lagging and n.hot_until is not None}
     return tuple(TaintNode(node=name, renew=True, reason=f"node still hot, its taint expires in {left:.0f} s")
                  for name, left in sorted(due.items()) if left <= RENEW_WITHIN_S)
 
 
 def _names(snapshot: ClusterSnapshot) -> frozenset[str]:
     return frozenset(n.name for n in snapshot.nodes)
+
+
+def _first_nodes(snapshot: ClusterSnapshot) -> dict[str, Node]:
+    """{name: node}, the first node of a name winning (a node list should hold each name once)."""
+    return {n.name: n for n in reversed(snapshot.nodes)}
 
 
 def refuse(state: PlannerState, actions: Iterable[Action], now: float) -> PlannerState:
@@ -142,20 +150,14 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float) -> Planne
 
 def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot) -> PlannerState:
     """Fold actions the actuator applied into the state, so the planner can give them back later."""
-    throttled, tainted, shrunk, co = dict(state.throttled), set(state.tainted), dict(state.shrunk), state.colocation
-    written, nodes = dict(state.taint_written), {n.name: n for n in reversed(snapshot.nodes)}
+    applied = list(applied)
+    throttled, shrunk, co = dict(state.throttled), dict(state.shrunk), state.colocation
     for a in applied:
         if isinstance(a, SetPowerLimit):
             if a.is_throttle and not a.give_back:
                 throttled[a.uuid] = a.watts
             else:
                 throttled.pop(a.uuid, None)
-        elif isinstance(a, TaintNode):
-            (tainted.discard if a.remove else tainted.add)(a.node)
-            if a.remove or a.node not in nodes:
-                written.pop(a.node, None)
-            else:
-                written[a.node] = nodes[a.node].hot_until
         elif isinstance(a, ScaleTraining):
             if a.job in co.shrunk or a.cause == "colocation_slo":
                 co = colocation.acknowledge(co, a)
@@ -163,6 +165,20 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
                 shrunk.setdefault(a.job, a.previous_workers)
             elif a.job in shrunk and a.workers >= shrunk[a.job]:
                 del shrunk[a.job]
-    return replace(state, throttled=MappingProxyType(throttled), tainted=frozenset(tainted),
-                   taint_written=MappingProxyType(written),
-                   shrunk=MappingProxyType(shrunk), colocation=co)
+    return _acknowledge_taints(replace(state, throttled=MappingProxyType(throttled), shrunk=MappingProxyType(shrunk),
+                                       colocation=co), [a for a in applied if isinstance(a, TaintNode)], snapshot)
+
+
+def _acknowledge_taints(state: PlannerState, applied: list[TaintNode], snapshot: ClusterSnapshot) -> PlannerState:
+    """The hot taints written count as tainted until the next plan (`tainted`); each write remembers the expiry its
+    node showed (`taint_written`: a node list still showing it lags the write)."""
+    if not applied:
+        return state
+    tainted, written, nodes = set(state.tainted), dict(state.taint_written), _first_nodes(snapshot)
+    for a in applied:
+        (tainted.discard if a.remove else tainted.add)(a.node)
+        if a.remove or a.node not in nodes:
+            written.pop(a.node, None)
+        else:
+            written[a.node] = nodes[a.node].hot_until
+    return replace(state, tainted=frozenset(tainted), taint_written=MappingProxyType(written))
