@@ -293,7 +293,7 @@ class Soak:
             if active is None and cycle >= first and (cycle - first) % every == 0 and cycle <= last_fault_start:
                 fault = classes[k % len(classes)]
                 k += 1
-                rec = FaultRecord(fault.name, cycle, expected=fault.expected)
+                rec = FaultRecord(fault.name, cycle, expected=fault.expected, began_at=self.alerts.clock())
                 self.alerts.records.append(rec)
                 fault.begin(self, rec)
                 active = (fault, rec)

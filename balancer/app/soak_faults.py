@@ -50,6 +50,7 @@ class FaultRecord:
     fired_cycle: int | None = None
     resolved_cycle: int | None = None
     check_ok: bool = True                  # the class's own extra check (consumed API faults, takeover, ...)
+    began_at: float | None = None          # when it was injected (`AlertTracker.clock`): no alert before counts
     notes: dict[str, Any] = field(default_factory=dict)
 
     def matches(self, alert: Mapping[str, Any]) -> bool:
@@ -97,12 +98,10 @@ class AlertTracker:
 
     def update(self, soak: Soak, cycle: int) -> None:
         now = self.clock()
-        window = 60.0 if self._polled is None else now - self._polled + 2.0
         alerts = self.firing(soak)
         if alerts is None:
             return
-        self._polled = now
-        recent = alerts + self.fired_within(soak, window)
+        since, self._polled = self._polled, now
         for a in alerts:
             name = a["labels"].get("alertname", "")
             self.seen[name] = self.seen.get(name, 0) + 1
@@ -111,19 +110,28 @@ class AlertTracker:
                 continue
             if rec.fired_cycle is None and rec.end_cycle is not None and cycle > rec.end_cycle:
                 continue   # not fired by its end (which waited for it): a later fault's alert is not its
-            if rec.fired_cycle is None and any(rec.matches(a) for a in recent):
+            if rec.fired_cycle is None and self._fired(soak, rec, alerts, since, now):
                 rec.fired_cycle = cycle
             elif rec.fired_cycle is not None and rec.end_cycle is not None and not any(rec.matches(a) for a in alerts):
                 rec.resolved_cycle = cycle
+
+    def _fired(self, soak: Soak, rec: FaultRecord, alerts: list[dict[str, Any]], since: float | None,
+               now: float) -> bool:
+        """`rec`'s alert fires now, or fired at an evaluation since `since` (the last poll; a minute if none) and
+        not before the fault was injected."""
+        if any(rec.matches(a) for a in alerts):
+            return True
+        start = now - 60.0 if since is None else since
+        if rec.began_at is not None:
+            start = max(start, rec.began_at)
+        return any(rec.matches(a) for a in self.fired_within(soak, max(now - start, 1.0)))
 
     def await_fired(self, soak: Soak, rec: FaultRecord, timeout_s: float = 12.0) -> None:
         """Block (at most `timeout_s` wall seconds) until `rec`'s alert fires, or finds it fired since the last
         poll: a scrape plus a rule evaluation."""
         deadline = time.monotonic() + timeout_s
         while rec.expected and rec.fired_cycle is None and time.monotonic() < deadline:
-            since = 60.0 if self._polled is None else self.clock() - self._polled + 2.0
-            alerts = (self.firing(soak) or []) + self.fired_within(soak, since)
-            if any(rec.matches(a) for a in alerts):
+            if self._fired(soak, rec, self.firing(soak) or [], self._polled, self.clock()):
                 rec.fired_cycle = soak.cycle
                 return
             time.sleep(0.25)

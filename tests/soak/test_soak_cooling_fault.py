@@ -9,6 +9,8 @@ fault (inlet +15 C, thermal resistance x1.6) to reach any threshold at all."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from balancer import fleet as fleet_mod
@@ -59,24 +61,39 @@ def alert(node: str) -> dict:
 
 class FakeSoak:
     """Prometheus as the tracker reads it: what fires now (/api/v1/alerts) and the `ALERTS` series of every
-    evaluation (`fired`: the alerts that fired since the last poll)."""
+    evaluation (`fired`: the alerts that fired, each at `now` when set; the query's range is honoured)."""
 
     def __init__(self) -> None:
+        self.now = 1000.0
         self.firing: list[dict] = []
-        self.fired: list[dict] = []
+        self._fired: list[tuple[float, dict]] = []
         self.prom = self
         self.queries: list[str] = []
+
+    @property
+    def fired(self) -> list[dict]:
+        return [a for _, a in self._fired]
+
+    @fired.setter
+    def fired(self, alerts: list[dict]) -> None:
+        self._fired = [(self.now, a) for a in alerts]
 
     def alerts(self) -> list[dict]:
         return self.firing
 
     def query(self, promql: str) -> list[dict]:
         self.queries.append(promql)
-        return [{"metric": a["labels"], "value": [0, "1"]} for a in self.fired]
+        seconds = float(re.search(r"\[(\d+)s\]", promql).group(1))
+        return [{"metric": a["labels"], "value": [t, "1"]} for t, a in self._fired if t >= self.now - seconds]
+
+
+def tracker_for(soak: FakeSoak) -> AlertTracker:
+    return AlertTracker(clock=lambda: soak.now)
 
 
 def test_an_alert_after_the_faults_end_is_not_credited_to_it():
-    soak, tracker = FakeSoak(), AlertTracker()
+    soak = FakeSoak()
+    tracker = tracker_for(soak)
     missed = FaultRecord("cooling_failure", 150, ("GpuTemperatureHigh",), {"hostname": frozenset({"a100-13"})})
     caught = FaultRecord("cooling_failure", 330, ("GpuTemperatureHigh",), {"hostname": frozenset({"a100-13"})})
     tracker.records += [missed, caught]
@@ -90,7 +107,8 @@ def test_an_alert_after_the_faults_end_is_not_credited_to_it():
 
 
 def test_an_alert_that_fires_within_the_fault_is_credited_and_resolves_after_it():
-    soak, tracker = FakeSoak(), AlertTracker()
+    soak = FakeSoak()
+    tracker = tracker_for(soak)
     rec = FaultRecord("cooling_failure", 18, ("GpuTemperatureHigh",), {"hostname": frozenset({"a100-14"})})
     tracker.records.append(rec)
     soak.firing = [alert("a100-14")]
@@ -102,7 +120,8 @@ def test_an_alert_that_fires_within_the_fault_is_credited_and_resolves_after_it(
 
 
 def test_an_alert_that_fired_and_cleared_between_two_polls_is_credited():
-    soak, tracker = FakeSoak(), AlertTracker()
+    soak = FakeSoak()
+    tracker = tracker_for(soak)
     rec = FaultRecord("cooling_failure", 150, ("GpuNearSlowdownTemperature",), {"hostname": frozenset({"a100-13"})})
     tracker.records.append(rec)
     tracker.update(soak, 150)
@@ -117,9 +136,29 @@ def test_an_alert_that_fired_and_cleared_between_two_polls_is_credited():
 
 
 def test_an_alert_that_fired_between_polls_on_another_node_is_not_credited():
-    soak, tracker = FakeSoak(), AlertTracker()
+    soak = FakeSoak()
+    tracker = tracker_for(soak)
     rec = FaultRecord("cooling_failure", 150, ("GpuNearSlowdownTemperature",), {"hostname": frozenset({"a100-13"})})
     tracker.records.append(rec)
     soak.fired = [{"labels": {"alertname": "GpuNearSlowdownTemperature", "hostname": "a100-12"}}]
     tracker.update(soak, 151)
     assert rec.fired_cycle is None
+
+
+def test_an_alert_that_fired_since_the_last_poll_but_before_the_fault_began_is_not_credited():
+    soak = FakeSoak()
+    tracker = tracker_for(soak)
+    tracker.update(soak, 150)
+    soak.now += 5
+    soak.fired = [{"labels": {"alertname": "GpuNearSlowdownTemperature", "hostname": "a100-13"}}]   # before it
+    soak.now += 5
+    rec = FaultRecord("cooling_failure", 151, ("GpuNearSlowdownTemperature",), {"hostname": frozenset({"a100-13"})},
+                      began_at=soak.now)
+    tracker.records.append(rec)
+    soak.now += 30
+    tracker.update(soak, 151)
+    assert rec.fired_cycle is None
+    soak.fired = [{"labels": {"alertname": "GpuNearSlowdownTemperature", "hostname": "a100-13"}}]   # within it
+    soak.now += 10
+    tracker.update(soak, 152)
+    assert rec.fired_cycle == 152
