@@ -263,6 +263,8 @@ class KubernetesActuator:
         meta = seen.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return "is being deleted"
+        if uid is None:   # read before without a uid: a pod of its name cannot be told from a replacement (unknown)
+            return None
         if meta.get("uid") != uid:
             return "was replaced"
         self.api.unknown_writes.remove(evict)

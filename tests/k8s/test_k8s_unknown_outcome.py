@@ -7,6 +7,7 @@ server carried the request out or not."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -183,6 +184,31 @@ def unreadable_after_eviction(actuator: KubernetesActuator) -> None:
         return read(*args, **kwargs)
 
     core.read_namespaced_pod = reading
+
+
+def test_a_pod_read_without_a_uid_is_not_taken_for_its_replacement(cluster, actuator):
+    """The Migrate's read of the pod had no uid (an API that leaves it out): the confirming read cannot tell the pod
+    from a replacement of its name. It said "was replaced" (APPLIED) for a pod still running; now the outcome stays
+    unknown and counts against the budgets."""
+    core = actuator.api.core
+    core.create_namespaced_pod_eviction = no_answer(core.create_namespaced_pod_eviction)
+    read, reads = core.read_namespaced_pod, []
+
+    @functools.wraps(read)
+    def first_without_uid(*args, **kwargs):
+        resp = read(*args, **kwargs)
+        reads.append(1)
+        if len(reads) > 1:
+            return resp
+        body = json.loads(resp.data)
+        body["metadata"].pop("uid", None)
+        return SimpleNamespace(data=json.dumps(body).encode())
+
+    core.read_namespaced_pod = first_without_uid
+    result = actuator.apply(migrate(), SNAP)
+    assert (result.outcome, result.maybe_applied) == (Outcome.RETRY, True), result.detail
+    assert "was replaced" not in result.detail and not reserved(cluster)
+    assert cluster.get("pods", "web-1", "default")["spec"]["nodeName"] == "n1"
 
 
 def test_an_eviction_that_cannot_be_confirmed_may_have_landed_and_the_loop_counts_it(cluster, actuator, clock):
