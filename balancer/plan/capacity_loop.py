@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
 from balancer.model import Action, ClusterSnapshot, Forecast, Migrate, Plan, ScaleTraining, WorkloadClass
+from balancer.plan import colocation
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy, CapacityState, ServiceCapacity, view_from_snapshot
 from balancer.plan.capacity_plan import plan_capacity
@@ -82,12 +82,8 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
         state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
     # co-location's memory of a shrink whose give-back the tide took over: kept, it held the job "shrunk" for ever
     # (no later co-location shrink of it, the hotspot's give-back waiting behind it)
-    handed = {a.job for a in grows if a.cause == "colocation_slack"} & set(state.colocation.shrunk)
-    if handed:
-        co = state.colocation
-        state = replace(state, colocation=replace(co, shrunk=MappingProxyType(
-            {k: v for k, v in co.shrunk.items() if k not in handed})))
-    return plan, state
+    handed = {a.job for a in grows if a.cause == "colocation_slack"}
+    return plan, replace(state, colocation=colocation.forget(state.colocation, handed))
 
 
 def _whose(a: ScaleTraining) -> str:

@@ -38,10 +38,15 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     cp = policy.colocation
     streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
               for name, s in snapshot.services.items()}
-    by_owner = snapshot.workloads_by_owner
-    shrunk = state.shrunk if all(j in by_owner for j in state.shrunk) else MappingProxyType(
-        {j: v for j, v in state.shrunk.items() if j in by_owner})
-    return replace(state, slack_streak=MappingProxyType(streak), shrunk=shrunk)
+    gone = set(state.shrunk) - snapshot.workloads_by_owner.keys()
+    return forget(replace(state, slack_streak=MappingProxyType(streak)), gone)
+
+
+def forget(state: ColocationState, jobs: set[str]) -> ColocationState:
+    """`state` without its shrinks of `jobs` (gone, or handed to another planner): no give-back of theirs follows."""
+    if not jobs & state.shrunk.keys():
+        return state
+    return replace(state, shrunk=MappingProxyType({j: v for j, v in state.shrunk.items() if j not in jobs}))
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,

@@ -91,7 +91,8 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     state = state or PlannerState()
     hs = hotspots.detect(snapshot, policy, state.hotspots)
     co = colocation.observe(snapshot, policy, state.colocation)
-    tainted = hot_tainted(snapshot) | (state.tainted & _names(snapshot))
+    nodes = _first_nodes(snapshot)
+    tainted = hot_tainted(snapshot) | (state.tainted & nodes.keys())
     hot = hotspots.hot_nodes(snapshot, hs)
     shrunk = hotspots.shrunk_jobs(snapshot, state.shrunk)   # the jobs' records too; gone jobs forgotten
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **shrunk}
@@ -106,7 +107,6 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
-    nodes = _first_nodes(snapshot)
     lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
                                 if name in nodes and nodes[name].hot_until == until})
     renewals = _renewals(snapshot, nodes, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
@@ -127,10 +127,6 @@ def _renewals(snapshot: ClusterSnapshot, nodes: Mapping[str, Node], hot: frozens
            if name in hot and name in shown and name not in lagging and n.hot_until is not None}
     return tuple(TaintNode(node=name, renew=True, reason=f"node still hot, its taint expires in {left:.0f} s")
                  for name, left in sorted(due.items()) if left <= RENEW_WITHIN_S)
-
-
-def _names(snapshot: ClusterSnapshot) -> frozenset[str]:
-    return frozenset(n.name for n in snapshot.nodes)
 
 
 def _first_nodes(snapshot: ClusterSnapshot) -> dict[str, Node]:
