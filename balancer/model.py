@@ -125,6 +125,11 @@ class Workload:
     # job's size no longer matches (resized since, by hand or by another planner) is void: `shrink_overridden`
     shrunk_from: int = 0
     shrink_overridden: bool = False
+    # co-location's shrink of its job as the job records it (`balancer.colocation_record`, the Job's
+    # `gputide.io/colocation-shrunk`): the workers before it and the service it made room for; 0 / "": none, or a
+    # record the job's size no longer matches (void: resized since by someone else)
+    colocation_from: int = 0
+    colocation_service: str = ""
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:

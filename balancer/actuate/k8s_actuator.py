@@ -393,7 +393,7 @@ class KubernetesActuator:
         ns, name = split_name(action.job, self._owner_namespace(action.job, snapshot))
         pods = snapshot.workloads_by_owner.get(action.job)
         return self.training.scale(ns, name, int(action.workers), int(action.previous_workers),
-                                   pods[0].priority if pods else None, self.kueue_queues, action.shrunk_from)
+                                   pods[0].priority if pods else None, self.kueue_queues, action)
 
     def shift_kueue_quota(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
         """Move `gpus` of GPU nominalQuota between two ClusterQueues of a cohort (`KueueQuota.shift`)."""

@@ -24,6 +24,10 @@ reads it back (`shrink_record`) and gives the workers back once the GPU is cool;
 Any other gputide resize (the capacity planner's tide, co-location) or stop removes the record in its own patch
 once it is done with (`shrink_patch`): when it leaves the Job at the record's `from` or more (the workers are back),
 and when the record is already void, so a stale record never counts again if the Job later returns to its `to`.
+
+Co-location's shrink is recorded the same way, apart (`gputide.io/colocation-shrunk`, `{"from": N, "to": M,
+"service": S}`; `balancer.colocation_record` decides what each gputide resize does to it, `colocation_patch` writes
+it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers).
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from balancer import colocation_record as colocation
+from balancer.actions import ScaleTraining
 from balancer.errors import PermanentActuationError
 
 Json = dict[str, Any]
 SHRUNK_ANNOTATION = "gputide.io/shrunk"
+COLOCATION_ANNOTATION = "gputide.io/colocation-shrunk"
 
 
 def _count(value: Any) -> int | None:
@@ -126,3 +133,23 @@ def shrink_record(job: Json) -> tuple[int, bool]:
     if before is None or left is None or not before > left > 0:
         return 0, False
     return (before, False) if size(job) == left else (0, True)
+
+
+def _colocation_note(job: Json) -> str | None:
+    return ((job.get("metadata") or {}).get("annotations") or {}).get(COLOCATION_ANNOTATION)
+
+
+def colocation_record(job: Json) -> colocation.ColocationRecord | None:
+    """Co-location's shrink as the Job records it, while it is valid (the Job still asks for the workers it left);
+    None with no record, one that is not gputide's, or a void one."""
+    record = colocation.parse(_colocation_note(job))
+    return record if record is not None and size(job) == record.left else None
+
+
+def colocation_patch(job: Json, action: ScaleTraining) -> Json:
+    """The annotations merge patch gputide's `action` writes for the Job's co-location record, in the same patch as
+    the size (`colocation_record.after`): the new record, its removal, or nothing ({}) when it does not change."""
+    note = _colocation_note(job)
+    record = colocation.after(colocation.parse(note), size(job), action)
+    new = record.note() if record is not None else None
+    return {} if new == note else {COLOCATION_ANNOTATION: new}

@@ -16,7 +16,8 @@ Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; complet
 Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A hotspot
 shrink writes its record (`gputide.io/shrunk`, `k8s_jobs.shrink_patch`) in that same patch, and its give-back
 removes it there, so the Job never runs shrunk without the record a restarted controller gives it back by; any other
-resize or stop removes it there too once the Job is back at the record's `from` or the record is void. A plain
+resize or stop removes it there too once the Job is back at the record's `from` or the record is void.
+Co-location's shrink is recorded the same way (`gputide.io/colocation-shrunk`, `k8s_jobs.colocation_patch`). A plain
 Job is unsuspended with it; a running queued Job is resized in place only where Kueue's ElasticJobsViaWorkloadSlices
 honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
 the new size (every pod restarting: the detail says so, and the planner prices it, `JobView.restarts_on_resize`);
@@ -36,7 +37,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION, describe, resize, shrink_patch
+from balancer.actions import ScaleTraining
+from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink_patch
 from balancer.actuate.k8s_kueue import ELASTIC_JOB_ANNOTATION, restarts_on_resize
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.kubernetes import (
@@ -76,11 +78,12 @@ class TrainingJobs:
         self.api, self.kueue = api, kueue
 
     def scale(self, ns: str, name: str, workers: int, previous: int, priority: int | None,
-              queues: tuple[str, str] | None, shrunk_from: int | None = None) -> str:
+              queues: tuple[str, str] | None, action: ScaleTraining | None = None) -> str:
         """Run `workers` workers of Job ns/name (0: stop it), `previous` before; `priority` is that of its pods
-        (None: none running), `queues` the (inference, training) ClusterQueues quota moves between, `shrunk_from`
-        the hotspot shrink's record to write with the size (`ScaleTraining.shrunk_from`: 0 removes it, None leaves
-        it unless done with: `k8s_jobs.shrink_patch`). Returns the detail of what changed; raises ActuationError."""
+        (None: none running), `queues` the (inference, training) ClusterQueues quota moves between, `action` the
+        resize whose shrink records are written with the size (the hotspot's `ScaleTraining.shrunk_from`: 0 removes
+        it, None leaves it unless done with, `k8s_jobs.shrink_patch`; co-location's, `k8s_jobs.colocation_patch`).
+        Returns the detail of what changed; raises ActuationError."""
         what = f"job {ns}/{name}"
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
@@ -95,7 +98,7 @@ class TrainingJobs:
         if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor))
         try:
-            record = shrink_patch(obj, workers, shrunk_from)
+            record = _records(obj, workers, action)
             state = self._run(job, owned, size, record) if workers else self._stop(job, owned, priority, record)
         except ActuationError:
             if quota and delta > 0:
@@ -171,9 +174,15 @@ class TrainingJobs:
                       queues[1], gpus, err)
 
 
+def _records(job: Json, workers: int, action: ScaleTraining | None) -> Json:
+    """The metadata merge patch of the Job's shrink records that resizing it to `workers` by `action` writes."""
+    notes = shrink_patch(job, workers, action.shrunk_from if action else None).get("annotations", {})
+    if action is not None:
+        notes = {**notes, **colocation_patch(job, action)}
+    return {"annotations": notes} if notes else {}
+
+
 def _noted(record: Json) -> str:
-    """What the change did to the hotspot shrink record (`k8s_jobs.shrink_patch`), for the action's detail."""
-    if not record:
-        return ""
-    note = record["annotations"][SHRUNK_ANNOTATION]
-    return f"; {SHRUNK_ANNOTATION} = {note}" if note else f"; {SHRUNK_ANNOTATION} removed"
+    """What the change did to the shrink records (`_records`), for the action's detail."""
+    notes = (record.get("annotations") or {}).items()
+    return "".join(f"; {key} = {note}" if note else f"; {key} removed" for key, note in sorted(notes))

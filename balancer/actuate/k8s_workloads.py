@@ -25,11 +25,12 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
 | `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`: a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`) |
 | `shrunk_from`, `shrink_overridden` | its Job's `gputide.io/shrunk` record of gputide's hotspot shrink (`k8s_jobs.shrink_record`, read from the Job: `job_facts`): the workers to give back, or, once the Job's parallelism is no longer what gputide left, void (the operator's) |
+| `colocation_from`, `colocation_service` | its Job's `gputide.io/colocation-shrunk` record of co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left: the workers to give back once the service has slack |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers) |
 
 The Jobs themselves are read as the budgets are (`jobs_facts`: every Job, listed then followed, or at most one list
 per `ttl_s`), keeping of each only what its pods cannot say (`JobFacts`: the worker limit and whether a resize
-restarts it, gputide's record of a hotspot shrink), and only for Jobs that have one of them; a pod whose owner (a training pod's owner, in its namespace) is
+restarts it, gputide's records of a hotspot or co-location shrink), and only for Jobs that have one of them; a pod whose owner (a training pod's owner, in its namespace) is
 such a Job gets them. Until the Jobs have been read, pods keep their annotations' bounds and are taken as resized in
 place.
 
@@ -74,7 +75,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from balancer.actuate.k8s_jobs import shrink_record, worker_limit
+from balancer.actuate.k8s_jobs import colocation_record, shrink_record, worker_limit
 from balancer.actuate.k8s_kueue import restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
@@ -95,6 +96,7 @@ from balancer.actuate.kubernetes import (
     _Api,
     _pod_requests,
 )
+from balancer.colocation_record import ColocationRecord
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
 from balancer.noderules import Selector
 
@@ -110,30 +112,35 @@ class JobFacts:
     restarts: bool      # Kueue restarts it whole to resize it
     shrunk_from: int = 0             # workers before gputide's hotspot shrink (`k8s_jobs.shrink_record`); 0: none
     shrink_overridden: bool = False  # it records such a shrink but was resized since: the record is void
+    colocation: ColocationRecord | None = None   # co-location's shrink, while valid (`k8s_jobs.colocation_record`)
 
 
 def job_facts(job: Json) -> JobFacts | None:
     """A Job's `JobFacts`; None for a Job that has neither a worker limit nor a restarting resize (a Job queued
     through Kueue without `kueue.x-k8s.io/elastic-job: "true"`, `k8s_kueue.restarts_on_resize`) nor a record of
-    gputide's hotspot shrink."""
+    gputide's hotspot or co-location shrink."""
     meta = job.get("metadata") or {}
     restarts = restarts_on_resize(job, (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL) or "")
     limit = worker_limit(job)
     shrunk_from, overridden = shrink_record(job)
-    if not meta.get("name") or (limit is None and not restarts and not shrunk_from and not overridden):
+    colocation = colocation_record(job)
+    if not meta.get("name") or (limit is None and not restarts and not shrunk_from and not overridden
+                                and colocation is None):
         return None
-    return JobFacts(limit, restarts, shrunk_from, overridden)
+    return JobFacts(limit, restarts, shrunk_from, overridden, colocation)
 
 
 def with_job(w: Workload, facts: JobFacts | None) -> Workload:
     """A training pod `w` with what its Job says (`JobFacts`): elastic bounds capped at the Job's worker limit
     (never below one worker: a running Job is still there to shrink), whether a resize restarts it, and gputide's
-    record of a hotspot shrink."""
+    records of a hotspot or co-location shrink."""
     if facts is None or w.workload_class is not WorkloadClass.TRAINING:
         return w
     hi = w.elastic_max if facts.limit is None else min(w.elastic_max, max(facts.limit, 1))
+    co = facts.colocation
     return replace(w, elastic_min=min(w.elastic_min, hi), elastic_max=hi, restarts_on_resize=facts.restarts,
-                   shrunk_from=facts.shrunk_from, shrink_overridden=facts.shrink_overridden)
+                   shrunk_from=facts.shrunk_from, shrink_overridden=facts.shrink_overridden,
+                   colocation_from=co.before if co else 0, colocation_service=co.service if co else "")
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:

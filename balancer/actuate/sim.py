@@ -75,10 +75,11 @@ class SimActuator:
             return ActionResult(action, Outcome.APPLIED, self._taint(action))
         if isinstance(action, ScaleTraining):
             # the shrink's record, as on a Kubernetes Job (`k8s_jobs.shrink_patch`): written by a hotspot shrink,
-            # removed by its give-back and by any other resize once the job is back at its size or the record void
+            # removed by its give-back and by any other resize once the job is back at its size or the record void;
+            # co-location's record likewise (`colocation_record.after`, as `k8s_jobs.colocation_patch`)
             done = action.shrunk_from is None and sim.shrink_record_done(action.job, action.workers)
             sim.scale_training(action.job, action.workers, checkpoint_first=action.workers < action.previous_workers,
-                               shrunk_from=0 if done else action.shrunk_from)
+                               shrunk_from=0 if done else action.shrunk_from, colocation=action)
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleInference):
             sim.scale_service(action.service, action.replicas)

@@ -80,10 +80,10 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
                        objective_after=plan.objective_after + sum(a.expected_gain for a in grows))
     if managed & set(state.shrunk):
         state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
-    # co-location's memory of a shrink whose give-back the tide took over: kept, it held the job "shrunk" for ever
-    # (no later co-location shrink of it, the hotspot's give-back waiting behind it)
+    # co-location's memory (and record) of a shrink whose give-back the tide took over: kept, it held the job
+    # "shrunk" for ever (no later co-location shrink of it, the hotspot's give-back waiting behind it)
     handed = {a.job for a in grows if a.cause == "colocation_slack"}
-    return plan, replace(state, colocation=colocation.forget(state.colocation, handed))
+    return plan, replace(state, colocation=colocation.hand_over(state.colocation, handed))
 
 
 def _whose(a: ScaleTraining) -> str:

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from types import MappingProxyType
+
+import numpy as np
 
 from balancer.config import BalancerPolicy
 from balancer.model import Action, ClusterSnapshot, ScaleTraining, WorkloadClass
@@ -30,16 +33,35 @@ from balancer.plan.simulate import Projection
 class ColocationState:
     slack_streak: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))  # job -> (workers, service)
+    # jobs whose give-back the tide took over (`hand_over`): their record is not adopted again while they show it
+    handed: frozenset[str] = frozenset()
 
 
 def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> ColocationState:
-    """The slack streaks with this snapshot's latencies; a shrunk job that is gone (no pod, placed or pending: it
-    finished or was deleted) is forgotten, or its give-back would be proposed, and fail, every cycle for ever."""
+    """The slack streaks with this snapshot's latencies, and the shrinks still owed: a shrink a job records that
+    this memory lacks is adopted (a restarted controller's memory is empty), and one whose job is gone (no pod,
+    placed or pending: it finished or was deleted) or already runs the workers it had before (grown back by the tide
+    or by hand) is forgotten, or its give-back would be proposed, and fail, every cycle for ever, or the job held
+    "shrunk" with nothing owed. The record is re-read every cycle, so a read that lags a write settles the next one
+    (a shrink forgotten on a read older than it is adopted again from its record)."""
     cp = policy.colocation
     streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
               for name, s in snapshot.services.items()}
-    gone = set(state.shrunk) - snapshot.workloads_by_owner.keys()
-    return forget(replace(state, slack_streak=MappingProxyType(streak)), gone)
+    recorded = _recorded(snapshot)
+    handed = state.handed & recorded.keys()
+    shrunk = {**{j: v for j, v in recorded.items() if j not in handed}, **state.shrunk}
+    pods = snapshot.workloads_by_owner
+    done = {j for j, (before, _) in shrunk.items() if not 0 < len(pods.get(j, ())) < before}
+    state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk), handed=handed)
+    return forget(state, done)
+
+
+def _recorded(s: ClusterSnapshot) -> dict[str, tuple[int, str]]:
+    """{job: (workers before, service)} of the co-location records its pods carry (`Workload.colocation_from`:
+    valid records only). Runs every cycle over every workload: C-level map, Python only for the pods with one."""
+    ws = s.workloads
+    froms = np.fromiter(map(attrgetter("colocation_from"), ws), dtype=np.int64, count=len(ws))
+    return {ws[i].owner: (int(froms[i]), ws[i].colocation_service) for i in np.flatnonzero(froms > 0).tolist()}
 
 
 def forget(state: ColocationState, jobs: set[str]) -> ColocationState:
@@ -47,6 +69,14 @@ def forget(state: ColocationState, jobs: set[str]) -> ColocationState:
     if not jobs & state.shrunk.keys():
         return state
     return replace(state, shrunk=MappingProxyType({j: v for j, v in state.shrunk.items() if j not in jobs}))
+
+
+def hand_over(state: ColocationState, jobs: set[str]) -> ColocationState:
+    """`state` without its shrinks of `jobs`, whose give-back the tide took over (capacity mode sizes elastic
+    training), and without adopting their records again: kept, it held the job "shrunk" for ever (no later
+    co-location shrink of it). The record goes with the tide's next resize of the job (`colocation_record.after`)."""
+    handed = jobs & state.shrunk.keys()
+    return replace(forget(state, handed), handed=state.handed | handed) if handed else state
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
@@ -114,8 +144,10 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
 def acknowledge(state: ColocationState, action: ScaleTraining) -> ColocationState:
     """Remember (or forget) a shrink once it was applied."""
     shrunk = dict(state.shrunk)
+    handed = state.handed
     if action.workers < action.previous_workers and action.job not in shrunk:
         shrunk[action.job] = (action.previous_workers, action.service)
+        handed = handed - {action.job}   # a shrink of its own again: its new record is adopted
     elif action.job in shrunk and action.workers >= shrunk[action.job][0]:
         del shrunk[action.job]
-    return replace(state, shrunk=MappingProxyType(shrunk))
+    return replace(state, shrunk=MappingProxyType(shrunk), handed=handed)

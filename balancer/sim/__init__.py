@@ -22,10 +22,14 @@ API::
     sim.set_power_limit(gpu, watts) -> applied watts          # clamped to [min_power_limit_w, tdp_w]
     sim.cap_power(gpu, watts | None) -> limit now             # gputide's cap, kept in sim.power_caps and on its
                                                               # node (Node.power_caps); None gives it back
-    sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False, shrunk_from=None)
+    sim.scale_service(name, replicas); sim.scale_training(job, workers, checkpoint_first=False, shrunk_from=None,
+                      colocation=None)
     sim.shrink_records                                        # job -> (workers before a hotspot shrink, left): its
                                                               # workloads' shrunk_from (a Job's gputide.io/shrunk)
     sim.shrink_record_done(job, workers) -> bool              # gputide's resize to `workers` removes the record
+    sim.colocation_records                                    # job -> ColocationRecord: co-location's shrink, its
+                                                              # workloads' colocation_from (scale_training's
+                                                              # colocation= writes it, colocation_record.after)
     sim.replicas(service), sim.workers(job)
     sim.add_taint(node, until=None) / sim.remove_taint(node); sim.has_taint(node)   # gputide's hot taint; `until`:
                                                               # its expiry (sim.hot_until, Node.hot_until), None never

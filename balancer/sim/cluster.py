@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from balancer.colocation_record import ColocationRecord
 from balancer.fleet import Fleet
 from balancer.model import ClusterSnapshot, Node, NodeMeta, ServiceStatus, SuspendedJob, Workload
 from balancer.sim import physics
@@ -117,6 +118,7 @@ class SimCluster(WorkloadOps, Faults):
         self._job_target: list[int] = []
         self._job_next: list[int] = []
         self.shrink_records: dict[int, tuple[int, int]] = {}   # job -> (workers before a hotspot shrink, left)
+        self.colocation_records: dict[int, ColocationRecord] = {}   # job -> co-location's shrink of it
         self.acct = Accounting()
         self._table: SlotTable = EMPTY
         self._dirty = False

@@ -16,7 +16,9 @@ Semantics (what the reconcile loop can rely on):
   `scale_training` is the raw verb (an operator's resize keeps the record, as `kubectl scale` keeps the
   annotation); `shrink_record_done` is the rule gputide's own resizes follow (`SimActuator`, as
   `k8s_jobs.shrink_patch` on a Job): the record goes once the job is back at its size before the shrink or the
-  record is void.
+  record is void. Co-location's shrink is kept alike in `colocation_records` (``colocation``: the resize whose
+  record `balancer.colocation_record.after` decides, as the Kubernetes actuator's `gputide.io/colocation-shrunk`)
+  and shown while valid as `Workload.colocation_from` / `colocation_service`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from balancer.model import Workload, WorkloadClass
+from balancer import colocation_record
+from balancer.model import ScaleTraining, Workload, WorkloadClass
 from balancer.sim.pods import GENERIC, INFERENCE, TRAINING, Pod
 from balancer.sim.workloads import ServiceSpec, TrainingJobSpec
 
@@ -195,10 +198,16 @@ class WorkloadOps:
         self._svc_target[i] = max(int(replicas), 0)
 
     def scale_training(self: SimCluster, job: str, workers: int, *, checkpoint_first: bool = False,
-                       shrunk_from: int | None = None) -> None:
+                       shrunk_from: int | None = None, colocation: ScaleTraining | None = None) -> None:
         i = self._job_index(job)
         spec = self._jobs[i]
         workers = max(int(workers), 0)
+        if colocation is not None:   # decided on the size before this resize, written with it
+            record = colocation_record.after(self.colocation_records.get(i), self._job_target[i], colocation)
+            if record is None:
+                self.colocation_records.pop(i, None)
+            else:
+                self.colocation_records[i] = record
         if self.acct.job_done[i]:
             workers = 0
         if checkpoint_first:
@@ -223,11 +232,15 @@ class WorkloadOps:
         return record is not None and (workers >= record[0] or self._job_target[i] != record[1])
 
     def _recorded(self: SimCluster, pods: Iterable[Pod]) -> tuple[Workload, ...]:
-        """The pods' workloads, a training job's with its shrink record (void once its size is not the one left)."""
-        if not self.shrink_records:
+        """The pods' workloads, a training job's with its shrink records (the hotspot's void once its size is not
+        the one left; co-location's shown only while valid)."""
+        if not self.shrink_records and not self.colocation_records:
             return tuple(p.workload for p in pods)
-        marks = {i: {"shrunk_from": before} if self._job_target[i] == left else {"shrink_overridden": True}
-                 for i, (before, left) in self.shrink_records.items()}
+        marks: dict[int, dict] = {i: {"shrunk_from": before} if self._job_target[i] == left
+                                  else {"shrink_overridden": True} for i, (before, left) in self.shrink_records.items()}
+        for i, co in self.colocation_records.items():
+            if self._job_target[i] == co.left:
+                marks.setdefault(i, {}).update(colocation_from=co.before, colocation_service=co.service)
         return tuple(replace(p.workload, **marks[p.owner]) if p.kind == TRAINING and p.owner in marks
                      else p.workload for p in pods)
 
