@@ -26,6 +26,7 @@ import numpy as np
 
 from balancer.config import BalancerPolicy
 from balancer.model import Action, ClusterSnapshot, ScaleTraining, WorkloadClass
+from balancer.plan.columns import _CLASS_CODE, workload_columns
 from balancer.plan.simulate import Projection
 
 
@@ -92,19 +93,26 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
 
 
 def _crowding(s: ClusterSnapshot, policy: BalancerPolicy, pressured: set[str]) -> dict[str, list[str]]:
-    """{training job: the pressured services it shares a GPU with} (protected jobs and namespaces left out)."""
+    """{training job: the pressured services it shares a GPU with, once per worker and service} (protected jobs and
+    namespaces left out). Over the columns of every (workload, GPU) pair: Python only for the pressured services'
+    GPUs and the training workers on them."""
+    c = workload_columns(s)
+    pair = np.repeat(np.arange(len(c.names)), c.counts)   # the workload of each (workload, placed GPU) pair
+    code = c.cls[pair]
+    serving = (code == _CLASS_CODE[WorkloadClass.INFERENCE]) & np.fromiter(
+        map(pressured.__contains__, c.owners), dtype=bool, count=len(c.owners))[pair]
     gpu_services: dict[int, set[str]] = {}
-    for w in s.workloads:
-        if w.workload_class == WorkloadClass.INFERENCE and w.owner in pressured:
-            for g in s.placements.get(w.name, ()):
-                gpu_services.setdefault(g, set()).add(w.owner)
+    for w, g in zip(pair[serving].tolist(), c.idx[serving].tolist(), strict=True):
+        gpu_services.setdefault(g, set()).add(c.owners[w])
+    crowded = (code == _CLASS_CODE[WorkloadClass.TRAINING]) & np.isin(c.idx, list(gpu_services))
+    start = np.cumsum(c.counts) - c.counts   # each workload's first pair
     shared: dict[str, list[str]] = {}
-    for w in s.workloads:
-        if w.workload_class != WorkloadClass.TRAINING or w.protected or w.namespace in policy.safety.protected_namespaces:
+    for k in np.unique(pair[crowded]).tolist():
+        w = s.workloads[k]
+        if w.protected or w.namespace in policy.safety.protected_namespaces:
             continue
-        hit = set().union(*(gpu_services.get(g, set()) for g in s.placements.get(w.name, ())))
-        if hit:
-            shared.setdefault(w.owner, []).extend(sorted(hit))
+        gpus = c.idx[start[k]:start[k] + c.counts[k]].tolist()
+        shared.setdefault(w.owner, []).extend(sorted(set().union(*(gpu_services.get(g, set()) for g in gpus))))
     return shared
 
 
