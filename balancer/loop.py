@@ -31,7 +31,7 @@ cycle that goes on to plan it calls the actuator's `housekeeping()` when it has 
 releases expired hot taints and reservations there); both are duck-typed hooks returning notes for the log and
 the audit log. A cycle that holds still (fail-static, emergency stop) touches nothing, housekeeping included.
 
-Every planning cycle also records what the fleet looks like (`balancer.metrics.fleet_usage`): GPUs by class,
+Every planning cycle also records what the fleet looks like (`balancer.fleet_usage`): GPUs by class,
 fragmentation and unallocatable GPUs per GPU model, training jobs waiting (for how long is measured from the
 first cycle that saw them wait, so it restarts with the controller), and, when a forecaster is configured, the
 forecast demand and the forecaster's rolling error (`rolling_error(service, horizon)`, when it offers one).
@@ -61,8 +61,9 @@ from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, im
 from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
+from balancer.fleet_usage import fleet_usage
 from balancer.forecast.service import horizon_label
-from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics, fleet_usage
+from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection

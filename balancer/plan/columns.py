@@ -2,7 +2,7 @@
 
 * `workload_columns(snapshot)`: the workloads as numpy columns (class, GPUs, milli-GPUs, memory, CPU, elastic
   minimum, where each is placed), read in one pass of C-level maps and cached per snapshot object, so the
-  planners and `balancer.metrics.fleet_usage` share one read;
+  planners and `balancer.fleet_usage.fleet_usage` share one read;
 * `model_arrays(snapshot)`: the GPU catalogue's figures per GPU (TDP, minimum power limit, idle power, thermal
   resistance);
 * `effective_resistance(...)`: the thermal resistance each GPU shows now, the projection's thermal model;

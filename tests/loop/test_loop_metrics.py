@@ -16,10 +16,11 @@ from prometheus_client import CollectorRegistry
 
 from balancer.actuate.dryrun import DryRunActuator
 from balancer.errors import TelemetryUnavailable
+from balancer.fleet_usage import fleet_usage, waiting_training_jobs, workload_mix
 from balancer.forecast.service import ServiceForecaster, horizon_label
 from balancer.forecast.traces import parse_step
 from balancer.loop import Reconciler
-from balancer.metrics import ControllerMetrics, fleet_usage, waiting_training_jobs, workload_mix
+from balancer.metrics import ControllerMetrics
 from balancer.model import ServiceStatus, WorkloadClass
 from balancer.plan import planner as planner_mod
 from balancer.plan.defrag import fragmentation_by_model
