@@ -11,10 +11,13 @@ vectorised pass (`fleet_usage`):
   against the workload mix the snapshot shows (every workload, placed or pending, grouped by GPU shape).
 * waiting training jobs: a job waits while fewer of its workers are placed than it needs to run (its elastic
   minimum, at least one). How long it has waited is the loop's business (it remembers when it first saw it).
+* `gputide_shrunk_workers{cause}` (`shrunk_workers`): the workers gputide took from training jobs and still owes
+  back, by the planner that took them (`hotspot`, `colocation`), from the shrinks the planner state holds owed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -173,3 +176,20 @@ def _waiting(ws, training: np.ndarray, placed: np.ndarray) -> frozenset[str]:
     have = np.bincount(job, weights=placed[rows], minlength=len(code))
     names = list(code)
     return frozenset(names[j] for j in np.flatnonzero(have < need).tolist())
+
+
+SHRINK_CAUSES = ("hotspot", "colocation")
+
+
+def shrunk_workers(s: ClusterSnapshot, hotspot: Mapping[str, int],
+                   colocation: Mapping[str, tuple[int, str]]) -> dict[str, int]:
+    """{cause: workers owed back}: for each job a planner holds shrunk (`hotspot`: {job: workers before}, the
+    planner state's `shrunk`; `colocation`: {job: (workers before, service)}), its workers before less the pods it
+    has now (placed or pending). A job both hold is counted once, under co-location (its give-back comes first)."""
+    pods = s.workloads_by_owner
+
+    def owed(before: int, job: str) -> int:
+        return max(int(before) - len(pods.get(job, ())), 0)
+
+    return {"hotspot": sum(owed(n, j) for j, n in hotspot.items() if j not in colocation),
+            "colocation": sum(owed(n, j) for j, (n, _) in colocation.items())}

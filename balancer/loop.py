@@ -61,7 +61,7 @@ from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, im
 from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
-from balancer.fleet_usage import fleet_usage
+from balancer.fleet_usage import fleet_usage, shrunk_workers
 from balancer.forecast.service import horizon_label
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
@@ -327,7 +327,7 @@ class Reconciler:
             self._audit(now, {"action": name, "target": "", "reason": note, "outcome": "applied"})
 
     def _record_fleet(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, now: float) -> None:
-        """Capacity split, fragmentation, waiting training jobs and forecast error into the metrics."""
+        """Capacity split, fragmentation, waiting training jobs, owed workers and forecast error into the metrics."""
         m = self.metrics
         try:
             usage = fleet_usage(snap)
@@ -337,6 +337,8 @@ class Reconciler:
             m.set_fragmentation(usage.fragmentation)
             self._waiting_since = {j: self._waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self._waiting_since.items()})
+            co = getattr(getattr(self.state, "colocation", None), "shrunk", None) or {}
+            m.set_shrunk_workers(shrunk_workers(snap, getattr(self.state, "shrunk", None) or {}, co))
             rolling_error = getattr(self.forecaster, "rolling_error", None)
             if forecasts is not None and rolling_error is not None:
                 label = horizon_label(self.policy.forecast.horizon_s)

@@ -31,6 +31,7 @@ from balancer import catalog, safety
 from balancer.action_labels import action_label_pairs
 from balancer.actuation_codes import error_code, error_label_triples
 from balancer.errors import SafetyViolation
+from balancer.fleet_usage import SHRINK_CAUSES
 
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        "emergency_stop")
@@ -151,6 +152,9 @@ class ControllerMetrics:
             ["modelName"], registry=r))
         self.training_waiting = Gauge("gputide_training_waiting_jobs",
                                       "Training jobs waiting to run, for longer than `over`.", ["over"], registry=r)
+        self.shrunk_workers = Gauge(
+            "gputide_shrunk_workers", "Workers gputide took from training jobs and still owes back, by the planner "
+            "that took them (hotspot, colocation).", ["cause"], registry=r)
         self.watches = WatchGauges(r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
@@ -164,11 +168,12 @@ class ControllerMetrics:
             self.capacity.labels(cls).set(0)
         for over in WAITING_OVER_S:
             self.training_waiting.labels(over).set(0)
+        self.set_shrunk_workers({})
 
     def standby(self) -> None:
         """A replica that stopped acting (it lost its Lease) stops reporting what it saw while it acted: fail-static,
-        capacity, forecasts, fragmentation and waiting jobs go back to empty, so alerts and dashboard sums count
-        the leader only, not also the frozen values of a former one."""
+        capacity, forecasts, fragmentation, waiting jobs and owed workers go back to empty, so alerts and dashboard
+        sums count the leader only, not also the frozen values of a former one."""
         self.set_fail_static(None)
         self.set_capacity({}, {})
         self.set_capacity_holding("")
@@ -177,6 +182,7 @@ class ControllerMetrics:
         self.set_forecast_error({})
         self.set_fragmentation({})
         self.set_training_waiting({})
+        self.set_shrunk_workers({})
 
     def follow_watch(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
         self.watches.follow(resource, synced, failures)
@@ -221,6 +227,11 @@ class ControllerMetrics:
         """{job: seconds it has waited so far} -> the count per `over` threshold."""
         for over, threshold in WAITING_OVER_S.items():
             self.training_waiting.labels(over).set(sum(1 for s in waiting_s.values() if s >= threshold))
+
+    def set_shrunk_workers(self, owed: Mapping[str, int]) -> None:
+        """Workers owed back per cause (`fleet_usage.shrunk_workers`); a cause missing reads 0."""
+        for cause in SHRINK_CAUSES:
+            self.shrunk_workers.labels(cause).set(float(owed.get(cause, 0)))
 
     def elect_on(self, lease: str) -> None:
         """Label gputide_leader with the Lease this replica elects on: shards of one job elect on their own Leases,

@@ -179,5 +179,11 @@ def build() -> dashboard.Dashboard:
             "1.", "none",
             [q(f"max by (lease, pod, instance) (gputide_leader{{{CLUSTER}}})", "{{lease}} {{pod}} {{instance}}")],
             min_val=0, max_val=1))
+        .with_panel(timeseries_panel(
+            "Training workers owed back", "Workers gputide took from training jobs and still owes back, by the "
+            "planner that took them (gputide_shrunk_workers; standbys report 0): a hotspot shrink is given back "
+            "once the node cools, a co-location one once the service has latency slack (alert "
+            "GputideTrainingShrunkTooLong after 6 h).", "none",
+            [q(f"sum by (cause) (gputide_shrunk_workers{{{CLUSTER}}})", "{{cause}}")], stack=True, min_val=0))
     )
     return _scheduler(d)
