@@ -6,7 +6,7 @@ in the controller's memory: after a restart or a leader change the job stayed sh
 The shrink is now written on the job in the same write as the size (a Kubernetes Job's annotation
 `gputide.io/colocation-shrunk` `{"from": N, "to": M, "service": S}`, the simulator's `colocation_records`) and read
 back into the job's pods (`Workload.colocation_from`, `colocation_service`); `colocation.observe` adopts a record
-its memory lacks.
+its memory lacks, and does not adopt it again from a lagging read once the give-back was made.
 
 A record is valid while the job still asks for the M workers it names; once the job was resized by someone else it
 is void (`Workload.colocation_overridden`): the size is the operator's and co-location forgets its shrink. gputide's

@@ -126,10 +126,11 @@ class Workload:
     shrunk_from: int = 0
     shrink_overridden: bool = False
     # co-location's shrink of its job as the job records it (`balancer.colocation_record`, the Job's
-    # `gputide.io/colocation-shrunk`): the workers before it and the service it made room for; 0 / "": none, or a
-    # record the job's size no longer matches (void: resized since by someone else)
+    # `gputide.io/colocation-shrunk`): the workers before it and the service it made room for; 0 / "": none. A record
+    # the job's size no longer matches (resized since by someone else) is void: `colocation_overridden`
     colocation_from: int = 0
     colocation_service: str = ""
+    colocation_overridden: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or not 0 <= self.gpu_milli <= 1000:

@@ -27,7 +27,7 @@ and when the record is already void, so a stale record never counts again if the
 
 Co-location's shrink is recorded the same way, apart (`gputide.io/colocation-shrunk`, `{"from": N, "to": M,
 "service": S}`; `balancer.colocation_record` decides what each gputide resize does to it, `colocation_patch` writes
-it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers).
+it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers, `colocation_void` once it does not).
 """
 
 from __future__ import annotations
@@ -144,6 +144,12 @@ def colocation_record(job: Json) -> colocation.ColocationRecord | None:
     None with no record, one that is not gputide's, or a void one."""
     record = colocation.parse(_colocation_note(job))
     return record if record is not None and size(job) == record.left else None
+
+
+def colocation_void(job: Json) -> bool:
+    """Whether the Job records a co-location shrink it no longer matches (resized since by someone else)."""
+    record = colocation.parse(_colocation_note(job))
+    return record is not None and size(job) != record.left
 
 
 def colocation_patch(job: Json, action: ScaleTraining) -> Json:

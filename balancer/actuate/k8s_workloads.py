@@ -25,7 +25,7 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
 | `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`: a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`) |
 | `shrunk_from`, `shrink_overridden` | its Job's `gputide.io/shrunk` record of gputide's hotspot shrink (`k8s_jobs.shrink_record`, read from the Job: `job_facts`): the workers to give back, or, once the Job's parallelism is no longer what gputide left, void (the operator's) |
-| `colocation_from`, `colocation_service` | its Job's `gputide.io/colocation-shrunk` record of co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left: the workers to give back once the service has slack |
+| `colocation_from`, `colocation_service`, `colocation_overridden` | its Job's `gputide.io/colocation-shrunk` record of co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left: the workers to give back once the service has slack; once it does not, void (the operator's) |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers) |
 
 The Jobs themselves are read as the budgets are (`jobs_facts`: every Job, listed then followed, or at most one list
@@ -75,7 +75,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from balancer.actuate.k8s_jobs import colocation_record, shrink_record, worker_limit
+from balancer.actuate.k8s_jobs import colocation_record, colocation_void, shrink_record, worker_limit
 from balancer.actuate.k8s_kueue import restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
@@ -113,6 +113,7 @@ class JobFacts:
     shrunk_from: int = 0             # workers before gputide's hotspot shrink (`k8s_jobs.shrink_record`); 0: none
     shrink_overridden: bool = False  # it records such a shrink but was resized since: the record is void
     colocation: ColocationRecord | None = None   # co-location's shrink, while valid (`k8s_jobs.colocation_record`)
+    colocation_void: bool = False    # it records such a shrink but was resized since (`k8s_jobs.colocation_void`)
 
 
 def job_facts(job: Json) -> JobFacts | None:
@@ -123,11 +124,11 @@ def job_facts(job: Json) -> JobFacts | None:
     restarts = restarts_on_resize(job, (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL) or "")
     limit = worker_limit(job)
     shrunk_from, overridden = shrink_record(job)
-    colocation = colocation_record(job)
+    colocation, colocation_overridden = colocation_record(job), colocation_void(job)
     if not meta.get("name") or (limit is None and not restarts and not shrunk_from and not overridden
-                                and colocation is None):
+                                and colocation is None and not colocation_overridden):
         return None
-    return JobFacts(limit, restarts, shrunk_from, overridden, colocation)
+    return JobFacts(limit, restarts, shrunk_from, overridden, colocation, colocation_overridden)
 
 
 def with_job(w: Workload, facts: JobFacts | None) -> Workload:
@@ -140,7 +141,8 @@ def with_job(w: Workload, facts: JobFacts | None) -> Workload:
     co = facts.colocation
     return replace(w, elastic_min=min(w.elastic_min, hi), elastic_max=hi, restarts_on_resize=facts.restarts,
                    shrunk_from=facts.shrunk_from, shrink_overridden=facts.shrink_overridden,
-                   colocation_from=co.before if co else 0, colocation_service=co.service if co else "")
+                   colocation_from=co.before if co else 0, colocation_service=co.service if co else "",
+                   colocation_overridden=facts.colocation_void)
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:

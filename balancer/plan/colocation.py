@@ -29,40 +29,54 @@ from balancer.model import Action, ClusterSnapshot, ScaleTraining, WorkloadClass
 from balancer.plan.columns import _CLASS_CODE, workload_columns
 from balancer.plan.simulate import Projection
 
+# how long a shrink just applied is kept though the reads do not show it yet (its job's pods still at the old size,
+# its Job list without the record, or with an older void one): longer than the Kubernetes lists' cache (60 s) and
+# a few cycles
+FRESH_S = 300.0
+
 
 @dataclass(frozen=True)
 class ColocationState:
     slack_streak: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))  # job -> (workers, service)
-    # jobs whose give-back the tide took over (`hand_over`): their record is not adopted again while they show it
+    # jobs whose give-back was made, or taken over by the tide (`hand_over`): a record they still show (a read that
+    # lags the write that removes it, or the tide's next resize) is not adopted again
     handed: frozenset[str] = frozenset()
+    fresh: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # job -> when its shrink was applied
 
 
 def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> ColocationState:
-    """The slack streaks with this snapshot's latencies, and the shrinks still owed: a shrink a job records that
-    this memory lacks is adopted (a restarted controller's memory is empty), and one whose job is gone (no pod,
-    placed or pending: it finished or was deleted) or already runs the workers it had before (grown back by the tide
-    or by hand) is forgotten, or its give-back would be proposed, and fail, every cycle for ever, or the job held
-    "shrunk" with nothing owed. The record is re-read every cycle, so a read that lags a write settles the next one
-    (a shrink forgotten on a read older than it is adopted again from its record)."""
+    """The slack streaks with this snapshot's latencies, and the shrinks still owed. A shrink a job records that this
+    memory lacks is adopted (a restarted controller's memory is empty). One is forgotten when its job is gone (no
+    pod, placed or pending: it finished or was deleted: else its give-back would be proposed, and fail, every cycle
+    for ever) and, while the job shows no valid record, when the job was resized by someone else (its record is void:
+    the size is the operator's) or already has the workers it had before (grown back by the tide or by hand: else it
+    is held "shrunk" with nothing owed). A shrink applied less than `FRESH_S` ago is not judged by a read that does
+    not show it yet."""
     cp = policy.colocation
     streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
               for name, s in snapshot.services.items()}
-    recorded = _recorded(snapshot)
+    recorded, void = _records(snapshot)
     handed = state.handed & recorded.keys()
+    fresh = {j: t for j, t in state.fresh.items() if snapshot.time - t < FRESH_S}
     shrunk = {**{j: v for j, v in recorded.items() if j not in handed}, **state.shrunk}
     pods = snapshot.workloads_by_owner
-    done = {j for j, (before, _) in shrunk.items() if not 0 < len(pods.get(j, ())) < before}
-    state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk), handed=handed)
-    return forget(state, done)
+    gone = {j for j in shrunk if not pods.get(j)}
+    settled = {j for j, (before, _) in shrunk.items() if j not in recorded and j not in fresh
+               and (j in void or len(pods.get(j, ())) >= before)}
+    state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk), handed=handed,
+                    fresh=MappingProxyType(fresh))
+    return forget(state, gone | settled)
 
 
-def _recorded(s: ClusterSnapshot) -> dict[str, tuple[int, str]]:
-    """{job: (workers before, service)} of the co-location records its pods carry (`Workload.colocation_from`:
-    valid records only). Runs every cycle over every workload: C-level map, Python only for the pods with one."""
+def _records(s: ClusterSnapshot) -> tuple[dict[str, tuple[int, str]], set[str]]:
+    """({job: (workers before, service)} of the valid co-location records its pods carry, {jobs whose record is
+    void}). Runs every cycle over every workload: C-level maps, Python only for the pods that carry one."""
     ws = s.workloads
     froms = np.fromiter(map(attrgetter("colocation_from"), ws), dtype=np.int64, count=len(ws))
-    return {ws[i].owner: (int(froms[i]), ws[i].colocation_service) for i in np.flatnonzero(froms > 0).tolist()}
+    voids = np.fromiter(map(attrgetter("colocation_overridden"), ws), dtype=bool, count=len(ws))
+    recorded = {ws[i].owner: (int(froms[i]), ws[i].colocation_service) for i in np.flatnonzero(froms > 0).tolist()}
+    return recorded, {ws[i].owner for i in np.flatnonzero(voids).tolist()}
 
 
 def forget(state: ColocationState, jobs: set[str]) -> ColocationState:
@@ -149,13 +163,16 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
     return actions
 
 
-def acknowledge(state: ColocationState, action: ScaleTraining) -> ColocationState:
-    """Remember (or forget) a shrink once it was applied."""
-    shrunk = dict(state.shrunk)
-    handed = state.handed
+def acknowledge(state: ColocationState, action: ScaleTraining, now: float) -> ColocationState:
+    """Remember a shrink once it was applied at `now` (fresh: see `observe`), or forget it once its workers are back
+    (and do not adopt its record again from a read that still shows it)."""
+    shrunk, handed, fresh = dict(state.shrunk), state.handed, dict(state.fresh)
     if action.workers < action.previous_workers and action.job not in shrunk:
         shrunk[action.job] = (action.previous_workers, action.service)
         handed = handed - {action.job}   # a shrink of its own again: its new record is adopted
+        fresh[action.job] = now
     elif action.job in shrunk and action.workers >= shrunk[action.job][0]:
         del shrunk[action.job]
-    return replace(state, shrunk=MappingProxyType(shrunk), handed=handed)
+        handed = handed | {action.job}
+        fresh.pop(action.job, None)
+    return replace(state, shrunk=MappingProxyType(shrunk), handed=handed, fresh=MappingProxyType(fresh))

@@ -156,7 +156,7 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
                 throttled.pop(a.uuid, None)
         elif isinstance(a, ScaleTraining):
             if a.job in co.shrunk or a.cause == "colocation_slo":
-                co = colocation.acknowledge(co, a)
+                co = colocation.acknowledge(co, a, snapshot.time)
             elif a.workers < a.previous_workers:
                 shrunk.setdefault(a.job, a.previous_workers)
             elif a.job in shrunk and a.workers >= shrunk[a.job]:

@@ -18,7 +18,8 @@ Semantics (what the reconcile loop can rely on):
   `k8s_jobs.shrink_patch` on a Job): the record goes once the job is back at its size before the shrink or the
   record is void. Co-location's shrink is kept alike in `colocation_records` (``colocation``: the resize whose
   record `balancer.colocation_record.after` decides, as the Kubernetes actuator's `gputide.io/colocation-shrunk`)
-  and shown while valid as `Workload.colocation_from` / `colocation_service`.
+  and shown as `Workload.colocation_from` / `colocation_service`, void (`colocation_overridden`) once the job was
+  resized since.
 """
 
 from __future__ import annotations
@@ -232,15 +233,15 @@ class WorkloadOps:
         return record is not None and (workers >= record[0] or self._job_target[i] != record[1])
 
     def _recorded(self: SimCluster, pods: Iterable[Pod]) -> tuple[Workload, ...]:
-        """The pods' workloads, a training job's with its shrink records (the hotspot's void once its size is not
-        the one left; co-location's shown only while valid)."""
+        """The pods' workloads, a training job's with its shrink records (void once its size is not the one left)."""
         if not self.shrink_records and not self.colocation_records:
             return tuple(p.workload for p in pods)
         marks: dict[int, dict] = {i: {"shrunk_from": before} if self._job_target[i] == left
                                   else {"shrink_overridden": True} for i, (before, left) in self.shrink_records.items()}
         for i, co in self.colocation_records.items():
-            if self._job_target[i] == co.left:
-                marks.setdefault(i, {}).update(colocation_from=co.before, colocation_service=co.service)
+            marks.setdefault(i, {}).update(colocation_from=co.before, colocation_service=co.service)
+            if self._job_target[i] != co.left:
+                marks[i].update(colocation_from=0, colocation_service="", colocation_overridden=True)
         return tuple(replace(p.workload, **marks[p.owner]) if p.kind == TRAINING and p.owner in marks
                      else p.workload for p in pods)
 

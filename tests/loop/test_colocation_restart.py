@@ -30,6 +30,7 @@ FL = make_fleet(3, 4)
 POLICY = BalancerPolicy()
 SLOT = (0, 4, 8, 5)   # where the job's workers run; GPU 0 is shared with the service
 PRESSURE, SLACK = 0.45, 0.1   # the service's p99 (its SLO is 0.5 s)
+T0 = 1000.0
 
 
 def job(workers: int) -> dict:
@@ -44,21 +45,25 @@ def write(obj: dict, a: ScaleTraining) -> dict:
             "spec": {"parallelism": a.workers}}
 
 
-def observe(obj: dict, p99: float):
-    """The snapshot: the Job's pods carrying its co-location record as `KubernetesWorkloads` reads it."""
+def observe(obj: dict, p99: float, pods: int | None = None, time: float = T0):
+    """The snapshot: the Job's pods carrying its co-location record as `KubernetesWorkloads` reads it (`pods`: as
+    many pods as a lagging pod list still shows, else the Job's size)."""
     record = k8s_jobs.colocation_record(obj)
     pods = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", milli=500, mem=20480, elastic_min=1,
                       priority=10, colocation_from=record.before if record else 0,
-                      colocation_service=record.service if record else ""), (SLOT[i],))
-            for i in range(k8s_jobs.size(obj))]
+                      colocation_service=record.service if record else "",
+                      colocation_overridden=k8s_jobs.colocation_void(obj)), (SLOT[i],))
+            for i in range(k8s_jobs.size(obj) if pods is None else pods)]
     svc = workload("svc-0", owner="svc", milli=500)
     services = {"svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}
-    return snapshot(FL, workloads=[(svc, (0,)), *pods], services=services)
+    return snapshot(FL, workloads=[(svc, (0,)), *pods], services=services, time=time)
 
 
-def reconcile(obj: dict, state: PlannerState, p99: float):
-    """One cycle: plan, apply the job's resizes to the Job, acknowledge. Returns the resizes, the Job, the state."""
-    snap = observe(obj, p99)
+def reconcile(obj: dict, state: PlannerState, p99: float, read: dict | None = None, pods: int | None = None,
+              time: float = T0):
+    """One cycle: plan on a read of the Job (`read`: an older one a lagging list still shows), apply the job's
+    resizes to the Job, acknowledge. Returns the resizes, the Job, the state."""
+    snap = observe(obj if read is None else read, p99, pods, time)
     p, state = plan(snap, None, POLICY, state)
     resizes = [a for a in p.actions if isinstance(a, ScaleTraining)]
     for a in resizes:
@@ -126,10 +131,50 @@ def test_a_shrink_handed_to_the_tide_is_not_adopted_again_from_its_record_until_
     state = colocation.observe(snap, POLICY, state)
     assert not state.shrunk and state.handed == {"job"}
     again = ScaleTraining(reason="t", job="job", workers=2, previous_workers=3, cause="colocation_slo", service="svc")
-    state = colocation.acknowledge(state, again)
+    state = colocation.acknowledge(state, again, T0)
     assert dict(state.shrunk) == {"job": (3, "svc")} and not state.handed
     state = colocation.observe(observe(job(4), SLACK), POLICY, colocation.hand_over(state, {"job"}))
     assert not state.handed   # no record shown any more: nothing left to ignore
+
+
+def test_a_shrink_just_made_is_kept_while_the_pods_still_show_the_old_size():
+    """Pods being deleted still run through their grace period: the pod list shows 4 after the shrink to 3."""
+    (a,), obj, state = reconcile(job(4), PlannerState(), PRESSURE)
+    resizes, obj, state = reconcile(obj, state, PRESSURE, pods=4)
+    assert resizes == [] and dict(state.colocation.shrunk) == {"job": (4, "svc")}
+
+
+def test_a_shrink_just_made_is_kept_while_neither_list_shows_it_then_judged_once_fresh_s_has_passed():
+    old = job(4)
+    (a,), obj, state = reconcile(old, PlannerState(), PRESSURE)
+    resizes, obj, state = reconcile(obj, state, PRESSURE, read=old)   # the Job and pod lists both before the write
+    assert resizes == [] and dict(state.colocation.shrunk) == {"job": (4, "svc")}
+    _, _, later = reconcile(obj, state, SLACK, read=old, time=T0 + colocation.FRESH_S + 1)
+    assert "job" not in later.colocation.shrunk   # a read that still shows 4 workers and no record: back at 4
+
+
+def test_a_give_back_is_not_made_again_on_a_read_that_still_shows_the_record():
+    (a,), obj, state = reconcile(job(4), PlannerState(), PRESSURE)
+    stale = obj
+    for _ in range(POLICY.colocation.slack_readings + 1):   # until the give-back, on reads that keep up
+        resizes, obj, state = reconcile(obj, state, SLACK)
+        if resizes:
+            break
+    assert [(r.cause, r.workers) for r in resizes] == [("colocation_slack", 4)] and k8s_jobs.size(obj) == 4
+    resizes, obj, state = reconcile(obj, state, SLACK, read=stale)   # the lists still show {4, 3} and 3 pods
+    assert resizes == [] and not state.colocation.shrunk
+    _, _, state = reconcile(obj, state, SLACK)
+    assert not state.colocation.handed   # the record is gone from the reads: nothing left to ignore
+
+
+def test_a_job_resized_by_its_owner_after_the_shrink_is_theirs_without_a_restart_too():
+    (a,), obj, state = reconcile(job(4), PlannerState(), PRESSURE)
+    obj["spec"]["parallelism"] = 2   # kubectl scale: the record reads void
+    seen = []
+    for i in range(POLICY.colocation.slack_readings + 2):
+        resizes, obj, state = reconcile(obj, state, SLACK, time=T0 + colocation.FRESH_S + i)
+        seen += resizes
+    assert seen == [] and k8s_jobs.size(obj) == 2 and not state.colocation.shrunk
 
 
 def sim_cluster() -> SimCluster:
@@ -155,7 +200,8 @@ def test_the_simulator_keeps_the_record_as_a_kubernetes_job_does():
     assert recorded(sim) == {(4, "svc")}
     apply(sim, workers=2, previous_workers=3, shrunk_from=3)   # a hotspot shrink keeps it valid at 2
     assert recorded(sim) == {(4, "svc")}
-    sim.scale_training("job", 1)   # the operator's size: void, shown as none, kept until gputide's next resize
+    sim.scale_training("job", 1)   # the operator's size: void, kept until gputide's next resize
     assert recorded(sim) == {(0, "")} and sim.colocation_records
+    assert {w.colocation_overridden for w in sim.snapshot().workloads if w.owner == "job"} == {True}
     apply(sim, workers=2, previous_workers=1, cause="loan")
     assert not sim.colocation_records
