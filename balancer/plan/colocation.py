@@ -27,6 +27,7 @@ import numpy as np
 from balancer.config import BalancerPolicy
 from balancer.model import Action, ClusterSnapshot, ScaleTraining, WorkloadClass
 from balancer.plan.columns import _CLASS_CODE, workload_columns
+from balancer.plan.shrink_records import runnable
 from balancer.plan.simulate import Projection
 
 # how long a shrink just applied is kept though the reads do not show it yet (its job's pods still at the old size,
@@ -63,7 +64,7 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     pods = snapshot.workloads_by_owner
     gone = {j for j in shrunk if not pods.get(j)}
     settled = {j for j, (before, _) in shrunk.items() if j not in recorded and j not in fresh
-               and (j in void or len(pods.get(j, ())) >= before)}
+               and (j in void or len(pods.get(j, ())) >= runnable(snapshot, j, before))}
     state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk), handed=handed,
                     fresh=MappingProxyType(fresh))
     return forget(state, gone | settled)
@@ -155,7 +156,7 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
         if state.slack_streak.get(svc, 0) >= policy.colocation.slack_readings or svc not in s.services:
-            now = proj.workers.get(job, 0)
+            now, workers = proj.workers.get(job, 0), runnable(s, job, workers)
             if now < workers:
                 actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now, cause="colocation_slack",
                                              shrunk_from=owed.get(job),
@@ -171,7 +172,7 @@ def acknowledge(state: ColocationState, action: ScaleTraining, now: float) -> Co
         shrunk[action.job] = (action.previous_workers, action.service)
         handed = handed - {action.job}   # a shrink of its own again: its new record is adopted
         fresh[action.job] = now
-    elif action.job in shrunk and action.workers >= shrunk[action.job][0]:
+    elif action.job in shrunk and (action.cause == "colocation_slack" or action.workers >= shrunk[action.job][0]):
         del shrunk[action.job]
         handed = handed | {action.job}
         fresh.pop(action.job, None)

@@ -9,7 +9,9 @@ what is still owed:
 * a job whose record is void (`Workload.shrink_overridden`: resized since by someone else) is the operator's
   (co-location's resizes of an owed job keep its record valid: they write its new size as the record's "to");
 * a job that already runs as many workers as it had before the shrink, or more (grown back by the capacity planner's
-  tide or co-location), is done: no give-back is proposed, and the hotspot planner may shrink it again.
+  tide or co-location), is done: no give-back is proposed, and the hotspot planner may shrink it again. "As many
+  as it had" is capped at what the job can run now (`runnable`: its pods' `elastic_max`, which the Kubernetes
+  reader caps at a Job's `completions - succeeded`): a give-back beyond it is refused, every cycle.
 
 The actuators remove a record once it is done with (`k8s_jobs.shrink_patch`, `SimActuator`), so the last two are
 what a lagging read, or a record whose removal failed, still shows.
@@ -46,4 +48,12 @@ def shrunk_jobs(snapshot: ClusterSnapshot, remembered: Mapping[str, int]) -> dic
     training = c.cls == _CLASS_CODE[WorkloadClass.TRAINING]
     workers = Counter(compress(c.owners, training.tolist()))   # training pods per job, placed or not
     owed = {**{j: n for j, n in remembered.items() if j not in overridden}, **recorded}
+    owed = {j: runnable(snapshot, j, n) for j, n in owed.items()}
     return {j: n for j, n in owed.items() if 0 < workers[j] < n}
+
+
+def runnable(snapshot: ClusterSnapshot, job: str, before: int) -> int:
+    """The workers a give-back of `job` asks for: the `before` it had, at most the `elastic_max` its pods say it can
+    run now (0, not elastic: no cap)."""
+    cap = max((w.elastic_max for w in snapshot.workloads_by_owner.get(job, ())), default=0)
+    return min(before, cap) if cap > 0 else before
