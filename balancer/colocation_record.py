@@ -58,7 +58,8 @@ def after(record: ColocationRecord | None, size: int, action: ScaleTraining) -> 
     if record is not None and size != record.left:
         record = None   # void: the job was resized by someone else since
     if action.cause == "colocation_slo" and 0 < action.workers < action.previous_workers:
-        before = max(record.before if record else 0, action.previous_workers)
+        # the job's own size counts too: the planner sees running workers only, the job may ask for more
+        before = max(record.before if record else 0, action.previous_workers, size)
         return ColocationRecord(before, action.workers, action.service)
     if record is None or action.cause is not None or not 0 < action.workers < record.before:
         return None

@@ -111,7 +111,9 @@ def shrink_patch(job: Json, workers: int, shrunk_from: int | None) -> Json:
     the give-back (`shrunk_from` 0) and on any other change that leaves the Job at the record's `from` or more or finds
     the record void (`ScaleTraining.shrunk_from` None: the tide, co-location); else nothing ({})."""
     if shrunk_from is not None and workers > 0:
-        return {"annotations": {SHRUNK_ANNOTATION: shrink_note(shrunk_from, workers) if shrunk_from > workers else None}}
+        # the Job's own size counts too: the planner sees running workers only, the Job may ask for more (pending)
+        before = max(shrunk_from, size(job)) if shrunk_from else 0
+        return {"annotations": {SHRUNK_ANNOTATION: shrink_note(before, workers) if before > workers else None}}
     before, void = shrink_record(job)
     if void or (before and workers >= before):
         return {"annotations": {SHRUNK_ANNOTATION: None}}

@@ -61,6 +61,9 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     handed = state.handed & recorded.keys()
     fresh = {j: t for j, t in state.fresh.items() if snapshot.time - t < FRESH_S}
     shrunk = {**{j: v for j, v in recorded.items() if j not in handed}, **state.shrunk}
+    for j, (before, svc) in state.shrunk.items():   # the record may know more: the job's pending workers
+        if j in recorded and recorded[j][0] > before:
+            shrunk[j] = (recorded[j][0], svc)
     pods = snapshot.workloads_by_owner
     gone = {j for j in shrunk if not pods.get(j)}
     settled = {j for j, (before, _) in shrunk.items() if j not in recorded and j not in fresh

@@ -202,9 +202,9 @@ class WorkloadOps:
                        shrunk_from: int | None = None, colocation: ScaleTraining | None = None) -> None:
         i = self._job_index(job)
         spec = self._jobs[i]
-        workers = max(int(workers), 0)
+        workers, size = max(int(workers), 0), self._job_target[i]   # the size it asks for before this resize
         if colocation is not None:   # decided on the size before this resize, written with it
-            record = colocation_record.after(self.colocation_records.get(i), self._job_target[i], colocation)
+            record = colocation_record.after(self.colocation_records.get(i), size, colocation)
             if record is None:
                 self.colocation_records.pop(i, None)
             else:
@@ -220,8 +220,9 @@ class WorkloadOps:
             elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)), graceful=checkpoint_first)
         self._job_target[i] = workers
         if shrunk_from is not None:   # written with the size, as on a Kubernetes Job; 0 (a give-back) removes it
-            if shrunk_from > workers:
-                self.shrink_records[i] = (int(shrunk_from), workers)
+            before = max(int(shrunk_from), size) if shrunk_from else 0   # pending workers count too
+            if before > workers:
+                self.shrink_records[i] = (before, workers)
             else:
                 self.shrink_records.pop(i, None)
 

@@ -53,6 +53,8 @@ def after_cases():
         "a stop: removed": (REC, 3, resize(0, 3), None),
         "any resize of a void record: removed": (REC, 5, resize(2, 5, shrunk_from=5), None),
         "no record, not co-location: none": (None, 4, resize(2, 4, shrunk_from=4), None),
+        "co-location shrink of a job asking for more than run: its size is before": (
+            None, 5, resize(3, 4, "colocation_slo", "svc"), ColocationRecord(5, 3, "svc")),
     }
 
 
@@ -144,3 +146,15 @@ def test_a_job_resized_by_someone_else_since_carries_none(kube: FakeKube, api, c
     assert colocation_record(kube.get("jobs", "train", "ml")) is None and note(kube) == REC.note()
     got = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)()
     assert {(w.colocation_from, w.colocation_service) for w in got.values()} == {(0, "")}
+
+
+def test_a_shrink_records_the_workers_the_job_asked_for_not_only_those_running(kube: FakeKube, actuator):
+    """The planner counts running pods (3); the Job asks for 4 (one pending): both records keep 4, so the give-back
+    restores what the owner asked for instead of losing the pending worker for good."""
+    shrunk_job(kube, parallelism=4, record=None)
+    apply(actuator, resize(2, 3, "colocation_slo", "svc"))
+    assert parse(note(kube)) == ColocationRecord(4, 2, "svc")
+    kube.delete("jobs", "train", "ml")
+    shrunk_job(kube, parallelism=4, record=None)
+    apply(actuator, resize(2, 3, shrunk_from=3))
+    assert json.loads(note(kube, SHRUNK_ANNOTATION)) == {"from": 4, "to": 2}

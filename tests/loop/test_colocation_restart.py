@@ -205,3 +205,26 @@ def test_the_simulator_keeps_the_record_as_a_kubernetes_job_does():
     assert {w.colocation_overridden for w in sim.snapshot().workloads if w.owner == "job"} == {True}
     apply(sim, workers=2, previous_workers=1, cause="loan")
     assert not sim.colocation_records
+
+
+def test_the_simulator_records_the_workers_a_job_asked_for_with_some_pending():
+    def pending_job() -> tuple[SimCluster, int]:
+        sim = sim_cluster()
+        sim.scale_training("job", 9)   # 9 asked for, fewer GPUs free for it: some wait
+        running = sum(1 for w in sim.snapshot().workloads if w.owner == "job" and w.name in sim.placements)
+        assert 0 < running < 9
+        return sim, running
+
+    sim, running = pending_job()
+    apply(sim, workers=running - 1, previous_workers=running, shrunk_from=running)   # a hotspot shrink
+    assert list(sim.shrink_records.values()) == [(9, running - 1)]
+    sim, running = pending_job()
+    apply(sim, workers=running - 1, previous_workers=running, cause="colocation_slo", service="svc")
+    assert recorded(sim) == {(9, "svc")}
+
+
+def test_memory_takes_the_larger_workers_before_a_record_shows():
+    obj = {"metadata": {"name": "job", "annotations": {
+        k8s_jobs.COLOCATION_ANNOTATION: ColocationRecord(4, 2, "svc").note()}}, "spec": {"parallelism": 2}}
+    remembered = colocation.ColocationState(shrunk={"job": (3, "svc")})   # acknowledged: 3 were running
+    assert dict(colocation.observe(observe(obj, SLACK), POLICY, remembered).shrunk) == {"job": (4, "svc")}
