@@ -4,7 +4,9 @@ When a service's p99 latency passes `sloPressure` x its SLO, every elastic train
 GPU also serving that service is shrunk by the number of such workers (never below its elastic minimum, never
 a protected job). The original size is remembered in `ColocationState.shrunk`; once the service's p99 has stayed
 under `sloSlack` x SLO for `slackReadings` consecutive cycles the job is scaled back. State is immutable and
-passed in and out, like the hotspot streaks.
+passed in and out, like the hotspot streaks. The shrink is also recorded on the job in the resize's own write
+(`balancer.colocation_record`: a Kubernetes Job's `gputide.io/colocation-shrunk`), and `observe` adopts what the
+jobs record, so a restarted controller or a new leader still gives the workers back.
 
 A job a hotspot shrank carries that shrink's record (`balancer.plan.shrink_records`: the workers it had before, on a
 Kubernetes Job `gputide.io/shrunk` `{"from": N, "to": M}`), which is valid only while the job runs the "to" it
