@@ -1,0 +1,152 @@
+"""`Migrate` on Kubernetes: how the actuator moves a pod off a hot GPU, make-room-first.
+
+The pod's node is checked against the plan (a pod that runs elsewhere makes the plan stale: FAILED) and the target
+against the pod's own rules (`placement_refusal`: a replacement that could not run there is not evicted). Then:
+
+    reserve   the target node's GPUs, in its annotation `gputide.io/reserved-for`, a JSON map keyed by the
+              workload's owner (its replacement pod has another name), each entry with an expiry;
+    taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
+              replacement does not land back on it;
+    evict     the pod through the Eviction API, once, last. 429 = a PodDisruptionBudget says no -> RETRY, with the
+              reservation released (on the deadline's reserve); a pod already gone leaves the reservation in place.
+
+The reservation and the taint expire on their own (`KubernetesActuator.release_expired`), so only the eviction is
+listed as a write whose outcome counts (`_Api.writes`). An eviction that got no answer is confirmed by one read of
+the pod on the reserve (`Migrations.eviction_landed`): gone, being deleted or replaced, it landed (APPLIED, the
+reservation kept); still running, it did not.
+
+Also here, the JSON-map annotation helpers (`_annotation_map_change`, `_annotation_patch`) the actuator, the power
+caps and the secondary scheduler's holds write reservations and caps with.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from balancer.actuate.k8s_nodes import taints_change
+from balancer.actuate.kubernetes import (
+    Json,
+    KubeTemporaryError,
+    NotFoundError,
+    ThrottledError,
+    _Api,
+    _json_annotation,
+    rfc3339,
+    split_name,
+)
+from balancer.errors import ActuationError, PermanentActuationError
+from balancer.model import ClusterSnapshot, Migrate
+from balancer.noderules import NodeRules, Taint
+
+log = logging.getLogger(__name__)
+
+
+def placement_refusal(pod: Json, node: Json) -> str | None:
+    """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
+    does not tolerate, its node selector, its required node affinity), None when they allow it."""
+    meta = node.get("metadata") or {}
+    return NodeRules.from_pod_spec(pod.get("spec") or {}).refusal(
+        meta.get("name", ""), meta.get("labels") or {},
+        map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
+
+
+def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
+    """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
+    current = _json_annotation(node, key)
+    return _annotation_patch(node, key, current, {k: v for k, v in {**current, **updates}.items() if v is not None})
+
+
+def _annotation_patch(node: Json, key: str, current: Mapping[str, Any], new: Mapping[str, Any]) -> Json | None:
+    """The patch that turns annotation `key`'s JSON map `current` into `new` (none when nothing changes)."""
+    if new == current and (not new or key in ((node.get("metadata") or {}).get("annotations") or {})):
+        return None
+    return {"metadata": {"annotations": {key: json.dumps(new, sort_keys=True) if new else None}}}
+
+
+class Migrations:
+    """Carries out `Migrate` actions: reserve, taint, evict (the module docstring). Raises ActuationError."""
+
+    def __init__(self, api: _Api, clock: Callable[[], float], *, default_namespace: str, hot_taint_key: str,
+                 reservation_annotation: str, hot_taint_ttl_s: float, reservation_ttl_s: float) -> None:
+        self.api, self.clock, self.default_namespace = api, clock, default_namespace
+        self.hot_taint_key, self.hot_taint_ttl_s = hot_taint_key, hot_taint_ttl_s
+        self.reservation_annotation, self.reservation_ttl_s = reservation_annotation, reservation_ttl_s
+
+    def migrate(self, action: Migrate, snapshot: ClusterSnapshot) -> str:
+        ns, pod = split_name(action.workload, self.default_namespace)
+        try:
+            slots = [snapshot.gpus[i].slot for i in action.target_gpus]
+            source = snapshot.gpus[action.source_gpus[0]].node if action.source_gpus else ""
+        except IndexError as exc:
+            raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
+        current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
+        running_on = (current.get("spec") or {}).get("nodeName")
+        if source and running_on and running_on != source:
+            raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
+        target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
+        refusal = placement_refusal(current, target)
+        if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
+            raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
+        workload = snapshot.workload_by_name.get(action.workload)
+        # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
+        key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
+        now = self.clock()
+        entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
+                 "expires": rfc3339(now + self.reservation_ttl_s)}
+        with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
+            self.api.update_node(action.target_node, lambda n: _annotation_map_change(
+                n, self.reservation_annotation, {key: entry}))
+        evict = f"evict pod {ns}/{pod}"
+        try:
+            if source and source != action.target_node:
+                with self.api.writes():
+                    self.api.update_node(source, lambda n: taints_change(
+                        n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+            self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, body, retry_throttled=False)
+        except NotFoundError:   # gone since we read it: deleted, or our own timed-out eviction went through
+            return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
+        except ActuationError as err:
+            uid = (current.get("metadata") or {}).get("uid")
+            landed = self.eviction_landed(evict, ns, pod, uid) if evict in self.api.unknown_writes else None
+            if landed is not None:   # the reservation is its replacement's
+                return (f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from "
+                        f"{source or '?'} (confirmed after no answer: the pod {landed}; {err})")
+            self.release_reservation(action.target_node, key)
+            if isinstance(err, ThrottledError):
+                raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
+            raise
+        return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
+
+    def eviction_landed(self, evict: str, ns: str, pod: str, uid: str | None) -> str | None:
+        """Whether the eviction `evict` of pod `uid`, unanswered, went through, by one read of the pod on the
+        deadline's reserve: how the pod shows it (gone, being deleted, replaced by another of its name), or None:
+        still running, it did not (its outcome known: off `unknown_writes`), or the read failed (still unknown)."""
+        try:
+            with self.api.reserve():
+                seen = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns, retries=0)
+        except NotFoundError:
+            return "is gone"
+        except ActuationError as err:
+            log.warning("%s: outcome unknown, confirming it failed: %s", evict, err)
+            return None
+        meta = seen.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return "is being deleted"
+        if uid is None:   # read before without a uid: a pod of its name cannot be told from a replacement (unknown)
+            return None
+        if meta.get("uid") != uid:
+            return "was replaced"
+        self.api.unknown_writes.remove(evict)
+        return None
+
+    def release_reservation(self, node: str, key: str) -> None:
+        try:
+            with self.api.reserve(), self.api.writes():   # undoing: within the action's deadline, on its reserve
+                self.api.update_node(node, lambda n: _annotation_map_change(
+                    n, self.reservation_annotation, {key: None}))
+        except ActuationError as err:   # it expires on its own; the action's own error is what matters
+            log.warning("could not release reservation %s on %s: %s", key, node, err)
