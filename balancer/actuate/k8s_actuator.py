@@ -72,8 +72,15 @@ from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
-from balancer.actuate.k8s_migrate import Migrations, _annotation_map_change, _annotation_patch
-from balancer.actuate.k8s_nodes import node_power_limits, power_caps_note, power_caps_update, taints_change
+from balancer.actuate.k8s_migrate import Migrations
+from balancer.actuate.k8s_nodes import (
+    annotation_map_change,
+    annotation_patch,
+    node_power_limits,
+    power_caps_note,
+    power_caps_update,
+    taints_change,
+)
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
@@ -189,7 +196,7 @@ class KubernetesActuator:
         def change(n: Json) -> Json | None:
             current = _json_annotation(n, self.power_cap_annotation)
             seen.update(before=current, after=power_caps_update(current, action.uuid, watts, limits))
-            return _annotation_patch(n, self.power_cap_annotation, current, seen["after"])
+            return annotation_patch(n, self.power_cap_annotation, current, seen["after"])
 
         self.api.update_node(action.node, change)
         return power_caps_note(f"{action.node} {self.power_cap_annotation}", action.uuid, watts, **seen)
@@ -241,7 +248,7 @@ class KubernetesActuator:
             stale = {k: None for k, v in _json_annotation(node, self.reservation_annotation).items()
                      if (parse_time(v.get("expires")) or 0) <= now}
             if stale:
-                self.api.update_node(name, lambda n, s=stale: _annotation_map_change(n, self.reservation_annotation, s))
+                self.api.update_node(name, lambda n, s=stale: annotation_map_change(n, self.reservation_annotation, s))
                 notes.append(f"{name}: reservations expired: {sorted(stale)}")
         return notes
 

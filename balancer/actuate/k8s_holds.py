@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from balancer.actuate.k8s_actuator import _annotation_map_change
 from balancer.actuate.k8s_filters import Offers
+from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.kubernetes import _Api, parse_time
@@ -152,7 +152,7 @@ class Holds:
                 offers.update(j)
                 self.preemptor.release(node["name"], key)
                 try:
-                    self.api.update_node(node["name"], lambda n: _annotation_map_change(
+                    self.api.update_node(node["name"], lambda n: annotation_map_change(
                         n, self.reservation_annotation, {key: None}))
                 except ActuationError as err:   # it expires on its own
                     log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,

@@ -14,26 +14,20 @@ The reservation and the taint expire on their own (`KubernetesActuator.release_e
 listed as a write whose outcome counts (`_Api.writes`). An eviction that got no answer is confirmed by one read of
 the pod on the reserve (`Migrations.eviction_landed`): gone, being deleted or replaced, it landed (APPLIED, the
 reservation kept); still running, it did not.
-
-Also here, the JSON-map annotation helpers (`_annotation_map_change`, `_annotation_patch`) the actuator, the power
-caps and the secondary scheduler's holds write reservations and caps with.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
-from balancer.actuate.k8s_nodes import taints_change
+from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.kubernetes import (
     Json,
     KubeTemporaryError,
     NotFoundError,
     ThrottledError,
     _Api,
-    _json_annotation,
     rfc3339,
     split_name,
 )
@@ -51,19 +45,6 @@ def placement_refusal(pod: Json, node: Json) -> str | None:
     return NodeRules.from_pod_spec(pod.get("spec") or {}).refusal(
         meta.get("name", ""), meta.get("labels") or {},
         map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
-
-
-def _annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
-    """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
-    current = _json_annotation(node, key)
-    return _annotation_patch(node, key, current, {k: v for k, v in {**current, **updates}.items() if v is not None})
-
-
-def _annotation_patch(node: Json, key: str, current: Mapping[str, Any], new: Mapping[str, Any]) -> Json | None:
-    """The patch that turns annotation `key`'s JSON map `current` into `new` (none when nothing changes)."""
-    if new == current and (not new or key in ((node.get("metadata") or {}).get("annotations") or {})):
-        return None
-    return {"metadata": {"annotations": {key: json.dumps(new, sort_keys=True) if new else None}}}
 
 
 class Migrations:
@@ -97,7 +78,7 @@ class Migrations:
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
                  "expires": rfc3339(now + self.reservation_ttl_s)}
         with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
-            self.api.update_node(action.target_node, lambda n: _annotation_map_change(
+            self.api.update_node(action.target_node, lambda n: annotation_map_change(
                 n, self.reservation_annotation, {key: entry}))
         evict = f"evict pod {ns}/{pod}"
         try:
@@ -146,7 +127,7 @@ class Migrations:
     def release_reservation(self, node: str, key: str) -> None:
         try:
             with self.api.reserve(), self.api.writes():   # undoing: within the action's deadline, on its reserve
-                self.api.update_node(node, lambda n: _annotation_map_change(
+                self.api.update_node(node, lambda n: annotation_map_change(
                     n, self.reservation_annotation, {key: None}))
         except ActuationError as err:   # it expires on its own; the action's own error is what matters
             log.warning("could not release reservation %s on %s: %s", key, node, err)

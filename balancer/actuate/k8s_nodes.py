@@ -30,6 +30,9 @@ cannot be read or is malformed). `power_caps_update` is what the actuator's `Set
 * the same write drops what no agent needs any more: the entries of GPUs no longer on the node (replaced), and
   `restore` entries whose GPU's limit (as the snapshot reports it) has left the cap they name (carried out, or set
   otherwise since). So the annotation holds at most one entry per GPU of the node.
+
+Node annotations that hold a JSON map (the power caps, the migration reservations `gputide.io/reserved-for`, the
+secondary scheduler's holds) are changed entry by entry with `annotation_map_change` / `annotation_patch`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from balancer.actuate.kubernetes import (
     HOT_UNTIL_ANNOTATION,
     POWER_CAP_ANNOTATION,
     _Api,
+    _json_annotation,
     parse_time,
     read_power_caps,
     rfc3339,
@@ -85,6 +89,19 @@ def taints_change(node: Json, key: str, add: bool, until: float | None) -> Json 
         taints = [t for t in taints if t.get("key") != key]
         annotations[HOT_UNTIL_ANNOTATION] = None
     return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
+
+
+def annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:
+    """Merge `updates` into the JSON map in annotation `key` (a None value deletes the entry)."""
+    current = _json_annotation(node, key)
+    return annotation_patch(node, key, current, {k: v for k, v in {**current, **updates}.items() if v is not None})
+
+
+def annotation_patch(node: Json, key: str, current: Mapping[str, Any], new: Mapping[str, Any]) -> Json | None:
+    """The patch that turns annotation `key`'s JSON map `current` into `new` (none when nothing changes)."""
+    if new == current and (not new or key in ((node.get("metadata") or {}).get("annotations") or {})):
+        return None
+    return {"metadata": {"annotations": {key: json.dumps(new, sort_keys=True) if new else None}}}
 
 
 def node_power_limits(snapshot: ClusterSnapshot | None, node: str) -> dict[str, float] | None:

@@ -28,8 +28,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from balancer.actuate.k8s_actuator import _annotation_map_change, post_event
+from balancer.actuate.k8s_actuator import post_event
 from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, reserved_for_others
+from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
 from balancer.errors import ActuationError
 from balancer.noderules import Selector
@@ -140,7 +141,7 @@ class Preemptor:
         key = req["name"]
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
                  "expires": rfc3339(self.clock() + self.reserve_s)}
-        self.api.update_node(node, lambda n: _annotation_map_change(n, self.reservation_annotation, {key: entry}))
+        self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
         self._held.setdefault(node, {})[key] = entry
         return entry
 
@@ -159,7 +160,7 @@ class Preemptor:
             except ActuationError:   # a budget changed meanwhile, or the API failed: give the node back
                 self.release(choice.node, key)
                 with self.api.reserve():   # undoing: on the time the pod's turn keeps for it
-                    self.api.update_node(choice.node, lambda n: _annotation_map_change(
+                    self.api.update_node(choice.node, lambda n: annotation_map_change(
                         n, self.reservation_annotation, {key: None}))
                 raise
             self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",

@@ -61,12 +61,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from balancer.actuate.k8s_actuator import _annotation_map_change
 from balancer.actuate.k8s_budget import PASS_READS_DEADLINE_S, POD_DEADLINE_S
 from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import DEFERRED, deferred_message, groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_namespaces import Resolver
+from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import (
@@ -381,7 +381,7 @@ class SecondaryScheduler(SchedulerReads):
             self.holds.preemptor.release(node["name"], key)
             try:
                 with self.api.reserve():   # the pod is bound: releasing what it used up may use the reserve
-                    self.api.update_node(node["name"], lambda n, k=key: _annotation_map_change(
+                    self.api.update_node(node["name"], lambda n, k=key: annotation_map_change(
                         n, self.reservation_annotation, {k: None}))
             except ActuationError as err:   # it expires on its own; the pod is bound all the same
                 log.warning("scheduler %s: cannot release reservation %s on %s: %s", self.scheduler_name, key,
