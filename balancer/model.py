@@ -115,7 +115,8 @@ class Workload:
     node_rules: NodeRules = NO_RULES   # its tolerations, node selector, required node affinity
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)   # for budgets
     pod_affinity: PodAffinity = NO_AFFINITY   # its required pod affinity and anti-affinity
-    restarts_on_resize: bool = False   # its Job restarts every pod when resized (queued in Kueue, not elastic there)
+    restarts_on_resize: bool = False   # its Job restarts every pod when resized (queued in Kueue, not elastic there,
+    #                                    or its framework restarts them all: `gputide.io/resize-restarts`)
     # epoch seconds: its last checkpoint as its pod says (`gputide.io/last-checkpoint`), and when it started; NaN
     # where not known. A resize loses the work since the job's checkpoint (`capacity.since_checkpoint`)
     checkpointed_at: float = float("nan")

@@ -27,6 +27,9 @@ from balancer.errors import PermanentActuationError
 Json = dict[str, Any]
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"   # Kueue's label on the Workload it made for a Job
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"   # a Job's opt-in to Kueue's in-place resizes ("true")
+# a Job's own word that any change of its size restarts every worker from its last checkpoint ("true"): torchrun's
+# elastic agents (`--nnodes MIN:MAX`) stop and restart the whole worker group on every membership change
+RESIZE_RESTARTS_ANNOTATION = "gputide.io/resize-restarts"
 
 
 def restarts_on_resize(job: Json, queue: str) -> bool:
@@ -37,6 +40,13 @@ def restarts_on_resize(job: Json, queue: str) -> bool:
     (kubernetes-sigs/kueue#467). The annotation is trusted: on a Kueue without that feature gate it does nothing."""
     notes = (job.get("metadata") or {}).get("annotations") or {}
     return bool(queue) and notes.get(ELASTIC_JOB_ANNOTATION) != "true"
+
+
+def framework_restarts(job: Json) -> bool:
+    """Whether the Job says its training framework restarts every worker on a change of its size
+    (`gputide.io/resize-restarts: "true"`, e.g. torchrun elastic): whatever Kubernetes and Kueue do, a grow then
+    costs the whole job's work since its checkpoint, as a shrink does."""
+    return ((job.get("metadata") or {}).get("annotations") or {}).get(RESIZE_RESTARTS_ANNOTATION) == "true"
 
 
 def quota_flavors(cluster_queue: Json, resource: str) -> list[str]:

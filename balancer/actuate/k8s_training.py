@@ -39,7 +39,12 @@ from dataclasses import dataclass
 
 from balancer.actions import ScaleTraining
 from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink_patch
-from balancer.actuate.k8s_kueue import ELASTIC_JOB_ANNOTATION, restarts_on_resize
+from balancer.actuate.k8s_kueue import (
+    ELASTIC_JOB_ANNOTATION,
+    RESIZE_RESTARTS_ANNOTATION,
+    framework_restarts,
+    restarts_on_resize,
+)
 from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
@@ -65,6 +70,7 @@ class _Job:
     queue: str
     labelled: bool
     restarts: bool = False   # Kueue restarts it whole to resize it (`k8s_kueue.restarts_on_resize`)
+    framework_restarts: bool = False   # its framework restarts every worker on a resize (`k8s_kueue.framework_restarts`)
 
     @property
     def what(self) -> str:
@@ -88,7 +94,8 @@ class TrainingJobs:
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
         queue = labels.get(KUEUE_QUEUE_LABEL) or ""
-        job = _Job(ns, name, queue, labels.get(SUSPENDED_LABEL) == "true", restarts_on_resize(obj, queue))
+        job = _Job(ns, name, queue, labels.get(SUSPENDED_LABEL) == "true", restarts_on_resize(obj, queue),
+                   framework_restarts(obj))
         size = resize(obj, workers, what) if workers else {}
         delta = (workers - previous) * (_pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None
@@ -144,6 +151,8 @@ class TrainingJobs:
         if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
             state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "
                       "suspends it, every pod stops, and re-admits it at its new size")
+        elif job.framework_restarts and not job.labelled:
+            state += f"; every worker restarts from its last checkpoint ({RESIZE_RESTARTS_ANNOTATION}: \"true\")"
         if job.queue and job.labelled:   # a queued Job gputide stopped: its Workloads made active again
             try:
                 names = self.kueue.set_active(job.ns, owned, True)

@@ -18,7 +18,7 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
 | `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers), capped at the pod's Job's `completions - succeeded` where its completions cannot grow (`k8s_jobs.worker_limit`, read from the Job: `job_facts`), so the planner never asks a Job for workers it cannot start |
-| `restarts_on_resize` | its Job is queued through Kueue (label `kueue.x-k8s.io/queue-name`) without Kueue's `kueue.x-k8s.io/elastic-job: "true"` annotation: Kueue suspends, re-queues and re-admits such a Job whenever its parallelism changes, every pod restarting (`job_facts`) |
+| `restarts_on_resize` | its Job is queued through Kueue (label `kueue.x-k8s.io/queue-name`) without Kueue's `kueue.x-k8s.io/elastic-job: "true"` annotation: Kueue suspends, re-queues and re-admits such a Job whenever its parallelism changes, every pod restarting; or the Job says its framework restarts every worker on any change of size (`gputide.io/resize-restarts: "true"`, torchrun elastic) (`job_facts`) |
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
@@ -76,7 +76,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from balancer.actuate.k8s_jobs import colocation_record, colocation_void, shrink_record, worker_limit
-from balancer.actuate.k8s_kueue import restarts_on_resize
+from balancer.actuate.k8s_kueue import framework_restarts, restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
     PRODUCT_LABEL,
@@ -118,10 +118,12 @@ class JobFacts:
 
 def job_facts(job: Json) -> JobFacts | None:
     """A Job's `JobFacts`; None for a Job that has neither a worker limit nor a restarting resize (a Job queued
-    through Kueue without `kueue.x-k8s.io/elastic-job: "true"`, `k8s_kueue.restarts_on_resize`) nor a record of
-    gputide's hotspot or co-location shrink."""
+    through Kueue without `kueue.x-k8s.io/elastic-job: "true"`, `k8s_kueue.restarts_on_resize`, or one that says
+    `gputide.io/resize-restarts: "true"`, `k8s_kueue.framework_restarts`) nor a record of gputide's hotspot or
+    co-location shrink."""
     meta = job.get("metadata") or {}
-    restarts = restarts_on_resize(job, (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL) or "")
+    restarts = (restarts_on_resize(job, (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL) or "")
+                or framework_restarts(job))
     limit = worker_limit(job)
     shrunk_from, overridden = shrink_record(job)
     colocation, colocation_overridden = colocation_record(job), colocation_void(job)

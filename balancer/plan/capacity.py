@@ -67,7 +67,8 @@ class JobView:
     speed: float = 1.0  # A100-equivalent progress per GPU
     models: frozenset[str] | None = None
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    restarts_on_resize: bool = False  # any resize restarts every worker (a Kueue-queued Job not elastic there)
+    restarts_on_resize: bool = False  # any resize restarts every worker (queued in Kueue, not elastic there; or
+    #                                   its framework restarts the worker group: gputide.io/resize-restarts)
 
     @property
     def placed_workers(self) -> int:
