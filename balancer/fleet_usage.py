@@ -29,6 +29,7 @@ from balancer.plan.columns import workload_columns
 from balancer.plan.defrag import fragmentation_by_model
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.state import MILLI, NO_GPU, ClusterState
+from balancer.plan.shrink_records import runnable
 
 
 @dataclass(frozen=True)
@@ -184,12 +185,15 @@ SHRINK_CAUSES = ("hotspot", "colocation")
 def shrunk_workers(s: ClusterSnapshot, hotspot: Mapping[str, int],
                    colocation: Mapping[str, tuple[int, str]]) -> dict[str, int]:
     """{cause: workers owed back}: for each job a planner holds shrunk (`hotspot`: {job: workers before}, the
-    planner state's `shrunk`; `colocation`: {job: (workers before, service)}), its workers before less the pods it
-    has now (placed or pending). A job both hold is counted once, under co-location (its give-back comes first)."""
+    planner state's `shrunk`; `colocation`: {job: (workers before, service)}), its workers before (at most what it
+    can run now, `shrink_records.runnable`) less the pods it has now (placed or pending). A job both hold owes
+    co-location's part first (its give-back comes first) and the hotspot's beyond it: shrunk 8 -> 7 by a hotspot,
+    then 7 -> 5 by co-location, it owes colocation 2 and hotspot 1."""
     pods = s.workloads_by_owner
 
-    def owed(before: int, job: str) -> int:
-        return max(int(before) - len(pods.get(job, ())), 0)
+    def held(job: str) -> int:
+        return len(pods.get(job, ()))
 
-    return {"hotspot": sum(owed(n, j) for j, n in hotspot.items() if j not in colocation),
-            "colocation": sum(owed(n, j) for j, (n, _) in colocation.items())}
+    co = {j: runnable(s, j, int(n)) for j, (n, _) in colocation.items()}
+    return {"hotspot": sum(max(int(n) - max(co.get(j, 0), held(j)), 0) for j, n in hotspot.items()),
+            "colocation": sum(max(n - held(j), 0) for j, n in co.items())}

@@ -147,7 +147,7 @@ class Pools:
         return out
 
 
-_RESTART = "; Kueue restarts the whole job to resize it (not elastic for Kueue)"
+_RESTART = "; a resize restarts the whole job (queued in Kueue and not elastic there, or its framework restarts every worker)"
 
 
 def grow_gain(j: JobView, workers: int, hours: float) -> float:

@@ -54,8 +54,8 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     pod, placed or pending: it finished or was deleted: else its give-back would be proposed, and fail, every cycle
     for ever) and, while the job shows no valid record, when the job was resized by someone else (its record is void:
     the size is the operator's) or already has the workers it had before (grown back by the tide or by hand: else it
-    is held "shrunk" with nothing owed). A shrink applied less than `FRESH_S` ago is not judged by a read that does
-    not show it yet."""
+    is held "shrunk" with nothing owed; a record it still shows is then not adopted again). A shrink applied less
+    than `FRESH_S` ago is not judged by a read that does not show it yet."""
     cp = policy.colocation
     streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
               for name, s in snapshot.services.items()}
@@ -68,11 +68,21 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
             shrunk[j] = (recorded[j][0], svc)
     pods = snapshot.workloads_by_owner
     gone = {j for j in shrunk if not pods.get(j)}
-    settled = {j for j, (before, _) in shrunk.items() if j not in recorded and j not in fresh
-               and (j in void or len(pods.get(j, ())) >= runnable(snapshot, j, before))}
-    state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk), handed=handed,
-                    fresh=MappingProxyType(fresh))
+    settled = {j for j, (before, _) in shrunk.items() if j not in fresh and _settled(snapshot, j, before, recorded, void)}
+    state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk),
+                    handed=handed | (settled & recorded.keys()), fresh=MappingProxyType(fresh))
     return forget(state, gone | settled)
+
+
+def _settled(s: ClusterSnapshot, job: str, before: int, recorded: Mapping[str, tuple[int, str]],
+             void: set[str]) -> bool:
+    """Whether a shrink of `job` (not fresh) is no longer co-location's to give back: its record is void, or the job
+    has what it can run (`runnable`). A job whose valid record still shows is judged by its pods only once it cannot
+    run `before` any more (a worker finished): until then pods that linger in their grace period could pass for it."""
+    if job in void:
+        return True
+    cap = runnable(s, job, before)
+    return len(s.workloads_by_owner.get(job, ())) >= cap and (job not in recorded or cap < before)
 
 
 def _records(s: ClusterSnapshot) -> tuple[dict[str, tuple[int, str]], set[str]]:
@@ -142,8 +152,10 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
     actions: list[Action] = []
     for job, services in sorted(_crowding(s, policy, pressured).items()):
         members = [w for w in s.workloads_by_owner.get(job, ()) if w.name in s.placements]
+        if not any(w.elastic_max > 0 for w in members):
+            continue   # not elastic: it runs the size its owner set, or stops
         now = proj.workers.get(job, len(members))
-        floor = max((w.elastic_min for w in members), default=0)
+        floor = max(max((w.elastic_min for w in members), default=0), 1)   # never a stop: nothing would resume it
         new = max(now - len(services), floor)
         if new < now and job not in state.shrunk:
             svc = services[0]

@@ -371,7 +371,7 @@ def _throttle(s, policy, proj: Projection, g: int, names, shrunk: Mapping[str, i
     if watts <= floor + 1e-6 and tp.shrink_training and proj.power[g] - (proj.temp[g] - target_temp) / proj.r[g] < floor:
         for name in names:
             w = s.workload_by_name.get(name)
-            if (w and w.workload_class == WorkloadClass.TRAINING and not w.protected
+            if (w and w.workload_class == WorkloadClass.TRAINING and not w.protected and w.elastic_max > 0
                     and w.priority <= tp.max_priority_to_shrink and w.owner not in shrunk):
                 now = proj.workers.get(w.owner, 0)
                 if now - 1 >= max(w.elastic_min, 1):

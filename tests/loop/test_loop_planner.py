@@ -171,7 +171,8 @@ def test_a_recorded_cap_naming_a_gpu_of_another_node_is_not_given_back_there():
 
 def _colocated(p99, workers=3, before=None):
     svc = inf(0, milli=500)
-    job = [workload(f"job-{i}", T, owner="job", milli=500, mem=20480, elastic_min=1, priority=10) for i in range(3)]
+    job = [workload(f"job-{i}", T, owner="job", milli=500, mem=20480, elastic_min=1, elastic_max=8,
+                   priority=10) for i in range(3)]
     ws = [(svc, (0,)), (job[0], (0,)), (job[1], (4,)), (job[2], (8,))][: 1 + workers]
     services = {**(before or {}),
                 "svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}

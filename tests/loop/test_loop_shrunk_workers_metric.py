@@ -27,8 +27,14 @@ def test_owed_workers_are_the_workers_before_less_the_pods_the_job_has_now():
     pods += [(workload(f"both-{i}", TRAIN, owner="both"), (7,)) for i in range(1)]
     snap = snapshot(fl, workloads=pods)
     owed = shrunk_workers(snap, {"hot": 4, "both": 3, "grown": 2}, {"co": (5, "svc"), "both": (2, "svc")})
-    # hot: 4 - 3; co: 5 - 3; both: co-location's 2 - 1 (not also the hotspot's); grown (no pod left): 2
-    assert owed == {"hotspot": 1 + 2, "colocation": 2 + 1}
+    # hot: 4 - 3; co: 5 - 3; both: co-location's 2 - 1, the hotspot's 3 - 2 beyond it; grown (no pod left): 2
+    assert owed == {"hotspot": 1 + 1 + 2, "colocation": 2 + 1}
+
+
+def test_owed_workers_are_at_most_what_the_job_can_run():
+    fl = make_fleet(2, 4)
+    pods = [(workload(f"co-{i}", TRAIN, owner="co", elastic_max=3), (i,)) for i in range(2)]
+    assert shrunk_workers(snapshot(fl, workloads=pods), {}, {"co": (5, "svc")}) == {"hotspot": 0, "colocation": 1}
 
 
 def gauge(registry: CollectorRegistry, cause: str) -> float | None:

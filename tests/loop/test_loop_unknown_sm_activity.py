@@ -22,7 +22,8 @@ T = WorkloadClass.TRAINING
 
 def _colocated(p99: float):
     svc = workload("svc-0", milli=500)
-    job = [workload(f"job-{i}", T, owner="job", milli=500, mem=20480, elastic_min=1, priority=10) for i in range(3)]
+    job = [workload(f"job-{i}", T, owner="job", milli=500, mem=20480, elastic_min=1, elastic_max=8,
+                   priority=10) for i in range(3)]
     services = {"svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}
     return snapshot(FL, workloads=[(svc, (0,)), (job[0], (0,)), (job[1], (4,)), (job[2], (8,))], services=services)
 
