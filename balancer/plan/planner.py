@@ -155,10 +155,13 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
             else:
                 throttled.pop(a.uuid, None)
         elif isinstance(a, ScaleTraining):
-            if a.job in co.shrunk or a.cause == "colocation_slo":
+            held = a.job in co.shrunk or a.cause == "colocation_slo"
+            if held:
                 co = colocation.acknowledge(co, a, snapshot.time)
-            elif a.workers < a.previous_workers:
-                shrunk.setdefault(a.job, a.previous_workers)
+            if held and a.cause is not None:
+                continue   # co-location's or the tide's resize of a job co-location holds
+            if a.workers < a.previous_workers:   # the hotspot's too when co-location holds the job: remembered,
+                shrunk.setdefault(a.job, a.previous_workers)   # so a read that lags its record does not shrink again
             elif a.job in shrunk and a.workers >= shrunk[a.job]:
                 del shrunk[a.job]
     return _acknowledge_taints(replace(state, throttled=MappingProxyType(throttled), shrunk=MappingProxyType(shrunk),

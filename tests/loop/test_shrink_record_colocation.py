@@ -15,6 +15,8 @@ back with `k8s_jobs.shrink_record` (what `KubernetesWorkloads` puts on the job's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loop_helpers import make_fleet, snapshot, workload
 
 from balancer.actuate import k8s_jobs
@@ -106,3 +108,15 @@ def test_a_shrink_is_told_apart_by_its_cause_not_by_its_reason_text():
     assert dict(after_hot.shrunk) == {"job": 4} and not after_hot.colocation.shrunk
     after_colo = acknowledge(PlannerState(), [colo], snap)
     assert not after_colo.shrunk and after_colo.colocation.shrunk["job"][0] == 4
+
+
+def test_a_hotspot_shrink_of_a_job_colocation_holds_is_remembered_by_the_hotspot_planner_too():
+    """Before, acknowledging it went to co-location only: the hotspot planner knew of it only from the Job's record,
+    so a read that lagged the record's write (lists are cached) let it shrink the same job again."""
+    snap = observe(job(3), p99=0.1)
+    held = PlannerState(colocation=replace(PlannerState().colocation, shrunk={"job": (4, "svc")}))
+    hot = ScaleTraining(job="job", workers=2, previous_workers=3, shrunk_from=3, reason="hotspot")
+    after = acknowledge(held, [hot], snap)
+    assert dict(after.shrunk) == {"job": 3} and dict(after.colocation.shrunk) == {"job": (4, "svc")}
+    tide = ScaleTraining(job="job", workers=2, previous_workers=3, cause="reclaim", reason="tide")
+    assert not acknowledge(held, [tide], snap).shrunk   # the tide's resize is not the hotspot's to give back
