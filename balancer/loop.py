@@ -31,13 +31,8 @@ cycle that goes on to plan it calls the actuator's `housekeeping()` when it has 
 releases expired hot taints and reservations there); both are duck-typed hooks returning notes for the log and
 the audit log. A cycle that holds still (fail-static, emergency stop) touches nothing, housekeeping included.
 
-Every planning cycle also records what the fleet looks like (`balancer.fleet_usage`): GPUs by class,
-fragmentation and unallocatable GPUs per GPU model, training jobs waiting (for how long is measured from the
-first cycle that saw them wait, so it restarts with the controller), and, when a forecaster is configured, the
-forecast demand and the forecaster's rolling error (`rolling_error(service, horizon)`, when it offers one).
-What only a capacity planner knows, GPUs on loan and the GPUs each service's forecast asks for, is read from
-the planner state (`loaned_gpus`, `capacity_targets`) when the planner keeps it there. A failure while
-recording is logged and never stops the loop.
+Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
+while recording is logged and never stops the loop.
 """
 
 from __future__ import annotations
@@ -61,7 +56,7 @@ from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, im
 from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
-from balancer.fleet_usage import fleet_usage, shrunk_workers
+from balancer.fleet_record import FleetRecorder
 from balancer.forecast.service import horizon_label
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
@@ -112,7 +107,7 @@ class Reconciler:
         self._term: object = None   # the elector's `terms` when this replica last took the lead
         self._offices = 0           # times this replica took the lead: a cycle stops when it changes under it
         self._cycle_office = 0      # ... its value when this cycle began
-        self._waiting_since: dict[str, float] = {}
+        self.fleet = FleetRecorder(self.metrics)   # what the fleet looks like, into the metrics, each planned cycle
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
         self._progress: Callable[[str], None] = lambda what: None   # `run`'s: as housekeeping, each action begin
         # the last `keep_durations` cycles' durations (None: every cycle's, for an offline run's report); a controller
@@ -158,7 +153,7 @@ class Reconciler:
         self._offices += 1
         self.state = planner_mod.PlannerState()
         self._recovered = False
-        self._waiting_since = {}
+        self.fleet.restart()
         self._last_notes = frozenset()
         self._inherit_ledger()
 
@@ -185,7 +180,7 @@ class Reconciler:
         forecasts = self._forecast(snap)
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         self._log_notes(plan.notes)
-        self._record_fleet(snap, forecasts, now)
+        self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
         review = self.guard.review(plan.actions, snap, self.ledger, now)
         rejected = [(a, exc.reason) for a, exc in review.rejected]
         for a, exc in review.rejected:
@@ -325,31 +320,6 @@ class Reconciler:
         for note in notes:
             log.log(level, "%s: %s", name, note)
             self._audit(now, {"action": name, "target": "", "reason": note, "outcome": "applied"})
-
-    def _record_fleet(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, now: float) -> None:
-        """Capacity split, fragmentation, waiting training jobs, owed workers and forecast error into the metrics."""
-        m = self.metrics
-        try:
-            usage = fleet_usage(snap)
-            split = dict(usage.capacity, loaned=int(getattr(self.state, "loaned_gpus", 0) or 0))
-            m.set_capacity(split, getattr(self.state, "capacity_targets", None))
-            m.set_capacity_holding(getattr(self.state, "capacity_holding", ""))
-            m.set_fragmentation(usage.fragmentation)
-            self._waiting_since = {j: self._waiting_since.get(j, now) for j in usage.waiting_jobs}
-            m.set_training_waiting({j: now - t for j, t in self._waiting_since.items()})
-            co = getattr(getattr(self.state, "colocation", None), "shrunk", None) or {}
-            m.set_shrunk_workers(shrunk_workers(snap, getattr(self.state, "shrunk", None) or {}, co))
-            rolling_error = getattr(self.forecaster, "rolling_error", None)
-            if forecasts is not None and rolling_error is not None:
-                label = horizon_label(self.policy.forecast.horizon_s)
-                m.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})
-            forecast_for = getattr(self.forecaster, "forecast_for", None)
-            if forecasts is not None and forecast_for is not None:
-                label = horizon_label(self.policy.forecast.horizon_s)
-                m.set_forecast_for_now({(name, f"{q:g}", label): v for name in forecasts
-                                        for q, v in forecast_for(name, snap.time, label).items()})
-        except Exception:  # the gauges must never stop the controller
-            log.exception("recording fleet metrics failed")
 
     def _forecast(self, snap: ClusterSnapshot) -> Mapping[str, Forecast] | None:
         if self.forecaster is None or not self.policy.forecast.enabled:

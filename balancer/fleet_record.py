@@ -1,0 +1,65 @@
+"""What the fleet looks like, into the controller's metrics, once per planning cycle (`FleetRecorder`).
+
+From the snapshot (`balancer.fleet_usage`): GPUs by class, fragmentation and unallocatable GPUs per GPU model,
+training jobs waiting (for how long is measured from the first cycle that saw them wait, so it restarts with the
+controller or a new term as leader: `restart`), and the workers gputide owes training jobs it shrank. When a
+forecaster is configured: its rolling error (`rolling_error(service, horizon)`) and what it forecast for now
+(`forecast_for(service, time, horizon)`), when it offers them. What only a capacity planner knows, GPUs on loan,
+the GPUs each service's forecast asks for and why it holds, is read from the planner state (`loaned_gpus`,
+`capacity_targets`, `capacity_holding`) when the planner keeps it there; the shrinks owed from its `shrunk` and
+`colocation.shrunk`. A failure while recording is logged and never stops the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from balancer.fleet_usage import fleet_usage, shrunk_workers
+from balancer.forecast.service import horizon_label
+from balancer.metrics import ControllerMetrics
+from balancer.model import ClusterSnapshot, Forecast
+
+log = logging.getLogger(__name__)
+
+
+class FleetRecorder:
+    """Sets the fleet gauges of `metrics` from each planned cycle's snapshot and planner state."""
+
+    def __init__(self, metrics: ControllerMetrics) -> None:
+        self.metrics = metrics
+        self.waiting_since: dict[str, float] = {}   # training job -> when a cycle first saw it wait
+
+    def restart(self) -> None:
+        """A new term as leader: the training-wait clocks start again, as in a new process."""
+        self.waiting_since = {}
+
+    def record(self, snap: ClusterSnapshot, state: Any, forecasts: Mapping[str, Forecast] | None, forecaster: Any,
+               horizon_s: float, now: float) -> None:
+        """Capacity split, fragmentation, waiting training jobs, owed workers and forecast error into the metrics."""
+        m = self.metrics
+        try:
+            usage = fleet_usage(snap)
+            split = dict(usage.capacity, loaned=int(getattr(state, "loaned_gpus", 0) or 0))
+            m.set_capacity(split, getattr(state, "capacity_targets", None))
+            m.set_capacity_holding(getattr(state, "capacity_holding", ""))
+            m.set_fragmentation(usage.fragmentation)
+            self.waiting_since = {j: self.waiting_since.get(j, now) for j in usage.waiting_jobs}
+            m.set_training_waiting({j: now - t for j, t in self.waiting_since.items()})
+            co = getattr(getattr(state, "colocation", None), "shrunk", None) or {}
+            m.set_shrunk_workers(shrunk_workers(snap, getattr(state, "shrunk", None) or {}, co))
+            if forecasts is not None:
+                self._forecast_error(snap, forecasts, forecaster, horizon_label(horizon_s))
+        except Exception:  # the gauges must never stop the controller
+            log.exception("recording fleet metrics failed")
+
+    def _forecast_error(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast], forecaster: Any,
+                        label: str) -> None:
+        rolling_error = getattr(forecaster, "rolling_error", None)
+        if rolling_error is not None:
+            self.metrics.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})
+        forecast_for = getattr(forecaster, "forecast_for", None)
+        if forecast_for is not None:
+            self.metrics.set_forecast_for_now({(name, f"{q:g}", label): v for name in forecasts
+                                               for q, v in forecast_for(name, snap.time, label).items()})
