@@ -71,7 +71,7 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     settled = {j for j, (before, _) in shrunk.items() if j not in fresh and _settled(snapshot, j, before, recorded, void)}
     state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk),
                     handed=handed | (settled & recorded.keys()), fresh=MappingProxyType(fresh))
-    return forget(state, gone | settled)
+    return _forget(state, gone | settled)
 
 
 def _settled(s: ClusterSnapshot, job: str, before: int, recorded: Mapping[str, tuple[int, str]],
@@ -95,8 +95,8 @@ def _records(s: ClusterSnapshot) -> tuple[dict[str, tuple[int, str]], set[str]]:
     return recorded, {ws[i].owner for i in np.flatnonzero(voids).tolist()}
 
 
-def forget(state: ColocationState, jobs: set[str]) -> ColocationState:
-    """`state` without its shrinks of `jobs` (gone, or handed to another planner): no give-back of theirs follows."""
+def _forget(state: ColocationState, jobs: set[str]) -> ColocationState:
+    """`state` without its shrinks of `jobs` (gone, settled, or handed to the tide): no give-back of theirs follows."""
     if not jobs & state.shrunk.keys():
         return state
     return replace(state, shrunk=MappingProxyType({j: v for j, v in state.shrunk.items() if j not in jobs}))
@@ -107,7 +107,7 @@ def hand_over(state: ColocationState, jobs: set[str]) -> ColocationState:
     training), and without adopting their records again: kept, it held the job "shrunk" for ever (no later
     co-location shrink of it). The record goes with the tide's next resize of the job (`colocation_record.after`)."""
     handed = jobs & state.shrunk.keys()
-    return replace(forget(state, handed), handed=state.handed | handed) if handed else state
+    return replace(_forget(state, handed), handed=state.handed | handed) if handed else state
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
