@@ -19,7 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer import catalog
-from balancer.actuate.kubernetes import CHECKPOINT_ANNOTATION, _pod_requests
+from balancer.actuate.k8s_requests import pod_requests
+from balancer.actuate.kubernetes import CHECKPOINT_ANNOTATION
 from balancer.model import Workload, WorkloadClass
 from balancer.noderules import NO_RULES, NamespaceLabels, NodeRules, PodAffinity, affinity_terms
 
@@ -99,7 +100,7 @@ def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
     and `movable` by the annotation alone (`with_namespaces` settles both); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    gpus, cpu, mem = _pod_requests(pod)
+    gpus, cpu, mem = pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
         return None
     labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}

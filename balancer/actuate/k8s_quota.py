@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
+from balancer.actuate.k8s_requests import quantity
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     KUEUE,
@@ -24,7 +25,6 @@ from balancer.actuate.kubernetes import (
     KubeTemporaryError,
     NotFoundError,
     _Api,
-    quantity,
 )
 from balancer.errors import ActuationError, PermanentActuationError
 

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_gang import group_of
 from balancer.actuate.k8s_namespaces import namespace_entry
+from balancer.actuate.k8s_requests import basic_requests, effective_requests, quantity
 from balancer.actuate.k8s_volumes import pod_claims
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
@@ -29,10 +30,7 @@ from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
     _Api,
     _json_annotation,
-    basic_requests,
-    effective_requests,
     parse_time,
-    quantity,
 )
 from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Preferences, Taint
 

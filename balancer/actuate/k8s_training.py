@@ -46,6 +46,7 @@ from balancer.actuate.k8s_kueue import (
     restarts_on_resize,
 )
 from balancer.actuate.k8s_quota import KueueQuota
+from balancer.actuate.k8s_requests import pod_requests
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
     MERGE_PATCH,
@@ -53,7 +54,6 @@ from balancer.actuate.kubernetes import (
     SUSPENDED_LABEL,
     Json,
     _Api,
-    _pod_requests,
 )
 from balancer.errors import ActuationError, PermanentActuationError
 
@@ -97,7 +97,7 @@ class TrainingJobs:
         job = _Job(ns, name, queue, labels.get(SUSPENDED_LABEL) == "true", restarts_on_resize(obj, queue),
                    framework_restarts(obj))
         size = resize(obj, workers, what) if workers else {}
-        delta = (workers - previous) * (_pod_requests(obj["spec"].get("template") or {})[0] or 1)
+        delta = (workers - previous) * (pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None
         owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers or job.labelled) else []
         flavor = self.kueue.check_queues(quota, self.kueue.admitted_flavor(ns, name, owned))[0] if quota else None

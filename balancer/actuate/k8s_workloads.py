@@ -88,13 +88,13 @@ from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_
     with_namespaces,
     workload_from_pod,
 )
+from balancer.actuate.k8s_requests import pod_requests
 from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
     PRIORITY_ANNOTATION,
     SUSPENDED_LABEL,
     _Api,
-    _pod_requests,
 )
 from balancer.colocation_record import ColocationRecord
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
@@ -163,7 +163,7 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     tspec = template.get("spec") or {}
     return SuspendedJob(
         name=meta["name"], namespace=meta.get("namespace", "default"), elastic_min=elastic_min,
-        elastic_max=elastic_max, gpus_per_worker=max(_pod_requests(template)[0], 1),
+        elastic_max=elastic_max, gpus_per_worker=max(pod_requests(template)[0], 1),
         priority=as_int((meta.get("annotations") or {}).get(PRIORITY_ANNOTATION), as_int(tspec.get("priority"), 0)),
         allowed_models=pod_models(notes, tspec),
     )

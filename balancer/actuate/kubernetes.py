@@ -4,10 +4,11 @@ It builds the client (`build_api_client`: in-cluster, a kubeconfig), wraps every
 exponential backoff on 5xx, throttling 429 and transport errors, optimistic-concurrency read-modify-write on 409,
 `ApiException` mapped to gputide's `ActuationError` tree, every call of a piece of work within its deadline:
 `k8s_budget`, the work's writes whose outcome is unknown listed: `writes()`), and holds what every
-Kubernetes-facing module shares: the annotations, labels and taint gputide writes, resource quantities and a pod's
-effective requests, RFC 3339 times. Built on it: the actuator (`k8s_actuator.py`), Lease leader election
-(`k8s_leader.py`), the watch caches (`k8s_watch.py`), the pod and node metadata (`k8s_workloads.py`,
-`k8s_nodes.py`) and the secondary scheduler (`k8s_scheduler.py`); none of them imports the client.
+Kubernetes-facing module shares: the annotations, labels and taint gputide writes, RFC 3339 times (`k8s_time`).
+Resource quantities and a pod's effective requests are `k8s_requests`. Built on it: the actuator
+(`k8s_actuator.py`), Lease leader election (`k8s_leader.py`), the watch caches (`k8s_watch.py`), the pod and node
+metadata (`k8s_workloads.py`, `k8s_nodes.py`) and the secondary scheduler (`k8s_scheduler.py`); none of them
+imports the client.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -140,56 +140,6 @@ def read_power_caps(node: Any, annotation: str = POWER_CAP_ANNOTATION) -> dict[s
         if isinstance(watts, int | float) and not isinstance(watts, bool) and watts > 0:
             caps[str(uuid)] = float(watts)
     return caps
-
-
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "m": 1e-3}  # fmt: skip
-
-
-def quantity(value: Any) -> float:
-    """A Kubernetes resource quantity ("2", "500m", "8Gi") as a number of base units."""
-    if isinstance(value, int | float):
-        return float(value)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(value))
-    if not m or m.group(2) not in _UNITS:
-        raise KubePermanentError(f"invalid quantity {value!r}")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def effective_requests(pod: Json) -> dict[str, float]:
-    """What a pod holds of each resource, by Kubernetes' rule for the effective request: the sum over its
-    containers and sidecars (init containers with `restartPolicy: Always`), or the largest one-shot init container
-    if that is more, plus the pod's `overhead`. A container's request defaults to its limit (the API server does
-    so), which is how GPUs and other extended resources, set as limits, are counted."""
-    spec = pod.get("spec") or {}
-
-    def need(c: Json) -> dict[str, float]:
-        res = c.get("resources") or {}
-        return {k: quantity(v) for k, v in {**(res.get("limits") or {}), **(res.get("requests") or {})}.items()}
-
-    inits = spec.get("initContainers") or []
-    total: dict[str, float] = {}
-    for c in [*(spec.get("containers") or []), *(c for c in inits if c.get("restartPolicy") == "Always")]:
-        for k, v in need(c).items():
-            total[k] = total.get(k, 0.0) + v
-    for c in inits:
-        if c.get("restartPolicy") != "Always":
-            for k, v in need(c).items():
-                total[k] = max(total.get(k, 0.0), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0.0) + quantity(v)
-    return total
-
-
-def _pod_requests(pod: Json) -> tuple[int, int, int]:
-    """(gpus, cpu_milli, memory_mib) a pod holds (`effective_requests`)."""
-    return basic_requests(effective_requests(pod))
-
-
-def basic_requests(total: Mapping[str, float]) -> tuple[int, int, int]:
-    """(gpus, cpu_milli, memory_mib) of `effective_requests`' answer."""
-    return (int(total.get(GPU_RESOURCE, 0)), int(round(total.get("cpu", 0) * 1000)),
-            int(round(total.get("memory", 0) / 2**20)))
 
 
 MIN_TRY_S = 1.0   # no try is started with less of its deadline left: it would only add a call cut short (a write that

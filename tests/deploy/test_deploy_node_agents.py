@@ -15,7 +15,8 @@ import pytest
 from test_deploy_manifests import OVERLAYS, ROOT, one, render
 
 from balancer.actuate.k8s_nodes import NodeAnnotationCaps, taints_change
-from balancer.actuate.kubernetes import HOT_TAINT_KEY, quantity
+from balancer.actuate.k8s_requests import quantity
+from balancer.actuate.kubernetes import HOT_TAINT_KEY
 from balancer.app.health import call_budget_s
 from balancer.cli import build_parser
 from balancer.cmd._args import parse_interval
