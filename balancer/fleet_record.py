@@ -2,7 +2,9 @@
 
 From the snapshot (`balancer.fleet_usage`): GPUs by class, fragmentation and unallocatable GPUs per GPU model,
 training jobs waiting (for how long is measured from the first cycle that saw them wait, so it restarts with the
-controller or a new term as leader: `restart`), and the workers gputide owes training jobs it shrank. When a
+controller or a new term as leader: `restart`), and the workers gputide owes training jobs it shrank, with how long
+the job owing the longest has owed (per job, from the first cycle that saw it owe, restarted likewise: shrinks of
+different jobs that follow one another do not add up to one long debt). When a
 forecaster is configured: its rolling error (`rolling_error(service, horizon)`) and what it forecast for now
 (`forecast_for(service, time, horizon)`), when it offers them. What only a capacity planner knows, GPUs on loan,
 the GPUs each service's forecast asks for and why it holds, is read from the planner state (`loaned_gpus`,
@@ -16,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from balancer.fleet_usage import fleet_usage, shrunk_workers
+from balancer.fleet_usage import fleet_usage, owed_workers
 from balancer.forecast.service import horizon_label
 from balancer.metrics import ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
@@ -30,10 +32,12 @@ class FleetRecorder:
     def __init__(self, metrics: ControllerMetrics) -> None:
         self.metrics = metrics
         self.waiting_since: dict[str, float] = {}   # training job -> when a cycle first saw it wait
+        self.owed_since: dict[tuple[str, str], float] = {}   # (cause, job) -> when a cycle first saw it owed workers
 
     def restart(self) -> None:
-        """A new term as leader: the training-wait clocks start again, as in a new process."""
+        """A new term as leader: the training-wait and owed-worker clocks start again, as in a new process."""
         self.waiting_since = {}
+        self.owed_since = {}
 
     def record(self, snap: ClusterSnapshot, state: Any, forecasts: Mapping[str, Forecast] | None, forecaster: Any,
                horizon_s: float, now: float) -> None:
@@ -47,12 +51,21 @@ class FleetRecorder:
             m.set_fragmentation(usage.fragmentation)
             self.waiting_since = {j: self.waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self.waiting_since.items()})
-            co = getattr(getattr(state, "colocation", None), "shrunk", None) or {}
-            m.set_shrunk_workers(shrunk_workers(snap, getattr(state, "shrunk", None) or {}, co))
+            self._owed(snap, state, now)
             if forecasts is not None:
                 self._forecast_error(snap, forecasts, forecaster, horizon_label(horizon_s))
         except Exception:  # the gauges must never stop the controller
             log.exception("recording fleet metrics failed")
+
+    def _owed(self, snap: ClusterSnapshot, state: Any, now: float) -> None:
+        """Workers owed per cause, and how long the longest-owing job of each cause has owed them."""
+        co = getattr(getattr(state, "colocation", None), "shrunk", None) or {}
+        owed = owed_workers(snap, getattr(state, "shrunk", None) or {}, co)
+        self.owed_since = {(c, j): self.owed_since.get((c, j), now) for c, jobs in owed.items() for j in jobs}
+        longest: dict[str, float] = {}
+        for (cause, _), since in self.owed_since.items():
+            longest[cause] = max(longest.get(cause, 0.0), now - since)
+        self.metrics.set_shrunk_workers({c: sum(jobs.values()) for c, jobs in owed.items()}, longest)
 
     def _forecast_error(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast], forecaster: Any,
                         label: str) -> None:

@@ -11,8 +11,9 @@ vectorised pass (`fleet_usage`):
   against the workload mix the snapshot shows (every workload, placed or pending, grouped by GPU shape).
 * waiting training jobs: a job waits while fewer of its workers are placed than it needs to run (its elastic
   minimum, at least one). How long it has waited is the loop's business (it remembers when it first saw it).
-* `gputide_shrunk_workers{cause}` (`shrunk_workers`): the workers gputide took from training jobs and still owes
-  back, by the planner that took them (`hotspot`, `colocation`), from the shrinks the planner state holds owed.
+* `gputide_shrunk_workers{cause}` (`owed_workers`, summed over jobs): the workers gputide took from training jobs and still owes
+  back, by the planner that took them (`hotspot`, `colocation`), from the shrinks the planner state holds owed;
+  `owed_workers` says which jobs owe them (the loop times each job's debt for `gputide_shrunk_longest_seconds`).
 """
 
 from __future__ import annotations
@@ -182,18 +183,20 @@ def _waiting(ws, training: np.ndarray, placed: np.ndarray) -> frozenset[str]:
 SHRINK_CAUSES = ("hotspot", "colocation")
 
 
-def shrunk_workers(s: ClusterSnapshot, hotspot: Mapping[str, int],
-                   colocation: Mapping[str, tuple[int, str]]) -> dict[str, int]:
-    """{cause: workers owed back}: for each job a planner holds shrunk (`hotspot`: {job: workers before}, the
-    planner state's `shrunk`; `colocation`: {job: (workers before, service)}), its workers before (at most what it
-    can run now, `shrink_records.runnable`) less the pods it has now (placed or pending). A job both hold owes
-    co-location's part first (its give-back comes first) and the hotspot's beyond it: shrunk 8 -> 7 by a hotspot,
-    then 7 -> 5 by co-location, it owes colocation 2 and hotspot 1."""
+def owed_workers(s: ClusterSnapshot, hotspot: Mapping[str, int],
+                 colocation: Mapping[str, tuple[int, str]]) -> dict[str, dict[str, int]]:
+    """{cause: {job: workers owed back}}, jobs owing none left out: for each job a planner holds shrunk (`hotspot`:
+    {job: workers before}, the planner state's `shrunk`; `colocation`: {job: (workers before, service)}), its
+    workers before (at most what it can run now, `shrink_records.runnable`) less the pods it has now (placed or
+    pending). A job both hold owes co-location's part first (its give-back comes first) and the hotspot's beyond it:
+    shrunk 8 -> 7 by a hotspot, then 7 -> 5 by co-location, it owes colocation 2 and hotspot 1."""
     pods = s.workloads_by_owner
 
     def held(job: str) -> int:
         return len(pods.get(job, ()))
 
     co = {j: runnable(s, j, int(n)) for j, (n, _) in colocation.items()}
-    return {"hotspot": sum(max(int(n) - max(co.get(j, 0), held(j)), 0) for j, n in hotspot.items()),
-            "colocation": sum(max(n - held(j), 0) for j, n in co.items())}
+    owed = {"hotspot": {j: int(n) - max(co.get(j, 0), held(j)) for j, n in hotspot.items()},
+            "colocation": {j: n - held(j) for j, n in co.items()}}
+    return {cause: {j: n for j, n in jobs.items() if n > 0} for cause, jobs in owed.items()}
+

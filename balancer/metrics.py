@@ -155,6 +155,10 @@ class ControllerMetrics:
         self.shrunk_workers = Gauge(
             "gputide_shrunk_workers", "Workers gputide took from training jobs and still owes back, by the planner "
             "that took them (hotspot, colocation).", ["cause"], registry=r)
+        self.shrunk_longest = Gauge(
+            "gputide_shrunk_longest_seconds", "How long the job owed workers the longest (by the cause of its "
+            "shrink) has owed them, since the first cycle this controller saw it owe; 0 when none is owed.",
+            ["cause"], registry=r)
         self.watches = WatchGauges(r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
@@ -228,10 +232,12 @@ class ControllerMetrics:
         for over, threshold in WAITING_OVER_S.items():
             self.training_waiting.labels(over).set(sum(1 for s in waiting_s.values() if s >= threshold))
 
-    def set_shrunk_workers(self, owed: Mapping[str, int]) -> None:
-        """Workers owed back per cause (`fleet_usage.shrunk_workers`); a cause missing reads 0."""
+    def set_shrunk_workers(self, owed: Mapping[str, int], longest_s: Mapping[str, float] | None = None) -> None:
+        """Workers owed back per cause (`fleet_usage.shrunk_workers`) and how long the longest-owing job of each cause
+        has owed (seconds); a cause missing reads 0."""
         for cause in SHRINK_CAUSES:
             self.shrunk_workers.labels(cause).set(float(owed.get(cause, 0)))
+            self.shrunk_longest.labels(cause).set(float((longest_s or {}).get(cause, 0.0)))
 
     def elect_on(self, lease: str) -> None:
         """Label gputide_leader with the Lease this replica elects on: shards of one job elect on their own Leases,

@@ -182,8 +182,12 @@ def build() -> dashboard.Dashboard:
         .with_panel(timeseries_panel(
             "Training workers owed back", "Workers gputide took from training jobs and still owes back, by the "
             "planner that took them (gputide_shrunk_workers; standbys report 0): a hotspot shrink is given back "
-            "once the node cools, a co-location one once the service has latency slack (alert "
-            "GputideTrainingShrunkTooLong after 6 h).", "none",
+            "once the node cools, a co-location one once the service has latency slack.", "none",
             [q(f"sum by (cause) (gputide_shrunk_workers{{{CLUSTER}}})", "{{cause}}")], stack=True, min_val=0))
+        .with_panel(timeseries_panel(
+            "Longest training debt", "How long the job owed workers the longest has owed them, by the cause of its "
+            "shrink (gputide_shrunk_longest_seconds, timed per job from the first cycle the controller saw it owe; "
+            "standbys report 0). Alert GputideTrainingShrunkTooLong at 6 h.", "s",
+            [q(f"max by (cause) (gputide_shrunk_longest_seconds{{{CLUSTER}}})", "{{cause}}")], min_val=0))
     )
     return _scheduler(d)
