@@ -27,7 +27,7 @@ and when the record is already void, so a stale record never counts again if the
 
 Co-location's shrink is recorded the same way, apart (`gputide.io/colocation-shrunk`, `{"from": N, "to": M,
 "service": S}`; `balancer.colocation_record` decides what each gputide resize does to it, `colocation_patch` writes
-it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers, `colocation_void` once it does not).
+it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers, void once it does not).
 """
 
 from __future__ import annotations
@@ -141,17 +141,14 @@ def _colocation_note(job: Json) -> str | None:
     return ((job.get("metadata") or {}).get("annotations") or {}).get(COLOCATION_ANNOTATION)
 
 
-def colocation_record(job: Json) -> colocation.ColocationRecord | None:
-    """Co-location's shrink as the Job records it, while it is valid (the Job still asks for the workers it left);
-    None with no record, one that is not gputide's, or a void one."""
+def colocation_record(job: Json) -> tuple[colocation.ColocationRecord | None, bool]:
+    """(co-location's shrink as the Job records it while valid, void) from one parse, as `shrink_record`: (None, False)
+    with no record or one that is not gputide's, (record, False) while the Job still asks for the workers it left,
+    (None, True) once it was resized since by someone else (the record is void)."""
     record = colocation.parse(_colocation_note(job))
-    return record if record is not None and size(job) == record.left else None
-
-
-def colocation_void(job: Json) -> bool:
-    """Whether the Job records a co-location shrink it no longer matches (resized since by someone else)."""
-    record = colocation.parse(_colocation_note(job))
-    return record is not None and size(job) != record.left
+    if record is None:
+        return None, False
+    return (record, False) if size(job) == record.left else (None, True)
 
 
 def colocation_patch(job: Json, action: ScaleTraining) -> Json:

@@ -75,7 +75,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from balancer.actuate.k8s_jobs import colocation_record, colocation_void, shrink_record, worker_limit
+from balancer.actuate.k8s_jobs import colocation_record, shrink_record, worker_limit
 from balancer.actuate.k8s_kueue import framework_restarts, restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
@@ -113,7 +113,7 @@ class JobFacts:
     shrunk_from: int = 0             # workers before gputide's hotspot shrink (`k8s_jobs.shrink_record`); 0: none
     shrink_overridden: bool = False  # it records such a shrink but was resized since: the record is void
     colocation: ColocationRecord | None = None   # co-location's shrink, while valid (`k8s_jobs.colocation_record`)
-    colocation_void: bool = False    # it records such a shrink but was resized since (`k8s_jobs.colocation_void`)
+    colocation_void: bool = False    # it records such a shrink but was resized since (`k8s_jobs.colocation_record`)
 
 
 def job_facts(job: Json) -> JobFacts | None:
@@ -126,7 +126,7 @@ def job_facts(job: Json) -> JobFacts | None:
                 or framework_restarts(job))
     limit = worker_limit(job)
     shrunk_from, overridden = shrink_record(job)
-    colocation, colocation_overridden = colocation_record(job), colocation_void(job)
+    colocation, colocation_overridden = colocation_record(job)
     if not meta.get("name") or (limit is None and not restarts and not shrunk_from and not overridden
                                 and colocation is None and not colocation_overridden):
         return None

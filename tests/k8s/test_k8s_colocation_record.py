@@ -143,7 +143,7 @@ def test_a_job_resized_by_someone_else_since_carries_none(kube: FakeKube, api, c
     shrunk_job(kube)
     kube.mutate("jobs", "train", "ml", {"spec": {"parallelism": 2}})   # kubectl scale: the record reads void
     pods(kube, 2)
-    assert colocation_record(kube.get("jobs", "train", "ml")) is None and note(kube) == REC.note()
+    assert colocation_record(kube.get("jobs", "train", "ml")) == (None, True) and note(kube) == REC.note()
     got = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)()
     assert {(w.colocation_from, w.colocation_service) for w in got.values()} == {(0, "")}
 

@@ -48,11 +48,11 @@ def write(obj: dict, a: ScaleTraining) -> dict:
 def observe(obj: dict, p99: float, pods: int | None = None, time: float = T0):
     """The snapshot: the Job's pods carrying its co-location record as `KubernetesWorkloads` reads it (`pods`: as
     many pods as a lagging pod list still shows, else the Job's size)."""
-    record = k8s_jobs.colocation_record(obj)
+    record, void = k8s_jobs.colocation_record(obj)
     pods = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", milli=500, mem=20480, elastic_min=1, elastic_max=8,
                       priority=10, colocation_from=record.before if record else 0,
                       colocation_service=record.service if record else "",
-                      colocation_overridden=k8s_jobs.colocation_void(obj)), (SLOT[i],))
+                      colocation_overridden=void), (SLOT[i],))
             for i in range(k8s_jobs.size(obj) if pods is None else pods)]
     svc = workload("svc-0", owner="svc", milli=500)
     services = {"svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}
@@ -74,7 +74,7 @@ def reconcile(obj: dict, state: PlannerState, p99: float, read: dict | None = No
 def shrunk() -> dict:
     (a,), obj, _ = reconcile(job(4), PlannerState(), PRESSURE)
     assert (a.cause, a.previous_workers, a.workers, a.service) == ("colocation_slo", 4, 3, "svc")
-    assert k8s_jobs.colocation_record(obj) == ColocationRecord(4, 3, "svc")
+    assert k8s_jobs.colocation_record(obj) == (ColocationRecord(4, 3, "svc"), False)
     return obj
 
 
@@ -90,7 +90,7 @@ def test_a_restarted_controller_gives_colocations_workers_back_once_the_service_
     obj = shrunk()
     seen, obj, state = slack_cycles(obj, PlannerState(), POLICY.colocation.slack_readings + 2)   # memory lost
     assert seen == [("colocation_slack", 3, 4)], seen
-    assert k8s_jobs.size(obj) == 4 and k8s_jobs.colocation_record(obj) is None
+    assert k8s_jobs.size(obj) == 4 and k8s_jobs.colocation_record(obj) == (None, False)
     assert k8s_jobs.COLOCATION_ANNOTATION not in obj["metadata"]["annotations"] and not state.colocation.shrunk
 
 
