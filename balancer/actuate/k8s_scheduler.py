@@ -39,10 +39,12 @@ counts a pass of many pods as moving, and its limit follows from these two figur
 
 Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is (`halted()`): before each read of
 the pass (pods, nodes, bound pods, namespaces, claims, volumes, classes: `k8s_sched_reads`, `k8s_volumes`), each
-pod's turn (a pod group member's too), each claim's `selected-node` and each binding. The read or turn in
-progress ends (a read within one call's timeouts, a turn within its deadline), nothing more is begun. So a pass
-ends at most one turn after a stop, or one read, and the scheduler's grace period (its Lease released after it)
-follows from those figures, not from the pass's length (`gputide schedule`'s `stop_budget_s`).
+pod's turn (a pod group member's too), each claim's `selected-node` and each binding, and by the gateway before
+each retry: once stopped, a failed call is not tried again (nor its backoff slept) but fails as out of retries
+(`_Api`'s `stopping`), save what runs on a turn's reserve. The read or turn in progress ends (a read with the try
+or backoff in flight, a turn within its deadline), nothing more is begun. So a pass ends at most one turn after a
+stop, or one read, and the scheduler's grace period (its Lease released after it) follows from those figures, not
+from the pass's length (`gputide schedule`'s `stop_budget_s`).
 A pod group stopped between its members keeps those bound, as when the Lease is lost or a binding fails (`k8s_gang`);
 each member left unbound, and a pod whose binding the stop kept from beginning, gets a Normal `SchedulingDeferred`
 Event saying the pass stopped and it waits for the next one (within `tell_s`, after the turn): `kubectl describe pod`
@@ -133,7 +135,8 @@ class SecondaryScheduler(SchedulerReads):
                  progress: Callable[[str], None] = lambda what: None) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
-        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0, deadline_clock)
+        self._stop = threading.Event()  # `stop()`: no pod is begun or bound, no failed call retried any more
+        self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0, deadline_clock, stopping=self._stop.is_set)
         self.turn_s, self.reads_s, self.progress, self.tell_s = turn_s, reads_s, progress, DEFERRED_TELL_S
         self.scheduler_name, self.place, self.clock, self.leading = scheduler_name, place, clock, leading
         self.reservation_annotation = reservation_annotation
@@ -148,7 +151,6 @@ class SecondaryScheduler(SchedulerReads):
                            starving_s=starving_s)   # nodes held for pods that preempt or starve
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
-        self._stop = threading.Event()  # `stop()`: no pod is begun or bound any more
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
         self._usage_memo: tuple[int, tuple[dict, dict]] | None = None
         self.volumes = VolumeBinding(self.api, watch=watch, watch_s=watch_s)   # claims, volumes, classes
@@ -171,8 +173,8 @@ class SecondaryScheduler(SchedulerReads):
 
     def stop(self) -> None:
         """Stop the pass in progress before its next read, pod or binding (the turn in progress ends, within
-        `turn_s`; a read in progress, within its call's timeouts), start no other, and wake `wait_for_work`. From any
-        thread, or a signal handler."""
+        `turn_s`; a read in progress, with its try in flight: no call is retried), start no other, and wake
+        `wait_for_work`. From any thread, or a signal handler."""
         self._stop.set()
         self.wake()
 

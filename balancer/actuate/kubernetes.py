@@ -171,12 +171,18 @@ def _settles(err: ActuationError | None) -> bool | None:
     return True if status in (0, 504) else None
 
 
+def _never() -> bool:
+    return False
+
+
 class _Api:
     """Calls the generated client, returns parsed JSON, retries what is worth retrying, maps the rest; inside
-    `deadline(s)`, every call and retry ends within it (`clock`: monotonic seconds, injectable)."""
+    `deadline(s)`, every call and retry ends within it (`clock`: monotonic seconds, injectable). Once `stopping()`
+    (its owner was told to stop: a scheduler's SIGTERM), a failed try is not retried (`__call__`)."""
 
     def __init__(self, api_client: k8s.ApiClient, max_retries: int, backoff_s: float,
-                 sleep: Callable[[float], None], timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 sleep: Callable[[float], None], timeout_s: float, clock: Callable[[], float] = time.monotonic,
+                 stopping: Callable[[], bool] = _never) -> None:
         self.core = k8s.CoreV1Api(api_client)
         self.apps = k8s.AppsV1Api(api_client)
         self.autoscaling = k8s.AutoscalingV2Api(api_client)
@@ -186,7 +192,7 @@ class _Api:
         self.policy = k8s.PolicyV1Api(api_client)
         self.storage = k8s.StorageV1Api(api_client)
         self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
-        self.clock = clock
+        self.clock, self.stopping = clock, stopping
         self._deadline = _Deadline()
 
     # ---- deadlines: how long one piece of work may take, whatever the retries ----
@@ -267,8 +273,20 @@ class _Api:
         part = "reserve" if self.reserving else "deadline"
         return f"only {left:.1f} s left before its {part}" if left > 0 else f"its {part} has passed"
 
+    def _stopped(self, err: ActuationError) -> bool:
+        """Whether the failed try `err` is the last because the owner is `stopping()`: a retry would only keep it
+        from stopping (the caller sees the error it would see once out of retries). Not under `reserve()`: what
+        completes or undoes a change already made keeps its retries, within the deadline."""
+        if self.stopping() and not self.reserving:
+            log.info("%s; not retried: stopping", err)
+            return True
+        return False
+
     def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,
                  retries: int | None = None, **kwargs: Any) -> Json:
+        """`fn(*args, **kwargs)`'s answer as JSON. A temporary error (5xx, 429 unless not `retry_throttled`, no
+        answer) is tried again up to `retries` (default `max_retries`) times after an exponential backoff; none is
+        begun, nor its backoff slept, once `stopping()` (`_stopped`) or when it could not end within the deadline."""
         limit = self.max_retries if retries is None else retries
         written = what if getattr(fn, "__name__", "").startswith(MUTATING) else None   # tracked: `writes()`
         for attempt in range(limit + 1):
@@ -286,7 +304,7 @@ class _Api:
             self._track(written, err)
             retryable = isinstance(err, KubeTemporaryError) and not isinstance(err, ConflictError) and (
                 retry_throttled or not isinstance(err, ThrottledError))
-            if not retryable or attempt == limit:
+            if not retryable or attempt == limit or self._stopped(err):
                 raise err from cause
             delay, left = self.backoff_s * 2**attempt, self._left()
             if left is not None and left - delay < MIN_TRY_S:   # the retry could not end in time: not started
@@ -294,6 +312,8 @@ class _Api:
                                        ) from cause
             log.info("%s; retry %d/%d", err, attempt + 1, limit)
             self.sleep(delay)
+            if self._stopped(err):   # told to stop during the backoff
+                raise err from cause
         raise AssertionError("unreachable")
 
     def update(self, what: str, read: Callable[[], Json], patch: Callable[[Json], Json],

@@ -185,11 +185,12 @@ def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
 
 def stop_budget_s(scheduler, lease_api: Retries | None) -> float:
     """How long `gputide schedule` may take from SIGTERM to exit. The pass begins no read, pod, claim write or
-    binding after the stop (balancer/actuate/k8s_scheduler.py), so what is in flight ends it: one read (a single
-    call, its tries and backoff: `call_budget_s`, within the reads' deadline), or one pod's turn (`turn_s`, its
-    deadline) followed by the Events telling the pods it left unbound (`tell_s`); then the Lease is released
-    (after a renewal in flight). The Deployment's terminationGracePeriodSeconds must cover it, or the kubelet
-    kills it with the Lease held and the standby waits a whole lease duration."""
+    binding after the stop, nor retries a failed call outside a turn's reserve (balancer/actuate/k8s_scheduler.py),
+    so what is in flight ends it: one read (its try or backoff in flight; counted here as a whole call,
+    `call_budget_s`, within the reads' deadline, to spare), or one pod's turn (`turn_s`, its deadline) followed by
+    the Events telling the pods it left unbound (`tell_s`); then the Lease is released (after a renewal in flight).
+    The Deployment's terminationGracePeriodSeconds must cover it, or the kubelet kills it with the Lease held and
+    the standby waits a whole lease duration."""
     in_flight = max(min(call_budget_s(scheduler.api), scheduler.reads_s), scheduler.turn_s + scheduler.tell_s)
     return in_flight + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 

@@ -13,7 +13,7 @@ from slow_api import Clock, SlowServer
 
 from balancer.actuate.k8s_gang import GROUP_LABEL
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
-from balancer.actuate.kubernetes import DeadlineExceeded
+from balancer.actuate.kubernetes import DeadlineExceeded, KubeTemporaryError
 from balancer.app.health import Health, call_budget_s, stall_limit
 
 
@@ -107,9 +107,10 @@ def test_gputide_schedule_probes_a_long_pass_of_slow_pods_as_moving(kube: FakeKu
 
 
 def test_a_stop_during_a_slow_read_ends_the_pass_with_that_one_call(cluster, api, clock):
-    """Every call 5 s, listing nodes fails three times and the stop comes during its first try: that call's retries
-    run their course (within one call's budget, 43.5 s with 10 s timeouts, not the reads' 120 s), then the pass
-    ends: no bound pods listed, no pod's turn begun."""
+    """Every call 5 s, listing nodes fails three times and the stop comes during its first try: that try is the
+    last (its retries ran their course, up to one call's budget, 43.5 s with 10 s timeouts; once stopped the gateway
+    begins none), and the pass fails with the read's error, as out of retries: no bound pods listed, no pod's turn
+    begun."""
     mono, moves = Clock(), []
     sched = scheduler(api, clock, mono, moves)
     sched.api.max_retries = 3   # as deployed
@@ -117,9 +118,11 @@ def test_a_stop_during_a_slow_read_ends_the_pass_with_that_one_call(cluster, api
     SlowServer(cluster, sched.api, mono, 5.0)
     cluster.before("GET", r"/api/v1/nodes$", sched.stop)
 
-    assert sched.schedule_once() == {}
+    with pytest.raises(KubeTemporaryError, match="^list nodes: HTTP 500"):
+        sched.schedule_once()
 
-    assert mono.now - 5.0 == 4 * 5.0 + 0.5 + 1.0 + 2.0 <= call_budget_s(sched.api) == 43.5   # after the pending pods
+    assert mono.now - 5.0 == 5.0 < call_budget_s(sched.api) == 43.5   # after the pending pods: one try, no backoff
+    assert len(cluster.calls("GET", r"^/api/v1/nodes$")) == 1
     assert len(cluster.calls("GET", r"^/api/v1/pods$")) == 1, "the pending pods only: no bound pods listed"
     assert [what for what, _ in moves] == ["a pass's reads"]
 
