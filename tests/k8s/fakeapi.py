@@ -206,30 +206,41 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def _taint_errors(spec: dict[str, Any]) -> list[str]:
+    return [f"spec.taints: unsupported effect {taint.get('effect')!r}" for taint in spec.get("taints") or []
+            if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute")]
+
+
+def _hpa_errors(spec: dict[str, Any]) -> list[str]:
+    lo, hi = spec.get("minReplicas", 1), spec.get("maxReplicas", 0)
+    return [f"spec.minReplicas: {lo} must be >= 1 and <= maxReplicas {hi}"] if lo < 1 or lo > hi else []
+
+
+def _lease_errors(spec: dict[str, Any]) -> list[str]:
+    return [f"spec.{key}: {spec[key]!r} is not RFC3339 MicroTime" for key in ("acquireTime", "renewTime")
+            if key in spec and spec[key] is not None and not MICRO_TIME.match(str(spec[key]))]
+
+
+def _clusterqueue_errors(spec: dict[str, Any]) -> list[str]:
+    return [f"{flavor['name']}/{res['name']}: lendingLimit > nominalQuota"
+            for group in spec.get("resourceGroups", []) for flavor in group["flavors"] for res in flavor["resources"]
+            if "lendingLimit" in res and int(res["lendingLimit"]) > int(res["nominalQuota"])]
+
+
+# kind -> the semantic checks the API server adds to its schema, on the object's spec
+_SPEC_ERRORS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "Node": _taint_errors,
+    "HorizontalPodAutoscaler": _hpa_errors,
+    "Lease": _lease_errors,
+    "ClusterQueue": _clusterqueue_errors,
+}
+
+
 def _semantic_errors(obj: dict[str, Any]) -> list[str]:
     kind, spec = obj.get("kind"), obj.get("spec") or {}
-    errors = []
-    if kind == "Node":
-        for taint in spec.get("taints") or []:
-            if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                errors.append(f"spec.taints: unsupported effect {taint.get('effect')!r}")
-    if kind == "HorizontalPodAutoscaler":
-        lo, hi = spec.get("minReplicas", 1), spec.get("maxReplicas", 0)
-        if lo < 1 or lo > hi:
-            errors.append(f"spec.minReplicas: {lo} must be >= 1 and <= maxReplicas {hi}")
-    if kind == "Lease":
-        for key in ("acquireTime", "renewTime"):
-            if key in spec and spec[key] is not None and not MICRO_TIME.match(str(spec[key])):
-                errors.append(f"spec.{key}: {spec[key]!r} is not RFC3339 MicroTime")
-    if kind == "ClusterQueue":
-        for group in spec.get("resourceGroups", []):
-            for flavor in group["flavors"]:
-                for res in flavor["resources"]:
-                    if "lendingLimit" in res and int(res["lendingLimit"]) > int(res["nominalQuota"]):
-                        errors.append(f"{flavor['name']}/{res['name']}: lendingLimit > nominalQuota")
-    for key in ("replicas", "parallelism"):
-        if spec.get(key, 0) is not None and spec.get(key, 0) < 0:
-            errors.append(f"spec.{key} must be >= 0")
+    errors = _SPEC_ERRORS[kind](spec) if kind in _SPEC_ERRORS else []
+    errors += [f"spec.{key} must be >= 0" for key in ("replicas", "parallelism")
+               if spec.get(key, 0) is not None and spec.get(key, 0) < 0]
     return errors + _job_errors(obj)
 
 
@@ -418,6 +429,29 @@ class _Route:
 
 
 _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<rest>.+)$")
+
+
+def _get_list(kube: FakeKube, r: _Route) -> tuple[int, Any]:
+    watch = r.query.get("watch") in ("true", "1")
+    return 200, (kube._watch if watch else kube._list)(r.plural, r.namespace, r.query)
+
+
+# What the fake serves: (method, plural or "*" for any, shape) -> serve(kube, route, namespace, body) -> (code,
+# payload); any other request is 405. The shape is "list", "item" or "item/<subresource>" (no path segment has a "/").
+_ROUTES: dict[tuple[str, str, str], Callable[[FakeKube, _Route, str, Any], tuple[int, Any]]] = {
+    ("GET", "*", "list"): lambda k, r, ns, body: _get_list(k, r),
+    ("POST", "*", "list"): lambda k, r, ns, body: (201, copy.deepcopy(k._create(r.plural, ns, body))),
+    ("GET", "*", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._existing(r.plural, ns, r.name))),
+    ("PUT", "*", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._replace(r.plural, ns, r.name, body))),
+    ("PATCH", "*", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._patch(r.plural, ns, r.name, body))),
+    ("DELETE", "pods", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._remove(r.plural, ns, r.name))),
+    ("PATCH", "pods", "item/status"):
+        lambda k, r, ns, body: (200, copy.deepcopy(k._patch_status(r.plural, ns, r.name, body))),
+    ("POST", "pods", "item/eviction"): lambda k, r, ns, body: (201, k._evict(ns, r.name, body)),
+    ("POST", "pods", "item/binding"): lambda k, r, ns, body: (201, k._bind(ns, r.name, body)),
+    ("GET", "deployments", "item/scale"): lambda k, r, ns, body: (200, k._scale(ns, r.name)),
+    ("PATCH", "deployments", "item/scale"): lambda k, r, ns, body: (200, k._patch_scale(ns, r.name, body)),
+}
 
 
 class FakeKube:
@@ -822,35 +856,13 @@ class FakeKube:
                 return err.code, status_body(err.code, err.reason, err.message)
 
     def _dispatch(self, method: str, content_type: str | None, body: Any, r: _Route) -> tuple[int, Any]:
-        ns = r.namespace or ""
         if method == "PATCH" and (content_type or "").split(";")[0] != MERGE_PATCH:
             raise ApiError(415, "UnsupportedMediaType", f"fake supports {MERGE_PATCH} only, got {content_type}")
-        if r.name is None:
-            if method == "GET" and r.query.get("watch") in ("true", "1"):
-                return 200, self._watch(r.plural, r.namespace, r.query)
-            if method == "GET":
-                return 200, self._list(r.plural, r.namespace, r.query)
-            if method == "POST":
-                return 201, copy.deepcopy(self._create(r.plural, ns, body))
-        elif r.sub is None:
-            if method == "GET":
-                return 200, copy.deepcopy(self._existing(r.plural, ns, r.name))
-            if method == "PUT":
-                return 200, copy.deepcopy(self._replace(r.plural, ns, r.name, body))
-            if method == "PATCH":
-                return 200, copy.deepcopy(self._patch(r.plural, ns, r.name, body))
-            if method == "DELETE" and r.plural == "pods":
-                return 200, copy.deepcopy(self._remove(r.plural, ns, r.name))
-        elif r.plural == "pods" and method == "PATCH" and r.sub == "status":
-            return 200, copy.deepcopy(self._patch_status(r.plural, ns, r.name, body))
-        elif r.plural == "pods" and method == "POST" and r.sub in ("eviction", "binding"):
-            return 201, (self._evict if r.sub == "eviction" else self._bind)(ns, r.name, body)
-        elif r.plural == "deployments" and r.sub == "scale":
-            if method == "GET":
-                return 200, self._scale(ns, r.name)
-            if method == "PATCH":
-                return 200, self._patch_scale(ns, r.name, body)
-        raise ApiError(405, "MethodNotAllowed", f"{method} not supported on {r}")
+        shape = "list" if r.name is None else "item" if r.sub is None else f"item/{r.sub}"
+        serve = _ROUTES.get((method, r.plural, shape)) or _ROUTES.get((method, "*", shape))
+        if serve is None:
+            raise ApiError(405, "MethodNotAllowed", f"{method} not supported on {r}")
+        return serve(self, r, r.namespace or "", body)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         owner = self
