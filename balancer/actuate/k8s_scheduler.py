@@ -41,7 +41,8 @@ Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is
 the pass (pods, nodes, bound pods, namespaces, claims, volumes, classes: `k8s_sched_reads`, `k8s_volumes`), each
 pod's turn (a pod group member's too), each claim's `selected-node` and each binding, and by the gateway before
 each retry: once stopped, a failed call is not tried again (nor its backoff slept) but fails as out of retries
-(`_Api`'s `stopping`), save what runs on a turn's reserve. The read or turn in progress ends (a read with the try
+(`_Api`'s `stopping`), save what runs on a turn's reserve; a binding or a claim's node is not tried again once the
+Lease is lost either (the call's `halt`). The read or turn in progress ends (a read with the try
 or backoff in flight, a turn within its deadline), nothing more is begun. So a pass ends at most one turn after a
 stop, or one read, and the scheduler's grace period (its Lease released after it) follows from those figures, not
 from the pass's length (`gputide schedule`'s `stop_budget_s`).
@@ -366,8 +367,9 @@ class SecondaryScheduler(SchedulerReads):
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
         try:
+            # not retried once the Lease is lost (`halted`): the next leader may be placing on the same nodes
             self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
-                     req["namespace"], body)
+                     req["namespace"], body, halt=self.halted)
         except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
             log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
             return None

@@ -280,7 +280,7 @@ class VolumeBinding:
             if halted():
                 return f"binding volumes: the pass stopped before persistentvolumeclaim {key}"
             try:
-                written = self._select(key, node)
+                written = self._select(key, node, halted)
             except ActuationError as err:
                 log.warning("%s not bound this pass: persistentvolumeclaim %s: %s", req["name"], key, err)
                 return f"binding volumes: persistentvolumeclaim {key}: {err}"
@@ -288,15 +288,16 @@ class VolumeBinding:
                 self._assumed[key] = claim_entry(written)
         return ""
 
-    def _select(self, key: str, node: str) -> Json | None:
+    def _select(self, key: str, node: str, halted: Callable[[], bool]) -> Json | None:
         """Read-modify-write `selected-node: node` on claim `key` ("namespace/name"): the claim as written, None
-        when it named `node` already; `ClaimChanged` when it was bound or given another node meanwhile."""
+        when it named `node` already; `ClaimChanged` when it was bound or given another node meanwhile. A failed
+        try is not retried once `halted()`."""
         namespace, name = key.split("/", 1)
         what, core = f"persistentvolumeclaim {key}", self.api.core
         return self.api.update(
-            what, lambda: self.api(what, core.read_namespaced_persistent_volume_claim, name, namespace),
+            what, lambda: self.api(what, core.read_namespaced_persistent_volume_claim, name, namespace, halt=halted),
             lambda body: self.api(what, core.patch_namespaced_persistent_volume_claim, name, namespace, body,
-                                  _content_type=MERGE_PATCH), selecting(node))
+                                  _content_type=MERGE_PATCH, halt=halted), selecting(node))
 
     def close(self) -> None:
         for c in self.caches.values():

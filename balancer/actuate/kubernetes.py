@@ -273,20 +273,22 @@ class _Api:
         part = "reserve" if self.reserving else "deadline"
         return f"only {left:.1f} s left before its {part}" if left > 0 else f"its {part} has passed"
 
-    def _stopped(self, err: ActuationError) -> bool:
-        """Whether the failed try `err` is the last because the owner is `stopping()`: a retry would only keep it
-        from stopping (the caller sees the error it would see once out of retries). Not under `reserve()`: what
-        completes or undoes a change already made keeps its retries, within the deadline."""
-        if self.stopping() and not self.reserving:
+    def _stopped(self, err: ActuationError, halt: Callable[[], bool] | None) -> bool:
+        """Whether the failed try `err` is the last because the owner is `stopping()`, or the call's own `halt()` says
+        so: a retry would only keep it from stopping (the caller sees the error it would see once out of retries).
+        Not under `reserve()`: what completes or undoes a change already made keeps its retries, within the
+        deadline."""
+        if (self.stopping() or (halt is not None and halt())) and not self.reserving:
             log.info("%s; not retried: stopping", err)
             return True
         return False
 
     def __call__(self, what: str, fn: Callable[..., Any], *args: Any, retry_throttled: bool = True,
-                 retries: int | None = None, **kwargs: Any) -> Json:
+                 retries: int | None = None, halt: Callable[[], bool] | None = None, **kwargs: Any) -> Json:
         """`fn(*args, **kwargs)`'s answer as JSON. A temporary error (5xx, 429 unless not `retry_throttled`, no
         answer) is tried again up to `retries` (default `max_retries`) times after an exponential backoff; none is
-        begun, nor its backoff slept, once `stopping()` (`_stopped`) or when it could not end within the deadline."""
+        begun, nor its backoff slept, once `stopping()` or this call's `halt()` (`_stopped`: e.g. a binding once
+        the Lease is lost) or when it could not end within the deadline."""
         limit = self.max_retries if retries is None else retries
         written = what if getattr(fn, "__name__", "").startswith(MUTATING) else None   # tracked: `writes()`
         for attempt in range(limit + 1):
@@ -304,7 +306,7 @@ class _Api:
             self._track(written, err)
             retryable = isinstance(err, KubeTemporaryError) and not isinstance(err, ConflictError) and (
                 retry_throttled or not isinstance(err, ThrottledError))
-            if not retryable or attempt == limit or self._stopped(err):
+            if not retryable or attempt == limit or self._stopped(err, halt):
                 raise err from cause
             delay, left = self.backoff_s * 2**attempt, self._left()
             if left is not None and left - delay < MIN_TRY_S:   # the retry could not end in time: not started
@@ -312,7 +314,7 @@ class _Api:
                                        ) from cause
             log.info("%s; retry %d/%d", err, attempt + 1, limit)
             self.sleep(delay)
-            if self._stopped(err):   # told to stop during the backoff
+            if self._stopped(err, halt):   # told to stop (or to halt) during the backoff
                 raise err from cause
         raise AssertionError("unreachable")
 

@@ -2,7 +2,8 @@
 secondary scheduler wait out every retry and backoff of the call in flight (4 tries of 10 s and 3.5 s of backoff
 for a read) before it released the Lease. `_Api(stopping=...)` is asked before each retry and after each backoff;
 once it says so, the call fails with the error it would raise out of retries. What runs under `reserve()` (it
-completes or undoes a change already made) keeps its retries, within its deadline."""
+completes or undoes a change already made) keeps its retries, within its deadline. A call may bring its own
+`halt`: the scheduler's bindings and claims' nodes are not retried once the Lease is lost."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from fakeapi import FakeKube, node, pod
 from kubernetes.client.exceptions import ApiException
+from test_k8s_scheduler_stop import a_pod_with_claims
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.actuate.kubernetes import KubeTemporaryError, ThrottledError, _Api
@@ -100,3 +102,53 @@ def test_the_scheduler_stopped_during_an_outage_ends_its_read_with_the_try_in_fl
 
     assert len(kube.calls("GET", r"^/api/v1/pods$")) == 1 and sleeps == []
     assert not [r for r in kube.requests if r.method != "GET"]
+
+
+def test_a_call_told_to_halt_is_not_retried_once_it_says_so():
+    """A binding's own `halt` (the scheduler's: the Lease lost), asked as `stopping()` is; a call without one, or
+    whose halt stays False, keeps its retries."""
+    owner, sleeps, lost = Owner(), [], []
+    call = Outage(503, on_try=lambda n: lost.append(n))
+    with pytest.raises(KubeTemporaryError):
+        gateway(owner, sleeps)("bind p", call, halt=lambda: bool(lost))
+    assert call.tries == 1 and sleeps == []
+    kept = Outage(503)
+    with pytest.raises(KubeTemporaryError):
+        gateway(owner, sleeps)("bind p", kept, halt=lambda: False)
+    assert kept.tries == 4 and sleeps == [100.0, 200.0, 400.0]
+
+
+def lease_lost_in_an_outage(kube: FakeKube, api, clock, method: str, path: str) -> tuple[SecondaryScheduler, list]:
+    """A scheduler holding the Lease until the first `method` `path` request, which (and 3 more) answer 503."""
+    sleeps: list[float] = []
+    leading = [True]
+    scheduler = SecondaryScheduler(api, place=EnginePlacer("bestfit"), clock=clock, sleep=sleeps.append,
+                                   leading=lambda: leading[0])
+    kube.inject(method, path, 503, count=4)
+    kube.before(method, path, lambda: leading.__setitem__(0, False))
+    return scheduler, sleeps
+
+
+def test_a_binding_failing_when_the_lease_is_lost_is_not_retried(kube: FakeKube, api, clock):
+    """Lease lost while the API answers 503 to the binding: retried, it could bind after the next leader began
+    placing on the same node. One try; the pod stays pending for the next leader's pass."""
+    kube.add(node("n1", 8))
+    kube.add(pod("p", "ml", gpus=1, scheduler="gputide", phase="Pending"))
+    scheduler, sleeps = lease_lost_in_an_outage(kube, api, clock, "POST", r"/pods/p/binding$")
+
+    results = scheduler.schedule_once()
+
+    assert results == {"ml/p": None} and len(kube.calls("POST", r"/pods/p/binding$")) == 1 and sleeps == []
+    assert not kube.get("pods", "p", "ml")["spec"].get("nodeName")
+
+
+def test_a_claims_node_failing_when_the_lease_is_lost_is_not_retried(kube: FakeKube, api, clock):
+    """The same for the node written on a pod's WaitForFirstConsumer claim before its binding: a replica that lost
+    the Lease must not choose nodes, so the failed write is not tried again and the pod is not bound."""
+    a_pod_with_claims(kube, "c1")
+    scheduler, sleeps = lease_lost_in_an_outage(kube, api, clock, "PATCH", r"/persistentvolumeclaims/c1$")
+
+    assert scheduler.schedule_once() == {}   # cut by the Lease's loss: told it waits for the next leader
+
+    assert len(kube.calls("PATCH", r"/persistentvolumeclaims/c1$")) == 1 and sleeps == []
+    assert not kube.calls("POST", r"/binding$")
