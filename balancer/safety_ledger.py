@@ -7,6 +7,7 @@ loop writes), and `merged` joins two controllers' memories.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -43,9 +44,17 @@ class SafetyLedger:
                    tuple((float(m[0]), m[1], m[2], m[3]) for m in mig))
 
     def merged(self, other: SafetyLedger) -> SafetyLedger:
-        """Both ledgers' memory: the later time per target, every eviction and migration once."""
+        """Both ledgers' memory: the later time per target, every eviction and migration once. Entries are counted,
+        not just present: one action that stopped 8 pods is 8 evictions at one time, so an entry both ledgers hold
+        n and m times is kept max(n, m) times (a set kept it once, and a successor could evict 7 more pods than the
+        budget allows)."""
         last = dict(self.last_action)
         for k, t in other.last_action.items():
             last[k] = max(t, last.get(k, t))
-        return SafetyLedger(MappingProxyType(last), tuple(sorted(set(self.evictions) | set(other.evictions))),
-                            tuple(sorted(set(self.migrations) | set(other.migrations))))
+        return SafetyLedger(MappingProxyType(last), _union(self.evictions, other.evictions),
+                            _union(self.migrations, other.migrations))
+
+
+def _union(a: tuple, b: tuple) -> tuple:
+    """The multiset union of `a` and `b` (each entry as many times as the one holding it more), sorted."""
+    return tuple(sorted((Counter(a) | Counter(b)).elements()))

@@ -159,6 +159,21 @@ def test_the_ledger_survives_json_and_merging_keeps_the_later_time_and_every_evi
     assert both.evictions == (1.0, 2.0, 4.0) and both.migrations == ledger.migrations
 
 
+def test_merging_keeps_every_eviction_of_one_action_that_stopped_several_pods():
+    """A shrink of 8 workers is 8 evictions at one time: merged as a set (what a successor inherits) it was 1, and
+    the successor could stop 7 more pods than the budget allows. Shared entries still count once (max, not sum)."""
+    snap = snapshot(make_fleet(4, 4), workloads=[(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job"), (i,))
+                                                 for i in range(8)])
+    guard = SafetyGuard(SafetyPolicy(eviction_budget=8))
+    shrink = ScaleTraining(job="job", workers=0, previous_workers=8, reason="room", expected_gain=1.0)
+    spent = guard.record(SafetyLedger(), [shrink], snap, NOW)
+    inherited = SafetyLedger().merged(SafetyLedger.from_json(spent.to_json()))
+    assert inherited.evictions == (NOW,) * 8 and guard.remaining_evictions(inherited, NOW + 1) == 0
+    assert spent.merged(spent).evictions == (NOW,) * 8
+    assert SafetyLedger(evictions=(1.0, 1.0, 2.0)).merged(SafetyLedger(evictions=(1.0, 2.0, 2.0))).evictions == (
+        1.0, 1.0, 2.0, 2.0)
+
+
 @pytest.mark.parametrize("text", ["[]", '{"last_action": {"svc": "soon"}}', '{"evictions": "many"}',
                                   '{"migrations": [[1.0, "n1"]]}', "not json"])
 def test_a_broken_ledger_is_refused_with_what_is_wrong(text):
