@@ -25,7 +25,9 @@ rest are skipped (`shutting_down`), and the Lease is released on the way out.
 
 The loop is level-triggered: every cycle re-derives what to do from the fleet as it is now, so a restart, a
 lost action or a duplicate cycle converges to the same place. Before acting, accepted actions are re-validated
-against a fresh snapshot (drop any whose source moved or whose target no longer fits). On its first cycle as
+against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
+fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
+goes into the safety ledger whatever ends the cycle after it (`_settle`). On its first cycle as
 leader the loop asks the actuator to `recover()` migrations a previous process left half-done, and on every
 cycle that goes on to plan it calls the actuator's `housekeeping()` when it has one (the Kubernetes actuator
 releases expired hot taints and reservations there); both are duck-typed hooks returning notes for the log and
@@ -62,7 +64,7 @@ from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMe
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection
-from balancer.safety import SafetyGuard, SafetyLedger, check_telemetry
+from balancer.safety import EmergencyStop, SafetyGuard, SafetyLedger, check_telemetry
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -197,17 +199,24 @@ class Reconciler:
                 check_telemetry(fresh, self.policy.safety)
             except TelemetryError as exc:
                 return self._hold(now, exc.reason, f"fresh snapshot before acting: {exc}")
-            results = self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now)
-            applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
-            maybe = [r.action for r in results if r.maybe_applied and r.outcome != Outcome.APPLIED]
-            self.ledger = self.guard.record(self.ledger, applied + maybe, fresh, now)   # budgets: unknown = spent
-            if applied or maybe:
-                self._hand_on_ledger()
-            self.state = planner_mod.acknowledge(self.state, applied, fresh)
-            self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
-                Outcome.FAILED, Outcome.RETRY)], now)
+            try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
+                self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, results)
+            finally:
+                self._settle(results, fresh, now)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
         return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+
+    def _settle(self, results: list[ActionResult], fresh: ClusterSnapshot, now: float) -> None:
+        """The actions carried out into the safety ledger (budgets: an unknown outcome is spent), handed on to a
+        successor, and acknowledged to the planner (applied) or refused for a while (failed)."""
+        applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
+        maybe = [r.action for r in results if r.maybe_applied and r.outcome != Outcome.APPLIED]
+        self.ledger = self.guard.record(self.ledger, applied + maybe, fresh, now)
+        if applied or maybe:
+            self._hand_on_ledger()
+        self.state = planner_mod.acknowledge(self.state, applied, fresh)
+        self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
+            Outcome.FAILED, Outcome.RETRY)], now)
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies
@@ -251,9 +260,15 @@ class Reconciler:
             log.warning("safety ledger not saved for a successor: %s", exc)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
+        """The accepted actions that still fit the fresh snapshot and that no emergency stop it shows now holds (a node
+        labelled, a namespace stopped since the plan's snapshot); the others are rejected."""
         proj = Projection(fresh, self.policy)   # tainted: what the fresh snapshot's nodes carry
         keep = []
         for a in actions:
+            stop = self.guard.stop_now(a, fresh)
+            if stop is not None:
+                self._reject(a, stop.reason, f"fresh snapshot before acting: {stop}", rejected, now)
+                continue
             why = proj.apply(a)
             if why is None:
                 keep.append(a)
@@ -261,10 +276,12 @@ class Reconciler:
                 self._reject(a, STALE_PLAN, why, rejected, now)
         return keep
 
-    def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[ActionResult]:
-        """Apply the actions in turn while this replica may: before each, `stop` and the Lease are checked again, and
-        once either says no, the action in progress is the last (the rest are rejected, counted and audited)."""
-        results = []
+    def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float,
+             results: list[ActionResult]) -> None:
+        """Apply the actions in turn while this replica may, each one's result appended to `results` as soon as it is
+        known: before each, `stop` and the Lease are checked again, and once either says no, the action in progress
+        is the last (the rest are rejected, counted and audited). An actuator that raises (anything but its own
+        failure results) ends the cycle with the action's outcome unknown: spent against the budgets."""
         for i, a in enumerate(actions):
             why = self._interruption()
             if why is not None:
@@ -273,7 +290,11 @@ class Reconciler:
                     self._reject(skipped, *why, rejected, now)
                 break
             self._progress(f"{a.kind} {a.target}")
-            res = self.actuator.apply(a, fresh)
+            try:
+                res = self.actuator.apply(a, fresh)
+            except Exception as exc:
+                results.append(ActionResult(a, Outcome.FAILED, f"{type(exc).__name__}: {exc}", maybe_applied=True))
+                raise
             results.append(res)
             if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                 self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
@@ -285,13 +306,15 @@ class Reconciler:
                 self.metrics.unknown_outcomes.labels(type=a.kind).inc()
             log.info("%s: %s %s", res.outcome, a.describe(), detail)
             self._audit(now, action_record(a, str(res.outcome), detail))
-        return results
 
     def _interruption(self) -> tuple[str, str] | None:
-        """(reason, why) no further action may start: `stop` is set, or the Lease is no longer ours, or no longer the
-        one this cycle started under (lost and taken again: another replica may have acted in between)."""
+        """(reason, why) no further action may start: `stop` is set, an emergency stop (flag or file) is set, or the
+        Lease is no longer ours, or no longer the one this cycle started under (lost and taken again: another replica
+        may have acted in between)."""
         if self._stop.is_set():
             return SHUTTING_DOWN, "the controller is stopping (SIGTERM)"
+        if self.guard.emergency_stopped():   # set while earlier actions ran (each may take minutes)
+            return EmergencyStop.reason, "emergency stop is set"
         if not self._still_leading():
             return NOT_LEADER, "this replica no longer holds the Lease it planned under"
         return None

@@ -258,17 +258,33 @@ class SafetyGuard:
         t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
         ctx.moved[w.name] = s.node_position[a.target_node]
 
-    def _check_one(self, a: Action, ctx: _Context, ledger: SafetyLedger, now: float, stopped: bool) -> None:
-        p = self.policy
+    def stop_now(self, a: Action, snapshot: ClusterSnapshot) -> EmergencyStop | None:
+        """An emergency stop that holds `a` on `snapshot` (the loop asks again on the snapshot it acts on): the flag
+        or file, a stopped namespace of a workload it touches, a node it touches labelled `EMERGENCY_LABEL`."""
+        try:
+            self._check_stop(a, _Context(snapshot, [a]), self.emergency_stopped())
+        except EmergencyStop as exc:
+            return exc
+        return None
+
+    def _check_stop(self, a: Action, ctx: _Context, stopped: bool) -> None:
         if stopped:
             raise EmergencyStop("emergency stop is set")
+        if stopped_ns := {w.namespace for w in ctx.touched(a)} & self.stopped_namespaces:
+            raise EmergencyStop(f"namespace {min(stopped_ns)} is stopped")
+        for node in _nodes(a, ctx.snapshot):
+            n = ctx.node(node)
+            if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
+                raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
+
+    def _check_one(self, a: Action, ctx: _Context, ledger: SafetyLedger, now: float, stopped: bool) -> None:
+        p = self.policy
+        self._check_stop(a, ctx, stopped)
         for w in ctx.touched(a):
             if w.protected or w.namespace in p.protected_namespaces:
                 raise ProtectedWorkload(f"{w.name} is protected")
             if isinstance(a, Migrate) and not w.movable:
                 raise ProtectedWorkload(f"{w.name} is not movable")
-            if w.namespace in self.stopped_namespaces:
-                raise EmergencyStop(f"namespace {w.namespace} is stopped")
         self._check_nodes(a, ctx)
         if _renewal(a):
             return  # a fresh expiry on a taint already there: no gain to meet, no cooldown (module docstring)
@@ -285,12 +301,7 @@ class SafetyGuard:
 
     @staticmethod
     def _check_nodes(a: Action, ctx: _Context) -> None:
-        """The nodes an action touches: none may carry the emergency-stop label, and a migration's target must
-        admit the workload by its own rules (taints tolerated, labels selected)."""
-        for node in _nodes(a, ctx.snapshot):
-            n = ctx.node(node)
-            if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
-                raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
+        """A migration's target must admit the workload by its own rules (taints tolerated, labels selected)."""
         if not isinstance(a, Migrate):
             return
         w, n = ctx.snapshot.workload_by_name.get(a.workload), ctx.node(a.target_node)
