@@ -251,7 +251,10 @@ class Projection:
         if (len(t) != len(a.source_gpus) or len(set(a.target_gpus)) != len(t) or t.min(initial=0) < 0
                 or t.max(initial=0) >= len(self.milli)):
             return "invalid target GPUs"
-        if not all(w.fits_model(self.snapshot.gpus[i].model) for i in a.target_gpus):
+        gpus = self.snapshot.gpus
+        if any(gpus[i].node != a.target_node for i in a.target_gpus):   # planned on a fleet listed otherwise
+            return f"target GPUs are not on {a.target_node} in this snapshot (the fleet's nodes changed)"
+        if not all(w.fits_model(gpus[i].model) for i in a.target_gpus):
             return "target GPU model not allowed"
         if set(a.target_gpus) & set(a.source_gpus):
             return "target overlaps source"

@@ -15,12 +15,14 @@ from dataclasses import replace
 import pytest
 from loop_helpers import make_fleet, snapshot, workload
 
+from balancer import fleet as fleet_mod
 from balancer.actions import Plan
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.audit import JsonlAudit
 from balancer.config import BalancerPolicy, SafetyPolicy
 from balancer.loop import Reconciler
-from balancer.model import ScaleTraining, TaintNode, WorkloadClass
+from balancer.model import Migrate, Node, ScaleTraining, TaintNode, WorkloadClass
+from balancer.plan.simulate import Projection
 from balancer.safety import EMERGENCY_LABEL, SafetyGuard
 
 SNAP = snapshot(make_fleet(2, 4), workloads=[(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job"), (i,))
@@ -135,3 +137,24 @@ def test_an_emergency_stop_label_the_fresh_snapshot_shows_holds_the_action():
                      planner=lambda s, f, p, st: (Plan(actions=(taint,)), st))
     report = rec.run_once()
     assert not applied and report.rejected == [(taint, "emergency_stop")]
+
+
+def test_a_migration_whose_target_gpus_moved_to_another_node_is_not_kept():
+    """Actions name GPUs by their position in the snapshot they were planned on. A node that joins between the plan's
+    read and the fresh one (GPUs are listed by host name) shifts the target's positions onto another node: the fit
+    was checked on that node's GPUs and a move onto a target that had filled up meanwhile was kept, its pod evicted
+    with nowhere to run. The same move named by the target's positions in the fresh snapshot is judged on them."""
+    def fleet_of(names):
+        return fleet_mod.build("t", [Node(name=n, gpu_model="A100-SXM4-80GB", gpu_count=4, inlet_c=25.0)
+                                     for n in names])
+
+    planned_on, fresh_fleet = fleet_of(["n0", "n2"]), fleet_of(["n0", "n1", "n2"])   # n1 joined meanwhile
+    web = workload("web-0")
+    filled = [(workload(f"batch-{i}", WorkloadClass.BATCH, mem=80000), (8 + i,)) for i in range(4)]   # n2 full now
+    fresh = snapshot(fresh_fleet, workloads=[(web, (0,)), *filled])
+    assert planned_on.gpus[4].node == "n2" and fresh.gpus[4].node == "n1"
+    move = Migrate(workload=web.name, source_gpus=(0,), target_gpus=(4,), target_node="n2", reason="hot",
+                   expected_gain=1.0)
+    assert "not on n2" in Projection(fresh, POLICY).apply(move)
+    assert "does not fit" in Projection(fresh, POLICY).apply(replace(move, target_gpus=(8,)))
+    assert Projection(fresh, POLICY).apply(replace(move, target_gpus=(5,), target_node="n1")) is None
