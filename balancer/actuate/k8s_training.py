@@ -112,9 +112,19 @@ class TrainingJobs:
                 self._give_back(quota, delta, flavor)
             raise
         if quota and delta < 0:   # shrink: the quota goes back once the job is smaller, completing a change
-            with self.api.reserve():   # already made: on the action's reserve
-                notes.append(self.kueue.shift(quota[1], quota[0], -delta, flavor))
+            notes.append(self._quota_back(quota, -delta, flavor))   # already made: its failure is a note
         return "; ".join([f"{what} {state}", *notes])
+
+    def _quota_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> str:
+        """Quota freed by a shrink that happened, back to inference (on the action's reserve). A failure does not undo
+        the shrink: the workers are stopped all the same, so the action is applied (the budgets count it) and the
+        quota's loss is said in its detail and the log."""
+        try:
+            with self.api.reserve():
+                return self.kueue.shift(queues[1], queues[0], gpus, flavor)
+        except ActuationError as err:
+            log.error("kueue quota freed by a shrink was not given back to %s (%d GPUs): %s", queues[0], gpus, err)
+            return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): {err}"
 
     def _patch(self, job: _Job, body: Json) -> None:
         self.api(job.what, self.api.batch.patch_namespaced_job, job.name, job.ns, body, _content_type=MERGE_PATCH)

@@ -162,6 +162,20 @@ def test_a_failure_leaves_quota_and_job_as_they_were(kube: FakeKube, actuator, m
     assert kube.get("jobs", "train", "ml")["spec"]["parallelism"] == 4
 
 
+def test_a_shrink_whose_quota_cannot_go_back_is_still_applied_and_says_so(kube: FakeKube, actuator) -> None:
+    """The Job is smaller (its workers stopped) before the quota goes back: a failure there (RBAC drift, a webhook
+    on ClusterQueues) does not undo the shrink. Reported failed, the loop's budgets never counted the stopped workers
+    and the planner thought the job still ran them; it is applied, with the quota's loss in its detail."""
+    heterogeneous(kube)
+    kube.add(workload(queued_job(kube), "a100"))
+    kube.inject("PATCH", r"/clusterqueues/", 403, count=10)
+    result = scale(actuator, 2)
+    assert kube.get("jobs", "train", "ml")["spec"]["parallelism"] == 2
+    assert result.outcome is Outcome.APPLIED and "quota NOT given back to inference (4 GPUs)" in result.detail
+    assert (gpu_quota(kube, "inference"), gpu_quota(kube, "training")) == ({"h100": 16, "a100": 16},
+                                                                           {"h100": 8, "a100": 8})
+
+
 def test_a_single_flavor_cohort_still_shifts_without_any_workload(kube: FakeKube, actuator) -> None:
     """The homogeneous setup of before: no Workload yet (Kueue has not seen the Job), one flavor each."""
     kube.add(clusterqueue("inference", "tide", 16))
