@@ -104,6 +104,7 @@ class Reconciler:
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self._recovered = False
+        self._unsaved = False   # the ledger changed since a successor could last inherit it (`_hand_on_ledger`)
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
         self._term: object = None   # the elector's `terms` when this replica last took the lead
@@ -165,6 +166,8 @@ class Reconciler:
         if not self._lead(now):
             return CycleReport("standby", "not the leader")
         self._cycle_office = self._offices
+        if self._unsaved:   # a hand-over that failed: tried again every cycle, not only after the next action
+            self._hand_on_ledger()
         if not self._recovered:
             self._recovered = True
             self._hook(now, "recover", logging.WARNING)
@@ -213,6 +216,7 @@ class Reconciler:
         maybe = [r.action for r in results if r.maybe_applied and r.outcome != Outcome.APPLIED]
         self.ledger = self.guard.record(self.ledger, applied + maybe, fresh, now)
         if applied or maybe:
+            self._unsaved = True
             self._hand_on_ledger()
         self.state = planner_mod.acknowledge(self.state, applied, fresh)
         self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
@@ -251,13 +255,16 @@ class Reconciler:
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
 
     def _hand_on_ledger(self) -> None:
+        """The ledger to where a successor inherits it (the elector's `save_state`, e.g. the Lease annotation). A
+        failure must not stop the controller: it is tried again next cycle, so a leader change after a quiet spell
+        does not hand on a ledger without the last actions' evictions."""
         save = getattr(self.elector, "save_state", None)
-        if save is None:
-            return
         try:
-            save(self.ledger.to_json())
-        except Exception as exc:  # losing the hand-over must not stop the controller; the next act retries it
-            log.warning("safety ledger not saved for a successor: %s", exc)
+            if save is not None:
+                save(self.ledger.to_json())
+            self._unsaved = False
+        except Exception as exc:
+            log.warning("safety ledger not saved for a successor (tried again next cycle): %s", exc)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
         """The accepted actions that still fit the fresh snapshot and that no emergency stop it shows now holds (a node
