@@ -27,11 +27,11 @@ The loop is level-triggered: every cycle re-derives what to do from the fleet as
 lost action or a duplicate cycle converges to the same place. Before acting, accepted actions are re-validated
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
-goes into the safety ledger whatever ends the cycle after it (`_settle`). On its first cycle as
-leader the loop asks the actuator to `recover()` migrations a previous process left half-done, and on every
-cycle that goes on to plan it calls the actuator's `housekeeping()` when it has one (the Kubernetes actuator
-releases expired hot taints and reservations there); both are duck-typed hooks returning notes for the log and
-the audit log. A cycle that holds still (fail-static, emergency stop) touches nothing, housekeeping included.
+goes into the safety ledger whatever ends the cycle after it (`_settle`), and the ledger goes from leader to leader
+(`balancer.ledger_handover`). On its first cycle as leader the loop asks the actuator to `recover()` migrations a
+previous process left half-done, and on every cycle that goes on to plan it calls the actuator's `housekeeping()`
+when it has one (the Kubernetes actuator releases expired hot taints and reservations there); both are duck-typed
+hooks returning notes for the log and the audit log. A cycle that holds still (fail-static, emergency stop) touches nothing, housekeeping included.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
 while recording is logged and never stops the loop.
@@ -60,6 +60,7 @@ from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
 from balancer.fleet_record import FleetRecorder
 from balancer.forecast.service import horizon_label
+from balancer.ledger_handover import LedgerHandover
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan import planner as planner_mod
@@ -104,7 +105,7 @@ class Reconciler:
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self._recovered = False
-        self._unsaved = False   # the ledger changed since a successor could last inherit it (`_hand_on_ledger`)
+        self.handover = LedgerHandover(self.elector)   # the ledger from the previous leader, to the next
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
         self._term: object = None   # the elector's `terms` when this replica last took the lead
@@ -158,7 +159,8 @@ class Reconciler:
         self._recovered = False
         self.fleet.restart()
         self._last_notes = frozenset()
-        self._inherit_ledger()
+        self.ledger = self.handover.inherit(self.ledger)
+        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
 
     def _cycle(self) -> CycleReport:
         now = self.clock()
@@ -166,8 +168,8 @@ class Reconciler:
         if not self._lead(now):
             return CycleReport("standby", "not the leader")
         self._cycle_office = self._offices
-        if self._unsaved:   # a hand-over that failed: tried again every cycle, not only after the next action
-            self._hand_on_ledger()
+        if self.handover.unsaved:   # a hand-over that failed: tried again every cycle, not only after an action
+            self.handover.hand_on(self.ledger)
         if not self._recovered:
             self._recovered = True
             self._hook(now, "recover", logging.WARNING)
@@ -216,8 +218,7 @@ class Reconciler:
         maybe = [r.action for r in results if r.maybe_applied and r.outcome != Outcome.APPLIED]
         self.ledger = self.guard.record(self.ledger, applied + maybe, fresh, now)
         if applied or maybe:
-            self._unsaved = True
-            self._hand_on_ledger()
+            self.handover.changed(self.ledger)
         self.state = planner_mod.acknowledge(self.state, applied, fresh)
         self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
             Outcome.FAILED, Outcome.RETRY)], now)
@@ -236,35 +237,6 @@ class Reconciler:
             if note not in self._last_notes:
                 log.info("plan: %s", note)
         self._last_notes = frozenset(notes)
-
-    def _inherit_ledger(self) -> None:
-        """On becoming the leader: the cooldowns and budget spent by the previous leader, if its elector kept them
-        (`load_state()`, e.g. the Lease annotation), so a restart or fail-over never resets the safety budgets."""
-        load = getattr(self.elector, "load_state", None)
-        text = load() if load is not None else None
-        if not text:
-            return
-        try:
-            inherited = SafetyLedger.from_json(text)
-        except ValueError as exc:
-            log.warning("inherited safety ledger unreadable, starting from this replica's own: %s", exc)
-            return
-        self.ledger = self.ledger.merged(inherited)
-        log.info("inherited safety ledger: %d cooldowns, %d evictions in the window", len(inherited.last_action),
-                 len(inherited.evictions))
-        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
-
-    def _hand_on_ledger(self) -> None:
-        """The ledger to where a successor inherits it (the elector's `save_state`, e.g. the Lease annotation). A
-        failure must not stop the controller: it is tried again next cycle, so a leader change after a quiet spell
-        does not hand on a ledger without the last actions' evictions."""
-        save = getattr(self.elector, "save_state", None)
-        try:
-            if save is not None:
-                save(self.ledger.to_json())
-            self._unsaved = False
-        except Exception as exc:
-            log.warning("safety ledger not saved for a successor (tried again next cycle): %s", exc)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
         """The accepted actions that still fit the fresh snapshot and that no emergency stop it shows now holds (a node

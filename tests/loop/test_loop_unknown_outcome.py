@@ -72,27 +72,36 @@ def test_an_action_that_may_have_landed_spends_the_budgets_but_is_not_acknowledg
     assert record["outcome"] == str(outcome)
 
 
+class Saving:
+    """An elector that always leads and saves the ledger into `saved`; its first `failures` saves fail."""
+
+    def __init__(self, saved: list[str], failures: int = 0) -> None:
+        self.saved, self.failures = saved, failures
+
+    def try_acquire(self, now):
+        return True
+
+    def release(self):
+        pass
+
+    def save_state(self, text):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("lease update timed out")
+        self.saved.append(text)
+
+
 def test_a_successor_inherits_what_may_have_landed():
     """The ledger is handed on (`save_state`) after an action that may have landed, as after an applied one."""
     saved: list[str] = []
-
-    class Elector:
-        def try_acquire(self, now):
-            return True
-
-        def release(self):
-            pass
-
-        def save_state(self, text):
-            saved.append(text)
-
     snap = snapshot(make_fleet(1, 4), age=0.0, workloads=[
         (workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", elastic_min=1), (i,)) for i in range(3)])
 
     def planner(s, forecasts, policy, state):
         return Plan(actions=(SHRINK,)), state or planner_mod.PlannerState()
 
-    rec, _ = loop(Source(snap), [1000.0], planner=planner, actuator=Answering(Outcome.RETRY, True), elector=Elector())
+    rec, _ = loop(Source(snap), [1000.0], planner=planner, actuator=Answering(Outcome.RETRY, True),
+                  elector=Saving(saved))
     rec.run_once()
     assert saved and len(json.loads(saved[-1])["evictions"]) == 2
 
@@ -101,20 +110,6 @@ def test_a_failed_hand_over_is_tried_again_next_cycle_without_waiting_for_anothe
     """Saving the ledger for a successor failed after the shrink (the Lease's API blipped): it was tried again only
     after the next action, so a leader change in a quiet spell handed on a ledger without those evictions."""
     saved: list[str] = []
-    fails = [True]
-
-    class Elector:
-        def try_acquire(self, now):
-            return True
-
-        def release(self):
-            pass
-
-        def save_state(self, text):
-            if fails and fails.pop():
-                raise ConnectionError("lease update timed out")
-            saved.append(text)
-
     snap = snapshot(make_fleet(1, 4), age=0.0, workloads=[
         (workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", elastic_min=1), (i,)) for i in range(3)])
     plans = iter([(SHRINK,), ()])
@@ -123,7 +118,7 @@ def test_a_failed_hand_over_is_tried_again_next_cycle_without_waiting_for_anothe
         return Plan(actions=next(plans)), state or planner_mod.PlannerState()
 
     rec, _ = loop(Source(snap), [1000.0], planner=planner, actuator=Answering(Outcome.APPLIED, False),
-                  elector=Elector())
+                  elector=Saving(saved, failures=1))
     rec.run_once()
     assert not saved
     rec.run_once()   # nothing to do this cycle: the hand-over is retried all the same
