@@ -85,6 +85,7 @@ class LiveResult:
     fleet: fleet_mod.Fleet | None = None
 
 
+EXPORTER_JOB = "gputide-exporter"
 LIVE_MIG = ["4g.40gb", "2g.20gb", "1g.10gb"]   # 7 compute slices of each H100 of the demo fleet
 
 
@@ -120,7 +121,7 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
     exporter = serve(GpuCollector(SimBackend(sim, lock=lock)), port=0)
     metrics = ControllerMetrics(CollectorRegistry())
     controller_http = serve(metrics.registry, port=0)
-    prom = PrometheusServer([Target("gputide-exporter", f"127.0.0.1:{exporter.port}"),
+    prom = PrometheusServer([Target(EXPORTER_JOB, f"127.0.0.1:{exporter.port}"),
                              Target("gputide-controller", f"127.0.0.1:{controller_http.port}")],
                             rule_files=default_rule_files(), scrape_interval="1s", alert_for="0s",
                             directory=out / "prometheus")
@@ -141,7 +142,7 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
     res = LiveResult(prometheus_url=prom.url, start_wall=time.time(), end_wall=0.0, fault_wall=0.0,
                      fault_node=fault_node, outage_wall=(0.0, 0.0), fleet=fleet)
     res.temperature_before = sim.temperature_c.copy()
-    peak_hot = -1.0
+    peak_hot, gate = -1.0, _CycleGate(prom, fleet.n_gpus, EXPORTER_JOB)
     try:
         for cycle in range(cycles):
             with lock:
@@ -164,7 +165,7 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
                 exporter = serve(GpuCollector(SimBackend(sim, lock=lock)), port=exporter.port)
                 res.outage_wall = (res.outage_wall[0], time.time())
                 say(f"  [cycle {cycle:2d}] the exporter is back")
-            time.sleep(1.25)  # one scrape and one rule evaluation after the simulator moved
+            gate.wait(cycle, moved=time.time(), exporter_up=not outage[0] <= cycle < outage[1])
             _record_cycle(res, prom, reconciler.run_once(), cycle, say)
         res.temperature_after = sim.temperature_c.copy()
         time.sleep(1.5)
@@ -176,6 +177,60 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
             prom.stop()
         controller_http.close()
     return res, (prom if prometheus_keepalive else None)
+
+
+class _CycleGate:
+    """Holds each cycle until what the controller reads through Prometheus is the simulator as the cycle left it.
+
+    A fixed wait fits one scrape plus one rule evaluation after the simulator moved only on an idle machine: on a
+    loaded one the controller read the cycle before (late to taint the hot node, or holding still in the cycle the
+    exporter came back, when the taint's renewal was due, so the taint lapsed). With the exporter up, the wait
+    ends once every GPU's newest sample (`gpu:last_sample:timestamp_seconds`, the scrape's timestamp) is from a
+    scrape after the move, and the rule group that records the per-GPU series has finished that evaluation: it
+    commits rule by rule, so a read between two rules would take later series from the evaluation before. With
+    the exporter down, it ends once Prometheus has failed a scrape of it since the cycle began and no per-GPU
+    series is left. Either takes about a second, as the fixed wait did; TimeoutError if it has not come."""
+
+    TIMEOUT_S = 60.0   # about 2 s at most on an idle machine, a few on a loaded one: only a broken setup takes this
+    # Prometheus stamps a scrape with its scheduled time when it starts within 2 ms of it (scrape timestamp
+    # alignment): a sample is from a scrape after the move only when stamped a margin later than the move
+    STAMP_MARGIN_S = 0.01
+    SAMPLED = "gpu:last_sample:timestamp_seconds"
+
+    def __init__(self, prom: PrometheusServer, n_gpus: int, exporter_job: str) -> None:
+        self.prom, self.n_gpus, self.job = prom, n_gpus, exporter_job
+        self.last = _last_record_beside(self.SAMPLED)
+
+    def wait(self, cycle: int, moved: float, exporter_up: bool) -> None:
+        since = f"{moved + self.STAMP_MARGIN_S:.3f}"
+        if exporter_up:
+            promql = (f"count({self.SAMPLED} >= {since}) and on () "
+                      f"(min(timestamp({self.last})) >= max(timestamp({self.SAMPLED})))")
+            awaited = f"all {self.n_gpus} GPUs sampled after the simulator moved, through {self.last}"
+            done = self._all_sampled
+        else:
+            up = f'up{{job="{self.job}"}}'
+            promql = (f"({up} == 0 and on (instance) timestamp({up}) >= {since}) "
+                      f"and on () absent({self.SAMPLED}) and on () absent({self.last})")
+            awaited, done = "a failed scrape of the exporter and no GPU series left", bool
+        try:
+            self.prom.wait_for(promql, done, timeout=self.TIMEOUT_S, interval=0.05)
+        except TimeoutError as exc:
+            raise TimeoutError(f"cycle {cycle}: Prometheus {self.prom.url} did not show {awaited} within "
+                               f"{self.TIMEOUT_S:.0f} s (1 s scrapes and rule evaluations): {exc}") from exc
+
+    def _all_sampled(self, result: list[dict[str, Any]]) -> bool:
+        return bool(result) and float(result[0]["value"][1]) == self.n_gpus
+
+
+def _last_record_beside(record: str) -> str:
+    """The series that the rule group recording `record` records last (in `default_rule_files`)."""
+    for path in default_rule_files():
+        for group in (yaml.safe_load(path.read_text()) or {}).get("groups", []):
+            names = [r["record"] for r in group.get("rules", []) if "record" in r]
+            if record in names:
+                return names[-1]
+    raise LookupError(f"no rule group in {default_rule_files()} records {record}")
 
 
 def _record_cycle(res: LiveResult, prom: PrometheusServer, report: CycleReport, cycle: int,
