@@ -7,6 +7,7 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
 * an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
   `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
+* an inference service with serving series but no finite demand (`serving.service_status`) -> `MissingTelemetry`
 * no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`; except
   a field its exporter declares unsupported (``gputide_exporter_unsupported_field_info``, `gpu_frame.UNKNOWABLE`:
   SM activity of an A100/A30 in MIG mode): NaN, unknown, in the snapshot. dcgm-exporter declares nothing

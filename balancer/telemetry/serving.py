@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from balancer.errors import InvalidTelemetry
+from balancer.errors import InvalidTelemetry, MissingTelemetry
 from balancer.model import ServiceStatus, Workload, WorkloadClass
 from balancer.telemetry.gpu_frame import sample
 
@@ -26,7 +26,10 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     `kube_deployment_spec_replicas`), a service counts the inference pods it owns on GPUs (pending ones are
     invisible then; never 0 while pods run). A `service` label found with two `namespace` labels names two
     services: both become `namespace/service`, as `KubernetesWorkloads` names such owners, instead of one
-    overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs)."""
+    overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs).
+    A service with serving series but no finite demand is `MissingTelemetry` (the loop holds still): read as 0 it
+    would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. A NaN p99
+    (no request in the window) is absent and reads 0: no request waited."""
     samples = []
     spaces: dict[str, set[str]] = {}
     for r in rows:
@@ -45,12 +48,19 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
         namespace[name] = m.get("namespace", "")
         if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
             by.setdefault(name, {})[m["__name__"]] = value
+        else:
+            by.setdefault(name, {})
+    if unknown := sorted(s for s, v in by.items() if "gputide_inference_demand_rps" not in v):
+        raise MissingTelemetry(
+            f"serving series of {', '.join(unknown)} without gputide_inference_demand_rps (or NaN): the demand their "
+            "capacity is sized from is unknown, and is never read as 0; check the scrape of the service's metrics "
+            "and the rule that records its demand (rules/serving/)", subjects=tuple(unknown))
     pods: dict[str, int] = {}
     if any("gputide_inference_replicas" not in v for v in by.values()):
         for w in workloads:
             if w.workload_class is WorkloadClass.INFERENCE and w.owner:
                 pods[w.owner] = pods.get(w.owner, 0) + 1
-    return {s: ServiceStatus(name=s, demand_rps=v.get("gputide_inference_demand_rps", 0.0),
+    return {s: ServiceStatus(name=s, demand_rps=v["gputide_inference_demand_rps"],
                              p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
                              slo_latency_s=slo_latency_s.get(s, default_slo_latency_s),
                              replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v

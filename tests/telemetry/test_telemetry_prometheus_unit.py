@@ -121,13 +121,25 @@ def test_suspended_jobs_come_from_their_provider_and_a_source_without_one_says_i
         (FakeClient(values={("GPU-b0", "sm_active"): 3.0}), InvalidTelemetry, "gpu:sm_active:ratio"),
         (FakeClient(drop={("GPU-a0", "power_w")}), MissingTelemetry, "gpu:power:watts missing"),
         (FakeClient(fail=True), TelemetryUnavailable, "did not answer"),
+        (FakeClient(serving={"gputide_inference_replicas": "3", "gputide_inference_latency_p99_seconds": "0.2"}),
+         MissingTelemetry, "chat without gputide_inference_demand_rps"),
+        (FakeClient(serving={"gputide_inference_demand_rps": "NaN", "gputide_inference_replicas": "3"}),
+         MissingTelemetry, "chat without gputide_inference_demand_rps"),
     ],
     ids=["stale-sample", "nan-temperature", "negative-power", "impossible-sm-active", "gpu-missing-a-field",
-         "prometheus-down"],
+         "prometheus-down", "a-service-without-its-demand", "a-service-with-nan-demand"],
 )
 def test_bad_telemetry_raises_a_typed_error_never_zeros(client, error, message):
     with pytest.raises(error, match=message):
         source(client).snapshot()
+
+
+def test_a_nan_p99_is_no_request_waiting_not_missing_telemetry():
+    """histogram_quantile over a window without requests is NaN: the service is there, idle, nothing waited."""
+    serving = {"gputide_inference_demand_rps": "0", "gputide_inference_latency_p99_seconds": "NaN",
+               "gputide_inference_replicas": "2"}
+    chat = source(FakeClient(serving=serving)).snapshot().services["chat"]
+    assert (chat.demand_rps, chat.p99_latency_s, chat.replicas) == (0.0, 0.0, 2)
 
 
 def test_optional_fields_fall_back_to_the_catalogue_not_to_zero():
