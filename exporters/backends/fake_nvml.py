@@ -6,7 +6,9 @@ NVMLError_NotSupported`` breaks one getter (``fail["nvmlDeviceSetPowerManagement
 an agent without root); a power limit outside ``min_limit_mw``..``max_limit_mw`` is refused as the driver refuses
 it, and ``default_limit_mw`` may sit below ``max_limit_mw`` as on many PCIe boards; ``device.field_fail = {185}``
 makes one batched field answer NotSupported (``nvmlReturn`` 3) and ``device.field_ret = {185: 4}`` any other
-return code (4: NoPermission); `push_xid(device, 48)` queues an XID event. What a board lacks answers NotSupported, as real NVML does:
+return code (4: NoPermission); `push_xid(device, 48)` queues an XID event. Memory info answers version 2
+(``reserved_bytes`` apart from ``used_bytes``) and version 1 (reserved counted as used);
+``fail["nvmlDeviceGetMemoryInfo_v2"] = NVMLError_FunctionNotFound`` is a driver without version 2. What a board lacks answers NotSupported, as real NVML does:
 ``ecc_supported=False`` (a GeForce board, ECC off) and ``remap_supported=False`` (before Ampere) for memory health,
 ``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
 MIG: ``FakeDevice(..., migs=[FakeMig("MIG-...", gpu_instance_id=1, profile="1g.10gb")])`` partitions a GPU; its MIG
@@ -49,6 +51,14 @@ class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
     value = 15
 
 
+class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
+    value = 13
+
+
+class NVMLError_ArgumentVersionMismatch(NVMLError):  # noqa: N801
+    value = 25
+
+
 @dataclass
 class FakeMig:
     """A MIG device of a `FakeDevice` (its `parent` is set by the device)."""
@@ -89,7 +99,8 @@ class FakeDevice:
     default_limit_mw: int = 700_000  # the limit the board boots with; some boards allow more (max_limit_mw)
     energy_mj: int = 123_456_789
     total_bytes: int = 80 << 30
-    used_bytes: int = 20 << 30
+    used_bytes: int = 20 << 30     # allocated by processes (version 2's used)
+    reserved_bytes: int = 0        # the driver's and firmware's (version 2's reserved; counted as used by version 1)
     util: int = 60
     sm_clock: int = 1980
     reasons: int = 0
@@ -130,6 +141,8 @@ class FakeNvml:
     NVMLError_Timeout = NVMLError_Timeout
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
     NVMLError_NotFound = NVMLError_NotFound
+    NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_ArgumentVersionMismatch = NVMLError_ArgumentVersionMismatch
     NVML_SUCCESS = 0
     NVML_DEVICE_MIG_ENABLE = 1
     NVML_ERROR_NOT_SUPPORTED = 3
@@ -160,6 +173,7 @@ class FakeNvml:
     NVML_GPM_METRIC_SM_UTIL = 2
     NVML_GPM_METRICS_GET_VERSION = 1
     nvmlEventTypeXidCriticalError = 0x8
+    nvmlMemory_v2 = 0x2000028   # pynvml's: sizeof(nvmlMemory_v2_t) | 2 << 24
     c_nvmlGpmMetricsGet_t = _GpmMetricsGet
 
     def __init__(self, devices: list[FakeDevice]) -> None:
@@ -279,9 +293,16 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, h, sensor):
         return self._dev(h, "nvmlDeviceGetTemperature").temp
 
-    def nvmlDeviceGetMemoryInfo(self, h):
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
         d = self._dev(h, "nvmlDeviceGetMemoryInfo")
-        return SimpleNamespace(total=d.total_bytes, used=d.used_bytes, free=d.total_bytes - d.used_bytes)
+        free = d.total_bytes - d.reserved_bytes - d.used_bytes
+        if version is None:   # version 1: the reserved memory counts as used
+            return SimpleNamespace(total=d.total_bytes, used=d.used_bytes + d.reserved_bytes, free=free)
+        self._dev(h, "nvmlDeviceGetMemoryInfo_v2")   # fail["nvmlDeviceGetMemoryInfo_v2"]: a driver without it
+        if version != self.nvmlMemory_v2:
+            raise NVMLError_ArgumentVersionMismatch()
+        return SimpleNamespace(version=version, total=d.total_bytes, reserved=d.reserved_bytes, used=d.used_bytes,
+                               free=free)
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return SimpleNamespace(gpu=self._dev(h, "nvmlDeviceGetUtilizationRates").util, memory=0)

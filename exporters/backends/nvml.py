@@ -2,7 +2,10 @@
 
 Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy, power and the
 current power limit (each field has its own return code; a field the driver lacks falls back to the
-classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. SM activity comes from
+classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. Memory is
+``nvmlDeviceGetMemoryInfo`` version 2 (used without the driver's reserved memory, which is published as
+``DCGM_FI_DEV_FB_RESERVED``), else version 1, whose used memory includes the reserved and which has no reserved
+figure (`exporters.backends.nvml_memory`). SM activity comes from
 GPM (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's
 sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100; a Hopper GPU in MIG mode
 also gets it per GPU instance (``nvmlGpmMigSampleGet``, `exporters.backends.nvml_gpm`), as dcgm-exporter publishes
@@ -55,6 +58,7 @@ import numpy as np
 
 from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
 from exporters.backends.nvml_gpm import MigActivity, sm_util
+from exporters.backends.nvml_memory import NvmlMemory
 from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
 from exporters.collector import GPU_FIELD_NAMES
@@ -70,6 +74,7 @@ REMAP_FIELDS = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_C
                 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_UNC",
                 "DCGM_FI_DEV_ROW_REMAP_PENDING": "NVML_FI_DEV_REMAPPED_PENDING",
                 "DCGM_FI_DEV_ROW_REMAP_FAILURE": "NVML_FI_DEV_REMAPPED_FAILURE"}
+FB_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a classic getter to fall back on
 
 
@@ -130,6 +135,7 @@ class NvmlBackend:
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
         self._mig = NvmlMigLookup(nvml, self.handles)
+        self._memory = NvmlMemory(nvml)
         self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, self.handles, strict=True)})
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
@@ -234,10 +240,15 @@ class NvmlBackend:
                 known[k] = get(field, lambda which=which: nvml.nvmlDeviceGetTemperatureThreshold(h, which))
             vals[field][k] = known[k]
         get("DCGM_FI_DEV_GPU_TEMP", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
-        mem = self._ask(k, ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"), lambda: nvml.nvmlDeviceGetMemoryInfo(h), out)
+        mem = self._ask(k, FB_FIELDS, lambda: self._memory.read(k, h), out)
         if mem is not None:
             vals["DCGM_FI_DEV_FB_USED"][k] = round(mem.used / MIB)
             vals["DCGM_FI_DEV_FB_FREE"][k] = round(mem.free / MIB)
+            if k in self._memory.v1:   # version 1: used includes the reserved, which it does not report
+                self._unsupported.add((k, "DCGM_FI_DEV_FB_RESERVED"))
+                out.unsupported.append("DCGM_FI_DEV_FB_RESERVED")
+            else:
+                vals["DCGM_FI_DEV_FB_RESERVED"][k] = round(mem.reserved / MIB)
         util = get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \

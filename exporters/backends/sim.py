@@ -5,7 +5,9 @@ One process can serve the whole simulated fleet (every node's GPUs, ``Hostname``
 ``start + wall-clock elapsed x speed``; with ``speed=None`` the caller drives the simulator (the demo and the
 loop step it in-process) and should pass the ``lock`` it holds while stepping.
 
-Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %); an offline GPU (fallen off the
+Readings are rounded as dcgm-exporter reports them (integer °C, MiB, MHz and %). Every field of
+`exporters.collector.GPU_FIELDS` is published but ``DCGM_FI_DEV_FB_RESERVED`` (`NOT_SIMULATED`): the simulator's
+memory is total = used + free, and it models no memory the driver reserves. An offline GPU (fallen off the
 bus) keeps only ``DCGM_FI_DEV_XID_ERRORS``, every other field is reported as a read error, as NVML would. The
 row-remapper fields of a model without one (before Ampere), which NVML answers with NotSupported, are reported as
 unsupported (no series, no error), online or not, as the NVML backend reports them.
@@ -33,11 +35,12 @@ from balancer import catalog, mig
 from balancer.model import Gpu
 from balancer.sim import SimCluster
 from exporters.backends.base import GpuIdentity, GpuReadings, InstanceReading, ServiceReading, WorkloadInfo
-from exporters.collector import GPU_FIELD_NAMES
 
 REMAPPER_FIELDS = ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
                    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING")
 MIG_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE")   # NotSupported per GPU in MIG mode
+# not simulated: the simulator's memory is total = used + free, with nothing reserved by the driver to report
+NOT_SIMULATED = ("DCGM_FI_DEV_FB_RESERVED",)
 
 
 class MigLayout:
@@ -136,9 +139,9 @@ class SimBackend:
         errors: list[tuple[str, str]] = []
         if not online.all():
             for k in np.flatnonzero(~online).tolist():
-                errors.extend((self.identity[k].uuid, name) for name in GPU_FIELD_NAMES
+                errors.extend((self.identity[k].uuid, name) for name in values
                               if name != "DCGM_FI_DEV_XID_ERRORS" and name not in self._lacks[k])
-            for name in GPU_FIELD_NAMES:
+            for name in list(values):
                 if name != "DCGM_FI_DEV_XID_ERRORS":
                     values[name] = np.where(online, values[name], np.nan)
         return GpuReadings(identity=self.identity, values=values, errors=tuple(errors), unsupported=self._unsupported,

@@ -65,7 +65,7 @@ def test_sm_activity_comes_from_gpm_on_hopper_and_newer_else_from_utilisation(ar
 @pytest.mark.parametrize(("break_it", "lost_fields"), [
     (lambda d: d.fail.update(nvmlDeviceGetClockInfo=NVMLError_NoPermission), {"DCGM_FI_DEV_SM_CLOCK"}),
     (lambda d: d.fail.update(nvmlDeviceGetMemoryInfo=NVMLError_NoPermission),
-     {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}),
+     {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"}),
     (lambda d: d.field_ret.update({82: 999}), {"DCGM_FI_DEV_MEMORY_TEMP"}),
     (lambda d: d.field_fail.add(185), set()),  # falls back to nvmlDeviceGetPowerUsage
 ], ids=["clock forbidden", "memory info forbidden", "memory temperature field failing",
@@ -112,3 +112,33 @@ def test_power_caps_are_set_in_milliwatts_clamped_to_the_constraints_and_reporte
     assert devs[0].limit_mw == 450_000
     _, v = _scrape(backend)
     assert v["DCGM_FI_DEV_POWER_MGMT_LIMIT"][devs[0].uuid] == 450.0
+
+
+def test_memory_is_read_with_nvml_version_2_so_used_leaves_out_the_reserved_which_has_its_own_series():
+    # an idle H200 (bench/device/h200-2026-12-04): nvidia-smi Used 0 MiB, Reserved 616 MiB; version 1 said 615 used
+    nvml, devs = _fake(1, total_bytes=143771 << 20, used_bytes=0, reserved_bytes=616 << 20)
+    reg, v = _scrape(NvmlBackend(nvml))
+    u = devs[0].uuid
+    assert v["DCGM_FI_DEV_FB_USED"][u] == 0 and v["DCGM_FI_DEV_FB_RESERVED"][u] == 616
+    assert v["DCGM_FI_DEV_FB_FREE"][u] == 143771 - 616
+    assert reg.get_sample_value("gputide_exporter_unsupported_field_info",
+                                {"UUID": u, "field": "DCGM_FI_DEV_FB_RESERVED"}) is None
+
+
+@pytest.mark.parametrize("missing", [FakeNvml.NVMLError_FunctionNotFound, FakeNvml.NVMLError_ArgumentVersionMismatch,
+                                     FakeNvml.NVMLError_NotSupported])
+def test_a_driver_without_memory_info_version_2_gets_version_1_and_no_reserved_series(missing):
+    nvml, devs = _fake(2, used_bytes=20 << 30, reserved_bytes=512 << 20)
+    devs[0].fail["nvmlDeviceGetMemoryInfo_v2"] = missing
+    backend = NvmlBackend(nvml)
+    for _ in range(2):
+        reg, v = _scrape(backend)
+    old, new = devs[0].uuid, devs[1].uuid
+    assert v["DCGM_FI_DEV_FB_USED"][old] == 20480 + 512 and v["DCGM_FI_DEV_FB_USED"][new] == 20480  # v1: reserved in
+    assert v["DCGM_FI_DEV_FB_FREE"][old] == v["DCGM_FI_DEV_FB_FREE"][new] == 81920 - 20480 - 512
+    assert old not in v["DCGM_FI_DEV_FB_RESERVED"] and v["DCGM_FI_DEV_FB_RESERVED"][new] == 512
+    assert reg.get_sample_value("gputide_exporter_unsupported_field_info",
+                                {"UUID": old, "field": "DCGM_FI_DEV_FB_RESERVED"}) == 1.0
+    assert reg.get_sample_value("gputide_exporter_collect_errors_total",
+                                {"UUID": old, "field": "DCGM_FI_DEV_FB_RESERVED"}) is None
+    assert nvml.asked.count(("nvmlDeviceGetMemoryInfo_v2", old)) == 1   # version 2 not asked again

@@ -11,10 +11,10 @@ from balancer.model import Node
 from balancer.sim import SimCluster
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission, NVMLError_NotSupported
 from exporters.backends.nvml import NvmlBackend
-from exporters.backends.sim import REMAPPER_FIELDS, SimBackend
+from exporters.backends.sim import NOT_SIMULATED, REMAPPER_FIELDS, SimBackend
 from exporters.collector import GPU_FIELD_NAMES, GpuCollector
 
-FB = {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"}
+FB = {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"}
 
 
 def _fake(n: int = 2, **kw) -> tuple[FakeNvml, list[FakeDevice]]:
@@ -125,5 +125,6 @@ def test_the_simulated_fleet_lists_a_model_without_row_remapper_as_unsupported_o
     scrape = Scrape(GpuCollector(SimBackend(sim)))
     assert scrape.lacks(t4) == scrape.lacks(t4_lost) == set(REMAPPER_FIELDS) and scrape.lacks(h100) == set()
     assert scrape.failed(t4) == scrape.failed(h100) == set()
-    assert scrape.failed(t4_lost) == set(GPU_FIELD_NAMES) - set(REMAPPER_FIELDS) - {"DCGM_FI_DEV_XID_ERRORS"}
-    assert scrape.present(t4) == set(GPU_FIELD_NAMES) - set(REMAPPER_FIELDS)
+    simulated = set(GPU_FIELD_NAMES) - set(NOT_SIMULATED)
+    assert scrape.failed(t4_lost) == simulated - set(REMAPPER_FIELDS) - {"DCGM_FI_DEV_XID_ERRORS"}
+    assert scrape.present(t4) == simulated - set(REMAPPER_FIELDS)
