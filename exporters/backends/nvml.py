@@ -114,7 +114,7 @@ class NvmlBackend:
             self.handles.append(h)
             ids.append(GpuIdentity(gpu=str(i), uuid=_text(nvml.nvmlDeviceGetUUID(h)),
                                    pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(h).busId),
-                                   device=f"nvidia{self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), i)}",
+                                   device=f"nvidia{i}",   # dcgm-exporter's: the GPU's index, not its minor
                                    model_name=_text(nvml.nvmlDeviceGetName(h)), hostname=host))
         self.identity = tuple(ids)
         self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}

@@ -142,3 +142,12 @@ def test_a_driver_without_memory_info_version_2_gets_version_1_and_no_reserved_s
     assert reg.get_sample_value("gputide_exporter_collect_errors_total",
                                 {"UUID": old, "field": "DCGM_FI_DEV_FB_RESERVED"}) is None
     assert nvml.asked.count(("nvmlDeviceGetMemoryInfo_v2", old)) == 1   # version 2 not asked again
+
+
+def test_the_device_label_is_the_gpu_index_as_dcgm_exporter_names_it_not_the_device_minor_number():
+    # a pod given two of a node's GPUs sees them as index 0 and 1, with the node's /dev/nvidia5 and /dev/nvidia2
+    nvml = FakeNvml([FakeDevice(uuid="GPU-a", minor=5), FakeDevice(uuid="GPU-b", minor=2)])
+    reg, _ = _scrape(NvmlBackend(nvml))
+    temps = {s.labels["UUID"]: (s.labels["gpu"], s.labels["device"]) for f in reg.collect()
+             if f.name == "DCGM_FI_DEV_GPU_TEMP" for s in f.samples}
+    assert temps == {"GPU-a": ("0", "nvidia0"), "GPU-b": ("1", "nvidia1")}
