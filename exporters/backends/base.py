@@ -21,7 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+# dcgm-exporter's per-GPU labels; DCGM_FI_DRIVER_VERSION is the label its counters files declare (``label`` type)
+LABEL_NAMES = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +35,11 @@ class GpuIdentity:
     device: str
     model_name: str
     hostname: str
+    driver_version: str = ""   # "" when unknown: Prometheus reads an empty label as no label
 
     def labels(self) -> dict[str, str]:
         return dict(zip(LABEL_NAMES, (self.gpu, self.uuid, self.pci_bus_id, self.device, self.model_name,
-                                      self.hostname)))
+                                      self.hostname, self.driver_version), strict=True))
 
 
 @dataclass(frozen=True, slots=True)

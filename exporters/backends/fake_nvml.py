@@ -175,6 +175,7 @@ class FakeNvml:
     nvmlEventTypeXidCriticalError = 0x8
     nvmlMemory_v2 = 0x2000028   # pynvml's: sizeof(nvmlMemory_v2_t) | 2 << 24
     c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+    driver_version: str | None = "580.159.04"   # None: nvmlSystemGetDriverVersion fails
 
     def __init__(self, devices: list[FakeDevice]) -> None:
         self.devices = devices
@@ -201,6 +202,11 @@ class FakeNvml:
 
     def nvmlShutdown(self) -> None:
         self.initialised = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        if self.driver_version is None:
+            raise NVMLError()
+        return self.driver_version
 
     def nvmlDeviceGetCount(self) -> int:
         return len(self.devices)

@@ -107,6 +107,7 @@ class NvmlBackend:
         self.nvml = nvml
         nvml.nvmlInit()
         host = hostname or socket.gethostname()
+        driver = _text(self._try_static(nvml.nvmlSystemGetDriverVersion, ""))   # DCGM_FI_DRIVER_VERSION label
         self.handles: list[Any] = []
         ids: list[GpuIdentity] = []
         for i in range(nvml.nvmlDeviceGetCount()):
@@ -115,7 +116,8 @@ class NvmlBackend:
             ids.append(GpuIdentity(gpu=str(i), uuid=_text(nvml.nvmlDeviceGetUUID(h)),
                                    pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(h).busId),
                                    device=f"nvidia{i}",   # dcgm-exporter's: the GPU's index, not its minor
-                                   model_name=_text(nvml.nvmlDeviceGetName(h)), hostname=host))
+                                   model_name=_text(nvml.nvmlDeviceGetName(h)), hostname=host,
+                                   driver_version=driver))
         self.identity = tuple(ids)
         self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}
         n = len(ids)

@@ -41,6 +41,7 @@ REMAPPER_FIELDS = ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRE
 MIG_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE")   # NotSupported per GPU in MIG mode
 # not simulated: the simulator's memory is total = used + free, with nothing reserved by the driver to report
 NOT_SIMULATED = ("DCGM_FI_DEV_FB_RESERVED",)
+DRIVER_VERSION = "580.159.04"   # the DCGM_FI_DRIVER_VERSION label: the fleet spec names none; the real H200's (bench/)
 
 
 class MigLayout:
@@ -93,7 +94,8 @@ class SimBackend:
         self._wl: tuple[WorkloadInfo, ...] = ()
         self.identity = tuple(
             GpuIdentity(gpu=str(g.slot), uuid=g.uuid, pci_bus_id=g.pci_bus_id, device=f"nvidia{g.slot}",
-                        model_name=catalog.CATALOGUE[g.model].model_name, hostname=g.node)
+                        model_name=catalog.CATALOGUE[g.model].model_name, hostname=g.node,
+                        driver_version=DRIVER_VERSION)
             for g in gpus)
         self._mig = MigLayout(gpus, sim.fleet.mig)
         in_mig = set(self._mig.gpus.tolist())

@@ -38,7 +38,7 @@ def test_readings_are_converted_to_dcgm_units_and_labelled_like_dcgm_exporter():
     assert v["DCGM_FI_DEV_XID_ERRORS"][u] == 0
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", {
         "gpu": "1", "UUID": u, "pci_bus_id": "00000000:28:00.0", "device": "nvidia1",
-        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a"}) == 45.0
+        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a", "DCGM_FI_DRIVER_VERSION": "580.159.04"}) == 45.0
     assert nvml.calls.count("nvmlDeviceGetFieldValues") >= 2  # one batch per GPU per scrape
 
 
@@ -151,3 +151,15 @@ def test_the_device_label_is_the_gpu_index_as_dcgm_exporter_names_it_not_the_dev
     temps = {s.labels["UUID"]: (s.labels["gpu"], s.labels["device"]) for f in reg.collect()
              if f.name == "DCGM_FI_DEV_GPU_TEMP" for s in f.samples}
     assert temps == {"GPU-a": ("0", "nvidia0"), "GPU-b": ("1", "nvidia1")}
+
+
+def test_every_gpu_series_carries_the_driver_version_label_as_dcgm_exporter_does():
+    nvml, _ = _fake(2)
+    nvml.driver_version = b"575.57.08"   # older bindings answer bytes
+    reg, _ = _scrape(NvmlBackend(nvml))
+    gpu_series = [s for f in reg.collect() if f.name.startswith("DCGM_FI_") for s in f.samples]
+    assert len(gpu_series) > 20 and {s.labels["DCGM_FI_DRIVER_VERSION"] for s in gpu_series} == {"575.57.08"}
+    nvml.driver_version = None   # NVML will not say: the label is empty, which Prometheus reads as no label
+    reg, _ = _scrape(NvmlBackend(nvml))
+    assert {s.labels["DCGM_FI_DRIVER_VERSION"] for f in reg.collect() if f.name == "DCGM_FI_DEV_GPU_TEMP"
+            for s in f.samples} == {""}

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from balancer.fleet import demo_fleet
 from balancer.sim import SimCluster, default_mix
 from exporters.backends.base import LABEL_NAMES
-from exporters.backends.sim import NOT_SIMULATED, SimBackend
+from exporters.backends.sim import DRIVER_VERSION, NOT_SIMULATED, SimBackend
 from exporters.collector import GPU_FIELD_NAMES, GpuCollector
 from exporters.exposition import render
 from exporters.power_caps import JsonFileCaps, PowerCapAgent
@@ -44,7 +44,7 @@ def test_every_dcgm_series_is_exposed_for_every_gpu_of_the_default_fleet_with_dc
     s = fams["DCGM_FI_DEV_GPU_TEMP"].samples[0]
     g = demo.fleet.gpus[0]
     assert s.labels == {"gpu": "0", "UUID": g.uuid, "pci_bus_id": g.pci_bus_id, "device": "nvidia0",
-                        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": g.node}
+                        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": g.node, "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION}
 
 
 def test_the_energy_counter_keeps_dcgm_exporters_name_without_a_total_suffix(demo):
@@ -61,7 +61,7 @@ def test_values_match_the_simulator_in_dcgm_units(demo):
     reg, _, _ = _scrape(SimBackend(demo))
     g = demo.fleet.gpus[5]
     labels = {"gpu": str(g.slot), "UUID": g.uuid, "pci_bus_id": g.pci_bus_id, "device": f"nvidia{g.slot}",
-              "modelName": "NVIDIA H100 80GB HBM3", "Hostname": g.node}
+              "modelName": "NVIDIA H100 80GB HBM3", "Hostname": g.node, "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION}
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", labels) == round(demo.temperature_c[5])
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_UTIL", labels) == round(demo.gpu_util[5] * 100)
     assert reg.get_sample_value("DCGM_FI_DEV_FB_FREE", labels) == round(demo.mem_total_mib[5] - demo.mem_used_mib[5])
