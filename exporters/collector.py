@@ -5,6 +5,7 @@ dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, hel
 
 * ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table; a pod on a MIG
   instance also has dcgm-exporter's ``GPU_I_ID`` and ``GPU_I_PROFILE``),
+* ``DCGM_FI_DEV_XID_ERRORS`` with dcgm-exporter's ``err_code`` and ``err_msg`` labels too (`exporters.xid`),
 * ``DCGM_FI_PROF_SM_ACTIVE`` also per GPU instance of a MIG GPU (``GPU_I_ID``, ``GPU_I_PROFILE``), where the backend
   reads it (`GpuReadings.instances`), as dcgm-exporter publishes it,
 * ``gputide_exporter_scrape_duration_seconds`` (how long this collect took to read and build),
@@ -40,6 +41,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from exporters.backends.base import Backend, GpuIdentity, GpuReadings
+from exporters.xid import xid_labels
 
 # (name, type, help) in dcgm-exporter's words
 GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -122,6 +124,9 @@ class GpuCollector(Collector):
         self._us_key: tuple[tuple[str, str], ...] = ()
         self._us_sets: list[dict[str, str]] = []
         self._us_strs: list[str] = []
+        self._xid_key: object = None
+        self._xid_sets: list[dict[str, str]] = []
+        self._xid_strs: list[str] = []
 
     def describe(self) -> list[Metric]:
         return []  # reading the hardware at registration time would be a side effect
@@ -166,6 +171,8 @@ class GpuCollector(Collector):
                 values = values[ok]
             if name == "DCGM_FI_PROF_SM_ACTIVE" and r.instances:
                 sets, strs, values = self._with_instances(r, sets, strs, values)
+            elif name == "DCGM_FI_DEV_XID_ERRORS":
+                sets, strs = self._with_xid_labels(sets, values)
             yield ArrayMetric(name, doc, typ, sets, strs, values)
 
     def _with_instances(self, r: GpuReadings, sets: list[dict[str, str]], strs: list[str], values: np.ndarray
@@ -175,6 +182,17 @@ class GpuCollector(Collector):
                   **({"GPU_I_PROFILE": i.profile} if i.profile else {})} for i in r.instances]
         return ([*sets, *extra], [*strs, *map(label_str, extra)],
                 np.concatenate([values, np.array([i.sm_active for i in r.instances], dtype=float)]))
+
+    def _with_xid_labels(self, sets: list[dict[str, str]], values: np.ndarray
+                         ) -> tuple[list[dict[str, str]], list[str]]:
+        """The XID samples' labels plus dcgm-exporter's ``err_code`` and ``err_msg`` (`exporters.xid`). The last XID
+        rarely changes: the label sets are rebuilt only when the GPUs or their codes do."""
+        key = (self._identity, tuple(map(id, sets)), values.tobytes())
+        if key != self._xid_key:
+            self._xid_key = key
+            self._xid_sets = [{**s, **xid_labels(v)} for s, v in zip(sets, values.tolist(), strict=True)]
+            self._xid_strs = [label_str(d) for d in self._xid_sets]
+        return self._xid_sets, self._xid_strs
 
     def _workload_family(self, r: GpuReadings) -> Metric:
         # placements change rarely: a backend that returns the same tuple gets the cached label strings back

@@ -84,6 +84,7 @@ def test_a_lost_or_failing_mig_gpu_gives_no_instance_series_and_the_scrape_still
     del gpu.fail["nvmlDeviceGetMaxMigDeviceCount"]
     gpu.lost = True
     assert instances(reg) == {}
-    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", {"gpu": "0", "UUID": H100, "pci_bus_id": "00000000:18:00.0",
-                                                           "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3",
-                                                           "Hostname": "node-a", "DCGM_FI_DRIVER_VERSION": "580.159.04"}) == 79
+    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", {
+        "gpu": "0", "UUID": H100, "pci_bus_id": "00000000:18:00.0", "device": "nvidia0",
+        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a", "DCGM_FI_DRIVER_VERSION": "580.159.04",
+        "err_code": "79", "err_msg": "GPU has fallen off the bus"}) == 79

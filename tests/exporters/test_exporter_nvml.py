@@ -163,3 +163,25 @@ def test_every_gpu_series_carries_the_driver_version_label_as_dcgm_exporter_does
     reg, _ = _scrape(NvmlBackend(nvml))
     assert {s.labels["DCGM_FI_DRIVER_VERSION"] for f in reg.collect() if f.name == "DCGM_FI_DEV_GPU_TEMP"
             for s in f.samples} == {""}
+
+
+def test_the_xid_series_carries_dcgm_exporters_err_code_and_err_msg_labels_and_follows_a_new_xid():
+    nvml, devs = _fake(3)
+    backend = NvmlBackend(nvml, hostname="node-a")
+    reg = CollectorRegistry()
+    reg.register(GpuCollector(backend))
+
+    def xids():
+        text = render(reg).decode()
+        fam = next(f for f in text_string_to_metric_families(text) if f.name == "DCGM_FI_DEV_XID_ERRORS")
+        return {s.labels["UUID"]: (s.value, s.labels["err_code"], s.labels["err_msg"]) for s in fam.samples}
+
+    assert set(xids().values()) == {(0.0, "0", "No Error")}
+    nvml.push_xid(devs[0], 48)
+    nvml.push_xid(devs[1], 999)
+    got = xids()
+    assert got[devs[0].uuid] == (48.0, "48", "Double Bit ECC Error")
+    assert got[devs[1].uuid] == (999.0, "999", "Unknown Error")   # dcgm-exporter's word for a code it has no text for
+    assert got[devs[2].uuid] == (0.0, "0", "No Error")
+    nvml.push_xid(devs[0], 79)
+    assert xids()[devs[0].uuid] == (79.0, "79", "GPU has fallen off the bus")   # the labels follow the value

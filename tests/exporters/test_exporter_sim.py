@@ -40,7 +40,8 @@ def test_every_dcgm_series_is_exposed_for_every_gpu_of_the_default_fleet_with_dc
     for name in set(GPU_FIELD_NAMES) - set(NOT_SIMULATED):
         samples = fams[name].samples
         assert {s.labels["UUID"] for s in samples} == uuids, name
-        assert all(set(s.labels) == set(LABEL_NAMES) for s in samples)
+        xid = {"err_code", "err_msg"} if name == "DCGM_FI_DEV_XID_ERRORS" else set()
+        assert all(set(s.labels) == set(LABEL_NAMES) | xid for s in samples)
     s = fams["DCGM_FI_DEV_GPU_TEMP"].samples[0]
     g = demo.fleet.gpus[0]
     assert s.labels == {"gpu": "0", "UUID": g.uuid, "pci_bus_id": g.pci_bus_id, "device": "nvidia0",
