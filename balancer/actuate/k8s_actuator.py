@@ -245,8 +245,10 @@ class KubernetesActuator:
             if until is not None and until <= now:
                 self.api.update_node(name, lambda n: taints_change(n, self.hot_taint_key, False, None))
                 notes.append(f"{name}: hot taint expired")
+            # an entry that is not {"expires": ...} (hand-edited, an older writer) is nobody's: gone as expired, and
+            # never an error that would stop the nodes after this one from being cleaned
             stale = {k: None for k, v in _json_annotation(node, self.reservation_annotation).items()
-                     if (parse_time(v.get("expires")) or 0) <= now}
+                     if (parse_time(v.get("expires") if isinstance(v, dict) else None) or 0) <= now}
             if stale:
                 self.api.update_node(name, lambda n, s=stale: annotation_map_change(n, self.reservation_annotation, s))
                 notes.append(f"{name}: reservations expired: {sorted(stale)}")

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
+from balancer.actuate.k8s_pods import recreated
 from balancer.actuate.kubernetes import (
     Json,
     KubeTemporaryError,
@@ -64,6 +65,9 @@ class Migrations:
         except IndexError as exc:
             raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
         current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
+        if not recreated(current.get("metadata") or {}):   # evicted, nothing would run it again anywhere
+            raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
+                                          "pod of its node): it is not moved")
         running_on = (current.get("spec") or {}).get("nodeName")
         if source and running_on and running_on != source:
             raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
@@ -87,10 +91,11 @@ class Migrations:
                     self.api.update_node(source, lambda n: taints_change(
                         n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
-            self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, body, retry_throttled=False)
-        except NotFoundError:   # gone since we read it: deleted, or our own timed-out eviction went through
-            return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
-        except ActuationError as err:
+            try:
+                self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, body, retry_throttled=False)
+            except NotFoundError:   # the pod (not the source node) is gone since we read it: deleted, or our own
+                return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
+        except ActuationError as err:   # timed-out eviction went through; a 404 before it (the node) is a failure
             uid = (current.get("metadata") or {}).get("uid")
             landed = self.eviction_landed(evict, ns, pod, uid) if evict in self.api.unknown_writes else None
             if landed is not None:   # the reservation is its replacement's

@@ -96,9 +96,16 @@ def _owner(meta: Json) -> tuple[str, str]:
     return name, kind
 
 
+def recreated(meta: Json) -> bool:
+    """Whether a controller recreates the pod elsewhere once it is evicted: a controlling ownerReference, and not
+    its node's (a static pod's mirror, which only its kubelet runs). A bare pod evicted is gone for good."""
+    return any(o.get("controller") and o.get("kind") != "Node" for o in meta.get("ownerReferences") or [])
+
+
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
-    and `movable` by the annotation alone (`with_namespaces` settles both); None for a pod without GPUs."""
+    and `movable` by the annotation and whether a controller recreates it (`recreated`) alone (`with_namespaces`
+    settles both); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus, cpu, mem = pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
@@ -118,7 +125,8 @@ def _pod_workload(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=as_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity, movable=str(notes.get("gputide.io/movable", "true")).lower() != "false",
+        pod_affinity=affinity,
+        movable=recreated(meta) and str(notes.get("gputide.io/movable", "true")).lower() != "false",
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
         checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),

@@ -36,7 +36,7 @@ from balancer.actuate.sim import SimActuator
 from balancer.app.soak_checks import BudgetCheck, Check, StaleGuard, WorkloadLedger
 from balancer.loop import CycleReport, Reconciler
 from balancer.metrics import ControllerMetrics
-from balancer.model import Action, ClusterSnapshot, Migrate, NodeMeta, SetPowerLimit, TaintNode
+from balancer.model import Action, ClusterSnapshot, Migrate, NodeMeta, SetPowerLimit, TaintNode, WorkloadClass
 from balancer.sim import SimCluster
 from exporters.backends.sim import SimBackend
 from exporters.collector import GpuCollector
@@ -142,9 +142,14 @@ class KubeMirror:
         if current is not None:
             with self.kube._lock:
                 self.kube.objects.pop(("pods", ns, pod), None)
-        owner = self.sim.workloads[workload].owner or pod
+        w = self.sim.workloads[workload]
+        owner = w.owner or pod
+        kind = ("apps/v1", "ReplicaSet") if w.workload_class is WorkloadClass.INFERENCE else ("batch/v1", "Job")
+        controller = {"apiVersion": kind[0], "kind": kind[1], "name": owner, "uid": f"uid-{ns}-{owner}",
+                      "controller": True}   # what recreates it once evicted: gputide moves no bare pod
         self.kube.add({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": pod, "namespace": ns, "labels": {"app": owner}},
+                       "metadata": {"name": pod, "namespace": ns, "labels": {"app": owner},
+                                    "ownerReferences": [controller]},
                        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/app"}]}})
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult | None:

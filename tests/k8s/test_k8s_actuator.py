@@ -70,7 +70,7 @@ def cluster(kube: FakeKube) -> FakeKube:
     kube.add(node("n1", 2))
     kube.add(node("n2", 2))
     kube.add(pod("web-1", labels={"app": "web"}, node_name="n1", owner=("ReplicaSet", "web-5d8f")))
-    kube.add(pod("solo", node_name="n1"))
+    kube.add(pod("solo", node_name="n1", owner=("Job", "solo")))
     kube.add(pdb("web", "default", {"app": "web"}, allowed=1))
     return kube
 
@@ -168,12 +168,23 @@ def test_a_pod_gone_between_read_and_eviction_counts_as_moved(cluster: FakeKube,
     assert RESERVATION_ANNOTATION in annotations(cluster, "n2")
 
 
-def test_reservation_of_a_pod_without_owner_is_keyed_by_the_pod(cluster: FakeKube, actuator) -> None:
+def test_reservation_of_a_pod_the_snapshot_names_no_owner_for_is_keyed_by_the_pod(cluster: FakeKube,
+                                                                                   actuator) -> None:
     cluster.add(node("n3", 2))
     action = migrate(workload="default/solo", source=(1,), target=(2, 3), node_name="n2")
     assert actuator.apply(action, SNAP).outcome is Outcome.APPLIED
     reservation = json.loads(annotations(cluster, "n2")[RESERVATION_ANNOTATION])
     assert list(reservation) == ["default/solo"] and reservation["default/solo"]["gpus"] == [0, 1]
+
+
+def test_a_pod_no_controller_recreates_is_not_moved(cluster: FakeKube, actuator) -> None:
+    """A bare pod (no controlling ownerReference) evicted is gone for good: the migration is refused before anything
+    is reserved, tainted or evicted. So is a static pod (its mirror's owner is the Node: only that kubelet runs it)."""
+    for name, owner in (("bare", None), ("static", ("Node", "n1"))):
+        cluster.add(pod(name, node_name="n1", owner=owner))
+        result = actuator.apply(migrate(workload=f"default/{name}", source=(1,), target=(2,), node_name="n2"), SNAP)
+        assert result.outcome is Outcome.FAILED and "no controller recreates it" in result.detail
+    assert not cluster.calls("POST", r"/eviction$") and not [r for r in cluster.requests if r.method == "PATCH"]
 
 
 def test_the_reservation_of_a_qualified_owner_is_keyed_once_by_its_namespace(cluster: FakeKube, actuator) -> None:
@@ -257,6 +268,30 @@ def test_release_expired_removes_old_taints_and_reservations_only(cluster: FakeK
     clock.advance(actuator.hot_taint_ttl_s)
     assert actuator.release_expired() == ["n1: hot taint expired"]
     assert not taints(cluster, "n1") and HOT_UNTIL_ANNOTATION not in annotations(cluster, "n1")
+
+
+def test_an_entry_not_gputides_in_the_reservations_is_cleaned_and_stops_nothing(cluster: FakeKube, actuator,
+                                                                                 clock) -> None:
+    """A reservation entry that is not {"expires": ...} (hand-edited, an older writer) raised out of the cleanup:
+    no node after it was cleaned, so an expired hot taint there stayed. It is removed as expired now."""
+    cluster.mutate("nodes", "n1", "", {"metadata": {"annotations": {RESERVATION_ANNOTATION: json.dumps(
+        {"default/odd": "soon"})}}})
+    assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED   # taints n1, reserves on n2
+    clock.advance(actuator.hot_taint_ttl_s + 1)
+    notes = actuator.release_expired()
+    assert "n1: reservations expired: ['default/odd']" in notes and "n1: hot taint expired" in notes
+    assert "n2: reservations expired: ['default/web']" in notes
+
+
+def test_a_source_node_gone_is_a_failed_migration_not_a_pod_already_gone(cluster: FakeKube, actuator) -> None:
+    """The 404 of tainting a deleted source node was read as the pod's: APPLIED, "already gone", the target held
+    and the move counted, while the pod was never evicted. Only the eviction's own 404 means the pod is gone."""
+    cluster.inject("GET", r"/api/v1/nodes/n1$", 404)
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.FAILED and "already gone" not in result.detail
+    assert not cluster.calls("POST", r"/eviction$")
+    assert RESERVATION_ANNOTATION not in annotations(cluster, "n2") or json.loads(
+        annotations(cluster, "n2")[RESERVATION_ANNOTATION]) == {}
 
 
 def give_back(uuid: str = "GPU-0", catalogue_w: float = 700.0) -> SetPowerLimit:

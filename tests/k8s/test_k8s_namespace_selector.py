@@ -63,7 +63,7 @@ def covered(provider: KubernetesWorkloads, key: str = "team-a/web-0") -> frozens
 
 def test_a_pod_whose_anti_affinity_selects_team_namespaces_is_movable_and_covers_only_them(kube, api, clock):
     teams(kube)
-    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"})))
+    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"}, owner=("ReplicaSet", "web-5c9f"))))
     provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
     w = provider()["team-a/web-0"]
     (term,) = w.pod_affinity.anti
@@ -74,7 +74,7 @@ def test_a_pod_whose_anti_affinity_selects_team_namespaces_is_movable_and_covers
 
 def test_before_the_namespaces_are_first_listed_the_pod_stays_unmovable(kube: FakeKube, api, clock):
     teams(kube)
-    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"})))
+    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"}, owner=("ReplicaSet", "web-5c9f"))))
     pinned = kept_apart(pod("web-1", "team-a", labels={"app": "web"}))
     pinned["metadata"]["annotations"] = {"gputide.io/movable": "false"}
     kube.add(pinned)
@@ -94,7 +94,7 @@ def test_before_the_namespaces_are_first_listed_the_pod_stays_unmovable(kube: Fa
 
 def test_a_watching_controller_re_evaluates_the_term_when_a_namespaces_labels_change(kube: FakeKube, api, clock):
     teams(kube)
-    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"})))
+    kube.add(kept_apart(pod("web-0", "team-a", labels={"app": "web"}, owner=("ReplicaSet", "web-5c9f"))))
     provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None, watch=True, watch_s=1.0)
     try:
         assert covered(provider) == {"team-a", "team-b"}

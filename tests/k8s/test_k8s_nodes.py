@@ -96,14 +96,14 @@ def test_the_snapshot_carries_the_nodes_labels_and_taints_and_holds_still_until_
 
 
 def test_a_pod_pinned_to_a_zone_is_movable_within_it_and_carries_its_pod_anti_affinity():
-    zoned = pod("z", gpus=1)
+    zoned = pod("z", gpus=1, owner=("ReplicaSet", "z-5c9f"))
     zoned["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "b"}
     w = workload_from_pod(zoned)
     assert w.movable and w.node_rules.selector == (("topology.kubernetes.io/zone", "b"),)
     twin = pod("z2", gpus=1)
     twin["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "b"}
     assert workload_from_pod(twin).node_rules is w.node_rules   # one shared rule set per template
-    apart = pod("a", gpus=1)
+    apart = pod("a", gpus=1, owner=("ReplicaSet", "a-5c9f"))
     apart["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
     spread = workload_from_pod(apart)

@@ -173,7 +173,7 @@ def test_required_placement_rules_give_models_and_only_unreadable_pod_affinity_m
     """GPU models come from the product label; other labels the planner checks against the nodes' own
     (`node_rules`), pod affinity against where the other pods run (`pod_affinity`). A term that names namespaces
     by their labels cannot be checked (gputide does not read namespaces): such a pod is not movable."""
-    p = pod("p", gpus=1)
+    p = pod("p", gpus=1, owner=("ReplicaSet", "p-6f7d"))   # a controller recreates it: movable by its rules
     p["spec"].update(spec)
     w = workload_from_pod(p)
     assert w.allowed_models == (frozenset(models) if models else None) and w.movable is movable
@@ -216,3 +216,12 @@ def test_pods_of_a_job_get_its_worker_limit_and_whether_kueue_restarts_it_to_res
                       "queued": (2, 8, True),    # queued through Kueue, not elastic there: a resize restarts it
                       "sliced": (2, 8, False),   # Kueue's elastic-job annotation: resized in place
                       "plain": (2, 8, False)}
+
+
+@pytest.mark.parametrize(("owner", "movable"), [
+    (("ReplicaSet", "web-5c9f"), True), (("Job", "train"), True), (None, False), (("Node", "n1"), False),
+], ids=["deployment's", "job's", "bare pod", "static pod"])
+def test_only_a_pod_a_controller_recreates_is_movable(owner, movable):
+    """Evicting a bare pod (or the mirror of a static pod, which only its kubelet runs) leaves it nowhere to run:
+    such a pod is never a migration's candidate, whatever its annotations say."""
+    assert workload_from_pod(pod("p", gpus=1, owner=owner)).movable is movable
