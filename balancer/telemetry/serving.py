@@ -15,6 +15,7 @@ from balancer.errors import InvalidTelemetry, MissingTelemetry
 from balancer.model import ServiceStatus, Workload, WorkloadClass
 from balancer.telemetry.gpu_frame import sample
 
+P99_BEYOND_BUCKETS_S = 3600.0   # a +Inf p99: beyond the highest bucket of any serving latency histogram
 SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
                   "gputide_inference_replicas")
 
@@ -29,7 +30,8 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs).
     A service with serving series but no finite demand is `MissingTelemetry` (the loop holds still): read as 0 it
     would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. A NaN p99
-    (no request in the window) is absent and reads 0: no request waited."""
+    (no request in the window) is absent and reads 0: no request waited; a +Inf one (beyond the highest bucket)
+    reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm (finite, so the planner's arithmetic stays finite)."""
     samples = []
     spaces: dict[str, set[str]] = {}
     for r in rows:
@@ -46,7 +48,9 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
         if len(spaces[name]) > 1 and m.get("namespace"):
             name = f"{m['namespace']}/{name}"
         namespace[name] = m.get("namespace", "")
-        if math.isfinite(value):  # NaN (no traffic in a histogram_quantile) is absent, as the exporter does
+        if value == math.inf and m["__name__"] == "gputide_inference_latency_p99_seconds":
+            value = P99_BEYOND_BUCKETS_S   # the quantile fell in the +Inf bucket: slower than any bucket tells
+        if math.isfinite(value):  # NaN (no request in a histogram_quantile's window) is absent, as the exporter does
             by.setdefault(name, {})[m["__name__"]] = value
         else:
             by.setdefault(name, {})

@@ -11,6 +11,7 @@ import requests
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
 from balancer.model import WorkloadClass
 from balancer.telemetry.prometheus import FIELDS, FLAGS, PrometheusOptions, PrometheusTelemetrySource
+from balancer.telemetry.serving import P99_BEYOND_BUCKETS_S
 
 NOW = 1_700_000_000.0
 GPUS = [("node-b", "0", "GPU-b0", "NVIDIA L40S"), ("node-a", "1", "GPU-a1", "NVIDIA H100 80GB HBM3"),
@@ -140,6 +141,15 @@ def test_a_nan_p99_is_no_request_waiting_not_missing_telemetry():
                "gputide_inference_replicas": "2"}
     chat = source(FakeClient(serving=serving)).snapshot().services["chat"]
     assert (chat.demand_rps, chat.p99_latency_s, chat.replicas) == (0.0, 0.0, 2)
+
+
+def test_a_p99_beyond_the_highest_bucket_is_pressure_never_calm():
+    """histogram_quantile answers +Inf when the quantile is in the +Inf bucket: the slowest a service can be. It was
+    dropped as non-finite and read 0, so a stuck service (nothing completes in time) looked calm and lost replicas."""
+    serving = {"gputide_inference_demand_rps": "40", "gputide_inference_latency_p99_seconds": "+Inf",
+               "gputide_inference_replicas": "2"}
+    chat = source(FakeClient(serving=serving)).snapshot().services["chat"]
+    assert chat.p99_latency_s == P99_BEYOND_BUCKETS_S and chat.p99_latency_s > 100 * chat.slo_latency_s
 
 
 def test_optional_fields_fall_back_to_the_catalogue_not_to_zero():
