@@ -58,10 +58,12 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
 }
 GPU_KEY = ("hostname", "gpu", "UUID")
-# Required fields a board may lack for good -> the exporter's names for them (the `field` label of
-# UNSUPPORTED_INFO): an A100 or A30 in MIG mode has no SM activity under gputide's exporter (NVML has none per
-# instance before Hopper). Temperature and power stay required: a GPU without them is missing telemetry.
-UNKNOWABLE: Mapping[str, tuple[str, ...]] = {"sm_active": ("DCGM_FI_PROF_SM_ACTIVE",)}
+# Required fields a board may lack for good -> the exporter's fields it comes from (the `field` label of
+# UNSUPPORTED_INFO), all of which must be declared: gpu:sm_active:ratio is SM activity, else utilisation, so a GPU
+# lacks it for good only where both are unsupported: an A100 or A30 in MIG mode under gputide's exporter (no GPM
+# before Hopper, no utilisation in MIG mode). SM activity alone declared (no GPM, before Hopper) excuses nothing: its
+# utilisation stands in, and a GPU without that is missing telemetry. Temperature and power stay required.
+UNKNOWABLE: Mapping[str, tuple[str, ...]] = {"sm_active": ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")}
 UNSUPPORTED_INFO = "gputide_exporter_unsupported_field_info"
 assert set(UNKNOWABLE) <= set(MAY_BE_UNKNOWN)
 
@@ -150,16 +152,15 @@ def drop_leftovers(uniques: list[tuple[str, ...]], codes: np.ndarray, values: np
 
 
 def declared_unsupported(rows: list[dict]) -> set[tuple[str, str]]:
-    """Rows of `UNSUPPORTED_INFO` -> the (UUID, snapshot field) pairs of `UNKNOWABLE` fields a GPU does not have.
-    Rows of other fields, or without a UUID, declare nothing."""
-    field_of = {exported: name for name, names in UNKNOWABLE.items() for exported in names}
-    pairs = set()
+    """Rows of `UNSUPPORTED_INFO` -> the (UUID, snapshot field) pairs of `UNKNOWABLE` fields a GPU does not have:
+    those whose every exported field is declared for that GPU. Rows without a UUID declare nothing."""
+    declared: dict[str, set[str]] = {}
     for r in rows:
         m, _ = sample(r)
-        name = field_of.get(m.get("field", ""))
-        if name is not None and m.get("UUID"):
-            pairs.add((m["UUID"], name))
-    return pairs
+        if m.get("UUID"):
+            declared.setdefault(m["UUID"], set()).add(m.get("field", ""))
+    return {(uuid, name) for uuid, fields in declared.items() for name, names in UNKNOWABLE.items()
+            if fields.issuperset(names)}
 
 
 def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.ndarray]:

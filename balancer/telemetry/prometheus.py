@@ -10,7 +10,8 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * an inference service with serving series but no finite demand (`serving.service_status`) -> `MissingTelemetry`
 * no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`; except
   a field its exporter declares unsupported (``gputide_exporter_unsupported_field_info``, `gpu_frame.UNKNOWABLE`:
-  SM activity of an A100/A30 in MIG mode): NaN, unknown, in the snapshot. dcgm-exporter declares nothing
+  SM activity and utilisation both, an A100/A30 in MIG mode): NaN, unknown, in the snapshot. dcgm-exporter declares
+  nothing
 * a sample older than `stale_after_s` (default `stale_after_intervals` x the scrape interval) -> `StaleTelemetry`
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`

@@ -5,11 +5,14 @@ current power limit (each field has its own return code; a field the driver lack
 classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. Memory is
 ``nvmlDeviceGetMemoryInfo`` version 2 (used without the driver's reserved memory, which is published as
 ``DCGM_FI_DEV_FB_RESERVED``), else version 1, whose used memory includes the reserved and which has no reserved
-figure (`exporters.backends.nvml_memory`). SM activity comes from
-GPM (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's
-sample and the previous one) on Hopper and newer, else from ``utilization.gpu`` / 100; a Hopper GPU in MIG mode
-also gets it per GPU instance (``nvmlGpmMigSampleGet``, `exporters.backends.nvml_gpm`), as dcgm-exporter publishes
-it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the
+figure (`exporters.backends.nvml_memory`). SM activity
+(``DCGM_FI_PROF_SM_ACTIVE``: the fraction of cycles an SM has a warp resident) comes from GPM only
+(``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL`` / 100, between this scrape's sample and
+the previous one), on Hopper and newer: a GPU's first scrape has no sample yet, a GPU without GPM (before Hopper,
+or GPM answering NotSupported) has it unsupported, as dcgm-exporter emits no series without profiling; utilisation
+is a different measure and is not passed off as it (the rules fall back to it, `gpu:sm_active:ratio`). A Hopper
+GPU in MIG mode also gets it per GPU instance (``nvmlGpmMigSampleGet``, `exporters.backends.nvml_gpm`), as
+dcgm-exporter publishes it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the
 last one per GPU is reported. Slowdown and shutdown thresholds are kept once read.
 
 Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
@@ -30,7 +33,7 @@ source of last resort (the getter where there is one, else the batch) answers No
 *unsupported* on that GPU: its series are left out, as dcgm-exporter leaves them out, it is reported in
 `GpuReadings.unsupported` (published as ``gputide_exporter_unsupported_field_info``), and it is not read again while
 the process runs. A batched field NotSupported also leaves that GPU's batch; GPM answering NotSupported turns GPM
-off for that GPU (utilisation instead). Support is a property of the board, its driver and its modes (ECC, MIG),
+off for that GPU (no SM activity). Support is a property of the board, its driver and its modes (ECC, MIG),
 which change only with a GPU reset or a driver reload; the driver refuses both while a monitoring process such as
 this one holds the GPU open, so the exporter restarts around them and asks again: there is no periodic re-check.
 
@@ -74,6 +77,7 @@ REMAP_FIELDS = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_C
                 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_UNC",
                 "DCGM_FI_DEV_ROW_REMAP_PENDING": "NVML_FI_DEV_REMAPPED_PENDING",
                 "DCGM_FI_DEV_ROW_REMAP_FAILURE": "NVML_FI_DEV_REMAPPED_FAILURE"}
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 FB_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a classic getter to fall back on
 
@@ -251,19 +255,18 @@ class NvmlBackend:
                 out.unsupported.append("DCGM_FI_DEV_FB_RESERVED")
             else:
                 vals["DCGM_FI_DEV_FB_RESERVED"][k] = round(mem.reserved / MIB)
-        util = get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", lambda: reasons(h))
-        sm = self._gpm_sm_active(k, h) if self._gpm[k] else None
-        if sm is None:
-            sm = util / 100.0
-        if np.isfinite(sm):
-            vals["DCGM_FI_PROF_SM_ACTIVE"][k] = sm
-        else:   # neither GPM nor utilisation: unsupported with utilisation, not remembered (GPM may answer next)
-            unsupported = (k, "DCGM_FI_DEV_GPU_UTIL") in self._unsupported
-            (out.unsupported if unsupported else out.errors).append("DCGM_FI_PROF_SM_ACTIVE")
+        if self._gpm[k]:
+            sm = self._gpm_sm_active(k, h, out)
+            if sm is not None:
+                vals[SM_ACTIVE][k] = sm
+        else:   # no GPM (before Hopper, or it answered NotSupported): no SM activity, as dcgm-exporter without it
+            self._unsupported.add((k, SM_ACTIVE))
+            out.unsupported.append(SM_ACTIVE)
 
     def _batched(self, k: int, h: Any) -> dict[str, float]:
         """The fields of GPU `k`'s ``nvmlDeviceGetFieldValues`` call that came back; the caller falls back for the
@@ -317,36 +320,42 @@ class NvmlBackend:
                     for f, v in zip(missing, values, strict=True):
                         vals[f][k] = float(v)
 
-    def _gpm_sm_active(self, k: int, h: Any) -> float | None:
-        """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape or error.
-        GPM answering NotSupported (a Hopper board in MIG mode or a VM without profiling) is turned off for `k`."""
+    def _gpm_sm_active(self, k: int, h: Any, out: _Out) -> float | None:
+        """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape (no series, no
+        error) or when GPM fails (an error in `out`). GPM answering NotSupported (a Hopper board in MIG mode or a VM
+        without profiling) is turned off for `k`, and SM activity is unsupported there."""
         nvml = self.nvml
         sample = self._try_static(nvml.nvmlGpmSampleAlloc, None)
         if sample is None:
+            out.errors.append(SM_ACTIVE)
             return None
         try:
             cur = nvml.nvmlGpmSampleGet(h, sample)
         except nvml.NVMLError as exc:
             self._try_static(lambda: nvml.nvmlGpmSampleFree(sample), None)
-            if isinstance(exc, nvml.NVMLError_NotSupported):
-                self._gpm_off(k)
+            self._gpm_failed(k, isinstance(exc, nvml.NVMLError_NotSupported), out)
             return None
         prev, self._gpm_prev[k] = self._gpm_prev[k], cur
         if prev is None:
             return None
         try:
             value, not_supported = sm_util(nvml, prev, cur)
-            if not_supported:
-                self._gpm_off(k)
-            return value
         except nvml.NVMLError:
-            return None
+            value, not_supported = None, False
         finally:
             self._try_static(lambda: nvml.nvmlGpmSampleFree(prev), None)
+        if value is None:
+            self._gpm_failed(k, not_supported, out)
+        return value
 
-    def _gpm_off(self, k: int) -> None:
-        log.info("GPM not supported on GPU %s: SM activity from utilisation", self.identity[k].uuid)
+    def _gpm_failed(self, k: int, not_supported: bool, out: _Out) -> None:
+        if not not_supported:
+            out.errors.append(SM_ACTIVE)
+            return
+        log.info("GPM not supported on GPU %s: no SM activity", self.identity[k].uuid)
         self._gpm[k] = False
+        self._unsupported.add((k, SM_ACTIVE))
+        out.unsupported.append(SM_ACTIVE)
         last, self._gpm_prev[k] = self._gpm_prev[k], None
         if last is not None:
             self._try_static(lambda: self.nvml.nvmlGpmSampleFree(last), None)

@@ -103,9 +103,11 @@ def test_another_nvml_error_drops_the_series_counts_it_and_asks_again_next_scrap
 
 def test_a_gpu_lost_in_the_memory_getter_keeps_only_xid_79():
     nvml, devs = _fake(2)
+    backend = NvmlBackend(nvml)
+    _scrape(backend)   # GPM's first sample: SM activity from the second scrape on
     devs[0].field_fail |= {142}
     devs[0].fail["nvmlDeviceGetRemappedRows"] = NVMLError_GpuIsLost
-    _, _, v = _scrape(NvmlBackend(nvml))
+    _, _, v = _scrape(backend)
     lost = devs[0].uuid
     assert v["DCGM_FI_DEV_XID_ERRORS"][lost] == 79
     assert all(lost not in v[n] for n in GPU_FIELD_NAMES if n != "DCGM_FI_DEV_XID_ERRORS")

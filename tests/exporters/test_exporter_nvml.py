@@ -49,17 +49,45 @@ def test_power_is_the_one_second_average_not_the_instant_reading():
     assert v["DCGM_FI_DEV_POWER_USAGE"][devs[0].uuid] == 692.0
 
 
-@pytest.mark.parametrize(("arch", "gpm", "first", "second"), [
-    (9, 55.0, 0.60, 0.55),
-    (8, 55.0, 0.60, 0.60),
-    (9, None, 0.60, 0.60),
-], ids=["hopper with GPM: utilisation first, then GPM between samples", "ampere: utilisation",
-        "hopper without GPM support: utilisation"])
-def test_sm_activity_comes_from_gpm_on_hopper_and_newer_else_from_utilisation(arch, gpm, first, second):
-    nvml, devs = _fake(1, arch=arch, gpm_sm_util=gpm)
+@pytest.mark.parametrize(("arch", "gpm", "second"), [
+    (9, 55.0, 0.55),
+    (8, 55.0, None),
+    (9, None, None),
+], ids=["hopper with GPM: no sample on the first scrape, then GPM between samples", "ampere: none, ever",
+        "hopper without GPM support: none, ever"])
+def test_sm_activity_comes_from_gpm_only_never_from_utilisation(arch, gpm, second):
+    # dcgm-exporter's DCGM_FI_PROF_SM_ACTIVE is the fraction of cycles with a warp resident: utilisation (60 % here)
+    # is another measure, so a GPU without GPM has no series (the rules fall back to utilisation, not the exporter)
+    nvml, devs = _fake(1, arch=arch, gpm_sm_util=gpm, util=60)
     backend = NvmlBackend(nvml)
-    assert _scrape(backend)[1]["DCGM_FI_PROF_SM_ACTIVE"][devs[0].uuid] == pytest.approx(first)
-    assert _scrape(backend)[1]["DCGM_FI_PROF_SM_ACTIVE"][devs[0].uuid] == pytest.approx(second)
+    u = devs[0].uuid
+    reg, v = _scrape(backend)
+    assert u not in v["DCGM_FI_PROF_SM_ACTIVE"] and v["DCGM_FI_DEV_GPU_UTIL"][u] == 60
+    assert reg.get_sample_value("gputide_exporter_collect_errors_total",
+                                {"UUID": u, "field": "DCGM_FI_PROF_SM_ACTIVE"}) is None
+    for _ in range(2):
+        reg, v = _scrape(backend)
+    assert v["DCGM_FI_PROF_SM_ACTIVE"].get(u) == (None if second is None else pytest.approx(second))
+    declared = reg.get_sample_value("gputide_exporter_unsupported_field_info",
+                                    {"UUID": u, "field": "DCGM_FI_PROF_SM_ACTIVE"})
+    assert declared == (1.0 if second is None else None)   # no GPM: declared unsupported from the first scrape
+    assert reg.get_sample_value("gputide_exporter_collect_errors_total",
+                                {"UUID": u, "field": "DCGM_FI_PROF_SM_ACTIVE"}) is None
+
+
+def test_gpm_failing_is_a_collect_error_for_sm_activity_and_no_utilisation_stands_in():
+    nvml, devs = _fake(1)
+    backend = NvmlBackend(nvml)
+    _scrape(backend)
+    devs[0].fail["nvmlGpmSampleGet"] = NVMLError_NoPermission
+    reg, v = _scrape(backend)
+    u = devs[0].uuid
+    assert u not in v["DCGM_FI_PROF_SM_ACTIVE"]
+    assert reg.get_sample_value("gputide_exporter_collect_errors_total",   # (this asks the backend again)
+                                {"UUID": u, "field": "DCGM_FI_PROF_SM_ACTIVE"}) >= 1
+    del devs[0].fail["nvmlGpmSampleGet"]
+    _scrape(backend)   # a new first sample
+    assert _scrape(backend)[1]["DCGM_FI_PROF_SM_ACTIVE"][u] == pytest.approx(0.55)
 
 
 @pytest.mark.parametrize(("break_it", "lost_fields"), [
@@ -72,8 +100,10 @@ def test_sm_activity_comes_from_gpm_on_hopper_and_newer_else_from_utilisation(ar
         "average power field not supported falls back"])
 def test_a_failing_field_drops_only_that_series_on_that_gpu_and_counts_an_error(break_it, lost_fields):
     nvml, devs = _fake(2)
+    backend = NvmlBackend(nvml)
+    _scrape(backend)   # GPM's first sample: SM activity from the second scrape on
     break_it(devs[0])
-    reg, v = _scrape(NvmlBackend(nvml))
+    reg, v = _scrape(backend)
     bad, good = devs[0].uuid, devs[1].uuid
     for name in GPU_FIELD_NAMES:
         assert good in v[name], name
@@ -86,6 +116,7 @@ def test_a_failing_field_drops_only_that_series_on_that_gpu_and_counts_an_error(
 def test_a_lost_gpu_keeps_only_its_xid_79_while_the_others_are_scraped_normally():
     nvml, devs = _fake(3)
     backend = NvmlBackend(nvml)
+    _scrape(backend)   # GPM's first sample: SM activity from the second scrape on
     devs[1].lost = True
     _, v = _scrape(backend)
     lost = devs[1].uuid

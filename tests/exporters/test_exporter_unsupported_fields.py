@@ -98,15 +98,16 @@ def test_a_lost_gpu_keeps_its_unsupported_fields_unsupported_and_counts_the_rest
     assert scrape.failed(u) == set(GPU_FIELD_NAMES) - set(REMAPPER_FIELDS) - {"DCGM_FI_DEV_XID_ERRORS"}
 
 
-def test_gpm_answering_not_supported_is_turned_off_and_sm_activity_comes_from_utilisation():
+def test_gpm_answering_not_supported_is_turned_off_and_sm_activity_is_unsupported_not_utilisation():
     nvml, devs = _fake(1, arch=9, gpm_sm_util=55.0, util=60)
     devs[0].fail["nvmlGpmSampleGet"] = NVMLError_NotSupported   # e.g. a Hopper board in MIG mode
     collector = GpuCollector(NvmlBackend(nvml))
     for _ in range(3):
         scrape = Scrape(collector)
     assert nvml.calls.count("nvmlGpmSampleGet") == 1
-    assert scrape.values["DCGM_FI_PROF_SM_ACTIVE"][devs[0].uuid] == pytest.approx(0.60)
-    assert scrape.errors == {} and scrape.unsupported == set()
+    assert devs[0].uuid not in scrape.values["DCGM_FI_PROF_SM_ACTIVE"]
+    assert scrape.values["DCGM_FI_DEV_GPU_UTIL"][devs[0].uuid] == 60
+    assert scrape.errors == {} and scrape.unsupported == {(devs[0].uuid, "DCGM_FI_PROF_SM_ACTIVE")}
 
 
 def test_a_board_that_supports_everything_adds_no_unsupported_series():

@@ -49,12 +49,14 @@ def snapshot(client):
 
 
 SM = "DCGM_FI_PROF_SM_ACTIVE"
+UTIL = "DCGM_FI_DEV_GPU_UTIL"   # gpu:sm_active:ratio falls back to it: SM activity is unknowable only without both
 
 
 @pytest.mark.parametrize(("unknown", "declared"), [
-    (["GPU-a0"], [("GPU-a0", SM)]),
-    (["GPU-a0", "GPU-a1", "GPU-b0"], [(u, SM) for _, _, u, _ in GPUS]),
-    (["GPU-a0"], [("GPU-a0", SM), ("GPU-a0", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), ("GPU-b0", SM)]),
+    (["GPU-a0"], [("GPU-a0", SM), ("GPU-a0", UTIL)]),
+    (["GPU-a0", "GPU-a1", "GPU-b0"], [(u, f) for _, _, u, _ in GPUS for f in (SM, UTIL)]),
+    (["GPU-a0"], [("GPU-a0", SM), ("GPU-a0", UTIL), ("GPU-a0", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), ("GPU-b0", SM),
+                  ("GPU-b0", UTIL)]),
 ], ids=["one MIG A100 without SM activity", "a fleet of MIG GPUs none of which has it",
         "a declaration for a GPU that does report it changes nothing there"])
 def test_a_declared_unsupported_sm_activity_keeps_the_gpu_with_an_unknown_value(unknown, declared):
@@ -69,13 +71,15 @@ def test_a_declared_unsupported_sm_activity_keeps_the_gpu_with_an_unknown_value(
 
 @pytest.mark.parametrize(("drop", "declared", "named"), [
     ([("GPU-a0", "sm_active")], [], "GPU-a0"),
-    ([("GPU-a0", "sm_active"), ("GPU-a1", "sm_active")], [("GPU-a0", SM)], "GPU-a1"),
-    ([("GPU-a0", "sm_active")], [("GPU-a1", SM)], "GPU-a0"),
-    ([("GPU-a0", "sm_active")], [("GPU-a0", "DCGM_FI_DEV_GPU_UTIL")], "GPU-a0"),
+    ([("GPU-a0", "sm_active"), ("GPU-a1", "sm_active")], [("GPU-a0", SM), ("GPU-a0", UTIL)], "GPU-a1"),
+    ([("GPU-a0", "sm_active")], [("GPU-a1", SM), ("GPU-a1", UTIL)], "GPU-a0"),
+    ([("GPU-a0", "sm_active")], [("GPU-a0", SM)], "GPU-a0"),
+    ([("GPU-a0", "sm_active")], [("GPU-a0", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")], "GPU-a0"),
     ([("GPU-a0", "temperature_c")], [("GPU-a0", "DCGM_FI_DEV_GPU_TEMP")], "GPU-a0"),
     ([("GPU-a0", "power_w")], [("GPU-a0", "DCGM_FI_DEV_POWER_USAGE")], "GPU-a0"),
 ], ids=["SM activity gone without a declaration (dcgm-exporter, a broken exporter)",
         "one GPU declared, another gone without one", "another GPU's declaration excuses nothing",
+        "SM activity alone declared (no GPM before Hopper) excuses nothing: its utilisation stands in for it",
         "another field's declaration excuses nothing", "temperature stays required even declared unsupported",
         "power stays required even declared unsupported"])
 def test_a_required_field_gone_without_a_declaration_is_missing_telemetry(drop, declared, named):
@@ -97,7 +101,10 @@ def test_the_declarations_are_asked_for_only_when_a_gpu_lacks_the_field():
 
 def test_declared_unsupported_reads_only_known_fields_with_a_uuid():
     rows = [{"metric": {"UUID": "GPU-1", "field": SM}, "value": [NOW, "1"]},
+            {"metric": {"UUID": "GPU-1", "field": UTIL}, "value": [NOW, "1"]},
+            {"metric": {"UUID": "GPU-3", "field": SM}, "value": [NOW, "1"]},   # utilisation stands in
             {"metric": {"field": SM}, "value": [NOW, "1"]},
+            {"metric": {"field": UTIL}, "value": [NOW, "1"]},
             {"metric": {"UUID": "GPU-2", "field": "DCGM_FI_DEV_MEMORY_TEMP"}, "value": [NOW, "1"]}]
     assert declared_unsupported(rows) == {("GPU-1", "sm_active")}
 
@@ -115,6 +122,7 @@ def _exposition(declared: bool) -> str:
             lines.append(f"DCGM_FI_PROF_SM_ACTIVE{{{labels}}} 0.25")
     if declared:
         lines.append(f'gputide_exporter_unsupported_field_info{{UUID="GPU-m0",field="{SM}"}} 1')
+        lines.append(f'gputide_exporter_unsupported_field_info{{UUID="GPU-m0",field="{UTIL}"}} 1')
     return "\n".join(lines) + "\n"
 
 
