@@ -80,8 +80,9 @@ def _node_rules(spec: Json) -> NodeRules:
     return _RULES.setdefault(rules, rules)
 
 
-def _owner(meta: Json) -> tuple[str, str]:
-    """(owner name, owner kind) of a pod: the gputide labels first, then its controlling ownerReference."""
+def pod_owner(meta: Json) -> tuple[str, str]:
+    """(owner name, owner kind) of a pod: the gputide labels first, then its controlling ownerReference. The owner
+    keys a migration's reservation of its target, so the scheduler matches the replacement pod by this too."""
     labels = meta.get("labels") or {}
     for key, kind in (("gputide.io/service", "Deployment"), ("gputide.io/job", "Job")):
         if labels.get(key):
@@ -111,7 +112,7 @@ def _pod_workload(pod: Json) -> Workload | None:
     if gpus <= 0 or not meta.get("name"):
         return None
     labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    owner, kind = _owner(meta)
+    owner, kind = pod_owner(meta)
     elastic_min, elastic_max = elastic_bounds(notes)
     try:
         klass = WorkloadClass(labels.get("gputide.io/workload-class", ""))

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_gang import group_of
 from balancer.actuate.k8s_namespaces import namespace_entry
+from balancer.actuate.k8s_pods import pod_owner
 from balancer.actuate.k8s_requests import basic_requests, effective_requests, quantity
 from balancer.actuate.k8s_volumes import pod_claims
 from balancer.actuate.k8s_watch import ListWatch
@@ -60,8 +61,9 @@ def scheduling_request(pod: Json) -> Json | None:
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
     owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
     namespace, owner = meta.get("namespace", "default"), owners[0]["name"] if owners else ""
-    # the reservation keys that are this pod's: itself, its owner, and a ReplicaSet's Deployment ("web-7d9f8")
-    owned = {f"{namespace}/{meta['name']}", f"{namespace}/{owner}"} | (
+    # the reservation keys that are this pod's: itself, its owner, a ReplicaSet's Deployment ("web-7d9f8"), and the
+    # owner a migration keys its reservation by (`pod_owner`: the gputide.io/service or /job label first)
+    owned = {f"{namespace}/{n}" for n in (meta["name"], owner, pod_owner(meta)[0]) if n} | (
         {f"{namespace}/{owner.rsplit('-', 1)[0]}"} if owner else set())
     return {
         "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),

@@ -126,3 +126,21 @@ def test_a_hold_made_in_the_pass_counts_for_the_rest_of_the_pass() -> None:
     offers.update(0)
     assert offers.fitting(request(1, 16000, 0)).tolist() == []
     assert offers.reasons() == ["node(s) had cpu reserved for other pods"]
+
+
+def test_a_migrations_replacement_uses_the_reservation_its_owner_label_keys(kube: FakeKube, api, clock):
+    """A migration keys its target's reservation by the workload's owner, which the `gputide.io/service` label names
+    before the ownerReference does (`k8s_pods.pod_owner`): `default/chat`. The scheduler matched a pod by its
+    ownerReferences only (`chat-v2-5d8f`, `chat-v2`), so the replacement was kept off the GPUs held for it."""
+    from balancer.actuate.k8s_pods import pod_owner
+
+    labels = {"gputide.io/service": "chat", "pod-template-hash": "5d8f"}
+    assert pod_owner({"labels": labels}) == ("chat", "Deployment")
+    kube.add(node("n1", 2))
+    kube.add(holding(node("n2", 2), {"default/chat": {"pod": "default/chat-v2-5d8f-aaaaa", "gpus": [0, 1],
+                                                      "count": 2, "expires": rfc3339(clock.now + 300)}}))
+    kube.add(pod("chat-v2-5d8f-bbbbb", gpus=2, phase="Pending", labels=labels, owner=("ReplicaSet", "chat-v2-5d8f"),
+                 scheduler="gputide"))
+    kube.add(pod("other", gpus=2, phase="Pending", scheduler="gputide"))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {"default/chat-v2-5d8f-bbbbb": "n2", "default/other": "n1"}
