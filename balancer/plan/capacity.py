@@ -10,7 +10,7 @@ of the rise and loans only of what stays idle, is `balancer.plan.capacity_plan.p
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
@@ -69,6 +69,8 @@ class JobView:
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     restarts_on_resize: bool = False  # any resize restarts every worker (queued in Kueue, not elastic there; or
     #                                   its framework restarts the worker group: gputide.io/resize-restarts)
+    protected: bool = False  # a worker protected, or in a protected namespace: the safety guard refuses any resize,
+    #                          so it is never shrunk nor grown (its GPUs still count as training's)
 
     @property
     def placed_workers(self) -> int:
@@ -205,8 +207,12 @@ def view_from_snapshot(
     since_checkpoint_s: Mapping[str, float] | None = None,
     jobs: Sequence[JobView] | None = None,
     bursts: Mapping[str, float] | None = None,
+    protected_namespaces: Collection[str] = (),
 ) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
+
+    A job with a protected worker (`Workload.protected`) or in one of `protected_namespaces` (the safety policy's)
+    is `JobView.protected`: the guard would refuse its resize, so the planner must pick another job.
 
     One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
     codes, names, speed = _model_codes(snapshot.gpus)
@@ -219,6 +225,7 @@ def view_from_snapshot(
     placed_all: list[int] = []
     by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}
     trainers: list[tuple[int, float, float]] = []   # (group, checkpointed_at, started_at) of each training pod
+    guarded: set[int] = set()   # groups with a protected workload (or one in a protected namespace)
     for w in snapshot.workloads:
         placed = snapshot.placements.get(w.name, ())
         by_class[w.workload_class] += len(placed)
@@ -237,6 +244,8 @@ def view_from_snapshot(
         members[g] += 1
         if key[0] == "training":
             trainers.append((g, w.checkpointed_at, w.started_at))
+            if w.protected or w.namespace in protected_namespaces:
+                guarded.add(g)
         gpu_idx.extend(placed)
         gpu_grp.extend([g] * len(placed))
     used = np.zeros(len(snapshot.gpus), dtype=bool)
@@ -284,11 +293,13 @@ def view_from_snapshot(
                     models=w0.allowed_models,
                     gpus_by_model=_by_model(counts, names),
                     restarts_on_resize=w0.restarts_on_resize,
+                    protected=g in guarded,
                 )
             )
         # a suspended job has no pods but still exists: list it, or the GPUs it gave up could never come back
         built += [JobView(name=j.name, workers=0, elastic_min=j.elastic_min, elastic_max=j.elastic_max,
-                          gpus_per_worker=max(j.gpus_per_worker, 1), priority=j.priority, models=j.allowed_models)
+                          gpus_per_worker=max(j.gpus_per_worker, 1), priority=j.priority, models=j.allowed_models,
+                          protected=j.namespace in protected_namespaces)
                   for j in snapshot.suspended_jobs or () if j.elastic_max and ("training", j.name) not in groups]
         jobs = built
     return CapacityView(

@@ -108,7 +108,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         return (replace(plan, notes=plan.notes + (note,)),
                 replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
     state = replace(state, capacity_holding="")
-    view = view_from_snapshot(snapshot, profiles, bursts=bursts)
+    view = view_from_snapshot(snapshot, profiles, bursts=bursts,
+                              protected_namespaces=policy.safety.protected_namespaces)
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
         # a Job at parallelism 0 has no pods: a source that cannot list suspended jobs would lose it for good

@@ -61,8 +61,8 @@ class Pools:
         def usable(j: JobView) -> int:
             return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
 
-        ranked = sorted(
-            (j for j in self.jobs.values() if usable(j) > 0),
+        ranked = sorted(  # a protected job is never a candidate: the safety guard would refuse its shrink
+            (j for j in self.jobs.values() if usable(j) > 0 and not j.protected),
             key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name),
         )
         # without suspension a job keeps one worker even when its elastic minimum is 0
@@ -95,8 +95,8 @@ class Pools:
         outweigh the work its restart loses (`grow_gain`)."""
         for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.restarts_on_resize, j.name)):
             gpw = max(j.gpus_per_worker, 1)
-            if self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
-                continue  # already waiting for GPUs, or being shrunk this cycle
+            if j.protected or self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
+                continue  # the guard refuses resizing it, already waiting for GPUs, or being shrunk this cycle
             room = j.elastic_max - self.workers[j.name]
             take: dict[str, int] = {}
             for m in sorted(self.free, key=lambda k: -self.free[k]):
