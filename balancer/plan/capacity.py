@@ -3,7 +3,8 @@ of them it takes from a `ClusterSnapshot`.
 
 `ServiceCapacity` is what a service profile says (requests per second one replica sustains, warm-up, bounds,
 GPU models); `view_from_snapshot` turns a snapshot into a `CapacityView` (each service's replicas, demand and
-latency, each elastic job's workers and bounds, the idle GPUs per model, healthy ones only); `CapacityPolicy`,
+latency, each elastic job's workers and bounds, the idle GPUs per model: healthy ones the tide's pods can schedule
+on that this cycle's hotspot plan does not claim, `schedulable`); `CapacityPolicy`,
 `CapacityState` and `CapacityDecision` are the planner's inputs and outputs. The planning itself, reclaim ahead
 of the rise and loans only of what stays idle, is `balancer.plan.capacity_plan.plan_capacity`.
 """
@@ -18,6 +19,8 @@ import numpy as np
 
 from balancer import catalog
 from balancer.model import Action, ClusterSnapshot, WorkloadClass
+from balancer.noderules import NO_RULES, NodeRules, Taint
+from balancer.plan.simulate import HOT_TAINT
 
 FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
@@ -188,6 +191,27 @@ def _placed_replicas(held: np.ndarray, group: int | None, profile: ServiceCapaci
     return 0 if group is None else int(held[group].sum()) // max(profile.gpus_per_replica, 1)
 
 
+def schedulable(snapshot: ClusterSnapshot, rules: Collection[NodeRules],
+                tainting: Collection[str] = ()) -> np.ndarray:
+    """Per GPU: whether its node takes new pods of every one of `rules` by their taints (a `NoSchedule` /
+    `NoExecute` taint not tolerated keeps them off, as the scheduler would: gputide's hot taint, a cordon's
+    `node.kubernetes.io/unschedulable`), the nodes in `tainting` counted with gputide's hot taint (this cycle's plan
+    puts it there). Node selectors and affinity are not asked: the view's idle GPUs are one pool per model, which
+    a service's `models` narrow; a taint that any tide pod cannot pass makes a GPU no pool's."""
+    rules = tuple(rules) or (NO_RULES,)
+    verdict: dict[tuple[tuple[str, ...], bool], bool] = {}   # nodes mostly share a few taint sets: ask once each
+
+    def takes(key: tuple[tuple[str, ...], bool]) -> bool:
+        if key not in verdict:
+            taints = (*map(Taint.parse, key[0]), *((Taint(HOT_TAINT, "true"),) if key[1] else ()))
+            verdict[key] = all(r.untolerated(taints) is None for r in rules)
+        return verdict[key]
+
+    ok = np.fromiter((takes((n.taints, n.name in tainting)) for n in snapshot.nodes), dtype=bool,
+                     count=len(snapshot.nodes))
+    return ok[snapshot.node_index]
+
+
 def since_checkpoint(now: float, trainers: Sequence[tuple[int, float, float]], n_groups: int) -> np.ndarray:
     """Per group, the seconds of work a resize would lose: since the latest checkpoint any of its pods reports
     (often only rank 0 does), else since its earliest pod started (no checkpoint known: all of it), else 0 (nothing
@@ -208,8 +232,14 @@ def view_from_snapshot(
     jobs: Sequence[JobView] | None = None,
     bursts: Mapping[str, float] | None = None,
     protected_namespaces: Collection[str] = (),
+    claimed: Collection[int] = (),
+    tainting: Collection[str] = (),
 ) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
+
+    An idle GPU is free only where the services' and jobs' pods can be scheduled (`schedulable`: not on a node
+    whose taints they do not tolerate, nor on one of `tainting`, the nodes this cycle's hotspot plan taints) and
+    when this cycle's plan does not already send work there (`claimed`: GPU indices, a migration's targets).
 
     A job with a protected worker (`Workload.protected`) or in one of `protected_namespaces` (the safety policy's)
     is `JobView.protected`: the guard would refuse its resize, so the planner must pick another job.
@@ -226,6 +256,7 @@ def view_from_snapshot(
     by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}
     trainers: list[tuple[int, float, float]] = []   # (group, checkpointed_at, started_at) of each training pod
     guarded: set[int] = set()   # groups with a protected workload (or one in a protected namespace)
+    rules: set[NodeRules] = set()   # the node rules of the tide's pods (services', elastic jobs')
     for w in snapshot.workloads:
         placed = snapshot.placements.get(w.name, ())
         by_class[w.workload_class] += len(placed)
@@ -242,6 +273,7 @@ def view_from_snapshot(
             first.append(w)
             members.append(0)
         members[g] += 1
+        rules.add(w.node_rules)
         if key[0] == "training":
             trainers.append((g, w.checkpointed_at, w.started_at))
             if w.protected or w.namespace in protected_namespaces:
@@ -250,6 +282,8 @@ def view_from_snapshot(
         gpu_grp.extend([g] * len(placed))
     used = np.zeros(len(snapshot.gpus), dtype=bool)
     used[np.asarray(placed_all, dtype=np.int64)] = True
+    used[np.asarray(list(claimed), dtype=np.int64)] = True
+    used |= ~schedulable(snapshot, rules, tainting)
     healthy = ~np.isin(snapshot.xid, FATAL_XIDS) & ~snapshot.memory_unhealthy   # neither lent nor counted
     free_counts = np.bincount(codes[~used & healthy], minlength=n_models)
     free = {names[k]: int(free_counts[k]) for k in np.flatnonzero(free_counts)}

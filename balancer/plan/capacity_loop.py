@@ -2,7 +2,8 @@
 
 `plan_with_capacity` is the planner `gputide run` uses when the policy file's ``capacity.enabled`` is true. It
 runs `balancer.plan.planner.plan` (hotspots, co-location), then `balancer.plan.capacity_plan.plan_capacity` on the
-same snapshot with the cycle's forecasts, and appends the capacity actions (ScaleTraining shrinks before the
+same snapshot with the cycle's forecasts (its idle GPUs less those the hotspot plan's migrations target and those on
+nodes it taints hot: `claims`), and appends the capacity actions (ScaleTraining shrinks before the
 ScaleInference that needs their GPUs, as `plan_capacity` orders them) to the plan. Every action of both then
 goes through the one safety chokepoint (`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle
 cap bound the tide exactly as they bound hotspot moves.
@@ -32,7 +33,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from balancer.config import BalancerPolicy
-from balancer.model import Action, ClusterSnapshot, Forecast, Migrate, Plan, ScaleTraining, WorkloadClass
+from balancer.model import (
+    Action,
+    ClusterSnapshot,
+    Forecast,
+    Migrate,
+    Plan,
+    ScaleTraining,
+    TaintNode,
+    WorkloadClass,
+)
 from balancer.plan import colocation
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy, CapacityState, ServiceCapacity, view_from_snapshot
@@ -47,6 +57,14 @@ def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
     out = {a.target for a in actions}
     out |= {owners[a.workload] for a in actions if isinstance(a, Migrate) and a.workload in owners}
     return out
+
+
+def claims(actions: tuple[Action, ...]) -> dict[str, set]:
+    """What the hotspot plan's actions take from the idle pool this cycle: the GPUs its migrations target
+    (`claimed`) and the nodes it taints hot (`tainting`); a GPU lent to training there would have two users, or
+    none that can schedule."""
+    return {"claimed": {g for a in actions if isinstance(a, Migrate) for g in a.target_gpus},
+            "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}}
 
 
 def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
@@ -109,7 +127,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
                 replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
     state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts,
-                              protected_namespaces=policy.safety.protected_namespaces)
+                              protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
         # a Job at parallelism 0 has no pods: a source that cannot list suspended jobs would lose it for good

@@ -1,11 +1,18 @@
 """The capacity view counts only what the tide may act on: protected training jobs are never shrunk (the safety
-guard would refuse it every cycle while the scale-up it was for stayed pending)."""
+guard would refuse it every cycle while the scale-up it was for stayed pending), and an idle GPU is free only where
+the tide's pods can schedule and no hotspot move of this cycle goes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from balancer import config
-from balancer.model import ScaleInference, ScaleTraining, ServiceStatus
+from balancer.model import Migrate, Plan, ScaleInference, ScaleTraining, ServiceStatus, TaintNode
 from balancer.model import WorkloadClass as C
+from balancer.noderules import NodeRules, Toleration
+from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, view_from_snapshot
 from balancer.plan.capacity_loop import plan_with_capacity
 from balancer.safety import SafetyGuard, SafetyLedger
@@ -59,3 +66,76 @@ def test_a_job_in_a_protected_namespace_is_neither_shrunk_nor_grown():
                                          namespace="kube-system"), (i,)) for i in range(2)])
     plan, review = _reviewed(idle)
     assert not any(isinstance(a, ScaleTraining) for a in plan.actions) and not review.rejected
+
+
+def _idle_on_n0(n0_taints=(), tolerations=()):
+    """n0's 4 GPUs idle; chat (wants 3 replicas) on GPU 4 and an elastic job on 5-7 fill n1."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    rules = NodeRules(tolerations=tuple(tolerations))
+    wl = [(workload("chat-0", owner="chat", node_rules=rules), (4,))]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8, node_rules=rules), (g,))
+           for i, g in enumerate((5, 6, 7))]
+    nodes = (replace(fl.nodes[0], taints=tuple(n0_taints)), fl.nodes[1])
+    return snapshot(fl, workloads=wl, nodes=nodes, time=5000.0, services=chat(30.0))
+
+
+@pytest.mark.parametrize("taint", ["gputide.io/hot=true:NoSchedule", "node.kubernetes.io/unschedulable:NoSchedule",
+                                   "dedicated=other:NoExecute", "gputide.io/hot"])
+def test_idle_gpus_on_a_node_the_pods_cannot_schedule_on_are_not_free(taint):
+    snap = _idle_on_n0([taint])
+    assert dict(view_from_snapshot(snap, CHAT).free) == {}
+    plan, review = _reviewed(snap, ON.with_section("hotspots", migrate=False))
+    # the scale-up gets its GPUs from training, and no growth is planned onto the tainted node
+    assert [(a.kind, a.target) for a in plan.actions] == [("scale_training", "job"), ("scale_inference", "chat")]
+    assert plan.actions[0].workers < plan.actions[0].previous_workers and not review.rejected
+
+
+def test_a_taint_every_tide_pod_tolerates_leaves_its_gpus_free():
+    snap = _idle_on_n0(["nvidia.com/gpu=present:NoSchedule", "spot:PreferNoSchedule"],
+                       [Toleration(key="nvidia.com/gpu", operator="Exists")])
+    assert dict(view_from_snapshot(snap, CHAT).free) == {"A100-SXM4-80GB": 4}
+    # ... but not when one of them (the job's workers here) does not tolerate it
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    mixed = snapshot(fl, nodes=(replace(fl.nodes[0], taints=("nvidia.com/gpu=present:NoSchedule",)), fl.nodes[1]),
+                     workloads=[(workload("chat-0", owner="chat", node_rules=NodeRules(tolerations=(
+                         Toleration(key="nvidia.com/gpu", operator="Exists"),))), (4,)),
+                         (workload("job-0", C.TRAINING, owner="job", elastic_max=8), (5,))], services=chat(30.0))
+    assert dict(view_from_snapshot(mixed, CHAT).free) == {"A100-SXM4-80GB": 2}
+
+
+def test_the_gpu_a_hotspot_migration_targets_is_not_lent_to_training():
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    wl = [(workload("api-0", owner="api"), (0,))]   # hot GPU 0 on n0 (not a profiled service)
+    wl += [(workload(f"n0busy-{i}", C.BATCH, owner="b"), (g,)) for i, g in enumerate((1, 2, 3))]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+           for i, g in enumerate((4, 5, 6))]   # GPU 7 idle: the only place api-0 can go
+    snap = snapshot(fl, workloads=wl, time=1000.0, temps={0: 95.0})
+    plan, state = None, None
+    for k in range(3):   # the hotspot must persist a few readings before it is acted on
+        snap = snapshot(fl, workloads=wl, time=1000.0 + 30 * k, temps={0: 95.0})
+        plan, state = plan_with_capacity(snap, {}, ON, state, profiles=CHAT, capacity_policy=CapacityPolicy())
+    migrations = [a for a in plan.actions if isinstance(a, Migrate)]
+    assert [a.target_gpus for a in migrations] == [(7,)]
+    assert not any(isinstance(a, ScaleTraining) for a in plan.actions)
+
+
+def test_idle_gpus_on_a_node_this_cycles_plan_taints_are_not_lent():
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    wl = [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+          for i, g in enumerate((4, 5, 6, 7))]
+    snap = snapshot(fl, workloads=wl, time=1000.0, services=chat(0.0, replicas=0))
+    idle_chat = {"chat": replace(CHAT["chat"], min_replicas=0)}
+
+    def base(taint):
+        def plan_(snapshot, forecasts, policy, state):
+            return Plan(actions=taint), state or planner_mod.PlannerState()
+        return plan_
+
+    def grown(actions):
+        plan, _ = plan_with_capacity(snap, {}, ON, None, profiles=idle_chat, capacity_policy=CapacityPolicy(),
+                                     base=base(actions))
+        return [a.workers for a in plan.actions if isinstance(a, ScaleTraining)]
+
+    assert grown(()) == [8]   # n0's idle GPUs are lent while nothing taints it...
+    assert grown((TaintNode(node="n0", reason="hot"),)) == []   # ...not in the cycle the hotspot plan taints it
+    assert grown((TaintNode(node="n0", remove=True, reason="cooled"),)) == [8]
