@@ -45,7 +45,11 @@ class ServiceView:
     profile: ServiceCapacity
     demand_rps: float  # offered load now
     replicas: int  # current replica count (warming ones included)
+    # the GPUs its replicas hold, weighted by their gpu_milli (two half-GPU replicas on one GPU hold one), rounded up
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # the GPUs only its pods occupy (what its scale-down can empty); None (a view built by hand): each replica holds
+    # gpus_per_replica whole GPUs of its own
+    sole_by_model: Mapping[str, int] | None = None
     burst: float = 0.0  # relative rise of demand within the warm-up lead to be ready for (`rise_allowance`)
     latency_pressure: float = 0.0  # p99 latency / SLO now
     desired: int | None = None  # the replica count already asked for (placed + pending); None: = replicas
@@ -187,6 +191,24 @@ def _by_model(counts: np.ndarray, names: list[str]) -> Mapping[str, int]:
     return MappingProxyType({names[k]: int(counts[k]) for k in np.flatnonzero(counts)})
 
 
+def _shares(n_gpus: int, placed_all: list[int], gpu_grp: list[int], gpu_idx: list[int], gpu_mil: list[int],
+            codes: np.ndarray, n_groups: int, n_models: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per (group, model): the GPUs its pods hold weighted by their gpu_milli (whole GPUs, rounded up), and the
+    GPUs no pod of another group shares (those its shrink can leave empty). Vectorised over the (group, GPU) pairs."""
+    shape = (n_groups, n_models)
+    if not gpu_grp:
+        return np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+    g, i = np.asarray(gpu_grp, dtype=np.int64), np.asarray(gpu_idx, dtype=np.int64)
+    cell = g * n_models + codes[i]
+    weighted = np.bincount(cell, weights=np.asarray(gpu_mil, dtype=float) / 1000.0, minlength=n_groups * n_models)
+    pairs, own = np.unique(g * n_gpus + i, return_counts=True)   # pods of a group per (group, GPU)
+    pg, pi = pairs // n_gpus, pairs % n_gpus
+    alone = own == np.bincount(np.asarray(placed_all, dtype=np.int64), minlength=n_gpus)[pi]
+    sole = np.bincount(pg * n_models + codes[pi], weights=alone, minlength=n_groups * n_models)
+    return (np.ceil(weighted - 1e-9).astype(np.int64).reshape(shape),
+            np.rint(sole).astype(np.int64).reshape(shape))
+
+
 def _placed_replicas(held: np.ndarray, group: int | None, profile: ServiceCapacity) -> int:
     return 0 if group is None else int(held[group].sum()) // max(profile.gpus_per_replica, 1)
 
@@ -252,14 +274,15 @@ def view_from_snapshot(
     members: list[int] = []
     gpu_idx: list[int] = []
     gpu_grp: list[int] = []
+    gpu_mil: list[int] = []
     placed_all: list[int] = []
-    by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}
+    by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}  # milli-GPUs
     trainers: list[tuple[int, float, float]] = []   # (group, checkpointed_at, started_at) of each training pod
     guarded: set[int] = set()   # groups with a protected workload (or one in a protected namespace)
     rules: set[NodeRules] = set()   # the node rules of the tide's pods (services', elastic jobs')
     for w in snapshot.workloads:
         placed = snapshot.placements.get(w.name, ())
-        by_class[w.workload_class] += len(placed)
+        by_class[w.workload_class] += len(placed) * w.gpu_milli   # a shared GPU counts once, not once per pod
         placed_all.extend(placed)
         if w.workload_class is WorkloadClass.INFERENCE:
             key = ("inference", w.owner)
@@ -280,6 +303,7 @@ def view_from_snapshot(
                 guarded.add(g)
         gpu_idx.extend(placed)
         gpu_grp.extend([g] * len(placed))
+        gpu_mil.extend([w.gpu_milli] * len(placed))
     used = np.zeros(len(snapshot.gpus), dtype=bool)
     used[np.asarray(placed_all, dtype=np.int64)] = True
     used[np.asarray(list(claimed), dtype=np.int64)] = True
@@ -289,6 +313,7 @@ def view_from_snapshot(
     free = {names[k]: int(free_counts[k]) for k in np.flatnonzero(free_counts)}
     held = np.bincount(np.asarray(gpu_grp, dtype=np.int64) * n_models + codes[np.asarray(gpu_idx, dtype=np.int64)],
                        minlength=len(first) * n_models).reshape(len(first), n_models) if first else np.zeros((0, 0))
+    weighted, sole = _shares(len(snapshot.gpus), placed_all, gpu_grp, gpu_idx, gpu_mil, codes, len(first), n_models)
     empty: Mapping[str, int] = MappingProxyType({})
     services = tuple(
         ServiceView(
@@ -298,7 +323,8 @@ def view_from_snapshot(
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
             replicas=min(st.replicas, _placed_replicas(held, groups.get(("inference", name)), profiles[name])),
             desired=st.replicas,
-            gpus_by_model=_by_model(held[g], names) if (g := groups.get(("inference", name))) is not None else empty,
+            gpus_by_model=_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None else empty,
+            sole_by_model=_by_model(sole[g], names) if g is not None else empty,
             burst=float((bursts or {}).get(name, 0.0)),
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
         )
@@ -341,7 +367,7 @@ def view_from_snapshot(
         free=MappingProxyType(free),
         services=services,
         jobs=tuple(jobs),
-        inference_gpus=by_class[WorkloadClass.INFERENCE],
-        training_gpus=by_class[WorkloadClass.TRAINING],
+        inference_gpus=round(by_class[WorkloadClass.INFERENCE] / 1000),
+        training_gpus=round(by_class[WorkloadClass.TRAINING] / 1000),
         total_gpus=int(healthy.sum()),
     )

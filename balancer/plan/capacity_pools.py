@@ -44,9 +44,17 @@ class Pools:
                 got += n
         return got
 
-    def release(self, service: ServiceView, gpus: int) -> None:
-        """Return GPUs a scale-down frees to the idle pool, on the models the service holds most of."""
+    def release(self, service: ServiceView, replicas: int) -> None:
+        """Return the GPUs a scale-down to `replicas` leaves empty to the idle pool, on the models the service holds
+        most of. Replicas that share GPUs (gpu_milli < 1000) free one only once it is empty: the replicas left hold
+        at most `replicas` x gpus_per_replica of the GPUs only the service occupies, whichever pods go; the rest
+        is credited, never more than the replicas shed."""
+        gpr = service.profile.gpus_per_replica
+        gpus = (service.replicas - replicas) * gpr
         held = dict(service.gpus_by_model)
+        if service.sole_by_model is not None:
+            held = dict(service.sole_by_model)
+            gpus = min(gpus, max(0, sum(held.values()) - replicas * gpr))
         for m in sorted(held, key=lambda k: -held[k]):
             n = min(held[m], gpus)
             self.free[m] = self.free.get(m, 0) + n
@@ -191,7 +199,7 @@ def apply_targets(
         p = s.profile
         delta = new[p.name] - s.replicas
         if delta < 0:
-            pools.release(s, -delta * p.gpus_per_replica)
+            pools.release(s, new[p.name])
             granted[p.name] = new[p.name]
         elif delta > 0 and p.name in hold:
             granted[p.name] = s.replicas  # pending replicas the forecast does not need: no GPU freed for them

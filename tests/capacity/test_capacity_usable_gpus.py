@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from balancer import config
-from balancer.model import Migrate, Plan, ScaleInference, ScaleTraining, ServiceStatus, TaintNode
+from balancer.model import Forecast, Migrate, Plan, ScaleInference, ScaleTraining, ServiceStatus, TaintNode
 from balancer.model import WorkloadClass as C
 from balancer.noderules import NodeRules, Toleration
 from balancer.plan import planner as planner_mod
@@ -139,3 +140,41 @@ def test_idle_gpus_on_a_node_this_cycles_plan_taints_are_not_lent():
     assert grown(()) == [8]   # n0's idle GPUs are lent while nothing taints it...
     assert grown((TaintNode(node="n0", reason="hot"),)) == []   # ...not in the cycle the hotspot plan taints it
     assert grown((TaintNode(node="n0", remove=True, reason="cooled"),)) == [8]
+
+
+def _loan(chat_gpus, job_gpus, extra=()):
+    """Half-GPU chat replicas on `chat_gpus` (one each) and an elastic job on `job_gpus`, demand low enough for chat
+    to loan one of its two replicas: the snapshot and the plan."""
+    fl = make_fleet(nodes=1, gpus_per_node=4)
+    wl = [(workload(f"chat-{k}", owner="chat", milli=500), (g,)) for k, g in enumerate(chat_gpus)]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+           for i, g in enumerate(job_gpus)]
+    t = 100_000.0
+    snap = snapshot(fl, workloads=wl + list(extra), time=t, services=chat(1.0, replicas=len(chat_gpus)))
+    fc = {"chat": Forecast(service="chat", issued_at=t - 300, step_s=300.0,
+                           quantiles={q: np.full(30, 1.0) for q in (0.5, 0.9, 0.99)})}
+    plan, _ = plan_with_capacity(snap, fc, ON, None, profiles=CHAT, capacity_policy=CapacityPolicy())
+    return snap, plan
+
+
+def _grown(plan):
+    return [a.workers for a in plan.actions if isinstance(a, ScaleTraining) and a.workers > a.previous_workers]
+
+
+def test_replicas_sharing_a_gpu_count_it_once_and_a_loan_lends_it_only_once_empty():
+    snap, plan = _loan((0, 0), (1, 2, 3))   # two half-GPU replicas on GPU 0
+    view = view_from_snapshot(snap, CHAT)
+    assert (view.inference_gpus, view.training_gpus, dict(view.free)) == (1, 3, {})
+    assert dict(view.services[0].gpus_by_model) == {"A100-SXM4-80GB": 1}
+    loan = [a for a in plan.actions if isinstance(a, ScaleInference)]
+    assert [(a.previous_replicas, a.replicas) for a in loan] == [(2, 1)]
+    assert _grown(plan) == []   # GPU 0 stays half used by the replica left: no worker for it
+
+
+def test_a_loan_of_replicas_on_gpus_of_their_own_lends_the_gpu_it_empties():
+    _, plan = _loan((0, 1), (2, 3))
+    assert _grown(plan) == [3]   # whichever replica goes, its GPU is left empty
+    # ... but not where another workload shares each GPU a replica could leave
+    others = [(workload(f"other-{k}", owner="other", milli=500), (k,)) for k in (0, 1)]
+    _, plan = _loan((0, 1), (2, 3), others)
+    assert _grown(plan) == []
