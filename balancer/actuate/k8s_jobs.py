@@ -158,3 +158,24 @@ def colocation_patch(job: Json, action: ScaleTraining) -> Json:
     record = colocation.after(colocation.parse(note), size(job), action)
     new = record.note() if record is not None else None
     return {} if new == note else {COLOCATION_ANNOTATION: new}
+
+
+def eviction_refusal(job: Json) -> str | None:
+    """Why evicting one of the Job's pods (a migration) could fail the whole Job, None when it cannot. An evicted
+    pod fails, and a Job counts a failed pod against `backoffLimit` (default 6) unless a `podFailurePolicy` rule
+    ignores pods with the `DisruptionTarget` condition (kubernetes.io/docs/concepts/workloads/controllers/job/
+    #pod-failure-policy): the eviction must leave it at least one failure to spare for a real one. A Job with
+    `backoffLimitPerIndex` counts per index, which gputide does not see: refused unless disruptions are ignored."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or ():
+        if rule.get("action") == "Ignore" and any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                                                  for c in rule.get("onPodConditions") or ()):
+            return None
+    if spec.get("backoffLimitPerIndex") is not None:
+        return "its failures are counted per index (backoffLimitPerIndex) and no podFailurePolicy ignores evictions"
+    limit, failed = _count(spec.get("backoffLimit")), _count(status.get("failed")) or 0
+    limit = 6 if limit is None else limit
+    if failed + 2 > limit:   # the Job fails at its limit + 1st failure: after the eviction's, one more must fit
+        return (f"an eviction counts as a failure against its backoffLimit ({failed} of {limit} used) and no "
+                "podFailurePolicy ignores evictions (a DisruptionTarget rule with action Ignore)")
+    return None

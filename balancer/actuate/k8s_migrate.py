@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.k8s_pods import recreated
 from balancer.actuate.kubernetes import (
@@ -68,6 +69,7 @@ class Migrations:
         if not recreated(current.get("metadata") or {}):   # evicted, nothing would run it again anywhere
             raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
                                           "pod of its node): it is not moved")
+        self._job_can_lose_a_pod(current.get("metadata") or {}, ns, pod)
         running_on = (current.get("spec") or {}).get("nodeName")
         if source and running_on and running_on != source:
             raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
@@ -106,6 +108,17 @@ class Migrations:
                 raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
             raise
         return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
+
+    def _job_can_lose_a_pod(self, meta: Json, ns: str, pod: str) -> None:
+        """A Job's pod is moved only when its eviction cannot fail the Job (`k8s_jobs.eviction_refusal`): read the
+        Job; PermanentActuationError before anything changes otherwise."""
+        job = next((o.get("name") for o in meta.get("ownerReferences") or []
+                    if o.get("controller") and o.get("kind") == "Job"), None)
+        if job is None:
+            return
+        refusal = eviction_refusal(self.api(f"job {ns}/{job}", self.api.batch.read_namespaced_job, job, ns))
+        if refusal is not None:
+            raise PermanentActuationError(f"migrate {ns}/{pod}: job {ns}/{job}: {refusal}")
 
     def eviction_landed(self, evict: str, ns: str, pod: str, uid: str | None) -> str | None:
         """Whether the eviction `evict` of pod `uid`, unanswered, went through, by one read of the pod on the

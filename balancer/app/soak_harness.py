@@ -144,13 +144,17 @@ class KubeMirror:
                 self.kube.objects.pop(("pods", ns, pod), None)
         w = self.sim.workloads[workload]
         owner = w.owner or pod
+        container = {"name": "main", "image": "registry.local/app"}
         kind = ("apps/v1", "ReplicaSet") if w.workload_class is WorkloadClass.INFERENCE else ("batch/v1", "Job")
+        if kind[1] == "Job" and self.kube.get("jobs", owner, ns) is None:   # a migration reads its Job's limits
+            self.kube.add({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": owner, "namespace": ns},
+                           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}})
         controller = {"apiVersion": kind[0], "kind": kind[1], "name": owner, "uid": f"uid-{ns}-{owner}",
                       "controller": True}   # what recreates it once evicted: gputide moves no bare pod
         self.kube.add({"apiVersion": "v1", "kind": "Pod",
                        "metadata": {"name": pod, "namespace": ns, "labels": {"app": owner},
                                     "ownerReferences": [controller]},
-                       "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/app"}]}})
+                       "spec": {"nodeName": node, "containers": [container]}})
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult | None:
         """The API's verdict, or None for actions the mirror does not model (scale: simulator only)."""

@@ -70,7 +70,7 @@ def cluster(kube: FakeKube) -> FakeKube:
     kube.add(node("n1", 2))
     kube.add(node("n2", 2))
     kube.add(pod("web-1", labels={"app": "web"}, node_name="n1", owner=("ReplicaSet", "web-5d8f")))
-    kube.add(pod("solo", node_name="n1", owner=("Job", "solo")))
+    kube.add(pod("solo", node_name="n1", owner=("ReplicaSet", "solo-6d4f")))
     kube.add(pdb("web", "default", {"app": "web"}, allowed=1))
     return kube
 
@@ -185,6 +185,31 @@ def test_a_pod_no_controller_recreates_is_not_moved(cluster: FakeKube, actuator)
         result = actuator.apply(migrate(workload=f"default/{name}", source=(1,), target=(2,), node_name="n2"), SNAP)
         assert result.outcome is Outcome.FAILED and "no controller recreates it" in result.detail
     assert not cluster.calls("POST", r"/eviction$") and not [r for r in cluster.requests if r.method == "PATCH"]
+
+
+@pytest.mark.parametrize(("spec", "failed", "moved"), [
+    ({}, 0, True),                                          # backoffLimit 6 by default: failures to spare
+    ({"backoffLimit": 0}, 0, False),                        # the eviction alone would fail the Job
+    ({"backoffLimit": 3}, 2, False),                        # would leave no failure for a real one
+    ({"backoffLimit": 0, "podFailurePolicy": {"rules": [   # evictions are not failures for it
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}}, 0, True),
+    ({"backoffLimitPerIndex": 1}, 0, False),                # counted per index, which gputide does not see
+], ids=["default-limit", "limit-0", "last-spare-failure", "disruptions-ignored", "per-index"])
+def test_a_jobs_pod_is_moved_only_when_its_eviction_cannot_fail_the_job(cluster: FakeKube, actuator, spec, failed,
+                                                                       moved) -> None:
+    """An evicted pod fails, and a Job counts it against backoffLimit unless a podFailurePolicy ignores
+    DisruptionTarget: moving a worker of a Job at its limit failed the whole Job. Read before anything changes."""
+    train = job("train", parallelism=1)
+    train["spec"].update(spec)
+    cluster.add(train)
+    if failed:
+        cluster.mutate("jobs", "train", "default", {"status": {"failed": failed}})
+    cluster.add(pod("train-x", node_name="n1", owner=("Job", "train")))
+    result = actuator.apply(migrate(workload="default/train-x", source=(1,), target=(2,), node_name="n2"), SNAP)
+    assert (result.outcome is Outcome.APPLIED) is moved, result.detail
+    assert bool(cluster.calls("POST", r"/train-x/eviction$")) is moved
+    if not moved:
+        assert "job default/train" in result.detail and not [r for r in cluster.requests if r.method == "PATCH"]
 
 
 def test_the_reservation_of_a_qualified_owner_is_keyed_once_by_its_namespace(cluster: FakeKube, actuator) -> None:
