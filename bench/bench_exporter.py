@@ -50,6 +50,8 @@ def _baseline_registry(backend: SimBackend) -> CollectorRegistry:
     reg = CollectorRegistry()
     readings = backend.read()
     for name, _typ, doc in GPU_FIELDS:
+        if name not in readings.values:   # a field the backend does not publish (the simulator's FB_RESERVED)
+            continue
         g = Gauge(name, doc, LABEL_NAMES, registry=reg)
         for ident, v in zip(readings.identity, readings.values[name].tolist()):
             g.labels(*ident.labels().values()).set(v)
