@@ -103,6 +103,16 @@ def recreated(meta: Json) -> bool:
     return any(o.get("controller") and o.get("kind") != "Node" for o in meta.get("ownerReferences") or [])
 
 
+def _movable_by_its_owner(notes: Json, spec: Json) -> bool:
+    """The `gputide.io/movable` annotation: "false" keeps a pod in place. A pod that mounts a PersistentVolumeClaim
+    (or a generic ephemeral volume) is kept in place unless it says "true": its volume may be bound to one zone or
+    one node (a zonal disk, a local volume), which gputide's planner does not read, and its replacement elsewhere
+    would wait for a node its disk cannot reach. Say "true" for network volumes any node can mount."""
+    said = str(notes.get("gputide.io/movable", "")).lower()
+    claims = any("persistentVolumeClaim" in v or "ephemeral" in v for v in spec.get("volumes") or ())
+    return said == "true" if claims else said != "false"
+
+
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
     and `movable` by the annotation and whether a controller recreates it (`recreated`) alone (`with_namespaces`
@@ -126,8 +136,7 @@ def _pod_workload(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=as_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity,
-        movable=recreated(meta) and str(notes.get("gputide.io/movable", "true")).lower() != "false",
+        pod_affinity=affinity, movable=recreated(meta) and _movable_by_its_owner(notes, spec),
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
         checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),

@@ -225,3 +225,21 @@ def test_only_a_pod_a_controller_recreates_is_movable(owner, movable):
     """Evicting a bare pod (or the mirror of a static pod, which only its kubelet runs) leaves it nowhere to run:
     such a pod is never a migration's candidate, whatever its annotations say."""
     assert workload_from_pod(pod("p", gpus=1, owner=owner)).movable is movable
+
+
+@pytest.mark.parametrize(("volume", "said", "movable"), [
+    ({"name": "cache", "emptyDir": {}}, None, True),
+    ({"name": "data", "persistentVolumeClaim": {"claimName": "data"}}, None, False),
+    ({"name": "data", "persistentVolumeClaim": {"claimName": "data"}}, "true", True),
+    ({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}, None, False),
+    ({"name": "cache", "emptyDir": {}}, "false", False),
+], ids=["emptydir", "claim", "claim-said-movable", "generic-ephemeral", "said-not-movable"])
+def test_a_pod_with_a_claim_stays_in_place_unless_it_says_it_may_move(volume, said, movable):
+    """A claim may be bound to one zone or node (a zonal disk, a local volume): moved, the replacement would wait for
+    a node its disk cannot reach. gputide does not read volumes' node affinity, so such a pod moves only when its
+    owner says so (`gputide.io/movable: "true"`, for network volumes any node mounts)."""
+    p = pod("p", gpus=1, owner=("ReplicaSet", "p-6f7d"))
+    p["spec"]["volumes"] = [volume]
+    if said is not None:
+        p["metadata"]["annotations"] = {"gputide.io/movable": said}
+    assert workload_from_pod(p).movable is movable
