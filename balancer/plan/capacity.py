@@ -135,10 +135,16 @@ class CapacityPolicy:
 
 @dataclass(frozen=True, slots=True)
 class CapacityState:
-    """Hysteresis memory: when each service last changed size, and its last observed (time, demand, slope)."""
+    """Hysteresis memory: when each service last changed size, and its last observed (time, demand, slope).
+
+    The memory lives in the leader's process only: a new process, or a replica taking the lead, starts empty. A
+    service whose last change this state does not know is held as if it changed when the state first saw it
+    (`first_seen`), so a restart mid-hold does not count the hold as served; the emergency net reads only
+    `last_change` (growth under pressure waits for no hold)."""
 
     last_change: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     last_demand: Mapping[str, tuple[float, float, float]] = field(default_factory=lambda: MappingProxyType({}))
+    first_seen: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,9 @@ moves the rest of the GPUs to elastic training:
   the whole forecast is scaled up by that ratio (a level correction).
 * **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
-  the replicas its peaks need instead of flapping.
+  the replicas its peaks need instead of flapping. The memory is the leader's process's own: after a restart or a
+  change of leader a service's last change is unknown, so it counts as changed when the new state first sees it
+  (no loan before the hold has passed from then), and demand is calm only once two readings give a slope.
 * **Cheapest preemption.** GPUs a scale-up needs come first from idle GPUs of the service's allowed models,
   then from elastic training ranked by preemption cost: lowest priority first, then least work lost since the
   last checkpoint (a resize restarts the job from its checkpoint), then a job resized in place before one that
@@ -160,11 +162,16 @@ def plan_capacity(
     holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
     last = dict(state.last_change)
     seen = dict(state.last_demand)
+    # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting
+    first = {n: t for n, t in state.first_seen.items() if n not in last}
     hours = policy.loan_horizon_s / 3600.0
     for s in view.services:
         p = s.profile
         fc = forecasts.get(p.name)
+        known = p.name in seen  # a slope needs two readings: without one, demand is not known to be calm
         t0, d0, slope0 = seen.get(p.name, (view.time, s.demand_rps, 0.0))
+        if p.name not in last:
+            first.setdefault(p.name, view.time)
         slope = (s.demand_rps - d0) / (view.time - t0) if view.time > t0 else 0.0
         seen[p.name] = (view.time, s.demand_rps, slope)
         # a ramp (two rises in a row; one step between two samples is not a trend) is projected over the
@@ -208,8 +215,8 @@ def plan_capacity(
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
-            held = view.time - last.get(p.name, -math.inf)
-            calm = slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
+            held = view.time - last.get(p.name, first.get(p.name, -math.inf))
+            calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
             if asked - down_need >= band and held >= policy.min_hold_s and calm:
                 target = down_need
                 reasons[p.name] = (
@@ -225,12 +232,13 @@ def plan_capacity(
     for a in actions:
         if isinstance(a, ScaleInference):
             last[a.service] = view.time
+            first.pop(a.service, None)
     targets = {s.profile.name: new[s.profile.name] * s.profile.gpus_per_replica for s in view.services}
     return CapacityDecision(
         actions=tuple(actions),
         split=capacity_split(view, targets),
         targets=MappingProxyType(targets),
-        state=CapacityState(MappingProxyType(last), MappingProxyType(seen)),
+        state=CapacityState(MappingProxyType(last), MappingProxyType(seen), MappingProxyType(first)),
         notes=tuple(notes),
     )
 

@@ -25,6 +25,7 @@ from balancer.plan.capacity import (
     ServiceView,
 )
 from balancer.plan.capacity_plan import plan_capacity, replicas_for, rise_allowance, surge_rps
+from tests.capacity.settled_state import settled
 
 LEAD = 360.0
 POLICY = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_frac=0.0, min_hold_s=0.0)
@@ -79,7 +80,8 @@ def target(decision, default):
                          ids=["no burst seen: the forecast decides", "50% bursts seen: 50% spare",
                               "doubling seen: twice the demand"])
 def test_burst_floor_holds_spare_replicas_the_forecast_would_loan(burst, expected):
-    d = plan_capacity(cview(svc(12, 50.0, burst=burst)), flat(50.0), POLICY, CapacityState())
+    v = cview(svc(12, 50.0, burst=burst))
+    d = plan_capacity(v, flat(50.0), POLICY, settled(v))
     assert target(d, 12) == expected
 
 

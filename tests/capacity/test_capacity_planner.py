@@ -20,6 +20,7 @@ from balancer.plan.capacity import (
     ServiceView,
 )
 from balancer.plan.capacity_plan import forecast_peak, plan_capacity, reclaim_horizon_s, replicas_for
+from tests.capacity.settled_state import settled
 
 STEP = 600.0
 POLICY = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_replicas=1, dead_band_frac=0.0, min_hold_s=1800.0)
@@ -60,7 +61,7 @@ def training_sizes(decision):
 
 def test_night_trough_loans_idle_inference_gpus_to_training():
     v = view(10, 20.0, jobs=[job("train-a", 4, emax=12)])
-    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
     assert inference_target(d, 10) == 3
     assert training_sizes(d) == {"train-a": 11}
     assert d.split.inference == 10 and d.targets["chat"] == 3
@@ -143,7 +144,7 @@ def test_flapping_demand_causes_no_flapping_actions():
 def test_scale_down_waits_for_the_minimum_hold_time_and_the_dead_band():
     policy = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_replicas=2, dead_band_frac=0.0, min_hold_s=1800.0)
     fc = forecast([30] * 24, now=1000.0)
-    recent = CapacityState(MappingProxyType({"chat": 0.0}))
+    recent = CapacityState(MappingProxyType({"chat": 0.0}), MappingProxyType({"chat": (940.0, 30.0, 0.0)}))
     assert plan_capacity(view(10, 30.0, now=1000.0), {"chat": fc}, policy, recent).actions == ()
     within_band = plan_capacity(view(4, 30.0, now=5000.0), {"chat": forecast([30] * 24, now=5000.0)}, policy, recent)
     assert within_band.actions == (), "shedding one replica is inside the dead band of two"
@@ -158,7 +159,7 @@ def test_scale_down_waits_for_the_minimum_hold_time_and_the_dead_band():
 ], ids=["idle service keeps its minimum", "light load keeps its minimum", "load above the minimum"])
 def test_min_replicas_are_respected(demand, min_replicas, expected):
     v = view(8, demand, min_replicas=min_replicas, jobs=[job("train-a", 2)])
-    d = plan_capacity(v, {"chat": forecast([demand] * 24)}, POLICY, CapacityState())
+    d = plan_capacity(v, {"chat": forecast([demand] * 24)}, POLICY, settled(v))
     assert inference_target(d, 8) == expected
 
 
@@ -193,12 +194,12 @@ def test_a_job_kueue_restarts_to_resize_is_shrunk_after_one_resized_in_place_at_
 def test_a_grow_that_restarts_the_job_is_proposed_only_when_it_adds_more_than_the_restart_loses():
     # 7 idle GPUs for 2 h add 14 GPU-h; a restart of 4 GPUs 14 h past their checkpoint loses 56 GPU-h
     v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=14 * 3600.0, restarts=True)])
-    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
     assert inference_target(d, 10) == 3
     assert training_sizes(d) == {}
     # 30 min past the checkpoint it loses 2 GPU-h: grown, and its gain is what is left of the 14
     v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=1800.0, restarts=True)])
-    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
     grow = next(a for a in d.actions if isinstance(a, ScaleTraining))
     assert (grow.workers, grow.expected_gain) == (11, pytest.approx(12.0))
     assert "loses 2.00 GPU-h since checkpoint" in grow.reason and "restarts the whole job" in grow.reason
@@ -206,7 +207,8 @@ def test_a_grow_that_restarts_the_job_is_proposed_only_when_it_adds_more_than_th
 
 def test_idle_gpus_grow_a_job_resized_in_place_before_one_a_resize_restarts():
     jobs = [job("a-queued", 4, emax=12, restarts=True), job("b-elastic", 4, emax=12)]
-    d = plan_capacity(view(10, 20.0, jobs=jobs), {"chat": forecast([30] * 24)}, POLICY, CapacityState())
+    v = view(10, 20.0, jobs=jobs)
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
     assert training_sizes(d) == {"b-elastic": 11}
 
 

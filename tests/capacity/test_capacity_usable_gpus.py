@@ -17,6 +17,7 @@ from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, view_from_snapshot
 from balancer.plan.capacity_loop import plan_with_capacity
 from balancer.safety import SafetyGuard, SafetyLedger
+from tests.capacity.settled_state import settled
 from tests.loop.loop_helpers import make_fleet, snapshot, workload
 
 ON = config.BalancerPolicy(capacity=config.CapacityPolicy(enabled=True))
@@ -153,7 +154,8 @@ def _loan(chat_gpus, job_gpus, extra=()):
     snap = snapshot(fl, workloads=wl + list(extra), time=t, services=chat(1.0, replicas=len(chat_gpus)))
     fc = {"chat": Forecast(service="chat", issued_at=t - 300, step_s=300.0,
                            quantiles={q: np.full(30, 1.0) for q in (0.5, 0.9, 0.99)})}
-    plan, _ = plan_with_capacity(snap, fc, ON, None, profiles=CHAT, capacity_policy=CapacityPolicy())
+    watched = planner_mod.PlannerState(capacity=settled(view_from_snapshot(snap, CHAT)))  # past its hold
+    plan, _ = plan_with_capacity(snap, fc, ON, watched, profiles=CHAT, capacity_policy=CapacityPolicy())
     return snap, plan
 
 
