@@ -15,8 +15,13 @@ the tide resizes the job, so the give-back is proposed again every cycle: each p
 naming the job, the same text while it lasts (the loop logs a note once while it lasts), and its gain is taken out of
 the plan's `objective_after` (before, it was dropped silently and its gain still counted). The two planners never
 touch one workload in the same cycle: when the hotspot plan already acts on a service
-or a training job (a migration of one of its pods, a shrink), the whole capacity decision waits one cycle,
-with a note, and its hysteresis state is not advanced (the plan it would have made did not happen).
+or a training job (a migration of one of its pods, a shrink) that the capacity plan would also resize, the capacity
+plan is made again without it (`_without`): that service keeps its replicas and its hysteresis state is not advanced
+(the change it would have made did not happen), that job is neither shrunk nor grown, and what depended on them goes
+with them (a scale-up that needed the GPUs the job's shrink would free, a growth onto GPUs the service's loan would
+free). Nothing new comes in: jobs the first plan left alone stay alone. The rest of the capacity plan goes out, with a
+note; before, one clash held back every capacity action, every cycle the hotspot plan proposed it again (even when
+the guard refused it each time).
 
 Capacity holds (no capacity action, a note) while inference pods on GPUs have no owner and a profiled service
 that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
@@ -45,7 +50,13 @@ from balancer.model import (
 )
 from balancer.plan import colocation
 from balancer.plan import planner as planner_mod
-from balancer.plan.capacity import CapacityPolicy, CapacityState, ServiceCapacity, view_from_snapshot
+from balancer.plan.capacity import (
+    CapacityPolicy,
+    CapacityState,
+    CapacityView,
+    ServiceCapacity,
+    view_from_snapshot,
+)
 from balancer.plan.capacity_plan import plan_capacity
 
 Planner = Callable[..., tuple[Plan, planner_mod.PlannerState]]
@@ -110,6 +121,15 @@ def _whose(a: ScaleTraining) -> str:
     return "co-location's give-back" if a.cause == "colocation_slack" else "the growth"
 
 
+def _without(view: CapacityView, clash: list[str], first: tuple[Action, ...]) -> CapacityView:
+    """`view` for planning again without the services and jobs in `clash`: those services out of it (their GPUs stay
+    theirs, their hysteresis memory untouched), those jobs and every job `first` did not resize protected (neither
+    shrunk nor grown), so a scale-up that needed a clashing job's GPUs gets only what else `first` freed."""
+    resized = {a.target for a in first if isinstance(a, ScaleTraining)} - set(clash)
+    return replace(view, services=tuple(s for s in view.services if s.profile.name not in clash),
+                   jobs=tuple(j if j.name in resized else replace(j, protected=True) for j in view.jobs))
+
+
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                        state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
                        capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
@@ -136,9 +156,10 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     state = replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets),
                     capacity_split=decision.split.as_dict())
     clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
+    notes = plan.notes
     if clash:
-        note = f"capacity waits a cycle: the hotspot plan already acts on {', '.join(clash)}"
-        return replace(plan, notes=plan.notes + (note,)), replace(state, capacity=cap_state)
-    notes = plan.notes + tuple(f"capacity: {n}" for n in decision.notes)
+        decision = plan_capacity(_without(view, clash, decision.actions), forecasts or {}, capacity_policy, cap_state)
+        notes += (f"capacity leaves {', '.join(clash)} to the hotspot plan this cycle, with what needed them",)
+    notes += tuple(f"capacity: {n}" for n in decision.notes)
     return (replace(plan, actions=plan.actions + decision.actions, notes=notes),
             replace(state, capacity=decision.state))
