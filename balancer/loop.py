@@ -243,8 +243,7 @@ class Reconciler:
         labelled, a namespace stopped since the plan's snapshot); the others are rejected."""
         proj = Projection(fresh, self.policy)   # tainted: what the fresh snapshot's nodes carry
         keep = []
-        for a in actions:
-            stop = self.guard.stop_now(a, fresh)
+        for a, stop in zip(actions, self.guard.stops_now(actions, fresh), strict=True):
             if stop is not None:
                 self._reject(a, stop.reason, f"fresh snapshot before acting: {stop}", rejected, now)
                 continue

@@ -40,8 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 
@@ -53,6 +51,7 @@ from balancer.config import SafetyPolicy
 from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation, StaleTelemetry
 from balancer.model import MAY_BE_UNKNOWN, ClusterSnapshot, DisruptionBudget, Workload, WorkloadClass
 from balancer.noderules import Taint
+from balancer.safety_context import ReviewContext, touched_nodes
 from balancer.safety_ledger import SafetyLedger  # re-exported: the guard's memory between cycles
 
 EMERGENCY_LABEL = "gputide.io/emergency-stop"
@@ -197,7 +196,7 @@ class SafetyGuard:
         stopped = self.emergency_stopped()
         tally = self._tally(snapshot, ledger, now)
         actions = list(actions)
-        ctx = _Context(snapshot, actions)
+        ctx = ReviewContext(snapshot, actions)
         counted = 0   # accepted actions the per-cycle limit counts (renewals are not)
         for a in actions:
             try:
@@ -226,7 +225,7 @@ class SafetyGuard:
                     t.healthy[w.owner or w.name] = t.healthy.get(w.owner or w.name, 0) + 1
         return t
 
-    def _count(self, a: Action, ctx: _Context, t: _Tally) -> None:
+    def _count(self, a: Action, ctx: ReviewContext, t: _Tally) -> None:
         """Count `a` against the review's limits, or raise the one it would break (counting nothing)."""
         ev = _evictions(a, ctx.snapshot)
         # loaned GPUs always come back: a reclaim spends the budget but is never refused by it (what the budget
@@ -240,7 +239,7 @@ class SafetyGuard:
             self._check_pdb(a.target, t.healthy.get(a.target, 0), ev)
         t.budget -= ev
 
-    def _count_migration(self, a: Migrate, ctx: _Context, t: _Tally) -> None:
+    def _count_migration(self, a: Migrate, ctx: ReviewContext, t: _Tally) -> None:
         p, s = self.policy, ctx.snapshot
         w = s.workload_by_name[a.workload]
         owner = w.owner or w.name
@@ -258,26 +257,30 @@ class SafetyGuard:
         t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
         ctx.moved[w.name] = s.node_position[a.target_node]
 
-    def stop_now(self, a: Action, snapshot: ClusterSnapshot) -> EmergencyStop | None:
-        """An emergency stop that holds `a` on `snapshot` (the loop asks again on the snapshot it acts on): the flag
-        or file, a stopped namespace of a workload it touches, a node it touches labelled `EMERGENCY_LABEL`."""
-        try:
-            self._check_stop(a, _Context(snapshot, [a]), self.emergency_stopped())
-        except EmergencyStop as exc:
-            return exc
-        return None
+    def stops_now(self, actions: list[Action], snapshot: ClusterSnapshot) -> list[EmergencyStop | None]:
+        """Per action, an emergency stop that holds it on `snapshot` (the loop asks again on the snapshot it acts on),
+        or None: the flag or file, a stopped namespace of a workload it touches, a node it touches labelled
+        `EMERGENCY_LABEL`. One context for all (its index of the GPUs' workloads is one pass over the placements)."""
+        ctx, stopped, out = ReviewContext(snapshot, actions), self.emergency_stopped(), []
+        for a in actions:
+            try:
+                self._check_stop(a, ctx, stopped)
+                out.append(None)
+            except EmergencyStop as exc:
+                out.append(exc)
+        return out
 
-    def _check_stop(self, a: Action, ctx: _Context, stopped: bool) -> None:
+    def _check_stop(self, a: Action, ctx: ReviewContext, stopped: bool) -> None:
         if stopped:
             raise EmergencyStop("emergency stop is set")
         if stopped_ns := {w.namespace for w in ctx.touched(a)} & self.stopped_namespaces:
             raise EmergencyStop(f"namespace {min(stopped_ns)} is stopped")
-        for node in _nodes(a, ctx.snapshot):
+        for node in touched_nodes(a, ctx.snapshot):
             n = ctx.node(node)
             if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
                 raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
 
-    def _check_one(self, a: Action, ctx: _Context, ledger: SafetyLedger, now: float, stopped: bool) -> None:
+    def _check_one(self, a: Action, ctx: ReviewContext, ledger: SafetyLedger, now: float, stopped: bool) -> None:
         p = self.policy
         self._check_stop(a, ctx, stopped)
         for w in ctx.touched(a):
@@ -300,7 +303,7 @@ class SafetyGuard:
             raise CooldownActive(f"{a.target} was acted on {now - last:.0f} s ago (cooldown {cooldown:.0f} s)")
 
     @staticmethod
-    def _check_nodes(a: Action, ctx: _Context) -> None:
+    def _check_nodes(a: Action, ctx: ReviewContext) -> None:
         """A migration's target must admit the workload by its own rules (taints tolerated, labels selected)."""
         if not isinstance(a, Migrate):
             return
@@ -342,57 +345,5 @@ class SafetyGuard:
         return SafetyLedger(MappingProxyType(last), tuple(evictions), tuple(migrations))
 
 
-class _Context:
-    """What one review looks up per action, indexed once: nodes by name, and the workloads on the GPUs that the
-    review's power-limit actions touch (one vectorised pass over the placements, not an index of every GPU); and
-    the migrations accepted so far (`moved`: workload -> target node position), which later ones' pod affinity
-    counts where they are going."""
-
-    def __init__(self, s: ClusterSnapshot, actions: list[Action]) -> None:
-        self.snapshot = s
-        self.moved: dict[str, int] = {}
-        self._nodes: dict[str, object] | None = None
-        wanted = sorted({a.gpu for a in actions if isinstance(a, SetPowerLimit)})
-        self._on_gpu: dict[int, list] = {g: [] for g in wanted}
-        if wanted:
-            ws = s.workloads
-            gpus = list(map(s.placements.get, map(attrgetter("name"), ws), repeat(())))
-            counts = np.fromiter(map(len, gpus), dtype=np.int64, count=len(ws))
-            idx = np.fromiter(chain.from_iterable(gpus), dtype=np.int64, count=int(counts.sum()))
-            owner = np.repeat(np.arange(len(ws)), counts)
-            hit = np.isin(idx, wanted)
-            # in the order of `workloads`, each workload once per GPU (as ClusterSnapshot.workloads_on answers)
-            for g, i in dict.fromkeys(zip(idx[hit].tolist(), owner[hit].tolist(), strict=True)):
-                self._on_gpu[g].append(ws[i])
-
-    def node(self, name: str):
-        if self._nodes is None:
-            self._nodes = {}
-            for n in self.snapshot.nodes:   # the first node of a name wins, as a scan would find it
-                self._nodes.setdefault(n.name, n)
-        return self._nodes.get(name)
-
-    def touched(self, a: Action) -> list:
-        s = self.snapshot
-        if isinstance(a, Migrate):
-            w = s.workload_by_name.get(a.workload)
-            return [w] if w else []
-        if isinstance(a, ScaleTraining):
-            return list(s.workloads_by_owner.get(a.job, ()))
-        if isinstance(a, ScaleInference):
-            return list(s.workloads_by_owner.get(a.service, ()))
-        if isinstance(a, SetPowerLimit):
-            return list(self._on_gpu.get(a.gpu, ()))
-        return []
-
-
 def _renewal(a: Action) -> bool:
     return isinstance(a, TaintNode) and a.renew
-
-
-def _nodes(a: Action, s: ClusterSnapshot) -> set[str]:
-    if isinstance(a, Migrate):
-        return {s.gpus[a.source_gpus[0]].node, a.target_node}
-    if isinstance(a, SetPowerLimit | TaintNode):
-        return {a.node}
-    return set()

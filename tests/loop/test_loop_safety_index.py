@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from loop_helpers import make_fleet, snapshot, workload
 
 from balancer.model import SetPowerLimit
-from balancer.safety import _Context
+from balancer.safety_context import ReviewContext
 
 FL = make_fleet(3, 4)
 
@@ -34,7 +34,7 @@ def test_workloads_on_a_throttled_gpu_match_the_snapshot_lookup(placed, gpus):
     snap = snap.replace(workloads=tuple(w for w, _ in placed))   # unplaced workloads stay in the list
     actions = [SetPowerLimit(gpu=g, uuid="u", node="n0", watts=300.0, previous_watts=400.0, reason="t")
                for g in gpus]
-    ctx = _Context(snap, actions)
+    ctx = ReviewContext(snap, actions)
     for a in actions:
         assert ctx.touched(a) == list(snap.workloads_on(a.gpu))
     for name in ("n0", "n2", "missing"):
