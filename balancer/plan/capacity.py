@@ -270,7 +270,9 @@ def view_from_snapshot(
     when this cycle's plan does not already send work there (`claimed`: GPU indices, a migration's targets).
 
     A job with a protected worker (`Workload.protected`) or in one of `protected_namespaces` (the safety policy's)
-    is `JobView.protected`: the guard would refuse its resize, so the planner must pick another job.
+    is `JobView.protected`: the guard would refuse its resize, so the planner must pick another job. A service
+    with a protected pod, or in a protected namespace, is left out of `services` for the same reason (the guard
+    refuses scaling it up as well as down); its GPUs still count as inference's.
 
     One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
     codes, names, speed = _model_codes(snapshot.gpus)
@@ -305,8 +307,8 @@ def view_from_snapshot(
         rules.add(w.node_rules)
         if key[0] == "training":
             trainers.append((g, w.checkpointed_at, w.started_at))
-            if w.protected or w.namespace in protected_namespaces:
-                guarded.add(g)
+        if w.protected or w.namespace in protected_namespaces:
+            guarded.add(g)
         gpu_idx.extend(placed)
         gpu_grp.extend([g] * len(placed))
         gpu_mil.extend([w.gpu_milli] * len(placed))
@@ -335,7 +337,9 @@ def view_from_snapshot(
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
         )
         for name, st in sorted(snapshot.services.items())
-        if name in profiles
+        # a protected service (a protected pod, or its namespace protected) is no tide's: the guard refuses to scale
+        # it either way, so planning it would shrink training for a scale-up that never goes out
+        if name in profiles and groups.get(("inference", name)) not in guarded and st.namespace not in protected_namespaces
     )
     if jobs is None:
         ages = since_checkpoint(snapshot.time, trainers, len(first))

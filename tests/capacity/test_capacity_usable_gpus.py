@@ -70,6 +70,22 @@ def test_a_job_in_a_protected_namespace_is_neither_shrunk_nor_grown():
     assert not any(isinstance(a, ScaleTraining) for a in plan.actions) and not review.rejected
 
 
+@pytest.mark.parametrize("protect", [{"protected": True}, {"namespace": "kube-system"}], ids=["pod", "namespace"])
+def test_a_protected_service_is_not_planned_so_no_training_is_shrunk_for_it(protect):
+    """The guard refuses scaling a protected service either way: planned, its scale-up was refused while the
+    training shrinks that made room for it were accepted, every cycle. It is left out of the view (its GPUs still
+    count as inference's), so nothing is shrunk for it."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    wl = [(workload("chat-0", owner="chat", **protect), (0,))]
+    wl += [(workload(f"other-{i}", C.TRAINING, owner="other", elastic_min=1, elastic_max=4), (g,))
+           for i, g in enumerate((1, 2, 3, 4, 5, 6, 7))]
+    snap = snapshot(fl, workloads=wl, time=1000.0, services=chat(25.0))
+    view = view_from_snapshot(snap, CHAT, protected_namespaces=ON.safety.protected_namespaces)
+    assert not view.services and view.inference_gpus == 1
+    plan, review = _reviewed(snap)
+    assert not plan.actions and not review.rejected
+
+
 def _idle_on_n0(n0_taints=(), tolerations=()):
     """n0's 4 GPUs idle; chat (wants 3 replicas) on GPU 4 and an elastic job on 5-7 fill n1."""
     fl = make_fleet(nodes=2, gpus_per_node=4)
