@@ -21,7 +21,8 @@ What `PowerCapAgent.sync()` does, each interval:
   at the cap gputide set (W, clamped as the target clamps it); a limit anybody set since is left as it is (logged).
   A `Restore` is decided from the GPU itself, not from the agent's memory, so a give-back written while no agent
   ran (restarted, crash-looping, being upgraded) is carried out when one starts; without ``power_limits()`` it is
-  put back once per agent start. The controller drops a `Restore` once the GPU's limit has left that cap.
+  put back once per agent start. The controller drops a `Restore` once the GPU's limit has left that cap. A give-back
+  is never judged on a limit that could not be read this sync (NaN): it waits for the next one (counted failed).
 * An entry for a GPU the node does not have (replaced since, or a typo) is logged once and ignored.
 * An unreadable or malformed source changes nothing; a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not
   stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
@@ -140,6 +141,7 @@ class PowerCapAgent:
         self._asked: dict[str, Entry] = {}    # what the source asked for, per GPU, as last carried out
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
+        self._blind: set[str] = set()   # this sync: GPUs whose limit could not be read, their give-back waiting
 
     def sync(self) -> dict[str, float]:
         """Apply what the source asks for now; returns what the target set (UUID -> watts)."""
@@ -147,8 +149,12 @@ class PowerCapAgent:
         if wanted is None:
             self.failed = "the requested caps are unreadable"
             return {}
+        self._blind: set[str] = set()
         requests = self._requests(wanted, self._limits())
         self.failed = None
+        if self._blind:   # tried again next sync, and counted failed meanwhile (GputidePowerCapAgentFailing)
+            self.failed = (f"the power limits of {', '.join(sorted(self._blind))} could not be read: their "
+                           "give-back waits for the next sync")
         if not requests:
             return {}
         try:
@@ -183,6 +189,8 @@ class PowerCapAgent:
             asked = self._asked[uuid]
             if isinstance(asked, Restore) or (limits is not None and uuid not in limits):
                 self._forget(uuid)
+            elif self._unread(uuid, None if limits is None else limits[uuid]):
+                continue
             elif self._gives_back(uuid, self._applied[uuid], None if limits is None else limits[uuid]):
                 requests[uuid] = RESTORE
         return requests
@@ -190,8 +198,8 @@ class PowerCapAgent:
     def _request(self, uuid: str, want: Entry, limit: PowerLimit | None) -> float | None:
         """What to ask the target for `uuid` now (None: nothing)."""
         if isinstance(want, Restore):
-            if self._asked.get(uuid) == want:
-                return None   # carried out, or left alone, already
+            if self._asked.get(uuid) == want or self._unread(uuid, limit):
+                return None   # carried out, or left alone, already; or not to be judged on a failed read
             if self._gives_back(uuid, want.cap_w, limit):
                 return RESTORE
             self._asked[uuid] = want   # settled: nothing to put back
@@ -210,6 +218,14 @@ class PowerCapAgent:
                 log.info("power cap of %s given back, but the GPU runs at %.0f W (default %.0f W), not the %.0f W "
                      "gputide set: left as it is", uuid, limit.current_w, limit.default_w, cap_w)
         self._forget(uuid)
+        return False
+
+    def _unread(self, uuid: str, limit: PowerLimit | None) -> bool:
+        """Whether the GPU's current limit could not be read this sync (NaN): a give-back is not judged on it (it
+        would read as "not gputide's cap any more" and be dropped, leaving the cap on for good) but waits."""
+        if limit is not None and math.isnan(limit.current_w):
+            self._blind.add(uuid)
+            return True
         return False
 
     def _forget(self, uuid: str) -> None:

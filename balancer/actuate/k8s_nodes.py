@@ -123,7 +123,10 @@ def power_caps_update(entries: Mapping[str, Any], uuid: str, watts: float | None
         out[uuid] = {"restore": out[uuid]}
     if limits is None:
         return out
-    return {k: v for k, v in out.items() if (k in limits and not _done(v, limits[k])) or (k == uuid and k not in limits)}
+    # the entry this write makes is kept whatever the limits say: they are the snapshot's, which may not show the
+    # cap yet (or show it clamped to the board's minimum), and a restore dropped before any agent read it leaves the
+    # cap on for good; it is pruned by a later write once done
+    return {k: v for k, v in out.items() if k == uuid or (k in limits and not _done(v, limits[k]))}
 
 
 def power_caps_note(where: str, uuid: str, watts: float | None, before: Mapping[str, Any],

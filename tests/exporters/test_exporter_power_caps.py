@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission, NVMLError_Timeout
 from exporters.backends.nvml import NvmlBackend
 from exporters.power_caps import RESTORE, JsonFileCaps, PowerCapAgent, PowerCapError, Restore, parse_caps
 
@@ -158,6 +158,23 @@ def test_a_cap_no_longer_asked_for_is_given_back(caps_file, backend, gpus, after
     agent.sync()
     assert gpus[0].limit_mw == 600 * W and gpus[1].limit_mw == (400 if after else 600) * W
     assert agent.sync() == {}   # given back once, then nothing to do
+
+
+@pytest.mark.parametrize("give_back", [pytest.param({"GPU-0": {"restore": 450}}, id="a restore entry"),
+                                       pytest.param({}, id="its key deleted")])
+def test_a_give_back_whose_limit_could_not_be_read_waits_for_the_next_sync(caps_file, backend, gpus, give_back):
+    """One failed read of the GPU's limit (NaN) read as "no longer gputide's cap": the give-back was settled or
+    forgotten and the cap stayed on for good, with no failure said. It waits now, counted failed, and is carried
+    out once the limit reads again."""
+    agent = PowerCapAgent(caps_file({"GPU-0": 450}), backend)
+    agent.sync()
+    agent.source = caps_file(give_back)
+    gpus[0].fail["nvmlDeviceGetPowerManagementLimit"] = NVMLError_Timeout
+    agent.sync()
+    assert gpus[0].limit_mw == 450 * W and "GPU-0 could not be read" in agent.failed
+    gpus[0].fail.clear()
+    agent.sync()
+    assert gpus[0].limit_mw == 600 * W and agent.failed is None
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"GPU-0": "hot"}', '{"GPU-0": -1}', '{"GPU-0": true}',

@@ -361,9 +361,13 @@ def test_the_write_drops_replaced_gpus_and_carried_out_give_backs(cluster: FakeK
         "GPU-0": 450.0, "GPU-1": {"restore": 400}})}}})
     actuator.apply(power("GPU-0", 400.0), limited(GPU_0=450.0, GPU_1=400.0))
     assert caps_annotation(cluster) == {"GPU-0": 400.0, "GPU-1": {"restore": 400}}
-    # a give-back of a cap no agent applied (the GPU still at its default) needs no agent: the key goes
+    # a give-back is written whatever the snapshot says of the GPU: at its default there, either no agent applied
+    # the cap (the agent then finds nothing to restore) or the snapshot is older than the cap (dropped now, the
+    # cap would stay on for good); a later write drops it once the GPU's limit has left the cap
     actuator.apply(give_back("GPU-0"), limited(GPU_1=400.0))
-    assert caps_annotation(cluster) == {"GPU-1": {"restore": 400}}
+    assert caps_annotation(cluster) == {"GPU-0": {"restore": 400.0}, "GPU-1": {"restore": 400}}
+    actuator.apply(power("GPU-1", 380.0), limited(GPU_1=400.0))
+    assert caps_annotation(cluster) == {"GPU-1": 380.0}
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
