@@ -17,10 +17,11 @@ from balancer.actuate.k8s_workloads import KubernetesWorkloads
 from balancer.fleet import scaled_fleet
 from balancer.model import Forecast, Plan, ScaleInference, ScaleTraining, ServiceStatus
 from balancer.plan import planner as planner_mod
-from balancer.plan.capacity import CapacityPolicy, ServiceCapacity
+from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, view_from_snapshot
 from balancer.plan.capacity_loop import plan_with_capacity
 from balancer.safety import SafetyGuard, SafetyLedger
 from balancer.sim import SimCluster
+from tests.capacity.settled_state import settled
 
 ELASTIC = {"gputide.io/elastic-min": "1", "gputide.io/elastic-max": "32"}
 
@@ -72,7 +73,9 @@ def test_two_same_named_deployments_lend_and_reclaim_through_the_api_each_in_its
     def no_hotspots(snapshot, fc, pol, state):
         return Plan(actions=()), state or planner_mod.PlannerState()
 
-    plan, _ = plan_with_capacity(snap, forecasts, policy, None, profiles=profiles,
+    # a planner that has watched both services a while (a fresh one holds its loans until it has)
+    watched = planner_mod.PlannerState(capacity=settled(view_from_snapshot(snap, profiles)))
+    plan, _ = plan_with_capacity(snap, forecasts, policy, watched, profiles=profiles,
                                  capacity_policy=CapacityPolicy(min_hold_s=0.0), base=no_hotspots)
     review = SafetyGuard(policy.safety).review(plan.actions, snap, SafetyLedger(), now)
     assert not review.rejected, review.rejected
