@@ -52,7 +52,8 @@ class DemandForecaster:
     """Per-service online forecaster for the reconcile loop (cheap per cycle, refits every N buckets)."""
 
     def __init__(self, model: str = "auto", step_s: float = 600.0, refit_every: int | None = None,
-                 history_days: float = 28.0, error_window: int | None = None, min_history: int = 12) -> None:
+                 history_days: float = 28.0, error_window: int | None = None, min_history: int = 12,
+                 max_stale_steps: int = 3) -> None:
         if model not in MODELS:
             from balancer.errors import InputError
 
@@ -63,6 +64,7 @@ class DemandForecaster:
         self.history = int(history_days * DAY_S / self.step_s)
         self.error_window = error_window or 3 * max(int(DAY_S / self.step_s), 1)
         self.min_history = min_history
+        self.max_stale_steps = max_stale_steps   # a forecast needs a real bucket at most this many steps old
         self._svc: dict[str, _Service] = {}
 
     # -- input ---------------------------------------------------------------------------------------------
@@ -138,6 +140,12 @@ class DemandForecaster:
             self._close_until(s, b_now)
         if s.first is None or np.isfinite(np.asarray(s.values, float)).sum() < self.min_history:
             raise ValueError(f"not enough history for {service!r}: need {self.min_history} buckets")
+        finite = np.flatnonzero(np.isfinite(np.asarray(s.values, float)))
+        if b_now - (s.first + int(finite[-1])) > self.max_stale_steps + 1:
+            # after a telemetry gap (the loop held still, feeding nothing) the history ends hours ago: a forecast
+            # issued now would be that old one's, served as fresh; none until the buckets since are real again
+            raise ValueError(f"demand for {service!r} last seen {b_now - s.first - int(finite[-1])} steps ago: "
+                             "no forecast until fresh demand arrives")
         y = self._series(s)
         # buckets between the last closed one and now were never reported
         missing = b_now - (s.first + len(s.values))

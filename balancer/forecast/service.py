@@ -18,6 +18,7 @@ from typing import Any
 from balancer.model import ClusterSnapshot, Forecast
 
 log = logging.getLogger(__name__)
+ISSUE_LAG_STEPS = 3   # how many steps before now a forecast may be issued (see `ServiceForecaster.__init__`)
 
 
 class ServiceForecaster:
@@ -40,7 +41,10 @@ class ServiceForecaster:
     def __init__(self, online: Any, horizon_s: float, history: Callable[[str, float], Any] | None = None,
                  max_fits_per_cycle: int = 2, forget_after_s: float = 86400.0) -> None:
         self.online = online
-        self.steps = max(math.ceil(horizon_s / online.step_s), 1)
+        # a forecast is issued at the start of the last complete bucket (up to 2 steps before now) and one kept while
+        # a fit waits is a cycle older still: the steps past the horizon cover that, so the planner's window
+        # [now, now + horizon] ends inside the forecast, not beyond it
+        self.steps = max(math.ceil(horizon_s / online.step_s), 1) + ISSUE_LAG_STEPS
         self.history = history
         self.max_fits_per_cycle = max_fits_per_cycle
         self.forget_after_s = forget_after_s
@@ -74,8 +78,9 @@ class ServiceForecaster:
             self.online.update(name, snap.time, status.demand_rps)
             if due is not None and due(name, snap.time):
                 if fits >= self.max_fits_per_cycle:
-                    if name in self.last:
-                        out[name] = self.last[name]
+                    kept = self.last.get(name)   # its last forecast, unless older than a forecast may be issued
+                    if kept is not None and snap.time - kept.issued_at <= (ISSUE_LAG_STEPS + 1) * self.online.step_s:
+                        out[name] = kept
                     continue
                 fits += 1
             try:

@@ -99,8 +99,9 @@ def test_capacity_flags_build_the_capacity_planner_and_a_seeded_forecaster(tmp_p
     assert set(rec.planner.profiles) == {"llm-chat", "embed"}
     assert isinstance(rec.forecaster, ServiceForecaster) and rec.forecaster.online.model == "profile"
     assert rec.forecaster.history.days == 2.0
-    # the forecast reaches over the loan horizon (2 h at 300 s steps)
-    assert rec.forecaster.steps * rec.forecaster.online.step_s >= 7200
+    # the forecast reaches over the loan horizon (2 h at 300 s steps) from now, though it is issued at the start of
+    # the last complete bucket (up to 2 steps before now): without the margin its last 10 minutes were cut off
+    assert (rec.forecaster.steps - 2) * rec.forecaster.online.step_s >= 7200
     # latency pressure is judged against each profile's own SLO (0.5 s when the profile leaves it out)
     assert rec.source.slo_latency_s == {"llm-chat": 2.0, "embed": 0.5}
     assert rec.source.default_slo_latency_s == 0.5  # services without a profile: the policy's colocation.latencySloS
@@ -183,3 +184,29 @@ def test_history_coarser_than_the_burst_lead_still_teaches_bursts_once_put_on_th
     grid.seed(past, every_s=60.0)
     assert raw.allowance(now) == 0.0
     assert grid.allowance(now) == pytest.approx(0.6)  # 100 -> 160 within 6 of the 10 interpolated minutes
+
+
+def test_demand_history_is_shared_within_a_cycle_and_a_failed_query_is_asked_again():
+    """A Prometheus error at start-up was cached for good (the service never got its history, even once Prometheus
+    was back), and every service's two weeks of demand were kept for ever. A failure is not cached now, and an
+    answer only for `CACHE_S`: enough for the forecaster and the burst tracker to share one query per sighting."""
+    from balancer.errors import TelemetryUnavailable
+
+    answers = [TelemetryUnavailable("prometheus down"),
+               pd.Series([1.0, 2.0], index=pd.date_range("2024-01-01", periods=2, freq="300s", tz="UTC"))]
+    asked = []
+
+    class Source:
+        def demand_history(self, promql, start, end, step):
+            asked.append(end)
+            answer = answers[min(len(asked) - 1, 1)]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    history = PrometheusDemandHistory(Source())
+    assert history("chat", 1000.0) is None
+    assert history("chat", 1001.0) is not None and len(asked) == 2   # asked again after the failure
+    assert history("chat", 1002.0) is not None and len(asked) == 2   # shared within the cycle
+    assert history("chat", 1001.0 + PrometheusDemandHistory.CACHE_S) is not None and len(asked) == 3
+    assert list(history.cache) == ["chat"]
