@@ -147,30 +147,36 @@ def load_profiles(path: str) -> dict[str, ServiceCapacity]:
 class PrometheusDemandHistory:
     """`history(service, now)`: the service's demand over the last `days` from Prometheus (`source.demand_history`
     with `query`, a template over ``$service``, ``$namespace`` and ``$selector``: `service_query`), at `step_s`; None when Prometheus has nothing or fails
-    (the controller then learns from what it observes). Cached per service: the forecaster and the burst
-    tracker share one query."""
+    (the controller then learns from what it observes). Cached per service for `CACHE_S`, so the forecaster and
+    the burst tracker seeding a service in one cycle share one query; a query that failed is not cached (a
+    service seen again later, after Prometheus came back, gets its history), and nothing is kept longer (a
+    controller running for months does not hold every service's two weeks of demand)."""
+
+    CACHE_S = 600.0
 
     def __init__(self, source: Any, query: str = DEFAULT_DEMAND_QUERY, days: float = 14.0,
                  step_s: float = 300.0, cluster: str | None = None) -> None:
         self.source, self.query, self.days, self.step_s, self.cluster = source, query, days, step_s, cluster
-        self.cache: dict[str, pd.Series | None] = {}
+        self.cache: dict[str, tuple[float, pd.Series | None]] = {}   # service -> (when asked, its history)
 
     def __call__(self, service: str, now: float) -> pd.Series | None:
-        if service not in self.cache:
-            promql = service_query(self.query, service, self.cluster)
-            # Prometheus answers at most 11,000 points per series: a long history at a fine step is cut to that
-            start = max(now - self.days * 86400.0, now - (MAX_POINTS - 1) * self.step_s)
-            try:
-                y = self.source.demand_history(promql, start, now, self.step_s)
-            except GputideError as exc:
-                log.warning("no demand history for %s (%s): %s", service, promql, exc)
-                y = None
-            if y is not None and not np.isfinite(y.to_numpy(float)).any():
-                y = None
-            self.cache[service] = y
-            log.info("demand history for %s: %s", service,
-                     "none" if y is None else f"{int(np.isfinite(y.to_numpy(float)).sum())} samples")
-        return self.cache[service]
+        self.cache = {k: v for k, v in self.cache.items() if 0.0 <= now - v[0] < self.CACHE_S}
+        if service in self.cache:
+            return self.cache[service][1]
+        promql = service_query(self.query, service, self.cluster)
+        # Prometheus answers at most 11,000 points per series: a long history at a fine step is cut to that
+        start = max(now - self.days * 86400.0, now - (MAX_POINTS - 1) * self.step_s)
+        try:
+            y = self.source.demand_history(promql, start, now, self.step_s)
+        except GputideError as exc:
+            log.warning("no demand history for %s (%s): %s", service, promql, exc)
+            return None
+        if y is not None and not np.isfinite(y.to_numpy(float)).any():
+            y = None
+        self.cache[service] = (now, y)
+        log.info("demand history for %s: %s", service,
+                 "none" if y is None else f"{int(np.isfinite(y.to_numpy(float)).sum())} samples")
+        return y
 
 
 class RiseTracker:
