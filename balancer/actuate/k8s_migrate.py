@@ -30,6 +30,7 @@ from balancer.actuate.kubernetes import (
     NotFoundError,
     ThrottledError,
     _Api,
+    controller_ref,
     rfc3339,
     split_name,
 )
@@ -112,10 +113,10 @@ class Migrations:
     def _job_can_lose_a_pod(self, meta: Json, ns: str, pod: str) -> None:
         """A Job's pod is moved only when its eviction cannot fail the Job (`k8s_jobs.eviction_refusal`): read the
         Job; PermanentActuationError before anything changes otherwise."""
-        job = next((o.get("name") for o in meta.get("ownerReferences") or []
-                    if o.get("controller") and o.get("kind") == "Job"), None)
-        if job is None:
+        ref = controller_ref(meta)
+        if ref is None or ref.get("kind") != "Job":
             return
+        job = ref.get("name", "")
         refusal = eviction_refusal(self.api(f"job {ns}/{job}", self.api.batch.read_namespaced_job, job, ns))
         if refusal is not None:
             raise PermanentActuationError(f"migrate {ns}/{pod}: job {ns}/{job}: {refusal}")

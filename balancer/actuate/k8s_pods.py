@@ -20,7 +20,7 @@ from typing import Any
 
 from balancer import catalog
 from balancer.actuate.k8s_requests import pod_requests
-from balancer.actuate.kubernetes import CHECKPOINT_ANNOTATION
+from balancer.actuate.kubernetes import CHECKPOINT_ANNOTATION, controller_ref
 from balancer.model import Workload, WorkloadClass
 from balancer.noderules import NO_RULES, NamespaceLabels, NodeRules, PodAffinity, affinity_terms
 
@@ -87,10 +87,10 @@ def pod_owner(meta: Json) -> tuple[str, str]:
     for key, kind in (("gputide.io/service", "Deployment"), ("gputide.io/job", "Job")):
         if labels.get(key):
             return labels[key], kind
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    if not owners:
+    ref = controller_ref(meta)
+    if ref is None:
         return "", ""
-    name, kind = owners[0].get("name", ""), owners[0].get("kind", "")
+    name, kind = ref.get("name", ""), ref.get("kind", "")
     suffix = labels.get("pod-template-hash")
     if kind == "ReplicaSet" and suffix and name.endswith(f"-{suffix}"):
         return name[: -len(suffix) - 1], "Deployment"
@@ -100,7 +100,8 @@ def pod_owner(meta: Json) -> tuple[str, str]:
 def recreated(meta: Json) -> bool:
     """Whether a controller recreates the pod elsewhere once it is evicted: a controlling ownerReference, and not
     its node's (a static pod's mirror, which only its kubelet runs). A bare pod evicted is gone for good."""
-    return any(o.get("controller") and o.get("kind") != "Node" for o in meta.get("ownerReferences") or [])
+    ref = controller_ref(meta)
+    return ref is not None and ref.get("kind") != "Node"
 
 
 def _movable_by_its_owner(notes: Json, spec: Json) -> bool:

@@ -31,6 +31,7 @@ from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
     _Api,
     _json_annotation,
+    controller_ref,
     parse_time,
 )
 from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Preferences, Taint
@@ -59,15 +60,14 @@ def scheduling_request(pod: Json) -> Json | None:
     group, least = group_of(meta)
     annotations = meta.get("annotations") or {}
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
-    namespace, owner = meta.get("namespace", "default"), owners[0]["name"] if owners else ""
+    namespace, owner = meta.get("namespace", "default"), (controller_ref(meta) or {}).get("name", "")
     # the reservation keys that are this pod's: itself, its owner, a ReplicaSet's Deployment ("web-7d9f8"), and the
     # owner a migration keys its reservation by (`pod_owner`: the gputide.io/service or /job label first)
     owned = {f"{namespace}/{n}" for n in (meta["name"], owner, pod_owner(meta)[0]) if n} | (
         {f"{namespace}/{owner.rsplit('-', 1)[0]}"} if owner else set())
     return {
         "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
-        "pod": meta["name"], "owner": owners[0]["name"] if owners else "", "num_gpu": gpus,
+        "pod": meta["name"], "owner": owner, "num_gpu": gpus,
         "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
         "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
         "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),

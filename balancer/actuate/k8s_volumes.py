@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_nodes import by_name
 from balancer.actuate.k8s_watch import ListCache
-from balancer.actuate.kubernetes import MERGE_PATCH, _Api
+from balancer.actuate.kubernetes import MERGE_PATCH, _Api, controller_ref
 from balancer.errors import ActuationError, PermanentActuationError
 from balancer.noderules import Requirement, Term
 
@@ -81,13 +81,13 @@ class StorageClass(NamedTuple):
 
 def claim_entry(obj: Json) -> Claim:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    owner = controller_ref(meta) or {}
     # the beta annotation still wins over the field, as in kube-scheduler's GetPersistentVolumeClaimClass
     cls = (meta.get("annotations") or {}).get("volume.beta.kubernetes.io/storage-class", spec.get("storageClassName"))
     version = str(meta.get("resourceVersion") or "")
     return Claim(str(spec.get("volumeName") or ""), str(cls or ""),
                  str((meta.get("annotations") or {}).get(SELECTED_NODE) or ""), bool(meta.get("deletionTimestamp")),
-                 str(owners[0].get("uid") or "") if owners else "", int(version) if version.isdigit() else 0)
+                 str(owner.get("uid") or ""), int(version) if version.isdigit() else 0)
 
 
 def volume_entry(obj: Json) -> tuple[Term, ...]:

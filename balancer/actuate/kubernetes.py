@@ -112,6 +112,11 @@ def _code(err: ActuationError) -> str:
 # ---- small pure helpers --------------------------------------------------------------------------------------
 
 
+def controller_ref(meta: Json) -> Json | None:
+    """An object's controlling ownerReference (`controller: true`: what recreates it), None for none."""
+    return next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+
+
 def split_name(qualified: str, default_namespace: str = "default") -> tuple[str, str]:
     """`"ns/name"` -> ("ns", "name"); a bare name lives in `default_namespace`."""
     ns, _, name = qualified.rpartition("/")
