@@ -130,6 +130,7 @@ def make_room(
     s = sched.state
     static = s.cpu_total >= pod.cpu_milli
     static &= s.mem_total >= pod.memory_mib
+    static &= (s.taints & ~np.int64(pod.tolerations)) == 0
     if pod.num_gpu:
         static &= np.append(sched.model_mask(pod), False)[s.model] & (s.gpu_count >= pod.num_gpu)
         if (
@@ -158,22 +159,26 @@ def _try_moves(sched, ledger, pod, node, slots, victims, budget):
     for _, where in evicted:
         sched.remove(where)
     target = Placement(node, slots, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib)
-    sched.commit(target, pod)
+    # the scheduler's own filters (taints, GPU model, ...) must admit the pod on the freed node
+    admitted = bool(np.isin(node, sched.feasible_nodes(pod)))
+    if admitted:
+        sched.commit(target, pod)
     moves: list[Move] = []
-    for other, where in evicted:
+    for other, where in evicted if admitted else ():
         dest = sched.place(other, exclude=exclude)
         if dest is None or (budget is not None and not budget(other, where, dest)):
             break
         sched.commit(dest, other)
         moves.append(Move(other, where, dest, f"make room for {pod.name or 'a pending pod'}"))
-    if len(moves) == len(evicted):
+    if admitted and len(moves) == len(evicted):
         for move in moves:
             ledger.add(move.pod, move.target)
         ledger.moves += len(moves)
         return target, moves
     for move in moves:  # roll back: the pod could not be placed after all
         sched.remove(move.target)
-    sched.remove(target)
+    if admitted:
+        sched.remove(target)
     for other, where in evicted:
         sched.commit(where)
         ledger.add(other, where)
