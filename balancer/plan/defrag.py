@@ -158,6 +158,8 @@ def _try_moves(sched, ledger, pod, node, slots, victims, budget):
     evicted = [ledger.remove(k) for k in victims]
     for _, where in evicted:
         sched.remove(where)
+    if pod.num_gpu > 1:  # whole GPUs from one NVLink domain when one fits, as the scheduler picks them
+        slots = sched.whole_gpu_slots(node, pod.num_gpu)
     target = Placement(node, slots, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib)
     # the scheduler's own filters (taints, GPU model, ...) must admit the pod on the freed node
     admitted = bool(np.isin(node, sched.feasible_nodes(pod)))

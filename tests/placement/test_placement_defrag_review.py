@@ -30,3 +30,16 @@ def test_make_room_never_places_a_pod_on_a_node_whose_taint_it_does_not_tolerate
         assert done[0].node == 1
     else:
         assert np.array_equal(sched.state.gpu_free, before)
+
+
+def test_make_room_keeps_a_multi_gpu_pod_in_one_nvlink_domain_when_one_fits():
+    two = PodRequest(4000, 1000, 2, 1000, name="two")
+    one = PodRequest(1000, 1000, 1, 1000, name="one")
+    cpu = PodRequest(8000, 1000, name="cpu")
+    state = cluster((8000, 64000, [1000] * 4, "A100"), (16000, 64000, [], None))
+    state.nvlink_domain[0] = [0, 0, 1, 1]
+    sched, ledger = _placed(state, [(one, Placement(0, (1,), 1000, 0, 0)), (cpu, Placement(0, (), 0, 8000, 1000))])
+    assert sched.place(two) is None  # node 0's CPU is taken by the CPU-only pod
+    placement, moves = make_room(sched, ledger, two, max_moves=1)
+    assert placement.node == 0 and len(moves) == 1
+    assert sorted(placement.slots) == [2, 3]  # domain 1 is wholly free; (0, 2) would span two domains

@@ -189,11 +189,11 @@ class Scheduler:
         best = np.flatnonzero(total >= total.max() - 1e-9)
         pick = best[self.rng.integers(len(best))] if self.rng is not None and len(best) > 1 else best[0]
         node = int(c.node[pick])
-        slots = (int(c.slot[pick]),) if pod.num_gpu == 1 else self._whole_gpu_slots(node, pod.num_gpu)
+        slots = (int(c.slot[pick]),) if pod.num_gpu == 1 else self.whole_gpu_slots(node, pod.num_gpu)
         milli = pod.gpu_milli if pod.num_gpu else 0
         return Placement(node, slots, milli, pod.cpu_milli, pod.memory_mib)
 
-    def _whole_gpu_slots(self, node: int, count: int) -> tuple[int, ...]:
+    def whole_gpu_slots(self, node: int, count: int) -> tuple[int, ...]:
         """`count` fully free slots, from the NVLink domain that fits them most tightly when one can."""
         if count == 0:
             return ()
