@@ -81,6 +81,7 @@ class Preemptor:
         self._held: dict[str, dict[str, Json]] = {}   # node -> {pod: reservation} the node cache may not show yet
         self.budgets_ttl_s = 10.0
         self._budget_list: tuple[float, list[Json]] | None = None
+        self._spent: dict[str, int] = {}   # budget -> disruptions our evictions used since it was listed
 
     def held(self, now: float, seen: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Json]]:
         """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
@@ -102,6 +103,7 @@ class Preemptor:
             self._budget_list = (now, self.api("list pod disruption budgets",
                                                self.api.policy.list_pod_disruption_budget_for_all_namespaces
                                                ).get("items", []))
+            self._spent = {}
         items = self._budget_list[1]
         allowed, selectors = {}, []
         for b in items:
@@ -109,7 +111,8 @@ class Preemptor:
             if meta.get("namespace") not in namespaces:
                 continue
             key = f"{meta['namespace']}/{meta.get('name', '')}"
-            allowed[key] = int((b.get("status") or {}).get("disruptionsAllowed") or 0)
+            # less what this scheduler's evictions used since the list: the next preemption must not count on it
+            allowed[key] = int((b.get("status") or {}).get("disruptionsAllowed") or 0) - self._spent.get(key, 0)
             selectors.append((key, meta["namespace"], Selector.from_json((b.get("spec") or {}).get("selector"))))
         return allowed, selectors
 
@@ -163,6 +166,8 @@ class Preemptor:
                     self.api.update_node(choice.node, lambda n: annotation_map_change(
                         n, self.reservation_annotation, {key: None}))
                 raise
+            for b in v.budgets:   # the eviction used one of each budget's disruptions
+                self._spent[b] = self._spent.get(b, 0) + 1
             self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
                         f"Preempted by {key} on node {choice.node}")
         try:

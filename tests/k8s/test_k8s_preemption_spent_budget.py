@@ -1,0 +1,43 @@
+"""A PodDisruptionBudget one preemption used up is used up for the next one too, though the budgets are listed at
+most once per `budgets_ttl_s`: otherwise a second preemption planned on the stale count evicted its first victim,
+was refused the next (429) and gave the node back, and that first pod was killed for no one."""
+
+from __future__ import annotations
+
+from fakeapi import FakeKube, node, pdb, pod
+
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+
+
+def most_free(request: dict, nodes: list[dict]) -> str | None:
+    return max(nodes, key=lambda n: (n["gpus_free"], n["name"]))["name"] if nodes else None
+
+
+def bound(name: str, node_name: str, gpus: int, priority: int, labels=None) -> dict:
+    p = pod(name, gpus=gpus, node_name=node_name, labels=labels)
+    p["spec"]["priority"] = priority
+    p["status"]["startTime"] = "2024-01-01T00:00:00Z"
+    return p
+
+
+def pending(name: str, gpus: int, priority: int) -> dict:
+    p = pod(name, gpus=gpus, scheduler="gputide", phase="Pending")
+    p["spec"]["priority"] = priority
+    return p
+
+
+def test_a_budget_one_preemption_used_up_is_not_counted_on_by_the_next(kube: FakeKube, api, clock):
+    kube.add(pdb("batch", "default", {"tier": "batch"}, 1))               # one disruption allowed, for both
+    kube.add(node("a", 4))
+    kube.add(bound("p", "a", 4, 1, {"tier": "batch"}))
+    kube.add(node("b", 8))
+    kube.add(bound("q1", "b", 4, 2))
+    kube.add(bound("q2", "b", 4, 1, {"tier": "batch"}))
+    kube.add(pending("urgent-1", 4, 50))                                  # evicts p on a: the budget is spent
+    kube.add(pending("urgent-2", 8, 40))                                  # would need q1 and q2
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()
+    assert sched.preempted == [("default/p", "a")]
+    assert kube.get("pods", "q1", "default") is not None                 # not killed for a preemption that fails
+    assert kube.get("pods", "q2", "default") is not None
+    assert not kube.calls("POST", r"/q1/eviction")                        # not even tried
