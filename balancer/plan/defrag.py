@@ -224,22 +224,32 @@ def plan_consolidation(
         keys = [k for k in ledger.by_node.get(int(node), ()) if int(slot) in ledger.pods[k][1].slots]
         if not keys or len(moves) + len(keys) > max_moves:
             continue
-        exclude = np.zeros(s.n_nodes, dtype=bool)
-        exclude[node] = True
-        batch = []
-        for k in keys:
-            pod, where = ledger.remove(k)
-            sched.remove(where)
-            dest = sched.place(pod, exclude=exclude)
-            if dest is None or (budget is not None and not budget(pod, where, dest)):
-                sched.commit(where)
-                ledger.add(pod, where)
-                break
-            sched.commit(dest, pod)
-            ledger.add(pod, dest)
-            batch.append(Move(pod, where, dest, f"consolidate GPU {slot} of node {node}"))
-        else:
-            freed = 1.0 if s.gpu_free[node, slot] == MILLI else 0.0
-            batch = [Move(m.pod, m.source, m.target, m.reason, freed / len(batch)) for m in batch]
-        moves.extend(batch)
+        moves.extend(_empty_gpu(sched, ledger, keys, int(node), int(slot), budget))
     return moves
+
+
+def _empty_gpu(sched: Scheduler, ledger: Ledger, keys: list[int], node: int, slot: int,
+               budget: Budget | None) -> list[Move]:
+    """Move every pod of `keys` off GPU `slot` of `node`, or none of them: a GPU left partly used frees nothing,
+    so a pod that fits nowhere else, or a move the budget refuses, rolls the GPU's other moves back."""
+    exclude = np.zeros(sched.state.n_nodes, dtype=bool)
+    exclude[node] = True
+    done: list[tuple[int, PodRequest, Placement, Placement]] = []
+    for k in keys:
+        pod, where = ledger.remove(k)
+        sched.remove(where)
+        dest = sched.place(pod, exclude=exclude)
+        if dest is None or (budget is not None and not budget(pod, where, dest)):
+            sched.commit(where)
+            ledger.add(pod, where)
+            for key, other, source, target in reversed(done):
+                ledger.remove(key)
+                sched.remove(target)
+                sched.commit(source)
+                ledger.add(other, source)
+            return []
+        sched.commit(dest, pod)
+        done.append((ledger.add(pod, dest), pod, where, dest))
+    freed = 1.0 if sched.state.gpu_free[node, slot] == MILLI else 0.0
+    reason = f"consolidate GPU {slot} of node {node}"
+    return [Move(pod, where, dest, reason, freed / len(done)) for _, pod, where, dest in done]

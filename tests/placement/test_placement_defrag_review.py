@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from balancer.plan.defrag import Ledger, make_room
+from balancer.plan.defrag import Ledger, make_room, plan_consolidation
 from balancer.plan.placement import Placement, PodRequest, Scheduler, WorkloadMix
 from tests.placement.conftest import cluster
 
@@ -43,3 +43,30 @@ def test_make_room_keeps_a_multi_gpu_pod_in_one_nvlink_domain_when_one_fits():
     placement, moves = make_room(sched, ledger, two, max_moves=1)
     assert placement.node == 0 and len(moves) == 1
     assert sorted(placement.slots) == [2, 3]  # domain 1 is wholly free; (0, 2) would span two domains
+
+
+SMALL, MID = PodRequest(1000, 1000, 1, 100, name="small"), PodRequest(1000, 1000, 1, 300, name="mid")
+HALF = PodRequest(1000, 1000, 1, 500, name="half")
+
+
+def test_consolidation_moves_nothing_off_a_gpu_it_cannot_empty():
+    big = PodRequest(1000, 1000, 1, 800, name="big")
+    state = cluster((8000, 8000, [1000], "T4"), (8000, 8000, [1000], "T4"))
+    placed = [(SMALL, Placement(0, (0,), 100, 1000, 1000)), (MID, Placement(0, (0,), 300, 1000, 1000)),
+              (big, Placement(1, (0,), 800, 1000, 1000))]
+    for _, where in placed:
+        where.apply(state)
+    # `small` fits next to `big`, `mid` fits nowhere else: GPU 0 of node 0 cannot be emptied
+    assert plan_consolidation(state, placed, WorkloadMix.from_pods([SMALL, MID, big]), max_moves=4) == []
+
+
+def test_consolidation_moves_nothing_when_the_budget_refuses_part_of_a_gpu():
+    state = cluster((8000, 8000, [1000], "T4"), (8000, 8000, [1000], "T4"))
+    placed = [(SMALL, Placement(0, (0,), 100, 1000, 1000)), (MID, Placement(0, (0,), 300, 1000, 1000)),
+              (HALF, Placement(1, (0,), 500, 1000, 1000))]
+    for _, where in placed:
+        where.apply(state)
+    moves = plan_consolidation(state, placed, WorkloadMix.from_pods([SMALL, MID, HALF]), max_moves=4,
+                               budget=lambda pod, src, dst: pod.name != "mid")
+    assert all(m.expected_gpus_freed > 0 for m in moves)
+    assert not [m for m in moves if m.source.node == 0]  # node 0's GPU keeps `mid`: moving `small` frees nothing
