@@ -4,7 +4,9 @@ NVML knows the GPUs and the processes on them, not the pods. The kubelet does: i
 (`v1.PodResourcesLister/List`, on the node's `/var/lib/kubelet/pod-resources/kubelet.sock`, stable since
 Kubernetes 1.28) lists, for every pod and container, the device IDs the device plugin allocated to it. NVIDIA's
 device plugin names a GPU by its UUID (`GPU-...`); with time-slicing or MPS sharing each replica is the UUID with
-a `::N` suffix; with `--device-id-strategy=index` it is the GPU's index. dcgm-exporter attributes pods the same way.
+a `::N` suffix; with `--device-id-strategy=index` it is the GPU's index. GKE's device plugin names it by its device
+file (`nvidia<n>`, the `device` label), a time-shared one `nvidia<n>/vgpu<k>`. dcgm-exporter attributes pods the
+same way.
 Without this join table the controller sees every GPU of a real node as idle: it can throttle a hot GPU but not
 move what runs on it, and capacity shifting counts no replica.
 
@@ -57,7 +59,7 @@ GPU_RESOURCES = ("nvidia.com/gpu",)
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"   # the device plugin's MIG strategy "mixed": nvidia.com/mig-1g.10gb, ...
 LIST_METHOD = "/v1.PodResourcesLister/List"
 UNKNOWN_CLASS = "unknown"
-_SHARED_REPLICA = re.compile(r"::\d+$")   # time-slicing / MPS: GPU-<uuid>::<replica>
+_SHARED_REPLICA = re.compile(r"(::|/vgpu)\d+$")   # time-slicing / MPS: GPU-<uuid>::<k>, GKE's /vgpu<k>
 _OLD_MIG = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/\d+$")   # drivers R450/R460: MIG-<GPU UUID>/<GI>/<CI>
 _GKE_MIG = re.compile(r"^(nvidia\d+)/gi(\d+)$")         # GKE's device plugin: nvidia<minor>/gi<GI>
 
@@ -145,7 +147,8 @@ class DeviceIndex:
 
     def place(self, device_id: str, resource: str = GPU_RESOURCES[0]) -> Placement | None:
         device = _SHARED_REPLICA.sub("", device_id)
-        if g := self.by_uuid.get(device) or (self.by_index.get(device) if device.isdigit() else None):
+        if g := (self.by_uuid.get(device) or self.by_device.get(device)
+                 or (self.by_index.get(device) if device.isdigit() else None)):
             return Placement(g)
         mixed = resource.startswith(MIG_RESOURCE_PREFIX)   # the resource names the profile
         profile = gpu_instance_profile(resource.removeprefix(MIG_RESOURCE_PREFIX)) if mixed else ""
