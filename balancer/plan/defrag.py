@@ -230,11 +230,14 @@ def plan_consolidation(
 
 def _empty_gpu(sched: Scheduler, ledger: Ledger, keys: list[int], node: int, slot: int,
                budget: Budget | None) -> list[Move]:
-    """Move every pod of `keys` off GPU `slot` of `node`, or none of them: a GPU left partly used frees nothing,
-    so a pod that fits nowhere else, or a move the budget refuses, rolls the GPU's other moves back."""
-    exclude = np.zeros(sched.state.n_nodes, dtype=bool)
+    """Move every pod of `keys` off GPU `slot` of `node`, or none of them. A GPU left partly used frees nothing,
+    nor does one emptied by filling a GPU that was idle: such moves (a pod that fits nowhere else, a move the
+    budget refuses, a destination GPU that had nothing on it) are rolled back."""
+    s = sched.state
+    exclude = np.zeros(s.n_nodes, dtype=bool)
     exclude[node] = True
     done: list[tuple[int, PodRequest, Placement, Placement]] = []
+    newly_used: set[tuple[int, int]] = set()
     for k in keys:
         pod, where = ledger.remove(k)
         sched.remove(where)
@@ -242,14 +245,22 @@ def _empty_gpu(sched: Scheduler, ledger: Ledger, keys: list[int], node: int, slo
         if dest is None or (budget is not None and not budget(pod, where, dest)):
             sched.commit(where)
             ledger.add(pod, where)
-            for key, other, source, target in reversed(done):
-                ledger.remove(key)
-                sched.remove(target)
-                sched.commit(source)
-                ledger.add(other, source)
-            return []
+            return _undo(sched, ledger, done)
+        newly_used |= {(dest.node, j) for j in dest.slots if s.gpu_free[dest.node, j] == MILLI}
         sched.commit(dest, pod)
         done.append((ledger.add(pod, dest), pod, where, dest))
-    freed = 1.0 if sched.state.gpu_free[node, slot] == MILLI else 0.0
+    freed = (1 if s.gpu_free[node, slot] == MILLI else 0) - len(newly_used)
+    if freed <= 0:
+        return _undo(sched, ledger, done)
     reason = f"consolidate GPU {slot} of node {node}"
     return [Move(pod, where, dest, reason, freed / len(done)) for _, pod, where, dest in done]
+
+
+def _undo(sched: Scheduler, ledger: Ledger, done: list[tuple[int, PodRequest, Placement, Placement]]) -> list[Move]:
+    """Put the pods of `done` (ledger key, pod, source, target) back where they were; no moves."""
+    for key, pod, source, target in reversed(done):
+        ledger.remove(key)
+        sched.remove(target)
+        sched.commit(source)
+        ledger.add(pod, source)
+    return []

@@ -70,3 +70,23 @@ def test_consolidation_moves_nothing_when_the_budget_refuses_part_of_a_gpu():
                                budget=lambda pod, src, dst: pod.name != "mid")
     assert all(m.expected_gpus_freed > 0 for m in moves)
     assert not [m for m in moves if m.source.node == 0]  # node 0's GPU keeps `mid`: moving `small` frees nothing
+
+
+def _in_use(state) -> int:
+    return int((state.gpu_free[state.gpu_exists] < 1000).sum())
+
+
+def test_consolidation_frees_gpus_net_and_moves_no_pod_back():
+    a, b, c = (PodRequest(1000, 1000, 1, m, name=n) for m, n in ((100, "a"), (200, "b"), (950, "c")))
+    state = cluster(*[(8000, 8000, [1000], "T4")] * 3)
+    placed = [(a, Placement(0, (0,), 100, 1000, 1000)), (b, Placement(1, (0,), 200, 1000, 1000)),
+              (c, Placement(2, (0,), 950, 1000, 1000))]
+    for _, where in placed:
+        where.apply(state)
+    moves = plan_consolidation(state, placed, WorkloadMix.from_pods([a, b, c]), max_moves=4)
+    after = state.copy()
+    for m in moves:
+        m.source.undo(after)
+        m.target.apply(after)
+    assert sum(m.expected_gpus_freed for m in moves) == _in_use(state) - _in_use(after) > 0
+    assert len({m.pod.name for m in moves}) == len(moves)  # a: node 0 -> 1 -> 0 freed nothing for two restarts
