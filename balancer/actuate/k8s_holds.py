@@ -24,7 +24,7 @@ from typing import Any
 
 from balancer.actuate.k8s_filters import Offers
 from balancer.actuate.k8s_nodes import annotation_map_change
-from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting
+from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting, model_allows
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
@@ -70,7 +70,7 @@ class Holds:
             return " preemption: not considered for a pod with required pod affinity or anti-affinity."
         bound = self._bound_by_node()
         try:
-            choice = self.preemptor.plan(req, [view[i] for i in offers.admitted()], bound)
+            choice = self.preemptor.plan(req, self._candidates(req, view, offers), bound)
             if choice is None:
                 return ""
             entry = self.preemptor.preempt(req, choice)
@@ -94,7 +94,7 @@ class Holds:
         created = parse_time(req["created"])
         if not created or now - created < self.starving_s or offers.holds_for(req):
             return ""
-        node = closest_to_fitting(req, [view[i] for i in offers.admitted()])
+        node = closest_to_fitting(req, self._candidates(req, view, offers))
         if node is None or not self._hold_starving(req, node, view, index, offers):
             return ""
         return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
@@ -115,13 +115,19 @@ class Holds:
             if offers.holds_for(m):
                 continue
             offers.fitting(m)
-            node = closest_to_fitting(m, [view[i] for i in offers.admitted()])
+            node = closest_to_fitting(m, self._candidates(m, view, offers))
             if node is not None and self._hold_starving(m, node, view, index, offers):
                 held.append(f"{m['name']} on {node}")
         if not held:
             return ""
         return (f" Waiting {(now - min(created)) / 60:.0f} min: holding nodes for the group's members as GPUs free "
                 f"up there ({', '.join(held)}).")
+
+    @staticmethod
+    def _candidates(req: Json, view: list[Json], offers: Offers) -> list[Json]:
+        """The nodes `req` may preempt on or hold (`offers` was last asked about it): those its placement rules
+        and pod affinity admit, of a GPU model it may run on."""
+        return [view[i] for i in offers.admitted() if model_allows(view[i], req)]
 
     def _hold_starving(self, req: Json, node: str, view: list[Json], index: dict[str, int], offers: Offers) -> bool:
         """Reserve `node` for the starving `req`, for the rest of the pass too; False when the API refused (logged:

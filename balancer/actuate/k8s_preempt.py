@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from balancer import catalog
 from balancer.actuate.k8s_actuator import post_event
 from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, reserved_for_others
 from balancer.actuate.k8s_nodes import annotation_map_change
@@ -42,6 +43,15 @@ Json = dict[str, Any]
 
 def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mapping[str, float]) -> dict[str, float]:
     return {GPU_RESOURCE: gpus, "cpu": cpu_milli, "memory": memory_mib, **extended}
+
+
+def model_allows(node: Json, req: Json) -> bool:
+    """Whether `req` may run on `node`'s GPU model (`gputide.io/gpu-spec`, which only the placement policy checks,
+    by catalogue key as `balancer.app.scheduling` compares them): a node it must not run on is no node to preempt
+    on or hold, as a node held for a pod gets it without the policy being asked."""
+    allowed = req["allowed_models"]
+    return not allowed or not req["num_gpu"] or catalog.key_of(node["gpu_model"] or "") in {
+        catalog.key_of(m) for m in allowed}
 
 
 def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
