@@ -90,3 +90,14 @@ def test_consolidation_frees_gpus_net_and_moves_no_pod_back():
         m.target.apply(after)
     assert sum(m.expected_gpus_freed for m in moves) == _in_use(state) - _in_use(after) > 0
     assert len({m.pod.name for m in moves}) == len(moves)  # a: node 0 -> 1 -> 0 freed nothing for two restarts
+
+
+def test_gpu_clustering_forgets_a_node_whose_shared_pods_left():
+    """A rolled-back or migrated pod must not keep steering GpuClustering: its node is idle again."""
+    half, quarter = PodRequest(1000, 1000, 1, 500), PodRequest(1000, 1000, 1, 250)
+    sched = Scheduler(cluster((8000, 8000, [1000], "T4"), (8000, 8000, [1000], "T4")), "gpuclustering")
+    fresh = sched.place(quarter)
+    where = Placement(0, (0,), 500, 1000, 1000)
+    sched.commit(where, half)
+    sched.remove(where)
+    assert sched.place(quarter) == fresh

@@ -216,6 +216,8 @@ class Scheduler:
     def remove(self, placement: Placement) -> None:
         placement.undo(self.state)
         self._refresh(placement.node)
+        if not self.stats.busy[placement.node]:  # no GPU in use any more: no shared pod left to cluster with
+            self.node_tag[placement.node] = -1
 
     def _refresh(self, node: int) -> None:
         self.stats.refresh(node)
