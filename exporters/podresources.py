@@ -12,7 +12,8 @@ move what runs on it, and capacity shifting counts no replica.
 
 MIG devices are attributed to the GPU they are carved from, with dcgm-exporter's `GPU_I_ID` and `GPU_I_PROFILE`
 labels for the GPU instance. The device plugin lists them under `nvidia.com/gpu` (MIG strategy "single") or
-`nvidia.com/mig-<profile>` ("mixed"), by MIG UUID (`MIG-<uuid>`, drivers R470 and newer) or, with the index
+`nvidia.com/mig-<profile>` ("mixed"; shared with `renameByDefault`, `nvidia.com/gpu.shared` and
+`nvidia.com/mig-<profile>.shared`), by MIG UUID (`MIG-<uuid>`, drivers R470 and newer) or, with the index
 strategy, `<gpu index>:<mig index>`; those the backend resolves through NVML (`Backend.mig_instance`,
 `exporters.backends.nvml_mig`). Two forms carry their GPU and are read here: R450/R460's
 `MIG-GPU-<uuid>/<gi>/<ci>` and GKE's `nvidia<n>/gi<gi>`. The profile is NVML's, else the mixed strategy's resource
@@ -55,7 +56,8 @@ from exporters.backends.nvml_mig import gpu_instance_profile
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-GPU_RESOURCES = ("nvidia.com/gpu",)
+# the second: time-slicing or MPS with `renameByDefault: true` (a shared MIG device: nvidia.com/mig-<profile>.shared)
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"   # the device plugin's MIG strategy "mixed": nvidia.com/mig-1g.10gb, ...
 LIST_METHOD = "/v1.PodResourcesLister/List"
 UNKNOWN_CLASS = "unknown"
@@ -151,7 +153,7 @@ class DeviceIndex:
                  or (self.by_index.get(device) if device.isdigit() else None)):
             return Placement(g)
         mixed = resource.startswith(MIG_RESOURCE_PREFIX)   # the resource names the profile
-        profile = gpu_instance_profile(resource.removeprefix(MIG_RESOURCE_PREFIX)) if mixed else ""
+        profile = gpu_instance_profile(resource.removeprefix(MIG_RESOURCE_PREFIX).removesuffix(".shared")) if mixed else ""
         if m := _OLD_MIG.match(device) or _GKE_MIG.match(device):
             g = self.by_uuid.get(m[1]) or self.by_device.get(m[1])
             return Placement(g, m[2], profile) if g else None
