@@ -39,6 +39,7 @@ from balancer.actuate.k8s_reads import (
 )
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import _Api, parse_time
+from balancer.errors import ActuationError
 
 Json = dict[str, Any]
 
@@ -135,6 +136,15 @@ class SchedulerReads:
         assumed = self._live_assumed(self._cached("bound pods"))
         return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
+
+    def bound_node(self, req: Json) -> str | None:
+        """The node pod `req` is bound to now, read from the API server (None: none, or it cannot be read): after a
+        binding's 409, whether it was this scheduler's own binding, made though its answer was lost."""
+        try:
+            pod = self.api(f"pod {req['name']}", self.api.core.read_namespaced_pod, req["pod"], req["namespace"])
+        except ActuationError:
+            return None
+        return (pod.get("spec") or {}).get("nodeName") or None
 
     def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
         """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`)."""

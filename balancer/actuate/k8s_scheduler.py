@@ -64,12 +64,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from balancer.actuate.k8s_bind import Binder
 from balancer.actuate.k8s_budget import PASS_READS_DEADLINE_S, POD_DEADLINE_S
-from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
+from balancer.actuate.k8s_filters import Offers, unschedulable, why_not
 from balancer.actuate.k8s_gang import DEFERRED, deferred_message, groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_namespaces import Resolver
-from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import (
@@ -86,13 +86,10 @@ from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
-    ConflictError,
-    NotFoundError,
     _Api,
     k8s,
     parse_time,
 )
-from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -116,7 +113,7 @@ class _Pass:
     preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
 
 
-class SecondaryScheduler(SchedulerReads):
+class SecondaryScheduler(Binder, SchedulerReads):
     """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place` (module docstring).
 
     `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `scheduling_request` / `nodes_view`; each
@@ -360,37 +357,6 @@ class SecondaryScheduler(SchedulerReads):
         if ps.session is not None:
             return ps.session.place(req, offered)
         return self.place(req, [ps.view[i] for i in offered])
-
-    def _bind(self, req: Json, node: Json) -> str | None:
-        """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays
-        pending), None when the pod was bound by someone else or deleted (left out of the pass)."""
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
-        try:
-            # not retried once the Lease is lost (`halted`): the next leader may be placing on the same nodes
-            self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
-                     req["namespace"], body, halt=self.halted)
-        except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
-            log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
-            return None
-        except ActuationError as err:
-            log.warning("scheduler %s: %s", self.scheduler_name, err)
-            return ""
-        self._assumed[req["name"]] = (self.clock(), Usage(
-            node["name"], req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
-            req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
-            req["pod_affinity"].anti if req["pod_affinity"] else ()))
-        key = take(node, req)
-        if key is not None:
-            self.holds.preemptor.release(node["name"], key)
-            try:
-                with self.api.reserve():   # the pod is bound: releasing what it used up may use the reserve
-                    self.api.update_node(node["name"], lambda n, k=key: annotation_map_change(
-                        n, self.reservation_annotation, {k: None}))
-            except ActuationError as err:   # it expires on its own; the pod is bound all the same
-                log.warning("scheduler %s: cannot release reservation %s on %s: %s", self.scheduler_name, key,
-                            node["name"], err)
-        return node["name"]
 
 
 __all__ = ["BOUND", "PlaceFn", "SecondaryScheduler", "node_facts", "pod_usage", "scheduling_request"]

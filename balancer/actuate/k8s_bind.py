@@ -1,0 +1,76 @@
+"""The secondary scheduler's bindings (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these methods
+from `Binder`): a pod bound through the Binding API is *assumed* on its node (`k8s_sched_reads`) and the
+reservation it used up there is released.
+
+A 409 on a binding is a pod bound by someone else, unless the pod is bound to the very node asked for: then it is
+this scheduler's own binding, made though its answer was lost (a 504 or a timeout, and the retry found it made),
+and it is counted as made. Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on
+top of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from balancer.actuate.k8s_filters import take
+from balancer.actuate.k8s_nodes import annotation_map_change
+from balancer.actuate.k8s_reads import Usage
+from balancer.actuate.kubernetes import ConflictError, NotFoundError, _Api
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+class Binder:
+    """The bindings of `SecondaryScheduler` (the module docstring), a mixin: the scheduler's `__init__` sets the
+    attributes below, `SchedulerReads` gives `halted` and `bound_node`."""
+
+    api: _Api
+    scheduler_name: str
+    reservation_annotation: str
+    clock: Callable[[], float]
+    holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
+    _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
+    halted: Callable[[], bool]
+    bound_node: Callable[[Json], str | None]
+
+    def _bind(self, req: Json, node: Json) -> str | None:
+        """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays
+        pending), None when the pod was bound by someone else or deleted (left out of the pass)."""
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
+        try:
+            # not retried once the Lease is lost (`halted`): the next leader may be placing on the same nodes
+            self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
+                     req["namespace"], body, halt=self.halted)
+        except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
+            if isinstance(err, ConflictError) and self.bound_node(req) == node["name"]:   # ours, its answer lost
+                return self._bound_to(req, node)
+            log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
+            return None
+        except ActuationError as err:
+            log.warning("scheduler %s: %s", self.scheduler_name, err)
+            return ""
+        return self._bound_to(req, node)
+
+    def _bound_to(self, req: Json, node: Json) -> str:
+        """`req` is bound to `node`: assumed there, and the reservation it used up there released."""
+        self._assumed[req["name"]] = (self.clock(), Usage(
+            node["name"], req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
+            req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
+            req["pod_affinity"].anti if req["pod_affinity"] else ()))
+        key = take(node, req)
+        if key is not None:
+            self.holds.preemptor.release(node["name"], key)
+            try:
+                with self.api.reserve():   # the pod is bound: releasing what it used up may use the reserve
+                    self.api.update_node(node["name"], lambda n, k=key: annotation_map_change(
+                        n, self.reservation_annotation, {k: None}))
+            except ActuationError as err:   # it expires on its own; the pod is bound all the same
+                log.warning("scheduler %s: cannot release reservation %s on %s: %s", self.scheduler_name, key,
+                            node["name"], err)
+        return node["name"]
+

@@ -1,0 +1,55 @@
+"""A binding whose answer was lost (a 504, a timeout) but which the API server made: the retry gets 409 "already
+assigned", which is the scheduler's own binding, not someone else's. The pod is counted on its node (and its
+reservation there used up) for the rest of the pass, or the next pod was offered the same GPUs and bound on top."""
+
+from __future__ import annotations
+
+import json
+
+from fakeapi import FakeKube, node, pod
+
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, rfc3339
+
+
+def most_free(request: dict, nodes: list[dict]) -> str | None:
+    return max(nodes, key=lambda n: (n["gpus_free"], n["name"]))["name"] if nodes else None
+
+
+def pending(name: str, gpus: int, priority: int) -> dict:
+    p = pod(name, gpus=gpus, scheduler="gputide", phase="Pending")
+    p["spec"]["priority"] = priority
+    return p
+
+
+def lost_answer(kube: FakeKube, name: str, node_name: str) -> None:
+    """The next binding of `name` is made, but its answer is a 504."""
+    kube.before("POST", rf"/pods/{name}/binding$",
+                lambda: kube.mutate("pods", name, "default", {"spec": {"nodeName": node_name}}))
+    kube.inject("POST", rf"/pods/{name}/binding$", 504)
+
+
+def test_a_binding_made_whose_answer_was_lost_still_takes_its_gpus(kube: FakeKube, api, clock):
+    kube.add(node("a", 2))
+    kube.add(pending("first", 2, 10))
+    kube.add(pending("second", 2, 0))
+    lost_answer(kube, "first", "a")
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    results = sched.schedule_once()
+    assert kube.get("pods", "first", "default")["spec"]["nodeName"] == "a"
+    assert kube.get("pods", "second", "default")["spec"].get("nodeName") is None   # not bound on top of it
+    assert results == {"default/first": "a", "default/second": None}
+
+
+def test_a_binding_made_whose_answer_was_lost_uses_up_its_reservation(kube: FakeKube, api, clock):
+    held = node("a", 2)
+    held["metadata"]["annotations"] = {RESERVATION_ANNOTATION: json.dumps({"default/first": {
+        "pod": "default/first", "gpus": [], "count": 2, "expires": rfc3339(clock.now + 300)}})}
+    kube.add(held)
+    kube.add(pending("first", 2, 10))
+    lost_answer(kube, "first", "a")
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    sched.schedule_once()
+    assert kube.get("pods", "first", "default")["spec"]["nodeName"] == "a"
+    annotations = kube.get("nodes", "a")["metadata"].get("annotations") or {}
+    assert json.loads(annotations.get(RESERVATION_ANNOTATION) or "{}") == {}   # not held for 5 min for nobody
