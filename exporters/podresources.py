@@ -112,14 +112,23 @@ class PodResourcesClient:
 
     def __init__(self, socket: str = DEFAULT_SOCKET, timeout_s: float = 5.0) -> None:
         self.socket, self.timeout_s = socket, timeout_s
-        m = _messages()
-        self._request = m["ListPodResourcesRequest"]
-        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._request = _messages()["ListPodResourcesRequest"]
+        self._connect()
+
+    def _connect(self) -> None:
+        self._channel = grpc.insecure_channel(f"unix://{self.socket}")
         self._list = self._channel.unary_unary(LIST_METHOD, request_serializer=self._request.SerializeToString,
-                                               response_deserializer=m["ListPodResourcesResponse"].FromString)
+                                               response_deserializer=_messages()["ListPodResourcesResponse"].FromString)
 
     def list(self) -> list[Allocation]:
-        answer = self._list(self._request(), timeout=self.timeout_s)
+        try:
+            answer = self._list(self._request(), timeout=self.timeout_s)
+        except grpc.RpcError:
+            # a channel whose connection failed refuses every call until its reconnect backoff ends (growing to 2
+            # minutes): a fresh one asks the kubelet at the next scrape, as dcgm-exporter does by connecting per scrape
+            self._channel.close()
+            self._connect()
+            raise
         return [Allocation(p.namespace, p.name, c.name, d.resource_name, device)
                 for p in answer.pod_resources for c in p.containers for d in c.devices for device in d.device_ids]
 
