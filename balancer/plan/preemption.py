@@ -65,24 +65,31 @@ def victims_on(need: Resources, free: Resources, running: Sequence[Running], pri
         _take(room, p, +1)
     if not lower or not fits(need, room):
         return None
-    left = dict(allowed)
-    violating, ok = [], []
-    for p in sorted(lower, key=lambda p: (-p.priority, p.started)):   # the most important first
-        # would evicting p break a budget, given the victims counted so far? (kube-scheduler's grouping)
-        broken = any(left.get(b, UNLIMITED) <= 0 for b in p.budgets)
+    ordered = sorted(lower, key=lambda p: (-p.priority, p.started))   # the most important first
+    # would evicting p break a budget, were every pod before it evicted too? (kube-scheduler's grouping)
+    broken = _breaks(ordered, allowed)
+    violating = [p for p, b in zip(ordered, broken, strict=True) if b]
+    ok = [p for p, b in zip(ordered, broken, strict=True) if not b]
+    victims = []
+    for p in (*violating, *ok):
+        _take(room, p, -1)
+        if fits(need, room):
+            continue   # reprieved: it stays
+        _take(room, p, +1)
+        victims.append(p)
+    # counted again over the victims alone: a reprieved pod uses none of its budgets' disruptions
+    return tuple(victims), sum(_breaks(victims, allowed))
+
+
+def _breaks(pods: Sequence[Running], allowed: Mapping[str, int]) -> list[bool]:
+    """For each of `pods`, whether evicting it after those before it breaks a budget (`allowed`: the disruptions
+    each budget still allows)."""
+    left, out = dict(allowed), []
+    for p in pods:
+        out.append(any(left.get(b, UNLIMITED) <= 0 for b in p.budgets))
         for b in p.budgets:
             left[b] = left.get(b, UNLIMITED) - 1
-        (violating if broken else ok).append(p)
-    victims, bad = [], 0
-    for group, is_bad in ((violating, True), (ok, False)):
-        for p in group:
-            _take(room, p, -1)
-            if fits(need, room):
-                continue   # reprieved: it stays
-            _take(room, p, +1)
-            victims.append(p)
-            bad += is_bad
-    return tuple(victims), bad
+    return out
 
 
 def choose(need: Resources, priority: int, nodes: Mapping[str, tuple[Resources, Sequence[Running]]],

@@ -41,3 +41,18 @@ def test_a_budget_one_preemption_used_up_is_not_counted_on_by_the_next(kube: Fak
     assert kube.get("pods", "q1", "default") is not None                 # not killed for a preemption that fails
     assert kube.get("pods", "q2", "default") is not None
     assert not kube.calls("POST", r"/q1/eviction")                        # not even tried
+
+
+def test_a_victim_its_budget_allows_is_evicted_though_a_more_important_pod_shares_the_budget(kube: FakeKube, api,
+                                                                                              clock):
+    """The budget allows one disruption; `cpu` (more important, no GPUs) would use it if it were a victim, but only
+    `gpu` needs to go: evicting it breaks no budget, and the node is a candidate."""
+    kube.add(pdb("batch", "default", {"tier": "batch"}, 1))
+    kube.add(node("a", 4))
+    kube.add(bound("cpu", "a", 0, 5, {"tier": "batch"}))
+    kube.add(bound("gpu", "a", 4, 1, {"tier": "batch"}))
+    kube.add(pending("urgent", 4, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()
+    assert sched.preempted == [("default/gpu", "a")]
+    assert kube.get("pods", "cpu", "default") is not None
