@@ -176,6 +176,7 @@ class ClusterState:
             self.cpu_free[node] + cpu > self.cpu_total[node]
             or self.mem_free[node] + mem > self.mem_total[node]
             or (idx and np.any(self.gpu_free[node, idx] + milli > MILLI))
+            or (idx and not np.all(self.gpu_exists[node, idx]))
         ):
             raise ValueError(f"release exceeds capacity on node {node}")
         self.cpu_free[node] += cpu
