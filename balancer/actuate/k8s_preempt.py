@@ -162,7 +162,9 @@ class Preemptor:
         """Reserve the node for `req`, evict the victims, nominate the node; returns the reservation made."""
         key = req["name"]
         entry = self.reserve(req, choice.node)
-        for v in choice.victims:
+        # those a budget covers first: a refusal (429, the budget spent meanwhile) then comes before a victim
+        # without one is killed for a preemption that does not happen
+        for v in sorted(choice.victims, key=lambda v: not v.budgets):
             ns, name = v.key.split("/", 1)
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
             try:

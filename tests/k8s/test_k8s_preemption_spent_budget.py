@@ -56,3 +56,22 @@ def test_a_victim_its_budget_allows_is_evicted_though_a_more_important_pod_share
     sched.schedule_once()
     assert sched.preempted == [("default/gpu", "a")]
     assert kube.get("pods", "cpu", "default") is not None
+
+
+def test_a_budget_spent_meanwhile_refuses_the_preemption_before_an_unguarded_victim_dies(kube: FakeKube, api,
+                                                                                          clock):
+    """A preemption whose eviction is refused (the budget spent meanwhile by a drain or another eviction: 429)
+    gives the node back; the victims a budget covers are evicted first, so that the refusal comes before a victim
+    without one is killed for a preemption that does not happen."""
+    kube.add(pdb("batch", "default", {"tier": "batch"}, 1))
+    kube.add(node("b", 8))
+    kube.add(bound("plain", "b", 4, 2))
+    kube.add(bound("guarded", "b", 4, 1, {"tier": "batch"}))
+    kube.add(pending("urgent", 8, 50))
+    kube.before("POST", r"/eviction$", lambda: kube.mutate(   # a drain elsewhere spends the budget meanwhile
+        "poddisruptionbudgets", "batch", "default", {"status": {"disruptionsAllowed": 0}}))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert "preemption failed" in sched.reasons["default/urgent"]
+    assert kube.get("pods", "plain", "default") is not None       # not killed for a preemption that failed
+    assert kube.get("pods", "guarded", "default") is not None
