@@ -182,7 +182,7 @@ def _try_moves(sched, ledger, pod, node, slots, victims, budget):
     if admitted:
         sched.remove(target)
     for other, where in evicted:
-        sched.commit(where)
+        sched.commit(where, other)
         ledger.add(other, where)
     return None
 
@@ -243,7 +243,7 @@ def _empty_gpu(sched: Scheduler, ledger: Ledger, keys: list[int], node: int, slo
         sched.remove(where)
         dest = sched.place(pod, exclude=exclude)
         if dest is None or (budget is not None and not budget(pod, where, dest)):
-            sched.commit(where)
+            sched.commit(where, pod)
             ledger.add(pod, where)
             return _undo(sched, ledger, done)
         newly_used |= {(dest.node, j) for j in dest.slots if s.gpu_free[dest.node, j] == MILLI}
@@ -261,6 +261,6 @@ def _undo(sched: Scheduler, ledger: Ledger, done: list[tuple[int, PodRequest, Pl
     for key, pod, source, target in reversed(done):
         ledger.remove(key)
         sched.remove(target)
-        sched.commit(source)
+        sched.commit(source, pod)
         ledger.add(pod, source)
     return []

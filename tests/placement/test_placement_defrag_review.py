@@ -101,3 +101,15 @@ def test_gpu_clustering_forgets_a_node_whose_shared_pods_left():
     sched.commit(where, half)
     sched.remove(where)
     assert sched.place(quarter) == fresh
+
+
+def test_a_refused_make_room_leaves_gpu_clustering_as_it_was():
+    half, whole = PodRequest(1000, 1000, 1, 500, name="half"), PodRequest(1000, 1000, 1, 1000, name="whole")
+    sched, ledger = Scheduler(cluster((8000, 8000, [1000], "T4"), (8000, 8000, [1000], "T4")), "gpuclustering"), Ledger()
+    for node in (0, 1):
+        where = Placement(node, (0,), 500, 1000, 1000)
+        sched.commit(where, half)
+        ledger.add(half, where)
+    before = sched.node_tag.copy()
+    assert make_room(sched, ledger, whole, max_moves=1, budget=lambda pod, src, dst: False) is None
+    assert sched.node_tag.tolist() == before.tolist()
