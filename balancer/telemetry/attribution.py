@@ -16,6 +16,7 @@ as a whole GPU's. No I/O here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from balancer.errors import InvalidTelemetry
 from balancer.model import Workload, WorkloadClass
@@ -72,8 +73,9 @@ def _workload(name: str, m: Mapping[str, str], gpus: int, milli: int) -> Workloa
 def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[str, Workload]
                ) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
     """Rows of `attribution_query` -> (workloads, placements) on the GPUs of `index` (UUID -> snapshot index;
-    rows of other GPUs are left out). `overrides` replaces a pod's workload as read from its labels; a pod's
-    share of a GPU is decided as the module docstring says (1000 / the pods on a whole GPU)."""
+    rows of other GPUs are left out). `overrides` replaces a pod's workload as read from its labels, but for a
+    share of 1000 (the API's for any pod not annotated with one): a pod's share of a GPU is decided as the module
+    docstring says (1000 / the pods on a whole GPU)."""
     gpus_of: dict[str, list[int]] = {}
     meta: dict[str, Mapping[str, str]] = {}
     held: dict[str, dict[tuple[int, str], float]] = {}
@@ -93,7 +95,14 @@ def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[st
         if gpu not in gpus_of.setdefault(name, []):
             gpus_of[name].append(gpu)  # a pod on two MIG instances of one GPU is one placement on it
         meta[name] = m
-    workloads = [overrides[name] if name in overrides else _workload(name, meta[name], len(idx),
-                                                                     _milli(held[name], holders))
+    workloads = [_overridden(overrides[name], _milli(held[name], holders)) if name in overrides
+                 else _workload(name, meta[name], len(idx), _milli(held[name], holders))
                  for name, idx in gpus_of.items()]
     return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
+
+
+def _overridden(w: Workload, milli: int) -> Workload:
+    """The API's workload, holding no more of a GPU than its slot: the API says 1000 for every pod without a
+    `gputide.io/gpu-milli` annotation, a time-sliced replica or a MIG device handed out as `nvidia.com/gpu` included
+    (an annotated share is the pod's own)."""
+    return replace(w, gpu_milli=milli) if w.gpu_milli == 1000 and milli < 1000 else w
