@@ -5,8 +5,8 @@ NVML knows the GPUs and the processes on them, not the pods. The kubelet does: i
 Kubernetes 1.28) lists, for every pod and container, the device IDs the device plugin allocated to it. NVIDIA's
 device plugin names a GPU by its UUID (`GPU-...`); with time-slicing or MPS sharing each replica is the UUID with
 a `::N` suffix; with `--device-id-strategy=index` it is the GPU's index. GKE's device plugin names it by its device
-file (`nvidia<n>`, the `device` label), a time-shared one `nvidia<n>/vgpu<k>`. dcgm-exporter attributes pods the
-same way.
+file (`nvidia<minor>`: the NVML backend's `device_files`, which need not be the `device` label's index; without
+them, the `device` label), a time-shared one `nvidia<minor>/vgpu<k>`. dcgm-exporter attributes pods the same way.
 Without this join table the controller sees every GPU of a real node as idle: it can throttle a hot GPU but not
 move what runs on it, and capacity shifting counts no replica.
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
@@ -147,13 +147,16 @@ class Placement:
 
 class DeviceIndex:
     """This exporter's GPUs by every name a device plugin gives them (module docstring); `mig` resolves MIG UUIDs
-    and MIG indices (the NVML backend's `mig_instance`), without it those stay unmatched."""
+    and MIG indices (the NVML backend's `mig_instance`), without it those stay unmatched; `files` ({"nvidia<minor>":
+    UUID}, the NVML backend's `device_files`) name the GPUs' device files, without it the `device` labels do."""
 
-    def __init__(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None) -> None:
+    def __init__(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None,
+                 files: Mapping[str, str] | None = None) -> None:
         ids = tuple(identity)
         self.by_uuid = {g.uuid: g for g in ids}
         self.by_index = {g.gpu: g for g in ids}
-        self.by_device = {g.device: g for g in ids}
+        self.by_device = ({f: self.by_uuid[u] for f, u in files.items() if u in self.by_uuid} if files
+                          else {g.device: g for g in ids})
         self.mig = mig
 
     def place(self, device_id: str, resource: str = GPU_RESOURCES[0]) -> Placement | None:
@@ -208,10 +211,11 @@ class PodAttribution:
         self._up, self._last_ok, self._failing_since = True, now, None
         return self._last
 
-    def workloads(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None) -> tuple[WorkloadInfo, ...]:
+    def workloads(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None,
+                  files: Mapping[str, str] | None = None) -> tuple[WorkloadInfo, ...]:
         """One `WorkloadInfo` per (GPU, GPU instance, pod) of the GPUs in `identity`, in the kubelet's order, each
-        once; `mig` resolves MIG devices (`DeviceIndex`)."""
-        index = DeviceIndex(identity, mig)
+        once; `mig` resolves MIG devices, `files` names device files (`DeviceIndex`)."""
+        index = DeviceIndex(identity, mig, files)
         seen: dict[tuple[str, str, str, str], WorkloadInfo] = {}
         unmatched = 0
         for a in self._allocations():
@@ -246,4 +250,6 @@ class Attributed:
     def read(self) -> GpuReadings:
         readings = self.backend.read()
         mig = getattr(self.backend, "mig_instance", None)   # the NVML backend's; a simulated fleet has no MIG
-        return replace(readings, workloads=readings.workloads + self.attribution.workloads(readings.identity, mig))
+        files = getattr(self.backend, "device_files", None)   # the NVML backend's minor numbers
+        return replace(readings, workloads=readings.workloads + self.attribution.workloads(readings.identity, mig,
+                                                                                            files))

@@ -124,6 +124,8 @@ class NvmlBackend:
                                    driver_version=driver))
         self.identity = tuple(ids)
         self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}
+        minors = [self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None) for h in self.handles]
+        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(minors, ids) if m is not None}
         n = len(ids)
         self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
                             "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}

@@ -25,3 +25,18 @@ def test_gke_whole_and_time_shared_gpus_are_attributed_by_device_name():
     got = {(w.uuid, w.pod, w.gpu_instance_id) for w in att.workloads(GPUS)}
     assert got == {("GPU-0aaa", "a", ""), ("GPU-1aaa", "b", ""), ("GPU-1aaa", "c", ""), ("GPU-2aaa", "d", "1")}
     assert att._unmatched == 1   # nvidia7: not a GPU of this node
+
+
+def test_gke_device_names_are_the_gpus_device_files_not_their_indices():
+    """`nvidia<n>` is /dev/nvidia<n>, the GPU's minor number, which need not be its NVML index (the `device` label):
+    on a node where they differ the pod was attributed to another GPU."""
+    from exporters.backends.fake_nvml import FakeDevice, FakeNvml
+    from exporters.backends.nvml import NvmlBackend
+    from exporters.podresources import Attributed
+
+    first, second = "GPU-aaaa0000-0000-0000-0000-000000000000", "GPU-bbbb0000-0000-0000-0000-000000000001"
+    backend = NvmlBackend(FakeNvml([FakeDevice(uuid=first, minor=1), FakeDevice(uuid=second, minor=0)]),
+                          hostname="gke-node")
+    att = PodAttribution(Kubelet(("a", "nvidia0"), ("b", "nvidia1/vgpu2")))
+    got = {(w.pod, w.uuid) for w in Attributed(backend, att).read().workloads}
+    assert got == {("a", second), ("b", first)}
