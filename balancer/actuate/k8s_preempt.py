@@ -11,7 +11,8 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
 pod slots are short there), whose `preemptionPolicy` is not `Never`, and that holds no live reservation already
-(its victims are still terminating: it waits for them rather than preempting again).
+(its victims are still terminating: it waits for them rather than preempting again). Only nodes of a GPU model the
+pod may run on (`gputide.io/gpu-spec`: `model_allows`) count, both as room and as candidates.
 
 Which: `balancer.plan.preemption.choose` over those nodes with the pods bound to each (their priority, requests,
 start time and the budgets that cover them; budgets are read only when a preemption is considered). Only pods of

@@ -71,6 +71,7 @@ from balancer.actuate.k8s_gang import DEFERRED, deferred_message, groups, member
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_namespaces import Resolver
 from balancer.actuate.k8s_podaffinity import PodPlacement
+from balancer.actuate.k8s_preempt import model_allows
 from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import (
     BOUND,
@@ -263,7 +264,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         i = ps.index.get(target) if target else None
         if i is None or why_not(ps.view[i], req) is not None or not ps.offers.fits(i):
             why = unschedulable(ps.offers.reasons(), req, len(offered))
-            if not len(offered):
+            if not any(model_allows(ps.view[j], req) for j in offered):   # no room on a GPU model it may use
                 why += self.holds.for_unplaced(req, ps.view, ps.index, ps.offers, ps.now)
             self._left_pending(req, why, ps)
             return

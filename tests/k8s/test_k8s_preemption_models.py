@@ -50,3 +50,16 @@ def test_a_starving_pod_does_not_hold_a_node_of_a_model_it_may_not_run_on(kube: 
     assert [node for _, node in sched.starving] in ([], ["h100"])
     kube.delete("pods", "busy-a", "default")                              # the A100 node frees up
     assert sched.schedule_once() == {"default/big": None}                   # still not its model
+
+
+def test_room_on_a_model_the_pod_may_not_run_on_does_not_keep_it_from_preempting(kube: FakeKube, api, clock):
+    """The pod fits the A100 node by its requests, but the policy may not put it there: it fits nowhere it may
+    run, so it preempts where it may, rather than wait for ever behind pods of lower priority."""
+    kube.add(node("a100", 4, model="NVIDIA-A100-SXM4-80GB"))                # empty
+    kube.add(node("h100", 4, model="NVIDIA-H100-80GB-HBM3"))
+    kube.add(bound("low", "h100", 4, 1))
+    kube.add(pending("urgent", 4, 50, "H100-SXM"))
+    sched = SecondaryScheduler(api, "gputide", EnginePlacer("bestfit"), clock=clock)
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert sched.preempted == [("default/low", "h100")]
+    assert sched.schedule_once() == {"default/urgent": "h100"}
