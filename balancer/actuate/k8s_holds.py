@@ -40,9 +40,10 @@ class Holds:
     of each starving pod given a node to hold."""
 
     def __init__(self, api: _Api, scheduler_name: str, reservation_annotation: str, clock: Callable[[], float], *,
-                 preemption: bool = True, starving_s: float = 600.0) -> None:
+                 preemption: bool = True, starving_s: float = 600.0, halted: Callable[[], bool] = lambda: False
+                 ) -> None:
         self.api, self.scheduler_name, self.reservation_annotation = api, scheduler_name, reservation_annotation
-        self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock)
+        self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock, halted=halted)
         self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []
         self.starving: list[tuple[str, str]] = []

@@ -86,8 +86,8 @@ class Preemptor:
     """Finds victims for a pod that fits nowhere and evicts them (module docstring)."""
 
     def __init__(self, api: _Api, scheduler_name: str, reservation_annotation: str, clock: Callable[[], float],
-                 reserve_s: float = 300.0) -> None:
-        self.api, self.scheduler_name, self.clock = api, scheduler_name, clock
+                 reserve_s: float = 300.0, halted: Callable[[], bool] = lambda: False) -> None:
+        self.api, self.scheduler_name, self.clock, self.halted = api, scheduler_name, clock, halted
         self.reservation_annotation, self.reserve_s = reservation_annotation, reserve_s
         self._held: dict[str, dict[str, Json]] = {}   # node -> {pod: reservation} the node cache may not show yet
         self.budgets_ttl_s = 10.0
@@ -151,8 +151,11 @@ class Preemptor:
     def reserve(self, req: Json, node: str) -> Json:
         """Hold `req`'s GPUs, CPU and memory on `node` for it (a reservation every replica honours, expiring after
         `reserve_s`): without the CPU and memory, pods that need no more GPUs than are left over could take them
-        and the pod would never fit. Returns the reservation."""
+        and the pod would never fit. Returns the reservation. None is written once `halted()` (stopping, or the
+        Lease lost: the next leader places on these nodes)."""
         key = req["name"]
+        if self.halted():
+            raise ActuationError(f"node {node} not held for {key}: stopping, or the Lease is lost")
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
                  "expires": rfc3339(self.clock() + self.reserve_s)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
@@ -160,17 +163,20 @@ class Preemptor:
         return entry
 
     def preempt(self, req: Json, choice: Preemption) -> Json:
-        """Reserve the node for `req`, evict the victims, nominate the node; returns the reservation made."""
+        """Reserve the node for `req`, evict the victims, nominate the node; returns the reservation made. Nothing
+        more once `halted()`: the victims evicted by then have made room for the pod, which the node stays held for."""
         key = req["name"]
         entry = self.reserve(req, choice.node)
         # those a budget covers first: a refusal (429, the budget spent meanwhile) then comes before a victim
         # without one is killed for a preemption that does not happen
         for v in sorted(choice.victims, key=lambda v: not v.budgets):
+            if self.halted():   # the Lease lost (or stopping) meanwhile: no one more is evicted, the node stays held
+                raise ActuationError(f"evicting no more for {key}: stopping, or the Lease is lost")
             ns, name = v.key.split("/", 1)
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
             try:
                 self.api(f"evict pod {v.key}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
-                         retry_throttled=False)
+                         retry_throttled=False, halt=self.halted)
             except NotFoundError:   # gone already: its room is free all the same
                 continue
             except ActuationError:   # a budget changed meanwhile, or the API failed: give the node back

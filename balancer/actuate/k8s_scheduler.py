@@ -147,7 +147,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
         self._assumed: dict[str, tuple[float, Usage]] = {}   # pod -> (when, its pod_usage)
         self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
-                           starving_s=starving_s)   # nodes held for pods that preempt or starve
+                           starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
         self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
