@@ -4,27 +4,31 @@ has the table of each field and where it comes from) applies to every running po
 `workload_from_pod` reads the owner (gputide labels, else the controlling ownerReference), the class, priority,
 GPU and CPU/memory requests, shared-GPU milli, elastic bounds, allowed GPU models, node rules, pod affinity,
 checkpoint and start times and the movable/protected annotations; `with_namespaces` settles pod affinity terms
-that select namespaces by label (not movable while the namespaces' labels are unknown). The helpers for
-annotations (`as_int`, `elastic_bounds`, `pod_models`) serve the suspended Jobs' templates there too. Pure: no API
-calls.
+that select namespaces by label (not movable while the namespaces' labels are unknown), `with_volumes` where the
+volumes its PersistentVolumeClaims are bound to let it move (`k8s_claims`; not movable while they are unknown).
+The helpers for annotations (`as_int`, `elastic_bounds`, `pod_models`) serve the suspended Jobs' templates there
+too. Pure: no API calls.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from balancer import catalog
+from balancer.actuate.k8s_claims import Claim, Mounts, Volume, attachable, confined, pod_mounts
 from balancer.actuate.k8s_requests import pod_requests
 from balancer.actuate.kubernetes import CHECKPOINT_ANNOTATION, controller_ref
 from balancer.model import Workload, WorkloadClass
 from balancer.noderules import NO_RULES, NamespaceLabels, NodeRules, PodAffinity, affinity_terms
 
 Json = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 def as_int(value: Any, default: int) -> int:
@@ -72,7 +76,10 @@ _RULES: dict[NodeRules, NodeRules] = {}
 
 def _node_rules(spec: Json) -> NodeRules:
     """The pod's node rules, one shared object per distinct rule set (thousands of replicas, a few templates)."""
-    rules = NodeRules.from_pod_spec(spec)
+    return _shared(NodeRules.from_pod_spec(spec))
+
+
+def _shared(rules: NodeRules) -> NodeRules:
     if rules == NO_RULES:
         return NO_RULES
     if len(_RULES) > 4096:   # bounded: rule sets of pods long gone do not accumulate
@@ -104,20 +111,22 @@ def recreated(meta: Json) -> bool:
     return ref is not None and ref.get("kind") != "Node"
 
 
-def _movable_by_its_owner(notes: Json, spec: Json) -> bool:
-    """The `gputide.io/movable` annotation: "false" keeps a pod in place. A pod that mounts a PersistentVolumeClaim
-    (or a generic ephemeral volume) is kept in place unless it says "true": its volume may be bound to one zone or
-    one node (a zonal disk, a local volume), which gputide's planner does not read, and its replacement elsewhere
-    would wait for a node its disk cannot reach. Say "true" for network volumes any node can mount."""
-    said = str(notes.get("gputide.io/movable", "")).lower()
-    claims = any("persistentVolumeClaim" in v or "ephemeral" in v for v in spec.get("volumes") or ())
-    return said == "true" if claims else said != "false"
+def _said(notes: Json) -> str:
+    """The `gputide.io/movable` annotation: "false" keeps a pod in place; "true" moves one that mounts
+    PersistentVolumeClaims anywhere its own rules admit (the operator vouches its volumes attach on any node)."""
+    return str(notes.get("gputide.io/movable", "")).lower()
+
+
+def _claims_to_settle(pod: Json) -> Mounts | None:
+    """The claims (`k8s_claims.Mounts`) that decide where the pod may move; None when it mounts none or its
+    annotation settles it (`_said`)."""
+    return None if _said((pod.get("metadata") or {}).get("annotations") or {}) in ("true", "false") else pod_mounts(pod)
 
 
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
-    and `movable` by the annotation and whether a controller recreates it (`recreated`) alone (`with_namespaces`
-    settles both); None for a pod without GPUs."""
+    and `movable` by the annotation and whether a controller recreates it (`recreated`) alone, its claims not
+    read (`with_namespaces` and `with_volumes` settle these); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus, cpu, mem = pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
@@ -137,7 +146,7 @@ def _pod_workload(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=as_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity, movable=recreated(meta) and _movable_by_its_owner(notes, spec),
+        pod_affinity=affinity, movable=recreated(meta) and _said(notes) != "false",
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
         checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),
@@ -172,12 +181,30 @@ def with_namespaces(w: Workload, resolve: Callable[[PodAffinity], PodAffinity]) 
     return replace(w, pod_affinity=affinity) if not affinity.unresolved else replace(w, movable=False)
 
 
+def with_volumes(w: Workload, mounts: Mounts | None, claims: Mapping[str, Claim] | None,
+                 volumes: Mapping[str, Volume] | None) -> Workload:
+    """`w` with its node rules narrowed to where the volumes its claims (`mounts`, None: none to settle) are bound
+    to attach (`k8s_claims.confined`); not movable while the claims or volumes (`claims`: by namespace/name,
+    `volumes`: by name; None: not known) are not read, or when one keeps it in place (`k8s_claims.attachable`)."""
+    if mounts is None or not w.movable:
+        return w
+    attach = "not read yet" if claims is None or volumes is None else attachable(mounts, claims, volumes)
+    rules = None if isinstance(attach, str) else confined(w.node_rules, attach)
+    if rules is None:
+        log.debug("%s stays where it is: its volumes: %s", w.name, attach or "attach on no node it may run on")
+        return replace(w, movable=False)
+    return w if rules is w.node_rules else replace(w, node_rules=_shared(rules))
+
+
 def workload_from_pod(pod: Json, namespace_labels: NamespaceLabels | None = None) -> Workload | None:
     """The Workload a GPU pod is (see the module docstring), its pod affinity's namespaceSelectors resolved by
     `namespace_labels` (name -> labels of every namespace; None: not known, so such a pod is not movable); None for
-    a pod without GPUs."""
+    a pod without GPUs. Its claims are not read: one that mounts a claim is movable only when its annotation says
+    "true" (`KubernetesWorkloads` reads the claims and their volumes, `with_volumes`)."""
     w = _pod_workload(pod)
-    return None if w is None else with_namespaces(w, lambda a: a.resolved(namespace_labels))
+    if w is None:
+        return None
+    return with_volumes(with_namespaces(w, lambda a: a.resolved(namespace_labels)), _claims_to_settle(pod), None, None)
 
 
 def running_workload(pod: Json, namespace_labels: NamespaceLabels | None = None) -> Workload | None:
@@ -189,7 +216,15 @@ def _running(pod: Json) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
-def running_pod(pod: Json) -> Workload | None:
-    """What the pods cache holds of a pod: `_pod_workload` of a Running pod (settled by `with_namespaces` as the
-    workloads are handed out, against the namespaces' labels of that moment); None otherwise."""
-    return _pod_workload(pod) if _running(pod) else None
+class Running(NamedTuple):
+    """What the pods cache holds of a running GPU pod: `_pod_workload`, and the claims still to settle."""
+
+    workload: Workload
+    mounts: Mounts | None   # `_claims_to_settle`
+
+
+def running_pod(pod: Json) -> Running | None:
+    """What the pods cache holds of a Running pod (settled by `with_namespaces` and `with_volumes` as the workloads
+    are handed out, against the namespaces' labels, claims and volumes of that moment); None otherwise."""
+    w = _pod_workload(pod) if _running(pod) else None
+    return None if w is None else Running(w, _claims_to_settle(pod))

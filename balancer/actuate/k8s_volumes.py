@@ -30,11 +30,12 @@ Unlike kube-scheduler, the pod is bound right after its claims name the node, wi
 bound: the kubelet waits for the volume, and a pass does not block for minutes.
 
 `pod_claims(pod)` reads what a pod mounts; `claim_entry`, `volume_entry` and `class_entry` turn the API objects
-into cache items; `resolve` decides, without I/O, what the claims allow (`Volumes`, a placement rule the filters
-apply as they apply node affinity, `k8s_filters`); `VolumeBinding` reads the objects (a `ListCache` each: by
-watch once synced, else a list in a pass that has a pod with claims) and writes `selected-node`. A pass told to
-stop, or whose replica lost the Lease, begins none of these reads or writes (each is checked before it begins):
-the call in flight ends within its timeout, and the pass ends with it.
+into cache items (all but the last in `k8s_claims`, with which the controller reads running pods' claims too);
+`resolve` decides, without I/O, what the claims allow (`Volumes`, a placement rule the filters apply as they apply
+node affinity, `k8s_filters`); `VolumeBinding` reads the objects (a `ListCache` each: by watch once synced, else a
+list in a pass that has a pod with claims) and writes `selected-node`. A pass told to stop, or whose replica lost
+the Lease, begins none of these reads or writes (each is checked before it begins): the call in flight ends within
+its timeout, and the pass ends with it.
 """
 
 from __future__ import annotations
@@ -45,15 +46,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from balancer.actuate.k8s_claims import (  # noqa: F401  (Claim, pod_claims, SELECTED_NODE: re-exported)
+    SELECTED_NODE,
+    Claim,
+    claim_entry,
+    pod_claims,
+    unusable,
+    volume_entry,
+)
 from balancer.actuate.k8s_nodes import by_name
 from balancer.actuate.k8s_watch import ListCache
-from balancer.actuate.kubernetes import MERGE_PATCH, _Api, controller_ref
+from balancer.actuate.kubernetes import MERGE_PATCH, _Api
 from balancer.errors import ActuationError, PermanentActuationError
 from balancer.noderules import Requirement, Term
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-SELECTED_NODE = "volume.kubernetes.io/selected-node"
 WAIT = "WaitForFirstConsumer"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
@@ -62,38 +70,10 @@ NO_VOLUME = "node(s) didn't find available persistent volumes to bind"
 LOST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 
 
-class Claim(NamedTuple):
-    """A PersistentVolumeClaim as the scheduler reads it."""
-
-    volume: str              # spec.volumeName: the volume it is bound to ("": unbound)
-    storage_class: str
-    selected: str            # the node a scheduler chose for it (annotation selected-node)
-    deleting: bool
-    owner: str               # the uid of its controlling owner (a generic ephemeral volume's pod)
-    version: int             # resourceVersion, to tell the newer of two readings
-
-
 class StorageClass(NamedTuple):
     mode: str                # volumeBindingMode
     provisioner: str
     topologies: tuple[Term, ...]   # allowedTopologies, ORed (none: anywhere)
-
-
-def claim_entry(obj: Json) -> Claim:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    owner = controller_ref(meta) or {}
-    # the beta annotation still wins over the field, as in kube-scheduler's GetPersistentVolumeClaimClass
-    cls = (meta.get("annotations") or {}).get("volume.beta.kubernetes.io/storage-class", spec.get("storageClassName"))
-    version = str(meta.get("resourceVersion") or "")
-    return Claim(str(spec.get("volumeName") or ""), str(cls or ""),
-                 str((meta.get("annotations") or {}).get(SELECTED_NODE) or ""), bool(meta.get("deletionTimestamp")),
-                 str(owner.get("uid") or ""), int(version) if version.isdigit() else 0)
-
-
-def volume_entry(obj: Json) -> tuple[Term, ...]:
-    """A PersistentVolume's required node affinity terms, ORed (none: it attaches anywhere)."""
-    required = ((obj.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}
-    return tuple(Term.from_json(t) for t in required.get("nodeSelectorTerms") or ())
 
 
 def _topology_term(term: Json) -> Term:
@@ -106,18 +86,6 @@ def _topology_term(term: Json) -> Term:
 def class_entry(obj: Json) -> StorageClass:
     return StorageClass(str(obj.get("volumeBindingMode") or "Immediate"), str(obj.get("provisioner") or ""),
                         tuple(_topology_term(t) for t in obj.get("allowedTopologies") or ()))
-
-
-def pod_claims(pod: Json) -> tuple[tuple[str, bool], ...]:
-    """(claim name, whether it is a generic ephemeral volume's) of each claim the pod mounts, once each."""
-    name = pod["metadata"]["name"]
-    claims = {}
-    for v in (pod.get("spec") or {}).get("volumes") or ():
-        if (v.get("persistentVolumeClaim") or {}).get("claimName"):
-            claims.setdefault(str(v["persistentVolumeClaim"]["claimName"]), False)
-        elif v.get("ephemeral") is not None:
-            claims.setdefault(f"{name}-{v.get('name')}", True)
-    return tuple(claims.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,19 +120,6 @@ class Volumes:
         return None
 
 
-def _unusable(claim: Claim | None, key: str, ephemeral: bool, pod: str, uid: str) -> str:
-    """Why a claim keeps the pod from being considered at all, as kube-scheduler says it ("": it does not)."""
-    name = key.split("/", 1)[1]
-    if claim is None:
-        return (f'waiting for ephemeral volume controller to create the persistentvolumeclaim "{name}"' if ephemeral
-                else f'persistentvolumeclaim "{name}" not found')
-    if claim.deleting:
-        return f'persistentvolumeclaim "{name}" is being deleted'
-    if ephemeral and claim.owner != uid:
-        return f"PVC {key} was not created for pod {pod} (pod is not owner)"
-    return ""
-
-
 def resolve(req: Json, claims: Mapping[str, Claim], volumes: Mapping[str, tuple[Term, ...]],
             classes: Mapping[str, StorageClass]) -> Volumes:
     """What the claims of `req` (`scheduling_request`) allow, by the claims, volumes and classes as read."""
@@ -172,7 +127,7 @@ def resolve(req: Json, claims: Mapping[str, Claim], volumes: Mapping[str, tuple[
     for name, ephemeral in req.get("claims") or ():
         key = f"{req['namespace']}/{name}"
         claim = claims.get(key)
-        why = _unusable(claim, key, ephemeral, req["name"], req.get("uid", ""))
+        why = unusable(claim, key, ephemeral, req["name"], req.get("uid", ""))
         if why or claim is None:
             return Volumes(waiting=why)
         if claim.volume:

@@ -21,12 +21,12 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `restarts_on_resize` | its Job is queued through Kueue (label `kueue.x-k8s.io/queue-name`) without Kueue's `kueue.x-k8s.io/elastic-job: "true"` annotation: Kueue suspends, re-queues and re-admits such a Job whenever its parallelism changes, every pod restarting; or the Job says its framework restarts every worker on any change of size (`gputide.io/resize-restarts: "true"`, torchrun elastic) (`job_facts`) |
 | `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
-| `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set |
+| `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set. A pod that mounts PersistentVolumeClaims (or generic ephemeral volumes) also needs a node every volume they are bound to attaches to: each bound PersistentVolume's `spec.nodeAffinity.required` is ANDed into its node affinity (`k8s_claims.confined`; a volume without node affinity, network storage, restricts nothing) |
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
 | `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`: a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`) |
 | `shrunk_from`, `shrink_overridden` | its Job's `gputide.io/shrunk` record of gputide's hotspot shrink (`k8s_jobs.shrink_record`, read from the Job: `job_facts`): the workers to give back, or, once the Job's parallelism is no longer what gputide left, void (the operator's) |
 | `colocation_from`, `colocation_service`, `colocation_overridden` | its Job's `gputide.io/colocation-shrunk` record of co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left: the workers to give back once the service has slack; once it does not, void (the operator's) |
-| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers) |
+| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers); a pod that mounts a claim is not movable while the claims and volumes are not known, nor when a claim is missing, being deleted or not Bound, or its volume is missing, not Bound, being deleted, or `local` / `hostPath` (its data on the one node it runs on) (`k8s_claims.attachable`), unless it says `gputide.io/movable: "true"` (its operator vouches that any node its own rules admit can mount its volumes) |
 
 The Jobs themselves are read as the budgets are (`jobs_facts`: every Job, listed then followed, or at most one list
 per `ttl_s`), keeping of each only what its pods cannot say (`JobFacts`: the worker limit and whether a resize
@@ -56,6 +56,10 @@ suspended `train` Job) becomes `namespace/name` for every pod and Job it covers,
 and the actuator knows which one to scale (it refuses a bare name that spans namespaces). Profiles for such
 services are named `namespace/name` too.
 
+The PersistentVolumeClaims and PersistentVolumes are read as the budgets are (`claims`, `volumes`: every one,
+listed then followed, or at most one list of each per `ttl_s`), and only once a running GPU pod mounts a claim
+its annotation does not settle; the workloads are rebuilt when either changes, as for the namespaces below.
+
 The Namespace objects are read as the budgets are (`namespaces`: listed, then followed, or at most one list per
 `ttl_s`): the pods cache holds each pod's terms as its spec says, and the workloads handed out have their
 namespaceSelectors resolved against the namespaces' latest labels, rebuilt when either the pods or the
@@ -75,9 +79,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from balancer.actuate.k8s_claims import claim_entry, volume_state
 from balancer.actuate.k8s_jobs import colocation_record, shrink_record, worker_limit
 from balancer.actuate.k8s_kueue import framework_restarts, restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
+from balancer.actuate.k8s_nodes import by_name
 from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
     PRODUCT_LABEL,
     as_int,
@@ -86,6 +92,7 @@ from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_
     running_pod,
     running_workload,
     with_namespaces,
+    with_volumes,
     workload_from_pod,
 )
 from balancer.actuate.k8s_requests import pod_requests
@@ -234,8 +241,19 @@ class KubernetesWorkloads:
         self.jobs_facts = ListCache(
             "jobs", lambda **kw: self.api("list jobs", batch.list_job_for_all_namespaces, **kw),
             batch.list_job_for_all_namespaces, job_facts, ttl_s=ttl_s, clock=clock, watch=watch, watch_s=watch_s)
-        # (pods, namespaces, jobs versions) and the workloads of the last `__call__`, namespaceSelectors resolved
-        self._pods: tuple[tuple[int, int, int], dict[str, Workload]] = ((0, 0, 0), {})
+        self.claims = ListCache(
+            "persistentvolumeclaims",
+            lambda **kw: self.api("list persistentvolumeclaims",
+                                  core.list_persistent_volume_claim_for_all_namespaces, **kw),
+            core.list_persistent_volume_claim_for_all_namespaces, claim_entry, ttl_s=ttl_s, clock=clock, watch=watch,
+            watch_s=watch_s)
+        self.volumes = ListCache(
+            "persistentvolumes", lambda **kw: self.api("list persistentvolumes", core.list_persistent_volume, **kw),
+            core.list_persistent_volume, volume_state, view=by_name, ttl_s=ttl_s, clock=clock, watch=watch,
+            watch_s=watch_s)
+        # (pods, namespaces, jobs, claims, volumes versions) and the workloads of the last `__call__`, settled
+        self._pods: tuple[tuple[int, ...], dict[str, Workload]] = ((0, 0, 0, 0, 0), {})
+        self._mounted = (-1, False)   # (pods version, whether a pod has claims to settle)
         self._jobs: tuple[int, tuple[SuspendedJob, ...] | None] = (0, None)  # of the last `suspended_jobs()`
         self._memo: tuple[tuple, tuple] | None = None
         self._clash: frozenset[str] = frozenset()
@@ -267,24 +285,31 @@ class KubernetesWorkloads:
 
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        for cache in (self.pods, self.jobs, self.budgets, self.namespaces, self.jobs_facts):
+        for cache in (self.pods, self.jobs, self.budgets, self.namespaces, self.jobs_facts, self.claims, self.volumes):
             cache.close()
 
     def __call__(self) -> dict[str, Workload]:
         """The running GPU pods; {} until the API has answered once (the metrics describe them meanwhile). Their
         namespaceSelectors are resolved by the namespaces' latest labels (a pod with one is not movable until the
-        namespaces have been read) and their Jobs' facts applied (`with_job`); rebuilt only when the pods, the
-        namespaces or the Jobs changed."""
-        items = self.pods.current()
+        namespaces have been read), their claims settled by the claims and volumes (`with_volumes`: read only while
+        a pod has claims to settle) and their Jobs' facts applied (`with_job`); rebuilt only when the pods, the
+        namespaces, the Jobs, the claims or the volumes changed."""
+        running = self.pods.current() or {}
         labels = self.namespaces.current()   # every cycle, so the namespaces watch starts with the others
         facts = self.jobs_facts.current() or {}
-        key = (self.pods.version, self.namespaces.version, self.jobs_facts.version)
+        if self._mounted[0] != self.pods.version:   # a scan of the pods only when they changed
+            self._mounted = (self.pods.version, any(r.mounts for r in running.values()))
+        mounted = self._mounted[1]
+        claims = self.claims.current() if mounted else None
+        volumes = self.volumes.current() if mounted else None
+        key = (self.pods.version, self.namespaces.version, self.jobs_facts.version, self.claims.version,
+               self.volumes.version)
         if key != self._pods[0]:
-            items = items if items is not None else {}
+            items = {k: with_volumes(r.workload, r.mounts, claims, volumes) for k, r in running.items()}
             resolve = Resolver(lambda: labels).affinity
             unresolved = [k for k, w in items.items() if w.pod_affinity.unresolved]
             if unresolved:
-                items = dict(items) | {k: with_namespaces(items[k], resolve) for k in unresolved}
+                items |= {k: with_namespaces(items[k], resolve) for k in unresolved}
             if facts:
                 items = {k: with_job(w, facts.get(f"{w.namespace}/{w.owner}")) for k, w in items.items()}
             self._pods = (key, items)
