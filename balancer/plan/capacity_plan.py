@@ -17,8 +17,11 @@ moves the rest of the GPUs to elastic training:
   rises the largest covers the next one with probability n/(n+1), a conformal bound). Replicas sized so can
   absorb any rise seen recently while new ones warm up. And it never loans while demand is rising.
 * **Surge response.** A rise the forecast did not foresee (demand above the forecast median for now) whose latest
-  one-cycle slope, projected over the warm-up lead, goes past the burst floor is sized for that projection at
-  once (`surge_rps`), not one cycle's growth at a time while each step warms up; capped like the ramp.
+  one-cycle slope, projected over the reclaim lead (warm-up + margin, the lead forecast reclaims keep: a replica
+  ordered now serves only after the actuation and the warm-up), goes past the burst floor is sized for that
+  projection at once (`surge_rps`), not one cycle's growth at a time while each step warms up; capped like the
+  ramp. Projected over the warm-up alone, each order was ready just as the demand it was sized for arrived, so
+  the replicas ran at the edge of the SLO for the whole surge.
 * **Reactive safety net.** When a service's p99 latency reaches ``emergency_pressure`` of its SLO (replicas
   slower than their profile says, or a burst beyond every bound), it grows by ``emergency_step`` at once, like
   an HPA under the predictive floor.
@@ -140,7 +143,7 @@ def rise_allowance(times: np.ndarray, values: np.ndarray, lead_s: float, cap: fl
 def surge_rps(demand_rps: float, slope: float, lead_s: float, burst: float, cap: float,
               expected_rps: float = 0.0) -> float:
     """The demand a surge reaches by the time a replica started now is warm: the latest slope (req/s per
-    second, one cycle's) projected over the warm-up lead `lead_s`, when that goes past the burst floor
+    second, one cycle's) projected over the lead `lead_s` (the reclaim lead), when that goes past the burst floor
     ``demand x (1 + burst)``, at most `cap` x the demand now; 0 when it does not (flat, falling, a rise the
     burst floor already covers, or demand not above `expected_rps`, the forecast median for now: a rise the
     forecast foresaw is reclaimed ahead of time and holds through the loan horizon's hysteresis, and a
@@ -179,8 +182,8 @@ def plan_capacity(
         trend = min(slope, slope0) if slope > 0 and slope0 > 0 else 0.0
         ramp = min(s.demand_rps + trend * (p.warmup_s + view.time - t0), s.demand_rps * policy.max_level_correction)
         # ... a surge steeper than any rise the burst floor learned is sized for at once (`surge_rps`) ...
-        surge = surge_rps(s.demand_rps, slope, p.warmup_s + view.time - t0, s.burst, policy.max_level_correction,
-                          median_now(fc, view.time))
+        surge = surge_rps(s.demand_rps, slope, reclaim_horizon_s(p, policy) + view.time - t0, s.burst,
+                          policy.max_level_correction, median_now(fc, view.time))
         # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
         now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp, surge), p, policy.headroom)
         # speculative spare (bursts, ramps, surges, forecast quantiles) never beyond what static sizing for the peak

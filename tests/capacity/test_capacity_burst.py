@@ -126,12 +126,13 @@ def surge_run(demands, *, replicas=4, burst=0.0, home=0, expected=30.0, policy=P
 
 
 @pytest.mark.parametrize(("burst", "home", "demands", "expected"), [
-    (0.0, 0, [60.0, 80.0], 20),
-    (0.5, 0, [60.0, 80.0], 20),
+    (0.0, 0, [60.0, 65.0], 15),
+    (0.5, 0, [60.0, 65.0], 15),
     (2.0, 0, [60.0, 80.0], 24),
     (0.0, 0, [20.0, 60.0], 18),
     (0.0, 12, [60.0, 80.0], 12),
-], ids=["+20 req/s in a minute is 80 + 20 x 6 min ahead at once", "a 50% burst floor is passed: the projection",
+], ids=["+5 req/s in a minute is 65 + 5 x 16 min ahead (warm-up, margin, one cycle) at once",
+        "a 50% burst floor is passed: the projection",
         "a 200% burst floor covers it: the floor, no projection", "capped at the level correction (3 x now)",
         "capped at the static allotment"])
 def test_a_rise_steeper_than_the_burst_floor_gets_its_projection_in_one_cycle(burst, home, demands, expected):
