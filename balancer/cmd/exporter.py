@@ -99,8 +99,9 @@ def build_backend(args: argparse.Namespace):
     return backend
 
 
-def attributed(backend, args: argparse.Namespace, registry: CollectorRegistry):
-    """`backend` with the pods on its GPUs from the kubelet (nvml only: the simulated fleet knows its own)."""
+def attributed(backend, args: argparse.Namespace):
+    """`backend` with the pods on its GPUs from the kubelet (nvml only: the simulated fleet knows its own); its
+    `attribution` collects the kubelet's health."""
     if args.backend != "nvml":
         raise InputError(None, "--pod-resources-socket", args.pod_resources_socket,
                          "only with --backend nvml (the sim backend attributes its own pods)")
@@ -109,22 +110,30 @@ def attributed(backend, args: argparse.Namespace, registry: CollectorRegistry):
     if not os.path.exists(args.pod_resources_socket):
         log.warning("no kubelet PodResources socket at %s yet: GPUs are published without their pods until it "
                     "answers (is /var/lib/kubelet/pod-resources mounted?)", args.pod_resources_socket)
-    attribution = PodAttribution(PodResourcesClient(args.pod_resources_socket))
-    registry.register(attribution)
-    return Attributed(backend, attribution)
+    return Attributed(backend, PodAttribution(PodResourcesClient(args.pod_resources_socket)))
+
+
+def exporter_registry(backend, args: argparse.Namespace):
+    """(the backend the exporter reads, the registry a scrape renders). The GPUs are collected before the
+    kubelet's health: reading them asks the kubelet, so `gputide_pod_resources_up` says how this scrape's
+    question went (collected first, it said the previous scrape's: 0 on the first)."""
+    from exporters.collector import GpuCollector
+
+    registry = CollectorRegistry()
+    if args.pod_resources_socket:
+        backend = attributed(backend, args)
+    registry.register(GpuCollector(backend))
+    if args.pod_resources_socket:
+        registry.register(backend.attribution)
+    return backend, registry
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporters.collector import GpuCollector
     from exporters.power_caps import JsonFileCaps, PowerCapAgent
     from exporters.server import serve
 
     _check(args)
-    backend = build_backend(args)
-    registry = CollectorRegistry()
-    if args.pod_resources_socket:
-        backend = attributed(backend, args, registry)
-    registry.register(GpuCollector(backend))
+    backend, registry = exporter_registry(build_backend(args), args)
     try:
         server = serve(registry, port=args.port, addr=args.listen)
     except OSError as exc:   # an address this machine does not have, a port in use or reserved

@@ -155,13 +155,11 @@ def test_the_cli_flag_needs_the_nvml_backend(capsys):
 def test_the_cli_wraps_the_nvml_backend_and_registers_the_health_series(kubelet):
     import argparse
 
-    from balancer.cmd.exporter import attributed
+    from balancer.cmd.exporter import exporter_registry
 
     k, sock = kubelet
     k.pods = [("ml", "a", [("c", "nvidia.com/gpu", ["GPU-2aaa"])])]
-    reg = CollectorRegistry()
-    backend = attributed(Backend(), argparse.Namespace(backend="nvml", pod_resources_socket=sock), reg)
-    reg.register(GpuCollector(backend))
+    backend, reg = exporter_registry(Backend(), argparse.Namespace(backend="nvml", pod_resources_socket=sock))
     assert reg.get_sample_value("gputide_gpu_workload_info", {
         "UUID": "GPU-2aaa", "namespace": "ml", "pod": "a", "workload_class": "unknown"}) == 1
     assert reg.get_sample_value("gputide_pod_resources_up") == 1
