@@ -60,6 +60,8 @@ def _one_line(exc: BaseException) -> str:
 
 def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     """A timestamp column (ISO-8601 or epoch seconds) as UTC times; a bad cell is an InputError naming its row."""
+    if pd.api.types.is_bool_dtype(raw):   # pandas reads a column of True/False as booleans: no times at all
+        raise InputError(path, column, raw.iloc[0], "ISO-8601 timestamps or epoch seconds", detail="row 2")
     numeric = pd.to_numeric(raw, errors="coerce")
     if numeric.notna().all():
         bad = ~np.isfinite(numeric.to_numpy(float)) | (numeric < 0) | (numeric > MAX_EPOCH_S)
@@ -72,12 +74,36 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     try:
         index = pd.DatetimeIndex(pd.to_datetime(raw, utc=True, format="mixed"))
     except (ValueError, TypeError, OverflowError) as exc:
-        bad = next((i for i, v in enumerate(raw) if pd.isna(pd.to_datetime(v, errors="coerce", utc=True))), 0)
+        bad = next((i for i, v in enumerate(raw) if _not_a_time(v)), 0)
         raise InputError(path, column, raw.iloc[bad], allowed, detail=f"row {bad + 2}") from exc
     if index.hasnans:   # an empty cell (or NaN, NaT) reads as NaT: a sample at no time at all
         row = int(np.flatnonzero(index.isna())[0])
         raise InputError(path, column, raw.iloc[row], allowed + " (a time on every row)", detail=f"row {row + 2}")
+    _one_zone_kind(raw, path, column)
     return index
+
+
+def _not_a_time(value: object) -> bool:
+    """True for a cell pandas cannot read as a time (a bool raises TypeError even with errors='coerce')."""
+    try:
+        return bool(pd.isna(pd.to_datetime(value, errors="coerce", utc=True)))
+    except (ValueError, TypeError, OverflowError):
+        return True
+
+
+# a time of day followed by a zone: Z, UTC, GMT or an offset such as +02:00, -0500
+_ZONED = r"\d:\d\d(?::\d\d(?:\.\d+)?)?\s*(?:[zZ]|UTC|GMT|[+-]\d\d(?::?\d\d)?)\s*$"
+
+
+def _one_zone_kind(raw: pd.Series, path: str, column: str) -> None:
+    """Naive times are UTC only in a file that never names a zone: beside times that do (`...Z`, `+02:00`), a
+    naive time is most likely local, and reading it as UTC shifts those rows by the writer's offset."""
+    zoned = raw.astype(str).str.contains(_ZONED, regex=True).to_numpy()
+    if zoned.any() and not zoned.all():
+        row = int(np.flatnonzero(~zoned)[0])
+        first = int(np.flatnonzero(zoned)[0])
+        raise InputError(path, column, raw.iloc[row], "times that all name their zone (Z or an offset such as "
+                         "+02:00) or none of them (then UTC)", detail=f"row {row + 2} names none, row {first + 2} does")
 
 
 def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "") -> pd.Series:
@@ -192,6 +218,22 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
     return counts / step.total_seconds()
 
 
+def _origin(origin: str | pd.Timestamp | None, path: str) -> pd.Timestamp:
+    """ServeGen's window_start_s = 0 as a UTC time from 1970 to 2100: a year such as 9999 overflowed pandas'
+    nanosecond times (a traceback) once the windows were added to it."""
+    allowed = "an ISO-8601 timestamp from 1970 to 2100"
+    try:
+        org = SERVEGEN_EPOCH if origin is None else pd.Timestamp(origin)
+    except (ValueError, TypeError, OverflowError) as exc:   # OutOfBoundsDatetime is a ValueError
+        raise InputError(path, "origin", origin, allowed) from exc
+    if pd.isna(org):
+        raise InputError(path, "origin", origin, allowed)
+    org = org.tz_localize("UTC") if org.tzinfo is None else org.tz_convert("UTC")
+    if not 0 <= org.timestamp() <= MAX_EPOCH_S:
+        raise InputError(path, "origin", origin, allowed)
+    return org
+
+
 def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = None,
                 origin: str | pd.Timestamp | None = None) -> pd.Series:
     """Load a demand trace as req/s on a regular tz-aware UTC index (NaN where missing)."""
@@ -204,16 +246,15 @@ def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = No
     if fmt == "csv":
         out = _load_csv(path, td)
     elif fmt == "servegen":
-        try:
-            org = SERVEGEN_EPOCH if origin is None else pd.Timestamp(origin)
-        except ValueError as exc:
-            raise InputError(path, "origin", origin, "an ISO-8601 timestamp") from exc
-        org = org.tz_localize("UTC") if org.tzinfo is None else org.tz_convert("UTC")
-        out = _load_servegen(path, td, org)
+        out = _load_servegen(path, td, _origin(origin, path))
     else:
         out = _load_requests(path, td)
     if len(out) < 2:
         raise InputError(path, "rows", len(out), "a trace spanning at least two steps")
+    observed = int(out.notna().sum())
+    if observed < 2:   # all empty: every model and score came out NaN under numpy's 'Mean of empty slice'
+        raise InputError(path, "value", f"{observed} observed steps", "a trace with demand observed (not empty) "
+                         "in at least two steps")
     return out
 
 
