@@ -17,7 +17,7 @@ import numpy as np
 from balancer.cmd._args import output_file
 from balancer.errors import InputError
 from balancer.plan.defrag import Defragmenter
-from balancer.plan.placement.replay import fgd_seeds, load_nodes, load_pods, replay
+from balancer.plan.placement.replay import check_replayable, fgd_seeds, load_nodes, load_pods, replay
 from balancer.plan.placement.scheduler import POLICIES
 
 MAX_SEEDS = 1000
@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     if not pods:
         raise InputError(args.pods, "rows", 0, "at least one pod")
-    if nodes.total_gpu_milli == 0:   # the protocol arrives pods up to --inflate x the GPU capacity: x 0 is nothing
-        raise InputError(args.nodes, "gpu", 0, "at least one node with gpu > 0")
+    check_replayable(nodes, pods, args.nodes, args.pods)
     defrag = Defragmenter(args.max_moves) if args.defrag else None
     results = [replay(nodes, pods, args.policy, seed, args.inflate, defrag) for seed in fgd_seeds(args.seeds)]
     summary = summarise(results, args)

@@ -13,6 +13,7 @@ CSV validation raises `InputError` naming the file, the column, the bad value an
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,12 +97,47 @@ def load_pods(path: str | Path) -> list[PodRequest]:
             str(path), "gpu_milli", int(milli[bad[0]]),
             "0 when num_gpu is 0, 1..1000 when num_gpu is 1, 1000 when num_gpu > 1", f"row {bad[0] + 2}",
         )  # fmt: skip
-    specs = df["gpu_spec"] if "gpu_spec" in df.columns else [None] * len(df)
+    specs = _gpu_specs(df, path)
     names = df["name"].astype(str).tolist()
     return [
-        PodRequest(int(c), int(m), int(g), int(gm), parse_gpu_spec(s), name=n)
+        PodRequest(int(c), int(m), int(g), int(gm), s, name=n)
         for c, m, g, gm, s, n in zip(cpu, mem, num, milli, specs, names, strict=True)
     ]
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+SPEC_ALLOWED = "empty (any model) or GPU model names joined by '|', such as V100M16|V100M32"
+
+
+def _gpu_specs(df: pd.DataFrame, path: str | Path) -> list[tuple[str, ...] | None]:
+    """The gpu_spec column parsed; a cell that names no model (`|`) or a name no model has (`???`, `T4;A10`) is
+    refused with its row: it read as 'any model' or as a model no node has, and the pod ran anywhere or nowhere."""
+    if "gpu_spec" not in df.columns:
+        return [None] * len(df)
+    out = []
+    for i, raw in enumerate(df["gpu_spec"]):
+        text = "" if pd.isna(raw) else str(raw).strip()
+        parts = [part.strip() for part in text.split("|") if part.strip()]
+        if text and (not parts or not all(_MODEL_NAME.fullmatch(part) for part in parts)):
+            raise InputError(str(path), "gpu_spec", raw, SPEC_ALLOWED, f"row {i + 2}")
+        out.append(parse_gpu_spec(raw))
+    return out
+
+
+def check_replayable(nodes: ClusterState, pods: list[PodRequest], nodes_path: str, pods_path: str) -> None:
+    """The FGD protocol measures GPU pods arriving up to `inflate` x GPU capacity: with no pod asking for a GPU, or
+    none allowed on any GPU model the node list has, every level reads 100 % unallocated (or 0 % with nothing
+    arrived) and describes the input files, not the policy."""
+    if nodes.total_gpu_milli == 0:
+        raise InputError(nodes_path, "gpu", 0, "at least one node with gpu > 0")
+    gpu_pods = [p for p in pods if p.num_gpu > 0]
+    if not gpu_pods:
+        raise InputError(pods_path, "num_gpu", 0, "at least one pod with num_gpu > 0")
+    if all(p.allowed_models is not None and not set(p.allowed_models) & set(nodes.models) for p in gpu_pods):
+        raise InputError(pods_path, "gpu_spec", "|".join(gpu_pods[0].allowed_models or ()),
+                         f"on at least one GPU pod, empty (any model) or a model {nodes_path} has: "
+                         + ", ".join(nodes.models),
+                         "no GPU pod may run on any node")
 
 
 def arrival_order(pods: list[PodRequest], capacity_milli: int, inflate: float, seed: int) -> np.ndarray:
