@@ -1,7 +1,11 @@
 """The exporter's prometheus-client Collector: reads a backend at scrape time, builds fresh metric families.
 
 No timers and no background threads: every `collect()` calls `backend.read()` once and turns the arrays into
-dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, help texts and labels, plus
+dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, help texts and labels. Collects run
+one at a time: the HTTP server answers each scrape from its own thread (two Prometheus replicas, or a curl beside
+Prometheus, scrape at once), and a read keeps state between scrapes that two reads at once would corrupt (the NVML
+backend's GPM sample, which the next read compares with its own and frees; the fields NVML does not support; the
+label caches here). It also publishes
 
 * ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table; a pod on a MIG
   instance also has dcgm-exporter's ``GPU_I_ID`` and ``GPU_I_PROFILE``),
@@ -31,6 +35,7 @@ fallen off the bus), and an operator sees what each GPU lacks in ``gputide_expor
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -127,6 +132,7 @@ class GpuCollector(Collector):
         self._xid_key: object = None
         self._xid_sets: list[dict[str, str]] = []
         self._xid_strs: list[str] = []
+        self._lock = threading.Lock()   # one collect at a time (the module docstring)
 
     def describe(self) -> list[Metric]:
         return []  # reading the hardware at registration time would be a side effect
@@ -138,6 +144,11 @@ class GpuCollector(Collector):
             self._label_strs = [label_str(d) for d in self._label_sets]
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            families = self._collect()
+        yield from families
+
+    def _collect(self) -> list[Metric]:
         start = self._clock()
         readings = self.backend.read()
         self._labels(readings.identity)
@@ -153,7 +164,7 @@ class GpuCollector(Collector):
         duration = Metric("gputide_exporter_scrape_duration_seconds", "Time the last collect took.", "gauge")
         duration.add_sample("gputide_exporter_scrape_duration_seconds", {}, self._clock() - start)
         families.append(duration)
-        yield from families
+        return families
 
     def _gpu_families(self, r: GpuReadings) -> Iterator[Metric]:
         for name, typ, doc in GPU_FIELDS:
