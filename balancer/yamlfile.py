@@ -26,8 +26,44 @@ class DuplicateKey(yaml.constructor.ConstructorError):
         super().__init__(problem=f"duplicate key {key!r} at line {line}")
 
 
+MAX_ALIASED_VALUES = 10_000
+
+
+class AliasBomb(yaml.constructor.ConstructorError):
+    """A document whose aliases repeat more values than MAX_ALIASED_VALUES (a 'billion laughs')."""
+
+    def __init__(self, expanded: int) -> None:
+        self.expanded = expanded
+        super().__init__(problem=f"aliases expand to {expanded} values")
+
+
+def _expanded(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
+    """Values in `node` with every alias written out (an alias back into its own anchor counts once)."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in active:
+        return 1
+    active.add(key)
+    children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                else node.value if isinstance(node, yaml.SequenceNode) else [])
+    memo[key] = size = 1 + sum(_expanded(child, memo, active) for child in children)
+    active.discard(key)
+    return size
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that refuses a key written twice in one mapping (merge keys `<<` may still be overridden)."""
+    """`yaml.SafeLoader` that refuses a key written twice in one mapping (merge keys `<<` may still be overridden)
+    and aliases that repeat more than MAX_ALIASED_VALUES values: nine anchors of nine aliases each are a few
+    hundred bytes that stand for 387 million values, and the error naming one (its repr) or the check of a list
+    of them ran for ever."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        memo: dict[int, int] = {}
+        expanded = _expanded(node, memo, set())
+        if expanded - len(memo) > MAX_ALIASED_VALUES:
+            raise AliasBomb(expanded)
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
@@ -60,6 +96,9 @@ def parse_yaml(text: str, file: str, *, every: bool = False) -> Any:
     except DuplicateKey as exc:
         raise InputError(file, _key_text(exc.key), f"a second {exc.key!r} at line {exc.line}",
                          "each key once in a mapping (YAML keeps only the last, silently)") from exc
+    except AliasBomb as exc:
+        raise InputError(file, "(document)", f"aliases that expand to {exc.expanded} values",
+                         f"YAML whose anchors and aliases (&a, *a) repeat at most {MAX_ALIASED_VALUES} values") from exc
     except yaml.YAMLError as exc:
         raise InputError(file, "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
     except RecursionError as exc:
