@@ -1,11 +1,13 @@
 """Serve a registry over HTTP (``/metrics``) from a background thread; returns the bound port (port 0 works).
 
 The app renders with `exporters.exposition.render` (dcgm-exporter's counter names kept verbatim) and is served
-by wsgiref in a daemon thread, one thread per request, as prometheus_client's own `start_http_server` does.
+by wsgiref in a daemon thread, one thread per request, as prometheus_client's own `start_http_server` does. The
+address may be IPv4 or IPv6 (``::``, ``::1``, bracketed or not), for IPv6-only clusters.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -19,6 +21,10 @@ from exporters.exposition import CONTENT_TYPE, render
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -52,7 +58,9 @@ class RunningServer:
 
 def serve_app(app, *, port: int, addr: str = "127.0.0.1", name: str = "gputide-http") -> RunningServer:
     """Serve any WSGI `app` from a daemon thread, one thread per request, without request logs."""
-    httpd = make_server(addr, port, app, server_class=_Server, handler_class=_QuietHandler)
+    addr = addr.removeprefix("[").removesuffix("]")   # [::] as in a URL
+    httpd = make_server(addr, port, app, server_class=_Server6 if ":" in addr else _Server,
+                        handler_class=_QuietHandler)
     thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
     thread.start()
     return RunningServer(port=int(httpd.server_address[1]), server=httpd, thread=thread)

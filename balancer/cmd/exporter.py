@@ -1,7 +1,7 @@
 """`gputide exporter`: serve dcgm-exporter-compatible GPU series from NVML or a simulated fleet.
 
     gputide exporter --backend sim --port 9400 [--fleet SPEC.yaml] [--node NAME] [--speed 60] [--seed 0]
-    gputide exporter --backend nvml --port 9400 [--power-caps-file /run/gputide/caps.json]
+    gputide exporter --backend nvml --port 9400 [--listen-address ::] [--power-caps-file /run/gputide/caps.json]
                      [--pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock]
 
 The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=["sim", "nvml"], default="sim")
     p.add_argument("--port", type=int, default=9400, help="TCP port (0: pick a free one and print it)")
-    p.add_argument("--listen", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    p.add_argument("--listen-address", "--listen", dest="listen", default="0.0.0.0",
+                   help="address to bind (default 0.0.0.0, IPv4 only; :: or [::] for IPv6, e.g. an IPv6-only cluster)")
     p.add_argument("--fleet", help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
     p.add_argument("--node", help="sim backend: serve only this node's GPUs")
     p.add_argument("--speed", type=float, default=60.0, help="sim backend: simulated seconds per wall second")
@@ -128,6 +129,10 @@ def exporter_registry(backend, args: argparse.Namespace):
     return backend, registry
 
 
+def _url_host(addr: str) -> str:
+    return f"[{addr.strip('[]')}]" if ":" in addr else addr
+
+
 def run(args: argparse.Namespace) -> int:
     from exporters.power_caps import JsonFileCaps, PowerCapAgent
     from exporters.server import serve
@@ -137,10 +142,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = serve(registry, port=args.port, addr=args.listen)
     except OSError as exc:   # an address this machine does not have, a port in use or reserved
-        raise InputError(None, "--listen/--port", f"{args.listen}:{args.port}",
+        raise InputError(None, "--listen-address/--port", f"{args.listen}:{args.port}",
                          "an address of this machine and a free port (0: any free one)", str(exc)) from exc
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
-          f"http://{args.listen}:{server.port}/metrics", flush=True)
+          f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
     agent = None
     if args.power_caps_file:
         agent = PowerCapAgent(JsonFileCaps(args.power_caps_file), getattr(backend, "caps_target", backend))
