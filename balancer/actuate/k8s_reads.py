@@ -6,7 +6,8 @@
   the largest init container, plus overhead; every extended resource and one pod slot), its rules
   (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), its
   preferred node and pod (anti-)affinity (`balancer.noderules.Preferences`), priority, owner, the reservations
-  that are its own, its preemption policy and pod group, and the PersistentVolumeClaims it mounts (`k8s_volumes`);
+  that are its own, its preemption policy and pod group, and the PersistentVolumeClaims it mounts (`k8s_volumes`).
+  A pod whose `gputide.io/gpu-milli` is no whole number is held back, told why, as one whose claims are not ready;
 * `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
 * `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, and the required
   anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`);
@@ -24,7 +25,7 @@ from balancer.actuate.k8s_gang import group_of
 from balancer.actuate.k8s_namespaces import namespace_entry
 from balancer.actuate.k8s_pods import pod_owner
 from balancer.actuate.k8s_requests import basic_requests, effective_requests, quantity
-from balancer.actuate.k8s_volumes import pod_claims
+from balancer.actuate.k8s_volumes import Volumes, pod_claims
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
@@ -49,6 +50,21 @@ def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
     return *basic_requests(total), extended
 
 
+MILLI_ANNOTATION = "gputide.io/gpu-milli"
+
+
+def _gpu_milli(annotations: Json) -> tuple[int, Volumes | None]:
+    """(the thousandths of a GPU the annotation asks for, 1000 when it asks none; None, or why the pod is held
+    back: an annotation that is no whole number ("0.5") is a mistake, not a whole GPU). Held back as a pod whose
+    claims are not ready is (`k8s_volumes.waiting`): no node considered, no one preempted, told why."""
+    value = annotations.get(MILLI_ANNOTATION, 1000)
+    try:
+        return int(str(value).strip()), None
+    except ValueError:
+        return 1000, Volumes(waiting=f'annotation {MILLI_ANNOTATION} is "{value}", not a whole number of '
+                                     "thousandths of a GPU (1 to 1000)")
+
+
 def scheduling_request(pod: Json) -> Json | None:
     """What the scheduler needs of a pending pod, in plain values; None for a pod being deleted or gated."""
     meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -59,6 +75,7 @@ def scheduling_request(pod: Json) -> Json | None:
     gpus, cpu, mem, extended = _requests(pod)
     group, least = group_of(meta)
     annotations = meta.get("annotations") or {}
+    milli, held = _gpu_milli(annotations) if gpus else (0, None)
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
     namespace, owner = meta.get("namespace", "default"), (controller_ref(meta) or {}).get("name", "")
     # the reservation keys that are this pod's: itself, its owner, a ReplicaSet's Deployment ("web-7d9f8"), and the
@@ -68,7 +85,7 @@ def scheduling_request(pod: Json) -> Json | None:
     return {
         "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
         "pod": meta["name"], "owner": owner, "num_gpu": gpus,
-        "gpu_milli": int(annotations.get("gputide.io/gpu-milli", 1000)) if gpus else 0,
+        "gpu_milli": milli,
         "cpu_milli": cpu, "memory_mib": mem, "priority": int(spec.get("priority") or 0),
         "created": str(meta.get("creationTimestamp") or ""), "uid": str(meta.get("uid") or ""),
         "allowed_models": tuple(sorted(gpu_spec.split("|"))) if gpu_spec else None,
@@ -77,7 +94,8 @@ def scheduling_request(pod: Json) -> Json | None:
         "preferences": Preferences.from_spec(namespace, spec),    # preferred node and pod (anti-)affinity
         "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
         "labels": dict(meta.get("labels") or {}), "group": group, "group_min": least,
-        "claims": pod_claims(pod),   # resolved at the pod's turn in a pass (`k8s_volumes.VolumeBinding.request`)
+        # resolved at the pod's turn in a pass (`k8s_volumes.VolumeBinding.request`); none read for one held back
+        **({"claims": pod_claims(pod)} if held is None else {"claims": (), "volumes": held}),
     }  # fmt: skip
 
 
