@@ -6,8 +6,10 @@ simplest form) or an explicit name list. `ShardedSource` wraps any `TelemetrySou
 and restricts every snapshot to the shard's nodes: GPUs are renumbered 0..n-1 in fleet order, workloads and
 placements kept only when they sit entirely on the shard's GPUs, services only when every placed replica is
 inside (a service spread over two shards is scaled by neither: no double scaling). Suspended jobs sit on no
-node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never suspends one. The planner, the safety
-guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names and per-node slots.
+node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never suspends one.
+The cluster's PodDisruptionBudgets are kept whole (`disruption_budgets`): a shard's evictions count against them.
+The planner, the safety guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names
+and per-node slots.
 
 Actuators that address GPUs by fleet index (the simulator) get actions translated back with `globalize`; the
 `ShardActuator` wrapper does that and hands them the full snapshot the shard was cut from. Each shard elects
@@ -84,8 +86,10 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
                and w.name not in placements}
     services = {k: s for k, s in snapshot.services.items() if k not in outside}
     arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
+    # the PodDisruptionBudgets are the cluster's, whichever shard evicts: without them a shard's guard and planner
+    # would read "this source cannot see budgets" and evict past every budget
     part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
-                           services=services, **arrays)
+                           services=services, disruption_budgets=snapshot.disruption_budgets, **arrays)
     return part, index
 
 
