@@ -2,7 +2,8 @@
 
 Two sites run their own controllers; what crosses sites is a small, pure decision taken on the global view:
 
-* `spare_gpus(snapshot)`      per GPU model, the online GPUs nothing is placed on: what a site could lend.
+* `spare_gpus(snapshot)`      per GPU model, the healthy GPUs with fresh readings nothing is placed on: what a
+                              site could lend (a site whose readings stopped lends nothing).
 * `local_capacity_rps(...)`   what a service's ready replicas at a site can serve (per-model rates).
 * `overflow_rps(...)`         requests/s to send to the other site: the demand above `target_utilisation` of
                               local capacity, capped by the same fraction of the remote site's standing capacity.
@@ -34,9 +35,17 @@ from balancer.sim.workloads import ServiceSpec
 HOUR = 3600.0
 
 
-def spare_gpus(snapshot: ClusterSnapshot) -> dict[str, int]:
-    """Per GPU model: whole GPUs with nothing placed on them and no fatal XID (what the site could lend)."""
-    free = (snapshot.gpu_milli_used == 0) & (snapshot.xid == 0)
+# Readings older than this are not a GPU's state now (the controller's default --stale-after, 4 x a 30 s scrape)
+SPARE_MAX_SAMPLE_AGE_S = 120.0
+
+
+def spare_gpus(snapshot: ClusterSnapshot, max_sample_age_s: float = SPARE_MAX_SAMPLE_AGE_S) -> dict[str, int]:
+    """Per GPU model: whole GPUs with nothing placed on them, no XID, healthy memory and a reading at most
+    `max_sample_age_s` old (what the site could lend). A GPU whose readings stopped (its exporter, node or whole
+    site down) is not idle capacity: its last readings say nothing of now, and an unknown age counts as old."""
+    age = np.asarray(snapshot.sample_age_s, dtype=float)
+    free = ((snapshot.gpu_milli_used == 0) & (snapshot.xid == 0) & ~snapshot.memory_unhealthy
+            & (age <= max_sample_age_s))
     out: dict[str, int] = {}
     for g in np.flatnonzero(free):
         model = snapshot.gpus[int(g)].model
