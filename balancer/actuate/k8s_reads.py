@@ -100,16 +100,18 @@ def scheduling_request(pod: Json) -> Json | None:
 
 
 def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION) -> Json:
-    """A node's capacity, labels, taints and reservations (with their expiry), before what its pods use."""
+    """A node's capacity (its allocatable, counted as a pod's requests are), labels, taints and reservations (with
+    their expiry), before what its pods use."""
     alloc, meta = (node.get("status") or {}).get("allocatable") or {}, node["metadata"]
     labels = meta.get("labels") or {}
+    # counted as a pod's requests are: the same quantity on both sides is the same number (16380m: 16380 milli-CPUs;
+    # truncated, it read 16379 and a pod asking for the node's whole CPU never fitted)
+    gpus, cpu, mem = basic_requests({k: quantity(alloc[k]) for k in BASIC if k in alloc})
     return {
         "name": meta["name"], "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
         "taints": tuple(Taint.from_json(t) for t in (node.get("spec") or {}).get("taints") or ()),
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
-        "gpus_total": int(quantity(alloc.get(GPU_RESOURCE, 0))),
-        "cpu_milli_total": int(quantity(alloc.get("cpu", 0)) * 1000),
-        "memory_mib_total": int(quantity(alloc.get("memory", 0)) / 2**20),
+        "gpus_total": gpus, "cpu_milli_total": cpu, "memory_mib_total": mem,
         "extended_total": {k: quantity(v) for k, v in alloc.items() if k not in BASIC},
         "reservations": _json_annotation(node, reservation_annotation),
     }  # fmt: skip
