@@ -33,6 +33,13 @@ CLUSTER = 'cluster=~"$cluster"'
 GPU_LEGEND = "{{hostname}}/{{gpu}}"
 
 
+def each_gpu(series: str) -> str:
+    """`series` (a per-GPU series with the `GPU` filter) once per GPU: two exporters, or one exporter under two
+    hostnames, can publish one GPU at once (rules/gputide-recording.yaml), so a count, sum or mean over GPUs takes
+    the max by UUID first, as the recording rules' fleet figures do."""
+    return f"max by (cluster, UUID) ({series})"
+
+
 def _query_variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
     # allValue ".*" also matches an absent label, so a single-cluster Prometheus without a `cluster`
     # label still shows everything.

@@ -15,6 +15,7 @@ from dashboards.common import (
     GPU,
     GPU_LEGEND,
     bargauge_panel,
+    each_gpu,
     gpu_heatmap_panel,
     hotspot_annotations,
     new_dashboard,
@@ -39,11 +40,11 @@ def build() -> dashboard.Dashboard:
         d = d.annotation(marker)
     d = (
         d.with_panel(stat_panel("GPUs reporting", "GPUs with a temperature sample in the selection.", "none",
-                                [q(f"count(gpu:temperature:celsius{{{GPU}}})", "GPUs")]))
+                                [q(f"count({each_gpu(f'gpu:temperature:celsius{{{GPU}}}')})", "GPUs")]))
         .with_panel(stat_panel("Fleet power draw", "Sum of the selected GPUs' power draw.", "watt",
-                               [q(f"sum(gpu:power:watts{{{GPU}}})", "power")]))
+                               [q(f"sum({each_gpu(f'gpu:power:watts{{{GPU}}}')})", "power")]))
         .with_panel(stat_panel("Mean SM activity", "Mean fraction of time the SMs were busy (DCGM SM_ACTIVE).",
-                               "percentunit", [q(f"avg(gpu:sm_active:ratio{{{GPU}}})", "SM active")]))
+                               "percentunit", [q(f"avg({each_gpu(f'gpu:sm_active:ratio{{{GPU}}}')})", "SM active")]))
         .with_panel(stat_panel("Hottest GPU", "Highest core temperature among the selected GPUs.", "celsius",
                                [q(f"max(gpu:temperature:celsius{{{GPU}}})", "max")])
                     .thresholds(thresholds((None, "green"), (75, "orange"), (85, "red"))))
@@ -92,8 +93,8 @@ def build() -> dashboard.Dashboard:
         d.with_panel(timeseries_panel(
             "Throttle reasons", "Number of GPUs whose clocks are held down, by reason, from the NVML clock "
             "event reasons bitmask: thermal (bits 0x20, 0x40) and power cap (0x4, 0x80).", "none",
-            [q(f"sum(gpu:thermal_throttled:bool{{{GPU}}})", "thermal slowdown"),
-             q(f"sum(gpu:power_capped:bool{{{GPU}}})", "power capped")],
+            [q(f"sum({each_gpu(f'gpu:thermal_throttled:bool{{{GPU}}}')})", "thermal slowdown"),
+             q(f"sum({each_gpu(f'gpu:power_capped:bool{{{GPU}}}')})", "power capped")],
             stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "Temperature above pool mean", "How far the five GPUs furthest above their pool's (cluster, model) "
@@ -102,8 +103,8 @@ def build() -> dashboard.Dashboard:
         .with_panel(stat_panel(
             "GPUs with an XID error", "GPUs whose last XID error code is not 0, and those with a fatal one "
             "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120).", "none",
-            [q(f"count(gpu:xid_last:code{{{GPU}}} > 0) or vector(0)", "any XID"),
-             q(f"sum(gpu:xid_fatal:bool{{{GPU}}}) or vector(0)", "fatal XID")], w=8, h=8)
+            [q(f"count({each_gpu(f'gpu:xid_last:code{{{GPU}}}')} > 0) or vector(0)", "any XID"),
+             q(f"sum({each_gpu(f'gpu:xid_fatal:bool{{{GPU}}}')}) or vector(0)", "fatal XID")], w=8, h=8)
             .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(table_panel(
             "Last XID per GPU", "Raw last XID code per GPU (gpu:xid_last:code, 0 = none), highest first.", "none",

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards.common import CLUSTER, GPU, MODEL, new_dashboard, q, stat_panel, timeseries_panel
+from dashboards.common import CLUSTER, GPU, MODEL, each_gpu, new_dashboard, q, stat_panel, timeseries_panel
 
 UID = "gputide-fragmentation"
 
 TOTAL = f"sum(cluster:gpu_count:sum{{{CLUSTER}}})"
 ALLOCATED = f'(sum(cluster:gpu_allocated:count{{{CLUSTER}}}) or 0 * {TOTAL})'
+SM_ACTIVE = each_gpu(f"gpu:sm_active:ratio{{{GPU}}}")   # each GPU once, as TOTAL counts them
 IDLE = f'(sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}}) or 0 * {TOTAL})'
 
 
@@ -35,8 +36,7 @@ def build() -> dashboard.Dashboard:
                                 [q(f"{ALLOCATED} / {TOTAL}", "allocated")], w=8))
         .with_panel(stat_panel("Used share", "SM-busy GPU equivalents (sum of SM activity) over all GPUs: "
                                "the work actually done.", "percentunit",
-                               [q(f"sum(gpu:sm_active:ratio{{{GPU}}}) / count(gpu:sm_active:ratio{{{GPU}}})",
-                                  "used")], w=8))
+                               [q(f"avg({SM_ACTIVE})", "used")], w=8))
         .with_panel(stat_panel("Unallocatable GPUs", "Idle GPUs that no pending request can use "
                                "(gputide_unallocatable_gpus).", "none",
                                [q(f"sum(gputide_unallocatable_gpus{{{MODEL}}})", "unallocatable")], w=8))
@@ -48,7 +48,7 @@ def build() -> dashboard.Dashboard:
             "allocated and used is waste inside jobs; idle is waste between them.", "none",
             [q(TOTAL, "total"),
              q(ALLOCATED, "allocated"),
-             q(f"sum(gpu:sm_active:ratio{{{GPU}}})", "used (SM-busy equivalents)"),
+             q(f"sum({SM_ACTIVE})", "used (SM-busy equivalents)"),
              q(IDLE, "idle")], w=24, min_val=0))
         .with_panel(timeseries_panel(
             "Fragmentation by GPU model", "Share of idle GPUs that are fragmented - partly used GPUs or "
