@@ -78,10 +78,10 @@ def scheduling_request(pod: Json) -> Json | None:
     milli, held = _gpu_milli(annotations) if gpus else (0, None)
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
     namespace, owner = meta.get("namespace", "default"), (controller_ref(meta) or {}).get("name", "")
-    # the reservation keys that are this pod's: itself, its owner, a ReplicaSet's Deployment ("web-7d9f8"), and the
-    # owner a migration keys its reservation by (`pod_owner`: the gputide.io/service or /job label first)
-    owned = {f"{namespace}/{n}" for n in (meta["name"], owner, pod_owner(meta)[0]) if n} | (
-        {f"{namespace}/{owner.rsplit('-', 1)[0]}"} if owner else set())
+    # the reservation keys that are this pod's: itself, its controlling owner, and the owner a migration keys its
+    # reservation by (`pod_owner`: the gputide.io/service or /job label first, a ReplicaSet's Deployment by its
+    # pod-template-hash), never a name cut at a dash: Job "train-2"'s pods must not take Job "train"'s reservation
+    owned = {f"{namespace}/{n}" for n in (meta["name"], owner, pod_owner(meta)[0]) if n}
     return {
         "name": f"{meta.get('namespace', 'default')}/{meta['name']}", "namespace": meta.get("namespace", "default"),
         "pod": meta["name"], "owner": owner, "num_gpu": gpus,

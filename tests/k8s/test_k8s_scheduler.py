@@ -99,7 +99,8 @@ def test_tainted_and_selected_nodes(cluster: FakeKube, api, clock) -> None:
 def test_a_reservation_goes_to_its_owner_and_is_hidden_from_others(cluster: FakeKube, api, clock) -> None:
     reserve(cluster, "small", "default/web", 2, clock.now + 60)
     cluster.add(pod("batch", gpus=1, scheduler="gputide", phase="Pending"))
-    cluster.add(pod("web-5d8f-x2x", gpus=1, scheduler="gputide", phase="Pending", owner=("ReplicaSet", "web-5d8f")))
+    cluster.add(pod("web-5d8f-x2x", gpus=1, scheduler="gputide", phase="Pending", owner=("ReplicaSet", "web-5d8f"),
+                    labels={"pod-template-hash": "5d8f"}))   # Deployment web's, as its controller labels them
     prefer_small = Recorder(lambda r, n: "small" if any(x["name"] == "small" for x in n) else most_free(r, n))
     results = SecondaryScheduler(api, "gputide", prefer_small, clock=clock).schedule_once()
     assert results == {"default/batch": "big", "default/web-5d8f-x2x": "small"}
@@ -120,11 +121,12 @@ def test_migrate_then_schedule_lands_the_replacement_on_the_reserved_node(cluste
 
     cluster.add(node("n1", 2))
     cluster.add(node("n2", 2))
-    cluster.add(pod("web-1", node_name="n1", owner=("ReplicaSet", "web-5d8f")))
+    cluster.add(pod("web-1", node_name="n1", owner=("ReplicaSet", "web-5d8f"), labels={"pod-template-hash": "5d8f"}))
     actuator = KubernetesActuator(api, sleep=sleeps.append, clock=clock)
     assert actuator.apply(migrate(), SNAP).outcome is Outcome.APPLIED
     # the ReplicaSet controller recreates the pod; the scheduler must put it where the actuator reserved
-    cluster.add(pod("web-5d8f-new", scheduler="gputide", phase="Pending", owner=("ReplicaSet", "web-5d8f")))
+    cluster.add(pod("web-5d8f-new", scheduler="gputide", phase="Pending", owner=("ReplicaSet", "web-5d8f"),
+                    labels={"pod-template-hash": "5d8f"}))
     results = SecondaryScheduler(api, "gputide", most_free, clock=clock).schedule_once()
     assert results == {"default/web-5d8f-new": "n2"}
 
