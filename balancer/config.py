@@ -13,6 +13,7 @@ A policy document looks like this (every field is optional; omitted fields keep 
       forecast:   {horizonS: 3600, quantile: 0.9}
       capacity:   {enabled: false}
       placement:  {thermal: 1.0, binpack: 0.5}
+      defrag:     {enabled: false, fragmentationThreshold: 0.3}
 
 Each section is its own frozen dataclass; a field's metadata carries its allowed range (or choices) and a help
 line, so validation, defaults and the reference table in the README come from one place. YAML keys are the
@@ -107,6 +108,14 @@ class CapacityPolicy:
 
 
 @dataclass(frozen=True)
+class DefragPolicy:
+    enabled: bool = _f(False, "consolidate shared GPUs when fragmentation crosses the threshold (migrations)")
+    fragmentation_threshold: float = _f(0.3, "act when this share of a GPU model's idle capacity is fragmented", 0, 1)
+    min_unallocatable_gpus: float = _f(1.0, "... and at least this many of its idle GPUs are", 0, 1e6)
+    max_moves_per_cycle: int = _f(2, "consolidation migrations per cycle at most", 1, 100)
+
+
+@dataclass(frozen=True)
 class PlacementWeights:
     thermal: float = _f(1.0, "prefer cool targets", 0, 100)
     binpack: float = _f(0.5, "prefer partly used GPUs (keeps whole GPUs free)", 0, 100)
@@ -116,6 +125,7 @@ class PlacementWeights:
 SECTIONS: Mapping[str, type] = {
     "hotspots": HotspotPolicy, "throttling": ThrottlePolicy, "colocation": ColocationPolicy,
     "safety": SafetyPolicy, "forecast": ForecastPolicy, "capacity": CapacityPolicy, "placement": PlacementWeights,
+    "defrag": DefragPolicy,
 }
 
 
@@ -129,6 +139,7 @@ class BalancerPolicy:
     forecast: ForecastPolicy = field(default_factory=ForecastPolicy)
     capacity: CapacityPolicy = field(default_factory=CapacityPolicy)
     placement: PlacementWeights = field(default_factory=PlacementWeights)
+    defrag: DefragPolicy = field(default_factory=DefragPolicy)
 
     def with_section(self, section: str, **changes: Any) -> BalancerPolicy:
         """A copy with some fields of one section changed (tests, scenarios)."""

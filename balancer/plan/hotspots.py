@@ -183,7 +183,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     for n in sorted(hot_node_set - tainted)]
     on_gpu = _placed_on(s, state.active)
     if state.active.any():
-        room = _Room.start(s, policy, state, proj, hot_node_set | tainted)
+        room = Room.start(s, policy, state, proj, hot_node_set | tainted)
         actions += _relieve(s, policy, state, proj, room, on_gpu, shrunk, refused)
     actions += _give_back_power(s, proj, state, policy, throttled)
     # a node no longer hot (its inherited taint included: `HotspotState.inherited`) is opened again
@@ -207,7 +207,7 @@ def _placed_on(s: ClusterSnapshot, gpus: np.ndarray) -> dict[int, list[str]]:
 
 
 @dataclass
-class _Room:
+class Room:
     """This cycle's working copy of where work may still go, used up as migrations are proposed, so two proposals
     never pick the same room and the per-node, per-owner and PodDisruptionBudget limits count them all."""
 
@@ -221,7 +221,7 @@ class _Room:
 
     @classmethod
     def start(cls, s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
-              blocked: frozenset[str]) -> _Room:
+              blocked: frozenset[str]) -> Room:
         node_blocked = on_nodes(s, blocked)
         ok_target = (~state.active & ~node_blocked & ~np.isin(s.xid, FATAL_XIDS) & ~s.memory_unhealthy
                      & (proj.temp <= s.slowdown_temp_c - policy.hotspots.target_headroom_c))
@@ -238,7 +238,7 @@ class _Room:
         spend(self.spent, eviction_room(s.disruption_budgets, w, self.spent)[0])
 
 
-def _relieve(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection, room: _Room,
+def _relieve(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection, room: Room,
              on_gpu: Mapping[int, list[str]], shrunk: Mapping[str, int], refused: frozenset[str]) -> list[Action]:
     """For each active hotspot, hottest first: one migration off it, else throttling (and maybe a shrink)."""
     out: list[Action] = []
@@ -253,7 +253,7 @@ def _relieve(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, pr
     return out
 
 
-def _migrate_from(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection, room: _Room,
+def _migrate_from(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection, room: Room,
                   g: int, names: Sequence[str], refused: frozenset[str]) -> Migrate | None:
     """A migration of the largest workload on hot GPU `g` that may move and has a target, its room taken."""
     node = s.node_index[g]
@@ -261,7 +261,7 @@ def _migrate_from(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
     for name in sorted(names, key=lambda n: -s.workload_by_name[n].gpu_milli):
         w = s.workload_by_name.get(name)
         if (w is None or room.per_node[node] >= limit or name in refused
-                or not _may_move(s, w, policy, room.per_owner, room.spent)):
+                or not may_move(s, w, policy, room.per_owner, room.spent)):
             continue
         target = _pick_target(s, policy, w, room.ok_target, room.free_milli, room.free_mem, proj.temp,
                               room.per_node < limit, room.moved)
@@ -321,7 +321,7 @@ def _why(s: ClusterSnapshot, state: HotspotState, g: int) -> str:
     return f"{where} at {s.temperature_c[g]:.0f} C, slowdown {s.slowdown_temp_c[g]:.0f} C"
 
 
-def _may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[str, int],
+def may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[str, int],
               spent: Mapping[str, int]) -> bool:
     """Whether `w` may be migrated this cycle: movable, its owner within `maxUnavailablePerWorkload`, and every
     PodDisruptionBudget covering it with a disruption left after this cycle's proposals (a move the guard and the

@@ -27,6 +27,10 @@ renewal changes nothing the simulation measures, so it bypasses `simulate_plan` 
 guard's budgets (`SafetyGuard`: it is not counted, cooled down or gain-checked; an emergency stop still holds it). A
 taint whose expiry is unknown (no annotation) never expires and is not renewed.
 
+Consolidation. In a calm cycle (no active hotspot, no hotspot or co-location action kept), `plan` asks
+`balancer.plan.consolidation` for the bounded defragmentation migrations the policy's `defrag` section allows
+(off by default); they are simulated on the same projection and go through the safety guard like any migration.
+
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
 publishes.
 """
@@ -50,7 +54,7 @@ from balancer.model import (
     SetPowerLimit,
     TaintNode,
 )
-from balancer.plan import colocation, hotspots
+from balancer.plan import colocation, consolidation, hotspots
 from balancer.plan.simulate import Projection, hot_tainted, simulate_plan
 
 _EMPTY: Mapping = MappingProxyType({})
@@ -106,12 +110,16 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
                                  frozenset(refused), held)
     proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
+    kept, after = result.kept, result.objective_after
+    if not kept and not hs.active.any():   # a calm cycle: consolidation may use it (balancer/plan/consolidation.py)
+        moves, change = consolidation.propose(snapshot, policy, hs, proj, frozenset(hot | tainted), frozenset(refused))
+        kept, after = tuple(moves), after + change
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
     lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
                                 if name in nodes and nodes[name].hot_until == until})
     renewals = _renewals(snapshot, nodes, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
-    out = Plan(actions=result.kept + renewals, notes=notes, objective_before=result.objective_before,
-               objective_after=result.objective_after)
+    out = Plan(actions=kept + renewals, notes=notes, objective_before=result.objective_before,
+               objective_after=after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
                         shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))

@@ -1,0 +1,142 @@
+"""Consolidation in the reconcile loop: bounded defragmentation migrations when fragmentation crosses a threshold.
+
+Fragmentation (FGD's expected fragmentation of the idle capacity against the observed workload mix, exported as
+`gputide_fragmentation_ratio{modelName}` and `gputide_unallocatable_gpus{modelName}`) grows as shared GPUs empty
+unevenly: two GPUs each half used by 500-milli pods hold a whole GPU that no whole-GPU pod can take. With
+`defrag.enabled`, when a GPU model's fragmentation ratio reaches `fragmentationThreshold` and at least
+`minUnallocatableGpus` of its idle GPUs are fragmented, the planner asks `balancer.plan.defrag.plan_consolidation`
+(the same engine `gputide place --defrag` replays) for at most `maxMovesPerCycle` moves that empty the least-used
+shared GPUs of those models onto partly used ones, and proposes them as `Migrate` actions through the same safety
+chokepoint as every other action. What a move must pass, before the guard's budgets:
+
+* only in a calm cycle: no hotspot to relieve and no other action kept this cycle (consolidation is housekeeping;
+  it never competes with cooling or SLO work for the migration budget);
+* the workload may move as a hotspot migration may (`hotspots.may_move`: movable, not protected, its owner within
+  `maxUnavailablePerWorkload`, a disruption left in every PodDisruptionBudget covering it), was not refused or failed
+  recently, and is not training: a training worker's move restarts its synchronous job from its last checkpoint, a
+  price fragmentation does not pay;
+* the target GPU is a migration target a hotspot migration could use (not hot, no fatal XID, not on a tainted
+  or hot node, the target headroom below slowdown), with the GPU memory and the node's per-node migration limit
+  free, on a node whose taints, node selector, node affinity and the pod's required pod (anti-)affinity admit it;
+* a GPU is emptied whole or not at all, and only when that frees more GPUs than the moves start using
+  (`plan_consolidation`); the moves of one GPU are then simulated together on the cycle's projection and kept only
+  if they fit and leave the objective no worse than their migration cost (no thermal or SLO price).
+
+A consolidation migration's `expected_gain` is the GPUs it frees, shared over the moves that free them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from balancer.config import BalancerPolicy
+from balancer.model import ClusterSnapshot, Migrate, WorkloadClass
+from balancer.plan import hotspots
+from balancer.plan.defrag import Move, fragmentation_by_model, plan_consolidation
+from balancer.plan.fleet_state import snapshot_state
+from balancer.plan.placement.state import Placement, PodRequest
+from balancer.plan.simulate import MIGRATION_COST, Projection
+
+
+def fragmented_models(frag: Mapping[str, Mapping[str, float]], policy: BalancerPolicy) -> list[str]:
+    """GPU models whose fragmentation crosses the policy's threshold (ratio and unallocatable GPUs both)."""
+    d = policy.defrag
+    return sorted(m for m, f in frag.items() if f["fragmentation_ratio"] >= d.fragmentation_threshold
+                  and f["unallocatable_gpus"] >= d.min_unallocatable_gpus)
+
+
+def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotState, proj: Projection,
+            blocked: frozenset[str], refused: frozenset[str]) -> tuple[list[Migrate], float]:
+    """Consolidation migrations for this cycle, simulated on `proj` (left as it came), and the objective change
+    they bring. `blocked`: hot and tainted nodes (no target there)."""
+    if not policy.defrag.enabled or not policy.hotspots.migrate:
+        return [], 0.0
+    view = snapshot_state(s)
+    models = fragmented_models(fragmentation_by_model(view.state, view.mix), policy)
+    if not models:
+        return [], 0.0
+    slot_gpu = np.full(view.state.gpu_free.shape, -1, dtype=np.int64)
+    slot_gpu[s.node_index, [g.slot for g in s.gpus]] = np.arange(s.n_gpus)
+    placed = _candidates(s, policy, view, set(models), refused, blocked)
+    room = hotspots.Room.start(s, policy, state, proj, blocked)
+    moves = plan_consolidation(view.state, placed, view.mix, policy.defrag.max_moves_per_cycle, "gputide",
+                               _budget(s, policy, room, slot_gpu))
+    return _simulate(s, proj, moves, slot_gpu, models)
+
+
+def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view, models: set[str], refused: frozenset[str],
+                blocked: frozenset[str]) -> list[tuple[PodRequest, Placement]]:
+    """(request, where it runs) of every workload consolidation may move: on one node, on GPUs of a fragmented
+    model, not on a hot or tainted node, movable, not training, not refused lately."""
+    out = []
+    for w in s.workloads:
+        gpus = s.placements.get(w.name, ())
+        if (not gpus or w.gpu_milli <= 0 or w.workload_class is WorkloadClass.TRAINING or w.name in refused
+                or not hotspots.may_move(s, w, policy, {}, {})):
+            continue
+        nodes = {s.gpus[g].node for g in gpus}
+        if len(nodes) != 1 or nodes & blocked or any(s.gpus[g].model not in models for g in gpus):
+            continue
+        req = PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=len(gpus), gpu_milli=w.gpu_milli,
+                         allowed_models=None if w.allowed_models is None else tuple(sorted(w.allowed_models)),
+                         name=w.name)
+        node = int(s.node_index[gpus[0]])
+        out.append((req, Placement(node, tuple(s.gpus[g].slot for g in gpus), req.gpu_milli, w.cpu_milli,
+                                   w.memory_mib)))
+    return out
+
+
+def _budget(s: ClusterSnapshot, policy: BalancerPolicy, room: hotspots.Room, slot_gpu: np.ndarray):
+    """The consolidation engine's per-move callback: the checks of a hotspot migration's target (module docstring),
+    the room each accepted move takes kept (a move rolled back later keeps it taken: stricter, never looser)."""
+    limit = policy.safety.max_concurrent_migrations_per_node
+
+    def allow(pod: PodRequest, source: Placement, target: Placement) -> bool:
+        w = s.workload_by_name[pod.name]
+        t = slot_gpu[target.node, list(target.slots)]
+        if (t < 0).any() or room.per_node[source.node] >= limit or room.per_node[target.node] >= limit:
+            return False
+        if not hotspots.may_move(s, w, policy, room.per_owner, room.spent):
+            return False
+        if not (room.ok_target[t].all() and (room.free_mem[t] >= w.gpu_memory_mib).all()):
+            return False
+        if not (s.admits(w.node_rules)[target.node] and s.affinity_admits(w, room.moved)[target.node]):
+            return False
+        room.take(s, w, source.node, tuple(int(g) for g in t))
+        return True
+
+    return allow
+
+
+def _simulate(s: ClusterSnapshot, proj: Projection, moves: list[Move], slot_gpu: np.ndarray,
+              models: list[str]) -> tuple[list[Migrate], float]:
+    """The moves as `Migrate`s, one emptied GPU's moves at a time, kept only together and only if they fit and cost
+    no more than their migrations on the projection's objective."""
+    groups: dict[str, list[Move]] = {}
+    for m in moves:
+        groups.setdefault(m.reason, []).append(m)   # one reason per GPU emptied
+    start = proj.checkpoint()
+    kept: list[Migrate] = []
+    before = running = proj.running_objective()
+    for group in groups.values():
+        mark = proj.checkpoint()
+        actions = [_migrate(s, m, slot_gpu, models) for m in group]
+        if any(proj.apply(a) is not None for a in actions) or \
+                proj.running_objective() - running > MIGRATION_COST * len(actions) + 1e-9:
+            proj.rollback(mark)
+            continue
+        running = proj.running_objective()
+        kept += actions
+    proj.rollback(start)
+    return kept, running - before
+
+
+def _migrate(s: ClusterSnapshot, m: Move, slot_gpu: np.ndarray, models: list[str]) -> Migrate:
+    target = tuple(int(g) for g in slot_gpu[m.target.node, list(m.target.slots)])
+    src = s.gpus[int(slot_gpu[m.source.node, m.source.slots[0]])]
+    return Migrate(workload=m.pod.name, source_gpus=tuple(s.placements[m.pod.name]), target_gpus=target,
+                   target_node=s.gpus[target[0]].node, expected_gain=round(m.expected_gpus_freed, 6),
+                   reason=f"consolidate: {', '.join(models)} fragmented; empties GPU {src.node}/{src.slot} "
+                          f"onto {s.gpus[target[0]].node}/{s.gpus[target[0]].slot}")
