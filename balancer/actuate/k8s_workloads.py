@@ -60,6 +60,12 @@ The PersistentVolumeClaims and PersistentVolumes are read as the budgets are (`c
 listed then followed, or at most one list of each per `ttl_s`), and only once a running GPU pod mounts a claim
 its annotation does not settle; the workloads are rebuilt when either changes, as for the namespaces below.
 
+`KubernetesWorkloads.finished_pods()` reads, as the budgets are, the GPU pods that ran to their end (Succeeded or
+Failed, `finished_gpu_pod`): kubelets before 1.34 still list such a pod's devices in PodResources
+(kubernetes#119423, fixed by #132028), and the attribution drops them rather than count a completed Job's pod as
+holding its GPU. A pod the API does not describe (one holding only MIG or shared devices, one not yet Running)
+still falls back to what the metrics say.
+
 The Namespace objects are read as the budgets are (`namespaces`: listed, then followed, or at most one list per
 `ttl_s`): the pods cache holds each pod's terms as its spec says, and the workloads handed out have their
 namespaceSelectors resolved against the namespaces' latest labels, rebuilt when either the pods or the
@@ -176,6 +182,20 @@ def suspended_job(job: Json) -> SuspendedJob | None:
     )
 
 
+def finished_gpu_pod(pod: Json) -> bool | None:
+    """True for a pod that ran to its end (Succeeded or Failed) with an `nvidia.com/` device (a GPU, a shared one,
+    a MIG device); None otherwise."""
+    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        return None
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = c.get("resources") or {}
+        asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        if any(r.startswith("nvidia.com/") and str(n).strip() not in ("0", "") for r, n in asked.items()):
+            return True
+    return None
+
+
 def disruption_budget(pdb: Json) -> DisruptionBudget | None:
     """The DisruptionBudget a PodDisruptionBudget is; None for one without a name."""
     meta = pdb.get("metadata") or {}
@@ -225,6 +245,11 @@ class KubernetesWorkloads:
             selectors={"field_selector": "status.phase=Running"}, ttl_s=ttl_s, clock=clock, watch=watch,
             watch_s=watch_s)
         self.watch = self.pods.watch   # the pods' ListWatch (None without `watch`), whose state the metrics show
+        self.finished = ListCache(
+            "finished pods", lambda **kw: self.api("list finished pods", core.list_pod_for_all_namespaces, **kw),
+            core.list_pod_for_all_namespaces, finished_gpu_pod,
+            selectors={"field_selector": "status.phase!=Running,status.phase!=Pending"}, view=frozenset,
+            ttl_s=ttl_s, clock=clock, watch=watch, watch_s=watch_s)
         self.jobs = ListCache(
             "suspended jobs", lambda **kw: self.api("list suspended jobs", batch.list_job_for_all_namespaces, **kw),
             batch.list_job_for_all_namespaces, suspended_job, selectors={"label_selector": f"{SUSPENDED_LABEL}=true"},
@@ -283,9 +308,17 @@ class KubernetesWorkloads:
         once (the safety guard then leaves the budgets to the Eviction API)."""
         return self.budgets.current()
 
+    def finished_pods(self) -> frozenset[str] | None:
+        """The GPU pods (namespace/pod) that ran to their end, Succeeded or Failed, read as the budgets are; None
+        until the API has answered once. Kubelets before 1.34 still list their devices in PodResources
+        (kubernetes#119423), so the exporter attributes them to GPUs they no longer hold: the attribution drops them
+        (`balancer.telemetry.attribution.attributed`'s `finished`)."""
+        return self.finished.current()
+
     def close(self) -> None:
         """Stop watching (a no-op without `watch`)."""
-        for cache in (self.pods, self.jobs, self.budgets, self.namespaces, self.jobs_facts, self.claims, self.volumes):
+        for cache in (self.pods, self.finished, self.jobs, self.budgets, self.namespaces, self.jobs_facts,
+                      self.claims, self.volumes):
             cache.close()
 
     def __call__(self) -> dict[str, Workload]:

@@ -10,12 +10,13 @@ GPU is split evenly between the pods on it (time-slicing, MPS); a MIG instance i
 query hands over as the row's value (`gpu_instance:gpu_share:ratio`: compute slices of its profile over the GPU's,
 1/7 for a 1g.10gb on an A100), split evenly between the pods on that instance and summed over the instances of the
 GPU a pod holds. A row of value 1 (a whole GPU, a 7g instance, an instance whose profile is not known) is counted
-as a whole GPU's. No I/O here.
+as a whole GPU's. A pod the API says has finished (Succeeded or Failed) holds nothing, whatever its rows say (old
+kubelets still list its devices). No I/O here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from balancer.errors import InvalidTelemetry
@@ -70,12 +71,13 @@ def _workload(name: str, m: Mapping[str, str], gpus: int, milli: int) -> Workloa
     )
 
 
-def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[str, Workload]
-               ) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
+def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[str, Workload],
+               finished: Collection[str] = frozenset()) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
     """Rows of `attribution_query` -> (workloads, placements) on the GPUs of `index` (UUID -> snapshot index;
     rows of other GPUs are left out). `overrides` replaces a pod's workload as read from its labels, but for a
     share of 1000 (the API's for any pod not annotated with one): a pod's share of a GPU is decided as the module
-    docstring says (1000 / the pods on a whole GPU)."""
+    docstring says (1000 / the pods on a whole GPU). A pod in `finished` ("namespace/pod": Succeeded or Failed, as
+    the API says) holds nothing: kubelets before 1.34 still list a finished pod's devices (kubernetes#119423)."""
     gpus_of: dict[str, list[int]] = {}
     meta: dict[str, Mapping[str, str]] = {}
     held: dict[str, dict[tuple[int, str], float]] = {}
@@ -86,6 +88,8 @@ def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[st
         if gpu is None:
             continue
         name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
+        if name in finished:
+            continue
         fraction = _fraction(m, value, name)
         slot = (gpu, m.get("GPU_I_ID", "") if fraction < 1.0 else "")
         if slot in held.setdefault(name, {}):
