@@ -1,7 +1,10 @@
 """`Migrate` on Kubernetes: how the actuator moves a pod off a hot GPU, make-room-first.
 
-The pod's node is checked against the plan (a pod that runs elsewhere makes the plan stale: FAILED) and the target
-against the pod's own rules (`placement_refusal`: a replacement that could not run there is not evicted). Then:
+The pod's node is checked against the plan (a pod that runs elsewhere makes the plan stale: FAILED) and the target,
+as it is now, against the pod's own rules and the node affinity of the PersistentVolumes it mounts (`placement_refusal`:
+a replacement that could not run there, or could not attach its disks there, is not evicted). The volumes' affinity
+is the snapshot's: the workload's node rules there are the pod's own ANDed with its volumes' (`k8s_claims.confined`,
+read by `k8s_workloads`), so it costs no API call. Then:
 
     reserve   the target node's GPUs, in its annotation `gputide.io/reserved-for`, a JSON map keyed by the
               workload's owner (its replacement pod has another name), each entry with an expiry;
@@ -41,13 +44,19 @@ from balancer.noderules import NodeRules, Taint
 log = logging.getLogger(__name__)
 
 
-def placement_refusal(pod: Json, node: Json) -> str | None:
+def placement_refusal(pod: Json, node: Json, planned: NodeRules | None = None) -> str | None:
     """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
-    does not tolerate, its node selector, its required node affinity), None when they allow it."""
+    does not tolerate, its node selector, its required node affinity) or, when the node affinity of the workload's
+    `planned` rules is not the pod's own, by that (its PersistentVolumes', `k8s_claims.confined`); None when they
+    allow it."""
     meta = node.get("metadata") or {}
-    return NodeRules.from_pod_spec(pod.get("spec") or {}).refusal(
-        meta.get("name", ""), meta.get("labels") or {},
-        map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
+    name, labels = meta.get("name", ""), meta.get("labels") or {}
+    own = NodeRules.from_pod_spec(pod.get("spec") or {})
+    refusal = own.refusal(name, labels, map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
+    if refusal is None and planned is not None and planned.terms != own.terms and not planned.affinity_allows(
+            name, labels):
+        return "labels the node affinity of the PersistentVolumes it mounts does not allow"
+    return refusal
 
 
 class Migrations:
@@ -75,10 +84,10 @@ class Migrations:
         if source and running_on and running_on != source:
             raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
         target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
-        refusal = placement_refusal(current, target)
+        workload = snapshot.workload_by_name.get(action.workload)
+        refusal = placement_refusal(current, target, workload.node_rules if workload is not None else None)
         if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
             raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
-        workload = snapshot.workload_by_name.get(action.workload)
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
         now = self.clock()
