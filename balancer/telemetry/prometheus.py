@@ -303,7 +303,10 @@ class PrometheusTelemetrySource:
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))
-        return attributed(rows, index, dict(self.workload_overrides()) if self.workload_overrides else {})
+        overrides = self.workload_overrides
+        finished = getattr(overrides, "finished_pods", None)   # KubernetesWorkloads: pods Succeeded or Failed
+        return attributed(rows, index, dict(overrides()) if overrides else {},
+                          (finished() if finished else None) or frozenset())
 
     def _services(self, workloads: tuple[Workload, ...] = ()) -> dict[str, ServiceStatus]:
         """Serving series per `service` (`serving.service_status`)."""

@@ -1,29 +1,39 @@
-"""A pod that ran to its end holds no GPU, whatever the exporter says. Kubelets before 1.34 still list a finished
-(Succeeded or Failed) pod's devices in PodResources (kubernetes#119423, fixed by #132028), so the exporter's join
-table keeps a completed Job's pod on its GPU for as long as the pod object stays: the GPU looked busy (consolidation
-could not free it, a pod sharing it was billed half), and a finished pod could be picked to move off a hot GPU."""
+"""A pod the API reports Succeeded or Failed holds no GPU, whatever an old kubelet's PodResources still lists
+(kubernetes#119423): the Prometheus source asks the workload reader (`KubernetesWorkloads.finished_pods`) and the
+attribution drops them, so a finished Job's GPU reads idle and its pod is never planned as running."""
 
 from __future__ import annotations
 
-from balancer.model import Workload, WorkloadClass
-from balancer.telemetry.attribution import attributed
+from test_telemetry_prometheus_unit import NOW, FakeClient
 
-INDEX = {"GPU-0": 0, "GPU-1": 1}
-
-
-def row(pod: str, uuid: str = "GPU-0", ns: str = "ml") -> dict:
-    return {"metric": {"UUID": uuid, "namespace": ns, "pod": pod, "workload_class": "unknown"}, "value": [0, "1"]}
+from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
 
-def test_a_finished_pod_attributed_by_the_kubelet_holds_no_gpu_and_takes_no_share():
-    running = {"ml/serve-0": Workload(name="ml/serve-0", workload_class=WorkloadClass.INFERENCE, namespace="ml", owner="serve")}
-    rows = [row("serve-0"), row("job-done"), row("job-failed", uuid="GPU-1")]
-    workloads, placements = attributed(rows, INDEX, running, finished=frozenset({"ml/job-done", "ml/job-failed"}))
-    assert [(w.name, w.gpu_milli) for w in workloads] == [("ml/serve-0", 1000)]   # the whole GPU, not half
-    assert placements == {"ml/serve-0": (0,)}
+class Reader:
+    """What the source needs of KubernetesWorkloads: called for the running pods, asked for the finished ones."""
+
+    def __init__(self, finished):
+        self.finished = finished
+
+    def __call__(self):
+        return {}
+
+    def finished_pods(self):
+        return self.finished
 
 
-def test_without_the_finished_pods_every_attributed_pod_holds_its_gpu_as_before():
-    workloads, placements = attributed([row("serve-0"), row("other")], INDEX, {})
-    assert [(w.name, w.gpu_milli) for w in workloads] == [("ml/serve-0", 500), ("ml/other", 500)]
-    assert placements == {"ml/serve-0": (0,), "ml/other": (0,)}
+def snapshot(finished):
+    pods = [("GPU-a0", "ml", "done-0", "batch"), ("GPU-a1", "ml", "serve-0", "inference")]
+    return PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
+                                     client=FakeClient(workloads=pods), clock=lambda: NOW,
+                                     workload_overrides=Reader(finished)).snapshot()
+
+
+def test_a_finished_pod_still_listed_by_the_kubelet_holds_no_gpu():
+    snap = snapshot(frozenset({"ml/done-0"}))
+    assert "ml/done-0" not in snap.placements and "ml/done-0" not in snap.workload_by_name
+    assert snap.placements["ml/serve-0"] == (1,)
+
+
+def test_before_the_api_has_answered_every_attributed_pod_counts():
+    assert snapshot(None).placements["ml/done-0"] == (0,)
