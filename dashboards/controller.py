@@ -48,10 +48,12 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
     """The `gputide schedule` row: stats of its state now, then what it did over time."""
     d = d.with_row(dashboard.Row("Secondary scheduler"))
     d = (
-        d.with_panel(stat_panel("Scheduler leaders", "Scheduler replicas that bind pods (gputide_scheduler_leader); "
-                                "anything but 1 is a problem (alert GputideSchedulerNoLeader).", "none",
-                                [q(f"sum(gputide_scheduler_leader{{{CLUSTER}}})", "leaders")])
-                     .thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))))
+        d.with_panel(stat_panel("Schedulers not led by one replica", "Schedulers (one per cluster and job) where no "
+                                "replica or more than one binds pods, from gputide_scheduler_leader: anything but 0 "
+                                "is a problem (alert GputideSchedulerNoLeader).", "none",
+                                [q(f"count(sum by (cluster, job) (gputide_scheduler_leader{{{CLUSTER}}}) != 1) "
+                                   f"or 0 * count(gputide_scheduler_leader{{{CLUSTER}}})", "schedulers")])
+                     .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Pods pending (scheduler)", "Pods with schedulerName gputide that the leading "
                                "replica's last pass left pending because no node fits them "
                                "(gputide_scheduler_pending_pods; alert GputidePodsUnschedulable after "
@@ -128,9 +130,10 @@ def build() -> dashboard.Dashboard:
                                 "telemetry, emergency stop): gputide_fail_static.", "none",
                                 [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], w=5)
                      .mappings(holding).thresholds(thresholds((None, "green"), (1, "red"))))
-        .with_panel(stat_panel("Leases not led by one replica", "Leases (one per shard) that no replica or more "
-                               "than one holds, from gputide_leader{lease}: anything but 0 is a problem.", "none",
-                               [q(f"count(sum by (lease) (gputide_leader{{{CLUSTER}}}) != 1) "
+        .with_panel(stat_panel("Leases not led by one replica", "Leases (one per shard, in each cluster) that no "
+                               "replica or more than one holds, from gputide_leader{lease}: anything but 0 is a "
+                               "problem.", "none",
+                               [q(f"count(sum by (cluster, lease) (gputide_leader{{{CLUSTER}}}) != 1) "
                                   f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=5)
                     .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the last cycle used "
