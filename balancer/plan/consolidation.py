@@ -32,11 +32,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from balancer.config import BalancerPolicy
-from balancer.model import ClusterSnapshot, Migrate, WorkloadClass
+from balancer.model import ClusterSnapshot, Migrate
 from balancer.plan import hotspots
 from balancer.plan.defrag import Move, fragmentation_by_model, plan_consolidation
-from balancer.plan.fleet_state import snapshot_state
-from balancer.plan.placement.state import Placement, PodRequest
+from balancer.plan.fleet_state import SnapshotState, column, snapshot_state
+from balancer.plan.placement.state import MILLI, Placement, PodRequest
 from balancer.plan.simulate import MIGRATION_COST, Projection
 
 
@@ -66,25 +66,31 @@ def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotS
     return _simulate(s, proj, moves, slot_gpu, models)
 
 
-def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view, models: set[str], refused: frozenset[str],
-                blocked: frozenset[str]) -> list[tuple[PodRequest, Placement]]:
-    """(request, where it runs) of every workload consolidation may move: on one node, on GPUs of a fragmented
-    model, not on a hot or tainted node, movable, not training, not refused lately."""
+def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view: SnapshotState, models: set[str],
+                refused: frozenset[str], blocked: frozenset[str]) -> list[tuple[PodRequest, Placement]]:
+    """(request, where it runs) of every workload consolidation may move: a share of one partly used GPU (the only
+    GPUs it empties; a pod on a full or whole GPU stays in the state as used capacity) of a fragmented model, not
+    on a hot or tainted node, movable, not training, not refused lately. The cheap tests are vectorised first:
+    a large fleet has tens of thousands of workloads and few on partly used GPUs."""
+    c = view.cols
+    if not len(c.idx):
+        return []
+    slots = column(s.gpus, "slot")
+    used = MILLI - view.state.gpu_free[s.node_index, slots]
+    gpu_ok = (used > 0) & (used < MILLI) & np.isin(np.asarray(s.gpu_models), list(models))
+    gpu_ok &= ~np.isin(np.asarray([n.name for n in s.nodes]), list(blocked))[s.node_index]
+    first = c.idx[np.minimum(np.cumsum(c.counts) - c.counts, len(c.idx) - 1)]   # a placed workload's first GPU
+    rows = np.flatnonzero((c.counts == 1) & (c.milli > 0) & (c.cls != 1) & gpu_ok[first])   # cls 1: training
     out = []
-    for w in s.workloads:
-        gpus = s.placements.get(w.name, ())
-        if (not gpus or w.gpu_milli <= 0 or w.workload_class is WorkloadClass.TRAINING or w.name in refused
-                or not hotspots.may_move(s, w, policy, {}, {})):
+    for i in rows.tolist():
+        w = s.workloads[i]
+        if w.name in refused or not hotspots.may_move(s, w, policy, {}, {}):
             continue
-        nodes = {s.gpus[g].node for g in gpus}
-        if len(nodes) != 1 or nodes & blocked or any(s.gpus[g].model not in models for g in gpus):
-            continue
-        req = PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=len(gpus), gpu_milli=w.gpu_milli,
+        g = int(first[i])
+        req = PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=1, gpu_milli=w.gpu_milli,
                          allowed_models=None if w.allowed_models is None else tuple(sorted(w.allowed_models)),
                          name=w.name)
-        node = int(s.node_index[gpus[0]])
-        out.append((req, Placement(node, tuple(s.gpus[g].slot for g in gpus), req.gpu_milli, w.cpu_milli,
-                                   w.memory_mib)))
+        out.append((req, Placement(int(s.node_index[g]), (int(slots[g]),), w.gpu_milli, w.cpu_milli, w.memory_mib)))
     return out
 
 
