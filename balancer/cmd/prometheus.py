@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from balancer.cmd._args import output_dir
+from balancer.cmd._rulefile import check_rule_file
 from balancer.cmd.run import cluster_name
 from balancer.errors import InputError
 from balancer.telemetry.promserver import (
@@ -61,7 +62,8 @@ def _rule_files(args: argparse.Namespace) -> list[Path]:
     for path in files:
         if not path.is_file():
             raise InputError(None, "--rules", str(path), "existing rule files (YAML)")
-        read_yaml(path, "Prometheus rule")   # unreadable, not UTF-8 or not YAML: said here, not by a traceback
+        # unreadable, not UTF-8, not YAML or not groups of rules: said here, not by a traceback or Prometheus' log
+        check_rule_file(read_yaml(path, "Prometheus rule"), str(path))
     return files
 
 
