@@ -305,7 +305,9 @@ def kubernetes_sources(api_client, interval: float, once: bool, metrics: Control
     nodes = KubernetesNodes(api_client, ttl_s=ttl, watch=not once)
     for what, lw in (("pods", overrides.watch), ("nodes", nodes.watch), ("jobs", overrides.jobs.watch),
                      ("poddisruptionbudgets", overrides.budgets.watch),
-                     ("namespaces", overrides.namespaces.watch)):
+                     ("namespaces", overrides.namespaces.watch),
+                     # followed only once a running GPU pod mounts a claim: 0 synced until then
+                     ("persistentvolumeclaims", overrides.claims.watch), ("persistentvolumes", overrides.volumes.watch)):
         if lw is not None:
             metrics.follow_watch(what, lambda lw=lw: lw.synced, lambda lw=lw: lw.failures)
     return overrides, nodes
