@@ -236,8 +236,10 @@ def test_only_a_pod_a_controller_recreates_is_movable(owner, movable):
 ], ids=["emptydir", "claim", "claim-said-movable", "generic-ephemeral", "said-not-movable"])
 def test_a_pod_with_a_claim_stays_in_place_unless_it_says_it_may_move(volume, said, movable):
     """A claim may be bound to one zone or node (a zonal disk, a local volume): moved, the replacement would wait for
-    a node its disk cannot reach. gputide does not read volumes' node affinity, so such a pod moves only when its
-    owner says so (`gputide.io/movable: "true"`, for network volumes any node mounts)."""
+    a node its disk cannot reach. `workload_from_pod` reads the pod alone, so such a pod is not movable by it;
+    `KubernetesWorkloads` reads its claims and the node affinity of the volumes they are bound to and lets it move
+    within the nodes they attach to (`with_volumes`, tests/k8s/test_k8s_pvc_migration.py). Its owner may settle it
+    either way: `gputide.io/movable: "true"` (network volumes any node mounts) or "false"."""
     p = pod("p", gpus=1, owner=("ReplicaSet", "p-6f7d"))
     p["spec"]["volumes"] = [volume]
     if said is not None:
