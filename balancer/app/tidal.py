@@ -110,6 +110,8 @@ def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = 
     window = int(round(days * 86400.0 / step_s))
     if window > len(y):
         raise InputError(trace, "--days", days, f"at most the trace's span ({len(y) * step_s / 86400:.1f} days)")
+    if window < 1:   # no step of the trace in the window: its start was y.index[len(y)], an IndexError
+        raise InputError(trace, "--days", days, f"at least one step of the trace ({step_s / 86400:.4g} days)")
     start = float(y.index[len(y) - window].timestamp())
     sim.time = sim.start_time = start
     models = sorted(set(sim.gpu_model.tolist()))

@@ -16,6 +16,10 @@ from balancer.errors import TelemetryUnavailable
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from balancer.cmd._args import output_dir
+
+    if args.out:   # a file there (or above it) was a FileExistsError traceback from mkdir
+        output_dir(args.out, "--out")
     try:
         from dashboards import build
     except ImportError as exc:

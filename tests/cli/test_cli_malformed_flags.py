@@ -1,0 +1,38 @@
+"""Command-line values that were tracebacks exit 2 with one line naming the flag, the value and what is allowed.
+
+Before: `simulate --scenario tidal --days` shorter than one step of the trace (10 minutes) took the window's
+start from one past the trace's end, an IndexError; `dashboards build --out` naming a file was a FileExistsError
+from mkdir.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from balancer.cli import main
+
+
+def _one_error(capsys, code: int, field: str, value: str) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert f"field '{field}': invalid value {value}; allowed: " in lines[0], lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("days", ["0.001", "0.003"])
+def test_a_tidal_window_shorter_than_one_trace_step_exits_2(tmp_path, capsys, days):
+    out = tmp_path / "out"
+    code = main(["simulate", "--scenario", "tidal", "--policy", "none", "--no-plots", "--out", str(out),
+                 "--days", days])
+    line = _one_error(capsys, code, "--days", days)
+    assert "at least one step of the trace" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["file", "file/sub"])
+def test_dashboards_build_into_a_file_exits_2(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("not a folder")
+    target = str(tmp_path / where)
+    line = _one_error(capsys, main(["dashboards", "build", "--out", target]), "--out", repr(target))
+    assert "a folder" in line
