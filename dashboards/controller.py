@@ -42,6 +42,9 @@ def _watch_failures(title: str, description: str, expr: str, w: int = 6) -> obje
 _ON_LEADER = f"and on (cluster, job, instance) (gputide_scheduler_leader{{{CLUSTER}}} == 1)"
 # Series of any scheduler process, leading or not (the controller's watch gauges have no scheduler_leader).
 _ON_SCHEDULER = f"and on (cluster, job, instance) gputide_scheduler_leader{{{CLUSTER}}}"
+# The controller's series of the acting replica: a demoted one keeps its last eviction budget and staleness (as the
+# alerts do, skip it; a controller without leader election has no gputide_leader and is kept).
+_NOT_STANDBY = f"unless on (cluster, job, instance) (gputide_leader{{{CLUSTER}}} == 0)"
 
 
 def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
@@ -136,13 +139,14 @@ def build() -> dashboard.Dashboard:
                                [q(f"count(sum by (cluster, lease) (gputide_leader{{{CLUSTER}}}) != 1) "
                                   f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=5)
                     .thresholds(thresholds((None, "green"), (1, "red"))))
-        .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the last cycle used "
+        .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the acting replica's last cycle used "
                                "(gputide_telemetry_staleness_seconds).", "s",
-                               [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}})", "staleness")], w=5)
+                               [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}} {_NOT_STANDBY})", "staleness")],
+                               w=5)
                     .thresholds(thresholds((None, "green"), (60, "orange"), (180, "red"))))
-        .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window "
+        .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window, of the acting replica "
                                "(gputide_eviction_budget_remaining).", "none",
-                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}})", "budget")], w=5)
+                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")], w=5)
                     .thresholds(thresholds((None, "red"), (1, "green"))))
         .with_panel(_watch_failures("Pod watch failures", "Consecutive failed lists or watches of the pods whose "
                                     "owners the planner uses (gputide_kubernetes_watch_failures); above 0, it plans "
@@ -172,7 +176,7 @@ def build() -> dashboard.Dashboard:
         .with_panel(timeseries_panel(
             "Fail-static and staleness", "gputide_fail_static (1 = holding still) with the telemetry staleness "
             "that usually causes it.", "s",
-            [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}})", "staleness"),
+            [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}} {_NOT_STANDBY})", "staleness"),
              q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], min_val=0)
             .override_by_name("fail-static", [dm.DynamicConfigValue(id_val="unit", value="none"),
                                               dm.DynamicConfigValue(id_val="custom.axisPlacement",
