@@ -113,7 +113,9 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
         "gpus_total": gpus, "cpu_milli_total": cpu, "memory_mib_total": mem,
         "extended_total": {k: quantity(v) for k, v in alloc.items() if k not in BASIC},
-        "reservations": _json_annotation(node, reservation_annotation),
+        # an entry that is no map (written by hand) holds nothing, as the controller reads it (`release_expired`)
+        "reservations": {k: v for k, v in _json_annotation(node, reservation_annotation).items()
+                         if isinstance(v, dict)},
     }  # fmt: skip
 
 
