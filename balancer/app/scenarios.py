@@ -244,6 +244,10 @@ def run_simulation(sim: SimCluster, policy_name: str, days: float, step_s: float
         raise InputError(None, "--policy", policy_name, "one of " + ", ".join(sorted(registry)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # a run that stops part-way (Ctrl-C, an error) must not leave an earlier run's summary beside its own audit:
+    # summary.json is removed now and written last, once everything else is
+    for stale in ("summary.json", "timeseries.csv"):
+        (out / stale).unlink(missing_ok=True)
     audit = JsonlAudit(out / "audit.jsonl")
     (out / "audit.jsonl").write_text("")
     ctx = PolicyContext(policy=policy or BalancerPolicy(), audit=audit, interval_s=interval_s or step_s,
@@ -268,12 +272,12 @@ def run_simulation(sim: SimCluster, policy_name: str, days: float, step_s: float
     sc = SCENARIOS.get(scenario)
     if sc is not None and sc.summarise is not None:
         summary = sc.summarise(sim, summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     _write_csv(out / "timeseries.csv", rows)
     if plots:
         from balancer.app.plots import plot_timeseries
 
         plot_timeseries(rows, out, title=f"{scenario} / {policy_name}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 
