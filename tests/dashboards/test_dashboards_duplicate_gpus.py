@@ -10,18 +10,10 @@ SM-busy GPUs and two throttled GPUs with two fatal XIDs).
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
-import yaml
+from panel_eval import ROOT, check
 
-from balancer.dashboards_render import interpolate
-
-ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules" / "gputide-recording.yaml"
-VARIABLES = {"cluster": ".*", "node": ".*", "model": ".*"}
 # (UUID, Hostname copies, watts, SM activity, clock event reasons, XID)
 GPUS = [("GPU-a", ("n0", "dcgm-exporter-x7k2p"), 700, 0.8, 0x40, 79), ("GPU-b", ("n1",), 300, 0.2, 0, 0)]
 # (dashboard file, panel title, legend of the target) -> the value when each GPU counts once
@@ -35,13 +27,6 @@ TRUTH = {
     ("fragmentation-utilisation.json", "Used share", "used"): 0.5,
     ("fragmentation-utilisation.json", "Allocated vs used vs idle GPUs", "used (SM-busy equivalents)"): 1,
 }
-
-
-def panel_query(file: str, title: str, legend: str) -> str:
-    dashboard = json.loads((ROOT / "dashboards" / file).read_text())
-    (panel,) = [p for p in dashboard["panels"] if p.get("title") == title]
-    (target,) = [t for t in panel["targets"] if t.get("legendFormat") == legend]
-    return interpolate(target["expr"], VARIABLES, step=60, range_s=3600)
 
 
 def _input_series() -> list[dict]:
@@ -58,11 +43,4 @@ def _input_series() -> list[dict]:
 
 @pytest.mark.integration
 def test_fleet_figures_count_a_gpu_published_twice_once(promtool, tmp_path):
-    test = {"rule_files": [str(RULES)], "evaluation_interval": "15s", "tests": [{
-        "interval": "15s", "input_series": _input_series(),
-        "promql_expr_test": [{"expr": panel_query(*key), "eval_time": "4m", "exp_samples": [{"value": value}]}
-                             for key, value in TRUTH.items()]}]}
-    path = tmp_path / "duplicate_gpus_test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
+    check(promtool, tmp_path, _input_series(), TRUTH, rules=RULES, interval="15s", eval_time="4m")

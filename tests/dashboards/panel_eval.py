@@ -1,0 +1,40 @@
+"""Evaluate committed dashboard queries with promtool: Grafana's variables filled in as the renderer fills them,
+each query checked for one value at one time over given input series."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from balancer.dashboards_render import interpolate
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL = {"cluster": ".*", "node": ".*", "model": ".*"}
+
+
+def panel_query(file: str, title: str, legend: str) -> str:
+    """The query of `file`'s panel `title` whose legend is `legend`, every variable at All."""
+    dashboard = json.loads((ROOT / "dashboards" / file).read_text())
+    (panel,) = [p for p in dashboard["panels"] if p.get("title") == title]
+    (target,) = [t for t in panel["targets"] if t.get("legendFormat") == legend]
+    return interpolate(target["expr"], ALL, step=60, range_s=3600)
+
+
+def check(promtool: str, tmp_path: Path, series: list[dict], expected: dict[tuple[str, str, str], float], *,
+          rules: Path | None = None, interval: str = "1m", eval_time: str = "5m") -> None:
+    """Assert each (file, title, legend) query reads its expected value at `eval_time` (promtool names the
+    failing ones). Without `rules`, no recording rule runs."""
+    if rules is None:
+        rules = tmp_path / "none.yaml"
+        rules.write_text("groups: []\n")
+    test = {"rule_files": [str(rules)], "evaluation_interval": interval, "tests": [{
+        "interval": interval, "input_series": series,
+        "promql_expr_test": [{"expr": panel_query(*key), "eval_time": eval_time, "exp_samples": [{"value": value}]}
+                             for key, value in expected.items()]}]}
+    path = tmp_path / "panels_test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
