@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,8 +99,18 @@ def output_file(path: str | None, flag: str) -> str | None:
     if path is None or path == "-":
         return path
     target = Path(path)
+    allowed = "a writable file path in an existing folder"
     if target.is_dir() or not target.parent.is_dir():
-        raise InputError(None, flag, path, "a writable file path in an existing folder")
+        raise InputError(None, flag, path, allowed)
+    try:   # a folder this process cannot write in (or a file it cannot write) failed after the run, a traceback
+        if target.exists():
+            with open(target, "r+b"):   # opened, not truncated: the file is left as it is
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".gputide-probe-"):
+                pass
+    except OSError as exc:
+        raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
     return path
 
 
