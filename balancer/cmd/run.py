@@ -307,7 +307,9 @@ def kubernetes_sources(api_client, interval: float, once: bool, metrics: Control
                      ("poddisruptionbudgets", overrides.budgets.watch),
                      ("namespaces", overrides.namespaces.watch),
                      # followed only once a running GPU pod mounts a claim: 0 synced until then
-                     ("persistentvolumeclaims", overrides.claims.watch), ("persistentvolumes", overrides.volumes.watch)):
+                     ("persistentvolumeclaims", overrides.claims.watch), ("persistentvolumes", overrides.volumes.watch),
+                     # pods that ran to their end (dropped from the GPU attribution), Jobs' failure budgets
+                     ("finished_pods", overrides.finished.watch), ("job_facts", overrides.jobs_facts.watch)):
         if lw is not None:
             metrics.follow_watch(what, lambda lw=lw: lw.synced, lambda lw=lw: lw.failures)
     return overrides, nodes

@@ -101,9 +101,11 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
     assert all(text.startswith("ok: the last iteration ended") for text in probes.values()), probes
     assert sample(text, 'gputide_kubernetes_watch_failures{resource="pods"}') == 0
     assert "gputide_capacity_holding{" not in text, text   # every service's pods have an owner
-    lists = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" not in r.query]
-    watches = [r for r in kube.requests if r.path == "/api/v1/pods" and "watch=true" in r.query]
-    assert 1 <= len(lists) <= 2 and watches, (len(lists), len(watches))   # 4+ cycles, no list per cycle
+    for phase in ("status.phase%3DRunning", "status.phase%21%3DRunning"):   # running pods; finished ones
+        pods = [r for r in kube.requests if r.path == "/api/v1/pods" and phase in r.query]
+        lists = [r for r in pods if "watch=true" not in r.query]
+        watches = [r for r in pods if "watch=true" in r.query]
+        assert 1 <= len(lists) <= 2 and watches, (phase, len(lists), len(watches))   # 4+ cycles, no list per cycle
     node_lists = [r for r in kube.requests if r.path == "/api/v1/nodes" and "watch=true" not in r.query]
     assert 1 <= len(node_lists) <= 2, len(node_lists)
     assert "are not Kubernetes nodes" not in out   # every GPU host was matched to its Node by name
