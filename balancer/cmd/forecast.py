@@ -36,7 +36,8 @@ def register(subparsers) -> None:
     b.add_argument("--horizons", default="1h,4h,24h", help="comma-separated durations")
     b.add_argument("--models", default=None, help="comma-separated model names (default: all)")
     b.add_argument("--origin", default=None, help="servegen: timestamp of window_start_s = 0 (default 2024-01-01Z)")
-    b.add_argument("--min-train-days", type=float, default=7.0, help="history before the first scored origin")
+    b.add_argument("--min-train-days", type=float, default=None,
+                   help="history before the first scored origin (default 7, or half the trace if shorter)")
     b.add_argument("--stride", type=int, default=1, help="score every N-th origin (1 = every step)")
     b.add_argument("--json", default=None, metavar="OUT", help="also write the table as JSON")
     b.set_defaults(func=run)
@@ -55,6 +56,18 @@ def _durations(args: argparse.Namespace) -> list[float]:
     return horizons
 
 
+def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:
+    """--min-train-days as given, or 7; the backtest scores from at most half the trace, so a value past that was
+    silently cut to it: given on the command line, it is refused instead."""
+    if args.min_train_days is None:
+        return 7.0
+    half_days = len(y) // 2 * (step or 0.0) / 86400.0
+    if step and args.min_train_days > half_days:
+        raise InputError(args.trace, "--min-train-days", args.min_train_days,
+                         f"at most half the trace's span ({half_days:.4g} days)")
+    return args.min_train_days
+
+
 def run(args: argparse.Namespace) -> int:
     from balancer.forecast import MODELS, load_demand
     from balancer.forecast.backtest import backtest, format_table
@@ -68,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(None, "--models", m, ", ".join(sorted(MODELS)))
     if args.stride < 1:
         raise InputError(None, "--stride", args.stride, "an integer >= 1")
-    number(args.min_train_days, "--min-train-days", 0, unit=" (days)")
+    if args.min_train_days is not None:
+        number(args.min_train_days, "--min-train-days", 0, unit=" (days)")
     if args.origin is not None and args.format != "servegen":
         raise InputError(args.trace, "--origin", args.origin, "no --origin: only --format servegen reads one")
     output_file(args.json, "--json")
@@ -77,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
     for h in horizons:
         if step and h < step:
             raise InputError(args.trace, "--horizons", h, f"durations of at least one step ({step:g}s)")
+    min_train_days = _min_train_days(args, y, step)
     t0 = time.perf_counter()
     try:
-        scores, details = backtest(y, models=models, horizons_s=horizons, min_train_days=args.min_train_days,
+        scores, details = backtest(y, models=models, horizons_s=horizons, min_train_days=min_train_days,
                                    stride=args.stride)
     except ValueError as exc:
         raise InputError(args.trace, "trace", f"{len(y)} steps", "a longer trace", detail=str(exc)) from exc

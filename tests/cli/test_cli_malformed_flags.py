@@ -36,3 +36,14 @@ def test_dashboards_build_into_a_file_exits_2(tmp_path, capsys, where):
     target = str(tmp_path / where)
     line = _one_error(capsys, main(["dashboards", "build", "--out", target]), "--out", repr(target))
     assert "a folder" in line
+
+
+def test_min_train_days_past_half_the_trace_exits_2(tmp_path, capsys):
+    """The backtest scores from at most half the trace: `--min-train-days 1000` on a two-day trace was cut to one
+    day without a word."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{600 * i},{1 + i % 5}\n" for i in range(300)))
+    code = main(["forecast", "backtest", "--trace", str(trace), "--models", "persistence", "--horizons", "1h",
+                 "--min-train-days", "1000"])
+    line = _one_error(capsys, code, "--min-train-days", "1000.0")
+    assert line.startswith(f"gputide: error: {trace}: ") and "at most half the trace's span (1.042 days)" in line
