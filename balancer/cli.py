@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # `gputide ... | head`: the reader left; say nothing more, as coreutils do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error when Python flushes stdout
+        return 141   # 128 + SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover
