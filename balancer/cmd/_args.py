@@ -243,3 +243,21 @@ class NegativeValues(argparse.ArgumentParser):
             out.append(word)
             i += 1
         return super().parse_known_args(out, namespace)
+
+
+LISTEN_HELP = "address to bind (default 0.0.0.0, IPv4 only; :: or [::] for IPv6, e.g. an IPv6-only cluster)"
+
+
+def add_listen_address(p: argparse.ArgumentParser, *aliases: str, dest: str = "listen_address") -> None:
+    """`--listen-address` for a command that serves HTTP (metrics, probes)."""
+    p.add_argument("--listen-address", *aliases, dest=dest, default="0.0.0.0", help=LISTEN_HELP)
+
+
+def bind(serve, addr: str, port: int, port_flag: str = "--port", **kw):
+    """`serve(..., port=, addr=)`; an address this machine does not have (or no address at all), or a port in use or
+    reserved, is an InputError naming both flags, not an OSError traceback."""
+    try:
+        return serve(port=port, addr=addr, **kw)
+    except OSError as exc:
+        raise InputError(None, f"--listen-address/{port_flag}", f"{addr}:{port}",
+                         "an address of this machine and a free port (0: any free one)", str(exc)) from exc

@@ -22,7 +22,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from balancer.cmd._args import number, seed
+from balancer.cmd._args import add_listen_address, bind, number, seed
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.exporter")
@@ -33,8 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=["sim", "nvml"], default="sim")
     p.add_argument("--port", type=int, default=9400, help="TCP port (0: pick a free one and print it)")
-    p.add_argument("--listen-address", "--listen", dest="listen", default="0.0.0.0",
-                   help="address to bind (default 0.0.0.0, IPv4 only; :: or [::] for IPv6, e.g. an IPv6-only cluster)")
+    add_listen_address(p, "--listen", dest="listen")
     p.add_argument("--fleet", help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
     p.add_argument("--node", help="sim backend: serve only this node's GPUs")
     p.add_argument("--speed", type=float, default=60.0, help="sim backend: simulated seconds per wall second")
@@ -139,11 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     backend, registry = exporter_registry(build_backend(args), args)
-    try:
-        server = serve(registry, port=args.port, addr=args.listen)
-    except OSError as exc:   # an address this machine does not have, a port in use or reserved
-        raise InputError(None, "--listen-address/--port", f"{args.listen}:{args.port}",
-                         "an address of this machine and a free port (0: any free one)", str(exc)) from exc
+    server = bind(lambda **kw: serve(registry, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
     agent = None

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from balancer.app.health import Health, call_budget_s
 from balancer.app.health import app as probes_app
+from balancer.cmd._args import add_listen_address, bind
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.power_cap_agent")
@@ -129,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         sync_once(agent, metrics)
         return 0
     health = Health(stall_limit_s(interval, call_budget_s(source.api)))
-    server = serve_with_probes(registry, health, args.port) if args.port else None
+    server = bind(lambda **kw: serve_with_probes(registry, health, **kw), args.listen_address, args.port) \
+        if args.port else None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -151,5 +153,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", default="10s", help="seconds between reads of the node's caps (default 10s)")
     p.add_argument("--port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
+    add_listen_address(p)
     p.add_argument("--once", action="store_true", help="read and apply once, then exit")
     p.set_defaults(func=run)

@@ -32,7 +32,15 @@ from balancer import config
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
 from balancer.app.health import Health, action_budget_s, stall_limit, stop_budget_s
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd._args import appendable_file, duration_between, kube_client, parse_interval, stop_file
+from balancer.cmd._args import (
+    add_listen_address,
+    appendable_file,
+    bind,
+    duration_between,
+    kube_client,
+    parse_interval,
+    stop_file,
+)
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -115,6 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="namespace of the Lease (default: the pod's own namespace: POD_NAMESPACE, the service "
                         "account's namespace, else gputide)")
     p.add_argument("--metrics-port", type=int, default=9402, help="serve controller metrics here (0: off)")
+    add_listen_address(p)
     p.add_argument("--audit-log", default=None, metavar="PATH", help="append JSON lines of every decision here")
     p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
                    help="while this file exists, every action is rejected (emergency stop); its folder must exist")
@@ -360,7 +369,8 @@ def run(args: argparse.Namespace) -> int:
     log.info("liveness limit %.0f s; from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must cover "
              "it)", health.stall_after_s, stop_budget_s(deadline, lease))
     if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
-        serve_metrics(args.metrics_port, metrics.registry, health)
+        bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
+             args.metrics_port, "--metrics-port")
     if args.once:
         try:
             report = reconciler.run_once()

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 from balancer.app.health import LEASE_CALLS_TO_RELEASE, Health, Retries, call_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd._args import duration_between, kube_client
+from balancer.cmd._args import add_listen_address, bind, duration_between, kube_client
 from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, parse_interval, prometheus_url
 from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError
@@ -84,6 +84,7 @@ def register(subparsers) -> None:
                    help="a pod pending this long that fits nowhere holds the node closest to fitting it (default 10m)")
     p.add_argument("--metrics-port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
+    add_listen_address(p)
     p.set_defaults(func=run)
 
 
@@ -250,7 +251,8 @@ def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float)
         metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
     metrics.facts_nodes.set_function(lambda: float(placer.facts_nodes))
     if args.metrics_port:
-        serve_metrics(args.metrics_port, metrics.registry, health)
+        bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
+             args.metrics_port, "--metrics-port")
     scheduler.start()
     log.info("scheduling pods of %s with policy %s every %.1f s", args.scheduler_name, args.policy, interval)
     try:
