@@ -15,7 +15,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     (`k8s_nodes.power_caps_update`). The annotation is also what a restarted controller or a new
                     leader reads back (`Node.power_caps`) to give back what an earlier one throttled.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
-                    HPA targets the Deployment, else the Deployment's scale subresource.
+                    HPA targets the Deployment, else the Deployment's scale subresource. The floor never goes below
+                    the operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while
+                    the floor differs from it (a restarted controller reads it back), nor above maxReplicas.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -116,6 +118,32 @@ def _failed(action: Action, outcome: Outcome, err: ActuationError, unknown: list
         return ActionResult(action, outcome, str(err), _code(err))
     return ActionResult(action, outcome, f"{err}; outcome unknown: no answer to {', '.join(unknown)}, which may "
                         "have been carried out", _code(err), maybe_applied=True)
+
+
+# the operator's own minReplicas of an HPA whose floor gputide raised: the floor never goes below it, and it is put
+# back when the tide recedes; kept on the HPA itself, so a restarted controller or a new leader knows it too
+HPA_OWN_MIN_ANNOTATION = "gputide.io/own-min-replicas"
+
+
+def hpa_floor(hpa: Json, replicas: int) -> tuple[int, int]:
+    """(the minReplicas for a floor of `replicas`, the operator's own minReplicas): never below the operator's own
+    (the annotation once gputide changed it, else the HPA's minReplicas) nor 1, never above maxReplicas."""
+    spec, notes = hpa["spec"], (hpa.get("metadata") or {}).get("annotations") or {}
+    try:
+        own = int(notes[HPA_OWN_MIN_ANNOTATION])
+    except (KeyError, ValueError):
+        own = int(spec.get("minReplicas", 1))
+    return min(max(replicas, own, 1), int(spec["maxReplicas"])), own
+
+
+def hpa_floor_patch(hpa: Json, want: int, own: int) -> Json | None:
+    """The merge patch setting minReplicas `want`: the operator's `own` remembered while they differ, forgotten once
+    the floor is back at it (so an operator's later edit of minReplicas is theirs again). None: nothing to change."""
+    note = None if want == own else str(own)
+    had = ((hpa.get("metadata") or {}).get("annotations") or {}).get(HPA_OWN_MIN_ANNOTATION)
+    if hpa["spec"].get("minReplicas", 1) == want and had == note:
+        return None
+    return {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: note}}, "spec": {"minReplicas": want}}
 
 
 # ---- the actuator --------------------------------------------------------------------------------------------
@@ -269,9 +297,9 @@ class KubernetesActuator:
         hname, floor = hpa["metadata"]["name"], {}
 
         def change(h: Json) -> Json | None:
-            want = min(max(int(action.replicas), 1), int(h["spec"]["maxReplicas"]))
+            want, own = hpa_floor(h, int(action.replicas))
             floor["value"] = want
-            return None if h["spec"].get("minReplicas", 1) == want else {"spec": {"minReplicas": want}}
+            return hpa_floor_patch(h, want, own)
 
         what = f"hpa {ns}/{hname}"
         self.api.update(

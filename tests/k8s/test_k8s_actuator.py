@@ -418,7 +418,7 @@ def test_the_power_cap_agent_source_reads_what_the_actuator_wrote(cluster: FakeK
     [
         pytest.param(True, 4, 4, 2, False, id="an HPA gets the floor as minReplicas"),
         pytest.param(True, 12, 10, 2, True, id="the floor is clamped to the HPA's maxReplicas"),
-        pytest.param(True, 0, 1, 2, True, id="minReplicas never goes below 1"),
+        pytest.param(True, 0, 2, 2, True, id="minReplicas never goes below the operator's own"),
         pytest.param(False, 5, None, 5, False, id="without an HPA the Deployment scale is set"),
     ],
 )
