@@ -31,7 +31,8 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     A service with serving series but no finite demand is `MissingTelemetry` (the loop holds still): read as 0 it
     would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. A NaN p99
     (no request in the window) is absent and reads 0: no request waited; a +Inf one (beyond the highest bucket)
-    reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm (finite, so the planner's arithmetic stays finite)."""
+    reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm (finite, so the planner's arithmetic stays finite). A
+    series found twice for one service (an HA pair, two scrape jobs) reads its higher value."""
     samples = []
     spaces: dict[str, set[str]] = {}
     for r in rows:
@@ -50,10 +51,11 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
         namespace[name] = m.get("namespace", "")
         if value == math.inf and m["__name__"] == "gputide_inference_latency_p99_seconds":
             value = P99_BEYOND_BUCKETS_S   # the quantile fell in the +Inf bucket: slower than any bucket tells
+        got = by.setdefault(name, {})
         if math.isfinite(value):  # NaN (no request in a histogram_quantile's window) is absent, as the exporter does
-            by.setdefault(name, {})[m["__name__"]] = value
-        else:
-            by.setdefault(name, {})
+            # a series repeated (an HA pair read without deduplication, two scrape jobs): the higher reading, never
+            # whichever the answer lists last (a low demand read would lend the service's GPUs away)
+            got[m["__name__"]] = max(value, got.get(m["__name__"], value))
     if unknown := sorted(s for s, v in by.items() if "gputide_inference_demand_rps" not in v):
         raise MissingTelemetry(
             f"serving series of {', '.join(unknown)} without gputide_inference_demand_rps (or NaN): the demand their "
