@@ -65,6 +65,15 @@ def _relative(truth: np.ndarray, p50: np.ndarray, floor: float) -> np.ndarray:
     return (truth - p50) / np.maximum(np.abs(p50), floor)
 
 
+def _causal_floor(truth: np.ndarray) -> np.ndarray:
+    """Per time t, 5% of the mean demand observed up to t (1.0 before any): the floor of `_relative`'s scale. The
+    whole trace's mean let demand after an origin change the intervals issued at it."""
+    ok = np.isfinite(truth)
+    total, count = np.cumsum(np.where(ok, np.abs(truth), 0.0)), np.cumsum(ok)
+    level = np.where(count > 0, total / np.maximum(count, 1), 1.0)
+    return np.maximum(0.05 * level, 1e-9)
+
+
 def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[float, np.ndarray],
                    truth: np.ndarray, *, window: int, min_n: int = 24,
                    gamma: float = ACI_GAMMA) -> dict[float, np.ndarray]:
@@ -76,9 +85,8 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
     """
     target = origin_idx + h
     y = np.where(target < len(truth), truth[np.clip(target, 0, len(truth) - 1)], np.nan)
-    level = np.nanmean(np.abs(truth)) if np.isfinite(truth).any() else 1.0
-    floor = max(0.05 * level, 1e-9)
-    r = _relative(y, p50, floor)
+    floor = _causal_floor(truth)  # floor[t]: from the demand known at t only (no look-ahead)
+    r = _relative(y, p50, floor[np.clip(target, 0, len(truth) - 1)])
     out = {q: np.array(raw[q], float, copy=True) for q in raw}
     known_at = target  # residual of origin j becomes known at time origin_idx[j] + h
     lo = np.searchsorted(origin_idx, origin_idx - window, side="left")
@@ -97,7 +105,7 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
         sample = sample[np.isfinite(sample)]
         if sample.size < min_n:
             continue
-        scale = max(abs(p50[i]), floor)
+        scale = max(abs(p50[i]), floor[min(int(origin_idx[i]), len(truth) - 1)])
         for q in qs:
             out[q][i] = p50[i] + _level(1.0 - finite_level(1.0 - alpha[q], sample.size, h), sample) * scale
     return out
