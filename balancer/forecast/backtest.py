@@ -5,8 +5,9 @@ For each model, origins walk forward one step at a time from a burn-in point; th
 the newest observations, like the controller does. Each origin forecasts the longest horizon once; the
 requested horizons are read off that path.
 
-* Fitting sees the cleaned series (outages masked, bursts clipped, both causal); scoring uses the unclipped
-  truth with outages masked (an outage is not demand a model should have predicted).
+* Fitting sees the series as cleaned at the origin (outages masked, bursts clipped, from the past only:
+  `traces.CausalClean`); scoring uses the unclipped truth with outages masked (an outage is not demand a model
+  should have predicted).
 * Intervals are re-calibrated conformally on residuals of earlier origins only (`conformal.calibrate_path`);
   the origins of the `calib_days` (plus the longest horizon) before the first scored one exist only to feed
   that calibration and are not scored; horizon h calibrates on the residuals of the last max(`calib_days`,
@@ -30,7 +31,7 @@ import pandas as pd
 from balancer.forecast.auto import CANDIDATES, ensemble_weights
 from balancer.forecast.base import MODELS, QUANTILES, Fallback, step_of
 from balancer.forecast.conformal import calibrate_path, calibration_window
-from balancer.forecast.traces import clean_for_fit, mask_outages
+from balancer.forecast.traces import CausalClean, mask_outages
 
 DAY_S = 86400.0
 BASELINES = ("persistence", "seasonal_naive_daily", "seasonal_naive_weekly")
@@ -62,7 +63,7 @@ class Paths:
     fallback: str | None = None
 
 
-def run_model(name: str, y_fit: pd.Series, origins: np.ndarray, steps: np.ndarray, refit_every: int) -> Paths:
+def run_model(name: str, y_fit: CausalClean, origins: np.ndarray, steps: np.ndarray, refit_every: int) -> Paths:
     model = Fallback(MODELS[name]())
     hmax = int(steps.max())
     out = {q: np.full((len(origins), len(steps)), np.nan) for q in QUANTILES}
@@ -70,7 +71,7 @@ def run_model(name: str, y_fit: pd.Series, origins: np.ndarray, steps: np.ndarra
     t0 = time.perf_counter()
     last_fit = None
     for i, o in enumerate(origins):
-        hist = y_fit.iloc[: o + 1]
+        hist = y_fit.at(int(o))
         if last_fit is None or o - last_fit >= refit_every:
             model.fit(hist)
             last_fit = o
@@ -135,7 +136,7 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     if len(origins) < 2 or not np.any(origins >= score_start):
         raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
     truth = mask_outages(y).to_numpy(float)
-    y_fit = clean_for_fit(y)
+    y_fit = CausalClean(y)
     requested = list(models or [*CANDIDATES, "auto"])
     refit = max(int(round(refit_every_s / step)), 1)
     runs: dict[str, Paths] = {}

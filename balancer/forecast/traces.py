@@ -262,7 +262,7 @@ def mask_outages(y: pd.Series, *, max_run: int | None = None, busy_share: float 
     """NaN out short runs of exact zeros inside busy stretches (see the module docstring)."""
     step_s = _step_seconds(y)
     day = max(int(round(DAY_S / step_s)), 3)
-    max_run = max_run if max_run is not None else max(int(round(6 * 3600 / step_s)), 1)
+    max_run = max_run if max_run is not None else _outage_steps(step_s)
     v = y.to_numpy(float)
     zero = v == 0.0
     if not zero.any():
@@ -290,6 +290,41 @@ def clip_bursts(y: pd.Series, *, q: float = 0.99, factor: float = 1.0) -> pd.Ser
 def clean_for_fit(y: pd.Series) -> pd.Series:
     """The series models are fitted on: outages masked, bursts clipped."""
     return clip_bursts(mask_outages(y))
+
+
+class CausalClean:
+    """`clean_for_fit` of ``y[:o + 1]`` for any origin o, as a live forecaster at o cleans what it has seen.
+
+    Cleaning the whole trace once let the future decide the past's mask: a zero run was an outage (NaN) or idle
+    time (kept) depending on how long it went on after o and on the demand in the half day after it. The whole
+    trace's cleaning is right for an origin whose last zero lies more than a day (plus the longest outage) back;
+    otherwise only the last days are cleaned again from what precedes o."""
+
+    def __init__(self, y: pd.Series) -> None:
+        self.y = y
+        self.full = clean_for_fit(y)
+        step_s = _step_seconds(y)
+        day = max(int(round(DAY_S / step_s)), 3)
+        self.margin = day + _outage_steps(step_s) + 2   # a mask differs at most this far back from o
+        zero = np.flatnonzero(y.to_numpy(float) == 0.0)
+        last = np.full(len(y), -(10 ** 12), dtype=np.int64)
+        last[zero] = zero
+        self.last_zero = np.maximum.accumulate(last)
+        self.day = day
+
+    def at(self, o: int) -> pd.Series:
+        if o - self.last_zero[o] > self.margin:
+            return self.full.iloc[: o + 1]
+        cut = max(o - self.margin, 0)   # from here on the values may differ from the whole trace's cleaning
+        lo = max(cut - self.margin - self.day, 0)   # enough before `cut` for its mask and its burst cap
+        tail = clean_for_fit(self.y.iloc[lo: o + 1]).iloc[cut - lo:]
+        out = pd.concat([self.full.iloc[:cut], tail])
+        out.index.freq = self.y.index.freq
+        return out
+
+
+def _outage_steps(step_s: float) -> int:
+    return max(int(round(6 * 3600 / step_s)), 1)
 
 
 def _step_seconds(y: pd.Series) -> float:
