@@ -112,14 +112,23 @@ class KueueQuota:
         return self.api(f"clusterqueue {name}", self.api.custom.get_cluster_custom_object, *KUEUE, name)
 
     def _change_quota(self, queue: str, delta: int, flavor: str) -> None:
-        """Add `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay as they are)."""
-        def change(cq: Json) -> Json:
+        """Add `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay as they are).
+
+        Once: a patch that landed without an answer is retried by the gateway, answered 409 and read again; a queue
+        found at exactly the quota the first read computed is taken as that write having landed (`_Api.update`
+        would otherwise add `delta` a second time)."""
+        aimed: list[int] = []   # the nominalQuota the first read computed
+
+        def change(cq: Json) -> Json | None:
             groups = cq["spec"].get("resourceGroups") or []
             for group in groups:
                 for fl in group.get("flavors") or []:
                     for res in fl.get("resources") or []:
                         if res.get("name") == GPU_RESOURCE and fl.get("name") == flavor:
+                            if aimed and int(quantity(res["nominalQuota"])) == aimed[0]:
+                                return None   # our unanswered write landed
                             nominal = int(quantity(res["nominalQuota"])) + delta
+                            aimed[:] = [nominal]
                             if nominal < 0:
                                 raise PermanentActuationError(
                                     f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")

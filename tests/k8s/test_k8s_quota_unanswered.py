@@ -1,0 +1,52 @@
+"""A Kueue quota move whose patch landed but got no answer is not applied twice. The gateway retries an unanswered
+write with the same body; the API server answers that retry 409 (the first try changed the resourceVersion) and the
+read-modify-write reads the queue again: recomputing "nominalQuota - N" there would take N GPUs a second time, and
+the cohort would be short of them for good (nothing gives them back)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import urllib3
+from fakeapi import FakeKube, clusterqueue, job
+
+from balancer.actuate.base import Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
+
+SNAP = ClusterSnapshot(time=0.0, nodes=(), gpus=(), **{name: np.zeros(0) for name in GPU_ARRAYS})
+
+
+def quota(kube: FakeKube, queue: str) -> int:
+    return kube.get("clusterqueues", queue)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"]
+
+
+def unanswered_once(actuator: KubernetesActuator, queue: str) -> None:
+    """The first patch of ClusterQueue `queue` is carried out, but its answer never comes (a read timeout)."""
+    real, done = actuator.api.custom.patch_cluster_custom_object, []
+
+    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
+    def patch(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if args[3] == queue and not done:
+            done.append(True)
+            raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
+        return out
+
+    actuator.api.custom.patch_cluster_custom_object = patch
+
+
+@pytest.mark.parametrize(("queue", "workers"), [("inference", 6), ("training", 6), ("training", 2), ("inference", 2)])
+def test_an_unanswered_quota_patch_that_landed_is_not_applied_again(kube: FakeKube, api, clock, sleeps, queue,
+                                                                     workers) -> None:
+    kube.add(clusterqueue("inference", "tide", 16))
+    kube.add(clusterqueue("training", "tide", 8))
+    kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
+    actuator = KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=("inference", "training"))
+    unanswered_once(actuator, queue)
+    result = actuator.apply(ScaleTraining(reason="tide", job="ml/train", workers=workers, previous_workers=4), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    moved = (workers - 4) * 2
+    assert (quota(kube, "inference"), quota(kube, "training")) == (16 - moved, 8 + moved)
