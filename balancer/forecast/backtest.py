@@ -136,6 +136,11 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     origins = np.arange(first, n - int(steps.min()), stride)
     if len(origins) < 2 or not np.any(origins >= score_start):
         raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
+    reach = n - 1 - int(origins[origins >= score_start][0])   # steps from the first scored origin to the end
+    if steps.max() > reach:   # no outcome to score: rows of n = 0 and NaN
+        raise ValueError(f"horizon {_label(float(steps.max() * step))} reaches past the trace's end from every "
+                         f"scored origin (scoring starts at step {n - 1 - reach} of {n}; longest horizon "
+                         f"{_label(reach * step)})")
     truth = mask_outages(y).to_numpy(float)
     y_fit = CausalClean(y)
     requested = list(models or [*CANDIDATES, "auto"])
