@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -68,6 +69,18 @@ def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) 
     return args.min_train_days
 
 
+def _strict(value):
+    """NaN and infinities as null: json writes them as bare NaN/Infinity, which strict parsers (jq, JavaScript)
+    refuse; a score without a value (MASE against an exact baseline) is then null, printed nan in the table."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     from balancer.forecast import MODELS, load_demand
     from balancer.forecast.backtest import backtest, format_table
@@ -106,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {name} fell back to persistence at least once: {why}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"trace": args.trace, "details": details, "scores": [s.as_dict() for s in scores]}, fh,
-                      indent=2, default=str)
+            json.dump(_strict({"trace": args.trace, "details": details, "scores": [s.as_dict() for s in scores]}),
+                      fh, indent=2, default=str, allow_nan=False)
     return 0
