@@ -363,8 +363,10 @@ class PrometheusTelemetrySource:
                               freq=f"{int(step_s)}s")
         if not result:
             return pd.Series(np.nan, index=index, name="demand")
-        values = result[0]["values"]
+        # several series (an HA pair read without deduplication, a template that does not aggregate): the higher
+        # reading at each step, never the first series listed (a lagging copy would shed the service's capacity)
+        values = [pair for series in result for pair in series["values"]]
         got = pd.Series([float(v) for _, v in values],
                         index=pd.to_datetime([int(float(t)) for t, _ in values], unit="s", utc=True), name="demand")
         got = got[np.isfinite(got.to_numpy())]
-        return got.reindex(index)
+        return got.groupby(level=0).max().reindex(index)
