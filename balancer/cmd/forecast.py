@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
           f"{details['origins']} scored origins from {details['first_scored']}, {details['seconds']} s")
     print(format_table(scores))
     for name, why in details["fallbacks"].items():
-        print(f"note: {name} fell back to persistence at least once: {why}", file=sys.stderr)
+        print(f"note: {name} fell back to persistence (its rows score that) at {why}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(_strict({"trace": args.trace, "details": details, "scores": [s.as_dict() for s in scores]}),

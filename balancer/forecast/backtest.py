@@ -61,13 +61,14 @@ class Paths:
     q: dict[float, np.ndarray]
     seconds: float
     fallback: str | None = None
+    fallback_origins: int = 0   # origins served by the persistence fallback instead of the model
 
 
 def run_model(name: str, y_fit: CausalClean, origins: np.ndarray, steps: np.ndarray, refit_every: int) -> Paths:
     model = Fallback(MODELS[name]())
     hmax = int(steps.max())
     out = {q: np.full((len(origins), len(steps)), np.nan) for q in QUANTILES}
-    reason = None
+    reason, fell = None, 0
     t0 = time.perf_counter()
     last_fit = None
     for i, o in enumerate(origins):
@@ -79,9 +80,10 @@ def run_model(name: str, y_fit: CausalClean, origins: np.ndarray, steps: np.ndar
             model.update(hist)
         fc = model.predict(hmax)
         reason = reason or fc.fallback_reason
+        fell += fc.fallback_reason is not None
         for q in QUANTILES:
             out[q][i] = fc.quantiles[q][steps - 1]
-    return Paths(out, time.perf_counter() - t0, reason)
+    return Paths(out, time.perf_counter() - t0, reason, fell)
 
 
 def auto_paths(runs: dict[str, Paths], origins: np.ndarray, steps: np.ndarray, truth: np.ndarray,
@@ -156,7 +158,8 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     scored = origins >= score_start
     scores = []
     details = {"step_s": step, "origins": int(scored.sum()), "first_scored": str(y.index[origins[scored][0]]),
-               "fallbacks": {k: v.fallback for k, v in runs.items() if v.fallback}}
+               "fallbacks": {k: f"{v.fallback_origins} of {len(origins)} origins, first: {v.fallback}"
+                             for k, v in runs.items() if v.fallback}}
     base_err = {}
     for name in BASELINES:
         for j, h in enumerate(steps):
