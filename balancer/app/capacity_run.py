@@ -221,11 +221,12 @@ class CapacityLoopPlanner:
     """The reconcile loop's planner with tidal capacity shifting (`Reconciler(planner=...)`)."""
 
     def __init__(self, profiles: Mapping[str, ServiceCapacity], capacity_policy: CapacityPolicy, interval_s: float,
-                 history: Callable[[str, float], pd.Series | None] | None = None) -> None:
+                 history: Callable[[str, float], pd.Series | None] | None = None, sharded: bool = False) -> None:
         # jobs are suspended only when the snapshot lists suspended jobs (`plan_with_capacity`): a Job at
         # parallelism 0 has no pods, so a source that sees the cluster through its pods alone could not resume it
         self.profiles, self.interval_s, self.history = dict(profiles), interval_s, history
         self.policy = capacity_policy
+        self.sharded = sharded   # `gputide run --shard`: a service with no replica in the shard is no shard's
         self.rises: dict[str, RiseTracker] = {}
 
     def bursts(self, snapshot: ClusterSnapshot) -> dict[str, float]:
@@ -250,4 +251,4 @@ class CapacityLoopPlanner:
     def __call__(self, snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                  state: PlannerState | None = None) -> tuple[Plan, PlannerState]:
         return plan_with_capacity(snapshot, forecasts, policy, state, profiles=self.profiles,
-                                  capacity_policy=self.policy, bursts=self.bursts(snapshot))
+                                  capacity_policy=self.policy, bursts=self.bursts(snapshot), sharded=self.sharded)

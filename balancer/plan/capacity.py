@@ -262,12 +262,17 @@ def view_from_snapshot(
     protected_namespaces: Collection[str] = (),
     claimed: Collection[int] = (),
     tainting: Collection[str] = (),
+    sharded: bool = False,
 ) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
 
     An idle GPU is free only where the services' and jobs' pods can be scheduled (`schedulable`: not on a node
     whose taints they do not tolerate, nor on one of `tainting`, the nodes this cycle's hotspot plan taints) and
     when this cycle's plan does not already send work there (`claimed`: GPU indices, a migration's targets).
+
+    `sharded`: the snapshot is one shard's cut (`telemetry.shard.restrict`), which keeps a service none of whose
+    replicas is placed in every shard; such a service is left out, or each shard would reclaim GPUs for its whole
+    demand from its own jobs. A service with a replica placed in the shard is that shard's alone.
 
     A job with a protected worker (`Workload.protected`) or in one of `protected_namespaces` (the safety policy's)
     is `JobView.protected`: the guard would refuse its resize, so the planner must pick another job. A service
@@ -340,6 +345,7 @@ def view_from_snapshot(
         # a protected service (a protected pod, or its namespace protected) is no tide's: the guard refuses to scale
         # it either way, so planning it would shrink training for a scale-up that never goes out
         if name in profiles and groups.get(("inference", name)) not in guarded and st.namespace not in protected_namespaces
+        and not (sharded and ("inference", name) not in groups)
     )
     if jobs is None:
         ages = since_checkpoint(snapshot.time, trainers, len(first))

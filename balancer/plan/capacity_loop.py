@@ -133,8 +133,10 @@ def _without(view: CapacityView, clash: list[str], first: tuple[Action, ...]) ->
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                        state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
                        capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
-                       base: Planner = planner_mod.plan) -> tuple[Plan, planner_mod.PlannerState]:
-    """`base`'s plan, plus the capacity plan for the services in `profiles` (see the module docstring)."""
+                       base: Planner = planner_mod.plan, sharded: bool = False,
+                       ) -> tuple[Plan, planner_mod.PlannerState]:
+    """`base`'s plan, plus the capacity plan for the services in `profiles` (see the module docstring); `sharded`:
+    the snapshot is one shard's (`view_from_snapshot`)."""
     plan, state = base(snapshot, forecasts, policy, state)
     if not policy.capacity.enabled or not profiles:
         return plan, state
@@ -146,7 +148,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         return (replace(plan, notes=plan.notes + (note,)),
                 replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
     state = replace(state, capacity_holding="")
-    view = view_from_snapshot(snapshot, profiles, bursts=bursts,
+    view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
