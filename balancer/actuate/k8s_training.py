@@ -30,6 +30,9 @@ Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between th
 so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
 shrinks. Every refusal (a size that cannot run, a flavor that cannot be told, a queued Job without a Workload)
 comes before any change.
+
+A plain Job suspended by someone else (`spec.suspend` without gputide's label: its owner paused it) is refused
+before any change: resizing it would unsuspend it, stopping it would label it and a later cycle would resume it.
 """
 
 from __future__ import annotations
@@ -96,6 +99,10 @@ class TrainingJobs:
         queue = labels.get(KUEUE_QUEUE_LABEL) or ""
         job = _Job(ns, name, queue, labels.get(SUSPENDED_LABEL) == "true", restarts_on_resize(obj, queue),
                    framework_restarts(obj))
+        if not job.queue and obj["spec"].get("suspend") and not job.labelled:
+            raise PermanentActuationError(
+                f"{what} is suspended, not by gputide (no {SUSPENDED_LABEL} label): its owner paused it; neither "
+                "resumed nor resized")
         size = resize(obj, workers, what) if workers else {}
         delta = (workers - previous) * (pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None

@@ -468,11 +468,14 @@ def test_scale_inference_of_an_unknown_deployment_fails(kube: FakeKube, actuator
     [
         pytest.param(False, 0, 4, True, id="zero workers suspends the job and keeps its parallelism"),
         pytest.param(False, 2, 2, False, id="shrinking sets parallelism"),
-        pytest.param(True, 6, 6, False, id="growing a suspended job resumes it"),
+        pytest.param(True, 6, 6, False, id="growing a job gputide suspended resumes it"),
     ],
 )
 def test_scale_training_job(kube: FakeKube, actuator, start_suspended, workers, parallelism, suspended) -> None:
-    kube.add(job("train", "ml", parallelism=4, suspend=start_suspended))
+    stored = job("train", "ml", parallelism=4, suspend=start_suspended)
+    if start_suspended:   # by gputide (its label): a Job its owner suspended is refused (test_k8s_foreign_suspend)
+        stored["metadata"]["labels"]["gputide.io/suspended"] = "true"
+    kube.add(stored)
     action = ScaleTraining(reason="tide", job="ml/train", workers=workers, previous_workers=4)
     assert actuator.apply(action, SNAP).outcome is Outcome.APPLIED
     spec = kube.get("jobs", "train", "ml")["spec"]
