@@ -44,7 +44,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from balancer.actions import Action, Plan
@@ -337,11 +338,26 @@ class Reconciler:
         return forecasts
 
     def _hold(self, now: float, reason: str, message: str) -> CycleReport:
+        self._break_streaks()
         self.metrics.set_fail_static(reason)
         log.warning("fail-static (%s): holding still: %s", reason, message)
         self._audit(now, {"action": "hold", "target": "", "reason": message, "outcome": f"fail_static:{reason}",
                           "expected_gain": 0.0})
         return CycleReport("fail_static", reason)
+
+    def _break_streaks(self) -> None:
+        """A hold is a gap in the readings: the planner's streaks of readings in a row (hot, cool, a service's slack)
+        start again from the next fresh one, so no hotspot, release or give-back follows from readings taken before
+        and after the controller was blind. What is active or given stays (the taints, caps and shrinks it holds)."""
+        if not isinstance(self.state, planner_mod.PlannerState):   # a wrapping planner's own state: its own business
+            return
+        hs, co = self.state.hotspots, self.state.colocation
+        if not (hs.hot_streak.any() or hs.cool_streak.any() or co.slack_streak):
+            return
+        zeros = hs.hot_streak * 0
+        zeros.flags.writeable = False
+        self.state = replace(self.state, hotspots=replace(hs, hot_streak=zeros, cool_streak=zeros),
+                             colocation=replace(co, slack_streak=MappingProxyType({})))
 
     def _audit(self, now: float, record: dict) -> None:
         if self.audit is not None:
