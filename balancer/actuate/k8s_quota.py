@@ -12,6 +12,7 @@ cohort's total never exceeds what exists, and restored if raising the borrower f
 
 from __future__ import annotations
 
+import json
 import logging
 
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
@@ -29,6 +30,30 @@ from balancer.actuate.kubernetes import (
 from balancer.errors import ActuationError, PermanentActuationError
 
 log = logging.getLogger(__name__)
+
+
+# the operator's lendingLimit of a ClusterQueue's GPU flavors while a loan holds it lower (JSON {flavor: limit}):
+# Kueue wants lendingLimit <= nominalQuota, so lowering the quota lowers it, and giving the quota back restores it
+OWN_LENDING_ANNOTATION = "gputide.io/own-lending-limits"
+
+
+def _lending_limit(cq: Json, res: Json, flavor: str, nominal: int) -> Json:
+    """Set `res`'s lendingLimit (if it has one) for a nominalQuota of `nominal`: the operator's own (the annotation
+    while gputide holds it lower, else the current one), clamped to `nominal`. Returns the metadata merge patch
+    that keeps the operator's value while clamped and forgets it once restored ({} when the note stays as is)."""
+    if "lendingLimit" not in res:
+        return {}
+    notes = (cq.get("metadata") or {}).get("annotations") or {}
+    try:
+        own = {k: int(v) for k, v in json.loads(notes.get(OWN_LENDING_ANNOTATION) or "{}").items()}
+    except (ValueError, TypeError, AttributeError):
+        own = {}
+    kept = own.get(flavor, int(quantity(res["lendingLimit"])))
+    res["lendingLimit"] = min(kept, nominal)
+    after = {**own, flavor: kept} if kept > nominal else {k: v for k, v in own.items() if k != flavor}
+    if after == own:
+        return {}
+    return {"metadata": {"annotations": {OWN_LENDING_ANNOTATION: json.dumps(after, sort_keys=True) if after else None}}}
 
 
 class KueueQuota:
@@ -92,7 +117,8 @@ class KueueQuota:
         guess between several); with it, both must hold quota in it. Nothing changes when either is not so.
 
         The lender is lowered first, so the cohort's total never exceeds what exists; its lendingLimit is clamped
-        to the new nominal quota. If raising the borrower fails, the lender is restored (best effort)."""
+        to the new nominal quota (the operator's kept in the annotation `gputide.io/own-lending-limits`, put back
+        when the quota comes back). If raising the borrower fails, the lender is restored (best effort)."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
         flavor, cohort = self.check_queues((from_queue, to_queue), flavor)
@@ -133,9 +159,7 @@ class KueueQuota:
                                 raise PermanentActuationError(
                                     f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")
                             res["nominalQuota"] = nominal
-                            if "lendingLimit" in res and int(quantity(res["lendingLimit"])) > nominal:
-                                res["lendingLimit"] = nominal
-                            return {"spec": {"resourceGroups": groups}}
+                            return {**_lending_limit(cq, res, flavor, nominal), "spec": {"resourceGroups": groups}}
             raise PermanentActuationError(f"clusterqueue {queue} has no {GPU_RESOURCE} quota (flavor {flavor})")
 
         what = f"clusterqueue {queue}"
