@@ -156,8 +156,9 @@ class PrometheusTelemetrySource:
             result = self.client.custom_query(promql)
         except promapi.PartialResponse as exc:
             raise MissingTelemetry(f"Prometheus at {self.opts.url} answered {promql!r} in part: {exc}") from exc
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
-            raise TelemetryUnavailable(f"Prometheus at {self.opts.url} did not answer {promql!r}: {exc}") from exc
+        # KeyError, TypeError: a 200 answer without `data.result` (a proxy's own JSON): no answer, not a traceback
+        except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:
+            raise TelemetryUnavailable(f"Prometheus at {self.opts.url} did not answer {promql!r}: {exc!r}") from exc
         if not isinstance(result, list):
             raise InvalidTelemetry(f"Prometheus answered {promql!r} with {type(result).__name__}, not an instant vector")
         return result
@@ -356,8 +357,8 @@ class PrometheusTelemetrySource:
                 step=f"{int(step_s)}s")
         except promapi.PartialResponse as exc:
             raise MissingTelemetry(f"range query {promql!r} answered in part: {exc}") from exc
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
-            raise TelemetryUnavailable(f"range query {promql!r} failed: {exc}") from exc
+        except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:
+            raise TelemetryUnavailable(f"range query {promql!r} failed: {exc!r}") from exc
         # Prometheus evaluates a range query at start + k * step, so the same grid holds every answer
         index = pd.date_range(pd.Timestamp(int(start), unit="s", tz="UTC"), pd.Timestamp(end, unit="s", tz="UTC"),
                               freq=f"{int(step_s)}s")
