@@ -354,7 +354,7 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
     forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model or "mstl", step_s=step,
                                                     history_days=MOST_FORECAST_HISTORY_D), horizon, history=history)
-    return CapacityLoopPlanner(profiles, cap, interval, history=history), forecaster
+    return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
 
 
 def run(args: argparse.Namespace) -> int:
