@@ -26,7 +26,6 @@ from operator import attrgetter
 import numpy as np
 
 from balancer.model import ClusterSnapshot, WorkloadClass
-from balancer.plan.defrag import fragmentation_by_model
 from balancer.plan.fleet_state import column, snapshot_state
 from balancer.plan.fleet_state import workload_mix as workload_mix  # re-exported: the metrics' tests read it
 from balancer.plan.shrink_records import runnable
@@ -48,8 +47,7 @@ def fleet_usage(s: ClusterSnapshot) -> FleetUsage:
     has_any = np.bincount(cols.idx, minlength=s.n_gpus) > 0
     capacity = {"inference": int(has_inf.sum()), "training": int((has_any & ~has_inf).sum()),
                 "idle": int((~has_any).sum())}
-    frag = fragmentation_by_model(view.state, view.mix)
-    return FleetUsage(capacity=capacity, fragmentation=frag,
+    return FleetUsage(capacity=capacity, fragmentation=view.fragmentation,
                       waiting_jobs=_waiting(s.workloads, cols.cls == 1, view.placed))
 
 

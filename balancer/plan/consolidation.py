@@ -34,7 +34,7 @@ import numpy as np
 from balancer.config import BalancerPolicy
 from balancer.model import ClusterSnapshot, Migrate
 from balancer.plan import hotspots
-from balancer.plan.defrag import Move, fragmentation_by_model, plan_consolidation
+from balancer.plan.defrag import Move, plan_consolidation
 from balancer.plan.fleet_state import SnapshotState, column, snapshot_state
 from balancer.plan.placement.state import MILLI, Placement, PodRequest
 from balancer.plan.simulate import MIGRATION_COST, Projection
@@ -54,7 +54,7 @@ def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotS
     if not policy.defrag.enabled or not policy.hotspots.migrate:
         return [], 0.0
     view = snapshot_state(s)
-    models = fragmented_models(fragmentation_by_model(view.state, view.mix), policy)
+    models = fragmented_models(view.fragmentation, policy)
     if not models:
         return [], 0.0
     slot_gpu = np.full(view.state.gpu_free.shape, -1, dtype=np.int64)

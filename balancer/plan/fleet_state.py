@@ -10,12 +10,14 @@ consolidation migrations on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from operator import attrgetter
 
 import numpy as np
 
 from balancer.model import ClusterSnapshot
 from balancer.plan.columns import workload_columns
+from balancer.plan.defrag import fragmentation_by_model
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.state import MILLI, NO_GPU, ClusterState
 
@@ -125,9 +127,26 @@ class SnapshotState:
     placed: np.ndarray        # per workload: has GPUs placed
     node_of: np.ndarray       # per workload: its node's position (0 where not placed)
 
+    @cached_property
+    def fragmentation(self) -> dict[str, dict[str, float]]:
+        """`defrag.fragmentation_by_model` of this view: the metrics' and the consolidation's, computed once."""
+        return fragmentation_by_model(self.state, self.mix)
+
+
+_view_cache: list[tuple[ClusterSnapshot, SnapshotState]] = []
+
 
 def snapshot_state(s: ClusterSnapshot) -> SnapshotState:
-    """The placement engine's view of `s` (see the module docstring)."""
+    """The placement engine's view of `s` (see the module docstring). The last snapshot's view is kept (a snapshot
+    is immutable): the planner's consolidation and the fleet metrics of one cycle read the same snapshot."""
+    if _view_cache and _view_cache[0][0] is s:
+        return _view_cache[0][1]
+    view = _snapshot_state(s)
+    _view_cache[:] = [(s, view)]
+    return view
+
+
+def _snapshot_state(s: ClusterSnapshot) -> SnapshotState:
     n, ws = s.n_gpus, s.workloads
     cols = _Columns.of(s)
     counts, idx = cols.counts, cols.idx
