@@ -52,11 +52,11 @@ def _expanded(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
     return size
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that refuses a key written twice in one mapping (merge keys `<<` may still be overridden)
-    and aliases that repeat more than MAX_ALIASED_VALUES values: nine anchors of nine aliases each are a few
-    hundred bytes that stand for 387 million values, and the error naming one (its repr) or the check of a list
-    of them ran for ever."""
+class BoundedLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses aliases repeating more than MAX_ALIASED_VALUES values: nine anchors of nine
+    aliases each are a few hundred bytes that stand for 387 million values, and the error naming one (its repr)
+    or the check of a list of them ran for ever. For files other tools also read (a kubeconfig), where a key
+    written twice is theirs to judge."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         memo: dict[int, int] = {}
@@ -64,6 +64,11 @@ class _StrictLoader(yaml.SafeLoader):
         if expanded - len(memo) > MAX_ALIASED_VALUES:
             raise AliasBomb(expanded)
         return super().construct_document(node)
+
+
+class _StrictLoader(BoundedLoader):
+    """`BoundedLoader` that also refuses a key written twice in one mapping (merge keys `<<` may still be
+    overridden)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from balancer.errors import InputError
+from balancer.yamlfile import MAX_ALIASED_VALUES, AliasBomb, BoundedLoader
 
 MAX_EPOCH_S = 4102444800.0  # 2100-01-01
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -177,7 +178,11 @@ def kubeconfig_file(path: str | None, flag: str = "--kubeconfig") -> str | None:
 
 def _kubeconfig_problem(path: str) -> str:
     try:
-        doc = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+        doc = yaml.load(Path(path).read_bytes().decode("utf-8"), BoundedLoader)  # noqa: S506 (a SafeLoader)
+    except AliasBomb as exc:
+        return f"aliases that expand to {exc.expanded} values (at most {MAX_ALIASED_VALUES})"
+    except RecursionError:
+        return "nested too deeply to read"
     except IsADirectoryError:
         return "a folder"
     except OSError as exc:

@@ -83,6 +83,11 @@ BAD_KUBECONFIGS = [
     pytest.param(b"just words\n", "a YAML str, not a mapping", id="a scalar"),
     pytest.param(yaml.safe_dump({k: v for k, v in KUBECONFIG.items() if k != "current-context"}).encode(),
                  "no current-context", id="no current-context"),
+    # nine anchors of nine aliases: a few hundred bytes that stand for 387 million values (safe_load ran for ever)
+    pytest.param(("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))).encode(),
+        "aliases that expand to", id="alias bomb"),
+    pytest.param(b"[" * 5000 + b"]" * 5000, "nested too deeply", id="deep nesting"),
 ]
 
 
