@@ -13,11 +13,19 @@ simulated fleet does not) tells the agent which GPUs the node has and where thei
 What `PowerCapAgent.sync()` does, each interval:
 
 * **gputide only ever lowers a limit.** No request sets a GPU above its default limit (the one it boots with),
-  whatever the board's maximum; a request at or above the default sets exactly the default.
-* A new or changed cap is applied. A GPU that now runs *above* the cap applied (raised by hand with
-  ``nvidia-smi -pl``) gets it again; a GPU running *below* it (lowered by hand) is left alone.
+  whatever the board's maximum; a request at or above the default sets exactly the default. Nor above the limit
+  the GPU ran at before gputide's first cap (an operator's ``nvidia-smi -pl 250``): that limit is kept
+  (`exporters.power_limits_before.LimitsBefore`, a state file that outlives the agent) and a give-back puts *it*
+  back, not the default. A limit changed by someone else while gputide's cap is in force (found neither the one
+  before nor the one gputide set) takes its place: raised by hand, the cap is applied again and the give-back
+  restores the operator's new limit; lowered, no later cap raises it. A GPU whose limit cannot be read is not
+  capped for the first time until it can (its limit before would be unknown; counted failed meanwhile). A GPU found
+  already at the cap asked with nothing remembered (the state file lost, or none kept, and the agent restarted)
+  has no limit before: its give-back restores the default, as it did before the file.
+* A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
+  hand with ``nvidia-smi -pl``) gets it again; a GPU running *below* it (lowered by hand) is left alone.
 * **Giving back never overrides a limit set by hand.** A `Restore` entry, or a cap that disappears (its key
-  deleted, the whole annotation or file removed), puts the GPU's default limit back only while the GPU still runs
+  deleted, the whole annotation or file removed), puts the GPU's limit before back only while the GPU still runs
   at the cap gputide set (W, clamped as the target clamps it); a limit anybody set since is left as it is (logged).
   A `Restore` is decided from the GPU itself, not from the agent's memory, so a give-back written while no agent
   ran (restarted, crash-looping, being upgraded) is carried out when one starts; without ``power_limits()`` it is
@@ -28,11 +36,11 @@ What `PowerCapAgent.sync()` does, each interval:
   stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
   ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
 
-Besides the source, the agent remembers only what it applied since it started: a restarted agent applies every cap
-again (a limit set by hand on a GPU the source names is overwritten then), and a cap whose key was deleted outright
-while no agent ran leaves its GPU's limit where it was (the controller writes a `Restore` instead). NVML keeps a
-limit until the driver reloads or the node reboots, so removing the agent leaves the caps it set: delete the
-annotation (or file) and let one sync pass first.
+Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
+agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then), and a cap whose
+key was deleted outright while no agent ran leaves its GPU's limit where it was (the controller writes a `Restore`
+instead). NVML keeps a limit until the driver reloads or the node reboots, so removing the agent leaves the caps it
+set: delete the annotation (or file) and let one sync pass first.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
+
+from exporters.power_limits_before import Held, LimitsBefore
 
 log = logging.getLogger(__name__)
 RESTORE = math.inf   # a request for "the default limit": every target clamps it down to exactly that
@@ -134,9 +144,11 @@ class JsonFileCaps:
 
 
 class PowerCapAgent:
-    def __init__(self, source: CapSource, target: CapTarget) -> None:
+    def __init__(self, source: CapSource, target: CapTarget, before: LimitsBefore | None = None) -> None:
         self.source = source
         self.target = target
+        self.before = LimitsBefore() if before is None else before   # per GPU under gputide's cap
+        self._unsaved: str | None = None   # this sync: why the limits before could not be written
         self.failed: str | None = None     # why the last sync did not do all it should have; None: it did
         self._asked: dict[str, Entry] = {}    # what the source asked for, per GPU, as last carried out
         self._applied: dict[str, float] = {}  # what the target set for it
@@ -150,25 +162,72 @@ class PowerCapAgent:
             self.failed = "the requested caps are unreadable"
             return {}
         self._blind: set[str] = set()
-        requests = self._requests(wanted, self._limits())
+        self._unsaved = None
+        limits = self._limits()
+        self._changed_by_hand(wanted, limits)
+        requests = self._held_down(self._requests(wanted, limits), limits)
         self.failed = None
         if self._blind:   # tried again next sync, and counted failed meanwhile (GputidePowerCapAgentFailing)
             self.failed = (f"the power limits of {', '.join(sorted(self._blind))} could not be read: their "
-                           "give-back waits for the next sync")
-        if not requests:
-            return {}
-        try:
-            applied = dict(self.target.apply_power_caps(requests))
-        except PowerCapError as err:
-            applied = err.applied
-            self.failed = f"the driver refused: {err}"
-            log.error("power caps not applied: %s", err)
+                           "cap or give-back waits for the next sync")
+        applied = self._apply(requests) if requests else {}
         for uuid, watts in applied.items():
+            if uuid not in wanted or isinstance(wanted[uuid], Restore):   # given back
+                self._forget(uuid)
             if uuid in wanted:
                 self._asked[uuid], self._applied[uuid] = wanted[uuid], watts
-            else:   # given back
-                self._forget(uuid)
+            if (held := self.before.get(uuid)) is not None:
+                self._keep(lambda u=uuid, h=held, w=watts: self.before.put(u, h._replace(set_w=w)))
+        if self._unsaved:
+            self.failed = "; ".join(filter(None, (self.failed, self._unsaved)))
         return applied
+
+    def _apply(self, requests: Mapping[str, float]) -> dict[str, float]:
+        try:
+            return dict(self.target.apply_power_caps(requests))
+        except PowerCapError as err:
+            self.failed = f"the driver refused: {err}"
+            log.error("power caps not applied: %s", err)
+            return err.applied
+
+    def _changed_by_hand(self, wanted: Mapping[str, Entry], limits: Mapping[str, PowerLimit] | None) -> None:
+        """A GPU under gputide's cap found at a limit gputide did not set (an operator's ``nvidia-smi -pl``, a
+        driver reload): that limit replaces the one before, so no later cap or give-back raises the GPU above it."""
+        for uuid, held in self.before.items():
+            limit = None if limits is None else limits.get(uuid)
+            if limit is None or isinstance(wanted.get(uuid, Restore(0.0)), Restore) or math.isnan(held.set_w) \
+                    or not abs(limit.current_w - held.set_w) > TOLERANCE_W:   # NaN: unread, nothing to say
+                continue
+            log.info("power limit of %s changed to %.0f W while capped at %.0f W by gputide (before: %.0f W): "
+                     "never raised above it", uuid, limit.current_w, held.set_w, held.before_w)
+            self._keep(lambda u=uuid, w=limit.current_w: self.before.put(u, Held(w, w)))
+
+    def _held_down(self, requests: dict[str, float], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
+        """`requests` held to each GPU's limit before gputide's cap, a give-back (RESTORE) set to it; that limit
+        is kept (written) before a GPU is first capped."""
+        held_down = {}
+        for uuid, watts in requests.items():
+            held = self.before.get(uuid)
+            limit = None if limits is None else limits.get(uuid)
+            if held is None and watts != RESTORE and limit is not None:
+                if self._unread(uuid, limit):
+                    continue   # its limit before unknown: capped once it reads
+                if not abs(limit.current_w - in_force(watts, limit)) <= TOLERANCE_W or uuid in self._asked:
+                    held = Held(limit.current_w)
+                    self._keep(lambda u=uuid, h=held: self.before.put(u, h))
+                else:
+                    log.warning("%s already runs at the %.0f W cap asked and no limit before it is known (state "
+                                "lost, or the agent restarted without one): its give-back restores the default",
+                                uuid, watts)
+            held_down[uuid] = watts if held is None else min(watts, held.before_w)
+        return held_down
+
+    def _keep(self, write) -> None:
+        try:
+            write()
+        except OSError as exc:
+            self._unsaved = f"the power limits before gputide's caps could not be written: {exc}"
+            log.error("%s", self._unsaved)
 
     def _limits(self) -> Mapping[str, PowerLimit] | None:
         limits = getattr(self.target, "power_limits", None)
@@ -204,6 +263,7 @@ class PowerCapAgent:
                 return RESTORE
             self._asked[uuid] = want   # settled: nothing to put back
             self._applied.pop(uuid, None)
+            self._keep(lambda: self.before.drop(uuid))
             return None
         if self._asked.get(uuid) != want or (limit is not None and self._lifted(uuid, limit)):
             return want
@@ -212,7 +272,8 @@ class PowerCapAgent:
     def _gives_back(self, uuid: str, cap_w: float, limit: PowerLimit | None) -> bool:
         """Whether to put `uuid`'s default limit back: it still runs at the cap gputide set. Without the GPU's
         limits (a target that cannot say) it is put back."""
-        if limit is None or holds(limit, cap_w):
+        held = self.before.get(uuid)
+        if limit is None or holds(limit, cap_w if held is None else min(cap_w, held.before_w)):
             return True
         if limit.current_w < limit.default_w - TOLERANCE_W:   # at its default already: nothing to say
                 log.info("power cap of %s given back, but the GPU runs at %.0f W (default %.0f W), not the %.0f W "
@@ -231,6 +292,7 @@ class PowerCapAgent:
     def _forget(self, uuid: str) -> None:
         self._asked.pop(uuid, None)
         self._applied.pop(uuid, None)
+        self._keep(lambda: self.before.drop(uuid))
 
     def _lifted(self, uuid: str, limit: PowerLimit) -> bool:
         """Whether a cap applied to `uuid` is in force no more: the GPU runs above it (nvidia-smi -pl, ...)."""

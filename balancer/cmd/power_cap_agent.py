@@ -1,20 +1,25 @@
 """`gputide power-cap-agent`: apply the power limits the controller asked for on this node's GPUs.
 
-    gputide power-cap-agent --node NAME [--kubeconfig PATH] [--interval 10s] [--port 9837] [--once]
+    gputide power-cap-agent --node NAME [--kubeconfig PATH] [--interval 10s] [--port 9837] [--state-file PATH]
+                            [--once]
 
 On Kubernetes the controller's `SetPowerLimit` writes `{GPU UUID: watts}` into the node annotation
 `gputide.io/power-caps`; nothing on the node acts on an annotation by itself. This agent, one per GPU node (the
 `power-cap-agent` container of `deploy/components/power-cap`, the only privileged container of gputide: setting a
 power limit needs root and CAP_SYS_ADMIN on the device), reads its node's annotation every `--interval`
 (`NodeAnnotationCaps`, read-only `get` on its node), and applies it through NVML (`NvmlBackend.apply_power_caps`)
-as `exporters.power_caps.PowerCapAgent` says: never above a GPU's default limit (a give-back sets exactly the
-default), a cap raised by hand applied again, an entry removed given back; an unreadable or malformed annotation
-changes nothing. What it applied is kept only while it runs: it applies the whole annotation when it starts, and
-removing it leaves the limits it set (NVML keeps them until the driver reloads): delete the annotation first.
+as `exporters.power_caps.PowerCapAgent` says: never above a GPU's default limit, nor above the limit the GPU ran
+at before gputide's first cap (an operator's ``nvidia-smi -pl``; a give-back puts that limit back), a cap raised by
+hand applied again, an entry removed given back; an unreadable or malformed annotation changes nothing. The limits
+found before gputide's caps are kept in `--state-file` (a JSON file on the node, a hostPath: without one they are
+kept in memory, and a restarted agent gives a GPU capped before its restart back to the default limit); what it
+applied is kept only while it runs: it applies the whole annotation when it starts, and removing it leaves the
+limits it set (NVML keeps them until the driver reloads): delete the annotation first.
 
 `/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
 `gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}`
-(`applied`, `unchanged`, `failed`: the annotation unreadable or malformed, or NVML refusing a GPU; alert
+(`applied`, `unchanged`, `failed`: the annotation unreadable or malformed, NVML refusing a GPU, or the state
+file unwritable; alert
 `GputidePowerCapAgentFailing`). The exporter's next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
 The same port serves the probes (`balancer.app.health`): `/healthz` fails once no sync has ended (whatever its
 result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent stuck in a call
@@ -113,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from balancer.cmd._args import duration, kube_client
     from balancer.cmd.exporter import nvml_backend
     from exporters.power_caps import PowerCapAgent
+    from exporters.power_limits_before import LimitsBefore
 
     if not args.node:
         raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
@@ -123,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 
     source = NodeAnnotationCaps(api, args.node)
-    agent = PowerCapAgent(source, nvml_backend())
+    if not args.state_file:
+        log.warning("no --state-file: the limits found before gputide's caps are kept in memory only")
+    agent = PowerCapAgent(source, nvml_backend(), LimitsBefore(args.state_file or None))
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry)
     if args.once:
@@ -153,6 +161,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", default="10s", help="seconds between reads of the node's caps (default 10s)")
     p.add_argument("--port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
+    p.add_argument("--state-file", default="",
+                   help="JSON file keeping each GPU's power limit from before gputide's cap across restarts "
+                        "(a hostPath; default: memory only)")
     add_listen_address(p)
     p.add_argument("--once", action="store_true", help="read and apply once, then exit")
     p.set_defaults(func=run)

@@ -147,3 +147,29 @@ def test_bad_agent_input_exits_2_naming_the_flag(argv, field, capsys):
 
     assert main(["power-cap-agent", "--once", *argv]) == 2
     assert field in capsys.readouterr().err
+
+
+def test_the_cli_keeps_the_limit_before_gputides_cap_in_its_state_file(kube, api, kubeconfig, gpus, monkeypatch,
+                                                                        clock, tmp_path):
+    import argparse
+    import json
+
+    from balancer.cmd import power_cap_agent
+    from exporters.backends import nvml as nvml_mod
+
+    kube.add(node("n1", 2))
+    gpus[1].limit_mw = 500_000   # nvidia-smi -pl 500 before gputide caps it
+    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
+    actuator.apply(cap("GPU-1", 300.0), None)
+    monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda **kw: NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"))
+    parser = argparse.ArgumentParser()
+    power_cap_agent.register(parser.add_subparsers())
+    state = tmp_path / "limits.json"
+    args = parser.parse_args(["power-cap-agent", "--node", "n1", "--kubeconfig", kubeconfig, "--once",
+                              "--state-file", str(state)])
+    assert args.func(args) == 0 and gpus[1].limit_mw == 300_000
+    assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 500.0, "set_w": 300.0}}
+    back = SetPowerLimit(reason="GPU cooled", gpu=1, uuid="GPU-1", node="n1", watts=700.0, previous_watts=300.0,
+                         give_back=True)
+    assert actuator.apply(back, None).outcome == "applied"   # the controller gives it back; a new agent carries it out
+    assert args.func(args) == 0 and gpus[1].limit_mw == 500_000

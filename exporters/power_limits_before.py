@@ -1,0 +1,82 @@
+"""What each GPU's power limit was before gputide capped it, kept across agent restarts: `LimitsBefore(path)`.
+
+The power-cap agent (`exporters.power_caps.PowerCapAgent`) never sets a GPU above the limit it found in force
+before its first cap (``nvidia-smi -pl 250`` on a 700 W board stays 250 W once gputide gives the GPU back), nor above
+one an operator set while gputide's cap was in force. The agent keeps, per GPU under its cap, a `Held`: that limit
+(``before_w``) and the one it set itself (``set_w``, NaN until it did), the latter so that a limit found elsewhere
+later (an operator, a driver reload) is told from its own.
+
+It lives in a small JSON file on the node (``{"GPU-...": {"before_w": 250.0, "set_w": 200.0}}``, written whole to a
+temporary file and renamed over, so a crash leaves the old file or the new one), because the agent restarts
+(upgrades, crash loops, the liveness probe) while NVML keeps the limits it set: a restarted agent that read the
+GPU's limit afresh would read its own cap as the operator's and never give the GPU back. A node-local file needs
+no more than the agent has (a node annotation would need `patch` on every node for a privileged pod on each of
+them); it outlives a reboot, which resets the limits, and the agent then finds the limit no longer the one it set
+and takes the one in force as the operator's (`PowerCapAgent`). Without a path it is kept in memory only (the
+agent's start-up then knows nothing, as before). An unreadable file is logged and read as empty; a write that fails
+raises `OSError` with the entry kept in memory (the agent says so and carries on: a hot GPU is capped anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+log = logging.getLogger(__name__)
+
+
+class Held(NamedTuple):
+    """A GPU under gputide's cap: the limit in force before it (never raised above), and the one gputide set."""
+
+    before_w: float
+    set_w: float = math.nan
+
+
+class LimitsBefore:
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else None
+        self._held: dict[str, Held] = self._load()
+
+    def get(self, uuid: str) -> Held | None:
+        return self._held.get(uuid)
+
+    def items(self) -> Iterator[tuple[str, Held]]:
+        return iter(list(self._held.items()))
+
+    def put(self, uuid: str, held: Held) -> None:
+        if self._held.get(uuid) != held:
+            self._held[uuid] = held
+            self._save()
+
+    def drop(self, uuid: str) -> None:
+        if self._held.pop(uuid, None) is not None:
+            self._save()
+
+    def _load(self) -> dict[str, Held]:
+        if self.path is None:
+            return {}
+        try:
+            doc = json.loads(self.path.read_text())
+            return {str(uuid): Held(float(v["before_w"]), float(v.get("set_w", math.nan)))
+                    for uuid, v in doc.items() if float(v["before_w"]) > 0}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.error("power limits before gputide's caps unreadable (%s): %s; a give-back restores the default "
+                      "limit", self.path, exc)
+            return {}
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        doc = {uuid: {"before_w": h.before_w, **({} if math.isnan(h.set_w) else {"set_w": h.set_w})}
+               for uuid, h in self._held.items()}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(doc, sort_keys=True))
+        os.replace(tmp, self.path)
