@@ -40,7 +40,8 @@ this one holds the GPU open, so the exporter restarts around them and asks again
 Any other ``NVMLError`` (NoPermission, Unknown, ...) makes the field NaN and an ``(UUID, field)`` error, asked
 again at the next scrape; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape (its
 unsupported fields stay unsupported, the others are errors) and its XID becomes 79 (fallen off the bus). Errors
-never fail a scrape.
+never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started) is left out, the others
+served (`exporters.backends.nvml_identity`).
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 between the GPU's minimum and its *default* limit, never above it, and `power_limits()` answers where each GPU's
@@ -59,8 +60,10 @@ from typing import Any
 
 import numpy as np
 
-from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
+from exporters.backends.base import GpuReadings, MigInstance
 from exporters.backends.nvml_gpm import MigActivity, sm_util
+from exporters.backends.nvml_identity import identify
+from exporters.backends.nvml_identity import text as _text
 from exporters.backends.nvml_memory import NvmlMemory
 from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
@@ -80,10 +83,6 @@ REMAP_FIELDS = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_C
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 FB_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a classic getter to fall back on
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _field_value(fv: Any, nvml: Any) -> float:
@@ -112,17 +111,9 @@ class NvmlBackend:
         nvml.nvmlInit()
         host = hostname or socket.gethostname()
         driver = _text(self._try_static(nvml.nvmlSystemGetDriverVersion, ""))   # DCGM_FI_DRIVER_VERSION label
-        self.handles: list[Any] = []
-        ids: list[GpuIdentity] = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            self.handles.append(h)
-            ids.append(GpuIdentity(gpu=str(i), uuid=_text(nvml.nvmlDeviceGetUUID(h)),
-                                   pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(h).busId),
-                                   device=f"nvidia{i}",   # dcgm-exporter's: the GPU's index, not its minor
-                                   model_name=_text(nvml.nvmlDeviceGetName(h)), hostname=host,
-                                   driver_version=driver))
-        self.identity = tuple(ids)
+        gpus = identify(nvml, host, driver)   # a GPU NVML cannot name is left out (`nvml_identity`)
+        self.handles: list[Any] = gpus.handles
+        self.identity = ids = gpus.identity
         self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}
         minors = [self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None) for h in self.handles]
         self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(minors, ids) if m is not None}
@@ -142,7 +133,7 @@ class NvmlBackend:
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
-        self._mig = NvmlMigLookup(nvml, self.handles)
+        self._mig = NvmlMigLookup(nvml, gpus.by_index)
         self._memory = NvmlMemory(nvml)
         self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, self.handles, strict=True)})
 

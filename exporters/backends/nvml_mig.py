@@ -46,7 +46,8 @@ def _text(v: Any) -> str:
 
 
 class NvmlMigLookup:
-    """`MigLookup` over NVML (module docstring); `handles` are the backend's GPU handles in NVML index order."""
+    """`MigLookup` over NVML (module docstring); `handles` are the backend's GPU handles in NVML index order (None
+    for a GPU it left out)."""
 
     def __init__(self, nvml: Any, handles: Sequence[Any]) -> None:
         self.nvml, self.handles = nvml, handles
@@ -60,7 +61,7 @@ class NvmlMigLookup:
         try:
             if index:
                 gpu, mig = int(index[1]), int(index[2])
-                if gpu >= len(self.handles):
+                if gpu >= len(self.handles) or self.handles[gpu] is None:   # None: a GPU the backend left out
                     return None
                 found = self._describe(nvml.nvmlDeviceGetMigDeviceHandleByIndex(self.handles[gpu], mig))
             elif device_id.startswith("MIG-"):
