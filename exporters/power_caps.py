@@ -195,7 +195,10 @@ class PowerCapAgent:
         driver reload): that limit replaces the one before, so no later cap or give-back raises the GPU above it."""
         for uuid, held in self.before.items():
             limit = None if limits is None else limits.get(uuid)
-            if limit is None or isinstance(wanted.get(uuid, Restore(0.0)), Restore) or math.isnan(held.set_w) \
+            capped = not isinstance(wanted.get(uuid, Restore(0.0)), Restore)
+            if math.isnan(held.set_w) and not capped:   # a first cap never applied (refused), asked no more
+                self._keep(lambda u=uuid: self.before.drop(u))
+            if limit is None or not capped or math.isnan(held.set_w) \
                     or not abs(limit.current_w - held.set_w) > TOLERANCE_W:   # NaN: unread, nothing to say
                 continue
             log.info("power limit of %s changed to %.0f W while capped at %.0f W by gputide (before: %.0f W): "

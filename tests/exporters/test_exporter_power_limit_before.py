@@ -132,3 +132,20 @@ def test_an_unreadable_state_file_is_read_as_empty(tmp_path, content):
     store = LimitsBefore(state)
     store.put("GPU-0", Held(250.0))
     assert LimitsBefore(state).get("GPU-0") == Held(250.0)
+
+
+def test_a_first_cap_the_driver_refused_and_no_longer_asked_for_leaves_no_limit_before(caps, gpus, tmp_path):
+    from exporters.backends.fake_nvml import NVMLError_NoPermission
+
+    gpus[0].fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
+    a = agent(caps({"GPU-0": 200}), gpus, tmp_path / "state.json")
+    a.sync()
+    gpus[0].fail.clear()
+    a.source = caps({})   # withdrawn before it was ever applied
+    a.sync()
+    gpus[0].limit_mw = 300 * W   # the operator's limit since
+    a.source = caps({"GPU-0": 200})
+    a.sync()
+    a.source = caps({})
+    a.sync()
+    assert gpus[0].limit_mw == 300 * W   # not the 250 W found before the refused cap
