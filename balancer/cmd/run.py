@@ -41,6 +41,12 @@ from balancer.cmd._args import (
     parse_interval,
     stop_file,
 )
+from balancer.cmd._run_parts import (
+    MOST_FORECAST_HISTORY_D,
+    capacity_flags,
+    capacity_parts,
+    kubernetes_sources,
+)
 from balancer.errors import InputError
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -54,11 +60,6 @@ MOST_ACTION_DEADLINE_S = 600.0   # the grace period and the liveness limit grow 
 # a reading's age reaches the scrape interval + the rules' 15 s evaluation + the scrape's own time (31 s or so with
 # the shipped 15 s scrapes): a limit below this holds a healthy controller still whenever a scrape is slow
 STALE_FLOOR_S = 45.0
-# the forecaster keeps this much of a service's demand and drops anything older: more history is read and fitted
-# for nothing (a 1400d typo read years at a coarse step), so --forecast-history stops here
-MOST_FORECAST_HISTORY_D = 28.0
-CAPACITY_FLAGS = (("--forecast-model", "forecast_model"), ("--forecast-history", "forecast_history"),
-                  ("--demand-query", "demand_query"))
 
 
 def own_namespace(env: dict[str, str] | None = None, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -188,31 +189,6 @@ def stale_after(text: str | None, policy: config.BalancerPolicy, policy_file: st
                             "holds still anyway), such as 2m")
 
 
-def capacity_flags(args: argparse.Namespace) -> None:
-    """The forecaster's flags mean something only with --services: without it, refuse them rather than ignore them
-    (a --forecast-model typo or a --demand-query that would never be read), and check their values up front."""
-    if not args.services:
-        for flag, name in CAPACITY_FLAGS:
-            if getattr(args, name) is not None:
-                raise InputError(None, flag, getattr(args, name), "only with --services FILE (capacity shifting "
-                                                                  "is all that reads it)")
-        return
-    from balancer.forecast.base import MODELS
-
-    if args.forecast_model is not None and args.forecast_model not in MODELS:
-        raise InputError(None, "--forecast-model", args.forecast_model, ", ".join(sorted(MODELS)))
-    if args.forecast_history is not None:
-        forecast_history_days(args.forecast_history)
-
-
-def forecast_history_days(text: str, field: str = "--forecast-history") -> float:
-    """Days of demand history to read when a service is first seen: a finite positive duration, no more than the
-    forecaster keeps (`MOST_FORECAST_HISTORY_D`)."""
-    most = MOST_FORECAST_HISTORY_D * 86400.0
-    return duration_between(text, field, 0.0, most, f"a finite positive duration up to {MOST_FORECAST_HISTORY_D:.0f}d "
-                            "(the forecaster keeps no more of a service's demand), such as 14d") / 86400.0
-
-
 def lease_elector(api_client, name: str, namespace: str | None, interval_s: float):
     """A Lease elector for this pod (identity `POD_NAME`, else the host name) in `namespace` (default: the pod's
     own), the lease lasting three intervals (at least 15 s) and renewed within two thirds of that."""
@@ -298,63 +274,6 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
                       metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}),
                       policy_source=reloader.poll if reloader else None)
-
-
-def kubernetes_sources(api_client, interval: float, once: bool, metrics: ControllerMetrics):
-    """(workload overrides, node overrides) from the Kubernetes API: what the metrics cannot say of pods (owners,
-    priorities, elastic bounds, node rules) and of nodes (labels, taints); (None, None) without an API client. A
-    long-running controller lists once and follows the watches; `--once` lists once and exits."""
-    if api_client is None:
-        return None, None
-    from balancer.actuate.k8s_nodes import KubernetesNodes
-    from balancer.actuate.k8s_workloads import KubernetesWorkloads
-
-    ttl = max(interval, 30.0)
-    overrides = KubernetesWorkloads(api_client, ttl_s=ttl, watch=not once)
-    nodes = KubernetesNodes(api_client, ttl_s=ttl, watch=not once)
-    for what, lw in (("pods", overrides.watch), ("nodes", nodes.watch), ("jobs", overrides.jobs.watch),
-                     ("poddisruptionbudgets", overrides.budgets.watch),
-                     ("namespaces", overrides.namespaces.watch),
-                     # followed only once a running GPU pod mounts a claim: 0 synced until then
-                     ("persistentvolumeclaims", overrides.claims.watch), ("persistentvolumes", overrides.volumes.watch),
-                     # pods that ran to their end (dropped from the GPU attribution), Jobs' failure budgets
-                     ("finished_pods", overrides.finished.watch), ("job_facts", overrides.jobs_facts.watch)):
-        if lw is not None:
-            metrics.follow_watch(what, lambda lw=lw: lw.synced, lambda lw=lw: lw.failures)
-    return overrides, nodes
-
-
-def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, source, interval: float,
-                   profiles: dict | None = None):
-    """(planner, forecaster) for tidal capacity shifting, or (None, None) when the policy leaves it off."""
-    if not policy.capacity.enabled:
-        if args.services:
-            raise InputError(args.policy, "capacity.enabled", False, "true when --services is given")
-        return None, None
-    if not args.services:
-        raise InputError(args.policy, "capacity.enabled", True,
-                         "false, or --services FILE naming the inference services capacity shifting may resize")
-    from balancer.app.capacity_run import (
-        DEFAULT_DEMAND_QUERY,
-        CapacityLoopPlanner,
-        PrometheusDemandHistory,
-        load_profiles,
-    )
-    from balancer.forecast.online import DemandForecaster
-    from balancer.forecast.service import ServiceForecaster
-    from balancer.plan.capacity import CapacityPolicy
-    from balancer.plan.capacity_plan import reclaim_horizon_s
-
-    profiles = profiles if profiles is not None else load_profiles(args.services)
-    cap = CapacityPolicy.from_config(policy.capacity)
-    step = policy.forecast.step_s
-    history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,
-                                      forecast_history_days(args.forecast_history or "14d"), step, cluster=args.cluster)
-    # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
-    horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
-    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model or "mstl", step_s=step,
-                                                    history_days=MOST_FORECAST_HISTORY_D), horizon, history=history)
-    return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
 
 
 def run(args: argparse.Namespace) -> int:

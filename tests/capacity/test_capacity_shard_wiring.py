@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from balancer.cli import build_parser
-from balancer.cmd.run import capacity_parts
+from balancer.cmd._run_parts import capacity_parts
 from balancer.config import BalancerPolicy
 
 

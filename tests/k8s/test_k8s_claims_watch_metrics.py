@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fakeapi import FakeKube, claim, pod, volume
 
-from balancer.cmd.run import kubernetes_sources
+from balancer.cmd._run_parts import kubernetes_sources
 from balancer.metrics import ControllerMetrics
 from tests.k8s.test_k8s_watch import eventually
 

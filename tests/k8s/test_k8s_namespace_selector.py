@@ -110,7 +110,7 @@ def test_a_watching_controller_re_evaluates_the_term_when_a_namespaces_labels_ch
 
 
 def test_the_namespaces_watch_reaches_the_controller_metrics(api):
-    from balancer.cmd.run import kubernetes_sources
+    from balancer.cmd._run_parts import kubernetes_sources
     from balancer.metrics import ControllerMetrics
 
     metrics = ControllerMetrics()
