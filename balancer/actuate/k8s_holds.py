@@ -13,18 +13,21 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
 A hold made in a pass holds the node for the rest of that pass too (the pass's view of the node and its filters
 are updated at once). It ends when the pod is bound: on the held node the binding uses it up
 (`k8s_filters.take`), elsewhere `release_elsewhere` gives the held nodes back at once rather than when their
-reservations expire.
+reservations expire. So does a pod that no longer waits for this scheduler: a binding answered 409 (bound by
+someone else) or 404 (deleted) gives its holds back in that turn, and each pass gives back the holds this
+scheduler made (the reservation's `scheduler` field) for pods that are no longer among its pending pods
+(`release_gone`: deleted while its victims terminate, bound elsewhere, finished), before any pod is placed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from balancer.actuate.k8s_filters import Offers
 from balancer.actuate.k8s_nodes import annotation_map_change
-from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting, model_allows
+from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting, holds_of, model_allows
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
@@ -150,7 +153,8 @@ class Holds:
 
     def release_elsewhere(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
         """A pod that held other nodes for itself (preemption, starvation: reservations under its own name) and was
-        bound to node i gives them back at once rather than when they expire."""
+        bound to node i gives them back at once rather than when they expire (i = -1: it was bound by someone else
+        or deleted, every node it held is given back)."""
         key = req["name"]
         for j in list(offers.reserving):   # the few nodes with reservations, not every node
             node = view[j]
@@ -164,6 +168,30 @@ class Holds:
                 except ActuationError as err:   # it expires on its own
                     log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,
                                 node["name"], err)
+
+    def release_gone(self, view: list[Json], waiting: Collection[str]) -> None:
+        """Give back at once the nodes this scheduler holds for pods no longer `waiting` (its pending pods, as the
+        pass read them: deleted, bound by anyone, finished), out of `view` (before the pass's filters are built) and
+        off the nodes; they held the room for no one until they expired (`reserve_s`), while other pods waited.
+        Nothing is written once `halted()` (the pass stops; the next leader does it). A write that fails is logged:
+        the reservation expires on its own."""
+        for node in view:
+            gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []
+            if not gone:
+                continue
+            node["reservations"] = {k: v for k, v in node["reservations"].items() if k not in gone}
+            for key in gone:
+                self.preemptor.release(node["name"], key)
+            if self.preemptor.halted():
+                continue
+            log.info("scheduler %s: %s no longer wait(s) for a node: %s given back", self.scheduler_name,
+                     ", ".join(gone), node["name"])
+            try:
+                self.api.update_node(node["name"], lambda n, g=gone: annotation_map_change(
+                    n, self.reservation_annotation, dict.fromkeys(g)))
+            except ActuationError as err:   # it expires on its own
+                log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, ", ".join(gone),
+                            node["name"], err)
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a

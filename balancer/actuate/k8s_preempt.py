@@ -26,7 +26,7 @@ once the victims are gone. If an eviction fails, the reservation is released and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from balancer import catalog
@@ -40,6 +40,14 @@ from balancer.plan.preemption import Preemption, Running, choose
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+HOLDER = "scheduler"   # a reservation's field naming the scheduler that holds the node for a pod of its own
+
+
+def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
+    """The keys of the holds `scheduler` made on `node` (preemption, starvation: `HOLDER`) for pods no longer in
+    `waiting`: deleted, bound (elsewhere, by anyone) or finished, they hold the node for no one. A Migrate's
+    reservation (no `HOLDER`: it is keyed by the workload, whose replacement pod does not exist yet) is never one."""
+    return [k for k, e in node["reservations"].items() if e.get(HOLDER) == scheduler and k not in waiting]
 
 
 def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mapping[str, float]) -> dict[str, float]:
@@ -157,7 +165,7 @@ class Preemptor:
         if self.halted():
             raise ActuationError(f"node {node} not held for {key}: stopping, or the Lease is lost")
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
-                 "expires": rfc3339(self.clock() + self.reserve_s)}
+                 "expires": rfc3339(self.clock() + self.reserve_s), HOLDER: self.scheduler_name}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
         self._held.setdefault(node, {})[key] = entry
         return entry

@@ -247,6 +247,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
             pending = [resolver.request(r) for r in pending]
             self.volumes.start_pass(pending, self.halted)
             view = self.nodes_view()
+            self.holds.release_gone(view, {r["name"] for r in pending})   # holds for pods that wait no more
             return pending, _Pass(
                 view, {n["name"]: i for i, n in enumerate(view)},
                 Offers(view, PodPlacement(view, self._bound(), resolver.term)),
@@ -317,8 +318,11 @@ class SecondaryScheduler(Binder, SchedulerReads):
             ps.results[req["name"]], self.reasons[req["name"]] = None, why
             return
         bound = self._bind(req, ps.view[i])
-        if bound is not None:
-            ps.results[req["name"]] = bound or None
+        if bound is None:   # bound by someone else, or deleted: the nodes it held are held for no one
+            with self.api.reserve():
+                self.holds.release_elsewhere(req, -1, ps.view, ps.offers)
+            return
+        ps.results[req["name"]] = bound or None
         if not bound:
             return
         ps.offers.update(i, req)   # and counted where pods run, for pod affinity

@@ -49,7 +49,8 @@ def test_a_starving_pod_keeps_the_cpu_it_needs_on_the_node_it_holds(kube: FakeKu
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     assert sched.schedule_once() == {"default/big": None} and sched.starving == [("default/big", "a")]
     assert held(kube, "a")["default/big"] | {"expires": None} == {
-        "pod": "default/big", "gpus": [], "count": 1, "cpu_milli": 8000, "memory_mib": 8192, "expires": None}
+        "pod": "default/big", "gpus": [], "count": 1, "cpu_milli": 8000, "memory_mib": 8192, "expires": None,
+        "scheduler": "gputide"}   # a hold of this scheduler's: given back once the pod no longer waits
     kube.delete("pods", "busy", "default")                               # a: 2 GPUs and 8 CPU free
     kube.add(pending("b", b_gpus, clock, priority=10))                   # placed first: a GPU would be left over
     assert sched.schedule_once() == {"default/b": None, "default/big": "a"}
