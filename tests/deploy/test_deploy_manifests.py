@@ -154,7 +154,11 @@ def test_exporter_runs_on_gpu_nodes_and_only_the_power_cap_agent_is_privileged(o
     sock = "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"
     assert sock in exporter["args"]
     host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
-    assert host == {"pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}}
+    # the power-cap agent's own host folder: the limits before gputide's caps (test_deploy_node_agents.py)
+    agent_host = {"power-limits-before": {"path": "/var/lib/gputide/power-cap-agent", "type": "DirectoryOrCreate"}}
+    assert host == {"pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+                    **(agent_host if overlay == "overlays/power-cap" else {})}
+    assert not {m["name"] for m in exporter["volumeMounts"]} & set(agent_host)
     assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True} in \
         exporter["volumeMounts"]
     namespace = one(overlay, "Namespace", "gputide")["metadata"]["labels"]

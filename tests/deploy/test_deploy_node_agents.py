@@ -101,3 +101,17 @@ def test_a_hung_power_cap_agent_is_restarted_and_a_healthy_one_is_not():
         assert (interval, limit, restart_s) == (10.0, 60.0, 120.0)
     text = re.sub(r"\s*#\s*", " ", (ROOT / "deploy/components/power-cap/power-cap-agent.yaml").read_text())
     assert "60 s at --interval=10s" in text and "restarted within 2 minutes" in text
+
+
+def test_the_power_cap_agent_keeps_the_limits_before_its_caps_on_the_node():
+    """The limit a GPU ran at before gputide's first cap (an operator's `nvidia-smi -pl 250`) is what a give-back
+    restores; kept only in memory, an agent restart (a rollout, an OOM kill) would give the GPU its board default
+    instead. The shipped agent writes it to --state-file on a hostPath that outlives the pod, and the flag parses."""
+    pod = one("overlays/power-cap", "DaemonSet", "gputide-exporter")["spec"]["template"]["spec"]
+    (agent,) = [c for c in pod["containers"] if c["name"] == "power-cap-agent"]
+    (path,) = [a.split("=", 1)[1] for a in agent["args"] if a.startswith("--state-file=")]
+    (mount,) = [m for m in agent.get("volumeMounts", []) if path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert not mount.get("readOnly", False)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+    assert build_parser().parse_args(agent["args"]).state_file == path
