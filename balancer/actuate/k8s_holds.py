@@ -5,7 +5,8 @@ of its GPUs, CPU and memory (node annotation `gputide.io/reserved-for`, the one 
 every replica of the scheduler; `k8s_filters` offers no other pod what it holds):
 
 * **preemption** (`k8s_preempt`): pods of lower priority are evicted from a node, which is held while they
-  terminate;
+  terminate; where an eviction failed after others were made, the node stays held and each pass evicts the
+  victims left (`resume`);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node (groups do not preempt).
@@ -27,7 +28,14 @@ from typing import Any
 
 from balancer.actuate.k8s_filters import Offers
 from balancer.actuate.k8s_nodes import annotation_map_change
-from balancer.actuate.k8s_preempt import Preemptor, closest_to_fitting, holds_of, model_allows
+from balancer.actuate.k8s_preempt import (
+    LEFT,
+    Evictions,
+    Preemptor,
+    closest_to_fitting,
+    holds_of,
+    model_allows,
+)
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
@@ -66,10 +74,13 @@ class Holds:
     def preempt(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers) -> str:
         """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""
         when preemption is off, the pod opts out, already holds a node while its victims terminate, or no node
-        can make room. The reservation made holds the node for the rest of the pass too, and the victims are no
+        can make room. A pod holding a node where an eviction failed evicts the victims left there instead
+        (`resume`). The reservation made holds the node for the rest of the pass too, and the victims are no
         one else's victims in it."""
-        if not self.preemption or not req["preempt"] or offers.holds_for(req):
+        if not self.preemption or not req["preempt"]:
             return ""
+        if offers.holds_for(req):
+            return self.resume(req, view, offers)
         if req["pod_affinity"]:   # victims would change where pods run: not weighed
             return " preemption: not considered for a pod with required pod affinity or anti-affinity."
         bound = self._bound_by_node()
@@ -77,18 +88,44 @@ class Holds:
             choice = self.preemptor.plan(req, self._candidates(req, view, offers), bound)
             if choice is None:
                 return ""
-            entry = self.preemptor.preempt(req, choice)
+            done = self.preemptor.preempt(req, choice)
         except ActuationError as err:
             log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
             return f" preemption failed: {err}."
-        gone = {v.key for v in choice.victims}
+        gone = {v.key for v in choice.victims} - set(done.left)
         bound[choice.node] = [u for u in bound[choice.node] if u.key not in gone]
-        self._hold(req, index[choice.node], view, offers, entry)
-        self.preempted += [(v.key, choice.node) for v in choice.victims]
-        done = (f"preempting {len(choice.victims)} pod(s) of lower priority on {choice.node}: "
-                f"{', '.join(sorted(gone))}")
-        log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], done)
-        return f" preemption: {done}."
+        self._hold(req, index[choice.node], view, offers, done.entry)
+        self.preempted += [(v, choice.node) for v in done.done]
+        did = (f"preempting {len(done.done)} pod(s) of lower priority on {choice.node}: "
+               f"{', '.join(sorted(done.done))}")
+        log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], did)
+        return f" preemption: {did}{self._left_said(choice.node, done)}."
+
+    def resume(self, req: Json, view: list[Json], offers: Offers) -> str:
+        """For a pod that holds a node already: evict the victims a failed eviction left there (`Preemptor.resume`),
+        " preemption: ..." saying so; "" when none are left (its victims terminate: it waits for them)."""
+        key = req["name"]
+        i = next((j for j in offers.reserving if (view[j]["reservations"].get(key) or {}).get(LEFT)), None)
+        if i is None:
+            return ""
+        node, bound = view[i]["name"], self._bound_by_node()
+        done = self.preemptor.resume(req, node, view[i]["reservations"][key], {u.key for u in bound.get(node, ())})
+        bound[node] = [u for u in bound.get(node, ()) if u.key not in done.done]   # no one else's victims
+        view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}   # holds as much as before
+        self.preempted += [(v, node) for v in done.done]
+        if done.done:
+            log.info("scheduler %s: %s: evicted the rest of its victims on %s: %s", self.scheduler_name, key, node,
+                     ", ".join(done.done))
+        did = f"evicted {', '.join(sorted(done.done))} on {node}" if done.done else f"holding {node}"
+        return f" preemption: {did}{self._left_said(node, done)}."
+
+    @staticmethod
+    def _left_said(node: str, done: Evictions) -> str:
+        """What a preemption's evictions left undone, as words ("" when nothing)."""
+        if not done.left:
+            return ""
+        return (f"; evicting {done.left[0]} failed ({done.error}): {node} stays held while the evicted pods "
+                f"terminate, and {', '.join(done.left)} is evicted at the next pass")
 
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
                           now: float) -> str:

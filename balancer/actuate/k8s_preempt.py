@@ -20,13 +20,18 @@ lower priority are ever victims, and as few and as unimportant as the node allow
 
 Then: reserve the node's GPUs, CPU and memory for the pod (expiring after `reserve_s`), evict each victim with an Event
 `Preempted` on it ("Preempted by <pod> on node <node>"), set the pod's nominated node. A later pass binds the pod
-once the victims are gone. If an eviction fails, the reservation is released and the pod is told why.
+once the victims are gone. If an eviction fails before any victim was evicted, the reservation is released and
+the pod is told why; once some were, the node stays held for the pod while they terminate (given back, their room
+would go to whoever came first), the victims left are written on the reservation (`victims`), and each later pass
+evicts them (`resume`) until none is left, the pod no longer waits (`k8s_holds.release_gone`) or the reservation
+expires, after which the pod plans afresh with the room already made.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from balancer import catalog
@@ -41,6 +46,25 @@ from balancer.plan.preemption import Preemption, Running, choose
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 HOLDER = "scheduler"   # a reservation's field naming the scheduler that holds the node for a pod of its own
+LEFT = "victims"       # a preemption's reservation field: the victims still to evict (an eviction failed)
+
+
+@dataclass(slots=True)
+class Evictions:
+    """What a preemption's evictions did: the victims evicted, found gone already, and left (from the one that
+    failed, or where `halted()` stopped them, on), the error that stopped them, and the reservation holding the
+    node for the pod afterwards."""
+
+    evicted: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    error: ActuationError | None = None
+    entry: Json = field(default_factory=dict)
+
+    @property
+    def done(self) -> list[str]:
+        """The victims whose room is made: evicted, or gone already."""
+        return [*self.evicted, *self.gone]
 
 
 def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
@@ -170,39 +194,89 @@ class Preemptor:
         self._held.setdefault(node, {})[key] = entry
         return entry
 
-    def preempt(self, req: Json, choice: Preemption) -> Json:
-        """Reserve the node for `req`, evict the victims, nominate the node; returns the reservation made. Nothing
-        more once `halted()`: the victims evicted by then have made room for the pod, which the node stays held for."""
+    def preempt(self, req: Json, choice: Preemption) -> Evictions:
+        """Reserve the node for `req`, evict the victims, nominate the node (module docstring). An eviction that
+        fails before any victim was evicted gives the node back (and raises: nothing was done); after some were, the
+        node stays held for the pod while they terminate, and the victims left are written on its reservation
+        (`LEFT`) for the next pass to evict (`resume`): given back, the room the evicted victims free would go to
+        whoever came first, while the pod still waited for the rest. Nothing more once `halted()`: the victims
+        evicted by then have made room for the pod, which the node stays held for."""
         key = req["name"]
         entry = self.reserve(req, choice.node)
         # those a budget covers first: a refusal (429, the budget spent meanwhile) then comes before a victim
         # without one is killed for a preemption that does not happen
-        for v in sorted(choice.victims, key=lambda v: not v.budgets):
-            if self.halted():   # the Lease lost (or stopping) meanwhile: no one more is evicted, the node stays held
-                raise ActuationError(f"evicting no more for {key}: stopping, or the Lease is lost")
-            ns, name = v.key.split("/", 1)
-            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
-            try:
-                self.api(f"evict pod {v.key}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
-                         retry_throttled=False, halt=self.halted)
-            except NotFoundError:   # gone already: its room is free all the same
-                continue
-            except ActuationError:   # a budget changed meanwhile, or the API failed: give the node back
-                self.release(choice.node, key)
-                with self.api.reserve():   # undoing: on the time the pod's turn keeps for it
-                    self.api.update_node(choice.node, lambda n: annotation_map_change(
-                        n, self.reservation_annotation, {key: None}))
-                raise
-            for b in v.budgets:   # the eviction used one of each budget's disruptions
-                self._spent[b] = self._spent.get(b, 0) + 1
-            self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
-                        f"Preempted by {key} on node {choice.node}")
+        done = self._evict(key, choice.node, [(v.key, v.budgets) for v in sorted(choice.victims,
+                                                                                key=lambda v: not v.budgets)])
+        if done.error is not None and not done.evicted:
+            if self.halted():   # the Lease lost (or stopping) meanwhile: nothing is written, the node stays held
+                raise done.error
+            self.release(choice.node, key)   # a budget changed meanwhile, or the API failed: give the node back
+            with self.api.reserve():   # undoing: on the time the pod's turn keeps for it
+                self.api.update_node(choice.node, lambda n: annotation_map_change(
+                    n, self.reservation_annotation, {key: None}))
+            raise done.error
+        done.entry = self._left(key, choice.node, entry, done.left) if done.left else entry
+        if self.halted():
+            return done
         try:
             self.api(f"pod {key} status", self.api.core.patch_namespaced_pod_status, req["pod"], req["namespace"],
                      {"status": {"nominatedNodeName": choice.node}}, _content_type=MERGE_PATCH)
         except ActuationError as err:   # informational only: the reservation is what holds the node
             log.warning("scheduler %s: cannot nominate %s for %s: %s", self.scheduler_name, choice.node, key, err)
-        return entry
+        return done
+
+    def resume(self, req: Json, node: str, entry: Json, running: Collection[str]) -> Evictions:
+        """Evict the victims a preemption left (`entry[LEFT]`, the pod's reservation on `node`) that are still
+        among `running` (the pods bound there; the others are gone), and write down those left again (none: the
+        preemption is complete, the reservation holds the node as any other). The node stays held either way, until
+        the pod is bound, no longer waits, or the reservation expires (then the pod plans afresh)."""
+        victims = [(k, ()) for k in entry.get(LEFT) or () if k in running]
+        done = self._evict(req["name"], node, victims)
+        done.entry = entry if done.left == list(entry.get(LEFT) or ()) else self._left(req["name"], node, entry,
+                                                                                        done.left)
+        return done
+
+    def _left(self, key: str, node: str, entry: Json, left: list[str]) -> Json:
+        """`entry` (`key`'s reservation on `node`) with the victims `left` to evict written on it (none: removed);
+        not written once `halted()` (the entry as it was)."""
+        new = {k: v for k, v in entry.items() if k != LEFT} | ({LEFT: left} if left else {})
+        if self.halted():
+            return entry
+        try:
+            with self.api.reserve():   # completing what the turn began
+                self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: new}))
+        except ActuationError as err:   # the node stays held; the victims left are planned afresh once it expires
+            log.warning("scheduler %s: cannot note the victims left for %s on %s: %s", self.scheduler_name, key,
+                        node, err)
+            return entry
+        self._held.setdefault(node, {})[key] = new
+        return new
+
+    def _evict(self, key: str, node: str, victims: Sequence[tuple[str, Sequence[str]]]) -> Evictions:
+        """Evict `victims` ((pod, the budgets covering it)) in order for `key`, until one fails or `halted()`."""
+        done = Evictions()
+        for n, (victim, budgets) in enumerate(victims):
+            if self.halted():   # the Lease lost (or stopping) meanwhile: no one more is evicted
+                done.left, done.error = [v for v, _ in victims[n:]], ActuationError(
+                    f"evicting no more for {key}: stopping, or the Lease is lost")
+                return done
+            ns, name = victim.split("/", 1)
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+            try:
+                self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
+                         retry_throttled=False, halt=self.halted)
+            except NotFoundError:   # gone already: its room is free all the same
+                done.gone.append(victim)
+                continue
+            except ActuationError as err:   # a budget changed meanwhile, or the API failed
+                done.left, done.error = [v for v, _ in victims[n:]], err
+                return done
+            for b in budgets:   # the eviction used one of each budget's disruptions
+                self._spent[b] = self._spent.get(b, 0) + 1
+            done.evicted.append(victim)
+            self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
+                        f"Preempted by {key} on node {node}")
+        return done
 
     def _event(self, involved: Json, kind: str, reason: str, message: str) -> None:
         try:
