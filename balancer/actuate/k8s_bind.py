@@ -5,7 +5,8 @@ reservation it used up there is released.
 A 409 on a binding is a pod bound by someone else, unless the pod is bound to the very node asked for: then it is
 this scheduler's own binding, made though its answer was lost (a 504 or a timeout, and the retry found it made),
 and it is counted as made. Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on
-top of it.
+top of it. Bound to another node (by a replica that lost the Lease with its binding in flight, say), the pod is no
+longer this pass's to place, but it is assumed where it runs all the same, for the same reason.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ class Binder:
             self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
                      req["namespace"], body, halt=self.halted)
         except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
-            if isinstance(err, ConflictError) and self.bound_node(req) == node["name"]:   # ours, its answer lost
+            where = self.bound_node(req) if isinstance(err, ConflictError) else None
+            if where == node["name"]:   # ours, its answer lost
                 return self._bound_to(req, node)
+            if where:   # someone else's binding (a replica that lost the Lease mid-binding): it runs there all the same
+                self._assume(req, where)
             log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
             return None
         except ActuationError as err:
@@ -56,12 +60,16 @@ class Binder:
             return ""
         return self._bound_to(req, node)
 
-    def _bound_to(self, req: Json, node: Json) -> str:
-        """`req` is bound to `node`: assumed there, and the reservation it used up there released."""
+    def _assume(self, req: Json, node: str) -> None:
+        """Count `req` on `node` until the caches show it there (`k8s_sched_reads`)."""
         self._assumed[req["name"]] = (self.clock(), Usage(
-            node["name"], req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
+            node, req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
             req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
             req["pod_affinity"].anti if req["pod_affinity"] else ()))
+
+    def _bound_to(self, req: Json, node: Json) -> str:
+        """`req` is bound to `node`: assumed there, and the reservation it used up there released."""
+        self._assume(req, node["name"])
         key = take(node, req)
         if key is not None:
             self.holds.preemptor.release(node["name"], key)

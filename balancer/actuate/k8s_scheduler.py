@@ -66,7 +66,7 @@ from typing import Any
 
 from balancer.actuate.k8s_bind import Binder
 from balancer.actuate.k8s_budget import PASS_READS_DEADLINE_S, POD_DEADLINE_S
-from balancer.actuate.k8s_filters import Offers, unschedulable, why_not
+from balancer.actuate.k8s_filters import Offers, take, unschedulable, why_not
 from balancer.actuate.k8s_gang import DEFERRED, deferred_message, groups, member_counts, missing, trial
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_namespaces import Resolver
@@ -321,6 +321,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         if bound is None:   # bound by someone else, or deleted: the nodes it held are held for no one
             with self.api.reserve():
                 self.holds.release_elsewhere(req, -1, ps.view, ps.offers)
+            self._count_elsewhere(req, ps)
             return
         ps.results[req["name"]] = bound or None
         if not bound:
@@ -334,6 +335,18 @@ class SecondaryScheduler(Binder, SchedulerReads):
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
+
+    def _count_elsewhere(self, req: Json, ps: _Pass) -> None:
+        """A pod someone else bound meanwhile (`_bind` assumed it where it runs) takes its share of that node for
+        the rest of the pass too: the next pod is not bound on top of it."""
+        assumed = self._assumed.get(req["name"])
+        j = ps.index.get(assumed[1].node) if assumed else None
+        if j is None:
+            return
+        take(ps.view[j], req)
+        ps.offers.update(j, req)
+        if ps.session is not None:
+            ps.session.bound(j)
 
     def _leads(self, ps: _Pass) -> bool:
         """Whether the pass may begin a pod or a binding: not once stopped (`stop()`) or the Lease is lost."""

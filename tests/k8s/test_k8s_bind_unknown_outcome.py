@@ -53,3 +53,21 @@ def test_a_binding_made_whose_answer_was_lost_uses_up_its_reservation(kube: Fake
     assert kube.get("pods", "first", "default")["spec"]["nodeName"] == "a"
     annotations = kube.get("nodes", "a")["metadata"].get("annotations") or {}
     assert json.loads(annotations.get(RESERVATION_ANNOTATION) or "{}") == {}   # not held for 5 min for nobody
+
+
+def test_a_pod_someone_else_bound_elsewhere_meanwhile_takes_its_gpus_there(kube: FakeKube, api, clock):
+    """A replica that lost the Lease with its binding in flight bound `first` to b, while this pass picked a for it:
+    409. The pod is not this pass's to place, but it runs on b: the next pod must not be bound on top of it."""
+    kube.add(node("a", 2, labels={"pool": "x"}))
+    kube.add(node("b", 2))
+    first = pending("first", 2, 10)
+    first["spec"]["nodeSelector"] = {"pool": "x"}                 # this pass picks a for it
+    kube.add(first)
+    kube.add(pending("second", 2, 0))                               # b, the node with the most free, if b looked free
+    kube.before("POST", r"/pods/first/binding$",
+                lambda: kube.mutate("pods", "first", "default", {"spec": {"nodeName": "b"}}))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    assert sched.schedule_once() == {"default/second": "a"}
+    clock.advance(5)
+    kube.add(pending("third", 2, 0))
+    assert sched.schedule_once() == {"default/third": None}         # a and b are both taken
