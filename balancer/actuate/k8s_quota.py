@@ -4,7 +4,10 @@ between two ClusterQueues of a cohort.
 `KueueQuota` reads a Job's Workloads and the ClusterQueues through the gateway's `_Api` and patches the queues'
 `nvidia.com/gpu` nominalQuota in one ResourceFlavor; which flavor is decided by the pure rules of `k8s_kueue`
 (the one Kueue admitted the Job under, else the only one both queues hold). The lender is lowered first, so the
-cohort's total never exceeds what exists, and restored if raising the borrower fails.
+cohort's total never exceeds what exists, and restored if raising the borrower fails. The two writes are made
+durable by a record of the move on the lender, written in the patch that lowers it, and the move's id noted on the
+borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a failure) left open is settled,
+completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
 (Kueue owns such a Job's `spec.suspend`: see `k8s_training`).
@@ -14,9 +17,22 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
+from collections.abc import Callable
 
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
 from balancer.actuate.k8s_requests import quantity
+from balancer.actuate.k8s_transfer import (
+    RECEIVED,
+    RECEIVED_ANNOTATION,
+    TRANSFER_ANNOTATION,
+    VOID,
+    Transfer,
+    last_move,
+    received_note,
+    state,
+    with_notes,
+)
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     KUEUE,
@@ -105,63 +121,145 @@ class KueueQuota:
     def check_queues(self, queues: tuple[str, str], flavor: str | None) -> tuple[str, str]:
         """(flavor, cohort) of a quota move between two ClusterQueues, read fresh: both must be in one cohort and
         hold GPU quota in `flavor` (None: in exactly one common flavor, `k8s_kueue.choose_flavor`)."""
-        read = {q: self._read_queue(q) for q in queues}
-        cohorts = {q: cq["spec"].get("cohort") or "" for q, cq in read.items()}
-        if not cohorts[queues[0]] or cohorts[queues[0]] != cohorts[queues[1]]:
-            raise PermanentActuationError(f"ClusterQueues {queues[0]}, {queues[1]} are not in one cohort: {cohorts}")
-        return choose_flavor(read, flavor, GPU_RESOURCE), cohorts[queues[0]]
+        return _checked({q: self._read_queue(q) for q in queues}, flavor)
 
-    def shift(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None) -> str:
+    def shift(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None, undo: bool = False) -> str:
         """Move `gpus` of nominalQuota (nvidia.com/gpu) in one ResourceFlavor from one ClusterQueue to another in
         the same cohort. Without `flavor`, the queues must hold GPU quota in exactly one common flavor (never a
         guess between several); with it, both must hold quota in it. Nothing changes when either is not so.
 
-        The lender is lowered first, so the cohort's total never exceeds what exists; its lendingLimit is clamped
-        to the new nominal quota (the operator's kept in the annotation `gputide.io/own-lending-limits`, put back
-        when the quota comes back). If raising the borrower fails, the lender is restored (best effort)."""
+        A move of either queue left open is settled first (`settle`). The lender is lowered first, so the cohort's
+        total never exceeds what exists, and records the move (`k8s_transfer`) in that patch; its lendingLimit is
+        clamped to the new nominal quota (the operator's kept in the annotation `gputide.io/own-lending-limits`,
+        put back when the quota comes back). If raising the borrower fails, the move is rolled back (best effort:
+        else its record stays open, and the next `settle` finishes it: rolled back with `undo`, quota lent ahead
+        of a change that did not happen; completed without)."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
-        flavor, cohort = self.check_queues((from_queue, to_queue), flavor)
-        self._change_quota(from_queue, -gpus, flavor)
-        try:
-            self._change_quota(to_queue, gpus, flavor)
-        except ActuationError:
+        read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
+        settled = [note for q in read if (note := self._settle(q, read))]
+        if settled:
+            read = {q: self._read_queue(q) for q in read}
+        flavor, cohort = _checked(read, flavor)
+        move = Transfer(uuid.uuid4().hex[:12], to_queue, flavor, gpus, undo)
+        self._lend(from_queue, move)
+        with self.api.writes() as doubt:   # the borrower's unanswered patch, if any: it may have landed
             try:
-                with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
-                    self._change_quota(from_queue, gpus, flavor)
-            except ActuationError as undo:
-                log.error("kueue quota shift half-done, %s lost %d GPUs: %s", from_queue, gpus, undo)
-            raise
-        return f"kueue quota {gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
+                self._mark(from_queue, move, RECEIVED)
+            except ActuationError:
+                if not self._roll_back(from_queue, move, fence=bool(doubt)):
+                    raise
+            finally:
+                outer = self.api.unknown_writes
+                outer.extend(w for w in doubt if w not in outer)
+        done = f"kueue quota {gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
+        return "; ".join([*settled, done])
+
+    def settle(self, queue: str) -> str | None:
+        """Finish the quota move the ClusterQueue `queue` lent for and did not see through (a restart, a failure
+        between the two writes): completed, or rolled back when its record says `undo` (`k8s_transfer`). Each step
+        skips what is already done: settling twice, or after a restart at any point, applies nothing twice.
+        Returns what it did, None when nothing was open."""
+        return self._settle(queue, {queue: self._read_queue(queue)})
+
+    def settle_all(self, queues: tuple[str, ...]) -> list[str]:
+        """`settle` each queue: a restarted controller's first cycle, and each cycle after, finish moves left open."""
+        return [note for q in queues if (note := self.settle(q))]
+
+    def _settle(self, lender: str, read: dict[str, Json]) -> str | None:
+        move = last_move(read[lender])
+        if move is None:
+            return None
+        noted = state(read.get(move.to) or self._read_queue(move.to), lender, move.id)
+        if noted == RECEIVED:
+            return None   # settled: the record stays as the lender's last move
+        if noted != VOID:
+            noted = self._mark(lender, move, VOID if move.undo else RECEIVED)
+        if noted == VOID:
+            self._close(lender, move)
+        done = "completed" if noted == RECEIVED else "rolled back"
+        log.warning("kueue quota move %s (%d x %s, %s -> %s) found open: %s", move.id, move.gpus, move.flavor,
+                    lender, move.to, done)
+        return (f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to}) "
+                f"{done}")
+
+    def _roll_back(self, lender: str, move: Transfer, fence: bool) -> bool:
+        """After raising the borrower failed: the lender given its quota back, on the action's reserve; first, if
+        that raise may have landed unseen (`fence`), the borrower noted VOID. True when it turns out raised after
+        all: the move is complete, not rolled back. A failure is logged, the record left open for `settle`."""
+        try:
+            with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
+                if fence and self._mark(lender, move, VOID) == RECEIVED:
+                    return True
+                self._close(lender, move)
+        except ActuationError as err:
+            log.error("kueue quota move %s half-done, %s lent %d GPUs to %s; its record there settles it later: %s",
+                      move.id, lender, move.gpus, move.to, err)
+        return False
 
     def _read_queue(self, name: str) -> Json:
         return self.api(f"clusterqueue {name}", self.api.custom.get_cluster_custom_object, *KUEUE, name)
 
-    def _change_quota(self, queue: str, delta: int, flavor: str) -> None:
-        """Add `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay as they are).
-
-        Once: a patch that landed without an answer is retried by the gateway, answered 409 and read again; a queue
-        found at exactly the quota the first read computed is taken as that write having landed (`_Api.update`
-        would otherwise add `delta` a second time)."""
-        aimed: list[int] = []   # the nominalQuota the first read computed
-
-        def change(cq: Json) -> Json | None:
-            groups = cq["spec"].get("resourceGroups") or []
-            for group in groups:
-                for fl in group.get("flavors") or []:
-                    for res in fl.get("resources") or []:
-                        if res.get("name") == GPU_RESOURCE and fl.get("name") == flavor:
-                            if aimed and int(quantity(res["nominalQuota"])) == aimed[0]:
-                                return None   # our unanswered write landed
-                            nominal = int(quantity(res["nominalQuota"])) + delta
-                            aimed[:] = [nominal]
-                            if nominal < 0:
-                                raise PermanentActuationError(
-                                    f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")
-                            res["nominalQuota"] = nominal
-                            return {**_lending_limit(cq, res, flavor, nominal), "spec": {"resourceGroups": groups}}
-            raise PermanentActuationError(f"clusterqueue {queue} has no {GPU_RESOURCE} quota (flavor {flavor})")
-
+    def _update(self, queue: str, change: Callable[[Json], Json | None]) -> None:
         what = f"clusterqueue {queue}"
         self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
             what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
+
+    def _lend(self, lender: str, move: Transfer) -> None:
+        """Lower the lender by the move, its record in the same patch. Once: a patch that landed without an answer
+        is retried by the gateway, answered 409 and read again; a queue found with the move's record is that write
+        having landed (`_Api.update` would otherwise take the GPUs a second time)."""
+        def change(cq: Json) -> Json | None:
+            if (last := last_move(cq)) is not None and last.id == move.id:
+                return None   # our unanswered write landed
+            return with_notes(_quota_patch(cq, lender, -move.gpus, move.flavor), {TRANSFER_ANNOTATION: move.note()})
+
+        self._update(lender, change)
+
+    def _mark(self, lender: str, move: Transfer, want: str) -> str:
+        """The borrower noted `want` for the lender's move, raised by it if RECEIVED; nothing when it noted the move
+        already (an unanswered write that landed, a settle before). Returns the borrower's note."""
+        noted: list[str] = []
+
+        def change(cq: Json) -> Json | None:
+            noted[:] = [state(cq, lender, move.id) or want]
+            if state(cq, lender, move.id):
+                return None
+            raised = _quota_patch(cq, move.to, move.gpus, move.flavor) if want == RECEIVED else {}
+            return with_notes(raised, {RECEIVED_ANNOTATION: received_note(cq, lender, move.id, want)})
+
+        self._update(move.to, change)
+        return noted[0]
+
+    def _close(self, lender: str, move: Transfer) -> None:
+        """The lender given the move's quota back, its record removed in that patch (nothing once removed)."""
+        def change(cq: Json) -> Json | None:
+            if (last := last_move(cq)) is None or last.id != move.id:
+                return None
+            return with_notes(_quota_patch(cq, lender, move.gpus, move.flavor), {TRANSFER_ANNOTATION: None})
+
+        self._update(lender, change)
+
+
+def _checked(read: dict[str, Json], flavor: str | None) -> tuple[str, str]:
+    queues = list(read)
+    cohorts = {q: cq["spec"].get("cohort") or "" for q, cq in read.items()}
+    if not cohorts[queues[0]] or cohorts[queues[0]] != cohorts[queues[1]]:
+        raise PermanentActuationError(f"ClusterQueues {queues[0]}, {queues[1]} are not in one cohort: {cohorts}")
+    return choose_flavor(read, flavor, GPU_RESOURCE), cohorts[queues[0]]
+
+
+def _quota_patch(cq: Json, queue: str, delta: int, flavor: str) -> Json:
+    """The merge patch adding `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay
+    as they are), its lendingLimit kept within it (`_lending_limit`)."""
+    groups = cq["spec"].get("resourceGroups") or []
+    for group in groups:
+        for fl in group.get("flavors") or []:
+            for res in fl.get("resources") or []:
+                if res.get("name") == GPU_RESOURCE and fl.get("name") == flavor:
+                    nominal = int(quantity(res["nominalQuota"])) + delta
+                    if nominal < 0:
+                        raise PermanentActuationError(f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")
+                    res["nominalQuota"] = nominal
+                    return {**_lending_limit(cq, res, flavor, nominal), "spec": {"resourceGroups": groups}}
+    raise PermanentActuationError(f"clusterqueue {queue} has no {GPU_RESOURCE} quota (flavor {flavor})")

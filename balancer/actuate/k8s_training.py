@@ -28,8 +28,9 @@ writes `spec.suspend` on a queued Job.
 Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between the two ClusterQueues in the flavor
 `k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
 so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
-shrinks. Every refusal (a size that cannot run, a flavor that cannot be told, a queued Job without a Workload)
-comes before any change.
+shrinks. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`); one lent ahead of a grow is rolled
+back if found open. Every refusal (a size that cannot run, a flavor that cannot be told, a queued Job without a
+Workload) comes before any change.
 
 A plain Job suspended by someone else (`spec.suspend` without gputide's label: its owner paused it) is refused
 before any change: resizing it would unsuspend it, stopping it would label it and a later cycle would resume it.
@@ -109,8 +110,8 @@ class TrainingJobs:
         owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers or job.labelled) else []
         flavor = self.kueue.check_queues(quota, self.kueue.admitted_flavor(ns, name, owned))[0] if quota else None
         notes = []
-        if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers
-            notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor))
+        if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers (rolled back if it cannot)
+            notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor, undo=True))
         try:
             record = _records(obj, workers, action)
             state = self._run(job, owned, size, record) if workers else self._stop(job, owned, priority, record)

@@ -1,0 +1,89 @@
+"""The durable record of a Kueue quota move between two ClusterQueues: pure decisions on the queues' JSON.
+
+Moving GPU nominalQuota is two writes (the lender lowered, the borrower raised). A controller that dies between
+them would leave the cohort short, with nothing on the cluster saying so. So each write says what it is part of
+(`k8s_quota.KueueQuota.shift`):
+
+1. the lender is lowered, and in the same patch it records the move, annotation `gputide.io/quota-transfer`
+   (`{"id", "to", "flavor", "gpus", "undo"}`: its last move);
+2. the borrower is raised, and in the same patch it notes the move's id as received from that lender (annotation
+   `gputide.io/quota-received`, `{lender: {"id", "state": "in"}}`).
+
+A lender's record is settled once its borrower notes the id; one that is not (a restart, a failure, an unanswered
+write between the two) is settled by `KueueQuota.settle`, each step a read-modify-write with resourceVersion that
+skips what is already done, so a restart anywhere converges with nothing applied twice: the borrower is raised and
+noted (completed), or, for a record with `undo` (quota lent ahead of a Job's grow, which waits for the borrower's
+raise and so has not happened), the borrower noted "void" and the lender given its quota back in the patch that
+removes the record (rolled back). "void" also fences off a raise still in flight from a dead controller: the note
+changes the borrower's resourceVersion, so that patch is refused, and no raise lands on an id noted "void".
+A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
+lender.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Json = dict[str, Any]
+TRANSFER_ANNOTATION = "gputide.io/quota-transfer"   # on the lender: the move under way
+RECEIVED_ANNOTATION = "gputide.io/quota-received"   # on the borrower: the moves it took ("in") or refused ("void")
+RECEIVED, VOID = "in", "void"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """`gpus` of `flavor` nominalQuota moving from the queue that carries the record to `to`; `undo`: roll back,
+    not complete, when it is found with the borrower not raised."""
+
+    id: str
+    to: str
+    flavor: str
+    gpus: int
+    undo: bool = False
+
+    def note(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def _notes(cq: Json) -> Json:
+    return (cq.get("metadata") or {}).get("annotations") or {}
+
+
+def last_move(cq: Json) -> Transfer | None:
+    """The last move a ClusterQueue lent quota for, settled or not (`state`); None without one (or with a record that
+    is not gputide's: hand-edited, unreadable)."""
+    try:
+        raw = json.loads(_notes(cq).get(TRANSFER_ANNOTATION) or "null")
+        record = Transfer(str(raw["id"]), str(raw["to"]), str(raw["flavor"]), int(raw["gpus"]),
+                          bool(raw.get("undo", False)))
+    except (ValueError, TypeError, KeyError):
+        return None
+    return record if record.id and record.to and record.gpus > 0 else None
+
+
+def _received(cq: Json) -> Json:
+    try:
+        seen = json.loads(_notes(cq).get(RECEIVED_ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    return seen if isinstance(seen, dict) else {}
+
+
+def state(borrower: Json, lender: str, move: str) -> str | None:
+    """What the borrower noted of the lender's move `move`: RECEIVED, VOID, or None (not noted: open)."""
+    got = _received(borrower).get(lender)
+    return str(got.get("state")) if isinstance(got, dict) and got.get("id") == move else None
+
+
+def received_note(borrower: Json, lender: str, move: str, noted: str) -> str:
+    """The borrower's `gputide.io/quota-received` value once it notes the lender's `move` as `noted`."""
+    return json.dumps({**_received(borrower), lender: {"id": move, "state": noted}}, sort_keys=True)
+
+
+def with_notes(patch: Json, notes: dict[str, str | None]) -> Json:
+    """`patch` (a merge patch) with `notes` added to its metadata.annotations."""
+    meta = dict(patch.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
+    return {**patch, "metadata": meta}
