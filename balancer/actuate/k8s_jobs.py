@@ -100,6 +100,13 @@ def size(job: Json) -> int:
     return _count((job.get("spec") or {}).get("parallelism", 1)) or 0
 
 
+def workers_asked(job: Json) -> int:
+    """The workers the Job runs at its size now, as Kueue counts its Workload: its parallelism, capped by what can
+    still run (`worker_limit`: completions - succeeded)."""
+    limit = worker_limit(job)
+    return size(job) if limit is None else min(size(job), limit)
+
+
 def shrink_note(before: int, left: int) -> str:
     """The `gputide.io/shrunk` value of a hotspot shrink from `before` to `left` workers."""
     return json.dumps({"from": int(before), "to": int(left)}, sort_keys=True)

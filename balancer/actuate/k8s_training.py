@@ -28,9 +28,12 @@ writes `spec.suspend` on a queued Job.
 Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between the two ClusterQueues in the flavor
 `k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
 so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
-shrinks. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`); one lent ahead of a grow is rolled
-back if found open. Every refusal (a size that cannot run, a flavor that cannot be told, a queued Job without a
-Workload) comes before any change.
+shrinks. The GPUs moved are the change of the Job's own size (per-worker GPUs x the workers its spec asks for now,
+`k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's `previous_workers`: a plan from a snapshot
+that lags a resize (gputide's or anyone's) would move quota no Job asks for, and the queues would drift apart from
+the Jobs a little more each time. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`); one lent
+ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that cannot be told,
+a queued Job without a Workload) comes before any change.
 
 A plain Job suspended by someone else (`spec.suspend` without gputide's label: its owner paused it) is refused
 before any change: resizing it would unsuspend it, stopping it would label it and a later cycle would resume it.
@@ -42,7 +45,7 @@ import logging
 from dataclasses import dataclass
 
 from balancer.actions import ScaleTraining
-from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink_patch
+from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink_patch, workers_asked
 from balancer.actuate.k8s_kueue import (
     ELASTIC_JOB_ANNOTATION,
     RESIZE_RESTARTS_ANNOTATION,
@@ -89,7 +92,8 @@ class TrainingJobs:
 
     def scale(self, ns: str, name: str, workers: int, previous: int, priority: int | None,
               queues: tuple[str, str] | None, action: ScaleTraining | None = None) -> str:
-        """Run `workers` workers of Job ns/name (0: stop it), `previous` before; `priority` is that of its pods
+        """Run `workers` workers of Job ns/name (0: stop it), `previous` before as the plan saw it (the quota moved
+        is from the Job's own size, `k8s_jobs.workers_asked`, 0 if gputide stopped it); `priority` is that of its pods
         (None: none running), `queues` the (inference, training) ClusterQueues quota moves between, `action` the
         resize whose shrink records are written with the size (the hotspot's `ScaleTraining.shrunk_from`: 0 removes
         it, None leaves it unless done with, `k8s_jobs.shrink_patch`; co-location's, `k8s_jobs.colocation_patch`).
@@ -105,11 +109,15 @@ class TrainingJobs:
                 f"{what} is suspended, not by gputide (no {SUSPENDED_LABEL} label): its owner paused it; neither "
                 "resumed nor resized")
         size = resize(obj, workers, what) if workers else {}
-        delta = (workers - previous) * (pod_requests(obj["spec"].get("template") or {})[0] or 1)
+        # quota follows the Job as it is, not the plan's `previous` (read from a snapshot, which can lag a resize
+        # gputide or anyone else made): a stopped Job holds none, else what Kueue admits it for
+        asked = 0 if job.labelled else workers_asked(obj)
+        delta = (workers - asked) * (pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None
         owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers or job.labelled) else []
         flavor = self.kueue.check_queues(quota, self.kueue.admitted_flavor(ns, name, owned))[0] if quota else None
-        notes = []
+        notes = [f"quota moved for the {asked} workers the Job asks for, not the {previous} the plan saw"] if (
+            quota and asked != previous) else []
         if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers (rolled back if it cannot)
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor, undo=True))
         try:
