@@ -66,3 +66,16 @@ def test_a_preemptor_still_pending_keeps_its_node(full, api, clock):  # noqa: F8
     full.add(pending("filler", 4, 0))
     assert sched.schedule_once() == {"default/urgent": None, "default/filler": None}
     assert set(reservations(full, "a")) == {"default/urgent"}
+
+
+def test_a_replica_that_lost_the_lease_gives_back_nothing(full, api, clock):  # noqa: F811
+    """The holds are the leader's to give back: a pass that lost the Lease during its reads writes none."""
+    preempted_for_urgent(full, api, clock)
+    full.delete("pods", "urgent", "default")
+    full.add(pending("filler", 4, 0))
+    lease = {"held": True}
+    full.before("GET", r"/pods\?fieldSelector=spec\.nodeName%21", lambda: lease.update(held=False))  # bound pods
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, leading=lambda: lease["held"])
+    patches = len(full.calls("PATCH", r"/nodes/a$"))
+    assert sched.schedule_once() == {}
+    assert set(reservations(full, "a")) == {"default/urgent"} and len(full.calls("PATCH", r"/nodes/a$")) == patches
