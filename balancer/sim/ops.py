@@ -33,7 +33,7 @@ import numpy as np
 
 from balancer import colocation_record
 from balancer.model import ScaleTraining, Workload, WorkloadClass
-from balancer.sim.pods import GENERIC, INFERENCE, TRAINING, Pod
+from balancer.sim.pods import EMPTY, GENERIC, INFERENCE, TRAINING, Pod
 from balancer.sim.workloads import ServiceSpec, TrainingJobSpec
 
 if TYPE_CHECKING:
@@ -151,7 +151,10 @@ class WorkloadOps:
     def _unbind(self: SimCluster, pod: Pod) -> None:
         if pod.gpus is None:
             return
+        # the work counted down so far goes back into the records, and the table is dropped: flushed again at the
+        # next step's rebuild, it would write back the work of a generic pod that restarts here
         self._table.flush()
+        self._table = EMPTY
         idx = np.asarray(pod.gpus, dtype=np.int64)
         self.used_milli[idx] -= pod.workload.gpu_milli
         self.mem_used_mib[idx] = np.maximum(self.mem_used_mib[idx] - pod.workload.gpu_memory_mib, 0.0)
