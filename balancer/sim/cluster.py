@@ -198,7 +198,8 @@ class SimCluster(WorkloadOps, Faults):
         n_jobs = len(self._jobs)
         job_workers = np.bincount(tb.pod_owner[tb.pod_kind == TRAINING], minlength=n_jobs)
         running = (job_workers >= self.acct.job_min_workers) & ~self.acct.job_done
-        slot_rate = p.training_tput[g] * c_prev[g] * np.where(has_inf[g], TRAINING_INTERFERENCE, 1.0) * share
+        # per whole GPU; the job's GPUs are counted in shares (job_slots), once
+        slot_rate = p.training_tput[g] * c_prev[g] * np.where(has_inf[g], TRAINING_INTERFERENCE, 1.0)
         job_min = np.full(n_jobs, np.inf)
         np.minimum.at(job_min, owner[is_train], slot_rate[is_train])
         job_slots = np.bincount(owner[is_train], weights=share[is_train], minlength=n_jobs)

@@ -15,11 +15,12 @@ Warming replicas (the first ``warmup_s`` after placement) serve nothing. Request
 violations.
 
 Training (`TrainingJobSpec`). A synchronous data-parallel job advances only while at least ``elastic_min`` workers
-are placed; its speed is ``workers x min over workers(training_tput[model] x clock factor x interference)`` (the
-slowest worker gates every all-reduce; ``TRAINING_INTERFERENCE`` = 0.8 on a GPU shared with inference). Progress
-is in *A100-equivalent GPU-hours*: one A100 SXM4 at full clock for one hour = 1.0. The job checkpoints every
-``checkpoint_interval_s`` of running time; an eviction, migration, failure or scale-down of a worker rolls the job
-back to its last checkpoint (counted as a preemption and as lost work).
+are placed; its speed is ``GPUs held x min over workers(training_tput[model] x clock factor x interference)``
+(gpu_milli/1000 per GPU of each placed worker; the slowest worker gates every all-reduce;
+``TRAINING_INTERFERENCE`` = 0.8 on a GPU shared with inference). Progress is in *A100-equivalent GPU-hours*: one
+A100 SXM4 at full clock for one hour = 1.0. The job checkpoints every ``checkpoint_interval_s`` of running time;
+an eviction, migration, failure or scale-down of a worker rolls the job back to its last checkpoint (counted as a
+preemption and as lost work).
 """
 
 from __future__ import annotations

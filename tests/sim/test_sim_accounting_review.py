@@ -1,10 +1,10 @@
-"""Accounting the simulator got wrong once: work a generic pod kept across a restart."""
+"""Accounting the simulator got wrong once: work a generic pod keeps across a restart, fractional training."""
 
 from __future__ import annotations
 
 import pytest
 
-from balancer.sim import SimCluster
+from balancer.sim import SimCluster, TrainingJobSpec
 from tests.sim.conftest import batch, small_fleet
 
 
@@ -24,3 +24,15 @@ def test_a_generic_pod_moved_or_evicted_restarts_its_work(move):
     assert "batch/a" in sim.workloads
     sim.advance_to(600 + 1200)
     assert "batch/a" not in sim.workloads
+
+
+@pytest.mark.parametrize("milli", [1000, 500, 250])
+def test_fractional_training_workers_progress_in_proportion_to_the_gpu_they_hold(milli):
+    """Two workers of `milli` each on A100s for an hour hold 2 x milli/1000 GPU-hours and make that many
+    A100-equivalent GPU-hours of progress (the share was counted twice: half-GPU workers made a quarter)."""
+    sim = SimCluster(small_fleet(nodes=1, gpus=2), seed=0)
+    sim.add_training_job(TrainingJobSpec(name="j", workers=2, gpu_milli=milli, gpu_memory_mib=1000))
+    sim.advance_to(3600)
+    s = sim.stats()["training"]["j"]
+    assert s["gpu_seconds"] / 3600 == pytest.approx(2 * milli / 1000)
+    assert s["progress_gpu_hours"] == pytest.approx(2 * milli / 1000, rel=0.02)
