@@ -128,10 +128,11 @@ class Preemptor:
 
     def held(self, now: float, seen: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Json]]:
         """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
-        show yet and that have not expired: a pass must hold the node even before the watch brings the annotation."""
+        show yet, or not as last written (the victims a preemption left, updated), and that have not expired: a pass
+        must hold the node, and read what is left to evict, even before the watch brings the annotation."""
         self._held = {node: kept for node, entries in self._held.items() if (kept := {
             k: e for k, e in entries.items()
-            if k not in seen.get(node, {}) and (parse_time(e["expires"]) or 0) > now})}
+            if seen.get(node, {}).get(k) != e and (parse_time(e["expires"]) or 0) > now})}
         return self._held
 
     def release(self, node: str, key: str) -> None:

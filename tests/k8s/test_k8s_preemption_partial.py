@@ -66,3 +66,17 @@ def test_a_first_eviction_refused_gives_the_node_back(kube: FakeKube, api, clock
     assert sched.schedule_once() == {"default/urgent": None}
     assert "preemption failed" in sched.reasons["default/urgent"] and reservations(kube, "a") == {}
     assert kube.get("pods", "low-2", "default") is not None        # no one evicted for it
+
+
+def test_the_victims_left_are_read_as_last_written_while_the_node_cache_lags(kube: FakeKube, api, clock):
+    """The node cache (watch) may still show the reservation as first written, with no victims left: the pass must
+    read the victims left as this replica last wrote them, or it would wait for victims never evicted."""
+    two_nodes(kube)
+    kube.inject("POST", r"/pods/low-2/eviction$", 429)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()
+    written = reservations(kube, "a")["default/urgent"]
+    first = {k: v for k, v in written.items() if k != "victims"}           # as the cache still has it
+    held = sched.holds.preemptor.held(clock.now, {"a": {"default/urgent": first}})
+    assert held["a"]["default/urgent"] == written
+    assert sched.holds.preemptor.held(clock.now, {"a": {"default/urgent": written}}) == {}   # caught up
