@@ -24,7 +24,9 @@ more entry in `SECTIONS`; nothing else changes. Errors are `InputError`s naming 
 
 from __future__ import annotations
 
+import functools
 import re
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -99,6 +101,8 @@ class ForecastPolicy:
     horizon_s: float = _f(3600.0, "how far ahead to forecast", 60, 86400 * 7)
     step_s: float = _f(300.0, "forecast resolution", 10, 86400)
     quantile: float = _f(0.9, "the forecast quantile planners size capacity for", 0.5, 0.999)
+    timezone: str = _f("UTC", "time zone of the demand's day and week: same time yesterday / last week and the "
+                              "hour of day are read in its local time, across DST changes")
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
         if not isinstance(value, bool):
             raise InputError(file, path, value, "true or false")
         return value
+    if isinstance(default, str):
+        return check_timezone(value, path, file)
     if isinstance(default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(file, path, value, "a list of strings")
@@ -172,6 +178,22 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
     if not ok or (lo is not None and not value >= lo) or (hi is not None and not value <= hi):
         raise InputError(file, path, value, f"{kind} from {lo:g} to {hi:g}")
     return type(default)(value)
+
+
+TIMEZONE_ALLOWED = "an IANA time zone name such as UTC, Europe/Berlin or America/New_York"
+
+
+def check_timezone(value: Any, field: str, file: str | None = None) -> str:
+    """`value` if it names a zone of the IANA tz database (`Area/City`, or UTC), else an InputError naming `field`.
+    The forecasters read local wall-clock time in it (balancer.forecast)."""
+    if isinstance(value, str) and value in _zones():
+        return value
+    raise InputError(file, field, value, TIMEZONE_ALLOWED)
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
 
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -236,7 +258,7 @@ def reference_markdown() -> str:
             lo, hi = f.metadata["range"]
             d = f.default
             allowed = ("true/false" if isinstance(d, bool) else "list of strings" if isinstance(d, tuple)
-                       else f"{lo:g} .. {hi:g}")
+                       else "IANA time zone" if isinstance(d, str) else f"{lo:g} .. {hi:g}")
             shown = str(d).lower() if isinstance(d, bool) else list(d) if isinstance(d, tuple) else d
             rows.append(f"| `spec.{sec}.{camel(f.name)}` | `{shown}` | {allowed} | {f.metadata['help']} |")
     return "\n".join(rows)

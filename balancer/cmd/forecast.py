@@ -1,10 +1,11 @@
 """`gputide forecast backtest`: rolling-origin backtest of the demand forecasters on a trace.
 
     gputide forecast backtest --trace PATH [--format csv|servegen|requests] [--step 10min]
-                              [--horizons 1h,4h,24h] [--models a,b,...] [--json OUT]
+                              [--horizons 1h,4h,24h] [--models a,b,...] [--timezone ZONE] [--json OUT]
 
 Prints one row per model and horizon (MAE, MASE against seasonal naive and persistence, pinball loss, p90
-coverage, fit time); `--json` writes the same table plus run details.
+coverage, fit time); `--json` writes the same table plus run details. `--timezone` (an IANA name, default UTC) is
+the local time in which seasonal naive, profile, GBM and auto read the demand's days and weeks.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def register(subparsers) -> None:
     b.add_argument("--min-train-days", type=float, default=None,
                    help="history before the first scored origin (default 7, or half the trace if shorter)")
     b.add_argument("--stride", type=int, default=1, help="score every N-th origin (1 = every step)")
+    b.add_argument("--timezone", default="UTC", metavar="ZONE",
+                   help="IANA time zone of the demand's day and week, e.g. Europe/Berlin (default UTC)")
     b.add_argument("--json", default=None, metavar="OUT", help="also write the table as JSON")
     b.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -82,10 +85,12 @@ def _strict(value):
 
 
 def run(args: argparse.Namespace) -> int:
+    from balancer.config import check_timezone
     from balancer.forecast import MODELS, load_demand
     from balancer.forecast.backtest import backtest, format_table
 
     horizons = _durations(args)
+    check_timezone(args.timezone, "--timezone")
     models = _split(args.models) if args.models is not None else None
     if models == []:
         raise InputError(None, "--models", args.models, "comma-separated model names: " + ", ".join(sorted(MODELS)))
@@ -108,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         scores, details = backtest(y, models=models, horizons_s=horizons, min_train_days=min_train_days,
-                                   stride=args.stride)
+                                   stride=args.stride, tz=args.timezone)
     except ValueError as exc:
         raise InputError(args.trace, "trace", f"{len(y)} steps", "a longer trace", detail=str(exc)) from exc
     details["seconds"] = round(time.perf_counter() - t0, 2)
     print(f"backtest of {args.trace}: {len(y)} steps of {details['step_s']:g}s, "
-          f"{details['origins']} scored origins from {details['first_scored']}, {details['seconds']} s")
+          f"{details['origins']} scored origins from {details['first_scored']}, {details['seconds']} s"
+          + (f", calendar in {args.timezone}" if args.timezone != "UTC" else ""))
     print(format_table(scores))
     for name, why in details["fallbacks"].items():
         print(f"note: {name} fell back to persistence (its rows score that) at {why}", file=sys.stderr)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from balancer.forecast.base import QUANTILES, BaseForecaster, Fallback, register
+from balancer.forecast.base import QUANTILES, BaseForecaster, Fallback, make, register
 
 DAY_S = 86400.0
 CANDIDATES = ("persistence", "seasonal_naive_daily", "seasonal_naive_weekly", "holt_winters", "mstl", "gbm",
@@ -81,17 +81,17 @@ class Auto(BaseForecaster):
     name = "auto"
 
     def __init__(self, candidates: tuple[str, ...] = CANDIDATES, select_days: float = 2.0, top: int = 3,
-                 select_stride_s: float = 3600.0, horizons_s: tuple[float, ...] = (600, 3600, 4 * 3600, DAY_S)) -> None:
+                 select_stride_s: float = 3600.0, horizons_s: tuple[float, ...] = (600, 3600, 4 * 3600, DAY_S),
+                 tz: str = "UTC") -> None:
         self.candidates = candidates
         self.select_days = select_days
         self.top = top
         self.select_stride_s = select_stride_s
         self.horizons_s = horizons_s
+        self.tz = tz   # handed to every candidate with a calendar
 
     def _models(self) -> list[Fallback]:
-        from balancer.forecast.base import MODELS
-
-        return [Fallback(MODELS[c]()) for c in self.candidates]
+        return [Fallback(make(c, self.tz)) for c in self.candidates]
 
     def _fit(self, v: np.ndarray) -> None:
         y = pd.Series(v, index=self.index_)

@@ -16,7 +16,8 @@ backtest and the online forecaster re-calibrate all of them on out-of-sample res
 
 `Fallback` wraps any model: if it raises or returns non-finite values, a persistence forecast is served
 instead and ``reason_`` says why. `MODELS` maps a name to a zero-argument factory; every entry is covered by the
-conformance test in tests/forecast.
+conformance test in tests/forecast. `make(name, tz)` builds one for a time zone: a model with a calendar (an attribute
+``tz``: seasonal naive, GBM, profile, auto) reads days and weeks in that zone's local time; the others have none.
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ class Forecaster(Protocol):
 def epoch_ns(index: pd.DatetimeIndex) -> np.ndarray:
     """Nanoseconds since the epoch, whatever the index's resolution (pandas 3 defaults to microseconds)."""
     return index.as_unit("ns").asi8
+
+
+def local_wall(times: pd.DatetimeIndex, tz: str) -> pd.DatetimeIndex:
+    """Local wall-clock times in `tz`, tz-naive (a tz-naive `times` is read as UTC)."""
+    aware = times.tz_localize("UTC") if times.tz is None else times
+    return aware.tz_convert(tz).tz_localize(None)
 
 
 def step_of(y: pd.Series) -> float:
@@ -173,6 +180,14 @@ def register(name: str) -> Callable[[Callable[[], Forecaster]], Callable[[], For
         return factory
 
     return deco
+
+
+def make(name: str, tz: str = "UTC") -> Forecaster:
+    """A fresh `MODELS[name]`, reading its calendar (if it has one) in the local time of the IANA zone `tz`."""
+    model = MODELS[name]()
+    if hasattr(model, "tz"):
+        model.tz = tz
+    return model
 
 
 class Fallback:

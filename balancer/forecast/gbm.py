@@ -3,10 +3,13 @@
 One *direct* multi-horizon model: every training row is (origin t, steps ahead k) and the target is the demand
 at t+k. Features are taken at the origin only, so nothing from the future leaks in:
 
-* ``k`` and the calendar of the target time (hour of day, day of week, in the configured time zone);
+* ``k`` and the calendar of the target time (hour of day, day of week) in the local time of `tz` (an IANA name,
+  default UTC; `base.make(name, tz)` sets it), so a 09:00 peak is hour 9 on both sides of a DST change;
 * the recent level: last value, trailing 1-hour and 6-hour means;
 * the seasonal lags of the target time: same time yesterday (raw and smoothed) and same time last week (NaN
-  when that is still in the future or unknown; HistGradientBoosting routes NaN natively);
+  when that is still in the future or unknown; HistGradientBoosting routes NaN natively). These are fixed
+  1-day / 7-day step counts, not wall-clock: across a DST change they are an hour off, which the local hour
+  feature lets the trees correct only in part;
 * the change since yesterday at the origin (level now minus level one day earlier).
 
 All levels are divided by the trailing one-day mean at the origin, so the trees learn shapes, not absolute

@@ -13,7 +13,8 @@
   is the rolling MAE of the p50 divided by the mean demand (the ``gputide_forecast_error_ratio`` gauge).
 
 History is cleaned like in the backtest (outages masked, bursts clipped) before fitting. Any model failure
-falls back to persistence (`base.Fallback`), so the controller always gets a forecast.
+falls back to persistence (`base.Fallback`), so the controller always gets a forecast. `timezone` (the policy's
+`forecast.timezone`, an IANA name) is the local time models with a calendar read days and weeks in.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from balancer.forecast.base import MODELS, Fallback
+from balancer.config import check_timezone
+from balancer.forecast.base import MODELS, Fallback, make
 from balancer.forecast.conformal import OnlineCalibrator
 from balancer.forecast.traces import clean_for_fit, parse_step
 
@@ -53,12 +55,13 @@ class DemandForecaster:
 
     def __init__(self, model: str = "auto", step_s: float = 600.0, refit_every: int | None = None,
                  history_days: float = 28.0, error_window: int | None = None, min_history: int = 12,
-                 max_stale_steps: int = 3) -> None:
+                 max_stale_steps: int = 3, timezone: str = "UTC") -> None:
         if model not in MODELS:
             from balancer.errors import InputError
 
             raise InputError(None, "forecast.model", model, ", ".join(sorted(MODELS)))
         self.model = model
+        self.timezone = check_timezone(timezone, "forecast.timezone")
         self.step_s = float(step_s)
         self.refit_every = refit_every or max(int(DAY_S / self.step_s), 1)
         self.history = int(history_days * DAY_S / self.step_s)
@@ -155,7 +158,7 @@ class DemandForecaster:
             y.index.freq = pd.Timedelta(seconds=self.step_s)
         closed = len(s.values)
         if s.model is None or s.fitted_at < 0 or closed - s.fitted_at >= self.refit_every:
-            s.model = Fallback(MODELS[self.model]()).fit(y)
+            s.model = Fallback(make(self.model, self.timezone)).fit(y)
             s.fitted_at = closed
         else:
             s.model.update(y)

@@ -13,6 +13,10 @@ persists for a while. The model says exactly that:
   minutes and decays to what the data say over hours; no decay rate is assumed.
 
 `update` keeps profile and betas and only recomputes the current deviation, so it costs microseconds.
+
+Phases are read in the local time of `tz` (an IANA name, default UTC): across a DST change the 09:00 slot of the
+typical day stays at 09:00 local time. A slot skipped in spring is interpolated from its neighbours; the hour
+repeated in autumn feeds its slots twice.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from balancer.forecast.base import BaseForecaster, register, steps_per
+from balancer.forecast.base import BaseForecaster, local_wall, register, steps_per
 
 DAY_S = 86400.0
 
@@ -31,14 +35,17 @@ class TidalProfile(BaseForecaster):
     name = "profile"
 
     def __init__(self, days: int = 7, smooth_s: float = 3600.0, dev_s: float = 3600.0,
-                 max_horizon_s: float = 2 * DAY_S, weekly: bool = False) -> None:
+                 max_horizon_s: float = 2 * DAY_S, weekly: bool = False, tz: str = "UTC") -> None:
         self.days = days
         self.smooth_s = smooth_s
         self.dev_s = dev_s
         self.max_horizon_s = max_horizon_s
         self.weekly = weekly
+        self.tz = tz
 
     def _phase(self, index: pd.DatetimeIndex) -> np.ndarray:
+        if self.tz != "UTC":   # local wall-clock seconds since the epoch
+            index = local_wall(index, self.tz)
         slot = index.as_unit("s").asi8 // int(round(self.step_s_))
         return (slot % self.period_).astype(int)
 

@@ -11,6 +11,11 @@ so that `update` (called every controller cycle) only filters the new observatio
   and a remainder; the seasonal components repeat their last cycle (as statsforecast's MSTL does) and the
   deseasonalised series is followed by a damped Holt filter whose parameters statsmodels estimates.
 
+Both seasons are fixed numbers of steps (statsmodels needs a constant period), so neither model honours a DST
+change: they have no time zone (`base.make` leaves them alone), and after a change their daily shape is one hour
+off in local wall-clock time until the season state re-learns it (Holt-Winters, through gamma) or the next refit's
+decomposition sees enough days at the new offset (MSTL).
+
 Gaps (NaN) are filled before statsmodels sees them (same time yesterday, else linear interpolation); during
 filtering a missing observation just advances the state without a correction.
 """
