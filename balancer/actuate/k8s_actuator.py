@@ -92,6 +92,7 @@ from balancer.actuate.kubernetes import (
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
     Json,
+    NotFoundError,
     _Api,
     _code,
     _json_annotation,
@@ -260,9 +261,25 @@ class KubernetesActuator:
     def _release_expired_noting(self, what: str) -> list[str]:
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):   # what is left waits for next cycle
-                return self.release_expired()
+                notes = self.release_expired()
         except ActuationError as err:
-            return [f"{what}: could not release expired taints and reservations: {err}"]
+            notes = [f"{what}: could not release expired taints and reservations: {err}"]
+        return notes + self._settle_quota_noting(what)
+
+    def _settle_quota_noting(self, what: str) -> list[str]:
+        """A Kueue quota move a previous leader (or this one) left half done - the lender lowered, the borrower not
+        yet raised - finished or rolled back (`KueueQuota.settle_all`), so a restart between the two writes loses
+        no quota from the cohort; failures are a note and the record stays for the next cycle."""
+        notes = []
+        for queue in self.kueue_queues or ():
+            try:
+                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                    notes += self.kueue.settle_all((queue,))
+            except NotFoundError:
+                continue   # no queue, no move left open on it (a quota shift names the missing queue itself)
+            except ActuationError as err:
+                notes.append(f"{what}: could not settle kueue quota moves of {queue}: {err}")
+        return notes
 
     def release_expired(self) -> list[str]:
         """Remove hot taints and reservations whose expiry has passed; call once per reconcile. Returns notes."""
