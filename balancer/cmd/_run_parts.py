@@ -98,6 +98,7 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
                                       forecast_history_days(args.forecast_history or "14d"), step, cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
-    forecaster = ServiceForecaster(DemandForecaster(model=args.forecast_model or "mstl", step_s=step,
-                                                    history_days=MOST_FORECAST_HISTORY_D), horizon, history=history)
+    online = DemandForecaster(model=args.forecast_model or "mstl", step_s=step, history_days=MOST_FORECAST_HISTORY_D,
+                              timezone=policy.forecast.timezone)   # the calendar the demand follows (DST)
+    forecaster = ServiceForecaster(online, horizon, history=history)
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster

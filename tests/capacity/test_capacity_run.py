@@ -210,3 +210,14 @@ def test_demand_history_is_shared_within_a_cycle_and_a_failed_query_is_asked_aga
     assert history("chat", 1002.0) is not None and len(asked) == 2   # shared within the cycle
     assert history("chat", 1001.0 + PrometheusDemandHistory.CACHE_S) is not None and len(asked) == 3
     assert list(history.cache) == ["chat"]
+
+
+def test_the_policys_forecast_timezone_reaches_the_loops_forecaster(tmp_path):
+    """`forecast.timezone` in the policy is the calendar of the forecaster the loop runs (seasonal lags and
+    calendar features at local wall-clock time); the loop once built it in UTC whatever the policy said."""
+    policy = write(tmp_path, {"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy", "metadata": {"name": "t"},
+                              "spec": {"capacity": {"enabled": True}, "forecast": {"timezone": "Europe/Berlin"}}},
+                   "policy.yaml")
+    args = build_parser().parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--dry-run", "--policy", policy,
+                                      "--services", write(tmp_path, GOOD)])
+    assert build_reconciler(args, ControllerMetrics()).forecaster.online.timezone == "Europe/Berlin"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import zoneinfo
 from dataclasses import fields
 
 import pytest
@@ -34,6 +35,8 @@ def _valid_value(f) -> st.SearchStrategy:
     if isinstance(d, tuple):   # namespace names (DNS labels), each once
         return st.lists(st.from_regex(NAMESPACE, fullmatch=True).filter(lambda n: len(n) <= 63), max_size=3,
                         unique=True)
+    if isinstance(d, str):     # an IANA time zone
+        return st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"])
     if isinstance(d, int):
         return st.integers(int(lo), int(min(hi, 10**6)))
     return st.floats(lo, hi, allow_nan=False)
@@ -47,6 +50,8 @@ def _is_valid(f, value) -> bool:
     if isinstance(d, tuple):
         return (isinstance(value, list) and all(isinstance(v, str) and re.fullmatch(NAMESPACE, v) and len(v) <= 63
                                                 for v in value) and len(set(value)) == len(value))
+    if isinstance(d, str):
+        return isinstance(value, str) and value in zoneinfo.available_timezones()
     if isinstance(value, bool):
         return False
     if isinstance(d, int):

@@ -35,6 +35,8 @@ def test_every_field_can_be_set_from_yaml(tmp_path):
                 values[config.camel(f.name)] = not d
             elif isinstance(d, tuple):
                 values[config.camel(f.name)] = ["a", "b"]
+            elif isinstance(d, str):   # an IANA time zone
+                values[config.camel(f.name)] = "Europe/Berlin"
             elif isinstance(d, int):
                 values[config.camel(f.name)] = int(hi) if d != hi else int(lo)
             else:
