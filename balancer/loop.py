@@ -3,7 +3,8 @@
 `Reconciler` wires injected parts together; it owns no I/O of its own:
 
 * `source`      a TelemetrySource; any TelemetryError means *hold still* (fail-static), reported in the metrics
-                (`gputide_fail_static`, `gputide_fail_static_info{reason}`), the log and the audit log;
+                (`gputide_fail_static`, `gputide_fail_static_info{reason}`), the log and the audit log; so does any
+                other exception raised while reading it (reason `telemetry_error`, logged with its traceback);
 * `forecaster`  optional `forecast(snapshot) -> {service: Forecast}`; a failing forecaster is logged and skipped;
 * `planner`     `plan(snapshot, forecasts, policy, state) -> (Plan, state)`, pure; it already simulates its
                 proposals on a projection and drops those that do not help or do not fit;
@@ -62,7 +63,7 @@ from balancer.errors import TelemetryError
 from balancer.fleet_record import FleetRecorder
 from balancer.forecast.service import horizon_label
 from balancer.ledger_handover import LedgerHandover
-from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, ControllerMetrics
+from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection
@@ -174,11 +175,9 @@ class Reconciler:
         if not self._recovered:
             self._recovered = True
             self._hook(now, "recover", logging.WARNING)
-        try:
-            snap = self.source.snapshot()
-            self.metrics.staleness.set(check_telemetry(snap, self.policy.safety))
-        except TelemetryError as exc:
-            return self._hold(now, exc.reason, str(exc))
+        snap = self._observe(now, "")
+        if isinstance(snap, CycleReport):
+            return snap
         if not self._still_leading():   # the reads outlived the Lease: what follows is the new leader's to do
             return CycleReport("standby", "lost the Lease while reading telemetry")
         if self.guard.emergency_stopped():
@@ -200,17 +199,31 @@ class Reconciler:
         accepted = list(review.accepted)
         results: list[ActionResult] = []
         if accepted:
-            try:
-                fresh = self.source.snapshot()
-                check_telemetry(fresh, self.policy.safety)
-            except TelemetryError as exc:
-                return self._hold(now, exc.reason, f"fresh snapshot before acting: {exc}")
+            fresh = self._observe(now, "fresh snapshot before acting: ")
+            if isinstance(fresh, CycleReport):
+                return fresh
             try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
                 self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, results)
             finally:
                 self._settle(results, fresh, now)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
         return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+
+    def _observe(self, now: float, when: str) -> ClusterSnapshot | CycleReport:
+        """A snapshot fit to act on, or the fail-static hold reading it ended in: a `TelemetryError` with its reason,
+        any other exception (a bug, an answer no check foresaw) with `TELEMETRY_ERROR` and its traceback logged.
+        What the reading measured goes into the metrics either way (`ControllerMetrics.set_reading`)."""
+        snap, hold = None, None
+        try:
+            snap = self.source.snapshot()
+            check_telemetry(snap, self.policy.safety)
+        except TelemetryError as exc:
+            hold = self._hold(now, exc.reason, f"{when}{exc}")
+        except Exception as exc:  # fail-static whatever broke the read: no half-read fleet is acted on
+            hold = self._hold(now, TELEMETRY_ERROR, f"{when}reading telemetry raised {type(exc).__name__}: {exc}",
+                              exc_info=True)
+        self.metrics.set_reading(snap, self.source, held=hold is not None)
+        return snap if hold is None else hold
 
     def _settle(self, results: list[ActionResult], fresh: ClusterSnapshot, now: float) -> None:
         """The actions carried out into the safety ledger (budgets: an unknown outcome is spent), handed on to a
@@ -337,10 +350,10 @@ class Reconciler:
                                           for name, f in (forecasts or {}).items() for q in f.quantiles})
         return forecasts
 
-    def _hold(self, now: float, reason: str, message: str) -> CycleReport:
+    def _hold(self, now: float, reason: str, message: str, exc_info: bool = False) -> CycleReport:
         self._break_streaks()
         self.metrics.set_fail_static(reason)
-        log.warning("fail-static (%s): holding still: %s", reason, message)
+        log.warning("fail-static (%s): holding still: %s", reason, message, exc_info=exc_info)
         self._audit(now, {"action": "hold", "target": "", "reason": message, "outcome": f"fail_static:{reason}",
                           "expected_gain": 0.0})
         return CycleReport("fail_static", reason)

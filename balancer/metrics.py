@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
@@ -33,8 +34,9 @@ from balancer.actuation_codes import error_code, error_label_triples
 from balancer.errors import SafetyViolation
 from balancer.fleet_usage import SHRINK_CAUSES
 
+TELEMETRY_ERROR = "telemetry_error"   # reading telemetry raised something other than a TelemetryError
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
-                       "emergency_stop")
+                       TELEMETRY_ERROR, "emergency_stop")
 CAPACITY_CLASSES = ("inference", "training", "loaned", "idle")
 STALE_PLAN = "stale_plan"   # the loop's own rejections: the fleet changed between planning and acting,
 NOT_LEADER = "not_leader"   # the Lease was lost mid-cycle (another replica may act now),
@@ -51,6 +53,16 @@ def rejection_reasons() -> tuple[str, ...]:
             found.add(cls.reason)
     return tuple(sorted(found | {STALE_PLAN, NOT_LEADER, SHUTTING_DOWN}))
 WAITING_OVER_S = {"0h": 0.0, "4h": 4 * 3600.0}
+
+
+def oldest_age(snapshot: object, source: object) -> float:
+    """The oldest sample age one telemetry reading measured: its snapshot's, else the one its source measured before
+    refusing the reading (`oldest_sample_age_s`, where the source keeps one), else NaN (unknown, never a stale
+    value from an earlier reading)."""
+    if snapshot is not None:
+        age = np.asarray(getattr(snapshot, "sample_age_s", ()), dtype=float)
+        return float(age.max()) if age.size and np.isfinite(age).all() else math.nan
+    return float(getattr(source, "oldest_sample_age_s", math.nan))
 
 
 class _LabelledGauge:
@@ -122,7 +134,12 @@ class ControllerMetrics:
         self.fail_static = Gauge("gputide_fail_static", "1 while the controller holds still.", registry=r)
         self.fail_static_info = Gauge("gputide_fail_static_info", "1 for the current fail-static reason.",
                                       ["reason"], registry=r)
-        self.staleness = Gauge("gputide_telemetry_staleness_seconds", "Age of the oldest sample used.", registry=r)
+        self.staleness = Gauge("gputide_telemetry_staleness_seconds", "Age of the oldest sample this cycle's "
+                               "telemetry reading measured, held or not; NaN when it measured none (see "
+                               "gputide_fail_static_info for why it held).", registry=r)
+        self.health_unknown = Gauge(
+            "gputide_gpus_health_unknown", "GPUs lacking XID or memory-health series the rest of the fleet "
+            "publishes: kept from new work (never a migration target); NaN where the source cannot tell.", registry=r)
         self._leader = Gauge("gputide_leader", "1 on the replica that acts, by the Lease it elects on (empty without "
                              "leader election).", ["lease"], registry=r)
         self.leader = self._leader.labels(lease="")
@@ -195,6 +212,14 @@ class ControllerMetrics:
         self.fail_static.set(1 if reason else 0)
         for r in {*FAIL_STATIC_REASONS, *([reason] if reason else [])}:
             self.fail_static_info.labels(reason=r).set(1 if r == reason else 0)
+
+    def set_reading(self, snapshot: object, source: object, held: bool) -> None:
+        """One telemetry reading, held on or not: the staleness of what it measured (`oldest_age`: NaN when it
+        measured none) and, on one acted on, the GPUs of unknown health its source saw (`health_unknown`, where
+        the source keeps it; NaN where it cannot tell, and during a hold)."""
+        self.staleness.set(oldest_age(snapshot, source))
+        unknown = None if held else getattr(source, "health_unknown", None)
+        self.health_unknown.set(math.nan if unknown is None else len(unknown))
 
     def set_capacity(self, split: Mapping[str, float], targets: Mapping[str, float] | None = None) -> None:
         """`split`: GPUs per class (missing classes read 0); `targets`: GPUs per service (None: leave as is)."""

@@ -65,6 +65,15 @@ GPU_KEY = ("hostname", "gpu", "UUID")
 # utilisation stands in, and a GPU without that is missing telemetry. Temperature and power stay required.
 UNKNOWABLE: Mapping[str, tuple[str, ...]] = {"sm_active": ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")}
 UNSUPPORTED_INFO = "gputide_exporter_unsupported_field_info"
+# Health series: a GPU without one is not missing telemetry, but neither is it healthy where other GPUs of the
+# fleet publish that series (its exporter lost the field, an XID event stream that failed on that board): its health
+# is unknown, and it is kept from new work as a GPU with bad memory is. A series no GPU publishes (an exporter not
+# configured for XIDs or memory health) leaves every GPU healthy, as before. A GPU whose exporter declares every field
+# a health series comes from unsupported (`HEALTH_UNSUPPORTED`: no ECC, no row remapper) has none for good: healthy.
+HEALTH = ("xid", "memory_unhealthy")
+HEALTH_UNSUPPORTED: Mapping[str, tuple[str, ...]] = {
+    "memory_unhealthy": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING",
+                         "DCGM_FI_DEV_ROW_REMAP_FAILURE")}
 assert set(UNKNOWABLE) <= set(MAY_BE_UNKNOWN)
 
 
@@ -151,16 +160,32 @@ def drop_leftovers(uniques: list[tuple[str, ...]], codes: np.ndarray, values: np
     return keep
 
 
-def declared_unsupported(rows: list[dict]) -> set[tuple[str, str]]:
-    """Rows of `UNSUPPORTED_INFO` -> the (UUID, snapshot field) pairs of `UNKNOWABLE` fields a GPU does not have:
-    those whose every exported field is declared for that GPU. Rows without a UUID declare nothing."""
+def declared_unsupported(rows: list[dict], fields: Mapping[str, tuple[str, ...]] = UNKNOWABLE
+                         ) -> set[tuple[str, str]]:
+    """Rows of `UNSUPPORTED_INFO` -> the (UUID, snapshot field) pairs of `fields` (`UNKNOWABLE`, `HEALTH_UNSUPPORTED`)
+    a GPU does not have: those whose every exported field is declared for that GPU. Rows without a UUID declare
+    nothing."""
     declared: dict[str, set[str]] = {}
     for r in rows:
         m, _ = sample(r)
         if m.get("UUID"):
             declared.setdefault(m["UUID"], set()).add(m.get("field", ""))
-    return {(uuid, name) for uuid, fields in declared.items() for name, names in UNKNOWABLE.items()
-            if fields.issuperset(names)}
+    return {(uuid, name) for uuid, got in declared.items() for name, names in fields.items() if got.issuperset(names)}
+
+
+def health_unknown(wide: pd.DataFrame, declared: Callable[[str, pd.Series], set[str]]) -> np.ndarray:
+    """Per GPU of `wide`: whether its health is unknown (`HEALTH`): a health series other GPUs publish and it lacks
+    (or reads NaN), unless `declared(name, uuids lacking it)` (the exporter's `UNSUPPORTED_INFO`, asked only then)
+    names it. A series no GPU publishes leaves every GPU healthy (an exporter without those fields, as before)."""
+    unknown = np.zeros(len(wide), dtype=bool)
+    for name in HEALTH:
+        if name not in wide:
+            continue
+        lacks = wide[name].isna().to_numpy()
+        if lacks.any() and name in HEALTH_UNSUPPORTED:
+            lacks = lacks & ~wide["UUID"].isin(list(declared(name, wide["UUID"][lacks]))).to_numpy()
+        unknown |= lacks
+    return unknown
 
 
 def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.ndarray]:

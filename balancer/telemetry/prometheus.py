@@ -21,10 +21,9 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
   one is fresh, the other is what a GPU left behind when it moved (a renamed node, a board moved, series that
   linger without staleness markers) and is dropped (`gpu_frame.drop_leftovers`)
 
-Optional fields and flags are not missing telemetry: without them the snapshot uses the catalogue's figure or a
-neutral value, and a GPU without memory-health series (`gpu:memory_unhealthy:bool`) counts healthy.
-
-Never zeros in place of data: the loop catches these and holds still (fail-static).
+Optional fields and flags are not missing telemetry: the snapshot uses the catalogue's figure or a neutral value; a
+GPU lacking a health series (XID, memory health) others publish has unknown health (`gpu_frame.HEALTH`: no new work,
+`health_unknown`). Never zeros in place of data: the loop catches these and holds still (fail-static).
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ from balancer.telemetry.gpu_frame import (
     BOUNDS,
     FIELDS,
     FLAGS,
+    HEALTH_UNSUPPORTED,
     OPTIONAL,
     UNKNOWABLE,
     UNSUPPORTED_INFO,
@@ -68,6 +68,7 @@ from balancer.telemetry.gpu_frame import (
     check_values,
     declared_unsupported,
     gpu_frame,
+    health_unknown,
 )
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
@@ -77,7 +78,6 @@ from balancer.telemetry.topology import Topology
 log = logging.getLogger(__name__)
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
            "attribution_query", "connect"]
-
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ class PrometheusOptions:
     scrape_interval_s: float = 15.0
     stale_after_intervals: float = 4.0
     stale_after_s: float | None = None   # the limit in seconds when set (`gputide run --stale-after`), else the above
-    # a GPU gone from telemetry holds the controller still this long, then is forgotten (at once when its node is
-    # gone from the Kubernetes API): a node removed by the autoscaler must not stop the controller for good
+    # a GPU gone from telemetry holds still until its node leaves the Kubernetes API (warned about after this long);
+    # without the Kubernetes API it is forgotten after this long (a removed node must not hold for good)
     forget_vanished_after_s: float = 600.0
     cluster: str | None = None          # restrict to series with this `cluster` label
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -142,10 +142,13 @@ class PrometheusTelemetrySource:
         self.known: dict[str, str] = {}              # every GPU seen -> its node
         self._known_from: tuple[Gpu, ...] | None = None   # the topology `known` was last updated from
         self._missing_since: dict[str, float] = {}   # known GPUs absent from telemetry -> since when
+        self._long_missing: set[str] = set()          # ... absent `forget_vanished_after_s` (warned once)
         self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
         self._topology = Topology()                  # nodes and GPUs from the series' labels, with its caches
         self._leftovers: set[tuple[str, ...]] = set()   # stale keys of moved GPUs last dropped (logged once)
         self._unknown: dict[str, set[str]] = {}   # field -> GPUs declared without it, last logged
+        self.health_unknown: frozenset[str] = frozenset()   # GPUs whose health series are missing (`_health_unknown`)
+        self.oldest_sample_age_s = math.nan   # of the last reading, even one refused (the loop's staleness gauge)
 
     # ---- queries --------------------------------------------------------------------------------------------
     def _selector(self) -> str:
@@ -203,7 +206,7 @@ class PrometheusTelemetrySource:
 
     # ---- snapshot -------------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
-        now = self.clock()
+        now, self.oldest_sample_age_s = self.clock(), math.nan   # the age this reading measured, if it gets so far
         wide = self._gpu_frame()
         self._check_complete(wide)
         for name, (_, scale) in _SERIES.items():
@@ -226,6 +229,7 @@ class PrometheusTelemetrySource:
         # sample age on Prometheus's clock: the controller's own may be skewed against it (a minute ahead would
         # read every sample as stale, behind would hide real staleness)
         age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
+        self.oldest_sample_age_s = max(float(age.max()), 0.0)
         limit = self._stale_limit()
         stale = age > limit
         if stale.any():
@@ -237,6 +241,7 @@ class PrometheusTelemetrySource:
         nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
         arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
         check_values(arrays_, wide)
+        arrays_["memory_unhealthy"] = np.maximum(arrays_["memory_unhealthy"], self._health_unknown(wide))
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.known.update((g.uuid, g.node) for g in gpus)
@@ -251,6 +256,7 @@ class PrometheusTelemetrySource:
         seen = set(wide["UUID"])
         for uuid in [u for u in self._missing_since if u in seen]:   # came back
             del self._missing_since[uuid]
+            self._long_missing.discard(uuid)
         vanished = self._vanished(sorted(self.known.keys() - seen))
         if vanished:
             raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
@@ -268,21 +274,35 @@ class PrometheusTelemetrySource:
                 raise MissingTelemetry(f"{FIELDS[name][0]} missing for {len(missing)} GPU(s): "
                                        f"{', '.join(missing[:5])}", subjects=tuple(missing))
 
-    def _declared_unsupported(self, name: str, missing: pd.Series) -> set[str]:
-        """Of the GPUs without `name`, those whose exporter declares the field unsupported (`UNSUPPORTED_INFO`):
-        the board never has it, so the snapshot carries NaN (unknown) there. Logged when that set changes."""
-        fields = "|".join(UNKNOWABLE[name])
+    def _declared_unsupported(self, name: str, missing: pd.Series, by: Mapping[str, tuple[str, ...]] = UNKNOWABLE,
+                              read_as: str = "unknown, not missing") -> set[str]:
+        """Of the GPUs without `name`, those whose exporter declares its fields (`by[name]`) unsupported
+        (`UNSUPPORTED_INFO`): the board never has it, read as `read_as`. Logged when that set changes."""
+        fields = "|".join(by[name])
         rows = self._query(f'{UNSUPPORTED_INFO}{{field=~"{fields}"{self._selector()}}}')
-        declared = {uuid for uuid, field_name in declared_unsupported(rows) if field_name == name} & set(missing)
+        declared = {uuid for uuid, field_name in declared_unsupported(rows, by) if field_name == name} & set(missing)
         if declared != self._unknown.get(name, set()):
-            log.info("%d GPU(s) have no %s (their exporter declares %s unsupported), read as unknown, not missing: "
-                     "%s", len(declared), FIELDS[name][0], fields, ", ".join(sorted(declared)[:5]))
+            log.info("%d GPU(s) have no %s (their exporter declares %s unsupported), read as %s: %s", len(declared),
+                     _SERIES[name][0], fields, read_as, ", ".join(sorted(declared)[:5]))
             self._unknown[name] = declared
         return declared
 
+    def _health_unknown(self, wide: pd.DataFrame) -> np.ndarray:
+        """`gpu_frame.health_unknown`, kept in `health_unknown` (UUIDs) and logged when that set changes."""
+        unknown = health_unknown(wide, lambda name, lacks: self._declared_unsupported(
+            name, lacks, HEALTH_UNSUPPORTED, "healthy (a board without them)"))
+        uuids = frozenset(wide["UUID"][unknown])
+        if uuids != self.health_unknown:
+            log.warning("%d GPU(s) lack XID or memory-health series that the rest of the fleet publishes: health "
+                        "unknown, kept from new work (never a migration target, never lent): %s", len(uuids),
+                        ", ".join(sorted(uuids)[:5]))
+            self.health_unknown = uuids
+        return unknown
+
     def _vanished(self, gone: list[str]) -> list[str]:
-        """Of the known GPUs now absent, those to hold still for: each is forgotten (logged) once its node is gone
-        from the Kubernetes API, or after `forget_vanished_after_s` of absence; until then it is missing telemetry."""
+        """Of the known GPUs now absent, those to hold still for (missing telemetry): forgotten (logged) once its node
+        is gone from the Kubernetes API, never while it is there (its capacity and pods would leave the plan unsaid;
+        warned once after `forget_vanished_after_s`); without the Kubernetes API, after `forget_vanished_after_s`."""
         if not gone:
             return []
         now = self.clock()
@@ -293,13 +313,18 @@ class PrometheusTelemetrySource:
             node = self.known[uuid]
             if nodes is not None and node not in nodes:
                 why = f"its node {node} is no longer a Kubernetes node"
-            elif now - since >= self.opts.forget_vanished_after_s:
+            elif self.node_overrides is None and now - since >= self.opts.forget_vanished_after_s:
                 why = f"absent from telemetry for {now - since:.0f}s"
             else:
                 vanished.append(uuid)
+                if now - since >= self.opts.forget_vanished_after_s and uuid not in self._long_missing:
+                    self._long_missing.add(uuid)
+                    log.warning("GPU %s on %s absent from telemetry for %.0fs, its node still in Kubernetes: holding "
+                                "still until it reports again or the node is removed", uuid, node, now - since)
                 continue
             log.warning("forgetting GPU %s on %s: %s", uuid, node, why)
             del self.known[uuid], self._missing_since[uuid]
+            self._long_missing.discard(uuid)
         return vanished
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:

@@ -122,6 +122,19 @@ class ShardedSource:
     def globalize(self, action: Action) -> Action:
         return globalize(action, self.index)
 
+    @property
+    def health_unknown(self) -> frozenset[str] | None:
+        """The inner source's GPUs of unknown health on this shard (None: the inner source cannot tell)."""
+        unknown = getattr(self.inner, "health_unknown", None)
+        if unknown is None or self.last_full is None:
+            return unknown
+        return frozenset(self.last_full.gpus[i].uuid for i in self.index) & frozenset(unknown)
+
+    @property
+    def oldest_sample_age_s(self) -> float:
+        """The age the inner source last measured (a refused reading included; the loop's staleness gauge)."""
+        return float(getattr(self.inner, "oldest_sample_age_s", float("nan")))
+
 
 class ShardActuator:
     """Wraps an actuator that addresses GPUs by fleet index: translate, then apply against the full snapshot."""

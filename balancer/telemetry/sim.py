@@ -16,6 +16,7 @@ fail-static gate (`balancer.safety.check_telemetry`) is what catches them, as it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,6 +33,7 @@ class SimTelemetrySource:
     sample_age_s: float = 0.0
     nan_gpus: set[int] = field(default_factory=set)
     calls: int = 0
+    health_unknown: ClassVar[frozenset[str]] = frozenset()   # the simulator knows every GPU's health
 
     def snapshot(self) -> ClusterSnapshot:
         self.calls += 1

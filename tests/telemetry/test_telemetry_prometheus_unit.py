@@ -158,14 +158,16 @@ def test_optional_fields_fall_back_to_the_catalogue_not_to_zero():
     assert snap.slowdown_temp_c[0] == 87.0  # H100-SXM catalogue figure
 
 
+HEALTHY = {("GPU-a0", "memory_unhealthy"): 0.0, ("GPU-b0", "memory_unhealthy"): 0.0}
+
+
 @pytest.mark.parametrize(("flags", "expected"), [
     ({}, [False, False, False]),
-    ({("GPU-a1", "memory_unhealthy"): 1.0}, [False, True, False]),
+    ({**HEALTHY, ("GPU-a1", "memory_unhealthy"): 1.0}, [False, True, False]),
     ({("GPU-a0", "memory_unhealthy"): 0.0, ("GPU-a1", "memory_unhealthy"): 1.0, ("GPU-b0", "memory_unhealthy"): 1.0},
      [False, True, True]),
-    ({("GPU-a1", "memory_unhealthy"): math.nan}, [False, False, False]),
 ], ids=["no GPU reports memory health (GeForce, ECC off, dcgm-exporter without the fields)",
-        "only the unhealthy GPU reports it", "every GPU reports it", "NaN is neutral, like the optional fields'"])
+        "the unhealthy GPU among healthy ones", "every GPU reports it"])
 def test_memory_health_flags_only_the_gpus_that_report_it_and_its_absence_is_not_missing_telemetry(flags, expected):
     snap = source(FakeClient(flags=flags)).snapshot()      # never MissingTelemetry: the loop does not hold
     assert [g.uuid for g in snap.gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
