@@ -21,7 +21,9 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            snapshot, by the pods' labels, as the Eviction API checks them)
     └── EvictionBudgetExhausted  no evictions left in the current window (a reclaim of loaned GPUs spends the
                                  budget but is never refused by it; an inference scale-down spends only the
-                                 running replicas it stops, not the pending ones it drops)
+                                 running replicas it stops, not the pending ones it drops; a resize of a job that
+                                 restarts whole on any change of size, grow or shrink, spends every running
+                                 worker)
 
 A hot-taint renewal (`TaintNode(renew=True)`: a fresh expiry on a node already tainted and still hot) changes
 nothing for any workload, so none of the limits that bound disruption apply to it: it is not counted against
@@ -135,11 +137,20 @@ class Review:
 
 def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
     """Running pods that `a` stops. An inference scale-down removes pending replicas first (a ReplicaSet
-    deletes unscheduled pods before running ones), so only the replicas it takes below the placed count evict."""
+    deletes unscheduled pods before running ones), so only the replicas it takes below the placed count evict.
+    A training resize stops the workers it removes; a job that restarts whole on any change of size
+    (`Workload.restarts_on_resize`: queued in Kueue without elastic slices, or torchrun elastic) stops every running
+    worker, whether it shrinks or grows."""
     if isinstance(a, Migrate):
         return 1
     if isinstance(a, ScaleTraining):
-        return max(a.previous_workers - a.workers, 0)
+        if a.workers == a.previous_workers:
+            return 0
+        members = snapshot.workloads_by_owner.get(a.job, ())
+        removed = max(a.previous_workers - a.workers, 0)
+        if any(w.restarts_on_resize for w in members):
+            return max(removed, sum(1 for w in members if snapshot.placements.get(w.name)))
+        return removed
     if isinstance(a, ScaleInference):
         if a.replicas >= a.previous_replicas:
             return 0
