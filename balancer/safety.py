@@ -12,7 +12,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            run there
     ├── MinGainNotMet            expected gain below `minExpectedGain`
     ├── CooldownActive           the same target acted on within its cooldown (inference scale-ups and the
-    │                            training shrinks that reclaim GPUs for them are exempt)
+    │                            training shrinks that reclaim GPUs for them are exempt), or by an action accepted
+    │                            earlier in the same review (one action per target a cycle, none exempt)
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
@@ -217,6 +218,8 @@ class SafetyGuard:
                 self._count(a, ctx, tally)
                 accepted.append(a)
                 counted += not _renewal(a)
+                if not _renewal(a):
+                    ctx.acted.add(_cooldown_key(a))
             except SafetyViolation as exc:
                 rejected.append((a, exc))
         return Review(tuple(accepted), tuple(rejected))
@@ -302,6 +305,8 @@ class SafetyGuard:
         self._check_nodes(a, ctx)
         if _renewal(a):
             return  # a fresh expiry on a taint already there: no gain to meet, no cooldown (module docstring)
+        if _cooldown_key(a) in ctx.acted:   # planned against the state the earlier one changes: never both
+            raise CooldownActive(f"{a.target} is already acted on by another action this cycle")
         if a.expected_gain < p.min_expected_gain:
             raise MinGainNotMet(f"expected gain {a.expected_gain:.3g} < {p.min_expected_gain:.3g}")
         if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas:
@@ -309,7 +314,7 @@ class SafetyGuard:
         if isinstance(a, ScaleTraining) and a.reclaim:
             return  # loaned GPUs go back to inference when its SLO needs them (the eviction budget still holds)
         cooldown = p.power_cooldown_s if isinstance(a, SetPowerLimit | TaintNode) else p.cooldown_s
-        last = ledger.last_action.get(f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target)
+        last = ledger.last_action.get(_cooldown_key(a))
         if last is not None and now - last < cooldown:
             raise CooldownActive(f"{a.target} was acted on {now - last:.0f} s ago (cooldown {cooldown:.0f} s)")
 
@@ -347,7 +352,7 @@ class SafetyGuard:
         migrations = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
         for a in applied:
             if not _renewal(a):   # a renewal does not re-arm the taint's cooldown
-                last[f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target] = now
+                last[_cooldown_key(a)] = now
             evictions += [now] * _evictions(a, snapshot)
             if isinstance(a, Migrate):
                 w = snapshot.workload_by_name.get(a.workload)
@@ -358,3 +363,9 @@ class SafetyGuard:
 
 def _renewal(a: Action) -> bool:
     return isinstance(a, TaintNode) and a.renew
+
+
+def _cooldown_key(a: Action) -> str:
+    """What `a`'s cooldown is kept under in the ledger: a power limit's GPU and a taint's node by kind, since they
+    have a cooldown of their own (`powerCooldownS`); a workload, job or service by name."""
+    return f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target

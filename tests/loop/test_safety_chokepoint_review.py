@@ -3,12 +3,14 @@ cycle, the emergency-stop label and resizes, give-backs on protected GPUs, and t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from loop_helpers import make_fleet, snapshot, workload
 
 from balancer import safety
 from balancer.config import SafetyPolicy
-from balancer.model import ScaleTraining, WorkloadClass
+from balancer.model import ScaleInference, ScaleTraining, SetPowerLimit, WorkloadClass
 from balancer.safety import SafetyGuard, SafetyLedger
 
 FL = make_fleet(3, 4)
@@ -50,3 +52,30 @@ def test_a_restarting_reclaim_still_goes_through_an_empty_budget_and_spends_it()
     assert review.accepted
     assert guard.remaining_evictions(guard.record(SafetyLedger(), review.accepted, job_snapshot(True), NOW),
                                      NOW) == -4
+
+def cap(gpu, watts=250.0, previous=400.0, **kw):
+    return SetPowerLimit(gpu=gpu, uuid=FL.gpus[gpu].uuid, node=FL.gpus[gpu].node, watts=watts,
+                         previous_watts=previous, reason="hot", expected_gain=1.0, **kw)
+
+
+
+@pytest.mark.parametrize("actions", [
+    [resize(3), resize(6)],                                          # a hotspot shrink and a tide loan of one job
+    [resize(3), resize(2, reclaim=True)],                            # ... and a reclaim planned from the same 4
+    [cap(0), cap(0, watts=300.0)],                                   # two power limits for one GPU
+    [ScaleInference(service="svc", replicas=2, previous_replicas=3, reason="loan", expected_gain=1.0),
+     ScaleInference(service="svc", replicas=1, previous_replicas=3, reason="loan", expected_gain=1.0)],
+], ids=["shrink-then-grow", "shrink-then-reclaim", "two-caps", "two-scale-downs"])
+def test_one_target_is_acted_on_once_per_cycle(actions):
+    """The cooldown only looked at the ledger, which the cycle's own actions enter after acting: two actions on one
+    target in one plan both passed, each planned from a size the other changes (both shrinks spent, the job ended
+    wherever the last write left it, and the cooldown was bypassed)."""
+    review = SafetyGuard(SafetyPolicy()).review(actions, job_snapshot(False), SafetyLedger(), NOW)
+    assert review.accepted == (actions[0],)
+    assert isinstance(review.rejected[0][1], safety.CooldownActive)
+
+
+def test_a_target_refused_once_leaves_room_for_the_next_action_on_it():
+    review = SafetyGuard(SafetyPolicy(min_expected_gain=0.5)).review(
+        [replace(resize(3), expected_gain=0.1), resize(6)], job_snapshot(False), SafetyLedger(), NOW)
+    assert review.accepted == (resize(6),)
