@@ -4,7 +4,8 @@
 rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_rejected_total{reason}`:
 
     SafetyViolation
-    ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label / stopped namespace
+    ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label (on a node the
+    │                            action touches, or one where a resize may stop a pod) / stopped namespace
     ├── ProtectedWorkload        protected or non-movable workloads (and GPUs hosting them) are never touched
     ├── PlacementRefused         a migration to a node the workload's own rules keep it off (a taint it does not
     │                            tolerate, its node selector, its required node affinity, required pod affinity
@@ -289,7 +290,7 @@ class SafetyGuard:
             raise EmergencyStop("emergency stop is set")
         if stopped_ns := {w.namespace for w in ctx.touched(a)} & self.stopped_namespaces:
             raise EmergencyStop(f"namespace {min(stopped_ns)} is stopped")
-        for node in touched_nodes(a, ctx.snapshot):
+        for node in touched_nodes(a, ctx.snapshot) | _stopping_on(a, ctx):
             n = ctx.node(node)
             if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
                 raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
@@ -359,6 +360,15 @@ class SafetyGuard:
                 owner = (w.owner or w.name) if w else a.workload
                 migrations.append((now, snapshot.gpus[a.source_gpus[0]].node, a.target_node, owner))
         return SafetyLedger(MappingProxyType(last), tuple(evictions), tuple(migrations))
+
+
+def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:
+    """The nodes where a resize may stop pods: those of its job's or service's running pods when it evicts any
+    (which ones go is the job's or the ReplicaSet's choice); none for one that stops nothing."""
+    s = ctx.snapshot
+    if not isinstance(a, ScaleTraining | ScaleInference) or not _evictions(a, s):
+        return set()
+    return {s.gpus[g[0]].node for w in ctx.touched(a) if (g := s.placements.get(w.name))}
 
 
 def _renewal(a: Action) -> bool:

@@ -79,3 +79,28 @@ def test_a_target_refused_once_leaves_room_for_the_next_action_on_it():
     review = SafetyGuard(SafetyPolicy(min_expected_gain=0.5)).review(
         [replace(resize(3), expected_gain=0.1), resize(6)], job_snapshot(False), SafetyLedger(), NOW)
     assert review.accepted == (resize(6),)
+
+
+def labelled(node: str):
+    return [replace(n, labels={safety.EMERGENCY_LABEL: "true"}) if n.name == node else n for n in FL.nodes]
+
+
+@pytest.mark.parametrize(("action", "held"), [
+    (resize(2), True),                                                # stops workers, one of them may be on n0
+    (resize(2, reclaim=True), True),
+    (resize(6), False),                                               # an elastic grow stops nothing
+    (ScaleInference(service="svc", replicas=1, previous_replicas=3, reason="loan", expected_gain=1.0), True),
+    (ScaleInference(service="svc", replicas=5, previous_replicas=3, reason="reclaim", expected_gain=1.0), False),
+], ids=["shrink", "reclaim", "grow", "inference-down", "inference-up"])
+def test_the_emergency_stop_label_holds_a_resize_that_would_stop_pods_on_the_node(action, held):
+    """`gputide.io/emergency-stop=true` on a node "stops every action touching it": a shrink of a job (or a scale-down
+    of a service) with pods there went through, and the ReplicaSet or the job could stop exactly those pods."""
+    node = "n0" if isinstance(action, ScaleTraining) else "n2"
+    snap = job_snapshot(False, nodes=labelled(node))
+    guard = SafetyGuard(SafetyPolicy())
+    review = guard.review([action], snap, SafetyLedger(), NOW)
+    assert bool(review.rejected) is held
+    if held:
+        assert isinstance(review.rejected[0][1], safety.EmergencyStop)
+    assert (guard.stops_now([action], snap)[0] is not None) is held
+    assert guard.review([action], job_snapshot(False), SafetyLedger(), NOW).accepted   # unlabelled: goes through
