@@ -7,6 +7,7 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── EmergencyStop            flag, flag file, or the `gputide.io/emergency-stop` node label (on a node the
     │                            action touches, or one where a resize may stop a pod) / stopped namespace
     ├── ProtectedWorkload        protected or non-movable workloads (and GPUs hosting them) are never touched
+    │                            (a GPU's power given back is no touch: it takes nothing from them)
     ├── PlacementRefused         a migration to a node the workload's own rules keep it off (a taint it does not
     │                            tolerate, its node selector, its required node affinity, required pod affinity
     │                            or anti-affinity, its own or that of the pods there): its replacement could not
@@ -298,7 +299,9 @@ class SafetyGuard:
     def _check_one(self, a: Action, ctx: ReviewContext, ledger: SafetyLedger, now: float, stopped: bool) -> None:
         p = self.policy
         self._check_stop(a, ctx, stopped)
-        for w in ctx.touched(a):
+        # a power limit raised (a give-back) takes nothing from a workload: a protected one that came to a GPU gputide
+        # had capped, or became protected since, gets its power back like any other
+        for w in () if isinstance(a, SetPowerLimit) and (a.give_back or not a.is_throttle) else ctx.touched(a):
             if w.protected or w.namespace in p.protected_namespaces:
                 raise ProtectedWorkload(f"{w.name} is protected")
             if isinstance(a, Migrate) and not w.movable:

@@ -104,3 +104,16 @@ def test_the_emergency_stop_label_holds_a_resize_that_would_stop_pods_on_the_nod
         assert isinstance(review.rejected[0][1], safety.EmergencyStop)
     assert (guard.stops_now([action], snap)[0] is not None) is held
     assert guard.review([action], job_snapshot(False), SafetyLedger(), NOW).accepted   # unlabelled: goes through
+
+
+def test_a_gpu_hosting_a_protected_workload_gets_its_power_back():
+    """Never throttled, but a cap already there (set before the protected pod came, or before its namespace was
+    protected) was never given back either: the give-back was refused as `protected` every cycle, for good."""
+    snap = job_snapshot(False, protected_svc=True)
+    guard = SafetyGuard(SafetyPolicy())
+    throttle = guard.review([cap(8)], snap, SafetyLedger(), NOW)
+    assert isinstance(throttle.rejected[0][1], safety.ProtectedWorkload)
+    back = cap(8, watts=400.0, previous=250.0, give_back=True)
+    assert guard.review([back], snap, SafetyLedger(), NOW).accepted == (back,)
+    raised = cap(8, watts=300.0, previous=250.0)
+    assert guard.review([raised], snap, SafetyLedger(), NOW).accepted == (raised,)
