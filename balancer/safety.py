@@ -348,10 +348,12 @@ class SafetyGuard:
 
     def record(self, ledger: SafetyLedger, applied: Iterable[Action], snapshot: ClusterSnapshot,
                now: float) -> SafetyLedger:
-        """The ledger after `applied` actions (old entries outside every window are forgotten)."""
+        """The ledger after `applied` actions (each entry forgotten once its own window or cooldown has passed)."""
         p = self.policy
-        horizon = max(p.cooldown_s, p.power_cooldown_s, p.eviction_window_s, p.migration_settle_s)
-        last = {k: t for k, t in ledger.last_action.items() if now - t < horizon}
+        # a cooldown is kept as long as it holds, not as long as the longest window: a successor inherits the ledger
+        # from the Lease, whose annotation has a size limit, and an hour of power caps on a large fleet passed it
+        last = {k: t for k, t in ledger.last_action.items()
+                if now - t < (p.power_cooldown_s if k.startswith(_POWER_KEYS) else p.cooldown_s)}
         evictions = [t for t in ledger.evictions if now - t < p.eviction_window_s]
         migrations = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
         for a in applied:
@@ -376,6 +378,9 @@ def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:
 
 def _renewal(a: Action) -> bool:
     return isinstance(a, TaintNode) and a.renew
+
+
+_POWER_KEYS = tuple(f"{c.kind}:" for c in (SetPowerLimit, TaintNode))   # the keys `powerCooldownS` holds
 
 
 def _cooldown_key(a: Action) -> str:

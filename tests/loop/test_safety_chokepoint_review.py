@@ -9,6 +9,7 @@ import pytest
 from loop_helpers import make_fleet, snapshot, workload
 
 from balancer import safety
+from balancer.actuate.k8s_leader import MAX_LEDGER_BYTES
 from balancer.config import SafetyPolicy
 from balancer.model import ScaleInference, ScaleTraining, SetPowerLimit, WorkloadClass
 from balancer.safety import SafetyGuard, SafetyLedger
@@ -117,3 +118,25 @@ def test_a_gpu_hosting_a_protected_workload_gets_its_power_back():
     assert guard.review([back], snap, SafetyLedger(), NOW).accepted == (back,)
     raised = cap(8, watts=300.0, previous=250.0)
     assert guard.review([raised], snap, SafetyLedger(), NOW).accepted == (raised,)
+
+
+def test_the_ledger_keeps_a_power_cooldown_only_while_it_holds():
+    """Every entry was kept for the longest window (the eviction budget's hour), so an hour of throttling on a large
+    fleet grew the ledger past what the Lease annotation takes (128 KiB) and it was no longer handed on: a successor
+    inherited an old ledger, with a fresh eviction budget."""
+    p = SafetyPolicy()
+    guard = SafetyGuard(p)
+    snap = snapshot(make_fleet(1, 1))
+    ledger = SafetyLedger()
+    uuid = "GPU-00000000-0000-0000-0000-{:012d}"
+    t = NOW
+    for cycle in range(120):   # an hour at 30 s per cycle, each the most actions a cycle may take, on 10k GPUs
+        caps = [SetPowerLimit(gpu=0, uuid=uuid.format(cycle * 20 + i), node="n0", watts=250.0, previous_watts=400.0,
+                              reason="hot", expected_gain=1.0) for i in range(p.max_actions_per_cycle)]
+        ledger = guard.record(ledger, caps, snap, t)
+        t += 30.0
+    assert len(ledger.to_json()) < MAX_LEDGER_BYTES
+    assert len(ledger.last_action) == p.max_actions_per_cycle * int(p.power_cooldown_s / 30)
+    kept = guard.record(SafetyLedger(last_action={"power_limit:GPU-1": NOW, "inference/svc-0": NOW}), [], snap,
+                        NOW + p.power_cooldown_s)
+    assert dict(kept.last_action) == {"inference/svc-0": NOW}   # a workload's cooldown is longer
