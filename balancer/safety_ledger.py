@@ -7,6 +7,7 @@ loop writes), and `merged` joins two controllers' memories.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,13 +32,13 @@ class SafetyLedger:
         if not isinstance(doc, dict):
             raise ValueError("a JSON object with last_action, evictions, migrations")
         last = doc.get("last_action", {})
-        if not isinstance(last, dict) or not all(isinstance(t, int | float) for t in last.values()):
+        if not isinstance(last, dict) or not all(map(_is_time, last.values())):
             raise ValueError("last_action: an object of target -> time")
         ev = doc.get("evictions", [])
-        if not isinstance(ev, list) or not all(isinstance(t, int | float) for t in ev):
+        if not isinstance(ev, list) or not all(map(_is_time, ev)):
             raise ValueError("evictions: a list of times")
         mig = doc.get("migrations", [])
-        if not isinstance(mig, list) or not all(isinstance(m, list) and len(m) == 4 and isinstance(m[0], int | float)
+        if not isinstance(mig, list) or not all(isinstance(m, list) and len(m) == 4 and _is_time(m[0])
                                                 and all(isinstance(x, str) for x in m[1:]) for m in mig):
             raise ValueError("migrations: a list of [time, source node, target node, owner]")
         return cls(MappingProxyType({str(k): float(t) for k, t in last.items()}), tuple(float(t) for t in ev),
@@ -53,6 +54,12 @@ class SafetyLedger:
             last[k] = max(t, last.get(k, t))
         return SafetyLedger(MappingProxyType(last), _union(self.evictions, other.evictions),
                             _union(self.migrations, other.migrations))
+
+
+def _is_time(t: object) -> bool:
+    """A finite number of seconds: JSON's `true` is no time, and an infinite one (Python's json reads `Infinity`)
+    never leaves any window, so it would hold a cooldown or spend an eviction for good, for every later leader."""
+    return isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)
 
 
 def _union(a: tuple, b: tuple) -> tuple:

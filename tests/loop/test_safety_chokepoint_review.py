@@ -140,3 +140,13 @@ def test_the_ledger_keeps_a_power_cooldown_only_while_it_holds():
     kept = guard.record(SafetyLedger(last_action={"power_limit:GPU-1": NOW, "inference/svc-0": NOW}), [], snap,
                         NOW + p.power_cooldown_s)
     assert dict(kept.last_action) == {"inference/svc-0": NOW}   # a workload's cooldown is longer
+
+
+@pytest.mark.parametrize("text", ['{"evictions": [Infinity]}', '{"last_action": {"job": Infinity}}',
+                                  '{"evictions": [NaN]}', '{"evictions": [true]}',
+                                  '{"migrations": [[Infinity, "n0", "n1", "svc"]]}'])
+def test_a_ledger_time_that_is_no_time_is_refused(text):
+    """Python's json reads Infinity: an eviction at +inf never left its window, so the budget was one short for good,
+    and every leader handed it on to the next."""
+    with pytest.raises(ValueError):
+        SafetyLedger.from_json(text)
