@@ -352,10 +352,12 @@ class SafetyGuard:
         p = self.policy
         # a cooldown is kept as long as it holds, not as long as the longest window: a successor inherits the ledger
         # from the Lease, whose annotation has a size limit, and an hour of power caps on a large fleet passed it
-        last = {k: t for k, t in ledger.last_action.items()
+        # a time ahead of `now` (a predecessor whose clock ran ahead) is taken as now: it holds a full window from
+        # here, not for as long as that clock was off
+        last = {k: min(t, now) for k, t in ledger.last_action.items()
                 if now - t < (p.power_cooldown_s if k.startswith(_POWER_KEYS) else p.cooldown_s)}
-        evictions = [t for t in ledger.evictions if now - t < p.eviction_window_s]
-        migrations = [m for m in ledger.migrations if now - m[0] < p.migration_settle_s]
+        evictions = [min(t, now) for t in ledger.evictions if now - t < p.eviction_window_s]
+        migrations = [(min(m[0], now), *m[1:]) for m in ledger.migrations if now - m[0] < p.migration_settle_s]
         for a in applied:
             if not _renewal(a):   # a renewal does not re-arm the taint's cooldown
                 last[_cooldown_key(a)] = now

@@ -150,3 +150,19 @@ def test_a_ledger_time_that_is_no_time_is_refused(text):
     and every leader handed it on to the next."""
     with pytest.raises(ValueError):
         SafetyLedger.from_json(text)
+
+
+def test_times_ahead_of_the_clock_hold_a_window_from_now_not_for_as_long_as_the_clock_was_off():
+    """A predecessor whose clock ran a day ahead left evictions and cooldowns dated tomorrow: the successor counted
+    them spent, and held the cooldowns, for a day and an hour."""
+    p = SafetyPolicy(eviction_budget=3)
+    guard = SafetyGuard(p)
+    snap = job_snapshot(False)
+    ahead = NOW + 86_400.0
+    inherited = SafetyLedger(last_action={"job": ahead}, evictions=(ahead,) * 3,
+                             migrations=((ahead, "n0", "n1", "svc"),))
+    ledger = guard.record(inherited, [], snap, NOW)
+    assert guard.remaining_evictions(ledger, NOW) == 0 and not guard.review([resize(3)], snap, ledger, NOW).accepted
+    later = NOW + p.eviction_window_s
+    assert guard.remaining_evictions(ledger, later) == 3
+    assert guard.review([resize(3)], snap, ledger, later).accepted
