@@ -34,8 +34,8 @@ import numpy as np
 from balancer.config import BalancerPolicy
 from balancer.model import ClusterSnapshot, Migrate
 from balancer.plan import hotspots
-from balancer.plan.defrag import Move, plan_consolidation
-from balancer.plan.fleet_state import SnapshotState, column, snapshot_state
+from balancer.plan.defrag import Move, PodsByNode, plan_consolidation
+from balancer.plan.fleet_state import SnapshotState, gpu_model_codes, gpu_slots, snapshot_state
 from balancer.plan.placement.state import MILLI, Placement, PodRequest
 from balancer.plan.simulate import MIGRATION_COST, Projection
 
@@ -58,7 +58,7 @@ def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotS
     if not models:
         return [], 0.0
     slot_gpu = np.full(view.state.gpu_free.shape, -1, dtype=np.int64)
-    slot_gpu[s.node_index, [g.slot for g in s.gpus]] = np.arange(s.n_gpus)
+    slot_gpu[s.node_index, gpu_slots(s)] = np.arange(s.n_gpus)
     placed = _candidates(s, policy, view, set(models), refused, blocked)
     room = hotspots.Room.start(s, policy, state, proj, blocked)
     moves = plan_consolidation(view.state, placed, view.mix, policy.defrag.max_moves_per_cycle, "gputide",
@@ -67,31 +67,43 @@ def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotS
 
 
 def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view: SnapshotState, models: set[str],
-                refused: frozenset[str], blocked: frozenset[str]) -> list[tuple[PodRequest, Placement]]:
+                refused: frozenset[str], blocked: frozenset[str]) -> PodsByNode:
     """(request, where it runs) of every workload consolidation may move: a share of one partly used GPU (the only
     GPUs it empties; a pod on a full or whole GPU stays in the state as used capacity) of a fragmented model, not
     on a hot or tainted node, movable, not training, not refused lately. The cheap tests are vectorised first:
-    a large fleet has tens of thousands of workloads and few on partly used GPUs."""
+    a large fleet has tens of thousands of workloads and few on partly used GPUs; the requests are built node by
+    node, for the nodes `plan_consolidation` looks at (a few, as it stops at its move budget)."""
     c = view.cols
     if not len(c.idx):
-        return []
-    slots = column(s.gpus, "slot")
+        return PodsByNode(0, lambda node: ())
+    slots, model = gpu_slots(s), gpu_model_codes(s)
     used = MILLI - view.state.gpu_free[s.node_index, slots]
-    gpu_ok = (used > 0) & (used < MILLI) & np.isin(np.asarray(s.gpu_models), list(models))
-    gpu_ok &= ~np.isin(np.asarray([n.name for n in s.nodes]), list(blocked))[s.node_index]
+    gpu_ok = (used > 0) & (used < MILLI) & np.isin(model, [i for i, m in enumerate(view.state.models) if m in models])
+    if blocked:
+        gpu_ok &= ~hotspots.on_nodes(s, blocked)
     first = c.idx[np.minimum(np.cumsum(c.counts) - c.counts, len(c.idx) - 1)]   # a placed workload's first GPU
     rows = np.flatnonzero((c.counts == 1) & (c.milli > 0) & (c.cls != 1) & gpu_ok[first])   # cls 1: training
-    out = []
-    for i in rows.tolist():
-        w = s.workloads[i]
-        if w.name in refused or not hotspots.may_move(s, w, policy, {}, {}):
-            continue
-        g = int(first[i])
-        req = PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=1, gpu_milli=w.gpu_milli,
-                         allowed_models=None if w.allowed_models is None else tuple(sorted(w.allowed_models)),
-                         name=w.name)
-        out.append((req, Placement(int(s.node_index[g]), (int(slots[g]),), w.gpu_milli, w.cpu_milli, w.memory_mib)))
-    return out
+    ws = list(map(s.workloads.__getitem__, rows.tolist()))
+    ok = hotspots.may_move_now(s, ws, policy)
+    if refused:
+        ok &= np.fromiter((w.name not in refused for w in ws), dtype=bool, count=len(ws))
+    rows = rows[ok]
+    gpu = first[rows]
+    node = s.node_index[gpu]
+    order = np.argsort(node, kind="stable")   # each node's candidates in snapshot order: positions ascending
+    bounds = np.searchsorted(node[order], np.arange(len(s.nodes) + 1))
+
+    def on(n: int) -> list[tuple[int, PodRequest, Placement]]:
+        out = []
+        for k in order[bounds[n]:bounds[n + 1]].tolist():
+            w = s.workloads[int(rows[k])]
+            req = PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=1, gpu_milli=w.gpu_milli,
+                             allowed_models=None if w.allowed_models is None else tuple(sorted(w.allowed_models)),
+                             name=w.name)
+            out.append((k, req, Placement(n, (int(slots[gpu[k]]),), w.gpu_milli, w.cpu_milli, w.memory_mib)))
+        return out
+
+    return PodsByNode(len(rows), on)
 
 
 def _budget(s: ClusterSnapshot, policy: BalancerPolicy, room: hotspots.Room, slot_gpu: np.ndarray):

@@ -15,7 +15,7 @@ and returns frozen `Move`s with the GPUs they are expected to free.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,20 +36,53 @@ class Move:
     expected_gpus_freed: float = 0.0
 
 
+@dataclass(frozen=True)
+class PodsByNode:
+    """Placed pods handed over node by node, on demand: `total` pods in all, `on(node)` the (position among all,
+    pod, placement) of those on `node`, positions ascending. A caller with tens of thousands of placed pods builds
+    the `PodRequest`s of the few nodes consolidation looks at, not of all of them."""
+
+    total: int
+    on: Callable[[int], Iterable[tuple[int, PodRequest, Placement]]]
+
+
 @dataclass
 class Ledger:
-    """Which pods sit where; kept in step with a Scheduler's state by the caller."""
+    """Which pods sit where; kept in step with a Scheduler's state by the caller. With `source`, a node's pods are
+    read from it the first time the node is looked at (`on`); keys are then the pods' positions in `source`, as
+    adding them all in order would have numbered them, and a node's key set is built by the same additions."""
 
     pods: dict[int, tuple[PodRequest, Placement]] = field(default_factory=dict)
     by_node: dict[int, set[int]] = field(default_factory=dict)
     moves: int = 0
     _next: int = 0
+    source: PodsByNode | None = None
+
+    @classmethod
+    def of(cls, placed: Iterable[tuple[PodRequest, Placement]] | PodsByNode) -> Ledger:
+        if isinstance(placed, PodsByNode):
+            return cls(_next=placed.total, source=placed)
+        ledger = cls()
+        for pod, where in placed:
+            ledger.add(pod, where)
+        return ledger
+
+    def on(self, node: int) -> set[int]:
+        """The keys of the pods on `node`."""
+        keys = self.by_node.get(node)
+        if keys is None:
+            keys = self.by_node[node] = set()
+            for key, pod, where in self.source.on(node) if self.source is not None else ():
+                self.pods[key] = (pod, where)
+                keys.add(key)
+        return keys
 
     def add(self, pod: PodRequest, placement: Placement) -> int:
+        keys = self.on(placement.node)
         key = self._next
         self._next += 1
         self.pods[key] = (pod, placement)
-        self.by_node.setdefault(placement.node, set()).add(key)
+        keys.add(key)
         return key
 
     def remove(self, key: int) -> tuple[PodRequest, Placement]:
@@ -90,7 +123,7 @@ def _missing(s: ClusterState, pod: PodRequest, nodes: np.ndarray) -> np.ndarray:
 def _victims(s: ClusterState, ledger: Ledger, node: int, pod: PodRequest, max_moves: int):
     """Target slots and the fewest small pods to evict from `node` so that `pod` fits there, or None."""
     free = s.gpu_free[node].astype(np.int64)
-    keys = sorted(ledger.by_node.get(node, ()), key=lambda k: (ledger.pods[k][0].total_gpu_milli, k))
+    keys = sorted(ledger.on(node), key=lambda k: (ledger.pods[k][0].total_gpu_milli, k))
     slots: tuple[int, ...] = ()
     if pod.num_gpu:
         order = np.argsort(-np.where(s.gpu_exists[node], free, -(10**6)), kind="stable")
@@ -204,27 +237,29 @@ class Defragmenter:
 
 def plan_consolidation(
     state: ClusterState,
-    placed: list[tuple[PodRequest, Placement]],
+    placed: list[tuple[PodRequest, Placement]] | PodsByNode,
     mix: WorkloadMix,
     max_moves: int = 4,
     policy: str = "gputide",
     budget: Budget | None = None,
 ) -> list[Move]:
-    """Moves (on a copy of `state`) that empty the least-used shared GPUs, at most `max_moves` of them."""
+    """Moves (on a copy of `state`) that empty the least-used shared GPUs, at most `max_moves` of them. `placed`:
+    the pods that may move and where they are, as a list or node by node on demand (`PodsByNode`)."""
     sched = Scheduler(state.copy(), policy, mix)
-    ledger = Ledger()
-    for pod, where in placed:
-        ledger.add(pod, where)
+    ledger = Ledger.of(placed)
     s = sched.state
     used = np.where(s.gpu_exists, MILLI - s.gpu_free, 0)
     partial = np.argwhere(s.gpu_exists & (used > 0) & (used < MILLI))
     partial = partial[np.argsort(used[partial[:, 0], partial[:, 1]], kind="stable")]
     moves: list[Move] = []
-    for node, slot in partial:
-        keys = [k for k in ledger.by_node.get(int(node), ()) if int(slot) in ledger.pods[k][1].slots]
+    for i in range(len(partial)):
+        if len(moves) >= max_moves:   # a GPU with a pod to move would overshoot: none of the rest can be emptied
+            break
+        node, slot = int(partial[i, 0]), int(partial[i, 1])
+        keys = [k for k in ledger.on(node) if slot in ledger.pods[k][1].slots]
         if not keys or len(moves) + len(keys) > max_moves:
             continue
-        moves.extend(_empty_gpu(sched, ledger, keys, int(node), int(slot), budget))
+        moves.extend(_empty_gpu(sched, ledger, keys, node, slot, budget))
     return moves
 
 

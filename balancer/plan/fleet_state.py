@@ -35,6 +35,7 @@ class _Topology:
     gpus: tuple
     slots: np.ndarray
     models: tuple[str, ...]
+    gpu_model: np.ndarray    # per GPU: its model's position in `models`
     node_model: np.ndarray
     cpu_total: np.ndarray
     mem_total: np.ndarray
@@ -48,12 +49,23 @@ def _topology(s: ClusterSnapshot) -> _Topology:
         return _topology_cache[0]
     models = tuple(sorted({g.model for g in s.gpus}))
     code = {m: i for i, m in enumerate(models)}
+    gpu_model = np.fromiter((code[g.model] for g in s.gpus), dtype=np.int32, count=s.n_gpus)
     node_model = np.full(len(s.nodes), -1, dtype=np.int32)
-    node_model[s.node_index] = np.fromiter((code[g.model] for g in s.gpus), dtype=np.int32, count=s.n_gpus)
-    topo = _Topology(s.nodes, s.gpus, column(s.gpus, "slot"), models, node_model,
+    node_model[s.node_index] = gpu_model
+    topo = _Topology(s.nodes, s.gpus, column(s.gpus, "slot"), models, gpu_model, node_model,
                      column(s.nodes, "cpu_milli"), column(s.nodes, "memory_mib"))
     _topology_cache[:] = [topo]
     return topo
+
+
+def gpu_slots(s: ClusterSnapshot) -> np.ndarray:
+    """Per GPU: its slot on its node (kept while the fleet's GPUs are the same tuple; do not write to it)."""
+    return _topology(s).slots
+
+
+def gpu_model_codes(s: ClusterSnapshot) -> np.ndarray:
+    """Per GPU: its model's position in `snapshot_state(s).state.models` (kept as `gpu_slots`)."""
+    return _topology(s).gpu_model
 
 
 @dataclass(frozen=True, eq=False)

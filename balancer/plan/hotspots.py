@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -164,9 +165,12 @@ def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
     return frozenset(snapshot.nodes[i].name for i in idx)
 
 
+_MOVABLE_CLASSES = frozenset((WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH))
+
+
 def _movable(w, policy: BalancerPolicy) -> bool:
     return (w.movable and not w.protected and w.namespace not in policy.safety.protected_namespaces
-            and w.workload_class in (WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH))
+            and w.workload_class in _MOVABLE_CLASSES)
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
@@ -328,6 +332,20 @@ def may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[s
     Eviction API would refuse is not proposed, so the hot GPU is throttled instead)."""
     return (_movable(w, policy) and per_owner.get(w.owner or w.name, 0) < policy.safety.max_unavailable_per_workload
             and eviction_room(s.disruption_budgets, w, spent)[1] is None)
+
+
+def may_move_now(s: ClusterSnapshot, ws: Sequence[Workload], policy: BalancerPolicy) -> np.ndarray:
+    """`may_move(s, w, policy, {}, {})` of each of `ws` (nothing proposed yet): `_movable`'s tests one C-level pass
+    per attribute; with nothing spent, only a PodDisruptionBudget with no disruption left at all can refuse."""
+    def test(attr: str, holds) -> np.ndarray:
+        return np.fromiter(map(holds, map(attrgetter(attr), ws)), dtype=bool, count=len(ws))
+
+    ok = (test("movable", bool) & ~test("protected", bool) & test("workload_class", _MOVABLE_CLASSES.__contains__)
+          & ~test("namespace", frozenset(policy.safety.protected_namespaces).__contains__))
+    exhausted = [b for b in s.disruption_budgets or () if b.disruptions_allowed < 1]   # eviction_room's, spent {}
+    if exhausted:
+        ok &= np.fromiter((eviction_room(exhausted, w, {})[1] is None for w in ws), dtype=bool, count=len(ws))
+    return ok & (policy.safety.max_unavailable_per_workload >= 1)
 
 
 def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, node_room, moved) -> tuple[int, ...] | None:
