@@ -142,7 +142,6 @@ class PrometheusTelemetrySource:
         self.known: dict[str, str] = {}              # every GPU seen -> its node
         self._known_from: tuple[Gpu, ...] | None = None   # the topology `known` was last updated from
         self._missing_since: dict[str, float] = {}   # known GPUs absent from telemetry -> since when
-        self._long_missing: set[str] = set()          # ... absent `forget_vanished_after_s` (warned once)
         self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
         self._topology = Topology()                  # nodes and GPUs from the series' labels, with its caches
         self._leftovers: set[tuple[str, ...]] = set()   # stale keys of moved GPUs last dropped (logged once)
@@ -256,7 +255,6 @@ class PrometheusTelemetrySource:
         seen = set(wide["UUID"])
         for uuid in [u for u in self._missing_since if u in seen]:   # came back
             del self._missing_since[uuid]
-            self._long_missing.discard(uuid)
         vanished = self._vanished(sorted(self.known.keys() - seen))
         if vanished:
             raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
@@ -300,9 +298,11 @@ class PrometheusTelemetrySource:
         return unknown
 
     def _vanished(self, gone: list[str]) -> list[str]:
-        """Of the known GPUs now absent, those to hold still for (missing telemetry): forgotten (logged) once its node
-        is gone from the Kubernetes API, never while it is there (its capacity and pods would leave the plan unsaid;
-        warned once after `forget_vanished_after_s`); without the Kubernetes API, after `forget_vanished_after_s`."""
+        """Of the known GPUs now absent, those to hold still for (missing telemetry): each is forgotten (logged) at
+        once when its node is gone from the Kubernetes API, else after `forget_vanished_after_s` of absence. Not
+        never: one node whose exporter is down (crash-looping, a driver gone) would stop the controller for the
+        whole fleet until someone deleted the node; forgotten, that node's GPUs and pods are out of the plan (no
+        action on or towards them) while GpuMissingFromTelemetry tells the operator."""
         if not gone:
             return []
         now = self.clock()
@@ -313,18 +313,15 @@ class PrometheusTelemetrySource:
             node = self.known[uuid]
             if nodes is not None and node not in nodes:
                 why = f"its node {node} is no longer a Kubernetes node"
-            elif self.node_overrides is None and now - since >= self.opts.forget_vanished_after_s:
-                why = f"absent from telemetry for {now - since:.0f}s"
+            elif now - since >= self.opts.forget_vanished_after_s:
+                why = f"absent from telemetry for {now - since:.0f}s" + (
+                    ", its node still in Kubernetes (its GPUs and pods leave the plan: GpuMissingFromTelemetry)"
+                    if nodes is not None else "")
             else:
                 vanished.append(uuid)
-                if now - since >= self.opts.forget_vanished_after_s and uuid not in self._long_missing:
-                    self._long_missing.add(uuid)
-                    log.warning("GPU %s on %s absent from telemetry for %.0fs, its node still in Kubernetes: holding "
-                                "still until it reports again or the node is removed", uuid, node, now - since)
                 continue
             log.warning("forgetting GPU %s on %s: %s", uuid, node, why)
             del self.known[uuid], self._missing_since[uuid]
-            self._long_missing.discard(uuid)
         return vanished
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:

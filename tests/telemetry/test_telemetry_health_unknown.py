@@ -79,7 +79,10 @@ def test_a_gpu_back_with_its_health_series_is_healthy_again():
     assert src.health_unknown == frozenset()
 
 
-def test_a_vanished_gpu_whose_node_is_still_in_kubernetes_holds_still_and_is_never_forgotten(caplog):
+def test_a_vanished_gpu_whose_node_is_still_in_kubernetes_holds_still_for_a_while_then_is_forgotten_loudly(caplog):
+    """One node whose exporter is down (crash-looping, its driver gone) must not stop the controller for the whole
+    fleet until someone deletes the node: it holds still `forget_vanished_after_s`, then the GPU leaves the plan
+    (no action on or towards it) with a warning that says its node is still there."""
     clock = [NOW]
     nodes = {"node-a": NodeMeta(labels={}), "node-b": NodeMeta(labels={}), "node-c": NodeMeta(labels={})}
     src = PrometheusTelemetrySource(PrometheusOptions(url="http://prom.invalid", scrape_interval_s=15),
@@ -90,15 +93,15 @@ def test_a_vanished_gpu_whose_node_is_still_in_kubernetes_holds_still_and_is_nev
     finally:
         GPUS.pop()
     with caplog.at_level(logging.WARNING, logger="balancer.telemetry.prometheus"):
-        for step in (0, 599, 600, 3600, 86400):
+        for step in (0, 300, 599):
             clock[0] = NOW + step
             with pytest.raises(MissingTelemetry, match="vanished") as err:
                 src.snapshot()
             assert err.value.subjects == ("GPU-c0",)
+        clock[0] = NOW + 600
+        assert [g.uuid for g in src.snapshot().gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
     warned = [r.getMessage() for r in caplog.records if "GPU-c0" in r.getMessage()]
-    assert len(warned) == 1 and "its node still in Kubernetes" in warned[0]
-    del nodes["node-c"]   # removed from the cluster: forgotten at once
-    assert [g.uuid for g in src.snapshot().gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
+    assert len(warned) == 1 and "its node still in Kubernetes" in warned[0], warned
 
 
 def test_a_refused_reading_keeps_the_age_it_measured_for_the_staleness_gauge():
