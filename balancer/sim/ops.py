@@ -237,17 +237,26 @@ class WorkloadOps:
         return record is not None and (workers >= record[0] or self._job_target[i] != record[1])
 
     def _recorded(self: SimCluster, pods: Iterable[Pod]) -> tuple[Workload, ...]:
-        """The pods' workloads, a training job's with its shrink records (void once its size is not the one left)."""
-        if not self.shrink_records and not self.colocation_records:
-            return tuple(p.workload for p in pods)
+        """The pods' workloads, a training job's with its last checkpoint (`Workload.checkpointed_at`, as its trainer
+        annotates it on Kubernetes: what a resize would lose) and its shrink records (void once its size is not the
+        one left). A pod's shown workload is kept while none of that changes."""
         marks: dict[int, dict] = {i: {"shrunk_from": before} if self._job_target[i] == left
                                   else {"shrink_overridden": True} for i, (before, left) in self.shrink_records.items()}
         for i, co in self.colocation_records.items():
             marks.setdefault(i, {}).update(colocation_from=co.before, colocation_service=co.service)
             if self._job_target[i] != co.left:
                 marks[i].update(colocation_from=0, colocation_service="", colocation_overridden=True)
-        return tuple(replace(p.workload, **marks[p.owner]) if p.kind == TRAINING and p.owner in marks
-                     else p.workload for p in pods)
+        # the running time since the checkpoint is the work a resize loses; a stalled job's clock stands still
+        ckpt_at = (self.time - self.acct.job_since_ckpt).tolist()
+        return tuple(self._shown(p, ckpt_at[p.owner], marks.get(p.owner)) if p.kind == TRAINING else p.workload
+                     for p in pods)
+
+    @staticmethod
+    def _shown(pod: Pod, checkpointed_at: float, marks: dict | None) -> Workload:
+        key = (checkpointed_at, tuple(sorted(marks.items())) if marks else ())
+        if pod.shown is None or pod.shown_key != key:
+            pod.shown, pod.shown_key = replace(pod.workload, checkpointed_at=checkpointed_at, **(marks or {})), key
+        return pod.shown
 
     def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make, graceful: bool = False) -> None:
         mine = [p for p in self._pods.values() if p.kind == kind and p.owner == owner]

@@ -27,6 +27,8 @@ class Pod:
     ready_at: float = 0.0          # inference: serves from this time on
     duration_s: float = math.inf   # generic pods: work (s at full clock) until done
     remaining_s: float = math.inf
+    shown: Workload | None = None  # training: the workload the snapshot shows (checkpoint, shrink records), cached
+    shown_key: tuple = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
