@@ -5,8 +5,9 @@ of its GPUs, CPU and memory (node annotation `gputide.io/reserved-for`, the one 
 every replica of the scheduler; `k8s_filters` offers no other pod what it holds):
 
 * **preemption** (`k8s_preempt`): pods of lower priority are evicted from a node, which is held while they
-  terminate; where an eviction failed after others were made, the node stays held and each pass evicts the
-  victims left (`resume`);
+  terminate (as long as their grace periods, renewed while they are still there, at most an hour); where an
+  eviction failed after others were made, or the Lease was lost between them, the node stays held and each pass
+  evicts the victims left (`resume`), as the reservation names them;
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node (groups do not preempt).
@@ -29,6 +30,7 @@ from typing import Any
 from balancer.actuate.k8s_filters import Offers
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
+    EVICTED,
     LEFT,
     Evictions,
     Preemptor,
@@ -102,10 +104,12 @@ class Holds:
         return f" preemption: {did}{self._left_said(choice.node, done)}."
 
     def resume(self, req: Json, view: list[Json], offers: Offers) -> str:
-        """For a pod that holds a node already: evict the victims a failed eviction left there (`Preemptor.resume`),
-        " preemption: ..." saying so; "" when none are left (its victims terminate: it waits for them)."""
+        """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims
+        left, keep the node held while the evicted ones terminate), " preemption: ..." saying so; "" when its
+        reservation names no victim (a starving pod's, or its victims all gone)."""
         key = req["name"]
-        i = next((j for j in offers.reserving if (view[j]["reservations"].get(key) or {}).get(LEFT)), None)
+        i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
+                                                     for f in (LEFT, EVICTED))), None)
         if i is None:
             return ""
         node, bound = view[i]["name"], self._bound_by_node()
@@ -117,6 +121,8 @@ class Holds:
             log.info("scheduler %s: %s: evicted the rest of its victims on %s: %s", self.scheduler_name, key, node,
                      ", ".join(done.done))
         did = f"evicted {', '.join(sorted(done.done))} on {node}" if done.done else f"holding {node}"
+        if ending := done.entry.get(EVICTED):
+            did += f" while {', '.join(ending)} terminate(s) (held until {done.entry['expires']})"
         return f" preemption: {did}{self._left_said(node, done)}."
 
     @staticmethod

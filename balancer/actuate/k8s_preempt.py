@@ -18,12 +18,22 @@ Which: `balancer.plan.preemption.choose` over those nodes with the pods bound to
 start time and the budgets that cover them; budgets are read only when a preemption is considered). Only pods of
 lower priority are ever victims, and as few and as unimportant as the node allows.
 
-Then: reserve the node's GPUs, CPU and memory for the pod (expiring after `reserve_s`), evict each victim with an Event
-`Preempted` on it ("Preempted by <pod> on node <node>"), set the pod's nominated node. A later pass binds the pod
-once the victims are gone. If an eviction fails before any victim was evicted, the reservation is released and
-the pod is told why; once some were, the node stays held for the pod while they terminate (given back, their room
-would go to whoever came first), the victims left are written on the reservation (`victims`), and each later pass
-evicts them (`resume`) until none is left, the pod no longer waits (`k8s_holds.release_gone`) or the reservation
+Then: reserve the node's GPUs, CPU and memory for the pod, the reservation naming every victim still to evict
+(`victims`) before the first is evicted; evict each victim (read first, for its grace period) with an Event
+`Preempted` on it ("Preempted by <pod> on node <node>"); write down what is left (`noted`), set the pod's nominated
+node. A later pass binds the pod once the victims are gone. So the reservation always says what is left to do:
+whichever replica leads next (this one in a later term too, having read it again) carries the preemption on
+(`resume`) or gives the node back (`k8s_holds.release_gone`), even when the Lease was lost between two evictions.
+
+How long: a victim's own grace period (`terminationGracePeriodSeconds`, 30 min for a training job that checkpoints)
+may outlast `reserve_s` (5 min): the node is held until the last victim's grace period ends and a minute more
+(`GRACE_SLACK_S`), at least `reserve_s`, and renewed by `reserve_s` while the evicted victims (`evicted`) are still
+there as it runs out, never past `MAX_HOLD_S` (an hour) from the preemption's start (`since`). Once they are all
+gone the pod has `reserve_s` at most to be bound there; bound, or no longer waiting, the node is given back at once.
+
+If an eviction fails before any victim was evicted, the reservation is released and the pod is told why; once some
+were, the node stays held for the pod while they terminate (given back, their room would go to whoever came
+first), and each later pass evicts the victims left until none is left, the pod no longer waits or the reservation
 expires, after which the pod plans afresh with the room already made.
 """
 
@@ -46,20 +56,26 @@ from balancer.plan.preemption import Preemption, Running, choose
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 HOLDER = "scheduler"   # a reservation's field naming the scheduler that holds the node for a pod of its own
-LEFT = "victims"       # a preemption's reservation field: the victims still to evict (an eviction failed)
+LEFT = "victims"       # a preemption's reservation field: the victims still to evict (all of them, until evicted)
+EVICTED = "evicted"    # ... the victims evicted and still terminating: the hold is renewed while any is there
+SINCE = "since"        # ... when the preemption began: no hold is made or renewed past `max_hold_s` from then
+DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
+GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
+MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
 
 
 @dataclass(slots=True)
 class Evictions:
-    """What a preemption's evictions did: the victims evicted, found gone already, and left (from the one that
-    failed, or where `halted()` stopped them, on), the error that stopped them, and the reservation holding the
-    node for the pod afterwards."""
+    """What a preemption's evictions did: the victims evicted (or found terminating already), found gone already,
+    and left (from the one that failed, or where `halted()` stopped them, on), the error that stopped them, the
+    reservation holding the node for the pod afterwards, and when the evicted victims' grace periods end."""
 
     evicted: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
     error: ActuationError | None = None
     entry: Json = field(default_factory=dict)
+    ends: list[float] = field(default_factory=list)   # when the grace period of each victim evicted ends
 
     @property
     def done(self) -> list[str]:
@@ -72,6 +88,30 @@ def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
     `waiting`: deleted, bound (elsewhere, by anyone) or finished, they hold the node for no one. A Migrate's
     reservation (no `HOLDER`: it is keyed by the workload, whose replacement pod does not exist yet) is never one."""
     return [k for k, e in node["reservations"].items() if e.get(HOLDER) == scheduler and k not in waiting]
+
+
+def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Sequence[float], now: float,
+          reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:
+    """A preemption's reservation `entry` as it must now say: the victims `left` to evict, those evicted and
+    `terminating` still, and until when it holds the node. Victims evicted now (their grace periods ending at
+    `ends`): until the last one ends and `GRACE_SLACK_S` more, at least `reserve_s` from `now`. Victims still
+    terminating as it runs out (within `reserve_s` / 2): `reserve_s` more. Neither past `max_hold_s` from the
+    preemption's start (`SINCE`). Victims all gone: `reserve_s` from `now` at most, for the pod to be bound. Pure:
+    the entry as it was when nothing changes."""
+    expires = parse_time(entry.get("expires")) or now
+    until = expires
+    if ends:
+        until = max(expires, now + reserve_s, max(ends) + GRACE_SLACK_S)
+    elif terminating and expires - now < reserve_s / 2:
+        until = max(expires, now + reserve_s)
+    elif not terminating and not left and entry.get(EVICTED):
+        until = min(expires, now + reserve_s)
+    until = min(until, (parse_time(entry.get(SINCE)) or now) + max_hold_s)
+    new = {k: v for k, v in entry.items() if k not in (LEFT, EVICTED)}
+    new |= ({LEFT: list(left)} if left else {}) | ({EVICTED: sorted(terminating)} if terminating else {})
+    if until != expires:
+        new["expires"] = rfc3339(until)
+    return entry if new == entry else new
 
 
 def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mapping[str, float]) -> dict[str, float]:
@@ -181,42 +221,55 @@ class Preemptor:
             options[n["name"]] = (free, running)
         return choose(need, req["priority"], options, allowed, respect_budgets=True)
 
-    def reserve(self, req: Json, node: str) -> Json:
+    def reserve(self, req: Json, node: str, victims: Sequence[str] = ()) -> Json:
         """Hold `req`'s GPUs, CPU and memory on `node` for it (a reservation every replica honours, expiring after
         `reserve_s`): without the CPU and memory, pods that need no more GPUs than are left over could take them
-        and the pod would never fit. Returns the reservation. None is written once `halted()` (stopping, or the
-        Lease lost: the next leader places on these nodes)."""
+        and the pod would never fit. A preemption's names its `victims`, all of them still to evict (`LEFT`), and
+        when it began (`SINCE`), before any is evicted: whatever happens to this replica from then on, the cluster
+        says what is left to do. Returns the reservation. None is written once `halted()` (stopping, or the Lease
+        lost: the next leader places on these nodes)."""
         key = req["name"]
         if self.halted():
             raise ActuationError(f"node {node} not held for {key}: stopping, or the Lease is lost")
+        now = self.clock()
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
-                 "expires": rfc3339(self.clock() + self.reserve_s), HOLDER: self.scheduler_name}
+                 "expires": rfc3339(now + self.reserve_s), HOLDER: self.scheduler_name}
+        if victims:
+            entry |= {LEFT: list(victims), SINCE: rfc3339(now)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
         self._held.setdefault(node, {})[key] = entry
         return entry
 
+    def forget(self) -> None:
+        """A new term as leader: what this replica wrote or counted in an earlier one (reservations the node cache
+        may not show yet, budgets and the disruptions spent of them) is read again from the cluster, where another
+        leader may have changed it meanwhile."""
+        self._held, self._budget_list, self._spent = {}, None, {}
+
     def preempt(self, req: Json, choice: Preemption) -> Evictions:
-        """Reserve the node for `req`, evict the victims, nominate the node (module docstring). An eviction that
-        fails before any victim was evicted gives the node back (and raises: nothing was done); after some were, the
-        node stays held for the pod while they terminate, and the victims left are written on its reservation
-        (`LEFT`) for the next pass to evict (`resume`): given back, the room the evicted victims free would go to
-        whoever came first, while the pod still waited for the rest. Nothing more once `halted()`: the victims
-        evicted by then have made room for the pod, which the node stays held for."""
+        """Reserve the node for `req` (its victims written on the reservation, `LEFT`), evict the victims, write
+        what is left and until when the node is held (`noted`), nominate the node (module docstring). An eviction
+        that fails before any victim was evicted gives the node back (and raises: nothing was done); after some
+        were, the node stays held for the pod while they terminate, and the victims left stay written on its
+        reservation for the next pass to evict (`resume`): given back, the room the evicted victims free would go to
+        whoever came first, while the pod still waited for the rest. Nothing more once `halted()`: the reservation
+        still names every victim not known evicted, so the next leader (or this replica's next term) carries on."""
         key = req["name"]
-        entry = self.reserve(req, choice.node)
         # those a budget covers first: a refusal (429, the budget spent meanwhile) then comes before a victim
         # without one is killed for a preemption that does not happen
-        done = self._evict(key, choice.node, [(v.key, v.budgets) for v in sorted(choice.victims,
-                                                                                key=lambda v: not v.budgets)])
+        victims = [(v.key, v.budgets) for v in sorted(choice.victims, key=lambda v: not v.budgets)]
+        entry = self.reserve(req, choice.node, [v for v, _ in victims])
+        done = self._evict(key, choice.node, victims)
         if done.error is not None and not done.evicted:
-            if self.halted():   # the Lease lost (or stopping) meanwhile: nothing is written, the node stays held
+            if self.halted():   # the Lease lost (or stopping) meanwhile: the node stays held, its victims named
                 raise done.error
             self.release(choice.node, key)   # a budget changed meanwhile, or the API failed: give the node back
             with self.api.reserve():   # undoing: on the time the pod's turn keeps for it
                 self.api.update_node(choice.node, lambda n: annotation_map_change(
                     n, self.reservation_annotation, {key: None}))
             raise done.error
-        done.entry = self._left(key, choice.node, entry, done.left) if done.left else entry
+        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.evicted, done.ends,
+                                                               self.clock(), self.reserve_s))
         if self.halted():
             return done
         try:
@@ -227,26 +280,26 @@ class Preemptor:
         return done
 
     def resume(self, req: Json, node: str, entry: Json, running: Collection[str]) -> Evictions:
-        """Evict the victims a preemption left (`entry[LEFT]`, the pod's reservation on `node`) that are still
-        among `running` (the pods bound there; the others are gone), and write down those left again (none: the
-        preemption is complete, the reservation holds the node as any other). The node stays held either way, until
-        the pod is bound, no longer waits, or the reservation expires (then the pod plans afresh)."""
-        victims = [(k, ()) for k in entry.get(LEFT) or () if k in running]
-        done = self._evict(req["name"], node, victims)
-        done.entry = entry if done.left == list(entry.get(LEFT) or ()) else self._left(req["name"], node, entry,
-                                                                                        done.left)
+        """Carry on the preemption of `req`'s reservation `entry` on `node`: evict the victims left (`LEFT`) that
+        are still among `running` (the pods bound there; the others are gone), and write down what is left again
+        (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
+        are all gone). The node stays held until the pod is bound, no longer waits, or the reservation expires (then
+        the pod plans afresh)."""
+        done = self._evict(req["name"], node, [(k, ()) for k in entry.get(LEFT) or () if k in running])
+        terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.evicted]
+        done.entry = self._note(req["name"], node, entry, noted(entry, done.left, [*terminating, *done.evicted],
+                                                                done.ends, self.clock(), self.reserve_s))
         return done
 
-    def _left(self, key: str, node: str, entry: Json, left: list[str]) -> Json:
-        """`entry` (`key`'s reservation on `node`) with the victims `left` to evict written on it (none: removed);
-        not written once `halted()` (the entry as it was)."""
-        new = {k: v for k, v in entry.items() if k != LEFT} | ({LEFT: left} if left else {})
-        if self.halted():
+    def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:
+        """`key`'s reservation on `node` written as `new` (`noted`), unless it is `entry` as it was or `halted()`
+        (then `entry`, the reservation as it is)."""
+        if new is entry or self.halted():
             return entry
         try:
             with self.api.reserve():   # completing what the turn began
                 self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: new}))
-        except ActuationError as err:   # the node stays held; the victims left are planned afresh once it expires
+        except ActuationError as err:   # the node stays held, its victims named: the next pass carries on
             log.warning("scheduler %s: cannot note the victims left for %s on %s: %s", self.scheduler_name, key,
                         node, err)
             return entry
@@ -254,30 +307,42 @@ class Preemptor:
         return new
 
     def _evict(self, key: str, node: str, victims: Sequence[tuple[str, Sequence[str]]]) -> Evictions:
-        """Evict `victims` ((pod, the budgets covering it)) in order for `key`, until one fails or `halted()`."""
+        """Evict `victims` ((pod, the budgets covering it)) in order for `key`, until one fails or `halted()`. Each
+        is read first, for its grace period (`Evictions.ends`); one terminating already is not evicted again (an
+        earlier term's eviction, the Lease lost before it was written down), its grace ending when it says."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
             if self.halted():   # the Lease lost (or stopping) meanwhile: no one more is evicted
                 done.left, done.error = [v for v, _ in victims[n:]], ActuationError(
                     f"evicting no more for {key}: stopping, or the Lease is lost")
                 return done
-            ns, name = victim.split("/", 1)
-            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
             try:
-                self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
-                         retry_throttled=False, halt=self.halted)
+                done.ends.append(self._evict_one(key, node, victim, budgets))
             except NotFoundError:   # gone already: its room is free all the same
                 done.gone.append(victim)
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
                 return done
-            for b in budgets:   # the eviction used one of each budget's disruptions
-                self._spent[b] = self._spent.get(b, 0) + 1
             done.evicted.append(victim)
-            self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
-                        f"Preempted by {key} on node {node}")
         return done
+
+    def _evict_one(self, key: str, node: str, victim: str, budgets: Sequence[str]) -> float:
+        """Evict `victim` for `key` (unless it terminates already); when its grace period ends."""
+        ns, name = victim.split("/", 1)
+        pod = self.api(f"pod {victim}", self.api.core.read_namespaced_pod, name, ns, halt=self.halted)
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
+            return ending
+        grace = spec.get("terminationGracePeriodSeconds")
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+        self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
+                 retry_throttled=False, halt=self.halted)
+        for b in budgets:   # the eviction used one of each budget's disruptions
+            self._spent[b] = self._spent.get(b, 0) + 1
+        self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
+                    f"Preempted by {key} on node {node}")
+        return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace))
 
     def _event(self, involved: Json, kind: str, reason: str, message: str) -> None:
         try:
