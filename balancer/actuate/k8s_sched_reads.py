@@ -23,6 +23,7 @@ namespaces' labels are left unknown, and `k8s_volumes` reads no further claims, 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Self
@@ -41,6 +42,7 @@ from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
 
+log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
@@ -68,10 +70,35 @@ class SchedulerReads:
     _snapshots: dict[str, tuple[int, dict[str, Any]]]
     _usage_memo: tuple[int, tuple[dict, dict]] | None
     _stop: threading.Event                       # set by `stop()`
+    term: Callable[[], int]                      # the elector's count of the times it took the Lease
+    tell: Any                                    # k8s_tell.Teller: what each pending pod was told
+    _term: int | None = None                     # `term()` at the last pass (None: no pass yet)
+    _term_lost: bool = False                     # the Lease was seen lost since the last pass began
 
     def halted(self) -> bool:
-        """Whether the pass must begin nothing more: `stop()` was called, or the Lease is lost."""
-        return self._stop.is_set() or not self.leading()
+        """Whether the pass must begin nothing more: `stop()` was called, or the Lease is lost (noted: the next
+        pass that leads begins a new term, `begin_term`)."""
+        if self._stop.is_set():
+            return True
+        if not self.leading():
+            self._term_lost = True
+            return True
+        return False
+
+    def begin_term(self) -> None:
+        """Before a pass: if the Lease was lost since the last one (seen lost, or `term()`, the elector's count of
+        the times it took the Lease, moved on: lost and taken back between two asks), what this replica knew from
+        its earlier term is dropped, to be read again from the cluster (another leader may have changed the
+        reservations, evicted or bound meanwhile): the reservations it wrote that the node cache may not show yet,
+        the budgets it counted (`Preemptor.forget`), what it told each pending pod. The bindings and claims it
+        assumed stay until the caches show them: the API server answered them, they are the cluster's."""
+        term = self.term()
+        if self._term is not None and (self._term_lost or term != self._term):
+            log.info("scheduler %s: leading again (term %s): reading the reservations it held afresh",
+                     self.scheduler_name, term)
+            self.holds.preemptor.forget()
+            self.tell.told.clear()
+        self._term, self._term_lost = term, False
 
     @property
     def why_halted(self) -> str:

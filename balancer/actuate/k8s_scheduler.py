@@ -122,15 +122,18 @@ class SecondaryScheduler(Binder, SchedulerReads):
     stays free of Kubernetes types. A `place` with `start_pass(view)` is asked through the pass object it returns
     (module docstring); its answers must be what `place` would answer. `leading()` (a Lease elector's check, no
     I/O) is asked before each pod's placement and each binding: once False, the pass stops. So does `stop()`
-    (`gputide schedule` on SIGTERM): the pass ends before its next pod or binding, never in the middle of one."""
+    (`gputide schedule` on SIGTERM): the pass ends before its next pod or binding, never in the middle of one. The
+    next pass that leads after a loss (or after `term()`, the elector's count of the times it took the Lease, moved
+    on) begins a new term, reading afresh from the cluster what it knew of the reservations (`begin_term`)."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
                  max_retries: int = 3, backoff_s: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  watch: bool = False, watch_s: float = 300.0, assume_s: float = 30.0, retell_s: float = 600.0,
                  min_tell_s: float = 60.0, preemption: bool = True, starving_s: float = 600.0,
-                 leading: Callable[[], bool] = lambda: True, turn_s: float = POD_DEADLINE_S,
-                 reads_s: float = PASS_READS_DEADLINE_S, deadline_clock: Callable[[], float] = time.monotonic,
+                 leading: Callable[[], bool] = lambda: True, term: Callable[[], int] = lambda: 0,
+                 turn_s: float = POD_DEADLINE_S, reads_s: float = PASS_READS_DEADLINE_S,
+                 deadline_clock: Callable[[], float] = time.monotonic,
                  progress: Callable[[str], None] = lambda what: None) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
@@ -138,6 +141,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.api = _Api(api_client, max_retries, backoff_s, sleep, 10.0, deadline_clock, stopping=self._stop.is_set)
         self.turn_s, self.reads_s, self.progress, self.tell_s = turn_s, reads_s, progress, DEFERRED_TELL_S
         self.scheduler_name, self.place, self.clock, self.leading = scheduler_name, place, clock, leading
+        self.term = term   # the elector's count of terms: a new one drops what the last one knew (`begin_term`)
         self.reservation_annotation = reservation_annotation
         self.pending_selector = f"spec.schedulerName={scheduler_name},status.phase=Pending,spec.nodeName="
         self.assume_s = assume_s
@@ -213,6 +217,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         scales up for such pods), again when the reason changes (at most every `min_tell_s`) or `retell_s` has
         passed; a bound pod gets a Scheduled Event."""
         self.latencies, self.oldest_pending_s, self.reasons = [], 0.0, {}
+        self.begin_term()
         self.holds.start_pass(self._bound)
         self.progress("a pass's reads")
         try:

@@ -209,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
         return elector is None or elector.try_acquire(time.time())
 
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once,
-                                   preemption=not args.no_preemption, starving_s=starving_s, leading=leading)
+                                   preemption=not args.no_preemption, starving_s=starving_s, leading=leading,
+                                   term=lambda: elector.terms if elector is not None else 0)
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("signal %s: stopping before the next pod, then releasing the Lease", signum)
