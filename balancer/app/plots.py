@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = (
-    ("temperature_max_c", "hottest GPU (C)"),
+    ("temperature_max_c", "hottest GPU (°C)"),
     ("gpus_at_slowdown", "GPUs at slowdown"),
     ("throttled_gpus", "GPUs power-capped"),
     ("p99_over_slo_max", "worst p99 / SLO"),
@@ -23,14 +23,19 @@ PANELS = (
 def plot_timeseries(rows: Sequence[dict], out_dir: str | Path, *, title: str = "") -> Path:
     path = Path(out_dir) / "timeseries.png"
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(10, 2.0 * len(PANELS)), sharex=True)
-    hours = [(r["time"] - rows[0]["time"]) / 3600.0 for r in rows] if rows else []
-    for ax, (key, label) in zip(axes, PANELS, strict=True):
-        ax.plot(hours, [r[key] for r in rows], lw=1.0)
-        ax.set_ylabel(label, fontsize=8)
-        ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("simulated hours")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    try:   # closed even when a row lacks a column: pyplot keeps every open figure until then
+        hours = [(r["time"] - rows[0]["time"]) / 3600.0 for r in rows] if rows else []
+        for ax, (key, label) in zip(axes, PANELS, strict=True):
+            ax.plot(hours, [r[key] for r in rows], lw=1.0)
+            ax.set_ylabel(label, fontsize=8)
+            ax.grid(alpha=0.3)
+        if not rows:
+            axes[0].text(0.5, 0.5, "no data: the run recorded no step", transform=axes[0].transAxes,
+                         ha="center", va="center", color="tab:red")
+        axes[-1].set_xlabel("simulated hours")
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(path, dpi=80)
+    finally:
+        plt.close(fig)
     return path

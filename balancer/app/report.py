@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,13 +22,28 @@ img{max-width:100%;border:1px solid #d5dae3;margin:.6em 0}.ok{color:#147a3c;font
 
 
 def fmt(value: Any) -> str:
+    if value is None:   # a figure the run could not give (e.g. a ratio to a zero)
+        return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
+        if 0.99 <= abs(value) < 1:
+            return _near_one(value)
         if value == 0 or 0.01 <= abs(value) < 1e6:
             return f"{value:,.4g}" if abs(value) < 1 else f"{value:,.2f}"
         return f"{value:.3g}"
     return html.escape(str(value))
+
+
+def _near_one(value: float) -> str:
+    """A share just under 1 (an SLO attainment) with the digits that tell it from 1: 0.99995, not "1" (four
+    significant digits rounded every attainment above 0.99995 to 1, beside a count of violating requests)."""
+    gap = 1.0 - abs(value)
+    digits = math.ceil(-math.log10(gap)) + 2
+    sign = "-" if value < 0 else ""
+    if digits > 9:
+        return f"{sign}1 − {gap:.1e}"
+    return f"{value:.{digits}g}"
 
 
 @dataclass
