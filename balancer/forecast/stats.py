@@ -128,7 +128,7 @@ class MSTLModel(BaseForecaster):
 
         keep = min(len(v), int(self.max_days * DAY_S / self.step_s_))
         periods = [steps_per(self.step_s_, s) for s in self.seasons_s]
-        periods = tuple(p for p in periods if 2 * p <= keep and p > 1)
+        periods = tuple(p for p in periods if 2 * p < keep and p > 1)   # MSTL drops p >= nobs / 2
         day = periods[0] if periods else steps_per(self.step_s_, DAY_S)
         x = fill_gaps(v[-keep:], day)
         if periods:
