@@ -1,6 +1,7 @@
 """Honest rolling-origin backtest: at every origin a model sees only the past, and is scored on what came true.
 
-For each model, origins walk forward one step at a time from a burn-in point; the model is refitted every
+For each model, origins walk forward one step at a time (every `stride` steps: a quicker, noisier run whose
+intervals are calibrated to the same level, see `conformal.calibrate_path`) from a burn-in point; the model is refitted every
 `refit_every` steps (parameters re-estimated on everything before the origin) and otherwise only `update`d with
 the newest observations, like the controller does. Each origin forecasts the longest horizon once; the
 requested horizons are read off that path.

@@ -51,8 +51,9 @@ def calibration_window(base: int, h: int) -> int:
     return max(int(base), WINDOW_PER_H * int(h)) + int(h)
 
 
-def finite_level(q: float, n: int, h: int) -> float:
-    """Split conformal's finite-sample level q (1 + 1/n_eff), n_eff = 2 n / h (see the module docstring)."""
+def finite_level(q: float, n: float, h: int) -> float:
+    """Split conformal's finite-sample level q (1 + 1/n_eff), n_eff = 2 n / h (see the module docstring); `n`
+    counts steps of origins: residuals of origins s steps apart count s each (`calibrate_path`)."""
     return min(q * (1.0 + h / max(2.0 * n, 1.0)), 1.0)
 
 
@@ -82,6 +83,12 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
     `p50[i]`/`raw[q][i]`: the forecasts of origin i for its step h; `truth`: the whole series (NaN = unknown).
     Only residuals of origins o' with o' + h <= origin_idx[i] and o' >= origin_idx[i] - window are used, and
     the adaptive level of each quantile (`gamma` > 0, see the module docstring) moves only on those misses.
+    Origins issued every s steps (a backtest's stride) give 1/s as many residuals over the same window; n_eff
+    counts the steps they span, so the level read is the one every-step origins would read (before, stride 6
+    read day-ahead p90s at the largest residual and 4 h coverage rose from 0.90 to 0.98 on ServeGen m-small).
+    Where the level still reads the largest residual (a window with fewer draws than it needs), a thinner sample's
+    largest is smaller: at stride 6 day-ahead intervals run narrower than stride 1's on the same origins (m-small,
+    persistence: 24 h coverage 0.92 against 0.97). Stride 1 is the reference; the bench uses it.
     """
     target = origin_idx + h
     y = np.where(target < len(truth), truth[np.clip(target, 0, len(truth) - 1)], np.nan)
@@ -92,6 +99,7 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
     lo = np.searchsorted(origin_idx, origin_idx - window, side="left")
     hi = np.searchsorted(known_at, origin_idx, side="right")
     qs = [q for q in CAL_QUANTILES if q in out]
+    spacing = float(np.median(np.diff(origin_idx))) if len(origin_idx) > 1 else 1.0
     alpha = {q: 1.0 - q for q in qs}
     seen = 0  # origins whose miss has been fed to alpha
     for i in range(len(origin_idx)):
@@ -107,7 +115,7 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
             continue
         scale = max(abs(p50[i]), floor[min(int(origin_idx[i]), len(truth) - 1)])
         for q in qs:
-            out[q][i] = p50[i] + _level(1.0 - finite_level(1.0 - alpha[q], sample.size, h), sample) * scale
+            out[q][i] = p50[i] + _level(1.0 - finite_level(1.0 - alpha[q], sample.size * spacing, h), sample) * scale
     return out
 
 
