@@ -8,7 +8,8 @@ persistence-like model tends to win the first hour, seasonal ones the next day.
 `ensemble_weights` is the pure rule, shared by the backtest (which measures the candidates' errors at past
 origins for free) and by `Auto`, the stand-alone forecaster, whose `fit` runs a small rolling-origin backtest on
 the last `select_days` of the training data only (candidates fitted on what precedes each origin), then refits
-every candidate on all the data.
+every candidate on all the data. A candidate that fails is served by persistence inside the ensemble (its
+`Fallback`); the forecast's ``fallbacks`` names it and its error, so the controller logs and exports it.
 
 Measured alternatives (the bench's stride-1 backtest, MAE / best naive at 1 h and 4 h, ServeGen m-small and
 m-large; shipped: 0.842 / 0.846 and 1.000 / 0.919), none shipped:
@@ -32,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from balancer.forecast.base import QUANTILES, BaseForecaster, Fallback, make, register
+from balancer.forecast.base import QUANTILES, BaseForecaster, Fallback, QuantileForecast, make, register
 
 DAY_S = 86400.0
 CANDIDATES = ("persistence", "seasonal_naive_daily", "seasonal_naive_weekly", "holt_winters", "mstl", "gbm",
@@ -123,12 +124,18 @@ class Auto(BaseForecaster):
             m.update(y)
 
     def _predict(self, horizon: int) -> dict:
-        paths = []
+        paths, self.fallbacks_ = [], {}
         for m in self.models_:
             fc = m.predict(horizon)
+            self.fallbacks_.update(fc.fallbacks)   # a failed candidate: persistence stands in for it
             paths.append({q: fc.quantiles[q] for q in QUANTILES} | {"mean": fc.mean})
         w = interp_weights(self.weights_, self.at_, horizon)
         return combine(paths, w)
+
+    def predict(self, horizon: int) -> QuantileForecast:
+        fc = super().predict(horizon)
+        fc.fallbacks = dict(self.fallbacks_)
+        return fc
 
 
 register("auto")(Auto)

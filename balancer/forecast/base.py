@@ -15,7 +15,8 @@ A forecaster follows the statsforecast / sktime contract:
 backtest and the online forecaster re-calibrate all of them on out-of-sample residuals (see `conformal`).
 
 `Fallback` wraps any model: if it raises or returns non-finite values, a persistence forecast is served
-instead and ``reason_`` says why. `MODELS` maps a name to a zero-argument factory; every entry is covered by the
+instead and ``reason_`` says why; the forecast's ``fallbacks`` names every model so replaced (the wrapped one or,
+for auto, its candidates) with its error, so a caller can log and count them (`online`). `MODELS` maps a name to a zero-argument factory; every entry is covered by the
 conformance test in tests/forecast. `make(name, tz)` builds one for a time zone: a model with a calendar (an attribute
 ``tz``: seasonal naive, GBM, profile, auto) reads days and weeks in that zone's local time; the others have none.
 """
@@ -43,6 +44,9 @@ class QuantileForecast:
     quantiles: dict[float, np.ndarray]
     model: str = ""
     fallback_reason: str | None = field(default=None)
+    # every model that failed while making this forecast and is served by persistence instead -> why: the model
+    # itself, or candidates inside it (auto's ensemble keeps going on the others plus persistence in their place)
+    fallbacks: dict[str, str] = field(default_factory=dict)
 
     @property
     def horizon(self) -> int:
@@ -238,4 +242,10 @@ class Fallback:
                 self._fail("predict", exc)
         fc = self.backup_.predict(horizon)
         fc.fallback_reason = self.reason_
+        fc.fallbacks = {model_name(self.model): self.reason_}
         return fc
+
+
+def model_name(model: object) -> str:
+    """A model's registry name (``gbm``), or its class name when it has none."""
+    return str(getattr(model, "name", "") or type(model).__name__)

@@ -13,12 +13,17 @@
   is the rolling MAE of the p50 divided by the mean demand (the ``gputide_forecast_error_ratio`` gauge).
 
 History is cleaned like in the backtest (outages masked, bursts clipped) before fitting. Any model failure
-falls back to persistence (`base.Fallback`), so the controller always gets a forecast. `timezone` (the policy's
+falls back to persistence (`base.Fallback`), so the controller always gets a forecast, but never silently: when a
+model (the configured one, or a candidate inside auto's ensemble) starts being served by persistence, a warning
+names the service, the model, its error and the fallback, `fallback_starts` counts it per (service, model), and
+`fallbacks()` lists the pairs served by persistence now (the ``gputide_forecast_fallback`` gauge); a model that
+forecasts again after a refit is logged too and leaves `fallbacks()`. `timezone` (the policy's
 `forecast.timezone`, an IANA name) is the local time models with a calendar read days and weeks in.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ from balancer.forecast.conformal import OnlineCalibrator
 from balancer.forecast.traces import clean_for_fit, parse_step
 
 DAY_S = 86400.0
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,6 +54,7 @@ class _Service:
     errors: dict = field(default_factory=dict)  # h -> deque of (abs error, truth)
     calibrator: OnlineCalibrator | None = None
     fallback_reason: str | None = None
+    fallbacks: dict = field(default_factory=dict)  # model served by persistence in the last forecast -> its error
 
 
 class DemandForecaster:
@@ -69,6 +76,7 @@ class DemandForecaster:
         self.min_history = min_history
         self.max_stale_steps = max_stale_steps   # a forecast needs a real bucket at most this many steps old
         self._svc: dict[str, _Service] = {}
+        self.fallback_starts: dict[tuple[str, str], int] = {}   # (service, model) -> times it began falling back
 
     # -- input ---------------------------------------------------------------------------------------------
     def _service(self, name: str) -> _Service:
@@ -164,6 +172,7 @@ class DemandForecaster:
             s.model.update(y)
         fc = s.model.predict(int(horizon_steps))
         s.fallback_reason = fc.fallback_reason
+        self._note_fallbacks(service, s, fc.fallbacks)
         p50 = fc.quantiles[0.5]
         fc.quantiles = s.calibrator.apply(p50, fc.quantiles)
         fc.quantiles[0.9] = np.maximum(fc.quantiles[0.9], p50)
@@ -171,6 +180,22 @@ class DemandForecaster:
         s.issued[b_now] = np.asarray(p50, float)
         s.issued_p90[b_now] = np.asarray(fc.quantiles[0.9], float)
         return fc.to_model(service)
+
+    def _note_fallbacks(self, service: str, s: _Service, now: dict[str, str]) -> None:
+        """Log and count the models that began (or stopped) being served by persistence for `service`."""
+        for model, why in now.items():
+            if model not in s.fallbacks:
+                self.fallback_starts[(service, model)] = self.fallback_starts.get((service, model), 0) + 1
+                inside = "" if model == self.model else f" inside {self.model}"
+                log.warning("forecast for %s: model %s failed (%s); persistence forecasts in its place%s",
+                            service, model, why, inside)
+        for model in s.fallbacks.keys() - now.keys():
+            log.info("forecast for %s: model %s forecasts again (no persistence fallback)", service, model)
+        s.fallbacks = dict(now)
+
+    def fallbacks(self) -> dict[tuple[str, str], str]:
+        """{(service, model): error} for every model whose latest forecast persistence served in its place."""
+        return {(name, model): why for name, s in self._svc.items() for model, why in s.fallbacks.items()}
 
     def forecast_for(self, service: str, now: float, horizon: int | str) -> dict[float, float]:
         """What was forecast for the bucket holding `now` when it was `horizon` (steps, or a duration) ahead:

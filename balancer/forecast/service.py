@@ -93,6 +93,11 @@ class ServiceForecaster:
     def rolling_error(self, service: str, horizon: str) -> float:
         return self.online.rolling_error(service, horizon)
 
+    def fallbacks(self) -> dict[tuple[str, str], str]:
+        """{(service, model): error} of the models persistence serves in place of now (see `online`), for the
+        ``gputide_forecast_fallback`` gauge; {} from an online forecaster that does not say."""
+        return self.online.fallbacks() if hasattr(self.online, "fallbacks") else {}
+
     def forecast_for(self, service: str, now: float, horizon: str) -> dict[float, float]:
         return self.online.forecast_for(service, now, horizon) if hasattr(self.online, "forecast_for") else {}
 
