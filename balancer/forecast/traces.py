@@ -4,12 +4,23 @@
 DatetimeIndex at a regular step, with NaN where nothing was observed. Three formats:
 
 * ``csv``: a header ``timestamp,value``; timestamps ISO-8601 (naive ones are taken as UTC) or epoch seconds;
-  ``value`` is demand per second. Resampled to ``step`` by averaging.
+  ``value`` is demand per second (empty: not observed). Resampled to ``step`` by averaging the observed rows.
+  Rows may come in any order (exports of several periods pasted together): they are put in time order. Each
+  time may appear once, as in a Prometheus series (Prometheus itself refuses a second sample at one timestamp):
+  a repeated time, the same instant written twice in any form (``...T01:00+01:00`` and ``...T00:00Z``), is an
+  InputError naming the row, the time and the row that first gave it (exit 2). It is not summed: it is most often
+  one series exported twice (an HA Prometheus pair, a file appended twice), where a sum would double the demand,
+  or several series exported without ``sum(...)``, which is the query to export instead.
 * ``servegen``: a folder of headerless ServeGen client files
-  (``window_start_s, rate_req_per_s, cv, dist, p1, p2``), summed per window. ServeGen's ``window_start_s``
-  counts seconds from an arbitrary origin; it is mapped onto ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC)
-  unless ``origin`` overrides it.
-* ``requests``: one row per request with a ``timestamp`` column (any case); counted per step, divided by the step.
+  (``window_start_s, rate_req_per_s, cv, dist, p1, p2``), one client per file, summed on a common time grid
+  (`grid`): demand at a time is the sum of every client's rate then; a client without a window covering a time
+  (a row missing from its file, or windows at an offset leaving the trace's edges half covered) makes that time
+  missing (NaN), neither zero nor the mean of the clients that did report. A window given twice in one file is an
+  InputError. ServeGen's ``window_start_s`` counts seconds from an arbitrary origin; it is mapped onto
+  ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC) unless ``origin`` overrides it. A coarser ``step`` averages
+  the observed windows, as for csv.
+* ``requests``: one row per request with a ``timestamp`` column (any case), in any order, several at one time
+  allowed; counted per step, divided by the step.
 
 Cleaning rules (used for fitting and scoring, never to change what `load_demand` returns):
 
@@ -31,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
+from balancer.forecast.grid import sum_on_grid
 
 SERVEGEN_EPOCH = pd.Timestamp("2024-01-01T00:00:00Z")  # a Monday
 FORMATS = ("csv", "servegen", "requests")
@@ -161,10 +173,12 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
                          "empty: not observed)", detail=f"row {row + 2}")
     index = to_utc(df[cols["timestamp"]], path, "timestamp")
     repeated = index.duplicated()
-    if repeated.any():   # two demands at one time: averaging them would invent a third
+    if repeated.any():   # two demands at one time: averaging them would invent a third, summing double one
         row = int(np.flatnonzero(repeated)[0])
-        raise InputError(path, "timestamp", df[cols["timestamp"]].iloc[row], "each time once (a repeated row?)",
-                         detail=f"row {row + 2}")
+        earlier = int(np.flatnonzero(index == index[row])[0])
+        raise InputError(path, "timestamp", df[cols["timestamp"]].iloc[row], "each time once, rows in any order (one "
+                         "series: export sum(...) rather than one series per label set, an HA pair deduplicated)",
+                         detail=f"row {row + 2} repeats {index[row].isoformat()} of row {earlier + 2}")
     series = pd.Series(values.to_numpy(float), index=index)
     if step is None:
         diffs = np.diff(np.sort(index.as_unit("ns").asi8))
@@ -182,7 +196,7 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
     files = sorted(p for p in folder.iterdir() if p.suffix == ".csv")
     if not files:
         raise InputError(path, "trace", path, "a folder holding at least one ServeGen *.csv file")
-    starts, rates = [], []
+    clients = []
     for f in files:
         try:
             df = pd.read_csv(f, header=None, usecols=[0, 1])
@@ -196,14 +210,27 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
             col, val = ("window_start_s", df[0].iloc[row]) if bad_start[row] else ("rate_req_per_s", df[1].iloc[row])
             raise InputError(str(f), col, val, f"finite numbers; |window_start_s| < 4.1e9, 0 <= rate <= {MAX_RPS:g}",
                              detail=f"row {row + 1}")
-        starts.append(s.to_numpy(float))
-        rates.append(r.to_numpy(float))
-    start, rate = np.concatenate(starts), np.concatenate(rates)
-    index = origin + pd.to_timedelta(start, unit="s")
-    total = pd.Series(rate, index=index).groupby(level=0).sum()
-    native = pd.Timedelta(float(np.median(np.diff(total.index.as_unit("ns").asi8))) if len(total) > 1 else 600e9, unit="ns")
-    total = total.resample(native, origin=origin).sum(min_count=1)
-    return _regular(total, step or native, "mean", path)
+        clients.append(_client(f, df, s, r))
+    try:
+        first, native, total = sum_on_grid(clients, max_cells=MAX_STEPS)
+    except ValueError as exc:
+        raise InputError(path, "window_start_s", "windows spanning too long", f"at most {MAX_STEPS} windows over "
+                         "the clients' span", detail=str(exc)) from exc
+    index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
+    series = pd.Series(total, index=index)
+    return _regular(series, step or pd.Timedelta(seconds=native), "mean", path)
+
+
+def _client(f: Path, df: pd.DataFrame, s: pd.Series, r: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """One ServeGen client's (starts, rates) in time order; a window given twice is an InputError naming its row."""
+    start, rate = s.to_numpy(float), r.to_numpy(float)
+    order = np.argsort(start, kind="stable")
+    again = np.flatnonzero(np.diff(start[order]) == 0)
+    if again.size:
+        row = int(order[again[0] + 1])
+        raise InputError(str(f), "window_start_s", df[0].iloc[row], "each window once per client file",
+                         detail=f"row {row + 1} repeats row {int(order[again[0]]) + 1}")
+    return start[order], rate[order]
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
