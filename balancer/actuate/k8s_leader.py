@@ -23,6 +23,7 @@ from typing import Any
 
 from balancer.actuate.kubernetes import ConflictError, Json, NotFoundError, _Api, micro_time, parse_time
 from balancer.errors import ActuationError
+from balancer.ledger_fit import fit
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +169,14 @@ class LeaseLeaderElector:
         return text
 
     def save_state(self, text: str) -> None:
-        """Keep our safety ledger on the Lease for whoever holds it next; written now if we hold it."""
-        if len(text) > MAX_LEDGER_BYTES:
-            log.warning("safety ledger of %d bytes not written to the Lease (limit %d)", len(text), MAX_LEDGER_BYTES)
-            return
+        """Keep our safety ledger on the Lease for whoever holds it next; written now if we hold it. A ledger over
+        `MAX_LEDGER_BYTES` is cut to fit, the entries that restrain least first (`balancer.ledger_fit`), with a
+        warning, rather than left unwritten (a successor then inherited an older ledger, or none). One that cannot be
+        cut (it is no ledger) raises ValueError and the Lease keeps the last one saved: the caller tries again."""
+        text, dropped = fit(text, MAX_LEDGER_BYTES)
+        if dropped:
+            log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
+                        "evictions last) left out of what a successor inherits", MAX_LEDGER_BYTES, dropped)
         self._state = text
         if self.is_leader:
             self.try_acquire_or_renew()
