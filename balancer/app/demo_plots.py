@@ -247,12 +247,15 @@ def placement_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]
     """Unallocated GPU % against arrived workload (% of capacity), one line per policy."""
     fig = Figure(figsize=(9, 4), layout="constrained")
     ax = fig.add_subplot()
-    for name, (levels, unalloc) in curves.items():
-        ax.plot(levels, unalloc, label=name, lw=1.2)
-    if any(len(lv) for lv, _ in curves.values()):
-        top = max(max(u) for lv, u in curves.values() if len(lv))
-        ax.set_xlim(60, max(max(lv) for lv, _ in curves.values() if len(lv)))
-        ax.set_ylim(0, max(40.0, float(top)))
+    shown = {k: (np.asarray(lv, float), np.asarray(u, float)) for k, (lv, u) in curves.items() if len(lv)}
+    for name, (levels, unalloc) in shown.items():
+        at100 = float(np.interp(100.0, levels, unalloc))   # the table's figure, read off the same curve
+        ax.plot(levels, unalloc, label=f"{name}: {at100:.2f}% at 100%", lw=1.2)
+    if shown:
+        # the y range fits what is drawn from 60% on (the curves start at 100% unallocated at 0% arrived)
+        top = max(float(u[lv >= 60].max(initial=0.0)) for lv, u in shown.values())
+        ax.set_xlim(60, max(float(lv.max()) for lv, _ in shown.values()))
+        ax.set_ylim(0, max(40.0, top))
         ax.legend(fontsize=8)
     else:
         _no_data(ax, "no placement run")

@@ -156,8 +156,10 @@ def test_placement_and_calibration_figures_survive_no_data(saved, tmp_path):
     demo_plots.placement_curves({}, tmp_path)
     demo_plots.calibration_curves({}, 2.0, tmp_path)
     assert all(demo_plots.NO_DATA in _texts(fig) for fig in saved)
-    demo_plots.placement_curves({"random": ([60.0, 100.0], [55.0, 30.0])}, tmp_path)
-    assert saved[-1].axes[0].get_ylim()[1] >= 55.0   # a line above 40% is not cut off
+    demo_plots.placement_curves({"random": ([0.0, 60.0, 100.0], [100.0, 55.0, 30.0])}, tmp_path)
+    ax = saved[-1].axes[0]
+    assert ax.get_ylim()[1] == 55.0   # a line above 40% from 60% arrived on is not cut off, 0% arrived is not shown
+    assert ax.get_legend().get_texts()[0].get_text() == "random: 30.00% at 100%"
 
 
 def test_the_timeseries_plot_closes_its_figure_when_a_row_lacks_a_column(tmp_path):
