@@ -66,8 +66,8 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     for j, (before, svc) in state.shrunk.items():   # the record may know more: the job's pending workers
         if j in recorded and recorded[j][0] > before:
             shrunk[j] = (recorded[j][0], svc)
-    pods = snapshot.workloads_by_owner
-    gone = {j for j in shrunk if not pods.get(j)}
+    # the owner index only when a shrink is held: built for nothing, it was the largest cost of a calm cycle
+    gone = {j for j in shrunk if not snapshot.workloads_by_owner.get(j)}
     settled = {j for j, (before, _) in shrunk.items() if j not in fresh and _settled(snapshot, j, before, recorded, void)}
     state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk),
                     handed=handed | (settled & recorded.keys()), fresh=MappingProxyType(fresh))
