@@ -28,11 +28,12 @@ The loop is level-triggered: every cycle re-derives what to do from the fleet as
 lost action or a duplicate cycle converges to the same place. Before acting, accepted actions are re-validated
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
-goes into the safety ledger whatever ends the cycle after it (`_settle`), and the ledger goes from leader to leader
-(`balancer.ledger_handover`). On its first cycle as leader the loop asks the actuator to `recover()` migrations a
-previous process left half-done, and on every cycle that goes on to plan it calls the actuator's `housekeeping()`
-when it has one (the Kubernetes actuator releases expired hot taints and reservations there); both are duck-typed
-hooks returning notes for the log and the audit log. A cycle that holds still (fail-static, emergency stop) touches nothing, housekeeping included.
+goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
+goes from leader to leader (`balancer.ledger_handover`). On its first cycle as leader the loop asks the actuator to
+`recover()` migrations a previous process left half-done, and on every cycle that goes on to plan it calls the
+actuator's `housekeeping()` when it has one (the Kubernetes actuator releases expired hot taints and reservations
+there); both are duck-typed hooks returning notes for the log and the audit log. A cycle that holds still
+(fail-static, emergency stop) touches nothing, housekeeping included.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
 while recording is logged and never stops the loop.
@@ -89,19 +90,16 @@ class Reconciler:
                  guard: SafetyGuard | None = None, clock: Callable[[], float] = time.time,
                  forecaster: Callable[[ClusterSnapshot], Mapping[str, Forecast]] | None = None,
                  elector: LeaderElector | None = None, metrics: ControllerMetrics | None = None,
-                 audit: JsonlAudit | None = None,
-                 planner: Callable[..., tuple[Plan, Any]] = planner_mod.plan,
+                 audit: JsonlAudit | None = None, planner: Callable[..., tuple[Plan, Any]] = planner_mod.plan,
                  policy_source: Callable[[], BalancerPolicy | None] | None = None,
                  keep_durations: int | None = KEEP_DURATIONS) -> None:
         self.policy = policy or BalancerPolicy()
         self.policy_source = policy_source
         self.source, self.actuator, self.clock = source, actuator, clock
         self.guard = guard or SafetyGuard(self.policy.safety)
-        self.forecaster = forecaster
+        self.forecaster, self.audit, self.planner = forecaster, audit, planner
         self.elector = elector or NullLeaderElector()
         self.metrics = metrics or ControllerMetrics()
-        self.audit = audit
-        self.planner = planner
         self.state = planner_mod.PlannerState()
         self.ledger = SafetyLedger()
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
@@ -134,8 +132,8 @@ class Reconciler:
         return report
 
     def _lead(self, now: float) -> bool:
-        """Whether this replica acts this cycle; on taking the lead it takes office (`_take_office`), on losing it
-        it stops reporting what it saw as leader."""
+        """Whether this replica acts this cycle; it takes office (`_take_office`) on taking the lead, and on losing it
+        stops reporting what it saw as leader."""
         if not self.elector.try_acquire(now):
             self.metrics.leader.set(0)
             if self._leading:   # demoted: what it reported as leader is no longer its to report
@@ -197,17 +195,17 @@ class Reconciler:
         # a refused migration is not offered again for a while: its hot GPU is throttled instead
         self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
         accepted = list(review.accepted)
-        results: list[ActionResult] = []
+        done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         if accepted:
             fresh = self._observe(now, "fresh snapshot before acting: ")
             if isinstance(fresh, CycleReport):
                 return fresh
             try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
-                self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, results)
+                self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, done)
             finally:
-                self._settle(results, fresh, now)
+                self._settle(done, fresh, now)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
-        return CycleReport("ok", plan=plan, results=results, rejected=rejected)
+        return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 
     def _observe(self, now: float, when: str) -> ClusterSnapshot | CycleReport:
         """A snapshot fit to act on, or the fail-static hold reading it ended in: a `TelemetryError` with its reason,
@@ -225,16 +223,19 @@ class Reconciler:
         self.metrics.set_reading(snap, self.source, held=hold is not None)
         return snap if hold is None else hold
 
-    def _settle(self, results: list[ActionResult], fresh: ClusterSnapshot, now: float) -> None:
-        """The actions carried out into the safety ledger (budgets: an unknown outcome is spent), handed on to a
-        successor, and acknowledged to the planner (applied) or refused for a while (failed)."""
-        applied = [r.action for r in results if r.outcome == Outcome.APPLIED]
-        maybe = [r.action for r in results if r.maybe_applied and r.outcome != Outcome.APPLIED]
-        self.ledger = self.guard.record(self.ledger, applied + maybe, fresh, now)
-        if applied or maybe:
+    def _settle(self, done: list[tuple[ActionResult, float]], fresh: ClusterSnapshot, now: float) -> None:
+        """The actions carried out into the safety ledger (budgets: an unknown outcome is spent), each at the time it
+        was done (a slow cycle's last migrations dated at its start left their windows minutes early), handed on to
+        a successor, and acknowledged to the planner (applied) or refused for a while (failed)."""
+        applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
+        spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
+        self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
+        for a, t in spent:
+            self.ledger = self.guard.record(self.ledger, [a], fresh, t)
+        if spent:
             self.handover.changed(self.ledger)
         self.state = planner_mod.acknowledge(self.state, applied, fresh)
-        self.state = planner_mod.refuse(self.state, [r.action for r in results if r.outcome in (
+        self.state = planner_mod.refuse(self.state, [r.action for r, _ in done if r.outcome in (
             Outcome.FAILED, Outcome.RETRY)], now)
 
     def _reload_policy(self) -> None:
@@ -269,11 +270,10 @@ class Reconciler:
         return keep
 
     def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float,
-             results: list[ActionResult]) -> None:
-        """Apply the actions in turn while this replica may, each one's result appended to `results` as soon as it is
-        known: before each, `stop` and the Lease are checked again, and once either says no, the action in progress
-        is the last (the rest are rejected, counted and audited). An actuator that raises (anything but its own
-        failure results) ends the cycle with the action's outcome unknown: spent against the budgets."""
+             done: list[tuple[ActionResult, float]]) -> None:
+        """Apply the actions in turn while this replica may, each result appended to `done` with the clock when it came:
+        `stop` and the Lease are checked before each, and once either says no the rest are rejected (counted, audited).
+        An actuator that raises (not its own failure results) ends the cycle, the outcome unknown: spent."""
         for i, a in enumerate(actions):
             why = self._interruption()
             if why is not None:
@@ -285,9 +285,10 @@ class Reconciler:
             try:
                 res = self.actuator.apply(a, fresh)
             except Exception as exc:
-                results.append(ActionResult(a, Outcome.FAILED, f"{type(exc).__name__}: {exc}", maybe_applied=True))
+                done.append((ActionResult(a, Outcome.FAILED, f"{type(exc).__name__}: {exc}", maybe_applied=True),
+                             self.clock()))
                 raise
-            results.append(res)
+            done.append((res, self.clock()))
             if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                 self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
             else:
@@ -300,9 +301,8 @@ class Reconciler:
             self._audit(now, action_record(a, str(res.outcome), detail))
 
     def _interruption(self) -> tuple[str, str] | None:
-        """(reason, why) no further action may start: `stop` is set, an emergency stop (flag or file) is set, or the
-        Lease is no longer ours, or no longer the one this cycle started under (lost and taken again: another replica
-        may have acted in between)."""
+        """(reason, why) no further action may start: `stop` or an emergency stop (flag or file) is set, or the Lease
+        is not ours, or not the one this cycle started under (lost and retaken: another replica may have acted)."""
         if self._stop.is_set():
             return SHUTTING_DOWN, "the controller is stopping (SIGTERM)"
         if self.guard.emergency_stopped():   # set while earlier actions ran (each may take minutes)
