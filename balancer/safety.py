@@ -163,6 +163,9 @@ def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
     return 0
 
 
+count_evictions = _evictions   # public: the soak's budget check (balancer/app/soak_checks.py) counts as the guard does
+
+
 def _spend_budgets(w: Workload, budgets: Iterable[DisruptionBudget] | None, spent: dict[str, int]) -> None:
     """Count one eviction of `w` against every PodDisruptionBudget that covers it (`spent`: this review's so far),
     or raise PdbViolation, spending nothing, when one of them allows no more disruption now. The Eviction API

@@ -10,7 +10,10 @@ the soak prints one row per checker at the end (`Invariants.table()`), and all m
 * `StaleGuard`      no action on stale data: every action the actuator receives comes with a snapshot that passes
                     the fail-static gate (`check_telemetry`), taken moments before (wall age recorded).
 * `BudgetCheck`     no budget exceeded, recomputed independently of the controller's own ledger (which a restart
-                    loses): actions per cycle, migrations in flight per node, evictions per window.
+                    loses): actions per cycle, migrations in flight per node, evictions per window. An action's
+                    evictions are counted by the guard's own rule (`safety.count_evictions`: every running worker
+                    of a job that restarts whole on a resize, only the running replicas a scale-down stops), so the
+                    soak checks the budget the guard enforces.
 * `MemoryTrend`     the process's resident memory sampled every cycle, settled first (`settled_rss_mib`: a full
                     collection and glibc's `malloc_trim`, so memory freed but kept by the allocator is not counted as
                     growth); the slope after warm-up, fitted by least squares, must stay under a threshold (MiB per
@@ -34,7 +37,7 @@ import numpy as np
 from balancer.config import SafetyPolicy
 from balancer.errors import TelemetryError
 from balancer.model import Action, ClusterSnapshot, Migrate, ScaleInference, ScaleTraining
-from balancer.safety import check_telemetry
+from balancer.safety import check_telemetry, count_evictions
 from balancer.sim import SimCluster
 
 
@@ -162,16 +165,6 @@ class StaleGuard:
                              f"oldest snapshot {self.max_snapshot_wall_age_s:.2f} s")
 
 
-def evictions_of(a: Action) -> int:
-    if isinstance(a, Migrate):
-        return 1
-    if isinstance(a, ScaleTraining):
-        return max(a.previous_workers - a.workers, 0)
-    if isinstance(a, ScaleInference):
-        return max(a.previous_replicas - a.replicas, 0)
-    return 0
-
-
 class BudgetCheck:
     def __init__(self, policy: SafetyPolicy) -> None:
         self.p = policy
@@ -200,7 +193,7 @@ class BudgetCheck:
                 if k > p.max_concurrent_migrations_per_node:
                     self.check.breach(cycle, f"{k} migrations in flight on {node} "
                                              f"(limit {p.max_concurrent_migrations_per_node})")
-        ev = evictions_of(action)
+        ev = count_evictions(action, snapshot)   # the guard's own count, on the snapshot the action was planned on
         if ev:
             self._evictions = [t for t in self._evictions if now - t < p.eviction_window_s] + [now] * ev
             self.peak["evictions_per_window"] = max(self.peak["evictions_per_window"], len(self._evictions))
