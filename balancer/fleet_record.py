@@ -69,6 +69,9 @@ class FleetRecorder:
 
     def _forecast_error(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast], forecaster: Any,
                         label: str) -> None:
+        fallbacks = getattr(forecaster, "fallbacks", None)
+        if fallbacks is not None:   # a model that failed: persistence serves (logged by the forecaster)
+            self.metrics.set_forecast_fallback(fallbacks())
         rolling_error = getattr(forecaster, "rolling_error", None)
         if rolling_error is not None:
             self.metrics.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})

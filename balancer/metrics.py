@@ -156,6 +156,9 @@ class ControllerMetrics:
         self.forecast_error = _LabelledGauge(Gauge(
             "gputide_forecast_error_ratio", "Rolling MAE of the p50 forecast over mean demand.",
             ["service", "horizon"], registry=r))
+        self.forecast_fallback = _LabelledGauge(Gauge(
+            "gputide_forecast_fallback", "1 while persistence serves in place of a failed forecast model (auto's "
+            "candidates included), per service and model.", ["service", "model"], registry=r))
         self.capacity = Gauge("gputide_capacity_gpus", "GPUs by class: inference, training, loaned (inference GPUs "
                               "lent to training, part of training), idle.", ["class"], registry=r)
         self.capacity_target = _LabelledGauge(Gauge(
@@ -201,6 +204,7 @@ class ControllerMetrics:
         self.set_forecast_demand({})
         self.set_forecast_for_now({})
         self.set_forecast_error({})
+        self.set_forecast_fallback({})
         self.set_fragmentation({})
         self.set_training_waiting({})
         self.set_shrunk_workers({})
@@ -251,6 +255,10 @@ class ControllerMetrics:
     def set_forecast_error(self, errors: Mapping[tuple[str, str], float]) -> None:
         """{(service, horizon): ratio}; NaN ratios (nothing scored yet) are left out."""
         self.forecast_error.set_all({k: float(v) for k, v in errors.items() if math.isfinite(v)})
+
+    def set_forecast_fallback(self, fallbacks: Mapping[tuple[str, str], str]) -> None:
+        """{(service, model): error} of the models persistence serves in place of now; the rest go back to absent."""
+        self.forecast_fallback.set_all({k: 1.0 for k in fallbacks})
 
     def set_training_waiting(self, waiting_s: Mapping[str, float]) -> None:
         """{job: seconds it has waited so far} -> the count per `over` threshold."""

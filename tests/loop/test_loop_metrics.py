@@ -372,3 +372,29 @@ def test_the_planners_notes_are_logged_once_while_they_last(caplog):
         clock[0] += 60.0
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plan: ")]
     assert logged == ["plan: capacity holds: chat owns no pod"] * 2  # first seen, then again after it cleared
+
+
+def test_a_forecast_model_that_fails_is_exported_while_persistence_serves_for_it(monkeypatch):
+    """A failed model used to be visible only in a log line: `gputide_forecast_fallback{service, model}` is 1 while
+    persistence forecasts in its place, and a replica that stops leading stops reporting it."""
+    from balancer.config import BalancerPolicy, ForecastPolicy
+    from balancer.forecast.naive import SeasonalNaive
+    from balancer.forecast.online import DemandForecaster
+
+    def broken(self, v):
+        raise RuntimeError("singular matrix")
+
+    monkeypatch.setattr(SeasonalNaive, "_fit", broken)
+    fl, clock, source = make_fleet(1, 4), [0.0], Source(None)
+    online = DemandForecaster(model="seasonal_naive_daily", step_s=60.0, min_history=3)
+    policy = BalancerPolicy(forecast=ForecastPolicy(horizon_s=300.0))
+    rec, reg = loop(source, clock, forecaster=ServiceForecaster(online, 300.0), policy=policy)
+    for k in range(6):
+        clock[0] = 60.0 * k + 30.0
+        source.snap = snapshot(fl, age=0.0, time=clock[0], services={
+            "chat": ServiceStatus(name="chat", demand_rps=100.0 + k, p99_latency_s=0.1, slo_latency_s=1.0, replicas=1)})
+        assert rec.run_once().status == "ok"
+    labels = {"service": "chat", "model": "seasonal_naive_daily"}
+    assert reg.get_sample_value("gputide_forecast_fallback", labels) == 1
+    rec.metrics.standby()
+    assert reg.get_sample_value("gputide_forecast_fallback", labels) is None
