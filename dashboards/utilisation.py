@@ -4,10 +4,12 @@ Allocated vs used vs idle GPUs, GPUs no pending request can use (unallocatable),
 GPUs per model (the FGD paper's measure) and the per-model SM activity with its spread (pool imbalance).
 
 Allocated GPUs are cluster:gpu_allocated:count, each GPU once: class:gpu_count:sum counts a GPU shared by two
-classes in both, and its sum let the allocated share pass 100 %. Neither has a series where no GPU is allocated,
-and class:gpu_count:sum has no "idle" series on a full fleet. The allocated and idle counts therefore fall back
-to 0 - as `0 * <fleet total>` rather than `vector(0)`, so they read 0 where the fleet reports GPUs (an idle
-fleet: 0 % allocated, not No data) and No data where it reports none, like every other panel. Both sides of the `or` are sum()s, without labels, so they match.
+classes in both, and its sum let the allocated share pass 100 %. Both rules read 0 (allocated, and the "idle" class)
+where the exporter reports GPUs and none is allocated or none idle, and have no series where it reports none, so
+the panels read them as they are: 0 % allocated on an idle fleet, No data (a gap) while the exporter is dark. The
+panels once fell back to `0 * <fleet total>` themselves; the total comes from another rule group, evaluated at
+another moment, so for up to an interval after an exporter went dark the fleet still had its total while the
+allocated count was gone, and the dashboard drew a dark fleet as an idle one (0 allocated).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dashboards.common import CLUSTER, GPU, MODEL, each_gpu, new_dashboard, q, s
 UID = "gputide-fragmentation"
 
 TOTAL = f"sum(cluster:gpu_count:sum{{{CLUSTER}}})"
-ALLOCATED = f'(sum(cluster:gpu_allocated:count{{{CLUSTER}}}) or 0 * {TOTAL})'
+ALLOCATED = f"sum(cluster:gpu_allocated:count{{{CLUSTER}}})"
 SM_ACTIVE = each_gpu(f"gpu:sm_active:ratio{{{GPU}}}")   # each GPU once, as TOTAL counts them
-IDLE = f'(sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}}) or 0 * {TOTAL})'
+IDLE = f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}})'
 
 
 def build() -> dashboard.Dashboard:

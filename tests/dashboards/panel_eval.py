@@ -23,17 +23,22 @@ def panel_query(file: str, title: str, legend: str) -> str:
     return interpolate(target["expr"], ALL, step=60, range_s=3600)
 
 
-def check(promtool: str, tmp_path: Path, series: list[dict], expected: dict[tuple[str, str, str], float], *,
-          rules: Path | None = None, interval: str = "1m", eval_time: str = "5m") -> None:
+def check(promtool: str, tmp_path: Path, series: list[dict], expected: dict[tuple[str, str, str], float | None], *,
+          rules: Path | None = None, interval: str = "1m", eval_time: str = "5m",
+          group_eval_order: list[str] | None = None) -> None:
     """Assert each (file, title, legend) query reads its expected value at `eval_time` (promtool names the
-    failing ones). Without `rules`, no recording rule runs."""
+    failing ones); None expects No data. Without `rules`, no recording rule runs. `group_eval_order` is the order
+    promtool evaluates the rule groups in at each step (a real Prometheus runs each on its own clock)."""
     if rules is None:
         rules = tmp_path / "none.yaml"
         rules.write_text("groups: []\n")
     test = {"rule_files": [str(rules)], "evaluation_interval": interval, "tests": [{
         "interval": interval, "input_series": series,
-        "promql_expr_test": [{"expr": panel_query(*key), "eval_time": eval_time, "exp_samples": [{"value": value}]}
+        "promql_expr_test": [{"expr": panel_query(*key), "eval_time": eval_time,
+                              "exp_samples": [] if value is None else [{"value": value}]}
                              for key, value in expected.items()]}]}
+    if group_eval_order:
+        test["group_eval_order"] = group_eval_order
     path = tmp_path / "panels_test.yaml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
