@@ -4,13 +4,17 @@ Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range qu
 (plain HTTP, `/api/v1/query_range`) and draws the panels with matplotlib where Grafana would put them
 (`gridPos` on the 24-column grid), one PNG per dashboard:
 
-- timeseries: lines (stacked areas or bars when the panel stacks or draws bars), every dashboard annotation
-  (e.g. GPU loans and reclaims) as vertical lines in its own `iconColor`;
+- timeseries: lines (stacked areas or bars when the panel stacks or draws bars) on the query's steps, a step
+  without a sample a gap as in Grafana (not a line across it, not 0), every dashboard annotation (e.g. GPU loans
+  and reclaims) as vertical lines in its own `iconColor`;
 - heatmap: one row per series (per GPU, or per MIG instance) and one column per step, the colour being the
   value, exactly what Grafana's heatmap panel with `calculate: false` shows, the rows counted by the noun of the
   panel's y-axis label;
 - table with `groupingToMatrix` (node x GPU grid): a row-label x column-label image of the last values;
-- other tables, bar gauges and stats: the last value of each series.
+- other tables: a table of each series' labels and last value, inside the panel (value mappings applied);
+- bar gauges and stats: the last value of each series.
+
+The drawing itself is `balancer.dashboards_draw`.
 
 Variables are resolved the way Grafana does on first load: "All" variables take their `allValue`, others their
 first label value; `$__rate_interval` is max(4 x scrape interval, step + scrape interval). A Prometheus that
@@ -34,13 +38,21 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from balancer.dashboards_draw import (
+    Series,
+    _draw_heatmap,
+    _draw_last_values,
+    _draw_matrix,
+    _draw_table,
+    _draw_timeseries,
+    annotation_colour,
+)
 from balancer.errors import InputError, TelemetryUnavailable
 
 # A source checkout keeps them next to the package; the container image sets GPUTIDE_DASHBOARDS_DIR.
 DEFAULT_DASHBOARDS_DIR = Path(os.environ.get("GPUTIDE_DASHBOARDS_DIR") or Path(__file__).resolve().parents[1] / "dashboards")
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_CMAPS = {"Turbo": "turbo", "Oranges": "Oranges", "Viridis": "viridis", "Blues": "Blues"}
 
 
 def parse_duration(text: str, field_name: str = "--range") -> int:
@@ -48,13 +60,6 @@ def parse_duration(text: str, field_name: str = "--range") -> int:
     if not m or int(m[1]) == 0:
         raise InputError(None, field_name, text, "a positive duration such as 30m, 6h, 7d")
     return int(m[1]) * _SECONDS[m[2]]
-
-
-@dataclass(frozen=True)
-class Series:
-    labels: dict[str, str]
-    times: np.ndarray
-    values: np.ndarray
 
 
 class PromClient:
@@ -167,25 +172,6 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
     return text or legend("__auto", labels)
 
 
-def format_value(value: float, unit: str) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    if unit == "percentunit":
-        return f"{value * 100:.1f}%"
-    if unit == "bytes":
-        for suffix, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
-            if abs(value) >= scale:
-                return f"{value / scale:.1f} {suffix}"
-        return f"{value:.0f} B"
-    suffix = {"celsius": " °C", "watt": " W", "s": " s", "reqps": " req/s", "kwatth": " kWh", "ops": " /s"}.get(
-        unit, " " + unit.removeprefix("suffix:").strip() if unit.startswith("suffix:") else "")
-    return f"{value:.3g}{suffix}" if abs(value) < 1000 else f"{value:,.0f}{suffix}"
-
-
-def _natural(text: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
 class _Renderer:
     def __init__(self, client: PromClient, start: float, end: float, step: int) -> None:
         self.client, self.start, self.end, self.step = client, start, end, step
@@ -211,123 +197,6 @@ class _Renderer:
 
 
 HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"
-
-# Grafana's named colours (its classic palette; a shade such as dark-red or light-blue is drawn as its base colour)
-_GRAFANA_COLOURS = {"red": "#F2495C", "orange": "#FF9830", "yellow": "#FADE2A", "green": "#73BF69",
-                    "blue": "#5794F2", "purple": "#B877D9"}
-_SHADE = re.compile(r"^(?:super-light|light|semi-dark|dark)-")
-_RGB = re.compile(r"^rgba?\(\s*([\d.]+)\s*,\s*([\d.]+)\s*,\s*([\d.]+)\s*(?:,\s*[\d.]+\s*)?\)$")
-
-
-def annotation_colour(icon_color: object, index: int) -> str:
-    """The colour an annotation's events are drawn in: its Grafana `iconColor` (a named colour, #rgb hex or
-    rgb()/rgba()), or, for none that reads as one, the `index`-th colour of matplotlib's cycle."""
-    text = _SHADE.sub("", icon_color.strip().lower()) if isinstance(icon_color, str) else ""
-    if text in _GRAFANA_COLOURS:
-        return _GRAFANA_COLOURS[text]
-    if re.fullmatch(r"#(?:[0-9a-f]{3}|[0-9a-f]{6}|[0-9a-f]{8})", text):
-        return text
-    if (m := _RGB.match(text)) and all(float(v) <= 255 for v in m.groups()):
-        return "#" + "".join(f"{round(float(v)):02x}" for v in m.groups())
-    return f"C{index % 10}"
-
-
-def _draw_timeseries(ax, panel, data, unit, annotations) -> None:
-    custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
-    stacked = custom.get("stacking", {}).get("mode") == "normal"
-    bars = custom.get("drawStyle") == "bars"
-    if stacked or bars:
-        grid = np.unique(np.concatenate([s.times for _, s in data]))
-        stack = np.array([np.interp(grid, s.times, s.values, left=np.nan, right=np.nan) for _, s in data])
-        stack = np.nan_to_num(stack)
-        if bars:
-            width = (grid[1] - grid[0]) * 0.8 if len(grid) > 1 else 1.0
-            bottom = np.zeros_like(grid)
-            for (name, _), row in zip(data, stack):
-                ax.bar(_dates(grid), row, bottom=bottom if stacked else None, width=width / 86400, label=name)
-                bottom = bottom + row
-        else:
-            ax.stackplot(_dates(grid), stack, labels=[n for n, _ in data], alpha=0.7)
-    else:
-        for name, s in data:
-            ax.plot(_dates(s.times), s.values, label=name, linewidth=1.2)
-    for name, times, colour in annotations:
-        for t in times:
-            ax.axvline(_dates(np.array([t]))[0], color=colour, alpha=0.5, linewidth=0.8)
-        if len(times):
-            ax.plot([], [], color=colour, label=f"{name} ({len(times)})")
-    ax.set_ylabel(unit)
-    ax.yaxis.set_major_formatter(lambda v, _pos: format_value(v, unit))
-    if len(data) <= 12:
-        ax.legend(fontsize=6, loc="upper left")
-
-
-def _dates(times: np.ndarray) -> np.ndarray:
-    # matplotlib's date numbers: days since the epoch.
-    return times / 86400.0
-
-
-def heatmap_matrix(data: list[tuple[str, Series]], start: float, end: float, step: int
-                   ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Rows = series in natural order of their names, columns = steps from start to end; NaN where no sample."""
-    data = sorted(data, key=lambda item: _natural(item[0]))
-    grid = np.arange(start, end + step / 2, step)
-    image = np.full((len(data), len(grid)), np.nan)
-    for row, (_, s) in enumerate(data):
-        cols = np.clip(np.round((s.times - start) / step).astype(int), 0, len(grid) - 1)
-        image[row, cols] = s.values
-    return [name for name, _ in data], grid, image
-
-
-def heatmap_rows(panel: dict, n: int) -> str:
-    """What the `n` rows of a heatmap are, from its y-axis label: "5 GPUs", "21 MIG instances"."""
-    noun = str(panel.get("options", {}).get("yAxis", {}).get("axisLabel") or "GPU").split(" (")[0]
-    return f"{n} {noun}s"
-
-
-def _draw_heatmap(fig, ax, panel, data, unit, start, end, step) -> None:
-    names, grid, image = heatmap_matrix(data, start, end, step)
-    cmap = _CMAPS.get(panel.get("options", {}).get("color", {}).get("scheme", ""), "turbo")
-    shown = ax.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, origin="lower",
-                      extent=(_dates(grid[:1])[0], _dates(grid[-1:])[0], -0.5, len(names) - 0.5))
-    fig.colorbar(shown, ax=ax, format=lambda v, _pos: format_value(v, unit), pad=0.01)
-    ticks = np.linspace(0, len(names) - 1, min(len(names), 16)).round().astype(int)
-    ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=5)
-    ax.set_ylabel(heatmap_rows(panel, len(names)))
-
-
-def _draw_matrix(fig, ax, data, unit, row_label, column_label) -> None:
-    rows = sorted({s.labels.get(row_label, "") for _, s in data}, key=_natural)
-    cols = sorted({s.labels.get(column_label, "") for _, s in data}, key=_natural)
-    image = np.full((len(rows), len(cols)), np.nan)
-    for _, s in data:
-        image[rows.index(s.labels.get(row_label, "")), cols.index(s.labels.get(column_label, ""))] = s.values[-1]
-    shown = ax.imshow(image, aspect="auto", cmap="RdYlGn_r", interpolation="nearest")
-    fig.colorbar(shown, ax=ax, format=lambda v, _pos: format_value(v, unit), pad=0.01)
-    ax.set_xticks(range(len(cols)), cols, fontsize=6)
-    ax.set_yticks(range(len(rows)), rows, fontsize=5 if len(rows) > 20 else 7)
-    ax.set_xlabel(column_label)
-    if len(rows) * len(cols) <= 128:
-        for (r, c), v in np.ndenumerate(image):
-            ax.text(c, r, format_value(v, unit), ha="center", va="center", fontsize=5)
-
-
-def _draw_last_values(ax, panel, data, unit) -> None:
-    items = sorted(((name, s.values[-1]) for name, s in data), key=lambda kv: -np.nan_to_num(kv[1]))[:15]
-    if panel["type"] == "stat":
-        ax.axis("off")
-        text = "\n".join(f"{format_value(v, unit)}  {n}" if len(items) > 1 else format_value(v, unit)
-                         for n, v in items)
-        ax.text(0.5, 0.45, text, ha="center", va="center", fontsize=16 if len(items) == 1 else 10,
-                transform=ax.transAxes, weight="bold")
-        return
-    names = [n for n, _ in items][::-1]
-    values = [v for _, v in items][::-1]
-    ax.barh(names, values, color="tab:orange")
-    for i, v in enumerate(values):
-        ax.text(v, i, " " + format_value(v, unit), va="center", fontsize=6)
-    ax.tick_params(axis="y", labelsize=6)
-
 
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
     variables = resolve_variables(dashboard, renderer.client)
@@ -368,7 +237,9 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
         elif matrix:
             _draw_matrix(fig, ax, data, unit, matrix["rowField"], matrix["columnField"])
         elif panel["type"] == "timeseries":
-            _draw_timeseries(ax, panel, data, unit, annotations)
+            _draw_timeseries(ax, panel, data, unit, annotations, (renderer.start, renderer.end, renderer.step))
+        elif panel["type"] == "table":
+            _draw_table(ax, panel, data, unit)
         else:
             _draw_last_values(ax, panel, data, unit)
         if panel["type"] in ("timeseries", "heatmap"):

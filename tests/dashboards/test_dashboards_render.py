@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from balancer import cli
+from balancer import dashboards_draw as dd
 from balancer import dashboards_render as dr
 from balancer.errors import InputError, TelemetryUnavailable
 
@@ -131,7 +132,7 @@ def test_heatmap_matrix_puts_each_gpu_on_its_row_and_each_sample_in_its_column()
         return dr.Series({}, np.array(times, dtype=float), np.array(values, dtype=float))
 
     data = [("node-b/10", series([1, 2], [0, 60])), ("node-b/2", series([3], [120])), ("node-a/0", series([5], [0]))]
-    names, grid, image = dr.heatmap_matrix(data, 0, 120, 60)
+    names, grid, image = dd.heatmap_matrix(data, 0, 120, 60)
     assert names == ["node-a/0", "node-b/2", "node-b/10"]
     assert grid.tolist() == [0, 60, 120]
     np.testing.assert_array_equal(image, [[5, np.nan, np.nan], [np.nan, np.nan, 3], [1, 2, np.nan]])
@@ -139,9 +140,9 @@ def test_heatmap_matrix_puts_each_gpu_on_its_row_and_each_sample_in_its_column()
 
 def test_a_heatmaps_rows_are_counted_as_what_its_y_axis_names():
     fleet = {p["title"]: p for p in json.loads((dr.DEFAULT_DASHBOARDS_DIR / "gpu-fleet.json").read_text())["panels"]}
-    assert dr.heatmap_rows(fleet["GPU temperature"], 5) == "5 GPUs"
-    assert dr.heatmap_rows(fleet["SM activity per MIG instance"], 21) == "21 MIG instances"
-    assert dr.heatmap_rows({"type": "heatmap"}, 3) == "3 GPUs"
+    assert dd.heatmap_rows(fleet["GPU temperature"], 5) == "5 GPUs"
+    assert dd.heatmap_rows(fleet["SM activity per MIG instance"], 21) == "21 MIG instances"
+    assert dd.heatmap_rows({"type": "heatmap"}, 3) == "3 GPUs"
 
 
 @pytest.mark.parametrize(
@@ -164,7 +165,7 @@ def test_interpolate(expr, expected):
     ids=["ratio as percent", "bytes as GiB", "celsius", "custom suffix", "NaN as a dash"],
 )
 def test_format_value(value, unit, text):
-    assert dr.format_value(value, unit) == text
+    assert dd.format_value(value, unit) == text
 
 
 def test_unreachable_prometheus_raises_telemetry_unavailable(tmp_path):
@@ -221,7 +222,7 @@ def test_each_annotation_s_events_are_vertical_lines_in_its_colour():
     data = [("temp", dr.Series({}, np.array([0.0, 60.0, 120.0]), np.array([1.0, 2.0, 3.0])))]
     marks = [(f"marker {i}", np.array([60.0 * i]), dr.annotation_colour(c, i))
              for i, c in enumerate(["purple", "red", "yellow", "green", "blue"])]
-    dr._draw_timeseries(ax, {}, data, "", marks)
+    dd._draw_timeseries(ax, {}, data, "", marks)
     vertical = [line for line in ax.get_lines() if len(set(np.asarray(line.get_xdata(), dtype=float))) == 1]
     assert sorted(to_hex(line.get_color()) for line in vertical) == sorted(to_hex(c) for *_, c in marks)
 
@@ -236,3 +237,86 @@ def test_each_annotation_s_events_are_vertical_lines_in_its_colour():
 )
 def test_annotation_colour(icon, index, colour):
     assert dr.annotation_colour(icon, index) == colour
+
+
+def _series(*rows: list[float], step: float = 60.0) -> list[tuple[str, dr.Series]]:
+    """One series per row on the steps 0, step, ...; NaN in a row = no sample at that step (left out)."""
+    out = []
+    for i, row in enumerate(rows):
+        values = np.array(row, dtype=float)
+        times = np.arange(len(values)) * step
+        there = ~np.isnan(values)
+        out.append((f"s{i}", dr.Series({}, times[there], values[there])))
+    return out
+
+
+def test_a_stack_adds_a_missing_series_as_zero_and_is_a_gap_where_every_series_is_missing():
+    nan = np.nan
+    data = _series([32, 256, nan, nan, 32], [112, nan, nan, nan, 112], [112, nan, nan, nan, 112])
+    _, values = dd.on_grid(data, 0, 240, 60)
+    stacked = dd.stack_values(values)
+    np.testing.assert_array_equal(stacked[:, [0, 1, 4]], [[32, 256, 32], [112, 0, 112], [112, 0, 112]])
+    assert np.isnan(stacked[:, [2, 3]]).all()
+
+
+def test_a_stacked_panel_never_reads_more_than_its_series_hold_at_one_step():
+    """The demo's exporter outage: one evaluation recorded every GPU idle (256) while the classes (112 + 112) were
+    already gone. Interpolated across the outage, the stack read 256 + 112 + 112 = 480 on a 256-GPU fleet."""
+    from matplotlib.figure import Figure
+
+    nan = np.nan
+    data = _series([32, 256, nan, nan, 32], [112, nan, nan, nan, 112], [112, nan, nan, nan, 112])
+    ax = Figure().add_subplot()
+    dd._draw_timeseries(ax, {"fieldConfig": {"defaults": {"custom": {"stacking": {"mode": "normal"}}}}}, data,
+                        "none", [], (0, 240, 60))
+    assert ax.dataLim.y1 == 256
+
+
+def test_a_line_is_broken_where_its_series_has_no_sample():
+    from matplotlib.figure import Figure
+
+    nan = np.nan
+    ax = Figure().add_subplot()
+    dd._draw_timeseries(ax, {}, _series([224, 224, nan, nan, 224, 224]), "none", [], (0, 300, 60))
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "s0"]
+    y = np.asarray(line.get_ydata(), dtype=float)
+    assert np.isnan(y[2:4]).all() and (y[[0, 1, 4, 5]] == 224).all()
+
+
+def test_a_table_panel_lists_the_labels_that_differ_and_maps_values():
+    data = [(n, dr.Series({"__name__": "gpu:xid_last:code", "cluster": "c", "UUID": u, "hostname": "n0"},
+                          np.array([0.0]), np.array([v]))) for n, u, v in (("a", "GPU-1", 79), ("b", "GPU-2", 0))]
+    mappings = [{"type": "value", "options": {"0": {"text": "none", "color": "green"}}}]
+    assert dd.table_rows(data, "none", mappings) == (["UUID", "Value"], [["GPU-1", "79"], ["GPU-2", "none"]])
+
+
+def test_no_panel_draws_into_another_panel(monkeypatch, tmp_path):
+    """The XID table was drawn as bars named by every label of each series; the names ran left across the 'GPUs with
+    an XID error' stat beside it. Everything a panel draws (its tight box: tick labels, texts, tables) stays off the
+    other panels' boxes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    plain = FakePrometheus.result
+
+    def with_uuids(params):
+        out = plain(params)
+        for i, item in enumerate(out):
+            item["metric"]["UUID"] = f"GPU-0000f00{i}-dfa0-400f-a00{i}-0000000f000{i}"
+        return out
+
+    fake = FakePrometheus()
+    fake.result = with_uuids
+    try:
+        dr.render(fake.url, tmp_path, uid="gputide-gpu-fleet", range_s=3600, end=1_700_000_000)
+    finally:
+        fake.close()
+    (fig,) = figures
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    spills = [(ax.get_title(loc="left"), other.get_title(loc="left")) for ax in panels for other in panels
+              if other is not ax and ax.get_tightbbox(renderer).overlaps(other.get_window_extent(renderer))]
+    assert not spills
