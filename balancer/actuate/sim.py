@@ -6,7 +6,12 @@ reservation: in Kubernetes an annotation on the target node; here a dict the cal
 clears the journal entry. A controller that dies between the two steps leaves the journal entry behind and the
 workload still running at its source; `recover()` (called by the loop on start) finishes or abandons every
 journalled migration, so a restart converges and no workload is lost. `crash_after_reserve` injects that crash
-for tests. Scale-downs of training are graceful (checkpoint first). A power cap is recorded on its node
+for tests. A training scale-down is what lowering a Job's parallelism is on Kubernetes: the removed workers get
+SIGTERM. A job that checkpoints on SIGTERM (`TrainingJobSpec.checkpoint_on_sigterm`, a Job's
+`gputide.io/checkpoint-on-sigterm: "true"`) saves its work first and loses nothing; any other goes back to its last
+checkpoint (the work since then lost, a preemption), the cost the capacity plan prices (`JobView.since_checkpoint_s`;
+the simulator's training workloads show that checkpoint as a trainer's `gputide.io/last-checkpoint` does, +inf for a
+job that checkpoints on SIGTERM). A power cap is recorded on its node
 (`SimCluster.cap_power`, `Node.power_caps`) as the Kubernetes actuator records it in the node's annotation, so a
 restarted controller sees in its snapshot what it must give back; a give-back restores the GPU's default limit, and
 only on a GPU gputide capped. The hot taint expires as on Kubernetes: written (and renewed, `TaintNode.renew`) with
@@ -78,7 +83,8 @@ class SimActuator:
             # removed by its give-back and by any other resize once the job is back at its size or the record void;
             # co-location's record likewise (`colocation_record.after`, as `k8s_jobs.colocation_patch`)
             done = action.shrunk_from is None and sim.shrink_record_done(action.job, action.workers)
-            sim.scale_training(action.job, action.workers, checkpoint_first=action.workers < action.previous_workers,
+            saves = action.workers < action.previous_workers and sim.training_jobs[action.job].checkpoint_on_sigterm
+            sim.scale_training(action.job, action.workers, checkpoint_first=saves,
                                shrunk_from=0 if done else action.shrunk_from, colocation=action)
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleInference):

@@ -192,14 +192,15 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def build(scenario: str, *, fleet: fleet_mod.Fleet | None = None, seed: int = 0, step_s: float = 60.0,
-          days: float | None = None, trace: str | None = None,
-          trace_format: str | None = None) -> tuple[SimCluster, list[Event], float]:
+          days: float | None = None, trace: str | None = None, trace_format: str | None = None,
+          setup_options: Mapping[str, Any] | None = None) -> tuple[SimCluster, list[Event], float]:
     """A fresh simulator set up for `scenario`, its fault events and the days to run.
 
     `trace_format` (csv, servegen, requests; default: guessed from `trace`, a folder is servegen, a file csv)
     reaches the setup as the keyword `trace_format`. Setups written before it existed keep working: one that
     spells it `fmt` gets it under that name; one that takes no format reads its trace its own way, and asking it
-    for a format other than the guessed one is an InputError rather than silently ignored.
+    for a format other than the guessed one is an InputError rather than silently ignored. `setup_options` are
+    the scenario's own keywords (tidal's `checkpoint_on_sigterm`); one its setup does not take is an InputError.
     """
     sc = SCENARIOS.get(scenario)
     if sc is None:
@@ -209,7 +210,11 @@ def build(scenario: str, *, fleet: fleet_mod.Fleet | None = None, seed: int = 0,
     sim = SimCluster(fleet or sc.default_fleet(), seed=seed, step_s=step_s)
     days = sc.default_days if days is None else days
     extra = _format_keyword(sc, trace, trace_format)
-    return sim, sc.setup(sim, days=days, seed=seed, trace=trace, **extra), days
+    params = inspect.signature(sc.setup).parameters
+    for key in setup_options or {}:
+        if key not in params or key in ("sim", "days", "seed", "trace", "trace_format", "fmt"):
+            raise InputError(None, "--" + key.replace("_", "-"), setup_options[key], f"no such option for {sc.name}")
+    return sim, sc.setup(sim, days=days, seed=seed, trace=trace, **extra, **(setup_options or {})), days
 
 
 def guess_trace_format(trace: str | None) -> str | None:

@@ -3,7 +3,10 @@
 Setup (`setup_tidal`): the default demo fleet (256 GPUs in four pools: H100-SXM, A100-SXM4-80GB, L40S,
 A100-PCIE-40GB). Each pool runs one inference service pinned to it (``llm-<model>``, the way a `gpu_spec`
 constraint pins a deployment) and two elastic training jobs pinned to it (a synchronous job on mixed GPU models
-runs at its slowest worker's speed). The trace, loaded with `balancer.forecast.traces.load_demand` (a folder is
+runs at its slowest worker's speed). Whether a job saves a checkpoint when a shrink sends its removed workers
+SIGTERM is the option ``checkpoint_on_sigterm`` (``gputide simulate --scenario tidal --checkpoint-on-sigterm
+none|all``): ``none`` (the default) has every shrink lose the work since the job's last checkpoint, as on a
+Kubernetes Job without `gputide.io/checkpoint-on-sigterm: "true"`; ``all`` has no shrink lose anything. The trace, loaded with `balancer.forecast.traces.load_demand` (a folder is
 read as ServeGen, a file as ``timestamp,value`` CSV), is played over the *last* ``days`` of its span; everything
 before is the forecaster's history. Collector outages (`mask_outages`) are interpolated, not played as zero
 demand. Each service gets a share of the demand proportional to its pool's capacity, scaled so that **at the
@@ -67,6 +70,10 @@ SLO_S, BASE_S, RPS_A100, WARMUP_S = 2.0, 0.2, 40.0, 300.0
 REFIT_S = 86400.0          # the forecaster refits once a simulated day, conditions on each step in between
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "data" / "servegen-language" / "m-small"
 CAPACITY = CapacityPolicy()
+# which training jobs save a checkpoint on SIGTERM (a shrink then loses nothing): none, the default, is the honest
+# assumption (a trainer that does not say so loses its work since its last checkpoint, as gputide assumes of a Job
+# without `gputide.io/checkpoint-on-sigterm: "true"`); all is the best case for every policy that resizes
+CHECKPOINT_ON_SIGTERM = ("none", "all")
 
 
 @dataclass
@@ -103,8 +110,12 @@ def load_trace(path: str | None, fmt: str | None = None, step: str = "10min") ->
 
 
 def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = None, fmt: str | None = None,
-                peak_share: float = PEAK_SHARE) -> list[scenarios.Event]:
-    """Add the services and jobs to `sim`, move its clock to the window start; returns no fault events."""
+                peak_share: float = PEAK_SHARE, checkpoint_on_sigterm: str = "none") -> list[scenarios.Event]:
+    """Add the services and jobs to `sim`, move its clock to the window start; returns no fault events.
+    `checkpoint_on_sigterm`: ``none`` (every job loses its work since its last checkpoint when shrunk) or ``all``
+    (every job saves a checkpoint on SIGTERM, so a shrink loses nothing)."""
+    if checkpoint_on_sigterm not in CHECKPOINT_ON_SIGTERM:
+        raise InputError(None, "--checkpoint-on-sigterm", checkpoint_on_sigterm, " or ".join(CHECKPOINT_ON_SIGTERM))
     y = load_trace(trace, fmt)
     step_s = float(y.index[1].timestamp() - y.index[0].timestamp())
     window = int(round(days * 86400.0 / step_s))
@@ -143,12 +154,14 @@ def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = 
             workers = left // 2 + (left % 2 if k == 0 else 0)
             sim.add_training_job(TrainingJobSpec(
                 name=f"train-{m.lower()}-{'ab'[k]}", workers=max(workers, 1), elastic_min=1, elastic_max=pool[m],
-                checkpoint_interval_s=ckpt, priority=prio, gpu_memory_mib=20480, allowed_models=frozenset({m})))
+                checkpoint_interval_s=ckpt, priority=prio, gpu_memory_mib=20480, allowed_models=frozenset({m}),
+                checkpoint_on_sigterm=checkpoint_on_sigterm == "all"))
     sim.schedule()
     info = {"trace_peak_rps": peak, "scale": scale, "peak_share_of_pool_gpus": peak_share,
             "peak_inference_gpus": sum(p.home_replicas for p in profiles.values()), "fleet_gpus": sim.n_gpus,
             "window_start": y.index[len(y) - window].isoformat(), "days": days, "history_days":
             (len(y) - window) * step_s / 86400.0, "headroom": CAPACITY.headroom, "violation_target": VIOLATION_TARGET,
+            "checkpoint_on_sigterm": checkpoint_on_sigterm,
             "statement": f"at the window's peak the inference services need {peak_share:.0%} of their pools' "
                          f"GPUs ({sum(p.home_replicas for p in profiles.values())} of {sim.n_gpus})"}
     _CONTEXTS[sim] = TidalContext(profiles=profiles, shares=shares, history=scaled, info=info)
@@ -189,7 +202,9 @@ class _CapacityController:
                                   "outcome": str(result.outcome), "policy": self.name})
 
     def view(self, sim: SimCluster, snap: ClusterSnapshot, bursts: dict[str, float] | None = None) -> CapacityView:
-        since = dict(zip(sim.training_jobs, sim.acct.job_since_ckpt.tolist()))
+        # the work a shrink loses, from the simulator's accounting: none for a job that checkpoints on SIGTERM
+        since = {name: 0.0 if spec.checkpoint_on_sigterm else age
+                 for (name, spec), age in zip(sim.training_jobs.items(), sim.acct.job_since_ckpt.tolist())}
         # jobs suspended to 0 workers come with the snapshot (`SimCluster.suspended_jobs`), as from Kubernetes
         return view_from_snapshot(snap, self.tc.profiles, since, bursts=bursts)
 

@@ -2,11 +2,13 @@
 
     gputide simulate --scenario hotspot --policy gputide [--cluster SPEC.yaml] [--trace PATH]
                      [--format csv|servegen|requests] [--days N] [--seed S] [--step 60] [--print json|table]
-                     [--policy-file FILE] --out DIR
+                     [--policy-file FILE] [--checkpoint-on-sigterm none|all] --out DIR
 
 Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.png; prints the summary
 (`--print`). `--format` is the format of the demand trace (`balancer.forecast.traces.load_demand`): by default a
-folder is read as ServeGen and a file as `timestamp,value` CSV.
+folder is read as ServeGen and a file as `timestamp,value` CSV. `--checkpoint-on-sigterm` (tidal only): whether the
+training jobs save a checkpoint when a shrink stops their workers (`all`: a shrink loses nothing) or not (`none`,
+the default: a shrink loses the work since the job's last checkpoint).
 Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies:
 `balancer.app.scenarios.POLICIES` (`none`, `gputide` and whatever other applications registered).
 """
@@ -36,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print", choices=("json", "table"), default="table", dest="print_as",
                    help="how to print the summary (default table)")
     p.add_argument("--policy-file", default=None, metavar="FILE", help="BalancerPolicy YAML for the gputide policy")
+    p.add_argument("--checkpoint-on-sigterm", choices=("none", "all"), default=None,
+                   help="tidal: do the training jobs checkpoint on SIGTERM, so a shrink loses nothing (default none)")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)
@@ -68,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     spec = fleet.load(args.cluster) if args.cluster else None
     policy = config.load(args.policy_file) if args.policy_file else None
     sim, events, days = scenarios.build(args.scenario, fleet=spec, seed=args.seed, step_s=args.step, days=args.days,
-                                        trace=args.trace, trace_format=args.trace_format)
+                                        trace=args.trace, trace_format=args.trace_format, setup_options=(
+                                            None if args.checkpoint_on_sigterm is None
+                                            else {"checkpoint_on_sigterm": args.checkpoint_on_sigterm}))
     summary = scenarios.run_simulation(sim, args.policy, days, args.step, args.out, events=events,
                                        scenario=args.scenario, policy=policy, plots=not args.no_plots)
     if args.print_as == "json":

@@ -243,7 +243,8 @@ def schedulable(snapshot: ClusterSnapshot, rules: Collection[NodeRules],
 def since_checkpoint(now: float, trainers: Sequence[tuple[int, float, float]], n_groups: int) -> np.ndarray:
     """Per group, the seconds of work a resize would lose: since the latest checkpoint any of its pods reports
     (often only rank 0 does), else since its earliest pod started (no checkpoint known: all of it), else 0 (nothing
-    known, as in a simulation that passes its own figures)."""
+    known, as in a simulation that passes its own figures). A job that saves a checkpoint on SIGTERM shows +inf
+    (`gputide.io/checkpoint-on-sigterm`, `k8s_workloads.with_job`; the simulator's `checkpoint_on_sigterm`): 0."""
     ckpt, start = np.full(n_groups, np.nan), np.full(n_groups, np.nan)
     if trainers:
         g, c, s = (np.asarray(col) for col in zip(*trainers, strict=True))

@@ -10,7 +10,8 @@ Semantics (what the reconcile loop can rely on):
   to the last checkpoint; a generic pod restarts.
 * `scale_service` / `scale_training` set the replica / worker count. New pods are pending; scale-down removes
   pending pods first, then the newest placed ones. Removing a placed training worker rolls its job back unless
-  ``checkpoint_first=True`` (a graceful, checkpointed resize). A hotspot shrink's record (``shrunk_from``, as the
+  ``checkpoint_first=True`` (a graceful, checkpointed resize: `SimActuator` asks it for a job that checkpoints on
+  SIGTERM, `TrainingJobSpec.checkpoint_on_sigterm`). A hotspot shrink's record (``shrunk_from``, as the
   Kubernetes actuator writes `gputide.io/shrunk` on the Job) is kept in `shrink_records` and shown on the job's
   workloads in the snapshot (`Workload.shrunk_from`), void (`shrink_overridden`) once the job was resized since.
   `scale_training` is the raw verb (an operator's resize keeps the record, as `kubectl scale` keeps the
@@ -246,8 +247,10 @@ class WorkloadOps:
             marks.setdefault(i, {}).update(colocation_from=co.before, colocation_service=co.service)
             if self._job_target[i] != co.left:
                 marks[i].update(colocation_from=0, colocation_service="", colocation_overridden=True)
-        # the running time since the checkpoint is the work a resize loses; a stalled job's clock stands still
-        ckpt_at = (self.time - self.acct.job_since_ckpt).tolist()
+        # the running time since the checkpoint is the work a resize loses; a stalled job's clock stands still. A
+        # job that checkpoints on SIGTERM loses nothing: +inf, as a Job's `gputide.io/checkpoint-on-sigterm` reads
+        sigterm = np.fromiter((j.checkpoint_on_sigterm for j in self._jobs), dtype=bool, count=len(self._jobs))
+        ckpt_at = np.where(sigterm, np.inf, self.time - self.acct.job_since_ckpt).tolist()
         return tuple(self._shown(p, ckpt_at[p.owner], marks.get(p.owner)) if p.kind == TRAINING else p.workload
                      for p in pods)
 

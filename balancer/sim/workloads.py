@@ -20,7 +20,12 @@ are placed; its speed is ``GPUs held x min over workers(training_tput[model] x c
 ``TRAINING_INTERFERENCE`` = 0.8 on a GPU shared with inference). Progress is in *A100-equivalent GPU-hours*: one
 A100 SXM4 at full clock for one hour = 1.0. The job checkpoints every ``checkpoint_interval_s`` of running time;
 an eviction, migration, failure or scale-down of a worker rolls the job back to its last checkpoint (counted as a
-preemption and as lost work).
+preemption and as lost work). A job with ``checkpoint_on_sigterm`` saves a checkpoint when its removed workers get
+SIGTERM (preemption-aware checkpointing within the grace period, as elastic PyTorch trainers on spot capacity do;
+on Kubernetes its Job says so, `gputide.io/checkpoint-on-sigterm: "true"`): gputide's shrink of it loses nothing
+(`SimActuator`), and its pods show their checkpoint as always current (`Workload.checkpointed_at` = +inf). The
+default is False: a trainer that does not say it checkpoints on SIGTERM is taken to lose its work since its last
+checkpoint.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class TrainingJobSpec:
     gpu_memory_mib: int = 40960
     allowed_models: frozenset[str] | None = None
     total_work_gpu_hours: float | None = None
+    checkpoint_on_sigterm: bool = False   # saves a checkpoint on SIGTERM: a shrink loses nothing (module docstring)
 
     def __post_init__(self) -> None:
         if self.elastic_max is None:
