@@ -1,12 +1,18 @@
 """Tidal capacity shifting: static vs reactive vs gputide, 7 simulated days, measured in one run per trace.
 
-    .venv/bin/python -m bench.bench_tidal
+    .venv/bin/python -m bench.run_all --only tidal      (or .venv/bin/python -m bench.bench_tidal)
 
 Traces: ServeGen m-small (the issue's target), ServeGen m-large (when ../shared/data has it) and a synthetic
 sudden burst: m-small with its demand tripled, as a step, for one hour in the small hours of the fourth simulated
 day (a burst larger than anything in the history). Targets (issue 6, on m-small): gputide SLO attainment >= 0.999
 and not below static's; training progress >= 1.4 x static's; SLO-violating requests <= 0.5 x reactive's; and a
 simulated week under 60 s. Writes bench/results/tidal.md and returns the markdown section.
+
+Every trace is measured under both assumptions about the training jobs (`gputide simulate --scenario tidal
+--checkpoint-on-sigterm none|all`): *lossy* (none checkpoints on SIGTERM: a shrink loses the work since the job's
+last checkpoint, what gputide assumes of a Job without `gputide.io/checkpoint-on-sigterm: "true"`; the default) and
+*checkpointed* (every job saves a checkpoint on SIGTERM within its grace period: a shrink loses nothing). The
+targets are judged under both; the lossy row is the honest default.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ import pandas as pd
 from balancer.app import scenarios, tidal
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ".venv/bin/python -m bench.bench_tidal"
+COMMAND = ".venv/bin/python -m bench.run_all --only tidal"   # or the section alone: python -m bench.bench_tidal
 POLICIES = ("static", "reactive", "gputide")
+# (option value, row label, what it assumes); the first is the scenario's default
+ASSUMPTIONS = (("none", "lossy", "no job checkpoints on SIGTERM: a shrink loses the work since its last checkpoint"),
+               ("all", "checkpointed", "every job checkpoints on SIGTERM: a shrink loses nothing"))
 BURST_FACTOR, BURST_DAY, BURST_HOUR = 3.0, 3, 3.0
 
 
@@ -57,13 +66,14 @@ def shipped_policy():
     return config.from_dict(yaml.safe_load(doc["data"]["policy.yaml"]), str(SHIPPED_POLICY))
 
 
-def run(trace: Path, days: float = 7.0) -> dict[str, dict]:
+def run(trace: Path, days: float = 7.0, checkpoint_on_sigterm: str = "none") -> dict[str, dict]:
     out = {}
     policy_file = shipped_policy()
     with tempfile.TemporaryDirectory() as tmp:
         for policy in POLICIES:
             t0, c0 = time.perf_counter(), time.process_time()
-            sim, events, d = scenarios.build("tidal", days=days, trace=str(trace))
+            sim, events, d = scenarios.build("tidal", days=days, trace=str(trace),
+                                             setup_options={"checkpoint_on_sigterm": checkpoint_on_sigterm})
             summary = scenarios.run_simulation(sim, policy, d, 60.0, Path(tmp) / policy, events=events,
                                                scenario="tidal", plots=False, policy=policy_file)
             summary["wall_s"] = time.perf_counter() - t0
@@ -72,25 +82,49 @@ def run(trace: Path, days: float = 7.0) -> dict[str, dict]:
     return out
 
 
-def section(title: str, res: dict[str, dict], strict_targets: bool) -> list[str]:
+def run_both(trace: Path, days: float = 7.0) -> dict[str, dict[str, dict]]:
+    """`run` under each assumption (ASSUMPTIONS), keyed by its row label."""
+    return {label: run(trace, days, value) for value, label, _ in ASSUMPTIONS}
+
+
+def section(title: str, both: dict[str, dict[str, dict]], strict_targets: bool) -> list[str]:
+    info = next(iter(both.values()))["gputide"].get("tidal", {})
+    lines = [f"### {title}", "", f"Window from {info.get('window_start', '?')} ({info.get('history_days', 0):.0f} "
+             f"days before it as forecast history); {info.get('statement', '')}. Shrinks: "
+             + "; ".join(f"*{label}*: {what} (`--checkpoint-on-sigterm {value}`)" for value, label, what in ASSUMPTIONS)
+             + ".", "",
+             "| policy | shrinks | SLO attainment | SLO-violating requests | training progress (A100 GPU-h) | "
+             "training / static | preemptions | lost work (GPU-h) | mean inference / training / loaned GPUs | "
+             "wall s | CPU s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for _, label, _ in ASSUMPTIONS:
+        res = both[label]
+        static = max(res["static"]["training"]["progress"], 1e-9)
+        for p in POLICIES:
+            r = res[p]
+            cap = r.get("capacity_gpus_mean", {})
+            lines.append(
+                f"| {p} | {label} | {r['inference']['slo_attainment']:.10f} | "
+                f"{_count(r['inference']['slo_violating_requests'])} | {r['training']['progress']:,.0f} | "
+                f"{r['training']['progress'] / static:.2f}x | {r['training']['preemptions']} | "
+                f"{r['training']['lost_work_gpu_hours']:,.1f} | {cap.get('inference', 0):.0f} / "
+                f"{cap.get('training', 0):.0f} / {cap.get('loaned', 0):.0f} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} |")
+    checks = {label: _checks(both[label], strict_targets) for _, label, _ in ASSUMPTIONS}
+    labels = [label for _, label, _ in ASSUMPTIONS]
+    lines += ["", "| target | " + " | ".join(f"{la} | pass" for la in labels) + " |",
+              "|---|" + "---|---|" * len(labels)]
+    for k, (name, _, _) in enumerate(checks[labels[0]]):
+        cells = " | ".join(f"{checks[la][k][2]} | {'PASS' if checks[la][k][1] else 'FAIL'}" for la in labels)
+        lines.append(f"| {name} | {cells} |")
+    return lines + [""]
+
+
+def _checks(res: dict[str, dict], strict_targets: bool) -> list[tuple[str, bool, str]]:
     att = {p: r["inference"]["slo_attainment"] for p, r in res.items()}
     prog = {p: r["training"]["progress"] for p, r in res.items()}
     viol = {p: r["inference"]["slo_violating_requests"] for p, r in res.items()}
     ratio_prog = prog["gputide"] / max(prog["static"], 1e-9)
     ratio_viol = viol["gputide"] / max(viol["reactive"], 1e-9)
-    info = res["gputide"].get("tidal", {})
-    lines = [f"### {title}", "", f"Window from {info.get('window_start', '?')} ({info.get('history_days', 0):.0f} "
-             f"days before it as forecast history); {info.get('statement', '')}.", "",
-             "| policy | SLO attainment | SLO-violating requests | training progress (A100 GPU-h) | preemptions | "
-             "lost work (GPU-h) | mean inference / training / loaned GPUs | wall s | CPU s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for p in POLICIES:
-        r = res[p]
-        cap = r.get("capacity_gpus_mean", {})
-        lines.append(
-            f"| {p} | {att[p]:.10f} | {_count(viol[p])} | {prog[p]:,.0f} | {r['training']['preemptions']} | "
-            f"{r['training']['lost_work_gpu_hours']:.1f} | {cap.get('inference', 0):.0f} / "
-            f"{cap.get('training', 0):.0f} / {cap.get('loaned', 0):.0f} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} |")
     checks = [
         ("gputide SLO attainment >= 0.999", att["gputide"] >= 0.999, f"{att['gputide']:.6f}"),
         ("gputide SLO attainment >= static's", att["gputide"] >= att["static"],
@@ -102,9 +136,7 @@ def section(title: str, res: dict[str, dict], strict_targets: bool) -> list[str]
     if strict_targets:
         checks.append(("gputide simulated week < 60 s (CPU)", res["gputide"]["cpu_s"] < 60,
                        f"{res['gputide']['cpu_s']:.0f} s CPU, {res['gputide']['wall_s']:.0f} s wall"))
-    lines += ["", "| target | result | pass |", "|---|---|---|"]
-    lines += [f"| {name} | {value} | {'PASS' if ok else 'FAIL'} |" for name, ok, value in checks]
-    return lines + [""]
+    return checks
 
 
 def _count(requests: float) -> str:
@@ -116,22 +148,26 @@ def main() -> str:
     small = shared_trace("m-small") or tidal.DEFAULT_TRACE
     lines = ["## Tidal capacity shifting (static vs reactive vs gputide)", "",
              "7 simulated days on the 256-GPU demo fleet, 60 s steps, the three policies measured in one run per "
-             "trace. Wall time depends on the machine's load; CPU time is this process's. gputide is `gputide run`'s "
+             "trace and per shrink assumption: *lossy* (the default: no training job checkpoints on SIGTERM, so a "
+             "shrink loses the work since the job's last checkpoint, as it does on Kubernetes for a Job without "
+             "`gputide.io/checkpoint-on-sigterm: \"true\"`) and *checkpointed* (every job checkpoints on SIGTERM, a "
+             "shrink loses nothing: the best case, what every earlier run of this benchmark assumed). Wall time "
+             "depends on the machine's load; CPU time is this process's. gputide is `gputide run`'s "
              "own loop (hotspot + capacity plan, every action through the safety guard) with the policy the capacity "
              "overlay ships (deploy/components/capacity/policy.yaml: eviction budget 60 an hour; with the default "
-             "30, measured separately with gputide simulate, the budget slows the loans: m-small training 1.38x static "
-             "instead of 1.43x, same SLO); static and "
+             "30, measured separately with gputide simulate and checkpointed shrinks, the budget slows the loans: "
+             "m-small training 1.38x static instead of 1.43x, same SLO); static and "
              "reactive bypass the guard.", ""]
-    lines += section("ServeGen m-small (the issue's targets)", run(small), True)
+    lines += section("ServeGen m-small (the issue's targets)", run_both(small), True)
     large = shared_trace("m-large")
     if large is not None:
-        lines += section("ServeGen m-large", run(large), False)
+        lines += section("ServeGen m-large", run_both(large), False)
     else:
         lines += ["### ServeGen m-large", "", "Skipped: ../shared/data/servegen-language/m-large is missing.", ""]
     with tempfile.TemporaryDirectory() as tmp:
         burst = burst_trace(small, Path(tmp) / "burst.csv")
         lines += section(f"m-small with a sudden {BURST_FACTOR:g}x burst for one hour (day {BURST_DAY + 1}, "
-                         f"{BURST_HOUR:02.0f}:00)", run(burst), False)
+                         f"{BURST_HOUR:02.0f}:00)", run_both(burst), False)
     lines += [f"Command: `{COMMAND}`", ""]
     text = "\n".join(lines)
     results = ROOT / "bench" / "results"
