@@ -119,7 +119,8 @@ class Workload:
     restarts_on_resize: bool = False   # its Job restarts every pod when resized (queued in Kueue, not elastic there,
     #                                    or its framework restarts them all: `gputide.io/resize-restarts`)
     # epoch seconds: its last checkpoint as its pod says (`gputide.io/last-checkpoint`), and when it started; NaN
-    # where not known. A resize loses the work since the job's checkpoint (`capacity.since_checkpoint`)
+    # where not known; +inf for a job that checkpoints on SIGTERM (`gputide.io/checkpoint-on-sigterm`: a shrink
+    # loses nothing). A resize loses the work since the job's checkpoint (`capacity.since_checkpoint`)
     checkpointed_at: float = float("nan")
     started_at: float = float("nan")
     # its job's workers before gputide's hotspot shrink, as the job records it (`ScaleTraining.shrunk_from`, the Job's
