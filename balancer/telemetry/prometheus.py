@@ -72,6 +72,7 @@ from balancer.telemetry.gpu_frame import (
 )
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
+from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts
 from balancer.telemetry.serving import SERVING_SERIES, service_status
 from balancer.telemetry.topology import Topology
 
@@ -339,32 +340,23 @@ class PrometheusTelemetrySource:
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:
         """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than the staleness
-        limit (a stale GPU is left out, never guessed), the GPUs a pod is attributed
-        to (`attribution_query`) and those with bad memory (`gpu:memory_unhealthy:bool`). Raises `TelemetryError` subclasses like `snapshot()`; the caller decides
-        what to do without the facts (the scheduler places as if it had none)."""
+        limit (a stale GPU is left out, never guessed), the GPUs a pod is attributed to (`attribution_query`) and
+        the unhealthy ones, as the reconcile loop keeps them from new work: bad memory (`gpu:memory_unhealthy:bool`)
+        or health unknown (`_health_unknown`, the snapshot's rule; `node_facts`). Raises `TelemetryError`
+        subclasses like `snapshot()`; the caller decides what to do without the facts (the scheduler places as if
+        it had none)."""
         sel = self._selector().lstrip(",")
         limit = self._stale_limit()
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
                            f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} < {limit:g})")
         busy = {_sample(r)[0].get("UUID") for r in self._query(f"count by (UUID) ({attribution_query(sel)})")}
-        bad = {_sample(r)[0].get("UUID") for r in self._query(f"gpu:memory_unhealthy:bool{{{sel}}} == 1")}
-        heads: dict[str, dict[int, float]] = {}
-        used: dict[str, set[int]] = {}
-        unhealthy: dict[str, set[int]] = {}
+        health = health_frame(self._query(f'{{__name__=~"{"|".join(HEALTH_RULES)}"{self._selector()}}}'),
+                              (_sample(r)[0].get("UUID", "") for r in rows))
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
-        for r in rows:
-            m, value = _sample(r)
-            host, slot = m.get("hostname", ""), str(m.get("gpu", ""))
-            if not host or not slot.isdigit() or not math.isfinite(value):
-                continue
-            h = heads.setdefault(host, {})
-            h[int(slot)] = min(value, h.get(int(slot), math.inf))   # the hotter of duplicates
-            if m.get("UUID") in busy:
-                used.setdefault(host, set()).add(int(slot))
-            if m.get("UUID") in bad:
-                unhealthy.setdefault(host, set()).add(int(slot))
-        return {host: NodeGpuFacts(h, frozenset(used.get(host, ())), frozenset(unhealthy.get(host, ())))
-                for host, h in heads.items()}
+        bad = self._health_unknown(health)
+        if "memory_unhealthy" in health:
+            bad |= (health["memory_unhealthy"] >= 1).to_numpy()
+        return node_facts(rows, busy, set(health["UUID"][bad]))
 
     # ---- history --------------------------------------------------------------------------------------------
     def demand_history(self, promql: str, start: float, end: float, step_s: float) -> pd.Series:
