@@ -11,12 +11,14 @@ SIGTERM. A job that checkpoints on SIGTERM (`TrainingJobSpec.checkpoint_on_sigte
 `gputide.io/checkpoint-on-sigterm: "true"`) saves its work first and loses nothing; any other goes back to its last
 checkpoint (the work since then lost, a preemption), the cost the capacity plan prices (`JobView.since_checkpoint_s`;
 the simulator's training workloads show that checkpoint as a trainer's `gputide.io/last-checkpoint` does, +inf for a
-job that checkpoints on SIGTERM). A power cap is recorded on its node
-(`SimCluster.cap_power`, `Node.power_caps`) as the Kubernetes actuator records it in the node's annotation, so a
-restarted controller sees in its snapshot what it must give back; a give-back restores the GPU's default limit, and
-only on a GPU gputide capped. The hot taint expires as on Kubernetes: written (and renewed, `TaintNode.renew`) with
-an expiry `HOT_TAINT_TTL_S` after the write (`SimCluster.hot_until`, in the snapshot as `Node.hot_until`, so the
-planner renews the taint of a node still hot), and removed by `housekeeping` (every cycle) and `recover` once passed.
+job that checkpoints on SIGTERM). A migrated worker gets SIGTERM too, at the same cost: the simulator decides it on
+every path that stops a worker (`SimCluster._stop_worker`), an operator's raw `scale_training` included. A power
+cap is recorded on its node (`SimCluster.cap_power`, `Node.power_caps`) as the Kubernetes actuator records it in
+the node's annotation, so a restarted controller sees in its snapshot what it must give back; a give-back restores
+the GPU's default limit, and only on a GPU gputide capped. The hot taint expires as on Kubernetes: written (and
+renewed, `TaintNode.renew`) with an expiry `HOT_TAINT_TTL_S` after the write (`SimCluster.hot_until`, in the
+snapshot as `Node.hot_until`, so the planner renews the taint of a node still hot), and removed by `housekeeping`
+(every cycle) and `recover` once passed.
 """
 
 from __future__ import annotations
@@ -83,9 +85,9 @@ class SimActuator:
             # removed by its give-back and by any other resize once the job is back at its size or the record void;
             # co-location's record likewise (`colocation_record.after`, as `k8s_jobs.colocation_patch`)
             done = action.shrunk_from is None and sim.shrink_record_done(action.job, action.workers)
-            saves = action.workers < action.previous_workers and sim.training_jobs[action.job].checkpoint_on_sigterm
-            sim.scale_training(action.job, action.workers, checkpoint_first=saves,
-                               shrunk_from=0 if done else action.shrunk_from, colocation=action)
+            # the removed workers get SIGTERM; what that costs the job the simulator decides (`_stop_worker`)
+            sim.scale_training(action.job, action.workers, shrunk_from=0 if done else action.shrunk_from,
+                               colocation=action)
             return ActionResult(action, Outcome.APPLIED)
         if isinstance(action, ScaleInference):
             sim.scale_service(action.service, action.replicas)

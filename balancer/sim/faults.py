@@ -4,6 +4,7 @@
   (`duration_s`, expired at the start of a step) or until restored; `inlet_rise_for` sizes the warming that takes
   the node's hottest GPU past its slowdown temperature at the power it draws now.
 * `fail_gpu`: the board falls off the bus (thermal shutdown does this too): offline, 0 W, its pods requeued.
+  Its pods crash, no SIGTERM: a training job rolls back to its last checkpoint even if it checkpoints on SIGTERM.
 * `ecc_error` (XID 48) and `row_remap_failure` (XID 64): the pods on the GPU crash and are requeued, and the GPU
   is unhealthy (never scheduled) until `repair_gpu` resets or replaces it (`MemoryHealth`).
 """
@@ -85,4 +86,4 @@ class Faults:
 
     def _evict_from(self: SimCluster, gpu: int) -> None:
         for name in [k for k, p in self._pods.items() if p.gpus is not None and gpu in p.gpus]:
-            self.evict(name)
+            self._requeue(name, sigterm=False)   # the pods crash: no SIGTERM, no checkpoint

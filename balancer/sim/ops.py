@@ -6,12 +6,15 @@ Semantics (what the reconcile loop can rely on):
   controller recreates it, as Kubernetes does) and returns False if it was not placed.
 * `migrate` is make-room-first: it checks that the target GPUs fit the pod (the pod's own share on GPUs it
   already holds counts as free), and only then moves it; if the target does not fit nothing changes.
-  A migrated inference replica warms up again at the target; a migrated training worker rolls its job back
-  to the last checkpoint; a generic pod restarts.
+  A migrated inference replica warms up again at the target; a generic pod restarts.
+* A training worker stopped by an eviction, a migration or a scale-down gets SIGTERM, as on Kubernetes; whichever
+  path stops it, `_stop_worker` alone decides the cost: a job that checkpoints on SIGTERM
+  (`TrainingJobSpec.checkpoint_on_sigterm`) loses nothing, any other rolls back to its last checkpoint (the whole
+  job, as a distributed job's workers restart from it). A crash (a failed GPU, an XID, in `faults`) gives no
+  SIGTERM: every job rolls back.
 * `scale_service` / `scale_training` set the replica / worker count. New pods are pending; scale-down removes
-  pending pods first, then the newest placed ones. Removing a placed training worker rolls its job back unless
-  ``checkpoint_first=True`` (a graceful, checkpointed resize: `SimActuator` asks it for a job that checkpoints on
-  SIGTERM, `TrainingJobSpec.checkpoint_on_sigterm`). A hotspot shrink's record (``shrunk_from``, as the
+  pending pods first, then the newest placed ones. ``checkpoint_first=True`` checkpoints the job before (an
+  operator who saves, then resizes): nothing lost. A hotspot shrink's record (``shrunk_from``, as the
   Kubernetes actuator writes `gputide.io/shrunk` on the Job) is kept in `shrink_records` and shown on the job's
   workloads in the snapshot (`Workload.shrunk_from`), void (`shrink_overridden`) once the job was resized since.
   `scale_training` is the raw verb (an operator's resize keeps the record, as `kubectl scale` keeps the
@@ -167,11 +170,15 @@ class WorkloadOps:
         self._sched_dirty = True
 
     def evict(self: SimCluster, name: str) -> bool:
+        """Evict a placed pod through the API (a drain, a preemption): it gets SIGTERM and is requeued."""
+        return self._requeue(name, sigterm=True)
+
+    def _requeue(self: SimCluster, name: str, *, sigterm: bool) -> bool:
+        """Stop a placed pod (`sigterm`: gracefully; else it crashed, as on a failed GPU) and requeue it."""
         pod = self._pods.get(name)
         if pod is None or pod.gpus is None:
             return False
-        if pod.kind == TRAINING:
-            self.acct.preempt(pod.owner, self.time)
+        self._stop_worker(pod, sigterm=sigterm)
         self._unbind(pod)
         pod.submitted_at = self.time
         self._pending[name] = None
@@ -181,11 +188,23 @@ class WorkloadOps:
         pod = self._pods.get(name)
         if pod is None or pod.gpus is None or not self.fits(name, target_gpus):
             return False
-        if pod.kind == TRAINING:
-            self.acct.preempt(pod.owner, self.time)
+        self._stop_worker(pod, sigterm=True)   # a move is a delete and a recreate: the worker gets SIGTERM
         self._unbind(pod)
         self._bind(pod, tuple(int(g) for g in target_gpus))
         return True
+
+    def _stop_worker(self: SimCluster, pod: Pod, *, sigterm: bool) -> None:
+        """What stopping a placed pod costs its training job, the one place every path decides it (a shrink, an
+        eviction, a migration, a crash). A worker stopped by SIGTERM of a job that checkpoints on SIGTERM
+        (`TrainingJobSpec.checkpoint_on_sigterm`) saves first: nothing lost. Any other stop (a crash, or a trainer
+        that does not save on SIGTERM) rolls the whole job back to its last checkpoint, as a distributed job's
+        surviving workers restart from it: the work since is lost, a preemption."""
+        if pod.kind != TRAINING or pod.gpus is None:
+            return
+        if sigterm and self._jobs[pod.owner].checkpoint_on_sigterm:
+            self.acct.checkpoint(pod.owner)
+        else:
+            self.acct.preempt(pod.owner, self.time)
 
     def _remove_pod(self: SimCluster, name: str) -> None:
         pod = self._pods.pop(name)
@@ -221,7 +240,7 @@ class WorkloadOps:
             name=f"{spec.namespace}/{spec.name}-w{k}", workload_class=WorkloadClass.TRAINING,
             namespace=spec.namespace, owner=spec.name, priority=spec.priority, gpus=spec.gpus_per_worker,
             gpu_milli=spec.gpu_milli, gpu_memory_mib=spec.gpu_memory_mib, allowed_models=spec.allowed_models,
-            elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)), graceful=checkpoint_first)
+            elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)), saved=checkpoint_first)
         self._job_target[i] = workers
         if shrunk_from is not None:   # written with the size, as on a Kubernetes Job; 0 (a give-back) removes it
             before = max(int(shrunk_from), size) if shrunk_from else 0   # pending workers count too
@@ -261,7 +280,7 @@ class WorkloadOps:
             pod.shown, pod.shown_key = replace(pod.workload, checkpointed_at=checkpointed_at, **(marks or {})), key
         return pod.shown
 
-    def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make, graceful: bool = False) -> None:
+    def _scale(self: SimCluster, kind: int, owner: int, name: str, target: int, make, saved: bool = False) -> None:
         mine = [p for p in self._pods.values() if p.kind == kind and p.owner == owner]
         counter = self._svc_next if kind == INFERENCE else self._job_next
         for _ in range(target - len(mine)):
@@ -272,8 +291,8 @@ class WorkloadOps:
             # pending first, then the newest placed pods
             ranked = sorted(enumerate(mine), key=lambda ip: (ip[1].gpus is not None, -ip[0]))
             for _, p in ranked[: len(mine) - target]:
-                if kind == TRAINING and p.gpus is not None and not graceful:
-                    self.acct.preempt(owner, self.time)
+                if not saved:   # a removed worker gets SIGTERM, as lowering a Job's parallelism sends it
+                    self._stop_worker(p, sigterm=True)
                 self._remove_pod(p.workload.name)
 
     def _finish_job(self: SimCluster, job: int) -> None:

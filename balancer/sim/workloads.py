@@ -20,12 +20,13 @@ are placed; its speed is ``GPUs held x min over workers(training_tput[model] x c
 ``TRAINING_INTERFERENCE`` = 0.8 on a GPU shared with inference). Progress is in *A100-equivalent GPU-hours*: one
 A100 SXM4 at full clock for one hour = 1.0. The job checkpoints every ``checkpoint_interval_s`` of running time;
 an eviction, migration, failure or scale-down of a worker rolls the job back to its last checkpoint (counted as a
-preemption and as lost work). A job with ``checkpoint_on_sigterm`` saves a checkpoint when its removed workers get
-SIGTERM (preemption-aware checkpointing within the grace period, as elastic PyTorch trainers on spot capacity do;
-on Kubernetes its Job says so, `gputide.io/checkpoint-on-sigterm: "true"`): gputide's shrink of it loses nothing
-(`SimActuator`), and its pods show their checkpoint as always current (`Workload.checkpointed_at` = +inf). The
-default is False: a trainer that does not say it checkpoints on SIGTERM is taken to lose its work since its last
-checkpoint.
+preemption and as lost work). A job with ``checkpoint_on_sigterm`` saves a checkpoint when a worker gets SIGTERM
+(preemption-aware checkpointing within the grace period, as elastic PyTorch trainers on spot capacity do; on
+Kubernetes its Job says so, `gputide.io/checkpoint-on-sigterm: "true"`): a scale-down (gputide's or an operator's),
+an eviction or a migration of it loses nothing (`SimCluster._stop_worker`); a failed GPU still costs it the work
+since its last checkpoint (a crash, no SIGTERM). Its pods show their checkpoint as always current
+(`Workload.checkpointed_at` = +inf). The default is False: a trainer that does not say it checkpoints on SIGTERM is
+taken to lose its work since its last checkpoint.
 """
 
 from __future__ import annotations
