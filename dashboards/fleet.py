@@ -102,9 +102,10 @@ def build() -> dashboard.Dashboard:
             [q(f"topk(5, gpu:temperature_above_pool_mean:celsius{{{GPU}}})", GPU_LEGEND)]))
         .with_panel(stat_panel(
             "GPUs with an XID error", "GPUs whose last XID error code is not 0, and those with a fatal one "
-            "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120).", "none",
-            [q(f"count({each_gpu(f'gpu:xid_last:code{{{GPU}}}')} > 0) or vector(0)", "any XID"),
-             q(f"sum({each_gpu(f'gpu:xid_fatal:bool{{{GPU}}}')}) or vector(0)", "fatal XID")], w=8, h=8)
+            "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120). No data while the exporter is dark: unknown, not 0.",
+            "none",
+            [q(f"sum({each_gpu(f'gpu:xid_error:bool{{{GPU}}}')})", "any XID"),
+             q(f"sum({each_gpu(f'gpu:xid_fatal:bool{{{GPU}}}')})", "fatal XID")], w=8, h=8)
             .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(table_panel(
             "Last XID per GPU", "Raw last XID code per GPU (gpu:xid_last:code, 0 = none), highest first.", "none",
