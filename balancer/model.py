@@ -151,7 +151,7 @@ class NodeGpuFacts:
 
     headroom_c: Mapping[int, float]
     busy: frozenset[int] = frozenset()
-    unhealthy: frozenset[int] = frozenset()   # slots with bad memory (`gpu:memory_unhealthy:bool`): never free
+    unhealthy: frozenset[int] = frozenset()   # slots with bad memory or health unknown: never free
 
 
 @dataclass(frozen=True, slots=True)
