@@ -27,6 +27,11 @@ moves the rest of the GPUs to elastic training:
   an HPA under the predictive floor.
 * **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
   the whole forecast is scaled up by that ratio (a level correction).
+* **A loan is priced by the rollback its reclaim costs.** A job that does not checkpoint on SIGTERM loses the work
+  since its checkpoint, on all its GPUs, whenever it is shrunk. While a job that could take a service's GPUs has
+  such work (`reclaim_rolls_back`), the service loans only what the reclaim quantile over the whole loan horizon
+  leaves idle (a loan sized by the loan quantile alone was reclaimed by the reclaim quantile minutes later), and a
+  job is grown only when the loan adds more than the rollback (`grow_gain`): right after its checkpoint, not before.
 * **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
   the replicas its peaks need instead of flapping. The memory is the leader's process's own: after a restart or a
@@ -155,6 +160,14 @@ def surge_rps(demand_rps: float, slope: float, lead_s: float, burst: float, cap:
     return float(min(projected, demand_rps * cap))
 
 
+def reclaim_rolls_back(view: CapacityView, models: frozenset[str] | None) -> bool:
+    """Would a reclaim of GPUs of `models` lose training work: does a job that could hold them have work since its
+    checkpoint (`JobView.since_checkpoint_s`; always 0 for a job that checkpoints on SIGTERM)?"""
+    return any(j.since_checkpoint_s > 0 and (models is None or j.models is None or bool(models & j.models)
+                                             or any(m in models for m in j.gpus_by_model))
+               for j in view.jobs)
+
+
 def plan_capacity(
     view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
 ) -> CapacityDecision:
@@ -217,6 +230,12 @@ def plan_capacity(
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
+            if reclaim_rolls_back(view, p.models):
+                # a loan the reclaim rule takes back within the loan horizon rolls the job back and buys minutes:
+                # keep what the reclaim quantile over the whole horizon needs, not only the loan quantile's
+                peak_keep = level * forecast_peak(fc, policy.reclaim_quantile, view.time,
+                                                  max(policy.loan_horizon_s, lead))
+                down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure

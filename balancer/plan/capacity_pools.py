@@ -6,8 +6,9 @@ scale-up needs, first idle GPUs of the service's allowed models, then elastic tr
 (lowest priority, least work lost since the last checkpoint, resized in place before restarted whole; elastic
 minimum before suspension), gives the idle GPUs left to elastic training, and orders the actions so that a
 per-cycle action cap leaves whole units. `Pools` is its mutable scratch accounting for one pass; `grow_gain` prices
-a training growth net of the restart a Kueue-queued job pays for it; `capacity_split` is the split for the gauges.
-Pure: no clock, no I/O.
+a training growth net of the rollback the loan's reclaim costs a job that does not checkpoint on SIGTERM and of the
+restart a Kueue-queued job pays for it (a growth worth nothing is not proposed); `capacity_split` is the split for
+the gauges. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ class Pools:
 
     def grow_training(self, hours: float) -> None:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
-        restarts) up to their elastic maximum; a job a resize restarts only when the `hours` of the added workers
-        outweigh the work its restart loses (`grow_gain`)."""
+        restarts) up to their elastic maximum, a job only when the `hours` of the added workers outweigh the work
+        its restart and the loan's reclaim lose (`grow_gain`)."""
         for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.restarts_on_resize, j.name)):
             gpw = max(j.gpus_per_worker, 1)
             if j.protected or self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
@@ -113,7 +114,7 @@ class Pools:
                 if _allowed(j.models, m) and self.free[m] >= gpw:
                     take[m] = k = min(room, self.free[m] // gpw)
                     room -= k
-            if not take or (j.restarts_on_resize and grow_gain(j, sum(take.values()), hours) <= 0):
+            if not take or grow_gain(j, sum(take.values()), hours) <= 0:
                 continue
             for m, k in take.items():
                 self.free[m] -= k * gpw
@@ -159,9 +160,14 @@ _RESTART = "; a resize restarts the whole job (queued in Kueue and not elastic t
 
 
 def grow_gain(j: JobView, workers: int, hours: float) -> float:
-    """A100-equivalent GPU-hours `workers` more workers give `j` over `hours`, less the work since its checkpoint
-    that a job a resize restarts (`JobView.restarts_on_resize`) loses by growing."""
-    gain = workers * max(j.gpus_per_worker, 1) * j.speed * hours
+    """A100-equivalent GPU-hours `workers` more workers give `j` over `hours`, less the rollback the loan's reclaim
+    costs the grown job (its age since its checkpoint now, on all its GPUs then) and, for a job a resize restarts
+    (`JobView.restarts_on_resize`), the work since its checkpoint it loses by growing."""
+    added = workers * max(j.gpus_per_worker, 1)
+    # the loan's reclaim shrinks the grown job, which (unless it checkpoints on SIGTERM: since_checkpoint_s 0) rolls
+    # back to its checkpoint: priced at the age since its checkpoint it has now, on all the GPUs it will hold
+    rollback = j.since_checkpoint_s / 3600.0 * (sum(j.gpus_by_model.values()) + added) * j.speed
+    gain = added * j.speed * hours - rollback
     return gain - j.restart_cost_gpu_h if j.restarts_on_resize else gain
 
 

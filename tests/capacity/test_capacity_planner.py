@@ -197,11 +197,12 @@ def test_a_grow_that_restarts_the_job_is_proposed_only_when_it_adds_more_than_th
     d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
     assert inference_target(d, 10) == 3
     assert training_sizes(d) == {}
-    # 30 min past the checkpoint it loses 2 GPU-h: grown, and its gain is what is left of the 14
+    # 30 min past the checkpoint it loses 2 GPU-h, and the loan's reclaim 30 min of its 11 GPUs (5.5): grown, and
+    # its gain is what is left of the 14
     v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=1800.0, restarts=True)])
     d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
     grow = next(a for a in d.actions if isinstance(a, ScaleTraining))
-    assert (grow.workers, grow.expected_gain) == (11, pytest.approx(12.0))
+    assert (grow.workers, grow.expected_gain) == (11, pytest.approx(6.5))
     assert "loses 2.00 GPU-h since checkpoint" in grow.reason and "restarts the whole job" in grow.reason
 
 

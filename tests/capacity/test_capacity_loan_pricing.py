@@ -1,0 +1,42 @@
+"""Loans priced by the rollback their reclaim costs (lossy shrinks: a job without checkpoint-on-SIGTERM rolls back)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from balancer.model import Forecast
+from balancer.plan.capacity_plan import plan_capacity
+from tests.capacity.settled_state import settled
+from tests.capacity.test_capacity_planner import POLICY, inference_target, job, training_sizes, view
+
+
+def test_a_loan_keeps_what_the_reclaim_quantile_needs_over_the_whole_loan_horizon():
+    # p90 stays at 30 req/s for 4 h, p99 reaches 80 req/s an hour from now: beyond the reclaim lead, within the
+    # loan horizon. Loaning down to the p90's 3 replicas would be reclaimed (p99) an hour later, a rollback for it
+    p90 = np.full(24, 30.0)
+    p99 = p90.copy()
+    p99[6:] = 80.0
+    fc = Forecast(service="chat", issued_at=0.0, step_s=600.0, quantiles={0.5: p90, 0.9: p90, 0.99: p99})
+    v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=600.0)])
+    d = plan_capacity(v, {"chat": fc}, POLICY, settled(v))
+    assert inference_target(d, 10) == 8
+    assert training_sizes(d) == {"train-a": 6}
+    # a job that checkpoints on SIGTERM (no work since its checkpoint) loses nothing to the reclaim: loaned to the p90
+    v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=0.0)])
+    d = plan_capacity(v, {"chat": fc}, POLICY, settled(v))
+    assert inference_target(d, 10) == 3
+    assert training_sizes(d) == {"train-a": 11}
+
+
+def test_a_lossy_job_is_not_grown_when_the_reclaim_would_roll_back_more_than_the_loan_adds():
+    # 7 idle GPUs for the 2 h loan horizon add 14 GPU-h; reclaimed 1 h past its checkpoint, the grown job
+    # (40 + 7 GPUs) rolls back 47 GPU-h
+    fc = {"chat": Forecast(service="chat", issued_at=0.0, step_s=600.0,
+                           quantiles={q: np.full(24, 30.0) for q in (0.5, 0.9, 0.99)})}
+    v = view(10, 20.0, jobs=[job("train-a", 40, emax=60, since=3600.0)])
+    d = plan_capacity(v, fc, POLICY, settled(v))
+    assert inference_target(d, 10) == 3
+    assert training_sizes(d) == {}
+    # just past its checkpoint (or checkpointing on SIGTERM: 0 s) the loan loses nothing: grown
+    v = view(10, 20.0, jobs=[job("train-a", 40, emax=60, since=0.0)])
+    assert training_sizes(plan_capacity(v, fc, POLICY, settled(v))) == {"train-a": 47}
