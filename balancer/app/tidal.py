@@ -203,8 +203,7 @@ class _CapacityController:
 
     def view(self, sim: SimCluster, snap: ClusterSnapshot, bursts: dict[str, float] | None = None) -> CapacityView:
         # the work a shrink loses, from the simulator's accounting: none for a job that checkpoints on SIGTERM
-        since = {name: 0.0 if spec.checkpoint_on_sigterm else age
-                 for (name, spec), age in zip(sim.training_jobs.items(), sim.acct.job_since_ckpt.tolist())}
+        since = dict(zip(sim.training_jobs, np.where(sim.saves_on_sigterm, 0.0, sim.acct.job_since_ckpt).tolist()))
         # jobs suspended to 0 workers come with the snapshot (`SimCluster.suspended_jobs`), as from Kubernetes
         return view_from_snapshot(snap, self.tc.profiles, since, bursts=bursts)
 

@@ -137,6 +137,12 @@ class SimCluster(WorkloadOps, Faults):
         return MappingProxyType({j.name: j for j in self._jobs})
 
     @property
+    def saves_on_sigterm(self) -> np.ndarray:
+        """Per training job (in `training_jobs` order): whether it saves a checkpoint on SIGTERM, so a shrink loses
+        nothing (`TrainingJobSpec.checkpoint_on_sigterm`)."""
+        return np.fromiter((j.checkpoint_on_sigterm for j in self._jobs), dtype=bool, count=len(self._jobs))
+
+    @property
     def workloads(self) -> Mapping[str, Workload]:
         return MappingProxyType({k: p.workload for k, p in self._pods.items()})
 

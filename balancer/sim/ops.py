@@ -268,8 +268,7 @@ class WorkloadOps:
                 marks[i].update(colocation_from=0, colocation_service="", colocation_overridden=True)
         # the running time since the checkpoint is the work a resize loses; a stalled job's clock stands still. A
         # job that checkpoints on SIGTERM loses nothing: +inf, as a Job's `gputide.io/checkpoint-on-sigterm` reads
-        sigterm = np.fromiter((j.checkpoint_on_sigterm for j in self._jobs), dtype=bool, count=len(self._jobs))
-        ckpt_at = np.where(sigterm, np.inf, self.time - self.acct.job_since_ckpt).tolist()
+        ckpt_at = np.where(self.saves_on_sigterm, np.inf, self.time - self.acct.job_since_ckpt).tolist()
         return tuple(self._shown(p, ckpt_at[p.owner], marks.get(p.owner)) if p.kind == TRAINING else p.workload
                      for p in pods)
 
