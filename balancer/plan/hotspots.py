@@ -1,22 +1,9 @@
 """Hotspot flattening: find hot GPUs with hysteresis, then move work off them, or throttle, or shrink training.
 
-Detection is one vectorised pass over the fleet. A reading is *hot* when a GPU is within `marginC` of its
-slowdown temperature, reports thermal slowdown (clock event bits 0x20/0x40), sits `poolImbalanceC` above its
-pool's mean, or is *power capped at its default limit*: it reports the software power cap or the hardware power
-brake (bits 0x04/0x80) while its power limit is the GPU's default (TDP). Capping under a lower limit is somebody's
-decision (ours when we throttle, or an operator's) and reads neither hot nor as a reason to stay hot, so our own
-throttling never feeds back into detection. A reading is *cool* below slowdown - `releaseMarginC` with no
-thermal bits and no such power capping. A GPU becomes an active hotspot after N consecutive hot readings (so
-power capping must be *sustained* for N readings, like heat) and is released after M consecutive cool ones;
-the streaks are immutable arrays in `HotspotState`, passed in and returned (the planner keeps no hidden state).
-The power-capping signal follows the policy's `hotspots.powerCapping` switch when the policy has one (default on).
-
-Power capping is not heat. A real H200 under a bf16 matrix-product load sat at its 700 W default limit with the
-software power cap set the whole time, at 61 °C, 28 °C below slowdown (bench/device/h200-2026-12-04): that is what
-a saturated Hopper GPU looks like. Such a hotspot is `power_only` while it is thermally cool (below the release
-line, no thermal bits) and only the software cap (0x04) is set: its work may still be moved where the simulation
-finds a gain, but its node is not tainted, so a fleet busy at full power is not closed to new work. The hardware
-power brake (0x80) is the node's power delivery asking for less, and taints like heat.
+Detection (`detect`, `HotspotState`, `hot_nodes`: a GPU is an active hotspot after `hotReadings` hot readings in a
+row and released after `coolReadings` cool ones, power capping at the default limit counting as hot) is
+`balancer.plan.hotspot_detect`, re-exported here. A hotspot held by power capping alone while thermally cool
+(`power_only`) may still have its work moved where the simulation finds a gain, but its node is not tainted.
 
 For each active hotspot, hottest first, the proposals are, in order of preference:
 
@@ -63,107 +50,20 @@ from balancer.model import (
     Workload,
     WorkloadClass,
 )
+from balancer.plan.hotspot_detect import (  # noqa: F401  (re-exported: the planner's hotspots.detect, ...)
+    DEFAULT_LIMIT_TOLERANCE_W,
+    HW_POWER_BRAKE,
+    POWER_CAP_BITS,
+    HotspotState,
+    detect,
+    hot_nodes,
+    on_nodes,
+    power_capped_at_default,
+)
 from balancer.plan.shrink_records import shrunk_jobs  # noqa: F401  (the planner's hotspots.shrunk_jobs)
-from balancer.plan.simulate import THERMAL_BITS, Projection, hot_tainted, model_arrays
+from balancer.plan.simulate import Projection
 
 FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
-HW_POWER_BRAKE = 0x80
-POWER_CAP_BITS = 0x04 | HW_POWER_BRAKE  # NVML SW power cap / HW power brake slowdown
-DEFAULT_LIMIT_TOLERANCE_W = 1.0
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, copy=True)
-    a.setflags(write=False)
-    return a
-
-
-@dataclass(frozen=True, eq=False)
-class HotspotState:
-    """Hysteresis streaks per GPU (by UUID, so a reordered fleet keeps its history)."""
-
-    uuids: tuple[str, ...] = ()
-    hot_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
-    cool_streak: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
-    active: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
-    # hotspots (active or inherited) held by power capping alone, thermally cool now (recomputed by every `detect`)
-    power_only: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
-    # readings counted since this state started (a process's first): before `hotReadings` of them no GPU can be an
-    # active hotspot, so a hot taint seen then is a predecessor's (a restarted controller's, a former leader's)
-    readings: int = 0
-    # GPUs on a node whose hot taint this state inherited: each holds the taint like an active hotspot until it has had
-    # `coolReadings` cool readings, as the hotspot that set it would have (which of them it was is not recorded)
-    inherited: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
-
-    def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, ...]:
-        """(hot_streak, cool_streak, active, inherited) for `uuids`; a GPU this state has not seen starts from nothing."""
-        own = (self.hot_streak, self.cool_streak, self.active, self.inherited)
-        if uuids == self.uuids:
-            return tuple(a.copy() for a in own)
-        pos = {u: i for i, u in enumerate(self.uuids)}
-        idx = np.array([pos.get(u, -1) for u in uuids], dtype=np.int64)
-        known = idx >= 0
-        out = []
-        for a in own:
-            b = np.zeros(len(uuids), a.dtype)
-            b[known] = a[idx[known]]
-            out.append(b)
-        return tuple(out)
-
-
-def detect(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState) -> HotspotState:
-    """Update the streaks with this snapshot's readings; `active` marks the hotspots to act on."""
-    hp = policy.hotspots
-    uuids = tuple(g.uuid for g in snapshot.gpus)
-    hot, cool, active, inherited = state.aligned(uuids)
-    t, slow = snapshot.temperature_c, snapshot.slowdown_temp_c
-    thermal = (snapshot.clock_event_reasons.astype(np.int64) & THERMAL_BITS) != 0
-    hot_now = t >= slow - hp.margin_c
-    if hp.thermal_bits:
-        hot_now |= thermal
-    if hp.pool_imbalance_c > 0 and snapshot.n_gpus:
-        pools = [snapshot.nodes[i].pool_name for i in snapshot.node_index]
-        _, code = np.unique(np.array(pools), return_inverse=True)
-        mean = np.bincount(code, t) / np.bincount(code)
-        hot_now |= t - mean[code] >= hp.pool_imbalance_c
-    capped = power_capped_at_default(snapshot) if getattr(hp, "power_capping", True) else np.zeros_like(thermal)
-    hot_now |= capped
-    thermally_cool = (t < slow - hp.release_margin_c) & ~thermal
-    cool_now = thermally_cool & ~capped
-    hot = np.where(hot_now, hot + 1, 0)
-    cool = np.where(cool_now, cool + 1, 0)
-    released = cool >= hp.cool_readings
-    active = (active | (hot >= hp.hot_readings)) & ~released
-    if state.readings < hp.hot_readings:   # no taint of this controller's yet: any hot taint is inherited
-        inherited |= on_nodes(snapshot, hot_tainted(snapshot))
-    inherited &= ~released
-    # the hardware power brake (0x80) is the node's power delivery asking for less: keep new work off, like heat
-    braked = (snapshot.clock_event_reasons.astype(np.int64) & HW_POWER_BRAKE) != 0
-    power_only = (active | inherited) & capped & thermally_cool & ~braked
-    return HotspotState(uuids, _frozen(hot), _frozen(cool), _frozen(active), _frozen(power_only),
-                        readings=state.readings + 1, inherited=_frozen(inherited))
-
-
-def on_nodes(snapshot: ClusterSnapshot, names: set[str] | frozenset[str]) -> np.ndarray:
-    """Per GPU: whether its node is one of `names`."""
-    return np.array([n.name in names for n in snapshot.nodes], dtype=bool)[snapshot.node_index]
-
-
-def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
-    """Per GPU: power capping (0x04 / 0x80) while its power limit is its default (TDP), not a lowered one."""
-    bits = (snapshot.clock_event_reasons.astype(np.int64) & POWER_CAP_BITS) != 0
-    if not bits.any():  # the common case costs one pass over the reasons, no catalogue lookup
-        return bits
-    return bits & (snapshot.power_limit_w >= model_arrays(snapshot)["tdp"] - DEFAULT_LIMIT_TOLERANCE_W)
-
-
-def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
-    """Nodes with a thermal hotspot (not one kept active by power capping alone), or an inherited hot taint not yet
-    cooled: the nodes to keep tainted."""
-    thermal = (state.active | state.inherited) & ~state.power_only
-    idx = np.unique(snapshot.node_index[thermal]) if snapshot.n_gpus else []
-    return frozenset(snapshot.nodes[i].name for i in idx)
-
 
 _MOVABLE_CLASSES = frozenset((WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH))
 
