@@ -316,8 +316,11 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h, kind):
         return self._dev(h, "nvmlDeviceGetClockInfo").sm_clock
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):   # R535 and newer; fail[...] = FunctionNotFound: older
         return self._dev(h, "nvmlDeviceGetCurrentClocksEventReasons").reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):   # its name before R535
+        return self._dev(h, "nvmlDeviceGetCurrentClocksThrottleReasons").reasons
 
     # memory health
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):

@@ -2,7 +2,8 @@
 
 Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy, power and the
 current power limit (each field has its own return code; a field the driver lacks falls back to the
-classic getter), then temperature, memory, utilisation, SM clock and clock event reasons. Memory is
+classic getter), then temperature, memory, utilisation, SM clock and clock event reasons (on a driver before R535,
+which lacks ``nvmlDeviceGetCurrentClocksEventReasons``, its old name ``...ThrottleReasons``). Memory is
 ``nvmlDeviceGetMemoryInfo`` version 2 (used without the driver's reserved memory, which is published as
 ``DCGM_FI_DEV_FB_RESERVED``), else version 1, whose used memory includes the reserved and which has no reserved
 figure (`exporters.backends.nvml_memory`). SM activity
@@ -134,6 +135,8 @@ class NvmlBackend:
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
         self._mig = NvmlMigLookup(nvml, gpus.by_index)
+        self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
+                                     getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
         self._memory = NvmlMemory(nvml)
         self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, self.handles, strict=True)})
 
@@ -250,9 +253,7 @@ class NvmlBackend:
                 vals["DCGM_FI_DEV_FB_RESERVED"][k] = round(mem.reserved / MIB)
         get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", lambda: reasons(h))
+        get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", lambda: self._clock_reasons(h))
         if self._gpm[k]:
             sm = self._gpm_sm_active(k, h, out)
             if sm is not None:
@@ -260,6 +261,20 @@ class NvmlBackend:
         else:   # no GPM (before Hopper, or it answered NotSupported): no SM activity, as dcgm-exporter without it
             self._unsupported.add((k, SM_ACTIVE))
             out.unsupported.append(SM_ACTIVE)
+
+    def _clock_reasons(self, h: Any) -> int:
+        """``nvmlDeviceGetCurrentClocksEventReasons``, or its name before R535 where the driver lacks the new one:
+        nvidia-ml-py has both, and calls into a driver without the symbol raise FunctionNotFound."""
+        nvml = self.nvml
+        while True:
+            try:
+                return self._reasons[0](h)
+            except nvml.NVMLError_FunctionNotFound:
+                if len(self._reasons) == 1:
+                    raise
+                log.info("driver without nvmlDeviceGetCurrentClocksEventReasons (before R535): clock event reasons "
+                         "from nvmlDeviceGetCurrentClocksThrottleReasons")
+                self._reasons = self._reasons[1:]
 
     def _batched(self, k: int, h: Any) -> dict[str, float]:
         """The fields of GPU `k`'s ``nvmlDeviceGetFieldValues`` call that came back; the caller falls back for the
