@@ -22,6 +22,7 @@ disappears stops being reported instead of freezing at its last value.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -140,6 +141,9 @@ class ControllerMetrics:
         self.health_unknown = Gauge(
             "gputide_gpus_health_unknown", "GPUs lacking XID or memory-health series the rest of the fleet "
             "publishes: kept from new work (never a migration target); NaN where the source cannot tell.", registry=r)
+        self.forgotten = _LabelledGauge(Gauge(
+            "gputide_gpus_forgotten", "GPUs forgotten (out of the plan) after holding still for them gone from "
+            "telemetry, while their node is still a Kubernetes node, by node.", ["node"], registry=r))
         self._leader = Gauge("gputide_leader", "1 on the replica that acts, by the Lease it elects on (empty without "
                              "leader election).", ["lease"], registry=r)
         self.leader = self._leader.labels(lease="")
@@ -199,6 +203,7 @@ class ControllerMetrics:
         capacity, forecasts, fragmentation, waiting jobs and owed workers go back to empty, so alerts and dashboard
         sums count the leader only, not also the frozen values of a former one."""
         self.set_fail_static(None)
+        self.forgotten.set_all({})
         self.set_capacity({}, {})
         self.set_capacity_holding("")
         self.set_forecast_demand({})
@@ -220,10 +225,13 @@ class ControllerMetrics:
     def set_reading(self, snapshot: object, source: object, held: bool) -> None:
         """One telemetry reading, held on or not: the staleness of what it measured (`oldest_age`: NaN when it
         measured none) and, on one acted on, the GPUs of unknown health its source saw (`health_unknown`, where
-        the source keeps it; NaN where it cannot tell, and during a hold)."""
+        the source keeps it; NaN where it cannot tell, and during a hold), and the GPUs its source has forgotten while
+        their node is still listed, by node (`forgotten`, held or not: the source's state, not this reading's)."""
         self.staleness.set(oldest_age(snapshot, source))
         unknown = None if held else getattr(source, "health_unknown", None)
         self.health_unknown.set(math.nan if unknown is None else len(unknown))
+        self.forgotten.set_all({(node,): float(n) for node, n in
+                                Counter((getattr(source, "forgotten", None) or {}).values()).items()})
 
     def set_capacity(self, split: Mapping[str, float], targets: Mapping[str, float] | None = None) -> None:
         """`split`: GPUs per class (missing classes read 0); `targets`: GPUs per service (None: leave as is)."""

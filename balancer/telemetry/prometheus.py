@@ -75,6 +75,7 @@ from balancer.telemetry.gpu_frame import sample as _sample
 from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts
 from balancer.telemetry.serving import SERVING_SERIES, service_status
 from balancer.telemetry.topology import Topology
+from balancer.telemetry.vanished import Absences
 
 log = logging.getLogger(__name__)
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
@@ -140,9 +141,8 @@ class PrometheusTelemetrySource:
         self.default_slo_latency_s = default_slo_latency_s
         self.clock = clock
         self.client = client or connect(opts)
-        self.known: dict[str, str] = {}              # every GPU seen -> its node
-        self._known_from: tuple[Gpu, ...] | None = None   # the topology `known` was last updated from
-        self._missing_since: dict[str, float] = {}   # known GPUs absent from telemetry -> since when
+        self.absences = Absences(opts.forget_vanished_after_s)   # GPUs seen, gone, forgotten (`vanished.Absences`)
+        self._known_from: tuple[Gpu, ...] | None = None   # the topology `absences.known` was last updated from
         self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
         self._topology = Topology()                  # nodes and GPUs from the series' labels, with its caches
         self._leftovers: set[tuple[str, ...]] = set()   # stale keys of moved GPUs last dropped (logged once)
@@ -244,7 +244,7 @@ class PrometheusTelemetrySource:
         arrays_["memory_unhealthy"] = np.maximum(arrays_["memory_unhealthy"], self._health_unknown(wide))
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
-            self.known.update((g.uuid, g.node) for g in gpus)
+            self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
                                workloads=workloads, placements=placements, services=self._services(workloads),
@@ -253,10 +253,7 @@ class PrometheusTelemetrySource:
                                **arrays_)
 
     def _check_complete(self, wide: pd.DataFrame) -> None:
-        seen = set(wide["UUID"])
-        for uuid in [u for u in self._missing_since if u in seen]:   # came back
-            del self._missing_since[uuid]
-        vanished = self._vanished(sorted(self.known.keys() - seen))
+        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), self.node_overrides)
         if vanished:
             raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
                                    subjects=tuple(vanished))
@@ -298,32 +295,11 @@ class PrometheusTelemetrySource:
             self.health_unknown = uuids
         return unknown
 
-    def _vanished(self, gone: list[str]) -> list[str]:
-        """Of the known GPUs now absent, those to hold still for (missing telemetry): each is forgotten (logged) at
-        once when its node is gone from the Kubernetes API, else after `forget_vanished_after_s` of absence. Not
-        never: one node whose exporter is down (crash-looping, a driver gone) would stop the controller for the
-        whole fleet until someone deleted the node; forgotten, that node's GPUs and pods are out of the plan (no
-        action on or towards them) while GpuMissingFromTelemetry tells the operator."""
-        if not gone:
-            return []
-        now = self.clock()
-        nodes = self.node_overrides() if self.node_overrides is not None else None
-        vanished = []
-        for uuid in gone:
-            since = self._missing_since.setdefault(uuid, now)
-            node = self.known[uuid]
-            if nodes is not None and node not in nodes:
-                why = f"its node {node} is no longer a Kubernetes node"
-            elif now - since >= self.opts.forget_vanished_after_s:
-                why = f"absent from telemetry for {now - since:.0f}s" + (
-                    ", its node still in Kubernetes (its GPUs and pods leave the plan: GpuMissingFromTelemetry)"
-                    if nodes is not None else "")
-            else:
-                vanished.append(uuid)
-                continue
-            log.warning("forgetting GPU %s on %s: %s", uuid, node, why)
-            del self.known[uuid], self._missing_since[uuid]
-        return vanished
+    @property
+    def forgotten(self) -> Mapping[str, str]:
+        """GPUs forgotten after `forget_vanished_after_s` gone from telemetry while the Kubernetes API still lists
+        their node -> that node, until they report again or the node goes (`vanished.Absences`; the loop's gauge)."""
+        return self.absences.forgotten
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))

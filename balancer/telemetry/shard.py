@@ -110,6 +110,7 @@ class ShardedSource:
         self.inner, self.selector = inner, selector
         self.last_full: ClusterSnapshot | None = None
         self.index = np.zeros(0, dtype=np.int64)
+        self.nodes: set[str] = set()   # every node a snapshot of this shard held (its forgotten GPUs' nodes among them)
 
     def snapshot(self) -> ClusterSnapshot:
         full = self.inner.snapshot()
@@ -117,6 +118,7 @@ class ShardedSource:
         if part.n_gpus == 0:
             raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
         self.last_full, self.index = full, index
+        self.nodes.update(n.name for n in part.nodes)
         return part
 
     def globalize(self, action: Action) -> Action:
@@ -129,6 +131,13 @@ class ShardedSource:
         if unknown is None or self.last_full is None:
             return unknown
         return frozenset(self.last_full.gpus[i].uuid for i in self.index) & frozenset(unknown)
+
+    @property
+    def forgotten(self) -> Mapping[str, str] | None:
+        """The inner source's forgotten GPUs (-> node) on this shard's nodes: a GPU is forgotten only once a snapshot
+        held it, so its node is among `nodes` (None: the inner source cannot tell)."""
+        forgotten = getattr(self.inner, "forgotten", None)
+        return None if forgotten is None else {u: n for u, n in forgotten.items() if n in self.nodes}
 
     @property
     def oldest_sample_age_s(self) -> float:
