@@ -232,12 +232,14 @@ class TidalForecaster:
     """The controller's own `DemandForecaster` (conformal-calibrated quantiles, refitted once a simulated day)
     fed the scaled total demand one trace step at a time, once the step is over; seeded with the history."""
 
-    def __init__(self, history: pd.Series, start: float, model: str = "mstl", horizon_s: float = 3 * 3600.0) -> None:
+    def __init__(self, history: pd.Series, start: float, model: str = "mstl", horizon_s: float = 3 * 3600.0,
+                 timezone: str = "UTC") -> None:
         self.step_s = float(history.index[1].timestamp() - history.index[0].timestamp())
         self.times = np.array([t.timestamp() for t in history.index])
         self.values = history.to_numpy(float)
         self.horizon = int(math.ceil(horizon_s / self.step_s)) + 1
-        self.forecaster = DemandForecaster(model=model, step_s=self.step_s, refit_every=int(REFIT_S / self.step_s))
+        self.forecaster = DemandForecaster(model=model, step_s=self.step_s, refit_every=int(REFIT_S / self.step_s),
+                                           timezone=timezone)
         self.fed = int(np.searchsorted(self.times + self.step_s, start, side="right"))
         self.forecaster.observe_history("total", history.iloc[:self.fed])
         self.seen, self.cached = -1, None
@@ -269,7 +271,8 @@ class GputideTidal:
             self.loop = _LOOP_GPUTIDE(sim, ctx)
         else:
             cap = CapacityPolicy.from_config(ctx.policy.capacity, CAPACITY)
-            total = TidalForecaster(tc.history, sim.time, horizon_s=cap.loan_horizon_s + 1800.0)
+            total = TidalForecaster(tc.history, sim.time, horizon_s=cap.loan_horizon_s + 1800.0,
+                                    timezone=ctx.policy.forecast.timezone)
 
             def forecaster(snap: ClusterSnapshot) -> dict[str, Forecast]:
                 fc = total.forecast(snap.time)
