@@ -5,10 +5,12 @@
                      [--policy-file FILE] [--checkpoint-on-sigterm none|all] --out DIR
 
 Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.png; prints the summary
-(`--print`). `--format` is the format of the demand trace (`balancer.forecast.traces.load_demand`): by default a
-folder is read as ServeGen and a file as `timestamp,value` CSV. `--checkpoint-on-sigterm` (tidal only): whether the
-training jobs save a checkpoint when a shrink stops their workers (`all`: a shrink loses nothing) or not (`none`,
-the default: a shrink loses the work since the job's last checkpoint).
+(`--print`). A figure the run could not measure (the reconcile times of a policy that runs no cycle, `none`) is
+null in the JSON and "not measured" in the table, never 0. `--format` is the format of the demand trace
+(`balancer.forecast.traces.load_demand`): by default a folder is read as ServeGen and a file as `timestamp,value`
+CSV. `--checkpoint-on-sigterm` (tidal only): whether the training jobs save a checkpoint when a shrink stops their
+workers (`all`: a shrink loses nothing) or not (`none`, the default: a shrink loses the work since the job's last
+checkpoint).
 Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies:
 `balancer.app.scenarios.POLICIES` (`none`, `gputide` and whatever other applications registered).
 """
@@ -22,6 +24,8 @@ from balancer import config, fleet
 from balancer.app import scenarios
 from balancer.cmd._args import output_dir, seed
 from balancer.errors import InputError
+
+NOT_MEASURED = "not measured"   # a summary figure the run had nothing to measure for (null in summary.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         for key, value in _flat(summary).items():
-            print(f"{key:40s} {value:.6g}" if isinstance(value, float) else f"{key:40s} {value}")
+            shown = NOT_MEASURED if value is None else f"{value:.6g}" if isinstance(value, float) else value
+            print(f"{key:40s} {shown}")
     return 0
