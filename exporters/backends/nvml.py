@@ -13,8 +13,9 @@ the previous one), on Hopper and newer: a GPU's first scrape has no sample yet, 
 or GPM answering NotSupported) has it unsupported, as dcgm-exporter emits no series without profiling; utilisation
 is a different measure and is not passed off as it (the rules fall back to it, `gpu:sm_active:ratio`). A Hopper
 GPU in MIG mode also gets it per GPU instance (``nvmlGpmMigSampleGet``, `exporters.backends.nvml_gpm`), as
-dcgm-exporter publishes it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without waiting on every read; the
-last one per GPU is reported. Slowdown and shutdown thresholds are kept once read.
+dcgm-exporter publishes it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without waiting on every
+read; the last one per GPU is reported, none for a GPU whose events NVML will not deliver (`exporters.backends.nvml_xid`).
+Slowdown and shutdown thresholds are kept once read.
 
 Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
 which returns that average on Ampere and newer and the instant power before), as dcgm-exporter's
@@ -68,6 +69,7 @@ from exporters.backends.nvml_identity import text as _text
 from exporters.backends.nvml_memory import NvmlMemory
 from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
+from exporters.backends.nvml_xid import XidEvents
 from exporters.collector import GPU_FIELD_NAMES
 from exporters.power_caps import PowerLimit
 
@@ -82,6 +84,7 @@ REMAP_FIELDS = {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "NVML_FI_DEV_REMAPPED_C
                 "DCGM_FI_DEV_ROW_REMAP_PENDING": "NVML_FI_DEV_REMAPPED_PENDING",
                 "DCGM_FI_DEV_ROW_REMAP_FAILURE": "NVML_FI_DEV_REMAPPED_FAILURE"}
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+XID = "DCGM_FI_DEV_XID_ERRORS"
 FB_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a classic getter to fall back on
 
@@ -115,17 +118,15 @@ class NvmlBackend:
         gpus = identify(nvml, host, driver)   # a GPU NVML cannot name is left out (`nvml_identity`)
         self.handles: list[Any] = gpus.handles
         self.identity = ids = gpus.identity
-        self._by_uuid = {g.uuid: k for k, g in enumerate(ids)}
         minors = [self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None) for h in self.handles]
         self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(minors, ids) if m is not None}
         n = len(ids)
         self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
                             "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}
-        self._xid = np.zeros(n)
         self._gpm_prev: list[Any] = [None] * n
         self._gpm = [self._gpm_supported(h) for h in self.handles]
         self._mig_activity = MigActivity(nvml, self.handles, self._gpm)   # before GPM on a MIG GPU turns itself off
-        self._events = self._xid_events()
+        self._xids = XidEvents(nvml, self.handles, [g.uuid for g in ids], lambda h: _text(nvml.nvmlDeviceGetUUID(h)))
         self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
                        nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
                        nvml.NVML_FI_DEV_POWER_AVERAGE: "DCGM_FI_DEV_POWER_USAGE",
@@ -155,41 +156,30 @@ class NvmlBackend:
         except (self.nvml.NVMLError, AttributeError):
             return False
 
-    def _xid_events(self) -> Any:
-        nvml = self.nvml
-        try:
-            events = nvml.nvmlEventSetCreate()
-        except nvml.NVMLError:
-            return None
-        for h in self.handles:
-            try:
-                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, events)
-            except nvml.NVMLError as exc:
-                log.info("XID events unavailable on a GPU: %s", exc)
-        return events
-
     # ---- reading -----------------------------------------------------------------------------------------------
     def read(self) -> GpuReadings:
         nvml = self.nvml
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         errors: list[tuple[str, str]] = []
         unsupported: list[tuple[str, str]] = []
-        self._drain_xids()
+        self._xids.drain()
         for k, h in enumerate(self.handles):
             out = _Out()
             try:
                 self._read_one(k, h, vals, out)
             except nvml.NVMLError_GpuIsLost:
-                self._xid[k] = 79
+                self._xids.lost(k)
                 out = _Out()
                 for name in GPU_FIELD_NAMES:
-                    if name != "DCGM_FI_DEV_XID_ERRORS":
+                    if name != XID:
                         vals[name][k] = np.nan
                         (out.unsupported if (k, name) in self._unsupported else out.errors).append(name)
             uuid = self.identity[k].uuid
             errors.extend((uuid, f) for f in out.errors)
             unsupported.extend((uuid, f) for f in out.unsupported)
-        vals["DCGM_FI_DEV_XID_ERRORS"] = self._xid.copy()
+        vals[XID] = xid = self._xids.values()
+        for k in np.flatnonzero(np.isnan(xid)).tolist():   # events NVML will not deliver for that GPU
+            (unsupported if self._xids.unsupported[k] else errors).append((self.identity[k].uuid, XID))
         return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
                            instances=self._mig_activity.read())
 
@@ -367,19 +357,6 @@ class NvmlBackend:
         last, self._gpm_prev[k] = self._gpm_prev[k], None
         if last is not None:
             self._try_static(lambda: self.nvml.nvmlGpmSampleFree(last), None)
-
-    def _drain_xids(self) -> None:
-        nvml = self.nvml
-        if self._events is None:
-            return
-        for _ in range(1024):
-            try:
-                data = nvml.nvmlEventSetWait(self._events, 0)
-            except nvml.NVMLError:  # Timeout: nothing queued
-                return
-            k = self._by_uuid.get(_text(self._try_static(lambda d=data: nvml.nvmlDeviceGetUUID(d.device), "")))
-            if k is not None:
-                self._xid[k] = float(data.eventData)
 
     def mig_instance(self, device_id: str) -> MigInstance | None:
         """The MIG device a device plugin's ID names (`exporters.backends.nvml_mig`), for pod attribution."""

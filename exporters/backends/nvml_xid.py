@@ -1,0 +1,97 @@
+"""XIDs through NVML events: `XidEvents(nvml, handles, uuids)`, the last XID per GPU (``DCGM_FI_DEV_XID_ERRORS``).
+
+One event set (``nvmlEventSetCreate``) with every GPU registered for ``nvmlEventTypeXidCriticalError``; `read()`
+`drain()` takes what is queued without waiting (``nvmlEventSetWait`` with a 0 ms timeout) and `values()` answers the
+last XID per GPU: 0 until one arrives, as dcgm-exporter reports it.
+
+A GPU whose XIDs cannot be heard has no XID value (NaN), never 0: 0 says "no XID since the exporter started", and a
+GPU that cannot report one has not said that (dcgm-exporter, whose host engine cannot watch the field there, emits
+no series either, and the controller keeps a GPU without the XID series the rest of the fleet has from new work).
+Registration answering NotSupported (a platform without XID events, e.g. some vGPU guests) is for good: `unsupported`
+marks the GPU, and it is not asked again. Any other failure (the event set or the registration refused) is asked again
+at every `drain()` until it succeeds. A GPU fallen off the bus (`lost`) reads 79 whatever it could hear.
+
+This module never imports `pynvml`: it uses the `nvml` module the backend was given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+FALLEN_OFF_THE_BUS = 79
+
+
+class XidEvents:
+    """The last XID of each GPU of `handles` (named `uuids`, in the same order); see the module docstring."""
+
+    def __init__(self, nvml: Any, handles: Sequence[Any], uuids: Sequence[str],
+                 uuid_of: Callable[[Any], str]) -> None:
+        self.nvml, self.handles, self._uuid_of = nvml, list(handles), uuid_of
+        self._index = {u: k for k, u in enumerate(uuids)}
+        n = len(self.handles)
+        self.last = np.zeros(n)
+        self.listening = np.zeros(n, dtype=bool)
+        self.unsupported = np.zeros(n, dtype=bool)
+        self._lost = np.zeros(n, dtype=bool)
+        self._said: set[int] = set()   # GPUs whose failure to register was logged
+        self._set: Any = None
+        self._listen()
+
+    def _listen(self) -> None:
+        nvml = self.nvml
+        if self._set is None:
+            try:
+                self._set = nvml.nvmlEventSetCreate()
+            except nvml.NVMLError as exc:
+                self._refused(range(len(self.handles)), exc)
+                return
+        for k in np.flatnonzero(~self.listening & ~self.unsupported).tolist():
+            try:
+                nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, self._set)
+            except nvml.NVMLError as exc:
+                self._refused((k,), exc)
+                continue
+            self.listening[k] = True
+
+    def _refused(self, gpus: Sequence[int] | range, exc: Exception) -> None:
+        not_supported = isinstance(exc, self.nvml.NVMLError_NotSupported)
+        for k in gpus:
+            if not_supported:
+                self.unsupported[k] = True
+            if k not in self._said:
+                self._said.add(k)
+                log.warning("XID events unavailable on GPU %d (%s: %s): no XID series for it%s", k,
+                            type(exc).__name__, exc, "" if not_supported else " until they are")
+
+    def lost(self, k: int) -> None:
+        """GPU `k` fell off the bus (NVML said GpuIsLost): its XID is 79 from now on."""
+        self._lost[k] = True
+        self.last[k] = FALLEN_OFF_THE_BUS
+
+    def values(self) -> np.ndarray:
+        """The last XID per GPU; NaN where none can be heard (`unsupported` tells whether for good)."""
+        return np.where(self.listening | self._lost, self.last, np.nan)
+
+    def drain(self) -> None:
+        """Register the GPUs not listening yet (unless unsupported), then take every queued XID event."""
+        nvml = self.nvml
+        if not (self.listening | self.unsupported).all():
+            self._listen()
+        if self._set is None:
+            return
+        for _ in range(1024):
+            try:
+                data = nvml.nvmlEventSetWait(self._set, 0)
+            except nvml.NVMLError:   # Timeout: nothing queued
+                return
+            try:
+                k = self._index.get(self._uuid_of(data.device))
+            except nvml.NVMLError:
+                continue
+            if k is not None:
+                self.last[k] = float(data.eventData)
