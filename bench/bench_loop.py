@@ -130,6 +130,12 @@ def time_plan(n_gpus: int, repeats: int) -> tuple[float, float, int]:
     return float(np.median(runs)) * 1000, float(np.median(naive)) * 1000, len(p.actions)
 
 
+
+def _ms(value: float | None) -> str:
+    """A reconcile time for the table; `-` for a policy that ran no cycle (`none`: null in summary.json)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def main() -> str:
     rows = {"none": hotspot("none"), "gputide": hotspot("gputide"),
             "throttle-only": hotspot("throttle-only", BalancerPolicy().with_section("hotspots", migrate=False))}
@@ -151,7 +157,7 @@ def main() -> str:
             f"| {name} | {above:,.0f} | {cut:.1%} | {s['inference']['slo_attainment']:.4f} | "
             f"{s['training']['progress']:,.1f} | {prog:+.2%} | {s['training']['preemptions']} | "
             f"{s['actions']['migrate']} | {s['actions']['power_limit']} | {s['thermal']['max_temperature_c']:.1f} | "
-            f"{s['controller']['reconcile_p50_ms']:.2f} / {s['controller']['reconcile_p99_ms']:.2f} |")
+            f"{_ms(s['controller']['reconcile_p50_ms'])} / {_ms(s['controller']['reconcile_p99_ms'])} |")
     ours = rows["gputide"]
     cut = 1 - ours["thermal"]["gpu_seconds_above_slowdown"] / max(base["thermal"]["gpu_seconds_above_slowdown"], 1e-9)
     ok = (cut >= 0.9 and ours["inference"]["slo_attainment"] >= base["inference"]["slo_attainment"]
