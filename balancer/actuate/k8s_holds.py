@@ -5,7 +5,8 @@ of its GPUs, CPU and memory (node annotation `gputide.io/reserved-for`, the one 
 every replica of the scheduler; `k8s_filters` offers no other pod what it holds):
 
 * **preemption** (`k8s_preempt`): pods of lower priority are evicted from a node, which is held while they
-  terminate (as long as their grace periods, renewed while they are still there, at most an hour); where an
+  terminate (as long as their grace periods, renewed while they are still there, at most an hour, save for victims
+  stuck terminating on a node that still admits the pod: kept while they are there, and said, `k8s_stuck`); where an
   eviction failed after others were made, or the Lease was lost between them, the node stays held and each pass
   evicts the victims left (`resume`), as the reservation names them;
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from balancer.actuate.k8s_filters import Offers
+from balancer.actuate.k8s_filters import Offers, rule_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
     EVICTED,
@@ -36,9 +37,11 @@ from balancer.actuate.k8s_preempt import (
     Preemptor,
     closest_to_fitting,
     holds_of,
+    kept_past_cap,
     model_allows,
 )
 from balancer.actuate.k8s_reads import Usage
+from balancer.actuate.k8s_stuck import stuck_said, stuck_victims, tell_stuck
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
 
@@ -50,7 +53,8 @@ class Holds:
     """Preemption, anti-starvation and the release of held nodes for one scheduler (module docstring).
 
     `preempted` and `starving` say what the last pass did: (victim, node) of each preemption started, (pod, node)
-    of each starving pod given a node to hold."""
+    of each starving pod given a node to hold; `stuck`: (pod, node, victims) of each preemption's hold it kept past
+    the hour for victims stuck terminating (`k8s_stuck`)."""
 
     def __init__(self, api: _Api, scheduler_name: str, reservation_annotation: str, clock: Callable[[], float], *,
                  preemption: bool = True, starving_s: float = 600.0, halted: Callable[[], bool] = lambda: False
@@ -60,12 +64,14 @@ class Holds:
         self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []
         self.starving: list[tuple[str, str]] = []
+        self.stuck: list[tuple[str, str, tuple[str, ...]]] = []
+        self._lapsing: dict[tuple[str, str, str], float] = {}   # holds not kept past the hour, logged (`k8s_stuck`)
         self._bound: Callable[[], Iterable[Usage]] = tuple
         self._by_node: dict[str, list[Usage]] | None = None
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
-        self.preempted, self.starving = [], []
+        self.preempted, self.starving, self.stuck = [], [], []
         self._bound, self._by_node = bound, None
 
     def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
@@ -105,15 +111,19 @@ class Holds:
 
     def resume(self, req: Json, view: list[Json], offers: Offers) -> str:
         """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims
-        left, keep the node held while the evicted ones terminate), " preemption: ..." saying so; "" when its
-        reservation names no victim (a starving pod's, or its victims all gone)."""
+        left, keep the node held while the evicted ones terminate, past the hour while they are stuck there:
+        `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or
+        its victims all gone)."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
         if i is None:
             return ""
-        node, bound = view[i]["name"], self._bound_by_node()
-        done = self.preemptor.resume(req, node, view[i]["reservations"][key], {u.key for u in bound.get(node, ())})
+        node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
+        running = {u.key for u in bound.get(node, ())}
+        stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
+                              self._lapsing)
+        done = self.preemptor.resume(req, node, entry, running, stuck)
         bound[node] = [u for u in bound.get(node, ()) if u.key not in done.done]   # no one else's victims
         view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}   # holds as much as before
         self.preempted += [(v, node) for v in done.done]
@@ -123,7 +133,20 @@ class Holds:
         did = f"evicted {', '.join(sorted(done.done))} on {node}" if done.done else f"holding {node}"
         if ending := done.entry.get(EVICTED):
             did += f" while {', '.join(ending)} terminate(s) (held until {done.entry['expires']})"
+        if kept := kept_past_cap(done.entry):
+            self.stuck.append((key, node, tuple(kept)))
+            did += stuck_said(node, kept)
+            if not kept_past_cap(entry):   # the hold passes the hour now: said once on the pod
+                tell_stuck(self.preemptor, req, node, kept, entry)
         return f" preemption: {did}{self._left_said(node, done)}."
+
+    @staticmethod
+    def _refusal(req: Json, i: int, view: list[Json], offers: Offers) -> str | None:
+        """Why node i no longer admits `req` (`offers` was last asked about it), None when it does: its hold is then
+        kept no longer than its cap."""
+        if i in offers.admitted().tolist() and model_allows(view[i], req):
+            return None
+        return rule_refusal(view[i], req) or "its pod affinity or GPU model"
 
     @staticmethod
     def _left_said(node: str, done: Evictions) -> str:

@@ -28,8 +28,10 @@ whichever replica leads next (this one in a later term too, having read it again
 How long: a victim's own grace period (`terminationGracePeriodSeconds`, 30 min for a training job that checkpoints)
 may outlast `reserve_s` (5 min): the node is held until the last victim's grace period ends and a minute more
 (`GRACE_SLACK_S`), at least `reserve_s`, and renewed by `reserve_s` while the evicted victims (`evicted`) are still
-there as it runs out, never past `MAX_HOLD_S` (an hour) from the preemption's start (`since`). Once they are all
-gone the pod has `reserve_s` at most to be bound there; bound, or no longer waiting, the node is given back at once.
+there as it runs out, never past `MAX_HOLD_S` (an hour) from the preemption's start (`since`), save for victims
+stuck terminating (`k8s_stuck`: still there, terminating, on a node that still admits the pod, the hold is kept
+`reserve_s` at a time, and said). Once they are all gone the pod has `reserve_s` at most to be bound there; bound,
+or no longer waiting, the node is given back at once.
 
 If an eviction fails before any victim was evicted, the reservation is released and the pod is told why; once some
 were, the node stays held for the pod while they terminate (given back, their room would go to whoever came
@@ -91,13 +93,15 @@ def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
 
 
 def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Sequence[float], now: float,
-          reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:
+          reserve_s: float, max_hold_s: float = MAX_HOLD_S, stuck: bool = False) -> Json:
     """A preemption's reservation `entry` as it must now say: the victims `left` to evict, those evicted and
     `terminating` still, and until when it holds the node. Victims evicted now (their grace periods ending at
     `ends`): until the last one ends and `GRACE_SLACK_S` more, at least `reserve_s` from `now`. Victims still
     terminating as it runs out (within `reserve_s` / 2): `reserve_s` more. Neither past `max_hold_s` from the
-    preemption's start (`SINCE`). Victims all gone: `reserve_s` from `now` at most, for the pod to be bound. Pure:
-    the entry as it was when nothing changes."""
+    preemption's start (`SINCE`), unless `stuck`: the `terminating` victims were found still there past it, on a
+    node that still admits the pod (`k8s_stuck`), and the hold is renewed `reserve_s` at a time while they are.
+    Victims all gone: `reserve_s` from `now` at most, for the pod to be bound. Pure: the entry as it was when
+    nothing changes."""
     expires = parse_time(entry.get("expires")) or now
     until = expires
     if ends:
@@ -106,12 +110,33 @@ def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Se
         until = max(expires, now + reserve_s)
     elif not terminating and not left and entry.get(EVICTED):
         until = min(expires, now + reserve_s)
-    until = min(until, (parse_time(entry.get(SINCE)) or now) + max_hold_s)
+    # a hold already kept past the cap for stuck victims is not cut back: it lapses when it expires, or is renewed
+    cap = max(expires, (parse_time(entry.get(SINCE)) or now) + max_hold_s)
+    until = min(until, max(cap, now + reserve_s) if stuck and terminating else cap)
     new = {k: v for k, v in entry.items() if k not in (LEFT, EVICTED)}
     new |= ({LEFT: list(left)} if left else {}) | ({EVICTED: sorted(terminating)} if terminating else {})
     if until != expires:
         new["expires"] = rfc3339(until)
     return entry if new == entry else new
+
+
+def capped(entry: Json, terminating: Sequence[str], now: float, reserve_s: float,
+           max_hold_s: float = MAX_HOLD_S) -> bool:
+    """Whether `noted` would renew the hold for victims still `terminating` now, but for its cap (`max_hold_s` from
+    the preemption's start, or when a hold kept past it expires): only then is it asked whether they are stuck
+    (`k8s_stuck`), a read of each, at most once per renewal."""
+    expires = parse_time(entry.get("expires")) or now
+    cap = max(expires, (parse_time(entry.get(SINCE)) or now) + max_hold_s)
+    return bool(terminating) and expires - now < reserve_s / 2 and now + reserve_s > cap
+
+
+def kept_past_cap(entry: Json, max_hold_s: float = MAX_HOLD_S) -> list[str]:
+    """The victims a preemption's hold is kept past its cap for (`noted`'s `stuck`): those it names as still
+    terminating once it was renewed past `max_hold_s` from the preemption's start; [] for any other hold."""
+    since, expires = parse_time(entry.get(SINCE)), parse_time(entry.get("expires"))
+    if since is None or expires is None or expires <= since + max_hold_s:
+        return []
+    return list(entry.get(EVICTED) or ())
 
 
 def resources(gpus: float, cpu_milli: float, memory_mib: float, extended: Mapping[str, float]) -> dict[str, float]:
@@ -279,16 +304,20 @@ class Preemptor:
             log.warning("scheduler %s: cannot nominate %s for %s: %s", self.scheduler_name, choice.node, key, err)
         return done
 
-    def resume(self, req: Json, node: str, entry: Json, running: Collection[str]) -> Evictions:
+    def resume(self, req: Json, node: str, entry: Json, running: Collection[str],
+               stuck: Collection[str] | None = None) -> Evictions:
         """Carry on the preemption of `req`'s reservation `entry` on `node`: evict the victims left (`LEFT`) that
         are still among `running` (the pods bound there; the others are gone), and write down what is left again
         (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
-        are all gone). The node stays held until the pod is bound, no longer waits, or the reservation expires (then
-        the pod plans afresh)."""
+        are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
+        (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
+        bound, no longer waits, or the reservation expires (then the pod plans afresh)."""
         done = self._evict(req["name"], node, [(k, ()) for k in entry.get(LEFT) or () if k in running])
-        terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.evicted]
+        terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.evicted
+                       and (stuck is None or k in stuck)]
         done.entry = self._note(req["name"], node, entry, noted(entry, done.left, [*terminating, *done.evicted],
-                                                                done.ends, self.clock(), self.reserve_s))
+                                                                done.ends, self.clock(), self.reserve_s,
+                                                                stuck=bool(stuck)))
         return done
 
     def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:

@@ -206,6 +206,12 @@ class SecondaryScheduler(Binder, SchedulerReads):
         """The last pass: (pod, node) of each starving pod given a node to hold."""
         return self.holds.starving
 
+    @property
+    def stuck_holds(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """The last pass: (pod, node, victims) of each preemption's hold kept past the hour for victims stuck
+        terminating there (`k8s_stuck`)."""
+        return self.holds.stuck
+
     # ---- one pass -----------------------------------------------------------------------------------------
 
     def schedule_once(self) -> dict[str, str | None]:

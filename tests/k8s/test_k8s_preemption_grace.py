@@ -1,10 +1,13 @@
 """A preemption holds its node as long as its victims take to terminate: their own grace period
 (`terminationGracePeriodSeconds`, 30 min for a training job that checkpoints) and a minute more, renewed while they
-are still there, never past an hour from the preemption's start. The hold was a flat 5 minutes: it ran out while
+are still there, never past an hour from the preemption's start (save for victims stuck terminating on a node that
+still admits the pod: test_k8s_preemption_stuck.py). The hold was a flat 5 minutes: it ran out while
 the victims checkpointed, the preemptor planned afresh and evicted more pods (or its room went to whoever came
 first), the first victims killed for no one."""
 
 from __future__ import annotations
+
+import logging
 
 from fakeapi import FakeKube, node
 from test_k8s_preemption import bound, most_free, pending, reservations
@@ -68,21 +71,30 @@ def test_the_hold_lasts_the_victims_grace_period_and_is_renewed_while_they_termi
     assert len(kube.calls("POST", r"/eviction$")) == 1
 
 
-def test_a_victim_stuck_terminating_is_held_for_at_most_an_hour(kube: FakeKube, api, clock):
+def test_a_victim_stuck_on_a_node_that_stopped_answering_is_held_for_at_most_an_hour(kube: FakeKube, api, clock,
+                                                                                     caplog):
+    """Its kubelet gone, the node is tainted unreachable: the pod could never be bound there, so the hold is not kept
+    past the hour for the victim still terminating there (k8s_stuck), and the pod preempts elsewhere."""
     two_nodes(kube)
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     start = clock.now
     sched.schedule_once()
-    terminating(kube, "train", "a", 8, 1, start + GRACE_S)            # its node stopped answering, say
-    while clock.now < start + HOUR - 60:
-        clock.advance(60)
-        sched.schedule_once()
-        assert expires(kube, "a") <= start + HOUR
+    terminating(kube, "train", "a", 8, 1, start + GRACE_S)            # its node stopped answering
+    kube.mutate("nodes", "a", "", {"spec": {"taints": [{"key": "node.kubernetes.io/unreachable",
+                                                         "effect": "NoSchedule"}]}})
+    with caplog.at_level(logging.WARNING, "balancer.actuate.k8s_stuck"):
+        while clock.now < start + HOUR - 60:
+            clock.advance(60)
+            sched.schedule_once()
+            assert expires(kube, "a") <= start + HOUR and sched.stuck_holds == []
+    [said] = [r.getMessage() for r in caplog.records if "no longer admits" in r.getMessage()]   # once
+    assert "default/train" in said and f"not kept past {rfc3339(start + HOUR)}" in said
     assert expires(kube, "a") > start + GRACE_S + 60                  # renewed past its grace period
+    assert len(kube.calls("POST", r"/eviction$")) == 1
     clock.advance(120)                                                # the hour is over: it plans afresh
     sched.schedule_once()
-    assert reservations(kube, "a")["default/urgent"]["since"] == rfc3339(clock.now)
-    assert len(kube.calls("POST", r"/eviction$")) == 1                # terminating: not evicted again
+    assert sched.preempted == [("default/low-3", "b")] and sched.stuck_holds == []
+    assert reservations(kube, "b")["default/urgent"]["since"] == rfc3339(clock.now)
 
 
 def test_the_hold_is_cut_short_once_its_victims_are_gone():

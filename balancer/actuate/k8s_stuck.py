@@ -1,0 +1,111 @@
+"""Preemption victims stuck terminating: a hold kept past its hour, and said (balancer/actuate/k8s_holds.py).
+
+A preemption holds its node while its victims terminate, at most `MAX_HOLD_S` (an hour) from its start
+(`k8s_preempt.noted`). A victim can outlast that: a finalizer no one removes, a volume that does not unmount, a
+kubelet that hangs. Given back then, the node was held for no one while the victim's GPUs were still taken, and
+the pod, holding nothing, preempted again: the same victim (another hour), or more pods elsewhere, while the room
+the first victim freed at last went to whoever came first. As kube-scheduler does (a pod whose nominated node still
+has a pod of lower priority terminating does not preempt again), the hold is now kept past the hour, `reserve_s`
+at a time, for as long as:
+
+* a victim it names is still there: read from the API server at each renewal past the hour, still on that node and
+  terminating (`deletionTimestamp`, not Succeeded or Failed). One gone, or a new pod by its name that is not
+  terminating (a StatefulSet's), holds nothing: once none is left the hold lapses;
+* the node still admits the pod by its rules (cordon, taints, selectors, affinity, GPU model): a node whose kubelet
+  stopped answering is tainted `node.kubernetes.io/unreachable`, the pod could never be bound there, so the hold
+  lapses at the hour and the pod may preempt elsewhere (kube-scheduler: its nominated node is unresolvable);
+* the pod still waits for this scheduler (`Holds.release_gone`, `release_elsewhere`: deleted or bound anywhere, its
+  holds are given back at once) and this scheduler leads and renews it (unrenewed, it expires within `reserve_s`).
+
+Said: a warning in the log at each renewal past the hour naming the victims, the node and the pod; a Warning Event
+`PreemptionStuck` on the pending pod when its hold first passes the hour; its FailedScheduling message; and
+`Holds.stuck`, the holds so kept in the last pass (`SecondaryScheduler.stuck_holds`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from balancer.actuate.k8s_actuator import post_event
+from balancer.actuate.k8s_preempt import EVICTED, MAX_HOLD_S, SINCE, Preemptor, capped
+from balancer.actuate.kubernetes import NotFoundError, parse_time, rfc3339
+from balancer.errors import ActuationError
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+STUCK_REASON = "PreemptionStuck"   # the Warning Event on the pending pod when its hold first passes the hour
+
+
+def stuck_victims(preemptor: Preemptor, req: Json, node: str, entry: Json, running: Collection[str],
+                  refusal: str | None, said: dict[tuple[str, str, str], float]) -> list[str] | None:
+    """Where `req`'s preemption hold `entry` on `node` reaches its cap with victims still among `running` (the pods
+    bound there, as the pass read them): the victims still there and terminating, each read (module docstring).
+    None while the cap is not reached, or where `refusal` says why the node no longer admits the pod (None: it
+    does): nothing is asked, and `noted` renews the hold as before, up to its cap (logged once per hold: `said`,
+    (pod, node, since) -> when, kept by the caller, forgotten after `reserve_s`, by when such a hold has lapsed)."""
+    now = preemptor.clock()
+    terminating = [k for k in entry.get(EVICTED) or () if k in running]
+    if not capped(entry, terminating, now, preemptor.reserve_s):
+        return None
+    who, ago = f"scheduler {preemptor.scheduler_name}: {req['name']}", _ago(entry, now)
+    if refusal is not None:
+        for k in [k for k, t in said.items() if now - t >= preemptor.reserve_s]:
+            del said[k]
+        if said.setdefault((req["name"], node, str(entry.get(SINCE))), now) == now:
+            until = max(parse_time(entry.get("expires")) or now, (parse_time(entry.get(SINCE)) or now) + MAX_HOLD_S)
+            log.warning("%s: %s, evicted for it %s, still terminating on %s, which no longer admits it (%s): its "
+                        "hold is not kept past %s, and it may preempt elsewhere then", who, ", ".join(terminating),
+                        ago, node, refusal, rfc3339(until))
+        return None
+    stuck = [v for v in terminating if _still_there(preemptor, v, node)]
+    if stuck:
+        log.warning("%s: %s, evicted for it %s, still terminating on %s (a finalizer, or a kubelet that hangs?): "
+                    "%s stays held for it past the %.0f min a hold lasts, while they are there", who,
+                    ", ".join(stuck), ago, node, node, MAX_HOLD_S / 60)
+    return stuck
+
+
+def _ago(entry: Json, now: float) -> str:
+    """How long ago the preemption of `entry` began, in words."""
+    since = parse_time(entry.get(SINCE))
+    return f"{(now - since) / 60:.0f} min ago ({entry[SINCE]})" if since is not None else "earlier"
+
+
+def _still_there(preemptor: Preemptor, victim: str, node: str) -> bool:
+    """Whether `victim` is still on `node` and terminating, as the API server says now; one that cannot be read
+    counts as there (logged: the next renewal reads it again)."""
+    ns, name = victim.split("/", 1)
+    try:
+        pod = preemptor.api(f"pod {victim}", preemptor.api.core.read_namespaced_pod, name, ns,
+                            halt=preemptor.halted)
+    except NotFoundError:
+        return False
+    except ActuationError as err:
+        log.warning("scheduler %s: cannot read %s, counted as still terminating on %s: %s",
+                    preemptor.scheduler_name, victim, node, err)
+        return True
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) and spec.get("nodeName") == node and (
+        status.get("phase") not in ("Succeeded", "Failed"))
+
+
+def stuck_said(node: str, victims: Sequence[str]) -> str:
+    """What a pod whose hold is kept past the hour is told, as the end of its FailedScheduling message."""
+    return (f"; {', '.join(victims)} still terminating (a finalizer, or a kubelet that hangs?): {node} stays held "
+            f"past the {MAX_HOLD_S / 60:.0f} min a hold lasts, while they are there")
+
+
+def tell_stuck(preemptor: Preemptor, req: Json, node: str, victims: Sequence[str], entry: Json) -> None:
+    """The Warning Event `PreemptionStuck` on `req` as its hold `entry` on `node` first passes the hour (best
+    effort)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "name": req["pod"], "namespace": req["namespace"], "uid": req["uid"]}
+    message = (f"{', '.join(victims)}, evicted for this pod {_ago(entry, preemptor.clock())}, still terminating "
+               f"on {node} (a finalizer, or a kubelet that hangs?): {node} stays held for this pod past the "
+               f"{MAX_HOLD_S / 60:.0f} min a hold lasts, while they are there, and no one else is preempted for it")
+    try:
+        post_event(preemptor.api, pod, "Warning", STUCK_REASON, message, preemptor.scheduler_name, preemptor.clock())
+    except ActuationError as err:
+        log.warning("scheduler %s: cannot post %s event on %s: %s", preemptor.scheduler_name, STUCK_REASON,
+                    req["name"], err)
