@@ -70,6 +70,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
@@ -83,7 +85,7 @@ from balancer.actuate.k8s_nodes import (
     power_caps_update,
     taints_change,
 )
-from balancer.actuate.k8s_quota import KueueQuota
+from balancer.actuate.k8s_quota import KueueQuota, corrections_counter
 from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
@@ -173,6 +175,7 @@ class KubernetesActuator:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         deadline_clock: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         if not action_deadline_s > 0:
             raise ValueError(f"action_deadline_s must be > 0, got {action_deadline_s}")
@@ -186,6 +189,7 @@ class KubernetesActuator:
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
         self.kueue = KueueQuota(self.api)
+        self.quota_corrections = corrections_counter(registry, kueue_queues)   # on the controller's metrics registry
         self.training = TrainingJobs(self.api, self.kueue)
         self.clock = clock
         self.migrations = Migrations(
@@ -255,7 +259,8 @@ class KubernetesActuator:
         return self._release_expired_noting("recover")
 
     def housekeeping(self) -> list[str]:
-        """Once per planning cycle (the loop's duck-typed hook): `release_expired`, API failures as a note."""
+        """Once per planning cycle (the loop's duck-typed hook): `release_expired`, Kueue quota moves settled and
+        quota lent to training beyond what its Jobs hold given back (`KueueQuota.reconcile`), API failures as a note."""
         return self._release_expired_noting("housekeeping")
 
     def _release_expired_noting(self, what: str) -> list[str]:
@@ -279,7 +284,22 @@ class KubernetesActuator:
                 continue   # no queue, no move left open on it (a quota shift names the missing queue itself)
             except ActuationError as err:
                 notes.append(f"{what}: could not settle kueue quota moves of {queue}: {err}")
-        return notes
+        return notes + self._reconcile_quota_noting(what)
+
+    def _reconcile_quota_noting(self, what: str) -> list[str]:
+        """Quota lent to training beyond what its Jobs hold given back to inference (`KueueQuota.reconcile`), each
+        correction counted; a failure is a note, and the next cycle looks again."""
+        if not self.kueue_queues:
+            return []
+        try:
+            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                cuts = self.kueue.reconcile(self.kueue_queues)
+        except NotFoundError:
+            return []   # a queue missing: nothing lent to it (a quota shift names the missing queue itself)
+        except ActuationError as err:
+            return [f"{what}: could not check the kueue quota lent to {self.kueue_queues[1]}: {err}"]
+        self.quota_corrections.labels(queue=self.kueue_queues[1]).inc(len(cuts))
+        return [cut.note(*reversed(self.kueue_queues)) for cut in cuts]
 
     def release_expired(self) -> list[str]:
         """Remove hot taints and reservations whose expiry has passed; call once per reconcile. Returns notes."""

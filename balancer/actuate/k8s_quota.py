@@ -7,7 +7,10 @@ between two ClusterQueues of a cohort.
 cohort's total never exceeds what exists, and restored if raising the borrower fails. The two writes are made
 durable by a record of the move on the lender, written in the patch that lowers it, and the move's id noted on the
 borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a failure) left open is settled,
-completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`.
+completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`. Each queue also
+keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
+`reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
+(`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
 (Kueue owns such a Job's `spec.suspend`: see `k8s_training`).
@@ -20,15 +23,21 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
+from balancer.actuate.k8s_quota_drift import Excess, excess, nominal, reserved, worth_reading
 from balancer.actuate.k8s_requests import quantity
 from balancer.actuate.k8s_transfer import (
+    LOANS_ANNOTATION,
     RECEIVED,
     RECEIVED_ANNOTATION,
     TRANSFER_ANNOTATION,
     VOID,
     Transfer,
     last_move,
+    loans_note,
     received_note,
     state,
     with_notes,
@@ -46,6 +55,18 @@ from balancer.actuate.kubernetes import (
 from balancer.errors import ActuationError, PermanentActuationError
 
 log = logging.getLogger(__name__)
+
+
+def corrections_counter(registry: CollectorRegistry | None, queues: tuple[str, str] | None) -> PromCounter:
+    """`gputide_kueue_quota_corrections_total{queue}`: the quota lent to a training ClusterQueue beyond what its Jobs
+    hold, given back (`KueueQuota.reconcile`), counted per correction; the training queue's series starts at 0.
+    Without a registry, on one of its own (counted, not served)."""
+    counter = PromCounter("gputide_kueue_quota_corrections", "Corrections of the Kueue quota lent to a training "
+                          "ClusterQueue beyond what its Jobs hold, given back to inference, by the training queue.",
+                          ["queue"], registry=registry if registry is not None else CollectorRegistry())
+    if queues:
+        counter.labels(queue=queues[1])
+    return counter
 
 
 # the operator's lendingLimit of a ClusterQueue's GPU flavors while a loan holds it lower (JSON {flavor: limit}):
@@ -123,7 +144,8 @@ class KueueQuota:
         hold GPU quota in `flavor` (None: in exactly one common flavor, `k8s_kueue.choose_flavor`)."""
         return _checked({q: self._read_queue(q) for q in queues}, flavor)
 
-    def shift(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None, undo: bool = False) -> str:
+    def shift(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None, undo: bool = False,
+              keep: int | None = None) -> str:
         """Move `gpus` of nominalQuota (nvidia.com/gpu) in one ResourceFlavor from one ClusterQueue to another in
         the same cohort. Without `flavor`, the queues must hold GPU quota in exactly one common flavor (never a
         guess between several); with it, both must hold quota in it. Nothing changes when either is not so.
@@ -133,7 +155,8 @@ class KueueQuota:
         clamped to the new nominal quota (the operator's kept in the annotation `gputide.io/own-lending-limits`,
         put back when the quota comes back). If raising the borrower fails, the move is rolled back (best effort:
         else its record stays open, and the next `settle` finishes it: rolled back with `undo`, quota lent ahead
-        of a change that did not happen; completed without)."""
+        of a change that did not happen; completed without). With `keep`, the lender, as read for its patch, must
+        keep that many GPUs and what its status says its Workloads reserve, else nothing moves (a temporary error)."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
         read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
@@ -142,7 +165,7 @@ class KueueQuota:
             read = {q: self._read_queue(q) for q in read}
         flavor, cohort = _checked(read, flavor)
         move = Transfer(uuid.uuid4().hex[:12], to_queue, flavor, gpus, undo)
-        self._lend(from_queue, move)
+        self._lend(from_queue, move, keep)
         with self.api.writes() as doubt:   # the borrower's unanswered patch, if any: it may have landed
             try:
                 self._mark(from_queue, move, RECEIVED)
@@ -165,6 +188,25 @@ class KueueQuota:
     def settle_all(self, queues: tuple[str, ...]) -> list[str]:
         """`settle` each queue: a restarted controller's first cycle, and each cycle after, finish moves left open."""
         return [note for q in queues if (note := self.settle(q))]
+
+    def reconcile(self, queues: tuple[str, str]) -> list[Excess]:
+        """Give back to the inference queue (`queues[0]`) the quota lent to training (`queues[1]`) beyond what
+        training's Workloads and Jobs hold (`k8s_quota_drift`): a loan left by a grow that never happened, a resize
+        undone by someone, a grown Job that has finished. Each is a move like any other (`shift`), made only if
+        training, read again in the patch that lowers it, keeps what its Jobs hold. Returns the corrections made."""
+        inference, training = queues
+        read = {q: self._read_queue(q) for q in queues}
+        if not worth_reading(read[inference], read[training]):   # no loan out, or all of training's quota in use
+            return []
+        workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
+                             "workloads").get("items") or []
+        jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
+        done = []
+        for cut in excess(read[inference], read[training], workloads, jobs):
+            self.shift(training, inference, cut.gpus, cut.flavor, keep=cut.held)
+            log.warning("%s", cut.note(training, inference))
+            done.append(cut)
+        return done
 
     def _settle(self, lender: str, read: dict[str, Json]) -> str | None:
         move = last_move(read[lender])
@@ -205,13 +247,18 @@ class KueueQuota:
         self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
             what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
 
-    def _lend(self, lender: str, move: Transfer) -> None:
+    def _lend(self, lender: str, move: Transfer, keep: int | None = None) -> None:
         """Lower the lender by the move, its record in the same patch. Once: a patch that landed without an answer
         is retried by the gateway, answered 409 and read again; a queue found with the move's record is that write
-        having landed (`_Api.update` would otherwise take the GPUs a second time)."""
+        having landed (`_Api.update` would otherwise take the GPUs a second time). With `keep`, refused (nothing
+        written) where the lender would be left below it or below what its status reserves."""
         def change(cq: Json) -> Json | None:
             if (last := last_move(cq)) is not None and last.id == move.id:
                 return None   # our unanswered write landed
+            left = (nominal(cq, move.flavor) or 0) - move.gpus
+            if keep is not None and left < (floor := max(keep, reserved(cq, move.flavor))):
+                raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "
+                                         f"moved: it would keep {left}, its workloads hold {floor}")
             return with_notes(_quota_patch(cq, lender, -move.gpus, move.flavor), {TRANSFER_ANNOTATION: move.note()})
 
         self._update(lender, change)
@@ -251,7 +298,8 @@ def _checked(read: dict[str, Json], flavor: str | None) -> tuple[str, str]:
 
 def _quota_patch(cq: Json, queue: str, delta: int, flavor: str) -> Json:
     """The merge patch adding `delta` to the queue's GPU nominalQuota in `flavor` (only there: other flavors stay
-    as they are), its lendingLimit kept within it (`_lending_limit`)."""
+    as they are), its lendingLimit kept within it (`_lending_limit`) and gputide's net moves noted with it
+    (`k8s_transfer.loans_note`)."""
     groups = cq["spec"].get("resourceGroups") or []
     for group in groups:
         for fl in group.get("flavors") or []:
@@ -261,5 +309,6 @@ def _quota_patch(cq: Json, queue: str, delta: int, flavor: str) -> Json:
                     if nominal < 0:
                         raise PermanentActuationError(f"clusterqueue {queue}: {flavor} nominalQuota would be {nominal}")
                     res["nominalQuota"] = nominal
-                    return {**_lending_limit(cq, res, flavor, nominal), "spec": {"resourceGroups": groups}}
+                    return with_notes({**_lending_limit(cq, res, flavor, nominal), "spec": {"resourceGroups": groups}},
+                                      {LOANS_ANNOTATION: loans_note(cq, flavor, delta)})
     raise PermanentActuationError(f"clusterqueue {queue} has no {GPU_RESOURCE} quota (flavor {flavor})")

@@ -18,6 +18,12 @@ removes the record (rolled back). "void" also fences off a raise still in flight
 changes the borrower's resourceVersion, so that patch is refused, and no raise lands on an id noted "void".
 A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
 lender.
+
+The records name the last move only. What gputide's moves add up to is kept apart, on each queue, in the same patch
+that changes its nominalQuota (so it is never out of step with it, whatever the next death): annotation
+`gputide.io/quota-loans`, `{flavor: GPUs}`, the net nominalQuota gputide's moves brought into the queue (negative:
+sent out), the key removed at 0 (`loans`, `loans_note`). An operator's own edit of nominalQuota is not in it. The
+per-cycle check of what training's Jobs hold (`k8s_quota_drift`) reads the quota lent to training from it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 Json = dict[str, Any]
 TRANSFER_ANNOTATION = "gputide.io/quota-transfer"   # on the lender: the move under way
 RECEIVED_ANNOTATION = "gputide.io/quota-received"   # on the borrower: the moves it took ("in") or refused ("void")
+LOANS_ANNOTATION = "gputide.io/quota-loans"      # on both: net GPUs gputide's moves brought in (< 0: sent out)
 RECEIVED, VOID = "in", "void"
 
 
@@ -87,3 +94,26 @@ def with_notes(patch: Json, notes: dict[str, str | None]) -> Json:
     meta = dict(patch.get("metadata") or {})
     meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
     return {**patch, "metadata": meta}
+
+
+def loans(cq: Json) -> dict[str, int]:
+    """The net GPU nominalQuota gputide's moves brought into the ClusterQueue, by flavor (negative: sent out); {} with
+    no record (or one that is not gputide's), an entry that is not a whole number skipped."""
+    try:
+        raw = json.loads(_notes(cq).get(LOANS_ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    out = {}
+    for flavor, gpus in (raw.items() if isinstance(raw, dict) else ()):
+        if isinstance(gpus, int) and not isinstance(gpus, bool):
+            out[str(flavor)] = gpus
+    return out
+
+
+def loans_note(cq: Json, flavor: str, delta: int) -> str | None:
+    """The queue's `gputide.io/quota-loans` value once a move changes its `flavor` nominalQuota by `delta`; None (the
+    annotation removed) once nothing is out either way."""
+    after = loans(cq)
+    after[flavor] = after.get(flavor, 0) + delta
+    kept = {fl: n for fl, n in after.items() if n}
+    return json.dumps(kept, sort_keys=True) if kept else None

@@ -258,7 +258,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     else:
         from balancer.actuate.k8s_actuator import KubernetesActuator
 
-        actuator = KubernetesActuator(api_client, kueue_queues=queues, action_deadline_s=deadline)
+        actuator = KubernetesActuator(api_client, kueue_queues=queues, action_deadline_s=deadline,
+                                      registry=metrics.registry)   # its Kueue quota corrections, counted
     elector = NullLeaderElector()
     if args.leader_elect:
         elector = lease_elector(api_client, lease_name, args.lease_namespace, interval)

@@ -1,0 +1,168 @@
+"""Quota lent to training that no training Job holds: the per-cycle check of a Kueue cohort's loans (pure decisions
+on the ClusterQueues, Workloads and Jobs the actuator read).
+
+Each quota move is durable (`k8s_transfer`), but a move and the Job resize it is for are still two things: a
+controller that dies after both quota writes and before the Job's patch, a resize that then fails and whose
+give-back fails too, someone resizing the Job back by hand, or a grown Job that runs to its end leave quota lent to
+training that no Job holds. Nothing gave it back: the next grow lent again, and inference's quota drifted into
+training a little more each time. So once a cycle (`KueueQuota.reconcile`, from the actuator's housekeeping):
+
+* **lent** (per GPU flavor): what gputide's moves brought into training, as both queues record it
+  (`k8s_transfer.loans`: the smaller of training's and of what inference sent out, so a record lost or hand-edited
+  on either side never makes a loan bigger);
+* **held**: what training must keep: the GPUs of every Workload Kueue admitted (or reserved quota for) in the
+  training ClusterQueue, plus, for each queued Job of training's, what its own size asks for beyond what it is
+  admitted for (a grow Kueue has not admitted yet: per-worker GPUs x `k8s_jobs.workers_asked`, 0 for a Job gputide
+  stopped or one that has finished); never less than the queue's own status says it reserves. A Job not admitted
+  anywhere counts as training's unless its LocalQueue is seen feeding another ClusterQueue, and counts in every
+  flavor when it is not admitted in one: the check errs towards keeping quota;
+* **excess** = min(lent, training's nominalQuota - held): the part of the loan beyond what training's Jobs hold,
+  given back to inference (`Excess`). The part of training's own quota the Jobs do not use is not the loan's and
+  stays. A queue over its nominal quota (borrowing from the cohort) gives nothing back.
+
+Giving it back is an ordinary move (`KueueQuota.shift`, recorded and settled like any other), made only if the
+training queue, read again in the patch that lowers it, still keeps `held` and what its status reserves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from balancer.actuate.k8s_jobs import workers_asked
+from balancer.actuate.k8s_kueue import JOB_UID_LABEL, quota_flavors
+from balancer.actuate.k8s_requests import pod_requests, quantity
+from balancer.actuate.k8s_transfer import loans
+from balancer.actuate.kubernetes import GPU_RESOURCE, KUEUE_QUEUE_LABEL, SUSPENDED_LABEL, Json
+
+
+@dataclass(frozen=True)
+class Excess:
+    """`gpus` of `flavor` quota lent to training beyond what its Jobs hold: to go back to inference."""
+
+    flavor: str
+    gpus: int
+    lent: int      # gputide's recorded loan to training in the flavor
+    nominal: int   # training's nominalQuota in it
+    held: int      # what training's Workloads and Jobs hold or ask for in it
+
+    def note(self, training: str, inference: str) -> str:
+        return (f"kueue quota correction: {training} held {self.held} of its {self.nominal} {GPU_RESOURCE} "
+                f"({self.flavor}), {self.lent} of them lent by {inference}: {self.gpus} given back to {inference}")
+
+
+def nominal(cq: Json, flavor: str) -> int | None:
+    """The queue's GPU nominalQuota in `flavor`, None where it has none."""
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for fl in group.get("flavors") or []:
+            for res in fl.get("resources") or []:
+                if fl.get("name") == flavor and res.get("name") == GPU_RESOURCE:
+                    return int(quantity(res.get("nominalQuota", 0)))
+    return None
+
+
+def reserved(cq: Json, flavor: str) -> int:
+    """The GPUs of `flavor` the queue's status says its Workloads hold (quota reserved, or in use): 0 without it."""
+    status = cq.get("status") or {}
+    return max((int(quantity(res.get("total", 0)))
+                for key in ("flavorsReservation", "flavorsUsage") for fl in status.get(key) or []
+                if fl.get("name") == flavor for res in fl.get("resources") or [] if res.get("name") == GPU_RESOURCE),
+               default=0)
+
+
+def lent(inference: Json, training: Json, flavor: str) -> int:
+    """The GPUs of `flavor` gputide's moves lent to training, as both queues record them (0 when either says none)."""
+    return max(min(loans(training).get(flavor, 0), -loans(inference).get(flavor, 0)), 0)
+
+
+def worth_reading(inference: Json, training: Json) -> list[str]:
+    """The flavors where a loan is out and training's status leaves part of its quota unreserved: the only ones that
+    can have an excess (so the Workloads and Jobs are listed only then)."""
+    return [fl for fl in quota_flavors(training, GPU_RESOURCE)
+            if lent(inference, training, fl) and (nominal(training, fl) or 0) > reserved(training, fl)]
+
+
+def _true(obj: Json, *kinds: str) -> bool:
+    return any(c.get("type") in kinds and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def admitted_gpus(wl: Json) -> dict[str, int]:
+    """The GPUs by flavor a Workload's admission holds ({} when it has none, or has finished): each pod set's
+    `resourceUsage`, else its count times its template's GPUs."""
+    admission = (wl.get("status") or {}).get("admission") or {}
+    if not admission or _true(wl, "Finished"):
+        return {}
+    templates = {ps.get("name"): ps.get("template") or {} for ps in (wl.get("spec") or {}).get("podSets") or []}
+    out: dict[str, int] = defaultdict(int)
+    for ps in admission.get("podSetAssignments") or []:
+        flavor = (ps.get("flavors") or {}).get(GPU_RESOURCE)
+        if not flavor:
+            continue
+        usage = (ps.get("resourceUsage") or {}).get(GPU_RESOURCE)
+        out[flavor] += int(quantity(usage)) if usage is not None else (
+            int(ps.get("count") or 0) * pod_requests(templates.get(ps.get("name")) or {})[0])
+    return dict(out)
+
+
+def _owners(wl: Json) -> set[str]:
+    meta = wl.get("metadata") or {}
+    return {u for u in [(meta.get("labels") or {}).get(JOB_UID_LABEL),
+                        *(ref.get("uid") for ref in meta.get("ownerReferences") or [])] if u}
+
+
+def _asked_gpus(job: Json) -> int:
+    """The GPUs the Job's own size asks for: 0 once gputide stopped it or it has finished."""
+    if (job["metadata"].get("labels") or {}).get(SUSPENDED_LABEL) == "true" or _true(job, "Complete", "Failed"):
+        return 0
+    return workers_asked(job) * pod_requests((job.get("spec") or {}).get("template") or {})[0]
+
+
+def held(training: str, flavors: list[str], workloads: Iterable[Json], jobs: Iterable[Json]) -> dict[str, int]:
+    """The GPUs by flavor the ClusterQueue `training` must keep (the module docstring): its Workloads' admissions,
+    plus what each of its queued Jobs asks for beyond its admission."""
+    out = dict.fromkeys(flavors, 0)
+    by_job: dict[str, list[tuple[str, dict[str, int]]]] = defaultdict(list)
+    feeds: dict[tuple[str, str], set[str]] = defaultdict(set)   # (namespace, LocalQueue) -> ClusterQueues admitting
+    for wl in workloads:
+        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+        gpus = admitted_gpus(wl)
+        if cq == training:
+            for fl, n in gpus.items():
+                if fl in out:
+                    out[fl] += n
+        if cq:
+            feeds[(wl["metadata"].get("namespace") or "", (wl.get("spec") or {}).get("queueName") or "")].add(cq)
+            for uid in _owners(wl):
+                by_job[uid].append((cq, gpus))
+    for job in jobs:
+        meta = job["metadata"]
+        queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+        admitted = by_job.get(meta.get("uid") or "", [])
+        where = {cq for cq, _ in admitted} or feeds.get((meta.get("namespace") or "", queue or ""), {training})
+        if not queue or training not in where:
+            continue
+        got: dict[str, int] = defaultdict(int)
+        for fl, n in (item for cq, gpus in admitted if cq == training for item in gpus.items()):
+            got[fl] += n
+        waiting = max(_asked_gpus(job) - sum(got.values()), 0)
+        for fl in [fl for fl in got if fl in out] if got else flavors:   # not admitted: in any flavor it may get
+            out[fl] += waiting
+    return out
+
+
+def excess(inference: Json, training: Json, workloads: Iterable[Json], jobs: Iterable[Json]) -> list[Excess]:
+    """The quota to give back to inference, one `Excess` per flavor that has some (the module docstring)."""
+    flavors = worth_reading(inference, training)
+    if not flavors:
+        return []
+    name = training["metadata"]["name"]
+    need = held(name, flavors, workloads, jobs)
+    out = []
+    for fl in flavors:
+        keep = max(need[fl], reserved(training, fl))
+        have, loan = nominal(training, fl) or 0, lent(inference, training, fl)
+        if (gpus := min(loan, have - keep)) > 0:
+            out.append(Excess(fl, gpus, loan, have, keep))
+    return out

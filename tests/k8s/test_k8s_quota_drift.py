@@ -1,0 +1,254 @@
+"""Kueue quota lent to training that no training Job holds goes back to inference, once a cycle. A quota move is
+durable, but it and the Job resize it is for are two things: a controller that died after both quota writes and
+before the Job's patch, a resize undone by someone, or a grown Job that ran to its end left the loan behind, and the
+next grow lent again, so inference's quota drifted into training. The actuator's housekeeping now compares the loan
+(recorded on both queues, `gputide.io/quota-loans`) with what training's Workloads and Jobs hold and gives the
+excess back, never what an admitted Workload or a Job's own size needs, counting each correction
+(`gputide_kueue_quota_corrections_total{queue}`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+from fakeapi import FakeKube, clusterqueue, job, workload
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.base import Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.actuate.k8s_quota_drift import excess, held
+from balancer.actuate.k8s_transfer import LOANS_ANNOTATION, loans, loans_note
+from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
+
+SNAP = ClusterSnapshot(time=0.0, nodes=(), gpus=(), **{name: np.zeros(0) for name in GPU_ARRAYS})
+QUEUES = ("inference", "training")
+COUNTER = "gputide_kueue_quota_corrections_total"
+
+
+class Died(BaseException):
+    """The controller's process ends here: nothing after it runs."""
+
+
+def quota(kube: FakeKube) -> tuple[int, int]:
+    return tuple(kube.get("clusterqueues", q)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"]
+                 for q in QUEUES)
+
+
+def controller(api, clock, sleeps, registry: CollectorRegistry | None = None) -> KubernetesActuator:
+    return KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=QUEUES, registry=registry)
+
+
+def cohort(kube: FakeKube, parallelism: int = 4) -> dict:
+    """inference 16, training 8 GPUs of h100; Job ml/train (2 GPUs a worker) admitted in training as it is."""
+    kube.add(clusterqueue("inference", "tide", 16, lending=14))
+    kube.add(clusterqueue("training", "tide", 8))
+    stored = kube.add(job("train", "ml", parallelism=parallelism, gpus=2, queue="training-lq"))
+    kube.add(workload(stored, "h100"))
+    return stored
+
+
+def admitted_at(kube: FakeKube, name: str, workers: int, namespace: str = "ml") -> None:
+    """Kueue admitted the Job's Workload for `workers` workers (what the fake does not do on a resize)."""
+    stored = kube.get("jobs", name, namespace)
+    wl = workload(stored, "h100")
+    kube.mutate("workloads", wl["metadata"]["name"], namespace, {"status": {"admission": {
+        "clusterQueue": "training", "podSetAssignments": [
+            {"name": "main", "flavors": {"cpu": "h100", "nvidia.com/gpu": "h100"}, "count": workers}]}}})
+
+
+def scale(actuator: KubernetesActuator, workers: int, previous: int = 4):
+    return actuator.apply(ScaleTraining(reason="tide", job="ml/train", workers=workers, previous_workers=previous),
+                          SNAP)
+
+
+def dies_at_job_patch(actuator: KubernetesActuator) -> None:
+    """The controller dies once both quota writes are done, before the Job's patch reaches the API server."""
+    @functools.wraps(actuator.api.batch.patch_namespaced_job)
+    def patch(*args, **kwargs):
+        raise Died
+
+    actuator.api.batch.patch_namespaced_job = patch
+
+
+def grow_that_dies(api, clock, sleeps, workers: int = 6) -> None:
+    dying = controller(api, clock, sleeps)
+    dies_at_job_patch(dying)
+    with pytest.raises(Died):
+        scale(dying, workers)
+
+
+def test_quota_lent_for_a_grow_the_controller_died_before_is_given_back_and_counted(kube: FakeKube, api, clock,
+                                                                                   sleeps) -> None:
+    cohort(kube)
+    grow_that_dies(api, clock, sleeps)
+    assert quota(kube) == (12, 12)   # both quota writes done, the move settled: the Job still asks for 4 workers
+    registry = CollectorRegistry()
+    successor = controller(api, clock, sleeps, registry)
+    assert registry.get_sample_value(COUNTER, {"queue": "training"}) == 0
+    notes = successor.housekeeping()
+    assert quota(kube) == (16, 8)
+    assert any("kueue quota correction" in n and "4 given back to inference" in n for n in notes), notes
+    assert registry.get_sample_value(COUNTER, {"queue": "training"}) == 1
+    assert successor.housekeeping() == [] and quota(kube) == (16, 8)
+    assert registry.get_sample_value(COUNTER, {"queue": "training"}) == 1
+    # the next grow lends once, from where the queues should be
+    assert scale(successor, 6).outcome is Outcome.APPLIED
+    assert quota(kube) == (12, 12)
+
+
+def test_without_the_correction_each_dead_grow_drifts_the_cohort_further(kube: FakeKube, api, clock,
+                                                                         sleeps) -> None:
+    """Two grows of the same Job that each died before its patch: the second lends again on top of the first."""
+    cohort(kube)
+    grow_that_dies(api, clock, sleeps)
+    grow_that_dies(api, clock, sleeps)
+    assert quota(kube) == (8, 16)
+    controller(api, clock, sleeps).housekeeping()
+    assert quota(kube) == (16, 8)
+
+
+def undone(kube: FakeKube) -> None:
+    kube.mutate("jobs", "train", "ml", {"spec": {"parallelism": 4}})   # its owner sets it back
+    admitted_at(kube, "train", 4)
+
+
+def finished(kube: FakeKube) -> None:
+    kube.mutate("jobs", "train", "ml", {"status": {"conditions": [{"type": "Complete", "status": "True"}]}})
+    wl = workload(kube.get("jobs", "train", "ml"), "h100")["metadata"]["name"]
+    kube.mutate("workloads", wl, "ml", {"status": {"conditions": [{"type": "Finished", "status": "True"}]}})
+
+
+@pytest.mark.parametrize("since", [pytest.param(undone, id="a resize someone undid"),
+                                   pytest.param(finished, id="a grown Job that ran to its end")])
+def test_a_loan_its_job_no_longer_holds_goes_back(kube: FakeKube, api, clock, sleeps, since) -> None:
+    cohort(kube)
+    actuator = controller(api, clock, sleeps)
+    assert scale(actuator, 6).outcome is Outcome.APPLIED
+    admitted_at(kube, "train", 6)
+    assert quota(kube) == (12, 12) and actuator.housekeeping() == []   # the loan is held: nothing to correct
+    since(kube)
+    actuator.housekeeping()
+    assert quota(kube) == (16, 8)
+
+
+def test_quota_an_admitted_workload_took_stays_only_the_rest_goes_back(kube: FakeKube, api, clock, sleeps) -> None:
+    """Kueue admitted another training Job (2 GPUs) into the quota a dead grow lent: nothing may be left without a
+    place to run, so 2 of the 4 GPUs stay with training."""
+    cohort(kube)
+    grow_that_dies(api, clock, sleeps)
+    other = kube.add(job("eval", "ml", parallelism=1, gpus=2, queue="training-lq"))
+    kube.add(workload(other, "h100"))
+    controller(api, clock, sleeps).housekeeping()
+    assert quota(kube) == (14, 10)
+
+
+def test_a_grow_kueue_has_not_admitted_yet_keeps_its_loan(kube: FakeKube, api, clock, sleeps) -> None:
+    """Job grown to 6 and its Workload still admitted for 4 (Kueue re-admits it at its new size later): the Job's own
+    size holds the loan; of a second loan the controller died before using, only that one goes back."""
+    cohort(kube)
+    actuator = controller(api, clock, sleeps)
+    assert scale(actuator, 6).outcome is Outcome.APPLIED          # admitted for 4 still
+    assert actuator.housekeeping() == [] and quota(kube) == (12, 12)
+    grow_that_dies(api, clock, sleeps, workers=8)                 # 6 -> 8: 4 more lent, the Job never grew
+    assert quota(kube) == (8, 16)
+    actuator.housekeeping()
+    assert quota(kube) == (12, 12)   # the Job asks 12 (8 admitted): 12 held of the 16, the loan was 8
+
+
+def test_the_operators_own_quota_edit_is_not_taken_for_a_loan(kube: FakeKube, api, clock, sleeps) -> None:
+    cohort(kube)
+    grow_that_dies(api, clock, sleeps)
+    cq = kube.get("clusterqueues", "training")
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 18   # +6 by hand
+    kube.mutate("clusterqueues", "training", "", {"spec": cq["spec"]})
+    controller(api, clock, sleeps).housekeeping()
+    assert quota(kube) == (16, 14)   # the 4 lent go back, the operator's 6 stay
+
+
+def test_a_workload_admitted_between_the_check_and_the_write_stops_the_correction(kube: FakeKube, api, clock,
+                                                                                  sleeps) -> None:
+    """Kueue reserves all 12 GPUs of training (a Workload admitted into the loan) once the check has read the queue:
+    the patch that would lower it reads it again, and nothing moves; the next cycle decides from there."""
+    cohort(kube)
+    grow_that_dies(api, clock, sleeps)
+    usage = {"status": {"flavorsReservation": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu",
+                                                                            "total": 12}]}]}}
+    kube.before("GET", r"/v1beta1/workloads$", lambda: kube.mutate("clusterqueues", "training", "", usage))
+    actuator = controller(api, clock, sleeps)
+    notes = actuator.housekeeping()
+    assert quota(kube) == (12, 12)
+    assert any("could not check the kueue quota" in n and "its workloads hold 12" in n for n in notes), notes
+    assert actuator.housekeeping() == [] and quota(kube) == (12, 12)
+
+
+def test_a_queue_without_a_record_of_loans_is_left_as_it_is(kube: FakeKube, api, clock, sleeps) -> None:
+    """Quota moved before the record existed, or by hand: not gputide's to give back."""
+    kube.add(clusterqueue("inference", "tide", 12))
+    kube.add(clusterqueue("training", "tide", 12))
+    stored = kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
+    kube.add(workload(stored, "h100"))
+    assert controller(api, clock, sleeps).housekeeping() == []
+    assert quota(kube) == (12, 12)
+
+
+def test_gputide_run_serves_the_corrections_counter_on_the_controllers_registry(kube: FakeKube, kubeconfig) -> None:
+    from balancer.cli import build_parser
+    from balancer.cmd.run import build_reconciler
+    from balancer.metrics import ControllerMetrics
+
+    args = build_parser().parse_args(["run", "--prometheus", "http://127.0.0.1:9", "--once", "--metrics-port", "0",
+                                      "--kubeconfig", kubeconfig, "--kueue-queues", "inference,training"])
+    metrics = ControllerMetrics()
+    build_reconciler(args, metrics)
+    assert metrics.registry.get_sample_value(COUNTER, {"queue": "training"}) == 0
+
+
+# ---- the record and the decision, pure ----
+
+def _cq(name: str, gpus: int, loaned: dict | None = None, flavor: str = "h100") -> dict:
+    cq = clusterqueue(name, "tide", gpus, flavor=flavor)
+    if loaned:
+        cq["metadata"]["annotations"] = {LOANS_ANNOTATION: json.dumps(loaned)}
+    return cq
+
+
+def test_the_loan_record_adds_up_moves_and_goes_once_nothing_is_out() -> None:
+    cq = _cq("training", 8)
+    assert loans(cq) == {} and loans_note(cq, "h100", 4) == '{"h100": 4}'
+    cq = _cq("training", 12, {"h100": 4, "a100": 2})
+    assert loans_note(cq, "h100", -4) == '{"a100": 2}'
+    assert loans_note(_cq("training", 12, {"h100": 4}), "h100", -4) is None
+    assert loans(_cq("x", 1, {"h100": "4", "a100": True, "b200": 3})) == {"b200": 3}   # not gputide's: skipped
+
+
+def _job(name: str, ns: str, queue: str, workers: int, uid: str) -> dict:
+    stored = job(name, ns, parallelism=workers, gpus=2, queue=queue)
+    stored["metadata"]["uid"] = uid
+    return stored
+
+
+def test_a_job_whose_local_queue_feeds_another_cluster_queue_holds_nothing_of_trainings() -> None:
+    ours, theirs = _job("a", "ml", "training-lq", 2, "u1"), _job("b", "web", "serving-lq", 4, "u2")
+    admitted_b = _job("c", "web", "serving-lq", 1, "u3")
+    loads = [workload(ours, "h100"), workload(admitted_b, "h100", cluster_queue="inference")]
+    # b is not admitted anywhere, but its LocalQueue feeds inference: not training's; a holds 4 of training's 12
+    assert held("training", ["h100"], loads, [ours, theirs, admitted_b]) == {"h100": 4}
+    cut = excess(_cq("inference", 8, {"h100": -6}), _cq("training", 12, {"h100": 6}), loads, [ours, theirs])
+    assert [(c.flavor, c.gpus, c.held) for c in cut] == [("h100", 6, 4)]
+    # a Job not admitted, its LocalQueue unknown: counted as training's, in every flavor it could be admitted in
+    lone = _job("d", "ml", "new-lq", 3, "u4")
+    assert held("training", ["h100", "a100"], [], [lone]) == {"h100": 6, "a100": 6}
+    stopped = _job("e", "ml", "training-lq", 3, "u5")
+    stopped["metadata"]["labels"]["gputide.io/suspended"] = "true"
+    assert held("training", ["h100"], [], [stopped]) == {"h100": 0}
+
+
+def test_no_loan_recorded_on_both_sides_means_none_to_give_back() -> None:
+    jobs = [_job("a", "ml", "training-lq", 1, "u1")]
+    assert excess(_cq("inference", 8), _cq("training", 12, {"h100": 4}), [], jobs) == []
+    assert excess(_cq("inference", 8, {"h100": -4}), _cq("training", 12), [], jobs) == []
+    # each side records a different loan: the smaller counts
+    cut = excess(_cq("inference", 8, {"h100": -2}), _cq("training", 12, {"h100": 4}), [], jobs)
+    assert [(c.gpus, c.lent) for c in cut] == [(2, 2)]
