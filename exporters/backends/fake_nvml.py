@@ -93,7 +93,8 @@ class FakeDevice:
     shutdown: int = 92
     power_mw: int = 350_000         # the 1 s average (nvmlDeviceGetPowerUsage on Ampere and newer, field 185)
     power_instant_mw: int | None = None   # field 186; None: the average
-    limit_mw: int = 700_000         # the management limit (nvidia-smi -pl), enforced as it is
+    limit_mw: int = 700_000         # the management limit (nvidia-smi -pl); enforced_mw: what the driver enforces
+    enforced_mw: int | None = None  # (field 190): None the same, lower under an out-of-band limit
     min_limit_mw: int = 200_000
     max_limit_mw: int = 700_000
     default_limit_mw: int = 700_000  # the limit the board boots with; some boards allow more (max_limit_mw)
@@ -274,7 +275,8 @@ class FakeNvml:
         self.asked.extend((f"nvmlDeviceGetFieldValues:{fid}", d.uuid) for fid in ids)
         table = {82: (d.mem_temp, 5, "siVal"), 83: (d.energy_mj, 3, "ullVal"), 185: (d.power_mw, 1, "uiVal"),
                  186: (d.power_mw if d.power_instant_mw is None else d.power_instant_mw, 1, "uiVal"),
-                 190: (d.limit_mw, 1, "uiVal"), 3: (d.sbe_volatile, 3, "ullVal"), 4: (d.dbe_volatile, 3, "ullVal"),
+                 190: (d.enforced_mw or d.limit_mw, 1, "uiVal"),
+                 3: (d.sbe_volatile, 3, "ullVal"), 4: (d.dbe_volatile, 3, "ullVal"),
                  142: (d.remapped_correctable, 1, "uiVal"), 143: (d.remapped_uncorrectable, 1, "uiVal"),
                  144: (d.remap_pending, 1, "uiVal"), 145: (d.remap_failure, 1, "uiVal")}
         unsupported = (({3, 4} if not d.ecc_supported else set()) | ({82} if d.mem_temp is None else set())
@@ -292,9 +294,6 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, h):
         return self._dev(h, "nvmlDeviceGetPowerUsage").power_mw
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return self._dev(h, "nvmlDeviceGetEnforcedPowerLimit").limit_mw
 
     def nvmlDeviceGetTemperature(self, h, sensor):
         return self._dev(h, "nvmlDeviceGetTemperature").temp

@@ -1,8 +1,8 @@
 """NVML backend: reads real GPUs through nvidia-ml-py (`pynvml`); the only module that imports it.
 
-Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy, power and the
-current power limit (each field has its own return code; a field the driver lacks falls back to the
-classic getter), then temperature, memory, utilisation, SM clock and clock event reasons (on a driver before R535,
+Per GPU and scrape: one batched ``nvmlDeviceGetFieldValues`` for memory temperature, total energy and power (each
+field has its own return code; a field the driver lacks falls back to the classic getter), then the power
+management limit, temperature, memory, utilisation, SM clock and clock event reasons (on a driver before R535,
 which lacks ``nvmlDeviceGetCurrentClocksEventReasons``, its old name ``...ThrottleReasons``). Memory is
 ``nvmlDeviceGetMemoryInfo`` version 2 (used without the driver's reserved memory, which is published as
 ``DCGM_FI_DEV_FB_RESERVED``), else version 1, whose used memory includes the reserved and which has no reserved
@@ -13,9 +13,9 @@ the previous one), on Hopper and newer: a GPU's first scrape has no sample yet, 
 or GPM answering NotSupported) has it unsupported, as dcgm-exporter emits no series without profiling; utilisation
 is a different measure and is not passed off as it (the rules fall back to it, `gpu:sm_active:ratio`). A Hopper
 GPU in MIG mode also gets it per GPU instance (``nvmlGpmMigSampleGet``, `exporters.backends.nvml_gpm`), as
-dcgm-exporter publishes it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without waiting on every
-read; the last one per GPU is reported, none for a GPU whose events NVML will not deliver (`exporters.backends.nvml_xid`).
-Slowdown and shutdown thresholds are kept once read.
+dcgm-exporter publishes it. XIDs arrive as NVML events (``nvmlEventTypeXidCriticalError``), drained without
+waiting on every read; the last one per GPU is reported, none for a GPU whose events NVML will not deliver
+(`exporters.backends.nvml_xid`). Slowdown and shutdown thresholds are kept once read.
 
 Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
 which returns that average on Ampere and newer and the instant power before), as dcgm-exporter's
@@ -48,9 +48,11 @@ served (`exporters.backends.nvml_identity`).
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 between the GPU's minimum and its *default* limit, never above it, and `power_limits()` answers where each GPU's
 limit is (`exporters.backends.nvml_power`); the next scrape reports a new limit in
-``DCGM_FI_DEV_POWER_MGMT_LIMIT``. `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a
-device plugin's MIG device is (`exporters.backends.nvml_mig`). Tests inject `exporters.backends.fake_nvml` as
-`nvml`.
+``DCGM_FI_DEV_POWER_MGMT_LIMIT``: the management limit (``nvmlDeviceGetPowerManagementLimit``, what ``nvidia-smi -pl``
+sets), the one the agent judges its caps by and DCGM reports under that name, not the limit the driver enforces
+(field 190, ``nvmlDeviceGetEnforcedPowerLimit``), which an out-of-band limit can hold lower.
+`mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is
+(`exporters.backends.nvml_mig`). Tests inject `exporters.backends.fake_nvml` as `nvml`.
 """
 
 from __future__ import annotations
@@ -130,7 +132,6 @@ class NvmlBackend:
         self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
                        nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
                        nvml.NVML_FI_DEV_POWER_AVERAGE: "DCGM_FI_DEV_POWER_USAGE",
-                       nvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
@@ -212,12 +213,12 @@ class NvmlBackend:
             return float(v)
 
         got = self._batched(k, h)
-        scale = {"DCGM_FI_DEV_POWER_USAGE": 1e-3, "DCGM_FI_DEV_POWER_MGMT_LIMIT": 1e-3}
+        scale = {"DCGM_FI_DEV_POWER_USAGE": 1e-3}
         fallback = {
             "DCGM_FI_DEV_MEMORY_TEMP": None,
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
             "DCGM_FI_DEV_POWER_USAGE": lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-            "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda: nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,   # no batch
         }
         for field, fb in fallback.items():
             if field in got:
