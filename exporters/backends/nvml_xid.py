@@ -1,6 +1,6 @@
-"""XIDs through NVML events: `XidEvents(nvml, handles, uuids)`, the last XID per GPU (``DCGM_FI_DEV_XID_ERRORS``).
+"""XIDs through NVML events: `XidEvents(nvml, handles, uuids, uuid_of)`, the last XID of each GPU.
 
-One event set (``nvmlEventSetCreate``) with every GPU registered for ``nvmlEventTypeXidCriticalError``; `read()`
+One event set (``nvmlEventSetCreate``) with every GPU registered for ``nvmlEventTypeXidCriticalError``;
 `drain()` takes what is queued without waiting (``nvmlEventSetWait`` with a 0 ms timeout) and `values()` answers the
 last XID per GPU: 0 until one arrives, as dcgm-exporter reports it.
 
@@ -27,7 +27,8 @@ FALLEN_OFF_THE_BUS = 79
 
 
 class XidEvents:
-    """The last XID of each GPU of `handles` (named `uuids`, in the same order); see the module docstring."""
+    """The last XID of each GPU of `handles` (named `uuids`, in the same order; `uuid_of` names the GPU an event's
+    handle is); see the module docstring."""
 
     def __init__(self, nvml: Any, handles: Sequence[Any], uuids: Sequence[str],
                  uuid_of: Callable[[Any], str]) -> None:
