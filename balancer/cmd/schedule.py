@@ -116,13 +116,17 @@ class SchedulerMetrics:
                                  "for a pod that fit nowhere.", registry=r)
         self.starving = Gauge("gputide_scheduler_starving_pods", "Pods the last pass found waiting longer than "
                               "--starving-after and gave a node to hold as GPUs free up there.", registry=r)
+        self.stuck = Gauge("gputide_scheduler_holds_stuck", "Preemption holds the last pass kept past the hour for "
+                           "victims stuck terminating on a node that still admits the pod (the log names them).",
+                           registry=r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
 
     def record(self, results: dict, latencies: Sequence[float] = (), oldest_pending_s: float = 0.0,
-               preempted: int = 0, starving: int = 0) -> None:
+               preempted: int = 0, starving: int = 0, stuck: int = 0) -> None:
         self.preempted.inc(preempted)
         self.starving.set(starving)
+        self.stuck.set(stuck)
         for seconds in latencies:
             self.latency.observe(seconds)
         self.oldest.set(oldest_pending_s)
@@ -176,7 +180,7 @@ def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
         log.warning("scheduling pass failed: %s", err)
         return
     metrics.record(results, scheduler.latencies, scheduler.oldest_pending_s, len(scheduler.preempted),
-                   len(scheduler.starving))
+                   len(scheduler.starving), len(scheduler.stuck_holds))
     for name, node in results.items():
         if node:
             log.info("bound %s to %s", name, node)
@@ -265,6 +269,7 @@ def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float)
             else:   # the leader's figures; a standby's last ones would go stale
                 metrics.pending.set(0)
                 metrics.oldest.set(0)
+                metrics.stuck.set(0)
             health.beat()
             scheduler.wait_for_work(interval)
     finally:

@@ -136,3 +136,13 @@ def test_a_hold_kept_past_the_hour_lapses_once_its_node_no_longer_admits_the_pod
     clock.advance(1)                                                   # lapsed: it plans afresh
     sched.schedule_once()
     assert sched.preempted == [("default/low-3", "b")] and sched.stuck_holds == []
+
+
+def test_the_stuck_hold_is_served_as_a_gauge(kube: FakeKube, api, clock):
+    from balancer.cmd.schedule import SchedulerMetrics, one_pass
+
+    sched, start = stuck_for_urgent(kube, api, clock)
+    metrics = SchedulerMetrics()
+    passes_until(sched, clock, start + 2 * HOUR)
+    one_pass(sched, metrics)
+    assert metrics.registry.get_sample_value("gputide_scheduler_holds_stuck") == 1
