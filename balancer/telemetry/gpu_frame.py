@@ -69,9 +69,12 @@ UNSUPPORTED_INFO = "gputide_exporter_unsupported_field_info"
 # fleet publish that series (its exporter lost the field, an XID event stream that failed on that board): its health
 # is unknown, and it is kept from new work as a GPU with bad memory is. A series no GPU publishes (an exporter not
 # configured for XIDs or memory health) leaves every GPU healthy, as before. A GPU whose exporter declares every field
-# a health series comes from unsupported (`HEALTH_UNSUPPORTED`: no ECC, no row remapper) has none for good: healthy.
+# a health series comes from unsupported (`HEALTH_UNSUPPORTED`: no ECC, no row remapper; XID events NVML does not
+# deliver for that board) has none for good: healthy. An XID stream that failed otherwise is a collect error,
+# retried by the exporter: unknown until it reports.
 HEALTH = ("xid", "memory_unhealthy")
 HEALTH_UNSUPPORTED: Mapping[str, tuple[str, ...]] = {
+    "xid": ("DCGM_FI_DEV_XID_ERRORS",),   # NVML delivers no XID events for that board (NotSupported)
     "memory_unhealthy": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING",
                          "DCGM_FI_DEV_ROW_REMAP_FAILURE")}
 assert set(UNKNOWABLE) <= set(MAY_BE_UNKNOWN)

@@ -62,8 +62,10 @@ def test_a_gpu_without_the_health_series_the_fleet_publishes_is_of_unknown_healt
 @pytest.mark.parametrize("client", [
     Declaring(drop=[(u, "xid") for _, _, u, _ in GPUS]),
     Declaring(flags=flags(**{"GPU-a0": 0.0, "GPU-b0": 0.0}), declared=[("GPU-a1", f) for f in MEMORY_FIELDS]),
+    Declaring(drop=[("GPU-b0", "xid")], declared=[("GPU-b0", "DCGM_FI_DEV_XID_ERRORS")]),
 ], ids=["no GPU publishes XIDs or memory health (an exporter without those fields)",
-        "its exporter declares memory health unsupported (no ECC, no row remapper)"])
+        "its exporter declares memory health unsupported (no ECC, no row remapper)",
+        "its exporter declares XID events unsupported (NVML delivers none for that board)"])
 def test_health_series_no_gpu_has_or_a_board_never_has_read_healthy(client):
     src = source(client)
     snap = src.snapshot()
