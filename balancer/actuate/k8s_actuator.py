@@ -15,7 +15,8 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     (`k8s_nodes.power_caps_update`). The annotation is also what a restarted controller or a new
                     leader reads back (`Node.power_caps`) to give back what an earlier one throttled.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
-                    HPA targets the Deployment, else the Deployment's scale subresource. The floor never goes below
+                    HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
+                    else the Deployment's scale subresource. The floor never goes below
                     the operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while
                     the floor differs from it (a restarted controller reads it back), nor above maxReplicas.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
@@ -76,6 +77,7 @@ from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
+from balancer.actuate.k8s_hpa import service_hpa
 from balancer.actuate.k8s_migrate import Migrations
 from balancer.actuate.k8s_nodes import (
     annotation_map_change,
@@ -324,8 +326,7 @@ class KubernetesActuator:
     def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str:
         ns, name = split_name(action.service, self._owner_namespace(action.service, snapshot))
         hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
-        hpa = next((h for h in hpas.get("items", []) if (h["spec"].get("scaleTargetRef") or {}).get("kind")
-                    == "Deployment" and h["spec"]["scaleTargetRef"].get("name") == name), None)
+        hpa = service_hpa(hpas, name)   # whatever it scales: a Deployment, a StatefulSet, a Rollout
         if hpa is None:
             what = f"deployment {ns}/{name} scale"
             self.api(what, self.api.apps.patch_namespaced_deployment_scale, name, ns,
