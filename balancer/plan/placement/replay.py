@@ -57,7 +57,9 @@ def _ints(df: pd.DataFrame, column: str, path: str | Path, lo: int, hi: int | No
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         allowed = f"integers {lo}..{hi}" if hi is not None else f"integers {lo}..{INT_CAP}"
-        raise InputError(str(path), column, df[column].iloc[row], allowed, f"row {row + 2}")
+        value = df[column].iloc[row]   # the cell as read: a numpy scalar when the column is numeric
+        value = value.item() if isinstance(value, np.generic) else value
+        raise InputError(str(path), column, value, allowed, f"row {row + 2}")
     return values.to_numpy(dtype=np.int64)
 
 
