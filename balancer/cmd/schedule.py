@@ -42,7 +42,7 @@ import argparse
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from balancer.app.health import LEASE_CALLS_TO_RELEASE, Health, Retries, call_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
@@ -121,6 +121,22 @@ class SchedulerMetrics:
                            registry=r)
         for result in ("bound", "unschedulable"):
             self.binds.labels(result)
+        self.leading = False
+
+    def lead(self, leading: bool) -> None:
+        """Whether this replica binds (`gputide_scheduler_leader`). A standby reports none of the leader's figures:
+        pending, oldest pending, starving and stuck go to 0 and the GPU-facts nodes read 0 (`follow_facts`), so a
+        former leader's last values neither page nor hide the leader's own under a `max` or add to a `sum`."""
+        self.leading = leading
+        self.leader.set(1 if leading else 0)
+        if not leading:
+            for gauge in (self.pending, self.oldest, self.starving, self.stuck):
+                gauge.set(0)
+
+    def follow_facts(self, facts_nodes: Callable[[], int]) -> None:
+        """`gputide_scheduler_gpu_facts_nodes`, read at each scrape: the placer's count while this replica leads
+        (it refreshes the facts in its passes only), 0 on a standby."""
+        self.facts_nodes.set_function(lambda: float(facts_nodes()) if self.leading else 0.0)
 
     def record(self, results: dict, latencies: Sequence[float] = (), oldest_pending_s: float = 0.0,
                preempted: int = 0, starving: int = 0, stuck: int = 0) -> None:
@@ -254,7 +270,7 @@ def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float)
     scheduler.progress = health.progress
     for resource, w in scheduler.watches.items():
         metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
-    metrics.facts_nodes.set_function(lambda: float(placer.facts_nodes))
+    metrics.follow_facts(lambda: placer.facts_nodes)
     if args.metrics_port:
         bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
              args.metrics_port, "--metrics-port")
@@ -263,15 +279,11 @@ def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float)
     try:
         while not scheduler.stopping:
             is_leader = leading()
-            metrics.leader.set(1 if is_leader else 0)
+            metrics.lead(is_leader)   # a standby's figures go to 0: its last ones as leader would go stale
             if is_leader:
                 one_pass(scheduler, metrics)
-            else:   # the leader's figures; a standby's last ones would go stale
-                metrics.pending.set(0)
-                metrics.oldest.set(0)
-                metrics.stuck.set(0)
             health.beat()
             scheduler.wait_for_work(interval)
     finally:
-        metrics.leader.set(0)
+        metrics.lead(False)
     return 0
