@@ -200,9 +200,11 @@ class ControllerMetrics:
 
     def standby(self) -> None:
         """A replica that stopped acting (it lost its Lease) stops reporting what it saw while it acted: fail-static,
-        capacity, forecasts, fragmentation, waiting jobs and owed workers go back to empty, so alerts and dashboard
-        sums count the leader only, not also the frozen values of a former one."""
+        capacity, forecasts, fragmentation, waiting jobs and owed workers go back to empty and the GPUs of unknown
+        health to NaN (it reads no telemetry), so alerts and dashboard sums count the leader only, not also the frozen
+        values of a former one. Its staleness and eviction budget stay (the dashboards and alerts skip a standby's)."""
         self.set_fail_static(None)
+        self.health_unknown.set(math.nan)
         self.forgotten.set_all({})
         self.set_capacity({}, {})
         self.set_capacity_holding("")
