@@ -2,42 +2,91 @@
 
 A restart or a fail-over must never reset the safety budgets. The leader saves its ledger where a successor reads
 it (the elector's `save_state`, e.g. an annotation on the Lease) after every change, and a new leader merges what it
-finds there (`load_state`) into its own (cooldowns and evictions only restrain: `SafetyLedger.merged`). A save that
-fails is tried again every cycle until one succeeds, not only after the next action: a leader change in a quiet
-spell would otherwise hand on a ledger without the last actions' evictions. Neither failure stops the controller.
+finds there (`load_state`) into its own (cooldowns and evictions only restrain: `SafetyLedger.merged`); when its own
+holds what the one found lacks, it saves the merge at once. A save that fails is tried again every cycle until one
+succeeds, not only after the next action: a leader change in a quiet spell would otherwise hand on a ledger without
+the last actions' evictions. Neither failure stops the controller.
+
+No eviction before it is saved: the guard's review (`review`) writes the ledger with the evictions it accepted
+(a reservation) before the loop carries any out, and when that write fails the evictions wait (rejected as
+`eviction_budget`: none may be spent that a successor would not know of), so a crash or fail-over never lets the
+next leader spend budget this one already spent. Reclaims of loaned GPUs still go (the budget never refuses them),
+as does everything that evicts no pod. The reservation is dated at the cycle's start and replaced by the ledger
+itself once the actions are done (or at the next cycle's start).
+
+A failed save is logged and counted (`gputide_ledger_write_failures_total{reason}`: `LEDGER_WRITE_FAILURES`), and
+entries the elector left out to fit where it saves (`balancer.ledger_fit`) are counted too
+(`gputide_ledger_entries_dropped_total`, at every save that cuts: the same old entry counts at each).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
+from weakref import WeakKeyDictionary
 
+from prometheus_client import CollectorRegistry, Counter
+
+from balancer.actions import Action, ScaleTraining
+from balancer.actuate.leader import LEDGER_WRITE_FAILURES, LedgerNotSaved
+from balancer.model import ClusterSnapshot
+from balancer.safety import EvictionBudgetExhausted, Review, SafetyGuard, count_evictions
 from balancer.safety_ledger import SafetyLedger
 
 log = logging.getLogger(__name__)
 
 
-class LedgerHandover:
-    """Inherits and hands on the safety ledger through `elector` (its optional `load_state` / `save_state`)."""
+class LedgerMetrics:
+    """The hand-over's counters on `registry`, one set per registry (`on`): replicas in one process may share one."""
 
-    def __init__(self, elector: Any) -> None:
+    _by_registry: WeakKeyDictionary[CollectorRegistry, LedgerMetrics] = WeakKeyDictionary()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.write_failures = Counter(
+            "gputide_ledger_write_failures", "Saves of the safety ledger where a successor reads it (the Lease) that "
+            "failed, by reason; the ledger stays unsaved and is tried again every cycle, and evictions wait.",
+            ["reason"], registry=registry)
+        self.entries_dropped = Counter(
+            "gputide_ledger_entries_dropped", "Safety-ledger entries left out of a save to fit the Lease annotation "
+            "(cooldowns first, evictions last), summed over saves.", registry=registry)
+        for reason in LEDGER_WRITE_FAILURES:   # every reason starts at 0, so increase() sees the first failure
+            self.write_failures.labels(reason=reason)
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry | None) -> LedgerMetrics:
+        if registry is None:
+            return cls(CollectorRegistry())
+        if registry not in cls._by_registry:
+            cls._by_registry[registry] = cls(registry)
+        return cls._by_registry[registry]
+
+
+class LedgerHandover:
+    """Inherits and hands on the safety ledger through `elector` (its optional `load_state` / `save_state`), counted
+    on `registry` (the controller's metrics; None: a private one)."""
+
+    def __init__(self, elector: Any, registry: CollectorRegistry | None = None) -> None:
         self.elector = elector
         self.unsaved = False   # the ledger changed since a successor could last inherit it
+        self.metrics = LedgerMetrics.on(registry)
 
     def inherit(self, ledger: SafetyLedger) -> SafetyLedger:
-        """`ledger` merged with the one the previous leader left, if its elector kept one that reads."""
+        """`ledger` merged with the one the previous leader left, if its elector kept one that reads; `unsaved`
+        when `ledger` holds what that one lacks (the merge is saved at the cycle's start)."""
         load = getattr(self.elector, "load_state", None)
         text = load() if load is not None else None
-        if not text:
-            return ledger
+        inherited = SafetyLedger()
         try:
-            inherited = SafetyLedger.from_json(text)
+            if text:
+                inherited = SafetyLedger.from_json(text)
+                log.info("inherited safety ledger: %d cooldowns, %d evictions in the window",
+                         len(inherited.last_action), len(inherited.evictions))
         except ValueError as exc:
             log.warning("inherited safety ledger unreadable, starting from this replica's own: %s", exc)
-            return ledger
-        log.info("inherited safety ledger: %d cooldowns, %d evictions in the window", len(inherited.last_action),
-                 len(inherited.evictions))
-        return ledger.merged(inherited)
+        merged = ledger.merged(inherited)
+        self.unsaved |= merged != inherited.merged(SafetyLedger())
+        return merged
 
     def changed(self, ledger: SafetyLedger) -> None:
         """`ledger` has what this cycle's actions spent: hand it on now (and until a save succeeds)."""
@@ -46,10 +95,47 @@ class LedgerHandover:
 
     def hand_on(self, ledger: SafetyLedger) -> None:
         """Save `ledger` for a successor; on failure it stays `unsaved` and the loop calls again next cycle."""
+        if self._save(ledger, "tried again next cycle"):
+            self.unsaved = False
+
+    def review(self, guard: SafetyGuard, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
+               now: float) -> Review:
+        """`guard`'s review of `actions`, its evictions saved before any is carried out (module docstring): those it
+        accepted wait, rejected, when the ledger with them cannot be saved."""
+        review = guard.review(actions, snapshot, ledger, now)
+        if getattr(self.elector, "save_state", None) is None or not any(
+                count_evictions(a, snapshot) for a in review.accepted):
+            return review
+        saved = self._save(guard.record(ledger, review.accepted, snapshot, now), "its evictions wait")
+        self.unsaved = True   # the ledger saved (a reservation) or not: written again once the actions are done
+        if saved:
+            return review
+        held = {id(a) for a in held_evictions(review.accepted, snapshot)}
+        why = EvictionBudgetExhausted("the safety ledger could not be saved for a successor: no eviction until it is")
+        return Review(tuple(a for a in review.accepted if id(a) not in held),
+                      review.rejected + tuple((a, why) for a in review.accepted if id(a) in held))
+
+    def _save(self, ledger: SafetyLedger, then: str) -> bool:
+        """Whether the elector saved `ledger`; a failure logged (with what happens `then`) and counted by reason."""
         save = getattr(self.elector, "save_state", None)
         try:
-            if save is not None:
-                save(ledger.to_json())
-            self.unsaved = False
-        except Exception as exc:
-            log.warning("safety ledger not saved for a successor (tried again next cycle): %s", exc)
+            dropped = save(ledger.to_json()) if save is not None else 0
+        except LedgerNotSaved as exc:
+            reason, err = exc.reason, exc
+        except ValueError as exc:   # no ledger the elector can cut to fit
+            reason, err = "invalid", exc
+        except Exception as exc:   # an elector's own failure (a transport error ...)
+            reason, err = "error", exc
+        else:
+            if dropped:
+                self.metrics.entries_dropped.inc(dropped)
+            return True
+        self.metrics.write_failures.labels(reason=reason).inc()
+        log.warning("safety ledger not saved for a successor (%s; %s): %s", reason, then, err)
+        return False
+
+
+def held_evictions(accepted: Iterable[Action], snapshot: ClusterSnapshot) -> list[Action]:
+    """The accepted actions that must wait while the ledger cannot be saved: every one that evicts a pod, but a
+    reclaim of loaned GPUs (the eviction budget never refuses one: `SafetyGuard._count`)."""
+    return [a for a in accepted if count_evictions(a, snapshot) and not (isinstance(a, ScaleTraining) and a.reclaim)]

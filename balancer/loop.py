@@ -105,7 +105,7 @@ class Reconciler:
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self._recovered = False
-        self.handover = LedgerHandover(self.elector)   # the ledger from the previous leader, to the next
+        self.handover = LedgerHandover(self.elector, self.metrics.registry)   # the ledger, leader to leader
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
         self._term: object = None   # the elector's `terms` when this replica last took the lead
@@ -186,7 +186,7 @@ class Reconciler:
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         self._log_notes(plan.notes)
         self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
-        review = self.guard.review(plan.actions, snap, self.ledger, now)
+        review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)   # evictions saved first
         rejected = [(a, exc.reason) for a, exc in review.rejected]
         for a, exc in review.rejected:
             self.metrics.rejected.labels(reason=exc.reason).inc()

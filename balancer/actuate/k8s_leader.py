@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from balancer.actuate.kubernetes import ConflictError, Json, NotFoundError, _Api, micro_time, parse_time
-from balancer.errors import ActuationError
+from balancer.actuate.leader import LedgerNotSaved
+from balancer.errors import ActuationError, TemporaryActuationError
 from balancer.ledger_fit import fit
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ class LeaseLeaderElector:
     The Lease also carries the holder's safety ledger (cooldowns, evictions and migrations in their windows) in
     the `gputide.io/safety-ledger` annotation: `save_state` writes it whenever the loop acted, `load_state` hands
     a new holder what the previous one left, so a fail-over or restart never resets the safety budgets.
+    `save_state` returns only once the Lease holds the ledger (a renewal that wrote it counts) and raises
+    `LedgerNotSaved` otherwise. Taking the Lease over, the elector keeps the ledger found on it (it drops its own,
+    perhaps from an earlier term, until the loop saves its own merged with the one found): a takeover never
+    overwrites what the previous holder spent.
     """
 
     def __init__(self, api_client: Any, name: str, namespace: str, identity: str,
@@ -70,6 +75,8 @@ class LeaseLeaderElector:
         self._renewed_at: float | None = None            # our clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
+        self._persisted: str | None = None               # the ledger on the Lease as of our last write to it
+        self._failure: str | None = None                 # why the last read or write of the Lease failed
         # times we took the Lease (not renewals): the loop tells a lead lost and retaken between two of its asks
         # (as a renewer thread may) from one held throughout, and starts the new term afresh
         self.terms = 0
@@ -121,13 +128,14 @@ class LeaseLeaderElector:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except NotFoundError:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "metadata": {"name": self.name, "namespace": self.namespace, "annotations": self._annotations({})},
                     "spec": self._spec(now, now, 0, self.identity, self.lease_duration_s)}
             created = self._write(what, now, self.api.coordination.create_namespaced_lease, self.namespace, body)
             self.terms += created
             return created
         except ActuationError as err:
             log.warning("%s: %s", what, err)
+            self._failure = _failure(err)
             return self.is_leader
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -143,8 +151,10 @@ class LeaseLeaderElector:
             acquired = parse_time(spec.get("acquireTime")) or now
         else:
             acquired, transitions = now, transitions + 1
-        annotations = self._annotations(lease)
         taking_over = holder != self.identity or self._renewed_at is None
+        if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
+            self._state = None
+        annotations = self._annotations(lease)
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace, "annotations": annotations,
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
@@ -168,18 +178,26 @@ class LeaseLeaderElector:
             text, self._inherited = self._inherited, None
         return text
 
-    def save_state(self, text: str) -> None:
-        """Keep our safety ledger on the Lease for whoever holds it next; written now if we hold it. A ledger over
-        `MAX_LEDGER_BYTES` is cut to fit, the entries that restrain least first (`balancer.ledger_fit`), with a
-        warning, rather than left unwritten (a successor then inherited an older ledger, or none). One that cannot be
-        cut (it is no ledger) raises ValueError and the Lease keeps the last one saved: the caller tries again."""
+    def save_state(self, text: str) -> int:
+        """Keep our safety ledger on the Lease for whoever holds it next, written now; the entries left out to fit.
+        A ledger over `MAX_LEDGER_BYTES` is cut to fit, the entries that restrain least first (`balancer.ledger_fit`),
+        with a warning, rather than left unwritten (a successor then inherited an older ledger, or none). One that
+        cannot be cut (it is no ledger) raises ValueError and the Lease keeps the last one saved: the caller tries
+        again. So does a write that fails, or one this replica may not make (it does not hold the Lease):
+        `LedgerNotSaved`, the ledger kept for our next write as holder (the renewer's, if it comes first)."""
         text, dropped = fit(text, MAX_LEDGER_BYTES)
         if dropped:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
                         "evictions last) left out of what a successor inherits", MAX_LEDGER_BYTES, dropped)
-        self._state = text
-        if self.is_leader:
-            self.try_acquire_or_renew()
+        with self._lock:
+            self._state, self._failure = text, None
+            if self._persisted != text and self.is_leader:
+                self._try_acquire_or_renew()
+            if self._persisted != text:
+                reason = self._failure or "not_leader"
+                raise LedgerNotSaved(reason, f"lease {self.namespace}/{self.name}: safety ledger not written "
+                                             f"({reason}); kept for the next write as holder")
+        return dropped
 
     def try_acquire(self, now: float) -> bool:
         """The loop's LeaderElector protocol: True while this replica may act. With a renewer thread (`start()`)
@@ -191,11 +209,13 @@ class LeaseLeaderElector:
             written = self.api(what, fn, *args)
         except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
             log.info("%s: %s is not leader: %s", what, self.identity, err)
+            self._failure = _failure(err)
             if isinstance(err, ConflictError):   # the Lease changed since we read it: not ours until a renewal says so
                 self._renewed_at = None
                 return False
             return self.is_leader
         spec = written.get("spec") or {}
+        self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"))
         self._observed_at = self._renewed_at = now
         return True
@@ -229,6 +249,13 @@ class LeaseLeaderElector:
         finally:
             self._renewed_at = None
         return True
+
+
+def _failure(err: ActuationError) -> str:
+    """`LedgerNotSaved.reason` for a failed call to the Lease."""
+    if isinstance(err, ConflictError):
+        return "conflict"
+    return "unavailable" if isinstance(err, TemporaryActuationError) else "refused"
 
 
 # ---- client construction -------------------------------------------------------------------------------------

@@ -12,12 +12,31 @@ An elector may count `terms`, the times this replica took the Lease (not its ren
 a lead lost and taken again between two of its asks (another replica may have led in between) from one held
 throughout, and starts a new term as a new leader would.
 The Kubernetes elector is `balancer.actuate.k8s_leader.LeaseLeaderElector`.
+
+An elector may also carry the safety ledger to the next holder (`balancer.ledger_handover`): `load_state()` the one
+the previous holder left, `save_state(text)` ours, returning how many entries it left out to fit (0 or None: none),
+or raising `LedgerNotSaved` (its `reason` one of `LEDGER_WRITE_FAILURES`) when the ledger is not where a successor
+reads it: never a silent return, or a crash after it would forget the budget spent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+# why a ledger was not saved: the Lease changed since it was read (409); this replica does not hold it; the API server
+# did not answer or failed (5xx, 429, timeout); it refused the write (403, 422, ...); the ledger cannot be cut to fit;
+# anything else an elector raised
+LEDGER_WRITE_FAILURES = ("conflict", "not_leader", "unavailable", "refused", "invalid", "error")
+
+
+class LedgerNotSaved(Exception):
+    """`save_state` did not put the ledger where a successor reads it; `reason` is one of `LEDGER_WRITE_FAILURES`.
+    The elector keeps it for its next write as holder; the caller tries again."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class LeaderElector(Protocol):
@@ -70,6 +89,8 @@ class InMemoryLeaderElector:
     def load_state(self) -> str | None:
         return self.lease.state
 
-    def save_state(self, text: str) -> None:
-        if self.lease.holder == self.identity:
-            self.lease.state = text
+    def save_state(self, text: str) -> int:
+        if self.lease.holder != self.identity:
+            raise LedgerNotSaved("not_leader", f"{self.identity} does not hold the lease")
+        self.lease.state = text
+        return 0
