@@ -18,7 +18,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
                     else the Deployment's scale subresource. The floor never goes below
                     the operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while
-                    the floor differs from it (a restarted controller reads it back), nor above maxReplicas.
+                    the floor differs from it (a restarted controller reads it back), nor above maxReplicas; the
+                    floor written is kept beside it (`gputide.io/floor-min-replicas`), so a minReplicas someone else
+                    wrote since is the operator's own from then on (`k8s_hpa`).
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -77,7 +79,12 @@ from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
-from balancer.actuate.k8s_hpa import service_hpa
+from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
+    HPA_OWN_MIN_ANNOTATION,
+    hpa_floor,
+    hpa_floor_patch,
+    service_hpa,
+)
 from balancer.actuate.k8s_migrate import Migrations
 from balancer.actuate.k8s_nodes import (
     annotation_map_change,
@@ -123,32 +130,6 @@ def _failed(action: Action, outcome: Outcome, err: ActuationError, unknown: list
         return ActionResult(action, outcome, str(err), _code(err))
     return ActionResult(action, outcome, f"{err}; outcome unknown: no answer to {', '.join(unknown)}, which may "
                         "have been carried out", _code(err), maybe_applied=True)
-
-
-# the operator's own minReplicas of an HPA whose floor gputide raised: the floor never goes below it, and it is put
-# back when the tide recedes; kept on the HPA itself, so a restarted controller or a new leader knows it too
-HPA_OWN_MIN_ANNOTATION = "gputide.io/own-min-replicas"
-
-
-def hpa_floor(hpa: Json, replicas: int) -> tuple[int, int]:
-    """(the minReplicas for a floor of `replicas`, the operator's own minReplicas): never below the operator's own
-    (the annotation once gputide changed it, else the HPA's minReplicas) nor 1, never above maxReplicas."""
-    spec, notes = hpa["spec"], (hpa.get("metadata") or {}).get("annotations") or {}
-    try:
-        own = int(notes[HPA_OWN_MIN_ANNOTATION])
-    except (KeyError, ValueError):
-        own = int(spec.get("minReplicas", 1))
-    return min(max(replicas, own, 1), int(spec["maxReplicas"])), own
-
-
-def hpa_floor_patch(hpa: Json, want: int, own: int) -> Json | None:
-    """The merge patch setting minReplicas `want`: the operator's `own` remembered while they differ, forgotten once
-    the floor is back at it (so an operator's later edit of minReplicas is theirs again). None: nothing to change."""
-    note = None if want == own else str(own)
-    had = ((hpa.get("metadata") or {}).get("annotations") or {}).get(HPA_OWN_MIN_ANNOTATION)
-    if hpa["spec"].get("minReplicas", 1) == want and had == note:
-        return None
-    return {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: note}}, "spec": {"minReplicas": want}}
 
 
 # ---- the actuator --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The HPA under an inference service, decided from the API's answers (no calls here; `k8s_actuator` makes them).
+"""The HPA under an inference service and gputide's floor on it, decided from the API's answers (no calls here;
+`k8s_actuator` makes them).
 
 An autoscaling/v2 HPA scales anything with a /scale subresource: a Deployment, a StatefulSet, an Argo Rollout (which
 exposes /scale as a Deployment does). The service's HPA is the one whose `scaleTargetRef` names it, whatever the
@@ -6,6 +7,13 @@ target's kind, one on a Deployment first: gputide's floor is the HPA's `minRepli
 no HPA scales has its Deployment's own scale set. Matching Deployments alone sent a StatefulSet's or a Rollout's
 floor to `deployments/{name}/scale`: a 404 every cycle, or, for a Rollout that took over a Deployment of its name
 (Argo Rollouts' `workloadRef`, which keeps that Deployment at 0), the old Deployment scaled up beside the Rollout.
+
+The floor is the HPA's `minReplicas`, never below the operator's own (nor 1), never above `maxReplicas`. While it
+differs from the operator's own, the HPA carries both: `gputide.io/own-min-replicas` (theirs, given back when the
+tide recedes, read back by a restarted controller or a new leader) and `gputide.io/floor-min-replicas` (the floor
+gputide wrote). A `minReplicas` that is no longer that floor was written by someone else (`kubectl edit`, a GitOps
+sync of a new value): it is the operator's own from then on, so gputide neither lowers an operator's raise nor gives
+back a minimum they have since changed. A record without the floor (written before it was kept) is trusted as is.
 """
 
 from __future__ import annotations
@@ -21,3 +29,43 @@ def service_hpa(hpas: Json, name: str) -> Json | None:
     named = [h for h in hpas.get("items", []) if ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name]
     return next((h for h in named if h["spec"]["scaleTargetRef"].get("kind") == "Deployment"),
                 named[0] if named else None)
+
+
+# the operator's own minReplicas of an HPA whose floor gputide raised, and the floor gputide wrote (module docstring)
+HPA_OWN_MIN_ANNOTATION = "gputide.io/own-min-replicas"
+HPA_FLOOR_ANNOTATION = "gputide.io/floor-min-replicas"
+
+
+def own_min_replicas(hpa: Json) -> int:
+    """The operator's own minReplicas: gputide's record of it while the HPA's minReplicas is still the floor gputide
+    wrote (or no floor is recorded), else the HPA's minReplicas (theirs, or nobody has raised it)."""
+    spec, notes = hpa["spec"], (hpa.get("metadata") or {}).get("annotations") or {}
+    current = int(spec.get("minReplicas", 1))
+    floor = notes.get(HPA_FLOOR_ANNOTATION)
+    if floor is not None and floor != str(current):   # someone else wrote minReplicas since gputide's floor
+        return current
+    try:
+        return int(notes[HPA_OWN_MIN_ANNOTATION])
+    except (KeyError, ValueError):
+        return current
+
+
+def hpa_floor(hpa: Json, replicas: int) -> tuple[int, int]:
+    """(the minReplicas for a floor of `replicas`, the operator's own minReplicas): never below the operator's own
+    (`own_min_replicas`) nor 1, never above maxReplicas."""
+    own = own_min_replicas(hpa)
+    return min(max(replicas, own, 1), int(hpa["spec"]["maxReplicas"])), own
+
+
+def hpa_floor_patch(hpa: Json, want: int, own: int) -> Json | None:
+    """The merge patch setting minReplicas `want`: the operator's `own` and the floor remembered while they differ,
+    both forgotten once the floor is back at it (so an operator's later edit of minReplicas is theirs again). None:
+    nothing to change."""
+    note = None if want == own else str(own)
+    mark = None if note is None else str(want)
+    notes = (hpa.get("metadata") or {}).get("annotations") or {}
+    if (hpa["spec"].get("minReplicas", 1) == want and notes.get(HPA_OWN_MIN_ANNOTATION) == note
+            and notes.get(HPA_FLOOR_ANNOTATION) == mark):
+        return None
+    return {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: note, HPA_FLOOR_ANNOTATION: mark}},
+            "spec": {"minReplicas": want}}
