@@ -65,6 +65,27 @@ class BoundedLoader(yaml.SafeLoader):
             raise AliasBomb(expanded)
         return super().construct_document(node)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """SafeLoader's, with the Python errors its constructors let out for a value its tag cannot hold (a date
+        `2026-13-45`, `!!int abc`, `!!bool maybe`, an integer of more than 4300 digits) as a YAMLError at the value."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            problem = f"{_value_text(node)} is not a valid {_tag_text(node.tag)} ({exc})"[:300]
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from exc
+
+
+def _tag_text(tag: str) -> str:
+    return tag.replace("tag:yaml.org,2002:", "!!")
+
+
+def _value_text(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        return repr(node.value if len(node.value) <= 40 else node.value[:40] + "...")
+    return "the value"
+
 
 class _StrictLoader(BoundedLoader):
     """`BoundedLoader` that also refuses a key written twice in one mapping (merge keys `<<` may still be

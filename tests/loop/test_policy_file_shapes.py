@@ -1,0 +1,56 @@
+"""Policy files as operators break them, met the three ways the controller meets a file: `gputide run` at start
+(config.load: an InputError, exit 2), the running controller's reload (PolicyReloader.poll: the running policy
+stays, gputide_policy_last_reload_successful 0, the reason in `last_error`) and `gputide check` (exit 2). The same
+file never passes one and fails another, and the error says where in the file it went wrong."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from balancer import config
+from balancer.app.policy_reload import PolicyReloader
+from balancer.cli import main
+from balancer.errors import InputError
+
+HEAD = "apiVersion: gputide/v1alpha1\nkind: BalancerPolicy\nmetadata: {name: p}\n"
+GOOD = HEAD + "spec:\n  safety: {evictionBudget: 20}\n"
+
+
+def _write(path, text: str) -> None:
+    path.write_text(text)
+    st = os.stat(path)   # two writes within one clock tick must still read as a change
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+
+def three_ways(tmp_path, capsys, text: str) -> tuple[str, str, str]:
+    """(start's error, reload's error, check's stderr) for a policy file holding `text`; each must refuse it."""
+    path = tmp_path / "policy.yaml"
+    _write(path, GOOD)
+    reg = CollectorRegistry()
+    r = PolicyReloader(path, config.load(path), registry=reg)
+    _write(path, text)
+    with pytest.raises(InputError) as start:
+        config.load(path)
+    assert r.poll() is None and r.current.safety.eviction_budget == 20
+    assert reg.get_sample_value("gputide_policy_last_reload_successful") == 0
+    assert main(["check", str(path)]) == 2
+    return str(start.value), r.last_error, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("2026-13-45", "'2026-13-45' is not a valid !!timestamp (month must be in 1..12)"),
+    ("!!int abc", "'abc' is not a valid !!int"),
+    ("!!bool maybe", "'maybe' is not a valid !!bool"),
+    ("!!timestamp soon", "'soon' is not a valid !!timestamp"),
+    ("9" * 5000, "is not a valid !!int"),
+], ids=["an impossible date", "a tagged int", "a tagged bool", "a tagged timestamp", "an int past 4300 digits"])
+def test_a_value_its_yaml_type_cannot_hold_is_refused_at_start_at_reload_and_by_check(tmp_path, capsys, value, said):
+    # PyYAML lets ValueError/KeyError/AttributeError out of its constructors: a traceback and exit 1 at start, and
+    # at reload an exception out of poll() that left the success gauge at 1 and the file never tried again
+    start, reload, check = three_ways(tmp_path, capsys, HEAD + f"spec:\n  forecast: {{timezone: {value}}}\n")
+    for text in (start, reload, check):
+        assert "policy.yaml" in text and said in text, text
+
