@@ -54,6 +54,9 @@ def rejection_reasons() -> tuple[str, ...]:
             found.add(cls.reason)
     return tuple(sorted(found | {STALE_PLAN, NOT_LEADER, SHUTTING_DOWN}))
 WAITING_OVER_S = {"0h": 0.0, "4h": 4 * 3600.0}
+# a cycle that plans only takes well under a second; one that acts takes each action's time on top, up to
+# `--action-deadline` (3 to 10 minutes) each: the quantiles must tell a minute's cycle from an hour's, not read 10 s
+RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 
 def oldest_age(snapshot: object, source: object) -> float:
@@ -116,7 +119,7 @@ class ControllerMetrics:
         r = self.registry = registry if registry is not None else CollectorRegistry()
         self.reconcile_duration = Histogram(
             "gputide_reconcile_duration_seconds", "Time one reconcile cycle took.", registry=r,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+            buckets=RECONCILE_BUCKETS_S)
         self.reconcile_total = PromCounter("gputide_reconcile", "Reconcile cycles by result.", ["result"],
                                            registry=r)
         self.last_reconcile = Gauge("gputide_last_reconcile_timestamp_seconds",
