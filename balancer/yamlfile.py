@@ -126,10 +126,20 @@ def parse_yaml(text: str, file: str, *, every: bool = False) -> Any:
         raise InputError(file, "(document)", f"aliases that expand to {exc.expanded} values",
                          f"YAML whose anchors and aliases (&a, *a) repeat at most {MAX_ALIASED_VALUES} values") from exc
     except yaml.YAMLError as exc:
-        raise InputError(file, "(document)", "unparseable YAML", "valid YAML", str(exc).splitlines()[0]) from exc
+        raise InputError(file, "(document)", "unparseable YAML", "valid YAML", _problem(exc)) from exc
     except RecursionError as exc:
         raise InputError(file, "(document)", "nested too deeply to read", "YAML nested at most a few hundred "
                          "levels") from exc
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong and where (`found character '\\t' that cannot start any token, line 7 column 1`): its
+    message's first line is only the context ('while scanning for the next token'), which finds nothing in a file."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return str(exc).splitlines()[0]
+    what = ", ".join(p for p in (exc.context, exc.problem) if p).replace("\t", "\\t") or "unreadable"  # tab shown
+    mark = exc.problem_mark or exc.context_mark
+    return f"{what}, line {mark.line + 1} column {mark.column + 1}" if mark else what
 
 
 def _key_text(key: Any) -> str:

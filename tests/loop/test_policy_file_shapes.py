@@ -54,3 +54,14 @@ def test_a_value_its_yaml_type_cannot_hold_is_refused_at_start_at_reload_and_by_
     for text in (start, reload, check):
         assert "policy.yaml" in text and said in text, text
 
+
+@pytest.mark.parametrize(("text", "said"), [
+    (HEAD + "spec:\n  safety:\n\tevictionBudget: 3\n", "found character '\\t' that cannot start any token, line 6 "
+                                                      "column 1"),
+    (HEAD + "spec:\n  safety: {evictionBudget: 3, cool", "expected ',' or '}', but got '<stream end>', line 5"),
+    (HEAD + "spec:\n  safety:\n    evictionBudget: 3\n    cooldownS", "could not find expected ':', line 7"),
+], ids=["a tab indenting a field", "an editor's write cut inside a flow mapping", "... after a key"])
+def test_unparseable_yaml_says_what_was_found_and_at_which_line(tmp_path, capsys, text, said):
+    # PyYAML's first line was only its context ('while scanning for the next token'), naming no line at all
+    for message in three_ways(tmp_path, capsys, text):
+        assert "valid YAML" in message and said in message, message
