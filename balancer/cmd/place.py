@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from balancer.errors import InputError
 from balancer.plan.defrag import Defragmenter
 from balancer.plan.placement.replay import check_replayable, fgd_seeds, load_nodes, load_pods, replay
 from balancer.plan.placement.scheduler import POLICIES
+from balancer.plan.placement.unplaceable import Unfit, hint, unknown_models
 
 MAX_SEEDS = 1000
 
@@ -68,6 +70,22 @@ def summarise(results, args) -> dict:
     }
 
 
+def notes(unfit: list[Unfit], pods, models: tuple[str, ...], args: argparse.Namespace) -> list[str]:
+    """What the replay will not say: pods that no node can take (they fail in every seed, whatever the policy) and
+    gpu_spec names that match no node's model (a typo narrows a pod to its other models without a word)."""
+    out = []
+    if unfit:
+        u = unfit[0]
+        out.append(f"{args.pods}: {len(unfit)} of {len(pods)} pods fit no node of {args.nodes} even with every node "
+                   f"empty and fail in every seed; the first, row {u.index + 2}: field '{u.field}' is {u.value!r}, "
+                   f"allowed: {u.allowed}" + (f" ({u.hint})" if u.hint else ""))
+    for name, (count, first) in unknown_models(pods, models).items():
+        guess = hint((name,), models)
+        out.append(f"{args.pods}: gpu_spec names {name!r}, a model no node of {args.nodes} has, on {count} GPU "
+                   f"pod{'s' if count > 1 else ''} (the first on row {first + 2})" + (f"; {guess}" if guess else ""))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.policy not in POLICIES:
         raise InputError(None, "--policy", args.policy, ", ".join(POLICIES))
@@ -81,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     if not pods:
         raise InputError(args.pods, "rows", 0, "at least one pod")
-    check_replayable(nodes, pods, args.nodes, args.pods)
+    for line in notes(check_replayable(nodes, pods, args.nodes, args.pods), pods, nodes.models, args):
+        print(f"gputide place: note: {line}", file=sys.stderr)
     defrag = Defragmenter(args.max_moves) if args.defrag else None
     results = [replay(nodes, pods, args.policy, seed, args.inflate, defrag) for seed in fgd_seeds(args.seeds)]
     summary = summarise(results, args)

@@ -29,3 +29,69 @@ def test_a_numeric_cell_out_of_range_is_shown_as_written(tmp_path, capsys, row, 
     err = capsys.readouterr().err
     assert shown in err and "np." not in err and "row 2" in err and "pods.csv" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("rows", "field", "shown"),
+    [
+        ("p0,1000,1000,16,1000,\n", "'num_gpu': invalid value 16;", "at most 8, the most GPUs"),
+        ("p0,1000,1000,4,1000,T4\n", "'num_gpu': invalid value 4;", "at most 2, the most GPUs of a node"),
+        ("p0,64000,1000,1,500,\n", "'cpu_milli': invalid value 64000;", "at most 32000"),
+        ("p0,1000,300000,2,1000,\n", "'memory_mib': invalid value 300000;", "at most 262144"),
+        ("p0,1000,1000,1,500,V100M61\n", "'gpu_spec': invalid value 'V100M61';", "did you mean V100M16 for V100M61?"),
+        ("p0,1000,1000,1,500,v100m16\np1,1000,1000,16,1000,\n", "'gpu_spec': invalid value 'v100m16';",
+         "did you mean V100M16 for v100m16?"),
+    ],
+    ids=["more GPUs than any node", "more GPUs than any node of the model", "more CPU than any node",
+         "more memory than any node with the GPUs", "a model name with a typo", "case differs, and too many GPUs"],
+)
+def test_a_pod_list_no_node_could_take_even_empty_is_refused(tmp_path, capsys, rows, field, shown):
+    """Every level would read 100 % unallocated: that describes the files, not the policy."""
+    assert _place(tmp_path, rows) == 2
+    err = capsys.readouterr().err
+    assert f"field {field}" in err and shown in err and "row 2" in err and "pods.csv" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_pods_no_node_can_take_are_named_and_the_rest_replayed(tmp_path, capsys):
+    rows = "p0,1000,1000,1,500,\np1,1000,1000,1,500,NOPE\np2,1000,1000,16,1000,\np3,1000,1000,1,500,T4|V100M61\n"
+    assert _place(tmp_path, rows) == 0
+    out, err = capsys.readouterr()
+    assert "| 100 |" in out
+    notes = err.strip().splitlines()
+    assert len(notes) == 3 and all(n.startswith("gputide place: note: ") for n in notes)
+    assert "2 of 4 pods fit no node" in notes[0] and "row 3: field 'gpu_spec' is 'NOPE'" in notes[0]
+    assert "'NOPE'" in notes[1] and "row 3" in notes[1] and "did you mean" not in notes[1]
+    assert "'V100M61'" in notes[2] and "row 5" in notes[2] and "did you mean V100M16 for V100M61?" in notes[2]
+
+
+def test_a_replayable_trace_gets_no_note(tmp_path, capsys):
+    assert _place(tmp_path, "p0,1000,1000,1,500,\np1,1000,1000,8,1000,V100M16\np2,500,500,0,0,\n") == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("pods", "flags", "field"),
+    [
+        ("name,cpu_milli,memory_mib,num_gpu\np,1,1,1\n", (), "'columns': invalid value 'gpu_milli'"),
+        ("", (), "'format'"),
+        (PODS, (), "'rows': invalid value 0"),
+        (PODS + "p0,1000,abc,1,500,\n", (), "'memory_mib': invalid value 'abc'"),
+        (PODS + "p0,1000,1000,1,500,\n", ("--inflate", "0"), "'--inflate': invalid value 0.0"),
+        (PODS + "p0,1000,1000,1,500,\n", ("--inflate", "-1"), "'--inflate': invalid value -1.0"),
+        (PODS + "p0,1000,1000,1,500,\n", ("--inflate", "nan"), "'--inflate': invalid value nan"),
+        (PODS + "p0,1000,1000,1,500,\n", ("--seeds", "0"), "'--seeds': invalid value 0"),
+        (PODS + "p0,1000,1000,1,500,\n", ("--policy", "tetris"), "'--policy': invalid value 'tetris'"),
+    ],
+    ids=["missing column", "empty file", "header only", "non-numeric memory", "inflate 0", "inflate negative",
+         "inflate nan", "no seeds", "unknown policy"],
+)
+def test_bad_files_and_flags_exit_2_with_one_line(tmp_path, capsys, pods, flags, field):
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(pods)
+    argv = ["place", "--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+            "--policy", "gputide", "--seeds", "1", *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"field {field}" in err and "allowed: " in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -25,6 +25,7 @@ from balancer.forecast.traces import check_header
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.scheduler import Scheduler, get_policy
 from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, parse_gpu_spec
+from balancer.plan.placement.unplaceable import Unfit, unplaceable
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -126,20 +127,22 @@ def _gpu_specs(df: pd.DataFrame, path: str | Path) -> list[tuple[str, ...] | Non
     return out
 
 
-def check_replayable(nodes: ClusterState, pods: list[PodRequest], nodes_path: str, pods_path: str) -> None:
+def check_replayable(nodes: ClusterState, pods: list[PodRequest], nodes_path: str, pods_path: str) -> list[Unfit]:
     """The FGD protocol measures GPU pods arriving up to `inflate` x GPU capacity: with no pod asking for a GPU, or
-    none allowed on any GPU model the node list has, every level reads 100 % unallocated (or 0 % with nothing
-    arrived) and describes the input files, not the policy."""
+    none that any node could take even empty (a gpu_spec naming only models the node list lacks, more GPUs, CPU or
+    memory than a node has), every level reads 100 % unallocated (or 0 % with nothing arrived) and describes the
+    input files, not the policy. Returns the pods no node can take (`unplaceable`), which fail in every seed."""
     if nodes.total_gpu_milli == 0:
         raise InputError(nodes_path, "gpu", 0, "at least one node with gpu > 0")
-    gpu_pods = [p for p in pods if p.num_gpu > 0]
-    if not gpu_pods:
+    if not any(p.num_gpu > 0 for p in pods):
         raise InputError(pods_path, "num_gpu", 0, "at least one pod with num_gpu > 0")
-    if all(p.allowed_models is not None and not set(p.allowed_models) & set(nodes.models) for p in gpu_pods):
-        raise InputError(pods_path, "gpu_spec", "|".join(gpu_pods[0].allowed_models or ()),
-                         f"on at least one GPU pod, empty (any model) or a model {nodes_path} has: "
-                         + ", ".join(nodes.models),
-                         "no GPU pod may run on any node")
+    unfit = unplaceable(nodes, pods, nodes_path)
+    gpu_unfit = [u for u in unfit if pods[u.index].num_gpu]
+    if len(gpu_unfit) == sum(p.num_gpu > 0 for p in pods):
+        u = gpu_unfit[0]
+        why = (f"row {u.index + 2}", u.hint, "no GPU pod of the list fits any node, even an empty one")
+        raise InputError(pods_path, u.field, u.value, u.allowed, "; ".join(w for w in why if w))
+    return unfit
 
 
 def arrival_order(pods: list[PodRequest], capacity_milli: int, inflate: float, seed: int) -> np.ndarray:
