@@ -20,7 +20,8 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     the operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while
                     the floor differs from it (a restarted controller reads it back), nor above maxReplicas; the
                     floor written is kept beside it (`gputide.io/floor-min-replicas`), so a minReplicas someone else
-                    wrote since is the operator's own from then on (`k8s_hpa`).
+                    wrote since is the operator's own from then on (`k8s_hpa`). An HPA another controller keeps
+                    (KEDA's, controlled by its ScaledObject) is refused (FAILED): its owner writes the floor back.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -81,6 +82,7 @@ from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
 from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
     HPA_OWN_MIN_ANNOTATION,
+    hpa_controller,
     hpa_floor,
     hpa_floor_patch,
     service_hpa,
@@ -313,7 +315,11 @@ class KubernetesActuator:
             self.api(what, self.api.apps.patch_namespaced_deployment_scale, name, ns,
                      {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH)
             return f"{ns}/{name} replicas = {action.replicas}"
-        hname, floor = hpa["metadata"]["name"], {}
+        hname, floor, owner = hpa["metadata"]["name"], {}, hpa_controller(hpa)
+        if owner is not None:   # its controller writes its spec back (KEDA): a floor there would not hold
+            raise PermanentActuationError(f"hpa {ns}/{hname} is generated and kept by {owner}, which writes its "
+                                          "minReplicas back: not floored (set the floor on the owner, or leave the "
+                                          "service out of the profiles)")
 
         def change(h: Json) -> Json | None:
             want, own = hpa_floor(h, int(action.replicas))

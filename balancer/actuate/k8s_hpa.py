@@ -14,11 +14,18 @@ tide recedes, read back by a restarted controller or a new leader) and `gputide.
 gputide wrote). A `minReplicas` that is no longer that floor was written by someone else (`kubectl edit`, a GitOps
 sync of a new value): it is the operator's own from then on, so gputide neither lowers an operator's raise nor gives
 back a minimum they have since changed. A record without the floor (written before it was kept) is trusted as is.
+
+An HPA another controller generates and keeps (a controlling ownerReference: KEDA's `keda-hpa-<name>`, controlled
+by its ScaledObject) is not floored at all (`hpa_controller`): KEDA's reconciler updates the HPA whenever its spec
+differs from the ScaledObject's (`minReplicaCount`), so a floor written there was undone within moments, reported
+APPLIED and written again every cycle. The action is refused instead, naming the owner.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from balancer.actuate.kubernetes import controller_ref
 
 Json = dict[str, Any]
 
@@ -29,6 +36,13 @@ def service_hpa(hpas: Json, name: str) -> Json | None:
     named = [h for h in hpas.get("items", []) if ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name]
     return next((h for h in named if h["spec"]["scaleTargetRef"].get("kind") == "Deployment"),
                 named[0] if named else None)
+
+
+def hpa_controller(hpa: Json) -> str | None:
+    """The controller that generates and keeps the HPA (its controlling ownerReference), as "Kind name (apiVersion)";
+    None for an HPA nobody controls, which people (or their GitOps tool) write."""
+    ref = controller_ref(hpa.get("metadata") or {})
+    return None if ref is None else f"{ref.get('kind', '?')} {ref.get('name', '?')} ({ref.get('apiVersion', '?')})"
 
 
 # the operator's own minReplicas of an HPA whose floor gputide raised, and the floor gputide wrote (module docstring)
