@@ -21,7 +21,7 @@ from typing import Any
 from balancer import config, fleet
 from balancer.app.capacity_run import profiles_from_dict
 from balancer.errors import EXIT_INPUT_ERROR, InputError
-from balancer.yamlfile import API_VERSION, parse_yaml, read_yaml_all
+from balancer.yamlfile import parse_yaml, read_yaml_all
 
 
 def _shown(value: Any) -> str:
@@ -76,9 +76,18 @@ def _config_map(doc: Mapping, where: str) -> list[tuple[str, str]]:
     for key, text in data.items():
         at = f"{where} (ConfigMap {name}, data.{key})"
         inner = parse_yaml(text, at) if isinstance(text, str) else None
-        if isinstance(inner, Mapping) and inner.get("apiVersion") == API_VERSION:
+        if _ours(inner):
             out.append((at, _one(inner, at)))
     return out
+
+
+def _ours(doc: Any) -> bool:
+    """Whether `doc` is meant as a gputide document: one of our kinds, or any gputide/ apiVersion (a wrong version
+    of ours is an error to report, not another tool's object to leave alone)."""
+    if not isinstance(doc, Mapping):
+        return False
+    api, kind = doc.get("apiVersion"), doc.get("kind")
+    return (isinstance(kind, str) and kind in KINDS) or (isinstance(api, str) and api.startswith("gputide"))
 
 
 def check_file(path: str) -> list[tuple[str, str]]:
@@ -89,7 +98,7 @@ def check_file(path: str) -> list[tuple[str, str]]:
         where = path if len(docs) == 1 else f"{path} (document {i + 1})"
         if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap" and doc.get("apiVersion") == "v1":
             found += _config_map(doc, where)
-        elif isinstance(doc, Mapping) and doc.get("apiVersion") not in (None, API_VERSION):
+        elif isinstance(doc, Mapping) and doc.get("apiVersion") is not None and not _ours(doc):
             continue   # another Kubernetes object in a manifest file: not ours to check
         else:
             found.append((where, _one(doc, where)))

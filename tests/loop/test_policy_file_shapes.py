@@ -65,3 +65,31 @@ def test_unparseable_yaml_says_what_was_found_and_at_which_line(tmp_path, capsys
     # PyYAML's first line was only its context ('while scanning for the next token'), naming no line at all
     for message in three_ways(tmp_path, capsys, text):
         assert "valid YAML" in message and said in message, message
+
+
+SERVICES = "apiVersion: gputide/v1alpha1\nkind: ServiceProfiles\nservices:\n  - {name: a, rpsPerReplica: 3}\n"
+
+
+def _config_map(name: str, key: str, text: str) -> str:
+    body = text.strip().replace("\n", "\n    ")
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n  {key}: |\n    {body}\n"
+
+
+def test_check_reports_a_wrong_gputide_api_version_instead_of_passing_over_it(tmp_path, capsys):
+    # a policy of another gputide/ version was taken for another tool's object and skipped: a manifest that also
+    # carried valid service profiles passed, though the controller refuses that policy at start and at reload
+    wrong = GOOD.replace("gputide/v1alpha1", "gputide/v1beta1")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(_config_map("gputide-policy", "policy.yaml", wrong) + "---\n"
+                        + _config_map("gputide-services", "services.yaml", SERVICES))
+    bare = tmp_path / "policy.yaml"
+    bare.write_text(wrong)
+    with pytest.raises(InputError, match="field 'apiVersion'"):
+        config.load(bare)
+    for path in (manifest, bare):
+        assert main(["check", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "field 'apiVersion': invalid value 'gputide/v1beta1'; allowed: gputide/v1alpha1" in err, err
+    manifest.write_text(_config_map("gputide-policy", "policy.yaml", GOOD) + "---\napiVersion: apps/v1\n"
+                        "kind: Deployment\nmetadata: {name: x}\n")
+    assert main(["check", str(manifest)]) == 0   # other tools' objects are still left alone
