@@ -81,6 +81,7 @@ from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
 from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
+    FIELD_MANAGER,
     HPA_OWN_MIN_ANNOTATION,
     hpa_controller,
     hpa_floor,
@@ -313,7 +314,8 @@ class KubernetesActuator:
         if hpa is None:
             what = f"deployment {ns}/{name} scale"
             self.api(what, self.api.apps.patch_namespaced_deployment_scale, name, ns,
-                     {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH)
+                     {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH,
+                     field_manager=FIELD_MANAGER)
             return f"{ns}/{name} replicas = {action.replicas}"
         hname, floor, owner = hpa["metadata"]["name"], {}, hpa_controller(hpa)
         if owner is not None:   # its controller writes its spec back (KEDA): a floor there would not hold
@@ -330,7 +332,7 @@ class KubernetesActuator:
         self.api.update(
             what, lambda: self.api(what, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, hname, ns),
             lambda body: self.api(what, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, hname, ns,
-                                  body, _content_type=MERGE_PATCH), change)
+                                  body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
         clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
         return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
 

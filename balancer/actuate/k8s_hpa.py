@@ -19,6 +19,10 @@ An HPA another controller generates and keeps (a controlling ownerReference: KED
 by its ScaledObject) is not floored at all (`hpa_controller`): KEDA's reconciler updates the HPA whenever its spec
 differs from the ScaledObject's (`minReplicaCount`), so a floor written there was undone within moments, reported
 APPLIED and written again every cycle. The action is refused instead, naming the owner.
+
+The floor and the scale are written under the field manager `gputide` (`FIELD_MANAGER`), not the generic
+"OpenAPI-Generator" every Python client shares, so the object's managedFields say whose they are and a GitOps tool
+can be told to leave them alone by manager (Argo CD: `ignoreDifferences` with `managedFieldsManagers: [gputide]`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from balancer.actuate.kubernetes import controller_ref
 
 Json = dict[str, Any]
+FIELD_MANAGER = "gputide"   # the field manager of gputide's inference writes (managedFields)
 
 
 def service_hpa(hpas: Json, name: str) -> Json | None:
