@@ -92,7 +92,8 @@ def _ours(doc: Any) -> bool:
 
 def check_file(path: str) -> list[tuple[str, str]]:
     """(where, what it holds) for every gputide document in `path`; InputError on the first invalid one."""
-    docs = [d for d in read_yaml_all(path, "gputide") if d is not None]
+    stream = read_yaml_all(path, "gputide")
+    docs = [d for d in stream if d is not None]
     found: list[tuple[str, str]] = []
     for i, doc in enumerate(docs):
         where = path if len(docs) == 1 else f"{path} (document {i + 1})"
@@ -100,6 +101,10 @@ def check_file(path: str) -> list[tuple[str, str]]:
             found += _config_map(doc, where)
         elif isinstance(doc, Mapping) and doc.get("apiVersion") is not None and not _ours(doc):
             continue   # another Kubernetes object in a manifest file: not ours to check
+        elif len(stream) > 1:   # the controller reads --policy, --fleet and --services as one document each
+            raise InputError(where, "(document)", f"one of {len(stream)} YAML documents in the file",
+                             "a file holding only this document, as gputide run reads it ('---' starts another; "
+                             "a ConfigMap manifest may hold several)")
         else:
             found.append((where, _one(doc, where)))
     if not found:

@@ -93,3 +93,10 @@ def test_check_reports_a_wrong_gputide_api_version_instead_of_passing_over_it(tm
     manifest.write_text(_config_map("gputide-policy", "policy.yaml", GOOD) + "---\napiVersion: apps/v1\n"
                         "kind: Deployment\nmetadata: {name: x}\n")
     assert main(["check", str(manifest)]) == 0   # other tools' objects are still left alone
+
+
+@pytest.mark.parametrize("text", [GOOD + "---\n" + GOOD, GOOD + "---\n"], ids=["two policies", "a trailing ---"])
+def test_a_policy_file_of_several_yaml_documents_fails_check_as_it_fails_start_and_reload(tmp_path, capsys, text):
+    # check read every document and passed each, while gputide run reads one ('expected a single document')
+    _, _, check = three_ways(tmp_path, capsys, text)
+    assert "policy.yaml" in check and "of 2 YAML documents" in check and "'---' starts another" in check, check
