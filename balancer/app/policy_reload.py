@@ -10,8 +10,9 @@ file (one `stat`); when it changed, it loads and validates it like at start:
   guard. The sections the controller builds long-lived parts from at start (`spec.capacity`, `spec.forecast`
   and `spec.colocation.latencySloS`: the capacity planner, the forecaster, the telemetry's SLO) keep their
   values until a restart; a change to them sets `gputide_policy_restart_required` and is logged once.
-* **invalid** (bad YAML, an unknown field, a value out of range, the file missing or unreadable): the running
-  policy stays, the error names the file, the field, the value and what is allowed (as at start), and
+* **invalid** (bad YAML, an unknown field, a value out of range, the file missing or unreadable, or a value the
+  command refuses at start: gputide run's `maxTelemetryAgeS` under 45 s): the running policy stays, the error
+  names the file, the field, the value and what is allowed (as at start), and
   `gputide_policy_last_reload_successful` drops to 0 (alert `GputidePolicyReloadFailing`). It is logged once per
   content; the next change is tried again.
 
@@ -77,8 +78,13 @@ class PolicyReloader:
     """Re-reads `path` when it changes (see the module docstring); `poll()` returns a new policy or None."""
 
     def __init__(self, path: str | Path, started_with: config.BalancerPolicy, *,
-                 registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time) -> None:
+                 registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time,
+                 check: Callable[[config.BalancerPolicy], object] | None = None) -> None:
+        """`check(policy)` raises the InputError of a policy its command refuses at start beyond the file's own rules
+        (gputide run: `spec.safety.maxTelemetryAgeS` under its staleness floor or below --stale-after), so that a
+        file refused at start is refused at reload too."""
         self.path = Path(path)
+        self.check = check
         self.started_with = self.current = started_with
         self.clock = clock
         self.gauges = _Gauges.on(registry)
@@ -103,6 +109,8 @@ class PolicyReloader:
         self._seen = sig
         try:
             loaded = config.load(self.path)
+            if self.check is not None:
+                self.check(loaded)
         except InputError as exc:
             self.gauges.ok.set(0)
             self.last_error = str(exc)

@@ -34,7 +34,11 @@ def _shown(value: Any) -> str:
 
 
 def _policy(doc: Any, where: str) -> str:
+    # what gputide run refuses at start beyond the file's own rules
+    from balancer.cmd.run import stale_after
+
     p = config.from_dict(doc, where)
+    stale_after(None, p, where)
     default = config.BalancerPolicy()
     changed = [f"spec.{sec}.{config.camel(f.name)}={_shown(getattr(getattr(p, sec), f.name))}"
                for sec in config.SECTIONS for f in fields(getattr(p, sec))

@@ -100,3 +100,25 @@ def test_a_policy_file_of_several_yaml_documents_fails_check_as_it_fails_start_a
     # check read every document and passed each, while gputide run reads one ('expected a single document')
     _, _, check = three_ways(tmp_path, capsys, text)
     assert "policy.yaml" in check and "of 2 YAML documents" in check and "'---' starts another" in check, check
+
+
+def test_a_telemetry_age_gputide_run_refuses_at_start_is_refused_by_check_and_at_reload(tmp_path, capsys):
+    # config allows spec.safety.maxTelemetryAgeS from 1 s, gputide run only from 45 s (less holds a healthy
+    # controller still): check said ok and a reload applied a file the next start refuses with exit 2
+    from balancer.cmd.run import stale_after
+
+    path = tmp_path / "policy.yaml"
+    _write(path, GOOD)
+    reg = CollectorRegistry()
+    r = PolicyReloader(path, config.load(path), registry=reg, check=lambda p: stale_after(None, p, str(path)))
+    _write(path, HEAD + "spec:\n  safety: {maxTelemetryAgeS: 30}\n")
+    with pytest.raises(InputError, match="maxTelemetryAgeS"):
+        stale_after(None, config.load(path), str(path))   # what gputide run does at start
+    assert r.poll() is None and r.current.safety.max_telemetry_age_s == 120
+    assert reg.get_sample_value("gputide_policy_last_reload_successful") == 0
+    assert "spec.safety.maxTelemetryAgeS" in r.last_error and ">= 45" in r.last_error
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: field 'spec.safety.maxTelemetryAgeS': invalid value 30.0; allowed: >= 45" in err, err
+    _write(path, HEAD + "spec:\n  safety: {maxTelemetryAgeS: 45}\n")
+    assert r.poll().safety.max_telemetry_age_s == 45 and main(["check", str(path)]) == 0
