@@ -162,8 +162,9 @@ def expect_kind(doc: Any, file: str | None, kind: str, keys: str = "apiVersion, 
     """`doc` when it is a mapping of apiVersion gputide/v1alpha1 and this `kind` with no top-level key but
     `keys` (comma-separated) and `metadata`, whose metadata is a mapping of METADATA_KEYS; else the InputError
     saying which."""
-    if not isinstance(doc, Mapping):
-        raise InputError(file, "(document)", type(doc).__name__, f"a mapping with {keys}")
+    if not isinstance(doc, Mapping):   # None: an empty file (or comments only), e.g. an editor's write caught half-way
+        raise InputError(file, "(document)", "an empty file" if doc is None else f"a YAML {type(doc).__name__}",
+                         f"a mapping with {keys}")
     if doc.get("apiVersion") != API_VERSION:
         raise InputError(file, "apiVersion", doc.get("apiVersion"), API_VERSION)
     if doc.get("kind") != kind:

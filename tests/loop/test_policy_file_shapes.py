@@ -122,3 +122,12 @@ def test_a_telemetry_age_gputide_run_refuses_at_start_is_refused_by_check_and_at
     assert f"{path}: field 'spec.safety.maxTelemetryAgeS': invalid value 30.0; allowed: >= 45" in err, err
     _write(path, HEAD + "spec:\n  safety: {maxTelemetryAgeS: 45}\n")
     assert r.poll().safety.max_telemetry_age_s == 45 and main(["check", str(path)]) == 0
+
+
+@pytest.mark.parametrize(("text", "said"), [("", "'an empty file'"), ("# nothing yet\n", "'an empty file'"),
+                                            ("- safety\n", "'a YAML list'")], ids=["empty", "comments", "a list"])
+def test_an_empty_file_is_called_empty(tmp_path, capsys, text, said):
+    # an editor that truncates before it writes leaves an empty file for a moment: the error said 'NoneType'
+    start, reload, _ = three_ways(tmp_path, capsys, text)
+    for message in (start, reload):
+        assert f"field '(document)': invalid value {said}; allowed: a mapping with apiVersion" in message, message
