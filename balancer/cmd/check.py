@@ -13,6 +13,7 @@ and what is allowed. Exit code 0 when every file is valid, 2 when any is not (al
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -70,6 +71,9 @@ def _one(doc: Any, where: str) -> str:
     return check(doc, where)
 
 
+_MENTIONS_OURS = re.compile(r"gputide/|\b(?:" + "|".join(KINDS) + r")\b")
+
+
 def _config_map(doc: Mapping, where: str) -> list[tuple[str, str]]:
     """(where, summary) for each entry of a ConfigMap's data that is a gputide document; other entries are not ours."""
     name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc.get("metadata"), Mapping | None) else "?"
@@ -79,7 +83,14 @@ def _config_map(doc: Mapping, where: str) -> list[tuple[str, str]]:
     out = []
     for key, text in data.items():
         at = f"{where} (ConfigMap {name}, data.{key})"
-        inner = parse_yaml(text, at) if isinstance(text, str) else None
+        if not isinstance(text, str):
+            continue
+        try:
+            inner = parse_yaml(text, at)
+        except InputError:
+            if _MENTIONS_OURS.search(text):
+                raise
+            continue   # another tool's file (an nginx.conf, a script), which need not be YAML
         if _ours(inner):
             out.append((at, _one(inner, at)))
     return out

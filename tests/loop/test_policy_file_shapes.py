@@ -131,3 +131,16 @@ def test_an_empty_file_is_called_empty(tmp_path, capsys, text, said):
     start, reload, _ = three_ways(tmp_path, capsys, text)
     for message in (start, reload):
         assert f"field '(document)': invalid value {said}; allowed: a mapping with apiVersion" in message, message
+
+
+def test_check_leaves_alone_a_configmap_entry_of_another_tool_that_is_not_yaml(tmp_path, capsys):
+    # an nginx.conf indented with tabs, or a script, in a ConfigMap of the same manifest failed the whole check
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nginx}\ndata:\n"
+                        '  nginx.conf: "server {\\n\\tlisten 80;\\n}\\n"\n  run.sh: |\n    echo "a: b: c"\n---\n'
+                        + _config_map("gputide-policy", "policy.yaml", GOOD))
+    assert main(["check", str(manifest)]) == 0, capsys.readouterr().err
+    assert "data.policy.yaml): ok" in capsys.readouterr().out
+    manifest.write_text(_config_map("gputide-policy", "policy.yaml", GOOD.replace("  safety", "\tsafety")))
+    assert main(["check", str(manifest)]) == 2   # ours, unparseable: still an error
+    assert "data.policy.yaml): field '(document)'" in capsys.readouterr().err
