@@ -88,7 +88,10 @@ class PolicyReloader:
         self.started_with = self.current = started_with
         self.clock = clock
         self.gauges = _Gauges.on(registry)
-        self._seen = self._signature()
+        # not the file's signature now: `started_with` was read earlier (gputide run builds its Kubernetes client,
+        # informers and forecaster in between), and an edit landing meanwhile would pass for the running policy.
+        # The first poll reads the file once more; unchanged, it changes nothing.
+        self._seen: tuple[int, int, int] | None | str = "unread"
         self.gauges.ok.set(1)
         self.gauges.at.set(clock())
         self.gauges.restart.set(0)

@@ -144,3 +144,18 @@ def test_check_leaves_alone_a_configmap_entry_of_another_tool_that_is_not_yaml(t
     manifest.write_text(_config_map("gputide-policy", "policy.yaml", GOOD.replace("  safety", "\tsafety")))
     assert main(["check", str(manifest)]) == 2   # ours, unparseable: still an error
     assert "data.policy.yaml): field '(document)'" in capsys.readouterr().err
+
+
+def test_an_edit_between_the_start_load_and_the_reloader_is_applied_at_the_first_poll(tmp_path, caplog):
+    # gputide run loads the policy, then builds its Kubernetes client, informers and forecaster before the reloader:
+    # the reloader took the file's signature then, so an edit landing in between passed for the running policy
+    path = tmp_path / "policy.yaml"
+    _write(path, GOOD)
+    started = config.load(path)
+    _write(path, HEAD + "spec:\n  safety: {evictionBudget: 3}\n")
+    reg = CollectorRegistry()
+    r = PolicyReloader(path, started, registry=reg)
+    assert r.poll().safety.eviction_budget == 3 and r.poll() is None
+    unchanged = PolicyReloader(path, config.load(path), registry=CollectorRegistry())
+    caplog.clear()
+    assert unchanged.poll() is None and not caplog.messages   # the first poll of an unchanged file says nothing
