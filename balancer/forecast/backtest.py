@@ -125,6 +125,11 @@ def _label(seconds: float) -> str:
     return f"{int(seconds // 60)}min" if seconds % 60 == 0 else f"{seconds:g}s"
 
 
+def _past_end(horizon_s: float, first: int, n: int, longest_s: float) -> str:
+    return (f"horizon {_label(horizon_s)} reaches past the trace's end from every scored origin (scoring starts at "
+            f"step {first} of {n}; longest horizon {_label(longest_s)})")
+
+
 def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[float] = (3600, 4 * 3600, DAY_S),
              min_train_days: float = 7.0, calib_days: float = 3.0, refit_every_s: float = DAY_S,
              stride: int = 1, keep_paths: bool = False, tz: str = "UTC") -> tuple[list[Score], dict]:
@@ -140,13 +145,13 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     # calibration origins: `calib_days` of known residuals at the longest horizon by the first scored origin
     first = max(score_start - int(calib_days * DAY_S / step) - int(steps.max()), min(2 * day, score_start // 2), 2)
     origins = np.arange(first, n - int(steps.min()), stride)
+    if 1 <= n - 1 - score_start < steps.min():   # every horizon asked for passes the end from the first scored origin
+        raise ValueError(_past_end(float(steps.max() * step), score_start, n, float((n - 1 - score_start) * step)))
     if len(origins) < 2 or not np.any(origins >= score_start):
         raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
     reach = n - 1 - int(origins[origins >= score_start][0])   # steps from the first scored origin to the end
     if steps.max() > reach:   # no outcome to score: rows of n = 0 and NaN
-        raise ValueError(f"horizon {_label(float(steps.max() * step))} reaches past the trace's end from every "
-                         f"scored origin (scoring starts at step {n - 1 - reach} of {n}; longest horizon "
-                         f"{_label(reach * step)})")
+        raise ValueError(_past_end(float(steps.max() * step), n - 1 - reach, n, float(reach * step)))
     truth = mask_outages(y).to_numpy(float)
     y_fit = CausalClean(y)
     requested = list(models or [*CANDIDATES, "auto"])

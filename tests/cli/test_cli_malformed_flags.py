@@ -47,3 +47,15 @@ def test_min_train_days_past_half_the_trace_exits_2(tmp_path, capsys):
                  "--min-train-days", "1000"])
     line = _one_error(capsys, code, "--min-train-days", "1000.0")
     assert line.startswith(f"gputide: error: {trace}: ") and "at most half the trace's span (1.042 days)" in line
+
+
+@pytest.mark.parametrize("horizons", ["8d", "1h,8d"])
+def test_a_horizon_past_the_trace_end_exits_2_naming_the_longest_that_fits(tmp_path, capsys, horizons):
+    """Only a horizon too long for the trace asked for said 'series too short for a backtest', not which horizon
+    fits; asked with a shorter one, it named the longest. Both name it now."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{600 * i},{1 + i % 5}\n" for i in range(2016)))
+    code = main(["forecast", "backtest", "--trace", str(trace), "--models", "persistence", "--horizons", horizons])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "horizon 192h reaches past the trace's end" in err and "longest horizon 10070min" in err, err
