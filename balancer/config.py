@@ -166,7 +166,9 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
         return check_timezone(value, path, file)
     if isinstance(default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InputError(file, path, value, "a list of strings")
+            # YAML 1.1 reads a bare on/off/yes/no as a boolean and 123 as a number: [on] arrives as [True]
+            raise InputError(file, path, value, "a list of strings (quote a name YAML reads as a boolean or a "
+                                                "number: 'on', 'no', '123')")
         return _names(value, path, file)
     if isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)

@@ -159,3 +159,11 @@ def test_an_edit_between_the_start_load_and_the_reloader_is_applied_at_the_first
     unchanged = PolicyReloader(path, config.load(path), registry=CollectorRegistry())
     caplog.clear()
     assert unchanged.poll() is None and not caplog.messages   # the first poll of an unchanged file says nothing
+
+
+def test_a_namespace_yaml_reads_as_a_boolean_is_told_to_be_quoted(tmp_path, capsys):
+    # `protectedNamespaces: [on]` is [True] to YAML 1.1: the error showed [True] and asked for strings, no more
+    for message in three_ways(tmp_path, capsys, HEAD + "spec:\n  safety: {protectedNamespaces: [kube-system, on]}\n"):
+        assert "spec.safety.protectedNamespaces" in message and "quote a name YAML reads as a boolean" in message
+    _write(tmp_path / "policy.yaml", HEAD + "spec:\n  safety: {protectedNamespaces: [kube-system, 'on']}\n")
+    assert config.load(tmp_path / "policy.yaml").safety.protected_namespaces == ("kube-system", "on")
