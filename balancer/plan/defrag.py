@@ -244,7 +244,10 @@ def plan_consolidation(
     budget: Budget | None = None,
 ) -> list[Move]:
     """Moves (on a copy of `state`) that empty the least-used shared GPUs, at most `max_moves` of them. `placed`:
-    the pods that may move and where they are, as a list or node by node on demand (`PodsByNode`)."""
+    the pods that may move and where they are, as a list or node by node on demand (`PodsByNode`). A GPU an earlier
+    move of the plan went to is not emptied: its pods would include one moved already, planned a second time from
+    the state the first move left (the guard refuses a second action on one workload, leaving the GPU half
+    emptied and its other pods moved for nothing)."""
     sched = Scheduler(state.copy(), policy, mix)
     ledger = Ledger.of(placed)
     s = sched.state
@@ -252,14 +255,19 @@ def plan_consolidation(
     partial = np.argwhere(s.gpu_exists & (used > 0) & (used < MILLI))
     partial = partial[np.argsort(used[partial[:, 0], partial[:, 1]], kind="stable")]
     moves: list[Move] = []
+    filled: set[tuple[int, int]] = set()   # GPUs this plan's moves go to: not emptied again (a pod moves once)
     for i in range(len(partial)):
         if len(moves) >= max_moves:   # a GPU with a pod to move would overshoot: none of the rest can be emptied
             break
         node, slot = int(partial[i, 0]), int(partial[i, 1])
+        if (node, slot) in filled:
+            continue
         keys = [k for k in ledger.on(node) if slot in ledger.pods[k][1].slots]
         if not keys or len(moves) + len(keys) > max_moves:
             continue
-        moves.extend(_empty_gpu(sched, ledger, keys, node, slot, budget))
+        group = _empty_gpu(sched, ledger, keys, node, slot, budget)
+        filled.update((m.target.node, j) for m in group for j in m.target.slots)
+        moves.extend(group)
     return moves
 
 
