@@ -104,3 +104,14 @@ def test_unplaceable_is_what_no_empty_node_can_take(nodes, pod):
     assert (len(unfit) == 1) == (Scheduler(s, "bestfit").place(pod) is None)
     if unfit:
         assert unfit[0].field in ("gpu_spec", "num_gpu", "cpu_milli", "memory_mib")
+
+
+def test_a_cpu_only_type_with_a_gpu_spec_fits_where_the_filters_place_it():
+    """A CPU-only pod runs on any node (GpuModelFit): FGD's measure must not count a node of another model as one
+    it cannot use, or every idle GPU there reads as fragmented for it."""
+    s = _cluster([(32000, 64000, [1000, 1000], "V100M16", 0, False), (32000, 64000, [1000, 1000], "T4", 0, False)],
+                 used=False)
+    cpu_only = PodRequest(1000, 1000, 0, 0, ("T4",))
+    mix = WorkloadMix.from_pods([cpu_only, PodRequest(1000, 1000, 1, 500)])
+    assert Scheduler(s, "gputide", mix).feasible_nodes(cpu_only).tolist() == [0, 1]
+    assert node_fragmentation(s.gpu_free, s.cpu_free, s.mem_free, mix.model_ok(s), mix)[:, 0].tolist() == [0, 0]

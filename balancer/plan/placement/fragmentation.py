@@ -108,10 +108,12 @@ class WorkloadMix:
         return float((self.weight * self.cpu).sum() / gpus) if gpus > 0 else 0.0
 
     def model_ok(self, state: ClusterState) -> np.ndarray:
-        """[n, t] True where a node's GPU model is allowed for the type (CPU-only types: every node)."""
+        """[n, t] True where a node's GPU model is allowed for the type (CPU-only types: every node, whatever their
+        gpu_spec says, as the GpuModelFit filter places them)."""
         table = np.ones((len(self), len(state.models) + 1), dtype=bool)
         for t, allowed in enumerate(self.allowed):
-            table[t, :-1] = resolve_models(allowed, state.models)[0]
+            if self.num_gpu[t]:
+                table[t, :-1] = resolve_models(allowed, state.models)[0]
         table[:, -1] = self.num_gpu == 0  # model index -1 (no GPU) only suits CPU-only types
         return table[:, state.model].T
 
