@@ -52,8 +52,7 @@ class FleetRecorder:
             self.waiting_since = {j: self.waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self.waiting_since.items()})
             self._owed(snap, state, now)
-            if forecasts is not None:
-                self._forecast_error(snap, forecasts, forecaster, horizon_label(horizon_s))
+            self._forecast_series(snap, forecasts or {}, forecaster, horizon_s)
         except Exception:  # the gauges must never stop the controller
             log.exception("recording fleet metrics failed")
 
@@ -67,11 +66,18 @@ class FleetRecorder:
             longest[cause] = max(longest.get(cause, 0.0), now - since)
         self.metrics.set_shrunk_workers({c: sum(jobs.values()) for c, jobs in owed.items()}, longest)
 
-    def _forecast_error(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast], forecaster: Any,
-                        label: str) -> None:
+    def _forecast_series(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast], forecaster: Any,
+                         horizon_s: float) -> None:
+        """This cycle's forecasts, their rolling error, what was forecast for now and the fallbacks serving, for the
+        services forecast this cycle only: a cycle without a forecast (the forecaster failed, or is off) clears
+        them rather than leaving the last ones frozen, and a deleted service's series go."""
+        label = horizon_label(horizon_s)
+        self.metrics.set_forecast_demand({(name, f"{q:g}", label): f.window_max(q, 0.0, horizon_s)
+                                          for name, f in forecasts.items() for q in f.quantiles})
         fallbacks = getattr(forecaster, "fallbacks", None)
-        if fallbacks is not None:   # a model that failed: persistence serves (logged by the forecaster)
-            self.metrics.set_forecast_fallback(fallbacks())
+        # a model that failed: persistence serves (logged by the forecaster)
+        self.metrics.set_forecast_fallback({k: v for k, v in (fallbacks() if fallbacks else {}).items()
+                                            if k[0] in forecasts})
         rolling_error = getattr(forecaster, "rolling_error", None)
         if rolling_error is not None:
             self.metrics.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})

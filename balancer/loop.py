@@ -62,7 +62,6 @@ from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import TelemetryError
 from balancer.fleet_record import FleetRecorder
-from balancer.forecast.service import horizon_label
 from balancer.ledger_handover import LedgerHandover
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
@@ -344,11 +343,7 @@ class Reconciler:
         except Exception as exc:  # a broken forecaster must not stop hotspot protection
             log.warning("forecaster failed, planning without a forecast: %s", exc)
             return None
-        horizon_s = self.policy.forecast.horizon_s
-        label = horizon_label(horizon_s)
-        self.metrics.set_forecast_demand({(name, f"{q:g}", label): f.window_max(q, 0.0, horizon_s)
-                                          for name, f in (forecasts or {}).items() for q in f.quantiles})
-        return forecasts
+        return forecasts   # its gauges: `FleetRecorder.record` (cleared in a cycle without a forecast)
 
     def _hold(self, now: float, reason: str, message: str, exc_info: bool = False) -> CycleReport:
         self._break_streaks()

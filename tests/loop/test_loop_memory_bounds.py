@@ -88,3 +88,34 @@ def test_forecast_series_cleared_on_demotion_come_back_when_leading_again():
     b_elector.release()
     source.time = 400.0
     assert a.run_once().status == "ok" and demand(reg, "chat") == 20.0
+
+
+class Failing:
+    """A forecaster that forecasts, then raises (a Prometheus it reads history from is down ...), with the
+    controller forecaster's `fallbacks()` for services some of which are gone."""
+
+    def __init__(self) -> None:
+        self.fail = False
+
+    def __call__(self, snap):
+        if self.fail:
+            raise RuntimeError("history query failed")
+        return forecasts_of("chat")(snap)
+
+    def fallbacks(self):
+        return {("chat", "mstl"): "boom", ("deleted-svc", "mstl"): "boom"}
+
+
+def test_a_cycle_whose_forecaster_fails_clears_the_forecast_series_instead_of_freezing_them():
+    source = Source()
+    forecaster = Failing()
+    rec, reg = reconciler(source, forecaster=forecaster)
+    assert rec.run_once().status == "ok" and demand(reg, "chat") == 20.0
+    fallback = {"service": "chat", "model": "mstl"}
+    assert reg.get_sample_value("gputide_forecast_fallback", fallback) == 1.0
+    # a service the forecaster still lists but no longer forecasts is not reported as served by persistence
+    assert reg.get_sample_value("gputide_forecast_fallback", {"service": "deleted-svc", "model": "mstl"}) is None
+    forecaster.fail = True
+    source.time = 60.0
+    assert rec.run_once().status == "ok"   # planned without a forecast
+    assert series(reg) == set() and reg.get_sample_value("gputide_forecast_fallback", fallback) is None
