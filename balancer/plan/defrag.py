@@ -251,6 +251,7 @@ def plan_consolidation(
     sched = Scheduler(state.copy(), policy, mix)
     ledger = Ledger.of(placed)
     s = sched.state
+    frag = _Fragmentation(mix, mix.model_ok(s))
     used = np.where(s.gpu_exists, MILLI - s.gpu_free, 0)
     partial = np.argwhere(s.gpu_exists & (used > 0) & (used < MILLI))
     partial = partial[np.argsort(used[partial[:, 0], partial[:, 1]], kind="stable")]
@@ -265,22 +266,47 @@ def plan_consolidation(
         keys = [k for k in ledger.on(node) if slot in ledger.pods[k][1].slots]
         if not keys or len(moves) + len(keys) > max_moves:
             continue
-        group = _empty_gpu(sched, ledger, keys, node, slot, budget)
+        group = _empty_gpu(sched, ledger, keys, node, slot, budget, frag)
         filled.update((m.target.node, j) for m in group for j in m.target.slots)
         moves.extend(group)
     return moves
 
 
+@dataclass(frozen=True)
+class _Fragmentation:
+    """`fragmentation_by_model`'s measure (expected fragmented idle milli against `mix`) of a few nodes, summed per
+    GPU model (position 0: nodes without GPUs, then `ClusterState.models`); `model_ok`: `mix.model_ok` of the state,
+    which moves do not change."""
+
+    mix: WorkloadMix
+    model_ok: np.ndarray
+
+    @staticmethod
+    def rows(s: ClusterState, nodes: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What the measure reads of `nodes` (a copy: the state changes under it)."""
+        idx = np.asarray(nodes, dtype=np.int64)
+        return idx, s.gpu_free[idx].copy(), s.cpu_free[idx].copy(), s.mem_free[idx].copy()
+
+    def per_model(self, s: ClusterState, rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        idx, free, cpu, mem = rows
+        frag = node_fragmentation(free, cpu, mem, self.model_ok[idx], self.mix)
+        expected = frag @ self.mix.weight if len(self.mix) else np.zeros(len(idx))
+        return np.bincount(s.model[idx] + 1, weights=expected, minlength=len(s.models) + 1)
+
+
 def _empty_gpu(sched: Scheduler, ledger: Ledger, keys: list[int], node: int, slot: int,
-               budget: Budget | None) -> list[Move]:
+               budget: Budget | None, frag: _Fragmentation) -> list[Move]:
     """Move every pod of `keys` off GPU `slot` of `node`, or none of them. A GPU left partly used frees nothing,
-    nor does one emptied by filling a GPU that was idle: such moves (a pod that fits nowhere else, a move the
-    budget refuses, a destination GPU that had nothing on it) are rolled back."""
+    nor does one emptied by filling a GPU that was idle, nor one whose moves leave a GPU model more fragmented than
+    before (a pod's CPU or memory taken on a node strands that node's idle GPUs): such moves (a pod that fits
+    nowhere else, a move the budget refuses, a destination GPU that had nothing on it) are rolled back."""
     s = sched.state
     exclude = np.zeros(s.n_nodes, dtype=bool)
     exclude[node] = True
     done: list[tuple[int, PodRequest, Placement, Placement]] = []
     newly_used: set[tuple[int, int]] = set()
+    touched = [node]
+    before = frag.rows(s, touched)   # the destinations' rows are added as they are picked, before the move
     for k in keys:
         pod, where = ledger.remove(k)
         sched.remove(where)
@@ -290,10 +316,13 @@ def _empty_gpu(sched: Scheduler, ledger: Ledger, keys: list[int], node: int, slo
             ledger.add(pod, where)
             return _undo(sched, ledger, done)
         newly_used |= {(dest.node, j) for j in dest.slots if s.gpu_free[dest.node, j] == MILLI}
+        if dest.node not in touched:
+            touched.append(dest.node)
+            before = tuple(np.concatenate(pair) for pair in zip(before, frag.rows(s, [dest.node]), strict=True))
         sched.commit(dest, pod)
         done.append((ledger.add(pod, dest), pod, where, dest))
     freed = (1 if s.gpu_free[node, slot] == MILLI else 0) - len(newly_used)
-    if freed <= 0:
+    if freed <= 0 or (frag.per_model(s, frag.rows(s, touched)) > frag.per_model(s, before) + 1e-6).any():
         return _undo(sched, ledger, done)
     reason = f"consolidate GPU {slot} of node {node}"
     return [Move(pod, where, dest, reason, freed / len(done)) for _, pod, where, dest in done]

@@ -1,6 +1,7 @@
 """`plan_consolidation`'s moves, judged as one plan: each pod moves at most once (a GPU this plan filled is not
 emptied again: the second move would be planned from a state the first one's target already used, and the guard
-refuses a second action on the same workload, leaving the GPU half emptied)."""
+refuses a second action on the same workload, leaving the GPU half emptied), and no GPU model's fragmentation (the
+metric consolidation is run to lower) is worse after the moves than before."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from balancer.plan.defrag import plan_consolidation
+from balancer.plan.defrag import fragmentation_by_model, plan_consolidation
 from balancer.plan.placement import ClusterState, Placement, PodRequest, WorkloadMix
 
 
@@ -53,3 +54,14 @@ def test_a_pod_moves_at_most_once_and_no_gpu_filled_is_emptied_again(seed):
     emptied = {(m.source.node, j) for m in moves for j in m.source.slots}
     assert not filled & emptied, "a GPU the plan filled is emptied by the same plan"
     after(state, moves)   # the moves, applied in order, fit (assign refuses to over-commit)
+
+
+@pytest.mark.parametrize("seed", [187, 219, *range(0, 40)])
+@pytest.mark.parametrize("max_moves", [1, 4])
+def test_no_model_is_more_fragmented_after_the_moves(seed, max_moves):
+    state, placed = scattered(4, seed, cpu=40000, models=("A100", "H100"))
+    mix = mix_of(placed)
+    moves = plan_consolidation(state, placed, mix, max_moves)
+    before, now = fragmentation_by_model(state, mix), fragmentation_by_model(after(state, moves), mix)
+    for model, f in before.items():
+        assert now[model]["unallocatable_gpus"] <= f["unallocatable_gpus"] + 1e-9, (model, moves)
