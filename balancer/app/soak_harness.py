@@ -296,6 +296,14 @@ class LeaseAdapter:
     def release(self) -> None:
         self.elector.release()
 
+    # the safety ledger rides on the Lease (`balancer.ledger_handover`), as under `gputide run`: without these the
+    # soak's failovers handed no cooldowns or evictions on, and a new leader's budget started from nothing
+    def load_state(self) -> str | None:
+        return self.elector.load_state()
+
+    def save_state(self, text: str) -> int:
+        return self.elector.save_state(text)
+
 
 @dataclass
 class Replica:
