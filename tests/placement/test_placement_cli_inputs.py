@@ -95,3 +95,23 @@ def test_bad_files_and_flags_exit_2_with_one_line(tmp_path, capsys, pods, flags,
     err = capsys.readouterr().err
     assert f"field {field}" in err and "allowed: " in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("pods", "code", "shown"),
+    [
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8000,1,500,T4\np1,4000,8000,2,1000,T4\n", 2,
+         "field 'row 2': invalid value 'p0,4000,8000,1,500,T4'; allowed: at most 5 fields"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8000,1,500,\np1,4000,8000,2,1000,\n", 0, ""),
+    ],
+    ids=["a gpu_spec value on every row, no gpu_spec column", "a trailing comma on every row"],
+)
+def test_rows_longer_than_the_header_are_not_read_one_column_over(tmp_path, capsys, pods, code, shown):
+    """pandas takes the first column of such a file for its index and reads cpu_milli's value as the name, memory's
+    as cpu_milli, ...: the error named num_gpu '500', a value the file has under gpu_milli."""
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(pods)
+    assert main(["place", "--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                 "--policy", "gputide", "--seeds", "1"]) == code
+    err = capsys.readouterr().err
+    assert shown in err and "Traceback" not in err and "field 'num_gpu'" not in err
