@@ -218,7 +218,8 @@ def alibaba_fleet(node_csv: str | Path) -> Fleet:
     path = str(node_csv)
     nodes: list[Node] = []
     try:
-        handle = open(node_csv, newline="", encoding="utf-8")  # noqa: SIM115 - closed by the `with` below
+        # utf-8-sig: a byte-order mark (Excel's UTF-8 CSV) is no part of the first column's name, as pandas reads it
+        handle = open(node_csv, newline="", encoding="utf-8-sig")  # noqa: SIM115 - closed by the `with` below
     except OSError as exc:
         raise InputError(path, "(file)", path, "a readable node list CSV", str(exc)) from exc
     with handle:
