@@ -70,16 +70,22 @@ def kubernetes_sources(api_client, interval: float, once: bool, metrics: Control
     return overrides, nodes
 
 
+def check_capacity_enabled(args: argparse.Namespace, policy: config.BalancerPolicy) -> None:
+    """`capacity.enabled` must agree with --services: InputError otherwise (at start, and for a reloaded file, which
+    would otherwise pass and be refused at the next restart)."""
+    if not policy.capacity.enabled and args.services:
+        raise InputError(args.policy, "capacity.enabled", False, "true when --services is given")
+    if policy.capacity.enabled and not args.services:
+        raise InputError(args.policy, "capacity.enabled", True,
+                         "false, or --services FILE naming the inference services capacity shifting may resize")
+
+
 def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, source, interval: float,
                    profiles: dict | None = None):
     """(planner, forecaster) for tidal capacity shifting, or (None, None) when the policy leaves it off."""
+    check_capacity_enabled(args, policy)
     if not policy.capacity.enabled:
-        if args.services:
-            raise InputError(args.policy, "capacity.enabled", False, "true when --services is given")
         return None, None
-    if not args.services:
-        raise InputError(args.policy, "capacity.enabled", True,
-                         "false, or --services FILE naming the inference services capacity shifting may resize")
     from balancer.app.capacity_run import (
         DEFAULT_DEMAND_QUERY,
         CapacityLoopPlanner,

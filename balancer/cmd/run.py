@@ -45,6 +45,7 @@ from balancer.cmd._run_parts import (
     MOST_FORECAST_HISTORY_D,
     capacity_flags,
     capacity_parts,
+    check_capacity_enabled,
     kubernetes_sources,
 )
 from balancer.errors import InputError
@@ -271,7 +272,11 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     if args.policy and not args.once:  # a long-running controller follows edits of its policy file (ConfigMap)
         from balancer.app.policy_reload import PolicyReloader
 
-        reloader = PolicyReloader(args.policy, policy, registry=metrics.registry)
+        def refused_at_start(p: config.BalancerPolicy) -> None:   # what a restart with this file would refuse
+            stale_after(args.stale_after, p, args.policy)
+            check_capacity_enabled(args, p)
+
+        reloader = PolicyReloader(args.policy, policy, registry=metrics.registry, check=refused_at_start)
     return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
                       metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}),
                       policy_source=reloader.poll if reloader else None)

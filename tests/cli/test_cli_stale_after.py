@@ -100,3 +100,18 @@ def test_the_default_is_the_age_gpu_telemetry_stale_fires_at():
     from balancer.config import BalancerPolicy
 
     assert run_cmd.stale_after(None, BalancerPolicy(), None) == 120.0
+
+
+@pytest.mark.parametrize(("spec", "field"), [({"safety": {"maxTelemetryAgeS": 30}}, "spec.safety.maxTelemetryAgeS"),
+                                             ({"capacity": {"enabled": True}}, "capacity.enabled")],
+                         ids=["telemetry age below the floor", "capacity without --services"])
+def test_a_reload_gputide_run_would_refuse_at_its_next_start_keeps_the_running_policy(tmp_path, spec, field):
+    """The policy file's own rules passed these, so a reload applied them, and the next restart exited 2."""
+    rec = reconciler(tmp_path, max_age_s=120)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "BalancerPolicy",
+                                    "metadata": {"name": "t"}, "spec": spec}))
+    reloader = rec.policy_source.__self__
+    assert reloader.poll() is None
+    assert reloader.current.safety.max_telemetry_age_s == 120 and not reloader.current.capacity.enabled
+    assert field in reloader.last_error
