@@ -3,7 +3,8 @@
 When a service's p99 latency passes `sloPressure` x its SLO, every elastic training job that has a worker on a
 GPU also serving that service is shrunk by the number of such workers (never below its elastic minimum, never
 a protected job). The original size is remembered in `ColocationState.shrunk`; once the service's p99 has stayed
-under `sloSlack` x SLO for `slackReadings` consecutive cycles the job is scaled back. State is immutable and
+under `sloSlack` x SLO for `slackReadings` consecutive cycles the job is scaled back (once none of its workers
+runs on a hot node: the hotspot's give-back waits for that too). State is immutable and
 passed in and out, like the hotspot streaks. The shrink is also recorded on the job in the resize's own write
 (`balancer.colocation_record`: a Kubernetes Job's `gputide.io/colocation-shrunk`), and `observe` adopts what the
 jobs record, so a restarted controller or a new leader still gives the workers back.
@@ -169,9 +170,14 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
 
 def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
                 owed: Mapping[str, int]) -> list[Action]:
-    """Shrunk jobs scaled back once their service has had `slackReadings` cycles of slack (or is gone)."""
+    """Shrunk jobs scaled back once their service has had `slackReadings` cycles of slack (or is gone) and none of
+    their workers runs on a hot node (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs
+    to cool, so does co-location's, which would otherwise also hand back, while the node is still hot, the workers a
+    hotspot took from the job after co-location's shrink. The shrink stays held (and recorded) meanwhile."""
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
+        if proj.hot_nodes and _on_nodes(s, job, proj.hot_nodes):
+            continue
         if state.slack_streak.get(svc, 0) >= policy.colocation.slack_readings or svc not in s.services:
             now, workers = proj.workers.get(job, 0), runnable(s, job, workers)
             if now < workers:
@@ -179,6 +185,11 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
                                              shrunk_from=owed.get(job),
                                              reason=f"{svc} has latency slack again: give the workers back"))
     return actions
+
+
+def _on_nodes(s: ClusterSnapshot, job: str, nodes: set[str] | frozenset[str]) -> bool:
+    """Whether a placed worker of `job` runs on one of `nodes`."""
+    return any(s.gpus[g].node in nodes for w in s.workloads_by_owner.get(job, ()) for g in s.placements.get(w.name, ()))
 
 
 def acknowledge(state: ColocationState, action: ScaleTraining, now: float) -> ColocationState:
