@@ -49,6 +49,7 @@ from balancer.cmd._run_parts import (
     kubernetes_sources,
 )
 from balancer.errors import InputError
+from balancer.forecast.base import MODELS
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.safety import SafetyGuard
@@ -143,8 +144,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "matchers for them; cluster only with --cluster) are filled in "
                         "(default: sum(gputide_inference_demand_rps{$selector}); needs --services)")
     p.add_argument("--forecast-model", default=None, metavar="NAME",
-                   help="forecaster for capacity shifting (persistence, seasonal_naive_daily, holt_winters, mstl, "
-                        "gbm, profile, auto; default mstl; needs --services)")
+                   help=f"forecaster for capacity shifting ({', '.join(sorted(MODELS))}; default mstl; needs "
+                        "--services)")
     p.add_argument("--forecast-history", default=None, metavar="DURATION",
                    help=f"demand history read from Prometheus when a service is first seen (default 14d, at most "
                         f"{MOST_FORECAST_HISTORY_D:.0f}d: the forecaster keeps no more; needs --services)")

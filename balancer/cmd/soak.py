@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--minutes-per-cycle", type=float, default=None, metavar="M",
                    help="simulated minutes per reconcile cycle (default 20)")
     p.add_argument("--short", action="store_true",
-                   help="1 simulated day on 128 GPUs, every fault class once (about 80 s on 2 cores)")
+                   help="1 simulated day on 128 GPUs, every fault class once (about 3.5 minutes on 2 cores)")
     p.add_argument("--no-kube", action="store_true", help="skip the Kubernetes API fault classes")
     p.set_defaults(func=run)
 
