@@ -20,7 +20,9 @@ chokepoint as every other action. What a move must pass, before the guard's budg
   free, on a node whose taints, node selector, node affinity and the pod's required pod (anti-)affinity admit it;
 * a GPU is emptied whole or not at all, and only when that frees more GPUs than the moves start using
   (`plan_consolidation`); the moves of one GPU are then simulated together on the cycle's projection and kept only
-  if they fit and leave the objective no worse than their migration cost (no thermal or SLO price).
+  if they fit and leave the objective no worse than their migration cost (no thermal or SLO price), and not when they
+  go to a node that a dropped GPU's moves were to leave (the engine may have fitted them in the CPU or memory those
+  would have freed, which the projection does not count).
 
 A consolidation migration's `expected_gain` is the GPUs it frees, shared over the moves that free them.
 """
@@ -131,19 +133,27 @@ def _budget(s: ClusterSnapshot, policy: BalancerPolicy, room: hotspots.Room, slo
 def _simulate(s: ClusterSnapshot, proj: Projection, moves: list[Move], slot_gpu: np.ndarray,
               models: list[str]) -> tuple[list[Migrate], float]:
     """The moves as `Migrate`s, one emptied GPU's moves at a time, kept only together and only if they fit and cost
-    no more than their migrations on the projection's objective."""
+    no more than their migrations on the projection's objective. The engine planned each GPU's moves on the state the
+    earlier ones left, and the projection does not count a node's CPU and memory: once a GPU's moves are dropped, so
+    are those of a later GPU that go to a node they were to leave (they may fit only in the CPU or memory the
+    dropped moves would have freed there), and then those that go to the nodes these were to leave."""
     groups: dict[str, list[Move]] = {}
     for m in moves:
         groups.setdefault(m.reason, []).append(m)   # one reason per GPU emptied
     start = proj.checkpoint()
     kept: list[Migrate] = []
     before = running = proj.running_objective()
+    left: set[int] = set()   # nodes dropped moves were to leave: their CPU and memory stay taken
     for group in groups.values():
+        if left & {m.target.node for m in group}:
+            left |= {m.source.node for m in group}
+            continue
         mark = proj.checkpoint()
         actions = [_migrate(s, m, slot_gpu, models) for m in group]
         if any(proj.apply(a) is not None for a in actions) or \
                 proj.running_objective() - running > MIGRATION_COST * len(actions) + 1e-9:
             proj.rollback(mark)
+            left |= {m.source.node for m in group}
             continue
         running = proj.running_objective()
         kept += actions
