@@ -26,7 +26,7 @@ from balancer.actions import ScaleTraining
 @dataclass(frozen=True, slots=True)
 class ColocationRecord:
     """Co-location's shrink of a job: the workers it had before (`before`), those it left (`left`), and the
-    inference service it made room for (given back on that service's slack)."""
+    inference services it made room for, comma-separated (`colocation.SEPARATOR`; given back once each has slack)."""
 
     before: int
     left: int

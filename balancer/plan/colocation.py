@@ -2,12 +2,12 @@
 
 When a service's p99 latency passes `sloPressure` x its SLO, every elastic training job that has a worker on a
 GPU also serving that service is shrunk by the number of such workers (never below its elastic minimum, never
-a protected job). The original size is remembered in `ColocationState.shrunk`; once the service's p99 has stayed
-under `sloSlack` x SLO for `slackReadings` consecutive cycles the job is scaled back (once none of its workers
-runs on a hot node: the hotspot's give-back waits for that too). State is immutable and
-passed in and out, like the hotspot streaks. The shrink is also recorded on the job in the resize's own write
-(`balancer.colocation_record`: a Kubernetes Job's `gputide.io/colocation-shrunk`), and `observe` adopts what the
-jobs record, so a restarted controller or a new leader still gives the workers back.
+a protected job). The original size is remembered in `ColocationState.shrunk`, with every pressured service the
+job crowded; once each of those services' p99 has stayed under `sloSlack` x SLO for `slackReadings` consecutive
+cycles the job is scaled back (once none of its workers runs on a hot node: the hotspot's give-back waits for that
+too). State is immutable and passed in and out, like the hotspot streaks. The shrink is also recorded on the job
+in the resize's own write (`balancer.colocation_record`: a Kubernetes Job's `gputide.io/colocation-shrunk`), and
+`observe` adopts what the jobs record, so a restarted controller or a new leader still gives the workers back.
 
 A job a hotspot shrank carries that shrink's record (`balancer.plan.shrink_records`: the workers it had before, on a
 Kubernetes Job `gputide.io/shrunk` `{"from": N, "to": M}`), which is valid only while the job runs the "to" it
@@ -33,6 +33,10 @@ from balancer.plan.columns import _CLASS_CODE, workload_columns
 from balancer.plan.shrink_records import runnable
 from balancer.plan.simulate import Projection
 
+# between the services a shrink made room for, in its record's "service" (a service is named by its owner, a Kubernetes
+# name: no comma in it)
+SEPARATOR = ","
+
 # how long a shrink just applied is kept though the reads do not show it yet (its job's pods still at the old size,
 # its Job list without the record, or with an older void one): longer than the Kubernetes lists' cache (60 s) and
 # a few cycles
@@ -42,7 +46,7 @@ FRESH_S = 300.0
 @dataclass(frozen=True)
 class ColocationState:
     slack_streak: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))  # job -> (workers, service)
+    shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))  # job -> (workers, services)
     # jobs whose give-back was made, or taken over by the tide (`hand_over`): a record they still show (a read that
     # lags the write that removes it, or the tide's next resize) is not adopted again
     handed: frozenset[str] = frozenset()
@@ -159,26 +163,29 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
         floor = max(max((w.elastic_min for w in members), default=0), 1)   # never a stop: nothing would resume it
         new = max(now - len(services), floor)
         if new < now and job not in state.shrunk:
-            svc = services[0]
-            st = s.services[svc]
+            names = sorted(set(services))   # all of them recorded: the give-back waits for each one's slack
+            st = s.services[names[0]]
             actions.append(ScaleTraining(
-                job=job, workers=new, previous_workers=now, cause="colocation_slo", shrunk_from=owed.get(job), service=svc,
-                reason=f"{svc} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
-                       "on GPUs shared with this job"))
+                job=job, workers=new, previous_workers=now, cause="colocation_slo", shrunk_from=owed.get(job),
+                service=SEPARATOR.join(names),
+                reason=f"{names[0]} p99 {st.p99_latency_s * 1000:.0f} ms near SLO {st.slo_latency_s * 1000:.0f} ms "
+                       "on GPUs shared with this job" + (f" (also {', '.join(names[1:])})" if len(names) > 1 else "")))
     return actions
 
 
 def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
                 owed: Mapping[str, int]) -> list[Action]:
-    """Shrunk jobs scaled back once their service has had `slackReadings` cycles of slack (or is gone) and none of
-    their workers runs on a hot node (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs
+    """Shrunk jobs scaled back once each service the shrink made room for has had `slackReadings` cycles of slack (or
+    is gone: given back on the first one's slack alone, a job shrunk for two was grown back next to the other, still
+    under pressure, and shrunk again the next cycle, over and over) and none of their workers runs on a hot node (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs
     to cool, so does co-location's, which would otherwise also hand back, while the node is still hot, the workers a
     hotspot took from the job after co-location's shrink. The shrink stays held (and recorded) meanwhile."""
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
         if proj.hot_nodes and _on_nodes(s, job, proj.hot_nodes):
             continue
-        if state.slack_streak.get(svc, 0) >= policy.colocation.slack_readings or svc not in s.services:
+        if all(state.slack_streak.get(n, 0) >= policy.colocation.slack_readings or n not in s.services
+               for n in svc.split(SEPARATOR)):
             now, workers = proj.workers.get(job, 0), runnable(s, job, workers)
             if now < workers:
                 actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now, cause="colocation_slack",
