@@ -76,6 +76,10 @@ class Migrations:
         except IndexError as exc:
             raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
         current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
+        if (current.get("metadata") or {}).get("deletionTimestamp"):   # evicted (or deleted) already: its controller
+            # replaces it; evicting it again succeeds (a terminating pod skips its budgets) and would hold a second target
+            raise PermanentActuationError(f"migrate {ns}/{pod}: it is being deleted already (terminating): not "
+                                          "evicted again")
         if not recreated(current.get("metadata") or {}):   # evicted, nothing would run it again anywhere
             raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
                                           "pod of its node): it is not moved")

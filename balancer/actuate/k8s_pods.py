@@ -125,8 +125,9 @@ def _claims_to_settle(pod: Json) -> Mounts | None:
 
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
-    and `movable` by the annotation and whether a controller recreates it (`recreated`) alone, its claims not
-    read (`with_namespaces` and `with_volumes` settle these); None for a pod without GPUs."""
+    and `movable` by the annotation, whether a controller recreates it (`recreated`) and whether it is being deleted
+    already (evicted: its replacement is on its way) alone, its claims not read (`with_namespaces` and
+    `with_volumes` settle these); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus, cpu, mem = pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
@@ -146,7 +147,7 @@ def _pod_workload(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=as_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity, movable=recreated(meta) and _said(notes) != "false",
+        pod_affinity=affinity, movable=recreated(meta) and not meta.get("deletionTimestamp") and _said(notes) != "false",
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
         checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),
