@@ -5,7 +5,8 @@ nodes by pool, site, GPU model, node labels (`key=value`, equality only, as a Ku
 simplest form) or an explicit name list. `ShardedSource` wraps any `TelemetrySource` (Prometheus, the simulator)
 and restricts every snapshot to the shard's nodes: GPUs are renumbered 0..n-1 in fleet order, workloads and
 placements kept only when they sit entirely on the shard's GPUs, services only when every placed replica is
-inside (a service spread over two shards is scaled by neither: no double scaling). Suspended jobs sit on no
+inside (a service spread over two shards is scaled by neither: no double scaling). A training job with a placed
+worker outside is shown as not elastic, without shrink records (`_owner_sized`): resized by neither shard. Suspended jobs sit on no
 node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never suspends one.
 The cluster's PodDisruptionBudgets are kept whole (`disruption_budgets`): a shard's evictions count against them.
 The planner, the safety guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from balancer.errors import InputError, MissingTelemetry
-from balancer.model import GPU_ARRAYS, Action, ClusterSnapshot, Migrate, Node, SetPowerLimit
+from balancer.model import GPU_ARRAYS, Action, ClusterSnapshot, Migrate, Node, SetPowerLimit, Workload
 from balancer.telemetry.base import TelemetrySource
 
 
@@ -81,9 +82,9 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     gpus = tuple(replace(snapshot.gpus[int(g)], index=k) for k, g in enumerate(index))
     placements = {w: tuple(local[g] for g in idx) for w, idx in snapshot.placements.items()
                   if idx and all(g in local for g in idx)}
-    workloads = tuple(w for w in snapshot.workloads if w.name in placements)
     outside = {w.owner for w in snapshot.workloads if w.owner and w.name in snapshot.placements
                and w.name not in placements}
+    workloads = tuple(_owner_sized(w) if w.owner in outside else w for w in snapshot.workloads if w.name in placements)
     services = {k: s for k, s in snapshot.services.items() if k not in outside}
     arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
     # the PodDisruptionBudgets are the cluster's, whichever shard evicts: without them a shard's guard and planner
@@ -91,6 +92,17 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
                            services=services, disruption_budgets=snapshot.disruption_budgets, **arrays)
     return part, index
+
+
+def _owner_sized(w: Workload) -> Workload:
+    """A worker of a job with a placed worker on another shard's nodes, as its shard must see it: not elastic (the
+    size its owner set) and without a shrink record to give back. A resize sets the Job's whole size from the workers
+    the planner counts, and this shard counts only its own: it would set a 4-worker Job to 1 to shed "one" of its 2,
+    and the other shard could resize the same Job in the same cycle. Like a service spread over two shards, such a job
+    is resized by neither; its workers still hold their GPUs, and may be migrated or throttled where they run."""
+    if not (w.elastic_max or w.elastic_min or w.shrunk_from or w.colocation_from):
+        return w
+    return replace(w, elastic_min=0, elastic_max=0, shrunk_from=0, colocation_from=0, colocation_service="")
 
 
 def globalize(action: Action, index: np.ndarray) -> Action:
