@@ -7,7 +7,9 @@ is the snapshot's: the workload's node rules there are the pod's own ANDed with 
 read by `k8s_workloads`), so it costs no API call. Then:
 
     reserve   the target node's GPUs, in its annotation `gputide.io/reserved-for`, a JSON map keyed by the
-              workload's owner (its replacement pod has another name), each entry with an expiry;
+              workload's owner (its replacement pod has another name), each entry with an expiry; one owner's
+              at a time (a sibling replica's entry still running there: RETRY, before anything changes), and a
+              release takes back only the entry this move wrote;
     taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
               replacement does not land back on it;
     evict     the pod through the Eviction API, once, last. 429 = a PodDisruptionBudget says no -> RETRY, with the
@@ -27,12 +29,14 @@ from collections.abc import Callable
 from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.k8s_pods import recreated
+from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import (
     Json,
     KubeTemporaryError,
     NotFoundError,
     ThrottledError,
     _Api,
+    _json_annotation,
     controller_ref,
     rfc3339,
     split_name,
@@ -57,6 +61,27 @@ def placement_refusal(pod: Json, node: Json, planned: NodeRules | None = None) -
             name, labels):
         return "labels the node affinity of the PersistentVolumes it mounts does not allow"
     return refusal
+
+
+def reserve_change(node: Json, annotation: str, key: str, entry: Json, now: float) -> Json | None:
+    """The patch that holds `node` for `key` (the owner the replacement pod matches by) with `entry`. The map holds
+    one entry per owner and the scheduler uses it up with the first pod of that owner it binds there, so a sibling's
+    entry still running (another replica of the owner on its way there) is never overwritten, which would leave one
+    of the two replacements without its hold: KubeTemporaryError (the move is tried again once it is used up)."""
+    held = _json_annotation(node, annotation).get(key)
+    if (isinstance(held, dict) and held.get("pod") != entry["pod"]
+            and (parse_time(held.get("expires")) or 0) > now):
+        raise KubeTemporaryError(f"migrate {entry['pod']}: {(node.get('metadata') or {}).get('name')} is held for "
+                                 f"{key} already, for the replacement of {held.get('pod')}: one at a time")
+    return annotation_map_change(node, annotation, {key: entry})
+
+
+def release_change(node: Json, annotation: str, key: str, entry: Json) -> Json | None:
+    """The patch that gives back the hold `entry` wrote for `key`, only while it is still that one (not a
+    sibling's or another writer's written since)."""
+    if _json_annotation(node, annotation).get(key) != entry:
+        return None
+    return annotation_map_change(node, annotation, {key: None})
 
 
 class Migrations:
@@ -98,8 +123,8 @@ class Migrations:
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
                  "expires": rfc3339(now + self.reservation_ttl_s)}
         with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
-            self.api.update_node(action.target_node, lambda n: annotation_map_change(
-                n, self.reservation_annotation, {key: entry}))
+            self.api.update_node(action.target_node, lambda n: reserve_change(
+                n, self.reservation_annotation, key, entry, now))
         evict = f"evict pod {ns}/{pod}"
         try:
             if source and source != action.target_node:
@@ -117,7 +142,7 @@ class Migrations:
             if landed is not None:   # the reservation is its replacement's
                 return (f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from "
                         f"{source or '?'} (confirmed after no answer: the pod {landed}; {err})")
-            self.release_reservation(action.target_node, key)
+            self.release_reservation(action.target_node, key, entry)
             if isinstance(err, ThrottledError):
                 raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
             raise
@@ -156,10 +181,9 @@ class Migrations:
         self.api.unknown_writes.remove(evict)
         return None
 
-    def release_reservation(self, node: str, key: str) -> None:
+    def release_reservation(self, node: str, key: str, entry: Json) -> None:
         try:
             with self.api.reserve(), self.api.writes():   # undoing: within the action's deadline, on its reserve
-                self.api.update_node(node, lambda n: annotation_map_change(
-                    n, self.reservation_annotation, {key: None}))
+                self.api.update_node(node, lambda n: release_change(n, self.reservation_annotation, key, entry))
         except ActuationError as err:   # it expires on its own; the action's own error is what matters
             log.warning("could not release reservation %s on %s: %s", key, node, err)

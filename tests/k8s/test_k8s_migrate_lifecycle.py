@@ -1,10 +1,12 @@
 """How a migration treats the pod's life on the cluster: a pod already being deleted (an earlier eviction landed, its
 replacement on its way) is neither a candidate nor evicted again, which would hold a second target for one
-replacement and spend the eviction budget twice."""
+replacement and spend the eviction budget twice; the hold on the target (keyed by the owner) is one replica's at a
+time, and a failed move takes back only its own."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from fakeapi import FakeKube, node, pdb, pod
@@ -14,6 +16,7 @@ from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_pods import workload_from_pod
 from balancer.actuate.kubernetes import RESERVATION_ANNOTATION
+from balancer.model import Workload, WorkloadClass
 
 TERMINATING = "2026-12-05T09:00:00Z"
 
@@ -56,3 +59,34 @@ def test_a_pod_being_deleted_is_no_candidate() -> None:
     assert workload_from_pod(running).movable
     running["metadata"]["deletionTimestamp"] = TERMINATING
     assert not workload_from_pod(running).movable
+
+
+def test_a_siblings_hold_on_the_target_is_neither_overwritten_nor_released(cluster: FakeKube, actuator) -> None:
+    """The hold is keyed by the owner, and the scheduler uses it up with the first of its pods it binds there. A
+    second replica moved to the same node overwrote the first's entry (one hold for two replacements) and, its
+    eviction refused by the budget, released it: the first replacement, its pod already evicted, lost its place.
+    The second move is tried again later instead, and the first's hold stays."""
+    cluster.add(pod("web-2", labels={"app": "web", "pod-template-hash": "5d8f"}, node_name="n1",
+                    owner=("ReplicaSet", "web-5d8f")))
+    snap = replace(SNAP, workloads=(*SNAP.workloads, Workload(name="default/web-2",
+                                                               workload_class=WorkloadClass.INFERENCE, owner="web")),
+                   placements={**SNAP.placements, "default/web-2": (1,)})
+    assert actuator.apply(migrate(), snap).outcome is Outcome.APPLIED
+    first = reservations(cluster, "n2")
+    assert first["default/web"]["pod"] == "default/web-1"
+    result = actuator.apply(migrate(workload="default/web-2", source=(1,), target=(3,)), snap)
+    assert result.outcome is Outcome.RETRY and "held for default/web already" in result.detail, result.detail
+    assert reservations(cluster, "n2") == first
+    assert cluster.get("pods", "web-2", "default") is not None
+
+
+def test_a_failed_move_releases_only_its_own_hold(cluster: FakeKube, actuator) -> None:
+    """Between the hold and the refused eviction another writer (a new leader's move of a sibling, its own hold
+    expired) put its entry under the key: the release leaves it."""
+    cluster.mutate("poddisruptionbudgets", "web", "default", {"status": {"disruptionsAllowed": 0}})
+    theirs = {"pod": "default/web-9", "gpus": [1], "count": 1, "expires": "2099-01-01T00:00:00Z"}
+    cluster.before("POST", r"/eviction$", lambda: cluster.mutate("nodes", "n2", "", {"metadata": {"annotations": {
+        RESERVATION_ANNOTATION: json.dumps({"default/web": theirs})}}}))
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.RETRY and result.code == "429", result.detail
+    assert reservations(cluster, "n2") == {"default/web": theirs}
