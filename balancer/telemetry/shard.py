@@ -4,8 +4,9 @@ A fleet too big, or too political, for one controller is split by a node selecto
 nodes by pool, site, GPU model, node labels (`key=value`, equality only, as a Kubernetes label selector's
 simplest form) or an explicit name list. `ShardedSource` wraps any `TelemetrySource` (Prometheus, the simulator)
 and restricts every snapshot to the shard's nodes: GPUs are renumbered 0..n-1 in fleet order, workloads and
-placements kept only when they sit entirely on the shard's GPUs, services only when every placed replica is
-inside (a service spread over two shards is scaled by neither: no double scaling). A training job with a placed
+placements kept only when they sit entirely on the shard's GPUs (the pending pods of a job or service whose placed
+pods all sit on them too), services only when every placed replica is inside (a service spread over two shards is
+scaled by neither: no double scaling). A training job with a placed
 worker outside is shown as not elastic, without shrink records (`_owner_sized`): resized by neither shard. Suspended jobs sit on no
 node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never suspends one.
 The cluster's PodDisruptionBudgets are kept whole (`disruption_budgets`): a shard's evictions count against them.
@@ -84,7 +85,11 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
                   if idx and all(g in local for g in idx)}
     outside = {w.owner for w in snapshot.workloads if w.owner and w.name in snapshot.placements
                and w.name not in placements}
-    workloads = tuple(_owner_sized(w) if w.owner in outside else w for w in snapshot.workloads if w.name in placements)
+    # a job or service with a placed pod here and none elsewhere is this shard's, its pending pods too: a planner
+    # sizes a Job by the pods it asks for, placed or not, as the unsharded one does
+    own = {w.owner for w in snapshot.workloads if w.owner and w.name in placements} - outside
+    workloads = tuple(_owner_sized(w) if w.owner in outside else w for w in snapshot.workloads
+                      if w.name in placements or (w.owner in own and not snapshot.placements.get(w.name)))
     services = {k: s for k, s in snapshot.services.items() if k not in outside}
     arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
     # the PodDisruptionBudgets are the cluster's, whichever shard evicts: without them a shard's guard and planner

@@ -82,3 +82,22 @@ def test_a_spread_jobs_shrink_record_is_given_back_by_neither_shard():
         workers = [w for w in part.workloads if w.owner == "a"]
         assert len(workers) == 2 and all(w.elastic_max == 0 and w.shrunk_from == 0 for w in workers)
     assert all(w.shrunk_from == 6 for w in snap.workloads if w.owner == "a")   # the full snapshot untouched
+
+
+def test_a_shard_counts_the_pending_workers_of_its_own_job_as_the_whole_cluster_does():
+    """Job "a" runs 3 workers on n0 and asks for a 4th, pending (no node yet); n1 is full of job "b". The shard cut
+    dropped every pod without a node, so n0's shard saw a 3-worker Job: it sized the Job from 3 (3 -> 1, a Job of 4
+    set to 1) where the unsharded planner, which counts the pending worker, sets 4 -> 2."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    wl = [(workload(f"a-{i}", C.TRAINING, owner="a", elastic_min=1, elastic_max=8), (g,)) for i, g in enumerate((1, 2, 3))]
+    wl += [(workload(f"b-{i}", C.TRAINING, owner="b", elastic_min=4, elastic_max=4), (g,)) for i, g in enumerate((4, 5, 6, 7))]
+    wl.append((workload("chat-0", owner="chat"), (0,)))
+    status = ServiceStatus(name="chat", demand_rps=25.0, p99_latency_s=0.1, slo_latency_s=0.5, replicas=1)
+    snap = snapshot(fl, workloads=wl, time=1000.0, services={"chat": status})
+    snap = snap.replace(workloads=(*snap.workloads, workload("a-3", C.TRAINING, owner="a", elastic_min=1,
+                                                             elastic_max=8)))
+    unsharded = CapacityLoopPlanner(CHAT, CapacityPolicy(), 60.0)(snap, {}, ON)[0]
+    sharded = CapacityLoopPlanner(CHAT, CapacityPolicy(), 60.0, sharded=True)(cut(snap, "n0"), {}, ON)[0]
+    assert [(a.job, a.workers, a.previous_workers) for a in resizes(unsharded)] == [("a", 2, 4)]
+    assert [(a.job, a.workers, a.previous_workers) for a in resizes(sharded)] == [("a", 2, 4)]
+    assert "training/a-3" not in cut(snap, "n1").workload_by_name   # n1's shard has no worker of "a"
