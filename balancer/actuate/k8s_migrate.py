@@ -7,7 +7,8 @@ is the snapshot's: the workload's node rules there are the pod's own ANDed with 
 read by `k8s_workloads`), so it costs no API call. Then:
 
     reserve   the target node's GPUs, in its annotation `gputide.io/reserved-for`, a JSON map keyed by the
-              workload's owner (its replacement pod has another name), each entry with an expiry; one owner's
+              workload's owner (its replacement pod has another name), each entry with an expiry (the TTL, or the
+              pod's grace period and a minute when longer: `hold_s`); one owner's
               at a time (a sibling replica's entry still running there: RETRY, before anything changes), and a
               release takes back only the entry this move wrote;
     taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
@@ -61,6 +62,22 @@ def placement_refusal(pod: Json, node: Json, planned: NodeRules | None = None) -
             name, labels):
         return "labels the node affinity of the PersistentVolumes it mounts does not allow"
     return refusal
+
+
+GRACE_MARGIN_S = 60.0   # after the evicted pod's grace period, for its replacement to be created and bound
+
+
+def hold_s(pod: Json, ttl_s: float) -> float:
+    """How long the target is held for the replacement of `pod`: `ttl_s`, or its grace period and a minute when
+    that is longer. A StatefulSet's pod is created again (same name) only once the evicted one is gone, and a Job's
+    with `podReplacementPolicy: Failed` (the default with a podFailurePolicy) only once it has failed: a hold
+    shorter than the grace period (a training pod saving its checkpoint) lapsed before its replacement existed."""
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    try:
+        grace_s = max(float(grace), 0.0) if grace is not None else 30.0   # the API's default
+    except (TypeError, ValueError):
+        grace_s = 30.0
+    return max(ttl_s, grace_s + GRACE_MARGIN_S)
 
 
 def reserve_change(node: Json, annotation: str, key: str, entry: Json, now: float) -> Json | None:
@@ -121,7 +138,7 @@ class Migrations:
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
         now = self.clock()
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
-                 "expires": rfc3339(now + self.reservation_ttl_s)}
+                 "expires": rfc3339(now + hold_s(current, self.reservation_ttl_s))}
         with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
             self.api.update_node(action.target_node, lambda n: reserve_change(
                 n, self.reservation_annotation, key, entry, now))

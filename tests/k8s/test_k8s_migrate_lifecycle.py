@@ -1,7 +1,7 @@
 """How a migration treats the pod's life on the cluster: a pod already being deleted (an earlier eviction landed, its
 replacement on its way) is neither a candidate nor evicted again, which would hold a second target for one
 replacement and spend the eviction budget twice; the hold on the target (keyed by the owner) is one replica's at a
-time, and a failed move takes back only its own."""
+time, and a failed move takes back only its own; the hold outlasts the pod's grace period."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from test_k8s_actuator import SNAP, migrate
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_pods import workload_from_pod
+from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import RESERVATION_ANNOTATION
 from balancer.model import Workload, WorkloadClass
 
@@ -90,3 +91,20 @@ def test_a_failed_move_releases_only_its_own_hold(cluster: FakeKube, actuator) -
     result = actuator.apply(migrate(), SNAP)
     assert result.outcome is Outcome.RETRY and result.code == "429", result.detail
     assert reservations(cluster, "n2") == {"default/web": theirs}
+
+
+@pytest.mark.parametrize(("grace", "held_s"), [(None, 300), (30, 300), (1800, 1860)])
+def test_the_hold_outlasts_the_pods_grace_period(cluster: FakeKube, actuator, clock, grace, held_s) -> None:
+    """A StatefulSet's pod is created again (same name, its disk in one zone) only once the evicted one is gone: a
+    training pod given 30 minutes to save its checkpoint outlived the 5-minute hold, and its target's GPUs were
+    free for anyone before its replacement existed. The hold lasts the grace period and a minute more."""
+    cluster.add(pod("db-0", node_name="n1", owner=("StatefulSet", "db")))
+    if grace is not None:
+        cluster.mutate("pods", "db-0", "default", {"spec": {"terminationGracePeriodSeconds": grace}})
+    snap = replace(SNAP, workloads=(*SNAP.workloads, Workload(name="default/db-0", owner="db",
+                                                               workload_class=WorkloadClass.BATCH)),
+                   placements={**SNAP.placements, "default/db-0": (1,)})
+    result = actuator.apply(migrate(workload="default/db-0", source=(1,), target=(2,)), snap)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    expires = parse_time(reservations(cluster, "n2")["default/db"]["expires"])
+    assert expires == pytest.approx(clock() + held_s, abs=1)
