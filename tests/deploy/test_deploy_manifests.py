@@ -309,7 +309,7 @@ def test_dockerfile_builds_a_non_root_image_with_gputide_as_entrypoint():
     by_kind = {}
     for kind, *rest in instructions:
         by_kind.setdefault(kind, []).append(rest[0] if rest else "")
-    assert by_kind["FROM"] == ["python:3.11-slim"]
+    assert [f.split("@")[0] for f in by_kind["FROM"]] == ["python:3.11-slim-bookworm"]   # test_deploy_image.py
     assert any("pip install" in r and " ." in r for r in by_kind["RUN"])
     user = by_kind["USER"][-1].split(":")[0]
     assert user not in ("root", "0")
