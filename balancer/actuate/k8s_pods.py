@@ -113,8 +113,22 @@ def recreated(meta: Json) -> bool:
 
 def _said(notes: Json) -> str:
     """The `gputide.io/movable` annotation: "false" keeps a pod in place; "true" moves one that mounts
-    PersistentVolumeClaims anywhere its own rules admit (the operator vouches its volumes attach on any node)."""
+    PersistentVolumeClaims or hostPath volumes anywhere its own rules admit (the operator vouches its volumes attach,
+    and its host paths exist, on any node)."""
     return str(notes.get("gputide.io/movable", "")).lower()
+
+
+def _may_move(meta: Json, spec: Json) -> bool:
+    """Whether the pod may be moved, as its own object says: a controller recreates it (`recreated`), it is not
+    being deleted already (evicted: its replacement is on its way), its annotation does not pin it, and it mounts no
+    `hostPath` volume of its own unless the annotation vouches for it: what it reads there is on its node alone,
+    and a replacement elsewhere finds the path empty or, of a type that must exist (`Directory`, `File`, ...), not
+    at all and never starts (kube-scheduler does not look; the cluster autoscaler and the descheduler leave such
+    pods in place too)."""
+    said = _said(meta.get("annotations") or {})
+    if not recreated(meta) or meta.get("deletionTimestamp") or said == "false":
+        return False
+    return said == "true" or not any(v.get("hostPath") is not None for v in spec.get("volumes") or ())
 
 
 def _claims_to_settle(pod: Json) -> Mounts | None:
@@ -125,9 +139,8 @@ def _claims_to_settle(pod: Json) -> Mounts | None:
 
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
-    and `movable` by the annotation, whether a controller recreates it (`recreated`) and whether it is being deleted
-    already (evicted: its replacement is on its way) alone, its claims not read (`with_namespaces` and
-    `with_volumes` settle these); None for a pod without GPUs."""
+    and `movable` by its own object alone (`_may_move`), its claims not read (`with_namespaces` and `with_volumes`
+    settle these); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus, cpu, mem = pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
@@ -147,7 +160,7 @@ def _pod_workload(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=as_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity, movable=recreated(meta) and not meta.get("deletionTimestamp") and _said(notes) != "false",
+        pod_affinity=affinity, movable=_may_move(meta, spec),
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
         checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),

@@ -1,7 +1,8 @@
 """How a migration treats the pod's life on the cluster: a pod already being deleted (an earlier eviction landed, its
 replacement on its way) is neither a candidate nor evicted again, which would hold a second target for one
 replacement and spend the eviction budget twice; the hold on the target (keyed by the owner) is one replica's at a
-time, and a failed move takes back only its own; the hold outlasts the pod's grace period."""
+time, and a failed move takes back only its own; the hold outlasts the pod's grace period; a pod that mounts its
+node's own paths (hostPath) stays where it is."""
 
 from __future__ import annotations
 
@@ -108,3 +109,19 @@ def test_the_hold_outlasts_the_pods_grace_period(cluster: FakeKube, actuator, cl
     assert result.outcome is Outcome.APPLIED, result.detail
     expires = parse_time(reservations(cluster, "n2")["default/db"]["expires"])
     assert expires == pytest.approx(clock() + held_s, abs=1)
+
+
+@pytest.mark.parametrize(("volume", "said", "movable"), [
+    ({"hostPath": {"path": "/mnt/models", "type": "Directory"}}, None, False),   # only on its node
+    ({"hostPath": {"path": "/mnt/models"}}, "true", True),                        # the operator vouches for it
+    ({"emptyDir": {"medium": "Memory"}}, None, True),                             # scratch, made afresh anywhere
+], ids=["hostPath", "hostPath-vouched", "emptyDir"])
+def test_a_pod_reading_its_nodes_own_paths_stays_put(volume, said, movable) -> None:
+    """A hostPath volume is the node's own directory: moved, the replacement found the path empty elsewhere or, of
+    a type that must exist, never started (ContainerCreating), its pod already evicted. Pinned as a `local` or
+    `hostPath` PersistentVolume pins it, unless `gputide.io/movable: "true"` says the path is on every node."""
+    p = pod("web-1", node_name="n1", owner=("ReplicaSet", "web-5d8f"))
+    p["spec"]["volumes"] = [{"name": "data", **volume}]
+    if said:
+        p["metadata"]["annotations"] = {"gputide.io/movable": said}
+    assert workload_from_pod(p).movable is movable
