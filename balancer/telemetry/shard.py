@@ -141,6 +141,11 @@ class ShardedSource:
     def globalize(self, action: Action) -> Action:
         return globalize(action, self.index)
 
+    def demand_history(self, promql: str, start: float, end: float, step_s: float):
+        """The inner source's range query (a service's demand history for the forecaster and the burst tracker): a
+        service's series are not a node's, so the shard reads them as they are."""
+        return self.inner.demand_history(promql, start, end, step_s)
+
     @property
     def health_unknown(self) -> frozenset[str] | None:
         """The inner source's GPUs of unknown health on this shard (None: the inner source cannot tell)."""
