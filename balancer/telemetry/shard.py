@@ -127,7 +127,8 @@ class ShardedSource:
         self.inner, self.selector = inner, selector
         self.last_full: ClusterSnapshot | None = None
         self.index = np.zeros(0, dtype=np.int64)
-        self.nodes: set[str] = set()   # every node a snapshot of this shard held (its forgotten GPUs' nodes among them)
+        self.nodes: set[str] = set()   # nodes of the last snapshot, and those a snapshot of this shard held that no reading
+        #                                shows since (its forgotten GPUs' nodes among them)
 
     def snapshot(self) -> ClusterSnapshot:
         full = self.inner.snapshot()
@@ -135,7 +136,9 @@ class ShardedSource:
         if part.n_gpus == 0:
             raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
         self.last_full, self.index = full, index
-        self.nodes.update(n.name for n in part.nodes)
+        # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
+        # (its exporter dark) stays with the shard that last held it
+        self.nodes = (self.nodes - {n.name for n in full.nodes}) | {n.name for n in part.nodes}
         return part
 
     def globalize(self, action: Action) -> Action:
@@ -157,7 +160,8 @@ class ShardedSource:
     @property
     def forgotten(self) -> Mapping[str, str] | None:
         """The inner source's forgotten GPUs (-> node) on this shard's nodes: a GPU is forgotten only once a snapshot
-        held it, so its node is among `nodes` (None: the inner source cannot tell)."""
+        held it, so its node is among `nodes` unless a later reading showed it in another shard (None: the inner
+        source cannot tell)."""
         forgotten = getattr(self.inner, "forgotten", None)
         return None if forgotten is None else {u: n for u, n in forgotten.items() if n in self.nodes}
 
