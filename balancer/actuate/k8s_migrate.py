@@ -8,9 +8,10 @@ read by `k8s_workloads`), so it costs no API call. Then:
 
     reserve   the target node's GPUs, in its annotation `gputide.io/reserved-for`, a JSON map keyed by the
               workload's owner (its replacement pod has another name), each entry with an expiry (the TTL, or the
-              pod's grace period and a minute when longer: `hold_s`); one owner's
-              at a time (a sibling replica's entry still running there: RETRY, before anything changes), and a
-              release takes back only the entry this move wrote;
+              pod's grace period and a minute when longer: `hold_s`); one owner's at a time, and never GPUs held
+              for others (a sibling replica's entry still running there, or holds of others beyond the node's
+              other free GPUs: RETRY, before anything changes; `reserve_change`); a release takes back only the
+              entry this move wrote;
     taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
               replacement does not land back on it;
     evict     the pod through the Eviction API, once, last. 429 = a PodDisruptionBudget says no -> RETRY, with the
@@ -80,16 +81,42 @@ def hold_s(pod: Json, ttl_s: float) -> float:
     return max(ttl_s, grace_s + GRACE_MARGIN_S)
 
 
-def reserve_change(node: Json, annotation: str, key: str, entry: Json, now: float) -> Json | None:
-    """The patch that holds `node` for `key` (the owner the replacement pod matches by) with `entry`. The map holds
-    one entry per owner and the scheduler uses it up with the first pod of that owner it binds there, so a sibling's
-    entry still running (another replica of the owner on its way there) is never overwritten, which would leave one
-    of the two replacements without its hold: KubeTemporaryError (the move is tried again once it is used up)."""
-    held = _json_annotation(node, annotation).get(key)
-    if (isinstance(held, dict) and held.get("pod") != entry["pod"]
-            and (parse_time(held.get("expires")) or 0) > now):
-        raise KubeTemporaryError(f"migrate {entry['pod']}: {(node.get('metadata') or {}).get('name')} is held for "
-                                 f"{key} already, for the replacement of {held.get('pod')}: one at a time")
+def free_besides(snapshot: ClusterSnapshot, node: str, ours: tuple[int, ...]) -> int:
+    """GPUs of `node` that no workload uses in `snapshot`, besides the move's own `ours`: room for others' holds."""
+    used, mine = snapshot.gpu_milli_used, set(ours)
+    return sum(1 for g in snapshot.gpus if g.node == node and g.index not in mine and used[g.index] == 0)
+
+
+def _gpus_held(entry: Json) -> int:
+    try:
+        return max(int(entry.get("count") or 0), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def reserve_change(node: Json, annotation: str, key: str, entry: Json, now: float, room: int) -> Json | None:
+    """The patch that holds `node` for `key` (the owner the replacement pod matches by) with `entry`, or
+    KubeTemporaryError before anything changes (the move is tried again later) when the replacement would find no
+    place there:
+
+    * a sibling's entry still running (another replica of the owner on its way there): the map holds one entry per
+      owner and the scheduler uses it up with the first pod of that owner it binds there, so overwriting it would
+      leave one of the two replacements without its hold;
+    * the node's GPUs held for others (a preemptor, a starving pod, another owner's move) need more than the `room`
+      of free GPUs the node has besides the move's own: the planner does not see those holds, and the GPUs it chose
+      are promised to someone else."""
+    name = (node.get("metadata") or {}).get("name")
+    live = {k: v for k, v in _json_annotation(node, annotation).items()
+            if isinstance(v, dict) and (parse_time(v.get("expires")) or 0) > now}
+    held = live.get(key)
+    if held is not None and held.get("pod") != entry["pod"]:
+        raise KubeTemporaryError(f"migrate {entry['pod']}: {name} is held for {key} already, for the replacement "
+                                 f"of {held.get('pod')}: one at a time")
+    others = {k: _gpus_held(v) for k, v in live.items() if k != key}
+    if sum(others.values()) > room:
+        raise KubeTemporaryError(f"migrate {entry['pod']}: {sum(others.values())} GPU(s) of {name} are held for "
+                                 f"{', '.join(sorted(k for k, n in others.items() if n))} and it has {room} other "
+                                 "free: its GPUs are promised to others")
     return annotation_map_change(node, annotation, {key: entry})
 
 
@@ -136,12 +163,12 @@ class Migrations:
             raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
-        now = self.clock()
+        now, room = self.clock(), free_besides(snapshot, action.target_node, action.target_gpus)
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
                  "expires": rfc3339(now + hold_s(current, self.reservation_ttl_s))}
         with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
             self.api.update_node(action.target_node, lambda n: reserve_change(
-                n, self.reservation_annotation, key, entry, now))
+                n, self.reservation_annotation, key, entry, now, room))
         evict = f"evict pod {ns}/{pod}"
         try:
             if source and source != action.target_node:

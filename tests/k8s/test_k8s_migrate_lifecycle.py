@@ -125,3 +125,21 @@ def test_a_pod_reading_its_nodes_own_paths_stays_put(volume, said, movable) -> N
     if said:
         p["metadata"]["annotations"] = {"gputide.io/movable": said}
     assert workload_from_pod(p).movable is movable
+
+
+@pytest.mark.parametrize(("held", "moved"), [(2, False), (1, True)])
+def test_gpus_held_for_others_are_not_a_target(cluster: FakeKube, actuator, held, moved) -> None:
+    """The planner does not see the holds on a node: n2's two free GPUs held for a pod that preempted there were a
+    target all the same, the pod evicted, and its replacement found them promised to the preemptor (gputide's
+    scheduler keeps it off; kube-scheduler would put it there and take the preemptor's place). A hold that leaves
+    the move its GPU does not stop it."""
+    theirs = {"pod": "default/urgent", "count": held, "cpu_milli": 1000, "memory_mib": 1024,
+              "expires": "2099-01-01T00:00:00Z"}
+    cluster.mutate("nodes", "n2", "", {"metadata": {"annotations": {
+        RESERVATION_ANNOTATION: json.dumps({"default/urgent": theirs})}}})
+    result = actuator.apply(migrate(), SNAP)
+    assert (result.outcome is Outcome.APPLIED) is moved, result.detail
+    assert (cluster.get("pods", "web-1", "default") is None) is moved
+    if not moved:
+        assert result.outcome is Outcome.RETRY and "promised to others" in result.detail
+        assert reservations(cluster, "n2") == {"default/urgent": theirs} and not cluster.calls("POST", r"/eviction$")
