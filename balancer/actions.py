@@ -33,13 +33,15 @@ class Action:
 
 @dataclass(frozen=True, kw_only=True)
 class Migrate(Action):
-    """Move a workload to `target_gpus`; the actuator reserves the target before evicting the source."""
+    """Move a workload to `target_gpus`; the actuator reserves the target before evicting the source. Moves that
+    only pay together (those emptying one GPU) share a `group`: the safety guard takes all of them or none."""
 
     kind: ClassVar[str] = "migrate"
     workload: str
     source_gpus: tuple[int, ...]
     target_gpus: tuple[int, ...]
     target_node: str
+    group: str = ""
 
     @property
     def target(self) -> str:

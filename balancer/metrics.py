@@ -50,7 +50,7 @@ def rejection_reasons() -> tuple[str, ...]:
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
-        if isinstance(getattr(cls, "reason", None), str) and cls.__module__ == safety.__name__:
+        if isinstance(getattr(cls, "reason", None), str) and cls.__module__.startswith(safety.__name__):
             found.add(cls.reason)
     return tuple(sorted(found | {STALE_PLAN, NOT_LEADER, SHUTTING_DOWN}))
 WAITING_OVER_S = {"0h": 0.0, "4h": 4 * 3600.0}

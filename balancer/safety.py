@@ -57,49 +57,22 @@ from balancer.errors import InvalidTelemetry, MissingTelemetry, SafetyViolation,
 from balancer.model import MAY_BE_UNKNOWN, ClusterSnapshot, DisruptionBudget, Workload, WorkloadClass
 from balancer.noderules import Taint
 from balancer.safety_context import ReviewContext, touched_nodes
+from balancer.safety_groups import whole_groups
 from balancer.safety_ledger import SafetyLedger  # re-exported: the guard's memory between cycles
+from balancer.safety_violations import (  # noqa: F401  (re-exported: callers import them from here)
+    CooldownActive,
+    EmergencyStop,
+    EvictionBudgetExhausted,
+    MaxActionsPerCycle,
+    MaxConcurrentMigrations,
+    MaxUnavailable,
+    MinGainNotMet,
+    PdbViolation,
+    PlacementRefused,
+    ProtectedWorkload,
+)
 
 EMERGENCY_LABEL = "gputide.io/emergency-stop"
-
-
-class EmergencyStop(SafetyViolation):
-    reason = "emergency_stop"
-
-
-class ProtectedWorkload(SafetyViolation):
-    reason = "protected"
-
-
-class PlacementRefused(SafetyViolation):
-    reason = "placement_rules"
-
-
-class MinGainNotMet(SafetyViolation):
-    reason = "min_gain"
-
-
-class CooldownActive(SafetyViolation):
-    reason = "cooldown"
-
-
-class MaxActionsPerCycle(SafetyViolation):
-    reason = "max_actions_per_cycle"
-
-
-class MaxConcurrentMigrations(SafetyViolation):
-    reason = "max_concurrent_migrations"
-
-
-class MaxUnavailable(SafetyViolation):
-    reason = "max_unavailable"
-
-
-class PdbViolation(SafetyViolation):
-    reason = "pdb"
-
-
-class EvictionBudgetExhausted(SafetyViolation):
-    reason = "eviction_budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +181,11 @@ class SafetyGuard:
 
     def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:
+        """Each action checked and counted in order; a group's moves all or none (`balancer.safety_groups`)."""
+        return whole_groups(list(actions), lambda acts: self._review_each(acts, snapshot, ledger, now), Review)
+
+    def _review_each(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
+                     now: float) -> Review:
         accepted: list[Action] = []
         rejected: list[tuple[Action, SafetyViolation]] = []
         stopped = self.emergency_stopped()

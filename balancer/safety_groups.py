@@ -1,0 +1,45 @@
+"""All or nothing for moves that pay only together (`Migrate.group`): the moves that empty one GPU.
+
+The guard reviews each action on its own, so a per-cycle limit, the eviction budget or the migrations in flight
+on a node could accept the first of a GPU's moves and refuse the rest: pods evicted and budget spent for a GPU
+left half emptied, freeing nothing. `whole_groups` reviews the actions, and when any member of a group is refused,
+reviews again without that group: its other members are refused too (`GroupIncomplete`, naming what refused the
+first), and what they would have counted (budget, per-cycle slots, migrations per node) goes to the actions after
+them. Pure: the review is a function of the actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from balancer.errors import SafetyViolation
+
+R = TypeVar("R")
+
+
+class GroupIncomplete(SafetyViolation):
+    reason = "group_incomplete"
+
+
+def group_of(action: Any) -> str:
+    return getattr(action, "group", "") or ""
+
+
+def whole_groups(actions: Sequence[Any], review_each: Callable[[Sequence[Any]], R],
+                 make: Callable[[tuple, tuple], R]) -> R:
+    """`review_each(actions)`, with every group that lost a member refused whole (`make(accepted, rejected)`
+    builds the result from the second review)."""
+    first = review_each(actions)
+    why: dict[str, SafetyViolation] = {}
+    for a, exc in first.rejected:
+        if group_of(a):
+            why.setdefault(group_of(a), exc)
+    if not why:
+        return first
+    again = review_each([a for a in actions if group_of(a) not in why])
+    own = {id(a): exc for a, exc in first.rejected}
+    split = tuple((a, own.get(id(a)) or GroupIncomplete(
+        f"group {group_of(a)!r}: another of its moves was refused ({why[group_of(a)].reason}: {why[group_of(a)]})"))
+        for a in actions if group_of(a) in why)
+    return make(again.accepted, again.rejected + split)
