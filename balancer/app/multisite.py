@@ -144,8 +144,8 @@ def run_multisite(*, overflow: bool = True, rtt_s: float = 0.03, hours: float = 
         site_a.advance_to(site_a.time + cycle_s)
         site_b.advance_to(site_b.time + cycle_s)
         after = _counts(site_a, site_b)
-        hour = (site_a.time / HOUR) % 24
-        if abs(hour - peak_hour) <= 2.0:
+        off = abs((site_a.time / HOUR) % 24 - peak_hour % 24)
+        if min(off, 24 - off) <= 2.0:   # on the clock face: a peak at 0:00 has its window on both sides of midnight
             peak_req += after[0] - before[0]
             peak_bad += after[1] - before[1]
         if routed.remote > 0:
