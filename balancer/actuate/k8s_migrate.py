@@ -144,18 +144,7 @@ class Migrations:
             source = snapshot.gpus[action.source_gpus[0]].node if action.source_gpus else ""
         except IndexError as exc:
             raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
-        current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
-        if (current.get("metadata") or {}).get("deletionTimestamp"):   # evicted (or deleted) already: its controller
-            # replaces it; evicting it again succeeds (a terminating pod skips its budgets) and would hold a second target
-            raise PermanentActuationError(f"migrate {ns}/{pod}: it is being deleted already (terminating): not "
-                                          "evicted again")
-        if not recreated(current.get("metadata") or {}):   # evicted, nothing would run it again anywhere
-            raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
-                                          "pod of its node): it is not moved")
-        self._job_can_lose_a_pod(current.get("metadata") or {}, ns, pod)
-        running_on = (current.get("spec") or {}).get("nodeName")
-        if source and running_on and running_on != source:
-            raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
+        current = self._movable_pod(ns, pod, source)
         target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
         workload = snapshot.workload_by_name.get(action.workload)
         refusal = placement_refusal(current, target, workload.node_rules if workload is not None else None)
@@ -166,9 +155,8 @@ class Migrations:
         now, room = self.clock(), free_besides(snapshot, action.target_node, action.target_gpus)
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
                  "expires": rfc3339(now + hold_s(current, self.reservation_ttl_s))}
-        with self.api.writes():   # the reservation and the taint expire on their own: only the eviction counts
-            self.api.update_node(action.target_node, lambda n: reserve_change(
-                n, self.reservation_annotation, key, entry, now, room))
+        self._reserve(action.target_node, key, entry, lambda n: reserve_change(
+            n, self.reservation_annotation, key, entry, now, room))
         evict = f"evict pod {ns}/{pod}"
         try:
             if source and source != action.target_node:
@@ -191,6 +179,37 @@ class Migrations:
                 raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
             raise
         return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
+
+    def _movable_pod(self, ns: str, pod: str, source: str) -> Json:
+        """The pod, read, once it may be moved: not being deleted already (evicted: its controller replaces it, and
+        evicting it again succeeds, a terminating pod skipping its budgets, and would hold a second target), a
+        controller recreates it, its Job can lose it, and it still runs on `source`; PermanentActuationError
+        before anything changes otherwise."""
+        current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
+        meta = current.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            raise PermanentActuationError(f"migrate {ns}/{pod}: it is being deleted already (terminating): not "
+                                          "evicted again")
+        if not recreated(meta):   # evicted, nothing would run it again anywhere
+            raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
+                                          "pod of its node): it is not moved")
+        self._job_can_lose_a_pod(meta, ns, pod)
+        running_on = (current.get("spec") or {}).get("nodeName")
+        if source and running_on and running_on != source:
+            raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
+        return current
+
+    def _reserve(self, node: str, key: str, entry: Json, change: Callable[[Json], Json | None]) -> None:
+        """Hold `node` for `key` by `change` (`reserve_change`). The hold and the taint expire on their own: only the
+        eviction counts as a write whose outcome matters; but a hold that got no answer may be there all the same
+        (as long as the pod's grace period): released on the reserve before the error goes on."""
+        with self.api.writes() as unsure:
+            try:
+                self.api.update_node(node, change)
+            except ActuationError:
+                if unsure:
+                    self.release_reservation(node, key, entry)
+                raise
 
     def _job_can_lose_a_pod(self, meta: Json, ns: str, pod: str) -> None:
         """A Job's pod is moved only when its eviction cannot fail the Job (`k8s_jobs.eviction_refusal`): read the

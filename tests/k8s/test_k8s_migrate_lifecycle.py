@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 from fakeapi import FakeKube, node, pdb, pod
+from slow_api import Clock, SlowServer
 from test_k8s_actuator import SNAP, migrate
 
 from balancer.actuate.base import Outcome
@@ -143,3 +144,16 @@ def test_gpus_held_for_others_are_not_a_target(cluster: FakeKube, actuator, held
     if not moved:
         assert result.outcome is Outcome.RETRY and "promised to others" in result.detail
         assert reservations(cluster, "n2") == {"default/urgent": theirs} and not cluster.calls("POST", r"/eviction$")
+
+
+def test_a_hold_written_without_an_answer_is_taken_back(cluster: FakeKube, api, clock) -> None:
+    """The target's hold got no answer (the API server slow: a 504, though it wrote it) and no time was left to try
+    again: the move failed before any eviction, but the hold stayed on the node, for as long as the pod's grace
+    period, keeping its GPUs from everyone. It is released on the deadline's reserve."""
+    mono = Clock()
+    actuator = KubernetesActuator(api, clock=clock, sleep=mono.advance, deadline_clock=mono, max_retries=0)
+    SlowServer(cluster, actuator.api, mono, 1.0, {("PATCH", r"/nodes/n2$"): 60.0})
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.RETRY and "504" in result.detail, result.detail
+    assert not cluster.calls("POST", r"/eviction$")
+    assert len(cluster.calls("PATCH", r"/nodes/n2$")) == 2 and reservations(cluster, "n2") == {}
