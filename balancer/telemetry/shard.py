@@ -56,7 +56,8 @@ class ShardSelector:
 
 def parse_selector(name: str, text: str) -> ShardSelector:
     """`pool=h100,site=eu-1,gputide.io/shard=a` -> ShardSelector. `pool`, `site`, `model` and `node` may repeat
-    (any of them); every other key is a node label that must equal its value."""
+    (any of them); every other key is a node label that must equal its value. An empty text is refused: a shard
+    whose selector matches every node would act on every other shard's nodes too."""
     sets: dict[str, set[str]] = {"pool": set(), "site": set(), "model": set(), "node": set()}
     labels: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -70,6 +71,9 @@ def parse_selector(name: str, text: str) -> ShardSelector:
             raise InputError(None, f"shard {name} selector", part, f"one value per label (already {labels[key]})")
         else:
             labels[key] = value
+    if not labels and not any(sets.values()):
+        raise InputError(None, f"shard {name} selector (--selector)", text, "at least one key=value pair: an empty "
+                         "selector matches every node, every other shard's too")
     return ShardSelector(name, frozenset(sets["pool"]), frozenset(sets["site"]), frozenset(sets["model"]), labels,
                          frozenset(sets["node"]))
 
