@@ -113,8 +113,8 @@ def recreated(meta: Json) -> bool:
 
 def _said(notes: Json) -> str:
     """The `gputide.io/movable` annotation: "false" keeps a pod in place; "true" moves one that mounts
-    PersistentVolumeClaims or hostPath volumes anywhere its own rules admit (the operator vouches its volumes attach,
-    and its host paths exist, on any node)."""
+    PersistentVolumeClaims or hostPath volumes, or uses DRA ResourceClaims, anywhere its own rules admit (the
+    operator vouches its volumes attach, its host paths exist and its devices are to be had on any node)."""
     return str(notes.get("gputide.io/movable", "")).lower()
 
 
@@ -124,11 +124,15 @@ def _may_move(meta: Json, spec: Json) -> bool:
     `hostPath` volume of its own unless the annotation vouches for it: what it reads there is on its node alone,
     and a replacement elsewhere finds the path empty or, of a type that must exist (`Directory`, `File`, ...), not
     at all and never starts (kube-scheduler does not look; the cluster autoscaler and the descheduler leave such
-    pods in place too)."""
+    pods in place too); nor does it use DRA ResourceClaims (`spec.resourceClaims`) unless vouched for: a claim it
+    names is allocated already, to the devices of its node (the claim's `status.allocation.nodeSelector`), so a
+    replacement elsewhere never starts, and one from a template is allocated afresh by the DRA driver's
+    ResourceSlices, which gputide does not read."""
     said = _said(meta.get("annotations") or {})
     if not recreated(meta) or meta.get("deletionTimestamp") or said == "false":
         return False
-    return said == "true" or not any(v.get("hostPath") is not None for v in spec.get("volumes") or ())
+    local = any(v.get("hostPath") is not None for v in spec.get("volumes") or ()) or spec.get("resourceClaims")
+    return said == "true" or not local
 
 
 def _claims_to_settle(pod: Json) -> Mounts | None:

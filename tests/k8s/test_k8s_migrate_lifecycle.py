@@ -2,7 +2,7 @@
 replacement on its way) is neither a candidate nor evicted again, which would hold a second target for one
 replacement and spend the eviction budget twice; the hold on the target (keyed by the owner) is one replica's at a
 time, and a failed move takes back only its own; the hold outlasts the pod's grace period; a pod that mounts its
-node's own paths (hostPath) stays where it is."""
+node's own paths (hostPath) or uses DRA ResourceClaims stays where it is."""
 
 from __future__ import annotations
 
@@ -157,3 +157,20 @@ def test_a_hold_written_without_an_answer_is_taken_back(cluster: FakeKube, api, 
     assert result.outcome is Outcome.RETRY and "504" in result.detail, result.detail
     assert not cluster.calls("POST", r"/eviction$")
     assert len(cluster.calls("PATCH", r"/nodes/n2$")) == 2 and reservations(cluster, "n2") == {}
+
+
+@pytest.mark.parametrize(("claim", "said", "movable"), [
+    ({"name": "gpu", "resourceClaimName": "shared-gpus"}, None, False),          # allocated on its node already
+    ({"name": "gpu", "resourceClaimTemplateName": "one-gpu"}, None, False),      # the target's devices unknown
+    ({"name": "gpu", "resourceClaimTemplateName": "one-gpu"}, "true", True),     # the operator vouches for it
+], ids=["named-claim", "template", "template-vouched"])
+def test_a_pod_using_dra_claims_stays_put(claim, said, movable) -> None:
+    """A DRA ResourceClaim the pod names is allocated to its node's devices (`status.allocation.nodeSelector`): its
+    replacement could run nowhere else, yet the pod was moved (evicted, its replacement Pending for ever). One
+    from a template is allocated afresh from the DRA driver's ResourceSlices, which gputide does not read."""
+    p = pod("web-1", node_name="n1", owner=("ReplicaSet", "web-5d8f"))
+    p["spec"]["resourceClaims"] = [claim]
+    p["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    if said:
+        p["metadata"]["annotations"] = {"gputide.io/movable": said}
+    assert workload_from_pod(p).movable is movable
