@@ -40,6 +40,12 @@ def each_gpu(series: str) -> str:
     return f"max by (cluster, UUID) ({series})"
 
 
+def one_per_gpu(series: str) -> str:
+    """`series` (per-GPU, with the `GPU` filter) with one of its copies per GPU, labels kept (a GPU two exporters
+    publish comes once in a top ten, under one of its hostnames): for topk / bottomk of GPUs."""
+    return f"topk by (cluster, UUID) (1, {series})"
+
+
 def _query_variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
     # allValue ".*" also matches an absent label, so a single-cluster Prometheus without a `cluster`
     # label still shows everything.

@@ -1,9 +1,9 @@
 """GPU Fleet: which GPUs run hot, right now and over time.
 
 Four GPUs x time heatmaps (temperature, power, SM activity, memory used; one row per GPU, see
-`dashboards.common`), one of SM activity per MIG GPU instance (a row per instance), a node x GPU grid of the current temperature, the hottest GPUs, throttle reasons and
-XID errors. Everything reads the normalised `gpu:*` recording rules, so it works behind gputide's exporter
-and behind an existing dcgm-exporter alike.
+`dashboards.common`), one of SM activity per MIG GPU instance (a row per instance), a node x GPU grid of the
+current thermal headroom, the GPUs closest to slowdown, throttle reasons and XID errors. Everything reads the
+normalised `gpu:*` recording rules, so it works behind gputide's exporter and behind an existing dcgm-exporter alike.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dashboards.common import (
     gpu_heatmap_panel,
     hotspot_annotations,
     new_dashboard,
+    one_per_gpu,
     q,
     stat_panel,
     table_panel,
@@ -28,12 +29,21 @@ from dashboards.common import (
 
 UID = "gputide-gpu-fleet"
 
+# Heat is coloured by headroom below each GPU's own slowdown temperature (gpu:temperature_headroom:celsius), not by
+# temperature: slowdown is 87 °C on an H100, 93 °C on an L4 (balancer.catalog), so a fixed 85 °C threshold read an
+# H100 2 °C from throttling and an L4 8 °C from it alike. Red within the controller's default hotspots.marginC (5 °C:
+# a hot reading), orange until its releaseMarginC (12 °C: not yet cool again).
+HEADROOM_THRESHOLDS = thresholds((None, "red"), (5, "orange"), (12, "green"))
+HEADROOM_COLOURS = ("Red: within 5 °C of slowdown (the controller's default hotspots.marginC, a hot reading); "
+                    "orange: within 12 °C (releaseMarginC, not yet cool). No data for a GPU whose exporter does not "
+                    "publish its slowdown temperature (DCGM_FI_DEV_SLOWDOWN_TEMP).")
+
 
 def build() -> dashboard.Dashboard:
     d = new_dashboard(
         UID, "gputide / GPU Fleet",
         "Per-GPU temperature, power, SM activity and memory as GPUs x time heatmaps, SM activity per MIG "
-        "instance, the node x GPU grid, the hottest GPUs, throttling and XID errors.",
+        "instance, the node x GPU headroom grid, the GPUs closest to slowdown, throttling and XID errors.",
         ["gpu", "fleet"],
     )
     for marker in hotspot_annotations():
@@ -45,9 +55,10 @@ def build() -> dashboard.Dashboard:
                                [q(f"sum({each_gpu(f'gpu:power:watts{{{GPU}}}')})", "power")]))
         .with_panel(stat_panel("Mean SM activity", "Mean fraction of time the SMs were busy (DCGM SM_ACTIVE).",
                                "percentunit", [q(f"avg({each_gpu(f'gpu:sm_active:ratio{{{GPU}}}')})", "SM active")]))
-        .with_panel(stat_panel("Hottest GPU", "Highest core temperature among the selected GPUs.", "celsius",
-                               [q(f"max(gpu:temperature:celsius{{{GPU}}})", "max")])
-                    .thresholds(thresholds((None, "green"), (75, "orange"), (85, "red"))))
+        .with_panel(stat_panel("Least thermal headroom", "How far the GPU closest to its slowdown temperature runs "
+                               f"below it (gpu:temperature_headroom:celsius). {HEADROOM_COLOURS}", "celsius",
+                               [q(f"min(gpu:temperature_headroom:celsius{{{GPU}}})", "headroom")])
+                    .thresholds(HEADROOM_THRESHOLDS))
     )
     d = d.with_row(dashboard.Row("Heatmaps: one row per GPU, one column per time step"))
     d = (
@@ -76,17 +87,19 @@ def build() -> dashboard.Dashboard:
     d = d.with_row(dashboard.Row("Where it is hot now"))
     d = (
         d.with_panel(table_panel(
-            "Node x GPU temperature grid", "Current core temperature, one row per node and one column per GPU "
-            "index (groupingToMatrix over gpu:temperature:celsius).", "celsius",
-            [q(f"gpu:temperature:celsius{{{GPU}}}", instant=True, fmt="table")],
+            "Node x GPU thermal headroom grid", "Current thermal headroom (slowdown minus core temperature), one row "
+            "per node and one column per GPU index (groupingToMatrix over gpu:temperature_headroom:celsius). "
+            f"{HEADROOM_COLOURS}", "celsius",
+            [q(f"gpu:temperature_headroom:celsius{{{GPU}}}", instant=True, fmt="table")],
             matrix=("hostname", "gpu"), w=12, h=10,
-        ).thresholds(thresholds((None, "green"), (70, "yellow"), (80, "orange"), (87, "red"))))
+        ).thresholds(HEADROOM_THRESHOLDS))
         .with_panel(bargauge_panel(
-            "Hottest GPUs", "The ten hottest GPUs now (topk over gpu:temperature:celsius), labelled "
-            "hostname/GPU index.", "celsius",
-            [q(f"topk(10, gpu:temperature:celsius{{{GPU}}})", GPU_LEGEND, instant=True)], w=12, h=10,
-            max_val=100,
-        ).thresholds(thresholds((None, "green"), (75, "orange"), (85, "red"))))
+            "Closest to slowdown", "The ten GPUs with the least thermal headroom now (bottomk over "
+            "gpu:temperature_headroom:celsius, each GPU once however many exporters publish it), labelled "
+            f"hostname/GPU index. {HEADROOM_COLOURS}", "celsius",
+            [q(f"bottomk(10, {one_per_gpu(f'gpu:temperature_headroom:celsius{{{GPU}}}')})", GPU_LEGEND,
+               instant=True)], w=12, h=10, max_val=40,
+        ).thresholds(HEADROOM_THRESHOLDS))
     )
     d = d.with_row(dashboard.Row("Throttling and errors"))
     d = (

@@ -60,7 +60,7 @@ class FakePrometheus:
         start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
         times = np.arange(start, end + 1e-9, step)
         query = params["query"]
-        per_gpu = query.startswith(("gpu:", "topk"))
+        per_gpu = query.startswith(("gpu:", "topk", "bottomk"))
         labels = ([{"hostname": h, "gpu": g, "namespace": "team-a", "modelName": "H100"} for h, g in GPUS]
                   if per_gpu else [{"service": "chat", "namespace": "team-a", "reason": "hotspot"}])
         return [{"metric": lab, "values": [[t, str(40 + i + (t - start) / 600)] for t in times]}

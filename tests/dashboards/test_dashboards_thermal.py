@@ -1,0 +1,75 @@
+"""The fleet dashboard colours heat by each GPU's own slowdown temperature, not by one fixed temperature.
+
+Slowdown is 87 °C on an H100 and 93 °C on an L4 (balancer.catalog). Here an H100 at 85 °C (2 °C from slowdown: a hot
+reading for the controller, whose default hotspots.marginC is 5 °C) and an L4 at 86 °C (7 °C from it: not hot). The
+panels that say where it is hot now must colour the H100 red and the L4 not red; with a fixed 85 °C red threshold the
+L4 read hotter than the H100. The H100 is published by two exporters (two hostnames): the ten GPUs closest to
+slowdown list it once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from panel_eval import ROOT, panel_query
+
+RULES = ROOT / "rules" / "gputide-recording.yaml"
+BOARD = "gpu-fleet.json"
+# (UUID, hostnames, model, temperature, slowdown temperature)
+GPUS = [("GPU-h", ("n0", "dcgm-exporter-x7k2p"), "NVIDIA H100 80GB HBM3", 85, 87),
+        ("GPU-l", ("n1",), "NVIDIA L4", 86, 93)]
+HEADROOM = {"GPU-h": 2, "GPU-l": 7}
+
+
+def _series() -> list[dict]:
+    out = []
+    for uuid, hosts, model, temp, slowdown in GPUS:
+        for host in hosts:
+            labels = f'cluster="c",Hostname="{host}",gpu="0",UUID="{uuid}",modelName="{model}"'
+            out += [{"series": f"DCGM_FI_DEV_GPU_TEMP{{{labels}}}", "values": f"{temp}x20"},
+                    {"series": f"DCGM_FI_DEV_SLOWDOWN_TEMP{{{labels}}}", "values": f"{slowdown}x20"}]
+    return out
+
+
+def _panel(title: str) -> dict:
+    (panel,) = [p for p in json.loads((ROOT / "dashboards" / BOARD).read_text())["panels"] if p.get("title") == title]
+    return panel
+
+
+def _colour(panel: dict, value: float) -> str:
+    """The colour Grafana gives `value` under the panel's absolute thresholds (the last step at or below it)."""
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    return [s["color"] for s in steps if s["value"] is None or value >= s["value"]][-1]
+
+
+def _promtool(promtool: str, tmp_path, tests: list[dict]) -> None:
+    path = tmp_path / "thermal_test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": "15s", "tests": [
+        {"interval": "15s", "input_series": _series(), "promql_expr_test": tests}]}, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.integration
+def test_hot_now_panels_read_headroom_below_each_gpus_own_slowdown(promtool, tmp_path):
+    stat = panel_query(BOARD, "Least thermal headroom", "headroom")
+    closest = panel_query(BOARD, "Closest to slowdown", "{{hostname}}/{{gpu}}")
+    _promtool(promtool, tmp_path, [
+        {"expr": stat, "eval_time": "4m", "exp_samples": [{"value": HEADROOM["GPU-h"]}]},
+        # one bar per GPU, the H100 once though two exporters publish it
+        {"expr": f"count by (UUID) ({closest})", "eval_time": "4m",
+         "exp_samples": [{"labels": f'{{UUID="{u}"}}', "value": 1} for u in sorted(HEADROOM)]},
+        {"expr": f"max by (UUID) ({closest})", "eval_time": "4m",
+         "exp_samples": [{"labels": f'{{UUID="{u}"}}', "value": v} for u, v in sorted(HEADROOM.items())]},
+    ])
+
+
+@pytest.mark.parametrize("title", ["Least thermal headroom", "Node x GPU thermal headroom grid", "Closest to slowdown"])
+def test_the_gpu_two_degrees_from_slowdown_is_red_and_the_one_seven_degrees_from_it_is_not(title):
+    panel = _panel(title)
+    assert _colour(panel, HEADROOM["GPU-h"]) == "red"
+    assert _colour(panel, HEADROOM["GPU-l"]) != "red"
+    assert any("temperature_headroom" in t["expr"] for t in panel["targets"])
