@@ -111,8 +111,9 @@ def build() -> dashboard.Dashboard:
             stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "Temperature above pool mean", "How far the five GPUs furthest above their pool's (cluster, model) "
-            "mean temperature run above it: the controller's hotspot signal.", "celsius",
-            [q(f"topk(5, gpu:temperature_above_pool_mean:celsius{{{GPU}}})", GPU_LEGEND)]))
+            "mean temperature run above it: the controller's hotspot signal (each GPU once however many exporters "
+            "publish it).", "celsius",
+            [q(f"topk(5, {one_per_gpu(f'gpu:temperature_above_pool_mean:celsius{{{GPU}}}')})", GPU_LEGEND)]))
         .with_panel(stat_panel(
             "GPUs with an XID error", "GPUs whose last XID error code is not 0, and those with a fatal one "
             "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120). No data while the exporter is dark: unknown, not 0.",
@@ -121,8 +122,9 @@ def build() -> dashboard.Dashboard:
              q(f"sum({each_gpu(f'gpu:xid_fatal:bool{{{GPU}}}')})", "fatal XID")], w=8, h=8)
             .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(table_panel(
-            "Last XID per GPU", "Raw last XID code per GPU (gpu:xid_last:code, 0 = none), highest first.", "none",
-            [q(f"topk(20, gpu:xid_last:code{{{GPU}}})", instant=True, fmt="table")], w=16, h=8,
+            "Last XID per GPU", "Raw last XID code per GPU (gpu:xid_last:code, 0 = none), highest first, each GPU "
+            "once however many exporters publish it.", "none",
+            [q(f"topk(20, {one_per_gpu(f'gpu:xid_last:code{{{GPU}}}')})", instant=True, fmt="table")], w=16, h=8,
         ).mappings([dm.ValueMap(options={"0": dm.ValueMappingResult(text="none", color="green")})])
             .thresholds(thresholds((None, "green"), (1, "red"))))
     )

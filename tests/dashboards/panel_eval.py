@@ -29,14 +29,28 @@ def check(promtool: str, tmp_path: Path, series: list[dict], expected: dict[tupl
     """Assert each (file, title, legend) query reads its expected value at `eval_time` (promtool names the
     failing ones); None expects No data. Without `rules`, no recording rule runs. `group_eval_order` is the order
     promtool evaluates the rule groups in at each step (a real Prometheus runs each on its own clock)."""
+    tests = [{"expr": panel_query(*key), "eval_time": eval_time,
+              "exp_samples": [] if value is None else [{"value": value}]} for key, value in expected.items()]
+    run(promtool, tmp_path, series, tests, rules=rules, interval=interval, group_eval_order=group_eval_order)
+
+
+def check_exprs(promtool: str, tmp_path: Path, series: list[dict], expected: dict[str, dict[str, float]], *,
+                rules: Path | None = None, interval: str = "1m", eval_time: str = "5m") -> None:
+    """Assert each expression (a panel's query wrapped in a `... by (UUID)` aggregation) reads {UUID: value}."""
+    tests = [{"expr": expr, "eval_time": eval_time,
+              "exp_samples": [{"labels": f'{{UUID="{u}"}}', "value": v} for u, v in sorted(by_uuid.items())]}
+             for expr, by_uuid in expected.items()]
+    run(promtool, tmp_path, series, tests, rules=rules, interval=interval)
+
+
+def run(promtool: str, tmp_path: Path, series: list[dict], tests: list[dict], *, rules: Path | None = None,
+        interval: str = "1m", group_eval_order: list[str] | None = None) -> None:
+    """promtool's `test rules` over `series` with the promql_expr_test entries `tests`."""
     if rules is None:
         rules = tmp_path / "none.yaml"
         rules.write_text("groups: []\n")
     test = {"rule_files": [str(rules)], "evaluation_interval": interval, "tests": [{
-        "interval": interval, "input_series": series,
-        "promql_expr_test": [{"expr": panel_query(*key), "eval_time": eval_time,
-                              "exp_samples": [] if value is None else [{"value": value}]}
-                             for key, value in expected.items()]}]}
+        "interval": interval, "input_series": series, "promql_expr_test": tests}]}
     if group_eval_order:
         test["group_eval_order"] = group_eval_order
     path = tmp_path / "panels_test.yaml"

@@ -11,7 +11,7 @@ SM-busy GPUs and two throttled GPUs with two fatal XIDs).
 from __future__ import annotations
 
 import pytest
-from panel_eval import ROOT, check
+from panel_eval import ROOT, check, check_exprs, panel_query
 
 RULES = ROOT / "rules" / "gputide-recording.yaml"
 # (UUID, Hostname copies, watts, SM activity, clock event reasons, XID)
@@ -44,3 +44,22 @@ def _input_series() -> list[dict]:
 @pytest.mark.integration
 def test_fleet_figures_count_a_gpu_published_twice_once(promtool, tmp_path):
     check(promtool, tmp_path, _input_series(), TRUTH, rules=RULES, interval="15s", eval_time="4m")
+
+
+# the per-GPU top-N panels: one row or line per GPU, not one per copy (legend of the target)
+TOP_N = [("gpu-fleet.json", "Temperature above pool mean", "{{hostname}}/{{gpu}}"),
+         ("gpu-fleet.json", "Last XID per GPU", "__auto"),
+         ("gpu-fleet.json", "Closest to slowdown", "{{hostname}}/{{gpu}}")]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("panel", TOP_N, ids=[t for _, t, _ in TOP_N])
+def test_top_n_panels_list_a_gpu_published_twice_once(promtool, tmp_path, panel):
+    """GPU-a, published under two hostnames, took two of the top five above the pool mean and two rows of the XID
+    table (pushing a real GPU out of a full list)."""
+    expr = panel_query(*panel)
+    series = _input_series() + [
+        {"series": f'DCGM_FI_DEV_SLOWDOWN_TEMP{{cluster="c",Hostname="{h}",gpu="0",UUID="{u}",modelName="NVIDIA H200"}}',
+         "values": "89x20"} for u, hosts, *_ in GPUS for h in hosts]
+    check_exprs(promtool, tmp_path, series, {f"count by (UUID) ({expr})": {"GPU-a": 1, "GPU-b": 1}}, rules=RULES,
+                interval="15s", eval_time="4m")

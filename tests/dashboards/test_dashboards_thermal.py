@@ -10,11 +10,9 @@ slowdown list it once.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-import yaml
-from panel_eval import ROOT, panel_query
+from panel_eval import ROOT, panel_query, run
 
 RULES = ROOT / "rules" / "gputide-recording.yaml"
 BOARD = "gpu-fleet.json"
@@ -45,26 +43,18 @@ def _colour(panel: dict, value: float) -> str:
     return [s["color"] for s in steps if s["value"] is None or value >= s["value"]][-1]
 
 
-def _promtool(promtool: str, tmp_path, tests: list[dict]) -> None:
-    path = tmp_path / "thermal_test.yaml"
-    path.write_text(yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": "15s", "tests": [
-        {"interval": "15s", "input_series": _series(), "promql_expr_test": tests}]}, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 @pytest.mark.integration
 def test_hot_now_panels_read_headroom_below_each_gpus_own_slowdown(promtool, tmp_path):
     stat = panel_query(BOARD, "Least thermal headroom", "headroom")
     closest = panel_query(BOARD, "Closest to slowdown", "{{hostname}}/{{gpu}}")
-    _promtool(promtool, tmp_path, [
+    run(promtool, tmp_path, _series(), [
         {"expr": stat, "eval_time": "4m", "exp_samples": [{"value": HEADROOM["GPU-h"]}]},
         # one bar per GPU, the H100 once though two exporters publish it
         {"expr": f"count by (UUID) ({closest})", "eval_time": "4m",
          "exp_samples": [{"labels": f'{{UUID="{u}"}}', "value": 1} for u in sorted(HEADROOM)]},
         {"expr": f"max by (UUID) ({closest})", "eval_time": "4m",
          "exp_samples": [{"labels": f'{{UUID="{u}"}}', "value": v} for u, v in sorted(HEADROOM.items())]},
-    ])
+    ], rules=RULES, interval="15s")
 
 
 @pytest.mark.parametrize("title", ["Least thermal headroom", "Node x GPU thermal headroom grid", "Closest to slowdown"])
