@@ -247,3 +247,20 @@ def requests_of_command(command_module: str) -> frozenset[Request]:
     for key in reachable(f"balancer.cmd.{command_module}.run"):
         out |= requests_of(key)
     return frozenset(out)
+
+
+# Requests a command makes only with a flag given: {command module: {(group, resource): the flag's argparse dest}}.
+# The code is reachable either way (reading it cannot tell), so the gate is declared here and proved by
+# tests/deploy/test_deploy_rbac_gates.py: ScaleInference, the only action that reads and patches HPAs or a
+# Deployment's scale, comes from the capacity planner alone, which `gputide run` builds only with --services.
+FLAG_GATED: dict[str, dict[tuple[str, str], str]] = {
+    "run": {("autoscaling", "horizontalpodautoscalers"): "services", ("apps", "deployments/scale"): "services"},
+}
+
+
+def requests_of_container(command_module: str, args: object) -> frozenset[Request]:
+    """The requests of the command run with `args` (its parsed arguments): those behind a flag it was not given
+    (`FLAG_GATED`) left out."""
+    gates = FLAG_GATED.get(command_module, {})
+    return frozenset(r for r in requests_of_command(command_module)
+                     if r[:2] not in gates or getattr(args, gates[r[:2]], None))

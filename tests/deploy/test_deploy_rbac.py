@@ -7,8 +7,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from api_calls import requests_of, requests_of_command, to_rbac
+from api_calls import requests_of, requests_of_command, requests_of_container, to_rbac
 from test_deploy_manifests import OVERLAYS, render
+
+from balancer.cli import build_parser
 
 NAMESPACE = "gputide"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -28,7 +30,8 @@ def _holds_token(pod: dict, container: dict, service_accounts: dict[str, dict]) 
 
 
 def needs(overlay: str) -> dict[str, set]:
-    """{ServiceAccount: the requests of the gputide commands that run under it holding its token}."""
+    """{ServiceAccount: the requests of the gputide commands that run under it holding its token}, each command as its
+    arguments run it (a right only a flag's code uses is needed only where the flag is given)."""
     rendered = render(overlay)
     service_accounts = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ServiceAccount"}
     out: dict[str, set] = {}
@@ -38,7 +41,7 @@ def needs(overlay: str) -> dict[str, set]:
             command = _gputide_command(container)
             if command is None:
                 continue
-            wanted = requests_of_command(command)
+            wanted = requests_of_container(command, build_parser().parse_args(container["args"]))
             if _holds_token(pod, container, service_accounts):
                 out.setdefault(pod.get("serviceAccountName", "default"), set()).update(wanted)
             else:   # no token, no credentials: any request it makes fails

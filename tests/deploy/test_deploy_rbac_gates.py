@@ -1,0 +1,53 @@
+"""The rights behind a flag (tests/deploy/api_calls.py FLAG_GATED) are used only with it, so an overlay without the
+flag must not grant them: the base ClusterRole granted every controller `patch` on every HPA and every Deployment's
+scale in the cluster, though only capacity shifting (--services, components/capacity) ever resizes an inference
+service. Proved from the code: the only requests to those resources are made by `KubernetesActuator._scale_inference`,
+which applies ScaleInference alone; ScaleInference is built only by the capacity planner's pools; and `gputide run`
+builds the capacity planner only with --services (capacity.enabled and --services must agree)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+import pytest
+from api_calls import FLAG_GATED, _client_method, definitions, endpoint, modules, requests_of, to_rbac
+
+from balancer.cli import build_parser
+from balancer.cmd._run_parts import capacity_parts
+from balancer.config import BalancerPolicy
+from balancer.errors import InputError
+
+ACTUATOR = "balancer.actuate.k8s_actuator.KubernetesActuator"
+GATED = set(FLAG_GATED["run"])
+
+
+def test_only_the_actuators_scale_inference_makes_the_requests_behind_services():
+    makers = {key for key in definitions() if {r[:2] for r in requests_of(key)} & GATED}
+    assert makers == {ACTUATOR}
+    methods = {}
+    for node in definitions()[ACTUATOR].body:
+        if isinstance(node, ast.FunctionDef):
+            made = {to_rbac(*endpoint(*found), {})[:2] for n in ast.walk(node) if (found := _client_method(n))}
+            if made & GATED:
+                methods[node.name] = made & GATED
+    assert methods == {"_scale_inference": GATED}
+    dispatch = [n for n in ast.walk(definitions()[ACTUATOR]) if isinstance(n, ast.Attribute)
+                and n.attr == "_scale_inference"]
+    assert len(dispatch) == 1   # called from one place: the dispatch on ScaleInference (k8s_actuator.apply)
+
+
+def test_scale_inference_is_built_by_the_capacity_planner_alone():
+    builders = {mod for mod, tree in modules().items() for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "ScaleInference"}
+    assert builders == {"balancer.plan.capacity_pools"}
+
+
+def test_gputide_run_builds_no_capacity_planner_without_services():
+    args = build_parser().parse_args(["run", "--dry-run", "--prometheus=http://prometheus:9090"])
+    assert capacity_parts(args, BalancerPolicy(), source=None, interval=30.0) == (None, None)
+    # a policy file turning it on without --services is refused, at start and on reload
+    policy = dataclasses.replace(BalancerPolicy(), capacity=dataclasses.replace(BalancerPolicy().capacity,
+                                                                                enabled=True))
+    with pytest.raises(InputError):
+        capacity_parts(args, policy, source=None, interval=30.0)
