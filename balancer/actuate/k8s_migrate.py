@@ -2,7 +2,8 @@
 
 The pod's node is checked against the plan (a pod that runs elsewhere makes the plan stale: FAILED) and the target,
 as it is now, against the pod's own rules and the node affinity of the PersistentVolumes it mounts (`placement_refusal`:
-a replacement that could not run there, or could not attach its disks there, is not evicted). The volumes' affinity
+a replacement that could not run there, or could not attach its disks there, is not evicted), and the snapshot's
+pods against its hard topology spread constraints (`k8s_spread`). The volumes' affinity
 is the snapshot's: the workload's node rules there are the pod's own ANDed with its volumes' (`k8s_claims.confined`,
 read by `k8s_workloads`), so it costs no API call. Then:
 
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.k8s_pods import recreated
+from balancer.actuate.k8s_spread import spread_refusal
 from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import (
     Json,
@@ -147,7 +149,8 @@ class Migrations:
         current = self._movable_pod(ns, pod, source)
         target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
         workload = snapshot.workload_by_name.get(action.workload)
-        refusal = placement_refusal(current, target, workload.node_rules if workload is not None else None)
+        refusal = (placement_refusal(current, target, workload.node_rules if workload is not None else None)
+                   or spread_refusal(current, snapshot, action.workload, action.target_node))
         if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
             raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
