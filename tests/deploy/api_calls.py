@@ -252,9 +252,11 @@ def requests_of_command(command_module: str) -> frozenset[Request]:
 # Requests a command makes only with a flag given: {command module: {(group, resource): the flag's argparse dest}}.
 # The code is reachable either way (reading it cannot tell), so the gate is declared here and proved by
 # tests/deploy/test_deploy_rbac_gates.py: ScaleInference, the only action that reads and patches HPAs or a
-# Deployment's scale, comes from the capacity planner alone, which `gputide run` builds only with --services.
+# Deployment's scale, comes from the capacity planner alone, which `gputide run` builds only with --services; the
+# ClusterQueues are read and patched only for the queues --kueue-queues names.
 FLAG_GATED: dict[str, dict[tuple[str, str], str]] = {
-    "run": {("autoscaling", "horizontalpodautoscalers"): "services", ("apps", "deployments/scale"): "services"},
+    "run": {("autoscaling", "horizontalpodautoscalers"): "services", ("apps", "deployments/scale"): "services",
+            ("kueue.x-k8s.io", "clusterqueues"): "kueue_queues"},
 }
 
 

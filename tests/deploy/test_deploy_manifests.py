@@ -24,7 +24,7 @@ from deploy import gen  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter",
-            "overlays/capacity", "overlays/scheduler", "overlays/dev-scheduler"]
+            "overlays/capacity", "overlays/capacity-kueue", "overlays/scheduler", "overlays/dev-scheduler"]
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 K8S_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}

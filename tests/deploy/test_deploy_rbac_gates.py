@@ -1,25 +1,31 @@
 """The rights behind a flag (tests/deploy/api_calls.py FLAG_GATED) are used only with it, so an overlay without the
-flag must not grant them: the base ClusterRole granted every controller `patch` on every HPA and every Deployment's
-scale in the cluster, though only capacity shifting (--services, components/capacity) ever resizes an inference
-service. Proved from the code: the only requests to those resources are made by `KubernetesActuator._scale_inference`,
-which applies ScaleInference alone; ScaleInference is built only by the capacity planner's pools; and `gputide run`
-builds the capacity planner only with --services (capacity.enabled and --services must agree)."""
+flag must not grant them: the base ClusterRole granted every controller `patch` on every HPA, every Deployment's
+scale and every ClusterQueue in the cluster, though only capacity shifting (--services, components/capacity) ever
+resizes an inference service and only --kueue-queues (components/kueue) moves quota. Proved from the code: the only
+requests to HPAs and scales are made by `KubernetesActuator._scale_inference`, which applies ScaleInference alone;
+ScaleInference is built only by the capacity planner's pools; and `gputide run` builds the capacity planner only with
+--services (capacity.enabled and --services must agree). And against the fake API server: an actuator without Kueue
+queues resizes a queued Job and keeps house without touching a ClusterQueue, one with them does."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
 
+import numpy as np
 import pytest
-from api_calls import FLAG_GATED, _client_method, definitions, endpoint, modules, requests_of, to_rbac
+from api_calls import FLAG_GATED, ROOT, _client_method, definitions, endpoint, modules, requests_of, to_rbac
 
+from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.cli import build_parser
 from balancer.cmd._run_parts import capacity_parts
 from balancer.config import BalancerPolicy
 from balancer.errors import InputError
+from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 
 ACTUATOR = "balancer.actuate.k8s_actuator.KubernetesActuator"
-GATED = set(FLAG_GATED["run"])
+GATED = {resource for resource, flag in FLAG_GATED["run"].items() if flag == "services"}
 
 
 def test_only_the_actuators_scale_inference_makes_the_requests_behind_services():
@@ -51,3 +57,33 @@ def test_gputide_run_builds_no_capacity_planner_without_services():
                                                                                 enabled=True))
     with pytest.raises(InputError):
         capacity_parts(args, policy, source=None, interval=30.0)
+
+
+@pytest.fixture
+def fake_kube():
+    sys.path.insert(0, str(ROOT / "tests" / "k8s"))
+    try:
+        from fakeapi import FakeKube, job, multi_flavor_clusterqueue, workload
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "k8s"))
+    with FakeKube() as kube:
+        kube.add(multi_flavor_clusterqueue("inference", "tide", {"h100": 16}))
+        kube.add(multi_flavor_clusterqueue("training", "tide", {"h100": 8}))
+        kube.add(workload(kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq")), "h100"))
+        yield kube
+
+
+@pytest.mark.parametrize("queues", [None, ("inference", "training")])
+def test_clusterqueues_are_read_and_patched_only_with_kueue_queues(fake_kube, queues):
+    client = fake_kube.client()
+    actuator = KubernetesActuator(client, sleep=lambda _s: None, kueue_queues=queues)
+    snapshot = ClusterSnapshot(time=0.0, nodes=(), gpus=(), **{name: np.zeros(0) for name in GPU_ARRAYS})
+    actuator.recover()
+    for workers, previous in ((6, 4), (2, 6), (0, 2)):   # grow, shrink, stop a Job queued through Kueue
+        actuator.apply(ScaleTraining(reason="tide", job="ml/train", workers=workers, previous_workers=previous),
+                       snapshot)
+        actuator.housekeeping()
+    client.close()
+    touched = {r for r in fake_kube.rbac_requests() if r[1] == "clusterqueues"}
+    assert touched == ({("kueue.x-k8s.io", "clusterqueues", "get"), ("kueue.x-k8s.io", "clusterqueues", "patch")}
+                       if queues else set())
