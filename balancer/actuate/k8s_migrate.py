@@ -35,6 +35,7 @@ from balancer.actuate.k8s_pods import recreated
 from balancer.actuate.k8s_spread import spread_refusal
 from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import (
+    ConflictError,
     Json,
     KubeTemporaryError,
     NotFoundError,
@@ -81,6 +82,17 @@ def hold_s(pod: Json, ttl_s: float) -> float:
     except (TypeError, ValueError):
         grace_s = 30.0
     return max(ttl_s, grace_s + GRACE_MARGIN_S)
+
+
+def eviction(pod: Json) -> Json:
+    """The Eviction of `pod` as read: with its uid as a precondition, so a pod of its name created since (a
+    StatefulSet's replacement, elsewhere and just started) is never the one evicted (409 instead)."""
+    meta = pod.get("metadata") or {}
+    body: Json = {"apiVersion": "policy/v1", "kind": "Eviction",
+                  "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}}
+    if meta.get("uid"):
+        body["deleteOptions"] = {"preconditions": {"uid": meta["uid"]}}
+    return body
 
 
 def free_besides(snapshot: ClusterSnapshot, node: str, ours: tuple[int, ...]) -> int:
@@ -160,19 +172,23 @@ class Migrations:
                  "expires": rfc3339(now + hold_s(current, self.reservation_ttl_s))}
         self._reserve(action.target_node, key, entry, lambda n: reserve_change(
             n, self.reservation_annotation, key, entry, now, room))
-        evict = f"evict pod {ns}/{pod}"
+        evict, uid = f"evict pod {ns}/{pod}", (current.get("metadata") or {}).get("uid")
         try:
             if source and source != action.target_node:
                 with self.api.writes():
                     self.api.update_node(source, lambda n: taints_change(
                         n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
-            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
             try:
-                self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, body, retry_throttled=False)
+                self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, eviction(current),
+                         retry_throttled=False)
             except NotFoundError:   # the pod (not the source node) is gone since we read it: deleted, or our own
                 return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
+            except ConflictError:   # its uid precondition failed (a pod of its name, a StatefulSet's, replaced it),
+                replaced = self.eviction_landed(evict, ns, pod, uid)   # or the PDB's update kept conflicting
+                if replaced is None:   # the pod read still runs: not evicted
+                    raise
+                return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} {replaced}"
         except ActuationError as err:   # timed-out eviction went through; a 404 before it (the node) is a failure
-            uid = (current.get("metadata") or {}).get("uid")
             landed = self.eviction_landed(evict, ns, pod, uid) if evict in self.api.unknown_writes else None
             if landed is not None:   # the reservation is its replacement's
                 return (f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from "
@@ -244,7 +260,8 @@ class Migrations:
             return None
         if meta.get("uid") != uid:
             return "was replaced"
-        self.api.unknown_writes.remove(evict)
+        if evict in self.api.unknown_writes:
+            self.api.unknown_writes.remove(evict)
         return None
 
     def release_reservation(self, node: str, key: str, entry: Json) -> None:

@@ -2,15 +2,16 @@
 replacement on its way) is neither a candidate nor evicted again, which would hold a second target for one
 replacement and spend the eviction budget twice; the hold on the target (keyed by the owner) is one replica's at a
 time, and a failed move takes back only its own; the hold outlasts the pod's grace period; a pod that mounts its
-node's own paths (hostPath) or uses DRA ResourceClaims stays where it is."""
+node's own paths (hostPath) or uses DRA ResourceClaims stays where it is; the eviction takes only the pod that was read."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from fakeapi import FakeKube, node, pdb, pod
+from fakeapi import FakeKube, node, pdb, pod, status_body
 from slow_api import Clock, SlowServer
 from test_k8s_actuator import SNAP, migrate
 
@@ -174,3 +175,48 @@ def test_a_pod_using_dra_claims_stays_put(claim, said, movable) -> None:
     if said:
         p["metadata"]["annotations"] = {"gputide.io/movable": said}
     assert workload_from_pod(p).movable is movable
+
+
+def honour_uid_preconditions(kube: FakeKube, before_eviction: Callable[[], object]) -> None:
+    """The fake API server's evictions made to check `deleteOptions.preconditions.uid`, as a real one does (409),
+    `before_eviction()` run just before the first."""
+    dispatch, pending = kube.dispatch, [before_eviction]
+
+    def checked(method: str, path: str, content_type, body):
+        if method == "POST" and path.endswith("/eviction"):
+            while pending:
+                pending.pop()()
+            want = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            ns, name = path.split("/namespaces/")[1].split("/")[0], path.split("/pods/")[1].split("/")[0]
+            if want and (kube.get("pods", name, ns) or {}).get("metadata", {}).get("uid") not in (None, want):
+                return 409, status_body(409, "Conflict", "Precondition failed: UID in precondition")
+        return dispatch(method, path, content_type, body)
+
+    kube.dispatch = checked
+
+
+def test_a_pod_of_its_name_created_since_it_was_read_is_not_evicted(cluster: FakeKube, actuator) -> None:
+    """A StatefulSet's pod that died after it was read is created again under its name, elsewhere: the eviction,
+    by name alone, took that fresh replica instead, which the plan never meant to move. It names the uid it read."""
+    cluster.add(pod("db-0", node_name="n1", owner=("StatefulSet", "db")))
+    snap = replace(SNAP, workloads=(*SNAP.workloads, Workload(name="default/db-0", owner="db",
+                                                               workload_class=WorkloadClass.BATCH)),
+                   placements={**SNAP.placements, "default/db-0": (1,)})
+
+    def recreated_elsewhere() -> None:
+        cluster.delete("pods", "db-0", "default")
+        cluster.add(pod("db-0", node_name="n3", owner=("StatefulSet", "db")))
+
+    honour_uid_preconditions(cluster, recreated_elsewhere)
+    result = actuator.apply(migrate(workload="default/db-0", source=(1,), target=(2,)), snap)
+    assert result.outcome is Outcome.APPLIED and "replaced" in result.detail, result.detail
+    assert cluster.get("pods", "db-0", "default")["spec"]["nodeName"] == "n3"
+
+
+def test_a_409_on_the_eviction_of_the_pod_still_there_is_no_move(cluster: FakeKube, actuator) -> None:
+    """The Eviction API also answers 409 when the budget's update kept conflicting: the pod read still runs, so
+    nothing moved (RETRY, the hold released), unlike a pod replaced under its name."""
+    cluster.inject("POST", r"/eviction$", 409)
+    result = actuator.apply(migrate(), SNAP)
+    assert result.outcome is Outcome.RETRY and result.code == "409", result.detail
+    assert cluster.get("pods", "web-1", "default") is not None and reservations(cluster, "n2") == {}
