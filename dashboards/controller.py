@@ -54,6 +54,12 @@ _ON_SCHEDULER = f"and on (cluster, job, instance) gputide_scheduler_leader{{{CLU
 _NOT_STANDBY = f"unless on (cluster, job, instance) (gputide_leader{{{CLUSTER}}} == 0)"
 
 
+def _leaders_count(title: str, description: str, series: str, legend: str, alarm: str, w: int) -> object:
+    """A stat of `series` summed over the schedulers' leading replicas, `alarm`-coloured from 1."""
+    panel = stat_panel(title, description, "none", [q(f"sum({series}{{{CLUSTER}}} {_ON_LEADER})", legend)], w=w)
+    return panel.thresholds(thresholds((None, "green"), (1, alarm)))
+
+
 def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
     """The `gputide schedule` row: stats of its state now, then what it did over time."""
     d = d.with_row(dashboard.Row("Secondary scheduler"))
@@ -62,23 +68,26 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
                                 "replica or more than one binds pods, from gputide_scheduler_leader: anything but 0 "
                                 "is a problem (alert GputideSchedulerNoLeader).", "none",
                                 [q(f"count(sum by (cluster, job) (gputide_scheduler_leader{{{CLUSTER}}}) != 1) "
-                                   f"or 0 * count(gputide_scheduler_leader{{{CLUSTER}}})", "schedulers")])
+                                   f"or 0 * count(gputide_scheduler_leader{{{CLUSTER}}})", "schedulers")], w=5)
                      .thresholds(thresholds((None, "green"), (1, "red"))))
-        .with_panel(stat_panel("Pods pending (scheduler)", "Pods with schedulerName gputide that the leading "
-                               "replica's last pass left pending because no node fits them "
-                               "(gputide_scheduler_pending_pods; alert GputidePodsUnschedulable after "
-                               "30 min).", "none",
-                               [q(f"sum(gputide_scheduler_pending_pods{{{CLUSTER}}} {_ON_LEADER})", "pending")])
-                    .thresholds(thresholds((None, "green"), (1, "orange"))))
+        .with_panel(_leaders_count("Pods pending (scheduler)", "Pods with schedulerName gputide that the leading "
+                                   "replica's last pass left pending because no node fits them "
+                                   "(gputide_scheduler_pending_pods; alert GputidePodsUnschedulable after 30 min).",
+                                   "gputide_scheduler_pending_pods", "pending", "orange", w=5))
         .with_panel(stat_panel("GPU-facts nodes", "Nodes with fresh per-GPU facts (thermal headroom, GPUs in use) "
                                "from Prometheus at the scheduler's last read (gputide_scheduler_gpu_facts_nodes); 0 "
                                "without --prometheus or while it fails, and pods are then placed without them.",
-                               "none", [q(f"max(gputide_scheduler_gpu_facts_nodes{{{CLUSTER}}})", "nodes")])
+                               "none", [q(f"max(gputide_scheduler_gpu_facts_nodes{{{CLUSTER}}})", "nodes")], w=5)
                     .thresholds(thresholds((None, "orange"), (1, "green"))))
         .with_panel(_watch_failures("Scheduler watch failures", "Consecutive failed lists or watches of pending "
                                     "pods, nodes or bound pods, the worst over resources and scheduler replicas "
                                     "(gputide_kubernetes_watch_failures); above 0, passes use the last state read.",
-                                    f"max(gputide_kubernetes_watch_failures{{{CLUSTER}}} {_ON_SCHEDULER})"))
+                                    f"max(gputide_kubernetes_watch_failures{{{CLUSTER}}} {_ON_SCHEDULER})", w=5))
+        .with_panel(_leaders_count("Preemption holds stuck", "Preemption holds the leading replica's last pass kept "
+                                   "past the hour for victims stuck terminating on a node that still admits the pod "
+                                   "(gputide_scheduler_holds_stuck; alert GputideSchedulerHoldStuck): the log and a "
+                                   "PreemptionStuck Event name them.",
+                                   "gputide_scheduler_holds_stuck", "stuck", "red", w=4))
     )
     return (
         d.with_panel(timeseries_panel(
@@ -137,27 +146,35 @@ def build() -> dashboard.Dashboard:
     d = (
         d.with_panel(stat_panel("Fail-static", "1 while the controller holds still (stale or missing "
                                 "telemetry, emergency stop): gputide_fail_static.", "none",
-                                [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], w=5)
+                                [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], w=4)
                      .mappings(holding).thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Leases not led by one replica", "Leases (one per shard, in each cluster) that no "
                                "replica or more than one holds, from gputide_leader{lease}: anything but 0 is a "
                                "problem.", "none",
                                [q(f"count(sum by (cluster, lease) (gputide_leader{{{CLUSTER}}}) != 1) "
-                                  f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=5)
+                                  f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=4)
                     .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the acting replica's last cycle used "
                                "(gputide_telemetry_staleness_seconds).", "s",
                                [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}} {_NOT_STANDBY})", "staleness")],
-                               w=5)
+                               w=4)
                     .thresholds(thresholds((None, "green"), (60, "orange"), (180, "red"))))
         .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window, of the acting replica "
                                "(gputide_eviction_budget_remaining).", "none",
-                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")], w=5)
+                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")], w=4)
                     .thresholds(thresholds((None, "red"), (1, "green"))))
         .with_panel(_watch_failures("Pod watch failures", "Consecutive failed lists or watches of the pods whose "
                                     "owners the planner uses (gputide_kubernetes_watch_failures); above 0, it plans "
                                     "on the last pods it read (alert GputideKubernetesWatchFailing after 15 min).",
                                     f'max(gputide_kubernetes_watch_failures{{{CLUSTER}, resource="pods"}})', w=4))
+        .with_panel(stat_panel("GPUs forgotten", "GPUs the controller left out of its plan after holding still 10 "
+                               "minutes for them gone from telemetry while their node is still a Kubernetes node "
+                               "(gputide_gpus_forgotten, the leader's; the log names them): their exporter is dark "
+                               "(alert GpuMissingFromTelemetry). 0 while a replica leads and none is forgotten; No data "
+                               "while no replica leads.", "none",
+                               [q(f"sum(gputide_gpus_forgotten{{{CLUSTER}}}) or 0 * sum(gputide_leader{{{CLUSTER}}} == 1)",
+                                  "forgotten")], w=4)
+                    .thresholds(thresholds((None, "green"), (1, "red"))))
     )
     d = (
         d.with_panel(timeseries_panel(
@@ -203,5 +220,13 @@ def build() -> dashboard.Dashboard:
             "shrink (gputide_shrunk_longest_seconds, timed per job from the first cycle the controller saw it owe; "
             "standbys report 0). Alert GputideTrainingShrunkTooLong at 6 h.", "s",
             [q(f"max by (cause) (gputide_shrunk_longest_seconds{{{CLUSTER}}})", "{{cause}}")], min_val=0))
+        .with_panel(timeseries_panel(
+            "Safety ledger saves failing", "Failed saves per minute of the safety ledger to the Lease, where a "
+            "successor reads it, by reason (gputide_ledger_write_failures_total; alert GputideLedgerWriteFailing): "
+            "while they fail the controller evicts nothing (rejected as eviction_budget). Also the ledger entries per "
+            "minute cut from a save to fit the annotation's 128 KiB (gputide_ledger_entries_dropped_total): "
+            "cooldowns and migrations a successor will not know.", "opm",
+            [q(per_minute(f"gputide_ledger_write_failures_total{{{CLUSTER}}}", "reason"), "{{reason}}"),
+             q(per_minute(f"gputide_ledger_entries_dropped_total{{{CLUSTER}}}"), "entries dropped")], min_val=0))
     )
     return _scheduler(d)
