@@ -173,17 +173,21 @@ def timeseries_panel(title: str, description: str, unit: str, queries, *, w: int
 
 
 def gpu_heatmap_panel(title: str, description: str, unit: str, expr: str, *, scheme: str = "Turbo",
-                      w: int = 12, h: int = 10, legend: str = GPU_LEGEND,
-                      y_label: str = "GPU (hostname/index)") -> heatmap.Panel:
+                      colours: tuple[float, float | None] = (0, None), w: int = 12, h: int = 10,
+                      legend: str = GPU_LEGEND, y_label: str = "GPU (hostname/index)") -> heatmap.Panel:
     """One row per GPU (or per series `legend` names, e.g. a MIG instance), one column per time step (see the
-    module docstring)."""
+    module docstring). `colours` is the value at each end of the colour scale (None: the data's highest). Fixed
+    ends keep a colour meaning one value: fitted to the data, as Grafana does by default, a cool fleet's warmest GPU
+    at 45 °C was drawn in the colour of heat, and a fleet with every GPU idle in the colour of busy."""
     panel = _common(heatmap.Panel(), title, description, unit, w, h)
+    low, high = colours
+    scale = (heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme(scheme)
+             .scale(hm.HeatmapColorScale.LINEAR).steps(64).min(low))
     return (
         panel.with_target(q(expr, legend))
         .calculate(False)
         .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.UNKNOWN))
-        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme(scheme)
-               .scale(hm.HeatmapColorScale.LINEAR).steps(64))
+        .color(scale if high is None else scale.max(high))
         .y_axis(heatmap.YAxisConfig().axis_label(y_label))
         .cell_values(heatmap.CellValues().unit(unit))
         .cell_gap(0)

@@ -33,6 +33,8 @@ UID = "gputide-gpu-fleet"
 # temperature: slowdown is 87 °C on an H100, 93 °C on an L4 (balancer.catalog), so a fixed 85 °C threshold read an
 # H100 2 °C from throttling and an L4 8 °C from it alike. Red within the controller's default hotspots.marginC (5 °C:
 # a hot reading), orange until its releaseMarginC (12 °C: not yet cool again).
+# The temperature heatmap's colour scale: room temperature to above the highest catalogued slowdown (L4, T4, A10: 93).
+TEMPERATURE_COLOURS = (20, 95)
 HEADROOM_THRESHOLDS = thresholds((None, "red"), (5, "orange"), (12, "green"))
 HEADROOM_COLOURS = ("Red: within 5 °C of slowdown (the controller's default hotspots.marginC, a hot reading); "
                     "orange: within 12 °C (releaseMarginC, not yet cool). No data for a GPU whose exporter does not "
@@ -63,15 +65,17 @@ def build() -> dashboard.Dashboard:
     d = d.with_row(dashboard.Row("Heatmaps: one row per GPU, one column per time step"))
     d = (
         d.with_panel(gpu_heatmap_panel(
-            "GPU temperature", "Core temperature of every GPU over time (gpu:temperature:celsius). "
-            "A hot horizontal stripe is a GPU that stays hot: a hotspot candidate.",
-            "celsius", f"gpu:temperature:celsius{{{GPU}}}"))
+            "GPU temperature", "Core temperature of every GPU over time (gpu:temperature:celsius), coloured from "
+            f"{TEMPERATURE_COLOURS[0]} to {TEMPERATURE_COLOURS[1]} °C whatever the fleet's range (the top is above "
+            "every catalogued board's slowdown, 87-93 °C). A hot horizontal stripe is a GPU that stays hot: a hotspot "
+            "candidate.", "celsius", f"gpu:temperature:celsius{{{GPU}}}", colours=TEMPERATURE_COLOURS))
         .with_panel(gpu_heatmap_panel(
             "GPU power", "Power draw of every GPU over time (gpu:power:watts).", "watt",
             f"gpu:power:watts{{{GPU}}}", scheme="Oranges"))
         .with_panel(gpu_heatmap_panel(
             "SM activity", "Fraction of time the SMs were busy, per GPU (gpu:sm_active:ratio). "
-            "Dark rows are idle GPUs.", "percentunit", f"gpu:sm_active:ratio{{{GPU}}}", scheme="Viridis"))
+            "Dark rows are idle GPUs.", "percentunit", f"gpu:sm_active:ratio{{{GPU}}}", scheme="Viridis",
+            colours=(0, 1)))
         .with_panel(gpu_heatmap_panel(
             "Memory used", "Framebuffer memory in use, per GPU (gpu:memory_used:bytes).", "bytes",
             f"gpu:memory_used:bytes{{{GPU}}}", scheme="Blues"))
@@ -80,7 +84,7 @@ def build() -> dashboard.Dashboard:
             "busy (gpu_instance:sm_active:ratio), one row per instance: hostname/GPU index/GPU_I_ID and its "
             "GPU_I_PROFILE. The SM activity heatmap shows the GPU as its instances' mean weighted by their compute "
             "slices; here a busy small instance beside idle ones stands out. Empty on a fleet without MIG.",
-            "percentunit", f"gpu_instance:sm_active:ratio{{{GPU}}}", scheme="Viridis", w=24,
+            "percentunit", f"gpu_instance:sm_active:ratio{{{GPU}}}", scheme="Viridis", colours=(0, 1), w=24,
             legend="{{hostname}}/{{gpu}}/{{GPU_I_ID}} {{GPU_I_PROFILE}}",
             y_label="MIG instance (hostname/index/GPU_I_ID profile)"))
     )

@@ -63,3 +63,20 @@ def test_the_gpu_two_degrees_from_slowdown_is_red_and_the_one_seven_degrees_from
     assert _colour(panel, HEADROOM["GPU-h"]) == "red"
     assert _colour(panel, HEADROOM["GPU-l"]) != "red"
     assert any("temperature_headroom" in t["expr"] for t in panel["targets"])
+
+
+def test_heatmap_colours_mean_one_value_whatever_the_fleets_range():
+    """Grafana fits a heatmap's colour scale to the data by default: on a cool fleet (35-45 °C) the warmest GPU was
+    drawn in the colour of heat, and on an idle one the busiest GPU at 3 % SM activity in the colour of busy."""
+    from balancer.catalog import CATALOGUE
+
+    colours = {p["title"]: p["options"]["color"] for p in json.loads((ROOT / "dashboards" / BOARD).read_text())["panels"]
+               if p.get("type") == "heatmap"}
+    temperature = colours.pop("GPU temperature")
+    assert temperature.get("min", 100) <= 25
+    assert temperature.get("max", 0) >= max(spec.slowdown_temp_c for spec in CATALOGUE.values())
+    for title in ("SM activity", "SM activity per MIG instance"):
+        ratio = colours.pop(title)
+        assert (ratio.get("min"), ratio.get("max")) == (0, 1), title
+    for title, colour in colours.items():   # power and memory: from nothing, up to the fleet's highest
+        assert colour.get("min") == 0, title
