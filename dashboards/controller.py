@@ -155,10 +155,12 @@ def build() -> dashboard.Dashboard:
                                   f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=4)
                     .thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Telemetry staleness", "Age of the oldest sample the acting replica's last cycle used "
-                               "(gputide_telemetry_staleness_seconds).", "s",
+                               "(gputide_telemetry_staleness_seconds). Red from 120 s, the default "
+                               "spec.safety.maxTelemetryAgeS: past it the controller holds still (and --stale-after "
+                               "can only be shorter) and alert GpuTelemetryStale fires.", "s",
                                [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}} {_NOT_STANDBY})", "staleness")],
                                w=4)
-                    .thresholds(thresholds((None, "green"), (60, "orange"), (180, "red"))))
+                    .thresholds(thresholds((None, "green"), (60, "orange"), (120, "red"))))
         .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window, of the acting replica "
                                "(gputide_eviction_budget_remaining).", "none",
                                [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")], w=4)

@@ -15,6 +15,18 @@ ROOT = Path(__file__).resolve().parents[2]
 ALL = {"cluster": ".*", "node": ".*", "model": ".*"}
 
 
+def panel(file: str, title: str) -> dict:
+    """The committed dashboard `file`'s panel titled `title`."""
+    (found,) = [p for p in json.loads((ROOT / "dashboards" / file).read_text())["panels"] if p.get("title") == title]
+    return found
+
+
+def colour(panel: dict, value: float) -> str:
+    """The colour Grafana gives `value` under the panel's absolute thresholds (the last step at or below it)."""
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    return [s["color"] for s in steps if s["value"] is None or value >= s["value"]][-1]
+
+
 def panel_query(file: str, title: str, legend: str) -> str:
     """The query of `file`'s panel `title` whose legend is `legend`, every variable at All."""
     dashboard = json.loads((ROOT / "dashboards" / file).read_text())

@@ -10,7 +10,7 @@ controller without leader election has no gputide_leader and is shown.
 from __future__ import annotations
 
 import pytest
-from panel_eval import check
+from panel_eval import check, colour, panel
 
 # (dashboard, panel title, target legend) -> the leader's value
 TRUTH = {("balancer.json", "Eviction budget left", "budget"): 40,
@@ -36,3 +36,14 @@ def _series(replicas: dict[str, tuple[int | None, int, int]]) -> list[dict]:
 @pytest.mark.integration
 def test_a_standbys_frozen_budget_and_staleness_are_not_shown(promtool, tmp_path, replicas):
     check(promtool, tmp_path, _series(replicas), TRUTH)
+
+
+def test_staleness_is_red_where_the_controller_holds_still():
+    """The stat turned red at 180 s, but past the default spec.safety.maxTelemetryAgeS (120 s; --stale-after can only
+    be shorter) the controller already holds still and GpuTelemetryStale fires: from 120 to 180 s it read orange."""
+    from balancer.config import SafetyPolicy
+
+    most = SafetyPolicy().max_telemetry_age_s
+    staleness = panel("balancer.json", "Telemetry staleness")
+    assert colour(staleness, most) == "red"
+    assert colour(staleness, most - 1) != "red"

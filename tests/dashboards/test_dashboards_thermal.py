@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from panel_eval import ROOT, panel_query, run
+from panel_eval import ROOT, colour, panel, panel_query, run
 
 RULES = ROOT / "rules" / "gputide-recording.yaml"
 BOARD = "gpu-fleet.json"
@@ -32,17 +32,6 @@ def _series() -> list[dict]:
     return out
 
 
-def _panel(title: str) -> dict:
-    (panel,) = [p for p in json.loads((ROOT / "dashboards" / BOARD).read_text())["panels"] if p.get("title") == title]
-    return panel
-
-
-def _colour(panel: dict, value: float) -> str:
-    """The colour Grafana gives `value` under the panel's absolute thresholds (the last step at or below it)."""
-    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    return [s["color"] for s in steps if s["value"] is None or value >= s["value"]][-1]
-
-
 @pytest.mark.integration
 def test_hot_now_panels_read_headroom_below_each_gpus_own_slowdown(promtool, tmp_path):
     stat = panel_query(BOARD, "Least thermal headroom", "headroom")
@@ -59,10 +48,10 @@ def test_hot_now_panels_read_headroom_below_each_gpus_own_slowdown(promtool, tmp
 
 @pytest.mark.parametrize("title", ["Least thermal headroom", "Node x GPU thermal headroom grid", "Closest to slowdown"])
 def test_the_gpu_two_degrees_from_slowdown_is_red_and_the_one_seven_degrees_from_it_is_not(title):
-    panel = _panel(title)
-    assert _colour(panel, HEADROOM["GPU-h"]) == "red"
-    assert _colour(panel, HEADROOM["GPU-l"]) != "red"
-    assert any("temperature_headroom" in t["expr"] for t in panel["targets"])
+    hot_now = panel(BOARD, title)
+    assert colour(hot_now, HEADROOM["GPU-h"]) == "red"
+    assert colour(hot_now, HEADROOM["GPU-l"]) != "red"
+    assert any("temperature_headroom" in t["expr"] for t in hot_now["targets"])
 
 
 def test_heatmap_colours_mean_one_value_whatever_the_fleets_range():
@@ -78,5 +67,5 @@ def test_heatmap_colours_mean_one_value_whatever_the_fleets_range():
     for title in ("SM activity", "SM activity per MIG instance"):
         ratio = colours.pop(title)
         assert (ratio.get("min"), ratio.get("max")) == (0, 1), title
-    for title, colour in colours.items():   # power and memory: from nothing, up to the fleet's highest
-        assert colour.get("min") == 0, title
+    for title, scale in colours.items():   # power and memory: from nothing, up to the fleet's highest
+        assert scale.get("min") == 0, title
