@@ -168,13 +168,16 @@ class KueueQuota:
         self._lend(from_queue, move, keep)
         with self.api.writes() as doubt:   # the borrower's unanswered patch, if any: it may have landed
             try:
-                self._mark(from_queue, move, RECEIVED)
+                noted = self._mark(from_queue, move, RECEIVED)
             except ActuationError:
                 if not self._roll_back(from_queue, move, fence=bool(doubt)):
                     raise
             finally:
                 outer = self.api.unknown_writes
                 outer.extend(w for w in doubt if w not in outer)
+        if noted == VOID:   # another controller's settle (a shard's housekeeping) rolled the move back midway
+            raise KubeTemporaryError(f"kueue quota move {move.id} {from_queue} -> {to_queue} was rolled back by "
+                                     "another controller's settle before it was raised: nothing moved; next cycle")
         done = f"kueue quota {gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
         return "; ".join([*settled, done])
 
