@@ -109,10 +109,10 @@ def build() -> dashboard.Dashboard:
     d = (
         d.with_panel(timeseries_panel(
             "Throttle reasons", "Number of GPUs whose clocks are held down, by reason, from the NVML clock "
-            "event reasons bitmask: thermal (bits 0x20, 0x40) and power cap (0x4, 0x80).", "none",
+            "event reasons bitmask: thermal (bits 0x20, 0x40) and power cap (0x4, 0x80). Not stacked: a GPU held "
+            "down for both reasons is in both lines.", "none",
             [q(f"sum({each_gpu(f'gpu:thermal_throttled:bool{{{GPU}}}')})", "thermal slowdown"),
-             q(f"sum({each_gpu(f'gpu:power_capped:bool{{{GPU}}}')})", "power capped")],
-            stack=True, min_val=0))
+             q(f"sum({each_gpu(f'gpu:power_capped:bool{{{GPU}}}')})", "power capped")], min_val=0))
         .with_panel(timeseries_panel(
             "Temperature above pool mean", "How far the five GPUs furthest above their pool's (cluster, model) "
             "mean temperature run above it: the controller's hotspot signal (each GPU once however many exporters "
