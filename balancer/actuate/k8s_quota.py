@@ -166,6 +166,7 @@ class KueueQuota:
         flavor, cohort = _checked(read, flavor)
         move = Transfer(uuid.uuid4().hex[:12], to_queue, flavor, gpus, undo)
         self._lend(from_queue, move, keep)
+        noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
         with self.api.writes() as doubt:   # the borrower's unanswered patch, if any: it may have landed
             try:
                 noted = self._mark(from_queue, move, RECEIVED)
