@@ -18,6 +18,11 @@ UID = "gputide-tidal-capacity"
 SLO_TARGET = 0.999   # the objective of the burn-rate alerts (rules/gputide-alerts.yaml)
 
 
+def _capacity(cls: str) -> str:
+    """gputide_capacity_gpus of one class, over the controllers (a standby reports 0)."""
+    return f'sum(gputide_capacity_gpus{{{CLUSTER}, class="{cls}"}})'
+
+
 def _fill_between(lower: str, upper: str) -> list[dm.DynamicConfigValue]:
     return [dm.DynamicConfigValue(id_val="custom.fillBelowTo", value=lower),
             dm.DynamicConfigValue(id_val="custom.fillOpacity", value=25),
@@ -47,15 +52,20 @@ def build() -> dashboard.Dashboard:
     d = d.with_panel(demand)
     d = (
         d.with_panel(timeseries_panel(
-            "GPUs by class", "GPUs the controller counts as inference, training, loaned (inference GPUs lent "
-            "to training) and idle (gputide_capacity_gpus), stacked.", "none",
-            [q(f"sum by (class) (gputide_capacity_gpus{{{CLUSTER}}})", "{{class}}")],
+            "GPUs by class", "GPUs the controller counts as inference, training and idle (gputide_capacity_gpus), "
+            "stacked to the fleet it plans. The training GPUs are split into the training pool's own and those "
+            "loaned to it (inference GPUs lent to training, class loaned, which the controller counts within "
+            "training).", "none",
+            [q(_capacity("inference"), "inference"),
+             q(f"{_capacity('training')} - {_capacity('loaned')}", "training (own)"),
+             q(_capacity("loaned"), "loaned to training"),
+             q(_capacity("idle"), "idle")],
             stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "GPUs the forecast asks for", "Inference GPUs each service needs for its forecast demand "
             "(gputide_capacity_target_gpus) against what it holds.", "none",
             [q(f"sum by (service) (gputide_capacity_target_gpus{{{CLUSTER}}})", "{{service}} target"),
-             q(f'sum(gputide_capacity_gpus{{{CLUSTER}, class="inference"}})', "inference held")], min_val=0))
+             q(_capacity("inference"), "inference held")], min_val=0))
         .with_panel(timeseries_panel(
             "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
             f"per service. Target: {SLO_TARGET:.1%}. From gputide_inference_requests_total and "

@@ -16,6 +16,25 @@ def _stacked(found: dict) -> bool:
     return found["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {}).get("mode", "none") != "none"
 
 
+def _stack_height(file: str, title: str) -> str:
+    """The height of `title`'s stack: its targets' values summed."""
+    return " + ".join(f"sum({panel_query(file, title, t['legendFormat'])})" for t in panel(file, title)["targets"])
+
+
+@pytest.mark.integration
+def test_gpus_by_class_stack_to_the_fleet_the_controller_plans(promtool, tmp_path):
+    """The controller counts the GPUs loaned to training within training (balancer.plan.capacity_pools:
+    loaned <= training): 4 inference, 6 training of which 2 loaned, 2 idle are 12 GPUs, and the stack read 14. A
+    standby reports every class 0."""
+    split = {"inference": 4, "training": 6, "loaned": 2, "idle": 2}
+    series = [{"series": f'gputide_capacity_gpus{{cluster="c", instance="ctl-{i}", class="{cls}"}}',
+               "values": f"{n if i == 0 else 0}x20"} for i in (0, 1) for cls, n in split.items()]
+    title = "GPUs by class"
+    assert _stacked(panel("tidal-capacity.json", title))
+    run(promtool, tmp_path, series, [{"expr": _stack_height("tidal-capacity.json", title), "eval_time": "4m",
+                                      "exp_samples": [{"value": 12}]}], interval="15s")
+
+
 @pytest.mark.integration
 def test_a_gpu_held_down_for_heat_and_power_is_one_gpu(promtool, tmp_path):
     """One GPU thermally throttled and power capped at once (clock event reasons 0x40 | 0x4): both lines read 1, and
