@@ -66,9 +66,10 @@ def build() -> dashboard.Dashboard:
             [q(_integral("namespace:gpu_energy:joules_rate1m", "$__range", KWH),
                instant=True, fmt="table")]))
         .with_panel(timeseries_panel(
-            "GPUs held per namespace", "GPUs attributed to each namespace now (namespace:gpu_allocated:count).",
+            "GPUs held per namespace", "GPUs attributed to each namespace now (namespace:gpu_allocated:count). Not "
+            "stacked: a GPU pods of two namespaces share counts in each.",
             "none", [q(f"sum by (namespace) (namespace:gpu_allocated:count{{{CLUSTER}}})", "{{namespace}}")],
-            stack=True, min_val=0))
+            min_val=0))
         .with_panel(timeseries_panel(
             "Power per namespace", "Power attributed to each namespace (namespace:gpu_power:watts_sum).",
             "watt", [q(f"sum by (namespace) (namespace:gpu_power:watts_sum{{{CLUSTER}}})", "{{namespace}}")],

@@ -64,9 +64,9 @@ def build() -> dashboard.Dashboard:
             "GPUs by workload class", "GPUs per workload class from the attribution join "
             "(class:gpu_count:sum). On a real cluster the pods come from the kubelet or dcgm-exporter, which do not "
             "know their class: they show as unknown, and the Tidal Capacity dashboard's GPUs by class "
-            "(gputide_capacity_gpus, from the controller) splits them.", "none",
-            [q(f"sum by (workload_class) (class:gpu_count:sum{{{CLUSTER}}})", "{{workload_class}}")],
-            stack=True, min_val=0))
+            "(gputide_capacity_gpus, from the controller) splits them. Not stacked: a GPU pods of two classes share "
+            "counts in each.", "none",
+            [q(f"sum by (workload_class) (class:gpu_count:sum{{{CLUSTER}}})", "{{workload_class}}")], min_val=0))
         .with_panel(timeseries_panel(
             "SM activity by model (mean and spread)", "Mean SM activity per GPU model and its standard "
             "deviation across the pool; a wide spread is an imbalanced pool.", "percentunit",

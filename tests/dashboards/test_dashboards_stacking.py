@@ -47,3 +47,24 @@ def test_a_gpu_held_down_for_heat_and_power_is_one_gpu(promtool, tmp_path):
              for legend in ("thermal slowdown", "power capped")]
     run(promtool, tmp_path, series, tests, rules=RULES, interval="15s")
     assert not _stacked(panel("gpu-fleet.json", title)), "one GPU held down for two reasons stacks as two GPUs"
+
+
+SHARED = [("usage-chargeback.json", "GPUs held per namespace"),
+          ("fragmentation-utilisation.json", "GPUs by workload class")]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("file", "title"), SHARED, ids=[t for _, t in SHARED])
+def test_a_gpu_two_namespaces_and_classes_share_is_one_gpu(promtool, tmp_path, file, title):
+    """One GPU time-sliced between an inference pod of ns-a and a training pod of ns-b: the per-namespace and
+    per-class counts hold it in each (rules/gputide-recording.yaml), so a stack of them read two GPUs."""
+    found = panel(file, title)
+    if not _stacked(found):
+        return
+    gpu = 'cluster="c",Hostname="n0",gpu="0",UUID="GPU-a",modelName="NVIDIA H200"'
+    series = [{"series": f"DCGM_FI_DEV_GPU_TEMP{{{gpu}}}", "values": "60x20"}] + [
+        {"series": f'gputide_gpu_workload_info{{cluster="c",UUID="GPU-a",namespace="{ns}",pod="{pod}",'
+                   f'workload_class="{cls}"}}', "values": "1x20"}
+        for ns, pod, cls in (("ns-a", "p-a", "inference"), ("ns-b", "p-b", "training"))]
+    run(promtool, tmp_path, series, [{"expr": _stack_height(file, title), "eval_time": "4m",
+                                      "exp_samples": [{"value": 1}]}], rules=RULES, interval="15s")
