@@ -104,11 +104,22 @@ def pod_owner(meta: Json) -> tuple[str, str]:
     return name, kind
 
 
+# controllers known to run an evicted pod again, elsewhere: a Deployment's ReplicaSet, a StatefulSet (same name),
+# a Job (the Job's own rules on failures are checked apart: `k8s_jobs.eviction_refusal`), a ReplicationController
+RECREATING_KINDS = frozenset({"ReplicaSet", "StatefulSet", "Job", "ReplicationController"})
+
+
 def recreated(meta: Json) -> bool:
-    """Whether a controller recreates the pod elsewhere once it is evicted: a controlling ownerReference, and not
-    its node's (a static pod's mirror, which only its kubelet runs). A bare pod evicted is gone for good."""
+    """Whether a controller recreates the pod elsewhere once it is evicted: a controlling ownerReference of a kind
+    known to (`RECREATING_KINDS`), or of any other kind when the pod's `gputide.io/movable: "true"` vouches for it.
+    Not a bare pod (evicted, gone for good), a static pod's mirror (owner Node: only its kubelet runs it), a
+    DaemonSet's (run again on the same node), nor, unvouched, one of a kind gputide does not know: an operator's
+    pod evicted may fail its whole job (a PyTorchJob or an Argo Workflow step with restartPolicy Never)."""
     ref = controller_ref(meta)
-    return ref is not None and ref.get("kind") != "Node"
+    if ref is None:
+        return False
+    return ref.get("kind") in RECREATING_KINDS or (
+        ref.get("kind") not in ("Node", "DaemonSet") and _said(meta.get("annotations") or {}) == "true")
 
 
 def _said(notes: Json) -> str:
