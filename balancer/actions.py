@@ -34,7 +34,9 @@ class Action:
 @dataclass(frozen=True, kw_only=True)
 class Migrate(Action):
     """Move a workload to `target_gpus`; the actuator reserves the target before evicting the source. Moves that
-    only pay together (those emptying one GPU) share a `group`: the safety guard takes all of them or none."""
+    only pay together (those emptying one GPU) share a `group`: the safety guard takes all of them or none. A move
+    off a hot node taints it (`taint_source`) so nothing new lands there while it cools; a consolidation's source is
+    not hot, and its freed GPUs are for the next pod that needs them whole."""
 
     kind: ClassVar[str] = "migrate"
     workload: str
@@ -42,6 +44,7 @@ class Migrate(Action):
     target_gpus: tuple[int, ...]
     target_node: str
     group: str = ""
+    taint_source: bool = True
 
     @property
     def target(self) -> str:

@@ -14,7 +14,7 @@ read by `k8s_workloads`), so it costs no API call. Then:
               other free GPUs: RETRY, before anything changes; `reserve_change`); a release takes back only the
               entry this move wrote;
     taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
-              replacement does not land back on it;
+              replacement does not land back on it (not a consolidation's cool source: `Migrate.taint_source`);
     evict     the pod through the Eviction API, once, last. 429 = a PodDisruptionBudget says no -> RETRY, with the
               reservation released (on the deadline's reserve); a pod already gone leaves the reservation in place.
 
@@ -174,7 +174,7 @@ class Migrations:
             n, self.reservation_annotation, key, entry, now, room))
         evict, uid = f"evict pod {ns}/{pod}", (current.get("metadata") or {}).get("uid")
         try:
-            if source and source != action.target_node:
+            if source and source != action.target_node and action.taint_source:
                 with self.api.writes():
                     self.api.update_node(source, lambda n: taints_change(
                         n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))

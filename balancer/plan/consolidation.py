@@ -167,5 +167,6 @@ def _migrate(s: ClusterSnapshot, m: Move, slot_gpu: np.ndarray, models: list[str
     return Migrate(workload=m.pod.name, source_gpus=tuple(s.placements[m.pod.name]), target_gpus=target,
                    target_node=s.gpus[target[0]].node, expected_gain=round(m.expected_gpus_freed, 6),
                    group=f"consolidate {src.node}/{src.slot}",   # a GPU half emptied frees nothing
+                   taint_source=False,   # a cool node: its freed GPU is for the next pod that needs it whole
                    reason=f"consolidate: {', '.join(models)} fragmented; empties GPU {src.node}/{src.slot} "
                           f"onto {s.gpus[target[0]].node}/{s.gpus[target[0]].slot}")

@@ -70,3 +70,4 @@ def test_consolidation_groups_the_moves_by_the_gpu_they_empty():
     _, kept = moves({4: 50.0, 5: SLOWDOWN - 10})   # a-0 empties GPU 0, d-0 empties GPU 5
     assert {m.workload: m.group for m in kept} == {"inference/a-0": "consolidate n0/0",
                                                    "inference/d-0": "consolidate n1/1"}
+    assert not any(m.taint_source for m in kept)   # a cool node's freed GPU is not kept from new pods
