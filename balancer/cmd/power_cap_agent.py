@@ -5,7 +5,7 @@
 
 On Kubernetes the controller's `SetPowerLimit` writes `{GPU UUID: watts}` into the node annotation
 `gputide.io/power-caps`; nothing on the node acts on an annotation by itself. This agent, one per GPU node (the
-`power-cap-agent` container of `deploy/components/power-cap`, the only privileged container of gputide: setting a
+`power-cap-agent` container of `deploy/components/power-cap`, root with CAP_SYS_ADMIN and not privileged: setting a
 power limit needs root and CAP_SYS_ADMIN on the device), reads its node's annotation every `--interval`
 (`NodeAnnotationCaps`, read-only `get` on its node), and applies it through NVML (`NvmlBackend.apply_power_caps`)
 as `exporters.power_caps.PowerCapAgent` says: never above a GPU's default limit, nor above the limit the GPU ran
