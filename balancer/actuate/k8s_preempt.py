@@ -49,6 +49,7 @@ from typing import Any
 from balancer import catalog
 from balancer.actuate.k8s_actuator import post_event
 from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, reserved_for_others
+from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
 from balancer.errors import ActuationError
@@ -357,15 +358,20 @@ class Preemptor:
         return done
 
     def _evict_one(self, key: str, node: str, victim: str, budgets: Sequence[str]) -> float:
-        """Evict `victim` for `key` (unless it terminates already); when its grace period ends."""
+        """Evict `victim` for `key` (unless it terminates already); when its grace period ends. Only the pod of its
+        name on `node`, the one read (its uid a precondition, `k8s_migrate.eviction`): one made again under its name
+        since (a StatefulSet's) runs elsewhere and frees nothing here, so it is not evicted (NotFoundError, gone
+        from the node; 409 when it takes the name between the read and the eviction)."""
         ns, name = victim.split("/", 1)
         pod = self.api(f"pod {victim}", self.api.core.read_namespaced_pod, name, ns, halt=self.halted)
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if spec.get("nodeName") != node:
+            raise NotFoundError(f"pod {victim}: no longer on {node} (a pod of its name is on "
+                                f"{spec.get('nodeName') or 'no node'}): not evicted", 404)
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending
         grace = spec.get("terminationGracePeriodSeconds")
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
-        self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, body,
+        self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
                  retry_throttled=False, halt=self.halted)
         for b in budgets:   # the eviction used one of each budget's disruptions
             self._spent[b] = self._spent.get(b, 0) + 1
