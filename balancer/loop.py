@@ -60,18 +60,24 @@ from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, im
 )
 from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
-from balancer.errors import TelemetryError
+from balancer.errors import SafetyViolation, TelemetryError
 from balancer.fleet_record import FleetRecorder
 from balancer.ledger_handover import LedgerHandover
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection
-from balancer.safety import EmergencyStop, SafetyGuard, SafetyLedger, check_telemetry
+from balancer.safety import EmergencyStop, Review, SafetyGuard, SafetyLedger, check_telemetry
+from balancer.safety_groups import whole_groups
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
 KEEP_DURATIONS = 1000   # cycle durations a Reconciler keeps by default (`reconcile_seconds`)
+
+
+class StalePlan(SafetyViolation):
+    reason = STALE_PLAN
+    of = staticmethod(lambda why: None if why is None else StalePlan(why))   # `Projection.apply`'s refusal, if any
 
 
 @dataclass
@@ -254,19 +260,18 @@ class Reconciler:
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
         """The accepted actions that still fit the fresh snapshot and that no emergency stop it shows now holds (a node
-        labelled, a namespace stopped since the plan's snapshot); the others are rejected."""
+        labelled, a namespace stopped since the plan); the others are rejected, each with its group (`whole_groups`)."""
+        review = whole_groups(actions, lambda acts: self._fits(acts, fresh), Review)
+        for a, exc in review.rejected:
+            self._reject(a, exc.reason, str(exc), rejected, now)
+        return list(review.accepted)
+
+    def _fits(self, actions: list[Action], fresh: ClusterSnapshot) -> Review:
         proj = Projection(fresh, self.policy)   # tainted: what the fresh snapshot's nodes carry
-        keep = []
-        for a, stop in zip(actions, self.guard.stops_now(actions, fresh), strict=True):
-            if stop is not None:
-                self._reject(a, stop.reason, f"fresh snapshot before acting: {stop}", rejected, now)
-                continue
-            why = proj.apply(a)
-            if why is None:
-                keep.append(a)
-            else:
-                self._reject(a, STALE_PLAN, why, rejected, now)
-        return keep
+        why = [EmergencyStop(f"fresh snapshot before acting: {stop}") if stop else StalePlan.of(proj.apply(a))
+               for a, stop in zip(actions, self.guard.stops_now(actions, fresh), strict=True)]
+        return Review(tuple(a for a, w in zip(actions, why) if w is None),
+                      tuple((a, w) for a, w in zip(actions, why) if w is not None))
 
     def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float,
              done: list[tuple[ActionResult, float]]) -> None:
