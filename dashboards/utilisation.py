@@ -3,13 +3,17 @@
 Allocated vs used vs idle GPUs, GPUs no pending request can use (unallocatable), the fragmented share of idle
 GPUs per model (the FGD paper's measure) and the per-model SM activity with its spread (pool imbalance).
 
-Allocated GPUs are cluster:gpu_allocated:count, each GPU once: class:gpu_count:sum counts a GPU shared by two
-classes in both, and its sum let the allocated share pass 100 %. Both rules read 0 (allocated, and the "idle" class)
-where the exporter reports GPUs and none is allocated or none idle, and have no series where it reports none, so
-the panels read them as they are: 0 % allocated on an idle fleet, No data (a gap) while the exporter is dark. The
-panels once fell back to `0 * <fleet total>` themselves; the total comes from another rule group, evaluated at
-another moment, so for up to an interval after an exporter went dark the fleet still had its total while the
-allocated count was gone, and the dashboard drew a dark fleet as an idle one (0 allocated).
+The counts are of the selected GPUs ($cluster, $node, $model), each GPU once: all of them (gpu:temperature:celsius),
+those holding a workload (gpu_pod:attribution:share, each GPU once: class:gpu_count:sum counts a GPU shared by two
+classes in both, and its sum let the allocated share pass 100 %) and the rest (idle). They once read the cluster's
+rules alone, so picking a node or a model changed the used GPUs and nothing else: a node's SM activity over the whole
+cluster's allocation.
+
+A dark exporter is No data (a gap), not an idle fleet. The allocated count falls back to 0 only where
+cluster:gpu_allocated:count is 0, which the rules decide at the instant they read the join table (0 where the
+exporter reports GPUs and none holds one, no series where it reports none): the total comes from another rule group,
+evaluated at another moment, so a fallback on it (`0 * <total>`, as the panels once had) drew a dark fleet as an
+idle one for up to an interval. A node gone dark in a lit cluster can still read 0 allocated for that interval.
 """
 
 from __future__ import annotations
@@ -20,10 +24,16 @@ from dashboards.common import CLUSTER, GPU, MODEL, each_gpu, new_dashboard, q, s
 
 UID = "gputide-fragmentation"
 
-TOTAL = f"sum(cluster:gpu_count:sum{{{CLUSTER}}})"
-ALLOCATED = f"sum(cluster:gpu_allocated:count{{{CLUSTER}}})"
+# The selected GPUs ($cluster, $node, $model), each once however many exporters publish it.
+SELECTED = each_gpu(f"gpu:temperature:celsius{{{GPU}}}")
+TOTAL = f"count({SELECTED})"
+# The selected GPUs that hold a workload: 0 only where cluster:gpu_allocated:count says the exporter reports GPUs
+# and none holds one at this instant (decided with the join table, see the module docstring), so a dark exporter
+# stays No data; then only where a selected GPU is still reported (a dark node in a lit cluster).
+ALLOCATED = (f"count(max by (cluster, UUID) (gpu_pod:attribution:share{{{CLUSTER}}}) and on (cluster, UUID) "
+             f"{SELECTED}) or (0 * sum(cluster:gpu_allocated:count{{{CLUSTER}}}) and on () {TOTAL})")
 SM_ACTIVE = each_gpu(f"gpu:sm_active:ratio{{{GPU}}}")   # each GPU once, as TOTAL counts them
-IDLE = f'sum(class:gpu_count:sum{{{CLUSTER}, workload_class="idle"}})'
+IDLE = f"{TOTAL} - ({ALLOCATED})"
 
 
 def build() -> dashboard.Dashboard:
@@ -33,9 +43,9 @@ def build() -> dashboard.Dashboard:
         ["utilisation", "fragmentation"],
     )
     d = (
-        d.with_panel(stat_panel("Allocated share", "GPUs attributed to a workload over all GPUs.",
+        d.with_panel(stat_panel("Allocated share", "Selected GPUs attributed to a workload over all selected GPUs.",
                                 "percentunit",
-                                [q(f"{ALLOCATED} / {TOTAL}", "allocated")], w=8))
+                                [q(f"({ALLOCATED}) / {TOTAL}", "allocated")], w=8))
         .with_panel(stat_panel("Used share", "SM-busy GPU equivalents (sum of SM activity) over all GPUs: "
                                "the work actually done.", "percentunit",
                                [q(f"avg({SM_ACTIVE})", "used")], w=8))
@@ -62,7 +72,7 @@ def build() -> dashboard.Dashboard:
             [q(f"gputide_unallocatable_gpus{{{MODEL}}}", "{{modelName}}")], stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "GPUs by workload class", "GPUs per workload class from the attribution join "
-            "(class:gpu_count:sum). On a real cluster the pods come from the kubelet or dcgm-exporter, which do not "
+            "(class:gpu_count:sum), cluster-wide: $node and $model do not narrow it. On a real cluster the pods come from the kubelet or dcgm-exporter, which do not "
             "know their class: they show as unknown, and the Tidal Capacity dashboard's GPUs by class "
             "(gputide_capacity_gpus, from the controller) splits them. Not stacked: a GPU pods of two classes share "
             "counts in each.", "none",

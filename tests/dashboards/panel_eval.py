@@ -27,12 +27,11 @@ def colour(panel: dict, value: float) -> str:
     return [s["color"] for s in steps if s["value"] is None or value >= s["value"]][-1]
 
 
-def panel_query(file: str, title: str, legend: str) -> str:
-    """The query of `file`'s panel `title` whose legend is `legend`, every variable at All."""
-    dashboard = json.loads((ROOT / "dashboards" / file).read_text())
-    (panel,) = [p for p in dashboard["panels"] if p.get("title") == title]
-    (target,) = [t for t in panel["targets"] if t.get("legendFormat") == legend]
-    return interpolate(target["expr"], ALL, step=60, range_s=3600)
+def panel_query(file: str, title: str, legend: str, variables: dict[str, str] | None = None) -> str:
+    """The query of `file`'s panel `title` whose legend is `legend`, every variable at All but those `variables`
+    sets."""
+    (target,) = [t for t in panel(file, title)["targets"] if t.get("legendFormat") == legend]
+    return interpolate(target["expr"], {**ALL, **(variables or {})}, step=60, range_s=3600)
 
 
 def check(promtool: str, tmp_path: Path, series: list[dict], expected: dict[tuple[str, str, str], float | None], *,
