@@ -246,8 +246,9 @@ class KubernetesActuator:
 
     def housekeeping(self) -> list[str]:
         """Once per planning cycle (the loop's duck-typed hook): `release_expired`, Kueue quota moves settled and
-        quota lent to training beyond what its Jobs hold given back (`KueueQuota.reconcile`), API failures as a note."""
-        return self._release_expired_noting("housekeeping")
+        quota lent to training beyond what its Jobs hold given back (`KueueQuota.reconcile`), API failures as a note.
+        The give-back is a capacity move: here only, which a cycle that holds still never reaches, not in `recover`."""
+        return self._release_expired_noting("housekeeping") + self._reconcile_quota_noting("housekeeping")
 
     def _release_expired_noting(self, what: str) -> list[str]:
         try:
@@ -270,7 +271,7 @@ class KubernetesActuator:
                 continue   # no queue, no move left open on it (a quota shift names the missing queue itself)
             except ActuationError as err:
                 notes.append(f"{what}: could not settle kueue quota moves of {queue}: {err}")
-        return notes + self._reconcile_quota_noting(what)
+        return notes
 
     def _reconcile_quota_noting(self, what: str) -> list[str]:
         """Quota lent to training beyond what its Jobs hold given back to inference (`KueueQuota.reconcile`), each
