@@ -6,8 +6,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
 
     Migrate         (`k8s_migrate`) reserve the target node (annotation `gputide.io/reserved-for`, a JSON map keyed
                     by the workload's owner so the replacement pod matches it), taint the hot source node
-                    `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), then evict the pod
-                    through the Eviction API. 429 = a PodDisruptionBudget says no -> RETRY, reservation released.
+                    `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`; not a consolidation's
+                    cool source: `Migrate.taint_source`), then evict the pod through the Eviction API, naming the
+                    uid read. 429 = a PodDisruptionBudget says no -> RETRY, reservation released.
     SetPowerLimit   merge {uuid: watts} into the node annotation `gputide.io/power-caps`, where the node's power-cap
                     agent reads it and applies it between the GPU's minimum and its default limit; a give-back turns
                     the GPU's entry into {"restore": watts} (the agent puts the board's default back), and the same
