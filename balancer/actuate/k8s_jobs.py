@@ -167,22 +167,85 @@ def colocation_patch(job: Json, action: ScaleTraining) -> Json:
     return {} if new == note else {COLOCATION_ANNOTATION: new}
 
 
-def eviction_refusal(job: Json) -> str | None:
-    """Why evicting one of the Job's pods (a migration) could fail the whole Job, None when it cannot. An evicted
-    pod fails, and a Job counts a failed pod against `backoffLimit` (default 6) unless a `podFailurePolicy` rule
-    ignores pods with the `DisruptionTarget` condition (kubernetes.io/docs/concepts/workloads/controllers/job/
-    #pod-failure-policy): the eviction must leave it at least one failure to spare for a real one. A Job with
-    `backoffLimitPerIndex` counts per index, which gputide does not see: refused unless disruptions are ignored."""
+# What an evicted pod fails with, as a podFailurePolicy rule sees it. The Eviction API gives the pod the condition
+# DisruptionTarget (status True) before its containers are stopped; their exit codes are not known in advance: SIGTERM
+# (143), SIGKILL at the end of the grace period (137), 0 (excluded from onExitCodes) or the application's own.
+EVICTED_CONDITION = "DisruptionTarget"
+SIGNAL_EXIT_CODES = frozenset({128 + 9, 128 + 15})
+ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")   # a rule with another action is skipped, as the Job controller does
+
+
+def _rule_matches(rule: Json) -> bool | None:
+    """Whether a podFailurePolicy `rule` matches the failure of an evicted pod: True for certain (a DisruptionTarget
+    pattern with status True, the default), False never, None perhaps (an exit code rule: the codes are not known in
+    advance, `In` taken to match when it lists a signal's code, `NotIn` always; a pattern of another condition)."""
+    codes = rule.get("onExitCodes")
+    if codes is not None:
+        values = {_count(v) for v in codes.get("values") or ()}
+        return None if codes.get("operator") != "In" or values & SIGNAL_EXIT_CODES else False
+    patterns = rule.get("onPodConditions") or ()
+    if any(p.get("type") == EVICTED_CONDITION and p.get("status", "True") == "True" for p in patterns):
+        return True
+    return None if any(p.get("type") != EVICTED_CONDITION for p in patterns) else False
+
+
+def eviction_actions(job: Json) -> list[tuple[int, str]]:
+    """(index, action) of each podFailurePolicy rule that may decide an evicted pod's failure, in order. The rules
+    apply in order and the first that matches wins (JobSpec.podFailurePolicy): the list ends at the first rule that
+    matches for certain, and (-1, "Count"), the default handling, ends it when none does."""
+    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or ()
+    possible = []
+    for index, rule in enumerate(rules):
+        match = _rule_matches(rule) if rule.get("action") in ACTIONS else False
+        if match is not False:
+            possible.append((index, rule["action"]))
+        if match:
+            return possible
+    return [*possible, (-1, "Count")]
+
+
+def _restarts(pod: Json | None) -> int:
+    statuses = (pod or {}).get("status") or {}
+    return sum(_count(c.get("restartCount")) or 0
+               for c in (*(statuses.get("initContainerStatuses") or ()), *(statuses.get("containerStatuses") or ())))
+
+
+def _backoff_refusal(job: Json, pod: Json | None) -> str | None:
+    """Why the eviction, counted against `backoffLimit` (default 6), could fail the Job or leave it no failure to spare
+    for a real one. Failed pods fail it past the limit (`status.failed` > limit). With `restartPolicy: OnFailure`
+    the restarts of the containers of its Pending and Running pods count too, apart: it fails once they reach the
+    limit (any at limit 0). The evicted pod's stay counted while it terminates (its grace period) and its replacement's
+    add to them: the restarts of `pod` (the others' are not read) and one more must stay below the limit."""
     spec, status = job.get("spec") or {}, job.get("status") or {}
-    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or ():
-        if rule.get("action") == "Ignore" and any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-                                                  for c in rule.get("onPodConditions") or ()):
-            return None
-    if spec.get("backoffLimitPerIndex") is not None:
-        return "its failures are counted per index (backoffLimitPerIndex) and no podFailurePolicy ignores evictions"
     limit, failed = _count(spec.get("backoffLimit")), _count(status.get("failed")) or 0
     limit = 6 if limit is None else limit
     if failed + 2 > limit:   # the Job fails at its limit + 1st failure: after the eviction's, one more must fit
-        return (f"an eviction counts as a failure against its backoffLimit ({failed} of {limit} used) and no "
-                "podFailurePolicy ignores evictions (a DisruptionTarget rule with action Ignore)")
+        return f"an eviction counts as a failure against its backoffLimit ({failed} of {limit} used)"
+    restarts = _restarts(pod)
+    if ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "OnFailure" and restarts + 1 >= limit:
+        return (f"its containers' restarts count against its backoffLimit too (restartPolicy OnFailure): the pod's "
+                f"{restarts} of {limit}, counted while it terminates, leave its replacement no restart to spare")
     return None
+
+
+def eviction_refusal(job: Json, pod: Json | None = None) -> str | None:
+    """Why evicting `pod`, one of the Job's pods (a migration), could fail the whole Job, None when it cannot. An
+    evicted pod fails, and the first podFailurePolicy rule that matches it decides (`eviction_actions`;
+    kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy): an Ignore rule for DisruptionTarget
+    spares it only when no earlier rule may match first (a FailJob on exit codes NotIn [0] catches the evicted pod's
+    143); FailJob and FailIndex fail the Job or the pod's index; Count, and no rule, count it against `backoffLimit`
+    (`_backoff_refusal`). A Job with `backoffLimitPerIndex` counts per index, which gputide does not see: refused
+    unless disruptions are ignored."""
+    actions = eviction_actions(job)
+    fatal = next(((i, a) for i, a in actions if a in ("FailJob", "FailIndex")), None)
+    if fatal is not None:
+        return (f"its podFailurePolicy rule {fatal[0]} ({fatal[1]}) may match an evicted pod (DisruptionTarget, or "
+                "its exit code after SIGTERM) before any rule that ignores evictions")
+    if all(a == "Ignore" for _, a in actions):
+        return None
+    why = ("no podFailurePolicy rule surely ignores evictions (an Ignore rule for the DisruptionTarget condition, "
+           "no earlier rule that may match an evicted pod)")
+    if (job.get("spec") or {}).get("backoffLimitPerIndex") is not None:
+        return f"its failures are counted per index (backoffLimitPerIndex) and {why}"
+    refusal = _backoff_refusal(job, pod)
+    return None if refusal is None else f"{refusal}, and {why}"
