@@ -14,7 +14,8 @@ read by `k8s_workloads`), so it costs no API call. Then:
               other free GPUs: RETRY, before anything changes; `reserve_change`); a release takes back only the
               entry this move wrote;
     taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
-              replacement does not land back on it (not a consolidation's cool source: `Migrate.taint_source`);
+              replacement does not land back on it (not a consolidation's cool source: `Migrate.taint_source`):
+              the taint's TTL, or as long as the target's hold when that is longer (`taint_until`);
     evict     the pod through the Eviction API, once, last. 429 = a PodDisruptionBudget says no -> RETRY, with the
               reservation released (on the deadline's reserve); a pod already gone leaves the reservation in place.
 
@@ -35,6 +36,7 @@ from balancer.actuate.k8s_pods import recreated
 from balancer.actuate.k8s_spread import spread_refusal
 from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import (
+    HOT_UNTIL_ANNOTATION,
     ConflictError,
     Json,
     KubeTemporaryError,
@@ -82,6 +84,15 @@ def hold_s(pod: Json, ttl_s: float) -> float:
     except (TypeError, ValueError):
         grace_s = 30.0
     return max(ttl_s, grace_s + GRACE_MARGIN_S)
+
+
+def taint_until(node: Json, until: float) -> float:
+    """When the hot taint a move puts on its source `node` expires: `until` (the taint's TTL, or the hold's when
+    longer: the replacement of a pod with a long grace period exists only once it is gone, and must not land back on
+    the hot node once the taint has lapsed), or the node's own `gputide.io/hot-until` when later (another move's
+    taint, for a longer grace period, is not cut short)."""
+    seen = parse_time(((node.get("metadata") or {}).get("annotations") or {}).get(HOT_UNTIL_ANNOTATION))
+    return until if seen is None else max(until, seen)
 
 
 def eviction(pod: Json) -> Json:
@@ -168,8 +179,8 @@ class Migrations:
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
         now, room = self.clock(), free_besides(snapshot, action.target_node, action.target_gpus)
-        entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots),
-                 "expires": rfc3339(now + hold_s(current, self.reservation_ttl_s))}
+        hold = hold_s(current, self.reservation_ttl_s)
+        entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots), "expires": rfc3339(now + hold)}
         self._reserve(action.target_node, key, entry, lambda n: reserve_change(
             n, self.reservation_annotation, key, entry, now, room))
         evict, uid = f"evict pod {ns}/{pod}", (current.get("metadata") or {}).get("uid")
@@ -177,7 +188,7 @@ class Migrations:
             if source and source != action.target_node and action.taint_source:
                 with self.api.writes():
                     self.api.update_node(source, lambda n: taints_change(
-                        n, self.hot_taint_key, True, now + self.hot_taint_ttl_s))
+                        n, self.hot_taint_key, True, taint_until(n, now + max(self.hot_taint_ttl_s, hold))))
             try:
                 self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, eviction(current),
                          retry_throttled=False)
@@ -212,7 +223,7 @@ class Migrations:
         if not recreated(meta):   # evicted, nothing would run it again anywhere
             raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
                                           "pod of its node): it is not moved")
-        self._job_can_lose_a_pod(meta, ns, pod)
+        self._job_can_lose_a_pod(current, ns, pod)
         running_on = (current.get("spec") or {}).get("nodeName")
         if source and running_on and running_on != source:
             raise PermanentActuationError(f"pod {ns}/{pod} runs on {running_on}, not {source}: the plan is stale")
@@ -230,14 +241,15 @@ class Migrations:
                     self.release_reservation(node, key, entry)
                 raise
 
-    def _job_can_lose_a_pod(self, meta: Json, ns: str, pod: str) -> None:
-        """A Job's pod is moved only when its eviction cannot fail the Job (`k8s_jobs.eviction_refusal`): read the
-        Job; PermanentActuationError before anything changes otherwise."""
-        ref = controller_ref(meta)
+    def _job_can_lose_a_pod(self, current: Json, ns: str, pod: str) -> None:
+        """A Job's pod is moved only when its eviction cannot fail the Job (`k8s_jobs.eviction_refusal`, by its
+        podFailurePolicy, its backoffLimit and the pod's restarts): read the Job; PermanentActuationError before
+        anything changes otherwise."""
+        ref = controller_ref(current.get("metadata") or {})
         if ref is None or ref.get("kind") != "Job":
             return
         job = ref.get("name", "")
-        refusal = eviction_refusal(self.api(f"job {ns}/{job}", self.api.batch.read_namespaced_job, job, ns))
+        refusal = eviction_refusal(self.api(f"job {ns}/{job}", self.api.batch.read_namespaced_job, job, ns), current)
         if refusal is not None:
             raise PermanentActuationError(f"migrate {ns}/{pod}: job {ns}/{job}: {refusal}")
 
