@@ -12,8 +12,8 @@ What this module keeps is why the deadline is not too short: the API calls on th
 (`ACTION_API_CALLS`), and the most any path makes on the reserve (`RESERVE_API_CALLS`), each taking as long as a
 slow but healthy API server may (`SLOW_CALL_S`), fit in it: all of them in the action's own part, those on the
 reserve in the reserve (`least_action_deadline_s`). tests/k8s/test_k8s_action_budget.py walks every path with up
-to three failed calls against the fake API server and checks each count is the longest there is, so an action
-that gains calls fails there before a deadline can cut its healthy path short.
+to three failed calls (refused, or a write unanswered) against the fake API server and checks each count is the
+longest there is, so an action that gains calls fails there before a deadline can cut its healthy path short.
 """
 
 from __future__ import annotations
@@ -29,24 +29,29 @@ SLOW_CALL_S = 5.0
 # a 409 (another writer in between, or our own cut-short write that landed) reads and writes again, which these
 # counts leave out (the deadline bounds those rounds too).
 ACTION_API_CALLS = {
-    # read the pod and the target node, reserve the target (read + patch), taint the source (read + patch),
-    # evict; the eviction refused: release the reservation (read + patch) (balancer/actuate/k8s_actuator.py)
-    "migrate": 9,
+    # read the pod, its Job (a Job's pod: whether the eviction could fail it) and the target node, reserve the
+    # target (read + patch), taint the source (read + patch), evict; the eviction unanswered (or 409): read the pod
+    # again, and still running there, release the reservation (read + patch) (balancer/actuate/k8s_migrate.py)
+    "migrate": 11,
     # resuming a Job gputide stopped, growing it with Kueue quota: read the Job, its Workloads (by label, then
     # by owner), both ClusterQueues; lend quota (both read again, lender and borrower read + patch); write the Job,
     # reactivate its Workload; that refused: restore the label, give the quota back (the queues read, lender and
-    # borrower read + patch, the borrower refusing: the lender restored, read + patch) (k8s_training, k8s_quota)
-    "scale_training": 22,
+    # borrower read + patch; the borrower's patch unanswered: the borrower fenced, read + patch; the lender restored,
+    # read + patch) (k8s_training, k8s_quota)
+    "scale_training": 24,
     "scale_inference": 4,   # list HPAs, the HPA's floor (read + patch), the Event
     "power_limit": 3,       # the node's annotation (read + patch), the Event
     "taint_node": 3,        # the node's taints (read + patch), the Event
 }
 # The most calls any path of each action makes on the reserve: undoing, completing, its Event.
 RESERVE_API_CALLS = {
-    "migrate": 2,           # release the reservation (read + patch); or the Event
+    # an unanswered eviction confirmed by a read of the pod, then the reservation released (read + patch); or that
+    # read and the Event (the eviction landed)
+    "migrate": 3,
     # a grow undone: the label restored, the quota given back (the queues read, lender and borrower read + patch,
-    # the borrower refusing: the lender restored, read + patch); a shrink's quota returned is those 8 calls too
-    "scale_training": 9,
+    # the borrower's unanswered: fenced, read + patch; the lender restored, read + patch); a shrink's or a
+    # stop's quota returned makes as many
+    "scale_training": 11,
     "scale_inference": 1,   # the Event
     "power_limit": 1,
     "taint_node": 1,
