@@ -1,5 +1,8 @@
 """Serve a registry over HTTP (``/metrics``) from a background thread; returns the bound port (port 0 works).
 
+Given a `CollectHealth` (`exporters.health`), the server also answers ``/healthz`` and ``/readyz`` from it, without
+collecting (a probe never reads NVML), and tells it when each ``/metrics`` collection begins and ends.
+
 The app renders with `exporters.exposition.render` (dcgm-exporter's counter names kept verbatim) and is served
 by wsgiref in a daemon thread, one thread per request, as prometheus_client's own `start_http_server` does. The
 address may be IPv4 or IPv6 (``::``, ``::1``, bracketed or not), for IPv6-only clusters.
@@ -16,6 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client.registry import Collector
 
 from exporters.exposition import CONTENT_TYPE, render
+from exporters.health import CollectHealth, TrackedCollector
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -32,12 +36,28 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def metrics_app(registry: Collector):
+def _probes(health: CollectHealth | None):
+    return {} if health is None else {"/healthz": health.live, "/readyz": health.ready}
+
+
+def metrics_app(registry: Collector, health: CollectHealth | None = None):
+    """``/metrics`` (and ``/``) rendered from `registry`; with `health`, its probes too and every collection
+    reported to it."""
+    probes = _probes(health)
+    source = registry if health is None else TrackedCollector(registry, health)
+
     def app(environ, start_response):
-        if environ.get("PATH_INFO", "/") not in ("/metrics", "/"):
+        path = environ.get("PATH_INFO", "/")
+        if path in probes:
+            ok, text = probes[path]()
+            body = (text + "\n").encode()
+            start_response("200 OK" if ok else "503 Service Unavailable",
+                           [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+            return [body]
+        if path not in ("/metrics", "/"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: try /metrics\n"]
-        body = render(registry)
+        body = render(source)
         start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
         return [body]
 
@@ -66,5 +86,7 @@ def serve_app(app, *, port: int, addr: str = "127.0.0.1", name: str = "gputide-h
     return RunningServer(port=int(httpd.server_address[1]), server=httpd, thread=thread)
 
 
-def serve(registry: Collector, *, port: int = 9400, addr: str = "127.0.0.1") -> RunningServer:
-    return serve_app(metrics_app(registry), port=port, addr=addr, name="gputide-exporter")
+def serve(registry: Collector, *, port: int = 9400, addr: str = "127.0.0.1",
+          health: CollectHealth | None = None) -> RunningServer:
+    """`metrics_app(registry, health)` from a daemon thread."""
+    return serve_app(metrics_app(registry, health), port=port, addr=addr, name="gputide-exporter")

@@ -2,7 +2,7 @@
 
     gputide exporter --backend sim --port 9400 [--fleet SPEC.yaml] [--node NAME] [--speed 60] [--seed 0]
     gputide exporter --backend nvml --port 9400 [--listen-address ::] [--power-caps-file /run/gputide/caps.json]
-                     [--pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock]
+                     [--pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock] [--stuck-after 5m]
 
 The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
 with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap agent: the JSON file
@@ -10,6 +10,11 @@ with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap
 ``--pod-resources-socket`` (nvml backend, on a Kubernetes node) attributes pods to GPUs from the kubelet's
 PodResources API and publishes them as ``gputide_gpu_workload_info`` (exporters/podresources.py); without it a
 real node's GPUs carry no pods and the controller can throttle them but not move what runs on them.
+
+The port also answers the kubelet's probes without reading NVML (exporters/health.py): ``/healthz`` fails once a
+collection (a scrape's NVML read) has been running for longer than ``--stuck-after`` (default 5m), ``/readyz``
+answers 200 once a collection has succeeded; the exporter collects once as it starts, so it becomes ready without
+waiting for a scrape.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from balancer.cmd._args import add_listen_address, bind, number, seed
+from balancer.cmd._args import add_listen_address, bind, duration_between, number, seed
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.exporter")
@@ -47,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pod-resources-socket", default="", metavar="PATH",
                    help="nvml backend: the kubelet's PodResources socket, to publish which pod holds which GPU "
                         "(e.g. /var/lib/kubelet/pod-resources/kubelet.sock; default: off)")
+    p.add_argument("--stuck-after", default="5m", metavar="DURATION",
+                   help="/healthz fails once a collection has been running this long (NVML calls have no timeout; "
+                        "a healthy read takes well under a second): 30s, 5m, ... (default: 5m)")
     p.set_defaults(func=run)
 
 
@@ -70,10 +78,16 @@ def _check(args: argparse.Namespace) -> None:
     number(args.speed, "--speed", 0)
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
     number(args.caps_interval, "--caps-interval", 0, above=True, unit=" (seconds)")
+    stuck_after_s(args)
     if args.backend == "nvml":
         for flag, value in (("--fleet", args.fleet), ("--node", args.node)):
             if value:
                 raise InputError(None, flag, value, "only with --backend sim (NVML serves this machine's GPUs)")
+
+
+def stuck_after_s(args: argparse.Namespace) -> float:
+    """``--stuck-after`` in seconds: from 10 s (a slow read is not stuck) to a day."""
+    return duration_between(args.stuck_after, "--stuck-after", 10.0, 86400.0, "a duration from 10s to 24h, e.g. 5m")
 
 
 def build_backend(args: argparse.Namespace):
@@ -133,14 +147,17 @@ def _url_host(addr: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from exporters.health import CollectHealth, TrackedCollector, first_collection
     from exporters.power_caps import JsonFileCaps, PowerCapAgent
     from exporters.server import serve
 
     _check(args)
     backend, registry = exporter_registry(build_backend(args), args)
-    server = bind(lambda **kw: serve(registry, **kw), args.listen, args.port)
+    health = CollectHealth(stuck_after_s(args))
+    server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
+    first_collection(TrackedCollector(registry, health))
     agent = None
     if args.power_caps_file:
         agent = PowerCapAgent(JsonFileCaps(args.power_caps_file), getattr(backend, "caps_target", backend))
