@@ -9,7 +9,7 @@ reported instead of leaving the whole spec at its defaults.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,36 @@ class BoundedLoader(yaml.SafeLoader):
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """SafeLoader's, with the Python errors its constructors let out for a value its tag cannot hold (a date
-        `2026-13-45`, `!!int abc`, `!!bool maybe`, an integer of more than 4300 digits) as a YAMLError at the value."""
+        `2026-13-45`, `!!int abc`, `!!bool maybe`, an integer of more than 4300 digits, `!!map [1]`) as a YAMLError at
+        the value. A mapping, set or sequence is built by a generator that SafeLoader resumes after this returns
+        (`construct_document`): the rest of it, queued in `state_generators`, is converted the same way."""
+        queued = len(self.state_generators)
         try:
-            return super().construct_object(node, deep=deep)
+            data = super().construct_object(node, deep=deep)
         except yaml.YAMLError:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-            problem = f"{_value_text(node)} is not a valid {_tag_text(node.tag)} ({exc})"[:300]
-            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from exc
+        except _CONSTRUCTOR_ERRORS as exc:
+            raise _unfit(node, exc) from exc
+        self.state_generators[queued:] = [_marked(g, node) for g in self.state_generators[queued:]]
+        return data
+
+
+_CONSTRUCTOR_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
+
+
+def _unfit(node: yaml.Node, exc: Exception) -> yaml.constructor.ConstructorError:
+    problem = f"{_value_text(node)} is not a valid {_tag_text(node.tag)} ({exc})"[:300]
+    return yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
+
+
+def _marked(generator: Iterator[Any], node: yaml.Node) -> Iterator[Any]:
+    """`generator` (the rest of `node`'s construction), its Python errors as `_unfit`'s YAMLError."""
+    try:
+        yield from generator
+    except yaml.YAMLError:
+        raise
+    except _CONSTRUCTOR_ERRORS as exc:
+        raise _unfit(node, exc) from exc
 
 
 def _tag_text(tag: str) -> str:
