@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from dashboards import capacity, chargeback, controller, fleet, utilisation
 
 HERE = Path(__file__).resolve().parent
+_SUM_BY = re.compile(r"sum by \(([^)]+)\)")
 
 # file stem -> builder; the stem is also the ConfigMap key in deploy/.
 DASHBOARDS: dict[str, Callable] = {
@@ -31,14 +33,15 @@ DASHBOARDS: dict[str, Callable] = {
 
 def _finish(model: dict) -> dict:
     # Fields the SDK's AnnotationQuery model does not carry but Grafana's Prometheus annotations use:
-    # the step, the event's title and text (the action's type and reason: dashboards.common.action_annotation)
-    # and the tags.
+    # the step, the event's title and text (the labels of the query's outer `sum by`, dashboards.common's
+    # counter_annotation: an action's type and reason) and the tags (the last of them).
     for ann in model.get("annotations", {}).get("list", []):
         if ann.get("expr"):
+            labels = [label.strip() for label in _SUM_BY.match(ann["expr"])[1].split(",")]
             ann.setdefault("step", "1m")
             ann.setdefault("titleFormat", ann["name"])
-            ann.setdefault("textFormat", "{{type}}: {{reason}}")
-            ann.setdefault("tagKeys", "reason")
+            ann.setdefault("textFormat", ": ".join(f"{{{{{label}}}}}" for label in labels))
+            ann.setdefault("tagKeys", labels[-1])
             ann.setdefault("useValueForTime", False)
     model["schemaVersion"] = model.get("schemaVersion") or 39
     return model

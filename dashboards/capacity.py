@@ -10,7 +10,14 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.common import CLUSTER, action_annotation, new_dashboard, q, timeseries_panel
+from dashboards.common import (
+    CLUSTER,
+    action_annotation,
+    counter_annotation,
+    new_dashboard,
+    q,
+    timeseries_panel,
+)
 
 UID = "gputide-tidal-capacity"
 
@@ -38,7 +45,10 @@ def build() -> dashboard.Dashboard:
     d = d.annotation(action_annotation("GPU loans to training", "blue",
                                        {"scale_inference": ("loan",), "scale_training": ("loan",)})).annotation(
         action_annotation("GPU reclaims for inference", "orange",
-                          {"scale_inference": ("reclaim",), "scale_training": ("reclaim",)}))
+                          {"scale_inference": ("reclaim",), "scale_training": ("reclaim",)})).annotation(
+        # quota lent to a training queue beyond what its Jobs hold, given back to inference (docs/metrics.md)
+        counter_annotation("Kueue quota corrected", "#8e8e8e",
+                           [f"gputide_kueue_quota_corrections_total{{{CLUSTER}}}"], "queue"))
     demand = timeseries_panel(
         "Demand vs forecast", "Offered inference load (gputide_inference_demand_rps, what the forecaster is fed: "
         "the simulated fleet's, or the serving rules' from vLLM) against what the "

@@ -112,11 +112,18 @@ def action_annotation(name: str, colour: str, actions: Mapping[str, tuple[str, .
     one too."""
     selectors = [f'gputide_actions_total{{{CLUSTER}, type="{t}"' + (f', reason=~"{"|".join(r)}"}}' if r else "}")
                  for t, r in actions.items()]
+    return counter_annotation(name, colour, selectors, "type, reason")
+
+
+def counter_annotation(name: str, colour: str, selectors: list[str], by: str) -> dashboard.AnnotationQuery:
+    """A marker, titled `name`, wherever one of the counters `selectors` grew within the interval (or was born above
+    0 there), one event per value of the labels `by`, which make its text (joined by ': ') and its last one its tag
+    (build.py reads them off the query's outer `sum by`)."""
     counted = [f"increase({s}[$__rate_interval]) > 0" for s in selectors]
     born = [f"({s} > 0 unless {s} offset $__rate_interval)" for s in selectors]
     return (
         dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(colour)
-        .expr(f"sum by (type, reason) ({' or '.join(counted + born)})")
+        .expr(f"sum by ({by}) ({' or '.join(counted + born)})")
     )
 
 

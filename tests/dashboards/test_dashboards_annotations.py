@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from panel_eval import run
 
 from balancer.actions import Migrate, ScaleInference, ScaleTraining, SetPowerLimit, TaintNode
 from balancer.audit import reason_label
@@ -60,9 +61,14 @@ OTHER_ACTIONS = {
 }
 
 
-def annotations(name: str) -> list[dict]:
+def all_annotations(name: str) -> list[dict]:
     dashboard = json.loads((ROOT / "dashboards" / f"{name}.json").read_text())
     return [a for a in dashboard["annotations"]["list"] if a.get("expr")]
+
+
+def annotations(name: str) -> list[dict]:
+    """The dashboard's markers of the controller's actions (gputide_actions_total)."""
+    return [a for a in all_annotations(name) if "gputide_actions_total" in a["expr"]]
 
 
 def marks(annotation: dict, action_type: str, reason: str) -> bool:
@@ -108,12 +114,28 @@ def test_events_name_the_reason_in_their_text_and_colours_differ(dashboard):
     assert found
     for a in found:
         assert "{{reason}}" in a["textFormat"] and "by (type, reason)" in a["expr"], a["name"]
-    assert len({a["iconColor"] for a in found}) == len(found)
+    every = all_annotations(dashboard)
+    assert len({a["iconColor"] for a in every}) == len(every)
 
 
 def test_hotspot_colours_differ_from_the_loans_and_reclaims():
     heat = {a["iconColor"] for a in annotations("gpu-fleet")}
-    assert not heat & {a["iconColor"] for a in annotations("tidal-capacity")}
+    assert not heat & {a["iconColor"] for a in all_annotations("tidal-capacity")}
+
+
+@pytest.mark.integration
+def test_a_kueue_quota_correction_is_marked_with_its_queue(promtool, tmp_path):
+    """The controller gives quota lent to a training queue beyond what its Jobs hold back to inference, once a cycle
+    (gputide_kueue_quota_corrections_total{queue}, 0 from the start): the Tidal Capacity dashboard marks each
+    correction, next to the loans and reclaims it follows, with the queue as its text."""
+    (quota,) = [a for a in all_annotations("tidal-capacity") if "gputide_kueue_quota_corrections_total" in a["expr"]]
+    assert quota["textFormat"] == "{{queue}}"
+    expr = f"sgn({interpolate(quota['expr'], {'cluster': '.*'}, step=60, range_s=3600)})"
+    series = 'gputide_kueue_quota_corrections_total{cluster="c", job="gputide", queue="training"}'
+    run(promtool, tmp_path, [{"series": series, "values": "0x40 1x40"}], [
+        {"expr": expr, "eval_time": "9m", "exp_samples": []},
+        {"expr": expr, "eval_time": "10m15s", "exp_samples": [{"labels": '{queue="training"}', "value": 1}]},
+        {"expr": expr, "eval_time": "15m", "exp_samples": []}], interval="15s")
 
 
 def _taint_query() -> str:
