@@ -21,8 +21,9 @@ from dashboards.common import (
 
 UID = "gputide-tidal-capacity"
 
-# The SLO the burn rate is measured against (99% of requests under their latency target).
-SLO_TARGET = 0.999   # the objective of the burn-rate alerts (rules/gputide-alerts.yaml)
+# The SLO the burn rate is measured against: 99.9 % of requests under their latency target, the objective of the
+# burn-rate alerts (rules/gputide-alerts.yaml).
+SLO_TARGET = 0.999
 
 
 def _capacity(cls: str) -> str:

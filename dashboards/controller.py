@@ -35,8 +35,9 @@ def _duration(quantile: float, histogram: str = "gputide_reconcile_duration_seco
 
 def per_minute(counter: str, by: str = "") -> str:
     """Events per minute of `counter` (a selector), summed `by` the given labels. Not `increase(...[$__rate_interval])`
-    per bar: `$__rate_interval` is at least four scrapes, longer than the step at any range under about 18 h (15 s
-    scrapes), so the windows of neighbouring bars overlap and one event stood in three or four stacked bars."""
+    per bar: `$__rate_interval` is the step plus a scrape but at least four scrapes, so wherever the step is under
+    three scrapes (45 s at 15 s scrapes: any range under about half a day on a half-width panel) the windows of
+    neighbouring bars overlap and one event stood in several bars (three at a 20 s step)."""
     return f"60 * sum{f' by ({by})' if by else ''} (rate({counter}[$__rate_interval]))"
 
 
