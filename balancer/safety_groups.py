@@ -3,9 +3,9 @@
 The guard reviews each action on its own, so a per-cycle limit, the eviction budget or the migrations in flight
 on a node could accept the first of a GPU's moves and refuse the rest: pods evicted and budget spent for a GPU
 left half emptied, freeing nothing. `whole_groups` reviews the actions, and when any member of a group is refused,
-reviews again without that group: its other members are refused too (`GroupIncomplete`, naming what refused the
-first), and what they would have counted (budget, per-cycle slots, migrations per node) goes to the actions after
-them. Pure: the review is a function of the actions.
+reviews again without that group (and again, until no group loses a member): its other members are refused too
+(`GroupIncomplete`, naming what refused the first), and what they would have counted (budget, per-cycle slots,
+migrations per node) goes to the actions after them. Pure: the review is a function of the actions.
 """
 
 from __future__ import annotations
@@ -29,17 +29,19 @@ def group_of(action: Any) -> str:
 def whole_groups(actions: Sequence[Any], review_each: Callable[[Sequence[Any]], R],
                  make: Callable[[tuple, tuple], R]) -> R:
     """`review_each(actions)`, with every group that lost a member refused whole (`make(accepted, rejected)`
-    builds the result from the second review)."""
-    first = review_each(actions)
-    why: dict[str, SafetyViolation] = {}
-    for a, exc in first.rejected:
-        if group_of(a):
+    builds the result from the last review). Reviewed again until no group loses a member: a check that is not
+    monotonic (pod affinity to a pod moving in the same cycle) may refuse, without a group, what it took with it."""
+    first = review = review_each(actions)
+    why: dict[str, SafetyViolation] = {}   # group refused -> its first refusal
+    own: dict[int, SafetyViolation] = {}   # member refused by a check of its own -> that check's refusal
+    while lost := [(a, exc) for a, exc in review.rejected if group_of(a) and group_of(a) not in why]:
+        for a, exc in lost:
             why.setdefault(group_of(a), exc)
-    if not why:
+            own.setdefault(id(a), exc)
+        review = review_each([a for a in actions if group_of(a) not in why])
+    if review is first:
         return first
-    again = review_each([a for a in actions if group_of(a) not in why])
-    own = {id(a): exc for a, exc in first.rejected}
     split = tuple((a, own.get(id(a)) or GroupIncomplete(
         f"group {group_of(a)!r}: another of its moves was refused ({why[group_of(a)].reason}: {why[group_of(a)]})"))
         for a in actions if group_of(a) in why)
-    return make(again.accepted, again.rejected + split)
+    return make(review.accepted, review.rejected + split)
