@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
-from balancer.actuate.k8s_pods import recreated
+from balancer.actuate.k8s_pods import may_move, recreated
 from balancer.actuate.k8s_spread import spread_refusal
 from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import (
@@ -223,6 +223,10 @@ class Migrations:
         if not recreated(meta):   # evicted, nothing would run it again anywhere
             raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
                                           "pod of its node): it is not moved")
+        if not may_move(meta, current.get("spec") or {}):   # pinned, or hostPath / DRA claims, since the snapshot
+            raise PermanentActuationError(f"migrate {ns}/{pod}: its own object keeps it in place now "
+                                          "(gputide.io/movable: \"false\", or a hostPath volume or DRA claims that "
+                                          "gputide.io/movable: \"true\" does not vouch for): it is not moved")
         self._job_can_lose_a_pod(current, ns, pod)
         running_on = (current.get("spec") or {}).get("nodeName")
         if source and running_on and running_on != source:

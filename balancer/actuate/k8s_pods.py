@@ -146,6 +146,9 @@ def _may_move(meta: Json, spec: Json) -> bool:
     return said == "true" or not local
 
 
+may_move = _may_move   # the actuator's re-check at the move: the pod as read then, not as the snapshot saw it
+
+
 def _claims_to_settle(pod: Json) -> Mounts | None:
     """The claims (`k8s_claims.Mounts`) that decide where the pod may move; None when it mounts none or its
     annotation settles it (`_said`)."""
