@@ -13,6 +13,7 @@ de-accumulate them as histogram buckets, which is wrong for per-GPU gauges.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from grafana_foundation_sdk.builders import bargauge, dashboard, heatmap, prometheus, stat, table, timeseries
@@ -31,6 +32,11 @@ MODEL = 'cluster=~"$cluster", modelName=~"$model"'
 CLUSTER = 'cluster=~"$cluster"'
 
 GPU_LEGEND = "{{hostname}}/{{gpu}}"
+
+# The runbooks the alerts link (rules/gputide-alerts.yaml runbook_url); a panel whose description names an alert links
+# its runbook, so the operator the alert sent to the dashboard is one click from what to do.
+RUNBOOKS = "https://github.com/gputide/gputide/blob/main/docs/runbooks.md"
+_ALERT = re.compile(r"\b(?:Gpu|Gputide|InferenceSlo)[A-Z][A-Za-z]+\b")
 
 
 def each_gpu(series: str) -> str:
@@ -156,8 +162,17 @@ def _targets(builder, queries):
     return builder
 
 
+def runbook_links(description: str) -> list[dashboard.DashboardLink]:
+    """A link to the runbook of each alert `description` names, in order."""
+    return [dashboard.DashboardLink(f"Runbook: {alert}").type(dm.DashboardLinkType.LINK)
+            .url(f"{RUNBOOKS}#{alert.lower()}").target_blank(True)
+            for alert in dict.fromkeys(_ALERT.findall(description))]
+
+
 def _common(builder, title: str, description: str, unit: str, w: int, h: int):
-    return builder.title(title).description(description).unit(unit).datasource(DATASOURCE).span(w).height(h)
+    builder = builder.title(title).description(description).unit(unit).datasource(DATASOURCE).span(w).height(h)
+    links = runbook_links(description)
+    return builder.links(links) if links else builder
 
 
 def timeseries_panel(title: str, description: str, unit: str, queries, *, w: int = 12, h: int = 8,

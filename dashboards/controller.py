@@ -146,12 +146,13 @@ def build() -> dashboard.Dashboard:
     })]
     d = (
         d.with_panel(stat_panel("Fail-static", "1 while the controller holds still (stale or missing "
-                                "telemetry, emergency stop): gputide_fail_static.", "none",
+                                "telemetry, emergency stop): gputide_fail_static (alert GputideFailStaticTooLong "
+                                "after 15 minutes).", "none",
                                 [q(f"max(gputide_fail_static{{{CLUSTER}}})", "fail-static")], w=4)
                      .mappings(holding).thresholds(thresholds((None, "green"), (1, "red"))))
         .with_panel(stat_panel("Leases not led by one replica", "Leases (one per shard, in each cluster) that no "
                                "replica or more than one holds, from gputide_leader{lease}: anything but 0 is a "
-                               "problem.", "none",
+                               "problem (alert GputideControllerNoLeader).", "none",
                                [q(f"count(sum by (cluster, lease) (gputide_leader{{{CLUSTER}}}) != 1) "
                                   f"or 0 * count(gputide_leader{{{CLUSTER}}})", "leases")], w=4)
                     .thresholds(thresholds((None, "green"), (1, "red"))))
@@ -163,7 +164,8 @@ def build() -> dashboard.Dashboard:
                                w=4)
                     .thresholds(thresholds((None, "green"), (60, "orange"), (120, "red"))))
         .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window, of the acting replica "
-                               "(gputide_eviction_budget_remaining).", "none",
+                               "(gputide_eviction_budget_remaining; alert GputideEvictionBudgetExhausted at 0 for 10 "
+                               "minutes).", "none",
                                [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")], w=4)
                     .thresholds(thresholds((None, "red"), (1, "green"))))
         .with_panel(_watch_failures("Pod watch failures", "Consecutive failed lists or watches of the pods whose "

@@ -58,7 +58,8 @@ def build() -> dashboard.Dashboard:
         .with_panel(stat_panel("Mean SM activity", "Mean fraction of time the SMs were busy (DCGM SM_ACTIVE).",
                                "percentunit", [q(f"avg({each_gpu(f'gpu:sm_active:ratio{{{GPU}}}')})", "SM active")]))
         .with_panel(stat_panel("Least thermal headroom", "How far the GPU closest to its slowdown temperature runs "
-                               f"below it (gpu:temperature_headroom:celsius). {HEADROOM_COLOURS}", "celsius",
+                               f"below it (gpu:temperature_headroom:celsius; alert GpuNearSlowdownTemperature below "
+                               f"3 °C for 2 minutes). {HEADROOM_COLOURS}", "celsius",
                                [q(f"min(gpu:temperature_headroom:celsius{{{GPU}}})", "headroom")])
                     .thresholds(HEADROOM_THRESHOLDS))
     )
@@ -109,18 +110,20 @@ def build() -> dashboard.Dashboard:
     d = (
         d.with_panel(timeseries_panel(
             "Throttle reasons", "Number of GPUs whose clocks are held down, by reason, from the NVML clock "
-            "event reasons bitmask: thermal (bits 0x20, 0x40) and power cap (0x4, 0x80). Not stacked: a GPU held "
-            "down for both reasons is in both lines.", "none",
+            "event reasons bitmask: thermal (bits 0x20, 0x40; alert GpuThermalThrottling) and power cap (0x4, 0x80; "
+            "alert GpuPowerCapped on the HW power brake, 0x80, alone). Not stacked: a GPU held down for both reasons "
+            "is in both lines.", "none",
             [q(f"sum({each_gpu(f'gpu:thermal_throttled:bool{{{GPU}}}')})", "thermal slowdown"),
              q(f"sum({each_gpu(f'gpu:power_capped:bool{{{GPU}}}')})", "power capped")], min_val=0))
         .with_panel(timeseries_panel(
             "Temperature above pool mean", "How far the five GPUs furthest above their pool's (cluster, model) "
             "mean temperature run above it: the controller's hotspot signal (each GPU once however many exporters "
-            "publish it).", "celsius",
+            "publish it; alert GpuHotspot above 10 °C for 15 minutes).", "celsius",
             [q(f"topk(5, {one_per_gpu(f'gpu:temperature_above_pool_mean:celsius{{{GPU}}}')})", GPU_LEGEND)]))
         .with_panel(stat_panel(
             "GPUs with an XID error", "GPUs whose last XID error code is not 0, and those with a fatal one "
-            "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120). No data while the exporter is dark: unknown, not 0.",
+            "(48, 63, 64, 74, 79, 92, 94, 95, 119, 120; alerts GpuXidErrorFatal and GpuXidError). No data while the "
+            "exporter is dark: unknown, not 0.",
             "none",
             [q(f"sum({each_gpu(f'gpu:xid_error:bool{{{GPU}}}')})", "any XID"),
              q(f"sum({each_gpu(f'gpu:xid_fatal:bool{{{GPU}}}')})", "fatal XID")], w=8, h=8)
