@@ -89,7 +89,8 @@ class ScaleTraining(Action):
     # a new leader gives the workers back: the workers before the shrink; 0 (its give-back) clears it; None: untouched
     shrunk_from: int | None = None
     cause: TrainingCause | None = None  # set by the planner that resizes for a reason of its own (TrainingCause)
-    service: str = ""   # a co-location shrink: the inference service it makes room for (given back on its slack)
+    service: str = ""   # a co-location shrink: the inference services it makes room for, comma-separated (given
+    #                     back once each has slack)
 
     @property
     def target(self) -> str:

@@ -182,7 +182,8 @@ class SafetyGuard:
     def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:
         """Each action checked and counted in order; a group's moves all or none (`balancer.safety_groups`)."""
-        return whole_groups(list(actions), lambda acts: self._review_each(acts, snapshot, ledger, now), Review)
+        return whole_groups(list(actions), lambda acts: self._review_each(acts, snapshot, ledger, now), Review,
+                            leaves=lambda a: _sources(a, snapshot))
 
     def _review_each(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                      now: float) -> Review:
@@ -370,3 +371,10 @@ def _cooldown_key(a: Action) -> str:
     """What `a`'s cooldown is kept under in the ledger: a power limit's GPU and a taint's node by kind, since they
     have a cooldown of their own (`powerCooldownS`); a workload, job or service by name."""
     return f"{a.kind}:{a.target}" if isinstance(a, SetPowerLimit | TaintNode) else a.target
+
+
+def _sources(a: Action, snapshot: ClusterSnapshot) -> frozenset[str]:
+    """The nodes a move leaves (none for any other action)."""
+    if not isinstance(a, Migrate):
+        return frozenset()
+    return frozenset(snapshot.gpus[i].node for i in a.source_gpus if 0 <= i < snapshot.n_gpus)

@@ -71,3 +71,16 @@ def test_consolidation_groups_the_moves_by_the_gpu_they_empty():
     assert {m.workload: m.group for m in kept} == {"inference/a-0": "consolidate n0/0",
                                                    "inference/d-0": "consolidate n1/1"}
     assert not any(m.taint_source for m in kept)   # a cool node's freed GPU is not kept from new pods
+
+
+def test_a_group_moving_onto_a_node_a_refused_group_was_to_leave_is_refused_too():
+    """The consolidation planner plans each GPU's moves on the state the earlier ones left: b-0 may fit on n0 only in
+    the CPU a-0's move frees there. With a-0's move refused (its cooldown), b-0's replacement would wait Pending."""
+    policy = SafetyPolicy(max_concurrent_migrations_per_node=10, max_unavailable_per_workload=10)
+    ledger = SafetyLedger(last_action={W[0][0].name: NOW - 60})   # a-0 moved a minute ago
+    actions = [mig(0, 8, "empty n0/0"), mig(3, 3, "empty n1/0"), mig(1, 9, "empty n0/1")]
+    r = SafetyGuard(policy).review(actions, SNAP, ledger, NOW)
+    assert [short(a) for a in r.accepted] == ["a-1"]   # moves onto n2 only: nothing it needs is refused
+    why = {short(a): exc for a, exc in r.rejected}
+    assert type(why["a-0"]).__name__ == "CooldownActive"
+    assert isinstance(why["b-0"], GroupIncomplete) and "moves onto n0" in str(why["b-0"])
