@@ -240,8 +240,9 @@ def _record_cycle(res: LiveResult, prom: PrometheusServer, report: CycleReport, 
         name = alert["labels"]["alertname"]
         if alert["state"] == "firing" and name not in res.alerts_seen:
             res.alerts_seen[name] = time.time()
+            # the summary names the node and GPU where the alert has them (a prefix of the hostname repeated it)
             say(f"  [cycle {cycle:2d}] Prometheus alert firing: {name} "
-                f"({alert['labels'].get('hostname', '')} {alert['annotations'].get('summary', '')})")
+                f"({' '.join(alert['annotations'].get('summary', '').split())})")
     if report.status == "fail_static":
         res.holds.append({"cycle": cycle, "reason": report.reason})
         say(f"  [cycle {cycle:2d}] controller holds still (fail-static: {report.reason})")
