@@ -52,9 +52,12 @@ class FleetRecorder:
             self.waiting_since = {j: self.waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self.waiting_since.items()})
             self._owed(snap, state, now)
-            self._forecast_series(snap, forecasts or {}, forecaster, horizon_s)
         except Exception:  # the gauges must never stop the controller
             log.exception("recording fleet metrics failed")
+        try:   # apart: a fleet gauge that failed above must not leave the forecast's frozen too
+            self._forecast_series(snap, forecasts or {}, forecaster, horizon_s)
+        except Exception:
+            log.exception("recording forecast metrics failed")
 
     def _owed(self, snap: ClusterSnapshot, state: Any, now: float) -> None:
         """Workers owed per cause, and how long the longest-owing job of each cause has owed them."""

@@ -119,3 +119,17 @@ def test_a_cycle_whose_forecaster_fails_clears_the_forecast_series_instead_of_fr
     source.time = 60.0
     assert rec.run_once().status == "ok"   # planned without a forecast
     assert series(reg) == set() and reg.get_sample_value("gputide_forecast_fallback", fallback) is None
+
+
+def test_the_forecast_gauges_follow_the_cycle_even_when_a_fleet_gauge_fails(monkeypatch):
+    import balancer.fleet_record as fr
+
+    source = Source()
+    forecaster = Failing()
+    rec, reg = reconciler(source, forecaster=forecaster)
+    assert rec.run_once().status == "ok" and demand(reg, "chat") == 20.0
+    monkeypatch.setattr(fr, "fleet_usage", lambda snap: 1 / 0)   # the capacity / fragmentation gauges fail
+    forecaster.fail = True
+    source.time = 60.0
+    assert rec.run_once().status == "ok"
+    assert series(reg) == set()   # the forecast's gauges still cleared, not frozen at the last forecast
