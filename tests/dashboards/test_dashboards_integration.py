@@ -150,9 +150,14 @@ def _scheduler(kube, metrics, prom):
     from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
     def facts():
-        return PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0)).gpu_facts()
+        # 1 s scrapes, but a loaded CI machine lags the rules' evaluation by seconds: the facts' staleness limit
+        # (4 intervals by default) left every GPU out now and then, and facts_nodes read 0 (a flake, not a bug)
+        return PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0,
+                                                           stale_after_s=30.0)).gpu_facts()
 
-    placer = EnginePlacer("gputide", gpu_facts=facts)
+    # facts read again every 2 s, not every 15: the first read may come before Prometheus has the first rules'
+    # samples (0 nodes), and a 15 s TTL left that answer in place for most of the 20 s warm-up
+    placer = EnginePlacer("gputide", gpu_facts=facts, facts_ttl_s=2.0)
     scheduler = SecondaryScheduler(kube.client(), "gputide", placer, watch=True, watch_s=5.0)
     for resource, w in scheduler.watches.items():
         metrics.watches.follow(resource, lambda w=w: w.synced, lambda w=w: w.failures)
