@@ -129,7 +129,7 @@ def _said(notes: Json) -> str:
     return str(notes.get("gputide.io/movable", "")).lower()
 
 
-def _may_move(meta: Json, spec: Json) -> bool:
+def may_move(meta: Json, spec: Json) -> bool:
     """Whether the pod may be moved, as its own object says: a controller recreates it (`recreated`), it is not
     being deleted already (evicted: its replacement is on its way), its annotation does not pin it, and it mounts no
     `hostPath` volume of its own unless the annotation vouches for it: what it reads there is on its node alone,
@@ -146,9 +146,6 @@ def _may_move(meta: Json, spec: Json) -> bool:
     return said == "true" or not local
 
 
-may_move = _may_move   # the actuator's re-check at the move: the pod as read then, not as the snapshot saw it
-
-
 def _claims_to_settle(pod: Json) -> Mounts | None:
     """The claims (`k8s_claims.Mounts`) that decide where the pod may move; None when it mounts none or its
     annotation settles it (`_said`)."""
@@ -157,8 +154,8 @@ def _claims_to_settle(pod: Json) -> Mounts | None:
 
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
-    and `movable` by its own object alone (`_may_move`), its claims not read (`with_namespaces` and `with_volumes`
-    settle these); None for a pod without GPUs."""
+    and `movable` by its own object alone (`may_move`, which `k8s_migrate` asks again of the pod as read at the
+    move), its claims not read (`with_namespaces` and `with_volumes` settle these); None for a pod without GPUs."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     gpus, cpu, mem = pod_requests(pod)
     if gpus <= 0 or not meta.get("name"):
@@ -178,7 +175,7 @@ def _pod_workload(pod: Json) -> Workload | None:
         name=f"{namespace}/{meta['name']}", workload_class=klass, namespace=namespace, owner=owner,
         priority=as_int(spec.get("priority"), 0), gpus=gpus, gpu_milli=milli, cpu_milli=cpu, memory_mib=mem,
         allowed_models=pod_models(notes, spec), node_rules=_node_rules(spec), labels=MappingProxyType(dict(labels)),
-        pod_affinity=affinity, movable=_may_move(meta, spec),
+        pod_affinity=affinity, movable=may_move(meta, spec),
         protected=str(notes.get("gputide.io/protected", "false")).lower() == "true",
         elastic_min=elastic_min, elastic_max=elastic_max,
         checkpointed_at=_epoch(notes.get(CHECKPOINT_ANNOTATION)),

@@ -1,6 +1,6 @@
 """A pod pinned since the snapshot is not moved: the actuator re-read the pod before the move and checked that it
 was not being deleted, that a controller recreates it and that its Job can lose it, but not what the planner had
-checked on the snapshot's copy (`k8s_pods._may_move`): a `gputide.io/movable: "false"` written since, or a
+checked on the snapshot's copy (`k8s_pods.may_move`): a `gputide.io/movable: "false"` written since, or a
 hostPath volume or DRA claims (a pod replaced under its name), was evicted all the same."""
 
 from __future__ import annotations
