@@ -18,8 +18,11 @@ What `PowerCapAgent.sync()` does, each interval:
   (`exporters.power_limits_before.LimitsBefore`, a state file that outlives the agent) and a give-back puts *it*
   back, not the default. A limit changed by someone else while gputide's cap is in force (found neither the one
   before nor the one gputide set) takes its place: raised by hand, the cap is applied again and the give-back
-  restores the operator's new limit; lowered, no later cap raises it. A GPU whose limit cannot be read is not
-  capped for the first time until it can (its limit before would be unknown; counted failed meanwhile). A GPU found
+  restores the operator's new limit; lowered, no later cap raises it. So does one changed while the driver refuses
+  gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless
+  the GPU runs at the cap asked (applied, and the agent stopped before it wrote so). A GPU whose limit cannot be
+  read is not capped for the first time until it can (its limit before would be unknown; counted failed
+  meanwhile). A GPU found
   already at the cap asked with nothing remembered (the state file lost, or none kept, and the agent restarted)
   has no limit before: its give-back restores the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
@@ -195,15 +198,31 @@ class PowerCapAgent:
         driver reload): that limit replaces the one before, so no later cap or give-back raises the GPU above it."""
         for uuid, held in self.before.items():
             limit = None if limits is None else limits.get(uuid)
-            capped = not isinstance(wanted.get(uuid, Restore(0.0)), Restore)
-            if math.isnan(held.set_w) and not capped:   # a first cap never applied (refused), asked no more
-                self._keep(lambda u=uuid: self.before.drop(u))
-            if limit is None or not capped or math.isnan(held.set_w) \
+            want = wanted.get(uuid, Restore(0.0))
+            capped = not isinstance(want, Restore)
+            if math.isnan(held.set_w):   # a first cap not applied yet (refused)
+                self._not_capped_yet(uuid, held, want if capped else None, limit)
+                continue
+            if limit is None or not capped \
                     or not abs(limit.current_w - held.set_w) > TOLERANCE_W:   # NaN: unread, nothing to say
                 continue
             log.info("power limit of %s changed to %.0f W while capped at %.0f W by gputide (before: %.0f W): "
                      "never raised above it", uuid, limit.current_w, held.set_w, held.before_w)
             self._keep(lambda u=uuid, w=limit.current_w: self.before.put(u, Held(w, w)))
+
+    def _not_capped_yet(self, uuid: str, held: Held, cap_w: float | None, limit: PowerLimit | None) -> None:
+        """A GPU whose first cap was refused so far: asked no more, nothing to keep; still asked, the limit before
+        is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
+        the cap asked (set, and the agent stopped before it could write so down: gputide's own)."""
+        if cap_w is None:
+            self._keep(lambda: self.before.drop(uuid))
+            return
+        if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
+                or abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:
+            return
+        log.info("power limit of %s changed to %.0f W (was %.0f W) before gputide's first cap went through: the "
+                 "limit before is %.0f W", uuid, limit.current_w, held.before_w, limit.current_w)
+        self._keep(lambda: self.before.put(uuid, Held(limit.current_w)))
 
     def _held_down(self, requests: dict[str, float], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         """`requests` held to each GPU's limit before gputide's cap, a give-back (RESTORE) set to it; that limit
