@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
-from balancer.actuate.k8s_quota_drift import Excess, excess, nominal, reserved, worth_reading
+from balancer.actuate.k8s_quota_drift import Excess, Sightings, excess, nominal, reserved, worth_reading
 from balancer.actuate.k8s_requests import quantity
 from balancer.actuate.k8s_transfer import (
     LOANS_ANNOTATION,
@@ -96,6 +96,7 @@ def _lending_limit(cq: Json, res: Json, flavor: str, nominal: int) -> Json:
 class KueueQuota:
     def __init__(self, api: _Api) -> None:
         self.api = api
+        self.excess_seen = Sightings()   # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`)
 
     def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
         """The Job's Workloads (Kueue makes one per Job).
@@ -196,17 +197,19 @@ class KueueQuota:
     def reconcile(self, queues: tuple[str, str]) -> list[Excess]:
         """Give back to the inference queue (`queues[0]`) the quota lent to training (`queues[1]`) beyond what
         training's Workloads and Jobs hold (`k8s_quota_drift`): a loan left by a grow that never happened, a resize
-        undone by someone, a grown Job that has finished. Each is a move like any other (`shift`), made only if
-        training, read again in the patch that lowers it, keeps what its Jobs hold. Returns the corrections made."""
+        undone by someone, a grown Job that has finished; only once seen on consecutive checks for long enough
+        (`Sightings`: not a grow whose Job resize is under way). Each is a move like any other (`shift`), made only
+        if training, read again in the patch that lowers it, keeps what its Jobs hold. Returns the corrections made."""
         inference, training = queues
         read = {q: self._read_queue(q) for q in queues}
-        if not worth_reading(read[inference], read[training]):   # no loan out, or all of training's quota in use
-            return []
-        workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
-                             "workloads").get("items") or []
-        jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
+        found: list[Excess] = []
+        if worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
+            workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
+                                 "workloads").get("items") or []
+            jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
+            found = excess(read[inference], read[training], workloads, jobs)
         done = []
-        for cut in excess(read[inference], read[training], workloads, jobs):
+        for cut in self.excess_seen.lasting(read[inference], read[training], found, self.api.clock()):
             self.shift(training, inference, cut.gpus, cut.flavor, keep=cut.held)
             log.warning("%s", cut.note(training, inference))
             done.append(cut)

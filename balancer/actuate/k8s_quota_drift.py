@@ -22,19 +22,32 @@ training a little more each time. So once a cycle (`KueueQuota.reconcile`, from 
 
 Giving it back is an ordinary move (`KueueQuota.shift`, recorded and settled like any other), made only if the
 training queue, read again in the patch that lowers it, still keeps `held` and what its status reserves.
+
+Only an excess that lasts is given back (`Sightings`). A grow is a quota move, then the Job's resize: until the
+resize lands, the loan is held by nothing, and a check in between sees it all as excess. Another controller on the
+cohort (a shard with `--kueue-queues`: its own leader, the same queues) runs its check any time, and one that gave the
+loan back there voided the grow (the Job resized with no quota lent for it). So an excess is given back only once
+it has been seen on consecutive checks for at least `min_age_s` (the action deadline, `ACTION_DEADLINE_S` unless set:
+within it the mover's resize lands, or fails and the mover gives the quota back itself), and then only the least of
+what those checks saw; a flavor with no excess at one check starts again. The memory is the controller's own, not
+the cluster's: a restarted controller gives nothing back at its first check, and may from a later one.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_jobs import workers_asked
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, quota_flavors
 from balancer.actuate.k8s_requests import pod_requests, quantity
 from balancer.actuate.k8s_transfer import loans
 from balancer.actuate.kubernetes import GPU_RESOURCE, KUEUE_QUEUE_LABEL, SUSPENDED_LABEL, Json
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -166,3 +179,42 @@ def excess(inference: Json, training: Json, workloads: Iterable[Json], jobs: Ite
         if (gpus := min(loan, have - keep)) > 0:
             out.append(Excess(fl, gpus, loan, have, keep))
     return out
+
+
+@dataclass(frozen=True)
+class _Seen:
+    since: float   # when the excess was first seen, on the consecutive checks that saw it since
+    gpus: int      # the least of what they saw
+
+
+class Sightings:
+    """The excess of each (inference, training, flavor) seen at the last check: what `lasting` lets through is the
+    excess seen on consecutive checks for at least `min_age_s` (the module docstring)."""
+
+    def __init__(self, min_age_s: float = ACTION_DEADLINE_S) -> None:
+        if not min_age_s >= 0:
+            raise ValueError(f"min_age_s must be >= 0, got {min_age_s}")
+        self.min_age_s = min_age_s
+        self._seen: dict[tuple[str, str], dict[str, _Seen]] = {}
+
+    def lasting(self, inference: Json, training: Json, found: list[Excess], now: float) -> list[Excess]:
+        """Of `found` (this check's `excess` of the queues, [] when none), the part to give back now: per flavor, the
+        least excess of the consecutive checks since it was first seen, once that is at least `min_age_s` before
+        `now`; forgotten then (what is left counts as seen anew). The rest is remembered, its deferral logged; a
+        flavor not in `found` is forgotten."""
+        pair = (inference["metadata"]["name"], training["metadata"]["name"])
+        before, kept, due = self._seen.pop(pair, {}), {}, []
+        for cut in found:
+            seen = before.get(cut.flavor)
+            gpus = cut.gpus if seen is None else min(seen.gpus, cut.gpus)
+            if seen is not None and now - seen.since >= self.min_age_s:
+                due.append(replace(cut, gpus=gpus))
+                continue
+            kept[cut.flavor] = _Seen(now if seen is None else seen.since, gpus)
+            log.info("kueue quota excess deferred: %s holds %d of its %d %s (%s), %d of them lent by %s: %d beyond "
+                     "what its Jobs hold, seen for %.0fs; given back once seen on consecutive checks for %.0fs (a "
+                     "grow's Job resize may be under way)", pair[1], cut.held, cut.nominal, GPU_RESOURCE,
+                     cut.flavor, cut.lent, pair[0], gpus, now - kept[cut.flavor].since, self.min_age_s)
+        if kept:
+            self._seen[pair] = kept
+        return due

@@ -4,12 +4,15 @@ before the Job's patch, a resize undone by someone, or a grown Job that ran to i
 next grow lent again, so inference's quota drifted into training. The actuator's housekeeping now compares the loan
 (recorded on both queues, `gputide.io/quota-loans`) with what training's Workloads and Jobs hold and gives the
 excess back, never what an admitted Workload or a Job's own size needs, counting each correction
-(`gputide_kueue_quota_corrections_total{queue}`)."""
+(`gputide_kueue_quota_corrections_total{queue}`). Only an excess seen on consecutive checks for the action deadline
+goes back (`Sightings`), the least they saw: not a loan whose Job resize is under way, and nothing at a restarted
+controller's first check."""
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -18,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.actuate.k8s_quota_drift import excess, held
+from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
+from balancer.actuate.k8s_quota_drift import Excess, Sightings, excess, held
 from balancer.actuate.k8s_transfer import LOANS_ANNOTATION, loans, loans_note
 from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 
@@ -37,7 +41,17 @@ def quota(kube: FakeKube) -> tuple[int, int]:
 
 
 def controller(api, clock, sleeps, registry: CollectorRegistry | None = None) -> KubernetesActuator:
-    return KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=QUEUES, registry=registry)
+    return KubernetesActuator(api, sleep=sleeps.append, clock=clock, deadline_clock=clock, kueue_queues=QUEUES,
+                              registry=registry)
+
+
+def corrected(actuator: KubernetesActuator, clock) -> list[str]:
+    """Housekeeping's check, which gives nothing back (an excess seen once), then the check once the excess has
+    lasted the action deadline: what that one did."""
+    first = actuator.housekeeping()
+    assert not any("kueue quota correction" in n for n in first), first
+    clock.advance(ACTION_DEADLINE_S)
+    return actuator.housekeeping()
 
 
 def cohort(kube: FakeKube, parallelism: int = 4) -> dict:
@@ -87,6 +101,10 @@ def test_quota_lent_for_a_grow_the_controller_died_before_is_given_back_and_coun
     registry = CollectorRegistry()
     successor = controller(api, clock, sleeps, registry)
     assert registry.get_sample_value(COUNTER, {"queue": "training"}) == 0
+    for _ in range(int(ACTION_DEADLINE_S // 30)):   # a check each 30 s cycle: seen, but not for the action deadline yet
+        assert successor.housekeeping() == [] and quota(kube) == (12, 12)
+        clock.advance(30)
+    assert registry.get_sample_value(COUNTER, {"queue": "training"}) == 0
     notes = successor.housekeeping()
     assert quota(kube) == (16, 8)
     assert any("kueue quota correction" in n and "4 given back to inference" in n for n in notes), notes
@@ -105,7 +123,7 @@ def test_without_the_correction_each_dead_grow_drifts_the_cohort_further(kube: F
     grow_that_dies(api, clock, sleeps)
     grow_that_dies(api, clock, sleeps)
     assert quota(kube) == (8, 16)
-    controller(api, clock, sleeps).housekeeping()
+    corrected(controller(api, clock, sleeps), clock)
     assert quota(kube) == (16, 8)
 
 
@@ -129,7 +147,7 @@ def test_a_loan_its_job_no_longer_holds_goes_back(kube: FakeKube, api, clock, sl
     admitted_at(kube, "train", 6)
     assert quota(kube) == (12, 12) and actuator.housekeeping() == []   # the loan is held: nothing to correct
     since(kube)
-    actuator.housekeeping()
+    corrected(actuator, clock)
     assert quota(kube) == (16, 8)
 
 
@@ -140,7 +158,7 @@ def test_quota_an_admitted_workload_took_stays_only_the_rest_goes_back(kube: Fak
     grow_that_dies(api, clock, sleeps)
     other = kube.add(job("eval", "ml", parallelism=1, gpus=2, queue="training-lq"))
     kube.add(workload(other, "h100"))
-    controller(api, clock, sleeps).housekeeping()
+    corrected(controller(api, clock, sleeps), clock)
     assert quota(kube) == (14, 10)
 
 
@@ -153,7 +171,7 @@ def test_a_grow_kueue_has_not_admitted_yet_keeps_its_loan(kube: FakeKube, api, c
     assert actuator.housekeeping() == [] and quota(kube) == (12, 12)
     grow_that_dies(api, clock, sleeps, workers=8)                 # 6 -> 8: 4 more lent, the Job never grew
     assert quota(kube) == (8, 16)
-    actuator.housekeeping()
+    corrected(actuator, clock)
     assert quota(kube) == (12, 12)   # the Job asks 12 (8 admitted): 12 held of the 16, the loan was 8
 
 
@@ -163,7 +181,7 @@ def test_the_operators_own_quota_edit_is_not_taken_for_a_loan(kube: FakeKube, ap
     cq = kube.get("clusterqueues", "training")
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 18   # +6 by hand
     kube.mutate("clusterqueues", "training", "", {"spec": cq["spec"]})
-    controller(api, clock, sleeps).housekeeping()
+    corrected(controller(api, clock, sleeps), clock)
     assert quota(kube) == (16, 14)   # the 4 lent go back, the operator's 6 stay
 
 
@@ -175,8 +193,10 @@ def test_a_workload_admitted_between_the_check_and_the_write_stops_the_correctio
     grow_that_dies(api, clock, sleeps)
     usage = {"status": {"flavorsReservation": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu",
                                                                             "total": 12}]}]}}
-    kube.before("GET", r"/v1beta1/workloads$", lambda: kube.mutate("clusterqueues", "training", "", usage))
     actuator = controller(api, clock, sleeps)
+    assert actuator.housekeeping() == []   # the excess seen once
+    clock.advance(ACTION_DEADLINE_S)
+    kube.before("GET", r"/v1beta1/workloads$", lambda: kube.mutate("clusterqueues", "training", "", usage))
     notes = actuator.housekeeping()
     assert quota(kube) == (12, 12)
     assert any("could not check the kueue quota" in n and "its workloads hold 12" in n for n in notes), notes
@@ -189,7 +209,7 @@ def test_a_queue_without_a_record_of_loans_is_left_as_it_is(kube: FakeKube, api,
     kube.add(clusterqueue("training", "tide", 12))
     stored = kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
     kube.add(workload(stored, "h100"))
-    assert controller(api, clock, sleeps).housekeeping() == []
+    assert corrected(controller(api, clock, sleeps), clock) == []
     assert quota(kube) == (12, 12)
 
 
@@ -252,3 +272,58 @@ def test_no_loan_recorded_on_both_sides_means_none_to_give_back() -> None:
     # each side records a different loan: the smaller counts
     cut = excess(_cq("inference", 8, {"h100": -2}), _cq("training", 12, {"h100": 4}), [], jobs)
     assert [(c.gpus, c.lent) for c in cut] == [(2, 2)]
+
+
+# ---- only an excess that lasts goes back (`Sightings`), pure ----
+
+INF, TRAIN = _cq("inference", 12, {"h100": -4}), _cq("training", 12, {"h100": 4})
+
+
+def _cut(gpus: int, flavor: str = "h100") -> Excess:
+    return Excess(flavor, gpus, lent=gpus, nominal=12, held=12 - gpus)
+
+
+def _gpus(seen: Sightings, found: list[Excess], now: float, inference: dict = INF) -> list[tuple[str, int]]:
+    return [(c.flavor, c.gpus) for c in seen.lasting(inference, TRAIN, found, now)]
+
+
+@pytest.mark.parametrize("checks", [
+    # (seconds since the first check, the excess that check found, what it gave back), check by check
+    pytest.param([(0, 4, 0)], id="seen once: nothing"),
+    pytest.param([(0, 4, 0), (180, 4, 4)], id="seen twice, the action deadline apart: given back"),
+    pytest.param([(0, 6, 0), (180, 4, 4)], id="the second smaller: the least of the two"),
+    pytest.param([(0, 4, 0), (180, 6, 4)], id="the second larger: the least of the two"),
+    pytest.param([(0, 4, 0), (30, 4, 0), (60, 4, 0)], id="seen on three checks, for less than the deadline"),
+    pytest.param([(0, 8, 0), (30, 2, 0), (180, 6, 2)], id="the least of every check since first seen"),
+    pytest.param([(0, 4, 0), (30, 0, 0), (180, 4, 0), (360, 4, 4)], id="gone at one check (the Job resized): anew"),
+    pytest.param([(0, 4, 0), (180, 4, 4), (210, 4, 0)], id="given back: what is left is seen anew"),
+])
+def test_an_excess_goes_back_only_once_seen_on_consecutive_checks_for_the_deadline(checks) -> None:
+    seen = Sightings(ACTION_DEADLINE_S)
+    got = [_gpus(seen, [_cut(found)] if found else [], now) for now, found, _ in checks]
+    assert got == [[("h100", back)] if back else [] for _, _, back in checks]
+    assert _gpus(Sightings(0), [_cut(4)], 0) == []   # with no age asked, still twice
+
+
+def test_each_flavor_and_each_pair_of_queues_is_seen_apart_and_a_restart_sees_afresh() -> None:
+    seen = Sightings(ACTION_DEADLINE_S)
+    assert _gpus(seen, [_cut(4), _cut(2, "a100")], 0) == []
+    assert _gpus(seen, [_cut(4)], 90) == []                         # a100's excess gone: forgotten
+    other = _cq("inference-b", 12, {"h100": -4})
+    assert _gpus(seen, [_cut(3)], 100, inference=other) == []      # another cohort pair: seen for the first time
+    assert _gpus(seen, [_cut(4), _cut(2, "a100")], 200) == [("h100", 4)]
+    assert _gpus(seen, [_cut(3)], 280, inference=other) == [("h100", 3)]
+    assert _gpus(Sightings(ACTION_DEADLINE_S), [_cut(4)], 10_000) == []   # a restarted controller: seen once
+
+
+def test_a_deferred_excess_is_logged_with_what_it_waits_for(caplog) -> None:
+    seen = Sightings(ACTION_DEADLINE_S)
+    with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_quota_drift"):
+        seen.lasting(INF, TRAIN, [_cut(4)], 0)
+        seen.lasting(INF, TRAIN, [_cut(4)], 30)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"kueue quota excess deferred: training holds 8 of its 12 nvidia.com/gpu (h100), 4 of them lent by "
+        f"inference: 4 beyond what its Jobs hold, seen for {age}s; given back once seen on consecutive checks for "
+        "180s (a grow's Job resize may be under way)" for age in (0, 30)]
+    with pytest.raises(ValueError, match="min_age_s"):
+        Sightings(-1)

@@ -7,7 +7,7 @@ open moves, the correction ran from `recover()` too: a new leader moved quota un
 from __future__ import annotations
 
 from fakeapi import FakeKube
-from test_k8s_quota_drift import cohort, controller, grow_that_dies, quota
+from test_k8s_quota_drift import cohort, controller, corrected, grow_that_dies, quota
 
 
 def test_recover_settles_but_moves_no_quota_back_and_housekeeping_does(kube: FakeKube, api, clock, sleeps) -> None:
@@ -18,5 +18,5 @@ def test_recover_settles_but_moves_no_quota_back_and_housekeeping_does(kube: Fak
     notes = successor.recover()
     assert quota(kube) == (12, 12), notes
     assert not any("kueue quota correction" in n for n in notes), notes
-    successor.housekeeping()
+    corrected(successor, clock)   # seen at two checks, the action deadline apart
     assert quota(kube) == (16, 8)
