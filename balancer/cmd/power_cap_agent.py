@@ -17,10 +17,11 @@ applied is kept only while it runs: it applies the whole annotation when it star
 limits it set (NVML keeps them until the driver reloads): delete the annotation first.
 
 `/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
-`gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}`
-(`applied`, `unchanged`, `failed`: the annotation unreadable or malformed, NVML refusing a GPU, or the state
-file unwritable; alert
-`GputidePowerCapAgentFailing`). The exporter's next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
+`gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
+restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
+`gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
+malformed, NVML refusing a GPU, a GPU's limit unreadable, or the state file unwritable; alert
+`GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
 The same port serves the probes (`balancer.app.health`): `/healthz` fails once no sync has ended (whatever its
 result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent stuck in a call
 (an NVML call that never returns; its metrics thread would keep answering, `up` stay 1 and no alert fire);
@@ -56,8 +57,27 @@ class AgentMetrics:
         self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
                              "unchanged, failed (the node's caps unreadable or malformed, or NVML refused a GPU).",
                              ["result"], registry=registry)
+        self.before = Gauge("gputide_power_cap_agent_limit_before_watts", "Per GPU under gputide's cap: the limit it "
+                            "ran at before, which giving the cap back restores.", ["UUID"], registry=registry)
         for result in ("applied", "unchanged", "failed"):
             self.syncs.labels(result=result)
+        self.failure: str | None = None   # why the last sync failed, logged once per reason
+
+    def failed(self, why: str) -> None:
+        self.syncs.labels(result="failed").inc()
+        if why != self.failure:
+            log.error("power caps sync failed (tried again every interval; logged again when the reason "
+                      "changes): %s", why)
+        self.failure = why
+
+    def held(self, agent: Any) -> None:
+        """The GPUs the agent holds under its cap, with the limit each is given back to."""
+        before = getattr(agent, "before", None)
+        if before is None:
+            return
+        self.before.clear()
+        for uuid, held in before.items():
+            self.before.labels(UUID=uuid).set(held.before_w)
 
 
 def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, float]:
@@ -66,14 +86,17 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
     try:
         applied = agent.sync()
     except Exception as exc:   # noqa: BLE001 - an NVML or API failure must not stop the agent
-        metrics.syncs.labels(result="failed").inc()
-        log.error("power caps not applied: %s", exc)
+        metrics.failed(f"power caps not applied: {exc}")
         return {}
     for uuid, watts in applied.items():
         metrics.applied.labels(UUID=uuid).set(watts)
-    if getattr(agent, "failed", None):
-        metrics.syncs.labels(result="failed").inc()
+    metrics.held(agent)
+    if why := getattr(agent, "failed", None):
+        metrics.failed(why)
         return applied
+    if metrics.failure is not None:
+        log.info("power caps sync complete again (it had failed: %s)", metrics.failure)
+        metrics.failure = None
     metrics.last_sync.set(clock())
     metrics.syncs.labels(result="applied" if applied else "unchanged").inc()
     if applied:
