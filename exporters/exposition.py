@@ -1,6 +1,7 @@
 """Prometheus text exposition (format 0.0.4), written fast and without renaming dcgm-exporter's counters.
 
-`render(registry)` writes what prometheus_client's `generate_latest` writes, with two differences:
+`render(registry)` (`render_families(families)`: families already collected) writes what prometheus_client's
+`generate_latest` writes, with two differences:
 
 * a counter family whose samples carry the family name itself (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) gets
   ``# TYPE <that name> counter``; `generate_latest` would announce ``<name>_total``, which no sample carries;
@@ -11,8 +12,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -31,8 +34,12 @@ def _value(v: float) -> str:
 
 
 def render(registry: Collector) -> bytes:
+    return render_families(registry.collect())
+
+
+def render_families(families: Iterable[Metric]) -> bytes:
     out: list[str] = []
-    for metric in registry.collect():
+    for metric in families:
         if isinstance(metric, ArrayMetric):
             name = metric.name
             out.append(f"# HELP {name} {_help(metric.documentation)}\n# TYPE {name} {metric.type}\n")

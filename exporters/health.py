@@ -1,22 +1,40 @@
-"""Liveness and readiness of `gputide exporter`, from its collections, never from NVML itself.
+"""Liveness and readiness of `gputide exporter`, and collections that never keep a scrape waiting for long; neither
+ever reads NVML itself.
 
-The exporter reads NVML only when a collection runs (a scrape of ``/metrics``, or the one it makes as it starts),
-and collections run one at a time (`exporters.collector`). A probe on ``/metrics`` therefore ran a whole NVML read
-every time the kubelet asked, and an NVML call that never returns made every later scrape and probe wait behind
-it until the kubelet restarted the exporter. `TrackedCollector` wraps the registry a scrape renders and tells
-`CollectHealth` when each collection begins and ends; the probes only read that:
+The exporter reads NVML only when a collection runs (a scrape of ``/metrics``, or the one it makes as it starts).
+An NVML call can block for good (a GPU falling off the bus), and Python cannot interrupt it. A scrape used to wait
+for it, so every later scrape queued behind the lock that keeps collections one at a time (`exporters.collector`)
+until the process was restarted, one more thread each. `CollectHealth.run` now runs each collection in a thread of
+its own, at most one at a time, and a scrape waits for it for at most `collect_timeout_s`
+(`DEFAULT_COLLECT_TIMEOUT_S`, 8 s: under Prometheus's default 10 s scrape timeout, which the PodMonitor keeps, with
+room to send the answer; a healthy read takes well under a second):
+
+* a scrape that finds no collection running starts one; a scrape that finds one running (another scrape's, the
+  first collection's, or one that has outrun the timeout and still not returned) waits for that one, up to its
+  timeout counted from when it began: two scrapes at once share one NVML read, and a hung read is never joined by
+  a second one;
+* a collection done in time is the scrape's answer and the exposition kept as the last complete one;
+* a collection not done in time is counted once in ``gputide_exporter_collect_timeouts_total``, and the scrape
+  gets the last complete exposition if that collection began at most `serve_stale_s` ago
+  (`DEFAULT_SERVE_STALE_S`, 30 s: two scrape intervals), else ``503`` with what is running and for how long (so
+  ``up`` reads 0 and the GPU series go stale, rather than a hung GPU's last values living on). Every answer ends with
+  ``gputide_exporter_collection_age_seconds``: how long ago the collection it carries began;
+* a collection that fails (an exception) fails the scrape as before: only a slow one is answered from the past.
+
+`TrackedCollector` wraps the registry a scrape renders, runs it through `CollectHealth.run`, and `CollectHealth`
+keeps when each collection began and ended; the probes only read that:
 
 * ``/healthz`` (liveness) answers 200 while no collection has been running for longer than `stuck_after_s`
-  (`DEFAULT_STUCK_AFTER_S`, 5 minutes: a healthy read takes well under a second, Prometheus gives up on a scrape
-  after 10 s, and a GPU in recovery may answer NVML slowly for tens of seconds), 503 with the collection's age
-  otherwise. No scrape for a long time is not stuck: the exporter collects when asked, and Prometheus being away
-  is no reason to restart it. A restart costs what the process remembers (the last XID of each GPU reads 0 again,
-  the event stream is registered anew) and mends no hung driver, hence a limit far beyond any slow read: only a
-  call that never returns gets the process restarted, which may free an NVML library stuck in this process, and
-  does end the scrape threads piling up behind it (`/metrics` keeps failing, so `up` and the exporter's alerts
-  say it meanwhile).
+  (`DEFAULT_STUCK_AFTER_S`, 5 minutes: Prometheus gives up on a scrape after 10 s, and a GPU in recovery may answer
+  NVML slowly for tens of seconds), 503 with the collection's age otherwise. No scrape for a long time is not
+  stuck: the exporter collects when asked, and Prometheus being away is no reason to restart it. A restart costs
+  what the process remembers (the last XID of each GPU reads 0 again, the event stream is registered anew) and
+  mends no hung driver, hence a limit far beyond any slow read: only a call that never returns gets the process
+  restarted, which may free an NVML library stuck in this process.
 * ``/readyz`` (readiness) answers 200 once a collection has succeeded (the exporter makes one as it starts, so a
-  pod becomes ready, and a DaemonSet rollout moves on, without waiting for Prometheus) while it is live.
+  pod becomes ready, and a DaemonSet rollout moves on, without waiting for Prometheus) while it is live and no
+  collection has outrun the collection timeout: a pod whose NVML read hangs is not ready (a rollout waits, and
+  ``kubectl get pods`` shows it) well before liveness restarts it.
 
 dcgm-exporter's ``/health`` answers from its own state without asking DCGM (and never fails for a stuck read);
 node-exporter's probes ask for its landing page, which reads nothing either.
@@ -29,27 +47,55 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from exporters.exposition import render_families
+
 log = logging.getLogger(__name__)
 
 DEFAULT_STUCK_AFTER_S = 300.0
+DEFAULT_COLLECT_TIMEOUT_S = 8.0   # under Prometheus's default scrape timeout (10 s), which the PodMonitor keeps
+DEFAULT_SERVE_STALE_S = 30.0      # two scrape intervals of the PodMonitor (15 s)
+
+
+class CollectTimeout(TimeoutError):
+    """A collection outran the collection timeout and no complete one is recent enough to answer with."""
+
+
+@dataclass(eq=False)
+class Collection:
+    """One run of the registry's collectors (in a thread of its own) and what it gave."""
+
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    families: list[Metric] = field(default_factory=list)
+    body: bytes = b""
+    error: Exception | None = None
+    timed_out: bool = False
 
 
 class CollectHealth:
-    """When collections began and ended (`begin()`, `end()`; thread-safe) and what the probes make of it."""
+    """When collections began and ended (`begin()`, `end()`; thread-safe), what the probes make of it, and the
+    collections themselves, one at a time and bounded (`run`; module docstring)."""
 
-    def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S, clock: Callable[[], float] = time.monotonic,
+                 *, collect_timeout_s: float = DEFAULT_COLLECT_TIMEOUT_S,
+                 serve_stale_s: float = DEFAULT_SERVE_STALE_S) -> None:
         self.stuck_after_s, self.clock = stuck_after_s, clock
+        self.collect_timeout_s, self.serve_stale_s = collect_timeout_s, serve_stale_s
         self._lock = threading.Lock()
         self._tokens = itertools.count()
         self._running: dict[int, float] = {}   # token -> when that collection began
         self.last_end: float | None = None
         self.last_ok: float | None = None
         self.last_failed = False
+        self._runs = threading.Lock()   # guards the two below; taken before `_lock`, never inside it
+        self._current: Collection | None = None
+        self.last_complete: Collection | None = None
+        self.timeouts = 0
 
     def begin(self) -> int:
         with self._lock:
@@ -65,10 +111,12 @@ class CollectHealth:
             if ok:
                 self.last_ok = self.last_end
 
-    def live(self) -> tuple[bool, str]:
+    def _oldest_running(self) -> tuple[float | None, float, float | None]:
         with self._lock:
-            oldest = min(self._running.values(), default=None)
-            now, last_end = self.clock(), self.last_end
+            return min(self._running.values(), default=None), self.clock(), self.last_end
+
+    def live(self) -> tuple[bool, str]:
+        oldest, now, last_end = self._oldest_running()
         if oldest is not None:
             age = now - oldest
             if age > self.stuck_after_s:
@@ -82,11 +130,78 @@ class CollectHealth:
         if self.last_ok is None:
             failed = " (the last one failed)" if self.last_failed else ""
             return False, f"not ready: no collection has succeeded yet{failed}"
-        return self.live()
+        live = self.live()
+        oldest, now, _ = self._oldest_running()
+        if live[0] and oldest is not None and now - oldest > self.collect_timeout_s:
+            return False, (f"not ready: a collection has been running for {now - oldest:.0f} s "
+                           f"(timeout {self.collect_timeout_s:g} s)")
+        return live
+
+    def run(self, source: Collector) -> tuple[Collection, bool]:
+        """(the collection a scrape answers with, whether it ran for this scrape): the running one or a new one,
+        waited for up to the collection timeout, else the last complete one while it is recent enough. Raises what
+        the collection raised, or `CollectTimeout`."""
+        with self._runs:
+            run = self._current
+            if run is None:
+                run = self._current = Collection(self.clock())
+                threading.Thread(target=self._collect, args=(source, run, self.begin()),
+                                 name="gputide-collection", daemon=True).start()
+        run.done.wait(max(0.0, min(self.collect_timeout_s, run.started + self.collect_timeout_s - self.clock())))
+        if run.done.is_set():
+            if run.error is not None:
+                raise run.error
+            return run, True
+        return self._instead_of(run), False
+
+    def _collect(self, source: Collector, run: Collection, token: int) -> None:
+        try:
+            run.families = list(source.collect())
+            run.body = render_families(run.families)
+        except Exception as exc:   # noqa: BLE001 - handed to the scrapes waiting for it (a 500, as before)
+            run.error = exc
+        finally:
+            self.end(token, run.error is None)
+            with self._runs:
+                self._current = None
+                if run.error is None:
+                    self.last_complete = run
+            run.done.set()
+            if run.timed_out:
+                log.warning("the collection that outran the %g s timeout ended after %.1f s", self.collect_timeout_s,
+                            self.clock() - run.started)
+
+    def _instead_of(self, run: Collection) -> Collection:
+        with self._runs:
+            if not run.timed_out:
+                run.timed_out = True
+                self.timeouts += 1
+                log.warning("a collection has been running for %g s (the collection timeout): scrapes get the last "
+                            "complete one while it began at most %g s ago, then fail; no other collection starts "
+                            "until it ends", self.collect_timeout_s, self.serve_stale_s)
+            last = self.last_complete
+        now = self.clock()
+        if last is not None and now - last.started <= self.serve_stale_s:
+            return last
+        had = "none has completed" if last is None else f"the last complete one began {now - last.started:.0f} s ago"
+        raise CollectTimeout(f"collection timed out: one has been running for {now - run.started:.0f} s (timeout "
+                             f"{self.collect_timeout_s:g} s) and {had} (served for up to {self.serve_stale_s:g} s)")
+
+    def families(self, age_s: float) -> list[Metric]:
+        """The exporter's own series about its collections, `age_s`: that of the collection a scrape carries."""
+        timeouts = Metric("gputide_exporter_collect_timeouts", "Collections that outran the collection timeout "
+                          "(an NVML call that did not return in time).", "counter")
+        timeouts.add_sample("gputide_exporter_collect_timeouts_total", {}, float(self.timeouts))
+        age = Metric("gputide_exporter_collection_age_seconds", "How long ago the collection whose samples this "
+                     "scrape carries began (more than its duration: the last complete one, a newer one outran the "
+                     "collection timeout).", "gauge")
+        age.add_sample("gputide_exporter_collection_age_seconds", {}, max(0.0, age_s))
+        return [timeouts, age]
 
 
 class TrackedCollector(Collector):
-    """`inner`'s families, each collection reported to `health` (begun, then ended ok or not)."""
+    """`inner`'s families through `health`'s collections (`CollectHealth.run`): one at a time, bounded in time,
+    each reported to `health` (begun, then ended ok or not)."""
 
     def __init__(self, inner: Collector, health: CollectHealth) -> None:
         self.inner, self.health = inner, health
@@ -95,23 +210,30 @@ class TrackedCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        token, ok = self.health.begin(), False
-        try:
-            families = list(self.inner.collect())
-            ok = True
-        finally:
-            self.health.end(token, ok)
-        yield from families
+        """The families of a collection made for this call; `CollectTimeout` when it outran the timeout (the last
+        complete exposition is `exposition`'s to serve: its families may have changed since)."""
+        run, fresh = self.health.run(self.inner)
+        if not fresh:
+            raise CollectTimeout(f"collection timed out after {self.health.collect_timeout_s:g} s")
+        yield from run.families
+
+    def exposition(self) -> bytes:
+        """The text a scrape answers with: a collection's (this one's, or the last complete one while recent
+        enough), then the exporter's own series about its collections."""
+        run, _ = self.health.run(self.inner)
+        return run.body + render_families(self.health.families(self.health.clock() - run.started))
 
 
 def first_collection(collector: Collector, name: str = "gputide-first-collection") -> threading.Thread:
     """Collect once from a daemon thread (so an NVML read that never returns leaves the caller free): the exporter
-    is ready without waiting for a scrape, and the liveness limit covers that read as any other."""
+    is ready without waiting for a scrape, and the limits cover that read as any other."""
 
     def collect() -> None:
         try:
             for _ in collector.collect():
                 pass
+        except CollectTimeout:
+            log.warning("the first collection has outrun the collection timeout; the exporter is ready once it ends")
         except Exception:   # noqa: BLE001 - said in the log and by /readyz; the next scrape tries again
             log.exception("the first collection failed")
 

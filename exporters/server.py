@@ -1,7 +1,9 @@
 """Serve a registry over HTTP (``/metrics``) from a background thread; returns the bound port (port 0 works).
 
 Given a `CollectHealth` (`exporters.health`), the server also answers ``/healthz`` and ``/readyz`` from it, without
-collecting (a probe never reads NVML), and tells it when each ``/metrics`` collection begins and ends.
+collecting (a probe never reads NVML), and collects for ``/metrics`` through it: one collection at a time, a
+scrape waiting for at most the collection timeout, then answered with the last complete exposition while it is
+recent enough, else ``503 Service Unavailable`` saying what is running and for how long.
 
 The app renders with `exporters.exposition.render` (dcgm-exporter's counter names kept verbatim) and is served
 by wsgiref in a daemon thread, one thread per request, as prometheus_client's own `start_http_server` does. The
@@ -19,7 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client.registry import Collector
 
 from exporters.exposition import CONTENT_TYPE, render
-from exporters.health import CollectHealth, TrackedCollector
+from exporters.health import CollectHealth, CollectTimeout, TrackedCollector
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -40,24 +42,33 @@ def _probes(health: CollectHealth | None):
     return {} if health is None else {"/healthz": health.live, "/readyz": health.ready}
 
 
+def _text(start_response, ok: bool, text: str) -> list[bytes]:
+    body = (text + "\n").encode()
+    start_response("200 OK" if ok else "503 Service Unavailable",
+                   [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def metrics_app(registry: Collector, health: CollectHealth | None = None):
     """``/metrics`` (and ``/``) rendered from `registry`; with `health`, its probes too and every collection
-    reported to it."""
+    made through it (bounded in time, module docstring)."""
     probes = _probes(health)
-    source = registry if health is None else TrackedCollector(registry, health)
+    tracked = None if health is None else TrackedCollector(registry, health)
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "/")
         if path in probes:
-            ok, text = probes[path]()
-            body = (text + "\n").encode()
-            start_response("200 OK" if ok else "503 Service Unavailable",
-                           [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
-            return [body]
+            return _text(start_response, *probes[path]())
         if path not in ("/metrics", "/"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: try /metrics\n"]
-        body = render(source)
+        if tracked is None:
+            body = render(registry)
+        else:
+            try:
+                body = tracked.exposition()
+            except CollectTimeout as exc:
+                return _text(start_response, False, str(exc))
         start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
         return [body]
 
