@@ -23,6 +23,11 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     floor written is kept beside it (`gputide.io/floor-min-replicas`), so a minReplicas someone else
                     wrote since is the operator's own from then on (`k8s_hpa`). An HPA another controller keeps
                     (KEDA's, controlled by its ScaledObject) is refused (FAILED): its owner writes the floor back.
+                    So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference:
+                    a KServe InferenceService, an operator's custom resource), read first (get): its owner writes
+                    `spec.replicas` back. Each refusal is logged once (WARNING) while it lasts, then at DEBUG.
+                    `restore_floors` gives the operator's own minReplicas back in namespaces whose services left
+                    gputide's management (a policy reload protecting them; never on shutdown).
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -71,8 +76,9 @@ not.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -84,6 +90,8 @@ from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (
 from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
     FIELD_MANAGER,
     HPA_OWN_MIN_ANNOTATION,
+    controller_name,
+    floor_restore_patch,
     hpa_controller,
     hpa_floor,
     hpa_floor_patch,
@@ -126,6 +134,8 @@ from balancer.model import (
     SetPowerLimit,
     TaintNode,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _failed(action: Action, outcome: Outcome, err: ActuationError, unknown: list[str]) -> ActionResult:
@@ -183,6 +193,7 @@ class KubernetesActuator:
             self.api, clock, default_namespace=default_namespace, hot_taint_key=hot_taint_key,
             reservation_annotation=reservation_annotation, hot_taint_ttl_s=hot_taint_ttl_s,
             reservation_ttl_s=reservation_ttl_s)
+        self._refusals: set[str] = set()   # the refusals logged at WARNING once (`_refuse`)
         self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
             Migrate: self.migrations.migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
             ScaleTraining: self._scale_training, TaintNode: self._taint,
@@ -314,16 +325,19 @@ class KubernetesActuator:
         hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
         hpa = service_hpa(hpas, name)   # whatever it scales: a Deployment, a StatefulSet, a Rollout
         if hpa is None:
-            what = f"deployment {ns}/{name} scale"
-            self.api(what, self.api.apps.patch_namespaced_deployment_scale, name, ns,
+            what = f"deployment {ns}/{name}"
+            owner = controller_name(self.api(what, self.api.apps.read_namespaced_deployment, name, ns))
+            if owner is not None:   # its controller writes spec.replicas back (KServe, an operator): flapping
+                self._refuse(f"deployment {ns}/{name} is kept by {owner}, which writes its replicas back: not scaled "
+                             "(scale it through the owner, or leave the service out of the profiles)")
+            self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns,
                      {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH,
                      field_manager=FIELD_MANAGER)
             return f"{ns}/{name} replicas = {action.replicas}"
         hname, floor, owner = hpa["metadata"]["name"], {}, hpa_controller(hpa)
         if owner is not None:   # its controller writes its spec back (KEDA): a floor there would not hold
-            raise PermanentActuationError(f"hpa {ns}/{hname} is generated and kept by {owner}, which writes its "
-                                          "minReplicas back: not floored (set the floor on the owner, or leave the "
-                                          "service out of the profiles)")
+            self._refuse(f"hpa {ns}/{hname} is generated and kept by {owner}, which writes its minReplicas back: not "
+                         "floored (set the floor on the owner, or leave the service out of the profiles)")
 
         def change(h: Json) -> Json | None:
             want, own = hpa_floor(h, int(action.replicas))
@@ -337,6 +351,59 @@ class KubernetesActuator:
                                   body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
         clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
         return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
+
+    def _refuse(self, why: str) -> None:
+        """Refuse the action (FAILED, code "refused"), logging `why` at WARNING the first time only: the loop reports
+        every FAILED result already (its log line, the audit, gputide_actuation_errors_total{code="refused"})."""
+        if why not in self._refusals:
+            self._refusals.add(why)
+            log.warning("%s", why)
+        else:
+            log.debug("%s", why)
+        raise PermanentActuationError(why)
+
+    def restore_floors(self, namespaces: Iterable[str]) -> list[str]:
+        """Give the operator's own minReplicas back to every HPA of `namespaces` that carries gputide's floor
+        record (`k8s_hpa.floor_restore_patch`): their services left gputide's management (a policy reload protected
+        the namespaces; balancer/app/policy_reload.py). Only while minReplicas is still the floor gputide wrote; one
+        someone else wrote since is left as it is and logged. Returns a note per HPA changed or left; a namespace
+        whose HPAs cannot be read or written is a note too, the rest go on.
+
+        Not called on a plain shutdown: a restarted controller (or the next leader) reads the record back and keeps
+        the floors the load still needs; dropping them at each restart would shrink services under load."""
+        notes: list[str] = []
+        for ns in sorted(set(namespaces)):
+            try:
+                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                    notes += self._restore_namespace(ns)
+            except ActuationError as err:
+                notes.append(f"hpa floors in {ns} not given back: {err}")
+        for note in notes:
+            log.info("%s", note)
+        return notes
+
+    def _restore_namespace(self, ns: str) -> list[str]:
+        hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
+        notes = []
+        for item in hpas.get("items", []):
+            hname, said = item["metadata"]["name"], {}
+            if floor_restore_patch(item)[0] is None:
+                continue
+
+            def change(h: Json, said: dict = said) -> Json | None:
+                body, said["what"] = floor_restore_patch(h)
+                return body
+
+            what = f"hpa {ns}/{hname}"
+            self.api.update(
+                what, lambda w=what, n=hname: self.api(w, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler,
+                                                       n, ns),
+                lambda body, w=what, n=hname: self.api(w, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler,
+                                                       n, ns, body, _content_type=MERGE_PATCH,
+                                                       field_manager=FIELD_MANAGER), change)
+            if "what" in said:
+                notes.append(f"{what}: service left gputide's management: {said['what']}")
+        return notes
 
     # ---- training: Job stop / resume / size, Kueue quota (k8s_training) ----
 

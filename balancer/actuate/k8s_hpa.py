@@ -18,7 +18,15 @@ back a minimum they have since changed. A record without the floor (written befo
 An HPA another controller generates and keeps (a controlling ownerReference: KEDA's `keda-hpa-<name>`, controlled
 by its ScaledObject) is not floored at all (`hpa_controller`): KEDA's reconciler updates the HPA whenever its spec
 differs from the ScaledObject's (`minReplicaCount`), so a floor written there was undone within moments, reported
-APPLIED and written again every cycle. The action is refused instead, naming the owner.
+APPLIED and written again every cycle. The action is refused instead, naming the owner. A Deployment no HPA scales
+is refused the same way when another controller keeps it (`controller_name` of the Deployment: a KServe
+InferenceService, an operator's custom resource): its owner writes `spec.replicas` back, so a scale written there
+flaps or is silently lost.
+
+A floor is given back when its service leaves gputide's management on a policy reload (`floor_restore_patch`; its
+namespace newly protected, balancer/app/policy_reload.py): the operator's own minReplicas from the record, only while
+minReplicas is still the floor gputide wrote; one someone else wrote since is left alone (the record dropped). Never on
+a plain shutdown: a restart under load must not drop the floors the tide still needs.
 
 The floor and the scale are written under the field manager `gputide` (`FIELD_MANAGER`), not the generic
 "OpenAPI-Generator" every Python client shares, so the object's managedFields say whose they are and a GitOps tool
@@ -43,11 +51,14 @@ def service_hpa(hpas: Json, name: str) -> Json | None:
                 named[0] if named else None)
 
 
-def hpa_controller(hpa: Json) -> str | None:
-    """The controller that generates and keeps the HPA (its controlling ownerReference), as "Kind name (apiVersion)";
-    None for an HPA nobody controls, which people (or their GitOps tool) write."""
-    ref = controller_ref(hpa.get("metadata") or {})
+def controller_name(obj: Json) -> str | None:
+    """The controller that generates and keeps `obj` (its controlling ownerReference), as "Kind name (apiVersion)";
+    None for an object nobody controls, which people (or their GitOps tool) write."""
+    ref = controller_ref(obj.get("metadata") or {})
     return None if ref is None else f"{ref.get('kind', '?')} {ref.get('name', '?')} ({ref.get('apiVersion', '?')})"
+
+
+hpa_controller = controller_name   # an HPA's (KEDA's ScaledObject), as the actuator has always named it
 
 
 # the operator's own minReplicas of an HPA whose floor gputide raised, and the floor gputide wrote (module docstring)
@@ -88,3 +99,22 @@ def hpa_floor_patch(hpa: Json, want: int, own: int) -> Json | None:
         return None
     return {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: note, HPA_FLOOR_ANNOTATION: mark}},
             "spec": {"minReplicas": want}}
+
+
+def floor_restore_patch(hpa: Json) -> tuple[Json | None, str]:
+    """(the merge patch giving the operator's own minReplicas back, what it does) for an HPA whose service leaves
+    gputide's management. No record: None, nothing of gputide's there. minReplicas still the floor gputide wrote (or
+    a record without the floor, trusted as is): the recorded own minReplicas back, the record gone. minReplicas
+    someone else wrote since: left as it is, the record alone dropped (it is theirs)."""
+    notes = (hpa.get("metadata") or {}).get("annotations") or {}
+    if HPA_OWN_MIN_ANNOTATION not in notes and HPA_FLOOR_ANNOTATION not in notes:
+        return None, "no floor of gputide's"
+    current = int(hpa["spec"].get("minReplicas", 1))
+    own = own_min_replicas(hpa)
+    forget = {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: None, HPA_FLOOR_ANNOTATION: None}}}
+    if own == current:
+        floor = notes.get(HPA_FLOOR_ANNOTATION)
+        changed = floor is not None and floor != str(current)
+        return forget, (f"minReplicas {current} was written by someone else since gputide's floor {floor}: left as "
+                        "it is" if changed else f"minReplicas {current} is the operator's own already")
+    return {**forget, "spec": {"minReplicas": own}}, f"minReplicas {current} -> {own} (the operator's own)"

@@ -16,6 +16,15 @@ file (one `stat`); when it changed, it loads and validates it like at start:
   `gputide_policy_last_reload_successful` drops to 0 (alert `GputidePolicyReloadFailing`). It is logged once per
   content; the next change is tried again.
 
+A service leaves gputide's management on a reload when its namespace joins `spec.safety.protectedNamespaces`
+(`newly_protected`; the services capacity shifting may resize are --services' profiles, read at start only): the
+capacity planner leaves it alone from then on and the guard refuses to scale it, so a predictive floor gputide had
+raised on its HPA would stay for good. `on_leave(namespaces)` (gputide run: the actuator's `restore_floors`) gives
+the operator's own minReplicas back from the HPA's floor record, where minReplicas is still the floor gputide wrote
+(someone else's value since is left, and logged). Not on a plain shutdown: a restarted controller, or the next
+leader, reads the record back, and dropping the floors at every restart would shrink services under load. Not for
+`emergencyStop` either: that holds everything still, floors included.
+
 Like Prometheus's `prometheus_config_last_reload_successful`, success is a gauge and the time of the last
 successful load is `gputide_policy_last_reload_success_timestamp_seconds`.
 """
@@ -49,6 +58,12 @@ def restart_only(old: config.BalancerPolicy, new: config.BalancerPolicy) -> tupl
     return kept, changed
 
 
+def newly_protected(old: config.BalancerPolicy, new: config.BalancerPolicy) -> tuple[str, ...]:
+    """The namespaces `new` protects and `old` did not: their services leave gputide's management."""
+    was = set(old.safety.protected_namespaces)
+    return tuple(sorted(ns for ns in set(new.safety.protected_namespaces) if ns not in was))
+
+
 def changed_sections(old: config.BalancerPolicy, new: config.BalancerPolicy) -> list[str]:
     """The `spec.<section>` names whose values differ."""
     return [f"spec.{s}" for s in config.SECTIONS if getattr(old, s) != getattr(new, s)]
@@ -79,12 +94,17 @@ class PolicyReloader:
 
     def __init__(self, path: str | Path, started_with: config.BalancerPolicy, *,
                  registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time,
-                 check: Callable[[config.BalancerPolicy], object] | None = None) -> None:
+                 check: Callable[[config.BalancerPolicy], object] | None = None,
+                 on_leave: Callable[[tuple[str, ...]], object] | None = None) -> None:
         """`check(policy)` raises the InputError of a policy its command refuses at start beyond the file's own rules
         (gputide run: `spec.safety.maxTelemetryAgeS` under its staleness floor or below --stale-after), so that a
-        file refused at start is refused at reload too."""
+        file refused at start is refused at reload too. `on_leave(namespaces)` is called once per valid reload that
+        protects namespaces the running policy did not (`newly_protected`), before the new policy is returned: the
+        floors gputide raised there are given back (module docstring). Never at shutdown; a failure is logged and
+        the reload stands."""
         self.path = Path(path)
         self.check = check
+        self.on_leave = on_leave
         self.started_with = self.current = started_with
         self.clock = clock
         self.gauges = _Gauges.on(registry)
@@ -131,5 +151,11 @@ class PolicyReloader:
         if not sections:
             return None
         log.info("policy file reloaded: %s changed", ", ".join(sections))
+        left = newly_protected(self.current, effective)
         self.current = effective
+        if left and self.on_leave is not None:
+            try:
+                self.on_leave(left)
+            except Exception:   # the new policy applies whatever the give-back met; the floors stay until a later one
+                log.exception("namespaces %s newly protected: their HPA floors were not given back", ", ".join(left))
         return effective

@@ -256,6 +256,7 @@ def requests_of_command(command_module: str) -> frozenset[Request]:
 # ClusterQueues are read and patched only for the queues --kueue-queues names.
 FLAG_GATED: dict[str, dict[tuple[str, str], str]] = {
     "run": {("autoscaling", "horizontalpodautoscalers"): "services", ("apps", "deployments/scale"): "services",
+            ("apps", "deployments"): "services",   # read before its scale: another controller's is refused
             ("kueue.x-k8s.io", "clusterqueues"): "kueue_queues"},
 }
 

@@ -37,7 +37,12 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
             made = {to_rbac(*endpoint(*found), {})[:2] for n in ast.walk(node) if (found := _client_method(n))}
             if made & GATED:
                 methods[node.name] = made & GATED
-    assert methods == {"_scale_inference": GATED}
+    # and the give-back of its HPA floors when a reload protects their namespace (`restore_floors`): HPAs only,
+    # handed to the policy reloader by gputide run, whose capacity planner exists only with --services
+    assert methods == {"_scale_inference": GATED, "_restore_namespace": {("autoscaling", "horizontalpodautoscalers")}}
+    callers = {mod for mod, tree in modules().items() for n in ast.walk(tree)
+               if isinstance(n, ast.Attribute) and n.attr == "restore_floors"}
+    assert callers <= {"balancer.actuate.k8s_actuator", "balancer.cmd.run"}
     dispatch = [n for n in ast.walk(definitions()[ACTUATOR]) if isinstance(n, ast.Attribute)
                 and n.attr == "_scale_inference"]
     assert len(dispatch) == 1   # called from one place: the dispatch on ScaleInference (k8s_actuator.apply)
