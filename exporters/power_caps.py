@@ -40,10 +40,12 @@ What `PowerCapAgent.sync()` does, each interval:
   ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
 
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
-agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then), and a cap whose
-key was deleted outright while no agent ran leaves its GPU's limit where it was (the controller writes a `Restore`
-instead). NVML keeps a limit until the driver reloads or the node reboots, so removing the agent leaves the caps it
-set: delete the annotation (or file) and let one sync pass first.
+agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
+was deleted outright while no agent ran (the annotation removed while the agent crash-looped, or the agent
+uninstalled and installed again) is given back by the next agent from the limits before, which say what was set,
+while the GPU still runs at it; without them (no state file) it stays where it was. NVML keeps a limit until the
+driver reloads or the node reboots, so removing the agent leaves the caps it set: delete the annotation (or file)
+and let one sync pass first.
 """
 
 from __future__ import annotations
@@ -273,6 +275,23 @@ class PowerCapAgent:
             elif self._unread(uuid, None if limits is None else limits[uuid]):
                 continue
             elif self._gives_back(uuid, self._applied[uuid], None if limits is None else limits[uuid]):
+                requests[uuid] = RESTORE
+        if limits is not None:
+            requests.update(self._left_capped(wanted, limits))
+        return requests
+
+    def _left_capped(self, wanted: Mapping[str, Entry], limits: Mapping[str, PowerLimit]) -> dict[str, float]:
+        """GPUs an earlier agent capped (the limits before say what it set) whose entry is gone from the source
+        (deleted while no agent ran, the agent uninstalled and installed again): given back while they still run at
+        that cap, as if the entry had been deleted under this agent."""
+        requests = {}
+        for uuid, held in self.before.items():
+            if uuid in wanted or uuid in self._asked or uuid not in limits or math.isnan(held.set_w) \
+                    or self._unread(uuid, limits[uuid]):
+                continue
+            if self._gives_back(uuid, held.set_w, limits[uuid]):
+                log.info("%s still runs at the %.0f W cap an earlier agent set, no longer asked for: given back "
+                         "(%.0f W)", uuid, held.set_w, held.before_w)
                 requests[uuid] = RESTORE
         return requests
 
