@@ -34,7 +34,9 @@ What `PowerCapAgent.sync()` does, each interval:
   ran (restarted, crash-looping, being upgraded) is carried out when one starts; without ``power_limits()`` it is
   put back once per agent start. The controller drops a `Restore` once the GPU's limit has left that cap. A give-back
   is never judged on a limit that could not be read this sync (NaN): it waits for the next one (counted failed).
-* An entry for a GPU the node does not have (replaced since, or a typo) is logged once and ignored.
+* An entry for a GPU the node does not have (replaced since, or a typo) is logged once and ignored; so is one for
+  a MIG device (``MIG-...``): NVML sets a power limit on the physical GPU only, shared by all its GPU instances,
+  and the controller names GPUs by their UUID as dcgm-exporter's ``UUID`` label does on MIG series too.
 * An unreadable or malformed source changes nothing; a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not
   stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
   ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
@@ -263,7 +265,9 @@ class PowerCapAgent:
             if limits is not None and uuid not in limits:
                 if uuid not in self._unknown:
                     self._unknown.add(uuid)
-                    log.warning("power cap for %s ignored: no such GPU on this node (replaced?)", uuid)
+                    log.warning("power cap for %s ignored: %s", uuid, "a MIG device: a power limit is its whole "
+                                "GPU's, named by the GPU's UUID (GPU-...)" if uuid.startswith("MIG-") else
+                                "no such GPU on this node (replaced?)")
                 continue
             watts = self._request(uuid, want, None if limits is None else limits[uuid])
             if watts is not None:
