@@ -28,6 +28,17 @@ name's, else left out.
   collects its own health: `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
   `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource that match no GPU of this
   exporter: another node's, a MIG device NVML does not know, an ID format not known here).
+* Pods that have finished: kubelets list a pod's devices until the pod object is gone, Succeeded and Failed ones
+  included (kubernetes#119423; newer kubelets leave terminal pods out), and `List` says nothing
+  of a pod's phase, UID or start. So a GPU whose Job pod completed still names that pod, and once the device plugin
+  hands the device to a new pod, both claim it. The device manager gives a device to a new pod only once its holder
+  is done with it, and the exporter asks the kubelet at every scrape: of the pods claiming one device ID (exactly:
+  a time-sliced replica's ID is its own), the one this exporter saw appear last is the holder, the older claims
+  are dropped (counted in `gputide_pod_resources_superseded_claims`). Pods that appeared in the same answer (all of
+  them, the first time the exporter asks) cannot be told apart: all keep the device, counted in
+  `gputide_pod_resources_contested_devices`. A finished pod whose device nobody has claimed since still holds it
+  here; telling that needs the pod's phase from the API server, which the exporter does not read (no RBAC): the
+  controller does, and counts no finished pod as holding a GPU (`KubernetesWorkloads.finished_pods`).
 * `Attributed(backend, attribution)`: any backend whose readings gain the workloads (the NVML backend has none),
   with the backend's `mig_instance` to resolve MIG devices where it has one.
 
@@ -41,6 +52,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -191,11 +203,15 @@ class PodAttribution:
         self._up = False
         self._unmatched = 0
         self._failing_since: float | None = None
+        self._first_seen: dict[tuple[str, str], float] = {}   # (namespace, pod) -> the answer it first appeared in
+        self._superseded = self._contested = 0
 
     def _allocations(self) -> list[Allocation]:
         now = self.clock()
         try:
             self._last = [a for a in self.client.list() if is_gpu_resource(a.resource, self.resources)]
+            listed = {(a.namespace, a.pod) for a in self._last}
+            self._first_seen = {p: self._first_seen.get(p, now) for p in listed}
         except grpc.RpcError as exc:
             self._up = False
             if self._failing_since is None:
@@ -211,6 +227,26 @@ class PodAttribution:
         self._up, self._last_ok, self._failing_since = True, now, None
         return self._last
 
+    def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
+        """`allocations` less the claims on a device ID that a pod which appeared later claims too (module
+        docstring); counts those dropped and the device IDs whose claimants appeared together."""
+        claims: defaultdict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+        for a in allocations:
+            claims[a.resource, a.device_id].add((a.namespace, a.pod))   # a pod's containers may share a device
+        dropped: set[tuple[str, str, str, str]] = set()
+        self._contested = 0
+        for (resource, device), pods in claims.items():
+            if len(pods) < 2:
+                continue
+            newest = max(self._first_seen.get(p, 0.0) for p in pods)
+            older = {p for p in pods if self._first_seen.get(p, 0.0) < newest}
+            if len(pods - older) > 1:
+                self._contested += 1
+            dropped.update((resource, device, *p) for p in older)
+        self._superseded = len(dropped)
+        return [a for a in allocations if (a.resource, a.device_id, a.namespace, a.pod) not in dropped] if dropped \
+            else allocations
+
     def workloads(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None,
                   files: Mapping[str, str] | None = None) -> tuple[WorkloadInfo, ...]:
         """One `WorkloadInfo` per (GPU, GPU instance, pod) of the GPUs in `identity`, in the kubelet's order, each
@@ -218,7 +254,7 @@ class PodAttribution:
         index = DeviceIndex(identity, mig, files)
         seen: dict[tuple[str, str, str, str], WorkloadInfo] = {}
         unmatched = 0
-        for a in self._allocations():
+        for a in self._settled(self._allocations()):
             p = index.place(a.device_id, a.resource)
             if p is None:
                 unmatched += 1
@@ -235,6 +271,12 @@ class PodAttribution:
                                 "When the kubelet's PodResources API last answered.", value=self._last_ok)
         yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs allocated to pods "
                                 "that match no GPU of this exporter.", value=float(self._unmatched))
+        yield GaugeMetricFamily("gputide_pod_resources_superseded_claims", "Claims on a GPU or MIG device ID left "
+                                "out because a pod that appeared later claims it too (the older pod has finished).",
+                                value=float(self._superseded))
+        yield GaugeMetricFamily("gputide_pod_resources_contested_devices", "GPU and MIG device IDs that several pods "
+                                "claim which appeared together: all are attributed (one may have finished).",
+                                value=float(self._contested))
 
 
 class Attributed:
