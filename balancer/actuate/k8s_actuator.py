@@ -185,7 +185,7 @@ class KubernetesActuator:
         self.hot_taint_ttl_s = hot_taint_ttl_s
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
-        self.kueue = KueueQuota(self.api)
+        self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s)
         self.quota_corrections = corrections_counter(registry, kueue_queues)   # on the controller's metrics registry
         self.training = TrainingJobs(self.api, self.kueue)
         self.clock = clock

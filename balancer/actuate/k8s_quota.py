@@ -26,6 +26,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
+from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
 from balancer.actuate.k8s_quota_drift import Excess, Sightings, excess, nominal, reserved, worth_reading
 from balancer.actuate.k8s_requests import quantity
@@ -94,9 +95,10 @@ def _lending_limit(cq: Json, res: Json, flavor: str, nominal: int) -> Json:
 
 
 class KueueQuota:
-    def __init__(self, api: _Api) -> None:
+    def __init__(self, api: _Api, excess_min_age_s: float = ACTION_DEADLINE_S) -> None:
         self.api = api
-        self.excess_seen = Sightings()   # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`)
+        # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`): as long as a grow's Job resize may take
+        self.excess_seen = Sightings(excess_min_age_s)
 
     def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
         """The Job's Workloads (Kueue makes one per Job).

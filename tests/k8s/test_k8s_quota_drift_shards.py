@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 
 from fakeapi import FakeKube
-from test_k8s_quota_drift import admitted_at, cohort, controller, corrected, quota, scale
+from test_k8s_quota_drift import QUEUES, admitted_at, cohort, controller, corrected, quota, scale
 
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
@@ -79,3 +79,19 @@ def test_an_excess_gone_at_one_check_is_seen_anew_when_it_comes_back(kube: FakeK
     notes = corrected(shard_b, clock)
     assert quota(kube) == (16, 8)
     assert any("kueue quota correction" in n and "4 given back to inference" in n for n in notes), notes
+
+
+def test_a_longer_action_deadline_is_the_age_an_excess_must_reach(kube: FakeKube, api, clock, sleeps) -> None:
+    """`gputide run --action-deadline 600`: a resize may take up to 10 minutes, so an excess seen for the default
+    3 minutes is not yet lasting; at 10 it is."""
+    cohort(kube)
+    shard_a = controller(api, clock, sleeps)
+    shard_b = KubernetesActuator(api, sleep=sleeps.append, clock=clock, deadline_clock=clock,
+                                 kueue_queues=QUEUES, action_deadline_s=600.0)
+    assert scale(shard_a, 6).outcome is Outcome.APPLIED
+    kube.mutate("jobs", "train", "ml", {"spec": {"parallelism": 4}})   # the grow's resize undone
+    assert shard_b.housekeeping() == []
+    clock.advance(ACTION_DEADLINE_S)
+    assert not any("kueue quota correction" in n for n in shard_b.housekeeping()) and quota(kube) == (12, 12)
+    clock.advance(600.0 - ACTION_DEADLINE_S)
+    assert any("kueue quota correction" in n for n in shard_b.housekeeping()) and quota(kube) == (16, 8)
