@@ -5,7 +5,8 @@ dcgm-exporter series (docs/metrics.md section 1) with dcgm-exporter's names, hel
 one at a time: the HTTP server answers each scrape from its own thread (two Prometheus replicas, or a curl beside
 Prometheus, scrape at once), and a read keeps state between scrapes that two reads at once would corrupt (the NVML
 backend's GPM sample, which the next read compares with its own and frees; the fields NVML does not support; the
-label caches here). It also publishes
+label caches here). The exporter's server goes further (`exporters.health`): one collection at a time in a thread
+of its own, shared by the scrapes that arrive meanwhile, and a scrape waits for it only so long. It also publishes
 
 * ``gputide_gpu_workload_info{UUID,namespace,pod,workload_class} 1`` (attribution join table; a pod on a MIG
   instance also has dcgm-exporter's ``GPU_I_ID`` and ``GPU_I_PROFILE``),
