@@ -26,7 +26,7 @@ The same port serves the probes (`balancer.app.health`): `/healthz` fails once n
 result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent stuck in a call
 (an NVML call that never returns; its metrics thread would keep answering, `up` stay 1 and no alert fire);
 `/readyz` once a sync has ended.
-Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 2 bad input.
+Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 1 `--once` and its sync failed (logged), 2 bad input.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = AgentMetrics(registry)
     if args.once:
         sync_once(agent, metrics)
-        return 0
+        return 1 if metrics.failure else 0   # a script (a node's uninstall step, a check) must see it fail
     health = Health(stall_limit_s(interval, call_budget_s(source.api)))
     server = bind(lambda **kw: serve_with_probes(registry, health, **kw), args.listen_address, args.port) \
         if args.port else None
