@@ -26,7 +26,8 @@ What `PowerCapAgent.sync()` does, each interval:
   already at the cap asked with nothing remembered (the state file lost, or none kept, and the agent restarted)
   has no limit before: its give-back restores the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
-  hand with ``nvidia-smi -pl``) gets it again; a GPU running *below* it (lowered by hand) is left alone.
+  hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
+  in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
 * **Giving back never overrides a limit set by hand.** A `Restore` entry, or a cap that disappears (its key
   deleted, the whole annotation or file removed), puts the GPU's limit before back only while the GPU still runs
   at the cap gputide set (W, clamped as the target clamps it); a limit anybody set since is left as it is (logged).
@@ -161,6 +162,7 @@ class PowerCapAgent:
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
         self._blind: set[str] = set()   # this sync: GPUs whose limit could not be read, their give-back waiting
+        self.lost: set[str] = set()     # this sync: GPUs found above gputide's cap (raised by hand, reset), re-capped
 
     def sync(self) -> dict[str, float]:
         """Apply what the source asks for now; returns what the target set (UUID -> watts)."""
@@ -169,6 +171,7 @@ class PowerCapAgent:
             self.failed = "the requested caps are unreadable"
             return {}
         self._blind: set[str] = set()
+        self.lost = set()
         self._unsaved = None
         limits = self._limits()
         self._changed_by_hand(wanted, limits)
@@ -210,8 +213,14 @@ class PowerCapAgent:
             if limit is None or not capped \
                     or not abs(limit.current_w - held.set_w) > TOLERANCE_W:   # NaN: unread, nothing to say
                 continue
-            log.info("power limit of %s changed to %.0f W while capped at %.0f W by gputide (before: %.0f W): "
-                     "never raised above it", uuid, limit.current_w, held.set_w, held.before_w)
+            if limit.current_w > held.set_w:   # gputide's cap lost: applied again (`_lifted`)
+                self.lost.add(uuid)
+                log.warning("power limit of %s found at %.0f W, above the %.0f W cap gputide set (nvidia-smi -pl, a GPU "
+                            "reset or a driver reload): the cap is applied again, and its give-back restores %.0f W",
+                            uuid, limit.current_w, held.set_w, limit.current_w)
+            else:
+                log.info("power limit of %s lowered to %.0f W while capped at %.0f W by gputide (before: %.0f W): "
+                         "never raised above it", uuid, limit.current_w, held.set_w, held.before_w)
             self._keep(lambda u=uuid, w=limit.current_w: self.before.put(u, Held(w, w)))
 
     def _not_capped_yet(self, uuid: str, held: Held, cap_w: float | None, limit: PowerLimit | None) -> None:
@@ -342,4 +351,7 @@ class PowerCapAgent:
     def _lifted(self, uuid: str, limit: PowerLimit) -> bool:
         """Whether a cap applied to `uuid` is in force no more: the GPU runs above it (nvidia-smi -pl, ...)."""
         applied = self._applied.get(uuid, math.nan)
-        return applied < limit.default_w - TOLERANCE_W and limit.current_w > applied + TOLERANCE_W
+        if applied < limit.default_w - TOLERANCE_W and limit.current_w > applied + TOLERANCE_W:
+            self.lost.add(uuid)
+            return True
+        return False

@@ -17,11 +17,14 @@ applied is kept only while it runs: it applies the whole annotation when it star
 limits it set (NVML keeps them until the driver reloads): delete the annotation first.
 
 `/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
+`gputide_power_cap_agent_caps_lost_total{UUID}` (caps found no longer in force, the GPU above them after an
+``nvidia-smi -pl``, a GPU reset or a driver reload, and applied again),
 `gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
 restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
 `gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
 malformed, NVML refusing a GPU, a GPU's limit unreadable, or the state file unwritable; alert
-`GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
+`GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's
+next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
 The same port serves the probes (`balancer.app.health`): `/healthz` fails once no sync has ended (whatever its
 result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent stuck in a call
 (an NVML call that never returns; its metrics thread would keep answering, `up` stay 1 and no alert fire);
@@ -57,6 +60,9 @@ class AgentMetrics:
         self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
                              "unchanged, failed (the node's caps unreadable or malformed, or NVML refused a GPU).",
                              ["result"], registry=registry)
+        self.lost = Counter("gputide_power_cap_agent_caps_lost", "Caps found no longer in force (the GPU above "
+                            "them: nvidia-smi -pl, a GPU reset, a driver reload) and applied again.", ["UUID"],
+                            registry=registry)
         self.before = Gauge("gputide_power_cap_agent_limit_before_watts", "Per GPU under gputide's cap: the limit it "
                             "ran at before, which giving the cap back restores.", ["UUID"], registry=registry)
         for result in ("applied", "unchanged", "failed"):
@@ -90,6 +96,8 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
         return {}
     for uuid, watts in applied.items():
         metrics.applied.labels(UUID=uuid).set(watts)
+    for uuid in getattr(agent, "lost", ()):
+        metrics.lost.labels(UUID=uuid).inc()
     metrics.held(agent)
     if why := getattr(agent, "failed", None):
         metrics.failed(why)
