@@ -1,8 +1,13 @@
 """Tidal Capacity: how inference demand tracks its forecast, and where the GPUs went.
 
-Demand vs the forecaster's p50 with the p50-p90 band, inference vs training GPUs stacked, the controller's
-loans (inference GPUs lent to training) and reclaims as annotations, and SLO attainment with the
+Per service ($service), demand vs the forecaster's p50 with the p50-p90 band; inference vs training GPUs stacked,
+the controller's loans (inference GPUs lent to training) and reclaims as annotations, and SLO attainment with the
 multi-window burn rate of the Google SRE workbook.
+
+The forecast is a set of quantiles per service, so demand and forecast are drawn per service, one panel each (a
+panel repeated for every service $service selects): quantiles do not add, the sum of the services' p90s is not the
+p90 of their total (their peaks seldom coincide), and the fleet-wide band this panel once drew by summing them looked
+like a forecast of the fleet's demand that no model made.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ from dashboards.common import (
     counter_annotation,
     new_dashboard,
     q,
+    query_variable,
     timeseries_panel,
 )
 
 UID = "gputide-tidal-capacity"
+# The inference services $service selects (the demand series' `service` label, what the forecaster is fed).
+SERVICE = f'{CLUSTER}, service=~"$service"'
 
 # The SLO the burn rate is measured against: 99.9 % of requests under their latency target, the objective of the
 # burn-rate alerts (rules/gputide-alerts.yaml).
@@ -34,7 +42,7 @@ def _capacity(cls: str) -> str:
 def _burn(short: str, long: str) -> str:
     """Per service, the lower of the burn rates over the windows `short` and `long`: above an alert's factor exactly
     when both are (the multi-window alerts of rules/gputide-alerts.yaml)."""
-    ratio = "service:inference_slo_violations:ratio_rate{}{{" + CLUSTER + "}} / " + f"{1 - SLO_TARGET:g}"
+    ratio = "service:inference_slo_violations:ratio_rate{}{{" + SERVICE + "}} / " + f"{1 - SLO_TARGET:g}"
     return f"({ratio.format(short)} <= {ratio.format(long)}) or {ratio.format(long)}"
 
 
@@ -49,7 +57,10 @@ def build() -> dashboard.Dashboard:
         UID, "gputide / Tidal Capacity",
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
         ["capacity", "forecast", "slo"],
-    )
+    ).with_variable(query_variable(
+        "service", "Service", 'label_values(gputide_inference_demand_rps{cluster=~"$cluster"}, service)',
+        "Inference services (the `service` label of gputide_inference_demand_rps, what the forecaster is fed). "
+        "Demand vs forecast draws one panel per service selected."))
     d = d.annotation(action_annotation("GPU loans to training", "blue",
                                        {"scale_inference": ("loan",), "scale_training": ("loan",)})).annotation(
         action_annotation("GPU reclaims for inference", "orange",
@@ -58,15 +69,21 @@ def build() -> dashboard.Dashboard:
         counter_annotation("Kueue quota corrected", "#8e8e8e",
                            [f"gputide_kueue_quota_corrections_total{{{CLUSTER}}}"], "queue"))
     demand = timeseries_panel(
-        "Demand vs forecast", "Offered inference load (gputide_inference_demand_rps, what the forecaster is fed: "
-        "the simulated fleet's, or the serving rules' from vLLM) against what the "
-        "forecaster predicted for that moment one horizon earlier: its median and the p50-p90 band "
-        "(gputide_forecast_for_now), so forecast and outcome line up in time.", "reqps",
-        [q(f"sum(gputide_inference_demand_rps{{{CLUSTER}}})", "demand"),
-         q(f'sum(gputide_forecast_for_now{{{CLUSTER}, quantile="0.5"}})', "forecast p50"),
-         q(f'sum(gputide_forecast_for_now{{{CLUSTER}, quantile="0.9"}})', "forecast p90")],
+        "Demand vs forecast: $service", "One service's offered load (gputide_inference_demand_rps, what the "
+        "forecaster is fed: the simulated fleet's, or the serving rules' from vLLM) against what the forecaster "
+        "predicted for that moment one horizon earlier: the service's median and its p50-p90 band "
+        "(gputide_forecast_for_now), so forecast and outcome line up in time. A calibrated forecast has demand above "
+        "the p90 line about one step in ten. One panel per service ($service; the panel repeats): the forecast is "
+        "a quantile per service, and quantiles do not add (the sum of the services' p90s is not the p90 of their "
+        "total, their peaks seldom coincide), so no fleet-wide band is drawn. Forecasts are per cluster: where one "
+        "service runs in several clusters, select one ($cluster), or its lines add the clusters' demand and their "
+        "quantiles alike.", "reqps",
+        [q(f"sum by (service) (gputide_inference_demand_rps{{{SERVICE}}})", "demand"),
+         q(f'sum by (service) (gputide_forecast_for_now{{{SERVICE}, quantile="0.5"}})', "forecast p50"),
+         q(f'sum by (service) (gputide_forecast_for_now{{{SERVICE}, quantile="0.9"}})', "forecast p90")],
         w=24, h=9, min_val=0,
-    ).override_by_name("forecast p90", _fill_between("forecast p50", "forecast p90"))
+    ).override_by_name("forecast p90", _fill_between("forecast p50", "forecast p90")).repeat(
+        "service").repeat_direction("v")
     d = d.with_panel(demand)
     d = (
         d.with_panel(timeseries_panel(
@@ -82,14 +99,14 @@ def build() -> dashboard.Dashboard:
         .with_panel(timeseries_panel(
             "GPUs the forecast asks for", "Inference GPUs each service needs for its forecast demand "
             "(gputide_capacity_target_gpus) against what it holds.", "none",
-            [q(f"sum by (service) (gputide_capacity_target_gpus{{{CLUSTER}}})", "{{service}} target"),
+            [q(f"sum by (service) (gputide_capacity_target_gpus{{{SERVICE}}})", "{{service}} target"),
              q(_capacity("inference"), "inference held")], min_val=0))
         .with_panel(timeseries_panel(
             "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
             f"per service. Target: {SLO_TARGET:.1%}. From gputide_inference_requests_total and "
             "gputide_inference_slo_violations_total (the simulated fleet publishes them) or, serving with vLLM, from "
             "the rules gputide slo-rules writes.", "percentunit",
-            [q(f"1 - service:inference_slo_violations:ratio_rate1h{{{CLUSTER}}}", "{{service}}")], max_val=1))
+            [q(f"1 - service:inference_slo_violations:ratio_rate1h{{{SERVICE}}}", "{{service}}")], max_val=1))
         .with_panel(timeseries_panel(
             "SLO burn rate", f"Error-budget burn rate per service against a {SLO_TARGET:.1%} SLO (1 spends the "
             "budget exactly over the SLO window), as the burn-rate alerts read it: each alert needs both its windows "
@@ -102,6 +119,6 @@ def build() -> dashboard.Dashboard:
         .with_panel(timeseries_panel(
             "Forecast error", "Rolling mean absolute error over mean demand per service and horizon "
             "(gputide_forecast_error_ratio).", "percentunit",
-            [q(f"gputide_forecast_error_ratio{{{CLUSTER}}}", "{{service}} {{horizon}}")], w=24, min_val=0))
+            [q(f"gputide_forecast_error_ratio{{{SERVICE}}}", "{{service}} {{horizon}}")], w=24, min_val=0))
     )
     return d

@@ -26,7 +26,10 @@ from grafana_foundation_sdk.models import prometheus as pm
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 # Label filters, by the label set each family of normalised series carries (docs/metrics.md section 2).
-GPU = 'cluster=~"$cluster", hostname=~"$node", modelName=~"$model"'
+# GPU: the per-GPU series on a dashboard with the $gpu variable (new_dashboard(per_gpu=True)), down to the GPU
+# index; GPUS: the same series where a dashboard counts the GPUs of its nodes and models and has no $gpu.
+GPUS = 'cluster=~"$cluster", hostname=~"$node", modelName=~"$model"'
+GPU = f'{GPUS}, gpu=~"$gpu"'
 NODE = 'cluster=~"$cluster", hostname=~"$node"'
 MODEL = 'cluster=~"$cluster", modelName=~"$model"'
 CLUSTER = 'cluster=~"$cluster"'
@@ -52,7 +55,7 @@ def one_per_gpu(series: str) -> str:
     return f"topk by (cluster, UUID) (1, {series})"
 
 
-def _query_variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
+def query_variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
     # allValue ".*" also matches an absent label, so a single-cluster Prometheus without a `cluster`
     # label still shows everything.
     return (
@@ -70,27 +73,36 @@ def _query_variable(name: str, label: str, query: str, description: str) -> dash
     )
 
 
-def variables() -> list:
-    """The four variables every gputide dashboard has: datasource, cluster, node and GPU model."""
+def variables(*, per_gpu: bool = False) -> list:
+    """The four variables every gputide dashboard has: datasource, cluster, node and GPU model; and, on a dashboard
+    with per-GPU panels (`per_gpu`), the GPU: each chained on the ones before it, so a node lists its own GPUs."""
+    per_gpu_variables = [query_variable(
+        "gpu", "GPU",
+        'label_values(gpu:temperature:celsius{cluster=~"$cluster", hostname=~"$node", modelName=~"$model"}, gpu)',
+        "GPU index on its node (dcgm-exporter's `gpu` label, as nvidia-smi numbers them): pick a node first to "
+        "narrow the per-GPU panels to one board; on All nodes, index 0 is every node's first GPU.",
+    )] if per_gpu else []
     return [
         dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        _query_variable(
+        query_variable(
             "cluster", "Cluster", "label_values(gpu:temperature:celsius, cluster)",
             "Clusters (the `cluster` label; empty on a single-cluster Prometheus).",
         ),
-        _query_variable(
+        query_variable(
             "node", "Node", 'label_values(gpu:temperature:celsius{cluster=~"$cluster"}, hostname)',
             "GPU nodes (the normalised `hostname` label).",
         ),
-        _query_variable(
+        query_variable(
             "model", "GPU model",
             'label_values(gpu:temperature:celsius{cluster=~"$cluster", hostname=~"$node"}, modelName)',
             "GPU models (dcgm-exporter's `modelName`).",
         ),
+        *per_gpu_variables,
     ]
 
 
-def new_dashboard(uid: str, title: str, description: str, tags: list[str]) -> dashboard.Dashboard:
+def new_dashboard(uid: str, title: str, description: str, tags: list[str], *,
+                  per_gpu: bool = False) -> dashboard.Dashboard:
     builder = (
         dashboard.Dashboard(title)
         .uid(uid)
@@ -102,7 +114,7 @@ def new_dashboard(uid: str, title: str, description: str, tags: list[str]) -> da
         .timezone("browser")
         .tooltip(dm.DashboardCursorSync.CROSSHAIR)
     )
-    for var in variables():
+    for var in variables(per_gpu=per_gpu):
         builder = builder.with_variable(var)
     return builder
 

@@ -4,6 +4,7 @@ Four GPUs x time heatmaps (temperature, power, SM activity, memory used; one row
 `dashboards.common`), one of SM activity per MIG GPU instance (a row per instance), a node x GPU grid of the
 current thermal headroom, the GPUs closest to slowdown, throttle reasons and XID errors. Everything reads the
 normalised `gpu:*` recording rules, so it works behind gputide's exporter and behind an existing dcgm-exporter alike.
+Every panel follows `$gpu` (the GPU index on its node, dcgm-exporter's `gpu` label) as well as `$node` and `$model`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def build() -> dashboard.Dashboard:
         UID, "gputide / GPU Fleet",
         "Per-GPU temperature, power, SM activity and memory as GPUs x time heatmaps, SM activity per MIG "
         "instance, the node x GPU headroom grid, the GPUs closest to slowdown, throttling and XID errors.",
-        ["gpu", "fleet"],
+        ["gpu", "fleet"], per_gpu=True,
     )
     for marker in hotspot_annotations():
         d = d.annotation(marker)

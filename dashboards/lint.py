@@ -8,9 +8,13 @@ what a user imports into Grafana:
 - panel-datasource: every panel, target and annotation uses `${datasource}`;
 - panel-title-description / panel-units: every panel has a title, a description and a unit;
 - target-rate-interval: every rate()/irate()/increase() range is `$__rate_interval`;
-- template-variables: `cluster`, `node`, `model` are label_values queries on a normalised series, over the
-  `cluster`, `hostname` and `modelName` labels, with "All" matching an absent label (`.*`);
-- target-label-filters: every query filters on `$cluster`; per-GPU `gpu:*` selectors also on `$node` and `$model`;
+- template-variables: `cluster`, `node`, `model` (and `gpu` where there is one) are multi-select label_values
+  queries on a normalised series, over the `cluster`, `hostname`, `modelName` (and `gpu`) labels, with "All"
+  matching an absent label (`.*`);
+- template-gpu-variable: a dashboard with per-GPU panels (a legend or a grid column per `gpu`) has a `gpu`
+  variable, after `model` and chained on `$cluster`, `$node` and `$model`;
+- target-label-filters: every query filters on `$cluster`; per-GPU `gpu:*` and `gpu_instance:*` selectors also on
+  `$node` and `$model`, and on `$gpu` where the dashboard has that variable;
 - target-normalised-series: no raw `DCGM_*` names (dashboards read the recording rules of docs/metrics.md);
 - panel-grid: every panel lies within Grafana's 24 columns and no two panels overlap (the SDK's auto layout
   places a panel that does not fit the rest of a line past the edge instead of wrapping it).
@@ -23,9 +27,10 @@ from collections.abc import Callable, Iterator
 
 DATASOURCE_UID = "${datasource}"
 EXPECTED_VARIABLES = {"cluster": "cluster", "node": "hostname", "model": "modelName"}
+GPU_VARIABLE = ("gpu", "gpu")   # (name, label), on dashboards with per-GPU panels
 _RATE_FUNC = re.compile(r"\b(rate|irate|increase)\s*\(")
 _RANGE = re.compile(r"\[([^\]]+)\]")
-_GPU_SELECTOR = re.compile(r"\bgpu:[a-z_]+:[a-z_]+\{([^}]*)\}")
+_GPU_SELECTOR = re.compile(r"\bgpu(?:_instance)?:[a-z_]+:[a-z_]+\{([^}]*)\}")
 _LABEL_VALUES = re.compile(r"^label_values\((?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?,\s*(?P<label>\w+)\)$")
 
 
@@ -102,28 +107,65 @@ def target_rate_interval(dashboard: dict) -> list[str]:
     return problems
 
 
+def _variables(dashboard: dict) -> dict[str, dict]:
+    return {v.get("name"): v for v in dashboard.get("templating", {}).get("list", [])}
+
+
+def _variable_query(var: dict) -> str:
+    query = var.get("query")
+    return (query.get("query", "") if isinstance(query, dict) else str(query or "")).strip()
+
+
 def template_variables(dashboard: dict) -> list[str]:
-    found = {v.get("name"): v for v in dashboard.get("templating", {}).get("list", [])}
+    found = _variables(dashboard)
+    expected = {**EXPECTED_VARIABLES, **dict([GPU_VARIABLE] if GPU_VARIABLE[0] in found else [])}
     problems = []
-    for name, label in EXPECTED_VARIABLES.items():
+    for name, label in expected.items():
         var = found.get(name)
         if var is None:
             problems.append(f"variable {name!r} missing")
             continue
-        query = var.get("query")
-        query = query.get("query", "") if isinstance(query, dict) else str(query or "")
-        m = _LABEL_VALUES.match(query.strip())
+        query = _variable_query(var)
+        m = _LABEL_VALUES.match(query)
         if var.get("type") != "query" or not m or m["label"] != label or ":" not in m["metric"]:
             problems.append(f"variable {name!r}: want label_values(<recording rule>, {label}), got {query!r}")
         if not _uses_datasource(var.get("datasource")):
             problems.append(f"variable {name!r} does not use ${{datasource}}")
         if not var.get("includeAll") or var.get("allValue") != ".*":
             problems.append(f"variable {name!r}: want includeAll with allValue '.*'")
+        if not var.get("multi"):
+            problems.append(f"variable {name!r}: want a multi-select")
+    return problems
+
+
+def _per_gpu(panel: dict) -> bool:
+    """A panel that draws one series, row or column per GPU: a legend naming `{{gpu}}`, or a grid with a column per
+    GPU index (groupingToMatrix over `gpu`)."""
+    legends = [t.get("legendFormat", "") for t in panel.get("targets", [])]
+    grids = [tr.get("options", {}) for tr in panel.get("transformations", []) if tr.get("id") == "groupingToMatrix"]
+    return any("{{gpu}}" in lg for lg in legends) or any("gpu" in (g.get("rowField"), g.get("columnField"))
+                                                          for g in grids)
+
+
+def template_gpu_variable(dashboard: dict) -> list[str]:
+    per_gpu = [p.get("title") for p in panels(dashboard) if _per_gpu(p)]
+    if not per_gpu:
+        return []
+    names = list(_variables(dashboard))
+    if GPU_VARIABLE[0] not in names:
+        return [f"per-GPU panels {per_gpu} but no `gpu` variable"]
+    problems = []
+    if names.index(GPU_VARIABLE[0]) < max(names.index(n) for n in EXPECTED_VARIABLES if n in names):
+        problems.append("variable 'gpu' comes before cluster, node or model: it cannot list their GPUs")
+    query = _variable_query(_variables(dashboard)[GPU_VARIABLE[0]])
+    problems += [f"variable 'gpu' is not chained on {v}: {query!r}"
+                 for v in ("$cluster", "$node", "$model") if v not in query]
     return problems
 
 
 def target_label_filters(dashboard: dict) -> list[str]:
     problems = []
+    gpu_variable = GPU_VARIABLE[0] in _variables(dashboard)
     for where, t in targets(dashboard):
         expr = t.get("expr", "")
         if "$cluster" not in expr:
@@ -131,6 +173,8 @@ def target_label_filters(dashboard: dict) -> list[str]:
         for labels in _GPU_SELECTOR.findall(expr):
             if "$node" not in labels or "$model" not in labels:
                 problems.append(f"{where}: per-GPU selector {{{labels}}} does not filter on $node and $model")
+            if gpu_variable and '$gpu"' not in labels:
+                problems.append(f"{where}: per-GPU selector {{{labels}}} does not filter on $gpu")
     return problems
 
 
@@ -161,6 +205,7 @@ RULES: dict[str, Callable[[dict], list[str]]] = {
     "panel-units": panel_units,
     "target-rate-interval": target_rate_interval,
     "template-variables": template_variables,
+    "template-gpu-variable": template_gpu_variable,
     "target-label-filters": target_label_filters,
     "target-normalised-series": target_normalised_series,
     "panel-grid": panel_grid,

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from dashboards.common import CLUSTER, GPU, MODEL, each_gpu, new_dashboard, q, stat_panel, timeseries_panel
+from dashboards.common import CLUSTER, GPUS, MODEL, each_gpu, new_dashboard, q, stat_panel, timeseries_panel
 
 UID = "gputide-fragmentation"
 
 # The selected GPUs ($cluster, $node, $model), each once however many exporters publish it.
-SELECTED = each_gpu(f"gpu:temperature:celsius{{{GPU}}}")
+SELECTED = each_gpu(f"gpu:temperature:celsius{{{GPUS}}}")
 TOTAL = f"count({SELECTED})"
 # The selected GPUs that hold a workload: 0 only where cluster:gpu_allocated:count says the exporter reports GPUs
 # and none holds one at this instant (decided with the join table, see the module docstring), so a dark exporter
 # stays No data; then only where a selected GPU is still reported (a dark node in a lit cluster).
 ALLOCATED = (f"count(max by (cluster, UUID) (gpu_pod:attribution:share{{{CLUSTER}}}) and on (cluster, UUID) "
              f"{SELECTED}) or (0 * sum(cluster:gpu_allocated:count{{{CLUSTER}}}) and on () {TOTAL})")
-SM_ACTIVE = each_gpu(f"gpu:sm_active:ratio{{{GPU}}}")   # each GPU once, as TOTAL counts them
+SM_ACTIVE = each_gpu(f"gpu:sm_active:ratio{{{GPUS}}}")   # each GPU once, as TOTAL counts them
 IDLE = f"{TOTAL} - ({ALLOCATED})"
 
 

@@ -12,7 +12,7 @@ import yaml
 from balancer.dashboards_render import interpolate
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL = {"cluster": ".*", "node": ".*", "model": ".*"}
+ALL = {"cluster": ".*", "node": ".*", "model": ".*", "gpu": ".*", "service": ".*"}
 
 
 def panel(file: str, title: str) -> dict:

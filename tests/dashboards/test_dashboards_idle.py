@@ -80,7 +80,7 @@ def prom(module_prometheus_factory, module_metrics_server):
 
 
 def _values(prom, expr: str, cluster: str) -> list[float]:
-    query = interpolate(expr, {"cluster": cluster, "node": ".*", "model": ".*"}, step=60, range_s=3600)
+    query = interpolate(expr, {"cluster": cluster, "node": ".*", "model": ".*", "gpu": ".*"}, step=60, range_s=3600)
     return [float(r["value"][1]) for r in prom.query(query)]
 
 
