@@ -58,6 +58,7 @@ from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, im
     LeaderElector,
     NullLeaderElector,
 )
+from balancer.actuation_refusals import refused_target
 from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import SafetyViolation, TelemetryError
@@ -210,6 +211,7 @@ class Reconciler:
             finally:
                 self._settle(done, fresh, now)
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
+        self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 
     def _observe(self, now: float, when: str) -> ClusterSnapshot | CycleReport:
@@ -231,7 +233,8 @@ class Reconciler:
     def _settle(self, done: list[tuple[ActionResult, float]], fresh: ClusterSnapshot, now: float) -> None:
         """The actions carried out into the safety ledger (budgets: an unknown outcome is spent), each at the time it
         was done (a slow cycle's last migrations dated at its start left their windows minutes early), handed on to
-        a successor, and acknowledged to the planner (applied) or refused for a while (failed)."""
+        a successor, and acknowledged to the planner (applied) or refused for a while (failed: a migration whose
+        target alone the actuator refused, `actuation_refusals`, is kept off that node only)."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -240,8 +243,10 @@ class Reconciler:
         if spent:
             self.handover.changed(self.ledger)
         self.state = planner_mod.acknowledge(self.state, applied, fresh)
-        self.state = planner_mod.refuse(self.state, [r.action for r, _ in done if r.outcome in (
-            Outcome.FAILED, Outcome.RETRY)], now)
+        failed = [r for r, _ in done if r.outcome in (Outcome.FAILED, Outcome.RETRY)]
+        at_target = [refused_target(r) for r in failed]
+        self.state = planner_mod.refuse(self.state, [r.action for r, t in zip(failed, at_target) if not t], now,
+                                        targets=[r.action for r, t in zip(failed, at_target) if t])
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

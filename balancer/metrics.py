@@ -39,6 +39,7 @@ TELEMETRY_ERROR = "telemetry_error"   # reading telemetry raised something other
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        TELEMETRY_ERROR, "emergency_stop")
 CAPACITY_CLASSES = ("inference", "training", "loaned", "idle")
+EXCLUSION_SCOPES = ("target", "workload")   # gputide_migration_exclusions{scope}: `balancer.plan.planner.exclusions`
 STALE_PLAN = "stale_plan"   # the loop's own rejections: the fleet changed between planning and acting,
 NOT_LEADER = "not_leader"   # the Lease was lost mid-cycle (another replica may act now),
 SHUTTING_DOWN = "shutting_down"   # SIGTERM came mid-cycle: only the action in progress was finished
@@ -186,6 +187,10 @@ class ControllerMetrics:
             "gputide_shrunk_longest_seconds", "How long the job owed workers the longest (by the cause of its "
             "shrink) has owed them, since the first cycle this controller saw it owe; 0 when none is owed.",
             ["cause"], registry=r)
+        self.exclusions = Gauge(
+            "gputide_migration_exclusions", "Migrations the planner holds back after refusals, by scope: target, "
+            "(workload, node) pairs the actuator refused as a target (moved elsewhere meanwhile); workload, "
+            "workloads not moved at all (refused by the safety guard or failed otherwise).", ["scope"], registry=r)
         self.watches = WatchGauges(r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
@@ -200,12 +205,14 @@ class ControllerMetrics:
         for over in WAITING_OVER_S:
             self.training_waiting.labels(over).set(0)
         self.set_shrunk_workers({})
+        self.set_exclusions({})
 
     def standby(self) -> None:
         """A replica that stopped acting (it lost its Lease) stops reporting what it saw while it acted: fail-static,
-        capacity, forecasts, fragmentation, waiting jobs and owed workers go back to empty and the GPUs of unknown
-        health to NaN (it reads no telemetry), so alerts and dashboard sums count the leader only, not also the frozen
-        values of a former one. Its staleness and eviction budget stay (the dashboards and alerts skip a standby's)."""
+        capacity, forecasts, fragmentation, waiting jobs, owed workers and held-back migrations go back to empty and
+        the GPUs of unknown health to NaN (it reads no telemetry), so alerts and dashboard sums count the leader only,
+        not also the frozen values of a former one. Its staleness and eviction budget stay (the dashboards and alerts
+        skip a standby's)."""
         self.set_fail_static(None)
         self.health_unknown.set(math.nan)
         self.forgotten.set_all({})
@@ -218,6 +225,7 @@ class ControllerMetrics:
         self.set_fragmentation({})
         self.set_training_waiting({})
         self.set_shrunk_workers({})
+        self.set_exclusions({})
 
     def follow_watch(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
         self.watches.follow(resource, synced, failures)
@@ -284,6 +292,12 @@ class ControllerMetrics:
         for cause in SHRINK_CAUSES:
             self.shrunk_workers.labels(cause).set(float(owed.get(cause, 0)))
             self.shrunk_longest.labels(cause).set(float((longest_s or {}).get(cause, 0.0)))
+
+    def set_exclusions(self, counts: Mapping[str, int]) -> None:
+        """{scope: how many} the planner's memory of refusals holds back (`EXCLUSION_SCOPES`; a scope missing
+        reads 0)."""
+        for scope in EXCLUSION_SCOPES:
+            self.exclusions.labels(scope).set(float(counts.get(scope, 0)))
 
     def elect_on(self, lease: str) -> None:
         """Label gputide_leader with the Lease this replica elects on: shards of one job elect on their own Leases,

@@ -16,7 +16,7 @@ chokepoint as every other action. What a move must pass, before the guard's budg
   recently, and is not training: a training worker's move restarts its synchronous job from its last checkpoint, a
   price fragmentation does not pay;
 * the target GPU is a migration target a hotspot migration could use (not hot, no fatal XID, not on a tainted
-  or hot node, the target headroom below slowdown), with the GPU memory and the node's per-node migration limit
+  or hot node, nor on one the actuator lately refused the workload as a target, the target headroom below slowdown), with the GPU memory and the node's per-node migration limit
   free, on a node whose taints, node selector, node affinity and the pod's required pod (anti-)affinity admit it;
 * a GPU is emptied whole or not at all, and only when that frees more GPUs than the moves start using
   (`plan_consolidation`); the moves of one GPU are then simulated together on the cycle's projection and kept only
@@ -50,9 +50,11 @@ def fragmented_models(frag: Mapping[str, Mapping[str, float]], policy: BalancerP
 
 
 def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotState, proj: Projection,
-            blocked: frozenset[str], refused: frozenset[str]) -> tuple[list[Migrate], float]:
+            blocked: frozenset[str], refused: frozenset[str], excluded: Mapping[str, np.ndarray] | None = None
+            ) -> tuple[list[Migrate], float]:
     """Consolidation migrations for this cycle, simulated on `proj` (left as it came), and the objective change
-    they bring. `blocked`: hot and tainted nodes (no target there)."""
+    they bring. `blocked`: hot and tainted nodes (no target there); `excluded`: {workload: positions of nodes it may
+    not be moved to} (targets the actuator refused lately: the engine's filters leave them out)."""
     if not policy.defrag.enabled or not policy.hotspots.migrate:
         return [], 0.0
     view = snapshot_state(s)
@@ -61,7 +63,7 @@ def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotS
         return [], 0.0
     slot_gpu = np.full(view.state.gpu_free.shape, -1, dtype=np.int64)
     slot_gpu[s.node_index, gpu_slots(s)] = np.arange(s.n_gpus)
-    placed = _candidates(s, policy, view, set(models), refused, blocked)
+    placed = _candidates(s, policy, view, set(models), refused, blocked, excluded or {})
     room = hotspots.Room.start(s, policy, state, proj, blocked)
     moves = plan_consolidation(view.state, placed, view.mix, policy.defrag.max_moves_per_cycle, "gputide",
                                _budget(s, policy, room, slot_gpu))
@@ -69,7 +71,7 @@ def propose(s: ClusterSnapshot, policy: BalancerPolicy, state: hotspots.HotspotS
 
 
 def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view: SnapshotState, models: set[str],
-                refused: frozenset[str], blocked: frozenset[str]) -> PodsByNode:
+                refused: frozenset[str], blocked: frozenset[str], excluded: Mapping[str, np.ndarray]) -> PodsByNode:
     """(request, where it runs) of every workload consolidation may move: a share of one partly used GPU (the only
     GPUs it empties; a pod on a full or whole GPU stays in the state as used capacity) of a fragmented model, not
     on a hot or tainted node, movable, not training, not refused lately. The cheap tests are vectorised first:
@@ -101,7 +103,7 @@ def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view: SnapshotState,
             w = s.workloads[int(rows[k])]
             req = PodRequest(cpu_milli=w.cpu_milli, memory_mib=w.memory_mib, num_gpu=1, gpu_milli=w.gpu_milli,
                              allowed_models=None if w.allowed_models is None else tuple(sorted(w.allowed_models)),
-                             name=w.name)
+                             name=w.name, excluded_nodes=tuple(excluded[w.name].tolist()) if w.name in excluded else ())
             out.append((k, req, Placement(n, (int(slots[gpu[k]]),), w.gpu_milli, w.cpu_milli, w.memory_mib)))
         return out
 

@@ -9,7 +9,8 @@ For each active hotspot, hottest first, the proposals are, in order of preferenc
 
 1. migrate a movable workload to the coolest GPU that fits (model allowed, milli-GPUs and memory free, not on a
    hot or tainted node, `targetHeadroomC` below slowdown, no fatal XID and memory healthy: no uncorrectable ECC
-   error since its reset, no row remap pending or failed), reserving it in the working arrays so two proposals
+   error since its reset, no row remap pending or failed, not a node the actuator lately refused it as a target:
+   `Room.excluded`, `balancer.plan.planner`'s "Refused targets"), reserving it in the working arrays so two proposals
    never pick the same room; at most `maxConcurrentMigrationsPerNode` per source node per cycle;
 2. otherwise lower the power limit just enough to bring the projected temperature under the hot line
    (never below max(GPU minimum, `minPowerFraction` x TDP));
@@ -75,10 +76,12 @@ def _movable(w, policy: BalancerPolicy) -> bool:
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
             tainted: frozenset[str], throttled: Mapping[str, float], shrunk: Mapping[str, int],
-            refused: frozenset[str] = frozenset(), held: frozenset[str] = frozenset()) -> list[Action]:
+            refused: frozenset[str] = frozenset(), held: frozenset[str] = frozenset(), *,
+            excluded: Mapping[str, np.ndarray] | None = None) -> list[Action]:
     """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation). `refused`:
     workloads whose migration was recently refused or failed; their GPUs are throttled instead. `held`: shrunk jobs
-    another planner holds smaller still (co-location): their workers are given back only after its own give-back."""
+    another planner holds smaller still (co-location): their workers are given back only after its own give-back.
+    `excluded`: {workload: positions of nodes it may not be moved to} (targets the actuator refused lately)."""
     s = snapshot
     actions: list[Action] = []
     hot_node_set = hot_nodes(s, state)
@@ -87,7 +90,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
                     for n in sorted(hot_node_set - tainted)]
     on_gpu = _placed_on(s, state.active)
     if state.active.any():
-        room = Room.start(s, policy, state, proj, hot_node_set | tainted)
+        room = Room.start(s, policy, state, proj, hot_node_set | tainted, excluded)
         actions += _relieve(s, policy, state, proj, room, on_gpu, shrunk, refused)
     actions += _give_back_power(s, proj, state, policy, throttled)
     # a node no longer hot (its inherited taint included: `HotspotState.inherited`) is opened again
@@ -122,14 +125,17 @@ class Room:
     per_owner: dict[str, int] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)   # migrations proposed this cycle per PodDisruptionBudget
     moved: dict[str, int] = field(default_factory=dict)   # workloads proposed to move -> their target node's position
+    # workload -> positions of the nodes it may not be moved to (targets the actuator refused it lately)
+    excluded: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def start(cls, s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
-              blocked: frozenset[str]) -> Room:
+              blocked: frozenset[str], excluded: Mapping[str, np.ndarray] | None = None) -> Room:
         node_blocked = on_nodes(s, blocked)
         ok_target = (~state.active & ~node_blocked & ~np.isin(s.xid, FATAL_XIDS) & ~s.memory_unhealthy
                      & (proj.temp <= s.slowdown_temp_c - policy.hotspots.target_headroom_c))
-        return cls(ok_target, 1000 - proj.milli, proj.mem_total - proj.mem, np.zeros(len(s.nodes), np.int64))
+        return cls(ok_target, 1000 - proj.milli, proj.mem_total - proj.mem, np.zeros(len(s.nodes), np.int64),
+                   excluded=excluded or {})
 
     def take(self, s: ClusterSnapshot, w: Workload, source_node: int, target: tuple[int, ...]) -> None:
         t = np.asarray(target)
@@ -168,7 +174,7 @@ def _migrate_from(s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotStat
                 or not may_move(s, w, policy, room.per_owner, room.spent)):
             continue
         target = _pick_target(s, policy, w, room.ok_target, room.free_milli, room.free_mem, proj.temp,
-                              room.per_node < limit, room.moved)
+                              room.per_node < limit, room.moved, room.excluded.get(name))
         if target is not None:
             room.take(s, w, node, target)
             return Migrate(workload=name, source_gpus=tuple(s.placements[name]), target_gpus=target,
@@ -248,11 +254,16 @@ def may_move_now(s: ClusterSnapshot, ws: Sequence[Workload], policy: BalancerPol
     return ok & (policy.safety.max_unavailable_per_workload >= 1)
 
 
-def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, node_room, moved) -> tuple[int, ...] | None:
+def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, node_room, moved,
+                 off: np.ndarray | None = None) -> tuple[int, ...] | None:
     """GPUs for `w`'s replacement: cool, with room, on a node with migrations to spare (`node_room`) that admits it,
-    its pod affinity judged with this cycle's earlier proposals (`moved`) where they are going."""
+    its pod affinity judged with this cycle's earlier proposals (`moved`) where they are going, and not one of the
+    nodes at positions `off` (targets the actuator refused it lately)."""
     fit = ok_target & (free_milli >= w.gpu_milli) & (free_mem >= w.gpu_memory_mib)
-    fit &= (node_room & s.admits(w.node_rules) & s.affinity_admits(w, moved))[s.node_index]
+    nodes_ok = node_room & s.admits(w.node_rules) & s.affinity_admits(w, moved)
+    if off is not None:
+        nodes_ok[off] = False
+    fit &= nodes_ok[s.node_index]
     if w.allowed_models is not None:
         fit &= np.isin(s.gpu_models, list(w.allowed_models))
     cand = np.flatnonzero(fit)

@@ -31,6 +31,15 @@ Consolidation. In a calm cycle (no active hotspot, no hotspot or co-location act
 `balancer.plan.consolidation` for the bounded defragmentation migrations the policy's `defrag` section allows
 (off by default); they are simulated on the same projection and go through the safety guard like any migration.
 
+Refused targets. The actuator refuses some migrations for their target alone, by what the planner does not model:
+the pod's hard topology spread constraints there, the target's GPUs held for others (the secondary scheduler's
+preemption and anti-starvation holds, another owner's move), the pod's own rules as the node reads now. Proposed
+again, the same move was refused every cycle. The loop folds such refusals in with `refuse(..., targets=...)`
+(which ones: `balancer.actuation_refusals`), and for `hotspots.refusedTargetRetryS` the workload's moves skip that
+node: the hotspot planner's target filter and the consolidation engine's (`PodRequest.excluded_nodes`) leave it out,
+so the next-best target is chosen, or, where there is none, the hot GPU is throttled. Other failures, and the guard's
+refusals, keep the workload from moving at all for `hotspots.refusedRetryS` (`refused_moves`).
+
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
 publishes.
 """
@@ -40,6 +49,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+import numpy as np
 
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.config import BalancerPolicy
@@ -88,6 +99,9 @@ class PlannerState:
     capacity_holding: str = ""  # why the capacity planner holds this cycle ("" = it planned): a metric label
     # workload -> when a migration of it was refused (guard) or failed (actuator): not proposed again for a while
     refused_moves: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target
+    # the planner does not model (see "Refused targets" in the docstring): its moves go elsewhere for a while
+    refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -102,17 +116,20 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **shrunk}
     proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
     refused = {w: t for w, t in state.refused_moves.items() if snapshot.time - t < policy.hotspots.refused_retry_s}
+    refused_targets = _live(state.refused_targets, snapshot.time, policy.hotspots.refused_target_retry_s)
+    off = excluded_nodes(snapshot, refused_targets)
     throttled = {**hotspots.gputide_caps(snapshot),
                  **{u: w for u, w in state.throttled.items() if u in snapshot.gpu_by_uuid}}
     # a job co-location holds shrunk gets co-location's give-back first: the hotspot's now would undo a QoS shrink
     held = frozenset(j for j, (n, _) in co.shrunk.items() if proj.workers.get(j, 0) < n)
     proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, shrunk,
-                                 frozenset(refused), held)
+                                 frozenset(refused), held, excluded=off)
     proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     kept, after = result.kept, result.objective_after
     if not kept and not hs.active.any():   # a calm cycle: consolidation may use it (balancer/plan/consolidation.py)
-        moves, change = consolidation.propose(snapshot, policy, hs, proj, frozenset(hot | tainted), frozenset(refused))
+        moves, change = consolidation.propose(snapshot, policy, hs, proj, frozenset(hot | tainted), frozenset(refused),
+                                              off)
         kept, after = tuple(moves), after + change
     notes = tuple(f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
     lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
@@ -122,7 +139,8 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
                objective_after=after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
                         shrunk=MappingProxyType(shrunk),
-                        throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused))
+                        throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused),
+                        refused_targets=MappingProxyType(refused_targets))
 
 
 def _renewals(snapshot: ClusterSnapshot, nodes: Mapping[str, Node], hot: frozenset[str],
@@ -142,14 +160,52 @@ def _first_nodes(snapshot: ClusterSnapshot) -> dict[str, Node]:
     return {n.name: n for n in reversed(snapshot.nodes)}
 
 
-def refuse(state: PlannerState, actions: Iterable[Action], now: float) -> PlannerState:
+def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: Iterable[Action] = ()
+           ) -> PlannerState:
     """Fold migrations the guard refused or the actuator could not carry out into the state: the planner does not
     propose moving those workloads again for `hotspots.refusedRetryS`, so a hot GPU whose pod cannot move is throttled
-    instead of being offered the same refused move every cycle."""
+    instead of being offered the same refused move every cycle. `targets`: migrations the actuator refused for their
+    target alone (`balancer.actuation_refusals`): for `hotspots.refusedTargetRetryS` their workloads are not moved to
+    those nodes, and may be moved elsewhere at once."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
-    if not refused:
+    at = {(a.workload, a.target_node): now for a in targets if isinstance(a, Migrate)}
+    if not refused and not at:
         return state
-    return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}))
+    return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}),
+                   refused_targets=MappingProxyType({**state.refused_targets, **at}))
+
+
+def _live(memory: Mapping, now: float, keep_s: float) -> dict:
+    """The entries of a refusal memory ({key: when}) younger than `keep_s` at `now`."""
+    return {k: t for k, t in memory.items() if now - t < keep_s}
+
+
+def excluded_nodes(snapshot: ClusterSnapshot, refused_targets: Iterable[tuple[str, str]]) -> dict[str, np.ndarray]:
+    """{workload: positions in `snapshot.nodes` of the nodes it may not be moved to}, from (workload, node) pairs; a
+    node the snapshot does not list is left out (every position of a name listed twice is in)."""
+    names: dict[str, set[str]] = {}
+    for workload, node in refused_targets:
+        names.setdefault(workload, set()).add(node)
+    if not names:
+        return {}
+    where: dict[str, list[int]] = {}
+    wanted = set().union(*names.values())
+    for i, n in enumerate(snapshot.nodes):
+        if n.name in wanted:
+            where.setdefault(n.name, []).append(i)
+    out = {w: np.fromiter((i for n in sorted(ns) for i in where.get(n, ())), dtype=np.int64) for w, ns in names.items()}
+    return {w: pos for w, pos in out.items() if pos.size}
+
+
+def exclusions(state: object, policy: BalancerPolicy, now: float) -> dict[str, int]:
+    """The moves the planner's memory of refusals holds back at `now` (`gputide_migration_exclusions{scope}`):
+    `workload`, workloads not moved at all (`refused_moves`); `target`, (workload, node) pairs (`refused_targets`).
+    Empty for a state that is not a `PlannerState` (a wrapping planner's own)."""
+    if not isinstance(state, PlannerState):
+        return {}
+    hs = policy.hotspots
+    return {"workload": len(_live(state.refused_moves, now, hs.refused_retry_s)),
+            "target": len(_live(state.refused_targets, now, hs.refused_target_retry_s))}
 
 
 def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot) -> PlannerState:

@@ -1,21 +1,21 @@
 """The scheduling cycle: filter, build candidates, score, normalise, weigh, pick, bind.
 
-`Policy` is a name plus (score plugin, weight) pairs. `Scheduler` owns a `ClusterState` (and, for policies that
-need it, the `FragCache` of a workload mix) and places one pod at a time: filters give the feasible nodes,
-candidates are the (node, slot) pairs that can take the pod, each score is normalised to 0..100 over the
-candidates (kube-scheduler style), the weighted sum picks the winner and ties are broken at random (seeded)
-or by lowest index. `place` only decides; `commit` applies a Placement and keeps the caches in step, `remove`
-undoes one. Named policies: random, bestfit, dotprod, gpupacking, gpuclustering (FGD's baselines), fgd and
-gputide (fragmentation first; topology, packing, heterogeneity fit and thermal headroom only break near-ties:
-their weights are small enough that they never overrule a real difference in expected fragmentation; measured
-on the Alibaba traces, the packing tie-break alone cuts unallocated GPUs by 0.2-0.8 points against plain FGD,
-whose ties are random; counting CPU-only types in the mix made it worse, so the mix is GPU pods only). CPU-only
-pods barely move FGD's measure, so fgd places them at random; gputide's CpuOnlyFit puts them where they strand
-the fewest GPUs (seed 42, unallocated GPU % at 100 % arrival, fgd -> gputide: gpushare100 18.8 -> 13.7,
-cpu235 6.5 -> 5.3, cpu250 7.9 -> 7.1; gpushare100 with its CPU-only pods removed gives fgd 14.3, and the
-authors report 13.4 for their FGD). GPU pods have the matching near-tie breaker, CpuForIdleGpus: keep the CPU
-the node's empty GPUs will need (with BinPack packing GPUs only, no longer CPU); it is what put gputide ahead of
-fgd on the CPU-light lists (cpu0..cpu200, default), where it used to tie or lose by a few hundredths of a point.
+`Policy` is a name plus (score plugin, weight) pairs. `Scheduler` owns a `ClusterState` (and, for policies that need
+it, the `FragCache` of a workload mix) and places one pod at a time: filters give the feasible nodes (less the pod's
+own `excluded_nodes`: targets the actuator refused it lately), candidates are the (node, slot) pairs that can take
+the pod, each score is normalised to 0..100 over the candidates (kube-scheduler style), the weighted sum picks the
+winner and ties are broken at random (seeded) or by lowest index. `place` only decides; `commit` applies a Placement
+and keeps the caches in step, `remove` undoes one. Named policies: random, bestfit, dotprod, gpupacking,
+gpuclustering (FGD's baselines), fgd and gputide (fragmentation first; topology, packing, heterogeneity fit and
+thermal headroom only break near-ties: their weights are small enough that they never overrule a real difference in
+expected fragmentation; measured on the Alibaba traces, the packing tie-break alone cuts unallocated GPUs by 0.2-0.8
+points against plain FGD, whose ties are random; counting CPU-only types in the mix made it worse, so the mix is GPU
+pods only). CPU-only pods barely move FGD's measure, so fgd places them at random; gputide's CpuOnlyFit puts them
+where they strand the fewest GPUs (seed 42, unallocated GPU % at 100 % arrival, fgd -> gputide: gpushare100 18.8 ->
+13.7, cpu235 6.5 -> 5.3, cpu250 7.9 -> 7.1; gpushare100 with its CPU-only pods removed gives fgd 14.3, and the
+authors report 13.4 for their FGD). GPU pods have the matching near-tie breaker, CpuForIdleGpus: keep the CPU the
+node's empty GPUs will need (with BinPack packing GPUs only, no longer CPU); it is what put gputide ahead of fgd on
+the CPU-light lists (cpu0..cpu200, default), where it used to tie or lose by a few hundredths of a point.
 
 A pod's preferred (soft) node and pod affinity, which only the Kubernetes secondary scheduler knows, is added to
 the weighted sum with the policy's `preferred` weight (`plugins.preference`, 0..200). Each policy weighs it twice
@@ -130,6 +130,8 @@ class Scheduler:
             ok &= f.filter(self.state, pod, mask)
         if exclude is not None:
             ok &= ~exclude
+        if pod.excluded_nodes:   # the pod's own: nodes a move of it was refused on lately
+            ok[np.asarray(pod.excluded_nodes, dtype=np.int64)] = False
         return np.flatnonzero(ok)
 
     def candidates(self, pod: PodRequest, exclude: np.ndarray | None = None) -> p.Candidates:

@@ -9,7 +9,8 @@ GPU capacity is counted in milli-GPUs (0..1000 per GPU, as in Alibaba's v2023 tr
 `model[n]` indexes `models` (a tuple of names); -1 means a node without GPUs. Taints and tolerations are
 bitmasks: a node is usable when every taint bit it carries is tolerated.
 
-A `PodRequest` names its allowed GPU models (the trace's `gpu_spec`, e.g. `V100M16|V100M32`; empty = any).
+A `PodRequest` names its allowed GPU models (the trace's `gpu_spec`, e.g. `V100M16|V100M32`; empty = any), and
+may name nodes it must not go to (`excluded_nodes`: a move the actuator refused there lately).
 Names that match no model of the cluster never fit anywhere; `resolve_models` reports them so callers can say so.
 """
 
@@ -44,6 +45,9 @@ class PodRequest:
     allowed_models: tuple[str, ...] | None = None
     tolerations: int = 0
     name: str = ""
+    # node positions the pod may not go to (the reconcile loop's refused targets: the actuator refused moving this
+    # workload there lately, for a reason the planner does not model); a filter input, `Scheduler.feasible_nodes`
+    excluded_nodes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_gpu < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
