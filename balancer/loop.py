@@ -137,6 +137,12 @@ class Reconciler:
             m.last_reconcile.set(self.clock())
         return report
 
+    @property
+    def leading(self) -> bool:
+        """Whether this replica led at its last cycle (a standby, or a replica that has not run a cycle yet: False):
+        what a side effect outside the cycle asks before it writes (`cmd.run`'s floors given back on a reload)."""
+        return self._leading
+
     def _lead(self, now: float) -> bool:
         """Whether this replica acts this cycle; it takes office (`_take_office`) on taking the lead, and on losing it
         stops reporting what it saw as leader."""

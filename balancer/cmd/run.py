@@ -27,6 +27,7 @@ import re
 import signal
 import socket
 import threading
+from collections.abc import Callable
 
 from balancer import config
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
@@ -277,10 +278,32 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
             stale_after(args.stale_after, p, args.policy)
             check_capacity_enabled(args, p)
 
-        reloader = PolicyReloader(args.policy, policy, registry=metrics.registry, check=refused_at_start)
-    return Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
-                      metrics=metrics, audit=audit, forecaster=forecaster, **({"planner": planner} if planner else {}),
-                      policy_source=reloader.poll if reloader else None)
+        reloader = PolicyReloader(args.policy, policy, registry=metrics.registry, check=refused_at_start,
+                                  on_leave=floors_given_back(actuator, planner, lambda: reconciler))
+    reconciler = Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
+                            metrics=metrics, audit=audit, forecaster=forecaster,
+                            **({"planner": planner} if planner else {}),
+                            policy_source=reloader.poll if reloader else None)
+    return reconciler
+
+
+def floors_given_back(actuator, planner, reconciler: Callable[[], Reconciler]) -> Callable[[tuple[str, ...]], object] | None:
+    """What a policy reload calls for namespaces it newly protects (`PolicyReloader.on_leave`): the Kubernetes
+    actuator gives back the HPA floors capacity shifting raised there (`KubernetesActuator.restore_floors`), only on
+    the leading replica (standbys reload the file too; only the leader writes) and only with capacity shifting on
+    (no planner: gputide raised no floor). None otherwise: nothing to give back (dry run, no capacity planner)."""
+    restore = getattr(actuator, "restore_floors", None)
+    if restore is None or planner is None:
+        return None
+
+    def leave(namespaces: tuple[str, ...]) -> object:
+        if not reconciler().leading:
+            log.info("policy reload protects %s: HPA floors there are given back by the leading replica",
+                     ", ".join(namespaces))
+            return None
+        return restore(namespaces)
+
+    return leave
 
 
 def run(args: argparse.Namespace) -> int:
