@@ -77,11 +77,14 @@ def hang(backend: Backend, port: int) -> threading.Thread:
     return t
 
 
-def unhang(backend: Backend, waiting: threading.Thread) -> None:
-    """The hung read returns, and the scrape that waited for it ends."""
+def unhang(backend: Backend, health: CollectHealth) -> None:
+    """The hung read returns, and its collection ends (the scrape that started it gave up on it long ago)."""
+    before = health.last_complete
     backend.hang = False
     backend.release.set()
-    waiting.join(5)
+    deadline = time.monotonic() + 5
+    while health.last_complete is before and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_a_scrape_behind_a_hung_read_gets_the_last_complete_exposition_within_the_timeout():
@@ -149,9 +152,9 @@ def test_when_the_hung_read_returns_the_next_scrape_collects_afresh():
     clock, health, server = exporter(backend)
     try:
         assert scrape(server.port)[0] == 200
-        waiting = hang(backend, server.port)
+        hang(backend, server.port)
         assert scrape(server.port)[0] == 200
-        unhang(backend, waiting)
+        unhang(backend, health)
         clock.now += 5
         code, text, _ = scrape(server.port)
         assert code == 200 and values(text) == {"DCGM_FI_DEV_GPU_TEMP": 42.0,
@@ -168,38 +171,50 @@ def test_readyz_says_not_ready_while_a_collection_outruns_the_timeout_and_health
     clock, health, server = exporter(backend)
     try:
         assert scrape(server.port)[0] == 200
-        waiting = hang(backend, server.port)
+        hang(backend, server.port)
         assert get(server.port, "/readyz")[0] == 200   # within the timeout: a read in progress
         clock.now += 9
         assert get(server.port, "/readyz") == (503, "not ready: a collection has been running for 9 s "
                                                     "(timeout 0.3 s)\n")
         assert get(server.port, "/healthz") == (200, "ok: a collection has been running for 9 s\n")
-        unhang(backend, waiting)
+        unhang(backend, health)
         assert get(server.port, "/readyz")[0] == 200
     finally:
         backend.release.set()
         server.close()
 
 
+class CountingHealth(CollectHealth):
+    """Counts the scrapes that have asked for a collection."""
+
+    asked = 0
+
+    def run(self, source):
+        self.asked += 1
+        return super().run(source)
+
+
 def test_two_scrapes_at_once_share_one_read():
-    backend = Backend(slow_s=0.2)
-    clock, health, server = exporter(backend)
+    backend = Backend()
+    backend.hang = True
+    health = CountingHealth(clock=Clock(), collect_timeout_s=10.0)
+    server = serve(GpuCollector(backend), port=0, health=health)
     try:
         results: list[tuple[int, str, float]] = []
-        start = threading.Barrier(2)
-
-        def scraper() -> None:
-            start.wait()
-            results.append(scrape(server.port))
-
-        threads = [threading.Thread(target=scraper) for _ in range(2)]
+        threads = [threading.Thread(target=lambda: results.append(scrape(server.port))) for _ in range(2)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 5
+        while health.asked < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)   # the second is waiting for the first's collection, not about to start its own
+        backend.release.set()
         for t in threads:
             t.join(10)
         assert [r[0] for r in results] == [200, 200] and results[0][1] == results[1][1]
         assert backend.reads == 1
     finally:
+        backend.release.set()
         server.close()
 
 
