@@ -2,17 +2,27 @@
 
 `kubernetes_sources`: what the metrics cannot say of pods and nodes, listed once and followed by watches;
 `capacity_parts`: the capacity planner and the demand forecaster, when the policy turns capacity shifting on;
-`capacity_flags` / `forecast_history_days`: the checks of the forecaster's flags (exit 2 naming the flag).
+`capacity_flags` / `forecast_history_days`: the checks of the forecaster's flags (exit 2 naming the flag);
+`bound_to_shard`: a shard's actuator, which refuses actions on nodes that left the shard since they were planned.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+from typing import TYPE_CHECKING, Any
 
 from balancer import config
+from balancer.actuate.base import ActionResult, Outcome
 from balancer.cmd._args import duration_between
 from balancer.errors import InputError
 from balancer.metrics import ControllerMetrics
+from balancer.model import Action, ClusterSnapshot
+
+if TYPE_CHECKING:
+    from balancer.telemetry.shard import ShardedSource
+
+log = logging.getLogger("balancer.cmd.run")   # `gputide run`'s log
 
 # the forecaster keeps this much of a service's demand and drops anything older: more history is read and fitted
 # for nothing (a 1400d typo read years at a coarse step), so --forecast-history stops here
@@ -108,3 +118,37 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
                               timezone=policy.forecast.timezone)   # the calendar the demand follows (DST)
     forecaster = ServiceForecaster(online, horizon, history=history)
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
+
+
+class ShardBound:
+    """The actuator of one shard (`gputide run --shard`). An action on a node that is no longer the shard's
+    (`ShardedSource.refusal`: relabelled into another shard between the snapshot it was planned on and now) is
+    refused, logged as a warning and never reaches `inner`: the other shard plans for that node, and both acting on it
+    is what sharding is there to prevent. It comes back failed with code `refused` (counted in
+    gputide_actuation_errors_total, audited, and not offered again for a while). Any other action, and the
+    actuator's hooks (`housekeeping`, `recover`, `action_deadline_s`), are `inner`'s as they are."""
+
+    def __init__(self, inner: Any, source: ShardedSource) -> None:
+        self.inner, self.source = inner, source
+        self.name = getattr(inner, "name", "shard")
+
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        why = self.source.refusal(action)
+        if why is None:
+            return self.inner.apply(action, snapshot)
+        shard = self.source.selector.name
+        log.warning("shard %s refuses %s: %s", shard, action.describe(), why)
+        return ActionResult(action, Outcome.FAILED, f"refused by shard {shard}: {why}", code="refused")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "source"):   # not set yet (copy, unpickling): no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def bound_to_shard(actuator: Any, source: object) -> Any:
+    """`actuator` as `source`'s shard must use it (`ShardBound`) when `source` is a `ShardedSource`, else as it is.
+    For `build_reconciler` (balancer/cmd/run.py), once its actuator and source are both built."""
+    from balancer.telemetry.shard import ShardedSource
+
+    return ShardBound(actuator, source) if isinstance(source, ShardedSource) else actuator

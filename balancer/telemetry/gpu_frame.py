@@ -2,8 +2,10 @@
 
 The pure half of `balancer.telemetry.prometheus` (which queries): `gpu_frame` turns the instant-vector rows of the
 normalised GPU series (rules/gputide-recording.yaml) into one row per GPU, `arrays` into the snapshot's arrays,
-and `check_not_frozen` / `check_values` refuse what the controller must not act on (`InvalidTelemetry`,
-`StaleTelemetry`). No I/O here.
+and `check_not_nan` / `check_not_frozen` / `check_values` refuse what the controller must not act on
+(`InvalidTelemetry`, `StaleTelemetry`), on the GPUs they are told to check: all of them, or a shard's (`checked`, from
+the source's `base.NodeScope`), so one node's broken exporter holds still the controllers of that node alone. No I/O
+here.
 
 A required field a board never has is not missing telemetry: gputide's exporter declares each field NVML answers
 NotSupported for in ``gputide_exporter_unsupported_field_info{UUID,field}`` (`UNKNOWABLE` names the fields where
@@ -58,6 +60,9 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
 }
 GPU_KEY = ("hostname", "gpu", "UUID")
+# per GPU with a NaN sample of a required field (`gpu_frame`, only when there is one): the position in the answer of
+# its first such sample, how many it has and the rule of the first (`check_not_nan`)
+NAN_FIRST, NAN_COUNT, NAN_RULE = "_nan_first", "_nan_count", "_nan_rule"
 # Required fields a board may lack for good -> the exporter's fields it comes from (the `field` label of
 # UNSUPPORTED_INFO), all of which must be declared: gpu:sm_active:ratio is SM activity, else utilisation, so a GPU
 # lacks it for good only where both are unsupported: an A100 or A30 in MIG mode under gputide's exporter (no GPM
@@ -85,7 +90,8 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_s
     """Instant-vector rows of the GPU series -> one row per GPU: `GPU_KEY`, modelName and one column per field
     seen (NaN where a GPU lacks it). `on_clusters` is shown the `cluster` labels met before any other check (the
     source refuses several). A UUID under several keys is resolved by `drop_leftovers` (with `fresh_since`, the
-    oldest last-sample time still fresh); `on_leftovers` is shown the keys dropped."""
+    oldest last-sample time still fresh); `on_leftovers` is shown the keys dropped. A NaN sample of a required field
+    is not refused here but marked on its GPU (`NAN_FIRST`...), for `check_not_nan` to refuse on the GPUs checked."""
     rule_to_field = {rule: name for name, (rule, _) in _SERIES.items()}
     field_names = list(_SERIES)
     column = {name: i for i, name in enumerate(field_names)}
@@ -115,12 +121,7 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_s
         keys = [k for k, r in zip(keys, rows_kept, strict=True) if r]
         cols_a, values_a = cols_a[rows_kept], values_a[rows_kept]
     optional = np.isin(cols_a, [column[n] for n in OPTIONAL])
-    nan = np.isnan(values_a) & ~optional
-    if nan.any():
-        i = int(np.argmax(nan))
-        subjects = tuple(dict.fromkeys(keys[j][2] for j in np.flatnonzero(nan)))
-        raise InvalidTelemetry(f"NaN in {_SERIES[field_names[cols_a[i]]][0]} on {keys[i][2]} ({keys[i][0]}) and "
-                               f"{int(nan.sum()) - 1} more", subjects=subjects)
+    nan = np.flatnonzero(np.isnan(values_a) & ~optional)
     # max over duplicates (e.g. MIG instances that slipped past the rules); a field never seen stays NaN
     table = np.full((len(uniques), len(field_names)), np.nan)
     np.fmax.at(table, (codes, cols_a), values_a)
@@ -130,6 +131,13 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_s
     for j, name in enumerate(field_names):
         if seen[:, j].any():
             wide[name] = table[:, j]
+    if len(nan):   # kept for `check_not_nan`: a NaN a good duplicate would hide in `table` still counts
+        first = np.full(len(uniques), np.inf)
+        np.minimum.at(first, codes[nan], nan.astype(float))
+        count = np.zeros(len(uniques), dtype=np.int64)
+        np.add.at(count, codes[nan], 1)
+        wide[NAN_FIRST], wide[NAN_COUNT] = first, count
+        wide[NAN_RULE] = [_SERIES[field_names[cols_a[int(f)]]][0] if c else "" for f, c in zip(first, count, strict=True)]
     return wide
 
 
@@ -214,11 +222,29 @@ def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.nda
         "memory_unhealthy": col("memory_unhealthy", 0.0),
     }
 
-def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame) -> None:
+def check_not_nan(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
+    """A NaN sample of a required field (`gpu_frame` marks its GPU) on a GPU `checked` (None: every GPU) is a broken
+    exporter: `InvalidTelemetry`, naming the first such sample in the answer."""
+    if NAN_COUNT not in wide:
+        return
+    count = wide[NAN_COUNT].to_numpy() * (True if checked is None else checked)
+    if not count.any():
+        return
+    first = np.where(count > 0, wide[NAN_FIRST].to_numpy(), np.inf)
+    order = np.argsort(first, kind="stable")[:int(np.count_nonzero(count))]
+    i = int(order[0])
+    raise InvalidTelemetry(f"NaN in {wide[NAN_RULE][i]} on {wide['UUID'][i]} ({wide['hostname'][i]}) and "
+                           f"{int(count.sum()) - 1} more", subjects=tuple(wide["UUID"].to_numpy()[order]))
+
+
+def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
+    """Values outside `BOUNDS` (a broken sensor or exporter) on a GPU `checked` (None: every GPU): `InvalidTelemetry`."""
     for name, arr in arrays.items():
         lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
         # NaN in a MAY_BE_UNKNOWN field got here only declared unsupported (`_check_complete`): unknown, not bad
         bad = (np.isinf(arr) if name in MAY_BE_UNKNOWN else ~np.isfinite(arr)) | (arr < lo) | (arr > hi)
+        if checked is not None:
+            bad &= checked
         if bad.any():
             i = int(np.argmax(bad))
             raise InvalidTelemetry(f"{_SERIES.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "
@@ -226,11 +252,14 @@ def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame) -> None:
                                    subjects=tuple(wide["UUID"][bad]))
 
 
-def check_not_frozen(wide: pd.DataFrame) -> None:
-    """Fresh timestamps on old values are stale telemetry too (`gpu:readings_frozen:bool`)."""
+def check_not_frozen(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
+    """Fresh timestamps on old values are stale telemetry too (`gpu:readings_frozen:bool`), on a GPU `checked`
+    (None: every GPU)."""
     if "readings_frozen" not in wide:
         return
     frozen = wide["readings_frozen"].to_numpy(dtype=float) == 1.0
+    if checked is not None:
+        frozen &= checked
     if frozen.any():
         hosts = sorted(set(wide["hostname"][frozen]))
         raise StaleTelemetry(f"{int(frozen.sum())} GPU(s) on {', '.join(hosts[:5])} report the same energy reading "

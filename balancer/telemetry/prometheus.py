@@ -21,6 +21,11 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
   one is fresh, the other is what a GPU left behind when it moved (a renamed node, a board moved, series that
   linger without staleness markers) and is dropped (`gpu_frame.drop_leftovers`)
 
+A sharded controller reads through `snapshot_for(scope)` (`base.ScopedSource`, from `shard.ShardedSource`): the
+per-GPU refusals above (vanished, missing a field, stale, frozen, NaN or impossible values) then concern the GPUs of
+the nodes the scope owns alone, so one dark exporter holds still its node's shard, not the whole fleet; the others
+refuse the reading whatever nodes they concern. `snapshot()` checks every node.
+
 Optional fields and flags are not missing telemetry: the snapshot uses the catalogue's figure or a neutral value; a
 GPU lacking a health series (XID, memory health) others publish has unknown health (`gpu_frame.HEALTH`: no new work,
 `health_unknown`). Never zeros in place of data: the loop catches these and holds still (fail-static).
@@ -46,6 +51,7 @@ from balancer.model import (
     ClusterSnapshot,
     DisruptionBudget,
     Gpu,
+    Node,
     NodeGpuFacts,
     NodeMeta,
     ServiceStatus,
@@ -54,6 +60,7 @@ from balancer.model import (
 )
 from balancer.telemetry import promapi
 from balancer.telemetry.attribution import attributed, attribution_query
+from balancer.telemetry.base import NodeScope
 from balancer.telemetry.gpu_frame import (
     _SERIES,
     BOUNDS,
@@ -65,6 +72,7 @@ from balancer.telemetry.gpu_frame import (
     UNSUPPORTED_INFO,
     arrays,
     check_not_frozen,
+    check_not_nan,
     check_values,
     declared_unsupported,
     gpu_frame,
@@ -206,41 +214,26 @@ class PrometheusTelemetrySource:
 
     # ---- snapshot -------------------------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
+        return self.snapshot_for(None)
+
+    def snapshot_for(self, scope: NodeScope | None) -> ClusterSnapshot:
+        """The snapshot, refused (`TelemetryError`) for what is wrong on the GPUs of the nodes `scope` owns (None:
+        every node; `base.ScopedSource`). Every GPU read is in it, those outside the scope unchecked."""
         now, self.oldest_sample_age_s = self.clock(), math.nan   # the age this reading measured, if it gets so far
         wide = self._gpu_frame()
-        self._check_complete(wide)
+        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), self.node_overrides)
+        wide = self._sorted(wide)
+        nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
+        checked = self._checked(wide, nodes, scope)
+        check_not_nan(wide, checked)
+        self._check_complete(wide, checked, self._owned(vanished, nodes, scope))
         for name, (_, scale) in _SERIES.items():
             if name in wide and scale != 1.0:
                 wide[name] = wide[name] * scale
-        if self.fleet is not None:  # the fleet's order, so snapshots from any source line up GPU by GPU
-            order = {g.uuid: g.index for g in self.fleet.gpus}
-            wide["_order"] = wide["UUID"].map(order).fillna(len(order)).astype(int)
-            # a host's GPUs stay together even when one of them is new to the fleet spec (a replaced board)
-            wide["_node_order"] = wide.groupby("hostname", sort=False)["_order"].transform("min")
-            wide = wide.sort_values(["_node_order", "hostname", "gpu"], key=lambda s: s.map(_natural_key))
-        else:
-            wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key))
-        wide = wide.reset_index(drop=True)
-        sampled = wide["last_sample"].to_numpy(dtype=float)
-        if not np.isfinite(sampled).all():
-            i = int(np.argmin(np.isfinite(sampled)))
-            raise InvalidTelemetry(f"{FIELDS['last_sample'][0]} = {sampled[i]!r} on {wide['UUID'][i]} is not a time",
-                                   subjects=tuple(wide["UUID"][~np.isfinite(sampled)]))
-        # sample age on Prometheus's clock: the controller's own may be skewed against it (a minute ahead would
-        # read every sample as stale, behind would hide real staleness)
-        age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
-        self.oldest_sample_age_s = max(float(age.max()), 0.0)
-        limit = self._stale_limit()
-        stale = age > limit
-        if stale.any():
-            worst = int(np.argmax(age))
-            raise StaleTelemetry(f"{int(stale.sum())} GPU(s) have samples older than {limit:.0f}s "
-                                 f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
-                                 subjects=tuple(wide["UUID"][stale]))
-        check_not_frozen(wide)
-        nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
+        age = self._check_ages(wide, checked, now)
+        check_not_frozen(wide, checked)
         arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
-        check_values(arrays_, wide)
+        check_values(arrays_, wide, checked)
         arrays_["memory_unhealthy"] = np.maximum(arrays_["memory_unhealthy"], self._health_unknown(wide))
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
@@ -252,19 +245,76 @@ class PrometheusTelemetrySource:
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
                                **arrays_)
 
-    def _check_complete(self, wide: pd.DataFrame) -> None:
-        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), self.node_overrides)
+    def _sorted(self, wide: pd.DataFrame) -> pd.DataFrame:
+        """`wide` in the snapshot's GPU order: the fleet's, so snapshots from any source line up GPU by GPU, else by
+        host and slot (natural order)."""
+        if self.fleet is not None:
+            order = {g.uuid: g.index for g in self.fleet.gpus}
+            wide["_order"] = wide["UUID"].map(order).fillna(len(order)).astype(int)
+            # a host's GPUs stay together even when one of them is new to the fleet spec (a replaced board)
+            wide["_node_order"] = wide.groupby("hostname", sort=False)["_order"].transform("min")
+            wide = wide.sort_values(["_node_order", "hostname", "gpu"], key=lambda s: s.map(_natural_key))
+        else:
+            wide = wide.sort_values(["hostname", "gpu"], key=lambda s: s.map(_natural_key))
+        return wide.reset_index(drop=True)
+
+    @staticmethod
+    def _checked(wide: pd.DataFrame, nodes: tuple[Node, ...], scope: NodeScope | None) -> np.ndarray | None:
+        """Per GPU of `wide`: whether its node is `scope`'s, whose checks refuse the reading (None: every GPU's)."""
+        if scope is None:
+            return None
+        owned = [n.name for n in nodes if scope(n.name, n)]
+        return wide["hostname"].isin(owned).to_numpy(dtype=bool)
+
+    def _owned(self, vanished: list[str], nodes: tuple[Node, ...], scope: NodeScope | None) -> list[str]:
+        """The GPUs of `vanished` on `scope`'s nodes: their node as this reading shows it, or (the whole node dark)
+        by its name alone."""
+        if scope is None or not vanished:
+            return vanished
+        shown = {n.name: n for n in nodes}
+        node = {u: self.absences.known.get(u, "") for u in vanished}
+        return [u for u in vanished if scope(node[u], shown.get(node[u]))]
+
+    def _check_ages(self, wide: pd.DataFrame, checked: np.ndarray | None, now: float) -> np.ndarray:
+        """Each GPU's sample age on Prometheus's clock, refused (`StaleTelemetry`, `InvalidTelemetry` for a last
+        sample that is not a time) where a GPU `checked` is too old; the oldest checked is kept for the gauge."""
+        sampled = wide["last_sample"].to_numpy(dtype=float)
+        mine = np.ones(len(wide), dtype=bool) if checked is None else checked
+        bad_time = ~np.isfinite(sampled) & mine
+        if bad_time.any():
+            i = int(np.argmax(bad_time))
+            raise InvalidTelemetry(f"{FIELDS['last_sample'][0]} = {sampled[i]!r} on {wide['UUID'][i]} is not a time",
+                                   subjects=tuple(wide["UUID"][bad_time]))
+        # sample age on Prometheus's clock: the controller's own may be skewed against it (a minute ahead would
+        # read every sample as stale, behind would hide real staleness)
+        age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
+        if mine.any():
+            self.oldest_sample_age_s = max(float(age[mine].max()), 0.0)
+        limit = self._stale_limit()
+        stale = (age > limit) & mine
+        if stale.any():
+            worst = int(np.argmax(np.where(stale, age, -np.inf)))
+            raise StaleTelemetry(f"{int(stale.sum())} GPU(s) have samples older than {limit:.0f}s "
+                                 f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
+                                 subjects=tuple(wide["UUID"][stale]))
+        return age
+
+    def _check_complete(self, wide: pd.DataFrame, checked: np.ndarray | None, vanished: list[str]) -> None:
+        """`vanished` (the known GPUs absent from this reading, held for) and the required fields missing on a GPU
+        `checked` (None: every GPU) refuse the reading (`MissingTelemetry`)."""
         if vanished:
             raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
                                    subjects=tuple(vanished))
+        mine = wide["UUID"] if checked is None else wide["UUID"][checked]
         required = [n for n in FIELDS if n not in OPTIONAL]
         for name in required:
             if name not in wide:
                 wide[name] = np.nan
-            missing = wide["UUID"][wide[name].isna()]
+            lacks = wide[name].isna() if checked is None else wide[name].isna() & checked
+            missing = wide["UUID"][lacks]
             if len(missing) and name in UNKNOWABLE:   # asked only then: no cost while every GPU reports it
                 missing = missing[~missing.isin(list(self._declared_unsupported(name, missing)))]
-            if len(missing) == len(wide):
+            if len(missing) and len(missing) == len(mine):
                 raise MissingTelemetry(f"series {FIELDS[name][0]} is missing for every GPU")
             if len(missing):
                 raise MissingTelemetry(f"{FIELDS[name][0]} missing for {len(missing)} GPU(s): "

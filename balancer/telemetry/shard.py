@@ -13,6 +13,14 @@ The cluster's PodDisruptionBudgets are kept whole (`disruption_budgets`): a shar
 The planner, the safety guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names
 and per-node slots.
 
+Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters)
+refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
+exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
+with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard.
+
+An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard) is
+refused (`ShardedSource.refusal`; `balancer.cmd._run_parts.bound_to_shard` wraps a shard's actuator in `ShardBound`,
+which turns it into a refused result and a warning).
 Actuators that address GPUs by fleet index (the simulator) get actions translated back with `globalize`; the
 `ShardActuator` wrapper does that and hands them the full snapshot the shard was cut from. Each shard elects
 its own leader on its own Lease (`lease_name`), so shards fail over independently; with Prometheus, each shard's
@@ -27,8 +35,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from balancer.errors import InputError, MissingTelemetry
-from balancer.model import GPU_ARRAYS, Action, ClusterSnapshot, Migrate, Node, SetPowerLimit, Workload
-from balancer.telemetry.base import TelemetrySource
+from balancer.model import (
+    GPU_ARRAYS,
+    Action,
+    ClusterSnapshot,
+    Migrate,
+    Node,
+    SetPowerLimit,
+    TaintNode,
+    Workload,
+)
+from balancer.telemetry.base import ScopedSource, TelemetrySource
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,11 @@ def globalize(action: Action, index: np.ndarray) -> Action:
 
 
 class ShardedSource:
-    """A TelemetrySource that shows one shard of another source's snapshots."""
+    """A TelemetrySource that shows one shard of another source's snapshots.
+
+    The inner source's fail-static checks apply to the shard's nodes only when it can take a scope
+    (`base.ScopedSource`, the Prometheus source): a stale, vanished or broken GPU holds still the shard whose node it
+    is on (`owns`), not every shard of the fleet. A source without one refuses a reading for any node's fault."""
 
     def __init__(self, inner: TelemetrySource, selector: ShardSelector) -> None:
         self.inner, self.selector = inner, selector
@@ -133,9 +154,15 @@ class ShardedSource:
         self.index = np.zeros(0, dtype=np.int64)
         self.nodes: set[str] = set()   # nodes of the last snapshot, and those a snapshot of this shard held that no reading
         #                                shows since (its forgotten GPUs' nodes among them)
+        self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
+
+    def owns(self, name: str, node: Node | None) -> bool:
+        """Whether node `name` is this shard's (`base.NodeScope`): one the reading shows (`node`) by the selector; one
+        it lacks altogether (its exporter dark) if this shard held it last, so the dark node holds its own shard."""
+        return self.selector.matches(node) if node is not None else name in self.nodes
 
     def snapshot(self) -> ClusterSnapshot:
-        full = self.inner.snapshot()
+        full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         part, index = restrict(full, self.selector)
         if part.n_gpus == 0:
             raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
@@ -143,10 +170,56 @@ class ShardedSource:
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
         # (its exporter dark) stays with the shard that last held it
         self.nodes = (self.nodes - {n.name for n in full.nodes}) | {n.name for n in part.nodes}
+        self.held = frozenset(n.name for n in part.nodes)
         return part
 
     def globalize(self, action: Action) -> Action:
         return globalize(action, self.index)
+
+    def refusal(self, action: Action) -> str | None:
+        """Why this shard must not carry out `action` (planned on one of its snapshots) now, or None: a node it
+        names (a taint's, a power limit's, a migration's target) is not among the shard's nodes of the latest reading
+        or, where the inner source follows the nodes' labels (`node_overrides`: the Kubernetes API's watch), no longer
+        matches the selector with the labels it has now: relabelled into another shard since, it is that shard's to
+        act on. A power limit whose GPU index holds another GPU in the latest reading is refused too (the shard's
+        GPUs were renumbered: a node left or came)."""
+        shard = self.selector.name
+        if isinstance(action, Migrate) and not all(0 <= g < len(self.index) for g in action.source_gpus):
+            return (f"source GPUs {list(action.source_gpus)} of {action.workload} are not all shard {shard}'s in the "
+                    "latest reading (a node left the shard)")
+        for node in self._touched(action):
+            if node not in self.held:
+                return (f"node {node} is not in shard {shard} in the latest reading (relabelled into another shard, "
+                        "or gone): its actions are that shard's")
+            if not self._matches_now(node):
+                return (f"node {node} no longer matches shard {shard}'s selector (relabelled since the "
+                        "latest reading): its actions are another shard's")
+        if isinstance(action, SetPowerLimit) and self.last_full is not None:
+            gpu = int(self.index[action.gpu]) if 0 <= action.gpu < len(self.index) else -1
+            if gpu < 0 or self.last_full.gpus[gpu].uuid != action.uuid:
+                return (f"GPU {action.uuid} is not GPU {action.gpu} of shard {shard} in the latest reading "
+                        "(its GPUs were renumbered: a node left or joined the shard)")
+        return None
+
+    def _touched(self, action: Action) -> tuple[str, ...]:
+        """The nodes `action` acts on: a taint's, a power limit's, a migration's target and the nodes its source GPUs
+        sit on in the latest reading."""
+        if isinstance(action, TaintNode | SetPowerLimit):
+            return (action.node,)
+        if isinstance(action, Migrate):
+            gpus = self.last_full.gpus if self.last_full is not None else ()
+            sources = (gpus[int(self.index[g])].node for g in action.source_gpus)
+            return tuple(dict.fromkeys((action.target_node, *sources)))
+        return ()
+
+    def _matches_now(self, name: str) -> bool:
+        """Whether node `name` of the latest reading matches the selector with the labels the inner source's
+        `node_overrides` has for it now (True where it has none: the reading's are all there is)."""
+        listed = getattr(self.inner, "node_overrides", None)
+        meta = listed() if callable(listed) else None
+        node = next((n for n in self.last_full.nodes if n.name == name), None) if self.last_full else None
+        now = meta.get(name) if meta else None
+        return node is None or now is None or self.selector.matches(replace(node, labels=now.labels))
 
     def demand_history(self, promql: str, start: float, end: float, step_s: float):
         """The inner source's range query (a service's demand history for the forecaster and the burst tracker): a
@@ -176,7 +249,8 @@ class ShardedSource:
 
 
 class ShardActuator:
-    """Wraps an actuator that addresses GPUs by fleet index: translate, then apply against the full snapshot."""
+    """Wraps an actuator that addresses GPUs by fleet index: translate, then apply against the full snapshot. It
+    refuses nothing itself (results are the actuate layer's): wrap it in `_run_parts.ShardBound` for that."""
 
     def __init__(self, inner, source: ShardedSource) -> None:
         self.inner, self.source = inner, source
