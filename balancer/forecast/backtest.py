@@ -10,9 +10,12 @@ requested horizons are read off that path.
   `traces.CausalClean`); scoring uses the unclipped truth with outages masked (an outage is not demand a model
   should have predicted).
 * Intervals are re-calibrated conformally on residuals of earlier origins only (`conformal.calibrate_path`);
-  the origins of the `calib_days` (plus the longest horizon) before the first scored one exist only to feed
-  that calibration and are not scored; horizon h calibrates on the residuals of the last max(`calib_days`,
-  7 x h) + h, with an adaptive quantile level (`conformal`), so day-ahead intervals learn from a week of misses.
+  horizon h calibrates on the residuals of the last max(`calib_days`, 7 x h) + h origins
+  (`conformal.calibration_window`), so day-ahead intervals learn from a week of misses. The origins before the
+  first scored one exist only to feed that calibration and are not scored: enough of them for the longest
+  horizon's window, but none in the first two days (models need some history). They once covered `calib_days`
+  plus the longest horizon only, so at the first scored origins a day-ahead horizon had three days of residuals
+  (an effective sample of 6, `conformal.finite_level`) and read its p90 at the largest one.
 * ``auto`` is the per-horizon ensemble of the other models, weighted by their errors at earlier origins whose
   truth is known (the same rule as `auto.Auto`), so its choice is re-evaluated as data arrives.
 
@@ -142,8 +145,10 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     steps = np.array([max(int(round(h / step)), 1) for h in horizons_s])
     day = int(round(DAY_S / step))
     score_start = min(int(min_train_days * DAY_S / step), n // 2)
-    # calibration origins: `calib_days` of known residuals at the longest horizon by the first scored origin
-    first = max(score_start - int(calib_days * DAY_S / step) - int(steps.max()), min(2 * day, score_start // 2), 2)
+    # calibration origins: the longest horizon's whole calibration window (`calibration_window`: a week of
+    # day-ahead residuals) known by the first scored origin, or as much of it as two days of burn-in leave
+    first = max(score_start - calibration_window(int(calib_days * day), int(steps.max())), min(2 * day, score_start // 2),
+                2)
     origins = np.arange(first, n - int(steps.min()), stride)
     if 1 <= n - 1 - score_start < steps.min():   # every horizon asked for passes the end from the first scored origin
         raise ValueError(_past_end(float(steps.max() * step), score_start, n, float((n - 1 - score_start) * step)))
@@ -166,7 +171,7 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     window = int(calib_days * day)
     scored = origins >= score_start
     scores = []
-    details = {"step_s": step, "timezone": tz, "origins": int(scored.sum()),
+    details = {"step_s": step, "timezone": tz, "origins": int(scored.sum()), "calibration_origins": int((~scored).sum()),
                "first_scored": str(y.index[origins[scored][0]]),
                "fallbacks": {k: f"{v.fallback_origins} of {len(origins)} origins, first: {v.fallback}"
                              for k, v in runs.items() if v.fallback}}
