@@ -44,6 +44,7 @@ from balancer.cmd._args import (
 )
 from balancer.cmd._run_parts import (
     MOST_FORECAST_HISTORY_D,
+    bound_to_shard,
     capacity_flags,
     capacity_parts,
     check_capacity_enabled,
@@ -280,14 +281,16 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         reloader = PolicyReloader(args.policy, policy, registry=metrics.registry, check=refused_at_start,
                                   on_leave=floors_given_back(actuator, planner, lambda: reconciler))
-    reconciler = Reconciler(source=source, actuator=actuator, policy=policy, guard=guard, elector=elector,
-                            metrics=metrics, audit=audit, forecaster=forecaster,
+    # a shard refuses actions on nodes that left it since its snapshot (`_run_parts.ShardBound`)
+    reconciler = Reconciler(source=source, actuator=bound_to_shard(actuator, source), policy=policy, guard=guard,
+                            elector=elector, metrics=metrics, audit=audit, forecaster=forecaster,
                             **({"planner": planner} if planner else {}),
                             policy_source=reloader.poll if reloader else None)
     return reconciler
 
 
-def floors_given_back(actuator, planner, reconciler: Callable[[], Reconciler]) -> Callable[[tuple[str, ...]], object] | None:
+def floors_given_back(actuator, planner,
+                      reconciler: Callable[[], Reconciler]) -> Callable[[tuple[str, ...]], object] | None:
     """What a policy reload calls for namespaces it newly protects (`PolicyReloader.on_leave`): the Kubernetes
     actuator gives back the HPA floors capacity shifting raised there (`KubernetesActuator.restore_floors`), only on
     the leading replica (standbys reload the file too; only the leader writes) and only with capacity shifting on
