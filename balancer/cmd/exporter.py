@@ -6,7 +6,10 @@
 
 The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
 with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap agent: the JSON file
-``{"GPU-uuid": watts}`` is re-read every ``--caps-interval`` seconds and applied (clamped) to the GPUs.
+``{"GPU-uuid": watts}`` is re-read every ``--caps-interval`` seconds and applied (clamped) to the GPUs. Its syncs are
+those of `gputide power-cap-agent` (`power_cap_agent.sync_once`), with its metrics on the exporter's port
+(`gputide_power_cap_agent_syncs_total{result}`, ...): a sync that fails (the file malformed, NVML refusing a GPU,
+anything raised) is logged and counted, and the exporter goes on serving and tries again at the next interval.
 ``--pod-resources-socket`` (nvml backend, on a Kubernetes node) attributes pods to GPUs from the kubelet's
 PodResources API and publishes them as ``gputide_gpu_workload_info`` (exporters/podresources.py); without it a
 real node's GPUs carry no pods and the controller can throttle them but not move what runs on them.
@@ -147,6 +150,7 @@ def _url_host(addr: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
     from exporters.health import CollectHealth, TrackedCollector, first_collection
     from exporters.power_caps import JsonFileCaps, PowerCapAgent
     from exporters.server import serve
@@ -158,17 +162,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
     first_collection(TrackedCollector(registry, health))
-    agent = None
+    agent = agent_metrics = None
     if args.power_caps_file:
         agent = PowerCapAgent(JsonFileCaps(args.power_caps_file), getattr(backend, "caps_target", backend))
+        agent_metrics = AgentMetrics(registry)   # served with the GPUs' series
     deadline = time.monotonic() + args.duration if args.duration > 0 else None
     stop = threading.Event()
     try:
         while not stop.is_set():
-            if agent is not None:
-                applied = agent.sync()
-                if applied:
-                    log.info("applied power caps: %s", applied)
+            if agent is not None:   # its failures (agent.failed, anything raised) are logged and counted
+                sync_once(agent, agent_metrics)
             wait = args.caps_interval if agent is not None else 3600.0
             if deadline is not None:
                 wait = min(wait, max(deadline - time.monotonic(), 0.0))
