@@ -5,10 +5,11 @@ changes). An entry is a cap in watts, or a `Restore`: ``{"restore": W}``, what t
 where its cap was (the GPU had been capped at W; put its default limit back). `JsonFileCaps` reads a JSON object
 ``{"GPU-...": 300, "GPU-...": {"restore": 280}}`` (or ``{"caps": {...}}``) from a file (a missing file: no caps); on
 Kubernetes `balancer.actuate.k8s_nodes.NodeAnnotationCaps` reads the node annotation the controller's
-`SetPowerLimit` writes. A *target* sets limits: ``apply_power_caps({uuid: watts})`` returns the watts it set, each
-clamped to [the GPU's minimum, its *default* limit], and raises `PowerCapError` (holding what it did set) when the
-driver refused some. A target that also answers ``power_limits() -> {uuid: PowerLimit}`` (the NVML backend; the
-simulated fleet does not) tells the agent which GPUs the node has and where their limits are.
+`SetPowerLimit` writes; a cap may come with an expiry (`Expiring`, see "Expiry" below). A *target* sets limits:
+``apply_power_caps({uuid: watts})`` returns the watts it set, each clamped to [the GPU's minimum, its *default*
+limit], and raises `PowerCapError` (holding what it did set) when the driver refused some. A target that also
+answers ``power_limits() -> {uuid: PowerLimit}`` (the NVML backend; the simulated fleet does not) tells the agent
+which GPUs the node has and where their limits are.
 
 What `PowerCapAgent.sync()` does, each interval:
 
@@ -42,6 +43,15 @@ What `PowerCapAgent.sync()` does, each interval:
   stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
   ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
 
+Expiry. A cap the source gives as ``Expiring(W, until)`` (on Kubernetes: the node annotation
+``gputide.io/power-caps-until``, which the controller renews while it still wants its caps) is the cap W until
+``until`` (epoch seconds, the controller's clock) plus `EXPIRY_MARGIN_S` (this node's clock may run ahead of the
+controller's); after that it is given back as a `Restore(W)` would be (so a limit set by hand since is left alone),
+logged at WARNING once per GPU and expiry, and listed in `expired` for that sync. A controller that dies, is
+uninstalled without cleaning up, or whose leader is stuck thus leaves no cap in force for longer than its expiry. A
+cap given without an expiry (a plain number: an older controller, a hand edit, the exporter's caps file) never
+expires. A renewed cap (a later ``until``) is applied again if it had expired.
+
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
 agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
 was deleted outright while no agent ran (the annotation removed while the agent crash-looped, or the agent
@@ -56,7 +66,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -65,6 +76,10 @@ from exporters.power_limits_before import Held, LimitsBefore
 log = logging.getLogger(__name__)
 RESTORE = math.inf   # a request for "the default limit": every target clamps it down to exactly that
 TOLERANCE_W = 1.0
+# an expiry counts as passed only this long after it, by this node's clock: the controller's may lag it (NTP keeps
+# nodes within a second or so; this leaves room for a node whose time sync is broken). A live controller renews its
+# caps half their TTL ahead of the expiry, so skew up to that much more never drops a cap it still renews.
+EXPIRY_MARGIN_S = 60.0
 
 
 class PowerLimit(NamedTuple):
@@ -82,7 +97,14 @@ class Restore(NamedTuple):
     cap_w: float
 
 
-Entry = float | Restore
+class Expiring(NamedTuple):
+    """A cap of `cap_w` that holds until `until` (epoch seconds), unless the controller renews it (a later one)."""
+
+    cap_w: float
+    until: float
+
+
+Entry = float | Restore | Expiring
 
 
 class PowerCapError(Exception):
@@ -114,6 +136,13 @@ def parse_caps(doc: Any) -> dict[str, Entry]:
         else:
             caps[str(uuid)] = _watts(uuid, value)
     return caps
+
+
+def expiring(caps: Mapping[str, Entry], until: float | None) -> dict[str, Entry]:
+    """`caps` with every plain cap made to expire at `until` (None: no expiry, as they are)."""
+    if until is None:
+        return dict(caps)
+    return {uuid: Expiring(want, until) if isinstance(want, float) else want for uuid, want in caps.items()}
 
 
 def _watts(uuid: Any, watts: Any) -> float:
@@ -152,9 +181,13 @@ class JsonFileCaps:
 
 
 class PowerCapAgent:
-    def __init__(self, source: CapSource, target: CapTarget, before: LimitsBefore | None = None) -> None:
+    def __init__(self, source: CapSource, target: CapTarget, before: LimitsBefore | None = None, *,
+                 clock: Callable[[], float] = time.time, expiry_margin_s: float = EXPIRY_MARGIN_S) -> None:
         self.source = source
         self.target = target
+        self.clock, self.expiry_margin_s = clock, expiry_margin_s
+        self._expired: dict[str, float] = {}   # GPU -> the expiry of its cap that passed, logged and counted
+        self.expired: set[str] = set()   # this sync: GPUs whose cap's expiry has just been found passed
         self.before = LimitsBefore() if before is None else before   # per GPU under gputide's cap
         self._unsaved: str | None = None   # this sync: why the limits before could not be written
         self.failed: str | None = None     # why the last sync did not do all it should have; None: it did
@@ -166,10 +199,12 @@ class PowerCapAgent:
 
     def sync(self) -> dict[str, float]:
         """Apply what the source asks for now; returns what the target set (UUID -> watts)."""
-        wanted = self.source.read()
-        if wanted is None:
+        self.expired = set()
+        read = self.source.read()
+        if read is None:
             self.failed = "the requested caps are unreadable"
             return {}
+        wanted = self._unexpired(read)
         self._blind: set[str] = set()
         self.lost = set()
         self._unsaved = None
@@ -191,6 +226,29 @@ class PowerCapAgent:
         if self._unsaved:
             self.failed = "; ".join(filter(None, (self.failed, self._unsaved)))
         return applied
+
+    def _unexpired(self, read: Mapping[str, Entry]) -> dict[str, float | Restore]:
+        """`read` with each `Expiring` cap made a plain cap, or a give-back (`Restore`) once its expiry has passed
+        (logged and listed in `expired` once per GPU and expiry)."""
+        now, out = self.clock(), {}
+        for uuid, want in read.items():
+            if not isinstance(want, Expiring):
+                out[uuid] = want
+            elif now <= want.until + self.expiry_margin_s:
+                out[uuid] = want.cap_w
+            else:
+                out[uuid] = Restore(want.cap_w)
+                if self._expired.get(uuid) != want.until:
+                    self._expired[uuid] = want.until
+                    self.expired.add(uuid)
+                    where = getattr(self.source, "node", None)
+                    log.warning("power cap of %s%s (%.0f W) expired at %s (%.0f s ago) and was not renewed (the "
+                                "controller stopped, uninstalled without cleanup, or without a working leader): "
+                                "given back", uuid, f" on node {where}" if where else "", want.cap_w,
+                                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(want.until)), now - want.until)
+        for uuid in self._expired.keys() - {u for u, w in read.items() if isinstance(w, Expiring)}:
+            del self._expired[uuid]   # no expiry any more, or no cap: an expiry seen later is news again
+        return out
 
     def _apply(self, requests: Mapping[str, float]) -> dict[str, float]:
         try:

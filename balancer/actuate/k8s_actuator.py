@@ -14,7 +14,11 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     the GPU's entry into {"restore": watts} (the agent puts the board's default back), and the same
                     write drops the entries of GPUs no longer on the node and the give-backs carried out
                     (`k8s_nodes.power_caps_update`). The annotation is also what a restarted controller or a new
-                    leader reads back (`Node.power_caps`) to give back what an earlier one throttled.
+                    leader reads back (`Node.power_caps`) to give back what an earlier one throttled. The node's caps
+                    expire (`gputide.io/power-caps-until`, `power_cap_ttl_s` after the write), so a dead controller
+                    leaves none in force for good: `release_expired` renews the expiry of every node that holds a cap
+                    once less than half the TTL is left (`k8s_nodes.power_caps_renewal`), and the agent gives the
+                    caps back once it has passed.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
                     else the Deployment's scale subresource. The floor never goes below
@@ -99,10 +103,13 @@ from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: r
 )
 from balancer.actuate.k8s_migrate import Migrations
 from balancer.actuate.k8s_nodes import (
+    POWER_CAP_TTL_S,
     annotation_map_change,
-    annotation_patch,
+    caps_until,
     node_power_limits,
     power_caps_note,
+    power_caps_patch,
+    power_caps_renewal,
     power_caps_update,
     taints_change,
 )
@@ -163,6 +170,8 @@ class KubernetesActuator:
         hot_taint_key: str = HOT_TAINT_KEY,
         reservation_annotation: str = RESERVATION_ANNOTATION,
         hot_taint_ttl_s: float = HOT_TAINT_TTL_S,
+        power_cap_ttl_s: float = POWER_CAP_TTL_S,
+        power_cap_nodes: Callable[[str], bool] | None = None,
         reservation_ttl_s: float = 300.0,
         kueue_queues: tuple[str, str] | None = None,
         max_retries: int = 3,
@@ -183,6 +192,10 @@ class KubernetesActuator:
         self.hot_taint_key = hot_taint_key
         self.reservation_annotation = reservation_annotation
         self.hot_taint_ttl_s = hot_taint_ttl_s
+        self.power_cap_ttl_s = power_cap_ttl_s
+        # the nodes whose caps this controller renews (a shard's own: another shard's controller renews, or not, its
+        # own); None: every node's
+        self.power_cap_nodes = power_cap_nodes
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
         self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s)
@@ -227,7 +240,8 @@ class KubernetesActuator:
         def change(n: Json) -> Json | None:
             current = _json_annotation(n, self.power_cap_annotation)
             seen.update(before=current, after=power_caps_update(current, action.uuid, watts, limits))
-            return annotation_patch(n, self.power_cap_annotation, current, seen["after"])
+            return power_caps_patch(n, self.power_cap_annotation, current, seen["after"],
+                                    self.clock() + self.power_cap_ttl_s)
 
         self.api.update_node(action.node, change)
         return power_caps_note(f"{action.node} {self.power_cap_annotation}", action.uuid, watts, **seen)
@@ -301,7 +315,8 @@ class KubernetesActuator:
         return [cut.note(*reversed(self.kueue_queues)) for cut in cuts]
 
     def release_expired(self) -> list[str]:
-        """Remove hot taints and reservations whose expiry has passed; call once per reconcile. Returns notes."""
+        """Remove hot taints and reservations whose expiry has passed, renew the power caps' expiry when due; call
+        once per reconcile. Returns notes."""
         now, notes = self.clock(), []
         for node in self.api("list nodes", self.api.core.list_node).get("items", []):
             name = node["metadata"]["name"]
@@ -316,7 +331,25 @@ class KubernetesActuator:
             if stale:
                 self.api.update_node(name, lambda n, s=stale: annotation_map_change(n, self.reservation_annotation, s))
                 notes.append(f"{name}: reservations expired: {sorted(stale)}")
+            notes += self._renew_power_caps(node, now)
         return notes
+
+    def _renew_power_caps(self, node: Json, now: float) -> list[str]:
+        """The expiry of `node`'s power caps moved `power_cap_ttl_s` ahead when due (`power_caps_renewal`)."""
+        def renewal(n: Json) -> Json | None:
+            return power_caps_renewal(n, self.power_cap_annotation, now, self.power_cap_ttl_s)
+
+        name, was = node["metadata"]["name"], caps_until(node, self.power_cap_annotation)
+        if (self.power_cap_nodes is not None and not self.power_cap_nodes(name)) or (patch := renewal(node)) is None:
+            return []
+        self.api.update_node(name, renewal)
+        if next(iter(patch["metadata"]["annotations"].values())) is None:
+            return [f"{name}: power caps expiry removed (no cap left)"]
+        until = rfc3339(now + self.power_cap_ttl_s)
+        if was is not None and was <= now:
+            return [f"{name}: power caps had expired at {rfc3339(was)} (not renewed in time): renewed until {until}; "
+                    "the node's agent applies again any it gave back"]
+        return [f"{name}: power caps renewed until {until}"]
 
     # ---- inference: HPA floor or Deployment scale ----
 

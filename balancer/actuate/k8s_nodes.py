@@ -31,6 +31,16 @@ cannot be read or is malformed). `power_caps_update` is what the actuator's `Set
   `restore` entries whose GPU's limit (as the snapshot reports it) has left the cap they name (carried out, or set
   otherwise since). So the annotation holds at most one entry per GPU of the node.
 
+The caps expire, as the hot taint does: beside the map, `gputide.io/power-caps-until` (RFC 3339, one per node, for
+all its caps; `power_caps_patch` writes it with every change, `POWER_CAP_TTL_S` ahead, and takes it away with the
+last cap) is when the node's agent gives them back unless the controller renewed it. A live leader renews it in its
+housekeeping once less than half the TTL is left (`power_caps_renewal`: about twice per TTL, not a patch every
+cycle), and also when it is missing (caps an older controller wrote) or already passed (a controller back from a
+hold longer than the TTL: its planner still counts the GPUs capped and gives them back when they cool). A controller
+that dies, is uninstalled without cleanup or has no working leader renews nothing, so its caps lapse. The agent
+(`NodeAnnotationCaps` -> `exporters.power_caps.Expiring`) reads caps without the annotation as caps without expiry:
+an upgrade, whichever side goes first, drops no live cap, and the new controller's first cycle gives them one.
+
 Node annotations that hold a JSON map (the power caps, the migration reservations `gputide.io/reserved-for`, the
 secondary scheduler's holds) are changed entry by entry with `annotation_map_change` / `annotation_patch`.
 """
@@ -57,11 +67,21 @@ from balancer.actuate.kubernetes import (
 from balancer.errors import ActuationError
 from balancer.model import ClusterSnapshot, NodeMeta
 from balancer.noderules import Taint
-from exporters.power_caps import TOLERANCE_W, Entry, parse_caps
+from exporters.power_caps import TOLERANCE_W, Entry, expiring, parse_caps
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
+
+# how long the power caps of a node hold once written or renewed, by default: the safety net for a controller that
+# stops renewing them (the hot taint's TTL, `balancer.actions.HOT_TAINT_TTL_S`; 30 cycles at `gputide run`'s default
+# 30 s interval)
+POWER_CAP_TTL_S = 900.0
+
+
+def caps_until_key(annotation: str) -> str:
+    """The annotation holding the expiry of the caps in `annotation` (`gputide.io/power-caps-until`)."""
+    return annotation + "-until"
 
 
 def node_meta(node: Json) -> NodeMeta:
@@ -129,6 +149,40 @@ def power_caps_update(entries: Mapping[str, Any], uuid: str, watts: float | None
     return {k: v for k, v in out.items() if k == uuid or (k in limits and not _done(v, limits[k]))}
 
 
+def power_caps_patch(node: Json, key: str, current: Mapping[str, Any], new: Mapping[str, Any],
+                     until: float) -> Json | None:
+    """`annotation_patch` of the caps annotation `key`, with their expiry: `until` while `new` holds a cap, none once
+    it holds none (what is left is give-backs, which do not expire). None when the caps do not change."""
+    patch = annotation_patch(node, key, current, new)
+    if patch is not None:
+        capped = any(_is_cap(v) for v in new.values())
+        patch["metadata"]["annotations"][caps_until_key(key)] = rfc3339(until) if capped else None
+    return patch
+
+
+def caps_until(node: Json, key: str) -> float | None:
+    """When the caps in annotation `key` of `node` expire (None: no expiry, or unreadable)."""
+    return parse_time(((node.get("metadata") or {}).get("annotations") or {}).get(caps_until_key(key)))
+
+
+def power_caps_renewal(node: Json, key: str, now: float, ttl_s: float) -> Json | None:
+    """The patch that renews the expiry of the caps in annotation `key` to `now + ttl_s` when it is due: less than
+    half of `ttl_s` left, passed, missing or unreadable; or that removes an expiry left without a cap. None: nothing
+    due. A caps annotation that is not JSON is left to the agent, which keeps its limits and says so."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    try:
+        entries = json.loads(annotations[key]) if annotations.get(key) else {}
+    except ValueError:
+        return None
+    if not any(_is_cap(v) for v in (entries.values() if isinstance(entries, dict) else ())):
+        return {"metadata": {"annotations": {caps_until_key(key): None}}} if caps_until_key(key) in annotations \
+            else None
+    until = caps_until(node, key)
+    if until is not None and until - now > ttl_s / 2:
+        return None
+    return {"metadata": {"annotations": {caps_until_key(key): rfc3339(now + ttl_s)}}}
+
+
 def power_caps_note(where: str, uuid: str, watts: float | None, before: Mapping[str, Any],
                     after: Mapping[str, Any]) -> str:
     """What `power_caps_update` did to the annotation at `where`, for the action's result and Event."""
@@ -182,12 +236,15 @@ class KubernetesNodes:
 
 
 class NodeAnnotationCaps:
-    """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts or Restore} from this node's annotation.
+    """The power-cap agent's source on Kubernetes: `read()` -> {uuid: watts or Restore} from this node's annotation,
+    each cap an `Expiring` when the node carries their expiry (`caps_until_key`; without it they do not expire).
 
     Same contract as exporters.power_caps.JsonFileCaps: no annotation is no caps (the agent gives back the limits
     it applied); an API error, or an annotation that is not a JSON object of positive watts (a hand edit gone
     wrong), is logged and reads as None, so the agent keeps every limit as it is and counts a failed sync, which
-    an alert watches. One bad entry spoils the whole annotation: read as "no cap", it would give a hot GPU back."""
+    an alert watches. One bad entry spoils the whole annotation: read as "no cap", it would give a hot GPU back. So
+    does an expiry that is no RFC 3339 time: read as "none", the caps would never expire; the controller writes a
+    good one at its next renewal."""
 
     def __init__(self, api_client: Any, node: str, annotation: str = POWER_CAP_ANNOTATION,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -200,9 +257,13 @@ class NodeAnnotationCaps:
         except ActuationError as err:
             log.error("power caps of node %s unreadable, keeping current limits: %s", self.node, err)
             return None
-        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(self.annotation)
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        raw, raw_until = annotations.get(self.annotation), annotations.get(caps_until_key(self.annotation))
+        until = parse_time(raw_until)
         try:
-            return parse_caps(json.loads(raw)) if raw else {}
+            if raw_until and until is None:
+                raise ValueError(f"{caps_until_key(self.annotation)}: {raw_until!r} is not an RFC 3339 time")
+            return expiring(parse_caps(json.loads(raw)), until) if raw else {}
         except ValueError as err:
             log.error("annotation %s of node %s is malformed, keeping current limits: %s", self.annotation,
                       self.node, err)

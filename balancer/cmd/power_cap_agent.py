@@ -16,9 +16,18 @@ kept in memory, and a restarted agent gives a GPU capped before its restart back
 applied is kept only while it runs: it applies the whole annotation when it starts, and removing it leaves the
 limits it set (NVML keeps them until the driver reloads): delete the annotation first.
 
+The caps expire: the controller writes `gputide.io/power-caps-until` with them and renews it while it still wants
+them (`balancer.actuate.k8s_nodes`); once it has passed by this node's clock (plus `EXPIRY_MARGIN_S`, 60 s, for a
+node clock ahead of the controller's), the agent gives the node's caps back as a give-back would (never over a limit
+set by hand since), logs a WARNING naming the node, the GPU and the expiry, and counts it. So a controller that
+died, was uninstalled without cleaning up, or whose leader is stuck leaves no cap for longer than its TTL (15
+minutes by default). Caps written without an expiry (an older controller) never expire.
+
 `/metrics` on `--port` (0: off): `gputide_power_cap_agent_applied_watts{UUID}` (the last limit applied to each GPU),
 `gputide_power_cap_agent_caps_lost_total{UUID}` (caps found no longer in force, the GPU above them after an
 ``nvidia-smi -pl``, a GPU reset or a driver reload, and applied again),
+`gputide_power_cap_agent_caps_expired_total{UUID}` (caps whose expiry passed without the controller renewing it,
+given back; once per GPU and expiry),
 `gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
 restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
 `gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
@@ -63,6 +72,9 @@ class AgentMetrics:
         self.lost = Counter("gputide_power_cap_agent_caps_lost", "Caps found no longer in force (the GPU above "
                             "them: nvidia-smi -pl, a GPU reset, a driver reload) and applied again.", ["UUID"],
                             registry=registry)
+        self.expired = Counter("gputide_power_cap_agent_caps_expired", "Caps whose expiry passed without the "
+                               "controller renewing it (stopped, uninstalled, no working leader), given back.",
+                               ["UUID"], registry=registry)
         self.before = Gauge("gputide_power_cap_agent_limit_before_watts", "Per GPU under gputide's cap: the limit it "
                             "ran at before, which giving the cap back restores.", ["UUID"], registry=registry)
         for result in ("applied", "unchanged", "failed"):
@@ -94,6 +106,9 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
     except Exception as exc:   # noqa: BLE001 - an NVML or API failure must not stop the agent
         metrics.failed(f"power caps not applied: {exc}")
         return {}
+    finally:   # an expiry is found (and logged) once: counted even if what followed raised
+        for uuid in getattr(agent, "expired", ()):
+            metrics.expired.labels(UUID=uuid).inc()
     for uuid, watts in applied.items():
         metrics.applied.labels(UUID=uuid).set(watts)
     for uuid in getattr(agent, "lost", ()):

@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 from balancer.actuate.base import Actuator, Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.actuate.k8s_nodes import NodeAnnotationCaps
+from balancer.actuate.k8s_nodes import POWER_CAP_TTL_S, NodeAnnotationCaps
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
     HOT_UNTIL_ANNOTATION,
@@ -37,6 +37,7 @@ from balancer.model import (
     Workload,
     WorkloadClass,
 )
+from exporters.power_caps import Expiring
 
 ARRAYS = [f.name for f in fields(ClusterSnapshot) if f.type == "np.ndarray"]   # the per-GPU telemetry
 
@@ -401,11 +402,11 @@ def test_read_power_caps(node_obj, expected) -> None:
     assert read_power_caps(node_obj) == expected
 
 
-def test_the_power_cap_agent_source_reads_what_the_actuator_wrote(cluster: FakeKube, api, actuator) -> None:
+def test_the_power_cap_agent_source_reads_what_the_actuator_wrote(cluster: FakeKube, api, actuator, clock) -> None:
     source = NodeAnnotationCaps(api, "n1", sleep=lambda s: None)
     assert source.read() == {}
     actuator.apply(power("GPU-1", 333.0), SNAP)
-    assert source.read() == {"GPU-1": 333.0}
+    assert source.read() == {"GPU-1": Expiring(333.0, clock() + POWER_CAP_TTL_S)}   # the cap and its expiry
     cluster.inject("GET", r"/nodes/n1$", 500, count=2)
     assert source.read() is None   # unreadable, not "no caps": the agent keeps what it applied
 

@@ -3,6 +3,8 @@ that node's GPUs through NVML (the fake API server and the fake NVML, end to end
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fakeapi import FakeKube, node
 from prometheus_client import CollectorRegistry
@@ -27,11 +29,12 @@ def gpus():
 
 
 @pytest.fixture
-def agent(kube: FakeKube, api, gpus):
+def agent(kube: FakeKube, api, gpus, clock):
     kube.add(node("n1", 2))
     reg = CollectorRegistry()
     source = NodeAnnotationCaps(api, "n1", sleep=lambda s: None)
-    return PowerCapAgent(source, NvmlBackend(nvml=FakeNvml(gpus), hostname="n1")), AgentMetrics(reg), reg
+    # the controller's clock (the actuator's) is the node's: the caps' expiry is judged by it
+    return PowerCapAgent(source, NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"), clock=clock), AgentMetrics(reg), reg
 
 
 def test_a_cap_the_controller_writes_is_applied_to_the_gpu_clamped_and_only_once(kube, api, agent, gpus, clock):
@@ -124,7 +127,7 @@ def test_a_give_back_written_while_the_agent_is_down_is_carried_out_when_it_is_b
     gpus[1].limit_mw = 300_000   # the operator lowers GPU-1 further by hand
     actuator.apply(give_back("GPU-0", 700.0), None)   # meanwhile the agent is down: its memory goes with it
     actuator.apply(give_back("GPU-1", 700.0), None)
-    restarted = PowerCapAgent(NodeAnnotationCaps(api, "n1", sleep=lambda s: None), a.target)
+    restarted = PowerCapAgent(NodeAnnotationCaps(api, "n1", sleep=lambda s: None), a.target, clock=clock)
     assert sync_once(restarted, metrics) == {"GPU-0": 700.0}
     assert (gpus[0].limit_mw, gpus[1].limit_mw) == (700_000, 300_000)   # the hand-set limit is left as it is
 
@@ -134,7 +137,8 @@ def test_the_cli_applies_once_against_a_kubeconfig(kube, api, kubeconfig, gpus, 
     from exporters.backends import nvml as nvml_mod
 
     kube.add(node("n1", 2))
-    KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap("GPU-1", 300.0), None)
+    # the agent's CLI judges the caps' expiry by the real clock: so does this controller write it
+    KubernetesActuator(api, sleep=lambda s: None, clock=time.time).apply(cap("GPU-1", 300.0), None)
     monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda **kw: NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"))
     assert main(["power-cap-agent", "--node", "n1", "--kubeconfig", kubeconfig, "--once"]) == 0
     assert gpus[1].limit_mw == 300_000
@@ -159,7 +163,7 @@ def test_the_cli_keeps_the_limit_before_gputides_cap_in_its_state_file(kube, api
 
     kube.add(node("n1", 2))
     gpus[1].limit_mw = 500_000   # nvidia-smi -pl 500 before gputide caps it
-    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=clock)
+    actuator = KubernetesActuator(api, sleep=lambda s: None, clock=time.time)   # the agent's CLI's clock
     actuator.apply(cap("GPU-1", 300.0), None)
     monkeypatch.setattr(nvml_mod, "NvmlBackend", lambda **kw: NvmlBackend(nvml=FakeNvml(gpus), hostname="n1"))
     parser = argparse.ArgumentParser()

@@ -4,6 +4,8 @@ refused, or an annotation it could not read, read as success. It exits 1 then, 0
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fakeapi import FakeKube, node
 
@@ -17,15 +19,15 @@ from exporters.backends.nvml import NvmlBackend
 
 @pytest.mark.parametrize(("refused", "expected"), [(False, 0), (True, 1)],
                          ids=["the cap applied: 0", "NVML refused it (no CAP_SYS_ADMIN): 1"])
-def test_once_exits_non_zero_when_its_sync_failed(kube: FakeKube, api, kubeconfig, clock, monkeypatch, refused,
-                                                  expected):
+def test_once_exits_non_zero_when_its_sync_failed(kube: FakeKube, api, kubeconfig, monkeypatch, refused, expected):
     kube.add(node("n1", 1))
     gpu = FakeDevice(uuid="GPU-0")
     if refused:
         gpu.fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
     monkeypatch.setattr(balancer.cmd.exporter, "nvml_backend", lambda hostname=None: NvmlBackend(FakeNvml([gpu])))
     cap = SetPowerLimit(reason="hot", gpu=0, uuid="GPU-0", node="n1", watts=450.0, previous_watts=700.0)
-    assert KubernetesActuator(api, sleep=lambda s: None, clock=clock).apply(cap, None).outcome == "applied"
+    # the real clock, the agent's: the cap's expiry (gputide.io/power-caps-until) is not past yet
+    assert KubernetesActuator(api, sleep=lambda s: None, clock=time.time).apply(cap, None).outcome == "applied"
     argv = ["power-cap-agent", "--node", "n1", "--kubeconfig", kubeconfig, "--once", "--port", "0"]
     assert main(argv) == expected
     assert gpu.limit_mw == (700_000 if refused else 450_000)
