@@ -263,7 +263,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         from balancer.actuate.k8s_actuator import KubernetesActuator
 
         actuator = KubernetesActuator(api_client, kueue_queues=queues, action_deadline_s=deadline,
-                                      registry=metrics.registry)   # its Kueue quota corrections, counted
+                                      registry=metrics.registry,   # its Kueue quota corrections, counted
+                                      **power_cap_scope(source, interval))
     elector = NullLeaderElector()
     if args.leader_elect:
         elector = lease_elector(api_client, lease_name, args.lease_namespace, interval)
@@ -287,6 +288,20 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                             **({"planner": planner} if planner else {}),
                             policy_source=reloader.poll if reloader else None)
     return reconciler
+
+
+def power_cap_scope(source: object, interval_s: float) -> dict:
+    """How the Kubernetes actuator renews its power caps' expiry (`gputide.io/power-caps-until`): at least three
+    reconcile intervals ahead (renewed in housekeeping once half of it is gone, so a long --interval does not let caps
+    lapse between cycles), and, for a shard, only on the shard's own nodes (every shard lists every node: renewing them
+    all, a live shard would keep a dead shard's caps from expiring)."""
+    from balancer.actuate.k8s_nodes import POWER_CAP_TTL_S
+    from balancer.telemetry.shard import ShardedSource
+
+    scope: dict = {"power_cap_ttl_s": max(POWER_CAP_TTL_S, 3.0 * interval_s)}
+    if isinstance(source, ShardedSource):
+        scope["power_cap_nodes"] = lambda name: name in source.nodes
+    return scope
 
 
 def floors_given_back(actuator, planner,

@@ -28,3 +28,23 @@ def test_the_loops_actuator_is_bound_to_its_shard(api, monkeypatch, argv, bound)
     assert isinstance(rec.actuator, ShardBound) is bound
     inner = rec.actuator.inner if bound else rec.actuator
     assert isinstance(inner, DryRunActuator)
+
+
+def test_power_caps_are_renewed_ahead_of_the_interval_and_only_on_the_shards_nodes(api, monkeypatch) -> None:
+    """A shard renews the expiry of its own nodes' caps only (a dead shard's caps must lapse), at least three reconcile
+    intervals ahead (a 10-minute --interval would otherwise let a 15-minute expiry pass between two cycles)."""
+    from balancer.actuate.k8s_nodes import POWER_CAP_TTL_S
+
+    monkeypatch.setattr(kube_mod, "build_api_client", lambda kubeconfig=None: api)
+    parser = argparse.ArgumentParser()
+    run_cmd.register(parser.add_subparsers())
+    base = ["run", "--prometheus", "http://127.0.0.1:9"]
+    sharded = run_cmd.build_reconciler(parser.parse_args(
+        [*base, "--interval", "10m", "--shard", "east", "--selector", "pool=H100-SXM"]), ControllerMetrics())
+    actuator = sharded.actuator.inner
+    assert actuator.power_cap_ttl_s == 1800.0
+    assert not actuator.power_cap_nodes("node-a")
+    sharded.source.nodes.add("node-a")   # as a snapshot of the shard would
+    assert actuator.power_cap_nodes("node-a") and not actuator.power_cap_nodes("node-b")
+    plain = run_cmd.build_reconciler(parser.parse_args(base), ControllerMetrics()).actuator
+    assert plain.power_cap_ttl_s == POWER_CAP_TTL_S and plain.power_cap_nodes is None
