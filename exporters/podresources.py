@@ -19,23 +19,45 @@ strategy, `<gpu index>:<mig index>`; those the backend resolves through NVML (`B
 `MIG-GPU-<uuid>/<gi>/<ci>` and GKE's `nvidia<n>/gi<gi>`. The profile is NVML's, else the mixed strategy's resource
 name's, else left out.
 
+GPUs allocated through Dynamic Resource Allocation (ResourceClaims; NVIDIA's DRA driver, `gpu.nvidia.com`) are in
+the same answer, under each container's `dynamic_resources` (`ContainerResources` field 5), where the kubelet lists
+them with its feature gate `KubeletPodResourcesDynamicResources` (alpha since 1.27, off by default; beta and on by
+default since 1.34); without it the field is absent and the answer reads as before. Each `ClaimResource` names its
+device by driver, pool and device name (fields 2-4, kubelets 1.31 and newer) and lists its CDI devices (field 1).
+NVIDIA's driver names a whole GPU `gpu-<minor>` (the N of /dev/nvidia<N>, matched here through the NVML backend's
+`device_files` like GKE's names; releases before kubernetes-sigs/dra-driver-nvidia-gpu#428, mid-2025, used the NVML
+index, which is the same GPU wherever minor and index agree) and a MIG device
+`gpu-<minor>-mig-<GI profile id>-<placement start>-<placement size>`; its CDI devices are
+`k8s.gpu.nvidia.com/device=<that name>` and `k8s.gpu.nvidia.com/claim=<claim UID>-<that name>`. A kubelet that gives
+no device name (before 1.31) is read through the CDI names. NVIDIA's names carry no UUID (the driver's
+ResourceSlices do, as the `uuid` attribute dcgm-exporter reads; the exporter reads no API objects: no RBAC); another
+driver's name that carries one is matched by it. A MIG device's name says its GPU but not its GPU instance ID: the backend's
+`mig_instance` is asked the name (one that reads NVML's GPU instance placements can answer; the NVML backend does
+not yet), and otherwise the pod is attributed to the whole GPU without `GPU_I_ID`, which the controller counts as
+holding a whole GPU's share (never as free). Pods sharing one ResourceClaim all hold its device (DRA claims are
+never superseded, below). DRA devices of other drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored;
+those of `gpu.nvidia.com` no GPU here matches (a `gpu-vfio-<n>` passthrough GPU, which NVML does not see) are counted
+unmatched.
+
 * `PodResourcesClient(socket)`: one `List` call over gRPC (`grpcio`), with the request and answer messages defined
   here (`_messages`): only the fields gputide reads, by their numbers in the kubelet's API (protobuf skips the
-  rest, so newer kubelets with more fields answer the same).
+  rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
   seconds and then dropped, so a lasting outage shows as no attribution rather than as frozen pods; it also
   collects its own health: `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
-  `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource that match no GPU of this
-  exporter: another node's, a MIG device NVML does not know, an ID format not known here).
+  `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource, and DRA devices of a GPU driver,
+  that match no GPU of this exporter: another node's, a MIG device NVML does not know, an ID format or device name
+  not known here; each logged once).
 * Pods that have finished: kubelets list a pod's devices until the pod object is gone, Succeeded and Failed ones
   included (kubernetes#119423; newer kubelets leave terminal pods out), and `List` says nothing
   of a pod's phase, UID or start. So a GPU whose Job pod completed still names that pod, and once the device plugin
   hands the device to a new pod, both claim it. The device manager gives a device to a new pod only once its holder
   is done with it, and the exporter asks the kubelet at every scrape: of the pods claiming one device ID (exactly:
-  a time-sliced replica's ID is its own), the one this exporter saw appear last is the holder, the older claims
-  are dropped (counted in `gputide_pod_resources_superseded_claims`). Pods that appeared in the same answer (all of
-  them, the first time the exporter asks) cannot be told apart: all keep the device, counted in
+  a time-sliced replica's ID is its own; DRA devices are left out: pods sharing a ResourceClaim share its device,
+  and the DRA manager gives a device to one claim at a time), the one this exporter saw appear last is the holder,
+  the older claims are dropped (counted in `gputide_pod_resources_superseded_claims`). Pods that appeared in the
+  same answer (all of them, the first time the exporter asks) cannot be told apart: all keep the device, counted in
   `gputide_pod_resources_contested_devices`. A finished pod whose device nobody has claimed since still holds it
   here; telling that needs the pod's phase from the API server, which the exporter does not read (no RBAC): the
   controller does, and counts no finished pod as holding a GPU (`KubernetesWorkloads.finished_pods`).
@@ -76,14 +98,21 @@ UNKNOWN_CLASS = "unknown"
 _SHARED_REPLICA = re.compile(r"(::|/vgpu)\d+$")   # time-slicing / MPS: GPU-<uuid>::<k>, GKE's /vgpu<k>
 _OLD_MIG = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/\d+$")   # drivers R450/R460: MIG-<GPU UUID>/<GI>/<CI>
 _GKE_MIG = re.compile(r"^(nvidia\d+)/gi(\d+)$")         # GKE's device plugin: nvidia<minor>/gi<GI>
+DRA_GPU_DRIVERS = ("gpu.nvidia.com",)   # NVIDIA's DRA driver for GPUs (its compute-domain driver's are no GPUs)
+_DRA_GPU = re.compile(r"^gpu-(\d+)$")                                    # gpu-<minor>
+_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-\d+-\d+-\d+$")                    # gpu-<minor>-mig-<profile>-<start>-<size>
+_CDI_CLAIM_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
 
 
 @cache
 def _messages() -> dict[str, Any]:
     """The message classes of `List`, built at run time from a descriptor (no generated code to keep in step):
     ListPodResourcesResponse{1: repeated PodResources}, PodResources{1: name, 2: namespace, 3: repeated
-    ContainerResources}, ContainerResources{1: name, 2: repeated ContainerDevices}, ContainerDevices{1:
-    resource_name, 2: repeated device_ids}. Field numbers are the kubelet's (package `v1`)."""
+    ContainerResources}, ContainerResources{1: name, 2: repeated ContainerDevices, 5: repeated DynamicResource},
+    ContainerDevices{1: resource_name, 2: repeated device_ids}, DynamicResource{2: claim_name, 3: claim_namespace,
+    4: repeated ClaimResource}, ClaimResource{1: repeated CDIDevice, 2: driver_name, 3: pool_name, 4: device_name},
+    CDIDevice{1: name}. Field numbers are the kubelet's (package `v1`; DynamicResource's 1, class_name, went in 1.31;
+    ClaimResource's 2-4 came in 1.31)."""
     f = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="gputide/podresources/v1.proto", package="v1", syntax="proto3")
 
@@ -98,7 +127,13 @@ def _messages() -> dict[str, Any]:
     string, msg = f.TYPE_STRING, f.TYPE_MESSAGE
     message("ListPodResourcesRequest")
     message("ContainerDevices", ("resource_name", 1, string, ""), ("device_ids", 2, string, "*"))
-    message("ContainerResources", ("name", 1, string, ""), ("devices", 2, msg, "*ContainerDevices"))
+    message("CDIDevice", ("name", 1, string, ""))
+    message("ClaimResource", ("cdi_devices", 1, msg, "*CDIDevice"), ("driver_name", 2, string, ""),
+            ("pool_name", 3, string, ""), ("device_name", 4, string, ""))
+    message("DynamicResource", ("claim_name", 2, string, ""), ("claim_namespace", 3, string, ""),
+            ("claim_resources", 4, msg, "*ClaimResource"))
+    message("ContainerResources", ("name", 1, string, ""), ("devices", 2, msg, "*ContainerDevices"),
+            ("dynamic_resources", 5, msg, "*DynamicResource"))
     message("PodResources", ("name", 1, string, ""), ("namespace", 2, string, ""),
             ("containers", 3, msg, "*ContainerResources"))
     message("ListPodResourcesResponse", ("pod_resources", 1, msg, "*PodResources"))
@@ -110,13 +145,15 @@ def _messages() -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """One device the kubelet allocated to a container."""
+    """One device the kubelet allocated to a container: a device plugin's (`resource`, `device_id`), or a DRA
+    driver's (`resource` the driver, `device_id` its device name, `claim` "<namespace>/<claim name>")."""
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_id: str
+    claim: str = ""
 
 
 class PodResourcesClient:
@@ -141,11 +178,30 @@ class PodResourcesClient:
             self._channel.close()
             self._connect()
             raise
-        return [Allocation(p.namespace, p.name, c.name, d.resource_name, device)
-                for p in answer.pod_resources for c in p.containers for d in c.devices for device in d.device_ids]
+        return [a for p in answer.pod_resources for c in p.containers
+                for a in [*(Allocation(p.namespace, p.name, c.name, d.resource_name, device)
+                            for d in c.devices for device in d.device_ids),
+                          *(Allocation(p.namespace, p.name, c.name, driver, device,
+                                       f"{r.claim_namespace or p.namespace}/{r.claim_name}")
+                            for r in c.dynamic_resources for cr in r.claim_resources
+                            for driver, device in _dra_devices(cr))]]
 
     def close(self) -> None:
         self._channel.close()
+
+
+def _dra_devices(claim_resource: Any) -> list[tuple[str, str]]:
+    """(driver, device name) of a ClaimResource: its own fields (kubelets 1.31 and newer), else read from its CDI
+    devices, `k8s.<driver>/device=<name>` or `k8s.<driver>/claim=<claim UID>-<name>` (NVIDIA's naming)."""
+    if claim_resource.driver_name:
+        return [(claim_resource.driver_name, claim_resource.device_name)]
+    found: dict[tuple[str, str], None] = {}
+    for cdi in claim_resource.cdi_devices:
+        kind, _, name = cdi.name.partition("=")
+        vendor, _, cdi_class = kind.rpartition("/")
+        if name and vendor.startswith("k8s.") and cdi_class in ("device", "claim"):
+            found.setdefault((vendor.removeprefix("k8s."), _CDI_CLAIM_UID.sub("", name)), None)
+    return list(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +242,20 @@ class DeviceIndex:
             return None   # not a MIG device NVML knows, or one of another node's GPUs
         return Placement(g, str(found.gpu_instance_id), found.profile or profile)
 
+    def place_dra(self, name: str) -> Placement | None:
+        """Where a DRA GPU driver's device lies (module docstring): `gpu-<minor>` by the GPU's device file, a MIG
+        device's GPU by the same and its GPU instance by the backend's `mig` where that knows the name (else the
+        whole GPU), a name that carries a UUID by it."""
+        if m := _DRA_GPU.match(name) or _DRA_MIG.match(name):
+            g = self.by_device.get(f"nvidia{m[1]}")
+            if g is None or m.re is _DRA_GPU:
+                return Placement(g) if g else None
+            found = self.mig(name) if self.mig is not None else None
+            if found is None or found.parent_uuid != g.uuid:
+                return Placement(g)   # the GPU is known, its instance not: held whole, never free
+            return Placement(g, str(found.gpu_instance_id), found.profile)
+        return self.place(name)
+
 
 def is_gpu_resource(resource: str, whole_gpus: Iterable[str] = GPU_RESOURCES) -> bool:
     return resource in whole_gpus or resource.startswith(MIG_RESOURCE_PREFIX)
@@ -195,9 +265,10 @@ class PodAttribution:
     """This node's pods on its GPUs (see the module docstring); also a Prometheus collector of its own health."""
 
     def __init__(self, client: Any, *, grace_s: float = 60.0, resources: Iterable[str] = GPU_RESOURCES,
-                 clock: Callable[[], float] = time.time) -> None:
+                 dra_drivers: Iterable[str] = DRA_GPU_DRIVERS, clock: Callable[[], float] = time.time) -> None:
         self.client, self.grace_s, self.clock = client, grace_s, clock
-        self.resources = frozenset(resources)
+        self.resources, self.dra_drivers = frozenset(resources), frozenset(dra_drivers)
+        self._logged: set[tuple[str, str]] = set()   # unmatched devices already logged
         self._last: list[Allocation] | None = None
         self._last_ok = float("nan")
         self._up = False
@@ -209,7 +280,8 @@ class PodAttribution:
     def _allocations(self) -> list[Allocation]:
         now = self.clock()
         try:
-            self._last = [a for a in self.client.list() if is_gpu_resource(a.resource, self.resources)]
+            self._last = [a for a in self.client.list() if (a.resource in self.dra_drivers if a.claim
+                                                            else is_gpu_resource(a.resource, self.resources))]
             listed = {(a.namespace, a.pod) for a in self._last}
             self._first_seen = {p: self._first_seen.get(p, now) for p in listed}
         except grpc.RpcError as exc:
@@ -232,7 +304,8 @@ class PodAttribution:
         docstring); counts those dropped and the device IDs whose claimants appeared together."""
         claims: defaultdict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
         for a in allocations:
-            claims[a.resource, a.device_id].add((a.namespace, a.pod))   # a pod's containers may share a device
+            if not a.claim:   # DRA: pods sharing a claim share its device (module docstring)
+                claims[a.resource, a.device_id].add((a.namespace, a.pod))   # a pod's containers may share a device
         dropped: set[tuple[str, str, str, str]] = set()
         self._contested = 0
         for (resource, device), pods in claims.items():
@@ -255,22 +328,32 @@ class PodAttribution:
         seen: dict[tuple[str, str, str, str], WorkloadInfo] = {}
         unmatched = 0
         for a in self._settled(self._allocations()):
-            p = index.place(a.device_id, a.resource)
+            p = index.place_dra(a.device_id) if a.claim else index.place(a.device_id, a.resource)
             if p is None:
                 unmatched += 1
+                self._log_unmatched(a)
                 continue
             seen.setdefault((p.gpu.uuid, p.gpu_instance_id, a.namespace, a.pod),
                             WorkloadInfo(p.gpu.uuid, a.namespace, a.pod, UNKNOWN_CLASS, p.gpu_instance_id, p.profile))
         self._unmatched = unmatched
         return tuple(seen.values())
 
+    def _log_unmatched(self, a: Allocation) -> None:
+        if (a.resource, a.device_id) in self._logged or len(self._logged) >= 1000:
+            return
+        self._logged.add((a.resource, a.device_id))
+        what = f"DRA device {a.device_id!r} of {a.resource} (claim {a.claim})" if a.claim else \
+            f"device ID {a.device_id!r} of {a.resource}"
+        log.warning("%s, allocated to pod %s/%s, matches no GPU of this exporter: not attributed "
+                    "(gputide_pod_resources_unmatched_devices)", what, a.namespace, a.pod)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily("gputide_pod_resources_up", "1 if the kubelet's PodResources API answered the last "
                                 "scrape (pods are attributed to GPUs from it).", value=1.0 if self._up else 0.0)
         yield GaugeMetricFamily("gputide_pod_resources_last_success_timestamp_seconds",
                                 "When the kubelet's PodResources API last answered.", value=self._last_ok)
-        yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs allocated to pods "
-                                "that match no GPU of this exporter.", value=float(self._unmatched))
+        yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs, and DRA GPU "
+                                "devices, allocated to pods that match no GPU of this exporter.", value=float(self._unmatched))
         yield GaugeMetricFamily("gputide_pod_resources_superseded_claims", "Claims on a GPU or MIG device ID left "
                                 "out because a pod that appeared later claims it too (the older pod has finished).",
                                 value=float(self._superseded))
