@@ -4,7 +4,9 @@ reservation it used up there is released.
 
 A 409 on a binding is a pod bound by someone else, unless the pod is bound to the very node asked for: then it is
 this scheduler's own binding, made though its answer was lost (a 504 or a timeout, and the retry found it made),
-and it is counted as made. Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on
+and it is counted as made. The Binding names the pod's uid, the API server's precondition (kube-scheduler's
+too): a pod deleted and created again under the same name since the pass read it (a StatefulSet's replica) gets
+409, not the node chosen for its predecessor, and is placed by its own requests and rules at the next pass. Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on
 top of it. Bound to another node (by a replica that lost the Lease with its binding in flight, say), the pod is no
 longer this pass's to place, but it is assumed where it runs all the same, for the same reason.
 """
@@ -41,7 +43,11 @@ class Binder:
     def _bind(self, req: Json, node: Json) -> str | None:
         """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays
         pending), None when the pod was bound by someone else or deleted (left out of the pass)."""
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": req["pod"], "namespace": req["namespace"]},
+        # the pod's uid is the API server's precondition (as kube-scheduler sends it): a pod deleted and created
+        # again under the same name (a StatefulSet's replica, a new revision) is not bound to the node chosen for
+        # the one this pass read, whose requests and rules it may not share; that binding answers 409
+        meta = {"name": req["pod"], "namespace": req["namespace"], **({"uid": req["uid"]} if req.get("uid") else {})}
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node["name"]}}
         try:
             # not retried once the Lease is lost (`halted`): the next leader may be placing on the same nodes

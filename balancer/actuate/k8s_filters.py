@@ -4,7 +4,8 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
 
 * **placement rules** (`rule_refusal`): pod (anti-)affinity gputide cannot evaluate (a namespaceSelector while
   the namespaces' labels are not known) refuses the pod everywhere (with that reason, never placed against its
-  rule); a cordoned node; then the pod's own rules
+  rule); a cordoned node, unless the pod tolerates `node.kubernetes.io/unschedulable:NoSchedule` (as
+  kube-scheduler's NodeUnschedulable filter: DaemonSet pods and drain-tolerant ones); then the pod's own rules
   (`balancer.noderules`: `NoSchedule`/`NoExecute` taints it does not tolerate, its node selector, its required
   node affinity), the same reading of Kubernetes the controller's migrations use; then where its volumes can be
   attached or provisioned (`k8s_volumes`: a bound volume's node affinity, a class's allowed topologies, the node
@@ -38,11 +39,15 @@ import numpy as np
 
 from balancer.actuate.k8s_podaffinity import REASONS, PodPlacement
 from balancer.actuate.kubernetes import GPU_RESOURCE
+from balancer.noderules import Taint
 
 Json = dict[str, Any]
 
 
 GPUS, CPU, MEMORY = "count", "cpu_milli", "memory_mib"   # what a reservation holds, by its keys
+# a cordoned node admits the pods that tolerate this taint (kube-scheduler's NodeUnschedulable filter), whether or
+# not the node lifecycle controller has put it on the node yet
+CORDON = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 
 
 def _held(entry: Json, what: str) -> int:
@@ -99,9 +104,9 @@ def rule_refusal(node: Json, req: Json) -> str | None:
     affinity, volumes."""
     if unsupported(req):   # never ignored silently: placed against it, the pod would break its rule
         return f"node(s) not considered: gputide cannot evaluate {unsupported(req)}"
-    if node["unschedulable"]:
-        return "node(s) were unschedulable"
     rules = req["rules"]
+    if node["unschedulable"] and not rules.tolerates(CORDON):   # kube-scheduler's NodeUnschedulable filter
+        return "node(s) were unschedulable"
     taint = rules.untolerated(node["taints"])
     if taint is not None:
         return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"

@@ -171,6 +171,8 @@ class SchedulerReads:
             pod = self.api(f"pod {req['name']}", self.api.core.read_namespaced_pod, req["pod"], req["namespace"])
         except ActuationError:
             return None
+        if req.get("uid") and (pod.get("metadata") or {}).get("uid") not in (None, req["uid"]):
+            return None   # another pod of the same name (deleted and created again): neither ours nor this pod
         return (pod.get("spec") or {}).get("nodeName") or None
 
     def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:

@@ -26,6 +26,10 @@ whose claim `<pod>-<volume>` the ephemeral volume controller creates):
 * a WaitForFirstConsumer class without a provisioner (`kubernetes.io/no-provisioner`, local volumes) needs a
   pre-provisioned volume matched to the claim, which gputide does not do: the pod waits and is told so.
 
+A pod with DRA resource claims (`spec.resourceClaims`: a GPU, NIC or other device of a DRA driver) waits too, told
+why (`dra_waiting`): only kube-scheduler's DynamicResources plugin allocates its claims and reserves them for it;
+bound without that, the kubelet cannot prepare its devices and the pod never starts.
+
 Unlike kube-scheduler, the pod is bound right after its claims name the node, without waiting for them to be
 bound: the kubelet waits for the volume, and a pass does not block for minutes.
 
@@ -46,14 +50,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from balancer.actuate.k8s_claims import (  # noqa: F401  (Claim, pod_claims, SELECTED_NODE: re-exported)
+from balancer.actuate.k8s_claims import (  # noqa: F401  (Claim, SELECTED_NODE: re-exported)
     SELECTED_NODE,
     Claim,
     claim_entry,
-    pod_claims,
     unusable,
     volume_entry,
 )
+from balancer.actuate.k8s_claims import pod_claims as mounted_claims
 from balancer.actuate.k8s_nodes import by_name
 from balancer.actuate.k8s_watch import ListCache
 from balancer.actuate.kubernetes import MERGE_PATCH, _Api
@@ -68,6 +72,33 @@ UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 AFFINITY_CONFLICT = "node(s) had volume node affinity conflict"
 NO_VOLUME = "node(s) didn't find available persistent volumes to bind"
 LOST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+
+
+RESOURCE_CLAIM = "resourceclaim"   # a pending pod's claim entry that is a DRA ResourceClaim, not a volume's claim
+
+
+def pod_claims(pod: Json) -> tuple[tuple[str, bool | str], ...]:
+    """What a pending pod's claims are (`scheduling_request`'s `claims`): (name, whether a generic ephemeral
+    volume's) of each PersistentVolumeClaim it mounts (`k8s_claims.pod_claims`), then (name, `RESOURCE_CLAIM`) of
+    each of its DRA resource claims (`spec.resourceClaims`), which keep it waiting (`dra_waiting`)."""
+    dra = tuple((str(c.get("name") or ""), RESOURCE_CLAIM) for c in (pod.get("spec") or {}).get("resourceClaims") or ())
+    return mounted_claims(pod) + dra
+
+
+def _volume_claims(req: Json) -> list[tuple[str, bool]]:
+    """The PersistentVolumeClaims of `req`'s `claims` (its DRA resource claims left out)."""
+    return [(name, kind) for name, kind in req.get("claims") or () if kind != RESOURCE_CLAIM]
+
+
+def dra_waiting(req: Json) -> str:
+    """Why a pod with DRA resource claims is not bound ("": it has none). Its claims are allocated, and it is put in
+    their `reservedFor`, only by kube-scheduler's DynamicResources plugin; bound without that, the kubelet cannot
+    prepare its devices and the pod never starts. It waits, told so, preempts no one and holds no node."""
+    names = [name for name, kind in req.get("claims") or () if kind == RESOURCE_CLAIM]
+    if not names:
+        return ""
+    return (f"pod uses dynamic resource allocation (spec.resourceClaims: {', '.join(names)}), whose claims only "
+            "kube-scheduler allocates: gputide does not bind it")
 
 
 class StorageClass(NamedTuple):
@@ -124,7 +155,7 @@ def resolve(req: Json, claims: Mapping[str, Claim], volumes: Mapping[str, tuple[
             classes: Mapping[str, StorageClass]) -> Volumes:
     """What the claims of `req` (`scheduling_request`) allow, by the claims, volumes and classes as read."""
     attach, provision, select, lost = [], [], [], False
-    for name, ephemeral in req.get("claims") or ():
+    for name, ephemeral in _volume_claims(req):
         key = f"{req['namespace']}/{name}"
         claim = claims.get(key)
         why = unusable(claim, key, ephemeral, req["name"], req.get("uid", ""))
@@ -204,7 +235,7 @@ class VolumeBinding:
         """Read the claims, volumes and classes for this pass, only when a pending pod has claims; none more once
         `halted()` (the pass stopped, or the Lease is lost: the read in flight ends, the pass reads nothing else)."""
         self._read = None
-        if not any(r.get("claims") for r in pending):
+        if not any(_volume_claims(r) for r in pending):
             return
         read = []
         for name in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
@@ -222,6 +253,8 @@ class VolumeBinding:
         """`req` with `volumes` (`Volumes`) when it has claims; `req` itself when it has none."""
         if not req.get("claims"):
             return req
+        if why := dra_waiting(req):
+            return dict(req, volumes=Volumes(waiting=why))
         if self._read is None:
             return dict(req, volumes=Volumes(waiting="PersistentVolumeClaims not known yet (their list failed)"))
         return dict(req, volumes=resolve(req, *self._read))
