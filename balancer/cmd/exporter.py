@@ -3,6 +3,7 @@
     gputide exporter --backend sim --port 9400 [--fleet SPEC.yaml] [--node NAME] [--speed 60] [--seed 0]
     gputide exporter --backend nvml --port 9400 [--listen-address ::] [--power-caps-file /run/gputide/caps.json]
                      [--pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock] [--stuck-after 5m]
+                     [--collect-timeout 8s] [--serve-stale-for 30s]
 
 The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
 with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap agent: the JSON file
@@ -16,8 +17,9 @@ real node's GPUs carry no pods and the controller can throttle them but not move
 
 The port also answers the kubelet's probes without reading NVML (exporters/health.py): ``/healthz`` fails once a
 collection (a scrape's NVML read) has been running for longer than ``--stuck-after`` (default 5m), ``/readyz``
-answers 200 once a collection has succeeded; the exporter collects once as it starts, so it becomes ready without
-waiting for a scrape.
+answers 200 once a collection has succeeded and fails while one outruns ``--collect-timeout``; the exporter collects
+once as it starts, so it becomes ready without waiting for a scrape. A scrape waits for a collection at most
+``--collect-timeout`` (8s), then gets the last complete one if it began within ``--serve-stale-for`` (30s), else 503.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stuck-after", default="5m", metavar="DURATION",
                    help="/healthz fails once a collection has been running this long (NVML calls have no timeout; "
                         "a healthy read takes well under a second): 30s, 5m, ... (default: 5m)")
+    p.add_argument("--collect-timeout", default="8s", metavar="DURATION",
+                   help="how long a scrape waits for a collection before it is served the last complete one (or a "
+                        "503); keep it under Prometheus's scrape_timeout and under --stuck-after (default: 8s)")
+    p.add_argument("--serve-stale-for", default="30s", metavar="DURATION",
+                   help="past --collect-timeout, serve the last complete collection while it began at most this long "
+                        "ago, else answer 503: 0s to always answer 503 (default: 30s)")
     p.set_defaults(func=run)
 
 
@@ -81,7 +89,7 @@ def _check(args: argparse.Namespace) -> None:
     number(args.speed, "--speed", 0)
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
     number(args.caps_interval, "--caps-interval", 0, above=True, unit=" (seconds)")
-    stuck_after_s(args)
+    collect_timeouts(args)
     if args.backend == "nvml":
         for flag, value in (("--fleet", args.fleet), ("--node", args.node)):
             if value:
@@ -91,6 +99,22 @@ def _check(args: argparse.Namespace) -> None:
 def stuck_after_s(args: argparse.Namespace) -> float:
     """``--stuck-after`` in seconds: from 10 s (a slow read is not stuck) to a day."""
     return duration_between(args.stuck_after, "--stuck-after", 10.0, 86400.0, "a duration from 10s to 24h, e.g. 5m")
+
+
+def collect_timeouts(args: argparse.Namespace) -> dict[str, float]:
+    """``--stuck-after``, ``--collect-timeout`` and ``--serve-stale-for`` in seconds, as `CollectHealth` takes them:
+    a collection timeout of at least 1 s and under --stuck-after (a scrape must not wait for a collection the probe
+    already calls stuck), stale samples served for at most a day."""
+    stuck = stuck_after_s(args)
+    timeout = duration_between(args.collect_timeout, "--collect-timeout", 1.0, stuck,
+                               f"a duration from 1s up to --stuck-after ({stuck:g}s), under Prometheus's "
+                               "scrape_timeout, e.g. 8s")
+    if timeout >= stuck:
+        raise InputError(None, "--collect-timeout", args.collect_timeout,
+                         f"a duration under --stuck-after ({stuck:g}s), e.g. 8s")
+    stale = 0.0 if args.serve_stale_for.strip() in ("0", "0s") else duration_between(
+        args.serve_stale_for, "--serve-stale-for", 0.0, 86400.0, "0s (never), or a duration up to 24h, e.g. 30s")
+    return {"stuck_after_s": stuck, "collect_timeout_s": timeout, "serve_stale_s": stale}
 
 
 def build_backend(args: argparse.Namespace):
@@ -157,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     backend, registry = exporter_registry(build_backend(args), args)
-    health = CollectHealth(stuck_after_s(args))
+    health = CollectHealth(**collect_timeouts(args))
     server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
