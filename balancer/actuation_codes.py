@@ -9,7 +9,9 @@ status stays in the action's detail (the log line and the audit record: "HTTP 50
 The HTTP statuses are those the Kubernetes API answers the actuator's calls with (reads, merge patches, evictions,
 Events, Kueue objects): 404 also comes back as `retry` when a Kueue Workload was replaced mid-change. Any other
 code (408, 401, 502 ...) counts as `other`, with the outcome it came with; no code at all (an actuator that gives
-none, such as the simulator's) as `unknown`. 5 action kinds x 18 (outcome, code) pairs: 90 series.
+none, such as the simulator's) as `unknown`. The actuator's own refusals (`ActionResult.refused`) come as `refused`
+with either outcome: a migration's target held for others is refused for now (retry), not a transport error. 5 action
+kinds x 19 (outcome, code) pairs: 95 series.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ CODES: dict[str, tuple[str, ...]] = {
     "504": (RETRY,),
     "transport": (RETRY,),   # no answer: connection refused, reset or timed out
     "deadline": (RETRY,),    # the action ran out of --action-deadline
-    "refused": (FAILED,),    # the actuator's own refusal: a stale plan, Kueue queues it cannot shift between
+    # the actuator's own refusal: a stale plan, Kueue queues it cannot shift between, a migration's target (failed),
+    # a target held for others (retry: `balancer.actuate.base.refused_result`)
+    "refused": BOTH,
     "unknown": BOTH,         # the actuator gave no code
     "other": BOTH,           # any code not above; the raw one is in the action's detail
 }

@@ -51,21 +51,20 @@ from types import MappingProxyType
 from typing import Any
 
 from balancer.actions import Action, Plan
-from balancer.actuate.base import ActionResult, Actuator, Outcome
+from balancer.actuate.base import ActionResult, Actuator, Outcome, Refused
 from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, imported from here by soak and tests)
     InMemoryLeaderElector,
     InMemoryLease,
     LeaderElector,
     NullLeaderElector,
 )
-from balancer.actuation_refusals import refused_target
 from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import SafetyViolation, TelemetryError
 from balancer.fleet_record import FleetRecorder
 from balancer.ledger_handover import LedgerHandover
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
-from balancer.model import ClusterSnapshot, Forecast
+from balancer.model import ClusterSnapshot, Forecast, ScaleInference
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection
 from balancer.safety import EmergencyStop, Review, SafetyGuard, SafetyLedger, check_telemetry
@@ -89,6 +88,15 @@ class CycleReport:
     results: list[ActionResult] = field(default_factory=list)
     rejected: list[tuple[Action, str]] = field(default_factory=list)
     duration_s: float = 0.0
+
+
+def _refused_scale(result: ActionResult) -> bool:
+    """Whether `result` is a service's scaling that the actuator failed for good, having changed nothing (FAILED: a
+    Deployment another controller keeps, an HPA KEDA generates, RBAC; or refused, `ActionResult.refused`): the
+    capacity planner leaves the service alone for a while (`planner.refuse`, "Refused scales"). A RETRY (409, 5xx,
+    no answer) is tried again next cycle."""
+    return isinstance(result.action, ScaleInference) and not result.maybe_applied and (
+        result.outcome == Outcome.FAILED or result.refused is not None)
 
 
 class Reconciler:
@@ -240,7 +248,8 @@ class Reconciler:
         """The actions carried out into the safety ledger (budgets: an unknown outcome is spent), each at the time it
         was done (a slow cycle's last migrations dated at its start left their windows minutes early), handed on to
         a successor, and acknowledged to the planner (applied) or refused for a while (failed: a migration whose
-        target alone the actuator refused, `actuation_refusals`, is kept off that node only)."""
+        target alone the actuator refused, `ActionResult.refused`, is kept off that node only; a service whose scale
+        failed for good is not scaled for a while, `_refused_scale`)."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -250,9 +259,9 @@ class Reconciler:
             self.handover.changed(self.ledger)
         self.state = planner_mod.acknowledge(self.state, applied, fresh)
         failed = [r for r, _ in done if r.outcome in (Outcome.FAILED, Outcome.RETRY)]
-        at_target = [refused_target(r) for r in failed]
-        self.state = planner_mod.refuse(self.state, [r.action for r, t in zip(failed, at_target) if not t], now,
-                                        targets=[r.action for r, t in zip(failed, at_target) if t])
+        self.state = planner_mod.refuse(self.state, [r.action for r in failed if r.refused is not Refused.TARGET], now,
+                                        targets=[r.action for r in failed if r.refused is Refused.TARGET],
+                                        scales=[r.action for r in failed if _refused_scale(r)])
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

@@ -23,6 +23,13 @@ The reservation and the taint expire on their own (`KubernetesActuator.release_e
 listed as a write whose outcome counts (`_Api.writes`). An eviction that got no answer is confirmed by one read of
 the pod on the reserve (`Migrations.eviction_landed`): gone, being deleted or replaced, it landed (APPLIED, the
 reservation kept); still running, it did not.
+
+Refusals, all before anything changes, say what they refuse (`balancer.actuate.base.Refused`, the result's
+`refused`): the target (`TargetRefused`: the pod's rules, its volumes' or its topology spread there; `TargetHeld`:
+the target's GPUs held for others, tried again later), so the planner takes another node next; or the pod itself
+(`WorkloadRefused`: being deleted, nothing recreates it, pinned, its Job would fail). A pod that runs elsewhere
+than planned makes the plan stale: no refusal of either, the workload is not moved for a while as after any
+failure.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from balancer.actuate.base import Refused
 from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.k8s_pods import may_move, recreated
@@ -53,6 +61,24 @@ from balancer.model import ClusterSnapshot, Migrate
 from balancer.noderules import NodeRules, Taint
 
 log = logging.getLogger(__name__)
+
+
+class TargetRefused(PermanentActuationError):
+    """The pod's replacement could not run on the target (its rules, its volumes', its topology spread there)."""
+
+    refused = Refused.TARGET
+
+
+class TargetHeld(KubeTemporaryError):
+    """The target's GPUs are held for others (a sibling's move, a preemptor, a starving pod): RETRY."""
+
+    refused = Refused.TARGET
+
+
+class WorkloadRefused(PermanentActuationError):
+    """The pod may not be moved, wherever to (being deleted, nothing recreates it, pinned, its Job)."""
+
+    refused = Refused.WORKLOAD
 
 
 def placement_refusal(pod: Json, node: Json, planned: NodeRules | None = None) -> str | None:
@@ -121,7 +147,7 @@ def _gpus_held(entry: Json) -> int:
 
 def reserve_change(node: Json, annotation: str, key: str, entry: Json, now: float, room: int) -> Json | None:
     """The patch that holds `node` for `key` (the owner the replacement pod matches by) with `entry`, or
-    KubeTemporaryError before anything changes (the move is tried again later) when the replacement would find no
+    `TargetHeld` before anything changes (the move is tried again later) when the replacement would find no
     place there:
 
     * a sibling's entry still running (another replica of the owner on its way there): the map holds one entry per
@@ -135,13 +161,13 @@ def reserve_change(node: Json, annotation: str, key: str, entry: Json, now: floa
             if isinstance(v, dict) and (parse_time(v.get("expires")) or 0) > now}
     held = live.get(key)
     if held is not None and held.get("pod") != entry["pod"]:
-        raise KubeTemporaryError(f"migrate {entry['pod']}: {name} is held for {key} already, for the replacement "
-                                 f"of {held.get('pod')}: one at a time")
+        raise TargetHeld(f"migrate {entry['pod']}: {name} is held for {key} already, for the replacement "
+                         f"of {held.get('pod')}: one at a time")
     others = {k: _gpus_held(v) for k, v in live.items() if k != key}
     if sum(others.values()) > room:
-        raise KubeTemporaryError(f"migrate {entry['pod']}: {sum(others.values())} GPU(s) of {name} are held for "
-                                 f"{', '.join(sorted(k for k, n in others.items() if n))} and it has {room} other "
-                                 "free: its GPUs are promised to others")
+        raise TargetHeld(f"migrate {entry['pod']}: {sum(others.values())} GPU(s) of {name} are held for "
+                         f"{', '.join(sorted(k for k, n in others.items() if n))} and it has {room} other "
+                         "free: its GPUs are promised to others")
     return annotation_map_change(node, annotation, {key: entry})
 
 
@@ -175,7 +201,7 @@ class Migrations:
         refusal = (placement_refusal(current, target, workload.node_rules if workload is not None else None)
                    or spread_refusal(current, snapshot, action.workload, action.target_node))
         if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
-            raise PermanentActuationError(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
+            raise TargetRefused(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
         now, room = self.clock(), free_besides(snapshot, action.target_node, action.target_gpus)
@@ -213,20 +239,20 @@ class Migrations:
     def _movable_pod(self, ns: str, pod: str, source: str) -> Json:
         """The pod, read, once it may be moved: not being deleted already (evicted: its controller replaces it, and
         evicting it again succeeds, a terminating pod skipping its budgets, and would hold a second target), a
-        controller recreates it, its Job can lose it, and it still runs on `source`; PermanentActuationError
-        before anything changes otherwise."""
+        controller recreates it, its Job can lose it (else `WorkloadRefused`), and it still runs on `source` (else
+        the plan is stale: PermanentActuationError); before anything changes."""
         current = self.api(f"pod {ns}/{pod}", self.api.core.read_namespaced_pod, pod, ns)
         meta = current.get("metadata") or {}
         if meta.get("deletionTimestamp"):
-            raise PermanentActuationError(f"migrate {ns}/{pod}: it is being deleted already (terminating): not "
-                                          "evicted again")
+            raise WorkloadRefused(f"migrate {ns}/{pod}: it is being deleted already (terminating): not "
+                                  "evicted again")
         if not recreated(meta):   # evicted, nothing would run it again anywhere
-            raise PermanentActuationError(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
-                                          "pod of its node): it is not moved")
+            raise WorkloadRefused(f"migrate {ns}/{pod}: no controller recreates it (a bare pod, or a static "
+                                  "pod of its node): it is not moved")
         if not may_move(meta, current.get("spec") or {}):   # pinned, or hostPath / DRA claims, since the snapshot
-            raise PermanentActuationError(f"migrate {ns}/{pod}: its own object keeps it in place now "
-                                          "(gputide.io/movable: \"false\", or a hostPath volume or DRA claims that "
-                                          "gputide.io/movable: \"true\" does not vouch for): it is not moved")
+            raise WorkloadRefused(f"migrate {ns}/{pod}: its own object keeps it in place now "
+                                  "(gputide.io/movable: \"false\", or a hostPath volume or DRA claims that "
+                                  "gputide.io/movable: \"true\" does not vouch for): it is not moved")
         self._job_can_lose_a_pod(current, ns, pod)
         running_on = (current.get("spec") or {}).get("nodeName")
         if source and running_on and running_on != source:
@@ -247,15 +273,15 @@ class Migrations:
 
     def _job_can_lose_a_pod(self, current: Json, ns: str, pod: str) -> None:
         """A Job's pod is moved only when its eviction cannot fail the Job (`k8s_jobs.eviction_refusal`, by its
-        podFailurePolicy, its backoffLimit and the pod's restarts): read the Job; PermanentActuationError before
-        anything changes otherwise."""
+        podFailurePolicy, its backoffLimit and the pod's restarts): read the Job; `WorkloadRefused` before anything
+        changes otherwise."""
         ref = controller_ref(current.get("metadata") or {})
         if ref is None or ref.get("kind") != "Job":
             return
         job = ref.get("name", "")
         refusal = eviction_refusal(self.api(f"job {ns}/{job}", self.api.batch.read_namespaced_job, job, ns), current)
         if refusal is not None:
-            raise PermanentActuationError(f"migrate {ns}/{pod}: job {ns}/{job}: {refusal}")
+            raise WorkloadRefused(f"migrate {ns}/{pod}: job {ns}/{job}: {refusal}")
 
     def eviction_landed(self, evict: str, ns: str, pod: str, uid: str | None) -> str | None:
         """Whether the eviction `evict` of pod `uid`, unanswered, went through, by one read of the pod on the

@@ -23,6 +23,14 @@ free). Nothing new comes in: jobs the first plan left alone stay alone. The rest
 note; before, one clash held back every capacity action, every cycle the hotspot plan proposed it again (even when
 the guard refused it each time).
 
+A service whose scaling the actuator failed for good (FAILED: a Deployment another controller keeps, such as
+KServe's or an operator's, or an HPA KEDA generates, both code `refused`; RBAC, a Deployment that is not there) is
+left out of the capacity plan for `safety.cooldownS` after (`planner.refuse(..., scales=...)`,
+`PlannerState.refused_scales`), with a note naming it, the same text while it lasts (the loop logs it once): before,
+the same refused ScaleInference was proposed every cycle, and training could be shrunk first to make room for a
+growth that could not happen. Its GPUs stay its own; training shrunk for the refused growth is grown back into what
+stays idle, as any idle GPUs.
+
 Capacity holds (no capacity action, a note) while inference pods on GPUs have no owner and a profiled service
 that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
 empty would be "reclaimed" for from every training job at once (a controller started before the Kubernetes API
@@ -130,6 +138,15 @@ def _without(view: CapacityView, clash: list[str], first: tuple[Action, ...]) ->
                    jobs=tuple(j if j.name in resized else replace(j, protected=True) for j in view.jobs))
 
 
+def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[CapacityView, list[str]]:
+    """`view` without the services whose scaling the actuator refused lately (`refused`: {service: when}), and their
+    names: they are neither grown (no training shrunk for them) nor shrunk meanwhile (module docstring)."""
+    held = sorted(s.profile.name for s in view.services if s.profile.name in refused)
+    if not held:
+        return view, held
+    return replace(view, services=tuple(s for s in view.services if s.profile.name not in refused)), held
+
+
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                        state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
                        capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
@@ -150,6 +167,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
+    view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
         # a Job at parallelism 0 has no pods: a source that cannot list suspended jobs would lose it for good
@@ -158,7 +176,9 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     state = replace(state, loaned_gpus=decision.split.loaned, capacity_targets=dict(decision.targets),
                     capacity_split=decision.split.as_dict())
     clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
-    notes = plan.notes
+    notes = plan.notes + tuple(f"capacity leaves {name} alone: the actuator failed scaling it for good (its failed "
+                               "scale_inference's detail says why): not scaled, nor room made for it, for "
+                               "safety.cooldownS after" for name in held)
     if clash:
         decision = plan_capacity(_without(view, clash, decision.actions), forecasts or {}, capacity_policy, cap_state)
         notes += (f"capacity leaves {', '.join(clash)} to the hotspot plan this cycle, with what needed them",)

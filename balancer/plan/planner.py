@@ -35,10 +35,16 @@ Refused targets. The actuator refuses some migrations for their target alone, by
 the pod's hard topology spread constraints there, the target's GPUs held for others (the secondary scheduler's
 preemption and anti-starvation holds, another owner's move), the pod's own rules as the node reads now. Proposed
 again, the same move was refused every cycle. The loop folds such refusals in with `refuse(..., targets=...)`
-(which ones: `balancer.actuation_refusals`), and for `hotspots.refusedTargetRetryS` the workload's moves skip that
-node: the hotspot planner's target filter and the consolidation engine's (`PodRequest.excluded_nodes`) leave it out,
-so the next-best target is chosen, or, where there is none, the hot GPU is throttled. Other failures, and the guard's
-refusals, keep the workload from moving at all for `hotspots.refusedRetryS` (`refused_moves`).
+(which ones: the actuator's result says so, `ActionResult.refused`), and for `hotspots.refusedTargetRetryS` the
+workload's moves skip that node: the hotspot planner's target filter and the consolidation engine's
+(`PodRequest.excluded_nodes`) leave it out, so the next-best target is chosen, or, where there is none, the hot GPU is
+throttled. Other failures, and the guard's refusals, keep the workload from moving at all for
+`hotspots.refusedRetryS` (`refused_moves`).
+
+Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
+HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
+capacity planner leaves that service alone meanwhile (`balancer.plan.capacity_loop`), rather than proposing the same
+refused scale every cycle and shrinking training to make room for a growth that cannot happen.
 
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
 publishes.
@@ -61,6 +67,7 @@ from balancer.model import (
     Migrate,
     Node,
     Plan,
+    ScaleInference,
     ScaleTraining,
     SetPowerLimit,
     TaintNode,
@@ -102,6 +109,8 @@ class PlannerState:
     # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target
     # the planner does not model (see "Refused targets" in the docstring): its moves go elsewhere for a while
     refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
+    # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
+    refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -140,7 +149,8 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
                         shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused),
-                        refused_targets=MappingProxyType(refused_targets))
+                        refused_targets=MappingProxyType(refused_targets),
+                        refused_scales=MappingProxyType(scales_held(state, policy, snapshot.time)))
 
 
 def _renewals(snapshot: ClusterSnapshot, nodes: Mapping[str, Node], hot: frozenset[str],
@@ -160,19 +170,28 @@ def _first_nodes(snapshot: ClusterSnapshot) -> dict[str, Node]:
     return {n.name: n for n in reversed(snapshot.nodes)}
 
 
-def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: Iterable[Action] = ()
-           ) -> PlannerState:
+def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: Iterable[Action] = (),
+           scales: Iterable[Action] = ()) -> PlannerState:
     """Fold migrations the guard refused or the actuator could not carry out into the state: the planner does not
     propose moving those workloads again for `hotspots.refusedRetryS`, so a hot GPU whose pod cannot move is throttled
     instead of being offered the same refused move every cycle. `targets`: migrations the actuator refused for their
-    target alone (`balancer.actuation_refusals`): for `hotspots.refusedTargetRetryS` their workloads are not moved to
-    those nodes, and may be moved elsewhere at once."""
+    target alone (`ActionResult.refused`): for `hotspots.refusedTargetRetryS` their workloads are not moved to
+    those nodes, and may be moved elsewhere at once. `scales`: `ScaleInference`s the actuator failed for good: their
+    services are not scaled for `safety.cooldownS` ("Refused scales")."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
     at = {(a.workload, a.target_node): now for a in targets if isinstance(a, Migrate)}
-    if not refused and not at:
+    services = {a.service: now for a in scales if isinstance(a, ScaleInference)}
+    if not refused and not at and not services:
         return state
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}),
-                   refused_targets=MappingProxyType({**state.refused_targets, **at}))
+                   refused_targets=MappingProxyType({**state.refused_targets, **at}),
+                   refused_scales=MappingProxyType({**state.refused_scales, **services}))
+
+
+def scales_held(state: PlannerState, policy: BalancerPolicy, now: float) -> dict[str, float]:
+    """The services whose scaling the actuator failed for good within `safety.cooldownS` of `now` ({service: when}):
+    not scaled meanwhile ("Refused scales")."""
+    return _live(state.refused_scales, now, policy.safety.cooldown_s)
 
 
 def _live(memory: Mapping, now: float, keep_s: float) -> dict:

@@ -1,7 +1,9 @@
-"""The Kubernetes actuator's own refusals of a migration's target are told from every other failure
-(`balancer.actuation_refusals.refused_target`), by the real actuator's results: the planner then moves the workload
-to another node next cycle instead of offering the refused target again, or not moving it at all. A rewording of the
-actuator's refusals fails here rather than silently turning the memory off."""
+"""The Kubernetes actuator's own refusals of a migration say what they refuse by the error they raise
+(`balancer.actuate.base.refusal`: `Refused.TARGET` for the target alone, `Refused.WORKLOAD` for the pod itself), never
+by their words: the planner then moves the workload to another node next cycle instead of offering the refused target
+again, or does not move it at all. Into the result (`refused`, code `refused` whatever the outcome: a target held
+for others was counted as a transport error) by `refused_result`, as `KubernetesActuator.apply` makes it of
+`_failed`'s. Every other failure (a budget, the API's answers) is no refusal."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import pytest
 from fakeapi import FakeKube
 from test_k8s_actuator import SNAP, actuator, cluster, migrate  # noqa: F401  (fixtures)
 
-from balancer.actuate.base import Outcome
+from balancer.actuate.base import Outcome, Refused, refusal, refused_result
+from balancer.actuate.k8s_actuator import _failed
 from balancer.actuate.kubernetes import RESERVATION_ANNOTATION
-from balancer.actuation_refusals import refused_target
+from balancer.actuation_codes import error_code
+from balancer.errors import ActuationError
 
 
 def spread_over_racks(kube: FakeKube) -> None:
@@ -52,24 +56,34 @@ def api_unavailable(kube: FakeKube) -> None:
 
 
 def target_gone(kube: FakeKube) -> None:
-    kube.inject("GET", r"/api/v1/nodes/n2$", 404)
+    kube.inject("GET", r"/api/v1/nodes/n2$", 404, count=2)
 
 
-@pytest.mark.parametrize(("setup", "outcome", "about_target"), [
-    pytest.param(spread_over_racks, Outcome.FAILED, True, id="its topology spread constraint refuses the target"),
-    pytest.param(held_for_others, Outcome.RETRY, True, id="the target's GPUs are held for another pod"),
-    pytest.param(node_selector, Outcome.FAILED, True, id="its node selector refuses the target"),
-    pytest.param(budget_spent, Outcome.RETRY, False, id="a PodDisruptionBudget: about the pod, not the target"),
-    pytest.param(pinned, Outcome.FAILED, False, id="pinned since the snapshot: about the pod"),
-    pytest.param(terminating, Outcome.FAILED, False, id="being deleted already: about the pod"),
-    pytest.param(api_unavailable, Outcome.RETRY, False, id="the API answers 503: transient"),
-    pytest.param(target_gone, Outcome.FAILED, False, id="the target node reads 404: an API answer, not a refusal"),
+TARGET, WORKLOAD = Refused.TARGET, Refused.WORKLOAD
+
+
+@pytest.mark.parametrize(("setup", "outcome", "refused", "code"), [
+    pytest.param(spread_over_racks, Outcome.FAILED, TARGET, "refused",
+                 id="its topology spread constraint refuses the target"),
+    pytest.param(held_for_others, Outcome.RETRY, TARGET, "refused", id="the target's GPUs are held for another pod"),
+    pytest.param(node_selector, Outcome.FAILED, TARGET, "refused", id="its node selector refuses the target"),
+    pytest.param(budget_spent, Outcome.RETRY, None, "429", id="a PodDisruptionBudget: about the pod, not the target"),
+    pytest.param(pinned, Outcome.FAILED, WORKLOAD, "refused", id="pinned since the snapshot: about the pod"),
+    pytest.param(terminating, Outcome.FAILED, WORKLOAD, "refused", id="being deleted already: about the pod"),
+    pytest.param(api_unavailable, Outcome.RETRY, None, "503", id="the API answers 503: transient"),
+    pytest.param(target_gone, Outcome.FAILED, None, "404",
+                 id="the target node reads 404: an API answer, not a refusal"),
 ])
-def test_only_the_actuators_refusals_of_the_target_are_remembered_as_such(cluster: FakeKube, actuator,  # noqa: F811
-                                                                          setup, outcome, about_target) -> None:
+def test_the_actuators_refusals_say_what_they_refuse(cluster: FakeKube, actuator,  # noqa: F811
+                                                    setup, outcome, refused, code) -> None:
     setup(cluster)
-    result = actuator.apply(migrate(), SNAP)
-    assert result.outcome is outcome, result.detail
-    assert refused_target(result) is about_target, result.detail
-    if about_target:   # refused before anything changed: nothing to undo, another node may take it
+    assert actuator.apply(migrate(), SNAP).outcome is outcome
+    with (actuator.api.deadline(actuator.action_deadline_s), actuator.api.writes() as unknown,
+          pytest.raises(ActuationError) as raised):   # as `apply` calls it
+        actuator.migrations.migrate(migrate(), SNAP)
+    err = raised.value
+    assert refusal(err) is refused, err
+    result = refused_result(_failed(migrate(), outcome, err, unknown), err)
+    assert (result.refused, result.code, error_code(str(outcome), result.code)) == (refused, code, code), err
+    if refused is TARGET:   # refused before anything changed: nothing to undo, another node may take it
         assert not cluster.calls("POST", r"/eviction$") and cluster.get("pods", "web-1", "default") is not None

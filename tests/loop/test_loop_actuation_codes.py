@@ -66,6 +66,8 @@ def test_the_kubernetes_gateway_gives_each_status_the_outcome_the_table_lists():
     (RETRY, "403", "other"),      # in the table, never with this outcome
     (FAILED, "", "unknown"),      # an actuator that gave no code
     (RETRY, "unknown", "unknown"),
+    (FAILED, "refused", "refused"),   # the actuator's own refusal: a migration's target, a Deployment's owner
+    (RETRY, "refused", "refused"),    # ... a target held for another pod, for now: no transport error (nor `other`)
 ])
 def test_a_code_is_mapped_into_the_table(outcome, raw, label):
     assert error_code(outcome, raw) == label

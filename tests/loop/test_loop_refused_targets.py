@@ -1,7 +1,8 @@
 """A migration the actuator refuses for its target alone (the pod's topology spread there, the node's GPUs held for
-others: `balancer.actuation_refusals`) keeps the workload off that node for `refusedTargetRetryS`, and the planner
-moves it to its next-best target next cycle, or, with none left, throttles the hot GPU. Before, the refusal kept the
-workload from moving at all (`refusedRetryS`) and, without that, the same refused move was proposed every cycle.
+others: its result's `refused` is `Refused.TARGET`) keeps the workload off that node for `refusedTargetRetryS`, and
+the planner moves it to its next-best target next cycle, or, with none left, throttles the hot GPU. Before, the
+refusal kept the workload from moving at all (`refusedRetryS`) and, without that, the same refused move was proposed
+every cycle. The result's field decides, not its words (`REWORDED`, `WORDED_ONLY`).
 
 The fleet: n0, n1, n2 of four GPUs; web-0 runs hot on n0's GPU 0, so n0 is no target; n1 is the best target (the
 first of equals), n2 the next best."""
@@ -15,7 +16,7 @@ import pytest
 from loop_helpers import make_fleet, snapshot, workload
 from prometheus_client import CollectorRegistry
 
-from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.base import ActionResult, Outcome, Refused
 from balancer.config import BalancerPolicy
 from balancer.loop import Reconciler
 from balancer.metrics import ControllerMetrics
@@ -27,13 +28,17 @@ from balancer.plan.planner import PlannerState, excluded_nodes, exclusions, plan
 FL = make_fleet(3, 4)
 WEB = workload("web-0", owner="web")
 SPREAD = ("failed", "refused", "migrate inference/web-0: {node} has topology.kubernetes.io/zone=b, where its "
-          "topology spread constraint (maxSkew 1) would be skewed 2")
-HELD = ("retry", "transport", "migrate inference/web-0: 2 GPU(s) of {node} are held for default/urgent and it has 0 "
-        "other free: its GPUs are promised to others")
+          "topology spread constraint (maxSkew 1) would be skewed 2", Refused.TARGET)
+HELD = ("retry", "refused", "migrate inference/web-0: 2 GPU(s) of {node} are held for default/urgent and it has 0 "
+        "other free: its GPUs are promised to others", Refused.TARGET)
 PINNED = ("failed", "refused", "migrate inference/web-0: its own object keeps it in place now (gputide.io/movable: "
-          "\"false\"): it is not moved")
-PDB = ("retry", "429", "eviction blocked by a PodDisruptionBudget: evict pod inference/web-0: HTTP 429 Cannot evict")
-UNAVAILABLE = ("retry", "503", "evict pod inference/web-0: HTTP 503 Service Unavailable")
+          "\"false\"): it is not moved", Refused.WORKLOAD)
+PDB = ("retry", "429", "eviction blocked by a PodDisruptionBudget: evict pod inference/web-0: HTTP 429 Cannot evict",
+       None)
+UNAVAILABLE = ("retry", "503", "evict pod inference/web-0: HTTP 503 Service Unavailable", None)
+# the field decides, not the words: a target refusal worded otherwise, and a target's wording without the field
+REWORDED = ("retry", "refused", "migrate inference/web-0: {node} cannot take it now", Refused.TARGET)
+WORDED_ONLY = ("failed", "refused", SPREAD[2], None)
 
 
 @dataclass
@@ -41,13 +46,13 @@ class RefusingActuator:
     """Refuses every migration to a node of `refused` with that node's (outcome, code, detail); applies the rest
     (the fleet it reads stays as it is: web-0 stays hot)."""
 
-    refused: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    refused: dict[str, tuple[str, str, str, Refused | None]] = field(default_factory=dict)
     name: str = "refusing"
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
         if isinstance(action, Migrate) and action.target_node in self.refused:
-            outcome, code, detail = self.refused[action.target_node]
-            return ActionResult(action, Outcome(outcome), detail.format(node=action.target_node), code)
+            outcome, code, detail, what = self.refused[action.target_node]
+            return ActionResult(action, Outcome(outcome), detail.format(node=action.target_node), code, refused=what)
         return ActionResult(action, Outcome.APPLIED)
 
 
@@ -59,7 +64,7 @@ class Source:
         return snapshot(FL, workloads=[(WEB, (0,))], temps={0: 86}, time=self.clock[0])
 
 
-def run(refused: dict[str, tuple[str, str, str]], cycles: int, policy: BalancerPolicy | None = None,
+def run(refused: dict[str, tuple[str, str, str, Refused | None]], cycles: int, policy: BalancerPolicy | None = None,
         step_s: float = 30.0):
     """The reconciler after `cycles` cycles `step_s` apart, the targets each cycle proposed for web-0 (None: none),
     and its metrics registry."""
@@ -78,7 +83,7 @@ def gauge(registry: CollectorRegistry, scope: str) -> float | None:
     return registry.get_sample_value("gputide_migration_exclusions", {"scope": scope})
 
 
-@pytest.mark.parametrize("why", [SPREAD, HELD], ids=["topology spread", "held for others"])
+@pytest.mark.parametrize("why", [SPREAD, HELD, REWORDED], ids=["topology spread", "held for others", "reworded"])
 def test_a_refused_target_is_skipped_next_cycle_and_the_next_best_one_taken(why) -> None:
     """Cycle 1 counts the first hot reading; cycle 2 proposes n1 (refused), cycle 3 n2 (refused too), cycle 4 has no
     target left: the hot GPU is throttled."""
@@ -118,7 +123,8 @@ def test_the_memory_expires_after_refused_target_retry_s() -> None:
     assert gauge(registry, "target") == 0
 
 
-@pytest.mark.parametrize("why", [PINNED, PDB, UNAVAILABLE], ids=["pinned", "budget", "api 503"])
+@pytest.mark.parametrize("why", [PINNED, PDB, UNAVAILABLE, WORDED_ONLY],
+                         ids=["pinned", "budget", "api 503", "a target's words without the field"])
 def test_a_refusal_about_the_pod_or_the_moment_keeps_it_from_moving_anywhere(why) -> None:
     """Not the target's fault: another node would be refused alike, so the hot GPU is throttled for refusedRetryS
     (as before), and no target is remembered."""
