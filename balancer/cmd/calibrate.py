@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -111,10 +113,9 @@ def from_prometheus(source, args: argparse.Namespace, service: str, start: float
 def estimate(frame: pd.DataFrame, slo_s: float, margin: float, settle_s: float):
     from balancer.plan.calibration import calibrate, settled
 
-    f = frame.dropna(subset=["replicas"])
-    f = f[f["replicas"] > 0]
-    keep = settled(f["t"].to_numpy(), f["replicas"].to_numpy(), settle_s)
-    f = f[keep]
+    # settled first, over every sample: a count missing or at 0 in between is a change the filter must see
+    keep = settled(frame["t"].to_numpy(), frame["replicas"].to_numpy(), settle_s)
+    f = frame[keep & (frame["replicas"] > 0).to_numpy()]
     return calibrate((f["demand"] / f["replicas"]).to_numpy(float), f["p99"].to_numpy(float), slo_s, margin=margin)
 
 
@@ -125,6 +126,16 @@ def suggestion(current: float | None, c) -> float | None:
     if c.bound == "lower" and current is not None:
         return max(current, c.rps_per_replica)
     return c.rps_per_replica
+
+
+def profile_number(value: float) -> str:
+    """`value` to four significant digits, rounded down (a limit is not raised by its rounding), written as YAML
+    reads a number: `{:.4g}` wrote 10000 as `1e+04` and 0.00005 as `5e-05`, which YAML reads as strings."""
+    if value <= 0:
+        return "0"
+    exponent = 3 - math.floor(math.log10(value))
+    digits = math.floor(value * 10.0 ** exponent * (1 + 1e-12))  # 1e-12: 29.44 is not 29.43 for binary rounding
+    return format(Decimal(digits).scaleb(-exponent).normalize(), "f")
 
 
 def _checked(args: argparse.Namespace) -> float:
@@ -195,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         print("services:")
         for name, v in suggested.items():
             if v is not None:
-                print(f"  - name: {name}\n    rpsPerReplica: {v:.4g}  # {results[name].bound}")
+                print(f"  - name: {name}\n    rpsPerReplica: {profile_number(v)}  # {results[name].bound}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"margin": args.margin, "services": {
