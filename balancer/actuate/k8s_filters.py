@@ -10,7 +10,8 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
   node affinity), the same reading of Kubernetes the controller's migrations use; then where its volumes can be
   attached or provisioned (`k8s_volumes`: a bound volume's node affinity, a class's allowed topologies, the node
   a claim was already given);
-* **what is left** (`resource_refusal`): GPUs, CPU and memory, each less what is reserved for other pods (node
+* **what is left** (`resource_refusal`): the host ports the pod needs (kube-scheduler's NodePorts: the same
+  protocol and port taken on the node, on the same address or every address), GPUs, CPU and memory, each less what is reserved for other pods (node
   annotation `gputide.io/reserved-for`: written by a Migrate for the workload's replacement, its GPUs only, and by
   this scheduler for a pod that preempts or starves, its GPUs, CPU and memory), every extended resource and the
   node's pod slots;
@@ -77,9 +78,25 @@ def reservation_key(node: Json, req: Json) -> str | None:
     return next((k for k in node["reservations"] if k in req["owned"]), None) if node["reservations"] else None
 
 
+PORTS = "node(s) didn't have free ports for the requested pod ports"
+ANY_IP = "0.0.0.0"
+
+
+def port_conflict(taken: Any, wanted: Any) -> bool:
+    """Whether one of the host ports `wanted` ((protocol, host IP, port)) is `taken` on the node, as kube-scheduler's
+    NodePorts filter (HostPortInfo.CheckConflict) and the kubelet judge it: the same protocol and port, on the same
+    address or where either side takes every address ("0.0.0.0")."""
+    if not taken or not wanted:
+        return False
+    return any((proto, ip, port) in taken or (proto, ANY_IP, port) in taken
+               or (ip == ANY_IP and any(t[0] == proto and t[2] == port for t in taken)) for proto, ip, port in wanted)
+
+
 def take(node: Json, req: Json) -> str | None:
     """Count `req` on `node` (a binding made, or tried on a copy): what it takes comes off what is free, and its
     own reservation there, if any, is used up. Returns that reservation's key (None: it had none)."""
+    if req.get("host_ports"):
+        node["host_ports"] = frozenset(node.get("host_ports") or ()) | req["host_ports"]
     node["gpus_free"] -= req["num_gpu"]
     node["cpu_milli_free"] -= req["cpu_milli"]
     node["memory_mib_free"] -= req["memory_mib"]
@@ -124,7 +141,10 @@ RESERVED_MEMORY = "node(s) had memory reserved for other pods"
 
 
 def resource_refusal(node: Json, req: Json) -> str | None:
-    """What the node has left: GPUs (less those reserved for other pods), CPU, memory, the rest, pod slots."""
+    """What the node has left: the host ports the pod needs, GPUs (less those reserved for other pods), CPU,
+    memory, the rest, pod slots."""
+    if port_conflict(node.get("host_ports"), req.get("host_ports")):
+        return PORTS
     if node["gpus_free"] < req["num_gpu"]:
         return f"Insufficient {GPU_RESOURCE}"
     if node["gpus_free"] - reserved_for_others(node, req) < req["num_gpu"]:
@@ -213,9 +233,13 @@ class Offers:
         """Indices of the nodes `req` fits, in view order; `reasons()` then says why not the others."""
         others = self._others(req)
         gpus, cpu, memory = req["num_gpu"], req["cpu_milli"], req["memory_mib"]
-        failed = [self.gpus < gpus, self.gpus - others[GPUS] < gpus, self.cpu < cpu, self.cpu - others[CPU] < cpu,
-                  self.memory < memory, self.memory - others[MEMORY] < memory]
-        words = [f"Insufficient {GPU_RESOURCE}", RESERVED_GPUS, "Insufficient cpu", RESERVED_CPU,
+        # host ports first (kube-scheduler's NodePorts comes before NodeResourcesFit); a node where one is taken is
+        # not admitted either: preemption, which weighs resources only, would free none there
+        ports = np.array([port_conflict(n.get("host_ports"), req["host_ports"]) for n in self.view], dtype=bool) \
+            if req.get("host_ports") else np.zeros(len(self.view), dtype=bool)
+        failed = [ports, self.gpus < gpus, self.gpus - others[GPUS] < gpus, self.cpu < cpu,
+                  self.cpu - others[CPU] < cpu, self.memory < memory, self.memory - others[MEMORY] < memory]
+        words = [PORTS, f"Insufficient {GPU_RESOURCE}", RESERVED_GPUS, "Insufficient cpu", RESERVED_CPU,
                  "Insufficient memory", RESERVED_MEMORY]
         for k, v in req["extended"].items():
             failed.append(self._free(k) < v)
@@ -224,7 +248,7 @@ class Offers:
         rules, rules_ok = self._rules(req)
         spread = self.pods.refusals(req.get("namespace", ""), req.get("labels") or {}, req["pod_affinity"])
         self._last = (rules, code, words, spread)
-        self._admitted = rules_ok if spread is None else rules_ok & (spread == 0)
+        self._admitted = (rules_ok if spread is None else rules_ok & (spread == 0)) & ~ports
         self._fits = self._admitted & (code == 0)
         return np.flatnonzero(self._fits)
 

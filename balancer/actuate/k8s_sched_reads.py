@@ -16,6 +16,11 @@ A bound pod reaches the caches a moment later than the binding (the pending watc
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
 node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
 
+Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
+(`pending_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`bound_usage`, `PortsUsage`), and
+each node of `nodes_view` says those taken there (`host_ports`), so no pod is bound where a port it needs is taken
+(the kubelet would reject it there, and the pod fail).
+
 A pass told to stop (`halted()`: `stop()` was called, or the Lease is lost) begins no other read: the pods, nodes
 and bound pods raise `PassStopped` instead of being read (the read in flight ends within its own timeout), the
 namespaces' labels are left unknown, and `k8s_volumes` reads no further claims, volumes or classes.
@@ -28,6 +33,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
+from balancer.actuate.k8s_filters import ANY_IP
 from balancer.actuate.k8s_namespaces import labels_by_name, listed_labels
 from balancer.actuate.k8s_reads import (
     BOUND,
@@ -44,6 +50,59 @@ from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+
+
+HostPort = tuple[str, str, int]   # (protocol, host IP: "0.0.0.0" for every address, port)
+
+
+def host_ports(pod: Json) -> frozenset[HostPort]:
+    """The host ports a pod's containers (and sidecars) take on its node, as kube-scheduler's NodePorts filter and
+    the kubelet's admission read them: each container port with a `hostPort` (a `hostNetwork` pod's container ports
+    are given one by the API server). Protocol defaults to TCP, host IP to every address."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or ()),
+                  *(c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always")]
+    return frozenset((str(p.get("protocol") or "TCP"), str(p.get("hostIP") or ANY_IP), int(p["hostPort"]))
+                     for c in containers for p in c.get("ports") or () if int(p.get("hostPort") or 0) > 0)
+
+
+class PortsUsage(Usage):
+    """A bound (or assumed) pod's `Usage` that also takes host ports on its node (`host_ports` attribute): only
+    such pods are of this class, the rest stay plain `Usage`."""
+
+    host_ports: frozenset[HostPort] = frozenset()
+
+
+def with_ports(usage: Usage, ports: frozenset[HostPort]) -> Usage:
+    """`usage`, carrying `ports` (itself when there are none)."""
+    if not ports:
+        return usage
+    out = PortsUsage(*usage)
+    out.host_ports = ports
+    return out
+
+
+def bound_usage(pod: Json) -> Usage:
+    """`pod_usage`, with the host ports the pod takes on its node."""
+    return with_ports(pod_usage(pod), host_ports(pod))
+
+
+def pending_request(pod: Json) -> Json | None:
+    """`scheduling_request`, with the host ports the pod needs free on its node (`host_ports`, only when it has
+    some)."""
+    req = scheduling_request(pod)
+    ports = host_ports(pod) if req is not None else frozenset()
+    return dict(req, host_ports=ports) if ports else req
+
+
+def ports_by_node(bound: Any) -> dict[str, frozenset[HostPort]]:
+    """The host ports the `bound` pods (`Usage`) take, per node (only nodes where some are taken)."""
+    out: dict[str, set[HostPort]] = {}
+    for u in bound:
+        ports = getattr(u, "host_ports", None)
+        if ports:
+            out.setdefault(u.node, set()).update(ports)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 class PassStopped(Exception):
@@ -158,7 +217,7 @@ class SchedulerReads:
         """Pending pods of this scheduler, not being deleted, gated (`spec.schedulingGates`) nor just bound: highest
         priority first, then oldest."""
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
-                              scheduling_request, field_selector=self.pending_selector)
+                              pending_request, field_selector=self.pending_selector)
         bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one
         assumed = self._live_assumed(self._cached("bound pods"))
         return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
@@ -191,6 +250,7 @@ class SchedulerReads:
         held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
         if cached:   # a consistent list already shows every binding made; the cache may not yet
             used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
+        ports = ports_by_node(self._bound())   # bound and assumed pods' host ports (NodePorts)
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):
             g, c, m = used.get(n["name"], [0, 0, 0])
@@ -198,6 +258,7 @@ class SchedulerReads:
             view.append(dict(n, gpus_free=n["gpus_total"] - g, cpu_milli_free=n["cpu_milli_total"] - c,
                              memory_mib_free=n["memory_mib_total"] - m,
                              extended_free={k: v - e.get(k, 0.0) for k, v in n["extended_total"].items()},
+                             host_ports=ports.get(n["name"], frozenset()),
                              reservations={k: v for k, v in {**n["reservations"], **held.get(n["name"], {})}.items()
                                            if (parse_time(v.get("expires")) or 0) > now}))
         return view
@@ -209,7 +270,7 @@ class SchedulerReads:
         items = self._cached("bound pods")
         if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
-                                   pod_usage, field_selector=BOUND)
+                                   bound_usage, field_selector=BOUND)
             self._listed_bound = usage
             return sum_usage(usage), False
         generation = self._snapshots["bound pods"][0]

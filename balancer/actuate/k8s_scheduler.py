@@ -20,6 +20,8 @@ InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and
 a term's namespaceSelector is resolved against the namespaces' labels as the pass reads them (`k8s_namespaces`:
 the watch's, else one list, only in a pass that has such a term; a pass that cannot read them leaves such pending
 pods unplaced and reads such bound terms as covering every namespace).
+A pod is not bound where a host port it needs is taken (kube-scheduler's NodePorts: `k8s_sched_reads.host_ports`
+of the bound, assumed and pending pods; `k8s_filters.port_conflict`), and a pod bound in the pass takes its ports.
 Preferred node and pod (anti-)affinity only weigh the nodes a pod fits: `place` is told them (`k8s_preferred`).
 A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
 a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
@@ -81,7 +83,7 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
-from balancer.actuate.k8s_sched_reads import PassStopped, SchedulerReads
+from balancer.actuate.k8s_sched_reads import PassStopped, SchedulerReads, bound_usage, pending_request
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
@@ -160,6 +162,9 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.watches: dict[str, ListWatch] = {} if not watch else {**scheduler_watches(
             self.api, scheduler_name, self.pending_selector, reservation_annotation, watch_s, self.work),
             **self.volumes.watches}
+        if watch:   # the pods' host ports too (NodePorts), read as a pass without watches reads them
+            self.watches["pending pods"].convert = pending_request
+            self.watches["bound pods"].convert = bound_usage
 
     @property
     def turn_budget_s(self) -> float:

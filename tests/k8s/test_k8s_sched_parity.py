@@ -101,3 +101,51 @@ def test_a_pod_with_dra_resource_claims_waits_told_why_and_preempts_no_one(kube:
         "kube-scheduler allocates: gputide does not bind it.")
     assert sched.preempted == [] and kube.get("pods", "low", "default") is not None
     assert not kube.calls("GET", r"persistentvolumeclaims")   # no volume claims: none listed
+
+
+def with_port(p: dict, port: int, protocol: str = "TCP", host_ip: str | None = None) -> dict:
+    """`p` with a host port on its container (a hostNetwork pod's container ports get one each)."""
+    entry = {"containerPort": port, "hostPort": port, "protocol": protocol, **({"hostIP": host_ip} if host_ip else {})}
+    p["spec"]["containers"][0].setdefault("ports", []).append(entry)
+    return p
+
+
+def test_a_pod_is_not_bound_where_a_host_port_it_needs_is_taken(kube: FakeKube, api) -> None:
+    kube.add(node("a", 8))
+    kube.add(node("b", 8))
+    kube.add(with_port(pod("rank-0", gpus=4, node_name="a"), 29500))   # a hostNetwork training pod's rendezvous
+    kube.add(with_port(pending("rank-1", gpus=4), 29500))
+    kube.add(with_port(pending("dns", gpus=0), 29500, "UDP"))          # another protocol: no conflict
+    sched = SecondaryScheduler(api, "gputide", first)
+    assert sched.schedule_once() == {"default/rank-1": "b", "default/dns": "a"}
+
+
+def test_pods_bound_in_the_same_pass_take_their_host_ports(kube: FakeKube, api) -> None:
+    kube.add(node("a", 8))
+    kube.add(with_port(pending("w-0", gpus=1), 8080))
+    kube.add(with_port(pending("w-1", gpus=1), 8080, host_ip="10.0.0.7"))   # one address, in the "every" taken
+    sched = SecondaryScheduler(api, "gputide", first)
+    assert sched.schedule_once() == {"default/w-0": "a", "default/w-1": None}
+    assert sched.reasons["default/w-1"] == (
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.")
+    assert sched.preempted == []
+
+
+def test_the_watching_scheduler_reads_the_host_ports_of_bound_and_assumed_pods(kube: FakeKube, api) -> None:
+    from test_k8s_watch import eventually
+
+    kube.add(node("a", 8))
+    kube.add(node("b", 8))
+    kube.add(with_port(pod("rank-0", gpus=1, node_name="a"), 29500))
+    sched = SecondaryScheduler(api, "gputide", first, watch=True, watch_s=1.0).start()
+    try:
+        eventually(lambda: all(w.synced for w in sched.watches.values()))
+        sched.watches["bound pods"].stop()   # a bound-pod cache that lags: it shows rank-0, never rank-1
+        kube.add(with_port(pending("rank-1", gpus=1), 29500))
+        eventually(lambda: [r["pod"] for r in sched.pending()] == ["rank-1"])
+        assert sched.schedule_once() == {"default/rank-1": "b"}
+        kube.add(with_port(pending("rank-2", gpus=1), 29500))   # a and b both taken: b by rank-1, assumed there
+        eventually(lambda: [r["pod"] for r in sched.pending()] == ["rank-2"])
+        assert sched.schedule_once() == {"default/rank-2": None}
+    finally:
+        sched.close()
