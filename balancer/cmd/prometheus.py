@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from balancer.cmd._rulefile import check_rule_file
 from balancer.cmd.run import cluster_name
 from balancer.errors import InputError
 from balancer.telemetry.promserver import (
+    PortInUse,
     PrometheusServer,
     PrometheusServerError,
     Target,
@@ -83,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rules", nargs="*", help="rule files (default: the repository's rules/*.yaml)")
     parser.add_argument("--out", help="with --config-only: directory to write; with --run: data directory")
     parser.add_argument("--port", type=int, default=None, help="with --run: port (default: a free one)")
+    parser.add_argument("--retention", default=None,
+                        help="with --run: how long the data is kept, e.g. 7d (default 1d, or 15d with --out: a "
+                             "data directory kept between runs holds what calibrate's 7d and the burn rates read)")
     parser.set_defaults(func=run)
 
 
@@ -96,6 +101,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--job", args.job, "a non-empty job name")
     if args.port is not None and not 0 < args.port <= 65535:
         raise InputError(None, "--port", args.port, "1..65535")
+    if args.retention is not None:
+        try:
+            parse_duration(args.retention)
+        except ValueError as exc:
+            raise InputError(None, "--retention", args.retention, "a duration like 12h, 7d, 30d") from exc
+    if args.run and args.port is not None:
+        _free(args.port)
     if args.out:
         output_dir(args.out, "--out")
     targets, rules = _targets(args), _rule_files(args)
@@ -111,23 +123,48 @@ def run(args: argparse.Namespace) -> int:
     return _run_foreground(args, targets, rules)
 
 
+def _free(port: int) -> None:
+    """An explicit --port must be free on 127.0.0.1: said here (exit 2), not as Prometheus' startup log (exit 1).
+    SO_REUSEADDR as Prometheus (Go) binds: a port the previous run left in TIME_WAIT is free to it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise InputError(None, "--port", port, "a free port on 127.0.0.1 (or no --port: a free one is chosen)",
+                             str(exc)) from exc
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# `kill` (SIGTERM) and a closed terminal or SSH session (SIGHUP) stop Prometheus as Ctrl-C does. Under SIGHUP's
+# default Python died at once and left Prometheus running, which takes SIGHUP as "reload the config": an orphan
+# holding the port and the data directory.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _run_foreground(args: argparse.Namespace, targets: list[Target], rules: list[Path]) -> int:
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops Prometheus cleanly too, like Ctrl-C
+    previous = {sig: signal.signal(sig, _interrupt) for sig in _STOP_SIGNALS}
+    retention = args.retention or ("15d" if args.out else "1d")
     try:
         server = PrometheusServer(targets, rules, scrape_interval=args.scrape_interval, cluster=args.cluster,
-                                  port=args.port, directory=args.out)
+                                  port=args.port, directory=args.out, retention=retention)
         with server:
-            print(f"Prometheus ready at {server.url} (config {server.config_path}); Ctrl-C to stop", flush=True)
+            print(f"Prometheus ready at {server.url} (config {server.config_path}, data kept {retention}); "
+                  "Ctrl-C to stop", flush=True)
             while server.running:
                 time.sleep(0.5)
             print(f"prometheus exited:\n{server.log_tail()}", file=sys.stderr)
             return 1
+    except PortInUse as exc:  # taken between the check and Prometheus' bind
+        raise InputError(None, "--port", args.port, "a free port on 127.0.0.1", str(exc)) from exc
     except PrometheusServerError as exc:
         print(f"gputide: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -53,6 +53,10 @@ class PrometheusNotInstalled(PrometheusServerError):
     """The `prometheus` binary is not on PATH."""
 
 
+class PortInUse(PrometheusServerError):
+    """The port asked for is taken (another process listens on 127.0.0.1 there)."""
+
+
 @dataclass(frozen=True)
 class Target:
     """One scrape target: the job it belongs to, `host:port`, and extra target labels."""
@@ -117,19 +121,24 @@ def build_config(
     return config
 
 
-def _copy_rules(rule_files: Iterable[str | os.PathLike[str]], directory: Path, alert_for: str | None) -> list[str]:
+def _copy_rules(rule_files: Iterable[str | os.PathLike[str]], directory: Path, alert_for: str | None,
+                evaluation_interval: str | None = None) -> list[str]:
     """Copy rule files into directory/rules; with `alert_for`, every alert's `for` is replaced (fast tests). A
-    group's own `interval` is dropped: the managed server evaluates every group at its evaluation interval, which
-    is its scrape interval (a 1 s test server must not wait 15 s for the normalised series)."""
+    group's own `interval` is dropped where the evaluation interval is shorter (a 1 s test server must not wait
+    15 s for the normalised series) and kept where it is longer: a config written for `--scrape-interval 1m` kept
+    the normalisation group's 15 s, which holds every GPU reading's age within the controller's --stale-after,
+    only in the printed config, and evaluated it every minute in the one `--out` wrote."""
     rules_dir = directory / "rules"
     rules_dir.mkdir(parents=True, exist_ok=True)
+    evaluate_s = parse_duration(evaluation_interval) if evaluation_interval else 0.0
     names = []
     for source in map(Path, rule_files):
         content = source.read_text()
         doc = yaml.safe_load(content) if alert_for is not None or "interval:" in content else None
         if doc is not None:
             for group in doc.get("groups", []):
-                group.pop("interval", None)
+                if "interval" in group and not _shorter(group["interval"], evaluate_s):
+                    del group["interval"]
                 for rule in group.get("rules", []):
                     if "alert" in rule and alert_for is not None:
                         rule["for"] = alert_for
@@ -137,6 +146,14 @@ def _copy_rules(rule_files: Iterable[str | os.PathLike[str]], directory: Path, a
         (rules_dir / source.name).write_text(content)
         names.append(f"rules/{source.name}")
     return names
+
+
+def _shorter(interval: Any, than_s: float) -> bool:
+    """Whether a group's `interval` (one-unit Prometheus duration) is shorter than `than_s` seconds."""
+    try:
+        return parse_duration(str(interval)) < than_s
+    except ValueError:
+        return False
 
 
 def write_config(
@@ -153,7 +170,8 @@ def write_config(
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    names = _copy_rules(rule_files, out, alert_for)
+    names = _copy_rules(rule_files, out, alert_for,
+                        options.get("evaluation_interval") or options.get("scrape_interval", "5s"))
     path = out / "prometheus.yml"
     path.write_text(yaml.safe_dump(build_config(targets, names, **options), sort_keys=False))
     return path
@@ -209,7 +227,11 @@ class PrometheusServer:
         return self._process is not None and self._process.poll() is None
 
     def __enter__(self) -> PrometheusServer:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # __exit__ does not run for a failed __enter__: the temporary directory would stay
+            self.cleanup()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -229,9 +251,15 @@ class PrometheusServer:
             except PrometheusServerError:
                 in_use = "address already in use" in self.log_tail()
                 self.stop()
-                if not in_use or self._fixed_port or attempt == 2:
+                if in_use and self._fixed_port:
+                    raise PortInUse(f"127.0.0.1:{self.port} is already in use; choose another port, or none "
+                                    "for a free one") from None
+                if not in_use or attempt == 2:
                     raise
                 self.port = free_port()
+            except BaseException:  # Ctrl-C or a SIGTERM turned into one while it starts: no Prometheus left behind
+                self.stop()
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _spawn(self, path: str) -> None:
