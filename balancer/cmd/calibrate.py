@@ -4,11 +4,12 @@
                       [--range 7d] [--end TIME] [--step 1m] [--settle 5m]
                       [--demand-query Q] [--replicas-query Q] [--latency-query Q] [--json OUT]
     gputide calibrate --csv FILE [--service NAME] ...
-    gputide calibrate --prometheus URL --services services.yaml ...
+    gputide calibrate --prometheus URL --services services.yaml [--cluster NAME] [--write-services OUT] ...
 
 With `--services` (a ServiceProfiles file), every profiled service is calibrated against its own
 `latencySloSeconds`, and the table compares the profile's `rpsPerReplica` with what its history supports: a
-`measured` figure replaces it, a `lower` bound only raises it (the data says "at least"), `none` keeps it.
+`measured` figure replaces it, a `lower` bound only raises it (the data says "at least"), `none` keeps it;
+`--write-services OUT` writes the whole file so changed, checked by the controller's own loader.
 
 From Prometheus, three range queries per service (`$service` is replaced by its name; the defaults read the
 `gputide_inference_*` series, with the replicas that serve: placed and warm, as kube-state-metrics'
@@ -25,12 +26,13 @@ import json
 import math
 import sys
 from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from balancer.cmd._args import duration, epoch, number, output_file
-from balancer.cmd.run import prometheus_url
+from balancer.cmd.run import cluster_name, prometheus_url
 from balancer.errors import InputError, TelemetryError
 from balancer.telemetry.slo_rules import service_name
 
@@ -60,7 +62,14 @@ def register(subparsers) -> None:
                    help=f"PromQL; $service, $namespace, $selector filled in (default {DEMAND_QUERY})")
     p.add_argument("--replicas-query", default=REPLICAS_QUERY, help=f"PromQL (default {REPLICAS_QUERY})")
     p.add_argument("--latency-query", default=LATENCY_QUERY, help=f"PromQL, seconds (default {LATENCY_QUERY})")
+    p.add_argument("--cluster", default=None, metavar="NAME",
+                   help="with --prometheus: read only this cluster's series ($selector gets cluster=\"NAME\", "
+                        "$cluster is NAME), as `gputide run --cluster` does; without it a Prometheus holding several "
+                        "clusters sums one service's demand and replicas over all of them and takes the worst p99")
     p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON")
+    p.add_argument("--write-services", default=None, metavar="OUT",
+                   help="with --services: write the whole profiles file here with each rpsPerReplica as suggested "
+                        "(the file the controller reads, checked as it reads it; YAML comments are not kept)")
     p.set_defaults(func=run)
 
 
@@ -104,7 +113,7 @@ def from_prometheus(source, args: argparse.Namespace, service: str, start: float
     """The three series of `service` (range queries through `source.demand_history`) as one frame."""
     from balancer.app.capacity_run import service_query
 
-    got = [source.demand_history(service_query(q, service), start, end, step_s)
+    got = [source.demand_history(service_query(q, service, args.cluster), start, end, step_s)
            for q in (args.demand_query, args.replicas_query, args.latency_query)]
     index = got[0].index
     return _frame(index.as_unit("s").asi8.astype(float), *(s.reindex(index).to_numpy(float) for s in got))
@@ -146,10 +155,37 @@ def _checked(args: argparse.Namespace) -> float:
         raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
     if args.prometheus:
         prometheus_url(args.prometheus)
+    elif args.cluster is not None:
+        raise InputError(None, "--cluster", args.cluster, "only with --prometheus (a CSV holds one service's samples)")
+    cluster_name(args.cluster)   # it goes into PromQL matchers
     for name in args.service:
         service_name(name, None, "--service")   # it goes into PromQL matchers
     output_file(args.json, "--json")
+    if args.write_services is not None and not args.services:
+        raise InputError(None, "--write-services", args.write_services, "only with --services FILE (the profiles "
+                         "file it rewrites)")
+    output_file(args.write_services, "--write-services")
     return duration(args.settle, "--settle", allow_zero=True)
+
+
+def write_profiles(source: str, out: str, suggested: dict[str, float | None]) -> None:
+    """`source` (a ServiceProfiles file) written to `out` with each suggested rpsPerReplica, as the snippet prints
+    it; everything else as it was. Checked by the controller's own loader before it is written."""
+    import yaml
+
+    from balancer.app.capacity_run import profiles_from_dict
+    from balancer.yamlfile import read_yaml
+
+    doc = read_yaml(source, "service profiles")
+    for item in doc["services"]:
+        if suggested.get(item["name"]) is not None:
+            item["rpsPerReplica"] = yaml.safe_load(profile_number(suggested[item["name"]]))
+    profiles_from_dict(doc, out)
+    text = f"# {source} with rpsPerReplica from `gputide calibrate`\n" + yaml.safe_dump(doc, sort_keys=False)
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(None, "--write-services", out, "a writable file path", str(exc)) from exc
 
 
 def _from_prometheus(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
@@ -163,6 +199,24 @@ def _from_prometheus(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
 
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus))  # one client for every service
     return {name: from_prometheus(source, args, name, end - span, end, step_s) for name in args.service}
+
+
+def _print_report(results: dict, current: dict[str, float], suggested: dict[str, float | None], slo_of) -> None:
+    """The table of estimates and the ServiceProfiles snippet."""
+    print("| service | SLO s | rpsPerReplica | bound | profile now | samples | within 10% | over the SLO beyond it "
+          "| load per replica seen | why |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, c in results.items():
+        rps = "-" if c.rps_per_replica is None else f"{c.rps_per_replica:.4g}"
+        now = f"{current[name]:.4g}" if name in current else "-"
+        print(f"| {name} | {slo_of(name):g} | {rps} | {c.bound} | {now} | {c.samples} | {c.support} | {c.over} | "
+              f"{c.load_range[0]:.4g}-{c.load_range[1]:.4g} | {c.reason} |")
+    if any(v is not None for v in suggested.values()):
+        print("\n# ServiceProfiles rpsPerReplica: 'measured' replaces, 'lower' only raises, 'none' keeps")
+        print("services:")
+        for name, v in suggested.items():
+            if v is not None:
+                print(f"  - name: {name}\n    rpsPerReplica: {profile_number(v)}  # {results[name].bound}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,21 +246,11 @@ def run(args: argparse.Namespace) -> int:
 
     results = {name: estimate(f, slo_of(name), args.margin, settle_s) for name, f in frames.items()}
     current = {n: p.rps_per_replica for n, p in profiles.items()}
-    print("| service | SLO s | rpsPerReplica | bound | profile now | samples | within 10% | over the SLO beyond it "
-          "| load per replica seen | why |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, c in results.items():
-        rps = "-" if c.rps_per_replica is None else f"{c.rps_per_replica:.4g}"
-        now = f"{current[name]:.4g}" if name in current else "-"
-        print(f"| {name} | {slo_of(name):g} | {rps} | {c.bound} | {now} | {c.samples} | {c.support} | {c.over} | "
-              f"{c.load_range[0]:.4g}-{c.load_range[1]:.4g} | {c.reason} |")
     suggested = {n: suggestion(current.get(n), c) for n, c in results.items()}
-    if any(v is not None for v in suggested.values()):
-        print("\n# ServiceProfiles rpsPerReplica: 'measured' replaces, 'lower' only raises, 'none' keeps")
-        print("services:")
-        for name, v in suggested.items():
-            if v is not None:
-                print(f"  - name: {name}\n    rpsPerReplica: {profile_number(v)}  # {results[name].bound}")
+    _print_report(results, current, suggested, slo_of)
+    if args.write_services:
+        write_profiles(args.services, args.write_services, suggested)
+        print(f"\nwrote {args.write_services}: {args.services} with these rpsPerReplica")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"margin": args.margin, "services": {

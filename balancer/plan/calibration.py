@@ -105,9 +105,11 @@ def calibrate(load_per_replica: np.ndarray, p99_s: np.ndarray, slo_s: float, *, 
         reason = (f"the median p99 stayed within {target:g} s up to the highest load observed ({hi:.4g} req/s "
                   "per replica): the service can take at least that")
     elif over[0] == 0:
+        light = float(np.median(y[x <= np.quantile(x, 0.1)]))
+        units = "; a latency query in milliseconds? it must give seconds" if light > 100 * target else ""
         return Calibration(None, "none", target, int(x.size), 0, int(np.sum(y > target)), (lo, hi), curve,
                            f"most p99s above {target:g} s already at the lightest observed load ({lo:.4g} req/s "
-                           "per replica)")
+                           f"per replica; median p99 at the lightest tenth of loads {light:.4g} s{units})")
     else:
         i = int(over[0])
         x0, x1, y0, y1 = kx[i - 1], kx[i], ky[i - 1], ky[i]

@@ -75,3 +75,89 @@ def test_the_printed_profile_snippet_reads_back_as_a_number_not_above_the_estima
     got = snippet["services"][0]["rpsPerReplica"]
     assert isinstance(got, int | float), f"{got!r}: YAML reads it as a string, the profile loader refuses it"
     assert top * (1 - 1e-3) <= got <= top
+
+
+def test_a_latency_query_in_milliseconds_is_named_as_the_likely_cause():
+    load, p99 = healthy()
+    c = calibrate(load, p99 * 1000.0, SLO)  # 200 "s": the query gave milliseconds
+    assert c.bound == "none" and "milliseconds" in c.reason and "205.3 s" in c.reason
+    assert "milliseconds" not in calibrate(load, p99 + 0.5, SLO).reason  # merely slow: no such guess
+
+
+class FakeSource:
+    """Stands in for PrometheusTelemetrySource: records the PromQL, answers with no data."""
+
+    queries: list[str] = []
+
+    def __init__(self, options):
+        pass
+
+    def demand_history(self, promql, start, end, step_s):
+        FakeSource.queries.append(promql)
+        index = pd.date_range(pd.Timestamp(int(start), unit="s", tz="UTC"), periods=3, freq=f"{int(step_s)}s")
+        return pd.Series(np.nan, index=index)
+
+
+def test_cluster_selects_one_clusters_series_in_every_query(monkeypatch, capsys):
+    from balancer.cli import main
+
+    FakeSource.queries = []
+    monkeypatch.setattr("balancer.telemetry.prometheus.PrometheusTelemetrySource", FakeSource)
+    assert main(["calibrate", "--prometheus", "http://prometheus:9090", "--service", "team-a/chat",
+                 "--cluster", "eu-1", "--range", "1h"]) == 1  # no data: no estimate
+    assert len(FakeSource.queries) == 3
+    assert all('service="chat", namespace="team-a", cluster="eu-1"' in q for q in FakeSource.queries)
+
+
+@pytest.mark.parametrize(("argv", "shown"), [
+    (["--prometheus", "http://p:9090", "--service", "chat", "--cluster", 'eu"1'], "--cluster"),
+    (["--csv", "x.csv", "--cluster", "eu-1"], "--cluster"),
+], ids=["a quote would break the PromQL", "a CSV has no clusters"])
+def test_a_cluster_that_cannot_apply_exits_2(capsys, argv, shown):
+    from balancer.cli import main
+
+    assert main(["calibrate", *argv]) == 2
+    assert shown in capsys.readouterr().err
+
+
+class HistorySource(FakeSource):
+    """chat: two hours at 10 -> 40 req/s per replica on 2 replicas, p99 0.2 s (never slow); nothing for search."""
+
+    def demand_history(self, promql, start, end, step_s):
+        index = pd.date_range(pd.Timestamp(int(start), unit="s", tz="UTC"), periods=120, freq=f"{int(step_s)}s")
+        if 'service="chat"' not in promql:
+            return pd.Series(np.nan, index=index)
+        values = {"demand": 2 * np.linspace(10.0, 40.0, 120), "replicas": np.full(120, 2.0),
+                  "p99": np.full(120, 0.2)}
+        kind = "demand" if "demand" in promql else "replicas" if "replicas" in promql else "p99"
+        return pd.Series(values[kind], index=index)
+
+
+def test_write_services_gives_a_profiles_file_the_controller_loads_with_the_suggestions(tmp_path, capsys,
+                                                                                        monkeypatch):
+    import yaml
+
+    from balancer.app.capacity_run import load_profiles
+    from balancer.cli import main
+
+    monkeypatch.setattr("balancer.telemetry.prometheus.PrometheusTelemetrySource", HistorySource)
+    profiles = tmp_path / "services.yaml"
+    profiles.write_text(yaml.safe_dump({"apiVersion": "gputide/v1alpha1", "kind": "ServiceProfiles", "services": [
+        {"name": "chat", "rpsPerReplica": 30, "warmupSeconds": 120, "minReplicas": 2, "maxReplicas": 40,
+         "latencySloSeconds": 0.5},
+        {"name": "search", "rpsPerReplica": 12, "minReplicas": 1, "maxReplicas": 8}]}))
+    out = tmp_path / "calibrated.yaml"
+    # chat: a lower bound of 40 raises its 30; search: no samples, its profile kept (and exit 1: one has no estimate)
+    assert main(["calibrate", "--prometheus", "http://prometheus:9090", "--services", str(profiles), "--range", "2h",
+                 "--settle", "0s", "--write-services", str(out)]) == 1
+    got, before = load_profiles(str(out)), load_profiles(str(profiles))
+    assert got["chat"].rps_per_replica == 40 and got["search"].rps_per_replica == 12
+    assert got["chat"].warmup_s == before["chat"].warmup_s and got["search"] == before["search"]
+    assert str(out) in capsys.readouterr().out
+
+
+def test_write_services_needs_the_profiles_file_it_rewrites(tmp_path, capsys):
+    from balancer.cli import main
+
+    assert main(["calibrate", "--csv", "x.csv", "--write-services", str(tmp_path / "out.yaml")]) == 2
+    assert "--write-services" in capsys.readouterr().err
