@@ -88,7 +88,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from balancer.actions import HOT_TAINT_TTL_S
-from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.base import ActionResult, Outcome, refused_result
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
 from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
@@ -221,9 +221,9 @@ class KubernetesActuator:
             try:
                 detail = handler(action, snapshot)
             except TemporaryActuationError as err:   # DeadlineExceeded too: out of time is tried again later
-                return _failed(action, Outcome.RETRY, err, unknown)
-            except PermanentActuationError as err:
-                return _failed(action, Outcome.FAILED, err, unknown)
+                return refused_result(_failed(action, Outcome.RETRY, err, unknown), err)
+            except PermanentActuationError as err:   # what it refused (a target, a workload) told the planner
+                return refused_result(_failed(action, Outcome.FAILED, err, unknown), err)
             if not (isinstance(action, TaintNode) and action.renew):   # a renewal changes nothing to tell
                 with self.api.reserve():   # the action is done: its Event (best effort) may use what is left
                     tell_action(self.api, action, detail, self.clock(), self.default_namespace,

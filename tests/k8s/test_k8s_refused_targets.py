@@ -77,7 +77,8 @@ TARGET, WORKLOAD = Refused.TARGET, Refused.WORKLOAD
 def test_the_actuators_refusals_say_what_they_refuse(cluster: FakeKube, actuator,  # noqa: F811
                                                     setup, outcome, refused, code) -> None:
     setup(cluster)
-    assert actuator.apply(migrate(), SNAP).outcome is outcome
+    applied = actuator.apply(migrate(), SNAP)   # what the loop is told
+    assert (applied.outcome, applied.refused, applied.code) == (outcome, refused, code), applied
     with (actuator.api.deadline(actuator.action_deadline_s), actuator.api.writes() as unknown,
           pytest.raises(ActuationError) as raised):   # as `apply` calls it
         actuator.migrations.migrate(migrate(), SNAP)
