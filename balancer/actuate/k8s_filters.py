@@ -15,8 +15,8 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
   annotation `gputide.io/reserved-for`: written by a Migrate for the workload's replacement, its GPUs only, and by
   this scheduler for a pod that preempts or starves, its GPUs, CPU and memory), every extended resource and the
   node's pod slots;
-* **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, and the
-  required anti-affinity of the pods bound already. These depend on the pass's bindings, so only `Offers` answers
+* **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, the
+  required anti-affinity of the pods bound already, and the pod's hard topology spread constraints. These depend on the pass's bindings, so only `Offers` answers
   them (with the pass's `PodPlacement`); `why_not` does not.
 
 `why_not(node, request)` is the first two for one node; `Offers` answers all three over every node of a pass at
@@ -203,6 +203,7 @@ class Offers:
         self.memory = np.array([n["memory_mib_free"] for n in view])
         self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
         self.rules: dict[tuple, tuple[list[str | None], np.ndarray]] = {}
+        self._spreading: dict[tuple, np.ndarray] = {}   # (rules, policies) -> nodes a spread constraint counts on
         for n, r in zip(view, self.reserved[GPUS].tolist(), strict=True):
             n["gpus_usable"] = n["gpus_free"] - r
         self._last: tuple[list[str | None], Any, list[str], Any] = ([], None, [], None)
@@ -247,10 +248,27 @@ class Offers:
         code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
         rules, rules_ok = self._rules(req)
         spread = self.pods.refusals(req.get("namespace", ""), req.get("labels") or {}, req["pod_affinity"])
+        if req.get("spread"):   # hard topology spread constraints: where its affinity admits it
+            skew = self.pods.spread_refusals(req["namespace"], req["labels"], req["spread"],
+                                             lambda c: self._spread_nodes(req["rules"], c))
+            spread = skew if spread is None else np.where(spread == 0, skew, spread)
         self._last = (rules, code, words, spread)
         self._admitted = (rules_ok if spread is None else rules_ok & (spread == 0)) & ~ports
         self._fits = self._admitted & (code == 0)
         return np.flatnonzero(self._fits)
+
+    def _spread_nodes(self, rules: Any, c: Any) -> np.ndarray:
+        """The nodes a topology spread constraint `c` (`k8s_podaffinity.Spread`) of a pod with `rules` counts pods
+        on: those its node selector and required affinity admit (unless its `nodeAffinityPolicy` is Ignore), and
+        whose taints it tolerates if its `nodeTaintsPolicy` is Honor (once per pass for each)."""
+        key = (rules, c.honor_affinity, c.honor_taints)
+        nodes = self._spreading.get(key)
+        if nodes is None:
+            nodes = self._spreading[key] = np.array([
+                (not c.honor_affinity or (rules.selector_matches(n["labels"])
+                                          and rules.affinity_allows(n["name"], n["labels"])))
+                and (not c.honor_taints or rules.untolerated(n["taints"]) is None) for n in self.view], dtype=bool)
+        return nodes
 
     def _others(self, req: Json) -> dict[str, np.ndarray]:
         """Per node, the GPUs, CPU and memory reserved for pods other than `req`."""

@@ -22,6 +22,13 @@ not known (their list failing), a pending pod with such a term is refused (`PodA
 pod's such term is read as selecting pods of every namespace, so it may keep a pod off more nodes than
 kube-scheduler would, never fewer.
 
+**Hard topology spread constraints** (`spread_refusals`, kube-scheduler's PodTopologySpread filter, with the same
+counts): a node without a constraint's topology key is refused ("node(s) didn't match pod topology spread
+constraints (missing required label)"), and so is one whose domain, with the pod, would hold more than `maxSkew`
+pods the constraint selects (in the pod's namespace) above the least-filled domain of the nodes the pod's node
+selector and affinity admit ("node(s) didn't match pod topology spread constraints"; the least is 0 while fewer
+domains than `minDomains`). Terminating pods are counted while they are bound (kube-scheduler skips them).
+
 `PodPlacement` answers these for every node of a pass at once: each topology key's domains as one integer column
 over the nodes, and, per distinct set of terms asked about in the pass, how many pods each node holds that match
 them (bound pods grouped by namespace and labels, so a Deployment's thousand replicas cost one selector match).
@@ -32,17 +39,45 @@ places its members on, leaving the pass's own counts as they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from balancer.noderules import AffinityTerm, PodAffinity, in_domain, occupied
+from balancer.noderules import AffinityTerm, PodAffinity, Requirement, Selector, in_domain, occupied
 
 Json = dict[str, Any]
 AFFINITY_REASON = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_REASON = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY_REASON = "node(s) didn't satisfy existing pods anti-affinity rules"
-REASONS = ("", AFFINITY_REASON, ANTI_AFFINITY_REASON, EXISTING_ANTI_AFFINITY_REASON)   # by `refusals` code
+SPREAD_LABEL_REASON = "node(s) didn't match pod topology spread constraints (missing required label)"
+SPREAD_REASON = "node(s) didn't match pod topology spread constraints"
+REASONS = ("", AFFINITY_REASON, ANTI_AFFINITY_REASON, EXISTING_ANTI_AFFINITY_REASON,   # by `refusals` code
+           SPREAD_LABEL_REASON, SPREAD_REASON)                                           # `spread_refusals`'
+
+
+class Spread(NamedTuple):
+    """One hard topology spread constraint of a pending pod (`whenUnsatisfiable: DoNotSchedule`, the default)."""
+
+    key: str                      # topologyKey
+    max_skew: int
+    min_domains: int
+    selector: Selector | None     # labelSelector, matchLabelKeys added (None: it selects no pod)
+    honor_affinity: bool = True   # nodeAffinityPolicy: Honor (the default)
+    honor_taints: bool = False    # nodeTaintsPolicy: Honor (default Ignore)
+
+
+def spread_constraints(labels: Mapping[str, str], spec: Mapping[str, Any]) -> tuple[Spread, ...]:
+    """The hard topology spread constraints of a pod spec (its `labels`: the values of `matchLabelKeys`)."""
+    out = []
+    for c in spec.get("topologySpreadConstraints") or ():
+        if (c.get("whenUnsatisfiable") or "DoNotSchedule") != "DoNotSchedule":
+            continue
+        raw, keys = c.get("labelSelector"), [k for k in c.get("matchLabelKeys") or () if k in labels]
+        selector = None if raw is None else Selector(
+            Selector.from_json(raw).requirements + tuple(Requirement(k, "In", (labels[k],)) for k in keys))
+        out.append(Spread(str(c.get("topologyKey") or ""), int(c.get("maxSkew") or 1), int(c.get("minDomains") or 1),
+                          selector, c.get("nodeAffinityPolicy") != "Ignore", c.get("nodeTaintsPolicy") == "Honor"))
+    return tuple(out)
 
 
 class PodPlacement:
@@ -153,6 +188,31 @@ class PodPlacement:
             for t in affinity.anti:
                 code[occupied(self.domain(t.topology_key), self.matching((t,)))] = 2
             code[~self._affinity(namespace, labels, affinity.affinity)] = 1
+        return code
+
+    def spread_refusals(self, namespace: str, labels: Mapping[str, str], spread: tuple[Spread, ...],
+                        eligible: Callable[[Spread], np.ndarray]) -> np.ndarray:
+        """Per node, why a pod in `namespace` with `labels` and hard topology spread constraints `spread` may not go
+        there, as kube-scheduler's PodTopologySpread filter judges it: 0 it may, 4 (`REASONS`) the node lacks a
+        constraint's topology key, 5 the node's domain would then hold more than `max_skew` matching pods above
+        the least-filled domain (0 when fewer domains than `min_domains`). Pods are counted (those the selector
+        selects in the pod's namespace) on the nodes that have every constraint's key and that `eligible(c)` says
+        (the pod's node selector and affinity, `honor_affinity`; its taints, `honor_taints`)."""
+        code = np.zeros(self.size, dtype=np.int8)
+        keyed = np.ones(self.size, dtype=bool)
+        for c in spread:
+            keyed &= self.domain(c.key) >= 0
+        for c in spread:
+            domain = self.domain(c.key)
+            hits = self.matching((AffinityTerm(c.selector, frozenset({namespace}), c.key),))
+            counted = keyed & eligible(c)
+            per_domain = np.bincount(domain[counted], weights=hits[counted], minlength=max(int(domain.max(initial=-1)) + 1, 1))
+            present = np.unique(domain[counted])
+            least = per_domain[present].min() if len(present) and len(present) >= c.min_domains else 0
+            own = int(c.selector is not None and c.selector.matches(labels))
+            skew = per_domain[np.maximum(domain, 0)] + own - least
+            code[(code == 0) & (skew > c.max_skew)] = 5
+        code[~keyed] = 4
         return code
 
     def _existing_anti(self, namespace: str, labels: Mapping[str, str]) -> np.ndarray:

@@ -35,6 +35,7 @@ from typing import Any, Self
 
 from balancer.actuate.k8s_filters import ANY_IP
 from balancer.actuate.k8s_namespaces import labels_by_name, listed_labels
+from balancer.actuate.k8s_podaffinity import spread_constraints
 from balancer.actuate.k8s_reads import (
     BOUND,
     Usage,
@@ -88,11 +89,13 @@ def bound_usage(pod: Json) -> Usage:
 
 
 def pending_request(pod: Json) -> Json | None:
-    """`scheduling_request`, with the host ports the pod needs free on its node (`host_ports`, only when it has
-    some)."""
+    """`scheduling_request`, with the host ports the pod needs free on its node (`host_ports`) and its hard
+    topology spread constraints (`spread`, `k8s_podaffinity.Spread`), when it has either."""
     req = scheduling_request(pod)
-    ports = host_ports(pod) if req is not None else frozenset()
-    return dict(req, host_ports=ports) if ports else req
+    if req is None:
+        return None
+    ports, spread = host_ports(pod), spread_constraints(req["labels"], pod.get("spec") or {})
+    return req if not ports and not spread else dict(req, host_ports=ports, spread=spread)
 
 
 def ports_by_node(bound: Any) -> dict[str, frozenset[HostPort]]:

@@ -149,3 +149,47 @@ def test_the_watching_scheduler_reads_the_host_ports_of_bound_and_assumed_pods(k
         assert sched.schedule_once() == {"default/rank-2": None}
     finally:
         sched.close()
+
+
+def spread(key: str, max_skew: int = 1, **more) -> dict:
+    return {"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}}, **more}
+
+
+def replica(name: str, *constraints: dict, **spec) -> dict:
+    p = pending(name, topologySpreadConstraints=list(constraints), **spec)
+    p["metadata"]["labels"] = {"app": "web"}
+    return p
+
+
+def test_hard_topology_spread_keeps_a_replica_out_of_the_fuller_zone(kube: FakeKube, api) -> None:
+    kube.add(node("a", 8, labels={"zone": "z1"}))
+    kube.add(node("b", 8, labels={"zone": "z1"}))
+    kube.add(node("c", 8, labels={"zone": "z2"}))
+    kube.add(node("d", 8))   # no zone label: never a place for it
+    kube.add(pod("web-0", gpus=1, node_name="a", labels={"app": "web"}))
+    kube.add(pod("db-0", gpus=1, node_name="c", labels={"app": "db"}))   # not selected: not counted
+    kube.add(replica("web-1", spread("zone"), priority=1))
+    kube.add(replica("web-2", spread("zone"), priority=1))
+    # soft, and last: a is as full as hard spread would refuse (z1 2, z2 1), and it goes there all the same
+    kube.add(replica("loose", spread("zone", whenUnsatisfiable="ScheduleAnyway")))
+    sched = SecondaryScheduler(api, "gputide", first)
+    assert sched.schedule_once() == {"default/web-1": "c", "default/web-2": "a", "default/loose": "a"}
+
+
+def test_hard_topology_spread_per_host_within_one_pass_and_why_not(kube: FakeKube, api) -> None:
+    kube.add(node("a", 8))
+    kube.add(node("b", 8))
+    for name in ("web-1", "web-2", "web-3"):
+        kube.add(replica(name, spread("kubernetes.io/hostname"), nodeSelector={"pool": "x"}))
+    for n in ("a", "b"):   # the fake's nodes carry no hostname label: the kubelet's
+        kube.mutate("nodes", n, "", {"metadata": {"labels": {"kubernetes.io/hostname": n, "pool": "x"}}})
+    kube.add(node("c", 8, labels={"kubernetes.io/hostname": "c"}))   # not in pool x: its domain is not counted
+    sched = SecondaryScheduler(api, "gputide", first)
+    assert sched.schedule_once() == {"default/web-1": "a", "default/web-2": "b", "default/web-3": "a"}
+    kube.add(node("e", 8, labels={"pool": "x"}))   # no hostname label
+    kube.add(replica("web-4", spread("kubernetes.io/hostname", minDomains=3), nodeSelector={"pool": "x"}))
+    assert sched.schedule_once() == {"default/web-4": None}
+    assert sched.reasons["default/web-4"] == (
+        "0/4 nodes are available: 1 node(s) didn't match Pod's node selector, 2 node(s) didn't match pod topology "
+        "spread constraints, 1 node(s) didn't match pod topology spread constraints (missing required label).")
