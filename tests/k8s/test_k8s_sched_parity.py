@@ -193,3 +193,22 @@ def test_hard_topology_spread_per_host_within_one_pass_and_why_not(kube: FakeKub
     assert sched.reasons["default/web-4"] == (
         "0/4 nodes are available: 1 node(s) didn't match Pod's node selector, 2 node(s) didn't match pod topology "
         "spread constraints, 1 node(s) didn't match pod topology spread constraints (missing required label).")
+
+
+def test_a_pod_group_trial_keeps_members_off_each_others_host_ports_and_spread(kube: FakeKube, api) -> None:
+    from balancer.actuate.k8s_gang import GROUP_LABEL, MIN_ANNOTATION
+
+    for n in ("a", "b", "c"):
+        kube.add(node(n, 8, labels={"kubernetes.io/hostname": n}))
+    for rank in range(2):   # two hostNetwork ranks: each needs the rendezvous port
+        p = with_port(pending(f"rank-{rank}", gpus=2), 29500)
+        p["metadata"].update(labels={GROUP_LABEL: "ddp"}, annotations={MIN_ANNOTATION: "2"})
+        kube.add(p)
+    for w in range(2):      # two replicas spread one per host
+        p = replica(f"web-{w}", spread("kubernetes.io/hostname"))
+        p["metadata"].update(labels={"app": "web", GROUP_LABEL: "web"}, annotations={MIN_ANNOTATION: "2"})
+        kube.add(p)
+    sched = SecondaryScheduler(api, "gputide", first)
+    got = sched.schedule_once()
+    assert got["default/rank-0"] != got["default/rank-1"] and got["default/web-0"] != got["default/web-1"]
+    assert None not in got.values()
