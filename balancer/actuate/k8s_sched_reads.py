@@ -14,7 +14,8 @@ Two ways (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these m
 
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
-node and it is not offered again, until the bound cache shows it or `assume_s` has passed.
+node and it is not offered again, until the bound cache shows it or `assume_s` has passed with that cache's watch
+healthy (while it fails, and the cache keeps its last state, the binding stays assumed).
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`pending_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`bound_usage`, `PortsUsage`), and
@@ -238,10 +239,15 @@ class SchedulerReads:
         return (pod.get("spec") or {}).get("nodeName") or None
 
     def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
-        """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`)."""
+        """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`, but not while
+        that cache's watch is broken: kept with its last state, it cannot show the binding yet, and dropped the
+        pod's GPUs would look free to the next pod, as kube-scheduler keeps an assumed pod until its informer shows
+        it)."""
         now = self.clock()
+        watch = self.watches.get("bound pods")
+        lagging = seen is not None and watch is not None and watch.failures > 0
         self._assumed = {k: v for k, v in self._assumed.items()
-                         if now - v[0] < self.assume_s and (seen is None or k not in seen)}
+                         if (lagging or now - v[0] < self.assume_s) and (seen is None or k not in seen)}
         return {k: v[1] for k, v in self._assumed.items()}
 
     def nodes_view(self) -> list[Json]:
