@@ -61,9 +61,15 @@ def _rule_files(args: argparse.Namespace) -> list[Path]:
     if not args.rules:
         return default_rule_files()
     files = [Path(p) for p in args.rules]
+    names: dict[str, Path] = {}
     for path in files:
         if not path.is_file():
             raise InputError(None, "--rules", str(path), "existing rule files (YAML)")
+        # each is copied to rules/<name> beside the config: a second file of one name overwrote the first, which
+        # was then loaded twice (its groups' names repeated) while the other's rules were silently lost
+        if names.setdefault(path.name, path) != path:
+            raise InputError(None, "--rules", str(path), f"rule files of distinct names ({names[path.name]} has "
+                             "this one's: rename one)")
         # unreadable, not UTF-8, not YAML or not groups of rules: said here, not by a traceback or Prometheus' log
         check_rule_file(read_yaml(path, "Prometheus rule"), str(path))
     return files

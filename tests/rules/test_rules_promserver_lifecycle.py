@@ -155,3 +155,14 @@ def test_a_port_the_last_run_left_in_time_wait_is_free():
     from balancer.cmd.prometheus import _free
 
     _free(port)  # no InputError
+
+
+@pytest.mark.parametrize("mode", [["--config-only", "--out", "{tmp}/prom"], ["--run"]], ids=["written", "run"])
+def test_two_rule_files_of_one_name_exit_2_rather_than_one_overwriting_the_other(tmp_path, capsys, mode):
+    for team in ("a", "b"):
+        (tmp_path / team).mkdir()
+        (tmp_path / team / "slo.yaml").write_text(f"groups:\n  - name: slo-{team}\n    rules: []\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in mode]
+    assert main(["prometheus", *argv, "--targets", "127.0.0.1:9", "--rules", str(tmp_path / "a" / "slo.yaml"),
+                 str(tmp_path / "b" / "slo.yaml")]) == 2
+    assert "--rules" in capsys.readouterr().err
