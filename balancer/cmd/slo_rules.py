@@ -7,7 +7,8 @@ Reads the ServiceProfiles file the controller reads (`gputide run --services`) a
 (a `groups:` document; with `--prometheus-rule`, a PrometheusRule manifest for the Prometheus Operator) that
 records, per service, the request and SLO-violation rates the burn-rate alerts need, from vLLM's end-to-end
 latency histogram and each service's `latencySloSeconds`. Prints one line per service to stderr: the bucket its
-violations are counted above. Exit 0, or 2 on bad input (naming the file, the field, the value and what is allowed).
+violations are counted above (with `--exact`, an SLO between two boundaries exits 2 instead). Exit 0, or 2 on bad
+input (naming the file, the field, the value and what is allowed).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     namespace = _namespace(args)
     output_file(args.out, "--out")
     profiles = load_profiles(args.services)
-    slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles.values()], buckets, args.services)
+    slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles.values()], buckets, args.services,
+                                    exact=args.exact)
     text = slo_rules.render(slos, buckets, args.services, namespace)
     if args.out in (None, "-"):
         sys.stdout.write(text)
@@ -64,6 +66,9 @@ def register(subparsers) -> None:
     p.add_argument("--buckets", default=None, metavar="LIST",
                    help="the bucket boundaries (s) of vLLM's vllm:e2e_request_latency_seconds, comma-separated "
                         "(default: vLLM's, " + ",".join(f"{b:g}" for b in slo_rules.VLLM_E2E_BUCKETS) + ")")
+    p.add_argument("--exact", action="store_true",
+                   help="refuse (exit 2) a latencySloSeconds that is not a bucket boundary, instead of counting "
+                        "violations above the boundary under it (which may fire early) and saying so on stderr")
     p.add_argument("--prometheus-rule", action="store_true",
                    help="write a PrometheusRule manifest (Prometheus Operator) instead of a rule file")
     p.add_argument("--namespace", default=None, help="the PrometheusRule's namespace (default gputide)")

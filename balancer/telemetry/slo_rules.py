@@ -99,9 +99,10 @@ def service_name(name: str, file: str | None, field: str) -> str:
 
 
 def choose_buckets(services: Sequence[tuple[str, float]], buckets: Sequence[float],
-                   file: str | None = None) -> list[ServiceSlo]:
+                   file: str | None = None, exact: bool = False) -> list[ServiceSlo]:
     """Each (name, SLO) of a profiles file, in its order, with its bucket. A name no Deployment can have, or an SLO
-    under the smallest bucket, is an InputError naming the field (`services[i].name` / `.latencySloSeconds`)."""
+    under the smallest bucket, is an InputError naming the field (`services[i].name` / `.latencySloSeconds`); with
+    `exact`, so is an SLO between two boundaries (a pipeline that must not judge at the boundary under it)."""
     out = []
     for i, (name, slo) in enumerate(services):
         service_name(name, file, f"services[{i}].name")
@@ -110,7 +111,14 @@ def choose_buckets(services: Sequence[tuple[str, float]], buckets: Sequence[floa
             raise InputError(file, f"services[{i}].latencySloSeconds", slo,
                              f"at least {buckets[0]:g} s, the smallest bucket of vLLM's latency histogram "
                              "(another vLLM's buckets: --buckets)")
-        out.append(ServiceSlo(name, slo, under[-1]))
+        chosen = ServiceSlo(name, slo, under[-1])
+        if exact and not chosen.exact:
+            over = [b for b in buckets if b > slo]
+            around = f"{under[-1]:g} s" + (f" or {over[0]:g} s" if over else "")
+            raise InputError(file, f"services[{i}].latencySloSeconds", slo,
+                             f"a bucket boundary of vLLM's latency histogram (--exact), here {around}; without "
+                             "--exact the boundary under it is used")
+        out.append(chosen)
     return out
 
 
