@@ -107,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--job", args.job, "a non-empty job name")
     if args.port is not None and not 0 < args.port <= 65535:
         raise InputError(None, "--port", args.port, "1..65535")
+    for flag, value in (("--port", args.port), ("--retention", args.retention)):
+        if args.config_only and value is not None:  # flags of the running binary: prometheus.yml holds neither
+            raise InputError(None, flag, value, "only with --run (prometheus.yml holds no port or retention: pass "
+                             "--web.listen-address / --storage.tsdb.retention.time to your Prometheus)")
     if args.retention is not None:
         try:
             parse_duration(args.retention)

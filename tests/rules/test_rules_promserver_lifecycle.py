@@ -166,3 +166,9 @@ def test_two_rule_files_of_one_name_exit_2_rather_than_one_overwriting_the_other
     assert main(["prometheus", *argv, "--targets", "127.0.0.1:9", "--rules", str(tmp_path / "a" / "slo.yaml"),
                  str(tmp_path / "b" / "slo.yaml")]) == 2
     assert "--rules" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--port", "9090"], ["--retention", "30d"]], ids=["port", "retention"])
+def test_flags_of_the_running_server_exit_2_with_config_only_rather_than_vanish(capsys, flag):
+    assert main(["prometheus", "--config-only", "--targets", "127.0.0.1:9", *flag]) == 2
+    assert flag[0] in capsys.readouterr().err
