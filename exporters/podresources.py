@@ -31,11 +31,13 @@ index, which is the same GPU wherever minor and index agree) and a MIG device
 `k8s.gpu.nvidia.com/device=<that name>` and `k8s.gpu.nvidia.com/claim=<claim UID>-<that name>`. A kubelet that gives
 no device name (before 1.31) is read through the CDI names. NVIDIA's names carry no UUID (the driver's
 ResourceSlices do, as the `uuid` attribute dcgm-exporter reads; the exporter reads no API objects: no RBAC); another
-driver's name that carries one is matched by it. A MIG device's name says its GPU but not its GPU instance ID: the backend's
-`mig_instance` is asked the name (one that reads NVML's GPU instance placements can answer; the NVML backend does
-not yet), and otherwise the pod is attributed to the whole GPU without `GPU_I_ID`, which the controller counts as
-holding a whole GPU's share (never as free). Pods sharing one ResourceClaim all hold its device (DRA claims are
-never superseded, below). DRA devices of other drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored;
+driver's name that carries one is matched by it. A MIG device's name says its GPU and its GPU instance's profile
+and placement, not its GPU instance ID: the backend's `mig_instance` is asked the name (the NVML backend finds the
+GPU instance at that placement, `exporters.backends.nvml_mig`) and gives its `GPU_I_ID` and `GPU_I_PROFILE` as for
+a device plugin's MIG device. Where it cannot (NVML refuses to list GPU instances, no instance lies there, a backend
+without MIG) the pod is attributed to the whole GPU without `GPU_I_ID`, which the controller counts as holding a
+whole GPU's share (never as free), and the device is counted in `gputide_pod_resources_unresolved_mig_devices`.
+Pods sharing one ResourceClaim all hold its device (DRA claims are never superseded, below). DRA devices of other drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored;
 those of `gpu.nvidia.com` no GPU here matches (a `gpu-vfio-<n>` passthrough GPU, which NVML does not see) are counted
 unmatched.
 
@@ -226,6 +228,7 @@ class DeviceIndex:
         self.by_device = ({f: self.by_uuid[u] for f, u in files.items() if u in self.by_uuid} if files
                           else {g.device: g for g in ids})
         self.mig = mig
+        self.unresolved: set[str] = set()   # DRA MIG devices held whole: their GPU instance not resolved
 
     def place(self, device_id: str, resource: str = GPU_RESOURCES[0]) -> Placement | None:
         device = _SHARED_REPLICA.sub("", device_id)
@@ -252,6 +255,7 @@ class DeviceIndex:
                 return Placement(g) if g else None
             found = self.mig(name) if self.mig is not None else None
             if found is None or found.parent_uuid != g.uuid:
+                self.unresolved.add(name)
                 return Placement(g)   # the GPU is known, its instance not: held whole, never free
             return Placement(g, str(found.gpu_instance_id), found.profile)
         return self.place(name)
@@ -272,7 +276,7 @@ class PodAttribution:
         self._last: list[Allocation] | None = None
         self._last_ok = float("nan")
         self._up = False
-        self._unmatched = 0
+        self._unmatched = self._unresolved = 0
         self._failing_since: float | None = None
         self._first_seen: dict[tuple[str, str], float] = {}   # (namespace, pod) -> the answer it first appeared in
         self._superseded = self._contested = 0
@@ -335,7 +339,7 @@ class PodAttribution:
                 continue
             seen.setdefault((p.gpu.uuid, p.gpu_instance_id, a.namespace, a.pod),
                             WorkloadInfo(p.gpu.uuid, a.namespace, a.pod, UNKNOWN_CLASS, p.gpu_instance_id, p.profile))
-        self._unmatched = unmatched
+        self._unmatched, self._unresolved = unmatched, len(index.unresolved)
         return tuple(seen.values())
 
     def _log_unmatched(self, a: Allocation) -> None:
@@ -354,6 +358,9 @@ class PodAttribution:
                                 "When the kubelet's PodResources API last answered.", value=self._last_ok)
         yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs, and DRA GPU "
                                 "devices, allocated to pods that match no GPU of this exporter.", value=float(self._unmatched))
+        yield GaugeMetricFamily("gputide_pod_resources_unresolved_mig_devices", "DRA MIG devices whose GPU instance "
+                                "the backend could not resolve: their pods are attributed to the whole GPU.",
+                                value=float(self._unresolved))
         yield GaugeMetricFamily("gputide_pod_resources_superseded_claims", "Claims on a GPU or MIG device ID left "
                                 "out because a pod that appeared later claims it too (the older pod has finished).",
                                 value=float(self._superseded))

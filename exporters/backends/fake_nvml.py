@@ -13,7 +13,11 @@ return code (4: NoPermission); `push_xid(device, 48)` queues an XID event. Memor
 ``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
 MIG: ``FakeDevice(..., migs=[FakeMig("MIG-...", gpu_instance_id=1, profile="1g.10gb")])`` partitions a GPU; its MIG
 devices are found by UUID and by index and answer name, parent and GPU instance as NVML does, the GPU its MIG mode,
-and GPM per GPU instance (``FakeMig.gpm_sm_util``; None or a GPU before Hopper: NotSupported).
+and GPM per GPU instance (``FakeMig.gpm_sm_util``; None or a GPU before Hopper: NotSupported). A MIG device's GPU
+instance answers ``nvmlDeviceGetGpuInstanceById`` and ``nvmlGpuInstanceGetInfo`` (its ``gi_profile_id`` and
+``placement`` (start, size), as NVIDIA's DRA driver names it ``gpu-<minor>-mig-<profile id>-<start>-<size>``); one
+without a ``placement`` answers NotSupported there, and the GPU's ``fail`` breaks either call
+(``fail["nvmlDeviceGetGpuInstanceById"] = NVMLError_NoPermission``: an exporter without the MIG monitor capability).
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class FakeMig:
     gpu_instance_id: int = 1
     profile: str = "1g.10gb"
     compute_instance_id: int = 0
+    gi_profile_id: int = 19            # nvmlGpuInstanceGetInfo's profileId (19: 1g.10gb on an A100 / H100)
+    placement: tuple[int, int] | None = None   # (start, size) of its GPU instance; None: not modelled (NotSupported)
     gpm_sm_util: float | None = 40.0   # percent of the instance's SMs (nvmlGpmMigSampleGet); None: NotSupported
     parent: Any = field(default=None, repr=False)
     fail: dict[str, type[NVMLError]] = field(default_factory=dict)
@@ -123,6 +129,14 @@ class FakeDevice:
     def __post_init__(self) -> None:
         for mig in self.migs:
             mig.parent = self
+
+
+@dataclass(frozen=True)
+class FakeGpuInstance:
+    """A GPU instance handle (``nvmlDeviceGetGpuInstanceById``): the GPU and a MIG device of that instance."""
+
+    device: FakeDevice
+    mig: FakeMig
 
 
 class _GpmMetricsGet:
@@ -268,6 +282,23 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuInstanceId(self, h):
         return self._dev(h, "nvmlDeviceGetGpuInstanceId").gpu_instance_id
+
+    def nvmlDeviceGetGpuInstanceById(self, h, gpu_instance_id):
+        d = self._dev(h, "nvmlDeviceGetGpuInstanceById")
+        if isinstance(d, FakeMig) or d.arch < 8:
+            raise NVMLError_NotSupported()
+        mig = next((m for m in d.migs if m.gpu_instance_id == gpu_instance_id), None)
+        if mig is None:
+            raise NVMLError_NotFound()
+        return FakeGpuInstance(d, mig)
+
+    def nvmlGpuInstanceGetInfo(self, gi):
+        self._dev(gi.device, "nvmlGpuInstanceGetInfo")
+        if gi.mig.placement is None:
+            raise NVMLError_NotSupported()
+        start, size = gi.mig.placement
+        return SimpleNamespace(device=gi.device, id=gi.mig.gpu_instance_id, profileId=gi.mig.gi_profile_id,
+                               placement=SimpleNamespace(start=start, size=size))
 
     # telemetry
     def nvmlDeviceGetFieldValues(self, h, ids):

@@ -51,8 +51,9 @@ limit is (`exporters.backends.nvml_power`); the next scrape reports a new limit 
 ``DCGM_FI_DEV_POWER_MGMT_LIMIT``: the management limit (``nvmlDeviceGetPowerManagementLimit``, what ``nvidia-smi -pl``
 sets), the one the agent judges its caps by and DCGM reports under that name, not the limit the driver enforces
 (field 190, ``nvmlDeviceGetEnforcedPowerLimit``), which an out-of-band limit can hold lower.
-`mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is
-(`exporters.backends.nvml_mig`). Tests inject `exporters.backends.fake_nvml` as `nvml`.
+`mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
+DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`).
+Tests inject `exporters.backends.fake_nvml` as `nvml`.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class NvmlBackend:
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
-        self._mig = NvmlMigLookup(nvml, gpus.by_index)
+        self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(minors, self.handles, ids)
+                                                        if m is not None})   # DRA names a GPU by its minor
         self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
                                      getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
         self._memory = NvmlMemory(nvml)
@@ -164,6 +166,7 @@ class NvmlBackend:
         errors: list[tuple[str, str]] = []
         unsupported: list[tuple[str, str]] = []
         self._xids.drain()
+        self._mig.new_collection()   # GPU instance placements are listed again for this collection's DRA devices
         for k, h in enumerate(self.handles):
             out = _Out()
             try:
@@ -360,7 +363,8 @@ class NvmlBackend:
             self._try_static(lambda: self.nvml.nvmlGpmSampleFree(last), None)
 
     def mig_instance(self, device_id: str) -> MigInstance | None:
-        """The MIG device a device plugin's ID names (`exporters.backends.nvml_mig`), for pod attribution."""
+        """The MIG device a device plugin's ID or a DRA driver's device name names (`exporters.backends.nvml_mig`),
+        for pod attribution."""
         return self._mig(device_id)
 
     # ---- power-cap agent ---------------------------------------------------------------------------------------

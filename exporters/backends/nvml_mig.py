@@ -1,4 +1,5 @@
-"""Which MIG device a device plugin's ID names, asked of NVML: `NvmlMigLookup(nvml, handles)(device_id)`.
+"""Which MIG device a device plugin's ID or a DRA device name names, asked of NVML: `NvmlMigLookup(nvml, handles,
+by_minor)(device_id)`.
 
 With MIG, NVIDIA's device plugin hands pods MIG devices, not GPUs: their IDs are MIG UUIDs (``MIG-<uuid>``,
 drivers R470 and newer), whether the resource is ``nvidia.com/gpu`` (MIG strategy "single") or
@@ -9,24 +10,45 @@ Neither says which GPU the device is carved from. NVML does, as dcgm-exporter as
 name, whose last word is the profile (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``; a compute-instance profile such as
 ``1c.2g.20gb`` names the GPU instance's ``2g.20gb``, dcgm-exporter's ``GPU_I_PROFILE``).
 
+NVIDIA's DRA driver (``gpu.nvidia.com``) names a MIG device by where its GPU instance lies, not by UUID:
+``gpu-<minor>-mig-<GI profile id>-<placement start>-<placement size>`` (its ``MigDeviceInfo.CanonicalName``: the
+GPU's /dev/nvidia<minor>, and the ``profileId`` and ``placement`` of ``nvmlGpuInstanceGetInfo``). The GPU is the
+backend's with that minor number (`by_minor`); its GPU instances are listed as the driver lists them: each MIG
+device under the GPU (``nvmlDeviceGetMigDeviceHandleByIndex`` up to ``nvmlDeviceGetMaxMigDeviceCount``), its GPU
+instance ID, that instance (``nvmlDeviceGetGpuInstanceById``) and its info. The instance whose profile ID, start and
+size are the name's is the device; its ID and profile (from the MIG device's name) are given as for a device
+plugin's ID. The listing is kept for one collection (`new_collection()` drops it: instances are created and
+destroyed as DRA claims come and go). A name no GPU instance matches (the GPU re-partitioned since) is None, as is
+every name on a GPU whose listing NVML refused (NoPermission without the MIG monitor capability, NotSupported, a
+lost GPU): pod attribution then holds the whole GPU, as before this lookup could read placements. Each is logged
+once (per name; per GPU and error); refused listings are counted in `errors`.
+
 A MIG UUID names one instance for its whole life (re-creating the instance gives it a new UUID), so what a UUID
 resolved to is kept; an index is asked each time (re-partitioning reuses it). What NVML cannot resolve is None and
 asked again at the next scrape. The formats that carry their GPU (R450/R460's ``MIG-GPU-<uuid>/<gi>/<ci>``, GKE's
 ``nvidia<n>/gi<gi>``) need no NVML: `exporters.podresources` reads them itself.
 
-This module never imports `pynvml`: it uses the `nvml` module the backend was given.
+Not verified on MIG hardware with the DRA driver (none was available): written against NVML's documented calls,
+the driver's naming, and the in-repo fake. This module never imports `pynvml`: it uses the `nvml` module the
+backend was given.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporters.backends.base import MigInstance
 
+log = logging.getLogger(__name__)
 _INDEX = re.compile(r"^(\d+):(\d+)$")
+_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-(\d+)-(\d+)-(\d+)$")   # gpu-<minor>-mig-<GI profile id>-<start>-<size>
 _COMPUTE_INSTANCE = re.compile(r"^\d+c\.")
+_LOGGED_MAX = 1000
+# (GI profile id, placement start, placement size) -> the GPU instance there
+Placements = dict[tuple[int, int, int], MigInstance]
 
 
 def gpu_instance_profile(profile: str) -> str:
@@ -47,16 +69,28 @@ def _text(v: Any) -> str:
 
 class NvmlMigLookup:
     """`MigLookup` over NVML (module docstring); `handles` are the backend's GPU handles in NVML index order (None
-    for a GPU it left out)."""
+    for a GPU it left out), `by_minor` its served GPUs by minor number: {minor: (handle, UUID)}."""
 
-    def __init__(self, nvml: Any, handles: Sequence[Any]) -> None:
+    def __init__(self, nvml: Any, handles: Sequence[Any],
+                 by_minor: Mapping[int, tuple[Any, str]] | None = None) -> None:
         self.nvml, self.handles = nvml, handles
+        self.by_minor = dict(by_minor or {})
         self._by_uuid: dict[str, MigInstance] = {}
+        self._placements: dict[int, Placements | None] = {}   # this collection's, by minor; None: NVML refused
+        self._logged: set[tuple[str, str]] = set()
+        self.errors = 0   # GPU instance listings NVML refused
+
+    def new_collection(self) -> None:
+        """Forget the GPU instances listed for the last collection."""
+        self._placements.clear()
 
     def __call__(self, device_id: str) -> MigInstance | None:
         nvml = self.nvml
         if device_id in self._by_uuid:
             return self._by_uuid[device_id]
+        if dra := _DRA_MIG.match(device_id):
+            minor, profile_id, start, size = map(int, dra.groups())
+            return self._dra(device_id, minor, (profile_id, start, size))
         index = _INDEX.match(device_id)
         try:
             if index:
@@ -78,3 +112,47 @@ class NvmlMigLookup:
         return MigInstance(parent_uuid=_text(nvml.nvmlDeviceGetUUID(parent)),
                            gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
                            profile=profile_of_name(nvml.nvmlDeviceGetName(mig)))
+
+    def _dra(self, name: str, minor: int, where: tuple[int, int, int]) -> MigInstance | None:
+        """The GPU instance a DRA driver's MIG device name places (module docstring), or None."""
+        if minor not in self.by_minor:
+            return None   # not a GPU of this backend: pod attribution counts it unmatched
+        handle, uuid = self.by_minor[minor]
+        if minor not in self._placements:
+            self._placements[minor] = self._list(handle, uuid)
+        placements = self._placements[minor]
+        if placements is None:
+            return None   # NVML refused the listing: logged there
+        found = placements.get(where)
+        if found is None:
+            self._log_once(("placement", name), "DRA MIG device %s: no GPU instance of profile %d at placement "
+                           "start %d size %d on GPU %s (%d listed): the pod is attributed to the whole GPU",
+                           name, *where, uuid, len(placements))
+        return found
+
+    def _list(self, handle: Any, uuid: str) -> Placements | None:
+        """The GPU instances of one GPU by their profile ID and placement, or None where NVML refuses to say."""
+        nvml, found = self.nvml, {}
+        absent = (nvml.NVMLError_NotFound, nvml.NVMLError_InvalidArgument)   # no MIG device at that index
+        try:
+            for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+                except absent:
+                    continue
+                gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+                info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
+                where = (int(info.profileId), int(info.placement.start), int(info.placement.size))
+                found.setdefault(where, MigInstance(uuid, gi, profile_of_name(nvml.nvmlDeviceGetName(mig))))
+        except nvml.NVMLError as exc:
+            self.errors += 1
+            self._log_once((uuid, type(exc).__name__), "GPU instances of GPU %s not listed (%s: %s): its DRA MIG "
+                           "devices are attributed to the whole GPU", uuid, type(exc).__name__, exc)
+            return None
+        return found
+
+    def _log_once(self, key: tuple[str, str], msg: str, *args: Any) -> None:
+        if key in self._logged or len(self._logged) >= _LOGGED_MAX:
+            return
+        self._logged.add(key)
+        log.warning(msg, *args)
