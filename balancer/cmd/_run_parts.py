@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from balancer import config
-from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.base import ActionResult
 from balancer.cmd._args import duration_between
 from balancer.errors import InputError
 from balancer.metrics import ControllerMetrics
@@ -121,24 +121,21 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
 
 
 class ShardBound:
-    """The actuator of one shard (`gputide run --shard`). An action on a node that is no longer the shard's
-    (`ShardedSource.refusal`: relabelled into another shard between the snapshot it was planned on and now) is
-    refused, logged as a warning and never reaches `inner`: the other shard plans for that node, and both acting on it
-    is what sharding is there to prevent. It comes back failed with code `refused` (counted in
-    gputide_actuation_errors_total, audited, and not offered again for a while). Any other action, and the
-    actuator's hooks (`housekeeping`, `recover`, `action_deadline_s`), are `inner`'s as they are."""
+    """The actuator of one shard (`gputide run --shard`). An action the shard must not carry out now
+    (`balancer.telemetry.shard.refused`: a node it names was relabelled into another shard between the snapshot it
+    was planned on and now, or the shard's GPUs were renumbered) comes back failed with code `refused`, logged as a
+    warning, and never reaches `inner`: the same refusal as the simulator's `shard.ShardActuator`. Any other action,
+    and the actuator's hooks (`housekeeping`, `recover`, `action_deadline_s`), are `inner`'s as they are."""
 
     def __init__(self, inner: Any, source: ShardedSource) -> None:
         self.inner, self.source = inner, source
         self.name = getattr(inner, "name", "shard")
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
-        why = self.source.refusal(action)
-        if why is None:
-            return self.inner.apply(action, snapshot)
-        shard = self.source.selector.name
-        log.warning("shard %s refuses %s: %s", shard, action.describe(), why)
-        return ActionResult(action, Outcome.FAILED, f"refused by shard {shard}: {why}", code="refused")
+        from balancer.telemetry.shard import refused
+
+        no = refused(action, self.source, log)
+        return self.inner.apply(action, snapshot) if no is None else no
 
     def __getattr__(self, name: str) -> Any:
         if name in ("inner", "source"):   # not set yet (copy, unpickling): no recursion through __getattr__

@@ -18,9 +18,12 @@ refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
 with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard.
 
-An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard) is
-refused (`ShardedSource.refusal`; `balancer.cmd._run_parts.bound_to_shard` wraps a shard's actuator in `ShardBound`,
-which turns it into a refused result and a warning).
+An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
+GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
+that into a failed result with code `refused` and a warning. Both shard actuators refuse so: `ShardActuator` (the
+simulator's) and `balancer.cmd._run_parts.ShardBound` (`gputide run --shard`, around the Kubernetes actuator), so a
+simulated shard behaves as a real one. (Building that result is why this module, alone of the telemetry layer, imports
+`balancer.actuate.base`: .importlinter's one exception to its layers.)
 Actuators that address GPUs by fleet index (the simulator) get actions translated back with `globalize`; the
 `ShardActuator` wrapper does that and hands them the full snapshot the shard was cut from. Each shard elects
 its own leader on its own Lease (`lease_name`), so shards fail over independently; with Prometheus, each shard's
@@ -29,11 +32,13 @@ source may also be pointed at that shard's Prometheus (see docs/readme/scale-out
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from balancer.actuate.base import ActionResult, Outcome
 from balancer.errors import InputError, MissingTelemetry
 from balancer.model import (
     GPU_ARRAYS,
@@ -46,6 +51,8 @@ from balancer.model import (
     Workload,
 )
 from balancer.telemetry.base import ScopedSource, TelemetrySource
+
+log = logging.getLogger("balancer.telemetry.shard")
 
 
 @dataclass(frozen=True)
@@ -181,8 +188,9 @@ class ShardedSource:
         names (a taint's, a power limit's, a migration's target) is not among the shard's nodes of the latest reading
         or, where the inner source follows the nodes' labels (`node_overrides`: the Kubernetes API's watch), no longer
         matches the selector with the labels it has now: relabelled into another shard since, it is that shard's to
-        act on. A power limit whose GPU index holds another GPU in the latest reading is refused too (the shard's
-        GPUs were renumbered: a node left or came)."""
+        act on. A power limit whose GPU index holds another GPU in the latest reading, or a migration whose target GPU
+        indices are not on its target node there, is refused too (the shard's GPUs were renumbered: a node left or
+        came; carried out, it would land on another GPU, and an actuator by fleet index would read past the end)."""
         shard = self.selector.name
         if isinstance(action, Migrate) and not all(0 <= g < len(self.index) for g in action.source_gpus):
             return (f"source GPUs {list(action.source_gpus)} of {action.workload} are not all shard {shard}'s in the "
@@ -199,6 +207,11 @@ class ShardedSource:
             if gpu < 0 or self.last_full.gpus[gpu].uuid != action.uuid:
                 return (f"GPU {action.uuid} is not GPU {action.gpu} of shard {shard} in the latest reading "
                         "(its GPUs were renumbered: a node left or joined the shard)")
+        if isinstance(action, Migrate) and self.last_full is not None and not all(
+                0 <= g < len(self.index) and self.last_full.gpus[int(self.index[g])].node == action.target_node
+                for g in action.target_gpus):
+            return (f"target GPUs {list(action.target_gpus)} of {action.workload} are not on {action.target_node} in "
+                    f"shard {shard}'s latest reading (its GPUs were renumbered: a node left or joined the shard)")
         return None
 
     def _touched(self, action: Action) -> tuple[str, ...]:
@@ -248,15 +261,34 @@ class ShardedSource:
         return float(getattr(self.inner, "oldest_sample_age_s", float("nan")))
 
 
+def refused(action: Action, source: ShardedSource, warn: logging.Logger = log) -> ActionResult | None:
+    """The result of `action` where `source`'s shard must not carry it out now (`ShardedSource.refusal`: a node it
+    names left the shard since the snapshot it was planned on, or the shard's GPUs were renumbered), logged on `warn`
+    as a warning: failed with code `refused` (counted in gputide_actuation_errors_total, audited, and not offered
+    again for a while). None: it may go out. The one refusal of both shard actuators, `ShardActuator` and
+    `balancer.cmd._run_parts.ShardBound`: the other shard plans for that node, and both acting on it is what sharding
+    is there to prevent."""
+    why = source.refusal(action)
+    if why is None:
+        return None
+    shard = source.selector.name
+    warn.warning("shard %s refuses %s: %s", shard, action.describe(), why)
+    return ActionResult(action, Outcome.FAILED, f"refused by shard {shard}: {why}", code="refused")
+
+
 class ShardActuator:
-    """Wraps an actuator that addresses GPUs by fleet index: translate, then apply against the full snapshot. It
-    refuses nothing itself (results are the actuate layer's): wrap it in `_run_parts.ShardBound` for that."""
+    """Wraps an actuator that addresses GPUs by fleet index (the simulator's): an action the shard must not carry
+    out now is refused (`refused`), as `gputide run --shard` refuses it, and never reaches `inner`; any other is
+    translated, then applied against the full snapshot."""
 
     def __init__(self, inner, source: ShardedSource) -> None:
         self.inner, self.source = inner, source
         self.name = getattr(inner, "name", "shard")
 
-    def apply(self, action: Action, snapshot: ClusterSnapshot):
+    def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
+        no = refused(action, self.source)
+        if no is not None:
+            return no
         full = self.source.last_full if self.source.last_full is not None else snapshot
         result = self.inner.apply(self.source.globalize(action), full)
         return replace(result, action=action)   # the loop books results against the shard's snapshot
