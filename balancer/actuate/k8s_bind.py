@@ -40,6 +40,8 @@ class Binder:
     _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
     halted: Callable[[], bool]
     bound_node: Callable[[Json], str | None]
+    reasons: dict[str, str]                      # the pass: why each pod it left pending waits
+    bind_failure: ActuationError | None = None   # why the last binding that failed did
 
     def _bind(self, req: Json, node: Json) -> str | None:
         """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays
@@ -64,6 +66,8 @@ class Binder:
             return None
         except ActuationError as err:
             log.warning("scheduler %s: %s", self.scheduler_name, err)
+            self.reasons[req["name"]] = f"Binding rejected: {err}"   # kube-scheduler's words for a failed Bind
+            self.bind_failure = err
             return ""
         return self._bound_to(req, node)
 

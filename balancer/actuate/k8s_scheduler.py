@@ -91,6 +91,7 @@ from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
+    DeadlineExceeded,
     _Api,
     k8s,
     parse_time,
@@ -334,6 +335,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
                 ps.cut.append(req)
                 return
             ps.results[req["name"]], self.reasons[req["name"]] = None, why
+            self._failed(req, why)
             return
         bound = self._bind(req, ps.view[i])
         if bound is None:   # bound by someone else, or deleted: the nodes it held are held for no one
@@ -343,6 +345,10 @@ class SecondaryScheduler(Binder, SchedulerReads):
             return
         ps.results[req["name"]] = bound or None
         if not bound:
+            if not self._leads(ps):   # the Lease lost (or stopping) in the binding's retries: told as a cut pod
+                ps.cut.append(req)
+            elif not isinstance(self.bind_failure, DeadlineExceeded):   # out of time: its turn is over, the
+                self._failed(req, self.reasons.get(req["name"], "Binding rejected"))   # reserve is not for Events
             return
         ps.offers.update(i, req)   # and counted where pods run, for pod affinity
         if ps.session is not None:
@@ -353,6 +359,15 @@ class SecondaryScheduler(Binder, SchedulerReads):
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
+
+    def _failed(self, req: Json, why: str) -> None:
+        """A pod whose claims could not be given its node, or whose binding failed: a Warning `FailedScheduling`
+        Event saying so, as kube-scheduler posts one for a failed PreBind or Bind, so `kubectl describe pod` does not
+        show only the last pass's `Unschedulable` (or nothing). Its PodScheduled condition is left as it was: an
+        API error is no lack of room for the cluster autoscaler to scale up for. Best effort, on the turn's
+        reserve."""
+        with self.api.reserve():
+            self.tell.event(req, "Warning", "FailedScheduling", why)
 
     def _count_elsewhere(self, req: Json, ps: _Pass) -> None:
         """A pod someone else bound meanwhile (`_bind` assumed it where it runs) takes its share of that node for

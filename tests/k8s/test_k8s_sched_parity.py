@@ -212,3 +212,16 @@ def test_a_pod_group_trial_keeps_members_off_each_others_host_ports_and_spread(k
     got = sched.schedule_once()
     assert got["default/rank-0"] != got["default/rank-1"] and got["default/web-0"] != got["default/web-1"]
     assert None not in got.values()
+
+
+def test_a_failed_binding_is_told_to_the_pod_as_kube_scheduler_tells_it(kube: FakeKube, api) -> None:
+    kube.add(node("a", 8))
+    kube.add(pending("train-0"))
+    kube.inject("POST", r"/pods/train-0/binding$", 500, count=100)
+    sched = SecondaryScheduler(api, "gputide", first, backoff_s=0.0)
+    assert sched.schedule_once() == {"default/train-0": None}
+    assert sched.reasons["default/train-0"].startswith("Binding rejected: ")
+    told = [r.body for r in kube.calls("POST", r"/events$")]
+    assert [(e["type"], e["reason"]) for e in told] == [("Warning", "FailedScheduling")]
+    assert told[0]["message"] == sched.reasons["default/train-0"]
+    assert not kube.calls("PATCH", r"/status$")   # no Unschedulable for the cluster autoscaler to scale up for
