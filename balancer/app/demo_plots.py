@@ -16,8 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter  # noqa: E402
 
+from balancer.app.plots import mark_scale  # noqa: E402
 from balancer.dashboards_render import PromClient  # noqa: E402
 from balancer.fleet import Fleet  # noqa: E402
 
@@ -136,6 +137,7 @@ def node_grids(fleet: Fleet, frames: Mapping[str, np.ndarray], out: Path, *, slo
         ax.set_xlabel("GPU")
     first = np.atleast_1d(axes)[0]
     first.set_yticks(range(len(nodes)), nodes, fontsize=6)
+    first.set_ylabel("node")
     for label in first.get_yticklabels():
         if label.get_text() == highlight:
             label.set_color("tab:red")
@@ -203,7 +205,13 @@ def capacity_split(runs: Mapping[str, Any], out: Path, *, inference_cols: Sequen
         ax.set_ylabel("GPUs")
         ax.grid(alpha=0.3)
     axes[-1].xaxis.set_major_formatter(mdates.DateFormatter("%a %H:%M"))
-    axes[-1].set_xlabel("time (UTC, the trace's clock)")
+    spans = [df[time_col].to_numpy(float) for df in runs.values() if len(df)]
+    window = ""
+    if spans:
+        first, last = _dt([min(t.min() for t in spans), max(t.max() for t in spans)]).astype("datetime64[m]")
+        window = f": {str(first).replace('T', ' ')} to {str(last).replace('T', ' ')}"
+    axes[-1].set_xlabel(f"time (UTC, the trace's clock{window})")
+    fig.suptitle("GPUs held by inference (orange) and lent to training (green), per policy", fontsize=11)
     from matplotlib.patches import Patch
 
     fig.legend(handles=[Patch(color="tab:orange", alpha=0.85, label="inference GPUs"),
@@ -231,6 +239,7 @@ def policy_timeseries(runs: Mapping[str, Any], panels: Sequence[tuple[str, str]]
                 drawn += 1
         if not drawn:
             _no_data(ax, f"no column {col}")
+        mark_scale(ax, col, [df[col].to_numpy(float) for df in runs.values() if col in df and len(df)])
         for at, _what in events:
             ax.axvline(at, color="tab:red", ls=":", lw=1)
         ax.set_ylabel(label, fontsize=8)
@@ -289,7 +298,9 @@ def calibration_curves(fits: Mapping[str, tuple[np.ndarray, np.ndarray, Any]], s
             ax.axvline(cal.rps_per_replica, color="tab:green", ls="--",
                        label=f"rpsPerReplica {cal.rps_per_replica:.1f} ({cal.bound})")
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ScalarFormatter())
+        # 0.5, 1, 2, 5 s...: a p99 range of under a decade had one labelled tick (1.0) with decades alone
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(name, fontsize=10, loc="left")
         ax.set_xlabel("load per replica (req/s)")

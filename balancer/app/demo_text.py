@@ -3,7 +3,9 @@ what the run measured and the tables agree with the figures beside them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -16,13 +18,19 @@ def hot_count(temps: np.ndarray | None, slowdown: np.ndarray) -> int:
     return 0 if temps is None else int(np.sum(np.asarray(temps) >= slowdown))
 
 
+def celsius_below(temp_c: float) -> str:
+    """A temperature to 0.1 °C, rounded down: set beside a slowdown threshold (89 °C) and a count of GPUs at or
+    above it, a GPU at 88.97 °C printed as "89.0" read as at slowdown while the count said none was."""
+    return f"{math.floor(temp_c * 10.0 + 1e-9) / 10.0:.1f}"
+
+
 def live_rows(res: Any, slowdown: np.ndarray, kinds: Mapping[str, int]) -> list[list[Any]]:
     """The live section's table. "At the end" is counted on the frame the node grid draws as the end; the worst
     is the most GPUs at/above slowdown in any one cycle (the grid's middle frame is the moment the faulty node
     was hottest, which need not be the same cycle); the faulty node's hottest GPU shows how close it came."""
     node = [g.index for g in res.fleet.gpus if g.node == res.fault_node]
     frames = (res.temperature_before, res.temperature_peak, res.temperature_after)
-    hottest = " / ".join("-" if t is None else f"{float(np.asarray(t)[node].max()):.1f}" for t in frames)
+    hottest = " / ".join("-" if t is None else celsius_below(float(np.asarray(t)[node].max())) for t in frames)
     return [
         [f"hottest GPU on {res.fault_node} (°C): before the fault / worst / end", hottest],
         [f"slowdown temperature of {res.fault_node}'s GPUs (°C)", float(np.min(slowdown[node]))],
@@ -43,6 +51,18 @@ def outage_sentence(outage_cycles: int, holds: Sequence[Mapping[str, Any]]) -> s
             f"the controller held still (fail-static) in {held} of them" if held else
             "the controller did <b>not</b> hold still in any of them")
     return f" Later the exporter goes away for {outage_cycles} cycles (grey): {what}."
+
+
+def trace_window(tidal: Mapping[str, Any]) -> str:
+    """ " (2024-01-13 to 2024-01-15 UTC of the trace)" from a tidal summary's window_start and days: which part of
+    the 14-day trace a shorter run replayed; "" where the summary does not say."""
+    start, days = tidal.get("window_start"), tidal.get("days")
+    if not start or not days:
+        return ""
+    first = datetime.fromisoformat(str(start))
+    first = first.astimezone(UTC) if first.tzinfo else first.replace(tzinfo=UTC)
+    last = first + timedelta(days=float(days))
+    return f" ({first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC of the trace)"
 
 
 def progress_ratio(progress: float, static: float) -> float | None:

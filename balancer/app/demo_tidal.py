@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from balancer.app.demo import Demo
 
 SERVEGEN_SMALL = Path(__file__).resolve().parents[1] / "data" / "servegen-language" / "m-small"
+SERVEGEN_CREDIT = ("<b>Alibaba ServeGen</b> (language, m-small), Apache-2.0: per-client LLM request rates from "
+                   "Alibaba Bailian (Model Studio) in 10-minute windows over 14 days, the demand of the tidal and "
+                   "forecasting sections; copied unmodified into <code>balancer/data/servegen-language/</code> with "
+                   "its SOURCE.txt, LICENSE and README. Xiang et al., <i>ServeGen</i>, arXiv 2505.09999.")
 
 
 def tidal_stage(demo: Demo) -> None:
@@ -56,8 +60,10 @@ def tidal_stage(demo: Demo) -> None:
         res.setdefault("vs_static", {})["training_progress_ratio"] = demo_text.progress_ratio(
             res["training"]["progress"], static)
     r = demo.report
+    r.credit(SERVEGEN_CREDIT)
     r.section("3. Tidal capacity: loan GPUs to training at night, reclaim before the morning peak",
-              f"{days:.0f} days of real LLM-serving demand (Alibaba ServeGen, m-small: 43 API clients summed) "
+              f"{days:.0f} days{demo_text.trace_window(results['static'].get('tidal', {}))} of real LLM-serving "
+              f"demand (Alibaba ServeGen, m-small: 43 API clients summed; credited at the end) "
               f"on the 256-GPU demo fleet, scaled so the window's peak needs 60% of the inference pools; elastic "
               f"training fills the rest. <code>static</code> holds each service's peak, <code>reactive</code> "
               f"is an HPA on current utilisation (5-minute stabilisation), <code>gputide</code> moves capacity "

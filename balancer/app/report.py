@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,17 +23,35 @@ img{max-width:100%;border:1px solid #d5dae3;margin:.6em 0}.ok{color:#147a3c;font
 
 
 def fmt(value: Any) -> str:
+    """A table cell or a figure in a sentence, rounded as a person would quote it: 170,700 GPU-seconds and 6,060
+    GPU-hours, not 170,700.00 (or 4.97e+06 violating requests); 89.54 °C; "-" for a figure the run could not give
+    (None, or a NaN/inf such as a MASE against a baseline with no error), never "nan"."""
     if value is None:   # a figure the run could not give (e.g. a ratio to a zero)
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        if 0.99 <= abs(value) < 1:
-            return _near_one(value)
-        if value == 0 or 0.01 <= abs(value) < 1e6:
-            return f"{value:,.4g}" if abs(value) < 1 else f"{value:,.2f}"
-        return f"{value:.3g}"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):   # float, numpy floats (float32 is no float)
+        return _real(float(value))
     return html.escape(str(value))
+
+
+def _real(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    size = abs(value)
+    if 0.99 <= size < 1:
+        return _near_one(value)
+    if size >= 1000 or (size >= 10 and value == round(value)):   # 1.00 stays beside a column's 1.31
+        return f"{value:,.0f}"
+    if size >= 100:
+        return f"{value:.1f}"
+    if size >= 1:
+        return f"{value:.2f}"
+    if value == 0 or size >= 0.01:
+        return f"{value:.4g}"
+    return f"{value:.3g}"
 
 
 def _near_one(value: float) -> str:
@@ -50,11 +69,17 @@ def _near_one(value: float) -> str:
 class Report:
     title: str
     parts: list[str] = field(default_factory=list)
+    credits: list[str] = field(default_factory=list)   # the data sets the report used, as its last section
 
     def section(self, title: str, text: str = "") -> None:
         self.parts.append(f"<h2>{html.escape(title)}</h2>")
         if text:
             self.parts.append(f"<p>{text}</p>")
+
+    def credit(self, text: str) -> None:
+        """Name a data set the report used (HTML; once however many sections cite it)."""
+        if text not in self.credits:
+            self.credits.append(text)
 
     def text(self, text: str) -> None:
         self.parts.append(f"<p>{text}</p>")
@@ -82,9 +107,16 @@ class Report:
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
                f"<style>{_CSS}</style></head><body><h1>{html.escape(self.title)}</h1>"
-               f"<p>Generated {stamp} by <code>make demo</code>.</p>{''.join(self.parts)}</body></html>")
+               f"<p>Generated {stamp} by <code>gputide demo</code> (what <code>make demo</code> runs).</p>"
+               f"{''.join(self.parts)}{self._credits()}</body></html>")
         path.write_text(doc, encoding="utf-8")
         return path
+
+    def _credits(self) -> str:
+        if not self.credits:
+            return ""
+        items = "".join(f"<li>{c}</li>" for c in self.credits)
+        return f"<h2>Data and credits</h2><ul>{items}</ul>"
 
 
 def _dig(data: Mapping[str, Any], dotted: str) -> Any:
