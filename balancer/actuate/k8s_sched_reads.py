@@ -46,8 +46,9 @@ from balancer.actuate.k8s_reads import (
     sum_usage,
     with_usage,
 )
-from balancer.actuate.k8s_watch import ListWatch
-from balancer.actuate.kubernetes import _Api, parse_time
+from balancer.actuate.k8s_volumes import Volumes
+from balancer.actuate.k8s_watch import ListWatch, object_key
+from balancer.actuate.kubernetes import KubePermanentError, _Api, parse_time
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
@@ -84,15 +85,41 @@ def with_ports(usage: Usage, ports: frozenset[HostPort]) -> Usage:
     return out
 
 
+UNREADABLE = 2**40   # what a bound pod whose requests cannot be read takes of each resource: its whole node
+
+
+def _without_resources(pod: Json) -> Json:
+    """`pod` with no container requests, limits or overhead (what is read of it when they cannot be)."""
+    spec = dict(pod.get("spec") or {}, overhead=None)
+    for kind in ("containers", "initContainers"):
+        spec[kind] = [dict(c, resources=None) for c in spec.get(kind) or ()]
+    return dict(pod, spec=spec)
+
+
 def bound_usage(pod: Json) -> Usage:
-    """`pod_usage`, with the host ports the pod takes on its node."""
-    return with_ports(pod_usage(pod), host_ports(pod))
+    """`pod_usage`, with the host ports the pod takes on its node. A pod whose requests cannot be read (a quantity
+    such as "1e9" that `k8s_requests.quantity` does not parse) is counted as taking its whole node: nothing more
+    goes there, where it used to fail every pass of the scheduler, binding no pod anywhere."""
+    try:
+        usage = pod_usage(pod)
+    except KubePermanentError as err:
+        log.warning("bound pod %s: its requests cannot be read (%s): no pod is bound on its node %s",
+                    object_key(pod), err, (pod.get("spec") or {}).get("nodeName"))
+        usage = pod_usage(_without_resources(pod))._replace(gpus=UNREADABLE, cpu_milli=UNREADABLE,
+                                                             memory_mib=UNREADABLE)
+    return with_ports(usage, host_ports(pod))
 
 
 def pending_request(pod: Json) -> Json | None:
     """`scheduling_request`, with the host ports the pod needs free on its node (`host_ports`) and its hard
-    topology spread constraints (`spread`, `k8s_podaffinity.Spread`), when it has either."""
-    req = scheduling_request(pod)
+    topology spread constraints (`spread`, `k8s_podaffinity.Spread`), when it has either. A pod whose requests
+    cannot be read waits, told why, as one whose claims are not ready (no node considered, no one preempted)."""
+    try:
+        req = scheduling_request(pod)
+    except KubePermanentError as err:
+        req = scheduling_request(_without_resources(pod))
+        return None if req is None else dict(req, claims=(), volumes=Volumes(
+            waiting=f"its resource requests cannot be read ({err})"))
     if req is None:
         return None
     ports, spread = host_ports(pod), spread_constraints(req["labels"], pod.get("spec") or {})
