@@ -28,6 +28,11 @@ from balancer.app.demo_tidal import SERVEGEN_SMALL
 from balancer.app.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
+ALIBABA_CREDIT = ("<b>Alibaba GPU cluster trace v2023</b> (cluster-trace-gpu-v2023), for research or study purpose: the "
+                  "node and pod lists of the FGD paper, read from <code>../shared/data/alibaba-gpu-v2023/</code> or "
+                  "the slice copied into <code>tests/data/alibaba-gpu-v2023/</code> with its SOURCE.txt and licence "
+                  "text. Weng et al., <i>Beware of Fragmentation: Scheduling GPU-Sharing Workloads with "
+                  "Fragmentation Gradient Descent</i>, USENIX ATC '23.")
 
 HOTSPOT_PANELS = [
     ("temperature_max_c", "hottest GPU (°C)"),
@@ -151,9 +156,12 @@ class Demo:
                      f"SLO attainment {results[policy]['inference']['slo_attainment']:.5f}")
         self.summary["hotspot"] = results
         r = self.report
+        gpus = results["gputide"].get("gpus")
+        fleet = f"a {gpus}-GPU fleet of its own (not section 1's)" if gpus else "a fleet of its own"
         r.section("2. Hotspot scenario: no controller vs gputide",
-                  "<code>gputide simulate --scenario hotspot --policy none|gputide</code>: a node's cooling degrades "
-                  "for six hours under a realistic load; the same planner and safety code as the live loop.")
+                  "<code>gputide simulate --scenario hotspot --policy none|gputide</code>: on "
+                  f"{fleet}, a node's cooling degrades for six hours under a realistic load; the same planner and "
+                  "safety code as the live loop.")
         r.mapping_table(results, HOTSPOT_KEYS)
         png = demo_plots.policy_timeseries(frames, HOTSPOT_PANELS, self.out / "hotspot", name="none_vs_gputide.png",
                                            title="hotspot: no controller vs gputide, same fleet and fault",
@@ -185,7 +193,8 @@ class Demo:
             pngs.append(demo_plots.forecast_vs_actual(
                 path["actual"], {0.5: path[0.5], 0.9: path[0.9]}, out, name=f"forecast_vs_actual_{horizon}.png",
                 title=f"ServeGen m-small: demand vs the auto forecast made {horizon} earlier (p50 line, p50-p90 band)"))
-        rows = [[s.model, s.horizon, s.mae, s.mase_seasonal, s.mase_persistence, s.coverage_p90] for s in scores]
+        rows = [[s.model, s.horizon, s.mae, s.mase_seasonal, s.mase_persistence, demo_text.percent(s.coverage_p90)]
+                for s in scores]
         self.summary["forecast"] = [s.as_dict() for s in scores]
         for s in scores:
             if s.model == "auto":
@@ -197,10 +206,12 @@ class Demo:
                   "every step) and is scored on what came true; intervals are calibrated conformally on earlier "
                   "residuals only. <code>auto</code> is the per-horizon ensemble weighted by recent error. MASE below "
                   "1 beats the baseline.")
+        r.credit(demo_tidal.SERVEGEN_CREDIT)
         r.table(["model", "horizon", "MAE (req/s)", "MASE vs seasonal naive", "MASE vs persistence",
                  "p90 coverage"], rows)
-        for png in pngs:
-            r.image(png, self.out, png.stem)
+        for png, horizon in zip(pngs, ("1h", "4h"), strict=True):
+            r.image(png, self.out, f"ServeGen m-small: demand and the auto forecast made {horizon} earlier "
+                                   "(p50 line, p50-p90 band)")
 
     # ---- 5: placement on the Alibaba trace -------------------------------------------------------------------
     def place(self) -> None:
@@ -236,6 +247,7 @@ class Demo:
         self.summary["place"] = at100
         png = demo_plots.placement_curves(curves, out)
         r = self.report
+        r.credit(ALIBABA_CREDIT)
         r.section("5. Fragmentation-aware placement (the FGD protocol)",
                   f"<code>gputide place</code> on {what}: pods arrive in a shuffled order (seed 42), sampled until "
                   "their GPU requests reach 130% of capacity; lower unallocated GPUs at 100% arrival is better. "

@@ -88,3 +88,10 @@ def tidal_findings(results: Mapping[str, Mapping[str, Any]]) -> str:
     static = results.get("static", {}).get("inference", {})
     return (f"In this run (static: SLO attainment {fmt(static.get('slo_attainment', '-'))}): "
             + "; ".join(parts) + ".")
+
+
+def percent(share: float | None) -> str:
+    """A share (0..1) as a person quotes it, "87.4%"; "-" where there is none (NaN, None)."""
+    if share is None or not math.isfinite(share):
+        return "-"
+    return f"{100.0 * share:.1f}%"
