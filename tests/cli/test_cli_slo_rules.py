@@ -44,9 +44,16 @@ def test_without_out_the_rules_go_to_stdout_and_the_default_slo_is_half_a_second
     ("chat", "", ["--buckets", "0.5,0.3"], "--buckets", "'0.5,0.3'", "increasing bucket boundaries"),
     ("chat", "", ["--buckets", "0.3,fast"], "--buckets", "'0.3,fast'", "in seconds, > 0"),
     ("chat", "", ["--buckets", "0,0.3"], "--buckets", "'0,0.3'", "> 0"),
+    ("chat", "", ["--objective", "0.999x"], "--objective", "'0.999x'", "between 0.5 and 1"),
+    ("chat", "", ["--objective", "99"], "--objective", "'99'", "between 0.5 and 1"),
+    ("chat", "", ["--objective", "1"], "--objective", "'1'", "between 0.5 and 1, both excluded"),
+    ("chat", "", ["--objective", "0.5"], "--objective", "'0.5'", "between 0.5 and 1, both excluded"),
+    ("chat", "", ["--objective", "nan"], "--objective", "'nan'", "e.g. 0.99 for a p99 latency target"),
 ], ids=["an SLO under vLLM's smallest bucket", "the default SLO under --buckets' smallest",
         "a name no Deployment can have", "a namespace no namespace can have", "a negative SLO (the loader's check)",
-        "buckets out of order", "a bucket that is not a number", "a zero bucket"])
+        "buckets out of order", "a bucket that is not a number", "a zero bucket", "an objective that is not a number",
+        "an objective as a percentage", "an objective of 1: no budget at all", "an objective of a half",
+        "a NaN objective"])
 def test_bad_input_exits_2_naming_file_field_value_and_what_is_allowed(capsys, tmp_path, name, extra, flags, field,
                                                                        value, allowed):
     rc, out, err = run(capsys, tmp_path, name, extra, *flags)
@@ -65,3 +72,13 @@ def test_a_missing_profiles_file_exits_2_naming_it(capsys, tmp_path):
 def test_an_unwritable_out_exits_2_naming_it(capsys, tmp_path):
     rc, _, err = run(capsys, tmp_path, "chat", "", "--out", str(tmp_path / "no-such-dir" / "slo.yaml"))
     assert rc == 2 and "field '--out'" in err and "a writable file path" in err
+
+
+def test_objective_sets_the_alerts_budget_and_the_default_is_a_p99_target(capsys, tmp_path):
+    _, default, _ = run(capsys, tmp_path)
+    rc, strict, _ = run(capsys, tmp_path, "chat", "", "--objective", "0.999")
+    assert rc == 0
+    alerts = {r["alert"]: r for g in yaml.safe_load(strict)["groups"] for r in g["rules"] if "alert" in r}
+    assert "> (6 * 0.001)" in alerts["InferenceSloBurnRateSlow"]["expr"]
+    assert "--objective 0.999: latencySloSeconds is a p99.9 target" in strict
+    assert "--objective 0.99: latencySloSeconds is a p99 target" in default and "(6 * 0.01)" in default

@@ -26,8 +26,12 @@ def test_the_capacity_overlay_records_the_slo_rates_of_its_own_services(tmp_path
     rule = one(OVERLAY, "PrometheusRule", "gputide-slo-rules")
     assert rule["metadata"]["namespace"] == "gputide"
     assert rule["spec"]["groups"] == expected   # the rules `gputide slo-rules` writes for these very profiles
-    recorded = {r["record"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    recorded = {r["record"] for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r}
     assert {"service:vllm_requests:rate1h", "service:vllm_slo_violations:rate5m"} <= recorded   # what gputide-slo reads
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert sorted(alerts) == ["InferenceSloBurnRate1d", "InferenceSloBurnRate3d", "InferenceSloBurnRateFast",
+                              "InferenceSloBurnRateSlow"]   # pages and tickets, against the p99 target's 1% budget
+    assert all("(the SLO is a p99 latency target)" in a["annotations"]["description"] for a in alerts.values())
     promtool = shutil.which("promtool")
     if promtool:
         (tmp_path / "slo.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))

@@ -67,13 +67,13 @@ def test_the_le_matcher_takes_both_spellings_of_a_boundary_and_nothing_else(boun
 def test_a_bare_name_leaves_the_namespaces_a_qualified_profile_names_to_it():
     slos = sr.choose_buckets([("llm", 1.0), ("team-a/llm", 1.0), ("team-b/llm", 1.0), ("chat", 1.0)],
                              sr.VLLM_E2E_BUCKETS)
-    exprs = {(r["record"], tuple(sorted(r["labels"].items()))): r["expr"] for r in sr.rule_groups(slos)[0]["rules"]}
+    exprs = {(r["record"], tuple(sorted(r.get("labels", {}).items()))): r["expr"] for r in sr.rule_groups(slos)[0]["rules"]}
     bare = exprs[("service:vllm_requests:rate5m", (("service", "llm"),))]
     qualified = exprs[("service:vllm_requests:rate5m", (("namespace", "team-a"), ("service", "llm")))]
     assert 'namespace!~"team-a|team-b"' in bare
     assert 'namespace="team-a", deployment="llm"' in qualified
     assert 'info{deployment="chat"}[5m]' in exprs[("service:vllm_requests:rate5m", (("service", "chat"),))]
-    assert len(exprs) == 4 * 8  # no two rules record one series
+    assert len(exprs) == 4 * 14 + 7  # no two rules record one series: 7 windows x 2 per service, 7 ratios
 
 
 def test_the_promtool_fixture_is_what_the_generator_writes(capsys, monkeypatch):
@@ -97,7 +97,7 @@ def test_promtool_accepts_the_generated_rules_with_no_duplicate(promtool, capsys
     assert rc == 0
     result = subprocess.run([promtool, "check", "rules", str(out_file)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 32 rules found" in result.stdout and "duplicate" not in result.stdout + result.stderr
+    assert "SUCCESS: 67 rules found" in result.stdout and "duplicate" not in result.stdout + result.stderr
 
 
 @pytest.mark.integration
@@ -115,3 +115,58 @@ def test_the_prometheus_rule_manifest_carries_the_same_groups_and_promtool_accep
     spec.write_text(yaml.safe_dump(manifest["spec"]))
     result = subprocess.run([promtool, "check", "rules", str(spec)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _alerts(objective: float = sr.DEFAULT_OBJECTIVE) -> dict[str, dict]:
+    slos = sr.choose_buckets([("chat", 0.5)], sr.VLLM_E2E_BUCKETS)
+    return {r["alert"]: r for g in sr.rule_groups(slos, objective) for r in g["rules"] if "alert" in r}
+
+
+@pytest.mark.parametrize(("alert", "factor", "short", "long", "severity"), [
+    ("InferenceSloBurnRateFast", "14.4", "5m", "1h", "critical"),
+    ("InferenceSloBurnRateSlow", "6", "30m", "6h", "critical"),
+    ("InferenceSloBurnRate1d", "3", "2h", "1d", "warning"),
+    ("InferenceSloBurnRate3d", "1", "6h", "3d", "warning"),
+], ids=["page: 14.4x over 1h and 5m", "page: 6x over 6h and 30m", "ticket: 3x over 1d and 2h",
+        "ticket: 1x over 3d and 6h"])
+def test_the_alerts_are_the_workbook_s_pages_and_tickets_against_a_p99_objective_with_no_for(alert, factor, short,
+                                                                                             long, severity):
+    rule = _alerts()[alert]
+    assert rule["expr"] == (f"service:vllm_slo_violations:ratio_rate{short} > ({factor} * 0.01)\nand\n"
+                            f"service:vllm_slo_violations:ratio_rate{long} > ({factor} * 0.01)\n")
+    assert rule["labels"] == {"severity": severity} and "for" not in rule
+    assert "the 1% error budget of a 99% objective (the SLO is a p99 latency target)" in rule["annotations"]["description"]
+    assert rule["annotations"]["runbook_url"].endswith("#" + alert.lower())
+
+
+def test_another_objective_sets_every_threshold_and_is_stated_in_the_header_and_each_description():
+    alerts = _alerts(0.995)
+    assert "> (14.4 * 0.005)" in alerts["InferenceSloBurnRateFast"]["expr"]
+    assert "> (1 * 0.005)" in alerts["InferenceSloBurnRate3d"]["expr"]
+    assert all("the 0.5% error budget of a 99.5% objective (the SLO is a p99.5 latency target)"
+               in a["annotations"]["description"] for a in alerts.values())
+    assert "more than 7.2% over the last hour" in alerts["InferenceSloBurnRateFast"]["annotations"]["description"]
+    text = sr.render(sr.choose_buckets([("chat", 0.5)], sr.VLLM_E2E_BUCKETS), sr.VLLM_E2E_BUCKETS, "s.yaml",
+                     objective=0.995)
+    header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "Objective: 99.5% of requests good (--objective 0.995: latencySloSeconds is a p99.5 target), an error " \
+           "budget of 0.5%." in header
+
+
+def test_a_request_vllm_finished_with_an_error_is_a_violation_in_every_window():
+    slos = sr.choose_buckets([("chat", 0.5)], sr.VLLM_E2E_BUCKETS)
+    violations = {r["record"]: r["expr"] for r in sr.rule_groups(slos)[0]["rules"]
+                  if r["record"].startswith("service:vllm_slo_violations:rate")}
+    assert sorted(violations) == sorted(f"service:vllm_slo_violations:rate{w}"
+                                        for w in ("5m", "30m", "1h", "2h", "6h", "1d", "3d"))
+    for window, expr in violations.items():
+        assert f'rate(vllm:request_success_total{{finished_reason="error"}}[{window.rpartition("rate")[2]}])' in expr
+
+
+@pytest.mark.parametrize("alert", [a.name for a in sr.BURN_ALERTS])
+def test_each_generated_alert_has_a_runbook_and_a_firing_and_a_quiet_promtool_case(alert):
+    anchors = {h.strip().lower() for h in re.findall(r"^## (.+)$", (ROOT / "docs" / "runbooks.md").read_text(), re.M)}
+    assert alert.lower() in anchors
+    tests = yaml.safe_load((ROOT / "rules" / "tests" / "gputide-slo-vllm_test.yaml").read_text())["tests"]
+    evals = [e for t in tests for e in t.get("alert_rule_test", []) if e["alertname"] == alert]
+    assert any(e["exp_alerts"] for e in evals) and any(not e["exp_alerts"] for e in evals)
