@@ -2,10 +2,10 @@
 
 The pure half of `balancer.telemetry.prometheus` (which queries): `gpu_frame` turns the instant-vector rows of the
 normalised GPU series (rules/gputide-recording.yaml) into one row per GPU, `arrays` into the snapshot's arrays,
-and `check_not_nan` / `check_not_frozen` / `check_values` refuse what the controller must not act on
+and `check_once` / `check_not_nan` / `check_not_frozen` / `check_values` refuse what the controller must not act on
 (`InvalidTelemetry`, `StaleTelemetry`), on the GPUs they are told to check: all of them, or a shard's (`checked`, from
-the source's `base.NodeScope`), so one node's broken exporter holds still the controllers of that node alone. No I/O
-here.
+the source's `base.NodeScope`), so one node's broken exporter holds still the controllers of that node alone (one GPU
+reported by two exporters: those of both its hosts). No I/O here.
 
 A required field a board never has is not missing telemetry: gputide's exporter declares each field NVML answers
 NotSupported for in ``gputide_exporter_unsupported_field_info{UUID,field}`` (`UNKNOWABLE` names the fields where
@@ -63,6 +63,9 @@ GPU_KEY = ("hostname", "gpu", "UUID")
 # per GPU with a NaN sample of a required field (`gpu_frame`, only when there is one): the position in the answer of
 # its first such sample, how many it has and the rule of the first (`check_not_nan`)
 NAN_FIRST, NAN_COUNT, NAN_RULE = "_nan_first", "_nan_count", "_nan_rule"
+# per GPU row (`gpu_frame`, only when there is one): its UUID is kept under several keys, none alone fresh
+# (`drop_leftovers`), for `check_once` to refuse where any of those keys is on a GPU checked
+TWICE = "_twice"
 # Required fields a board may lack for good -> the exporter's fields it comes from (the `field` label of
 # UNSUPPORTED_INFO), all of which must be declared: gpu:sm_active:ratio is SM activity, else utilisation, so a GPU
 # lacks it for good only where both are unsupported: an A100 or A30 in MIG mode under gputide's exporter (no GPM
@@ -91,7 +94,8 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_s
     seen (NaN where a GPU lacks it). `on_clusters` is shown the `cluster` labels met before any other check (the
     source refuses several). A UUID under several keys is resolved by `drop_leftovers` (with `fresh_since`, the
     oldest last-sample time still fresh); `on_leftovers` is shown the keys dropped. A NaN sample of a required field
-    is not refused here but marked on its GPU (`NAN_FIRST`...), for `check_not_nan` to refuse on the GPUs checked."""
+    is not refused here but marked on its GPU (`NAN_FIRST`...), for `check_not_nan` to refuse on the GPUs checked; a
+    UUID left under several keys likewise (`TWICE`, for `check_once`)."""
     rule_to_field = {rule: name for name, (rule, _) in _SERIES.items()}
     field_names = list(_SERIES)
     column = {name: i for i, name in enumerate(field_names)}
@@ -131,6 +135,9 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_s
     for j, name in enumerate(field_names):
         if seen[:, j].any():
             wide[name] = table[:, j]
+    twice = pd.Index([u[2] for u in uniques], dtype=object).duplicated(keep=False)
+    if twice.any():
+        wide[TWICE] = twice
     if len(nan):   # kept for `check_not_nan`: a NaN a good duplicate would hide in `table` still counts
         first = np.full(len(uniques), np.inf)
         np.minimum.at(first, codes[nan], nan.astype(float))
@@ -147,8 +154,8 @@ def drop_leftovers(uniques: list[tuple[str, ...]], codes: np.ndarray, values: np
     a key whose newest `gpu:last_sample:timestamp_seconds` is older than `fresh_since` (or that has none) is what
     the GPU left behind when it moved (a renamed node, a board moved to another host or slot, old series that
     linger without staleness markers after a Prometheus restart or through federation) and goes, as long as
-    another key of that UUID is fresh. Two fresh keys are two exporters disagreeing about one GPU: which host
-    holds it? `InvalidTelemetry`, naming what each says."""
+    another key of that UUID is fresh. Two fresh keys are two exporters disagreeing about one GPU (which host holds
+    it?): both are kept, for `check_once` to refuse on the GPUs checked."""
     uuids = pd.Index([k[2] for k in uniques], dtype=object)
     keep = np.ones(len(uniques), dtype=bool)
     if uuids.is_unique:
@@ -159,16 +166,28 @@ def drop_leftovers(uniques: list[tuple[str, ...]], codes: np.ndarray, values: np
     shared = uuids.duplicated(keep=False)
     has_fresh = pd.Series(fresh).groupby(uuids.to_numpy()).transform("any").to_numpy(dtype=bool)
     keep &= ~(shared & ~fresh & has_fresh)
-    left = uuids[keep]
-    twice = tuple(left[left.duplicated()].unique())
-    if twice:
-        seen = {u: [f"{k[0]} gpu {k[1]} ({k[3] or 'no modelName'})" for k, kept in zip(uniques, keep, strict=True)
-                    if kept and k[2] == u] for u in twice[:3]}
-        raise InvalidTelemetry(f"{len(twice)} GPU(s) reported under several hostname, gpu or modelName labels: "
-                               + "; ".join(f"{u} as {' and '.join(v)}" for u, v in seen.items())
-                               + " (none alone is fresh: two exporters disagree about where the GPU is?)",
-                               subjects=twice)
     return keep
+
+
+def check_once(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
+    """A GPU kept under several keys (`TWICE`: none alone fresh, two exporters disagree about where it is) where
+    any of them is on a GPU `checked` (None: every GPU) is `InvalidTelemetry`, naming what each key says: each of
+    its hosts' controllers holds still (an action on it could reach either host), and no other."""
+    if TWICE not in wide:
+        return
+    twice = wide[TWICE].to_numpy(dtype=bool)
+    uuids = wide["UUID"].to_numpy(dtype=object)
+    mine = tuple(dict.fromkeys(uuids[twice if checked is None else twice & checked]))
+    if not mine:
+        return
+    keys = wide.loc[wide["UUID"].isin(mine[:3]), [*GPU_KEY, "modelName"]].itertuples(index=False, name=None)
+    seen: dict[str, list[str]] = {u: [] for u in mine[:3]}
+    for host, slot, uuid, model in keys:
+        seen[uuid].append(f"{host} gpu {slot} ({model or 'no modelName'})")
+    raise InvalidTelemetry(f"{len(mine)} GPU(s) reported under several hostname, gpu or modelName labels: "
+                           + "; ".join(f"{u} as {' and '.join(v)}" for u, v in seen.items())
+                           + " (none alone is fresh: two exporters disagree about where the GPU is?)",
+                           subjects=mine)
 
 
 def declared_unsupported(rows: list[dict], fields: Mapping[str, tuple[str, ...]] = UNKNOWABLE

@@ -23,8 +23,15 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 
 A sharded controller reads through `snapshot_for(scope)` (`base.ScopedSource`, from `shard.ShardedSource`): the
 per-GPU refusals above (vanished, missing a field, stale, frozen, NaN or impossible values) then concern the GPUs of
-the nodes the scope owns alone, so one dark exporter holds still its node's shard, not the whole fleet; the others
-refuse the reading whatever nodes they concern. `snapshot()` checks every node.
+the nodes the scope owns alone, so one dark exporter holds still its node's shard, not the whole fleet. One UUID
+under two hosts, both fresh, concerns a scope that owns either host (`gpu_frame.check_once`: the GPU may be on either,
+an action on it could reach either); a service without finite demand, a scope with a replica of it on its nodes
+(`_running`: a shard plans only those; one with no replica placed anywhere is no shard's, and left out of the
+statuses). The others refuse the reading whatever nodes they concern: Prometheus unreachable or its answer not a
+vector, no GPU series at all, a malformed series, several clusters (a misconfiguration every controller reading that
+Prometheus shares: hostnames are unique within a cluster only, so no row can be told to be the scope's), and a
+partial answer (its warnings do not say which series are missing: a scope's own GPUs, pods or serving series may be
+among them). `snapshot()` checks every node.
 
 Optional fields and flags are not missing telemetry: the snapshot uses the catalogue's figure or a neutral value; a
 GPU lacking a health series (XID, memory health) others publish has unknown health (`gpu_frame.HEALTH`: no new work,
@@ -73,6 +80,7 @@ from balancer.telemetry.gpu_frame import (
     arrays,
     check_not_frozen,
     check_not_nan,
+    check_once,
     check_values,
     declared_unsupported,
     gpu_frame,
@@ -108,6 +116,18 @@ class PrometheusOptions:
     forget_vanished_after_s: float = 600.0
     cluster: str | None = None          # restrict to series with this `cluster` label
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def _running(workloads: tuple[Workload, ...], placements: Mapping[str, tuple[int, ...]],
+             checked: np.ndarray | None) -> Callable[[str], bool] | None:
+    """Whether a service (a workload's `owner`) has a replica placed on a GPU `checked` (None: every service is the
+    caller's): the services whose unknown demand concerns a shard. A shard plans only the services with a replica on
+    its nodes (`shard.restrict`, the capacity planner's `sharded`), so one with none there, or none placed anywhere,
+    is no business of its."""
+    if checked is None:
+        return None
+    owners = {w.owner for w in workloads if w.owner and any(checked[g] for g in placements.get(w.name, ()))}
+    return owners.__contains__
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:
@@ -225,6 +245,7 @@ class PrometheusTelemetrySource:
         wide = self._sorted(wide)
         nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
         checked = self._checked(wide, nodes, scope)
+        check_once(wide, checked)
         check_not_nan(wide, checked)
         self._check_complete(wide, checked, self._owned(vanished, nodes, scope))
         for name, (_, scale) in _SERIES.items():
@@ -239,8 +260,9 @@ class PrometheusTelemetrySource:
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
+        services = self._services(workloads, _running(workloads, placements, checked))
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
-                               workloads=workloads, placements=placements, services=self._services(workloads),
+                               workloads=workloads, placements=placements, services=services,
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
                                **arrays_)
@@ -358,10 +380,12 @@ class PrometheusTelemetrySource:
         return attributed(rows, index, dict(overrides()) if overrides else {},
                           (finished() if finished else None) or frozenset())
 
-    def _services(self, workloads: tuple[Workload, ...] = ()) -> dict[str, ServiceStatus]:
-        """Serving series per `service` (`serving.service_status`)."""
+    def _services(self, workloads: tuple[Workload, ...] = (),
+                  concerned: Callable[[str], bool] | None = None) -> dict[str, ServiceStatus]:
+        """Serving series per `service` (`serving.service_status`; `concerned`: the services whose unknown demand
+        refuses the reading, None: all)."""
         rows = self._query(f'{{__name__=~"{"|".join(SERVING_SERIES)}"{self._selector()}}}')
-        return service_status(rows, workloads, self.slo_latency_s, self.default_slo_latency_s)
+        return service_status(rows, workloads, self.slo_latency_s, self.default_slo_latency_s, concerned)
 
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:

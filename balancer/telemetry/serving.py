@@ -9,7 +9,7 @@ them itself). No I/O here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from balancer.errors import InvalidTelemetry, MissingTelemetry
 from balancer.model import ServiceStatus, Workload, WorkloadClass
@@ -21,7 +21,8 @@ SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99
 
 
 def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
-                   default_slo_latency_s: float) -> dict[str, ServiceStatus]:
+                   default_slo_latency_s: float, concerned: Callable[[str], bool] | None = None
+                   ) -> dict[str, ServiceStatus]:
     """Instant-vector rows of `SERVING_SERIES` -> one status per service. Without a `gputide_inference_replicas`
     series (the replicas asked for: the sim exporter's, or a recording rule over kube-state-metrics'
     `kube_deployment_spec_replicas`), a service counts the inference pods it owns on GPUs (pending ones are
@@ -29,7 +30,9 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     services: both become `namespace/service`, as `KubernetesWorkloads` names such owners, instead of one
     overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs).
     A service with serving series but no finite demand is `MissingTelemetry` (the loop holds still): read as 0 it
-    would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. A NaN p99
+    would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. Only where
+    it `concerned` the caller (None: every service), though: a shard holds for the services with a replica on its
+    nodes (`prometheus._running`), and leaves the others out of its statuses, unplanned (never read as 0). A NaN p99
     (no request in the window) is absent and reads 0: no request waited; a +Inf one (beyond the highest bucket)
     reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm (finite, so the planner's arithmetic stays finite). A
     series found twice for one service (an HA pair, two scrape jobs) reads its higher value."""
@@ -56,7 +59,11 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
             # a series repeated (an HA pair read without deduplication, two scrape jobs): the higher reading, never
             # whichever the answer lists last (a low demand read would lend the service's GPUs away)
             got[m["__name__"]] = max(value, got.get(m["__name__"], value))
-    if unknown := sorted(s for s, v in by.items() if "gputide_inference_demand_rps" not in v):
+    unknown = sorted(s for s, v in by.items() if "gputide_inference_demand_rps" not in v)
+    if concerned is not None:   # another shard's service, or no shard's: left out, never read as 0
+        by = {s: v for s, v in by.items() if s not in unknown or concerned(s)}
+        unknown = [s for s in unknown if s in by]
+    if unknown:
         raise MissingTelemetry(
             f"serving series of {', '.join(unknown)} without gputide_inference_demand_rps (or NaN): the demand their "
             "capacity is sized from is unknown, and is never read as 0; check the scrape of the service's metrics "

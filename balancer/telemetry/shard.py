@@ -16,7 +16,10 @@ and per-node slots.
 Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters)
 refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
-with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard.
+with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. One GPU reported
+fresh under two hosts holds the shards of both; a service with no finite demand, the shards with a replica of it on
+their nodes (one with none placed is no shard's, and in no shard's snapshot). Several clusters in one Prometheus and a
+partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
 
 An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
 GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
