@@ -2,15 +2,20 @@
 
 * `scheduling_request(pod)`: None for a pod being deleted or one with `spec.schedulingGates` (not ready to be
   scheduled, as kube-scheduler keeps it out of its queue: Kueue and other admission controllers gate pods until
-  they admit them; the watch delivers the pod again once its gates are removed), else a pending pod's requests (Kubernetes' effective requests: containers and sidecars, or
-  the largest init container, plus overhead; every extended resource and one pod slot), its rules
+  they admit them; the watch delivers the pod again once its gates are removed), else a pending pod's requests (kube-scheduler's: pod-level requests where set, else containers
+  and sidecars or the largest init container, plus overhead, rounded up: `k8s_requests`; every extended resource
+  and one pod slot), its rules
   (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), its
   preferred node and pod (anti-)affinity (`balancer.noderules.Preferences`), priority, owner, the reservations
-  that are its own, its preemption policy and pod group, and the PersistentVolumeClaims it mounts (`k8s_volumes`).
-  A pod whose `gputide.io/gpu-milli` is no whole number is held back, told why, as one whose claims are not ready;
+  that are its own, its preemption policy and pod group, the PersistentVolumeClaims it mounts (`k8s_volumes`), the
+  host ports it needs free (`host_ports`, kube-scheduler's NodePorts) and its hard topology spread constraints
+  (`spread`, `k8s_podaffinity.Spread`). A pod whose `gputide.io/gpu-milli` is no whole number, or whose requests
+  cannot be read (a quantity the API server would refuse), is held back, told why, as one whose claims are not
+  ready: no node considered, no one preempted, and the watch and the pass go on;
 * `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
-* `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, and the required
-  anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`);
+* `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, the required
+  anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`) and the host ports it takes there. One
+  whose requests cannot be read takes its whole node (nothing more goes there) instead of failing every read;
 * `sum_usage` / `with_usage`: what bound pods take per node;
 * `scheduler_watches`: the `ListWatch` caches a running scheduler reads all of this from, as kube-scheduler's
   informers (its pending pods, the nodes, the bound pods that hold resources, the namespaces).
@@ -18,18 +23,22 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, NamedTuple
 
+from balancer.actuate.k8s_filters import ANY_IP
 from balancer.actuate.k8s_gang import group_of
 from balancer.actuate.k8s_namespaces import namespace_entry
+from balancer.actuate.k8s_podaffinity import spread_constraints
 from balancer.actuate.k8s_pods import pod_owner
-from balancer.actuate.k8s_requests import basic_requests, effective_requests, quantity
+from balancer.actuate.k8s_requests import basic_requests, effective_requests, exact_quantity, quantity
 from balancer.actuate.k8s_volumes import Volumes, pod_claims
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     RESERVATION_ANNOTATION,
+    KubePermanentError,
     _Api,
     _json_annotation,
     controller_ref,
@@ -37,17 +46,35 @@ from balancer.actuate.kubernetes import (
 )
 from balancer.noderules import AffinityTerm, NodeRules, PodAffinity, Preferences, Taint
 
+log = logging.getLogger(__name__)
 Json = dict[str, Any]
 BASIC = frozenset({"cpu", "memory", GPU_RESOURCE})   # the rest (MIG slices, RDMA, hugepages, pods) are "extended"
 BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"   # pods that hold a node's resources
 
 
+UNREADABLE = 2**40   # what a bound pod whose requests cannot be read takes of each resource: its whole node
+
+
 def _requests(pod: Json) -> tuple[int, int, int, dict[str, float]]:
-    """(gpus, cpu_milli, memory_mib, the rest): the rest are the pod's requests beyond CPU, memory and whole GPUs,
-    and the one slot of the node's pod count it takes."""
+    """(gpus, cpu_milli, memory_mib, the rest), rounded up: the rest are the pod's requests beyond CPU, memory and
+    whole GPUs, and the one slot of the node's pod count it takes."""
     total = effective_requests(pod)
-    extended = {k: v for k, v in total.items() if k not in BASIC and v} | {"pods": 1.0}
+    extended = {k: float(v) for k, v in total.items() if k not in BASIC and v} | {"pods": 1.0}
     return *basic_requests(total), extended
+
+
+HostPort = tuple[str, str, int]   # (protocol, host IP: "0.0.0.0" for every address, port)
+
+
+def host_ports(pod: Json) -> frozenset[HostPort]:
+    """The host ports a pod's containers (and sidecars) take on its node, as kube-scheduler's NodePorts filter and
+    the kubelet's admission read them: each container port with a `hostPort` (a `hostNetwork` pod's container ports
+    are given one by the API server). Protocol defaults to TCP, host IP to every address."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or ()),
+                  *(c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always")]
+    return frozenset((str(p.get("protocol") or "TCP"), str(p.get("hostIP") or ANY_IP), int(p["hostPort"]))
+                     for c in containers for p in c.get("ports") or () if int(p.get("hostPort") or 0) > 0)
 
 
 MILLI_ANNOTATION = "gputide.io/gpu-milli"
@@ -72,10 +99,16 @@ def scheduling_request(pod: Json) -> Json | None:
         # a gated pod is no scheduling request: no binding (the API server refuses it, 409), no preemption or
         # hold for it, and its PodScheduled=False/SchedulingGated condition is the API server's, not overwritten
         return None
-    gpus, cpu, mem, extended = _requests(pod)
+    try:
+        gpus, cpu, mem, extended = _requests(pod)
+        unreadable = None
+    except KubePermanentError as err:   # it waits, told why; the other pods are scheduled all the same
+        gpus, cpu, mem, extended = 0, 0, 0, {"pods": 1.0}
+        unreadable = Volumes(waiting=f"its resource requests cannot be read ({err})")
     group, least = group_of(meta)
     annotations = meta.get("annotations") or {}
     milli, held = _gpu_milli(annotations) if gpus else (0, None)
+    held = unreadable or held
     gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
     namespace, owner = meta.get("namespace", "default"), (controller_ref(meta) or {}).get("name", "")
     # the reservation keys that are this pod's: itself, its controlling owner, and the owner a migration keys its
@@ -94,6 +127,8 @@ def scheduling_request(pod: Json) -> Json | None:
         "preferences": Preferences.from_spec(namespace, spec),    # preferred node and pod (anti-)affinity
         "owned": frozenset(owned), "extended": extended, "preempt": spec.get("preemptionPolicy") != "Never",
         "labels": dict(meta.get("labels") or {}), "group": group, "group_min": least,
+        "host_ports": host_ports(pod),                                            # NodePorts
+        "spread": spread_constraints(meta.get("labels") or {}, spec),             # hard topology spread
         # resolved at the pod's turn in a pass (`k8s_volumes.VolumeBinding.request`); none read for one held back
         **({"claims": pod_claims(pod)} if held is None else {"claims": (), "volumes": held}),
     }  # fmt: skip
@@ -104,9 +139,9 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
     their expiry), before what its pods use."""
     alloc, meta = (node.get("status") or {}).get("allocatable") or {}, node["metadata"]
     labels = meta.get("labels") or {}
-    # counted as a pod's requests are: the same quantity on both sides is the same number (16380m: 16380 milli-CPUs;
-    # truncated, it read 16379 and a pod asking for the node's whole CPU never fitted)
-    gpus, cpu, mem = basic_requests({k: quantity(alloc[k]) for k in BASIC if k in alloc})
+    # read exactly, then rounded down (16380m: 16380 milli-CPUs, never 16379; 1000000Ki: 976 MiB) where a pod's
+    # requests are rounded up: no node is offered more than it has
+    gpus, cpu, mem = basic_requests({k: exact_quantity(alloc[k]) for k in BASIC if k in alloc}, down=True)
     return {
         "name": meta["name"], "labels": labels, "gpu_model": labels.get("nvidia.com/gpu.product", ""),
         "taints": tuple(Taint.from_json(t) for t in (node.get("spec") or {}).get("taints") or ()),
@@ -132,17 +167,25 @@ class Usage(NamedTuple):
     started: float = 0.0
     labels: tuple[tuple[str, str], ...] = ()
     anti: tuple[AffinityTerm, ...] = ()   # its required pod anti-affinity terms (they keep other pods away)
+    host_ports: frozenset[HostPort] = frozenset()   # the host ports it takes on its node (NodePorts)
 
 
 def pod_usage(pod: Json) -> Usage:
-    """The `Usage` of a bound pod."""
-    g, c, m, extended = _requests(pod)
+    """The `Usage` of a bound pod. One whose requests cannot be read (a quantity the API server would refuse)
+    takes its whole node (`UNREADABLE` of each), logged: nothing more goes there, and the other nodes are used."""
     meta, status = pod["metadata"], pod.get("status") or {}
+    key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+    try:
+        g, c, m, extended = _requests(pod)
+    except KubePermanentError as err:
+        log.warning("bound pod %s: its requests cannot be read (%s): no pod is bound on its node %s",
+                    key, err, pod["spec"].get("nodeName"))
+        g, c, m, extended = UNREADABLE, UNREADABLE, UNREADABLE, {"pods": 1.0}
     return Usage(pod["spec"]["nodeName"], g, c, m, tuple(sorted(extended.items())),
-                 f"{meta.get('namespace', 'default')}/{meta['name']}", int(pod["spec"].get("priority") or 0),
+                 key, int(pod["spec"].get("priority") or 0),
                  parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
                  tuple(sorted((meta.get("labels") or {}).items())),
-                 PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti)
+                 PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti, host_ports(pod))
 
 
 def sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:

@@ -85,7 +85,7 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
-from balancer.actuate.k8s_sched_reads import PassStopped, SchedulerReads, bound_usage, pending_request
+from balancer.actuate.k8s_sched_reads import PassStopped, SchedulerReads
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
@@ -165,9 +165,6 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.watches: dict[str, ListWatch] = {} if not watch else {**scheduler_watches(
             self.api, scheduler_name, self.pending_selector, reservation_annotation, watch_s, self.work),
             **self.volumes.watches}
-        if watch:   # the pods' host ports too (NodePorts), read as a pass without watches reads them
-            self.watches["pending pods"].convert = pending_request
-            self.watches["bound pods"].convert = bound_usage
 
     @property
     def turn_budget_s(self) -> float:

@@ -227,31 +227,31 @@ def test_a_failed_binding_is_told_to_the_pod_as_kube_scheduler_tells_it(kube: Fa
     assert not kube.calls("PATCH", r"/status$")   # no Unschedulable for the cluster autoscaler to scale up for
 
 
-def test_a_pod_whose_requests_gputide_cannot_read_stops_no_pass(kube: FakeKube, api, monkeypatch) -> None:
-    """A quantity gputide's reader does not parse (the exponent form, "1e9" bytes: valid, and kept so by the API
-    server; `k8s_requests.quantity` refuses it, and here refuses it whatever becomes of that reader): the pending
-    pod waits, told why, and a bound one keeps every other pod off its node; before, either failed every pass, and
-    no pod was bound anywhere."""
-    from balancer.actuate import k8s_requests
+@pytest.mark.parametrize("watch", [False, True])
+def test_a_pod_whose_requests_gputide_cannot_read_stops_no_pass(kube: FakeKube, api, watch: bool) -> None:
+    """A quantity gputide cannot read ("1e9" was one until k8s_requests read the exponent form; here one the API
+    server itself would refuse, standing for whatever a later API server may accept): the pending pod waits, told
+    why, and a bound one keeps every other pod off its node; before, either failed every pass (and, watching, the
+    watches never synced), and no pod was bound anywhere. Read so by `k8s_reads` itself, not by converters the
+    scheduler swaps into its watches."""
+    from test_k8s_watch import eventually
 
-    parse = k8s_requests.quantity
-
-    def unreadable(value):
-        if value == "1e9":
-            raise k8s_requests.KubePermanentError(f"invalid quantity {value!r}")
-        return parse(value)
-
-    monkeypatch.setattr(k8s_requests, "quantity", unreadable)
     kube.add(node("a", 8))
     kube.add(node("b", 8))
     odd = pod("sidecar-heavy", gpus=0, node_name="a")   # any scheduler's
-    odd["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1e9"
+    odd["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1e9 bytes"
     kube.add(odd)
     waiting = pending("odd")
-    waiting["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1e9"
+    waiting["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1e9 bytes"
     kube.add(waiting)
     kube.add(pending("plain"))
-    sched = SecondaryScheduler(api, "gputide", first)
-    assert sched.schedule_once() == {"default/odd": None, "default/plain": "b"}
-    assert sched.reasons["default/odd"] == ("0/2 nodes are available: its resource requests cannot be read "
-                                            "(invalid quantity '1e9').")
+    sched = SecondaryScheduler(api, "gputide", first, watch=watch, watch_s=1.0).start()
+    try:
+        eventually(lambda: all(w.synced for w in sched.watches.values()))
+        assert sched.schedule_once() == {"default/odd": None, "default/plain": "b"}
+    finally:
+        sched.close()
+    assert sched.reasons["default/odd"] == (
+        "0/2 nodes are available: its resource requests cannot be read (pod default/odd: "
+        "spec.containers[0].resources.requests.memory: invalid quantity '1e9 bytes': not a Kubernetes resource "
+        'quantity (a number with a suffix such as "500m", "8Gi", "1e9")).')
