@@ -20,7 +20,6 @@ from typing import Any
 from balancer.actuate.k8s_filters import take
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_reads import Usage
-from balancer.actuate.k8s_sched_reads import with_ports
 from balancer.actuate.kubernetes import ConflictError, NotFoundError, _Api
 from balancer.errors import ActuationError
 
@@ -73,10 +72,10 @@ class Binder:
 
     def _assume(self, req: Json, node: str) -> None:
         """Count `req` on `node` until the caches show it there (`k8s_sched_reads`)."""
-        self._assumed[req["name"]] = (self.clock(), with_ports(Usage(
+        self._assumed[req["name"]] = (self.clock(), Usage(
             node, req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
             req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
-            req["pod_affinity"].anti if req["pod_affinity"] else ()), req.get("host_ports") or frozenset()))
+            req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset()))
 
     def _bound_to(self, req: Json, node: Json) -> str:
         """`req` is bound to `node`: assumed there, and the reservation it used up there released."""

@@ -18,9 +18,9 @@ node and it is not offered again, until the bound cache shows it or `assume_s` h
 healthy (while it fails, and the cache keeps its last state, the binding stays assumed).
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
-(`pending_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`bound_usage`, `PortsUsage`), and
-each node of `nodes_view` says those taken there (`host_ports`), so no pod is bound where a port it needs is taken
-(the kubelet would reject it there, and the pod fail).
+(`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
+and each node of `nodes_view` says those taken there (`host_ports`), so no pod is bound where a port it needs is
+taken (the kubelet would reject it there, and the pod fail).
 
 A pass told to stop (`halted()`: `stop()` was called, or the Lease is lost) begins no other read: the pods, nodes
 and bound pods raise `PassStopped` instead of being read (the read in flight ends within its own timeout), the
@@ -34,11 +34,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
-from balancer.actuate.k8s_filters import ANY_IP
 from balancer.actuate.k8s_namespaces import labels_by_name, listed_labels
-from balancer.actuate.k8s_podaffinity import spread_constraints
 from balancer.actuate.k8s_reads import (
     BOUND,
+    HostPort,
     Usage,
     node_facts,
     pod_usage,
@@ -46,84 +45,12 @@ from balancer.actuate.k8s_reads import (
     sum_usage,
     with_usage,
 )
-from balancer.actuate.k8s_volumes import Volumes
-from balancer.actuate.k8s_watch import ListWatch, object_key
-from balancer.actuate.kubernetes import KubePermanentError, _Api, parse_time
+from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-
-
-HostPort = tuple[str, str, int]   # (protocol, host IP: "0.0.0.0" for every address, port)
-
-
-def host_ports(pod: Json) -> frozenset[HostPort]:
-    """The host ports a pod's containers (and sidecars) take on its node, as kube-scheduler's NodePorts filter and
-    the kubelet's admission read them: each container port with a `hostPort` (a `hostNetwork` pod's container ports
-    are given one by the API server). Protocol defaults to TCP, host IP to every address."""
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("containers") or ()),
-                  *(c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always")]
-    return frozenset((str(p.get("protocol") or "TCP"), str(p.get("hostIP") or ANY_IP), int(p["hostPort"]))
-                     for c in containers for p in c.get("ports") or () if int(p.get("hostPort") or 0) > 0)
-
-
-class PortsUsage(Usage):
-    """A bound (or assumed) pod's `Usage` that also takes host ports on its node (`host_ports` attribute): only
-    such pods are of this class, the rest stay plain `Usage`."""
-
-    host_ports: frozenset[HostPort] = frozenset()
-
-
-def with_ports(usage: Usage, ports: frozenset[HostPort]) -> Usage:
-    """`usage`, carrying `ports` (itself when there are none)."""
-    if not ports:
-        return usage
-    out = PortsUsage(*usage)
-    out.host_ports = ports
-    return out
-
-
-UNREADABLE = 2**40   # what a bound pod whose requests cannot be read takes of each resource: its whole node
-
-
-def _without_resources(pod: Json) -> Json:
-    """`pod` with no container requests, limits or overhead (what is read of it when they cannot be)."""
-    spec = dict(pod.get("spec") or {}, overhead=None)
-    for kind in ("containers", "initContainers"):
-        spec[kind] = [dict(c, resources=None) for c in spec.get(kind) or ()]
-    return dict(pod, spec=spec)
-
-
-def bound_usage(pod: Json) -> Usage:
-    """`pod_usage`, with the host ports the pod takes on its node. A pod whose requests cannot be read (a quantity
-    such as "1e9" that `k8s_requests.quantity` does not parse) is counted as taking its whole node: nothing more
-    goes there, where it used to fail every pass of the scheduler, binding no pod anywhere."""
-    try:
-        usage = pod_usage(pod)
-    except KubePermanentError as err:
-        log.warning("bound pod %s: its requests cannot be read (%s): no pod is bound on its node %s",
-                    object_key(pod), err, (pod.get("spec") or {}).get("nodeName"))
-        usage = pod_usage(_without_resources(pod))._replace(gpus=UNREADABLE, cpu_milli=UNREADABLE,
-                                                             memory_mib=UNREADABLE)
-    return with_ports(usage, host_ports(pod))
-
-
-def pending_request(pod: Json) -> Json | None:
-    """`scheduling_request`, with the host ports the pod needs free on its node (`host_ports`) and its hard
-    topology spread constraints (`spread`, `k8s_podaffinity.Spread`), when it has either. A pod whose requests
-    cannot be read waits, told why, as one whose claims are not ready (no node considered, no one preempted)."""
-    try:
-        req = scheduling_request(pod)
-    except KubePermanentError as err:
-        req = scheduling_request(_without_resources(pod))
-        return None if req is None else dict(req, claims=(), volumes=Volumes(
-            waiting=f"its resource requests cannot be read ({err})"))
-    if req is None:
-        return None
-    ports, spread = host_ports(pod), spread_constraints(req["labels"], pod.get("spec") or {})
-    return req if not ports and not spread else dict(req, host_ports=ports, spread=spread)
 
 
 def ports_by_node(bound: Any) -> dict[str, frozenset[HostPort]]:
@@ -248,7 +175,7 @@ class SchedulerReads:
         """Pending pods of this scheduler, not being deleted, gated (`spec.schedulingGates`) nor just bound: highest
         priority first, then oldest."""
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
-                              pending_request, field_selector=self.pending_selector)
+                              scheduling_request, field_selector=self.pending_selector)
         bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one
         assumed = self._live_assumed(self._cached("bound pods"))
         return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
@@ -306,7 +233,7 @@ class SchedulerReads:
         items = self._cached("bound pods")
         if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
-                                   bound_usage, field_selector=BOUND)
+                                   pod_usage, field_selector=BOUND)
             self._listed_bound = usage
             return sum_usage(usage), False
         generation = self._snapshots["bound pods"][0]

@@ -22,7 +22,7 @@ the watch's, else one list, only in a pass that has such a term; a pass that can
 pods unplaced and reads such bound terms as covering every namespace).
 A pod's hard topology spread constraints (`whenUnsatisfiable: DoNotSchedule`) are kube-scheduler's PodTopologySpread
 filter over the same pods (`k8s_podaffinity.PodPlacement.spread_refusals`).
-A pod is not bound where a host port it needs is taken (kube-scheduler's NodePorts: `k8s_sched_reads.host_ports`
+A pod is not bound where a host port it needs is taken (kube-scheduler's NodePorts: `k8s_reads.host_ports`
 of the bound, assumed and pending pods; `k8s_filters.port_conflict`), and a pod bound in the pass takes its ports.
 Preferred node and pod (anti-)affinity only weigh the nodes a pod fits: `place` is told them (`k8s_preferred`).
 A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a pod with pod affinity), or hold
