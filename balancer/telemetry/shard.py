@@ -25,8 +25,8 @@ An action planned on a node that is no longer the shard's when it is carried out
 GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
 that into a failed result with code `refused` and a warning. Both shard actuators refuse so: `ShardActuator` (the
 simulator's) and `balancer.cmd._run_parts.ShardBound` (`gputide run --shard`, around the Kubernetes actuator), so a
-simulated shard behaves as a real one. (Building that result is why this module, alone of the telemetry layer, imports
-`balancer.actuate.base`: .importlinter's one exception to its layers.)
+simulated shard behaves as a real one. (That result is a `balancer.action_results.ActionResult`, from a layer below
+this one: the telemetry layer imports nothing of the actuate layer beside it.)
 Actuators that address GPUs by fleet index (the simulator) get actions translated back with `globalize`; the
 `ShardActuator` wrapper does that and hands them the full snapshot the shard was cut from. Each shard elects
 its own leader on its own Lease (`lease_name`), so shards fail over independently; with Prometheus, each shard's
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from balancer.actuate.base import ActionResult, Outcome
+from balancer.action_results import ActionResult, Outcome
 from balancer.errors import InputError, MissingTelemetry
 from balancer.model import (
     GPU_ARRAYS,
