@@ -39,7 +39,7 @@ GPU_LEGEND = "{{hostname}}/{{gpu}}"
 # The runbooks the alerts link (rules/gputide-alerts.yaml runbook_url); a panel whose description names an alert links
 # its runbook, so the operator the alert sent to the dashboard is one click from what to do.
 RUNBOOKS = "https://github.com/gputide/gputide/blob/main/docs/runbooks.md"
-_ALERT = re.compile(r"\b(?:Gpu|Gputide|InferenceSlo)[A-Z][A-Za-z]+\b")
+_ALERT = re.compile(r"\b(?:Gpu|Gputide|InferenceSlo)[A-Z][A-Za-z0-9]+\b")  # digits: InferenceSloBurnRate1d
 
 
 def each_gpu(series: str) -> str:

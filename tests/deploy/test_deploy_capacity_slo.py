@@ -1,6 +1,7 @@
 """The capacity overlay ships the SLO rules of the services it ships: it records the serving series from vLLM
-(rules/serving/vllm.yaml), and the burn-rate alerts of the base's PrometheusRule read, for a service on vLLM, the
-request and violation rates that only `gputide slo-rules` derives from vLLM's histogram. Without them the overlay
+(rules/serving/vllm.yaml), and for a service on vLLM the request and violation rates that only `gputide slo-rules`
+derives from vLLM's histogram, with the burn-rate alerts on them (the base's InferenceSloBurnRate* skip the services
+it covers; its gputide-slo group reads the rates for the dashboards). Without them the overlay
 shipped a profiled service whose SLO burn no alert could ever see (InferenceSloBurnRate* never fired, the
 dashboard's SLO panels stayed empty)."""
 
