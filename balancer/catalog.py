@@ -2,7 +2,11 @@
 
 Figures come from NVIDIA's product briefs and data sheets (memory, TDP / max board power, max boost clock) and
 from the thresholds `nvidia-smi -q` reports on these boards (slowdown and shutdown temperature, minimum power
-limit). Idle power and the relative throughput columns are assumptions, stated here so a user can override them:
+limit). The slowdown column is NVML's *slowdown* threshold (hardware slowdown, DCGM_FI_DEV_SLOWDOWN_TEMP), not the
+lower "max operating" one: H100 SXM 87 / 89 / 92 (max operating / slowdown / shutdown), A10 91 / 98 / 101.
+``model_name`` is NVML's name exactly; the A100 spells it two ways: ``NVIDIA A100-PCIE-40GB`` but
+``NVIDIA A100 80GB PCIe``. Idle power and the relative throughput columns are assumptions, stated here so a user
+can override them:
 
 * ``inference_tput`` / ``training_tput`` are relative to one A100 SXM4 80GB (= 1.0) for a mid-size transformer
   (FP16/BF16; FP8 on Hopper/Ada not counted), rounded from MLPerf Inference/Training v3-v4 per-accelerator results.
@@ -61,19 +65,21 @@ def _spec(key: str, model_name: str, mem: float, tdp: float, idle: float, pmin: 
 
 
 CATALOGUE: Mapping[str, GpuModelSpec] = MappingProxyType({s.key: s for s in (
-    _spec("H100-SXM", "NVIDIA H100 80GB HBM3", 80, 700, 70, 200, 87, 92, 1980, 2.0, 2.5, True),
+    _spec("H100-SXM", "NVIDIA H100 80GB HBM3", 80, 700, 70, 200, 89, 92, 1980, 2.0, 2.5, True),
     _spec("H200-SXM", "NVIDIA H200", 143771 / 1024, 700, 80, 200, 89, 95, 1980, 2.4, 2.75, True, rise_at_tdp=26.0,
           thermal_tau_s=2.0, memory_temp_offset_c=-10.0),
     _spec("H100-PCIE", "NVIDIA H100 PCIe", 80, 350, 50, 200, 87, 92, 1755, 1.6, 1.9, False),
     _spec("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 80, 400, 55, 100, 89, 92, 1410, 1.0, 1.0, True),
     _spec("A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", 40, 250, 35, 150, 89, 92, 1410, 0.8, 0.85, True),
+    # A100 80GB PCIe: nvidia-smi -q on one board; its relative throughput (300 W vs the SXM4's 400 W) is assumed
+    _spec("A100-PCIE-80GB", "NVIDIA A100 80GB PCIe", 80, 300, 40, 150, 89, 92, 1410, 0.95, 0.9, True),
     _spec("L40S", "NVIDIA L40S", 48, 350, 35, 100, 89, 92, 2520, 0.9, 0.7, False),
     _spec("L4", "NVIDIA L4", 24, 72, 16, 40, 93, 96, 2040, 0.3, 0.2, False),
     _spec("T4", "Tesla T4", 16, 70, 10, 60, 93, 96, 1590, 0.15, 0.1, False),
     _spec("V100-SXM2-32GB", "Tesla V100-SXM2-32GB", 32, 300, 40, 150, 87, 90, 1530, 0.4, 0.45, True),
     _spec("V100-SXM2-16GB", "Tesla V100-SXM2-16GB", 16, 300, 40, 150, 87, 90, 1530, 0.38, 0.43, True),
     _spec("P100-PCIE-16GB", "Tesla P100-PCIE-16GB", 16, 250, 30, 125, 88, 93, 1329, 0.2, 0.25, False),
-    _spec("A10", "NVIDIA A10", 24, 150, 20, 100, 93, 98, 1695, 0.35, 0.3, False),
+    _spec("A10", "NVIDIA A10", 24, 150, 20, 100, 98, 101, 1695, 0.35, 0.3, False),
 )})
 
 # Alibaba v2023 model codes -> catalogue keys. G1/G2/G3 are undisclosed in the trace; the mapping is our assumption

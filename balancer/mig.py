@@ -39,6 +39,7 @@ def _profiles(memory_gb: Sequence[int]) -> Mapping[str, tuple[int, int]]:
 PROFILES: Mapping[str, Mapping[str, tuple[int, int]]] = MappingProxyType({
     "A100-SXM4-80GB": _profiles((10, 20, 40, 80)),
     "A100-PCIE-40GB": _profiles((5, 10, 20, 40)),
+    "A100-PCIE-80GB": _profiles((10, 20, 40, 80)),
     "H100-SXM": _profiles((10, 20, 40, 80)),
     "H100-PCIE": _profiles((10, 20, 40, 80)),
     "H200-SXM": _profiles((18, 35, 71, 141)),
