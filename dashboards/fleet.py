@@ -31,11 +31,11 @@ from dashboards.common import (
 UID = "gputide-gpu-fleet"
 
 # Heat is coloured by headroom below each GPU's own slowdown temperature (gpu:temperature_headroom:celsius), not by
-# temperature: slowdown is 87 °C on an H100, 93 °C on an L4 (balancer.catalog), so a fixed 85 °C threshold read an
-# H100 2 °C from throttling and an L4 8 °C from it alike. Red within the controller's default hotspots.marginC (5 °C:
+# temperature: slowdown is 89 °C on an H100, 98 °C on an A10 (balancer.catalog), so a fixed 85 °C threshold read an
+# H100 4 °C from throttling and an A10 13 °C from it alike. Red within the controller's default hotspots.marginC (5 °C:
 # a hot reading), orange until its releaseMarginC (12 °C: not yet cool again).
-# The temperature heatmap's colour scale: room temperature to above the highest catalogued slowdown (L4, T4, A10: 93).
-TEMPERATURE_COLOURS = (20, 95)
+# The temperature heatmap's colour scale: room temperature to above the highest catalogued slowdown (A10: 98).
+TEMPERATURE_COLOURS = (20, 100)
 HEADROOM_THRESHOLDS = thresholds((None, "red"), (5, "orange"), (12, "green"))
 HEADROOM_COLOURS = ("Red: within 5 °C of slowdown (the controller's default hotspots.marginC, a hot reading); "
                     "orange: within 12 °C (releaseMarginC, not yet cool). No data for a GPU whose exporter does not "
@@ -69,7 +69,7 @@ def build() -> dashboard.Dashboard:
         d.with_panel(gpu_heatmap_panel(
             "GPU temperature", "Core temperature of every GPU over time (gpu:temperature:celsius), coloured from "
             f"{TEMPERATURE_COLOURS[0]} to {TEMPERATURE_COLOURS[1]} °C whatever the fleet's range (the top is above "
-            "every catalogued board's slowdown, 87-93 °C). A hot horizontal stripe is a GPU that stays hot: a hotspot "
+            "every catalogued board's slowdown, 89-98 °C). A hot horizontal stripe is a GPU that stays hot: a hotspot "
             "candidate.", "celsius", f"gpu:temperature:celsius{{{GPU}}}", colours=TEMPERATURE_COLOURS))
         .with_panel(gpu_heatmap_panel(
             "GPU power", "Power draw of every GPU over time (gpu:power:watts).", "watt",

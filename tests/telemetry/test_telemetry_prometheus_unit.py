@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import requests
 
+from balancer import catalog
 from balancer.errors import InvalidTelemetry, MissingTelemetry, StaleTelemetry, TelemetryUnavailable
 from balancer.model import WorkloadClass
 from balancer.telemetry.prometheus import FIELDS, FLAGS, PrometheusOptions, PrometheusTelemetrySource
@@ -155,7 +156,7 @@ def test_a_p99_beyond_the_highest_bucket_is_pressure_never_calm():
 def test_optional_fields_fall_back_to_the_catalogue_not_to_zero():
     client = FakeClient(drop={("GPU-a0", "slowdown_temp_c")})
     snap = source(client).snapshot()
-    assert snap.slowdown_temp_c[0] == 87.0  # H100-SXM catalogue figure
+    assert snap.slowdown_temp_c[0] == catalog.CATALOGUE["H100-SXM"].slowdown_temp_c == 89.0  # not 0
 
 
 HEALTHY = {("GPU-a0", "memory_unhealthy"): 0.0, ("GPU-b0", "memory_unhealthy"): 0.0}
