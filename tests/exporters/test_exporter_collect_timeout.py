@@ -82,8 +82,9 @@ def unhang(backend: Backend, health: CollectHealth) -> None:
     before = health.last_complete
     backend.hang = False
     backend.release.set()
-    deadline = time.monotonic() + 5
-    while health.last_complete is before and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10
+    while health.last_complete is before:
+        assert time.monotonic() < deadline, "the released collection did not end within 10 s"
         time.sleep(0.01)
 
 
@@ -184,14 +185,33 @@ def test_readyz_says_not_ready_while_a_collection_outruns_the_timeout_and_health
         server.close()
 
 
+class CountingLock:
+    """A lock that counts the times it was let go."""
+
+    def __init__(self) -> None:
+        self._lock, self.released = threading.Lock(), 0
+
+    def __enter__(self) -> CountingLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released += 1
+        self._lock.release()
+
+
 class CountingHealth(CollectHealth):
-    """Counts the scrapes that have asked for a collection."""
+    """Counts the scrapes that hold the collection they will wait for: `run` lets go of `_runs` once it has taken the
+    running collection or started one (`_collect` and `_instead_of` take it too, but only once a collection has
+    ended or outrun its timeout)."""
 
-    asked = 0
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._runs = CountingLock()
 
-    def run(self, source):
-        self.asked += 1
-        return super().run(source)
+    @property
+    def holding(self) -> int:
+        return self._runs.released
 
 
 def test_two_scrapes_at_once_share_one_read():
@@ -204,10 +224,12 @@ def test_two_scrapes_at_once_share_one_read():
         threads = [threading.Thread(target=lambda: results.append(scrape(server.port))) for _ in range(2)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 5
-        while health.asked < 2 and time.monotonic() < deadline:
+        # Release the read only once both scrapes hold the collection they wait for, the running one (it cannot end
+        # before): released earlier, it could end before the second scrape looked, which would then start its own.
+        deadline = time.monotonic() + 10
+        while health.holding < 2:
+            assert time.monotonic() < deadline, "the two scrapes did not both reach the collection within 10 s"
             time.sleep(0.01)
-        time.sleep(0.2)   # the second is waiting for the first's collection, not about to start its own
         backend.release.set()
         for t in threads:
             t.join(10)
