@@ -72,6 +72,10 @@ def test_a_gated_pod_is_never_bound_and_is_bound_in_the_pass_after_its_gates_go(
     kube.add(node("a", 8))
     kube.add(gated("train-0", 1, clock))
     eventually(lambda: all(w.synced for w in watching.watches.values()))
+    # The watches began before the node was added, and each follows the API server on a thread of its own: synced
+    # says their first lists came, not that the nodes watch has applied node a's event, which may lag the pending
+    # pods' (nothing orders two watches). A pass before it does places the pod nowhere.
+    eventually(lambda: [n["name"] for n in watching.nodes_view()] == ["a"])
     watching.wait_for_work(0)
     assert watching.pending() == [] and watching.schedule_once() == {}
     assert not kube.calls("POST", r"/binding$")   # no 409 "non-empty .spec.schedulingGates" every pass
