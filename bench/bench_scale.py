@@ -7,7 +7,7 @@ actuator. The fleet is `balancer.fleet.scaled_fleet(n)` (the demo model mix) wit
 three inference replicas, one in three training workers, 300 milli-GPU and 8 GiB each) and 1 % of the nodes hot,
 so every cycle has migrations, throttles and taints to plan, simulate and review.
 
-Each size runs in its own subprocess (`--one N`), so peak RSS (`ru_maxrss`) and the allocator's state of one size
+Each size runs in its own subprocess (`--one N`), so peak RSS (`peak_rss_mb`) and the allocator's state of one size
 do not leak into the next; tracemalloc's peak over one extra cycle gives the cycle's own allocations. The cost
 model is fitted between consecutive sizes as an exponent (t ~ n^k) and as t(n) / (n log n) normalised to the
 smallest size: a flat or falling ratio means cost grows no faster than n log n.
@@ -113,9 +113,22 @@ def _reconciler(snap):
                       metrics=ControllerMetrics(CollectorRegistry()))
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set (MB): Linux's VmHWM, which belongs to the process's own address space.
+    `ru_maxrss` does not: Linux keeps it across fork and exec, so a child of a parent that had grown (run_all, after
+    the exporter benchmark's 8,192-GPU scrapes) started at the parent's 362 MB. ru_maxrss elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure_one(n_gpus: int, repeats: int, profile: bool = False) -> dict:
     """Runs in its own process: build, warm up (hysteresis needs two hot readings), time `repeats` cycles."""
-    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_start = peak_rss_mb()
     t0 = time.perf_counter()
     snap = build_snapshot(n_gpus)
     build_s = time.perf_counter() - t0
@@ -137,7 +150,7 @@ def measure_one(n_gpus: int, repeats: int, profile: bool = False) -> dict:
            "median_ms": float(np.median(times)) * 1000, "cpu_median_ms": float(np.median(cpu)) * 1000,
            "p95_ms": float(np.percentile(times, 95)) * 1000,
            "actions": actions, "build_s": build_s, "rss_import_mb": rss_start,
-           "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "rss_peak_mb": peak_rss_mb(),
            "cycle_alloc_peak_mb": traced_peak / 2**20, "status": report.status}
     if profile:
         prof = cProfile.Profile()
