@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,8 @@ DAY_S = 86400.0
 
 def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, field: str = "step") -> pd.Timedelta:
     """'10min', '1h', '600s' or seconds -> a positive Timedelta; InputError otherwise."""
+    if isinstance(step, str):   # "8d": pandas deprecates the lower-case day unit (gone in pandas 4); same value
+        step = re.sub(r"(?<=\d)\s*d(?![a-zA-Z])", "D", step)
     try:
         td = pd.Timedelta(seconds=float(step)) if isinstance(step, int | float) else pd.Timedelta(step)
     except (ValueError, TypeError) as exc:
