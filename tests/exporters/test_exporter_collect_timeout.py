@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,10 +54,18 @@ class Backend:
                 self.running -= 1
 
 
-def exporter(backend: Backend, serve_stale_s: float = 30.0):
+@contextmanager
+def exporter(backend: Backend, serve_stale_s: float = 30.0) -> Iterator[tuple[Clock, CollectHealth, Any]]:
+    """(clock, health, server) of an exporter on `backend`; on leaving, a hung read is released and the server
+    closed, whatever the test asserted."""
     clock = Clock()
     health = CollectHealth(clock=clock, collect_timeout_s=TIMEOUT_S, serve_stale_s=serve_stale_s)
-    return clock, health, serve(GpuCollector(backend), port=0, health=health)
+    server = serve(GpuCollector(backend), port=0, health=health)
+    try:
+        yield clock, health, server
+    finally:
+        backend.release.set()
+        server.close()
 
 
 def scrape(port: int) -> tuple[int, str, float]:
@@ -90,8 +101,7 @@ def unhang(backend: Backend, health: CollectHealth) -> None:
 
 def test_a_scrape_behind_a_hung_read_gets_the_last_complete_exposition_within_the_timeout():
     backend = Backend()
-    clock, health, server = exporter(backend)
-    try:
+    with exporter(backend) as (clock, health, server):
         code, text, _ = scrape(server.port)
         assert code == 200 and values(text)["gputide_exporter_collect_timeouts_total"] == 0
         hang(backend, server.port)
@@ -105,15 +115,11 @@ def test_a_scrape_behind_a_hung_read_gets_the_last_complete_exposition_within_th
         assert values(text) == {"DCGM_FI_DEV_GPU_TEMP": 40.0, "gputide_exporter_collect_timeouts_total": 1.0,
                                 "gputide_exporter_collection_age_seconds": 20.0}
         assert backend.reads == 2 and backend.most_at_once == 1   # no second read beside the hung one
-    finally:
-        backend.release.set()
-        server.close()
 
 
 def test_once_the_last_complete_exposition_is_too_old_a_scrape_fails_clearly_and_still_at_once():
     backend = Backend()
-    clock, health, server = exporter(backend, serve_stale_s=30.0)
-    try:
+    with exporter(backend, serve_stale_s=30.0) as (clock, health, server):
         assert scrape(server.port)[0] == 200
         hang(backend, server.port)
         clock.now += 31
@@ -122,15 +128,11 @@ def test_once_the_last_complete_exposition_is_too_old_a_scrape_fails_clearly_and
         assert text == ("collection timed out: one has been running for 31 s (timeout 0.3 s) and the last complete "
                         "one began 31 s ago (served for up to 30 s)\n")
         assert backend.reads == 2
-    finally:
-        backend.release.set()
-        server.close()
 
 
 def test_scrapes_piling_up_behind_a_hung_read_start_no_other_read_and_each_returns():
     backend = Backend()
-    clock, health, server = exporter(backend)
-    try:
+    with exporter(backend) as (clock, health, server):
         assert scrape(server.port)[0] == 200
         hang(backend, server.port)
         results: list[tuple[int, str, float]] = []
@@ -143,15 +145,11 @@ def test_scrapes_piling_up_behind_a_hung_read_start_no_other_read_and_each_retur
         assert max(r[2] for r in results) < TIMEOUT_S + 1.5
         assert backend.reads == 2 and backend.most_at_once == 1
         assert health.timeouts == 1
-    finally:
-        backend.release.set()
-        server.close()
 
 
 def test_when_the_hung_read_returns_the_next_scrape_collects_afresh():
     backend = Backend()
-    clock, health, server = exporter(backend)
-    try:
+    with exporter(backend) as (clock, health, server):
         assert scrape(server.port)[0] == 200
         hang(backend, server.port)
         assert scrape(server.port)[0] == 200
@@ -162,15 +160,11 @@ def test_when_the_hung_read_returns_the_next_scrape_collects_afresh():
                                                 "gputide_exporter_collect_timeouts_total": 1.0,
                                                 "gputide_exporter_collection_age_seconds": 0.0}
         assert backend.reads == 3
-    finally:
-        backend.release.set()
-        server.close()
 
 
 def test_readyz_says_not_ready_while_a_collection_outruns_the_timeout_and_healthz_waits_for_stuck_after():
     backend = Backend()
-    clock, health, server = exporter(backend)
-    try:
+    with exporter(backend) as (clock, health, server):
         assert scrape(server.port)[0] == 200
         hang(backend, server.port)
         assert get(server.port, "/readyz")[0] == 200   # within the timeout: a read in progress
@@ -180,9 +174,6 @@ def test_readyz_says_not_ready_while_a_collection_outruns_the_timeout_and_health
         assert get(server.port, "/healthz") == (200, "ok: a collection has been running for 9 s\n")
         unhang(backend, health)
         assert get(server.port, "/readyz")[0] == 200
-    finally:
-        backend.release.set()
-        server.close()
 
 
 class CountingLock:
@@ -243,8 +234,7 @@ def test_two_scrapes_at_once_share_one_read():
 def test_a_hung_first_collection_is_the_one_scrapes_wait_for():
     backend = Backend()
     backend.hang = True
-    clock, health, server = exporter(backend)
-    try:
+    with exporter(backend) as (clock, health, server):
         first_collection(TrackedCollector(GpuCollector(backend), health))
         assert backend.entered.wait(5)
         code, text, took = scrape(server.port)
@@ -253,6 +243,3 @@ def test_a_hung_first_collection_is_the_one_scrapes_wait_for():
                         "(served for up to 30 s)\n")
         assert get(server.port, "/readyz") == (503, "not ready: no collection has succeeded yet\n")
         assert backend.reads == 1
-    finally:
-        backend.release.set()
-        server.close()
