@@ -40,6 +40,7 @@ GPU lacking a health series (XID, memory health) others publish has unknown heal
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -123,11 +124,17 @@ def _running(workloads: tuple[Workload, ...], placements: Mapping[str, tuple[int
     """Whether a service (a workload's `owner`) has a replica placed on a GPU `checked` (None: every service is the
     caller's): the services whose unknown demand concerns a shard. A shard plans only the services with a replica on
     its nodes (`shard.restrict`, the capacity planner's `sharded`), so one with none there, or none placed anywhere,
-    is no business of its."""
+    is no business of its. The owners are gathered only when first asked: a service without finite demand is rare,
+    and the gathering walks every workload."""
     if checked is None:
         return None
-    owners = {w.owner for w in workloads if w.owner and any(checked[g] for g in placements.get(w.name, ()))}
-    return owners.__contains__
+
+    @functools.cache
+    def owners() -> frozenset[str]:
+        return frozenset(w.owner for w in workloads
+                         if w.owner and any(checked[g] for g in placements.get(w.name, ())))
+
+    return lambda service: service in owners()
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:
