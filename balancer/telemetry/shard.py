@@ -282,7 +282,8 @@ def refused(action: Action, source: ShardedSource, warn: logging.Logger = log) -
 class ShardActuator:
     """Wraps an actuator that addresses GPUs by fleet index (the simulator's): an action the shard must not carry
     out now is refused (`refused`), as `gputide run --shard` refuses it, and never reaches `inner`; any other is
-    translated, then applied against the full snapshot."""
+    translated, then applied against the full snapshot. Its housekeeping keeps the shard's own nodes only
+    (`housekeeping`)."""
 
     def __init__(self, inner, source: ShardedSource) -> None:
         self.inner, self.source = inner, source
@@ -295,6 +296,23 @@ class ShardActuator:
         full = self.source.last_full if self.source.last_full is not None else snapshot
         result = self.inner.apply(self.source.globalize(action), full)
         return replace(result, action=action)   # the loop books results against the shard's snapshot
+
+    def housekeeping(self) -> list[str]:
+        """The loop's per-cycle hook, on this shard's nodes only (`ShardedSource.nodes`: those of its latest reading
+        and a dark one it held last, the nodes whose power caps a Kubernetes shard renews, `gputide run --shard`):
+        their hot taints past their expiry are removed, as the simulator actuator's housekeeping removes them
+        (`SimActuator.housekeeping`). That hook is not called: it keeps every node of the simulated cluster, and a
+        shard never acts on another shard's nodes; their expired taints are that shard's housekeeping's. Nothing to
+        keep without a simulated cluster (`inner.sim`)."""
+        sim = getattr(self.inner, "sim", None)
+        if sim is None:
+            return []
+        notes = []
+        for node in sim.expired_taints():
+            if node in self.source.nodes:
+                sim.remove_taint(node)
+                notes.append(f"{node}: hot taint expired")
+        return notes
 
     def recover(self) -> list[str]:
         return list(getattr(self.inner, "recover", lambda: [])())
