@@ -33,7 +33,11 @@ goes from leader to leader (`balancer.ledger_handover`). On its first cycle as l
 `recover()` migrations a previous process left half-done, and on every cycle that goes on to plan it calls the
 actuator's `housekeeping()` when it has one (the Kubernetes actuator releases expired hot taints and reservations
 there); both are duck-typed hooks returning notes for the log and the audit log. A cycle that holds still
-(fail-static, emergency stop) touches nothing, housekeeping included.
+(fail-static, emergency stop) touches nothing, housekeeping included, with one exception: holding still for
+fail-static, the leader asks the actuator to `keep_power_caps()` (a third such hook), which renews the expiry of the
+power caps already set and nothing else, so that caps do not lapse on telemetry nobody trusts (`_keep_power_caps`).
+An emergency stop renews nothing: the operator said stop, so the caps lapse as a stopped controller's would, and the
+log says so once per stop.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
 while recording is logged and never stops the loop.
@@ -128,6 +132,7 @@ class Reconciler:
         self.fleet = FleetRecorder(self.metrics)   # what the fleet looks like, into the metrics, each planned cycle
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
         self._progress: Callable[[str], None] = lambda what: None   # `run`'s: as housekeeping, each action begin
+        self._told_caps_lapse = False   # the current emergency stop's warning that caps are not renewed was logged
         # the last `keep_durations` cycles' durations (None: every cycle's, for an offline run's report); a controller
         # that runs for weeks must not keep one float per cycle for ever (gputide_reconcile_duration_seconds has them)
         self.reconcile_seconds: deque[float] = deque(maxlen=keep_durations)
@@ -195,11 +200,12 @@ class Reconciler:
             self._hook(now, "recover", logging.WARNING)
         snap = self._observe(now, "")
         if isinstance(snap, CycleReport):
-            return snap
+            return self._keep_power_caps(now, snap)
         if not self._still_leading():   # the reads outlived the Lease: what follows is the new leader's to do
             return CycleReport("standby", "lost the Lease while reading telemetry")
         if self.guard.emergency_stopped():
-            return self._hold(now, "emergency_stop", "emergency stop is set")
+            return self._keep_power_caps(now, self._hold(now, "emergency_stop", "emergency stop is set"))
+        self._told_caps_lapse = False
         self.metrics.set_fail_static(None)
         self._hook(now, "housekeeping", logging.INFO)
         forecasts = self._forecast(snap)
@@ -344,8 +350,30 @@ class Reconciler:
         self.metrics.rejected.labels(reason=reason).inc()
         self._audit(now, action_record(a, f"rejected:{reason}", detail))
 
-    def _hook(self, now: float, name: str, level: int) -> None:
-        """Call the actuator's optional `recover()` / `housekeeping()`; log and audit the notes it returns."""
+    def _keep_power_caps(self, now: float, hold: CycleReport) -> CycleReport:
+        """`hold`, after the one write a cycle that holds still may make: for fail-static, the leader has the actuator
+        renew the expiry of the power caps it already set (`keep_power_caps()`, optional; nothing else is written),
+        since a cap that lapses is a change made on telemetry nobody trusts (a hot GPU losing its cap). Not under an
+        emergency stop, even one set while the telemetry is bad: the operator said stop acting, so nothing is written
+        and the caps lapse as a stopped controller's would; the log says so once per stop."""
+        if getattr(self.actuator, "keep_power_caps", None) is None:
+            return hold
+        if self.guard.emergency_stopped():
+            if not self._told_caps_lapse:
+                self._told_caps_lapse = True
+                log.warning("emergency stop: the power caps gputide set are not renewed while it is set; each node's "
+                            "lapse once their expiry (gputide.io/power-caps-until) passes and its agent gives them back")
+            return hold
+        self._told_caps_lapse = False
+        if self._still_leading():   # the reads may have outlived the Lease: the caps are then the new leader's
+            self._hook(now, "keep_power_caps", logging.INFO,
+                       why=f"holding still ({hold.reason}): only the expiry of the power caps already set is renewed, "
+                           "so they do not lapse on telemetry nobody trusts: ")
+        return hold
+
+    def _hook(self, now: float, name: str, level: int, why: str = "") -> None:
+        """Call the actuator's optional `recover()` / `housekeeping()` / `keep_power_caps()`; log and audit the notes
+        it returns (each after `why`, when given)."""
         hook = getattr(self.actuator, name, None)
         if hook is None:
             return
@@ -357,8 +385,8 @@ class Reconciler:
             self._audit(now, {"action": name, "target": "", "reason": str(exc), "outcome": "failed"})
             return
         for note in notes:
-            log.log(level, "%s: %s", name, note)
-            self._audit(now, {"action": name, "target": "", "reason": note, "outcome": "applied"})
+            log.log(level, "%s: %s%s", name, why, note)
+            self._audit(now, {"action": name, "target": "", "reason": why + note, "outcome": "applied"})
 
     def _forecast(self, snap: ClusterSnapshot) -> Mapping[str, Forecast] | None:
         if self.forecaster is None or not self.policy.forecast.enabled:

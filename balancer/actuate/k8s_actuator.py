@@ -18,7 +18,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     expire (`gputide.io/power-caps-until`, `power_cap_ttl_s` after the write), so a dead controller
                     leaves none in force for good: `release_expired` renews the expiry of every node that holds a cap
                     once less than half the TTL is left (`k8s_nodes.power_caps_renewal`), and the agent gives the
-                    caps back once it has passed.
+                    caps back once it has passed. While the loop holds still for fail-static, `keep_power_caps`
+                    renews only the expiries still to come (`k8s_nodes.power_caps_kept`) and nothing else, counted
+                    in `gputide_power_caps_renewed_holding_still_total`.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
                     else the Deployment's scale subresource. The floor never goes below
@@ -86,6 +88,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
 
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome, refused_result
@@ -107,6 +110,7 @@ from balancer.actuate.k8s_nodes import (
     annotation_map_change,
     caps_until,
     node_power_limits,
+    power_caps_kept,
     power_caps_note,
     power_caps_patch,
     power_caps_renewal,
@@ -200,6 +204,10 @@ class KubernetesActuator:
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
         self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s)
         self.quota_corrections = corrections_counter(registry, kueue_queues)   # on the controller's metrics registry
+        self.caps_kept = PromCounter(   # `keep_power_caps`' renewals, on the controller's registry too
+            "gputide_power_caps_renewed_holding_still", "Renewals of a node's power caps' expiry made while the "
+            "controller held still for fail-static (nothing else is written then).",
+            registry=registry if registry is not None else CollectorRegistry())
         self.training = TrainingJobs(self.api, self.kueue)
         self.clock = clock
         self.migrations = Migrations(
@@ -276,6 +284,23 @@ class KubernetesActuator:
         The give-back is a capacity move: here only, which a cycle that holds still never reaches, not in `recover`."""
         return self._release_expired_noting("housekeeping") + self._reconcile_quota_noting("housekeeping")
 
+    def keep_power_caps(self) -> list[str]:
+        """The loop's hook while it holds still for fail-static (telemetry it does not trust): the caps this controller
+        set stay as they are, their expiry renewed when due lest the agents give them back on a reading nobody trusts
+        (`power_caps_kept`: only an expiry still to come; no cap written, changed or re-applied, no taint,
+        reservation or quota touched). Each renewal counted; an API failure becomes a note, the next cycle tries again.
+        Never under an emergency stop (the loop does not call it then): the operator said stop, so nothing is written
+        and the caps lapse as a stopped controller's do."""
+        now, renewed, failed = self.clock(), [], []
+        try:
+            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                for node in self.api("list nodes", self.api.core.list_node).get("items", []):
+                    renewed += self._renew_power_caps(node, now, power_caps_kept)   # one note per node renewed
+        except ActuationError as err:
+            failed.append(f"could not renew the power caps' expiry: {err}")
+        self.caps_kept.inc(len(renewed))
+        return renewed + failed
+
     def _release_expired_noting(self, what: str) -> list[str]:
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):   # what is left waits for next cycle
@@ -334,10 +359,12 @@ class KubernetesActuator:
             notes += self._renew_power_caps(node, now)
         return notes
 
-    def _renew_power_caps(self, node: Json, now: float) -> list[str]:
-        """The expiry of `node`'s power caps moved `power_cap_ttl_s` ahead when due (`power_caps_renewal`)."""
+    def _renew_power_caps(self, node: Json, now: float,
+                          due: Callable[[Json, str, float, float], Json | None] = power_caps_renewal) -> list[str]:
+        """The expiry of `node`'s power caps moved `power_cap_ttl_s` ahead when `due` says so (`power_caps_renewal`;
+        `power_caps_kept` while the loop holds still)."""
         def renewal(n: Json) -> Json | None:
-            return power_caps_renewal(n, self.power_cap_annotation, now, self.power_cap_ttl_s)
+            return due(n, self.power_cap_annotation, now, self.power_cap_ttl_s)
 
         name, was = node["metadata"]["name"], caps_until(node, self.power_cap_annotation)
         if (self.power_cap_nodes is not None and not self.power_cap_nodes(name)) or (patch := renewal(node)) is None:

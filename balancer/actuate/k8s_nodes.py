@@ -36,10 +36,13 @@ all its caps; `power_caps_patch` writes it with every change, `POWER_CAP_TTL_S` 
 last cap) is when the node's agent gives them back unless the controller renewed it. A live leader renews it in its
 housekeeping once less than half the TTL is left (`power_caps_renewal`: about twice per TTL, not a patch every
 cycle), and also when it is missing (caps an older controller wrote) or already passed (a controller back from a
-hold longer than the TTL: its planner still counts the GPUs capped and gives them back when they cool). A controller
-that dies, is uninstalled without cleanup or has no working leader renews nothing, so its caps lapse. The agent
-(`NodeAnnotationCaps` -> `exporters.power_caps.Expiring`) reads caps without the annotation as caps without expiry:
-an upgrade, whichever side goes first, drops no live cap, and the new controller's first cycle gives them one.
+hold longer than the TTL: its planner still counts the GPUs capped and gives them back when they cool). While it
+holds still for fail-static (telemetry it does not trust) it renews only an expiry still to come (`power_caps_kept`),
+so a blind controller neither lets its caps lapse nor writes or re-applies any; under an emergency stop it renews
+nothing. A controller that dies, is uninstalled without cleanup or has no working leader renews nothing, so its caps
+lapse. The agent (`NodeAnnotationCaps` -> `exporters.power_caps.Expiring`) reads caps without the annotation as caps
+without expiry: an upgrade, whichever side goes first, drops no live cap, and the new controller's first cycle gives
+them one.
 
 Node annotations that hold a JSON map (the power caps, the migration reservations `gputide.io/reserved-for`, the
 secondary scheduler's holds) are changed entry by entry with `annotation_map_change` / `annotation_patch`.
@@ -181,6 +184,18 @@ def power_caps_renewal(node: Json, key: str, now: float, ttl_s: float) -> Json |
     if until is not None and until - now > ttl_s / 2:
         return None
     return {"metadata": {"annotations": {caps_until_key(key): rfc3339(now + ttl_s)}}}
+
+
+def power_caps_kept(node: Json, key: str, now: float, ttl_s: float) -> Json | None:
+    """`power_caps_renewal` for a controller that holds still (fail-static): only the renewal of an expiry still to
+    come, of caps the node holds. Never an expiry written where there was none (caps without one do not lapse), never
+    one that has passed renewed (the agent may have given those caps back: renewing would apply them again, a change
+    made blind), never an expiry removed; the caps themselves are never touched. None: nothing to renew."""
+    until = caps_until(node, key)
+    if until is None or until <= now:
+        return None
+    patch = power_caps_renewal(node, key, now, ttl_s)
+    return patch if patch is not None and None not in patch["metadata"]["annotations"].values() else None
 
 
 def power_caps_note(where: str, uuid: str, watts: float | None, before: Mapping[str, Any],
