@@ -9,7 +9,7 @@ Two ways (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these m
   labels, for pod affinity's namespaceSelectors) and the PersistentVolumeClaims, PersistentVolumes and
   StorageClasses (`k8s_volumes`), as kube-scheduler's informers do. A pass then costs the API server nothing but
   the bindings, and `wait_for_work` returns as soon as a pending pod appears, so a pod is bound within moments of
-  its creation instead of at the next poll. Until a cache has listed once, the pass lists that resource itself
+  its creation instead of at the next poll (and shortly after a node opens: "Nodes that open" below). Until a cache has listed once, the pass lists that resource itself
   (the claims, volumes and classes only in a pass with a pod that mounts claims).
 
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
@@ -21,6 +21,18 @@ Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
 and each node of `nodes_view` says those taken there (`host_ports`), so no pod is bound where a port it needs is
 taken (the kubelet would reject it there, and the pod fail).
+
+Nodes that open. kube-scheduler moves the pods it could not place back to its active queue when a node is added or
+changes so that one may fit now (its queueing hints). `NodeWatch`, the nodes' cache, does likewise: a change of a
+node's `node_facts` that may let a pending pod fit where it did not (`opening`: a node added, uncordoned, a
+repelling taint gone, such as `node.kubernetes.io/not-ready` once the node is Ready, allocatable grown, its labels
+changed, a reservation released) calls `node_opened`, which wakes `wait_for_work` `node_wake_s` later (0.5 s):
+the openings meanwhile (a node pool scaling up) join that one wake, so at most one pass per `node_wake_s` is
+woken by nodes, whatever they do. What changes no `node_facts` (a status heartbeat, a condition's
+`lastHeartbeatTime`, a new resourceVersion alone) is no change of the cache at all (`ListWatch._apply`), and a
+change that only takes away (cordoned, tainted, allocatable shrunk, deleted, a reservation made) wakes nothing:
+no pod fits that did not. Nor does the cache's first list (until then each pass listed the nodes itself); a
+list again after a broken watch is compared node by node with what the cache held.
 
 A pass told to stop (`halted()`: `stop()` was called, or the Lease is lost) begins no other read: the pods, nodes
 and bound pods raise `PassStopped` instead of being read (the read in flight ends within its own timeout), the
@@ -45,12 +57,79 @@ from balancer.actuate.k8s_reads import (
     sum_usage,
     with_usage,
 )
-from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_watch import ListWatch, object_key
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+NODE_WAKE_S = 0.5   # node openings within this long wake one pass (module docstring)
+_TOTALS = ("gpus_total", "cpu_milli_total", "memory_mib_total")
+
+
+def opening(before: Json | None, after: Json | None) -> str:
+    """Why a node whose `node_facts` went from `before` to `after` (None: none) may now take a pending pod that it
+    could not take before, as kube-scheduler's queueing hints for a Node add or update; "" when it cannot."""
+    if after is None:
+        return ""
+    if before is None:
+        return "added"
+    if before["unschedulable"] and not after["unschedulable"]:
+        return "uncordoned"
+    if {t for t in before["taints"] if t.repels} - set(after["taints"]):
+        return "a taint removed"
+    grown = {**{k: after[k] - before[k] for k in _TOTALS},
+             **{k: v - before["extended_total"].get(k, 0.0) for k, v in after["extended_total"].items()}}
+    if any(v > 0 for v in grown.values()):
+        return "allocatable grew"
+    if before["labels"] != after["labels"]:   # a node selector or affinity may match now
+        return "labels changed"
+    if set(before["reservations"]) - set(after["reservations"]):
+        return "a reservation released"
+    return ""
+
+
+def start_timer(delay_s: float, fn: Callable[[], None]) -> threading.Timer:
+    """`fn()` in `delay_s`, from a daemon thread; `cancel()` before then stops it."""
+    timer = threading.Timer(delay_s, fn)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+class NodeWatch(ListWatch):
+    """The nodes' cache, which also calls `opened(node, why)` after each change that may let a pending pod fit
+    where it did not (`opening`; the module docstring), from the watch's thread."""
+
+    def __init__(self, *args: Any, opened: Callable[[str, str], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.opened = opened
+
+    @classmethod
+    def following(cls, watch: ListWatch, opened: Callable[[str, str], None]) -> Self:
+        """A `NodeWatch` in place of `watch` (not started), reading the same way."""
+        return cls(watch.what, watch.list_call, watch.watch_fn, watch.convert, selectors=watch.selectors,
+                   watch_s=watch.watch_s, backoff_s=watch.backoff_s, max_backoff_s=watch.max_backoff_s,
+                   notify=watch.notify, opened=opened)
+
+    def _tell(self, before: Json | None, after: Json | None) -> None:
+        why = opening(before, after)
+        if why:
+            self.opened(after["name"] if after else "", why)
+
+    def _relist(self) -> str:
+        before, first = self._items, not self._synced   # only this thread writes the items
+        version = super()._relist()
+        if not first:
+            for key, item in self._items.items():
+                self._tell(before.get(key), item)
+        return version
+
+    def _apply(self, kind: str, obj: Json) -> None:
+        key = object_key(obj)
+        before = self._items.get(key)
+        super()._apply(kind, obj)
+        self._tell(before, self._items.get(key))
 
 
 def ports_by_node(bound: Any) -> dict[str, frozenset[HostPort]]:
@@ -80,7 +159,7 @@ class SchedulerReads:
     leading: Callable[[], bool]                  # the Lease elector's check (no I/O)
     assume_s: float
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
-    work: threading.Event                        # set when a pending pod changed (watch), or by `wake`
+    work: threading.Event                        # set when a pending pod changed (watch), a node opened, or by `wake`
     watches: dict[str, ListWatch]
     _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
     _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed
@@ -89,6 +168,11 @@ class SchedulerReads:
     _stop: threading.Event                       # set by `stop()`
     term: Callable[[], int]                      # the elector's count of the times it took the Lease
     tell: Any                                    # k8s_tell.Teller: what each pending pod was told
+    node_wake_s: float                           # node openings within this long wake one pass
+    wake_timer: Callable[[float, Callable[[], None]], Any]   # `start_timer`: a started timer, `cancel()`-able
+    _wake_lock: threading.Lock
+    node_wakes: int = 0                          # passes woken by nodes that opened
+    _node_wake: Any = None                       # the timer of the node wake to come, if one is
     _term: int | None = None                     # `term()` at the last pass (None: no pass yet)
     _term_lost: bool = False                     # the Lease was seen lost since the last pass began
 
@@ -130,12 +214,35 @@ class SchedulerReads:
     def close(self) -> None:
         for w in self.watches.values():
             w.stop()
+        with self._wake_lock:
+            if self._node_wake is not None:
+                self._node_wake.cancel()
+                self._node_wake = None
 
     def wake(self) -> None:
         self.work.set()
 
+    def node_opened(self, node: str, why: str) -> None:
+        """`node` changed so that a pending pod may fit where it did not (`NodeWatch`): wake a pass `node_wake_s`
+        from the first such change, the others meanwhile joining it (the module docstring)."""
+        log.debug("scheduler %s: node %s %s: a pass follows", self.scheduler_name, node, why)
+        with self._wake_lock:
+            if self._node_wake is not None:
+                return
+            if self.node_wake_s > 0:
+                self._node_wake = self.wake_timer(self.node_wake_s, self._node_wake_due)
+                return
+        self._node_wake_due()
+
+    def _node_wake_due(self) -> None:
+        with self._wake_lock:
+            self._node_wake = None
+            self.node_wakes += 1
+        self.wake()
+
     def wait_for_work(self, timeout_s: float) -> bool:
-        """Wait until a pending pod changes (with watches) or `wake()`, at most `timeout_s`; True when woken."""
+        """Wait until a pending pod changes or a node opens (with watches), or `wake()`, at most `timeout_s`; True
+        when woken."""
         woken = self.work.wait(timeout_s)
         self.work.clear()
         return woken

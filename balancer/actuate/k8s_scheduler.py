@@ -85,7 +85,7 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
-from balancer.actuate.k8s_sched_reads import PassStopped, SchedulerReads
+from balancer.actuate.k8s_sched_reads import NODE_WAKE_S, NodeWatch, PassStopped, SchedulerReads, start_timer
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
@@ -139,7 +139,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
                  leading: Callable[[], bool] = lambda: True, term: Callable[[], int] = lambda: 0,
                  turn_s: float = POD_DEADLINE_S, reads_s: float = PASS_READS_DEADLINE_S,
                  deadline_clock: Callable[[], float] = time.monotonic,
-                 progress: Callable[[str], None] = lambda what: None) -> None:
+                 progress: Callable[[str], None] = lambda what: None, node_wake_s: float = NODE_WAKE_S) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self._stop = threading.Event()  # `stop()`: no pod is begun or bound, no failed call retried any more
@@ -158,13 +158,16 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
                            starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
-        self.work = threading.Event()   # set when a pending pod changed (watch), or by `wake`
+        self.work = threading.Event()   # set when a pending pod changed (watch), a node opened, or by `wake`
+        self.node_wake_s, self.wake_timer, self._wake_lock = node_wake_s, start_timer, threading.Lock()
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
         self._usage_memo: tuple[int, tuple[dict, dict]] | None = None
         self.volumes = VolumeBinding(self.api, watch=watch, watch_s=watch_s)   # claims, volumes, classes
         self.watches: dict[str, ListWatch] = {} if not watch else {**scheduler_watches(
             self.api, scheduler_name, self.pending_selector, reservation_annotation, watch_s, self.work),
             **self.volumes.watches}
+        if "nodes" in self.watches:   # a node that opens wakes a pass (`k8s_sched_reads`: `NodeWatch`)
+            self.watches["nodes"] = NodeWatch.following(self.watches["nodes"], self.node_opened)
 
     @property
     def turn_budget_s(self) -> float:

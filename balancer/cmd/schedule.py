@@ -8,8 +8,10 @@
 It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest) to
 the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
 reservations made by gputide's migrations), through the Binding API. It follows pending pods, nodes and bound pods
-by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending pod appears, and at least every
-`--interval` (pods that fit nowhere are tried again then). Pods of other schedulers are never touched. `--policy` is
+by watch (balancer/actuate/k8s_scheduler.py): a pass runs as soon as a pending pod appears, half a second after a
+node opens (added, uncordoned, a taint such as not-ready removed, allocatable grown, labels changed, a reservation
+released; never for a status heartbeat: balancer/actuate/k8s_sched_reads.py), and at least every `--interval` (pods
+that fit nowhere are tried again then). Pods of other schedulers are never touched. `--policy` is
 any of `gputide place`'s policies (gputide, fgd, bestfit, ...); see balancer/app/scheduling.py. `--prometheus` adds
 what the Kubernetes API does not say: each GPU's thermal headroom and which GPUs pods are on (read at most every 15
 s; while Prometheus fails, pods are placed without them); a GPU whose newest reading is older than `--stale-after`
@@ -65,7 +67,8 @@ def register(subparsers) -> None:
     p.add_argument("--policy", default="gputide", metavar="NAME",
                    help="placement policy: gputide (default), fgd, bestfit, dotprod, gpupacking, gpuclustering, random")
     p.add_argument("--interval", default="2s",
-                   help="longest time between passes; a new pending pod starts one at once (default 2s)")
+                   help="longest time between passes; a new pending pod or a node that opens starts one at once "
+                        "(default 2s)")
     p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
     p.add_argument("--prometheus", default=None, metavar="URL",
                    help="Prometheus with gputide's rules: per-GPU thermal headroom and which GPUs are in use")
@@ -263,7 +266,7 @@ def one_shot(scheduler, leading) -> int:
 
 def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float) -> int:
     """Passes until SIGTERM / SIGINT (`scheduler.stop()`: the pass in progress ends before its next pod), each as
-    soon as a pending pod appears and at least every `interval`, by the leader only; metrics and probes on
+    soon as a pending pod appears or a node opens and at least every `interval`, by the leader only; metrics and probes on
     `--metrics-port`."""
     # a pass of many pods keeps moving: a heartbeat as its reads and each pod's turn begin, each within its deadline
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval, scheduler.turn_budget_s))
