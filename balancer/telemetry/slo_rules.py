@@ -17,10 +17,14 @@ multi-window, multi-burn-rate ones (`BURN_ALERTS`): page on 14.4x over 1h and 5m
 what keeps an alert from firing on a burn that has stopped (it resets within minutes), and a `for:` would only
 delay the page by that much more budget (the slow page's 15 minutes were 1.25% of a 30-day budget at 6x).
 
-The 5m, 30m, 1h and 6h rates are also what the `gputide-slo` group of rules/gputide-recording.yaml falls back to
-(`or on (cluster, service)`) where the simulated fleet's gputide_inference_*_total counters are absent. They are
-named apart from that group's own `service:inference_*` series on purpose: two rules recording one series fight
-over its samples wherever both have data, so each name has one writer.
+A service is `SERVICE_IDENTITY`, (cluster, namespace, service): what these rules label each series with, and what
+rules/gputide-recording.yaml and rules/gputide-alerts.yaml join them on (tests/rules hold them to it). Its rates
+are also what the `gputide-slo` group of rules/gputide-recording.yaml falls back to (`or on (cluster, namespace,
+service)`) where the simulated fleet's gputide_inference_*_total counters are absent, and the static burn-rate
+alerts there skip the (cluster, namespace, service) these rules cover, so a counter-only service still alerts
+there while one of the same name in another namespace is on vLLM. They are named apart from that group's own
+`service:inference_*` series on purpose: two rules recording one series fight over its samples wherever both have
+data, so each name has one writer.
 
 What counts as a violation:
 
@@ -73,6 +77,10 @@ POD_DEPLOYMENT = "gputide:pod_deployment:info"  # rules/serving/vllm.yaml
 VLLM_E2E_BUCKETS: tuple[float, ...] = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                                        60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")  # the gputide-slo group reads the 5m, 30m, 1h and 6h ones
+# What names a service in every SLO series, generated or static: `service` is the rule's own label, the rest are
+# the vLLM series' own (each pod's scrape labels), kept through the sums
+SERVICE_IDENTITY = ("cluster", "namespace", "service")
+_SUM_BY = ", ".join(label for label in SERVICE_IDENTITY if label != "service")
 GROUP = "gputide-slo-vllm"
 ALERT_GROUP = "gputide-slo-vllm-alerts"
 REQUESTS = "service:vllm_requests:rate{window}"
@@ -242,9 +250,9 @@ def _rules(slo: ServiceSlo, qualified: set[tuple[str, str]]) -> list[dict[str, A
                 f"    or sum without (le) ({within}))")
         pods = f"and on (cluster, namespace, pod) {_pods(slo, qualified, w)}"
         rules.append({"record": REQUESTS.format(window=w), "labels": dict(labels), "expr": (
-            f"sum by (cluster, namespace) (\n  ({every}\n   and ignoring (le) {within})\n  {pods})\n")})
+            f"sum by ({_SUM_BY}) (\n  ({every}\n   and ignoring (le) {within})\n  {pods})\n")})
         rules.append({"record": VIOLATIONS.format(window=w), "labels": dict(labels), "expr": (
-            f"sum by (cluster, namespace) (\n  clamp_min({every}\n    - ignoring (le) {good}, 0)\n  {pods})\n")})
+            f"sum by ({_SUM_BY}) (\n  clamp_min({every}\n    - ignoring (le) {good}, 0)\n  {pods})\n")})
     return rules
 
 
