@@ -18,12 +18,12 @@ the node's annotation, so a restarted controller sees in its snapshot what it mu
 the GPU's default limit, and only on a GPU gputide capped. The hot taint expires as on Kubernetes: written (and
 renewed, `TaintNode.renew`) with an expiry `HOT_TAINT_TTL_S` after the write (`SimCluster.hot_until`, in the
 snapshot as `Node.hot_until`, so the planner renews the taint of a node still hot), and removed by `housekeeping`
-(every cycle) and `recover` once passed.
+(every cycle) and `recover` once passed: on every node, or on the `nodes` given (a shard's, `shard.ShardActuator`).
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome
@@ -104,22 +104,30 @@ class SimActuator:
         self.sim.add_taint(action.node, until=until)
         return f"{done} taint {TAINT_KEY} on {action.node} until t={until:.0f} s"
 
-    def housekeeping(self) -> list[str]:
+    def housekeeping(self, nodes: Iterable[str] | None = None) -> list[str]:
         """Once per cycle (the loop's hook), as the Kubernetes actuator's: hot taints whose expiry has passed are
-        removed. Returns notes."""
+        removed, on `nodes` only when given (a shard's own: `shard.ShardActuator`), else on every node. Returns
+        notes."""
+        keep = None if nodes is None else frozenset(nodes)
         notes = []
         for node in self.sim.expired_taints():
-            self.sim.remove_taint(node)
-            notes.append(f"{node}: hot taint expired")
+            if keep is None or node in keep:
+                self.sim.remove_taint(node)
+                notes.append(f"{node}: hot taint expired")
         return notes
 
-    def recover(self) -> list[str]:
+    def recover(self, nodes: Iterable[str] | None = None) -> list[str]:
         """Finish or abandon migrations a previous controller journalled but did not complete; release the hot
-        taints whose expiry has passed (a dead controller's)."""
-        notes = self.housekeeping()
+        taints whose expiry has passed (a dead controller's). With `nodes` (a shard's own), only their taints and the
+        migrations whose target is on one of them (where Kubernetes keeps the reservation); the others are left to
+        the shard whose nodes they are."""
+        keep = None if nodes is None else frozenset(nodes)
+        notes = self.housekeeping(keep)
         for name, entry in list(self.journal.items()):
-            where = self.sim.placements.get(name)
             target = tuple(entry["target"])
+            if keep is not None and not any(self.sim.fleet.gpus[g].node in keep for g in target):
+                continue
+            where = self.sim.placements.get(name)
             if where == target:
                 notes.append(f"{name}: migration had completed")
             elif where == tuple(entry["source"]) and self.sim.fits(name, target) and self.sim.migrate(name, target):

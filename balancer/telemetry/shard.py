@@ -282,8 +282,8 @@ def refused(action: Action, source: ShardedSource, warn: logging.Logger = log) -
 class ShardActuator:
     """Wraps an actuator that addresses GPUs by fleet index (the simulator's): an action the shard must not carry
     out now is refused (`refused`), as `gputide run --shard` refuses it, and never reaches `inner`; any other is
-    translated, then applied against the full snapshot. Its housekeeping keeps the shard's own nodes only
-    (`housekeeping`)."""
+    translated, then applied against the full snapshot. Its hooks (`housekeeping`, `recover`) keep the shard's own
+    nodes only (`own_nodes`)."""
 
     def __init__(self, inner, source: ShardedSource) -> None:
         self.inner, self.source = inner, source
@@ -297,22 +297,31 @@ class ShardActuator:
         result = self.inner.apply(self.source.globalize(action), full)
         return replace(result, action=action)   # the loop books results against the shard's snapshot
 
-    def housekeeping(self) -> list[str]:
-        """The loop's per-cycle hook, on this shard's nodes only (`ShardedSource.nodes`: those of its latest reading
-        and a dark one it held last, the nodes whose power caps a Kubernetes shard renews, `gputide run --shard`):
-        their hot taints past their expiry are removed, as the simulator actuator's housekeeping removes them
-        (`SimActuator.housekeeping`). That hook is not called: it keeps every node of the simulated cluster, and a
-        shard never acts on another shard's nodes; their expired taints are that shard's housekeeping's. Nothing to
-        keep without a simulated cluster (`inner.sim`)."""
+    def own_nodes(self) -> frozenset[str]:
+        """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading and a dark one it held
+        last, the nodes whose power caps a Kubernetes shard renews, `gputide run --shard`). Before the shard's first
+        reading (the first cycle's `recover` runs before it), the simulated cluster's nodes its selector matches, with
+        the labels the inner source's `node_overrides` gives them where it has some. A shard never acts on another
+        shard's nodes: their expired taints and journalled migrations are that shard's."""
+        if self.source.last_full is not None:
+            return frozenset(self.source.nodes)
         sim = getattr(self.inner, "sim", None)
         if sim is None:
-            return []
-        notes = []
-        for node in sim.expired_taints():
-            if node in self.source.nodes:
-                sim.remove_taint(node)
-                notes.append(f"{node}: hot taint expired")
-        return notes
+            return frozenset()
+        listed = getattr(self.source.inner, "node_overrides", None)
+        meta = (listed() if callable(listed) else None) or {}
+        return frozenset(n.name for n in sim.fleet.nodes if self.source.selector.matches(
+            replace(n, labels=meta[n.name].labels) if n.name in meta else n))
+
+    def housekeeping(self) -> list[str]:
+        """The loop's per-cycle hook, `inner`'s on this shard's nodes only (`own_nodes`): the simulator actuator's
+        removes their hot taints past their expiry (`SimActuator.housekeeping`), another shard's left to that shard."""
+        hook = getattr(self.inner, "housekeeping", None)
+        return [] if hook is None else list(hook(nodes=self.own_nodes()))
 
     def recover(self) -> list[str]:
-        return list(getattr(self.inner, "recover", lambda: [])())
+        """The loop's first cycle as leader, `inner`'s on this shard's nodes only (`own_nodes`): the simulator
+        actuator's releases their expired hot taints and finishes or abandons the journalled migrations whose target is
+        on one of them (`SimActuator.recover`); another shard's are left to that shard's own recovery."""
+        hook = getattr(self.inner, "recover", None)
+        return [] if hook is None else list(hook(nodes=self.own_nodes()))
