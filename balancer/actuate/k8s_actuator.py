@@ -45,7 +45,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint. Its expiry (`gputide.io/hot-until`, `hot_taint_ttl_s` after the
-                    write) is the safety net for a dead controller: `release_expired` removes the taint then. A
+                    write) is the safety net for a dead controller: `release_expired` removes the taint then (a
+                    shard's controller on its own nodes only; the expiry judged again on the node the write reads, so
+                    a renewal that lands after the list is never undone). A
                     renewal (`renew`, the planner's, for a node still hot whose expiry is near) writes a fresh expiry
                     and posts no Event (the loop's log and audit record it; the annotation shows the new expiry).
 
@@ -84,7 +86,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -109,6 +111,8 @@ from balancer.actuate.k8s_nodes import (
     POWER_CAP_TTL_S,
     annotation_map_change,
     caps_until,
+    expired_reservations,
+    expired_taint_removal,
     node_power_limits,
     power_caps_kept,
     power_caps_note,
@@ -121,7 +125,6 @@ from balancer.actuate.k8s_quota import KueueQuota, corrections_counter
 from balancer.actuate.k8s_training import TrainingJobs
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
-    HOT_UNTIL_ANNOTATION,
     MERGE_PATCH,
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
@@ -130,7 +133,6 @@ from balancer.actuate.kubernetes import (
     _Api,
     _code,
     _json_annotation,
-    parse_time,
     read_power_caps,
     rfc3339,
     split_name,
@@ -269,20 +271,22 @@ class KubernetesActuator:
     def power_caps(self, node: str) -> dict[str, float]:
         return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
 
-    def recover(self) -> list[str]:
+    def recover(self, nodes: Collection[str] | None = None) -> list[str]:
         """The loop's first cycle as leader: what a previous leader left behind is released once expired.
 
         Migrations are make-room-first and level-triggered here (the reservation and the taint carry their own
-        expiry; an eviction either happened or did not), so recovering is `release_expired`; an API failure
-        becomes a note, the expiries stay and the next cycle's housekeeping tries again.
+        expiry; an eviction either happened or did not), so recovering is `release_expired`, on `nodes` only when
+        given (a shard's own: `_run_parts.ShardBound`); an API failure becomes a note, the expiries stay and the next
+        cycle's housekeeping tries again.
         """
-        return self._release_expired_noting("recover")
+        return self._release_expired_noting("recover", nodes)
 
-    def housekeeping(self) -> list[str]:
-        """Once per planning cycle (the loop's duck-typed hook): `release_expired`, Kueue quota moves settled and
-        quota lent to training beyond what its Jobs hold given back (`KueueQuota.reconcile`), API failures as a note.
-        The give-back is a capacity move: here only, which a cycle that holds still never reaches, not in `recover`."""
-        return self._release_expired_noting("housekeeping") + self._reconcile_quota_noting("housekeeping")
+    def housekeeping(self, nodes: Collection[str] | None = None) -> list[str]:
+        """Once per planning cycle (the loop's duck-typed hook): `release_expired` (on `nodes` only when given, a
+        shard's own), Kueue quota moves settled and quota lent to training beyond what its Jobs hold given back
+        (`KueueQuota.reconcile`), API failures as a note. The give-back is a capacity move: here only, which a cycle
+        that holds still never reaches, not in `recover`."""
+        return self._release_expired_noting("housekeeping", nodes) + self._reconcile_quota_noting("housekeeping")
 
     def keep_power_caps(self) -> list[str]:
         """The loop's hook while it holds still for fail-static (telemetry it does not trust): the caps this controller
@@ -301,10 +305,10 @@ class KubernetesActuator:
         self.caps_kept.inc(len(renewed))
         return renewed + failed
 
-    def _release_expired_noting(self, what: str) -> list[str]:
+    def _release_expired_noting(self, what: str, nodes: Collection[str] | None) -> list[str]:
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):   # what is left waits for next cycle
-                notes = self.release_expired()
+                notes = self.release_expired(nodes)
         except ActuationError as err:
             notes = [f"{what}: could not release expired taints and reservations: {err}"]
         return notes + self._settle_quota_noting(what)
@@ -339,25 +343,45 @@ class KubernetesActuator:
         self.quota_corrections.labels(queue=self.kueue_queues[1]).inc(len(cuts))
         return [cut.note(*reversed(self.kueue_queues)) for cut in cuts]
 
-    def release_expired(self) -> list[str]:
+    def release_expired(self, nodes: Collection[str] | None = None) -> list[str]:
         """Remove hot taints and reservations whose expiry has passed, renew the power caps' expiry when due; call
-        once per reconcile. Returns notes."""
+        once per reconcile. With `nodes`, on those nodes only (a shard's own: another shard's expiries are that
+        shard's to release, and its renewals its own); None: every node. Returns notes.
+
+        The expiry is judged on the node as listed, then again on the node the write reads (`expired_taint_removal`,
+        `expired_reservations`), and the write carries that read's resourceVersion (a 409 reads again): a taint or a
+        reservation renewed after the list, or between the read and the write, is kept, never removed as expired."""
         now, notes = self.clock(), []
         for node in self.api("list nodes", self.api.core.list_node).get("items", []):
             name = node["metadata"]["name"]
-            until = parse_time((node["metadata"].get("annotations") or {}).get(HOT_UNTIL_ANNOTATION))
-            if until is not None and until <= now:
-                self.api.update_node(name, lambda n: taints_change(n, self.hot_taint_key, False, None))
-                notes.append(f"{name}: hot taint expired")
-            # an entry that is not {"expires": ...} (hand-edited, an older writer) is nobody's: gone as expired, and
-            # never an error that would stop the nodes after this one from being cleaned
-            stale = {k: None for k, v in _json_annotation(node, self.reservation_annotation).items()
-                     if (parse_time(v.get("expires") if isinstance(v, dict) else None) or 0) <= now}
-            if stale:
-                self.api.update_node(name, lambda n, s=stale: annotation_map_change(n, self.reservation_annotation, s))
-                notes.append(f"{name}: reservations expired: {sorted(stale)}")
+            if nodes is not None and name not in nodes:
+                continue
+            notes += self._release_taint(node, now) + self._release_reservations(node, now)
             notes += self._renew_power_caps(node, now)
         return notes
+
+    def _release_taint(self, node: Json, now: float) -> list[str]:
+        """`node`'s hot taint removed if its expiry has passed, on the node as listed and as written."""
+        name, key = node["metadata"]["name"], self.hot_taint_key
+        if expired_taint_removal(node, key, now) is None \
+                or self.api.update_node(name, lambda n: expired_taint_removal(n, key, now)) is None:
+            return []   # not expired, or renewed since the list
+        return [f"{name}: hot taint expired"]
+
+    def _release_reservations(self, node: Json, now: float) -> list[str]:
+        """`node`'s reservations whose expiry has passed removed, judged on the node as listed and as written. An entry
+        that is not {"expires": ...} is nobody's: gone as expired, never an error that would stop the nodes after this
+        one from being cleaned."""
+        name, key, gone = node["metadata"]["name"], self.reservation_annotation, {}
+
+        def change(n: Json) -> Json | None:
+            gone.clear()
+            gone.update(expired_reservations(n, key, now))   # renewed since the list: no longer among them
+            return annotation_map_change(n, key, gone) if gone else None
+
+        if not expired_reservations(node, key, now) or self.api.update_node(name, change) is None:
+            return []
+        return [f"{name}: reservations expired: {sorted(gone)}"]
 
     def _renew_power_caps(self, node: Json, now: float,
                           due: Callable[[Json, str, float, float], Json | None] = power_caps_renewal) -> list[str]:

@@ -44,6 +44,11 @@ lapse. The agent (`NodeAnnotationCaps` -> `exporters.power_caps.Expiring`) reads
 without expiry: an upgrade, whichever side goes first, drops no live cap, and the new controller's first cycle gives
 them one.
 
+`release_expired` (the actuator's housekeeping) removes an expired hot taint or reservation with
+`expired_taint_removal` / `expired_reservations`, which judge the expiry again on the node the write reads: the write
+carries that read's resourceVersion, so a renewal landing after the list (another shard's, or this controller's own)
+is never undone.
+
 Node annotations that hold a JSON map (the power caps, the migration reservations `gputide.io/reserved-for`, the
 secondary scheduler's holds) are changed entry by entry with `annotation_map_change` / `annotation_patch`.
 """
@@ -112,6 +117,24 @@ def taints_change(node: Json, key: str, add: bool, until: float | None) -> Json 
         taints = [t for t in taints if t.get("key") != key]
         annotations[HOT_UNTIL_ANNOTATION] = None
     return {"metadata": {"annotations": annotations}, "spec": {"taints": taints}}
+
+
+def expired_taint_removal(node: Json, key: str, now: float) -> Json | None:
+    """The patch that takes gputide's hot taint `key` and its expiry off `node` once that expiry
+    (`gputide.io/hot-until`) has passed by `now`; None while it is still to come, or where there is none. Judged on the
+    node as the write reads it (`_Api.update_node`, guarded by its resourceVersion), never as listed earlier: a taint
+    renewed since (by this controller or another shard's) is kept."""
+    until = parse_time(((node.get("metadata") or {}).get("annotations") or {}).get(HOT_UNTIL_ANNOTATION))
+    return taints_change(node, key, False, None) if until is not None and until <= now else None
+
+
+def expired_reservations(node: Json, key: str, now: float) -> dict[str, None]:
+    """{owner: None} for the reservations in annotation `key` of `node` whose expiry has passed by `now`: what
+    `annotation_map_change` removes. An entry that is not {"expires": RFC 3339 time} (hand-edited, an older writer) is
+    nobody's: expired. Like `expired_taint_removal`, judged on the node the write reads, so a reservation renewed
+    since it was listed is kept."""
+    return {k: None for k, v in _json_annotation(node, key).items()
+            if (parse_time(v.get("expires") if isinstance(v, dict) else None) or 0) <= now}
 
 
 def annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> Json | None:

@@ -3,13 +3,16 @@
 `kubernetes_sources`: what the metrics cannot say of pods and nodes, listed once and followed by watches;
 `capacity_parts`: the capacity planner and the demand forecaster, when the policy turns capacity shifting on;
 `capacity_flags` / `forecast_history_days`: the checks of the forecaster's flags (exit 2 naming the flag);
-`bound_to_shard`: a shard's actuator, which refuses actions on nodes that left the shard since they were planned.
+`bound_to_shard`: a shard's actuator, which refuses actions on nodes that left the shard since they were planned and
+keeps its housekeeping and recovery to the shard's own nodes.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from balancer import config
@@ -17,7 +20,7 @@ from balancer.actuate.base import ActionResult
 from balancer.cmd._args import duration_between
 from balancer.errors import InputError
 from balancer.metrics import ControllerMetrics
-from balancer.model import Action, ClusterSnapshot
+from balancer.model import Action, ClusterSnapshot, Node
 
 if TYPE_CHECKING:
     from balancer.telemetry.shard import ShardedSource
@@ -124,8 +127,11 @@ class ShardBound:
     """The actuator of one shard (`gputide run --shard`). An action the shard must not carry out now
     (`balancer.telemetry.shard.refused`: a node it names was relabelled into another shard between the snapshot it
     was planned on and now, or the shard's GPUs were renumbered) comes back failed with code `refused`, logged as a
-    warning, and never reaches `inner`: the same refusal as the simulator's `shard.ShardActuator`. Any other action,
-    and the actuator's hooks (`housekeeping`, `recover`, `action_deadline_s`), are `inner`'s as they are."""
+    warning, and never reaches `inner`: the same refusal as the simulator's `shard.ShardActuator`. Any other action
+    is `inner`'s as it is; so are its other hooks and attributes (`keep_power_caps`, whose power caps are scoped by
+    `run.power_cap_scope`, `action_deadline_s`). `housekeeping` and `recover` are `inner`'s on the shard's own nodes
+    only (`own_nodes`): the Kubernetes actuator's `release_expired` would otherwise remove every shard's expired hot
+    taints and reservations, as `shard.ShardActuator` keeps the simulator's to its shard."""
 
     def __init__(self, inner: Any, source: ShardedSource) -> None:
         self.inner, self.source = inner, source
@@ -136,6 +142,48 @@ class ShardBound:
 
         no = refused(action, self.source, log)
         return self.inner.apply(action, snapshot) if no is None else no
+
+    def own_nodes(self) -> frozenset[str]:
+        """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading and a dark one it held
+        last, whose power caps it renews too). Before its first reading (the first cycle's `recover` runs before it),
+        the nodes its selector matches as the inner source knows them then: the Kubernetes API's nodes
+        (`node_overrides`) with their labels, each with the fleet file's pool, site and model where it lists the node
+        (a node it does not list has no model or pool yet, so a selector on either leaves it to the first reading);
+        without `node_overrides`, the fleet file's nodes. No node while the API's nodes are not listed yet: their labels
+        are unknown, and the cycle's housekeeping after the first reading keeps the shard's nodes."""
+        if self.source.last_full is not None:
+            return frozenset(self.source.nodes)
+        inner = self.source.inner
+        fleet = getattr(inner, "fleet", None)
+        spec = {n.name: n for n in fleet.nodes} if fleet is not None else {}
+        listed = getattr(inner, "node_overrides", None)
+        if callable(listed):
+            meta = listed()
+            if meta is None:
+                return frozenset()
+            spec = {name: replace(spec.get(name) or Node(name=name, gpu_model="", gpu_count=0), labels=m.labels)
+                    for name, m in meta.items()}
+        return frozenset(name for name, n in spec.items() if self.source.selector.matches(n))
+
+    def housekeeping(self) -> list[str]:
+        """The loop's per-cycle hook, `inner`'s on this shard's nodes only (`own_nodes`): the Kubernetes actuator's
+        releases their expired hot taints and reservations and renews their caps' expiry; another shard's are left
+        to that shard. Its Kueue quota upkeep is the cohort's, as before."""
+        return self._scoped("housekeeping")
+
+    def recover(self) -> list[str]:
+        """The loop's first cycle as leader, `inner`'s on this shard's nodes only (`own_nodes`)."""
+        return self._scoped("recover")
+
+    def _scoped(self, name: str) -> list[str]:
+        """`inner`'s hook `name` on `own_nodes`; one that takes no `nodes` (nothing on nodes to keep: a dry run)
+        called as it is; none: nothing to do."""
+        hook = getattr(self.inner, name, None)
+        if hook is None:
+            return []
+        if "nodes" not in inspect.signature(hook).parameters:
+            return list(hook() or ())
+        return list(hook(nodes=self.own_nodes()) or ())
 
     def __getattr__(self, name: str) -> Any:
         if name in ("inner", "source"):   # not set yet (copy, unpickling): no recursion through __getattr__
