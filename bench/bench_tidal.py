@@ -129,7 +129,7 @@ def _checks(res: dict[str, dict], strict_targets: bool) -> list[tuple[str, bool,
         ("gputide SLO attainment >= 0.999", att["gputide"] >= 0.999, f"{att['gputide']:.6f}"),
         ("gputide SLO attainment >= static's", att["gputide"] >= att["static"],
          f"{_count(viol['gputide'])} vs {_count(viol['static'])} violating requests "
-         f"(difference {viol['gputide'] - viol['static']:+.2g})"),
+         f"(difference {viol['gputide'] - viol['static']:+.2g}{_under_one(viol['gputide'] - viol['static'])})"),
         ("training progress >= 1.4 x static", ratio_prog >= 1.4, f"{ratio_prog:.2f}x"),
         ("SLO-violating requests <= 0.5 x reactive", ratio_viol <= 0.5, f"{ratio_viol:.2e}x"),
     ]
@@ -137,6 +137,12 @@ def _checks(res: dict[str, dict], strict_targets: bool) -> list[tuple[str, bool,
         checks.append(("gputide simulated week < 60 s (CPU)", res["gputide"]["cpu_s"] < 60,
                        f"{res['gputide']['cpu_s']:.0f} s CPU, {res['gputide']['wall_s']:.0f} s wall"))
     return checks
+
+
+def _under_one(difference: float) -> str:
+    """Says when gputide's excess of expected violating requests is under one request: the verdict stays strict
+    (expected values are compared as they are), but no count of real requests could tell the two apart."""
+    return ", under one request" if 0 < difference < 1 else ""
 
 
 def _count(requests: float) -> str:
@@ -155,8 +161,8 @@ def main() -> str:
              "depends on the machine's load; CPU time is this process's. gputide is `gputide run`'s "
              "own loop (hotspot + capacity plan, every action through the safety guard) with the policy the capacity "
              "overlay ships (deploy/components/capacity/policy.yaml: eviction budget 60 an hour; with the default "
-             "30, measured separately with gputide simulate, the budget slows the loans: m-small training 1.24x "
-             "static instead of 1.25x lossy, 1.38x instead of 1.43x checkpointed, same SLO); static and "
+             "30, measured separately with gputide simulate, the budget slows the loans: m-small training 1.25x "
+             "static instead of 1.26x lossy, 1.38x instead of 1.43x checkpointed, same SLO); static and "
              "reactive bypass the guard.", ""]
     lines += section("ServeGen m-small (the issue's targets)", run_both(small), True)
     large = shared_trace("m-large")

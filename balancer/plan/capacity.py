@@ -145,6 +145,9 @@ class CapacityState:
     last_change: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     last_demand: Mapping[str, tuple[float, float, float]] = field(default_factory=lambda: MappingProxyType({}))
     first_seen: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # per job that loses work on a resize: (time of its last checkpoint, the period between its last two, 0 before
+    # two were seen), learned from `JobView.since_checkpoint_s` cycle by cycle (`checkpoint_periods`)
+    checkpoints: Mapping[str, tuple[float, float]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,11 @@ moves the rest of the GPUs to elastic training:
   such work (`reclaim_rolls_back`), the service loans only what the reclaim quantile over the whole loan horizon
   leaves idle (a loan sized by the loan quantile alone was reclaimed by the reclaim quantile minutes later), and a
   job is grown only when the loan adds more than the rollback (`grow_gain`): right after its checkpoint, not before.
+* **Reclaims land on checkpoints.** When the job a reclaim would shrink first has just checkpointed (within a tenth
+  of its checkpoint period, learned from the checkpoint times it reports: `checkpoint_periods`), the service takes
+  now what the reclaim quantile needs until that job's next checkpoint and the reclaim lead after it
+  (`checkpoint_reclaim_s`): taken later, the same GPUs would roll the whole job back to this checkpoint, on all its
+  GPUs; taken now they cost only their own time until the demand comes.
 * **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
   the replicas its peaks need instead of flapping. The memory is the leader's process's own: after a restart or a
@@ -77,6 +82,7 @@ from balancer.plan.capacity import (
     CapacityPolicy,
     CapacityState,
     CapacityView,
+    JobView,
     ServiceCapacity,
 )
 from balancer.plan.capacity_pools import (  # noqa: F401  (Pools, grow_gain: re-exported)
@@ -168,6 +174,42 @@ def reclaim_rolls_back(view: CapacityView, models: frozenset[str] | None) -> boo
                for j in view.jobs)
 
 
+def checkpoint_periods(view: CapacityView, known: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """Each job's last checkpoint (time) and the period between its last two, learned from the work since its
+    checkpoint it reports cycle by cycle: a checkpoint is seen when that time moves forward by more than a minute
+    (a cycle's jitter is not a checkpoint). A job that loses nothing on a resize (0 since its checkpoint: it saves
+    on SIGTERM, or nothing is known) is not tracked."""
+    out: dict[str, tuple[float, float]] = {}
+    for j in view.jobs:
+        if not 0.0 < j.since_checkpoint_s < math.inf:
+            continue
+        at = view.time - j.since_checkpoint_s
+        last, period = known.get(j.name, (at, 0.0))
+        out[j.name] = (at, at - last) if at - last > 60.0 else (last, period)
+    return out
+
+
+def checkpoint_reclaim_s(view: CapacityView, models: frozenset[str] | None,
+                         periods: Mapping[str, tuple[float, float]]) -> float:
+    """How long a reclaim of GPUs of `models` made now costs no rollback: the time until the next checkpoint of the
+    job a reclaim would shrink first (`Pools.shrink_for`'s order), when that job has just checkpointed (within a
+    tenth of its learned period); 0 otherwise. A reclaim the forecast puts within that time is cheaper made now,
+    at the cost of the reclaimed GPUs' time until the demand comes, than later, at the cost of the whole job's
+    work since this checkpoint."""
+    def usable(j: JobView) -> int:
+        return sum(n for m, n in j.gpus_by_model.items() if models is None or m in models)
+
+    ranked = sorted((j for j in view.jobs if usable(j) > 0 and not j.protected and j.workers > j.elastic_min),
+                    key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name))
+    if not ranked:
+        return 0.0
+    first = ranked[0]
+    period = periods.get(first.name, (0.0, 0.0))[1]
+    if period <= 0 or not 0.0 < first.since_checkpoint_s <= 0.1 * period:
+        return 0.0
+    return period - first.since_checkpoint_s
+
+
 def plan_capacity(
     view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
 ) -> CapacityDecision:
@@ -181,6 +223,7 @@ def plan_capacity(
     # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting
     first = {n: t for n, t in state.first_seen.items() if n not in last}
     hours = policy.loan_horizon_s / 3600.0
+    periods = checkpoint_periods(view, state.checkpoints)
     for s in view.services:
         p = s.profile
         fc = forecasts.get(p.name)
@@ -216,7 +259,11 @@ def plan_capacity(
             continue
         lead = reclaim_horizon_s(p, policy)
         level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
-        peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, lead)
+        # the reclaim quantile over the reclaim lead or, when the job a reclaim would shrink has just checkpointed,
+        # until its next checkpoint and the lead after it (`checkpoint_reclaim_s`: later, the same reclaim would
+        # roll that job back)
+        window = lead + checkpoint_reclaim_s(view, p.models, periods)
+        peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, window)
         up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
         up_need = min(up_need, cap) if cap is not None else up_need
         target = asked
@@ -224,7 +271,8 @@ def plan_capacity(
             target = max(up_need, asked)
             reasons[p.name] = (
                 f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
-                f"{peak_lead:.0f} req/s within {lead / 60:.0f} min needs {up_need} replicas"
+                f"{peak_lead:.0f} req/s within {window / 60:.0f} min needs {up_need} replicas"
+                + (" (the job it shrinks has just checkpointed)" if window > lead else "")
             )
             gains[p.name] = (target - s.replicas) * p.rps_per_replica
         else:
@@ -260,7 +308,8 @@ def plan_capacity(
         actions=tuple(actions),
         split=capacity_split(view, targets),
         targets=MappingProxyType(targets),
-        state=CapacityState(MappingProxyType(last), MappingProxyType(seen), MappingProxyType(first)),
+        state=CapacityState(MappingProxyType(last), MappingProxyType(seen), MappingProxyType(first),
+                            MappingProxyType(periods)),
         notes=tuple(notes),
     )
 
