@@ -19,6 +19,15 @@ range, thresholds and clocks, idle power, and the thermal figures of a 45 s bf16
 about 2 s (a fast die; the few degrees still to come after 45 s are not in `thermal_tau_s`), HBM 10 °C below the die.
 Its relative throughput is an assumption: 1.2x / 1.1x an H100 (its extra memory bandwidth counts for inference).
 
+Rows without MLPerf results of their own (H100 NVL, A100 SXM4 40GB, B200) take their relative throughput from the
+nearest row that has them, scaled by NVIDIA's data-sheet figures: training by the dense BF16 Tensor Core ratio,
+inference by the geometric mean of the dense BF16 and memory-bandwidth ratios (prefill is compute-bound, decode
+bandwidth-bound; the rule gives the H200's 1.2x an H100). Their comments name every figure no board confirmed
+("Assumed"); `tests/foundation/test_catalog_vendor_values.py` pins the confirmed ones with their sources.
+On Hopper and Blackwell, `nvidia-smi -q` prints the thresholds as margins to T.Limit: T.Limit = current + margin
+(the H200 above: 38 + 49 = 87 °C), slowdown at margin -2 and shutdown at -8, i.e. 89 / 95 °C, which is what
+dcgm-exporter read on that board.
+
 The Alibaba v2023 trace hides three models as G1/G2/G3; `ALIBABA_MODEL_MAP` maps them to documented assumptions.
 
 A model the catalogue does not know (a real fleet may hold any board) is planned with `generic` figures derived
@@ -68,8 +77,24 @@ CATALOGUE: Mapping[str, GpuModelSpec] = MappingProxyType({s.key: s for s in (
     _spec("H100-SXM", "NVIDIA H100 80GB HBM3", 80, 700, 70, 200, 89, 92, 1980, 2.0, 2.5, True),
     _spec("H200-SXM", "NVIDIA H200", 143771 / 1024, 700, 80, 200, 89, 95, 1980, 2.4, 2.75, True, rise_at_tdp=26.0,
           thermal_tau_s=2.0, memory_temp_offset_c=-10.0),
+    # B200 (HGX, SXM): nvidia-smi on an 8-GPU HGX board (driver 570.158.01): 183359 MiB, power cap 1000 W, ~140 W
+    # idle in P0, NVLink to every GPU (NV18). Throughput from the H100 SXM row: BF16 2250 / 989 TFLOPS dense (HGX
+    # B200 at 1000 W), 8 / 3.35 TB/s -> 2.5 * 2.27 = 5.7 training, 2.0 * sqrt(2.27 * 2.39) = 4.7 inference.
+    # Assumed (no board's nvidia-smi -q found): minimum limit 200 W, slowdown 89 / shutdown 95 C (the H200's), max SM
+    # clock 1965 MHz, the thermal figures (catalogue defaults)
+    _spec("B200-SXM", "NVIDIA B200", 183359 / 1024, 1000, 140, 200, 89, 95, 1965, 4.7, 5.7, True),
     _spec("H100-PCIE", "NVIDIA H100 PCIe", 80, 350, 50, 200, 87, 92, 1755, 1.6, 1.9, False),
+    # H100 NVL (PCIe, NVLink bridge pairs): nvidia-smi -q on two boards (driver 550.54.14 and 550.127.06): 95830 MiB,
+    # power limit 200..400 W (one board's default 310 W, the other's 400 W; data sheet 350-400 W configurable), max
+    # SM clock 1785 MHz, ~60 W idle in P0, T.Limit margins -2 / -8 at 32 + 55 = 87 C -> slowdown 89 / shutdown 95.
+    # Throughput from the H100 SXM row: BF16 835 / 989 TFLOPS dense, 3.9 / 3.35 TB/s -> 2.5 * 0.84 = 2.1 training,
+    # 2.0 * sqrt(0.84 * 1.16) = 2.0 inference. Assumed: the thermal figures (catalogue defaults)
+    _spec("H100-NVL", "NVIDIA H100 NVL", 95830 / 1024, 400, 60, 200, 89, 95, 1785, 2.0, 2.1, True),
     _spec("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 80, 400, 55, 100, 89, 92, 1410, 1.0, 1.0, True),
+    # A100 SXM4 40GB: nvidia-smi -q on an 8-GPU board (driver 535.129.03): 40960 MiB, 100..400 W, 85 / 89 / 92 C,
+    # 1410 MHz, ~52 W idle in P0. Throughput from the 80GB SXM4 row: same 312 TFLOPS dense BF16 -> 1.0 training;
+    # 1555 / 2039 GB/s -> sqrt(1.0 * 0.76) = 0.87 inference. Assumed: the thermal figures (catalogue defaults)
+    _spec("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40, 400, 50, 100, 89, 92, 1410, 0.87, 1.0, True),
     _spec("A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", 40, 250, 35, 150, 89, 92, 1410, 0.8, 0.85, True),
     # A100 80GB PCIe: nvidia-smi -q on one board; its relative throughput (300 W vs the SXM4's 400 W) is assumed
     _spec("A100-PCIE-80GB", "NVIDIA A100 80GB PCIe", 80, 300, 40, 150, 89, 92, 1410, 0.95, 0.9, True),

@@ -17,6 +17,15 @@ VENDOR = {
     "H200-SXM": ("NVIDIA H200", 700, 200, 89, 95, 1980, 143771 / 1024),
     # product brief PB-11133-001_v02: TDP 350 W
     "H100-PCIE": ("NVIDIA H100 PCIe", 350, None, None, None, None, 80),
+    # nvidia-smi -q (thamada/nvidia-smi nvsim/H100NVLx2_smi.py, driver 550.54.14): 95830 MiB, 200..400 W (default
+    # 310 there), 1785 MHz; thresholds as T.Limit margins -2 / -8 at 32 + 55 = 87 C (module docstring)
+    "H100-NVL": ("NVIDIA H100 NVL", 400, 200, 89, 95, 1785, 95830 / 1024),
+    # nvidia-smi -q on an 8-GPU board (XueSongTap.github.io _posts/2024-01-04-nvidia-smi-more.md, driver
+    # 535.129.03): 85 / 89 / 92 C, 100..400 W, 1410 MHz, 40960 MiB
+    "A100-SXM4-40GB": ("NVIDIA A100-SXM4-40GB", 400, 100, 89, 92, 1410, 40),
+    # nvidia-smi on an HGX B200 (NVIDIA/nccl-tests#333, driver 570.158.01): cap 1000 W, 183359 MiB; no -q found,
+    # so the minimum limit, thresholds and clock stay assumed
+    "B200-SXM": ("NVIDIA B200", 1000, None, None, None, None, 183359 / 1024),
     # nvidia-smi -q (driver 525.60.13): 85 / 89 / 92 C, 100..400 W, 1410 MHz
     "A100-SXM4-80GB": ("NVIDIA A100-SXM4-80GB", 400, 100, 89, 92, 1410, 80),
     "A100-PCIE-40GB": ("NVIDIA A100-PCIE-40GB", 250, None, None, None, None, 40),
@@ -57,6 +66,44 @@ def test_a100_80gb_pcie_is_not_read_as_the_40gb_or_sxm_board():
     # NVML spells the 80GB PCIe board "NVIDIA A100 80GB PCIe", unlike "NVIDIA A100-PCIE-40GB"
     assert catalog.key_of("NVIDIA-A100-80GB-PCIe") == "A100-PCIE-80GB"
     assert catalog.get("NVIDIA A100 80GB PCIe").memory_gib == 80
+
+
+@pytest.mark.parametrize(("label", "key"), [
+    ("NVIDIA-H100-NVL", "H100-NVL"),              # not the H100 PCIe: a different board, 94 GB and NVLink pairs
+    ("NVIDIA-A100-SXM4-40GB", "A100-SXM4-40GB"),  # not the 80GB SXM4 nor the 40GB PCIe
+    ("NVIDIA-B200", "B200-SXM"),
+])
+def test_gpu_feature_discovery_labels_of_the_new_boards(label, key):
+    """The nvidia.com/gpu.product values GPU feature discovery writes for these boards name their own rows, not a
+    board that resembles them."""
+    assert catalog.key_of(label) == key
+
+
+@pytest.mark.parametrize("key", ["H100-NVL", "A100-SXM4-40GB", "B200-SXM"])
+def test_new_rows_are_ordered_like_a_board(key):
+    s = catalog.CATALOGUE[key]
+    assert s.idle_w < s.min_power_limit_w < s.tdp_w
+    assert s.slowdown_temp_c < s.shutdown_temp_c
+    assert s.nvlink
+
+
+@pytest.mark.parametrize(("key", "gpus", "domain"), [("H100-NVL", 8, 2), ("A100-SXM4-40GB", 8, 8), ("B200-SXM", 8, 8)])
+def test_nvlink_domains_of_the_new_boards(key, gpus, domain):
+    """An H100 NVL pairs its GPUs with NVLink bridges; an SXM board (A100 SXM4, HGX B200) is one NVSwitch domain."""
+    from balancer.app.scheduling_state import nvlink_domain_size
+    assert nvlink_domain_size({"labels": {}}, key, gpus) == domain
+
+
+def test_new_rows_throughput_follows_the_data_sheet_ratios():
+    """Derived from NVIDIA's dense BF16 and memory-bandwidth figures against the nearest row with MLPerf results
+    (module docstring): training by the BF16 ratio, inference by the geometric mean of both ratios."""
+    h100, a100 = catalog.CATALOGUE["H100-SXM"], catalog.CATALOGUE["A100-SXM4-80GB"]
+    cases = {"H100-NVL": (h100, 835 / 989, 3.9 / 3.35), "B200-SXM": (h100, 2250 / 989, 8 / 3.35),
+             "A100-SXM4-40GB": (a100, 312 / 312, 1555 / 2039)}
+    for key, (base, bf16, bandwidth) in cases.items():
+        s = catalog.CATALOGUE[key]
+        assert s.training_tput == pytest.approx(base.training_tput * bf16, abs=0.05), key
+        assert s.inference_tput == pytest.approx(base.inference_tput * (bf16 * bandwidth) ** 0.5, abs=0.05), key
 
 
 @pytest.mark.parametrize(("key", "one", "two", "half", "full"), [
