@@ -43,6 +43,11 @@ PROFILES: Mapping[str, Mapping[str, tuple[int, int]]] = MappingProxyType({
     "H100-SXM": _profiles((10, 20, 40, 80)),
     "H100-PCIE": _profiles((10, 20, 40, 80)),
     "H200-SXM": _profiles((18, 35, 71, 141)),
+    "A100-SXM4-40GB": _profiles((5, 10, 20, 40)),   # the user guide's A100 table is the SXM4-40GB's
+    "H100-NVL": _profiles((12, 24, 47, 94)),        # the guide's 94 GB H100 (H100 NVL)
+    # the guide lists B200 (180 GB, 7 instances); profile names as AWS's p6-b200 publishes them
+    # (mig-1g.23gb ... mig-7g.180gb, aws/sagemaker-hyperpod-cli)
+    "B200-SXM": _profiles((23, 45, 90, 180)),
 })
 
 

@@ -113,6 +113,9 @@ def test_new_rows_throughput_follows_the_data_sheet_ratios():
     ("H100-SXM", 10, 20, 40, 80),
     ("H100-PCIE", 10, 20, 40, 80),
     ("H200-SXM", 18, 35, 71, 141),
+    ("A100-SXM4-40GB", 5, 10, 20, 40),
+    ("H100-NVL", 12, 24, 47, 94),
+    ("B200-SXM", 23, 45, 90, 180),
 ])
 def test_mig_profiles_match_the_user_guide(key, one, two, half, full):
     """NVIDIA MIG user guide, 'Supported MIG Profiles': 7 compute slices, 8 memory slices on these boards."""
