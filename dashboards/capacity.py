@@ -28,6 +28,15 @@ from dashboards.common import (
 UID = "gputide-tidal-capacity"
 # The inference services $service selects (the demand series' `service` label, what the forecaster is fed).
 SERVICE = f'{CLUSTER}, service=~"$service"'
+# An SLO series is one service by (cluster, namespace, service) (rules/gputide-recording.yaml's gputide-slo group,
+# balancer.telemetry.slo_rules.SERVICE_IDENTITY): a Deployment's name can recur in two namespaces of a cluster, each
+# its own service with its own budget. The SLO panels keep every series apart (no sum) and name it by this label,
+# `namespace/service` as a ServiceProfiles name is written (`service` alone for counters without a namespace, the
+# simulated fleet's), so two namespaces' `chat` are two lines, team-a/chat and team-b/chat, not two lines "chat".
+# `$service` still selects by the `service` label, every namespace's of that name. The controller's own gauges
+# (gputide_forecast_*, gputide_capacity_target_gpus) have no namespace of the service (a `namespace` label on them
+# is the controller's scrape target's): their `service` is the profile's name, and they stay keyed by it.
+SLO_NAME = "qualified_service"
 
 # The SLO the burn rate is measured against: 99 % of requests under their latency target, the objective of the
 # burn-rate alerts (rules/gputide-alerts.yaml, and `gputide slo-rules`' default). latencySloSeconds is a p99 target,
@@ -40,11 +49,19 @@ def _capacity(cls: str) -> str:
     return f'sum(gputide_capacity_gpus{{{CLUSTER}, class="{cls}"}})'
 
 
+def _named(expr: str) -> str:
+    """`expr` (one series per (cluster, namespace, service)) with each series' SLO_NAME: `namespace/service`, or
+    `service` where the series has no namespace (label_join's leading `/` cut off)."""
+    joined = f'label_join({expr}, "{SLO_NAME}", "/", "namespace", "service")'
+    return f'label_replace({joined}, "{SLO_NAME}", "$1", "{SLO_NAME}", "/(.*)")'
+
+
 def _burn(short: str, long: str) -> str:
-    """Per service, the lower of the burn rates over the windows `short` and `long`: above an alert's factor exactly
-    when both are (the multi-window alerts of rules/gputide-alerts.yaml)."""
+    """Per service (cluster, namespace, service), the lower of the burn rates over the windows `short` and `long`:
+    above an alert's factor exactly when both are (the multi-window alerts of rules/gputide-alerts.yaml, matched on
+    the same identity: the comparison matches all three labels)."""
     ratio = "service:inference_slo_violations:ratio_rate{}{{" + SERVICE + "}} / " + f"{1 - SLO_TARGET:g}"
-    return f"({ratio.format(short)} <= {ratio.format(long)}) or {ratio.format(long)}"
+    return _named(f"({ratio.format(short)} <= {ratio.format(long)}) or {ratio.format(long)}")
 
 
 def _fill_between(lower: str, upper: str) -> list[dm.DynamicConfigValue]:
@@ -106,8 +123,11 @@ def build() -> dashboard.Dashboard:
             "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
             f"per service. Target: {SLO_TARGET:.0%} (latencySloSeconds is a p99 target). From gputide_inference_requests_total and "
             "gputide_inference_slo_violations_total (the simulated fleet publishes them) or, serving with vLLM, from "
-            "the rules gputide slo-rules writes.", "percentunit",
-            [q(f"1 - service:inference_slo_violations:ratio_rate1h{{{SERVICE}}}", "{{service}}")], max_val=1))
+            "the rules gputide slo-rules writes. A service is its cluster, namespace and name, as the SLO alerts "
+            "see it: one line each, named namespace/service (the name alone for series without a namespace), so "
+            "two namespaces' services of one name are two lines.", "percentunit",
+            [q(_named(f"1 - service:inference_slo_violations:ratio_rate1h{{{SERVICE}}}"), "{{" + SLO_NAME + "}}")],
+            max_val=1))
         .with_panel(timeseries_panel(
             "SLO burn rate", f"Error-budget burn rate per service against a {SLO_TARGET:.0%} SLO (1 spends the "
             "budget exactly over the SLO window): latencySloSeconds is a p99 target, so a service at its target "
@@ -115,11 +135,12 @@ def build() -> dashboard.Dashboard:
             "windows above its factor for one service, so each line is the lower of the two. Pages: fast, 5m and 1h, "
             "InferenceSloBurnRateFast above 14.4; slow, 30m and 6h, InferenceSloBurnRateSlow above 6. Tickets: 2h "
             "and 1d, InferenceSloBurnRate1d above 3; 6h and 3d, InferenceSloBurnRate3d above 1. None waits a `for`. "
-            "A service on vLLM has its own objective (gputide slo-rules --objective, 99 % by default).", "none",
-            [q(_burn("5m", "1h"), "{{service}} fast (5m and 1h)"),
-             q(_burn("30m", "6h"), "{{service}} slow (30m and 6h)"),
-             q(_burn("2h", "1d"), "{{service}} 1d ticket (2h and 1d)"),
-             q(_burn("6h", "3d"), "{{service}} 3d ticket (6h and 3d)")],
+            "A service on vLLM has its own objective (gputide slo-rules --objective, 99 % by default). Lines are "
+            "named namespace/service, the identity the alerts use.", "none",
+            [q(_burn("5m", "1h"), "{{" + SLO_NAME + "}} fast (5m and 1h)"),
+             q(_burn("30m", "6h"), "{{" + SLO_NAME + "}} slow (30m and 6h)"),
+             q(_burn("2h", "1d"), "{{" + SLO_NAME + "}} 1d ticket (2h and 1d)"),
+             q(_burn("6h", "3d"), "{{" + SLO_NAME + "}} 3d ticket (6h and 3d)")],
             min_val=0))
         .with_panel(timeseries_panel(
             "Forecast error", "Rolling mean absolute error over mean demand per service and horizon "

@@ -19,8 +19,8 @@ BOARD = "tidal-capacity.json"
 RATIOS = {"a": {"5m": 0.2, "1h": 0.01, "30m": 0.04, "2h": 0.05, "6h": 0.008, "1d": 0.02, "3d": 0.005},
           "b": {"5m": 0.0, "1h": 0.2, "30m": 0.07, "2h": 0.02, "6h": 0.07, "1d": 0.04, "3d": 0.012},
           "c": {w: 0.01 for w in ("5m", "1h", "30m", "2h", "6h", "1d", "3d")}}
-LEGENDS = ("{{service}} fast (5m and 1h)", "{{service}} slow (30m and 6h)", "{{service}} 1d ticket (2h and 1d)",
-           "{{service}} 3d ticket (6h and 3d)")
+LEGENDS = ("{{qualified_service}} fast (5m and 1h)", "{{qualified_service}} slow (30m and 6h)",
+           "{{qualified_service}} 1d ticket (2h and 1d)", "{{qualified_service}} 3d ticket (6h and 3d)")
 # service -> one line per legend: the lower of each alert's two windows, in budgets
 LINES = {"a": (1, 0.8, 2, 0.5), "b": (0, 7, 2, 1.2), "c": (1, 1, 1, 1)}
 
@@ -32,6 +32,7 @@ def test_each_line_is_above_an_alerts_factor_only_where_the_alert_fires(promtool
     tests = []
     for i, legend in enumerate(LEGENDS):
         tests.append({"expr": f"round({panel_query(BOARD, 'SLO burn rate', legend)}, 0.01)", "eval_time": "4m",
-                      "exp_samples": [{"labels": f'{{cluster="c", service="{svc}"}}', "value": lines[i]}
+                      "exp_samples": [{"labels": f'{{cluster="c", service="{svc}", qualified_service="{svc}"}}',
+                                       "value": lines[i]}
                                       for svc, lines in LINES.items()]})
     run(promtool, tmp_path, series, tests, interval="15s")
