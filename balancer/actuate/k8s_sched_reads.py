@@ -23,16 +23,18 @@ and each node of `nodes_view` says those taken there (`host_ports`), so no pod i
 taken (the kubelet would reject it there, and the pod fail).
 
 Nodes that open. kube-scheduler moves the pods it could not place back to its active queue when a node is added or
-changes so that one may fit now (its queueing hints). `NodeWatch`, the nodes' cache, does likewise: a change of a
-node's `node_facts` that may let a pending pod fit where it did not (`opening`: a node added, uncordoned, a
-repelling taint gone, such as `node.kubernetes.io/not-ready` once the node is Ready, allocatable grown, its labels
-changed, a reservation released) calls `node_opened`, which wakes `wait_for_work` `node_wake_s` later (0.5 s):
-the openings meanwhile (a node pool scaling up) join that one wake, so at most one pass per `node_wake_s` is
-woken by nodes, whatever they do. What changes no `node_facts` (a status heartbeat, a condition's
-`lastHeartbeatTime`, a new resourceVersion alone) is no change of the cache at all (`ListWatch._apply`), and a
-change that only takes away (cordoned, tainted, allocatable shrunk, deleted, a reservation made) wakes nothing:
-no pod fits that did not. Nor does the cache's first list (until then each pass listed the nodes itself); a
-list again after a broken watch is compared node by node with what the cache held.
+changes so that one may fit now (its queueing hints). The nodes' cache does likewise through its change handler
+(`node_openings`, given to `ListWatch.on_change`): a change of a node's `node_facts` that may let a pending pod
+fit where it did not (`opening`: a node added, uncordoned, a repelling taint gone, such as
+`node.kubernetes.io/not-ready` once the node is Ready, allocatable grown, its labels changed, a reservation
+released) calls `node_opened`, which wakes `wait_for_work` `node_wake_s` later (0.5 s): the openings meanwhile (a
+node pool scaling up) join that one wake, so at most one pass per `node_wake_s` is woken by nodes, whatever they
+do. What changes no `node_facts` (a status heartbeat, a condition's `lastHeartbeatTime`, a new resourceVersion
+alone) is no change of the cache at all, so no handler hears of it, and a change that only takes away (cordoned,
+tainted, allocatable shrunk, deleted, a reservation made) wakes nothing: no pod fits that did not. Nor does the
+cache's first list, which `ListWatch` reports to no handler (until then each pass listed the nodes itself); a list
+again after a broken watch is compared node by node with what the cache held, and `ListWatch` reports what it
+added, changed or removed.
 
 A pass told to stop (`halted()`: `stop()` was called, or the Lease is lost) begins no other read: the pods, nodes
 and bound pods raise `PassStopped` instead of being read (the read in flight ends within its own timeout), the
@@ -57,7 +59,7 @@ from balancer.actuate.k8s_reads import (
     sum_usage,
     with_usage,
 )
-from balancer.actuate.k8s_watch import ListWatch, object_key
+from balancer.actuate.k8s_watch import Change, ListWatch
 from balancer.actuate.kubernetes import _Api, parse_time
 from balancer.errors import ActuationError
 
@@ -97,39 +99,24 @@ def start_timer(delay_s: float, fn: Callable[[], None]) -> threading.Timer:
     return timer
 
 
+def node_openings(opened: Callable[[str, str], None]) -> Change:
+    """A change handler for the nodes' `ListWatch` (items: `node_facts`; `ListWatch.on_change`) that calls
+    `opened(node, why)` after each change that may let a pending pod fit where it did not (`opening`; the module
+    docstring), from the watch's thread."""
+
+    def changed(_kind: str, before: Json | None, after: Json | None) -> None:
+        why = opening(before, after)
+        if why and after is not None:
+            opened(after["name"], why)
+
+    return changed
+
+
 class NodeWatch(ListWatch):
-    """The nodes' cache, which also calls `opened(node, why)` after each change that may let a pending pod fit
-    where it did not (`opening`; the module docstring), from the watch's thread."""
+    """A nodes' `ListWatch` (items: `node_facts`) with `node_openings(opened)` as its first change handler."""
 
     def __init__(self, *args: Any, opened: Callable[[str, str], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.opened = opened
-
-    @classmethod
-    def following(cls, watch: ListWatch, opened: Callable[[str, str], None]) -> Self:
-        """A `NodeWatch` in place of `watch` (not started), reading the same way."""
-        return cls(watch.what, watch.list_call, watch.watch_fn, watch.convert, selectors=watch.selectors,
-                   watch_s=watch.watch_s, backoff_s=watch.backoff_s, max_backoff_s=watch.max_backoff_s,
-                   notify=watch.notify, opened=opened)
-
-    def _tell(self, before: Json | None, after: Json | None) -> None:
-        why = opening(before, after)
-        if why:
-            self.opened(after["name"] if after else "", why)
-
-    def _relist(self) -> str:
-        before, first = self._items, not self._synced   # only this thread writes the items
-        version = super()._relist()
-        if not first:
-            for key, item in self._items.items():
-                self._tell(before.get(key), item)
-        return version
-
-    def _apply(self, kind: str, obj: Json) -> None:
-        key = object_key(obj)
-        before = self._items.get(key)
-        super()._apply(kind, obj)
-        self._tell(before, self._items.get(key))
+        super().__init__(*args, on_change=node_openings(opened), **kwargs)
 
 
 def ports_by_node(bound: Any) -> dict[str, frozenset[HostPort]]:

@@ -85,7 +85,13 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
-from balancer.actuate.k8s_sched_reads import NODE_WAKE_S, NodeWatch, PassStopped, SchedulerReads, start_timer
+from balancer.actuate.k8s_sched_reads import (
+    NODE_WAKE_S,
+    PassStopped,
+    SchedulerReads,
+    node_openings,
+    start_timer,
+)
 from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
@@ -166,8 +172,8 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.watches: dict[str, ListWatch] = {} if not watch else {**scheduler_watches(
             self.api, scheduler_name, self.pending_selector, reservation_annotation, watch_s, self.work),
             **self.volumes.watches}
-        if "nodes" in self.watches:   # a node that opens wakes a pass (`k8s_sched_reads`: `NodeWatch`)
-            self.watches["nodes"] = NodeWatch.following(self.watches["nodes"], self.node_opened)
+        if "nodes" in self.watches:   # a node that opens wakes a pass (`k8s_sched_reads`: `node_openings`)
+            self.watches["nodes"].on_change(node_openings(self.node_opened))
 
     @property
     def turn_budget_s(self) -> float:

@@ -21,6 +21,24 @@ place while it reconnects, like a reflector's store.
 
 The watch runs in one daemon thread, started by `start()` and ended by `stop()` (it closes the open stream).
 
+**Change notification**, as client-go's ResourceEventHandler (OnAdd, OnUpdate, OnDelete): each handler given to
+`on_change(handler)` (or the constructor's `on_change=`) is called as `handler(event_type, old, new)` after each
+change of the items, where `old` and `new` are the cached items (`convert(obj)`, not the raw objects) and
+`event_type` says what the cache did: "ADDED" (`old` is None), "MODIFIED" (both set) or "DELETED" (`new` is None).
+
+- It is the cache's change, not the event's name: a MODIFIED event whose object `convert` now drops is reported
+  DELETED, and one it now keeps ADDED (client-go's FilteringResourceEventHandler does the same). An event that
+  leaves the item equal (a status heartbeat the item does not read, a new resourceVersion alone) changes nothing and
+  is reported to no one, nor is a DELETED of what the cache does not hold.
+- A list after the first (after 410 Gone or a failed watch) is compared key by key with the items it replaces:
+  each key it adds or changes is reported, in the list's order, then each it removes, so what changed while no
+  watch was open is told like any other change; what it lists unchanged is not reported.
+- The first list is not reported: it is what `snapshot()` holds once `synced` is True.
+
+Handlers run in the watch thread, in the order they were registered, after the change is in the items (a handler's
+`snapshot()` sees it) and before `notify` is set; they should be quick. One that raises is logged, and the other
+handlers and the watch go on.
+
 `ListCache` is what a reader holds: the `ListWatch` once it has synced, and before that (or without a watch, as
 `gputide run --once` reads, or when even the first list has not succeeded yet) a list of its own at most once per
 `ttl_s`. Running pods, nodes, PodDisruptionBudgets and the Jobs gputide suspended are each read through one.
@@ -42,6 +60,19 @@ from balancer.errors import ActuationError
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 GONE = 410
+Change = Callable[[str, Any, Any], None]   # a change handler: (event_type, old item, new item), module docstring
+
+
+def change_type(old: Any, new: Any) -> str:
+    """The event type of the change of one key's item from `old` to `new` (None: none)."""
+    return "ADDED" if old is None else "DELETED" if new is None else "MODIFIED"
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(event_type, old, new) for each key that replacing the items `before` by `after` adds or changes, in the
+    order of `after`, then for each it removes, in the order of `before`."""
+    out = [(change_type(old, new), old, new) for key, new in after.items() if (old := before.get(key)) != new]
+    return out + [("DELETED", old, None) for key, old in before.items() if key not in after]
 
 
 def object_key(obj: Json) -> str:
@@ -64,15 +95,17 @@ class ListWatch:
 
     `list_call(**kwargs) -> Json` lists (with retries, raising `ActuationError`); `watch_fn` is the generated
     client's list function the watch streams from (e.g. `CoreV1Api.list_pod_for_all_namespaces`); `selectors`
-    (field_selector, label_selector) go to both; `notify` (an Event) is set after every change.
+    (field_selector, label_selector) go to both; `notify` (an Event) is set after every change; `on_change`, a first
+    change handler (more with the method `on_change`; the module docstring says when they are called).
     """
 
     def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
                  convert: Callable[[Json], Any | None], *, selectors: dict[str, str] | None = None,
                  watch_s: float = 300.0, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
-                 notify: threading.Event | None = None) -> None:
+                 notify: threading.Event | None = None, on_change: Change | None = None) -> None:
         self.what, self.list_call, self.watch_fn, self.convert = what, list_call, watch_fn, convert
         self.notify = notify  # set after every change of the items (a reader waiting for work wakes up)
+        self._handlers: tuple[Change, ...] = () if on_change is None else (on_change,)
         self.selectors = dict(selectors or {})
         self.watch_s, self.backoff_s, self.max_backoff_s = watch_s, backoff_s, max_backoff_s
         self._lock = threading.Lock()
@@ -100,6 +133,12 @@ class ListWatch:
         """(generation, a copy of the items), consistent at one instant."""
         with self._lock:
             return self._generation, dict(self._items)
+
+    def on_change(self, handler: Change) -> ListWatch:
+        """Call `handler(event_type, old, new)` after each change of the items from now on, after the handlers
+        given before it (module docstring: what is reported, and from which thread)."""
+        self._handlers = (*self._handlers, handler)
+        return self
 
     def start(self) -> ListWatch:
         """Start the watch thread (once; later calls do nothing)."""
@@ -156,11 +195,11 @@ class ListWatch:
         listed = self.list_call(resource_version="0", **self.selectors)
         items = converted(listed, self.convert)
         with self._lock:
+            before, first = self._items, not self._synced
             self._items, self._generation = items, self._generation + 1
         self._synced = True
         self.lists += 1
-        if self.notify is not None:
-            self.notify.set()
+        self._changed([] if first or not self._handlers else changes(before, items))
         return str((listed.get("metadata") or {}).get("resourceVersion") or "0")
 
     def _follow(self, version: str) -> str:
@@ -185,13 +224,25 @@ class ListWatch:
         key = object_key(obj)
         item = self.convert(obj) if kind != "DELETED" else None
         with self._lock:
+            old = self._items.get(key)
             if item is not None:
-                if self._items.get(key) == item:  # a status change that does not change the item
+                if old == item:  # a status change that does not change the item
                     return
                 self._items[key] = item
             elif self._items.pop(key, None) is None:
                 return
             self._generation += 1
+        self._changed([(change_type(old, item), old, item)])
+
+    def _changed(self, told: list[tuple[str, Any, Any]]) -> None:
+        """The items changed: each handler hears of each change in `told` (module docstring), then `notify`."""
+        handlers = self._handlers
+        for kind, old, new in told:
+            for handler in handlers:
+                try:
+                    handler(kind, old, new)
+                except Exception:  # noqa: BLE001 - a handler's bug is its own: the cache and the others go on
+                    log.exception("%s: a change handler failed on %s", self.what, kind)
         if self.notify is not None:
             self.notify.set()
 
