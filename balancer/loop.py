@@ -29,15 +29,16 @@ lost action or a duplicate cycle converges to the same place. Before acting, acc
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
-goes from leader to leader (`balancer.ledger_handover`). On its first cycle as leader the loop asks the actuator to
-`recover()` migrations a previous process left half-done, and on every cycle that goes on to plan it calls the
-actuator's `housekeeping()` when it has one (the Kubernetes actuator releases expired hot taints and reservations
-there); both are duck-typed hooks returning notes for the log and the audit log. A cycle that holds still
-(fail-static, emergency stop) touches nothing, housekeeping included, with one exception: holding still for
-fail-static, the leader asks the actuator to `keep_power_caps()` (a third such hook), which renews the expiry of the
-power caps already set and nothing else, so that caps do not lapse on telemetry nobody trusts (`_keep_power_caps`).
-An emergency stop renews nothing: the operator said stop, so the caps lapse as a stopped controller's would, and the
-log says so once per stop.
+goes from leader to leader (`balancer.ledger_handover`). On its first cycle as leader that goes on to plan the loop
+asks the actuator to `recover()` migrations a previous process left half-done, and on every cycle that goes on to
+plan it calls the actuator's `housekeeping()` when it has one (the Kubernetes actuator releases expired hot taints
+and reservations there); both are duck-typed hooks returning notes for the log and the audit log. A cycle that holds
+still (fail-static, emergency stop) touches nothing, recover and housekeeping included, with one exception: holding
+still for fail-static, the leader asks the actuator to `keep_power_caps()` (a third such hook), which renews the
+expiry of the power caps already set and nothing else, so that caps do not lapse on telemetry nobody trusts
+(`_keep_power_caps`). An emergency stop renews nothing: the operator said stop, so the caps lapse as a stopped
+controller's would, and the log says so once per stop. A new leader whose first cycles hold still recovers at its
+first cycle that plans, so it writes under a hold no more than an old leader would.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
 while recording is logged and never stops the loop.
@@ -195,9 +196,6 @@ class Reconciler:
         self._cycle_office = self._offices
         if self.handover.unsaved:   # a hand-over that failed: tried again every cycle, not only after an action
             self.handover.hand_on(self.ledger)
-        if not self._recovered:
-            self._recovered = True
-            self._hook(now, "recover", logging.WARNING)
         snap = self._observe(now, "")
         if isinstance(snap, CycleReport):
             return self._keep_power_caps(now, snap)
@@ -207,6 +205,9 @@ class Reconciler:
             return self._keep_power_caps(now, self._hold(now, "emergency_stop", "emergency stop is set"))
         self._told_caps_lapse = False
         self.metrics.set_fail_static(None)
+        if not self._recovered:   # the first cycle as leader that does not hold still: see `_keep_power_caps`
+            self._recovered = True
+            self._hook(now, "recover", logging.WARNING)
         self._hook(now, "housekeeping", logging.INFO)
         forecasts = self._forecast(snap)
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
@@ -355,7 +356,13 @@ class Reconciler:
         renew the expiry of the power caps it already set (`keep_power_caps()`, optional; nothing else is written),
         since a cap that lapses is a change made on telemetry nobody trusts (a hot GPU losing its cap). Not under an
         emergency stop, even one set while the telemetry is bad: the operator said stop acting, so nothing is written
-        and the caps lapse as a stopped controller's would; the log says so once per stop."""
+        and the caps lapse as a stopped controller's would; the log says so once per stop.
+
+        A new leader's `recover()` waits for its first cycle that does not hold (`_cycle`): it renews every cap's
+        expiry that is due, one already passed included (re-applying caps an agent gave back), and releases expired
+        hot taints and reservations, none of which a hold may do. Under fail-static those stay until then as an old
+        leader's hold keeps them: a hot taint past its expiry keeps a node once judged hot closed to new pods, as its
+        cap is kept, and opening it would be a change made on telemetry nobody trusts."""
         if getattr(self.actuator, "keep_power_caps", None) is None:
             return hold
         if self.guard.emergency_stopped():

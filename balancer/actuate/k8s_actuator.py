@@ -20,7 +20,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     once less than half the TTL is left (`k8s_nodes.power_caps_renewal`), and the agent gives the
                     caps back once it has passed. While the loop holds still for fail-static, `keep_power_caps`
                     renews only the expiries still to come (`k8s_nodes.power_caps_kept`) and nothing else, counted
-                    in `gputide_power_caps_renewed_holding_still_total`.
+                    in `gputide_power_caps_renewed_holding_still_total` (a new leader's `recover` waits for a cycle
+                    that plans). A node labelled `gputide.io/emergency-stop=true` has its caps renewed by neither
+                    (`k8s_nodes.node_stopped`): they lapse, logged once per node and stop.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
                     else the Deployment's scale subresource. The floor never goes below
@@ -114,6 +116,7 @@ from balancer.actuate.k8s_nodes import (
     expired_reservations,
     expired_taint_removal,
     node_power_limits,
+    node_stopped,
     power_caps_kept,
     power_caps_note,
     power_caps_patch,
@@ -217,6 +220,7 @@ class KubernetesActuator:
             reservation_annotation=reservation_annotation, hot_taint_ttl_s=hot_taint_ttl_s,
             reservation_ttl_s=reservation_ttl_s)
         self._refusals: set[str] = set()   # the refusals logged at WARNING once (`_refuse`)
+        self._caps_lapsing: set[str] = set()   # nodes under their stop label whose caps' lapse was logged
         self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
             Migrate: self.migrations.migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
             ScaleTraining: self._scale_training, TaintNode: self._taint,
@@ -272,12 +276,14 @@ class KubernetesActuator:
         return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
 
     def recover(self, nodes: Collection[str] | None = None) -> list[str]:
-        """The loop's first cycle as leader: what a previous leader left behind is released once expired.
+        """The loop's first cycle as leader that plans: what a previous leader left behind is released once expired.
 
         Migrations are make-room-first and level-triggered here (the reservation and the taint carry their own
         expiry; an eviction either happened or did not), so recovering is `release_expired`, on `nodes` only when
         given (a shard's own: `_run_parts.ShardBound`); an API failure becomes a note, the expiries stay and the next
-        cycle's housekeeping tries again.
+        cycle's housekeeping tries again. Never while the loop holds still (it waits for the first cycle that plans):
+        it renews caps whose expiry has passed, which an agent may have given back, and releases taints and
+        reservations; under fail-static only `keep_power_caps` runs, under an emergency stop nothing.
         """
         return self._release_expired_noting("recover", nodes)
 
@@ -294,7 +300,7 @@ class KubernetesActuator:
         (`power_caps_kept`: only an expiry still to come; no cap written, changed or re-applied, no taint,
         reservation or quota touched). Each renewal counted; an API failure becomes a note, the next cycle tries again.
         Never under an emergency stop (the loop does not call it then): the operator said stop, so nothing is written
-        and the caps lapse as a stopped controller's do."""
+        and the caps lapse as a stopped controller's do; nor on a node under its own stop label (`_renew_power_caps`)."""
         now, renewed, failed = self.clock(), [], []
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
@@ -344,9 +350,10 @@ class KubernetesActuator:
         return [cut.note(*reversed(self.kueue_queues)) for cut in cuts]
 
     def release_expired(self, nodes: Collection[str] | None = None) -> list[str]:
-        """Remove hot taints and reservations whose expiry has passed, renew the power caps' expiry when due; call
-        once per reconcile. With `nodes`, on those nodes only (a shard's own: another shard's expiries are that
-        shard's to release, and its renewals its own); None: every node. Returns notes.
+        """Remove hot taints and reservations whose expiry has passed, renew the power caps' expiry when due (not on a
+        node under its stop label: `_renew_power_caps`); call once per reconcile. With `nodes`, on those nodes only (a
+        shard's own: another shard's expiries are that shard's to release, and its renewals its own); None: every
+        node. Returns notes.
 
         The expiry is judged on the node as listed, then again on the node the write reads (`expired_taint_removal`,
         `expired_reservations`), and the write carries that read's resourceVersion (a 409 reads again): a taint or a
@@ -386,14 +393,16 @@ class KubernetesActuator:
     def _renew_power_caps(self, node: Json, now: float,
                           due: Callable[[Json, str, float, float], Json | None] = power_caps_renewal) -> list[str]:
         """The expiry of `node`'s power caps moved `power_cap_ttl_s` ahead when `due` says so (`power_caps_renewal`;
-        `power_caps_kept` while the loop holds still)."""
+        `power_caps_kept` while the loop holds still). Never on a node that carries the emergency-stop label, on the
+        node as listed or as the write reads it (`node_stopped`): the label stops every action touching the node, so
+        its caps lapse as under the global stop (`_stopped_caps_lapse` logs it once)."""
         def renewal(n: Json) -> Json | None:
-            return due(n, self.power_cap_annotation, now, self.power_cap_ttl_s)
+            return None if node_stopped(n) else due(n, self.power_cap_annotation, now, self.power_cap_ttl_s)
 
         name, was = node["metadata"]["name"], caps_until(node, self.power_cap_annotation)
-        if (self.power_cap_nodes is not None and not self.power_cap_nodes(name)) or (patch := renewal(node)) is None:
+        if (self.power_cap_nodes is not None and not self.power_cap_nodes(name)) or self._stopped_caps_lapse(node) \
+                or (patch := renewal(node)) is None or self.api.update_node(name, renewal) is None:
             return []
-        self.api.update_node(name, renewal)
         if next(iter(patch["metadata"]["annotations"].values())) is None:
             return [f"{name}: power caps expiry removed (no cap left)"]
         until = rfc3339(now + self.power_cap_ttl_s)
@@ -401,6 +410,21 @@ class KubernetesActuator:
             return [f"{name}: power caps had expired at {rfc3339(was)} (not renewed in time): renewed until {until}; "
                     "the node's agent applies again any it gave back"]
         return [f"{name}: power caps renewed until {until}"]
+
+    def _stopped_caps_lapse(self, node: Json) -> bool:
+        """Whether `node` carries the emergency-stop label (`node_stopped`), its caps then left to lapse; said once per
+        node and stop (WARNING) while it holds caps, so the GputidePowerCapsExpired that follows is no surprise."""
+        name = node["metadata"]["name"]
+        if not node_stopped(node):
+            self._caps_lapsing.discard(name)
+            return False
+        if name not in self._caps_lapsing and read_power_caps(node, self.power_cap_annotation):
+            self._caps_lapsing.add(name)
+            until = caps_until(node, self.power_cap_annotation)
+            log.warning("%s carries the emergency-stop label: the power caps gputide set on it are not renewed while it "
+                        "does; %s", name, "they carry no expiry (an older controller's), so they stay" if until is None
+                        else f"they lapse once their expiry {rfc3339(until)} passes and its agent gives them back")
+        return True
 
     # ---- inference: HPA floor or Deployment scale ----
 

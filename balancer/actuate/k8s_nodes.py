@@ -39,7 +39,11 @@ cycle), and also when it is missing (caps an older controller wrote) or already 
 hold longer than the TTL: its planner still counts the GPUs capped and gives them back when they cool). While it
 holds still for fail-static (telemetry it does not trust) it renews only an expiry still to come (`power_caps_kept`),
 so a blind controller neither lets its caps lapse nor writes or re-applies any; under an emergency stop it renews
-nothing. A controller that dies, is uninstalled without cleanup or has no working leader renews nothing, so its caps
+nothing, and a new leader whose first cycle holds still renews only as a hold does (its `recover` waits for a cycle
+that plans). A node that carries the emergency-stop label (`node_stopped`) has nothing renewed, the caps' expiry
+judged again on the node the write reads: the label stops every action touching the node, so its caps lapse as the
+global stop's do (its expired taint and reservations are still released: their expiry running out is no action).
+A controller that dies, is uninstalled without cleanup or has no working leader renews nothing, so its caps
 lapse. The agent (`NodeAnnotationCaps` -> `exporters.power_caps.Expiring`) reads caps without the annotation as caps
 without expiry: an upgrade, whichever side goes first, drops no live cap, and the new controller's first cycle gives
 them one.
@@ -75,6 +79,7 @@ from balancer.actuate.kubernetes import (
 from balancer.errors import ActuationError
 from balancer.model import ClusterSnapshot, NodeMeta
 from balancer.noderules import Taint
+from balancer.safety import EMERGENCY_LABEL
 from exporters.power_caps import TOLERANCE_W, Entry, expiring, parse_caps
 
 log = logging.getLogger(__name__)
@@ -207,6 +212,13 @@ def power_caps_renewal(node: Json, key: str, now: float, ttl_s: float) -> Json |
     if until is not None and until - now > ttl_s / 2:
         return None
     return {"metadata": {"annotations": {caps_until_key(key): rfc3339(now + ttl_s)}}}
+
+
+def node_stopped(node: Json) -> bool:
+    """Whether `node` carries the per-node emergency stop (`gputide.io/emergency-stop=true`, any case of "true", as
+    the safety guard reads it): gputide renews nothing there, so the caps it set lapse."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(EMERGENCY_LABEL, "")).lower() == "true"
 
 
 def power_caps_kept(node: Json, key: str, now: float, ttl_s: float) -> Json | None:

@@ -108,7 +108,7 @@ def test_an_hour_of_fail_static_keeps_the_caps_by_renewing_their_expiry_and_touc
         kube, world, clock, caplog):
     rec, actuator, source, agent, agent_metrics, _ = world
     cap(actuator)
-    rec.run_once()   # the first cycle as leader: `recover` (it renews and releases what is due, as before)
+    rec.run_once()   # the first cycle as leader holds still too: `keep_power_caps` only (`recover` waits)
     sync_once(agent, agent_metrics)
     assert agent.target.power_limits()["GPU-0"].current_w == 450.0
     # what housekeeping would act on: an expired hot taint and reservation on n1, an expiry left without caps on n2
@@ -150,7 +150,7 @@ def test_fail_static_never_writes_a_cap_nor_an_expiry_where_none_is_due(kube, wo
     not renewed (that would apply them again), n4's give-backs keep their expiry, n5 without caps gets nothing; no
     cap is ever written, whatever the nodes hold."""
     rec, actuator, source, *_ = world
-    rec.run_once()   # `recover` done: from here every cycle holds still
+    rec.run_once()   # every cycle holds still (the first's `recover` waits for one that plans)
     cap(actuator)
     kube.add(node("n3", 2))
     kube.add(node("n4", 2))
