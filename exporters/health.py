@@ -83,8 +83,12 @@ class CollectHealth:
 
     def __init__(self, stuck_after_s: float = DEFAULT_STUCK_AFTER_S, clock: Callable[[], float] = time.monotonic,
                  *, collect_timeout_s: float = DEFAULT_COLLECT_TIMEOUT_S,
-                 serve_stale_s: float = DEFAULT_SERVE_STALE_S) -> None:
-        self.stuck_after_s, self.clock = stuck_after_s, clock
+                 serve_stale_s: float = DEFAULT_SERVE_STALE_S,
+                 wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> None:
+        """`wait(done, timeout_s)` is how a scrape waits for a collection: whether `done` was set within `timeout_s`
+        on `clock` (`threading.Event.wait`, in real time, as `time.monotonic` counts; a test passes one that lets
+        its own clock's time pass instead, so that nothing in it waits for a timeout)."""
+        self.stuck_after_s, self.clock, self.wait = stuck_after_s, clock, wait
         self.collect_timeout_s, self.serve_stale_s = collect_timeout_s, serve_stale_s
         self._lock = threading.Lock()
         self._tokens = itertools.count()
@@ -147,7 +151,7 @@ class CollectHealth:
                 run = self._current = Collection(self.clock())
                 threading.Thread(target=self._collect, args=(source, run, self.begin()),
                                  name="gputide-collection", daemon=True).start()
-        run.done.wait(max(0.0, min(self.collect_timeout_s, run.started + self.collect_timeout_s - self.clock())))
+        self.wait(run.done, max(0.0, min(self.collect_timeout_s, run.started + self.collect_timeout_s - self.clock())))
         if run.done.is_set():
             if run.error is not None:
                 raise run.error
