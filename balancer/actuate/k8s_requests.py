@@ -103,40 +103,99 @@ def _pod_level(name: str) -> bool:
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
-def _reader(pod: Json) -> Callable[[Any, str], Fraction]:
-    """`exact_quantity`, its error naming the pod and the field of the value it refused."""
-    meta = pod.get("metadata") or {}
-    who = f"pod {meta.get('namespace', 'default')}/{meta['name']}" if meta.get("name") else "pod template"
+# The hot path (a list of 20,000 pods reads each one's requests): every quantity a string, an int or almost any float
+# holds is a whole number of billionths (the API server rounds a string up to one), so a pod's requests are summed
+# in integers of billionths and turned into a Fraction, or rounded, once. The common forms ("8", "500m", "1.5",
+# "64Gi") are read by integer arithmetic; every other form, and a float, by `_exact_quantity`. A float finer than a
+# billionth (1e-12) is not a whole number of them: its pod is read as fractions (`_Inexact`).
+_GIGA = 10**9
+_COMMON = re.compile(r"([0-9]+)(?:\.([0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)")
 
-    def read(value: Any, field: str) -> Fraction:
+
+class _Inexact(Exception):
+    """A quantity that is not a whole number of billionths (a float such as 1e-12)."""
+
+
+def _common_nanos(text: str) -> int | None:
+    """A quantity of a common form (digits, an optional fraction, a decimal SI or binary suffix: no sign, exponent
+    or space) in billionths, rounded up and a binary one capped as `_exact_quantity` does; None for any other."""
+    m = _COMMON.fullmatch(text)
+    if m is None:
+        return None
+    whole, fraction, suffix = m.groups()
+    digits, places = (int(whole + fraction), len(fraction)) if fraction else (int(whole), 0)
+    if suffix in _BINARY:
+        return min(-(-(digits * _GIGA << _BINARY[suffix]) // 10**places), _MAX * _GIGA)
+    exponent = _DECIMAL[suffix] + 9 - places
+    return digits * 10**exponent if exponent >= 0 else -(-digits // 10**-exponent)
+
+
+def _nanos(value: Any) -> int | None:
+    """A quantity in billionths of its unit (`_exact_quantity` times 10^9); None where that is not a whole number."""
+    if type(value) is str:
+        common = _common_nanos(value)
+        if common is not None:
+            return common
+    elif type(value) is int:
+        return value * _GIGA
+    amount = _exact_quantity(value) * _GIGA
+    return amount.numerator if amount.denominator == 1 else None
+
+
+_cached_nanos = functools.lru_cache(maxsize=4096, typed=True)(_nanos)
+
+
+def _read_nanos(value: Any) -> int:
+    """`_nanos`, remembered as `exact_quantity` is; `_Inexact` where it is not a whole number."""
+    n = _cached_nanos(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else _nanos(value)
+    if n is None:
+        raise _Inexact
+    return n
+
+
+_as_fraction = functools.lru_cache(maxsize=4096)(lambda nanos: Fraction(nanos, _GIGA))
+
+
+class _Refused(Exception):
+    """A refused quantity and where it is: the field is spelled out only when one is refused."""
+
+    def __init__(self, err: KubePermanentError, where: str, index: int | None, kind: str, name: str) -> None:
+        super().__init__(err)
+        self.err, self.where, self.index, self.kind, self.name = err, where, index, kind, name
+
+    def field(self) -> str:
+        at = self.where if self.index is None else f"{self.where}[{self.index}]"
+        return f"{at}.{self.kind}.{self.name}" if self.kind else f"{at}.{self.name}"
+
+
+def _need(c: Json, read: Callable[[Any], Any], where: str, i: int) -> dict[str, Any]:
+    """What one container asks for, read by `read`: its requests, a request defaulting to its limit."""
+    res = c.get("resources") or {}
+    requests = res.get("requests") or {}
+    asked = dict((res.get("limits") or {}).items())
+    asked.update(requests.items())
+    own = {}
+    for k, v in asked.items():
         try:
-            return exact_quantity(value)
+            own[k] = read(v)
         except KubePermanentError as err:
-            raise KubePermanentError(f"{who}: {field}: {err}") from None
+            raise _Refused(err, where, i, "resources.requests" if k in requests else "resources.limits", k) from None
+    return own
 
-    return read
 
-
-def _containers(spec: Json, read: Callable[[Any, str], Fraction]) -> dict[str, Fraction]:
+def _containers(spec: Json, read: Callable[[Any], Any]) -> dict[str, Any]:
     """What a pod's containers hold at most (KEP-753): the sum over its containers and sidecars (init containers
     with `restartPolicy: Always`), or what its init phase holds at most if that is more: a one-shot init container
     together with the sidecars started before it (they keep running while it does). A container's request
-    defaults to its limit (the API server does so)."""
-
-    def need(c: Json, field: str) -> dict[str, Fraction]:
-        res = c.get("resources") or {}
-        asked = {**{k: (v, "limits") for k, v in (res.get("limits") or {}).items()},
-                 **{k: (v, "requests") for k, v in (res.get("requests") or {}).items()}}
-        return {k: read(v, f"{field}.resources.{kind}.{k}") for k, (v, kind) in asked.items()}
-
-    total: dict[str, Fraction] = {}
+    defaults to its limit (the API server does so). `read`: `exact_quantity`, or `_read_nanos` (in billionths)."""
+    total: dict[str, Any] = {}
     for i, c in enumerate(spec.get("containers") or []):
-        for k, v in need(c, f"spec.containers[{i}]").items():
+        for k, v in _need(c, read, "spec.containers", i).items():
             total[k] = total.get(k, 0) + v
-    sidecars: dict[str, Fraction] = {}   # the sidecars started so far: they run on while later init containers do
-    peak: dict[str, Fraction] = {}       # the most the init phase holds at once
+    sidecars: dict[str, Any] = {}   # the sidecars started so far: they run on while later init containers do
+    peak: dict[str, Any] = {}       # the most the init phase holds at once
     for i, c in enumerate(spec.get("initContainers") or []):
-        own = need(c, f"spec.initContainers[{i}]")
+        own = _need(c, read, "spec.initContainers", i)
         if c.get("restartPolicy") == "Always":
             for k, v in own.items():
                 sidecars[k] = sidecars.get(k, 0) + v
@@ -151,17 +210,41 @@ def _containers(spec: Json, read: Callable[[Any, str], Fraction]) -> dict[str, F
     return total
 
 
-def _pod_level_requests(spec: Json, containers: Mapping[str, Fraction],
-                        read: Callable[[Any, str], Fraction]) -> dict[str, Fraction]:
+def _field(read: Callable[[Any], Any], value: Any, where: str, name: str) -> Any:
+    try:
+        return read(value)
+    except KubePermanentError as err:
+        raise _Refused(err, where, None, "", name) from None
+
+
+def _pod_level_requests(spec: Json, containers: Mapping[str, Any], read: Callable[[Any], Any]) -> dict[str, Any]:
     """The pod-level requests (`spec.resources`, KEP-2837) that stand for the containers' of the same resource:
     those set, and, as the API server defaults them, a pod-level limit where no request is set and no container
     asks for that resource."""
     res = spec.get("resources") or {}
-    out = {k: read(v, f"spec.resources.requests.{k}") for k, v in (res.get("requests") or {}).items() if _pod_level(k)}
+    out = {k: _field(read, v, "spec.resources.requests", k)
+           for k, v in (res.get("requests") or {}).items() if _pod_level(k)}
     for k, v in (res.get("limits") or {}).items():
         if _pod_level(k) and k not in out and k not in containers:
-            out[k] = read(v, f"spec.resources.limits.{k}")
+            out[k] = _field(read, v, "spec.resources.limits", k)
     return out
+
+
+def _effective(pod: Json, read: Callable[[Any], Any]) -> dict[str, Any]:
+    """`effective_requests`, each quantity read by `read`; a refused one raises `KubePermanentError` naming the
+    pod and the field."""
+    meta = pod.get("metadata") or {}
+    name = meta.get("name")
+    spec = pod.get("spec") or {}
+    try:
+        total = _containers(spec, read)
+        total.update(_pod_level_requests(spec, total, read))
+        for k, v in (spec.get("overhead") or {}).items():
+            total[k] = total.get(k, 0) + _field(read, v, "spec.overhead", k)
+    except _Refused as refused:
+        who = f"pod {meta.get('namespace', 'default')}/{meta['name']}" if name else "pod template"
+        raise KubePermanentError(f"{who}: {refused.field()}: {refused.err}") from None
+    return total
 
 
 def effective_requests(pod: Json) -> dict[str, Fraction]:
@@ -170,30 +253,37 @@ def effective_requests(pod: Json) -> dict[str, Fraction]:
     (`spec.resources`, PodLevelResources: CPU, memory, hugepages) in their stead where set, plus the pod's
     `overhead`. A request defaults to its limit, which is how GPUs and other extended resources, set as limits,
     are counted. A quantity the API server would refuse raises `KubePermanentError` naming the pod and field."""
-    spec, read = pod.get("spec") or {}, _reader(pod)
-    total = _containers(spec, read)
-    total.update(_pod_level_requests(spec, total, read))
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0) + read(v, f"spec.overhead.{k}")
-    return total
+    try:
+        nanos = _effective(pod, _read_nanos)
+    except _Inexact:
+        return _effective(pod, exact_quantity)
+    return {k: _as_fraction(v) for k, v in nanos.items()}
 
 
 def pod_requests(pod: Json) -> tuple[int, int, int]:
     """(gpus, cpu_milli, memory_mib) a pod holds (`effective_requests`), rounded up."""
-    return basic_requests(effective_requests(pod))
+    try:
+        total = _effective(pod, _read_nanos)
+    except _Inexact:
+        return basic_requests(effective_requests(pod))
+    return (-(-total.get(GPU_RESOURCE, 0) // _GIGA), -(-total.get("cpu", 0) // 10**6),
+            -(-total.get("memory", 0) // (_GIGA << 20)))
 
 
-def _exact(value: Any) -> Fraction:
-    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+def _rounded(value: Any, scale: int, per: int, down: bool) -> int:
+    """`value` times `scale` over `per` (`basic_requests`), exactly, rounded up or `down`."""
+    if type(value) is not Fraction and type(value) is not int:
+        value = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    top, bottom = value.numerator * scale, value.denominator * per
+    return top // bottom if down else -(-top // bottom)
 
 
 def basic_requests(total: Mapping[str, Any], *, down: bool = False) -> tuple[int, int, int]:
     """(gpus, cpu_milli, memory_mib) of `effective_requests`' answer (or of a node's allocatable), each rounded
     up, as kube-scheduler's MilliValue/Value round a pod's request (a pod of 1.5 MiB takes 2: rounded to the
     nearest, pods were undercounted and a full node overcommitted); `down`: rounded down, for what a node offers."""
-    whole = math.floor if down else math.ceil
-    return (whole(_exact(total.get(GPU_RESOURCE, 0))), whole(_exact(total.get("cpu", 0)) * 1000),
-            whole(_exact(total.get("memory", 0)) / 2**20))
+    return (_rounded(total.get(GPU_RESOURCE, 0), 1, 1, down), _rounded(total.get("cpu", 0), 1000, 1, down),
+            _rounded(total.get("memory", 0), 1, 2**20, down))
 
 
 __all__ = ["basic_requests", "effective_requests", "exact_quantity", "pod_requests", "quantity"]
