@@ -36,7 +36,7 @@ import pandas as pd
 
 from balancer.forecast.auto import CANDIDATES, ensemble_weights
 from balancer.forecast.base import QUANTILES, Fallback, make, step_of
-from balancer.forecast.conformal import calibrate_path, calibration_window
+from balancer.forecast.conformal import CAL_QUANTILES, calibrate_path, calibration_window
 from balancer.forecast.traces import CausalClean, mask_outages
 
 DAY_S = 86400.0
@@ -188,7 +188,8 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
             yt = np.where(target < n, truth[np.clip(target, 0, n - 1)], np.nan)
             p50 = run.q[0.5][:, j]
             cal = calibrate_path(origins, int(h), p50, {q: run.q[q][:, j] for q in QUANTILES}, truth,
-                                 window=calibration_window(window, int(h)))
+                                 window=calibration_window(window, int(h)),
+                                 windows={q: calibration_window(window, int(h), q) for q in CAL_QUANTILES})
             cal[0.9] = np.maximum(cal[0.9], p50)
             cal[0.99] = np.maximum(cal[0.99], cal[0.9])
             ok = scored & np.isfinite(yt)

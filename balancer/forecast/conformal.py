@@ -37,29 +37,43 @@ window has not seen, errors that come in day-long runs at long horizons):
   default: with feedback delayed by h the level overshoots (on the ServeGen traces gamma = 0.01 raised the p90
   pinball loss by 10-25% at every horizon and did not fix the day-ahead coverage).
 * **Horizon-proportional windows**: horizon h keeps at least ``window_per_h * h`` steps of residuals (a day-ahead
-  forecast sees about a week of its own day-ahead errors, not three days), see `calibration_window`.
+  forecast sees about a week of its own day-ahead errors, not three days), see `calibration_window`. A tail
+  quantile whose level would still read the largest residual (the p99 beyond about 1.5 h ahead with a three-day
+  base) keeps more, up to ten base windows (`residual_window`); the p90's windows are unchanged.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
 
 CAL_QUANTILES = (0.9, 0.99)
 ACI_GAMMA = 0.0  # step of the adaptive level per known residual; off by default (see the module docstring)
 WINDOW_PER_H = 7  # residual window of horizon h: at least this many multiples of h
+TAIL_MAX_PER_BASE = 10  # a tail quantile's window (`residual_window`) keeps at most this many base windows
 
 
-def residual_window(base: int, h: int) -> int:
-    """Known residuals horizon h calibrates on: the base window, and at least `WINDOW_PER_H` x h."""
-    return max(int(base), WINDOW_PER_H * int(h))
+def residual_window(base: int, h: int, q: float = 0.9) -> int:
+    """Known residuals horizon h calibrates quantile q on: the base window, and at least `WINDOW_PER_H` x h; and
+    where that few would have q's finite-sample level read the largest residual (`finite_level` reaching 1: the
+    p99 beyond about 1.5 h ahead at 10-minute steps and a three-day base), enough that the level sits midway
+    between q and 1 (n_eff = 2n/h = 2q/(1-q)), at most `TAIL_MAX_PER_BASE` x the base window. The largest of
+    three days of two-hour-ahead residuals is one burst, not a 99th percentile: an interval read there is as wide as
+    the worst error seen, and lending decided on it lends nothing for days after a burst. A p90 never reads the
+    largest (7h residuals give n_eff 14 and a level of 0.964), so its windows are as they were."""
+    n = max(int(base), WINDOW_PER_H * int(h))
+    if finite_level(q, n, h) >= 1.0:
+        n = max(n, min(math.ceil(q * int(h) / (1.0 - q)), TAIL_MAX_PER_BASE * int(base)))
+    return n
 
 
-def calibration_window(base: int, h: int) -> int:
+def calibration_window(base: int, h: int, q: float = 0.9) -> int:
     """Origins back from the one calibrated whose residuals may be used: `residual_window`, plus the last h
     origins, whose truth is not known yet."""
-    return residual_window(base, h) + int(h)
+    return residual_window(base, h, q) + int(h)
 
 
 def finite_level(q: float, n: float, h: int) -> float:
@@ -87,12 +101,13 @@ def _causal_floor(truth: np.ndarray) -> np.ndarray:
 
 
 def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[float, np.ndarray],
-                   truth: np.ndarray, *, window: int, min_n: int = 24,
-                   gamma: float = ACI_GAMMA) -> dict[float, np.ndarray]:
+                   truth: np.ndarray, *, window: int, min_n: int = 24, gamma: float = ACI_GAMMA,
+                   windows: Mapping[float, int] | None = None) -> dict[float, np.ndarray]:
     """Calibrated quantiles at one horizon `h` (steps) for forecasts issued at `origin_idx` (sorted).
 
     `p50[i]`/`raw[q][i]`: the forecasts of origin i for its step h; `truth`: the whole series (NaN = unknown).
-    Only residuals of origins o' with o' + h <= origin_idx[i] and o' >= origin_idx[i] - window are used, and
+    Only residuals of origins o' with o' + h <= origin_idx[i] and o' >= origin_idx[i] - window (quantile q:
+    `windows[q]` where given, e.g. `calibration_window(base, h, q)`) are used, and
     the adaptive level of each quantile (`gamma` > 0, see the module docstring) moves only on those misses.
     Origins issued every s steps (a backtest's stride) give 1/s as many residuals over the same window; n_eff
     counts the steps they span, so the level read is the one every-step origins would read (before, stride 6
@@ -107,9 +122,9 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
     r = _relative(y, p50, floor[np.clip(target, 0, len(truth) - 1)])
     out = {q: np.array(raw[q], float, copy=True) for q in raw}
     known_at = target  # residual of origin j becomes known at time origin_idx[j] + h
-    lo = np.searchsorted(origin_idx, origin_idx - window, side="left")
     hi = np.searchsorted(known_at, origin_idx, side="right")
     qs = [q for q in CAL_QUANTILES if q in out]
+    lo = {q: np.searchsorted(origin_idx, origin_idx - (windows or {}).get(q, window), side="left") for q in qs}
     spacing = float(np.median(np.diff(origin_idx))) if len(origin_idx) > 1 else 1.0
     alpha = {q: 1.0 - q for q in qs}
     seen = 0  # origins whose miss has been fed to alpha
@@ -120,12 +135,12 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
                     for q in qs:
                         alpha[q] = min(max(alpha[q] + gamma * ((1.0 - q) - float(y[j] > out[q][j])), 0.0), 1.0)
             seen = max(seen, hi[i])
-        sample = r[lo[i]:hi[i]]
-        sample = sample[np.isfinite(sample)]
-        if sample.size < min_n:
-            continue
         scale = max(abs(p50[i]), floor[min(int(origin_idx[i]), len(truth) - 1)])
         for q in qs:
+            sample = r[lo[q][i]:hi[i]]
+            sample = sample[np.isfinite(sample)]
+            if sample.size < min_n:
+                continue
             out[q][i] = p50[i] + _level(1.0 - finite_level(1.0 - alpha[q], sample.size * spacing, h), sample) * scale
     return out
 
@@ -150,8 +165,13 @@ class OnlineCalibrator:
         self.count += 1
         self.level += (abs(truth) - self.level) / min(self.count, 1000)
         floor = max(0.05 * self.level, 1e-9)
-        kept = self.residuals.setdefault(h, deque(maxlen=residual_window(self.window, h)))
+        kept = self.residuals.setdefault(h, deque(maxlen=max(residual_window(self.window, h, q) for q in CAL_QUANTILES)))
         kept.append((truth - p50) / max(abs(p50), floor))
+
+    def _offset(self, h: int, q: float) -> float:
+        """Quantile q's relative residual at horizon h, from the last `residual_window(window, h, q)` residuals."""
+        kept = np.asarray(self.residuals[h])[-residual_window(self.window, h, q):]
+        return float(np.quantile(kept, finite_level(q, len(kept), h)))
 
     def apply(self, p50: np.ndarray, raw: dict[float, np.ndarray]) -> dict[float, np.ndarray]:
         """Calibrate a whole path (steps 1..len(p50)); horizons without enough residuals borrow the nearest."""
@@ -162,8 +182,7 @@ class OnlineCalibrator:
         floor = max(0.05 * self.level, 1e-9)
         steps = np.arange(1, len(p50) + 1)
         pos = np.clip(np.searchsorted(known, steps), 0, len(known) - 1)
-        offsets = {h: {q: np.quantile(np.asarray(self.residuals[h]), finite_level(q, len(self.residuals[h]), h))
-                       for q in CAL_QUANTILES} for h in known}
+        offsets = {h: {q: self._offset(h, q) for q in CAL_QUANTILES} for h in known}
         scale = np.maximum(np.abs(p50), floor)
         for q in CAL_QUANTILES:
             if q in out:

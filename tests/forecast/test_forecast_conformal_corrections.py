@@ -59,3 +59,31 @@ def test_adaptive_level_restores_coverage_when_the_spread_keeps_growing():
 
     assert cover(0.0) < 0.85  # a trailing window lags a spread that keeps growing
     assert 0.87 <= cover(0.01) <= 0.93
+
+
+def test_the_p99_keeps_enough_residuals_not_to_read_the_largest_and_the_p90_keeps_its_windows():
+    for h in (1, 6, 12, 24, 144, 600):
+        assert calibration_window(432, h, 0.9) == calibration_window(432, h) == max(432, 7 * h) + h
+        n = conformal.residual_window(432, h, 0.99)
+        assert finite_level(0.99, n, h) < 1.0 or n == 10 * 432  # capped at ten base windows
+    assert conformal.residual_window(432, 6, 0.99) == 432  # an hour ahead the base window is enough
+    assert conformal.residual_window(432, 12, 0.99) == 1188  # two hours ahead: n_eff 2q/(1-q)
+
+
+def test_the_backtest_p99_reads_its_own_longer_window():
+    # two-hour-ahead residuals: a burst (+100%) early on, calm (+-1%) since; at the last origin the burst is older
+    # than the p90's three days (432 steps + h) but within the p99's 1188 + h
+    h, n = 12, 1700
+    rng = np.random.default_rng(1)
+    truth = 1000 + rng.uniform(-10, 10, n)
+    truth[300:600] = 2000.0
+    origins = np.arange(n - h)
+    p50 = np.full(len(origins), 1000.0)
+    windows = {q: calibration_window(432, h, q) for q in (0.9, 0.99)}
+    cal = calibrate_path(origins, h, p50, {0.9: p50.copy(), 0.99: p50.copy()}, truth,
+                         window=calibration_window(432, h), windows=windows)
+    assert cal[0.9][-1] < 1011
+    assert cal[0.99][-1] == pytest.approx(2000.0, rel=1e-3)
+    same = calibrate_path(origins, h, p50, {0.9: p50.copy(), 0.99: p50.copy()}, truth,
+                          window=calibration_window(432, h))
+    assert same[0.99][-1] < 1011  # without `windows` every quantile reads `window`, as before

@@ -33,18 +33,32 @@ def _day_ahead_coverage(truth: np.ndarray, start: int = 2000) -> float:
     return float(np.mean(hits))
 
 
-CASES = [
-    ("one-hour horizons keep the base window", 6, 3 * DAY),
-    ("day-ahead horizons keep a week", DAY, 7 * DAY),
+CASES = [  # (case, h, the p90's window, the p99's window)
+    ("one-hour horizons keep the base window", 6, 3 * DAY, 3 * DAY),
+    # three days of two-hour-ahead residuals have the p99 read the largest: it keeps 0.99 x 12 / 0.01 steps
+    ("two-hour horizons keep more for the p99", 12, 3 * DAY, 1188),
+    ("day-ahead horizons keep a week, the p99 at most ten base windows", DAY, 7 * DAY, 10 * 3 * DAY),
 ]
 
 
-@pytest.mark.parametrize(("case", "h", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_each_horizon_keeps_its_own_residual_window(case, h, expected):
+@pytest.mark.parametrize(("case", "h", "p90", "p99"), CASES, ids=[c[0] for c in CASES])
+def test_each_horizon_keeps_its_own_residual_window(case, h, p90, p99):
     cal = OnlineCalibrator(window=3 * DAY)
-    for _ in range(2000):
+    for _ in range(5000):
         cal.add(h, 1.0, 1.0)
-    assert len(cal.residuals[h]) == expected == residual_window(3 * DAY, h)
+    assert residual_window(3 * DAY, h) == residual_window(3 * DAY, h, 0.9) == p90
+    assert len(cal.residuals[h]) == residual_window(3 * DAY, h, 0.99) == p99
+
+
+def test_the_p90_reads_its_own_window_and_the_p99_the_longer_one():
+    # 1188 residuals at two hours ahead: an old burst (the first 300: +100%), then calm errors of +-1%
+    cal = OnlineCalibrator(window=3 * DAY)
+    rng = np.random.default_rng(0)
+    for k in range(1188):
+        cal.add(12, 2000.0 if k < 300 else 1000.0 + rng.uniform(-10, 10), 1000.0)
+    out = cal.apply(np.full(12, 1000.0), {0.9: np.full(12, 1000.0), 0.99: np.full(12, 1000.0)})
+    assert out[0.9][-1] < 1011  # the p90 reads the last three days only: the burst is out of its window
+    assert out[0.99][-1] == pytest.approx(2000.0)  # the p99's window holds the burst, 25% of it
 
 
 def test_live_day_ahead_p90_covers_about_90_percent_of_day_long_errors():
