@@ -1,8 +1,10 @@
 """The Kubernetes actuator: frozen actions turned into API calls, every failure into an `ActionResult`.
 
-Nothing here decides *what* to do. This module holds the actuator itself (dispatch, deadline, results, Events,
-the release of expired taints and reservations) and the power-cap, taint and inference paths; the Migrate path is
-`k8s_migrate`'s and the training Job path `k8s_training`'s. How each action reaches the cluster:
+Nothing here decides *what* to do. This module holds the actuator itself (dispatch, deadline, results, Events)
+and the power-cap, taint and inference paths; the Migrate path is `k8s_migrate`'s and the training Job path
+`k8s_training`'s. What the actions leave on nodes (hot taints, reservations, power caps' expiry) is released or
+renewed by `k8s_upkeep` (`release_expired`, `recover`, `housekeeping`, `keep_power_caps` delegate to its `Upkeep`:
+when, under which holds, per shard). How each action reaches the cluster:
 
     Migrate         (`k8s_migrate`) reserve the target node (annotation `gputide.io/reserved-for`, a JSON map keyed
                     by the workload's owner so the replacement pod matches it), taint the hot source node
@@ -16,13 +18,9 @@ the release of expired taints and reservations) and the power-cap, taint and inf
                     (`k8s_nodes.power_caps_update`). The annotation is also what a restarted controller or a new
                     leader reads back (`Node.power_caps`) to give back what an earlier one throttled. The node's caps
                     expire (`gputide.io/power-caps-until`, `power_cap_ttl_s` after the write), so a dead controller
-                    leaves none in force for good: `release_expired` renews the expiry of every node that holds a cap
-                    once less than half the TTL is left (`k8s_nodes.power_caps_renewal`), and the agent gives the
-                    caps back once it has passed. While the loop holds still for fail-static, `keep_power_caps`
-                    renews only the expiries still to come (`k8s_nodes.power_caps_kept`) and nothing else, counted
-                    in `gputide_power_caps_renewed_holding_still_total` (a new leader's `recover` waits for a cycle
-                    that plans). A node labelled `gputide.io/emergency-stop=true` has its caps renewed by neither
-                    (`k8s_nodes.node_stopped`): they lapse, logged once per node and stop.
+                    leaves none in force for good: a live one renews the expiry (`k8s_upkeep`: not while it holds
+                    still for an emergency stop, nor on a node labelled `gputide.io/emergency-stop=true`), and the
+                    agent gives the caps back once it has passed.
     ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
                     HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
                     else the Deployment's scale subresource. The floor never goes below
@@ -47,9 +45,7 @@ the release of expired taints and reservations) and the power-cap, taint and inf
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint. Its expiry (`gputide.io/hot-until`, `hot_taint_ttl_s` after the
-                    write) is the safety net for a dead controller: `release_expired` removes the taint then (a
-                    shard's controller on its own nodes only; the expiry judged again on the node the write reads, so
-                    a renewal that lands after the list is never undone). A
+                    write) is the safety net for a dead controller: `k8s_upkeep` removes the taint then. A
                     renewal (`renew`, the planner's, for a node still hot whose expiry is near) writes a fresh expiry
                     and posts no Event (the loop's log and audit record it; the annotation shows the new expiry).
 
@@ -92,7 +88,6 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client import Counter as PromCounter
 
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome, refused_result
@@ -111,28 +106,21 @@ from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: r
 from balancer.actuate.k8s_migrate import Migrations
 from balancer.actuate.k8s_nodes import (
     POWER_CAP_TTL_S,
-    annotation_map_change,
-    caps_until,
-    expired_reservations,
-    expired_taint_removal,
     node_power_limits,
-    node_stopped,
-    power_caps_kept,
     power_caps_note,
     power_caps_patch,
-    power_caps_renewal,
     power_caps_update,
     taints_change,
 )
-from balancer.actuate.k8s_quota import KueueQuota, corrections_counter
+from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_training import TrainingJobs
+from balancer.actuate.k8s_upkeep import Upkeep
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
     MERGE_PATCH,
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
     Json,
-    NotFoundError,
     _Api,
     _code,
     _json_annotation,
@@ -202,17 +190,14 @@ class KubernetesActuator:
         self.reservation_annotation = reservation_annotation
         self.hot_taint_ttl_s = hot_taint_ttl_s
         self.power_cap_ttl_s = power_cap_ttl_s
-        # the nodes whose caps this controller renews (a shard's own: another shard's controller renews, or not, its
-        # own); None: every node's
-        self.power_cap_nodes = power_cap_nodes
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
         self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s)
-        self.quota_corrections = corrections_counter(registry, kueue_queues)   # on the controller's metrics registry
-        self.caps_kept = PromCounter(   # `keep_power_caps`' renewals, on the controller's registry too
-            "gputide_power_caps_renewed_holding_still", "Renewals of a node's power caps' expiry made while the "
-            "controller held still for fail-static (nothing else is written then).",
-            registry=registry if registry is not None else CollectorRegistry())
+        self.upkeep = Upkeep(   # what this actuator leaves on nodes and queues, released or renewed (`k8s_upkeep`)
+            self.api, self.kueue, clock, action_deadline_s=action_deadline_s, hot_taint_key=hot_taint_key,
+            reservation_annotation=reservation_annotation, power_cap_annotation=power_cap_annotation,
+            power_cap_ttl_s=power_cap_ttl_s, power_cap_nodes=power_cap_nodes, kueue_queues=kueue_queues,
+            registry=registry)
         self.training = TrainingJobs(self.api, self.kueue)
         self.clock = clock
         self.migrations = Migrations(
@@ -220,11 +205,15 @@ class KubernetesActuator:
             reservation_annotation=reservation_annotation, hot_taint_ttl_s=hot_taint_ttl_s,
             reservation_ttl_s=reservation_ttl_s)
         self._refusals: set[str] = set()   # the refusals logged at WARNING once (`_refuse`)
-        self._caps_lapsing: set[str] = set()   # nodes under their stop label whose caps' lapse was logged
         self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
             Migrate: self.migrations.migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
             ScaleTraining: self._scale_training, TaintNode: self._taint,
         }  # fmt: skip
+
+    @property
+    def power_cap_nodes(self) -> Callable[[str], bool] | None:
+        """The nodes whose caps this controller renews (a shard's own); None: every node's (`Upkeep`)."""
+        return self.upkeep.power_cap_nodes
 
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
         handler = self._handlers.get(type(action))
@@ -275,156 +264,23 @@ class KubernetesActuator:
     def power_caps(self, node: str) -> dict[str, float]:
         return read_power_caps(self.api(f"node {node}", self.api.core.read_node, node), self.power_cap_annotation)
 
-    def recover(self, nodes: Collection[str] | None = None) -> list[str]:
-        """The loop's first cycle as leader that plans: what a previous leader left behind is released once expired.
+    # ---- upkeep: the loop's hooks, `k8s_upkeep`'s (what the actions left, released or renewed) ----
 
-        Migrations are make-room-first and level-triggered here (the reservation and the taint carry their own
-        expiry; an eviction either happened or did not), so recovering is `release_expired`, on `nodes` only when
-        given (a shard's own: `_run_parts.ShardBound`); an API failure becomes a note, the expiries stay and the next
-        cycle's housekeeping tries again. Never while the loop holds still (it waits for the first cycle that plans):
-        it renews caps whose expiry has passed, which an agent may have given back, and releases taints and
-        reservations; under fail-static only `keep_power_caps` runs, under an emergency stop nothing.
-        """
-        return self._release_expired_noting("recover", nodes)
+    def recover(self, nodes: Collection[str] | None = None) -> list[str]:
+        """The loop's first cycle as leader that plans (`Upkeep.recover`; on `nodes` only when given, a shard's own)."""
+        return self.upkeep.recover(nodes)
 
     def housekeeping(self, nodes: Collection[str] | None = None) -> list[str]:
-        """Once per planning cycle (the loop's duck-typed hook): `release_expired` (on `nodes` only when given, a
-        shard's own), Kueue quota moves settled and quota lent to training beyond what its Jobs hold given back
-        (`KueueQuota.reconcile`), API failures as a note. The give-back is a capacity move: here only, which a cycle
-        that holds still never reaches, not in `recover`."""
-        return self._release_expired_noting("housekeeping", nodes) + self._reconcile_quota_noting("housekeeping")
+        """Once per planning cycle (`Upkeep.housekeeping`; on `nodes` only when given, a shard's own)."""
+        return self.upkeep.housekeeping(nodes)
 
     def keep_power_caps(self) -> list[str]:
-        """The loop's hook while it holds still for fail-static (telemetry it does not trust): the caps this controller
-        set stay as they are, their expiry renewed when due lest the agents give them back on a reading nobody trusts
-        (`power_caps_kept`: only an expiry still to come; no cap written, changed or re-applied, no taint,
-        reservation or quota touched). Each renewal counted; an API failure becomes a note, the next cycle tries again.
-        Never under an emergency stop (the loop does not call it then): the operator said stop, so nothing is written
-        and the caps lapse as a stopped controller's do; nor on a node under its own stop label (`_renew_power_caps`)."""
-        now, renewed, failed = self.clock(), [], []
-        try:
-            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                for node in self.api("list nodes", self.api.core.list_node).get("items", []):
-                    renewed += self._renew_power_caps(node, now, power_caps_kept)   # one note per node renewed
-        except ActuationError as err:
-            failed.append(f"could not renew the power caps' expiry: {err}")
-        self.caps_kept.inc(len(renewed))
-        return renewed + failed
-
-    def _release_expired_noting(self, what: str, nodes: Collection[str] | None) -> list[str]:
-        try:
-            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):   # what is left waits for next cycle
-                notes = self.release_expired(nodes)
-        except ActuationError as err:
-            notes = [f"{what}: could not release expired taints and reservations: {err}"]
-        return notes + self._settle_quota_noting(what)
-
-    def _settle_quota_noting(self, what: str) -> list[str]:
-        """A Kueue quota move a previous leader (or this one) left half done - the lender lowered, the borrower not
-        yet raised - finished or rolled back (`KueueQuota.settle_all`), so a restart between the two writes loses
-        no quota from the cohort; failures are a note and the record stays for the next cycle."""
-        notes = []
-        for queue in self.kueue_queues or ():
-            try:
-                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                    notes += self.kueue.settle_all((queue,))
-            except NotFoundError:
-                continue   # no queue, no move left open on it (a quota shift names the missing queue itself)
-            except ActuationError as err:
-                notes.append(f"{what}: could not settle kueue quota moves of {queue}: {err}")
-        return notes
-
-    def _reconcile_quota_noting(self, what: str) -> list[str]:
-        """Quota lent to training beyond what its Jobs hold given back to inference (`KueueQuota.reconcile`), each
-        correction counted; a failure is a note, and the next cycle looks again."""
-        if not self.kueue_queues:
-            return []
-        try:
-            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                cuts = self.kueue.reconcile(self.kueue_queues)
-        except NotFoundError:
-            return []   # a queue missing: nothing lent to it (a quota shift names the missing queue itself)
-        except ActuationError as err:
-            return [f"{what}: could not check the kueue quota lent to {self.kueue_queues[1]}: {err}"]
-        self.quota_corrections.labels(queue=self.kueue_queues[1]).inc(len(cuts))
-        return [cut.note(*reversed(self.kueue_queues)) for cut in cuts]
+        """While the loop holds still for fail-static (`Upkeep.keep_power_caps`): caps' expiry kept, nothing else."""
+        return self.upkeep.keep_power_caps()
 
     def release_expired(self, nodes: Collection[str] | None = None) -> list[str]:
-        """Remove hot taints and reservations whose expiry has passed, renew the power caps' expiry when due (not on a
-        node under its stop label: `_renew_power_caps`); call once per reconcile. With `nodes`, on those nodes only (a
-        shard's own: another shard's expiries are that shard's to release, and its renewals its own); None: every
-        node. Returns notes.
-
-        The expiry is judged on the node as listed, then again on the node the write reads (`expired_taint_removal`,
-        `expired_reservations`), and the write carries that read's resourceVersion (a 409 reads again): a taint or a
-        reservation renewed after the list, or between the read and the write, is kept, never removed as expired."""
-        now, notes = self.clock(), []
-        for node in self.api("list nodes", self.api.core.list_node).get("items", []):
-            name = node["metadata"]["name"]
-            if nodes is not None and name not in nodes:
-                continue
-            notes += self._release_taint(node, now) + self._release_reservations(node, now)
-            notes += self._renew_power_caps(node, now)
-        return notes
-
-    def _release_taint(self, node: Json, now: float) -> list[str]:
-        """`node`'s hot taint removed if its expiry has passed, on the node as listed and as written."""
-        name, key = node["metadata"]["name"], self.hot_taint_key
-        if expired_taint_removal(node, key, now) is None \
-                or self.api.update_node(name, lambda n: expired_taint_removal(n, key, now)) is None:
-            return []   # not expired, or renewed since the list
-        return [f"{name}: hot taint expired"]
-
-    def _release_reservations(self, node: Json, now: float) -> list[str]:
-        """`node`'s reservations whose expiry has passed removed, judged on the node as listed and as written. An entry
-        that is not {"expires": ...} is nobody's: gone as expired, never an error that would stop the nodes after this
-        one from being cleaned."""
-        name, key, gone = node["metadata"]["name"], self.reservation_annotation, {}
-
-        def change(n: Json) -> Json | None:
-            gone.clear()
-            gone.update(expired_reservations(n, key, now))   # renewed since the list: no longer among them
-            return annotation_map_change(n, key, gone) if gone else None
-
-        if not expired_reservations(node, key, now) or self.api.update_node(name, change) is None:
-            return []
-        return [f"{name}: reservations expired: {sorted(gone)}"]
-
-    def _renew_power_caps(self, node: Json, now: float,
-                          due: Callable[[Json, str, float, float], Json | None] = power_caps_renewal) -> list[str]:
-        """The expiry of `node`'s power caps moved `power_cap_ttl_s` ahead when `due` says so (`power_caps_renewal`;
-        `power_caps_kept` while the loop holds still). Never on a node that carries the emergency-stop label, on the
-        node as listed or as the write reads it (`node_stopped`): the label stops every action touching the node, so
-        its caps lapse as under the global stop (`_stopped_caps_lapse` logs it once)."""
-        def renewal(n: Json) -> Json | None:
-            return None if node_stopped(n) else due(n, self.power_cap_annotation, now, self.power_cap_ttl_s)
-
-        name, was = node["metadata"]["name"], caps_until(node, self.power_cap_annotation)
-        if (self.power_cap_nodes is not None and not self.power_cap_nodes(name)) or self._stopped_caps_lapse(node) \
-                or (patch := renewal(node)) is None or self.api.update_node(name, renewal) is None:
-            return []
-        if next(iter(patch["metadata"]["annotations"].values())) is None:
-            return [f"{name}: power caps expiry removed (no cap left)"]
-        until = rfc3339(now + self.power_cap_ttl_s)
-        if was is not None and was <= now:
-            return [f"{name}: power caps had expired at {rfc3339(was)} (not renewed in time): renewed until {until}; "
-                    "the node's agent applies again any it gave back"]
-        return [f"{name}: power caps renewed until {until}"]
-
-    def _stopped_caps_lapse(self, node: Json) -> bool:
-        """Whether `node` carries the emergency-stop label (`node_stopped`), its caps then left to lapse; said once per
-        node and stop (WARNING) while it holds caps, so the GputidePowerCapsExpired that follows is no surprise."""
-        name = node["metadata"]["name"]
-        if not node_stopped(node):
-            self._caps_lapsing.discard(name)
-            return False
-        if name not in self._caps_lapsing and read_power_caps(node, self.power_cap_annotation):
-            self._caps_lapsing.add(name)
-            until = caps_until(node, self.power_cap_annotation)
-            log.warning("%s carries the emergency-stop label: the power caps gputide set on it are not renewed while it "
-                        "does; %s", name, "they carry no expiry (an older controller's), so they stay" if until is None
-                        else f"they lapse once their expiry {rfc3339(until)} passes and its agent gives them back")
-        return True
+        """Expired hot taints and reservations removed, caps' expiry renewed when due (`Upkeep.release_expired`)."""
+        return self.upkeep.release_expired(nodes)
 
     # ---- inference: HPA floor or Deployment scale ----
 
