@@ -145,8 +145,9 @@ class ShardBound:
 
     def own_nodes(self) -> frozenset[str]:
         """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading and a dark one it held
-        last, whose power caps it renews too). Before its first reading (the loop calls `recover` only after a good reading now, so only a caller of its own),
-        the nodes its selector matches as the inner source knows them then: the Kubernetes API's nodes
+        last, whose power caps it renews too). Before its first reading (the loop calls `recover` only after a good
+        reading, so only for a caller of its own), the nodes its selector matches as the inner source knows them then:
+        the Kubernetes API's nodes
         (`node_overrides`) with their labels, each with the fleet file's pool, site and model where it lists the node
         (a node it does not list has no model or pool yet, so a selector on either leaves it to the first reading);
         without `node_overrides`, the fleet file's nodes. No node while the API's nodes are not listed yet: their labels

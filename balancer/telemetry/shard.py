@@ -300,9 +300,10 @@ class ShardActuator:
     def own_nodes(self) -> frozenset[str]:
         """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading and a dark one it held
         last, the nodes whose power caps a Kubernetes shard renews, `gputide run --shard`). Before the shard's first
-        reading (the loop calls `recover` only after a good reading now, so only a caller of its own), the simulated cluster's nodes its selector matches, with
-        the labels the inner source's `node_overrides` gives them where it has some. A shard never acts on another
-        shard's nodes: their expired taints and journalled migrations are that shard's."""
+        reading (the loop calls `recover` only after a good reading, so only for a caller of its own), the simulated
+        cluster's nodes its selector matches, with the labels the inner source's `node_overrides` gives them where it
+        has some. A shard never acts on another shard's nodes: their expired taints and journalled migrations are
+        that shard's."""
         if self.source.last_full is not None:
             return frozenset(self.source.nodes)
         sim = getattr(self.inner, "sim", None)
