@@ -112,13 +112,6 @@ def node_openings(opened: Callable[[str, str], None]) -> Change:
     return changed
 
 
-class NodeWatch(ListWatch):
-    """A nodes' `ListWatch` (items: `node_facts`) with `node_openings(opened)` as its first change handler."""
-
-    def __init__(self, *args: Any, opened: Callable[[str, str], None], **kwargs: Any) -> None:
-        super().__init__(*args, on_change=node_openings(opened), **kwargs)
-
-
 def ports_by_node(bound: Any) -> dict[str, frozenset[HostPort]]:
     """The host ports the `bound` pods (`Usage`) take, per node (only nodes where some are taken)."""
     out: dict[str, set[HostPort]] = {}
@@ -210,7 +203,7 @@ class SchedulerReads:
         self.work.set()
 
     def node_opened(self, node: str, why: str) -> None:
-        """`node` changed so that a pending pod may fit where it did not (`NodeWatch`): wake a pass `node_wake_s`
+        """`node` changed so that a pending pod may fit where it did not (`node_openings`): wake a pass `node_wake_s`
         from the first such change, the others meanwhile joining it (the module docstring)."""
         log.debug("scheduler %s: node %s %s: a pass follows", self.scheduler_name, node, why)
         with self._wake_lock:

@@ -1,7 +1,7 @@
 """The secondary scheduler wakes a pass when a node opens (added, uncordoned, a taint such as not-ready removed,
 allocatable grown, labels changed, a reservation released), as kube-scheduler re-queues its unschedulable pods on
 such Node events, instead of leaving a pod that fits now for the next interval; a status heartbeat, or a change
-that only takes away, wakes nothing (balancer/actuate/k8s_sched_reads.py: `NodeWatch`, `node_opened`)."""
+that only takes away, wakes nothing (balancer/actuate/k8s_sched_reads.py: `node_openings`, `node_opened`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from fakeapi import FakeKube, node, pod
 from test_k8s_watch import eventually
 
 from balancer.actuate.k8s_reads import node_facts
-from balancer.actuate.k8s_sched_reads import NodeWatch
+from balancer.actuate.k8s_sched_reads import node_openings
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import RESERVATION_ANNOTATION, rfc3339
 from balancer.cmd import schedule as schedule_cmd
 
@@ -226,8 +227,8 @@ def test_a_node_added_while_the_watch_was_broken_wakes_a_pass_when_listed_again(
     def broken(**_kw):
         raise ValueError("watch refused")
 
-    w = NodeWatch("nodes", list_nodes, broken, node_facts, backoff_s=0.001, max_backoff_s=0.005,
-                  opened=lambda name, why: opened.append((name, why)))
+    w = ListWatch("nodes", list_nodes, broken, node_facts, backoff_s=0.001, max_backoff_s=0.005,
+                  on_change=node_openings(lambda name, why: opened.append((name, why))))
     w.start()
     try:
         eventually(lambda: w.lists >= 5)
