@@ -29,16 +29,8 @@ lost action or a duplicate cycle converges to the same place. Before acting, acc
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
-goes from leader to leader (`balancer.ledger_handover`). On its first cycle as leader that goes on to plan the loop
-asks the actuator to `recover()` migrations a previous process left half-done, and on every cycle that goes on to
-plan it calls the actuator's `housekeeping()` when it has one (the Kubernetes actuator releases expired hot taints
-and reservations there); both are duck-typed hooks returning notes for the log and the audit log. A cycle that holds
-still (fail-static, emergency stop) touches nothing, recover and housekeeping included, with one exception: holding
-still for fail-static, the leader asks the actuator to `keep_power_caps()` (a third such hook), which renews the
-expiry of the power caps already set and nothing else, so that caps do not lapse on telemetry nobody trusts
-(`_keep_power_caps`). An emergency stop renews nothing: the operator said stop, so the caps lapse as a stopped
-controller's would, and the log says so once per stop. A new leader whose first cycles hold still recovers at its
-first cycle that plans, so it writes under a hold no more than an old leader would.
+goes from leader to leader (`balancer.ledger_handover`). What its actions leave on the fleet the actuator keeps up or
+releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
 while recording is logged and never stops the loop.
@@ -68,6 +60,7 @@ from balancer.config import BalancerPolicy
 from balancer.errors import SafetyViolation, TelemetryError
 from balancer.fleet_record import FleetRecorder
 from balancer.ledger_handover import LedgerHandover
+from balancer.loop_upkeep import LoopUpkeep
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast, ScaleInference
 from balancer.plan import planner as planner_mod
@@ -123,7 +116,6 @@ class Reconciler:
         self.ledger = SafetyLedger()
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
-        self._recovered = False
         self.handover = LedgerHandover(self.elector, self.metrics.registry)   # the ledger, leader to leader
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
         self._leading = False
@@ -133,7 +125,8 @@ class Reconciler:
         self.fleet = FleetRecorder(self.metrics)   # what the fleet looks like, into the metrics, each planned cycle
         self._stop = threading.Event()   # `run`'s: once set, no further action starts
         self._progress: Callable[[str], None] = lambda what: None   # `run`'s: as housekeeping, each action begin
-        self._told_caps_lapse = False   # the current emergency stop's warning that caps are not renewed was logged
+        self.upkeep = LoopUpkeep(self.actuator, self.guard, audit=self._audit, still_leading=self._still_leading,
+                                 progress=lambda what: self._progress(what))   # the actuator's recover & co.
         # the last `keep_durations` cycles' durations (None: every cycle's, for an offline run's report); a controller
         # that runs for weeks must not keep one float per cycle for ever (gputide_reconcile_duration_seconds has them)
         self.reconcile_seconds: deque[float] = deque(maxlen=keep_durations)
@@ -182,7 +175,7 @@ class Reconciler:
         restrain), the policy, and the forecaster with its demand history (what was observed, not who acted)."""
         self._offices += 1
         self.state = planner_mod.PlannerState()
-        self._recovered = False
+        self.upkeep.take_office()
         self.fleet.restart()
         self._last_notes = frozenset()
         self.ledger = self.handover.inherit(self.ledger)
@@ -197,18 +190,14 @@ class Reconciler:
         if self.handover.unsaved:   # a hand-over that failed: tried again every cycle, not only after an action
             self.handover.hand_on(self.ledger)
         snap = self._observe(now, "")
-        if isinstance(snap, CycleReport):
-            return self._keep_power_caps(now, snap)
+        if isinstance(snap, CycleReport):   # fail-static: the power caps' expiry renewed, nothing else
+            return self.upkeep.holding_still(now, snap)
         if not self._still_leading():   # the reads outlived the Lease: what follows is the new leader's to do
             return CycleReport("standby", "lost the Lease while reading telemetry")
-        if self.guard.emergency_stopped():
-            return self._keep_power_caps(now, self._hold(now, "emergency_stop", "emergency stop is set"))
-        self._told_caps_lapse = False
+        if self.guard.emergency_stopped():   # nothing renewed: the caps lapse (said once per stop)
+            return self.upkeep.holding_still(now, self._hold(now, "emergency_stop", "emergency stop is set"))
         self.metrics.set_fail_static(None)
-        if not self._recovered:   # the first cycle as leader that does not hold still: see `_keep_power_caps`
-            self._recovered = True
-            self._hook(now, "recover", logging.WARNING)
-        self._hook(now, "housekeeping", logging.INFO)
+        self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
         forecasts = self._forecast(snap)
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         self._log_notes(plan.notes)
@@ -350,50 +339,6 @@ class Reconciler:
         rejected.append((a, reason))
         self.metrics.rejected.labels(reason=reason).inc()
         self._audit(now, action_record(a, f"rejected:{reason}", detail))
-
-    def _keep_power_caps(self, now: float, hold: CycleReport) -> CycleReport:
-        """`hold`, after the one write a cycle that holds still may make: for fail-static, the leader has the actuator
-        renew the expiry of the power caps it already set (`keep_power_caps()`, optional; nothing else is written),
-        since a cap that lapses is a change made on telemetry nobody trusts (a hot GPU losing its cap). Not under an
-        emergency stop, even one set while the telemetry is bad: the operator said stop acting, so nothing is written
-        and the caps lapse as a stopped controller's would; the log says so once per stop.
-
-        A new leader's `recover()` waits for its first cycle that does not hold (`_cycle`): it renews every cap's
-        expiry that is due, one already passed included (re-applying caps an agent gave back), and releases expired
-        hot taints and reservations, none of which a hold may do. Under fail-static those stay until then as an old
-        leader's hold keeps them: a hot taint past its expiry keeps a node once judged hot closed to new pods, as its
-        cap is kept, and opening it would be a change made on telemetry nobody trusts."""
-        if getattr(self.actuator, "keep_power_caps", None) is None:
-            return hold
-        if self.guard.emergency_stopped():
-            if not self._told_caps_lapse:
-                self._told_caps_lapse = True
-                log.warning("emergency stop: the power caps gputide set are not renewed while it is set; each node's "
-                            "lapse once their expiry (gputide.io/power-caps-until) passes and its agent gives them back")
-            return hold
-        self._told_caps_lapse = False
-        if self._still_leading():   # the reads may have outlived the Lease: the caps are then the new leader's
-            self._hook(now, "keep_power_caps", logging.INFO,
-                       why=f"holding still ({hold.reason}): only the expiry of the power caps already set is renewed, "
-                           "so they do not lapse on telemetry nobody trusts: ")
-        return hold
-
-    def _hook(self, now: float, name: str, level: int, why: str = "") -> None:
-        """Call the actuator's optional `recover()` / `housekeeping()` / `keep_power_caps()`; log and audit the notes
-        it returns (each after `why`, when given)."""
-        hook = getattr(self.actuator, name, None)
-        if hook is None:
-            return
-        self._progress(name)   # as long as an action may take (the Kubernetes actuator's deadline bounds both)
-        try:
-            notes = list(hook() or ())
-        except Exception as exc:  # a failing hook is reported; the cycle goes on
-            log.warning("%s failed: %s", name, exc)
-            self._audit(now, {"action": name, "target": "", "reason": str(exc), "outcome": "failed"})
-            return
-        for note in notes:
-            log.log(level, "%s: %s%s", name, why, note)
-            self._audit(now, {"action": name, "target": "", "reason": why + note, "outcome": "applied"})
 
     def _forecast(self, snap: ClusterSnapshot) -> Mapping[str, Forecast] | None:
         if self.forecaster is None or not self.policy.forecast.enabled:
