@@ -90,6 +90,7 @@ from balancer.plan.capacity_pools import (  # noqa: F401  (Pools, grow_gain: re-
     apply_targets,
     capacity_split,
     grow_gain,
+    shrink_order,
 )
 
 
@@ -199,8 +200,7 @@ def checkpoint_reclaim_s(view: CapacityView, models: frozenset[str] | None,
     def usable(j: JobView) -> int:
         return sum(n for m, n in j.gpus_by_model.items() if models is None or m in models)
 
-    ranked = sorted((j for j in view.jobs if usable(j) > 0 and not j.protected and j.workers > j.elastic_min),
-                    key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name))
+    ranked = [j for j in shrink_order(view.jobs, usable) if j.workers > j.elastic_min]
     if not ranked:
         return 0.0
     first = ranked[0]

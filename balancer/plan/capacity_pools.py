@@ -14,7 +14,7 @@ the gauges. Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from balancer.actions import Action, ScaleInference, ScaleTraining
 from balancer.plan.capacity import CapacityPolicy, CapacitySplit, CapacityView, JobView, ServiceView
@@ -22,6 +22,14 @@ from balancer.plan.capacity import CapacityPolicy, CapacitySplit, CapacityView, 
 
 def _allowed(models: frozenset[str] | None, model: str) -> bool:
     return models is None or model in models
+
+
+def shrink_order(jobs: Iterable[JobView], usable: Callable[[JobView], int]) -> list[JobView]:
+    """The jobs a reclaim may shrink, cheapest preemption first: lowest priority, then least work lost since the
+    last checkpoint, then resized in place before restarted whole. `usable(j)`: the GPUs of the reclaim's models
+    `j` holds; a job with none, or protected (the safety guard would refuse its shrink), is no candidate."""
+    return sorted((j for j in jobs if usable(j) > 0 and not j.protected),
+                  key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name))
 
 
 class Pools:
@@ -70,10 +78,7 @@ class Pools:
         def usable(j: JobView) -> int:
             return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
 
-        ranked = sorted(  # a protected job is never a candidate: the safety guard would refuse its shrink
-            (j for j in self.jobs.values() if usable(j) > 0 and not j.protected),
-            key=lambda j: (j.priority, j.restart_cost_gpu_h, j.restarts_on_resize, j.name),
-        )
+        ranked = shrink_order(self.jobs.values(), usable)
         # without suspension a job keeps one worker even when its elastic minimum is 0
         floors = [lambda j: max(j.elastic_min, 0 if allow_suspend else 1)] + ([lambda j: 0] if allow_suspend else [])
         got = 0
