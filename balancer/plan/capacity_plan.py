@@ -182,7 +182,8 @@ def checkpoint_periods(view: CapacityView, known: Mapping[str, tuple[float, floa
     on SIGTERM, or nothing is known) is not tracked."""
     out: dict[str, tuple[float, float]] = {}
     for j in view.jobs:
-        if not 0.0 < j.since_checkpoint_s < math.inf:
+        # 0 is a checkpoint this instant for a job tracked already (one that saves on SIGTERM always shows 0)
+        if not (0.0 < j.since_checkpoint_s < math.inf or (j.since_checkpoint_s == 0.0 and j.name in known)):
             continue
         at = view.time - j.since_checkpoint_s
         last, period = known.get(j.name, (at, 0.0))

@@ -61,3 +61,12 @@ def test_only_the_job_a_reclaim_would_shrink_first_counts():
     v = view(3, 30.0, jobs=jobs)
     d = plan_capacity(v, {"chat": RISE}, POLICY, _with_periods(v, low=PERIOD, high=PERIOD))
     assert training_sizes(d) == {"low": 4}
+
+
+def test_a_checkpoint_read_the_instant_it_is_taken_is_remembered_and_its_period_learned():
+    # a trainer that checkpoints on the controller's cycle reads 0 s since its checkpoint on that cycle: the job is
+    # still the one tracked (before, it was dropped there and every period was forgotten before it was learned)
+    seen: dict = {}
+    for now in range(0, 4000, 60):
+        seen = checkpoint_periods(view(3, 30.0, jobs=[job("a", 10, since=float(now % 1800))], now=float(now)), seen)
+    assert seen == {"a": (3600.0, 1800.0)}
