@@ -91,7 +91,9 @@ class Pools:
                 if spare <= 0 or usable(j) <= 0:
                     continue
                 k = min(spare, math.ceil((gpus - got) / gpw), usable(j) // gpw or 1)
-                self.workers[j.name] -= k
+                # lowering a job's size removes its pending workers first (as a Job's controller deletes unscheduled
+                # pods before running ones): they free no GPU, so the new size is k below the placed workers
+                self.workers[j.name] = min(self.workers[j.name], j.placed_workers) - k
                 freed = k * gpw
                 for m in sorted(self.held[j.name]):
                     if freed <= 0:
@@ -107,6 +109,7 @@ class Pools:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
         restarts) up to their elastic maximum, a job only when the `hours` of the added workers outweigh the work
         its restart and the loan's reclaim lose (`grow_gain`)."""
+        self.claim_pending()
         for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.restarts_on_resize, j.name)):
             gpw = max(j.gpus_per_worker, 1)
             if j.protected or self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
@@ -124,6 +127,21 @@ class Pools:
             for m, k in take.items():
                 self.free[m] -= k * gpw
                 self.workers[j.name] += k
+
+    def claim_pending(self) -> None:
+        """Take from the idle pool the GPUs the jobs' pending workers wait for: the scheduler gives them the next idle
+        GPUs of their models, so they are no GPUs to grow another job into (a growth whose GPUs a loan would free,
+        sent out while the loan was held back, is still waiting; counting them again grew a second job into the same
+        GPUs, and both waited)."""
+        for j in self.jobs.values():
+            pending = (self.workers[j.name] - j.placed_workers) * max(j.gpus_per_worker, 1)
+            for m in sorted(self.free, key=lambda k: -self.free[k]):
+                if pending <= 0:
+                    break
+                if _allowed(j.models, m):
+                    n = min(self.free[m], pending)
+                    self.free[m] -= n
+                    pending -= n
 
     def training_actions(
         self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float
