@@ -45,7 +45,6 @@ window has not seen, errors that come in day-long runs at long horizons):
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
 
 import numpy as np
@@ -145,6 +144,30 @@ def calibrate_path(origin_idx: np.ndarray, h: int, p50: np.ndarray, raw: dict[fl
     return out
 
 
+class _Ring:
+    """The last `size` residuals of one horizon in a float64 ring (a deque of Python floats took four times the memory
+    and a list-to-array conversion on every forecast: up to 4,320 residuals per long horizon with day-ahead paths)."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = np.empty(size)
+        self.n = 0      # how many are kept (at most size)
+        self.head = 0   # where the next one goes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def append(self, value: float) -> None:
+        self.buf[self.head] = value
+        self.head = (self.head + 1) % len(self.buf)
+        self.n = min(self.n + 1, len(self.buf))
+
+    def last(self, k: int) -> np.ndarray:
+        """The last min(k, len) residuals (in ring order: the quantile read from them does not depend on order)."""
+        k = min(k, self.n)
+        idx = (self.head - 1 - np.arange(k)) % len(self.buf)
+        return self.buf[idx]
+
+
 class OnlineCalibrator:
     """The same calibration for a running controller: residuals arrive one at a time, per horizon.
 
@@ -155,7 +178,7 @@ class OnlineCalibrator:
     def __init__(self, window: int, min_n: int = 24) -> None:
         self.window = window
         self.min_n = min_n
-        self.residuals: dict[int, deque] = {}
+        self.residuals: dict[int, _Ring] = {}
         self.level = 0.0
         self.count = 0
 
@@ -165,12 +188,14 @@ class OnlineCalibrator:
         self.count += 1
         self.level += (abs(truth) - self.level) / min(self.count, 1000)
         floor = max(0.05 * self.level, 1e-9)
-        kept = self.residuals.setdefault(h, deque(maxlen=max(residual_window(self.window, h, q) for q in CAL_QUANTILES)))
+        kept = self.residuals.get(h)
+        if kept is None:
+            kept = self.residuals[h] = _Ring(max(residual_window(self.window, h, q) for q in CAL_QUANTILES))
         kept.append((truth - p50) / max(abs(p50), floor))
 
     def _offset(self, h: int, q: float) -> float:
         """Quantile q's relative residual at horizon h, from the last `residual_window(window, h, q)` residuals."""
-        kept = np.asarray(self.residuals[h])[-residual_window(self.window, h, q):]
+        kept = self.residuals[h].last(residual_window(self.window, h, q))
         return float(np.quantile(kept, finite_level(q, len(kept), h)))
 
     def apply(self, p50: np.ndarray, raw: dict[float, np.ndarray]) -> dict[float, np.ndarray]:

@@ -64,3 +64,20 @@ def test_the_p90_reads_its_own_window_and_the_p99_the_longer_one():
 def test_live_day_ahead_p90_covers_about_90_percent_of_day_long_errors():
     coverage = np.mean([_day_ahead_coverage(_errors(seed)) for seed in range(6)])
     assert 0.85 <= coverage <= 0.95, coverage  # three days' largest residual: 0.98
+
+
+def test_the_ring_reads_the_same_residuals_a_list_of_the_last_ones_would():
+    # more residuals than the ring holds (it wraps round several times): each quantile is read from exactly the last
+    # residual_window(window, h, q) of them, as from a list of everything added
+    cal, h = OnlineCalibrator(window=3 * DAY), 12
+    rng = np.random.default_rng(3)
+    truth = 1000.0 + rng.normal(0, 50, 3000) + np.linspace(0, 400, 3000)   # drifting: the window's position matters
+    added = []
+    for y in truth:
+        cal.add(h, float(y), 1000.0)
+        added.append((y - 1000.0) / 1000.0)
+    ring = cal.residuals[h]
+    assert ring.buf.dtype == np.float64 and ring.buf.nbytes == 8 * residual_window(3 * DAY, h, 0.99)
+    for q in (0.9, 0.99):
+        k = residual_window(3 * DAY, h, q)
+        assert sorted(ring.last(k)) == pytest.approx(sorted(added[-k:]))
