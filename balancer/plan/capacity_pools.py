@@ -40,6 +40,7 @@ class Pools:
         self.jobs = {j.name: j for j in view.jobs}
         self.workers = {j.name: j.workers for j in view.jobs}
         self.held = {j.name: dict(j.gpus_by_model) for j in view.jobs}
+        self.released: dict[str, int] = {}   # GPUs per model this pass's scale-downs free (`claim_pending`)
 
     def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
         """Claim up to `gpus` idle GPUs of the allowed models; returns how many were claimed."""
@@ -66,11 +67,14 @@ class Pools:
             gpus = min(gpus, max(0, sum(held.values()) - replicas * gpr))
         for m in sorted(held, key=lambda k: -held[k]):
             n = min(held[m], gpus)
-            self.free[m] = self.free.get(m, 0) + n
+            self._credit(m, n)
             gpus -= n
         if gpus > 0:  # unplaced (warming or pending) replicas: credit an allowed model
-            m = min(service.profile.models or self.free or {"any": 0})
-            self.free[m] = self.free.get(m, 0) + gpus
+            self._credit(min(service.profile.models or self.free or {"any": 0}), gpus)
+
+    def _credit(self, model: str, n: int) -> None:
+        self.free[model] = self.free.get(model, 0) + n
+        self.released[model] = self.released.get(model, 0) + n
 
     def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
         """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first."""
@@ -129,18 +133,20 @@ class Pools:
                 self.workers[j.name] += k
 
     def claim_pending(self) -> None:
-        """Take from the idle pool the GPUs the jobs' pending workers wait for: the scheduler gives them the next idle
-        GPUs of their models, so they are no GPUs to grow another job into (a growth whose GPUs a loan would free,
-        sent out while the loan was held back, is still waiting; counting them again grew a second job into the same
-        GPUs, and both waited)."""
+        """Take from the GPUs this pass's scale-downs free those the jobs' pending workers wait for: the scheduler gives
+        them the next GPUs of their models that empty, so they are no GPUs to grow another job into (a growth onto
+        GPUs a loan would free, sent out while the loan was held back, still waits; counting them again grew a second
+        job into the same GPUs, and both waited). GPUs idle already are not claimed: pending workers beside them are
+        pending for some other reason (a node selector, memory), and the GPUs may still go to another job."""
         for j in self.jobs.values():
             pending = (self.workers[j.name] - j.placed_workers) * max(j.gpus_per_worker, 1)
-            for m in sorted(self.free, key=lambda k: -self.free[k]):
+            for m in sorted(self.released, key=lambda k: -self.released[k]):
                 if pending <= 0:
                     break
                 if _allowed(j.models, m):
-                    n = min(self.free[m], pending)
+                    n = min(self.free[m], self.released[m], pending)
                     self.free[m] -= n
+                    self.released[m] -= n
                     pending -= n
 
     def training_actions(

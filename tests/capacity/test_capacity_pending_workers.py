@@ -37,3 +37,11 @@ def test_idle_gpus_pending_workers_wait_for_are_not_lent_to_another_job():
     d = plan_capacity(v, {"chat": forecast([130] * 24)}, POLICY, settled(v))
     assert inference_target(d, 39) == 13   # frees 26 GPUs, the 26 that a's pending workers wait for
     assert training_sizes(d) == {}   # b is not grown into them
+
+
+def test_idle_gpus_pending_workers_were_not_placed_on_still_go_to_another_job():
+    # 6 GPUs idle in the view while a waits for 26: the scheduler did not give them to a (a node selector, memory),
+    # so they are not a's; b grows into them
+    v = view(3, 30.0, free=6, jobs=[job("a", 39, gpus=13, prio=10, emax=64), job("b", 12, prio=5, emax=64)])
+    d = plan_capacity(v, {"chat": forecast([30] * 24)}, POLICY, settled(v))
+    assert training_sizes(d) == {"b": 18}
