@@ -114,7 +114,7 @@ class Review:
 def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
     """Running pods that `a` stops. An inference scale-down removes pending replicas first (a ReplicaSet
     deletes unscheduled pods before running ones), so only the replicas it takes below the placed count evict.
-    A training resize stops the workers it removes; a job that restarts whole on any change of size
+    A training resize stops the workers it takes below the placed count (pending workers go first too); a job that restarts whole on any change of size
     (`Workload.restarts_on_resize`: queued in Kueue without elastic slices, or torchrun elastic) stops every running
     worker, whether it shrinks or grows."""
     if isinstance(a, Migrate):
@@ -123,10 +123,11 @@ def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
         if a.workers == a.previous_workers:
             return 0
         members = snapshot.workloads_by_owner.get(a.job, ())
-        removed = max(a.previous_workers - a.workers, 0)
+        placed = sum(1 for w in members if snapshot.placements.get(w.name))
         if any(w.restarts_on_resize for w in members):
-            return max(removed, sum(1 for w in members if snapshot.placements.get(w.name)))
-        return removed
+            return max(max(a.previous_workers - a.workers, 0), placed)
+        # lowering a Job's parallelism deletes its pending pods first, as a scale-down does its pending replicas
+        return max(min(a.previous_workers, placed) - a.workers, 0)
     if isinstance(a, ScaleInference):
         if a.replicas >= a.previous_replicas:
             return 0

@@ -57,3 +57,18 @@ def test_the_soak_counts_evictions_as_the_guard_does(action, restarts, guard_spe
     check.on_applied(1, NOW, action, snap)
     assert check.peak["evictions_per_window"] == spent
     assert bool(check.check.breaches) == (spent > BUDGET)
+
+
+def test_a_shrink_of_a_job_with_pending_workers_spends_only_the_placed_ones_it_stops():
+    # 4 workers placed, 2 pending: down to 3 deletes the 2 pending pods and stops one running worker (it spent 3, and
+    # a reclaim from a job grown onto GPUs not yet free took the budget loans need)
+    w = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", elastic_min=1, elastic_max=8), (i,))
+         for i in range(4)]
+    w += [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", elastic_min=1, elastic_max=8), ())
+          for i in (4, 5)]
+    snap = snapshot(FL, workloads=w)
+    shrink = ScaleTraining(job="job", workers=3, previous_workers=6, reason="tide", expected_gain=1.0)
+    guard = SafetyGuard(SafetyPolicy(eviction_budget=BUDGET))
+    assert len(guard.record(SafetyLedger(), [shrink], snap, NOW).evictions) == 1
+    only_pending = ScaleTraining(job="job", workers=4, previous_workers=6, reason="tide", expected_gain=1.0)
+    assert len(guard.record(SafetyLedger(), [only_pending], snap, NOW).evictions) == 0
