@@ -162,7 +162,7 @@ def main() -> str:
              "own loop (hotspot + capacity plan, every action through the safety guard) with the policy the capacity "
              "overlay ships (deploy/components/capacity/policy.yaml: eviction budget 60 an hour; with the default "
              "30, measured separately with gputide simulate, the budget slows the loans: m-small training 1.27x "
-             "static instead of 1.28x lossy, 1.38x instead of 1.42x checkpointed, same SLO); static and "
+             "static instead of 1.29x lossy, 1.38x instead of 1.43x checkpointed, same SLO); static and "
              "reactive bypass the guard.", ""]
     lines += section("ServeGen m-small (the issue's targets)", run_both(small), True)
     large = shared_trace("m-large")
