@@ -86,8 +86,9 @@ def test_a_spread_jobs_shrink_record_is_given_back_by_neither_shard():
 
 def test_a_shard_counts_the_pending_workers_of_its_own_job_as_the_whole_cluster_does():
     """Job "a" runs 3 workers on n0 and asks for a 4th, pending (no node yet); n1 is full of job "b". The shard cut
-    dropped every pod without a node, so n0's shard saw a 3-worker Job: it sized the Job from 3 (3 -> 1, a Job of 4
-    set to 1) where the unsharded planner, which counts the pending worker, sets 4 -> 2."""
+    dropped every pod without a node, so n0's shard saw a 3-worker Job and resized a Job of 4 as one of 3. The
+    reclaim takes 2 GPUs: both planners set the Job to 1 (its pending worker goes first and frees nothing, so the
+    size counts down from the 3 placed: b4bfc09; before, 4 -> 2 freed one GPU), from the Job's 4."""
     fl = make_fleet(nodes=2, gpus_per_node=4)
     wl = [(workload(f"a-{i}", C.TRAINING, owner="a", elastic_min=1, elastic_max=8), (g,)) for i, g in enumerate((1, 2, 3))]
     wl += [(workload(f"b-{i}", C.TRAINING, owner="b", elastic_min=4, elastic_max=4), (g,)) for i, g in enumerate((4, 5, 6, 7))]
@@ -98,6 +99,6 @@ def test_a_shard_counts_the_pending_workers_of_its_own_job_as_the_whole_cluster_
                                                              elastic_max=8)))
     unsharded = CapacityLoopPlanner(CHAT, CapacityPolicy(), 60.0)(snap, {}, ON)[0]
     sharded = CapacityLoopPlanner(CHAT, CapacityPolicy(), 60.0, sharded=True)(cut(snap, "n0"), {}, ON)[0]
-    assert [(a.job, a.workers, a.previous_workers) for a in resizes(unsharded)] == [("a", 2, 4)]
-    assert [(a.job, a.workers, a.previous_workers) for a in resizes(sharded)] == [("a", 2, 4)]
+    assert [(a.job, a.workers, a.previous_workers) for a in resizes(unsharded)] == [("a", 1, 4)]
+    assert [(a.job, a.workers, a.previous_workers) for a in resizes(sharded)] == [("a", 1, 4)]
     assert "training/a-3" not in cut(snap, "n1").workload_by_name   # n1's shard has no worker of "a"
