@@ -112,6 +112,12 @@ class ForecastPolicy:
 class CapacityPolicy:
     enabled: bool = _f(False, "shift GPUs between inference and training ahead of the tide")
     headroom: float = _f(0.15, "spare inference capacity above the forecast", 0, 5)
+    reclaim_quantile: float = _f(0.9, "the demand forecast quantile a service's replicas cover over the warm-up "
+                                      "lead (reclaims); 0.99 holds spare for rises a p90 misses and lends less",
+                                 0.5, 0.999)
+    keep_quantile: float = _f(0.9, "while a reclaim would roll a training job back (no checkpoint on SIGTERM), a "
+                                   "loan keeps what this quantile needs over the loan horizon; 0.99 lends less and "
+                                   "is taken back less often", 0.5, 0.999)
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,8 @@ class CapacityView:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityPolicy:
     quantile: float = 0.9             # loans: the forecast quantile that must leave GPUs idle over the loan horizon
-    reclaim_quantile: float = 0.99    # reclaims: the quantile replicas must cover over the warm-up lead
+    reclaim_quantile: float = 0.9     # reclaims: the quantile replicas must cover over the warm-up lead
+    keep_quantile: float = 0.9        # loans a reclaim would roll back: the quantile kept over the loan horizon
     reclaim_headroom: float = 0.15    # capacity above that quantile
     headroom: float = 0.15  # capacity above the forecast quantile
     reclaim_margin_s: float = 600.0  # reclaim this long before the rise on top of the warm-up time

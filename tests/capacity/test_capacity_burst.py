@@ -180,10 +180,21 @@ def test_suspended_job_grows_back_on_idle_gpus():
     ({}, CapacityPolicy()),
     ({"headroom": 0.5}, replace(CapacityPolicy(), headroom=0.5)),
     ({"headroom": 0.5, "enabled": True}, replace(CapacityPolicy(), headroom=0.5)),
-], ids=["defaults keep the planner's defaults", "a shared field is read", "fields the planner lacks are ignored"])
+    ({"reclaimQuantile": 0.99, "keepQuantile": 0.99}, replace(CapacityPolicy(), reclaim_quantile=0.99,
+                                                              keep_quantile=0.99)),
+], ids=["defaults keep the planner's defaults", "a shared field is read", "fields the planner lacks are ignored",
+        "the SLO-first quantiles are read"])
 def test_capacity_policy_reads_the_fields_it_shares_with_the_policy_file(spec, expected):
     doc = {"apiVersion": config.API_VERSION, "kind": config.KIND, "spec": {"capacity": spec}}
     assert CapacityPolicy.from_config(config.from_dict(doc).capacity) == expected
+
+
+def test_the_policy_files_quantile_defaults_are_the_planners():
+    # from_config keeps the planner's value where the file leaves its own default: were the two defaults apart, a
+    # file that set the file's default explicitly would get the planner's instead
+    section = config.from_dict({"apiVersion": config.API_VERSION, "kind": config.KIND, "spec": {}}).capacity
+    assert (section.reclaim_quantile, section.keep_quantile) == (CapacityPolicy().reclaim_quantile,
+                                                                 CapacityPolicy().keep_quantile) == (0.9, 0.9)
 
 
 def test_policy_file_changes_capacity_behaviour_in_gputide_simulate(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from balancer.model import Forecast
@@ -10,22 +12,28 @@ from tests.capacity.settled_state import settled
 from tests.capacity.test_capacity_planner import POLICY, inference_target, job, training_sizes, view
 
 
-def test_a_loan_keeps_what_the_reclaim_quantile_needs_over_the_whole_loan_horizon():
+def test_a_loan_keeps_what_the_keep_quantile_needs_over_the_whole_loan_horizon():
     # p90 stays at 30 req/s for 4 h, p99 reaches 80 req/s an hour from now: beyond the reclaim lead, within the
-    # loan horizon. Loaning down to the p90's 3 replicas would be reclaimed (p99) an hour later, a rollback for it
+    # loan horizon. With keepQuantile 0.99 (and reclaims at the p99), loaning down to the p90's 3 replicas would be
+    # reclaimed an hour later, a rollback for it
     p90 = np.full(24, 30.0)
     p99 = p90.copy()
     p99[6:] = 80.0
     fc = Forecast(service="chat", issued_at=0.0, step_s=600.0, quantiles={0.5: p90, 0.9: p90, 0.99: p99})
+    slo_first = replace(POLICY, reclaim_quantile=0.99, keep_quantile=0.99)
     v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=600.0)])
-    d = plan_capacity(v, {"chat": fc}, POLICY, settled(v))
+    d = plan_capacity(v, {"chat": fc}, slo_first, settled(v))
     assert inference_target(d, 10) == 8
     assert training_sizes(d) == {"train-a": 6}
     # a job that checkpoints on SIGTERM (no work since its checkpoint) loses nothing to the reclaim: loaned to the p90
     v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=0.0)])
-    d = plan_capacity(v, {"chat": fc}, POLICY, settled(v))
+    d = plan_capacity(v, {"chat": fc}, slo_first, settled(v))
     assert inference_target(d, 10) == 3
     assert training_sizes(d) == {"train-a": 11}
+    # the defaults (0.9, the loan quantile) lend to the p90 whatever the job loses: the keep rule adds nothing
+    v = view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=600.0)])
+    d = plan_capacity(v, {"chat": fc}, POLICY, settled(v))
+    assert inference_target(d, 10) == 3
 
 
 def test_a_lossy_job_is_not_grown_when_the_reclaim_would_roll_back_more_than_the_loan_adds():
