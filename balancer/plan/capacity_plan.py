@@ -29,11 +29,12 @@ moves the rest of the GPUs to elastic training:
   the whole forecast is scaled up by that ratio (a level correction).
 * **A loan is priced by the rollback its reclaim costs.** A job that does not checkpoint on SIGTERM loses the work
   since its checkpoint, on all its GPUs, whenever it is shrunk. While a job that could take a service's GPUs has
-  such work (`reclaim_rolls_back`), the service loans only what the keep quantile over the whole loan horizon
-  leaves idle (with keep and reclaim quantiles above the loan quantile, a loan sized by the loan quantile alone was
-  reclaimed by the reclaim quantile minutes later; by default all three are the p90 and the rule adds nothing), and
-  a job is grown only when the loan adds more than the rollback (`grow_gain`): right after its checkpoint, not
-  before.
+  such work (`reclaim_rolls_back`), the service loans only what the reclaim rule would leave idle over the whole
+  loan horizon if demand followed the keep quantile (default the p90): that quantile with the reclaim headroom, and
+  the burst floor on it. A loan sized by today's floor alone was reclaimed as soon as demand rose along its
+  forecast, since the floor scales with the demand (and one sized by the loan quantile, by a reclaim quantile set
+  above it). A job is grown only when the loan adds more than the rollback (`grow_gain`): right after its
+  checkpoint, not before.
 * **Reclaims land on checkpoints.** When the job a reclaim would shrink first has just checkpointed (within a tenth
   of its checkpoint period, learned from the checkpoint times it reports: `checkpoint_periods`), the service takes
   now what the reclaim quantile needs until that job's next checkpoint and the reclaim lead after it
@@ -283,10 +284,14 @@ def plan_capacity(
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
             if reclaim_rolls_back(view, p.models):
                 # a loan the reclaim rule takes back within the loan horizon rolls the job back and buys minutes:
-                # keep what the keep quantile (the reclaim's, when set above the loan's) needs over the whole horizon
+                # keep what the reclaim rule will ask for over the whole horizon if demand follows the keep quantile:
+                # that quantile with the reclaim's headroom, and the burst floor on it (the floor scales with the
+                # demand: a loan sized at today's floor was taken back as soon as demand rose along its forecast)
                 peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time,
                                                   max(policy.loan_horizon_s, lead))
-                down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom))
+                floor_keep = replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom)
+                down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
+                                min(floor_keep, cap) if cap is not None else floor_keep)
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure

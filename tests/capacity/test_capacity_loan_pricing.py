@@ -48,3 +48,20 @@ def test_a_lossy_job_is_not_grown_when_the_reclaim_would_roll_back_more_than_the
     # just past its checkpoint (or checkpointing on SIGTERM: 0 s) the loan loses nothing: grown
     v = view(10, 20.0, jobs=[job("train-a", 40, emax=60, since=0.0)])
     assert training_sizes(plan_capacity(v, fc, POLICY, settled(v))) == {"train-a": 47}
+
+
+def test_a_lossy_loan_keeps_the_burst_floor_the_forecast_demand_will_ask_for():
+    # demand 20 req/s now, the forecast 30 for 4 h, a learned burst of 50 %: today's floor (20 x 1.5 = 30: 3
+    # replicas) would lend down to 3, and the floor on the forecast demand (30 x 1.5 = 45) takes 2 back as soon as
+    # demand reaches it: a rollback for a loan of minutes. The loan keeps 5
+    fc = {"chat": Forecast(service="chat", issued_at=0.0, step_s=600.0,
+                           quantiles={q: np.full(24, 30.0) for q in (0.5, 0.9, 0.99)})}
+
+    def bursty(v):
+        return replace(v, services=(replace(v.services[0], burst=0.5),))
+
+    v = bursty(view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=600.0)]))
+    assert inference_target(plan_capacity(v, fc, POLICY, settled(v)), 10) == 5
+    # a job that checkpoints on SIGTERM loses nothing when the floor takes GPUs back: lent down to today's floor
+    v = bursty(view(10, 20.0, jobs=[job("train-a", 4, emax=12, since=0.0)]))
+    assert inference_target(plan_capacity(v, fc, POLICY, settled(v)), 10) == 3
