@@ -114,9 +114,9 @@ class Review:
 def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
     """Running pods that `a` stops. An inference scale-down removes pending replicas first (a ReplicaSet
     deletes unscheduled pods before running ones), so only the replicas it takes below the placed count evict.
-    A training resize stops the workers it takes below the placed count (pending workers go first too); a job that restarts whole on any change of size
-    (`Workload.restarts_on_resize`: queued in Kueue without elastic slices, or torchrun elastic) stops every running
-    worker, whether it shrinks or grows."""
+    A training resize likewise stops only the workers it takes below the placed count (a Job's controller deletes
+    pending pods first too); a job that restarts whole on any change of size (`Workload.restarts_on_resize`: queued
+    in Kueue without elastic slices, or torchrun elastic) stops every running worker, whether it shrinks or grows."""
     if isinstance(a, Migrate):
         return 1
     if isinstance(a, ScaleTraining):
@@ -125,16 +125,20 @@ def _evictions(a: Action, snapshot: ClusterSnapshot) -> int:
         members = snapshot.workloads_by_owner.get(a.job, ())
         placed = sum(1 for w in members if snapshot.placements.get(w.name))
         if any(w.restarts_on_resize for w in members):
-            return max(max(a.previous_workers - a.workers, 0), placed)
-        # lowering a Job's parallelism deletes its pending pods first, as a scale-down does its pending replicas
-        return max(min(a.previous_workers, placed) - a.workers, 0)
+            return max(a.previous_workers - a.workers, placed)
+        return _below_placed(a.previous_workers, a.workers, placed)
     if isinstance(a, ScaleInference):
         if a.replicas >= a.previous_replicas:
             return 0
         placed = sum(1 for w in snapshot.workloads_by_owner.get(a.service, ())
                      if w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name))
-        return max(min(a.previous_replicas, placed) - a.replicas, 0)
+        return _below_placed(a.previous_replicas, a.replicas, placed)
     return 0
+
+
+def _below_placed(previous: int, new: int, placed: int) -> int:
+    """Running pods a size change from `previous` to `new` stops when pending pods go first: those below `placed`."""
+    return max(min(previous, placed) - new, 0)
 
 
 count_evictions = _evictions   # public: the soak's budget check (balancer/app/soak_checks.py) counts as the guard does

@@ -247,10 +247,10 @@ def plan_capacity(
         # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
         now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp, surge), p, policy.headroom)
         # speculative spare (bursts, ramps, surges, forecast quantiles) never beyond what static sizing for the peak
-        # would hold, unless the demand now needs more
-        cap = max(p.home_replicas, replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else None
-        if cap is not None:
-            now_need = min(now_need, cap)
+        # would hold, unless the demand now needs more (without a home allotment: max_replicas, which replicas_for
+        # never passes)
+        cap = max(p.home_replicas, replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else p.max_replicas
+        now_need = min(now_need, cap)
         settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
         if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
             now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
@@ -269,7 +269,7 @@ def plan_capacity(
         window = lead + checkpoint_reclaim_s(view, p.models, periods)
         peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, window)
         up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
-        up_need = min(up_need, cap) if cap is not None else up_need
+        up_need = min(up_need, cap)
         target = asked
         if up_need > s.replicas:  # more than the replicas holding GPUs: keep what was asked, or ask more
             target = max(up_need, asked)
@@ -289,9 +289,8 @@ def plan_capacity(
                 # demand: a loan sized at today's floor was taken back as soon as demand rose along its forecast)
                 peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time,
                                                   max(policy.loan_horizon_s, lead))
-                floor_keep = replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom)
                 down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
-                                min(floor_keep, cap) if cap is not None else floor_keep)
+                                min(replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom), cap))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
