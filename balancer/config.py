@@ -83,7 +83,8 @@ class ColocationPolicy:
 
 @dataclass(frozen=True)
 class SafetyPolicy:
-    max_actions_per_cycle: int = _f(20, "actions the controller may take in one cycle", 0, 100_000)
+    max_actions_per_cycle: int = _f(20, "actions the controller may take in one cycle (a reclaim for inference "
+                                         "counts, but is never refused)", 0, 100_000)
     max_concurrent_migrations_per_node: int = _f(2, "migrations in flight touching one node", 0, 1000)
     max_unavailable_per_workload: int = _f(1, "replicas of one service/job disrupted at once", 0, 1000)
     migration_settle_s: float = _f(60.0, "a migration counts as in flight for this long", 0, 86400)

@@ -16,7 +16,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── CooldownActive           the same target acted on within its cooldown (inference scale-ups and the
     │                            training shrinks that reclaim GPUs for them are exempt), or by an action accepted
     │                            earlier in the same review (one action per target a cycle, none exempt)
-    ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle
+    ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle (an inference scale-up and the
+    │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     ├── PdbViolation             an eviction a PodDisruptionBudget does not allow: the budgets given as data
@@ -202,7 +203,7 @@ class SafetyGuard:
         for a in actions:
             try:
                 self._check_one(a, ctx, ledger, now, stopped)
-                if not _renewal(a) and counted >= self.policy.max_actions_per_cycle:
+                if not _renewal(a) and not _reclaim(a) and counted >= self.policy.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{self.policy.max_actions_per_cycle} actions already accepted this cycle")
                 self._count(a, ctx, tally)
                 accepted.append(a)
@@ -300,10 +301,10 @@ class SafetyGuard:
             raise CooldownActive(f"{a.target} is already acted on by another action this cycle")
         if a.expected_gain < p.min_expected_gain:
             raise MinGainNotMet(f"expected gain {a.expected_gain:.3g} < {p.min_expected_gain:.3g}")
-        if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas:
-            return  # adding serving capacity disrupts nothing: like an HPA, scale-ups are never held back
-        if isinstance(a, ScaleTraining) and a.reclaim:
-            return  # loaned GPUs go back to inference when its SLO needs them (the eviction budget still holds)
+        if _reclaim(a):
+            # adding serving capacity disrupts nothing: like an HPA, scale-ups are never held back; loaned GPUs go
+            # back to inference when its SLO needs them (the eviction budget still counts them)
+            return
         cooldown = p.power_cooldown_s if isinstance(a, SetPowerLimit | TaintNode) else p.cooldown_s
         last = ledger.last_action.get(_cooldown_key(a))
         if last is not None and now - last < cooldown:
@@ -367,6 +368,21 @@ def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:
 
 def _renewal(a: Action) -> bool:
     return isinstance(a, TaintNode) and a.renew
+
+
+def action_limit(a: Action) -> tuple[bool, bool]:
+    """Whether `a` counts against `maxActionsPerCycle`, and whether that limit may refuse it (the guard's rule,
+    for checks that replay a run's actions)."""
+    return not _renewal(a), not _renewal(a) and not _reclaim(a)
+
+
+def _reclaim(a: Action) -> bool:
+    """Serving capacity added, or loaned GPUs taken back for it: counted against `maxActionsPerCycle` but never
+    refused by it, as the eviction budget spends on a reclaim without refusing it. Refused, the shrinks a plan made
+    for a scale-up could pass while the scale-up, later in the plan, did not: GPUs freed for nothing for a cycle, and
+    the replicas a rise needs a warm-up later."""
+    return (isinstance(a, ScaleInference) and a.replicas > a.previous_replicas) or (
+        isinstance(a, ScaleTraining) and a.reclaim)
 
 
 _POWER_KEYS = tuple(f"{c.kind}:" for c in (SetPowerLimit, TaintNode))   # the keys `powerCooldownS` holds

@@ -37,7 +37,7 @@ import numpy as np
 from balancer.config import SafetyPolicy
 from balancer.errors import TelemetryError
 from balancer.model import Action, ClusterSnapshot, Migrate, ScaleInference, ScaleTraining
-from balancer.safety import check_telemetry, count_evictions
+from balancer.safety import action_limit, check_telemetry, count_evictions
 from balancer.sim import SimCluster
 
 
@@ -178,10 +178,11 @@ class BudgetCheck:
     def on_applied(self, cycle: int, now: float, action: Action, snapshot: ClusterSnapshot) -> None:
         p = self.p
         self.check.checked += 1
-        self._per_cycle[cycle] = n = self._per_cycle.get(cycle, 0) + 1
+        counted, refusable = action_limit(action)   # a renewal is not counted; a reclaim counts, never refused
+        self._per_cycle[cycle] = n = self._per_cycle.get(cycle, 0) + counted
         self._per_cycle = {c: k for c, k in self._per_cycle.items() if c >= cycle - 1}
         self.peak["actions_per_cycle"] = max(self.peak["actions_per_cycle"], n)
-        if n > p.max_actions_per_cycle:
+        if refusable and n > p.max_actions_per_cycle:
             self.check.breach(cycle, f"{n} actions in one cycle (limit {p.max_actions_per_cycle})")
         if isinstance(action, Migrate):
             nodes = frozenset({snapshot.gpus[action.source_gpus[0]].node, action.target_node})

@@ -148,6 +148,23 @@ def test_a_reclaim_is_never_refused_by_the_eviction_budget_but_spends_it():
     assert again.accepted == (shrink,)           # an empty budget still lets loaned GPUs come back
 
 
+def test_a_reclaim_is_never_refused_by_the_per_cycle_limit_but_counts_against_it():
+    # a plan past the limit: the shrink that frees GPUs for a rise, then the scale-up they are for. Refusing the
+    # scale-up alone (it comes last) would free the GPUs for nothing and start its replicas a cycle late
+    shrink = ScaleTraining(job="job", workers=0, previous_workers=1, reason="room", expected_gain=40.0, reclaim=True)
+    up = ScaleInference(service="svc", replicas=5, previous_replicas=3, reason="reclaim", expected_gain=40.0)
+    guard = SafetyGuard(SafetyPolicy(max_actions_per_cycle=1))
+    review = guard.review([cap(0), shrink, up], SNAP, SafetyLedger(), NOW)
+    assert review.accepted == (cap(0), shrink, up)
+    # ... they take slots all the same: what may be held back waits behind them
+    review = guard.review([shrink, up, cap(0)], SNAP, SafetyLedger(), NOW)
+    assert review.accepted == (shrink, up)
+    assert isinstance(review.rejected[0][1], safety.MaxActionsPerCycle)
+    down = ScaleInference(service="svc", replicas=2, previous_replicas=3, reason="loan", expected_gain=40.0)
+    review = guard.review([cap(0), down], SNAP, SafetyLedger(), NOW)   # a loan is no reclaim: it waits
+    assert [type(e) for _, e in review.rejected] == [safety.MaxActionsPerCycle]
+
+
 def test_the_ledger_survives_json_and_merging_keeps_the_later_time_and_every_eviction():
     ledger = SafetyLedger(last_action={"svc": 5.0, "power_limit:GPU-1": 7.5}, evictions=(1.0, 2.0),
                           migrations=((3.0, "n1", "n2", "svc"),))

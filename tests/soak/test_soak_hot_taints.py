@@ -6,6 +6,7 @@ its budget check as the guard does, and `TaintWatch` reports a hot taint that la
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from balancer.app.soak_checks import BudgetCheck, StaleGuard, WorkloadLedger
 from balancer.app.soak_harness import ActionLog, CheckedActuator, TaintWatch, sim_node_meta
 from balancer.config import BalancerPolicy
 from balancer.fleet import scaled_fleet
-from balancer.model import TaintNode
+from balancer.model import ScaleInference, TaintNode
 from balancer.sim import SimCluster
 
 
@@ -87,3 +88,15 @@ def test_renewals_are_not_counted_against_the_budgets(sim):
         assert act.apply(TaintNode(reason="still hot", node=node, renew=True),
                          sim.snapshot()).outcome is Outcome.APPLIED
     assert budget.check.checked == 1 and not budget.check.breaches
+
+
+def test_reclaims_count_against_the_per_cycle_limit_but_past_it_are_no_breach(sim):
+    budget = BudgetCheck(replace(BalancerPolicy().safety, max_actions_per_cycle=2))
+    snap = sim.snapshot()
+    for i in range(3):   # the guard never refuses serving capacity added, whatever the limit
+        budget.on_applied(0, 0.0, ScaleInference(service=f"s{i}", replicas=2, previous_replicas=1, reason="rise",
+                                                 expected_gain=1.0), snap)
+    assert not budget.check.breaches and budget.peak["actions_per_cycle"] == 3
+    budget.on_applied(0, 0.0, ScaleInference(service="s9", replicas=1, previous_replicas=2, reason="loan",
+                                             expected_gain=1.0), snap)
+    assert len(budget.check.breaches) == 1   # a loan past the limit is one the guard should have refused
