@@ -6,7 +6,8 @@ same snapshot with the cycle's forecasts (its idle GPUs less those the hotspot p
 nodes it taints hot: `claims`), and appends the capacity actions (ScaleTraining shrinks before the
 ScaleInference that needs their GPUs, as `plan_capacity` orders them) to the plan. Every action of both then
 goes through the one safety chokepoint (`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle
-cap bound the tide exactly as they bound hotspot moves.
+cap bound the tide exactly as they bound hotspot moves (a reclaim for inference, its scale-up and the shrinks that
+free its GPUs, spends the budget and the cap but is never refused by them).
 
 Elastic training jobs are then sized by the tide: the hotspot planner's give-back of workers it shrank (after a
 hotspot cooled) is dropped for them, since it would grow a job into GPUs just reclaimed for inference; idle GPUs

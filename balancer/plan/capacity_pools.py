@@ -221,9 +221,10 @@ def apply_targets(
     hold: frozenset[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: each inference change right after the training
-    shrinks that free its GPUs (so a per-cycle action cap that cuts the list leaves whole units: never GPUs freed
-    for a scale-up that was cut), then the remaining shrinks, then training growth. Services in `hold` keep what
-    they asked for but get no GPUs freed for replicas still pending."""
+    shrinks that free its GPUs, then the remaining shrinks, then training growth. Services in `hold` keep what
+    they asked for but get no GPUs freed for replicas still pending. (The order alone did not keep a per-cycle
+    action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses either for that
+    cap, `safety.action_limit`.)"""
     pools = Pools(view)
     notes: list[str] = []
     shrink_gain: dict[str, float] = {}
