@@ -198,7 +198,7 @@ class KubernetesActuator:
             reservation_annotation=reservation_annotation, power_cap_annotation=power_cap_annotation,
             power_cap_ttl_s=power_cap_ttl_s, power_cap_nodes=power_cap_nodes, kueue_queues=kueue_queues,
             registry=registry)
-        self.training = TrainingJobs(self.api, self.kueue)
+        self.training = TrainingJobs(self.api, self.kueue, clock)
         self.clock = clock
         self.migrations = Migrations(
             self.api, clock, default_namespace=default_namespace, hot_taint_key=hot_taint_key,

@@ -42,6 +42,8 @@ before any change: resizing it would unsuspend it, stopping it would label it an
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from balancer.actions import ScaleTraining
@@ -58,9 +60,11 @@ from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
     MERGE_PATCH,
     PRIORITY_ANNOTATION,
+    RESIZED_ANNOTATION,
     SUSPENDED_LABEL,
     Json,
     _Api,
+    rfc3339,
 )
 from balancer.errors import ActuationError, PermanentActuationError
 
@@ -87,8 +91,8 @@ class _Job:
 class TrainingJobs:
     """Stops, resumes and resizes training Jobs; moves Kueue quota with them (the module docstring)."""
 
-    def __init__(self, api: _Api, kueue: KueueQuota) -> None:
-        self.api, self.kueue = api, kueue
+    def __init__(self, api: _Api, kueue: KueueQuota, clock: Callable[[], float] = time.time) -> None:
+        self.api, self.kueue, self.clock = api, kueue, clock
 
     def scale(self, ns: str, name: str, workers: int, previous: int, priority: int | None,
               queues: tuple[str, str] | None, action: ScaleTraining | None = None) -> str:
@@ -172,7 +176,11 @@ class TrainingJobs:
 
     def _run(self, job: _Job, owned: list[Json], size: Json, record: Json) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
-        self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}, **record}, "spec": spec})
+        # when it was resized: what it did since its checkpoint was lost unless it checkpoints on SIGTERM, so its
+        # pods' `gputide.io/last-checkpoint`, which a trainer restarted from that checkpoint does not move, would
+        # overstate the work a next resize loses (`k8s_workloads.with_job`)
+        notes = {**(record.get("annotations") or {}), RESIZED_ANNOTATION: rfc3339(self.clock())}
+        self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}, "annotations": notes}, "spec": spec})
         state = describe(size) + _noted(record)
         if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
             state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "

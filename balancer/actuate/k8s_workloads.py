@@ -23,7 +23,7 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
 | `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set. A pod that mounts PersistentVolumeClaims (or generic ephemeral volumes) also needs a node every volume they are bound to attaches to: each bound PersistentVolume's `spec.nodeAffinity.required` is ANDed into its node affinity (`k8s_claims.confined`; a volume without node affinity, network storage, restricts nothing) |
 | `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
-| `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`: a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`); +inf (a resize loses nothing) where its Job says its trainer saves a checkpoint on SIGTERM within its grace period (`gputide.io/checkpoint-on-sigterm: "true"`, `job_facts`) |
+| `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`, or the Job's `gputide.io/resized-at` (written by gputide's resize) where that is later (`_restarted`): a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`); +inf (a resize loses nothing) where its Job says its trainer saves a checkpoint on SIGTERM within its grace period (`gputide.io/checkpoint-on-sigterm: "true"`, `job_facts`) |
 | `shrunk_from`, `shrink_overridden` | its Job's `gputide.io/shrunk` record of gputide's hotspot shrink (`k8s_jobs.shrink_record`, read from the Job: `job_facts`): the workers to give back, or, once the Job's parallelism is no longer what gputide left, void (the operator's) |
 | `colocation_from`, `colocation_service`, `colocation_overridden` | its Job's `gputide.io/colocation-shrunk` record of co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left: the workers to give back once the service has slack; once it does not, void (the operator's) |
 | `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers); a pod that mounts a claim is not movable while the claims and volumes are not known, nor when a claim is missing, being deleted or not Bound, or its volume is missing, not Bound, being deleted, or `local` / `hostPath` (its data on the one node it runs on) (`k8s_claims.attachable`), unless it says `gputide.io/movable: "true"` (its operator vouches that any node its own rules admit can mount its volumes) |
@@ -107,8 +107,10 @@ from balancer.actuate.k8s_watch import ListCache, by_key
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
     PRIORITY_ANNOTATION,
+    RESIZED_ANNOTATION,
     SUSPENDED_LABEL,
     _Api,
+    parse_time,
 )
 from balancer.colocation_record import ColocationRecord
 from balancer.model import DisruptionBudget, SuspendedJob, Workload, WorkloadClass
@@ -132,6 +134,7 @@ class JobFacts:
     colocation: ColocationRecord | None = None   # co-location's shrink, while valid (`k8s_jobs.colocation_record`)
     colocation_void: bool = False    # it records such a shrink but was resized since (`k8s_jobs.colocation_record`)
     checkpoints_on_sigterm: bool = False   # its trainer saves a checkpoint on SIGTERM: a resize loses nothing
+    resized_at: float = math.nan     # when gputide last resized or resumed it (`gputide.io/resized-at`)
 
 
 def job_facts(job: Json) -> JobFacts | None:
@@ -145,27 +148,40 @@ def job_facts(job: Json) -> JobFacts | None:
     limit = worker_limit(job)
     shrunk_from, overridden = shrink_record(job)
     colocation, colocation_overridden = colocation_record(job)
-    saves = (meta.get("annotations") or {}).get(CHECKPOINT_ON_SIGTERM_ANNOTATION) == "true"
+    notes = meta.get("annotations") or {}
+    saves = notes.get(CHECKPOINT_ON_SIGTERM_ANNOTATION) == "true"
+    resized = parse_time(notes.get(RESIZED_ANNOTATION))
     if not meta.get("name") or (limit is None and not restarts and not shrunk_from and not overridden
-                                and colocation is None and not colocation_overridden and not saves):
+                                and colocation is None and not colocation_overridden and not saves
+                                and resized is None):
         return None
-    return JobFacts(limit, restarts, shrunk_from, overridden, colocation, colocation_overridden, saves)
+    return JobFacts(limit, restarts, shrunk_from, overridden, colocation, colocation_overridden, saves,
+                    math.nan if resized is None else resized)
 
 
 def with_job(w: Workload, facts: JobFacts | None) -> Workload:
     """A training pod `w` with what its Job says (`JobFacts`): elastic bounds capped at the Job's worker limit
     (never below one worker: a running Job is still there to shrink), whether a resize restarts it, and gputide's
     records of a hotspot or co-location shrink; a Job that checkpoints on SIGTERM has its pods' checkpoint always
-    current (+inf: `capacity.since_checkpoint` reads 0 s of work lost)."""
+    current (+inf: `capacity.since_checkpoint` reads 0 s of work lost), and one gputide resized after the pod's
+    checkpoint (or, without one, after the pod started) restarted its work then (`_restarted`)."""
     if facts is None or w.workload_class is not WorkloadClass.TRAINING:
         return w
     hi = w.elastic_max if facts.limit is None else min(w.elastic_max, max(facts.limit, 1))
     co = facts.colocation
     return replace(w, elastic_min=min(w.elastic_min, hi), elastic_max=hi, restarts_on_resize=facts.restarts,
-                   checkpointed_at=math.inf if facts.checkpoints_on_sigterm else w.checkpointed_at,
+                   checkpointed_at=math.inf if facts.checkpoints_on_sigterm else _restarted(w, facts.resized_at),
                    shrunk_from=facts.shrunk_from, shrink_overridden=facts.shrink_overridden,
                    colocation_from=co.before if co else 0, colocation_service=co.service if co else "",
                    colocation_overridden=facts.colocation_void)
+
+
+def _restarted(w: Workload, resized_at: float) -> float:
+    """The pod's checkpoint time, or the Job's last resize by gputide when that came later than the checkpoint (or
+    than the pod's start, where it reports no checkpoint): the resize lost the work since the checkpoint and the
+    trainer went on from it, while the annotation, which only a new checkpoint moves, still names the old one."""
+    since = w.checkpointed_at if not math.isnan(w.checkpointed_at) else w.started_at
+    return resized_at if resized_at > since or (math.isnan(since) and not math.isnan(resized_at)) else w.checkpointed_at
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from fakeapi import pod
 
-from balancer.actuate.k8s_workloads import workload_from_pod
+from balancer.actuate.k8s_workloads import job_facts, with_job, workload_from_pod
 from balancer.model import Workload, WorkloadClass
 from balancer.plan.capacity import since_checkpoint
 
@@ -77,3 +77,39 @@ def test_the_capacity_view_of_a_snapshot_carries_each_jobs_loss():
     ages = {j.name: j.since_checkpoint_s for j in view.jobs}
     assert ages[owner] == pytest.approx(1800.0)
     assert all(age == 0.0 for name, age in ages.items() if name != owner)   # the simulator's pods say nothing
+
+
+def resized_job(resized: object, sigterm: bool = False) -> dict:
+    notes = {"gputide.io/resized-at": resized}
+    if sigterm:
+        notes["gputide.io/checkpoint-on-sigterm"] = "true"
+    return {"metadata": {"name": "train", "namespace": "ml", "annotations": notes}, "spec": {"parallelism": 3}}
+
+
+H = 3600.0
+
+
+@pytest.mark.parametrize(("checkpoint", "started", "resized", "sigterm", "expected"), [
+    ("2026-12-04T05:30:00Z", "2026-12-04T00:00:00Z", "2026-12-04T05:45:00Z", False, MIDNIGHT + 5.75 * H),
+    ("2026-12-04T05:30:00Z", "2026-12-04T00:00:00Z", "2026-12-04T05:00:00Z", False, MIDNIGHT + 5.5 * H),
+    (None, "2026-12-04T00:00:00Z", "2026-12-04T03:00:00Z", False, MIDNIGHT + 3 * H),
+    (None, "2026-12-04T04:00:00Z", "2026-12-04T03:00:00Z", False, math.nan),
+    (None, None, "2026-12-04T03:00:00Z", False, MIDNIGHT + 3 * H),
+    ("2026-12-04T05:30:00Z", "2026-12-04T00:00:00Z", "soon", False, MIDNIGHT + 5.5 * H),
+    ("2026-12-04T05:30:00Z", "2026-12-04T00:00:00Z", "2026-12-04T05:45:00Z", True, math.inf),
+], ids=["resized after its checkpoint", "resized before it", "no checkpoint: resized after its start",
+        "no checkpoint: started after the resize", "nothing known but the resize", "junk", "checkpoints on SIGTERM"])
+def test_a_resize_by_gputide_restarts_the_work_at_risk(checkpoint, started, resized, sigterm, expected):
+    # a Job resized by gputide went on from its last checkpoint: the pods' annotation, which only a new checkpoint
+    # moves, would count the work lost in that resize as at risk again
+    w = with_job(workload_from_pod(training_pod("w0", checkpoint, started)), job_facts(resized_job(resized, sigterm)))
+    assert (math.isnan(w.checkpointed_at) and math.isnan(expected)) or w.checkpointed_at == expected
+
+
+def test_a_resize_lowers_the_jobs_loss_to_the_work_since_it():
+    resized = with_job(workload_from_pod(training_pod("w0", "2026-12-04T05:00:00Z")),
+                       job_facts(resized_job("2026-12-04T05:50:00Z")))
+    plain = workload_from_pod(training_pod("w1", "2026-12-04T05:00:00Z"))
+    now = MIDNIGHT + 6 * H
+    trainers = [(0, resized.checkpointed_at, resized.started_at), (1, plain.checkpointed_at, plain.started_at)]
+    assert since_checkpoint(now, trainers, 2).tolist() == [600.0, 3600.0]

@@ -23,12 +23,14 @@ from balancer.actuate.k8s_jobs import (
     colocation_record,
 )
 from balancer.actuate.k8s_workloads import KubernetesWorkloads
+from balancer.actuate.kubernetes import RESIZED_ANNOTATION
 from balancer.colocation_record import ColocationRecord, after, parse
 from balancer.model import ScaleTraining
 from tests.k8s.test_k8s_shrink_record import SNAP
 
 ELASTIC = {"gputide.io/elastic-min": "1", "gputide.io/elastic-max": "8"}
 REC = ColocationRecord(4, 3, "svc")   # co-location shrank the job from 4 workers to 3 for svc
+
 
 
 def resize(workers: int, previous: int, cause=None, service: str = "", shrunk_from=None) -> ScaleTraining:
@@ -85,6 +87,11 @@ def note(kube: FakeKube, key: str = COLOCATION_ANNOTATION) -> str | None:
     return (kube.get("jobs", "train", "ml")["metadata"].get("annotations") or {}).get(key)
 
 
+def records(patch) -> dict:
+    """The shrink records a Job patch writes: its annotations but the resize time every resize stamps."""
+    return {k: v for k, v in (patch.body["metadata"].get("annotations") or {}).items() if k != RESIZED_ANNOTATION}
+
+
 @pytest.fixture
 def actuator(api, clock, sleeps) -> KubernetesActuator:
     return KubernetesActuator(api, sleep=sleeps.append, clock=clock)
@@ -101,7 +108,7 @@ def test_the_colocation_shrink_writes_its_record_in_the_patch_that_resizes_the_j
     detail = apply(actuator, resize(3, 4, "colocation_slo", "svc"))
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
     assert patch.body["spec"]["parallelism"] == 3
-    assert patch.body["metadata"]["annotations"] == {COLOCATION_ANNOTATION: REC.note()}
+    assert records(patch) == {COLOCATION_ANNOTATION: REC.note()}
     assert f"{COLOCATION_ANNOTATION} = {REC.note()}" in detail
 
 
@@ -110,7 +117,7 @@ def test_the_give_back_removes_it_in_the_same_patch(kube: FakeKube, actuator):
     detail = apply(actuator, resize(4, 3, "colocation_slack"))
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
     assert patch.body["spec"]["parallelism"] == 4
-    assert patch.body["metadata"]["annotations"] == {COLOCATION_ANNOTATION: None}
+    assert records(patch) == {COLOCATION_ANNOTATION: None}
     assert note(kube) is None and f"{COLOCATION_ANNOTATION} removed" in detail
 
 
@@ -118,7 +125,7 @@ def test_a_hotspot_shrink_writes_both_records_in_one_patch(kube: FakeKube, actua
     shrunk_job(kube)
     apply(actuator, resize(2, 3, shrunk_from=3))
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
-    assert patch.body["metadata"]["annotations"] == {
+    assert records(patch) == {
         SHRUNK_ANNOTATION: json.dumps({"from": 3, "to": 2}), COLOCATION_ANNOTATION: ColocationRecord(4, 2, "svc").note()}
 
 

@@ -16,11 +16,17 @@ from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION, shrink_patch
 from balancer.actuate.k8s_workloads import KubernetesWorkloads
+from balancer.actuate.kubernetes import RESIZED_ANNOTATION, parse_time, rfc3339
 from balancer.model import ScaleTraining
 from tests.k8s.test_k8s_shrink_record import SNAP
 
 ELASTIC = {"gputide.io/elastic-min": "1", "gputide.io/elastic-max": "8"}
 SHRUNK_4_TO_3 = json.dumps({"from": 4, "to": 3})
+
+
+def records(patch) -> dict:
+    """The shrink records a Job patch writes: its annotations but the resize time every resize stamps."""
+    return {k: v for k, v in (patch.body["metadata"].get("annotations") or {}).items() if k != RESIZED_ANNOTATION}
 
 
 @pytest.fixture
@@ -53,7 +59,7 @@ def test_the_tide_growing_the_job_back_removes_the_record_in_the_same_patch(kube
     detail = scale(actuator, workers, 3)
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
     assert patch.body["spec"]["parallelism"] == workers
-    assert patch.body["metadata"]["annotations"] == {SHRUNK_ANNOTATION: None}
+    assert records(patch) == {SHRUNK_ANNOTATION: None}
     assert note(kube) is None and f"{SHRUNK_ANNOTATION} removed" in detail
 
 
@@ -113,8 +119,13 @@ def test_shrink_patch(size, workers, shrunk_from, annotations):
     assert shrink_patch(j, workers, shrunk_from) == ({} if annotations is None else {"annotations": annotations})
 
 
-def test_a_job_without_a_record_gets_no_annotation_from_other_resizes(kube: FakeKube, actuator):
+def test_a_job_without_a_record_gets_no_record_from_other_resizes(kube: FakeKube, actuator, clock):
     kube.add(job("train", "ml", parallelism=3))
     scale(actuator, 5, 3)
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
-    assert "annotations" not in patch.body["metadata"]
+    assert records(patch) == {}
+    # ... but when it was resized, in the same patch (what it did since its checkpoint was lost:
+    # tests/k8s/test_k8s_checkpoint_age.py)
+    assert patch.body["metadata"]["annotations"] == {RESIZED_ANNOTATION: rfc3339(clock())}
+    meta = kube.get("jobs", "train", "ml")["metadata"]
+    assert parse_time(meta["annotations"][RESIZED_ANNOTATION]) == int(clock())
