@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from balancer.actions import ScaleTraining
 from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink_patch, workers_asked
+from balancer.actuate.k8s_jobs import size as job_size
 from balancer.actuate.k8s_kueue import (
     ELASTIC_JOB_ANNOTATION,
     RESIZE_RESTARTS_ANNOTATION,
@@ -126,7 +127,9 @@ class TrainingJobs:
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor, undo=True))
         try:
             record = _records(obj, workers, action)
-            state = self._run(job, owned, size, record) if workers else self._stop(job, owned, priority, record)
+            changed = job.labelled or workers != job_size(obj)   # a stopped Job resumed, or a new parallelism
+            state = (self._run(job, owned, size, record, changed) if workers
+                     else self._stop(job, owned, priority, record))
         except ActuationError:
             if quota and delta > 0:
                 self._give_back(quota, delta, flavor)
@@ -174,13 +177,15 @@ class TrainingJobs:
         done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
         return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)" + _noted(record)
 
-    def _run(self, job: _Job, owned: list[Json], size: Json, record: Json) -> str:
+    def _run(self, job: _Job, owned: list[Json], size: Json, record: Json, changed: bool) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
-        # when it was resized: what it did since its checkpoint was lost unless it checkpoints on SIGTERM, so its
-        # pods' `gputide.io/last-checkpoint`, which a trainer restarted from that checkpoint does not move, would
-        # overstate the work a next resize loses (`k8s_workloads.with_job`)
-        notes = {**(record.get("annotations") or {}), RESIZED_ANNOTATION: rfc3339(self.clock())}
-        self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}, "annotations": notes}, "spec": spec})
+        # when it was resized (a patch that leaves its size as it is resizes nothing): what it did since its
+        # checkpoint was lost unless it checkpoints on SIGTERM, so its pods' `gputide.io/last-checkpoint`, which a
+        # trainer restarted from that checkpoint does not move, would overstate the work a next resize loses
+        # (`k8s_workloads.with_job`)
+        notes = {**(record.get("annotations") or {}), **({RESIZED_ANNOTATION: rfc3339(self.clock())} if changed else {})}
+        meta: Json = {"labels": {SUSPENDED_LABEL: None}, **({"annotations": notes} if notes else {})}
+        self._patch(job, {"metadata": meta, "spec": spec})
         state = describe(size) + _noted(record)
         if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
             state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "

@@ -129,3 +129,10 @@ def test_a_job_without_a_record_gets_no_record_from_other_resizes(kube: FakeKube
     assert patch.body["metadata"]["annotations"] == {RESIZED_ANNOTATION: rfc3339(clock())}
     meta = kube.get("jobs", "train", "ml")["metadata"]
     assert parse_time(meta["annotations"][RESIZED_ANNOTATION]) == int(clock())
+
+
+def test_a_patch_that_leaves_the_size_as_it_is_stamps_no_resize(kube: FakeKube, actuator):
+    kube.add(job("train", "ml", parallelism=3))
+    scale(actuator, 3, 4)   # planned from a snapshot that lagged: the Job is at 3 already, nothing restarts
+    (patch,) = kube.calls("PATCH", r"/jobs/train$")
+    assert RESIZED_ANNOTATION not in (patch.body["metadata"].get("annotations") or {})
