@@ -106,6 +106,7 @@ class CapacityPolicy:
     reclaim_quantile: float = 0.9     # reclaims: the quantile replicas must cover over the warm-up lead
     keep_quantile: float = 0.9        # loans a reclaim would roll back: the quantile kept over the loan horizon
     reclaim_headroom: float = 0.15    # capacity above that quantile
+    home_margin: float = 0.05         # share of the home allotment the spare rules may hold beyond it (`plan_capacity`)
     headroom: float = 0.15  # capacity above the forecast quantile
     reclaim_margin_s: float = 600.0  # reclaim this long before the rise on top of the warm-up time
     loan_horizon_s: float = 7200.0  # loan only if the forecast leaves GPUs idle this long

@@ -247,9 +247,13 @@ def plan_capacity(
         # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
         now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp, surge), p, policy.headroom)
         # speculative spare (bursts, ramps, surges, forecast quantiles) never beyond what static sizing for the peak
-        # would hold, unless the demand now needs more (without a home allotment: max_replicas, which replicas_for
-        # never passes)
-        cap = max(p.home_replicas, replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else p.max_replicas
+        # would hold and `home_margin` of it, unless the demand now needs more (without a home allotment:
+        # max_replicas, which replicas_for never passes). The margin is what lets the week's SLO match static's:
+        # expected violations fall strictly as ready capacity rises, so a planner that never holds more than static
+        # has at least static's at every step and more whenever it lends; near the peak, where static's are, the
+        # margin holds a little more than static and pays back what the night's loans cost
+        cap = (max(min(math.ceil(p.home_replicas * (1.0 + policy.home_margin)), p.max_replicas),
+                   replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else p.max_replicas)
         now_need = min(now_need, cap)
         settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
         if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor

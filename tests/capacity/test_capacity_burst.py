@@ -130,14 +130,25 @@ def surge_run(demands, *, replicas=4, burst=0.0, home=0, expected=30.0, policy=P
     (0.5, 0, [60.0, 65.0], 15),
     (2.0, 0, [60.0, 80.0], 24),
     (0.0, 0, [20.0, 60.0], 18),
-    (0.0, 12, [60.0, 80.0], 12),
+    (0.0, 12, [60.0, 80.0], 13),
 ], ids=["+5 req/s in a minute is 65 + 5 x 16 min ahead (warm-up, margin, one cycle) at once",
         "a 50% burst floor is passed: the projection",
         "a 200% burst floor covers it: the floor, no projection", "capped at the level correction (3 x now)",
-        "capped at the static allotment"])
+        "capped at the static allotment and its 5 % margin (12 x 1.05, rounded up)"])
 def test_a_rise_steeper_than_the_burst_floor_gets_its_projection_in_one_cycle(burst, home, demands, expected):
     changes = surge_run(demands, burst=burst, home=home)
     assert changes[-1] == (60.0 * (len(demands) - 1), expected)
+
+
+@pytest.mark.parametrize(("margin", "demand", "expected"), [
+    (0.0, 150.0, 20), (0.05, 150.0, 21), (0.2, 150.0, 24), (0.05, 230.0, 23),
+], ids=["no margin: the home allotment", "5 %: one more (20 x 1.05)", "20 %: four more",
+        "demand beyond the home allotment is followed, margin or not"])
+def test_the_spare_rules_hold_at_most_the_home_allotment_and_its_margin(margin, demand, expected):
+    # a 100 % burst floor on 150 req/s asks for 30 replicas; static holds 20 (the home allotment). Past it, the
+    # margin is what lets gputide beat static at the peak, where static's SLO misses are, to pay back the night's
+    assert surge_run([demand], replicas=18, burst=1.0, home=20, policy=replace(POLICY, home_margin=margin)) == (
+        [(0.0, expected)])
 
 
 @pytest.mark.parametrize(("demand", "slope", "burst", "expected_rps"), [
