@@ -127,8 +127,12 @@ class TrainingJobs:
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor, undo=True))
         try:
             record = _records(obj, workers, action)
-            changed = job.labelled or workers != job_size(obj)   # a stopped Job resumed, or a new parallelism
-            state = (self._run(job, owned, size, record, changed) if workers
+            now = job_size(obj)
+            # the work since its checkpoint restarts: a stopped Job resumed, a shrink (its stopped workers' share is
+            # lost and a synchronous job's others go back to the checkpoint), or any resize that restarts it whole;
+            # a plain grow adds workers and loses nothing (`JobView.restarts_on_resize` prices the same way)
+            restarted = job.labelled or workers < now or (workers != now and (job.restarts or job.framework_restarts))
+            state = (self._run(job, owned, size, record, restarted) if workers
                      else self._stop(job, owned, priority, record))
         except ActuationError:
             if quota and delta > 0:
@@ -177,13 +181,13 @@ class TrainingJobs:
         done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
         return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)" + _noted(record)
 
-    def _run(self, job: _Job, owned: list[Json], size: Json, record: Json, changed: bool) -> str:
+    def _run(self, job: _Job, owned: list[Json], size: Json, record: Json, restarted: bool) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
-        # when it was resized (a patch that leaves its size as it is resizes nothing): what it did since its
-        # checkpoint was lost unless it checkpoints on SIGTERM, so its pods' `gputide.io/last-checkpoint`, which a
-        # trainer restarted from that checkpoint does not move, would overstate the work a next resize loses
-        # (`k8s_workloads.with_job`)
-        notes = {**(record.get("annotations") or {}), **({RESIZED_ANNOTATION: rfc3339(self.clock())} if changed else {})}
+        # when a resize restarted its work (`restarted`): what it did since its checkpoint was lost unless it
+        # checkpoints on SIGTERM, so its pods' `gputide.io/last-checkpoint`, which a trainer restarted from that
+        # checkpoint does not move, would overstate the work a next resize loses (`k8s_workloads.with_job`)
+        stamp = {RESIZED_ANNOTATION: rfc3339(self.clock())} if restarted else {}
+        notes = {**(record.get("annotations") or {}), **stamp}
         meta: Json = {"labels": {SUSPENDED_LABEL: None}, **({"annotations": notes} if notes else {})}
         self._patch(job, {"metadata": meta, "spec": spec})
         state = describe(size) + _noted(record)

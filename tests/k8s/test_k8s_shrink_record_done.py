@@ -15,6 +15,7 @@ from test_k8s_workloads import with_meta
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION, shrink_patch
+from balancer.actuate.k8s_kueue import RESIZE_RESTARTS_ANNOTATION
 from balancer.actuate.k8s_workloads import KubernetesWorkloads
 from balancer.actuate.kubernetes import RESIZED_ANNOTATION, parse_time, rfc3339
 from balancer.model import ScaleTraining
@@ -119,20 +120,29 @@ def test_shrink_patch(size, workers, shrunk_from, annotations):
     assert shrink_patch(j, workers, shrunk_from) == ({} if annotations is None else {"annotations": annotations})
 
 
-def test_a_job_without_a_record_gets_no_record_from_other_resizes(kube: FakeKube, actuator, clock):
+def test_a_job_without_a_record_gets_no_record_from_other_resizes(kube: FakeKube, actuator):
     kube.add(job("train", "ml", parallelism=3))
     scale(actuator, 5, 3)
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
     assert records(patch) == {}
-    # ... but when it was resized, in the same patch (what it did since its checkpoint was lost:
-    # tests/k8s/test_k8s_checkpoint_age.py)
-    assert patch.body["metadata"]["annotations"] == {RESIZED_ANNOTATION: rfc3339(clock())}
-    meta = kube.get("jobs", "train", "ml")["metadata"]
-    assert parse_time(meta["annotations"][RESIZED_ANNOTATION]) == int(clock())
 
 
-def test_a_patch_that_leaves_the_size_as_it_is_stamps_no_resize(kube: FakeKube, actuator):
-    kube.add(job("train", "ml", parallelism=3))
-    scale(actuator, 3, 4)   # planned from a snapshot that lagged: the Job is at 3 already, nothing restarts
+@pytest.mark.parametrize(("size", "workers", "restarts", "stamped"), [
+    (5, 3, False, True), (3, 5, False, False), (3, 5, True, True), (3, 3, False, False),
+], ids=["a shrink restarts its work", "a plain grow loses nothing", "a grow that restarts every worker",
+        "planned from a snapshot that lagged: already at that size, nothing restarts"])
+def test_a_resize_that_restarts_the_jobs_work_stamps_when(kube: FakeKube, actuator, clock, size, workers, restarts,
+                                                          stamped):
+    # what it did since its checkpoint was lost then (unless it checkpoints on SIGTERM): the planner counts its work
+    # at risk from that time (tests/k8s/test_k8s_checkpoint_age.py)
+    j = job("train", "ml", parallelism=size)
+    if restarts:
+        j["metadata"]["annotations"] = {RESIZE_RESTARTS_ANNOTATION: "true"}
+    kube.add(j)
+    scale(actuator, workers, 4)
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
-    assert RESIZED_ANNOTATION not in (patch.body["metadata"].get("annotations") or {})
+    notes = patch.body["metadata"].get("annotations") or {}
+    assert notes.get(RESIZED_ANNOTATION) == (rfc3339(clock()) if stamped else None)
+    if stamped:
+        meta = kube.get("jobs", "train", "ml")["metadata"]
+        assert parse_time(meta["annotations"][RESIZED_ANNOTATION]) == int(clock())
