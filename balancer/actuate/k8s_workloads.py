@@ -134,7 +134,7 @@ class JobFacts:
     colocation: ColocationRecord | None = None   # co-location's shrink, while valid (`k8s_jobs.colocation_record`)
     colocation_void: bool = False    # it records such a shrink but was resized since (`k8s_jobs.colocation_record`)
     checkpoints_on_sigterm: bool = False   # its trainer saves a checkpoint on SIGTERM: a resize loses nothing
-    resized_at: float = math.nan     # when gputide last resized or resumed it (`gputide.io/resized-at`)
+    resized_at: float = math.nan     # when a resize by gputide last restarted its work (`gputide.io/resized-at`)
 
 
 def job_facts(job: Json) -> JobFacts | None:

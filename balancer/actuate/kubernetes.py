@@ -42,8 +42,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SUSPENDED_LABEL = "gputide.io/suspended"  # on the Jobs gputide suspended (and only those: it resumes only them)
 CHECKPOINT_ANNOTATION = "gputide.io/last-checkpoint"   # a training pod's last checkpoint (RFC 3339 or epoch s)
-# on a training Job, when gputide last resized or resumed it (RFC 3339): a resize of a Job whose trainer does not
-# checkpoint on SIGTERM lost the work since its checkpoint, so its work at risk counts from then (`k8s_workloads`)
+# on a training Job, when gputide last shrank, resumed or restarted it whole by a resize (RFC 3339): a Job whose
+# trainer does not checkpoint on SIGTERM lost its work since its checkpoint then, so its work at risk counts from
+# that time (`k8s_training`, `k8s_workloads`)
 RESIZED_ANNOTATION = "gputide.io/resized-at"
 PRIORITY_ANNOTATION = "gputide.io/priority"  # the suspended Job's pods' priority, for when it has none
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")

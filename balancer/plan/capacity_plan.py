@@ -252,7 +252,8 @@ def plan_capacity(
         # expected violations fall strictly as ready capacity rises, so a planner that never holds more than static
         # has at least static's at every step and more whenever it lends; near the peak, where static's are, the
         # margin holds a little more than static and pays back what the night's loans cost
-        cap = (max(min(math.ceil(p.home_replicas * (1.0 + policy.home_margin)), p.max_replicas),
+        # (rounded before the ceiling: 50 x 1.1 is 55.000000000000007 in floating point, one replica too many)
+        cap = (max(min(math.ceil(round(p.home_replicas * (1.0 + policy.home_margin), 9)), p.max_replicas),
                    replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else p.max_replicas)
         now_need = min(now_need, cap)
         settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect

@@ -140,14 +140,15 @@ def test_a_rise_steeper_than_the_burst_floor_gets_its_projection_in_one_cycle(bu
     assert changes[-1] == (60.0 * (len(demands) - 1), expected)
 
 
-@pytest.mark.parametrize(("margin", "demand", "expected"), [
-    (0.0, 150.0, 20), (0.05, 150.0, 21), (0.2, 150.0, 24), (0.05, 230.0, 23),
+@pytest.mark.parametrize(("margin", "demand", "home", "expected"), [
+    (0.0, 150.0, 20, 20), (0.05, 150.0, 20, 21), (0.2, 150.0, 20, 24), (0.05, 230.0, 20, 23), (0.1, 400.0, 50, 55),
 ], ids=["no margin: the home allotment", "5 %: one more (20 x 1.05)", "20 %: four more",
-        "demand beyond the home allotment is followed, margin or not"])
-def test_the_spare_rules_hold_at_most_the_home_allotment_and_its_margin(margin, demand, expected):
+        "demand beyond the home allotment is followed, margin or not",
+        "50 x 1.1 is 55, though 55.000000000000007 in floating point"])
+def test_the_spare_rules_hold_at_most_the_home_allotment_and_its_margin(margin, demand, home, expected):
     # a 100 % burst floor on 150 req/s asks for 30 replicas; static holds 20 (the home allotment). Past it, the
     # margin is what lets gputide beat static at the peak, where static's SLO misses are, to pay back the night's
-    assert surge_run([demand], replicas=18, burst=1.0, home=20, policy=replace(POLICY, home_margin=margin)) == (
+    assert surge_run([demand], replicas=18, burst=1.0, home=home, policy=replace(POLICY, home_margin=margin)) == (
         [(0.0, expected)])
 
 
