@@ -194,8 +194,9 @@ def test_suspended_job_grows_back_on_idle_gpus():
     ({"headroom": 0.5, "enabled": True}, replace(CapacityPolicy(), headroom=0.5)),
     ({"reclaimQuantile": 0.99, "keepQuantile": 0.99}, replace(CapacityPolicy(), reclaim_quantile=0.99,
                                                               keep_quantile=0.99)),
+    ({"homeMargin": 0}, replace(CapacityPolicy(), home_margin=0.0)),
 ], ids=["defaults keep the planner's defaults", "a shared field is read", "fields the planner lacks are ignored",
-        "the SLO-first quantiles are read"])
+        "the SLO-first quantiles are read", "no margin above the home allotment"])
 def test_capacity_policy_reads_the_fields_it_shares_with_the_policy_file(spec, expected):
     doc = {"apiVersion": config.API_VERSION, "kind": config.KIND, "spec": {"capacity": spec}}
     assert CapacityPolicy.from_config(config.from_dict(doc).capacity) == expected
@@ -207,6 +208,7 @@ def test_the_policy_files_quantile_defaults_are_the_planners():
     section = config.from_dict({"apiVersion": config.API_VERSION, "kind": config.KIND, "spec": {}}).capacity
     assert (section.reclaim_quantile, section.keep_quantile) == (CapacityPolicy().reclaim_quantile,
                                                                  CapacityPolicy().keep_quantile) == (0.9, 0.9)
+    assert section.home_margin == CapacityPolicy().home_margin == 0.05
 
 
 def test_policy_file_changes_capacity_behaviour_in_gputide_simulate(tmp_path, capsys):
