@@ -127,11 +127,12 @@ class TrainingJobs:
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor, undo=True))
         try:
             record = _records(obj, workers, action)
-            now = job_size(obj)
+            current = job_size(obj)
             # the work since its checkpoint restarts: a stopped Job resumed, a shrink (its stopped workers' share is
             # lost and a synchronous job's others go back to the checkpoint), or any resize that restarts it whole;
             # a plain grow adds workers and loses nothing (`JobView.restarts_on_resize` prices the same way)
-            restarted = job.labelled or workers < now or (workers != now and (job.restarts or job.framework_restarts))
+            restarted = job.labelled or workers < current or (
+                workers != current and (job.restarts or job.framework_restarts))
             state = (self._run(job, owned, size, record, restarted) if workers
                      else self._stop(job, owned, priority, record))
         except ActuationError:

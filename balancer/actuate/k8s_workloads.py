@@ -181,7 +181,8 @@ def _restarted(w: Workload, resized_at: float) -> float:
     than the pod's start, where it reports no checkpoint): the resize lost the work since the checkpoint and the
     trainer went on from it, while the annotation, which only a new checkpoint moves, still names the old one."""
     since = w.checkpointed_at if not math.isnan(w.checkpointed_at) else w.started_at
-    return resized_at if resized_at > since or (math.isnan(since) and not math.isnan(resized_at)) else w.checkpointed_at
+    # no resize known, or one before: the pod's own; a NaN `since` (nothing known) compares False, so the resize wins
+    return w.checkpointed_at if math.isnan(resized_at) or resized_at <= since else resized_at
 
 
 def suspended_job(job: Json) -> SuspendedJob | None:
