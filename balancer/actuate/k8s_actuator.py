@@ -32,6 +32,12 @@ when, under which holds, per shard). How each action reaches the cluster:
                     So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference:
                     a KServe InferenceService, an operator's custom resource), read first (get): its owner writes
                     `spec.replicas` back. Each refusal is logged once (WARNING) while it lasts, then at DEBUG.
+                    A Deployment's scale is written only while its `spec.replicas` is still the action's
+                    `previous_replicas`, with the resourceVersion read: a count someone else set since the plan
+                    (an operator's scale-up for a spike) is theirs, the plan stale (RETRY, code 409, nothing
+                    written); one already at the action's count is left as it is (`_scale_deployment`). Unlike an
+                    HPA's floor, it carries no record of the operator's count, so `restore_floors` gives none back:
+                    the controller's RBAC may patch `deployments/scale` only, never the Deployment itself.
                     `restore_floors` gives the operator's own minReplicas back in namespaces whose services left
                     gputide's management (a policy reload protecting them; never on shutdown).
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
@@ -120,6 +126,7 @@ from balancer.actuate.kubernetes import (
     MERGE_PATCH,
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
+    ConflictError,
     Json,
     _Api,
     _code,
@@ -289,15 +296,7 @@ class KubernetesActuator:
         hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
         hpa = service_hpa(hpas, name)   # whatever it scales: a Deployment, a StatefulSet, a Rollout
         if hpa is None:
-            what = f"deployment {ns}/{name}"
-            owner = controller_name(self.api(what, self.api.apps.read_namespaced_deployment, name, ns))
-            if owner is not None:   # its controller writes spec.replicas back (KServe, an operator): flapping
-                self._refuse(f"deployment {ns}/{name} is kept by {owner}, which writes its replicas back: not scaled "
-                             "(scale it through the owner, or leave the service out of the profiles)")
-            self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns,
-                     {"spec": {"replicas": int(action.replicas)}}, _content_type=MERGE_PATCH,
-                     field_manager=FIELD_MANAGER)
-            return f"{ns}/{name} replicas = {action.replicas}"
+            return self._scale_deployment(ns, name, int(action.replicas), int(action.previous_replicas))
         hname, floor, owner = hpa["metadata"]["name"], {}, hpa_controller(hpa)
         if owner is not None:   # its controller writes its spec back (KEDA): a floor there would not hold
             self._refuse(f"hpa {ns}/{hname} is generated and kept by {owner}, which writes its minReplicas back: not "
@@ -315,6 +314,34 @@ class KubernetesActuator:
                                   body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
         clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
         return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
+
+    def _scale_deployment(self, ns: str, name: str, want: int, planned: int) -> str:
+        """Set the replicas of a Deployment no HPA scales through its scale subresource, only while they are still
+        the `planned` count the action was made from: read the Deployment (refused when another controller keeps
+        it), then write the scale with its resourceVersion. A count someone else set since the snapshot (an
+        operator's scale-up for a spike) is theirs: the plan is stale (RETRY, code 409, nothing written; the next
+        cycle plans from the count as it is), and so is one set between the read and the write (409, read again).
+        A count already at `want` (the same action tried again after a write that got no answer) is left as it is."""
+        what, seen = f"deployment {ns}/{name}", {}
+
+        def change(d: Json) -> Json | None:
+            owner = controller_name(d)
+            if owner is not None:   # its controller writes spec.replicas back (KServe, an operator): flapping
+                self._refuse(f"deployment {ns}/{name} is kept by {owner}, which writes its replicas back: not scaled "
+                             "(scale it through the owner, or leave the service out of the profiles)")
+            seen["now"] = current = int((d.get("spec") or {}).get("replicas", 1))
+            if current == want:
+                return None
+            if current != planned:
+                raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
+                                    f"else since): not scaled to {want}, the plan is stale", 409)
+            return {"spec": {"replicas": want}}
+
+        self.api.update(
+            what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),
+            lambda body: self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
+                                  _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
+        return f"{ns}/{name} replicas = {want}" + (" (already)" if seen["now"] == want else "")
 
     def _refuse(self, why: str) -> None:
         """Refuse the action (FAILED, code "refused"), logging `why` at WARNING the first time only: the loop reports
