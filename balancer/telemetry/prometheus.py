@@ -8,7 +8,8 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
   `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
 * an inference service with serving series but no finite demand (`serving.service_status`) -> `MissingTelemetry`
-* no GPU series at all, a GPU seen before that vanished, or a GPU missing a field -> `MissingTelemetry`; except
+* no GPU series at all, a GPU seen before that vanished (or a GPU node the Kubernetes API lists with no GPU in
+  telemetry, seen or not: `vanished.Absences`), or a GPU missing a field -> `MissingTelemetry`; except
   a field its exporter declares unsupported (``gputide_exporter_unsupported_field_info``, `gpu_frame.UNKNOWABLE`:
   SM activity and utilisation both, an A100/A30 in MIG mode): NaN, unknown, in the snapshot. dcgm-exporter declares
   nothing
@@ -92,7 +93,7 @@ from balancer.telemetry.gpu_frame import sample as _sample
 from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts
 from balancer.telemetry.serving import SERVING_SERIES, service_status
 from balancer.telemetry.topology import Topology
-from balancer.telemetry.vanished import Absences
+from balancer.telemetry.vanished import DARK, Absences
 
 log = logging.getLogger(__name__)
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
@@ -112,8 +113,9 @@ class PrometheusOptions:
     scrape_interval_s: float = 15.0
     stale_after_intervals: float = 4.0
     stale_after_s: float | None = None   # the limit in seconds when set (`gputide run --stale-after`), else the above
-    # a GPU gone from telemetry holds still until its node leaves the Kubernetes API (warned about after this long);
-    # without the Kubernetes API it is forgotten after this long (a removed node must not hold for good)
+    # a GPU gone from telemetry (or a GPU node the Kubernetes API lists with none in telemetry: `vanished.Absences`)
+    # holds still for this long, then is forgotten, loudly (`gputide_gpus_forgotten{node}` while its node is listed):
+    # one dark exporter must not stop the whole fleet for good. Forgotten at once when its node leaves the API
     forget_vanished_after_s: float = 600.0
     cluster: str | None = None          # restrict to series with this `cluster` label
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -248,7 +250,7 @@ class PrometheusTelemetrySource:
         every node; `base.ScopedSource`). Every GPU read is in it, those outside the scope unchecked."""
         now, self.oldest_sample_age_s = self.clock(), math.nan   # the age this reading measured, if it gets so far
         wide = self._gpu_frame()
-        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), self.node_overrides)
+        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), self.node_overrides, set(wide["hostname"]))
         wide = self._sorted(wide)
         nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
         checked = self._checked(wide, nodes, scope)
@@ -332,8 +334,12 @@ class PrometheusTelemetrySource:
         """`vanished` (the known GPUs absent from this reading, held for) and the required fields missing on a GPU
         `checked` (None: every GPU) refuse the reading (`MissingTelemetry`)."""
         if vanished:
-            raise MissingTelemetry(f"{len(vanished)} GPU(s) vanished from telemetry: {', '.join(vanished[:5])}",
-                                   subjects=tuple(vanished))
+            dark = [self.absences.known[u] for u in vanished if u.startswith(DARK)]
+            gpus = [u for u in vanished if not u.startswith(DARK)]
+            said = ([f"{len(gpus)} GPU(s) vanished from telemetry: {', '.join(gpus[:5])}"] if gpus else []) + (
+                [f"{len(dark)} GPU node(s) the Kubernetes API lists have no GPU in telemetry (exporter dark): "
+                 f"{', '.join(dark[:5])}"] if dark else [])
+            raise MissingTelemetry("; ".join(said), subjects=tuple(gpus + dark))
         mine = wide["UUID"] if checked is None else wide["UUID"][checked]
         required = [n for n in FIELDS if n not in OPTIONAL]
         for name in required:
