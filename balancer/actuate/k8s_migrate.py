@@ -5,14 +5,18 @@ as it is now, against the pod's own rules and the node affinity of the Persisten
 a replacement that could not run there, or could not attach its disks there, is not evicted), and the snapshot's
 pods against its hard topology spread constraints (`k8s_spread`). The volumes' affinity
 is the snapshot's: the workload's node rules there are the pod's own ANDed with its volumes' (`k8s_claims.confined`,
-read by `k8s_workloads`), so it costs no API call. Then:
+read by `k8s_workloads`), so it costs no API call. The target's room is checked as it is now, not as the snapshot
+saw it (a cycle old: the default scheduler, which does not read gputide's reservations, may have filled it since):
+the pods bound there (one list, `BOUND_TO`, once its rules allow the pod) ask no more of its allocatable
+`nvidia.com/gpu` than leaves the pod's own request (`gpus_left`), else `TargetHeld` (RETRY) before anything changes.
+The rules and the room are checked on the node as the reservation reads it (one read of the target). Then:
 
     reserve   the target node's GPUs, in its annotation `gputide.io/reserved-for`, a JSON map keyed by the
               workload's owner (its replacement pod has another name), each entry with an expiry (the TTL, or the
               pod's grace period and a minute when longer: `hold_s`); one owner's at a time, and never GPUs held
               for others (a sibling replica's entry still running there, or holds of others beyond the node's
-              other free GPUs: RETRY, before anything changes; `reserve_change`); a release takes back only the
-              entry this move wrote;
+              other free GPUs, by the snapshot and by its pods now: RETRY, before anything changes;
+              `reserve_change`); a release takes back only the entry this move wrote;
     taint     the hot source node `gputide.io/hot=true:NoSchedule` with an expiry (`gputide.io/hot-until`), so the
               replacement does not land back on it (not a consolidation's cool source: `Migrate.taint_source`):
               the taint's TTL, or as long as the target's hold when that is longer (`taint_until`);
@@ -26,24 +30,26 @@ reservation kept); still running, it did not.
 
 Refusals, all before anything changes, say what they refuse (`balancer.actuate.base.Refused`, the result's
 `refused`): the target (`TargetRefused`: the pod's rules, its volumes' or its topology spread there; `TargetHeld`:
-the target's GPUs held for others, tried again later), so the planner takes another node next; or the pod itself
-(`WorkloadRefused`: being deleted, nothing recreates it, pinned, its Job would fail). A pod that runs elsewhere
-than planned makes the plan stale: no refusal of either, the workload is not moved for a while as after any
-failure.
+the target's GPUs held for others or taken by pods bound there since, tried again later), so the planner takes
+another node next; or the pod itself (`WorkloadRefused`: being deleted, nothing recreates it, pinned, its Job would
+fail). A pod that runs elsewhere than planned makes the plan stale: no refusal of either, the workload is not moved
+for a while as after any failure.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from balancer.actuate.base import Refused
 from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.k8s_pods import may_move, recreated
+from balancer.actuate.k8s_requests import basic_requests, exact_quantity, pod_requests
 from balancer.actuate.k8s_spread import spread_refusal
 from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import (
+    GPU_RESOURCE,
     HOT_UNTIL_ANNOTATION,
     ConflictError,
     Json,
@@ -70,7 +76,8 @@ class TargetRefused(PermanentActuationError):
 
 
 class TargetHeld(KubeTemporaryError):
-    """The target's GPUs are held for others (a sibling's move, a preemptor, a starving pod): RETRY."""
+    """The target's GPUs are held for others (a sibling's move, a preemptor, a starving pod) or taken by pods bound
+    there since the snapshot (`gpus_left`): RETRY."""
 
     refused = Refused.TARGET
 
@@ -138,6 +145,48 @@ def free_besides(snapshot: ClusterSnapshot, node: str, ours: tuple[int, ...]) ->
     return sum(1 for g in snapshot.gpus if g.node == node and g.index not in mine and used[g.index] == 0)
 
 
+# the pods bound to a node that hold its resources (not yet Succeeded or Failed), by a field selector
+BOUND_TO = "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+
+
+def _gpus_asked(pod: Json) -> int | None:
+    """The whole GPUs `pod` requests (`nvidia.com/gpu`, what the kubelet admits it by); None: unreadable."""
+    try:
+        return pod_requests(pod)[0]
+    except ActuationError:
+        return None
+
+
+def _key(pod: Json) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def gpus_left(node: Json, bound: Iterable[Json], pod: Json) -> int:
+    """The GPUs of `node` left besides the replacement of `pod`, as the kubelet will admit it: its allocatable
+    `nvidia.com/gpu` less what the pods bound there now ask (`BOUND_TO`; `pod` itself not, should it run there) and
+    `pod`'s own request. None left (below 0): `TargetHeld`, before anything changes. The snapshot can be a cycle
+    old: another scheduler (the default one, which does not read gputide's reservations) may have filled the target
+    since. A share of a GPU (`gputide.io/gpu-milli`) asks whole `nvidia.com/gpu` of the API as any pod does, and is
+    counted by that request; a pod whose requests cannot be read leaves no room."""
+    mine, name = _key(pod), (node.get("metadata") or {}).get("name")
+    others = [p for p in bound if _key(p) != mine]
+    asked = [_gpus_asked(p) for p in others]
+    need = _gpus_asked(pod)
+    if need is None or None in asked:
+        raise TargetHeld(f"migrate {mine}: {name}: the requests of a pod there (or its own) cannot be read")
+    try:
+        have = basic_requests({GPU_RESOURCE: exact_quantity(
+            ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))}, down=True)[0]
+    except ActuationError:
+        have = 0
+    used = sum(n for n in asked if n is not None)
+    if have - used < need:
+        raise TargetHeld(f"migrate {mine}: {name} has no room for its replacement now: {have} GPU(s) allocatable, "
+                         f"{used} asked by the {len(others)} pod(s) bound there, {need} needed")
+    return have - used - need
+
+
 def _gpus_held(entry: Json) -> int:
     try:
         return max(int(entry.get("count") or 0), 0)
@@ -196,19 +245,27 @@ class Migrations:
         except IndexError as exc:
             raise PermanentActuationError(f"migrate {action.workload}: GPU index not in snapshot") from exc
         current = self._movable_pod(ns, pod, source)
-        target = self.api(f"node {action.target_node}", self.api.core.read_node, action.target_node)
         workload = snapshot.workload_by_name.get(action.workload)
-        refusal = (placement_refusal(current, target, workload.node_rules if workload is not None else None)
-                   or spread_refusal(current, snapshot, action.workload, action.target_node))
-        if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
-            raise TargetRefused(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
+        planned = workload.node_rules if workload is not None else None
+        spread = spread_refusal(current, snapshot, action.workload, action.target_node)
+        bound: list[Json] = []   # the pods bound to the target, listed once, after its rules allowed the pod
         # the reservation is the owner's (its replacement pod has another name); an owner may already be qualified
         key = "/".join(split_name(workload.owner, ns)) if workload is not None and workload.owner else f"{ns}/{pod}"
         now, room = self.clock(), free_besides(snapshot, action.target_node, action.target_gpus)
         hold = hold_s(current, self.reservation_ttl_s)
         entry = {"pod": f"{ns}/{pod}", "gpus": slots, "count": len(slots), "expires": rfc3339(now + hold)}
-        self._reserve(action.target_node, key, entry, lambda n: reserve_change(
-            n, self.reservation_annotation, key, entry, now, room))
+
+        def reserve(target: Json) -> Json | None:   # the target as read for the hold, checked before it is written
+            refusal = placement_refusal(current, target, planned) or spread
+            if refusal is not None:   # its replacement could not run there: moving it could leave it without a place
+                raise TargetRefused(f"migrate {ns}/{pod}: {action.target_node} has {refusal}")
+            if not bound:
+                bound.append(self.api(f"pods on {action.target_node}", self.api.core.list_pod_for_all_namespaces,
+                                      field_selector=BOUND_TO.format(node=action.target_node)))
+            left = gpus_left(target, bound[0].get("items") or (), current)
+            return reserve_change(target, self.reservation_annotation, key, entry, now, min(room, left))
+
+        self._reserve(action.target_node, key, entry, reserve)
         evict, uid = f"evict pod {ns}/{pod}", (current.get("metadata") or {}).get("uid")
         try:
             if source and source != action.target_node and action.taint_source:
