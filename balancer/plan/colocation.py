@@ -20,6 +20,7 @@ were never given back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -62,6 +63,8 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     is held "shrunk" with nothing owed; a record it still shows is then not adopted again). A shrink applied less
     than `FRESH_S` ago is not judged by a read that does not show it yet."""
     cp = policy.colocation
+    # a p99 unknown (NaN: requests arrive, no latency series tells how long they waited) compares False: no slack,
+    # the streak starts again; a service without serving series has none (unseen or gone: `_give_backs`)
     streak = {name: (state.slack_streak.get(name, 0) + 1 if s.p99_latency_s < cp.slo_slack * s.slo_latency_s else 0)
               for name, s in snapshot.services.items()}
     recorded, void = _records(snapshot)
@@ -122,6 +125,7 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
     cp = policy.colocation
     if not cp.enabled or not snapshot.services:
         return []
+    # an unknown p99 (NaN) compares False: no pressure either, no shrink decided on a latency nobody measured
     pressured = {n for n, st in snapshot.services.items() if st.p99_latency_s > cp.slo_pressure * st.slo_latency_s}
     actions = _shrinks(snapshot, policy, state, proj, pressured, owed) if pressured else []
     return actions + _give_backs(snapshot, policy, state, proj, owed)
@@ -177,21 +181,52 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
                 owed: Mapping[str, int]) -> list[Action]:
     """Shrunk jobs scaled back once each service the shrink made room for has had `slackReadings` cycles of slack (or
     is gone: given back on the first one's slack alone, a job shrunk for two was grown back next to the other, still
-    under pressure, and shrunk again the next cycle, over and over) and none of their workers runs on a hot node (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs
-    to cool, so does co-location's, which would otherwise also hand back, while the node is still hot, the workers a
-    hotspot took from the job after co-location's shrink. The shrink stays held (and recorded) meanwhile."""
+    under pressure, and shrunk again the next cycle, over and over) and none of their workers runs on a hot node
+    (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs to cool, so does co-location's,
+    which would otherwise also hand back, while the node is still hot, the workers a hotspot took from the job after
+    co-location's shrink. The shrink stays held (and recorded) meanwhile. A service is gone only once no pod of it is
+    left (`_gone`): one whose serving series vanished while its pods run is unseen, and holds the shrink (`notes`)."""
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
         if proj.hot_nodes and _on_nodes(s, job, proj.hot_nodes):
             continue
-        if all(state.slack_streak.get(n, 0) >= policy.colocation.slack_readings or n not in s.services
-               for n in svc.split(SEPARATOR)):
+        names = svc.split(SEPARATOR)
+        gone = [n for n in names if _gone(s, n)]
+        slack = [n for n in names if state.slack_streak.get(n, 0) >= policy.colocation.slack_readings]
+        if len(gone) + len(slack) == len(names):   # disjoint: a streak is kept only for a service with series
             now, workers = proj.workers.get(job, 0), runnable(s, job, workers)
             if now < workers:
+                why = (f"{SEPARATOR.join(slack)} has latency slack again" if slack else "") + (
+                    f"{' and ' if slack else ''}{', '.join(gone)} is gone (no pod left)" if gone else "")
                 actions.append(ScaleTraining(job=job, workers=workers, previous_workers=now, cause="colocation_slack",
-                                             shrunk_from=owed.get(job),
-                                             reason=f"{svc} has latency slack again: give the workers back"))
+                                             shrunk_from=owed.get(job), reason=f"{why}: give the workers back"))
     return actions
+
+
+def _gone(s: ClusterSnapshot, service: str) -> bool:
+    """Whether `service` is gone: no serving series and no pod of it (placed or pending). Its series alone missing
+    (a scrape down, a rule broken) leave it unseen, not gone: giving its shrink back would put training onto the GPUs
+    of a service last seen under pressure."""
+    return service not in s.services and not s.workloads_by_owner.get(service)
+
+
+def notes(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> tuple[str, ...]:
+    """Why co-location reads no latency where it would: a service it holds a shrink for is unseen (no serving series
+    while its pods run), or a service's p99 is unknown while requests arrive (NaN: neither pressure nor slack). One
+    line each, without readings in them: the loop logs a note once while it lasts."""
+    if not policy.colocation.enabled:
+        return ()
+    held: dict[str, list[str]] = {}
+    for job, (_, svc) in sorted(state.shrunk.items()):
+        for n in svc.split(SEPARATOR):
+            held.setdefault(n, []).append(job)
+    out = [f"co-location keeps {', '.join(jobs)} shrunk: {n} has no serving series while its pods run (unseen, not "
+           "gone): no give-back until its series return or its pods are gone"
+           for n, jobs in sorted(held.items()) if n not in snapshot.services and snapshot.workloads_by_owner.get(n)]
+    out += [f"co-location: {n}'s p99 latency is unknown while requests arrive (no latency series, or NaN): neither "
+            "pressure nor slack is read from it" + (f"; {', '.join(held[n])} kept shrunk" if n in held else "")
+            for n, st in sorted(snapshot.services.items()) if math.isnan(st.p99_latency_s)]
+    return tuple(out)
 
 
 def _on_nodes(s: ClusterSnapshot, job: str, nodes: set[str] | frozenset[str]) -> bool:

@@ -28,6 +28,7 @@ clone-per-proposal path (`clone()` is kept for it) and checks both keep the same
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -120,7 +121,9 @@ class Projection:
         self.tainted = set(tainted) if tainted is not None else hot_tainted(s)
         self.hot_nodes = set(hot_nodes)
         self.migrations = 0
-        self.slo_ratio = {k: v.p99_latency_s / v.slo_latency_s for k, v in s.services.items() if v.slo_latency_s > 0}
+        # a p99 unknown (NaN: `serving.LATENCY_UNKNOWN`) has no ratio: NaN would make the whole objective NaN
+        self.slo_ratio = {k: v.p99_latency_s / v.slo_latency_s for k, v in s.services.items()
+                          if v.slo_latency_s > 0 and not math.isnan(v.p99_latency_s)}
         self._log: list[tuple] | None = None   # undo entries while a checkpoint is open
         self._moved: set[str] = set()          # workloads this projection migrated
         self._sharing: dict[int, list[tuple[str, str]]] | None = None

@@ -16,6 +16,7 @@ from balancer.model import ServiceStatus, Workload, WorkloadClass
 from balancer.telemetry.gpu_frame import sample
 
 P99_BEYOND_BUCKETS_S = 3600.0   # a +Inf p99: beyond the highest bucket of any serving latency histogram
+LATENCY_UNKNOWN = math.nan   # a p99 absent or NaN while requests arrive: no latency evidence, never 0 (calm)
 SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
                   "gputide_inference_replicas")
 
@@ -32,10 +33,14 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     A service with serving series but no finite demand is `MissingTelemetry` (the loop holds still): read as 0 it
     would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. Only where
     it `concerned` the caller (None: every service), though: a shard holds for the services with a replica on its
-    nodes (`prometheus._running`), and leaves the others out of its statuses, unplanned (never read as 0). A NaN p99
-    (no request in the window) is absent and reads 0: no request waited; a +Inf one (beyond the highest bucket)
-    reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm (finite, so the planner's arithmetic stays finite). A
-    series found twice for one service (an HA pair, two scrape jobs) reads its higher value."""
+    nodes (`prometheus._running`), and leaves the others out of its statuses, unplanned (never read as 0). A p99
+    absent or NaN (histogram_quantile over a window without requests) reads 0 only while the demand is 0: no request
+    waited. With demand it is unknown and reads NaN (`LATENCY_UNKNOWN`), never 0: a service whose latency series is
+    lost (a scrape down, a renamed vLLM histogram) would look perfectly calm, and co-location would give training
+    its GPUs back; every consumer reads NaN as no latency evidence (its comparisons are False: neither slack nor
+    pressure). A +Inf p99 (beyond the highest bucket) reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm
+    (finite, so the planner's arithmetic stays finite). A series found twice for one service (an HA pair, two
+    scrape jobs) reads its higher value."""
     samples = []
     spaces: dict[str, set[str]] = {}
     for r in rows:
@@ -74,8 +79,17 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
             if w.workload_class is WorkloadClass.INFERENCE and w.owner:
                 pods[w.owner] = pods.get(w.owner, 0) + 1
     return {s: ServiceStatus(name=s, demand_rps=v["gputide_inference_demand_rps"],
-                             p99_latency_s=v.get("gputide_inference_latency_p99_seconds", 0.0),
+                             p99_latency_s=_p99(v),
                              slo_latency_s=slo_latency_s.get(s, default_slo_latency_s),
                              replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
                              else pods.get(s, 0), namespace=namespace.get(s, ""))
             for s, v in by.items()}
+
+
+def _p99(series: Mapping[str, float]) -> float:
+    """A service's p99 from its finite series: 0 when it has neither a p99 nor demand (idle: no request waited),
+    `LATENCY_UNKNOWN` when requests arrive and no p99 says how long they waited."""
+    p99 = series.get("gputide_inference_latency_p99_seconds")
+    if p99 is not None:
+        return p99
+    return 0.0 if series["gputide_inference_demand_rps"] == 0 else LATENCY_UNKNOWN

@@ -13,6 +13,7 @@ where NVML answered NotSupported, listed as unsupported on that GPU (never both)
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import numpy as np
@@ -185,9 +186,13 @@ def test_duplicated_series_are_counted_once():
 
 def test_nan_serving_latency_is_absent_not_a_number():
     answers = healthy()
+    answers["svc"][0]["value"] = [NOW, "0"]
     answers["svc"][1]["value"] = [NOW, "NaN"]  # histogram_quantile with no traffic
     status = _source(answers).snapshot().services["chat"]
-    assert status.p99_latency_s == 0.0 and status.demand_rps == 12.0
+    assert status.p99_latency_s == 0.0 and status.demand_rps == 0.0
+    answers["svc"][0]["value"] = [NOW, "12"]   # requests arrive and no p99 says how long they waited: unknown, never 0
+    status = _source(answers).snapshot().services["chat"]
+    assert math.isnan(status.p99_latency_s) and status.demand_rps == 12.0
 
 
 # ---- NVML exporter backend ---------------------------------------------------------------------------------------
