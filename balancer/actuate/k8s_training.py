@@ -25,6 +25,10 @@ a queued Job that gputide stopped has its Workloads made active again after the 
 new size is written, so Kueue queues them as they now are and unsuspends the Job once admitted. gputide never
 writes `spec.suspend` on a queued Job.
 
+Stopped. A Job counts as stopped by gputide when labelled and suspended (`spec.suspend`) or, queued, with a
+Workload inactive; the label alone is not enough (a stop cut between its label and the deactivation, an older
+gputide's label on a Job Kueue kept running): such a Job runs and holds its quota, and is resized as running.
+
 Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between the two ClusterQueues in the flavor
 `k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
 so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
@@ -74,13 +78,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Job:
-    """The Job an action changes, as read before it: where it is, its Kueue queue ("" when not queued) and
-    whether gputide's label says it stopped it."""
+    """The Job an action changes, as read before it: where it is, its Kueue queue ("" when not queued), whether
+    gputide's label says it stopped it and whether it is stopped indeed (`_stopped`)."""
 
     ns: str
     name: str
     queue: str
     labelled: bool
+    stopped: bool = False   # labelled and stopped indeed: spec.suspend, or a Workload inactive (`_stopped`)
     restarts: bool = False   # Kueue restarts it whole to resize it (`k8s_kueue.restarts_on_resize`)
     framework_restarts: bool = False   # its framework restarts every worker on a resize (`k8s_kueue.framework_restarts`)
 
@@ -107,19 +112,23 @@ class TrainingJobs:
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
         queue = labels.get(KUEUE_QUEUE_LABEL) or ""
-        job = _Job(ns, name, queue, labels.get(SUSPENDED_LABEL) == "true", restarts_on_resize(obj, queue),
-                   framework_restarts(obj))
-        if not job.queue and obj["spec"].get("suspend") and not job.labelled:
+        labelled = labels.get(SUSPENDED_LABEL) == "true"
+        if not queue and obj["spec"].get("suspend") and not labelled:
             raise PermanentActuationError(
                 f"{what} is suspended, not by gputide (no {SUSPENDED_LABEL} label): its owner paused it; neither "
                 "resumed nor resized")
+        # a labelled queued Job's Workloads tell whether it is stopped indeed (`_stopped`)
+        owned = self.kueue.workloads(ns, name, obj) if queue and labelled else None
+        job = _Job(ns, name, queue, labelled, _stopped(obj, labelled, owned), restarts_on_resize(obj, queue),
+                   framework_restarts(obj))
         size = resize(obj, workers, what) if workers else {}
         # quota follows the Job as it is, not the plan's `previous` (read from a snapshot, which can lag a resize
         # gputide or anyone else made): a stopped Job holds none, else what Kueue admits it for
-        asked = 0 if job.labelled else workers_asked(obj)
+        asked = 0 if job.stopped else workers_asked(obj)
         delta = (workers - asked) * (pod_requests(obj["spec"].get("template") or {})[0] or 1)
         quota = queues if queues and job.queue and delta else None
-        owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers or job.labelled) else []
+        if owned is None:
+            owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers) else []
         flavor = self.kueue.check_queues(quota, self.kueue.admitted_flavor(ns, name, owned))[0] if quota else None
         notes = [f"quota moved for the {asked} workers the Job asks for, not the {previous} the plan saw"] if (
             quota and asked != previous) else []
@@ -131,7 +140,7 @@ class TrainingJobs:
             # the work since its checkpoint restarts: a stopped Job resumed, a shrink (its stopped workers' share is
             # lost and a synchronous job's others go back to the checkpoint), or any resize that restarts it whole;
             # a plain grow adds workers and loses nothing (`JobView.restarts_on_resize` prices the same way)
-            restarted = job.labelled or workers < current or (
+            restarted = job.stopped or workers < current or (
                 workers != current and (job.restarts or job.framework_restarts))
             state = (self._run(job, owned, size, record, restarted) if workers
                      else self._stop(job, owned, priority, record))
@@ -171,7 +180,8 @@ class TrainingJobs:
                 f"{job.what} is queued through Kueue ({KUEUE_QUEUE_LABEL}={job.queue}) but has no Workload: Kueue "
                 "owns its spec.suspend and would undo a suspend, and there is no Workload to deactivate; not stopped")
         # labelled first: a Job stopped but not labelled would never be found again, one labelled but still
-        # running is not listed as suspended (`k8s_workloads.suspended_job` wants spec.suspend too)
+        # running is not listed as suspended (`k8s_workloads.suspended_job` wants spec.suspend too) nor counted as
+        # stopped (`_stopped`)
         self._patch(job, {"metadata": meta})
         try:
             names = self.kueue.set_active(job.ns, owned, False)
@@ -192,10 +202,10 @@ class TrainingJobs:
         meta: Json = {"labels": {SUSPENDED_LABEL: None}, **({"annotations": notes} if notes else {})}
         self._patch(job, {"metadata": meta, "spec": spec})
         state = describe(size) + _noted(record)
-        if job.restarts and not job.labelled:   # a running queued Job resized: Kueue re-queues it whole
+        if job.restarts and not job.stopped:   # a running queued Job resized: Kueue re-queues it whole
             state += (f"; Kueue restarts the whole Job to resize it (no {ELASTIC_JOB_ANNOTATION}: \"true\"): it "
                       "suspends it, every pod stops, and re-admits it at its new size")
-        elif job.framework_restarts and not job.labelled:
+        elif job.framework_restarts and not job.stopped:
             state += f"; every worker restarts from its last checkpoint ({RESIZE_RESTARTS_ANNOTATION}: \"true\")"
         if job.queue and job.labelled:   # a queued Job gputide stopped: its Workloads made active again
             try:
@@ -225,6 +235,20 @@ class TrainingJobs:
         except ActuationError as err:
             log.error("kueue quota lent to %s for a grow that failed was not given back (%d GPUs): %s",
                       queues[1], gpus, err)
+
+
+def _active(workload: Json) -> bool:
+    return (workload.get("spec") or {}).get("active", True) is not False
+
+
+def _stopped(job: Json, labelled: bool, workloads: list[Json] | None) -> bool:
+    """Whether gputide stopped the Job indeed: labelled, and suspended (`spec.suspend`) or, queued, one of its
+    Workloads inactive. The label alone is not enough: a stop cut between its label and the Workload's deactivation
+    (a restart, an answer lost), or a label an older gputide left on a Job Kueue keeps running, labels a Job that
+    runs and holds its quota."""
+    if not labelled:
+        return False
+    return (job.get("spec") or {}).get("suspend") is True or any(not _active(wl) for wl in workloads or ())
 
 
 def _records(job: Json, workers: int, action: ScaleTraining | None) -> Json:
