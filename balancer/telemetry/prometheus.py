@@ -250,9 +250,12 @@ class PrometheusTelemetrySource:
         every node; `base.ScopedSource`). Every GPU read is in it, those outside the scope unchecked."""
         now, self.oldest_sample_age_s = self.clock(), math.nan   # the age this reading measured, if it gets so far
         wide = self._gpu_frame()
-        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), self.node_overrides, set(wide["hostname"]))
+        # the Kubernetes API's nodes asked once a reading: the vanished-GPU check and the topology see the same answer
+        # (a list that fails for one and answers the other would let a reading through half blind)
+        listed = None if self.node_overrides is None else functools.cache(self.node_overrides)
+        vanished = self.absences.reading(set(wide["UUID"]), self.clock(), listed, set(wide["hostname"]))
         wide = self._sorted(wide)
-        nodes, gpus = self._topology.build(wide, self.fleet, self.node_overrides)
+        nodes, gpus = self._topology.build(wide, self.fleet, listed)
         checked = self._checked(wide, nodes, scope)
         check_once(wide, checked)
         check_not_nan(wide, checked)

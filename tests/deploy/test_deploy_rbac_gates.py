@@ -39,7 +39,12 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
                 methods[node.name] = made & GATED
     # and the give-back of its HPA floors when a reload protects their namespace (`restore_floors`): HPAs only,
     # handed to the policy reloader by gputide run, whose capacity planner exists only with --services
-    assert methods == {"_scale_inference": GATED, "_restore_namespace": {("autoscaling", "horizontalpodautoscalers")}}
+    hpas = {("autoscaling", "horizontalpodautoscalers")}
+    # a Deployment no HPA scales is read and scaled by `_scale_deployment`, called from `_scale_inference` alone
+    assert methods == {"_scale_inference": hpas, "_scale_deployment": GATED - hpas, "_restore_namespace": hpas}
+    scalers = {f.name for f in ast.walk(definitions()[ACTUATOR]) if isinstance(f, ast.FunctionDef)
+               and any(isinstance(n, ast.Attribute) and n.attr == "_scale_deployment" for n in ast.walk(f))}
+    assert scalers == {"_scale_inference"}
     callers = {mod for mod, tree in modules().items() for n in ast.walk(tree)
                if isinstance(n, ast.Attribute) and n.attr == "restore_floors"}
     assert callers <= {"balancer.actuate.k8s_actuator", "balancer.cmd.run"}
