@@ -32,10 +32,11 @@ when, under which holds, per shard). How each action reaches the cluster:
                     So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference:
                     a KServe InferenceService, an operator's custom resource), read first (get): its owner writes
                     `spec.replicas` back. Each refusal is logged once (WARNING) while it lasts, then at DEBUG.
-                    A Deployment's scale is written only while its `spec.replicas` is still the action's
+                    A Deployment's scale is lowered only while its `spec.replicas` is still the action's
                     `previous_replicas`, with the resourceVersion read: a count someone else set since the plan
                     (an operator's scale-up for a spike) is theirs, the plan stale (RETRY, code 409, nothing
-                    written); one already at the action's count is left as it is (`_scale_deployment`). Unlike an
+                    written); a raise is written whatever the count (a reclaim), one already at the action's count
+                    is left as it is (`_scale_deployment`). Unlike an
                     HPA's floor, it carries no record of the operator's count, so `restore_floors` gives none back:
                     the controller's RBAC may patch `deployments/scale` only, never the Deployment itself.
                     `restore_floors` gives the operator's own minReplicas back in namespaces whose services left
@@ -318,9 +319,11 @@ class KubernetesActuator:
     def _scale_deployment(self, ns: str, name: str, want: int, planned: int) -> str:
         """Set the replicas of a Deployment no HPA scales through its scale subresource, only while they are still
         the `planned` count the action was made from: read the Deployment (refused when another controller keeps
-        it), then write the scale with its resourceVersion. A count someone else set since the snapshot (an
-        operator's scale-up for a spike) is theirs: the plan is stale (RETRY, code 409, nothing written; the next
-        cycle plans from the count as it is), and so is one set between the read and the write (409, read again).
+        it), then write the scale with its resourceVersion. A lower count than now, when someone else set the count
+        since the snapshot (an operator's scale-up for a spike), is not written: that count is theirs, the plan is
+        stale (RETRY, code 409, nothing written; the next cycle plans from the count as it is), and so is one set
+        between the read and the write (409, read again). A higher count than now is written whatever the plan saw
+        (a reclaim: the SLO first, and it lowers no one's count).
         A count already at `want` (the same action tried again after a write that got no answer) is left as it is."""
         what, seen = f"deployment {ns}/{name}", {}
 
@@ -332,7 +335,9 @@ class KubernetesActuator:
             seen["now"] = current = int((d.get("spec") or {}).get("replicas", 1))
             if current == want:
                 return None
-            if current != planned:
+            # a raise is written whatever the count now (a reclaim waits on no one's bookkeeping: the plan's count may
+            # be a lagging kube-state-metrics reading, or the placed pods with some pending), but never below it
+            if want < current and current != planned:
                 raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
                                     f"else since): not scaled to {want}, the plan is stale", 409)
             return {"spec": {"replicas": want}}

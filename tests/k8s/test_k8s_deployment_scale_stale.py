@@ -71,3 +71,13 @@ def test_a_count_already_there_is_left_as_it_is(kube: FakeKube, actuator) -> Non
     assert result.outcome is Outcome.APPLIED, result.detail
     assert replicas(kube) == 3
     assert kube.calls("PATCH", r"/scale$") == []
+
+
+@pytest.mark.parametrize("now", [6, 2], ids=["above the plan's count", "below it"])
+def test_a_raise_is_written_whatever_the_count_the_plan_saw(kube: FakeKube, actuator, now) -> None:
+    # the plan's count lags (kube-state-metrics scraped before the last scale, or placed pods with some pending):
+    # a reclaim to 8 must not wait a cycle for the bookkeeping, and 8 lowers no one's count
+    operator_scales(kube, now)
+    result = scale(actuator, 8)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert replicas(kube) == 8
