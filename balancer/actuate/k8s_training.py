@@ -10,7 +10,9 @@ admitted and suspends a running Job whose Workload is not (kubernetes-sigs/kueue
 is undone at Kueue's next reconcile and the Job keeps running on GPUs the plan gave to inference. Such a Job is stopped
 through its Workload, Kueue's documented way: `spec.active: false`, on which Kueue evicts the Workload (its quota
 released) and suspends the Job, and keeps it suspended. A queued Job without a Workload is refused (FAILED):
-nothing could keep it stopped.
+nothing could keep it stopped. A deactivation that got no answer is read back: landed, the stop is done; else the
+label is removed only where the Workloads are read back active (unread, it stays: a Job Kueue keeps suspended
+without it would never be found again, one labelled but running is not taken as stopped, below).
 
 Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; completions too for an Elastic Indexed
 Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A hotspot
@@ -22,8 +24,9 @@ Job is unsuspended with it; a running queued Job is resized in place only where 
 honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
 the new size (every pod restarting: the detail says so, and the planner prices it, `JobView.restarts_on_resize`);
 a queued Job that gputide stopped has its Workloads made active again after the Job's
-new size is written, so Kueue queues them as they now are and unsuspends the Job once admitted. gputide never
-writes `spec.suspend` on a queued Job.
+new size is written, so Kueue queues them as they now are and unsuspends the Job once admitted, and its label is
+removed only then (a failure or a restart in between leaves it labelled, so a later cycle resumes it; the label's
+removal failing is a note). gputide never writes `spec.suspend` on a queued Job.
 
 Stopped. A Job counts as stopped by gputide when labelled and suspended (`spec.suspend`) or, queued, with a
 Workload inactive; the label alone is not enough (a stop cut between its label and the deactivation, an older
@@ -31,13 +34,14 @@ gputide's label on a Job Kueue kept running): such a Job runs and holds its quot
 
 Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between the two ClusterQueues in the flavor
 `k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
-so Kueue can admit the workers (and given back if the Job then cannot be changed), back to inference after it
-shrinks. The GPUs moved are the change of the Job's own size (per-worker GPUs x the workers its spec asks for now,
-`k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's `previous_workers`: a plan from a snapshot
-that lags a resize (gputide's or anyone's) would move quota no Job asks for, and the queues would drift apart from
-the Jobs a little more each time. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`); one lent
-ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that cannot be told,
-a queued Job without a Workload) comes before any change.
+so Kueue can admit the workers (and given back if the Job then cannot be changed; where its last write got no
+answer, only once read back unchanged: a grow that landed keeps it), back to inference after it shrinks. The GPUs
+moved are the change of the Job's own size (per-worker GPUs x the workers its spec asks for now,
+`k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's `previous_workers`: a plan from a
+snapshot that lags a resize (gputide's or anyone's) would move quota no Job asks for, and the queues would drift
+apart from the Jobs a little more each time. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`);
+one lent ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that
+cannot be told, a queued Job without a Workload) comes before any change.
 
 A plain Job suspended by someone else (`spec.suspend` without gputide's label: its owner paused it) is refused
 before any change: resizing it would unsuspend it, stopping it would label it and a later cycle would resume it.
@@ -55,6 +59,7 @@ from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink
 from balancer.actuate.k8s_jobs import size as job_size
 from balancer.actuate.k8s_kueue import (
     ELASTIC_JOB_ANNOTATION,
+    JOB_UID_LABEL,
     RESIZE_RESTARTS_ANNOTATION,
     framework_restarts,
     restarts_on_resize,
@@ -63,6 +68,7 @@ from balancer.actuate.k8s_quota import KueueQuota
 from balancer.actuate.k8s_requests import pod_requests
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
+    KUEUE_WORKLOADS,
     MERGE_PATCH,
     PRIORITY_ANNOTATION,
     RESIZED_ANNOTATION,
@@ -145,7 +151,8 @@ class TrainingJobs:
             state = (self._run(job, owned, size, record, restarted) if workers
                      else self._stop(job, owned, priority, record))
         except ActuationError:
-            if quota and delta > 0:
+            # an unanswered write may have grown the Job all the same: its quota kept then (`_grown`)
+            if quota and delta > 0 and not self._grown(job, workers, owned):
                 self._give_back(quota, delta, flavor)
             raise
         if quota and delta < 0:   # shrink: the quota goes back once the job is smaller, completing a change
@@ -183,14 +190,49 @@ class TrainingJobs:
         # running is not listed as suspended (`k8s_workloads.suspended_job` wants spec.suspend too) nor counted as
         # stopped (`_stopped`)
         self._patch(job, {"metadata": meta})
-        try:
-            names = self.kueue.set_active(job.ns, owned, False)
-        except ActuationError:
-            if not job.labelled:
-                self._relabel(job, None)
-            raise
+        outer = self.api.unknown_writes   # the action's: the block below lists its own
+        with self.api.writes() as doubt:   # the deactivation's unanswered patch, if any: it may have landed
+            try:
+                names = self.kueue.set_active(job.ns, owned, False)
+            except ActuationError as err:
+                names = self._stop_failed(job, owned, err, bool(doubt))
+                doubt.clear()   # read back: it landed
+            finally:
+                outer.extend(w for w in doubt if w not in outer)
         done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
         return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)" + _noted(record)
+
+    def _stop_failed(self, job: _Job, owned: list[Json], err: ActuationError, doubt: bool) -> list[str]:
+        """After a Workload's deactivation failed: when its outcome is unknown (`doubt`), the Workloads read back
+        (`_read_back`); all inactive, it landed, and their names are returned. Else `err` is raised, the label
+        removed only where the stop surely did not land (a definite failure, or every Workload read back active):
+        a Job Kueue keeps suspended without it would never be found again (`suspended_jobs`), while one labelled
+        but running is not counted as stopped (`_stopped`)."""
+        found = self._read_back(job, owned) if doubt else None
+        if found and all(not _active(wl) for wl in found):
+            log.warning("%s: the deactivation of its Kueue workloads got no answer but landed: stopped", job.what)
+            return [wl["metadata"]["name"] for wl in found]
+        if not job.labelled and (not doubt or (found is not None and all(_active(wl) for wl in found))):
+            self._relabel(job, None)
+        raise err
+
+    def _read_back(self, job: _Job, owned: list[Json]) -> list[Json] | None:
+        """The Workloads `owned` read again, on the reserve (what confirms a change of unknown outcome), in one list:
+        by Kueue's job-uid label where they carry it, else the namespace's; None when unread or one is gone
+        (replaced by Kueue)."""
+        uids = {(wl["metadata"].get("labels") or {}).get(JOB_UID_LABEL) for wl in owned}
+        uid = uids.pop() if len(uids) == 1 else None
+        try:
+            with self.api.reserve():
+                items = self.api(f"kueue workloads of {job.what}", self.api.custom.list_namespaced_custom_object,
+                                 *KUEUE_WORKLOADS, job.ns, "workloads",
+                                 **({"label_selector": f"{JOB_UID_LABEL}={uid}"} if uid else {})).get("items") or []
+        except ActuationError as err:
+            log.warning("%s: its Kueue workloads could not be read back: %s", job.what, err)
+            return None
+        found = {wl["metadata"]["name"]: wl for wl in items}
+        names = [wl["metadata"]["name"] for wl in owned]
+        return [found[name] for name in names] if all(name in found for name in names) else None
 
     def _run(self, job: _Job, owned: list[Json], size: Json, record: Json, restarted: bool) -> str:
         spec = dict(size) if job.queue else {**size, "suspend": False}
@@ -199,7 +241,11 @@ class TrainingJobs:
         # checkpoint does not move, would overstate the work a next resize loses (`k8s_workloads.with_job`)
         stamp = {RESIZED_ANNOTATION: rfc3339(self.clock())} if restarted else {}
         notes = {**(record.get("annotations") or {}), **stamp}
-        meta: Json = {"labels": {SUSPENDED_LABEL: None}, **({"annotations": notes} if notes else {})}
+        # a queued Job gputide labelled keeps its label until its Workloads are active again: a Job left suspended
+        # by Kueue without it (a failure, a restart in between) would never be found again (`suspended_jobs`)
+        reactivate = bool(job.queue and job.labelled)
+        meta: Json = {**({} if reactivate else {"labels": {SUSPENDED_LABEL: None}}),
+                      **({"annotations": notes} if notes else {})}
         self._patch(job, {"metadata": meta, "spec": spec})
         state = describe(size) + _noted(record)
         if job.restarts and not job.stopped:   # a running queued Job resized: Kueue re-queues it whole
@@ -207,25 +253,61 @@ class TrainingJobs:
                       "suspends it, every pod stops, and re-admits it at its new size")
         elif job.framework_restarts and not job.stopped:
             state += f"; every worker restarts from its last checkpoint ({RESIZE_RESTARTS_ANNOTATION}: \"true\")"
-        if job.queue and job.labelled:   # a queued Job gputide stopped: its Workloads made active again
-            try:
-                names = self.kueue.set_active(job.ns, owned, True)
-            except ActuationError:
-                self._relabel(job, "true")   # so the next cycle still finds it stopped and resumes it
-                raise
+        if reactivate:   # a queued Job gputide stopped: its Workloads made active again, then its label removed
+            names = self.kueue.set_active(job.ns, owned, True)   # a failure: the label stays, next cycle resumes it
             if names:
                 state += (f"; Kueue workload {', '.join(names)} active again (Kueue unsuspends the Job once it "
                           "admits it)")
+            state += self._unlabel(job)
         return state
 
+    def _unlabel(self, job: _Job) -> str:
+        """The label of a queued Job resumed removed, once its Workloads are active (on the reserve: it completes a
+        change made). A failure does not undo the resume, only leaves a label that counts for nothing while the Job
+        runs (`_stopped`) and that its next resize or stop writes again: a note in the detail and the log."""
+        try:
+            with self.api.reserve():
+                self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: None}}})
+        except ActuationError as err:
+            log.error("%s resumed, but its label %s was not removed: %s", job.what, SUSPENDED_LABEL, err)
+            return f"; label {SUSPENDED_LABEL} NOT removed: {err}"
+        return ""
+
     def _relabel(self, job: _Job, value: str | None) -> None:
-        """Undo the label change of a stop or resume that failed half-way (best effort: the action's error is
-        what matters)."""
+        """Undo the label change of a stop that failed half-way (best effort: the action's error is what
+        matters)."""
         try:
             with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
                 self._patch(job, {"metadata": {"labels": {SUSPENDED_LABEL: value}}})
         except ActuationError as err:
             log.warning("%s: could not restore label %s=%s: %s", job.what, SUSPENDED_LABEL, value, err)
+
+    def _grown(self, job: _Job, workers: int, owned: list[Json]) -> bool:
+        """After a grow failed: whether it may have happened all the same, so the quota lent ahead of it stays. Only
+        where its last write got no answer (`_Api.unknown_writes`), read back on the reserve: a running Job's patch,
+        the Job asks for `workers`; a stopped queued Job's Workloads' activation (its patch came before, answered),
+        they are all active. Unread, the quota is kept too: quota lent beyond what the Jobs hold is given back by
+        `KueueQuota.reconcile`, while quota given back under a Job that grew would never be lent again."""
+        unknown = self.api.unknown_writes
+        if job.stopped and job.queue:   # resumed once its Workloads are active: only their activation can tell
+            if not any(w.startswith(f"kueue workload {job.ns}/") for w in unknown):
+                return False
+            found = self._read_back(job, owned)
+            grown = found is None or all(_active(wl) for wl in found)
+        elif job.what in unknown:
+            try:
+                with self.api.reserve():
+                    now = self.api(job.what, self.api.batch.read_namespaced_job, job.name, job.ns)
+                grown = job_size(now) == workers
+            except ActuationError as err:
+                log.error("%s: its resize of unknown outcome could not be read back: %s", job.what, err)
+                grown = True
+        else:
+            return False
+        if grown:
+            log.warning("%s: the grow to %d workers got no answer and may have landed: its kueue quota kept (what no "
+                        "Job holds is given back by the quota reconcile)", job.what, workers)
+        return grown
 
     def _give_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> None:
         """Return quota lent for a grow that did not happen (best effort)."""
