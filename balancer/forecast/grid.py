@@ -1,7 +1,9 @@
 """Several clients' windowed rates summed on one time grid: the arithmetic of the ServeGen loader (pure).
 
 A client reports its rate per window: window j covers [start_j, start_j + w) with w its own window length (the
-shortest spacing of its starts), cut at the next start if they come closer. Between windows the client is unobserved.
+most common spacing of its starts), cut at the next start if they come closer. Between windows the client is
+unobserved. Its starts lie on one grid, a multiple of w apart (`off_grid` finds those that do not: the loader refuses
+them; with the shortest spacing as w, one mistyped start 5 s after another made every window 5 s long).
 Demand at a time is the sum over clients of the rate each has then, so on a grid of cells [T, T + g):
 
 * a client's value in a cell is its time-weighted mean rate over the cell when its windows cover all of it, and
@@ -20,12 +22,29 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+TOLERANCE_S = 1e-6  # starts closer than this to a grid line are on it (float sums of windows)
+
 
 def window_of(starts: np.ndarray) -> float | None:
-    """A client's window length: the shortest spacing of its (sorted, distinct) starts (a missing window only makes
-    a spacing longer); None for a single window."""
+    """A client's window length: the most common spacing of its (sorted, distinct) starts, the shortest of equally
+    common ones (a missing window only makes one spacing longer; a stray start makes two spacings shorter than the
+    window, not every window short); None for a single window."""
     gaps = np.diff(np.asarray(starts, float))
-    return float(gaps.min()) if gaps.size else None
+    if not gaps.size:
+        return None
+    values, counts = np.unique(np.round(gaps / TOLERANCE_S) * TOLERANCE_S, return_counts=True)
+    return float(values[np.argmax(counts)])   # argmax: the first, shortest, of the most common
+
+
+def off_grid(starts: np.ndarray, window: float) -> np.ndarray:
+    """Indices of the (sorted) starts that are not a multiple of `window` away from the phase most starts share."""
+    starts = np.asarray(starts, float)
+    phase = np.mod(starts - starts[0], window)
+    phase = np.where(window - phase <= TOLERANCE_S, 0.0, phase)   # just under a whole window: on the line
+    values, counts = np.unique(np.round(phase / TOLERANCE_S) * TOLERANCE_S, return_counts=True)
+    common = values[np.argmax(counts)]
+    distance = np.abs(phase - common)
+    return np.flatnonzero(np.minimum(distance, window - distance) > TOLERANCE_S)
 
 
 def cell_means(starts: np.ndarray, rates: np.ndarray, window: float, first: float, step: float,

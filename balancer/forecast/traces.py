@@ -43,27 +43,33 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
-from balancer.forecast.grid import sum_on_grid
+from balancer.forecast.grid import off_grid, sum_on_grid, window_of
 
 SERVEGEN_EPOCH = pd.Timestamp("2024-01-01T00:00:00Z")  # a Monday
 FORMATS = ("csv", "servegen", "requests")
 DAY_S = 86400.0
 
 
+_SECONDS = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")   # a bare number: seconds
+
+
 def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, field: str = "step") -> pd.Timedelta:
-    """'10min', '1h', '600s' or seconds -> a positive Timedelta; InputError otherwise."""
+    """'10min', '1h', '600s' or seconds (a number, or a string holding a bare number such as '3600': pandas
+    alone reads that as nanoseconds) -> a positive Timedelta; InputError otherwise."""
     if isinstance(step, str):   # "8d": pandas deprecates the lower-case day unit (gone in pandas 4); same value
         step = re.sub(r"(?<=\d)\s*d(?![a-zA-Z])", "D", step)
+    seconds = isinstance(step, int | float) or (isinstance(step, str) and _SECONDS.fullmatch(step) is not None)
     try:
-        td = pd.Timedelta(seconds=float(step)) if isinstance(step, int | float) else pd.Timedelta(step)
-    except (ValueError, TypeError) as exc:
-        raise InputError(file, field, step, "a duration such as 10min, 1h or 600s") from exc
+        td = pd.Timedelta(seconds=float(step)) if seconds else pd.Timedelta(step)
+    except (ValueError, TypeError, OverflowError) as exc:   # OverflowError: beyond pandas' 292 years
+        raise InputError(file, field, step, "a duration such as 10min, 1h, 600s or a number of seconds") from exc
     if pd.isna(td) or td < pd.Timedelta(seconds=1):
         raise InputError(file, field, step, "a duration of at least 1s, such as 10min")
     return td
 
 
 MAX_EPOCH_S = 4102444800.0  # 2100-01-01: later (or negative) epoch seconds are not demand history
+_FIRST, _LAST = pd.Timestamp(0, unit="s", tz="UTC"), pd.Timestamp(MAX_EPOCH_S, unit="s", tz="UTC")
 MAX_RPS = 1e9  # demand beyond this is a wrong column or unit, and sums of such values overflow to inf
 MAX_STEPS = 5_000_000  # a trace resampled to more steps than this is a wrong --step, not a long history
 _READ_ERRORS = (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError)
@@ -95,6 +101,12 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
         row = int(np.flatnonzero(index.isna())[0])
         raise InputError(path, column, raw.iloc[row], allowed + " (a time on every row)", detail=f"row {row + 2}")
     _one_zone_kind(raw, path, column)
+    # a mistyped year (0224, 2204 for 2024) parses: past 2262 it overflowed pandas' nanosecond times (a traceback),
+    # within it one row stretched the trace over centuries of empty steps (a hang); epoch seconds are checked alike
+    outside = (index < _FIRST) | (index > _LAST)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        raise InputError(path, column, raw.iloc[row], "ISO-8601 timestamps from 1970 to 2100", detail=f"row {row + 2}")
     return index
 
 
@@ -210,7 +222,7 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
         bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy() | (r > MAX_RPS).to_numpy()
         if (bad_start | bad_rate).any():
             row = int(np.flatnonzero(bad_start | bad_rate)[0])
-            col, val = ("window_start_s", df[0].iloc[row]) if bad_start[row] else ("rate_req_per_s", df[1].iloc[row])
+            col, val = ("window_start_s", _cell(df, 0, row)) if bad_start[row] else ("rate_req_per_s", _cell(df, 1, row))
             raise InputError(str(f), col, val, f"finite numbers; |window_start_s| < 4.1e9, 0 <= rate <= {MAX_RPS:g}",
                              detail=f"row {row + 1}")
         clients.append(_client(f, df, s, r))
@@ -225,15 +237,28 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
 
 
 def _client(f: Path, df: pd.DataFrame, s: pd.Series, r: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """One ServeGen client's (starts, rates) in time order; a window given twice is an InputError naming its row."""
+    """One ServeGen client's (starts, rates) in time order; a window given twice, or a start off the grid of the
+    client's window (its most common spacing), is an InputError naming its row."""
     start, rate = s.to_numpy(float), r.to_numpy(float)
     order = np.argsort(start, kind="stable")
     again = np.flatnonzero(np.diff(start[order]) == 0)
     if again.size:
         row = int(order[again[0] + 1])
-        raise InputError(str(f), "window_start_s", df[0].iloc[row], "each window once per client file",
+        raise InputError(str(f), "window_start_s", _cell(df, 0, row), "each window once per client file",
                          detail=f"row {row + 1} repeats row {int(order[again[0]]) + 1}")
+    window = window_of(start[order])
+    off = off_grid(start[order], window) if window else np.array([], dtype=int)
+    if off.size:   # one stray start made every window as short as its distance to a neighbour: millions of cells
+        row = int(order[off].min())
+        raise InputError(str(f), "window_start_s", _cell(df, 0, row), f"starts a multiple of the client's window "
+                         f"({window:g} s, its most common spacing) apart", detail=f"row {row + 1}")
     return start[order], rate[order]
+
+
+def _cell(df: pd.DataFrame, column: int, row: int) -> object:
+    """A cell as read, a numpy scalar as its Python value: the message shows 5, not np.int64(5)."""
+    value = df[column].iloc[row]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
