@@ -32,6 +32,7 @@ from balancer.plan.placement.unplaceable import Unfit, unplaceable
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 INT_CAP = 2**53  # largest integer a float64 CSV value holds exactly
+NUMERIC_COLUMNS = frozenset({"cpu_milli", "memory_mib", "gpu", "num_gpu", "gpu_milli"})
 
 
 def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -41,6 +42,9 @@ def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
             df = pd.read_csv(path, keep_default_na=True, index_col=False)
+        with warnings.catch_warnings():   # the rows' lengths are checked above: a trailing comma's empty field
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)   # is one more field once '' is not NA
+            text = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False)
     except pd.errors.ParserWarning as exc:   # a row longer than the header, whose extra field pandas would drop
         raise _long_row(str(path)) from exc
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
@@ -48,6 +52,8 @@ def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(str(path), "format", str(path), "a CSV file with a header row", str(exc)) from exc
     check_header(str(path))
+    # names as written: inferred, a model `4090` read as 4090.0 (no node's model) and a node named NA as empty
+    df = df.assign(**{c: text[c] for c in df.columns if c not in NUMERIC_COLUMNS})
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise InputError(
