@@ -20,7 +20,8 @@ know about files, Prometheus and time, around the pure `balancer.plan.capacity_l
 
 * `PrometheusDemandHistory`: a service's past demand from Prometheus (one range query per service, cached), which
   seeds the forecaster and the burst tracker the first time the controller sees the service, so a restarted
-  controller forecasts from the first cycle instead of after days of watching.
+  controller forecasts from the first cycle instead of after days of watching. A query that failed is asked again
+  on later cycles (`balancer.forecast.service.HistorySeeds`) until it is answered.
 * `RiseTracker`: the demand the controller observed each cycle over a trailing window, and the burst allowance
   learned from it (shared with the simulator's tidal scenario).
 * `CapacityLoopPlanner`: the loop's planner callable: observes demand, learns bursts, calls the pure planner.
@@ -40,6 +41,7 @@ import pandas as pd
 from balancer import catalog
 from balancer.config import BalancerPolicy
 from balancer.errors import GputideError, InputError
+from balancer.forecast.service import HistorySeeds
 from balancer.model import ClusterSnapshot, Forecast, Plan
 from balancer.plan.capacity import CapacityPolicy, ServiceCapacity
 from balancer.plan.capacity_loop import plan_with_capacity
@@ -148,9 +150,14 @@ class PrometheusDemandHistory:
     """`history(service, now)`: the service's demand over the last `days` from Prometheus (`source.demand_history`
     with `query`, a template over ``$service``, ``$namespace`` and ``$selector``: `service_query`), at `step_s`; None when Prometheus has nothing or fails
     (the controller then learns from what it observes). Cached per service for `CACHE_S`, so the forecaster and
-    the burst tracker seeding a service in one cycle share one query; a query that failed is not cached (a
-    service seen again later, after Prometheus came back, gets its history), and nothing is kept longer (a
-    controller running for months does not hold every service's two weeks of demand)."""
+    the burst tracker seeding a service in one cycle share one query; a query that failed is not cached past its
+    cycle (asked again at a later `now`, after Prometheus came back, it gets its history), and nothing is kept
+    longer (a controller running for months does not hold every service's two weeks of demand).
+
+    Calling it answers None both where Prometheus has no data and where the query failed; `read` raises the
+    failure (`GputideError`), which is what the forecaster and the burst tracker ask (`HistorySeeds`: a service
+    is seeded once its query was answered, asked again while it fails). A failure is logged once (a warning) until
+    the service's history is read; later tries are logged at debug and the read that ends it at info."""
 
     CACHE_S = 600.0
 
@@ -158,24 +165,42 @@ class PrometheusDemandHistory:
                  step_s: float = 300.0, cluster: str | None = None) -> None:
         self.source, self.query, self.days, self.step_s, self.cluster = source, query, days, step_s, cluster
         self.cache: dict[str, tuple[float, pd.Series | None]] = {}   # service -> (when asked, its history)
+        # service -> (failed tries in a row, when last tried, its error): until its history is read (a day at most)
+        self.failing: dict[str, tuple[int, float, GputideError]] = {}
 
     def __call__(self, service: str, now: float) -> pd.Series | None:
+        try:
+            return self.read(service, now)
+        except GputideError:
+            return None
+
+    def read(self, service: str, now: float) -> pd.Series | None:
+        """The service's history, None where Prometheus has none; raises `GputideError` where the query failed
+        (asked once per `now`: the same failure is raised again without asking)."""
         self.cache = {k: v for k, v in self.cache.items() if 0.0 <= now - v[0] < self.CACHE_S}
+        self.failing = {k: v for k, v in self.failing.items() if 0.0 <= now - v[1] < 86400.0}
         if service in self.cache:
             return self.cache[service][1]
+        tries, last, error = self.failing.get(service, (0, math.nan, None))
+        if error is not None and last == now:
+            raise error
         promql = service_query(self.query, service, self.cluster)
         # Prometheus answers at most 11,000 points per series: a long history at a fine step is cut to that
         start = max(now - self.days * 86400.0, now - (MAX_POINTS - 1) * self.step_s)
         try:
             y = self.source.demand_history(promql, start, now, self.step_s)
         except GputideError as exc:
-            log.warning("no demand history for %s (%s): %s", service, promql, exc)
-            return None
+            self.failing[service] = (tries + 1, now, exc.with_traceback(None))
+            (log.debug if tries else log.warning)("no demand history for %s (%s), failed %d time(s), asked again "
+                                                  "next cycle: %s", service, promql, tries + 1, exc)
+            raise
+        self.failing.pop(service, None)
         if y is not None and not np.isfinite(y.to_numpy(float)).any():
             y = None
         self.cache[service] = (now, y)
-        log.info("demand history for %s: %s", service,
-                 "none" if y is None else f"{int(np.isfinite(y.to_numpy(float)).sum())} samples")
+        log.info("demand history for %s: %s%s", service,
+                 "none" if y is None else f"{int(np.isfinite(y.to_numpy(float)).sum())} samples",
+                 f" (after {tries} failed queries)" if tries else "")
         return y
 
 
@@ -205,6 +230,7 @@ class RiseTracker:
             t, y = grid, np.interp(grid, t, y)
         self.t[:0] = t.tolist()
         self.y[:0] = y.tolist()
+        self.computed_at = -math.inf   # learned again at the next `allowance`
 
     def allowance(self, now: float) -> float:
         if now - self.computed_at >= self.every_s:
@@ -228,21 +254,23 @@ class CapacityLoopPlanner:
         self.policy = capacity_policy
         self.sharded = sharded   # `gputide run --shard`: a service with no replica in the shard is no shard's
         self.rises: dict[str, RiseTracker] = {}
+        self.seeds = HistorySeeds(history)   # a failed history query is asked again on later cycles
 
     def bursts(self, snapshot: ClusterSnapshot) -> dict[str, float]:
         out = {}
-        for name, st in snapshot.services.items():
-            prof = self.profiles.get(name)
-            if prof is None:
-                continue
+        names = [name for name in snapshot.services if name in self.profiles]
+        pasts = self.seeds.take(names, snapshot.time)
+        for name in names:
+            st, prof = snapshot.services[name], self.profiles[name]
             tracker = self.rises.get(name)
             if tracker is None:
                 # a scale-up decided now serves from the next cycle's warm-up end: the lead a burst must be met in
                 tracker = self.rises[name] = RiseTracker(prof.warmup_s + self.interval_s, self.policy.burst_window_s,
                                                          self.policy.max_burst)
-                past = self.history(name, snapshot.time) if self.history else None
-                if past is not None:
-                    tracker.seed(past[past.index.as_unit("s").asi8 < snapshot.time], every_s=self.interval_s)
+            past = pasts.get(name)
+            if past is not None:   # before the first demand observed (a seed read after failed queries comes late)
+                until = tracker.t[0] if tracker.t else snapshot.time
+                tracker.seed(past[past.index.as_unit("s").asi8 < until], every_s=self.interval_s)
             if math.isfinite(st.demand_rps):
                 tracker.observe(snapshot.time, st.demand_rps)
             out[name] = tracker.allowance(snapshot.time)

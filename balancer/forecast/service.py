@@ -3,22 +3,69 @@
 The loop wants `forecast(snapshot) -> {service: Forecast}`; the online forecaster
 (`balancer.forecast.online.DemandForecaster`) keeps one model per service and needs their demand one observation at
 a time. `ServiceForecaster` sits between them: it feeds every service's demand each cycle, seeds a service seen for
-the first time with its history (a Prometheus range query), spreads model fits over cycles and keeps a service's
-last forecast while its fit waits. `horizon_label` writes a horizon as the Prometheus duration the forecast series
-are labelled with.
+the first time with its history (a Prometheus range query, asked again on later cycles while it fails:
+`HistorySeeds`, shared with the burst tracker), spreads model fits over cycles and keeps a service's last forecast
+while its fit waits. `horizon_label` writes a horizon as the Prometheus duration the forecast series are labelled
+with.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from balancer.errors import GputideError
 from balancer.model import ClusterSnapshot, Forecast
 
 log = logging.getLogger(__name__)
 ISSUE_LAG_STEPS = 3   # how many steps before now a forecast may be issued (see `ServiceForecaster.__init__`)
+
+
+class HistorySeeds:
+    """Which services have had their past demand read from `history` (``history(service, now) -> pd.Series |
+    None``; None: the query was answered with no data, a new service, which counts as read), and asking again, on
+    later cycles, for those whose query failed (it raised `GputideError`). Where `history` has a ``read`` method
+    (`balancer.app.capacity_run.PrometheusDemandHistory`, whose call answers None for a failure too), that is what
+    is asked, so a failure is told apart from no data.
+
+    Bounded: in one cycle (one `now`) services are asked, the longest waiting first, until one query fails; the rest
+    wait for the next cycle. While Prometheus is down that is one failed query (one timeout) a cycle, not one per
+    service; once it is back every waiting service is read in the cycle that finds it back. A service whose own
+    query keeps failing goes to the back of the queue and holds no other one back for more than a cycle."""
+
+    def __init__(self, history: Callable[[str, float], Any] | None) -> None:
+        self.read = getattr(history, "read", history)
+        self.seeded: set[str] = set()
+        self.waiting: dict[str, float] = {}   # service -> when its query last failed
+        self._failed_at = math.nan            # the `now` of the last failed query
+
+    def take(self, names: Iterable[str], now: float) -> dict[str, Any]:
+        """{service: its past demand (None: none)} for those of `names` read now: every one not read before, while
+        no query has failed at this `now`; each such service is then seeded and never asked again (until `forget`).
+        Without `history` every service counts as read at once, with no past."""
+        todo = [n for n in names if n not in self.seeded]
+        if self.read is None:
+            self.seeded.update(todo)
+            return dict.fromkeys(todo)
+        out = {}
+        for name in sorted(todo, key=lambda n: self.waiting.get(n, -math.inf)):
+            if self._failed_at == now:
+                break
+            try:
+                out[name] = self.read(name, now)
+            except GputideError as exc:   # asked again next cycle (`PrometheusDemandHistory` logs it once)
+                log.debug("no demand history for %s yet: %s", name, exc)
+                self.waiting[name] = self._failed_at = now
+                continue
+            self.waiting.pop(name, None)
+            self.seeded.add(name)
+        return out
+
+    def forget(self, name: str) -> None:
+        self.seeded.discard(name)
+        self.waiting.pop(name, None)
 
 
 class ServiceForecaster:
@@ -27,7 +74,11 @@ class ServiceForecaster:
     demand now and forecasts `horizon_s` ahead; a service without enough history yet is left out.
 
     With `history` (``history(service, now) -> pd.Series | None``, e.g. a Prometheus range query), a service is
-    seeded with its past demand the first time it is seen, so a restarted controller forecasts at once.
+    seeded with its past demand the first time it is seen, so a restarted controller forecasts at once. A service
+    whose query failed (`HistorySeeds`) is asked again on later cycles and, until it is seeded, is not fed and gets
+    no forecast (the capacity planner holds it, or follows its demand up): a forecast learned from the minutes
+    observed since a restart would lend its replicas as if the night were the whole day. Its observations meanwhile
+    are in its history when that comes. `unseeded()` lists such services.
 
     Model fits are spread over cycles: at most `max_fits_per_cycle` services (re)fit in one cycle (a fit can take
     seconds, and every service seeded at start-up would otherwise refit in the same cycle every day, stalling
@@ -48,33 +99,46 @@ class ServiceForecaster:
         self.history = history
         self.max_fits_per_cycle = max_fits_per_cycle
         self.forget_after_s = forget_after_s
-        self.seeded: set[str] = set()
+        self.seeds = HistorySeeds(history)
         self.last: dict[str, Forecast] = {}
         self.seen: dict[str, float] = {}   # service -> the last snapshot time that showed it
 
     def _forget_gone(self, now: float) -> None:
         for name in [n for n, t in self.seen.items() if now - t > self.forget_after_s]:
             log.info("forecaster: forgetting %s, not seen for %.0f h", name, (now - self.seen.pop(name)) / 3600)
-            self.seeded.discard(name)
+            self.seeds.forget(name)
             self.last.pop(name, None)
             if hasattr(self.online, "forget"):
                 self.online.forget(name)
 
-    def _seed(self, name: str, now: float) -> None:
-        self.seeded.add(name)
-        past = self.history(name, now) if self.history is not None else None
-        if past is not None and len(past):
-            self.online.observe_history(name, past[past.index.as_unit("s").asi8 < now])
+    @property
+    def seeded(self) -> set[str]:
+        return self.seeds.seeded
+
+    def unseeded(self) -> list[str]:
+        """The services seen that wait for their history (a query failed): no forecast meanwhile."""
+        return sorted(n for n in self.seen if n not in self.seeds.seeded)
+
+    def _seed(self, name: str, now: float) -> bool:
+        """Seed `name` if its history can be read now; False while it cannot."""
+        self._seed_all([name], now)
+        return name in self.seeds.seeded
+
+    def _seed_all(self, names: Iterable[str], now: float) -> None:
+        for name, past in self.seeds.take(names, now).items():
+            if past is not None and len(past):
+                self.online.observe_history(name, past[past.index.as_unit("s").asi8 < now])
 
     def __call__(self, snap: ClusterSnapshot) -> dict[str, Forecast]:
         out = {}
         fits = 0
         due = getattr(self.online, "fit_due", None)
         self._forget_gone(snap.time)
+        self._seed_all(snap.services, snap.time)
         for name, status in snap.services.items():
             self.seen[name] = snap.time
-            if name not in self.seeded:
-                self._seed(name, snap.time)
+            if name not in self.seeds.seeded:
+                continue   # its history query failed: asked again next cycle, no forecast until then
             self.online.update(name, snap.time, status.demand_rps)
             if due is not None and due(name, snap.time):
                 if fits >= self.max_fits_per_cycle:
