@@ -9,6 +9,11 @@ too): a pod deleted and created again under the same name since the pass read it
 409, not the node chosen for its predecessor, and is placed by its own requests and rules at the next pass. Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on
 top of it. Bound to another node (by a replica that lost the Lease with its binding in flight, say), the pod is no
 longer this pass's to place, but it is assumed where it runs all the same, for the same reason.
+
+So is any failure that does not say the binding was not made (every try a 504 or a timeout, a 5xx, the turn out of
+time): the pod is read back, and found on the node asked for it is bound, its answer lost. A pod that cannot be read
+back (after such a failure or a 409; out of time, it is not read) may be bound there: the pass counts it on that
+node until it ends (`bind_unsure`; the next pass reads where it is), or the next pod could be bound on top of it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from balancer.actuate.k8s_filters import take
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.kubernetes import ConflictError, NotFoundError, _Api
-from balancer.errors import ActuationError
+from balancer.errors import ActuationError, TemporaryActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -29,7 +34,7 @@ Json = dict[str, Any]
 
 class Binder:
     """The bindings of `SecondaryScheduler` (the module docstring), a mixin: the scheduler's `__init__` sets the
-    attributes below, `SchedulerReads` gives `halted` and `bound_node`."""
+    attributes below, `SchedulerReads` gives `halted`."""
 
     api: _Api
     scheduler_name: str
@@ -38,13 +43,15 @@ class Binder:
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
     _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
     halted: Callable[[], bool]
-    bound_node: Callable[[Json], str | None]
     reasons: dict[str, str]                      # the pass: why each pod it left pending waits
     bind_failure: ActuationError | None = None   # why the last binding that failed did
+    bind_unsure: bool = False   # the last binding failed without saying it was not made, and the pod was unreadable
 
     def _bind(self, req: Json, node: Json) -> str | None:
         """Bind the pod to `node` and assume it there: its node's name; "" when the binding failed (the pod stays
-        pending), None when the pod was bound by someone else or deleted (left out of the pass)."""
+        pending; `bind_unsure` when it may be bound all the same), None when the pod was bound by someone else or
+        deleted (left out of the pass)."""
+        self.bind_unsure = False
         # the pod's uid is the API server's precondition (as kube-scheduler sends it): a pod deleted and created
         # again under the same name (a StatefulSet's replica, a new revision) is not bound to the node chosen for
         # the one this pass read, whose requests and rules it may not share; that binding answers 409
@@ -55,20 +62,51 @@ class Binder:
             # not retried once the Lease is lost (`halted`): the next leader may be placing on the same nodes
             self.api(f"bind {req['name']}", self.api.core.create_namespaced_pod_binding, req["pod"],
                      req["namespace"], body, halt=self.halted)
-        except (ConflictError, NotFoundError) as err:   # bound by someone else, or deleted: not ours to place
-            where = self.bound_node(req) if isinstance(err, ConflictError) else None
-            if where == node["name"]:   # ours, its answer lost
-                return self._bound_to(req, node)
-            if where:   # someone else's binding (a replica that lost the Lease mid-binding): it runs there all the same
-                self._assume(req, where)
+        except NotFoundError as err:   # deleted: not ours to place
             log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
             return None
-        except ActuationError as err:
-            log.warning("scheduler %s: %s", self.scheduler_name, err)
-            self.reasons[req["name"]] = f"Binding rejected: {err}"   # kube-scheduler's words for a failed Bind
-            self.bind_failure = err
-            return ""
+        except TemporaryActuationError as err:   # a 409, or no answer / out of time: it may be bound all the same
+            return self._read_back(req, node, err)
+        except ActuationError as err:   # a definite refusal: not bound
+            return self._refused(req, err)
         return self._bound_to(req, node)
+
+    def _read_back(self, req: Json, node: Json, err: ActuationError) -> str | None:
+        """After a binding's 409 or a failure that does not say it was not made (a 504, a timeout, a 5xx, out of
+        time): where the pod is now, read back in the turn's own time (out of time, it cannot be read). On `node`:
+        the binding made, its answer lost. On another node: bound by someone else (a replica that lost the Lease
+        with its binding in flight, say), assumed there. Gone (or another pod of its name since): left out. Still on
+        no node: the binding failed (a 409 there is someone else's pod). Unreadable: `bind_unsure`, the binding may
+        be made and the pass counts the pod on `node` (the module docstring)."""
+        try:
+            pod = self.api(f"pod {req['name']}", self.api.core.read_namespaced_pod, req["pod"], req["namespace"])
+        except NotFoundError:
+            pod = {}
+        except ActuationError as read_err:
+            log.warning("scheduler %s: %s; cannot read it back, counted on %s this pass: %s", self.scheduler_name,
+                        err, node["name"], read_err)
+            self.bind_unsure = True
+            return self._refused(req, err, f"Binding outcome unknown ({read_err}): {err}")
+        meta = pod.get("metadata") or {}
+        if not pod or req.get("uid") and meta.get("uid") not in (None, req["uid"]):
+            where = None   # gone, or another pod of the same name (deleted and created again): not this pod
+        else:
+            where = (pod.get("spec") or {}).get("nodeName") or ""
+        if where == node["name"]:   # ours, its answer lost
+            return self._bound_to(req, node)
+        if where == "" and not isinstance(err, ConflictError):   # not bound: the binding failed
+            return self._refused(req, err)
+        if where:   # someone else's binding: it runs there all the same
+            self._assume(req, where)
+        log.info("scheduler %s: %s no longer waits for a node: %s", self.scheduler_name, req["name"], err)
+        return None
+
+    def _refused(self, req: Json, err: ActuationError, why: str = "") -> str:
+        """The binding failed (or may have, `bind_unsure`): the pod stays pending, told why."""
+        log.warning("scheduler %s: %s", self.scheduler_name, err)
+        self.reasons[req["name"]] = why or f"Binding rejected: {err}"   # kube-scheduler's words for a failed Bind
+        self.bind_failure = err
+        return ""
 
     def _assume(self, req: Json, node: str) -> None:
         """Count `req` on `node` until the caches show it there (`k8s_sched_reads`)."""

@@ -337,16 +337,14 @@ class Preemptor:
         return new
 
     def _evict(self, key: str, node: str, victims: Sequence[tuple[str, Sequence[str]]]) -> Evictions:
-        """Evict `victims` ((pod, the budgets covering it)) in order for `key`, until one fails or `halted()`. Each
-        is read first, for its grace period (`Evictions.ends`); one terminating already is not evicted again (an
-        earlier term's eviction, the Lease lost before it was written down), its grace ending when it says."""
+        """Evict `victims` ((pod, the budgets covering it)) in order for `key`, until one fails or `halted()` (asked
+        before each victim's read and again before its eviction). Each is read first, for its grace period
+        (`Evictions.ends`); one terminating already is not evicted again (an earlier term's eviction, the Lease lost
+        before it was written down), its grace ending when it says."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
-            if self.halted():   # the Lease lost (or stopping) meanwhile: no one more is evicted
-                done.left, done.error = [v for v, _ in victims[n:]], ActuationError(
-                    f"evicting no more for {key}: stopping, or the Lease is lost")
-                return done
             try:
+                self._leads(key)   # the Lease lost (or stopping) meanwhile: no one more is evicted
                 done.ends.append(self._evict_one(key, node, victim, budgets))
             except NotFoundError:   # gone already: its room is free all the same
                 done.gone.append(victim)
@@ -371,6 +369,9 @@ class Preemptor:
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending
         grace = spec.get("terminationGracePeriodSeconds")
+        # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
+        # and the next leader may be placing on this node already
+        self._leads(key)
         self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
                  retry_throttled=False, halt=self.halted)
         for b in budgets:   # the eviction used one of each budget's disruptions
@@ -378,6 +379,11 @@ class Preemptor:
         self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
                     f"Preempted by {key} on node {node}")
         return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace))
+
+    def _leads(self, key: str) -> None:
+        """Raises unless this replica may still evict for `key`: not once `halted()` (stopping, or the Lease lost)."""
+        if self.halted():
+            raise ActuationError(f"evicting no more for {key}: stopping, or the Lease is lost")
 
     def _event(self, involved: Json, kind: str, reason: str, message: str) -> None:
         try:

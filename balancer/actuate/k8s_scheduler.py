@@ -43,9 +43,10 @@ counts a pass of many pods as moving, and its limit follows from these two figur
 
 Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is (`halted()`): before each read of
 the pass (pods, nodes, bound pods, namespaces, claims, volumes, classes: `k8s_sched_reads`, `k8s_volumes`), each
-pod's turn (a pod group member's too), each claim's `selected-node` and each binding, and by the gateway before
-each retry: once stopped, a failed call is not tried again (nor its backoff slept) but fails as out of retries
-(`_Api`'s `stopping`), save what runs on a turn's reserve; a binding or a claim's node is not tried again once the
+pod's turn (a pod group member's too), each claim's `selected-node` and each binding (again after its claims), each
+eviction (again after its victim's read: `k8s_preempt`), and by the gateway before each retry: once stopped, a
+failed call is not tried again (nor its backoff slept) but fails as out of retries (`_Api`'s `stopping`), save what
+runs on a turn's reserve; a binding or a claim's node is not tried again once the
 Lease is lost either (the call's `halt`). The read or turn in progress ends (a read with the try
 or backoff in flight, a turn within its deadline), nothing more is begun. So a pass ends at most one turn after a
 stop, or one read, and the scheduler's grace period (its Lease released after it) follows from those figures, not
@@ -336,10 +337,13 @@ class SecondaryScheduler(Binder, SchedulerReads):
         if not self._leads(ps):
             ps.cut.append(req)
             return
-        if why := self.volumes.prebind(req, ps.view[i]["name"], self.halted):
-            if not self._leads(ps):   # stopped between its claims: told with the pods the stop left unbound
-                ps.cut.append(req)
-                return
+        why = self.volumes.prebind(req, ps.view[i]["name"], self.halted)
+        # asked again right before the binding: the Lease may have lapsed while its claims were given the node (a
+        # slow PATCH), and a binding written without it may put the pod where the next leader places another
+        if not self._leads(ps):   # told with the pods the stop left unbound
+            ps.cut.append(req)
+            return
+        if why:
             ps.results[req["name"]], self.reasons[req["name"]] = None, why
             self._failed(req, why)
             return
@@ -351,6 +355,8 @@ class SecondaryScheduler(Binder, SchedulerReads):
             return
         ps.results[req["name"]] = bound or None
         if not bound:
+            if self.bind_unsure:   # it may be bound there (`k8s_bind`): counted there until the pass ends
+                self._count_on(req, i, ps)
             if not self._leads(ps):   # the Lease lost (or stopping) in the binding's retries: told as a cut pod
                 ps.cut.append(req)
             elif not isinstance(self.bind_failure, DeadlineExceeded):   # out of time: its turn is over, the
@@ -380,8 +386,12 @@ class SecondaryScheduler(Binder, SchedulerReads):
         the rest of the pass too: the next pod is not bound on top of it."""
         assumed = self._assumed.get(req["name"])
         j = ps.index.get(assumed[1].node) if assumed else None
-        if j is None:
-            return
+        if j is not None:
+            self._count_on(req, j, ps)
+
+    @staticmethod
+    def _count_on(req: Json, j: int, ps: _Pass) -> None:
+        """`req` takes its share of node j of the pass (the filters and the placement state too)."""
         take(ps.view[j], req)
         ps.offers.update(j, req)
         if ps.session is not None:
