@@ -2,14 +2,19 @@
 
 `LeaseLeaderElector` follows client-go's leaderelection: a coordination.k8s.io/v1 Lease holds holderIdentity,
 leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender takes over only when the record it
-observed has not changed for a lease duration (measured on its own clock, so clock skew between replicas does
-not matter), and writes with the observed resourceVersion so that of two racing contenders only one wins.
+observed has not changed for a lease duration (measured on its own monotonic clock from when it saw the change, not
+from the holder's renewTime, so clock skew between replicas does not matter), and writes with the observed
+resourceVersion so that of two racing contenders only one wins.
 
 A holder counts as the leader (`is_leader`) only until `renew_deadline_s` after its last successful write, a
-margin of lease duration - renew deadline before any contender may take over. `start()` renews from a daemon
-thread every `retry_period_s`, as client-go's elector does, so the Lease stays fresh however long a reconcile
-cycle runs, and the loop's check before each action (`try_acquire`) is a look at that flag, not an API call;
-renewals that keep failing until the deadline make `is_leader` False at once, with no call from the loop.
+margin of lease duration - renew deadline before any contender may take over. Every such interval is measured on a
+monotonic clock: the wall clock only dates the Lease's renewTime and acquireTime. A wall clock stepped back (NTP)
+must not stretch a holder's term past the moment a contender, on its own clock, takes over (two leaders).
+
+`start()` renews from a daemon thread every `retry_period_s`, as client-go's elector does, so the Lease stays fresh
+however long a reconcile cycle runs, and the loop's check before each action (`try_acquire`) is a look at that
+flag, not an API call; renewals that keep failing until the deadline make `is_leader` False at once, with no call
+from the loop.
 Without `start()`, `try_acquire` renews on demand (the loop asks before every action).
 """
 
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 
 LEDGER_ANNOTATION = "gputide.io/safety-ledger"  # the holder's SafetyLedger (JSON), inherited by the next holder
 MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on all annotations of an object
+_WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
 
 
 class LeaseLeaderElector:
@@ -41,8 +47,11 @@ class LeaseLeaderElector:
     enough (within the renew deadline), or `start()` a renewer thread that does.
 
     It is also the loop's `LeaderElector` (`try_acquire(now)` / `release()`). The lease is timed on the elector's
-    own `clock` (wall time), not the loop's `now`: lease expiry is a matter between replicas, and a simulated
-    or skewed loop clock must not shorten or stretch it.
+    own clocks, not the loop's `now`: lease expiry is a matter between replicas, and a simulated or skewed loop
+    clock must not shorten or stretch it. `clock` (wall time, default `time.time`) only dates what is written into
+    the Lease (renewTime, acquireTime); `monotonic` (default `time.monotonic`) times every interval: the renew
+    deadline since our last write, the lease duration since we saw the record change. A test or simulation that
+    sets `clock` alone (to anything but `time.time`) times both on it.
 
     The Lease also carries the holder's safety ledger (cooldowns, evictions and migrations in their windows) in
     the `gputide.io/safety-ledger` annotation: `save_state` writes it whenever the loop acted, `load_state` hands
@@ -54,9 +63,9 @@ class LeaseLeaderElector:
     """
 
     def __init__(self, api_client: Any, name: str, namespace: str, identity: str,
-                 lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] = time.time,
+                 lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] | None = None,
                  *, max_retries: int = 0, sleep: Callable[[float], None] = time.sleep,
-                 retry_period_s: float | None = None) -> None:
+                 retry_period_s: float | None = None, monotonic: Callable[[], float] | None = None) -> None:
         if renew_deadline_s >= lease_duration_s:
             raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
         # four tries before the renew deadline (client-go: 2 s of a 10 s deadline); a try is 2 calls of <= 5 s
@@ -69,10 +78,12 @@ class LeaseLeaderElector:
         self._was_leader = False          # the renewer's last view, to log each change once
         self.api = _Api(api_client, max_retries, 0.1, sleep, 5.0)
         self.name, self.namespace, self.identity = name, namespace, identity
-        self.lease_duration_s, self.renew_deadline_s, self.clock = int(lease_duration_s), renew_deadline_s, clock
+        self.lease_duration_s, self.renew_deadline_s = int(lease_duration_s), renew_deadline_s
+        self.clock = clock or _WALL   # wall time: only the times written into the Lease
+        self.monotonic = monotonic        # every local interval (`_tick`)
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
-        self._observed_at = 0.0                          # our clock when the record last changed
-        self._renewed_at: float | None = None            # our clock at our last successful write as holder
+        self._observed_at = 0.0                          # our monotonic clock when we saw the record change
+        self._renewed_at: float | None = None            # our monotonic clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
         self._persisted: str | None = None               # the ledger on the Lease as of our last write to it
@@ -81,9 +92,16 @@ class LeaseLeaderElector:
         # (as a renewer thread may) from one held throughout, and starts the new term afresh
         self.terms = 0
 
+    def _tick(self) -> float:
+        """Now on the clock every local interval is measured on: `monotonic`, by default `time.monotonic` (a test
+        clock set as `clock` alone stands for both)."""
+        if self.monotonic is not None:
+            return self.monotonic()
+        return time.monotonic() if self.clock is _WALL else self.clock()
+
     @property
     def is_leader(self) -> bool:
-        return self._renewed_at is not None and self.clock() - self._renewed_at < self.renew_deadline_s
+        return self._renewed_at is not None and self._tick() - self._renewed_at < self.renew_deadline_s
 
     def _spec(self, now: float, acquired: float, transitions: int, holder: str, duration: int) -> Json:
         return {"holderIdentity": holder, "leaseDurationSeconds": duration, "acquireTime": micro_time(acquired),
@@ -123,14 +141,15 @@ class LeaseLeaderElector:
             return self._try_acquire_or_renew()
 
     def _try_acquire_or_renew(self) -> bool:
-        now, what = self.clock(), f"lease {self.namespace}/{self.name}"
+        # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
+        now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except NotFoundError:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace, "annotations": self._annotations({})},
                     "spec": self._spec(now, now, 0, self.identity, self.lease_duration_s)}
-            created = self._write(what, now, self.api.coordination.create_namespaced_lease, self.namespace, body)
+            created = self._write(what, tick, self.api.coordination.create_namespaced_lease, self.namespace, body)
             self.terms += created
             return created
         except ActuationError as err:
@@ -140,10 +159,10 @@ class LeaseLeaderElector:
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
-        if record != self._observed:
-            self._observed, self._observed_at = record, now
+        if record != self._observed:   # when WE saw it change, on our clock: the holder's renewTime is not trusted
+            self._observed, self._observed_at = record, tick
         duration = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
-        if holder and holder != self.identity and self._observed_at + duration > now:
+        if holder and holder != self.identity and self._observed_at + duration > tick:
             self._renewed_at = None
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
@@ -159,7 +178,7 @@ class LeaseLeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace, "annotations": annotations,
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
-        won = self._write(what, now, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        won = self._write(what, tick, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
@@ -204,7 +223,8 @@ class LeaseLeaderElector:
         the flag it keeps (no I/O: the loop asks before every action); without one, acquire or renew now."""
         return self.is_leader if self._background else self.try_acquire_or_renew()
 
-    def _write(self, what: str, now: float, fn: Callable[..., Any], *args: Any) -> bool:
+    def _write(self, what: str, tick: float, fn: Callable[..., Any], *args: Any) -> bool:
+        """`tick`: the monotonic clock when this try began (what the renew deadline and lease duration count from)."""
         try:
             written = self.api(what, fn, *args)
         except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
@@ -217,7 +237,7 @@ class LeaseLeaderElector:
         spec = written.get("spec") or {}
         self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"))
-        self._observed_at = self._renewed_at = now
+        self._observed_at = self._renewed_at = tick
         return True
 
     def release(self) -> bool:
