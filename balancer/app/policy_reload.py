@@ -21,9 +21,17 @@ A service leaves gputide's management on a reload when its namespace joins `spec
 capacity planner leaves it alone from then on and the guard refuses to scale it, so a predictive floor gputide had
 raised on its HPA would stay for good. `on_leave(namespaces)` (gputide run: the actuator's `restore_floors`) gives
 the operator's own minReplicas back from the HPA's floor record, where minReplicas is still the floor gputide wrote
-(someone else's value since is left, and logged). Not on a plain shutdown: a restarted controller, or the next
-leader, reads the record back, and dropping the floors at every restart would shrink services under load. Not for
-`emergencyStop` either: that holds everything still, floors included.
+(someone else's value since is left, and logged). A give-back is owed until it succeeds: one that raised, or whose
+namespaces `on_leave` returns as not given back (an API error, or a standby that may not write), is tried again at
+every later poll. With `office` (gputide run: the term this replica leads in, None on a standby), every namespace
+the running policy protects is given back whenever the replica takes office, its first term after start included:
+a standby that reloaded the file, or a controller restarted with the edited file (whose policy at start already
+protects the namespace, so no reload ever "newly" protects it), would otherwise never give them back. That is one
+list of HPAs per protected namespace per term; `restore_floors` only touches HPAs carrying gputide's floor record,
+so giving back what is already given back changes nothing. Not on a plain shutdown, and never in a namespace gputide
+still manages: a restarted controller, or the next leader, reads the record back, and dropping the floors at every
+restart would shrink services under load. Not for `emergencyStop` either: that holds everything still, floors
+included.
 
 Like Prometheus's `prometheus_config_last_reload_successful`, success is a gauge and the time of the last
 successful load is `gputide_policy_last_reload_success_timestamp_seconds`.
@@ -34,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -46,6 +54,7 @@ from balancer.errors import InputError
 log = logging.getLogger(__name__)
 
 RESTART_ONLY = ("spec.capacity", "spec.forecast", "spec.colocation.latencySloS")
+_ONE_TERM = "leading from start"   # the term of a PolicyReloader without `office`
 
 
 def restart_only(old: config.BalancerPolicy, new: config.BalancerPolicy) -> tuple[config.BalancerPolicy, list[str]]:
@@ -95,16 +104,26 @@ class PolicyReloader:
     def __init__(self, path: str | Path, started_with: config.BalancerPolicy, *,
                  registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time,
                  check: Callable[[config.BalancerPolicy], object] | None = None,
-                 on_leave: Callable[[tuple[str, ...]], object] | None = None) -> None:
+                 on_leave: Callable[[tuple[str, ...]], Iterable[str] | None] | None = None,
+                 office: Callable[[], object] | None = None) -> None:
         """`check(policy)` raises the InputError of a policy its command refuses at start beyond the file's own rules
         (gputide run: `spec.safety.maxTelemetryAgeS` under its staleness floor or below --stale-after), so that a
-        file refused at start is refused at reload too. `on_leave(namespaces)` is called once per valid reload that
-        protects namespaces the running policy did not (`newly_protected`), before the new policy is returned: the
-        floors gputide raised there are given back (module docstring). Never at shutdown; a failure is logged and
-        the reload stands."""
+        file refused at start is refused at reload too. `on_leave(namespaces)` is called at the poll of a valid reload
+        that protects namespaces the running policy did not (`newly_protected`), before the new policy is returned:
+        the floors gputide raised there are given back (module docstring). It returns the namespaces whose floors
+        were not given back (None: all were); those, or all it was handed if it raised, are handed to it again at
+        every later poll until it succeeds. A failure is logged and the reload stands. Never at shutdown.
+        `office()`: an identifier of the term this replica leads in now, None while it does not lead; when it
+        changes to a term (the first after start included), every protected namespace is handed over, and none
+        while it is None. Without it, the replica counts as leading one term from start, and only reloads hand
+        namespaces over."""
         self.path = Path(path)
         self.check = check
         self.on_leave = on_leave
+        self.office = office
+        self._term: object = None if office is not None else _ONE_TERM   # office() at the last poll
+        self._owed: set[str] = set()   # namespaces whose floors are still to be given back
+        self._warned: frozenset[str] = frozenset()   # the owed namespaces last warned about (once per set)
         self.started_with = self.current = started_with
         self.clock = clock
         self.gauges = _Gauges.on(registry)
@@ -126,6 +145,11 @@ class PolicyReloader:
         return st.st_ino, st.st_mtime_ns, st.st_size
 
     def poll(self) -> config.BalancerPolicy | None:
+        new = self._reload()
+        self._give_back()
+        return new
+
+    def _reload(self) -> config.BalancerPolicy | None:
         sig = self._signature()
         if sig == self._seen:
             return None
@@ -151,11 +175,33 @@ class PolicyReloader:
         if not sections:
             return None
         log.info("policy file reloaded: %s changed", ", ".join(sections))
-        left = newly_protected(self.current, effective)
+        self._owed.update(newly_protected(self.current, effective))
         self.current = effective
-        if left and self.on_leave is not None:
-            try:
-                self.on_leave(left)
-            except Exception:   # the new policy applies whatever the give-back met; the floors stay until a later one
-                log.exception("namespaces %s newly protected: their HPA floors were not given back", ", ".join(left))
         return effective
+
+    def _give_back(self) -> None:
+        """Hand `on_leave` the namespaces whose floors are owed (module docstring): all those protected when this
+        replica takes office, those a reload newly protects, and those not given back yet."""
+        if self.on_leave is None:
+            return
+        term = self.office() if self.office is not None else _ONE_TERM
+        if term is None:   # a standby: the leader gives them back, and this replica too once it takes office
+            self._term = None
+            return
+        if term != self._term:
+            self._term = term
+            self._owed.update(self.current.safety.protected_namespaces)
+        self._owed &= set(self.current.safety.protected_namespaces)   # one managed again keeps its floors
+        if not self._owed:
+            return
+        owed = tuple(sorted(self._owed))
+        try:
+            self._owed = set(self.on_leave(owed) or ()) & self._owed
+        except Exception as exc:   # the new policy applies whatever the give-back met; tried again at the next poll
+            failure: Exception | None = exc
+        else:
+            failure = None
+        if self._owed and frozenset(self._owed) != self._warned:   # said once while the same ones stay owed
+            log.warning("namespaces %s protected: their HPA floors were not given back (tried again at every poll)",
+                        ", ".join(sorted(self._owed)), exc_info=failure)
+        self._warned = frozenset(self._owed)

@@ -281,7 +281,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
             check_capacity_enabled(args, p)
 
         reloader = PolicyReloader(args.policy, policy, registry=metrics.registry, check=refused_at_start,
-                                  on_leave=floors_given_back(actuator, planner, lambda: reconciler))
+                                  on_leave=floors_given_back(actuator, planner, lambda: reconciler),
+                                  office=in_office(lambda: reconciler))
     # a shard refuses actions on nodes that left it since its snapshot (`_run_parts.ShardBound`)
     reconciler = Reconciler(source=source, actuator=bound_to_shard(actuator, source), policy=policy, guard=guard,
                             elector=elector, metrics=metrics, audit=audit, forecaster=forecaster,
@@ -306,22 +307,48 @@ def power_cap_scope(source: object, interval_s: float) -> dict:
 
 def floors_given_back(actuator, planner,
                       reconciler: Callable[[], Reconciler]) -> Callable[[tuple[str, ...]], object] | None:
-    """What a policy reload calls for namespaces it newly protects (`PolicyReloader.on_leave`): the Kubernetes
-    actuator gives back the HPA floors capacity shifting raised there (`KubernetesActuator.restore_floors`), only on
-    the leading replica (standbys reload the file too; only the leader writes) and only with capacity shifting on
-    (no planner: gputide raised no floor). None otherwise: nothing to give back (dry run, no capacity planner)."""
+    """What the policy reloader calls for the protected namespaces whose HPA floors are owed
+    (`PolicyReloader.on_leave`: those a reload newly protects, all of them whenever this replica takes office, and
+    those not given back yet): the Kubernetes actuator gives back the HPA floors capacity shifting raised there
+    (`KubernetesActuator.restore_floors`), only on the leading replica (standbys reload the file too; only the leader
+    writes) and only with capacity shifting on (no planner: gputide raised no floor). It returns the namespaces not
+    given back (a standby's, or those whose HPAs could not be read or written: `restore_floors`' note), which the
+    reloader hands it again at its next poll. None otherwise: nothing to give back (dry run, no capacity planner)."""
     restore = getattr(actuator, "restore_floors", None)
     if restore is None or planner is None:
         return None
 
-    def leave(namespaces: tuple[str, ...]) -> object:
-        if not reconciler().leading:
-            log.info("policy reload protects %s: HPA floors there are given back by the leading replica",
+    def leave(namespaces: tuple[str, ...]) -> tuple[str, ...]:
+        if not leads_now(reconciler()):
+            log.info("policy protects %s: HPA floors there are given back by the leading replica",
                      ", ".join(namespaces))
-            return None
-        return restore(namespaces)
+            return namespaces
+        notes = [str(n) for n in restore(namespaces) or ()]
+        return tuple(ns for ns in namespaces if any(n.startswith(f"hpa floors in {ns} not given back") for n in notes))
 
     return leave
+
+
+def leads_now(reconciler) -> bool:
+    """Whether this replica leads now: the elector's own flag where it keeps one (the Lease elector's renewer thread
+    does, no API call), else the loop's view at its last cycle; a replica without leader election always leads."""
+    elector = getattr(reconciler, "elector", None)
+    if isinstance(elector, NullLeaderElector):
+        return True
+    flag = getattr(elector, "is_leader", None)
+    return bool(reconciler.leading if flag is None else flag)
+
+
+def in_office(reconciler: Callable[[], Reconciler]) -> Callable[[], object]:
+    """`PolicyReloader.office`: the term this replica leads in now (the elector's `terms`, the times it took the Lease;
+    0 for one without), None while it does not lead. On taking office, the reloader gives the HPA floors of every
+    protected namespace back: a standby at the reload that protected them, or a controller restarted with the edited
+    file, would otherwise leave them raised for good."""
+    def office() -> object:
+        r = reconciler()
+        return getattr(r.elector, "terms", 0) if leads_now(r) else None
+
+    return office
 
 
 def run(args: argparse.Namespace) -> int:
