@@ -142,7 +142,9 @@ class CapacityState:
     The memory lives in the leader's process only: a new process, or a replica taking the lead, starts empty. A
     service whose last change this state does not know is held as if it changed when the state first saw it
     (`first_seen`), so a restart mid-hold does not count the hold as served; the emergency net reads only
-    `last_change` (growth under pressure waits for no hold)."""
+    `last_change` (growth under pressure waits for no hold) and `emergency` (a step not honoured is not repeated).
+    A restart forgets `emergency` and `pending_since`: one more emergency step, or a warm-up more of idle GPUs kept
+    for pending replicas, at most."""
 
     last_change: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     last_demand: Mapping[str, tuple[float, float, float]] = field(default_factory=lambda: MappingProxyType({}))
@@ -150,6 +152,14 @@ class CapacityState:
     # per job that loses work on a resize: (time of its last checkpoint, the period between its last two, 0 before
     # two were seen), learned from `JobView.since_checkpoint_s` cycle by cycle (`checkpoint_periods`)
     checkpoints: Mapping[str, tuple[float, float]] = field(default_factory=lambda: MappingProxyType({}))
+    # per service whose last emergency step (the latency net) is not honoured yet: the replicas holding GPUs when it
+    # was asked. While it still holds exactly that many (the ask capped by its HPA's maxReplicas, or its replicas
+    # pending) the net does not step again: each step shrank training for replicas that never came, and the next
+    # cycle lent the GPUs back (a restart of the job each warm-up, no relief)
+    emergency: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # per service with replicas pending beside idle GPUs of its allowed models: since when (`plan_capacity` keeps
+    # those GPUs for the pending replicas of a service on hold for a warm-up, then lends them)
+    pending_since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

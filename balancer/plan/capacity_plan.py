@@ -24,7 +24,10 @@ moves the rest of the GPUs to elastic training:
   the replicas ran at the edge of the SLO for the whole surge.
 * **Reactive safety net.** When a service's p99 latency reaches ``emergency_pressure`` of its SLO (replicas
   slower than their profile says, or a burst beyond every bound), it grows by ``emergency_step`` at once, like
-  an HPA under the predictive floor.
+  an HPA under the predictive floor. A step not honoured (after the warm-up the service still holds the replicas it
+  held then: capped by its HPA's maxReplicas, or pending) is not repeated until its replicas change
+  (`CapacityState.emergency`): each repeat shrank training for replicas that never came, and the next cycle lent
+  the GPUs back.
 * **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
   the whole forecast is scaled up by that ratio (a level correction).
 * **A loan is priced by the rollback its reclaim costs.** A job that does not checkpoint on SIGTERM loses the work
@@ -50,7 +53,11 @@ moves the rest of the GPUs to elastic training:
   last checkpoint (a resize restarts the job from its checkpoint), then a job resized in place before one that
   restarts whole. Jobs shrink to their elastic minimum before any job is suspended.
 * **Loaned GPUs go to training.** Idle GPUs left after inference's claims grow elastic jobs (highest priority
-  first, in-place resizes before whole restarts) up to their elastic maximum.
+  first, in-place resizes before whole restarts) up to their elastic maximum. Not those a service on hold has
+  replicas pending beside (one per pending replica's GPU), for a warm-up from when it was first seen so
+  (`CapacityState.pending_since`; the placements lag a scale-up); pending longer, the replicas wait for something
+  else and the GPUs are lent. A service whose replicas hold GPUs of a model its profile leaves out lends nothing
+  (a note names it): the loan would give those GPUs back and no reclaim could take them again.
 * **A resize that restarts the whole job is priced so.** A Job queued through Kueue and not elastic there
   (`JobView.restarts_on_resize`: no `kueue.x-k8s.io/elastic-job` annotation) is suspended, re-queued and re-admitted
   by Kueue whenever its size changes, every pod restarting from the last checkpoint. A shrink already costs the
@@ -72,13 +79,13 @@ gives training over the loan horizon; a training shrink carries the gain of the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
 
-from balancer.actions import ScaleInference
+from balancer.actions import Action, ScaleInference
 from balancer.model import Forecast
 from balancer.plan.capacity import (
     CapacityDecision,
@@ -87,11 +94,13 @@ from balancer.plan.capacity import (
     CapacityView,
     JobView,
     ServiceCapacity,
+    ServiceView,
 )
 from balancer.plan.capacity_pools import (  # noqa: F401  (Pools, grow_gain: re-exported)
     Pools,
     apply_targets,
     capacity_split,
+    foreign_models,
     grow_gain,
     shrink_order,
 )
@@ -214,6 +223,42 @@ def checkpoint_reclaim_s(view: CapacityView, models: frozenset[str] | None,
     return period - first.since_checkpoint_s
 
 
+def emergency_step(s: ServiceView, policy: CapacityPolicy, unhonoured: Mapping[str, int],
+                   settled: bool) -> tuple[int, list[str]]:
+    """The latency net's replica floor for `s` (0 when it does not step) and a note when a step is held back. Under
+    pressure, once its last change has taken effect (`settled`), the service grows by `emergency_step` of its replicas
+    (at least one), unless its last step is not honoured yet (`unhonoured`, `CapacityState.emergency`: it still holds
+    the replicas it held then): asked again, the step shrank training once more for replicas that never came (capped
+    by the HPA's maxReplicas, or pending), and the next cycle, holding, lent the GPUs back."""
+    p = s.profile
+    if not (s.latency_pressure >= policy.emergency_pressure and settled):   # NaN (unknown) is no pressure
+        return 0, []
+    if unhonoured.get(p.name) == s.replicas:
+        return 0, [f"{p.name}: p99 at {s.latency_pressure:.0%} of its SLO, but its last emergency step was not "
+                   f"honoured (still {s.replicas} replicas: capped by its HPA's maxReplicas, or pending): not "
+                   "repeated until its replicas change"]
+    return min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)), p.max_replicas), []
+
+
+def pending_beside_idle(view: CapacityView, state: CapacityState) -> dict[str, float]:
+    """Per service with replicas asked but not placed while GPUs of its allowed models sit idle: since when
+    (`CapacityState.pending_since`; now when first seen so)."""
+    return {s.profile.name: state.pending_since.get(s.profile.name, view.time) for s in view.services
+            if s.asked > s.replicas
+            and any(n > 0 and (s.profile.models is None or m in s.profile.models) for m, n in view.free.items())}
+
+
+def next_unhonoured(view: CapacityView, state: CapacityState, stepped: set[str],
+                    actions: Sequence[Action]) -> dict[str, int]:
+    """`CapacityState.emergency` for the next cycle: the services whose emergency step this cycle went out, with the
+    replicas they hold now, and those whose earlier step still is not honoured (the same replicas)."""
+    replicas = {s.profile.name: s.replicas for s in view.services}
+    out = {n: r for n, r in state.emergency.items() if replicas.get(n) == r}
+    out.update({a.service: replicas[a.service] for a in actions
+                if isinstance(a, ScaleInference) and a.service in stepped})
+    return out
+
+
 def plan_capacity(
     view: CapacityView, forecasts: Mapping[str, Forecast], policy: CapacityPolicy, state: CapacityState
 ) -> CapacityDecision:
@@ -222,6 +267,8 @@ def plan_capacity(
     reasons: dict[str, str] = {}
     gains: dict[str, float] = {}
     holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
+    stepped: set[str] = set()  # services the latency net grows this cycle
+    notes: list[str] = []
     last = dict(state.last_change)
     seen = dict(state.last_demand)
     # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting
@@ -257,9 +304,9 @@ def plan_capacity(
                    replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else p.max_replicas)
         now_need = min(now_need, cap)
         settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
-        if s.latency_pressure >= policy.emergency_pressure and settled:  # the net under the predictive floor
-            now_need = max(now_need, min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)),
-                                         p.max_replicas))
+        step, held_back = emergency_step(s, policy, state.emergency, settled)  # the net under the predictive floor
+        now_need, notes = max(now_need, step), notes + held_back
+        stepped |= {p.name} if step else set()
         asked = s.asked
         if fc is None or fc.horizon == 0:
             new[p.name] = max(asked, now_need)
@@ -299,7 +346,13 @@ def plan_capacity(
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
-            if asked - down_need >= band and held >= policy.min_hold_s and calm:
+            lend = asked - down_need >= band and held >= policy.min_hold_s and calm
+            foreign = foreign_models(s) if lend else []
+            if foreign:  # a loan of GPUs its profile does not allow is one-way
+                notes.append(f"{p.name}: lends nothing: its replicas hold {', '.join(foreign)} GPUs, which its "
+                             f"profile's gpuModels ({', '.join(sorted(p.models or ()))}) leave out; a loan would give "
+                             "them back and no reclaim could take them again")
+            elif lend:
                 target = down_need
                 reasons[p.name] = (
                     f"loan to training: p{round(policy.quantile * 100)} demand stays below "
@@ -310,7 +363,13 @@ def plan_capacity(
         if p.name not in reasons:
             reasons[p.name] = "hold"
             holding.add(p.name)
-    actions, notes = apply_targets(view, new, policy, reasons, gains, frozenset(holding))
+    # idle GPUs a service on hold has replicas pending beside are kept for them for a warm-up (the placements the view
+    # is read from lag a scale-up); pending longer, they are pending for another reason and the GPUs are lent
+    pending = pending_beside_idle(view, state)
+    fresh = frozenset(s.profile.name for s in view.services
+                      if view.time - pending.get(s.profile.name, -math.inf) < s.profile.warmup_s)
+    actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh)
+    notes += more
     for a in actions:
         if isinstance(a, ScaleInference):
             last[a.service] = view.time
@@ -321,7 +380,8 @@ def plan_capacity(
         split=capacity_split(view, targets),
         targets=MappingProxyType(targets),
         state=CapacityState(MappingProxyType(last), MappingProxyType(seen), MappingProxyType(first),
-                            MappingProxyType(periods)),
+                            MappingProxyType(periods), MappingProxyType(next_unhonoured(view, state, stepped, actions)),
+                            MappingProxyType(pending)),
         notes=tuple(notes),
     )
 

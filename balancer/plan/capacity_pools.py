@@ -4,7 +4,8 @@ The tidal planner (`balancer.plan.capacity_plan`, which re-exports these) and th
 (`balancer.plan.baselines`) decide replica targets differently and share this: `apply_targets` frees the GPUs a
 scale-up needs, first idle GPUs of the service's allowed models, then elastic training ranked by preemption cost
 (lowest priority, least work lost since the last checkpoint, resized in place before restarted whole; elastic
-minimum before suspension), gives the idle GPUs left to elastic training, and orders the actions so that a
+minimum before suspension), gives the idle GPUs left to elastic training (less those kept for the pending replicas of
+a service on hold, `Pools.keep_for_pending`), and orders the actions so that a
 per-cycle action cap leaves whole units. `Pools` is its mutable scratch accounting for one pass; `grow_gain` prices
 a training growth net of the rollback the loan's reclaim costs a job that does not checkpoint on SIGTERM and of the
 restart a Kueue-queued job pays for it (a growth worth nothing is not proposed); `capacity_split` is the split for
@@ -22,6 +23,14 @@ from balancer.plan.capacity import CapacityPolicy, CapacitySplit, CapacityView, 
 
 def _allowed(models: frozenset[str] | None, model: str) -> bool:
     return models is None or model in models
+
+
+def foreign_models(service: ServiceView) -> list[str]:
+    """The models of the GPUs `service`'s replicas hold that its profile's `models` leave out (a profile whose
+    gpuModels does not name the model its pods run on). A loan of its replicas gives back the GPUs it holds
+    (`Pools.release`), while a reclaim takes only GPUs of its allowed models (`Pools.take_free`, `Pools.shrink_for`):
+    its loan would be one-way, so `plan_capacity` makes none."""
+    return sorted(m for m, n in service.gpus_by_model.items() if n > 0 and not _allowed(service.profile.models, m))
 
 
 def shrink_order(jobs: Iterable[JobView], usable: Callable[[JobView], int]) -> list[JobView]:
@@ -53,6 +62,13 @@ class Pools:
                 self.free[m] -= n
                 got += n
         return got
+
+    def keep_for_pending(self, services: Iterable[ServiceView]) -> None:
+        """Keep idle GPUs of each service's allowed models for its replicas asked but not placed yet, at most one
+        replica's GPUs per pending replica: the scheduler gives them those GPUs, so they are no GPUs to lend (a
+        scale-up's pods read as pending beside idle GPUs while the placements the view is read from lag it)."""
+        for s in services:
+            self.take_free(s.profile.models, max(0, s.asked - s.replicas) * s.profile.gpus_per_replica)
 
     def release(self, service: ServiceView, replicas: int) -> None:
         """Return the GPUs a scale-down to `replicas` leaves empty to the idle pool, on the models the service holds
@@ -137,7 +153,9 @@ class Pools:
         them the next GPUs of their models that empty, so they are no GPUs to grow another job into (a growth onto
         GPUs a loan would free, sent out while the loan was held back, still waits; counting them again grew a second
         job into the same GPUs, and both waited). GPUs idle already are not claimed: pending workers beside them are
-        pending for some other reason (a node selector, memory), and the GPUs may still go to another job."""
+        pending for some other reason (a node selector, memory), and the GPUs may still go to another job. (A
+        service's pending replicas are kept idle GPUs for a warm-up, `keep_for_pending`: a scale-up just asked reads
+        as pending beside idle GPUs while the placements lag it.)"""
         for j in self.jobs.values():
             pending = (self.workers[j.name] - j.placed_workers) * max(j.gpus_per_worker, 1)
             for m in sorted(self.released, key=lambda k: -self.released[k]):
@@ -219,13 +237,17 @@ def apply_targets(
     reasons: Mapping[str, str],
     gains: Mapping[str, float],
     hold: frozenset[str] = frozenset(),
+    keep_pending: frozenset[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: each inference change right after the training
     shrinks that free its GPUs, then the remaining shrinks, then training growth. Services in `hold` keep what
-    they asked for but get no GPUs freed for replicas still pending. (The order alone did not keep a per-cycle
+    they asked for but get no GPUs freed for replicas still pending; those also in `keep_pending` (pending only
+    briefly: `plan_capacity`) keep the idle GPUs of their models those replicas will take (`Pools.keep_for_pending`),
+    which are then not lent to training. (The order alone did not keep a per-cycle
     action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses either for that
     cap, `safety.action_limit`.)"""
     pools = Pools(view)
+    pools.keep_for_pending(s for s in view.services if s.profile.name in hold & keep_pending)
     notes: list[str] = []
     shrink_gain: dict[str, float] = {}
     inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
@@ -252,7 +274,9 @@ def apply_targets(
                             shrunk.append(job)
             add = got // p.gpus_per_replica
             if add < delta:
-                notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed")
+                notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed"
+                             + (f" (its replicas hold {', '.join(f)} GPUs, which its gpuModels leave out)"
+                                if (f := foreign_models(s)) else ""))
             granted[p.name] = s.replicas + add
         else:
             granted[p.name] = s.replicas
