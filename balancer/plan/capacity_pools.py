@@ -253,7 +253,11 @@ def apply_targets(
     inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
     shrunk: list[str] = []  # jobs in the order a service first shrank them
     granted: dict[str, int] = {}
-    for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):  # scale-downs first
+    # scale-ups first (the largest first), then the rest: a scale-up never counts on GPUs another service's loan frees
+    # in the same cycle, since the guard may refuse that loan (eviction budget, cooldown) but never the reclaim and
+    # its shrinks (`safety.action_limit`). The price, where two services on one model go opposite ways at once: a
+    # training shrink the loan could have spared
+    for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):
         p = s.profile
         delta = new[p.name] - s.replicas
         if delta < 0:
