@@ -81,6 +81,8 @@ class FleetRecorder:
         # a model that failed: persistence serves (logged by the forecaster)
         self.metrics.set_forecast_fallback({k: v for k, v in (fallbacks() if fallbacks else {}).items()
                                             if k[0] in forecasts})
+        unseeded = getattr(forecaster, "unseeded", None)   # history unread: no forecast, the planner holds
+        self.metrics.set_forecast_history_waiting(unseeded() if unseeded else ())
         rolling_error = getattr(forecaster, "rolling_error", None)
         if rolling_error is not None:
             self.metrics.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})

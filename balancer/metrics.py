@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -167,6 +167,10 @@ class ControllerMetrics:
         self.forecast_fallback = _LabelledGauge(Gauge(
             "gputide_forecast_fallback", "1 while persistence serves in place of a failed forecast model (auto's "
             "candidates included), per service and model.", ["service", "model"], registry=r))
+        self.forecast_history_waiting = _LabelledGauge(Gauge(
+            "gputide_forecast_history_waiting", "1 while a service's demand history could not be read from Prometheus "
+            "(asked again each cycle): it has no forecast meanwhile, and the capacity planner holds it.", ["service"],
+            registry=r))
         self.capacity = Gauge("gputide_capacity_gpus", "GPUs by class: inference, training, loaned (inference GPUs "
                               "lent to training, part of training), idle.", ["class"], registry=r)
         self.capacity_target = _LabelledGauge(Gauge(
@@ -222,6 +226,7 @@ class ControllerMetrics:
         self.set_forecast_for_now({})
         self.set_forecast_error({})
         self.set_forecast_fallback({})
+        self.set_forecast_history_waiting(())
         self.set_fragmentation({})
         self.set_training_waiting({})
         self.set_shrunk_workers({})
@@ -280,6 +285,10 @@ class ControllerMetrics:
     def set_forecast_fallback(self, fallbacks: Mapping[tuple[str, str], str]) -> None:
         """{(service, model): error} of the models persistence serves in place of now; the rest go back to absent."""
         self.forecast_fallback.set_all({k: 1.0 for k in fallbacks})
+
+    def set_forecast_history_waiting(self, services: Iterable[str]) -> None:
+        """The services whose demand history waits to be read (`ServiceForecaster.unseeded`); the rest go absent."""
+        self.forecast_history_waiting.set_all({(s,): 1.0 for s in services})
 
     def set_training_waiting(self, waiting_s: Mapping[str, float]) -> None:
         """{job: seconds it has waited so far} -> the count per `over` threshold."""

@@ -398,3 +398,33 @@ def test_a_forecast_model_that_fails_is_exported_while_persistence_serves_for_it
     assert reg.get_sample_value("gputide_forecast_fallback", labels) == 1
     rec.metrics.standby()
     assert reg.get_sample_value("gputide_forecast_fallback", labels) is None
+
+
+def test_a_service_whose_history_cannot_be_read_is_exported_until_it_is():
+    """A demand-history query that fails leaves the service without a forecast (the planner holds it) and is asked
+    again each cycle; before, only a log line said so. `gputide_forecast_history_waiting{service}` is 1 meanwhile and
+    goes once the history is read."""
+    from balancer.config import BalancerPolicy, ForecastPolicy
+    from balancer.errors import TelemetryUnavailable
+    from balancer.forecast.online import DemandForecaster
+
+    down = [True]
+
+    def history(service, now):
+        if down[0]:
+            raise TelemetryUnavailable("prometheus: connection refused")
+        return None   # answered: no data
+
+    fl, clock, source = make_fleet(1, 4), [0.0], Source(None)
+    online = DemandForecaster(model="seasonal_naive_daily", step_s=60.0, min_history=3)
+    policy = BalancerPolicy(forecast=ForecastPolicy(horizon_s=300.0))
+    rec, reg = loop(source, clock, forecaster=ServiceForecaster(online, 300.0, history=history), policy=policy)
+    labels = {"service": "chat"}
+    for k in range(4):
+        if k == 2:
+            down[0] = False
+        clock[0] = 60.0 * k + 30.0
+        source.snap = snapshot(fl, age=0.0, time=clock[0], services={
+            "chat": ServiceStatus(name="chat", demand_rps=100.0, p99_latency_s=0.1, slo_latency_s=1.0, replicas=1)})
+        assert rec.run_once().status == "ok"
+        assert reg.get_sample_value("gputide_forecast_history_waiting", labels) == (1.0 if k < 2 else None), k
