@@ -61,7 +61,6 @@ from balancer.actuate.k8s_reads import (
 )
 from balancer.actuate.k8s_watch import Change, ListWatch
 from balancer.actuate.kubernetes import _Api, parse_time
-from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -267,17 +266,6 @@ class SchedulerReads:
         assumed = self._live_assumed(self._cached("bound pods"))
         return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
-
-    def bound_node(self, req: Json) -> str | None:
-        """The node pod `req` is bound to now, read from the API server (None: none, or it cannot be read): after a
-        binding's 409, whether it was this scheduler's own binding, made though its answer was lost."""
-        try:
-            pod = self.api(f"pod {req['name']}", self.api.core.read_namespaced_pod, req["pod"], req["namespace"])
-        except ActuationError:
-            return None
-        if req.get("uid") and (pod.get("metadata") or {}).get("uid") not in (None, req["uid"]):
-            return None   # another pod of the same name (deleted and created again): neither ours nor this pod
-        return (pod.get("spec") or {}).get("nodeName") or None
 
     def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
         """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`, but not while
