@@ -35,7 +35,7 @@ before its next read, pod or binding (never in the middle of one), then the Leas
 exits: within `stop_budget_s` (90 s as deployed; the Deployment's terminationGracePeriodSeconds covers it). The metrics
 port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved, a pass ended or its reads
 or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as deployed) and `/readyz`. Exit
-codes: 0 ok, 2 bad input.
+codes: 0 ok, 2 bad input, 3 `--once` whose pass could not read the Kubernetes API (nothing bound).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -52,6 +53,8 @@ from balancer.cmd._args import add_listen_address, bind, duration_between, kube_
 from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, parse_interval, prometheus_url
 from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError
+
+EXIT_UNREACHABLE = 3   # --once: the pass could not read the Kubernetes API (as `gputide run --once` exits 3)
 
 log = logging.getLogger(__name__)
 # the default spec.safety.maxTelemetryAgeS: `gputide run` holds still past it, and GpuTelemetryStale fires there
@@ -259,7 +262,12 @@ def one_shot(scheduler, leading) -> int:
     if not leading():
         print("not the leader: another replica holds the Lease; nothing bound")
         return 0
-    for name, node in scheduler.schedule_once().items():
+    try:
+        placed = scheduler.schedule_once()
+    except ActuationError as exc:   # the API server unreachable or failing: said in one line, not a traceback
+        print(f"gputide schedule --once: the Kubernetes API could not be read: {exc}; nothing bound", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    for name, node in placed.items():
         print(f"{name} -> {node}" if node else f"{name}: no node fits ({scheduler.reasons.get(name, '')})")
     return 0
 
