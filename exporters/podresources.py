@@ -57,12 +57,17 @@ unmatched.
   hands the device to a new pod, both claim it. The device manager gives a device to a new pod only once its holder
   is done with it, and the exporter asks the kubelet at every scrape: of the pods claiming one device ID (exactly:
   a time-sliced replica's ID is its own; DRA devices are left out: pods sharing a ResourceClaim share its device,
-  and the DRA manager gives a device to one claim at a time), the one this exporter saw appear last is the holder,
-  the older claims are dropped (counted in `gputide_pod_resources_superseded_claims`). Pods that appeared in the
-  same answer (all of them, the first time the exporter asks) cannot be told apart: all keep the device, counted in
-  `gputide_pod_resources_contested_devices`. A finished pod whose device nobody has claimed since still holds it
-  here; telling that needs the pod's phase from the API server, which the exporter does not read (no RBAC): the
-  controller does, and counts no finished pod as holding a GPU (`KubernetesWorkloads.finished_pods`).
+  and the DRA manager gives a device to one claim at a time), the claim this exporter saw appear last is the
+  holder, the older claims are dropped (counted in `gputide_pod_resources_superseded_claims`). What is remembered is
+  when each claim (namespace, pod, resource, device ID) first appeared, not each pod: a StatefulSet pod deleted and
+  re-created between two scrapes keeps its name, and its new claim on a finished pod's device is the newer one
+  (remembered per pod, the name seen before made it the older claimant and it vanished from the GPU). "When" is the
+  number of the kubelet answer it first appeared in, never a clock, so a wall clock stepped back (NTP) cannot make
+  a new claim look older. Claims that appeared in the same answer (all of them, the first time the exporter asks)
+  cannot be told apart: all keep the device, counted in `gputide_pod_resources_contested_devices`. A finished pod
+  whose device nobody has claimed since still holds it here; telling that needs the pod's phase from the API
+  server, which the exporter does not read (no RBAC): the controller does, and counts no finished pod as holding a
+  GPU (`KubernetesWorkloads.finished_pods`).
 * `Attributed(backend, attribution)`: any backend whose readings gain the workloads (the NVML backend has none),
   with the backend's `mig_instance` to resolve MIG devices where it has one.
 
@@ -261,6 +266,13 @@ class DeviceIndex:
         return self.place(name)
 
 
+def _claim(a: Allocation) -> tuple[str, str, str, str]:
+    """What `PodAttribution` remembers the first answer of: a pod's claim on a device (the kubelet's answer names no
+    pod UID, so a re-created pod's claim on the device it held before is the same claim; on another device, a new
+    one)."""
+    return (a.namespace, a.pod, a.resource, a.device_id)
+
+
 def is_gpu_resource(resource: str, whole_gpus: Iterable[str] = GPU_RESOURCES) -> bool:
     return resource in whole_gpus or resource.startswith(MIG_RESOURCE_PREFIX)
 
@@ -278,7 +290,9 @@ class PodAttribution:
         self._up = False
         self._unmatched = self._unresolved = 0
         self._failing_since: float | None = None
-        self._first_seen: dict[tuple[str, str], float] = {}   # (namespace, pod) -> the answer it first appeared in
+        # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
+        self._first_seen: dict[tuple[str, str, str, str], int] = {}
+        self._answers = 0   # kubelet answers so far: an order no clock step can upset
         self._superseded = self._contested = 0
 
     def _allocations(self) -> list[Allocation]:
@@ -286,8 +300,9 @@ class PodAttribution:
         try:
             self._last = [a for a in self.client.list() if (a.resource in self.dra_drivers if a.claim
                                                             else is_gpu_resource(a.resource, self.resources))]
-            listed = {(a.namespace, a.pod) for a in self._last}
-            self._first_seen = {p: self._first_seen.get(p, now) for p in listed}
+            self._answers += 1
+            self._first_seen = {c: self._first_seen.get(c, self._answers)   # DRA devices are never superseded
+                                for c in (_claim(a) for a in self._last if not a.claim)}
         except grpc.RpcError as exc:
             self._up = False
             if self._failing_since is None:
@@ -306,23 +321,22 @@ class PodAttribution:
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
         """`allocations` less the claims on a device ID that a pod which appeared later claims too (module
         docstring); counts those dropped and the device IDs whose claimants appeared together."""
-        claims: defaultdict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+        claims: defaultdict[tuple[str, str], set[tuple[str, str, str, str]]] = defaultdict(set)
         for a in allocations:
             if not a.claim:   # DRA: pods sharing a claim share its device (module docstring)
-                claims[a.resource, a.device_id].add((a.namespace, a.pod))   # a pod's containers may share a device
+                claims[a.resource, a.device_id].add(_claim(a))   # a pod's containers may share a device
         dropped: set[tuple[str, str, str, str]] = set()
         self._contested = 0
-        for (resource, device), pods in claims.items():
-            if len(pods) < 2:
+        for held in claims.values():
+            if len(held) < 2:
                 continue
-            newest = max(self._first_seen.get(p, 0.0) for p in pods)
-            older = {p for p in pods if self._first_seen.get(p, 0.0) < newest}
-            if len(pods - older) > 1:
+            newest = max(self._first_seen.get(c, 0) for c in held)
+            older = {c for c in held if self._first_seen.get(c, 0) < newest}
+            if len(held - older) > 1:
                 self._contested += 1
-            dropped.update((resource, device, *p) for p in older)
+            dropped |= older
         self._superseded = len(dropped)
-        return [a for a in allocations if (a.resource, a.device_id, a.namespace, a.pod) not in dropped] if dropped \
-            else allocations
+        return [a for a in allocations if _claim(a) not in dropped] if dropped else allocations
 
     def workloads(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None,
                   files: Mapping[str, str] | None = None) -> tuple[WorkloadInfo, ...]:
