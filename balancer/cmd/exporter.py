@@ -13,7 +13,9 @@ those of `gputide power-cap-agent` (`power_cap_agent.sync_once`), with its metri
 anything raised) is logged and counted, and the exporter goes on serving and tries again at the next interval.
 ``--pod-resources-socket`` (nvml backend, on a Kubernetes node) attributes pods to GPUs from the kubelet's
 PodResources API and publishes them as ``gputide_gpu_workload_info`` (exporters/podresources.py); without it a
-real node's GPUs carry no pods and the controller can throttle them but not move what runs on them.
+real node's GPUs carry no pods and the controller can throttle them but not move what runs on them. The kubelet is
+asked inside each collection, for at most half of ``--collect-timeout`` (5 s at most): a kubelet slow to answer
+costs the scrape its pods (``gputide_pod_resources_up`` 0, the last answer kept for a minute), never its GPUs.
 
 The port also answers the kubelet's probes without reading NVML (exporters/health.py): ``/healthz`` fails once a
 collection (a scrape's NVML read) has been running for longer than ``--stuck-after`` (default 5m), ``/readyz``
@@ -34,6 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from balancer.cmd._args import add_listen_address, bind, duration_between, number, seed
 from balancer.errors import InputError
+from exporters.health import DEFAULT_COLLECT_TIMEOUT_S
 
 log = logging.getLogger("gputide.exporter")
 
@@ -140,9 +143,20 @@ def build_backend(args: argparse.Namespace):
     return backend
 
 
-def attributed(backend, args: argparse.Namespace):
-    """`backend` with the pods on its GPUs from the kubelet (nvml only: the simulated fleet knows its own); its
-    `attribution` collects the kubelet's health."""
+POD_RESOURCES_TIMEOUT_S = 5.0   # the longest the kubelet's PodResources `List` is waited for
+
+
+def pod_resources_timeout_s(collect_timeout_s: float) -> float:
+    """How long a collection waits for the kubelet's `List`: half the collection timeout, at most 5 s. The call is
+    made inside the collection, after the NVML read: waited for as long as the collection, a kubelet slow to answer
+    made every collection outrun its timeout, so every scrape got a 503 (and /readyz blamed NVML) where its GPUs
+    could be served without their pods."""
+    return min(POD_RESOURCES_TIMEOUT_S, collect_timeout_s / 2)
+
+
+def attributed(backend, args: argparse.Namespace, collect_timeout_s: float = DEFAULT_COLLECT_TIMEOUT_S):
+    """`backend` with the pods on its GPUs from the kubelet (nvml only: the simulated fleet knows its own), asked
+    for at most `pod_resources_timeout_s(collect_timeout_s)`; its `attribution` collects the kubelet's health."""
     if args.backend != "nvml":
         raise InputError(None, "--pod-resources-socket", args.pod_resources_socket,
                          "only with --backend nvml (the sim backend attributes its own pods)")
@@ -151,18 +165,20 @@ def attributed(backend, args: argparse.Namespace):
     if not os.path.exists(args.pod_resources_socket):
         log.warning("no kubelet PodResources socket at %s yet: GPUs are published without their pods until it "
                     "answers (is /var/lib/kubelet/pod-resources mounted?)", args.pod_resources_socket)
-    return Attributed(backend, PodAttribution(PodResourcesClient(args.pod_resources_socket)))
+    client = PodResourcesClient(args.pod_resources_socket, timeout_s=pod_resources_timeout_s(collect_timeout_s))
+    return Attributed(backend, PodAttribution(client))
 
 
-def exporter_registry(backend, args: argparse.Namespace):
-    """(the backend the exporter reads, the registry a scrape renders). The GPUs are collected before the
-    kubelet's health: reading them asks the kubelet, so `gputide_pod_resources_up` says how this scrape's
-    question went (collected first, it said the previous scrape's: 0 on the first)."""
+def exporter_registry(backend, args: argparse.Namespace, collect_timeout_s: float = DEFAULT_COLLECT_TIMEOUT_S):
+    """(the backend the exporter reads, the registry a scrape renders; `collect_timeout_s`: ``--collect-timeout``
+    in seconds, which bounds the kubelet's answer). The GPUs are collected before the kubelet's health: reading them
+    asks the kubelet, so `gputide_pod_resources_up` says how this scrape's question went (collected first, it said
+    the previous scrape's: 0 on the first)."""
     from exporters.collector import GpuCollector
 
     registry = CollectorRegistry()
     if args.pod_resources_socket:
-        backend = attributed(backend, args)
+        backend = attributed(backend, args, collect_timeout_s)
     registry.register(GpuCollector(backend))
     if args.pod_resources_socket:
         registry.register(backend.attribution)
@@ -180,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
     from exporters.server import serve
 
     _check(args)
-    backend, registry = exporter_registry(build_backend(args), args)
-    health = CollectHealth(**collect_timeouts(args))
+    timeouts = collect_timeouts(args)
+    backend, registry = exporter_registry(build_backend(args), args, timeouts["collect_timeout_s"])
+    health = CollectHealth(**timeouts)
     server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
