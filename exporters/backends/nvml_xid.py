@@ -9,13 +9,18 @@ GPU that cannot report one has not said that (dcgm-exporter, whose host engine c
 no series either, and the controller keeps a GPU without the XID series the rest of the fleet has from new work).
 Registration answering NotSupported (a platform without XID events, e.g. some vGPU guests) is for good: `unsupported`
 marks the GPU, and it is not asked again. Any other failure (the event set or the registration refused) is asked again
-at every `drain()` until it succeeds. A GPU fallen off the bus (`lost`) reads 79 whatever it could hear.
+at every `drain()` until it succeeds. Only a Timeout from ``nvmlEventSetWait`` means nothing is queued: any other
+error (NVML uninitialised under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every
+GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` creates and registers a new one.
+Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
+A GPU fallen off the bus (`lost`) reads 79 whatever it could hear.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,6 +45,7 @@ class XidEvents:
         self.unsupported = np.zeros(n, dtype=bool)
         self._lost = np.zeros(n, dtype=bool)
         self._said: set[int] = set()   # GPUs whose failure to register was logged
+        self._deaf_said = False   # the event set's failure was logged (until it hears again)
         self._set: Any = None
         self._listen()
 
@@ -69,6 +75,17 @@ class XidEvents:
                 log.warning("XID events unavailable on GPU %d (%s: %s): no XID series for it%s", k,
                             type(exc).__name__, exc, "" if not_supported else " until they are")
 
+    def _deaf(self, exc: Exception) -> None:
+        """The event set failed (`exc`, not a Timeout): no GPU is heard until a new set is registered."""
+        if not self._deaf_said:
+            self._deaf_said = True
+            log.warning("waiting for XID events failed (%s: %s): no XID series until they are heard again",
+                        type(exc).__name__, exc)
+        self.listening[:] = False
+        with contextlib.suppress(self.nvml.NVMLError, AttributeError):   # a set NVML no longer knows: nothing to free
+            self.nvml.nvmlEventSetFree(self._set)
+        self._set = None
+
     def lost(self, k: int) -> None:
         """GPU `k` fell off the bus (NVML said GpuIsLost): its XID is 79 from now on."""
         self._lost[k] = True
@@ -88,7 +105,11 @@ class XidEvents:
         for _ in range(1024):
             try:
                 data = nvml.nvmlEventSetWait(self._set, 0)
-            except nvml.NVMLError:   # Timeout: nothing queued
+            except nvml.NVMLError_Timeout:   # nothing queued
+                self._deaf_said = False
+                return
+            except nvml.NVMLError as exc:   # the set hears nothing (module docstring)
+                self._deaf(exc)
                 return
             try:
                 k = self._index.get(self._uuid_of(data.device))
