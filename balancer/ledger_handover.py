@@ -14,6 +14,13 @@ next leader spend budget this one already spent. Reclaims of loaned GPUs still g
 as does everything that evicts no pod. The reservation is dated at the cycle's start and replaced by the ledger
 itself once the actions are done (or at the next cycle's start).
 
+An inherited ledger that cannot be read (an annotation cut short, edited by hand) holds what the previous leader
+spent, unknown: this replica takes the eviction budget as spent for one eviction window from its first review
+(`held`: a ledger of `evictionBudget` evictions at that time, merged into every review and every save, so a
+successor of this one inherits it too), with a warning that says so. Until the window has passed no eviction
+happens but a reclaim of loaned GPUs (the budget never refuses one); actions that evict nothing go on. Before that
+first review nothing is saved over the unreadable ledger, so a successor in between is as careful.
+
 A failed save is logged and counted (`gputide_ledger_write_failures_total{reason}`: `LEDGER_WRITE_FAILURES`), and
 entries the elector left out to fit where it saves (`balancer.ledger_fit`) are counted too
 (`gputide_ledger_entries_dropped_total`, at every save that cuts: the same old entry counts at each).
@@ -70,6 +77,8 @@ class LedgerHandover:
         self.elector = elector
         self.unsaved = False   # the ledger changed since a successor could last inherit it
         self.metrics = LedgerMetrics.on(registry)
+        self.unreadable = False   # an inherited ledger did not read: `held` is dated at the next review
+        self.held = SafetyLedger()   # the budget taken as spent after an unreadable ledger, until its window passes
 
     def inherit(self, ledger: SafetyLedger) -> SafetyLedger:
         """`ledger` merged with the one the previous leader left, if its elector kept one that reads; `unsaved`
@@ -83,7 +92,9 @@ class LedgerHandover:
                 log.info("inherited safety ledger: %d cooldowns, %d evictions in the window",
                          len(inherited.last_action), len(inherited.evictions))
         except ValueError as exc:
-            log.warning("inherited safety ledger unreadable, starting from this replica's own: %s", exc)
+            self.unreadable = True
+            log.warning("inherited safety ledger unreadable: its evictions are unknown, so the eviction budget is "
+                        "taken as spent for one eviction window from the next review (reclaims only): %s", exc)
         merged = ledger.merged(inherited)
         self.unsaved |= merged != inherited.merged(SafetyLedger())
         return merged
@@ -94,14 +105,17 @@ class LedgerHandover:
         self.hand_on(ledger)
 
     def hand_on(self, ledger: SafetyLedger) -> None:
-        """Save `ledger` for a successor; on failure it stays `unsaved` and the loop calls again next cycle."""
-        if self._save(ledger, "tried again next cycle"):
+        """Save `ledger` for a successor; on failure it stays `unsaved` and the loop calls again next cycle. Not
+        while an unreadable ledger's `held` budget is undated: the successor would inherit neither."""
+        if not self.unreadable and self._save(_with(ledger, self.held), "tried again next cycle"):
             self.unsaved = False
 
     def review(self, guard: SafetyGuard, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:
         """`guard`'s review of `actions`, its evictions saved before any is carried out (module docstring): those it
-        accepted wait, rejected, when the ledger with them cannot be saved."""
+        accepted wait, rejected, when the ledger with them cannot be saved. `ledger` merged with `held` (module
+        docstring)."""
+        ledger = _with(ledger, self._held(guard, now))
         review = guard.review(actions, snapshot, ledger, now)
         if getattr(self.elector, "save_state", None) is None or not any(
                 count_evictions(a, snapshot) for a in review.accepted):
@@ -114,6 +128,21 @@ class LedgerHandover:
         why = EvictionBudgetExhausted("the safety ledger could not be saved for a successor: no eviction until it is")
         return Review(tuple(a for a in review.accepted if id(a) not in held),
                       review.rejected + tuple((a, why) for a in review.accepted if id(a) in held))
+
+    def _held(self, guard: SafetyGuard, now: float) -> SafetyLedger:
+        """The evictions taken as spent after an unreadable inherited ledger: the whole budget at the first review
+        since (`now`), forgotten once its window has passed."""
+        window = guard.policy.eviction_window_s
+        if self.unreadable:
+            self.unreadable = False
+            self.held = SafetyLedger(evictions=(now,) * guard.policy.eviction_budget)
+            self.unsaved = True   # saved over the unreadable one at the next cycle's start, if not before
+            log.warning("safety ledger unreadable at take-over: no eviction but reclaims for %.0f s (the eviction "
+                        "budget, %d, taken as spent until then)", window, guard.policy.eviction_budget)
+        elif self.held.evictions and now - max(self.held.evictions) >= window:
+            self.held = SafetyLedger()
+            log.info("the eviction window after an unreadable safety ledger has passed: the budget is this ledger's")
+        return self.held
 
     def _save(self, ledger: SafetyLedger, then: str) -> bool:
         """Whether the elector saved `ledger`; a failure logged (with what happens `then`) and counted by reason."""
@@ -133,6 +162,11 @@ class LedgerHandover:
         self.metrics.write_failures.labels(reason=reason).inc()
         log.warning("safety ledger not saved for a successor (%s; %s): %s", reason, then, err)
         return False
+
+
+def _with(ledger: SafetyLedger, held: SafetyLedger) -> SafetyLedger:
+    """`ledger` with the evictions `held` takes as spent (itself, untouched, when there are none)."""
+    return ledger.merged(held) if held.evictions else ledger
 
 
 def held_evictions(accepted: Iterable[Action], snapshot: ClusterSnapshot) -> list[Action]:

@@ -20,6 +20,10 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
+    │                            (migrations, with those still settling); and, within one review, a resize that
+    │                            stops pods (an inference scale-down, a training shrink or stop) together with any
+    │                            other disruption of the same owner (a migration of one of its pods): the second
+    │                            one is refused, whichever kind it is (a reclaim is never refused by it, nor counted)
     ├── PdbViolation             an eviction a PodDisruptionBudget does not allow: the budgets given as data
     │                            (by owner), and for migrations the cluster's own (`disruption_budgets` of the
     │                            snapshot, by the pods' labels, as the Eviction API checks them)
@@ -203,6 +207,7 @@ class SafetyGuard:
         for a in actions:
             try:
                 self._check_one(a, ctx, ledger, now, stopped)
+                _check_disruption(a, ctx)
                 if not _renewal(a) and not _reclaim(a) and counted >= self.policy.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{self.policy.max_actions_per_cycle} actions already accepted this cycle")
                 self._count(a, ctx, tally)
@@ -210,6 +215,8 @@ class SafetyGuard:
                 counted += not _renewal(a)
                 if not _renewal(a):
                     ctx.acted.add(_cooldown_key(a))
+                if (owner := _disrupted_owner(a, ctx.snapshot)) is not None:
+                    ctx.disrupted.setdefault(owner, []).append(a)
             except SafetyViolation as exc:
                 rejected.append((a, exc))
         return Review(tuple(accepted), tuple(rejected))
@@ -364,6 +371,35 @@ def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:
     if not isinstance(a, ScaleTraining | ScaleInference) or not _evictions(a, s):
         return set()
     return {s.gpus[g[0]].node for w in ctx.touched(a) if (g := s.placements.get(w.name))}
+
+
+def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
+    """The owner (Deployment, job) whose running or pending pods `a` disrupts: a migration's pod's owner, a
+    scale-down's service, a shrink's or stop's job (or a resize's that stops workers); None for anything else and
+    for a reclaim (never refused by a limit of this kind: `_reclaim`)."""
+    if _reclaim(a):
+        return None
+    if isinstance(a, Migrate):
+        w = snapshot.workload_by_name.get(a.workload)
+        return (w.owner or w.name) if w else a.workload
+    if isinstance(a, ScaleInference) and a.replicas < a.previous_replicas:
+        return a.service
+    if isinstance(a, ScaleTraining) and (a.workers < a.previous_workers or _evictions(a, snapshot)):
+        return a.job
+    return None
+
+
+def _check_disruption(a: Action, ctx: ReviewContext) -> None:
+    """Raise MaxUnavailable when `a` and a disruption of the same owner accepted earlier in this review would
+    disrupt it twice at once, one of them a resize: a migration's cooldown is kept under the pod, a resize's under
+    the owner, so "one action per target a cycle" never sees them meet, and `maxUnavailablePerWorkload` counts
+    migrations only (a scale-down's several evictions are a resize, not replicas unavailable; two migrations of
+    one owner are that limit's to count)."""
+    owner = _disrupted_owner(a, ctx.snapshot)
+    for other in ctx.disrupted.get(owner, ()) if owner is not None else ():
+        if not (isinstance(a, Migrate) and isinstance(other, Migrate)):
+            raise MaxUnavailable(f"{owner} is already disrupted this cycle by {other.kind} {other.target}: a resize "
+                                 "and another disruption of one owner never go together")
 
 
 def _renewal(a: Action) -> bool:
