@@ -207,7 +207,8 @@ class SafetyGuard:
         for a in actions:
             try:
                 self._check_one(a, ctx, ledger, now, stopped)
-                _check_disruption(a, ctx)
+                owner = _disrupted_owner(a, ctx.snapshot)
+                _check_disruption(a, owner, ctx)
                 if not _renewal(a) and not _reclaim(a) and counted >= self.policy.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{self.policy.max_actions_per_cycle} actions already accepted this cycle")
                 self._count(a, ctx, tally)
@@ -215,7 +216,7 @@ class SafetyGuard:
                 counted += not _renewal(a)
                 if not _renewal(a):
                     ctx.acted.add(_cooldown_key(a))
-                if (owner := _disrupted_owner(a, ctx.snapshot)) is not None:
+                if owner is not None:
                     ctx.disrupted.setdefault(owner, []).append(a)
             except SafetyViolation as exc:
                 rejected.append((a, exc))
@@ -389,13 +390,12 @@ def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
     return None
 
 
-def _check_disruption(a: Action, ctx: ReviewContext) -> None:
-    """Raise MaxUnavailable when `a` and a disruption of the same owner accepted earlier in this review would
-    disrupt it twice at once, one of them a resize: a migration's cooldown is kept under the pod, a resize's under
-    the owner, so "one action per target a cycle" never sees them meet, and `maxUnavailablePerWorkload` counts
-    migrations only (a scale-down's several evictions are a resize, not replicas unavailable; two migrations of
+def _check_disruption(a: Action, owner: str | None, ctx: ReviewContext) -> None:
+    """Raise MaxUnavailable when `a`, disrupting `owner` (`_disrupted_owner`), and a disruption of the same owner
+    accepted earlier in this review would disrupt it twice at once, one of them a resize: a migration's cooldown is
+    kept under the pod, a resize's under the owner, so "one action per target a cycle" never sees them meet, and
+    `maxUnavailablePerWorkload` counts migrations only (a scale-down's several evictions are a resize, not replicas unavailable; two migrations of
     one owner are that limit's to count)."""
-    owner = _disrupted_owner(a, ctx.snapshot)
     for other in ctx.disrupted.get(owner, ()) if owner is not None else ():
         if not (isinstance(a, Migrate) and isinstance(other, Migrate)):
             raise MaxUnavailable(f"{owner} is already disrupted this cycle by {other.kind} {other.target}: a resize "

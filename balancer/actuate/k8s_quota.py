@@ -170,15 +170,13 @@ class KueueQuota:
         move = Transfer(uuid.uuid4().hex[:12], to_queue, flavor, gpus, undo)
         self._lend(from_queue, move, keep)
         noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
-        outer = self.api.unknown_writes   # the action's list, read outside the block below (inside: the block's own)
-        with self.api.writes() as doubt:   # the borrower's unanswered patch, if any: it may have landed
+        # the borrower's unanswered patch, if any: it may have landed (handed up to the action's list)
+        with self.api.writes(hand_up=True) as doubt:
             try:
                 noted = self._mark(from_queue, move, RECEIVED)
             except ActuationError:
                 if not self._roll_back(from_queue, move, fence=bool(doubt)):
                     raise
-            finally:
-                outer.extend(w for w in doubt if w not in outer)
         if noted == VOID:   # another controller's settle (a shard's housekeeping) rolled the move back midway
             raise KubeTemporaryError(f"kueue quota move {move.id} {from_queue} -> {to_queue} was rolled back by "
                                      "another controller's settle before it was raised: nothing moved; next cycle")

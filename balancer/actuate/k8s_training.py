@@ -190,15 +190,13 @@ class TrainingJobs:
         # running is not listed as suspended (`k8s_workloads.suspended_job` wants spec.suspend too) nor counted as
         # stopped (`_stopped`)
         self._patch(job, {"metadata": meta})
-        outer = self.api.unknown_writes   # the action's: the block below lists its own
-        with self.api.writes() as doubt:   # the deactivation's unanswered patch, if any: it may have landed
+        # the deactivation's unanswered patch, if any: it may have landed (handed up to the action's list)
+        with self.api.writes(hand_up=True) as doubt:
             try:
                 names = self.kueue.set_active(job.ns, owned, False)
             except ActuationError as err:
                 names = self._stop_failed(job, owned, err, bool(doubt))
                 doubt.clear()   # read back: it landed
-            finally:
-                outer.extend(w for w in doubt if w not in outer)
         done = f"Kueue workload {', '.join(names)} deactivated" if names else "its Kueue workload already inactive"
         return f"stopped: {done} (spec.active = false: Kueue evicts it and suspends the Job)" + _noted(record)
 

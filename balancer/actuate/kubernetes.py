@@ -236,17 +236,20 @@ class _Api:
             d.work, d.reserving = saved, d.reserving - 1
 
     @contextmanager
-    def writes(self) -> Iterator[list[str]]:
+    def writes(self, hand_up: bool = False) -> Iterator[list[str]]:
         """Inside, this thread's writes (`MUTATING`) whose outcome is unknown are tracked: a write whose last try got
         no answer (a transport error: the request may have been received; or a 504), or whose retries the deadline
         stopped after such a try, is listed by its `what` until a later try of the same call gets a definite answer
-        (`_settles`). Yields the list, fresh for the block; nested, the inner block's writes are its own."""
+        (`_settles`). Yields the list, fresh for the block; nested, the inner block's writes are its own, and with
+        `hand_up` those still listed when it ends (none its caller settled meanwhile) join the enclosing block's."""
         d = self._deadline
         saved, d.unknown = d.unknown, []
         try:
             yield d.unknown
         finally:
-            d.unknown = saved
+            inner, d.unknown = d.unknown, saved
+            if hand_up and saved is not None:
+                saved.extend(w for w in inner if w not in saved)
 
     @property
     def unknown_writes(self) -> list[str]:
