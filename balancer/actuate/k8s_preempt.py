@@ -33,6 +33,13 @@ stuck terminating (`k8s_stuck`: still there, terminating, on a node that still a
 `reserve_s` at a time, and said). Once they are all gone the pod has `reserve_s` at most to be bound there; bound,
 or no longer waiting, the node is given back at once.
 
+Never while the controller's emergency stop holds (`stop_reason`: `gputide schedule --emergency-stop-file` exists
+or cannot be looked at, `--controller-policy` sets `spec.safety.emergencyStop` or cannot be read), nor on a node
+labelled `gputide.io/emergency-stop=true` (`stop_labelled`): no node is reserved for such a preemption and no pod
+is evicted, asked again before each victim (`EvictionsStopped`, a failed eviction: a preemption half done keeps its
+node held and resumes once the stop is lifted). Binding pods onto free room and holding nodes for starving pods go
+on: they disrupt nothing.
+
 If an eviction fails before any victim was evicted, the reservation is released and the pod is told why; once some
 were, the node stays held for the pod while they terminate (given back, their room would go to whoever came
 first), and each later pass evicts the victims left until none is left, the pod no longer waits or the reservation
@@ -55,6 +62,7 @@ from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError
 from balancer.errors import ActuationError
 from balancer.noderules import Selector
 from balancer.plan.preemption import Preemption, Running, choose
+from balancer.safety import EMERGENCY_LABEL
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -65,6 +73,16 @@ SINCE = "since"        # ... when the preemption began: no hold is made or renew
 DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
 GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
 MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
+
+
+class EvictionsStopped(ActuationError):
+    """No pod is evicted for a preemption: the controller's emergency stop holds (the module docstring)."""
+
+
+def stop_labelled(node: Json) -> bool:
+    """Whether `node` (as `k8s_reads.node_facts` has it) carries the controller's per-node emergency stop,
+    `gputide.io/emergency-stop=true` in any case, as the safety guard reads it."""
+    return str((node.get("labels") or {}).get(EMERGENCY_LABEL, "")).lower() == "true"
 
 
 @dataclass(slots=True)
@@ -191,6 +209,30 @@ class Preemptor:
         self.budgets_ttl_s = 10.0
         self._budget_list: tuple[float, list[Json]] | None = None
         self._spent: dict[str, int] = {}   # budget -> disruptions our evictions used since it was listed
+        # the cluster-wide emergency stop (`gputide schedule`'s `EmergencyStop`): why it holds, None when it does not
+        self.emergency_stop: Callable[[], str | None] = lambda: None
+        self.stopped_nodes: frozenset[str] = frozenset()   # the pass's nodes that carry the per-node stop
+        self._said_stop: str | None = None
+
+    def stop_reason(self, node: str | None = None) -> str | None:
+        """Why no pod may be evicted now (on `node`, when given), None when evictions may go on: the cluster-wide
+        emergency stop, then the node's label. A stop whose state cannot be read holds (fail-safe, as the
+        controller's cycle acts on nothing when its stop file cannot be looked at). A change is logged once."""
+        try:
+            why = self.emergency_stop()
+        except Exception as exc:   # whatever broke the read: evictions held, not let through
+            why = f"the emergency stop could not be read ({exc}): taken as set"
+        if why != self._said_stop:
+            if why:
+                log.warning("scheduler %s: %s: no pod is evicted for preemption while it holds (pods are still "
+                            "bound where there is room)", self.scheduler_name, why)
+            else:
+                log.info("scheduler %s: the emergency stop is lifted: preemption may evict again",
+                         self.scheduler_name)
+            self._said_stop = why
+        if why is None and node is not None and node in self.stopped_nodes:
+            why = f"node {node} carries {EMERGENCY_LABEL}=true"
+        return why
 
     def held(self, now: float, seen: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Json]]:
         """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
@@ -228,10 +270,17 @@ class Preemptor:
 
     def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
         """Where `req` should preempt and whom, among `nodes` (those whose rules admit it); `bound`: per node, the
-        bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget."""
+        bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget.
+        `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
+        only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
+        held = sorted(n["name"] for n in nodes if stop_labelled(n))
+        nodes = [n for n in nodes if not stop_labelled(n)]
         if not nodes:
+            if held:
+                raise EvictionsStopped(f"held on {', '.join(held)}: {'they carry' if len(held) > 1 else 'it carries'}"
+                                       f" {EMERGENCY_LABEL}=true, so no pod is evicted there")
             return None
         allowed, selectors = self._budgets({u.key.split("/", 1)[0] for n in nodes for u in lower[n["name"]]})
         need = resources(req["num_gpu"], req["cpu_milli"], req["memory_mib"], req["extended"])
@@ -245,7 +294,11 @@ class Preemptor:
             extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0) for k in req["extended"]}
             free = resources(*usable(n, req), extended)
             options[n["name"]] = (free, running)
-        return choose(need, req["priority"], options, allowed, respect_budgets=True)
+        choice = choose(need, req["priority"], options, allowed, respect_budgets=True)
+        if choice is not None and (why := self.stop_reason()):
+            raise EvictionsStopped(f"held: {why}, so {', '.join(sorted(v.key for v in choice.victims))} on "
+                                   f"{choice.node} is not evicted")
+        return choice
 
     def reserve(self, req: Json, node: str, victims: Sequence[str] = ()) -> Json:
         """Hold `req`'s GPUs, CPU and memory on `node` for it (a reservation every replica honours, expiring after
@@ -344,7 +397,7 @@ class Preemptor:
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
             try:
-                self._leads(key)   # the Lease lost (or stopping) meanwhile: no one more is evicted
+                self._leads(key, node)   # the Lease lost (or stopping), or an emergency stop: no one more evicted
                 done.ends.append(self._evict_one(key, node, victim, budgets))
             except NotFoundError:   # gone already: its room is free all the same
                 done.gone.append(victim)
@@ -371,7 +424,7 @@ class Preemptor:
         grace = spec.get("terminationGracePeriodSeconds")
         # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
         # and the next leader may be placing on this node already
-        self._leads(key)
+        self._leads(key, node)
         self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
                  retry_throttled=False, halt=self.halted)
         for b in budgets:   # the eviction used one of each budget's disruptions
@@ -380,10 +433,13 @@ class Preemptor:
                     f"Preempted by {key} on node {node}")
         return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace))
 
-    def _leads(self, key: str) -> None:
-        """Raises unless this replica may still evict for `key`: not once `halted()` (stopping, or the Lease lost)."""
+    def _leads(self, key: str, node: str) -> None:
+        """Raises unless this replica may still evict for `key` on `node`: not once `halted()` (stopping, or the
+        Lease lost), nor while an emergency stop holds evictions there (`stop_reason`: `EvictionsStopped`)."""
         if self.halted():
             raise ActuationError(f"evicting no more for {key}: stopping, or the Lease is lost")
+        if why := self.stop_reason(node):
+            raise EvictionsStopped(f"evicting no more for {key}: {why}")
 
     def _event(self, involved: Json, kind: str, reason: str, message: str) -> None:
         try:

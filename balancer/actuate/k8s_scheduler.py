@@ -76,7 +76,7 @@ from balancer.actuate.k8s_gang import DEFERRED, deferred_message, groups, member
 from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_namespaces import Resolver
 from balancer.actuate.k8s_podaffinity import PodPlacement
-from balancer.actuate.k8s_preempt import model_allows
+from balancer.actuate.k8s_preempt import model_allows, stop_labelled
 from balancer.actuate.k8s_preferred import Preferred
 from balancer.actuate.k8s_reads import (
     BOUND,
@@ -136,7 +136,9 @@ class SecondaryScheduler(Binder, SchedulerReads):
     I/O) is asked before each pod's placement and each binding: once False, the pass stops. So does `stop()`
     (`gputide schedule` on SIGTERM): the pass ends before its next pod or binding, never in the middle of one. The
     next pass that leads after a loss (or after `term()`, the elector's count of the times it took the Lease, moved
-    on) begins a new term, reading afresh from the cluster what it knew of the reservations (`begin_term`)."""
+    on) begins a new term, reading afresh from the cluster what it knew of the reservations (`begin_term`).
+    `emergency_stop()` says why the controller's emergency stop holds (None: it does not): no pod is then evicted
+    for a preemption, nor on a node labelled `gputide.io/emergency-stop=true` (`k8s_preempt`)."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
@@ -146,7 +148,8 @@ class SecondaryScheduler(Binder, SchedulerReads):
                  leading: Callable[[], bool] = lambda: True, term: Callable[[], int] = lambda: 0,
                  turn_s: float = POD_DEADLINE_S, reads_s: float = PASS_READS_DEADLINE_S,
                  deadline_clock: Callable[[], float] = time.monotonic,
-                 progress: Callable[[str], None] = lambda what: None, node_wake_s: float = NODE_WAKE_S) -> None:
+                 progress: Callable[[str], None] = lambda what: None, node_wake_s: float = NODE_WAKE_S,
+                 emergency_stop: Callable[[], str | None] = lambda: None) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self._stop = threading.Event()  # `stop()`: no pod is begun or bound, no failed call retried any more
@@ -164,6 +167,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self._assumed: dict[str, tuple[float, Usage]] = {}   # pod -> (when, its pod_usage)
         self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
                            starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
+        self.holds.preemptor.emergency_stop = emergency_stop   # why no pod may be evicted now (`k8s_preempt`)
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
         self.work = threading.Event()   # set when a pending pod changed (watch), a node opened, or by `wake`
         self.node_wake_s, self.wake_timer, self._wake_lock = node_wake_s, start_timer, threading.Lock()
@@ -273,6 +277,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
             pending = [resolver.request(r) for r in pending]
             self.volumes.start_pass(pending, self.halted)
             view = self.nodes_view()
+            self.holds.preemptor.stopped_nodes = frozenset(n["name"] for n in view if stop_labelled(n))
             self.holds.release_gone(view, {r["name"] for r in pending})   # holds for pods that wait no more
             return pending, _Pass(
                 view, {n["name"]: i for i, n in enumerate(view)},

@@ -4,6 +4,7 @@
                      [--prometheus URL [--cluster NAME] [--stale-after 2m]]
                      [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
                      [--metrics-port 9837] [--no-preemption] [--starving-after 10m]
+                     [--emergency-stop-file PATH] [--controller-policy FILE]
 
 It binds the Pending pods whose `spec.schedulerName` is `--scheduler-name` (highest priority first, then oldest) to
 the node the placement policy picks among those that fit (taints, node selectors, free GPUs, CPU and memory,
@@ -19,7 +20,10 @@ s; while Prometheus fails, pods are placed without them); a GPU whose newest rea
 start) is left out, its node placed as one Prometheus does not know. A pod that fits nowhere preempts pods of lower
 priority as kube-scheduler would, evicting them through the Eviction API (a PodDisruptionBudget is never broken) and
 holding the node with a reservation until they are gone (balancer/actuate/k8s_preempt.py); `--no-preemption` turns
-that off, a pod's `preemptionPolicy: Never` opts it out. A pod pending longer than `--starving-after` that fits
+that off, a pod's `preemptionPolicy: Never` opts it out. The controller's emergency stop holds preemption: while
+`--emergency-stop-file` exists (or cannot be looked at), `--controller-policy` (the controller's policy file) says
+`spec.safety.emergencyStop: true` (or cannot be read), or on a node labelled `gputide.io/emergency-stop=true`, no pod
+is evicted and no node reserved for a preemption (`EmergencyStop`); pods are still bound where there is room. A pod pending longer than `--starving-after` that fits
 nowhere holds the node closest to fitting it, so GPUs freed there go to it rather than to smaller pods that keep
 arriving. A pod's PersistentVolumeClaims keep it where its volumes can be attached, and an unbound
 WaitForFirstConsumer claim is given the pod's node before the pod is bound, as kube-scheduler's VolumeBinding does
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import time
@@ -49,7 +54,7 @@ from collections.abc import Callable, Sequence
 
 from balancer.app.health import LEASE_CALLS_TO_RELEASE, Health, Retries, call_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
-from balancer.cmd._args import add_listen_address, bind, duration_between, kube_client
+from balancer.cmd._args import add_listen_address, bind, duration_between, kube_client, stop_file
 from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, parse_interval, prometheus_url
 from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError
@@ -86,6 +91,11 @@ def register(subparsers) -> None:
     p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
     p.add_argument("--no-preemption", action="store_true",
                    help="never evict pods of lower priority to make room for a pod that fits nowhere")
+    p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
+                   help="while this file exists (gputide run's flag of the same name), no pod is evicted to make room")
+    p.add_argument("--controller-policy", default=None, metavar="FILE",
+                   help="the controller's policy file: while its spec.safety.emergencyStop is true, no pod is evicted "
+                        "to make room (read again when it changes)")
     p.add_argument("--starving-after", default="10m", metavar="DURATION",
                    help="a pod pending this long that fits nowhere holds the node closest to fitting it (default 10m)")
     p.add_argument("--metrics-port", type=int, default=9837,
@@ -192,6 +202,45 @@ def stale_after(text: str | None, field: str = "--stale-after") -> float:
     return MOST_STALE_S if text is None else duration_between(text, field, STALE_FLOOR_S, MOST_STALE_S, STALE_ALLOWED)
 
 
+class EmergencyStop:
+    """The controller's emergency stop as the scheduler's preemption reads it, before each preemption and each
+    eviction: why it holds, None when it does not. The stop file exists (`gputide run --emergency-stop-file`), or the
+    controller's policy file says `spec.safety.emergencyStop: true` (read again when its inode, size or mtime
+    change: the kubelet swaps a ConfigMap's link). A state that cannot be read holds (fail-safe, as the controller
+    acts on nothing in a cycle where its stop file cannot be looked at); the policy file is read again at the next
+    call, until it can be."""
+
+    def __init__(self, stop_path: str | None = None, policy_path: str | None = None) -> None:
+        self.stop_path, self.policy_path = stop_path, policy_path
+        self._seen: tuple[int, int, int] | None = None   # the policy file's (inode, size, mtime) when last read
+        self._stopped = False
+
+    def __call__(self) -> str | None:
+        if self.stop_path:
+            try:
+                os.stat(self.stop_path)
+                return f"the emergency stop file {self.stop_path} exists"
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            except OSError as exc:   # EACCES, EIO: not known to be absent
+                return f"cannot tell whether {self.stop_path} exists ({exc.strerror or exc}): taken as set"
+        return self._policy() if self.policy_path else None
+
+    def _policy(self) -> str | None:
+        from balancer import config
+
+        path = str(self.policy_path)
+        try:
+            st = os.stat(path)
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != self._seen:
+                self._stopped = config.load(path).safety.emergency_stop
+                self._seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except Exception as exc:   # missing, unreadable, invalid: evictions held, not let through
+            self._seen = None
+            return f"spec.safety.emergencyStop cannot be read from {path} ({exc}): taken as set"
+        return f"spec.safety.emergencyStop is true in {path}" if self._stopped else None
+
+
 def one_pass(scheduler, metrics: SchedulerMetrics) -> None:
     """A pass of the leading replica, its results in `metrics` and the log; a pass the API server fails is
     counted and tried again next time."""
@@ -228,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_interval(args.interval)
     starving_s = parse_interval(args.starving_after, "--starving-after")
     placer = build_placer(args)
+    emergency = emergency_stop(args)
     api_client = kube_client(args.kubeconfig)
     elector = lease_elector(api_client, args.lease_name, args.lease_namespace, interval) if args.leader_elect else None
 
@@ -236,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
 
     scheduler = SecondaryScheduler(api_client, args.scheduler_name, placer, watch=not args.once,
                                    preemption=not args.no_preemption, starving_s=starving_s, leading=leading,
-                                   term=lambda: elector.terms if elector is not None else 0)
+                                   term=lambda: elector.terms if elector is not None else 0,
+                                   emergency_stop=emergency)
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("signal %s: stopping before the next pod, then releasing the Lease", signum)
@@ -255,6 +306,17 @@ def run(args: argparse.Namespace) -> int:
         scheduler.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def emergency_stop(args: argparse.Namespace) -> EmergencyStop:
+    """The emergency stop the flags name, checked at start as `gputide run` checks them (exit 2): a stop file in a
+    folder that exists and can be looked in, a controller policy file that loads."""
+    from balancer import config
+
+    stop_file(args.emergency_stop_file, "--emergency-stop-file")
+    if args.controller_policy:
+        config.load(args.controller_policy)
+    return EmergencyStop(args.emergency_stop_file, args.controller_policy)
 
 
 def one_shot(scheduler, leading) -> int:
