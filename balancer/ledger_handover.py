@@ -7,6 +7,13 @@ holds what the one found lacks, it saves the merge at once. A save that fails is
 succeeds, not only after the next action: a leader change in a quiet spell would otherwise hand on a ledger without
 the last actions' evictions. Neither failure stops the controller.
 
+Without leader election the ledger has no Lease to ride on: `gputide run --ledger-file PATH` keeps it in a file
+(`balancer.ledger_file.LedgerFile`, the same `load_state` / `save_state`), read when the controller takes office and
+saved as the Lease would be, so a restart (a crash loop, `--once` from cron) keeps the budgets spent. With both the
+Lease and a file, a new leader merges what it finds in both (a store that lacks what the merge holds is saved at
+the cycle's start, so each gets what the other held) and every save goes to both: it counts (evictions go) only once
+both hold the ledger. Without either, budgets and cooldowns start afresh at every restart (`gputide run` warns).
+
 No eviction before it is saved: the guard's review (`review`) writes the ledger with the evictions it accepted
 (a reservation) before the loop carries any out, and when that write fails the evictions wait (rejected as
 `eviction_budget`: none may be spent that a successor would not know of), so a crash or fail-over never lets the
@@ -14,12 +21,13 @@ next leader spend budget this one already spent. Reclaims of loaned GPUs still g
 as does everything that evicts no pod. The reservation is dated at the cycle's start and replaced by the ledger
 itself once the actions are done (or at the next cycle's start).
 
-An inherited ledger that cannot be read (an annotation cut short, edited by hand) holds what the previous leader
-spent, unknown: this replica takes the eviction budget as spent for one eviction window from its first review
-(`held`: a ledger of `evictionBudget` evictions at that time, merged into every review and every save, so a
-successor of this one inherits it too), with a warning that says so. Until the window has passed no eviction
-happens but a reclaim of loaned GPUs (the budget never refuses one); actions that evict nothing go on. Before that
-first review nothing is saved over the unreadable ledger, so a successor in between is as careful.
+An inherited ledger that cannot be read (an annotation cut short, edited by hand; a ledger file this process cannot
+read) holds what the previous leader spent, unknown: this replica takes the eviction budget as spent for one
+eviction window from its first review (`held`: a ledger of `evictionBudget` evictions at that time, merged into
+every review and every save, so a successor of this one inherits it too), with a warning that says so. Until the
+window has passed no eviction happens but a reclaim of loaned GPUs (the budget never refuses one); actions that
+evict nothing go on. Before that first review nothing is saved over the unreadable ledger, so a successor in between
+is as careful.
 
 A failed save is logged and counted (`gputide_ledger_write_failures_total{reason}`: `LEDGER_WRITE_FAILURES`), and
 entries the elector left out to fit where it saves (`balancer.ledger_fit`) are counted too
@@ -51,8 +59,8 @@ class LedgerMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.write_failures = Counter(
-            "gputide_ledger_write_failures", "Saves of the safety ledger where a successor reads it (the Lease) that "
-            "failed, by reason; the ledger stays unsaved and is tried again every cycle, and evictions wait.",
+            "gputide_ledger_write_failures", "Saves of the safety ledger where a successor reads it (the Lease, the "
+            "--ledger-file) that failed, by reason; the ledger stays unsaved and is tried again every cycle, and evictions wait.",
             ["reason"], registry=registry)
         self.entries_dropped = Counter(
             "gputide_ledger_entries_dropped", "Safety-ledger entries left out of a save to fit the Lease annotation "
@@ -70,33 +78,44 @@ class LedgerMetrics:
 
 
 class LedgerHandover:
-    """Inherits and hands on the safety ledger through `elector` (its optional `load_state` / `save_state`), counted
-    on `registry` (the controller's metrics; None: a private one)."""
+    """Inherits and hands on the safety ledger through `elector` (its optional `load_state` / `save_state`) and
+    `file` (a `balancer.ledger_file.LedgerFile`, `--ledger-file`: the same two calls), counted on `registry` (the
+    controller's metrics; None: a private one)."""
 
-    def __init__(self, elector: Any, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, elector: Any, registry: CollectorRegistry | None = None, file: Any = None) -> None:
         self.elector = elector
+        self.stores = tuple(s for s in (elector, file) if s is not None)   # where the ledger is read and saved
         self.unsaved = False   # the ledger changed since a successor could last inherit it
         self.metrics = LedgerMetrics.on(registry)
         self.unreadable = False   # an inherited ledger did not read: `held` is dated at the next review
         self.held = SafetyLedger()   # the budget taken as spent after an unreadable ledger, until its window passes
 
     def inherit(self, ledger: SafetyLedger) -> SafetyLedger:
-        """`ledger` merged with the one the previous leader left, if its elector kept one that reads; `unsaved`
-        when `ledger` holds what that one lacks (the merge is saved at the cycle's start)."""
-        load = getattr(self.elector, "load_state", None)
-        text = load() if load is not None else None
-        inherited = SafetyLedger()
-        try:
-            if text:
-                inherited = SafetyLedger.from_json(text)
-                log.info("inherited safety ledger: %d cooldowns, %d evictions in the window",
-                         len(inherited.last_action), len(inherited.evictions))
-        except ValueError as exc:
-            self.unreadable = True
-            log.warning("inherited safety ledger unreadable: its evictions are unknown, so the eviction budget is "
-                        "taken as spent for one eviction window from the next review (reclaims only): %s", exc)
-        merged = ledger.merged(inherited)
-        self.unsaved |= merged != inherited.merged(SafetyLedger())
+        """`ledger` merged with the ones the previous leader (or this controller before a restart) left in every
+        store that kept one that reads; `unsaved` when the merge holds what a store lacks (saved at the cycle's
+        start: with the Lease and a file, each gets what the other held)."""
+        found: list[SafetyLedger] = []
+        for store in self.stores:
+            load = getattr(store, "load_state", None)
+            if load is None:
+                continue
+            try:
+                text = load()
+                if text:
+                    found.append(SafetyLedger.from_json(text))
+                    log.info("inherited safety ledger (%s): %d cooldowns, %d evictions in the window", _where(store),
+                             len(found[-1].last_action), len(found[-1].evictions))
+                else:
+                    found.append(SafetyLedger())
+            except ValueError as exc:
+                self.unreadable = True
+                log.warning("inherited safety ledger unreadable (%s): its evictions are unknown, so the eviction "
+                            "budget is taken as spent for one eviction window from the next review (reclaims only): "
+                            "%s", _where(store), exc)
+        merged = ledger
+        for one in found:
+            merged = merged.merged(one)
+        self.unsaved |= any(merged != one.merged(SafetyLedger()) for one in found)
         return merged
 
     def changed(self, ledger: SafetyLedger) -> None:
@@ -117,7 +136,7 @@ class LedgerHandover:
         docstring)."""
         ledger = _with(ledger, self._held(guard, now))
         review = guard.review(actions, snapshot, ledger, now)
-        if getattr(self.elector, "save_state", None) is None or not any(
+        if not any(getattr(s, "save_state", None) for s in self.stores) or not any(
                 count_evictions(a, snapshot) for a in review.accepted):
             return review
         saved = self._save(guard.record(ledger, review.accepted, snapshot, now), "its evictions wait")
@@ -145,23 +164,34 @@ class LedgerHandover:
         return self.held
 
     def _save(self, ledger: SafetyLedger, then: str) -> bool:
-        """Whether the elector saved `ledger`; a failure logged (with what happens `then`) and counted by reason."""
-        save = getattr(self.elector, "save_state", None)
-        try:
-            dropped = save(ledger.to_json()) if save is not None else 0
-        except LedgerNotSaved as exc:
-            reason, err = exc.reason, exc
-        except ValueError as exc:   # no ledger the elector can cut to fit
-            reason, err = "invalid", exc
-        except Exception as exc:   # an elector's own failure (a transport error ...)
-            reason, err = "error", exc
-        else:
-            if dropped:
-                self.metrics.entries_dropped.inc(dropped)
-            return True
-        self.metrics.write_failures.labels(reason=reason).inc()
-        log.warning("safety ledger not saved for a successor (%s; %s): %s", reason, then, err)
-        return False
+        """Whether every store saved `ledger` (each is tried, whichever failed first); a failure logged (with what
+        happens `then`) and counted by reason."""
+        saved = True
+        for store in self.stores:
+            save = getattr(store, "save_state", None)
+            if save is None:
+                continue
+            try:
+                dropped = save(ledger.to_json())
+            except LedgerNotSaved as exc:
+                reason, err = exc.reason, exc
+            except ValueError as exc:   # no ledger the elector can cut to fit
+                reason, err = "invalid", exc
+            except Exception as exc:   # an elector's own failure (a transport error ...)
+                reason, err = "error", exc
+            else:
+                if dropped:
+                    self.metrics.entries_dropped.inc(dropped)
+                continue
+            saved = False
+            self.metrics.write_failures.labels(reason=reason).inc()
+            log.warning("safety ledger not saved for a successor (%s; %s) in %s: %s", reason, then, _where(store), err)
+        return saved
+
+
+def _where(store: Any) -> str:
+    """How the log names a store: its own `where` (`LedgerFile`), else the Lease (an elector)."""
+    return getattr(store, "where", "the Lease")
 
 
 def _with(ledger: SafetyLedger, held: SafetyLedger) -> SafetyLedger:

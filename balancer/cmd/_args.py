@@ -142,15 +142,31 @@ def appendable_file(path: str | None, flag: str) -> str | None:
     return path
 
 
+def replaceable_file(path: str | None, flag: str) -> str | None:
+    """A file a long run replaces again and again (the safety ledger: a temporary file beside it renamed over it),
+    checked at its start: not a folder, in an existing folder this process can create files in. The file itself
+    need not exist (a first start), nor be readable (it is replaced, and what cannot be read is the reader's to
+    judge)."""
+    if path is not None:
+        _file_in_folder(path, flag, "write in", writable=True)
+    return path
+
+
 def stop_file(path: str | None, flag: str) -> str | None:
     """A file whose existence stops every action (the operator's emergency stop), checked at start. The file need
     not exist, but its folder must, and this process must be able to look in it: a path in a missing folder (a
     typo, a volume not mounted) is a file the operator can never create where the controller looks, so the stop
     would silently never take; one the controller cannot look in raised on every cycle; a folder there stopped
     every action for good."""
-    if path is None:
-        return None
-    allowed = "a file path in an existing folder this process can look in (the file itself need not exist)"
+    if path is not None:
+        _file_in_folder(path, flag, "look in", writable=False)
+    return path
+
+
+def _file_in_folder(path: str, flag: str, can: str, *, writable: bool) -> None:
+    """InputError unless `path` is no folder and its folder exists, this process can look in it (stat() of a path
+    in a folder it cannot search raises EACCES) and, when `writable`, create a file there."""
+    allowed = f"a file path in an existing folder this process can {can} (the file itself need not exist)"
     target = Path(path)
     try:
         if not target.parent.is_dir():
@@ -158,9 +174,11 @@ def stop_file(path: str | None, flag: str) -> str | None:
                              else "under a file, not a folder")
         if target.is_dir():
             raise InputError(None, flag, path, allowed, "a folder")
-    except OSError as exc:   # EACCES: stat() of a path in a folder this process cannot search
+        if writable:
+            with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".gputide-probe-"):
+                pass
+    except OSError as exc:   # EACCES, EROFS
         raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
-    return path
 
 
 def kubeconfig_file(path: str | None, flag: str = "--kubeconfig") -> str | None:

@@ -3,6 +3,7 @@
 `kubernetes_sources`: what the metrics cannot say of pods and nodes, listed once and followed by watches;
 `capacity_parts`: the capacity planner and the demand forecaster, when the policy turns capacity shifting on;
 `capacity_flags` / `forecast_history_days`: the checks of the forecaster's flags (exit 2 naming the flag);
+`keep_ledger`: where the safety ledger survives a restart (`--ledger-file`, the Lease), or a warning that it does not;
 `bound_to_shard`: a shard's actuator, which refuses actions on nodes that left the shard since they were planned and
 keeps its housekeeping and recovery to the shard's own nodes.
 """
@@ -19,6 +20,7 @@ from balancer import config
 from balancer.actuate.base import ActionResult
 from balancer.cmd._args import duration_between
 from balancer.errors import InputError
+from balancer.ledger_handover import LedgerHandover
 from balancer.metrics import ControllerMetrics
 from balancer.model import Action, ClusterSnapshot, Node
 
@@ -190,6 +192,21 @@ class ShardBound:
         if name in ("inner", "source"):   # not set yet (copy, unpickling): no recursion through __getattr__
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def keep_ledger(reconciler: Any, args: argparse.Namespace, metrics: ControllerMetrics) -> None:
+    """Where `reconciler`'s safety ledger survives a restart (for `build_reconciler`, balancer/cmd/run.py): with
+    `--ledger-file`, its hand-over reads and saves that file too, besides the Lease with `--leader-elect`
+    (balancer/ledger_handover.py); with neither, a warning that every start has a full eviction budget (not for a
+    dry run: it spends none)."""
+    if args.ledger_file:
+        from balancer.ledger_file import LedgerFile
+
+        reconciler.handover = LedgerHandover(reconciler.elector, metrics.registry, file=LedgerFile(args.ledger_file))
+    elif not args.leader_elect and not args.dry_run:
+        log.warning("safety budgets do not survive a restart: without --leader-elect or --ledger-file PATH every "
+                    "start has a full eviction budget and no cooldowns (a crash loop or a --once run from cron may "
+                    "evict more than spec.safety.evictionBudget per window)")
 
 
 def bound_to_shard(actuator: Any, source: object) -> Any:

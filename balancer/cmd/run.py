@@ -3,7 +3,7 @@
     gputide run --prometheus http://prometheus:9090 [--dry-run] [--kubeconfig PATH] [--once] [--interval 30s]
                 [--policy FILE] [--leader-elect --lease-name gputide-controller --lease-namespace NS]
                 [--metrics-port 9402] [--audit-log PATH] [--emergency-stop-file PATH] [--action-deadline 3m]
-                [--stale-after 2m]
+                [--stale-after 2m] [--ledger-file PATH]
 
 I/O objects are built here and nowhere else: the Prometheus telemetry source, the dry-run or Kubernetes actuator,
 the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renews the Lease every quarter of the
@@ -13,6 +13,11 @@ once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the lon
 within `--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace
 period and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
 ended fail-static (held still).
+
+The safety ledger (cooldowns, evictions and migrations in their windows) survives a restart only where it is kept:
+on the Lease with `--leader-elect`, in `--ledger-file PATH` (a restart without leader election: a crash loop,
+`--once` from cron), or both (merged when the controller takes office, saved to both: balancer/ledger_handover.py).
+With neither (and no `--dry-run`) every start has a full eviction budget and no cooldowns, with a warning saying so.
 
 The Lease lives in the controller's own namespace by default (the Role in deploy/base/rbac.yaml grants leases
 there only): env `POD_NAMESPACE` (the downward API), else the service account's namespace file, else `gputide`.
@@ -40,6 +45,7 @@ from balancer.cmd._args import (
     duration_between,
     kube_client,
     parse_interval,
+    replaceable_file,
     stop_file,
 )
 from balancer.cmd._run_parts import (
@@ -48,6 +54,7 @@ from balancer.cmd._run_parts import (
     capacity_flags,
     capacity_parts,
     check_capacity_enabled,
+    keep_ledger,
     kubernetes_sources,
 )
 from balancer.errors import InputError
@@ -162,6 +169,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"hold still while a GPU's newest reading is older than this (default: the policy's "
                         f"spec.safety.maxTelemetryAgeS, 120s, the age GpuTelemetryStale fires at; "
                         f"{STALE_FLOOR_S:.0f}s to maxTelemetryAgeS); at least the scrape interval + 30s")
+    p.add_argument("--ledger-file", default=None, metavar="PATH",
+                   help="keep the safety ledger (cooldowns, evictions in their window) in this file, read at start "
+                        "and replaced atomically after every change, so a restart without --leader-elect (a crash "
+                        "loop, --once from cron) keeps the eviction budget spent; its folder must exist and be "
+                        "writable; one file per controller (with --leader-elect: merged with the Lease's, saved to "
+                        "both)")
     p.set_defaults(func=run)
 
 
@@ -217,6 +230,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     capacity_flags(args)
     appendable_file(args.audit_log, "--audit-log")
     stop_file(args.emergency_stop_file, "--emergency-stop-file")
+    replaceable_file(args.ledger_file, "--ledger-file")
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
@@ -288,6 +302,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                             elector=elector, metrics=metrics, audit=audit, forecaster=forecaster,
                             **({"planner": planner} if planner else {}),
                             policy_source=reloader.poll if reloader else None)
+    keep_ledger(reconciler, args, metrics)
     return reconciler
 
 
@@ -368,6 +383,8 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         try:
             report = reconciler.run_once()
+            if reconciler.handover.unsaved:   # no next cycle to save it: a held budget, a reservation not replaced
+                reconciler.handover.hand_on(reconciler.ledger)
         finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later
             reconciler.elector.release()
         print(f"cycle: {report.status} {report.reason}".rstrip())
