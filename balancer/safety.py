@@ -15,7 +15,12 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     ├── MinGainNotMet            expected gain below `minExpectedGain`
     ├── CooldownActive           the same target acted on within its cooldown (inference scale-ups and the
     │                            training shrinks that reclaim GPUs for them are exempt), or by an action accepted
-    │                            earlier in the same review (one action per target a cycle, none exempt)
+    │                            earlier in the same review (one action per target a cycle, none exempt); and an
+    │                            owner disrupted by one kind of action within `cooldownS` (a migration of one of its
+    │                            pods, a resize that stops pods, a reclaim too) is in cooldown for the other kinds:
+    │                            a scale-down or shrink of a Deployment or job a migration of its pod just disrupted,
+    │                            or the reverse, waits (reclaims are exempt; more migrations of its other pods are
+    │                            `maxUnavailablePerWorkload`'s to count)
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle (an inference scale-up and the
     │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
@@ -23,7 +28,10 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            (migrations, with those still settling); and, within one review, a resize that
     │                            stops pods (an inference scale-down, a training shrink or stop) together with any
     │                            other disruption of the same owner (a migration of one of its pods): the second
-    │                            one is refused, whichever kind it is (a reclaim is never refused by it, nor counted)
+    │                            one is refused, whichever kind it is. A reclaim shrink disrupts its job too: never
+    │                            refused by it, it refuses every other disruption of that job in the review, before
+    │                            or after it in the plan (the capacity planner appends its reclaims last), but
+    │                            another resize of the job itself (one action per target: the first goes)
     ├── PdbViolation             an eviction a PodDisruptionBudget does not allow: the budgets given as data
     │                            (by owner), and for migrations the cluster's own (`disruption_budgets` of the
     │                            snapshot, by the pods' labels, as the Eviction API checks them)
@@ -203,11 +211,12 @@ class SafetyGuard:
         tally = self._tally(snapshot, ledger, now)
         actions = list(actions)
         ctx = ReviewContext(snapshot, actions)
+        ctx.disrupted.update(_reclaimed(actions, snapshot))
         counted = 0   # accepted actions the per-cycle limit counts (renewals are not)
         for a in actions:
+            owner = _disrupted_owner(a, ctx.snapshot)
             try:
-                self._check_one(a, ctx, ledger, now, stopped)
-                owner = _disrupted_owner(a, ctx.snapshot)
+                self._check_one(a, ctx, ledger, now, stopped, owner)
                 _check_disruption(a, owner, ctx)
                 if not _renewal(a) and not _reclaim(a) and counted >= self.policy.max_actions_per_cycle:
                     raise MaxActionsPerCycle(f"{self.policy.max_actions_per_cycle} actions already accepted this cycle")
@@ -216,10 +225,12 @@ class SafetyGuard:
                 counted += not _renewal(a)
                 if not _renewal(a):
                     ctx.acted.add(_cooldown_key(a))
-                if owner is not None:
+                if owner is not None and not _reclaim(a):   # a reclaim is there from the start (`_reclaimed`)
                     ctx.disrupted.setdefault(owner, []).append(a)
             except SafetyViolation as exc:
                 rejected.append((a, exc))
+                if _reclaim(a) and owner is not None:   # refused, it disrupts nothing: the actions after it may
+                    ctx.disrupted[owner].remove(a)
         return Review(tuple(accepted), tuple(rejected))
 
     def _tally(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> _Tally:
@@ -292,7 +303,9 @@ class SafetyGuard:
             if n is not None and n.labels.get(EMERGENCY_LABEL, "").lower() == "true":
                 raise EmergencyStop(f"node {node} carries {EMERGENCY_LABEL}=true")
 
-    def _check_one(self, a: Action, ctx: ReviewContext, ledger: SafetyLedger, now: float, stopped: bool) -> None:
+    def _check_one(self, a: Action, ctx: ReviewContext, ledger: SafetyLedger, now: float, stopped: bool,
+                   owner: str | None) -> None:
+        """Every limit on `a` alone (`owner`: the owner it disrupts, `_disrupted_owner`), or raise the first it breaks."""
         p = self.policy
         self._check_stop(a, ctx, stopped)
         # a power limit raised (a give-back) takes nothing from a workload: a protected one that came to a GPU gputide
@@ -317,6 +330,18 @@ class SafetyGuard:
         last = ledger.last_action.get(_cooldown_key(a))
         if last is not None and now - last < cooldown:
             raise CooldownActive(f"{a.target} was acted on {now - last:.0f} s ago (cooldown {cooldown:.0f} s)")
+        if owner is not None:
+            self._check_owner_cooldown(a, owner, ledger, now)
+
+    def _check_owner_cooldown(self, a: Action, owner: str, ledger: SafetyLedger, now: float) -> None:
+        """Raise CooldownActive when `owner`, which `a` disrupts, was disrupted by another kind of action within
+        `cooldownS`: a migration keeps its cooldown under the pod and a resize under the owner, so the per-target
+        cooldown never sees them meet (the same kind again is that cooldown's, or `maxUnavailablePerWorkload`'s)."""
+        for kind in _DISRUPTIVE_KINDS:
+            last = ledger.last_action.get(_disruption_key(kind, owner)) if kind != a.kind else None
+            if last is not None and now - last < self.policy.cooldown_s:
+                raise CooldownActive(f"{owner} was disrupted by a {kind} {now - last:.0f} s ago (cooldown "
+                                     f"{self.policy.cooldown_s:.0f} s): a {a.kind} would disrupt it again")
 
     @staticmethod
     def _check_nodes(a: Action, ctx: ReviewContext) -> None:
@@ -357,6 +382,8 @@ class SafetyGuard:
         for a in applied:
             if not _renewal(a):   # a renewal does not re-arm the taint's cooldown
                 last[_cooldown_key(a)] = now
+            if (owner := _disrupted_owner(a, snapshot)) is not None:   # its other kinds' cooldown (a reclaim too)
+                last[_disruption_key(a.kind, owner)] = now
             evictions += [now] * _evictions(a, snapshot)
             if isinstance(a, Migrate):
                 w = snapshot.workload_by_name.get(a.workload)
@@ -376,10 +403,8 @@ def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:
 
 def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
     """The owner (Deployment, job) whose running or pending pods `a` disrupts: a migration's pod's owner, a
-    scale-down's service, a shrink's or stop's job (or a resize's that stops workers); None for anything else and
-    for a reclaim (never refused by a limit of this kind: `_reclaim`)."""
-    if _reclaim(a):
-        return None
+    scale-down's service, a shrink's or stop's job (a reclaim's too: it stops the job's workers, though no limit of
+    this kind refuses it), or a resize's that stops workers; None for anything else (a scale-up)."""
     if isinstance(a, Migrate):
         w = snapshot.workload_by_name.get(a.workload)
         return (w.owner or w.name) if w else a.workload
@@ -392,14 +417,28 @@ def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
 
 def _check_disruption(a: Action, owner: str | None, ctx: ReviewContext) -> None:
     """Raise MaxUnavailable when `a`, disrupting `owner` (`_disrupted_owner`), and a disruption of the same owner
-    accepted earlier in this review would disrupt it twice at once, one of them a resize: a migration's cooldown is
-    kept under the pod, a resize's under the owner, so "one action per target a cycle" never sees them meet, and
-    `maxUnavailablePerWorkload` counts migrations only (a scale-down's several evictions are a resize, not replicas unavailable; two migrations of
-    one owner are that limit's to count)."""
-    for other in ctx.disrupted.get(owner, ()) if owner is not None else ():
-        if not (isinstance(a, Migrate) and isinstance(other, Migrate)):
-            raise MaxUnavailable(f"{owner} is already disrupted this cycle by {other.kind} {other.target}: a resize "
-                                 "and another disruption of one owner never go together")
+    accepted earlier in this review, or a reclaim of it anywhere in the plan (`_reclaimed`), would disrupt it twice
+    at once, one of them a resize: a migration's cooldown is kept under the pod, a resize's under the owner, so "one
+    action per target a cycle" never sees them meet, and `maxUnavailablePerWorkload` counts migrations only (a
+    scale-down's several evictions are a resize, not replicas unavailable; two migrations of one owner are that
+    limit's to count). A reclaim is never refused by it."""
+    if owner is None or _reclaim(a):
+        return
+    for other in ctx.disrupted.get(owner, ()):   # the same target twice is the per-target rule's (`ctx.acted`)
+        if other.target != a.target and not (isinstance(a, Migrate) and isinstance(other, Migrate)):
+            how = "reclaimed" if _reclaim(other) else "already disrupted"
+            raise MaxUnavailable(f"{owner} is {how} this cycle by {other.kind} {other.target}: a resize and another "
+                                 "disruption of one owner never go together")
+
+
+def _reclaimed(actions: list[Action], snapshot: ClusterSnapshot) -> dict[str, list[Action]]:
+    """The reclaims in `actions` by the job they shrink: disruptions of it from the review's start, since no limit
+    of this kind refuses a reclaim, so the other disruption of its job is the one refused wherever it comes."""
+    out: dict[str, list[Action]] = {}
+    for a in actions:
+        if isinstance(a, ScaleTraining) and a.reclaim and (owner := _disrupted_owner(a, snapshot)) is not None:
+            out.setdefault(owner, []).append(a)
+    return out
 
 
 def _renewal(a: Action) -> bool:
@@ -422,6 +461,14 @@ def _reclaim(a: Action) -> bool:
 
 
 _POWER_KEYS = tuple(f"{c.kind}:" for c in (SetPowerLimit, TaintNode))   # the keys `powerCooldownS` holds
+
+
+_DISRUPTIVE_KINDS = (Migrate.kind, ScaleInference.kind, ScaleTraining.kind)   # the kinds `_disrupted_owner` names
+
+
+def _disruption_key(kind: str, owner: str) -> str:
+    """Where the ledger keeps when `owner` was last disrupted by an action of `kind` (`_check_owner_cooldown`)."""
+    return f"disrupted:{kind}:{owner}"
 
 
 def _cooldown_key(a: Action) -> str:

@@ -18,13 +18,14 @@ class ReviewContext:
     review's power-limit actions touch (one vectorised pass over the placements, not an index of every GPU); and
     the migrations accepted so far (`moved`: workload -> target node position), which later ones' pod affinity
     counts where they are going; and the targets acted on so far (`acted`), which no second action may touch; and
-    the disruptive actions accepted so far by owner (`disrupted`), which a resize of that owner may not join."""
+    the disruptive actions accepted so far by owner, with the plan's reclaims from the start (`disrupted`), which a
+    resize of that owner may not join."""
 
     def __init__(self, s: ClusterSnapshot, actions: list[Action]) -> None:
         self.snapshot = s
         self.moved: dict[str, int] = {}
         self.acted: set[str] = set()   # the cooldown keys of the actions accepted so far (one action per target)
-        self.disrupted: dict[str, list[Action]] = {}   # owner -> its disruptions accepted so far (`safety`)
+        self.disrupted: dict[str, list[Action]] = {}   # owner -> its disruptions so far (`safety`)
         self._nodes: dict[str, object] | None = None
         wanted = sorted({a.gpu for a in actions if isinstance(a, SetPowerLimit)})
         self._on_gpu: dict[int, list] = {g: [] for g in wanted}

@@ -54,7 +54,9 @@ def test_the_second_one_is_refused_whichever_kind_comes_first():
 
 
 def test_a_reclaim_is_never_refused_by_it_and_two_migrations_stay_max_unavailables_to_count():
-    assert len(review([mig(3, 9), RECLAIM, mig(0, 8)]).accepted) == 3   # a reclaim: never refused, not counted
+    r = review([mig(3, 9), RECLAIM, mig(0, 8)])   # a reclaim: never refused; it counts (test_safety_reclaim_...)
+    assert [a.kind for a in r.accepted] == ["scale_training", "migrate"]
+    assert [(a.target, type(e)) for a, e in r.rejected] == [("training/job-0", safety.MaxUnavailable)]
     two = SafetyPolicy(max_unavailable_per_workload=2)
     assert len(review([mig(0, 8), mig(1, 9)], two).accepted) == 2
     r = review([mig(0, 8), mig(1, 9), DOWN], two)
