@@ -18,6 +18,14 @@ instance answers ``nvmlDeviceGetGpuInstanceById`` and ``nvmlGpuInstanceGetInfo``
 ``placement`` (start, size), as NVIDIA's DRA driver names it ``gpu-<minor>-mig-<profile id>-<start>-<size>``); one
 without a ``placement`` answers NotSupported there, and the GPU's ``fail`` breaks either call
 (``fail["nvmlDeviceGetGpuInstanceById"] = NVMLError_NoPermission``: an exporter without the MIG monitor capability).
+
+The library itself can stop answering, as real NVML does: it counts ``nvmlInit`` / ``nvmlShutdown`` (`refs`), and at
+0 every call raises `NVMLError_Uninitialized` (once it has been initialised: a fake no one initialised answers) (``nvml.nvmlShutdown()`` from a test: another user of the library in the
+process shutting it down once too often); ``nvml.broken = NVMLError_DriverNotLoaded`` (or
+`NVMLError_LibRmVersionMismatch`) makes every call raise that, ``nvmlInit`` included, until it is set back to None.
+Handles, event sets and GPM samples belong to one initialisation: the first one's are the `FakeDevice`s themselves,
+each later one's are `FakeHandle`s of that `generation`, and a handle or event set of another initialisation is
+refused with `NVMLError_InvalidArgument`, so a caller that does not name its GPUs again after ``nvmlInit`` fails.
 """
 
 from __future__ import annotations
@@ -31,7 +39,11 @@ class NVMLError(Exception):
     value = 999
 
 
-class NVMLError_InvalidArgument(NVMLError):  # noqa: N801 - pynvml's names
+class NVMLError_Uninitialized(NVMLError):  # noqa: N801 - pynvml's names
+    value = 1
+
+
+class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
     value = 2
 
 
@@ -61,6 +73,27 @@ class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
 
 class NVMLError_ArgumentVersionMismatch(NVMLError):  # noqa: N801
     value = 25
+
+
+class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+    value = 9
+
+
+class NVMLError_LibRmVersionMismatch(NVMLError):  # noqa: N801
+    value = 18
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    """A handle NVML gave after it was initialised again (`generation` > 0): valid for that initialisation only."""
+
+    target: Any
+    generation: int
+
+
+@dataclass(frozen=True)
+class FakeEventSet:
+    generation: int
 
 
 @dataclass
@@ -135,7 +168,7 @@ class FakeDevice:
 class FakeGpuInstance:
     """A GPU instance handle (``nvmlDeviceGetGpuInstanceById``): the GPU and a MIG device of that instance."""
 
-    device: FakeDevice
+    device: Any   # the GPU's handle as the caller gave it
     mig: FakeMig
 
 
@@ -150,6 +183,9 @@ class _GpmMetricsGet:
 
 class FakeNvml:
     NVMLError = NVMLError
+    NVMLError_Uninitialized = NVMLError_Uninitialized
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVMLError_LibRmVersionMismatch = NVMLError_LibRmVersionMismatch
     NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_NoPermission = NVMLError_NoPermission
@@ -197,9 +233,40 @@ class FakeNvml:
         self.events: list[SimpleNamespace] = []
         self.calls: list[str] = []
         self.asked: list[tuple[str, str]] = []   # (function or "nvmlDeviceGetFieldValues:<id>", UUID it asked about)
-        self.initialised = False
+        self.refs = 0           # nvmlInit calls not yet matched by nvmlShutdown; 0: uninitialised
+        self.generation = 0     # initialisations after the first (their handles are `FakeHandle`s)
+        self.inits = 0          # nvmlInit calls that succeeded
+        self.broken: type[NVMLError] | None = None   # every call raises it (the driver unloaded, ...)
 
-    def _dev(self, h: FakeDevice, fn: str) -> FakeDevice:
+    @property
+    def initialised(self) -> bool:
+        return self.refs > 0
+
+    def _library(self, fn: str) -> None:
+        """What every call checks first: the driver there and the library initialised."""
+        if self.broken is not None:
+            self.calls.append(fn)
+            raise self.broken()
+        if not self.refs and self.inits:   # a fake never initialised answers: tests of parts that do not init
+            self.calls.append(fn)
+            raise NVMLError_Uninitialized()
+
+    def _handle(self, target: Any) -> Any:
+        return target if not self.generation else FakeHandle(target, self.generation)
+
+    def _target(self, h: Any) -> Any:
+        """The device a handle names, if it is this initialisation's."""
+        if isinstance(h, FakeHandle):
+            if h.generation != self.generation:
+                raise NVMLError_InvalidArgument()
+            return h.target
+        if self.generation and isinstance(h, (FakeDevice, FakeMig)):
+            raise NVMLError_InvalidArgument()   # the first initialisation's handle
+        return h
+
+    def _dev(self, h: Any, fn: str) -> Any:
+        self._library(fn)
+        h = self._target(h)
         self.calls.append(fn)
         self.asked.append((fn, h.uuid))
         if h.lost:
@@ -213,21 +280,33 @@ class FakeNvml:
 
     # library
     def nvmlInit(self) -> None:
-        self.initialised = True
+        self.calls.append("nvmlInit")
+        if self.broken is not None:
+            raise self.broken()
+        if not self.refs and self.inits:
+            self.generation += 1   # the previous initialisation's handles are no longer valid
+        self.refs += 1
+        self.inits += 1
 
     def nvmlShutdown(self) -> None:
-        self.initialised = False
+        self.calls.append("nvmlShutdown")
+        if not self.refs:
+            raise NVMLError_Uninitialized()
+        self.refs -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
+        self._library("nvmlSystemGetDriverVersion")
         if self.driver_version is None:
             raise NVMLError()
         return self.driver_version
 
     def nvmlDeviceGetCount(self) -> int:
+        self._library("nvmlDeviceGetCount")
         return len(self.devices)
 
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeDevice:
-        return self.devices[i]
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
+        self._library("nvmlDeviceGetHandleByIndex")
+        return self._handle(self.devices[i])
 
     # identity
     def nvmlDeviceGetUUID(self, h):
@@ -251,25 +330,26 @@ class FakeNvml:
 
     # MIG
     def nvmlDeviceGetHandleByUUID(self, uuid):
+        self._library("nvmlDeviceGetHandleByUUID")
         self.calls.append("nvmlDeviceGetHandleByUUID")
         uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
         for d in self.devices:
             for h in (d, *d.migs):
                 if h.uuid == uuid:
-                    return h
+                    return self._handle(h)
         raise NVMLError_NotFound()
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
         d = self._dev(h, "nvmlDeviceGetMigDeviceHandleByIndex")
         if not 0 <= index < len(d.migs):
             raise NVMLError_NotFound()
-        return d.migs[index]
+        return self._handle(d.migs[index])
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h):
         d = self._dev(h, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
         if not isinstance(d, FakeMig):
             raise NVMLError()   # NVML_ERROR_INVALID_ARGUMENT: not a MIG device
-        return d.parent
+        return self._handle(d.parent)
 
     def nvmlDeviceGetMigMode(self, h):
         d = self._dev(h, "nvmlDeviceGetMigMode")
@@ -290,7 +370,7 @@ class FakeNvml:
         mig = next((m for m in d.migs if m.gpu_instance_id == gpu_instance_id), None)
         if mig is None:
             raise NVMLError_NotFound()
-        return FakeGpuInstance(d, mig)
+        return FakeGpuInstance(h, mig)
 
     def nvmlGpuInstanceGetInfo(self, gi):
         self._dev(gi.device, "nvmlGpuInstanceGetInfo")
@@ -371,6 +451,7 @@ class FakeNvml:
         return SimpleNamespace(isSupportedDevice=int(d.gpm_sm_util is not None and d.arch >= 9))
 
     def nvmlGpmSampleAlloc(self):
+        self._library("nvmlGpmSampleAlloc")
         return SimpleNamespace(device=None)
 
     def nvmlGpmSampleGet(self, h, sample):
@@ -388,6 +469,7 @@ class FakeNvml:
         return sample
 
     def nvmlGpmMetricsGet(self, mg):
+        self._library("nvmlGpmMetricsGet")
         d = mg.sample2.device
         for m in mg.metrics[: mg.numMetrics]:
             m.value = float(d.gpm_sm_util or 0.0)
@@ -400,15 +482,25 @@ class FakeNvml:
 
     # events
     def nvmlEventSetCreate(self):
-        return object()
+        self._library("nvmlEventSetCreate")
+        return FakeEventSet(self.generation)
 
     def nvmlDeviceRegisterEvents(self, h, types, events) -> None:
         self._dev(h, "nvmlDeviceRegisterEvents")
+        self._event_set(events)
+
+    def _event_set(self, events: Any) -> None:
+        if isinstance(events, FakeEventSet) and events.generation != self.generation:
+            raise NVMLError_InvalidArgument()   # a set of another initialisation
 
     def nvmlEventSetWait(self, events, timeout_ms):
+        self._library("nvmlEventSetWait")
+        self._event_set(events)
         if not self.events:
             raise NVMLError_Timeout()
-        return self.events.pop(0)
+        event = self.events.pop(0)
+        return SimpleNamespace(device=self._handle(event.device), eventType=event.eventType,
+                               eventData=event.eventData)
 
     # power management
     def nvmlDeviceGetPowerManagementLimitConstraints(self, h):

@@ -37,13 +37,24 @@ source of last resort (the getter where there is one, else the batch) answers No
 the process runs. A batched field NotSupported also leaves that GPU's batch; GPM answering NotSupported turns GPM
 off for that GPU (no SM activity). Support is a property of the board, its driver and its modes (ECC, MIG),
 which change only with a GPU reset or a driver reload; the driver refuses both while a monitoring process such as
-this one holds the GPU open, so the exporter restarts around them and asks again: there is no periodic re-check.
+this one holds the GPU open, so the exporter restarts around them and asks again: there is no periodic re-check
+(a re-initialisation of NVML, below, asks again).
 
 Any other ``NVMLError`` (NoPermission, Unknown, ...) makes the field NaN and an ``(UUID, field)`` error, asked
 again at the next scrape; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape (its
 unsupported fields stay unsupported, the others are errors) and its XID becomes 79 (fallen off the bus). Errors
 never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started) is left out, the others
 served (`exporters.backends.nvml_identity`).
+
+NVML itself can stop answering under the exporter: ``NVMLError_Uninitialized`` (another user of the library in this
+process shut it down), ``NVMLError_DriverNotLoaded``, ``NVMLError_LibRmVersionMismatch`` (the driver unloaded or
+reloaded). The read stops at the first; from then every field of every GPU is NaN and an error (a field the GPU is
+known not to have stays unsupported), its XID too: no series, never a 0. Each later read first tries once to
+initialise NVML again (`exporters.backends.nvml_init`: logged and counted in `nvml_reinit_failures` when it fails,
+never failing the scrape) and names the served GPUs again by UUID, as a handle is valid for one initialisation only;
+everything NVML said under the previous one (unsupported fields, batches, GPM and MIG mode, memory version 2, the
+XID event set) is asked anew and its GPM samples dropped, while the labels and the last XID heard of each GPU are
+kept. A served GPU NVML no longer names is an error in every field until the exporter restarts.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 between the GPU's minimum and its *default* limit, never above it, and `power_limits()` answers where each GPU's
@@ -66,9 +77,10 @@ from typing import Any
 import numpy as np
 
 from exporters.backends.base import GpuReadings, MigInstance
-from exporters.backends.nvml_gpm import MigActivity, sm_util
+from exporters.backends.nvml_gpm import UNSUPPORTED, GpuActivity, MigActivity
 from exporters.backends.nvml_identity import identify
 from exporters.backends.nvml_identity import text as _text
+from exporters.backends.nvml_init import NvmlInit
 from exporters.backends.nvml_memory import NvmlMemory
 from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
@@ -119,30 +131,53 @@ class NvmlBackend:
         host = hostname or socket.gethostname()
         driver = _text(self._try_static(nvml.nvmlSystemGetDriverVersion, ""))   # DCGM_FI_DRIVER_VERSION label
         gpus = identify(nvml, host, driver)   # a GPU NVML cannot name is left out (`nvml_identity`)
-        self.handles: list[Any] = gpus.handles
-        self.identity = ids = gpus.identity
-        minors = [self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None) for h in self.handles]
-        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(minors, ids) if m is not None}
-        n = len(ids)
-        self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
-                            "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}
-        self._gpm_prev: list[Any] = [None] * n
-        self._gpm = [self._gpm_supported(h) for h in self.handles]
-        self._mig_activity = MigActivity(nvml, self.handles, self._gpm)   # before GPM on a MIG GPU turns itself off
-        self._xids = XidEvents(nvml, self.handles, [g.uuid for g in ids], lambda h: _text(nvml.nvmlDeviceGetUUID(h)))
+        self.identity = ids = gpus.identity   # the GPUs served, for the process's life (`nvml_init`)
+        self._init = NvmlInit(nvml)
+        self._fatal = (nvml.NVMLError_GpuIsLost, *self._init.gone)   # not one field's error: the read stops
         self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
                        nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
                        nvml.NVML_FI_DEV_POWER_AVERAGE: "DCGM_FI_DEV_POWER_USAGE",
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
-        self._batch_ids = [list(self._batch) for _ in self.handles]   # a field NotSupported leaves its GPU's batch
+        self._xids: XidEvents | None = None
+        self._start(gpus.handles, gpus.by_index)
+        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(self._minors, ids) if m is not None}
+
+    def _start(self, handles: list[Any], by_index: list[Any]) -> None:
+        """Everything tied to one NVML initialisation, built anew: at start, and after NVML is initialised again
+        (`handles`: the served GPUs', None for one NVML no longer names). What NVML said of a GPU under the previous
+        one (unsupported fields, GPM, MIG mode, memory version 2, event registrations) is asked again; its GPM
+        samples and event set are dropped, not freed (NVML may have freed them at its shutdown: freeing twice would
+        crash the process, leaking costs a few KiB per re-initialisation). The last XID heard of each GPU is kept."""
+        nvml, ids = self.nvml, self.identity
+        self.handles = handles
+        n = len(ids)
+        self._minors = [None if h is None else self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None)
+                        for h in handles]
+        self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
+                            "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}
+        self._sm = GpuActivity(nvml, handles, [g.uuid for g in ids], self._init.gone)
+        self._mig_activity = MigActivity(nvml, handles, self._sm.on)   # before GPM on a MIG GPU turns itself off
+        self._xids = XidEvents(nvml, handles, [g.uuid for g in ids], lambda h: _text(nvml.nvmlDeviceGetUUID(h)),
+                               last=None if self._xids is None else self._xids.last)
+        self._batch_ids = [list(self._batch) for _ in handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
-        self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(minors, self.handles, ids)
-                                                        if m is not None})   # DRA names a GPU by its minor
+        self._mig = NvmlMigLookup(nvml, by_index, {m: (h, g.uuid) for m, h, g in zip(self._minors, handles, ids)
+                                                   if m is not None})   # DRA names a GPU by its minor
         self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
                                      getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
         self._memory = NvmlMemory(nvml)
-        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, self.handles, strict=True)})
+        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, handles, strict=True) if h is not None})
+
+    @property
+    def nvml_reinits(self) -> int:
+        """Times NVML was initialised again after it stopped answering (`exporters.backends.nvml_init`)."""
+        return self._init.reinits
+
+    @property
+    def nvml_reinit_failures(self) -> int:
+        """Attempts to initialise NVML again that failed (at most one per read)."""
+        return self._init.failures
 
     # ---- set-up helpers ----------------------------------------------------------------------------------------
     def _try_static(self, fn: Callable[[], Any], default: Any) -> Any:
@@ -151,17 +186,22 @@ class NvmlBackend:
         except self.nvml.NVMLError:
             return default
 
-    def _gpm_supported(self, h: Any) -> bool:
-        nvml = self.nvml
-        try:
-            return (nvml.nvmlDeviceGetArchitecture(h) >= nvml.NVML_DEVICE_ARCH_HOPPER
-                    and bool(nvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice))
-        except (self.nvml.NVMLError, AttributeError):
-            return False
-
     # ---- reading -----------------------------------------------------------------------------------------------
     def read(self) -> GpuReadings:
-        nvml = self.nvml
+        """Every GPU's fields; while NVML does not answer (`exporters.backends.nvml_init`), one attempt to initialise
+        it again, and every field an error until it succeeds."""
+        if self._init.down is not None:
+            named = self._init.restart([g.uuid for g in self.identity])
+            if named is None:
+                return self._blind()
+            self._start(named.handles, named.by_index)
+        try:
+            return self._read()
+        except self._init.gone as exc:
+            self._init.lost(exc)
+            return self._blind()
+
+    def _read(self) -> GpuReadings:
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         errors: list[tuple[str, str]] = []
         unsupported: list[tuple[str, str]] = []
@@ -170,14 +210,14 @@ class NvmlBackend:
         for k, h in enumerate(self.handles):
             out = _Out()
             try:
-                self._read_one(k, h, vals, out)
-            except nvml.NVMLError_GpuIsLost:
+                if h is None:   # not named again after NVML was initialised again
+                    self._unread(k, vals, out)
+                else:
+                    self._read_one(k, h, vals, out)
+            except self.nvml.NVMLError_GpuIsLost:
                 self._xids.lost(k)
                 out = _Out()
-                for name in GPU_FIELD_NAMES:
-                    if name != XID:
-                        vals[name][k] = np.nan
-                        (out.unsupported if (k, name) in self._unsupported else out.errors).append(name)
+                self._unread(k, vals, out)
             uuid = self.identity[k].uuid
             errors.extend((uuid, f) for f in out.errors)
             unsupported.extend((uuid, f) for f in out.unsupported)
@@ -187,16 +227,38 @@ class NvmlBackend:
         return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
                            instances=self._mig_activity.read())
 
+    def _unread(self, k: int, vals: dict[str, np.ndarray], out: _Out) -> None:
+        """GPU `k` read nothing: every field but its XID NaN, an error unless the GPU is known not to have it."""
+        for name in GPU_FIELD_NAMES:
+            if name != XID:
+                vals[name][k] = np.nan
+                (out.unsupported if (k, name) in self._unsupported else out.errors).append(name)
+
+    def _blind(self) -> GpuReadings:
+        """A read while NVML does not answer: every field of every GPU NaN and an error, its XID too (no event can
+        be heard), but what a GPU is known not to have, which stays unsupported."""
+        vals = {name: np.full(len(self.identity), np.nan) for name in GPU_FIELD_NAMES}
+        errors: list[tuple[str, str]] = []
+        unsupported: list[tuple[str, str]] = []
+        for k, g in enumerate(self.identity):
+            out = _Out()
+            self._unread(k, vals, out)
+            (out.unsupported if self._xids.unsupported[k] else out.errors).append(XID)
+            errors.extend((g.uuid, f) for f in out.errors)
+            unsupported.extend((g.uuid, f) for f in out.unsupported)
+        return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported))
+
     def _ask(self, k: int, fields: Sequence[str], fn: Callable[[], Any], out: _Out) -> Any:
         """`fn()` for `fields` of GPU `k`, or None where it gave nothing: NotSupported makes the fields unsupported
-        for good (`fn` is not called for them again), another NVMLError counts them as errors. GpuIsLost propagates."""
+        for good (`fn` is not called for them again), another NVMLError counts them as errors. GpuIsLost, and NVML
+        itself not answering, propagate."""
         nvml = self.nvml
         if all((k, f) in self._unsupported for f in fields):
             out.unsupported.extend(fields)
             return None
         try:
             return fn()
-        except nvml.NVMLError_GpuIsLost:
+        except self._fatal:
             raise
         except nvml.NVMLError_NotSupported:
             self._unsupported.update((k, f) for f in fields)
@@ -248,13 +310,14 @@ class NvmlBackend:
         get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", lambda: self._clock_reasons(h))
-        if self._gpm[k]:
-            sm = self._gpm_sm_active(k, h, out)
-            if sm is not None:
-                vals[SM_ACTIVE][k] = sm
-        else:   # no GPM (before Hopper, or it answered NotSupported): no SM activity, as dcgm-exporter without it
+        sm, fault = self._sm.read(k, h)
+        if sm is not None:
+            vals[SM_ACTIVE][k] = sm
+        elif fault == UNSUPPORTED:   # no GPM (before Hopper, or NotSupported): no SM activity, as dcgm-exporter
             self._unsupported.add((k, SM_ACTIVE))
             out.unsupported.append(SM_ACTIVE)
+        elif fault:
+            out.errors.append(SM_ACTIVE)
 
     def _clock_reasons(self, h: Any) -> int:
         """``nvmlDeviceGetCurrentClocksEventReasons``, or its name before R535 where the driver lacks the new one:
@@ -279,7 +342,7 @@ class NvmlBackend:
             return got
         try:
             answers = [(fv.fieldId, fv.nvmlReturn, fv) for fv in nvml.nvmlDeviceGetFieldValues(h, ids)]
-        except nvml.NVMLError_GpuIsLost:
+        except self._fatal:
             raise
         except nvml.NVMLError_NotSupported:   # no batched reads on this GPU at all
             answers = [(fid, nvml.NVML_ERROR_NOT_SUPPORTED, None) for fid in ids]
@@ -322,46 +385,6 @@ class NvmlBackend:
                     for f, v in zip(missing, values, strict=True):
                         vals[f][k] = float(v)
 
-    def _gpm_sm_active(self, k: int, h: Any, out: _Out) -> float | None:
-        """SM_UTIL between the previous scrape's GPM sample and a new one; None on the first scrape (no series, no
-        error) or when GPM fails (an error in `out`). GPM answering NotSupported (a Hopper board in MIG mode or a VM
-        without profiling) is turned off for `k`, and SM activity is unsupported there."""
-        nvml = self.nvml
-        sample = self._try_static(nvml.nvmlGpmSampleAlloc, None)
-        if sample is None:
-            out.errors.append(SM_ACTIVE)
-            return None
-        try:
-            cur = nvml.nvmlGpmSampleGet(h, sample)
-        except nvml.NVMLError as exc:
-            self._try_static(lambda: nvml.nvmlGpmSampleFree(sample), None)
-            self._gpm_failed(k, isinstance(exc, nvml.NVMLError_NotSupported), out)
-            return None
-        prev, self._gpm_prev[k] = self._gpm_prev[k], cur
-        if prev is None:
-            return None
-        try:
-            value, not_supported = sm_util(nvml, prev, cur)
-        except nvml.NVMLError:
-            value, not_supported = None, False
-        finally:
-            self._try_static(lambda: nvml.nvmlGpmSampleFree(prev), None)
-        if value is None:
-            self._gpm_failed(k, not_supported, out)
-        return value
-
-    def _gpm_failed(self, k: int, not_supported: bool, out: _Out) -> None:
-        if not not_supported:
-            out.errors.append(SM_ACTIVE)
-            return
-        log.info("GPM not supported on GPU %s: no SM activity", self.identity[k].uuid)
-        self._gpm[k] = False
-        self._unsupported.add((k, SM_ACTIVE))
-        out.unsupported.append(SM_ACTIVE)
-        last, self._gpm_prev[k] = self._gpm_prev[k], None
-        if last is not None:
-            self._try_static(lambda: self.nvml.nvmlGpmSampleFree(last), None)
-
     def mig_instance(self, device_id: str) -> MigInstance | None:
         """The MIG device a device plugin's ID or a DRA driver's device name names (`exporters.backends.nvml_mig`),
         for pod attribution."""
@@ -377,4 +400,4 @@ class NvmlBackend:
         return self._power.power_limits()
 
     def close(self) -> None:
-        self._try_static(self.nvml.nvmlShutdown, None)
+        self._init.close()

@@ -1,7 +1,10 @@
 """SM activity from GPM (GPU Performance Monitoring, Hopper and newer): per GPU, and per GPU instance of a MIG GPU.
 
 GPM answers a metric between two samples: `sm_util(nvml, prev, cur)` is ``NVML_GPM_METRIC_SM_UTIL`` / 100 between
-them. `MigActivity` reads it per GPU instance of the GPUs in MIG mode (``nvmlGpmMigSampleGet``, one sample per
+them. `GpuActivity` reads it per GPU (``nvmlGpmSampleGet``), between each read's sample and the previous read's: a
+GPU's first read has no value and no error; a GPU without GPM (before Hopper, ``nvmlGpmQueryDeviceSupport`` saying
+no) or whose GPM answers NotSupported (a Hopper board in MIG mode, a VM without profiling) has it unsupported, and
+GPM is not asked there again. `MigActivity` reads it per GPU instance of the GPUs in MIG mode (``nvmlGpmMigSampleGet``, one sample per
 instance and scrape, each compared with the previous scrape's), which is what dcgm-exporter publishes as
 ``DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID, GPU_I_PROFILE}`` for a MIG GPU: the instance's own SMs' activity. Without it a
 MIG GPU has no SM activity from NVML at all: utilisation answers NotSupported in MIG mode. Before Hopper there is
@@ -18,6 +21,7 @@ This module never imports `pynvml`: it uses the `nvml` module the backend was gi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Sequence
@@ -27,6 +31,7 @@ from exporters.backends.base import InstanceReading
 from exporters.backends.nvml_mig import profile_of_name
 
 log = logging.getLogger(__name__)
+UNSUPPORTED, ERROR = "unsupported", "error"   # why `GpuActivity.read` has no value ("": a first sample)
 
 
 def sm_util(nvml: Any, prev: Any, cur: Any) -> tuple[float | None, bool]:
@@ -41,6 +46,67 @@ def sm_util(nvml: Any, prev: Any, cur: Any) -> tuple[float | None, bool]:
     if ret != nvml.NVML_SUCCESS:
         return None, ret == nvml.NVML_ERROR_NOT_SUPPORTED
     return float(mg.metrics[0].value) / 100.0, False
+
+
+class GpuActivity:
+    """`read(k, h)`: SM activity of GPU `k` of `handles` (named `uuids`; None: a GPU without a handle) between this
+    read's GPM sample and the previous one (module docstring). `gone`: the errors that say NVML itself stopped
+    answering, raised to the caller, the sample dropped with the rest of that initialisation. `on[k]`: GPM used."""
+
+    def __init__(self, nvml: Any, handles: Sequence[Any], uuids: Sequence[str],
+                 gone: tuple[type[Exception], ...] = ()) -> None:
+        self.nvml, self.uuids, self.gone = nvml, uuids, gone
+        self.on = [h is not None and self._supported(h) for h in handles]
+        self._prev: list[Any] = [None] * len(handles)
+
+    def _supported(self, h: Any) -> bool:
+        nvml = self.nvml
+        try:
+            return (nvml.nvmlDeviceGetArchitecture(h) >= nvml.NVML_DEVICE_ARCH_HOPPER
+                    and bool(nvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice))
+        except (nvml.NVMLError, AttributeError):
+            return False
+
+    def _free(self, sample: Any) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlGpmSampleFree(sample)
+
+    def read(self, k: int, h: Any) -> tuple[float | None, str]:
+        """(SM_UTIL / 100 or None, why none: `UNSUPPORTED`, `ERROR`, or "" on a first sample)."""
+        nvml = self.nvml
+        if not self.on[k]:
+            return None, UNSUPPORTED
+        try:
+            sample = nvml.nvmlGpmSampleAlloc()
+        except nvml.NVMLError:
+            return None, ERROR
+        try:
+            cur = nvml.nvmlGpmSampleGet(h, sample)
+        except nvml.NVMLError as exc:
+            if isinstance(exc, self.gone):
+                raise
+            self._free(sample)
+            return None, self._failed(k, isinstance(exc, nvml.NVMLError_NotSupported))
+        prev, self._prev[k] = self._prev[k], cur
+        if prev is None:
+            return None, ""
+        try:
+            value, not_supported = sm_util(nvml, prev, cur)
+        except nvml.NVMLError:
+            value, not_supported = None, False
+        finally:
+            self._free(prev)
+        return (value, "") if value is not None else (None, self._failed(k, not_supported))
+
+    def _failed(self, k: int, not_supported: bool) -> str:
+        if not not_supported:
+            return ERROR
+        log.info("GPM not supported on GPU %s: no SM activity", self.uuids[k])
+        self.on[k] = False
+        last, self._prev[k] = self._prev[k], None
+        if last is not None:
+            self._free(last)
+        return UNSUPPORTED
 
 
 class MigActivity:

@@ -13,7 +13,9 @@ at every `drain()` until it succeeds. Only a Timeout from ``nvmlEventSetWait`` m
 error (NVML uninitialised under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every
 GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` creates and registers a new one.
 Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
-A GPU fallen off the bus (`lost`) reads 79 whatever it could hear.
+A GPU fallen off the bus (`lost`) reads 79 whatever it could hear. A backend that initialises NVML again makes a new
+`XidEvents` with the handles of that initialisation and hands it the old one's `last` XIDs: they were heard; a GPU
+without a handle (None: NVML no longer names it) is never registered, so unheard.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -36,11 +38,11 @@ class XidEvents:
     handle is); see the module docstring."""
 
     def __init__(self, nvml: Any, handles: Sequence[Any], uuids: Sequence[str],
-                 uuid_of: Callable[[Any], str]) -> None:
+                 uuid_of: Callable[[Any], str], *, last: Sequence[float] | None = None) -> None:
         self.nvml, self.handles, self._uuid_of = nvml, list(handles), uuid_of
         self._index = {u: k for k, u in enumerate(uuids)}
         n = len(self.handles)
-        self.last = np.zeros(n)
+        self.last = np.zeros(n) if last is None else np.array(last, dtype=float)
         self.listening = np.zeros(n, dtype=bool)
         self.unsupported = np.zeros(n, dtype=bool)
         self._lost = np.zeros(n, dtype=bool)
@@ -58,6 +60,8 @@ class XidEvents:
                 self._refused(range(len(self.handles)), exc)
                 return
         for k in np.flatnonzero(~self.listening & ~self.unsupported).tolist():
+            if self.handles[k] is None:   # a GPU NVML no longer names: unheard
+                continue
             try:
                 nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError as exc:
