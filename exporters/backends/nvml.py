@@ -310,6 +310,10 @@ class NvmlBackend:
         get("DCGM_FI_DEV_GPU_UTIL", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         get("DCGM_FI_DEV_SM_CLOCK", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
         get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", lambda: self._clock_reasons(h))
+        self._sm_active(k, h, vals, out)
+
+    def _sm_active(self, k: int, h: Any, vals: dict[str, np.ndarray], out: _Out) -> None:
+        """SM activity from GPM (`exporters.backends.nvml_gpm.GpuActivity`): none on a GPU's first read."""
         sm, fault = self._sm.read(k, h)
         if sm is not None:
             vals[SM_ACTIVE][k] = sm
