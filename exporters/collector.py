@@ -17,6 +17,11 @@ of its own, shared by the scrapes that arrive meanwhile, and a scrape waits for 
 * ``gputide_exporter_collect_errors_total{UUID,field}`` (cumulative count of fields that failed to read),
 * ``gputide_exporter_unsupported_field_info{UUID,field} 1`` (fields a GPU does not have; only those, so a fleet of
   boards that support everything adds no series),
+* ``gputide_exporter_gpus`` (the GPUs the backend serves) and ``gputide_exporter_gpus_read`` (those of which this
+  collection read at least one field): with none read (every field of every GPU failed, or no GPU at all) the
+  collection has nothing real in it, and `nothing_read` says so to the exporter's readiness (`exporters.health`),
+* ``gputide_exporter_nvml_reinits_total`` and ``gputide_exporter_nvml_reinit_failures_total`` where the backend
+  counts them (NVML initialised again after it stopped answering, `exporters.backends.nvml_init`),
 * the simulated serving series ``gputide_inference_*{service}`` when the backend provides them.
 
 Per-GPU families are `ArrayMetric`s: they keep the values as a numpy array and the per-GPU label sets as shared
@@ -39,7 +44,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from prometheus_client.metrics_core import Metric
@@ -74,6 +79,14 @@ GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending."),
 )
 GPU_FIELD_NAMES = tuple(f[0] for f in GPU_FIELDS)
+GPUS, GPUS_READ = "gputide_exporter_gpus", "gputide_exporter_gpus_read"
+# backend attribute -> (counter, help); published where the backend has the attribute (the NVML backend)
+BACKEND_COUNTERS = {
+    "nvml_reinits": ("gputide_exporter_nvml_reinits", "Times NVML was initialised again after it stopped answering "
+                     "(uninitialised under the exporter, the driver unloaded or reloaded)."),
+    "nvml_reinit_failures": ("gputide_exporter_nvml_reinit_failures", "Attempts to initialise NVML again that "
+                             "failed (at most one per collection while NVML does not answer)."),
+}
 
 SERVICE_FIELDS = (
     ("gputide_inference_requests", "counter", "Requests offered to the simulated service.", "requests_total"),
@@ -162,10 +175,29 @@ class GpuCollector(Collector):
         for (uuid, fld), n in sorted(self._errors.items()):
             errors.add_sample("gputide_exporter_collect_errors_total", {"UUID": uuid, "field": fld}, float(n))
         families.append(errors)
+        families.extend(self._exporter_families(readings))
         duration = Metric("gputide_exporter_scrape_duration_seconds", "Time the last collect took.", "gauge")
         duration.add_sample("gputide_exporter_scrape_duration_seconds", {}, self._clock() - start)
         families.append(duration)
         return families
+
+    def _exporter_families(self, r: GpuReadings) -> Iterator[Metric]:
+        """How many GPUs are served and how many had a field read; the backend's counters of NVML re-initialisations."""
+        read = np.zeros(len(r.identity), dtype=bool)
+        for name in GPU_FIELD_NAMES:
+            if (values := r.values.get(name)) is not None:
+                read |= np.isfinite(np.asarray(values, dtype=float))
+        for name, doc, value in ((GPUS, "GPUs the backend serves.", len(r.identity)),
+                                 (GPUS_READ, "GPUs of which this collection read at least one field.", int(read.sum()))):
+            m = Metric(name, doc, "gauge")
+            m.add_sample(name, {}, float(value))
+            yield m
+        for attr, (name, doc) in BACKEND_COUNTERS.items():
+            value = getattr(self.backend, attr, None)
+            if isinstance(value, int | float):
+                m = Metric(name, doc, "counter")
+                m.add_sample(f"{name}_total", {}, float(value))
+                yield m
 
     def _gpu_families(self, r: GpuReadings) -> Iterator[Metric]:
         for name, typ, doc in GPU_FIELDS:
@@ -237,3 +269,15 @@ class GpuCollector(Collector):
                 if math.isfinite(value):
                     m.add_sample(sample, {"service": svc}, float(value))
             yield m
+
+
+def nothing_read(families: Iterable[Metric]) -> str | None:
+    """Why a collection holds no GPU reading at all (every field of every GPU failed, or the backend serves no GPU),
+    or None: it read something, or its families are not a `GpuCollector`'s (`GPUS_READ` absent)."""
+    counts = {m.name: m.samples[0].value for m in families if m.name in (GPUS, GPUS_READ) and m.samples}
+    if counts.get(GPUS_READ, 1) > 0:
+        return None
+    gpus = int(counts.get(GPUS, 0))
+    if not gpus:
+        return "the last collection found no GPU to read"
+    return f"the last collection read no field of its {gpus} GPUs (every one failed; see the exporter's log)"

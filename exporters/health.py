@@ -34,7 +34,14 @@ keeps when each collection began and ended; the probes only read that:
 * ``/readyz`` (readiness) answers 200 once a collection has succeeded (the exporter makes one as it starts, so a
   pod becomes ready, and a DaemonSet rollout moves on, without waiting for Prometheus) while it is live and no
   collection has outrun the collection timeout: a pod whose NVML read hangs is not ready (a rollout waits, and
-  ``kubectl get pods`` shows it) well before liveness restarts it.
+  ``kubectl get pods`` shows it) well before liveness restarts it. A collection that read nothing at all (every
+  field of every GPU failed, or no GPU to read: `exporters.collector.nothing_read`) is a success that leaves the
+  exporter not ready, with the reason, until a collection reads something: NVML uninitialised under the exporter,
+  its driver unloaded or reloaded, answers scrapes with no GPU series, and a rollout must not call that ready.
+  Liveness does not change with it: a driver that does not answer is not mended by a restart (which would exit at
+  start while the driver is away, then crash-loop, and forget each GPU's last XID), while the NVML backend
+  initialises NVML again at each collection (`exporters.backends.nvml_init`) and is ready again at the first that
+  reads a field.
 
 dcgm-exporter's ``/health`` answers from its own state without asking DCGM (and never fails for a stuck read);
 node-exporter's probes ask for its landing page, which reads nothing either.
@@ -52,6 +59,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from exporters.collector import nothing_read
 from exporters.exposition import render_families
 
 log = logging.getLogger(__name__)
@@ -96,6 +104,7 @@ class CollectHealth:
         self.last_end: float | None = None
         self.last_ok: float | None = None
         self.last_failed = False
+        self.last_unread: str | None = None   # why the last successful collection read nothing, if it did
         self._runs = threading.Lock()   # guards the two below; taken before `_lock`, never inside it
         self._current: Collection | None = None
         self.last_complete: Collection | None = None
@@ -107,13 +116,15 @@ class CollectHealth:
             self._running[token] = self.clock()
             return token
 
-    def end(self, token: int, ok: bool) -> None:
+    def end(self, token: int, ok: bool, unread: str | None = None) -> None:
+        """Collection `token` ended; if `ok`, `unread` says why it read nothing at all (None: it read something)."""
         with self._lock:
             self._running.pop(token, None)
             self.last_end = self.clock()
             self.last_failed = not ok
             if ok:
                 self.last_ok = self.last_end
+                self.last_unread = unread
 
     def _oldest_running(self) -> tuple[float | None, float, float | None]:
         with self._lock:
@@ -139,6 +150,8 @@ class CollectHealth:
         if live[0] and oldest is not None and now - oldest > self.collect_timeout_s:
             return False, (f"not ready: a collection has been running for {now - oldest:.0f} s "
                            f"(timeout {self.collect_timeout_s:g} s)")
+        if live[0] and self.last_unread is not None:
+            return False, f"not ready: {self.last_unread}"
         return live
 
     def run(self, source: Collector) -> tuple[Collection, bool]:
@@ -165,7 +178,7 @@ class CollectHealth:
         except Exception as exc:   # noqa: BLE001 - handed to the scrapes waiting for it (a 500, as before)
             run.error = exc
         finally:
-            self.end(token, run.error is None)
+            self.end(token, run.error is None, None if run.error is not None else nothing_read(run.families))
             with self._runs:
                 self._current = None
                 if run.error is None:

@@ -54,6 +54,8 @@ def test_nvml_shut_down_under_the_exporter_is_initialised_again_at_the_next_read
     assert nvml.refs == 1   # its own initialisation only: the shutdown it did not make is not repeated
     nvml.push_xid(devs[0], 79)
     assert Scrape(collector).values[XID] == {"GPU-0": 79, "GPU-1": 48}   # events heard on the new set
+    assert 'gputide_exporter_nvml_reinits_total 1.0' in s.text
+    assert 'gputide_exporter_nvml_reinit_failures_total 0.0' in s.text
 
 
 @pytest.mark.parametrize("error", [NVMLError_DriverNotLoaded, NVMLError_LibRmVersionMismatch])
