@@ -59,6 +59,11 @@ GPU_ARRAYS = (
 # unsupported, e.g. SM activity of an A100/A30 in MIG mode) is not missing telemetry, and nothing may read its NaN
 # as 0 (an idle GPU). Every other array is finite (`balancer.safety.check_telemetry`).
 MAY_BE_UNKNOWN = frozenset({"sm_active"})
+# XIDs after which a GPU gets no new work and is neither lent nor counted as capacity: 48 (double-bit ECC), 63/64
+# (row remap), 74 (NVLink), 79 (fallen off the bus), 92/94/95 (high single-bit rate, contained/uncontained ECC),
+# 119/120 (GSP). One list: the recording rule gpu:xid_fatal:bool and docs/metrics.md must name the same codes
+# (tests/rules/test_rules_fatal_xids.py).
+FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
 
 class _ByOwner(Mapping):

@@ -18,11 +18,9 @@ from types import MappingProxyType
 import numpy as np
 
 from balancer import catalog
-from balancer.model import Action, ClusterSnapshot, WorkloadClass
+from balancer.model import FATAL_XIDS, Action, ClusterSnapshot, WorkloadClass
 from balancer.noderules import NO_RULES, NodeRules, Taint
 from balancer.plan.simulate import HOT_TAINT
-
-FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

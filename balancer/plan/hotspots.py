@@ -42,6 +42,7 @@ import numpy as np
 from balancer.admission import eviction_room, spend
 from balancer.config import BalancerPolicy
 from balancer.model import (
+    FATAL_XIDS,
     Action,
     ClusterSnapshot,
     Migrate,
@@ -63,8 +64,6 @@ from balancer.plan.hotspot_detect import (  # noqa: F401  (re-exported: the plan
 )
 from balancer.plan.shrink_records import shrunk_jobs  # noqa: F401  (the planner's hotspots.shrunk_jobs)
 from balancer.plan.simulate import Projection
-
-FATAL_XIDS = np.array([48, 79, 74, 63, 64, 92, 94, 95, 119, 120])
 
 _MOVABLE_CLASSES = frozenset((WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH))
 
