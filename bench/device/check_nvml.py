@@ -156,7 +156,7 @@ def probe(fake: bool) -> dict:
         renders.append(time.perf_counter() - t0)
     gpus = []
     for k, (ident, h) in enumerate(zip(backend.identity, backend.handles, strict=True)):
-        info = {"identity": ident.labels(), "gpm": backend._gpm[k],
+        info = {"identity": ident.labels(), "gpm": backend._sm.on[k],
                 "values": {name: float(v[k]) for name, v in r.values.items()},
                 "errors": sorted(f for u, f in r.errors if u == ident.uuid)}
         for name, fn in (("power_limit_range_mw", lambda h=h: nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)),
@@ -172,7 +172,7 @@ def probe(fake: bool) -> dict:
             except Exception as exc:  # noqa: BLE001 - recorded, not acted on
                 info[name] = f"error: {exc!r}"
         gpus.append(info)
-    out = {"pynvml": getattr(nvml, "__version__", None), "xid_events": backend._events is not None,
+    out = {"pynvml": getattr(nvml, "__version__", None), "xid_events": backend._xids.listening.tolist(),
            "unsupported": sorted(map(list, backend._unsupported)),
            "read_ms": {"median": statistics.median(reads) * 1e3, "max": max(reads) * 1e3, "n": len(reads)},
            "render_ms": {"median": statistics.median(renders) * 1e3, "n": len(renders)}, "gpus": gpus}
