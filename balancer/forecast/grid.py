@@ -1,10 +1,10 @@
 """Several clients' windowed rates summed on one time grid: the arithmetic of the ServeGen loader (pure).
 
-A client reports its rate per window: window j covers [start_j, start_j + w) with w its own window length (the
-most common spacing of its starts), cut at the next start if they come closer. Between windows the client is
-unobserved. Its starts lie on one grid, a multiple of w apart (`off_grid` finds those that do not: the loader refuses
-them; with the shortest spacing as w, one mistyped start 5 s after another made every window 5 s long).
-Demand at a time is the sum over clients of the rate each has then, so on a grid of cells [T, T + g):
+A client reports its rate per window: window j covers [start_j, start_j + w) with w the client's window, which
+the caller gives (`balancer.forecast.servegen.client_windows` chooses it for a ServeGen folder), cut at the next
+start if they come closer. Between windows the client is unobserved. Its starts lie on one grid, a multiple of w
+apart (`off_grid` finds those that do not: the loader refuses them). Demand at a time is the sum over clients of
+the rate each has then, so on a grid of cells [T, T + g) (`sum_on_grid`):
 
 * a client's value in a cell is its time-weighted mean rate over the cell when its windows cover all of it, and
   missing (NaN) when they leave any part uncovered (a window absent from its file, or before its first / after its
@@ -23,17 +23,6 @@ import numpy as np
 import pandas as pd
 
 TOLERANCE_S = 1e-6  # starts closer than this to a grid line are on it (float sums of windows)
-
-
-def window_of(starts: np.ndarray) -> float | None:
-    """A client's window length: the most common spacing of its (sorted, distinct) starts, the shortest of equally
-    common ones (a missing window only makes one spacing longer; a stray start makes two spacings shorter than the
-    window, not every window short); None for a single window."""
-    gaps = np.diff(np.asarray(starts, float))
-    if not gaps.size:
-        return None
-    values, counts = np.unique(np.round(gaps / TOLERANCE_S) * TOLERANCE_S, return_counts=True)
-    return float(values[np.argmax(counts)])   # argmax: the first, shortest, of the most common
 
 
 def off_grid(starts: np.ndarray, window: float) -> np.ndarray:
@@ -67,14 +56,6 @@ def cell_means(starts: np.ndarray, rates: np.ndarray, window: float, first: floa
     return np.where(covered >= 1.0 - 1e-9, mean, np.nan)
 
 
-def windows_of(clients: list[tuple[np.ndarray, np.ndarray]], default_window: float) -> list[float]:
-    """Each client's window; one with a single window gets the others' median (`default_window` if none has more)."""
-    windows = [window_of(s) for s, _ in clients]
-    known = [w for w in windows if w is not None]
-    fallback = float(np.median(known)) if known else default_window
-    return [fallback if w is None else w for w in windows]
-
-
 def grid_of(clients: list[tuple[np.ndarray, np.ndarray]], windows: list[float]) -> tuple[float, float, int]:
     """(first cell's start, step, number of cells): cells of the shortest window from the earliest window on."""
     step = min(windows)
@@ -83,15 +64,17 @@ def grid_of(clients: list[tuple[np.ndarray, np.ndarray]], windows: list[float]) 
     return first, step, max(int(np.ceil((last - first) / step - 1e-9)), 1)
 
 
-def sum_on_grid(clients: list[tuple[np.ndarray, np.ndarray]], default_window: float = 600.0,
-                max_cells: int | None = None) -> tuple[float, float, np.ndarray]:
-    """Clients given as (sorted distinct starts, rates) -> (first cell's start, step, summed demand per cell).
+class TooManyCells(ValueError):
+    """The grid would hold more cells than allowed (windows of seconds over decades); the message says how many."""
 
-    ValueError when the grid would hold more than `max_cells` cells (windows of seconds over decades)."""
-    windows = windows_of(clients, default_window)
+
+def sum_on_grid(clients: list[tuple[np.ndarray, np.ndarray]], windows: list[float],
+                max_cells: int | None = None) -> tuple[float, float, np.ndarray]:
+    """Clients given as (sorted distinct starts, rates), with one window each, -> (first cell's start, step,
+    summed demand per cell); TooManyCells when the grid would hold more than `max_cells` cells."""
     first, step, cells = grid_of(clients, windows)
     if max_cells is not None and cells > max_cells:
-        raise ValueError(f"{cells} windows of {step:g}s")
+        raise TooManyCells(f"{cells} windows of {step:g}s")
     each = np.vstack([cell_means(s, r, w, first, step, cells) for (s, r), w in zip(clients, windows)])
     # pandas' grouped sum is compensated (Kahan): aligned ServeGen files give the very sums their windows add to
     total = pd.Series(each.ravel(), index=np.tile(np.arange(cells), len(clients))).groupby(level=0).sum()

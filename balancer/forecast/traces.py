@@ -16,13 +16,11 @@ DatetimeIndex at a regular step, with NaN where nothing was observed. Three form
   (`grid`): demand at a time is the sum of every client's rate then; a client without a window covering a time
   (a row missing from its file, or windows at an offset leaving the trace's edges half covered) makes that time
   missing (NaN), neither zero nor the mean of the clients that did report. A window given twice in one file is an
-  InputError. A client's window (`_windows`) is the folder's, the most common spacing of all its clients' starts
-  (a ServeGen folder has one window length), when the client's starts all lie on that grid, so a client missing
-  most of its windows keeps it; otherwise its own: the spacing its recurring spacings share, when it occurs, else
-  its most common spacing. A start off the client's grid is an InputError naming the file, the row, the value and
-  the window. ServeGen's ``window_start_s`` counts seconds from an arbitrary origin; it is mapped onto
-  ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC) unless ``origin`` overrides it. A coarser ``step`` averages
-  the observed windows, as for csv.
+  InputError. A client's window is the folder's (the most common spacing of all its clients' starts) when the
+  client's starts lie on that grid, else its own (`servegen`); a start off the client's grid is an InputError naming
+  the file, the row, the value and the window. ServeGen's ``window_start_s`` counts seconds from an arbitrary origin;
+  it is mapped onto ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC) unless ``origin`` overrides it. A coarser
+  ``step`` averages the observed windows, as for csv.
 * ``requests``: one row per request with a ``timestamp`` column (any case), in any order, several at one time
   allowed; counted per step, divided by the step.
 
@@ -47,7 +45,8 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
-from balancer.forecast.grid import TOLERANCE_S, cell_means, grid_of, off_grid
+from balancer.forecast.grid import TooManyCells, sum_on_grid
+from balancer.forecast.servegen import cell_value, client_of, client_windows
 
 SERVEGEN_EPOCH = pd.Timestamp("2024-01-01T00:00:00Z")  # a Monday
 FORMATS = ("csv", "servegen", "requests")
@@ -226,92 +225,19 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
         bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy() | (r > MAX_RPS).to_numpy()
         if (bad_start | bad_rate).any():
             row = int(np.flatnonzero(bad_start | bad_rate)[0])
-            col, val = ("window_start_s", _cell(df, 0, row)) if bad_start[row] else ("rate_req_per_s", _cell(df, 1, row))
-            raise InputError(str(f), col, val, f"finite numbers; |window_start_s| < 4.1e9, 0 <= rate <= {MAX_RPS:g}",
-                             detail=f"row {row + 1}")
-        clients.append(_client(f, df, s, r))
-    windows = _windows(clients)
-    first, native, cells = grid_of([(st, rt) for _, _, st, rt, _ in clients], windows)
-    if cells > MAX_STEPS:
+            col, column = ("window_start_s", 0) if bad_start[row] else ("rate_req_per_s", 1)
+            raise InputError(str(f), col, cell_value(df, column, row), "finite numbers; |window_start_s| < 4.1e9, "
+                             f"0 <= rate <= {MAX_RPS:g}", detail=f"row {row + 1}")
+        clients.append(client_of(f, df, s, r))
+    windows = client_windows(clients)
+    try:
+        first, native, total = sum_on_grid([(c.starts, c.rates) for c in clients], windows, max_cells=MAX_STEPS)
+    except TooManyCells as exc:
         raise InputError(path, "window_start_s", "windows spanning too long", f"at most {MAX_STEPS} windows over "
-                         "the clients' span", detail=f"{cells} windows of {native:g}s")
-    each = np.vstack([cell_means(st, rt, w, first, native, cells) for (_, _, st, rt, _), w in zip(clients, windows)])
-    # pandas' grouped sum is compensated (Kahan): aligned ServeGen files give the very sums their windows add to
-    summed = pd.Series(each.ravel(), index=np.tile(np.arange(cells), len(clients))).groupby(level=0).sum()
-    total = np.where(np.isnan(each).any(axis=0), np.nan, summed.to_numpy(float))
+                         "the clients' span", detail=str(exc)) from exc
     index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
     series = pd.Series(total, index=index)
     return _regular(series, step or pd.Timedelta(seconds=native), "mean", path)
-
-
-Client = tuple[Path, pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]   # file, rows read, starts, rates, rows
-
-
-def _client(f: Path, df: pd.DataFrame, s: pd.Series, r: pd.Series) -> Client:
-    """One ServeGen client's starts and rates in time order (and the row of each); a window given twice is an
-    InputError naming its row."""
-    start, rate = s.to_numpy(float), r.to_numpy(float)
-    order = np.argsort(start, kind="stable")
-    again = np.flatnonzero(np.diff(start[order]) == 0)
-    if again.size:
-        row = int(order[again[0] + 1])
-        raise InputError(str(f), "window_start_s", _cell(df, 0, row), "each window once per client file",
-                         detail=f"row {row + 1} repeats row {int(order[again[0]]) + 1}")
-    return f, df, start[order], rate[order], order
-
-
-def _spacings(gaps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct spacings (in units of `TOLERANCE_S`: float sums of windows are one spacing) and their counts."""
-    return np.unique(np.round(gaps / TOLERANCE_S).astype(np.int64), return_counts=True)
-
-
-def _most_common(values: np.ndarray, counts: np.ndarray) -> float:
-    return float(values[np.argmax(counts)]) * TOLERANCE_S   # argmax: the first, shortest, of the most common
-
-
-def _own_window(gaps: np.ndarray) -> tuple[float, str]:
-    """A client's window from its own spacings, and how it was found: the greatest common divisor of the spacings
-    that recur, when it is itself a spacing of the file (a client missing most windows still has some neighbours
-    one window apart, and its longer gaps are multiples of it), else its most common spacing. Spacings seen once
-    are left out of the divisor: one stray start (5 s after another) would make every window 5 s long."""
-    values, counts = _spacings(gaps)
-    recurring = values[counts > 1]
-    if recurring.size and (shared := int(np.gcd.reduce(recurring))) in values:
-        return float(shared) * TOLERANCE_S, "the spacing its recurring spacings share"
-    return _most_common(values, counts), "its most common spacing"
-
-
-def _windows(clients: list[Client]) -> list[float]:
-    """Each client's window (the module docstring): the folder's when every start of the client lies on its grid,
-    else the client's own (`_own_window`); a start off that grid is an InputError naming its file, row and value.
-    A client of one window takes the median of the others' (600 s when none has more)."""
-    gaps = [np.diff(st) for _, _, st, _, _ in clients]
-    pooled = np.concatenate(gaps)
-    folder = _most_common(*_spacings(pooled)) if pooled.size else None
-    windows: list[float | None] = []
-    for (f, df, start, _, order), gap in zip(clients, gaps):
-        if not gap.size:
-            windows.append(None)
-        elif folder and not off_grid(start, folder).size:
-            windows.append(folder)
-        else:
-            window, how = _own_window(gap)
-            off = off_grid(start, window)
-            if off.size:   # one stray start made every window as short as its distance to a neighbour
-                row = int(order[off].min())
-                raise InputError(str(f), "window_start_s", _cell(df, 0, row),
-                                 f"starts a multiple of the client's window ({window:g} s, {how}) apart",
-                                 detail=f"row {row + 1}")
-            windows.append(window)
-    known = [w for w in windows if w is not None]
-    fallback = float(np.median(known)) if known else 600.0
-    return [fallback if w is None else w for w in windows]
-
-
-def _cell(df: pd.DataFrame, column: int, row: int) -> object:
-    """A cell as read, a numpy scalar as its Python value: the message shows 5, not np.int64(5)."""
-    value = df[column].iloc[row]
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:

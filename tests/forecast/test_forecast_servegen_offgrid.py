@@ -11,7 +11,8 @@ import pytest
 
 from balancer.cli import main
 from balancer.errors import InputError
-from balancer.forecast.grid import off_grid, window_of
+from balancer.forecast.grid import off_grid
+from balancer.forecast.servegen import own_window
 from balancer.forecast.traces import load_demand
 
 
@@ -40,5 +41,5 @@ def test_a_stray_first_start_is_the_one_blamed(tmp_path):
 
 def test_missing_windows_keep_the_window():
     starts = np.array([0, 600, 1800, 2400, 4200], float)
-    assert window_of(starts) == 600.0 and off_grid(starts, 600.0).size == 0
-    assert window_of(np.array([0, 5, 600, 1200, 1800], float)) == 600.0
+    assert own_window(np.diff(starts))[0] == 600.0 and off_grid(starts, 600.0).size == 0
+    assert own_window(np.diff(np.array([0, 5, 600, 1200, 1800], float)))[0] == 600.0
