@@ -59,7 +59,8 @@ def test_actions_are_recorded_when_they_were_done(fail):
     rec = slow_cycle(fail)
     shrunk, moved = START + SLOW, START + 2 * SLOW
     assert rec.ledger.evictions == (shrunk, shrunk, moved)
-    assert dict(rec.ledger.last_action) == {"job": shrunk, "inference/svc-0": moved}
+    assert dict(rec.ledger.last_action) == {"job": shrunk, "inference/svc-0": moved,   # and their owners' disruptions
+                                            "disrupted:scale_training:job": shrunk, "disrupted:migrate:svc": moved}
     assert [m[0] for m in rec.ledger.migrations] == [moved]
 
 
