@@ -194,8 +194,10 @@ class SafetyGuard:
         return self.policy.emergency_stop or bool(self.stop_file and self.stop_file.exists())
 
     def remaining_evictions(self, ledger: SafetyLedger, now: float) -> int:
+        """Evictions the budget still allows in the window (gputide_eviction_budget_remaining): never below 0, though
+        reclaims, which it never refuses, may spend past it (a gauge at -1 would not read as exhausted)."""
         window = [t for t in ledger.evictions if now - t < self.policy.eviction_window_s]
-        return self.policy.eviction_budget - len(window)
+        return max(self.policy.eviction_budget - len(window), 0)
 
     def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:

@@ -51,8 +51,8 @@ def test_a_restarting_reclaim_still_goes_through_an_empty_budget_and_spends_it()
     guard = SafetyGuard(SafetyPolicy(eviction_budget=0))
     review = guard.review([resize(2, reclaim=True)], job_snapshot(True), SafetyLedger(), NOW)
     assert review.accepted
-    assert guard.remaining_evictions(guard.record(SafetyLedger(), review.accepted, job_snapshot(True), NOW),
-                                     NOW) == -4
+    spent = guard.record(SafetyLedger(), review.accepted, job_snapshot(True), NOW)
+    assert len(spent.evictions) == 4 and guard.remaining_evictions(spent, NOW) == 0   # spent past it: none left
 
 def cap(gpu, watts=250.0, previous=400.0, **kw):
     return SetPowerLimit(gpu=gpu, uuid=FL.gpus[gpu].uuid, node=FL.gpus[gpu].node, watts=watts,

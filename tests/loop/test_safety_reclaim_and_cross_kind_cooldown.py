@@ -5,10 +5,15 @@ of its pod just disrupted is in cooldown for a resize of it, and the reverse (re
 from __future__ import annotations
 
 import pytest
-from test_safety_disruption_and_unreadable_ledger import NOW, RECLAIM, SHRINK, SNAP, mig
+from prometheus_client import CollectorRegistry
+from test_safety_disruption_and_unreadable_ledger import NOW, RECLAIM, SHRINK, SNAP, _Act, mig
 
 from balancer import safety
-from balancer.config import SafetyPolicy
+from balancer.actions import Plan
+from balancer.actuate.base import Outcome
+from balancer.config import BalancerPolicy, SafetyPolicy
+from balancer.loop import Reconciler
+from balancer.metrics import ControllerMetrics
 from balancer.model import ScaleInference, ScaleTraining
 from balancer.safety import SafetyGuard, SafetyLedger
 
@@ -73,3 +78,23 @@ def test_the_owners_cooldown_goes_to_a_successor():
     assert isinstance(GUARD.review([DOWN], SNAP, inherited, NOW + 60).rejected[0][1], safety.CooldownActive)
     # forgotten once its cooldown has passed, as every other cooldown is
     assert not GUARD.record(ledger, [], SNAP, NOW + GUARD.policy.cooldown_s).last_action
+
+
+# -- the budget left, as the gauge shows it --------------------------------------------------------------------
+def test_the_budget_left_is_never_below_zero_once_a_reclaim_spent_past_it():
+    """A reclaim spends the eviction budget without being refused by it: 3 workers stopped on a budget of 2 left
+    gputide_eviction_budget_remaining at -1, which GputideEvictionBudgetExhausted (`== 0`) never saw as exhausted."""
+    stop = ScaleTraining(job="job", workers=0, previous_workers=3, reason="reclaim", expected_gain=1.0, reclaim=True)
+    policy = BalancerPolicy(safety=SafetyPolicy(eviction_budget=2))
+    metrics = ControllerMetrics(CollectorRegistry())
+    rec = Reconciler(source=_Src(), actuator=_Act(), policy=policy, metrics=metrics, clock=lambda: SNAP.time,
+                     planner=lambda s, f, p, st: (Plan(actions=(stop,)), st))
+    assert [r.outcome for r in rec.run_once().results] == [Outcome.APPLIED]
+    assert len(rec.ledger.evictions) == 3
+    assert metrics.registry.get_sample_value("gputide_eviction_budget_remaining") == 0
+    assert rec.guard.remaining_evictions(rec.ledger, SNAP.time) == 0
+
+
+class _Src:
+    def snapshot(self):
+        return SNAP
