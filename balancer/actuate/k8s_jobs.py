@@ -17,6 +17,9 @@ refuses that with a `PermanentActuationError` naming the Job and the limit; the 
 changes. `k8s_workloads.suspended_job` caps a suspended Job's `elastic_max` by the same `worker_limit`, so the
 planner does not ask for what cannot run.
 
+A resize is written only where it stops no running worker beyond the count the plan saw (`may_stop_unseen`, read
+from the Job's pods: `pod_selector`, `running_workers`; `unseen_refusal` says why one is refused as stale).
+
 gputide's hotspot shrink is recorded on the Job it resized, in the same patch: the annotation `gputide.io/shrunk`,
 `{"from": workers before, "to": workers it left}`, removed by the give-back. A restarted controller or a new leader
 reads it back (`shrink_record`) and gives the workers back once the GPU is cool; a Job whose size is no longer the
@@ -105,6 +108,47 @@ def workers_asked(job: Json) -> int:
     still run (`worker_limit`: completions - succeeded)."""
     limit = worker_limit(job)
     return size(job) if limit is None else min(size(job), limit)
+
+
+def may_stop_unseen(job: Json, workers: int, previous: int) -> bool:
+    """Whether resizing the Job to `workers` could stop running workers beyond the `previous` the plan saw run: only
+    a size below the Job's own on a Job that asks for more than that (its running workers never exceed what it asks
+    for), so the common resize, of a Job asking for what the plan saw, reads no pods."""
+    return workers < size(job) and size(job) > previous
+
+
+def pod_selector(job: Json) -> str:
+    """The label selector of the Job's pods: its `spec.selector.matchLabels` (the API server defaults it to the
+    Job's controller-uid label); "" when it has none (its pods are then told by their owner, `running_workers`)."""
+    labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def _controlled_by(pod: Json, job: Json) -> bool:
+    meta = job.get("metadata") or {}
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return ref.get("uid") == meta["uid"] if meta.get("uid") else ref.get("name") == meta.get("name")
+    return False
+
+
+def running_workers(job: Json, pods: list[Json]) -> int:
+    """How many of `pods` (those under the Job's selector) are its workers running now: controlled by the Job,
+    Running, and not being deleted (a pod terminating stops whatever its Job's size)."""
+    return sum(1 for p in pods if _controlled_by(p, job) and (p.get("status") or {}).get("phase") == "Running"
+               and not (p.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def unseen_refusal(what: str, workers: int, previous: int, running: int) -> str | None:
+    """Why resizing a Job that runs `running` workers to `workers` is refused, None when it is not: it would stop
+    running workers the plan did not see (more than `previous - workers`, the plan's count and the safety guard's),
+    so the plan came from a view that lags the Job (its pods seen late, the Job grown since). Pending workers are no
+    reason: the Job's controller deletes them first, and the plan counts running ones only."""
+    if running <= max(previous, workers):
+        return None
+    return (f"{what} runs {running} workers, more than the {previous} the plan saw: resizing it to {workers} would "
+            f"stop {running - workers} running workers, not the {max(previous - workers, 0)} the plan meant; the plan "
+            "is stale, not resized")
 
 
 def shrink_note(before: int, left: int) -> str:

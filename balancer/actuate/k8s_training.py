@@ -43,6 +43,15 @@ apart from the Jobs a little more each time. Each move is durable across a resta
 one lent ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that
 cannot be told, a queued Job without a Workload) comes before any change.
 
+Stale plans. The planners count a Job's running workers (`previous`), and the safety guard charges its disruption
+budget with those a resize takes below that count. A resize that would stop running workers beyond it is refused
+as stale (RETRY, code 409, before any change; `k8s_jobs.unseen_refusal`): the Job runs more than the plan saw (its
+pods seen late by the telemetry, the Job grown since the snapshot), and writing the plan's size would stop workers
+no one counted (the plan saw 4 running and shrinks to 2, the Job runs 8: 6 stopped). The next cycle plans from the
+Job as it runs. Its pods are read (Running, controlled by the Job, not being deleted) only where it could be so: a
+size below the Job's own on a Job asking for more than the plan saw. Pending workers (the Job asks for more than
+run) are no reason: the Job's controller deletes them first, and the plan's size is written as before.
+
 A plain Job suspended by someone else (`spec.suspend` without gputide's label: its owner paused it) is refused
 before any change: resizing it would unsuspend it, stopping it would label it and a later cycle would resume it.
 """
@@ -55,7 +64,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from balancer.actions import ScaleTraining
-from balancer.actuate.k8s_jobs import colocation_patch, describe, resize, shrink_patch, workers_asked
+from balancer.actuate.k8s_jobs import (
+    colocation_patch,
+    describe,
+    may_stop_unseen,
+    pod_selector,
+    resize,
+    running_workers,
+    shrink_patch,
+    unseen_refusal,
+    workers_asked,
+)
 from balancer.actuate.k8s_jobs import size as job_size
 from balancer.actuate.k8s_kueue import (
     ELASTIC_JOB_ANNOTATION,
@@ -73,6 +92,7 @@ from balancer.actuate.kubernetes import (
     PRIORITY_ANNOTATION,
     RESIZED_ANNOTATION,
     SUSPENDED_LABEL,
+    ConflictError,
     Json,
     _Api,
     rfc3339,
@@ -128,6 +148,8 @@ class TrainingJobs:
         job = _Job(ns, name, queue, labelled, _stopped(obj, labelled, owned), restarts_on_resize(obj, queue),
                    framework_restarts(obj))
         size = resize(obj, workers, what) if workers else {}
+        if not job.stopped and may_stop_unseen(obj, workers, previous):
+            self._check_seen(job, obj, workers, previous)
         # quota follows the Job as it is, not the plan's `previous` (read from a snapshot, which can lag a resize
         # gputide or anyone else made): a stopped Job holds none, else what Kueue admits it for
         asked = 0 if job.stopped else workers_asked(obj)
@@ -158,6 +180,16 @@ class TrainingJobs:
         if quota and delta < 0:   # shrink: the quota goes back once the job is smaller, completing a change
             notes.append(self._quota_back(quota, -delta, flavor))   # already made: its failure is a note
         return "; ".join([f"{what} {state}", *notes])
+
+    def _check_seen(self, job: _Job, obj: Json, workers: int, previous: int) -> None:
+        """Refuse (RETRY, 409: stale, nothing changed) resizing the Job to `workers` when that would stop running
+        workers beyond the `previous` the plan saw run (`k8s_jobs.unseen_refusal`), read from its pods now."""
+        selector = pod_selector(obj)
+        pods = self.api(f"pods of {job.what}", self.api.core.list_namespaced_pod, job.ns,
+                        field_selector="status.phase=Running", **({"label_selector": selector} if selector else {}))
+        why = unseen_refusal(job.what, workers, previous, running_workers(obj, pods.get("items") or []))
+        if why is not None:
+            raise ConflictError(why, 409)
 
     def _quota_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> str:
         """Quota freed by a shrink that happened, back to inference (on the action's reserve). A failure does not undo
