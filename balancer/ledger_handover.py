@@ -148,6 +148,12 @@ class LedgerHandover:
         return Review(tuple(a for a in review.accepted if id(a) not in held),
                       review.rejected + tuple((a, why) for a in review.accepted if id(a) in held))
 
+    def remaining_evictions(self, guard: SafetyGuard, ledger: SafetyLedger, now: float) -> int:
+        """The evictions `guard`'s next review will allow (gputide_eviction_budget_remaining): none while an unreadable
+        inherited ledger's budget is taken as spent (from the next review, or `held` until its window has passed),
+        else what `ledger` leaves."""
+        return 0 if self.unreadable else guard.remaining_evictions(_with(ledger, self.held), now)
+
     def _held(self, guard: SafetyGuard, now: float) -> SafetyLedger:
         """The evictions taken as spent after an unreadable inherited ledger: the whole budget at the first review
         since (`now`), forgotten once its window has passed."""

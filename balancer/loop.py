@@ -179,7 +179,7 @@ class Reconciler:
         self.fleet.restart()
         self._last_notes = frozenset()
         self.ledger = self.handover.inherit(self.ledger)
-        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
+        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self.guard, self.ledger, self.clock()))
 
     def _cycle(self) -> CycleReport:
         now = self.clock()
@@ -220,7 +220,7 @@ class Reconciler:
                 self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, done)
             finally:
                 self._settle(done, fresh, now)
-        self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, now))
+        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self.guard, self.ledger, now))
         self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 
