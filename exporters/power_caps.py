@@ -9,7 +9,9 @@ Kubernetes `balancer.actuate.k8s_nodes.NodeAnnotationCaps` reads the node annota
 ``apply_power_caps({uuid: watts})`` returns the watts it set, each clamped to [the GPU's minimum, its *default*
 limit], and raises `PowerCapError` (holding what it did set) when the driver refused some. A target that also
 answers ``power_limits() -> {uuid: PowerLimit}`` (the NVML backend; the simulated fleet does not) tells the agent
-which GPUs the node has and where their limits are.
+which GPUs the node has and where their limits are, once per sync, before anything is set; it raises
+`TargetUnavailable` when it can read no limit at all (NVML not answering, and not initialised again by that call:
+`exporters.backends.nvml_init`).
 
 What `PowerCapAgent.sync()` does, each interval:
 
@@ -39,9 +41,10 @@ What `PowerCapAgent.sync()` does, each interval:
 * An entry for a GPU the node does not have (replaced since, or a typo) is logged once and ignored; so is one for
   a MIG device (``MIG-...``): NVML sets a power limit on the physical GPU only, shared by all its GPU instances,
   and the controller names GPUs by their UUID as dcgm-exporter's ``UUID`` label does on MIG series too.
-* An unreadable or malformed source changes nothing; a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not
-  stop the other GPUs. Either way `failed` says why (the agent's CLI counts a failed sync, which
-  ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried again at the next sync.
+* An unreadable or malformed source changes nothing, nor does a target that can read no limit (`TargetUnavailable`);
+  a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not stop the other GPUs. Either way `failed` says why (the
+  agent's CLI counts a failed sync, which ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried
+  again at the next sync.
 
 Expiry. A cap the source gives as ``Expiring(W, until)`` (on Kubernetes: the node annotation
 ``gputide.io/power-caps-until``, which the controller renews while it still wants its caps) is the cap W until
@@ -113,6 +116,10 @@ class PowerCapError(Exception):
     def __init__(self, applied: Mapping[str, float], refused: Mapping[str, str]) -> None:
         super().__init__("; ".join(f"{uuid}: {why}" for uuid, why in refused.items()))
         self.applied, self.refused = dict(applied), dict(refused)
+
+
+class TargetUnavailable(Exception):
+    """The target can read no power limit now (NVML does not answer): the sync changes nothing and fails."""
 
 
 class CapSource(Protocol):
@@ -208,7 +215,11 @@ class PowerCapAgent:
         self._blind: set[str] = set()
         self.lost = set()
         self._unsaved = None
-        limits = self._limits()
+        try:
+            limits = self._limits()
+        except TargetUnavailable as exc:   # nothing judged or set on limits not read (the next sync tries again)
+            self.failed = f"no power limit read or set: {exc}"
+            return {}
         self._changed_by_hand(wanted, limits)
         requests = self._held_down(self._requests(wanted, limits), limits)
         self.failed = None

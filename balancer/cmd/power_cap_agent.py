@@ -16,6 +16,12 @@ kept in memory, and a restarted agent gives a GPU capped before its restart back
 applied is kept only while it runs: it applies the whole annotation when it starts, and removing it leaves the
 limits it set (NVML keeps them until the driver reloads): delete the annotation first.
 
+NVML can stop answering under the agent (another user of the library in the process shut it down, the driver
+unloaded or reloaded): a sync that finds it so changes no limit and fails (counted, logged once), and each later sync
+first tries once to initialise NVML again (`exporters.backends.nvml_init`). The first that succeeds finds the GPUs
+again by UUID and applies the annotation through the new handles: a cap the reload put back to the default is
+applied again (counted in `caps_lost_total`), a GPU NVML no longer names is no GPU of the node, one it finds is.
+
 The caps expire: the controller writes `gputide.io/power-caps-until` with them and renews it while it still wants
 them (`balancer.actuate.k8s_nodes`); once it has passed by this node's clock (plus `EXPIRY_MARGIN_S`, 60 s, for a
 node clock ahead of the controller's), the agent gives the node's caps back as a give-back would (never over a limit
@@ -31,7 +37,7 @@ given back; once per GPU and expiry),
 `gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
 restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
 `gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
-malformed, NVML refusing a GPU, a GPU's limit unreadable, or the state file unwritable; alert
+malformed, NVML refusing a GPU or not answering at all, a GPU's limit unreadable, or the state file unwritable; alert
 `GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's
 next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
 The same port serves the probes (`balancer.app.health`): `/healthz` fails once no sync has ended (whatever its
@@ -67,7 +73,7 @@ class AgentMetrics:
         self.last_sync = Gauge("gputide_power_cap_agent_last_sync_timestamp_seconds",
                                "When the agent last read its node's requested caps.", registry=registry)
         self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
-                             "unchanged, failed (the node's caps unreadable or malformed, or NVML refused a GPU).",
+                             "unchanged, failed (the node's caps unreadable or malformed, NVML refused a GPU or does not answer).",
                              ["result"], registry=registry)
         self.lost = Counter("gputide_power_cap_agent_caps_lost", "Caps found no longer in force (the GPU above "
                             "them: nvidia-smi -pl, a GPU reset, a driver reload) and applied again.", ["UUID"],
@@ -100,7 +106,8 @@ class AgentMetrics:
 
 def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, float]:
     """One read-and-apply; what was applied (UUID -> watts). A failure (the node's caps unreadable or malformed,
-    NVML refusing a GPU, anything raised) is counted and logged, not raised: the next interval tries again."""
+    NVML refusing a GPU or not answering, anything raised) is counted and logged, not raised: the next interval tries
+    again (and initialises NVML again where it stopped answering: `exporters.backends.nvml_init`)."""
     try:
         applied = agent.sync()
     except Exception as exc:   # noqa: BLE001 - an NVML or API failure must not stop the agent

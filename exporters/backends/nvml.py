@@ -46,22 +46,30 @@ unsupported fields stay unsupported, the others are errors) and its XID becomes 
 never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started) is left out, the others
 served (`exporters.backends.nvml_identity`).
 
-NVML itself can stop answering under the exporter: ``NVMLError_Uninitialized`` (another user of the library in this
-process shut it down), ``NVMLError_DriverNotLoaded``, ``NVMLError_LibRmVersionMismatch`` (the driver unloaded or
-reloaded). The read stops at the first; from then every field of every GPU is NaN and an error (a field the GPU is
-known not to have stays unsupported), its XID too: no series, never a 0. Each later read first tries once to
-initialise NVML again (`exporters.backends.nvml_init`: logged and counted in `nvml_reinit_failures` when it fails,
-never failing the scrape) and names the served GPUs again by UUID, as a handle is valid for one initialisation only;
-everything NVML said under the previous one (unsupported fields, batches, GPM and MIG mode, memory version 2, the
-XID event set) is asked anew and its GPM samples dropped, while the labels and the last XID heard of each GPU are
-kept. A served GPU NVML no longer names is an error in every field until the exporter restarts.
+NVML itself can stop answering under the exporter or the power-cap agent: ``NVMLError_Uninitialized`` (another user
+of the library in this process shut it down), ``NVMLError_DriverNotLoaded``, ``NVMLError_LibRmVersionMismatch`` (the
+driver unloaded or reloaded). The read stops at the first; from then every field of every GPU is NaN and an error (a
+field the GPU is known not to have stays unsupported), its XID too: no series, never a 0. Each later read (`read()`,
+and the agent's `power_limits()`, once per sync) first tries once to initialise NVML again
+(`exporters.backends.nvml_init`: logged and counted in `nvml_reinit_failures` when it fails, never failing the
+scrape), then serves the GPUs NVML names now, as a restarted exporter would: each named by index and UUID and
+labelled with the index NVML gives it now (a handle is valid for one initialisation only, and a reload may move an
+index). A served GPU NVML no longer names is no longer served (no series, not counted in ``gputide_exporter_gpus``;
+logged at ERROR); one it names that was not served is served from then (a reload, or a GPU reset, bringing it back).
+Everything NVML said under the previous initialisation (unsupported fields, batches, GPM and MIG mode, memory version
+2, the XID event set, minor numbers) is asked anew and its GPM samples dropped; the last XID heard of each GPU still
+served is kept, by UUID. NVML counts its GPUs once per initialisation: a GPU that appears without one is served only
+after the next re-initialisation or a restart. The collector follows each reading's `identity`.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 between the GPU's minimum and its *default* limit, never above it, and `power_limits()` answers where each GPU's
 limit is (`exporters.backends.nvml_power`); the next scrape reports a new limit in
 ``DCGM_FI_DEV_POWER_MGMT_LIMIT``: the management limit (``nvmlDeviceGetPowerManagementLimit``, what ``nvidia-smi -pl``
 sets), the one the agent judges its caps by and DCGM reports under that name, not the limit the driver enforces
-(field 190, ``nvmlDeviceGetEnforcedPowerLimit``), which an out-of-band limit can hold lower.
+(field 190, ``nvmlDeviceGetEnforcedPowerLimit``), which an out-of-band limit can hold lower. A limit is set only
+through a handle of the initialisation it was read under (`exporters.backends.nvml_power`: nothing while NVML does not
+answer). The collection and the agent may share the backend from two threads (``--power-caps-file``): one lock keeps
+their NVML calls, re-initialisations included, one at a time, so neither uses handles the other has replaced.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
 DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`).
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
@@ -71,14 +79,15 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from exporters.backends.base import GpuReadings, MigInstance
+from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
 from exporters.backends.nvml_gpm import UNSUPPORTED, GpuActivity, MigActivity
-from exporters.backends.nvml_identity import identify
+from exporters.backends.nvml_identity import Gpus, identify
 from exporters.backends.nvml_identity import text as _text
 from exporters.backends.nvml_init import NvmlInit
 from exporters.backends.nvml_memory import NvmlMemory
@@ -86,7 +95,7 @@ from exporters.backends.nvml_mig import NvmlMigLookup
 from exporters.backends.nvml_power import NvmlPowerCaps
 from exporters.backends.nvml_xid import XidEvents
 from exporters.collector import GPU_FIELD_NAMES
-from exporters.power_caps import PowerLimit
+from exporters.power_caps import PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
 MIB = float(1 << 20)
@@ -130,9 +139,9 @@ class NvmlBackend:
         nvml.nvmlInit()
         host = hostname or socket.gethostname()
         driver = _text(self._try_static(nvml.nvmlSystemGetDriverVersion, ""))   # DCGM_FI_DRIVER_VERSION label
-        gpus = identify(nvml, host, driver)   # a GPU NVML cannot name is left out (`nvml_identity`)
-        self.identity = ids = gpus.identity   # the GPUs served, for the process's life (`nvml_init`)
-        self._init = NvmlInit(nvml)
+        self._init = NvmlInit(nvml, host, driver)
+        self._lock = threading.Lock()   # NVML's users: the collection, the power-cap agent (another thread)
+        self._limits_read: int | None = None   # the initialisation (`NvmlInit.reinits`) power_limits() last read under
         self._fatal = (nvml.NVMLError_GpuIsLost, *self._init.gone)   # not one field's error: the read stops
         self._batch = {nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
                        nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -140,17 +149,19 @@ class NvmlBackend:
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._xids: XidEvents | None = None
-        self._start(gpus.handles, gpus.by_index)
-        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(self._minors, ids) if m is not None}
+        self.identity: tuple[GpuIdentity, ...] = ()
+        self._serve(identify(nvml, host, driver))   # a GPU NVML cannot name is left out (`nvml_identity`)
 
-    def _start(self, handles: list[Any], by_index: list[Any]) -> None:
-        """Everything tied to one NVML initialisation, built anew: at start, and after NVML is initialised again
-        (`handles`: the served GPUs', None for one NVML no longer names). What NVML said of a GPU under the previous
-        one (unsupported fields, GPM, MIG mode, memory version 2, event registrations) is asked again; its GPM
-        samples and event set are dropped, not freed (NVML may have freed them at its shutdown: freeing twice would
-        crash the process, leaking costs a few KiB per re-initialisation). The last XID heard of each GPU is kept."""
-        nvml, ids = self.nvml, self.identity
-        self.handles = handles
+    def _serve(self, gpus: Gpus) -> None:
+        """Everything tied to one NVML initialisation, built anew for the GPUs NVML names: at start, and after NVML
+        is initialised again. What NVML said of a GPU under the previous one (unsupported fields, GPM, MIG mode,
+        memory version 2, event registrations) is asked again; its GPM samples and event set are dropped, not freed
+        (NVML may have freed them at its shutdown: freeing twice would crash the process, leaking costs a few KiB
+        per re-initialisation). The last XID heard of each GPU still served is kept, by UUID."""
+        nvml = self.nvml
+        heard = {} if self._xids is None else dict(zip((g.uuid for g in self.identity), self._xids.last.tolist()))
+        self.identity = ids = gpus.identity
+        self.handles = handles = gpus.handles
         n = len(ids)
         self._minors = [None if h is None else self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None)
                         for h in handles]
@@ -159,15 +170,16 @@ class NvmlBackend:
         self._sm = GpuActivity(nvml, handles, [g.uuid for g in ids], self._init.gone)
         self._mig_activity = MigActivity(nvml, handles, self._sm.on)   # before GPM on a MIG GPU turns itself off
         self._xids = XidEvents(nvml, handles, [g.uuid for g in ids], lambda h: _text(nvml.nvmlDeviceGetUUID(h)),
-                               last=None if self._xids is None else self._xids.last)
+                               last=[heard.get(g.uuid, 0.0) for g in ids])
         self._batch_ids = [list(self._batch) for _ in handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
-        self._mig = NvmlMigLookup(nvml, by_index, {m: (h, g.uuid) for m, h, g in zip(self._minors, handles, ids)
-                                                   if m is not None})   # DRA names a GPU by its minor
+        self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(self._minors, handles, ids)
+                                                        if m is not None})   # DRA names a GPU by its minor
+        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(self._minors, ids) if m is not None}
         self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
                                      getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
         self._memory = NvmlMemory(nvml)
-        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, handles, strict=True) if h is not None})
+        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, handles, strict=True)}, self._init)
 
     @property
     def nvml_reinits(self) -> int:
@@ -190,16 +202,24 @@ class NvmlBackend:
     def read(self) -> GpuReadings:
         """Every GPU's fields; while NVML does not answer (`exporters.backends.nvml_init`), one attempt to initialise
         it again, and every field an error until it succeeds."""
-        if self._init.down is not None:
-            named = self._init.restart([g.uuid for g in self.identity])
-            if named is None:
+        with self._lock:
+            if not self._answers():
                 return self._blind()
-            self._start(named.handles, named.by_index)
-        try:
-            return self._read()
-        except self._init.gone as exc:
-            self._init.lost(exc)
-            return self._blind()
+            try:
+                return self._read()
+            except self._init.gone as exc:
+                self._init.lost(exc)
+                return self._blind()
+
+    def _answers(self) -> bool:
+        """Whether NVML answers, after one attempt to initialise it again where it did not (then the GPUs it names
+        now are served: `_serve`)."""
+        if self._init.down is None:
+            return True
+        gpus = self._init.restart([g.uuid for g in self.identity])
+        if gpus is not None:
+            self._serve(gpus)
+        return gpus is not None
 
     def _read(self) -> GpuReadings:
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
@@ -210,10 +230,7 @@ class NvmlBackend:
         for k, h in enumerate(self.handles):
             out = _Out()
             try:
-                if h is None:   # not named again after NVML was initialised again
-                    self._unread(k, vals, out)
-                else:
-                    self._read_one(k, h, vals, out)
+                self._read_one(k, h, vals, out)
             except self.nvml.NVMLError_GpuIsLost:
                 self._xids.lost(k)
                 out = _Out()
@@ -392,16 +409,29 @@ class NvmlBackend:
     def mig_instance(self, device_id: str) -> MigInstance | None:
         """The MIG device a device plugin's ID or a DRA driver's device name names (`exporters.backends.nvml_mig`),
         for pod attribution."""
-        return self._mig(device_id)
+        with self._lock:
+            return self._mig(device_id)
 
     # ---- power-cap agent ---------------------------------------------------------------------------------------
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
-        """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused."""
-        return self._power.apply_power_caps(caps)
+        """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused,
+        every GPU while NVML does not answer (never initialised again here: `power_limits` is)."""
+        with self._lock:
+            if self._init.down is not None:
+                raise PowerCapError({}, dict.fromkeys(caps, self._init.why()))
+            if self._limits_read not in (None, self._init.reinits):   # the caps were judged on the old GPUs' limits
+                raise PowerCapError({}, dict.fromkeys(caps, "NVML was initialised again since the power limits were "
+                                                             "read: set at the next sync"))
+            return self._power.apply_power_caps(caps)
 
     def power_limits(self) -> dict[str, PowerLimit]:
-        """Each GPU's power management limit now and its default, in watts."""
-        return self._power.power_limits()
+        """Each GPU's power management limit now and its default, in watts; while NVML does not answer, one attempt
+        to initialise it again, and `TargetUnavailable` if it fails."""
+        with self._lock:
+            if not self._answers():
+                raise TargetUnavailable(self._init.why())
+            self._limits_read = self._init.reinits
+            return self._power.power_limits()
 
     def close(self) -> None:
-        self._init.close()
+        self._init.close()   # not behind the lock: a collection stuck in NVML must not hold up the process's exit

@@ -1,5 +1,5 @@
-"""Which GPUs the NVML backend serves, and their dcgm-exporter labels: `identify(nvml, hostname)`, once at start
-(and after NVML is initialised again, for the new handles of the GPUs served: `exporters.backends.nvml_init`).
+"""Which GPUs the NVML backend serves, and their dcgm-exporter labels: `identify(nvml, hostname)`, at start and each
+time NVML is initialised again (`exporters.backends.nvml_init`: the GPUs it names then are served).
 
 Each GPU NVML counts is taken by its index (``nvmlDeviceGetHandleByIndex``) and named by its UUID. A GPU NVML cannot
 name (fallen off the bus before the exporter started: ``NVMLError_GpuIsLost``, or any other ``NVMLError`` from the

@@ -1,20 +1,23 @@
-"""NVML initialised again after it stops answering under a running exporter: `NvmlInit(nvml)`, one per backend.
+"""NVML initialised again after it stops answering under a running exporter or power-cap agent:
+`NvmlInit(nvml, hostname, driver_version)`, one per backend.
 
-NVML can become unusable while the exporter runs: a user of the library in this process calls ``nvmlShutdown`` once
+NVML can become unusable while the process runs: a user of the library in this process calls ``nvmlShutdown`` once
 too often (every call then raises ``NVMLError_Uninitialized``), the kernel driver is unloaded
 (``NVMLError_DriverNotLoaded``), or it is reloaded at another version than the libnvidia-ml this process loaded
 (``NVMLError_LibRmVersionMismatch``). These are the library's errors, not a GPU's (`gone`): the backend stops its
-read at the first one and calls `lost(exc)`; until NVML answers again every field of every GPU is an error.
+read at the first one and calls `lost(exc)`; until NVML answers again every field of every GPU is an error, and no
+power limit is read or set (`exporters.backends.nvml_power`).
 
-At each read while NVML is down the backend calls `restart(uuids)` once: ``nvmlShutdown`` where this process's
-reference still counts (not after Uninitialized: there it no longer does, and a shutdown would take another user's),
-``nvmlInit``, and the GPUs named again by UUID (`exporters.backends.nvml_identity`), since a handle is valid for one
-initialisation only and an index can move when a reload loses or finds a GPU. It answers the new handle of each GPU
-of `uuids` (None for one NVML no longer names: every field an error until the exporter restarts) and every index's
-handle, or None while NVML is still unusable: logged (the first time for each kind of error), counted in
-`failures`, tried again at the next read. NVML naming none of `uuids` is such a failure (what it names now is not
-the GPUs served). A GPU not served at start is not served after a re-initialisation either (its labels would appear
-mid-run); `reinits` counts those that succeeded.
+At each read while NVML is down (the exporter's `read()`, the power-cap agent's `power_limits()`: one per sync) the
+backend calls `restart(served)` once: ``nvmlShutdown`` where this process's reference still counts (not after
+Uninitialized: there it no longer does, and a shutdown would take another user's), ``nvmlInit``, and every GPU
+named again by its index and UUID (`exporters.backends.nvml_identity`), since a handle is valid for one
+initialisation only and an index can move when a reload loses or finds a GPU. It answers the GPUs NVML names now,
+labelled as at start (the host and driver version kept), or None while NVML is still unusable: logged (the first
+time for each kind of error), counted in `failures`, tried again at the next read. NVML naming no GPU at all is
+such a failure (a driver still coming up). The backend then serves what NVML names, as a restarted exporter would:
+a served GPU NVML no longer names is gone (logged at ERROR; its series end) and a GPU not served before is served
+from then (logged); `reinits` counts the re-initialisations that succeeded.
 
 A version mismatch is not mended by ``nvmlInit``: the process keeps the libnvidia-ml it loaded, which no longer
 matches the driver; only a new exporter process loads the new library, which the log says (the GPU Operator's driver
@@ -29,25 +32,20 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from exporters.backends.nvml_identity import identify
+from exporters.backends.nvml_identity import Gpus, identify
 
 log = logging.getLogger(__name__)
 # pynvml's exceptions that say the library, not a GPU, stopped answering
 GONE = ("NVMLError_Uninitialized", "NVMLError_DriverNotLoaded", "NVMLError_LibRmVersionMismatch")
 
 
-class Named(NamedTuple):
-    handles: list[Any]    # the served GPUs' new handles, in the order of the UUIDs asked for; None: not named
-    by_index: list[Any]   # every NVML index's handle, None for a GPU NVML cannot name
-
-
 class NvmlInit:
     """Whether NVML answers, and one re-initialisation per call to `restart` while it does not (module docstring)."""
 
-    def __init__(self, nvml: Any) -> None:
-        self.nvml = nvml
+    def __init__(self, nvml: Any, hostname: str = "", driver_version: str = "") -> None:
+        self.nvml, self.hostname, self.driver_version = nvml, hostname, driver_version
         self.gone: tuple[type[Exception], ...] = tuple(getattr(nvml, n) for n in GONE if hasattr(nvml, n))
         self.down: Exception | None = None   # the error that said NVML stopped answering; None while it answers
         self.held = True      # this process's nvmlInit counts (the backend's, at start)
@@ -64,33 +62,37 @@ class NvmlInit:
         if isinstance(exc, getattr(self.nvml, "NVMLError_Uninitialized", ())):
             self.held = False   # NVML says this process's initialisation no longer counts
 
-    def restart(self, uuids: Sequence[str]) -> Named | None:
-        """``nvmlInit`` again and the GPUs `uuids` named anew, or None (still unusable: counted, logged)."""
+    def why(self) -> str:
+        """What says NVML does not answer, for a caller that refuses its work meanwhile."""
+        return f"NVML does not answer ({type(self.down).__name__}: {self.down}), initialised again at the next read"
+
+    def restart(self, served: Sequence[str]) -> Gpus | None:
+        """``nvmlInit`` again and the GPUs NVML names now, or None (still unusable: counted, logged). `served`: the
+        UUIDs served until now, to say which are gone and which are new."""
         nvml = self.nvml
         self._release()
         try:
             nvml.nvmlInit()
             self.held = True
-            found = identify(nvml, "")
+            found = identify(nvml, self.hostname, self.driver_version)
         except nvml.NVMLError as exc:
             return self._failed(exc)
-        by_uuid = {g.uuid: h for g, h in zip(found.identity, found.handles, strict=True)}
-        handles = [by_uuid.get(u) for u in uuids]
-        if uuids and all(h is None for h in handles):
+        if not found.identity:
             return self._failed(nvml.NVMLError_NotFound() if hasattr(nvml, "NVMLError_NotFound")
-                                else nvml.NVMLError(), f"none of the {len(uuids)} GPUs served was named again")
-        for u, h in zip(uuids, handles, strict=True):
-            if h is None:
-                log.error("GPU %s not named by NVML after it was initialised again: every field of it is an error "
-                          "until the exporter restarts", u)
-        new = sorted(set(by_uuid) - set(uuids))
+                                else nvml.NVMLError(), "NVML names no GPU")
+        named = [g.uuid for g in found.identity]
+        for uuid in served:
+            if uuid not in named:
+                log.error("GPU %s is gone: NVML no longer names it after it was initialised again; no longer served "
+                          "(its series end)", uuid)
+        new = [u for u in named if u not in served]
         if new:
-            log.warning("NVML names GPUs not served (%s): served once the exporter restarts", ", ".join(new))
-        log.warning("NVML initialised again after %s: %d of %d GPUs named again", type(self.down).__name__,
-                    sum(h is not None for h in handles), len(uuids))
+            log.warning("NVML names GPUs not served before (%s): served from now on", ", ".join(new))
+        log.warning("NVML initialised again after %s: serving %d GPUs, %d of the %d served before",
+                    type(self.down).__name__, len(named), len(named) - len(new), len(served))
         self.down, self._said = None, set()
         self.reinits += 1
-        return Named(handles, found.by_index)
+        return found
 
     def _release(self) -> None:
         if self.held:

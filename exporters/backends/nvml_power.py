@@ -10,6 +10,15 @@ raise one `PowerCapError` at the end, holding the ones it set. ``power_limits()`
 management limit (what ``nvidia-smi -pl`` sets), default and minimum, NaN where NVML will not say: the agent gives
 a GPU back only while it runs at the cap gputide set, as clamped here.
 
+NVML itself stopping (`exporters.backends.nvml_init`: uninitialised, the driver unloaded or reloaded) is no one
+GPU's refusal: told to the backend's `NvmlInit.lost`, it ends the call. ``power_limits()`` then raises
+`TargetUnavailable` (no limit of this initialisation can be trusted), ``apply_power_caps`` refuses the GPU it was
+at and every one after it without asking NVML. The handles are one initialisation's: the backend builds this anew
+with the new ones when NVML is initialised again, which only its `read()` and `power_limits()` do (one attempt
+each, the agent's once per sync; `TargetUnavailable` while it fails). Its ``apply_power_caps`` refuses every GPU
+while NVML does not answer, and after NVML was initialised again since its last ``power_limits()`` (by a collection
+of the same process): the caps were judged on limits read through the old handles.
+
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
 
@@ -20,15 +29,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from exporters.power_caps import PowerCapError, PowerLimit
+from exporters.power_caps import PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
 
 class NvmlPowerCaps:
-    def __init__(self, nvml: Any, handles: Mapping[str, Any]) -> None:
-        self.nvml = nvml
+    """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`); None: NVML's errors are all GPUs'."""
+
+    def __init__(self, nvml: Any, handles: Mapping[str, Any], init: Any = None) -> None:
+        self.nvml, self.init = nvml, init
         self.handles = dict(handles)
+        self.gone: tuple[type[Exception], ...] = () if init is None else init.gone
 
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
         nvml = self.nvml
@@ -39,6 +51,9 @@ class NvmlPowerCaps:
             if h is None:
                 log.warning("power cap for unknown GPU %s ignored", uuid)
                 continue
+            if self.init is not None and self.init.down is not None:   # NVML stopped at an earlier GPU
+                refused[uuid] = self.init.why()
+                continue
             try:
                 lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
                 top = min(nvml.nvmlDeviceGetPowerManagementDefaultLimit(h), hi)
@@ -46,6 +61,8 @@ class NvmlPowerCaps:
                 nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
                 applied[uuid] = mw / 1000.0
             except nvml.NVMLError as exc:
+                if isinstance(exc, self.gone):
+                    self.init.lost(exc)
                 refused[uuid] = f"{type(exc).__name__}: {exc}"
                 log.warning("could not set the power limit of %s: %s", uuid, refused[uuid])
         if refused:
@@ -53,16 +70,24 @@ class NvmlPowerCaps:
         return applied
 
     def power_limits(self) -> dict[str, PowerLimit]:
-        return {uuid: self._limit(h) for uuid, h in self.handles.items()}
+        try:
+            return {uuid: self._limit(h) for uuid, h in self.handles.items()}
+        except self.gone as exc:
+            self.init.lost(exc)
+            raise TargetUnavailable(self.init.why()) from exc
 
     def _limit(self, h: Any) -> PowerLimit:
         nvml = self.nvml
         try:
             limit = PowerLimit(nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
                                nvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000.0)
+        except self.gone:
+            raise
         except nvml.NVMLError:
             return PowerLimit(math.nan, math.nan)
         try:
             return limit._replace(min_w=nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[0] / 1000.0)
+        except self.gone:
+            raise
         except nvml.NVMLError:
             return limit

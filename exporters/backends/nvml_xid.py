@@ -14,8 +14,8 @@ error (NVML uninitialised under the exporter, the driver unloaded or reloaded) m
 GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` creates and registers a new one.
 Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
 A GPU fallen off the bus (`lost`) reads 79 whatever it could hear. A backend that initialises NVML again makes a new
-`XidEvents` with the handles of that initialisation and hands it the old one's `last` XIDs: they were heard; a GPU
-without a handle (None: NVML no longer names it) is never registered, so unheard.
+`XidEvents` with the handles of that initialisation and hands it the `last` XID of each GPU still served, by UUID
+(they were heard; 0 for a GPU served from then); a handle None is never registered, so unheard.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
