@@ -1,7 +1,8 @@
 """What a GPU backend hands the collector: one `GpuReadings` per scrape.
 
 A backend reads every GPU it can see and returns per-field numpy arrays in the order of its `identity` (the
-dcgm-exporter labels of each GPU, which never change while the process runs). A value it could not read is NaN
+dcgm-exporter labels of each GPU; they change only when the NVML backend initialises NVML again and finds a
+different set, as a restart would: the collector rebuilds its label caches whenever the list changes). A value it could not read is NaN
 and is listed in `errors` as ``(UUID, field)``; the collector then drops that one series and counts the error,
 so one broken GPU never fails the scrape. A value the GPU does not have at all (NVML answered NotSupported: no
 ECC on a GeForce board, no row remapper before Ampere, no memory temperature sensor on GDDR boards, ...) is NaN
