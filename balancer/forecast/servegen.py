@@ -5,9 +5,14 @@ A ServeGen folder holds one headerless file per client, a row per window: ``wind
 `client_of` puts a client's rows in time order, keeping the row each start came from so that an error names it; a
 window given twice in one file is an InputError.
 
-A client's window (`client_windows`) is the folder's, the most common spacing of all its clients' starts (a
-ServeGen folder has one window length), when the client's starts all lie on that grid, so a client missing most of
-its windows keeps it. Otherwise it is the client's own (`own_window`): the spacing its recurring spacings share,
+A client's window (`client_windows`), when its starts all lie on the folder's grid (the most common spacing of all
+its clients' starts), is the longest window that grid and its starts share: the greatest common divisor of its
+spacings, in folder windows. A client missing some or most of its windows still has two neighbours one folder
+window apart and keeps the folder's window, so its missing windows are missing rather than stretched over their
+neighbours; an evenly spaced client keeps its spacing (an hourly client among 10-minute ones, complete or missing
+some hours). A client missing exactly every other window (any client whose spacings are all multiples of a
+longer window) is read as a client of that longer window: its file cannot tell the two apart. A client whose
+starts are off the folder's grid takes its own window (`own_window`): the spacing its recurring spacings share,
 when that is itself one of its spacings, else its most common spacing. A start off the client's grid is an
 InputError naming the file, the row, the value and the window: with the shortest spacing as the window, one mistyped
 start 5 s after another made every window 5 s long. A client of a single window takes the median of the others'
@@ -72,9 +77,17 @@ def own_window(gaps: np.ndarray) -> tuple[float, str]:
     return _most_common(values, counts), "its most common spacing"
 
 
+def _shared_window(gaps: np.ndarray, folder: float) -> float:
+    """The longest window a client's spacings share, given they are all multiples of the folder's window: counted in
+    folder windows, so float sums of windows do not shrink it to the tolerance; two starts closer than the
+    tolerance are 0 windows apart, which leaves the divisor as it is (one folder window when that is all there is)."""
+    return float(max(int(np.gcd.reduce(np.round(gaps / folder).astype(np.int64))), 1)) * folder
+
+
 def client_windows(clients: list[Client]) -> list[float]:
-    """Each client's window (the module docstring): the folder's when every start of the client lies on its grid,
-    else the client's own (`own_window`); a start off that grid is an InputError naming its file, row and value."""
+    """Each client's window (the module docstring): when every start of the client lies on the folder's grid, the
+    longest window its spacings share (`_shared_window`), else its own (`own_window`); a start off that grid is an
+    InputError naming its file, row and value."""
     gaps = [np.diff(c.starts) for c in clients]
     pooled = np.concatenate(gaps)
     folder = _most_common(*_spacings(pooled)) if pooled.size else None
@@ -83,7 +96,7 @@ def client_windows(clients: list[Client]) -> list[float]:
         if not gap.size:
             windows.append(None)
         elif folder and not off_grid(c.starts, folder).size:
-            windows.append(folder)
+            windows.append(_shared_window(gap, folder))
         else:
             window, how = own_window(gap)
             off = off_grid(c.starts, window)
