@@ -12,9 +12,12 @@ out, a failed save tried again every cycle while evictions wait, an unreadable l
   A write that fails raises `LedgerNotSaved` (`refused`: the folder or file is not writable; `error`: anything else,
   a full disk) and leaves PATH as it was.
 * `load_state` reads PATH: None when it does not exist (a first start: an empty ledger, said in the log);
-  ValueError when it cannot be read (no permission, a folder, not UTF-8, over `MAX_BYTES`), which the hand-over
-  treats as an unreadable ledger, as it treats one that is no JSON ledger: the eviction budget is taken as spent
-  for one eviction window.
+  ValueError when it cannot be read (no permission, a folder, not UTF-8, over `MAX_BYTES`, empty), which the
+  hand-over treats as an unreadable ledger, as it treats one that is no JSON ledger: the eviction budget is taken as
+  spent for one eviction window. gputide never writes an empty file (an empty ledger is ``{...}``), so an empty one
+  was made otherwise (`touch`, a volume's file created ahead, a write cut short outside gputide) and what the last
+  run spent is unknown: it is not a first start. (An empty ledger annotation on the Lease is still none: the Lease
+  is not this file.)
 
 With `--leader-elect` as well, the Lease and the file are both kept (`LedgerHandover(elector, file=...)`): a new
 leader merges what it finds in both (cooldowns and evictions only restrain), saves to both, and a save counts only
@@ -46,7 +49,8 @@ class LedgerFile:
         self.where = f"ledger file {self.path}"   # how the hand-over's log names this store
 
     def load_state(self) -> str | None:
-        """The ledger text last saved to the file; None when there is none yet; ValueError when it cannot be read."""
+        """The ledger text last saved to the file; None when there is none yet; ValueError when it cannot be read
+        or is empty."""
         try:
             with open(self.path, "rb") as fh:
                 data = fh.read(MAX_BYTES + 1)
@@ -57,6 +61,8 @@ class LedgerFile:
             raise ValueError(f"{self.path}: {exc.strerror or exc}") from exc
         if len(data) > MAX_BYTES:
             raise ValueError(f"{self.path}: over {MAX_BYTES} bytes")
+        if not data:   # not a first start (the file would be missing) and not a ledger gputide wrote
+            raise ValueError(f"{self.path}: the file is empty (gputide never writes an empty ledger file)")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -13,6 +13,8 @@ saved as the Lease would be, so a restart (a crash loop, `--once` from cron) kee
 Lease and a file, a new leader merges what it finds in both (a store that lacks what the merge holds is saved at
 the cycle's start, so each gets what the other held) and every save goes to both: it counts (evictions go) only once
 both hold the ledger. Without either, budgets and cooldowns start afresh at every restart (`gputide run` warns).
+A `--once` run has no next cycle to try a failed save again: it saves a still-unsaved ledger before it exits
+(`saved_before_exit`) and exits non-zero when that fails (balancer/cmd/run.py).
 
 No eviction before it is saved: the guard's review (`review`) writes the ledger with the evictions it accepted
 (a reservation) before the loop carries any out, and when that write fails the evictions wait (rejected as
@@ -22,7 +24,7 @@ as does everything that evicts no pod. The reservation is dated at the cycle's s
 itself once the actions are done (or at the next cycle's start).
 
 An inherited ledger that cannot be read (an annotation cut short, edited by hand; a ledger file this process cannot
-read) holds what the previous leader spent, unknown: this replica takes the eviction budget as spent for one
+read, or an empty one: `balancer.ledger_file`) holds what the previous leader spent, unknown: this replica takes the eviction budget as spent for one
 eviction window from its first review (`held`: a ledger of `evictionBudget` evictions at that time, merged into
 every review and every save, so a successor of this one inherits it too), with a warning that says so. Until the
 window has passed no eviction happens but a reclaim of loaned GPUs (the budget never refuses one); actions that
@@ -128,6 +130,16 @@ class LedgerHandover:
         while an unreadable ledger's `held` budget is undated: the successor would inherit neither."""
         if not self.unreadable and self._save(_with(ledger, self.held), "tried again next cycle"):
             self.unsaved = False
+
+    def saved_before_exit(self, ledger: SafetyLedger) -> bool:
+        """The last save of a run that stops after one cycle (`gputide run --once`: no next cycle tries again):
+        `ledger` handed on if still unsaved; False when a save failed and it is still not where the next run reads
+        it, so what this run recorded since its last save (the cooldowns of what it did, the evictions dated as
+        done) is lost to that run. An unreadable inherited ledger this run never reviewed is left unsaved by design
+        (the next run finds it unreadable and holds the budget likewise): nothing is lost, True."""
+        if self.unsaved:
+            self.hand_on(ledger)
+        return not self.unsaved or self.unreadable
 
     def review(self, guard: SafetyGuard, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:

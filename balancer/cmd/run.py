@@ -12,7 +12,8 @@ action in progress finish, skip the rest of the cycle's actions and release the 
 once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). Every action ends
 within `--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace
 period and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
-ended fail-static (held still).
+ended fail-static (held still), 4 `--once` could not save the safety ledger where the next run reads it (logged:
+that run inherits an older ledger, without this one's cooldowns and evictions since its last save).
 
 The safety ledger (cooldowns, evictions and migrations in their windows) survives a restart only where it is kept:
 on the Lease with `--leader-elect`, in `--ledger-file PATH` (a restart without leader election: a crash loop,
@@ -65,6 +66,7 @@ from balancer.safety import SafetyGuard
 
 log = logging.getLogger(__name__)
 EXIT_FAIL_STATIC = 3
+EXIT_LEDGER_NOT_SAVED = 4   # --once: the safety ledger's last save failed (no next cycle to try it again)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_NAMESPACE = "gputide"
 MOST_ACTION_DEADLINE_S = 600.0   # the grace period and the liveness limit grow with it
@@ -383,8 +385,8 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         try:
             report = reconciler.run_once()
-            if reconciler.handover.unsaved:   # no next cycle to save it: a held budget, a reservation not replaced
-                reconciler.handover.hand_on(reconciler.ledger)
+            # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
+            saved = reconciler.handover.saved_before_exit(reconciler.ledger)
         finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later
             reconciler.elector.release()
         print(f"cycle: {report.status} {report.reason}".rstrip())
@@ -394,6 +396,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {res.outcome}: {res.action.describe()} {res.detail}".rstrip())
         for action, reason in report.rejected:
             print(f"  rejected ({reason}): {action.describe()}")
+        if not saved:
+            log.error("safety ledger not saved where the next run reads it (the save failed, logged above): that run "
+                      "inherits an older ledger, without this run's cooldowns and evictions since its last save; "
+                      "exit %d", EXIT_LEDGER_NOT_SAVED)
+            return EXIT_LEDGER_NOT_SAVED
         return EXIT_FAIL_STATIC if report.status == "fail_static" else 0
     stop = threading.Event()
 
