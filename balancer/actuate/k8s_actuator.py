@@ -49,10 +49,14 @@ when, under which holds, per shard). How each action reaches the cluster:
                     where completions cannot change (`k8s_jobs`); the label removed, a Workload gputide deactivated
                     made active again. With `kueue_queues` set and the Job queued, GPU quota moves between the two
                     ClusterQueues of the cohort, in the ResourceFlavor Kueue admitted the Job under (`k8s_kueue`).
-                    A resize that would stop running workers the plan did not see (the Job runs more than both the
-                    action's `previous_workers` and the new size) is stale: RETRY, code 409, nothing written, no
-                    quota moved; pending workers do not count (the Job controller deletes those first), so a Job
-                    asking for more workers than run is resized as before (`k8s_jobs`, `k8s_training`).
+                    A resize never stops more running workers than the plan meant (`previous_workers - workers`,
+                    what the safety guard charged): a Job running more than the plan saw (workers on a node without
+                    an exporter, the Job grown since) gets the size that stops just those (runs 8, saw 6, reclaim
+                    to 4: 6), its quota moved for the workers removed; pending workers do not count (the Job
+                    controller deletes those first), so a Job asking for more workers than run is resized as before.
+                    A shrink never raises a Job's size: one at or below its target (its owner shrank it since the
+                    plan's view) or stopped by gputide is left as it is, nothing written, applied ("(already)";
+                    `k8s_jobs`, `k8s_training`).
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint. Its expiry (`gputide.io/hot-until`, `hot_taint_ttl_s` after the

@@ -17,8 +17,13 @@ refuses that with a `PermanentActuationError` naming the Job and the limit; the 
 changes. `k8s_workloads.suspended_job` caps a suspended Job's `elastic_max` by the same `worker_limit`, so the
 planner does not ask for what cannot run.
 
-A resize is written only where it stops no running worker beyond the count the plan saw (`may_stop_unseen`, read
-from the Job's pods: `pod_selector`, `running_workers`; `unseen_refusal` says why one is refused as stale).
+A resize stops no more running workers than the plan meant to (`previous - workers`, what the safety guard charged):
+where the Job runs more than the plan saw, a smaller cut is written (`seen_size`, from the Job's pods read where
+`may_stop_unseen`: `pod_selector`, `running_workers`; `seen_note` says so). Which pods a smaller size stops is the
+Job controller's choice (`activePodsForRemoval`, pkg/controller/job): an Indexed Job's pods whose index is at or
+beyond its completions first, whatever their phase (an Elastic Indexed Job shrunk to N loses indexes N and up), then
+pending before running (not-ready < ready, unscheduled < scheduled, pending < running), so pending workers are
+stopped first and cost no running one. A shrink never raises a Job's size (`raises`).
 
 gputide's hotspot shrink is recorded on the Job it resized, in the same patch: the annotation `gputide.io/shrunk`,
 `{"from": workers before, "to": workers it left}`, removed by the give-back. A restarted controller or a new leader
@@ -45,6 +50,7 @@ from balancer.errors import PermanentActuationError
 Json = dict[str, Any]
 SHRUNK_ANNOTATION = "gputide.io/shrunk"
 COLOCATION_ANNOTATION = "gputide.io/colocation-shrunk"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"   # a pod's index in an Indexed Job (annotation; label too)
 
 
 def _count(value: Any) -> int | None:
@@ -111,10 +117,17 @@ def workers_asked(job: Json) -> int:
 
 
 def may_stop_unseen(job: Json, workers: int, previous: int) -> bool:
-    """Whether resizing the Job to `workers` could stop running workers beyond the `previous` the plan saw run: only
-    a size below the Job's own on a Job that asks for more than that (its running workers never exceed what it asks
-    for), so the common resize, of a Job asking for what the plan saw, reads no pods."""
+    """Whether resizing the Job to `workers` could stop running workers beyond the `previous - workers` the plan
+    meant: only a size below the Job's own on a Job that asks for more than the plan saw run (its running workers
+    never exceed what it asks for), so the common resize, of a Job asking for what the plan saw, reads no pods."""
     return workers < size(job) and size(job) > previous
+
+
+def raises(job: Json, workers: int, previous: int, stopped: bool) -> bool:
+    """Whether the plan's shrink (`workers` > 0 below the `previous` it saw run) would raise the Job's size: it asks
+    for `workers` or fewer (its owner shrank it since the plan's view), or gputide stopped it (`stopped`: it runs
+    none). Such a shrink writes nothing; a stop (0 workers) never raises."""
+    return 0 < workers < previous and (stopped or size(job) <= workers)
 
 
 def pod_selector(job: Json) -> str:
@@ -132,23 +145,45 @@ def _controlled_by(pod: Json, job: Json) -> bool:
     return False
 
 
+def _running(job: Json, pods: list[Json]) -> list[Json]:
+    return [p for p in pods if _controlled_by(p, job) and (p.get("status") or {}).get("phase") == "Running"
+            and not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
 def running_workers(job: Json, pods: list[Json]) -> int:
     """How many of `pods` (those under the Job's selector) are its workers running now: controlled by the Job,
     Running, and not being deleted (a pod terminating stops whatever its Job's size)."""
-    return sum(1 for p in pods if _controlled_by(p, job) and (p.get("status") or {}).get("phase") == "Running"
-               and not (p.get("metadata") or {}).get("deletionTimestamp"))
+    return len(_running(job, pods))
 
 
-def unseen_refusal(what: str, workers: int, previous: int, running: int) -> str | None:
-    """Why resizing a Job that runs `running` workers to `workers` is refused, None when it is not: it would stop
-    running workers the plan did not see (more than `previous - workers`, the plan's count and the safety guard's),
-    so the plan came from a view that lags the Job (its pods seen late, the Job grown since). Pending workers are no
-    reason: the Job's controller deletes them first, and the plan counts running ones only."""
-    if running <= max(previous, workers):
-        return None
-    return (f"{what} runs {running} workers, more than the {previous} the plan saw: resizing it to {workers} would "
-            f"stop {running - workers} running workers, not the {max(previous - workers, 0)} the plan meant; the plan "
-            "is stale, not resized")
+def _index(pod: Json) -> int | None:
+    meta = pod.get("metadata") or {}
+    return _count((meta.get("annotations") or {}).get(INDEX_KEY, (meta.get("labels") or {}).get(INDEX_KEY)))
+
+
+def _stops(job: Json, running: list[Json], n: int) -> int:
+    """How many of the Job's `running` workers its controller stops once it asks for `n`: an Elastic Indexed Job's
+    with an index of `n` or more (or none: removed first too), else those beyond `n` (pending ones go first)."""
+    if not elastic_indexed(job):
+        return max(len(running) - n, 0)
+    return sum(1 for p in running if (i := _index(p)) is None or i >= n)
+
+
+def seen_size(job: Json, pods: list[Json], workers: int, previous: int) -> int:
+    """The size to write for the plan's resize of the Job to `workers` (below its own size), `previous` running as
+    the plan saw it, `pods` those under its selector: the least from `workers` up that stops no more of its running
+    workers than the `previous - workers` the plan meant (none for a grow); its own size when every smaller one
+    would (nothing to write)."""
+    running, meant = _running(job, pods), max(previous - workers, 0)
+    return next((n for n in range(workers, size(job)) if _stops(job, running, n) <= meant), size(job))
+
+
+def seen_note(job: Json, pods: list[Json], workers: int, written: int, previous: int) -> str:
+    """Why `written` and not the plan's `workers` (`seen_size`), for the action's detail."""
+    running, meant = running_workers(job, pods), max(previous - workers, 0)
+    cut = f"resized to {written}" if written < size(job) else f"left at {size(job)}"
+    return (f"it runs {running} workers, more than the {previous} the plan saw: {cut}, not {workers}, so that no more "
+            f"than the {meant} running workers the plan meant stop")
 
 
 def shrink_note(before: int, left: int) -> str:

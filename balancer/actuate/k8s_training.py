@@ -43,14 +43,24 @@ apart from the Jobs a little more each time. Each move is durable across a resta
 one lent ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that
 cannot be told, a queued Job without a Workload) comes before any change.
 
-Stale plans. The planners count a Job's running workers (`previous`), and the safety guard charges its disruption
-budget with those a resize takes below that count. A resize that would stop running workers beyond it is refused
-as stale (RETRY, code 409, before any change; `k8s_jobs.unseen_refusal`): the Job runs more than the plan saw (its
-pods seen late by the telemetry, the Job grown since the snapshot), and writing the plan's size would stop workers
-no one counted (the plan saw 4 running and shrinks to 2, the Job runs 8: 6 stopped). The next cycle plans from the
-Job as it runs. Its pods are read (Running, controlled by the Job, not being deleted) only where it could be so: a
-size below the Job's own on a Job asking for more than the plan saw. Pending workers (the Job asks for more than
-run) are no reason: the Job's controller deletes them first, and the plan's size is written as before.
+Stale plans. The planners count a Job's running workers (`previous`: its pods the telemetry places on GPUs, so
+not those on a node without an exporter or whose exporter went dark), and the safety guard charges its disruption
+budget with those a resize takes below that count. The Job's controller stops the workers beyond the new size,
+pending ones first (an Elastic Indexed Job's indexes at or beyond it, whatever their phase; `k8s_jobs`), so where
+the Job runs more than the plan saw, writing the plan's size would stop workers no one counted (the plan saw 4
+running and shrinks to 2, the Job runs 8: 6 stopped). The size written then stops no more running workers than the
+plan meant (`k8s_jobs.seen_size`; 8 - (4 - 2) = 6, the detail says so; a Job Kueue restarts whole to resize
+restarts every worker all the same, and keeps the plan's cut), its shrink records tell that cut, and the Kueue
+quota given back is that of the workers the size written removes. It is never refused: a Job whose unseen workers
+no later view counts either (their node has no exporter) would be refused every cycle, and a reclaim of loaned
+GPUs must go through. A size that would stop running workers where the plan meant none (a grow planned for a Job
+that runs more than its target) is not written. Its pods are read (Running, controlled by the Job, not being
+deleted) only where it could be so: a size below the Job's own on a Job asking for more than the plan saw. Pending
+workers (the Job asks for more than run) cost no running one: the Job's controller deletes them first, and the
+plan's size is written. A shrink never raises a Job's size (`k8s_jobs.raises`): one planned from a view that lags
+its owner's own shrink (the plan "reclaims" 8 -> 6, the Job asks for 4 now), or of a Job gputide stopped since,
+writes nothing and moves no quota; the action is applied, as an inference scale already at its count is
+("(already)").
 
 A plain Job suspended by someone else (`spec.suspend` without gputide's label: its owner paused it) is refused
 before any change: resizing it would unsuspend it, stopping it would label it and a later cycle would resume it.
@@ -61,7 +71,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from balancer.actions import ScaleTraining
 from balancer.actuate.k8s_jobs import (
@@ -69,10 +79,11 @@ from balancer.actuate.k8s_jobs import (
     describe,
     may_stop_unseen,
     pod_selector,
+    raises,
     resize,
-    running_workers,
+    seen_note,
+    seen_size,
     shrink_patch,
-    unseen_refusal,
     workers_asked,
 )
 from balancer.actuate.k8s_jobs import size as job_size
@@ -92,7 +103,6 @@ from balancer.actuate.kubernetes import (
     PRIORITY_ANNOTATION,
     RESIZED_ANNOTATION,
     SUSPENDED_LABEL,
-    ConflictError,
     Json,
     _Api,
     rfc3339,
@@ -147,9 +157,15 @@ class TrainingJobs:
         owned = self.kueue.workloads(ns, name, obj) if queue and labelled else None
         job = _Job(ns, name, queue, labelled, _stopped(obj, labelled, owned), restarts_on_resize(obj, queue),
                    framework_restarts(obj))
-        size = resize(obj, workers, what) if workers else {}
-        if not job.stopped and may_stop_unseen(obj, workers, previous):
-            self._check_seen(job, obj, workers, previous)
+        size = resize(obj, workers, what) if workers else {}   # a size that cannot run: refused before anything
+        written, seen = self._written(job, obj, workers, previous)
+        if written is None:
+            return f"{what} left as it is (already): {seen}"
+        if written != workers:   # the size that stops no running worker the plan did not mean to
+            # its shrink records (`_records`) tell the cut written: the plan's, from the workers running
+            cut = {"workers": written, "previous_workers": previous + written - workers}
+            workers, action = written, replace(action, **cut) if action else None
+            size = resize(obj, workers, what) if workers else {}
         # quota follows the Job as it is, not the plan's `previous` (read from a snapshot, which can lag a resize
         # gputide or anyone else made): a stopped Job holds none, else what Kueue admits it for
         asked = 0 if job.stopped else workers_asked(obj)
@@ -158,8 +174,9 @@ class TrainingJobs:
         if owned is None:
             owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers) else []
         flavor = self.kueue.check_queues(quota, self.kueue.admitted_flavor(ns, name, owned))[0] if quota else None
-        notes = [f"quota moved for the {asked} workers the Job asks for, not the {previous} the plan saw"] if (
-            quota and asked != previous) else []
+        notes = [seen] if seen else []
+        if quota and asked != previous:
+            notes.append(f"quota moved for the {asked} workers the Job asks for, not the {previous} the plan saw")
         if quota and delta > 0:   # grow: quota first, so Kueue can admit the workers (rolled back if it cannot)
             notes.append(self.kueue.shift(quota[0], quota[1], delta, flavor, undo=True))
         try:
@@ -181,15 +198,24 @@ class TrainingJobs:
             notes.append(self._quota_back(quota, -delta, flavor))   # already made: its failure is a note
         return "; ".join([f"{what} {state}", *notes])
 
-    def _check_seen(self, job: _Job, obj: Json, workers: int, previous: int) -> None:
-        """Refuse (RETRY, 409: stale, nothing changed) resizing the Job to `workers` when that would stop running
-        workers beyond the `previous` the plan saw run (`k8s_jobs.unseen_refusal`), read from its pods now."""
+    def _written(self, job: _Job, obj: Json, workers: int, previous: int) -> tuple[int | None, str]:
+        """The size to write for the plan's `workers` (None: nothing, the Job left as it is) and why it differs ("":
+        it does not). A shrink never raises the Job's size (`k8s_jobs.raises`); a size below the Job's own on a Job
+        asking for more than the plan saw run stops no more running workers than the plan meant
+        (`k8s_jobs.seen_size`, from its pods read now)."""
+        if raises(obj, workers, previous, job.stopped):
+            asks = "is stopped" if job.stopped else f"asks for {job_size(obj)}"
+            return None, (f"the plan's shrink from {previous} to {workers} workers would raise it: it {asks} (resized "
+                          "since the plan's view); nothing written")
+        if job.stopped or not may_stop_unseen(obj, workers, previous):
+            return workers, ""
         selector = pod_selector(obj)
         pods = self.api(f"pods of {job.what}", self.api.core.list_namespaced_pod, job.ns,
                         field_selector="status.phase=Running", **({"label_selector": selector} if selector else {}))
-        why = unseen_refusal(job.what, workers, previous, running_workers(obj, pods.get("items") or []))
-        if why is not None:
-            raise ConflictError(why, 409)
+        items = pods.get("items") or []
+        written = seen_size(obj, items, workers, previous)
+        note = seen_note(obj, items, workers, written, previous) if written != workers else ""
+        return (None if written >= job_size(obj) else written), note
 
     def _quota_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> str:
         """Quota freed by a shrink that happened, back to inference (on the action's reserve). A failure does not undo

@@ -1,14 +1,17 @@
-"""A training Job is never resized below workers the plan did not see running. The planners count a Job's running
-pods (`ScaleTraining.previous_workers`) and the safety guard charges its disruption budget with the running workers
-the resize takes below that count; the actuator wrote the target size whatever the Job ran now. A plan made from a
-view that lagged (the Job's pods on a node whose telemetry came in late, the Job grown by its owner since the
-snapshot, its new pods started since) then stopped more running workers than the planner meant and the guard
-counted: planner saw 4 running, shrink to 2, the Job runs 8 -> parallelism 2, 6 workers killed for 2 counted.
+"""A training Job's resize never stops running workers the plan did not mean to stop. The planners count a Job's
+running pods (`ScaleTraining.previous_workers`: those the telemetry places on GPUs) and the safety guard charges its
+disruption budget with the running workers the resize takes below that count; the actuator wrote the target size
+whatever the Job ran now. A plan made from a view that lagged (the Job's pods on a node whose telemetry came in
+late or never, the Job grown by its owner since the snapshot, its new pods started since) then stopped more running
+workers than the planner meant and the guard counted: planner saw 4 running, shrink to 2, the Job runs 8 ->
+parallelism 2, 6 workers killed for 2 counted.
 
-Such a resize is now refused as stale (RETRY, code 409, nothing written, no quota moved): the next cycle plans from
-the Job as it runs. A Job that asks for more workers than run (pending workers, which a Job's controller deletes
-first) is the legitimate difference and is resized as before; so is any resize that stops no running worker beyond
-the plan's count (a grow, a Job already at the size)."""
+16a2b3d refused such a resize as stale (RETRY 409); a Job whose unseen workers no later view counts (a node without
+an exporter) was then refused every cycle, reclaims included. Now the size written stops exactly the running workers
+the plan meant (8 - (4 - 2) = 6), and the Kueue quota given back is that of the workers removed. A Job that asks for
+more workers than run (pending workers, which a Job's controller deletes first) is the legitimate difference and is
+resized as before; so is any resize that stops no running worker beyond the plan's count (a grow, a Job already at
+the size)."""
 
 from __future__ import annotations
 
@@ -30,12 +33,15 @@ def actuator(api, clock, sleeps) -> KubernetesActuator:
 
 
 def add_job(kube: FakeKube, parallelism: int, running: int, pending: int = 0, terminating: int = 0,
-            queue: str | None = None) -> None:
+            queue: str | None = None, indexed: bool = False, pending_first: bool = False) -> None:
     """A Job as the API server and the Job controller keep it: its selector defaulted to its uid, its pods labelled
-    with it and controlled by it, `running` Running, `pending` Pending, `terminating` Running and being deleted."""
-    uid = kube.add(job("train", "ml", parallelism=parallelism, gpus=2, queue=queue))["metadata"]["uid"]
+    with it and controlled by it, `running` Running, `pending` Pending, `terminating` Running and being deleted
+    (`indexed`: an Elastic Indexed Job, its pods' indexes in that order, `pending_first` or last)."""
+    spec = {"completions": parallelism, "indexed": True} if indexed else {}
+    uid = kube.add(job("train", "ml", parallelism=parallelism, gpus=2, queue=queue, **spec))["metadata"]["uid"]
     kube.mutate("jobs", "train", "ml", {"spec": {"selector": {"matchLabels": {UID_LABEL: uid}}}})
-    phases = ["Running"] * running + ["Pending"] * pending + ["Terminating"] * terminating
+    phases = ["Running"] * running + ["Terminating"] * terminating
+    phases = ["Pending"] * pending + phases if pending_first else phases + ["Pending"] * pending
     for i, phase in enumerate(phases):
         meta = {"name": f"train-{i}", "namespace": "ml",
                 "labels": {UID_LABEL: uid, "batch.kubernetes.io/job-name": "train"},
@@ -43,6 +49,8 @@ def add_job(kube: FakeKube, parallelism: int, running: int, pending: int = 0, te
                                      "controller": True}]}
         if phase == "Terminating":
             meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+        if indexed:
+            meta["annotations"] = {"batch.kubernetes.io/job-completion-index": str(i)}
         kube.add({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                   "spec": {"containers": [{"name": "train", "image": "registry.example/train:1"}]},
                   "status": {"phase": "Pending" if phase == "Pending" else "Running"}})
@@ -58,22 +66,40 @@ def parallelism(kube: FakeKube) -> int:
 
 
 @pytest.mark.parametrize(
-    ("size", "running", "workers", "previous"),
+    ("size", "running", "workers", "previous", "expected"),
     [
-        pytest.param(8, 8, 2, 4, id="the plan saw 4 running and shrinks to 2, the Job runs 8: 6 would stop"),
-        pytest.param(8, 8, 6, 4, id="the plan grows 4 -> 6 a Job running 8: a grow that would stop 2"),
-        pytest.param(8, 6, 0, 4, id="the plan stops a Job it saw run 4, it runs 6"),
-        pytest.param(6, 5, 2, 4, id="one worker more than the plan saw, the rest pending"),
+        pytest.param(8, 8, 2, 4, 6, id="the plan saw 4 running and shrinks to 2, the Job runs 8: 2 stop, not 6"),
+        pytest.param(8, 6, 0, 4, 2, id="the plan stops a Job it saw run 4, it runs 6: 4 stop, 2 run on"),
+        pytest.param(6, 5, 2, 4, 3, id="one worker more than the plan saw, the rest pending: 2 running stop"),
     ],
 )
-def test_a_resize_that_would_stop_running_workers_the_plan_did_not_see_is_stale(
-        kube: FakeKube, actuator, size, running, workers, previous) -> None:
+def test_a_resize_stops_no_more_running_workers_than_the_plan_meant(
+        kube: FakeKube, actuator, size, running, workers, previous, expected) -> None:
     add_job(kube, size, running, pending=size - running)
     result = scale(actuator, workers, previous)
-    assert result.outcome is Outcome.RETRY and result.code == "409", result.detail
-    assert f"runs {running} workers, more than the {previous} the plan saw" in result.detail
-    assert parallelism(kube) == size
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert parallelism(kube) == expected
+    assert f"runs {running} workers, more than the {previous} the plan saw: resized to {expected}" in result.detail
+    assert not kube.get("jobs", "train", "ml")["spec"].get("suspend")
+
+
+def test_a_grow_of_a_job_running_more_than_its_target_writes_nothing(kube: FakeKube, actuator) -> None:
+    add_job(kube, 8, 8)   # the plan saw 4 and grows to 6: writing 6 would stop 2 where it meant none
+    result = scale(actuator, 6, 4)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert "left as it is (already)" in result.detail and "left at 8, not 6" in result.detail
+    assert parallelism(kube) == 8
     assert kube.calls("PATCH", r"/jobs/train$") == []
+
+
+def test_an_elastic_indexed_job_is_cut_by_the_indexes_its_controller_stops(kube: FakeKube, actuator) -> None:
+    # indexes 0-1 pending, 2-7 running; the plan saw 4 and shrinks to 2: the controller stops the indexes from the
+    # new size up whatever their phase, so 4 would stop 4 running (4-7); 6 stops 2 (6, 7), as the plan meant
+    add_job(kube, 8, 6, pending=2, indexed=True, pending_first=True)
+    result = scale(actuator, 2, 4)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    spec = kube.get("jobs", "train", "ml")["spec"]
+    assert (spec["parallelism"], spec["completions"]) == (6, 6)
 
 
 @pytest.mark.parametrize(
@@ -116,14 +142,19 @@ def test_a_job_asking_for_no_more_than_the_plan_saw_is_resized_without_listing_i
     assert kube.calls("GET", r"/pods") == []
 
 
-def test_a_stale_shrink_of_a_queued_job_moves_no_quota(kube: FakeKube, actuator) -> None:
+def quota(kube: FakeKube) -> tuple[int, int]:
+    return tuple(kube.get("clusterqueues", q)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"]
+                 for q in ("inference", "training"))
+
+
+def test_a_queued_job_gives_back_the_quota_of_the_workers_it_stops(kube: FakeKube, actuator) -> None:
     kube.add(clusterqueue("inference", "tide", 16))
     kube.add(clusterqueue("training", "tide", 16))
     add_job(kube, 8, 8, queue="training-lq")
-    result = scale(actuator, 2, 4)
-    assert result.outcome is Outcome.RETRY and result.code == "409", result.detail
-    assert parallelism(kube) == 8
-    assert kube.calls("PATCH", r"/clusterqueues/") == []
+    result = scale(actuator, 2, 4)   # written 6: 2 workers of 2 GPUs removed, 4 GPUs back
+    assert result.outcome is Outcome.APPLIED, result.detail
+    assert parallelism(kube) == 6
+    assert quota(kube) == (20, 12)
 
 
 def test_a_failed_read_of_its_pods_resizes_nothing(kube: FakeKube, actuator) -> None:
