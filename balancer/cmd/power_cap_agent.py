@@ -33,7 +33,8 @@ minutes by default). Caps written without an expiry (an older controller) never 
 `gputide_power_cap_agent_caps_lost_total{UUID}` (caps found no longer in force, the GPU above them after an
 ``nvidia-smi -pl``, a GPU reset or a driver reload, and applied again),
 `gputide_power_cap_agent_caps_expired_total{UUID}` (caps whose expiry passed without the controller renewing it,
-given back; once per GPU and expiry),
+given back; once per GPU and expiry; published at 0 for every GPU NVML names when the agent starts, and for one it
+names later once a cap is applied to it: a counter first published at 1 is no increase to `GputidePowerCapsExpired`),
 `gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
 restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
 `gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
@@ -54,6 +55,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -87,6 +89,13 @@ class AgentMetrics:
             self.syncs.labels(result=result)
         self.failure: str | None = None   # why the last sync failed, logged once per reason
 
+    def seen(self, uuids: Iterable[str]) -> None:
+        """Publish these GPUs' expiry counters at 0 (those already published keep their count). A counter first
+        published at 1 (created by its first `.inc()`) is no increase to Prometheus: `increase()` needs an earlier
+        sample, so a GPU's first expiry went unseen by GputidePowerCapsExpired."""
+        for uuid in uuids:
+            self.expired.labels(UUID=uuid)
+
     def failed(self, why: str) -> None:
         self.syncs.labels(result="failed").inc()
         if why != self.failure:
@@ -104,6 +113,17 @@ class AgentMetrics:
             self.before.labels(UUID=uuid).set(held.before_w)
 
 
+def gpus_named(target: Any) -> set[str]:
+    """The GPUs the target names (NVML's `power_limits()`), or none when it names none or cannot say now (NVML not
+    answering: the GPUs are then seen as they are capped)."""
+    limits = getattr(target, "power_limits", None)
+    try:
+        return set(limits()) if callable(limits) else set()
+    except Exception as exc:   # noqa: BLE001 - NVML's errors; the sync that follows reports them
+        log.debug("GPUs not listed at start: %s", exc)
+        return set()
+
+
 def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, float]:
     """One read-and-apply; what was applied (UUID -> watts). A failure (the node's caps unreadable or malformed,
     NVML refusing a GPU or not answering, anything raised) is counted and logged, not raised: the next interval tries
@@ -116,6 +136,7 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
     finally:   # an expiry is found (and logged) once: counted even if what followed raised
         for uuid in getattr(agent, "expired", ()):
             metrics.expired.labels(UUID=uuid).inc()
+    metrics.seen(applied)   # a GPU first capped now: its expiry counter at 0 before its cap can expire
     for uuid, watts in applied.items():
         metrics.applied.labels(UUID=uuid).set(watts)
     for uuid in getattr(agent, "lost", ()):
@@ -184,9 +205,11 @@ def run(args: argparse.Namespace) -> int:
     source = NodeAnnotationCaps(api, args.node)
     if not args.state_file:
         log.warning("no --state-file: the limits found before gputide's caps are kept in memory only")
-    agent = PowerCapAgent(source, nvml_backend(), LimitsBefore(args.state_file or None))
+    backend = nvml_backend()
+    agent = PowerCapAgent(source, backend, LimitsBefore(args.state_file or None))
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry)
+    metrics.seen(gpus_named(backend))   # every GPU's expiry counter at 0 before the first sync can count an expiry
     if args.once:
         sync_once(agent, metrics)
         return 1 if metrics.failure else 0   # a script (a node's uninstall step, a check) must see it fail
