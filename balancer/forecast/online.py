@@ -19,6 +19,12 @@ names the service, the model, its error and the fallback, `fallback_starts` coun
 `fallbacks()` lists the pairs served by persistence now (the ``gputide_forecast_fallback`` gauge); a model that
 forecasts again after a refit is logged too and leaves `fallbacks()`. `timezone` (the policy's
 `forecast.timezone`, an IANA name) is the local time models with a calendar read days and weeks in.
+
+A forecast is refused (`ShortHistory`, a `ValueError`) until the service has the history a tidal forecast needs:
+`tide_history_s` of finite demand (the model's daily season, as many times as the model needs to fit it) plus the
+horizon asked for. A forecast from an hour of night demand is flat, and the capacity planner would lend the
+service's GPUs just before the morning rise (a new or renamed service, or any after Prometheus lost its data). A
+forecast is refused too (`StaleDemand`) while the latest real bucket is more than `max_stale_steps` old.
 """
 
 from __future__ import annotations
@@ -38,6 +44,52 @@ from balancer.forecast.traces import clean_for_fit, parse_step
 
 DAY_S = 86400.0
 log = logging.getLogger(__name__)
+# whole seasons a model must see before it forecasts with one: statsmodels fits Holt-Winters' season only from two
+# full cycles, and MSTL keeps a period only below half the history (stats.py): with less both forecast no season at
+# all. The others read the season straight back (seasonal naive, the profile's typical day, GBM's same time
+# yesterday): one cycle
+SEASONS_TO_FIT = {"holt_winters": 2, "mstl": 2}
+DAILY_CALENDAR = ("profile", "gbm")   # models whose daily season is their calendar (no season attribute)
+SEASONLESS_BUCKETS = 12   # the history a model with no season needs (persistence: a forecast from any history)
+
+
+class ShortHistory(ValueError):
+    """Not enough demand history for a forecast yet (the service is new, or its past was lost). `tide`: the history
+    the model's daily season needs (`tide_history_s`) is what is missing, not a caller's fixed `min_history`."""
+
+    def __init__(self, message: str, tide: bool = False) -> None:
+        super().__init__(message)
+        self.tide = tide
+
+
+class StaleDemand(ValueError):
+    """The service's latest real demand is older than a forecast may be issued from."""
+
+
+def _season_s(model: object) -> float | None:
+    """The shortest season `model` reads (seconds): its ``seasons_s``, ``season_s`` or ``period_s``, a day for the
+    profile and GBM (their typical day, their same time yesterday); auto's, the shortest of its candidates'; None for a
+    model that reads none (persistence)."""
+    if hasattr(model, "candidates"):
+        return min((s for c in model.candidates if (s := _season_s(MODELS[c]())) is not None), default=None)
+    one = getattr(model, "season_s", None) or getattr(model, "period_s", None)
+    seasons = getattr(model, "seasons_s", None) or ((one,) if one else ())
+    if not seasons:
+        return DAY_S if getattr(model, "name", "") in DAILY_CALENDAR else None
+    return float(min(seasons))
+
+
+def tide_history_s(model: str) -> float:
+    """The demand history (seconds) `model` needs before its forecast may be trusted with the daily tide: its
+    shortest season times the cycles it needs to fit one (`SEASONS_TO_FIT`); for auto, which blends its candidates,
+    the most any of its candidates of that season needs. 0 for a model with no season (persistence), which
+    forecasts no tide however long its history."""
+    m = MODELS[model]()
+    season = _season_s(m)
+    if season is None:
+        return 0.0
+    names = [c for c in getattr(m, "candidates", ()) if _season_s(MODELS[c]()) == season] or [model]
+    return season * max(SEASONS_TO_FIT.get(n, 1) for n in names)
 
 
 @dataclass
@@ -61,7 +113,7 @@ class DemandForecaster:
     """Per-service online forecaster for the reconcile loop (cheap per cycle, refits every N buckets)."""
 
     def __init__(self, model: str = "auto", step_s: float = 600.0, refit_every: int | None = None,
-                 history_days: float = 28.0, error_window: int | None = None, min_history: int = 12,
+                 history_days: float = 28.0, error_window: int | None = None, min_history: int | None = None,
                  max_stale_steps: int = 3, timezone: str = "UTC") -> None:
         if model not in MODELS:
             from balancer.errors import InputError
@@ -73,7 +125,9 @@ class DemandForecaster:
         self.refit_every = refit_every or max(int(DAY_S / self.step_s), 1)
         self.history = int(history_days * DAY_S / self.step_s)
         self.error_window = error_window or 3 * max(int(DAY_S / self.step_s), 1)
+        # finite buckets a forecast needs; None: `tide_history_s(model)` plus the horizon asked for
         self.min_history = min_history
+        self.tide_s = tide_history_s(model)
         self.max_stale_steps = max_stale_steps   # a forecast needs a real bucket at most this many steps old
         self._svc: dict[str, _Service] = {}
         self.fallback_starts: dict[tuple[str, str], int] = {}   # (service, model) -> times it began falling back
@@ -149,14 +203,14 @@ class DemandForecaster:
         b_now = int(math.floor(now / self.step_s))
         if s.open_bucket is not None and s.open_bucket < b_now:
             self._close_until(s, b_now)
-        if s.first is None or np.isfinite(np.asarray(s.values, float)).sum() < self.min_history:
-            raise ValueError(f"not enough history for {service!r}: need {self.min_history} buckets")
+        self._check_history(service, s, int(horizon_steps))
         finite = np.flatnonzero(np.isfinite(np.asarray(s.values, float)))
         if b_now - (s.first + int(finite[-1])) > self.max_stale_steps + 1:
             # after a telemetry gap (the loop held still, feeding nothing) the history ends hours ago: a forecast
             # issued now would be that old one's, served as fresh; none until the buckets since are real again
-            raise ValueError(f"demand for {service!r} last seen {b_now - s.first - int(finite[-1])} steps ago: "
-                             "no forecast until fresh demand arrives")
+            raise StaleDemand(f"demand for {service!r} last seen {b_now - s.first - int(finite[-1])} steps ago "
+                              f"(at most {self.max_stale_steps + 1} of {self.step_s:g} s): no forecast until fresh "
+                              "demand arrives")
         y = self._series(s)
         # buckets between the last closed one and now were never reported
         missing = b_now - (s.first + len(s.values))
@@ -180,6 +234,21 @@ class DemandForecaster:
         s.issued[b_now] = np.asarray(p50, float)
         s.issued_p90[b_now] = np.asarray(fc.quantiles[0.9], float)
         return fc.to_model(service)
+
+    def _check_history(self, service: str, s: _Service, horizon_steps: int) -> None:
+        """Raise `ShortHistory` while `service` has fewer finite buckets than a forecast needs: `min_history` where
+        given, else its model's `tide_history_s` plus the horizon (`SEASONLESS_BUCKETS` for a model with no season)."""
+        have = int(np.isfinite(np.asarray(s.values, float)).sum()) if s.first is not None else 0
+        if self.min_history is not None or not self.tide_s:
+            need = self.min_history if self.min_history is not None else SEASONLESS_BUCKETS
+            if have < need:
+                raise ShortHistory(f"not enough history for {service!r}: need {need} buckets")
+            return
+        need = math.ceil(self.tide_s / self.step_s) + horizon_steps
+        if have < need:
+            raise ShortHistory(f"{service}: {_hours(have * self.step_s)} of demand history, a forecast needs "
+                               f"{_hours(need * self.step_s)} ({_hours(self.tide_s)} of seasons for {self.model}, "
+                               f"plus the {_hours(horizon_steps * self.step_s)} horizon)", tide=True)
 
     def _note_fallbacks(self, service: str, s: _Service, now: dict[str, str]) -> None:
         """Log and count the models that began (or stopped) being served by persistence for `service`."""
@@ -235,3 +304,8 @@ class DemandForecaster:
     def forget(self, service: str) -> None:
         """Drop everything kept for `service` (its demand history, model, stored forecasts and errors)."""
         self._svc.pop(service, None)
+
+
+def _hours(seconds: float) -> str:
+    """`3600` -> `1 h`, `5400` -> `1.5 h`, `600` -> `0.17 h`."""
+    return f"{seconds / 3600:.3g} h"

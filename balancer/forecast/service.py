@@ -85,6 +85,12 @@ class ServiceForecaster:
     hotspot protection); a service whose fit waits keeps its previous forecast for that cycle, or has none yet
     (the capacity planner then holds it, or follows its demand up).
 
+    A service whose forecast the online forecaster refuses (too little history for a tidal forecast: a new or
+    renamed service, or one whose past Prometheus lost; or demand last seen longer ago than a forecast may be issued
+    from) gets none either, and the planner holds it: the refusal is logged as a warning once while it lasts (again
+    if its reason changes), and its end at info. `unseeded()` lists the services whose history is too short for
+    their model's daily season too (the ``gputide_forecast_history_waiting`` gauge).
+
     A service no snapshot has shown for `forget_after_s` (a day: deleted or renamed, not a telemetry gap) is
     forgotten, its history and model included, so a controller running for months does not keep every service it
     ever saw; if it comes back it is seeded again from its history."""
@@ -102,12 +108,14 @@ class ServiceForecaster:
         self.seeds = HistorySeeds(history)
         self.last: dict[str, Forecast] = {}
         self.seen: dict[str, float] = {}   # service -> the last snapshot time that showed it
+        self.refused: dict[str, str] = {}  # service -> why its forecast is refused now (`_refused`)
 
     def _forget_gone(self, now: float) -> None:
         for name in [n for n, t in self.seen.items() if now - t > self.forget_after_s]:
             log.info("forecaster: forgetting %s, not seen for %.0f h", name, (now - self.seen.pop(name)) / 3600)
             self.seeds.forget(name)
             self.last.pop(name, None)
+            self.refused.pop(name, None)
             if hasattr(self.online, "forget"):
                 self.online.forget(name)
 
@@ -116,8 +124,9 @@ class ServiceForecaster:
         return self.seeds.seeded
 
     def unseeded(self) -> list[str]:
-        """The services seen that wait for their history (a query failed): no forecast meanwhile."""
-        return sorted(n for n in self.seen if n not in self.seeds.seeded)
+        """The services seen that wait for their history (a query failed, or what was read and observed since is
+        too short for a forecast): no forecast meanwhile."""
+        return sorted(n for n in self.seen if n not in self.seeds.seeded or self.refused.get(n) == "tide")
 
     def _seed(self, name: str, now: float) -> bool:
         """Seed `name` if its history can be read now; False while it cannot."""
@@ -149,10 +158,22 @@ class ServiceForecaster:
                 fits += 1
             try:
                 out[name] = self.last[name] = self.online.forecast(name, snap.time, self.steps)
-            except ValueError as exc:   # not enough history for this service yet (nothing was fitted)
+            except ValueError as exc:   # too little history, or stale demand (nothing was fitted)
                 fits -= 1 if due is not None and due(name, snap.time) else 0
-                log.debug("no forecast for %s: %s", name, exc)
+                self._refused(name, exc)
+                continue
+            if self.refused.pop(name, None) is not None:
+                log.info("forecast for %s again: the capacity planner may lend its replicas", name)
         return out
+
+    def _refused(self, name: str, exc: ValueError) -> None:
+        """Log a refused forecast: a warning when it starts (or its reason changes), debug while it lasts."""
+        why = "tide" if getattr(exc, "tide", False) else type(exc).__name__
+        if self.refused.get(name) == why:
+            log.debug("no forecast for %s: %s", name, exc)
+            return
+        self.refused[name] = why
+        log.warning("no forecast for %s, the capacity planner holds its replicas: %s", name, exc)
 
     def rolling_error(self, service: str, horizon: str) -> float:
         return self.online.rolling_error(service, horizon)
