@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import logging
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -119,10 +120,34 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
                                       forecast_history_days(args.forecast_history or "14d"), step, cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
-    online = DemandForecaster(model=args.forecast_model or "mstl", step_s=step, history_days=MOST_FORECAST_HISTORY_D,
-                              timezone=policy.forecast.timezone)   # the calendar the demand follows (DST)
+    model = args.forecast_model or "mstl"
+    calendar_unread(model, policy.forecast.timezone)
+    online = DemandForecaster(model=model, step_s=step, history_days=MOST_FORECAST_HISTORY_D,
+                              timezone=policy.forecast.timezone,   # the calendar the demand follows (DST)
+                              max_stale_steps=stale_steps(interval, step))
     forecaster = ServiceForecaster(online, horizon, history=history)
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
+
+
+def stale_steps(interval_s: float, step_s: float) -> int:
+    """How many forecast steps old a service's latest demand may be for a forecast (`DemandForecaster`'s
+    `max_stale_steps`): the steps one cycle spans, plus the 3 a short telemetry gap may leave. A bucket gets a
+    sample only once a cycle, so with a cycle longer than ~4 steps a fixed 3 refused every forecast, for ever."""
+    return math.ceil(interval_s / step_s) + 3
+
+
+def calendar_unread(model: str, timezone: str) -> bool:
+    """Warn (and say True) when `spec.forecast.timezone` names a zone other than UTC that `model` cannot read: only
+    the models with a calendar (`balancer.forecast.base.make` sets their ``tz``) follow local time across DST."""
+    from balancer.forecast.base import MODELS, make
+
+    if timezone == "UTC" or hasattr(make(model), "tz"):
+        return False
+    readers = ", ".join(sorted(m for m in MODELS if hasattr(make(m), "tz")))
+    log.warning("spec.forecast.timezone %s is not read by the %s forecast model, which has no calendar: its daily "
+                "season is a fixed 24 h, so after a DST change its daily shape is an hour off in local time until it "
+                "re-learns it; the models that read the zone: %s (--forecast-model)", timezone, model, readers)
+    return True
 
 
 class ShardBound:
