@@ -105,8 +105,10 @@ class ForecastPolicy:
     horizon_s: float = _f(3600.0, "how far ahead to forecast", 60, 86400 * 7)
     step_s: float = _f(300.0, "forecast resolution", 10, 86400)
     quantile: float = _f(0.9, "the forecast quantile planners size capacity for", 0.5, 0.999)
-    timezone: str = _f("UTC", "time zone of the demand's day and week: same time yesterday / last week and the "
-                              "hour of day are read in its local time, across DST changes")
+    timezone: str = _f("UTC", "time zone of the demand's day and week for the models with a calendar (auto, "
+                              "gbm, profile, seasonal_naive_daily/weekly): same time yesterday / last week and the "
+                              "hour of day are read in its local time, across DST changes; mstl (the default), "
+                              "holt_winters and persistence ignore it (`gputide run` warns at start)")
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,8 @@ class ControllerMetrics:
             "candidates included), per service and model.", ["service", "model"], registry=r))
         self.forecast_history_waiting = _LabelledGauge(Gauge(
             "gputide_forecast_history_waiting", "1 while a service's demand history could not be read from Prometheus "
-            "(asked again each cycle): it has no forecast meanwhile, and the capacity planner holds it.", ["service"],
+            "(asked again each cycle), or holds less than its model's daily season plus the horizon: it has no "
+            "forecast meanwhile, and the capacity planner holds it.", ["service"],
             registry=r))
         self.capacity = Gauge("gputide_capacity_gpus", "GPUs by class: inference, training, loaned (inference GPUs "
                               "lent to training, part of training), idle.", ["class"], registry=r)
