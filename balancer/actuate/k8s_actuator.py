@@ -52,8 +52,11 @@ when, under which holds, per shard). How each action reaches the cluster:
                     A resize never stops more running workers than the plan meant (`previous_workers - workers`,
                     what the safety guard charged): a Job running more than the plan saw (workers on a node without
                     an exporter, the Job grown since) gets the size that stops just those (runs 8, saw 6, reclaim
-                    to 4: 6), its quota moved for the workers removed; pending workers do not count (the Job
-                    controller deletes those first), so a Job asking for more workers than run is resized as before.
+                    to 4: 6), never below its elastic minimum (its pods' `gputide.io/elastic-min`), its quota moved
+                    for the workers removed; pending workers do not count (the Job controller deletes those first),
+                    so a Job asking for more workers than run is resized as before. A stop is never cut to a
+                    resize: the Job is stopped whole as above, workers the plan did not see included (the detail
+                    says so).
                     A shrink never raises a Job's size: one at or below its target (its owner shrank it since the
                     plan's view) or stopped by gputide is left as it is, nothing written, applied ("(already)";
                     `k8s_jobs`, `k8s_training`).

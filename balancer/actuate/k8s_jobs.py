@@ -23,7 +23,10 @@ where the Job runs more than the plan saw, a smaller cut is written (`seen_size`
 Job controller's choice (`activePodsForRemoval`, pkg/controller/job): an Indexed Job's pods whose index is at or
 beyond its completions first, whatever their phase (an Elastic Indexed Job shrunk to N loses indexes N and up), then
 pending before running (not-ready < ready, unscheduled < scheduled, pending < running), so pending workers are
-stopped first and cost no running one. A shrink never raises a Job's size (`raises`).
+stopped first and cost no running one. That smaller cut never goes below the Job's elastic minimum (its pods'
+`gputide.io/elastic-min`, `elastic_floor`), the fewest workers it runs with. A stop (0 workers) is never cut: the
+Job is suspended whole, its unseen workers too (`stops_unseen` tells). A shrink never raises a Job's size
+(`raises`).
 
 gputide's hotspot shrink is recorded on the Job it resized, in the same patch: the annotation `gputide.io/shrunk`,
 `{"from": workers before, "to": workers it left}`, removed by the give-back. A restarted controller or a new leader
@@ -45,6 +48,7 @@ from typing import Any
 
 from balancer import colocation_record as colocation
 from balancer.actions import ScaleTraining
+from balancer.actuate.k8s_pods import elastic_bounds
 from balancer.errors import PermanentActuationError
 
 Json = dict[str, Any]
@@ -119,8 +123,29 @@ def workers_asked(job: Json) -> int:
 def may_stop_unseen(job: Json, workers: int, previous: int) -> bool:
     """Whether resizing the Job to `workers` could stop running workers beyond the `previous - workers` the plan
     meant: only a size below the Job's own on a Job that asks for more than the plan saw run (its running workers
-    never exceed what it asks for), so the common resize, of a Job asking for what the plan saw, reads no pods."""
-    return workers < size(job) and size(job) > previous
+    never exceed what it asks for), so the common resize, of a Job asking for what the plan saw, reads no pods. A
+    stop (0 workers) never is one: it stops the Job whole, unseen workers too (`stops_unseen`)."""
+    return 0 < workers < size(job) and size(job) > previous
+
+
+def stops_unseen(job: Json, workers: int, previous: int) -> str:
+    """What a stop (`workers` 0) of a Job asking for more workers than the `previous` the plan saw run stops beyond
+    them, for the action's detail ("" otherwise). A stop is never cut to a smaller resize: the planners stop a Job
+    they cannot shrink below its elastic minimum, and a Job left running a few workers would hold GPUs, unlabelled
+    and below that minimum."""
+    if workers or size(job) <= previous:
+        return ""
+    return (f"it asks for {size(job)} workers, more than the {previous} the plan saw run: all stopped, workers the "
+            "plan did not see included (a stop is never cut to a resize)")
+
+
+def elastic_floor(job: Json) -> int:
+    """The fewest workers the Job runs with: its pods' `gputide.io/elastic-min` (from its template, read as the
+    planners read a pod's, `k8s_pods.elastic_bounds`: 0 unless elastic), capped by what it can still run."""
+    template = (job.get("spec") or {}).get("template") or {}
+    floor = elastic_bounds((template.get("metadata") or {}).get("annotations") or {})[0]
+    limit = worker_limit(job)
+    return floor if limit is None else min(floor, limit)
 
 
 def raises(job: Json, workers: int, previous: int, stopped: bool) -> bool:
@@ -171,19 +196,22 @@ def _stops(job: Json, running: list[Json], n: int) -> int:
 
 def seen_size(job: Json, pods: list[Json], workers: int, previous: int) -> int:
     """The size to write for the plan's resize of the Job to `workers` (below its own size), `previous` running as
-    the plan saw it, `pods` those under its selector: the least from `workers` up that stops no more of its running
-    workers than the `previous - workers` the plan meant (none for a grow); its own size when every smaller one
-    would (nothing to write)."""
+    the plan saw it, `pods` those under its selector: the least from `workers` and the Job's elastic minimum
+    (`elastic_floor`) up that stops no more of its running workers than the `previous - workers` the plan meant (none
+    for a grow); its own size when every smaller one would (nothing to write)."""
     running, meant = _running(job, pods), max(previous - workers, 0)
-    return next((n for n in range(workers, size(job)) if _stops(job, running, n) <= meant), size(job))
+    least = max(workers, elastic_floor(job))
+    return next((n for n in range(least, size(job)) if _stops(job, running, n) <= meant), size(job))
 
 
 def seen_note(job: Json, pods: list[Json], workers: int, written: int, previous: int) -> str:
     """Why `written` and not the plan's `workers` (`seen_size`), for the action's detail."""
     running, meant = running_workers(job, pods), max(previous - workers, 0)
     cut = f"resized to {written}" if written < size(job) else f"left at {size(job)}"
+    floor = elastic_floor(job)
+    held = f" and none below its elastic minimum {floor}" if written == floor > workers else ""
     return (f"it runs {running} workers, more than the {previous} the plan saw: {cut}, not {workers}, so that no more "
-            f"than the {meant} running workers the plan meant stop")
+            f"than the {meant} running workers the plan meant stop{held}")
 
 
 def shrink_note(before: int, left: int) -> str:

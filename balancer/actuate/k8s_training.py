@@ -51,7 +51,12 @@ the Job runs more than the plan saw, writing the plan's size would stop workers 
 running and shrinks to 2, the Job runs 8: 6 stopped). The size written then stops no more running workers than the
 plan meant (`k8s_jobs.seen_size`; 8 - (4 - 2) = 6, the detail says so; a Job Kueue restarts whole to resize
 restarts every worker all the same, and keeps the plan's cut), its shrink records tell that cut, and the Kueue
-quota given back is that of the workers the size written removes. It is never refused: a Job whose unseen workers
+quota given back is that of the workers the size written removes; that size is never below the Job's elastic
+minimum (its pods' `gputide.io/elastic-min`: the plan saw 6 and shrinks to 1, the Job runs 8 and runs with 4 at
+least: 4, not 3). A stop (0 workers: the capacity planner stops a Job it cannot shrink below its elastic minimum) is
+never cut to a resize: the Job is suspended whole, the workers the plan did not see too, and the detail says so
+(`k8s_jobs.stops_unseen`); a Job left running 2 of its 8 workers, below its minimum and unlabelled, would hold its
+GPUs and never be resumed as a stopped one. A resize is never refused: a Job whose unseen workers
 no later view counts either (their node has no exporter) would be refused every cycle, and a reclaim of loaned
 GPUs must go through. A size that would stop running workers where the plan meant none (a grow planned for a Job
 that runs more than its target) is not written. Its pods are read (Running, controlled by the Job, not being
@@ -84,6 +89,7 @@ from balancer.actuate.k8s_jobs import (
     seen_note,
     seen_size,
     shrink_patch,
+    stops_unseen,
     workers_asked,
 )
 from balancer.actuate.k8s_jobs import size as job_size
@@ -201,14 +207,15 @@ class TrainingJobs:
     def _written(self, job: _Job, obj: Json, workers: int, previous: int) -> tuple[int | None, str]:
         """The size to write for the plan's `workers` (None: nothing, the Job left as it is) and why it differs ("":
         it does not). A shrink never raises the Job's size (`k8s_jobs.raises`); a size below the Job's own on a Job
-        asking for more than the plan saw run stops no more running workers than the plan meant
-        (`k8s_jobs.seen_size`, from its pods read now)."""
+        asking for more than the plan saw run stops no more running workers than the plan meant, nor goes below its
+        elastic minimum (`k8s_jobs.seen_size`, from its pods read now); a stop stops it whole, its unseen workers too
+        (`k8s_jobs.stops_unseen`: the note)."""
         if raises(obj, workers, previous, job.stopped):
             asks = "is stopped" if job.stopped else f"asks for {job_size(obj)}"
             return None, (f"the plan's shrink from {previous} to {workers} workers would raise it: it {asks} (resized "
                           "since the plan's view); nothing written")
-        if job.stopped or not may_stop_unseen(obj, workers, previous):
-            return workers, ""
+        if job.stopped or not may_stop_unseen(obj, workers, previous):   # a stop stops it whole, never cut
+            return workers, "" if job.stopped else stops_unseen(obj, workers, previous)
         selector = pod_selector(obj)
         pods = self.api(f"pods of {job.what}", self.api.core.list_namespaced_pod, job.ns,
                         field_selector="status.phase=Running", **({"label_selector": selector} if selector else {}))

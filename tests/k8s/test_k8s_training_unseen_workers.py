@@ -69,7 +69,6 @@ def parallelism(kube: FakeKube) -> int:
     ("size", "running", "workers", "previous", "expected"),
     [
         pytest.param(8, 8, 2, 4, 6, id="the plan saw 4 running and shrinks to 2, the Job runs 8: 2 stop, not 6"),
-        pytest.param(8, 6, 0, 4, 2, id="the plan stops a Job it saw run 4, it runs 6: 4 stop, 2 run on"),
         pytest.param(6, 5, 2, 4, 3, id="one worker more than the plan saw, the rest pending: 2 running stop"),
     ],
 )
