@@ -21,8 +21,10 @@ forecasts again after a refit is logged too and leaves `fallbacks()`. `timezone`
 `forecast.timezone`, an IANA name) is the local time models with a calendar read days and weeks in.
 
 A forecast is refused (`ShortHistory`, a `ValueError`) until the service has the history a tidal forecast needs:
-`tide_history_s` of finite demand (the model's daily season, as many times as the model needs to fit it) plus the
-horizon asked for. A forecast from an hour of night demand is flat, and the capacity planner would lend the
+`tide_history_s` of demand (the model's daily season, as many times as the model needs to fit it) plus the horizon
+asked for, measured as the span from its first real bucket to its last (`covered_buckets`): a gap no longer than a
+forecast may be issued across (`max_stale_steps` + 1, a cycle: with a cycle of 5 steps only 1 bucket in 5 gets a
+sample) counts as covered, a longer outage does not. A forecast from an hour of night demand is flat, and the capacity planner would lend the
 service's GPUs just before the morning rise (a new or renamed service, or any after Prometheus lost its data). A
 forecast is refused too (`StaleDemand`) while the latest real bucket is more than `max_stale_steps` old.
 """
@@ -236,14 +238,16 @@ class DemandForecaster:
         return fc.to_model(service)
 
     def _check_history(self, service: str, s: _Service, horizon_steps: int) -> None:
-        """Raise `ShortHistory` while `service` has fewer finite buckets than a forecast needs: `min_history` where
-        given, else its model's `tide_history_s` plus the horizon (`SEASONLESS_BUCKETS` for a model with no season)."""
-        have = int(np.isfinite(np.asarray(s.values, float)).sum()) if s.first is not None else 0
+        """Raise `ShortHistory` while `service` has less history than a forecast needs: `min_history` finite buckets
+        where given (`SEASONLESS_BUCKETS` for a model with no season), else its model's `tide_history_s` plus the
+        horizon, covered (`covered_buckets`)."""
         if self.min_history is not None or not self.tide_s:
+            have = int(np.isfinite(np.asarray(s.values, float)).sum()) if s.first is not None else 0
             need = self.min_history if self.min_history is not None else SEASONLESS_BUCKETS
             if have < need:
                 raise ShortHistory(f"not enough history for {service!r}: need {need} buckets")
             return
+        have = covered_buckets(s.values, self.max_stale_steps + 1)
         need = math.ceil(self.tide_s / self.step_s) + horizon_steps
         if have < need:
             raise ShortHistory(f"{service}: {_hours(have * self.step_s)} of demand history, a forecast needs "
@@ -304,6 +308,17 @@ class DemandForecaster:
     def forget(self, service: str) -> None:
         """Drop everything kept for `service` (its demand history, model, stored forecasts and errors)."""
         self._svc.pop(service, None)
+
+
+def covered_buckets(values, max_gap: int) -> int:
+    """Buckets of history `values` covers: from its first finite bucket to its last, where a run of empty buckets
+    between two finite ones counts when they are at most `max_gap` steps apart (a cycle longer than the step fills
+    one bucket in several; a forecast is issued across such a gap) and an outage longer than that does not."""
+    finite = np.flatnonzero(np.isfinite(np.asarray(values, float)))
+    if not finite.size:
+        return 0
+    apart = np.diff(finite)
+    return int(1 + np.where(apart <= max_gap, apart, 1).sum())
 
 
 def _hours(seconds: float) -> str:

@@ -91,3 +91,30 @@ def test_the_seven_days_the_demos_seed_forecast_from_the_first_cycle_with_every_
         sf = ServiceForecaster(DemandForecaster(model=model, step_s=3600.0), 3 * 3600,
                                history=lambda s, n: history(168).resample("1h").mean())
         assert "chat" in sf(snap(NOW)), model
+
+
+def test_one_bucket_in_five_filled_by_a_five_minute_cycle_forecasts_after_the_span_not_five_times_later():
+    """step_s 60 s and --interval 5m fill one bucket in five: counting finite buckets made a service wait 250 h of
+    live cycles for its 50 h (after 240 h: 'chat: 48 h of demand history'). The span covered counts; a 6 h outage
+    does not (its service still waits at 55 h, 48.9 h covered)."""
+    from balancer.cmd._run_parts import stale_steps
+    from balancer.forecast.online import ShortHistory
+
+    step, interval, horizon = 60.0, 300.0, 135   # the 2.25 h of the refusal message, at 60 s steps
+    online = DemandForecaster(model="mstl", step_s=step, max_stale_steps=stale_steps(interval, step))
+    outage = (DAY0 + 30 * 3600, DAY0 + 36 * 3600)
+
+    def live(until: float, since: float = DAY0) -> None:
+        for t in np.arange(since, until, interval):
+            online.update("chat", t, float(demand(t)))
+            if not outage[0] <= t < outage[1]:
+                online.update("gap", t, float(demand(t)))
+
+    live(DAY0 + 49.5 * 3600)
+    with pytest.raises(ShortHistory, match=r"chat: 49.\d h of demand history, a forecast needs 50.2 h"):
+        online.forecast("chat", DAY0 + 49.5 * 3600, horizon)
+    live(DAY0 + 51 * 3600, DAY0 + 49.5 * 3600)
+    assert online.forecast("chat", DAY0 + 51 * 3600, horizon).service == "chat"
+    live(DAY0 + 55 * 3600, DAY0 + 51 * 3600)
+    with pytest.raises(ShortHistory, match=r"gap: 48.9 h of demand history"):
+        online.forecast("gap", DAY0 + 55 * 3600, horizon)
