@@ -2,7 +2,8 @@
 
 `kubernetes_sources`: what the metrics cannot say of pods and nodes, listed once and followed by watches;
 `capacity_parts`: the capacity planner and the demand forecaster, when the policy turns capacity shifting on;
-`capacity_flags` / `forecast_history_days`: the checks of the forecaster's flags (exit 2 naming the flag);
+`capacity_flags` / `forecast_history_days`: the checks of the forecaster's flags (exit 2 naming the flag), and
+`history_short` the warning for a --forecast-history shorter than the forecast model needs;
 `keep_ledger`: where the safety ledger survives a restart (`--ledger-file`, the Lease), or a warning that it does not;
 `bound_to_shard`: a shard's actuator, which refuses actions on nodes that left the shard since they were planned and
 keeps its housekeeping and recovery to the shard's own nodes.
@@ -33,6 +34,7 @@ log = logging.getLogger("balancer.cmd.run")   # `gputide run`'s log
 # the forecaster keeps this much of a service's demand and drops anything older: more history is read and fitted
 # for nothing (a 1400d typo read years at a coarse step), so --forecast-history stops here
 MOST_FORECAST_HISTORY_D = 28.0
+DEFAULT_FORECAST_HISTORY = "14d"   # --forecast-history's default
 CAPACITY_FLAGS = (("--forecast-model", "forecast_model"), ("--forecast-history", "forecast_history"),
                   ("--demand-query", "demand_query"))
 
@@ -116,8 +118,9 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     profiles = profiles if profiles is not None else load_profiles(args.services)
     cap = CapacityPolicy.from_config(policy.capacity)
     step = policy.forecast.step_s
-    history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY,
-                                      forecast_history_days(args.forecast_history or "14d"), step, cluster=args.cluster)
+    history_d = forecast_history_days(args.forecast_history or DEFAULT_FORECAST_HISTORY)
+    history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY, history_d, step,
+                                      cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
     model = args.forecast_model or "mstl"
@@ -126,7 +129,23 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
                               timezone=policy.forecast.timezone,   # the calendar the demand follows (DST)
                               max_stale_steps=stale_steps(interval, step))
     forecaster = ServiceForecaster(online, horizon, history=history)
+    history_short(args.forecast_history or DEFAULT_FORECAST_HISTORY, history_d, model,
+                  online.tide_s and online.tide_s + forecaster.steps * step)   # persistence: 12 buckets, no tide
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
+
+
+def history_short(text: str, history_d: float, model: str, need_s: float) -> bool:
+    """Warn (and say True) when --forecast-history (`text`, `history_d` days) reads less demand than `model` needs
+    for a forecast (`need_s`: its `tide_history_s` plus the horizon asked for): each service then waits for the rest
+    in live cycles, held from lending, and as that history is kept in memory only, a controller restarted more often
+    than that never forecasts. A warning, not a refusal: an operator may accept the wait."""
+    if history_d * 86400.0 >= need_s:
+        return False
+    log.warning("--forecast-history %s reads less demand history than the %s forecast model needs (%.3g h: its daily "
+                "season plus the forecast horizon): each service gets no forecast, and lends none of its replicas, "
+                "until the rest is watched live, and history is not kept across a restart", text, model,
+                need_s / 3600)
+    return True
 
 
 def stale_steps(interval_s: float, step_s: float) -> int:

@@ -27,9 +27,11 @@ WEEK = pd.Series(100.0 + np.arange(7 * 1440) % 50,
                  index=pd.date_range(pd.Timestamp(T0 - 7 * 86400, unit="s", tz="UTC"), periods=7 * 1440, freq="60s"))
 
 
-def parts(interval: float, step: float = STEP, timezone: str = "UTC", model: str | None = None):
+def parts(interval: float, step: float = STEP, timezone: str = "UTC", model: str | None = None,
+          history: str | None = None):
     argv = ["run", "--dry-run", "--prometheus=http://prometheus:9090", "--services", "unused.yaml"]
-    args = build_parser().parse_args(argv + (["--forecast-model", model] if model else []))
+    argv += (["--forecast-model", model] if model else []) + (["--forecast-history", history] if history else [])
+    args = build_parser().parse_args(argv)
     base = BalancerPolicy()
     policy = dataclasses.replace(base, capacity=dataclasses.replace(base.capacity, enabled=True),
                                  forecast=dataclasses.replace(base.forecast, step_s=step, timezone=timezone))
@@ -76,3 +78,28 @@ def test_a_time_zone_the_model_has_no_calendar_for_is_warned_about_at_start(capl
     assert bool(said) == warned and calendar_unread(model, timezone) == warned
     if warned:
         assert f"spec.forecast.timezone {timezone} is not read by the {model} forecast model" in said[0]
+
+
+
+@pytest.mark.parametrize("model, history, need, enough", [
+    ("mstl", "24h", "50.2 h", "3d"), (None, "2d", "50.2 h", None), ("seasonal_naive_weekly", "7d", "170 h", None),
+    ("persistence", None, None, "1h")])
+def test_a_forecast_history_shorter_than_the_model_needs_is_warned_about_at_start(caplog, model, history, need,
+                                                                                  enough):
+    """--forecast-history 24h with mstl (50.2 h with the horizon) was accepted silently: each service waited two
+    days of live cycles, and a controller restarted more often (history is in memory only) never forecast. A history
+    that covers the model (the 14d default does for every one; persistence needs no tide) is not warned about."""
+    def warned(history: str | None) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="balancer.cmd.run"):
+            assert parts(30.0, 300.0, model=model, history=history)[1] is not None   # a warning, not a refusal
+        return [r.getMessage() for r in caplog.records if "--forecast-history" in r.getMessage()]
+
+    assert warned(enough) == []
+    if need is None:
+        assert warned("1m") == []
+        return
+    said = warned(history)
+    assert len(said) == 1, said
+    assert f"--forecast-history {history} reads less" in said[0] and f"the {model or 'mstl'} forecast" in said[0]
+    assert f"needs ({need}:" in said[0]
