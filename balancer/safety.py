@@ -438,7 +438,7 @@ def _reclaimed(actions: list[Action], snapshot: ClusterSnapshot) -> dict[str, li
     of this kind refuses a reclaim, so the other disruption of its job is the one refused wherever it comes."""
     out: dict[str, list[Action]] = {}
     for a in actions:
-        if isinstance(a, ScaleTraining) and a.reclaim and (owner := _disrupted_owner(a, snapshot)) is not None:
+        if _reclaim(a) and (owner := _disrupted_owner(a, snapshot)) is not None:   # a scale-up disrupts no owner
             out.setdefault(owner, []).append(a)
     return out
 

@@ -171,7 +171,7 @@ class TrainingJobs:
             # its shrink records (`_records`) tell the cut written: the plan's, from the workers running
             cut = {"workers": written, "previous_workers": previous + written - workers}
             workers, action = written, replace(action, **cut) if action else None
-            size = resize(obj, workers, what) if workers else {}
+            size = resize(obj, workers, what)   # `written` is never a stop (`_written`)
         # quota follows the Job as it is, not the plan's `previous` (read from a snapshot, which can lag a resize
         # gputide or anyone else made): a stopped Job holds none, else what Kueue admits it for
         asked = 0 if job.stopped else workers_asked(obj)
