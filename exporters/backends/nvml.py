@@ -46,20 +46,14 @@ unsupported fields stay unsupported, the others are errors) and its XID becomes 
 never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started) is left out, the others
 served (`exporters.backends.nvml_identity`).
 
-NVML itself can stop answering under the exporter or the power-cap agent: ``NVMLError_Uninitialized`` (another user
-of the library in this process shut it down), ``NVMLError_DriverNotLoaded``, ``NVMLError_LibRmVersionMismatch`` (the
-driver unloaded or reloaded). The read stops at the first; from then every field of every GPU is NaN and an error (a
-field the GPU is known not to have stays unsupported), its XID too: no series, never a 0. Each later read (`read()`,
-and the agent's `power_limits()`, once per sync) first tries once to initialise NVML again
-(`exporters.backends.nvml_init`: logged and counted in `nvml_reinit_failures` when it fails, never failing the
-scrape), then serves the GPUs NVML names now, as a restarted exporter would: each named by index and UUID and
-labelled with the index NVML gives it now (a handle is valid for one initialisation only, and a reload may move an
-index). A served GPU NVML no longer names is no longer served (no series, not counted in ``gputide_exporter_gpus``;
-logged at ERROR); one it names that was not served is served from then (a reload, or a GPU reset, bringing it back).
-Everything NVML said under the previous initialisation (unsupported fields, batches, GPM and MIG mode, memory version
-2, the XID event set, minor numbers) is asked anew and its GPM samples dropped; the last XID heard of each GPU still
-served is kept, by UUID. NVML counts its GPUs once per initialisation: a GPU that appears without one is served only
-after the next re-initialisation or a restart. The collector follows each reading's `identity`.
+NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
+Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
+GPU is NaN and an error (a field the GPU is known not to have stays unsupported), its XID too: no series, never a 0.
+Each later read (`read()`, and the agent's `power_limits()`, once per sync) first tries once to initialise NVML again,
+then serves the GPUs NVML names now, as a restarted exporter would (`_serve`: a GPU no longer named is no longer
+served, a new one is, labels follow NVML's index, everything said under the previous initialisation is asked anew,
+the last XID kept by UUID). NVML counts its GPUs once per initialisation: a GPU that appears without one is served
+only after the next re-initialisation or a restart. The collector follows each reading's `identity`.
 
 Power-cap agent: `apply_power_caps({uuid: watts})` sets ``nvmlDeviceSetPowerManagementLimit`` (milliwatts)
 between the GPU's minimum and its *default* limit, never above it, and `power_limits()` answers where each GPU's
@@ -212,14 +206,8 @@ class NvmlBackend:
                 return self._blind()
 
     def _answers(self) -> bool:
-        """Whether NVML answers, after one attempt to initialise it again where it did not (then the GPUs it names
-        now are served: `_serve`)."""
-        if self._init.down is None:
-            return True
-        gpus = self._init.restart([g.uuid for g in self.identity])
-        if gpus is not None:
-            self._serve(gpus)
-        return gpus is not None
+        """Whether NVML answers, after one attempt to initialise it again where it did not (`NvmlInit.answers`)."""
+        return self._init.answers([g.uuid for g in self.identity], self._serve)
 
     def _read(self) -> GpuReadings:
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
@@ -417,11 +405,8 @@ class NvmlBackend:
         """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused,
         every GPU while NVML does not answer (never initialised again here: `power_limits` is)."""
         with self._lock:
-            if self._init.down is not None:
-                raise PowerCapError({}, dict.fromkeys(caps, self._init.why()))
-            if self._limits_read not in (None, self._init.reinits):   # the caps were judged on the old GPUs' limits
-                raise PowerCapError({}, dict.fromkeys(caps, "NVML was initialised again since the power limits were "
-                                                             "read: set at the next sync"))
+            if why := self._init.refusal(self._limits_read):
+                raise PowerCapError({}, dict.fromkeys(caps, why))
             return self._power.apply_power_caps(caps)
 
     def power_limits(self) -> dict[str, PowerLimit]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from exporters.backends.nvml_identity import Gpus, identify
@@ -65,6 +65,24 @@ class NvmlInit:
     def why(self) -> str:
         """What says NVML does not answer, for a caller that refuses its work meanwhile."""
         return f"NVML does not answer ({type(self.down).__name__}: {self.down}), initialised again at the next read"
+
+    def answers(self, served: Sequence[str], serve: Callable[[Gpus], None]) -> bool:
+        """Whether NVML answers, after one `restart` where it did not; `serve` is handed the GPUs it names then."""
+        if self.down is None:
+            return True
+        gpus = self.restart(served)
+        if gpus is not None:
+            serve(gpus)
+        return gpus is not None
+
+    def refusal(self, limits_read: int | None) -> str | None:
+        """Why no power limit may be set now, or None: NVML does not answer, or it was initialised again since the
+        limits the caps were judged on were read (`limits_read`: `reinits` then; None: never read)."""
+        if self.down is not None:
+            return self.why()
+        if limits_read not in (None, self.reinits):
+            return "NVML was initialised again since the power limits were read: set at the next sync"
+        return None
 
     def restart(self, served: Sequence[str]) -> Gpus | None:
         """``nvmlInit`` again and the GPUs NVML names now, or None (still unusable: counted, logged). `served`: the
