@@ -387,9 +387,7 @@ class SafetyGuard:
             if (owner := _disrupted_owner(a, snapshot)) is not None:   # its other kinds' cooldown (a reclaim too)
                 last[_disruption_key(a.kind, owner)] = now
             evictions += [now] * _evictions(a, snapshot)
-            if isinstance(a, Migrate):
-                w = snapshot.workload_by_name.get(a.workload)
-                owner = (w.owner or w.name) if w else a.workload
+            if isinstance(a, Migrate):   # `owner`: its pod's owner (`_disrupted_owner` names one for every migration)
                 migrations.append((now, snapshot.gpus[a.source_gpus[0]].node, a.target_node, owner))
         return SafetyLedger(MappingProxyType(last), tuple(evictions), tuple(migrations))
 
