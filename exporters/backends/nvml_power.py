@@ -29,18 +29,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from exporters.backends.nvml_init import NvmlInit
 from exporters.power_caps import PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
 
 class NvmlPowerCaps:
-    """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`); None: NVML's errors are all GPUs'."""
+    """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`)."""
 
-    def __init__(self, nvml: Any, handles: Mapping[str, Any], init: Any = None) -> None:
+    def __init__(self, nvml: Any, handles: Mapping[str, Any], init: NvmlInit) -> None:
         self.nvml, self.init = nvml, init
         self.handles = dict(handles)
-        self.gone: tuple[type[Exception], ...] = () if init is None else init.gone
+        self.gone = init.gone
 
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
         nvml = self.nvml
@@ -51,7 +52,7 @@ class NvmlPowerCaps:
             if h is None:
                 log.warning("power cap for unknown GPU %s ignored", uuid)
                 continue
-            if self.init is not None and self.init.down is not None:   # NVML stopped at an earlier GPU
+            if self.init.down is not None:   # NVML stopped at an earlier GPU
                 refused[uuid] = self.init.why()
                 continue
             try:
