@@ -49,6 +49,7 @@ from typing import Any
 from balancer import colocation_record as colocation
 from balancer.actions import ScaleTraining
 from balancer.actuate.k8s_pods import elastic_bounds
+from balancer.actuate.kubernetes import controller_ref
 from balancer.errors import PermanentActuationError
 
 Json = dict[str, Any]
@@ -163,11 +164,10 @@ def pod_selector(job: Json) -> str:
 
 
 def _controlled_by(pod: Json, job: Json) -> bool:
-    meta = job.get("metadata") or {}
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Job":
-            return ref.get("uid") == meta["uid"] if meta.get("uid") else ref.get("name") == meta.get("name")
-    return False
+    meta, ref = job.get("metadata") or {}, controller_ref(pod.get("metadata") or {}) or {}
+    if ref.get("kind") != "Job":
+        return False
+    return ref.get("uid") == meta["uid"] if meta.get("uid") else ref.get("name") == meta.get("name")
 
 
 def _running(job: Json, pods: list[Json]) -> list[Json]:
