@@ -85,7 +85,6 @@ class LedgerHandover:
     controller's metrics; None: a private one)."""
 
     def __init__(self, elector: Any, registry: CollectorRegistry | None = None, file: Any = None) -> None:
-        self.elector = elector
         self.stores = tuple(s for s in (elector, file) if s is not None)   # where the ledger is read and saved
         self.unsaved = False   # the ledger changed since a successor could last inherit it
         self.metrics = LedgerMetrics.on(registry)
