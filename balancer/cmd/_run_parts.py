@@ -130,7 +130,7 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
                               max_stale_steps=stale_steps(interval, step))
     forecaster = ServiceForecaster(online, horizon, history=history)
     history_short(args.forecast_history or DEFAULT_FORECAST_HISTORY, history_d, model,
-                  online.tide_s and online.tide_s + forecaster.steps * step)   # persistence: 12 buckets, no tide
+                  online.tide_need_s(forecaster.steps))   # persistence: 12 buckets, no tide
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
 
 

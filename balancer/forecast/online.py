@@ -205,8 +205,8 @@ class DemandForecaster:
         b_now = int(math.floor(now / self.step_s))
         if s.open_bucket is not None and s.open_bucket < b_now:
             self._close_until(s, b_now)
-        self._check_history(service, s, int(horizon_steps))
-        finite = np.flatnonzero(np.isfinite(np.asarray(s.values, float)))
+        finite = np.flatnonzero(np.isfinite(np.asarray(s.values, float)))   # the real buckets, read once a cycle
+        self._check_history(service, finite, int(horizon_steps))
         if b_now - (s.first + int(finite[-1])) > self.max_stale_steps + 1:
             # after a telemetry gap (the loop held still, feeding nothing) the history ends hours ago: a forecast
             # issued now would be that old one's, served as fresh; none until the buckets since are real again
@@ -237,22 +237,28 @@ class DemandForecaster:
         s.issued_p90[b_now] = np.asarray(fc.quantiles[0.9], float)
         return fc.to_model(service)
 
-    def _check_history(self, service: str, s: _Service, horizon_steps: int) -> None:
-        """Raise `ShortHistory` while `service` has less history than a forecast needs: `min_history` finite buckets
-        where given (`SEASONLESS_BUCKETS` for a model with no season), else its model's `tide_history_s` plus the
-        horizon, covered (`covered_buckets`)."""
+    def _check_history(self, service: str, finite: np.ndarray, horizon_steps: int) -> None:
+        """Raise `ShortHistory` while `service`, whose real buckets are at the indices `finite`, has less history
+        than a forecast needs: `min_history` finite buckets where given (`SEASONLESS_BUCKETS` for a model with no
+        season), else its model's `tide_history_s` plus the horizon, covered (`covered_buckets`)."""
         if self.min_history is not None or not self.tide_s:
-            have = int(np.isfinite(np.asarray(s.values, float)).sum()) if s.first is not None else 0
+            have = int(finite.size)
             need = self.min_history if self.min_history is not None else SEASONLESS_BUCKETS
             if have < need:
                 raise ShortHistory(f"not enough history for {service!r}: need {need} buckets")
             return
-        have = covered_buckets(s.values, self.max_stale_steps + 1)
-        need = math.ceil(self.tide_s / self.step_s) + horizon_steps
+        have = covered_buckets(finite, self.max_stale_steps + 1)
+        need = math.ceil(self.tide_need_s(horizon_steps) / self.step_s)
         if have < need:
             raise ShortHistory(f"{service}: {_hours(have * self.step_s)} of demand history, a forecast needs "
                                f"{_hours(need * self.step_s)} ({_hours(self.tide_s)} of seasons for {self.model}, "
                                f"plus the {_hours(horizon_steps * self.step_s)} horizon)", tide=True)
+
+    def tide_need_s(self, horizon_steps: int) -> float:
+        """The demand history (seconds) a forecast `horizon_steps` ahead waits for: `tide_s` plus the horizon; 0 for
+        a model with no season (persistence waits for `SEASONLESS_BUCKETS` buckets instead). `_check_history` holds
+        a service to it, and `gputide run` warns at start of a --forecast-history shorter than it."""
+        return self.tide_s and self.tide_s + horizon_steps * self.step_s
 
     def _note_fallbacks(self, service: str, s: _Service, now: dict[str, str]) -> None:
         """Log and count the models that began (or stopped) being served by persistence for `service`."""
@@ -310,11 +316,11 @@ class DemandForecaster:
         self._svc.pop(service, None)
 
 
-def covered_buckets(values, max_gap: int) -> int:
-    """Buckets of history `values` covers: from its first finite bucket to its last, where a run of empty buckets
-    between two finite ones counts when they are at most `max_gap` steps apart (a cycle longer than the step fills
-    one bucket in several; a forecast is issued across such a gap) and an outage longer than that does not."""
-    finite = np.flatnonzero(np.isfinite(np.asarray(values, float)))
+def covered_buckets(finite: np.ndarray, max_gap: int) -> int:
+    """Buckets of history covered by the real buckets at the (sorted) indices `finite`: from the first to the last,
+    where a run of empty buckets between two real ones counts when they are at most `max_gap` steps apart (a cycle
+    longer than the step fills one bucket in several; a forecast is issued across such a gap) and an outage longer
+    than that does not."""
     if not finite.size:
         return 0
     apart = np.diff(finite)
