@@ -157,8 +157,7 @@ class NvmlBackend:
         self.identity = ids = gpus.identity
         self.handles = handles = gpus.handles
         n = len(ids)
-        self._minors = [None if h is None else self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None)
-                        for h in handles]
+        minors = [self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None) for h in handles]
         self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
                             "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}
         self._sm = GpuActivity(nvml, handles, [g.uuid for g in ids], self._init.gone)
@@ -167,9 +166,9 @@ class NvmlBackend:
                                last=[heard.get(g.uuid, 0.0) for g in ids])
         self._batch_ids = [list(self._batch) for _ in handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
-        self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(self._minors, handles, ids)
+        self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(minors, handles, ids)
                                                         if m is not None})   # DRA names a GPU by its minor
-        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(self._minors, ids) if m is not None}
+        self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(minors, ids) if m is not None}
         self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
                                      getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
         self._memory = NvmlMemory(nvml)

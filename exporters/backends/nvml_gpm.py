@@ -49,14 +49,14 @@ def sm_util(nvml: Any, prev: Any, cur: Any) -> tuple[float | None, bool]:
 
 
 class GpuActivity:
-    """`read(k, h)`: SM activity of GPU `k` of `handles` (named `uuids`; None: a GPU without a handle) between this
-    read's GPM sample and the previous one (module docstring). `gone`: the errors that say NVML itself stopped
-    answering, raised to the caller, the sample dropped with the rest of that initialisation. `on[k]`: GPM used."""
+    """`read(k, h)`: SM activity of GPU `k` of `handles` (named `uuids`) between this read's GPM sample and the
+    previous one (module docstring). `gone`: the errors that say NVML itself stopped answering, raised to the caller,
+    the sample dropped with the rest of that initialisation. `on[k]`: GPM used."""
 
     def __init__(self, nvml: Any, handles: Sequence[Any], uuids: Sequence[str],
                  gone: tuple[type[Exception], ...] = ()) -> None:
         self.nvml, self.uuids, self.gone = nvml, uuids, gone
-        self.on = [h is not None and self._supported(h) for h in handles]
+        self.on = [self._supported(h) for h in handles]
         self._prev: list[Any] = [None] * len(handles)
 
     def _supported(self, h: Any) -> bool:

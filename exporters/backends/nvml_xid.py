@@ -15,7 +15,7 @@ GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` c
 Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
 A GPU fallen off the bus (`lost`) reads 79 whatever it could hear. A backend that initialises NVML again makes a new
 `XidEvents` with the handles of that initialisation and hands it the `last` XID of each GPU still served, by UUID
-(they were heard; 0 for a GPU served from then); a handle None is never registered, so unheard.
+(they were heard; 0 for a GPU served from then).
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -60,8 +60,6 @@ class XidEvents:
                 self._refused(range(len(self.handles)), exc)
                 return
         for k in np.flatnonzero(~self.listening & ~self.unsupported).tolist():
-            if self.handles[k] is None:   # a GPU NVML no longer names: unheard
-                continue
             try:
                 nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError as exc:
