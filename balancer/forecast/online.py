@@ -243,7 +243,7 @@ class DemandForecaster:
         season), else its model's `tide_history_s` plus the horizon, covered (`covered_buckets`)."""
         if self.min_history is not None or not self.tide_s:
             have = int(finite.size)
-            need = self.min_history if self.min_history is not None else SEASONLESS_BUCKETS
+            need = max(self.min_history if self.min_history is not None else SEASONLESS_BUCKETS, 1)   # no real bucket: no forecast
             if have < need:
                 raise ShortHistory(f"not enough history for {service!r}: need {need} buckets")
             return
