@@ -156,6 +156,14 @@ class ClusterSnapshot:
         return models
 
     @cached_property
+    def healthy(self) -> np.ndarray:
+        """Per GPU: whether it may take new work (lent, counted as capacity, a migration's target): no fatal XID
+        (`FATAL_XIDS`) and memory healthy (`memory_unhealthy`). Read-only."""
+        ok = ~np.isin(self.xid, FATAL_XIDS) & ~self.memory_unhealthy
+        ok.setflags(write=False)
+        return ok
+
+    @cached_property
     def gpu_by_uuid(self) -> Mapping[str, int]:
         return MappingProxyType({g.uuid: g.index for g in self.gpus})
 

@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy as np
 
 from balancer import catalog
-from balancer.model import FATAL_XIDS, Action, ClusterSnapshot, WorkloadClass
+from balancer.model import Action, ClusterSnapshot, WorkloadClass
 from balancer.noderules import NO_RULES, NodeRules, Taint
 from balancer.plan.simulate import HOT_TAINT
 
@@ -335,7 +335,7 @@ def view_from_snapshot(
     used[np.asarray(placed_all, dtype=np.int64)] = True
     used[np.asarray(list(claimed), dtype=np.int64)] = True
     used |= ~schedulable(snapshot, rules, tainting)
-    healthy = ~np.isin(snapshot.xid, FATAL_XIDS) & ~snapshot.memory_unhealthy   # neither lent nor counted
+    healthy = snapshot.healthy   # neither lent nor counted
     free_counts = np.bincount(codes[~used & healthy], minlength=n_models)
     free = {names[k]: int(free_counts[k]) for k in np.flatnonzero(free_counts)}
     held = np.bincount(np.asarray(gpu_grp, dtype=np.int64) * n_models + codes[np.asarray(gpu_idx, dtype=np.int64)],

@@ -42,7 +42,6 @@ import numpy as np
 from balancer.admission import eviction_room, spend
 from balancer.config import BalancerPolicy
 from balancer.model import (
-    FATAL_XIDS,
     Action,
     ClusterSnapshot,
     Migrate,
@@ -131,7 +130,7 @@ class Room:
     def start(cls, s: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
               blocked: frozenset[str], excluded: Mapping[str, np.ndarray] | None = None) -> Room:
         node_blocked = on_nodes(s, blocked)
-        ok_target = (~state.active & ~node_blocked & ~np.isin(s.xid, FATAL_XIDS) & ~s.memory_unhealthy
+        ok_target = (~state.active & ~node_blocked & s.healthy
                      & (proj.temp <= s.slowdown_temp_c - policy.hotspots.target_headroom_c))
         return cls(ok_target, 1000 - proj.milli, proj.mem_total - proj.mem, np.zeros(len(s.nodes), np.int64),
                    excluded=excluded or {})
