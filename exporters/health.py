@@ -43,6 +43,17 @@ keeps when each collection began and ended; the probes only read that:
   initialises NVML again at each collection (`exporters.backends.nvml_init`) and is ready again at the first that
   reads a field.
 
+The exporter's power-cap agent (``--power-caps-file``) shares NVML, and the backend's lock, with the collections: a
+power-limit call that never returns holds that lock, so the next collection waits behind it and the limits above
+apply to that collection (scrapes answered in time, then not ready, then not live). A scrape alone starts a
+collection, though: with none (Prometheus away) the agent stayed stuck for good, its caps never applied again, while
+``/healthz`` answered 200. Work that is not a collection but shares NVML with them is to run inside
+`CollectHealth.watching` (each sync of the exporter's agent loop), which the probes read as they read a
+collection: not ready once it has run longer than the collection timeout, not live once longer than
+`stuck_after_s`, each naming it. What the agent records is unchanged by either: a cap is recorded as set only once
+the call that set it has returned (`exporters.power_caps`), so one stuck when the kubelet restarts the pod is
+applied again by the next agent.
+
 dcgm-exporter's ``/health`` answers from its own state without asking DCGM (and never fails for a stuck read);
 node-exporter's probes ask for its landing page, which reads nothing either.
 """
@@ -54,6 +65,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
@@ -101,6 +113,7 @@ class CollectHealth:
         self._lock = threading.Lock()
         self._tokens = itertools.count()
         self._running: dict[int, float] = {}   # token -> when that collection began
+        self._watched: dict[int, tuple[float, str]] = {}   # token -> (when it began, what): `watching`
         self.last_end: float | None = None
         self.last_ok: float | None = None
         self.last_failed = False
@@ -126,17 +139,36 @@ class CollectHealth:
                 self.last_ok = self.last_end
                 self.last_unread = unread
 
-    def _oldest_running(self) -> tuple[float | None, float, float | None]:
+    @contextmanager
+    def watching(self, what: str) -> Iterator[None]:
+        """Work that shares NVML with the collections (the power-cap agent's sync) runs inside: the probes hold it
+        to the collections' limits (module docstring), `what` naming it in their answers."""
         with self._lock:
-            return min(self._running.values(), default=None), self.clock(), self.last_end
+            token = next(self._tokens)
+            self._watched[token] = (self.clock(), what)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._watched.pop(token, None)
+
+    def _oldest(self) -> tuple[tuple[float, str] | None, float | None, float, float | None]:
+        """(how long the longest-running collection or watched work has run and what it is, or None; when the
+        oldest running collection began, or None; now; when the last collection ended)."""
+        with self._lock:
+            now = self.clock()
+            collection = min(self._running.values(), default=None)
+            began = [(b, "a collection") for b in (collection,) if b is not None] + list(self._watched.values())
+            first = min(began, default=None)
+            return None if first is None else (now - first[0], first[1]), collection, now, self.last_end
 
     def live(self) -> tuple[bool, str]:
-        oldest, now, last_end = self._oldest_running()
-        if oldest is not None:
-            age = now - oldest
-            if age > self.stuck_after_s:
-                return False, f"stuck: a collection has been running for {age:.0f} s (limit {self.stuck_after_s:.0f} s)"
-            return True, f"ok: a collection has been running for {age:.0f} s"
+        longest, collection, now, last_end = self._oldest()
+        if longest is not None and longest[0] > self.stuck_after_s:
+            age, what = longest
+            return False, f"stuck: {what} has been running for {age:.0f} s (limit {self.stuck_after_s:.0f} s)"
+        if collection is not None:
+            return True, f"ok: a collection has been running for {now - collection:.0f} s"
         if last_end is None:
             return True, "ok: no collection has run yet"
         return True, f"ok: the last collection ended {now - last_end:.0f} s ago"
@@ -146,9 +178,9 @@ class CollectHealth:
             failed = " (the last one failed)" if self.last_failed else ""
             return False, f"not ready: no collection has succeeded yet{failed}"
         live = self.live()
-        oldest, now, _ = self._oldest_running()
-        if live[0] and oldest is not None and now - oldest > self.collect_timeout_s:
-            return False, (f"not ready: a collection has been running for {now - oldest:.0f} s "
+        longest = self._oldest()[0]
+        if live[0] and longest is not None and longest[0] > self.collect_timeout_s:
+            return False, (f"not ready: {longest[1]} has been running for {longest[0]:.0f} s "
                            f"(timeout {self.collect_timeout_s:g} s)")
         if live[0] and self.last_unread is not None:
             return False, f"not ready: {self.last_unread}"
