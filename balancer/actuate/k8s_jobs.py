@@ -29,7 +29,10 @@ Job is suspended whole, its unseen workers too (`stops_unseen` tells). A shrink 
 (`raises`).
 
 gputide's hotspot shrink is recorded on the Job it resized, in the same patch: the annotation `gputide.io/shrunk`,
-`{"from": workers before, "to": workers it left}`, removed by the give-back. A restarted controller or a new leader
+`{"from": workers before, "to": workers it left}`, removed by the give-back. "Before" is what the Job asked for
+(its size: its owner's, pending workers included), or what an earlier valid record of it says, never the running
+workers the plan counted: a plan from a view older than the owner's own shrink counts more, and its give-back would
+grow the Job over the owner's size. A restarted controller or a new leader
 reads it back (`shrink_record`) and gives the workers back once the GPU is cool; a Job whose size is no longer the
 `to` was resized since (by hand, by another planner): the record is void and the Job's size is the operator's.
 Any other gputide resize (the capacity planner's tide, co-location) or stop removes the record in its own patch
@@ -221,17 +224,27 @@ def shrink_note(before: int, left: int) -> str:
 
 def shrink_patch(job: Json, workers: int, shrunk_from: int | None) -> Json:
     """The metadata merge patch gputide's change of the Job to `workers` (0: a stop) writes for the hotspot shrink
-    record, in the same patch as the size: the record of a hotspot shrink (`shrunk_from` > `workers`); its removal on
+    record, in the same patch as the size: the record of a hotspot shrink (`shrunk_from` > 0: from the workers its
+    valid record owes, else from the Job's own size, when more than `workers`); its removal on
     the give-back (`shrunk_from` 0) and on any other change that leaves the Job at the record's `from` or more or finds
     the record void (`ScaleTraining.shrunk_from` None: the tide, co-location); else nothing ({})."""
     if shrunk_from is not None and workers > 0:
-        # the Job's own size counts too: the planner sees running workers only, the Job may ask for more (pending)
-        before = max(shrunk_from, size(job)) if shrunk_from else 0
+        # the workers owed: its valid record's, else the Job's own size (pending workers count), never the plan's
+        # running count, which a view older than the owner's own shrink puts above what the Job asks for
+        before = (shrink_record(job)[0] or size(job)) if shrunk_from else 0
         return {"annotations": {SHRUNK_ANNOTATION: shrink_note(before, workers) if before > workers else None}}
     before, void = shrink_record(job)
     if void or (before and workers >= before):
         return {"annotations": {SHRUNK_ANNOTATION: None}}
     return {}
+
+
+def give_back_limit(job: Json, action: ScaleTraining) -> int | None:
+    """The most workers the hotspot's give-back `action` (`shrunk_from` 0) may grow the Job to: the workers before
+    gputide's shrink as its valid record says (`shrink_record`), 0 when it has none (the shrink wrote nothing, found
+    the Job already smaller; or it was resized since: nothing of gputide's to give back); None for any other
+    resize."""
+    return shrink_record(job)[0] if action.shrunk_from == 0 and action.cause is None else None
 
 
 def shrink_record(job: Json) -> tuple[int, bool]:

@@ -18,7 +18,10 @@ Run (N > 0 workers). The size comes from `k8s_jobs.resize` (parallelism; complet
 Job; refused beyond `completions - succeeded` where completions cannot change) and the label is removed. A hotspot
 shrink writes its record (`gputide.io/shrunk`, `k8s_jobs.shrink_patch`) in that same patch, and its give-back
 removes it there, so the Job never runs shrunk without the record a restarted controller gives it back by; any other
-resize or stop removes it there too once the Job is back at the record's `from` or the record is void.
+resize or stop removes it there too once the Job is back at the record's `from` or the record is void. The give-back
+grows the Job no further than that record says it had (`k8s_jobs.give_back_limit`) and writes nothing without a
+valid one ("(already)"): a shrink that found the Job already smaller wrote none, and a Job resized since is its
+owner's; the planner's memory of the shrink (the plan's view) never raises a Job over its owner's size.
 Co-location's shrink is recorded the same way (`gputide.io/colocation-shrunk`, `k8s_jobs.colocation_patch`). A plain
 Job is unsuspended with it; a running queued Job is resized in place only where Kueue's ElasticJobsViaWorkloadSlices
 honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
@@ -82,6 +85,7 @@ from balancer.actions import ScaleTraining
 from balancer.actuate.k8s_jobs import (
     colocation_patch,
     describe,
+    give_back_limit,
     may_stop_unseen,
     pod_selector,
     raises,
@@ -164,7 +168,7 @@ class TrainingJobs:
         job = _Job(ns, name, queue, labelled, _stopped(obj, labelled, owned), restarts_on_resize(obj, queue),
                    framework_restarts(obj))
         size = resize(obj, workers, what) if workers else {}   # a size that cannot run: refused before anything
-        written, seen = self._written(job, obj, workers, previous)
+        written, seen = self._written(job, obj, workers, previous, action)
         if written is None:
             return f"{what} left as it is (already): {seen}"
         if written != workers:   # the size that stops no running worker the plan did not mean to
@@ -204,12 +208,21 @@ class TrainingJobs:
             notes.append(self._quota_back(quota, -delta, flavor))   # already made: its failure is a note
         return "; ".join([f"{what} {state}", *notes])
 
-    def _written(self, job: _Job, obj: Json, workers: int, previous: int) -> tuple[int | None, str]:
+    def _written(self, job: _Job, obj: Json, workers: int, previous: int,
+                 action: ScaleTraining | None) -> tuple[int | None, str]:
         """The size to write for the plan's `workers` (None: nothing, the Job left as it is) and why it differs ("":
-        it does not). A shrink never raises the Job's size (`k8s_jobs.raises`); a size below the Job's own on a Job
+        it does not). A hotspot's give-back grows the Job to no more than its valid shrink record says it had
+        (`k8s_jobs.give_back_limit`), nothing without one. A shrink never raises the Job's size (`k8s_jobs.raises`); a
+        size below the Job's own on a Job
         asking for more than the plan saw run stops no more running workers than the plan meant, nor goes below its
         elastic minimum (`k8s_jobs.seen_size`, from its pods read now); a stop stops it whole, its unseen workers too
         (`k8s_jobs.stops_unseen`: the note)."""
+        limit = give_back_limit(obj, action) if action is not None and workers > job_size(obj) else None
+        if limit is not None and workers > limit:
+            if not limit:
+                return None, ("a give-back, but it has no valid record of gputide's shrink (the shrink wrote nothing, "
+                              "or the Job was resized since): nothing of gputide's to give back; nothing written")
+            return limit, f"given back the {limit} workers its record says it had before gputide's shrink, not {workers}"
         if raises(obj, workers, previous, job.stopped):
             asks = "is stopped" if job.stopped else f"asks for {job_size(obj)}"
             return None, (f"the plan's shrink from {previous} to {workers} workers would raise it: it {asks} (resized "

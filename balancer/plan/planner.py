@@ -246,7 +246,9 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
                 continue   # co-location's or the tide's resize of a job co-location holds
             if a.workers < a.previous_workers:   # the hotspot's too when co-location holds the job: remembered,
                 shrunk.setdefault(a.job, a.previous_workers)   # so a read that lags its record does not shrink again
-            elif a.job in shrunk and a.workers >= shrunk[a.job]:
+            elif a.job in shrunk and (a.shrunk_from == 0 or a.workers >= shrunk[a.job]):
+                # back at its size, or the hotspot's give-back applied: what it wrote, if anything, the Job's record
+                # decided (a Kubernetes Job grows no further than it: nothing without one), so no memory asks again
                 del shrunk[a.job]
     return _acknowledge_taints(replace(state, throttled=MappingProxyType(throttled), shrunk=MappingProxyType(shrunk),
                                        colocation=co), [a for a in applied if isinstance(a, TaintNode)], snapshot)
