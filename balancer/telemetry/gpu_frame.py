@@ -241,6 +241,13 @@ def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.nda
         "memory_unhealthy": col("memory_unhealthy", 0.0),
     }
 
+
+def with_unknown(arrays_: Mapping[str, np.ndarray], unknown: np.ndarray) -> dict[str, np.ndarray]:
+    """`arrays_` with memory unhealthy also where health is `unknown` (`health_unknown`): kept from new work as bad
+    memory is. Applied after `check_values`, so a flag outside 0..1 is refused, never hidden."""
+    return {**arrays_, "memory_unhealthy": np.maximum(arrays_["memory_unhealthy"], unknown)}
+
+
 def check_not_nan(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
     """A NaN sample of a required field (`gpu_frame` marks its GPU) on a GPU `checked` (None: every GPU) is a broken
     exporter: `InvalidTelemetry`, naming the first such sample in the answer."""

@@ -1,20 +1,22 @@
 """The secondary scheduler's GPU facts (`PrometheusTelemetrySource.gpu_facts`), from the rows of its queries.
 
-Pure: the source asks Prometheus and judges health (`gpu_frame.health_unknown`, the rule the snapshot applies);
-this turns the answers into `NodeGpuFacts` per node. A GPU is unhealthy for the scheduler where the reconcile loop
-keeps it from new work: bad memory (`gpu:memory_unhealthy:bool`) or health unknown (an XID or memory-health series
-the rest of the fleet publishes and it lacks).
+Pure: the source asks Prometheus and judges whether health is known (`gpu_frame.health_unknown`, the rule the
+snapshot applies); this turns the answers into `NodeGpuFacts` per node. A GPU is unhealthy for the scheduler where
+the reconcile loop keeps it from new work (`ClusterSnapshot.healthy`, the rule itself: a fatal XID, bad memory, or
+health unknown: an XID or memory-health series the rest of the fleet publishes and it lacks).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 
-from balancer.model import NodeGpuFacts
-from balancer.telemetry.gpu_frame import _SERIES, HEALTH
+from balancer.model import ClusterSnapshot, NodeGpuFacts
+from balancer.telemetry.gpu_frame import _SERIES, HEALTH, arrays, with_unknown
 from balancer.telemetry.gpu_frame import sample as _sample
 
 HEALTH_RULES = {_SERIES[name][0]: name for name in HEALTH}   # recorded series -> snapshot field
@@ -31,6 +33,16 @@ def health_frame(rows: list[dict], uuids: Iterable[str]) -> pd.DataFrame:
     frame = pd.DataFrame(got, columns=["UUID", "field", "value"])
     wide = frame.groupby(["UUID", "field"])["value"].max().unstack("field").reindex(wanted)
     return wide.rename_axis(index="UUID", columns=None).reset_index()
+
+
+def unhealthy(health: pd.DataFrame, unknown: np.ndarray) -> set[str]:
+    """The GPUs (UUIDs) of a `health_frame` that the reconcile loop keeps from new work: those
+    `ClusterSnapshot.healthy` rejects, that rule itself applied to the arrays the snapshot would hold for them
+    (`gpu_frame.arrays`, health `unknown` read as bad memory: `with_unknown`), so that a criterion added to it holds
+    here too."""
+    got = with_unknown(arrays(health, np.zeros(len(health))), unknown)
+    held = SimpleNamespace(xid=got["xid"], memory_unhealthy=got["memory_unhealthy"] != 0)   # as __post_init__
+    return set(health["UUID"][~ClusterSnapshot.healthy.func(held)])
 
 
 def node_facts(rows: list[dict], busy: set[str], unhealthy: set[str]) -> dict[str, NodeGpuFacts]:

@@ -87,10 +87,11 @@ from balancer.telemetry.gpu_frame import (
     declared_unsupported,
     gpu_frame,
     health_unknown,
+    with_unknown,
 )
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
-from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts
+from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts, unhealthy
 from balancer.telemetry.serving import SERVING_SERIES, service_status
 from balancer.telemetry.topology import Topology
 from balancer.telemetry.vanished import DARK, Absences
@@ -267,7 +268,7 @@ class PrometheusTelemetrySource:
         check_not_frozen(wide, checked)
         arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
         check_values(arrays_, wide, checked)
-        arrays_["memory_unhealthy"] = np.maximum(arrays_["memory_unhealthy"], self._health_unknown(wide))
+        arrays_ = with_unknown(arrays_, self._health_unknown(wide))
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
@@ -407,10 +408,9 @@ class PrometheusTelemetrySource:
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:
         """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than the staleness
         limit (a stale GPU is left out, never guessed), the GPUs a pod is attributed to (`attribution_query`) and
-        the unhealthy ones, as the reconcile loop keeps them from new work: bad memory (`gpu:memory_unhealthy:bool`)
-        or health unknown (`_health_unknown`, the snapshot's rule; `node_facts`). Raises `TelemetryError`
-        subclasses like `snapshot()`; the caller decides what to do without the facts (the scheduler places as if
-        it had none)."""
+        the unhealthy ones, those the reconcile loop keeps from new work (`ClusterSnapshot.healthy`: a fatal XID,
+        bad memory, health unknown; `node_facts.unhealthy`). Raises `TelemetryError` subclasses like
+        `snapshot()`; the caller decides what to do without the facts (the scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
         limit = self._stale_limit()
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
@@ -419,10 +419,7 @@ class PrometheusTelemetrySource:
         health = health_frame(self._query(f'{{__name__=~"{"|".join(HEALTH_RULES)}"{self._selector()}}}'),
                               (_sample(r)[0].get("UUID", "") for r in rows))
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
-        bad = self._health_unknown(health)
-        if "memory_unhealthy" in health:
-            bad |= (health["memory_unhealthy"] >= 1).to_numpy()
-        return node_facts(rows, busy, set(health["UUID"][bad]))
+        return node_facts(rows, busy, unhealthy(health, self._health_unknown(health)))
 
     # ---- history --------------------------------------------------------------------------------------------
     def demand_history(self, promql: str, start: float, end: float, step_s: float) -> pd.Series:
