@@ -116,8 +116,8 @@ def test_services_without_a_profile_take_the_policys_latency_slo(tmp_path):
 
 
 @pytest.mark.parametrize(("service", "query"), [
-    ("chat", 'sum(gputide_inference_demand_rps{service="chat"})'),
-    ("team-a/vllm", 'sum(gputide_inference_demand_rps{service="vllm", namespace="team-a"})'),
+    ("chat", 'max(gputide_inference_demand_rps{service="chat"})'),
+    ("team-a/vllm", 'max(gputide_inference_demand_rps{service="vllm", namespace="team-a"})'),
 ], ids=["bare name", "namespace/name, as an ambiguous owner is qualified"])
 def test_per_service_queries_fill_in_the_name_the_namespace_and_their_selector(service, query):
     from balancer.app.capacity_run import DEFAULT_DEMAND_QUERY, service_query

@@ -33,4 +33,4 @@ def test_a_shard_reads_its_services_demand_history_through_its_source():
                                       step_s=300.0, cluster="eu-1")
     got = history("team-a/chat", 100_000.0)
     assert got is not None and list(got) == [1.0, 2.0, 3.0]
-    assert inner.asked == ['sum(gputide_inference_demand_rps{service="chat", namespace="team-a", cluster="eu-1"})']
+    assert inner.asked == ['max(gputide_inference_demand_rps{service="chat", namespace="team-a", cluster="eu-1"})']
