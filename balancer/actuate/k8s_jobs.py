@@ -42,11 +42,17 @@ and when the record is already void, so a stale record never counts again if the
 Co-location's shrink is recorded the same way, apart (`gputide.io/colocation-shrunk`, `{"from": N, "to": M,
 "service": S}`; `balancer.colocation_record` decides what each gputide resize does to it, `colocation_patch` writes
 it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers, void once it does not).
+Its N, too, is at most what the Job asked for, never a plan's running count above it.
+
+A give-back (the hotspot's, co-location's) grows the Job to no more than its valid record's `from`, and writes nothing
+where it has none (`give_back_limit`): the shrink found the Job already smaller and wrote nothing, or the Job was
+resized since; the planner's memory of the shrink is the plan's view, which may count workers the owner took away.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from balancer import colocation_record as colocation
@@ -240,10 +246,13 @@ def shrink_patch(job: Json, workers: int, shrunk_from: int | None) -> Json:
 
 
 def give_back_limit(job: Json, action: ScaleTraining) -> int | None:
-    """The most workers the hotspot's give-back `action` (`shrunk_from` 0) may grow the Job to: the workers before
-    gputide's shrink as its valid record says (`shrink_record`), 0 when it has none (the shrink wrote nothing, found
-    the Job already smaller; or it was resized since: nothing of gputide's to give back); None for any other
-    resize."""
+    """The most workers a give-back `action` may grow the Job to: the workers before gputide's shrink as the Job's
+    valid record of it says (the hotspot's, `shrunk_from` 0: `shrink_record`; co-location's, `colocation_slack`:
+    `colocation_record`), 0 when it has none (the shrink wrote nothing, having found the Job already smaller, or the
+    Job was resized since: nothing of gputide's to give back); None for any other resize."""
+    if action.cause == "colocation_slack":
+        record = colocation_record(job)[0]
+        return record.before if record is not None else 0
     return shrink_record(job)[0] if action.shrunk_from == 0 and action.cause is None else None
 
 
@@ -282,7 +291,10 @@ def colocation_patch(job: Json, action: ScaleTraining) -> Json:
     """The annotations merge patch gputide's `action` writes for the Job's co-location record, in the same patch as
     the size (`colocation_record.after`): the new record, its removal, or nothing ({}) when it does not change."""
     note = _colocation_note(job)
-    record = colocation.after(colocation.parse(note), size(job), action)
+    # the workers before a shrink are at most what the Job asks for: a plan from a view older than its owner's own
+    # shrink counts more running, and its give-back would grow the Job over the owner's size
+    seen = replace(action, previous_workers=min(action.previous_workers, size(job)))
+    record = colocation.after(colocation.parse(note), size(job), seen)
     new = record.note() if record is not None else None
     return {} if new == note else {COLOCATION_ANNOTATION: new}
 

@@ -21,7 +21,8 @@ removes it there, so the Job never runs shrunk without the record a restarted co
 resize or stop removes it there too once the Job is back at the record's `from` or the record is void. The give-back
 grows the Job no further than that record says it had (`k8s_jobs.give_back_limit`) and writes nothing without a
 valid one ("(already)"): a shrink that found the Job already smaller wrote none, and a Job resized since is its
-owner's; the planner's memory of the shrink (the plan's view) never raises a Job over its owner's size.
+owner's; the planner's memory of the shrink (the plan's view) never raises a Job over its owner's size. Co-location's
+give-back likewise, by its own record.
 Co-location's shrink is recorded the same way (`gputide.io/colocation-shrunk`, `k8s_jobs.colocation_patch`). A plain
 Job is unsuspended with it; a running queued Job is resized in place only where Kueue's ElasticJobsViaWorkloadSlices
 honours its `kueue.x-k8s.io/elastic-job: "true"` annotation, else Kueue suspends it, re-queues and re-admits it at
@@ -211,7 +212,7 @@ class TrainingJobs:
     def _written(self, job: _Job, obj: Json, workers: int, previous: int,
                  action: ScaleTraining | None) -> tuple[int | None, str]:
         """The size to write for the plan's `workers` (None: nothing, the Job left as it is) and why it differs ("":
-        it does not). A hotspot's give-back grows the Job to no more than its valid shrink record says it had
+        it does not). A give-back grows the Job to no more than its valid shrink record says it had
         (`k8s_jobs.give_back_limit`), nothing without one. A shrink never raises the Job's size (`k8s_jobs.raises`); a
         size below the Job's own on a Job
         asking for more than the plan saw run stops no more running workers than the plan meant, nor goes below its

@@ -22,7 +22,7 @@ from fakeapi import FakeKube, job
 from balancer import fleet as fleet_mod
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.actuate.k8s_jobs import SHRUNK_ANNOTATION
+from balancer.actuate.k8s_jobs import COLOCATION_ANNOTATION, SHRUNK_ANNOTATION
 from balancer.actuate.sim import SimActuator
 from balancer.config import BalancerPolicy
 from balancer.loop import Reconciler
@@ -124,3 +124,37 @@ def test_a_give_back_to_a_job_without_a_record_of_gputides_shrink_writes_nothing
     result = scale(KubernetesActuator(api, sleep=sleeps.append, clock=clock), 4, 2, shrunk_from=0)
     assert "(already)" in result.detail and train(kube) == (2, {})
     assert kube.calls("PATCH", r"/jobs/train$") == []
+
+
+def colocation(kube: FakeKube) -> dict:
+    note = (kube.get("jobs", "train", "ml")["metadata"].get("annotations") or {}).get(COLOCATION_ANNOTATION)
+    return json.loads(note) if note else {}
+
+
+def resize(kube_actuator: KubernetesActuator, workers: int, previous: int, cause: str, service: str = ""):
+    result = kube_actuator.apply(ScaleTraining(reason="test", job="ml/train", workers=workers,
+                                               previous_workers=previous, cause=cause, service=service), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    return result
+
+
+def test_colocations_shrink_and_give_back_keep_to_the_owners_size(kube: FakeKube, api, clock, sleeps) -> None:
+    """Co-location shrinks by one worker per service it makes room for: 4 -> 2 for two, planned from a view older
+    than the owner's 4 -> 3, recorded "from" 4 and gave back 4."""
+    kube.add(job("train", "ml", parallelism=3))
+    actuator = KubernetesActuator(api, sleep=sleeps.append, clock=clock)
+    resize(actuator, 2, 4, "colocation_slo", "a,b")
+    assert train(kube)[0] == 2 and colocation(kube) == {"from": 3, "to": 2, "service": "a,b"}
+    resize(actuator, 4, 2, "colocation_slack")   # co-location's memory: the plan's 4
+    assert train(kube)[0] == 3 and colocation(kube) == {}
+
+
+def test_colocations_give_back_to_a_job_without_its_record_writes_nothing(kube: FakeKube, api, clock,
+                                                                           sleeps) -> None:
+    """Co-location's shrink found the Job already smaller (its owner's 4 -> 2) and wrote nothing; co-location
+    remembered 4 all the same, and its give-back grew the Job to 4."""
+    kube.add(job("train", "ml", parallelism=2))
+    actuator = KubernetesActuator(api, sleep=sleeps.append, clock=clock)
+    assert "(already)" in resize(actuator, 3, 4, "colocation_slo", "svc").detail
+    assert "(already)" in resize(actuator, 4, 2, "colocation_slack").detail
+    assert train(kube)[0] == 2 and kube.calls("PATCH", r"/jobs/train$") == []
