@@ -59,11 +59,19 @@ GPU_ARRAYS = (
 # unsupported, e.g. SM activity of an A100/A30 in MIG mode) is not missing telemetry, and nothing may read its NaN
 # as 0 (an idle GPU). Every other array is finite (`balancer.safety.check_telemetry`).
 MAY_BE_UNKNOWN = frozenset({"sm_active"})
-# XIDs after which a GPU gets no new work and is neither lent nor counted as capacity: 48 (double-bit ECC), 63/64
-# (row remap), 74 (NVLink), 79 (fallen off the bus), 92/94/95 (high single-bit rate, contained/uncontained ECC),
-# 119/120 (GSP). One list: the recording rule gpu:xid_fatal:bool and docs/metrics.md must name the same codes
-# (tests/rules/test_rules_fatal_xids.py).
-FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+# XIDs after which a GPU gets no new work and is neither lent nor counted as capacity: those whose immediate action in
+# NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) is a GPU reset, a node
+# reboot or a VM restart, or an NVLink / double-bit-ECC workflow that ends in one: 46 (GPU stopped processing), 48
+# (double-bit ECC), 62 (micro-controller halt), 64 (row remap failure), 74 and 144-150 (NVLink, NVLink5), 79 (fallen
+# off the bus), 95 (uncontained ECC), 109 (context-switch timeout), 110 (security fault), 119/120 (GSP), 136 (link
+# training), 140 (unrecovered ECC), 143 (GPU init), 151 (key rotation), 155 (NVLink SW-defined), 156 (resource
+# retirement), 158 (fatal timeout), 160 (channel retirement); 154 (recovery action changed: the driver now wants a
+# reset or a reboot; DCGM_FI_DEV_XID_ERRORS keeps only the last code, so the 154 that follows a 79 is all a scrape
+# sees); and, more cautious than the catalogue, 63/92/94 (row remap recorded, high single-bit rate, contained ECC),
+# which the GPU survives until a reset. One list: the recording rule gpu:xid_fatal:bool and docs/metrics.md must
+# name the same codes (tests/rules/test_rules_fatal_xids.py).
+FATAL_XIDS = (46, 48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143, 144, 145, 146, 147, 148, 149,
+              150, 151, 154, 155, 156, 158, 160)
 
 
 class _ByOwner(Mapping):

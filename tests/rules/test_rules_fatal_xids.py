@@ -30,7 +30,9 @@ def test_metrics_contract_names_the_controllers_fatal_xids():
     text = (ROOT / "docs" / "metrics.md").read_text()
     para = text[text.index("Fatal XIDs (`gpu:xid_fatal:bool`"):]
     para = para[:para.index("All page")]
-    codes = {int(c) for c in re.findall(r"\b(\d{2,3})\b", para)}
+    codes = set()
+    for lo, hi in re.findall(r"\b(\d{2,3})(?:-(\d{2,3}))?\b", para):   # "144-150" names the codes between too
+        codes.update(range(int(lo), int(hi or lo) + 1))
     assert codes == set(FATAL_XIDS)
 
 
