@@ -22,6 +22,9 @@ collection (a scrape's NVML read) has been running for longer than ``--stuck-aft
 answers 200 once a collection has succeeded and fails while one outruns ``--collect-timeout``; the exporter collects
 once as it starts, so it becomes ready without waiting for a scrape. A scrape waits for a collection at most
 ``--collect-timeout`` (8s), then gets the last complete one if it began within ``--serve-stale-for`` (30s), else 503.
+With ``--power-caps-file`` the agent's sync shares NVML with the collections and is held to the same limits, scraped
+or not: one stuck in a power-limit call fails ``/readyz`` after ``--collect-timeout`` and ``/healthz`` after
+``--stuck-after``; a cap is recorded as applied only once NVML confirmed it.
 """
 
 from __future__ import annotations
@@ -212,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         while not stop.is_set():
             if agent is not None:   # its failures (agent.failed, anything raised) are logged and counted
-                sync_once(agent, agent_metrics)
+                with health.watching("the power-cap agent's sync"):   # one stuck in NVML fails the probes
+                    sync_once(agent, agent_metrics)
             wait = args.caps_interval if agent is not None else 3600.0
             if deadline is not None:
                 wait = min(wait, max(deadline - time.monotonic(), 0.0))

@@ -66,3 +66,42 @@ def test_an_exception_from_the_agent_is_counted_and_the_exporter_keeps_serving(t
     metrics, = agent_metrics
     assert failed_syncs(metrics) >= 2
     assert any("NVML gone" in r.getMessage() for r in caplog.records)
+
+
+def test_the_exporters_power_cap_sync_runs_watched_by_the_probes(tmp_path, agent_metrics, monkeypatch):
+    """The embedded agent's sync shares NVML (and the backend's lock) with the collections; one stuck in a
+    power-limit call must fail the probes even when nothing scrapes (CollectHealth.watching): while a sync runs,
+    the exporter's probes, read as if it had run for hours, answer not ready and not live, naming the sync."""
+    import exporters.health
+    import exporters.power_caps
+
+    healths, seen = [], []
+
+    class Recorded(exporters.health.CollectHealth):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            healths.append(self)
+
+    class Slow:
+        def __init__(self, source, target, *args, **kwargs) -> None:
+            self.failed = {}
+
+        def sync(self):
+            health, = healths
+            if health.last_ok is None:   # the first collection (its own thread) has not ended yet
+                return {}
+            real = health.clock
+            health.clock = lambda: real() + 36_000.0   # ten hours into this sync
+            try:
+                seen.append((health.ready(), health.live()))
+            finally:
+                health.clock = real
+            return {}
+
+    monkeypatch.setattr(exporters.health, "CollectHealth", Recorded)
+    monkeypatch.setattr(exporters.power_caps, "PowerCapAgent", Slow)
+    assert exporter(tmp_path / "caps.json") == 0
+    assert seen, "no sync ran after the first collection"
+    (ready, why), (live, why_live) = seen[-1]
+    assert not ready and "power-cap" in why
+    assert not live and "power-cap" in why_live
