@@ -36,8 +36,8 @@ from balancer.cmd.run import cluster_name, prometheus_url
 from balancer.errors import InputError, TelemetryError
 from balancer.telemetry.slo_rules import service_name
 
-DEMAND_QUERY = 'sum(gputide_inference_demand_rps{$selector})'
-REPLICAS_QUERY = 'sum(gputide_inference_replicas_ready{$selector})'
+DEMAND_QUERY = 'max(gputide_inference_demand_rps{$selector})'
+REPLICAS_QUERY = 'max(gputide_inference_replicas_ready{$selector})'
 LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{$selector})'
 CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query

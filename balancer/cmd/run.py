@@ -153,7 +153,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--demand-query", default=None, metavar="PROMQL",
                    help="a service's demand in req/s; $service, $namespace, $cluster and $selector (the label "
                         "matchers for them; cluster only with --cluster) are filled in "
-                        "(default: sum(gputide_inference_demand_rps{$selector}); needs --services)")
+                        "(default: max(gputide_inference_demand_rps{$selector}), the higher of duplicate series as the live "
+                        "reading takes it; needs --services)")
     p.add_argument("--forecast-model", default=None, metavar="NAME",
                    help=f"forecaster for capacity shifting ({', '.join(sorted(MODELS))}; default mstl; needs "
                         "--services)")
