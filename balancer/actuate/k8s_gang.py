@@ -9,14 +9,16 @@ together (without it: the members pending at the time, together).
 In a pass a group comes up at its most important member's turn, and its pending members are placed together
 (`trial`): each on a copy of the pass's nodes that already holds the members placed before it, by the same
 filters and placement policy as any pod (pod affinity, required and preferred, included: the members placed
-before it count where they run). Only when every member found a node are they bound, each to the node it found;
-otherwise none is bound, and each is told why: which member fits nowhere, or how many members are still missing.
-Members already bound count towards n; once n are bound, later members are placed one by one. Gangs do not
-preempt; a group that has waited longer than `--starving-after` holds a node for each member instead
-(`k8s_holds`). A binding the API refuses half-way (an error, not a lack of room) leaves the members bound so far
-in place, and the rest are tried again next pass. So does a pass that stops between members (SIGTERM, the Lease
-lost): each member left unbound is told so (`DEFERRED`, `deferred_message`), as otherwise nothing would say why it
-still waits.
+before it count where they run; an unbound WaitForFirstConsumer claim an earlier member takes keeps the members
+sharing it on that member's node, as a claim's `selected-node` does: if they cannot all fit there, none is bound).
+Only when every member found a node are they bound, each to the node it found; otherwise none is bound, and each
+is told why: which member fits nowhere, or how many members are still missing. Members already bound count
+towards n (a member bound earlier gave its claims its node: the others sharing them are kept there, completing
+the group if they fit); once n are bound, later members are placed one by one. Gangs do not preempt; a group
+that has waited longer than `--starving-after` holds a node for each member instead (`k8s_holds`). A binding the
+API refuses half-way (an error, not a lack of room) leaves the members bound so far in place, and the rest are
+tried again next pass. So does a pass that stops between members (SIGTERM, the Lease lost): each member left
+unbound is told so (`DEFERRED`, `deferred_message`), as otherwise nothing would say why it still waits.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from balancer.actuate.k8s_filters import Offers, take, unschedulable
 from balancer.actuate.k8s_podaffinity import PodPlacement
 from balancer.actuate.k8s_preferred import Preferred
+from balancer.actuate.k8s_volumes import selects, sharing
 
 Json = dict[str, Any]
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -66,18 +69,22 @@ def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list
           pods: PodPlacement | None = None) -> tuple[dict[str, int], str | None]:
     """Place every member on a copy of `view`, each seeing the members placed before it (their resources, and
     for pod affinity where they run, on `pods`: a copy of the pass's placement, counted on): ({member: node
-    index}, None), or ({}, why the first member that fits nowhere does not fit)."""
+    index}, None), or ({}, why the first member that fits nowhere does not fit). A member that shares an unbound
+    WaitForFirstConsumer claim with one placed before it is kept to that one's node, where its binding will give
+    the claim (`k8s_volumes.sharing`); an answer of `place` that the member does not fit is refused."""
     copy = list(view)   # nodes are copied when a member is counted on them; the others are shared, read-only
     offers = Offers(copy, pods)
     preferred = Preferred(copy, offers.pods)
     index = {n["name"]: i for i, n in enumerate(copy)}
     chosen: dict[str, int] = {}
+    taken: dict[str, str] = {}   # "namespace/claim" -> the node the member that takes it first is placed on
     for m in members:
+        m = sharing(m, taken)   # kept to the node an earlier member gave a claim they share
         offered = offers.fitting(m)
         reserved = offers.reserved_for(m)
         target = reserved["name"] if reserved else place(preferred.request(m, offered), [copy[i] for i in offered])
         i = index.get(target) if target else None
-        if i is None:
+        if i is None or not offers.fits(i):   # an answer it does not fit is refused, as for a single pod
             why = unschedulable(offers.reasons(), m, len(offered))
             return {}, f"pod group {m['group']}: member {m['name']} fits nowhere with the others: {why}"
         if copy[i] is view[i]:
@@ -86,6 +93,7 @@ def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list
         take(copy[i], m)
         offers.update(i, m)
         chosen[m["name"]] = i
+        taken.update({key: copy[i]["name"] for key in selects(m) if key not in taken})
     return chosen, None
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 from collections import ChainMap
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_claims import (  # noqa: F401  (Claim, SELECTED_NODE: re-exported)
@@ -174,10 +174,34 @@ def resolve(req: Json, claims: Mapping[str, Claim], volumes: Mapping[str, tuple[
                                    "a pre-provisioned PersistentVolume, which gputide does not bind (no provisioner)")
         provision += [cls.topologies] if cls.topologies else []
         if claim.selected:   # chosen for another pod sharing it: its volume is being made for that node
-            provision.append((Term(fields=(Requirement("metadata.name", "In", (claim.selected,)),)),))
+            provision.append(_on(claim.selected))
         else:
             select.append(key)
     return Volumes("", lost, tuple(attach), tuple(provision), tuple(select))
+
+
+def _on(node: str) -> tuple[Term, ...]:
+    """The terms (one) that admit only `node`: where a claim given that node lets its pods go."""
+    return (Term(fields=(Requirement("metadata.name", "In", (node,)),)),)
+
+
+def sharing(req: Json, taken: Mapping[str, str]) -> Json:
+    """`req` kept to the node each of its unbound WaitForFirstConsumer claims was given by an earlier pod of the
+    same placement (`taken`: "namespace/claim" -> node), as `resolve` keeps it to a claim's `selected-node`; `req`
+    itself when none was. A pod group's members are placed together before any claim is written (`k8s_gang`):
+    without it a member sharing a claim with an earlier one would be placed elsewhere, and its claim found given
+    the other node when it is bound (`ClaimChanged`), after the earlier member was."""
+    volumes = req.get("volumes")
+    nodes = dict.fromkeys(taken[k] for k in volumes.select if k in taken) if volumes else {}
+    if not nodes:
+        return req
+    return dict(req, volumes=replace(volumes, provision=volumes.provision + tuple(_on(n) for n in nodes)))
+
+
+def selects(req: Json) -> tuple[str, ...]:
+    """The claims ("namespace/claim") the pod gives its node before its Binding (`Volumes.select`)."""
+    volumes = req.get("volumes")
+    return volumes.select if volumes else ()
 
 
 def waiting(req: Json, nodes: int) -> str:

@@ -86,3 +86,14 @@ def test_a_pods_group_comes_from_the_coscheduling_label_and_a_bad_minimum_is_non
     assert group_of({"namespace": "ml", "labels": {GROUP_LABEL: "g"}, "annotations": {MIN_ANNOTATION: "x"}}) == (
         "ml/g", 0)
     assert group_of({"namespace": "ml", "labels": {}}) == (None, 0)
+
+
+def test_a_member_is_not_bound_where_the_placement_answer_does_not_fit(kube: FakeKube, api, clock):
+    """As a single pod's (test_the_placement_answer_is_checked): a 4-GPU member was bound to a 2-GPU node."""
+    kube.add(node("big", 8))
+    kube.add(node("small", 2))
+    kube.add(member("w0", "g"))
+    sched = SecondaryScheduler(api, "gputide", lambda req, nodes: "small", clock=clock)
+    assert sched.schedule_once() == {"default/w0": None}
+    assert nodes_of(kube, "w0") == [None]
+    assert "member default/w0 fits nowhere with the others" in sched.reasons["default/w0"]

@@ -195,6 +195,51 @@ def test_a_pod_group_waits_whole_for_a_member_whose_claim_is_missing(zones: Fake
     assert not zones.calls("PATCH", r"/persistentvolumeclaims/")   # w0's claim is not given a node for nothing
 
 
+def gang_member(name: str, claim_name: str, gpus: int) -> dict:
+    member = mounting(name, claim_name, gpus=gpus)
+    member["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "train"}
+    member["metadata"]["annotations"] = {"gputide.io/pod-group-min": "2"}
+    return member
+
+
+@pytest.fixture
+def pair(kube: FakeKube) -> FakeKube:
+    """Two 8-GPU nodes, a WaitForFirstConsumer class and one unbound claim `shared`."""
+    kube.add(node("a", 8))
+    kube.add(node("b", 8))
+    kube.add(storage_class("wffc"))
+    kube.add(claim("shared", storage_class="wffc"))
+    return kube
+
+
+def test_pod_group_members_sharing_an_unbound_claim_are_placed_on_the_node_it_is_given(pair: FakeKube, api,
+                                                                                         clock) -> None:
+    """Placed together before the claim is written, w1 went to the freer node a while w0 gave the claim b: w0 was
+    bound, w1 refused (the claim given b meanwhile), the gang left half-bound."""
+    pair.add(gang_member("w0", "shared", 4))
+    pair.add(gang_member("w1", "shared", 4))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {"default/w0": "b", "default/w1": "b"}
+    assert selected(pair, "shared") == "b"
+    assert len(pair.calls("PATCH", r"/persistentvolumeclaims/shared$")) == 1
+
+
+def test_a_pod_group_whose_members_sharing_a_claim_cannot_fit_its_node_binds_none(pair: FakeKube, api,
+                                                                                   clock) -> None:
+    """Two 8-GPU members of one claim cannot run on one 8-GPU node: none is bound, the claim is given no node (w0
+    bound alone held 8 GPUs for ever, w1 kept off every node)."""
+    pair.add(gang_member("w0", "shared", 8))
+    pair.add(gang_member("w1", "shared", 8))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    for _ in range(2):
+        assert sched.schedule_once() == {"default/w0": None, "default/w1": None}
+    assert sched.reasons["default/w0"] == (
+        "pod group default/train: member default/w1 fits nowhere with the others: 0/2 nodes are available: 1 "
+        f"Insufficient nvidia.com/gpu, 1 {NO_VOLUME}.")
+    assert selected(pair, "shared") is None and not pair.calls("PATCH", r"/persistentvolumeclaims/")
+    assert bound_to(pair, "w0") is None and bound_to(pair, "w1") is None
+
+
 # ---- what the claims allow, without the API -------------------------------------------------------------------
 
 
