@@ -74,6 +74,12 @@ FATAL_XIDS = (46, 48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 1
               150, 151, 154, 155, 156, 158, 160)
 
 
+
+def may_take_work(xid: np.ndarray, memory_unhealthy: np.ndarray) -> np.ndarray:
+    """Per GPU: no fatal XID (`FATAL_XIDS`) and memory healthy: the rule of `ClusterSnapshot.healthy`, also applied
+    by the scheduler's facts (`balancer.telemetry.node_facts.unhealthy`) to the arrays a snapshot would hold."""
+    return ~np.isin(xid, FATAL_XIDS) & ~np.asarray(memory_unhealthy, dtype=bool)
+
 class _ByOwner(Mapping):
     """{owner: its workloads, in the order of `workloads`}, read-only, owners in order of first appearance. The
     groups are positions in one array and a group's tuple is built when asked: a tuple per owner (20,000 a cycle
@@ -167,7 +173,7 @@ class ClusterSnapshot:
     def healthy(self) -> np.ndarray:
         """Per GPU: whether it may take new work (lent, counted as capacity, a migration's target): no fatal XID
         (`FATAL_XIDS`) and memory healthy (`memory_unhealthy`). Read-only."""
-        ok = ~np.isin(self.xid, FATAL_XIDS) & ~self.memory_unhealthy
+        ok = may_take_work(self.xid, self.memory_unhealthy)
         ok.setflags(write=False)
         return ok
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
-from balancer.model import ClusterSnapshot, NodeGpuFacts
+from balancer.model import NodeGpuFacts, may_take_work
 from balancer.telemetry.gpu_frame import _SERIES, HEALTH, arrays, with_unknown
 from balancer.telemetry.gpu_frame import sample as _sample
 
@@ -41,8 +40,7 @@ def unhealthy(health: pd.DataFrame, unknown: np.ndarray) -> set[str]:
     (`gpu_frame.arrays`, health `unknown` read as bad memory: `with_unknown`), so that a criterion added to it holds
     here too."""
     got = with_unknown(arrays(health, np.zeros(len(health))), unknown)
-    held = SimpleNamespace(xid=got["xid"], memory_unhealthy=got["memory_unhealthy"] != 0)   # as __post_init__
-    return set(health["UUID"][~ClusterSnapshot.healthy.func(held)])
+    return set(health["UUID"][~may_take_work(got["xid"], got["memory_unhealthy"] != 0)])   # != 0: as __post_init__
 
 
 def node_facts(rows: list[dict], busy: set[str], unhealthy: set[str]) -> dict[str, NodeGpuFacts]:
