@@ -10,7 +10,8 @@ resources):
    priority first, keeping each that leaves the preemptor fitting. What is not reprieved is the node's victims.
 
 The node chosen is the first by, in order: the fewest victims whose eviction a PodDisruptionBudget does not allow,
-the lowest highest victim priority, the lowest sum of victim priorities, the fewest victims, and the latest
+the lowest highest victim priority, the lowest sum of victim priorities each offset by 2^31 (kube-scheduler's
+MaxInt32 + 1, so that with negative priorities too more victims never weigh less), the fewest victims, and the latest
 earliest start among the highest-priority victims (the least work lost), then by name. A pod of equal or higher priority is never a victim.
 
 Resources are plain `{name: amount}` maps (`gpus`, `cpu_milli`, `memory_mib`, `pods`, any extended resource): a
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 Resources = Mapping[str, float]
 UNLIMITED = 1 << 30   # a budget the caller does not know allows any disruption
+OFFSET = 1 << 31      # added to each victim's priority in their sum (kube-scheduler's MaxInt32 + 1): never below 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +108,10 @@ def choose(need: Resources, priority: int, nodes: Mapping[str, tuple[Resources, 
         victims, bad = found
         if bad and respect_budgets:
             continue
-        top = max((v.priority for v in victims), default=0)
+        # no victim at all (the pod fits already) comes first, whatever the priorities are
+        top = max((v.priority for v in victims), default=-OFFSET)
         earliest = min((v.started for v in victims if v.priority == top), default=0.0)
-        key = (bad, top, sum(v.priority for v in victims), len(victims), -earliest)
+        key = (bad, top, sum(v.priority + OFFSET for v in victims), len(victims), -earliest)
         if best_key is None or key < best_key:
             best, best_key = Preemption(name, victims, bad), key
     return best

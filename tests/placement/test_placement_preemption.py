@@ -53,6 +53,23 @@ def test_ties_go_to_the_node_whose_victims_started_last():
     assert choose(NEED, 100, nodes).node == "new"                     # the least work lost
 
 
+def test_with_negative_priorities_more_victims_still_weigh_more():
+    """kube-scheduler sums victims' priorities each offset by MaxInt32 + 1: a plain sum made two victims of
+    priority -10 (-20) lighter than one (-10), so preemption evicted two pods where one made room."""
+    for priority in (-10, 10, -(1 << 31)):
+        nodes = {"a": ({"gpus": 0}, [run("a1", priority, 2), run("a2", priority, 2)]),
+                 "b": ({"gpus": 0}, [run("b1", priority, 4)])}
+        best = choose(NEED, 100, nodes)
+        assert best.node == "b" and [v.key for v in best.victims] == ["b1"]
+
+
+def test_a_node_that_needs_no_victim_comes_first_whatever_the_priorities():
+    nodes = {"a": ({"gpus": 0}, [run("a1", -10, 4)]),
+             "b": ({"gpus": 4}, [run("b1", -20, 2)])}                 # fits already: b1 is reprieved
+    best = choose(NEED, 100, nodes)
+    assert best.node == "b" and best.victims == ()
+
+
 def test_no_node_no_preemption():
     assert choose(NEED, 100, {"n1": ({"gpus": 0}, [run("a", 100, 4)])}) is None   # equal priority is never a victim
     assert choose(NEED, 100, {}) is None
