@@ -13,8 +13,9 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
 * **what is left** (`resource_refusal`): the host ports the pod needs (kube-scheduler's NodePorts: the same
   protocol and port taken on the node, on the same address or every address), GPUs, CPU and memory, each less what is reserved for other pods (node
   annotation `gputide.io/reserved-for`: written by a Migrate for the workload's replacement, its GPUs only, and by
-  this scheduler for a pod that preempts or starves, its GPUs, CPU and memory), every extended resource and the
-  node's pod slots;
+  this scheduler for a pod that preempts or starves, its GPUs, CPU and memory, and its priority: a hold for a pod
+  of lower priority is not held against the pod, as kube-scheduler ignores lower-priority nominated pods,
+  `counts_against`), every extended resource and the node's pod slots;
 * **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, the
   required anti-affinity of the pods bound already, and the pod's hard topology spread constraints. These depend on the pass's bindings, so only `Offers` answers
   them (with the pass's `PodPlacement`); `why_not` does not.
@@ -46,6 +47,7 @@ Json = dict[str, Any]
 
 
 GPUS, CPU, MEMORY = "count", "cpu_milli", "memory_mib"   # what a reservation holds, by its keys
+PRIORITY = "priority"   # a hold's field: the priority of the pod it holds the node for (`k8s_preempt.reserve`)
 # a cordoned node admits the pods that tolerate this taint (kube-scheduler's NodeUnschedulable filter), whether or
 # not the node lifecycle controller has put it on the node yet
 CORDON = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -65,12 +67,47 @@ def reserved(node: Json, what: str = GPUS) -> int:
     return sum(_held(v, what) for v in node["reservations"].values()) if node["reservations"] else 0
 
 
+def usable_gpus(node: Json) -> int:
+    """A node's `gpus_usable`, what the placement policy is told it has: its free GPUs less the reservations held
+    against every pod (`counts_against`: those that do not say their pod's priority). A hold that says it is left
+    to the filters, which weigh it pod by pod: the nodes a pod is offered have room for it after the holds that
+    count against it, while a more important pod may use what the hold keeps (the policy, asked once per pass
+    with one value per node, would otherwise refuse it the room the filters gave it)."""
+    if not node["reservations"]:
+        return node["gpus_free"]
+    return node["gpus_free"] - sum(_held(v, GPUS) for v in node["reservations"].values() if _unranked(v))
+
+
+def counts_against(entry: Json, req: Json) -> bool:
+    """Whether a reservation of another pod's holds what it holds against `req`: as kube-scheduler weighs the pods
+    nominated to a node, only one for a pod of equal or higher priority does (a lower-priority pod's hold, after
+    its preemption or while it starves, takes nothing from a more important one, and is no reason to preempt).
+    One that does not say its priority as an integer counts against every pod, as all did before: a Migrate's
+    (keyed by the workload, whose replacement pod does not exist yet) and one written by a gputide that did not
+    record it, whose pod may be of any priority (such a hold lasts an hour at most, `k8s_preempt.MAX_HOLD_S`)."""
+    if _unranked(entry) or not isinstance(req.get("priority"), int):
+        return True
+    return entry[PRIORITY] >= req["priority"]
+
+
+def _unranked(entry: Json) -> bool:
+    """Whether a reservation does not say its pod's priority as an integer (it then counts against every pod)."""
+    priority = entry.get(PRIORITY)
+    return isinstance(priority, bool) or not isinstance(priority, int)
+
+
 def reserved_for_others(node: Json, req: Json, what: str = GPUS) -> int:
-    """GPUs (or, by `what`, CPU milli or memory MiB) reserved on `node` for anyone but `req` (its own reservations
-    are not held against it)."""
+    """GPUs (or, by `what`, CPU milli or memory MiB) reserved on `node` for anyone but `req` that counts against it
+    (`counts_against`: its own reservations are not held against it, nor those of pods of lower priority)."""
     if not node["reservations"]:   # most nodes: nothing to look up
         return 0
-    return sum(_held(v, what) for k, v in node["reservations"].items() if k not in req["owned"])
+    return sum(_held(v, what) for k, v in node["reservations"].items()
+               if k not in req["owned"] and counts_against(v, req))
+
+
+def _discounted(node: Json, req: Json) -> bool:
+    """Whether `node` holds a reservation that does not count against `req`: its own, or a lower-priority pod's."""
+    return any(k in req["owned"] or not counts_against(v, req) for k, v in node["reservations"].items())
 
 
 def reservation_key(node: Json, req: Json) -> str | None:
@@ -106,7 +143,7 @@ def take(node: Json, req: Json) -> str | None:
     key = reservation_key(node, req)
     if key is not None:
         node["reservations"].pop(key)
-    node["gpus_usable"] = node["gpus_free"] - reserved(node)
+    node["gpus_usable"] = usable_gpus(node)
     return key
 
 
@@ -188,8 +225,9 @@ class Offers:
 
     The answers are `why_not`'s for each node, then pod affinity's (`pods`: where pods run, by default none but
     those `update` counts), computed per pass rather than per pod and node (module docstring). It also sets each
-    node's `gpus_usable`: its free GPUs less all its reservations. That is what `place` is told for every node it
-    is offered: a pod that owns a reservation on a node it fits goes there without `place`."""
+    node's `gpus_usable`: its free GPUs less the reservations held against every pod (`usable_gpus`). That is what
+    `place` is told for every node it is offered: a pod that owns a reservation on a node it fits goes there
+    without `place`."""
 
     def __init__(self, view: list[Json], pods: PodPlacement | None = None) -> None:
         self.view = view
@@ -204,8 +242,8 @@ class Offers:
         self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
         self.rules: dict[tuple, tuple[list[str | None], np.ndarray]] = {}
         self._spreading: dict[tuple, np.ndarray] = {}   # (rules, policies) -> nodes a spread constraint counts on
-        for n, r in zip(view, self.reserved[GPUS].tolist(), strict=True):
-            n["gpus_usable"] = n["gpus_free"] - r
+        for n in view:
+            n["gpus_usable"] = usable_gpus(n)
         self._last: tuple[list[str | None], Any, list[str], Any] = ([], None, [], None)
         self._fits = np.zeros(len(view), dtype=bool)
         self._admitted = self._fits
@@ -271,13 +309,14 @@ class Offers:
         return nodes
 
     def _others(self, req: Json) -> dict[str, np.ndarray]:
-        """Per node, the GPUs, CPU and memory reserved for pods other than `req`."""
+        """Per node, the GPUs, CPU and memory reserved for pods other than `req` that count against it
+        (`reserved_for_others`)."""
         view = self.view
-        mine = [i for i in self.reserving if any(k in req["owned"] for k in view[i]["reservations"])]
+        mine = [i for i in self.reserving if _discounted(view[i], req)]
         if not mine:
             return self.reserved
         others = {}
-        for what, column in self.reserved.items():   # reservations of this pod's own are not held against it
+        for what, column in self.reserved.items():   # its own and lower-priority pods' are not held against it
             others[what] = column.copy()
             others[what][mine] = [reserved_for_others(view[i], req, what) for i in mine]
         return others

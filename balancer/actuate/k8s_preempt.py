@@ -6,7 +6,9 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
   budget does not allow is no candidate at all;
 * the node is **held for the preemptor by a reservation** of its GPUs, CPU and memory (node annotation
   `gputide.io/reserved-for`, the one a Migrate writes), which every replica of the scheduler honours and which
-  survives a restart, instead of kube-scheduler's in-memory nominated pods. The pod also gets
+  survives a restart, instead of kube-scheduler's in-memory nominated pods. As a nominated pod is, it is held
+  only against pods of equal or lower priority: it records the pod's priority (`k8s_filters.counts_against`; one
+  that does not, written by an older gputide, is held against every pod). The pod also gets
   `status.nominatedNodeName`, as kube-scheduler sets it.
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
@@ -55,7 +57,7 @@ from typing import Any
 
 from balancer import catalog
 from balancer.actuate.k8s_actuator import post_event
-from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, reserved_for_others
+from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, PRIORITY, reserved_for_others
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
@@ -311,8 +313,9 @@ class Preemptor:
         if self.halted():
             raise ActuationError(f"node {node} not held for {key}: stopping, or the Lease is lost")
         now = self.clock()
+        # its priority: a pod of higher priority is not held back by it (`k8s_filters.counts_against`)
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
-                 "expires": rfc3339(now + self.reserve_s), HOLDER: self.scheduler_name}
+                 PRIORITY: req["priority"], "expires": rfc3339(now + self.reserve_s), HOLDER: self.scheduler_name}
         if victims:
             entry |= {LEFT: list(victims), SINCE: rfc3339(now)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))

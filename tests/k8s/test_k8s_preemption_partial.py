@@ -1,7 +1,7 @@
 """A preemption whose eviction fails after earlier victims were evicted keeps the node held for the preemptor while
 they terminate, and evicts the victims left at the next passes (written on its reservation, so a new leader does
-too). It gave the node back: the room the evicted victims freed went to whoever came first (here a more important
-pod that may not preempt), the preemptor planned afresh elsewhere and more pods were killed, the first ones for no
+too). It gave the node back: the room the evicted victims freed went to whoever came first (here a pod as important
+that may not preempt), the preemptor planned afresh elsewhere and more pods were killed, the first ones for no
 one. An eviction refused before anyone was evicted still gives the node back (nothing was done)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_an_eviction_failing_half_way_keeps_the_node_and_evicts_the_rest_later(k
     assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-2"]
     assert "a stays held" in sched.reasons["default/urgent"]
 
-    kube.add(pending("sneaky", 4, 60, preemptionPolicy="Never"))  # would take the room low-1 left
+    kube.add(pending("sneaky", 4, 50, preemptionPolicy="Never"))  # would take the room low-1 left (turn first by name)
     clock.advance(5)
     assert sched.schedule_once() == {"default/sneaky": None, "default/urgent": None}
     assert "reserved for other pods" in sched.reasons["default/sneaky"]

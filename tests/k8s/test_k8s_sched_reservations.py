@@ -49,10 +49,12 @@ def test_a_starving_pod_keeps_the_cpu_it_needs_on_the_node_it_holds(kube: FakeKu
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     assert sched.schedule_once() == {"default/big": None} and sched.starving == [("default/big", "a")]
     assert held(kube, "a")["default/big"] | {"expires": None} == {
-        "pod": "default/big", "gpus": [], "count": 1, "cpu_milli": 8000, "memory_mib": 8192, "expires": None,
-        "scheduler": "gputide"}   # a hold of this scheduler's: given back once the pod no longer waits
+        "pod": "default/big", "gpus": [], "count": 1, "cpu_milli": 8000, "memory_mib": 8192, "priority": 0,
+        "expires": None, "scheduler": "gputide"}   # a hold of this scheduler's: given back once the pod no longer waits
     kube.delete("pods", "busy", "default")                               # a: 2 GPUs and 8 CPU free
-    kube.add(pending("b", b_gpus, clock, priority=10))                   # placed first: a GPU would be left over
+    # as important and older, so placed first (a GPU would be left over); of higher priority, the hold would not
+    # count against it (test_k8s_hold_priority)
+    kube.add(pending("b", b_gpus, clock, age_s=12 * 60))
     assert sched.schedule_once() == {"default/b": None, "default/big": "a"}
     assert "1 node(s) had cpu reserved for other pods" in sched.reasons["default/b"]
     assert held(kube, "a") == {}
@@ -68,7 +70,7 @@ def test_a_preemptor_holds_its_cpu_and_memory_while_its_victims_terminate(kube: 
     assert sched.schedule_once() == {"default/urgent": None} and sched.preempted == [("default/low", "a")]
     entry = held(kube, "a")["default/urgent"]
     assert (entry["count"], entry["cpu_milli"], entry["memory_mib"]) == (2, 12000, 16384)
-    kube.add(pending("filler", 2, clock, priority=60, cpu="8"))          # 2 GPUs spare, but only 4 CPU
+    kube.add(pending("filler", 2, clock, priority=50, cpu="8"))          # 2 GPUs spare, but only 4 CPU
     other = SecondaryScheduler(api, "gputide", most_free, clock=clock, preemption=False)   # another replica
     assert other.schedule_once() == {"default/filler": None, "default/urgent": "a"}
     assert "cpu reserved for other pods" in other.reasons["default/filler"]
