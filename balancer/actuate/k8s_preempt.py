@@ -17,7 +17,8 @@ pod slots are short there), whose `preemptionPolicy` is not `Never`, and that ho
 pod may run on (`gputide.io/gpu-spec`: `model_allows`) count, both as room and as candidates.
 
 Which: `balancer.plan.preemption.choose` over those nodes with the pods bound to each (their priority, requests,
-start time and the budgets that cover them; budgets are read only when a preemption is considered). Only pods of
+start time and the budgets that cover them; budgets are read only when a preemption is considered; one with a
+null selector covers no pod, as in policy/v1, while an empty one covers its whole namespace). Only pods of
 lower priority are ever victims, and as few and as unimportant as the node allows.
 
 Then: reserve the node's GPUs, CPU and memory for the pod, the reservation naming every victim still to evict
@@ -264,10 +265,13 @@ class Preemptor:
             meta = b.get("metadata") or {}
             if meta.get("namespace") not in namespaces:
                 continue
+            selector = (b.get("spec") or {}).get("selector")
+            if selector is None:   # policy/v1: a null selector selects no pod ({} selects every pod of its namespace)
+                continue
             key = f"{meta['namespace']}/{meta.get('name', '')}"
             # less what this scheduler's evictions used since the list: the next preemption must not count on it
             allowed[key] = int((b.get("status") or {}).get("disruptionsAllowed") or 0) - self._spent.get(key, 0)
-            selectors.append((key, meta["namespace"], Selector.from_json((b.get("spec") or {}).get("selector"))))
+            selectors.append((key, meta["namespace"], Selector.from_json(selector)))
         return allowed, selectors
 
     def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
