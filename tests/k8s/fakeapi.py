@@ -695,6 +695,7 @@ class FakeKube:
         budgets = [
             pdb for (plural, ns, _), pdb in self.objects.items()
             if plural == "poddisruptionbudgets" and ns == namespace
+            and pdb["spec"].get("selector") is not None   # policy/v1: a null selector selects no pod, {} every pod
             and all(labels.get(k) == v for k, v in pdb["spec"]["selector"].get("matchLabels", {}).items())
         ]  # fmt: skip
         for pdb in budgets:
