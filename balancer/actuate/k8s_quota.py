@@ -73,25 +73,38 @@ def corrections_counter(registry: CollectorRegistry | None, queues: tuple[str, s
 # the operator's lendingLimit of a ClusterQueue's GPU flavors while a loan holds it lower (JSON {flavor: limit}):
 # Kueue wants lendingLimit <= nominalQuota, so lowering the quota lowers it, and giving the quota back restores it
 OWN_LENDING_ANNOTATION = "gputide.io/own-lending-limits"
+# beside it, the lendingLimit gputide wrote in each such flavor (JSON {flavor: limit}): a live lendingLimit that is
+# not that one was written by someone else since (the operator lowering it during a loan), and is the own one now
+SET_LENDING_ANNOTATION = "gputide.io/lending-limits-set"
+
+
+def _flavor_limits(notes: Json, key: str) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in json.loads(notes.get(key) or "{}").items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def _lending_limit(cq: Json, res: Json, flavor: str, nominal: int) -> Json:
-    """Set `res`'s lendingLimit (if it has one) for a nominalQuota of `nominal`: the operator's own (the annotation
-    while gputide holds it lower, else the current one), clamped to `nominal`. Returns the metadata merge patch
-    that keeps the operator's value while clamped and forgets it once restored ({} when the note stays as is)."""
-    if "lendingLimit" not in res:
-        return {}
+    """Set `res`'s lendingLimit (if it has one) for a nominalQuota of `nominal`: the operator's own, clamped to
+    `nominal`. The own one is the annotation's while the live lendingLimit is still the one gputide wrote (or none is
+    recorded: a note of an older gputide), else the live one (the operator's, or nobody's clamp). Returns the
+    metadata merge patch that keeps the operator's value and the one written while clamped and forgets them once
+    restored ({} when the notes stay as they are)."""
     notes = (cq.get("metadata") or {}).get("annotations") or {}
-    try:
-        own = {k: int(v) for k, v in json.loads(notes.get(OWN_LENDING_ANNOTATION) or "{}").items()}
-    except (ValueError, TypeError, AttributeError):
-        own = {}
-    kept = own.get(flavor, int(quantity(res["lendingLimit"])))
-    res["lendingLimit"] = min(kept, nominal)
-    after = {**own, flavor: kept} if kept > nominal else {k: v for k, v in own.items() if k != flavor}
-    if after == own:
-        return {}
-    return {"metadata": {"annotations": {OWN_LENDING_ANNOTATION: json.dumps(after, sort_keys=True) if after else None}}}
+    own, written = _flavor_limits(notes, OWN_LENDING_ANNOTATION), _flavor_limits(notes, SET_LENDING_ANNOTATION)
+    clamped = False   # without a lendingLimit (none, or the operator removed it) nothing is kept
+    if "lendingLimit" in res:
+        live = int(quantity(res["lendingLimit"]))
+        edited = flavor in written and written[flavor] != live   # someone else's lendingLimit since gputide's clamp
+        kept = live if edited or flavor not in own else own[flavor]
+        res["lendingLimit"], clamped = min(kept, nominal), kept > nominal
+    after = {**own, flavor: kept} if clamped else {k: v for k, v in own.items() if k != flavor}
+    after_set = {**written, flavor: nominal} if clamped else {k: v for k, v in written.items() if k != flavor}
+    patch = {key: json.dumps(value, sort_keys=True) if value else None
+             for key, value, was in ((OWN_LENDING_ANNOTATION, after, own), (SET_LENDING_ANNOTATION, after_set, written))
+             if value != was}
+    return {"metadata": {"annotations": patch}} if patch else {}
 
 
 class KueueQuota:
@@ -156,10 +169,12 @@ class KueueQuota:
         A move of either queue left open is settled first (`settle`). The lender is lowered first, so the cohort's
         total never exceeds what exists, and records the move (`k8s_transfer`) in that patch; its lendingLimit is
         clamped to the new nominal quota (the operator's kept in the annotation `gputide.io/own-lending-limits`,
-        put back when the quota comes back). If raising the borrower fails, the move is rolled back (best effort:
-        else its record stays open, and the next `settle` finishes it: rolled back with `undo`, quota lent ahead
-        of a change that did not happen; completed without). With `keep`, the lender, as read for its patch, must
-        keep that many GPUs and what its status says its Workloads reserve, else nothing moves (a temporary error)."""
+        put back when the quota comes back; the value gputide wrote kept in `gputide.io/lending-limits-set`, so a
+        lendingLimit the operator changed since is theirs, never undone). If raising the borrower fails, the move is
+        rolled back (best effort: else its record stays open, and the next `settle` finishes it: rolled back with
+        `undo`, quota lent ahead of a change that did not happen; completed without). With `keep`, the lender, as
+        read for its patch, must keep that many GPUs and what its status says its Workloads reserve, else nothing
+        moves (a temporary error)."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
         read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
