@@ -7,10 +7,11 @@ between two ClusterQueues of a cohort.
 cohort's total never exceeds what exists, and restored if raising the borrower fails. The two writes are made
 durable by a record of the move on the lender, written in the patch that lowers it, and the move's id noted on the
 borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a failure) left open is settled,
-completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`. Each queue also
-keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
-`reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
-(`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
+completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`; a lender's record is
+replaced only once its move is settled (another controller's open move there refuses the next, never overwritten).
+Each queue also keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it
+(`k8s_transfer.loans`), and `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no
+longer hold (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
 (Kueue owns such a Job's `spec.suspend`: see `k8s_training`).
@@ -178,12 +179,13 @@ class KueueQuota:
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
         read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
+        seen = last_move(read[from_queue])   # the lender's last move, settled next: overwritten by this one's record
         settled = [note for q in read if (note := self._settle(q, read))]
         if settled:
             read = {q: self._read_queue(q) for q in read}
         flavor, cohort = _checked(read, flavor)
         move = Transfer(uuid.uuid4().hex[:12], to_queue, flavor, gpus, undo)
-        self._lend(from_queue, move, keep)
+        self._lend(from_queue, move, keep, seen.id if seen else None)
         noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
         # the borrower's unanswered patch, if any: it may have landed (handed up to the action's list)
         with self.api.writes(hand_up=True) as doubt:
@@ -269,14 +271,25 @@ class KueueQuota:
         self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
             what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
 
-    def _lend(self, lender: str, move: Transfer, keep: int | None = None) -> None:
+    def _lend(self, lender: str, move: Transfer, keep: int | None = None, settled: str | None = None) -> None:
         """Lower the lender by the move, its record in the same patch. Once: a patch that landed without an answer
         is retried by the gateway, answered 409 and read again; a queue found with the move's record is that write
         having landed (`_Api.update` would otherwise take the GPUs a second time). With `keep`, refused (nothing
-        written) where the lender would be left below it or below what its status reserves."""
+        written) where the lender would be left below it or below what its status reserves.
+
+        The record replaces the lender's last move only once that one is settled (`settled`: the id `shift` saw
+        settled; another is asked of its borrower): a move another controller (a shard) lent for since, not yet
+        raised nor rolled back, is refused as a temporary error, nothing written, for the next cycle's settle to
+        finish first. Overwritten, its record would be gone: nothing would raise its borrower or give its lender
+        the quota back, and the cohort would lose its GPUs."""
         def change(cq: Json) -> Json | None:
             if (last := last_move(cq)) is not None and last.id == move.id:
                 return None   # our unanswered write landed
+            if last is not None and last.id != settled and state(self._read_queue(last.to), lender,
+                                                                  last.id) != RECEIVED:
+                raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "
+                                         f"moved: it holds another controller's open move {last.id} to {last.to}, "
+                                         "settled first (next cycle)")
             left = (nominal(cq, move.flavor) or 0) - move.gpus
             if keep is not None and left < (floor := max(keep, reserved(cq, move.flavor))):
                 raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "
