@@ -8,10 +8,11 @@ cohort's total never exceeds what exists, and restored if raising the borrower f
 durable by a record of the move on the lender, written in the patch that lowers it, and the move's id noted on the
 borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a failure) left open is settled,
 completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`; a lender's record is
-replaced only once its move is settled (another controller's open move there refuses the next, never overwritten).
-Each queue also keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it
-(`k8s_transfer.loans`), and `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no
-longer hold (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
+replaced only once its move is settled (another controller's open move there refuses the next, never overwritten),
+and a shrink's give-back whose raise failed is left open for `settle` to complete (`shift`'s `owed`). Each queue also
+keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
+`reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
+(`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
 (Kueue owns such a Job's `spec.suspend`: see `k8s_training`).
@@ -162,7 +163,7 @@ class KueueQuota:
         return _checked({q: self._read_queue(q) for q in queues}, flavor)
 
     def shift(self, from_queue: str, to_queue: str, gpus: int, flavor: str | None = None, undo: bool = False,
-              keep: int | None = None) -> str:
+              keep: int | None = None, owed: bool = False) -> str:
         """Move `gpus` of nominalQuota (nvidia.com/gpu) in one ResourceFlavor from one ClusterQueue to another in
         the same cohort. Without `flavor`, the queues must hold GPU quota in exactly one common flavor (never a
         guess between several); with it, both must hold quota in it. Nothing changes when either is not so.
@@ -175,7 +176,12 @@ class KueueQuota:
         rolled back (best effort: else its record stays open, and the next `settle` finishes it: rolled back with
         `undo`, quota lent ahead of a change that did not happen; completed without). With `keep`, the lender, as
         read for its patch, must keep that many GPUs and what its status says its Workloads reserve, else nothing
-        moves (a temporary error)."""
+        moves (a temporary error).
+
+        With `owed` (quota that a change already made frees: a shrink's give-back, never `undo`), a failed raise is
+        not rolled back: the move is left open, its record on the lender (written with the lowering) completed by
+        the next settle (each cycle's housekeeping, or the next move of either queue), and the note returned says
+        so; only a failure of the lender's write raises (nothing moved)."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
         read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
@@ -191,7 +197,9 @@ class KueueQuota:
         with self.api.writes(hand_up=True) as doubt:
             try:
                 noted = self._mark(from_queue, move, RECEIVED)
-            except ActuationError:
+            except ActuationError as err:
+                if owed:
+                    return "; ".join([*settled, self._left_open(from_queue, move, err)])
                 if not self._roll_back(from_queue, move, fence=bool(doubt)):
                     raise
         if noted == VOID:   # another controller's settle (a shard's housekeeping) rolled the move back midway
@@ -248,6 +256,14 @@ class KueueQuota:
                     lender, move.to, done)
         return (f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to}) "
                 f"{done}")
+
+    @staticmethod
+    def _left_open(lender: str, move: Transfer, err: ActuationError) -> str:
+        """The note of an owed move whose raise failed: left open for the next settle to complete (`shift`)."""
+        log.error("kueue quota move %s half-done, %s lent %d GPUs to %s not raised yet; its record there has the next "
+                  "settle complete it: %s", move.id, lender, move.gpus, move.to, err)
+        return (f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to}) "
+                f"half-done, {move.to} not raised yet ({err}): its record on {lender} has the next settle complete it")
 
     def _roll_back(self, lender: str, move: Transfer, fence: bool) -> bool:
         """After raising the borrower failed: the lender given its quota back, on the action's reserve; first, if

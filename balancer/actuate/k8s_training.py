@@ -240,14 +240,17 @@ class TrainingJobs:
 
     def _quota_back(self, queues: tuple[str, str], gpus: int, flavor: str | None) -> str:
         """Quota freed by a shrink that happened, back to inference (on the action's reserve). A failure does not undo
-        the shrink: the workers are stopped all the same, so the action is applied (the budgets count it) and the
-        quota's loss is said in its detail and the log."""
+        the shrink: the workers are stopped all the same, so the action is applied (the budgets count it, and a retry
+        would find the Job shrunk already and move nothing). The give-back is owed (`KueueQuota.shift`'s `owed`): once
+        training is lowered, its record there has the next settle (housekeeping, every cycle) raise inference, never
+        roll it back; a failure before that moved nothing (the cohort's total unchanged, the GPUs still training's),
+        said in the detail and the log."""
         try:
             with self.api.reserve():
-                return self.kueue.shift(queues[1], queues[0], gpus, flavor)
+                return self.kueue.shift(queues[1], queues[0], gpus, flavor, owed=True)
         except ActuationError as err:
             log.error("kueue quota freed by a shrink was not given back to %s (%d GPUs): %s", queues[0], gpus, err)
-            return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): {err}"
+            return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): nothing moved, still {queues[1]}'s: {err}"
 
     def _patch(self, job: _Job, body: Json) -> None:
         self.api(job.what, self.api.batch.patch_namespaced_job, job.name, job.ns, body, _content_type=MERGE_PATCH)

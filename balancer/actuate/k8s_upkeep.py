@@ -14,9 +14,10 @@ settled by the next leader, and nothing relies on a clean shutdown:
                     SetPowerLimit. Upkeep renews the expiry once less than half the TTL is left, or when it is missing
                     or passed (`k8s_nodes.power_caps_renewal`); the node's agent gives the caps back once it has passed.
     quota moves     a Kueue quota shift's record on the lending ClusterQueue (`k8s_transfer`): a move a restart or a
-                    failure left half done is completed or rolled back (`KueueQuota.settle_all`), the journal's
-                    recovery; and each queue's net loan, of which the part training's Jobs no longer hold is given
-                    back to inference (`KueueQuota.reconcile`, counted in `gputide_kueue_quota_corrections_total`).
+                    failure left half done (a shrink's give-back whose raise failed among them) is completed or
+                    rolled back (`KueueQuota.settle_all`), the journal's recovery; and each queue's net loan, of
+                    which the part training's Jobs no longer hold is given back to inference
+                    (`KueueQuota.reconcile`, counted in `gputide_kueue_quota_corrections_total`).
 
 When, and under which holds (balancer/loop.py calls the hooks; `KubernetesActuator` delegates them here):
 
