@@ -23,10 +23,12 @@ is refused the same way when another controller keeps it (`controller_name` of t
 InferenceService, an operator's custom resource): its owner writes `spec.replicas` back, so a scale written there
 flaps or is silently lost.
 
-A floor is given back when its service leaves gputide's management on a policy reload (`floor_restore_patch`; its
-namespace newly protected, balancer/app/policy_reload.py): the operator's own minReplicas from the record, only while
-minReplicas is still the floor gputide wrote; one someone else wrote since is left alone (the record dropped). Never on
-a plain shutdown: a restart under load must not drop the floors the tide still needs.
+A floor is given back when its service leaves gputide's management (`floor_restore_patch`): its namespace protected
+(balancer/app/policy_reload.py), its service no longer in --services' profiles, or capacity shifting off altogether
+(`floored_namespaces`: the namespaces whose recorded HPAs scale no profiled service). The operator's own minReplicas
+comes back from the record, only while minReplicas is still the floor gputide wrote; one someone else wrote since is
+left alone (the record dropped). Never on a plain shutdown: a restart under load must not drop the floors the tide
+still needs.
 
 The floor and the scale are written under the field manager `gputide` (`FIELD_MANAGER`), not the generic
 "OpenAPI-Generator" every Python client shares, so the object's managedFields say whose they are and a GitOps tool
@@ -35,6 +37,7 @@ can be told to leave them alone by manager (Argo CD: `ignoreDifferences` with `m
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from balancer.actuate.kubernetes import controller_ref
@@ -101,13 +104,34 @@ def hpa_floor_patch(hpa: Json, want: int, own: int) -> Json | None:
             "spec": {"minReplicas": want}}
 
 
+def floor_recorded(hpa: Json) -> bool:
+    """Whether the HPA carries gputide's floor record (the operator's own minReplicas, or the floor written)."""
+    notes = (hpa.get("metadata") or {}).get("annotations") or {}
+    return HPA_OWN_MIN_ANNOTATION in notes or HPA_FLOOR_ANNOTATION in notes
+
+
+def floor_managed(hpa: Json, services: Collection[str]) -> bool:
+    """Whether the HPA scales one of `services` (capacity shifting's profiles: "namespace/name", or a bare name,
+    whose namespace is that of its pods: any namespace's HPA of that name counts as managed)."""
+    target = ((hpa.get("spec") or {}).get("scaleTargetRef") or {}).get("name")
+    ns = (hpa.get("metadata") or {}).get("namespace")
+    return target in services or f"{ns}/{target}" in services
+
+
+def floored_namespaces(hpas: Json, services: Collection[str] = ()) -> tuple[str, ...]:
+    """The namespaces (of a cluster-wide HPA list) holding an HPA with gputide's floor record that scales none of
+    `services`: the floors no longer managed, to give back (`floor_restore_patch`)."""
+    return tuple(sorted({h["metadata"]["namespace"] for h in hpas.get("items", [])
+                         if floor_recorded(h) and not floor_managed(h, services)}))
+
+
 def floor_restore_patch(hpa: Json) -> tuple[Json | None, str]:
     """(the merge patch giving the operator's own minReplicas back, what it does) for an HPA whose service leaves
     gputide's management. No record: None, nothing of gputide's there. minReplicas still the floor gputide wrote (or
     a record without the floor, trusted as is): the recorded own minReplicas back, the record gone. minReplicas
     someone else wrote since: left as it is, the record alone dropped (it is theirs)."""
     notes = (hpa.get("metadata") or {}).get("annotations") or {}
-    if HPA_OWN_MIN_ANNOTATION not in notes and HPA_FLOOR_ANNOTATION not in notes:
+    if not floor_recorded(hpa):
         return None, "no floor of gputide's"
     current = int(hpa["spec"].get("minReplicas", 1))
     own = own_min_replicas(hpa)

@@ -33,6 +33,12 @@ still manages: a restarted controller, or the next leader, reads the record back
 restart would shrink services under load. Not for `emergencyStop` either: that holds everything still, floors
 included.
 
+A floor also outlives its service's management where no namespace is protected: capacity shifting turned off
+(`capacity.enabled: false`, which applies at the next start like the rest of `spec.capacity`), or a service taken out
+of --services' profiles. With `release` (gputide run: `floors_released`), the leading replica gives those back at the
+first poll of every term, and again at every later poll until it succeeds: every floor gputide recorded with capacity
+shifting off, else those of HPAs that scale no profiled service. A failure is logged once per term.
+
 Like Prometheus's `prometheus_config_last_reload_successful`, success is a gauge and the time of the last
 successful load is `gputide_policy_last_reload_success_timestamp_seconds`.
 """
@@ -105,7 +111,7 @@ class PolicyReloader:
                  registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time,
                  check: Callable[[config.BalancerPolicy], object] | None = None,
                  on_leave: Callable[[tuple[str, ...]], Iterable[str] | None] | None = None,
-                 office: Callable[[], object] | None = None) -> None:
+                 office: Callable[[], object] | None = None, release: Callable[[], object] | None = None) -> None:
         """`check(policy)` raises the InputError of a policy its command refuses at start beyond the file's own rules
         (gputide run: `spec.safety.maxTelemetryAgeS` under its staleness floor or below --stale-after), so that a
         file refused at start is refused at reload too. `on_leave(namespaces)` is called at the poll of a valid reload
@@ -116,7 +122,11 @@ class PolicyReloader:
         `office()`: an identifier of the term this replica leads in now, None while it does not lead; when it
         changes to a term (the first after start included), every protected namespace is handed over, and none
         while it is None. Without it, the replica counts as leading one term from start, and only reloads hand
-        namespaces over."""
+        namespaces over.
+        `release()`: gives back the floors of the services gputide no longer manages whatever the namespace (gputide
+        run: every recorded floor with capacity shifting off, those of services left out of --services' profiles);
+        called at the first poll of every term (as `office` tells them, like the protected namespaces), and again at
+        every later poll until it returns True (all given back); a False, or a raise, is logged once per term."""
         self.path = Path(path)
         self.check = check
         self.on_leave = on_leave
@@ -124,6 +134,8 @@ class PolicyReloader:
         self._term: object = None if office is not None else _ONE_TERM   # office() at the last poll
         self._owed: set[str] = set()   # namespaces whose floors are still to be given back
         self._warned: frozenset[str] = frozenset()   # the owed namespaces last warned about (once per set)
+        self.release = release
+        self._released: bool | None = None   # this term: True once given back, False once warned, None before
         self.started_with = self.current = started_with
         self.clock = clock
         self.gauges = _Gauges.on(registry)
@@ -181,18 +193,20 @@ class PolicyReloader:
 
     def _give_back(self) -> None:
         """Hand `on_leave` the namespaces whose floors are owed (module docstring): all those protected when this
-        replica takes office, those a reload newly protects, and those not given back yet."""
-        if self.on_leave is None:
+        replica takes office, those a reload newly protects, and those not given back yet; and `release()` the
+        floors of services no longer managed anywhere."""
+        if self.on_leave is None and self.release is None:
             return
         term = self.office() if self.office is not None else _ONE_TERM
         if term is None:   # a standby: the leader gives them back, and this replica too once it takes office
             self._term = None
             return
         if term != self._term:
-            self._term = term
+            self._term, self._released = term, None
             self._owed.update(self.current.safety.protected_namespaces)
+        self._release_unmanaged()
         self._owed &= set(self.current.safety.protected_namespaces)   # one managed again keeps its floors
-        if not self._owed:
+        if not self._owed or self.on_leave is None:
             return
         owed = tuple(sorted(self._owed))
         try:
@@ -205,3 +219,16 @@ class PolicyReloader:
             log.warning("namespaces %s protected: their HPA floors were not given back (tried again at every poll)",
                         ", ".join(sorted(self._owed)), exc_info=failure)
         self._warned = frozenset(self._owed)
+
+    def _release_unmanaged(self) -> None:
+        """`release()` until it succeeds once this term (`__init__`); a failure is logged once per term."""
+        if self.release is None or self._released:
+            return
+        try:
+            done, failure = bool(self.release()), None
+        except Exception as exc:   # tried again at the next poll
+            done, failure = False, exc
+        if not done and self._released is None:
+            log.warning("HPA floors of services gputide no longer manages were not all given back (tried again at "
+                        "every poll)", exc_info=failure)
+        self._released = done
