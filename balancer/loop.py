@@ -253,7 +253,8 @@ class Reconciler:
             self.ledger = self.guard.record(self.ledger, [a], fresh, t)
         if spent:
             self.handover.changed(self.ledger)
-        self.state = planner_mod.acknowledge(self.state, applied, fresh)
+        self.state = planner_mod.acknowledge(self.state, applied, fresh, [r.action for r, _ in done if r.unchanged
+                                                                          and r.outcome == Outcome.APPLIED])
         failed = [r for r, _ in done if r.outcome in (Outcome.FAILED, Outcome.RETRY)]
         self.state = planner_mod.refuse(self.state, [r.action for r in failed if r.refused is not Refused.TARGET], now,
                                         targets=[r.action for r in failed if r.refused is Refused.TARGET],

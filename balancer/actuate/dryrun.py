@@ -23,4 +23,4 @@ class DryRunActuator:
     def apply(self, action: Action, snapshot: ClusterSnapshot) -> ActionResult:
         self.actions.append(action)
         log.info("dry-run: would %s", action.describe())
-        return ActionResult(action, Outcome.DRY_RUN, "dry run: not applied")
+        return ActionResult(action, Outcome.DRY_RUN, "dry run: not applied", unchanged=True)

@@ -59,7 +59,8 @@ when, under which holds, per shard). How each action reaches the cluster:
                     says so).
                     A shrink never raises a Job's size: one at or below its target (its owner shrank it since the
                     plan's view) or stopped by gputide is left as it is, nothing written, applied ("(already)";
-                    `k8s_jobs`, `k8s_training`).
+                    `k8s_jobs`, `k8s_training`), its result `unchanged`: the planner does not remember it as
+                    gputide's shrink, to give back (`planner.acknowledge`).
     Jobs and Deployments are named by their bare name (a pod's owner); the namespace is that of their pods in the
     snapshot (or of the suspended Job), else `default_namespace`.
     TaintNode       add or remove the hot taint. Its expiry (`gputide.io/hot-until`, `hot_taint_ttl_s` after the
@@ -169,6 +170,13 @@ def _failed(action: Action, outcome: Outcome, err: ActuationError, unknown: list
                         "have been carried out", _code(err), maybe_applied=True)
 
 
+def _unwritten(action: Action, detail: str) -> bool:
+    """Whether the applied `action` wrote nothing (`ActionResult.unchanged`): a training resize `k8s_training` left
+    as it is, its detail "job NS/NAME left as it is (already): why" (a shrink of a Job already at or below its target,
+    a give-back without a valid record). The planner remembers no such shrink as gputide's (`planner.acknowledge`)."""
+    return isinstance(action, ScaleTraining) and detail.startswith("job ") and " left as it is (already)" in detail
+
+
 # ---- the actuator --------------------------------------------------------------------------------------------
 
 
@@ -250,7 +258,7 @@ class KubernetesActuator:
                 with self.api.reserve():   # the action is done: its Event (best effort) may use what is left
                     tell_action(self.api, action, detail, self.clock(), self.default_namespace,
                                 lambda owner: self._owner_namespace(owner, snapshot))
-        return ActionResult(action, Outcome.APPLIED, detail)
+        return ActionResult(action, Outcome.APPLIED, detail, unchanged=_unwritten(action, detail))
 
     # ---- power caps, taints ----
 

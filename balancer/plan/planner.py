@@ -228,9 +228,13 @@ def exclusions(state: object, policy: BalancerPolicy, now: float) -> dict[str, i
             "target": len(_live(state.refused_targets, now, hs.refused_target_retry_s))}
 
 
-def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot) -> PlannerState:
-    """Fold actions the actuator applied into the state, so the planner can give them back later."""
-    applied = list(applied)
+def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: ClusterSnapshot,
+                unchanged: Iterable[Action] = ()) -> PlannerState:
+    """Fold actions the actuator applied into the state, so the planner can give them back later. `unchanged`: those
+    of them the actuator wrote nothing for (`ActionResult.unchanged`); a shrink among them, the hotspot's or
+    co-location's, is not remembered (the Job was already at or below its target: nothing of gputide's to give back,
+    no workers owed, and the job may be shrunk again)."""
+    applied, unwritten = list(applied), list(unchanged)
     throttled, shrunk, co = dict(state.throttled), dict(state.shrunk), state.colocation
     for a in applied:
         if isinstance(a, SetPowerLimit):
@@ -239,13 +243,14 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
             else:
                 throttled.pop(a.uuid, None)
         elif isinstance(a, ScaleTraining):
-            held = a.job in co.shrunk or a.cause == "colocation_slo"
+            held = a.job in co.shrunk or (a.cause == "colocation_slo" and a not in unwritten)
             if held:
                 co = colocation.acknowledge(co, a, snapshot.time)
             if held and a.cause is not None:
                 continue   # co-location's or the tide's resize of a job co-location holds
             if a.workers < a.previous_workers:   # the hotspot's too when co-location holds the job: remembered,
-                shrunk.setdefault(a.job, a.previous_workers)   # so a read that lags its record does not shrink again
+                if a not in unwritten:   # so a read that lags its record does not shrink again
+                    shrunk.setdefault(a.job, a.previous_workers)
             elif a.job in shrunk and (a.shrunk_from == 0 or a.workers >= shrunk[a.job]):
                 # back at its size, or the hotspot's give-back applied: what it wrote, if anything, the Job's record
                 # decided (a Kubernetes Job grows no further than it: nothing without one), so no memory asks again
