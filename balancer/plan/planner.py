@@ -233,7 +233,8 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
     """Fold actions the actuator applied into the state, so the planner can give them back later. `unchanged`: those
     of them the actuator wrote nothing for (`ActionResult.unchanged`); a shrink among them, the hotspot's or
     co-location's, is not remembered (the Job was already at or below its target: nothing of gputide's to give back,
-    no workers owed, and the job may be shrunk again)."""
+    no workers owed, and the job may be shrunk again). `shrunk` remembers the hotspot's shrinks only (no `cause`): a
+    capacity reclaim is the tide's to size, not a hotspot shrink owed back."""
     applied, unwritten = list(applied), list(unchanged)
     throttled, shrunk, co = dict(state.throttled), dict(state.shrunk), state.colocation
     for a in applied:
@@ -249,8 +250,8 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
             if held and a.cause is not None:
                 continue   # co-location's or the tide's resize of a job co-location holds
             if a.workers < a.previous_workers:   # the hotspot's too when co-location holds the job: remembered,
-                if a not in unwritten:   # so a read that lags its record does not shrink again
-                    shrunk.setdefault(a.job, a.previous_workers)
+                if a.cause is None and a not in unwritten:   # so a read that lags its record does not shrink again;
+                    shrunk.setdefault(a.job, a.previous_workers)   # the tide's reclaim is no hotspot shrink
             elif a.job in shrunk and (a.shrunk_from == 0 or a.workers >= shrunk[a.job]):
                 # back at its size, or the hotspot's give-back applied: what it wrote, if anything, the Job's record
                 # decided (a Kubernetes Job grows no further than it: nothing without one), so no memory asks again
