@@ -13,6 +13,9 @@ is void (`Workload.colocation_overridden`): the size is the operator's and co-lo
 own resizes keep it honest (`after`): co-location's give-back removes it; the tide (`loan`, `reclaim`), which sizes
 elastic training in capacity mode and takes over such give-backs, removes it; any other resize (a hotspot shrink or
 its give-back) moves M to the new size while the job stays below N, and removes it once the job is back at N or more.
+N is what the job asked for when co-location shrank it (or a valid record's N), never more: co-location's give-back
+grows the job no further than its valid record's N, and not at all without one (`give_back_limit`, on Kubernetes
+`k8s_jobs.give_back_limit`; the simulator's `scale_training`).
 """
 
 from __future__ import annotations
@@ -52,14 +55,21 @@ def parse(note: str | None) -> ColocationRecord | None:
     return ColocationRecord(before, left, service) if before > left > 0 else None
 
 
+def give_back_limit(record: ColocationRecord | None, size: int) -> int:
+    """The most workers co-location's give-back may grow a job asking for `size` workers to: its valid `record`'s
+    `before`, 0 with none (the shrink wrote nothing, or the job was resized since: nothing to give back)."""
+    return record.before if record is not None and size == record.left else 0
+
+
 def after(record: ColocationRecord | None, size: int, action: ScaleTraining) -> ColocationRecord | None:
     """The record the job keeps once gputide's `action` resized it; `record` is what it has now (valid or void)
     and `size` the workers it asks for now (see the module docstring)."""
     if record is not None and size != record.left:
         record = None   # void: the job was resized by someone else since
     if action.cause == "colocation_slo" and 0 < action.workers < action.previous_workers:
-        # the job's own size counts too: the planner sees running workers only, the job may ask for more
-        before = max(record.before if record else 0, action.previous_workers, size)
+        # what the job asks for (pending workers count), never the plan's running count: a plan from a view older
+        # than its owner's own shrink counts more, and the give-back would grow the job over the owner's size
+        before = max(record.before if record else 0, size)
         return ColocationRecord(before, action.workers, action.service)
     if record is None or action.cause is not None or not 0 < action.workers < record.before:
         return None

@@ -23,7 +23,10 @@ Semantics (what the reconcile loop can rely on):
   record is void. Co-location's shrink is kept alike in `colocation_records` (``colocation``: the resize whose
   record `balancer.colocation_record.after` decides, as the Kubernetes actuator's `gputide.io/colocation-shrunk`)
   and shown as `Workload.colocation_from` / `colocation_service`, void (`colocation_overridden`) once the job was
-  resized since.
+  resized since. Like the Kubernetes actuator's, a record's "from" is what the job asked for (or a valid record's),
+  never the plan's running count, and gputide's give-back (``colocation``: its action) grows the job no further than
+  its valid record's "from", writing nothing without one, and its shrink never raises a job its owner shrank as far
+  since the plan's view (nothing written, `k8s_jobs.raises`): the raw verb (an operator's) has no such limits.
 """
 
 from __future__ import annotations
@@ -222,11 +225,20 @@ class WorkloadOps:
         self._svc_target[i] = max(int(replicas), 0)
 
     def scale_training(self: SimCluster, job: str, workers: int, *, checkpoint_first: bool = False,
-                       shrunk_from: int | None = None, colocation: ScaleTraining | None = None) -> None:
+                       shrunk_from: int | None = None, colocation: ScaleTraining | None = None) -> bool:
+        """Resize `job` to `workers` (module docstring); False when gputide's resize (`colocation`) wrote nothing."""
         i = self._job_index(job)
         spec = self._jobs[i]
         workers, size = max(int(workers), 0), self._job_target[i]   # the size it asks for before this resize
-        if colocation is not None:   # decided on the size before this resize, written with it
+        if colocation is not None:   # gputide's resize, sized as the Kubernetes actuator sizes a Job
+            written = self._gputide_size(i, size, workers, colocation)
+            if written is None:
+                return False   # nothing written, as on Kubernetes ("(already)"): size and records left as they are
+            if written != workers:   # the cut written, its records from it (as `k8s_training` cuts the action)
+                colocation = replace(colocation, workers=written,
+                                     previous_workers=colocation.previous_workers + written - workers)
+                workers = written
+            # its co-location record: decided on the size before this resize, written with it
             record = colocation_record.after(self.colocation_records.get(i), size, colocation)
             if record is None:
                 self.colocation_records.pop(i, None)
@@ -243,11 +255,40 @@ class WorkloadOps:
             elastic_min=spec.elastic_min, elastic_max=int(spec.elastic_max or spec.workers)), saved=checkpoint_first)
         self._job_target[i] = workers
         if shrunk_from is not None:   # written with the size, as on a Kubernetes Job; 0 (a give-back) removes it
-            before = max(int(shrunk_from), size) if shrunk_from else 0   # pending workers count too
+            # the workers owed: its valid record's, else what the job asked for (pending workers count), never the
+            # plan's running count, which a view older than the owner's own shrink puts above it (`k8s_jobs`)
+            before = (self._valid_shrink(i, size) or size) if shrunk_from else 0
             if before > workers:
                 self.shrink_records[i] = (before, workers)
             else:
                 self.shrink_records.pop(i, None)
+        return True
+
+    def _valid_shrink(self: SimCluster, i: int, size: int) -> int:
+        """The workers before gputide's hotspot shrink of job `i` (asking for `size`) as its valid record says; 0
+        with none, or one void (the job resized since)."""
+        record = self.shrink_records.get(i)
+        return record[0] if record is not None and record[1] == size else 0
+
+    def _gputide_size(self: SimCluster, i: int, size: int, workers: int, action: ScaleTraining) -> int | None:
+        """The size gputide's `action` writes for job `i` (asking for `size`), `workers` asked; None: nothing. As
+        the Kubernetes actuator's (`k8s_training`): a shrink that would not lower the job (its owner shrank it as far
+        since the plan's view, `k8s_jobs.raises`) writes nothing; a give-back grows it no further than its valid
+        record says, nothing without one."""
+        if 0 < workers < action.previous_workers and size <= workers:
+            return None
+        limit = self._give_back_limit(i, size, action) if workers > size else None
+        if limit is None:
+            return workers
+        return min(workers, limit) or None
+
+    def _give_back_limit(self: SimCluster, i: int, size: int, action: ScaleTraining) -> int | None:
+        """The most workers gputide's give-back `action` may grow job `i` (asking for `size`) to, as
+        `k8s_jobs.give_back_limit` on a Job: its valid record's before (the hotspot's, `shrunk_from` 0; co-location's,
+        `colocation_slack`), 0 with none; None for any other resize."""
+        if action.cause == "colocation_slack":
+            return colocation_record.give_back_limit(self.colocation_records.get(i), size)
+        return self._valid_shrink(i, size) if action.shrunk_from == 0 and action.cause is None else None
 
     def shrink_record_done(self: SimCluster, job: str, workers: int) -> bool:
         """Whether gputide's resize of `job` to `workers` ends its hotspot shrink record: it leaves the job at its
