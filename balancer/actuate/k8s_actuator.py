@@ -116,7 +116,9 @@ from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: r
     FIELD_MANAGER,
     HPA_OWN_MIN_ANNOTATION,
     controller_name,
+    floor_managed,
     floor_restore_patch,
+    floored_namespaces,
     hpa_controller,
     hpa_floor,
     hpa_floor_patch,
@@ -377,32 +379,39 @@ class KubernetesActuator:
             log.debug("%s", why)
         raise PermanentActuationError(why)
 
-    def restore_floors(self, namespaces: Iterable[str]) -> list[str]:
+    def restore_floors(self, namespaces: Iterable[str] | None = None, managed: Collection[str] = ()) -> list[str]:
         """Give the operator's own minReplicas back to every HPA of `namespaces` that carries gputide's floor
         record (`k8s_hpa.floor_restore_patch`): their services left gputide's management (a policy reload protected
         the namespaces; balancer/app/policy_reload.py). Only while minReplicas is still the floor gputide wrote; one
         someone else wrote since is left as it is and logged. Returns a note per HPA changed or left; a namespace
         whose HPAs cannot be read or written is a note too, the rest go on.
+        `namespaces` None: every namespace holding such an HPA that scales none of the `managed` services (one
+        cluster-wide list, `k8s_hpa.floored_namespaces`), and only those HPAs: capacity shifting off (no `managed`),
+        or services left out of its profiles. That list failing raises its ActuationError (nothing given back).
 
         Not called on a plain shutdown: a restarted controller (or the next leader) reads the record back and keeps
         the floors the load still needs; dropping them at each restart would shrink services under load."""
         notes: list[str] = []
+        if namespaces is None:
+            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                namespaces = floored_namespaces(self.api(
+                    "list HPAs", self.api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces), managed)
         for ns in sorted(set(namespaces)):
             try:
                 with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                    notes += self._restore_namespace(ns)
+                    notes += self._restore_namespace(ns, managed)
             except ActuationError as err:
                 notes.append(f"hpa floors in {ns} not given back: {err}")
         for note in notes:
             log.info("%s", note)
         return notes
 
-    def _restore_namespace(self, ns: str) -> list[str]:
+    def _restore_namespace(self, ns: str, managed: Collection[str] = ()) -> list[str]:
         hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
         notes = []
         for item in hpas.get("items", []):
             hname, said = item["metadata"]["name"], {}
-            if floor_restore_patch(item)[0] is None:
+            if floor_restore_patch(item)[0] is None or floor_managed(item, managed):
                 continue
 
             def change(h: Json, said: dict = said) -> Json | None:

@@ -33,7 +33,7 @@ import re
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from balancer import config
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
@@ -58,7 +58,7 @@ from balancer.cmd._run_parts import (
     keep_ledger,
     kubernetes_sources,
 )
-from balancer.errors import InputError
+from balancer.errors import InputError, PermanentActuationError
 from balancer.forecast.base import MODELS
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
@@ -299,7 +299,9 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         reloader = PolicyReloader(args.policy, policy, registry=metrics.registry, check=refused_at_start,
                                   on_leave=floors_given_back(actuator, planner, lambda: reconciler),
-                                  office=in_office(lambda: reconciler))
+                                  office=in_office(lambda: reconciler),
+                                  release=floors_released(actuator, profiles if planner is not None else None,
+                                                          lambda: reconciler))
     # a shard refuses actions on nodes that left it since its snapshot (`_run_parts.ShardBound`)
     reconciler = Reconciler(source=source, actuator=bound_to_shard(actuator, source), policy=policy, guard=guard,
                             elector=elector, metrics=metrics, audit=audit, forecaster=forecaster,
@@ -345,6 +347,37 @@ def floors_given_back(actuator, planner,
         return tuple(ns for ns in namespaces if any(n.startswith(f"hpa floors in {ns} not given back") for n in notes))
 
     return leave
+
+
+def floors_released(actuator, profiles: Collection[str] | None,
+                    reconciler: Callable[[], Reconciler]) -> Callable[[], bool] | None:
+    """`PolicyReloader.release`: the floors gputide recorded on HPAs whose services it no longer manages, given back
+    by the leading replica at the first poll of each term (and at every poll after until done): with capacity
+    shifting off (`profiles` None: no planner), every HPA carrying gputide's floor record; with it on, those whose HPA
+    scales none of --services' profiles (a service taken out of the file). One cluster-wide list of HPAs, then
+    `KubernetesActuator.restore_floors(None, profiles)` (its per-HPA rule: a minReplicas someone else wrote since is
+    left, the record dropped). True once given back; False on a standby or when an HPA could not be read or written
+    (its note "hpa floors in NS not given back"); a temporary error of the list raises (the reloader logs it and tries
+    again at its next poll). A list refused for good (HTTP 403: a controller without --services holds no HPA rights
+    unless components/capacity's ClusterRole stays bound) is logged and not tried again this term: a request refused
+    every cycle would change nothing. None without a Kubernetes actuator (dry run): nothing to give back."""
+    restore = getattr(actuator, "restore_floors", None)
+    if restore is None:
+        return None
+
+    def release() -> bool:
+        if not leads_now(reconciler()):
+            return False
+        try:
+            notes = [str(n) for n in restore(None, tuple(profiles or ())) or ()]
+        except PermanentActuationError as err:
+            log.warning("HPA floors of services gputide no longer manages not given back: %s. Floors it raised earlier "
+                        "(HPAs annotated gputide.io/own-min-replicas) stay until a controller allowed to list and patch HPAs "
+                        "gives them back", err)
+            return True
+        return not any(n.startswith("hpa floors ") and " not given back" in n for n in notes)
+
+    return release
 
 
 def leads_now(reconciler) -> bool:

@@ -37,11 +37,14 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
             made = {to_rbac(*endpoint(*found), {})[:2] for n in ast.walk(node) if (found := _client_method(n))}
             if made & GATED:
                 methods[node.name] = made & GATED
-    # and the give-back of its HPA floors when a reload protects their namespace (`restore_floors`): HPAs only,
-    # handed to the policy reloader by gputide run, whose capacity planner exists only with --services
+    # and the give-back of its HPA floors (`restore_floors`): HPAs only, handed to the policy reloader by gputide run
+    # for a namespace a reload protects (whose capacity planner exists only with --services), and, once per term, for
+    # the floors of services it no longer manages (one cluster-wide list: without --services a controller holds no
+    # HPA rights unless components/capacity stays bound, and a refused list is logged once per term, nothing written)
     hpas = {("autoscaling", "horizontalpodautoscalers")}
     # a Deployment no HPA scales is read and scaled by `_scale_deployment`, called from `_scale_inference` alone
-    assert methods == {"_scale_inference": hpas, "_scale_deployment": GATED - hpas, "_restore_namespace": hpas}
+    assert methods == {"_scale_inference": hpas, "_scale_deployment": GATED - hpas, "_restore_namespace": hpas,
+                       "restore_floors": hpas}
     scalers = {f.name for f in ast.walk(definitions()[ACTUATOR]) if isinstance(f, ast.FunctionDef)
                and any(isinstance(n, ast.Attribute) and n.attr == "_scale_deployment" for n in ast.walk(f))}
     assert scalers == {"_scale_inference"}
