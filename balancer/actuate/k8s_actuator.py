@@ -134,7 +134,7 @@ from balancer.actuate.k8s_nodes import (
     taints_change,
 )
 from balancer.actuate.k8s_quota import KueueQuota
-from balancer.actuate.k8s_training import TrainingJobs
+from balancer.actuate.k8s_training import LEFT_AS_IS, TrainingJobs
 from balancer.actuate.k8s_upkeep import Upkeep
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
@@ -176,7 +176,7 @@ def _unwritten(action: Action, detail: str) -> bool:
     """Whether the applied `action` wrote nothing (`ActionResult.unchanged`): a training resize `k8s_training` left
     as it is, its detail "job NS/NAME left as it is (already): why" (a shrink of a Job already at or below its target,
     a give-back without a valid record). The planner remembers no such shrink as gputide's (`planner.acknowledge`)."""
-    return isinstance(action, ScaleTraining) and detail.startswith("job ") and " left as it is (already)" in detail
+    return isinstance(action, ScaleTraining) and detail.startswith("job ") and f" {LEFT_AS_IS}" in detail
 
 
 # ---- the actuator --------------------------------------------------------------------------------------------

@@ -122,6 +122,10 @@ from balancer.errors import ActuationError, PermanentActuationError
 
 log = logging.getLogger(__name__)
 
+# a resize that wrote nothing says so in its detail ("job NS/NAME left as it is (already): why"); the actuator
+# marks its result `unchanged` by it (`k8s_actuator._unwritten`)
+LEFT_AS_IS = "left as it is (already)"
+
 
 @dataclass(frozen=True)
 class _Job:
@@ -171,7 +175,7 @@ class TrainingJobs:
         size = resize(obj, workers, what) if workers else {}   # a size that cannot run: refused before anything
         written, seen = self._written(job, obj, workers, previous, action)
         if written is None:
-            return f"{what} left as it is (already): {seen}"
+            return f"{what} {LEFT_AS_IS}: {seen}"
         if written != workers:   # the size that stops no running worker the plan did not mean to
             # its shrink records (`_records`) tell the cut written: the plan's, from the workers running
             cut = {"workers": written, "previous_workers": previous + written - workers}

@@ -86,9 +86,10 @@ class SimActuator:
             # co-location's record likewise (`colocation_record.after`, as `k8s_jobs.colocation_patch`)
             done = action.shrunk_from is None and sim.shrink_record_done(action.job, action.workers)
             # the removed workers get SIGTERM; what that costs the job the simulator decides (`_stop_worker`)
-            sim.scale_training(action.job, action.workers, shrunk_from=0 if done else action.shrunk_from,
-                               colocation=action)
-            return ActionResult(action, Outcome.APPLIED)
+            wrote = sim.scale_training(action.job, action.workers, shrunk_from=0 if done else action.shrunk_from,
+                                       colocation=action)
+            return ActionResult(action, Outcome.APPLIED, "" if wrote else "left as it is (already)",
+                                unchanged=not wrote)   # as the Kubernetes actuator's: the planner forgets it
         if isinstance(action, ScaleInference):
             sim.scale_service(action.service, action.replicas)
             return ActionResult(action, Outcome.APPLIED)

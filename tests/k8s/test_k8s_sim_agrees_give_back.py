@@ -91,3 +91,18 @@ def test_a_shrink_to_the_size_its_owner_set_leaves_the_job_as_on_kubernetes(kube
     seen_sim, seen_k8s = both(kube, api, clock, sleeps, 3, scale(3, 4, shrunk_from=4))
     assert seen_k8s == [(3, 0, 0)]
     assert seen_sim == seen_k8s
+
+
+def test_the_simulators_result_says_a_resize_wrote_nothing_as_the_kubernetes_actuators_does(
+        kube: FakeKube, api, clock, sleeps) -> None:
+    """A shrink that found the job already smaller wrote nothing: both results are `unchanged`, so the loop's
+    planner remembers no shrink for it (ac0c927) in a simulated run as on a cluster; one that wrote is not."""
+    sim, sim_actuator = sim_at(2)
+    kube.add(job("train", "ml", parallelism=2))
+    k8s = KubernetesActuator(api, sleep=sleeps.append, clock=clock)
+    stale = scale(3, 4, shrunk_from=4)   # planned from the view where 4 ran
+    assert sim_actuator.apply(stale, SNAP).unchanged
+    assert k8s.apply(ScaleTraining(**{**stale.__dict__, "job": "ml/train"}), SNAP).unchanged
+    wrote = scale(1, 2, shrunk_from=2)
+    assert not sim_actuator.apply(wrote, SNAP).unchanged
+    assert not k8s.apply(ScaleTraining(**{**wrote.__dict__, "job": "ml/train"}), SNAP).unchanged
