@@ -53,11 +53,11 @@ class ActionResult:
     maybe_applied: bool = False
     # what the actuator refused itself, before changing anything (`Refused`); None: not such a refusal
     refused: Refused | None = None
-    # an APPLIED result whose actuator wrote nothing, the world already as the action wanted it or past it: the
-    # Kubernetes actuator's training resize left as it is ("(already)": a shrink of a Job its owner shrank as far
-    # since the plan's view, a give-back without a valid record). The loop tells the planner (`planner.acknowledge`),
-    # which remembers no such shrink as gputide's. The dry run never writes (True); the simulator's actuator does not
-    # say so yet (`SimCluster.scale_training` returns False where gputide's resize wrote nothing)
+    # an APPLIED result whose actuator wrote nothing, the world already as the action wanted it or past it: a
+    # training resize left as it is ("(already)": a shrink of a Job its owner shrank as far since the plan's view, a
+    # give-back without a valid record), by the Kubernetes actuator or the simulator's (`SimCluster.scale_training`
+    # returning False). The loop tells the planner (`planner.acknowledge`), which remembers no such shrink as
+    # gputide's. The dry run, which never writes, says True too (its DRY_RUN results are never acknowledged)
     unchanged: bool = False
 
 

@@ -52,7 +52,6 @@ resized since; the planner's memory of the shrink is the plan's view, which may 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from balancer import colocation_record as colocation
@@ -248,11 +247,11 @@ def shrink_patch(job: Json, workers: int, shrunk_from: int | None) -> Json:
 def give_back_limit(job: Json, action: ScaleTraining) -> int | None:
     """The most workers a give-back `action` may grow the Job to: the workers before gputide's shrink as the Job's
     valid record of it says (the hotspot's, `shrunk_from` 0: `shrink_record`; co-location's, `colocation_slack`:
-    `colocation_record`), 0 when it has none (the shrink wrote nothing, having found the Job already smaller, or the
-    Job was resized since: nothing of gputide's to give back); None for any other resize."""
+    `colocation_record.give_back_limit`, the simulator's rule too), 0 when it has none (the shrink wrote nothing,
+    having found the Job already smaller, or the Job was resized since: nothing of gputide's to give back); None for
+    any other resize."""
     if action.cause == "colocation_slack":
-        record = colocation_record(job)[0]
-        return record.before if record is not None else 0
+        return colocation.give_back_limit(colocation.parse(_colocation_note(job)), size(job))
     return shrink_record(job)[0] if action.shrunk_from == 0 and action.cause is None else None
 
 
@@ -291,10 +290,7 @@ def colocation_patch(job: Json, action: ScaleTraining) -> Json:
     """The annotations merge patch gputide's `action` writes for the Job's co-location record, in the same patch as
     the size (`colocation_record.after`): the new record, its removal, or nothing ({}) when it does not change."""
     note = _colocation_note(job)
-    # the workers before a shrink are at most what the Job asks for: a plan from a view older than its owner's own
-    # shrink counts more running, and its give-back would grow the Job over the owner's size
-    seen = replace(action, previous_workers=min(action.previous_workers, size(job)))
-    record = colocation.after(colocation.parse(note), size(job), seen)
+    record = colocation.after(colocation.parse(note), size(job), action)
     new = record.note() if record is not None else None
     return {} if new == note else {COLOCATION_ANNOTATION: new}
 
