@@ -74,11 +74,11 @@ FATAL_XIDS = (46, 48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 1
               150, 151, 154, 155, 156, 158, 160)
 
 
-
 def may_take_work(xid: np.ndarray, memory_unhealthy: np.ndarray) -> np.ndarray:
     """Per GPU: no fatal XID (`FATAL_XIDS`) and memory healthy: the rule of `ClusterSnapshot.healthy`, also applied
     by the scheduler's facts (`balancer.telemetry.node_facts.unhealthy`) to the arrays a snapshot would hold."""
     return ~np.isin(xid, FATAL_XIDS) & ~np.asarray(memory_unhealthy, dtype=bool)
+
 
 class _ByOwner(Mapping):
     """{owner: its workloads, in the order of `workloads`}, read-only, owners in order of first appearance. The

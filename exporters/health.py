@@ -46,13 +46,12 @@ keeps when each collection began and ended; the probes only read that:
 The exporter's power-cap agent (``--power-caps-file``) shares NVML, and the backend's lock, with the collections: a
 power-limit call that never returns holds that lock, so the next collection waits behind it and the limits above
 apply to that collection (scrapes answered in time, then not ready, then not live). A scrape alone starts a
-collection, though: with none (Prometheus away) the agent stayed stuck for good, its caps never applied again, while
-``/healthz`` answered 200. Work that is not a collection but shares NVML with them is to run inside
-`CollectHealth.watching` (each sync of the exporter's agent loop), which the probes read as they read a
-collection: not ready once it has run longer than the collection timeout, not live once longer than
-`stuck_after_s`, each naming it. What the agent records is unchanged by either: a cap is recorded as set only once
-the call that set it has returned (`exporters.power_caps`), so one stuck when the kubelet restarts the pod is
-applied again by the next agent.
+collection, though: with none (Prometheus away) nothing would see the agent stuck, its caps never applied again.
+So work that is not a collection but shares NVML with them runs inside `CollectHealth.watching` (each sync of the
+exporter's agent loop), which the probes read as they read a collection: not ready once it has run longer than the
+collection timeout, not live once longer than `stuck_after_s`, each naming it. Either way a cap is recorded as set
+only once the call that set it has returned (`exporters.power_caps`), so one stuck when the kubelet restarts the
+pod is applied again by the next agent.
 
 dcgm-exporter's ``/health`` answers from its own state without asking DCGM (and never fails for a stuck read);
 node-exporter's probes ask for its landing page, which reads nothing either.

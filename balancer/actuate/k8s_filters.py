@@ -69,10 +69,10 @@ def reserved(node: Json, what: str = GPUS) -> int:
 
 def usable_gpus(node: Json) -> int:
     """A node's `gpus_usable`, what the placement policy is told it has: its free GPUs less the reservations held
-    against every pod (`counts_against`: those that do not say their pod's priority). A hold that says it is left
-    to the filters, which weigh it pod by pod: the nodes a pod is offered have room for it after the holds that
-    count against it, while a more important pod may use what the hold keeps (the policy, asked once per pass
-    with one value per node, would otherwise refuse it the room the filters gave it)."""
+    against every pod (`counts_against`: those that do not say their pod's priority). A hold that says its pod's
+    priority is left to the filters, which weigh it pod by pod: the nodes a pod is offered have room for it after
+    the holds that count against it, while a more important pod may use what the hold keeps (the policy, asked
+    once per pass with one value per node, would otherwise refuse it the room the filters gave it)."""
     if not node["reservations"]:
         return node["gpus_free"]
     return node["gpus_free"] - sum(_held(v, GPUS) for v in node["reservations"].values() if _unranked(v))
@@ -82,9 +82,9 @@ def counts_against(entry: Json, req: Json) -> bool:
     """Whether a reservation of another pod's holds what it holds against `req`: as kube-scheduler weighs the pods
     nominated to a node, only one for a pod of equal or higher priority does (a lower-priority pod's hold, after
     its preemption or while it starves, takes nothing from a more important one, and is no reason to preempt).
-    One that does not say its priority as an integer counts against every pod, as all did before: a Migrate's
-    (keyed by the workload, whose replacement pod does not exist yet) and one written by a gputide that did not
-    record it, whose pod may be of any priority (such a hold lasts an hour at most, `k8s_preempt.MAX_HOLD_S`)."""
+    One that does not say its priority as an integer counts against every pod: a Migrate's (keyed by the
+    workload, whose replacement pod does not exist yet) and one written by a gputide that did not record it, whose
+    pod may be of any priority (such a hold lasts an hour at most, `k8s_preempt.MAX_HOLD_S`)."""
     if _unranked(entry) or not isinstance(req.get("priority"), int):
         return True
     return entry[PRIORITY] >= req["priority"]

@@ -130,13 +130,14 @@ class SecondaryScheduler(Binder, SchedulerReads):
     """Binds Pending pods with `spec.schedulerName == scheduler_name` to nodes chosen by `place` (module docstring).
 
     `place(pod_request, nodes_view) -> node name | None` gets plain dicts (see `scheduling_request` / `nodes_view`; each
-    offered node also says `gpus_usable`: free GPUs less those reserved for other pods), so the placement engine
-    stays free of Kubernetes types. A `place` with `start_pass(view)` is asked through the pass object it returns
-    (module docstring); its answers must be what `place` would answer. `leading()` (a Lease elector's check, no
-    I/O) is asked before each pod's placement and each binding: once False, the pass stops. So does `stop()`
-    (`gputide schedule` on SIGTERM): the pass ends before its next pod or binding, never in the middle of one. The
-    next pass that leads after a loss (or after `term()`, the elector's count of the times it took the Lease, moved
-    on) begins a new term, reading afresh from the cluster what it knew of the reservations (`begin_term`).
+    offered node also says `gpus_usable`: free GPUs less those held against every pod, `k8s_filters.usable_gpus`),
+    so the placement engine stays free of Kubernetes types. A `place` with `start_pass(view)` is asked through the
+    pass object it returns (module docstring); its answers must be what `place` would answer. `leading()` (a Lease
+    elector's check, no I/O) is asked before each pod's placement and each binding: once False, the pass stops. So
+    does `stop()` (`gputide schedule` on SIGTERM): the pass ends before its next pod or binding, never in the
+    middle of one. The next pass that leads after a loss (or after `term()`, the elector's count of the times it
+    took the Lease, moved on) begins a new term, reading afresh from the cluster what it knew of the reservations
+    (`begin_term`).
     `emergency_stop()` says why the controller's emergency stop holds (None: it does not): no pod is then evicted
     for a preemption, nor on a node labelled `gputide.io/emergency-stop=true` (`k8s_preempt`)."""
 

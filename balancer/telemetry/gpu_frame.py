@@ -244,7 +244,7 @@ def arrays(wide: pd.DataFrame, slowdown_default: np.ndarray) -> dict[str, np.nda
 
 def with_unknown(arrays_: Mapping[str, np.ndarray], unknown: np.ndarray) -> dict[str, np.ndarray]:
     """`arrays_` with memory unhealthy also where health is `unknown` (`health_unknown`): kept from new work as bad
-    memory is. Applied after `check_values`, so a flag outside 0..1 is refused, never hidden."""
+    memory is. The snapshot applies it after `check_values`, so a flag outside 0..1 is refused, never hidden."""
     return {**arrays_, "memory_unhealthy": np.maximum(arrays_["memory_unhealthy"], unknown)}
 
 
