@@ -222,12 +222,13 @@ def finished_gpu_pod(pod: Json) -> bool | None:
 
 
 def disruption_budget(pdb: Json) -> DisruptionBudget | None:
-    """The DisruptionBudget a PodDisruptionBudget is; None for one without a name."""
+    """The DisruptionBudget a PodDisruptionBudget is; None for one without a name, or without a selector: in
+    policy/v1 a null selector selects no pod (an empty one, `{}`, every pod of its namespace), so it guards nothing."""
     meta = pdb.get("metadata") or {}
-    if not meta.get("name"):
+    selector = (pdb.get("spec") or {}).get("selector")
+    if not meta.get("name") or selector is None:
         return None
-    return DisruptionBudget(meta["name"], meta.get("namespace", "default"),
-                            Selector.from_json((pdb.get("spec") or {}).get("selector")),
+    return DisruptionBudget(meta["name"], meta.get("namespace", "default"), Selector.from_json(selector),
                             max(as_int((pdb.get("status") or {}).get("disruptionsAllowed"), 0), 0))
 
 

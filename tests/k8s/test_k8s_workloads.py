@@ -245,3 +245,19 @@ def test_a_pod_with_a_claim_stays_in_place_unless_it_says_it_may_move(volume, sa
     if said is not None:
         p["metadata"]["annotations"] = {"gputide.io/movable": said}
     assert workload_from_pod(p).movable is movable
+
+
+def test_a_budget_without_a_selector_guards_no_pod_and_an_empty_one_every_pod(kube: FakeKube, api, clock):
+    """policy/v1: a null selector selects no pod, `{}` every pod of its namespace. A null one read as `{}` left a
+    namespace with no disruption allowed, so the safety guard refused every migration there (the scheduler's
+    preemption had the same fault, 7ea7e93)."""
+    from fakeapi import pdb
+
+    nothing = pdb("nothing", "serving", {}, 0)
+    del nothing["spec"]["selector"]
+    kube.add(nothing)
+    kube.add(pdb("everything", "serving", {}, 1))
+    kube.add(with_meta(pod("web-1", "serving", gpus=1), labels={"app": "web"}))
+    provider = KubernetesWorkloads(api, ttl_s=60.0, clock=clock, sleep=lambda s: None)
+    (budget,) = provider.disruption_budgets()
+    assert budget.name == "everything" and budget.covers(provider()["serving/web-1"])
