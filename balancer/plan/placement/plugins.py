@@ -160,12 +160,9 @@ class ThermalHeadroom:
             raw = c.state.temp_headroom[c.node, np.maximum(c.slot, 0)]
         else:
             h = c.state.temp_headroom[c.node]
-            with np.errstate(all="ignore"):
-                raw = (
-                    np.nanmean(np.where(c.state.gpu_exists[c.node], h, np.nan), axis=1)
-                    if np.isfinite(h).any()
-                    else np.full(len(c), np.nan)
-                )
+            known = c.state.gpu_exists[c.node] & np.isfinite(h)
+            with np.errstate(all="ignore"):   # a node with no known GPU: 0/0, NaN (nanmean warned "empty slice")
+                raw = np.where(known, h, 0.0).sum(axis=1) / known.sum(axis=1)
         if np.all(np.isnan(raw)):
             return np.zeros(len(c))
         return np.where(np.isnan(raw), np.nanmedian(raw), raw)
