@@ -157,7 +157,9 @@ class CollectHealth:
         with self._lock:
             now = self.clock()
             collection = min(self._running.values(), default=None)
-            began = [(b, "a collection") for b in (collection,) if b is not None] + list(self._watched.values())
+            began = list(self._watched.values())
+            if collection is not None:
+                began.append((collection, "a collection"))
             first = min(began, default=None)
             return None if first is None else (now - first[0], first[1]), collection, now, self.last_end
 
