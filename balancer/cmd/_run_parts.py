@@ -118,7 +118,8 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     profiles = profiles if profiles is not None else load_profiles(args.services)
     cap = CapacityPolicy.from_config(policy.capacity)
     step = policy.forecast.step_s
-    history_d = forecast_history_days(args.forecast_history or DEFAULT_FORECAST_HISTORY)
+    history_text = args.forecast_history or DEFAULT_FORECAST_HISTORY
+    history_d = forecast_history_days(history_text)
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY, history_d, step,
                                       cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
@@ -129,8 +130,7 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
                               timezone=policy.forecast.timezone,   # the calendar the demand follows (DST)
                               max_stale_steps=stale_steps(interval, step))
     forecaster = ServiceForecaster(online, horizon, history=history)
-    history_short(args.forecast_history or DEFAULT_FORECAST_HISTORY, history_d, model,
-                  online.tide_need_s(forecaster.steps))   # persistence: 12 buckets, no tide
+    history_short(history_text, history_d, model, online.tide_need_s(forecaster.steps))   # persistence: 12 buckets, no tide
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
 
 
