@@ -40,8 +40,8 @@ Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between th
 `k8s_kueue` settles, read before anything changes (stopping clears the admission): to training before a Job grows,
 so Kueue can admit the workers (and given back if the Job then cannot be changed; where its last write got no
 answer, only once read back unchanged: a grow that landed keeps it), back to inference after it shrinks. The GPUs
-moved are the change of the Job's own size (per-worker GPUs x the workers its spec asks for now,
-`k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's `previous_workers`: a plan from a
+moved are the change of the Job's own size (the GPUs its pod template requests, none for a Job asking for no GPU,
+x the workers its spec asks for now, `k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's `previous_workers`: a plan from a
 snapshot that lags a resize (gputide's or anyone's) would move quota no Job asks for, and the queues would drift
 apart from the Jobs a little more each time. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`);
 one lent ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that
@@ -184,7 +184,8 @@ class TrainingJobs:
         # quota follows the Job as it is, not the plan's `previous` (read from a snapshot, which can lag a resize
         # gputide or anyone else made): a stopped Job holds none, else what Kueue admits it for
         asked = 0 if job.stopped else workers_asked(obj)
-        delta = (workers - asked) * (pod_requests(obj["spec"].get("template") or {})[0] or 1)
+        # per worker, what its pod requests (Kueue's count, and the drift check's): a Job asking for no GPU moves none
+        delta = (workers - asked) * pod_requests(obj["spec"].get("template") or {})[0]
         quota = queues if queues and job.queue and delta else None
         if owned is None:
             owned = self.kueue.workloads(ns, name, obj) if job.queue and (quota or not workers) else []
