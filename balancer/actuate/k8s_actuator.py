@@ -40,7 +40,9 @@ when, under which holds, per shard). How each action reaches the cluster:
                     HPA's floor, it carries no record of the operator's count, so `restore_floors` gives none back:
                     the controller's RBAC may patch `deployments/scale` only, never the Deployment itself.
                     `restore_floors` gives the operator's own minReplicas back in namespaces whose services left
-                    gputide's management (a policy reload protecting them; never on shutdown).
+                    gputide's management (a policy reload protecting them; never on shutdown), only where this
+                    controller wrote the floor (`floor_owner`, recorded as `gputide.io/floor-owner`) or no writer
+                    is recorded (an older version's floor): another shard's or controller's floors are its own.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -208,7 +210,11 @@ class KubernetesActuator:
         clock: Callable[[], float] = time.time,
         deadline_clock: Callable[[], float] = time.monotonic,
         registry: CollectorRegistry | None = None,
+        floor_owner: str | None = None,
     ) -> None:
+        """`floor_owner`: the name this controller records on the HPA floors it writes and gives back only those of
+        (gputide run: its Lease, "namespace/name"; `k8s_hpa.floor_owned`); None: none recorded, every floor given
+        back (one controller alone)."""
         if not action_deadline_s > 0:
             raise ValueError(f"action_deadline_s must be > 0, got {action_deadline_s}")
         self.api = _Api(api_client, max_retries, backoff_s, sleep, request_timeout_s, deadline_clock)
@@ -221,6 +227,7 @@ class KubernetesActuator:
         self.power_cap_ttl_s = power_cap_ttl_s
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
+        self.floor_owner = floor_owner
         self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s)
         self.upkeep = Upkeep(   # what this actuator leaves on nodes and queues, released or renewed (`k8s_upkeep`)
             self.api, self.kueue, clock, action_deadline_s=action_deadline_s, hot_taint_key=hot_taint_key,
@@ -327,7 +334,7 @@ class KubernetesActuator:
         def change(h: Json) -> Json | None:
             want, own = hpa_floor(h, int(action.replicas))
             floor["value"] = want
-            return hpa_floor_patch(h, want, own)
+            return hpa_floor_patch(h, want, own, self.floor_owner)
 
         what = f"hpa {ns}/{hname}"
         self.api.update(
@@ -388,6 +395,8 @@ class KubernetesActuator:
         `namespaces` None: every namespace holding such an HPA that scales none of the `managed` services (one
         cluster-wide list, `k8s_hpa.floored_namespaces`), and only those HPAs: capacity shifting off (no `managed`),
         or services left out of its profiles. That list failing raises its ActuationError (nothing given back).
+        Either way only floors this controller wrote (`floor_owner`) or whose writer is not recorded: another
+        shard's, or another controller's with other --services, are left to it (`k8s_hpa.floor_owned`).
 
         Not called on a plain shutdown: a restarted controller (or the next leader) reads the record back and keeps
         the floors the load still needs; dropping them at each restart would shrink services under load."""
@@ -395,7 +404,8 @@ class KubernetesActuator:
         if namespaces is None:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
                 namespaces = floored_namespaces(self.api(
-                    "list HPAs", self.api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces), managed)
+                    "list HPAs", self.api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces), managed,
+                    self.floor_owner)
         for ns in sorted(set(namespaces)):
             try:
                 with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
@@ -411,11 +421,11 @@ class KubernetesActuator:
         notes = []
         for item in hpas.get("items", []):
             hname, said = item["metadata"]["name"], {}
-            if floor_restore_patch(item)[0] is None or floor_managed(item, managed):
+            if floor_restore_patch(item, self.floor_owner)[0] is None or floor_managed(item, managed):
                 continue
 
             def change(h: Json, said: dict = said) -> Json | None:
-                body, said["what"] = floor_restore_patch(h)
+                body, said["what"] = floor_restore_patch(h, self.floor_owner)
                 return body
 
             what = f"hpa {ns}/{hname}"

@@ -30,6 +30,16 @@ comes back from the record, only while minReplicas is still the floor gputide wr
 left alone (the record dropped). Never on a plain shutdown: a restart under load must not drop the floors the tide
 still needs.
 
+Only the controller that set a floor gives it back. Several controllers may floor HPAs of one cluster: shards
+(`gputide run --shard`), or installs with different --services; to each, the others' services are "no longer
+managed", so each leader term gave back the others' floors and they wrote them again. The record names the controller
+that wrote the floor (`gputide.io/floor-owner`: gputide run's Lease, "namespace/name", a shard's own `<lease>-NAME`),
+and a controller gives back only floors it owns (`floor_owned`). A record without an owner (written by a version that
+kept none, or by an actuator without `floor_owner`) is given back by any controller, as before: the first term after
+an upgrade may still drop another controller's old floor once, and that controller writes it again, owned, at its next
+scale. A floor whose owner no longer runs (its Lease renamed, its shard removed) stays until the annotation is removed
+(`kubectl annotate hpa NAME gputide.io/floor-owner-`): then any controller that no longer manages it gives it back.
+
 The floor and the scale are written under the field manager `gputide` (`FIELD_MANAGER`), not the generic
 "OpenAPI-Generator" every Python client shares, so the object's managedFields say whose they are and a GitOps tool
 can be told to leave them alone by manager (Argo CD: `ignoreDifferences` with `managedFieldsManagers: [gputide]`).
@@ -67,6 +77,8 @@ hpa_controller = controller_name   # an HPA's (KEDA's ScaledObject), as the actu
 # the operator's own minReplicas of an HPA whose floor gputide raised, and the floor gputide wrote (module docstring)
 HPA_OWN_MIN_ANNOTATION = "gputide.io/own-min-replicas"
 HPA_FLOOR_ANNOTATION = "gputide.io/floor-min-replicas"
+HPA_FLOOR_OWNER_ANNOTATION = "gputide.io/floor-owner"   # the controller that wrote the floor (module docstring)
+_RECORD = (HPA_OWN_MIN_ANNOTATION, HPA_FLOOR_ANNOTATION, HPA_FLOOR_OWNER_ANNOTATION)
 
 
 def own_min_replicas(hpa: Json) -> int:
@@ -90,24 +102,34 @@ def hpa_floor(hpa: Json, replicas: int) -> tuple[int, int]:
     return min(max(replicas, own, 1), int(hpa["spec"]["maxReplicas"])), own
 
 
-def hpa_floor_patch(hpa: Json, want: int, own: int) -> Json | None:
-    """The merge patch setting minReplicas `want`: the operator's `own` and the floor remembered while they differ,
-    both forgotten once the floor is back at it (so an operator's later edit of minReplicas is theirs again). None:
-    nothing to change."""
+def hpa_floor_patch(hpa: Json, want: int, own: int, owner: str | None = None) -> Json | None:
+    """The merge patch setting minReplicas `want`: the operator's `own`, the floor and its `owner` (the controller
+    writing it; None: unnamed) remembered while they differ, all forgotten once the floor is back at it (so an
+    operator's later edit of minReplicas is theirs again). None: nothing to change."""
     note = None if want == own else str(own)
-    mark = None if note is None else str(want)
+    record = dict(zip(_RECORD, (note, None, None) if note is None else (note, str(want), owner), strict=True))
     notes = (hpa.get("metadata") or {}).get("annotations") or {}
-    if (hpa["spec"].get("minReplicas", 1) == want and notes.get(HPA_OWN_MIN_ANNOTATION) == note
-            and notes.get(HPA_FLOOR_ANNOTATION) == mark):
+    if hpa["spec"].get("minReplicas", 1) == want and all(notes.get(k) == v for k, v in record.items()):
         return None
-    return {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: note, HPA_FLOOR_ANNOTATION: mark}},
-            "spec": {"minReplicas": want}}
+    return {"metadata": {"annotations": record}, "spec": {"minReplicas": want}}
 
 
 def floor_recorded(hpa: Json) -> bool:
     """Whether the HPA carries gputide's floor record (the operator's own minReplicas, or the floor written)."""
     notes = (hpa.get("metadata") or {}).get("annotations") or {}
     return HPA_OWN_MIN_ANNOTATION in notes or HPA_FLOOR_ANNOTATION in notes
+
+
+def floor_owner(hpa: Json) -> str | None:
+    """The controller that wrote the HPA's floor (`HPA_FLOOR_OWNER_ANNOTATION`); None: not recorded."""
+    return ((hpa.get("metadata") or {}).get("annotations") or {}).get(HPA_FLOOR_OWNER_ANNOTATION) or None
+
+
+def floor_owned(hpa: Json, owner: str | None) -> bool:
+    """Whether the controller `owner` may give the HPA's floor back: one it wrote, or one whose writer is not
+    recorded (an older version's); any floor for a controller that does not name itself (`owner` None)."""
+    recorded = floor_owner(hpa)
+    return owner is None or recorded is None or recorded == owner
 
 
 def floor_managed(hpa: Json, services: Collection[str]) -> bool:
@@ -118,24 +140,28 @@ def floor_managed(hpa: Json, services: Collection[str]) -> bool:
     return target in services or f"{ns}/{target}" in services
 
 
-def floored_namespaces(hpas: Json, services: Collection[str] = ()) -> tuple[str, ...]:
-    """The namespaces (of a cluster-wide HPA list) holding an HPA with gputide's floor record that scales none of
-    `services`: the floors no longer managed, to give back (`floor_restore_patch`)."""
+def floored_namespaces(hpas: Json, services: Collection[str] = (), owner: str | None = None) -> tuple[str, ...]:
+    """The namespaces (of a cluster-wide HPA list) holding an HPA with gputide's floor record, that the controller
+    `owner` may give back (`floor_owned`), scaling none of `services`: the floors no longer managed, to give back
+    (`floor_restore_patch`)."""
     return tuple(sorted({h["metadata"]["namespace"] for h in hpas.get("items", [])
-                         if floor_recorded(h) and not floor_managed(h, services)}))
+                         if floor_recorded(h) and floor_owned(h, owner) and not floor_managed(h, services)}))
 
 
-def floor_restore_patch(hpa: Json) -> tuple[Json | None, str]:
+def floor_restore_patch(hpa: Json, owner: str | None = None) -> tuple[Json | None, str]:
     """(the merge patch giving the operator's own minReplicas back, what it does) for an HPA whose service leaves
-    gputide's management. No record: None, nothing of gputide's there. minReplicas still the floor gputide wrote (or
-    a record without the floor, trusted as is): the recorded own minReplicas back, the record gone. minReplicas
-    someone else wrote since: left as it is, the record alone dropped (it is theirs)."""
+    the management of the controller `owner`. No record: None, nothing of gputide's there. A floor another controller
+    wrote (`floor_owned`): None, it is that one's to give back. minReplicas still the floor gputide wrote (or a record
+    without the floor, trusted as is): the recorded own minReplicas back, the record gone. minReplicas someone else
+    wrote since: left as it is, the record alone dropped (it is theirs)."""
     notes = (hpa.get("metadata") or {}).get("annotations") or {}
     if not floor_recorded(hpa):
         return None, "no floor of gputide's"
+    if not floor_owned(hpa, owner):
+        return None, f"floor set by {floor_owner(hpa)}, not by {owner}: left to it"
     current = int(hpa["spec"].get("minReplicas", 1))
     own = own_min_replicas(hpa)
-    forget = {"metadata": {"annotations": {HPA_OWN_MIN_ANNOTATION: None, HPA_FLOOR_ANNOTATION: None}}}
+    forget = {"metadata": {"annotations": dict.fromkeys(_RECORD)}}
     if own == current:
         floor = notes.get(HPA_FLOOR_ANNOTATION)
         changed = floor is not None and floor != str(current)

@@ -39,6 +39,11 @@ of --services' profiles. With `release` (gputide run: `floors_released`), the le
 first poll of every term, and again at every later poll until it succeeds: every floor gputide recorded with capacity
 shifting off, else those of HPAs that scale no profiled service. A failure is logged once per term.
 
+Both give-backs are this controller's own: gputide run gives back only the floors it wrote (their record names its
+Lease, `gputide.io/floor-owner`) or whose writer is not recorded (an older version's). Another shard, or another
+controller with other --services, manages services this one does not, and its floors stay
+(balancer/actuate/k8s_hpa.py).
+
 Like Prometheus's `prometheus_config_last_reload_successful`, success is a gauge and the time of the last
 successful load is `gputide_policy_last_reload_success_timestamp_seconds`.
 """

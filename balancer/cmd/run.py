@@ -281,6 +281,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
 
         actuator = KubernetesActuator(api_client, kueue_queues=queues, action_deadline_s=deadline,
                                       registry=metrics.registry,   # its Kueue quota corrections, counted
+                                      floor_owner=floor_owner(args.lease_namespace, lease_name),
                                       **power_cap_scope(source, interval))
     elector = NullLeaderElector()
     if args.leader_elect:
@@ -311,6 +312,15 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     return reconciler
 
 
+def floor_owner(lease_namespace: str | None, lease_name: str) -> str:
+    """The name this controller records on the HPA floors it writes, and gives back only those of
+    (`k8s_hpa.floor_owned`): its Lease, "namespace/name" (`--lease-namespace`, else the pod's own; a shard's is
+    `<lease-name>-NAME`), which every controller that may lead alone needs of its own anyway, with or without
+    --leader-elect. Two controllers (shards, installs with different --services) thus no longer give back each
+    other's floors as services they do not manage."""
+    return f"{lease_namespace or own_namespace()}/{lease_name}"
+
+
 def power_cap_scope(source: object, interval_s: float) -> dict:
     """How the Kubernetes actuator renews its power caps' expiry (`gputide.io/power-caps-until`): at least three
     reconcile intervals ahead (renewed in housekeeping once half of it is gone, so a long --interval does not let caps
@@ -330,10 +340,11 @@ def floors_given_back(actuator, planner,
     """What the policy reloader calls for the protected namespaces whose HPA floors are owed
     (`PolicyReloader.on_leave`: those a reload newly protects, all of them whenever this replica takes office, and
     those not given back yet): the Kubernetes actuator gives back the HPA floors capacity shifting raised there
-    (`KubernetesActuator.restore_floors`), only on the leading replica (standbys reload the file too; only the leader
-    writes) and only with capacity shifting on (no planner: gputide raised no floor). It returns the namespaces not
-    given back (a standby's, or those whose HPAs could not be read or written: `restore_floors`' note), which the
-    reloader hands it again at its next poll. None otherwise: nothing to give back (dry run, no capacity planner)."""
+    (`KubernetesActuator.restore_floors`: this controller's, `floor_owner`), only on the leading replica (standbys
+    reload the file too; only the leader writes) and only with capacity shifting on (no planner: gputide raised no
+    floor). It returns the namespaces not given back (a standby's, or those whose HPAs could not be read or written:
+    `restore_floors`' note), which the reloader hands it again at its next poll. None otherwise: nothing to give
+    back (dry run, no capacity planner)."""
     restore = getattr(actuator, "restore_floors", None)
     if restore is None or planner is None:
         return None
@@ -354,13 +365,15 @@ def floors_released(actuator, profiles: Collection[str] | None,
     """`PolicyReloader.release`: the floors gputide recorded on HPAs whose services it no longer manages, given back
     by the leading replica at the first poll of each term (and at every poll after until done): with capacity
     shifting off (`profiles` None: no planner), every HPA carrying gputide's floor record; with it on, those whose HPA
-    scales none of --services' profiles (a service taken out of the file). One cluster-wide list of HPAs, then
-    `KubernetesActuator.restore_floors(None, profiles)` (its per-HPA rule: a minReplicas someone else wrote since is
-    left, the record dropped). True once given back; False on a standby or when an HPA could not be read or written
-    (its note "hpa floors in NS not given back"); a temporary error of the list raises (the reloader logs it and tries
-    again at its next poll). A list refused for good (HTTP 403: a controller without --services holds no HPA rights
-    unless components/capacity's ClusterRole stays bound) is logged and not tried again this term: a request refused
-    every cycle would change nothing. None without a Kubernetes actuator (dry run): nothing to give back."""
+    scales none of --services' profiles (a service taken out of the file); in both cases only the floors this
+    controller wrote, or whose writer is not recorded (`floor_owner`: another shard's floors are its own). One
+    cluster-wide list of HPAs, then `KubernetesActuator.restore_floors(None, profiles)` (its per-HPA rule: a
+    minReplicas someone else wrote since is left, the record dropped). True once given back; False on a standby or
+    when an HPA could not be read or written (its note "hpa floors in NS not given back"); a temporary error of the
+    list raises (the reloader logs it and tries again at its next poll). A list refused for good (HTTP 403: a
+    controller without --services holds no HPA rights unless components/capacity's ClusterRole stays bound) is logged
+    and not tried again this term: a request refused every cycle would change nothing. None without a Kubernetes
+    actuator (dry run): nothing to give back."""
     restore = getattr(actuator, "restore_floors", None)
     if restore is None:
         return None
