@@ -8,7 +8,8 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
   terminate (as long as their grace periods, renewed while they are still there, at most an hour, save for victims
   stuck terminating on a node that still admits the pod: kept while they are there, and said, `k8s_stuck`); where an
   eviction failed after others were made, or the Lease was lost between them, the node stays held and each pass
-  evicts the victims left (`resume`), as the reservation names them;
+  evicts the victims left (`resume`), as the reservation names them; the holds there for pods of lower priority
+  are given back and their nominations cleared, as kube-scheduler clears them (their room is the preemptor's);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node (groups do not preempt).
@@ -33,11 +34,13 @@ from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
     EVICTED,
     LEFT,
+    SINCE,
     Evictions,
     Preemptor,
     closest_to_fitting,
     holds_of,
     kept_past_cap,
+    lower_holds,
     model_allows,
 )
 from balancer.actuate.k8s_reads import Usage
@@ -103,11 +106,40 @@ class Holds:
         gone = {v.key for v in choice.victims} - set(done.left)
         bound[choice.node] = [u for u in bound[choice.node] if u.key not in gone]
         self._hold(req, index[choice.node], view, offers, done.entry)
+        self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.done]
         did = (f"preempting {len(done.done)} pod(s) of lower priority on {choice.node}: "
                f"{', '.join(sorted(done.done))}")
         log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], did)
         return f" preemption: {did}{self._left_said(choice.node, done)}."
+
+    def _clear_lower(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
+        """`req` preempted on node i: the holds there for pods of lower priority (`lower_holds`) are given back and
+        the nominations of those that preempted are cleared, as kube-scheduler clears the nominations of
+        lower-priority pods on the node it preempts on. `req` counted their room as its own: left there, such a
+        pod would hold the node while its victims terminate (renewed while they do, up to the hour), evicting
+        those left, for room it will not get, instead of planning afresh at its turn (the rest of this pass sees
+        them gone too). Nothing once `halted()`; a write that fails is logged and they stay (they expire)."""
+        node = view[i]
+        lower = lower_holds(self.scheduler_name, node, req)
+        if not lower or self.preemptor.halted():
+            return
+        try:
+            self.api.update_node(node["name"], lambda n: annotation_map_change(
+                n, self.reservation_annotation, dict.fromkeys(lower)))
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot clear the holds of %s on %s for %s: %s", self.scheduler_name,
+                        ", ".join(lower), node["name"], req["name"], err)
+            return
+        log.info("scheduler %s: %s preempted on %s: the holds of lower priority there are cleared: %s",
+                 self.scheduler_name, req["name"], node["name"], ", ".join(lower))
+        nominated = [k for k in lower if SINCE in node["reservations"][k]]   # a preemption's: nominated there
+        node["reservations"] = {k: v for k, v in node["reservations"].items() if k not in lower}
+        offers.update(i)
+        for key in lower:
+            self.preemptor.release(node["name"], key)
+        for key in nominated:
+            self.preemptor.nominate(key, None)
 
     def resume(self, req: Json, view: list[Json], offers: Offers) -> str:
         """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims

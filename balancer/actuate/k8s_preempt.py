@@ -24,9 +24,12 @@ lower priority are ever victims, and as few and as unimportant as the node allow
 Then: reserve the node's GPUs, CPU and memory for the pod, the reservation naming every victim still to evict
 (`victims`) before the first is evicted; evict each victim (read first, for its grace period) with an Event
 `Preempted` on it ("Preempted by <pod> on node <node>"); write down what is left (`noted`), set the pod's nominated
-node. A later pass binds the pod once the victims are gone. So the reservation always says what is left to do:
-whichever replica leads next (this one in a later term too, having read it again) carries the preemption on
-(`resume`) or gives the node back (`k8s_holds.release_gone`), even when the Lease was lost between two evictions.
+node. The holds this scheduler made there for pods of lower priority are given back, and those pods' nominations
+cleared (`lower_holds`, `k8s_holds`), as kube-scheduler clears lower-priority nominations on the node it preempts
+on: the preemptor counted their room as its own, and they plan afresh. A later pass binds the pod once the
+victims are gone. So the reservation always says what is left to do: whichever replica leads next (this one in
+a later term too, having read it again) carries the preemption on (`resume`) or gives the node back
+(`k8s_holds.release_gone`), even when the Lease was lost between two evictions.
 
 How long: a victim's own grace period (`terminationGracePeriodSeconds`, 30 min for a training job that checkpoints)
 may outlast `reserve_s` (5 min): the node is held until the last victim's grace period ends and a minute more
@@ -58,7 +61,7 @@ from typing import Any
 
 from balancer import catalog
 from balancer.actuate.k8s_actuator import post_event
-from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, PRIORITY, reserved_for_others
+from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, PRIORITY, counts_against, reserved_for_others
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
@@ -112,6 +115,15 @@ def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
     `waiting`: deleted, bound (elsewhere, by anyone) or finished, they hold the node for no one. A Migrate's
     reservation (no `HOLDER`: it is keyed by the workload, whose replacement pod does not exist yet) is never one."""
     return [k for k, e in node["reservations"].items() if e.get(HOLDER) == scheduler and k not in waiting]
+
+
+def lower_holds(scheduler: str, node: Json, req: Json) -> list[str]:
+    """The keys of the holds `scheduler` made on `node` for pods of lower priority than `req` (those not held against
+    it, `k8s_filters.counts_against`): once `req` preempts there, their room is its own, as kube-scheduler clears
+    the nominations of lower-priority pods on the node it preempts on. Not `req`'s own, nor a Migrate's (no
+    `HOLDER`), nor one that does not say its pod's priority (held against every pod: `req` did not count its room)."""
+    return [k for k, e in node["reservations"].items()
+            if e.get(HOLDER) == scheduler and k not in req["owned"] and not counts_against(e, req)]
 
 
 def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Sequence[float], now: float,
@@ -356,14 +368,21 @@ class Preemptor:
             raise done.error
         done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.evicted, done.ends,
                                                                self.clock(), self.reserve_s))
-        if self.halted():
-            return done
-        try:
-            self.api(f"pod {key} status", self.api.core.patch_namespaced_pod_status, req["pod"], req["namespace"],
-                     {"status": {"nominatedNodeName": choice.node}}, _content_type=MERGE_PATCH)
-        except ActuationError as err:   # informational only: the reservation is what holds the node
-            log.warning("scheduler %s: cannot nominate %s for %s: %s", self.scheduler_name, choice.node, key, err)
+        if not self.halted():
+            self.nominate(key, choice.node)
         return done
+
+    def nominate(self, key: str, node: str | None) -> None:
+        """Set pod `key`'s `status.nominatedNodeName` to `node` (None: clear it), as kube-scheduler does for a
+        preemptor (and for the lower-priority pods nominated where it preempts). Informational only: the
+        reservation is what holds the node, so a failure is logged."""
+        ns, name = key.split("/", 1)
+        try:
+            self.api(f"pod {key} status", self.api.core.patch_namespaced_pod_status, name, ns,
+                     {"status": {"nominatedNodeName": node}}, _content_type=MERGE_PATCH)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot %s for %s: %s", self.scheduler_name,
+                        f"nominate {node}" if node else "clear the nominated node", key, err)
 
     def resume(self, req: Json, node: str, entry: Json, running: Collection[str],
                stuck: Collection[str] | None = None) -> Evictions:
