@@ -240,7 +240,7 @@ class KubernetesActuator:
             self.api, clock, default_namespace=default_namespace, hot_taint_key=hot_taint_key,
             reservation_annotation=reservation_annotation, hot_taint_ttl_s=hot_taint_ttl_s,
             reservation_ttl_s=reservation_ttl_s)
-        self._refusals: set[str] = set()   # the refusals logged at WARNING once (`_refuse`)
+        self._refusals: set[str] = set()   # the refusals and floor caps logged at WARNING once (`_refuse`)
         self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
             Migrate: self.migrations.migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
             ScaleTraining: self._scale_training, TaintNode: self._taint,
@@ -333,7 +333,7 @@ class KubernetesActuator:
 
         def change(h: Json) -> Json | None:
             want, own = hpa_floor(h, int(action.replicas))
-            floor["value"] = want
+            floor.update(value=want, most=int(h["spec"]["maxReplicas"]))
             return hpa_floor_patch(h, want, own, self.floor_owner)
 
         what = f"hpa {ns}/{hname}"
@@ -341,8 +341,23 @@ class KubernetesActuator:
             what, lambda: self.api(what, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, hname, ns),
             lambda body: self.api(what, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, hname, ns,
                                   body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
-        clamped = "" if floor["value"] == action.replicas else f" (asked {action.replicas}, clamped to HPA range)"
-        return f"hpa {ns}/{hname} minReplicas = {floor['value']}{clamped}"
+        return f"{what} minReplicas = {floor['value']}{self._floor_clamp(what, int(action.replicas), **floor)}"
+
+    def _floor_clamp(self, what: str, asked: int, value: int, most: int) -> str:
+        """What the HPA made of a floor of `asked` replicas (`value` written, `most` its maxReplicas), for the
+        result's detail: nothing when it stands as asked. One capped at maxReplicas says so, with the replicas that
+        will never start, and is logged at WARNING once per HPA and bound: the result is still APPLIED (the floor
+        written stands), but the plan that asked for it counted replicas the HPA will not create and shrank training
+        for them, and keeps those GPUs idle while it asks again (until the profile's maxReplicas, or the HPA's, says
+        the same)."""
+        if value >= asked:
+            return "" if value == asked else f" (asked {asked}, clamped up to the operator's own minReplicas or 1)"
+        why = (f"{what}: a floor of {asked} replicas capped at its maxReplicas {most}: {asked - value} replicas asked "
+               f"will not start (raise the HPA's maxReplicas, or set the service profile's maxReplicas to {most})")
+        if why not in self._refusals:
+            self._refusals.add(why)
+            log.warning("%s", why)
+        return f" (asked {asked}, clamped to the HPA's maxReplicas {most}: {asked - value} replicas will not start)"
 
     def _scale_deployment(self, ns: str, name: str, want: int, planned: int) -> str:
         """Set the replicas of a Deployment no HPA scales through its scale subresource, only while they are still
