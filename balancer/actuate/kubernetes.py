@@ -1,9 +1,9 @@
 """The one gateway to the Kubernetes API: the only module in gputide that imports `kubernetes`.
 
 It builds the client (`build_api_client`: in-cluster, a kubeconfig), wraps every call (`_Api`: retries with
-exponential backoff on 5xx, throttling 429 and transport errors, optimistic-concurrency read-modify-write on 409,
-`ApiException` mapped to gputide's `ActuationError` tree, every call of a piece of work within its deadline:
-`k8s_budget`, the work's writes whose outcome is unknown listed: `writes()`), and holds what every
+exponential backoff on 5xx, throttling 429 and transport errors, optimistic-concurrency read-modify-write on 409
+after a short jittered wait, `ApiException` mapped to gputide's `ActuationError` tree, every call of a piece of work
+within its deadline: `k8s_budget`, the work's writes whose outcome is unknown listed: `writes()`), and holds what every
 Kubernetes-facing module shares: the annotations, labels and taint gputide writes, RFC 3339 times (`k8s_time`).
 Resource quantities and a pod's effective requests are `k8s_requests`. Built on it: the actuator
 (`k8s_actuator.py`), Lease leader election (`k8s_leader.py`), the watch caches (`k8s_watch.py`), the pod and node
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -151,6 +152,11 @@ def read_power_caps(node: Any, annotation: str = POWER_CAP_ANNOTATION) -> dict[s
     return caps
 
 
+# a read-modify-write that lost to another writer (409) waits before it reads again: CONFLICT_BACKOFF_S, doubled per
+# conflict up to CONFLICT_BACKOFF_MAX_S, each wait jittered down by up to half (`_Api.update`). Short: the other writer
+# is done in milliseconds; jittered: two controllers retrying in step would otherwise collide again on every try
+CONFLICT_BACKOFF_S = 0.05
+CONFLICT_BACKOFF_MAX_S = 0.4
 MIN_TRY_S = 1.0   # no try is started with less of its deadline left: it would only add a call cut short (a write that
                   # may have landed all the same) to a deadline already passed
 
@@ -191,7 +197,7 @@ class _Api:
 
     def __init__(self, api_client: k8s.ApiClient, max_retries: int, backoff_s: float,
                  sleep: Callable[[float], None], timeout_s: float, clock: Callable[[], float] = time.monotonic,
-                 stopping: Callable[[], bool] = _never) -> None:
+                 stopping: Callable[[], bool] = _never, jitter: Callable[[], float] = random.random) -> None:
         self.core = k8s.CoreV1Api(api_client)
         self.apps = k8s.AppsV1Api(api_client)
         self.autoscaling = k8s.AutoscalingV2Api(api_client)
@@ -202,6 +208,7 @@ class _Api:
         self.storage = k8s.StorageV1Api(api_client)
         self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
         self.clock, self.stopping = clock, stopping
+        self.jitter = jitter   # uniform in [0, 1): how much of a conflict's wait's second half is kept (`_conflict_wait`)
         self._deadline = _Deadline()
 
     # ---- deadlines: how long one piece of work may take, whatever the retries ----
@@ -332,7 +339,9 @@ class _Api:
 
     def update(self, what: str, read: Callable[[], Json], patch: Callable[[Json], Json],
                change: Callable[[Json], Json | None]) -> Json | None:
-        """Read-modify-write with resourceVersion; on 409 read again and recompute, up to max_retries times.
+        """Read-modify-write with resourceVersion; on 409 read again and recompute, up to max_retries times, each
+        after a short jittered wait (`_conflict_wait`) so that two writers racing on one object do not collide again
+        at once; the last 409 is raised without one.
 
         `change(obj)` returns a merge patch, or None when nothing needs changing."""
         for attempt in range(self.max_retries + 1):
@@ -347,7 +356,18 @@ class _Api:
                 if attempt == self.max_retries:
                     raise
                 log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.max_retries)
+                if wait := self._conflict_wait(attempt):
+                    self.sleep(wait)
         return None
+
+    def _conflict_wait(self, attempt: int) -> float:
+        """The wait before reading again after conflict `attempt` (0 first): `CONFLICT_BACKOFF_S` doubled per
+        conflict, at most `CONFLICT_BACKOFF_MAX_S`, of which the jitter keeps half to all; cut so that the next read
+        still has `MIN_TRY_S` before the deadline (none left: no wait, that read raises `DeadlineExceeded`)."""
+        full = min(CONFLICT_BACKOFF_S * 2**attempt, CONFLICT_BACKOFF_MAX_S)
+        wait = full * (0.5 + 0.5 * self.jitter())
+        left = self._left()
+        return wait if left is None else max(min(wait, left - MIN_TRY_S), 0.0)
 
     def update_node(self, name: str, change: Callable[[Json], Json | None]) -> Json | None:
         what = f"node {name}"
