@@ -8,8 +8,10 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
   terminate (as long as their grace periods, renewed while they are still there, at most an hour, save for victims
   stuck terminating on a node that still admits the pod: kept while they are there, and said, `k8s_stuck`); where an
   eviction failed after others were made, or the Lease was lost between them, the node stays held and each pass
-  evicts the victims left (`resume`), as the reservation names them; the holds there for pods of lower priority
-  are given back and their nominations cleared, as kube-scheduler clears them (their room is the preemptor's);
+  evicts the victims left (`resume`), as the reservation names them, while they still make room for the pod there
+  (once others took or hold that room, none is evicted, the node is given back and the pod plans afresh); the
+  holds there for pods of lower priority are given back and their nominations cleared, as kube-scheduler clears
+  them (their room is the preemptor's);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node (groups do not preempt).
@@ -41,6 +43,7 @@ from balancer.actuate.k8s_preempt import (
     holds_of,
     kept_past_cap,
     lower_holds,
+    makes_room,
     model_allows,
 )
 from balancer.actuate.k8s_reads import Usage
@@ -145,7 +148,8 @@ class Holds:
         """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims
         left, keep the node held while the evicted ones terminate, past the hour while they are stuck there:
         `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or
-        its victims all gone)."""
+        its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`): then
+        the node is given back instead (`_room_taken`)."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
@@ -153,6 +157,9 @@ class Holds:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
+        named = {*(entry.get(LEFT) or ()), *(entry.get(EVICTED) or ())}
+        if not makes_room(view[i], req, [u for u in bound.get(node, ()) if u.key in named]):
+            return self._room_taken(req, i, view, offers, sorted(named & running))
         stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
                               self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
@@ -171,6 +178,31 @@ class Holds:
             if not kept_past_cap(entry):   # the hold passes the hour now: said once on the pod
                 tell_stuck(self.preemptor, req, node, kept, entry)
         return f" preemption: {did}{self._left_said(node, done)}."
+
+    def _room_taken(self, req: Json, i: int, view: list[Json], offers: Offers, victims: list[str]) -> str:
+        """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its
+        evictions made, or hold it (a more important pod bound there, its hold not being held against it, or
+        holding it; a pod someone else bound there). None of the `victims` still there is evicted (killed for room
+        it would not get), the node is given back and its nomination cleared: it plans afresh at the next pass
+        (elsewhere, or there with other victims). Nothing once `halted()`; a write that fails is logged, and the
+        next pass asks again."""
+        key, node = req["name"], view[i]["name"]
+        if self.preemptor.halted():
+            return ""
+        log.info("scheduler %s: %s: %s no longer makes room for it (taken meanwhile): %s not evicted, the node "
+                 "given back", self.scheduler_name, key, node, ", ".join(victims) or "no victim")
+        said = (f" preemption: its victims no longer make room for it on {node} (others took or hold the room its "
+                f"evictions made){': ' + ', '.join(victims) + ' not evicted' if victims else ''}")
+        try:
+            self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: None}))
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot give %s back for %s: %s", self.scheduler_name, node, key, err)
+            return f"{said}; giving the node back failed ({err})."
+        view[i]["reservations"] = {k: v for k, v in view[i]["reservations"].items() if k != key}
+        offers.update(i)
+        self.preemptor.release(node, key)
+        self.preemptor.nominate(key, None)
+        return f"{said}; the node is given back and it plans afresh at the next pass."
 
     @staticmethod
     def _refusal(req: Json, i: int, view: list[Json], offers: Offers) -> str | None:

@@ -49,7 +49,10 @@ on: they disrupt nothing.
 If an eviction fails before any victim was evicted, the reservation is released and the pod is told why; once some
 were, the node stays held for the pod while they terminate (given back, their room would go to whoever came
 first), and each later pass evicts the victims left until none is left, the pod no longer waits or the reservation
-expires, after which the pod plans afresh with the room already made.
+expires, after which the pod plans afresh with the room already made. Each such pass first asks whether its victims
+still make room for it there (`makes_room`): a pod of higher priority may have been bound in the room made (the
+hold is not held against it), or hold it; then none is evicted any more, the node is given back and the pod's
+nomination cleared (`k8s_holds`), and it plans afresh at the next pass.
 """
 
 from __future__ import annotations
@@ -204,13 +207,18 @@ def usable(node: Json, req: Json) -> tuple[int, int, int]:
         node, req, CPU), node["memory_mib_free"] - reserved_for_others(node, req, MEMORY))
 
 
-def _could_make_room(node: Json, lower: Sequence[Any], req: Json) -> bool:
-    """Whether evicting every pod of lower priority would free enough GPUs, CPU and memory on `node` (what is held
-    for other pods stays held): only such nodes are weighed pod by pod (the rest, most nodes of a busy cluster,
-    cost three sums each)."""
-    return bool(lower) and all(have + sum(getattr(u, field) for u in lower) >= want for have, field, want in zip(
+def makes_room(node: Json, req: Json, victims: Sequence[Any]) -> bool:
+    """Whether `req`'s GPUs, CPU and memory are free on `node` once `victims` (`k8s_reads.Usage` of pods bound
+    there) are gone, what is held there for other pods staying held (`usable`)."""
+    return all(have + sum(getattr(u, field) for u in victims) >= want for have, field, want in zip(
         usable(node, req), ("gpus", "cpu_milli", "memory_mib"), (req["num_gpu"], req["cpu_milli"], req["memory_mib"]),
         strict=True))
+
+
+def _could_make_room(node: Json, lower: Sequence[Any], req: Json) -> bool:
+    """Whether evicting every pod of lower priority would free enough on `node` (`makes_room`): only such nodes
+    are weighed pod by pod (the rest, most nodes of a busy cluster, cost three sums each)."""
+    return bool(lower) and makes_room(node, req, lower)
 
 
 class Preemptor:

@@ -62,7 +62,7 @@ def test_a_preemptor_whose_binding_finds_it_bound_by_someone_else_frees_its_node
 
 def test_a_preemptor_still_pending_keeps_its_node(full, api, clock):  # noqa: F811
     sched = preempted_for_urgent(full, api, clock)
-    full.add(bound("low-1b", "a", 4, 1))                                 # as if the victim were still terminating
+    full.add(bound("low-1", "a", 4, 1))                                  # as if the victim were still terminating
     full.add(pending("filler", 4, 0))
     assert sched.schedule_once() == {"default/urgent": None, "default/filler": None}
     assert set(reservations(full, "a")) == {"default/urgent"}
