@@ -9,7 +9,8 @@ durable by a record of the move on the lender, written in the patch that lowers 
 borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a failure) left open is settled,
 completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`; a lender's record is
 replaced only once its move is settled (another controller's open move there refuses the next, never overwritten),
-and a shrink's give-back whose raise failed is left open for `settle` to complete (`shift`'s `owed`). Each queue also
+and a shrink's give-back whose raise failed is left open for `settle` to complete (`shift`'s `owed`), one whose
+lowering failed (nothing moved) kept owed in the controller's memory and made by the next settle. Each queue also
 keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
 `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
 (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
@@ -24,6 +25,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
@@ -55,7 +57,7 @@ from balancer.actuate.kubernetes import (
     NotFoundError,
     _Api,
 )
-from balancer.errors import ActuationError, PermanentActuationError
+from balancer.errors import ActuationError, PermanentActuationError, TemporaryActuationError
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,9 @@ class KueueQuota:
         self.api = api
         # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`): as long as a grow's Job resize may take
         self.excess_seen = Sightings(excess_min_age_s)
+        # shrinks' give-backs whose lowering failed, nothing moved (`shift`'s `owed`): lender -> its moves, made by the
+        # next settle of either queue. The controller's memory only: a restart (or a new leader) forgets them
+        self.owed: dict[str, list[Transfer]] = {}
 
     def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
         """The Job's Workloads (Kueue makes one per Job).
@@ -181,17 +186,33 @@ class KueueQuota:
         With `owed` (quota that a change already made frees: a shrink's give-back, never `undo`), a failed raise is
         not rolled back: the move is left open, its record on the lender (written with the lowering) completed by
         the next settle (each cycle's housekeeping, or the next move of either queue), and the note returned says
-        so; only a failure of the lender's write raises (nothing moved)."""
+        so. A temporary failure before that (the lender's write: nothing moved) raises, the move kept owed in
+        `owed` (`owes`), made by the next settle the same way, as the same move: a lowering that landed unanswered is
+        completed from its record, never made twice.
+
+        Moves owed by either queue are made first (`_pay`); a failure there leaves them owed and is a note."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
-        read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
-        seen = last_move(read[from_queue])   # the lender's last move, settled next: overwritten by this one's record
-        settled = [note for q in read if (note := self._settle(q, read))]
-        if settled:
-            read = {q: self._read_queue(q) for q in read}
-        flavor, cohort = _checked(read, flavor)
-        move = Transfer(uuid.uuid4().hex[:12], to_queue, flavor, gpus, undo)
-        self._lend(from_queue, move, keep, seen.id if seen else None)
+        paid = self._pay((from_queue, to_queue))
+        return "; ".join([*paid, self._shift(from_queue, Transfer(uuid.uuid4().hex[:12], to_queue, flavor or "", gpus,
+                                                                   undo), keep, owed)])
+
+    def _shift(self, from_queue: str, move: Transfer, keep: int | None, owed: bool) -> str:
+        """`shift`'s move, its id given (an owed move made again keeps its own) and its flavor "" until settled."""
+        to_queue = move.to
+        try:
+            read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
+            seen = last_move(read[from_queue])   # the lender's last move, settled next; this one's record replaces it
+            settled = [note for q in read if (note := self._settle(q, read))]
+            if settled:
+                read = {q: self._read_queue(q) for q in read}
+            flavor, cohort = _checked(read, move.flavor or None)
+            move = replace(move, flavor=flavor)
+            self._lend(from_queue, move, keep, seen.id if seen else None)
+        except TemporaryActuationError:
+            if owed and move.flavor:   # nothing moved, or a lowering unanswered: owed, made by the next settle
+                self.owed.setdefault(from_queue, []).append(move)
+            raise
         noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
         # the borrower's unanswered patch, if any: it may have landed (handed up to the action's list)
         with self.api.writes(hand_up=True) as doubt:
@@ -205,7 +226,7 @@ class KueueQuota:
         if noted == VOID:   # another controller's settle (a shard's housekeeping) rolled the move back midway
             raise KubeTemporaryError(f"kueue quota move {move.id} {from_queue} -> {to_queue} was rolled back by "
                                      "another controller's settle before it was raised: nothing moved; next cycle")
-        done = f"kueue quota {gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
+        done = f"kueue quota {move.gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
         return "; ".join([*settled, done])
 
     def settle(self, queue: str) -> str | None:
@@ -216,8 +237,30 @@ class KueueQuota:
         return self._settle(queue, {queue: self._read_queue(queue)})
 
     def settle_all(self, queues: tuple[str, ...]) -> list[str]:
-        """`settle` each queue: a restarted controller's first cycle, and each cycle after, finish moves left open."""
-        return [note for q in queues if (note := self.settle(q))]
+        """`settle` each queue, then make what it owes (`_pay`): a restarted controller's first cycle, and each cycle
+        after, finish moves left open."""
+        return [note for q in queues if (note := self.settle(q))] + self._pay(queues)
+
+    def owes(self, lender: str) -> int:
+        """The GPUs of quota the ClusterQueue `lender` owes, in this controller's memory (`shift`'s `owed`)."""
+        return sum(move.gpus for move in self.owed.get(lender, ()))
+
+    def _pay(self, queues: tuple[str, ...]) -> list[str]:
+        """The moves `queues` owe (`owed`), made now, each as the same move (`_shift`): one still failing stays owed,
+        a note; a permanent refusal (the queues changed since) is dropped, logged."""
+        notes = []
+        for lender in queues:
+            for move in self.owed.pop(lender, []):
+                what = (f"owed kueue quota give-back {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): "
+                        f"{lender} -> {move.to})")
+                try:
+                    notes.append(f"{what} made: {self._shift(lender, move, 0, True)}")
+                except TemporaryActuationError as err:
+                    notes.append(f"{what} still owed: {err}")   # `_shift` kept it owed
+                except ActuationError as err:
+                    log.error("%s dropped: %s", what, err)
+                    notes.append(f"{what} dropped: {err}")
+        return notes
 
     def reconcile(self, queues: tuple[str, str]) -> list[Excess]:
         """Give back to the inference queue (`queues[0]`) the quota lent to training (`queues[1]`) beyond what
@@ -228,7 +271,10 @@ class KueueQuota:
         inference, training = queues
         read = {q: self._read_queue(q) for q in queues}
         found: list[Excess] = []
-        if worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
+        if self.owes(training):   # its excess until the owed give-back is made is that give-back: not taken twice
+            log.info("kueue quota reconcile of %s deferred: it owes %d GPUs to a shrink's give-back", training,
+                     self.owes(training))
+        elif worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
             workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
                                  "workloads").get("items") or []
             jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
@@ -244,6 +290,8 @@ class KueueQuota:
         move = last_move(read[lender])
         if move is None:
             return None
+        if any(m.id == move.id for m in self.owed.get(lender, ())):   # an owed lowering that landed: settled here
+            self.owed[lender] = [m for m in self.owed[lender] if m.id != move.id]
         noted = state(read.get(move.to) or self._read_queue(move.to), lender, move.id)
         if noted == RECEIVED:
             return None   # settled: the record stays as the lender's last move

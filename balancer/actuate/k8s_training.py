@@ -41,11 +41,11 @@ Quota. With `--kueue-queues` and a queued Job, GPU nominalQuota moves between th
 so Kueue can admit the workers (and given back if the Job then cannot be changed; where its last write got no
 answer, only once read back unchanged: a grow that landed keeps it), back to inference after it shrinks. The GPUs
 moved are the change of the Job's own size (the GPUs its pod template requests, none for a Job asking for no GPU,
-x the workers its spec asks for now, `k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's `previous_workers`: a plan from a
-snapshot that lags a resize (gputide's or anyone's) would move quota no Job asks for, and the queues would drift
-apart from the Jobs a little more each time. Each move is durable across a restart (`k8s_quota`, `k8s_transfer`);
-one lent ahead of a grow is rolled back if found open. Every refusal (a size that cannot run, a flavor that
-cannot be told, a queued Job without a Workload) comes before any change.
+x the workers its spec asks for now, `k8s_jobs.workers_asked`, 0 for a Job gputide stopped), never the action's
+`previous_workers`: a plan from a snapshot that lags a resize (gputide's or anyone's) would move quota no Job asks
+for, and the queues would drift apart from the Jobs a little more each time. Each move is durable across a restart
+(`k8s_quota`, `k8s_transfer`); one lent ahead of a grow is rolled back if found open. Every refusal (a size that
+cannot run, a flavor that cannot be told, a queued Job without a Workload) comes before any change.
 
 Stale plans. The planners count a Job's running workers (`previous`: its pods the telemetry places on GPUs, so
 not those on a node without an exporter or whose exporter went dark), and the safety guard charges its disruption
@@ -248,13 +248,18 @@ class TrainingJobs:
         the shrink: the workers are stopped all the same, so the action is applied (the budgets count it, and a retry
         would find the Job shrunk already and move nothing). The give-back is owed (`KueueQuota.shift`'s `owed`): once
         training is lowered, its record there has the next settle (housekeeping, every cycle) raise inference, never
-        roll it back; a failure before that moved nothing (the cohort's total unchanged, the GPUs still training's),
-        said in the detail and the log."""
+        roll it back; a temporary failure before that moved nothing (the cohort's total unchanged), and the move is
+        kept owed in the controller's memory, made by the next settle too (a restart forgets it); a permanent one
+        (the queues changed since) is not retried. Each is said in the detail and the log."""
+        owed = self.kueue.owes(queues[1])
         try:
             with self.api.reserve():
                 return self.kueue.shift(queues[1], queues[0], gpus, flavor, owed=True)
         except ActuationError as err:
             log.error("kueue quota freed by a shrink was not given back to %s (%d GPUs): %s", queues[0], gpus, err)
+            if self.kueue.owes(queues[1]) > owed:
+                return (f"kueue quota not given back to {queues[0]} yet ({gpus} GPUs): owed, the next settle "
+                        f"(housekeeping, every cycle) moves it: {err}")
             return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): nothing moved, still {queues[1]}'s: {err}"
 
     def _patch(self, job: _Job, body: Json) -> None:
