@@ -208,7 +208,7 @@ class _Api:
         self.storage = k8s.StorageV1Api(api_client)
         self.max_retries, self.backoff_s, self.sleep, self.timeout_s = max_retries, backoff_s, sleep, timeout_s
         self.clock, self.stopping = clock, stopping
-        self.jitter = jitter   # uniform in [0, 1): how much of a conflict's wait's second half is kept (`_conflict_wait`)
+        self.jitter = jitter   # uniform in [0, 1): how much of a conflict's wait is kept (`_conflict_wait`)
         self._deadline = _Deadline()
 
     # ---- deadlines: how long one piece of work may take, whatever the retries ----
