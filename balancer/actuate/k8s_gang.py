@@ -15,10 +15,11 @@ Only when every member found a node are they bound, each to the node it found; o
 is told why: which member fits nowhere, or how many members are still missing. Members already bound count
 towards n (a member bound earlier gave its claims its node: the others sharing them are kept there, completing
 the group if they fit); once n are bound, later members are placed one by one. Gangs do not preempt; a group
-that has waited longer than `--starving-after` holds a node for each member instead (`k8s_holds`). A binding the
-API refuses half-way (an error, not a lack of room) leaves the members bound so far in place, and the rest are
-tried again next pass. So does a pass that stops between members (SIGTERM, the Lease lost): each member left
-unbound is told so (`DEFERRED`, `deferred_message`), as otherwise nothing would say why it still waits.
+that has waited longer than `--starving-after` holds a node for each member instead (`k8s_holds`; one node for
+the members sharing an unbound claim, `sharers`, as the binding keeps them to one). A binding the API refuses
+half-way (an error, not a lack of room) leaves the members bound so far in place, and the rest are tried again
+next pass. So does a pass that stops between members (SIGTERM, the Lease lost): each member left unbound is told
+so (`DEFERRED`, `deferred_message`), as otherwise nothing would say why it still waits.
 """
 
 from __future__ import annotations
@@ -95,6 +96,40 @@ def trial(members: Sequence[Json], view: list[Json], place: Callable[[Json, list
         chosen[m["name"]] = i
         taken.update({key: copy[i]["name"] for key in selects(m) if key not in taken})
     return chosen, None
+
+
+def sharers(members: Sequence[Json]) -> list[list[Json]]:
+    """`members` split into those that must run on one node: members sharing an unbound WaitForFirstConsumer
+    claim (`k8s_volumes.selects`), directly or through other members, are one part (the claim is given the node of
+    the first one bound, `trial`); a member sharing none is a part of its own. In the members' order."""
+    part = list(range(len(members)))   # union-find over member indices
+
+    def root(k: int) -> int:
+        while part[k] != k:
+            part[k] = part[part[k]]
+            k = part[k]
+        return k
+
+    first: dict[str, int] = {}   # claim -> the first member that gives it its node
+    for k, m in enumerate(members):
+        for key in selects(m):
+            part[root(k)] = root(first.setdefault(key, k))
+    out: dict[int, list[Json]] = {}
+    for k, m in enumerate(members):
+        out.setdefault(root(k), []).append(m)
+    return list(out.values())
+
+
+def together(members: Sequence[Json]) -> Json:
+    """One request for `members` that must run on one node (`sharers`), to weigh nodes for all of them at once
+    (`k8s_preempt.closest_to_fitting`): the first's, asking what they ask together, owning what each owns (their
+    own holds are not held against them), at the lowest priority among them (what is held against any of them is
+    held against the whole), and listing them (`members`)."""
+    priorities = [m.get("priority") for m in members]
+    ints = all(isinstance(p, int) and not isinstance(p, bool) for p in priorities)
+    return dict(members[0], members=list(members), num_gpu=sum(m["num_gpu"] for m in members),
+                cpu_milli=sum(m["cpu_milli"] for m in members), memory_mib=sum(m["memory_mib"] for m in members),
+                owned=frozenset().union(*(m["owned"] for m in members)), priority=min(priorities) if ints else None)
 
 
 def groups(pending: Sequence[Json]) -> Mapping[str, list[Json]]:

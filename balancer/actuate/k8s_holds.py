@@ -14,7 +14,8 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
   them (their room is the preemptor's);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
-  members of a pod group that cannot be placed whole, each its own node (groups do not preempt).
+  members of a pod group that cannot be placed whole, each its own node, save members sharing an unbound
+  WaitForFirstConsumer claim, which hold one node big enough for them all (groups do not preempt).
 
 A hold made in a pass holds the node for the rest of that pass too (the pass's view of the node and its filters
 are updated at once). It ends when the pod is bound: on the held node the binding uses it up
@@ -31,7 +32,8 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from balancer.actuate.k8s_filters import Offers, rule_refusal
+from balancer.actuate.k8s_filters import Offers, reservation_key, rule_refusal
+from balancer.actuate.k8s_gang import sharers, together
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
     EVICTED,
@@ -239,23 +241,44 @@ class Holds:
         """Anti-starvation for a pod group that cannot be placed whole (`k8s_gang`): once its oldest pending member
         has waited longer than `starving_s`, each member that holds no node yet holds the node closest to fitting
         it, the biggest first, each seeing the holds made before it (two members never count on the same GPUs).
-        What frees up there then goes to the group until every member fits, and the group is bound together,
-        instead of to single pods that keep arriving. " Waiting <m> min: holding ...", or ""."""
+        Members that share an unbound WaitForFirstConsumer claim (`k8s_gang.sharers`) can only run on one node,
+        the one the claim is given as the first of them is bound (`k8s_gang.trial` keeps them there): they hold
+        one node, closest to fitting them all and admitting each (`_part_node`), where one of them holds a node
+        already, that one. What frees up there then goes to the group until every member fits, and the group is
+        bound together, instead of to single pods that keep arriving. " Waiting <m> min: holding ...", or ""."""
         created = [t for m in members if (t := parse_time(m["created"]))]
         if not created or now - min(created) < self.starving_s:
             return ""
         held = []
-        for m in sorted(members, key=lambda m: (-m["num_gpu"], -m["cpu_milli"], -m["memory_mib"], m["name"])):
-            if offers.holds_for(m):
-                continue
-            offers.fitting(m)
-            node = closest_to_fitting(m, self._candidates(m, view, offers))
-            if node is not None and self._hold_starving(m, node, view, index, offers):
-                held.append(f"{m['name']} on {node}")
+        for part in sorted((together(p) for p in sharers(members)), key=lambda t: (
+                -t["num_gpu"], -t["cpu_milli"], -t["memory_mib"], t["name"])):
+            node = self._part_node(part, view, offers)
+            for m in part["members"] if node is not None else ():
+                if not offers.holds_for(m) and self._hold_starving(m, node, view, index, offers):
+                    held.append(f"{m['name']} on {node}")
         if not held:
             return ""
         return (f" Waiting {(now - min(created)) / 60:.0f} min: holding nodes for the group's members as GPUs free "
                 f"up there ({', '.join(held)}).")
+
+    def _part_node(self, part: Json, view: list[Json], offers: Offers) -> str | None:
+        """The node a part of a starving pod group (`together`: members that must run on one node) holds for those
+        of its members that hold none yet: the node closest to fitting them all (`closest_to_fitting`) among those
+        that admit every one of them, and that some member holds already if one does (they must run on one node).
+        None when there is none (a member's hold that leaves no room for the rest lapses, and then they are
+        weighed together again), or every member holds one."""
+        rest = [m for m in part["members"] if not offers.holds_for(m)]
+        if not rest:
+            return None
+        mine = {view[i]["name"] for i in offers.reserving for m in part["members"] if reservation_key(view[i], m)}
+        candidates: set[str] = set()
+        for k, m in enumerate(rest):
+            offers.fitting(m)
+            names = {n["name"] for n in self._candidates(m, view, offers)}
+            candidates = names if k == 0 else candidates & names
+        if mine:   # kept to the node a member holds (they were held together; the closest if they hold several)
+            candidates &= mine
+        return closest_to_fitting(together(rest), [n for n in view if n["name"] in candidates])
 
     @staticmethod
     def _candidates(req: Json, view: list[Json], offers: Offers) -> list[Json]:
