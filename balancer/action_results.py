@@ -15,6 +15,9 @@ refusals with a `refused` attribute (`refusal`; the Kubernetes actuator's: `k8s_
 `TargetHeld`, `WorkloadRefused`), and `refused_result` carries it into the result, with the code `refused` whatever
 the outcome (a hold's RETRY has no HTTP status, and read as a transport error without it).
 
+Caps. An action carried out, but short of what it asked, says how far it went when the planner must know: a scale
+whose target runs at most so many replicas (`ActionResult.capped_to`: an HPA floor capped at its maxReplicas).
+
 These are pure data and pure functions, below every layer that builds or reads a result: the actuators
 (`balancer.actuate`, whose `base` re-exports them beside the `Actuator` protocol), the loop, and the shard wrappers
 of `balancer.telemetry.shard`, which refuse for the shard they read.
@@ -59,6 +62,11 @@ class ActionResult:
     # returning False). The loop tells the planner (`planner.acknowledge`), which remembers no such shrink as
     # gputide's. The dry run, which never writes, says True too (its DRY_RUN results are never acknowledged)
     unchanged: bool = False
+    # an APPLIED ScaleInference whose target capped it: the most replicas it will run (an HPA floor above its
+    # maxReplicas: that maxReplicas, the floor written), fewer than the action asked. The loop tells the capacity
+    # planner (`planner.cap`), which asks no more of the service, nor makes room for more, while it believes the cap
+    # (`balancer.plan.planner`, "Capped scales"). None: not capped (and always for the simulator and dry run)
+    capped_to: int | None = None
 
 
 def refusal(err: BaseException) -> Refused | None:

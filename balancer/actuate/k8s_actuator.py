@@ -181,6 +181,18 @@ def _unwritten(action: Action, detail: str) -> bool:
     return isinstance(action, ScaleTraining) and detail.startswith("job ") and f" {LEFT_AS_IS}" in detail
 
 
+CAPPED = "clamped to the HPA's maxReplicas"   # in the detail of a floor its HPA's maxReplicas capped (`_floor_clamp`)
+
+
+def _capped_to(action: Action, detail: str) -> int | None:
+    """The most replicas the HPA of an applied `ScaleInference` runs when its maxReplicas capped the floor asked
+    (`ActionResult.capped_to`; its detail, `_floor_clamp`'s: "... clamped to the HPA's maxReplicas N: ..."), None
+    when nothing capped it. The planner asks no more of the service while it believes the cap."""
+    if not isinstance(action, ScaleInference) or f" {CAPPED} " not in detail:
+        return None
+    return int(detail.partition(f" {CAPPED} ")[2].split(":", 1)[0])
+
+
 # ---- the actuator --------------------------------------------------------------------------------------------
 
 
@@ -267,7 +279,8 @@ class KubernetesActuator:
                 with self.api.reserve():   # the action is done: its Event (best effort) may use what is left
                     tell_action(self.api, action, detail, self.clock(), self.default_namespace,
                                 lambda owner: self._owner_namespace(owner, snapshot))
-        return ActionResult(action, Outcome.APPLIED, detail, unchanged=_unwritten(action, detail))
+        return ActionResult(action, Outcome.APPLIED, detail, unchanged=_unwritten(action, detail),
+                            capped_to=_capped_to(action, detail))
 
     # ---- power caps, taints ----
 
@@ -347,9 +360,9 @@ class KubernetesActuator:
         """What the HPA made of a floor of `asked` replicas (`value` written, `most` its maxReplicas), for the
         result's detail: nothing when it stands as asked. One capped at maxReplicas says so, with the replicas that
         will never start, and is logged at WARNING once per HPA and bound: the result is still APPLIED (the floor
-        written stands), but the plan that asked for it counted replicas the HPA will not create and shrank training
-        for them, and keeps those GPUs idle while it asks again (until the profile's maxReplicas, or the HPA's, says
-        the same)."""
+        written stands), but the plan that asked for it counted replicas the HPA will not create and may have shrunk
+        training for them: the result carries the cap (`ActionResult.capped_to`, `_capped_to`), and the capacity
+        planner asks no more of the service, and lends those GPUs back, while it believes it."""
         if value >= asked:
             return "" if value == asked else f" (asked {asked}, clamped up to the operator's own minReplicas or 1)"
         why = (f"{what}: a floor of {asked} replicas capped at its maxReplicas {most}: {asked - value} replicas asked "
@@ -357,7 +370,7 @@ class KubernetesActuator:
         if why not in self._refusals:
             self._refusals.add(why)
             log.warning("%s", why)
-        return f" (asked {asked}, clamped to the HPA's maxReplicas {most}: {asked - value} replicas will not start)"
+        return f" (asked {asked}, {CAPPED} {most}: {asked - value} replicas will not start)"
 
     def _scale_deployment(self, ns: str, name: str, want: int, planned: int) -> str:
         """Set the replicas of a Deployment no HPA scales through its scale subresource, only while they are still
