@@ -32,6 +32,17 @@ the same refused ScaleInference was proposed every cycle, and training could be 
 growth that could not happen. Its GPUs stay its own; training shrunk for the refused growth is grown back into what
 stays idle, as any idle GPUs.
 
+A service whose scale the actuator carried out short of what it asked (`ActionResult.capped_to`: an HPA floor
+capped at its maxReplicas, the profile leaving maxReplicas unset or above it; `planner.cap`,
+`PlannerState.capped_scales`) is held to that cap (`_capped`: its profile's maxReplicas lowered to it), with a note naming it and the
+cap, the same text while it lasts (the loop logs it once): no more replicas asked, so no training shrunk for replicas
+that never start, and training shrunk for them is grown back into the GPUs they leave idle, as any idle GPUs. Before,
+the planner asked for the whole floor every cycle and kept those GPUs idle. The cap is believed for the capacity
+policy's loan horizon after it was last met (the GPUs it frees are lent for that long: asked again sooner, the
+service would take back a loan as soon as it was made), or until the service runs more replicas than it (its HPA's
+maxReplicas was raised, and the HPA scaled past it); a new leader learns it afresh. Asked again after that, the
+scale goes through if maxReplicas was raised, or is capped and believed again.
+
 Capacity holds (no capacity action, a note) while inference pods on GPUs have no owner and a profiled service
 that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
 empty would be "reclaimed" for from every training job at once (a controller started before the Kubernetes API
@@ -45,6 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
 from balancer.model import (
@@ -148,6 +160,29 @@ def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[
     return replace(view, services=tuple(s for s in view.services if s.profile.name not in refused)), held
 
 
+def _capped(view: CapacityView, caps: Mapping[str, tuple[int, float]],
+            keep_s: float) -> tuple[CapacityView, dict[str, tuple[int, float]], list[str]]:
+    """`view` with each service whose scale the actuator capped within `keep_s` (`caps`: {service: (most, when)})
+    held to that cap (its profile's maxReplicas, and minReplicas, at most the cap), the caps still believed (one the
+    service runs more replicas than is not: its ceiling was raised), and the notes for the services held (module
+    docstring)."""
+    replicas = {s.profile.name: s.replicas for s in view.services}
+    live = {name: (most, t) for name, (most, t) in caps.items()
+            if view.time - t < keep_s and replicas.get(name, 0) <= most}
+    held = {s.profile.name: live[s.profile.name][0] for s in view.services
+            if s.profile.name in live and live[s.profile.name][0] < s.profile.max_replicas}
+    if not held:
+        return view, live, []
+    services = tuple(s if s.profile.name not in held else replace(s, profile=replace(
+        s.profile, max_replicas=held[s.profile.name], min_replicas=min(s.profile.min_replicas, held[s.profile.name])))
+        for s in view.services)
+    notes = [f"capacity holds {name} at {most} replicas, where the actuator capped its scale (the HPA's maxReplicas; "
+             "its scale_inference's detail says so): no more asked, nor room made for more, for the loan horizon "
+             f"after (raise the HPA's maxReplicas, or set the profile's maxReplicas to {most})"
+             for name, most in sorted(held.items())]
+    return replace(view, services=services), live, notes
+
+
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
                        state: planner_mod.PlannerState | None = None, *, profiles: Mapping[str, ServiceCapacity],
                        capacity_policy: CapacityPolicy, bursts: Mapping[str, float] | None = None,
@@ -169,6 +204,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
+    view, caps, capped = _capped(view, state.capped_scales, capacity_policy.loan_horizon_s)
+    state = replace(state, capped_scales=MappingProxyType(caps))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
         # a Job at parallelism 0 has no pods: a source that cannot list suspended jobs would lose it for good
@@ -179,7 +216,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
     notes = plan.notes + tuple(f"capacity leaves {name} alone: the actuator failed scaling it for good (its failed "
                                "scale_inference's detail says why): not scaled, nor room made for it, for "
-                               "safety.cooldownS after" for name in held)
+                               "safety.cooldownS after" for name in held) + tuple(capped)
     if clash:
         decision = plan_capacity(_without(view, clash, decision.actions), forecasts or {}, capacity_policy, cap_state)
         notes += (f"capacity leaves {', '.join(clash)} to the hotspot plan this cycle, with what needed them",)

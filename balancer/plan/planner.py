@@ -46,6 +46,11 @@ HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.c
 capacity planner leaves that service alone meanwhile (`balancer.plan.capacity_loop`), rather than proposing the same
 refused scale every cycle and shrinking training to make room for a growth that cannot happen.
 
+Capped scales. A service's scale the actuator carried out short of what it asked (APPLIED, `ActionResult.capped_to`:
+an HPA floor capped at its maxReplicas) is remembered with that cap (`cap(...)`, `capped_scales`): the capacity
+planner holds the service to it meanwhile (`balancer.plan.capacity_loop`), rather than shrinking training every cycle
+for replicas that never start.
+
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
 publishes.
 """
@@ -111,6 +116,8 @@ class PlannerState:
     refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    # service -> (the most replicas it runs, when a scale of it was capped there) ("Capped scales"): no more asked
+    capped_scales: Mapping[str, tuple[int, float]] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -187,6 +194,16 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}),
                    refused_targets=MappingProxyType({**state.refused_targets, **at}),
                    refused_scales=MappingProxyType({**state.refused_scales, **services}))
+
+
+def cap(state: PlannerState, capped: Iterable[tuple[Action, int]], now: float) -> PlannerState:
+    """Fold `ScaleInference`s the actuator applied short of what they asked into the state, each with the most
+    replicas its service runs (`ActionResult.capped_to`): a later cap of a service replaces its earlier one ("Capped
+    scales"; how long it is believed is the capacity planner's to say)."""
+    caps = {a.service: (int(most), now) for a, most in capped if isinstance(a, ScaleInference)}
+    if not caps:
+        return state
+    return replace(state, capped_scales=MappingProxyType({**state.capped_scales, **caps}))
 
 
 def scales_held(state: PlannerState, policy: BalancerPolicy, now: float) -> dict[str, float]:

@@ -1,0 +1,150 @@
+"""A scale the actuator carried out short of what it asked (an HPA floor capped at its maxReplicas) holds the
+capacity planner to that cap: confirmed before the change that the planner, its profile's maxReplicas unset, shrank
+training for replicas the HPA never starts, then kept the GPUs they left idle and asked for the whole floor again
+every cycle (tests/k8s/test_k8s_hpa_floor_capped.py).
+
+The fleet: 8 GPUs, chat's replicas first, then the workers of "cheap" and of "other", one GPU each, the rest idle;
+chat starts with one replica and 4 workers of cheap, 3 of other. Its demand (30 req/s, 10 per replica) wants 4
+replicas; its HPA runs at most 2. The fleet is the loop's telemetry and its actuator: what it applies, the next
+snapshot shows."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import partial
+
+import pytest
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.loop import Reconciler
+from balancer.model import Action, ClusterSnapshot, ScaleInference, ScaleTraining, ServiceStatus
+from balancer.model import WorkloadClass as C
+from balancer.plan import planner as planner_mod
+from balancer.plan.capacity import CapacityPolicy
+from balancer.plan.capacity_loop import plan_with_capacity
+from tests.capacity.test_capacity_clash import ON, PROFILES
+from tests.loop.loop_helpers import make_fleet, snapshot, workload
+
+FLEET = make_fleet(nodes=2, gpus_per_node=4)
+LOAN_HORIZON_S = CapacityPolicy().loan_horizon_s
+NOTE = "capacity holds chat at 2 replicas, where the actuator capped its scale"
+UP = ScaleInference(service="chat", replicas=4, previous_replicas=1, reason="reclaim ahead of the rise")
+
+
+class HpaCappedFleet:
+    """chat behind an HPA whose maxReplicas is `most`: a scale above it runs `most` replicas and says so
+    (`ActionResult.capped_to`), as the Kubernetes actuator does; job resizes are carried out as asked."""
+
+    name = "hpa-capped"
+
+    def __init__(self, clock: list[float], most: int = 2) -> None:
+        self.clock, self.most = clock, most
+        self.replicas = {"chat": 1, "cheap": 4, "other": 3}
+        self.applied: list[tuple[float, Action]] = []
+
+    def snapshot(self) -> ClusterSnapshot:
+        wl, gpu = [], 0
+        for name, n in self.replicas.items():
+            cls = C.INFERENCE if name == "chat" else C.TRAINING
+            extra = {} if cls is C.INFERENCE else {"elastic_min": 1, "elastic_max": 8}
+            for i in range(n):
+                wl.append((workload(f"{name}-{i}", cls, owner=name, **extra), (gpu,)))
+                gpu += 1
+        chat = ServiceStatus(name="chat", demand_rps=30.0, p99_latency_s=0.1, slo_latency_s=0.5,
+                             replicas=self.replicas["chat"])
+        return snapshot(FLEET, workloads=wl, time=self.clock[0], services={"chat": chat})
+
+    def apply(self, action: Action, snap: ClusterSnapshot) -> ActionResult:
+        self.applied.append((self.clock[0], action))
+        if isinstance(action, ScaleInference):
+            self.replicas["chat"] = min(action.replicas, self.most)
+            capped = self.most if action.replicas > self.most else None
+            return ActionResult(action, Outcome.APPLIED, f"minReplicas = {self.replicas['chat']}", capped_to=capped)
+        if isinstance(action, ScaleTraining):
+            self.replicas[action.job] = action.workers
+        return ActionResult(action, Outcome.APPLIED)
+
+    @property
+    def idle(self) -> int:
+        return FLEET.n_gpus - sum(self.replicas.values())
+
+
+def run(times: list[float], most: int = 2) -> tuple[Reconciler, HpaCappedFleet]:
+    clock = [times[0]]
+    fleet = HpaCappedFleet(clock, most)
+    planner = partial(plan_with_capacity, profiles={"chat": PROFILES["chat"]}, capacity_policy=CapacityPolicy())
+    rec = Reconciler(source=fleet, actuator=fleet, policy=ON, clock=lambda: clock[0], planner=planner)
+    for t in times:
+        clock[0] = t
+        rec.run_once()
+    return rec, fleet
+
+
+def chat_ups(fleet: HpaCappedFleet, after: float = 0.0) -> list[Action]:
+    return [a for t, a in fleet.applied if t > after and isinstance(a, ScaleInference) and a.replicas > a.previous_replicas]
+
+
+def shrinks(fleet: HpaCappedFleet, after: float = 0.0) -> list[Action]:
+    return [a for t, a in fleet.applied if t > after and isinstance(a, ScaleTraining) and a.workers < a.previous_workers]
+
+
+def test_once_capped_the_service_is_not_asked_again_and_training_gets_the_gpus_back(caplog) -> None:
+    """t=1000: chat 1 -> 4, cheap shrunk 4 -> 1 for it; the HPA runs 2. From then on chat is held at 2: no more
+    asked, nothing shrunk for it, and the two GPUs it left idle go back to training (once the safety cooldown of
+    the jobs allows); the note saying so is logged once while it lasts."""
+    with caplog.at_level(logging.INFO, logger="balancer.loop"):
+        rec, fleet = run([1000.0 + 60.0 * k for k in range(16)])
+    assert [a.replicas for a in chat_ups(fleet)] == [4] and [a.job for a in shrinks(fleet)] == ["cheap"]
+    assert chat_ups(fleet, after=1000.0) == [] and shrinks(fleet, after=1000.0) == []
+    assert fleet.replicas["chat"] == 2 and fleet.idle == 0, fleet.replicas   # training holds the other 6 GPUs
+    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {"chat": (2, 1000.0)}
+    said = [r.getMessage() for r in caplog.records if NOTE in r.getMessage()]
+    assert len(said) == 1 and "set the profile's maxReplicas to 2" in said[0], said
+
+
+def test_the_cap_is_asked_past_again_after_the_loan_horizon() -> None:
+    """Believed for the loan horizon after it was met, then asked again (maxReplicas may have been raised): capped
+    once more, and believed again from then."""
+    late = 1000.0 + LOAN_HORIZON_S
+    rec, fleet = run([1000.0, 1060.0, late - 60.0, late, late + 60.0])
+    assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, late]
+    assert dict(rec.state.capped_scales) == {"chat": (2, late)}
+
+
+def test_a_scale_that_goes_through_is_not_a_cap() -> None:
+    rec, fleet = run([1000.0, 1060.0], most=10)
+    assert fleet.replicas["chat"] == 4 and rec.state.capped_scales == {}
+
+
+def plan_capped(replicas: int, capped_at: float, *, max_replicas: int | None = None, t: float = 1060.0):
+    """plan_with_capacity at `t` on the fleet with chat at `replicas` (cheap and other on the next GPUs, 2 idle at
+    most), its scale capped at 2 at `capped_at`."""
+    fleet = HpaCappedFleet([t])
+    fleet.replicas = {"chat": replicas, "cheap": 1, "other": 3}
+    profile = PROFILES["chat"] if max_replicas is None else replace(PROFILES["chat"], max_replicas=max_replicas)
+    state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2)], capped_at)
+    return plan_with_capacity(fleet.snapshot(), None, ON, state, profiles={"chat": profile},
+                              capacity_policy=CapacityPolicy())
+
+
+@pytest.mark.parametrize(("replicas", "capped_at", "max_replicas", "asked", "held"), [
+    pytest.param(2, 1000.0, None, False, True, id="within the loan horizon the service is held at the cap"),
+    pytest.param(2, 1060.0 - LOAN_HORIZON_S, None, True, False, id="past the loan horizon it is asked again"),
+    pytest.param(3, 1000.0, None, True, False,
+                 id="running more replicas than the cap, its ceiling was raised: the cap is forgotten"),
+    pytest.param(2, 1000.0, 2, False, False, id="a profile's maxReplicas at the cap already says nothing more"),
+])
+def test_how_long_a_cap_is_believed(replicas, capped_at, max_replicas, asked, held) -> None:
+    plan, state = plan_capped(replicas, capped_at, max_replicas=max_replicas)
+    ups = [a for a in plan.actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas]
+    assert bool(ups) is asked, plan.actions
+    assert any(NOTE in n for n in plan.notes) is held, plan.notes
+    assert ("chat" in state.capped_scales) is (not asked), state.capped_scales
+
+
+def test_cap_records_only_scales_and_the_latest_cap_of_a_service() -> None:
+    grow = ScaleTraining(job="cheap", workers=4, previous_workers=1, reason="loan")
+    state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2), (grow, 3)], 1000.0)
+    state = planner_mod.cap(state, [(replace(UP, replicas=6), 3)], 1200.0)
+    assert dict(state.capped_scales) == {"chat": (3, 1200.0)}
