@@ -8,7 +8,8 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
   `gputide.io/reserved-for`, the one a Migrate writes), which every replica of the scheduler honours and which
   survives a restart, instead of kube-scheduler's in-memory nominated pods. As a nominated pod is, it is held
   only against pods of equal or lower priority: it records the pod's priority (`k8s_filters.counts_against`; one
-  that does not, written by an older gputide, is held against every pod). The pod also gets
+  that does not, written by an older gputide, is held against every pod until a pass carries its preemption on
+  and writes it, `ranked`, at the latest before it is kept past the hour). The pod also gets
   `status.nominatedNodeName`, as kube-scheduler sets it.
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
@@ -155,6 +156,17 @@ def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Se
     if until != expires:
         new["expires"] = rfc3339(until)
     return entry if new == entry else new
+
+
+def ranked(entry: Json, req: Json) -> Json:
+    """A preemption's reservation `entry` for `req` saying `req`'s priority: one written by a gputide that did not
+    record it is held against every pod (`k8s_filters.counts_against`) on the ground that it lasts an hour at
+    most, yet a hold is kept past the hour for victims stuck terminating (`noted`'s `stuck`); carried on, it says
+    it from then on. `entry` itself when it says one already, or `req` has none."""
+    said, priority = entry.get(PRIORITY), req.get("priority")
+    if (isinstance(said, int) and not isinstance(said, bool)) or not isinstance(priority, int):
+        return entry
+    return {**entry, PRIORITY: priority}
 
 
 def capped(entry: Json, terminating: Sequence[str], now: float, reserve_s: float,
@@ -403,9 +415,9 @@ class Preemptor:
         done = self._evict(req["name"], node, [(k, ()) for k in entry.get(LEFT) or () if k in running])
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.evicted
                        and (stuck is None or k in stuck)]
-        done.entry = self._note(req["name"], node, entry, noted(entry, done.left, [*terminating, *done.evicted],
-                                                                done.ends, self.clock(), self.reserve_s,
-                                                                stuck=bool(stuck)))
+        new = noted(entry, done.left, [*terminating, *done.evicted], done.ends, self.clock(), self.reserve_s,
+                    stuck=bool(stuck))
+        done.entry = self._note(req["name"], node, entry, ranked(new, req))
         return done
 
     def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:

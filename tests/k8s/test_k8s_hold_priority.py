@@ -12,6 +12,8 @@ import json
 import pytest
 from fakeapi import FakeKube, node, pod
 from test_k8s_preemption import most_free
+from test_k8s_preemption_grace import GRACE_S, HOUR, checkpointing, terminating
+from test_k8s_preemption_stuck import passes_until
 
 from balancer.actuate.k8s_filters import Offers, counts_against, why_not
 from balancer.actuate.k8s_preempt import usable
@@ -119,3 +121,25 @@ def test_which_holds_count_against_a_pod(why, hold, priority, counts) -> None:
     offers = Offers([node])
     assert offers.fitting(req).tolist() == ([] if counts else [0])
     assert usable(node, req) == ((0, 8000, 64512) if counts else (4, 16000, 65536))
+
+
+def test_an_old_hold_without_priority_learns_it_when_renewed_and_holds_back_no_more_important_pod(
+        kube: FakeKube, api, clock):
+    """A preemption's hold written by a gputide that did not record priorities counts against every pod, on the
+    ground that it lasts an hour at most; kept past the hour for a victim stuck terminating, it kept a more important
+    pod off the node's free GPUs for as long as the victim was stuck. Carried on, it now says its pod's priority."""
+    kube.add(node("a", 16))
+    kube.add(checkpointing("train", "a", 8, 1))
+    kube.add(pending("urgent", 16, 50, clock))
+    start = clock.now
+    SecondaryScheduler(api, "gputide", most_free, clock=clock).schedule_once()
+    terminating(kube, "train", "a", 8, 1, start + GRACE_S)           # and stuck there (a finalizer)
+    old = {k: v for k, v in held(kube, "a")["default/urgent"].items() if k != "priority"}
+    kube.mutate("nodes", "a", "", {"metadata": {"annotations": {RESERVATION_ANNOTATION: json.dumps(
+        {"default/urgent": old})}}})
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)   # the gputide of now takes over
+    passes_until(sched, clock, start + HOUR + 600)
+    assert sched.stuck_holds == [("default/urgent", "a", ("default/train",))]
+    assert held(kube, "a")["default/urgent"]["priority"] == 50
+    kube.add(pending("top", 8, 1_000_000, clock))
+    assert sched.schedule_once()["default/top"] == "a"               # a's 8 free GPUs: not held against it
