@@ -76,11 +76,12 @@ class Holds:
         self._lapsing: dict[tuple[str, str, str], float] = {}   # holds not kept past the hour, logged (`k8s_stuck`)
         self._bound: Callable[[], Iterable[Usage]] = tuple
         self._by_node: dict[str, list[Usage]] | None = None
+        self._evicted: dict[str, list[Usage]] = {}   # node -> the pods evicted from it in this pass (`_leaving`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
         self.preempted, self.starving, self.stuck = [], [], []
-        self._bound, self._by_node = bound, None
+        self._bound, self._by_node, self._evicted = bound, None, {}
 
     def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
         """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
@@ -109,7 +110,7 @@ class Holds:
             log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
             return f" preemption failed: {err}."
         gone = {v.key for v in choice.victims} - set(done.left)
-        bound[choice.node] = [u for u in bound[choice.node] if u.key not in gone]
+        self._off(bound, choice.node, gone)
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.done]
@@ -159,13 +160,13 @@ class Holds:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
-        named = {*(entry.get(LEFT) or ()), *(entry.get(EVICTED) or ())}
-        if not makes_room(view[i], req, [u for u in bound.get(node, ()) if u.key in named]):
+        if not makes_room(view[i], req, self._leaving(view[i])):
+            named = {*(entry.get(LEFT) or ()), *(entry.get(EVICTED) or ())}
             return self._room_taken(req, i, view, offers, sorted(named & running))
         stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
                               self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
-        bound[node] = [u for u in bound.get(node, ()) if u.key not in done.done]   # no one else's victims
+        self._off(bound, node, done.done)
         view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}   # holds as much as before
         self.preempted += [(v, node) for v in done.done]
         if done.done:
@@ -345,6 +346,25 @@ class Holds:
             except ActuationError as err:   # it expires on its own
                 log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, ", ".join(gone),
                             node["name"], err)
+
+    def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str]) -> None:
+        """The pods `evicted` from `node` for a preemption are no one else's victims for the rest of the pass: off
+        `bound`, kept apart as leaving the node (`_leaving`)."""
+        kept, gone = [], []
+        for u in bound.get(node, ()):
+            (gone if u.key in evicted else kept).append(u)
+        bound[node] = kept
+        self._evicted.setdefault(node, []).extend(gone)
+
+    def _leaving(self, node: Json) -> list[Usage]:
+        """The pods leaving `node` (`k8s_reads.Usage`): those a preemption's hold there names as its victims (to
+        evict, or terminating), still bound there or evicted earlier in the pass (the pass's view of the node still
+        counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
+        free, which is that hold's, not taken from the room the pod waits for (a pod as important that preempted
+        there, evicting some of the pod's own victims with its own)."""
+        named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in e.get(f) or ()}
+        return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
+                if u.key in named]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a

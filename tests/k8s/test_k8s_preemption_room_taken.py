@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from fakeapi import FakeKube, node, pdb
 from test_k8s_preemption import bound, most_free, pending, reservations
+from test_k8s_preemption_grace import GRACE_S, terminating
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
+
+
+def checkpointing(name: str, node_name: str, gpus: int, priority: int, labels=None) -> dict:
+    p = bound(name, node_name, gpus, priority, labels=labels)
+    p["spec"]["terminationGracePeriodSeconds"] = GRACE_S
+    return p
 
 
 def half_preempted(kube: FakeKube, api, clock) -> SecondaryScheduler:
@@ -68,3 +75,26 @@ def test_a_pod_someone_else_bound_in_the_room_makes_the_preemptor_plan_afresh(ku
     clock.advance(5)
     assert sched.schedule_once() == {"default/mid": None}
     assert sorted(sched.preempted) == [("default/intruder", "a"), ("default/low-2", "a")]
+
+
+def test_victims_another_hold_waits_for_count_as_leaving(kube: FakeKube, api, clock):
+    """a (24 GPUs): mid (16) evicted x, y's eviction was refused; ally, as important, then preempted y and z there
+    for its 8 (mid's hold held against it). y and z still terminate: the room mid waits for is still coming (24 -
+    ally's 8), though its own victim alone (y) would not free it: the node stays mid's."""
+    for obj in (pdb("guard", "default", {"tier": "batch"}, 1), node("a", 24),
+                checkpointing("x", "a", 8, 1, labels={"tier": "batch"}), checkpointing("y", "a", 8, 1),
+                checkpointing("z", "a", 8, 2), pending("mid", 16, 10)):
+        kube.add(obj)
+    kube.inject("POST", r"/pods/y/eviction$", 429, count=1)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {"default/mid": None} and sched.preempted == [("default/x", "a")]
+    kube.add(pending("ally", 8, 10))
+    clock.advance(5)
+    sched.schedule_once()
+    assert sorted(sched.preempted) == [("default/y", "a"), ("default/z", "a")]
+    for name, priority in (("y", 1), ("z", 2)):
+        terminating(kube, name, "a", 8, priority, clock.now + GRACE_S)
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": None, "default/ally": None}
+    assert sorted(reservations(kube, "a")) == ["default/ally", "default/mid"]
+    assert "no longer make room" not in sched.reasons["default/mid"]
