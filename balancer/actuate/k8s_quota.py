@@ -10,9 +10,9 @@ borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a fa
 completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`; a lender's record is
 replaced only once its move is settled (another controller's open move there refuses the next, never overwritten),
 and a shrink's give-back whose raise failed is left open for `settle` to complete (`shift`'s `owed`), one whose
-lowering failed (nothing moved) kept owed in the controller's memory and made by the next settle. Each queue also
-keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
-`reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
+lowering failed (nothing moved) kept owed in the controller's memory and made by the next `settle_all`. Each queue
+also keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`),
+and `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
 (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
@@ -117,7 +117,7 @@ class KueueQuota:
         # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`): as long as a grow's Job resize may take
         self.excess_seen = Sightings(excess_min_age_s)
         # shrinks' give-backs whose lowering failed, nothing moved (`shift`'s `owed`): lender -> its moves, made by the
-        # next settle of either queue. The controller's memory only: a restart (or a new leader) forgets them
+        # next `settle_all`. The controller's memory only: a restart (or a new leader) forgets them
         self.owed: dict[str, list[Transfer]] = {}
 
     def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
@@ -187,15 +187,12 @@ class KueueQuota:
         not rolled back: the move is left open, its record on the lender (written with the lowering) completed by
         the next settle (each cycle's housekeeping, or the next move of either queue), and the note returned says
         so. A temporary failure before that (the lender's write: nothing moved) raises, the move kept owed in
-        `owed` (`owes`), made by the next settle the same way, as the same move: a lowering that landed unanswered is
-        completed from its record, never made twice.
-
-        Moves owed by either queue are made first (`_pay`); a failure there leaves them owed and is a note."""
+        `owed` (`owes`) and made by the next `settle_all` (each cycle's housekeeping: `_pay`), as the same move: a
+        lowering that landed unanswered is completed from its record, never made twice. Not by the next move: an
+        action's calls stay those `k8s_budget` counts."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
-        paid = self._pay((from_queue, to_queue))
-        return "; ".join([*paid, self._shift(from_queue, Transfer(uuid.uuid4().hex[:12], to_queue, flavor or "", gpus,
-                                                                   undo), keep, owed)])
+        return self._shift(from_queue, Transfer(uuid.uuid4().hex[:12], to_queue, flavor or "", gpus, undo), keep, owed)
 
     def _shift(self, from_queue: str, move: Transfer, keep: int | None, owed: bool) -> str:
         """`shift`'s move, its id given (an owed move made again keeps its own) and its flavor "" until settled."""

@@ -249,7 +249,7 @@ class TrainingJobs:
         would find the Job shrunk already and move nothing). The give-back is owed (`KueueQuota.shift`'s `owed`): once
         training is lowered, its record there has the next settle (housekeeping, every cycle) raise inference, never
         roll it back; a temporary failure before that moved nothing (the cohort's total unchanged), and the move is
-        kept owed in the controller's memory, made by the next settle too (a restart forgets it); a permanent one
+        kept owed in the controller's memory, made by the next housekeeping (a restart forgets it); a permanent one
         (the queues changed since) is not retried. Each is said in the detail and the log."""
         owed = self.kueue.owes(queues[1])
         try:
@@ -258,8 +258,8 @@ class TrainingJobs:
         except ActuationError as err:
             log.error("kueue quota freed by a shrink was not given back to %s (%d GPUs): %s", queues[0], gpus, err)
             if self.kueue.owes(queues[1]) > owed:
-                return (f"kueue quota not given back to {queues[0]} yet ({gpus} GPUs): owed, the next settle "
-                        f"(housekeeping, every cycle) moves it: {err}")
+                return (f"kueue quota not given back to {queues[0]} yet ({gpus} GPUs): owed, the next housekeeping "
+                        f"(every cycle) moves it: {err}")
             return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): nothing moved, still {queues[1]}'s: {err}"
 
     def _patch(self, job: _Job, body: Json) -> None:

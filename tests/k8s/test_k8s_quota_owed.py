@@ -7,7 +7,6 @@ next settle (housekeeping, every cycle, or the next move) raises inference; neve
 
 from __future__ import annotations
 
-import pytest
 from fakeapi import FakeKube
 from test_k8s_quota_restart import cohort, controller, quota, scale
 
@@ -29,14 +28,10 @@ def test_a_shrinks_failed_give_back_is_completed_by_housekeeping(kube: FakeKube,
     assert not any("kueue" in note for note in c.housekeeping())   # once: nothing left to settle
 
 
-@pytest.mark.parametrize("failing", [
-    pytest.param("inference", id="raising inference failed: its record on training is completed first"),
-    pytest.param("training", id="lowering training failed: the give-back owed is made first"),
-])
-def test_a_later_move_completes_the_owed_give_back_first(kube: FakeKube, api, clock, sleeps, failing) -> None:
+def test_a_later_move_completes_the_owed_give_back_first(kube: FakeKube, api, clock, sleeps) -> None:
     cohort(kube)
     c = controller(api, clock, sleeps)
-    kube.inject("PATCH", rf"/clusterqueues/{failing}$", 500, count=10)
+    kube.inject("PATCH", r"/clusterqueues/inference$", 500, count=10)
     assert scale(c, 2).outcome is Outcome.APPLIED
     kube.faults.clear()
     result = scale(c, 3, previous=2)   # a grow: the give-back completed before its own move

@@ -3,14 +3,14 @@ lowers training's nominalQuota (its record of the move in that patch) and raises
 itself failed (API trouble), nothing moved and the action was applied with "quota NOT given back ... still
 training's": nothing ever moved it again (the drift check gives back only quota gputide lent to training, and a retry
 finds the Job shrunk already), so the queues stayed (16, 8) instead of (20, 4). The give-back is now owed in the
-controller's memory (`KueueQuota.owed`) and made by the next settle: housekeeping, every cycle, or the next move of
-either queue (tests/k8s/test_k8s_quota_owed.py); a lowering that landed without an answer is completed from its
-record, never made twice."""
+controller's memory (`KueueQuota.owed`) and made by the next housekeeping (`settle_all`, every cycle); a lowering
+that landed without an answer is completed from its record, never made twice."""
 
 from __future__ import annotations
 
 import functools
 
+import pytest
 import urllib3
 from fakeapi import FakeKube
 from kubernetes.client.exceptions import ApiException
@@ -24,8 +24,12 @@ from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 
 
-def test_a_shrinks_give_back_whose_lowering_failed_is_made_by_housekeeping(kube: FakeKube, api, clock,
-                                                                          sleeps) -> None:
+@pytest.mark.parametrize(("grow", "after"), [
+    pytest.param(None, (20, 4), id="the next housekeeping makes it"),
+    pytest.param(3, (18, 6), id="a grow before housekeeping moves its own quota only, housekeeping makes the rest"),
+])
+def test_a_shrinks_give_back_whose_lowering_failed_is_made_by_housekeeping(kube: FakeKube, api, clock, sleeps, grow,
+                                                                          after) -> None:
     cohort(kube)   # inference 16, training 8; the Job: 4 workers x 2 GPUs
     c = controller(api, clock, sleeps)
     kube.inject("PATCH", r"/clusterqueues/training$", 500, count=10)   # lowering training fails, for a while
@@ -35,8 +39,10 @@ def test_a_shrinks_give_back_whose_lowering_failed_is_made_by_housekeeping(kube:
     assert kube.get("jobs", "train", "ml")["spec"]["parallelism"] == 2
     assert quota(kube) == (16, 8)   # nothing moved yet
     kube.faults.clear()             # the API healthy again
+    if grow:
+        assert scale(c, grow, previous=2).outcome is Outcome.APPLIED   # 2 GPUs more to training: (14, 10)
     assert any("owed" in note for note in c.housekeeping())
-    assert quota(kube) == (20, 4)
+    assert quota(kube) == after
     assert not any("kueue" in note for note in c.housekeeping())   # once: nothing left owed
 
 
