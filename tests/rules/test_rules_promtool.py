@@ -45,7 +45,7 @@ def github_anchors(markdown: str) -> set[str]:
     ids=["promtool check rules accepts every rule file", "promtool unit tests of the rules pass"],
 )
 def test_promtool(promtool, command):
-    result = subprocess.run([promtool, *command], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run([promtool, *command], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
