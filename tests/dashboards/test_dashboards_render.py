@@ -214,6 +214,20 @@ def test_every_annotation_is_drawn_in_its_own_colour(fake_prometheus, tmp_path):
     assert len({colour for _, colour, _ in drawn}) == len(drawn) and all(events for *_, events in drawn)
 
 
+def _vertical_lines(ax) -> list[tuple[float, str]]:
+    """(x, colour) of every vertical line drawn on `ax`, as a line of its own or as a segment of a collection."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_hex
+
+    out = [(float(line.get_xdata()[0]), to_hex(line.get_color())) for line in ax.get_lines()
+           if len(set(np.asarray(line.get_xdata(), dtype=float))) == 1]
+    for lines in (c for c in ax.collections if isinstance(c, LineCollection)):
+        colours = lines.get_colors()
+        out += [(float(seg[0, 0]), to_hex(colours[i % len(colours)])) for i, seg in enumerate(lines.get_segments())
+                if len(seg) and (seg[:, 0] == seg[0, 0]).all()]
+    return out
+
+
 def test_each_annotation_s_events_are_vertical_lines_in_its_colour():
     from matplotlib.colors import to_hex
     from matplotlib.figure import Figure
@@ -222,9 +236,9 @@ def test_each_annotation_s_events_are_vertical_lines_in_its_colour():
     data = [("temp", dr.Series({}, np.array([0.0, 60.0, 120.0]), np.array([1.0, 2.0, 3.0])))]
     marks = [(f"marker {i}", np.array([60.0 * i]), dr.annotation_colour(c, i))
              for i, c in enumerate(["purple", "red", "yellow", "green", "blue"])]
+    marks.append(("many events", np.array([0.0, 60.0, 120.0]), "#123456"))
     dd._draw_timeseries(ax, {}, data, "", marks)
-    vertical = [line for line in ax.get_lines() if len(set(np.asarray(line.get_xdata(), dtype=float))) == 1]
-    assert sorted(to_hex(line.get_color()) for line in vertical) == sorted(to_hex(c) for *_, c in marks)
+    assert sorted(_vertical_lines(ax)) == sorted((t / 86400, to_hex(c)) for _, times, c in marks for t in times)
 
 
 @pytest.mark.parametrize(
