@@ -57,6 +57,27 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
+def _names(value: Any) -> bool:
+    """Whether a hold's victim field is a list of pod names, as gputide writes it."""
+    return isinstance(value, list) and all(isinstance(k, str) for k in value)
+
+
+def victims_named(entry: Json, field: str) -> list[str]:
+    """The pods a hold's victim field (`LEFT`, `EVICTED`) names: none when it is not a list of names (a hold
+    written by hand or by another tool, `"victims": 1`), which must not stop the pass: its reads of the field (the
+    victims to evict, those leaving the node) would raise."""
+    names = entry.get(field)
+    return names if _names(names) else []
+
+
+def readable(entry: Json) -> Json:
+    """A preemption's hold as the rest of its preemption (`Preemptor.resume`, `k8s_stuck`) reads it: its victim
+    fields that are not lists of names (`victims_named`) left out, as they name no victim. `entry` itself when
+    none is."""
+    odd = [f for f in (LEFT, EVICTED) if f in entry and not _names(entry[f])]
+    return {k: v for k, v in entry.items() if k not in odd} if odd else entry
+
+
 class Holds:
     """Preemption, anti-starvation and the release of held nodes for one scheduler (module docstring).
 
@@ -154,14 +175,14 @@ class Holds:
         its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`): then
         the node is given back instead (`_room_taken`)."""
         key = req["name"]
-        i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
+        i = next((j for j in offers.reserving if any(victims_named(view[j]["reservations"].get(key) or {}, f)
                                                      for f in (LEFT, EVICTED))), None)
         if i is None:
             return ""
-        node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
+        node, bound, entry = view[i]["name"], self._bound_by_node(), readable(view[i]["reservations"][key])
         running = {u.key for u in bound.get(node, ())}
         if not makes_room(view[i], req, self._leaving(view[i])):
-            named = {*(entry.get(LEFT) or ()), *(entry.get(EVICTED) or ())}
+            named = {*victims_named(entry, LEFT), *victims_named(entry, EVICTED)}
             return self._room_taken(req, i, view, offers, sorted(named & running))
         stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
                               self._lapsing)
@@ -362,7 +383,7 @@ class Holds:
         counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
         free, which is that hold's, not taken from the room the pod waits for (a pod as important that preempted
         there, evicting some of the pod's own victims with its own)."""
-        named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in e.get(f) or ()}
+        named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in victims_named(e, f)}
         return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
                 if u.key in named]
 

@@ -1,0 +1,57 @@
+"""A hold whose victim fields are not lists of pod names (written by hand, or by another tool) must not stop the
+scheduler's pass. Since 7c303b4 a preemption carried on reads the victims every hold on its node names
+(`Holds._leaving`): `"victims": 1` on any hold there raised TypeError, which the pass does not catch (only
+ActuationError), so the scheduler process exited, and again after each restart. Such a field names no victim;
+the rest of the hold still holds what it says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fakeapi import FakeKube
+from test_k8s_preemption import most_free, reservations
+from test_k8s_preemption_room_taken import half_preempted
+
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.kubernetes import RESERVATION_ANNOTATION
+
+ODD = [1, [1], [{"pod": "default/low-2"}], "default/low-2", {"default/low-2": 1}, None]
+
+
+def _write(kube: FakeKube, node: str, key: str, change: dict) -> None:
+    """Another writer changes `key`'s hold on `node` (None: removes the fields named)."""
+    notes = reservations(kube, node)
+    notes[key] = {k: v for k, v in {**notes.get(key, {}), **change}.items() if v is not None}
+    kube.mutate("nodes", node, "", {"metadata": {"annotations": {RESERVATION_ANNOTATION: json.dumps(notes)}}})
+
+
+@pytest.mark.parametrize("field", ["victims", "evicted"])
+@pytest.mark.parametrize("odd", ODD[:-1])
+def test_an_odd_hold_beside_a_preemption_does_not_stop_the_pass(kube: FakeKube, api, clock, field, odd):
+    """A hold written by hand on mid's node (it holds nothing): mid's preemption carries on, low-2 is evicted."""
+    sched = half_preempted(kube, api, clock)
+    _write(kube, "a", "ops/by-hand", {"count": 0, field: odd, "expires": "2099-01-01T00:00:00Z"})
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": None}
+    assert sched.preempted == [("default/low-2", "a")]
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": "a"}
+
+
+@pytest.mark.parametrize("odd", ODD)
+def test_a_preemption_whose_own_victims_field_is_odd_does_not_stop_the_pass(kube: FakeKube, api, clock, odd):
+    """mid's own hold, its victims field changed by hand, read by a scheduler started afresh (a restart: this one
+    remembers what it wrote): the field names no victim, none is evicted for it, and the pass goes on; the hold
+    still holds a for mid until it expires, then mid preempts afresh and is bound."""
+    half_preempted(kube, api, clock)
+    _write(kube, "a", "default/mid", {"victims": odd, "evicted": odd})
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": None}
+    assert sched.preempted == [] and "default/mid" in reservations(kube, "a")
+    clock.advance(3600)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-2", "a")]
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": "a"}
