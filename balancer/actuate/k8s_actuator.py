@@ -359,7 +359,8 @@ class KubernetesActuator:
     def _floor_clamp(self, what: str, asked: int, value: int, most: int) -> str:
         """What the HPA made of a floor of `asked` replicas (`value` written, `most` its maxReplicas), for the
         result's detail: nothing when it stands as asked. One capped at maxReplicas says so, with the replicas that
-        will never start, and is logged at WARNING once per HPA and bound: the result is still APPLIED (the floor
+        will never start, and is logged at WARNING once per HPA and bound, whatever floor was asked (the planner's
+        ask moves with demand; what the operator must change is the bound): the result is still APPLIED (the floor
         written stands), but the plan that asked for it counted replicas the HPA will not create and may have shrunk
         training for them: the result carries the cap (`ActionResult.capped_to`, `_capped_to`), and the capacity
         planner asks no more of the service, and lends those GPUs back, while it believes it."""
@@ -367,8 +368,8 @@ class KubernetesActuator:
             return "" if value == asked else f" (asked {asked}, clamped up to the operator's own minReplicas or 1)"
         why = (f"{what}: a floor of {asked} replicas capped at its maxReplicas {most}: {asked - value} replicas asked "
                f"will not start (raise the HPA's maxReplicas, or set the service profile's maxReplicas to {most})")
-        if why not in self._refusals:
-            self._refusals.add(why)
+        if (told := f"{what}: capped at its maxReplicas {most}") not in self._refusals:
+            self._refusals.add(told)
             log.warning("%s", why)
         return f" (asked {asked}, {CAPPED} {most}: {asked - value} replicas will not start)"
 

@@ -59,3 +59,16 @@ def test_a_floor_the_cap_does_not_touch_says_nothing_of_it(kube, actuator, caplo
         detail = scale(actuator, asked).detail
     assert "maxReplicas" not in detail and "will not start" not in detail and says in detail, detail
     assert not caplog.messages
+
+
+def test_the_operator_is_told_once_per_bound_whatever_floor_is_asked(kube, actuator, caplog) -> None:
+    """The planner's floor moves with demand (11, 12, ... 14 on maxReplicas 10): one warning for the bound, not one
+    per floor asked. A new bound (maxReplicas raised to 12, still too few) is told again."""
+    with caplog.at_level(logging.WARNING, logger="balancer.actuate.k8s_actuator"):
+        for asked in (11, 12, 13, 14, 12):
+            scale(actuator, asked)
+        kube.mutate("horizontalpodautoscalers", "web", "serve", {"spec": {"maxReplicas": 12}})
+        for asked in (13, 14):
+            scale(actuator, asked)
+    told = [m for m in caplog.messages if "hpa serve/web" in m]
+    assert [("maxReplicas 10" in m, "maxReplicas 12" in m) for m in told] == [(True, False), (False, True)], told
