@@ -47,9 +47,10 @@ capacity planner leaves that service alone meanwhile (`balancer.plan.capacity_lo
 refused scale every cycle and shrinking training to make room for a growth that cannot happen.
 
 Capped scales. A service's scale the actuator carried out short of what it asked (APPLIED, `ActionResult.capped_to`:
-an HPA floor capped at its maxReplicas) is remembered with that cap (`cap(...)`, `capped_scales`): the capacity
-planner holds the service to it meanwhile (`balancer.plan.capacity_loop`), rather than shrinking training every cycle
-for replicas that never start.
+an HPA floor capped at its maxReplicas) is remembered with that cap, when it was met and how many times in a row
+(`cap(...)`, `capped_scales`): the capacity planner holds the service to it for a while, longer each time the same
+cap is met again (`balancer.plan.capacity_loop`), rather than shrinking training every cycle for replicas that never
+start.
 
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
 publishes.
@@ -116,8 +117,9 @@ class PlannerState:
     refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
-    # service -> (the most replicas it runs, when a scale of it was capped there) ("Capped scales"): no more asked
-    capped_scales: Mapping[str, tuple[int, float]] = field(default_factory=lambda: _EMPTY)
+    # service -> (the most replicas it runs, when a scale of it was last capped there, how many times in a row it was
+    # capped there) ("Capped scales"): no more asked for a while
+    capped_scales: Mapping[str, tuple[int, float, int]] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -198,9 +200,14 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
 
 def cap(state: PlannerState, capped: Iterable[tuple[Action, int]], now: float) -> PlannerState:
     """Fold `ScaleInference`s the actuator applied short of what they asked into the state, each with the most
-    replicas its service runs (`ActionResult.capped_to`): a later cap of a service replaces its earlier one ("Capped
-    scales"; how long it is believed is the capacity planner's to say)."""
-    caps = {a.service: (int(most), now) for a, most in capped if isinstance(a, ScaleInference)}
+    replicas its service runs (`ActionResult.capped_to`): a later cap of a service replaces its earlier one, counted
+    as met once more when it is the same bound (the capacity planner keeps a lapsed cap in the state for that), once
+    when it is another ("Capped scales"; how long it is believed is the capacity planner's to say)."""
+    caps = {}
+    for a, most in capped:
+        if isinstance(a, ScaleInference):
+            before = state.capped_scales.get(a.service)
+            caps[a.service] = (int(most), now, before[2] + 1 if before and before[0] == int(most) else 1)
     if not caps:
         return state
     return replace(state, capped_scales=MappingProxyType({**state.capped_scales, **caps}))

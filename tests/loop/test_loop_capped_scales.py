@@ -6,7 +6,9 @@ every cycle (tests/k8s/test_k8s_hpa_floor_capped.py).
 The fleet: 8 GPUs, chat's replicas first, then the workers of "cheap" and of "other", one GPU each, the rest idle;
 chat starts with one replica and 4 workers of cheap, 3 of other. Its demand (30 req/s, 10 per replica) wants 4
 replicas; its HPA runs at most 2. The fleet is the loop's telemetry and its actuator: what it applies, the next
-snapshot shows."""
+snapshot shows. The cap is believed for half the safety cooldown, then twice as long each time it is met again, up to
+the loan horizon (before, the loan horizon from the first: an operator's raise of maxReplicas was ignored for up to
+2 h)."""
 
 from __future__ import annotations
 
@@ -89,27 +91,53 @@ def shrinks(fleet: HpaCappedFleet, after: float = 0.0) -> list[Action]:
     return [a for t, a in fleet.applied if t > after and isinstance(a, ScaleTraining) and a.workers < a.previous_workers]
 
 
-def test_once_capped_the_service_is_not_asked_again_and_training_gets_the_gpus_back(caplog) -> None:
-    """t=1000: chat 1 -> 4, cheap shrunk 4 -> 1 for it; the HPA runs 2. From then on chat is held at 2: no more
-    asked, nothing shrunk for it, and the two GPUs it left idle go back to training (once the safety cooldown of
-    the jobs allows); the note saying so is logged once while it lasts."""
+def test_once_capped_the_service_is_held_and_training_gets_the_gpus_back(caplog) -> None:
+    """t=1000: chat 1 -> 4, cheap shrunk 4 -> 1 for it; the HPA runs 2. From then on chat is held at 2: asked again
+    once after half the safety cooldown (1300), while the two GPUs it left idle are idle still (cheap is grown back
+    no sooner than the cooldown after its shrink), so nothing is shrunk for it; then held twice as long, and the two
+    GPUs go back to training. The note saying so is logged once per belief."""
     with caplog.at_level(logging.INFO, logger="balancer.loop"):
-        rec, fleet = run([1000.0 + 60.0 * k for k in range(16)])
-    assert [a.replicas for a in chat_ups(fleet)] == [4] and [a.job for a in shrinks(fleet)] == ["cheap"]
-    assert chat_ups(fleet, after=1000.0) == [] and shrinks(fleet, after=1000.0) == []
+        rec, fleet = run([1000.0 + 60.0 * k for k in range(15)])
+    assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
+    assert [a.job for a in shrinks(fleet)] == ["cheap"] and shrinks(fleet, after=1000.0) == []
     assert fleet.replicas["chat"] == 2 and fleet.idle == 0, fleet.replicas   # training holds the other 6 GPUs
-    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {"chat": (2, 1000.0)}
+    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {"chat": (2, 1300.0, 2)}
     said = [r.getMessage() for r in caplog.records if NOTE in r.getMessage()]
-    assert len(said) == 1 and "set the profile's maxReplicas to 2" in said[0], said
+    assert [("for 5 min" in m, "for 10 min" in m) for m in said] == [(True, False), (False, True)], said
+    assert all("set the profile's maxReplicas to 2" in m for m in said), said
 
 
-def test_the_cap_is_asked_past_again_after_the_loan_horizon() -> None:
-    """Believed for the loan horizon after it was met, then asked again (maxReplicas may have been raised): capped
-    once more, and believed again from then."""
-    late = 1000.0 + LOAN_HORIZON_S
-    rec, fleet = run([1000.0, 1060.0, late - 60.0, late, late + 60.0])
-    assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, late]
-    assert dict(rec.state.capped_scales) == {"chat": (2, late)}
+def test_a_raised_max_replicas_is_asked_for_within_minutes() -> None:
+    """The operator raises the HPA's maxReplicas at once, as the warning says: chat is asked again after half the
+    safety cooldown and runs the 4 replicas its demand wants, on the GPUs the cap left idle (nothing more shrunk).
+    Before, the cap was believed for the loan horizon (2 h) and the raise ignored meanwhile (the HPA does not grow
+    past the floor on its own when its own metrics ask for no more)."""
+    clock = [1000.0]
+    fleet = HpaCappedFleet(clock, 2)
+    planner = partial(plan_with_capacity, profiles={"chat": PROFILES["chat"]}, capacity_policy=CapacityPolicy())
+    rec = Reconciler(source=fleet, actuator=fleet, policy=ON, clock=lambda: clock[0], planner=planner)
+    rec.run_once()
+    fleet.most = 10
+    for k in range(1, 7):
+        clock[0] = 1000.0 + 60.0 * k
+        rec.run_once()
+    assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
+    assert fleet.replicas["chat"] == 4 and shrinks(fleet, after=1000.0) == []
+    assert rec.state.capped_scales == {}   # it runs more than the cap: forgotten
+
+
+def test_a_cap_met_again_is_believed_twice_as_long_up_to_the_loan_horizon() -> None:
+    """Never raised, over 2 h of 60 s cycles: asked again 5, 10, 20 and 40 min after each cap (a cycle's asks in
+    vain, each but the first shrinking training once), where believing it for the loan horizon asked once and a
+    fixed 10 min 12 times; believed for the loan horizon at most from then on."""
+    rec, fleet = run([1000.0 + 60.0 * k for k in range(120)])
+    asked = [t - 1000.0 for t, a in fleet.applied if a in chat_ups(fleet)]
+    assert asked == [0.0, 300.0, 900.0, 2100.0, 4500.0]
+    assert [t - 1000.0 for t, a in fleet.applied if a in shrinks(fleet)] == [0.0, 900.0, 2100.0, 4500.0]
+    assert dict(rec.state.capped_scales) == {"chat": (2, 5500.0, 5)}
+    from balancer.plan.capacity_loop import believed_s
+
+    assert [believed_s(300.0, LOAN_HORIZON_S, n) for n in (1, 2, 5, 6, 40)] == [300.0, 600.0, 4800.0, 7200.0, 7200.0]
 
 
 def test_a_scale_that_goes_through_is_not_a_cap() -> None:
@@ -117,34 +145,49 @@ def test_a_scale_that_goes_through_is_not_a_cap() -> None:
     assert fleet.replicas["chat"] == 4 and rec.state.capped_scales == {}
 
 
-def plan_capped(replicas: int, capped_at: float, *, max_replicas: int | None = None, t: float = 1060.0):
+def plan_capped(replicas: int, capped_at: float, *, times: int = 1, max_replicas: int | None = None,
+                t: float = 1060.0):
     """plan_with_capacity at `t` on the fleet with chat at `replicas` (cheap and other on the next GPUs, 2 idle at
-    most), its scale capped at 2 at `capped_at`."""
+    most), its scale capped at 2 `times` in a row, the last at `capped_at`."""
     fleet = HpaCappedFleet([t])
     fleet.replicas = {"chat": replicas, "cheap": 1, "other": 3}
     profile = PROFILES["chat"] if max_replicas is None else replace(PROFILES["chat"], max_replicas=max_replicas)
-    state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2)], capped_at)
+    state = planner_mod.PlannerState()
+    for _ in range(times):
+        state = planner_mod.cap(state, [(UP, 2)], capped_at)
     return plan_with_capacity(fleet.snapshot(), None, ON, state, profiles={"chat": profile},
                               capacity_policy=CapacityPolicy())
 
 
-@pytest.mark.parametrize(("replicas", "capped_at", "max_replicas", "asked", "held"), [
-    pytest.param(2, 1000.0, None, False, True, id="within the loan horizon the service is held at the cap"),
-    pytest.param(2, 1060.0 - LOAN_HORIZON_S, None, True, False, id="past the loan horizon it is asked again"),
-    pytest.param(3, 1000.0, None, True, False,
+FIRST_S = ON.safety.cooldown_s / 2
+
+
+@pytest.mark.parametrize(("replicas", "capped_at", "times", "max_replicas", "asked", "held", "kept"), [
+    pytest.param(2, 1000.0, 1, None, False, True, True, id="within half the cooldown the service is held at the cap"),
+    pytest.param(2, 1060.0 - FIRST_S, 1, None, True, False, True,
+                 id="past it, it is asked again, the cap remembered to count it met again"),
+    pytest.param(2, 1070.0 - 16 * FIRST_S, 5, None, False, True, True, id="met 5 times: believed 16 times as long"),
+    pytest.param(2, 1070.0 - LOAN_HORIZON_S, 9, None, False, True, True, id="never past the loan horizon"),
+    pytest.param(2, 1060.0 - LOAN_HORIZON_S, 9, None, True, False, True, id="asked again after the loan horizon"),
+    pytest.param(2, 1060.0 - FIRST_S - LOAN_HORIZON_S, 1, None, True, False, False,
+                 id="forgotten a loan horizon after it lapsed"),
+    pytest.param(3, 1000.0, 1, None, True, False, False,
                  id="running more replicas than the cap, its ceiling was raised: the cap is forgotten"),
-    pytest.param(2, 1000.0, 2, False, False, id="a profile's maxReplicas at the cap already says nothing more"),
+    pytest.param(2, 1000.0, 1, 2, False, False, True, id="a profile's maxReplicas at the cap already says nothing more"),
 ])
-def test_how_long_a_cap_is_believed(replicas, capped_at, max_replicas, asked, held) -> None:
-    plan, state = plan_capped(replicas, capped_at, max_replicas=max_replicas)
+def test_how_long_a_cap_is_believed(replicas, capped_at, times, max_replicas, asked, held, kept) -> None:
+    plan, state = plan_capped(replicas, capped_at, times=times, max_replicas=max_replicas)
     ups = [a for a in plan.actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas]
     assert bool(ups) is asked, plan.actions
     assert any(NOTE in n for n in plan.notes) is held, plan.notes
-    assert ("chat" in state.capped_scales) is (not asked), state.capped_scales
+    assert dict(state.capped_scales) == ({"chat": (2, capped_at, times)} if kept else {}), state.capped_scales
 
 
 def test_cap_records_only_scales_and_the_latest_cap_of_a_service() -> None:
+    """The same bound met again counts once more; another bound (maxReplicas raised, still too few) starts again."""
     grow = ScaleTraining(job="cheap", workers=4, previous_workers=1, reason="loan")
     state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2), (grow, 3)], 1000.0)
+    state = planner_mod.cap(state, [(replace(UP, replicas=6), 2)], 1100.0)
+    assert dict(state.capped_scales) == {"chat": (2, 1100.0, 2)}
     state = planner_mod.cap(state, [(replace(UP, replicas=6), 3)], 1200.0)
-    assert dict(state.capped_scales) == {"chat": (3, 1200.0)}
+    assert dict(state.capped_scales) == {"chat": (3, 1200.0, 1)}
