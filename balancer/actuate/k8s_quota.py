@@ -10,9 +10,11 @@ borrower in the patch that raises it (`k8s_transfer`): a move a restart (or a fa
 completed or rolled back, by `settle`, before any other move of those queues and at `settle_all`; a lender's record is
 replaced only once its move is settled (another controller's open move there refuses the next, never overwritten),
 and a shrink's give-back whose raise failed is left open for `settle` to complete (`shift`'s `owed`), one whose
-lowering failed (nothing moved) kept owed in the controller's memory and made by the next `settle_all`. Each queue
-also keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`),
-and `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
+lowering failed (nothing moved, or perhaps landed unanswered) kept owed in the controller's memory and made by the
+next `settle_all` as far as the queues' records and what training's Jobs leave say it is still owed (`_pay_one`: the
+queues are shared with other shards and the next leader, which know nothing of the debt). Each queue also keeps, in
+the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
+`reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
 (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
@@ -25,14 +27,23 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
-from balancer.actuate.k8s_quota_drift import Excess, Sightings, excess, nominal, reserved, worth_reading
+from balancer.actuate.k8s_quota_drift import (
+    Excess,
+    Sightings,
+    Spare,
+    excess,
+    nominal,
+    reserved,
+    spare,
+    worth_reading,
+)
 from balancer.actuate.k8s_requests import quantity
 from balancer.actuate.k8s_transfer import (
     LOANS_ANNOTATION,
@@ -111,14 +122,24 @@ def _lending_limit(cq: Json, res: Json, flavor: str, nominal: int) -> Json:
     return {"metadata": {"annotations": patch}} if patch else {}
 
 
+@dataclass(frozen=True)
+class Debt:
+    """A shrink's give-back owed by its lender, in this controller's memory (`KueueQuota.owed`)."""
+
+    move: Transfer                     # its id the one its lowering was (or may have been) written with
+    over: str | None = None            # the lender's last move as read for that lowering, which it would replace
+    doubt: bool = False                # that lowering may have landed unanswered (`_Api.writes`)
+    short_since: float | None = None   # since when training's Jobs hold part of it (`KueueQuota._pay`)
+
+
 class KueueQuota:
     def __init__(self, api: _Api, excess_min_age_s: float = ACTION_DEADLINE_S) -> None:
         self.api = api
         # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`): as long as a grow's Job resize may take
         self.excess_seen = Sightings(excess_min_age_s)
-        # shrinks' give-backs whose lowering failed, nothing moved (`shift`'s `owed`): lender -> its moves, made by the
-        # next `settle_all`. The controller's memory only: a restart (or a new leader) forgets them
-        self.owed: dict[str, list[Transfer]] = {}
+        # shrinks' give-backs whose lowering failed (`shift`'s `owed`): lender -> its debts, made by the next
+        # `settle_all` (`_pay`). The controller's memory only: a restart (or a new leader) forgets them
+        self.owed: dict[str, list[Debt]] = {}
 
     def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
         """The Job's Workloads (Kueue makes one per Job).
@@ -186,10 +207,10 @@ class KueueQuota:
         With `owed` (quota that a change already made frees: a shrink's give-back, never `undo`), a failed raise is
         not rolled back: the move is left open, its record on the lender (written with the lowering) completed by
         the next settle (each cycle's housekeeping, or the next move of either queue), and the note returned says
-        so. A temporary failure before that (the lender's write: nothing moved) raises, the move kept owed in
-        `owed` (`owes`) and made by the next `settle_all` (each cycle's housekeeping: `_pay`), as the same move: a
-        lowering that landed unanswered is completed from its record, never made twice. Not by the next move: an
-        action's calls stay those `k8s_budget` counts."""
+        so. A temporary failure before that (the lender's write: nothing moved, or it landed unanswered) raises, the
+        move kept owed in `owed` (`owes`) and made by the next `settle_all` (each cycle's housekeeping: `_pay`), as the
+        same move: a lowering that landed unanswered is completed from its record, never made twice. Not by the next
+        move: an action's calls stay those `k8s_budget` counts."""
         if gpus <= 0:
             raise PermanentActuationError(f"kueue quota shift: gpus must be > 0, got {gpus}")
         return self._shift(from_queue, Transfer(uuid.uuid4().hex[:12], to_queue, flavor or "", gpus, undo), keep, owed)
@@ -197,6 +218,8 @@ class KueueQuota:
     def _shift(self, from_queue: str, move: Transfer, keep: int | None, owed: bool) -> str:
         """`shift`'s move, its id given (an owed move made again keeps its own) and its flavor "" until settled."""
         to_queue = move.to
+        over: list[str | None] = []   # the lender's last move the lowering would replace (`_lend`)
+        lowering: list[str] = []      # the lowering, while its outcome is unknown (`_Api.writes`)
         try:
             read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
             seen = last_move(read[from_queue])   # the lender's last move, settled next; this one's record replaces it
@@ -205,10 +228,11 @@ class KueueQuota:
                 read = {q: self._read_queue(q) for q in read}
             flavor, cohort = _checked(read, move.flavor or None)
             move = replace(move, flavor=flavor)
-            self._lend(from_queue, move, keep, seen.id if seen else None)
+            with self.api.writes(hand_up=True) as lowering:
+                self._lend(from_queue, move, keep, seen.id if seen else None, over)
         except TemporaryActuationError:
             if owed and move.flavor:   # nothing moved, or a lowering unanswered: owed, made by the next settle
-                self.owed.setdefault(from_queue, []).append(move)
+                self.owed.setdefault(from_queue, []).append(Debt(move, over[-1] if over else None, bool(lowering)))
             raise
         noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
         # the borrower's unanswered patch, if any: it may have landed (handed up to the action's list)
@@ -240,24 +264,82 @@ class KueueQuota:
 
     def owes(self, lender: str) -> int:
         """The GPUs of quota the ClusterQueue `lender` owes, in this controller's memory (`shift`'s `owed`)."""
-        return sum(move.gpus for move in self.owed.get(lender, ()))
+        return sum(debt.move.gpus for debt in self.owed.get(lender, ()))
 
     def _pay(self, queues: tuple[str, ...]) -> list[str]:
-        """The moves `queues` owe (`owed`), made now, each as the same move (`_shift`): one still failing stays owed,
-        a note; a permanent refusal (the queues changed since) is dropped, logged."""
+        """The debts `queues` owe (`owed`), each made now as far as `_pay_one` finds it still owed: one still failing
+        stays owed, a note; a permanent refusal (the queues changed since) is dropped, logged."""
         notes = []
         for lender in queues:
-            for move in self.owed.pop(lender, []):
+            for debt in self.owed.pop(lender, []):
+                move = debt.move
                 what = (f"owed kueue quota give-back {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): "
                         f"{lender} -> {move.to})")
                 try:
-                    notes.append(f"{what} made: {self._shift(lender, move, 0, True)}")
+                    notes.append(f"{what}: {self._pay_one(lender, debt)}")
                 except TemporaryActuationError as err:
-                    notes.append(f"{what} still owed: {err}")   # `_shift` kept it owed
+                    notes.append(f"{what} still owed: {err}")   # kept owed (`_pay_one`, `_shift`)
                 except ActuationError as err:
                     log.error("%s dropped: %s", what, err)
                     notes.append(f"{what} dropped: {err}")
         return notes
+
+    def _pay_one(self, lender: str, debt: Debt) -> str:
+        """Make the debt as far as the queues' own records say it is still owed, shared as they are with other
+        controllers (shards on the cohort, the next leader) that know nothing of it:
+
+        * a lowering that may have landed unanswered (`Debt.doubt`) and whose record the lender no longer carries
+          (nor the move it replaced: another move is its last since) was completed by another controller's settle,
+          then replaced by its next move: dropped, logged, never made twice (its own record, still there, was
+          settled by `settle` already);
+        * only what training holds beyond its Jobs' needs goes (`k8s_quota_drift.spare`): a check of the loan another
+          controller made (`reconcile`) may have given part of it back already. The part its Workloads' status still
+          reserves waits (Kueue catching up with the shrink); the part its Workloads and Jobs hold is dropped, logged,
+          once held so for the `Sightings` age (a resize under way), and waits until then.
+
+        What is made goes as the same move (`_shift`); what is left stays owed. A temporary failure raises, the debt
+        kept owed."""
+        move, now = debt.move, self.api.clock()
+        try:
+            read = self._read_queue(lender)
+            last = (found.id if (found := last_move(read)) else None)
+            if last == move.id:   # its lowering landed: `settle` completes it from its record
+                return "its lowering landed: completed from its record by the settle"
+            if debt.doubt and last != debt.over:
+                log.error("kueue quota give-back %s (%d x %s, %s -> %s) dropped: its lowering may have landed "
+                          "unanswered, and %s's last move is %s since: another controller's settle completed it",
+                          move.id, move.gpus, move.flavor, lender, move.to, lender, last)
+                return f"dropped: {lender}'s last move is {last} since, its own perhaps completed by another's settle"
+            room = self._spare(read, move.flavor)
+        except TemporaryActuationError:
+            self.owed.setdefault(lender, []).append(debt)
+            raise
+        short = move.gpus - min(move.gpus, room.most)   # what its Jobs hold, or another's give-back took
+        since = (now if debt.short_since is None else debt.short_since) if short else None
+        gone = short if since is not None and now - since >= self.excess_seen.min_age_s else 0
+        pay = min(move.gpus, room.now)
+        notes = []
+        if gone:
+            log.error("kueue quota give-back %s: %d of its %d GPUs dropped: %s's Workloads and Jobs hold them (or "
+                      "another controller's check gave them back), for %.0fs", move.id, gone, move.gpus, lender,
+                      now - since)
+            notes.append(f"{gone} GPUs dropped: {lender}'s Jobs hold them")
+        if rest := move.gpus - pay - gone:
+            left = Debt(replace(move, gpus=rest), debt.over, debt.doubt) if not pay else Debt(
+                replace(move, id=uuid.uuid4().hex[:12], gpus=rest))
+            self.owed.setdefault(lender, []).append(replace(left, short_since=since if short > gone else None))
+            notes.append(f"{rest} GPUs still owed ({lender} keeps {room.held} for its Jobs, and what its status "
+                         "reserves)")
+        if pay:
+            notes.insert(0, f"{pay} made: {self._shift(lender, replace(move, gpus=pay), room.held, True)}")
+        return "; ".join(notes)
+
+    def _spare(self, lender: Json, flavor: str) -> Spare:
+        """What the training queue `lender` holds beyond its Jobs' needs in `flavor` (`k8s_quota_drift.spare`)."""
+        workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
+                             "workloads").get("items") or []
+        jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
+        return spare(lender, flavor, workloads, jobs)
 
     def reconcile(self, queues: tuple[str, str]) -> list[Excess]:
         """Give back to the inference queue (`queues[0]`) the quota lent to training (`queues[1]`) beyond what
@@ -268,10 +350,7 @@ class KueueQuota:
         inference, training = queues
         read = {q: self._read_queue(q) for q in queues}
         found: list[Excess] = []
-        if self.owes(training):   # its excess until the owed give-back is made is that give-back: not taken twice
-            log.info("kueue quota reconcile of %s deferred: it owes %d GPUs to a shrink's give-back", training,
-                     self.owes(training))
-        elif worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
+        if worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
             workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
                                  "workloads").get("items") or []
             jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
@@ -287,8 +366,8 @@ class KueueQuota:
         move = last_move(read[lender])
         if move is None:
             return None
-        if any(m.id == move.id for m in self.owed.get(lender, ())):   # an owed lowering that landed: settled here
-            self.owed[lender] = [m for m in self.owed[lender] if m.id != move.id]
+        if any(d.move.id == move.id for d in self.owed.get(lender, ())):   # an owed lowering landed: settled here
+            self.owed[lender] = [d for d in self.owed[lender] if d.move.id != move.id]
         noted = state(read.get(move.to) or self._read_queue(move.to), lender, move.id)
         if noted == RECEIVED:
             return None   # settled: the record stays as the lender's last move
@@ -332,7 +411,8 @@ class KueueQuota:
         self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
             what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
 
-    def _lend(self, lender: str, move: Transfer, keep: int | None = None, settled: str | None = None) -> None:
+    def _lend(self, lender: str, move: Transfer, keep: int | None = None, settled: str | None = None,
+              over: list[str | None] | None = None) -> None:
         """Lower the lender by the move, its record in the same patch. Once: a patch that landed without an answer
         is retried by the gateway, answered 409 and read again; a queue found with the move's record is that write
         having landed (`_Api.update` would otherwise take the GPUs a second time). With `keep`, refused (nothing
@@ -342,10 +422,13 @@ class KueueQuota:
         settled; another is asked of its borrower): a move another controller (a shard) lent for since, not yet
         raised nor rolled back, is refused as a temporary error, nothing written, for the next cycle's settle to
         finish first. Overwritten, its record would be gone: nothing would raise its borrower or give its lender
-        the quota back, and the cohort would lose its GPUs."""
+        the quota back, and the cohort would lose its GPUs. `over` is given the id of the last move the patch would
+        replace (None: none), as last read."""
         def change(cq: Json) -> Json | None:
             if (last := last_move(cq)) is not None and last.id == move.id:
                 return None   # our unanswered write landed
+            if over is not None:
+                over[:] = [last.id if last else None]
             if last is not None and last.id != settled and state(self._read_queue(last.to), lender,
                                                                   last.id) != RECEIVED:
                 raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "

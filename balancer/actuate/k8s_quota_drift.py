@@ -182,6 +182,25 @@ def excess(inference: Json, training: Json, workloads: Iterable[Json], jobs: Ite
 
 
 @dataclass(frozen=True)
+class Spare:
+    """What a give-back from the training queue in one flavor may take (`spare`)."""
+
+    held: int   # what its Workloads and Jobs hold or ask for (`held`): never taken
+    now: int    # its nominalQuota beyond that and what its status reserves: may go now
+    most: int   # beyond what they hold only: may go once Kueue's status no longer reserves it
+
+
+def spare(training: Json, flavor: str, workloads: Iterable[Json], jobs: Iterable[Json]) -> Spare:
+    """The quota the ClusterQueue `training` holds in `flavor` beyond what its Jobs need: the most an owed give-back
+    (`KueueQuota._pay`) takes, whatever it owes, so that one another controller's check has given back in part (this
+    module's correction, which knows nothing of the debt) is not given back twice. Exact where the check had nothing
+    to give back before the shrink that owes (a loan out and quota unused beside it do not last past a check)."""
+    have = nominal(training, flavor) or 0
+    need = held(training["metadata"]["name"], [flavor], workloads, jobs)[flavor]
+    return Spare(need, max(have - max(need, reserved(training, flavor)), 0), max(have - need, 0))
+
+
+@dataclass(frozen=True)
 class _Seen:
     since: float   # when the excess was first seen, on the consecutive checks that saw it since
     gpus: int      # the least of what they saw

@@ -3,8 +3,9 @@ lowers training's nominalQuota (its record of the move in that patch) and raises
 itself failed (API trouble), nothing moved and the action was applied with "quota NOT given back ... still
 training's": nothing ever moved it again (the drift check gives back only quota gputide lent to training, and a retry
 finds the Job shrunk already), so the queues stayed (16, 8) instead of (20, 4). The give-back is now owed in the
-controller's memory (`KueueQuota.owed`) and made by the next housekeeping (`settle_all`, every cycle); a lowering
-that landed without an answer is completed from its record, never made twice."""
+controller's memory (`KueueQuota.owed`) and made by the next housekeeping (`settle_all`, every cycle), within what
+training holds beyond its Jobs' needs; a lowering that landed without an answer is completed from its record, never
+made twice (test_k8s_quota_owed_shared.py: the other shards' part)."""
 
 from __future__ import annotations
 
@@ -63,19 +64,7 @@ def test_a_lowering_that_landed_unanswered_is_given_back_once(kube: FakeKube, ap
     next settle completes it, and the owed give-back (the same move) takes nothing a second time."""
     cohort(kube)
     c = controller(api, clock, sleeps)
-    real, tries = c.api.custom.patch_cluster_custom_object, []
-
-    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
-    def patch(*args, **kwargs):
-        if args[3] != "training" or len(tries) > 10:
-            return real(*args, **kwargs)
-        tries.append(True)
-        if len(tries) == 1:
-            real(*args, **kwargs)
-            raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
-        raise ApiException(status=500, reason="Internal Server Error")
-
-    c.api.custom.patch_cluster_custom_object = patch
+    tries = unanswered_lowering(c)
     result = scale(c, 2)
     assert result.outcome is Outcome.APPLIED, result
     assert quota(kube) == (16, 4)   # landed: training lowered, inference not raised
@@ -86,12 +75,12 @@ def test_a_lowering_that_landed_unanswered_is_given_back_once(kube: FakeKube, ap
     assert quota(kube) == (20, 4)
 
 
-def test_the_drift_check_waits_for_the_owed_give_back_and_takes_nothing_twice(kube: FakeKube, api, clock,
-                                                                             sleeps) -> None:
+def test_the_owed_give_back_waits_for_kueues_status_and_the_drift_check_takes_nothing_twice(kube: FakeKube, api,
+                                                                                            clock, sleeps) -> None:
     """Training was lent 4 for a grow (4 -> 6 workers), then the Job shrank to 2 and lowering training by the 8 freed
-    failed. While training's Workloads still reserve 8 the owed give-back would leave it 4, and waits; the drift
-    check, which sees 4 of the loan beyond what the Jobs hold, must not give those back too: the owed give-back
-    is that quota, and both would leave training at 0 (24, 0) or the owed one refused for good (16, 8)."""
+    failed. While training's Workloads still reserve 8 the owed give-back makes the 4 that leaves and the rest waits;
+    the drift check, which gives back quota lent to training beyond what its Jobs hold, finds none lent any more
+    (the give-back took it), and must not give back 4 more: both would leave training at 0 (24, 0)."""
     drift_cohort(kube)   # inference 16, training 8; the Job: 4 workers x 2 GPUs, admitted
     c = drift_controller(api, clock, sleeps)
     assert drift_scale(c, 6).outcome is Outcome.APPLIED and quota(kube) == (12, 12)
@@ -103,12 +92,32 @@ def test_the_drift_check_waits_for_the_owed_give_back_and_takes_nothing_twice(ku
     for _ in range(3):
         assert any("still owed" in note for note in c.housekeeping())
         clock.advance(ACTION_DEADLINE_S)
-    assert quota(kube) == (12, 12)
+    assert quota(kube) == (16, 8) and c.kueue.owes("training") == 4
     kube.mutate("clusterqueues", "training", "", reserving(4))
     c.housekeeping()
     assert quota(kube) == (20, 4)
     clock.advance(ACTION_DEADLINE_S)
     assert not any("kueue" in note for note in c.housekeeping()) and quota(kube) == (20, 4)
+
+
+def unanswered_lowering(actuator, landed: bool = True) -> list:
+    """The actuator's first patch of training gets no answer (applied first when `landed`); its retries fail (500)
+    until the list returned is given 10 more items."""
+    real, tries = actuator.api.custom.patch_cluster_custom_object, []
+
+    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
+    def patch(*args, **kwargs):
+        if args[3] != "training" or len(tries) > 10:
+            return real(*args, **kwargs)
+        tries.append(True)
+        if len(tries) == 1:
+            if landed:
+                real(*args, **kwargs)
+            raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
+        raise ApiException(status=500, reason="Internal Server Error")
+
+    actuator.api.custom.patch_cluster_custom_object = patch
+    return tries
 
 
 def reserving(gpus: int) -> dict:
