@@ -72,12 +72,14 @@ def test_gputide_run_follows_the_pods_watch_and_stops_cleanly(prometheus_factory
     try:
         prom = prometheus_factory([Target("gputide-exporter", f"127.0.0.1:{exporter.port}")],
                                   rule_files=default_rule_files(), scrape_interval="1s")
-        prom.wait_for("gputide_inference_replicas", bool, timeout=30)
+        # started while Prometheus takes its first scrapes (the process's imports take as long): the cycles before
+        # its data count as fail-static, not ok
         proc = subprocess.Popen(
             [sys.executable, "-m", "balancer.cli", "run", "--prometheus", prom.url, "--kubeconfig", kubeconfig,
              "--dry-run", *capacity_args(tmp_path, tc.profiles), "--interval", "1s",
              "--metrics-port", str(port), "--forecast-model", "persistence"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        prom.wait_for("gputide_inference_replicas", bool, timeout=30)
         text, deadline = "", time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             try:
