@@ -39,7 +39,7 @@ from balancer.metrics import ControllerMetrics
 from balancer.model import Action, ClusterSnapshot
 from balancer.sim import SimCluster, default_mix
 from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
-from balancer.telemetry.promserver import PrometheusServer, Target, default_rule_files
+from balancer.telemetry.promserver import PrometheusServer, Target, default_rule_files, parse_duration
 from exporters.backends.sim import SimBackend
 from exporters.collector import GpuCollector
 from exporters.server import serve
@@ -86,6 +86,16 @@ class LiveResult:
 
 
 EXPORTER_JOB = "gputide-exporter"
+CONTROLLER_JOB = "gputide-controller"
+SCRAPE = "1s"   # the live Prometheus scrapes both targets and evaluates rules/ this often
+# The controller refuses readings older than this. A reading's age when the controller reads it is up to a scrape
+# interval (the scrape before the rule evaluation) and an evaluation interval (the evaluation before the read) plus
+# the scrape's and the evaluation's own durations, which do not shrink with the demo's 1 s intervals: on 2 cores at
+# a load of 8 the normalisation group took 1.2 s (Prometheus skips evaluations while one runs) and every GPU was read
+# 4-7 s old, past the 4 s (4 scrape intervals) the source allows by default, so the controller held still for
+# stale telemetry with nothing stale. `gputide run` leaves 30 s over its scrape interval for them (--stale-after:
+# at least the scrape interval + 30 s, 45 s at the least); so does the demo
+STALE_AFTER_S = parse_duration(SCRAPE) + 30.0
 LIVE_MIG = ["4g.40gb", "2g.20gb", "1g.10gb"]   # 7 compute slices of each H100 of the demo fleet
 
 
@@ -95,6 +105,11 @@ def live_fleet() -> fleet_mod.Fleet:
     group = next(g for g in spec["spec"]["nodeGroups"] if g["gpuModel"] == "H100-SXM")
     group["mig"] = list(LIVE_MIG)
     return fleet_mod.from_dict(spec, "<demo fleet, H100 nodes in MIG mode>")
+
+
+def live_telemetry_options(url: str) -> PrometheusOptions:
+    """How the live controller reads the live Prometheus: its 1 s scrapes, readings refused past `STALE_AFTER_S`."""
+    return PrometheusOptions(url=url, scrape_interval_s=parse_duration(SCRAPE), stale_after_s=STALE_AFTER_S)
 
 
 def _hottest_busy_air_node(sim: SimCluster) -> str:
@@ -122,8 +137,8 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
     metrics = ControllerMetrics(CollectorRegistry())
     controller_http = serve(metrics.registry, port=0)
     prom = PrometheusServer([Target(EXPORTER_JOB, f"127.0.0.1:{exporter.port}"),
-                             Target("gputide-controller", f"127.0.0.1:{controller_http.port}")],
-                            rule_files=default_rule_files(), scrape_interval="1s", alert_for="0s",
+                             Target(CONTROLLER_JOB, f"127.0.0.1:{controller_http.port}")],
+                            rule_files=default_rule_files(), scrape_interval=SCRAPE, alert_for="0s",
                             directory=out / "prometheus")
     prom.start()
     say(f"  real Prometheus {prom.url} scraping the simulated fleet ({fleet.n_gpus} GPUs on {len(fleet.nodes)} nodes)"
@@ -132,7 +147,7 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
                   lambda r: bool(r) and float(r[0]["value"][1]) == fleet.n_gpus, timeout=60)
     # the simulator plays the Kubernetes node list (taints, hot-taint expiry on the snapshot's clock), so the planner
     # renews the hot node's taint as it would on a cluster
-    source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0), fleet=fleet,
+    source = PrometheusTelemetrySource(live_telemetry_options(prom.url), fleet=fleet,
                                        node_overrides=sim_node_meta(sim, lock, time.time))
     audit = JsonlAudit(out / "audit.jsonl")
     reconciler = Reconciler(source=source, actuator=_LockedActuator(SimActuator(sim), lock), policy=BalancerPolicy(),
@@ -168,7 +183,9 @@ def run_live(out: Path, *, cycles: int = 60, fault_cycle: int = 6, outage: tuple
             gate.wait(cycle, moved=time.time(), exporter_up=not outage[0] <= cycle < outage[1])
             _record_cycle(res, prom, reconciler.run_once(), cycle, say)
         res.temperature_after = sim.temperature_c.copy()
-        time.sleep(1.5)
+        # what the last cycle did, in the exporter's readings and the controller's metrics, scraped once more for the
+        # report's timeline and dashboards, which end here (a fixed 1.5 s did on an idle machine)
+        gate.wait(cycles, moved=time.time(), exporter_up=not outage[0] <= cycles - 1 < outage[1], also=CONTROLLER_JOB)
         res.end_wall = time.time()
     finally:
         audit.close()
@@ -189,7 +206,8 @@ class _CycleGate:
     scrape after the move, and the rule group that records the per-GPU series has finished that evaluation: it
     commits rule by rule, so a read between two rules would take later series from the evaluation before. With
     the exporter down, it ends once Prometheus has failed a scrape of it since the cycle began and no per-GPU
-    series is left. Either takes about a second, as the fixed wait did; TimeoutError if it has not come."""
+    series is left. Either takes about a second, as the fixed wait did; TimeoutError if it has not come. What it
+    lets through can still be a few seconds old on a loaded machine (`STALE_AFTER_S`)."""
 
     TIMEOUT_S = 60.0   # about 2 s at most on an idle machine, a few on a loaded one: only a broken setup takes this
     # Prometheus stamps a scrape with its scheduled time when it starts within 2 ms of it (scrape timestamp
@@ -201,7 +219,8 @@ class _CycleGate:
         self.prom, self.n_gpus, self.job = prom, n_gpus, exporter_job
         self.last = _last_record_beside(self.SAMPLED)
 
-    def wait(self, cycle: int, moved: float, exporter_up: bool) -> None:
+    def wait(self, cycle: int, moved: float, exporter_up: bool, also: str | None = None) -> None:
+        """`also`: a job that must have been scraped after `moved` too."""
         since = f"{moved + self.STAMP_MARGIN_S:.3f}"
         if exporter_up:
             promql = (f"count({self.SAMPLED} >= {since}) and on () "
@@ -213,6 +232,9 @@ class _CycleGate:
             promql = (f"({up} == 0 and on (instance) timestamp({up}) >= {since}) "
                       f"and on () absent({self.SAMPLED}) and on () absent({self.last})")
             awaited, done = "a failed scrape of the exporter and no GPU series left", bool
+        if also is not None:
+            promql += f' and on () (timestamp(up{{job="{also}"}}) >= {since})'
+            awaited += f" and a scrape of {also}"
         try:
             self.prom.wait_for(promql, done, timeout=self.TIMEOUT_S, interval=0.05)
         except TimeoutError as exc:
