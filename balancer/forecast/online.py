@@ -20,6 +20,14 @@ names the service, the model, its error and the fallback, `fallback_starts` coun
 forecasts again after a refit is logged too and leaves `fallbacks()`. `timezone` (the policy's
 `forecast.timezone`, an IANA name) is the local time models with a calendar read days and weeks in.
 
+Within a bucket a forecast is computed once and served again (`reuse`): it reads only the closed buckets, the
+model and the calibrator, none of which change until a bucket closes, so the nine other one-minute cycles of a
+10-minute bucket repeated the same work (70% of a live loop's time). What is served again is the forecast of a call
+that only updated the model (a refit's call is never reused: the next one updates the model on the same history),
+and a model's update is a pure function of its fit and the history, so it is the forecast the call would have
+computed; its side effects (the issued path, the fallbacks' log and count) are repeated. `reuse=False` computes
+every call (tests compare the two).
+
 A forecast is refused (`ShortHistory`, a `ValueError`) until the service has the history a tidal forecast needs:
 `tide_history_s` of demand (the model's daily season, as many times as the model needs to fit it) plus the horizon
 asked for, measured as the span from its first real bucket to its last (`covered_buckets`): a gap no longer than a
@@ -40,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.config import check_timezone
-from balancer.forecast.base import MODELS, Fallback, make
+from balancer.forecast.base import MODELS, Fallback, QuantileForecast, make
 from balancer.forecast.conformal import OnlineCalibrator
 from balancer.forecast.traces import clean_for_fit, parse_step
 
@@ -109,6 +117,8 @@ class _Service:
     calibrator: OnlineCalibrator | None = None
     fallback_reason: str | None = None
     fallbacks: dict = field(default_factory=dict)  # model served by persistence in the last forecast -> its error
+    version: int = 0  # bumped whenever a bucket closes (values, first, calibrator and issued paths change only then)
+    reused: tuple | None = None  # (key, forecast, raw p50) of the last call that only updated the model
 
 
 class DemandForecaster:
@@ -116,7 +126,7 @@ class DemandForecaster:
 
     def __init__(self, model: str = "auto", step_s: float = 600.0, refit_every: int | None = None,
                  history_days: float = 28.0, error_window: int | None = None, min_history: int | None = None,
-                 max_stale_steps: int = 3, timezone: str = "UTC") -> None:
+                 max_stale_steps: int = 3, timezone: str = "UTC", reuse: bool = True) -> None:
         if model not in MODELS:
             from balancer.errors import InputError
 
@@ -131,6 +141,7 @@ class DemandForecaster:
         self.min_history = min_history
         self.tide_s = tide_history_s(model)
         self.max_stale_steps = max_stale_steps   # a forecast needs a real bucket at most this many steps old
+        self.reuse = reuse   # serve a bucket's forecast again until a bucket closes (module docstring)
         self._svc: dict[str, _Service] = {}
         self.fallback_starts: dict[tuple[str, str], int] = {}   # (service, model) -> times it began falling back
 
@@ -164,6 +175,7 @@ class DemandForecaster:
             self.update(service, ts.timestamp(), float(v) if np.isfinite(v) else float("nan"))
 
     def _append(self, s: _Service, b: int, value: float) -> None:
+        s.version += 1
         if s.first is None:
             s.first = b
         while s.first + len(s.values) < b:  # a gap: buckets nobody reported
@@ -213,6 +225,24 @@ class DemandForecaster:
             raise StaleDemand(f"demand for {service!r} last seen {b_now - s.first - int(finite[-1])} steps ago "
                               f"(at most {self.max_stale_steps + 1} of {self.step_s:g} s): no forecast until fresh "
                               "demand arrives")
+        closed = len(s.values)
+        refit = s.model is None or s.fitted_at < 0 or closed - s.fitted_at >= self.refit_every
+        key = (s.version, b_now, int(horizon_steps), s.model)
+        if self.reuse and not refit and s.reused is not None and s.reused[0] == key:
+            fc, p50 = s.reused[1], s.reused[2]
+            s.fallback_reason = fc.fallback_reason
+            self._note_fallbacks(service, s, fc.fallbacks)
+        else:
+            fc, p50 = self._compute(service, s, b_now, int(horizon_steps), refit)
+            s.reused = (key, fc, p50) if self.reuse and not refit else None
+        s.issued[b_now] = np.asarray(p50, float)
+        s.issued_p90[b_now] = np.asarray(fc.quantiles[0.9], float)
+        return fc.to_model(service)
+
+    def _compute(self, service: str, s: _Service, b_now: int, horizon_steps: int,
+                 refit: bool) -> tuple[QuantileForecast, np.ndarray]:
+        """Refit (`refit`) or update `service`'s model on its closed buckets, predict `horizon_steps` from bucket
+        `b_now`, note its fallbacks and calibrate: (the calibrated forecast, the model's own p50)."""
         y = self._series(s)
         # buckets between the last closed one and now were never reported
         missing = b_now - (s.first + len(s.values))
@@ -220,22 +250,19 @@ class DemandForecaster:
             ext = pd.date_range(y.index[-1], periods=missing + 1, freq=y.index.freq)[1:]
             y = pd.concat([y, pd.Series(np.nan, index=ext)])
             y.index.freq = pd.Timedelta(seconds=self.step_s)
-        closed = len(s.values)
-        if s.model is None or s.fitted_at < 0 or closed - s.fitted_at >= self.refit_every:
+        if refit:
             s.model = Fallback(make(self.model, self.timezone)).fit(y)
-            s.fitted_at = closed
+            s.fitted_at = len(s.values)
         else:
             s.model.update(y)
-        fc = s.model.predict(int(horizon_steps))
+        fc = s.model.predict(horizon_steps)
         s.fallback_reason = fc.fallback_reason
         self._note_fallbacks(service, s, fc.fallbacks)
         p50 = fc.quantiles[0.5]
         fc.quantiles = s.calibrator.apply(p50, fc.quantiles)
         fc.quantiles[0.9] = np.maximum(fc.quantiles[0.9], p50)
         fc.quantiles[0.99] = np.maximum(fc.quantiles[0.99], fc.quantiles[0.9])
-        s.issued[b_now] = np.asarray(p50, float)
-        s.issued_p90[b_now] = np.asarray(fc.quantiles[0.9], float)
-        return fc.to_model(service)
+        return fc, p50
 
     def _check_history(self, service: str, finite: np.ndarray, horizon_steps: int) -> None:
         """Raise `ShortHistory` while `service`, whose real buckets are at the indices `finite`, has less history
