@@ -19,6 +19,7 @@ written with a summary to OUT/soak-summary.json and OUT/soak-invariants.md.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import math
@@ -213,12 +214,19 @@ class Soak:
 
     # ---- one cycle -----------------------------------------------------------------------------------------------
     def _wait_fresh(self, since: float, cap_s: float) -> bool:
+        """Until Prometheus holds a GPU sample scraped after `since` (True), at most `cap_s` wall seconds. While no
+        fresh sample can come it returns False at once: Prometheus stopped (the controller's queries are refused),
+        or the exporter down or answering 500 once Prometheus has dropped the GPU series (a failed scrape marks
+        them stale and the rules record none): the controller then sees the telemetry gone, as it would after the
+        cap, without waiting it out (3 s for each such reconcile, about a seventh of the short soak's wall time)."""
         deadline = time.monotonic() + cap_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.prom.running:
             try:
                 r = self.prom.query("min(gpu:last_sample:timestamp_seconds)")
                 if r and float(r[0]["value"][1]) >= since:
                     return True
+                if not r and (self.exporter.failing or not self.exporter.running):
+                    return False
             except PrometheusServerError:
                 pass
             time.sleep(0.05)
@@ -275,7 +283,16 @@ class Soak:
                      f"nodes, {n_cycles} cycles of {cfg.minutes_per_cycle:g} min, a fault every {every} cycles "
                      f"({len(classes)} classes, Kubernetes API: {'in-test' if self.kube else 'not available'}), "
                      f"Prometheus {self.prom.url} scraping every {cfg.scrape_interval}")
-            self._loop(n_cycles, classes, every, first)
+            # What is alive now (the harness, the replicas, the imported modules, pytest's own: some 200k objects) is
+            # kept out of the automatic collections' sight while the loop runs (gc.freeze; each memory sample unfreezes
+            # it for its full collection, then freezes again): a collection of the oldest generation walked all of it,
+            # 0.25 s with the GIL held, in the exporter's and metrics endpoints' threads too (late scrapes)
+            gc.collect()
+            gc.freeze()
+            try:
+                self._loop(n_cycles, classes, every, first)
+            finally:
+                gc.unfreeze()
         finally:
             self._close()
         return self._summary(time.time() - wall0, n_cycles, every)
@@ -312,13 +329,16 @@ class Soak:
                 self.kube_requests += len(self.kube.requests)
                 self.kube.requests.clear()
                 self.mirror.settle()
+            gc.unfreeze()   # the sample's full collection walks every object, as without the freeze
             self.memory.sample((self.sim.time - self.sim.start_time) / 86400)
+            gc.freeze()
             if cycle % 50 == 0:
                 self.say(f"  [cycle {cycle}/{n_cycles}] day {(self.sim.time - self.sim.start_time) / 86400:.2f}, "
                          f"{self.log.applied} actions applied, RSS {self.memory.samples[-1][1]:.0f} MiB")
         if active:
             active[0].end(self, active[1])
             active[1].end_cycle = n_cycles
+        self.alerts.drain(self, n_cycles)
 
     def _close(self) -> None:
         for r in self.replicas:

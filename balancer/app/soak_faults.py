@@ -115,6 +115,17 @@ class AlertTracker:
             elif rec.fired_cycle is not None and rec.end_cycle is not None and not any(rec.matches(a) for a in alerts):
                 rec.resolved_cycle = cycle
 
+    def drain(self, soak: Soak, cycle: int, timeout_s: float = 150.0) -> None:
+        """After the last cycle: poll until every fault whose alert fired and whose window ended is seen resolved
+        (at most `timeout_s` wall seconds). An alert over a wall-clock window (GpuThermalThrottling reads
+        `max_over_time(...[2m])`) clears 2 minutes after the fault, however few seconds the cycles after it took."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(
+                r.expected and r.fired_cycle is not None and r.end_cycle is not None and r.resolved_cycle is None
+                for r in self.records):
+            time.sleep(1.0)
+            self.update(soak, cycle)
+
     def _fired(self, soak: Soak, rec: FaultRecord, alerts: list[dict[str, Any]], since: float | None,
                now: float) -> bool:
         """`rec`'s alert fires now, or fired at an evaluation since `since` (the last poll; a minute if none) and
