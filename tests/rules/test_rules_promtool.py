@@ -7,8 +7,10 @@ runbook_url whose anchor exists in docs/runbooks.md; every record and alert appe
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,15 +40,26 @@ def github_anchors(markdown: str) -> set[str]:
     return anchors
 
 
+def _promtool(promtool: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize(
-    "command",
-    [["check", "rules", *map(str, RULE_FILES + SERVING_FILES)], ["test", "rules", *map(str, TEST_FILES)]],
-    ids=["promtool check rules accepts every rule file", "promtool unit tests of the rules pass"],
-)
-def test_promtool(promtool, command):
-    result = subprocess.run([promtool, *command], capture_output=True, text=True, timeout=300, cwd=ROOT)
+def test_promtool_check_rules_accepts_every_rule_file(promtool):
+    result = _promtool(promtool, "check", "rules", *map(str, RULE_FILES + SERVING_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.integration
+def test_promtool_unit_tests_of_the_rules_pass(promtool):
+    """Every test file through `promtool test rules`, one process per file, as many at once as there are CPUs
+    (at least two), the largest first: promtool evaluates a file's cases on about one core, so on 2 cores the files
+    side by side took 64 s where one `promtool test rules rules/tests/*.yaml` took 97 s."""
+    files = sorted(TEST_FILES, key=lambda f: f.stat().st_size, reverse=True)
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(lambda f: _promtool(promtool, "test", "rules", str(f)), files))
+    failed = [f"{f.name}:\n{r.stdout}{r.stderr}" for f, r in zip(files, results, strict=True) if r.returncode != 0]
+    assert not failed, "\n".join(failed)
 
 
 def test_there_are_rule_files_and_tests():
