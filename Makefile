@@ -28,7 +28,7 @@ lint: $(STAMP)
 
 test: $(STAMP) prometheus-bin lint
 	promtool check rules rules/*.yaml rules/serving/*.yaml
-	# `promtool test rules rules/tests/*.yaml` (~75 s) runs once, inside pytest: tests/rules/test_rules_promtool.py
+	# `promtool test rules rules/tests/*.yaml` runs once, inside pytest: tests/rules/test_rules_promtool.py (file by file, side by side)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP) prometheus-bin
