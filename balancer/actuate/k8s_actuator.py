@@ -25,8 +25,9 @@ when, under which holds, per shard). How each action reaches the cluster:
                     HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
                     else the Deployment's scale subresource. The floor never goes below
                     the operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while
-                    the floor differs from it (a restarted controller reads it back), nor above maxReplicas; the
-                    floor written is kept beside it (`gputide.io/floor-min-replicas`), so a minReplicas someone else
+                    the floor differs from it (a restarted controller reads it back), nor above maxReplicas (a
+                    floor capped there is still APPLIED, its cap carried: `ActionResult.capped_to`, a WARNING once
+                    per HPA and bound: `_floor_clamp`); the floor written is kept beside it (`gputide.io/floor-min-replicas`), so a minReplicas someone else
                     wrote since is the operator's own from then on (`k8s_hpa`). An HPA another controller keeps
                     (KEDA's, controlled by its ScaledObject) is refused (FAILED): its owner writes the floor back.
                     So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference:
