@@ -62,18 +62,14 @@ def _names(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(k, str) for k in value)
 
 
-def victims_named(entry: Json, field: str) -> list[str]:
-    """The pods a hold's victim field (`LEFT`, `EVICTED`) names: none when it is not a list of names (a hold
-    written by hand or by another tool, `"victims": 1`), which must not stop the pass: its reads of the field (the
-    victims to evict, those leaving the node) would raise."""
-    names = entry.get(field)
-    return names if _names(names) else []
-
-
-def readable(entry: Json) -> Json:
-    """A preemption's hold as the rest of its preemption (`Preemptor.resume`, `k8s_stuck`) reads it: its victim
-    fields that are not lists of names (`victims_named`) left out, as they name no victim. `entry` itself when
-    none is."""
+def well_formed(entry: Json) -> Json:
+    """A hold as every reader of the pass reads it (`Holds.release_gone` puts each through this once, before any
+    of them): its victim fields (`LEFT`, `EVICTED`) that are not lists of pod names left out, as they name no
+    victim. Such a field (a hold written by hand or by another tool, `"victims": 1`) must not stop the pass: the
+    readers of the victims (those to evict, those leaving the node, `k8s_stuck`) would raise on it (6d96a2a). Its
+    other fields are read leniently where they are read (`k8s_filters._held` and `_unranked`, `parse_time`), and
+    a missing priority is no default's to fill: such a hold counts against every pod until `k8s_preempt.ranked`
+    writes one. `entry` itself when none is odd."""
     odd = [f for f in (LEFT, EVICTED) if f in entry and not _names(entry[f])]
     return {k: v for k, v in entry.items() if k not in odd} if odd else entry
 
@@ -175,14 +171,14 @@ class Holds:
         its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`): then
         the node is given back instead (`_room_taken`)."""
         key = req["name"]
-        i = next((j for j in offers.reserving if any(victims_named(view[j]["reservations"].get(key) or {}, f)
+        i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
         if i is None:
             return ""
-        node, bound, entry = view[i]["name"], self._bound_by_node(), readable(view[i]["reservations"][key])
+        node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
         if not makes_room(view[i], req, self._leaving(view[i])):
-            named = {*victims_named(entry, LEFT), *victims_named(entry, EVICTED)}
+            named = {*entry.get(LEFT, ()), *entry.get(EVICTED, ())}
             return self._room_taken(req, i, view, offers, sorted(named & running))
         stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
                               self._lapsing)
@@ -349,8 +345,11 @@ class Holds:
         pass read them: deleted, bound by anyone, finished), out of `view` (before the pass's filters are built) and
         off the nodes; they held the room for no one until they expired (`reserve_s`), while other pods waited.
         Nothing is written once `halted()` (the pass stops; the next leader does it). A write that fails is logged:
-        the reservation expires on its own."""
+        the reservation expires on its own. The first reader of the pass's holds: each is put through `well_formed`
+        here, so that none of the pass's readers sees a victim field that names no victim."""
         for node in view:
+            if node["reservations"]:
+                node["reservations"] = {k: well_formed(v) for k, v in node["reservations"].items()}
             gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []
             if not gone:
                 continue
@@ -383,7 +382,7 @@ class Holds:
         counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
         free, which is that hold's, not taken from the room the pod waits for (a pod as important that preempted
         there, evicting some of the pod's own victims with its own)."""
-        named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in victims_named(e, f)}
+        named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in e.get(f) or ()}
         return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
                 if u.key in named]
 

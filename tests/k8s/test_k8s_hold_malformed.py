@@ -13,6 +13,7 @@ from fakeapi import FakeKube
 from test_k8s_preemption import most_free, reservations
 from test_k8s_preemption_room_taken import half_preempted
 
+from balancer.actuate.k8s_holds import Holds
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.actuate.kubernetes import RESERVATION_ANNOTATION
 
@@ -55,3 +56,29 @@ def test_a_preemption_whose_own_victims_field_is_odd_does_not_stop_the_pass(kube
     assert sched.preempted == [("default/low-2", "a")]
     clock.advance(5)
     assert sched.schedule_once() == {"default/mid": "a"}
+
+
+@pytest.mark.parametrize("odd", ODD[:-1])
+def test_no_reader_of_the_pass_sees_an_odd_victim_field(kube: FakeKube, api, clock, monkeypatch, odd):
+    """The holds are made well-formed once, as the pass reads them (`k8s_holds.well_formed`, in `release_gone`), not
+    by each reader: every hold of the view the pass's readers are handed (`Holds.for_unplaced`: preemption, its
+    resumption, `k8s_stuck`, the victims leaving a node) names its victims as a list of pod names or not at all.
+    Here mid's own hold (its victims still right, its `evicted` changed by hand) and one written by hand, read by a
+    scheduler started afresh: mid's preemption carries on with the victims its hold still names."""
+    half_preempted(kube, api, clock)
+    _write(kube, "a", "default/mid", {"evicted": odd})
+    _write(kube, "a", "ops/by-hand", {"count": 0, "victims": odd, "evicted": odd, "expires": "2099-01-01T00:00:00Z"})
+    seen: list[object] = []
+    for_unplaced = Holds.for_unplaced
+
+    def spy(self, req, view, index, offers, now):
+        seen.extend(e[f] for n in view for e in n["reservations"].values() for f in ("victims", "evicted") if f in e)
+        return for_unplaced(self, req, view, index, offers, now)
+
+    monkeypatch.setattr(Holds, "for_unplaced", spy)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": None}
+    assert seen == [["default/low-2"]]   # mid's victims; no odd field
+    assert sched.preempted == [("default/low-2", "a")]
+    assert reservations(kube, "a")["ops/by-hand"]["victims"] == odd   # the annotation is not rewritten
