@@ -137,7 +137,7 @@ from balancer.actuate.k8s_nodes import (
     taints_change,
 )
 from balancer.actuate.k8s_quota import KueueQuota
-from balancer.actuate.k8s_training import LEFT_AS_IS, TrainingJobs
+from balancer.actuate.k8s_training import Applied, TrainingJobs
 from balancer.actuate.k8s_upkeep import Upkeep
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
@@ -173,25 +173,6 @@ def _failed(action: Action, outcome: Outcome, err: ActuationError, unknown: list
         return ActionResult(action, outcome, str(err), _code(err))
     return ActionResult(action, outcome, f"{err}; outcome unknown: no answer to {', '.join(unknown)}, which may "
                         "have been carried out", _code(err), maybe_applied=True)
-
-
-def _unwritten(action: Action, detail: str) -> bool:
-    """Whether the applied `action` wrote nothing (`ActionResult.unchanged`): a training resize `k8s_training` left
-    as it is, its detail "job NS/NAME left as it is (already): why" (a shrink of a Job already at or below its target,
-    a give-back without a valid record). The planner remembers no such shrink as gputide's (`planner.acknowledge`)."""
-    return isinstance(action, ScaleTraining) and detail.startswith("job ") and f" {LEFT_AS_IS}" in detail
-
-
-CAPPED = "clamped to the HPA's maxReplicas"   # in the detail of a floor its HPA's maxReplicas capped (`_floor_clamp`)
-
-
-def _capped_to(action: Action, detail: str) -> int | None:
-    """The most replicas the HPA of an applied `ScaleInference` runs when its maxReplicas capped the floor asked
-    (`ActionResult.capped_to`; its detail, `_floor_clamp`'s: "... clamped to the HPA's maxReplicas N: ..."), None
-    when nothing capped it. The planner asks no more of the service while it believes the cap."""
-    if not isinstance(action, ScaleInference) or f" {CAPPED} " not in detail:
-        return None
-    return int(detail.partition(f" {CAPPED} ")[2].split(":", 1)[0])
 
 
 # ---- the actuator --------------------------------------------------------------------------------------------
@@ -254,7 +235,8 @@ class KubernetesActuator:
             reservation_annotation=reservation_annotation, hot_taint_ttl_s=hot_taint_ttl_s,
             reservation_ttl_s=reservation_ttl_s)
         self._refusals: set[str] = set()   # the refusals and floor caps logged at WARNING once (`_refuse`)
-        self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str]] = {
+        # each handler returns its detail, or `Applied` where the result carries more (as data, never parsed)
+        self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str | Applied]] = {
             Migrate: self.migrations.migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
             ScaleTraining: self._scale_training, TaintNode: self._taint,
         }  # fmt: skip
@@ -271,17 +253,18 @@ class KubernetesActuator:
         # every call below within the deadline, undo and Event included; its unanswered writes listed (`unknown`)
         with self.api.deadline(self.action_deadline_s), self.api.writes() as unknown:
             try:
-                detail = handler(action, snapshot)
+                done = handler(action, snapshot)
             except TemporaryActuationError as err:   # DeadlineExceeded too: out of time is tried again later
                 return refused_result(_failed(action, Outcome.RETRY, err, unknown), err)
             except PermanentActuationError as err:   # what it refused (a target, a workload) told the planner
                 return refused_result(_failed(action, Outcome.FAILED, err, unknown), err)
+            applied = done if isinstance(done, Applied) else Applied(done)
             if not (isinstance(action, TaintNode) and action.renew):   # a renewal changes nothing to tell
                 with self.api.reserve():   # the action is done: its Event (best effort) may use what is left
-                    tell_action(self.api, action, detail, self.clock(), self.default_namespace,
+                    tell_action(self.api, action, applied.detail, self.clock(), self.default_namespace,
                                 lambda owner: self._owner_namespace(owner, snapshot))
-        return ActionResult(action, Outcome.APPLIED, detail, unchanged=_unwritten(action, detail),
-                            capped_to=_capped_to(action, detail))
+        return ActionResult(action, Outcome.APPLIED, applied.detail, unchanged=applied.unchanged,
+                            capped_to=applied.capped_to)
 
     # ---- power caps, taints ----
 
@@ -334,7 +317,7 @@ class KubernetesActuator:
 
     # ---- inference: HPA floor or Deployment scale ----
 
-    def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str:
+    def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str | Applied:
         ns, name = split_name(action.service, self._owner_namespace(action.service, snapshot))
         hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
         hpa = service_hpa(hpas, name)   # whatever it scales: a Deployment, a StatefulSet, a Rollout
@@ -355,24 +338,28 @@ class KubernetesActuator:
             what, lambda: self.api(what, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, hname, ns),
             lambda body: self.api(what, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, hname, ns,
                                   body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
-        return f"{what} minReplicas = {floor['value']}{self._floor_clamp(what, int(action.replicas), **floor)}"
+        note, capped_to = self._floor_clamp(what, int(action.replicas), **floor)
+        return Applied(f"{what} minReplicas = {floor['value']}{note}", capped_to=capped_to)
 
-    def _floor_clamp(self, what: str, asked: int, value: int, most: int) -> str:
-        """What the HPA made of a floor of `asked` replicas (`value` written, `most` its maxReplicas), for the
-        result's detail: nothing when it stands as asked. One capped at maxReplicas says so, with the replicas that
-        will never start, and is logged at WARNING once per HPA and bound, whatever floor was asked (the planner's
-        ask moves with demand; what the operator must change is the bound): the result is still APPLIED (the floor
-        written stands), but the plan that asked for it counted replicas the HPA will not create and may have shrunk
-        training for them: the result carries the cap (`ActionResult.capped_to`, `_capped_to`), and the capacity
-        planner asks no more of the service, and lends those GPUs back, while it believes it."""
+    def _floor_clamp(self, what: str, asked: int, value: int, most: int) -> tuple[str, int | None]:
+        """What the HPA made of a floor of `asked` replicas (`value` written, `most` its maxReplicas): for the
+        result's detail (nothing when it stands as asked), and its cap (None: none). One capped at maxReplicas says so,
+        with the replicas that will never start, and is logged at WARNING once per HPA and bound, whatever floor was
+        asked (the planner's ask moves with demand; what the operator must change is the bound): the result is still
+        APPLIED (the floor written stands), but the plan that asked for it counted replicas the HPA will not create
+        and may have shrunk training for them: the result carries the cap (`ActionResult.capped_to`, from
+        `Applied.capped_to`), and the capacity planner asks no more of the service, and lends those GPUs back, while
+        it believes it."""
         if value >= asked:
-            return "" if value == asked else f" (asked {asked}, clamped up to the operator's own minReplicas or 1)"
+            return ("" if value == asked else f" (asked {asked}, clamped up to the operator's own minReplicas or 1)",
+                    None)
         why = (f"{what}: a floor of {asked} replicas capped at its maxReplicas {most}: {asked - value} replicas asked "
                f"will not start (raise the HPA's maxReplicas, or set the service profile's maxReplicas to {most})")
         if (told := f"{what}: capped at its maxReplicas {most}") not in self._refusals:
             self._refusals.add(told)
             log.warning("%s", why)
-        return f" (asked {asked}, {CAPPED} {most}: {asked - value} replicas will not start)"
+        return (f" (asked {asked}, clamped to the HPA's maxReplicas {most}: {asked - value} replicas will not "
+                "start)", most)
 
     def _scale_deployment(self, ns: str, name: str, want: int, planned: int) -> str:
         """Set the replicas of a Deployment no HPA scales through its scale subresource, only while they are still
@@ -487,7 +474,7 @@ class KubernetesActuator:
                                           "refusing to guess; owners must be namespace/name")
         return spaces.pop() if spaces else self.default_namespace
 
-    def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> str:
+    def _scale_training(self, action: ScaleTraining, snapshot: ClusterSnapshot) -> Applied:
         ns, name = split_name(action.job, self._owner_namespace(action.job, snapshot))
         pods = snapshot.workloads_by_owner.get(action.job)
         return self.training.scale(ns, name, int(action.workers), int(action.previous_workers),

@@ -122,9 +122,23 @@ from balancer.errors import ActuationError, PermanentActuationError
 
 log = logging.getLogger(__name__)
 
-# a resize that wrote nothing says so in its detail ("job NS/NAME left as it is (already): why"); the actuator
-# marks its result `unchanged` by it (`k8s_actuator._unwritten`)
+# what the detail of a resize that wrote nothing says, for people ("job NS/NAME left as it is (already): why"); the
+# actuator is told by `Applied.unchanged`, never by these words
 LEFT_AS_IS = "left as it is (already)"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What an action the Kubernetes actuator applied did, as its handler says it (`KubernetesActuator.apply` makes
+    the `ActionResult` of it; a handler may return its detail alone, a str): the `detail` for people, and as data
+    what the loop tells the planner, never read back from the words (a message reworded would lose it):
+    `unchanged`, nothing written (a training resize left as it is, `LEFT_AS_IS`); `capped_to`, the most replicas an
+    HPA floor capped at its maxReplicas runs (`KubernetesActuator._floor_clamp`). Here, below the actuator that
+    imports this module, so both can write it."""
+
+    detail: str
+    unchanged: bool = False
+    capped_to: int | None = None
 
 
 @dataclass(frozen=True)
@@ -152,13 +166,13 @@ class TrainingJobs:
         self.api, self.kueue, self.clock = api, kueue, clock
 
     def scale(self, ns: str, name: str, workers: int, previous: int, priority: int | None,
-              queues: tuple[str, str] | None, action: ScaleTraining | None = None) -> str:
+              queues: tuple[str, str] | None, action: ScaleTraining | None = None) -> Applied:
         """Run `workers` workers of Job ns/name (0: stop it), `previous` before as the plan saw it (the quota moved
         is from the Job's own size, `k8s_jobs.workers_asked`, 0 if gputide stopped it); `priority` is that of its pods
         (None: none running), `queues` the (inference, training) ClusterQueues quota moves between, `action` the
         resize whose shrink records are written with the size (the hotspot's `ScaleTraining.shrunk_from`: 0 removes
         it, None leaves it unless done with, `k8s_jobs.shrink_patch`; co-location's, `k8s_jobs.colocation_patch`).
-        Returns the detail of what changed; raises ActuationError."""
+        Returns what changed (`Applied`: `unchanged` when nothing was written); raises ActuationError."""
         what = f"job {ns}/{name}"
         obj = self.api(what, self.api.batch.read_namespaced_job, name, ns)
         labels = obj["metadata"].get("labels") or {}
@@ -175,7 +189,7 @@ class TrainingJobs:
         size = resize(obj, workers, what) if workers else {}   # a size that cannot run: refused before anything
         written, seen = self._written(job, obj, workers, previous, action)
         if written is None:
-            return f"{what} {LEFT_AS_IS}: {seen}"
+            return Applied(f"{what} {LEFT_AS_IS}: {seen}", unchanged=True)
         if written != workers:   # the size that stops no running worker the plan did not mean to
             # its shrink records (`_records`) tell the cut written: the plan's, from the workers running
             cut = {"workers": written, "previous_workers": previous + written - workers}
@@ -212,7 +226,7 @@ class TrainingJobs:
             raise
         if quota and delta < 0:   # shrink: the quota goes back once the job is smaller, completing a change
             notes.append(self._quota_back(quota, -delta, flavor))   # already made: its failure is a note
-        return "; ".join([f"{what} {state}", *notes])
+        return Applied("; ".join([f"{what} {state}", *notes]))
 
     def _written(self, job: _Job, obj: Json, workers: int, previous: int,
                  action: ScaleTraining | None) -> tuple[int | None, str]:
