@@ -12,7 +12,9 @@ replaced only once its move is settled (another controller's open move there ref
 and a shrink's give-back whose raise failed is left open for `settle` to complete (`shift`'s `owed`), one whose
 lowering failed (nothing moved, or perhaps landed unanswered) kept owed in the controller's memory and made by the
 next `settle_all` as far as the queues' records and what training's Jobs leave say it is still owed (`_pay_one`: the
-queues are shared with other shards and the next leader, which know nothing of the debt). Each queue also keeps, in
+queues are shared with other shards and the next leader, which know nothing of the debt; the lender's history of its
+last moves' ids, `MOVES_ANNOTATION`, says whether a lowering that got no answer landed once later moves replaced its
+record). Each queue also keeps, in
 the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
 `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
 (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
@@ -91,6 +93,31 @@ OWN_LENDING_ANNOTATION = "gputide.io/own-lending-limits"
 # beside it, the lendingLimit gputide wrote in each such flavor (JSON {flavor: limit}): a live lendingLimit that is
 # not that one was written by someone else since (the operator lowering it during a loan), and is the own one now
 SET_LENDING_ANNOTATION = "gputide.io/lending-limits-set"
+# on a lender, beside its last move's record (`k8s_transfer`, which names that one only): the ids of its last
+# `MOVES_KEPT` moves, oldest first (JSON list), in the patch that lowers it, so that an owed lowering that got no answer
+# is known to have landed, or not, once later moves replaced its record (`_lowered`)
+MOVES_ANNOTATION = "gputide.io/quota-moves"
+MOVES_KEPT = 16
+
+
+def _moves(cq: Json) -> list[str] | None:
+    """The lender's move history (`MOVES_ANNOTATION`): None without one (records of an older gputide) or unreadable."""
+    try:
+        raw = json.loads(((cq.get("metadata") or {}).get("annotations") or {}).get(MOVES_ANNOTATION) or "null")
+    except ValueError:
+        return None
+    return [str(i) for i in raw] if isinstance(raw, list) else None
+
+
+def _lowered(move: str, before: str | None, moves: list[str] | None) -> bool | None:
+    """Whether the lowering of the move `move`, written on a lender whose history then ended with `before` (None:
+    none), landed, by the lender's history now (`moves`): True where it holds the id; False where it does not and
+    still covers all that came after `before` (holds `before`, or, with none then, never dropped an id); else None."""
+    if moves is None:
+        return None
+    if move in moves:
+        return True
+    return False if (before in moves if before is not None else len(moves) < MOVES_KEPT) else None
 
 
 def _flavor_limits(notes: Json, key: str) -> dict[str, int]:
@@ -130,6 +157,7 @@ class Debt:
     over: str | None = None            # the lender's last move as read for that lowering, which it would replace
     doubt: bool = False                # that lowering may have landed unanswered (`_Api.writes`)
     short_since: float | None = None   # since when training's Jobs hold part of it (`KueueQuota._pay`)
+    before: str | None = None          # the last id of the lender's move history as read then (`_lowered`)
 
 
 class KueueQuota:
@@ -218,7 +246,7 @@ class KueueQuota:
     def _shift(self, from_queue: str, move: Transfer, keep: int | None, owed: bool) -> str:
         """`shift`'s move, its id given (an owed move made again keeps its own) and its flavor "" until settled."""
         to_queue = move.to
-        over: list[str | None] = []   # the lender's last move the lowering would replace (`_lend`)
+        over: list[str | None] = []   # the lender's last move the lowering would replace, its history's last (`_lend`)
         lowering: list[str] = []      # the lowering, while its outcome is unknown (`_Api.writes`)
         try:
             read = {q: self._read_queue(q) for q in (from_queue, to_queue)}
@@ -232,7 +260,8 @@ class KueueQuota:
                 self._lend(from_queue, move, keep, seen.id if seen else None, over)
         except TemporaryActuationError:
             if owed and move.flavor:   # nothing moved, or a lowering unanswered: owed, made by the next settle
-                self.owed.setdefault(from_queue, []).append(Debt(move, over[-1] if over else None, bool(lowering)))
+                last, before = over if over else (None, None)
+                self.owed.setdefault(from_queue, []).append(Debt(move, last, bool(lowering), before=before))
             raise
         noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
         # the borrower's unanswered patch, if any: it may have landed (handed up to the action's list)
@@ -288,10 +317,12 @@ class KueueQuota:
         """Make the debt as far as the queues' own records say it is still owed, shared as they are with other
         controllers (shards on the cohort, the next leader) that know nothing of it:
 
-        * a lowering that may have landed unanswered (`Debt.doubt`) and whose record the lender no longer carries
-          (nor the move it replaced: another move is its last since) was completed by another controller's settle,
-          then replaced by its next move: dropped, logged, never made twice (its own record, still there, was
-          settled by `settle` already);
+        * a lowering that landed (unanswered: `Debt.doubt`) and whose record another move replaced since, as the
+          lender's move history says (`_lowered`), was completed by a settle first (a record is replaced only once
+          settled): dropped, never made twice (its own record, still there, was settled by `settle` already). One
+          the history shows never landed is made. Where the history cannot say (written by an older gputide, or
+          more moves since than it keeps), a doubtful one whose record is not the lender's last (nor the move it
+          replaced) is dropped, logged: made twice would take the GPUs from training twice;
         * only what training holds beyond its Jobs' needs goes (`k8s_quota_drift.spare`): a check of the loan another
           controller made (`reconcile`) may have given part of it back already. The part its Workloads' status still
           reserves waits (Kueue catching up with the shrink); the part its Workloads and Jobs hold is dropped, logged,
@@ -305,7 +336,9 @@ class KueueQuota:
             last = (found.id if (found := last_move(read)) else None)
             if last == move.id:   # its lowering landed: `settle` completes it from its record
                 return "its lowering landed: completed from its record by the settle"
-            if debt.doubt and last != debt.over:
+            if (lowered := _lowered(move.id, debt.before, _moves(read))) is True:
+                return f"dropped: its lowering landed, settled since ({lender}'s last move is {last})"
+            if debt.doubt and last != debt.over and lowered is None:
                 log.error("kueue quota give-back %s (%d x %s, %s -> %s) dropped: its lowering may have landed "
                           "unanswered, and %s's last move is %s since: another controller's settle completed it",
                           move.id, move.gpus, move.flavor, lender, move.to, lender, last)
@@ -325,7 +358,7 @@ class KueueQuota:
                       now - since)
             notes.append(f"{gone} GPUs dropped: {lender}'s Jobs hold them")
         if rest := move.gpus - pay - gone:
-            left = Debt(replace(move, gpus=rest), debt.over, debt.doubt) if not pay else Debt(
+            left = replace(debt, move=replace(move, gpus=rest)) if not pay else Debt(
                 replace(move, id=uuid.uuid4().hex[:12], gpus=rest))
             self.owed.setdefault(lender, []).append(replace(left, short_since=since if short > gone else None))
             notes.append(f"{rest} GPUs still owed ({lender} keeps {room.held} for its Jobs, and what its status "
@@ -423,12 +456,14 @@ class KueueQuota:
         raised nor rolled back, is refused as a temporary error, nothing written, for the next cycle's settle to
         finish first. Overwritten, its record would be gone: nothing would raise its borrower or give its lender
         the quota back, and the cohort would lose its GPUs. `over` is given the id of the last move the patch would
-        replace (None: none), as last read."""
+        replace and the last id of the lender's move history (`MOVES_ANNOTATION`, which the patch adds the move's
+        to), as last read (None: none)."""
         def change(cq: Json) -> Json | None:
             if (last := last_move(cq)) is not None and last.id == move.id:
                 return None   # our unanswered write landed
+            moves = _moves(cq)
             if over is not None:
-                over[:] = [last.id if last else None]
+                over[:] = [last.id if last else None, moves[-1] if moves else None]
             if last is not None and last.id != settled and state(self._read_queue(last.to), lender,
                                                                   last.id) != RECEIVED:
                 raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "
@@ -438,7 +473,8 @@ class KueueQuota:
             if keep is not None and left < (floor := max(keep, reserved(cq, move.flavor))):
                 raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "
                                          f"moved: it would keep {left}, its workloads hold {floor}")
-            return with_notes(_quota_patch(cq, lender, -move.gpus, move.flavor), {TRANSFER_ANNOTATION: move.note()})
+            return with_notes(_quota_patch(cq, lender, -move.gpus, move.flavor), {
+                TRANSFER_ANNOTATION: move.note(), MOVES_ANNOTATION: json.dumps([*(moves or [])[1 - MOVES_KEPT:], move.id])})
 
         self._update(lender, change)
 

@@ -9,12 +9,14 @@ nothing of it. It used to be made as owed whatever they did meanwhile, so it was
 * with Kueue's status reserving the Job's 4, A's payment was refused every cycle ("would keep 0"), A owed 8 for good
   and A's own drift check, which deferred to the debt, never ran again.
 
-Now a debt whose lowering may have landed is dropped once training's record shows another move since, and a payment
+Now a debt whose lowering may have landed is dropped once training's record shows another move since (made where
+training's move history shows it never landed), and a payment
 takes only what training holds beyond its Jobs' needs (`k8s_quota_drift.spare`), the part its Jobs hold dropped once
 held so for the action deadline."""
 
 from __future__ import annotations
 
+import pytest
 from fakeapi import FakeKube, clusterqueue, job
 from test_k8s_quota_drift import admitted_at
 from test_k8s_quota_drift import cohort as drift_cohort
@@ -25,6 +27,7 @@ from test_k8s_quota_restart import cohort, controller, quota, scale
 
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
+from balancer.actuate.k8s_quota import MOVES_KEPT, _lowered
 
 
 def test_a_landed_lowering_another_shard_completed_is_not_given_back_again(kube: FakeKube, api, clock,
@@ -54,6 +57,23 @@ def test_an_unanswered_lowering_that_did_not_land_is_still_made(kube: FakeKube, 
     tries.extend([True] * 10)
     c.housekeeping()
     assert quota(kube) == (20, 4) and c.kueue.owes("training") == 0
+
+
+def test_an_unanswered_lowering_that_did_not_land_is_made_after_another_shards_move(kube: FakeKube, api, clock,
+                                                                                   sleeps) -> None:
+    """A's lowering got no answer and did not land; B then shrank (its record the last on training). The debt was
+    dropped as if B's record had replaced A's, and training kept the 4 GPUs A's shrink freed: (18, 6) while the Job
+    held 2. Training's move history (`gputide.io/quota-moves`) shows A's move never landed: it is made."""
+    cohort(kube)   # inference 16, training 8; the Job: 4 workers x 2 GPUs
+    a, b = controller(api, clock, sleeps), controller(api, clock, sleeps)
+    tries = unanswered_lowering(a, landed=False)
+    assert scale(a, 2).outcome is Outcome.APPLIED   # frees 4: nothing lowered, A never told
+    assert quota(kube) == (16, 8) and a.kueue.owes("training") == 4
+    tries.extend([True] * 10)
+    assert scale(b, 1, previous=2).outcome is Outcome.APPLIED   # frees 2; B's record the last on training
+    assert quota(kube) == (18, 6)
+    assert not any("dropped" in note for note in a.housekeeping())
+    assert quota(kube) == (22, 2) and a.kueue.owes("training") == 0
 
 
 def owing_shrink(kube: FakeKube, a) -> None:
@@ -102,3 +122,15 @@ def test_a_debt_training_cannot_pay_is_dropped_and_the_drift_check_runs(kube: Fa
         a.housekeeping()
         clock.advance(ACTION_DEADLINE_S)
     assert quota(kube) == (16, 8)
+
+
+@pytest.mark.parametrize(("before", "moves", "landed"), [
+    pytest.param("m0", None, None, id="no history (an older gputide's records): cannot say"),
+    pytest.param("m0", ["m0", "a", "b"], True, id="its id in the history: landed"),
+    pytest.param("m0", ["m0", "b"], False, id="the history covers what came after: did not land"),
+    pytest.param("m0", [f"m{i}" for i in range(1, MOVES_KEPT + 1)], None, id="its move before dropped: cannot say"),
+    pytest.param(None, ["b"], False, id="no history then, none dropped since: did not land"),
+    pytest.param(None, [f"m{i}" for i in range(MOVES_KEPT)], None, id="no history then, full since: cannot say"),
+])
+def test_whether_a_lowering_landed_by_the_lenders_move_history(before, moves, landed) -> None:
+    assert _lowered("a", before, moves) is landed
