@@ -38,18 +38,18 @@ is held to that cap (`_capped`: its profile's maxReplicas lowered to it), with a
 same text while it lasts (the loop logs it once): no more replicas asked, so no training shrunk for replicas that
 never start, and training shrunk for them is grown back into the GPUs they leave idle, as any idle GPUs. Before, the
 planner asked for the whole floor every cycle and kept those GPUs idle. The cap is believed for half
-`safety.cooldownS` (a minute at least) after it was first met (`believed_s`), then twice as long each time the same
-cap is met again, up to the capacity policy's loan horizon, or until the service runs more replicas than it (its
-HPA's maxReplicas was raised, and the HPA scaled past it); a new leader learns it afresh. Asked again after that,
-the scale goes through if maxReplicas was raised (the HPA does not scale past the floor on its own when its own
-metrics ask for no more), or is capped and believed again. The two errors: a cap believed too long ignores an
-operator's raise of maxReplicas, leaving the service short of what its demand needs; one believed too briefly asks
-again in vain, shrinking training for replicas that never start (a restart of its workers, and another when they are
-grown back). The first ask again costs no shrink (the training shrunk for the capped scale is grown back no sooner
-than `safety.cooldownS` after, so the GPUs the cap left idle are idle still) and sees a raise made on the operator's
-warning within minutes; the doubling bounds the asks made in vain to a few, then one per loan horizon (the GPUs the
-cap frees are lent for that long). A lapsed cap is remembered, unbelieved, for a loan horizon more, to count the
-same cap met again.
+`safety.cooldownS` (a minute at least) after it was first met, then twice as long each time the same cap is met
+again, up to the capacity policy's loan horizon (`planner.CapBelief` says both rules), or until the service runs
+more replicas than it (its HPA's maxReplicas was raised, and the HPA scaled past it); a new leader learns it afresh.
+Asked again after that, the scale goes through if maxReplicas was raised (the HPA does not scale past the floor on
+its own when its own metrics ask for no more), or is capped and believed again. The two errors: a cap believed too
+long ignores an operator's raise of maxReplicas, leaving the service short of what its demand needs; one believed
+too briefly asks again in vain, shrinking training for replicas that never start (a restart of its workers, and
+another when they are grown back). The first ask again costs no shrink (the training shrunk for the capped scale is
+grown back no sooner than `safety.cooldownS` after, so the GPUs the cap left idle are idle still) and sees a raise
+made on the operator's warning within minutes; the doubling bounds the asks made in vain to a few, then one per loan
+horizon (the GPUs the cap frees are lent for that long). A lapsed cap is remembered, unbelieved, for a loan horizon
+more, to count the same cap met again.
 
 Capacity holds (no capacity action, a note) while inference pods on GPUs have no owner and a profiled service
 that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
@@ -169,34 +169,27 @@ def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[
     return replace(view, services=tuple(s for s in view.services if s.profile.name not in refused)), held
 
 
-def believed_s(first_s: float, horizon_s: float, times: int) -> float:
-    """How long a cap met `times` in a row is believed (module docstring): `first_s`, doubled for each time after
-    the first, at most `horizon_s`."""
-    return min(first_s * 2.0 ** min(times - 1, 32), horizon_s)
-
-
-def _capped(view: CapacityView, caps: Mapping[str, tuple[int, float, int]], first_s: float, horizon_s: float,
-            ) -> tuple[CapacityView, dict[str, tuple[int, float, int]], list[str]]:
-    """`view` with each service whose scale the actuator capped (`caps`: {service: (most, when, times)}) held to that
-    cap while it is believed (`believed_s`: its profile's maxReplicas, and minReplicas, at most the cap), the caps
-    still remembered (none the service runs more replicas than: its ceiling was raised; a lapsed one for
-    `horizon_s` more), and the notes for the services held (module docstring)."""
+def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first_s: float, horizon_s: float,
+            ) -> tuple[CapacityView, dict[str, planner_mod.CapBelief], list[str]]:
+    """`view` with each service whose scale the actuator capped (`caps`) held to that cap while it is believed
+    (`CapBelief.held_at`: its profile's maxReplicas, and minReplicas, at most the cap), the caps still remembered
+    (none the service runs more replicas than: its ceiling was raised; a lapsed one while `CapBelief.kept_at`),
+    and the notes for the services held (module docstring)."""
     replicas = {s.profile.name: s.replicas for s in view.services}
-    kept = {name: (most, t, times) for name, (most, t, times) in caps.items()
-            if replicas.get(name, 0) <= most and view.time - t < believed_s(first_s, horizon_s, times) + horizon_s}
-    live = {name: (most, believed_s(first_s, horizon_s, times)) for name, (most, t, times) in kept.items()
-            if view.time - t < believed_s(first_s, horizon_s, times)}
-    held = {s.profile.name: live[s.profile.name] for s in view.services
-            if s.profile.name in live and live[s.profile.name][0] < s.profile.max_replicas}
+    kept = {name: b for name, b in caps.items()
+            if replicas.get(name, 0) <= b.cap and b.kept_at(view.time, first_s, horizon_s)}
+    held = {s.profile.name: kept[s.profile.name] for s in view.services if s.profile.name in kept
+            and kept[s.profile.name].held_at(view.time, first_s, horizon_s)
+            and kept[s.profile.name].cap < s.profile.max_replicas}
     if not held:
         return view, kept, []
     services = tuple(s if s.profile.name not in held else replace(s, profile=replace(
-        s.profile, max_replicas=held[s.profile.name][0],
-        min_replicas=min(s.profile.min_replicas, held[s.profile.name][0]))) for s in view.services)
-    notes = [f"capacity holds {name} at {most} replicas, where the actuator capped its scale (the HPA's maxReplicas; "
-             f"its scale_inference's detail says so): no more asked, nor room made for more, for {keep / 60:.0f} min "
-             f"after, then asked again (raise the HPA's maxReplicas, or set the profile's maxReplicas to {most})"
-             for name, (most, keep) in sorted(held.items())]
+        s.profile, max_replicas=held[s.profile.name].cap,
+        min_replicas=min(s.profile.min_replicas, held[s.profile.name].cap))) for s in view.services)
+    notes = [f"capacity holds {name} at {b.cap} replicas, where the actuator capped its scale (the HPA's maxReplicas; "
+             f"its scale_inference's detail says so): no more asked, nor room made for more, for "
+             f"{b.believed_s(first_s, horizon_s) / 60:.0f} min after, then asked again (raise the HPA's maxReplicas, "
+             f"or set the profile's maxReplicas to {b.cap})" for name, b in sorted(held.items())]
     return replace(view, services=services), kept, notes
 
 

@@ -48,8 +48,8 @@ refused scale every cycle and shrinking training to make room for a growth that 
 
 Capped scales. A service's scale the actuator carried out short of what it asked (APPLIED, `ActionResult.capped_to`:
 an HPA floor capped at its maxReplicas) is remembered with that cap, when it was met and how many times in a row
-(`cap(...)`, `capped_scales`): the capacity planner holds the service to it for a while, longer each time the same
-cap is met again (`balancer.plan.capacity_loop`), rather than shrinking training every cycle for replicas that never
+(`cap(...)`, `capped_scales`, `CapBelief`): the capacity planner holds the service to it for a while, longer each
+time the same cap is met again (`balancer.plan.capacity_loop`), rather than shrinking training every cycle for replicas that never
 start.
 
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
@@ -86,6 +86,36 @@ _EMPTY: Mapping = MappingProxyType({})
 RENEW_WITHIN_S = HOT_TAINT_TTL_S / 2
 
 
+@dataclass(frozen=True, slots=True)
+class CapBelief:
+    """What the actuator's caps of one service's scale say ("Capped scales"): it runs at most `cap` replicas, met
+    `repeats` times in a row, the last at `since`. Both rules are said here once: a cap met again at the same bound
+    counts once more, another bound starts again (`met`); a cap is believed for `first_s` after it was met, twice as
+    long for each repeat, at most `horizon_s` (`believed_s`, `held_at`), and remembered, unbelieved, a `horizon_s`
+    more to count it met again (`kept_at`). `first_s` and `horizon_s` are the capacity planner's to say
+    (`balancer.plan.capacity_loop`)."""
+
+    cap: int
+    since: float
+    repeats: int = 1
+
+    def met(self, cap: int, now: float) -> CapBelief:
+        """The belief once the actuator capped the service's scale at `cap` again, at `now`."""
+        return CapBelief(int(cap), now, self.repeats + 1 if int(cap) == self.cap else 1)
+
+    def believed_s(self, first_s: float, horizon_s: float) -> float:
+        """How long it is believed after `since`: `first_s`, doubled for each repeat, at most `horizon_s`."""
+        return min(first_s * 2.0 ** min(self.repeats - 1, 32), horizon_s)
+
+    def held_at(self, now: float, first_s: float, horizon_s: float) -> bool:
+        """Still believed at `now`."""
+        return now - self.since < self.believed_s(first_s, horizon_s)
+
+    def kept_at(self, now: float, first_s: float, horizon_s: float) -> bool:
+        """Still remembered at `now`: believed, or lapsed less than `horizon_s` ago."""
+        return now - self.since < self.believed_s(first_s, horizon_s) + horizon_s
+
+
 @dataclass(frozen=True)
 class PlannerState:
     hotspots: hotspots.HotspotState = field(default_factory=hotspots.HotspotState)
@@ -117,9 +147,8 @@ class PlannerState:
     refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
-    # service -> (the most replicas it runs, when a scale of it was last capped there, how many times in a row it was
-    # capped there) ("Capped scales"): no more asked for a while
-    capped_scales: Mapping[str, tuple[int, float, int]] = field(default_factory=lambda: _EMPTY)
+    # service -> what the actuator's caps of its scale say (`CapBelief`, "Capped scales"): no more asked for a while
+    capped_scales: Mapping[str, CapBelief] = field(default_factory=lambda: _EMPTY)
 
 
 def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,
@@ -200,14 +229,14 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
 
 def cap(state: PlannerState, capped: Iterable[tuple[Action, int]], now: float) -> PlannerState:
     """Fold `ScaleInference`s the actuator applied short of what they asked into the state, each with the most
-    replicas its service runs (`ActionResult.capped_to`): a later cap of a service replaces its earlier one, counted
-    as met once more when it is the same bound (the capacity planner keeps a lapsed cap in the state for that), once
-    when it is another ("Capped scales"; how long it is believed is the capacity planner's to say)."""
-    caps = {}
+    replicas its service runs (`ActionResult.capped_to`): a later cap of a service is met on its earlier one
+    (`CapBelief.met`: once more at the same bound, the capacity planner keeping a lapsed cap in the state for that;
+    afresh at another). How long it is believed is the capacity planner's to say ("Capped scales")."""
+    caps: dict[str, CapBelief] = {}
     for a, most in capped:
         if isinstance(a, ScaleInference):
             before = state.capped_scales.get(a.service)
-            caps[a.service] = (int(most), now, before[2] + 1 if before and before[0] == int(most) else 1)
+            caps[a.service] = before.met(most, now) if before else CapBelief(int(most), now)
     if not caps:
         return state
     return replace(state, capped_scales=MappingProxyType({**state.capped_scales, **caps}))

@@ -25,6 +25,7 @@ from balancer.model import WorkloadClass as C
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy
 from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.plan.planner import CapBelief
 from tests.capacity.test_capacity_clash import ON, PROFILES
 from tests.loop.loop_helpers import make_fleet, snapshot, workload
 
@@ -101,7 +102,7 @@ def test_once_capped_the_service_is_held_and_training_gets_the_gpus_back(caplog)
     assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
     assert [a.job for a in shrinks(fleet)] == ["cheap"] and shrinks(fleet, after=1000.0) == []
     assert fleet.replicas["chat"] == 2 and fleet.idle == 0, fleet.replicas   # training holds the other 6 GPUs
-    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {"chat": (2, 1300.0, 2)}
+    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {"chat": CapBelief(2, 1300.0, 2)}
     said = [r.getMessage() for r in caplog.records if NOTE in r.getMessage()]
     assert [("for 5 min" in m, "for 10 min" in m) for m in said] == [(True, False), (False, True)], said
     assert all("set the profile's maxReplicas to 2" in m for m in said), said
@@ -134,10 +135,9 @@ def test_a_cap_met_again_is_believed_twice_as_long_up_to_the_loan_horizon() -> N
     asked = [t - 1000.0 for t, a in fleet.applied if a in chat_ups(fleet)]
     assert asked == [0.0, 300.0, 900.0, 2100.0, 4500.0]
     assert [t - 1000.0 for t, a in fleet.applied if a in shrinks(fleet)] == [0.0, 900.0, 2100.0, 4500.0]
-    assert dict(rec.state.capped_scales) == {"chat": (2, 5500.0, 5)}
-    from balancer.plan.capacity_loop import believed_s
-
-    assert [believed_s(300.0, LOAN_HORIZON_S, n) for n in (1, 2, 5, 6, 40)] == [300.0, 600.0, 4800.0, 7200.0, 7200.0]
+    assert dict(rec.state.capped_scales) == {"chat": CapBelief(2, 5500.0, 5)}
+    assert [CapBelief(2, 0.0, n).believed_s(300.0, LOAN_HORIZON_S) for n in (1, 2, 5, 6, 40)] == [
+        300.0, 600.0, 4800.0, 7200.0, 7200.0]
 
 
 def test_a_scale_that_goes_through_is_not_a_cap() -> None:
@@ -180,7 +180,7 @@ def test_how_long_a_cap_is_believed(replicas, capped_at, times, max_replicas, as
     ups = [a for a in plan.actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas]
     assert bool(ups) is asked, plan.actions
     assert any(NOTE in n for n in plan.notes) is held, plan.notes
-    assert dict(state.capped_scales) == ({"chat": (2, capped_at, times)} if kept else {}), state.capped_scales
+    assert dict(state.capped_scales) == ({"chat": CapBelief(2, capped_at, times)} if kept else {}), state.capped_scales
 
 
 def test_cap_records_only_scales_and_the_latest_cap_of_a_service() -> None:
@@ -188,6 +188,21 @@ def test_cap_records_only_scales_and_the_latest_cap_of_a_service() -> None:
     grow = ScaleTraining(job="cheap", workers=4, previous_workers=1, reason="loan")
     state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2), (grow, 3)], 1000.0)
     state = planner_mod.cap(state, [(replace(UP, replicas=6), 2)], 1100.0)
-    assert dict(state.capped_scales) == {"chat": (2, 1100.0, 2)}
+    assert dict(state.capped_scales) == {"chat": CapBelief(2, 1100.0, 2)}
     state = planner_mod.cap(state, [(replace(UP, replicas=6), 3)], 1200.0)
-    assert dict(state.capped_scales) == {"chat": (3, 1200.0, 1)}
+    assert dict(state.capped_scales) == {"chat": CapBelief(3, 1200.0, 1)}
+
+
+def test_a_cap_belief_says_both_rules_once() -> None:
+    """`CapBelief` is the one place the rules are said: the same bound met again counts once more from the new time,
+    another bound starts again; believed `first_s` doubled per repeat up to the horizon, remembered a horizon more.
+    The planner's fold and the capacity planner's hold read only it (the tuples of before had no rules of their own).
+    """
+    b = CapBelief(2, 1000.0)
+    assert b.met(2, 1300.0) == CapBelief(2, 1300.0, 2) and b.met(3, 1300.0) == CapBelief(3, 1300.0, 1)
+    again = b.met(2, 1300.0).met(2, 1900.0)
+    assert again.believed_s(300.0, 1000.0) == 1000.0 and b.believed_s(300.0, 1000.0) == 300.0
+    assert [again.held_at(t, 300.0, 1000.0) for t in (2899.0, 2900.0)] == [True, False]
+    assert [again.kept_at(t, 300.0, 1000.0) for t in (3899.0, 3900.0)] == [True, False]
+    state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2)], 1000.0)
+    assert planner_mod.cap(state, [(UP, 2)], 1300.0).capped_scales["chat"] == state.capped_scales["chat"].met(2, 1300.0)
