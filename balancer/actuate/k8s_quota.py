@@ -369,10 +369,13 @@ class KueueQuota:
 
     def _spare(self, lender: Json, flavor: str) -> Spare:
         """What the training queue `lender` holds beyond its Jobs' needs in `flavor` (`k8s_quota_drift.spare`)."""
+        return spare(lender, [flavor], *self._workloads_and_jobs())[flavor]
+
+    def _workloads_and_jobs(self) -> tuple[list[Json], list[Json]]:
+        """All Workloads and Jobs, what training's Jobs hold is reckoned from (`k8s_quota_drift.held`)."""
         workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
                              "workloads").get("items") or []
-        jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
-        return spare(lender, flavor, workloads, jobs)
+        return workloads, self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
 
     def reconcile(self, queues: tuple[str, str]) -> list[Excess]:
         """Give back to the inference queue (`queues[0]`) the quota lent to training (`queues[1]`) beyond what
@@ -384,10 +387,7 @@ class KueueQuota:
         read = {q: self._read_queue(q) for q in queues}
         found: list[Excess] = []
         if worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
-            workloads = self.api("kueue workloads", self.api.custom.list_cluster_custom_object, *KUEUE_WORKLOADS,
-                                 "workloads").get("items") or []
-            jobs = self.api("list jobs", self.api.batch.list_job_for_all_namespaces).get("items") or []
-            found = excess(read[inference], read[training], workloads, jobs)
+            found = excess(read[inference], read[training], *self._workloads_and_jobs())
         done = []
         for cut in self.excess_seen.lasting(read[inference], read[training], found, self.api.clock()):
             self.shift(training, inference, cut.gpus, cut.flavor, keep=cut.held)

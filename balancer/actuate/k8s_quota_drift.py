@@ -16,9 +16,11 @@ training a little more each time. So once a cycle (`KueueQuota.reconcile`, from 
   stopped or one that has finished); never less than the queue's own status says it reserves. A Job not admitted
   anywhere counts as training's unless its LocalQueue is seen feeding another ClusterQueue, and counts in every
   flavor when it is not admitted in one: the check errs towards keeping quota;
-* **excess** = min(lent, training's nominalQuota - held): the part of the loan beyond what training's Jobs hold,
-  given back to inference (`Excess`). The part of training's own quota the Jobs do not use is not the loan's and
-  stays. A queue over its nominal quota (borrowing from the cohort) gives nothing back.
+* **spare**: training's nominalQuota beyond `held` (and beyond what its status reserves, while it does): `spare`,
+  the one reckoning of "training's excess", also what an owed give-back takes from (`KueueQuota._pay`);
+* **excess** = min(lent, spare): the part of the loan beyond what training's Jobs hold, given back to inference
+  (`Excess`). The part of training's own quota the Jobs do not use is not the loan's and stays. A queue over its
+  nominal quota (borrowing from the cohort) gives nothing back.
 
 Giving it back is an ordinary move (`KueueQuota.shift`, recorded and settled like any other), made only if the
 training queue, read again in the patch that lowers it, still keeps `held` and what its status reserves.
@@ -165,39 +167,41 @@ def held(training: str, flavors: list[str], workloads: Iterable[Json], jobs: Ite
     return out
 
 
-def excess(inference: Json, training: Json, workloads: Iterable[Json], jobs: Iterable[Json]) -> list[Excess]:
-    """The quota to give back to inference, one `Excess` per flavor that has some (the module docstring)."""
-    flavors = worth_reading(inference, training)
-    if not flavors:
-        return []
-    name = training["metadata"]["name"]
-    need = held(name, flavors, workloads, jobs)
-    out = []
+@dataclass(frozen=True)
+class Spare:
+    """What the training queue holds in one flavor beyond its Jobs' needs (`spare`)."""
+
+    held: int   # what its Workloads and Jobs hold or ask for (`held`): never taken
+    keep: int   # that, or what its status says its Workloads reserve where more: kept now
+    now: int    # its nominalQuota beyond `keep`: may go now
+    most: int   # beyond `held` only: may go once Kueue's status no longer reserves it
+
+
+def spare(training: Json, flavors: list[str], workloads: Iterable[Json], jobs: Iterable[Json]) -> dict[str, Spare]:
+    """Per flavor, the quota the ClusterQueue `training` holds beyond what its Jobs need (the module docstring): what
+    the check's `excess` takes the loan's part of, and the most an owed give-back (`KueueQuota._pay`) takes, whatever
+    it owes, so that one another controller's check has given back in part (which knows nothing of the debt) is not
+    given back twice. Where a loan and quota unused beside it were out before the shrink that owes (a correction
+    still deferred, `Sightings`), the check's give-back and the payment together come to what they would have had
+    the correction come before the shrink: nothing goes back twice, only the order differs."""
+    need = held(training["metadata"]["name"], flavors, workloads, jobs)
+    out = {}
     for fl in flavors:
-        keep = max(need[fl], reserved(training, fl))
-        have, loan = nominal(training, fl) or 0, lent(inference, training, fl)
-        if (gpus := min(loan, have - keep)) > 0:
-            out.append(Excess(fl, gpus, loan, have, keep))
+        have, keep = nominal(training, fl) or 0, max(need[fl], reserved(training, fl))
+        out[fl] = Spare(need[fl], keep, max(have - keep, 0), max(have - need[fl], 0))
     return out
 
 
-@dataclass(frozen=True)
-class Spare:
-    """What a give-back from the training queue in one flavor may take (`spare`)."""
-
-    held: int   # what its Workloads and Jobs hold or ask for (`held`): never taken
-    now: int    # its nominalQuota beyond that and what its status reserves: may go now
-    most: int   # beyond what they hold only: may go once Kueue's status no longer reserves it
-
-
-def spare(training: Json, flavor: str, workloads: Iterable[Json], jobs: Iterable[Json]) -> Spare:
-    """The quota the ClusterQueue `training` holds in `flavor` beyond what its Jobs need: the most an owed give-back
-    (`KueueQuota._pay`) takes, whatever it owes, so that one another controller's check has given back in part (this
-    module's correction, which knows nothing of the debt) is not given back twice. Exact where the check had nothing
-    to give back before the shrink that owes (a loan out and quota unused beside it do not last past a check)."""
-    have = nominal(training, flavor) or 0
-    need = held(training["metadata"]["name"], [flavor], workloads, jobs)[flavor]
-    return Spare(need, max(have - max(need, reserved(training, flavor)), 0), max(have - need, 0))
+def excess(inference: Json, training: Json, workloads: Iterable[Json], jobs: Iterable[Json]) -> list[Excess]:
+    """The quota to give back to inference, one `Excess` per flavor that has some (the module docstring)."""
+    flavors = worth_reading(inference, training)
+    room = spare(training, flavors, workloads, jobs) if flavors else {}
+    out = []
+    for fl in flavors:
+        loan = lent(inference, training, fl)
+        if (gpus := min(loan, room[fl].now)) > 0:
+            out.append(Excess(fl, gpus, loan, nominal(training, fl) or 0, room[fl].keep))
+    return out
 
 
 @dataclass(frozen=True)

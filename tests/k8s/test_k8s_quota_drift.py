@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
-from balancer.actuate.k8s_quota_drift import Excess, Sightings, excess, held
+from balancer.actuate.k8s_quota_drift import Excess, Sightings, Spare, excess, held, spare
 from balancer.actuate.k8s_transfer import LOANS_ANNOTATION, loans, loans_note
 from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 
@@ -272,6 +272,23 @@ def test_no_loan_recorded_on_both_sides_means_none_to_give_back() -> None:
     # each side records a different loan: the smaller counts
     cut = excess(_cq("inference", 8, {"h100": -2}), _cq("training", 12, {"h100": 4}), [], jobs)
     assert [(c.gpus, c.lent) for c in cut] == [(2, 2)]
+
+
+@pytest.mark.parametrize(("loaned", "reserving", "room", "cut"), [
+    pytest.param(6, 0, Spare(held=4, keep=4, now=8, most=8), (6, 4), id="the whole loan spare: all of it"),
+    pytest.param(2, 0, Spare(held=4, keep=4, now=8, most=8), (2, 4), id="training's own quota spare too: the loan"),
+    pytest.param(6, 10, Spare(held=4, keep=10, now=2, most=8), (2, 10), id="its status reserving more: beyond that"),
+])
+def test_trainings_spare_quota_is_reckoned_once_and_the_excess_is_the_loans_part_of_it(loaned, reserving, room,
+                                                                                       cut) -> None:
+    """`spare` says what training holds beyond its Jobs' needs, for the check (`excess`) and an owed give-back."""
+    ours = _job("a", "ml", "training-lq", 2, "u1")   # 2 workers x 2 GPUs, admitted
+    loads, training = [workload(ours, "h100")], _cq("training", 12, {"h100": loaned})
+    training["status"] = {"flavorsReservation": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu",
+                                                                               "total": reserving}]}]}
+    assert spare(training, ["h100"], loads, [ours]) == {"h100": room}
+    found = excess(_cq("inference", 8, {"h100": -loaned}), training, loads, [ours])
+    assert [(c.gpus, c.held) for c in found] == [cut]
 
 
 # ---- only an excess that lasts goes back (`Sightings`), pure ----
