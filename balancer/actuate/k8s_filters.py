@@ -48,9 +48,29 @@ Json = dict[str, Any]
 
 GPUS, CPU, MEMORY = "count", "cpu_milli", "memory_mib"   # what a reservation holds, by its keys
 PRIORITY = "priority"   # a hold's field: the priority of the pod it holds the node for (`k8s_preempt.reserve`)
+LEFT = "victims"        # a preemption's hold field: the victims still to evict (all of them, until evicted)
+EVICTED = "evicted"     # ... the victims evicted and still terminating: the hold is renewed while any is there
 # a cordoned node admits the pods that tolerate this taint (kube-scheduler's NodeUnschedulable filter), whether or
 # not the node lifecycle controller has put it on the node yet
 CORDON = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+
+def _names(value: Any) -> bool:
+    """Whether a hold's victim field is a list of pod names, as gputide writes it."""
+    return isinstance(value, list) and all(isinstance(k, str) for k in value)
+
+
+def well_formed(entry: Json) -> Json:
+    """A hold as every reader reads it (`k8s_reads.node_facts` puts each through this as it parses the node, so
+    the pass, the nodes' cache and its change handler, and `nodes_view` outside a pass all see the same): its
+    victim fields (`LEFT`, `EVICTED`) that are not lists of pod names left out, as they name no victim. Such a field
+    (a hold written by hand or by another tool, `"victims": 1`) must not stop the pass: the readers of the victims
+    (those to evict, those leaving the node, `k8s_stuck`) would raise on it (6d96a2a). Its other fields are read
+    leniently where they are read (`_held`, `_unranked`, `parse_time`), and a missing priority is no default's to
+    fill: such a hold counts against every pod until `k8s_preempt.ranked` writes one. The annotation is not
+    rewritten. `entry` itself when none is odd."""
+    odd = [f for f in (LEFT, EVICTED) if f in entry and not _names(entry[f])]
+    return {k: v for k, v in entry.items() if k not in odd} if odd else entry
 
 
 def _held(entry: Json, what: str) -> int:

@@ -32,12 +32,10 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from balancer.actuate.k8s_filters import Offers, reservation_key, rule_refusal
+from balancer.actuate.k8s_filters import EVICTED, LEFT, Offers, reservation_key, rule_refusal
 from balancer.actuate.k8s_gang import sharers, together
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
-    EVICTED,
-    LEFT,
     SINCE,
     Evictions,
     Preemptor,
@@ -55,23 +53,6 @@ from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-
-
-def _names(value: Any) -> bool:
-    """Whether a hold's victim field is a list of pod names, as gputide writes it."""
-    return isinstance(value, list) and all(isinstance(k, str) for k in value)
-
-
-def well_formed(entry: Json) -> Json:
-    """A hold as every reader of the pass reads it (`Holds.release_gone` puts each through this once, before any
-    of them): its victim fields (`LEFT`, `EVICTED`) that are not lists of pod names left out, as they name no
-    victim. Such a field (a hold written by hand or by another tool, `"victims": 1`) must not stop the pass: the
-    readers of the victims (those to evict, those leaving the node, `k8s_stuck`) would raise on it (6d96a2a). Its
-    other fields are read leniently where they are read (`k8s_filters._held` and `_unranked`, `parse_time`), and
-    a missing priority is no default's to fill: such a hold counts against every pod until `k8s_preempt.ranked`
-    writes one. `entry` itself when none is odd."""
-    odd = [f for f in (LEFT, EVICTED) if f in entry and not _names(entry[f])]
-    return {k: v for k, v in entry.items() if k not in odd} if odd else entry
 
 
 class Holds:
@@ -345,11 +326,8 @@ class Holds:
         pass read them: deleted, bound by anyone, finished), out of `view` (before the pass's filters are built) and
         off the nodes; they held the room for no one until they expired (`reserve_s`), while other pods waited.
         Nothing is written once `halted()` (the pass stops; the next leader does it). A write that fails is logged:
-        the reservation expires on its own. The first reader of the pass's holds: each is put through `well_formed`
-        here, so that none of the pass's readers sees a victim field that names no victim."""
+        the reservation expires on its own."""
         for node in view:
-            if node["reservations"]:
-                node["reservations"] = {k: well_formed(v) for k, v in node["reservations"].items()}
             gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []
             if not gone:
                 continue

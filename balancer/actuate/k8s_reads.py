@@ -12,7 +12,8 @@
   (`spread`, `k8s_podaffinity.Spread`). A pod whose `gputide.io/gpu-milli` is no whole number, or whose requests
   cannot be read (a quantity the API server would refuse), is held back, told why, as one whose claims are not
   ready: no node considered, no one preempted, and the watch and the pass go on;
-* `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry);
+* `node_facts(node)`: a node's allocatable, labels, taints, cordon and reservations (with their expiry; victim
+  fields that name no pods left out, `k8s_filters.well_formed`);
 * `pod_usage(pod)`: what a bound pod takes on its node (`Usage`), what preemption weighs it by, the required
   anti-affinity terms by which it keeps other pods away (`k8s_podaffinity`) and the host ports it takes there. One
   whose requests cannot be read takes its whole node (nothing more goes there) instead of failing every read;
@@ -27,7 +28,7 @@ import logging
 import threading
 from typing import Any, NamedTuple
 
-from balancer.actuate.k8s_filters import ANY_IP
+from balancer.actuate.k8s_filters import ANY_IP, well_formed
 from balancer.actuate.k8s_gang import group_of
 from balancer.actuate.k8s_namespaces import namespace_entry
 from balancer.actuate.k8s_podaffinity import spread_constraints
@@ -148,8 +149,9 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
         "gpus_total": gpus, "cpu_milli_total": cpu, "memory_mib_total": mem,
         "extended_total": {k: quantity(v) for k, v in alloc.items() if k not in BASIC},
-        # an entry that is no map (written by hand) holds nothing, as the controller reads it (`release_expired`)
-        "reservations": {k: v for k, v in _json_annotation(node, reservation_annotation).items()
+        # an entry that is no map (written by hand) holds nothing, as the controller reads it (`release_expired`);
+        # one whose victim fields name no pods has them left out, for every reader (`k8s_filters.well_formed`)
+        "reservations": {k: well_formed(v) for k, v in _json_annotation(node, reservation_annotation).items()
                          if isinstance(v, dict)},
     }  # fmt: skip
 
