@@ -65,7 +65,16 @@ from typing import Any
 
 from balancer import catalog
 from balancer.actuate.k8s_actuator import post_event
-from balancer.actuate.k8s_filters import CPU, GPUS, MEMORY, PRIORITY, counts_against, reserved_for_others
+from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold fields naming its victims
+    CPU,
+    EVICTED,
+    GPUS,
+    LEFT,
+    MEMORY,
+    PRIORITY,
+    counts_against,
+    reserved_for_others,
+)
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
@@ -77,9 +86,7 @@ from balancer.safety import EMERGENCY_LABEL
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 HOLDER = "scheduler"   # a reservation's field naming the scheduler that holds the node for a pod of its own
-LEFT = "victims"       # a preemption's reservation field: the victims still to evict (all of them, until evicted)
-EVICTED = "evicted"    # ... the victims evicted and still terminating: the hold is renewed while any is there
-SINCE = "since"        # ... when the preemption began: no hold is made or renewed past `max_hold_s` from then
+SINCE = "since"        # a preemption's hold field (beside LEFT, EVICTED): when it began; held no longer than max_hold_s
 DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
 GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
 MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
