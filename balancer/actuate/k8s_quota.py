@@ -257,17 +257,19 @@ class KueueQuota:
             flavor, cohort = _checked(read, move.flavor or None)
             move = replace(move, flavor=flavor)
             with self.api.writes(hand_up=True) as lowering:
-                self._lend(from_queue, move, keep, seen.id if seen else None, over)
+                replaced = self._lend(from_queue, move, keep, seen.id if seen else None, over)
         except TemporaryActuationError:
             if owed and move.flavor:   # nothing moved, or a lowering unanswered: owed, made by the next settle
                 last, before = over if over else (None, None)
                 self.owed.setdefault(from_queue, []).append(Debt(move, last, bool(lowering), before=before))
             raise
         noted = RECEIVED   # what the borrower noted: VOID when another controller's settle rolled the move back
+        # (`replaced`: another controller's settle completed it, before the lowering's retry read the lender; `_lend`)
         # the borrower's unanswered patch, if any: it may have landed (handed up to the action's list)
         with self.api.writes(hand_up=True) as doubt:
             try:
-                noted = self._mark(from_queue, move, RECEIVED)
+                if not replaced:
+                    noted = self._mark(from_queue, move, RECEIVED)
             except ActuationError as err:
                 if owed:
                     return "; ".join([*settled, self._left_open(from_queue, move, err)])
@@ -445,11 +447,14 @@ class KueueQuota:
             what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
 
     def _lend(self, lender: str, move: Transfer, keep: int | None = None, settled: str | None = None,
-              over: list[str | None] | None = None) -> None:
+              over: list[str | None] | None = None) -> bool:
         """Lower the lender by the move, its record in the same patch. Once: a patch that landed without an answer
-        is retried by the gateway, answered 409 and read again; a queue found with the move's record is that write
-        having landed (`_Api.update` would otherwise take the GPUs a second time). With `keep`, refused (nothing
-        written) where the lender would be left below it or below what its status reserves.
+        is retried by the gateway, answered 409 and read again; a queue found with the move's record, or with its id
+        in its move history (`MOVES_ANNOTATION`: another controller settled it and moved since, in the retry's wait),
+        is that write having landed (`_Api.update` would otherwise take the GPUs a second time). True in the second
+        case: that settle completed the move, not to be raised again. Not for `undo`: a settle rolled that one back,
+        and lowering again lends anew. With `keep`, refused (nothing written) where the lender
+        would be left below it or below what its status reserves.
 
         The record replaces the lender's last move only once that one is settled (`settled`: the id `shift` saw
         settled; another is asked of its borrower): a move another controller (a shard) lent for since, not yet
@@ -458,10 +463,15 @@ class KueueQuota:
         the quota back, and the cohort would lose its GPUs. `over` is given the id of the last move the patch would
         replace and the last id of the lender's move history (`MOVES_ANNOTATION`, which the patch adds the move's
         to), as last read (None: none)."""
+        replaced: list[bool] = []
+
         def change(cq: Json) -> Json | None:
+            moves = _moves(cq) or []
             if (last := last_move(cq)) is not None and last.id == move.id:
                 return None   # our unanswered write landed
-            moves = _moves(cq)
+            if not move.undo and move.id in moves:
+                replaced[:] = [True]   # it landed, and another controller's settle (completing it) and move followed
+                return None
             if over is not None:
                 over[:] = [last.id if last else None, moves[-1] if moves else None]
             if last is not None and last.id != settled and state(self._read_queue(last.to), lender,
@@ -474,9 +484,10 @@ class KueueQuota:
                 raise KubeTemporaryError(f"clusterqueue {lender}: {move.gpus} x {GPU_RESOURCE} ({move.flavor}) not "
                                          f"moved: it would keep {left}, its workloads hold {floor}")
             return with_notes(_quota_patch(cq, lender, -move.gpus, move.flavor), {
-                TRANSFER_ANNOTATION: move.note(), MOVES_ANNOTATION: json.dumps([*(moves or [])[1 - MOVES_KEPT:], move.id])})
+                TRANSFER_ANNOTATION: move.note(), MOVES_ANNOTATION: json.dumps([*moves[1 - MOVES_KEPT:], move.id])})
 
         self._update(lender, change)
+        return bool(replaced)
 
     def _mark(self, lender: str, move: Transfer, want: str) -> str:
         """The borrower noted `want` for the lender's move, raised by it if RECEIVED; nothing when it noted the move

@@ -50,3 +50,37 @@ def test_an_unanswered_quota_patch_that_landed_is_not_applied_again(kube: FakeKu
     assert result.outcome is Outcome.APPLIED, result.detail
     moved = (workers - 4) * 2
     assert (quota(kube, "inference"), quota(kube, "training")) == (16 - moved, 8 + moved)
+
+
+def test_a_landed_lowering_another_shard_settled_and_moved_on_before_the_retry_is_not_applied_again(
+        kube: FakeKube, api, clock, sleeps) -> None:
+    """A's shrink lowers training (frees 4); the patch lands unanswered, and before the gateway's retry reads training
+    again B settles A's move (raising inference) and shrinks (frees 2, its record replacing A's). The retry found no
+    record of A's move and lowered training by 4 again, then raised inference again: (26, 6) for 6 GPUs freed.
+    Training's move history (`gputide.io/quota-moves`) holds A's id: the retry knows its write landed."""
+    kube.add(clusterqueue("inference", "tide", 16, lending=14))
+    kube.add(clusterqueue("training", "tide", 16))
+    kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
+    a, b = (KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=("inference", "training"))
+            for _ in range(2))
+    real, tries = a.api.custom.patch_cluster_custom_object, []
+
+    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
+    def patch(*args, **kwargs):
+        if args[3] == "training":
+            tries.append(True)
+            if len(tries) == 1:
+                real(*args, **kwargs)
+                raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
+            if len(tries) == 2:   # the retry: B's housekeeping and shrink came first
+                b.housekeeping()
+                assert b.apply(ScaleTraining(reason="tide", job="ml/train", workers=1, previous_workers=2),
+                               SNAP).outcome is Outcome.APPLIED
+        return real(*args, **kwargs)
+
+    a.api.custom.patch_cluster_custom_object = patch
+    result = a.apply(ScaleTraining(reason="tide", job="ml/train", workers=2, previous_workers=4), SNAP)
+    assert result.outcome is Outcome.APPLIED, result.detail
+    a.housekeeping()
+    b.housekeeping()
+    assert (quota(kube, "inference"), quota(kube, "training")) == (22, 10)
