@@ -14,10 +14,9 @@ lowering failed (nothing moved, or perhaps landed unanswered) kept owed in the c
 next `settle_all` as far as the queues' records and what training's Jobs leave say it is still owed (`_pay_one`: the
 queues are shared with other shards and the next leader, which know nothing of the debt; the lender's history of its
 last moves' ids, `MOVES_ANNOTATION`, says whether a lowering that got no answer landed once later moves replaced its
-record). Each queue also keeps, in
-the patch that changes its quota, the net GPUs gputide's moves brought into it (`k8s_transfer.loans`), and
-`reconcile` (every cycle) gives back to inference the part of training's loan its Jobs no longer hold
-(`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
+record). Each queue also keeps, in the patch that changes its quota, the net GPUs gputide's moves brought into it
+(`k8s_transfer.loans`), and `reconcile` (every cycle) gives back to inference the part of training's loan its Jobs
+no longer hold (`k8s_quota_drift`), so a grow that never happened, or one undone since, does not leave quota behind.
 
 `set_active` stops and resumes a queued Job the way Kueue documents it, through its Workload's `spec.active`
 (Kueue owns such a Job's `spec.suspend`: see `k8s_training`).
@@ -453,8 +452,8 @@ class KueueQuota:
         in its move history (`MOVES_ANNOTATION`: another controller settled it and moved since, in the retry's wait),
         is that write having landed (`_Api.update` would otherwise take the GPUs a second time). True in the second
         case: that settle completed the move, not to be raised again. Not for `undo`: a settle rolled that one back,
-        and lowering again lends anew. With `keep`, refused (nothing written) where the lender
-        would be left below it or below what its status reserves.
+        and lowering again lends anew. With `keep`, refused (nothing written) where the lender would be left below
+        it or below what its status reserves.
 
         The record replaces the lender's last move only once that one is settled (`settled`: the id `shift` saw
         settled; another is asked of its borrower): a move another controller (a shard) lent for since, not yet
