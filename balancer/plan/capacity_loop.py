@@ -39,17 +39,22 @@ same text while it lasts (the loop logs it once): no more replicas asked, so no 
 never start, and training shrunk for them is grown back into the GPUs they leave idle, as any idle GPUs. Before, the
 planner asked for the whole floor every cycle and kept those GPUs idle. The cap is believed for half
 `safety.cooldownS` (a minute at least) after it was first met, then twice as long each time the same cap is met
-again, up to the capacity policy's loan horizon (`planner.CapBelief` says both rules), or until the service runs
-more replicas than it (its HPA's maxReplicas was raised, and the HPA scaled past it); a new leader learns it afresh.
-Asked again after that, the scale goes through if maxReplicas was raised (the HPA does not scale past the floor on
-its own when its own metrics ask for no more), or is capped and believed again. The two errors: a cap believed too
-long ignores an operator's raise of maxReplicas, leaving the service short of what its demand needs; one believed
-too briefly asks again in vain, shrinking training for replicas that never start (a restart of its workers, and
-another when they are grown back). The first ask again costs no shrink (the training shrunk for the capped scale is
-grown back no sooner than `safety.cooldownS` after, so the GPUs the cap left idle are idle still) and sees a raise
-made on the operator's warning within minutes; the doubling bounds the asks made in vain to a few, then one per loan
-horizon (the GPUs the cap frees are lent for that long). A lapsed cap is remembered, unbelieved, for a loan horizon
-more, to count the same cap met again.
+again, up to the capacity policy's loan horizon (`planner.CapBelief` says both rules); a new leader learns it
+afresh. Asked again after that, the scale goes through if maxReplicas was raised (the HPA does not scale past the
+floor on its own when its own metrics ask for no more), or is capped and believed again at the same bound (counted
+once more) or at a higher one (counted afresh): only the actuator's word, on the next ask, ends a belief early or
+late. The replicas the service runs say nothing of its HPA's maxReplicas: a rolling update runs up to maxSurge pods
+above it while the rollout lasts (a service counted by its pods, without `gputide_inference_replicas`, shows them),
+and a raise the HPA scaled past on its own metrics looks the same. Before, a count above the cap forgot it: each
+rollout asked again at once, shrinking training for replicas that never start, and started the doubling afresh. Held
+at the cap meanwhile, a service that runs more is held at what it runs (`_ceiling`): nothing of it lent for the cap.
+The two errors: a cap believed too long ignores an operator's raise of maxReplicas, leaving the service short of
+what its demand needs; one believed too briefly asks again in vain, shrinking training for replicas that never start
+(a restart of its workers, and another when they are grown back). The first ask again costs no shrink (the training
+shrunk for the capped scale is grown back no sooner than `safety.cooldownS` after, so the GPUs the cap left idle are
+idle still) and sees a raise made on the operator's warning within minutes; the doubling bounds the asks made in
+vain to a few, then one per loan horizon (the GPUs the cap frees are lent for that long). A lapsed cap is
+remembered, unbelieved, for a loan horizon more, to count the same cap met again.
 
 Capacity holds (no capacity action, a note) while inference pods on GPUs have no owner and a profiled service
 that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
@@ -84,6 +89,7 @@ from balancer.plan.capacity import (
     CapacityState,
     CapacityView,
     ServiceCapacity,
+    ServiceView,
     view_from_snapshot,
 )
 from balancer.plan.capacity_plan import plan_capacity
@@ -172,25 +178,31 @@ def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[
 def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first_s: float, horizon_s: float,
             ) -> tuple[CapacityView, dict[str, planner_mod.CapBelief], list[str]]:
     """`view` with each service whose scale the actuator capped (`caps`) held to that cap while it is believed
-    (`CapBelief.held_at`: its profile's maxReplicas, and minReplicas, at most the cap), the caps still remembered
-    (none the service runs more replicas than: its ceiling was raised; a lapsed one while `CapBelief.kept_at`),
-    and the notes for the services held (module docstring)."""
-    replicas = {s.profile.name: s.replicas for s in view.services}
-    kept = {name: b for name, b in caps.items()
-            if replicas.get(name, 0) <= b.cap and b.kept_at(view.time, first_s, horizon_s)}
+    (`CapBelief.held_at`: its profile's maxReplicas, and minReplicas, at most `_ceiling`), the caps still remembered
+    (`CapBelief.kept_at`), and the notes for the services held. The replicas a service runs never end a cap (module
+    docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count cannot tell
+    from a raise."""
+    kept = {name: b for name, b in caps.items() if b.kept_at(view.time, first_s, horizon_s)}
     held = {s.profile.name: kept[s.profile.name] for s in view.services if s.profile.name in kept
             and kept[s.profile.name].held_at(view.time, first_s, horizon_s)
-            and kept[s.profile.name].cap < s.profile.max_replicas}
+            and _ceiling(s, kept[s.profile.name]) < s.profile.max_replicas}
     if not held:
         return view, kept, []
     services = tuple(s if s.profile.name not in held else replace(s, profile=replace(
-        s.profile, max_replicas=held[s.profile.name].cap,
-        min_replicas=min(s.profile.min_replicas, held[s.profile.name].cap))) for s in view.services)
+        s.profile, max_replicas=_ceiling(s, held[s.profile.name]),
+        min_replicas=min(s.profile.min_replicas, _ceiling(s, held[s.profile.name])))) for s in view.services)
     notes = [f"capacity holds {name} at {b.cap} replicas, where the actuator capped its scale (the HPA's maxReplicas; "
              f"its scale_inference's detail says so): no more asked, nor room made for more, for "
              f"{b.believed_s(first_s, horizon_s) / 60:.0f} min after, then asked again (raise the HPA's maxReplicas, "
              f"or set the profile's maxReplicas to {b.cap})" for name, b in sorted(held.items())]
     return replace(view, services=services), kept, notes
+
+
+def _ceiling(s: ServiceView, belief: planner_mod.CapBelief) -> int:
+    """The most replicas a service held at a cap may have: the cap, or the replicas it runs above it (a rolling
+    update's surge, or the HPA past a raised maxReplicas on its own metrics): lower, the hold would lend the GPUs of
+    pods that stay, growing training onto GPUs that are not free."""
+    return max(belief.cap, s.replicas)
 
 
 def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, policy: BalancerPolicy,

@@ -124,7 +124,8 @@ def test_a_raised_max_replicas_is_asked_for_within_minutes() -> None:
         rec.run_once()
     assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
     assert fleet.replicas["chat"] == 4 and shrinks(fleet, after=1000.0) == []
-    assert rec.state.capped_scales == {}   # it runs more than the cap: forgotten
+    # lapsed, no longer held; kept a loan horizon to count the same cap met again (the replicas never end it)
+    assert dict(rec.state.capped_scales) == {"chat": CapBelief(2, 1000.0, 1)}
 
 
 def test_a_cap_met_again_is_believed_twice_as_long_up_to_the_loan_horizon() -> None:
@@ -171,8 +172,8 @@ FIRST_S = ON.safety.cooldown_s / 2
     pytest.param(2, 1060.0 - LOAN_HORIZON_S, 9, None, True, False, True, id="asked again after the loan horizon"),
     pytest.param(2, 1060.0 - FIRST_S - LOAN_HORIZON_S, 1, None, True, False, False,
                  id="forgotten a loan horizon after it lapsed"),
-    pytest.param(3, 1000.0, 1, None, True, False, False,
-                 id="running more replicas than the cap, its ceiling was raised: the cap is forgotten"),
+    pytest.param(3, 1000.0, 1, None, False, True, True,
+                 id="running more replicas than the cap (a rollout's surge, or a raise) ends no belief"),
     pytest.param(2, 1000.0, 1, 2, False, False, True, id="a profile's maxReplicas at the cap already says nothing more"),
 ])
 def test_how_long_a_cap_is_believed(replicas, capped_at, times, max_replicas, asked, held, kept) -> None:
@@ -206,3 +207,59 @@ def test_a_cap_belief_says_both_rules_once() -> None:
     assert [again.kept_at(t, 300.0, 1000.0) for t in (3899.0, 3900.0)] == [True, False]
     state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2)], 1000.0)
     assert planner_mod.cap(state, [(UP, 2)], 1300.0).capped_scales["chat"] == state.capped_scales["chat"].met(2, 1300.0)
+
+
+class SurgingFleet(HpaCappedFleet):
+    """`HpaCappedFleet` whose chat goes through a rolling update at the times in `surging`: one pod more than its
+    replicas (maxSurge 1), on an idle GPU, counted by the serving telemetry as the pods it owns do."""
+
+    def __init__(self, clock: list[float], surging: set[float]) -> None:
+        super().__init__(clock)
+        self.surging = surging
+
+    def snapshot(self) -> ClusterSnapshot:
+        if self.clock[0] not in self.surging:
+            return super().snapshot()
+        self.replicas["chat"] += 1
+        try:
+            return super().snapshot()
+        finally:
+            self.replicas["chat"] -= 1
+
+
+@pytest.mark.parametrize("surging", [{1060.0}, {1060.0 + 60.0 * k for k in range(4)}],
+                         ids=["one cycle", "a rollout of four cycles"])
+def test_a_rolling_updates_surge_above_the_cap_is_no_raise(surging) -> None:
+    """chat capped at 2 at 1000; from 1060 a rolling update runs a third pod (maxSurge 1), then 2 again. The surge
+    says nothing of the HPA's maxReplicas: the cap is still believed, asked again at 1300 as without the rollout,
+    its doubling kept (met twice, believed 10 min from 1300), nothing shrunk for it. Before, the surge made the
+    planner forget the cap: it asked 3 -> 4 at 1060, capped again, and counted the cap met once from then (asked
+    again at 1360, not 1300)."""
+    clock = [1000.0]
+    fleet = SurgingFleet(clock, surging)
+    planner = partial(plan_with_capacity, profiles={"chat": PROFILES["chat"]}, capacity_policy=CapacityPolicy())
+    rec = Reconciler(source=fleet, actuator=fleet, policy=ON, clock=lambda: clock[0], planner=planner)
+    for k in range(15):
+        clock[0] = 1000.0 + 60.0 * k
+        rec.run_once()
+    assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
+    assert [a.job for a in shrinks(fleet)] == ["cheap"] and shrinks(fleet, after=1000.0) == []
+    assert dict(rec.state.capped_scales) == {"chat": CapBelief(2, 1300.0, 2)}
+
+
+def test_a_service_running_above_its_cap_is_held_at_what_it_runs() -> None:
+    """Held at its cap of 2 while it runs 4 (a surge, or the HPA past a raised maxReplicas on its own metrics), chat's
+    ceiling is the 4 it runs: lower, the planner could lend the GPUs of pods that stay. Below the cap, the cap."""
+    from balancer.plan.capacity import CapacityView, ServiceView
+    from balancer.plan.capacity_loop import _capped
+
+    def ceiling(replicas: int) -> tuple[int, list[str]]:
+        chat = ServiceView(profile=PROFILES["chat"], demand_rps=30.0, replicas=replicas)
+        view = CapacityView(time=1060.0, free={}, services=(chat,), jobs=(), inference_gpus=replicas,
+                            training_gpus=0, total_gpus=8)
+        held, kept, notes = _capped(view, {"chat": CapBelief(2, 1000.0)}, FIRST_S, LOAN_HORIZON_S)
+        assert kept == {"chat": CapBelief(2, 1000.0)}
+        return held.services[0].profile.max_replicas, [n for n in notes if NOTE in n]
+
+    assert ceiling(4)[0] == 4 and ceiling(3)[0] == 3 and ceiling(1)[0] == 2
+    assert ceiling(4)[1] and ceiling(1)[1]
