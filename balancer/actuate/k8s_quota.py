@@ -155,7 +155,7 @@ class Debt:
     move: Transfer                     # its id the one its lowering was (or may have been) written with
     over: str | None = None            # the lender's last move as read for that lowering, which it would replace
     doubt: bool = False                # that lowering may have landed unanswered (`_Api.writes`)
-    short_since: float | None = None   # since when training's Jobs hold part of it (`KueueQuota._pay`)
+    short_since: float | None = None   # since when training's Jobs hold part of it, this term (`KueueQuota._pay`)
     before: str | None = None          # the last id of the lender's move history as read then (`_lowered`)
 
 
@@ -165,8 +165,23 @@ class KueueQuota:
         # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`): as long as a grow's Job resize may take
         self.excess_seen = Sightings(excess_min_age_s)
         # shrinks' give-backs whose lowering failed (`shift`'s `owed`): lender -> its debts, made by the next
-        # `settle_all` (`_pay`). The controller's memory only: a restart (or a new leader) forgets them
+        # `settle_all` (`_pay`). The controller's memory only: a restart (or a new leader) forgets them; kept across
+        # this controller's own terms as leader (`new_term`)
         self.owed: dict[str, list[Debt]] = {}
+
+    def new_term(self) -> None:
+        """A new term as leader (`k8s_upkeep.Upkeep.recover`, before anything is settled): the memories that count
+        time restart. Those are about the controller's last term: what it saw then says nothing of now, and another
+        leader may have moved quota meanwhile (given a loan back, lent anew for a grow whose resize is under way,
+        shrunk or grown training's Jobs). So the drift check's sightings are forgotten (`Sightings.forget`: nothing
+        given back at the term's first check), and a debt's short part is timed from this term's first payment
+        (`Debt.short_since`: not dropped on what training's Jobs held a term ago). The debts themselves are kept:
+        paying one is safe whatever happened meanwhile (`_pay_one` reads the queues: the lender's move history,
+        `MOVES_ANNOTATION`, tells a lowering that landed from one that did not, and only training's spare quota
+        goes), and dropped, the GPUs a shrink freed would stay training's for good (the drift check gives back
+        loans only)."""
+        self.excess_seen.forget()
+        self.owed = {lender: [replace(debt, short_since=None) for debt in debts] for lender, debts in self.owed.items()}
 
     def workloads(self, ns: str, name: str, job: Json) -> list[Json]:
         """The Job's Workloads (Kueue makes one per Job).

@@ -32,7 +32,8 @@ loan back there voided the grow (the Job resized with no quota lent for it). So 
 it has been seen on consecutive checks for at least `min_age_s` (the action deadline, `ACTION_DEADLINE_S` unless set:
 within it the mover's resize lands, or fails and the mover gives the quota back itself), and then only the least of
 what those checks saw; a flavor with no excess at one check starts again. The memory is the controller's own, not
-the cluster's: a restarted controller gives nothing back at its first check, and may from a later one.
+the cluster's, and its term's as leader (`Sightings.forget`): a restarted controller, or one leading again, gives
+nothing back at its first check, and may from a later one.
 """
 
 from __future__ import annotations
@@ -241,3 +242,9 @@ class Sightings:
         if kept:
             self._seen[pair] = kept
         return due
+
+    def forget(self) -> None:
+        """Everything seen, at a new term as leader: the checks of a term ago were not consecutive with the next
+        (none ran while another leader did, which may have given that loan back and lent anew for a grow whose
+        resize is under way), so what they saw says nothing of how long an excess has lasted now."""
+        self._seen.clear()

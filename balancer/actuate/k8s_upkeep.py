@@ -112,8 +112,10 @@ class Upkeep:
         a note, the expiries stay and the next cycle's housekeeping tries again. Never while the loop holds still (it
         waits for the first cycle that plans): it renews caps whose expiry has passed, which an agent may have given
         back, and releases taints and reservations; under fail-static only `keep_power_caps` runs, under an emergency
-        stop nothing.
+        stop nothing. First, the quota memories that count time restart (`KueueQuota.new_term`): they are about this
+        controller's last term, if it led before.
         """
+        self.kueue.new_term()
         return self._release_expired_noting("recover", nodes)
 
     def housekeeping(self, nodes: Collection[str] | None = None) -> list[str]:
