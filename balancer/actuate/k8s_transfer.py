@@ -19,11 +19,13 @@ changes the borrower's resourceVersion, so that patch is refused, and no raise l
 A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
 lender.
 
-The records name the last move only. What gputide's moves add up to is kept apart, on each queue, in the same patch
-that changes its nominalQuota (so it is never out of step with it, whatever the next death): annotation
-`gputide.io/quota-loans`, `{flavor: GPUs}`, the net nominalQuota gputide's moves brought into the queue (negative:
-sent out), the key removed at 0 (`loans`, `loans_note`). An operator's own edit of nominalQuota is not in it. The
-per-cycle check of what training's Jobs hold (`k8s_quota_drift`) reads the quota lent to training from it.
+The record names the lender's last move only; beside it, in the same patch that lowers the lender, its history of
+the last moves' ids (`k8s_quota.MOVES_ANNOTATION`, `gputide.io/quota-moves`) says whether a lowering that got no
+answer landed once later moves replaced its record. What gputide's moves add up to is kept apart, on each queue, in
+the same patch that changes its nominalQuota (so it is never out of step with it, whatever the next death):
+annotation `gputide.io/quota-loans`, `{flavor: GPUs}`, the net nominalQuota gputide's moves brought into the queue
+(negative: sent out), the key removed at 0 (`loans`, `loans_note`). An operator's own edit of nominalQuota is not in
+it. The per-cycle check of what training's Jobs hold (`k8s_quota_drift`) reads the quota lent to training from it.
 """
 
 from __future__ import annotations
