@@ -24,7 +24,8 @@ When, and under which holds (balancer/loop.py calls the hooks; `KubernetesActuat
 * `housekeeping`, once per cycle that plans: expired taints and reservations released, caps' expiry renewed when due,
   quota moves settled, then quota lent beyond need given back (a capacity move: here only, never in `recover`);
 * `recover`, on a new leader's first cycle that plans (never one that holds still): the same, for what a previous
-  leader left;
+  leader left, after the quota's time-based memories are restarted (`KueueQuota.new_term`: what this process saw in
+  an earlier term says nothing about now, as another leader may have moved quota meanwhile);
 * `keep_power_caps`, while the loop holds still for fail-static (telemetry it does not trust): only the renewal of
   an expiry still to come (`k8s_nodes.power_caps_kept`), counted in
   `gputide_power_caps_renewed_holding_still_total`; no cap written or re-applied, no taint, reservation or quota
