@@ -37,13 +37,15 @@ when, under which holds, per shard). How each action reaches the cluster:
                     `previous_replicas`, with the resourceVersion read: a count someone else set since the plan
                     (an operator's scale-up for a spike) is theirs, the plan stale (RETRY, code 409, nothing
                     written); a raise is written whatever the count (a reclaim), one already at the action's count
-                    is left as it is (`_scale_deployment`). Unlike an
-                    HPA's floor, it carries no record of the operator's count, so `restore_floors` gives none back:
-                    the controller's RBAC may patch `deployments/scale` only, never the Deployment itself.
-                    `restore_floors` gives the operator's own minReplicas back in namespaces whose services left
-                    gputide's management (a policy reload protecting them; never on shutdown), only where this
-                    controller wrote the floor (`floor_owner`, recorded as `gputide.io/floor-owner`) or no writer
-                    is recorded (an older version's floor): another shard's or controller's floors are its own.
+                    is left as it is (`_scale_deployment`). The operator's count is recorded before the scale,
+                    beside the controller rather than on the Deployment (whose patch right would reach its pod
+                    template): a ConfigMap "<lease>-replicas" in its Lease's namespace (`k8s_deploy_record`; none
+                    without `floor_owner`), and a scale whose record cannot be written is not made (RETRY).
+                    `restore_floors` gives the operator's own minReplicas, and a recorded Deployment's own count,
+                    back where their services left gputide's management (a policy reload protecting them; never on
+                    shutdown), only where this controller wrote the floor (`floor_owner`, recorded as
+                    `gputide.io/floor-owner`) or no writer is recorded (an older version's floor): another shard's
+                    or controller's floors are its own, as its Deployments' records are in its own ConfigMap.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -106,7 +108,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -114,6 +116,17 @@ from prometheus_client import CollectorRegistry
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome, refused_result
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
+from balancer.actuate.k8s_deploy_record import (
+    Entry,
+    entries,
+    key_deployment,
+    record_body,
+    record_key,
+    record_name,
+    restore_change,
+    scaled_entry,
+    to_give_back,
+)
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
 from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
     FIELD_MANAGER,
@@ -146,6 +159,8 @@ from balancer.actuate.kubernetes import (
     RESERVATION_ANNOTATION,
     ConflictError,
     Json,
+    KubeTemporaryError,
+    NotFoundError,
     _Api,
     _code,
     _json_annotation,
@@ -369,7 +384,9 @@ class KubernetesActuator:
         stale (RETRY, code 409, nothing written; the next cycle plans from the count as it is), and so is one set
         between the read and the write (409, read again). A higher count than now is written whatever the plan saw
         (a reclaim: the SLO first, and it lowers no one's count).
-        A count already at `want` (the same action tried again after a write that got no answer) is left as it is."""
+        A count already at `want` (the same action tried again after a write that got no answer) is left as it is.
+        With `floor_owner`, the operator's count is recorded before each write (`_keep_record`), which is not made
+        when its record cannot be written; one back at the operator's own count drops its record after."""
         what, seen = f"deployment {ns}/{name}", {}
 
         def change(d: Json) -> Json | None:
@@ -385,13 +402,86 @@ class KubernetesActuator:
             if want < current and current != planned:
                 raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
                                     f"else since): not scaled to {want}, the plan is stale", 409)
+            if self.floor_owner is not None:
+                seen["own"] = self._keep_record(ns, name, current, want).own
             return {"spec": {"replicas": want}}
 
         self.api.update(
             what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),
-            lambda body: self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
-                                  _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
+            lambda body: self._patch_scale(what, ns, name, body), change)
+        if seen.get("own") == want:   # the operator's own count again: nothing of gputide's to give back
+            self._forget_record(ns, name, want)
         return f"{ns}/{name} replicas = {want}" + (" (already)" if seen["now"] == want else "")
+
+    def _patch_scale(self, what: str, ns: str, name: str, body: Json) -> Json:
+        return self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
+                        _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
+
+    def _keep_record(self, ns: str, name: str, current: int, want: int) -> Entry:
+        """Record the operator's count of deployment `ns/name` before gputide scales it from `current` to `want`
+        (`k8s_deploy_record.scaled_entry`, read from the record as it is now); the entry written. Not written: the
+        scale is not made either (RETRY), as it would lose the operator's count. Its unanswered writes are not the
+        action's (`_Api.writes`): nothing was scaled."""
+        key, kept = record_key(ns, name), {}
+
+        def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
+            kept["entry"] = scaled_entry(recorded.get(key), current, want)
+            return {key: kept["entry"]}
+
+        try:
+            with self.api.writes():
+                self._write_record(change)
+        except ActuationError as err:
+            raise KubeTemporaryError(f"deployment {ns}/{name} not scaled: the record of its operator's count could "
+                                     f"not be written ({err})", getattr(err, "status", 0)) from err
+        return kept["entry"]
+
+    def _forget_record(self, ns: str, name: str, want: int) -> None:
+        """Drop the record of deployment `ns/name`, scaled back to its operator's `want`, while it still says so
+        (best effort: a record left at the operator's count gives nothing back)."""
+        key = record_key(ns, name)
+
+        def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
+            entry = recorded.get(key)
+            return {key: None} if entry is not None and entry.own == entry.scaled == want else {}
+
+        try:
+            with self.api.writes():
+                self._write_record(change)
+        except ActuationError as err:
+            log.debug("deployment %s/%s: record of its operator's count kept: %s", ns, name, err)
+
+    def _read_record(self) -> Json | None:
+        """This controller's record ConfigMap (`k8s_deploy_record.record_name`); None: there is none yet."""
+        ns, name = record_name(str(self.floor_owner))
+        try:
+            return self.api(f"configmap {ns}/{name}", self.api.core.read_namespaced_config_map, name, ns)
+        except NotFoundError:
+            return None
+
+    def _write_record(self, changes: Callable[[dict[str, Entry]], Mapping[str, Entry | None]]) -> None:
+        """Read-modify-write of this controller's record ConfigMap with its resourceVersion (`_Api.update`: a 409
+        reads again), `changes` made to the records as read; created when missing (one created meanwhile: read
+        again)."""
+        ns, name = record_name(str(self.floor_owner))
+        what = f"configmap {ns}/{name}"
+        for attempt in range(self.api.max_retries + 1):
+            try:
+                self.api.update(
+                    what, lambda: self.api(what, self.api.core.read_namespaced_config_map, name, ns),
+                    lambda body: self.api(what, self.api.core.replace_namespaced_config_map, name, ns, body),
+                    lambda cm: record_body(cm, ns, name, changes(entries(cm))))
+                return
+            except NotFoundError:
+                body = record_body(None, ns, name, changes({}))
+                if body is None:
+                    return
+                try:
+                    self.api(what, self.api.core.create_namespaced_config_map, ns, body)
+                    return
+                except ConflictError:   # created by another writer since: read it again
+                    if attempt == self.api.max_retries:
+                        raise
 
     def _refuse(self, why: str) -> None:
         """Refuse the action (FAILED, code "refused"), logging `why` at WARNING the first time only: the loop reports
@@ -414,21 +504,27 @@ class KubernetesActuator:
         or services left out of its profiles. That list failing raises its ActuationError (nothing given back).
         Either way only floors this controller wrote (`floor_owner`) or whose writer is not recorded: another
         shard's, or another controller's with other --services, are left to it (`k8s_hpa.floor_owned`).
+        The Deployments no HPA scales get their operator's count back by the same rules, from this controller's
+        record (`_restore_deployments`): those of `namespaces`, or, None, every recorded one scaling none of
+        `managed`. A record that cannot be read is a note only (the HPA floors still go back).
 
         Not called on a plain shutdown: a restarted controller (or the next leader) reads the record back and keeps
         the floors the load still needs; dropping them at each restart would shrink services under load."""
         notes: list[str] = []
-        if namespaces is None:
+        asked = None if namespaces is None else tuple(namespaces)
+        if asked is None:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
                 namespaces = floored_namespaces(self.api(
                     "list HPAs", self.api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces), managed,
                     self.floor_owner)
-        for ns in sorted(set(namespaces)):
+        for ns in sorted(set(namespaces if asked is None else asked)):
             try:
                 with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
                     notes += self._restore_namespace(ns, managed)
             except ActuationError as err:
                 notes.append(f"hpa floors in {ns} not given back: {err}")
+        if self.floor_owner is not None:
+            notes += self._restore_deployments(asked, managed)
         for note in notes:
             log.info("%s", note)
         return notes
@@ -455,6 +551,50 @@ class KubernetesActuator:
             if "what" in said:
                 notes.append(f"{what}: service left gputide's management: {said['what']}")
         return notes
+
+    def _restore_deployments(self, namespaces: tuple[str, ...] | None, managed: Collection[str]) -> list[str]:
+        """The operator's own count back to the Deployments this controller's record holds, of `namespaces` (None:
+        any) and scaling none of `managed` (`k8s_deploy_record.to_give_back`), through the scale subresource with
+        the resourceVersion read, only while their count is still gputide's (`restore_change`; one someone else set
+        since is left and logged); their keys dropped once done (a Deployment gone too). One that cannot be read or
+        scaled keeps its key and says so ("deployment replicas in NS not given back"), the rest go on; the record
+        that cannot be read or rewritten is a note."""
+        what = "record of deployment replicas {}/{}".format(*record_name(str(self.floor_owner)))
+        try:
+            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                recorded = entries(self._read_record())
+        except ActuationError as err:
+            return [f"{what} not read: deployment replicas not given back: {err}"]
+        notes, done = [], []
+        for key in to_give_back(recorded, namespaces, managed):
+            ns, name = key_deployment(key)
+            try:
+                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                    notes.append(self._give_back_deployment(ns, name, recorded[key]))
+            except NotFoundError:
+                notes.append(f"deployment {ns}/{name}: gone, its record dropped")
+            except ActuationError as err:
+                notes.append(f"deployment replicas in {ns} not given back: {err}")
+                continue
+            done.append(key)
+        if done:
+            try:
+                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
+                    self._write_record(lambda _recorded: dict.fromkeys(done))
+            except ActuationError as err:
+                notes.append(f"{what}: given back, but its keys not dropped: {err}")
+        return notes
+
+    def _give_back_deployment(self, ns: str, name: str, entry: Entry) -> str:
+        what, said = f"deployment {ns}/{name}", {}
+
+        def change(d: Json) -> Json | None:
+            body, said["what"] = restore_change(entry, int((d.get("spec") or {}).get("replicas", 1)))
+            return body
+
+        self.api.update(what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),
+                        lambda body: self._patch_scale(what, ns, name, body), change)
+        return f"{what}: service left gputide's management: {said['what']}"
 
     # ---- training: Job stop / resume / size, Kueue quota (k8s_training) ----
 

@@ -342,9 +342,9 @@ def floors_given_back(actuator, planner,
     those not given back yet): the Kubernetes actuator gives back the HPA floors capacity shifting raised there
     (`KubernetesActuator.restore_floors`: this controller's, `floor_owner`), only on the leading replica (standbys
     reload the file too; only the leader writes) and only with capacity shifting on (no planner: gputide raised no
-    floor). It returns the namespaces not given back (a standby's, or those whose HPAs could not be read or written:
-    `restore_floors`' note), which the reloader hands it again at its next poll. None otherwise: nothing to give
-    back (dry run, no capacity planner)."""
+    floor). It returns the namespaces not given back (a standby's, or those whose HPAs, or recorded Deployments no HPA
+    scales, could not be read or written: `restore_floors`' note), which the reloader hands it again at its next
+    poll. None otherwise: nothing to give back (dry run, no capacity planner)."""
     restore = getattr(actuator, "restore_floors", None)
     if restore is None or planner is None:
         return None
@@ -355,7 +355,9 @@ def floors_given_back(actuator, planner,
                      ", ".join(namespaces))
             return namespaces
         notes = [str(n) for n in restore(namespaces) or ()]
-        return tuple(ns for ns in namespaces if any(n.startswith(f"hpa floors in {ns} not given back") for n in notes))
+        return tuple(ns for ns in namespaces if any(n.startswith((f"hpa floors in {ns} not given back",
+                                                                 f"deployment replicas in {ns} not given back"))
+                                                    for n in notes))
 
     return leave
 
@@ -369,8 +371,10 @@ def floors_released(actuator, profiles: Collection[str] | None,
     controller wrote, or whose writer is not recorded (`floor_owner`: another shard's floors are its own). One
     cluster-wide list of HPAs, then `KubernetesActuator.restore_floors(None, profiles)` (its per-HPA rule: a
     minReplicas someone else wrote since is left, the record dropped). True once given back; False on a standby or
-    when an HPA could not be read or written (its note "hpa floors in NS not given back"); a temporary error of the
-    list raises (the reloader logs it and tries again at its next poll). A list refused for good (HTTP 403: a
+    when an HPA or a recorded Deployment could not be read or written (its note "hpa floors in NS not given back",
+    "deployment replicas in NS not given back"; this controller's record of Deployments' counts unreadable is a note
+    only, read again next term); a temporary error of the list raises (the reloader logs it and tries again at its
+    next poll). A list refused for good (HTTP 403: a
     controller without --services holds no HPA rights unless components/capacity's ClusterRole stays bound) is logged
     and not tried again this term: a request refused every cycle would change nothing. None without a Kubernetes
     actuator (dry run): nothing to give back."""
@@ -388,7 +392,7 @@ def floors_released(actuator, profiles: Collection[str] | None,
                         "(HPAs annotated gputide.io/own-min-replicas) stay until a controller allowed to list and patch HPAs "
                         "gives them back", err)
             return True
-        return not any(n.startswith("hpa floors ") and " not given back" in n for n in notes)
+        return not any(n.startswith(("hpa floors ", "deployment replicas ")) and " not given back" in n for n in notes)
 
     return release
 

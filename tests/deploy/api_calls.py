@@ -257,6 +257,7 @@ def requests_of_command(command_module: str) -> frozenset[Request]:
 FLAG_GATED: dict[str, dict[tuple[str, str], str]] = {
     "run": {("autoscaling", "horizontalpodautoscalers"): "services", ("apps", "deployments/scale"): "services",
             ("apps", "deployments"): "services",   # read before its scale: another controller's is refused
+            ("", "configmaps"): "services",   # the record of the operator's Deployment counts (k8s_deploy_record)
             ("kueue.x-k8s.io", "clusterqueues"): "kueue_queues"},
 }
 

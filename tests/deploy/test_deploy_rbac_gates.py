@@ -42,12 +42,25 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
     # the floors of services it no longer manages (one cluster-wide list: without --services a controller holds no
     # HPA rights unless components/capacity stays bound, and a refused list is logged once per term, nothing written)
     hpas = {("autoscaling", "horizontalpodautoscalers")}
-    # a Deployment no HPA scales is read and scaled by `_scale_deployment`, called from `_scale_inference` alone
-    assert methods == {"_scale_inference": hpas, "_scale_deployment": GATED - hpas, "_restore_namespace": hpas,
-                       "restore_floors": hpas}
-    scalers = {f.name for f in ast.walk(definitions()[ACTUATOR]) if isinstance(f, ast.FunctionDef)
-               and any(isinstance(n, ast.Attribute) and n.attr == "_scale_deployment" for n in ast.walk(f))}
-    assert scalers == {"_scale_inference"}
+    # a Deployment no HPA scales is read and scaled by `_scale_deployment`, called from `_scale_inference` alone, its
+    # scale written by `_patch_scale`, the operator's count recorded in the controller's own ConfigMap before
+    # (`_keep_record`; `_forget_record` once back at it) and given back with the floors (`_restore_deployments`)
+    deps, scale, records = {("apps", "deployments")}, {("apps", "deployments/scale")}, {("", "configmaps")}
+    assert hpas | deps | scale | records == GATED
+    assert methods == {"_scale_inference": hpas, "_scale_deployment": deps, "_patch_scale": scale,
+                       "_read_record": records, "_write_record": records, "_give_back_deployment": deps,
+                       "_restore_namespace": hpas, "restore_floors": hpas}
+
+    def callers(method: str) -> set[str]:   # the actuator's methods that call `method` (from nested code too)
+        return {f.name for f in definitions()[ACTUATOR].body if isinstance(f, ast.FunctionDef)
+                and any(isinstance(n, ast.Attribute) and n.attr == method for n in ast.walk(f))}
+
+    assert callers("_scale_deployment") == {"_scale_inference"}
+    assert callers("_keep_record") == callers("_forget_record") == {"_scale_deployment"}
+    assert callers("_patch_scale") == {"_scale_deployment", "_give_back_deployment"}
+    assert callers("_write_record") == {"_keep_record", "_forget_record", "_restore_deployments"}
+    assert callers("_read_record") == callers("_give_back_deployment") == {"_restore_deployments"}
+    assert callers("_restore_deployments") == {"restore_floors"}
     callers = {mod for mod, tree in modules().items() for n in ast.walk(tree)
                if isinstance(n, ast.Attribute) and n.attr == "restore_floors"}
     assert callers <= {"balancer.actuate.k8s_actuator", "balancer.cmd.run"}

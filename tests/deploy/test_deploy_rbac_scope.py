@@ -13,7 +13,8 @@ from api_calls import requests_of, requests_of_command
 from test_deploy_manifests import OVERLAYS
 from test_deploy_rbac import NAMESPACE, granted, needs
 
-OWN_NAMESPACE = {("coordination.k8s.io", "leases")}   # the pod's own namespace: --lease-namespace=$(POD_NAMESPACE)
+OWN_NAMESPACE = {("coordination.k8s.io", "leases"),   # the pod's own namespace: --lease-namespace=$(POD_NAMESPACE)
+                 ("", "configmaps")}   # the Lease's record of the operator's Deployment counts (k8s_deploy_record)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -41,3 +42,6 @@ def test_the_code_reading_finds_todays_new_calls():
     # the HPA floor, whatever the HPA scales: read, listed and patched (under field manager gputide); no other scale
     assert {("autoscaling", "horizontalpodautoscalers", v) for v in ("get", "list", "patch")} <= controller
     assert {r for r in controller if r[1].endswith("/scale")} == {("apps", "deployments/scale", "patch")}
+    # the record of the operator's Deployment counts: read, created and updated (never patched, listed or watched)
+    assert {r for r in controller if r[1] == "configmaps"} == {("", "configmaps", v) for v in ("get", "create",
+                                                                                              "update")}

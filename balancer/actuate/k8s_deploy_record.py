@@ -1,0 +1,136 @@
+"""gputide's record of the operator's replicas for the Deployments no HPA scales, decided from the API's answers (no
+calls here; `k8s_actuator` makes them). The HPA floor's record (`k8s_hpa`), for the Deployments without an HPA.
+
+gputide scales such a Deployment itself, through its scale subresource (`KubernetesActuator._scale_deployment`): the
+night's low count lends its GPUs to training, the morning's reclaim takes them back. Without a record, a service that
+left gputide's management at night (its namespace protected, capacity shifting off, the service left out of
+--services' profiles) kept the night's count for good: nothing knew the operator's.
+
+The record is kept beside the controller, not on the Deployment: patching a Deployment can change its pod template
+(any image under any ServiceAccount of its namespace), a right the controller is refused on purpose
+(deploy/components/capacity/rbac.yaml). It is a ConfigMap in the controller's own namespace named after its Lease
+(`floor_owner` "ns/name" -> ConfigMap "<name>-replicas" in ns: `record_name`), so a shard, electing on its own Lease,
+keeps its own record and gives back only its own counts. One key per Deployment, "<namespace>.<name>" (a namespace
+has no dots: split at the first), valued {"own": the operator's count, "scaled": the count gputide wrote last,
+"from": the count that write replaced}. An actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
+
+The record is written before the scale, and a scale whose record cannot be written is not made: a record without
+its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a scale without
+its record would lose the operator's count. "from" is what makes a write that did not land (or got no answer)
+harmless too: the Deployment still at the count that write replaced is still gputide's, not the operator's.
+
+The HPA record's rule for a count someone else wrote: `spec.replicas` that is neither of gputide's counts ("scaled",
+"from") was written by someone else (`kubectl scale`, a GitOps sync) between gputide's writes, and is the operator's
+own from then on: gputide's next write records it as theirs, and a give-back leaves it (the key alone dropped). A
+hand scale to exactly the count gputide's last write replaced cannot be told from gputide's own, and counts as such.
+
+Given back (`restore_change`) when the Deployment's service leaves gputide's management, only while spec.replicas is
+still one of gputide's counts; never on a plain shutdown (a restart under load must keep the count the tide still
+needs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Json = dict[str, Any]
+RECORD_SUFFIX = "-replicas"   # the ConfigMap: "<the controller's Lease name>-replicas", in the Lease's namespace
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One Deployment's record: the operator's count, the count gputide wrote last and the count that write
+    replaced."""
+
+    own: int
+    scaled: int
+    before: int
+
+    def gputides(self, current: int) -> bool:
+        """Whether `current` replicas are gputide's doing (its last write, landed or not), not the operator's."""
+        return current in (self.scaled, self.before)
+
+    def text(self) -> str:
+        return json.dumps({"own": self.own, "scaled": self.scaled, "from": self.before}, sort_keys=True)
+
+
+def record_name(owner: str) -> tuple[str, str]:
+    """(namespace, name) of the ConfigMap holding the records of the controller `owner` (its Lease, "ns/name")."""
+    ns, _, lease = owner.partition("/")
+    return ns, f"{lease}{RECORD_SUFFIX}"
+
+
+def record_key(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}"
+
+
+def key_deployment(key: str) -> tuple[str, str]:
+    """(namespace, name) of a record key: a namespace has no dots, a Deployment's name may."""
+    ns, _, name = key.partition(".")
+    return ns, name
+
+
+def entries(configmap: Json | None) -> dict[str, Entry]:
+    """The records of a ConfigMap (None: none). A value that is not a record (edited by hand) is left out: its
+    Deployment counts as unrecorded, the operator's count whatever it is."""
+    out: dict[str, Entry] = {}
+    for key, value in ((configmap or {}).get("data") or {}).items():
+        try:
+            raw = json.loads(value)
+            out[key] = Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out
+
+
+def scaled_entry(entry: Entry | None, current: int, want: int) -> Entry:
+    """The record of a write from `current` replicas to `want`: the operator's count kept while `current` is
+    gputide's, else `current` itself (no record yet, or someone else set it since gputide's last write)."""
+    own = entry.own if entry is not None and entry.gputides(current) else current
+    return Entry(own, want, current)
+
+
+def record_body(configmap: Json | None, namespace: str, name: str, changes: Mapping[str, Entry | None]) -> Json | None:
+    """The whole ConfigMap `configmap` (None: to create) with `changes` made (an Entry written, None its key
+    dropped), for a replace (or create); None: nothing changes."""
+    was = (configmap or {}).get("data") or {}
+    data = dict(was)
+    for key, entry in changes.items():
+        if entry is None:
+            data.pop(key, None)
+        else:
+            data[key] = entry.text()
+    if data == was:
+        return None
+    if configmap is None:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/part-of": "gputide"}}}
+    return {**configmap, "data": data}
+
+
+def _managed(key: str, services: Collection[str]) -> bool:
+    """Whether the Deployment of `key` is one of `services` ("namespace/name", or a bare name: any namespace's)."""
+    ns, name = key_deployment(key)
+    return name in services or f"{ns}/{name}" in services
+
+
+def to_give_back(recorded: Iterable[str], namespaces: Iterable[str] | None, services: Collection[str]) -> list[str]:
+    """The record keys to give back: those of `namespaces` (None: of any namespace) scaling none of `services`."""
+    where = None if namespaces is None else set(namespaces)
+    return sorted(k for k in recorded
+                  if (where is None or key_deployment(k)[0] in where) and not _managed(k, services))
+
+
+def restore_change(entry: Entry, current: int) -> tuple[Json | None, str]:
+    """(the scale patch giving the operator's count back, what it does) for a Deployment at `current` replicas
+    whose service left gputide's management: while `current` is gputide's, its recorded own count; a count someone
+    else set since is left as it is (the key alone is dropped: the count is theirs)."""
+    if current == entry.own:
+        return None, f"replicas {current} are the operator's own already"
+    if not entry.gputides(current):
+        return None, f"replicas {current} were set by someone else since gputide's {entry.scaled}: left as they are"
+    return {"spec": {"replicas": entry.own}}, f"replicas {current} -> {entry.own} (the operator's own)"

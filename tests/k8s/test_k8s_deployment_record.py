@@ -1,0 +1,172 @@
+"""A Deployment no HPA scales gets the operator's replicas back when its service leaves gputide's management, as an
+HPA gets its minReplicas (`restore_floors`). Before, gputide wrote its count through the scale subresource and kept
+no record of the operator's: a service scaled down for the night and then protected, dropped from the profiles or
+left by capacity shifting turned off kept the night's count the next morning, with nothing to give it back. Now the
+operator's count is recorded before each scale in a ConfigMap beside the controller, named after its Lease
+(`k8s_deploy_record`: the controller may not patch Deployments), and restore_floors gives it back while
+spec.replicas is still gputide's."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import fakeapi
+import pytest
+from fakeapi import FakeKube, deployment, hpa
+from test_k8s_hpa_floor_restore import SNAP, raise_floor
+from test_k8s_hpa_floor_restore import stored as hpa_stored
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.cmd.run import floors_given_back, floors_released
+from balancer.loop import NullLeaderElector
+from balancer.model import ScaleInference
+
+OWNER = "gputide/gputide-controller"
+RECORD = ("gputide-controller-replicas", "gputide")   # "<lease>-replicas" in the Lease's namespace
+
+
+@pytest.fixture(autouse=True)
+def configmaps(monkeypatch) -> None:
+    """The fake API server serves ConfigMaps (core v1, namespaced) for these tests."""
+    monkeypatch.setitem(fakeapi.RESOURCES, "configmaps", ("ConfigMap", "v1", True))
+    monkeypatch.setitem(fakeapi.PLURAL, "ConfigMap", "configmaps")
+
+
+def scale(act: KubernetesActuator, service: str, replicas: int, previous: int) -> ActionResult:
+    return act.apply(ScaleInference(reason="tide", service=service, replicas=replicas, previous_replicas=previous),
+                     SNAP)
+
+
+def scaled(act: KubernetesActuator, service: str, replicas: int, previous: int) -> None:
+    result = scale(act, service, replicas, previous)
+    assert result.outcome is Outcome.APPLIED, result.detail
+
+
+def replicas(kube: FakeKube, name: str = "web", ns: str = "serve") -> int:
+    return kube.get("deployments", name, ns)["spec"]["replicas"]
+
+
+def record(kube: FakeKube, name: str = RECORD[0]) -> dict[str, dict]:
+    cm = kube.get("configmaps", name, RECORD[1])
+    return {k: json.loads(v) for k, v in ((cm or {}).get("data") or {}).items()}
+
+
+@pytest.fixture
+def act(kube: FakeKube, api, clock, sleeps) -> KubernetesActuator:
+    """serve/web and other/web at the operator's 6, no HPA; the night lends 4 of serve/web's and 3 of other/web's."""
+    for ns in ("serve", "other"):
+        kube.add(deployment("web", ns, replicas=6))
+    out = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    scaled(out, "serve/web", 2, 6)
+    scaled(out, "other/web", 3, 6)
+    return out
+
+
+def test_the_operators_count_is_recorded_before_the_first_scale_and_kept_after(kube, act) -> None:
+    assert record(kube) == {"serve.web": {"own": 6, "scaled": 2, "from": 6},
+                            "other.web": {"own": 6, "scaled": 3, "from": 6}}
+    writes = [(r.method, r.path) for r in kube.requests if r.method in ("POST", "PUT", "PATCH")]
+    assert writes[:2] == [("POST", "/api/v1/namespaces/gputide/configmaps"),   # created, then the scale
+                          ("PATCH", "/apis/apps/v1/namespaces/serve/deployments/web/scale")]
+    scaled(act, "serve/web", 4, 2)   # the morning's reclaim
+    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 4, "from": 2}
+    scaled(act, "serve/web", 6, 4)   # back at the operator's own: the record forgotten
+    assert replicas(kube) == 6 and "serve.web" not in record(kube) and "other.web" in record(kube)
+
+
+def test_a_scale_whose_record_cannot_be_written_is_not_made(kube, act) -> None:
+    kube.inject("PUT", r"/configmaps/gputide-controller-replicas$", 403)
+    result = scale(act, "serve/web", 1, 2)
+    assert result.outcome is Outcome.RETRY and "record of its operator's count" in result.detail, result.detail
+    assert not result.maybe_applied and replicas(kube) == 2
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6}
+
+
+def test_a_scale_that_did_not_land_keeps_the_operators_count(kube, act) -> None:
+    kube.inject("PATCH", r"/deployments/web/scale", 422)   # recorded as 4, still at 2
+    assert scale(act, "serve/web", 4, 2).outcome is Outcome.FAILED and replicas(kube) == 2
+    scaled(act, "serve/web", 3, 2)   # 2 is still gputide's (the count that write replaced), not the operator's
+    assert record(kube)["serve.web"]["own"] == 6
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 6
+
+
+def test_a_protected_namespace_gets_the_operators_count_back(kube, act) -> None:
+    notes = act.restore_floors(["serve"])
+    assert replicas(kube) == 6 and replicas(kube, "web", "other") == 3   # still managed: the night's count stays
+    assert list(record(kube)) == ["other.web"]
+    assert notes == ["deployment serve/web: service left gputide's management: replicas 2 -> 6 (the operator's own)"]
+
+
+def test_capacity_shifting_off_or_a_service_left_out_of_the_profiles_gets_it_back(kube, act) -> None:
+    act.restore_floors(None, {"other/web"})
+    assert replicas(kube) == 6 and replicas(kube, "web", "other") == 3
+    act.restore_floors(None, ())
+    assert replicas(kube, "web", "other") == 6 and record(kube) == {}
+
+
+def test_a_count_the_operator_set_since_is_left_and_logged(kube, act, caplog) -> None:
+    kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 5}})   # kubectl scale, GitOps
+    with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_actuator"):
+        act.restore_floors(["serve"])
+    assert replicas(kube) == 5 and "serve.web" not in record(kube)   # theirs: kept, the stale record dropped
+    assert any("set by someone else since gputide's 2" in m and "left as they are" in m for m in caplog.messages)
+
+
+def test_a_count_the_operator_set_between_gputides_writes_is_their_own_from_then_on(kube, act) -> None:
+    kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 4}})   # a hand scale-up for a spike
+    scaled(act, "serve/web", 8, 4)
+    assert record(kube)["serve.web"] == {"own": 4, "scaled": 8, "from": 4}
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 4
+
+
+def test_a_record_written_meanwhile_is_read_again(kube, act) -> None:
+    kube.before("PUT", r"/configmaps/gputide-controller-replicas$", lambda: kube.mutate(
+        "configmaps", *RECORD, {"data": {"ml.other": json.dumps({"own": 1, "scaled": 2, "from": 1})}}))
+    scaled(act, "serve/web", 4, 2)
+    assert record(kube)["serve.web"]["scaled"] == 4 and "ml.other" in record(kube)   # 409, re-read: both kept
+
+
+def test_a_record_created_meanwhile_is_read_again(kube, api, clock, sleeps) -> None:
+    kube.add(deployment("web", "serve", replicas=6))
+    act = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    other = {"ml.other": json.dumps({"own": 1, "scaled": 2, "from": 1})}
+    kube.before("POST", r"/configmaps$", lambda: kube.add({"apiVersion": "v1", "kind": "ConfigMap", "data": other,
+                                                           "metadata": {"name": RECORD[0], "namespace": RECORD[1]}}))
+    scaled(act, "serve/web", 2, 6)
+    assert set(record(kube)) == {"ml.other", "serve.web"}
+
+
+def test_a_shard_keeps_its_own_record_and_gives_back_only_its_own(kube, act, api, clock, sleeps) -> None:
+    kube.add(deployment("api", "serve", replicas=5))
+    shard = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner="gputide/gputide-controller-b")
+    scaled(shard, "serve/api", 1, 5)
+    assert list(record(kube, "gputide-controller-b-replicas")) == ["serve.api"]
+    shard.restore_floors(None, ())
+    assert replicas(kube, "api") == 5 and replicas(kube) == 2 and "serve.web" in record(kube)
+
+
+def test_an_unreadable_record_is_a_note_and_the_hpa_floors_still_go_back(kube, act) -> None:
+    kube.add(deployment("api", "serve"))
+    kube.add(hpa("api", "api", "serve", lo=3, hi=10))
+    raise_floor(act, "serve/api", 8)
+    kube.inject("GET", r"/configmaps/gputide-controller-replicas$", 403)
+    notes = act.restore_floors(["serve"])
+    assert hpa_stored(kube, "api") == (3, {}) and replicas(kube) == 2
+    assert any(n.startswith("record of deployment replicas gputide/gputide-controller-replicas not read")
+               for n in notes), notes
+
+
+def test_a_deployment_not_given_back_is_tried_again_at_the_next_poll(kube, act) -> None:
+    class Loop:
+        elector = NullLeaderElector()
+
+    leave = floors_given_back(act, object(), Loop)
+    release = floors_released(act, ("other/web",), Loop)
+    kube.inject("PATCH", r"/serve/deployments/web/scale", 500, count=10)
+    assert leave(("serve",)) == ("serve",) and replicas(kube) == 2 and "serve.web" in record(kube)
+    assert release() is False
+    assert leave(("serve",)) == () and replicas(kube) == 6 and "serve.web" not in record(kube)
