@@ -245,8 +245,8 @@ class Reconciler:
         was done (a slow cycle's last migrations dated at its start left their windows minutes early), handed on to
         a successor, and acknowledged to the planner (applied) or refused for a while (failed: a migration whose
         target alone the actuator refused, `ActionResult.refused`, is kept off that node only; a service whose scale
-        failed for good is not scaled for a while, `_refused_scale`); a scale applied short of what it asked
-        (`ActionResult.capped_to`) is told with its cap (`planner.cap`)."""
+        failed for good is not scaled for a while, `_refused_scale`); a scale applied is told with its cap when short
+        of what it asked (`ActionResult.capped_to`), else with None: in full above a cap, it ends it (`planner.cap`)."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -261,7 +261,7 @@ class Reconciler:
                                         targets=[r.action for r in failed if r.refused is Refused.TARGET],
                                         scales=[r.action for r in failed if _refused_scale(r)])
         self.state = planner_mod.cap(self.state, [(r.action, r.capped_to) for r, _ in done
-                                                  if r.outcome == Outcome.APPLIED and r.capped_to is not None], now)
+                                                  if r.outcome == Outcome.APPLIED], now)
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

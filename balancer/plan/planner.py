@@ -49,8 +49,8 @@ refused scale every cycle and shrinking training to make room for a growth that 
 Capped scales. A service's scale the actuator carried out short of what it asked (APPLIED, `ActionResult.capped_to`:
 an HPA floor capped at its maxReplicas) is remembered with that cap, when it was met and how many times in a row
 (`cap(...)`, `capped_scales`, `CapBelief`): the capacity planner holds the service to it for a while, longer each
-time the same cap is met again (`balancer.plan.capacity_loop`), rather than shrinking training every cycle for replicas that never
-start.
+time the same cap is met again (`balancer.plan.capacity_loop`), rather than shrinking training every cycle for
+replicas that never start. A scale carried out in full above the cap (maxReplicas was raised) ends it.
 
 A capacity planner wrapped around `plan` records its decision in `loaned_gpus` / `capacity_targets`, which the loop
 publishes.
@@ -227,19 +227,25 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
                    refused_scales=MappingProxyType({**state.refused_scales, **services}))
 
 
-def cap(state: PlannerState, capped: Iterable[tuple[Action, int]], now: float) -> PlannerState:
-    """Fold `ScaleInference`s the actuator applied short of what they asked into the state, each with the most
-    replicas its service runs (`ActionResult.capped_to`): a later cap of a service is met on its earlier one
-    (`CapBelief.met`: once more at the same bound, the capacity planner keeping a lapsed cap in the state for that;
-    afresh at another). How long it is believed is the capacity planner's to say ("Capped scales")."""
-    caps: dict[str, CapBelief] = {}
+def cap(state: PlannerState, capped: Iterable[tuple[Action, int | None]], now: float) -> PlannerState:
+    """Fold the `ScaleInference`s the actuator applied into the state, each with the most replicas its service runs
+    when it applied it short of what it asked (`ActionResult.capped_to`), None when in full: a later cap of a service
+    is met on its earlier one (`CapBelief.met`: once more at the same bound, the capacity planner keeping a lapsed cap
+    in the state for that; afresh at another); a scale in full above the cap ends it (maxReplicas was raised: kept,
+    the cap met later would count as met once more, believed twice as long). How long it is believed is the capacity
+    planner's to say ("Capped scales")."""
+    caps = dict(state.capped_scales)
     for a, most in capped:
-        if isinstance(a, ScaleInference):
-            before = state.capped_scales.get(a.service)
+        if not isinstance(a, ScaleInference):
+            continue
+        before = state.capped_scales.get(a.service)
+        if most is not None:
             caps[a.service] = before.met(most, now) if before else CapBelief(int(most), now)
-    if not caps:
+        elif before is not None and a.replicas > before.cap:
+            caps.pop(a.service, None)
+    if caps == state.capped_scales:
         return state
-    return replace(state, capped_scales=MappingProxyType({**state.capped_scales, **caps}))
+    return replace(state, capped_scales=MappingProxyType(caps))
 
 
 def scales_held(state: PlannerState, policy: BalancerPolicy, now: float) -> dict[str, float]:

@@ -124,8 +124,7 @@ def test_a_raised_max_replicas_is_asked_for_within_minutes() -> None:
         rec.run_once()
     assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
     assert fleet.replicas["chat"] == 4 and shrinks(fleet, after=1000.0) == []
-    # lapsed, no longer held; kept a loan horizon to count the same cap met again (the replicas never end it)
-    assert dict(rec.state.capped_scales) == {"chat": CapBelief(2, 1000.0, 1)}
+    assert rec.state.capped_scales == {}   # the scale went through above the cap: it ended the belief
 
 
 def test_a_cap_met_again_is_believed_twice_as_long_up_to_the_loan_horizon() -> None:
@@ -263,3 +262,39 @@ def test_a_service_running_above_its_cap_is_held_at_what_it_runs() -> None:
 
     assert ceiling(4)[0] == 4 and ceiling(3)[0] == 3 and ceiling(1)[0] == 2
     assert ceiling(4)[1] and ceiling(1)[1]
+
+
+def drive(fleet: HpaCappedFleet, cycles: int, changes: dict[float, tuple[int, dict[str, int]]],
+          beliefs: dict[float, dict]) -> None:
+    """The loop on `fleet`, `cycles` 60 s cycles from 1000: before the cycle at t, `changes[t]` = (the HPA's
+    maxReplicas, replicas that changed on their own); after it, the beliefs are `beliefs[t]`."""
+    planner = partial(plan_with_capacity, profiles={"chat": PROFILES["chat"]}, capacity_policy=CapacityPolicy())
+    rec = Reconciler(source=fleet, actuator=fleet, policy=ON, clock=lambda: fleet.clock[0], planner=planner)
+    for k in range(cycles):
+        t = fleet.clock[0] = 1000.0 + 60.0 * k
+        if t in changes:
+            fleet.most = changes[t][0]
+            fleet.replicas.update(changes[t][1])
+        rec.run_once()
+        assert t not in beliefs or dict(rec.state.capped_scales) == beliefs[t], (t, rec.state.capped_scales)
+
+
+def test_a_scale_in_full_above_the_cap_ends_its_belief() -> None:
+    """The actuator carried out a scale above the cap in full (no `capped_to`): maxReplicas was raised, the belief
+    ends (`planner.cap` told with None, as the loop tells every applied scale). One at or below the cap says nothing
+    of it. Before, only capped scales were told, and the belief stayed."""
+    state = planner_mod.cap(planner_mod.PlannerState(), [(UP, 2)], 1000.0)
+    assert planner_mod.cap(state, [(UP, None)], 1300.0).capped_scales == {}
+    for within in (replace(UP, replicas=2), replace(UP, replicas=1, previous_replicas=2)):
+        assert planner_mod.cap(state, [(within, None)], 1300.0) is state
+
+
+def test_a_cap_met_after_a_raise_went_through_is_met_afresh() -> None:
+    """maxReplicas raised to 10 at 1060: the ask at 1300 goes through (4 replicas), ending the belief; the operator
+    lowers it back to 2 at 1600, and that ask is capped again: a first cap (believed 5 min: asked again at 1900), not
+    the same cap met twice. Before, the belief outlived the scale that went through, the cap of 1600 counted as met
+    again and believed 10 min (asked again at 2200)."""
+    fleet = HpaCappedFleet([1000.0], 2)
+    drive(fleet, 16, changes={1060.0: (10, {}), 1600.0: (2, {"chat": 2})},
+          beliefs={1360.0: {}, 1660.0: {"chat": CapBelief(2, 1600.0, 1)}})
+    assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0, 1600.0, 1900.0]
