@@ -163,6 +163,9 @@ class ServiceStatus:
     slo_latency_s: float
     replicas: int
     namespace: str = ""     # of its serving series, when they say (the actuator's namespace while no pod runs)
+    # `replicas` is its workload's spec.replicas (`gputide_inference_replicas`), which a rolling update's surge pods
+    # never raise; False: counted from its pods, or unsaid (the capacity planner reads a cap's end only from the first)
+    replicas_from_spec: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -41,13 +41,19 @@ planner asked for the whole floor every cycle and kept those GPUs idle. The cap 
 `safety.cooldownS` (a minute at least) after it was first met, then twice as long each time the same cap is met
 again, up to the capacity policy's loan horizon (`planner.CapBelief` says both rules); a new leader learns it
 afresh. Asked again after that, the scale goes through if maxReplicas was raised (the HPA does not scale past the
-floor on its own when its own metrics ask for no more), or is capped and believed again at the same bound (counted
-once more) or at a higher one (counted afresh): only the actuator's word, on the next ask, ends a belief early or
-late. The replicas the service runs say nothing of its HPA's maxReplicas: a rolling update runs up to maxSurge pods
-above it while the rollout lasts (a service counted by its pods, without `gputide_inference_replicas`, shows them),
-and a raise the HPA scaled past on its own metrics looks the same. Before, a count above the cap forgot it: each
-rollout asked again at once, shrinking training for replicas that never start, and started the doubling afresh. Held
-at the cap meanwhile, a service that runs more is held at what it runs (`_ceiling`): nothing of it lent for the cap.
+floor on its own when its own metrics ask for no more), which ends the belief (`planner.cap`; before, the cap was
+still counted, and a cap met later counted as met once more), or is capped and believed again at the same bound
+(counted once more) or at a higher one (counted afresh). A service's spec.replicas above its cap
+(`gputide_inference_replicas`, `ServiceStatus.replicas_from_spec`) end the belief at once: the HPA keeps them at
+most its maxReplicas, so the operator raised it and the HPA scaled past the cap on its own metrics; the service is
+planned as any from that cycle on. Before, such a raise was ignored while the belief lasted (up to the loan
+horizon): the service was held at what it ran, training grown into the GPUs its demand needed and shrunk again when
+it was asked at last, two restarts. Replicas counted from its pods (a service without that series) say nothing of
+its HPA's maxReplicas: a rolling update runs up to maxSurge pods above it while the rollout lasts, and a raise the
+HPA scaled past looks the same; there only the actuator's word, on the next ask, ends a belief early. Before, a
+count above the cap forgot it: each rollout asked again at once, shrinking training for replicas that never start,
+and started the doubling afresh. Held at the cap meanwhile, a service that runs more is held at what it runs
+(`_ceiling`): nothing of it lent for the cap.
 The two errors: a cap believed too long ignores an operator's raise of maxReplicas, leaving the service short of
 what its demand needs; one believed too briefly asks again in vain, shrinking training for replicas that never start
 (a restart of its workers, and another when they are grown back). The first ask again costs no shrink (the training
@@ -176,13 +182,16 @@ def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[
 
 
 def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first_s: float, horizon_s: float,
+            specs: Mapping[str, int] | None = None,
             ) -> tuple[CapacityView, dict[str, planner_mod.CapBelief], list[str]]:
     """`view` with each service whose scale the actuator capped (`caps`) held to that cap while it is believed
     (`CapBelief.held_at`: its profile's maxReplicas, and minReplicas, at most `_ceiling`), the caps still remembered
-    (`CapBelief.kept_at`), and the notes for the services held. The replicas a service runs never end a cap (module
-    docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count cannot tell
-    from a raise."""
-    kept = {name: b for name, b in caps.items() if b.kept_at(view.time, first_s, horizon_s)}
+    (`CapBelief.kept_at`, and no service's spec.replicas above its cap: `specs`, {service: spec.replicas} where the
+    snapshot has them), and the notes for the services held. The replicas counted from a service's pods never end a
+    cap (module docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count
+    cannot tell from a raise; its spec.replicas can (the HPA keeps them at most its maxReplicas)."""
+    kept = {name: b for name, b in caps.items()
+            if b.kept_at(view.time, first_s, horizon_s) and (specs or {}).get(name, 0) <= b.cap}
     held = {s.profile.name: kept[s.profile.name] for s in view.services if s.profile.name in kept
             and kept[s.profile.name].held_at(view.time, first_s, horizon_s)
             and _ceiling(s, kept[s.profile.name]) < s.profile.max_replicas}
@@ -227,7 +236,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
-                                 capacity_policy.loan_horizon_s)
+                                 capacity_policy.loan_horizon_s,
+                                 {n: st.replicas for n, st in snapshot.services.items() if st.replicas_from_spec})
     state = replace(state, capped_scales=MappingProxyType(caps))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:

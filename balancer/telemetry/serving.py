@@ -40,7 +40,8 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     its GPUs back; every consumer reads NaN as no latency evidence (its comparisons are False: neither slack nor
     pressure). A +Inf p99 (beyond the highest bucket) reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm
     (finite, so the planner's arithmetic stays finite). A series found twice for one service (an HA pair, two
-    scrape jobs) reads its higher value."""
+    scrape jobs) reads its higher value. `replicas_from_spec` says which replicas a status has: a count of its pods
+    includes a rolling update's surge pods, the spec never does (the capacity planner reads a raised cap from it)."""
     samples = []
     spaces: dict[str, set[str]] = {}
     for r in rows:
@@ -82,7 +83,8 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
                              p99_latency_s=_p99(v),
                              slo_latency_s=slo_latency_s.get(s, default_slo_latency_s),
                              replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
-                             else pods.get(s, 0), namespace=namespace.get(s, ""))
+                             else pods.get(s, 0), namespace=namespace.get(s, ""),
+                             replicas_from_spec="gputide_inference_replicas" in v)
             for s, v in by.items()}
 
 

@@ -37,9 +37,11 @@ UP = ScaleInference(service="chat", replicas=4, previous_replicas=1, reason="rec
 
 class HpaCappedFleet:
     """chat behind an HPA whose maxReplicas is `most`: a scale above it runs `most` replicas and says so
-    (`ActionResult.capped_to`), as the Kubernetes actuator does; job resizes are carried out as asked."""
+    (`ActionResult.capped_to`), as the Kubernetes actuator does; job resizes are carried out as asked. Its replicas
+    are counted from its pods (no `gputide_inference_replicas`), or are its spec.replicas where `from_spec`."""
 
     name = "hpa-capped"
+    from_spec = False
 
     def __init__(self, clock: list[float], most: int = 2) -> None:
         self.clock, self.most = clock, most
@@ -55,7 +57,7 @@ class HpaCappedFleet:
                 wl.append((workload(f"{name}-{i}", cls, owner=name, **extra), (gpu,)))
                 gpu += 1
         chat = ServiceStatus(name="chat", demand_rps=30.0, p99_latency_s=0.1, slo_latency_s=0.5,
-                             replicas=self.replicas["chat"])
+                             replicas=self.replicas["chat"], replicas_from_spec=self.from_spec)
         return snapshot(FLEET, workloads=wl, time=self.clock[0], services={"chat": chat})
 
     def apply(self, action: Action, snap: ClusterSnapshot) -> ActionResult:
@@ -146,10 +148,11 @@ def test_a_scale_that_goes_through_is_not_a_cap() -> None:
 
 
 def plan_capped(replicas: int, capped_at: float, *, times: int = 1, max_replicas: int | None = None,
-                t: float = 1060.0):
+                t: float = 1060.0, from_spec: bool = False):
     """plan_with_capacity at `t` on the fleet with chat at `replicas` (cheap and other on the next GPUs, 2 idle at
-    most), its scale capped at 2 `times` in a row, the last at `capped_at`."""
+    most; its spec.replicas where `from_spec`), its scale capped at 2 `times` in a row, the last at `capped_at`."""
     fleet = HpaCappedFleet([t])
+    fleet.from_spec = from_spec
     fleet.replicas = {"chat": replicas, "cheap": 1, "other": 3}
     profile = PROFILES["chat"] if max_replicas is None else replace(PROFILES["chat"], max_replicas=max_replicas)
     state = planner_mod.PlannerState()
@@ -264,6 +267,18 @@ def test_a_service_running_above_its_cap_is_held_at_what_it_runs() -> None:
     assert ceiling(4)[1] and ceiling(1)[1]
 
 
+@pytest.mark.parametrize("from_spec", [True, False], ids=["spec.replicas", "counted from pods"])
+def test_spec_replicas_above_the_cap_end_its_belief(from_spec) -> None:
+    """chat runs 3 while held at its cap of 2 (met twice, believed 10 min from 1300). Read from its spec.replicas
+    (`gputide_inference_replicas`), 3 is a raise of the HPA's maxReplicas, never a rollout's surge pods: the cap is
+    forgotten at once and chat asked up to the 4 its demand wants. Counted from its pods, 3 may be a surge: still held
+    (the surge tests above)."""
+    plan, state = plan_capped(3, 1300.0, times=2, from_spec=from_spec, t=1420.0)
+    ups = [(a.previous_replicas, a.replicas) for a in plan.actions if isinstance(a, ScaleInference)]
+    assert ups == ([(3, 4)] if from_spec else []), plan.actions
+    assert dict(state.capped_scales) == ({} if from_spec else {"chat": CapBelief(2, 1300.0, 2)})
+
+
 def drive(fleet: HpaCappedFleet, cycles: int, changes: dict[float, tuple[int, dict[str, int]]],
           beliefs: dict[float, dict]) -> None:
     """The loop on `fleet`, `cycles` 60 s cycles from 1000: before the cycle at t, `changes[t]` = (the HPA's
@@ -277,6 +292,25 @@ def drive(fleet: HpaCappedFleet, cycles: int, changes: dict[float, tuple[int, di
             fleet.replicas.update(changes[t][1])
         rec.run_once()
         assert t not in beliefs or dict(rec.state.capped_scales) == beliefs[t], (t, rec.state.capped_scales)
+
+
+class SpecFleet(HpaCappedFleet):
+    """`HpaCappedFleet` read from spec.replicas, as `gputide_inference_replicas` gives them."""
+
+    from_spec = True
+
+
+def test_a_raise_the_hpa_scaled_past_is_planned_at_once() -> None:
+    """chat capped at 2 at 1000 and 1300 (believed till 1900). At 1420 the operator has raised maxReplicas to 10, a
+    worker of other finished (a GPU free) and the HPA, on its own metrics, runs chat at 3 (spec.replicas). chat is
+    asked up to 4 at 1420 and nothing is shrunk; cheap grows into what is left. Before, the cap was believed till
+    1900: chat held at 3, cheap grown 1 -> 3 at 1600 into the GPU chat's demand needed, and shrunk 3 -> 2 at 1900
+    when chat was asked at last (two restarts of its workers)."""
+    fleet = SpecFleet([1000.0], 2)
+    drive(fleet, 16, changes={1420.0: (10, {"other": 2, "chat": 3})}, beliefs={1420.0: {}})
+    assert [(t, a.previous_replicas) for t, a in fleet.applied if a in chat_ups(fleet)] == [
+        (1000.0, 1), (1300.0, 2), (1420.0, 3)]
+    assert fleet.replicas == {"chat": 4, "cheap": 2, "other": 2} and shrinks(fleet, after=1000.0) == []
 
 
 def test_a_scale_in_full_above_the_cap_ends_its_belief() -> None:
