@@ -55,6 +55,7 @@ from balancer.actuate.k8s_transfer import (
     Transfer,
     last_move,
     loans_note,
+    note_value,
     received_note,
     state,
     with_notes,
@@ -101,10 +102,7 @@ MOVES_KEPT = 16
 
 def _moves(cq: Json) -> list[str] | None:
     """The lender's move history (`MOVES_ANNOTATION`): None without one (records of an older gputide) or unreadable."""
-    try:
-        raw = json.loads(((cq.get("metadata") or {}).get("annotations") or {}).get(MOVES_ANNOTATION) or "null")
-    except ValueError:
-        return None
+    raw = note_value((cq.get("metadata") or {}).get("annotations") or {}, MOVES_ANNOTATION)
     return [str(i) for i in raw] if isinstance(raw, list) else None
 
 
@@ -121,7 +119,7 @@ def _lowered(move: str, before: str | None, moves: list[str] | None) -> bool | N
 
 def _flavor_limits(notes: Json, key: str) -> dict[str, int]:
     try:
-        return {k: int(v) for k, v in json.loads(notes.get(key) or "{}").items()}
+        return {k: int(v) for k, v in (note_value(notes, key) or {}).items()}
     except (ValueError, TypeError, AttributeError):
         return {}
 

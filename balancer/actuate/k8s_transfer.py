@@ -60,11 +60,29 @@ def _notes(cq: Json) -> Json:
     return (cq.get("metadata") or {}).get("annotations") or {}
 
 
+NOTE_DEPTH = 4   # gputide's notes nest 2 deep: a value deeper is hand-edited (`note_value`)
+
+
+def note_value(notes: Json, key: str) -> Any:
+    """The JSON value of the annotation `key` among a queue's `notes`; None without one, or with one that is not
+    gputide's: not JSON, or nested deeper than `NOTE_DEPTH` ("[" * 1000, hand-edited, raises RecursionError out of
+    the parser, and one just shallow enough for it out of what walks it next: `str`, `json.dumps`). Every note of
+    these queues is read through it, so a hand edit makes a note unreadable, never a move (`apply`) fail."""
+    try:
+        value = json.loads(notes.get(key) or "null")
+    except (ValueError, RecursionError):
+        return None
+    level = [value]
+    for _ in range(NOTE_DEPTH):   # level by level, no recursion: what is left is nested deeper
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+    return None if level else value
+
+
 def last_move(cq: Json) -> Transfer | None:
     """The last move a ClusterQueue lent quota for, settled or not (`state`); None without one (or with a record that
     is not gputide's: hand-edited, unreadable)."""
+    raw = note_value(_notes(cq), TRANSFER_ANNOTATION)
     try:
-        raw = json.loads(_notes(cq).get(TRANSFER_ANNOTATION) or "null")
         record = Transfer(str(raw["id"]), str(raw["to"]), str(raw["flavor"]), int(raw["gpus"]),
                           bool(raw.get("undo", False)))
     except (ValueError, TypeError, KeyError):
@@ -73,10 +91,7 @@ def last_move(cq: Json) -> Transfer | None:
 
 
 def _received(cq: Json) -> Json:
-    try:
-        seen = json.loads(_notes(cq).get(RECEIVED_ANNOTATION) or "{}")
-    except ValueError:
-        return {}
+    seen = note_value(_notes(cq), RECEIVED_ANNOTATION)
     return seen if isinstance(seen, dict) else {}
 
 
@@ -101,10 +116,7 @@ def with_notes(patch: Json, notes: dict[str, str | None]) -> Json:
 def loans(cq: Json) -> dict[str, int]:
     """The net GPU nominalQuota gputide's moves brought into the ClusterQueue, by flavor (negative: sent out); {} with
     no record (or one that is not gputide's), an entry that is not a whole number skipped."""
-    try:
-        raw = json.loads(_notes(cq).get(LOANS_ANNOTATION) or "{}")
-    except ValueError:
-        return {}
+    raw = note_value(_notes(cq), LOANS_ANNOTATION)
     out = {}
     for flavor, gpus in (raw.items() if isinstance(raw, dict) else ()):
         if isinstance(gpus, int) and not isinstance(gpus, bool):

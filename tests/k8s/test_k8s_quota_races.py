@@ -1,0 +1,72 @@
+"""Kueue quota moves of one cohort against what other writers leave on its queues: other controllers (shards,
+successive leaders) acting between a move's writes and the gateway's retries of them (`_Api.update`, with
+resourceVersion), and hand edits:
+
+* a hand-edited annotation nested deeper than the JSON parser goes ("[" * 1000) raised RecursionError out of `apply`
+  on every move. It is unreadable now, like any note that is not gputide's (`k8s_transfer.note_value`)."""
+
+from __future__ import annotations
+
+import pytest
+from fakeapi import FakeKube
+from test_k8s_quota_owed_lender import unanswered_lowering
+from test_k8s_quota_restart import cohort, controller, quota, scale
+
+from balancer.actuate.base import Outcome
+from balancer.actuate.k8s_quota import (
+    MOVES_ANNOTATION,
+    OWN_LENDING_ANNOTATION,
+    SET_LENDING_ANNOTATION,
+)
+from balancer.actuate.k8s_transfer import (
+    LOANS_ANNOTATION,
+    RECEIVED_ANNOTATION,
+    TRANSFER_ANNOTATION,
+    note_value,
+)
+
+DEEP = "[" * 1000 + "]" * 1000
+
+
+def annotate(kube: FakeKube, queue: str, values: dict) -> None:
+    kube.mutate("clusterqueues", queue, "", {"metadata": {"annotations": values}})
+
+
+@pytest.mark.parametrize(("queue", "key"), [
+    ("training", MOVES_ANNOTATION), ("training", TRANSFER_ANNOTATION), ("inference", TRANSFER_ANNOTATION),
+    ("inference", RECEIVED_ANNOTATION), ("training", LOANS_ANNOTATION),
+    ("inference", LOANS_ANNOTATION), ("inference", OWN_LENDING_ANNOTATION), ("inference", SET_LENDING_ANNOTATION),
+])
+def test_a_hand_edited_annotation_nested_too_deep_is_unreadable_not_a_failed_move(
+        kube: FakeKube, api, clock, sleeps, queue, key) -> None:
+    cohort(kube)
+    annotate(kube, queue, {key: DEEP})
+    a = controller(api, clock, sleeps)
+    assert scale(a, 2).outcome is Outcome.APPLIED   # frees 4
+    a.housekeeping()
+    assert quota(kube) == (20, 4)
+
+
+def test_an_owed_give_back_is_made_past_a_history_nested_too_deep(kube: FakeKube, api, clock, sleeps) -> None:
+    """The debt's payment reads training's history (`_lowered`), hand-edited too deep: made, not a RecursionError."""
+    cohort(kube)
+    annotate(kube, "training", {MOVES_ANNOTATION: DEEP})
+    a, b = controller(api, clock, sleeps), controller(api, clock, sleeps)
+    tries = unanswered_lowering(a, landed=False)
+    assert scale(a, 2).outcome is Outcome.APPLIED   # frees 4: nothing lowered, A owes them
+    tries.extend([True] * 10)
+    assert scale(b, 1, previous=2).outcome is Outcome.APPLIED   # frees 2
+    a.housekeeping()
+    assert quota(kube) == (22, 2) and a.kueue.owes("training") == 0
+
+
+@pytest.mark.parametrize(("value", "read"), [
+    ('{"training": {"id": "x", "state": "in"}}', {"training": {"id": "x", "state": "in"}}),
+    ('["a", "b"]', ["a", "b"]),
+    ("[[[[1]]]]", None),
+    (DEEP, None),
+    ("not json", None),
+    (None, None),
+])
+def test_a_note_is_read_only_as_deep_as_gputide_writes_them(value, read) -> None:
+    assert note_value({"k": value} if value is not None else {}, "k") == read
