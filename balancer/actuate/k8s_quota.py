@@ -288,8 +288,7 @@ class KueueQuota:
                 if not self._roll_back(from_queue, move, fence=bool(doubt)):
                     raise
         if noted == VOID:   # another controller's settle (a shard's housekeeping) rolled the move back midway
-            raise KubeTemporaryError(f"kueue quota move {move.id} {from_queue} -> {to_queue} was rolled back by "
-                                     "another controller's settle before it was raised: nothing moved; next cycle")
+            raise _rolled_back(from_queue, move)
         done = f"kueue quota {move.gpus} x {GPU_RESOURCE} ({flavor}): {from_queue} -> {to_queue} (cohort {cohort})"
         return "; ".join([*settled, done])
 
@@ -464,9 +463,11 @@ class KueueQuota:
         is retried by the gateway, answered 409 and read again; a queue found with the move's record, or with its id
         in its move history (`MOVES_ANNOTATION`: another controller settled it and moved since, in the retry's wait),
         is that write having landed (`_Api.update` would otherwise take the GPUs a second time). True in the second
-        case: that settle completed the move, not to be raised again. Not for `undo`: a settle rolled that one back,
-        and lowering again lends anew. With `keep`, refused (nothing written) where the lender would be left below
-        it or below what its status reserves.
+        case: that settle completed the move, not to be raised again. An `undo` move a settle rolls back (its
+        borrower not raised yet): the rolled-back error, nothing lowered again (that lent it anew under its id: the
+        history held the id twice, the lender short of it with an open record until the next settle), so no id is
+        ever in the history twice. With `keep`, refused (nothing written) where the lender would be left below it
+        or below what its status reserves.
 
         The record replaces the lender's last move only once that one is settled (`settled`: the id `shift` saw
         settled; another is asked of its borrower): a move another controller (a shard) lent for since, not yet
@@ -481,8 +482,10 @@ class KueueQuota:
             moves = _moves(cq) or []
             if (last := last_move(cq)) is not None and last.id == move.id:
                 return None   # our unanswered write landed
-            if not move.undo and move.id in moves:
-                replaced[:] = [True]   # it landed, and another controller's settle (completing it) and move followed
+            if move.id in moves:   # it landed, and another controller's settle (and perhaps its move) followed
+                if move.undo:
+                    raise _rolled_back(lender, move)
+                replaced[:] = [True]   # that settle completed it
                 return None
             if over is not None:
                 over[:] = [last.id if last else None, moves[-1] if moves else None]
@@ -524,6 +527,13 @@ class KueueQuota:
             return with_notes(_quota_patch(cq, lender, move.gpus, move.flavor), {TRANSFER_ANNOTATION: None})
 
         self._update(lender, change)
+
+
+def _rolled_back(lender: str, move: Transfer) -> KubeTemporaryError:
+    """The error of a move another controller's settle rolled back before this one raised its borrower (an `undo`
+    move: quota lent ahead of a grow, which waits for it): nothing moved, the grow is next cycle's."""
+    return KubeTemporaryError(f"kueue quota move {move.id} {lender} -> {move.to} was rolled back by another "
+                              "controller's settle before it was raised: nothing moved; next cycle")
 
 
 def _checked(read: dict[str, Json], flavor: str | None) -> tuple[str, str]:

@@ -52,6 +52,25 @@ def test_an_unanswered_quota_patch_that_landed_is_not_applied_again(kube: FakeKu
     assert (quota(kube, "inference"), quota(kube, "training")) == (16 - moved, 8 + moved)
 
 
+def unanswered_then(actuator: KubernetesActuator, queue: str, meanwhile) -> None:
+    """The first patch of ClusterQueue `queue` is carried out but gets no answer, and `meanwhile()` (other
+    controllers' work) runs before the gateway's retry of it."""
+    real, tries = actuator.api.custom.patch_cluster_custom_object, []
+
+    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
+    def patch(*args, **kwargs):
+        if args[3] == queue:
+            tries.append(True)
+            if len(tries) == 1:
+                real(*args, **kwargs)
+                raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
+            if len(tries) == 2:
+                meanwhile()
+        return real(*args, **kwargs)
+
+    actuator.api.custom.patch_cluster_custom_object = patch
+
+
 def test_a_landed_lowering_another_shard_settled_and_moved_on_before_the_retry_is_not_applied_again(
         kube: FakeKube, api, clock, sleeps) -> None:
     """A's shrink lowers training (frees 4); the patch lands unanswered, and before the gateway's retry reads training
@@ -63,22 +82,13 @@ def test_a_landed_lowering_another_shard_settled_and_moved_on_before_the_retry_i
     kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
     a, b = (KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=("inference", "training"))
             for _ in range(2))
-    real, tries = a.api.custom.patch_cluster_custom_object, []
 
-    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
-    def patch(*args, **kwargs):
-        if args[3] == "training":
-            tries.append(True)
-            if len(tries) == 1:
-                real(*args, **kwargs)
-                raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
-            if len(tries) == 2:   # the retry: B's housekeeping and shrink came first
-                b.housekeeping()
-                assert b.apply(ScaleTraining(reason="tide", job="ml/train", workers=1, previous_workers=2),
-                               SNAP).outcome is Outcome.APPLIED
-        return real(*args, **kwargs)
+    def meanwhile() -> None:   # the retry: B's housekeeping and shrink came first
+        b.housekeeping()
+        assert b.apply(ScaleTraining(reason="tide", job="ml/train", workers=1, previous_workers=2),
+                       SNAP).outcome is Outcome.APPLIED
 
-    a.api.custom.patch_cluster_custom_object = patch
+    unanswered_then(a, "training", meanwhile)
     result = a.apply(ScaleTraining(reason="tide", job="ml/train", workers=2, previous_workers=4), SNAP)
     assert result.outcome is Outcome.APPLIED, result.detail
     a.housekeeping()
