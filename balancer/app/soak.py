@@ -73,10 +73,34 @@ from balancer.telemetry.promserver import (
     Target,
     default_rule_files,
     free_port,
+    parse_duration,
 )
 from exporters.backends.sim import SimBackend
 
 FAKE_KUBE = Path(__file__).resolve().parents[2] / "tests" / "k8s" / "fakeapi.py"
+FRESH_WAIT_S = 3.0   # the most a reconcile waits for a scrape taken after the simulator moved (`Soak._wait_fresh`)
+# The controller refuses readings older than its scrape interval and this. With nothing stale a reading is up to the
+# wait above (it reads anyway once that is over), a scrape interval and a rule evaluation old, plus their durations
+# and the other replica's reconcile before it, which do not shrink with the short soak's 500 ms scrapes: on 2 loaded
+# cores Prometheus served samples 2-4 s old, past the 2 s (4 scrape intervals) the source allows by default, and the
+# controller held still for stale telemetry with nothing stale (one run lost its mid-migration restart so). The live
+# demo leaves 30 s, as `gputide run --stale-after` does; the soak stays well inside its telemetry faults' windows: a
+# 2-cycle fault is 6 reconciles, 18 s of waits were Prometheus to keep serving the series it failed to scrape, so
+# even then the window's later reconciles would hold for stale telemetry (Prometheus drops them at the failed
+# scrape: the controller holds for missing telemetry from the next reconcile on, whatever this margin)
+STALE_MARGIN_S = 10.0
+
+
+def reconciles_per_cycle(minutes_per_cycle: float) -> int:
+    """Controller intervals per cycle: each one well inside the hot taint's renewal window."""
+    return max(1, math.ceil(minutes_per_cycle * 60.0 / (0.9 * RENEW_WITHIN_S)))
+
+
+def telemetry_options(url: str, scrape_interval: str) -> PrometheusOptions:
+    """How each replica reads the soak's Prometheus: readings refused past the scrape interval + `STALE_MARGIN_S`."""
+    interval = parse_duration(scrape_interval)
+    return PrometheusOptions(url=url, scrape_interval_s=interval, stale_after_s=interval + STALE_MARGIN_S, retries=1,
+                             backoff_s=0.1, timeout_s=3.0)
 
 
 @dataclass(frozen=True)
@@ -115,8 +139,7 @@ class Soak:
         self.rng = np.random.default_rng(cfg.seed)
         self.policy = BalancerPolicy()
         self.cycle_s = cfg.minutes_per_cycle * 60.0
-        # controller intervals per cycle: each one well inside the hot taint's renewal window
-        self.steps = max(1, math.ceil(self.cycle_s / (0.9 * RENEW_WITHIN_S)))
+        self.steps = reconciles_per_cycle(cfg.minutes_per_cycle)
         self.reconciles = 0
         fleet = fleet_mod.scaled_fleet(cfg.gpus, name=f"soak-{cfg.gpus}")
         self.sim = SimCluster(fleet, seed=cfg.seed, step_s=60.0, start_time=time.time())
@@ -165,17 +188,15 @@ class Soak:
                                                clock=lambda: self.sim.time, sleep=lambda s: None))
 
     def _replica(self, identity: str, port: int) -> Replica:
-        interval = float(self.cfg.scrape_interval.removesuffix("ms")) / 1000 if self.cfg.scrape_interval.endswith(
-            "ms") else float(self.cfg.scrape_interval.removesuffix("s"))
         actuator = CheckedActuator(SimActuator(self.sim, journal=self.journal), self.lock, ledger=self.ledger,
                                    stale=self.stale, budget=self.budget, log=self.log, cycle=lambda: self.cycle,
                                    mirror=self.mirror, taints=self.taints, reconcile=lambda: self.reconciles)
         elector = self._elector(identity)
 
         def build(metrics, act) -> Reconciler:
-            source = PrometheusTelemetrySource(PrometheusOptions(
-                url=self.prom.url, scrape_interval_s=interval, retries=1, backoff_s=0.1, timeout_s=3.0),
-                fleet=self.sim.fleet, workload_overrides=self._owners,
+            source = PrometheusTelemetrySource(
+                telemetry_options(self.prom.url, self.cfg.scrape_interval), fleet=self.sim.fleet,
+                workload_overrides=self._owners,
                 node_overrides=sim_node_meta(self.sim, self.lock, time.time))
             return Reconciler(source=source, actuator=act, policy=self.policy, metrics=metrics, audit=self.audit,
                               clock=lambda: self.sim.time, elector=elector)
@@ -283,21 +304,34 @@ class Soak:
                      f"nodes, {n_cycles} cycles of {cfg.minutes_per_cycle:g} min, a fault every {every} cycles "
                      f"({len(classes)} classes, Kubernetes API: {'in-test' if self.kube else 'not available'}), "
                      f"Prometheus {self.prom.url} scraping every {cfg.scrape_interval}")
-            # What is alive now (the harness, the replicas, the imported modules, pytest's own: some 200k objects) is
-            # kept out of the automatic collections' sight while the loop runs (gc.freeze; each memory sample unfreezes
-            # it for its full collection, then freezes again): a collection of the oldest generation walked all of it,
-            # 0.25 s with the GIL held, in the exporter's and metrics endpoints' threads too (late scrapes)
-            gc.collect()
-            gc.freeze()
-            try:
-                self._loop(n_cycles, classes, every, first)
-            finally:
-                gc.unfreeze()
+            self._loop(n_cycles, classes, every, first)
         finally:
             self._close()
         return self._summary(time.time() - wall0, n_cycles, every)
 
     def _loop(self, n_cycles: int, classes: list[Fault], every: int, first: int) -> None:
+        """The cycles, then the wait for fired alerts to resolve (`AlertTracker.drain`). What is alive before them
+        (the harness, the replicas, the imported modules, pytest's own: some 200k objects) is kept out of the
+        automatic collections' sight meanwhile (gc.freeze; each memory sample unfreezes it for its full collection,
+        `_sample_memory`): a collection of the oldest generation walked all of it, 0.25 s with the GIL held, in the
+        exporter's and metrics endpoints' threads too (late scrapes)."""
+        gc.collect()
+        gc.freeze()
+        try:
+            self._cycles(n_cycles, classes, every, first)
+            self.alerts.drain(self, n_cycles)
+        finally:
+            gc.unfreeze()
+
+    def _sample_memory(self) -> None:
+        """One memory sample; its full collection walks every object, the frozen ones too, as without the freeze."""
+        gc.unfreeze()
+        try:
+            self.memory.sample((self.sim.time - self.sim.start_time) / 86400)
+        finally:
+            gc.freeze()
+
+    def _cycles(self, n_cycles: int, classes: list[Fault], every: int, first: int) -> None:
         active: tuple[Fault, FaultRecord] | None = None
         k = 0
         last_fault_start = n_cycles - self.cfg.tail_cycles - 2
@@ -320,7 +354,7 @@ class Soak:
                     self.sim.advance_to(self.sim.time + self.cycle_s / self.steps)
                 if step == 0:
                     self.ledger.after_cycle(cycle)
-                self._wait_fresh(time.time(), cap_s=3.0)
+                self._wait_fresh(time.time(), cap_s=FRESH_WAIT_S)
                 self._reconcile(active)
             if active and hasattr(active[0], "during"):
                 active[0].during(self, active[1])
@@ -329,16 +363,13 @@ class Soak:
                 self.kube_requests += len(self.kube.requests)
                 self.kube.requests.clear()
                 self.mirror.settle()
-            gc.unfreeze()   # the sample's full collection walks every object, as without the freeze
-            self.memory.sample((self.sim.time - self.sim.start_time) / 86400)
-            gc.freeze()
+            self._sample_memory()
             if cycle % 50 == 0:
                 self.say(f"  [cycle {cycle}/{n_cycles}] day {(self.sim.time - self.sim.start_time) / 86400:.2f}, "
                          f"{self.log.applied} actions applied, RSS {self.memory.samples[-1][1]:.0f} MiB")
         if active:
             active[0].end(self, active[1])
             active[1].end_cycle = n_cycles
-        self.alerts.drain(self, n_cycles)
 
     def _close(self) -> None:
         for r in self.replicas:
