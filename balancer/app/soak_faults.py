@@ -74,12 +74,13 @@ class AlertTracker:
     since the last poll, as Prometheus's `ALERTS` series records it; polling only what fires now missed an alert
     that fired and cleared within a cycle (the 7-day soak found 2 of 4 cooling faults so: the GPU read 89 C at
     its 89 C slowdown, the controller moved the work one reconcile later, and the alert had cleared by the cycle's
-    end). Resolved: no longer firing now (/api/v1/alerts) after the fault ended."""
+    end). Resolved: no longer firing now (/api/v1/alerts) after the fault ended. `seen`: per alert name, how many
+    cycles' polls found it firing (the summary's `alerts_seen`)."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock=time.monotonic, sleep=time.sleep) -> None:
         self.records: list[FaultRecord] = []
         self.seen: dict[str, int] = {}
-        self.clock = clock
+        self.clock, self.sleep = clock, sleep
         self._polled: float | None = None
 
     def firing(self, soak: Soak) -> list[dict[str, Any]] | None:
@@ -96,13 +97,14 @@ class AlertTracker:
             return []
         return [{"labels": r["metric"], "state": "firing"} for r in rows]
 
-    def update(self, soak: Soak, cycle: int) -> None:
+    def update(self, soak: Soak, cycle: int, *, count: bool = True) -> None:
+        """Poll the alerts for `cycle`; `count`: add what fires to `seen` (a cycle's poll, not the drain's)."""
         now = self.clock()
         alerts = self.firing(soak)
         if alerts is None:
             return
         since, self._polled = self._polled, now
-        for a in alerts:
+        for a in alerts if count else ():
             name = a["labels"].get("alertname", "")
             self.seen[name] = self.seen.get(name, 0) + 1
         for rec in self.records:
@@ -118,13 +120,15 @@ class AlertTracker:
     def drain(self, soak: Soak, cycle: int, timeout_s: float = 150.0) -> None:
         """After the last cycle: poll until every fault whose alert fired and whose window ended is seen resolved
         (at most `timeout_s` wall seconds). An alert over a wall-clock window (GpuThermalThrottling reads
-        `max_over_time(...[2m])`) clears 2 minutes after the fault, however few seconds the cycles after it took."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(
+        `max_over_time(...[2m])`) clears 2 minutes after the fault, however few seconds the cycles after it took.
+        Its polls, one a second, are not counted in `seen`, which counts cycles: they made the alerts of the last
+        faults read as seen more often than the cycles they fired in."""
+        deadline = self.clock() + timeout_s
+        while self.clock() < deadline and any(
                 r.expected and r.fired_cycle is not None and r.end_cycle is not None and r.resolved_cycle is None
                 for r in self.records):
-            time.sleep(1.0)
-            self.update(soak, cycle)
+            self.sleep(1.0)
+            self.update(soak, cycle, count=False)
 
     def _fired(self, soak: Soak, rec: FaultRecord, alerts: list[dict[str, Any]], since: float | None,
                now: float) -> bool:
