@@ -56,6 +56,7 @@ from balancer.actuate.k8s_transfer import (
     last_move,
     loans_note,
     note_value,
+    noted_id,
     received_note,
     state,
     with_notes,
@@ -268,6 +269,7 @@ class KueueQuota:
                 read = {q: self._read_queue(q) for q in read}
             flavor, cohort = _checked(read, move.flavor or None)
             move = replace(move, flavor=flavor)
+            before = noted_id(read[to_queue], from_queue)   # the borrower's note of the lender's moves, before ours
             with self.api.writes(hand_up=True) as lowering:
                 replaced = self._lend(from_queue, move, keep, seen.id if seen else None, over)
         except TemporaryActuationError:
@@ -281,11 +283,11 @@ class KueueQuota:
         with self.api.writes(hand_up=True) as doubt:
             try:
                 if not replaced:
-                    noted = self._mark(from_queue, move, RECEIVED)
+                    noted = self._mark(from_queue, move, RECEIVED, before)
             except ActuationError as err:
                 if owed:
                     return "; ".join([*settled, self._left_open(from_queue, move, err)])
-                if not self._roll_back(from_queue, move, fence=bool(doubt)):
+                if not self._roll_back(from_queue, move, bool(doubt), before):
                     raise
         if noted == VOID:   # another controller's settle (a shard's housekeeping) rolled the move back midway
             raise _rolled_back(from_queue, move)
@@ -414,11 +416,12 @@ class KueueQuota:
             return None
         if any(d.move.id == move.id for d in self.owed.get(lender, ())):   # an owed lowering landed: settled here
             self.owed[lender] = [d for d in self.owed[lender] if d.move.id != move.id]
-        noted = state(read.get(move.to) or self._read_queue(move.to), lender, move.id)
+        borrower = read.get(move.to) or self._read_queue(move.to)
+        noted = state(borrower, lender, move.id)
         if noted == RECEIVED:
             return None   # settled: the record stays as the lender's last move
         if noted != VOID:
-            noted = self._mark(lender, move, VOID if move.undo else RECEIVED)
+            noted = self._mark(lender, move, VOID if move.undo else RECEIVED, noted_id(borrower, lender))
         if noted == VOID:
             self._close(lender, move)
         done = "completed" if noted == RECEIVED else "rolled back"
@@ -435,13 +438,14 @@ class KueueQuota:
         return (f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to}) "
                 f"half-done, {move.to} not raised yet ({err}): its record on {lender} has the next settle complete it")
 
-    def _roll_back(self, lender: str, move: Transfer, fence: bool) -> bool:
+    def _roll_back(self, lender: str, move: Transfer, fence: bool, before: str | None) -> bool:
         """After raising the borrower failed: the lender given its quota back, on the action's reserve; first, if
-        that raise may have landed unseen (`fence`), the borrower noted VOID. True when it turns out raised after
-        all: the move is complete, not rolled back. A failure is logged, the record left open for `settle`."""
+        that raise may have landed unseen (`fence`), the borrower noted VOID (`before`: its note of the lender's
+        moves before this one, `_mark`). True when it turns out raised after all: the move is complete, not rolled
+        back. A failure is logged, the record left open for `settle`."""
         try:
             with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
-                if fence and self._mark(lender, move, VOID) == RECEIVED:
+                if fence and self._mark(lender, move, VOID, before) == RECEIVED:
                     return True
                 self._close(lender, move)
         except ActuationError as err:
@@ -504,20 +508,52 @@ class KueueQuota:
         self._update(lender, change)
         return bool(replaced)
 
-    def _mark(self, lender: str, move: Transfer, want: str) -> str:
+    def _mark(self, lender: str, move: Transfer, want: str, before: str | None) -> str:
         """The borrower noted `want` for the lender's move, raised by it if RECEIVED; nothing when it noted the move
-        already (an unanswered write that landed, a settle before). Returns the borrower's note."""
+        already (an unanswered write that landed, a settle before). Returns the borrower's note.
+
+        Nor when another controller settled the move and the lender moved again since (`_settled_since`): the
+        borrower keeps one note per lender, so its note of the next move replaced this one's, and raising it
+        again would move the GPUs twice. `before` is the id it noted for the lender when the move was found open
+        (`noted_id`): while it still notes that one, the move is open, and the lender is read only where it
+        notes another (a move since, or, in `shift`, a settle of the one before ours)."""
         noted: list[str] = []
 
         def change(cq: Json) -> Json | None:
-            noted[:] = [state(cq, lender, move.id) or want]
-            if state(cq, lender, move.id):
+            if got := state(cq, lender, move.id):
+                noted[:] = [got]
                 return None
+            if noted_id(cq, lender) != before and self._settled_since(lender, move):
+                noted[:] = [VOID if move.undo else RECEIVED]
+                return None
+            noted[:] = [want]
             raised = _quota_patch(cq, move.to, move.gpus, move.flavor) if want == RECEIVED else {}
             return with_notes(raised, {RECEIVED_ANNOTATION: received_note(cq, lender, move.id, want)})
 
         self._update(move.to, change)
         return noted[0]
+
+    def _settled_since(self, lender: str, move: Transfer) -> bool:
+        """Whether the lender's move, open when last seen, was settled by another controller since (`_mark`): its
+        record on the lender is another move's or none (a record is replaced only once its move is settled, and a
+        roll back removes it). Settled is completed for a move without `undo` (a settle completes those); one with
+        `undo` a settle rolls back, unless this controller's raise landed unanswered first, which nothing left tells
+        apart: taken as rolled back (nothing more raised), a loan training's Jobs do not hold is what the drift
+        check gives back (`reconcile`). The lender's move history (`MOVES_ANNOTATION`) holding the id confirms it;
+        one without it (hand-edited) cannot say, and nothing is raised either: the lower risk (the cohort short of
+        the move's GPUs, logged) against the GPUs moved twice."""
+        read = self._read_queue(lender)
+        if (last := last_move(read)) is not None and last.id == move.id:
+            return False
+        if move.id not in (_moves(read) or []):
+            log.error("kueue quota move %s (%d x %s, %s -> %s): %s's record is %s, its history %s, without it: "
+                      "not raised (settled by another controller, or hand-edited)", move.id, move.gpus, move.flavor,
+                      lender, move.to, lender, last.id if last else None, _moves(read))
+        elif move.undo:
+            log.warning("kueue quota move %s (%d x %s, %s -> %s) settled by another controller: rolled back (or "
+                        "completed, had its raise landed unanswered)", move.id, move.gpus, move.flavor, lender,
+                        move.to)
+        return True
 
     def _close(self, lender: str, move: Transfer) -> None:
         """The lender given the move's quota back, its record removed in that patch (nothing once removed)."""

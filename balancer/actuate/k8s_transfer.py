@@ -17,7 +17,9 @@ raise and so has not happened), the borrower noted "void" and the lender given i
 removes the record (rolled back). "void" also fences off a raise still in flight from a dead controller: the note
 changes the borrower's resourceVersion, so that patch is refused, and no raise lands on an id noted "void".
 A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
-lender.
+lender: a raise that finds it noting another of the lender's moves than when the move was found open (`noted_id`)
+reads the lender, and with the record there no longer the move's, another controller settled it and the lender moved
+on: it is not raised again (`KueueQuota._mark`).
 
 The record names the lender's last move only; beside it, in the same patch that lowers the lender, its history of
 the last moves' ids (`k8s_quota.MOVES_ANNOTATION`, `gputide.io/quota-moves`) says whether a lowering that got no
@@ -99,6 +101,12 @@ def state(borrower: Json, lender: str, move: str) -> str | None:
     """What the borrower noted of the lender's move `move`: RECEIVED, VOID, or None (not noted: open)."""
     got = _received(borrower).get(lender)
     return str(got.get("state")) if isinstance(got, dict) and got.get("id") == move else None
+
+
+def noted_id(borrower: Json, lender: str) -> str | None:
+    """The id of the lender's move the borrower noted last (one per lender: RECEIVED or VOID); None: none."""
+    got = _received(borrower).get(lender)
+    return str(got.get("id")) if isinstance(got, dict) and got.get("id") is not None else None
 
 
 def received_note(borrower: Json, lender: str, move: str, noted: str) -> str:

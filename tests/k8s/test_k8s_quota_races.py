@@ -2,6 +2,11 @@
 successive leaders) acting between a move's writes and the gateway's retries of them (`_Api.update`, with
 resourceVersion), and hand edits:
 
+* a raise of the borrower not written yet (or landed unanswered: test_k8s_quota_unanswered.py) while another
+  controller settled the move and moved again (the borrower's note of that move replacing this one's) was made again:
+  it found its move not noted, raised the borrower a second time, and its note replacing the other's, the next
+  settle completed that one again: (28, 10) for (22, 10). The lender's record says whether the move is still open
+  (`KueueQuota._mark`);
 * an `undo` move (quota lent ahead of a grow) whose lowering landed unanswered while another controller's settle rolled
   it back was lent a second time under its id: the history held the id twice, inference 4 GPUs short with an open
   record until the next settle. It is the rolled-back error now, nothing lowered again (`KueueQuota._lend`);
@@ -10,10 +15,12 @@ resourceVersion), and hand edits:
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 
 import pytest
-from fakeapi import FakeKube
+from fakeapi import FakeKube, clusterqueue, job
 from test_k8s_quota_owed_lender import unanswered_lowering
 from test_k8s_quota_restart import QUEUES, cohort, controller, quota, scale
 from test_k8s_quota_unanswered import unanswered_then
@@ -26,8 +33,11 @@ from balancer.actuate.k8s_quota import (
 )
 from balancer.actuate.k8s_transfer import (
     LOANS_ANNOTATION,
+    RECEIVED,
     RECEIVED_ANNOTATION,
     TRANSFER_ANNOTATION,
+    VOID,
+    Transfer,
     note_value,
 )
 
@@ -40,6 +50,67 @@ def notes(kube: FakeKube, queue: str) -> dict:
 
 def annotate(kube: FakeKube, queue: str, values: dict) -> None:
     kube.mutate("clusterqueues", queue, "", {"metadata": {"annotations": values}})
+
+
+def shards(kube: FakeKube, api, clock, sleeps):
+    kube.add(clusterqueue("inference", "tide", 16, lending=14))
+    kube.add(clusterqueue("training", "tide", 16))
+    kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
+    return controller(api, clock, sleeps), controller(api, clock, sleeps)
+
+
+def test_a_raise_another_shard_settled_and_moved_on_before_it_was_written_is_not_made(
+        kube: FakeKube, api, clock, sleeps) -> None:
+    """No failure at all: between A's lowering of training and A's read of inference to raise it, B's housekeeping
+    completes A's move (raising inference) and B shrinks (its note replacing A's on inference)."""
+    a, b = shards(kube, api, clock, sleeps)
+    real_patch, real_get, lowered = a.api.custom.patch_cluster_custom_object, a.api.custom.get_cluster_custom_object, []
+
+    @functools.wraps(real_patch)
+    def patch(*args, **kwargs):
+        out = real_patch(*args, **kwargs)
+        lowered.append(args[3] == "training")
+        return out
+
+    @functools.wraps(real_get)
+    def get(*args, **kwargs):
+        if args[3] == "inference" and lowered == [True]:
+            lowered.append(False)
+            b.housekeeping()
+            assert scale(b, 1, previous=2).outcome is Outcome.APPLIED
+        return real_get(*args, **kwargs)
+
+    a.api.custom.patch_cluster_custom_object, a.api.custom.get_cluster_custom_object = patch, get
+    assert scale(a, 2).outcome is Outcome.APPLIED
+    a.housekeeping()
+    b.housekeeping()
+    assert quota(kube) == (22, 10)
+
+
+@pytest.mark.parametrize(("undo", "noted", "record", "history", "raised", "said"), [
+    pytest.param(False, "w", "x", ["w", "x"], True, RECEIVED, id="its note still the one seen: open, raised"),
+    pytest.param(False, "z", "x", ["w", "x"], True, RECEIVED, id="another note, the lender's record ours: raised"),
+    pytest.param(False, "x", "x", ["w", "x"], False, RECEIVED, id="noted already: not raised again"),
+    pytest.param(False, "z", "z", ["x", "z"], False, RECEIVED, id="settled since, the lender moved on: completed"),
+    pytest.param(False, "z", "z", ["z"], False, RECEIVED, id="another record, its id not in the history: not raised"),
+    pytest.param(False, "z", None, None, False, RECEIVED, id="no record, no history (hand-edited): not raised"),
+    pytest.param(True, "z", "z", ["x", "z"], False, VOID, id="undo settled since: taken as rolled back"),
+    pytest.param(True, "w", "x", ["w", "x"], False, VOID, id="undo, its note the one seen: fenced"),
+])
+def test_the_borrower_is_raised_only_while_the_lenders_record_is_the_moves(
+        kube: FakeKube, api, clock, sleeps, caplog, undo, noted, record, history, raised, said) -> None:
+    """`_mark` (A seeing inference's note of training's moves at "w" when it found move x open) in every order the
+    other controllers' settles and moves may leave the two queues in; "fenced": the roll back's VOID note."""
+    a, _ = shards(kube, api, clock, sleeps)
+    move = Transfer("x", "inference", "h100", 4, undo)
+    annotate(kube, "inference", {RECEIVED_ANNOTATION: json.dumps({"training": {"id": noted, "state": RECEIVED}})})
+    last = None if record is None else move if record == "x" else Transfer(record, "inference", "h100", 2)
+    annotate(kube, "training", {TRANSFER_ANNOTATION: last.note() if last else None,
+                                MOVES_ANNOTATION: json.dumps(history) if history else None})
+    with caplog.at_level(logging.ERROR):
+        assert a.kueue._mark("training", move, VOID if undo and noted == "w" else RECEIVED, "w") == said
+    assert quota(kube)[0] == (20 if raised else 16)
+    assert ("not raised" in caplog.text) == (history == ["z"] or history is None)
 
 
 def test_an_undo_moves_landed_lowering_another_shard_rolled_back_is_not_lent_again(

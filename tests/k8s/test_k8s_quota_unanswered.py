@@ -71,12 +71,17 @@ def unanswered_then(actuator: KubernetesActuator, queue: str, meanwhile) -> None
     actuator.api.custom.patch_cluster_custom_object = patch
 
 
-def test_a_landed_lowering_another_shard_settled_and_moved_on_before_the_retry_is_not_applied_again(
-        kube: FakeKube, api, clock, sleeps) -> None:
-    """A's shrink lowers training (frees 4); the patch lands unanswered, and before the gateway's retry reads training
-    again B settles A's move (raising inference) and shrinks (frees 2, its record replacing A's). The retry found no
-    record of A's move and lowered training by 4 again, then raised inference again: (26, 6) for 6 GPUs freed.
-    Training's move history (`gputide.io/quota-moves`) holds A's id: the retry knows its write landed."""
+@pytest.mark.parametrize("queue", [pytest.param("training", id="the lowering"),
+                                   pytest.param("inference", id="the raise")])
+def test_a_landed_write_another_shard_settled_and_moved_on_before_the_retry_is_not_applied_again(
+        kube: FakeKube, api, clock, sleeps, queue) -> None:
+    """A's shrink lowers training and raises inference (frees 4); one patch lands unanswered, and before the gateway's
+    retry reads the queue again B settles A's move and shrinks (frees 2, its record replacing A's on training, its
+    note A's on inference). The lowering's retry found no record of A's move and lowered training by 4 again, then
+    raised inference again: (26, 6) for 6 GPUs freed; training's move history (`gputide.io/quota-moves`) holding
+    A's id, it knows its write landed. The raise's retry found its move not noted and raised inference again, its
+    note replacing B's, so the next settle completed B's move again: (28, 10); training's record now B's, A's move
+    was settled (`KueueQuota._mark`)."""
     kube.add(clusterqueue("inference", "tide", 16, lending=14))
     kube.add(clusterqueue("training", "tide", 16))
     kube.add(job("train", "ml", parallelism=4, gpus=2, queue="training-lq"))
@@ -88,7 +93,7 @@ def test_a_landed_lowering_another_shard_settled_and_moved_on_before_the_retry_i
         assert b.apply(ScaleTraining(reason="tide", job="ml/train", workers=1, previous_workers=2),
                        SNAP).outcome is Outcome.APPLIED
 
-    unanswered_then(a, "training", meanwhile)
+    unanswered_then(a, queue, meanwhile)
     result = a.apply(ScaleTraining(reason="tide", job="ml/train", workers=2, previous_workers=4), SNAP)
     assert result.outcome is Outcome.APPLIED, result.detail
     a.housekeeping()
