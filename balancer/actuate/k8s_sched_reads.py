@@ -154,6 +154,7 @@ class SchedulerReads:
     _node_wake: Any = None                       # the timer of the node wake to come, if one is
     _term: int | None = None                     # `term()` at the last pass (None: no pass yet)
     _term_lost: bool = False                     # the Lease was seen lost since the last pass began
+    _pass_bound: Mapping[str, Usage] | None = None   # the bound-pod cache as the pass's view summed it (`_bound`)
 
     def halted(self) -> bool:
         """Whether the pass must begin nothing more: `stop()` was called, or the Lease is lost (noted: the next
@@ -287,7 +288,7 @@ class SchedulerReads:
         (used, used_ext), cached = self._bound_usage()
         held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
         if cached:   # a consistent list already shows every binding made; the cache may not yet
-            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._cached("bound pods")).values())
+            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._pass_bound).values())
         ports = ports_by_node(self._bound())   # bound and assumed pods' host ports (NodePorts)
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):
@@ -304,8 +305,8 @@ class SchedulerReads:
     def _bound_usage(self) -> tuple[tuple[dict[str, list[int]], dict[str, dict[str, float]]], bool]:
         """What bound pods use per node, and whether it comes from the watch cache. From the cache it is summed
         again only when the cache changed (a pass woken by a pending pod that fits nowhere would otherwise re-add
-        20,000 unchanged pods)."""
-        items = self._cached("bound pods")
+        20,000 unchanged pods). The cache's items summed are the pass's (`_bound`)."""
+        items = self._pass_bound = self._cached("bound pods")
         if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
                                    pod_usage, field_selector=BOUND)
@@ -317,8 +318,11 @@ class SchedulerReads:
         return self._usage_memo[1], True
 
     def _bound(self) -> list[Usage]:
-        """The bound and assumed pods: the pass's own list, or the cache."""
-        cached = self._cached("bound pods")
+        """The bound and assumed pods: the pass's own list, or the cache's items its view summed (`nodes_view`), and
+        the bindings made since. Not the cache as it is now: the watch goes on while the pass does, and a pod whose
+        deletion it brought meanwhile would be gone from the bound pods while the view still counts what it uses
+        (a preemption's victim no longer leaving the node, its room looking taken: `k8s_holds.resume`)."""
+        cached = self._pass_bound
         if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
             return list(self._listed_bound)
         return [*cached.values(), *self._live_assumed(cached).values()]
