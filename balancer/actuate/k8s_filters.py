@@ -104,7 +104,11 @@ def counts_against(entry: Json, req: Json) -> bool:
     its preemption or while it starves, takes nothing from a more important one, and is no reason to preempt).
     One that does not say its priority as an integer counts against every pod: a Migrate's (keyed by the
     workload, whose replacement pod does not exist yet) and one written by a gputide that did not record it, whose
-    pod may be of any priority (such a hold lasts an hour at most, `k8s_preempt.MAX_HOLD_S`)."""
+    pod may be of any priority. This gputide writes none and renews none: each lasts until its `expires`, a
+    Migrate's `reservation_ttl_s` or its pod's grace period and a minute (`k8s_migrate.hold_s`, past the hour for
+    a pod whose grace period is), an older gputide's starving hold its `reserve_s`, and an older preemption's at
+    most `k8s_preempt.MAX_HOLD_S` from its start, its priority written by the first pass that carries it on
+    (`k8s_preempt.ranked`), before any renewal."""
     if _unranked(entry) or not isinstance(req.get("priority"), int):
         return True
     return entry[PRIORITY] >= req["priority"]

@@ -167,9 +167,10 @@ def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Se
 
 def ranked(entry: Json, req: Json) -> Json:
     """A preemption's reservation `entry` for `req` saying `req`'s priority: one written by a gputide that did not
-    record it is held against every pod (`k8s_filters.counts_against`) on the ground that it lasts an hour at
-    most, yet a hold is kept past the hour for victims stuck terminating (`noted`'s `stuck`); carried on, it says
-    it from then on. `entry` itself when it says one already, or `req` has none."""
+    record it is held against every pod (`k8s_filters.counts_against`), which is bearable while it lasts until its
+    `expires` (at most `MAX_HOLD_S` from its start), yet carried on it is renewed, and kept past the hour for
+    victims stuck terminating (`noted`'s `stuck`); so the write that carries it on says it from then on. `entry`
+    itself when it says one already, or `req` has none."""
     said, priority = entry.get(PRIORITY), req.get("priority")
     if (isinstance(said, int) and not isinstance(said, bool)) or not isinstance(priority, int):
         return entry
