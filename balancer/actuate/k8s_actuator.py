@@ -557,13 +557,17 @@ class KubernetesActuator:
         any) and scaling none of `managed` (`k8s_deploy_record.to_give_back`), through the scale subresource with
         the resourceVersion read, only while their count is still gputide's (`restore_change`; one someone else set
         since is left and logged); their keys dropped once done (a Deployment gone too). One that cannot be read or
-        scaled keeps its key and says so ("deployment replicas in NS not given back"), the rest go on; the record
-        that cannot be read or rewritten is a note."""
+        scaled keeps its key and says so ("deployment replicas in NS not given back"), the rest go on. The record
+        unread for a temporary error says so for each namespace asked (None: "deployment replicas not given back"),
+        so the reloader and its release try again; refused (403), or not rewritten after, it is a note only."""
         what = "record of deployment replicas {}/{}".format(*record_name(str(self.floor_owner)))
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
                 recorded = entries(self._read_record())
-        except ActuationError as err:
+        except TemporaryActuationError as err:   # tried again: the reloader's next poll, release's
+            where = [""] if namespaces is None else [f" in {ns}" for ns in namespaces]
+            return [f"deployment replicas{w} not given back: {what} not read: {err}" for w in where]
+        except ActuationError as err:   # refused (403): asked again every poll it would change nothing
             return [f"{what} not read: deployment replicas not given back: {err}"]
         notes, done = [], []
         for key in to_give_back(recorded, namespaces, managed):

@@ -160,13 +160,29 @@ def test_an_unreadable_record_is_a_note_and_the_hpa_floors_still_go_back(kube, a
                for n in notes), notes
 
 
-def test_a_deployment_not_given_back_is_tried_again_at_the_next_poll(kube, act) -> None:
-    class Loop:
-        elector = NullLeaderElector()
+class Leading:
+    elector = NullLeaderElector()
 
-    leave = floors_given_back(act, object(), Loop)
-    release = floors_released(act, ("other/web",), Loop)
+
+def retries(act: KubernetesActuator):
+    """The reloader's give-back of protected namespaces and its release (run.py), on the leader, with capacity
+    shifting managing other/web."""
+    return floors_given_back(act, object(), Leading), floors_released(act, ("other/web",), Leading)
+
+
+def test_a_deployment_not_given_back_is_tried_again_at_the_next_poll(kube, act) -> None:
+    leave, release = retries(act)
     kube.inject("PATCH", r"/serve/deployments/web/scale", 500, count=10)
     assert leave(("serve",)) == ("serve",) and replicas(kube) == 2 and "serve.web" in record(kube)
     assert release() is False
     assert leave(("serve",)) == () and replicas(kube) == 6 and "serve.web" not in record(kube)
+
+
+def test_a_record_unread_for_a_temporary_error_is_tried_again(kube, act) -> None:
+    """An HTTP 500 reading the record was a note neither retry matched: the give-back dropped for the whole term."""
+    leave, release = retries(act)
+    kube.inject("GET", r"/configmaps/gputide-controller-replicas$", 500, count=10)
+    assert leave(("serve", "ml")) == ("serve", "ml") and replicas(kube) == 2
+    assert release() is False
+    assert leave(("serve",)) == () and replicas(kube) == 6
+    assert release() is True
