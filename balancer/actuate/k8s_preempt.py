@@ -77,6 +77,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
 )
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
+from balancer.actuate.k8s_workloads import disruption_budget
 from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
 from balancer.errors import ActuationError
 from balancer.noderules import Selector
@@ -299,19 +300,14 @@ class Preemptor:
                                                self.api.policy.list_pod_disruption_budget_for_all_namespaces
                                                ).get("items", []))
             self._spent = {}
-        items = self._budget_list[1]
         allowed, selectors = {}, []
-        for b in items:
-            meta = b.get("metadata") or {}
-            if meta.get("namespace") not in namespaces:
-                continue
-            selector = (b.get("spec") or {}).get("selector")
-            if selector is None:   # policy/v1: a null selector selects no pod ({} selects every pod of its namespace)
-                continue
-            key = f"{meta['namespace']}/{meta.get('name', '')}"
-            # less what this scheduler's evictions used since the list: the next preemption must not count on it
-            allowed[key] = int((b.get("status") or {}).get("disruptionsAllowed") or 0) - self._spent.get(key, 0)
-            selectors.append((key, meta["namespace"], Selector.from_json(selector)))
+        # read as the controller reads them (`k8s_workloads.disruption_budget`): one with a null selector guards no
+        # pod (policy/v1), one with {} every pod of its namespace
+        for b in filter(None, map(disruption_budget, self._budget_list[1])):
+            if b.namespace in namespaces:
+                # less what this scheduler's evictions used since the list: the next preemption must not count on it
+                allowed[b.key] = b.disruptions_allowed - self._spent.get(b.key, 0)
+                selectors.append((b.key, b.namespace, b.selector))
         return allowed, selectors
 
     def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
