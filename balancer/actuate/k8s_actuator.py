@@ -40,7 +40,8 @@ when, under which holds, per shard). How each action reaches the cluster:
                     is left as it is (`_scale_deployment`). The operator's count is recorded before the scale,
                     beside the controller rather than on the Deployment (whose patch right would reach its pod
                     template): a ConfigMap "<lease>-replicas" in its Lease's namespace (`k8s_deploy_record`; none
-                    without `floor_owner`), and a scale whose record cannot be written is not made (RETRY).
+                    without `floor_owner`), and a lowering whose record cannot be written is not made (RETRY; a
+                    raise is, logged: the SLO first).
                     `restore_floors` gives the operator's own minReplicas, and a recorded Deployment's own count,
                     back where their services left gputide's management (a policy reload protecting them; never on
                     shutdown), only where this controller wrote the floor (`floor_owner`, recorded as
@@ -385,8 +386,9 @@ class KubernetesActuator:
         between the read and the write (409, read again). A higher count than now is written whatever the plan saw
         (a reclaim: the SLO first, and it lowers no one's count).
         A count already at `want` (the same action tried again after a write that got no answer) is left as it is.
-        With `floor_owner`, the operator's count is recorded before each write (`_keep_record`), which is not made
-        when its record cannot be written; one back at the operator's own count drops its record after."""
+        With `floor_owner`, the operator's count is recorded before each write (`_keep_record`): a lowering whose
+        record cannot be written is not made, a raise is made anyway; one back at the operator's own count drops its
+        record after."""
         what, seen = f"deployment {ns}/{name}", {}
 
         def change(d: Json) -> Json | None:
@@ -403,7 +405,7 @@ class KubernetesActuator:
                 raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
                                     f"else since): not scaled to {want}, the plan is stale", 409)
             if self.floor_owner is not None:
-                seen["own"] = self._keep_record(ns, name, current, want).own
+                seen["own"] = self._keep_record(ns, name, current, want)
             return {"spec": {"replicas": want}}
 
         self.api.update(
@@ -417,11 +419,13 @@ class KubernetesActuator:
         return self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
                         _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
 
-    def _keep_record(self, ns: str, name: str, current: int, want: int) -> Entry:
+    def _keep_record(self, ns: str, name: str, current: int, want: int) -> int | None:
         """Record the operator's count of deployment `ns/name` before gputide scales it from `current` to `want`
-        (`k8s_deploy_record.scaled_entry`, read from the record as it is now); the entry written. Not written: the
-        scale is not made either (RETRY), as it would lose the operator's count. Its unanswered writes are not the
-        action's (`_Api.writes`): nothing was scaled."""
+        (`k8s_deploy_record.scaled_entry`, read from the record as it is now); the operator's count recorded. Not
+        written, a lowering is not made either (RETRY), as it would lose the operator's count; a raise (the morning's
+        reclaim) is made anyway, logged (None): the SLO waits on no bookkeeping, and the record left stale takes the
+        raised count for the operator's (neither of gputide's), so a give-back leaves it: the higher count, the safe
+        side. Its unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
         key, kept = record_key(ns, name), {}
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
@@ -432,9 +436,13 @@ class KubernetesActuator:
             with self.api.writes():
                 self._write_record(change)
         except ActuationError as err:
+            if want > current:
+                log.warning("deployment %s/%s: raised to %d without the record of its operator's count (%s): a "
+                            "give-back leaves it at the raised count", ns, name, want, err)
+                return None
             raise KubeTemporaryError(f"deployment {ns}/{name} not scaled: the record of its operator's count could "
                                      f"not be written ({err})", getattr(err, "status", 0)) from err
-        return kept["entry"]
+        return kept["entry"].own
 
     def _forget_record(self, ns: str, name: str, want: int) -> None:
         """Drop the record of deployment `ns/name`, scaled back to its operator's `want`, while it still says so

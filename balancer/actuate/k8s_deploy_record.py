@@ -14,9 +14,11 @@ keeps its own record and gives back only its own counts. One key per Deployment,
 has no dots: split at the first), valued {"own": the operator's count, "scaled": the count gputide wrote last,
 "from": the count that write replaced}. An actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
 
-The record is written before the scale, and a scale whose record cannot be written is not made: a record without
-its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a scale without
-its record would lose the operator's count. "from" is what makes a write that did not land (or got no answer)
+The record is written before the scale, and a lowering whose record cannot be written is not made: a record without
+its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a lowering
+without its record would lose the operator's count. A raise (the morning's reclaim) is made anyway, logged: the SLO
+waits on no bookkeeping, and the stale record takes the raised count for the operator's (neither of gputide's), so a
+give-back leaves the higher count. "from" is what makes a write that did not land (or got no answer)
 harmless too: the Deployment still at the count that write replaced is still gputide's, not the operator's.
 
 The HPA record's rule for a count someone else wrote: `spec.replicas` that is neither of gputide's counts ("scaled",

@@ -186,3 +186,15 @@ def test_a_record_unread_for_a_temporary_error_is_tried_again(kube, act) -> None
     assert release() is False
     assert leave(("serve",)) == () and replicas(kube) == 6
     assert release() is True
+
+
+def test_a_raise_whose_record_cannot_be_written_is_made_anyway(kube, act, caplog) -> None:
+    """The morning's reclaim was held (RETRY) while the record could not be written: the SLO waited on bookkeeping."""
+    kube.inject("PUT", r"/configmaps/gputide-controller-replicas$", 422, count=10)
+    with caplog.at_level(logging.WARNING, logger="balancer.actuate.k8s_actuator"):
+        scaled(act, "serve/web", 4, 2)
+    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6}
+    assert any("raised to 4 without the record" in m for m in caplog.messages), caplog.messages
+    assert scale(act, "serve/web", 3, 4).outcome is Outcome.RETRY and replicas(kube) == 4   # a lowering still waits
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 4   # the stale record takes 4 for the operator's: the higher count, the safe side
