@@ -158,9 +158,8 @@ class Holds:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
-        if not makes_room(view[i], req, self._leaving(view[i])):
-            named = {*entry.get(LEFT, ()), *entry.get(EVICTED, ())}
-            return self._room_taken(req, i, view, offers, sorted(named & running))
+        if not makes_room(view[i], req, self._leaving(view[i])):   # those evicted already are not spared
+            return self._room_taken(req, i, view, offers, sorted(set(entry.get(LEFT, ())) & running))
         stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
                               self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
@@ -183,10 +182,10 @@ class Holds:
     def _room_taken(self, req: Json, i: int, view: list[Json], offers: Offers, victims: list[str]) -> str:
         """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its
         evictions made, or hold it (a more important pod bound there, its hold not being held against it, or
-        holding it; a pod someone else bound there). None of the `victims` still there is evicted (killed for room
-        it would not get), the node is given back and its nomination cleared: it plans afresh at the next pass
-        (elsewhere, or there with other victims). Nothing once `halted()`; a write that fails is logged, and the
-        next pass asks again."""
+        holding it; a pod someone else bound there). None of the `victims` (those left to evict, still there) is
+        evicted (killed for room it would not get), the node is given back and its nomination cleared: it plans
+        afresh at the next pass (elsewhere, or there with other victims). Nothing once `halted()`; a write that
+        fails is logged, and the next pass asks again."""
         key, node = req["name"], view[i]["name"]
         if self.preemptor.halted():
             return ""

@@ -98,3 +98,21 @@ def test_victims_another_hold_waits_for_count_as_leaving(kube: FakeKube, api, cl
     assert sched.schedule_once() == {"default/mid": None, "default/ally": None}
     assert sorted(reservations(kube, "a")) == ["default/ally", "default/mid"]
     assert "no longer make room" not in sched.reasons["default/mid"]
+
+
+def test_the_victims_said_not_evicted_are_only_those_left_to_evict(kube: FakeKube, api, clock):
+    """mid evicted both its victims on a; while they terminate, another scheduler binds `intruder` there: the room
+    is taken and the node given back. Its victims were evicted already: the pod was told "low-1, low-2 not
+    evicted", as if it had spared them."""
+    for obj in (node("a", 8), checkpointing("low-1", "a", 4, 1), checkpointing("low-2", "a", 4, 2),
+                pending("mid", 8, 10)):
+        kube.add(obj)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    assert sched.schedule_once() == {"default/mid": None} and len(sched.preempted) == 2
+    for name, priority in (("low-1", 1), ("low-2", 2)):
+        terminating(kube, name, "a", 4, priority, clock.now + GRACE_S)
+    kube.add(bound("intruder", "a", 4, 0))
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/mid": None} and reservations(kube, "a") == {}
+    assert "no longer make room for it on a" in sched.reasons["default/mid"]
+    assert "not evicted" not in sched.reasons["default/mid"], sched.reasons["default/mid"]
