@@ -39,14 +39,14 @@ when, under which holds, per shard). How each action reaches the cluster:
                     written); a raise is written whatever the count (a reclaim), one already at the action's count
                     is left as it is (`_scale_deployment`). The operator's count is recorded before the scale,
                     beside the controller rather than on the Deployment (whose patch right would reach its pod
-                    template): a ConfigMap "<lease>-replicas" in its Lease's namespace (`k8s_deploy_record`; none
-                    without `floor_owner`), and a lowering whose record cannot be written is not made (RETRY; a
+                    template): the ConfigMap "gputide-replicas" in its Lease's namespace, shared, each entry naming
+                    its writer (`k8s_deploy_record`; none without `floor_owner`), and a lowering whose record cannot be written is not made (RETRY; a
                     raise is, logged: the SLO first).
                     `restore_floors` gives the operator's own minReplicas, and a recorded Deployment's own count,
                     back where their services left gputide's management (a policy reload protecting them; never on
                     shutdown), only where this controller wrote the floor (`floor_owner`, recorded as
                     `gputide.io/floor-owner`) or no writer is recorded (an older version's floor): another shard's
-                    or controller's floors are its own, as its Deployments' records are in its own ConfigMap.
+                    or controller's floors are its own, as are the Deployments' records it wrote.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -429,7 +429,7 @@ class KubernetesActuator:
         key, kept = record_key(ns, name), {}
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
-            kept["entry"] = scaled_entry(recorded.get(key), current, want)
+            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner)
             return {key: kept["entry"]}
 
         try:
@@ -460,7 +460,8 @@ class KubernetesActuator:
             log.debug("deployment %s/%s: record of its operator's count kept: %s", ns, name, err)
 
     def _read_record(self) -> Json | None:
-        """This controller's record ConfigMap (`k8s_deploy_record.record_name`); None: there is none yet."""
+        """The record ConfigMap of this controller's namespace (`k8s_deploy_record.record_name`); None: there is none
+        yet."""
         ns, name = record_name(str(self.floor_owner))
         try:
             return self.api(f"configmap {ns}/{name}", self.api.core.read_namespaced_config_map, name, ns)
@@ -468,7 +469,7 @@ class KubernetesActuator:
             return None
 
     def _write_record(self, changes: Callable[[dict[str, Entry]], Mapping[str, Entry | None]]) -> None:
-        """Read-modify-write of this controller's record ConfigMap with its resourceVersion (`_Api.update`: a 409
+        """Read-modify-write of the record ConfigMap with its resourceVersion (`_Api.update`: a 409
         reads again), `changes` made to the records as read; created when missing (one created meanwhile: read
         again)."""
         ns, name = record_name(str(self.floor_owner))
@@ -561,8 +562,9 @@ class KubernetesActuator:
         return notes
 
     def _restore_deployments(self, namespaces: tuple[str, ...] | None, managed: Collection[str]) -> list[str]:
-        """The operator's own count back to the Deployments this controller's record holds, of `namespaces` (None:
-        any) and scaling none of `managed` (`k8s_deploy_record.to_give_back`), through the scale subresource with
+        """The operator's own count back to the Deployments the record holds for this controller (written by it, or
+        by a writer not recorded), of `namespaces` (None: any) and scaling none of `managed`
+        (`k8s_deploy_record.to_give_back`), through the scale subresource with
         the resourceVersion read, only while their count is still gputide's (`restore_change`; one someone else set
         since is left and logged); their keys dropped once done (a Deployment gone too). One that cannot be read or
         scaled keeps its key and says so ("deployment replicas in NS not given back"), the rest go on. The record
@@ -578,7 +580,7 @@ class KubernetesActuator:
         except ActuationError as err:   # refused (403): asked again every poll it would change nothing
             return [f"{what} not read: deployment replicas not given back: {err}"]
         notes, done = [], []
-        for key in to_give_back(recorded, namespaces, managed):
+        for key in to_give_back(recorded, namespaces, managed, self.floor_owner):
             ns, name = key_deployment(key)
             try:
                 with self.api.deadline(self.action_deadline_s, reserve_s=0.0):

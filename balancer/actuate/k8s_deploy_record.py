@@ -8,11 +8,17 @@ left gputide's management at night (its namespace protected, capacity shifting o
 
 The record is kept beside the controller, not on the Deployment: patching a Deployment can change its pod template
 (any image under any ServiceAccount of its namespace), a right the controller is refused on purpose
-(deploy/components/capacity/rbac.yaml). It is a ConfigMap in the controller's own namespace named after its Lease
-(`floor_owner` "ns/name" -> ConfigMap "<name>-replicas" in ns: `record_name`), so a shard, electing on its own Lease,
-keeps its own record and gives back only its own counts. One key per Deployment, "<namespace>.<name>" (a namespace
-has no dots: split at the first), valued {"own": the operator's count, "scaled": the count gputide wrote last,
-"from": the count that write replaced}. An actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
+(deploy/components/capacity/rbac.yaml). It is one ConfigMap, "gputide-replicas" (`RECORD_NAME`), in the
+controller's own namespace (its Lease's, `floor_owner` "ns/name": `record_name`), shared by every shard and
+controller there: a fixed name is what lets the Role grant get and update on it alone (resourceNames), never on the
+controller's own policy and services ConfigMaps, which it live-reloads; and one record for all keeps the operator's
+count when a service moves between shards (shard A lowers it 6 -> 2, shard B raises it next: B's write finds A's 2
+gputide's and keeps the 6). One key per Deployment, "<namespace>.<name>" (a namespace has no dots: split at the
+first), valued {"own": the operator's count, "scaled": the count gputide wrote last, "from": the count that write
+replaced, "owner": the controller that wrote it, its Lease "ns/name", as HPA floors carry gputide.io/floor-owner}.
+A writer keeps an entry's "own" whoever wrote it and names itself; a give-back takes only the entries this
+controller wrote or whose writer is not recorded (`k8s_hpa.floor_owned`'s rule): another shard's are its own. An
+actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
 
 The record is written before the scale, and a lowering whose record cannot be written is not made: a record without
 its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a lowering
@@ -39,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 Json = dict[str, Any]
-RECORD_SUFFIX = "-replicas"   # the ConfigMap: "<the controller's Lease name>-replicas", in the Lease's namespace
+RECORD_NAME = "gputide-replicas"   # the ConfigMap, in the controller's Lease's namespace (its Role's resourceNames)
 
 
 @dataclass(frozen=True)
@@ -50,19 +56,26 @@ class Entry:
     own: int
     scaled: int
     before: int
+    owner: str | None = None   # the controller that wrote it (its Lease, "ns/name"); None: not recorded
 
     def gputides(self, current: int) -> bool:
         """Whether `current` replicas are gputide's doing (its last write, landed or not), not the operator's."""
         return current in (self.scaled, self.before)
 
+    def owned(self, owner: str | None) -> bool:
+        """Whether the controller `owner` may give it back: written by it, or by a writer not recorded; any for a
+        controller that does not name itself (`owner` None). `k8s_hpa.floor_owned`'s rule."""
+        return owner is None or self.owner is None or self.owner == owner
+
     def text(self) -> str:
-        return json.dumps({"own": self.own, "scaled": self.scaled, "from": self.before}, sort_keys=True)
+        value = {"own": self.own, "scaled": self.scaled, "from": self.before}
+        return json.dumps(value if self.owner is None else {**value, "owner": self.owner}, sort_keys=True)
 
 
 def record_name(owner: str) -> tuple[str, str]:
-    """(namespace, name) of the ConfigMap holding the records of the controller `owner` (its Lease, "ns/name")."""
-    ns, _, lease = owner.partition("/")
-    return ns, f"{lease}{RECORD_SUFFIX}"
+    """(namespace, name) of the ConfigMap holding the records of the controller `owner` (its Lease, "ns/name"): the
+    one shared record of its namespace."""
+    return owner.partition("/")[0], RECORD_NAME
 
 
 def record_key(namespace: str, name: str) -> str:
@@ -82,17 +95,20 @@ def entries(configmap: Json | None) -> dict[str, Entry]:
     for key, value in ((configmap or {}).get("data") or {}).items():
         try:
             raw = json.loads(value)
-            out[key] = Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])))
-        except (ValueError, TypeError, KeyError):
+            owner = raw.get("owner")
+            out[key] = Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])),
+                             owner if isinstance(owner, str) else None)
+        except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out
 
 
-def scaled_entry(entry: Entry | None, current: int, want: int) -> Entry:
-    """The record of a write from `current` replicas to `want`: the operator's count kept while `current` is
-    gputide's, else `current` itself (no record yet, or someone else set it since gputide's last write)."""
+def scaled_entry(entry: Entry | None, current: int, want: int, owner: str | None) -> Entry:
+    """The record of `owner`'s write from `current` replicas to `want`: the operator's count kept while `current` is
+    gputide's (whichever controller wrote the entry: a service moved between shards), else `current` itself (no
+    record yet, or someone else set it since gputide's last write)."""
     own = entry.own if entry is not None and entry.gputides(current) else current
-    return Entry(own, want, current)
+    return Entry(own, want, current, owner)
 
 
 def record_body(configmap: Json | None, namespace: str, name: str, changes: Mapping[str, Entry | None]) -> Json | None:
@@ -120,11 +136,13 @@ def _managed(key: str, services: Collection[str]) -> bool:
     return name in services or f"{ns}/{name}" in services
 
 
-def to_give_back(recorded: Iterable[str], namespaces: Iterable[str] | None, services: Collection[str]) -> list[str]:
-    """The record keys to give back: those of `namespaces` (None: of any namespace) scaling none of `services`."""
+def to_give_back(recorded: Mapping[str, Entry], namespaces: Iterable[str] | None, services: Collection[str],
+                 owner: str | None) -> list[str]:
+    """The record keys the controller `owner` gives back: those of `namespaces` (None: of any namespace) scaling none
+    of `services`, written by it or by a writer not recorded (`Entry.owned`)."""
     where = None if namespaces is None else set(namespaces)
-    return sorted(k for k in recorded
-                  if (where is None or key_deployment(k)[0] in where) and not _managed(k, services))
+    return sorted(k for k, entry in recorded.items() if entry.owned(owner)
+                  and (where is None or key_deployment(k)[0] in where) and not _managed(k, services))
 
 
 def restore_change(entry: Entry, current: int) -> tuple[Json | None, str]:

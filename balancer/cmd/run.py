@@ -372,7 +372,7 @@ def floors_released(actuator, profiles: Collection[str] | None,
     cluster-wide list of HPAs, then `KubernetesActuator.restore_floors(None, profiles)` (its per-HPA rule: a
     minReplicas someone else wrote since is left, the record dropped). True once given back; False on a standby or
     when an HPA or a recorded Deployment could not be read or written (its note "hpa floors in NS not given back",
-    "deployment replicas in NS not given back"; this controller's record of Deployments' counts unread for a
+    "deployment replicas in NS not given back"; the record of Deployments' counts unread for a
     temporary error is "deployment replicas not given back", refused a note only, read again next term); a temporary
     error of the list raises (the reloader logs it and tries again at its
     next poll). A list refused for good (HTTP 403: a

@@ -10,6 +10,7 @@ import pytest
 from api_calls import requests_of, requests_of_command, requests_of_container, to_rbac
 from test_deploy_manifests import OVERLAYS, render
 
+from balancer.actuate.k8s_deploy_record import RECORD_NAME
 from balancer.cli import build_parser
 
 NAMESPACE = "gputide"
@@ -63,7 +64,9 @@ def granted(overlay: str) -> dict[str, dict[tuple[str, str, str], set[str]]]:
             assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE, subject
             rights = out.setdefault(subject["name"], {})
             for rule in role["rules"]:
-                assert not rule.get("resourceNames") and not rule.get("nonResourceURLs"), rule
+                assert not rule.get("nonResourceURLs"), rule
+                # named objects only for the record of the operator's Deployment counts (test_deploy_rbac_scope.py)
+                assert rule.get("resourceNames") in (None, [RECORD_NAME]), rule
                 for triple in itertools.product(rule["apiGroups"], rule["resources"], rule["verbs"]):
                     rights.setdefault(triple, set()).add(where)
     return out

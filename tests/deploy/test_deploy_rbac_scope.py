@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import pytest
 from api_calls import requests_of, requests_of_command
-from test_deploy_manifests import OVERLAYS
+from test_deploy_manifests import OVERLAYS, render
 from test_deploy_rbac import NAMESPACE, granted, needs
 
+from balancer.actuate.k8s_deploy_record import RECORD_NAME
+
 OWN_NAMESPACE = {("coordination.k8s.io", "leases"),   # the pod's own namespace: --lease-namespace=$(POD_NAMESPACE)
-                 ("", "configmaps")}   # the Lease's record of the operator's Deployment counts (k8s_deploy_record)
+                 ("", "configmaps")}   # the record of the operator's Deployment counts (k8s_deploy_record)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -25,6 +27,16 @@ def test_every_right_the_code_uses_across_namespaces_is_granted_cluster_wide(ove
             where = rights.get(sa, {}).get(request, set())
             expected = {NAMESPACE} if request[:2] in OWN_NAMESPACE else {"*"}
             assert expected <= where, f"{overlay}: {sa} holds {request} in {sorted(where)}, not {sorted(expected)}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_controller_reads_and_updates_no_configmap_but_its_record_of_deployment_counts(overlay):
+    """The Role once granted get and update on every ConfigMap of gputide's namespace: the controller could rewrite
+    the policy and services ConfigMaps it live-reloads. Both now name the record alone (resourceNames); create cannot
+    be restricted by name, and creates only a ConfigMap that does not exist yet."""
+    for role in (o for o in render(overlay) if o["kind"] in ("Role", "ClusterRole")):
+        for rule in (r for r in role["rules"] if "configmaps" in r["resources"]):
+            assert rule.get("resourceNames") == [RECORD_NAME] or rule["verbs"] == ["create"], (overlay, role, rule)
 
 
 def test_the_code_reading_finds_todays_new_calls():

@@ -24,7 +24,8 @@ from balancer.loop import NullLeaderElector
 from balancer.model import ScaleInference
 
 OWNER = "gputide/gputide-controller"
-RECORD = ("gputide-controller-replicas", "gputide")   # "<lease>-replicas" in the Lease's namespace
+SHARD = "gputide/gputide-controller-b"   # another shard, electing on its own Lease
+RECORD = ("gputide-replicas", "gputide")   # one record, shared, in the Lease's namespace
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +49,8 @@ def replicas(kube: FakeKube, name: str = "web", ns: str = "serve") -> int:
     return kube.get("deployments", name, ns)["spec"]["replicas"]
 
 
-def record(kube: FakeKube, name: str = RECORD[0]) -> dict[str, dict]:
-    cm = kube.get("configmaps", name, RECORD[1])
+def record(kube: FakeKube) -> dict[str, dict]:
+    cm = kube.get("configmaps", *RECORD)
     return {k: json.loads(v) for k, v in ((cm or {}).get("data") or {}).items()}
 
 
@@ -65,23 +66,23 @@ def act(kube: FakeKube, api, clock, sleeps) -> KubernetesActuator:
 
 
 def test_the_operators_count_is_recorded_before_the_first_scale_and_kept_after(kube, act) -> None:
-    assert record(kube) == {"serve.web": {"own": 6, "scaled": 2, "from": 6},
-                            "other.web": {"own": 6, "scaled": 3, "from": 6}}
+    assert record(kube) == {"serve.web": {"own": 6, "scaled": 2, "from": 6, "owner": OWNER},
+                            "other.web": {"own": 6, "scaled": 3, "from": 6, "owner": OWNER}}
     writes = [(r.method, r.path) for r in kube.requests if r.method in ("POST", "PUT", "PATCH")]
     assert writes[:2] == [("POST", "/api/v1/namespaces/gputide/configmaps"),   # created, then the scale
                           ("PATCH", "/apis/apps/v1/namespaces/serve/deployments/web/scale")]
     scaled(act, "serve/web", 4, 2)   # the morning's reclaim
-    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 4, "from": 2}
+    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 4, "from": 2, "owner": OWNER}
     scaled(act, "serve/web", 6, 4)   # back at the operator's own: the record forgotten
     assert replicas(kube) == 6 and "serve.web" not in record(kube) and "other.web" in record(kube)
 
 
 def test_a_scale_whose_record_cannot_be_written_is_not_made(kube, act) -> None:
-    kube.inject("PUT", r"/configmaps/gputide-controller-replicas$", 403)
+    kube.inject("PUT", r"/configmaps/gputide-replicas$", 403)
     result = scale(act, "serve/web", 1, 2)
     assert result.outcome is Outcome.RETRY and "record of its operator's count" in result.detail, result.detail
     assert not result.maybe_applied and replicas(kube) == 2
-    assert record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6}
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6, "owner": OWNER}
 
 
 def test_a_scale_that_did_not_land_keeps_the_operators_count(kube, act) -> None:
@@ -118,13 +119,13 @@ def test_a_count_the_operator_set_since_is_left_and_logged(kube, act, caplog) ->
 def test_a_count_the_operator_set_between_gputides_writes_is_their_own_from_then_on(kube, act) -> None:
     kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 4}})   # a hand scale-up for a spike
     scaled(act, "serve/web", 8, 4)
-    assert record(kube)["serve.web"] == {"own": 4, "scaled": 8, "from": 4}
+    assert record(kube)["serve.web"] == {"own": 4, "scaled": 8, "from": 4, "owner": OWNER}
     act.restore_floors(["serve"])
     assert replicas(kube) == 4
 
 
 def test_a_record_written_meanwhile_is_read_again(kube, act) -> None:
-    kube.before("PUT", r"/configmaps/gputide-controller-replicas$", lambda: kube.mutate(
+    kube.before("PUT", r"/configmaps/gputide-replicas$", lambda: kube.mutate(
         "configmaps", *RECORD, {"data": {"ml.other": json.dumps({"own": 1, "scaled": 2, "from": 1})}}))
     scaled(act, "serve/web", 4, 2)
     assert record(kube)["serve.web"]["scaled"] == 4 and "ml.other" in record(kube)   # 409, re-read: both kept
@@ -140,23 +141,39 @@ def test_a_record_created_meanwhile_is_read_again(kube, api, clock, sleeps) -> N
     assert set(record(kube)) == {"ml.other", "serve.web"}
 
 
-def test_a_shard_keeps_its_own_record_and_gives_back_only_its_own(kube, act, api, clock, sleeps) -> None:
+def test_a_shard_writes_the_shared_record_and_gives_back_only_its_own(kube, act, api, clock, sleeps) -> None:
     kube.add(deployment("api", "serve", replicas=5))
-    shard = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner="gputide/gputide-controller-b")
+    shard = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=SHARD)
     scaled(shard, "serve/api", 1, 5)
-    assert list(record(kube, "gputide-controller-b-replicas")) == ["serve.api"]
+    assert record(kube)["serve.api"] == {"own": 5, "scaled": 1, "from": 5, "owner": SHARD}
     shard.restore_floors(None, ())
     assert replicas(kube, "api") == 5 and replicas(kube) == 2 and "serve.web" in record(kube)
+    kube.mutate("configmaps", *RECORD, {"data": {"ml.old": json.dumps({"own": 3, "scaled": 1, "from": 3})}})
+    kube.add(deployment("old", "ml", replicas=1))
+    shard.restore_floors(["ml"])   # written by a version that recorded no writer: any controller gives it back
+    assert replicas(kube, "old", "ml") == 3 and "ml.old" not in record(kube)
+
+
+def test_a_service_moving_between_shards_keeps_the_operators_count(kube, act, api, clock, sleeps) -> None:
+    """Per-shard records lost it: shard A lowered serve/web 6 -> 2, its replicas moved to shard B's nodes, B's reclaim
+    recorded 2 as the operator's in its own record and A's was never given back by B."""
+    shard = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=SHARD)
+    scaled(shard, "serve/web", 4, 2)
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 4, "from": 2, "owner": SHARD}
+    act.restore_floors(["serve"])   # no longer A's: left to B
+    assert replicas(kube) == 4 and "serve.web" in record(kube)
+    shard.restore_floors(["serve"])
+    assert replicas(kube) == 6 and "serve.web" not in record(kube)
 
 
 def test_an_unreadable_record_is_a_note_and_the_hpa_floors_still_go_back(kube, act) -> None:
     kube.add(deployment("api", "serve"))
     kube.add(hpa("api", "api", "serve", lo=3, hi=10))
     raise_floor(act, "serve/api", 8)
-    kube.inject("GET", r"/configmaps/gputide-controller-replicas$", 403)
+    kube.inject("GET", r"/configmaps/gputide-replicas$", 403)
     notes = act.restore_floors(["serve"])
     assert hpa_stored(kube, "api") == (3, {}) and replicas(kube) == 2
-    assert any(n.startswith("record of deployment replicas gputide/gputide-controller-replicas not read")
+    assert any(n.startswith("record of deployment replicas gputide/gputide-replicas not read")
                for n in notes), notes
 
 
@@ -181,7 +198,7 @@ def test_a_deployment_not_given_back_is_tried_again_at_the_next_poll(kube, act) 
 def test_a_record_unread_for_a_temporary_error_is_tried_again(kube, act) -> None:
     """An HTTP 500 reading the record was a note neither retry matched: the give-back dropped for the whole term."""
     leave, release = retries(act)
-    kube.inject("GET", r"/configmaps/gputide-controller-replicas$", 500, count=10)
+    kube.inject("GET", r"/configmaps/gputide-replicas$", 500, count=10)
     assert leave(("serve", "ml")) == ("serve", "ml") and replicas(kube) == 2
     assert release() is False
     assert leave(("serve",)) == () and replicas(kube) == 6
@@ -190,10 +207,10 @@ def test_a_record_unread_for_a_temporary_error_is_tried_again(kube, act) -> None
 
 def test_a_raise_whose_record_cannot_be_written_is_made_anyway(kube, act, caplog) -> None:
     """The morning's reclaim was held (RETRY) while the record could not be written: the SLO waited on bookkeeping."""
-    kube.inject("PUT", r"/configmaps/gputide-controller-replicas$", 422, count=10)
+    kube.inject("PUT", r"/configmaps/gputide-replicas$", 422, count=10)
     with caplog.at_level(logging.WARNING, logger="balancer.actuate.k8s_actuator"):
         scaled(act, "serve/web", 4, 2)
-    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6}
+    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6, "owner": OWNER}
     assert any("raised to 4 without the record" in m for m in caplog.messages), caplog.messages
     assert scale(act, "serve/web", 3, 4).outcome is Outcome.RETRY and replicas(kube) == 4   # a lowering still waits
     act.restore_floors(["serve"])
