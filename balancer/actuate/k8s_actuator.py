@@ -120,7 +120,6 @@ from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_deploy_record import (
     Entry,
     entries,
-    key_deployment,
     record_body,
     record_key,
     record_name,
@@ -429,7 +428,7 @@ class KubernetesActuator:
         key, kept = record_key(ns, name), {}
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
-            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner)
+            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner, ns, name)
             return {key: kept["entry"]}
 
         try:
@@ -581,7 +580,7 @@ class KubernetesActuator:
             return [f"{what} not read: deployment replicas not given back: {err}"]
         notes, done = [], []
         for key in to_give_back(recorded, namespaces, managed, self.floor_owner):
-            ns, name = key_deployment(key)
+            ns, name = recorded[key].namespace, recorded[key].name
             try:
                 with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
                     notes.append(self._give_back_deployment(ns, name, recorded[key]))

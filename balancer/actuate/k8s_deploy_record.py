@@ -13,9 +13,12 @@ controller's own namespace (its Lease's, `floor_owner` "ns/name": `record_name`)
 controller there: a fixed name is what lets the Role grant get and update on it alone (resourceNames), never on the
 controller's own policy and services ConfigMaps, which it live-reloads; and one record for all keeps the operator's
 count when a service moves between shards (shard A lowers it 6 -> 2, shard B raises it next: B's write finds A's 2
-gputide's and keeps the 6). One key per Deployment, "<namespace>.<name>" (a namespace has no dots: split at the
-first), valued {"own": the operator's count, "scaled": the count gputide wrote last, "from": the count that write
-replaced, "owner": the controller that wrote it, its Lease "ns/name", as HPA floors carry gputide.io/floor-owner}.
+gputide's and keeps the 6). One key per Deployment (`record_key`): "<namespace>.<name>", or where that would pass a
+ConfigMap key's 253 characters (a long namespace and name) "<namespace>.<sha256 of the name, 32 hex digits>", so
+that every key is one the API server takes ([-._a-zA-Z0-9]+); the Deployment is named in the value, the key is never
+parsed. Valued {"namespace", "name": the Deployment's, "own": the operator's count, "scaled": the count gputide wrote
+last, "from": the count that write replaced, "owner": the controller that wrote it, its Lease "ns/name", as HPA
+floors carry gputide.io/floor-owner}.
 A writer keeps an entry's "own" whoever wrote it and names itself; a give-back takes only the entries this
 controller wrote or whose writer is not recorded (`k8s_hpa.floor_owned`'s rule): another shard's are its own. An
 actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
@@ -39,24 +42,30 @@ needs).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Json = dict[str, Any]
 RECORD_NAME = "gputide-replicas"   # the ConfigMap, in the controller's Lease's namespace (its Role's resourceNames)
+KEY_MAX = 253   # a ConfigMap key's length, and its characters:
+KEY_CHARS = re.compile(r"[-._a-zA-Z0-9]+")
 
 
 @dataclass(frozen=True)
 class Entry:
     """One Deployment's record: the operator's count, the count gputide wrote last and the count that write
-    replaced."""
+    replaced, by whom, of which Deployment."""
 
     own: int
     scaled: int
     before: int
     owner: str | None = None   # the controller that wrote it (its Lease, "ns/name"); None: not recorded
+    namespace: str = ""
+    name: str = ""
 
     def gputides(self, current: int) -> bool:
         """Whether `current` replicas are gputide's doing (its last write, landed or not), not the operator's."""
@@ -68,7 +77,8 @@ class Entry:
         return owner is None or self.owner is None or self.owner == owner
 
     def text(self) -> str:
-        value = {"own": self.own, "scaled": self.scaled, "from": self.before}
+        value = {"namespace": self.namespace, "name": self.name, "own": self.own, "scaled": self.scaled,
+                 "from": self.before}
         return json.dumps(value if self.owner is None else {**value, "owner": self.owner}, sort_keys=True)
 
 
@@ -79,11 +89,20 @@ def record_name(owner: str) -> tuple[str, str]:
 
 
 def record_key(namespace: str, name: str) -> str:
-    return f"{namespace}.{name}"
+    """The key of deployment `namespace/name`: "<namespace>.<name>" where it is a valid ConfigMap key, else the name
+    hashed (a namespace and a name of up to 63 and 253 characters would pass 253: refused, HTTP 422, for good)."""
+    key = f"{namespace}.{name}"
+    if len(key) <= KEY_MAX and KEY_CHARS.fullmatch(key):
+        return key
+    key = f"{namespace}.{hashlib.sha256(name.encode()).hexdigest()[:32]}"
+    if len(key) <= KEY_MAX and KEY_CHARS.fullmatch(key):
+        return key
+    return hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:32]   # no namespace is (a DNS label)
 
 
-def key_deployment(key: str) -> tuple[str, str]:
-    """(namespace, name) of a record key: a namespace has no dots, a Deployment's name may."""
+def _key_deployment(key: str) -> tuple[str, str]:
+    """(namespace, name) of a key whose value does not name its Deployment (hand-written): a namespace has no dots,
+    a Deployment's name may."""
     ns, _, name = key.partition(".")
     return ns, name
 
@@ -95,20 +114,22 @@ def entries(configmap: Json | None) -> dict[str, Entry]:
     for key, value in ((configmap or {}).get("data") or {}).items():
         try:
             raw = json.loads(value)
-            owner = raw.get("owner")
+            owner, (ns, name) = raw.get("owner"), _key_deployment(key)
             out[key] = Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])),
-                             owner if isinstance(owner, str) else None)
+                             owner if isinstance(owner, str) else None, str(raw.get("namespace", ns)),
+                             str(raw.get("name", name)))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out
 
 
-def scaled_entry(entry: Entry | None, current: int, want: int, owner: str | None) -> Entry:
-    """The record of `owner`'s write from `current` replicas to `want`: the operator's count kept while `current` is
+def scaled_entry(entry: Entry | None, current: int, want: int, owner: str | None, namespace: str, name: str) -> Entry:
+    """The record of `owner`'s write from `current` replicas to `want` of deployment `namespace/name` (its key's
+    entry now `entry`, None: none): the operator's count kept while `current` is
     gputide's (whichever controller wrote the entry: a service moved between shards), else `current` itself (no
     record yet, or someone else set it since gputide's last write)."""
     own = entry.own if entry is not None and entry.gputides(current) else current
-    return Entry(own, want, current, owner)
+    return Entry(own, want, current, owner, namespace, name)
 
 
 def record_body(configmap: Json | None, namespace: str, name: str, changes: Mapping[str, Entry | None]) -> Json | None:
@@ -130,10 +151,9 @@ def record_body(configmap: Json | None, namespace: str, name: str, changes: Mapp
     return {**configmap, "data": data}
 
 
-def _managed(key: str, services: Collection[str]) -> bool:
-    """Whether the Deployment of `key` is one of `services` ("namespace/name", or a bare name: any namespace's)."""
-    ns, name = key_deployment(key)
-    return name in services or f"{ns}/{name}" in services
+def _managed(entry: Entry, services: Collection[str]) -> bool:
+    """Whether the Deployment of `entry` is one of `services` ("namespace/name", or a bare name: any namespace's)."""
+    return entry.name in services or f"{entry.namespace}/{entry.name}" in services
 
 
 def to_give_back(recorded: Mapping[str, Entry], namespaces: Iterable[str] | None, services: Collection[str],
@@ -142,7 +162,7 @@ def to_give_back(recorded: Mapping[str, Entry], namespaces: Iterable[str] | None
     of `services`, written by it or by a writer not recorded (`Entry.owned`)."""
     where = None if namespaces is None else set(namespaces)
     return sorted(k for k, entry in recorded.items() if entry.owned(owner)
-                  and (where is None or key_deployment(k)[0] in where) and not _managed(k, services))
+                  and (where is None or entry.namespace in where) and not _managed(entry, services))
 
 
 def restore_change(entry: Entry, current: int) -> tuple[Json | None, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import fakeapi
 import pytest
@@ -19,6 +20,7 @@ from test_k8s_hpa_floor_restore import stored as hpa_stored
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
+from balancer.actuate.k8s_deploy_record import record_key
 from balancer.cmd.run import floors_given_back, floors_released
 from balancer.loop import NullLeaderElector
 from balancer.model import ScaleInference
@@ -26,6 +28,7 @@ from balancer.model import ScaleInference
 OWNER = "gputide/gputide-controller"
 SHARD = "gputide/gputide-controller-b"   # another shard, electing on its own Lease
 RECORD = ("gputide-replicas", "gputide")   # one record, shared, in the Lease's namespace
+KEY_MAX, KEY_CHARS = 253, re.compile(r"[-._a-zA-Z0-9]+")   # what the API server takes for a ConfigMap key
 
 
 @pytest.fixture(autouse=True)
@@ -50,8 +53,13 @@ def replicas(kube: FakeKube, name: str = "web", ns: str = "serve") -> int:
 
 
 def record(kube: FakeKube) -> dict[str, dict]:
+    """The record's entries by key, each naming its Deployment under its own key (`record_key`), the names taken out
+    (hand-written ones may lack them)."""
     cm = kube.get("configmaps", *RECORD)
-    return {k: json.loads(v) for k, v in ((cm or {}).get("data") or {}).items()}
+    out = {k: json.loads(v) for k, v in ((cm or {}).get("data") or {}).items()}
+    for key, value in out.items():
+        assert "namespace" not in value or record_key(value.pop("namespace"), value.pop("name")) == key, (key, value)
+    return out
 
 
 @pytest.fixture
@@ -215,3 +223,19 @@ def test_a_raise_whose_record_cannot_be_written_is_made_anyway(kube, act, caplog
     assert scale(act, "serve/web", 3, 4).outcome is Outcome.RETRY and replicas(kube) == 4   # a lowering still waits
     act.restore_floors(["serve"])
     assert replicas(kube) == 4   # the stale record takes 4 for the operator's: the higher count, the safe side
+
+
+def test_a_long_namespace_and_name_get_a_key_the_api_server_takes(kube, api, clock, sleeps) -> None:
+    """"<ns>.<name>" ran to 304 characters for a 63-character namespace and a 240-character name: every write of the
+    record refused (HTTP 422, a ConfigMap key is at most 253), so the Deployment was never scaled down, for good."""
+    ns, name = "n" * 63, "d" * 240
+    kube.add(deployment(name, ns, replicas=6))
+    act = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    scaled(act, f"{ns}/{name}", 2, 6)
+    (key, value), = kube.get("configmaps", *RECORD)["data"].items()
+    assert len(key) <= KEY_MAX and KEY_CHARS.fullmatch(key) and key.startswith(f"{ns}.")
+    assert {k: json.loads(value)[k] for k in ("namespace", "name", "own")} == {"namespace": ns, "name": name, "own": 6}
+    act.restore_floors([ns])
+    assert replicas(kube, name, ns) == 6 and record(kube) == {}
+    keys = (record_key("serve", "web"), record_key(ns, "a" * 253), record_key("x" * 300, "y"), record_key("a b", "c"))
+    assert keys[0] == "serve.web" and all(len(k) <= KEY_MAX and KEY_CHARS.fullmatch(k) for k in keys), keys
