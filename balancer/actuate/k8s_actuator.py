@@ -404,7 +404,7 @@ class KubernetesActuator:
                 raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
                                     f"else since): not scaled to {want}, the plan is stale", 409)
             if self.floor_owner is not None:
-                seen["own"] = self._keep_record(ns, name, current, want)
+                seen["own"] = self._keep_record(ns, name, current, want, d["metadata"]["resourceVersion"])
             return {"spec": {"replicas": want}}
 
         self.api.update(
@@ -418,9 +418,10 @@ class KubernetesActuator:
         return self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
                         _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
 
-    def _keep_record(self, ns: str, name: str, current: int, want: int) -> int | None:
-        """Record the operator's count of deployment `ns/name` before gputide scales it from `current` to `want`
-        (`k8s_deploy_record.scaled_entry`, read from the record as it is now); the operator's count recorded. Not
+    def _keep_record(self, ns: str, name: str, current: int, want: int, rv: str) -> int | None:
+        """Record the operator's count of deployment `ns/name` before gputide scales it from `current` to `want`, read
+        at resourceVersion `rv` (`k8s_deploy_record.scaled_entry`, from the record as it is now: a racing writer's
+        entry from the same `rv` keeps its counts); the operator's count recorded. Not
         written, a lowering is not made either (RETRY), as it would lose the operator's count; a raise (the morning's
         reclaim) is made anyway, logged (None): the SLO waits on no bookkeeping, and the record left stale takes the
         raised count for the operator's (neither of gputide's), so a give-back leaves it: the higher count, the safe
@@ -428,7 +429,7 @@ class KubernetesActuator:
         key, kept = record_key(ns, name), {}
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
-            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner, ns, name)
+            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner, (ns, name), rv)
             return {key: kept["entry"]}
 
         try:

@@ -18,7 +18,8 @@ ConfigMap key's 253 characters (a long namespace and name) "<namespace>.<sha256 
 that every key is one the API server takes ([-._a-zA-Z0-9]+); the Deployment is named in the value, the key is never
 parsed. Valued {"namespace", "name": the Deployment's, "own": the operator's count, "scaled": the count gputide wrote
 last, "from": the count that write replaced, "owner": the controller that wrote it, its Lease "ns/name", as HPA
-floors carry gputide.io/floor-owner}.
+floors carry gputide.io/floor-owner, "rv": the Deployment's resourceVersion that write was made from, "also": the
+counts other writes made from that same resourceVersion asked, which may still land}.
 A writer keeps an entry's "own" whoever wrote it and names itself; a give-back takes only the entries this
 controller wrote or whose writer is not recorded (`k8s_hpa.floor_owned`'s rule): another shard's are its own. An
 actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
@@ -29,6 +30,14 @@ without its record would lose the operator's count. A raise (the morning's recla
 waits on no bookkeeping, and the stale record takes the raised count for the operator's (neither of gputide's), so a
 give-back leaves the higher count. "from" is what makes a write that did not land (or got no answer)
 harmless too: the Deployment still at the count that write replaced is still gputide's, not the operator's.
+
+Two writers at once (an old leader still writing as the new one takes office, a write in flight across a restart)
+both read the Deployment at one resourceVersion and record their counts, one after the other; the one whose scale
+lands then finds the Deployment at the other's count, which is neither its "scaled" nor its "from" (the old leader
+recorded 2 -> 4, the new one 2 -> 5 over it, the 4 landed: 4 was once taken for the operator's count and the 6
+lost). Both scales carry the resourceVersion read, so at most one lands, and only while the Deployment is still at
+it: a write recorded from the resourceVersion of the entry it replaces keeps that entry's counts ("also"), one from
+a later resourceVersion drops them (the Deployment changed since, so none of them can land any more).
 
 The HPA record's rule for a count someone else wrote: `spec.replicas` that is neither of gputide's counts ("scaled",
 "from") was written by someone else (`kubectl scale`, a GitOps sync) between gputide's writes, and is the operator's
@@ -53,6 +62,7 @@ Json = dict[str, Any]
 RECORD_NAME = "gputide-replicas"   # the ConfigMap, in the controller's Lease's namespace (its Role's resourceNames)
 KEY_MAX = 253   # a ConfigMap key's length, and its characters:
 KEY_CHARS = re.compile(r"[-._a-zA-Z0-9]+")
+ALSO_MAX = 8   # the racing writes' counts kept: beyond, the oldest (each write from one resourceVersion adds one)
 
 
 @dataclass(frozen=True)
@@ -66,10 +76,13 @@ class Entry:
     owner: str | None = None   # the controller that wrote it (its Lease, "ns/name"); None: not recorded
     namespace: str = ""
     name: str = ""
+    rv: str | None = None   # the Deployment's resourceVersion the last write was made from; None: not recorded
+    also: tuple[int, ...] = ()   # the counts other writes from that resourceVersion asked (racing writers)
 
     def gputides(self, current: int) -> bool:
-        """Whether `current` replicas are gputide's doing (its last write, landed or not), not the operator's."""
-        return current in (self.scaled, self.before)
+        """Whether `current` replicas are gputide's doing (its last write, landed or not, or a racing writer's from
+        the same resourceVersion), not the operator's."""
+        return current in (self.scaled, self.before) or current in self.also
 
     def owned(self, owner: str | None) -> bool:
         """Whether the controller `owner` may give it back: written by it, or by a writer not recorded; any for a
@@ -78,8 +91,8 @@ class Entry:
 
     def text(self) -> str:
         value = {"namespace": self.namespace, "name": self.name, "own": self.own, "scaled": self.scaled,
-                 "from": self.before}
-        return json.dumps(value if self.owner is None else {**value, "owner": self.owner}, sort_keys=True)
+                 "from": self.before, "owner": self.owner, "rv": self.rv, "also": list(self.also)}
+        return json.dumps({k: v for k, v in value.items() if v not in (None, [])}, sort_keys=True)
 
 
 def record_name(owner: str) -> tuple[str, str]:
@@ -113,23 +126,30 @@ def entries(configmap: Json | None) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
     for key, value in ((configmap or {}).get("data") or {}).items():
         try:
-            raw = json.loads(value)
-            owner, (ns, name) = raw.get("owner"), _key_deployment(key)
-            out[key] = Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])),
-                             owner if isinstance(owner, str) else None, str(raw.get("namespace", ns)),
-                             str(raw.get("name", name)))
+            out[key] = _entry(key, json.loads(value))
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out
 
 
-def scaled_entry(entry: Entry | None, current: int, want: int, owner: str | None, namespace: str, name: str) -> Entry:
-    """The record of `owner`'s write from `current` replicas to `want` of deployment `namespace/name` (its key's
-    entry now `entry`, None: none): the operator's count kept while `current` is
+def _entry(key: str, raw: Json) -> Entry:
+    owner, rv, (ns, name) = raw.get("owner"), raw.get("rv"), _key_deployment(key)
+    return Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])),
+                 owner if isinstance(owner, str) else None, str(raw.get("namespace", ns)), str(raw.get("name", name)),
+                 rv if isinstance(rv, str) else None, tuple(int(c) for c in raw.get("also") or ()))
+
+
+def scaled_entry(entry: Entry | None, current: int, want: int, owner: str | None, deployment: tuple[str, str],
+                 rv: str) -> Entry:
+    """The record of `owner`'s write from `current` replicas to `want` of `deployment` (namespace, name) read at
+    resourceVersion `rv` (its key's entry now `entry`, None: none): the operator's count kept while `current` is
     gputide's (whichever controller wrote the entry: a service moved between shards), else `current` itself (no
-    record yet, or someone else set it since gputide's last write)."""
+    record yet, or someone else set it since gputide's last write). An entry recorded from the same resourceVersion
+    is a racing writer's whose scale may still land: its counts are kept ("also")."""
     own = entry.own if entry is not None and entry.gputides(current) else current
-    return Entry(own, want, current, owner, namespace, name)
+    racing = entry is not None and entry.rv is not None and entry.rv == rv
+    also = [c for c in dict.fromkeys((*entry.also, entry.scaled)) if c != want] if racing else []
+    return Entry(own, want, current, owner, *deployment, rv, tuple(also[-ALSO_MAX:]))
 
 
 def record_body(configmap: Json | None, namespace: str, name: str, changes: Mapping[str, Entry | None]) -> Json | None:

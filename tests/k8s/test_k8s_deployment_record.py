@@ -54,11 +54,12 @@ def replicas(kube: FakeKube, name: str = "web", ns: str = "serve") -> int:
 
 def record(kube: FakeKube) -> dict[str, dict]:
     """The record's entries by key, each naming its Deployment under its own key (`record_key`), the names taken out
-    (hand-written ones may lack them)."""
+    (hand-written ones may lack them), and the Deployment's resourceVersion each write was made from too."""
     cm = kube.get("configmaps", *RECORD)
     out = {k: json.loads(v) for k, v in ((cm or {}).get("data") or {}).items()}
     for key, value in out.items():
         assert "namespace" not in value or record_key(value.pop("namespace"), value.pop("name")) == key, (key, value)
+        value.pop("rv", None)
     return out
 
 
@@ -239,3 +240,18 @@ def test_a_long_namespace_and_name_get_a_key_the_api_server_takes(kube, api, clo
     assert replicas(kube, name, ns) == 6 and record(kube) == {}
     keys = (record_key("serve", "web"), record_key(ns, "a" * 253), record_key("x" * 300, "y"), record_key("a b", "c"))
     assert keys[0] == "serve.web" and all(len(k) <= KEY_MAX and KEY_CHARS.fullmatch(k) for k in keys), keys
+
+
+def test_an_old_and_a_new_leader_scaling_at_once_keep_the_operators_count(kube, act, api, clock, sleeps) -> None:
+    """Both read serve/web at 2 (one resourceVersion); the old leader recorded 2 -> 4, the new one 2 -> 5 over it,
+    then the old one's scale landed: the new leader's retry found 4, neither of the record's counts (5, 2), and took
+    it for the operator's, the 6 lost. At most one scale from that resourceVersion lands: the record keeps them all."""
+    new = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    read = kube.get("deployments", "web", "serve")["metadata"]["resourceVersion"]
+    kube.before("PATCH", r"/serve/deployments/web/scale", lambda: new._keep_record("serve", "web", 2, 5, read))
+    scaled(act, "serve/web", 4, 2)   # the old leader's, recorded before the new one's record, landing after it
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "from": 2, "owner": OWNER, "also": [4]}
+    scaled(new, "serve/web", 5, 4)   # the new leader's scale: 409 on its resourceVersion, read again at 4
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "from": 4, "owner": OWNER}   # from a later one
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 6
