@@ -74,8 +74,8 @@ class AlertTracker:
     since the last poll, as Prometheus's `ALERTS` series records it; polling only what fires now missed an alert
     that fired and cleared within a cycle (the 7-day soak found 2 of 4 cooling faults so: the GPU read 89 C at
     its 89 C slowdown, the controller moved the work one reconcile later, and the alert had cleared by the cycle's
-    end). Resolved: no longer firing now (/api/v1/alerts) after the fault ended. `seen`: per alert name, how many
-    cycles' polls found it firing (the summary's `alerts_seen`)."""
+    end). Resolved: no longer firing now (/api/v1/alerts) after the fault ended. `seen`: per alert name, the firing
+    alerts (one per label set) the cycles' polls found, summed over the polls (the summary's `alerts_seen`)."""
 
     def __init__(self, clock=time.monotonic, sleep=time.sleep) -> None:
         self.records: list[FaultRecord] = []
