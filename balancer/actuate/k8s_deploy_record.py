@@ -33,16 +33,19 @@ harmless too: the Deployment still at the count that write replaced is still gpu
 
 Two writers at once (an old leader still writing as the new one takes office, a write in flight across a restart)
 both read the Deployment at one resourceVersion and record their counts, one after the other; the one whose scale
-lands then finds the Deployment at the other's count, which is neither its "scaled" nor its "from" (the old leader
-recorded 2 -> 4, the new one 2 -> 5 over it, the 4 landed: 4 was once taken for the operator's count and the 6
-lost). Both scales carry the resourceVersion read, so at most one lands, and only while the Deployment is still at
+is refused (409) reads the Deployment again at the other's count, which is neither its "scaled" nor its "from" (the
+old leader recorded 2 -> 4, the new one 2 -> 5 over it, the 4 landed: 4 was once taken for the operator's count and
+the 6 lost). Both scales carry the resourceVersion read, so at most one lands, and only while the Deployment is still at
 it: a write recorded from the resourceVersion of the entry it replaces keeps that entry's counts ("also"), one from
 a later resourceVersion drops them (the Deployment changed since, so none of them can land any more).
 
-The HPA record's rule for a count someone else wrote: `spec.replicas` that is neither of gputide's counts ("scaled",
-"from") was written by someone else (`kubectl scale`, a GitOps sync) between gputide's writes, and is the operator's
+The HPA record's rule for a count someone else wrote: `spec.replicas` that is none of gputide's counts ("scaled",
+"from", "also") was written by someone else (`kubectl scale`, a GitOps sync) between gputide's writes, and is the operator's
 own from then on: gputide's next write records it as theirs, and a give-back leaves it (the key alone dropped). A
-hand scale to exactly the count gputide's last write replaced cannot be told from gputide's own, and counts as such.
+hand scale to exactly the count gputide's last write replaced (or a racing write's) cannot be told from gputide's
+own, and counts as such. A Deployment lowered by a version before this record has no entry: its next write records
+gputide's count as the operator's (scale it back by hand once). One ConfigMap holds at most 1 MiB: some thousands of
+entries.
 
 Given back (`restore_change`) when the Deployment's service leaves gputide's management, only while spec.replicas is
 still one of gputide's counts; never on a plain shutdown (a restart under load must keep the count the tide still
@@ -62,7 +65,7 @@ Json = dict[str, Any]
 RECORD_NAME = "gputide-replicas"   # the ConfigMap, in the controller's Lease's namespace (its Role's resourceNames)
 KEY_MAX = 253   # a ConfigMap key's length, and its characters:
 KEY_CHARS = re.compile(r"[-._a-zA-Z0-9]+")
-ALSO_MAX = 8   # the racing writes' counts kept: beyond, the oldest (each write from one resourceVersion adds one)
+ALSO_MAX = 8   # the racing writes' counts kept, the oldest dropped beyond (each write from one resourceVersion adds one)
 
 
 @dataclass(frozen=True)
