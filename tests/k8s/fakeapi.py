@@ -32,6 +32,10 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
   parameters and binding mode immutable, a volume's node affinity immutable once set).
 - Pod status subresource (PATCH pods/{name}/status): only the patch's `status` applies, as on the real server.
 - Events (core v1): created and listed like any other object.
+- ConfigMaps (core v1, namespaced): created (409 AlreadyExists for an existing name), read and replaced (409 for a
+  stale resourceVersion) like any other object, their data validated as the API server's ValidateConfigMap does
+  (k8s.io/apimachinery IsConfigMapKey): every key of `data` and `binaryData` [-._a-zA-Z0-9]+, at most 253 bytes,
+  not ".", ".." nor starting with "..", in one of the two only, and the values 1 MiB at most in all. Invalid -> 422.
 - Namespaces (cluster-scoped, `namespace(name, **labels)`): listed and watched like any other object, for pod
   affinity terms that select namespaces by their labels.
 - Pod list field selectors: spec.schedulerName, spec.nodeName, status.phase, metadata.name/namespace; label
@@ -51,6 +55,7 @@ Every request is logged in `requests` for assertions.
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import json
@@ -73,6 +78,7 @@ K8S_VERSION = "1.29"
 MERGE_PATCH = "application/merge-patch+json"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
+CONFIG_KEY, CONFIG_KEY_MAX, CONFIG_MAX = re.compile(r"[-._a-zA-Z0-9]+"), 253, 1024 * 1024   # IsConfigMapKey, 1 MiB
 
 # resource plural -> (kind, apiVersion, namespaced)
 RESOURCES: dict[str, tuple[str, str, bool]] = {
@@ -86,6 +92,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "clusterqueues": ("ClusterQueue", "kueue.x-k8s.io/v1beta1", False),
     "workloads": ("Workload", "kueue.x-k8s.io/v1beta1", True),
     "events": ("Event", "v1", True),
+    "configmaps": ("ConfigMap", "v1", True),
     "namespaces": ("Namespace", "v1", False),
     "persistentvolumeclaims": ("PersistentVolumeClaim", "v1", True),
     "persistentvolumes": ("PersistentVolume", "v1", False),
@@ -321,6 +328,29 @@ def _storage_errors(obj: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _configmap_errors(obj: dict[str, Any]) -> list[str]:
+    """A ConfigMap's keys and size as the API server checks them (ValidateConfigMap; IsConfigMapKey, whose length
+    is in bytes and whose pattern must match the whole key)."""
+    if obj.get("kind") != "ConfigMap":
+        return []
+    data, binary = obj.get("data") or {}, obj.get("binaryData") or {}
+    errors = []
+    for field_, keys in (("data", data), ("binaryData", binary)):
+        for key in keys:
+            if len(key.encode()) > CONFIG_KEY_MAX:
+                errors.append(f"{field_}[{key}]: Invalid value: must be no more than {CONFIG_KEY_MAX} characters")
+            if not CONFIG_KEY.fullmatch(key):
+                errors.append(f"{field_}[{key}]: Invalid value: a valid config key must consist of alphanumeric "
+                              "characters, '-', '_' or '.'")
+            if key in (".", "..") or key.startswith(".."):
+                errors.append(f"{field_}[{key}]: Invalid value: must not be '.' or '..' nor start with '..'")
+    errors += [f"binaryData[{key}]: Invalid value: duplicate of key {key!r} in data" for key in binary if key in data]
+    size = sum(len(str(v).encode()) for v in data.values()) + sum(len(base64.b64decode(v)) for v in binary.values())
+    if size > CONFIG_MAX:
+        errors.append(f"data: Too long: must have at most {CONFIG_MAX} bytes")
+    return errors
+
+
 def _update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What the API server refuses to change on an update (its ValidateXUpdate), for the kinds the tests change."""
     kind, was, now = new.get("kind"), old.get("spec") or {}, new.get("spec") or {}
@@ -378,7 +408,7 @@ def validate(obj: dict[str, Any]) -> None:
         _validator(str(obj.get("kind")), str(obj.get("apiVersion"))).validate(obj)
     except jsonschema.ValidationError as exc:
         raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {exc.message}") from exc
-    errors = _semantic_errors(obj) + _storage_errors(obj)
+    errors = _semantic_errors(obj) + _storage_errors(obj) + _configmap_errors(obj)
     if errors:
         raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {'; '.join(errors)}")
 

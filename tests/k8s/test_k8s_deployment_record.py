@@ -2,9 +2,13 @@
 HPA gets its minReplicas (`restore_floors`). Before, gputide wrote its count through the scale subresource and kept
 no record of the operator's: a service scaled down for the night and then protected, dropped from the profiles or
 left by capacity shifting turned off kept the night's count the next morning, with nothing to give it back. Now the
-operator's count is recorded before each scale in a ConfigMap beside the controller, named after its Lease
+operator's count is recorded before each scale in the ConfigMap gputide-replicas beside the controller
 (`k8s_deploy_record`: the controller may not patch Deployments), and restore_floors gives it back while
-spec.replicas is still gputide's."""
+spec.replicas is still gputide's.
+
+The fake API server serves ConfigMaps as the real one does, their keys validated ([-._a-zA-Z0-9]+, at most 253:
+else 422): before, these tests patched ConfigMaps into it without any check, so a record key the API server refuses
+(bc25f70's 304 characters) passed here."""
 
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ import json
 import logging
 import re
 
-import fakeapi
 import pytest
 from fakeapi import FakeKube, deployment, hpa
+from kubernetes import client as k8s
 from test_k8s_hpa_floor_restore import SNAP, raise_floor
 from test_k8s_hpa_floor_restore import stored as hpa_stored
 
@@ -29,13 +33,6 @@ OWNER = "gputide/gputide-controller"
 SHARD = "gputide/gputide-controller-b"   # another shard, electing on its own Lease
 RECORD = ("gputide-replicas", "gputide")   # one record, shared, in the Lease's namespace
 KEY_MAX, KEY_CHARS = 253, re.compile(r"[-._a-zA-Z0-9]+")   # what the API server takes for a ConfigMap key
-
-
-@pytest.fixture(autouse=True)
-def configmaps(monkeypatch) -> None:
-    """The fake API server serves ConfigMaps (core v1, namespaced) for these tests."""
-    monkeypatch.setitem(fakeapi.RESOURCES, "configmaps", ("ConfigMap", "v1", True))
-    monkeypatch.setitem(fakeapi.PLURAL, "ConfigMap", "configmaps")
 
 
 def scale(act: KubernetesActuator, service: str, replicas: int, previous: int) -> ActionResult:
@@ -255,3 +252,32 @@ def test_an_old_and_a_new_leader_scaling_at_once_keep_the_operators_count(kube, 
     assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "from": 4, "owner": OWNER}   # from a later one
     act.restore_floors(["serve"])
     assert replicas(kube) == 6
+
+
+def test_the_fake_api_server_refuses_the_configmap_keys_the_real_one_does(kube, api) -> None:
+    """As ValidateConfigMap (IsConfigMapKey): 422 for a key of other characters, past 253 bytes, or "..": the old
+    "<ns>.<name>" key of a 63-character namespace and a 240-character name is one. Created and replaced as the
+    real server does: 409 AlreadyExists, 409 for a stale resourceVersion."""
+    core = k8s.CoreV1Api(api)
+
+    def body(*keys: str, rv: str | None = None) -> dict:
+        return {"metadata": {"name": "gputide-replicas", "namespace": "gputide", "resourceVersion": rv},
+                "data": dict.fromkeys(keys, "{}")}
+
+    for bad in ("n" * 63 + "." + "d" * 240, "a b", "serve/web", "..web", "é"):
+        with pytest.raises(k8s.ApiException) as refused:
+            core.create_namespaced_config_map("gputide", body("serve.web", bad))
+        assert refused.value.status == 422, bad
+    made = core.create_namespaced_config_map("gputide", body("serve.web", "x" * 253, record_key("n" * 63, "d" * 240)))
+    with pytest.raises(k8s.ApiException) as exists:
+        core.create_namespaced_config_map("gputide", body("other.web"))
+    assert exists.value.status == 409
+    rv = made.metadata.resource_version
+    core.replace_namespaced_config_map("gputide-replicas", "gputide", body("other.web", rv=rv))
+    with pytest.raises(k8s.ApiException) as stale:
+        core.replace_namespaced_config_map("gputide-replicas", "gputide", body("serve.web", rv=rv))
+    assert stale.value.status == 409 and set(record(kube)) == {"other.web"}
+    with pytest.raises(k8s.ApiException) as refused:
+        core.replace_namespaced_config_map("gputide-replicas", "gputide", body("a" * 254))
+    assert refused.value.status == 422
+
