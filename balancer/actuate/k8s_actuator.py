@@ -1,10 +1,12 @@
 """The Kubernetes actuator: frozen actions turned into API calls, every failure into an `ActionResult`.
 
-Nothing here decides *what* to do. This module holds the actuator itself (dispatch, deadline, results, Events)
-and the power-cap, taint and inference paths; the Migrate path is `k8s_migrate`'s and the training Job path
-`k8s_training`'s. What the actions leave on nodes (hot taints, reservations, power caps' expiry) is released or
-renewed by `k8s_upkeep` (`release_expired`, `recover`, `housekeeping`, `keep_power_caps` delegate to its `Upkeep`:
-when, under which holds, per shard). How each action reaches the cluster:
+Nothing here decides *what* to do. This module holds the actuator itself (dispatch, deadline, results, Events) and
+the power-cap and taint paths; the Migrate path is `k8s_migrate`'s, the training Job path `k8s_training`'s and the
+inference path (HPA floors, Deployment scales and the record of their operator's counts, and their give-back,
+`restore_floors`) `k8s_inference`'s (`InferenceScaling`, the actuator's `inference`). What the actions leave on
+nodes (hot taints, reservations, power caps' expiry) is released or renewed by `k8s_upkeep` (`release_expired`,
+`recover`, `housekeeping`, `keep_power_caps` delegate to its `Upkeep`: when, under which holds, per shard). How each
+action reaches the cluster:
 
     Migrate         (`k8s_migrate`) reserve the target node (annotation `gputide.io/reserved-for`, a JSON map keyed
                     by the workload's owner so the replacement pod matches it), taint the hot source node
@@ -21,32 +23,33 @@ when, under which holds, per shard). How each action reaches the cluster:
                     leaves none in force for good: a live one renews the expiry (`k8s_upkeep`: not while it holds
                     still for an emergency stop, nor on a node labelled `gputide.io/emergency-stop=true`), and the
                     agent gives the caps back once it has passed.
-    ScaleInference  raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when an autoscaling/v2
-                    HPA scales the service (a Deployment, StatefulSet or Rollout of its name: `k8s_hpa.service_hpa`),
-                    else the Deployment's scale subresource. The floor never goes below
-                    the operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while
-                    the floor differs from it (a restarted controller reads it back), nor above maxReplicas (a
-                    floor capped there is still APPLIED, its cap carried: `ActionResult.capped_to`, a WARNING once
-                    per HPA and bound: `_floor_clamp`); the floor written is kept beside it (`gputide.io/floor-min-replicas`), so a minReplicas someone else
-                    wrote since is the operator's own from then on (`k8s_hpa`). An HPA another controller keeps
-                    (KEDA's, controlled by its ScaledObject) is refused (FAILED): its owner writes the floor back.
-                    So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference:
-                    a KServe InferenceService, an operator's custom resource), read first (get): its owner writes
+    ScaleInference  (`k8s_inference`) raise/lower the HPA's spec.minReplicas (a predictive floor under the HPA) when
+                    an autoscaling/v2 HPA scales the service (a Deployment, StatefulSet or Rollout of its name:
+                    `k8s_hpa.service_hpa`), else the Deployment's scale subresource. The floor never goes below the
+                    operator's own minReplicas, kept in the HPA's annotation `gputide.io/own-min-replicas` while the
+                    floor differs from it (a restarted controller reads it back), nor above maxReplicas (a floor
+                    capped there is still APPLIED, its cap carried: `ActionResult.capped_to`, a WARNING once per HPA
+                    and bound: `InferenceScaling._floor_clamp`); the floor written is kept beside it
+                    (`gputide.io/floor-min-replicas`), so a minReplicas someone else wrote since is the operator's
+                    own from then on (`k8s_hpa`). An HPA another controller keeps (KEDA's, controlled by its
+                    ScaledObject) is refused (FAILED): its owner writes the floor back.
+                    So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference: a
+                    KServe InferenceService, an operator's custom resource), read first (get): its owner writes
                     `spec.replicas` back. Each refusal is logged once (WARNING) while it lasts, then at DEBUG.
                     A Deployment's scale is lowered only while its `spec.replicas` is still the action's
-                    `previous_replicas`, with the resourceVersion read: a count someone else set since the plan
-                    (an operator's scale-up for a spike) is theirs, the plan stale (RETRY, code 409, nothing
-                    written); a raise is written whatever the count (a reclaim), one already at the action's count
-                    is left as it is (`_scale_deployment`). The operator's count is recorded before the scale,
+                    `previous_replicas`, with the resourceVersion read: a count someone else set since the plan (an
+                    operator's scale-up for a spike) is theirs, the plan stale (RETRY, code 409, nothing written); a
+                    raise is written whatever the count (a reclaim), one already at the action's count is left as it
+                    is (`InferenceScaling._scale_deployment`). The operator's count is recorded before the scale,
                     beside the controller rather than on the Deployment (whose patch right would reach its pod
                     template): the ConfigMap "gputide-replicas" in its Lease's namespace, shared, each entry naming
-                    its writer (`k8s_deploy_record`; none without `floor_owner`), and a lowering whose record cannot be written is not made (RETRY; a
-                    raise is, logged: the SLO first).
+                    its writer (`k8s_deploy_record`; none without `floor_owner`), and a lowering whose record cannot
+                    be written is not made (RETRY; a raise is, logged: the SLO first).
                     `restore_floors` gives the operator's own minReplicas, and a recorded Deployment's own count,
                     back where their services left gputide's management (a policy reload protecting them; never on
                     shutdown), only where this controller wrote the floor (`floor_owner`, recorded as
-                    `gputide.io/floor-owner`) or no writer is recorded (an older version's floor): another shard's
-                    or controller's floors are its own, as are the Deployments' records it wrote.
+                    `gputide.io/floor-owner`) or no writer is recorded (an older version's floor): another shard's or
+                    controller's floors are its own, as are the Deployments' records it wrote.
     ScaleTraining   batch/v1 Job (`k8s_training`): stopped for 0 workers, labelled `gputide.io/suspended=true` (its
                     pods' priority kept in `gputide.io/priority`) so `KubernetesWorkloads.suspended_jobs` finds it
                     again: a plain Job by `spec.suspend`, a Job queued through Kueue by its Workload's
@@ -109,7 +112,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -117,29 +120,9 @@ from prometheus_client import CollectorRegistry
 from balancer.actions import HOT_TAINT_TTL_S
 from balancer.actuate.base import ActionResult, Outcome, refused_result
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
-from balancer.actuate.k8s_deploy_record import (
-    Entry,
-    entries,
-    record_body,
-    record_key,
-    record_name,
-    restore_change,
-    scaled_entry,
-    to_give_back,
-)
 from balancer.actuate.k8s_events import post_event, tell_action  # noqa: F401  (post_event: re-exported, k8s_tell's)
-from balancer.actuate.k8s_hpa import (  # noqa: F401  (HPA_OWN_MIN_ANNOTATION: re-exported)
-    FIELD_MANAGER,
-    HPA_OWN_MIN_ANNOTATION,
-    controller_name,
-    floor_managed,
-    floor_restore_patch,
-    floored_namespaces,
-    hpa_controller,
-    hpa_floor,
-    hpa_floor_patch,
-    service_hpa,
-)
+from balancer.actuate.k8s_hpa import HPA_OWN_MIN_ANNOTATION  # noqa: F401  (re-exported)
+from balancer.actuate.k8s_inference import InferenceScaling
 from balancer.actuate.k8s_migrate import Migrations
 from balancer.actuate.k8s_nodes import (
     POWER_CAP_TTL_S,
@@ -154,13 +137,9 @@ from balancer.actuate.k8s_training import Applied, TrainingJobs
 from balancer.actuate.k8s_upkeep import Upkeep
 from balancer.actuate.kubernetes import (
     HOT_TAINT_KEY,
-    MERGE_PATCH,
     POWER_CAP_ANNOTATION,
     RESERVATION_ANNOTATION,
-    ConflictError,
     Json,
-    KubeTemporaryError,
-    NotFoundError,
     _Api,
     _code,
     _json_annotation,
@@ -249,7 +228,9 @@ class KubernetesActuator:
             self.api, clock, default_namespace=default_namespace, hot_taint_key=hot_taint_key,
             reservation_annotation=reservation_annotation, hot_taint_ttl_s=hot_taint_ttl_s,
             reservation_ttl_s=reservation_ttl_s)
-        self._refusals: set[str] = set()   # the refusals and floor caps logged at WARNING once (`_refuse`)
+        # the refusals and floor caps logged at WARNING once (`InferenceScaling._refuse`, `_floor_clamp`): one set
+        self._refusals: set[str] = set()
+        self.inference = InferenceScaling(self.api, floor_owner, self._refusals, action_deadline_s=action_deadline_s)
         # each handler returns its detail, or `Applied` where the result carries more (as data, never parsed)
         self._handlers: dict[type, Callable[[Any, ClusterSnapshot], str | Applied]] = {
             Migrate: self.migrations.migrate, SetPowerLimit: self._power_limit, ScaleInference: self._scale_inference,
@@ -330,285 +311,17 @@ class KubernetesActuator:
         """Expired hot taints and reservations removed, caps' expiry renewed when due (`Upkeep.release_expired`)."""
         return self.upkeep.release_expired(nodes)
 
-    # ---- inference: HPA floor or Deployment scale ----
+    # ---- inference: HPA floor or Deployment scale, and their give-back (k8s_inference) ----
 
     def _scale_inference(self, action: ScaleInference, snapshot: ClusterSnapshot) -> str | Applied:
         ns, name = split_name(action.service, self._owner_namespace(action.service, snapshot))
-        hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
-        hpa = service_hpa(hpas, name)   # whatever it scales: a Deployment, a StatefulSet, a Rollout
-        if hpa is None:
-            return self._scale_deployment(ns, name, int(action.replicas), int(action.previous_replicas))
-        hname, floor, owner = hpa["metadata"]["name"], {}, hpa_controller(hpa)
-        if owner is not None:   # its controller writes its spec back (KEDA): a floor there would not hold
-            self._refuse(f"hpa {ns}/{hname} is generated and kept by {owner}, which writes its minReplicas back: not "
-                         "floored (set the floor on the owner, or leave the service out of the profiles)")
-
-        def change(h: Json) -> Json | None:
-            want, own = hpa_floor(h, int(action.replicas))
-            floor.update(value=want, most=int(h["spec"]["maxReplicas"]))
-            return hpa_floor_patch(h, want, own, self.floor_owner)
-
-        what = f"hpa {ns}/{hname}"
-        self.api.update(
-            what, lambda: self.api(what, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, hname, ns),
-            lambda body: self.api(what, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, hname, ns,
-                                  body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
-        note, capped_to = self._floor_clamp(what, int(action.replicas), **floor)
-        return Applied(f"{what} minReplicas = {floor['value']}{note}", capped_to=capped_to)
-
-    def _floor_clamp(self, what: str, asked: int, value: int, most: int) -> tuple[str, int | None]:
-        """What the HPA made of a floor of `asked` replicas (`value` written, `most` its maxReplicas): for the
-        result's detail (nothing when it stands as asked), and its cap (None: none). One capped at maxReplicas says so,
-        with the replicas that will never start, and is logged at WARNING once per HPA and bound, whatever floor was
-        asked (the planner's ask moves with demand; what the operator must change is the bound): the result is still
-        APPLIED (the floor written stands), but the plan that asked for it counted replicas the HPA will not create
-        and may have shrunk training for them: the result carries the cap (`ActionResult.capped_to`, from
-        `Applied.capped_to`), and the capacity planner asks no more of the service, and lends those GPUs back, while
-        it believes it."""
-        if value >= asked:
-            return ("" if value == asked else f" (asked {asked}, clamped up to the operator's own minReplicas or 1)",
-                    None)
-        why = (f"{what}: a floor of {asked} replicas capped at its maxReplicas {most}: {asked - value} replicas asked "
-               f"will not start (raise the HPA's maxReplicas, or set the service profile's maxReplicas to {most})")
-        if (told := f"{what}: capped at its maxReplicas {most}") not in self._refusals:
-            self._refusals.add(told)
-            log.warning("%s", why)
-        return (f" (asked {asked}, clamped to the HPA's maxReplicas {most}: {asked - value} replicas will not "
-                "start)", most)
-
-    def _scale_deployment(self, ns: str, name: str, want: int, planned: int) -> str:
-        """Set the replicas of a Deployment no HPA scales through its scale subresource, only while they are still
-        the `planned` count the action was made from: read the Deployment (refused when another controller keeps
-        it), then write the scale with its resourceVersion. A lower count than now, when someone else set the count
-        since the snapshot (an operator's scale-up for a spike), is not written: that count is theirs, the plan is
-        stale (RETRY, code 409, nothing written; the next cycle plans from the count as it is), and so is one set
-        between the read and the write (409, read again). A higher count than now is written whatever the plan saw
-        (a reclaim: the SLO first, and it lowers no one's count).
-        A count already at `want` (the same action tried again after a write that got no answer) is left as it is.
-        With `floor_owner`, the operator's count is recorded before each write (`_keep_record`): a lowering whose
-        record cannot be written is not made, a raise is made anyway; one back at the operator's own count drops its
-        record after."""
-        what, seen = f"deployment {ns}/{name}", {}
-
-        def change(d: Json) -> Json | None:
-            owner = controller_name(d)
-            if owner is not None:   # its controller writes spec.replicas back (KServe, an operator): flapping
-                self._refuse(f"deployment {ns}/{name} is kept by {owner}, which writes its replicas back: not scaled "
-                             "(scale it through the owner, or leave the service out of the profiles)")
-            seen["now"] = current = int((d.get("spec") or {}).get("replicas", 1))
-            if current == want:
-                return None
-            # a raise is written whatever the count now (a reclaim waits on no one's bookkeeping: the plan's count may
-            # be a lagging kube-state-metrics reading, or the placed pods with some pending), but never below it
-            if want < current and current != planned:
-                raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
-                                    f"else since): not scaled to {want}, the plan is stale", 409)
-            if self.floor_owner is not None:
-                seen["own"] = self._keep_record(ns, name, current, want, d["metadata"]["resourceVersion"])
-            return {"spec": {"replicas": want}}
-
-        self.api.update(
-            what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),
-            lambda body: self._patch_scale(what, ns, name, body), change)
-        if seen.get("own") == want:   # the operator's own count again: nothing of gputide's to give back
-            self._forget_record(ns, name, want)
-        return f"{ns}/{name} replicas = {want}" + (" (already)" if seen["now"] == want else "")
-
-    def _patch_scale(self, what: str, ns: str, name: str, body: Json) -> Json:
-        return self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
-                        _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
-
-    def _keep_record(self, ns: str, name: str, current: int, want: int, rv: str) -> int | None:
-        """Record the operator's count of deployment `ns/name` before gputide scales it from `current` to `want`, read
-        at resourceVersion `rv` (`k8s_deploy_record.scaled_entry`, from the record as it is now: a racing writer's
-        entry from the same `rv` keeps its counts); the operator's count recorded. Not
-        written, a lowering is not made either (RETRY), as it would lose the operator's count; a raise (the morning's
-        reclaim) is made anyway, logged (None): the SLO waits on no bookkeeping, and the record left stale takes the
-        raised count for the operator's (neither of gputide's), so a give-back leaves it: the higher count, the safe
-        side. Its unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
-        key, kept = record_key(ns, name), {}
-
-        def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
-            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner, (ns, name), rv)
-            return {key: kept["entry"]}
-
-        try:
-            with self.api.writes():
-                self._write_record(change)
-        except ActuationError as err:
-            if want > current:
-                log.warning("deployment %s/%s: raised to %d without the record of its operator's count (%s): a "
-                            "give-back leaves it at the raised count", ns, name, want, err)
-                return None
-            raise KubeTemporaryError(f"deployment {ns}/{name} not scaled: the record of its operator's count could "
-                                     f"not be written ({err})", getattr(err, "status", 0)) from err
-        return kept["entry"].own
-
-    def _forget_record(self, ns: str, name: str, want: int) -> None:
-        """Drop the record of deployment `ns/name`, scaled back to its operator's `want`, while it still says so
-        (best effort: a record left at the operator's count gives nothing back)."""
-        key = record_key(ns, name)
-
-        def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
-            entry = recorded.get(key)
-            return {key: None} if entry is not None and entry.own == entry.scaled == want else {}
-
-        try:
-            with self.api.writes():
-                self._write_record(change)
-        except ActuationError as err:
-            log.debug("deployment %s/%s: record of its operator's count kept: %s", ns, name, err)
-
-    def _read_record(self) -> Json | None:
-        """The record ConfigMap of this controller's namespace (`k8s_deploy_record.record_name`); None: there is none
-        yet."""
-        ns, name = record_name(str(self.floor_owner))
-        try:
-            return self.api(f"configmap {ns}/{name}", self.api.core.read_namespaced_config_map, name, ns)
-        except NotFoundError:
-            return None
-
-    def _write_record(self, changes: Callable[[dict[str, Entry]], Mapping[str, Entry | None]]) -> None:
-        """Read-modify-write of the record ConfigMap with its resourceVersion (`_Api.update`: a 409
-        reads again), `changes` made to the records as read; created when missing (one created meanwhile: read
-        again)."""
-        ns, name = record_name(str(self.floor_owner))
-        what = f"configmap {ns}/{name}"
-        for attempt in range(self.api.max_retries + 1):
-            try:
-                self.api.update(
-                    what, lambda: self.api(what, self.api.core.read_namespaced_config_map, name, ns),
-                    lambda body: self.api(what, self.api.core.replace_namespaced_config_map, name, ns, body),
-                    lambda cm: record_body(cm, ns, name, changes(entries(cm))))
-                return
-            except NotFoundError:
-                body = record_body(None, ns, name, changes({}))
-                if body is None:
-                    return
-                try:
-                    self.api(what, self.api.core.create_namespaced_config_map, ns, body)
-                    return
-                except ConflictError:   # created by another writer since: read it again
-                    if attempt == self.api.max_retries:
-                        raise
-
-    def _refuse(self, why: str) -> None:
-        """Refuse the action (FAILED, code "refused"), logging `why` at WARNING the first time only: the loop reports
-        every FAILED result already (its log line, the audit, gputide_actuation_errors_total{code="refused"})."""
-        if why not in self._refusals:
-            self._refusals.add(why)
-            log.warning("%s", why)
-        else:
-            log.debug("%s", why)
-        raise PermanentActuationError(why)
+        return self.inference.scale(ns, name, int(action.replicas), int(action.previous_replicas))
 
     def restore_floors(self, namespaces: Iterable[str] | None = None, managed: Collection[str] = ()) -> list[str]:
-        """Give the operator's own minReplicas back to every HPA of `namespaces` that carries gputide's floor
-        record (`k8s_hpa.floor_restore_patch`): their services left gputide's management (a policy reload protected
-        the namespaces; balancer/app/policy_reload.py). Only while minReplicas is still the floor gputide wrote; one
-        someone else wrote since is left as it is and logged. Returns a note per HPA changed or left; a namespace
-        whose HPAs cannot be read or written is a note too, the rest go on.
-        `namespaces` None: every namespace holding such an HPA that scales none of the `managed` services (one
-        cluster-wide list, `k8s_hpa.floored_namespaces`), and only those HPAs: capacity shifting off (no `managed`),
-        or services left out of its profiles. That list failing raises its ActuationError (nothing given back).
-        Either way only floors this controller wrote (`floor_owner`) or whose writer is not recorded: another
-        shard's, or another controller's with other --services, are left to it (`k8s_hpa.floor_owned`).
-        The Deployments no HPA scales get their operator's count back by the same rules, from this controller's
-        record (`_restore_deployments`): those of `namespaces`, or, None, every recorded one scaling none of
-        `managed`. A record that cannot be read is a note only (the HPA floors still go back).
-
-        Not called on a plain shutdown: a restarted controller (or the next leader) reads the record back and keeps
-        the floors the load still needs; dropping them at each restart would shrink services under load."""
-        notes: list[str] = []
-        asked = None if namespaces is None else tuple(namespaces)
-        if asked is None:
-            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                namespaces = floored_namespaces(self.api(
-                    "list HPAs", self.api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces), managed,
-                    self.floor_owner)
-        for ns in sorted(set(namespaces if asked is None else asked)):
-            try:
-                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                    notes += self._restore_namespace(ns, managed)
-            except ActuationError as err:
-                notes.append(f"hpa floors in {ns} not given back: {err}")
-        if self.floor_owner is not None:
-            notes += self._restore_deployments(asked, managed)
-        for note in notes:
-            log.info("%s", note)
-        return notes
-
-    def _restore_namespace(self, ns: str, managed: Collection[str] = ()) -> list[str]:
-        hpas = self.api(f"list HPAs in {ns}", self.api.autoscaling.list_namespaced_horizontal_pod_autoscaler, ns)
-        notes = []
-        for item in hpas.get("items", []):
-            hname, said = item["metadata"]["name"], {}
-            if floor_restore_patch(item, self.floor_owner)[0] is None or floor_managed(item, managed):
-                continue
-
-            def change(h: Json, said: dict = said) -> Json | None:
-                body, said["what"] = floor_restore_patch(h, self.floor_owner)
-                return body
-
-            what = f"hpa {ns}/{hname}"
-            self.api.update(
-                what, lambda w=what, n=hname: self.api(w, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler,
-                                                       n, ns),
-                lambda body, w=what, n=hname: self.api(w, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler,
-                                                       n, ns, body, _content_type=MERGE_PATCH,
-                                                       field_manager=FIELD_MANAGER), change)
-            if "what" in said:
-                notes.append(f"{what}: service left gputide's management: {said['what']}")
-        return notes
-
-    def _restore_deployments(self, namespaces: tuple[str, ...] | None, managed: Collection[str]) -> list[str]:
-        """The operator's own count back to the Deployments the record holds for this controller (written by it, or
-        by a writer not recorded), of `namespaces` (None: any) and scaling none of `managed`
-        (`k8s_deploy_record.to_give_back`), through the scale subresource with
-        the resourceVersion read, only while their count is still gputide's (`restore_change`; one someone else set
-        since is left and logged); their keys dropped once done (a Deployment gone too). One that cannot be read or
-        scaled keeps its key and says so ("deployment replicas in NS not given back"), the rest go on. The record
-        unread for a temporary error says so for each namespace asked (None: "deployment replicas not given back"),
-        so the reloader and its release try again; refused (403), or not rewritten after, it is a note only."""
-        what = "record of deployment replicas {}/{}".format(*record_name(str(self.floor_owner)))
-        try:
-            with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                recorded = entries(self._read_record())
-        except TemporaryActuationError as err:   # tried again: the reloader's next poll, release's
-            where = [""] if namespaces is None else [f" in {ns}" for ns in namespaces]
-            return [f"deployment replicas{w} not given back: {what} not read: {err}" for w in where]
-        except ActuationError as err:   # refused (403): asked again every poll it would change nothing
-            return [f"{what} not read: deployment replicas not given back: {err}"]
-        notes, done = [], []
-        for key in to_give_back(recorded, namespaces, managed, self.floor_owner):
-            ns, name = recorded[key].namespace, recorded[key].name
-            try:
-                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                    notes.append(self._give_back_deployment(ns, name, recorded[key]))
-            except NotFoundError:
-                notes.append(f"deployment {ns}/{name}: gone, its record dropped")
-            except ActuationError as err:
-                notes.append(f"deployment replicas in {ns} not given back: {err}")
-                continue
-            done.append(key)
-        if done:
-            try:
-                with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
-                    self._write_record(lambda _recorded: dict.fromkeys(done))
-            except ActuationError as err:
-                notes.append(f"{what}: given back, but its keys not dropped: {err}")
-        return notes
-
-    def _give_back_deployment(self, ns: str, name: str, entry: Entry) -> str:
-        what, said = f"deployment {ns}/{name}", {}
-
-        def change(d: Json) -> Json | None:
-            body, said["what"] = restore_change(entry, int((d.get("spec") or {}).get("replicas", 1)))
-            return body
-
-        self.api.update(what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),
-                        lambda body: self._patch_scale(what, ns, name, body), change)
-        return f"{what}: service left gputide's management: {said['what']}"
+        """The operator's own minReplicas and Deployment counts back where their services left gputide's management
+        (`InferenceScaling.restore_floors`: the policy reloader's on_leave, capacity shifting off). Not called on a
+        plain shutdown."""
+        return self.inference.restore_floors(namespaces, managed)
 
     # ---- training: Job stop / resume / size, Kueue quota (k8s_training) ----
 

@@ -1,7 +1,7 @@
 """gputide's record of the operator's replicas for the Deployments no HPA scales, decided from the API's answers (no
-calls here; `k8s_actuator` makes them). The HPA floor's record (`k8s_hpa`), for the Deployments without an HPA.
+calls here; `k8s_inference` makes them). The HPA floor's record (`k8s_hpa`), for the Deployments without an HPA.
 
-gputide scales such a Deployment itself, through its scale subresource (`KubernetesActuator._scale_deployment`): the
+gputide scales such a Deployment itself, through its scale subresource (`InferenceScaling._scale_deployment`): the
 night's low count lends its GPUs to training, the morning's reclaim takes them back. Without a record, a service that
 left gputide's management at night (its namespace protected, capacity shifting off, the service left out of
 --services' profiles) kept the night's count for good: nothing knew the operator's.

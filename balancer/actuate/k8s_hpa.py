@@ -1,5 +1,5 @@
 """The HPA under an inference service and gputide's floor on it, decided from the API's answers (no calls here;
-`k8s_actuator` makes them).
+`k8s_inference` makes them).
 
 An autoscaling/v2 HPA scales anything with a /scale subresource: a Deployment, a StatefulSet, an Argo Rollout (which
 exposes /scale as a Deployment does). The service's HPA is the one whose `scaleTargetRef` names it, whatever the

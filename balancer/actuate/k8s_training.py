@@ -133,8 +133,8 @@ class Applied:
     the `ActionResult` of it; a handler may return its detail alone, a str): the `detail` for people, and as data
     what the loop tells the planner, never read back from the words (a message reworded would lose it):
     `unchanged`, nothing written (a training resize left as it is, `LEFT_AS_IS`); `capped_to`, the most replicas an
-    HPA floor capped at its maxReplicas runs (`KubernetesActuator._floor_clamp`). Here, below the actuator that
-    imports this module, so both can write it."""
+    HPA floor capped at its maxReplicas runs (`k8s_inference.InferenceScaling._floor_clamp`). Here, below the actuator
+    and k8s_inference that import this module, so all can write it."""
 
     detail: str
     unchanged: bool = False

@@ -12,7 +12,7 @@ from test_deploy_rbac import granted, needs
 def test_the_controller_reads_one_deployment_and_writes_only_its_scale():
     deployments = {r for r in requests_of_command("run") if r[:2] == ("apps", "deployments")}
     assert deployments == {("apps", "deployments", "get")}
-    assert ("apps", "deployments", "get") in requests_of("balancer.actuate.k8s_actuator.KubernetesActuator")
+    assert ("apps", "deployments", "get") in requests_of("balancer.actuate.k8s_inference.InferenceScaling")
     assert FLAG_GATED["run"][("apps", "deployments")] == "services"
 
 

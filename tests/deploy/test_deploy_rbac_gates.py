@@ -2,7 +2,8 @@
 flag must not grant them: the base ClusterRole granted every controller `patch` on every HPA, every Deployment's
 scale and every ClusterQueue in the cluster, though only capacity shifting (--services, components/capacity) ever
 resizes an inference service and only --kueue-queues (components/kueue) moves quota. Proved from the code: the only
-requests to HPAs and scales are made by `KubernetesActuator._scale_inference`, which applies ScaleInference alone;
+requests to HPAs and scales are made by `k8s_inference.InferenceScaling`, which only the actuator holds, through
+`KubernetesActuator._scale_inference` (applying ScaleInference alone) and `restore_floors`;
 ScaleInference is built only by the capacity planner's pools; and `gputide run` builds the capacity planner only with
 --services (capacity.enabled and --services must agree). And against the fake API server: an actuator without Kueue
 queues resizes a queued Job and keeps house without touching a ClusterQueue, one with them does."""
@@ -25,14 +26,21 @@ from balancer.errors import InputError
 from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 
 ACTUATOR = "balancer.actuate.k8s_actuator.KubernetesActuator"
+INFERENCE = "balancer.actuate.k8s_inference.InferenceScaling"   # the actuator's `inference`
 GATED = {resource for resource, flag in FLAG_GATED["run"].items() if flag == "services"}
+
+
+def methods_calling(cls: str, method: str) -> set[str]:
+    """The methods of class `cls` that call `method` (from nested code too)."""
+    return {f.name for f in definitions()[cls].body if isinstance(f, ast.FunctionDef)
+            and any(isinstance(n, ast.Attribute) and n.attr == method for n in ast.walk(f))}
 
 
 def test_only_the_actuators_scale_inference_makes_the_requests_behind_services():
     makers = {key for key in definitions() if {r[:2] for r in requests_of(key)} & GATED}
-    assert makers == {ACTUATOR}
+    assert makers == {INFERENCE}
     methods = {}
-    for node in definitions()[ACTUATOR].body:
+    for node in definitions()[INFERENCE].body:
         if isinstance(node, ast.FunctionDef):
             made = {to_rbac(*endpoint(*found), {})[:2] for n in ast.walk(node) if (found := _client_method(n))}
             if made & GATED:
@@ -42,20 +50,19 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
     # the floors of services it no longer manages (one cluster-wide list: without --services a controller holds no
     # HPA rights unless components/capacity stays bound, and a refused list is logged once per term, nothing written)
     hpas = {("autoscaling", "horizontalpodautoscalers")}
-    # a Deployment no HPA scales is read and scaled by `_scale_deployment`, called from `_scale_inference` alone, its
+    # a Deployment no HPA scales is read and scaled by `_scale_deployment`, called from `scale` alone, its
     # scale written by `_patch_scale`, the operator's count recorded in the controller's own ConfigMap before
     # (`_keep_record`; `_forget_record` once back at it) and given back with the floors (`_restore_deployments`)
     deps, scale, records = {("apps", "deployments")}, {("apps", "deployments/scale")}, {("", "configmaps")}
     assert hpas | deps | scale | records == GATED
-    assert methods == {"_scale_inference": hpas, "_scale_deployment": deps, "_patch_scale": scale,
+    assert methods == {"scale": hpas, "_scale_deployment": deps, "_patch_scale": scale,
                        "_read_record": records, "_write_record": records, "_give_back_deployment": deps,
                        "_restore_namespace": hpas, "restore_floors": hpas}
 
-    def callers(method: str) -> set[str]:   # the actuator's methods that call `method` (from nested code too)
-        return {f.name for f in definitions()[ACTUATOR].body if isinstance(f, ast.FunctionDef)
-                and any(isinstance(n, ast.Attribute) and n.attr == method for n in ast.walk(f))}
+    def callers(method: str) -> set[str]:
+        return methods_calling(INFERENCE, method)
 
-    assert callers("_scale_deployment") == {"_scale_inference"}
+    assert callers("_scale_deployment") == {"scale"}
     assert callers("_keep_record") == callers("_forget_record") == {"_scale_deployment"}
     assert callers("_patch_scale") == {"_scale_deployment", "_give_back_deployment"}
     assert callers("_write_record") == {"_keep_record", "_forget_record", "_restore_deployments"}
@@ -67,6 +74,15 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
     dispatch = [n for n in ast.walk(definitions()[ACTUATOR]) if isinstance(n, ast.Attribute)
                 and n.attr == "_scale_inference"]
     assert len(dispatch) == 1   # called from one place: the dispatch on ScaleInference (k8s_actuator.apply)
+    # InferenceScaling is built by the actuator alone, which calls it from these two only: `scale` on ScaleInference
+    # and the give-back `restore_floors`
+    builders = {mod for mod, tree in modules().items() for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "InferenceScaling"}
+    assert builders == {"balancer.actuate.k8s_actuator"}
+    assert methods_calling(ACTUATOR, "inference") == {"__init__", "_scale_inference", "restore_floors"}
+    called = {(f.name, n.attr) for f in definitions()[ACTUATOR].body if isinstance(f, ast.FunctionDef)
+              for n in ast.walk(f) if isinstance(n, ast.Attribute) and getattr(n.value, "attr", None) == "inference"}
+    assert called == {("_scale_inference", "scale"), ("restore_floors", "restore_floors")}
 
 
 def test_scale_inference_is_built_by_the_capacity_planner_alone():

@@ -4,7 +4,7 @@ no record of the operator's: a service scaled down for the night and then protec
 left by capacity shifting turned off kept the night's count the next morning, with nothing to give it back. Now the
 operator's count is recorded before each scale in the ConfigMap gputide-replicas beside the controller
 (`k8s_deploy_record`: the controller may not patch Deployments), and restore_floors gives it back while
-spec.replicas is still gputide's.
+spec.replicas is still gputide's (`k8s_inference.InferenceScaling`, the actuator's `inference`, makes the calls).
 
 The fake API server serves ConfigMaps as the real one does, their keys validated ([-._a-zA-Z0-9]+, at most 253:
 else 422): before, these tests patched ConfigMaps into it without any check, so a record key the API server refuses
@@ -25,6 +25,7 @@ from test_k8s_hpa_floor_restore import stored as hpa_stored
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_deploy_record import record_key
+from balancer.actuate.k8s_inference import InferenceScaling
 from balancer.cmd.run import floors_given_back, floors_released
 from balancer.loop import NullLeaderElector
 from balancer.model import ScaleInference
@@ -245,7 +246,7 @@ def test_an_old_and_a_new_leader_scaling_at_once_keep_the_operators_count(kube, 
     it for the operator's, the 6 lost. At most one scale from that resourceVersion lands: the record keeps them all."""
     new = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
     read = kube.get("deployments", "web", "serve")["metadata"]["resourceVersion"]
-    kube.before("PATCH", r"/serve/deployments/web/scale", lambda: new._keep_record("serve", "web", 2, 5, read))
+    kube.before("PATCH", r"/serve/deployments/web/scale", lambda: new.inference._keep_record("serve", "web", 2, 5, read))
     scaled(act, "serve/web", 4, 2)   # the old leader's, recorded before the new one's record, landing after it
     assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "from": 2, "owner": OWNER, "also": [4]}
     scaled(new, "serve/web", 5, 4)   # the new leader's scale: 409 on its resourceVersion, read again at 4
@@ -281,3 +282,21 @@ def test_the_fake_api_server_refuses_the_configmap_keys_the_real_one_does(kube, 
         core.replace_namespaced_config_map("gputide-replicas", "gputide", body("a" * 254))
     assert refused.value.status == 422
 
+
+def test_the_actuator_hands_inference_to_one_inference_scaling_sharing_its_refusals(kube, act, caplog) -> None:
+    """The inference path lives in k8s_inference (`InferenceScaling`), held by the actuator as `inference`, with the
+    actuator's gateway, floor owner and its one set of refusals told (a refusal logged at WARNING once, whichever
+    path refuses); the actuator's `_scale_inference` and `restore_floors` hand on to it."""
+    assert isinstance(act.inference, InferenceScaling) and act.inference.refusals is act._refusals
+    assert (act.inference.api, act.inference.floor_owner) == (act.api, OWNER)
+    assert not {"_scale_deployment", "_floor_clamp", "_keep_record", "_restore_namespace"} & set(vars(
+        KubernetesActuator))
+    kube.add(deployment("kept", "serve", replicas=3))
+    kube.mutate("deployments", "kept", "serve", {"metadata": {"ownerReferences": [{
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "name": "kept", "uid": "u-1",
+        "controller": True}]}})
+    with caplog.at_level(logging.WARNING, logger="balancer.actuate.k8s_actuator"):
+        assert scale(act, "serve/kept", 1, 3).outcome is Outcome.FAILED
+        assert scale(act, "serve/kept", 1, 3).outcome is Outcome.FAILED
+    told = [m for m in caplog.messages if "serve/kept is kept by" in m]
+    assert len(told) == 1 and any("serve/kept is kept by" in m for m in act._refusals), told
