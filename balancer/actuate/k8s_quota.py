@@ -59,6 +59,7 @@ from balancer.actuate.k8s_transfer import (
     noted_id,
     received_note,
     state,
+    unreadable,
     with_notes,
 )
 from balancer.actuate.kubernetes import (
@@ -298,7 +299,8 @@ class KueueQuota:
         """Finish the quota move the ClusterQueue `queue` lent for and did not see through (a restart, a failure
         between the two writes): completed, or rolled back when its record says `undo` (`k8s_transfer`). Each step
         skips what is already done: settling twice, or after a restart at any point, applies nothing twice.
-        Returns what it did, None when nothing was open."""
+        Returns what it did, None when nothing was open. A borrower's note that cannot say whether it took the move
+        (hand-edited: `k8s_transfer.unreadable`) refuses, a temporary error, logged, until it is mended."""
         return self._settle(queue, {queue: self._read_queue(queue)})
 
     def settle_all(self, queues: tuple[str, ...]) -> list[str]:
@@ -420,6 +422,12 @@ class KueueQuota:
         noted = state(borrower, lender, move.id)
         if noted == RECEIVED:
             return None   # settled: the record stays as the lender's last move
+        if noted != VOID and unreadable(borrower, lender):   # it may have noted the move: completed, raised again
+            log.error("kueue quota move %s (%d x %s, %s -> %s) not settled: %s's %s cannot be read (hand-edited), it "
+                      "may note the move received; mend it by hand (removed, the move is taken as open and completed "
+                      "again)", move.id, move.gpus, move.flavor, lender, move.to, move.to, RECEIVED_ANNOTATION)
+            raise KubeTemporaryError(f"kueue quota move {move.id} ({lender} -> {move.to}) not settled: {move.to}'s "
+                                     f"{RECEIVED_ANNOTATION} cannot be read (hand-edited): mend it")
         if noted != VOID:
             noted = self._mark(lender, move, VOID if move.undo else RECEIVED, noted_id(borrower, lender))
         if noted == VOID:

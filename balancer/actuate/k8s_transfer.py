@@ -19,7 +19,10 @@ changes the borrower's resourceVersion, so that patch is refused, and no raise l
 A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
 lender: a raise that finds it noting another of the lender's moves than when the move was found open (`noted_id`)
 reads the lender, and with the record there no longer the move's, another controller settled it and the lender moved
-on: it is not raised again (`KueueQuota._mark`).
+on: it is not raised again (`KueueQuota._mark`). A note that cannot say what the borrower noted of a lender
+(hand-edited: `unreadable`) is no note for a settle to act on: read as none, the lender's last move, settled long
+before, would look open and be completed again; the settle refuses until it is mended. Another lender's entry that
+is not gputide's is dropped alone on reading, and kept as it is when the note is written.
 
 The record names the lender's last move only; beside it, in the same patch that lowers the lender, its history of
 the last moves' ids (`k8s_quota.MOVES_ANNOTATION`, `gputide.io/quota-moves`) says whether a lowering that got no
@@ -63,21 +66,34 @@ def _notes(cq: Json) -> Json:
 
 
 NOTE_DEPTH = 4   # gputide's notes nest 2 deep: a value deeper is hand-edited (`note_value`)
+_UNREADABLE = object()   # an annotation that is not JSON, or nested deeper than the parser goes (`_loaded`)
+
+
+def _loaded(notes: Json, key: str) -> Any:
+    """The JSON value of the annotation `key`, None without one, `_UNREADABLE` where it cannot be parsed."""
+    try:
+        return json.loads(notes.get(key) or "null")
+    except (ValueError, RecursionError):
+        return _UNREADABLE
+
+
+def _within(value: Any, depth: int) -> bool:
+    """Whether `value` nests no deeper than `depth`: walked level by level, no recursion (what is left after `depth`
+    levels is nested deeper)."""
+    level = [value]
+    for _ in range(depth):
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+    return not level
 
 
 def note_value(notes: Json, key: str) -> Any:
     """The JSON value of the annotation `key` among a queue's `notes`; None without one, or with one that is not
     gputide's: not JSON, or nested deeper than `NOTE_DEPTH` ("[" * 1000, hand-edited, raises RecursionError out of
     the parser, and one just shallow enough for it out of what walks it next: `str`, `json.dumps`). Every note of
-    these queues is read through it, so a hand edit makes a note unreadable, never a move (`apply`) fail."""
-    try:
-        value = json.loads(notes.get(key) or "null")
-    except (ValueError, RecursionError):
-        return None
-    level = [value]
-    for _ in range(NOTE_DEPTH):   # level by level, no recursion: what is left is nested deeper
-        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
-    return None if level else value
+    these queues is read through it (the borrower's notes of the moves it took entry by entry: `_received`), so a
+    hand edit makes a note unreadable, never a move (`apply`) fail."""
+    value = _loaded(notes, key)
+    return None if value is _UNREADABLE or not _within(value, NOTE_DEPTH) else value
 
 
 def last_move(cq: Json) -> Transfer | None:
@@ -92,9 +108,27 @@ def last_move(cq: Json) -> Transfer | None:
     return record if record.id and record.to and record.gpus > 0 else None
 
 
+def _entry(got: Any) -> bool:
+    """Whether a borrower's note of one lender's moves is one gputide writes: {"id", "state"}, no deeper."""
+    return isinstance(got, dict) and got.get("id") is not None and _within(got, NOTE_DEPTH - 1)
+
+
 def _received(cq: Json) -> Json:
-    seen = note_value(_notes(cq), RECEIVED_ANNOTATION)
-    return seen if isinstance(seen, dict) else {}
+    """The borrower's notes of the moves it took, by lender: a hand-edited entry (`_entry`) is dropped, only it, so
+    one lender's note stays readable whatever was written under another's (`unreadable`)."""
+    seen = _loaded(_notes(cq), RECEIVED_ANNOTATION)
+    return {k: v for k, v in seen.items() if _entry(v)} if isinstance(seen, dict) else {}
+
+
+def unreadable(borrower: Json, lender: str) -> bool:
+    """Whether the borrower's `gputide.io/quota-received` cannot say what it noted of the lender's moves: there but
+    not a JSON object (not JSON, nested deeper than the parser goes), or the lender's entry there not one gputide
+    writes (`_entry`). Read as no note, the lender's last move, settled, would look open and be completed again
+    (`KueueQuota._settle` refuses instead)."""
+    seen = _loaded(_notes(borrower), RECEIVED_ANNOTATION)
+    if seen is None:
+        return False
+    return not isinstance(seen, dict) or (lender in seen and not _entry(seen[lender]))
 
 
 def state(borrower: Json, lender: str, move: str) -> str | None:
@@ -110,8 +144,15 @@ def noted_id(borrower: Json, lender: str) -> str | None:
 
 
 def received_note(borrower: Json, lender: str, move: str, noted: str) -> str:
-    """The borrower's `gputide.io/quota-received` value once it notes the lender's `move` as `noted`."""
-    return json.dumps({**_received(borrower), lender: {"id": move, "state": noted}}, sort_keys=True)
+    """The borrower's `gputide.io/quota-received` value once it notes the lender's `move` as `noted`. Another
+    lender's entry that is not gputide's is kept as it is (dropped, that lender's last move would look open, and be
+    completed again: `unreadable`), unless nested too deep to be written back."""
+    seen = _loaded(_notes(borrower), RECEIVED_ANNOTATION)
+    note = {lender: {"id": move, "state": noted}}
+    try:
+        return json.dumps({**(seen if isinstance(seen, dict) else {}), **note}, sort_keys=True)
+    except RecursionError:
+        return json.dumps({**_received(borrower), **note}, sort_keys=True)
 
 
 def with_notes(patch: Json, notes: dict[str, str | None]) -> Json:

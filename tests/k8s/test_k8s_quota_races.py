@@ -11,7 +11,11 @@ resourceVersion), and hand edits:
   it back was lent a second time under its id: the history held the id twice, inference 4 GPUs short with an open
   record until the next settle. It is the rolled-back error now, nothing lowered again (`KueueQuota._lend`);
 * a hand-edited annotation nested deeper than the JSON parser goes ("[" * 1000) raised RecursionError out of `apply`
-  on every move. It is unreadable now, like any note that is not gputide's (`k8s_transfer.note_value`)."""
+  on every move. It is unreadable now, like any note that is not gputide's (`k8s_transfer.note_value`);
+* but read so, the borrower's note of the moves it took (gputide.io/quota-received) noted nothing, and the next
+  settle raised it again for the lender's last move, completed long before: (24, 12), 36 GPUs in a 32-GPU cohort, for
+  one entry nested too deep under another lender's key. An entry not gputide's is dropped alone now, and a settle
+  that cannot read what the borrower noted of its lender refuses, a temporary error (`k8s_transfer.unreadable`)."""
 
 from __future__ import annotations
 
@@ -172,3 +176,32 @@ def test_an_owed_give_back_is_made_past_a_history_nested_too_deep(kube: FakeKube
 ])
 def test_a_note_is_read_only_as_deep_as_gputide_writes_them(value, read) -> None:
     assert note_value({"k": value} if value is not None else {}, "k") == read
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda got: {**got, "legacy": {"id": "q", "state": "in", "x": [[[["deep"]]]]}},
+                 id="another lender's entry nested too deep"),
+    pytest.param(lambda got: {**got, "training": {**got["training"], "x": [[[["deep"]]]]}},
+                 id="the lender's own entry nested too deep"),
+    pytest.param(lambda got: {**got, "training": "in"}, id="the lender's own entry not gputide's"),
+    pytest.param(lambda got: DEEP, id="the whole note too deep for the parser"),
+    pytest.param(lambda got: "not json", id="the whole note not JSON"),
+])
+def test_a_borrowers_hand_edited_note_is_not_a_completed_move_raised_again(
+        kube: FakeKube, api, clock, sleeps, edit) -> None:
+    """A's shrink completed (training's record stays as its last move, inference notes it received); then a hand edit
+    of inference's note. The next controller's housekeeping took the move as open and raised inference again."""
+    a, b = shards(kube, api, clock, sleeps)
+    assert scale(a, 2).outcome is Outcome.APPLIED   # frees 4
+    assert quota(kube) == (20, 12)
+    edited = edit(json.loads(notes(kube, "inference")[RECEIVED_ANNOTATION]))
+    annotate(kube, "inference", {RECEIVED_ANNOTATION: edited if isinstance(edited, str) else json.dumps(edited)})
+    said = b.housekeeping()
+    assert quota(kube) == (20, 12)
+    readable = "legacy" in (edited if isinstance(edited, dict) else {})
+    assert any("cannot be read" in note for note in said) != readable, said
+    if readable:   # only the bad entry is dropped: training's next move is made, the entry kept as it was
+        assert scale(b, 1, previous=2).outcome is Outcome.APPLIED
+        b.housekeeping()
+        assert quota(kube) == (22, 10)
+        assert json.loads(notes(kube, "inference")[RECEIVED_ANNOTATION])["legacy"] == edited["legacy"]
