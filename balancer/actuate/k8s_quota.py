@@ -446,15 +446,26 @@ class KueueQuota:
         return (f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to}) "
                 f"half-done, {move.to} not raised yet ({err}): its record on {lender} has the next settle complete it")
 
-    def _roll_back(self, lender: str, move: Transfer, fence: bool, before: str | None) -> bool:
-        """After raising the borrower failed: the lender given its quota back, on the action's reserve; first, if
-        that raise may have landed unseen (`fence`), the borrower noted VOID (`before`: its note of the lender's
-        moves before this one, `_mark`). True when it turns out raised after all: the move is complete, not rolled
-        back. A failure is logged, the record left open for `settle`."""
+    def _roll_back(self, lender: str, move: Transfer, doubt: bool, before: str | None) -> bool:
+        """After raising the borrower failed: the lender given its quota back, on the action's reserve; first the
+        borrower noted VOID (`before`: its note of the lender's moves before this one, `_mark`), whether or not that
+        raise may have landed unseen (`doubt`). Refused with an answer, ours did not, but another controller's settle
+        that found the move open may be raising it now (its patch on the borrower's resourceVersion as it read it):
+        only a note on the borrower stops that patch, and the lender given back without one, the GPUs were in both
+        queues. True when it turns out raised after all (ours, unanswered, or that settle's): the move is complete,
+        not rolled back. Where the raise was answered and the note is refused for good too (the borrower gone, not
+        ours to write), no settle raises it either: rolled back unfenced. A failure is logged, the record left open
+        for `settle`."""
         try:
             with self.api.reserve():   # undoing: on the time the action's deadline keeps for it
-                if fence and self._mark(lender, move, VOID, before) == RECEIVED:
-                    return True
+                try:
+                    if self._mark(lender, move, VOID, before) == RECEIVED:
+                        return True
+                except PermanentActuationError as err:
+                    if doubt:
+                        raise
+                    log.warning("kueue quota move %s: %s not noted void (%s): %s given back unfenced", move.id,
+                                move.to, err, lender)
                 self._close(lender, move)
         except ActuationError as err:
             log.error("kueue quota move %s half-done, %s lent %d GPUs to %s; its record there settles it later: %s",

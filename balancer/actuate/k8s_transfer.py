@@ -14,8 +14,9 @@ write between the two) is settled by `KueueQuota.settle`, each step a read-modif
 skips what is already done, so a restart anywhere converges with nothing applied twice: the borrower is raised and
 noted (completed), or, for a record with `undo` (quota lent ahead of a Job's grow, which waits for the borrower's
 raise and so has not happened), the borrower noted "void" and the lender given its quota back in the patch that
-removes the record (rolled back). "void" also fences off a raise still in flight from a dead controller: the note
-changes the borrower's resourceVersion, so that patch is refused, and no raise lands on an id noted "void".
+removes the record (rolled back). "void" also fences off a raise still in flight from a dead controller, or from
+another controller's settle that found the move open (every roll back notes it before giving the lender back): the
+note changes the borrower's resourceVersion, so that patch is refused, and no raise lands on an id noted "void".
 A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
 lender: a raise that finds it noting another of the lender's moves than when the move was found open (`noted_id`)
 reads the lender, and with the record there no longer the move's, another controller settled it and the lender moved

@@ -15,16 +15,22 @@ resourceVersion), and hand edits:
 * but read so, the borrower's note of the moves it took (gputide.io/quota-received) noted nothing, and the next
   settle raised it again for the lender's last move, completed long before: (24, 12), 36 GPUs in a 32-GPU cohort, for
   one entry nested too deep under another lender's key. An entry not gputide's is dropped alone now, and a settle
-  that cannot read what the borrower noted of its lender refuses, a temporary error (`k8s_transfer.unreadable`)."""
+  that cannot read what the borrower noted of its lender refuses, a temporary error (`k8s_transfer.unreadable`);
+* a raise refused with an answer was rolled back without first noting the move void on the borrower (only a raise
+  that may have landed unanswered was fenced so): another shard's settle that had found the move open raised the
+  borrower all the same, the lender given back too: (20, 16). The roll back always notes it void first now
+  (`KueueQuota._roll_back`)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import logging
+import threading
 
 import pytest
 from fakeapi import FakeKube, clusterqueue, job
+from kubernetes.client.exceptions import ApiException
 from test_k8s_quota_owed_lender import unanswered_lowering
 from test_k8s_quota_restart import QUEUES, cohort, controller, quota, scale
 from test_k8s_quota_unanswered import unanswered_then
@@ -42,8 +48,10 @@ from balancer.actuate.k8s_transfer import (
     TRANSFER_ANNOTATION,
     VOID,
     Transfer,
+    last_move,
     note_value,
 )
+from balancer.errors import PermanentActuationError
 
 DEEP = "[" * 1000 + "]" * 1000
 
@@ -205,3 +213,59 @@ def test_a_borrowers_hand_edited_note_is_not_a_completed_move_raised_again(
         b.housekeeping()
         assert quota(kube) == (22, 10)
         assert json.loads(notes(kube, "inference")[RECEIVED_ANNOTATION])["legacy"] == edited["legacy"]
+
+
+def test_a_refused_raise_is_rolled_back_fenced_against_another_shards_settle(kube: FakeKube, api, clock, sleeps) -> None:
+    """A moves 4 GPUs training -> inference (not owed: a capacity move, a grow's quota given back). B's housekeeping
+    finds the move open and reads inference to raise it; A's raise is refused with an answer (422), and A rolls the
+    move back, training given back, before B's patch is sent (on the resourceVersion B read)."""
+    a, b = shards(kube, api, clock, sleeps)
+    real_patch, real_get = a.api.custom.patch_cluster_custom_object, b.api.custom.get_cluster_custom_object
+    read, closed, out, b_reads = threading.Event(), threading.Event(), {}, []
+
+    def settle() -> None:
+        try:
+            out["b"] = b.kueue.settle("training")
+        except Exception as err:   # noqa: BLE001 - the assertion below says what it was
+            out["b"] = err
+
+    @functools.wraps(real_get)
+    def get(*args, **kwargs):   # B's
+        got = real_get(*args, **kwargs)
+        if args[3] == "inference" and len(b_reads) < 2:
+            b_reads.append(True)
+            if len(b_reads) == 2:   # its raise's read (the first: its settle's): sent once A is done
+                read.set()
+                assert closed.wait(10)
+        return got
+
+    @functools.wraps(real_patch)
+    def patch(*args, **kwargs):   # A's
+        if args[3] == "inference" and "b" not in out and "thread" not in out:
+            out["thread"] = threading.Thread(target=settle)
+            out["thread"].start()
+            assert read.wait(10)
+            raise ApiException(status=422, reason="Invalid")
+        got = real_patch(*args, **kwargs)
+        if args[3] == "training" and last_move(kube.get("clusterqueues", "training")) is None:
+            closed.set()   # given back
+        return got
+
+    a.api.custom.patch_cluster_custom_object, b.api.custom.get_cluster_custom_object = patch, get
+    with pytest.raises(PermanentActuationError, match="422"):
+        a.kueue.shift("training", "inference", 4)
+    out["thread"].join(10)
+    assert "rolled back" in out["b"], out["b"]
+    assert quota(kube) == (16, 16)
+
+
+def test_a_raise_refused_for_good_is_rolled_back_though_the_fence_is_refused_too(kube: FakeKube, api, clock,
+                                                                                   sleeps) -> None:
+    """The borrower refuses every write (an admission webhook): its void note is refused like the raise, and no
+    settle can raise it either, so the lender is given back unfenced, as before the fence was written always (left
+    open, training stayed 4 GPUs short until the webhook let a settle complete the move)."""
+    a, _ = shards(kube, api, clock, sleeps)
+    kube.inject("PATCH", r"/clusterqueues/inference$", 422, count=10)
+    with pytest.raises(PermanentActuationError, match="422"):
+        a.kueue.shift("training", "inference", 4)
+    assert quota(kube) == (16, 16) and TRANSFER_ANNOTATION not in notes(kube, "training")
