@@ -19,7 +19,10 @@ resourceVersion), and hand edits:
 * a raise refused with an answer was rolled back without first noting the move void on the borrower (only a raise
   that may have landed unanswered was fenced so): another shard's settle that had found the move open raised the
   borrower all the same, the lender given back too: (20, 16). The roll back always notes it void first now
-  (`KueueQuota._roll_back`)."""
+  (`KueueQuota._roll_back`);
+* a raise whose lender's record and history no longer said whether another controller had completed the move
+  (hand-edited) was not made, and taken as settled: the action reported applied, the cohort 4 GPUs short with only a
+  log line saying so. It is the `_Untold` error now, which the action's result carries (`KueueQuota._settled_since`)."""
 
 from __future__ import annotations
 
@@ -104,15 +107,16 @@ def test_a_raise_another_shard_settled_and_moved_on_before_it_was_written_is_not
     pytest.param(False, "z", "x", ["w", "x"], True, RECEIVED, id="another note, the lender's record ours: raised"),
     pytest.param(False, "x", "x", ["w", "x"], False, RECEIVED, id="noted already: not raised again"),
     pytest.param(False, "z", "z", ["x", "z"], False, RECEIVED, id="settled since, the lender moved on: completed"),
-    pytest.param(False, "z", "z", ["z"], False, RECEIVED, id="another record, its id not in the history: not raised"),
-    pytest.param(False, "z", None, None, False, RECEIVED, id="no record, no history (hand-edited): not raised"),
+    pytest.param(False, "z", "z", ["z"], False, None, id="another record, its id not in the history: cannot tell"),
+    pytest.param(False, "z", None, None, False, None, id="no record, no history (hand-edited): cannot tell"),
     pytest.param(True, "z", "z", ["x", "z"], False, VOID, id="undo settled since: taken as rolled back"),
     pytest.param(True, "w", "x", ["w", "x"], False, VOID, id="undo, its note the one seen: fenced"),
 ])
 def test_the_borrower_is_raised_only_while_the_lenders_record_is_the_moves(
         kube: FakeKube, api, clock, sleeps, caplog, undo, noted, record, history, raised, said) -> None:
     """`_mark` (A seeing inference's note of training's moves at "w" when it found move x open) in every order the
-    other controllers' settles and moves may leave the two queues in; "fenced": the roll back's VOID note."""
+    other controllers' settles and moves may leave the two queues in; "fenced": the roll back's VOID note; "cannot
+    tell": not raised, and not said settled either (None: the permanent error, logged)."""
     a, _ = shards(kube, api, clock, sleeps)
     move = Transfer("x", "inference", "h100", 4, undo)
     annotate(kube, "inference", {RECEIVED_ANNOTATION: json.dumps({"training": {"id": noted, "state": RECEIVED}})})
@@ -120,7 +124,11 @@ def test_the_borrower_is_raised_only_while_the_lenders_record_is_the_moves(
     annotate(kube, "training", {TRANSFER_ANNOTATION: last.note() if last else None,
                                 MOVES_ANNOTATION: json.dumps(history) if history else None})
     with caplog.at_level(logging.ERROR):
-        assert a.kueue._mark("training", move, VOID if undo and noted == "w" else RECEIVED, "w") == said
+        if said is None:
+            with pytest.raises(PermanentActuationError, match="cannot be told"):
+                a.kueue._mark("training", move, RECEIVED, "w")
+        else:
+            assert a.kueue._mark("training", move, VOID if undo and noted == "w" else RECEIVED, "w") == said
     assert quota(kube)[0] == (20 if raised else 16)
     assert ("not raised" in caplog.text) == (history == ["z"] or history is None)
 
@@ -257,6 +265,41 @@ def test_a_refused_raise_is_rolled_back_fenced_against_another_shards_settle(kub
     out["thread"].join(10)
     assert "rolled back" in out["b"], out["b"]
     assert quota(kube) == (16, 16)
+
+
+@pytest.mark.parametrize(("workers", "lender", "borrower", "outcome", "moved"), [
+    pytest.param(6, "inference", "training", Outcome.FAILED, (12, 16), id="a grow: failed"),
+    pytest.param(2, "training", "inference", Outcome.APPLIED, (16, 12), id="a shrink: applied, the error its note"),
+])
+def test_a_raise_the_lender_cannot_tell_is_reported(kube: FakeKube, api, clock, sleeps, caplog, workers, lender,
+                                                    borrower, outcome, moved) -> None:
+    """Between A's lowering of the lender and its raise of the borrower, the lender's record and move history are
+    removed by hand and the borrower notes another of its moves: nothing tells whether another controller completed
+    the move. Not raised, and it was reported as a move made (a grow: as rolled back by another's settle); the grow
+    fails now, a shrink (its workers stopped all the same) says the quota was not given back."""
+    a, _ = shards(kube, api, clock, sleeps)
+    real_patch, real_get, lowered = a.api.custom.patch_cluster_custom_object, a.api.custom.get_cluster_custom_object, []
+
+    @functools.wraps(real_patch)
+    def patch(*args, **kwargs):
+        out = real_patch(*args, **kwargs)
+        lowered.append(args[3] == lender)
+        return out
+
+    @functools.wraps(real_get)
+    def get(*args, **kwargs):
+        if args[3] == borrower and lowered == [True]:
+            lowered.append(False)
+            annotate(kube, lender, {TRANSFER_ANNOTATION: None, MOVES_ANNOTATION: None})
+            annotate(kube, borrower, {RECEIVED_ANNOTATION: json.dumps({lender: {"id": "other", "state": RECEIVED}})})
+        return real_get(*args, **kwargs)
+
+    a.api.custom.patch_cluster_custom_object, a.api.custom.get_cluster_custom_object = patch, get
+    with caplog.at_level(logging.ERROR):
+        result = scale(a, workers)
+    assert result.outcome is outcome and "cannot be told" in result.detail, result.detail
+    assert "GPUs short" in caplog.text
+    assert quota(kube) == moved
 
 
 def test_a_raise_refused_for_good_is_rolled_back_though_the_fence_is_refused_too(kube: FakeKube, api, clock,
