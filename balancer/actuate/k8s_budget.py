@@ -36,8 +36,8 @@ ACTION_API_CALLS = {
     # resuming a Job gputide stopped, growing it with Kueue quota: read the Job, its Workloads (by label, then
     # by owner), both ClusterQueues; lend quota (both read again, lender and borrower read + patch); write the Job,
     # reactivate its Workload; that refused: restore the label, give the quota back (the queues read, lender and
-    # borrower read + patch; the borrower's patch unanswered: the borrower fenced, read + patch; the lender restored,
-    # read + patch) (k8s_training, k8s_quota)
+    # borrower read + patch; the borrower's patch failed: the borrower fenced (noted void), read + patch; the lender
+    # restored, read + patch) (k8s_training, k8s_quota)
     "scale_training": 24,
     "scale_inference": 4,   # list HPAs, the HPA's floor (read + patch), the Event
     "power_limit": 3,       # the node's annotation (read + patch), the Event
@@ -49,7 +49,7 @@ RESERVE_API_CALLS = {
     # read and the Event (the eviction landed)
     "migrate": 3,
     # a grow undone: the label restored, the quota given back (the queues read, lender and borrower read + patch,
-    # the borrower's unanswered: fenced, read + patch; the lender restored, read + patch); a shrink's or a
+    # the borrower's failed: fenced (noted void), read + patch; the lender restored, read + patch); a shrink's or a
     # stop's quota returned makes as many
     "scale_training": 11,
     "scale_inference": 1,   # the Event

@@ -285,7 +285,7 @@ class KueueQuota:
             try:
                 if not replaced:
                     noted = self._mark(from_queue, move, RECEIVED, before)
-            except _Untold:   # nothing written on the borrower, the lender's record gone: nothing to roll back
+            except Untold:   # nothing written on the borrower, the lender's record gone: nothing to roll back
                 raise
             except ActuationError as err:
                 if owed:
@@ -464,12 +464,12 @@ class KueueQuota:
                     if self._mark(lender, move, VOID, before) == RECEIVED:
                         return True
                 except PermanentActuationError as err:
-                    if doubt or isinstance(err, _Untold):
+                    if doubt or isinstance(err, Untold):
                         raise
                     log.warning("kueue quota move %s: %s not noted void (%s): %s given back unfenced", move.id,
                                 move.to, err, lender)
                 self._close(lender, move)
-        except _Untold:
+        except Untold:
             raise
         except ActuationError as err:
             log.error("kueue quota move %s half-done, %s lent %d GPUs to %s; its record there settles it later: %s",
@@ -540,7 +540,7 @@ class KueueQuota:
         again would move the GPUs twice. `before` is the id it noted for the lender when the move was found open
         (`noted_id`): while it still notes that one, the move is open, and the lender is read only where it
         notes another (a move since, or, in `shift`, a settle of the one before ours). Where the lender cannot say,
-        the `_Untold` error: not raised, and not taken for settled either."""
+        the `Untold` error: not raised, and not taken for settled either."""
         noted: list[str] = []
 
         def change(cq: Json) -> Json | None:
@@ -565,7 +565,7 @@ class KueueQuota:
         apart: taken as rolled back (nothing more raised), a loan training's Jobs do not hold is what the drift
         check gives back (`reconcile`). The lender's move history (`MOVES_ANNOTATION`) holding the id confirms it;
         one without it (hand-edited) cannot say: nothing is raised, the lower risk (the cohort perhaps short of the
-        move's GPUs) against the GPUs moved twice, and it is the `_Untold` error, logged (taken as settled, the
+        move's GPUs) against the GPUs moved twice, and it is the `Untold` error, logged (taken as settled, the
         action that made the move was reported applied, the cohort short with only a log line saying so)."""
         read = self._read_queue(lender)
         if (last := last_move(read)) is not None and last.id == move.id:
@@ -575,7 +575,7 @@ class KueueQuota:
                       "not raised (settled by another controller, or hand-edited); the cohort may be %d GPUs short",
                       move.id, move.gpus, move.flavor, lender, move.to, lender, last.id if last else None, history,
                       move.gpus)
-            raise _Untold(f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> "
+            raise Untold(f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> "
                           f"{move.to}): {lender} lowered, {move.to} not raised: {lender}'s record and move history "
                           f"({MOVES_ANNOTATION}) no longer name it (hand-edited), so whether another controller "
                           f"completed it cannot be told; not raised: the cohort may be {move.gpus} GPUs short, check "
@@ -596,7 +596,7 @@ class KueueQuota:
         self._update(lender, change)
 
 
-class _Untold(PermanentActuationError):
+class Untold(PermanentActuationError):
     """A move open when last seen whose lender no longer says whether another controller settled it since
     (`KueueQuota._settled_since`): not raised, the cohort perhaps short of its GPUs. Permanent: a retry reads the
     same queues; what is left to do is by hand."""

@@ -105,7 +105,7 @@ from balancer.actuate.k8s_kueue import (
     framework_restarts,
     restarts_on_resize,
 )
-from balancer.actuate.k8s_quota import KueueQuota
+from balancer.actuate.k8s_quota import KueueQuota, Untold
 from balancer.actuate.k8s_requests import pod_requests
 from balancer.actuate.kubernetes import (
     KUEUE_QUEUE_LABEL,
@@ -274,6 +274,8 @@ class TrainingJobs:
             if self.kueue.owes(queues[1]) > owed:
                 return (f"kueue quota not given back to {queues[0]} yet ({gpus} GPUs): owed, the next housekeeping "
                         f"(every cycle) moves it: {err}")
+            if isinstance(err, Untold):   # training lowered, inference perhaps not raised: said as it is
+                return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): {err}"
             return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): nothing moved, still {queues[1]}'s: {err}"
 
     def _patch(self, job: _Job, body: Json) -> None:

@@ -22,7 +22,7 @@ resourceVersion), and hand edits:
   (`KueueQuota._roll_back`);
 * a raise whose lender's record and history no longer said whether another controller had completed the move
   (hand-edited) was not made, and taken as settled: the action reported applied, the cohort 4 GPUs short with only a
-  log line saying so. It is the `_Untold` error now, which the action's result carries (`KueueQuota._settled_since`)."""
+  log line saying so. It is the `Untold` error now, which the action's result carries (`KueueQuota._settled_since`)."""
 
 from __future__ import annotations
 
@@ -298,6 +298,7 @@ def test_a_raise_the_lender_cannot_tell_is_reported(kube: FakeKube, api, clock, 
     with caplog.at_level(logging.ERROR):
         result = scale(a, workers)
     assert result.outcome is outcome and "cannot be told" in result.detail, result.detail
+    assert "nothing moved" not in result.detail, result.detail   # training was lowered: the note must not deny it
     assert "GPUs short" in caplog.text
     assert quota(kube) == moved
 
