@@ -32,6 +32,14 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
   parameters and binding mode immutable, a volume's node affinity immutable once set).
 - Pod status subresource (PATCH pods/{name}/status): only the patch's `status` applies, as on the real server.
 - Events (core v1): created and listed like any other object.
+- Deployments' metadata.managedFields, as the API server's Update operation keeps them (`_manage`): every write
+  (create, replace, merge patch, the scale subresource's patch) names its field manager (the query's `fieldManager`,
+  the client's `field_manager`; else the User-Agent up to its first "/", "OpenAPI-Generator" for the Python client;
+  `add` and `mutate` take `manager=`), which then owns the spec fields the write added or changed, taken from every
+  other manager's entry (one entry per manager, operation and subresource: a scale's carries subresource "scale");
+  a value written unchanged moves nothing. Only spec's fields are tracked, a list as one field. A request's own
+  managedFields replace the stored ones ([{}] strips them), as on the real server; `add(..., manager=None)` stores
+  an object with none (one the server never tracked, or stripped).
 - ConfigMaps (core v1, namespaced): created (409 AlreadyExists for an existing name), read and replaced (409 for a
   stale resourceVersion) like any other object, their data validated as the API server's ValidateConfigMap does
   (k8s.io/apimachinery IsConfigMapKey): every key of `data` and `binaryData` [-._a-zA-Z0-9]+, at most 253 bytes,
@@ -383,6 +391,69 @@ def _defaults(obj: dict[str, Any]) -> None:
             "message": "Scheduling is blocked due to non-empty scheduling gates"}]
 
 
+MANAGED = {"deployments": "apps/v1"}   # the kinds whose managedFields the fake keeps (their spec's fields), by plural
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Every field of `value` by its path: a non-empty object's fields, else the value itself (a list is one)."""
+    if isinstance(value, dict) and value:
+        return {p: v for key, sub in value.items() for p, v in _leaves(sub, (*path, key)).items()}
+    return {path: value}
+
+
+def _fields_v1(paths: set[tuple[str, ...]]) -> dict[str, Any]:
+    """FieldsV1 of field paths: {"f:spec": {"f:replicas": {}}}."""
+    out: dict[str, Any] = {}
+    for path in sorted(paths):
+        level = out
+        for key in path:
+            level = level.setdefault(f"f:{key}", {})
+    return out
+
+
+def _paths(fields: dict[str, Any], path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The field paths of FieldsV1 `fields` (its "f:" keys; a list's "k:"/"v:" members as the list itself)."""
+    out: set[tuple[str, ...]] = set()
+    for key, sub in fields.items():
+        if key.startswith("f:"):
+            out |= _paths(sub, (*path, key[2:])) if isinstance(sub, dict) and any(
+                k.startswith("f:") for k in sub) else {(*path, key[2:])}
+    return out
+
+
+def _manage(plural: str, old: dict[str, Any] | None, new: dict[str, Any], manager: str | None,
+            subresource: str | None = None) -> None:
+    """metadata.managedFields of `new` (replacing `old`, None: created) after a write by `manager` (None: left as
+    they are), as the API server's Update operation keeps them: the spec fields the write added or changed are
+    `manager`'s (its entry for operation Update and `subresource`), taken from every other entry; removed fields
+    leave every entry; an entry left empty is dropped. managedFields the write sent replace the stored ones first
+    ([{}] strips them); none sent: the stored ones."""
+    if plural not in MANAGED or manager is None:
+        return
+    meta = new["metadata"]
+    sent = meta.get("managedFields")
+    if old is not None and sent is None:
+        sent = old["metadata"].get("managedFields")
+    base = [] if sent in (None, [{}]) else sent
+    was, now = _leaves({"spec": (old or {}).get("spec") or {}}), _leaves({"spec": new.get("spec") or {}})
+    changed, removed = {p for p, v in now.items() if p not in was or was[p] != v}, set(was) - set(now)
+    key, mine, entries = (manager, "Update", subresource), set(changed), []
+    for entry in base:
+        paths = _paths(entry.get("fieldsV1") or {}) - removed
+        if (entry.get("manager"), entry.get("operation"), entry.get("subresource")) == key:
+            mine |= paths
+        elif paths - changed:
+            entries.append({**entry, "fieldsV1": _fields_v1(paths - changed)})
+    if mine:
+        entries.append({"manager": manager, "operation": "Update", "apiVersion": MANAGED[plural],
+                        "time": "2024-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(mine),
+                        **({"subresource": subresource} if subresource else {})})
+    if entries:
+        meta["managedFields"] = entries
+    else:
+        meta.pop("managedFields", None)
+
+
 @functools.cache
 def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
     """kubernetes-validate's strict schema for one kind, built once (its `validate()` re-reads ~1 MB per call)."""
@@ -456,6 +527,7 @@ class _Route:
     name: str | None
     sub: str | None
     query: dict[str, str] = field(default_factory=dict)
+    manager: str = ""   # the write's field manager: the query's fieldManager, else the User-Agent's prefix
 
 
 _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/(?P<rest>.+)$")
@@ -470,17 +542,20 @@ def _get_list(kube: FakeKube, r: _Route) -> tuple[int, Any]:
 # payload); any other request is 405. The shape is "list", "item" or "item/<subresource>" (no path segment has a "/").
 _ROUTES: dict[tuple[str, str, str], Callable[[FakeKube, _Route, str, Any], tuple[int, Any]]] = {
     ("GET", "*", "list"): lambda k, r, ns, body: _get_list(k, r),
-    ("POST", "*", "list"): lambda k, r, ns, body: (201, copy.deepcopy(k._create(r.plural, ns, body))),
+    ("POST", "*", "list"): lambda k, r, ns, body: (201, copy.deepcopy(k._create(r.plural, ns, body, r.manager))),
     ("GET", "*", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._existing(r.plural, ns, r.name))),
-    ("PUT", "*", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._replace(r.plural, ns, r.name, body))),
-    ("PATCH", "*", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._patch(r.plural, ns, r.name, body))),
+    ("PUT", "*", "item"):
+        lambda k, r, ns, body: (200, copy.deepcopy(k._replace(r.plural, ns, r.name, body, r.manager))),
+    ("PATCH", "*", "item"):
+        lambda k, r, ns, body: (200, copy.deepcopy(k._patch(r.plural, ns, r.name, body, r.manager))),
     ("DELETE", "pods", "item"): lambda k, r, ns, body: (200, copy.deepcopy(k._remove(r.plural, ns, r.name))),
     ("PATCH", "pods", "item/status"):
         lambda k, r, ns, body: (200, copy.deepcopy(k._patch_status(r.plural, ns, r.name, body))),
     ("POST", "pods", "item/eviction"): lambda k, r, ns, body: (201, k._evict(ns, r.name, body)),
     ("POST", "pods", "item/binding"): lambda k, r, ns, body: (201, k._bind(ns, r.name, body)),
     ("GET", "deployments", "item/scale"): lambda k, r, ns, body: (200, k._scale(ns, r.name)),
-    ("PATCH", "deployments", "item/scale"): lambda k, r, ns, body: (200, k._patch_scale(ns, r.name, body)),
+    ("PATCH", "deployments", "item/scale"):
+        lambda k, r, ns, body: (200, k._patch_scale(ns, r.name, body, r.manager)),
 }
 
 
@@ -501,6 +576,7 @@ class FakeKube:
         self._history: list[_Event] = []
         self._expired_below = 0    # watches from a resourceVersion below this answer 410 Expired
         self._changed = threading.Condition(self._lock)
+        self._agent = threading.local()   # the User-Agent of the request each handler thread serves
         self._closing = False
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -515,22 +591,25 @@ class FakeKube:
         cfg.host = self.url
         return k8s.ApiClient(cfg)
 
-    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Store a (validated) object as if created through the API; returns the stored copy."""
+    def add(self, obj: dict[str, Any], manager: str | None = "kubectl-create") -> dict[str, Any]:
+        """Store a (validated) object as if created through the API by `manager` (None: with no managedFields, as
+        an object the API server never tracked); returns the stored copy."""
         with self._lock:
             plural = PLURAL[obj["kind"]]
             ns = obj["metadata"].get("namespace", "default") if RESOURCES[plural][2] else ""
-            return copy.deepcopy(self._create(plural, ns, copy.deepcopy(obj)))
+            return copy.deepcopy(self._create(plural, ns, copy.deepcopy(obj), manager))
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         with self._lock:
             obj = self.objects.get((plural, namespace, name))
             return copy.deepcopy(obj) if obj else None
 
-    def mutate(self, plural: str, name: str, namespace: str, patch: dict[str, Any]) -> dict[str, Any]:
-        """Change an object behind the client's back (another writer): merge-patch, validate, bump rv."""
+    def mutate(self, plural: str, name: str, namespace: str, patch: dict[str, Any],
+               manager: str = "kubectl-edit") -> dict[str, Any]:
+        """Change an object behind the client's back (another writer, field manager `manager`): merge-patch,
+        validate, bump rv."""
         with self._lock:
-            return copy.deepcopy(self._patch(plural, namespace, name, patch))
+            return copy.deepcopy(self._patch(plural, namespace, name, patch, manager))
 
     def delete(self, plural: str, name: str, namespace: str = "") -> None:
         """Delete an object behind the client's back (another writer)."""
@@ -619,7 +698,8 @@ class FakeKube:
             raise ApiError(400, "BadRequest", "the namespace of the object does not match the request")
         return body
 
-    def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _create(self, plural: str, namespace: str, body: dict[str, Any],
+                manager: str | None = None) -> dict[str, Any]:
         obj = self._typed(plural, namespace, body)
         key = (plural, namespace, obj["metadata"].get("name", ""))
         if key in self.objects:
@@ -628,6 +708,7 @@ class FakeKube:
         obj["metadata"].setdefault("uid", str(uuidlib.uuid4()))
         obj["metadata"].setdefault("creationTimestamp", "2024-01-01T00:00:00Z")
         _defaults(obj)
+        _manage(plural, None, obj, manager)
         validate(obj)
         self._bump(obj)
         self.objects[key] = obj
@@ -641,7 +722,8 @@ class FakeKube:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
         return obj
 
-    def _store(self, plural: str, namespace: str, name: str, new: dict[str, Any]) -> dict[str, Any]:
+    def _store(self, plural: str, namespace: str, name: str, new: dict[str, Any], manager: str | None = None,
+               subresource: str | None = None) -> dict[str, Any]:
         old = self._existing(plural, namespace, name)
         sent = new["metadata"].get("resourceVersion")
         if sent is not None and sent != old["metadata"]["resourceVersion"]:
@@ -651,6 +733,7 @@ class FakeKube:
             raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
         for key in ("uid", "creationTimestamp"):
             new["metadata"][key] = old["metadata"][key]
+        _manage(plural, old, new, manager, subresource)
         validate(new)
         job_errors = _job_update_errors(old, new)
         if job_errors:
@@ -664,17 +747,18 @@ class FakeKube:
         self._kueue_reconcile(plural)
         return new
 
-    def _replace(self, plural: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _replace(self, plural: str, namespace: str, name: str, body: dict[str, Any],
+                 manager: str | None = None) -> dict[str, Any]:
         new = self._typed(plural, namespace, body)
         if plural == "leases" and not new["metadata"].get("resourceVersion"):
             raise ApiError(422, "Invalid", "metadata.resourceVersion: must be specified for an update")
-        return self._store(plural, namespace, name, new)
+        return self._store(plural, namespace, name, new, manager)
 
-    def _patch(self, plural: str, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+    def _patch(self, plural: str, namespace: str, name: str, patch: Any, manager: str | None = None) -> dict[str, Any]:
         if not isinstance(patch, dict):
             raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
         merged = merge_patch(self._existing(plural, namespace, name), patch)
-        return self._store(plural, namespace, name, merged)
+        return self._store(plural, namespace, name, merged, manager)
 
     # ---- Kueue's job reconciler -------------------------------------------------------------------------------
 
@@ -763,13 +847,14 @@ class FakeKube:
             "status": {"replicas": dep.get("status", {}).get("replicas", 0)},
         }  # fmt: skip
 
-    def _patch_scale(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+    def _patch_scale(self, namespace: str, name: str, patch: Any, manager: str | None = None) -> dict[str, Any]:
         scale = merge_patch(self._scale(namespace, name), patch)
         validate(scale)
         dep = self._existing("deployments", namespace, name)
         if scale["metadata"]["resourceVersion"] != dep["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", "the object has been modified")
-        self._store("deployments", namespace, name, merge_patch(dep, {"spec": {"replicas": scale["spec"]["replicas"]}}))
+        self._store("deployments", namespace, name, merge_patch(dep, {"spec": {"replicas": scale["spec"]["replicas"]}}),
+                    manager, "scale")
         return self._scale(namespace, name)
 
     # ---- lists -----------------------------------------------------------------------------------------------
@@ -882,7 +967,10 @@ class FakeKube:
             return fault.code, status_body(fault.code, reason, "injected fault")
         with self._lock:
             try:
-                return self._dispatch(method, content_type, body, self.route(path))
+                r = self.route(path)
+                agent = getattr(self._agent, "value", None) or "unknown"   # the HTTP request's User-Agent
+                r.manager = r.query.get("fieldManager") or agent.partition("/")[0]
+                return self._dispatch(method, content_type, body, r)
             except ApiError as err:
                 return err.code, status_body(err.code, err.reason, err.message)
 
@@ -910,6 +998,7 @@ class FakeKube:
                 except json.JSONDecodeError:
                     code, payload = 400, status_body(400, "BadRequest", "body is not JSON")
                 else:
+                    owner._agent.value = self.headers.get("User-Agent")   # this thread's request (`dispatch`)
                     code, payload = owner.dispatch(self.command, self.path, self.headers.get("Content-Type"), body)
                 if isinstance(payload, Iterator):
                     self._stream(payload)

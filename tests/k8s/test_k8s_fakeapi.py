@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from fakeapi import FakeKube, clusterqueue, hpa, merge_patch, node, pdb, pod
+from fakeapi import FakeKube, clusterqueue, deployment, hpa, merge_patch, node, pdb, pod
 from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client as k8s
@@ -140,6 +140,46 @@ def test_injected_faults_are_consumed_in_order(cluster: FakeKube, api) -> None:
         except ApiException as exc:
             codes.append(exc.status)
     assert codes == [500, 500, 200]
+
+
+def replicas_managers(kube: FakeKube) -> list[tuple[str, str | None]]:
+    """(manager, subresource) of every managedFields entry of serve/web owning f:spec.f:replicas."""
+    fields = kube.get("deployments", "web", "serve")["metadata"].get("managedFields") or []
+    return [(e["manager"], e.get("subresource")) for e in fields
+            if e["operation"] == "Update" and e["fieldsType"] == "FieldsV1" and "f:replicas" in e["fieldsV1"]["f:spec"]]
+
+
+def test_a_deployments_replicas_belong_to_the_field_manager_that_changed_them_last() -> None:
+    """As the API server's Update operation keeps metadata.managedFields: gputide's decision whether a Deployment's
+    count is still its own reads who owns f:spec.f:replicas, so the fake must move it as the real server does. Its own
+    fake: the patch of a Deployment itself is one gputide's RBAC does not grant (the `kube` fixture's check)."""
+    with FakeKube() as kube, kube.client() as api:
+        manages(kube, k8s.AppsV1Api(api))
+
+
+def manages(kube: FakeKube, apps: k8s.AppsV1Api) -> None:
+    kube.add(deployment("web", "serve", replicas=6), manager="kubectl-client-side-apply")
+    assert replicas_managers(kube) == [("kubectl-client-side-apply", None)]
+    apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 2}}, field_manager="gputide",
+                                           _content_type=MERGE)
+    assert replicas_managers(kube) == [("gputide", "scale")]   # taken from the creator, whose other fields stay
+    fields = kube.get("deployments", "web", "serve")["metadata"]["managedFields"]
+    assert {e["manager"] for e in fields} == {"kubectl-client-side-apply", "gputide"}
+    assert [e["fieldsV1"] for e in fields if e["manager"] == "gputide"] == [{"f:spec": {"f:replicas": {}}}]
+    kube.mutate("deployments", "web", "serve", {"status": {"observedGeneration": 3}}, manager="kube-controller")
+    kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 2}}, manager="kubectl-edit")   # unchanged
+    assert replicas_managers(kube) == [("gputide", "scale")]   # neither changed the count: still gputide's
+    apps.patch_namespaced_deployment("web", "serve", {"spec": {"replicas": 5}}, _content_type=MERGE)
+    assert replicas_managers(kube) == [("OpenAPI-Generator", None)]   # no fieldManager: the User-Agent's prefix
+    apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 3}}, field_manager="gputide",
+                                           _content_type=MERGE)
+    kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": [{}]}, "spec": {"paused": True}})
+    assert kube.get("deployments", "web", "serve")["metadata"]["managedFields"] == [{
+        "manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1", "time": "2024-01-01T00:00:00Z",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:paused": {}}}}]   # stripped, then the write's own
+    kube.delete("deployments", "web", "serve")
+    kube.add(deployment("web", "serve"), manager=None)
+    assert "managedFields" not in kube.get("deployments", "web", "serve")["metadata"]
 
 
 json_values = st.recursive(st.none() | st.integers() | st.text(max_size=3),
