@@ -16,39 +16,39 @@ count when a service moves between shards (shard A lowers it 6 -> 2, shard B rai
 gputide's and keeps the 6). One key per Deployment (`record_key`): "<namespace>.<name>", or where that would pass a
 ConfigMap key's 253 characters (a long namespace and name) "<namespace>.<sha256 of the name, 32 hex digits>", so
 that every key is one the API server takes ([-._a-zA-Z0-9]+); the Deployment is named in the value, the key is never
-parsed. Valued {"namespace", "name": the Deployment's, "own": the operator's count, "scaled": the count gputide wrote
-last, "from": the count that write replaced, "owner": the controller that wrote it, its Lease "ns/name", as HPA
-floors carry gputide.io/floor-owner, "rv": the Deployment's resourceVersion that write was made from, "also": the
-counts other writes made from that same resourceVersion asked, which may still land}.
+parsed. Valued {"namespace", "name": the Deployment's, "own": the operator's count, "scaled": the count gputide's
+last recorded write asked (only so that scaling back to "own" drops the key while no later write recorded another),
+"owner": the controller that wrote it, its Lease "ns/name", as HPA floors carry gputide.io/floor-owner}; the
+"from", "rv" and "also" of entries written by older versions are ignored.
 A writer keeps an entry's "own" whoever wrote it and names itself; a give-back takes only the entries this
 controller wrote or whose writer is not recorded (`k8s_hpa.floor_owned`'s rule): another shard's are its own. An
 actuator without `floor_owner` (no Lease: tests, one-off runs) keeps none.
 
+Whose the count is, the API server says (`replicas_gputides`): the manager that owns `f:spec.f:replicas` in the
+Deployment's metadata.managedFields. gputide's scale, written through the scale subresource under the field manager
+"gputide" (`k8s_hpa.FIELD_MANAGER`), makes it gputide's; `kubectl scale`, an edit or an apply that changes the count
+moves it to their own manager. So at each write the count is gputide's (the entry's "own" kept) or the operator's
+(recorded as "own"), and a give-back restores "own" only while the count is still gputide's. Counts compared with the
+record (gputide's last write and the one it replaced, racing writers' from one resourceVersion) lost the operator's
+count where the Deployment changed in ways the record did not see: two writers reading at different
+resourceVersions (a status write between), a raise made without its record (the record unwritable), a hand scale to a
+count gputide once asked. Limits: a hand scale to the very count gputide wrote changes nothing, so the count stays
+gputide's (and a give-back sets "own"); a raise made without its record from a count someone else set since
+gputide's last write gives back the entry's older "own"; an object without managedFields (stripped, or a server that
+keeps none) is never gputide's: nothing lowered by a give-back, and its next write records gputide's count as the
+operator's (the safe side). Two controllers whose field managers differ (a fork, a renamed manager) count each
+other's writes as the operator's.
+
 The record is written before the scale, and a lowering whose record cannot be written is not made: a record without
 its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a lowering
 without its record would lose the operator's count. A raise (the morning's reclaim) is made anyway, logged: the SLO
-waits on no bookkeeping, and the stale record takes the raised count for the operator's (neither of gputide's), so a
-give-back leaves the higher count. "from" is what makes a write that did not land (or got no answer)
-harmless too: the Deployment still at the count that write replaced is still gputide's, not the operator's.
+waits on no bookkeeping; the count stays gputide's, so the entry's "own" still goes back.
 
-Two writers at once (an old leader still writing as the new one takes office, a write in flight across a restart)
-both read the Deployment at one resourceVersion and record their counts, one after the other; the one whose scale
-is refused (409) reads the Deployment again at the other's count, which is neither its "scaled" nor its "from" (the
-old leader recorded 2 -> 4, the new one 2 -> 5 over it, the 4 landed: 4 was once taken for the operator's count and
-the 6 lost). Both scales carry the resourceVersion read, so at most one lands, and only while the Deployment is still at
-it: a write recorded from the resourceVersion of the entry it replaces keeps that entry's counts ("also"), one from
-a later resourceVersion drops them (the Deployment changed since, so none of them can land any more).
-
-The HPA record's rule for a count someone else wrote: `spec.replicas` that is none of gputide's counts ("scaled",
-"from", "also") was written by someone else (`kubectl scale`, a GitOps sync) between gputide's writes, and is the operator's
-own from then on: gputide's next write records it as theirs, and a give-back leaves it (the key alone dropped). A
-hand scale to exactly the count gputide's last write replaced (or a racing write's) cannot be told from gputide's
-own, and counts as such. A Deployment lowered by a version before this record has no entry: its next write records
-gputide's count as the operator's (scale it back by hand once). One ConfigMap holds at most 1 MiB: some thousands of
-entries.
+A Deployment lowered by a version before this record has no entry: its next write records gputide's count as the
+operator's (scale it back by hand once). One ConfigMap holds at most 1 MiB: some thousands of entries.
 
 Given back (`restore_change`) when the Deployment's service leaves gputide's management, only while spec.replicas is
-still one of gputide's counts; never on a plain shutdown (a restart under load must keep the count the tide still
+still gputide's; never on a plain shutdown (a restart under load must keep the count the tide still
 needs).
 """
 
@@ -61,31 +61,24 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from balancer.actuate.k8s_hpa import FIELD_MANAGER
+
 Json = dict[str, Any]
 RECORD_NAME = "gputide-replicas"   # the ConfigMap, in the controller's Lease's namespace (its Role's resourceNames)
 KEY_MAX = 253   # a ConfigMap key's length, and its characters:
 KEY_CHARS = re.compile(r"[-._a-zA-Z0-9]+")
-ALSO_MAX = 8   # the racing writes' counts kept, the oldest dropped beyond (each write from one resourceVersion adds one)
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One Deployment's record: the operator's count, the count gputide wrote last and the count that write
-    replaced, by whom, of which Deployment."""
+    """One Deployment's record: the operator's count and the count gputide's last recorded write asked, by whom, of
+    which Deployment."""
 
     own: int
     scaled: int
-    before: int
     owner: str | None = None   # the controller that wrote it (its Lease, "ns/name"); None: not recorded
     namespace: str = ""
     name: str = ""
-    rv: str | None = None   # the Deployment's resourceVersion the last write was made from; None: not recorded
-    also: tuple[int, ...] = ()   # the counts other writes from that resourceVersion asked (racing writers)
-
-    def gputides(self, current: int) -> bool:
-        """Whether `current` replicas are gputide's doing (its last write, landed or not, or a racing writer's from
-        the same resourceVersion), not the operator's."""
-        return current in (self.scaled, self.before) or current in self.also
 
     def owned(self, owner: str | None) -> bool:
         """Whether the controller `owner` may give it back: written by it, or by a writer not recorded; any for a
@@ -94,8 +87,25 @@ class Entry:
 
     def text(self) -> str:
         value = {"namespace": self.namespace, "name": self.name, "own": self.own, "scaled": self.scaled,
-                 "from": self.before, "owner": self.owner, "rv": self.rv, "also": list(self.also)}
-        return json.dumps({k: v for k, v in value.items() if v not in (None, [])}, sort_keys=True)
+                 "owner": self.owner}
+        return json.dumps({k: v for k, v in value.items() if v is not None}, sort_keys=True)
+
+
+def replicas_managers(deployment: Json) -> tuple[str, ...] | None:
+    """The field managers owning the Deployment's `f:spec.f:replicas` in its metadata.managedFields (one, but for
+    an apply sharing a value); None: the object carries no managedFields."""
+    fields = (deployment.get("metadata") or {}).get("managedFields")
+    if not fields:
+        return None
+    return tuple(sorted({str(e.get("manager")) for e in fields if isinstance(e, dict)
+                         and "f:replicas" in (((e.get("fieldsV1") or {}).get("f:spec")) or {})}))
+
+
+def replicas_gputides(deployment: Json) -> bool:
+    """Whether the Deployment's spec.replicas is gputide's: the API server names `FIELD_MANAGER` its only manager
+    (gputide's scale wrote it and no one changed it since). No managedFields (stripped, a server keeping none):
+    not gputide's, the safe side (a give-back lowers nothing)."""
+    return replicas_managers(deployment) == (FIELD_MANAGER,)
 
 
 def record_name(owner: str) -> tuple[str, str]:
@@ -136,23 +146,24 @@ def entries(configmap: Json | None) -> dict[str, Entry]:
 
 
 def _entry(key: str, raw: Json) -> Entry:
-    owner, rv, (ns, name) = raw.get("owner"), raw.get("rv"), _key_deployment(key)
-    return Entry(int(raw["own"]), int(raw["scaled"]), int(raw.get("from", raw["scaled"])),
-                 owner if isinstance(owner, str) else None, str(raw.get("namespace", ns)), str(raw.get("name", name)),
-                 rv if isinstance(rv, str) else None, tuple(int(c) for c in raw.get("also") or ()))
+    owner, (ns, name) = raw.get("owner"), _key_deployment(key)
+    return Entry(int(raw["own"]), int(raw["scaled"]), owner if isinstance(owner, str) else None,
+                 str(raw.get("namespace", ns)), str(raw.get("name", name)))
 
 
-def scaled_entry(entry: Entry | None, current: int, want: int, owner: str | None, deployment: tuple[str, str],
-                 rv: str) -> Entry:
-    """The record of `owner`'s write from `current` replicas to `want` of `deployment` (namespace, name) read at
-    resourceVersion `rv` (its key's entry now `entry`, None: none): the operator's count kept while `current` is
-    gputide's (whichever controller wrote the entry: a service moved between shards), else `current` itself (no
-    record yet, or someone else set it since gputide's last write). An entry recorded from the same resourceVersion
-    is a racing writer's whose scale may still land: its counts are kept ("also")."""
-    own = entry.own if entry is not None and entry.gputides(current) else current
-    racing = entry is not None and entry.rv is not None and entry.rv == rv
-    also = [c for c in dict.fromkeys((*entry.also, entry.scaled)) if c != want] if racing else []
-    return Entry(own, want, current, owner, *deployment, rv, tuple(also[-ALSO_MAX:]))
+def replicas(deployment: Json) -> int:
+    """The Deployment's spec.replicas (1 when unset, the API server's default)."""
+    return int((deployment.get("spec") or {}).get("replicas", 1))
+
+
+def scaled_entry(entry: Entry | None, deployment: Json, want: int, owner: str | None) -> Entry:
+    """The record of `owner`'s write of `deployment` (as read) to `want` replicas (its key's entry now `entry`,
+    None: none): the operator's count kept while the count is gputide's (`replicas_gputides`; whichever controller
+    wrote the entry: a service moved between shards), else the count itself (no record yet, or someone else set it
+    since gputide's last write: theirs)."""
+    current, meta = replicas(deployment), deployment["metadata"]
+    own = entry.own if entry is not None and replicas_gputides(deployment) else current
+    return Entry(own, want, owner, meta["namespace"], meta["name"])
 
 
 def record_body(configmap: Json | None, namespace: str, name: str, changes: Mapping[str, Entry | None]) -> Json | None:
@@ -188,12 +199,16 @@ def to_give_back(recorded: Mapping[str, Entry], namespaces: Iterable[str] | None
                   and (where is None or entry.namespace in where) and not _managed(entry, services))
 
 
-def restore_change(entry: Entry, current: int) -> tuple[Json | None, str]:
-    """(the scale patch giving the operator's count back, what it does) for a Deployment at `current` replicas
-    whose service left gputide's management: while `current` is gputide's, its recorded own count; a count someone
-    else set since is left as it is (the key alone is dropped: the count is theirs)."""
+def restore_change(entry: Entry, deployment: Json) -> tuple[Json | None, str]:
+    """(the scale patch giving the operator's count back, what it does) for `deployment` (as read), whose service
+    left gputide's management: while its count is gputide's (`replicas_gputides`), its recorded own count; a count
+    someone else set since is left as it is (the key alone is dropped: the count is theirs)."""
+    current = replicas(deployment)
     if current == entry.own:
         return None, f"replicas {current} are the operator's own already"
-    if not entry.gputides(current):
-        return None, f"replicas {current} were set by someone else since gputide's {entry.scaled}: left as they are"
+    if not replicas_gputides(deployment):
+        managers = replicas_managers(deployment)
+        who = ("no field manager recorded (no managedFields)" if managers is None
+               else f"spec.replicas managed by {', '.join(managers) or 'no one'}")
+        return None, f"replicas {current} were set by someone else since gputide's write ({who}): left as they are"
     return {"spec": {"replicas": entry.own}}, f"replicas {current} -> {entry.own} (the operator's own)"

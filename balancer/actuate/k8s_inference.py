@@ -25,6 +25,7 @@ from balancer.actuate.k8s_deploy_record import (
     record_body,
     record_key,
     record_name,
+    replicas,
     restore_change,
     scaled_entry,
     to_give_back,
@@ -141,7 +142,7 @@ class InferenceScaling:
                 raise ConflictError(f"{what} has {current} replicas, not the {planned} the plan saw (set by someone "
                                     f"else since): not scaled to {want}, the plan is stale", 409)
             if self.floor_owner is not None:
-                seen["own"] = self._keep_record(ns, name, current, want, d["metadata"]["resourceVersion"])
+                seen["own"] = self._keep_record(d, want)
             return {"spec": {"replicas": want}}
 
         self.api.update(
@@ -155,18 +156,19 @@ class InferenceScaling:
         return self.api(f"{what} scale", self.api.apps.patch_namespaced_deployment_scale, name, ns, body,
                         _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
 
-    def _keep_record(self, ns: str, name: str, current: int, want: int, rv: str) -> int | None:
-        """Record the operator's count of deployment `ns/name` before gputide scales it from `current` to `want`, read
-        at resourceVersion `rv` (`k8s_deploy_record.scaled_entry`, from the record as it is now: a racing writer's
-        entry from the same `rv` keeps its counts); the operator's count recorded. Not
-        written, a lowering is not made either (RETRY), as it would lose the operator's count; a raise (the morning's
-        reclaim) is made anyway, logged (None): the SLO waits on no bookkeeping, and the record left stale takes the
-        raised count for the operator's (neither of gputide's), so a give-back leaves it: the higher count, the safe
-        side. Its unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
-        key, kept = record_key(ns, name), {}
+    def _keep_record(self, deployment: Json, want: int) -> int | None:
+        """Record the operator's count of `deployment` (as read) before gputide scales it to `want`
+        (`k8s_deploy_record.scaled_entry`: the entry's own kept while the API server names gputide the manager of
+        its replicas, else the count read); the operator's count recorded. Not written, a lowering is not made
+        either (RETRY), as it would lose the operator's count; a raise (the morning's reclaim) is made anyway, logged
+        (None): the SLO waits on no bookkeeping, and the raised count is gputide's (its field manager's), so the
+        entry's own still goes back (the one recorded before: stale where someone else set the count since). Its
+        unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
+        ns, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+        key, kept, current = record_key(ns, name), {}, replicas(deployment)
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
-            kept["entry"] = scaled_entry(recorded.get(key), current, want, self.floor_owner, (ns, name), rv)
+            kept["entry"] = scaled_entry(recorded.get(key), deployment, want, self.floor_owner)
             return {key: kept["entry"]}
 
         try:
@@ -174,8 +176,8 @@ class InferenceScaling:
                 self._write_record(change)
         except ActuationError as err:
             if want > current:
-                log.warning("deployment %s/%s: raised to %d without the record of its operator's count (%s): a "
-                            "give-back leaves it at the raised count", ns, name, want, err)
+                log.warning("deployment %s/%s: raised to %d without the record of its operator's count (%s): the "
+                            "count restored on a give-back is the one recorded before, if any", ns, name, want, err)
                 return None
             raise KubeTemporaryError(f"deployment {ns}/{name} not scaled: the record of its operator's count could "
                                      f"not be written ({err})", getattr(err, "status", 0)) from err
@@ -303,12 +305,13 @@ class InferenceScaling:
     def _restore_deployments(self, namespaces: tuple[str, ...] | None, managed: Collection[str]) -> list[str]:
         """The operator's own count back to the Deployments the record holds for this controller (written by it, or
         by a writer not recorded), of `namespaces` (None: any) and scaling none of `managed`
-        (`k8s_deploy_record.to_give_back`), through the scale subresource with
-        the resourceVersion read, only while their count is still gputide's (`restore_change`; one someone else set
-        since is left and logged); their keys dropped once done (a Deployment gone too). One that cannot be read or
-        scaled keeps its key and says so ("deployment replicas in NS not given back"), the rest go on. The record
-        unread for a temporary error says so for each namespace asked (None: "deployment replicas not given back"),
-        so the reloader and its release try again; refused (403), or not rewritten after, it is a note only."""
+        (`k8s_deploy_record.to_give_back`), through the scale subresource with the resourceVersion read, only while
+        their count is still gputide's (`restore_change`: the API server names gputide the manager of their replicas;
+        one someone else set since is left and logged); their keys dropped once done (a Deployment gone too). One
+        that cannot be read or scaled keeps its key and says so ("deployment replicas in NS not given back"), the
+        rest go on. The record unread for a temporary error says so for each namespace asked (None: "deployment
+        replicas not given back"), so the reloader and its release try again; refused (403), or not rewritten after,
+        it is a note only."""
         what = "record of deployment replicas {}/{}".format(*record_name(str(self.floor_owner)))
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
@@ -342,7 +345,7 @@ class InferenceScaling:
         what, said = f"deployment {ns}/{name}", {}
 
         def change(d: Json) -> Json | None:
-            body, said["what"] = restore_change(entry, int((d.get("spec") or {}).get("replicas", 1)))
+            body, said["what"] = restore_change(entry, d)
             return body
 
         self.api.update(what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),

@@ -5,6 +5,8 @@ left by capacity shifting turned off kept the night's count the next morning, wi
 operator's count is recorded before each scale in the ConfigMap gputide-replicas beside the controller
 (`k8s_deploy_record`: the controller may not patch Deployments), and restore_floors gives it back while
 spec.replicas is still gputide's (`k8s_inference.InferenceScaling`, the actuator's `inference`, makes the calls).
+Whose the count is, the API server says: the field manager owning f:spec.f:replicas in the Deployment's
+managedFields ("gputide" for its scale; the fake keeps them as the real server's Update operation does).
 
 The fake API server serves ConfigMaps as the real one does, their keys validated ([-._a-zA-Z0-9]+, at most 253:
 else 422): before, these tests patched ConfigMaps into it without any check, so a record key the API server refuses
@@ -24,7 +26,7 @@ from test_k8s_hpa_floor_restore import stored as hpa_stored
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.actuate.k8s_deploy_record import record_key
+from balancer.actuate.k8s_deploy_record import record_key, replicas_gputides
 from balancer.actuate.k8s_inference import InferenceScaling
 from balancer.cmd.run import floors_given_back, floors_released
 from balancer.loop import NullLeaderElector
@@ -34,6 +36,12 @@ OWNER = "gputide/gputide-controller"
 SHARD = "gputide/gputide-controller-b"   # another shard, electing on its own Lease
 RECORD = ("gputide-replicas", "gputide")   # one record, shared, in the Lease's namespace
 KEY_MAX, KEY_CHARS = 253, re.compile(r"[-._a-zA-Z0-9]+")   # what the API server takes for a ConfigMap key
+
+
+def recorded_from(act: KubernetesActuator, read: dict, want: int) -> None:
+    """`act`'s record of its write of Deployment `read` (as it read it) to `want`, its scale not made (yet): a racing
+    writer's."""
+    act.inference._keep_record(read, want)
 
 
 def scale(act: KubernetesActuator, service: str, replicas: int, previous: int) -> ActionResult:
@@ -52,12 +60,11 @@ def replicas(kube: FakeKube, name: str = "web", ns: str = "serve") -> int:
 
 def record(kube: FakeKube) -> dict[str, dict]:
     """The record's entries by key, each naming its Deployment under its own key (`record_key`), the names taken out
-    (hand-written ones may lack them), and the Deployment's resourceVersion each write was made from too."""
+    (hand-written ones may lack them)."""
     cm = kube.get("configmaps", *RECORD)
     out = {k: json.loads(v) for k, v in ((cm or {}).get("data") or {}).items()}
     for key, value in out.items():
         assert "namespace" not in value or record_key(value.pop("namespace"), value.pop("name")) == key, (key, value)
-        value.pop("rv", None)
     return out
 
 
@@ -73,13 +80,13 @@ def act(kube: FakeKube, api, clock, sleeps) -> KubernetesActuator:
 
 
 def test_the_operators_count_is_recorded_before_the_first_scale_and_kept_after(kube, act) -> None:
-    assert record(kube) == {"serve.web": {"own": 6, "scaled": 2, "from": 6, "owner": OWNER},
-                            "other.web": {"own": 6, "scaled": 3, "from": 6, "owner": OWNER}}
+    assert record(kube) == {"serve.web": {"own": 6, "scaled": 2, "owner": OWNER},
+                            "other.web": {"own": 6, "scaled": 3, "owner": OWNER}}
     writes = [(r.method, r.path) for r in kube.requests if r.method in ("POST", "PUT", "PATCH")]
     assert writes[:2] == [("POST", "/api/v1/namespaces/gputide/configmaps"),   # created, then the scale
                           ("PATCH", "/apis/apps/v1/namespaces/serve/deployments/web/scale")]
     scaled(act, "serve/web", 4, 2)   # the morning's reclaim
-    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 4, "from": 2, "owner": OWNER}
+    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 4, "owner": OWNER}
     scaled(act, "serve/web", 6, 4)   # back at the operator's own: the record forgotten
     assert replicas(kube) == 6 and "serve.web" not in record(kube) and "other.web" in record(kube)
 
@@ -89,7 +96,7 @@ def test_a_scale_whose_record_cannot_be_written_is_not_made(kube, act) -> None:
     result = scale(act, "serve/web", 1, 2)
     assert result.outcome is Outcome.RETRY and "record of its operator's count" in result.detail, result.detail
     assert not result.maybe_applied and replicas(kube) == 2
-    assert record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6, "owner": OWNER}
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 2, "owner": OWNER}
 
 
 def test_a_scale_that_did_not_land_keeps_the_operators_count(kube, act) -> None:
@@ -120,13 +127,14 @@ def test_a_count_the_operator_set_since_is_left_and_logged(kube, act, caplog) ->
     with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_actuator"):
         act.restore_floors(["serve"])
     assert replicas(kube) == 5 and "serve.web" not in record(kube)   # theirs: kept, the stale record dropped
-    assert any("set by someone else since gputide's 2" in m and "left as they are" in m for m in caplog.messages)
+    assert any("set by someone else since gputide's write (spec.replicas managed by kubectl-edit): left as they are"
+               in m for m in caplog.messages), caplog.messages
 
 
 def test_a_count_the_operator_set_between_gputides_writes_is_their_own_from_then_on(kube, act) -> None:
     kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 4}})   # a hand scale-up for a spike
     scaled(act, "serve/web", 8, 4)
-    assert record(kube)["serve.web"] == {"own": 4, "scaled": 8, "from": 4, "owner": OWNER}
+    assert record(kube)["serve.web"] == {"own": 4, "scaled": 8, "owner": OWNER}
     act.restore_floors(["serve"])
     assert replicas(kube) == 4
 
@@ -152,11 +160,13 @@ def test_a_shard_writes_the_shared_record_and_gives_back_only_its_own(kube, act,
     kube.add(deployment("api", "serve", replicas=5))
     shard = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=SHARD)
     scaled(shard, "serve/api", 1, 5)
-    assert record(kube)["serve.api"] == {"own": 5, "scaled": 1, "from": 5, "owner": SHARD}
+    assert record(kube)["serve.api"] == {"own": 5, "scaled": 1, "owner": SHARD}
     shard.restore_floors(None, ())
     assert replicas(kube, "api") == 5 and replicas(kube) == 2 and "serve.web" in record(kube)
     kube.mutate("configmaps", *RECORD, {"data": {"ml.old": json.dumps({"own": 3, "scaled": 1, "from": 3})}})
-    kube.add(deployment("old", "ml", replicas=1))
+    kube.add(deployment("old", "ml", replicas=3))
+    k8s.AppsV1Api(api).patch_namespaced_deployment_scale(   # that version's scale, under gputide's field manager
+        "old", "ml", {"spec": {"replicas": 1}}, field_manager="gputide", _content_type="application/merge-patch+json")
     shard.restore_floors(["ml"])   # written by a version that recorded no writer: any controller gives it back
     assert replicas(kube, "old", "ml") == 3 and "ml.old" not in record(kube)
 
@@ -166,7 +176,7 @@ def test_a_service_moving_between_shards_keeps_the_operators_count(kube, act, ap
     recorded 2 as the operator's in its own record and A's was never given back by B."""
     shard = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=SHARD)
     scaled(shard, "serve/web", 4, 2)
-    assert record(kube)["serve.web"] == {"own": 6, "scaled": 4, "from": 2, "owner": SHARD}
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 4, "owner": SHARD}
     act.restore_floors(["serve"])   # no longer A's: left to B
     assert replicas(kube) == 4 and "serve.web" in record(kube)
     shard.restore_floors(["serve"])
@@ -213,15 +223,16 @@ def test_a_record_unread_for_a_temporary_error_is_tried_again(kube, act) -> None
 
 
 def test_a_raise_whose_record_cannot_be_written_is_made_anyway(kube, act, caplog) -> None:
-    """The morning's reclaim was held (RETRY) while the record could not be written: the SLO waited on bookkeeping."""
+    """The morning's reclaim was held (RETRY) while the record could not be written: the SLO waited on bookkeeping.
+    The raised count is gputide's (its field manager's), so the recorded 6 still goes back."""
     kube.inject("PUT", r"/configmaps/gputide-replicas$", 422, count=10)
     with caplog.at_level(logging.WARNING, logger="balancer.actuate.k8s_actuator"):
         scaled(act, "serve/web", 4, 2)
-    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 2, "from": 6, "owner": OWNER}
+    assert replicas(kube) == 4 and record(kube)["serve.web"] == {"own": 6, "scaled": 2, "owner": OWNER}
     assert any("raised to 4 without the record" in m for m in caplog.messages), caplog.messages
     assert scale(act, "serve/web", 3, 4).outcome is Outcome.RETRY and replicas(kube) == 4   # a lowering still waits
     act.restore_floors(["serve"])
-    assert replicas(kube) == 4   # the stale record takes 4 for the operator's: the higher count, the safe side
+    assert replicas(kube) == 6
 
 
 def test_a_long_namespace_and_name_get_a_key_the_api_server_takes(kube, api, clock, sleeps) -> None:
@@ -243,14 +254,14 @@ def test_a_long_namespace_and_name_get_a_key_the_api_server_takes(kube, api, clo
 def test_an_old_and_a_new_leader_scaling_at_once_keep_the_operators_count(kube, act, api, clock, sleeps) -> None:
     """Both read serve/web at 2 (one resourceVersion); the old leader recorded 2 -> 4, the new one 2 -> 5 over it,
     then the old one's scale landed: the new leader's retry found 4, neither of the record's counts (5, 2), and took
-    it for the operator's, the 6 lost. At most one scale from that resourceVersion lands: the record keeps them all."""
+    it for the operator's, the 6 lost. Whichever lands, the count is gputide's (its field manager's): the 6 kept."""
     new = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
-    read = kube.get("deployments", "web", "serve")["metadata"]["resourceVersion"]
-    kube.before("PATCH", r"/serve/deployments/web/scale", lambda: new.inference._keep_record("serve", "web", 2, 5, read))
+    read = kube.get("deployments", "web", "serve")
+    kube.before("PATCH", r"/serve/deployments/web/scale", lambda: recorded_from(new, read, 5))
     scaled(act, "serve/web", 4, 2)   # the old leader's, recorded before the new one's record, landing after it
-    assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "from": 2, "owner": OWNER, "also": [4]}
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "owner": OWNER}
     scaled(new, "serve/web", 5, 4)   # the new leader's scale: 409 on its resourceVersion, read again at 4
-    assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "from": 4, "owner": OWNER}   # from a later one
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 5, "owner": OWNER}   # from a later one
     act.restore_floors(["serve"])
     assert replicas(kube) == 6
 
@@ -300,3 +311,77 @@ def test_the_actuator_hands_inference_to_one_inference_scaling_sharing_its_refus
         assert scale(act, "serve/kept", 1, 3).outcome is Outcome.FAILED
     told = [m for m in caplog.messages if "serve/kept is kept by" in m]
     assert len(told) == 1 and any("serve/kept is kept by" in m for m in act._refusals), told
+
+
+def test_racing_writers_reading_at_different_resource_versions_keep_the_operators_count(kube, act, api, clock,
+                                                                                        sleeps) -> None:
+    """The old leader read serve/web at 2, the Deployment controller's status write moved its resourceVersion (still 2),
+    the new leader read it there: "rv" told the two writes apart, so the old leader's record (2 -> 5) dropped the new
+    one's 4 ("also"), the 4 landed, the old leader's retry took it for the operator's and a give-back left 4 for the
+    6. The API server names gputide the manager of the 4: the 6 kept (the /tmp/A6 scenario 1)."""
+    old = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    read = kube.get("deployments", "web", "serve")
+    kube.mutate("deployments", "web", "serve", {"status": {"observedGeneration": 7}}, manager="kube-controller")
+    kube.before("PATCH", r"/serve/deployments/web/scale", lambda: recorded_from(old, read, 5))
+    scaled(act, "serve/web", 4, 2)   # the new leader's, landing after the old one's record
+    scaled(old, "serve/web", 5, 4)   # the old leader's retry reads 4
+    assert record(kube)["serve.web"]["own"] == 6
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 6
+
+
+def test_a_hand_scale_to_a_count_a_write_that_did_not_land_asked_is_left(kube, api, clock, sleeps) -> None:
+    """A write 2 -> 8 that did not land, then 2 -> 5 from the same resourceVersion: "also" kept the 8 as gputide's,
+    so the operator's own 8 for a launch, set by hand, was lowered to their old 2 by a give-back (the /tmp/A6
+    scenario 2). The API server names the operator's manager: left."""
+    kube.add(deployment("web", "serve", replicas=2))
+    act = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    kube.inject("PATCH", r"/serve/deployments/web/scale", 422)
+    assert scale(act, "serve/web", 8, 2).outcome is Outcome.FAILED and replicas(kube) == 2
+    scaled(act, "serve/web", 5, 2)
+    kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 8}}, manager="kubectl-scale")
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 8 and record(kube) == {}
+
+
+def test_a_lowering_after_a_raise_made_without_its_record_keeps_the_operators_count(kube, act) -> None:
+    """3886788 raises without the record when it cannot be written: the record left at {own 6, scaled 2} took the
+    raised 4 for the operator's at the next lowering, recorded it as their own and a give-back left 4 for the 6
+    (the /tmp/A6 scenario 3). The 4 is gputide's to the API server: the 6 kept and given back."""
+    kube.inject("PUT", r"/configmaps/gputide-replicas$", 500, count=10)
+    scaled(act, "serve/web", 4, 2)   # the morning's reclaim, not recorded
+    kube.faults.clear()
+    scaled(act, "serve/web", 3, 4)   # the next night's lowering, recorded
+    assert record(kube)["serve.web"] == {"own": 6, "scaled": 3, "owner": OWNER}
+    act.restore_floors(["serve"])
+    assert replicas(kube) == 6
+
+
+def test_a_count_without_managed_fields_is_never_gputides(kube, act, caplog) -> None:
+    """managedFields stripped (or a server keeping none): whose the count is cannot be told, so it is taken for the
+    operator's, the safe side: a give-back lowers nothing, and says why."""
+    kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": [{}]}})
+    assert "managedFields" not in kube.get("deployments", "web", "serve")["metadata"]
+    with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_actuator"):
+        act.restore_floors(["serve"])
+    assert replicas(kube) == 2 and "serve.web" not in record(kube)
+    assert any("no field manager recorded (no managedFields)" in m for m in caplog.messages), caplog.messages
+
+
+@pytest.mark.parametrize(("fields", "gputides"), [
+    ([{"manager": "gputide", "operation": "Update", "subresource": "scale", "fieldsType": "FieldsV1",
+       "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+      {"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsType": "FieldsV1",
+       "fieldsV1": {"f:spec": {"f:template": {}}}}], True),
+    ([{"manager": "kubectl-scale", "operation": "Update", "subresource": "scale", "fieldsType": "FieldsV1",
+       "fieldsV1": {"f:spec": {"f:replicas": {}}}}], False),
+    ([{"manager": "gputide", "operation": "Update", "subresource": "scale", "fieldsType": "FieldsV1",
+       "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+      {"manager": "argocd-controller", "operation": "Apply", "fieldsType": "FieldsV1",
+       "fieldsV1": {"f:spec": {"f:replicas": {}}}}], False),   # an apply sharing the value: the operator's too
+    ([{"manager": "gputide", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}], False),
+    (None, False),   # stripped: cannot be told, the safe side
+], ids=["gputide's scale", "kubectl scale", "shared with an apply", "gputide owns other fields", "none"])
+def test_whose_the_count_is_the_api_servers_managed_fields_say(fields, gputides) -> None:
+    meta = {"name": "web", "namespace": "serve", **({"managedFields": fields} if fields is not None else {})}
+    assert replicas_gputides({"metadata": meta, "spec": {"replicas": 2}}) is gputides
