@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge as PromGauge
 
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_kueue import JOB_UID_LABEL, admitted_flavor, choose_flavor, owned_by
@@ -57,9 +58,9 @@ from balancer.actuate.k8s_transfer import (
     loans_note,
     note_value,
     noted_id,
+    raised_by_loans,
     received_note,
     state,
-    unreadable,
     with_notes,
 )
 from balancer.actuate.kubernetes import (
@@ -87,6 +88,20 @@ def corrections_counter(registry: CollectorRegistry | None, queues: tuple[str, s
     if queues:
         counter.labels(queue=queues[1])
     return counter
+
+
+def unsettled_gauge(registry: CollectorRegistry | None, queues: tuple[str, str] | None) -> PromGauge:
+    """`gputide_kueue_quota_unsettled{queue}`: 1 while the settle of the lender `queue`'s last quota move is refused
+    (`KueueQuota.unsettled`: neither its borrower's note nor the loans notes tell whether it was raised), so no quota
+    moves between the two queues until the notes are mended by hand; else 0, both queues' series from the start.
+    Without a registry, on one of its own (set, not served)."""
+    gauge = PromGauge("gputide_kueue_quota_unsettled", "1 while the settle of the Kueue quota move a ClusterQueue "
+                      "lent for is refused (the queues' notes cannot tell whether it was raised; mend them by hand), "
+                      "by the lending queue.", ["queue"], registry=registry if registry is not None else
+                      CollectorRegistry())
+    for queue in queues or ():
+        gauge.labels(queue=queue)
+    return gauge
 
 
 # the operator's lendingLimit of a ClusterQueue's GPU flavors while a loan holds it lower (JSON {flavor: limit}):
@@ -168,6 +183,9 @@ class KueueQuota:
         # `settle_all` (`_pay`). The controller's memory only: a restart (or a new leader) forgets them; kept across
         # this controller's own terms as leader (`new_term`)
         self.owed: dict[str, list[Debt]] = {}
+        # lenders whose last move's settle is refused, neither the borrower's note nor the loans notes telling whether
+        # it was raised (`_told_by_loans`): `gputide_kueue_quota_unsettled{queue}` (`unsettled_gauge`)
+        self.unsettled: set[str] = set()
 
     def new_term(self) -> None:
         """A new term as leader (`k8s_upkeep.Upkeep.recover`, before anything is settled): the memories that count
@@ -301,8 +319,9 @@ class KueueQuota:
         """Finish the quota move the ClusterQueue `queue` lent for and did not see through (a restart, a failure
         between the two writes): completed, or rolled back when its record says `undo` (`k8s_transfer`). Each step
         skips what is already done: settling twice, or after a restart at any point, applies nothing twice.
-        Returns what it did, None when nothing was open. A borrower's note that cannot say whether it took the move
-        (hand-edited: `k8s_transfer.unreadable`) refuses, a temporary error, logged, until it is mended."""
+        Returns what it did, None when nothing was open. Where the borrower's note cannot say whether it took the
+        move (hand-edited, deleted, no entry for the lender), the queues' loans notes do (`_told_by_loans`); where
+        they cannot either, it refuses, a temporary error, logged and in `unsettled`, until they are mended."""
         return self._settle(queue, {queue: self._read_queue(queue)})
 
     def settle_all(self, queues: tuple[str, ...]) -> list[str]:
@@ -417,19 +436,17 @@ class KueueQuota:
     def _settle(self, lender: str, read: dict[str, Json]) -> str | None:
         move = last_move(read[lender])
         if move is None:
+            self.unsettled.discard(lender)
             return None
         if any(d.move.id == move.id for d in self.owed.get(lender, ())):   # an owed lowering landed: settled here
             self.owed[lender] = [d for d in self.owed[lender] if d.move.id != move.id]
         borrower = read.get(move.to) or self._read_queue(move.to)
         noted = state(borrower, lender, move.id)
+        if noted is None and noted_id(borrower, lender) is None:   # its note cannot tell: the loans notes do
+            noted = RECEIVED if self._told_by_loans(lender, read[lender], borrower, move) else None
+        self.unsettled.discard(lender)
         if noted == RECEIVED:
             return None   # settled: the record stays as the lender's last move
-        if noted != VOID and unreadable(borrower, lender):   # it may have noted the move: completed, raised again
-            log.error("kueue quota move %s (%d x %s, %s -> %s) not settled: %s's %s cannot be read (hand-edited), it "
-                      "may note the move received; mend it by hand (removed, the move is taken as open and completed "
-                      "again)", move.id, move.gpus, move.flavor, lender, move.to, move.to, RECEIVED_ANNOTATION)
-            raise KubeTemporaryError(f"kueue quota move {move.id} ({lender} -> {move.to}) not settled: {move.to}'s "
-                                     f"{RECEIVED_ANNOTATION} cannot be read (hand-edited): mend it")
         if noted != VOID:
             noted = self._mark(lender, move, VOID if move.undo else RECEIVED, noted_id(borrower, lender))
         if noted == VOID:
@@ -439,6 +456,24 @@ class KueueQuota:
                     lender, move.to, done)
         return (f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to}) "
                 f"{done}")
+
+    def _told_by_loans(self, lender: str, lent: Json, borrower: Json, move: Transfer) -> bool:
+        """Whether the lender's open-looking move raised its borrower, where the borrower's note of the lender cannot
+        tell (hand-edited, deleted, no entry): as the loans notes say (`k8s_transfer.raised_by_loans`), written with
+        each queue's nominalQuota. Where they cannot tell either, the settle refuses, a temporary error, logged and
+        shown in `gputide_kueue_quota_unsettled{queue}` (`unsettled`): completed again, a move raised already would
+        put its GPUs in the cohort twice; taken as raised, one that was not would leave the cohort short."""
+        raised, why = raised_by_loans(lent, borrower, lender, move)
+        if raised is not None:
+            return raised
+        self.unsettled.add(lender)
+        what = f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> {move.to})"
+        log.error("%s not settled: %s's %s does not note it (hand-edited, deleted, or no entry for %s), and %s: mend "
+                  "the notes by hand (check both queues' nominalQuota); until then no quota moves between the two",
+                  what, move.to, RECEIVED_ANNOTATION, lender, why)
+        raise KubeTemporaryError(f"{what} not settled: {move.to}'s {RECEIVED_ANNOTATION} cannot tell whether it was "
+                                 f"raised, and {why}: mend it by hand; until then no quota moves between {lender} and "
+                                 f"{move.to}, nor is any give-back owed made")
 
     @staticmethod
     def _left_open(lender: str, move: Transfer, err: ActuationError) -> str:

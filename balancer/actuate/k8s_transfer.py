@@ -20,10 +20,11 @@ note changes the borrower's resourceVersion, so that patch is refused, and no ra
 A lender makes one move at a time (the next one is made once its last is settled), so the borrower keeps one id per
 lender: a raise that finds it noting another of the lender's moves than when the move was found open (`noted_id`)
 reads the lender, and with the record there no longer the move's, another controller settled it and the lender moved
-on: it is not raised again (`KueueQuota._mark`). A note that cannot say what the borrower noted of a lender
-(hand-edited: `unreadable`) is no note for a settle to act on: read as none, the lender's last move, settled long
-before, would look open and be completed again; the settle refuses until it is mended. Another lender's entry that
-is not gputide's is dropped alone on reading, and kept as it is when the note is written.
+on: it is not raised again (`KueueQuota._mark`). Where the borrower's note cannot say what it noted of a lender
+(hand-edited, deleted, no entry), the lender's last move is not taken as open for that (it was settled long before,
+and would be completed again): the two queues' loans notes, below, say whether it was raised (`raised_by_loans`),
+and where they cannot either the settle refuses until the notes are mended. Another lender's entry that is not
+gputide's is dropped alone on reading, and kept as it is when the note is written.
 
 The record names the lender's last move only; beside it, in the same patch that lowers the lender, its history of
 the last moves' ids (`k8s_quota.MOVES_ANNOTATION`, `gputide.io/quota-moves`) says whether a lowering that got no
@@ -116,20 +117,9 @@ def _entry(got: Any) -> bool:
 
 def _received(cq: Json) -> Json:
     """The borrower's notes of the moves it took, by lender: a hand-edited entry (`_entry`) is dropped, only it, so
-    one lender's note stays readable whatever was written under another's (`unreadable`)."""
+    one lender's note stays readable whatever was written under another's."""
     seen = _loaded(_notes(cq), RECEIVED_ANNOTATION)
     return {k: v for k, v in seen.items() if _entry(v)} if isinstance(seen, dict) else {}
-
-
-def unreadable(borrower: Json, lender: str) -> bool:
-    """Whether the borrower's `gputide.io/quota-received` cannot say what it noted of the lender's moves: there but
-    not a JSON object (not JSON, nested deeper than the parser goes), or the lender's entry there not one gputide
-    writes (`_entry`). Read as no note, the lender's last move, settled, would look open and be completed again
-    (`KueueQuota._settle` refuses instead)."""
-    seen = _loaded(_notes(borrower), RECEIVED_ANNOTATION)
-    if seen is None:
-        return False
-    return not isinstance(seen, dict) or (lender in seen and not _entry(seen[lender]))
 
 
 def state(borrower: Json, lender: str, move: str) -> str | None:
@@ -147,7 +137,7 @@ def noted_id(borrower: Json, lender: str) -> str | None:
 def received_note(borrower: Json, lender: str, move: str, noted: str) -> str:
     """The borrower's `gputide.io/quota-received` value once it notes the lender's `move` as `noted`. Another
     lender's entry that is not gputide's is kept as it is (dropped, that lender's last move would look open, and be
-    completed again: `unreadable`), unless nested too deep to be written back."""
+    completed again), unless nested too deep to be written back."""
     seen = _loaded(_notes(borrower), RECEIVED_ANNOTATION)
     note = {lender: {"id": move, "state": noted}}
     try:
@@ -172,6 +162,35 @@ def loans(cq: Json) -> dict[str, int]:
         if isinstance(gpus, int) and not isinstance(gpus, bool):
             out[str(flavor)] = gpus
     return out
+
+
+def _loans_read(cq: Json) -> bool:
+    """Whether the queue's `gputide.io/quota-loans` says all it holds: none, or gputide's {flavor: GPUs} whole."""
+    if not _notes(cq).get(LOANS_ANNOTATION):
+        return True
+    raw = note_value(_notes(cq), LOANS_ANNOTATION)
+    return isinstance(raw, dict) and all(isinstance(n, int) and not isinstance(n, bool) for n in raw.values())
+
+
+def raised_by_loans(lender: Json, borrower: Json, lender_name: str, move: Transfer) -> tuple[bool | None, str]:
+    """Whether the lender's last `move` (its record there) raised the borrower, told by the two queues' loans notes
+    where the borrower's note of the lender cannot tell (hand-edited, deleted, no entry: `noted_id` None); with why
+    not where they cannot either. Each note is written in the patch that changes its queue's nominalQuota, and
+    gputide's moves between the two are all that change them: the lowering takes `gpus` off the lender's, the raise
+    adds them to the borrower's, a roll back gives them back to the lender's. So between moves the two add up to 0,
+    and with the move lowered (its record there) to 0 once raised, to -gpus while not (an `undo` move alike). Not
+    where either note is not gputide's (hand-edited), nor while the borrower's own last move is not noted received
+    on the lender (its loan, open, is in the sum too), nor for any other sum (hand edits, a loan the cohort lost)."""
+    if not (_loans_read(lender) and _loans_read(borrower)):
+        return None, "a gputide.io/quota-loans note of the two is hand-edited"
+    other = last_move(borrower)
+    if other is not None and state(lender, move.to, other.id) != RECEIVED:
+        return None, f"{move.to}'s own move {other.id} is open too (its loan in the loans notes' sum)"
+    out, back = loans(lender).get(move.flavor, 0), loans(borrower).get(move.flavor, 0)
+    if out + back in (0, -move.gpus):
+        return out + back == 0, ""
+    return None, (f"the loans notes ({lender_name} {out}, {move.to} {back} x {move.flavor}) add up to neither 0 "
+                  f"(raised) nor -{move.gpus} (open)")
 
 
 def loans_note(cq: Json, flavor: str, delta: int) -> str | None:

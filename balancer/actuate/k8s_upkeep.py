@@ -62,7 +62,7 @@ from balancer.actuate.k8s_nodes import (
     power_caps_kept,
     power_caps_renewal,
 )
-from balancer.actuate.k8s_quota import KueueQuota, corrections_counter
+from balancer.actuate.k8s_quota import KueueQuota, corrections_counter, unsettled_gauge
 from balancer.actuate.kubernetes import Json, NotFoundError, _Api, read_power_caps, rfc3339
 from balancer.errors import ActuationError
 
@@ -98,6 +98,7 @@ class Upkeep:
         self.power_cap_nodes = power_cap_nodes
         self.kueue_queues = kueue_queues
         self.quota_corrections = corrections_counter(registry, kueue_queues)   # on the controller's metrics registry
+        self.quota_unsettled = unsettled_gauge(registry, kueue_queues)   # a refused settle (`KueueQuota.unsettled`)
         self.caps_kept = PromCounter(   # `keep_power_caps`' renewals, on the controller's registry
             "gputide_power_caps_renewed_holding_still", "Renewals of a node's power caps' expiry made while the "
             "controller held still for fail-static (nothing else is written then).",
@@ -164,6 +165,7 @@ class Upkeep:
                 continue   # no queue, no move left open on it (a quota shift names the missing queue itself)
             except ActuationError as err:
                 notes.append(f"{what}: could not settle kueue quota moves of {queue}: {err}")
+            self.quota_unsettled.labels(queue=queue).set(1 if queue in self.kueue.unsettled else 0)
         return notes
 
     def _reconcile_quota_noting(self, what: str) -> list[str]:
