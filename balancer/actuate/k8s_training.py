@@ -272,8 +272,8 @@ class TrainingJobs:
         except ActuationError as err:
             log.error("kueue quota freed by a shrink was not given back to %s (%d GPUs): %s", queues[0], gpus, err)
             if self.kueue.owes(queues[1]) > owed:
-                return (f"kueue quota not given back to {queues[0]} yet ({gpus} GPUs): owed, the next housekeeping "
-                        f"(every cycle) moves it: {err}")
+                return (f"kueue quota not given back to {queues[0]} yet ({gpus} GPUs): owed, housekeeping (every "
+                        f"cycle) moves it once the queues allow: {err}")
             if isinstance(err, Untold):   # training lowered, inference perhaps not raised: said as it is
                 return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): {err}"
             return f"kueue quota NOT given back to {queues[0]} ({gpus} GPUs): nothing moved, still {queues[1]}'s: {err}"
