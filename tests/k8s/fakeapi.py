@@ -39,7 +39,9 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
   other manager's entry (one entry per manager, operation and subresource: a scale's carries subresource "scale");
   a value written unchanged moves nothing. Only spec's fields are tracked, a list as one field. A request's own
   managedFields replace the stored ones ([{}] strips them), as on the real server; `add(..., manager=None)` stores
-  an object with none (one the server never tracked, or stripped).
+  an object with none (one the server never tracked, or stripped). As on the real server, an update of an object
+  with none is not tracked (it keeps none), nor a scale write to a Deployment whose replicas no entry owns
+  (`_untracked`).
 - ConfigMaps (core v1, namespaced): created (409 AlreadyExists for an existing name), read and replaced (409 for a
   stale resourceVersion) like any other object, their data validated as the API server's ValidateConfigMap does
   (k8s.io/apimachinery IsConfigMapKey): every key of `data` and `binaryData` [-._a-zA-Z0-9]+, at most 253 bytes,
@@ -427,7 +429,8 @@ def _manage(plural: str, old: dict[str, Any] | None, new: dict[str, Any], manage
     they are), as the API server's Update operation keeps them: the spec fields the write added or changed are
     `manager`'s (its entry for operation Update and `subresource`), taken from every other entry; removed fields
     leave every entry; an entry left empty is dropped. managedFields the write sent replace the stored ones first
-    ([{}] strips them); none sent: the stored ones."""
+    ([{}] strips them); none sent: the stored ones. What the real server leaves untracked is left so here
+    (`_untracked`)."""
     if plural not in MANAGED or manager is None:
         return
     meta = new["metadata"]
@@ -435,6 +438,12 @@ def _manage(plural: str, old: dict[str, Any] | None, new: dict[str, Any], manage
     if old is not None and sent is None:
         sent = old["metadata"].get("managedFields")
     base = [] if sent in (None, [{}]) else sent
+    if old is not None and _untracked(base, subresource):
+        if base:
+            meta["managedFields"] = base
+        else:
+            meta.pop("managedFields", None)
+        return
     was, now = _leaves({"spec": (old or {}).get("spec") or {}}), _leaves({"spec": new.get("spec") or {}})
     changed, removed = {p for p, v in now.items() if p not in was or was[p] != v}, set(was) - set(now)
     key, mine, entries = (manager, "Update", subresource), set(changed), []
@@ -452,6 +461,17 @@ def _manage(plural: str, old: dict[str, Any] | None, new: dict[str, Any], manage
         meta["managedFields"] = entries
     else:
         meta.pop("managedFields", None)
+
+
+def _untracked(entries: list[dict[str, Any]], subresource: str | None) -> bool:
+    """Whether the real API server records nothing of a write (not a create) to an object whose managedFields are
+    `entries` (those the write sent, else the stored ones): an Update to an object with none is not tracked
+    (fieldmanager skipnonapplied.go), and a write through the scale subresource sees only the entries owning
+    spec.replicas (scalehandler.go ToSubresource), so where none does it is not tracked either (kubernetes#131892:
+    a Deployment applied server-side from a manifest without replicas)."""
+    if subresource == "scale":
+        entries = [e for e in entries if ("spec", "replicas") in _paths(e.get("fieldsV1") or {})]
+    return not entries
 
 
 @functools.cache

@@ -174,12 +174,44 @@ def manages(kube: FakeKube, apps: k8s.AppsV1Api) -> None:
     apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 3}}, field_manager="gputide",
                                            _content_type=MERGE)
     kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": [{}]}, "spec": {"paused": True}})
-    assert kube.get("deployments", "web", "serve")["metadata"]["managedFields"] == [{
-        "manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1", "time": "2024-01-01T00:00:00Z",
-        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:paused": {}}}}]   # stripped, then the write's own
+    assert "managedFields" not in kube.get("deployments", "web", "serve")["metadata"]   # stripped: not tracked
     kube.delete("deployments", "web", "serve")
     kube.add(deployment("web", "serve"), manager=None)
     assert "managedFields" not in kube.get("deployments", "web", "serve")["metadata"]
+
+
+SSA_WITHOUT_REPLICAS = [{"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:selector": {}, "f:template": {}}}}]
+
+
+def test_writes_the_real_api_server_does_not_track_are_not_tracked() -> None:
+    """The real server's skip rules (fieldmanager skipnonapplied.go, scalehandler.go; kubernetes#131892): an update of
+    a Deployment with no managedFields records nothing, and a scale write records nothing where no entry owns
+    spec.replicas (applied server-side from a manifest without them: Flux, Argo CD); once an update has made some
+    manager their owner, a scale write takes them. Before, the fake named the writer their owner in both cases, so
+    gputide's count looked gputide's where the real server tells no one's."""
+    with FakeKube() as kube, kube.client() as api:
+        apps = k8s.AppsV1Api(api)
+        kube.add(deployment("web", "serve", replicas=6), manager=None)
+        apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 2}}, field_manager="gputide",
+                                               _content_type=MERGE)
+        kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 3, "paused": True}}, manager="kubectl-edit")
+        dep = kube.get("deployments", "web", "serve")
+        assert dep["spec"]["replicas"] == 3 and "managedFields" not in dep["metadata"]
+        kube.delete("deployments", "web", "serve")
+        kube.add(deployment("web", "serve", replicas=6), manager=None)
+        kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": SSA_WITHOUT_REPLICAS}},
+                    manager="kustomize-controller")
+        assert kube.get("deployments", "web", "serve")["metadata"]["managedFields"] == SSA_WITHOUT_REPLICAS
+        apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 2}}, field_manager="gputide",
+                                               _content_type=MERGE)
+        assert kube.get("deployments", "web", "serve")["metadata"]["managedFields"] == SSA_WITHOUT_REPLICAS
+        assert replicas_managers(kube) == [] and kube.get("deployments", "web", "serve")["spec"]["replicas"] == 2
+        kube.mutate("deployments", "web", "serve", {"spec": {"replicas": 4}}, manager="kubectl-edit")
+        assert replicas_managers(kube) == [("kubectl-edit", None)]   # an update of a tracked object is tracked
+        apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 1}}, field_manager="gputide",
+                                               _content_type=MERGE)
+        assert replicas_managers(kube) == [("gputide", "scale")]   # some entry owned them: the scale takes them
 
 
 json_values = st.recursive(st.none() | st.integers() | st.text(max_size=3),
