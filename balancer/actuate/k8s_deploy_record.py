@@ -34,10 +34,17 @@ count where the Deployment changed in ways the record did not see: two writers r
 resourceVersions (a status write between), a raise made without its record (the record unwritable), a hand scale to a
 count gputide once asked. Limits: a hand scale to the very count gputide wrote changes nothing, so the count stays
 gputide's (and a give-back sets "own"); a raise made without its record from a count someone else set since
-gputide's last write gives back the entry's older "own"; an object without managedFields (stripped, or a server that
-keeps none) is never gputide's: nothing lowered by a give-back, and its next write records gputide's count as the
-operator's (the safe side). Two controllers whose field managers differ (a fork, a renamed manager) count each
-other's writes as the operator's.
+gputide's last write gives back the entry's older "own". Two controllers whose field managers differ (a fork, a
+renamed manager) count each other's writes as the operator's.
+Where no managedFields entry owns `f:spec.f:replicas`, the API server records no owner for gputide's scale either
+(`replicas_told`): an update of an object with no managedFields is not tracked (fieldmanager skipnonapplied.go: one
+created before 1.18, or stripped), nor a write through the scale subresource where no entry owns the replicas
+(scalehandler.go, kubernetes#131892: a Deployment applied server-side from a manifest without replicas, Flux, Argo
+CD, kubectl apply --server-side, the usual setup for a workload something else scales). There the record's count
+tells: the count is gputide's iff it is the entry's "scaled", the count gputide's last recorded write asked (taken
+for the operator's, gputide's 2 became "own" at the next lowering and a give-back left 1 for the 6). Its limits are
+the older rule's: a hand scale to that very count, or a raise made without its record (the count then the
+operator's: recorded as "own" at the next write, nothing lowered by a give-back).
 
 The record is written before the scale, and a lowering whose record cannot be written is not made: a record without
 its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a lowering
@@ -101,11 +108,21 @@ def replicas_managers(deployment: Json) -> tuple[str, ...] | None:
                          and "f:replicas" in (((e.get("fieldsV1") or {}).get("f:spec")) or {})}))
 
 
-def replicas_gputides(deployment: Json) -> bool:
+def replicas_told(deployment: Json) -> bool:
+    """Whether the Deployment's managedFields tell whose its spec.replicas is: some entry owns them. Where none does
+    (no managedFields, or an apply without replicas) the API server records no one's scale of them, gputide's
+    included (the module docstring)."""
+    return bool(replicas_managers(deployment))
+
+
+def replicas_gputides(deployment: Json, scaled: int | None = None) -> bool:
     """Whether the Deployment's spec.replicas is gputide's: the API server names `FIELD_MANAGER` its only manager
-    (gputide's scale wrote it and no one changed it since). No managedFields (stripped, a server keeping none):
-    not gputide's, the safe side (a give-back lowers nothing)."""
-    return replicas_managers(deployment) == (FIELD_MANAGER,)
+    (gputide's scale wrote it and no one changed it since). Where it names none (`replicas_told`), the count is
+    gputide's iff it is `scaled`, the count gputide's last recorded write asked (None: no record, not gputide's)."""
+    managers = replicas_managers(deployment)
+    if not managers:
+        return scaled is not None and replicas(deployment) == scaled
+    return managers == (FIELD_MANAGER,)
 
 
 def record_name(owner: str) -> tuple[str, str]:
@@ -158,11 +175,11 @@ def replicas(deployment: Json) -> int:
 
 def scaled_entry(entry: Entry | None, deployment: Json, want: int, owner: str | None) -> Entry:
     """The record of `owner`'s write of `deployment` (as read) to `want` replicas (its key's entry now `entry`,
-    None: none): the operator's count kept while the count is gputide's (`replicas_gputides`; whichever controller
-    wrote the entry: a service moved between shards), else the count itself (no record yet, or someone else set it
-    since gputide's last write: theirs)."""
+    None: none): the operator's count kept while the count is gputide's (`replicas_gputides`, the entry's "scaled"
+    where managedFields cannot tell; whichever controller wrote the entry: a service moved between shards), else the
+    count itself (no record yet, or someone else set it since gputide's last write: theirs)."""
     current, meta = replicas(deployment), deployment["metadata"]
-    own = entry.own if entry is not None and replicas_gputides(deployment) else current
+    own = entry.own if entry is not None and replicas_gputides(deployment, entry.scaled) else current
     return Entry(own, want, owner, meta["namespace"], meta["name"])
 
 
@@ -201,14 +218,15 @@ def to_give_back(recorded: Mapping[str, Entry], namespaces: Iterable[str] | None
 
 def restore_change(entry: Entry, deployment: Json) -> tuple[Json | None, str]:
     """(the scale patch giving the operator's count back, what it does) for `deployment` (as read), whose service
-    left gputide's management: while its count is gputide's (`replicas_gputides`), its recorded own count; a count
-    someone else set since is left as it is (the key alone is dropped: the count is theirs)."""
+    left gputide's management: while its count is gputide's (`replicas_gputides`, the entry's "scaled" where
+    managedFields cannot tell), its recorded own count; a count someone else set since is left as it is (the key
+    alone is dropped: the count is theirs)."""
     current = replicas(deployment)
     if current == entry.own:
         return None, f"replicas {current} are the operator's own already"
-    if not replicas_gputides(deployment):
+    if not replicas_gputides(deployment, entry.scaled):
         managers = replicas_managers(deployment)
-        who = ("no field manager recorded (no managedFields)" if managers is None
-               else f"spec.replicas managed by {', '.join(managers) or 'no one'}")
+        who = (f"spec.replicas managed by {', '.join(managers)}" if managers else
+               f"no field manager owns them, and they are not the {entry.scaled} gputide wrote last")
         return None, f"replicas {current} were set by someone else since gputide's write ({who}): left as they are"
     return {"spec": {"replicas": entry.own}}, f"replicas {current} -> {entry.own} (the operator's own)"

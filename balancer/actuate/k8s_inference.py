@@ -26,6 +26,7 @@ from balancer.actuate.k8s_deploy_record import (
     record_key,
     record_name,
     replicas,
+    replicas_told,
     restore_change,
     scaled_entry,
     to_give_back,
@@ -65,6 +66,19 @@ class InferenceScaling:
                  action_deadline_s: float = ACTION_DEADLINE_S) -> None:
         self.api, self.floor_owner, self.refusals = api, floor_owner, refusals
         self.action_deadline_s = action_deadline_s
+        self.untracked: set[str] = set()   # "ns/name" of the Deployments `_untracked` logged
+
+    def _untracked(self, deployment: Json) -> None:
+        """Log, once per Deployment, that the API server tracks no owner of its spec.replicas
+        (`k8s_deploy_record.replicas_told`), so whether the count is still gputide's is told from the record's count,
+        a weaker answer (a hand scale to the count gputide wrote last is taken for gputide's)."""
+        meta = deployment["metadata"]
+        if replicas_told(deployment) or (key := f"{meta['namespace']}/{meta['name']}") in self.untracked:
+            return
+        self.untracked.add(key)
+        log.info("deployment %s: the API server tracks no owner of its spec.replicas (no managedFields entry owns "
+                 "them: none kept, or applied server-side without replicas), so whether its count is still gputide's "
+                 "is told from the record (gputide's while it is the count gputide wrote last)", key)
 
     # ---- ScaleInference: HPA floor or Deployment scale ----
 
@@ -166,6 +180,7 @@ class InferenceScaling:
         unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
         ns, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
         key, kept, current = record_key(ns, name), {}, replicas(deployment)
+        self._untracked(deployment)
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
             kept["entry"] = scaled_entry(recorded.get(key), deployment, want, self.floor_owner)
@@ -345,6 +360,7 @@ class InferenceScaling:
         what, said = f"deployment {ns}/{name}", {}
 
         def change(d: Json) -> Json | None:
+            self._untracked(d)
             body, said["what"] = restore_change(entry, d)
             return body
 

@@ -6,7 +6,8 @@ operator's count is recorded before each scale in the ConfigMap gputide-replicas
 (`k8s_deploy_record`: the controller may not patch Deployments), and restore_floors gives it back while
 spec.replicas is still gputide's (`k8s_inference.InferenceScaling`, the actuator's `inference`, makes the calls).
 Whose the count is, the API server says: the field manager owning f:spec.f:replicas in the Deployment's
-managedFields ("gputide" for its scale; the fake keeps them as the real server's Update operation does).
+managedFields ("gputide" for its scale; the fake keeps them as the real server's Update operation does); where it
+tracks none (no entry owns them), the record's count: gputide's while it is the count gputide wrote last.
 
 The fake API server serves ConfigMaps as the real one does, their keys validated ([-._a-zA-Z0-9]+, at most 253:
 else 422): before, these tests patched ConfigMaps into it without any check, so a record key the API server refuses
@@ -357,15 +358,45 @@ def test_a_lowering_after_a_raise_made_without_its_record_keeps_the_operators_co
     assert replicas(kube) == 6
 
 
-def test_a_count_without_managed_fields_is_never_gputides(kube, act, caplog) -> None:
-    """managedFields stripped (or a server keeping none): whose the count is cannot be told, so it is taken for the
-    operator's, the safe side: a give-back lowers nothing, and says why."""
+def test_a_count_without_managed_fields_is_told_from_the_record(kube, act, caplog) -> None:
+    """managedFields stripped (or never kept): the API server tracks no one's count, so the record's tells: a count
+    someone else set since gputide's last write (4 for its 3) is left and says why; at gputide's 2 the 6 goes back."""
     kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": [{}]}})
-    assert "managedFields" not in kube.get("deployments", "web", "serve")["metadata"]
+    kube.mutate("deployments", "web", "other", {"metadata": {"managedFields": [{}]}, "spec": {"replicas": 4}},
+                manager="kubectl-edit")
+    assert "managedFields" not in kube.get("deployments", "web", "other")["metadata"]   # the edit not tracked
     with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_actuator"):
+        act.restore_floors(["serve", "other"])
+    assert replicas(kube) == 6 and replicas(kube, ns="other") == 4 and record(kube) == {}
+    assert any("not the 3 gputide wrote last" in m for m in caplog.messages), caplog.messages
+    told = [m for m in caplog.messages if "tracks no owner of its spec.replicas" in m]
+    assert len(told) == 2 and any("serve/web" in m for m in told) and any("other/web" in m for m in told), told
+
+
+SSA_WITHOUT_REPLICAS = [{"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:selector": {}, "f:template": {}}}}]
+
+
+@pytest.mark.parametrize("fields", [None, SSA_WITHOUT_REPLICAS], ids=["no managedFields", "applied without replicas"])
+def test_a_second_lowering_the_api_server_does_not_track_keeps_the_operators_count(kube, api, clock, sleeps, caplog,
+                                                                                    fields) -> None:
+    """The API server records no owner of gputide's scale where no entry owns the replicas (skipnonapplied.go,
+    scalehandler.go, kubernetes#131892): a Deployment with no managedFields, or applied server-side (Flux, Argo CD)
+    from a manifest without replicas. Read from managedFields alone, the 2 of the first lowering was no one's, the
+    second lowering (2 -> 1) recorded it as the operator's and a give-back left 1 for the 6 (the /tmp/A9 audit). The
+    record's count tells there: the 2 is gputide's last write, the 6 kept and given back. Logged once."""
+    kube.add(deployment("web", "serve", replicas=6), manager=None)
+    if fields is not None:
+        kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": fields}},
+                    manager="kustomize-controller")
+    act = KubernetesActuator(api, sleep=sleeps.append, clock=clock, floor_owner=OWNER)
+    with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_actuator"):
+        scaled(act, "serve/web", 2, 6)
+        scaled(act, "serve/web", 1, 2)
+        assert record(kube)["serve.web"] == {"own": 6, "scaled": 1, "owner": OWNER}
         act.restore_floors(["serve"])
-    assert replicas(kube) == 2 and "serve.web" not in record(kube)
-    assert any("no field manager recorded (no managedFields)" in m for m in caplog.messages), caplog.messages
+    assert replicas(kube) == 6 and record(kube) == {}
+    assert len([m for m in caplog.messages if "serve/web: the API server tracks no owner" in m]) == 1
 
 
 @pytest.mark.parametrize(("fields", "gputides"), [
@@ -380,8 +411,19 @@ def test_a_count_without_managed_fields_is_never_gputides(kube, act, caplog) -> 
       {"manager": "argocd-controller", "operation": "Apply", "fieldsType": "FieldsV1",
        "fieldsV1": {"f:spec": {"f:replicas": {}}}}], False),   # an apply sharing the value: the operator's too
     ([{"manager": "gputide", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}], False),
-    (None, False),   # stripped: cannot be told, the safe side
+    (None, False),   # stripped, no record: cannot be told, the safe side
 ], ids=["gputide's scale", "kubectl scale", "shared with an apply", "gputide owns other fields", "none"])
 def test_whose_the_count_is_the_api_servers_managed_fields_say(fields, gputides) -> None:
     meta = {"name": "web", "namespace": "serve", **({"managedFields": fields} if fields is not None else {})}
     assert replicas_gputides({"metadata": meta, "spec": {"replicas": 2}}) is gputides
+    assert replicas_gputides({"metadata": meta, "spec": {"replicas": 2}}, 3) is gputides   # told: not the record
+
+
+@pytest.mark.parametrize("fields", [None, SSA_WITHOUT_REPLICAS,
+                                    [{"manager": "gputide", "operation": "Update", "fieldsType": "FieldsV1",
+                                      "fieldsV1": {"f:metadata": {}}}]], ids=["none", "apply", "other fields"])
+def test_where_managed_fields_cannot_tell_the_count_gputide_wrote_last_does(fields) -> None:
+    meta = {"name": "web", "namespace": "serve", **({"managedFields": fields} if fields is not None else {})}
+    deployment = {"metadata": meta, "spec": {"replicas": 2}}
+    assert replicas_gputides(deployment, 2) and not replicas_gputides(deployment, 3)
+    assert not replicas_gputides(deployment)   # no record: not gputide's
