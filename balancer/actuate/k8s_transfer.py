@@ -27,7 +27,7 @@ and where they cannot either the settle refuses until the notes are mended. Anot
 gputide's is dropped alone on reading, and kept as it is when the note is written.
 
 The record names the lender's last move only; beside it, in the same patch that lowers the lender, its history of
-the last moves' ids (`k8s_quota.MOVES_ANNOTATION`, `gputide.io/quota-moves`) says whether a lowering that got no
+the last moves' ids (`k8s_quota_writes.MOVES_ANNOTATION`, `gputide.io/quota-moves`) says whether a lowering that got no
 answer landed once later moves replaced its record. What gputide's moves add up to is kept apart, on each queue, in
 the same patch that changes its nominalQuota (so it is never out of step with it, whatever the next death):
 annotation `gputide.io/quota-loans`, `{flavor: GPUs}`, the net nominalQuota gputide's moves brought into the queue

@@ -27,7 +27,8 @@ from test_k8s_quota_restart import cohort, controller, quota, scale
 
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
-from balancer.actuate.k8s_quota import MOVES_KEPT, _lowered
+from balancer.actuate.k8s_quota_owed import _lowered
+from balancer.actuate.k8s_quota_writes import MOVES_KEPT
 
 
 def test_a_landed_lowering_another_shard_completed_is_not_given_back_again(kube: FakeKube, api, clock,

@@ -41,11 +41,8 @@ from test_k8s_quota_unanswered import unanswered_then
 
 from balancer.actuate.base import Outcome
 from balancer.actuate.k8s_actuator import KubernetesActuator
-from balancer.actuate.k8s_quota import (
-    MOVES_ANNOTATION,
-    OWN_LENDING_ANNOTATION,
-    SET_LENDING_ANNOTATION,
-)
+from balancer.actuate.k8s_quota_patch import OWN_LENDING_ANNOTATION, SET_LENDING_ANNOTATION
+from balancer.actuate.k8s_quota_writes import MOVES_ANNOTATION
 from balancer.actuate.k8s_transfer import (
     LOANS_ANNOTATION,
     RECEIVED,
