@@ -49,7 +49,8 @@ operator's: recorded as "own" at the next write, nothing lowered by a give-back)
 The record is written before the scale, and a lowering whose record cannot be written is not made: a record without
 its scale is harmless (the count is then not gputide's, so a give-back leaves it and drops the key), a lowering
 without its record would lose the operator's count. A raise (the morning's reclaim) is made anyway, logged: the SLO
-waits on no bookkeeping; the count stays gputide's, so the entry's "own" still goes back.
+waits on no bookkeeping; where managedFields tell, the count stays gputide's, so the entry's "own" still goes
+back (where they do not, the raised count is not the entry's "scaled": the operator's, nothing lowered).
 
 A Deployment lowered by a version before this record has no entry: its next write records gputide's count as the
 operator's (scale it back by hand once). One ConfigMap holds at most 1 MiB: some thousands of entries.

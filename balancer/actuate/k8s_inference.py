@@ -147,7 +147,7 @@ class InferenceScaling:
             if owner is not None:   # its controller writes spec.replicas back (KServe, an operator): flapping
                 self._refuse(f"deployment {ns}/{name} is kept by {owner}, which writes its replicas back: not scaled "
                              "(scale it through the owner, or leave the service out of the profiles)")
-            seen["now"] = current = int((d.get("spec") or {}).get("replicas", 1))
+            seen["now"] = current = replicas(d)
             if current == want:
                 return None
             # a raise is written whatever the count now (a reclaim waits on no one's bookkeeping: the plan's count may
@@ -175,8 +175,9 @@ class InferenceScaling:
         (`k8s_deploy_record.scaled_entry`: the entry's own kept while the API server names gputide the manager of
         its replicas, else the count read); the operator's count recorded. Not written, a lowering is not made
         either (RETRY), as it would lose the operator's count; a raise (the morning's reclaim) is made anyway, logged
-        (None): the SLO waits on no bookkeeping, and the raised count is gputide's (its field manager's), so the
-        entry's own still goes back (the one recorded before: stale where someone else set the count since). Its
+        (None): the SLO waits on no bookkeeping; where managedFields tell, the raised count is gputide's (its field
+        manager's), so the entry's own still goes back (the one recorded before: stale where someone else set the
+        count since); where they do not, it is not the entry's "scaled", so the operator's, and nothing goes back. Its
         unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
         ns, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
         key, kept, current = record_key(ns, name), {}, replicas(deployment)
@@ -191,8 +192,9 @@ class InferenceScaling:
                 self._write_record(change)
         except ActuationError as err:
             if want > current:
-                log.warning("deployment %s/%s: raised to %d without the record of its operator's count (%s): the "
-                            "count restored on a give-back is the one recorded before, if any", ns, name, want, err)
+                log.warning("deployment %s/%s: raised to %d without the record of its operator's count (%s): a "
+                            "give-back restores the count recorded before, if any, and only where the API server "
+                            "names gputide the manager of its replicas", ns, name, want, err)
                 return None
             raise KubeTemporaryError(f"deployment {ns}/{name} not scaled: the record of its operator's count could "
                                      f"not be written ({err})", getattr(err, "status", 0)) from err
@@ -321,8 +323,9 @@ class InferenceScaling:
         """The operator's own count back to the Deployments the record holds for this controller (written by it, or
         by a writer not recorded), of `namespaces` (None: any) and scaling none of `managed`
         (`k8s_deploy_record.to_give_back`), through the scale subresource with the resourceVersion read, only while
-        their count is still gputide's (`restore_change`: the API server names gputide the manager of their replicas;
-        one someone else set since is left and logged); their keys dropped once done (a Deployment gone too). One
+        their count is still gputide's (`restore_change`: the API server names gputide the manager of their replicas,
+        or, where it names no one, the count is the one gputide last wrote; one someone else set since is left and
+        logged); their keys dropped once done (a Deployment gone too). One
         that cannot be read or scaled keeps its key and says so ("deployment replicas in NS not given back"), the
         rest go on. The record unread for a temporary error says so for each namespace asked (None: "deployment
         replicas not given back"), so the reloader and its release try again; refused (403), or not rewritten after,

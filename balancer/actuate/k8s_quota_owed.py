@@ -22,7 +22,7 @@ from balancer.actuate.k8s_transfer import Transfer, last_move
 from balancer.actuate.kubernetes import GPU_RESOURCE, Json, _Api
 from balancer.errors import ActuationError, TemporaryActuationError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("balancer.actuate.k8s_quota")   # the quota's log, as before this module split off
 
 
 def _lowered(move: str, before: str | None, moves: list[str] | None) -> bool | None:

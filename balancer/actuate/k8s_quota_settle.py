@@ -27,7 +27,7 @@ from balancer.actuate.k8s_transfer import (
 )
 from balancer.actuate.kubernetes import GPU_RESOURCE, Json, KubeTemporaryError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("balancer.actuate.k8s_quota")   # the quota's log, as before this module split off
 
 
 class Settles(QuotaWrites):

@@ -34,7 +34,7 @@ from balancer.actuate.k8s_transfer import (
 from balancer.actuate.kubernetes import GPU_RESOURCE, Json, KubeTemporaryError
 from balancer.errors import PermanentActuationError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("balancer.actuate.k8s_quota")   # the quota's log, as before this module split off
 
 # on a lender, beside its last move's record (`k8s_transfer`, which names that one only): the ids of its last
 # `MOVES_KEPT` moves, oldest first (JSON list), in the patch that lowers it, so that an owed lowering that got no answer
