@@ -161,8 +161,8 @@ class Upkeep:
             try:
                 with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
                     notes += self.kueue.settle_all((queue,))
-            except NotFoundError:
-                continue   # no queue, no move left open on it (a quota shift names the missing queue itself)
+            except NotFoundError:   # no queue, no move left open on it (a quota shift names the missing queue itself):
+                self.kueue.unsettled.discard(queue)   # nor one whose settle is refused (its gauge back to 0)
             except ActuationError as err:
                 notes.append(f"{what}: could not settle kueue quota moves of {queue}: {err}")
             self.quota_unsettled.labels(queue=queue).set(1 if queue in self.kueue.unsettled else 0)

@@ -386,3 +386,20 @@ def test_a_settle_neither_note_tells_is_refused_and_shown(kube: FakeKube, api, c
     b.housekeeping()
     assert registry.get_sample_value(UNSETTLED, {"queue": "training"}) == 0
     assert quota(kube) == (22, 10) and b.kueue.owes("training") == 0
+
+
+def test_a_refused_settles_gauge_goes_back_to_0_when_its_queue_is_deleted(kube: FakeKube, api, clock,
+                                                                          sleeps) -> None:
+    """A lender whose settle is refused (`unsettled`, gauge 1) and which is then deleted has no move left to settle:
+    housekeeping skipped the missing queue before setting its gauge, which read 1 for good."""
+    a, _ = shards(kube, api, clock, sleeps)
+    registry = CollectorRegistry()
+    b = KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=QUEUES, registry=registry)
+    assert scale(a, 2).outcome is Outcome.APPLIED
+    annotate(kube, "inference", {RECEIVED_ANNOTATION: "not json", LOANS_ANNOTATION: json.dumps({"h100": 9})})
+    b.housekeeping()
+    assert registry.get_sample_value(UNSETTLED, {"queue": "training"}) == 1
+    kube.delete("clusterqueues", "training")
+    b.housekeeping()
+    assert registry.get_sample_value(UNSETTLED, {"queue": "training"}) == 0
+    assert "training" not in b.kueue.unsettled
