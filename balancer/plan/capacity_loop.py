@@ -200,8 +200,10 @@ def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first
     services = tuple(s if s.profile.name not in held else replace(s, profile=replace(
         s.profile, max_replicas=_ceiling(s, held[s.profile.name]),
         min_replicas=min(s.profile.min_replicas, _ceiling(s, held[s.profile.name])))) for s in view.services)
-    notes = [f"capacity holds {name} at {b.cap} replicas, where the actuator capped its scale (the HPA's maxReplicas; "
-             f"its scale_inference's detail says so): no more asked, nor room made for more, for "
+    ceilings = {s.profile.name: _ceiling(s, held[s.profile.name]) for s in view.services if s.profile.name in held}
+    notes = [f"capacity holds {name} at {ceilings[name]} replicas, where the actuator capped its scale (the HPA's "
+             f"maxReplicas {b.cap}, or what it runs above it; its scale_inference's detail says so): no more asked, "
+             f"nor room made for more, for "
              f"{b.believed_s(first_s, horizon_s) / 60:.0f} min after, then asked again (raise the HPA's maxReplicas, "
              f"or set the profile's maxReplicas to {b.cap})" for name, b in sorted(held.items())]
     return replace(view, services=services), kept, notes
