@@ -429,13 +429,13 @@ def _manage(plural: str, old: dict[str, Any] | None, new: dict[str, Any], manage
     they are), as the API server's Update operation keeps them: the spec fields the write added or changed are
     `manager`'s (its entry for operation Update and `subresource`), taken from every other entry; removed fields
     leave every entry; an entry left empty is dropped. managedFields the write sent replace the stored ones first
-    ([{}] strips them); none sent: the stored ones. What the real server leaves untracked is left so here
+    ([{}] strips them); none sent, or []: the stored ones. What the real server leaves untracked is left so here
     (`_untracked`)."""
     if plural not in MANAGED or manager is None:
         return
     meta = new["metadata"]
     sent = meta.get("managedFields")
-    if old is not None and sent is None:
+    if old is not None and sent in (None, []):   # none sent, or [] (the real server: no change): the stored ones
         sent = old["metadata"].get("managedFields")
     base = [] if sent in (None, [{}]) else sent
     if old is not None and _untracked(base, subresource):

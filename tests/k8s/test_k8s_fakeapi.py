@@ -214,6 +214,19 @@ def test_writes_the_real_api_server_does_not_track_are_not_tracked() -> None:
         assert replicas_managers(kube) == [("gputide", "scale")]   # some entry owned them: the scale takes them
 
 
+
+def test_an_empty_managed_fields_list_sent_changes_nothing() -> None:
+    """The real server takes `managedFields: []` in a write as no change (only [{}] strips them); the fake stripped
+    every entry, so a test could see a count turn untracked that the real server keeps gputide's."""
+    with FakeKube() as kube, kube.client() as api:
+        apps = k8s.AppsV1Api(api)
+        kube.add(deployment("web", "serve", replicas=6), manager="kubectl-client-side-apply")
+        apps.patch_namespaced_deployment_scale("web", "serve", {"spec": {"replicas": 2}}, field_manager="gputide",
+                                               _content_type=MERGE)
+        kube.mutate("deployments", "web", "serve", {"metadata": {"managedFields": []}, "spec": {"paused": True}},
+                    manager="kubectl-edit")
+        assert replicas_managers(kube) == [("gputide", "scale")]
+
 json_values = st.recursive(st.none() | st.integers() | st.text(max_size=3),
                            lambda inner: st.dictionaries(st.text(max_size=2), inner, max_size=3), max_leaves=8)
 
