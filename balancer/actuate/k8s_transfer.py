@@ -125,13 +125,13 @@ def _received(cq: Json) -> Json:
 def state(borrower: Json, lender: str, move: str) -> str | None:
     """What the borrower noted of the lender's move `move`: RECEIVED, VOID, or None (not noted: open)."""
     got = _received(borrower).get(lender)
-    return str(got.get("state")) if isinstance(got, dict) and got.get("id") == move else None
+    return str(got.get("state")) if got is not None and got.get("id") == move else None   # a dict with an id (`_entry`)
 
 
 def noted_id(borrower: Json, lender: str) -> str | None:
     """The id of the lender's move the borrower noted last (one per lender: RECEIVED or VOID); None: none."""
     got = _received(borrower).get(lender)
-    return str(got.get("id")) if isinstance(got, dict) and got.get("id") is not None else None
+    return None if got is None else str(got["id"])   # `_received` keeps only entries with an id (`_entry`)
 
 
 def received_note(borrower: Json, lender: str, move: str, noted: str) -> str:
