@@ -158,7 +158,7 @@ def entries(configmap: Json | None) -> dict[str, Entry]:
     for key, value in ((configmap or {}).get("data") or {}).items():
         try:
             out[key] = _entry(key, json.loads(value))
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):   # nested past the parser's depth
             continue
     return out
 

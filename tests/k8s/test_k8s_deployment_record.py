@@ -427,3 +427,13 @@ def test_where_managed_fields_cannot_tell_the_count_gputide_wrote_last_does(fiel
     deployment = {"metadata": meta, "spec": {"replicas": 2}}
     assert replicas_gputides(deployment, 2) and not replicas_gputides(deployment, 3)
     assert not replicas_gputides(deployment)   # no record: not gputide's
+
+
+def test_a_record_value_nested_past_the_parsers_depth_reads_as_no_record() -> None:
+    """A hand-edited value nested deeper than json's parser goes ("[" * 100000) raised RecursionError out of
+    `entries`, so every scale and give-back of a Deployment failed: it reads as no record, as any other value that
+    is not one does."""
+    from balancer.actuate.k8s_deploy_record import entries
+
+    good = json.dumps({"namespace": "serve", "name": "api", "own": 6, "scaled": 2})
+    assert set(entries({"data": {"serve.api": good, "serve.web": "[" * 100000}})) == {"serve.api"}
