@@ -69,7 +69,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from balancer.actuate.k8s_hpa import FIELD_MANAGER
+from balancer.actuate.k8s_hpa import FIELD_MANAGER, owned_by
 
 Json = dict[str, Any]
 RECORD_NAME = "gputide-replicas"   # the ConfigMap, in the controller's Lease's namespace (its Role's resourceNames)
@@ -89,9 +89,8 @@ class Entry:
     name: str = ""
 
     def owned(self, owner: str | None) -> bool:
-        """Whether the controller `owner` may give it back: written by it, or by a writer not recorded; any for a
-        controller that does not name itself (`owner` None). `k8s_hpa.floor_owned`'s rule."""
-        return owner is None or self.owner is None or self.owner == owner
+        """Whether the controller `owner` may give it back: `k8s_hpa.owned_by`'s rule, as for HPA floors."""
+        return owned_by(self.owner, owner)
 
     def text(self) -> str:
         value = {"namespace": self.namespace, "name": self.name, "own": self.own, "scaled": self.scaled,

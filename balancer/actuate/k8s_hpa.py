@@ -125,11 +125,16 @@ def floor_owner(hpa: Json) -> str | None:
     return ((hpa.get("metadata") or {}).get("annotations") or {}).get(HPA_FLOOR_OWNER_ANNOTATION) or None
 
 
-def floor_owned(hpa: Json, owner: str | None) -> bool:
-    """Whether the controller `owner` may give the HPA's floor back: one it wrote, or one whose writer is not
-    recorded (an older version's); any floor for a controller that does not name itself (`owner` None)."""
-    recorded = floor_owner(hpa)
+def owned_by(recorded: str | None, owner: str | None) -> bool:
+    """Whether the controller `owner` may give back what the controller `recorded` wrote (a floor, a Deployment's
+    count): its own, or one whose writer is not recorded (an older version's); anything for a controller that does
+    not name itself (`owner` None)."""
     return owner is None or recorded is None or recorded == owner
+
+
+def floor_owned(hpa: Json, owner: str | None) -> bool:
+    """Whether the controller `owner` may give the HPA's floor back (`owned_by`, its writer as the floor records it)."""
+    return owned_by(floor_owner(hpa), owner)
 
 
 def floor_managed(hpa: Json, services: Collection[str]) -> bool:
