@@ -190,17 +190,18 @@ def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first
     snapshot has them), and the notes for the services held. The replicas counted from a service's pods never end a
     cap (module docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count
     cannot tell from a raise; its spec.replicas can (the HPA keeps them at most its maxReplicas)."""
+    specs = specs or {}
     kept = {name: b for name, b in caps.items()
-            if b.kept_at(view.time, first_s, horizon_s) and (specs or {}).get(name, 0) <= b.cap}
-    held = {s.profile.name: kept[s.profile.name] for s in view.services if s.profile.name in kept
-            and kept[s.profile.name].held_at(view.time, first_s, horizon_s)
-            and _ceiling(s, kept[s.profile.name]) < s.profile.max_replicas}
+            if b.kept_at(view.time, first_s, horizon_s) and specs.get(name, 0) <= b.cap}
+    ceilings = {s.profile.name: c for s in view.services   # each held service's `_ceiling`, computed once
+                if (b := kept.get(s.profile.name)) is not None and b.held_at(view.time, first_s, horizon_s)
+                and (c := _ceiling(s, b)) < s.profile.max_replicas}
+    held = {name: kept[name] for name in ceilings}
     if not held:
         return view, kept, []
     services = tuple(s if s.profile.name not in held else replace(s, profile=replace(
-        s.profile, max_replicas=_ceiling(s, held[s.profile.name]),
-        min_replicas=min(s.profile.min_replicas, _ceiling(s, held[s.profile.name])))) for s in view.services)
-    ceilings = {s.profile.name: _ceiling(s, held[s.profile.name]) for s in view.services if s.profile.name in held}
+        s.profile, max_replicas=ceilings[s.profile.name],
+        min_replicas=min(s.profile.min_replicas, ceilings[s.profile.name]))) for s in view.services)
     notes = [f"capacity holds {name} at {ceilings[name]} replicas, where the actuator capped its scale (the HPA's "
              f"maxReplicas {b.cap}, or what it runs above it; its scale_inference's detail says so): no more asked, "
              f"nor room made for more, for "
