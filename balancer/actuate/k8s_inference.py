@@ -66,9 +66,9 @@ class InferenceScaling:
                  action_deadline_s: float = ACTION_DEADLINE_S) -> None:
         self.api, self.floor_owner, self.refusals = api, floor_owner, refusals
         self.action_deadline_s = action_deadline_s
-        self.untracked: set[str] = set()   # "ns/name" of the Deployments `_untracked` logged
+        self.untracked: set[str] = set()   # "ns/name" of the Deployments `_log_untracked` logged
 
-    def _untracked(self, deployment: Json) -> None:
+    def _log_untracked(self, deployment: Json) -> None:
         """Log, once per Deployment, that the API server tracks no owner of its spec.replicas
         (`k8s_deploy_record.replicas_told`), so whether the count is still gputide's is told from the record's count,
         a weaker answer (a hand scale to the count gputide wrote last is taken for gputide's)."""
@@ -181,7 +181,7 @@ class InferenceScaling:
         unanswered writes are not the action's (`_Api.writes`): nothing was scaled."""
         ns, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
         key, kept, current = record_key(ns, name), {}, replicas(deployment)
-        self._untracked(deployment)
+        self._log_untracked(deployment)
 
         def change(recorded: dict[str, Entry]) -> Mapping[str, Entry | None]:
             kept["entry"] = scaled_entry(recorded.get(key), deployment, want, self.floor_owner)
@@ -363,7 +363,7 @@ class InferenceScaling:
         what, said = f"deployment {ns}/{name}", {}
 
         def change(d: Json) -> Json | None:
-            self._untracked(d)
+            self._log_untracked(d)
             body, said["what"] = restore_change(entry, d)
             return body
 
