@@ -86,10 +86,31 @@ def unsettled_gauge(registry: CollectorRegistry | None, queues: tuple[str, str] 
     return gauge
 
 
+def untold_counter(registry: CollectorRegistry | None, queues: tuple[str, str] | None) -> PromCounter:
+    """`gputide_kueue_quota_untold_total{queue}`: quota moves the lender `queue` was lowered for and whose borrower
+    was not raised because the queues no longer tell whether another controller completed them (`Untold`, counted
+    where `k8s_quota_writes` raises it, whichever caller catches it: an action's move, its roll back, a settle). A
+    counter, not a gauge: nothing read later says the cohort was mended (the move's record is gone), so there is no
+    state to go back to 0; alert on its increase. Both queues' series from 0, so the first one shows as an increase.
+    Without a registry, on one of its own (counted, not served)."""
+    counter = PromCounter("gputide_kueue_quota_untold", "Kueue quota moves a ClusterQueue was lowered for whose "
+                          "borrower was not raised, the queues no longer telling whether another controller completed "
+                          "them (the cohort may be short; check both queues' nominalQuota by hand), by the lending "
+                          "queue.", ["queue"], registry=registry if registry is not None else CollectorRegistry())
+    for queue in queues or ():
+        counter.labels(queue=queue)
+    return counter
+
+
 
 class KueueQuota(OwedGiveBacks, Settles):
-    def __init__(self, api: _Api, excess_min_age_s: float = ACTION_DEADLINE_S) -> None:
+    def __init__(self, api: _Api, excess_min_age_s: float = ACTION_DEADLINE_S, *,
+                 registry: CollectorRegistry | None = None, queues: tuple[str, str] | None = None) -> None:
+        """`registry`, `queues`: where `gputide_kueue_quota_untold_total` is served, and the queues its series start
+        at 0 for (`untold_counter`; the actuator's registry and `--kueue-queues`)."""
         self.api = api
+        # moves found `Untold`, by lender, counted where raised (`QuotaWrites._settled_since`)
+        self.untold = untold_counter(registry, queues)
         # `reconcile` gives back only an excess that lasts (`k8s_quota_drift`): as long as a grow's Job resize may take
         self.excess_seen = Sightings(excess_min_age_s)
         # shrinks' give-backs whose lowering failed (`shift`'s `owed`): lender -> its debts, made by the next

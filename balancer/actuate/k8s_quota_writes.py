@@ -16,6 +16,8 @@ import json
 import logging
 from collections.abc import Callable
 
+from prometheus_client import Counter as PromCounter
+
 from balancer.actuate.k8s_quota_drift import nominal, reserved
 from balancer.actuate.k8s_quota_patch import _quota_patch
 from balancer.actuate.k8s_transfer import (
@@ -55,6 +57,7 @@ class QuotaWrites:
 
     _read_queue: Callable[[str], Json]
     _update: Callable[[str, Callable[[Json], Json | None]], None]
+    untold: PromCounter   # `gputide_kueue_quota_untold_total{queue}` (`k8s_quota.untold_counter`), by lender
 
     def _lend(self, lender: str, move: Transfer, keep: int | None = None, settled: str | None = None,
               over: list[str | None] | None = None) -> bool:
@@ -137,8 +140,9 @@ class QuotaWrites:
         apart: taken as rolled back (nothing more raised), a loan training's Jobs do not hold is what the drift check
         gives back (`KueueQuota.reconcile`). The lender's move history (`MOVES_ANNOTATION`) holding the id confirms
         it; one without it (hand-edited) cannot say: nothing is raised, the lower risk (the cohort perhaps short of
-        the move's GPUs) against the GPUs moved twice, and it is the `Untold` error, logged (taken as settled, the
-        action that made the move was reported applied, the cohort short with only a log line saying so)."""
+        the move's GPUs) against the GPUs moved twice, and it is the `Untold` error, logged and counted (`untold`; taken
+        as settled, the action that made the move was reported applied, the cohort short with only a log line saying
+        so)."""
         read = self._read_queue(lender)
         if (last := last_move(read)) is not None and last.id == move.id:
             return False
@@ -147,6 +151,7 @@ class QuotaWrites:
                       "not raised (settled by another controller, or hand-edited); the cohort may be %d GPUs short",
                       move.id, move.gpus, move.flavor, lender, move.to, lender, last.id if last else None, history,
                       move.gpus)
+            self.untold.labels(queue=lender).inc()   # here, not where caught: each caller catches it its own way
             raise Untold(f"kueue quota move {move.id} ({move.gpus} x {GPU_RESOURCE} ({move.flavor}): {lender} -> "
                           f"{move.to}): {lender} lowered, {move.to} not raised: {lender}'s record and move history "
                           f"({MOVES_ANNOTATION}) no longer name it (hand-edited), so whether another controller "
