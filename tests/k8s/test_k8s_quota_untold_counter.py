@@ -80,7 +80,8 @@ def test_only_a_move_the_lender_cannot_tell_is_counted(kube: FakeKube, api, cloc
     kueue = KueueQuota(a.api, registry=registry, queues=QUEUES)
     move = Transfer("x", "inference", "h100", 4, False)
     annotate(kube, "inference", {RECEIVED_ANNOTATION: json.dumps({"training": {"id": "z", "state": RECEIVED}})})
-    annotate(kube, "training", {TRANSFER_ANNOTATION: Transfer(record, "inference", "h100", 2).note() if record else None,
+    last = Transfer(record, "inference", "h100", 2) if record else None
+    annotate(kube, "training", {TRANSFER_ANNOTATION: last.note() if last else None,
                                 MOVES_ANNOTATION: json.dumps(history) if history else None})
     if told:
         assert kueue._mark("training", move, RECEIVED, "w") == RECEIVED
