@@ -55,6 +55,7 @@ import json
 from typing import Any
 
 from balancer import colocation_record as colocation
+from balancer import shrink_rule
 from balancer.actions import ScaleTraining
 from balancer.actuate.k8s_pods import elastic_bounds
 from balancer.actuate.kubernetes import controller_ref
@@ -160,8 +161,9 @@ def elastic_floor(job: Json) -> int:
 def raises(job: Json, workers: int, previous: int, stopped: bool) -> bool:
     """Whether the plan's shrink (`workers` > 0 below the `previous` it saw run) would raise the Job's size: it asks
     for `workers` or fewer (its owner shrank it since the plan's view), or gputide stopped it (`stopped`: it runs
-    none). Such a shrink writes nothing; a stop (0 workers) never raises."""
-    return 0 < workers < previous and (stopped or size(job) <= workers)
+    none). Such a shrink writes nothing; a stop (0 workers) never raises. The rule is `balancer.shrink_rule`'s,
+    which the simulator follows too."""
+    return shrink_rule.raises(size(job), workers, previous, stopped)
 
 
 def pod_selector(job: Json) -> str:

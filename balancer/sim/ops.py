@@ -26,7 +26,8 @@ Semantics (what the reconcile loop can rely on):
   resized since. Like the Kubernetes actuator's, a record's "from" is what the job asked for (or a valid record's),
   never the plan's running count, and gputide's give-back (``colocation``: its action) grows the job no further than
   its valid record's "from", writing nothing without one, and its shrink never raises a job its owner shrank as far
-  since the plan's view (nothing written, `k8s_jobs.raises`): the raw verb (an operator's) has no such limits.
+  since the plan's view (nothing written, `balancer.shrink_rule`, the rule `k8s_jobs.raises` follows): the raw verb
+  (an operator's) has no such limits.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from balancer import colocation_record
+from balancer import colocation_record, shrink_rule
 from balancer.model import ScaleTraining, Workload, WorkloadClass
 from balancer.sim.pods import EMPTY, GENERIC, INFERENCE, TRAINING, Pod
 from balancer.sim.workloads import ServiceSpec, TrainingJobSpec
@@ -273,9 +274,9 @@ class WorkloadOps:
     def _gputide_size(self: SimCluster, i: int, size: int, workers: int, action: ScaleTraining) -> int | None:
         """The size gputide's `action` writes for job `i` (asking for `size`), `workers` asked; None: nothing. As
         the Kubernetes actuator's (`k8s_training`): a shrink that would not lower the job (its owner shrank it as far
-        since the plan's view, `k8s_jobs.raises`) writes nothing; a give-back grows it no further than its valid
-        record says, nothing without one."""
-        if 0 < workers < action.previous_workers and size <= workers:
+        since the plan's view, `balancer.shrink_rule`, the rule `k8s_jobs.raises` follows; a job stopped asks for 0)
+        writes nothing; a give-back grows it no further than its valid record says, nothing without one."""
+        if shrink_rule.raises(size, workers, action.previous_workers):
             return None
         limit = self._give_back_limit(i, size, action) if workers > size else None
         if limit is None:
