@@ -216,7 +216,8 @@ class KubernetesActuator:
         self.reservation_ttl_s = reservation_ttl_s
         self.kueue_queues = kueue_queues   # (inference ClusterQueue, training ClusterQueue) of one cohort
         self.floor_owner = floor_owner
-        self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s)
+        # `registry`: where its `gputide_kueue_quota_untold_total` is served (`k8s_quota.untold_counter`)
+        self.kueue = KueueQuota(self.api, excess_min_age_s=action_deadline_s, registry=registry, queues=kueue_queues)
         self.upkeep = Upkeep(   # what this actuator leaves on nodes and queues, released or renewed (`k8s_upkeep`)
             self.api, self.kueue, clock, action_deadline_s=action_deadline_s, hot_taint_key=hot_taint_key,
             reservation_annotation=reservation_annotation, power_cap_annotation=power_cap_annotation,

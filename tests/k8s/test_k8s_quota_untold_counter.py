@@ -13,8 +13,9 @@ import pytest
 from fakeapi import FakeKube
 from prometheus_client import CollectorRegistry
 from test_k8s_quota_races import annotate, shards
-from test_k8s_quota_restart import QUEUES, quota
+from test_k8s_quota_restart import QUEUES, quota, scale
 
+from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_quota import KueueQuota, Untold
 from balancer.actuate.k8s_quota_writes import MOVES_ANNOTATION
 from balancer.actuate.k8s_transfer import RECEIVED, RECEIVED_ANNOTATION, TRANSFER_ANNOTATION, Transfer
@@ -90,3 +91,15 @@ def test_only_a_move_the_lender_cannot_tell_is_counted(kube: FakeKube, api, cloc
             kueue._mark("training", move, RECEIVED, "w")
     assert counted(registry) == {"inference": 0, "training": 0 if told else 1}
 
+
+
+def test_the_actuators_registry_serves_it(kube: FakeKube, api, clock, sleeps) -> None:
+    """As `gputide run` builds it (test_k8s_metrics_contract): the actuator's own `KueueQuota` counts on its
+    registry, which is the controller's; the action that found the move untold is what shows it."""
+    shards(kube, api, clock, sleeps)
+    registry = CollectorRegistry()
+    a = KubernetesActuator(api, sleep=sleeps.append, clock=clock, kueue_queues=QUEUES, registry=registry)
+    assert counted(registry) == {"inference": 0, "training": 0}
+    forget_between_the_writes(kube, a.api.custom, "training", "inference")
+    assert "cannot be told" in scale(a, 2).detail
+    assert counted(registry) == {"inference": 0, "training": 1}
