@@ -92,8 +92,8 @@ class CapBelief:
     `repeats` times in a row, the last at `since`. Both rules are said here once: a cap met again at the same bound
     counts once more, another bound starts again (`met`); a cap is believed for `first_s` after it was met, twice as
     long for each repeat, at most `horizon_s` (`believed_s`, `held_at`), and remembered, unbelieved, a `horizon_s`
-    more to count it met again (`kept_at`). `first_s` and `horizon_s` are the capacity planner's to say
-    (`balancer.plan.capacity_loop`)."""
+    more to count it met again (`kept_at`); spec.replicas above it end it, if sampled since it was met (`raised_by`).
+    `first_s` and `horizon_s` are the capacity planner's to say (`balancer.plan.capacity_loop`)."""
 
     cap: int
     since: float
@@ -114,6 +114,16 @@ class CapBelief:
     def kept_at(self, now: float, first_s: float, horizon_s: float) -> bool:
         """Still remembered at `now`: believed, or lapsed less than `horizon_s` ago."""
         return now - self.since < self.believed_s(first_s, horizon_s) + horizon_s
+
+    def raised_by(self, spec_replicas: int, sampled_from: float) -> bool:
+        """Whether the service's spec.replicas, sampled at `sampled_from` or later, say its HPA's maxReplicas was
+        raised past the cap (which ends the belief): above the cap (the HPA keeps them at most maxReplicas), and
+        sampled no earlier than the cap was met. One sampled before may be what the service ran before maxReplicas
+        was lowered to the cap (a reading shows spec.replicas a scrape and a rule evaluation late): read as a raise, it
+        ended a belief just learned, asked again in vain and counted the cap met afresh. Where the sample's time is
+        unknown (an instant query answers its evaluation time), `sampled_from` is the reading's time less the most it
+        may lag."""
+        return spec_replicas > self.cap and sampled_from >= self.since
 
 
 @dataclass(frozen=True)
