@@ -41,7 +41,8 @@ class Binder:
     reservation_annotation: str
     clock: Callable[[], float]
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
-    _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
+    _assumed: dict[str, tuple[float, Usage, int]]   # pod -> (when, its pod_usage, the bound-pod watch's mark)
+    watches: dict[str, Any]                      # k8s_watch.ListWatch by what it caches (none without watches)
     halted: Callable[[], bool]
     reasons: dict[str, str]                      # the pass: why each pod it left pending waits
     bind_failure: ActuationError | None = None   # why the last binding that failed did
@@ -109,11 +110,14 @@ class Binder:
         return ""
 
     def _assume(self, req: Json, node: str) -> None:
-        """Count `req` on `node` until the caches show it there (`k8s_sched_reads`)."""
+        """Count `req` on `node` until the caches show it there (`k8s_sched_reads`), or could have: the bound-pod
+        watch's `mark()` now says when (`k8s_watch`: caught up)."""
+        watch = self.watches.get("bound pods")
         self._assumed[req["name"]] = (self.clock(), Usage(
             node, req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
             req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
-            req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset()))
+            req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset()),
+            watch.mark() if watch is not None else 0)
 
     def _bound_to(self, req: Json, node: Json) -> str:
         """`req` is bound to `node`: assumed there, and the reservation it used up there released."""

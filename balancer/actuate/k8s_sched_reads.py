@@ -14,8 +14,12 @@ Two ways (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these m
 
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
-node and it is not offered again, until the bound cache shows it or `assume_s` has passed with that cache's watch
-healthy (while it fails, and the cache keeps its last state, the binding stays assumed).
+node and it is not offered again, until the bound cache shows it, or `assume_s` has passed and that cache's watch
+has caught up since the binding (`ListWatch.past`: a stream begun after it was ended by the server), so that the
+cache would show it if it were made (a pod deleted meanwhile, a binding that failed after all). A watch that fails
+(the cache keeps its last state), is stopped or stalls without an error (a half-open connection: no failure is
+counted until its read timeout) catches up with nothing, and the binding stays assumed, as kube-scheduler keeps an
+assumed pod until its informer shows it (its assumed pods never expire: kubernetes#106361).
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -140,7 +144,7 @@ class SchedulerReads:
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
     work: threading.Event                        # set when a pending pod changed (watch), a node opened, or by `wake`
     watches: dict[str, ListWatch]
-    _assumed: dict[str, tuple[float, Usage]]     # pod -> (when, its pod_usage)
+    _assumed: dict[str, tuple[float, Usage, int]]   # pod -> (when, its pod_usage, the bound-pod watch's mark)
     _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed
     _snapshots: dict[str, tuple[int, dict[str, Any]]]
     _usage_memo: tuple[int, tuple[dict, dict]] | None
@@ -268,16 +272,15 @@ class SchedulerReads:
         return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
 
-    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, tuple]:
-        """Bindings not yet in the bound cache `seen` (dropped once seen there, or after `assume_s`, but not while
-        that cache's watch is broken: kept with its last state, it cannot show the binding yet, and dropped the
-        pod's GPUs would look free to the next pod, as kube-scheduler keeps an assumed pod until its informer shows
-        it)."""
+    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, Usage]:
+        """Bindings not yet in the bound cache `seen` (None: the pass lists the bound pods itself). Dropped once
+        seen there, or after `assume_s` once that cache's watch has caught up since the binding (the module
+        docstring): not while it fails, is stopped or stalls, when it cannot show the binding yet, and dropped the
+        pod's GPUs would look free to the next pod. Healthy is not enough: a stalled watch counts no failure."""
         now = self.clock()
-        watch = self.watches.get("bound pods")
-        lagging = seen is not None and watch is not None and watch.failures > 0
-        self._assumed = {k: v for k, v in self._assumed.items()
-                         if (lagging or now - v[0] < self.assume_s) and (seen is None or k not in seen)}
+        watch = self.watches.get("bound pods") if seen is not None else None
+        self._assumed = {k: v for k, v in self._assumed.items() if (seen is None or k not in seen) and not (
+            now - v[0] >= self.assume_s and (watch is None or watch.past(v[2])))}
         return {k: v[1] for k, v in self._assumed.items()}
 
     def nodes_view(self) -> list[Json]:

@@ -165,7 +165,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
-        self._assumed: dict[str, tuple[float, Usage]] = {}   # pod -> (when, its pod_usage)
+        self._assumed: dict[str, tuple[float, Usage, int]] = {}   # pod -> (when, its pod_usage, a watch mark)
         self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
                            starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
         self.holds.preemptor.emergency_stop = emergency_stop   # why no pod may be evicted now (`k8s_preempt`)
