@@ -48,12 +48,16 @@ still counted, and a cap met later counted as met once more), or is capped and b
 most its maxReplicas, so the operator raised it and the HPA scaled past the cap on its own metrics; the service is
 planned as any from that cycle on. Before, such a raise was ignored while the belief lasted (up to the loan
 horizon): the service was held at what it ran, training grown into the GPUs its demand needed and shrunk again when
-it was asked at last, two restarts. Replicas counted from its pods (a service without that series) say nothing of
-its HPA's maxReplicas: a rolling update runs up to maxSurge pods above it while the rollout lasts, and a raise the
-HPA scaled past looks the same; there only the actuator's word, on the next ask, ends a belief early. Before, a
-count above the cap forgot it: each rollout asked again at once, shrinking training for replicas that never start,
-and started the doubling afresh. Held at the cap meanwhile, a service that runs more is held at what it runs
-(`_ceiling`): nothing of it lent for the cap.
+it was asked at last, two restarts. Only spec.replicas read `safety.maxTelemetryAgeS` or more after the cap was met
+count, though (`CapBelief.raised_by`): a reading shows them a kube-state-metrics scrape and a rule evaluation late,
+and says not when they were sampled (an instant query answers its evaluation time), so one read sooner may be what
+the service ran before maxReplicas was lowered to the cap. Before, that ended the belief just learned: the service
+was asked again in vain and the cap counted met afresh. A raise read sooner is planned that much later. Replicas
+counted from its pods (a service without that series) say nothing of its HPA's maxReplicas: a rolling update runs up
+to maxSurge pods above it while the rollout lasts, and a raise the HPA scaled past looks the same; there only the
+actuator's word, on the next ask, ends a belief early. Before, a count above the cap forgot it: each rollout asked
+again at once, shrinking training for replicas that never start, and started the doubling afresh. Held at the cap
+meanwhile, a service that runs more is held at what it runs (`_ceiling`): nothing of it lent for the cap.
 The two errors: a cap believed too long ignores an operator's raise of maxReplicas, leaving the service short of
 what its demand needs; one believed too briefly asks again in vain, shrinking training for replicas that never start
 (a restart of its workers, and another when they are grown back). The first ask again costs no shrink (the training
@@ -182,17 +186,18 @@ def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[
 
 
 def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first_s: float, horizon_s: float,
-            specs: Mapping[str, int] | None = None,
+            specs: Mapping[str, int] | None = None, spec_lag_s: float = 0.0,
             ) -> tuple[CapacityView, dict[str, planner_mod.CapBelief], list[str]]:
     """`view` with each service whose scale the actuator capped (`caps`) held to that cap while it is believed
     (`CapBelief.held_at`: its profile's maxReplicas, and minReplicas, at most `_ceiling`), the caps still remembered
-    (`CapBelief.kept_at`, and no service's spec.replicas above its cap: `specs`, {service: spec.replicas} where the
-    snapshot has them), and the notes for the services held. The replicas counted from a service's pods never end a
-    cap (module docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count
-    cannot tell from a raise; its spec.replicas can (the HPA keeps them at most its maxReplicas)."""
+    (`CapBelief.kept_at`, and no service's spec.replicas above its cap since it was met: `specs`, {service:
+    spec.replicas} where the snapshot has them, each sampled up to `spec_lag_s` before it, `CapBelief.raised_by`),
+    and the notes for the services held. The replicas counted from a service's pods never end a cap (module
+    docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count cannot tell
+    from a raise; its spec.replicas can (the HPA keeps them at most its maxReplicas)."""
     specs = specs or {}
-    kept = {name: b for name, b in caps.items()
-            if b.kept_at(view.time, first_s, horizon_s) and specs.get(name, 0) <= b.cap}
+    kept = {name: b for name, b in caps.items() if b.kept_at(view.time, first_s, horizon_s)
+            and not b.raised_by(specs.get(name, 0), view.time - spec_lag_s)}
     ceilings = {s.profile.name: c for s in view.services   # each held service's `_ceiling`, computed once
                 if (b := kept.get(s.profile.name)) is not None and b.held_at(view.time, first_s, horizon_s)
                 and (c := _ceiling(s, b)) < s.profile.max_replicas}
@@ -240,7 +245,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
                                  capacity_policy.loan_horizon_s,
-                                 {n: st.replicas for n, st in snapshot.services.items() if st.replicas_from_spec})
+                                 {n: st.replicas for n, st in snapshot.services.items() if st.replicas_from_spec},
+                                 policy.safety.max_telemetry_age_s)
     state = replace(state, capped_scales=MappingProxyType(caps))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:

@@ -5,24 +5,18 @@ the change: the operator lowers chat's maxReplicas to 2 while it runs 3; the cyc
 (the HPA scales chat down to 2); the reading at 1060 still shows the 3 sampled before, which ended the belief just
 learned: chat asked 3 -> 4 again at 1060 in vain and the cap counted met afresh (asked again at 1360, not 1300). The
 rule: a spec.replicas ends a belief only if sampled no earlier than the cap was met (`CapBelief.raised_by`), the
-sample taken to be as old as `safety.maxTelemetryAgeS` allows (120 s), which the capacity planner's `_capped` is to
-read: a raise read sooner is planned that much later."""
+sample taken to be as old as `safety.maxTelemetryAgeS` allows (120 s; `capacity_loop._capped`): a raise read
+sooner is planned that much later."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-
-import pytest
 
 from balancer.model import ClusterSnapshot
 from balancer.plan.planner import CapBelief
 from tests.loop.test_loop_capped_scales import ON, SpecFleet, chat_ups, drive
 
 LAG_S = ON.safety.max_telemetry_age_s
-# the capacity planner's half of the change (capacity_loop._capped reading `CapBelief.raised_by`) is its owner's to
-# make: until it is, these two confirm the extra ask (strict: once it lands they pass, and this marker must go)
-NEEDS_CAPPED = pytest.mark.xfail(strict=True, reason="capacity_loop._capped still ends a cap on any spec.replicas "
-                                 "above it, sampled before the cap was met or not (it does not read raised_by)")
 
 
 class LaggingSpecFleet(SpecFleet):
@@ -42,7 +36,6 @@ class LaggingSpecFleet(SpecFleet):
         return snap
 
 
-@NEEDS_CAPPED
 def test_a_spec_sampled_before_the_cap_does_not_end_it() -> None:
     fleet = LaggingSpecFleet([1000.0], 2, late={1060.0})
     fleet.replicas = {"chat": 3, "cheap": 2, "other": 3}   # maxReplicas lowered to 2 while chat runs 3
@@ -53,7 +46,6 @@ def test_a_spec_sampled_before_the_cap_does_not_end_it() -> None:
     assert fleet.replicas["chat"] == 2
 
 
-@NEEDS_CAPPED
 def test_a_raise_read_as_soon_as_the_sample_may_be_younger_than_the_cap_ends_it() -> None:
     """chat capped at 2 at 1000, then the operator raises maxReplicas and the HPA runs 3 (spec.replicas): read at
     1060 (within the lag of the cap) chat is held at the 3 it runs; read from 1120 (1000 + the lag) it is asked up to
