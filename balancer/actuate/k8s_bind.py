@@ -12,8 +12,11 @@ longer this pass's to place, but it is assumed where it runs all the same, for t
 
 So is any failure that does not say the binding was not made (every try a 504 or a timeout, a 5xx, the turn out of
 time): the pod is read back, and found on the node asked for it is bound, its answer lost. A pod that cannot be read
-back (after such a failure or a 409; out of time, it is not read) may be bound there: the pass counts it on that
-node until it ends (`bind_unsure`; the next pass reads where it is), or the next pod could be bound on top of it.
+back (after such a failure or a 409; out of time, it is not read) may be bound there (`bind_unsure`): it is assumed
+there as a binding made, so neither this pass nor the next offers its room to another pod nor places it again, until
+the bound-pod cache shows where it is or has caught up since without it (`k8s_sched_reads`; without watches, after
+`assume_s`): counted for its own pass only, its GPUs went to the next pass's pods whenever the cache had not shown
+it yet. The cost: a binding that failed after all is tried again only that much later.
 """
 
 from __future__ import annotations
@@ -78,15 +81,16 @@ class Binder:
         the binding made, its answer lost. On another node: bound by someone else (a replica that lost the Lease
         with its binding in flight, say), assumed there. Gone (or another pod of its name since): left out. Still on
         no node: the binding failed (a 409 there is someone else's pod). Unreadable: `bind_unsure`, the binding may
-        be made and the pass counts the pod on `node` (the module docstring)."""
+        be made, and the pod is assumed on `node` (the module docstring)."""
         try:
             pod = self.api(f"pod {req['name']}", self.api.core.read_namespaced_pod, req["pod"], req["namespace"])
         except NotFoundError:
             pod = {}
         except ActuationError as read_err:
-            log.warning("scheduler %s: %s; cannot read it back, counted on %s this pass: %s", self.scheduler_name,
+            log.warning("scheduler %s: %s; cannot read it back, assumed on %s: %s", self.scheduler_name,
                         err, node["name"], read_err)
             self.bind_unsure = True
+            self._assume(req, node["name"])   # it may be bound there: counted there until the caches tell
             return self._refused(req, err, f"Binding outcome unknown ({read_err}): {err}")
         meta = pod.get("metadata") or {}
         if not pod or req.get("uid") and meta.get("uid") not in (None, req["uid"]):
