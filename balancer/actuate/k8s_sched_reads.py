@@ -324,8 +324,11 @@ class SchedulerReads:
         """The bound and assumed pods: the pass's own list, or the cache's items its view summed (`nodes_view`), and
         the bindings made since. Not the cache as it is now: the watch goes on while the pass does, and a pod whose
         deletion it brought meanwhile would be gone from the bound pods while the view still counts what it uses
-        (a preemption's victim no longer leaving the node, its room looking taken: `k8s_holds.resume`)."""
+        (a preemption's victim no longer leaving the node, its room looking taken: `k8s_holds.resume`). Nor is an
+        assumed pod dropped mid-pass (`nodes_view` decided which were, as the pass began): it would be missing from
+        what the pass reads later (preemption's victims, a pod group's bound members) while its view still counts
+        it."""
         cached = self._pass_bound
         if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
             return list(self._listed_bound)
-        return [*cached.values(), *self._live_assumed(cached).values()]
+        return [*cached.values(), *(v[1] for k, v in self._assumed.items() if k not in cached)]
