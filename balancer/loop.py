@@ -246,7 +246,9 @@ class Reconciler:
         a successor, and acknowledged to the planner (applied) or refused for a while (failed: a migration whose
         target alone the actuator refused, `ActionResult.refused`, is kept off that node only; a service whose scale
         failed for good is not scaled for a while, `_refused_scale`); a scale applied is told with its cap when short
-        of what it asked (`ActionResult.capped_to`), else with None: in full above a cap, it ends it (`planner.cap`)."""
+        of what it asked (`ActionResult.capped_to`), else with None: in full above a cap, it ends it (`planner.cap`),
+        each at the time its result came (dated at the cycle's start, a cap met after slow actions was believed from
+        before it was met, and a spec.replicas sampled before the HPA's clamp ended it: `CapBelief.raised_by`)."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -260,8 +262,9 @@ class Reconciler:
         self.state = planner_mod.refuse(self.state, [r.action for r in failed if r.refused is not Refused.TARGET], now,
                                         targets=[r.action for r in failed if r.refused is Refused.TARGET],
                                         scales=[r.action for r in failed if _refused_scale(r)])
-        self.state = planner_mod.cap(self.state, [(r.action, r.capped_to) for r, _ in done
-                                                  if r.outcome == Outcome.APPLIED], now)
+        for r, t in done:   # each cap dated when its result came: the cycle's start was minutes early after slow acts
+            if r.outcome == Outcome.APPLIED:
+                self.state = planner_mod.cap(self.state, [(r.action, r.capped_to)], t)
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

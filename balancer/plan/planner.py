@@ -242,8 +242,9 @@ def cap(state: PlannerState, capped: Iterable[tuple[Action, int | None]], now: f
     when it applied it short of what it asked (`ActionResult.capped_to`), None when in full: a later cap of a service
     is met on its earlier one (`CapBelief.met`: once more at the same bound, the capacity planner keeping a lapsed cap
     in the state for that; afresh at another); a scale in full above the cap ends it (maxReplicas was raised: kept,
-    the cap met later would count as met once more, believed twice as long). How long it is believed is the capacity
-    planner's to say ("Capped scales")."""
+    the cap met later would count as met once more, believed twice as long). `now` is when the actuator's result came,
+    the time the cap was met (`CapBelief.raised_by` counts spec.replicas only if sampled since). How long it is
+    believed is the capacity planner's to say ("Capped scales")."""
     caps = dict(state.capped_scales)
     for a, most in capped:
         if not isinstance(a, ScaleInference):
