@@ -29,9 +29,11 @@ and the queue writes (`QuotaWrites`) are its mixins, each in its module.
 
 from __future__ import annotations
 
+import copy
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
@@ -120,6 +122,23 @@ class KueueQuota(OwedGiveBacks, Settles):
         # lenders whose last move's settle is refused, neither the borrower's note nor the loans notes telling whether
         # it was raised (`_told_by_loans`): `gputide_kueue_quota_unsettled{queue}` (`unsettled_gauge`)
         self.unsettled: set[str] = set()
+        # the ClusterQueues as this housekeeping cycle read them (`reads_once`); None outside one
+        self._once: dict[str, Json] | None = None
+
+    @contextmanager
+    def reads_once(self) -> Iterator[None]:
+        """Within it (a housekeeping cycle's settles and drift check, `k8s_upkeep`), `settle` and `reconcile` read
+        each ClusterQueue once (`_read_once`), and again only after this controller patched it (`_update`): nothing is
+        settled or checked on an object older than its own last write. Each read is an API GET: the two queues were
+        read six times a cycle (each settle read both, the check both again), every cycle and shard. The writes still
+        read afresh (`_Api.update`: the patch carries that read's resourceVersion, a 409 reads again), and so do the
+        fences read inside one (`_lend`, `_settled_since`) and a move's own reads (`shift`, `_pay_one`): another
+        controller's write since the cycle's read is met there, as it was between a settle's read and its write."""
+        self._once = {}
+        try:
+            yield
+        finally:
+            self._once = None
 
     def new_term(self) -> None:
         """A new term as leader (`k8s_upkeep.Upkeep.recover`, before anything is settled): the memories that count
@@ -257,10 +276,25 @@ class KueueQuota(OwedGiveBacks, Settles):
     def _read_queue(self, name: str) -> Json:
         return self.api(f"clusterqueue {name}", self.api.custom.get_cluster_custom_object, *KUEUE, name)
 
+    def _read_once(self, name: str) -> Json:
+        """The queue as this cycle read it (`reads_once`), read now if not yet or patched since (a copy: nothing
+        decided on it changes what the next look sees); outside a cycle, read now."""
+        if self._once is None:
+            return self._read_queue(name)
+        if name not in self._once:
+            self._once[name] = self._read_queue(name)
+        return copy.deepcopy(self._once[name])
+
     def _update(self, queue: str, change: Callable[[Json], Json | None]) -> None:
         what = f"clusterqueue {queue}"
-        self.api.update(what, lambda: self._read_queue(queue), lambda body: self.api(
-            what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body, _content_type=MERGE_PATCH), change)
+
+        def patch(body: Json) -> Json:
+            if self._once is not None:   # written (or perhaps, unanswered): the cycle's next look reads it again
+                self._once.pop(queue, None)
+            return self.api(what, self.api.custom.patch_cluster_custom_object, *KUEUE, queue, body,
+                            _content_type=MERGE_PATCH)
+
+        self.api.update(what, lambda: self._read_queue(queue), patch, change)
 
     def _workloads_and_jobs(self) -> tuple[list[Json], list[Json]]:
         """All Workloads and Jobs, what training's Jobs hold is reckoned from (`k8s_quota_drift.held`)."""
@@ -275,7 +309,7 @@ class KueueQuota(OwedGiveBacks, Settles):
         (`Sightings`: not a grow whose Job resize is under way). Each is a move like any other (`shift`), made only
         if training, read again in the patch that lowers it, keeps what its Jobs hold. Returns the corrections made."""
         inference, training = queues
-        read = {q: self._read_queue(q) for q in queues}
+        read = {q: self._read_once(q) for q in queues}   # as the cycle's settles read them, unless written since
         found: list[Excess] = []
         if worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
             found = excess(read[inference], read[training], *self._workloads_and_jobs())

@@ -12,6 +12,7 @@ hand, and the lender is in `unsettled` (`gputide_kueue_quota_unsettled{queue}`, 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from balancer.actuate.k8s_quota_owed import Debt
 from balancer.actuate.k8s_quota_writes import QuotaWrites
@@ -35,6 +36,7 @@ class Settles(QuotaWrites):
 
     owed: dict[str, list[Debt]]   # lender -> its debts (`k8s_quota_owed`): one whose lowering landed is settled here
     unsettled: set[str]           # lenders whose last move's settle is refused (`_told_by_loans`)
+    _read_once: Callable[[str], Json]   # the queue as the cycle read it (`KueueQuota.reads_once`), else read now
 
     def settle(self, queue: str) -> str | None:
         """Finish the quota move the ClusterQueue `queue` lent for and did not see through (a restart, a failure
@@ -43,7 +45,7 @@ class Settles(QuotaWrites):
         Returns what it did, None when nothing was open. Where the borrower's note cannot say whether it took the
         move (hand-edited, deleted, no entry for the lender), the queues' loans notes do (`_told_by_loans`); where
         they cannot either, it refuses, a temporary error, logged and in `unsettled`, until they are mended."""
-        return self._settle(queue, {queue: self._read_queue(queue)})
+        return self._settle(queue, {queue: self._read_once(queue)})
 
     def _settle(self, lender: str, read: dict[str, Json]) -> str | None:
         move = last_move(read[lender])
@@ -52,7 +54,7 @@ class Settles(QuotaWrites):
             return None
         if any(d.move.id == move.id for d in self.owed.get(lender, ())):   # an owed lowering landed: settled here
             self.owed[lender] = [d for d in self.owed[lender] if d.move.id != move.id]
-        borrower = read.get(move.to) or self._read_queue(move.to)
+        borrower = read.get(move.to) or self._read_once(move.to)
         noted = state(borrower, lender, move.id)
         if noted is None and noted_id(borrower, lender) is None:   # its note cannot tell: the loans notes do
             noted = RECEIVED if self._told_by_loans(lender, read[lender], borrower, move) else None

@@ -43,6 +43,9 @@ Every release judges the expiry on the node as listed, then again on the node th
 (`k8s_nodes.expired_taint_removal`, `expired_reservations`), under that read's resourceVersion (a 409 reads again): a
 renewal that lands after the list is kept, never undone. The hooks run under the action deadline with no reserve;
 an API failure becomes a note and what is left waits for the next cycle.
+
+The quota's settles and drift check of one cycle read each ClusterQueue once, and again only after one of them
+patched it (`KueueQuota.reads_once`): not once per step, each read an API GET every cycle and shard.
 """
 
 from __future__ import annotations
@@ -118,14 +121,14 @@ class Upkeep:
         controller's last term, if it led before.
         """
         self.kueue.new_term()
-        return self._release_expired_noting("recover", nodes)
+        return self._release_expired_noting("recover", nodes) + self._quota_noting("recover", reconcile=False)
 
     def housekeeping(self, nodes: Collection[str] | None = None) -> list[str]:
         """Once per planning cycle (the loop's duck-typed hook): `release_expired` (on `nodes` only when given, a
         shard's own), Kueue quota moves settled and quota lent to training beyond what its Jobs hold given back
         (`KueueQuota.reconcile`), API failures as a note. The give-back is a capacity move: here only, which a cycle
         that holds still never reaches, not in `recover`."""
-        return self._release_expired_noting("housekeeping", nodes) + self._reconcile_quota_noting("housekeeping")
+        return self._release_expired_noting("housekeeping", nodes) + self._quota_noting("housekeeping", reconcile=True)
 
     def keep_power_caps(self) -> list[str]:
         """The loop's hook while it holds still for fail-static (telemetry it does not trust): the caps this controller
@@ -150,7 +153,15 @@ class Upkeep:
                 notes = self.release_expired(nodes)
         except ActuationError as err:
             notes = [f"{what}: could not release expired taints and reservations: {err}"]
-        return notes + self._settle_quota_noting(what)
+        return notes
+
+    def _quota_noting(self, what: str, *, reconcile: bool) -> list[str]:
+        """The quota moves settled (`_settle_quota_noting`), then, with `reconcile`, the loans checked
+        (`_reconcile_quota_noting`), each under its own deadline, all on one read of each ClusterQueue
+        (`KueueQuota.reads_once`: read again only once written, by a settle or a correction), not one per step."""
+        with self.kueue.reads_once():
+            notes = self._settle_quota_noting(what)
+            return notes + (self._reconcile_quota_noting(what) if reconcile else [])
 
     def _settle_quota_noting(self, what: str) -> list[str]:
         """A Kueue quota move a previous leader (or this one) left half done - the lender lowered, the borrower not
