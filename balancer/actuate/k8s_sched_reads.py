@@ -267,20 +267,29 @@ class SchedulerReads:
         priority first, then oldest."""
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
-        bound = self._cached("bound pods") or {}   # the bound-pod watch may be ahead of the pending one
-        assumed = self._live_assumed(self._cached("bound pods"))
-        return sorted((r for r in reqs if r["name"] not in bound and r["name"] not in assumed),
+        ended = self._ended()
+        seen = self._cached("bound pods")   # the bound-pod watch may be ahead of the pending one
+        assumed = self._live_assumed(seen, ended)
+        return sorted((r for r in reqs if r["name"] not in (seen or {}) and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
 
-    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, Usage]:
+    def _ended(self) -> int | None:
+        """The bound-pod watch's `ended` now (None: no such watch), read before its cache is pinned (`_live_assumed`)."""
+        watch = self.watches.get("bound pods")
+        return watch.ended if watch is not None else None
+
+    def _live_assumed(self, seen: Mapping[str, Any] | None, ended: int | None) -> dict[str, Usage]:
         """Bindings not yet in the bound cache `seen` (None: the pass lists the bound pods itself). Dropped once
         seen there, or after `assume_s` once that cache's watch has caught up since the binding (the module
         docstring): not while it fails, is stopped or stalls, when it cannot show the binding yet, and dropped the
-        pod's GPUs would look free to the next pod. Healthy is not enough: a stalled watch counts no failure."""
+        pod's GPUs would look free to the next pod. Healthy is not enough: a stalled watch counts no failure.
+        Caught up as of `ended` (`_ended()`, read before `seen` was): a stream that ends after `seen` was pinned
+        proves nothing of `seen` (the binding's event applied meanwhile is in the cache, not in `seen`), and
+        `ListWatch.past` asked now would drop a binding `seen` does not show."""
         now = self.clock()
-        watch = self.watches.get("bound pods") if seen is not None else None
+        caught_up = ended if seen is not None else None
         self._assumed = {k: v for k, v in self._assumed.items() if (seen is None or k not in seen) and not (
-            now - v[0] >= self.assume_s and (watch is None or watch.past(v[2])))}
+            now - v[0] >= self.assume_s and (caught_up is None or caught_up > v[2]))}
         return {k: v[1] for k, v in self._assumed.items()}
 
     def nodes_view(self) -> list[Json]:
@@ -288,10 +297,11 @@ class SchedulerReads:
         now = self.clock()
         nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
                                lambda n: node_facts(n, self.reservation_annotation))
+        ended = self._ended()   # before the cache is pinned (`_live_assumed`)
         (used, used_ext), cached = self._bound_usage()
         held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
         if cached:   # a consistent list already shows every binding made; the cache may not yet
-            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._pass_bound).values())
+            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._pass_bound, ended).values())
         ports = ports_by_node(self._bound())   # bound and assumed pods' host ports (NodePorts)
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):
