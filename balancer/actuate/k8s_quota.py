@@ -127,10 +127,11 @@ class KueueQuota(OwedGiveBacks, Settles):
 
     @contextmanager
     def reads_once(self) -> Iterator[None]:
-        """Within it (a housekeeping cycle's settles and drift check, `k8s_upkeep`), `settle` and `reconcile` read
-        each ClusterQueue once (`_read_once`), and again only after this controller patched it (`_update`): nothing is
-        settled or checked on an object older than its own last write. Each read is an API GET: the two queues were
-        read six times a cycle (each settle read both, the check both again), every cycle and shard. The writes still
+        """Within it (a housekeeping cycle's settles, `k8s_upkeep`), `settle` reads each ClusterQueue once
+        (`_read_once`), and again only after this controller patched it (`_update`): nothing is settled on an object
+        older than its own last write. Each read is an API GET: the two queues were read six times a cycle (each
+        settle read both, the drift check both again), every cycle and shard; now four (the drift check, `reconcile`,
+        reads afresh: its decision has no fence of its own against a peer's correction since). The writes still
         read afresh (`_Api.update`: the patch carries that read's resourceVersion, a 409 reads again), and so do the
         fences read inside one (`_lend`, `_settled_since`) and a move's own reads (`shift`, `_pay_one`): another
         controller's write since the cycle's read is met there, as it was between a settle's read and its write."""
@@ -309,7 +310,10 @@ class KueueQuota(OwedGiveBacks, Settles):
         (`Sightings`: not a grow whose Job resize is under way). Each is a move like any other (`shift`), made only
         if training, read again in the patch that lowers it, keeps what its Jobs hold. Returns the corrections made."""
         inference, training = queues
-        read = {q: self._read_once(q) for q in queues}   # as the cycle's settles read them, unless written since
+        # read afresh, not as the cycle's settles read them (`reads_once`): the excess is decided here and its write
+        # (`shift`) is fenced only by the Jobs' hold, so a peer's correction landing since those reads would be given
+        # back a second time, out of training's own quota
+        read = {q: self._read_queue(q) for q in queues}
         found: list[Excess] = []
         if worth_reading(read[inference], read[training]):   # else no loan out, or all of training's quota in use
             found = excess(read[inference], read[training], *self._workloads_and_jobs())
