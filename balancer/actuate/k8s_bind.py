@@ -14,8 +14,8 @@ So is any failure that does not say the binding was not made (every try a 504 or
 time): the pod is read back, and found on the node asked for it is bound, its answer lost. A pod that cannot be read
 back (after such a failure or a 409; out of time, it is not read) may be bound there (`bind_unsure`): it is assumed
 there as a binding made, so neither this pass nor the next offers its room to another pod nor places it again, until
-the bound-pod cache shows where it is or has caught up since without it (`k8s_sched_reads`; without watches, after
-`assume_s`): counted for its own pass only, its GPUs went to the next pass's pods whenever the cache had not shown
+the bound-pod cache shows where it is or has caught up since without it, or the pod read back after `assume_s` holds
+no node's room (`k8s_sched_reads`; without watches, after `assume_s`): counted for its own pass only, its GPUs went to the next pass's pods whenever the cache had not shown
 it yet. The cost: a binding that failed after all is tried again only that much later.
 """
 
@@ -28,6 +28,7 @@ from typing import Any
 from balancer.actuate.k8s_filters import take
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_reads import Usage
+from balancer.actuate.k8s_sched_reads import Assumed
 from balancer.actuate.kubernetes import ConflictError, NotFoundError, _Api
 from balancer.errors import ActuationError, TemporaryActuationError
 
@@ -44,7 +45,7 @@ class Binder:
     reservation_annotation: str
     clock: Callable[[], float]
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
-    _assumed: dict[str, tuple[float, Usage, int]]   # pod -> (when, its pod_usage, the bound-pod watch's mark)
+    _assumed: dict[str, Assumed]                 # pod -> the binding the bound-pod cache has not shown yet
     watches: dict[str, Any]                      # k8s_watch.ListWatch by what it caches (none without watches)
     halted: Callable[[], bool]
     reasons: dict[str, str]                      # the pass: why each pod it left pending waits
@@ -115,13 +116,14 @@ class Binder:
 
     def _assume(self, req: Json, node: str) -> None:
         """Count `req` on `node` until the caches show it there (`k8s_sched_reads`), or could have: the bound-pod
-        watch's `mark()` now says when (`k8s_watch`: caught up)."""
-        watch = self.watches.get("bound pods")
-        self._assumed[req["name"]] = (self.clock(), Usage(
+        watch's `mark()` now says when (`k8s_watch`: caught up), else the pod read back (`k8s_sched_reads.read_back`,
+        by its uid too)."""
+        watch, now = self.watches.get("bound pods"), self.clock()
+        self._assumed[req["name"]] = Assumed(now, Usage(
             node, req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
-            req["name"], req["priority"], self.clock(), tuple(sorted(req["labels"].items())),
+            req["name"], req["priority"], now, tuple(sorted(req["labels"].items())),
             req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset()),
-            watch.mark() if watch is not None else 0)
+            watch.mark() if watch is not None else 0, req.get("uid") or "", now)
 
     def _bound_to(self, req: Json, node: Json) -> str:
         """`req` is bound to `node`: assumed there, and the reservation it used up there released."""

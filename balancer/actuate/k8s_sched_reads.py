@@ -21,6 +21,17 @@ cache would show it if it were made (a pod deleted meanwhile, a binding that fai
 counted until its read timeout) catches up with nothing, and the binding stays assumed, as kube-scheduler keeps an
 assumed pod until its informer shows it (its assumed pods never expire: kubernetes#106361).
 
+Nor does a watch whose every stream is cut by an error (a proxy or load balancer whose longest stream is shorter
+than `watch_s`): it lists again after each, but no stream is ever ended by the server. So a binding past `assume_s`
+that the cache has neither shown nor caught up since is read back (`read_back`: a GET, read from etcd as it is now;
+a relist is not, served from the API server's watch cache at `resourceVersion=0`, which may lag): dropped if the pod
+is gone, on no node, finished, or another pod of its name (its uid, kept with the binding: a StatefulSet's replica
+created again), moved if on another node, kept if on its node (the cache will show it) or unreadable. Else a pod
+deleted before a pass saw it bound, or a binding of unknown outcome that failed after all, held its node's room
+(and hid the pod from the pending ones) for ever. Each such binding is read at most once per `assume_s`, at most
+`READ_BACKS` a pass (those read longest ago first; the first failure ends them for the pass): a healthy watch shows
+or passes a binding within a stream, and none is read.
+
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
 and each node of `nodes_view` says those taken there (`host_ports`), so no pod is bound where a port it needs is
@@ -50,7 +61,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from balancer.actuate.k8s_namespaces import labels_by_name, listed_labels
 from balancer.actuate.k8s_reads import (
@@ -64,12 +75,37 @@ from balancer.actuate.k8s_reads import (
     with_usage,
 )
 from balancer.actuate.k8s_watch import Change, ListWatch
-from balancer.actuate.kubernetes import _Api, parse_time
+from balancer.actuate.kubernetes import NotFoundError, _Api, parse_time
+from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 NODE_WAKE_S = 0.5   # node openings within this long wake one pass (module docstring)
+READ_BACKS = 10     # assumed bindings read back a pass at most (module docstring)
 _TOTALS = ("gpus_total", "cpu_milli_total", "memory_mib_total")
+
+
+class Assumed(NamedTuple):
+    """A binding made (or maybe made) that the bound-pod cache has not shown yet (module docstring)."""
+
+    when: float     # when it was made
+    usage: Usage    # what the pod takes on its node (`pod_usage`)
+    mark: int       # the bound-pod watch's `mark()` then (0 without one)
+    uid: str = ""   # the pod's (unknown: "")
+    checked: float = 0.0   # when it was made or last read back (`read_back`)
+
+
+def read_back(assumed: Assumed, pod: Json | None, now: float) -> Assumed | None:
+    """The binding `assumed` as the pod read back now (None: not found) says it is: None once it holds no node's room
+    (gone, on no node, finished, another pod of its name), else where it is, read at `now` (module docstring)."""
+    if not pod:
+        return None
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    where = spec.get("nodeName") or ""
+    if not where or assumed.uid and meta.get("uid") not in (None, assumed.uid) or (
+            (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):   # as `BOUND` leaves them out
+        return None
+    return assumed._replace(usage=assumed.usage._replace(node=where), checked=now)
 
 
 def opening(before: Json | None, after: Json | None) -> str:
@@ -144,7 +180,7 @@ class SchedulerReads:
     holds: Any                                   # k8s_holds.Holds: the nodes held for pods that preempt or starve
     work: threading.Event                        # set when a pending pod changed (watch), a node opened, or by `wake`
     watches: dict[str, ListWatch]
-    _assumed: dict[str, tuple[float, Usage, int]]   # pod -> (when, its pod_usage, the bound-pod watch's mark)
+    _assumed: dict[str, Assumed]                 # pod -> the binding the bound-pod cache has not shown yet
     _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed
     _snapshots: dict[str, tuple[int, dict[str, Any]]]
     _usage_memo: tuple[int, tuple[dict, dict]] | None
@@ -269,6 +305,8 @@ class SchedulerReads:
                               scheduling_request, field_selector=self.pending_selector)
         ended = self._ended()
         seen = self._cached("bound pods")   # the bound-pod watch may be ahead of the pending one
+        if seen is not None:
+            self._read_back_assumed(seen, ended)
         assumed = self._live_assumed(seen, ended)
         return sorted((r for r in reqs if r["name"] not in (seen or {}) and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
@@ -289,8 +327,33 @@ class SchedulerReads:
         now = self.clock()
         caught_up = ended if seen is not None else None
         self._assumed = {k: v for k, v in self._assumed.items() if (seen is None or k not in seen) and not (
-            now - v[0] >= self.assume_s and (caught_up is None or caught_up > v[2]))}
-        return {k: v[1] for k, v in self._assumed.items()}
+            now - v.when >= self.assume_s and (caught_up is None or caught_up > v.mark))}
+        return {k: v.usage for k, v in self._assumed.items()}
+
+    def _read_back_assumed(self, seen: Mapping[str, Any], ended: int | None) -> None:
+        """Read back the bindings past `assume_s` that neither the bound cache `seen` shows nor its watch has caught
+        up since (as of `ended`), each once per `assume_s`, at most `READ_BACKS` (module docstring): a watch whose
+        streams are all cut never catches up."""
+        now = self.clock()
+        due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in seen and now - v.when >= self.assume_s
+                     and not (ended is not None and ended > v.mark) and now - v.checked >= self.assume_s)
+        for _, key in due[:READ_BACKS]:
+            if self.halted():
+                return
+            namespace, name = key.split("/", 1)
+            try:
+                pod = self.api(f"pod {key}", self.api.core.read_namespaced_pod, name, namespace)
+            except NotFoundError:
+                pod = None
+            except ActuationError as err:   # kept: the API server may answer the next pass
+                log.warning("scheduler %s: cannot read back %s, assumed still: %s", self.scheduler_name, key, err)
+                return
+            if (kept := read_back(self._assumed[key], pod, now)) is None:
+                log.info("scheduler %s: %s no longer holds %s's room: assumed no more", self.scheduler_name, key,
+                         self._assumed[key].usage.node)
+                del self._assumed[key]
+            else:
+                self._assumed[key] = kept
 
     def nodes_view(self) -> list[Json]:
         """Per node, by name: capacity, what bound (and assumed) pods and live reservations use, labels, taints."""
@@ -341,4 +404,4 @@ class SchedulerReads:
         cached = self._pass_bound
         if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
             return list(self._listed_bound)
-        return [*cached.values(), *(v[1] for k, v in self._assumed.items() if k not in cached)]
+        return [*cached.values(), *(v.usage for k, v in self._assumed.items() if k not in cached)]

@@ -88,6 +88,7 @@ from balancer.actuate.k8s_reads import (
 )
 from balancer.actuate.k8s_sched_reads import (
     NODE_WAKE_S,
+    Assumed,
     PassStopped,
     SchedulerReads,
     node_openings,
@@ -165,7 +166,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.latencies: list[float] = []   # the last pass: seconds from each bound pod's creation to its binding
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
-        self._assumed: dict[str, tuple[float, Usage, int]] = {}   # pod -> (when, its pod_usage, a watch mark)
+        self._assumed: dict[str, Assumed] = {}   # pod -> a binding the bound-pod cache has not shown yet
         self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
                            starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
         self.holds.preemptor.emergency_stop = emergency_stop   # why no pod may be evicted now (`k8s_preempt`)
@@ -391,7 +392,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
         """A pod someone else bound meanwhile (`_bind` assumed it where it runs) takes its share of that node for
         the rest of the pass too: the next pod is not bound on top of it."""
         assumed = self._assumed.get(req["name"])
-        j = ps.index.get(assumed[1].node) if assumed else None
+        j = ps.index.get(assumed.usage.node) if assumed else None
         if j is not None:
             self._count_on(req, j, ps)
 
