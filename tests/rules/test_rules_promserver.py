@@ -65,8 +65,9 @@ def test_write_config_copies_rules_and_can_shorten_alert_for(tmp_path):
     config = yaml.safe_load(path.read_text())
     assert config["rule_files"] == ["rules/gputide-alerts.yaml", "rules/gputide-recording.yaml"]
     alerts = yaml.safe_load((tmp_path / "rules" / "gputide-alerts.yaml").read_text())
-    fors = {r.get("for") for g in alerts["groups"] for r in g["rules"]}
-    assert fors == {"0s"}
+    rules = [r for g in alerts["groups"] for r in g["rules"]]
+    assert {r.get("for") for r in rules if "alert" in r} == {"0s"}
+    assert not [r["record"] for r in rules if "record" in r and "for" in r]  # node:gpu_maintained:bool is a record
 
 
 def test_the_normalised_series_are_evaluated_every_15_s_except_on_a_managed_server(tmp_path):
