@@ -102,7 +102,7 @@ class CapacityView:
 class CapacityPolicy:
     quantile: float = 0.9             # loans: the forecast quantile that must leave GPUs idle over the loan horizon
     reclaim_quantile: float = 0.9     # reclaims: the quantile replicas must cover over the warm-up lead
-    keep_quantile: float = 0.9        # loans a reclaim would roll back: the quantile kept over the loan horizon
+    keep_quantile: float = 0.9        # loans: the quantile kept over the loan horizon (`plan_capacity`)
     reclaim_headroom: float = 0.15    # capacity above that quantile
     home_margin: float = 0.05         # share of the home allotment the spare rules may hold beyond it (`plan_capacity`)
     headroom: float = 0.15  # capacity above the forecast quantile

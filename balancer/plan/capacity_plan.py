@@ -30,14 +30,16 @@ moves the rest of the GPUs to elastic training:
   the GPUs back.
 * **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
   the whole forecast is scaled up by that ratio (a level correction).
-* **A loan is priced by the rollback its reclaim costs.** A job that does not checkpoint on SIGTERM loses the work
-  since its checkpoint, on all its GPUs, whenever it is shrunk. While a job that could take a service's GPUs has
-  such work (`reclaim_rolls_back`), the service loans only what the reclaim rule would leave idle over the whole
-  loan horizon if demand followed the keep quantile (default the p90): that quantile with the reclaim headroom, and
-  the burst floor on it. A loan sized by today's floor alone was reclaimed as soon as demand rose along its
-  forecast, since the floor scales with the demand (and one sized by the loan quantile, by a reclaim quantile set
-  above it). A job is grown only when the loan adds more than the rollback (`grow_gain`): right after its
-  checkpoint, not before.
+* **A loan keeps what its reclaim would take back.** The service loans only what the reclaim rule would leave idle
+  over the whole loan horizon if demand followed the keep quantile (default the p90): that quantile with the reclaim
+  headroom, and the burst floor on it. A loan sized by today's floor alone was reclaimed as soon as demand rose along
+  its forecast, since the floor scales with the demand (and one sized by the loan quantile, by a reclaim quantile
+  set above it): capacity flapped, and every reclaim is a warm-up in which only the replicas already ready serve a
+  rise the forecast missed. This holds whether or not the job loses work on a shrink: a job that checkpoints on
+  SIGTERM loses no rollback to the reclaim, but the service is as exposed while it warms up (measured: checkpointed
+  m-small lent one replica a pool more at night without it, and two unforecast night spikes then cost 3.6x static's
+  SLO-violating requests). A job that does lose work since its checkpoint (on all its GPUs) is grown only when the
+  loan adds more than the rollback (`grow_gain`): right after its checkpoint, not before.
 * **Reclaims land on checkpoints.** When the job a reclaim would shrink first has just checkpointed (within a tenth
   of its checkpoint period, learned from the checkpoint times it reports: `checkpoint_periods`), the service takes
   now what the reclaim quantile needs until that job's next checkpoint and the reclaim lead after it
@@ -177,14 +179,6 @@ def surge_rps(demand_rps: float, slope: float, lead_s: float, burst: float, cap:
     if demand_rps <= expected_rps or projected <= demand_rps * (1.0 + burst):
         return 0.0
     return float(min(projected, demand_rps * cap))
-
-
-def reclaim_rolls_back(view: CapacityView, models: frozenset[str] | None) -> bool:
-    """Would a reclaim of GPUs of `models` lose training work: does a job that could hold them have work since its
-    checkpoint (`JobView.since_checkpoint_s`; always 0 for a job that checkpoints on SIGTERM)?"""
-    return any(j.since_checkpoint_s > 0 and (models is None or j.models is None or bool(models & j.models)
-                                             or any(m in models for m in j.gpus_by_model))
-               for j in view.jobs)
 
 
 def checkpoint_periods(view: CapacityView, known: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
@@ -334,15 +328,14 @@ def plan_capacity(
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
-            if reclaim_rolls_back(view, p.models):
-                # a loan the reclaim rule takes back within the loan horizon rolls the job back and buys minutes:
-                # keep what the reclaim rule will ask for over the whole horizon if demand follows the keep quantile:
-                # that quantile with the reclaim's headroom, and the burst floor on it (the floor scales with the
-                # demand: a loan sized at today's floor was taken back as soon as demand rose along its forecast)
-                peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time,
-                                                  max(policy.loan_horizon_s, lead))
-                down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
-                                min(replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom), cap))
+            # a loan the reclaim rule takes back within the loan horizon buys minutes, flaps capacity and leaves the
+            # service a warm-up short of a rise the forecast missed (rolling back a lossy job too): keep what the
+            # reclaim rule will ask for over the whole horizon if demand follows the keep quantile: that quantile with
+            # the reclaim's headroom, and the burst floor on it (the floor scales with the demand: a loan sized at
+            # today's floor was taken back as soon as demand rose along its forecast)
+            peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time, max(policy.loan_horizon_s, lead))
+            down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
+                            min(replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom), cap))
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
