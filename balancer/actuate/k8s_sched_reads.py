@@ -29,8 +29,12 @@ is gone, on no node, finished, or another pod of its name (its uid, kept with th
 created again), moved if on another node, kept if on its node (the cache will show it) or unreadable. Else a pod
 deleted before a pass saw it bound, or a binding of unknown outcome that failed after all, held its node's room
 (and hid the pod from the pending ones) for ever. Each such binding is read at most once per `assume_s`, at most
-`READ_BACKS` a pass (those read longest ago first; the first failure ends them for the pass): a healthy watch shows
-or passes a binding within a stream, and none is read.
+`READ_BACKS` a pass, those read (or tried) longest ago first: a healthy watch shows or passes a binding within a
+stream, and none is read. A read that fails is tried once, not retried (a pass would sleep through the API
+wrapper's backoffs before binding anything), and counts as a read: the binding is kept, not read again within
+`assume_s`, and the others go first; it ends the reads for the pass (the API server may be failing them all, each
+within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s` and holds back no other
+binding's read for more than a pass.
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -92,7 +96,7 @@ class Assumed(NamedTuple):
     usage: Usage    # what the pod takes on its node (`pod_usage`)
     mark: int       # the bound-pod watch's `mark()` then (0 without one)
     uid: str = ""   # the pod's (unknown: "")
-    checked: float = 0.0   # when it was made or last read back (`read_back`)
+    checked: float = 0.0   # when it was made or last read back, or tried to be (`read_back`)
 
 
 def read_back(assumed: Assumed, pod: Json | None, now: float) -> Assumed | None:
@@ -332,8 +336,8 @@ class SchedulerReads:
 
     def _read_back_assumed(self, seen: Mapping[str, Any], ended: int | None) -> None:
         """Read back the bindings past `assume_s` that neither the bound cache `seen` shows nor its watch has caught
-        up since (as of `ended`), each once per `assume_s`, at most `READ_BACKS` (module docstring): a watch whose
-        streams are all cut never catches up."""
+        up since (as of `ended`), each once per `assume_s`, at most `READ_BACKS`, a failed read counting as one and
+        ending them for the pass (module docstring): a watch whose streams are all cut never catches up."""
         now = self.clock()
         due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in seen and now - v.when >= self.assume_s
                      and not (ended is not None and ended > v.mark) and now - v.checked >= self.assume_s)
@@ -342,11 +346,13 @@ class SchedulerReads:
                 return
             namespace, name = key.split("/", 1)
             try:
-                pod = self.api(f"pod {key}", self.api.core.read_namespaced_pod, name, namespace)
+                pod = self.api(f"pod {key}", self.api.core.read_namespaced_pod, name, namespace, retries=0,
+                               halt=self.halted)
             except NotFoundError:
                 pod = None
-            except ActuationError as err:   # kept: the API server may answer the next pass
+            except ActuationError as err:   # kept, read again after `assume_s`: the API server may answer then
                 log.warning("scheduler %s: cannot read back %s, assumed still: %s", self.scheduler_name, key, err)
+                self._assumed[key] = self._assumed[key]._replace(checked=now)
                 return
             if (kept := read_back(self._assumed[key], pod, now)) is None:
                 log.info("scheduler %s: %s no longer holds %s's room: assumed no more", self.scheduler_name, key,

@@ -137,6 +137,29 @@ def test_a_binding_on_its_node_is_kept_and_read_once_per_assume_s_at_most_read_b
     assert pending(sched) == [] and len(kube.calls("GET", POD_GET)) == many + READ_BACKS
 
 
+def test_a_pod_whose_read_back_keeps_failing_is_tried_once_per_assume_s_and_holds_back_no_other(
+        kube: FakeKube, clock, scheduler) -> None:
+    """A failed read counts as one (kept, not read again within `assume_s`) and is not retried: it used to end the
+    reads of each pass before any other's, with the API wrapper's retries every pass (audit a6), so a pod deleted
+    meanwhile held its node's room for ever."""
+    sched = scheduler(broken=True)
+    waiting(kube, sched, ["a-stuck", "b-gone"], 4)
+    assert all(sched.schedule_once().values())
+    kube.delete("pods", "b-gone", "default")
+    kube.inject("GET", r"/namespaces/default/pods/a-stuck$", 500, count=10_000)
+    eventually(lambda: pending(sched) == [])
+    clock.advance(sched.assume_s)
+    assert pending(sched) == [] and len(kube.calls("GET", POD_GET)) == 1   # a-stuck, tried once: the pass's last
+    assert pending(sched) == [] and sorted(sched._assumed) == ["default/a-stuck"]   # b-gone read back: gone
+    assert sched.nodes_view()[0]["gpus_free"] == 4
+    for _ in range(3):
+        assert pending(sched) == []
+    assert len(kube.calls("GET", POD_GET)) == 2   # none again within assume_s
+    clock.advance(sched.assume_s)
+    assert pending(sched) == [] and len(kube.calls("GET", POD_GET)) == 3 and list(sched._assumed) == [
+        "default/a-stuck"]   # tried again, kept
+
+
 def test_what_a_pod_read_back_says_of_its_binding() -> None:
     assumed = Assumed(100.0, Usage("a", 8, 0, 0, ()), 3, "u1", 100.0)
 
