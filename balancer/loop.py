@@ -246,9 +246,11 @@ class Reconciler:
         a successor, and acknowledged to the planner (applied) or refused for a while (failed: a migration whose
         target alone the actuator refused, `ActionResult.refused`, is kept off that node only; a service whose scale
         failed for good is not scaled for a while, `_refused_scale`); a scale applied is told with its cap when short
-        of what it asked (`ActionResult.capped_to`), else with None: in full above a cap, it ends it (`planner.cap`),
-        each at the time its result came (dated at the cycle's start, a cap met after slow actions was believed from
-        before it was met, and a spec.replicas sampled before the HPA's clamp ended it: `CapBelief.raised_by`)."""
+        of what it asked (`ActionResult.capped_to`), else with None: in full above a cap, it ends it (`planner.cap`).
+        Caps and refusals are each dated when the result came: at the cycle's start, a cap met after slow actions was
+        believed from before it was met (a spec.replicas sampled before the HPA's clamp ended it: `CapBelief.raised_by`),
+        and a refusal's while (`safety.cooldownS`, `hotspots.refusedRetryS`) was cut by how long acting took. The
+        review's rejections are refused at the cycle's start (`_cycle`): that is when they were refused."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -258,13 +260,14 @@ class Reconciler:
             self.handover.changed(self.ledger)
         self.state = planner_mod.acknowledge(self.state, applied, fresh, [r.action for r, _ in done if r.unchanged
                                                                           and r.outcome == Outcome.APPLIED])
-        failed = [r for r, _ in done if r.outcome in (Outcome.FAILED, Outcome.RETRY)]
-        self.state = planner_mod.refuse(self.state, [r.action for r in failed if r.refused is not Refused.TARGET], now,
-                                        targets=[r.action for r in failed if r.refused is Refused.TARGET],
-                                        scales=[r.action for r in failed if _refused_scale(r)])
-        for r, t in done:   # each cap dated when its result came: the cycle's start was minutes early after slow acts
+        for r, t in done:   # each dated when its result came: the cycle's start was minutes early after slow acts
             if r.outcome == Outcome.APPLIED:
                 self.state = planner_mod.cap(self.state, [(r.action, r.capped_to)], t)
+            elif r.outcome in (Outcome.FAILED, Outcome.RETRY):
+                target = r.refused is Refused.TARGET
+                self.state = planner_mod.refuse(self.state, () if target else [r.action], t,
+                                                targets=[r.action] if target else (),
+                                                scales=[r.action] if _refused_scale(r) else ())
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies
