@@ -327,15 +327,19 @@ def plan_capacity(
             gains[p.name] = (target - s.replicas) * p.rps_per_replica
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
-            down_need = max(up_need, replicas_for(peak_loan, p, policy.headroom))
+            loan_need = replicas_for(peak_loan, p, policy.headroom)
             # a loan the reclaim rule takes back within the loan horizon buys minutes, flaps capacity and leaves the
             # service a warm-up short of a rise the forecast missed (rolling back a lossy job too): keep what the
             # reclaim rule will ask for over the whole horizon if demand follows the keep quantile: that quantile with
             # the reclaim's headroom, and the burst floor on it (the floor scales with the demand: a loan sized at
             # today's floor was taken back as soon as demand rose along its forecast)
             peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time, max(policy.loan_horizon_s, lead))
-            down_need = max(down_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
-                            min(replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom), cap))
+            keep_need = max(loan_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
+                            replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom))
+            # what it keeps is speculative, capped at the home allotment as every such part is (`cap`); and a loan
+            # never grows the service: never above the replicas holding GPUs, though more are asked (pending ones
+            # wait for GPUs a loan must not take from training)
+            down_need = min(max(up_need, min(keep_need, cap)), s.replicas)
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
