@@ -381,17 +381,25 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
     """An ApiClient from the in-cluster service account, or a kubeconfig (default: $KUBECONFIG, ~/.kube/config).
 
     `in_cluster=None` picks in-cluster config when running in a pod (KUBERNETES_SERVICE_HOST is set) and no
-    kubeconfig was given."""
+    kubeconfig was given.
+
+    Its urllib3 retries are off (`retries = False`): left None, urllib3 tried a refused connection or a timed-out
+    GET (or PUT) 3 more times inside one call, each with the whole request timeout, unseen by `_Api` (its retries,
+    backoff, deadline and halt) and by the Lease elector's renew deadline: one unanswered GET cost 4 GETs and up to
+    4 timeouts. Every caller retries on its own: `_Api` its `retries`, the elector on its retry period, a watch by
+    listing again (`k8s_watch`)."""
     if in_cluster is None:
         in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    cfg = k8s.Configuration()
     try:
         if in_cluster:
-            cfg = k8s.Configuration()
             k8s_config.load_incluster_config(client_configuration=cfg)
-            return k8s.ApiClient(cfg)
-        return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+        else:
+            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except k8s_config.ConfigException as exc:
         raise PermanentActuationError(f"no Kubernetes API configuration: {exc}") from exc
+    cfg.retries = False
+    return k8s.ApiClient(cfg)
 
 
 __all__ = [

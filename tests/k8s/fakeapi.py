@@ -607,8 +607,11 @@ class FakeKube:
     # ---- test-side API -------------------------------------------------------------------------------------
 
     def client(self) -> k8s.ApiClient:
+        """A client of this server configured as `build_api_client`'s: urllib3's own retries off, so a request is
+        sent once per try of the caller's (a timed-out GET is not sent 3 more times behind `_Api`'s back)."""
         cfg = k8s.Configuration()
         cfg.host = self.url
+        cfg.retries = False
         return k8s.ApiClient(cfg)
 
     def add(self, obj: dict[str, Any], manager: str | None = "kubectl-create") -> dict[str, Any]:
