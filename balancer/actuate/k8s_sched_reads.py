@@ -79,7 +79,7 @@ from balancer.actuate.k8s_reads import (
     with_usage,
 )
 from balancer.actuate.k8s_watch import Change, ListWatch
-from balancer.actuate.kubernetes import NotFoundError, _Api, parse_time
+from balancer.actuate.kubernetes import DeadlineExceeded, NotFoundError, _Api, parse_time
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
@@ -337,7 +337,8 @@ class SchedulerReads:
     def _read_back_assumed(self, seen: Mapping[str, Any], ended: int | None) -> None:
         """Read back the bindings past `assume_s` that neither the bound cache `seen` shows nor its watch has caught
         up since (as of `ended`), each once per `assume_s`, at most `READ_BACKS`, a failed read counting as one and
-        ending them for the pass (module docstring): a watch whose streams are all cut never catches up."""
+        ending them for the pass (module docstring): a watch whose streams are all cut never catches up. One not
+        tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them, and is due still."""
         now = self.clock()
         due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in seen and now - v.when >= self.assume_s
                      and not (ended is not None and ended > v.mark) and now - v.checked >= self.assume_s)
@@ -350,6 +351,9 @@ class SchedulerReads:
                                halt=self.halted)
             except NotFoundError:
                 pod = None
+            except DeadlineExceeded as err:   # retries=0: only ever raised before the one try, so nothing was read
+                log.info("scheduler %s: %s not read back this pass: %s", self.scheduler_name, key, err)
+                return
             except ActuationError as err:   # kept, read again after `assume_s`: the API server may answer then
                 log.warning("scheduler %s: cannot read back %s, assumed still: %s", self.scheduler_name, key, err)
                 self._assumed[key] = self._assumed[key]._replace(checked=now)
