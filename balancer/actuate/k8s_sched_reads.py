@@ -33,8 +33,9 @@ deleted before a pass saw it bound, or a binding of unknown outcome that failed 
 stream, and none is read. A read that fails is tried once, not retried (a pass would sleep through the API
 wrapper's backoffs before binding anything), and counts as a read: the binding is kept, not read again within
 `assume_s`, and the others go first; it ends the reads for the pass (the API server may be failing them all, each
-within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s` and holds back no other
-binding's read for more than a pass.
+within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s`, and holds back the others'
+reads by a pass each `assume_s`, not for good: M such pods, one failed read a pass, delay a good one's by M passes.
+A read the pass's read deadline leaves no time to try (`DeadlineExceeded`, no GET sent) is none: still due.
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
