@@ -119,7 +119,8 @@ class CapacityPolicy:
                                       "lead (reclaims); 0.99 holds spare for rises a p90 misses and lends less",
                                  0.5, 0.999)
     keep_quantile: float = _f(0.9, "a loan keeps what this quantile needs over the loan horizon (with the reclaim "
-                                   "headroom and the burst floor); 0.99 lends less and is taken back less often", 0.5, 0.999)
+                                   "headroom and the burst floor); 0.99 lends less and is taken back less often",
+                              0.5, 0.999)
     home_margin: float = _f(0.05, "share of a service's home allotment (homeReplicas) its spare for bursts and "
                                   "the forecast may hold beyond it: lending at night costs a little SLO, and "
                                   "holding more than static at the peak is what can pay it back", 0, 1)
