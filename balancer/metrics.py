@@ -17,6 +17,8 @@ set as it is counted (`ActuationErrors`), so the series stay few and each code's
 
 Labelled gauges are replaced as a whole each cycle (`_LabelledGauge.set_all`), so a service or GPU model that
 disappears stops being reported instead of freezing at its last value.
+
+The registry also serves prometheus_client's `process_` series (`process_start_time_seconds` for the alerts).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
 from prometheus_client import Counter as PromCounter
 
 from balancer import catalog, safety
@@ -118,6 +120,9 @@ class ActuationErrors:
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        # process_start_time_seconds (and the other process_ series; none off Linux): GputideKueueQuotaUntold
+        # tells a counter of a process started within the hour from one scraped an hour without counting.
+        ProcessCollector(registry=r)
         self.reconcile_duration = Histogram(
             "gputide_reconcile_duration_seconds", "Time one reconcile cycle took.", registry=r,
             buckets=RECONCILE_BUCKETS_S)

@@ -36,7 +36,10 @@ def served(registry: CollectorRegistry) -> dict[str, tuple[str, tuple[str, ...]]
     """{series as queried (a counter with its `_total`): (type, label names)}."""
     out = {}
     for collector in list(registry._collector_to_names):   # labels are known before any child exists only here
-        for family in collector.describe() or collector.collect():
+        describe = getattr(collector, "describe", None)   # ProcessCollector has none
+        for family in (describe and describe()) or collector.collect():
+            if not family.name.startswith("gputide_"):   # prometheus_client's process_ series: not the contract's
+                continue
             name = family.name + ("_total" if family.type == "counter" else "")
             out[name] = (family.type, tuple(getattr(collector, "_labelnames", ())))
     return out
