@@ -171,7 +171,8 @@ def main() -> str:
              "overlay ships (deploy/components/capacity/policy.yaml: eviction budget 60 an hour, 10 actions a cycle; "
              "with the base policy's 30 and 20, measured separately with gputide simulate, the budget slows the "
              "loans: m-small training 1.40x static instead of 1.42x lossy, 1.59x instead of 1.63x checkpointed, at "
-             "0.014 and 0.071 expected violating requests instead of 0.0169 and 0.0744); static and "
+             "0.014 and 0.071 expected violating requests instead of 0.0169 and 0.0744, measured before the keep rule "
+             "covered every loan on 2026-12-06); static and "
              "reactive bypass the guard.", ""]
     lines += section("ServeGen m-small (the issue's targets)", run_both(small), True)
     large = shared_trace("m-large")
