@@ -96,8 +96,8 @@ class Assumed(NamedTuple):
     when: float     # when it was made
     usage: Usage    # what the pod takes on its node (`pod_usage`)
     mark: int       # the bound-pod watch's `mark()` then (0 without one)
-    uid: str = ""   # the pod's (unknown: "")
-    checked: float = 0.0   # when it was made or last read back, or tried to be (`read_back`)
+    uid: str        # the pod's (unknown: "")
+    checked: float  # when it was made or last read back, or tried to be (`read_back`)
 
 
 def read_back(assumed: Assumed, pod: Json | None, now: float) -> Assumed | None:

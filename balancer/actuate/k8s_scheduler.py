@@ -362,7 +362,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
             return
         ps.results[req["name"]] = bound or None
         if not bound:
-            if self.bind_unsure:   # it may be bound there (`k8s_bind`): assumed there, and taken from the pass's view
+            if self.bind_unsure:   # it may be bound there (`k8s_bind`): assumed there, and counted in the pass's view
                 self._count_on(req, i, ps)
             if not self._leads(ps):   # the Lease lost (or stopping) in the binding's retries: told as a cut pod
                 ps.cut.append(req)

@@ -44,8 +44,9 @@ Every release judges the expiry on the node as listed, then again on the node th
 renewal that lands after the list is kept, never undone. The hooks run under the action deadline with no reserve;
 an API failure becomes a note and what is left waits for the next cycle.
 
-The quota's settles and drift check of one cycle read each ClusterQueue once, and again only after one of them
-patched it (`KueueQuota.reads_once`): not once per step, each read an API GET every cycle and shard.
+The quota's settles of one cycle read each ClusterQueue once, and again only after one of them patched it
+(`KueueQuota.reads_once`): not once per step, each read an API GET every cycle and shard. The drift check reads them
+afresh (`KueueQuota.reconcile`: its decision has no fence of its own against a peer's correction since).
 """
 
 from __future__ import annotations
@@ -156,12 +157,12 @@ class Upkeep:
         return notes
 
     def _quota_noting(self, what: str, *, reconcile: bool) -> list[str]:
-        """The quota moves settled (`_settle_quota_noting`), then, with `reconcile`, the loans checked
-        (`_reconcile_quota_noting`), each under its own deadline, all on one read of each ClusterQueue
-        (`KueueQuota.reads_once`: read again only once written, by a settle or a correction), not one per step."""
+        """The quota moves settled (`_settle_quota_noting`), on one read of each ClusterQueue (`KueueQuota.reads_once`:
+        read again only once a settle wrote it), not one per step; then, with `reconcile`, the loans checked
+        (`_reconcile_quota_noting`, on its own fresh reads), each under its own deadline."""
         with self.kueue.reads_once():
             notes = self._settle_quota_noting(what)
-            return notes + (self._reconcile_quota_noting(what) if reconcile else [])
+        return notes + (self._reconcile_quota_noting(what) if reconcile else [])
 
     def _settle_quota_noting(self, what: str) -> list[str]:
         """A Kueue quota move a previous leader (or this one) left half done - the lender lowered, the borrower not
