@@ -112,6 +112,7 @@ def _fake_api(n: int) -> Iterator[Any]:
     try:
         cfg = k8s.Configuration()
         cfg.host = parent.recv()
+        cfg.retries = False   # as `actuate.kubernetes.build_api_client` sets it: no hidden urllib3 retries in the figures
         yield k8s.ApiClient(cfg)
     finally:
         parent.send("done")
