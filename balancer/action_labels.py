@@ -64,7 +64,8 @@ def reason_label(action: Action) -> str:
 def action_classes() -> tuple[type[Action], ...]:
     """Every action class the controller's planners build (balancer.actions), in definition order."""
     return tuple(c for c in vars(actions).values()
-                 if isinstance(c, type) and issubclass(c, Action) and c is not Action and c.__module__ == actions.__name__)
+                 if isinstance(c, type) and issubclass(c, Action) and c is not Action
+                 and c.__module__ == actions.__name__)
 
 
 def action_label_pairs() -> tuple[tuple[str, str], ...]:

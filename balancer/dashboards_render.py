@@ -50,7 +50,8 @@ from balancer.dashboards_draw import (
 from balancer.errors import InputError, TelemetryUnavailable
 
 # A source checkout keeps them next to the package; the container image sets GPUTIDE_DASHBOARDS_DIR.
-DEFAULT_DASHBOARDS_DIR = Path(os.environ.get("GPUTIDE_DASHBOARDS_DIR") or Path(__file__).resolve().parents[1] / "dashboards")
+DEFAULT_DASHBOARDS_DIR = Path(os.environ.get("GPUTIDE_DASHBOARDS_DIR")
+                              or Path(__file__).resolve().parents[1] / "dashboards")
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

@@ -135,7 +135,8 @@ def _group(group: Any, path: str, file: str | None) -> dict[str, Any]:
         raise InputError(file, path, group, "a mapping")
     unknown = sorted(set(group) - set(_GROUP_FIELDS), key=str)  # keys may be ints in hand-written YAML
     if unknown:
-        raise InputError(file, f"{path}.{unknown[0]}", group[unknown[0]], "one of the fields " + ", ".join(_GROUP_FIELDS))
+        raise InputError(file, f"{path}.{unknown[0]}", group[unknown[0]],
+                         "one of the fields " + ", ".join(_GROUP_FIELDS))
     prefix, count = _field(group, "namePrefix", path, file), _field(group, "count", path, file)
     model = catalog.get(_field(group, "gpuModel", path, file), file=file, field=f"{path}.gpuModel").key
     per_node = _field(group, "gpusPerNode", path, file)
@@ -148,7 +149,8 @@ def _group(group: Any, path: str, file: str | None) -> dict[str, Any]:
     if cooling not in _COOLING:
         raise InputError(file, f"{path}.cooling", cooling, " | ".join(_COOLING))
     partition = mig.check_partition(model, group["mig"], file, f"{path}.mig") if "mig" in group else ()
-    return {"prefix": prefix, "count": count, "gpu_model": model, "gpu_count": per_node, "nvlink_domain_size": nvl, "cooling": cooling,
+    return {"prefix": prefix, "count": count, "gpu_model": model, "gpu_count": per_node, "nvlink_domain_size": nvl,
+            "cooling": cooling,
             "inlet_c": float(_field(group, "inletC", path, file, default=25.0)),
             "cpu_milli": _field(group, "cpuMilli", path, file, default=64000),
             "memory_mib": _field(group, "memoryMiB", path, file, default=262144),

@@ -11,9 +11,9 @@ vectorised pass (`fleet_usage`):
   against the workload mix the snapshot shows (every workload, placed or pending, grouped by GPU shape).
 * waiting training jobs: a job waits while fewer of its workers are placed than it needs to run (its elastic
   minimum, at least one). How long it has waited is the loop's business (it remembers when it first saw it).
-* `gputide_shrunk_workers{cause}` (`owed_workers`, summed over jobs): the workers gputide took from training jobs and still owes
-  back, by the planner that took them (`hotspot`, `colocation`), from the shrinks the planner state holds owed;
-  `owed_workers` says which jobs owe them (the loop times each job's debt for `gputide_shrunk_longest_seconds`).
+* `gputide_shrunk_workers{cause}` (`owed_workers`, summed over jobs): the workers gputide took from training jobs and
+  still owes back, by the planner that took them (`hotspot`, `colocation`), from the shrinks the planner state holds
+  owed; `owed_workers` says which jobs owe them (the loop times each job's debt for `gputide_shrunk_longest_seconds`).
 """
 
 from __future__ import annotations

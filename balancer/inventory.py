@@ -109,8 +109,8 @@ class Workload:
     shrunk_from: int = 0
     shrink_overridden: bool = False
     # co-location's shrink of its job as the job records it (`balancer.colocation_record`, the Job's
-    # `gputide.io/colocation-shrunk`): the workers before it and the services it made room for (comma-separated); 0 / "":
-    # none. A record
+    # `gputide.io/colocation-shrunk`): the workers before it and the services it made room for (comma-separated);
+    # 0 / "": none. A record
     # the job's size no longer matches (resized since by someone else) is void: `colocation_overridden`
     colocation_from: int = 0
     colocation_service: str = ""

@@ -24,12 +24,12 @@ as does everything that evicts no pod. The reservation is dated at the cycle's s
 itself once the actions are done (or at the next cycle's start).
 
 An inherited ledger that cannot be read (an annotation cut short, edited by hand; a ledger file this process cannot
-read, or an empty one: `balancer.ledger_file`) holds what the previous leader spent, unknown: this replica takes the eviction budget as spent for one
-eviction window from its first review (`held`: a ledger of `evictionBudget` evictions at that time, merged into
-every review and every save, so a successor of this one inherits it too), with a warning that says so. Until the
-window has passed no eviction happens but a reclaim of loaned GPUs (the budget never refuses one); actions that
-evict nothing go on. Before that first review nothing is saved over the unreadable ledger, so a successor in between
-is as careful.
+read, or an empty one: `balancer.ledger_file`) holds what the previous leader spent, unknown: this replica takes the
+eviction budget as spent for one eviction window from its first review (`held`: a ledger of `evictionBudget` evictions
+at that time, merged into every review and every save, so a successor of this one inherits it too), with a warning that
+says so. Until the window has passed no eviction happens but a reclaim of loaned GPUs (the budget never refuses one);
+actions that evict nothing go on. Before that first review nothing is saved over the unreadable ledger, so a successor
+in between is as careful.
 
 A failed save is logged and counted (`gputide_ledger_write_failures_total{reason}`: `LEDGER_WRITE_FAILURES`), and
 entries the elector left out to fit where it saves (`balancer.ledger_fit`) are counted too
@@ -62,7 +62,8 @@ class LedgerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.write_failures = Counter(
             "gputide_ledger_write_failures", "Saves of the safety ledger where a successor reads it (the Lease, the "
-            "--ledger-file) that failed, by reason; the ledger stays unsaved and is tried again every cycle, and evictions wait.",
+            "--ledger-file) that failed, by reason; the ledger stays unsaved and is tried again every cycle, "
+            "and evictions wait.",
             ["reason"], registry=registry)
         self.entries_dropped = Counter(
             "gputide_ledger_entries_dropped", "Safety-ledger entries left out of a save to fit the Lease annotation "

@@ -77,8 +77,9 @@ class LoopUpkeep:
         if self.guard.emergency_stopped():
             if not self.told_caps_lapse:
                 self.told_caps_lapse = True
-                log.warning("emergency stop: the power caps gputide set are not renewed while it is set; each node's "
-                            "lapse once their expiry (gputide.io/power-caps-until) passes and its agent gives them back")
+                log.warning("emergency stop: the power caps gputide set are not renewed while it is set; "
+                            "each node's lapse once their expiry (gputide.io/power-caps-until) passes and its agent "
+                            "gives them back")
             return hold
         self.told_caps_lapse = False
         if self._still_leading():   # the reads may have outlived the Lease: the caps are then the new leader's

@@ -60,7 +60,8 @@ def check_partition(model: str, value: Any, file: str | None, field: str) -> tup
     """`value` (a fleet spec's ``mig`` list) as a tuple of profiles that fit one GPU of `model`; else InputError."""
     offered = PROFILES.get(model)
     if offered is None:
-        raise InputError(file, field, value, f"no mig field: {model} has no MIG (models with MIG: {', '.join(PROFILES)})")
+        raise InputError(file, field, value,
+                         f"no mig field: {model} has no MIG (models with MIG: {', '.join(PROFILES)})")
     if not isinstance(value, list) or not value:
         raise InputError(file, field, value, "a non-empty list of GPU instance profiles, e.g. [3g.40gb, 2g.20gb]")
     for i, profile in enumerate(value):

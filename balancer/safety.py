@@ -307,7 +307,8 @@ class SafetyGuard:
 
     def _check_one(self, a: Action, ctx: ReviewContext, ledger: SafetyLedger, now: float, stopped: bool,
                    owner: str | None) -> None:
-        """Every limit on `a` alone (`owner`: the owner it disrupts, `_disrupted_owner`), or raise the first it breaks."""
+        """Every limit on `a` alone (`owner`: the owner it disrupts, `_disrupted_owner`), or raise the first it
+        breaks."""
         p = self.policy
         self._check_stop(a, ctx, stopped)
         # a power limit raised (a give-back) takes nothing from a workload: a protected one that came to a GPU gputide

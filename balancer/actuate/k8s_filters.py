@@ -11,14 +11,14 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
   attached or provisioned (`k8s_volumes`: a bound volume's node affinity, a class's allowed topologies, the node
   a claim was already given);
 * **what is left** (`resource_refusal`): the host ports the pod needs (kube-scheduler's NodePorts: the same
-  protocol and port taken on the node, on the same address or every address), GPUs, CPU and memory, each less what is reserved for other pods (node
-  annotation `gputide.io/reserved-for`: written by a Migrate for the workload's replacement, its GPUs only, and by
-  this scheduler for a pod that preempts or starves, its GPUs, CPU and memory, and its priority: a hold for a pod
-  of lower priority is not held against the pod, as kube-scheduler ignores lower-priority nominated pods,
-  `counts_against`), every extended resource and the node's pod slots;
+  protocol and port taken on the node, on the same address or every address), GPUs, CPU and memory, each less what
+  is reserved for other pods (node annotation `gputide.io/reserved-for`: written by a Migrate for the workload's
+  replacement, its GPUs only, and by this scheduler for a pod that preempts or starves, its GPUs, CPU and memory, and
+  its priority: a hold for a pod of lower priority is not held against the pod, as kube-scheduler ignores lower-priority
+  nominated pods, `counts_against`), every extended resource and the node's pod slots;
 * **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, the
-  required anti-affinity of the pods bound already, and the pod's hard topology spread constraints. These depend on the pass's bindings, so only `Offers` answers
-  them (with the pass's `PodPlacement`); `why_not` does not.
+  required anti-affinity of the pods bound already, and the pod's hard topology spread constraints. These depend on
+  the pass's bindings, so only `Offers` answers them (with the pass's `PodPlacement`); `why_not` does not.
 
 `why_not(node, request)` is the first two for one node; `Offers` answers all three over every node of a pass at
 once: the placement rules once per node for each distinct set of rules in the pass (a Job's pods share theirs),

@@ -224,7 +224,8 @@ class Holds:
                           now: float) -> str:
         """Anti-starvation: a pod pending longer than `starving_s` that fits nowhere and preempts no one holds the
         node closest to fitting it (a reservation of its GPUs, CPU and memory, renewed while it waits), so that
-        what frees up there goes to it instead of to smaller pods that keep arriving. " waiting <m> min: holding <node> ...", or ""."""
+        what frees up there goes to it instead of to smaller pods that keep arriving.
+        " waiting <m> min: holding <node> ...", or ""."""
         created = parse_time(req["created"])
         if not created or now - created < self.starving_s or offers.holds_for(req):
             return ""

@@ -59,7 +59,8 @@ FIELD_MANAGER = "gputide"   # the field manager of gputide's inference writes (m
 def service_hpa(hpas: Json, name: str) -> Json | None:
     """The HPA (of a namespace's HPA list) that scales `name`: one targeting a Deployment of that name, else one
     targeting any other kind of that name; None when no HPA names it."""
-    named = [h for h in hpas.get("items", []) if ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name]
+    named = [h for h in hpas.get("items", [])
+             if ((h.get("spec") or {}).get("scaleTargetRef") or {}).get("name") == name]
     return next((h for h in named if h["spec"]["scaleTargetRef"].get("kind") == "Deployment"),
                 named[0] if named else None)
 

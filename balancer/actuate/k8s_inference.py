@@ -310,11 +310,11 @@ class InferenceScaling:
 
             what = f"hpa {ns}/{hname}"
             self.api.update(
-                what, lambda w=what, n=hname: self.api(w, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler,
-                                                       n, ns),
-                lambda body, w=what, n=hname: self.api(w, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler,
-                                                       n, ns, body, _content_type=MERGE_PATCH,
-                                                       field_manager=FIELD_MANAGER), change)
+                what, lambda w=what, n=hname: self.api(
+                    w, self.api.autoscaling.read_namespaced_horizontal_pod_autoscaler, n, ns),
+                lambda body, w=what, n=hname: self.api(
+                    w, self.api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, n, ns, body,
+                    _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER), change)
             if "what" in said:
                 notes.append(f"{what}: service left gputide's management: {said['what']}")
         return notes

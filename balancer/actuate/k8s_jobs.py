@@ -7,8 +7,10 @@ Job with `completions` set is not resized by parallelism alone:
 | the Job | resized by | at most |
 |---|---|---|
 | no `completions` (a work queue) | `parallelism` | unbounded |
-| Indexed, `completions == parallelism` (an Elastic Indexed Job: one index per rank) | `completions` and `parallelism` together, kept equal (KEP-3715, beta in Kubernetes 1.27, GA in 1.31) | unbounded |
-| NonIndexed with `completions`, or Indexed with `completions != parallelism` | `parallelism` | `completions - succeeded` |
+| Indexed, `completions == parallelism` (an Elastic Indexed Job: one index per rank) | `completions` and `parallelism`
+  together, kept equal (KEP-3715, beta in Kubernetes 1.27, GA in 1.31) | unbounded |
+| NonIndexed with `completions`, or Indexed with `completions != parallelism` | `parallelism` |
+  `completions - succeeded` |
 
 The API server rejects a change of `completions` except on an Indexed Job whose completions equal its parallelism
 after the update (`validateCompletions`, pkg/apis/batch/validation), so the last row cannot raise its completions;
@@ -41,8 +43,8 @@ and when the record is already void, so a stale record never counts again if the
 
 Co-location's shrink is recorded the same way, apart (`gputide.io/colocation-shrunk`, `{"from": N, "to": M,
 "service": S}`; `balancer.colocation_record` decides what each gputide resize does to it, `colocation_patch` writes
-it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers, void once it does not).
-Its N, too, is at most what the Job asked for, never a plan's running count above it.
+it in the resize's patch and `colocation_record` reads it back, valid only while the Job asks for M workers, void
+once it does not). Its N, too, is at most what the Job asked for, never a plan's running count above it.
 
 A give-back (the hotspot's, co-location's) grows the Job to no more than its valid record's `from`, and writes nothing
 where it has none (`give_back_limit`): the shrink found the Job already smaller and wrote nothing, or the Job was
@@ -302,7 +304,8 @@ def colocation_patch(job: Json, action: ScaleTraining) -> Json:
 # (143), SIGKILL at the end of the grace period (137), 0 (excluded from onExitCodes) or the application's own.
 EVICTED_CONDITION = "DisruptionTarget"
 SIGNAL_EXIT_CODES = frozenset({128 + 9, 128 + 15})
-ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")   # a rule with another action is skipped, as the Job controller does
+# a rule with another action is skipped, as the Job controller does
+ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")
 
 
 def _rule_matches(rule: Json) -> bool | None:

@@ -3,8 +3,9 @@ filter evaluates them.
 
 A term (`AffinityTerm`) selects pods by a label selector (a term without one selects no pod, an empty one every
 pod) in namespaces (those it names and those whose labels its `namespaceSelector` selects; neither: the pod's own;
-`namespaceSelector: {}`: every namespace), and names a topology key: a node label whose value is the node's domain (a node without that label is in no domain).
-For the pod being placed and a candidate node, in this order (kube-scheduler's reasons):
+`namespaceSelector: {}`: every namespace), and names a topology key: a node label whose value is the node's domain
+(a node without that label is in no domain). For the pod being placed and a candidate node, in this order
+(kube-scheduler's reasons):
 
 * **its required pod affinity** ("node(s) didn't match pod affinity rules"): the node has every term's topology key
   and, for each term, a pod that matches *all* the terms runs in the node's domain of that term. When no such pod
@@ -206,7 +207,8 @@ class PodPlacement:
             domain = self.domain(c.key)
             hits = self.matching((AffinityTerm(c.selector, frozenset({namespace}), c.key),))
             counted = keyed & eligible(c)
-            per_domain = np.bincount(domain[counted], weights=hits[counted], minlength=max(int(domain.max(initial=-1)) + 1, 1))
+            per_domain = np.bincount(domain[counted], weights=hits[counted],
+                                     minlength=max(int(domain.max(initial=-1)) + 1, 1))
             present = np.unique(domain[counted])
             least = per_domain[present].min() if len(present) and len(present) >= c.min_domains else 0
             own = int(c.selector is not None and c.selector.matches(labels))

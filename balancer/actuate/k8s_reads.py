@@ -2,9 +2,9 @@
 
 * `scheduling_request(pod)`: None for a pod being deleted or one with `spec.schedulingGates` (not ready to be
   scheduled, as kube-scheduler keeps it out of its queue: Kueue and other admission controllers gate pods until
-  they admit them; the watch delivers the pod again once its gates are removed), else a pending pod's requests (kube-scheduler's: pod-level requests where set, else containers
-  and sidecars or the largest init container, plus overhead, rounded up: `k8s_requests`; every extended resource
-  and one pod slot), its rules
+  they admit them; the watch delivers the pod again once its gates are removed), else a pending pod's requests
+  (kube-scheduler's: pod-level requests where set, else containers and sidecars or the largest init container, plus
+  overhead, rounded up: `k8s_requests`; every extended resource and one pod slot), its rules
   (`balancer.noderules.NodeRules`), its required pod (anti-)affinity (`balancer.noderules.PodAffinity`), its
   preferred node and pod (anti-)affinity (`balancer.noderules.Preferences`), priority, owner, the reservations
   that are its own, its preemption policy and pod group, the PersistentVolumeClaims it mounts (`k8s_volumes`), the

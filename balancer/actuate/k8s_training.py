@@ -152,7 +152,8 @@ class _Job:
     labelled: bool
     stopped: bool = False   # labelled and stopped indeed: spec.suspend, or a Workload inactive (`_stopped`)
     restarts: bool = False   # Kueue restarts it whole to resize it (`k8s_kueue.restarts_on_resize`)
-    framework_restarts: bool = False   # its framework restarts every worker on a resize (`k8s_kueue.framework_restarts`)
+    # its framework restarts every worker on a resize (`k8s_kueue.framework_restarts`)
+    framework_restarts: bool = False
 
     @property
     def what(self) -> str:
@@ -242,7 +243,8 @@ class TrainingJobs:
             if not limit:
                 return None, ("a give-back, but it has no valid record of gputide's shrink (the shrink wrote nothing, "
                               "or the Job was resized since): nothing of gputide's to give back; nothing written")
-            return limit, f"given back the {limit} workers its record says it had before gputide's shrink, not {workers}"
+            return limit, (f"given back the {limit} workers its record says it had before gputide's shrink, "
+                           f"not {workers}")
         if raises(obj, workers, previous, job.stopped):
             asks = "is stopped" if job.stopped else f"asks for {job_size(obj)}"
             return None, (f"the plan's shrink from {previous} to {workers} workers would raise it: it {asks} (resized "

@@ -137,7 +137,8 @@ class Upkeep:
         (`power_caps_kept`: only an expiry still to come; no cap written, changed or re-applied, no taint,
         reservation or quota touched). Each renewal counted; an API failure becomes a note, the next cycle tries again.
         Never under an emergency stop (the loop does not call it then): the operator said stop, so nothing is written
-        and the caps lapse as a stopped controller's do; nor on a node under its own stop label (`_renew_power_caps`)."""
+        and the caps lapse as a stopped controller's do; nor on a node under its own stop label
+        (`_renew_power_caps`)."""
         now, renewed, failed = self.clock(), [], []
         try:
             with self.api.deadline(self.action_deadline_s, reserve_s=0.0):
@@ -267,7 +268,8 @@ class Upkeep:
         if name not in self._caps_lapsing and read_power_caps(node, self.power_cap_annotation):
             self._caps_lapsing.add(name)
             until = caps_until(node, self.power_cap_annotation)
-            log.warning("%s carries the emergency-stop label: the power caps gputide set on it are not renewed while it "
-                        "does; %s", name, "they carry no expiry (an older controller's), so they stay" if until is None
+            log.warning("%s carries the emergency-stop label: the power caps gputide set on it are not renewed "
+                        "while it does; %s", name,
+                        "they carry no expiry (an older controller's), so they stay" if until is None
                         else f"they lapse once their expiry {rfc3339(until)} passes and its agent gives them back")
         return True

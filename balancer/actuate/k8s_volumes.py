@@ -246,8 +246,8 @@ class VolumeBinding:
                              watch=watch, watch_s=watch_s)
 
         self.caches = {
-            "persistentvolumeclaims": cache("persistentvolumeclaims", core.list_persistent_volume_claim_for_all_namespaces,
-                                            claim_entry),
+            "persistentvolumeclaims": cache("persistentvolumeclaims",
+                                            core.list_persistent_volume_claim_for_all_namespaces, claim_entry),
             "persistentvolumes": cache("persistentvolumes", core.list_persistent_volume, volume_entry, by_name),
             "storageclasses": cache("storageclasses", storage.list_storage_class, class_entry, by_name),
         }  # fmt: skip

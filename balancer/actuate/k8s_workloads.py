@@ -12,27 +12,57 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 
 | field | from |
 |---|---|
-| `owner` | label `gputide.io/service` or `gputide.io/job`; else the controlling owner: a ReplicaSet's Deployment (its name less the `pod-template-hash`), a Job's name, any other controller's name |
-| `workload_class` | label `gputide.io/workload-class` (inference, training, batch); else a Deployment's pod is inference, a Job's pod with elastic bounds is training, anything else batch |
+| `owner` | label `gputide.io/service` or `gputide.io/job`; else the controlling owner: a ReplicaSet's Deployment (its
+  name less the `pod-template-hash`), a Job's name, any other controller's name |
+| `workload_class` | label `gputide.io/workload-class` (inference, training, batch); else a Deployment's pod is
+  inference, a Job's pod with elastic bounds is training, anything else batch |
 | `priority` | `spec.priority` (set by its PriorityClass) |
 | `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
-| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers), capped at the pod's Job's `completions - succeeded` where its completions cannot grow (`k8s_jobs.worker_limit`, read from the Job: `job_facts`), so the planner never asks a Job for workers it cannot start |
-| `restarts_on_resize` | its Job is queued through Kueue (label `kueue.x-k8s.io/queue-name`) without Kueue's `kueue.x-k8s.io/elastic-job: "true"` annotation: Kueue suspends, re-queues and re-admits such a Job whenever its parallelism changes, every pod restarting; or the Job says its framework restarts every worker on any change of size (`gputide.io/resize-restarts: "true"`, torchrun elastic) (`job_facts`) |
-| `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU feature discovery labels resolve to catalogue keys) |
+| `elastic_min`, `elastic_max` | annotations `gputide.io/elastic-min`, `gputide.io/elastic-max` (workers), capped at the
+  pod's Job's `completions - succeeded` where its completions cannot grow (`k8s_jobs.worker_limit`, read from the Job:
+  `job_facts`), so the planner never asks a Job for workers it cannot start |
+| `restarts_on_resize` | its Job is queued through Kueue (label `kueue.x-k8s.io/queue-name`) without Kueue's
+  `kueue.x-k8s.io/elastic-job: "true"` annotation: Kueue suspends, re-queues and re-admits such a Job whenever its
+  parallelism changes, every pod restarting; or the Job says its framework restarts every worker on any change of size
+  (`gputide.io/resize-restarts: "true"`, torchrun elastic) (`job_facts`) |
+| `allowed_models` | annotation `gputide.io/gpu-spec` (`A100-SXM4-80GB|H100-SXM`, catalogue or Alibaba names), else the
+  `nvidia.com/gpu.product` node selector, else a required node affinity whose every term allows products by `In` (GPU
+  feature discovery labels resolve to catalogue keys) |
 | `labels` | the pod's labels, which PodDisruptionBudgets select by |
-| `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes (`KubernetesNodes`); pods of one template share one rule set. A pod that mounts PersistentVolumeClaims (or generic ephemeral volumes) also needs a node every volume they are bound to attaches to: each bound PersistentVolume's `spec.nodeAffinity.required` is ANDed into its node affinity (`k8s_claims.confined`; a volume without node affinity, network storage, restricts nothing) |
-| `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector` is resolved against the Namespace objects' labels (`k8s_namespaces`) |
-| `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training loop, or a sidecar, writes it after each checkpoint), and `status.startTime`, or the Job's `gputide.io/resized-at` (written by gputide's resize) where that is later (`_restarted`): a job's work since its checkpoint is what a resize loses, which picks the job to shrink (`capacity.since_checkpoint`); +inf (a resize loses nothing) where its Job says its trainer saves a checkpoint on SIGTERM within its grace period (`gputide.io/checkpoint-on-sigterm: "true"`, `job_facts`) |
-| `shrunk_from`, `shrink_overridden` | its Job's `gputide.io/shrunk` record of gputide's hotspot shrink (`k8s_jobs.shrink_record`, read from the Job: `job_facts`): the workers to give back, or, once the Job's parallelism is no longer what gputide left, void (the operator's) |
-| `colocation_from`, `colocation_service`, `colocation_overridden` | its Job's `gputide.io/colocation-shrunk` record of co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left: the workers to give back once the service has slack; once it does not, void (the operator's) |
-| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before the first list of them answers); a pod that mounts a claim is not movable while the claims and volumes are not known, nor when a claim is missing, being deleted or not Bound, or its volume is missing, not Bound, being deleted, or `local` / `hostPath` (its data on the one node it runs on) (`k8s_claims.attachable`), unless it says `gputide.io/movable: "true"` (its operator vouches that any node its own rules admit can mount its volumes) |
+| `node_rules` | its tolerations, node selector and required node affinity (`balancer.noderules`): the planner moves a
+  pod only to a node whose taints it tolerates and whose labels it selects, read from the Kubernetes nodes
+  (`KubernetesNodes`); pods of one template share one rule set. A pod that mounts PersistentVolumeClaims (or generic
+  ephemeral volumes) also needs a node every volume they are bound to attaches to: each bound PersistentVolume's
+  `spec.nodeAffinity.required` is ANDed into its node affinity (`k8s_claims.confined`; a volume without node affinity,
+  network storage, restricts nothing) |
+| `pod_affinity` | its required pod affinity and anti-affinity (`balancer.noderules.PodAffinity`): a migration target
+  must satisfy them against where the other pods run (`ClusterSnapshot.affinity_admits`); a term's `namespaceSelector`
+  is resolved against the Namespace objects' labels (`k8s_namespaces`) |
+| `checkpointed_at`, `started_at` | annotation `gputide.io/last-checkpoint` (RFC 3339 or epoch seconds: the training
+  loop, or a sidecar, writes it after each checkpoint), and `status.startTime`, or the Job's `gputide.io/resized-at`
+  (written by gputide's resize) where that is later (`_restarted`): a job's work since its checkpoint is what a resize
+  loses, which picks the job to shrink (`capacity.since_checkpoint`); +inf (a resize loses nothing) where its Job says
+  its trainer saves a checkpoint on SIGTERM within its grace period (`gputide.io/checkpoint-on-sigterm: "true"`,
+  `job_facts`) |
+| `shrunk_from`, `shrink_overridden` | its Job's `gputide.io/shrunk` record of gputide's hotspot shrink
+  (`k8s_jobs.shrink_record`, read from the Job: `job_facts`): the workers to give back, or, once the Job's parallelism
+  is no longer what gputide left, void (the operator's) |
+| `colocation_from`, `colocation_service`, `colocation_overridden` | its Job's `gputide.io/colocation-shrunk` record of
+  co-location's shrink (`k8s_jobs.colocation_record`, `job_facts`), while the Job still asks for the workers it left:
+  the workers to give back once the service has slack; once it does not, void (the operator's) |
+| `movable`, `protected` | annotations `gputide.io/movable: "false"`, `gputide.io/protected: "true"`; a pod whose pod
+  affinity names namespaces by a `namespaceSelector` is not movable while the namespaces' labels are not known (before
+  the first list of them answers); a pod that mounts a claim is not movable while the claims and volumes are not known,
+  nor when a claim is missing, being deleted or not Bound, or its volume is missing, not Bound, being deleted, or
+  `local` / `hostPath` (its data on the one node it runs on) (`k8s_claims.attachable`), unless it says
+  `gputide.io/movable: "true"` (its operator vouches that any node its own rules admit can mount its volumes) |
 
 The Jobs themselves are read as the budgets are (`jobs_facts`: every Job, listed then followed, or at most one list
 per `ttl_s`), keeping of each only what its pods cannot say (`JobFacts`: the worker limit and whether a resize
-restarts it, gputide's records of a hotspot or co-location shrink), and only for Jobs that have one of them; a pod whose owner (a training pod's owner, in its namespace) is
-such a Job gets them. Until the Jobs have been read, pods keep their annotations' bounds and are taken as resized in
-place.
+restarts it, gputide's records of a hotspot or co-location shrink), and only for Jobs that have one of them; a pod whose
+owner (a training pod's owner, in its namespace) is such a Job gets them. Until the Jobs have been read, pods keep their
+annotations' bounds and are taken as resized in place.
 
 `KubernetesWorkloads.disruption_budgets()` reads the PodDisruptionBudgets as the pods are read (with `watch`, listed
 once and then followed, so `disruptionsAllowed` is as fresh as the last watch event; else at most one list per
@@ -72,9 +102,9 @@ namespaceSelectors resolved against the namespaces' latest labels, rebuilt when 
 namespaces change, so a label put on a Namespace changes which pods a term selects from the next cycle on.
 
 One pod's object becomes its Workload in `k8s_pods.py` (`workload_from_pod`, re-exported here); this module reads
-and caches the API's lists. A pod the API cannot describe falls back to what the metrics say. When the API does not answer, the last good
-answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard still
-re-checks every action against the fresh snapshot.
+and caches the API's lists. A pod the API cannot describe falls back to what the metrics say. When the API does not
+answer, the last good answer is kept (and the failure logged): stale ownership is safer than none, and the safety guard
+still re-checks every action against the fresh snapshot.
 """
 
 from __future__ import annotations

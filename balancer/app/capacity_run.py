@@ -150,11 +150,11 @@ def load_profiles(path: str) -> dict[str, ServiceCapacity]:
 
 class PrometheusDemandHistory:
     """`history(service, now)`: the service's demand over the last `days` from Prometheus (`source.demand_history`
-    with `query`, a template over ``$service``, ``$namespace`` and ``$selector``: `service_query`), at `step_s`; None when Prometheus has nothing or fails
-    (the controller then learns from what it observes). Cached per service for `CACHE_S`, so the forecaster and
-    the burst tracker seeding a service in one cycle share one query; a query that failed is not cached past its
-    cycle (asked again at a later `now`, after Prometheus came back, it gets its history), and nothing is kept
-    longer (a controller running for months does not hold every service's two weeks of demand).
+    with `query`, a template over ``$service``, ``$namespace`` and ``$selector``: `service_query`), at `step_s`; None
+    when Prometheus has nothing or fails (the controller then learns from what it observes). Cached per service for
+    `CACHE_S`, so the forecaster and the burst tracker seeding a service in one cycle share one query; a query that
+    failed is not cached past its cycle (asked again at a later `now`, after Prometheus came back, it gets its history),
+    and nothing is kept longer (a controller running for months does not hold every service's two weeks of demand).
 
     Calling it answers None both where Prometheus has no data and where the query failed; `read` raises the
     failure (`GputideError`), which is what the forecaster and the burst tracker ask (`HistorySeeds`: a service

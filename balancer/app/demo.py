@@ -28,9 +28,9 @@ from balancer.app.demo_tidal import SERVEGEN_SMALL
 from balancer.app.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
-ALIBABA_CREDIT = ("<b>Alibaba GPU cluster trace v2023</b> (cluster-trace-gpu-v2023), for research or study purpose: the "
-                  "node and pod lists of the FGD paper, read from <code>../shared/data/alibaba-gpu-v2023/</code> or "
-                  "the slice copied into <code>tests/data/alibaba-gpu-v2023/</code> with its SOURCE.txt and licence "
+ALIBABA_CREDIT = ("<b>Alibaba GPU cluster trace v2023</b> (cluster-trace-gpu-v2023), for research or study purpose: "
+                  "the node and pod lists of the FGD paper, read from <code>../shared/data/alibaba-gpu-v2023/</code> "
+                  "or the slice copied into <code>tests/data/alibaba-gpu-v2023/</code> with its SOURCE.txt and licence "
                   "text. Weng et al., <i>Beware of Fragmentation: Scheduling GPU-Sharing Workloads with "
                   "Fragmentation Gradient Descent</i>, USENIX ATC '23.")
 

@@ -47,8 +47,9 @@ def pod_request(req: Json) -> PodRequest:
     gpus = int(req.get("num_gpu") or 0)
     milli = (MILLI if gpus > 1 else min(max(int(req.get("gpu_milli") or MILLI), 1), MILLI)) if gpus else 0
     allowed = req.get("allowed_models")
-    return PodRequest(cpu_milli=max(int(req.get("cpu_milli") or 0), 0), memory_mib=max(int(req.get("memory_mib") or 0), 0),
-                      num_gpu=gpus, gpu_milli=milli, name=str(req.get("name", "")),
+    return PodRequest(cpu_milli=max(int(req.get("cpu_milli") or 0), 0),
+                      memory_mib=max(int(req.get("memory_mib") or 0), 0), num_gpu=gpus, gpu_milli=milli,
+                      name=str(req.get("name", "")),
                       allowed_models=tuple(sorted({catalog.key_of(m) for m in allowed})) if allowed else None)
 
 
@@ -146,7 +147,8 @@ class NodeFacts:
         except TypeError:   # an unhashable value: learn each node, remember none
             ids = [None] * len(totals)
         if None in ids:
-            ids = [self._learn(d) if i is None else i for i, d in zip(ids, zip(gpu_models, labels, totals), strict=True)]
+            ids = [self._learn(d) if i is None else i
+                   for i, d in zip(ids, zip(gpu_models, labels, totals), strict=True)]
         return np.array(ids, dtype=np.int64)
 
     def _learn(self, described: tuple) -> int:

@@ -6,13 +6,13 @@ constraint pins a deployment) and two elastic training jobs pinned to it (a sync
 runs at its slowest worker's speed). Whether a job saves a checkpoint when a shrink sends its removed workers
 SIGTERM is the option ``checkpoint_on_sigterm`` (``gputide simulate --scenario tidal --checkpoint-on-sigterm
 none|all``): ``none`` (the default) has every shrink lose the work since the job's last checkpoint, as on a
-Kubernetes Job without `gputide.io/checkpoint-on-sigterm: "true"`; ``all`` has no shrink lose anything. The trace, loaded with `balancer.forecast.traces.load_demand` (a folder is
-read as ServeGen, a file as ``timestamp,value`` CSV), is played over the *last* ``days`` of its span; everything
-before is the forecaster's history. Collector outages (`mask_outages`) are interpolated, not played as zero
-demand. Each service gets a share of the demand proportional to its pool's capacity, scaled so that **at the
-peak of the simulated window the services need ``PEAK_SHARE`` (60 %) of their pools' GPUs** -- stated in
-``summary.json`` under ``tidal``. A replica's SLO-safe rate is the rate at which the simulator's M/M/1 model
-puts at most ``VIOLATION_TARGET`` of requests over the SLO.
+Kubernetes Job without `gputide.io/checkpoint-on-sigterm: "true"`; ``all`` has no shrink lose anything. The trace,
+loaded with `balancer.forecast.traces.load_demand` (a folder is read as ServeGen, a file as ``timestamp,value`` CSV), is
+played over the *last* ``days`` of its span; everything before is the forecaster's history. Collector outages
+(`mask_outages`) are interpolated, not played as zero demand. Each service gets a share of the demand proportional to
+its pool's capacity, scaled so that **at the peak of the simulated window the services need ``PEAK_SHARE`` (60 %) of
+their pools' GPUs** -- stated in ``summary.json`` under ``tidal``. A replica's SLO-safe rate is the rate at which the
+simulator's M/M/1 model puts at most ``VIOLATION_TARGET`` of requests over the SLO.
 
 Policies (registered into `balancer.app.scenarios.POLICIES`):
 
@@ -139,8 +139,8 @@ def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = 
     for m in models:
         name = f"llm-{m.lower()}"
         share = pool[m] * cap[m] / total_cap
-        prof = ServiceCapacity(name=name, rps_per_replica=cap[m], warmup_s=WARMUP_S, min_replicas=1, slo_latency_s=SLO_S,
-                               max_replicas=pool[m], models=frozenset({m}))
+        prof = ServiceCapacity(name=name, rps_per_replica=cap[m], warmup_s=WARMUP_S, min_replicas=1,
+                               slo_latency_s=SLO_S, max_replicas=pool[m], models=frozenset({m}))
         home = replicas_for(peak * scale * share, prof, CAPACITY.headroom)
         profiles[name] = replace(prof, home_replicas=home)
         shares[name] = share

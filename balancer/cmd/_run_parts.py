@@ -123,14 +123,16 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY, history_d, step,
                                       cluster=args.cluster)
     # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
-    horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s] + [reclaim_horizon_s(p, cap) for p in profiles.values()])
+    horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s]
+                  + [reclaim_horizon_s(p, cap) for p in profiles.values()])
     model = args.forecast_model or "mstl"
     calendar_unread(model, policy.forecast.timezone)
     online = DemandForecaster(model=model, step_s=step, history_days=MOST_FORECAST_HISTORY_D,
                               timezone=policy.forecast.timezone,   # the calendar the demand follows (DST)
                               max_stale_steps=stale_steps(interval, step))
     forecaster = ServiceForecaster(online, horizon, history=history)
-    history_short(history_text, history_d, model, online.tide_need_s(forecaster.steps))   # persistence: 12 buckets, no tide
+    # persistence: 12 buckets, no tide
+    history_short(history_text, history_d, model, online.tide_need_s(forecaster.steps))
     return CapacityLoopPlanner(profiles, cap, interval, history=history, sharded=bool(args.shard)), forecaster
 
 

@@ -72,6 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--end", default="now", help="end of the range: now, unix seconds or ISO 8601")
     r.add_argument("--step", default=None, help="query step (default: range / 300)")
     r.add_argument("--dashboards-dir", default=None,
-                   help="where the JSON files are (default: $GPUTIDE_DASHBOARDS_DIR, else the repository's dashboards/)")
+                   help="where the JSON files are (default: $GPUTIDE_DASHBOARDS_DIR, "
+                        "else the repository's dashboards/)")
     r.add_argument("--require-data", action="store_true", help="exit 1 if any panel had no data")
     r.set_defaults(func=run_render)

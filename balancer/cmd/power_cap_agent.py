@@ -75,7 +75,8 @@ class AgentMetrics:
         self.last_sync = Gauge("gputide_power_cap_agent_last_sync_timestamp_seconds",
                                "When the agent last read its node's requested caps.", registry=registry)
         self.syncs = Counter("gputide_power_cap_agent_syncs", "Syncs by result: applied (a limit changed), "
-                             "unchanged, failed (the node's caps unreadable or malformed, NVML refused a GPU or does not answer).",
+                             "unchanged, failed (the node's caps unreadable or malformed, NVML refused a GPU "
+                             "or does not answer).",
                              ["result"], registry=registry)
         self.lost = Counter("gputide_power_cap_agent_caps_lost", "Caps found no longer in force (the GPU above "
                             "them: nvidia-smi -pl, a GPU reset, a driver reload) and applied again.", ["UUID"],

@@ -153,8 +153,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--demand-query", default=None, metavar="PROMQL",
                    help="a service's demand in req/s; $service, $namespace, $cluster and $selector (the label "
                         "matchers for them; cluster only with --cluster) are filled in "
-                        "(default: max(gputide_inference_demand_rps{$selector}), the higher of duplicate series as the live "
-                        "reading takes it; needs --services)")
+                        "(default: max(gputide_inference_demand_rps{$selector}), the higher of duplicate series "
+                        "as the live reading takes it; needs --services)")
     p.add_argument("--forecast-model", default=None, metavar="NAME",
                    help=f"forecaster for capacity shifting ({', '.join(sorted(MODELS))}; default mstl; needs "
                         "--services)")
@@ -166,7 +166,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "of one cohort, in the flavor Kueue admitted the Job under (ignored with --dry-run)")
     p.add_argument("--action-deadline", default=f"{ACTION_DEADLINE_S:.0f}s", metavar="DURATION",
                    help=f"every action's API calls, retries and undo included, end within this (default "
-                        f"{ACTION_DEADLINE_S:.0f}s; {least_action_deadline_s():.0f}s to {MOST_ACTION_DEADLINE_S:.0f}s); "
+                        f"{ACTION_DEADLINE_S:.0f}s; {least_action_deadline_s():.0f}s "
+                        f"to {MOST_ACTION_DEADLINE_S:.0f}s); "
                         "deploy/base/controller.yaml's grace period and liveness limit are derived from it")
     p.add_argument("--stale-after", default=None, metavar="DURATION",
                    help=f"hold still while a GPU's newest reading is older than this (default: the policy's "
@@ -390,8 +391,8 @@ def floors_released(actuator, profiles: Collection[str] | None,
             notes = [str(n) for n in restore(None, tuple(profiles or ())) or ()]
         except PermanentActuationError as err:
             log.warning("HPA floors of services gputide no longer manages not given back: %s. Floors it raised earlier "
-                        "(HPAs annotated gputide.io/own-min-replicas) stay until a controller allowed to list and patch HPAs "
-                        "gives them back", err)
+                        "(HPAs annotated gputide.io/own-min-replicas) stay until a controller allowed to list and "
+                        "patch HPAs gives them back", err)
             return True
         return not any(n.startswith(("hpa floors ", "deployment replicas ")) and " not given back" in n for n in notes)
 

@@ -23,14 +23,14 @@ holding the node with a reservation until they are gone (balancer/actuate/k8s_pr
 that off, a pod's `preemptionPolicy: Never` opts it out. The controller's emergency stop holds preemption: while
 `--emergency-stop-file` exists (or cannot be looked at), `--controller-policy` (the controller's policy file) says
 `spec.safety.emergencyStop: true` (or cannot be read), or on a node labelled `gputide.io/emergency-stop=true`, no pod
-is evicted and no node reserved for a preemption (`EmergencyStop`); pods are still bound where there is room. A pod pending longer than `--starving-after` that fits
-nowhere holds the node closest to fitting it, so GPUs freed there go to it rather than to smaller pods that keep
-arriving. A pod's PersistentVolumeClaims keep it where its volumes can be attached, and an unbound
-WaitForFirstConsumer claim is given the pod's node before the pod is bound, as kube-scheduler's VolumeBinding does
-(balancer/actuate/k8s_volumes.py). Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a group, all together
-or none (balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds: the elector's
-renewer thread keeps the Lease however long a pass runs, and the pass asks it (no I/O) before each pod and each
-binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease (the pods of a pod
+is evicted and no node reserved for a preemption (`EmergencyStop`); pods are still bound where there is room. A pod
+pending longer than `--starving-after` that fits nowhere holds the node closest to fitting it, so GPUs freed there go to
+it rather than to smaller pods that keep arriving. A pod's PersistentVolumeClaims keep it where its volumes can be
+attached, and an unbound WaitForFirstConsumer claim is given the pod's node before the pod is bound, as kube-scheduler's
+VolumeBinding does (balancer/actuate/k8s_volumes.py). Pods labelled `scheduling.x-k8s.io/pod-group` are bound as a
+group, all together or none (balancer/actuate/k8s_gang.py). With `--leader-elect` only the holder of the Lease binds:
+the elector's renewer thread keeps the Lease however long a pass runs, and the pass asks it (no I/O) before each pod and
+each binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease (the pods of a pod
 group that pass left unbound are told so by an Event, `SchedulingDeferred`). `--once`: one pass (with
 `--leader-elect`, only as the holder, the Lease released at exit), print each pod's node (or that none fits), exit.
 However slow the API server, a pass's reads end within 2 minutes and each pod's turn within 1
@@ -336,8 +336,8 @@ def one_shot(scheduler, leading) -> int:
 
 def serve(args: argparse.Namespace, scheduler, placer, leading, interval: float) -> int:
     """Passes until SIGTERM / SIGINT (`scheduler.stop()`: the pass in progress ends before its next pod), each as
-    soon as a pending pod appears or a node opens and at least every `interval`, by the leader only; metrics and probes on
-    `--metrics-port`."""
+    soon as a pending pod appears or a node opens and at least every `interval`, by the leader only; metrics and probes
+    on `--metrics-port`."""
     # a pass of many pods keeps moving: a heartbeat as its reads and each pod's turn begin, each within its deadline
     metrics, health = SchedulerMetrics(), Health(stall_limit(interval, scheduler.turn_budget_s))
     scheduler.progress = health.progress

@@ -1,4 +1,5 @@
-"""`gputide slo-rules`: the SLO burn rates and alerts of each profiled service, from vLLM (`balancer.telemetry.slo_rules`).
+"""`gputide slo-rules`: the SLO burn rates and alerts of each profiled service, from vLLM
+(`balancer.telemetry.slo_rules`).
 
     gputide slo-rules --services services.yaml [--out FILE] [--buckets 0.3,0.5,...] [--objective 0.99]
     gputide slo-rules --services services.yaml --prometheus-rule [--namespace gputide] --out slo-rules.yaml

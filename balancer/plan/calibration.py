@@ -91,7 +91,8 @@ def calibrate(load_per_replica: np.ndarray, p99_s: np.ndarray, slo_s: float, *, 
     target = slo_s * margin
     if x.size < min_samples:
         return Calibration(None, "none", target, int(x.size), 0, 0, (0.0, 0.0), (), f"{x.size} usable samples, "
-                           f"need {min_samples} (times with traffic, replicas and a p99, after a replica change settled)")
+                           f"need {min_samples} (times with traffic, replicas and a p99, after a replica change "
+                           "settled)")
     xs = np.sort(x)
     share = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, (y > target).astype(float))
     kx, ky = _knots(xs, share.predict(xs))  # the share of samples over the target, non-decreasing in load

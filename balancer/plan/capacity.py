@@ -350,7 +350,8 @@ def view_from_snapshot(
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
             replicas=min(st.replicas, _placed_replicas(held, groups.get(("inference", name)), profiles[name])),
             desired=st.replicas,
-            gpus_by_model=_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None else empty,
+            gpus_by_model=(_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None
+                           else empty),
             sole_by_model=_by_model(sole[g], names) if g is not None else empty,
             burst=float((bursts or {}).get(name, 0.0)),
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
@@ -358,8 +359,8 @@ def view_from_snapshot(
         for name, st in sorted(snapshot.services.items())
         # a protected service (a protected pod, or its namespace protected) is no tide's: the guard refuses to scale
         # it either way, so planning it would shrink training for a scale-up that never goes out
-        if name in profiles and groups.get(("inference", name)) not in guarded and st.namespace not in protected_namespaces
-        and not (sharded and ("inference", name) not in groups)
+        if name in profiles and groups.get(("inference", name)) not in guarded
+        and st.namespace not in protected_namespaces and not (sharded and ("inference", name) not in groups)
     )
     if jobs is None:
         ages = since_checkpoint(snapshot.time, trainers, len(first))

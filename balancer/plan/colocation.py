@@ -47,11 +47,13 @@ FRESH_S = 300.0
 @dataclass(frozen=True)
 class ColocationState:
     slack_streak: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))  # job -> (workers, services)
+    # job -> (workers, services)
+    shrunk: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}))
     # jobs whose give-back was made, or taken over by the tide (`hand_over`): a record they still show (a read that
     # lags the write that removes it, or the tide's next resize) is not adopted again
     handed: frozenset[str] = frozenset()
-    fresh: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # job -> when its shrink was applied
+    # job -> when its shrink was applied
+    fresh: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> ColocationState:
@@ -76,7 +78,8 @@ def observe(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: Colocation
             shrunk[j] = (recorded[j][0], svc)
     # the owner index only when a shrink is held: built for nothing, it was the largest cost of a calm cycle
     gone = {j for j in shrunk if not snapshot.workloads_by_owner.get(j)}
-    settled = {j for j, (before, _) in shrunk.items() if j not in fresh and _settled(snapshot, j, before, recorded, void)}
+    settled = {j for j, (before, _) in shrunk.items()
+               if j not in fresh and _settled(snapshot, j, before, recorded, void)}
     state = replace(state, slack_streak=MappingProxyType(streak), shrunk=MappingProxyType(shrunk),
                     handed=handed | (settled & recorded.keys()), fresh=MappingProxyType(fresh))
     return _forget(state, gone | settled)

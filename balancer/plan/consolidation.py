@@ -16,8 +16,9 @@ chokepoint as every other action. What a move must pass, before the guard's budg
   recently, and is not training: a training worker's move restarts its synchronous job from its last checkpoint, a
   price fragmentation does not pay;
 * the target GPU is a migration target a hotspot migration could use (not hot, no fatal XID, not on a tainted
-  or hot node, nor on one the actuator lately refused the workload as a target, the target headroom below slowdown), with the GPU memory and the node's per-node migration limit
-  free, on a node whose taints, node selector, node affinity and the pod's required pod (anti-)affinity admit it;
+  or hot node, nor on one the actuator lately refused the workload as a target, the target headroom below slowdown),
+  with the GPU memory and the node's per-node migration limit free, on a node whose taints, node selector, node affinity
+  and the pod's required pod (anti-)affinity admit it;
 * a GPU is emptied whole or not at all, and only when that frees more GPUs than the moves start using
   (`plan_consolidation`); the moves of one GPU are then simulated together on the cycle's projection and kept only
   if they fit and leave the objective no worse than their migration cost (no thermal or SLO price), and not when they

@@ -62,7 +62,8 @@ class HotspotState:
     inherited: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=bool)))
 
     def aligned(self, uuids: tuple[str, ...]) -> tuple[np.ndarray, ...]:
-        """(hot_streak, cool_streak, active, inherited) for `uuids`; a GPU this state has not seen starts from nothing."""
+        """(hot_streak, cool_streak, active, inherited) for `uuids`; a GPU this state has not seen starts from
+        nothing."""
         own = (self.hot_streak, self.cool_streak, self.active, self.inherited)
         if uuids == self.uuids:
             return tuple(a.copy() for a in own)

@@ -295,7 +295,8 @@ def _throttle(s, policy, proj: Projection, g: int, names, shrunk: Mapping[str, i
                                  previous_watts=float(s.power_limit_w[g]),
                                  reason=f"no migration target: cap power to keep {s.temperature_c[g]:.0f} C GPU "
                                         f"under {target_temp:.0f} C"))
-    if watts <= floor + 1e-6 and tp.shrink_training and proj.power[g] - (proj.temp[g] - target_temp) / proj.r[g] < floor:
+    if (watts <= floor + 1e-6 and tp.shrink_training
+            and proj.power[g] - (proj.temp[g] - target_temp) / proj.r[g] < floor):
         for name in names:
             w = s.workload_by_name.get(name)
             if (w and w.workload_class == WorkloadClass.TRAINING and not w.protected and w.elastic_max > 0

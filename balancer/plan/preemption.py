@@ -12,7 +12,8 @@ resources):
 The node chosen is the first by, in order: the fewest victims whose eviction a PodDisruptionBudget does not allow,
 the lowest highest victim priority, the lowest sum of victim priorities each offset by 2^31 (kube-scheduler's
 MaxInt32 + 1, so that with negative priorities too more victims never weigh less), the fewest victims, and the latest
-earliest start among the highest-priority victims (the least work lost), then by name. A pod of equal or higher priority is never a victim.
+earliest start among the highest-priority victims (the least work lost), then by name. A pod of equal or higher priority
+is never a victim.
 
 Resources are plain `{name: amount}` maps (`gpus`, `cpu_milli`, `memory_mib`, `pods`, any extended resource): a
 pod fits when every amount it requests is free. A PodDisruptionBudget is a name and the disruptions it still

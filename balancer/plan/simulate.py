@@ -288,7 +288,8 @@ class Projection:
         base = self.base_workers.get(a.job, current)
         self.shrunk_workers += max(base - a.workers, 0) - max(base - current, 0)
         if a.workers > current:
-            self._set_item(self.workers, a.job, a.workers)  # growth: capacity is the scheduler's business; no projection
+            # growth: capacity is the scheduler's business; no projection
+            self._set_item(self.workers, a.job, a.workers)
             return None
         drop = current - a.workers
         if drop and members:

@@ -3,8 +3,8 @@
 State lives in per-GPU numpy arrays (fleet order) and a small set of pod records; `step()` advances the whole
 fleet with array operations only (see `physics` for power/clock/temperature and `workloads` for latency and
 training progress). Workload operations (`place`, `evict`, `migrate`, `scale_*`, in `ops`) and faults (in `faults`)
-mutate the records and mark the slot table dirty. Everything random comes from one `numpy.random.Generator` seeded at construction,
-so a run is reproducible by seed.
+mutate the records and mark the slot table dirty. Everything random comes from one `numpy.random.Generator` seeded at
+construction, so a run is reproducible by seed.
 """
 
 from __future__ import annotations
@@ -224,19 +224,22 @@ class SimCluster(WorkloadOps, Faults):
         ni = self.node_index
         inlet = p.node_inlet_c[ni] + self.node_inlet_rise_c[ni]
         out = physics.step(
-            p, temperature_c=self.temperature_c, inlet_c=inlet, resistance=p.resistance * self.node_resistance_factor[ni],
+            p, temperature_c=self.temperature_c, inlet_c=inlet,
+            resistance=p.resistance * self.node_resistance_factor[ni],
             power_limit_w=self.power_limit_w, sm=sm, mem=mem, busy=busy, online=self.online, dt=dt,
             noise=self._rng.normal(0.0, physics.TEMP_NOISE_C, n),
         )
         power_noise = 1.0 + self._rng.normal(0.0, physics.POWER_NOISE, n)
         self.temperature_c = out.temperature_c
-        self.power_w = np.minimum(out.power_w * np.where(busy, power_noise, 1.0), np.maximum(self.power_limit_w, out.power_w))
+        self.power_w = np.minimum(out.power_w * np.where(busy, power_noise, 1.0),
+                                  np.maximum(self.power_limit_w, out.power_w))
         self.clock_factor = np.where(self.online, out.clock_factor, 1.0)
         self.clock_event_reasons = out.reasons
         self.sm_active = np.where(self.online, sm, 0.0)
         self.gpu_util = np.where(busy, np.minimum(sm * 1.08 + 0.02, 1.0), 0.0)
         self.memory_temperature_c = self.temperature_c + p.mem_offset_c * (0.4 + 0.6 * mem) * self.online
-        self.sm_clock_mhz = np.where(self.online, p.max_clock_mhz * np.where(busy, out.clock_factor, physics.IDLE_CLOCK), 0.0)
+        self.sm_clock_mhz = np.where(self.online,
+                                     p.max_clock_mhz * np.where(busy, out.clock_factor, physics.IDLE_CLOCK), 0.0)
         self.energy_mj = self.energy_mj + self.power_w * dt * 1000.0
 
         # generic pods count their work down at the pod's mean clock factor

@@ -18,9 +18,10 @@ Limits, in the order the board applies them:
 * at ``shutdown_temp_c`` the board shuts itself down; the cluster treats it as fallen off the bus (XID 79).
 
 Temperature. ``dT/dt = (inlet + R * P - T) / tau`` with per-GPU ``R`` (°C/W) and ``tau`` (s) from the catalogue
-(``R`` x ``LIQUID_RESISTANCE`` on liquid-cooled nodes) and the node's inlet temperature; cooling faults raise the inlet or multiply ``R``. We use the exact solution over a
-step, ``T' = target + (T - target) * exp(-dt / tau)``, so 60 s steps are as stable as 1 s steps. A little seeded
-Gaussian noise (``TEMP_NOISE_C``) keeps series realistic and deterministic by seed.
+(``R`` x ``LIQUID_RESISTANCE`` on liquid-cooled nodes) and the node's inlet temperature; cooling faults raise the inlet
+or multiply ``R``. We use the exact solution over a step, ``T' = target + (T - target) * exp(-dt / tau)``, so 60 s steps
+are as stable as 1 s steps. A little seeded Gaussian noise (``TEMP_NOISE_C``) keeps series realistic and deterministic
+by seed.
 
 Idle GPUs (no work placed) report reason 0x1 and an idle clock of ``IDLE_CLOCK`` x max; offline GPUs draw 0 W and
 cool towards their inlet.
@@ -80,7 +81,8 @@ class GpuParams:
         return cls(
             idle_w=col("idle_w"), tdp_w=col("tdp_w"), min_power_limit_w=col("min_power_limit_w"),
             slowdown_c=col("slowdown_temp_c"), shutdown_c=col("shutdown_temp_c"),
-            resistance=col("thermal_resistance_c_per_w") * np.where(liquid, LIQUID_RESISTANCE, 1.0), tau_s=col("thermal_tau_s"),
+            resistance=col("thermal_resistance_c_per_w") * np.where(liquid, LIQUID_RESISTANCE, 1.0),
+            tau_s=col("thermal_tau_s"),
             max_clock_mhz=col("max_sm_clock_mhz"), mem_offset_c=col("memory_temp_offset_c"),
             mem_total_mib=np.array([s.memory_mib for s in specs], dtype=float),
             inference_tput=col("inference_tput"), training_tput=col("training_tput"),

@@ -144,7 +144,8 @@ def gpu_frame(rows: list[dict], on_clusters: Callable[[set[str]], None], fresh_s
         count = np.zeros(len(uniques), dtype=np.int64)
         np.add.at(count, codes[nan], 1)
         wide[NAN_FIRST], wide[NAN_COUNT] = first, count
-        wide[NAN_RULE] = [_SERIES[field_names[cols_a[int(f)]]][0] if c else "" for f, c in zip(first, count, strict=True)]
+        wide[NAN_RULE] = [_SERIES[field_names[cols_a[int(f)]]][0] if c else ""
+                          for f, c in zip(first, count, strict=True)]
     return wide
 
 
@@ -264,7 +265,8 @@ def check_not_nan(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None
 
 
 def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
-    """Values outside `BOUNDS` (a broken sensor or exporter) on a GPU `checked` (None: every GPU): `InvalidTelemetry`."""
+    """Values outside `BOUNDS` (a broken sensor or exporter) on a GPU `checked` (None: every GPU):
+    `InvalidTelemetry`."""
     for name, arr in arrays.items():
         lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
         # NaN in a MAY_BE_UNKNOWN field got here only declared unsupported (`_check_complete`): unknown, not bad

@@ -201,7 +201,8 @@ class PrometheusTelemetrySource:
         except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:
             raise TelemetryUnavailable(f"Prometheus at {self.opts.url} did not answer {promql!r}: {exc!r}") from exc
         if not isinstance(result, list):
-            raise InvalidTelemetry(f"Prometheus answered {promql!r} with {type(result).__name__}, not an instant vector")
+            raise InvalidTelemetry(f"Prometheus answered {promql!r} with {type(result).__name__}, "
+                                   "not an instant vector")
         return result
 
     def _one_cluster(self, clusters: set[str]) -> None:
@@ -233,7 +234,8 @@ class PrometheusTelemetrySource:
 
     def _stale_limit(self) -> float:
         opts = self.opts
-        return opts.stale_after_s if opts.stale_after_s is not None else opts.scrape_interval_s * opts.stale_after_intervals
+        return (opts.stale_after_s if opts.stale_after_s is not None
+                else opts.scrape_interval_s * opts.stale_after_intervals)
 
     def _log_leftovers(self, keys: list[tuple[str, ...]]) -> None:
         """Once per key: the stale series a GPU left behind where it was before (`gpu_frame.drop_leftovers`)."""

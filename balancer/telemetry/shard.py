@@ -7,11 +7,11 @@ and restricts every snapshot to the shard's nodes: GPUs are renumbered 0..n-1 in
 placements kept only when they sit entirely on the shard's GPUs (the pending pods of a job or service whose placed
 pods all sit on them too), services only when every placed replica is inside (a service spread over two shards is
 scaled by neither: no double scaling). A training job with a placed
-worker outside is shown as not elastic, without shrink records (`_owner_sized`): resized by neither shard. Suspended jobs sit on no
-node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never suspends one.
-The cluster's PodDisruptionBudgets are kept whole (`disruption_budgets`): a shard's evictions count against them.
-The planner, the safety guard and the Kubernetes actuator work unchanged on such a snapshot: they use node names
-and per-node slots.
+worker outside is shown as not elastic, without shrink records (`_owner_sized`): resized by neither shard. Suspended
+jobs sit on no node, so a shard's snapshot cannot list them (`suspended_jobs=None`) and a sharded controller never
+suspends one. The cluster's PodDisruptionBudgets are kept whole (`disruption_budgets`): a shard's evictions count
+against them. The planner, the safety guard and the Kubernetes actuator work unchanged on such a snapshot: they use node
+names and per-node slots.
 
 Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters)
 refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
@@ -162,8 +162,9 @@ class ShardedSource:
         self.inner, self.selector = inner, selector
         self.last_full: ClusterSnapshot | None = None
         self.index = np.zeros(0, dtype=np.int64)
-        self.nodes: set[str] = set()   # nodes of the last snapshot, and those a snapshot of this shard held that no reading
-        #                                shows since (its forgotten GPUs' nodes among them)
+        # nodes of the last snapshot, and those a snapshot of this shard held that no reading shows since (its
+        # forgotten GPUs' nodes among them)
+        self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
 
     def owns(self, name: str, node: Node | None) -> bool:

@@ -301,7 +301,8 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line strings (the PromQL) as `|` blocks, as a person writes rule files."""
 
 
-_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+_Dumper.add_representer(
+    str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
 
 
 def render(slos: Sequence[ServiceSlo], buckets: Sequence[float], source: str,

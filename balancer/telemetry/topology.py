@@ -101,6 +101,7 @@ class Topology:
         """The catalogue's slowdown temperature per GPU (85 °C for a model it does not know), computed again only
         when `build` made new GPUs."""
         if self._slowdown is None or self._slowdown[0] is not gpus:
-            by_model = {m: s.slowdown_temp_c if (s := catalog.CATALOGUE.get(m)) else 85.0 for m in {g.model for g in gpus}}
+            by_model = {m: s.slowdown_temp_c if (s := catalog.CATALOGUE.get(m)) else 85.0
+                        for m in {g.model for g in gpus}}
             self._slowdown = (gpus, np.array([by_model[g.model] for g in gpus], dtype=float))
         return self._slowdown[1]
