@@ -128,7 +128,8 @@ def main() -> str:
     ]
     for label, r in rows:
         lines.append(f"| {label} | {r['unalloc_before']:.1f} | {r['unalloc_after']:.1f} | {r['free_before']} | "
-                     f"{r['free_after']} | {r['moves']} | {r['cycle_cpu_ms']:.1f} | {r['placed_after']} of {r['pods']} |")
+                     f"{r['free_after']} | {r['moves']} | {r['cycle_cpu_ms']:.1f} | "
+                     f"{r['placed_after']} of {r['pods']} |")
     lines += [
         "",
         f"Unallocatable GPUs after {CYCLES} cycles: {ratio:.2f}x the baseline's; "

@@ -90,7 +90,8 @@ def main() -> str:
     ]
     for r in rows:
         lines.append(f"| {r['gpus']:,} | {r['ours'] * 1e3:.1f} ms | {r['ours'] / r['gpus'] * 1e6:.1f} µs | "
-                     f"{r['bytes'] / 1024:,.0f} KiB | {r['baseline'] * 1e3:.1f} ms | {r['baseline'] / r['ours']:.1f}x |")
+                     f"{r['bytes'] / 1024:,.0f} KiB | {r['baseline'] * 1e3:.1f} ms | "
+                     f"{r['baseline'] / r['ours']:.1f}x |")
     lines += [
         "",
         f"1,024-GPU scrape: **{r1024['ours'] * 1e3:.1f} ms** (target < 50 ms); over HTTP (loopback, wsgiref) "

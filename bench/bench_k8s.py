@@ -112,7 +112,8 @@ def _fake_api(n: int) -> Iterator[Any]:
     try:
         cfg = k8s.Configuration()
         cfg.host = parent.recv()
-        cfg.retries = False   # as `actuate.kubernetes.build_api_client` sets it: no hidden urllib3 retries in the figures
+        # as `actuate.kubernetes.build_api_client` sets it: no hidden urllib3 retries in the figures
+        cfg.retries = False
         yield k8s.ApiClient(cfg)
     finally:
         parent.send("done")
@@ -245,8 +246,9 @@ def main() -> str:
               "## Secondary scheduler: a pass listing everything vs a pass on watched caches "
               "(balancer/actuate/k8s_scheduler.py)", "",
               "Scheduler CPU and wall time of one `schedule_once()` binding one new pod, median of 5 passes, and the "
-              "median time from a pod's creation to its binding (5 pods, created at seeded random points of the 2 s cycle) with the scheduler looping at the shipped "
-              "2 s interval. Baseline (same run, same server): a pass lists pending pods, nodes and bound pods. "
+              "median time from a pod's creation to its binding (5 pods, created at seeded random points of the 2 s "
+              "cycle) with the scheduler looping at the shipped 2 s interval. Baseline (same run, same server): a "
+              "pass lists pending pods, nodes and bound pods. "
               "Watch: the pass reads the three caches and only binds.", "",
               "| bound pods | nodes | baseline pass (CPU / wall) | watch pass (CPU / wall) | CPU ratio "
               "| creation to binding: baseline | watch |",

@@ -147,7 +147,8 @@ def main() -> str:
         "memory, whole-GPU and multi-GPU fragmentation.",
         "",
         f"Command: `GPUTIDE_BENCH_SEEDS={seeds} GPUTIDE_BENCH_DEFRAG_SEEDS={defrag_seeds} "
-        f"GPUTIDE_BENCH_BASELINE_SEEDS={base_seeds} GPUTIDE_BENCH_JOBS={jobs} .venv/bin/python -m bench.bench_placement`",
+        f"GPUTIDE_BENCH_BASELINE_SEEDS={base_seeds} GPUTIDE_BENCH_JOBS={jobs} "
+        ".venv/bin/python -m bench.bench_placement`",
         "",
     ]
     df.assign(workload=df.workload.str.replace("openb_pod_list_", "")).sort_values(

@@ -208,7 +208,8 @@ def main() -> str:
         f"*Before* is the same measurement, in the same run, of the tree at commit `{BEFORE_COMMIT}` (before the "
         "undo-log projection and the per-snapshot indexes). CPU ms is the cycle's process CPU time (less sensitive "
         "to the machine's load than wall time).", "",
-        "| GPUs | workloads | cycle median (ms) | CPU median (ms) | p95 (ms) | before: median (ms) | before: CPU (ms) | "
+        "| GPUs | workloads | cycle median (ms) | CPU median (ms) | p95 (ms) | before: median (ms) | "
+        "before: CPU (ms) | "
         "speed-up (CPU) | actions planned (before) | t / (n log n), normalised | exponent k vs previous (t ~ n^k) | "
         "peak RSS (MB) | RSS after imports (MB) | cycle allocations peak (MB) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -130,7 +130,8 @@ def measure_one(n: int, policy: str = "gputide") -> dict:
         cpu.append(time.process_time() - c0)
         answers.append(name)
         bind(view, name, req)
-    return {"nodes": n, "median": statistics.median(cpu), "first": cpu[0], "placed": sum(a is not None for a in answers),
+    return {"nodes": n, "median": statistics.median(cpu), "first": cpu[0],
+            "placed": sum(a is not None for a in answers),
             "answers": hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16]}
 
 

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["exporter", "sim", "forecast", "placement", "consolidation", "loop", "tidal", "observe", "scale", "k8s", "schedule", "soak"]
+ORDER = ["exporter", "sim", "forecast", "placement", "consolidation", "loop", "tidal", "observe", "scale", "k8s",
+         "schedule", "soak"]
 
 
 def _modules() -> list[str]:

@@ -121,7 +121,8 @@ def build() -> dashboard.Dashboard:
              q(_capacity("inference"), "inference held")], min_val=0))
         .with_panel(timeseries_panel(
             "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
-            f"per service. Target: {SLO_TARGET:.0%} (latencySloSeconds is a p99 target). From gputide_inference_requests_total and "
+            f"per service. Target: {SLO_TARGET:.0%} (latencySloSeconds is a p99 target). From "
+            "gputide_inference_requests_total and "
             "gputide_inference_slo_violations_total (the simulated fleet publishes them) or, serving with vLLM, from "
             "the rules gputide slo-rules writes. A service is its cluster, namespace and name, as the SLO alerts "
             "see it: one line each, named namespace/service (the name alone for series without a namespace), so "

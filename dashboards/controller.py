@@ -160,13 +160,14 @@ def build() -> dashboard.Dashboard:
                                "(gputide_telemetry_staleness_seconds). Red from 120 s, the default "
                                "spec.safety.maxTelemetryAgeS: past it the controller holds still (and --stale-after "
                                "can only be shorter) and alert GpuTelemetryStale fires.", "s",
-                               [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}} {_NOT_STANDBY})", "staleness")],
-                               w=4)
+                               [q(f"max(gputide_telemetry_staleness_seconds{{{CLUSTER}}} {_NOT_STANDBY})",
+                                  "staleness")], w=4)
                     .thresholds(thresholds((None, "green"), (60, "orange"), (120, "red"))))
         .with_panel(stat_panel("Eviction budget left", "Evictions left in the current window, of the acting replica "
                                "(gputide_eviction_budget_remaining; alert GputideEvictionBudgetExhausted at 0 for 10 "
                                "minutes).", "none",
-                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")], w=4)
+                               [q(f"min(gputide_eviction_budget_remaining{{{CLUSTER}}} {_NOT_STANDBY})", "budget")],
+                               w=4)
                     .thresholds(thresholds((None, "red"), (1, "green"))))
         .with_panel(_watch_failures("Pod watch failures", "Consecutive failed lists or watches of the pods whose "
                                     "owners the planner uses (gputide_kubernetes_watch_failures); above 0, it plans "
@@ -175,10 +176,10 @@ def build() -> dashboard.Dashboard:
         .with_panel(stat_panel("GPUs forgotten", "GPUs the controller left out of its plan after holding still 10 "
                                "minutes for them gone from telemetry while their node is still a Kubernetes node "
                                "(gputide_gpus_forgotten, the leader's; the log names them): their exporter is dark "
-                               "(alert GpuMissingFromTelemetry). 0 while a replica leads and none is forgotten; No data "
-                               "while no replica leads.", "none",
-                               [q(f"sum(gputide_gpus_forgotten{{{CLUSTER}}}) or 0 * sum(gputide_leader{{{CLUSTER}}} == 1)",
-                                  "forgotten")], w=4)
+                               "(alert GpuMissingFromTelemetry). 0 while a replica leads and none is forgotten; "
+                               "No data while no replica leads.", "none",
+                               [q(f"sum(gputide_gpus_forgotten{{{CLUSTER}}}) "
+                                  f"or 0 * sum(gputide_leader{{{CLUSTER}}} == 1)", "forgotten")], w=4)
                     .thresholds(thresholds((None, "green"), (1, "red"))))
     )
     d = (

@@ -123,8 +123,8 @@ def build() -> dashboard.Dashboard:
             [q(f"topk(5, {one_per_gpu(f'gpu:temperature_above_pool_mean:celsius{{{GPU}}}')})", GPU_LEGEND)]))
         .with_panel(stat_panel(
             "GPUs with an XID error", "GPUs whose last XID error code is not 0, and those with a fatal one "
-            "(a GPU reset or reboot in NVIDIA's Xid catalogue, and 63, 92, 94: docs/metrics.md; alerts GpuXidErrorFatal "
-            "and GpuXidError). No data while the "
+            "(a GPU reset or reboot in NVIDIA's Xid catalogue, and 63, 92, 94: docs/metrics.md; alerts "
+            "GpuXidErrorFatal and GpuXidError). No data while the "
             "exporter is dark: unknown, not 0.",
             "none",
             [q(f"sum({each_gpu(f'gpu:xid_error:bool{{{GPU}}}')})", "any XID"),

@@ -72,7 +72,8 @@ def build() -> dashboard.Dashboard:
             [q(f"gputide_unallocatable_gpus{{{MODEL}}}", "{{modelName}}")], stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "GPUs by workload class", "GPUs per workload class from the attribution join "
-            "(class:gpu_count:sum), cluster-wide: $node and $model do not narrow it. On a real cluster the pods come from the kubelet or dcgm-exporter, which do not "
+            "(class:gpu_count:sum), cluster-wide: $node and $model do not narrow it. On a real cluster the pods come "
+            "from the kubelet or dcgm-exporter, which do not "
             "know their class: they show as unknown, and the Tidal Capacity dashboard's GPUs by class "
             "(gputide_capacity_gpus, from the controller) splits them. Not stacked: a GPU pods of two classes share "
             "counts in each.", "none",

@@ -188,7 +188,8 @@ class GpuCollector(Collector):
             if (values := r.values.get(name)) is not None:
                 read |= np.isfinite(np.asarray(values, dtype=float))
         for name, doc, value in ((GPUS, "GPUs the backend serves.", len(r.identity)),
-                                 (GPUS_READ, "GPUs of which this collection read at least one field.", int(read.sum()))):
+                                 (GPUS_READ, "GPUs of which this collection read at least one field.",
+                                  int(read.sum()))):
             m = Metric(name, doc, "gauge")
             m.add_sample(name, {}, float(value))
             yield m

@@ -37,9 +37,9 @@ GPU instance at that placement, `exporters.backends.nvml_mig`) and gives its `GP
 a device plugin's MIG device. Where it cannot (NVML refuses to list GPU instances, no instance lies there, a backend
 without MIG) the pod is attributed to the whole GPU without `GPU_I_ID`, which the controller counts as holding a
 whole GPU's share (never as free), and the device is counted in `gputide_pod_resources_unresolved_mig_devices`.
-Pods sharing one ResourceClaim all hold its device (DRA claims are never superseded, below). DRA devices of other drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored;
-those of `gpu.nvidia.com` no GPU here matches (a `gpu-vfio-<n>` passthrough GPU, which NVML does not see) are counted
-unmatched.
+Pods sharing one ResourceClaim all hold its device (DRA claims are never superseded, below). DRA devices of other
+drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu.nvidia.com` no GPU here matches (a
+`gpu-vfio-<n>` passthrough GPU, which NVML does not see) are counted unmatched.
 
 * `PodResourcesClient(socket)`: one `List` call over gRPC (`grpcio`), with the request and answer messages defined
   here (`_messages`): only the fields gputide reads, by their numbers in the kubelet's API (protobuf skips the
@@ -241,7 +241,8 @@ class DeviceIndex:
                  or (self.by_index.get(device) if device.isdigit() else None)):
             return Placement(g)
         mixed = resource.startswith(MIG_RESOURCE_PREFIX)   # the resource names the profile
-        profile = gpu_instance_profile(resource.removeprefix(MIG_RESOURCE_PREFIX).removesuffix(".shared")) if mixed else ""
+        profile = (gpu_instance_profile(resource.removeprefix(MIG_RESOURCE_PREFIX).removesuffix(".shared"))
+                   if mixed else "")
         if m := _OLD_MIG.match(device) or _GKE_MIG.match(device):
             g = self.by_uuid.get(m[1]) or self.by_device.get(m[1])
             return Placement(g, m[2], profile) if g else None
@@ -371,7 +372,8 @@ class PodAttribution:
         yield GaugeMetricFamily("gputide_pod_resources_last_success_timestamp_seconds",
                                 "When the kubelet's PodResources API last answered.", value=self._last_ok)
         yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs, and DRA GPU "
-                                "devices, allocated to pods that match no GPU of this exporter.", value=float(self._unmatched))
+                                "devices, allocated to pods that match no GPU of this exporter.",
+                                value=float(self._unmatched))
         yield GaugeMetricFamily("gputide_pod_resources_unresolved_mig_devices", "DRA MIG devices whose GPU instance "
                                 "the backend could not resolve: their pods are attributed to the whole GPU.",
                                 value=float(self._unresolved))

@@ -284,8 +284,9 @@ class PowerCapAgent:
                 continue
             if limit.current_w > held.set_w:   # gputide's cap lost: applied again (`_lifted`)
                 self.lost.add(uuid)
-                log.warning("power limit of %s found at %.0f W, above the %.0f W cap gputide set (nvidia-smi -pl, a GPU "
-                            "reset or a driver reload): the cap is applied again, and its give-back restores %.0f W",
+                log.warning("power limit of %s found at %.0f W, above the %.0f W cap gputide set (nvidia-smi -pl, "
+                            "a GPU reset or a driver reload): the cap is applied again, and its give-back restores "
+                            "%.0f W",
                             uuid, limit.current_w, held.set_w, limit.current_w)
             else:
                 log.info("power limit of %s lowered to %.0f W while capped at %.0f W by gputide (before: %.0f W): "

@@ -2,9 +2,9 @@
 
 A backend reads every GPU it can see and returns per-field numpy arrays in the order of its `identity` (the
 dcgm-exporter labels of each GPU; they change only when the NVML backend initialises NVML again and finds a
-different set, as a restart would: the collector rebuilds its label caches whenever the list changes). A value it could not read is NaN
-and is listed in `errors` as ``(UUID, field)``; the collector then drops that one series and counts the error,
-so one broken GPU never fails the scrape. A value the GPU does not have at all (NVML answered NotSupported: no
+different set, as a restart would: the collector rebuilds its label caches whenever the list changes). A value it could
+not read is NaN and is listed in `errors` as ``(UUID, field)``; the collector then drops that one series and counts the
+error, so one broken GPU never fails the scrape. A value the GPU does not have at all (NVML answered NotSupported: no
 ECC on a GeForce board, no row remapper before Ampere, no memory temperature sensor on GDDR boards, ...) is NaN
 too but listed in `unsupported` instead: its series is left out, as dcgm-exporter leaves it out, and it is no
 error (the collector publishes the pairs as ``gputide_exporter_unsupported_field_info``).

@@ -8,9 +8,10 @@ it, and ``default_limit_mw`` may sit below ``max_limit_mw`` as on many PCIe boar
 makes one batched field answer NotSupported (``nvmlReturn`` 3) and ``device.field_ret = {185: 4}`` any other
 return code (4: NoPermission); `push_xid(device, 48)` queues an XID event. Memory info answers version 2
 (``reserved_bytes`` apart from ``used_bytes``) and version 1 (reserved counted as used);
-``fail["nvmlDeviceGetMemoryInfo_v2"] = NVMLError_FunctionNotFound`` is a driver without version 2. What a board lacks answers NotSupported, as real NVML does:
-``ecc_supported=False`` (a GeForce board, ECC off) and ``remap_supported=False`` (before Ampere) for memory health,
-``mem_temp=None`` (GDDR boards) for field 82, ``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
+``fail["nvmlDeviceGetMemoryInfo_v2"] = NVMLError_FunctionNotFound`` is a driver without version 2. What a board lacks
+answers NotSupported, as real NVML does: ``ecc_supported=False`` (a GeForce board, ECC off) and
+``remap_supported=False`` (before Ampere) for memory health, ``mem_temp=None`` (GDDR boards) for field 82,
+``gpm_sm_util=None`` or ``arch`` before Hopper for GPM.
 MIG: ``FakeDevice(..., migs=[FakeMig("MIG-...", gpu_instance_id=1, profile="1g.10gb")])`` partitions a GPU; its MIG
 devices are found by UUID and by index and answer name, parent and GPU instance as NVML does, the GPU its MIG mode,
 and GPM per GPU instance (``FakeMig.gpm_sm_util``; None or a GPU before Hopper: NotSupported). A MIG device's GPU
@@ -20,12 +21,13 @@ without a ``placement`` answers NotSupported there, and the GPU's ``fail`` break
 (``fail["nvmlDeviceGetGpuInstanceById"] = NVMLError_NoPermission``: an exporter without the MIG monitor capability).
 
 The library itself can stop answering, as real NVML does: it counts ``nvmlInit`` / ``nvmlShutdown`` (`refs`), and at
-0 every call raises `NVMLError_Uninitialized` (once it has been initialised: a fake no one initialised answers) (``nvml.nvmlShutdown()`` from a test: another user of the library in the
-process shutting it down once too often); ``nvml.broken = NVMLError_DriverNotLoaded`` (or
-`NVMLError_LibRmVersionMismatch`) makes every call raise that, ``nvmlInit`` included, until it is set back to None.
-Handles, event sets and GPM samples belong to one initialisation: the first one's are the `FakeDevice`s themselves,
-each later one's are `FakeHandle`s of that `generation`, and a handle or event set of another initialisation is
-refused with `NVMLError_InvalidArgument`, so a caller that does not name its GPUs again after ``nvmlInit`` fails.
+0 every call raises `NVMLError_Uninitialized` (once it has been initialised: a fake no one initialised answers)
+(``nvml.nvmlShutdown()`` from a test: another user of the library in the process shutting it down once too often);
+``nvml.broken = NVMLError_DriverNotLoaded`` (or `NVMLError_LibRmVersionMismatch`) makes every call raise that,
+``nvmlInit`` included, until it is set back to None. Handles, event sets and GPM samples belong to one initialisation:
+the first one's are the `FakeDevice`s themselves, each later one's are `FakeHandle`s of that `generation`, and a handle
+or event set of another initialisation is refused with `NVMLError_InvalidArgument`, so a caller that does not name its
+GPUs again after ``nvmlInit`` fails.
 """
 
 from __future__ import annotations

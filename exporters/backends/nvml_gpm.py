@@ -4,8 +4,8 @@ GPM answers a metric between two samples: `sm_util(nvml, prev, cur)` is ``NVML_G
 them. `GpuActivity` reads it per GPU (``nvmlGpmSampleGet``), between each read's sample and the previous read's: a
 GPU's first read has no value and no error; a GPU without GPM (before Hopper, ``nvmlGpmQueryDeviceSupport`` saying
 no) or whose GPM answers NotSupported (a Hopper board in MIG mode, a VM without profiling) has it unsupported, and
-GPM is not asked there again. `MigActivity` reads it per GPU instance of the GPUs in MIG mode (``nvmlGpmMigSampleGet``, one sample per
-instance and scrape, each compared with the previous scrape's), which is what dcgm-exporter publishes as
+GPM is not asked there again. `MigActivity` reads it per GPU instance of the GPUs in MIG mode (``nvmlGpmMigSampleGet``,
+one sample per instance and scrape, each compared with the previous scrape's), which is what dcgm-exporter publishes as
 ``DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID, GPU_I_PROFILE}`` for a MIG GPU: the instance's own SMs' activity. Without it a
 MIG GPU has no SM activity from NVML at all: utilisation answers NotSupported in MIG mode. Before Hopper there is
 no GPM, so an A100 or A30 in MIG mode gets per-instance activity from DCGM (dcgm-exporter) only.
