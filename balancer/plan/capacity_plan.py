@@ -10,7 +10,12 @@ moves the rest of the GPUs to elastic training:
   (a burst the forecast missed), so the predictive floor never sits below what a reactive HPA would ask for.
 * **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan
   horizon (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart
-  and buys nothing.
+  and buys nothing. A loan is of replicas that hold GPUs: replicas asked but pending hold none, so they count
+  neither towards its dead band nor in the GPU-hours it gives training (counted, a scale-down of pending replicas
+  alone passed for a loan that freed no GPU). Pending replicas the reclaim rule does not need are dropped, with
+  the same hold and dead band, as a change of their own ("drop N pending replicas"), not a loan. A loan's reason
+  names what set its target: the loan quantile, the keep quantile (with the reclaim headroom, or the burst floor),
+  the demand now, the reclaim quantile, or the cap.
 * **Burst floor learned from the past.** The forecast misses bursts (a client's batch job, a retry storm): a
   service never sits below the demand now times ``1 + burst``, where ``burst`` is the largest relative rise the
   demand made within one warm-up lead over the trailing window (`rise_allowance`; with n exchangeable past
@@ -75,7 +80,9 @@ The GPU moves the replica targets imply (cheapest preemption, loans to training,
 Expected gains, in one unit per action type: a scale-up's gain is the SLO-safe capacity (req/s) it adds,
 ``(target - replicas) x rps_per_replica`` (never zero, so the safety guard's minimum gain cannot veto the
 headroom a reclaim is for); a loan's gain, and a training growth's, is the A100-equivalent GPU-hours it
-gives training over the loan horizon; a training shrink carries the gain of the scale-up it makes room for.
+gives training over the loan horizon (a loan's: of the replicas it sheds that hold GPUs); a drop of pending replicas
+alone, the GPU-hours they would take from training over the loan horizon once placed (the scheduler gives them the
+next GPUs of their models that empty); a training shrink carries the gain of the scale-up it makes room for.
 """
 
 from __future__ import annotations
@@ -234,6 +241,32 @@ def emergency_step(s: ServiceView, policy: CapacityPolicy, unhonoured: Mapping[s
     return min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)), p.max_replicas), []
 
 
+def loan_basis(s: ServiceView, policy: CapacityPolicy, down: int, cap: int, *, loan: tuple[int, float],
+               keep: tuple[int, int, float], up: tuple[int, int, float, float]) -> str:
+    """What set a loan's target `down` (`plan_capacity`: the keep rule's need, at most `cap`, or the reclaim rule's
+    when larger), for its reason: the loan quantile (`loan`: replicas, peak req/s), the keep quantile with the reclaim
+    headroom or with the burst floor (`keep`: the two replicas, peak), the demand now with its burst floor or the
+    reclaim quantile over the reclaim lead (`up`: the two replicas, peak, window s), or the cap. Loans are made calm
+    (no rise, no latency pressure): the demand now's need is its burst floor alone (no ramp, surge or step)."""
+    hours = policy.loan_horizon_s / 3600
+    p = s.profile
+    keeps = [(loan[0], f"p{round(policy.quantile * 100)} demand stays below {loan[1]:.0f} req/s for {hours:.1f} h"),
+             (keep[0], f"keeps what p{round(policy.keep_quantile * 100)} demand ({keep[2]:.0f} req/s within "
+                       f"{hours:.1f} h) needs with the reclaim headroom"),
+             (keep[1], f"keeps what p{round(policy.keep_quantile * 100)} demand ({keep[2]:.0f} req/s within "
+                       f"{hours:.1f} h) needs with its {s.burst:.0%} burst floor")]
+    ups = [(up[0], f"keeps what demand now ({s.demand_rps:.0f} req/s) needs with its {s.burst:.0%} burst floor"),
+           (up[1], f"keeps what p{round(policy.reclaim_quantile * 100)} demand ({up[2]:.0f} req/s within "
+                   f"{up[3] / 60:.0f} min) needs")]
+    capped = (f"keeps its cap, {cap} replicas (home allotment {p.home_replicas} with the {policy.home_margin:.0%} "
+              "margin, or what demand now needs)" if p.home_replicas else f"keeps its maxReplicas, {cap}")
+    for needs in (keeps, ups):
+        top = max(n for n, _ in needs)
+        if min(top, cap) == down:
+            return next(t for n, t in needs if n == top) if top <= cap else capped
+    return f"keeps {down} replicas"
+
+
 def pending_beside_idle(view: CapacityView, state: CapacityState) -> dict[str, float]:
     """Per service with replicas asked but not placed while GPUs of its allowed models sit idle: since when
     (`CapacityState.pending_since`; now when first seen so)."""
@@ -334,8 +367,9 @@ def plan_capacity(
             # the reclaim's headroom, and the burst floor on it (the floor scales with the demand: a loan sized at
             # today's floor was taken back as soon as demand rose along its forecast)
             peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time, max(policy.loan_horizon_s, lead))
-            keep_need = max(loan_need, replicas_for(peak_keep, p, policy.reclaim_headroom),
-                            replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom))
+            keep_q = replicas_for(peak_keep, p, policy.reclaim_headroom)
+            keep_b = replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom)
+            keep_need = max(loan_need, keep_q, keep_b)
             # what it keeps is speculative, capped at the home allotment as every such part is (`cap`); and a loan
             # never grows the service: never above the replicas holding GPUs, though more are asked (pending ones
             # wait for GPUs a loan must not take from training)
@@ -343,7 +377,10 @@ def plan_capacity(
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
-            lend = asked - down_need >= band and held >= policy.min_hold_s and calm
+            ready = held >= policy.min_hold_s and calm
+            # a loan gives training the GPUs of the replicas it sheds that hold them: pending ones (asked above
+            # `replicas`) hold none, so they count neither towards the dead band nor in the GPU-hours it gives
+            lend = ready and s.replicas - down_need >= band
             foreign = foreign_models(s) if lend else []
             if foreign:  # a loan of GPUs its profile does not allow is one-way
                 notes.append(f"{p.name}: lends nothing: its replicas hold {', '.join(foreign)} GPUs, which its "
@@ -351,11 +388,20 @@ def plan_capacity(
                              "them back and no reclaim could take them again")
             elif lend:
                 target = down_need
-                reasons[p.name] = (
-                    f"loan to training: p{round(policy.quantile * 100)} demand stays below "
-                    f"{peak_loan:.0f} req/s for {policy.loan_horizon_s / 3600:.1f} h"
-                )
-                gains[p.name] = (asked - down_need) * p.gpus_per_replica * hours
+                reasons[p.name] = "loan to training: " + loan_basis(
+                    s, policy, down_need, cap, loan=(loan_need, peak_loan),
+                    keep=(keep_q, keep_b, peak_keep),
+                    up=(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom), peak_lead, window),
+                ) + (f"; drops its {asked - s.replicas} pending replicas" if asked > s.replicas else "")
+                gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
+            if target == asked and ready and asked - s.replicas >= band:
+                # replicas asked but pending the forecast does not need: the ask goes (a Deployment deletes pending
+                # pods first, so nothing running stops), but it lends no GPU
+                target = s.replicas
+                reasons[p.name] = (f"drop {asked - s.replicas} pending replicas: the {s.replicas} holding GPUs cover "
+                                   f"demand now and p{round(policy.reclaim_quantile * 100)} demand within "
+                                   f"{window / 60:.0f} min; nothing lent (pending replicas hold no GPU)")
+                gains[p.name] = (asked - s.replicas) * p.gpus_per_replica * hours
         new[p.name] = target
         if p.name not in reasons:
             reasons[p.name] = "hold"
