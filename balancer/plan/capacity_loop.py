@@ -186,7 +186,7 @@ def _without_refused(view: CapacityView, refused: Mapping[str, float]) -> tuple[
 
 
 def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first_s: float, horizon_s: float,
-            specs: Mapping[str, int] | None = None, spec_lag_s: float = 0.0,
+            *, specs: Mapping[str, int] | None = None, spec_lag_s: float | None = None,
             ) -> tuple[CapacityView, dict[str, planner_mod.CapBelief], list[str]]:
     """`view` with each service whose scale the actuator capped (`caps`) held to that cap while it is believed
     (`CapBelief.held_at`: its profile's maxReplicas, and minReplicas, at most `_ceiling`), the caps still remembered
@@ -194,8 +194,12 @@ def _capped(view: CapacityView, caps: Mapping[str, planner_mod.CapBelief], first
     spec.replicas} where the snapshot has them, each sampled up to `spec_lag_s` before it, `CapBelief.raised_by`),
     and the notes for the services held. The replicas counted from a service's pods never end a cap (module
     docstring): a rolling update runs up to maxSurge pods above the HPA's maxReplicas, which a pod count cannot tell
-    from a raise; its spec.replicas can (the HPA keeps them at most its maxReplicas)."""
-    specs = specs or {}
+    from a raise; its spec.replicas can (the HPA keeps them at most its maxReplicas). `specs` come with their lag or
+    not at all: a lag of 0 by default read spec.replicas sampled before the cap was met as a raise, ending a belief
+    just learned (`CapBelief.raised_by`), for any caller that forgot it."""
+    if specs is not None and spec_lag_s is None:
+        raise TypeError("_capped: specs without spec_lag_s (how long before the snapshot they may have been sampled)")
+    specs, spec_lag_s = specs or {}, spec_lag_s or 0.0
     kept = {name: b for name, b in caps.items() if b.kept_at(view.time, first_s, horizon_s)
             and not b.raised_by(specs.get(name, 0), view.time - spec_lag_s)}
     ceilings = {s.profile.name: c for s in view.services   # each held service's `_ceiling`, computed once
@@ -245,8 +249,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
                                  capacity_policy.loan_horizon_s,
-                                 {n: st.replicas for n, st in snapshot.services.items() if st.replicas_from_spec},
-                                 policy.safety.max_telemetry_age_s)
+                                 specs={n: st.replicas for n, st in snapshot.services.items() if st.replicas_from_spec},
+                                 spec_lag_s=policy.safety.max_telemetry_age_s)
     state = replace(state, capped_scales=MappingProxyType(caps))
     plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
     if capacity_policy.allow_suspend and snapshot.suspended_jobs is None:
