@@ -52,7 +52,8 @@ class Reference:
         state = cluster_state(nodes)
         mix = (WorkloadMix.from_pods(self.seen, include_cpu_only=self.policy.mix_cpu_only,
                                      **dict(self.policy.mix_options)) if self.policy.needs_mix else None)
-        placement = Scheduler(state, self.policy, mix, rng=self.rng if self.policy.name == "random" else None).place(pod)
+        placement = Scheduler(state, self.policy, mix,
+                              rng=self.rng if self.policy.name == "random" else None).place(pod)
         return state.names[placement.node] if placement is not None else None
 
 

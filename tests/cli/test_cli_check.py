@@ -11,7 +11,8 @@ from balancer import fleet
 from balancer.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICY = "apiVersion: gputide/v1alpha1\nkind: BalancerPolicy\nmetadata: {name: prod}\nspec:\n  safety: {evictionBudget: %s}\n"
+POLICY = ("apiVersion: gputide/v1alpha1\nkind: BalancerPolicy\nmetadata: {name: prod}\n"
+          "spec:\n  safety: {evictionBudget: %s}\n")
 
 
 def check(capsys, *paths) -> tuple[int, str, str]:
@@ -51,7 +52,8 @@ def test_a_configmap_manifest_is_checked_inside_and_other_objects_are_left_alone
 
 
 def test_every_configmap_the_deployment_ships_is_valid(capsys):
-    files = [ROOT / "deploy/base/policy.yaml", *(ROOT / "deploy/components/capacity" / f for f in ("policy.yaml", "services.yaml"))]
+    files = [ROOT / "deploy/base/policy.yaml",
+             *(ROOT / "deploy/components/capacity" / f for f in ("policy.yaml", "services.yaml"))]
     rc, out, err = check(capsys, *files)
     assert rc == 0, err
     assert "BalancerPolicy" in out and "ServiceProfiles" in out

@@ -18,7 +18,8 @@ from balancer.errors import InputError
 
 
 @pytest.mark.parametrize(("argv", "dest"), [
-    (["run", "--prometheus", "http://prom:9090"], "listen_address"), (["schedule"], "listen_address"), (["power-cap-agent"], "listen_address"),
+    (["run", "--prometheus", "http://prom:9090"], "listen_address"), (["schedule"], "listen_address"),
+    (["power-cap-agent"], "listen_address"),
     (["exporter"], "listen"),
 ])
 def test_each_serving_command_takes_a_listen_address(argv, dest):

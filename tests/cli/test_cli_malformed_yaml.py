@@ -36,7 +36,8 @@ def test_aliases_that_repeat_millions_of_values_exit_2(tmp_path, capsys, argv, k
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and len(lines[0]) < 400, captured.err[:400]
-    assert lines[0].startswith(f"gputide: error: {path}: field '(document)': invalid value 'aliases that expand "), lines
+    assert lines[0].startswith(f"gputide: error: {path}: field '(document)': invalid value "
+                               "'aliases that expand "), lines
     assert "allowed: YAML whose anchors and aliases" in lines[0], lines
     assert not (tmp_path / "out").exists()
 

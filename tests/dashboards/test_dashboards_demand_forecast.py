@@ -20,9 +20,12 @@ def _series() -> list[dict]:
     out = []
     for service, (demand, p50, p90) in SERVICES.items():
         labels = f'cluster="c1", job="gputide-controller", instance="ctl-0:9836", service="{service}"'
-        out += [{"series": f'gputide_inference_demand_rps{{cluster="c1", service="{service}"}}', "values": f"{demand}x10"},
-                {"series": f'gputide_forecast_for_now{{{labels}, quantile="0.5", horizon="30m"}}', "values": f"{p50}x10"},
-                {"series": f'gputide_forecast_for_now{{{labels}, quantile="0.9", horizon="30m"}}', "values": f"{p90}x10"}]
+        out += [{"series": f'gputide_inference_demand_rps{{cluster="c1", service="{service}"}}',
+                 "values": f"{demand}x10"},
+                {"series": f'gputide_forecast_for_now{{{labels}, quantile="0.5", horizon="30m"}}',
+                 "values": f"{p50}x10"},
+                {"series": f'gputide_forecast_for_now{{{labels}, quantile="0.9", horizon="30m"}}',
+                 "values": f"{p90}x10"}]
     return out
 
 

@@ -59,7 +59,8 @@ def test_top_n_panels_list_a_gpu_published_twice_once(promtool, tmp_path, panel)
     table (pushing a real GPU out of a full list)."""
     expr = panel_query(*panel)
     series = _input_series() + [
-        {"series": f'DCGM_FI_DEV_SLOWDOWN_TEMP{{cluster="c",Hostname="{h}",gpu="0",UUID="{u}",modelName="NVIDIA H200"}}',
+        {"series": f'DCGM_FI_DEV_SLOWDOWN_TEMP{{cluster="c",Hostname="{h}",gpu="0",UUID="{u}",'
+                   'modelName="NVIDIA H200"}',
          "values": "89x20"} for u, hosts, *_ in GPUS for h in hosts]
     check_exprs(promtool, tmp_path, series, {f"count by (UUID) ({expr})": {"GPU-a": 1, "GPU-b": 1}}, rules=RULES,
                 interval="15s", eval_time="4m")

@@ -1,11 +1,12 @@
 """A dark exporter is a gap on the utilisation dashboard, not an idle fleet.
 
 Two GPUs, one held by a training pod, published with their join table by one exporter that fails its scrape at 2m
-(stale marker) and answers again from 2m45s (the total, one group behind, from 3m). A real Prometheus runs each rule group on its own clock; promtool's
-group_eval_order runs the attribution group, then the aggregates, then the normalisation at every step, as
-happened in the demo: at the outage's first evaluation the join table is gone while cluster:gpu_count:sum (and
-gpu:temperature:celsius) still hold both GPUs. The panels once read "0 allocated" there (`or 0 * <total>`) and
-the idle class every GPU; each must read No data instead, and the true counts either side of the outage.
+(stale marker) and answers again from 2m45s (the total, one group behind, from 3m). A real Prometheus runs each rule
+group on its own clock; promtool's group_eval_order runs the attribution group, then the aggregates, then the
+normalisation at every step, as happened in the demo: at the outage's first evaluation the join table is gone while
+cluster:gpu_count:sum (and gpu:temperature:celsius) still hold both GPUs. The panels once read "0 allocated" there
+(`or 0 * <total>`) and the idle class every GPU; each must read No data instead, and the true counts either side of the
+outage.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ def _controllers(forgotten: dict[str, int]) -> list[dict]:
             for node, n in forgotten.items()]
     # the leader's saves fail with 409 once a scrape (4 a minute) and cut 2 entries a scrape; the standby saves none
     out += [{"series": f'gputide_ledger_write_failures_total{{{CTL}, instance="ctl-{i}:9836", reason="{r}"}}',
-             "values": f"0+{1 if (i, r) == (0, 'conflict') else 0}x20"} for i in (0, 1) for r in ("conflict", "refused")]
+             "values": f"0+{1 if (i, r) == (0, 'conflict') else 0}x20"}
+            for i in (0, 1) for r in ("conflict", "refused")]
     out += [{"series": f'gputide_ledger_entries_dropped_total{{{CTL}, instance="ctl-{i}:9836"}}',
              "values": f"0+{2 if i == 0 else 0}x20"} for i in (0, 1)]
     return out

@@ -59,7 +59,8 @@ def test_heatmap_colours_mean_one_value_whatever_the_fleets_range():
     drawn in the colour of heat, and on an idle one the busiest GPU at 3 % SM activity in the colour of busy."""
     from balancer.catalog import CATALOGUE
 
-    colours = {p["title"]: p["options"]["color"] for p in json.loads((ROOT / "dashboards" / BOARD).read_text())["panels"]
+    colours = {p["title"]: p["options"]["color"]
+               for p in json.loads((ROOT / "dashboards" / BOARD).read_text())["panels"]
                if p.get("type") == "heatmap"}
     temperature = colours.pop("GPU temperature")
     assert temperature.get("min", 100) <= 25

@@ -77,7 +77,8 @@ def test_only_the_actuators_scale_inference_makes_the_requests_behind_services()
     # InferenceScaling is built by the actuator alone, which calls it from these two only: `scale` on ScaleInference
     # and the give-back `restore_floors`
     builders = {mod for mod, tree in modules().items() for n in ast.walk(tree)
-                if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "InferenceScaling"}
+                if isinstance(n, ast.Call)
+                and getattr(n.func, "id", getattr(n.func, "attr", None)) == "InferenceScaling"}
     assert builders == {"balancer.actuate.k8s_actuator"}
     assert methods_calling(ACTUATOR, "inference") == {"__init__", "_scale_inference", "restore_floors"}
     called = {(f.name, n.attr) for f in definitions()[ACTUATOR].body if isinstance(f, ast.FunctionDef)

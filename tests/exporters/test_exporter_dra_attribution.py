@@ -108,7 +108,8 @@ def test_a_kubelet_before_1_31_is_read_through_the_cdi_device_names(kubelet):
     """Kubelets 1.27-1.30 send DynamicResource.class_name (field 1, gone since) and only the CDI devices."""
     k, sock = kubelet
     k.pods = [("ml", "a", [("main", [], [dynamic("a-gpu", "ml", claim_resource(cdi=(
-        "k8s.gpu.nvidia.com/device=gpu-1", f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-1")), class_name="gpu.nvidia.com")])]),
+        "k8s.gpu.nvidia.com/device=gpu-1", f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-1")),
+        class_name="gpu.nvidia.com")])]),
               ("ml", "b", [("main", [], [dynamic("b-gpu", "ml", claim_resource(cdi=(
                   f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-3",)))])]),
               ("ml", "c", [("main", [], [dynamic("c-x", "ml", claim_resource(cdi=("vendor.com/gpu=gpudevice1",)))])])]

@@ -35,7 +35,8 @@ def test_each_instance_of_a_hopper_mig_gpu_has_its_own_series_from_the_second_sc
     assert instances(reg) == {}   # GPM compares two samples: nothing on the first scrape
     assert instances(reg) == {(H100, "1", "3g.40gb"): 0.8, (H100, "2", "4g.40gb"): 0.1}
     labels = {"gpu": "0", "UUID": H100, "pci_bus_id": "00000000:18:00.0", "device": "nvidia0",
-              "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a", "DCGM_FI_DRIVER_VERSION": "580.159.04", "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
+              "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a", "DCGM_FI_DRIVER_VERSION": "580.159.04",
+              "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
     assert reg.get_sample_value("DCGM_FI_PROF_SM_ACTIVE", labels) == 0.8
 
 

@@ -89,7 +89,8 @@ def test_a_collection_that_never_returns_fails_liveness_after_the_limit_and_the_
         clock.now += 299
         assert get(server.port, "/healthz") == (200, "ok: a collection has been running for 299 s\n")
         # not stuck yet, but past the collection timeout: not ready (tests/exporters/test_exporter_collect_timeout.py)
-        assert get(server.port, "/readyz") == (503, "not ready: a collection has been running for 299 s (timeout 8 s)\n")
+        assert get(server.port, "/readyz") == (
+            503, "not ready: a collection has been running for 299 s (timeout 8 s)\n")
         clock.now += 2
         stuck = "stuck: a collection has been running for 301 s (limit 300 s)\n"
         assert get(server.port, "/healthz") == (503, stuck)
@@ -113,7 +114,8 @@ def test_ready_only_once_a_collection_has_succeeded():
     try:
         backend.fail = True
         assert get(server.port, "/metrics")[0] == 500
-        assert get(server.port, "/readyz") == (503, "not ready: no collection has succeeded yet (the last one failed)\n")
+        assert get(server.port, "/readyz") == (
+            503, "not ready: no collection has succeeded yet (the last one failed)\n")
         assert get(server.port, "/healthz")[0] == 200   # a failing read is not stuck: the next scrape tries again
         backend.fail = False
         assert get(server.port, "/metrics")[0] == 200

@@ -45,7 +45,8 @@ def test_every_dcgm_series_is_exposed_for_every_gpu_of_the_default_fleet_with_dc
     s = fams["DCGM_FI_DEV_GPU_TEMP"].samples[0]
     g = demo.fleet.gpus[0]
     assert s.labels == {"gpu": "0", "UUID": g.uuid, "pci_bus_id": g.pci_bus_id, "device": "nvidia0",
-                        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": g.node, "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION}
+                        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": g.node,
+                        "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION}
 
 
 def test_the_energy_counter_keeps_dcgm_exporters_name_without_a_total_suffix(demo):

@@ -63,7 +63,8 @@ def test_each_instance_carries_its_gpus_dcgm_labels_and_every_mig_gpu_has_its_in
     reg = scrape(SimBackend(sim))
     gpu = sim.fleet.gpus[3]
     labels = {"gpu": "1", "UUID": gpu.uuid, "pci_bus_id": gpu.pci_bus_id, "device": "nvidia1",
-              "modelName": "NVIDIA A100-SXM4-80GB", "Hostname": "mig-00", "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION, "GPU_I_ID": "2", "GPU_I_PROFILE": "2g.20gb"}
+              "modelName": "NVIDIA A100-SXM4-80GB", "Hostname": "mig-00", "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+              "GPU_I_ID": "2", "GPU_I_PROFILE": "2g.20gb"}
     assert reg.get_sample_value("DCGM_FI_PROF_SM_ACTIVE", labels) is not None
     assert sorted({(h, g) for h, g, _, _ in instances(reg)}) == [
         ("mig-00", "0"), ("mig-00", "1"), ("mig-01", "0"), ("mig-01", "1"), ("one-00", "0")]

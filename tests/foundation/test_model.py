@@ -45,8 +45,10 @@ def test_node_index_and_milli_used_follow_placements():
 
 
 def test_actions_are_frozen_comparable_and_describe_themselves():
-    a = Migrate(workload="ns/a", source_gpus=(1,), target_gpus=(6,), target_node="n-01", reason="hot", expected_gain=3.0)
-    b = Migrate(workload="ns/a", source_gpus=(1,), target_gpus=(6,), target_node="n-01", reason="hot", expected_gain=3.0)
+    a = Migrate(workload="ns/a", source_gpus=(1,), target_gpus=(6,), target_node="n-01", reason="hot",
+                expected_gain=3.0)
+    b = Migrate(workload="ns/a", source_gpus=(1,), target_gpus=(6,), target_node="n-01", reason="hot",
+                expected_gain=3.0)
     assert a == b and hash(a) == hash(b)
     assert a.describe().startswith("migrate ns/a: hot")
     throttle = SetPowerLimit(gpu=0, uuid="GPU-0", node="n-00", watts=300, previous_watts=400, reason="hot")

@@ -154,7 +154,8 @@ def test_a_migrate_whose_eviction_never_answers_ends_in_its_deadline_and_release
     result = actuator.apply(migrate(), SNAP)
     assert (result.outcome, result.code) == (Outcome.RETRY, "deadline")
     assert "evict pod default/web-1: HTTP 504" in result.detail and "not retried" in result.detail
-    assert len(cluster.calls("POST", r"/eviction$")) == 8 and server.timeouts[6:] == [10.0] * 7 + [pytest.approx(7.3), 10.0, 10.0, 10.0]
+    assert (len(cluster.calls("POST", r"/eviction$")) == 8
+            and server.timeouts[6:] == [10.0] * 7 + [pytest.approx(7.3), 10.0, 10.0, 10.0])
     assert mono.now == pytest.approx(135.0)   # 120 s, the pod read, the release's two calls: within the 180 s deadline
     assert not result.maybe_applied and "outcome unknown" not in result.detail
     assert RESERVATION_ANNOTATION not in (cluster.get("nodes", "n2")["metadata"].get("annotations") or {})
@@ -186,7 +187,8 @@ def test_a_queued_job_whose_workload_never_answers_keeps_running_unlabelled(kube
 def test_housekeeping_on_a_slow_api_server_ends_in_the_deadline_and_leaves_the_rest_for_next_cycle(
         kube: FakeKube, api, clock) -> None:
     """Forty expired reservations at 5 s a call would take 405 s; housekeeping stops at the deadline and says so."""
-    expired = json.dumps({"default/x": {"pod": "default/x", "gpus": [0], "count": 1, "expires": "2000-01-01T00:00:00Z"}})
+    expired = json.dumps({"default/x": {"pod": "default/x", "gpus": [0], "count": 1,
+                                        "expires": "2000-01-01T00:00:00Z"}})
     for i in range(40):
         spec = node(f"n{i}", 2)
         spec["metadata"]["annotations"] = {RESERVATION_ANNOTATION: expired}

@@ -48,7 +48,8 @@ def after_cases():
         "its give-back: removed": (REC, 3, resize(4, 3, "colocation_slack"), None),
         "the tide's loan: removed": (REC, 3, resize(5, 3, "loan"), None),
         "the tide's reclaim: removed": (REC, 3, resize(2, 3, "reclaim"), None),
-        "a hotspot shrink: kept valid at the new size": (REC, 3, resize(2, 3, shrunk_from=3), ColocationRecord(4, 2, "svc")),
+        "a hotspot shrink: kept valid at the new size": (
+            REC, 3, resize(2, 3, shrunk_from=3), ColocationRecord(4, 2, "svc")),
         "a hotspot give-back short of before: kept valid": (
             ColocationRecord(5, 2, "svc"), 2, resize(3, 2, shrunk_from=0), ColocationRecord(5, 3, "svc")),
         "a resize back at before: removed": (REC, 3, resize(4, 3, shrunk_from=0), None),
@@ -126,7 +127,8 @@ def test_a_hotspot_shrink_writes_both_records_in_one_patch(kube: FakeKube, actua
     apply(actuator, resize(2, 3, shrunk_from=3))
     (patch,) = kube.calls("PATCH", r"/jobs/train$")
     assert records(patch) == {
-        SHRUNK_ANNOTATION: json.dumps({"from": 3, "to": 2}), COLOCATION_ANNOTATION: ColocationRecord(4, 2, "svc").note()}
+        SHRUNK_ANNOTATION: json.dumps({"from": 3, "to": 2}),
+        COLOCATION_ANNOTATION: ColocationRecord(4, 2, "svc").note()}
 
 
 def test_a_resize_that_leaves_the_record_as_it_is_does_not_touch_it(kube: FakeKube):

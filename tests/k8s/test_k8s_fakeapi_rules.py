@@ -24,7 +24,8 @@ def tainted(effect: str) -> dict:
 
 
 INVALID = [
-    ("a taint effect the API server does not know", tainted("Sometimes"), "spec.taints: unsupported effect 'Sometimes'"),
+    ("a taint effect the API server does not know", tainted("Sometimes"),
+     "spec.taints: unsupported effect 'Sometimes'"),
     ("an HPA floor of zero", hpa("h", "web", lo=0), "spec.minReplicas: 0 must be >= 1"),
     ("an HPA floor above its ceiling", hpa("h", "web", lo=5, hi=3), "5 must be >= 1 and <= maxReplicas 3"),
     ("a Lease renewTime without microseconds", lease(renewTime="2024-01-01T00:00:00Z"),

@@ -47,8 +47,9 @@ def a_job(rules: list[dict] | None = None, backoff: int | None = 0, restart: str
      True),                                                      # never matches an evicted pod
     ([{"action": "Quarantine", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}, IGNORE_EVICTED],
      True),                                                      # an action it does not know is skipped
-], ids=["ignore", "ignore-status-default", "ignore-first", "failjob-first", "failjob-on-42", "failjob-on-signals", "failjob-on-disruption",
-        "count-first", "ignore-exit-code", "ignore-status-false", "failjob-status-false", "unknown-action"])
+], ids=["ignore", "ignore-status-default", "ignore-first", "failjob-first", "failjob-on-42", "failjob-on-signals",
+        "failjob-on-disruption", "count-first", "ignore-exit-code", "ignore-status-false", "failjob-status-false",
+        "unknown-action"])
 def test_the_first_rule_that_may_match_the_evicted_pod_decides(rules, moved) -> None:
     assert (eviction_refusal(a_job(rules)) is None) is moved, eviction_refusal(a_job(rules))
 

@@ -97,7 +97,7 @@ def test_an_admitted_flavor_a_queue_lacks_fails_and_changes_nothing(kube: FakeKu
     assert not kube.calls("PATCH", r"/clusterqueues/")
 
 
-# ---- not admitted yet: one common flavor, or a refusal ----------------------------------------------------------------
+# ---- not admitted yet: one common flavor, or a refusal ---------------------------------------------------------------
 
 
 def test_a_job_not_admitted_yet_grows_in_the_one_flavor_both_queues_hold(kube: FakeKube, actuator) -> None:
@@ -123,7 +123,8 @@ def test_a_job_not_admitted_yet_with_two_common_flavors_is_refused_and_nothing_c
     kube.add(workload(queued_job(kube, parallelism=0, suspend=True)))
     result = scale(actuator, 2, previous=0)
     assert result.outcome is Outcome.FAILED
-    assert "not admitted yet" in result.detail and "h100, a100" in result.detail and "refusing to guess" in result.detail
+    assert ("not admitted yet" in result.detail and "h100, a100" in result.detail
+            and "refusing to guess" in result.detail)
     assert (gpu_quota(kube, "inference"), gpu_quota(kube, "training")) == ({"h100": 16, "a100": 16},
                                                                            {"h100": 8, "a100": 8})
     assert kube.get("jobs", "train", "ml")["spec"]["suspend"] is True
@@ -196,11 +197,12 @@ def test_the_fake_validates_workloads_and_selects_them_by_the_job_uid_label(kube
     kube.add(workload(train, "a100"))
     kube.add(workload(kube.add(job("other", "ml")), "h100"))
     listed = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta1", "ml", "workloads", label_selector=f"kueue.x-k8s.io/job-uid={train['metadata']['uid']}")
+        "kueue.x-k8s.io", "v1beta1", "ml", "workloads",
+        label_selector=f"kueue.x-k8s.io/job-uid={train['metadata']['uid']}")
     assert [w["metadata"]["ownerReferences"][0]["name"] for w in listed["items"]] == ["train"]
 
 
-# ---- the decision alone ------------------------------------------------------------------------------------------------
+# ---- the decision alone ----------------------------------------------------------------------------------------------
 
 
 QUEUES = {"inference": multi_flavor_clusterqueue("inference", "tide", {"h100": 1, "a100": 1}),
@@ -237,7 +239,7 @@ def test_a_job_admitted_under_two_gpu_flavors_is_refused() -> None:
     assert admitted_flavor([workload(train)], GPU, "ml/train") is None
 
 
-# ---- gputide run --kueue-queues ---------------------------------------------------------------------------------------
+# ---- gputide run --kueue-queues --------------------------------------------------------------------------------------
 
 
 def run_args(*extra: str) -> list[str]:
@@ -292,7 +294,8 @@ def test_the_capacity_overlays_commented_kueue_patch_renders_and_parses(tmp_path
                          timeout=60).stdout
     controller = next(d for d in yaml.safe_load_all(out)
                       if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "gputide-controller")
-    args = [a.replace("$(POD_NAMESPACE)", "gputide") for a in controller["spec"]["template"]["spec"]["containers"][0]["args"]]
+    args = [a.replace("$(POD_NAMESPACE)", "gputide")
+            for a in controller["spec"]["template"]["spec"]["containers"][0]["args"]]
     parsed = build_parser().parse_args(args)
     assert parsed.services and kueue_queues(parsed.kueue_queues) == ("inference", "training")
 

@@ -2,7 +2,8 @@
 replacement on its way) is neither a candidate nor evicted again, which would hold a second target for one
 replacement and spend the eviction budget twice; the hold on the target (keyed by the owner) is one replica's at a
 time, and a failed move takes back only its own; the hold outlasts the pod's grace period; a pod that mounts its
-node's own paths (hostPath) or uses DRA ResourceClaims stays where it is; the eviction takes only the pod that was read."""
+node's own paths (hostPath) or uses DRA ResourceClaims stays where it is; the eviction takes only the pod that was
+read."""
 
 from __future__ import annotations
 

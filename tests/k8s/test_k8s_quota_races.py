@@ -221,7 +221,8 @@ def test_a_borrowers_hand_edited_note_is_not_a_completed_move_raised_again(
         assert json.loads(notes(kube, "inference")[RECEIVED_ANNOTATION])["legacy"] == edited["legacy"]
 
 
-def test_a_refused_raise_is_rolled_back_fenced_against_another_shards_settle(kube: FakeKube, api, clock, sleeps) -> None:
+def test_a_refused_raise_is_rolled_back_fenced_against_another_shards_settle(
+        kube: FakeKube, api, clock, sleeps) -> None:
     """A moves 4 GPUs training -> inference (not owed: a capacity move, a grow's quota given back). B's housekeeping
     finds the move open and reads inference to raise it; A's raise is refused with an answer (422), and A rolls the
     move back, training given back, before B's patch is sent (on the resourceVersion B read)."""

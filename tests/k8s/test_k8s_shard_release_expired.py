@@ -130,7 +130,8 @@ def test_before_the_api_has_listed_the_nodes_a_shards_recover_releases_nothing(k
     assert held(kube, "n2") == (False, set()) and held(kube, "n0") == (True, {OWNER})
 
 
-@pytest.mark.parametrize("verb", ["GET", "PATCH"], ids=["between the list and the read", "between the read and the write"])
+@pytest.mark.parametrize("verb", ["GET", "PATCH"],
+                         ids=["between the list and the read", "between the read and the write"])
 @pytest.mark.parametrize("what", ["taint", "reservation"])
 def test_a_renewal_that_lands_after_the_list_survives_the_release(kube, api, clock, nodes, verb, what):
     """Another controller (shard a, a previous leader) renews n1's taint or reservation while this one releases the
@@ -154,6 +155,7 @@ def test_a_renewal_that_lands_after_the_list_survives_the_release(kube, api, clo
         assert taint and parse_time(annotations[HOT_UNTIL_ANNOTATION]) > clock()
         assert "n1: hot taint expired" not in notes
     else:
-        assert reserved == {OWNER} and json.loads(annotations[RESERVATION_ANNOTATION])[OWNER]["expires"] == rfc3339(later)
+        assert (reserved == {OWNER}
+                and json.loads(annotations[RESERVATION_ANNOTATION])[OWNER]["expires"] == rfc3339(later))
         assert f"n1: reservations expired: ['{OWNER}']" not in notes
     assert held(kube, "n0") == held(kube, "n2") == (False, set())   # the others released as before

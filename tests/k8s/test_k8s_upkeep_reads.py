@@ -19,7 +19,8 @@ def queue_requests(kube: FakeKube) -> list[tuple[str, str]]:
     return [(r.method, r.path.rpartition("/")[2]) for r in kube.requests if "/clusterqueues/" in r.path]
 
 
-def test_a_cycle_reads_each_queue_once_for_its_settles_once_for_its_check_and_the_next_cycle_anew(kube: FakeKube, api, clock, sleeps):
+def test_a_cycle_reads_each_queue_once_for_its_settles_once_for_its_check_and_the_next_cycle_anew(
+        kube: FakeKube, api, clock, sleeps):
     cohort(kube)
     ctl = controller(api, clock, sleeps)
     assert scale(ctl, 6).outcome is Outcome.APPLIED and quota(kube) == (12, 12)          # a move inference -> training

@@ -191,7 +191,8 @@ N1_GPU0 = make_fleet(nodes=3, gpus_per_node=2).gpus[2]
 assert N1_GPU0.node == "n1"
 ACTIONS = {   # planned by shard a on n0 (GPUs 0, 1) and n1 (GPUs 2, 3)
     "a taint": TaintNode(node="n1", reason="hot"),
-    "a power limit": SetPowerLimit(gpu=2, uuid=N1_GPU0.uuid, node="n1", watts=300.0, previous_watts=400.0, reason="hot"),
+    "a power limit": SetPowerLimit(gpu=2, uuid=N1_GPU0.uuid, node="n1", watts=300.0, previous_watts=400.0,
+                                   reason="hot"),
     "a migration's target": Migrate(workload="w", source_gpus=(0,), target_gpus=(2,), target_node="n1", reason="hot"),
     "a migration's source": Migrate(workload="w", source_gpus=(2,), target_gpus=(0,), target_node="n0", reason="hot"),
 }

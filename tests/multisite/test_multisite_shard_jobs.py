@@ -51,7 +51,8 @@ def test_capacity_shifting_in_a_shard_does_not_resize_a_job_spread_over_two_shar
 
 def test_a_hotspot_in_a_shard_does_not_shrink_a_job_spread_over_two_shards():
     """n0's GPUs 1 and 2 (job a's, its workers not movable) run past slowdown with power already at the floor: the
-    hotspot planner's last resort shrinks the job. Unsharded it goes from 4 workers to 3; n0's shard saw 2 and asked for 1."""
+    hotspot planner's last resort shrinks the job. Unsharded it goes from 4 workers to 3; n0's shard saw 2 and
+    asked for 1."""
     policy = config.BalancerPolicy()
     snap = spread_job(movable=False)
     hot = snapshot(make_fleet(nodes=2, gpus_per_node=4), workloads=[(w, snap.placements[w.name])
@@ -90,8 +91,10 @@ def test_a_shard_counts_the_pending_workers_of_its_own_job_as_the_whole_cluster_
     reclaim takes 2 GPUs: both planners set the Job to 1 (its pending worker goes first and frees nothing, so the
     size counts down from the 3 placed: b4bfc09; before, 4 -> 2 freed one GPU), from the Job's 4."""
     fl = make_fleet(nodes=2, gpus_per_node=4)
-    wl = [(workload(f"a-{i}", C.TRAINING, owner="a", elastic_min=1, elastic_max=8), (g,)) for i, g in enumerate((1, 2, 3))]
-    wl += [(workload(f"b-{i}", C.TRAINING, owner="b", elastic_min=4, elastic_max=4), (g,)) for i, g in enumerate((4, 5, 6, 7))]
+    wl = [(workload(f"a-{i}", C.TRAINING, owner="a", elastic_min=1, elastic_max=8), (g,))
+          for i, g in enumerate((1, 2, 3))]
+    wl += [(workload(f"b-{i}", C.TRAINING, owner="b", elastic_min=4, elastic_max=4), (g,))
+           for i, g in enumerate((4, 5, 6, 7))]
     wl.append((workload("chat-0", owner="chat"), (0,)))
     status = ServiceStatus(name="chat", demand_rps=25.0, p99_latency_s=0.1, slo_latency_s=0.5, replicas=1)
     snap = snapshot(fl, workloads=wl, time=1000.0, services={"chat": status})

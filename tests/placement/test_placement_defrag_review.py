@@ -105,7 +105,8 @@ def test_gpu_clustering_forgets_a_node_whose_shared_pods_left():
 
 def test_a_refused_make_room_leaves_gpu_clustering_as_it_was():
     half, whole = PodRequest(1000, 1000, 1, 500, name="half"), PodRequest(1000, 1000, 1, 1000, name="whole")
-    sched, ledger = Scheduler(cluster((8000, 8000, [1000], "T4"), (8000, 8000, [1000], "T4")), "gpuclustering"), Ledger()
+    sched, ledger = (Scheduler(cluster((8000, 8000, [1000], "T4"), (8000, 8000, [1000], "T4")), "gpuclustering"),
+                     Ledger())
     for node in (0, 1):
         where = Placement(node, (0,), 500, 1000, 1000)
         sched.commit(where, half)

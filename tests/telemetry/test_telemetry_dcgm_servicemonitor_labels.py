@@ -19,9 +19,9 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "deploy/overlays/with-dcgm-exporter/dcgm-exporter-servicemonitor.yaml"
-BODY = """# TYPE DCGM_FI_DEV_GPU_TEMP gauge
-DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",modelName="NVIDIA H200",Hostname="nvidia-dcgm-exporter-7xk2p",namespace="ml",pod="train-0",container="main"} 41
-"""
+BODY = ("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",modelName="NVIDIA H200",Hostname="nvidia-dcgm-exporter-7xk2p",'
+        'namespace="ml",pod="train-0",container="main"} 41\n')
 
 
 def endpoint() -> dict:

@@ -165,7 +165,8 @@ def source(client) -> PrometheusTelemetrySource:
 
 
 def test_the_stale_series_a_moved_gpu_left_behind_are_dropped_and_logged_once(caplog):
-    client = Rows([("node-a", "0", "GPU-0", NOW - 5), ("node-b", "3", "GPU-0", NOW - 61), ("node-b", "0", "GPU-1", NOW)])
+    client = Rows([("node-a", "0", "GPU-0", NOW - 5), ("node-b", "3", "GPU-0", NOW - 61),
+                   ("node-b", "0", "GPU-1", NOW)])
     src = source(client)
     with caplog.at_level(logging.INFO, logger="balancer.telemetry.prometheus"):
         for _ in range(2):

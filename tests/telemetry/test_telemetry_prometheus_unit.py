@@ -62,7 +62,8 @@ def source(client, **opts):
 
 def test_good_data_becomes_a_sorted_snapshot_in_base_units():
     snap = source(FakeClient(workloads=[("GPU-a1", "ml", "infer-0", "inference"),
-                                        ("GPU-b0", "ml", "share-1", "batch"), ("GPU-b0", "ml", "share-2", "batch")])).snapshot()
+                                        ("GPU-b0", "ml", "share-1", "batch"),
+                                        ("GPU-b0", "ml", "share-2", "batch")])).snapshot()
     assert [g.uuid for g in snap.gpus] == ["GPU-a0", "GPU-a1", "GPU-b0"]
     assert [n.name for n in snap.nodes] == ["node-a", "node-b"]
     assert snap.gpus[0].model == "H100-SXM" and snap.gpus[2].model == "L40S"

@@ -34,7 +34,8 @@ def test_the_catalogue_h200_row_is_what_the_board_reported():
     spec = catalog.by_model_name(model)
     assert spec is not None and spec.key == "H200-SXM"
     v = _values(load)
-    assert (spec.slowdown_temp_c, spec.shutdown_temp_c) == (v["DCGM_FI_DEV_SLOWDOWN_TEMP"], v["DCGM_FI_DEV_SHUTDOWN_TEMP"])
+    assert (spec.slowdown_temp_c, spec.shutdown_temp_c) == (v["DCGM_FI_DEV_SLOWDOWN_TEMP"],
+                                                            v["DCGM_FI_DEV_SHUTDOWN_TEMP"])
     assert spec.tdp_w == v["DCGM_FI_DEV_POWER_MGMT_LIMIT"]
     assert spec.memory_mib == v["DCGM_FI_DEV_FB_USED"] + v["DCGM_FI_DEV_FB_FREE"]
     assert catalog.key_of("NVIDIA-H200") == "H200-SXM"   # GPU feature discovery's product label

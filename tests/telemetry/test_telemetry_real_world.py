@@ -31,7 +31,8 @@ def dcgm(host: str, n: int = 2, *, model: str = H100, stamp: float | None = None
     sample timestamps (seconds), and extra labels on every series."""
     extra = "".join(f',{k}="{v}"' for k, v in labels.items())
     at = f" {int(stamp * 1000)}" if stamp is not None else ""
-    return "".join(f'{name}{{gpu="{i}",UUID="GPU-{board or host}-{i}",modelName="{model}",Hostname="{host}"{extra}}} {v}{at}\n'
+    return "".join(f'{name}{{gpu="{i}",UUID="GPU-{board or host}-{i}",modelName="{model}",'
+                   f'Hostname="{host}"{extra}}} {v}{at}\n'
                    for i in range(n) for name, v in READINGS.items())
 
 

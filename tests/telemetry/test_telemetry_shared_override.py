@@ -14,7 +14,8 @@ INDEX = {"GPU-0": 0, "GPU-1": 1}
 
 
 def row(pod: str, uuid: str = "GPU-0", gi: str = "", value: float = 1.0) -> dict:
-    labels = {"UUID": uuid, "namespace": "ml", "pod": pod, "workload_class": "unknown"} | ({"GPU_I_ID": gi} if gi else {})
+    labels = ({"UUID": uuid, "namespace": "ml", "pod": pod, "workload_class": "unknown"}
+              | ({"GPU_I_ID": gi} if gi else {}))
     return {"metric": labels, "value": [0, str(value)]}
 
 
