@@ -6,18 +6,19 @@ A 409 on a binding is a pod bound by someone else, unless the pod is bound to th
 this scheduler's own binding, made though its answer was lost (a 504 or a timeout, and the retry found it made),
 and it is counted as made. The Binding names the pod's uid, the API server's precondition (kube-scheduler's
 too): a pod deleted and created again under the same name since the pass read it (a StatefulSet's replica) gets
-409, not the node chosen for its predecessor, and is placed by its own requests and rules at the next pass. Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on
-top of it. Bound to another node (by a replica that lost the Lease with its binding in flight, say), the pod is no
-longer this pass's to place, but it is assumed where it runs all the same, for the same reason.
+409, not the node chosen for its predecessor, and is placed by its own requests and rules at the next pass.
+Otherwise the pass went on as if the pod's GPUs were free, and the next pod was bound on top of it. Bound to another
+node (by a replica that lost the Lease with its binding in flight, say), the pod is no longer this pass's to place,
+but it is assumed where it runs all the same, for the same reason.
 
 So is any failure that does not say the binding was not made (every try a 504 or a timeout, a 5xx, the turn out of
 time): the pod is read back, and found on the node asked for it is bound, its answer lost. A pod that cannot be read
 back (after such a failure or a 409; out of time, it is not read) may be bound there (`bind_unsure`): it is assumed
 there as a binding made, so neither this pass nor the next offers its room to another pod nor places it again, until
-the bound-pod cache shows where it is or has caught up since without it, or the pod read back after `assume_s` holds
-no node's room (`k8s_sched_reads`; without watches, after `assume_s`). It used to count for its own pass only: its GPUs
-went to the next pass's pods whenever the cache had not shown it yet. The cost: a binding that failed after all is
-tried again only that much later.
+the bound-pod cache shows where it is, or the pod read back after `assume_s` holds no node's room (`k8s_sched_reads`;
+without watches, after `assume_s`). It used to count for its own pass only: its GPUs went to the next pass's pods
+whenever the cache had not shown it yet. The cost: a binding that failed after all is tried again only that much
+later.
 """
 
 from __future__ import annotations
@@ -116,15 +117,14 @@ class Binder:
         return ""
 
     def _assume(self, req: Json, node: str) -> None:
-        """Count `req` on `node` until the caches show it there (`k8s_sched_reads`), or could have: the bound-pod
-        watch's `mark()` now says when (`k8s_watch`: caught up), else the pod read back (`k8s_sched_reads.read_back`,
-        by its uid too)."""
-        watch, now = self.watches.get("bound pods"), self.clock()
+        """Count `req` on `node` until the caches show it there (`k8s_sched_reads`), or the pod read back after
+        `assume_s` says it holds no node's room (`k8s_sched_reads.read_back`, by its uid too)."""
+        now = self.clock()
         self._assumed[req["name"]] = Assumed(now, Usage(
             node, req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
             req["name"], req["priority"], now, tuple(sorted(req["labels"].items())),
             req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset()),
-            watch.mark() if watch is not None else 0, req.get("uid") or "", now)
+            req.get("uid") or "", now)
 
     def _bound_to(self, req: Json, node: Json) -> str:
         """`req` is bound to `node`: assumed there, and the reservation it used up there released."""

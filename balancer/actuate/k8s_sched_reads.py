@@ -9,33 +9,39 @@ Two ways (balancer/actuate/k8s_scheduler.py's `SecondaryScheduler` takes these m
   labels, for pod affinity's namespaceSelectors) and the PersistentVolumeClaims, PersistentVolumes and
   StorageClasses (`k8s_volumes`), as kube-scheduler's informers do. A pass then costs the API server nothing but
   the bindings, and `wait_for_work` returns as soon as a pending pod appears, so a pod is bound within moments of
-  its creation instead of at the next poll (and shortly after a node opens: "Nodes that open" below). Until a cache has listed once, the pass lists that resource itself
-  (the claims, volumes and classes only in a pass with a pod that mounts claims).
+  its creation instead of at the next poll (and shortly after a node opens: "Nodes that open" below). Until a cache
+  has listed once, the pass lists that resource itself (the claims, volumes and classes only in a pass with a pod
+  that mounts claims).
 
 A bound pod reaches the caches a moment later than the binding (the pending watch reports it gone, the bound
 watch reports it placed). Meanwhile it is *assumed*, as kube-scheduler assumes a pod: its requests count on its
-node and it is not offered again, until the bound cache shows it, or `assume_s` has passed and that cache's watch
-has caught up since the binding (`ListWatch.past`: a stream begun after it was ended by the server), so that the
-cache would show it if it were made (a pod deleted meanwhile, a binding that failed after all). A watch that fails
-(the cache keeps its last state), is stopped or stalls without an error (a half-open connection: no failure is
-counted until its read timeout) catches up with nothing, and the binding stays assumed, as kube-scheduler keeps an
-assumed pod until its informer shows it (its assumed pods never expire: kubernetes#106361).
+node and it is not offered again, until the bound cache shows it. Nothing the watch does proves the cache would show
+it by now: a watch that fails (the cache keeps its last state), is stopped or stalls without an error (a half-open
+connection: no failure is counted until its read timeout) delivers nothing, one whose every stream is cut by an
+error (a proxy or load balancer whose longest stream is shorter than `watch_s`) lists again after each, and a
+stream begun after the binding may be closed cleanly, before the binding's event, by a proxy, a load balancer or the
+API server itself. It used to count as caught up, a stream begun after the binding having ended with no error
+(`ListWatch.past`): the binding was dropped after `assume_s`, the pod's GPUs looked free, and the next pass bound
+another pod onto them.
 
-Nor does a watch whose every stream is cut by an error (a proxy or load balancer whose longest stream is shorter
-than `watch_s`): it lists again after each, but no stream is ever ended by the server. So a binding past `assume_s`
-that the cache has neither shown nor caught up since is read back (`read_back`: a GET, read from etcd as it is now;
-a relist is not, served from the API server's watch cache at `resourceVersion=0`, which may lag): dropped if the pod
-is gone, on no node, finished, or another pod of its name (its uid, kept with the binding: a StatefulSet's replica
-created again), moved if on another node, kept if on its node (the cache will show it) or unreadable. Else a pod
-deleted before a pass saw it bound, or a binding of unknown outcome that failed after all, held its node's room
-(and hid the pod from the pending ones) for ever. Each such binding is read at most once per `assume_s`, at most
-`READ_BACKS` a pass, those read (or tried) longest ago first: a healthy watch shows or passes a binding within a
-stream, and none is read. A read that fails is tried once, not retried (a pass would sleep through the API
-wrapper's backoffs before binding anything), and counts as a read: the binding is kept, not read again within
-`assume_s`, and the others go first; it ends the reads for the pass (the API server may be failing them all, each
-within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s`, and holds back the others'
-reads by a pass each `assume_s`, not for good: M such pods, one failed read a pass, delay a good one's by M passes.
-A read the pass's read deadline leaves no time to try (`DeadlineExceeded`, no GET sent) is none: still due.
+So a binding past `assume_s` that the bound cache does not show is read back (`read_back`: a GET, read from etcd as
+it is now; a relist is not, served from the API server's watch cache at `resourceVersion=0`, which may lag): dropped
+if the pod is gone, on no node, finished, or another pod of its name (its uid, kept with the binding: a
+StatefulSet's replica created again), moved if on another node, kept if on its node (the cache will show it) or
+unreadable, as kube-scheduler keeps an assumed pod until its informer shows it (its assumed pods never expire:
+kubernetes#106361). Else a pod deleted before a pass saw it bound, or a binding of unknown outcome that failed
+after all, held its node's room (and hid the pod from the pending ones) for ever. Each such binding is read at most
+once per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a healthy watch shows a
+binding within moments, and only one it never shows (the pod deleted or finished before a pass saw it bound, a
+binding that failed after all) is read, once. A read that fails is tried once, not retried (a pass would sleep
+through the API wrapper's backoffs before binding anything), and counts as a read: the binding is kept, not read
+again within `assume_s`, and the others go first; it ends the reads for the pass (the API server may be failing them
+all, each within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s`, and holds back the
+others' reads by a pass each `assume_s`, not for good: M such pods, one failed read a pass, delay a good one's by M
+passes. A read the pass's read deadline leaves no time to try (`DeadlineExceeded`, no GET sent) is none: still due.
+Only `pending()` reads back, as the pass begins: a binding is never dropped mid-pass (`_bound`).
+Without a synced bound-pod watch the pass lists the bound pods itself (a consistent list, which shows every
+binding made), and an assumed binding only keeps the pod out of the pending ones, for `assume_s`.
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -95,7 +101,6 @@ class Assumed(NamedTuple):
 
     when: float     # when it was made
     usage: Usage    # what the pod takes on its node (`pod_usage`)
-    mark: int       # the bound-pod watch's `mark()` then (0 without one)
     uid: str        # the pod's (unknown: "")
     checked: float  # when it was made or last read back, or tried to be (`read_back`)
 
@@ -308,41 +313,31 @@ class SchedulerReads:
         priority first, then oldest."""
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
-        ended = self._ended()
         seen = self._cached("bound pods")   # the bound-pod watch may be ahead of the pending one
         if seen is not None:
-            self._read_back_assumed(seen, ended)
-        assumed = self._live_assumed(seen, ended)
+            self._read_back_assumed(seen)
+        assumed = self._live_assumed(seen)
         return sorted((r for r in reqs if r["name"] not in (seen or {}) and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
 
-    def _ended(self) -> int | None:
-        """The bound-pod watch's `ended` now (None: no such watch), read before its cache is pinned (`_live_assumed`)."""
-        watch = self.watches.get("bound pods")
-        return watch.ended if watch is not None else None
-
-    def _live_assumed(self, seen: Mapping[str, Any] | None, ended: int | None) -> dict[str, Usage]:
-        """Bindings not yet in the bound cache `seen` (None: the pass lists the bound pods itself). Dropped once
-        seen there, or after `assume_s` once that cache's watch has caught up since the binding (the module
-        docstring): not while it fails, is stopped or stalls, when it cannot show the binding yet, and dropped the
-        pod's GPUs would look free to the next pod. Healthy is not enough: a stalled watch counts no failure.
-        Caught up as of `ended` (`_ended()`, read before `seen` was): a stream that ends after `seen` was pinned
-        proves nothing of `seen` (the binding's event applied meanwhile is in the cache, not in `seen`), and
-        `ListWatch.past` asked now would drop a binding `seen` does not show."""
+    def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, Usage]:
+        """Bindings not yet in the bound cache `seen` (None: the pass lists the bound pods itself, consistently,
+        and a binding is dropped after `assume_s`). Dropped once seen there, else only by `_read_back_assumed` (the
+        module docstring): no end of the watch's streams proves the cache would show the binding, and dropped the
+        pod's GPUs would look free to the next pod."""
         now = self.clock()
-        caught_up = ended if seen is not None else None
-        self._assumed = {k: v for k, v in self._assumed.items() if (seen is None or k not in seen) and not (
-            now - v.when >= self.assume_s and (caught_up is None or caught_up > v.mark))}
+        self._assumed = {k: v for k, v in self._assumed.items()
+                         if (k not in seen if seen is not None else now - v.when < self.assume_s)}
         return {k: v.usage for k, v in self._assumed.items()}
 
-    def _read_back_assumed(self, seen: Mapping[str, Any], ended: int | None) -> None:
-        """Read back the bindings past `assume_s` that neither the bound cache `seen` shows nor its watch has caught
-        up since (as of `ended`), each once per `assume_s`, at most `READ_BACKS`, a failed read counting as one and
-        ending them for the pass (module docstring): a watch whose streams are all cut never catches up. One not
-        tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them, and is due still."""
+    def _read_back_assumed(self, seen: Mapping[str, Any]) -> None:
+        """Read back the bindings past `assume_s` that the bound cache `seen` does not show, each once per
+        `assume_s`, at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module
+        docstring). One not tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them,
+        and is due still."""
         now = self.clock()
-        due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in seen and now - v.when >= self.assume_s
-                     and not (ended is not None and ended > v.mark) and now - v.checked >= self.assume_s)
+        due = sorted((v.checked, k) for k, v in self._assumed.items()
+                     if k not in seen and now - v.when >= self.assume_s and now - v.checked >= self.assume_s)
         for _, key in due[:READ_BACKS]:
             if self.halted():
                 return
@@ -371,11 +366,10 @@ class SchedulerReads:
         now = self.clock()
         nodes, _ = self._items("nodes", "list nodes", self.api.core.list_node,
                                lambda n: node_facts(n, self.reservation_annotation))
-        ended = self._ended()   # before the cache is pinned (`_live_assumed`)
         (used, used_ext), cached = self._bound_usage()
         held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
         if cached:   # a consistent list already shows every binding made; the cache may not yet
-            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._pass_bound, ended).values())
+            used, used_ext = with_usage((used, used_ext), self._live_assumed(self._pass_bound).values())
         ports = ports_by_node(self._bound())   # bound and assumed pods' host ports (NodePorts)
         view = []
         for n in sorted(nodes, key=lambda n: n["name"]):

@@ -21,13 +21,13 @@ place while it reconnects, like a reflector's store.
 
 The watch runs in one daemon thread, started by `start()` and ended by `stop()` (it closes the open stream).
 
-**Caught up.** A watch that stalls without an error (a half-open connection: no byte until the read timeout,
-`watch_s` + 30 s) keeps `failures` at 0, so no failure says the cache is behind. `mark()` and `past(mark)` say when
-it is not: past a mark once a stream begun after it was ended by the server (its `timeoutSeconds`, with no error),
-having sent every change up to its end, a change written before the mark among them (short of a server whose
-watch cache lags by a whole stream). An event alone proves nothing: one written before the mark may arrive after
-it, and the stream stall next. The scheduler keeps a binding the bound-pod cache has not shown until it is past
-the binding's mark (`k8s_sched_reads`).
+**Caught up.** Nothing here says the cache holds a change written a moment ago. A watch that stalls without an
+error (a half-open connection: no byte until the read timeout, `watch_s` + 30 s) keeps `failures` at 0; an event
+proves nothing of the changes written before it but not sent yet, the stream may stall next; and a stream that
+ends with no error may have been closed early by a proxy, a load balancer or the API server, before the change
+was sent. (`mark()` and `past(mark)` used to count a stream begun after a write and ended with no error as having
+sent it: the scheduler dropped a binding the cache did not show, and bound another pod onto its GPUs.) A reader
+that must know reads the object back: the scheduler's bindings the bound-pod cache has not shown (`k8s_sched_reads`).
 
 **Change notification**, as client-go's ResourceEventHandler (OnAdd, OnUpdate, OnDelete): each handler given to
 `on_change(handler)` (or the constructor's `on_change=`) is called as `handler(event_type, old, new)` after each
@@ -126,7 +126,6 @@ class ListWatch:
         self.lists = 0        # lists made (the first, and one after each expiry or failure)
         self.failures = 0     # consecutive failures (0 while the watch is healthy)
         self.streams = 0      # watch streams begun
-        self.ended = 0        # the number (of `streams`) of the last one the server ended cleanly: `past`
 
     # ---- reader side ----------------------------------------------------------------------------------------
 
@@ -143,16 +142,6 @@ class ListWatch:
         """(generation, a copy of the items), consistent at one instant."""
         with self._lock:
             return self._generation, dict(self._items)
-
-    def mark(self) -> int:
-        """A point in the watch's life, now: what the API server has written by now, the cache holds once `past`
-        it (module docstring: caught up)."""
-        return self.streams
-
-    def past(self, mark: int) -> bool:
-        """Whether a stream begun after `mark` was ended by the server, having sent everything written before
-        `mark` (a half-open stream, a failed one, or one stopped, never is)."""
-        return self.ended > mark
 
     def on_change(self, handler: Change) -> ListWatch:
         """Call `handler(event_type, old, new)` after each change of the items from now on, after the handlers
@@ -225,8 +214,7 @@ class ListWatch:
     def _follow(self, version: str) -> str:
         """One watch from `version` until the server ends it; returns the last resourceVersion seen."""
         self._watch = w = k8s_watch.Watch()
-        self.streams += 1   # before the request: a `mark()` taken before it is older than the stream
-        stream = self.streams
+        self.streams += 1
         try:
             for event in w.stream(self.watch_fn, resource_version=version, allow_watch_bookmarks=True,
                                   timeout_seconds=max(int(self.watch_s), 1),
@@ -240,8 +228,6 @@ class ListWatch:
                     break
         finally:
             self._watch = None
-        if not self._stop.is_set():   # the server ended it (an error raises, a stall times out): caught up
-            self.ended = stream
         return version
 
     def _apply(self, kind: str, obj: Json) -> None:
