@@ -29,19 +29,26 @@ it is now; a relist is not, served from the API server's watch cache at `resourc
 if the pod is gone, on no node, finished, or another pod of its name (its uid, kept with the binding: a
 StatefulSet's replica created again), moved if on another node, kept if on its node (the cache will show it) or
 unreadable, as kube-scheduler keeps an assumed pod until its informer shows it (its assumed pods never expire:
-kubernetes#106361). Else a pod deleted before a pass saw it bound, or a binding of unknown outcome that failed
-after all, held its node's room (and hid the pod from the pending ones) for ever. Each such binding is read at most
-once per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a healthy watch shows a
+kubernetes#106361). Else a pod deleted before a pass saw it bound, or a binding of unknown outcome that failed after
+all, held its node's room (and hid the pod from the pending ones) for ever. Each such binding is read at most once
+per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a healthy watch shows a
 binding within moments, and only one it never shows (the pod deleted or finished before a pass saw it bound, a
-binding that failed after all) is read, once. A read that fails is tried once, not retried (a pass would sleep
-through the API wrapper's backoffs before binding anything), and counts as a read: the binding is kept, not read
-again within `assume_s`, and the others go first; it ends the reads for the pass (the API server may be failing them
-all, each within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s`, and holds back the
-others' reads by a pass each `assume_s`, not for good: M such pods, one failed read a pass, delay a good one's by M
-passes. A read the pass's read deadline leaves no time to try (`DeadlineExceeded`, no GET sent) is none: still due.
-Only `pending()` reads back, as the pass begins: a binding is never dropped mid-pass (`_bound`).
-Without a synced bound-pod watch the pass lists the bound pods itself (a consistent list, which shows every
-binding made), and an assumed binding only keeps the pod out of the pending ones, for `assume_s`.
+binding that failed after all) is read, once. A binding whose name a pending pod of another uid holds (the pod
+deleted and created again: a StatefulSet's replica, a Job pod of a fixed name) is read back at once, watch or none,
+not after `assume_s`: the new pod used to count as the one bound, left out of the pending ones (told nothing) and
+its predecessor's room held, until then. The bound cache is keyed by name too, and needs no uid: a name holds one
+pod at a time, and the watch reports the old one's deletion before the new one's binding. A read that fails is tried
+once, not retried (a pass would sleep through the API wrapper's backoffs before binding anything), and counts as a
+read: the binding is kept, not read again within `assume_s`, and the others go first; it ends the reads for the pass
+(the API server may be failing them all, each within its timeout). So a pod whose GET keeps failing costs one GET
+per `assume_s`, and holds back the others' reads by a pass each `assume_s`, not for good: M such pods, one failed
+read a pass, delay a good one's by M passes. A read the pass's read deadline leaves no time to try
+(`DeadlineExceeded`, no GET sent) is none: still due.
+
+Only `pending()` reads back, as the pass begins: a binding is never dropped mid-pass (`_bound`). Without a synced
+bound-pod watch the pass lists the bound pods itself (a consistent list, which shows every binding made), and an
+assumed binding only keeps the pod out of the pending ones, for `assume_s` (or until read back, once a pod of another
+uid holds its name).
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -314,8 +321,7 @@ class SchedulerReads:
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
         seen = self._cached("bound pods")   # the bound-pod watch may be ahead of the pending one
-        if seen is not None:
-            self._read_back_assumed(seen)
+        self._read_back_assumed(seen, {r["name"] for r in reqs if self._another(r)})
         assumed = self._live_assumed(seen)
         return sorted((r for r in reqs if r["name"] not in (seen or {}) and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
@@ -330,14 +336,22 @@ class SchedulerReads:
                          if (k not in seen if seen is not None else now - v.when < self.assume_s)}
         return {k: v.usage for k, v in self._assumed.items()}
 
-    def _read_back_assumed(self, seen: Mapping[str, Any]) -> None:
-        """Read back the bindings past `assume_s` that the bound cache `seen` does not show, each once per
-        `assume_s`, at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module
+    def _another(self, req: Json) -> bool:
+        """Whether pending pod `req` is another pod than the one of its name's assumed binding (both uids known): a
+        pod deleted and created again under the same name (module docstring)."""
+        assumed = self._assumed.get(req["name"])
+        return assumed is not None and bool(assumed.uid and req.get("uid")) and assumed.uid != req["uid"]
+
+    def _read_back_assumed(self, seen: Mapping[str, Any] | None, others: set[str]) -> None:
+        """Read back the bindings past `assume_s` that the bound cache `seen` does not show (None: no synced cache,
+        none), each once per `assume_s`, and at once those of a name `others` says another pod pending now holds
+        (never read yet), at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module
         docstring). One not tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them,
         and is due still."""
         now = self.clock()
-        due = sorted((v.checked, k) for k, v in self._assumed.items()
-                     if k not in seen and now - v.when >= self.assume_s and now - v.checked >= self.assume_s)
+        due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in (seen or {}) and (
+            k in others and v.checked == v.when
+            or seen is not None and now - v.when >= self.assume_s and now - v.checked >= self.assume_s))
         for _, key in due[:READ_BACKS]:
             if self.halted():
                 return
