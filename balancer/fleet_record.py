@@ -9,7 +9,8 @@ forecaster is configured: its rolling error (`rolling_error(service, horizon)`) 
 (`forecast_for(service, time, horizon)`), when it offers them. What only a capacity planner knows, GPUs on loan,
 the GPUs each service's forecast asks for and why it holds, is read from the planner state (`loaned_gpus`,
 `capacity_targets`, `capacity_holding`) when the planner keeps it there; the shrinks owed from its `shrunk` and
-`colocation.shrunk`. A failure while recording is logged and never stops the loop.
+`colocation.shrunk`. A held cycle (fail-static) records none of it: its forecast series go absent and the fleet reads
+unknown (`hold`). A failure while recording is logged and never stops the loop.
 """
 
 from __future__ import annotations
@@ -55,9 +56,20 @@ class FleetRecorder:
         except Exception:  # the gauges must never stop the controller
             log.exception("recording fleet metrics failed")
         try:   # apart: a fleet gauge that failed above must not leave the forecast's frozen too
-            self._forecast_series(snap, forecasts or {}, forecaster, horizon_s)
+            self._forecast_series(forecasts or {}, forecaster, horizon_s, snap.time)
         except Exception:
             log.exception("recording forecast metrics failed")
+
+    def hold(self, forecaster: Any, horizon_s: float) -> None:
+        """A held cycle (fail-static): no forecast and no fleet it read. Its forecast series are a cycle's without a
+        forecast (absent; the history still unread is the forecaster's to say), and the fleet's gauges read unknown
+        (`ControllerMetrics.fleet_unknown`): before, both kept the last planned cycle's values, a dashboard showing a
+        forecast and a fleet as current while the controller was blind. The waiting and owed clocks are kept."""
+        try:
+            self.metrics.fleet_unknown()
+            self._forecast_series({}, forecaster, horizon_s, 0.0)
+        except Exception:  # the gauges must never stop the controller
+            log.exception("clearing fleet metrics for a hold failed")
 
     def _owed(self, snap: ClusterSnapshot, state: Any, now: float) -> None:
         """Workers owed per cause, and how long the longest-owing job of each cause has owed them."""
@@ -69,11 +81,11 @@ class FleetRecorder:
             longest[cause] = max(longest.get(cause, 0.0), now - since)
         self.metrics.set_shrunk_workers({c: sum(jobs.values()) for c, jobs in owed.items()}, longest)
 
-    def _forecast_series(self, snap: ClusterSnapshot, forecasts: Mapping[str, Forecast], forecaster: Any,
-                         horizon_s: float) -> None:
-        """This cycle's forecasts, their rolling error, what was forecast for now and the fallbacks serving, for the
-        services forecast this cycle only: a cycle without a forecast (the forecaster failed, or is off) clears
-        them rather than leaving the last ones frozen, and a deleted service's series go."""
+    def _forecast_series(self, forecasts: Mapping[str, Forecast], forecaster: Any, horizon_s: float,
+                         now: float) -> None:
+        """This cycle's forecasts, their rolling error, what was forecast for `now` and the fallbacks serving, for the
+        services forecast this cycle only: a cycle without a forecast (the forecaster failed, or is off, or a hold)
+        clears them rather than leaving the last ones frozen, and a deleted service's series go."""
         label = horizon_label(horizon_s)
         self.metrics.set_forecast_demand({(name, f"{q:g}", label): f.window_max(q, 0.0, horizon_s)
                                           for name, f in forecasts.items() for q in f.quantiles})
@@ -89,4 +101,4 @@ class FleetRecorder:
         forecast_for = getattr(forecaster, "forecast_for", None)
         if forecast_for is not None:
             self.metrics.set_forecast_for_now({(name, f"{q:g}", label): v for name in forecasts
-                                               for q, v in forecast_for(name, snap.time, label).items()})
+                                               for q, v in forecast_for(name, now, label).items()})

@@ -32,8 +32,9 @@ goes into the safety ledger, at the time it was done, whatever ends the cycle af
 goes from leader to leader (`balancer.ledger_handover`). What its actions leave on the fleet the actuator keeps up or
 releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
 
-Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`). A failure
-while recording is logged and never stops the loop.
+Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`); a hold
+reports no forecast and the fleet unknown (`FleetRecorder.hold`). A failure while recording is logged and never stops
+the loop.
 """
 
 from __future__ import annotations
@@ -363,6 +364,7 @@ class Reconciler:
     def _hold(self, now: float, reason: str, message: str, exc_info: bool = False) -> CycleReport:
         self._break_streaks()
         self.metrics.set_fail_static(reason)
+        self.fleet.hold(self.forecaster, self.policy.forecast.horizon_s)   # no forecast, no fleet shown as current
         log.warning("fail-static (%s): holding still: %s", reason, message, exc_info=exc_info)
         self._audit(now, {"action": "hold", "target": "", "reason": message, "outcome": f"fail_static:{reason}",
                           "expected_gain": 0.0})

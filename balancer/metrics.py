@@ -238,6 +238,20 @@ class ControllerMetrics:
         self.set_shrunk_workers({})
         self.set_exclusions({})
 
+    def fleet_unknown(self) -> None:
+        """A held cycle (fail-static) plans on no reading: what planned cycles report of the fleet is not shown as if
+        current while the controller is blind. The capacity split and the waiting-job counts read NaN (unknown, as the
+        GPUs of unknown health during a hold); the capacity targets and hold reason, fragmentation and unallocatable
+        GPUs per model go absent (the forecast series go with the forecast: `FleetRecorder.hold`). What gputide owes
+        and holds back stays: a hold gives no worker back (`shrunk_workers`) and forgets no refusal (`exclusions`)."""
+        for cls in CAPACITY_CLASSES:
+            self.capacity.labels(cls).set(math.nan)
+        self.capacity_target.set_all({})
+        self.set_capacity_holding("")
+        self.set_fragmentation({})
+        for over in WAITING_OVER_S:
+            self.training_waiting.labels(over).set(math.nan)
+
     def follow_watch(self, resource: str, synced: Callable[[], bool], failures: Callable[[], int]) -> None:
         self.watches.follow(resource, synced, failures)
 
