@@ -265,7 +265,7 @@ def test_the_scheduler_overlay_runs_gputide_schedule_locked_down_as_its_own_serv
     assert netpol["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
     assert [p["port"] for r in netpol["spec"]["ingress"] for p in r["ports"]] == [9837]   # in: metrics only
     # out: DNS, the API server, and Prometheus on the port of the URL it is given
-    assert {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {53, 443, 6443, 9090}
+    assert {p["port"] for r in netpol["spec"]["egress"] for p in r["ports"]} == {53, 443, 6443, 8443, 9090}
     controller = one("base", "Deployment", "gputide-controller")["spec"]["template"]["spec"]["containers"][0]
     assert f"--prometheus={parsed.prometheus}" in controller["args"]     # the controller's Prometheus
     assert parsed.prometheus.rsplit(":", 1)[1] == "9090"
@@ -345,3 +345,16 @@ def test_capacity_overlay_mounts_valid_profiles_and_builds_the_capacity_planner(
     args = [a for a in args if a != "--leader-elect"]  # no API server here: plan without the Lease
     reconciler = build_reconciler(build_parser().parse_args([*args, "--dry-run"]), ControllerMetrics())
     assert reconciler.policy.capacity.enabled and list(reconciler.planner.profiles) == ["llm-chat"]
+
+
+API_SERVER_PORTS = {443, 6443, 8443}   # after the kubernetes Service's DNAT: managed clouds, kubeadm/kind/k3s, minikube
+
+
+@pytest.mark.parametrize("overlay,name", [("base", "gputide-controller"), ("overlays/scheduler", "gputide-scheduler"),
+                                          ("overlays/power-cap", "gputide-exporter")])
+def test_every_pod_that_talks_to_the_api_server_may_reach_it_on_each_of_its_usual_ports(overlay: str, name: str) -> None:
+    """A NetworkPolicy matches egress on the API server's own port (after DNAT), which differs between clusters: a
+    policy that allowed 443 and 6443 only cut the controller off from minikube's API server (8443)."""
+    policy = one(overlay, "NetworkPolicy", name)["spec"]
+    allowed = {p["port"] for rule in policy["egress"] for p in rule["ports"] if p.get("protocol", "TCP") == "TCP"}
+    assert allowed >= API_SERVER_PORTS
