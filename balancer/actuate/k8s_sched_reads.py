@@ -47,8 +47,11 @@ read a pass, delay a good one's by M passes. A read the pass's read deadline lea
 
 Only `pending()` reads back, as the pass begins: a binding is never dropped mid-pass (`_bound`). Without a synced
 bound-pod watch the pass lists the bound pods itself (a consistent list, which shows every binding made), and an
-assumed binding only keeps the pod out of the pending ones, for `assume_s` (or until read back, once a pod of another
-uid holds its name).
+assumed binding, not counted again, only keeps the pod out of the pending ones (whose cache may lag). Without
+watches (`watch=False`) it does so for `assume_s` (or until read back, once a pod of another uid holds its name):
+every pass lists consistently, and no cache is ever read. With a bound-pod watch that has not synced yet (its first
+list failing), it is kept and read back as above, not dropped by time: it used to be, the watch then synced from a
+list served at `resourceVersion=0` (which may lag) that lacked it, and the next pass bound another pod onto its GPUs.
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -327,14 +330,23 @@ class SchedulerReads:
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
 
     def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, Usage]:
-        """Bindings not yet in the bound cache `seen` (None: the pass lists the bound pods itself, consistently,
-        and a binding is dropped after `assume_s`). Dropped once seen there, else only by `_read_back_assumed` (the
-        module docstring): no end of the watch's streams proves the cache would show the binding, and dropped the
-        pod's GPUs would look free to the next pod."""
-        now = self.clock()
-        self._assumed = {k: v for k, v in self._assumed.items()
-                         if (k not in seen if seen is not None else now - v.when < self.assume_s)}
+        """Bindings not yet in the bound cache `seen` (None: not synced, or no bound-pod watch at all). Without that
+        watch (`watch=False`) a binding is dropped after `assume_s`: every pass lists the bound pods consistently,
+        and no cache is ever read. With it, synced or not yet, a binding is dropped once seen there, else only by
+        `_read_back_assumed` (the module docstring): no end of the watch's streams proves the cache would show it,
+        nor would a first list (served at `resourceVersion=0`, which may lag), and dropped the pod's GPUs would look
+        free to the next pod."""
+        if self._bound_watched:
+            self._assumed = {k: v for k, v in self._assumed.items() if k not in (seen or {})}
+        else:
+            now = self.clock()
+            self._assumed = {k: v for k, v in self._assumed.items() if now - v.when < self.assume_s}
         return {k: v.usage for k, v in self._assumed.items()}
+
+    @property
+    def _bound_watched(self) -> bool:
+        """Whether a bound-pod watch is configured (`watch=True`), synced or not."""
+        return "bound pods" in self.watches
 
     def _another(self, req: Json) -> bool:
         """Whether pending pod `req` is another pod than the one of its name's assumed binding (both uids known): a
@@ -343,15 +355,15 @@ class SchedulerReads:
         return assumed is not None and bool(assumed.uid and req.get("uid")) and assumed.uid != req["uid"]
 
     def _read_back_assumed(self, seen: Mapping[str, Any] | None, others: set[str]) -> None:
-        """Read back the bindings past `assume_s` that the bound cache `seen` does not show (None: no synced cache,
-        none), each once per `assume_s`, and at once those of a name `others` says another pod pending now holds
-        (never read yet), at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module
-        docstring). One not tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them,
-        and is due still."""
+        """Read back the bindings past `assume_s` that the bound cache `seen` (None: not synced yet) does not show
+        (without a bound-pod watch, none: `_live_assumed` drops them), each once per `assume_s`, and at once those of
+        a name `others` says another pod pending now holds (never read yet), at most `READ_BACKS`, a failed read
+        counting as one and ending them for the pass (module docstring). One not tried, the pass's read deadline too
+        near (`DeadlineExceeded`), is no read: it ends them, and is due still."""
         now = self.clock()
         due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in (seen or {}) and (
             k in others and v.checked == v.when
-            or seen is not None and now - v.when >= self.assume_s and now - v.checked >= self.assume_s))
+            or self._bound_watched and now - v.when >= self.assume_s and now - v.checked >= self.assume_s))
         for _, key in due[:READ_BACKS]:
             if self.halted():
                 return

@@ -1,8 +1,8 @@
 """A binding whose outcome is unknown (every try unanswered, and the pod unreadable: `bind_unsure`) is assumed on the
 node asked for, as a binding made: the next pass neither offers its GPUs to another pod nor places the pod again,
-until the bound-pod cache shows where it is or has caught up since without it. Before, it counted on its node for
-its own pass only, and the next pass bound another pod onto the same GPUs whenever the cache had not shown it yet
-(audit a1: test_probe_unsure.py). Against the fake API server, with watches."""
+until the bound-pod cache shows where it is, or the pod read back past `assume_s` is on no node. Before, it counted
+on its node for its own pass only, and the next pass bound another pod onto the same GPUs whenever the cache had not
+shown it yet (audit a1: test_probe_unsure.py). Against the fake API server, with watches."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_a_binding_of_unknown_outcome_holds_its_node_in_the_next_pass(kube: Fake
         sched.close()
 
 
-def test_a_binding_of_unknown_outcome_that_failed_is_tried_again_once_the_cache_has_caught_up(
+def test_a_binding_of_unknown_outcome_that_failed_is_tried_again_once_read_back_on_no_node(
         kube: FakeKube, api, clock) -> None:
     sched = watching(kube, api, clock)
     try:
@@ -68,7 +68,7 @@ def test_a_binding_of_unknown_outcome_that_failed_is_tried_again_once_the_cache_
             fault.remaining = 0
         assert sched.pending() == []   # assumed on a: not placed again yet
         clock.advance(sched.assume_s)
-        eventually(lambda: [r["pod"] for r in sched.pending()] == ["big"])   # the cache caught up without it
+        eventually(lambda: [r["pod"] for r in sched.pending()] == ["big"])   # read back past assume_s: on no node
         assert sched.schedule_once() == {"default/big": "a"}
     finally:
         sched.close()
