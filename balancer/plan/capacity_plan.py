@@ -8,14 +8,18 @@ moves the rest of the GPUs to elastic training:
   ``[now, now + warm-up + margin]``, so a replica started now is warm before the demand it is for arrives: the
   scale-up happens at least the warm-up lead time ahead of the rise. It also covers the demand observed now
   (a burst the forecast missed), so the predictive floor never sits below what a reactive HPA would ask for.
-* **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan
-  horizon (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart
-  and buys nothing. A loan is of replicas that hold GPUs: replicas asked but pending hold none, so they count
-  neither towards its dead band nor in the GPU-hours it gives training (counted, a scale-down of pending replicas
-  alone passed for a loan that freed no GPU). Pending replicas the reclaim rule does not need are dropped, with
-  the same hold and dead band, as a change of their own ("drop N pending replicas"), not a loan. A loan's reason
-  names what set its target: the loan quantile, the keep quantile (with the reclaim headroom, or the burst floor),
-  the demand now, the reclaim quantile, or the cap.
+* **Loan only what stays idle.** A service gives replicas away only when the forecast over the whole loan horizon
+  (default 2 h) leaves them idle: a loan that would be reclaimed minutes later costs a training restart and buys
+  nothing. A loan is of replicas that hold GPUs: replicas asked but pending hold none, so they count neither towards
+  its dead band nor in the GPU-hours it gives training (counted, a scale-down of pending replicas alone passed for a
+  loan that freed no GPU). Pending replicas are never dropped on their own: gputide asks only for replicas it frees
+  GPUs for, so those still pending a hold after its last change are an HPA's or an operator's ask, or wait on a
+  placement it cannot see, and it cannot tell which. Dropped, an HPA's stayed (gputide writes only its minReplicas,
+  which the drop raised past the operator's), the drop claimed their GPU-hours every hold, the idle GPUs they waited
+  for went to training, and one below what the keep rule keeps was asked back within the horizon. They are held (no
+  GPU freed for them, idle GPUs kept for them a warm-up); a loan drops them with the replicas it sheds (a Deployment
+  deletes pending pods first). A loan's reason names what set its target: the loan quantile, the keep quantile (with
+  the reclaim headroom, or the burst floor), the demand now, the reclaim quantile, or the cap.
 * **Burst floor learned from the past.** The forecast misses bursts (a client's batch job, a retry storm): a
   service never sits below the demand now times ``1 + burst``, where ``burst`` is the largest relative rise the
   demand made within one warm-up lead over the trailing window (`rise_allowance`; with n exchangeable past
@@ -73,16 +77,16 @@ moves the rest of the GPUs to elastic training:
 
 Everything here is pure: `plan_capacity(view, forecasts, policy, state)` returns the actions, the capacity split
 and the per-service GPU targets (for the `gputide_capacity_gpus{class}` and `gputide_capacity_target_gpus{service}`
-gauges) and the next hysteresis state. `balancer.plan.capacity.view_from_snapshot` derives the view from a `ClusterSnapshot`.
-The GPU moves the replica targets imply (cheapest preemption, loans to training, restart pricing) are worked out by
-`balancer.plan.capacity_pools.apply_targets`, shared with the baselines and re-exported here.
+gauges) and the next hysteresis state. `balancer.plan.capacity.view_from_snapshot` derives the view from a
+`ClusterSnapshot`. The GPU moves the replica targets imply (cheapest preemption, loans to training, restart
+pricing) are worked out by `balancer.plan.capacity_pools.apply_targets`, shared with the baselines and re-exported
+here.
 
 Expected gains, in one unit per action type: a scale-up's gain is the SLO-safe capacity (req/s) it adds,
 ``(target - replicas) x rps_per_replica`` (never zero, so the safety guard's minimum gain cannot veto the
 headroom a reclaim is for); a loan's gain, and a training growth's, is the A100-equivalent GPU-hours it
-gives training over the loan horizon (a loan's: of the replicas it sheds that hold GPUs); a drop of pending replicas
-alone, the GPU-hours they would take from training over the loan horizon once placed (the scheduler gives them the
-next GPUs of their models that empty); a training shrink carries the gain of the scale-up it makes room for.
+gives training over the loan horizon (a loan's: of the replicas it sheds that hold GPUs); a training shrink carries
+the gain of the scale-up it makes room for.
 """
 
 from __future__ import annotations
@@ -241,30 +245,43 @@ def emergency_step(s: ServiceView, policy: CapacityPolicy, unhonoured: Mapping[s
     return min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)), p.max_replicas), []
 
 
-def loan_basis(s: ServiceView, policy: CapacityPolicy, down: int, cap: int, *, loan: tuple[int, float],
-               keep: tuple[int, int, float], up: tuple[int, int, float, float]) -> str:
-    """What set a loan's target `down` (`plan_capacity`: the keep rule's need, at most `cap`, or the reclaim rule's
-    when larger), for its reason: the loan quantile (`loan`: replicas, peak req/s), the keep quantile with the reclaim
-    headroom or with the burst floor (`keep`: the two replicas, peak), the demand now with its burst floor or the
-    reclaim quantile over the reclaim lead (`up`: the two replicas, peak, window s), or the cap. Loans are made calm
-    (no rise, no latency pressure): the demand now's need is its burst floor alone (no ramp, surge or step)."""
+def keep_terms(s: ServiceView, policy: CapacityPolicy, *, loan: tuple[int, float],
+               keep: tuple[int, int, float]) -> list[tuple[int, str]]:
+    """The needs the keep rule takes the largest of (`plan_capacity`), each with what a loan's reason says when it
+    sets the target: the loan quantile (`loan`: replicas, peak req/s) and the keep quantile with the reclaim headroom
+    or with the burst floor (`keep`: the two replicas, peak req/s)."""
     hours = policy.loan_horizon_s / 3600
+    kept = f"keeps what p{round(policy.keep_quantile * 100)} demand ({keep[2]:.0f} req/s within {hours:.1f} h) needs"
+    return [(loan[0], f"p{round(policy.quantile * 100)} demand stays below {loan[1]:.0f} req/s for {hours:.1f} h"),
+            (keep[0], f"{kept} with the reclaim headroom"), (keep[1], f"{kept} with its {s.burst:.0%} burst floor")]
+
+
+def up_terms(s: ServiceView, policy: CapacityPolicy, *, now: int,
+             lead: tuple[int, float, float]) -> list[tuple[int, str]]:
+    """The needs the reclaim rule takes the largest of, as `keep_terms`: the demand now with its burst floor (`now`)
+    and the reclaim quantile over the reclaim lead (`lead`: replicas, peak req/s, window s). Loans are made calm (no
+    rise, no latency pressure): the demand now's need is its burst floor alone (no ramp, surge or step)."""
+    return [(now, f"keeps what demand now ({s.demand_rps:.0f} req/s) needs with its {s.burst:.0%} burst floor"),
+            (lead[0], f"keeps what p{round(policy.reclaim_quantile * 100)} demand ({lead[1]:.0f} req/s within "
+                      f"{lead[2] / 60:.0f} min) needs")]
+
+
+def top(terms: Sequence[tuple[int, str]]) -> tuple[int, str]:
+    """The largest need of `terms` with its label (the first of equals)."""
+    return max(terms, key=lambda t: t[0])
+
+
+def loan_basis(s: ServiceView, policy: CapacityPolicy, down: int, cap: int, *, keep: tuple[int, str],
+               up: tuple[int, str]) -> str:
+    """What set a loan's target `down`, for its reason: a loan sheds a replica at least, so `down` is the keep rule's
+    need at most `cap` (`keep`: `top` of `keep_terms`) or the reclaim rule's (`up`: `top` of `up_terms`, at most
+    `cap`) when larger; the label of the one it is, or the cap's when the cap cut it."""
+    need, why = keep if min(keep[0], cap) == down else up
+    if need <= cap:
+        return why
     p = s.profile
-    keeps = [(loan[0], f"p{round(policy.quantile * 100)} demand stays below {loan[1]:.0f} req/s for {hours:.1f} h"),
-             (keep[0], f"keeps what p{round(policy.keep_quantile * 100)} demand ({keep[2]:.0f} req/s within "
-                       f"{hours:.1f} h) needs with the reclaim headroom"),
-             (keep[1], f"keeps what p{round(policy.keep_quantile * 100)} demand ({keep[2]:.0f} req/s within "
-                       f"{hours:.1f} h) needs with its {s.burst:.0%} burst floor")]
-    ups = [(up[0], f"keeps what demand now ({s.demand_rps:.0f} req/s) needs with its {s.burst:.0%} burst floor"),
-           (up[1], f"keeps what p{round(policy.reclaim_quantile * 100)} demand ({up[2]:.0f} req/s within "
-                   f"{up[3] / 60:.0f} min) needs")]
-    capped = (f"keeps its cap, {cap} replicas (home allotment {p.home_replicas} with the {policy.home_margin:.0%} "
-              "margin, or what demand now needs)" if p.home_replicas else f"keeps its maxReplicas, {cap}")
-    for needs in (keeps, ups):
-        top = max(n for n, _ in needs)
-        if min(top, cap) == down:
-            return next(t for n, t in needs if n == top) if top <= cap else capped
-    return f"keeps {down} replicas"
+    return (f"keeps its cap, {cap} replicas (home allotment {p.home_replicas} with the {policy.home_margin:.0%} "
+            "margin, or what demand now needs)" if p.home_replicas else f"keeps its maxReplicas, {cap}")
 
 
 def pending_beside_idle(view: CapacityView, state: CapacityState) -> dict[str, float]:
@@ -347,8 +364,8 @@ def plan_capacity(
         # roll that job back)
         window = lead + checkpoint_reclaim_s(view, p.models, periods)
         peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, window)
-        up_need = max(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom))
-        up_need = min(up_need, cap)
+        lead_need = replicas_for(peak_lead, p, policy.reclaim_headroom)
+        up_need = min(max(now_need, lead_need), cap)
         target = asked
         if up_need > s.replicas:  # more than the replicas holding GPUs: keep what was asked, or ask more
             target = max(up_need, asked)
@@ -367,20 +384,20 @@ def plan_capacity(
             # the reclaim's headroom, and the burst floor on it (the floor scales with the demand: a loan sized at
             # today's floor was taken back as soon as demand rose along its forecast)
             peak_keep = level * forecast_peak(fc, policy.keep_quantile, view.time, max(policy.loan_horizon_s, lead))
-            keep_q = replicas_for(peak_keep, p, policy.reclaim_headroom)
-            keep_b = replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom)
-            keep_need = max(loan_need, keep_q, keep_b)
+            keep = top(keep_terms(s, policy, loan=(loan_need, peak_loan), keep=(
+                replicas_for(peak_keep, p, policy.reclaim_headroom),
+                replicas_for(peak_keep * (1.0 + s.burst), p, policy.headroom), peak_keep)))
             # what it keeps is speculative, capped at the home allotment as every such part is (`cap`); and a loan
             # never grows the service: never above the replicas holding GPUs, though more are asked (pending ones
             # wait for GPUs a loan must not take from training)
-            down_need = min(max(up_need, min(keep_need, cap)), s.replicas)
-            band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas))
+            down_need = min(max(up_need, min(keep[0], cap)), s.replicas)
+            # a loan gives training the GPUs of the replicas it sheds that hold them, one at least: pending ones (asked
+            # above `replicas`) hold none, so they count neither towards the dead band nor in the GPU-hours it gives,
+            # and are never dropped alone (the module docstring: they may be an HPA's ask, which stays)
+            band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas), 1)
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
-            ready = held >= policy.min_hold_s and calm
-            # a loan gives training the GPUs of the replicas it sheds that hold them: pending ones (asked above
-            # `replicas`) hold none, so they count neither towards the dead band nor in the GPU-hours it gives
-            lend = ready and s.replicas - down_need >= band
+            lend = s.replicas - down_need >= band and held >= policy.min_hold_s and calm
             foreign = foreign_models(s) if lend else []
             if foreign:  # a loan of GPUs its profile does not allow is one-way
                 notes.append(f"{p.name}: lends nothing: its replicas hold {', '.join(foreign)} GPUs, which its "
@@ -389,19 +406,10 @@ def plan_capacity(
             elif lend:
                 target = down_need
                 reasons[p.name] = "loan to training: " + loan_basis(
-                    s, policy, down_need, cap, loan=(loan_need, peak_loan),
-                    keep=(keep_q, keep_b, peak_keep),
-                    up=(now_need, replicas_for(peak_lead, p, policy.reclaim_headroom), peak_lead, window),
+                    s, policy, down_need, cap, keep=keep,
+                    up=top(up_terms(s, policy, now=now_need, lead=(lead_need, peak_lead, window))),
                 ) + (f"; drops its {asked - s.replicas} pending replicas" if asked > s.replicas else "")
                 gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
-            if target == asked and ready and asked - s.replicas >= band:
-                # replicas asked but pending the forecast does not need: the ask goes (a Deployment deletes pending
-                # pods first, so nothing running stops), but it lends no GPU
-                target = s.replicas
-                reasons[p.name] = (f"drop {asked - s.replicas} pending replicas: the {s.replicas} holding GPUs cover "
-                                   f"demand now and p{round(policy.reclaim_quantile * 100)} demand within "
-                                   f"{window / 60:.0f} min; nothing lent (pending replicas hold no GPU)")
-                gains[p.name] = (asked - s.replicas) * p.gpus_per_replica * hours
         new[p.name] = target
         if p.name not in reasons:
             reasons[p.name] = "hold"
