@@ -31,19 +31,22 @@ StatefulSet's replica created again), moved if on another node, kept if on its n
 unreadable, as kube-scheduler keeps an assumed pod until its informer shows it (its assumed pods never expire:
 kubernetes#106361). Else a pod deleted before a pass saw it bound, or a binding of unknown outcome that failed after
 all, held its node's room (and hid the pod from the pending ones) for ever. Each such binding is read at most once
-per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a healthy watch shows a
-binding within moments, and only one it never shows (the pod deleted or finished before a pass saw it bound, a
-binding that failed after all) is read, once. A binding whose name a pending pod of another uid holds (the pod
-deleted and created again: a StatefulSet's replica, a Job pod of a fixed name) is read back at once, watch or none,
-not after `assume_s`: the new pod used to count as the one bound, left out of the pending ones (told nothing) and
-its predecessor's room held, until then. The bound cache is keyed by name too, and needs no uid: a name holds one
-pod at a time, and the watch reports the old one's deletion before the new one's binding. A read that fails is tried
-once, not retried (a pass would sleep through the API wrapper's backoffs before binding anything), and counts as a
-read: the binding is kept, not read again within `assume_s`, and the others go first; it ends the reads for the pass
-(the API server may be failing them all, each within its timeout). So a pod whose GET keeps failing costs one GET
-per `assume_s`, and holds back the others' reads by a pass each `assume_s`, not for good: M such pods, one failed
-read a pass, delay a good one's by M passes. A read the pass's read deadline leaves no time to try
-(`DeadlineExceeded`, no GET sent) is none: still due.
+per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a synced healthy watch shows a
+binding within moments, so one it never shows (the pod deleted or finished before a pass saw it bound, a binding that
+failed after all) is read once, and dropped. Until the watch first syncs it shows none, and a binding kept is read again
+each `assume_s` (below). A binding whose name a pending pod of another uid holds (the pod deleted and created again: a
+StatefulSet's replica, a Job pod of a fixed name) is read back at once, before those due, watch or none, not after
+`assume_s`: the new pod used to count as the one bound, left out of the pending ones (told nothing) and its
+predecessor's room held, until then. It is read once for that pod (`Assumed.read_for`, its uid), not while `checked`
+equals the binding's time, as it was: with a clock that had not moved since the binding (or a read failing in that
+instant) it was read every pass, and once read for any cause (every binding kept while the watch has not synced is)
+never at once again. The bound cache is keyed by name too, and needs no uid: a name holds one pod at a time, and the
+watch reports the old one's deletion before the new one's binding. A read that fails is tried once, not retried (a pass
+would sleep through the API wrapper's backoffs before binding anything), and counts as a read: the binding is kept, not
+read again within `assume_s`, and the others go first; it ends the reads for the pass (the API server may be failing
+them all, each within its timeout). So a pod whose GET keeps failing costs one GET per `assume_s`, and holds back the
+others' reads by a pass each `assume_s`, not for good: M such pods, one failed read a pass, delay a good one's by M
+passes. A read the pass's read deadline leaves no time to try (`DeadlineExceeded`, no GET sent) is none: still due.
 
 Only `pending()` reads back, as the pass begins: a binding is never dropped mid-pass (`_bound`). Without a synced
 bound-pod watch the pass lists the bound pods itself (a consistent list, which shows every binding made), and an
@@ -52,6 +55,12 @@ watches (`watch=False`) it does so for `assume_s` (or until read back, once a po
 every pass lists consistently, and no cache is ever read. With a bound-pod watch that has not synced yet (its first
 list failing), it is kept and read back as above, not dropped by time: it used to be, the watch then synced from a
 list served at `resourceVersion=0` (which may lag) that lacked it, and the next pass bound another pod onto its GPUs.
+Kept so, each binding was read again by GET every `assume_s` until the watch synced, and those reads share
+`READ_BACKS` a pass: N of them held a failed binding's read (its pod offered again) back by N/`READ_BACKS` passes.
+Now the pass's own consistent list is that read (`_listed_assumed`): a binding it shows (the pod of its uid, on its
+node) counts as read when listed, no GET spent, and only those it does not show (failed, gone, moved), or not listed
+within `assume_s` (no pass with pending pods), are read back. It stays assumed all the same: the watch, once synced,
+may lag behind the list.
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -112,7 +121,8 @@ class Assumed(NamedTuple):
     when: float     # when it was made
     usage: Usage    # what the pod takes on its node (`pod_usage`)
     uid: str        # the pod's (unknown: "")
-    checked: float  # when it was made or last read back, or tried to be (`read_back`)
+    checked: float  # when it was made or last read back, or tried to be (`read_back`), or listed on its node
+    read_for: str = ""   # the uid of the pending pod of its name it was last read (or tried) for ("": none)
 
 
 def read_back(assumed: Assumed, pod: Json | None, now: float) -> Assumed | None:
@@ -324,7 +334,7 @@ class SchedulerReads:
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
         seen = self._cached("bound pods")   # the bound-pod watch may be ahead of the pending one
-        self._read_back_assumed(seen, {r["name"] for r in reqs if self._another(r)})
+        self._read_back_assumed(seen, {r["name"]: r["uid"] for r in reqs if self._another(r)})
         assumed = self._live_assumed(seen)
         return sorted((r for r in reqs if r["name"] not in (seen or {}) and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
@@ -354,17 +364,17 @@ class SchedulerReads:
         assumed = self._assumed.get(req["name"])
         return assumed is not None and bool(assumed.uid and req.get("uid")) and assumed.uid != req["uid"]
 
-    def _read_back_assumed(self, seen: Mapping[str, Any] | None, others: set[str]) -> None:
+    def _read_back_assumed(self, seen: Mapping[str, Any] | None, others: Mapping[str, str]) -> None:
         """Read back the bindings past `assume_s` that the bound cache `seen` (None: not synced yet) does not show
-        (without a bound-pod watch, none: `_live_assumed` drops them), each once per `assume_s`, and at once those of
-        a name `others` says another pod pending now holds (never read yet), at most `READ_BACKS`, a failed read
-        counting as one and ending them for the pass (module docstring). One not tried, the pass's read deadline too
-        near (`DeadlineExceeded`), is no read: it ends them, and is due still."""
+        (without a bound-pod watch, none: `_live_assumed` drops them), each once per `assume_s`, and first, at once,
+        those of a name that another pod pending now holds (`others`: name -> its uid), once for that pod (`read_for`),
+        at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module docstring). One not
+        tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them, and is due still."""
         now = self.clock()
-        due = sorted((v.checked, k) for k, v in self._assumed.items() if k not in (seen or {}) and (
-            k in others and v.checked == v.when
-            or self._bound_watched and now - v.when >= self.assume_s and now - v.checked >= self.assume_s))
-        for _, key in due[:READ_BACKS]:
+        at_once = {k for k, v in self._assumed.items() if k in others and v.read_for != others[k]}
+        due = sorted((k not in at_once, v.checked, k) for k, v in self._assumed.items() if k not in (seen or {}) and (
+            k in at_once or self._bound_watched and now - v.when >= self.assume_s and now - v.checked >= self.assume_s))
+        for _, _, key in due[:READ_BACKS]:
             if self.halted():
                 return
             namespace, name = key.split("/", 1)
@@ -378,14 +388,24 @@ class SchedulerReads:
                 return
             except ActuationError as err:   # kept, read again after `assume_s`: the API server may answer then
                 log.warning("scheduler %s: cannot read back %s, assumed still: %s", self.scheduler_name, key, err)
-                self._assumed[key] = self._assumed[key]._replace(checked=now)
+                self._assumed[key] = self._assumed[key]._replace(checked=now, read_for=others.get(key, ""))
                 return
             if (kept := read_back(self._assumed[key], pod, now)) is None:
                 log.info("scheduler %s: %s no longer holds %s's room: assumed no more", self.scheduler_name, key,
                          self._assumed[key].usage.node)
                 del self._assumed[key]
             else:
-                self._assumed[key] = kept
+                self._assumed[key] = kept._replace(read_for=others.get(key, ""))
+
+    def _listed_assumed(self, listed: list[Usage], uids: Mapping[str, str]) -> None:
+        """The bound pods a pass listed itself (consistently, `uids`: pod -> its uid) count as a read of each binding
+        they show (the pod of its uid, on its node): read now, no GET spent on it (module docstring). It stays
+        assumed: the bound cache, once synced, may not show it yet."""
+        now = self.clock()
+        for u in listed:
+            v = self._assumed.get(u.key)
+            if v is not None and v.usage.node == u.node and (not v.uid or uids.get(u.key) in ("", v.uid)):
+                self._assumed[u.key] = v._replace(checked=now)
 
     def nodes_view(self) -> list[Json]:
         """Per node, by name: capacity, what bound (and assumed) pods and live reservations use, labels, taints."""
@@ -415,9 +435,17 @@ class SchedulerReads:
         20,000 unchanged pods). The cache's items summed are the pass's (`_bound`)."""
         items = self._pass_bound = self._cached("bound pods")
         if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
+            uids: dict[str, str] = {}
+
+            def usage_of(pod: Json) -> Usage:
+                u = pod_usage(pod)
+                uids[u.key] = (pod.get("metadata") or {}).get("uid") or ""
+                return u
+
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
-                                   pod_usage, field_selector=BOUND)
+                                   usage_of, field_selector=BOUND)
             self._listed_bound = usage
+            self._listed_assumed(usage, uids)
             return sum_usage(usage), False
         generation = self._snapshots["bound pods"][0]
         if self._usage_memo is None or self._usage_memo[0] != generation:

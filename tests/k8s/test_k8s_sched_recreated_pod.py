@@ -36,3 +36,22 @@ def test_an_assumed_binding_is_not_read_back_early_for_its_own_pod(
     for _ in range(3):
         assert pending(sched) == []
     assert len(kube.calls("GET", POD_GET)) == reads and list(sched._assumed) == ["default/web-0"]
+
+
+def test_a_failed_read_for_a_pod_created_again_is_not_repeated_while_the_clock_stands(
+        kube: FakeKube, clock, scheduler) -> None:  # noqa: F811
+    """Read at once, once: for the new pod's uid, not while the binding's read time equals its own (a clock that has
+    not moved since the binding, a read that failed in that instant). Before, the failed GET was sent every pass."""
+    sched = scheduler()
+    waiting(kube, sched, ["web-0"], 8)
+    unsure(kube, sched, "web-0")
+    kube.delete("pods", "web-0", "default")
+    kube.add(pod("web-0", gpus=8, scheduler="gputide", phase="Pending"))
+    eventually(lambda: "default/web-0" in {r["name"] for r in sched._items(
+        "pending pods", "list pending pods", sched.api.core.list_pod_for_all_namespaces, lambda r: r)[0]
+        if sched._another(r)})
+    kube.inject("GET", POD_GET, 500, count=100)
+    reads = len(kube.calls("GET", POD_GET))
+    for _ in range(3):   # the clock never moves
+        assert pending(sched) == []
+    assert len(kube.calls("GET", POD_GET)) == reads + 1 and list(sched._assumed) == ["default/web-0"]

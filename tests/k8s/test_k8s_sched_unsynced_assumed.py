@@ -3,13 +3,15 @@ the watch may then sync from a list served from the API server's watch cache (`r
 that lacks it. Before, past `assume_s` it was dropped with no read (audit a2: test_a2_unsynced.py), its GPUs looked
 free once the watch synced, and the next pass bound another pod onto them. Now it is kept and read back by GET past
 `assume_s`, as with a synced watch: kept on its node, dropped (the pod offered again) when the pod is on no node.
-Meanwhile the pass's own consistent list counts its room, once. Against the fake API server, with watches."""
+Meanwhile the pass's own consistent list counts its room, once, and counts as its read: no GET is spent on a binding
+it shows, so a failed one's read no longer waits behind theirs (audit a3), nor does a pod created again under a
+binding's name. Against the fake API server, with watches."""
 
 from __future__ import annotations
 
-from fakeapi import FakeKube, node
+from fakeapi import FakeKube, node, pod
 from kubernetes.client.exceptions import ApiException
-from test_k8s_sched_cut_watch import first, pending, unsure, waiting
+from test_k8s_sched_cut_watch import POD_GET, first, pending, unsure, waiting
 from test_k8s_watch import eventually
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
@@ -85,5 +87,71 @@ def test_a_binding_that_failed_before_the_watch_synced_is_placed_again(kube: Fak
         clock.advance(sched.assume_s)
         assert pending(sched) == ["big"] and not sched.watches["bound pods"].synced   # read back: on no node
         assert sched.schedule_once() == {"default/big": "a"}
+    finally:
+        sched.close()
+
+
+def test_bindings_the_pass_lists_are_not_read_back_so_a_failed_one_is_placed_again_at_once(
+        kube: FakeKube, api, clock) -> None:
+    """25 bindings kept, unsynced: the passes' own lists show them, so past `assume_s` only the failed one is read.
+    Before, all 26 were due, 10 a pass, the failed one (made last) behind the others: placed passes later."""
+    sched, _ = unsynced(kube, api, clock, gpus=64, hidden="nothing")
+    try:
+        names = [f"p{i:02d}" for i in range(25)]
+        waiting(kube, sched, names, 1)
+        assert sched.schedule_once() == {f"default/{n}": "a" for n in names}
+        clock.advance(1)
+        waiting(kube, sched, ["zz"], 8)
+        unsure(kube, sched, "zz")   # assumed on a, though not bound
+        waiting(kube, sched, ["huge"], 100)   # fits nowhere: every pass lists the nodes and bound pods
+        clock.advance(sched.assume_s / 2)
+        assert sched.schedule_once() == {"default/huge": None}   # lists the 25 bound: read now
+        clock.advance(sched.assume_s / 2)
+        gets = len(kube.calls("GET", POD_GET))
+        assert sched.schedule_once() == {"default/huge": None, "default/zz": "a"}
+        assert len(kube.calls("GET", POD_GET)) == gets + 1 and not sched.watches["bound pods"].synced
+        assert set(sched._assumed) == {f"default/{n}" for n in [*names, "zz"]}   # kept: the cache may lag
+    finally:
+        sched.close()
+
+
+def created_again(kube: FakeKube, sched, name: str) -> None:
+    """Pod `name` deleted and created again, pending, once the pending cache shows the new one."""
+    kube.delete("pods", name, "default")
+    kube.add(pod(name, gpus=8, scheduler="gputide", phase="Pending"))
+    eventually(lambda: any(r["name"] == f"default/{name}" and sched._another(r) for r in sched._items(
+        "pending pods", "list pending pods", sched.api.core.list_pod_for_all_namespaces, lambda r: r)[0]))
+
+
+def test_a_pod_created_again_is_read_back_before_the_due_bindings(kube: FakeKube, api, clock) -> None:
+    """25 bindings due (no pass listed them), a pod created again under another's name: its read goes first.
+    Before, it sorted behind them (read longest ago first) and waited 3 passes."""
+    sched, _ = unsynced(kube, api, clock, gpus=64, hidden="nothing")
+    try:
+        waiting(kube, sched, [f"p{i:02d}" for i in range(25)], 1)
+        sched.schedule_once()
+        clock.advance(1)
+        waiting(kube, sched, ["web-0"], 8)
+        unsure(kube, sched, "web-0")
+        clock.advance(sched.assume_s)
+        created_again(kube, sched, "web-0")
+        assert pending(sched) == ["web-0"]
+    finally:
+        sched.close()
+
+
+def test_a_pod_created_again_after_its_binding_was_read_back_is_read_at_once(kube: FakeKube, api, clock) -> None:
+    """Read back past `assume_s` (kept: on its node, unsynced), then deleted and created again: read at once for the
+    new pod. Before, only a binding never read was read at once: the new pod waited another `assume_s`."""
+    sched, _ = unsynced(kube, api, clock)
+    try:
+        waiting(kube, sched, ["big"], 8)
+        assert sched.schedule_once() == {"default/big": "a"}
+        clock.advance(sched.assume_s)
+        assert pending(sched) == [] and len(kube.calls("GET", BIG_GET)) == 1   # on a: kept
+        clock.advance(1)
+        created_again(kube, sched, "big")
+        assert pending(sched) == ["big"] and len(kube.calls("GET", BIG_GET)) == 2
+        assert sched.schedule_once() == {"default/big": "a"}   # its predecessor's room is free
     finally:
         sched.close()
