@@ -29,8 +29,10 @@ lost action or a duplicate cycle converges to the same place. Before acting, acc
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
-goes from leader to leader (`balancer.ledger_handover`). What its actions leave on the fleet the actuator keeps up or
-releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
+goes from leader to leader (`balancer.ledger_handover`). A capacity scale up that did not go out is told to the
+planner as never proposed (`_unsent`; the guard's refusals also as refused, `planner.refuse`). What its actions
+leave on the fleet the actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`):
+when, under which holds, is `balancer.loop_upkeep`.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`); a hold
 reports no forecast and the fleet unknown (`FleetRecorder.hold`). A failure while recording is logged and never stops
@@ -64,6 +66,7 @@ from balancer.ledger_handover import LedgerHandover
 from balancer.loop_upkeep import LoopUpkeep
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast, ScaleInference
+from balancer.plan import capacity_loop
 from balancer.plan import planner as planner_mod
 from balancer.plan.simulate import Projection
 from balancer.safety import EmergencyStop, Review, SafetyGuard, SafetyLedger, check_telemetry
@@ -200,27 +203,31 @@ class Reconciler:
         self.metrics.set_fail_static(None)
         self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
         forecasts = self._forecast(snap)
+        before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
-        self._log_notes(plan.notes)
-        self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
-        review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)   # evictions saved first
-        rejected = [(a, exc.reason) for a, exc in review.rejected]
-        for a, exc in review.rejected:
-            self.metrics.rejected.labels(reason=exc.reason).inc()
-            log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
-            self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
-        # a refused migration is not offered again for a while: its hot GPU is throttled instead
-        self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
-        accepted = list(review.accepted)
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
-        if accepted:
-            fresh = self._observe(now, "fresh snapshot before acting: ")
-            if isinstance(fresh, CycleReport):
-                return fresh
-            try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
-                self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, done)
-            finally:
-                self._settle(done, fresh, now)
+        try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
+            self._log_notes(plan.notes)
+            self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
+            review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)   # evictions saved first
+            rejected = [(a, exc.reason) for a, exc in review.rejected]
+            for a, exc in review.rejected:
+                self.metrics.rejected.labels(reason=exc.reason).inc()
+                log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
+                self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
+            # a refused migration is not offered again for a while: its hot GPU is throttled instead
+            self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
+            accepted = list(review.accepted)
+            if accepted:
+                fresh = self._observe(now, "fresh snapshot before acting: ")
+                if isinstance(fresh, CycleReport):
+                    return fresh
+                try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
+                    self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, done)
+                finally:
+                    self._settle(done, fresh, now)
+        finally:
+            self._unsent(before, plan.actions, done)
         self.metrics.eviction_budget.set(self.handover.remaining_evictions(self.guard, self.ledger, now))
         self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
@@ -249,9 +256,10 @@ class Reconciler:
         failed for good is not scaled for a while, `_refused_scale`); a scale applied is told with its cap when short
         of what it asked (`ActionResult.capped_to`), else with None: in full above a cap, it ends it (`planner.cap`).
         Caps and refusals are each dated when the result came: at the cycle's start, a cap met after slow actions was
-        believed from before it was met (a spec.replicas sampled before the HPA's clamp ended it: `CapBelief.raised_by`),
-        and a refusal's while (`safety.cooldownS`, `hotspots.refusedRetryS`) was cut by how long acting took. The
-        review's rejections are refused at the cycle's start (`_cycle`): that is when they were refused."""
+        believed from before it was met (a spec.replicas sampled before the HPA's clamp ended it:
+        `CapBelief.raised_by`), and a refusal's while (`safety.cooldownS`, `hotspots.refusedRetryS`) was cut by how
+        long acting took. The review's rejections are refused at the cycle's start (`_cycle`): that is when they were
+        refused."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -269,6 +277,17 @@ class Reconciler:
                 self.state = planner_mod.refuse(self.state, () if target else [r.action], t,
                                                 targets=[r.action] if target else (),
                                                 scales=[r.action] if _refused_scale(r) else ())
+
+    def _unsent(self, before: Any, planned: tuple[Action, ...], done: list[tuple[ActionResult, float]]) -> None:
+        """The planned actions that did not go out (refused by the guard, rejected on the fresh snapshot, skipped once
+        the cycle was stopped, failed having changed nothing; a dry run's went out), told to the planner
+        (`capacity_loop.unsent`: the capacity planner counts a scale as made when it plans it, and forgets a scale up
+        that did not go out). Not after the cycle lost the lead: the state is the next term's then."""
+        if self._offices != self._cycle_office:
+            return
+        went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
+        if isinstance(self.state, planner_mod.PlannerState) and isinstance(before, planner_mod.PlannerState):
+            self.state = capacity_loop.unsent(self.state, before, [a for a in planned if a not in went])
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

@@ -72,12 +72,15 @@ empty would be "reclaimed" for from every training job at once (a controller sta
 answered, a dry run without the API, a join table without owners). A stray bare pod does not stop the tide.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
-metrics goes to `loaned_gpus` and `capacity_targets`.
+metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
+hysteresis' last change, the latency net's step); the loop tells it which did not go out (`unsent`: refused by the
+guard, held on the fresh snapshot, skipped once the cycle was stopped, failed having changed nothing), and the
+memory of those that scaled up is put back as before the plan (a scale down waits its hold as if made).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -88,6 +91,7 @@ from balancer.model import (
     Forecast,
     Migrate,
     Plan,
+    ScaleInference,
     ScaleTraining,
     TaintNode,
     WorkloadClass,
@@ -269,3 +273,34 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     notes += tuple(f"capacity: {n}" for n in decision.notes)
     return (replace(plan, actions=plan.actions + decision.actions, notes=notes),
             replace(state, capacity=decision.state))
+
+
+def unsent(state: planner_mod.PlannerState, before: planner_mod.PlannerState,
+           actions: Iterable[Action]) -> planner_mod.PlannerState:
+    """`state`, the one a cycle's plan returned, once the `ScaleInference`s up in `actions` of that plan did not go
+    out (the guard refused them, the fresh snapshot did, the cycle stopped before them, or the actuator failed them
+    having changed nothing): each of their services' hysteresis memory as `before` the plan, as if never proposed: its
+    last change and first sighting, and its emergency step. `plan_capacity` counts a scale as made when it proposes
+    it: kept, a latency-net step that never went out was 'not honoured' and not repeated while the service held the
+    same replicas (an emergency stop set mid-cycle and lifted: the service stayed under pressure for good), and a
+    reclaim waited a warm-up after a change that never happened. A scale down (a loan, a give-back) that did not go
+    out still waits its hold: asked again each cycle, one a guard refuses for a while (an owner's cooldown) was
+    refused, logged and audited every cycle, and waiting to lend never leaves a service short."""
+    cap = state.capacity
+    services = {a.service for a in actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas}
+    if not services or not isinstance(cap, CapacityState):
+        return state
+    was = before.capacity if isinstance(before.capacity, CapacityState) else CapacityState()
+
+    def back(now: Mapping, then: Mapping) -> Mapping:
+        return MappingProxyType({**{k: v for k, v in now.items() if k not in services},
+                                 **{k: v for k, v in then.items() if k in services}})
+
+    # a service the plan counted changed without a change known before: held from its first sighting, this cycle at
+    # the latest (the time the plan counted its change at)
+    first = {s: was.first_seen.get(s, cap.last_change[s]) for s in services
+             if s in cap.last_change and s not in was.last_change}
+    return replace(state, capacity=replace(cap, last_change=back(cap.last_change, was.last_change),
+                                           first_seen=MappingProxyType({**back(cap.first_seen, was.first_seen),
+                                                                        **first}),
+                                           emergency=back(cap.emergency, was.emergency)))
