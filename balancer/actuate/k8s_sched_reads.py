@@ -59,8 +59,9 @@ Kept so, each binding was read again by GET every `assume_s` until the watch syn
 `READ_BACKS` a pass: N of them held a failed binding's read (its pod offered again) back by N/`READ_BACKS` passes.
 Now the pass's own consistent list is that read (`_listed_assumed`): a binding it shows (the pod of its uid, on its
 node) counts as read when listed, no GET spent, and only those it does not show (failed, gone, moved), or not listed
-within `assume_s` (no pass with pending pods), are read back. It stays assumed all the same: the watch, once synced,
-may lag behind the list.
+within `assume_s` (no pass with pending pods: a failed binding's own pod, hidden while assumed, is none), are read
+back, those whose pod the pending list still shows first. It stays assumed all the same: the watch, once synced, may
+lag behind the list.
 
 Host ports (kube-scheduler's NodePorts filter): a pending pod's requests say the host ports its containers take
 (`k8s_reads.scheduling_request`: `host_ports`), a bound or assumed pod's `Usage` says them too (`k8s_reads.pod_usage`),
@@ -334,7 +335,8 @@ class SchedulerReads:
         reqs, _ = self._items("pending pods", "list pending pods", self.api.core.list_pod_for_all_namespaces,
                               scheduling_request, field_selector=self.pending_selector)
         seen = self._cached("bound pods")   # the bound-pod watch may be ahead of the pending one
-        self._read_back_assumed(seen, {r["name"]: r["uid"] for r in reqs if self._another(r)})
+        self._read_back_assumed(seen, {r["name"]: r["uid"] for r in reqs if self._another(r)},
+                                {r["name"] for r in reqs})
         assumed = self._live_assumed(seen)
         return sorted((r for r in reqs if r["name"] not in (seen or {}) and r["name"] not in assumed),
                       key=lambda r: (-r["priority"], r["created"], r["name"]))
@@ -364,17 +366,21 @@ class SchedulerReads:
         assumed = self._assumed.get(req["name"])
         return assumed is not None and bool(assumed.uid and req.get("uid")) and assumed.uid != req["uid"]
 
-    def _read_back_assumed(self, seen: Mapping[str, Any] | None, others: Mapping[str, str]) -> None:
+    def _read_back_assumed(self, seen: Mapping[str, Any] | None, others: Mapping[str, str],
+                           listed: set[str]) -> None:
         """Read back the bindings past `assume_s` that the bound cache `seen` (None: not synced yet) does not show
         (without a bound-pod watch, none: `_live_assumed` drops them), each once per `assume_s`, and first, at once,
         those of a name that another pod pending now holds (`others`: name -> its uid), once for that pod (`read_for`),
-        at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module docstring). One not
-        tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them, and is due still."""
+        then those whose pod the pending list still shows (`listed`: the binding may have failed, and its pod waits
+        on the read), at most `READ_BACKS`, a failed read counting as one and ending them for the pass (module
+        docstring). One not tried, the pass's read deadline too near (`DeadlineExceeded`), is no read: it ends them,
+        and is due still."""
         now = self.clock()
         at_once = {k for k, v in self._assumed.items() if k in others and v.read_for != others[k]}
-        due = sorted((k not in at_once, v.checked, k) for k, v in self._assumed.items() if k not in (seen or {}) and (
-            k in at_once or self._bound_watched and now - v.when >= self.assume_s and now - v.checked >= self.assume_s))
-        for _, _, key in due[:READ_BACKS]:
+        due = sorted((k not in at_once, k not in listed, v.checked, k) for k, v in self._assumed.items()
+                     if k not in (seen or {}) and (k in at_once or self._bound_watched and now - v.when >= self.assume_s
+                                                   and now - v.checked >= self.assume_s))
+        for *_, key in due[:READ_BACKS]:
             if self.halted():
                 return
             namespace, name = key.split("/", 1)

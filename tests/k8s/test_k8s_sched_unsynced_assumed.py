@@ -115,6 +115,24 @@ def test_bindings_the_pass_lists_are_not_read_back_so_a_failed_one_is_placed_aga
         sched.close()
 
 
+def test_a_binding_whose_pod_still_waits_is_read_back_before_the_other_due_ones(kube: FakeKube, api, clock) -> None:
+    """As above without a pod that fits nowhere: no pass lists the bound pods (the failed binding's own pod is hidden
+    while assumed), so all 26 fall due together. The one whose pod the pending list still shows is read first: it
+    was read last of them (made last), zz placed passes later (audit a5)."""
+    sched, _ = unsynced(kube, api, clock, gpus=64, hidden="nothing")
+    try:
+        names = [f"p{i:02d}" for i in range(25)]
+        waiting(kube, sched, names, 1)
+        assert sched.schedule_once() == {f"default/{n}": "a" for n in names}
+        clock.advance(1)
+        waiting(kube, sched, ["zz"], 8)
+        unsure(kube, sched, "zz")   # assumed on a, though not bound
+        clock.advance(sched.assume_s)
+        assert sched.schedule_once() == {"default/zz": "a"}   # read first, found unbound, placed in this pass
+    finally:
+        sched.close()
+
+
 def created_again(kube: FakeKube, sched, name: str) -> None:
     """Pod `name` deleted and created again, pending, once the pending cache shows the new one."""
     kube.delete("pods", name, "default")
