@@ -91,18 +91,25 @@ def test_a_binding_that_failed_before_the_watch_synced_is_placed_again(kube: Fak
         sched.close()
 
 
+def bound_then_unsure(kube: FakeKube, sched, clock) -> list[str]:
+    """25 one-GPU pods bound on a (assumed: the bound-pod watch has not synced), then "zz" assumed on a though its
+    binding failed (`unsure`); the 25 names."""
+    names = [f"p{i:02d}" for i in range(25)]
+    waiting(kube, sched, names, 1)
+    assert sched.schedule_once() == {f"default/{n}": "a" for n in names}
+    clock.advance(1)
+    waiting(kube, sched, ["zz"], 8)
+    unsure(kube, sched, "zz")   # assumed on a, though not bound
+    return names
+
+
 def test_bindings_the_pass_lists_are_not_read_back_so_a_failed_one_is_placed_again_at_once(
         kube: FakeKube, api, clock) -> None:
     """25 bindings kept, unsynced: the passes' own lists show them, so past `assume_s` only the failed one is read.
     Before, all 26 were due, 10 a pass, the failed one (made last) behind the others: placed passes later."""
     sched, _ = unsynced(kube, api, clock, gpus=64, hidden="nothing")
     try:
-        names = [f"p{i:02d}" for i in range(25)]
-        waiting(kube, sched, names, 1)
-        assert sched.schedule_once() == {f"default/{n}": "a" for n in names}
-        clock.advance(1)
-        waiting(kube, sched, ["zz"], 8)
-        unsure(kube, sched, "zz")   # assumed on a, though not bound
+        names = bound_then_unsure(kube, sched, clock)
         waiting(kube, sched, ["huge"], 100)   # fits nowhere: every pass lists the nodes and bound pods
         clock.advance(sched.assume_s / 2)
         assert sched.schedule_once() == {"default/huge": None}   # lists the 25 bound: read now
@@ -121,12 +128,7 @@ def test_a_binding_whose_pod_still_waits_is_read_back_before_the_other_due_ones(
     was read last of them (made last), zz placed passes later (audit a5)."""
     sched, _ = unsynced(kube, api, clock, gpus=64, hidden="nothing")
     try:
-        names = [f"p{i:02d}" for i in range(25)]
-        waiting(kube, sched, names, 1)
-        assert sched.schedule_once() == {f"default/{n}": "a" for n in names}
-        clock.advance(1)
-        waiting(kube, sched, ["zz"], 8)
-        unsure(kube, sched, "zz")   # assumed on a, though not bound
+        bound_then_unsure(kube, sched, clock)
         clock.advance(sched.assume_s)
         assert sched.schedule_once() == {"default/zz": "a"}   # read first, found unbound, placed in this pass
     finally:
