@@ -64,10 +64,12 @@ class FleetRecorder:
         """A held cycle (fail-static): no forecast and no fleet it read. Its forecast series are a cycle's without a
         forecast (absent; the history still unread is the forecaster's to say), and the fleet's gauges read unknown
         (`ControllerMetrics.fleet_unknown`): before, both kept the last planned cycle's values, a dashboard showing a
-        forecast and a fleet as current while the controller was blind. The waiting and owed clocks are kept."""
+        forecast and a fleet as current while the controller was blind. The waiting and owed clocks are kept, and so
+        is the forecast's rolling error (the forecaster's, over past cycles: cleared, short holds reset
+        GputideForecastErrorHigh's `for`)."""
         try:
             self.metrics.fleet_unknown()
-            self._forecast_series({}, forecaster, horizon_s, 0.0)
+            self._forecast_series({}, forecaster, horizon_s, 0.0, keep_error=True)
         except Exception:  # the gauges must never stop the controller
             log.exception("clearing fleet metrics for a hold failed")
 
@@ -82,7 +84,7 @@ class FleetRecorder:
         self.metrics.set_shrunk_workers({c: sum(jobs.values()) for c, jobs in owed.items()}, longest)
 
     def _forecast_series(self, forecasts: Mapping[str, Forecast], forecaster: Any, horizon_s: float,
-                         now: float) -> None:
+                         now: float, keep_error: bool = False) -> None:
         """This cycle's forecasts, their rolling error, what was forecast for `now` and the fallbacks serving, for the
         services forecast this cycle only: a cycle without a forecast (the forecaster failed, or is off, or a hold)
         clears them rather than leaving the last ones frozen, and a deleted service's series go."""
@@ -96,7 +98,7 @@ class FleetRecorder:
         unseeded = getattr(forecaster, "unseeded", None)   # history unread: no forecast, the planner holds
         self.metrics.set_forecast_history_waiting(unseeded() if unseeded else ())
         rolling_error = getattr(forecaster, "rolling_error", None)
-        if rolling_error is not None:
+        if rolling_error is not None and not keep_error:
             self.metrics.set_forecast_error({(name, label): rolling_error(name, label) for name in forecasts})
         forecast_for = getattr(forecaster, "forecast_for", None)
         if forecast_for is not None:

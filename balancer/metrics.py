@@ -136,7 +136,8 @@ class ControllerMetrics:
                                     ["reason"], registry=r)
         self.actuation_errors = ActuationErrors(PromCounter(
             "gputide_actuation_errors", "Accepted actions the actuator could not carry out, by action type, outcome "
-            "(retry: temporary, failed: permanent) and code (HTTP status, transport, deadline, refused, unknown, other).",
+            "(retry: temporary, failed: permanent) and code (HTTP status, transport, deadline, refused, unknown, "
+            "other).",
             ["type", "outcome", "code"], registry=r))
         self.unknown_outcomes = PromCounter(
             "gputide_actuation_unknown_outcomes", "Failed actions that may have been carried out all the same (a "
@@ -241,13 +242,14 @@ class ControllerMetrics:
     def fleet_unknown(self) -> None:
         """A held cycle (fail-static) plans on no reading: what planned cycles report of the fleet is not shown as if
         current while the controller is blind. The capacity split and the waiting-job counts read NaN (unknown, as the
-        GPUs of unknown health during a hold); the capacity targets and hold reason, fragmentation and unallocatable
-        GPUs per model go absent (the forecast series go with the forecast: `FleetRecorder.hold`). What gputide owes
-        and holds back stays: a hold gives no worker back (`shrunk_workers`) and forgets no refusal (`exclusions`)."""
+        GPUs of unknown health during a hold); the capacity targets, fragmentation and unallocatable GPUs per model
+        go absent (the forecast series go with the forecast: `FleetRecorder.hold`). What gputide owes, holds back and
+        holds stays: a hold gives no worker back (`shrunk_workers`), forgets no refusal (`exclusions`), and moves no
+        capacity (`capacity_holding`: cleared, a hold of a minute or two every few minutes reset
+        GputideCapacityHolding's `for` and kept it from firing while nothing was decided for an hour)."""
         for cls in CAPACITY_CLASSES:
             self.capacity.labels(cls).set(math.nan)
         self.capacity_target.set_all({})
-        self.set_capacity_holding("")
         self.set_fragmentation({})
         for over in WAITING_OVER_S:
             self.training_waiting.labels(over).set(math.nan)

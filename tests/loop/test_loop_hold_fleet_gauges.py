@@ -1,8 +1,9 @@
 """A held cycle (fail-static: telemetry stale or unreadable, an emergency stop) forecasts and plans nothing, so the
 gauges a planned cycle sets from its reading and its forecast are not left at the last planned cycle's values as if
 current (a dashboard showed a frozen forecast and fleet while the controller was blind). The forecast series go
-absent, as in a cycle without a forecast; the fleet's capacity split and waiting-job counts read NaN, its per-model,
-per-service and hold-reason series go absent. What gputide owes and holds back stays: a hold gives nothing back."""
+absent, as in a cycle without a forecast (the rolling error stays: it is over past cycles); the fleet's capacity split
+and waiting-job counts read NaN, its per-model and per-service series go absent. What gputide owes, holds back and
+holds stays: a hold gives nothing back and moves no capacity."""
 
 from __future__ import annotations
 
@@ -98,10 +99,8 @@ def held(reg) -> None:
     """What a held cycle reports: no forecast, no fleet it read; the history still unread and the debts stay."""
     assert value(reg, "gputide_fail_static") == 1
     for name, labels in (("gputide_forecast_demand", FORECAST), ("gputide_forecast_for_now", FORECAST),
-                         ("gputide_forecast_error_ratio", ERROR),
                          ("gputide_forecast_fallback", {"service": "chat", "model": "mstl"}),
                          ("gputide_capacity_target_gpus", {"service": "chat"}),
-                         ("gputide_capacity_holding", {"reason": "unattributed_pods"}),
                          ("gputide_fragmentation_ratio", {"modelName": "NVIDIA A100-SXM4-80GB"}),
                          ("gputide_unallocatable_gpus", {"modelName": "NVIDIA A100-SXM4-80GB"})):
         assert value(reg, name, **labels) is None, name
@@ -111,6 +110,10 @@ def held(reg) -> None:
         assert math.isnan(value(reg, "gputide_training_waiting_jobs", over=over)), over
     assert value(reg, "gputide_forecast_history_waiting", service="embed") == 1   # the forecaster's, as without one
     assert value(reg, "gputide_shrunk_workers", cause="hotspot") == 0   # owed still: a hold gives nothing back
+    # kept: the rolling error is over past cycles, and capacity still holds; cleared, a short hold reset the `for` of
+    # GputideForecastErrorHigh and GputideCapacityHolding (audit a7)
+    assert value(reg, "gputide_forecast_error_ratio", **ERROR) == 0.4
+    assert value(reg, "gputide_capacity_holding", reason="unattributed_pods") == 1
     assert value(reg, "gputide_migration_exclusions", scope="workload") == 0
 
 
