@@ -17,9 +17,11 @@ moves the rest of the GPUs to elastic training:
   placement it cannot see, and it cannot tell which. Dropped, an HPA's stayed (gputide writes only its minReplicas,
   which the drop raised past the operator's), the drop claimed their GPU-hours every hold, the idle GPUs they waited
   for went to training, and one below what the keep rule keeps was asked back within the horizon. They are held (no
-  GPU freed for them, idle GPUs kept for them a warm-up); a loan drops them with the replicas it sheds (a Deployment
-  deletes pending pods first). A loan's reason names what set its target: the loan quantile, the keep quantile (with
-  the reclaim headroom, or the burst floor), the demand now, the reclaim quantile, or the cap.
+  GPU freed for them, idle GPUs kept for them a warm-up); a reclaim frees GPUs only for the replicas demand needs
+  beyond those holding GPUs (freed for every ask, a rise of one replica shrank training by all of them); a loan drops
+  them with the replicas it sheds (a Deployment deletes pending pods first). A loan's reason names what set its
+  target: the loan quantile, the keep quantile (with the reclaim headroom, or the burst floor), the demand now, the
+  reclaim quantile, or the cap (where it cut a need, though another ties it).
 * **Burst floor learned from the past.** The forecast misses bursts (a client's batch job, a retry storm): a
   service never sits below the demand now times ``1 + burst``, where ``burst`` is the largest relative rise the
   demand made within one warm-up lead over the trailing window (`rise_allowance`; with n exchangeable past
@@ -275,10 +277,11 @@ def loan_basis(s: ServiceView, policy: CapacityPolicy, down: int, cap: int, *, k
                up: tuple[int, str]) -> str:
     """What set a loan's target `down`, for its reason: a loan sheds a replica at least, so `down` is the keep rule's
     need at most `cap` (`keep`: `top` of `keep_terms`) or the reclaim rule's (`up`: `top` of `up_terms`, at most
-    `cap`) when larger; the label of the one it is, or the cap's when the cap cut it."""
-    need, why = keep if min(keep[0], cap) == down else up
-    if need <= cap:
-        return why
+    `cap`) when larger; the label of the one it is, or the cap's when `down` is the cap and the cap cut a need (the
+    needs passed as before capping): there the cap set it, though another need ties it (the loan quantile at the cap
+    was named where the reclaim quantile, cut, would keep more)."""
+    if down != cap or max(keep[0], up[0]) <= cap:   # at the cap, a need the cap cut set it, whichever ties
+        return keep[1] if min(keep[0], cap) == down else up[1]
     p = s.profile
     return (f"keeps its cap, {cap} replicas (home allotment {p.home_replicas} with the {policy.home_margin:.0%} "
             "margin, or what demand now needs)" if p.home_replicas else f"keeps its maxReplicas, {cap}")
@@ -311,6 +314,7 @@ def plan_capacity(
     reasons: dict[str, str] = {}
     gains: dict[str, float] = {}
     holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
+    needs: dict[str, int] = {}  # per service, the replicas GPUs are freed for: asks beyond are held, as on hold
     stepped: set[str] = set()  # services the latency net grows this cycle
     notes: list[str] = []
     last = dict(state.last_change)
@@ -336,7 +340,7 @@ def plan_capacity(
         surge = surge_rps(s.demand_rps, slope, reclaim_horizon_s(p, policy) + view.time - t0, s.burst,
                           policy.max_level_correction, median_now(fc, view.time))
         # ... and the demand now plus the largest rise seen within a warm-up lead (`ServiceView.burst`)
-        now_need = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp, surge), p, policy.headroom)
+        now_want = replicas_for(max(s.demand_rps * (1.0 + s.burst), ramp, surge), p, policy.headroom)
         # speculative spare (bursts, ramps, surges, forecast quantiles) never beyond what static sizing for the peak
         # would hold and `home_margin` of it, unless the demand now needs more (without a home allotment:
         # max_replicas, which replicas_for never passes). The margin is what lets the week's SLO match static's:
@@ -346,16 +350,16 @@ def plan_capacity(
         # (rounded before the ceiling: 50 x 1.1 is 55.000000000000007 in floating point, one replica too many)
         cap = (max(min(math.ceil(round(p.home_replicas * (1.0 + policy.home_margin), 9)), p.max_replicas),
                    replicas_for(s.demand_rps, p, policy.headroom)) if p.home_replicas else p.max_replicas)
-        now_need = min(now_need, cap)
+        now_need = min(now_want, cap)
         settled = view.time - last.get(p.name, -math.inf) >= p.warmup_s  # the last change has taken effect
         step, held_back = emergency_step(s, policy, state.emergency, settled)  # the net under the predictive floor
         now_need, notes = max(now_need, step), notes + held_back
         stepped |= {p.name} if step else set()
         asked = s.asked
         if fc is None or fc.horizon == 0:
-            new[p.name] = max(asked, now_need)
+            new[p.name], needs[p.name] = max(asked, now_need), now_need
             reasons[p.name] = "no forecast: hold, or follow current demand up"
-            gains[p.name] = max(0, new[p.name] - s.replicas) * p.rps_per_replica
+            gains[p.name] = max(0, now_need - s.replicas) * p.rps_per_replica
             continue
         lead = reclaim_horizon_s(p, policy)
         level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
@@ -368,13 +372,15 @@ def plan_capacity(
         up_need = min(max(now_need, lead_need), cap)
         target = asked
         if up_need > s.replicas:  # more than the replicas holding GPUs: keep what was asked, or ask more
-            target = max(up_need, asked)
+            # GPUs are freed for what demand needs: asks beyond it (an HPA's, an operator's) are held, never dropped
+            # nor given GPUs (freed for them, a reclaim of one replica shrank training by every pending ask)
+            target, needs[p.name] = max(up_need, asked), up_need
             reasons[p.name] = (
                 f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
                 f"{peak_lead:.0f} req/s within {window / 60:.0f} min needs {up_need} replicas"
                 + (" (the job it shrinks has just checkpointed)" if window > lead else "")
             )
-            gains[p.name] = (target - s.replicas) * p.rps_per_replica
+            gains[p.name] = (up_need - s.replicas) * p.rps_per_replica
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
             loan_need = replicas_for(peak_loan, p, policy.headroom)
@@ -407,7 +413,7 @@ def plan_capacity(
                 target = down_need
                 reasons[p.name] = "loan to training: " + loan_basis(
                     s, policy, down_need, cap, keep=keep,
-                    up=top(up_terms(s, policy, now=now_need, lead=(lead_need, peak_lead, window))),
+                    up=top(up_terms(s, policy, now=now_want, lead=(lead_need, peak_lead, window))),
                 ) + (f"; drops its {asked - s.replicas} pending replicas" if asked > s.replicas else "")
                 gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
         new[p.name] = target
@@ -419,7 +425,7 @@ def plan_capacity(
     pending = pending_beside_idle(view, state)
     fresh = frozenset(s.profile.name for s in view.services
                       if view.time - pending.get(s.profile.name, -math.inf) < s.profile.warmup_s)
-    actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh)
+    actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh, needs)
     notes += more
     for a in actions:
         if isinstance(a, ScaleInference):

@@ -125,6 +125,16 @@ class Pools:
                         got += n
         return got
 
+    def free_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> tuple[int, list[str]]:
+        """Free up to `gpus` GPUs of the allowed models for a scale-up, idle ones first, then from elastic training
+        (`shrink_for`); returns how many, and the jobs shrunk for them."""
+        got = self.take_free(models, gpus)
+        if got >= gpus:
+            return got, []
+        before = dict(self.workers)
+        got += self.shrink_for(models, gpus - got, allow_suspend)
+        return got, [j for j, w in self.workers.items() if w < before[j]]
+
     def grow_training(self, hours: float) -> None:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
         restarts) up to their elastic maximum, a job only when the `hours` of the added workers outweigh the work
@@ -238,14 +248,17 @@ def apply_targets(
     gains: Mapping[str, float],
     hold: frozenset[str] = frozenset(),
     keep_pending: frozenset[str] = frozenset(),
+    need: Mapping[str, int] | None = None,
 ) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: each inference change right after the training
     shrinks that free its GPUs, then the remaining shrinks, then training growth. Services in `hold` keep what
     they asked for but get no GPUs freed for replicas still pending; those also in `keep_pending` (pending only
     briefly: `plan_capacity`) keep the idle GPUs of their models those replicas will take (`Pools.keep_for_pending`),
-    which are then not lent to training. (The order alone did not keep a per-cycle
-    action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses either for that
-    cap, `safety.action_limit`.)"""
+    which are then not lent to training. A scale-up frees GPUs for at most `need` replicas (default: its target):
+    the pending asks it keeps beyond (an HPA's or an operator's, `plan_capacity`) are held as on hold, so a reclaim
+    for one more replica shrinks training by one replica's GPUs, not by all the asks. (The order alone did not keep a
+    per-cycle action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses either for
+    that cap, `safety.action_limit`.)"""
     pools = Pools(view)
     pools.keep_for_pending(s for s in view.services if s.profile.name in hold & keep_pending)
     notes: list[str] = []
@@ -266,21 +279,20 @@ def apply_targets(
         elif delta > 0 and p.name in hold:
             granted[p.name] = s.replicas  # pending replicas the forecast does not need: no GPU freed for them
         elif delta > 0:
-            want = delta * p.gpus_per_replica
-            got = pools.take_free(p.models, want)
-            if got < want:
-                before = dict(pools.workers)
-                got += pools.shrink_for(p.models, want - got, policy.allow_suspend)
-                for job, w in pools.workers.items():
-                    if w < before[job]:
-                        shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
-                        if job not in shrunk:
-                            shrunk.append(job)
+            short = max(0, new[p.name] - max((need or {}).get(p.name, new[p.name]), s.replicas))  # asks held
+            want = (delta - short) * p.gpus_per_replica
+            got, jobs = pools.free_for(p.models, want, policy.allow_suspend)
+            for job in jobs:
+                shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
+                if job not in shrunk:
+                    shrunk.append(job)
             add = got // p.gpus_per_replica
-            if add < delta:
-                notes.append(f"{p.name}: wants {delta} more replicas, only {add} GPUs' worth can be freed"
+            if add < delta - short:
+                notes.append(f"{p.name}: wants {delta - short} more replicas, only {add} GPUs' worth can be freed"
                              + (f" (its replicas hold {', '.join(f)} GPUs, which its gpuModels leave out)"
                                 if (f := foreign_models(s)) else ""))
+            if short and p.name in keep_pending:  # the held asks keep idle GPUs for a warm-up, as on hold
+                pools.take_free(p.models, short * p.gpus_per_replica)
             granted[p.name] = s.replicas + add
         else:
             granted[p.name] = s.replicas

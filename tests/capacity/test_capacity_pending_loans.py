@@ -12,8 +12,12 @@ set its target (review of the loan branch, then audit a1).
   lent to training (1). It dropped below what the keep rule keeps, so the reclaim asked them back within the hour
   (2); its reason said the replicas holding GPUs cover the reclaim quantile when the cap had cut it (3); and it
   counted as a change, so the latency net waited a warm-up after a drop that freed nothing (4). Now they are held.
+* Held, they had no time limit on what they took (audit a4): the next reclaim, a rise of one replica, freed GPUs for
+  every ask, so training lost 4 workers where demand needed 1 (5). Now a reclaim frees GPUs only for the replicas
+  demand needs beyond those holding GPUs; the asks stay, and keep idle GPUs a warm-up as on hold.
 * The reason named the loan quantile ('p90 demand stays below ...') whatever set the target: the keep quantile's
-  burst floor, the reclaim quantile, the cap.
+  burst floor, the reclaim quantile, the cap. Then (audit a4) it named the demand now where the cap had cut its need
+  (6), and a need that tied the cap where another, cut, would keep more (7): the cap set those.
 """
 
 from __future__ import annotations
@@ -167,3 +171,41 @@ def test_a_loans_reason_names_what_set_its_target():
     scale, _ = plan(cluster(10, home=5), forecast(80.0))
     assert scale.replicas == 6
     assert scale.reason.startswith("loan to training: keeps its cap, 6 replicas (home allotment 5 with the 5% margin")
+
+
+def test_5_a_reclaim_frees_gpus_only_for_what_demand_needs_beside_held_asks():
+    # 4 hold GPUs, 8 asked (held: an HPA's or an operator's ask); demand rises to 50 req/s, 5 replicas. The reclaim
+    # freed GPUs for all 8: training 4 -> 0 (the shrink's gain 4 replicas' req/s) for asks demand does not need. Now
+    # for the 5th alone, the asks still held (no scale, no drop); likewise with no forecast, following demand up
+    v = cluster(4, desired=8, demand=50.0)
+    for fc in ({"chat": forecast(50.0)}, {}):
+        d = plan_capacity(v, fc, POLICY, settled(v))
+        assert (scales(d), training(d), d.targets["chat"]) == ([], -1, 8), d.actions
+        assert [a.expected_gain for a in d.actions] == [10.0]
+    # idle GPUs: one goes to the 5th, the other is kept for the held asks a warm-up (as on hold), then lent
+    v = cluster(4, desired=8, demand=50.0, free=2)
+    d = plan_capacity(v, {"chat": forecast(50.0)}, POLICY, settled(v))
+    assert (d.actions, d.targets["chat"]) == ((), 8)
+    d = plan_capacity(v, {"chat": forecast(50.0)}, POLICY,
+                      replace(settled(v), pending_since=MappingProxyType({"chat": -1e6})))
+    assert (scales(d), training(d)) == ([], 1)
+
+
+def test_6_a_loan_the_cap_sets_names_the_cap_not_the_need_it_cut():
+    # home 4, demand now 60 req/s: cap max(ceil(4 x 1.05), 6) = 6; demand now x 1.5 (burst) needs 9, cut to 6, and the
+    # keep rule (p90 10 req/s, level-corrected) keeps 5. The reason said 'keeps what demand now (60 req/s) needs'
+    scale, _ = plan(cluster(10, home=4, demand=60.0, burst=0.5), forecast(10.0))
+    assert scale.replicas == 6
+    assert scale.reason.startswith("loan to training: keeps its cap, 6 replicas (home allotment 4 with the 5% margin")
+
+
+def test_7_a_need_tying_the_cap_is_not_named_where_another_was_cut():
+    # home 5 (cap 6); p90 60 req/s keeps 6, p99 90 req/s over the reclaim lead needs 9, cut to 6: the cap set the 6,
+    # though the loan quantile ties it (the reason said 'p90 demand stays below 60 req/s')
+    scale, _ = plan(cluster(8, home=5), forecast(60.0, p99=90.0), replace(POLICY, reclaim_quantile=0.99))
+    assert scale.replicas == 6
+    assert scale.reason.startswith("loan to training: keeps its cap, 6 replicas (home allotment 5 with the 5% margin")
+    # nothing cut: the need at the cap is named
+    scale, _ = plan(cluster(8, home=5), forecast(60.0))
+    assert scale.replicas == 6
+    assert scale.reason == "loan to training: p90 demand stays below 60 req/s for 2.0 h"
