@@ -206,6 +206,7 @@ class Reconciler:
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
+        refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
             self._log_notes(plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
@@ -217,6 +218,7 @@ class Reconciler:
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
             # a refused migration is not offered again for a while: its hot GPU is throttled instead
             self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
+            refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
             accepted = list(review.accepted)
             if accepted:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
@@ -227,7 +229,7 @@ class Reconciler:
                 finally:
                     self._settle(done, fresh, now)
         finally:
-            self._unsent(before, plan.actions, done)
+            self._unsent(before, plan.actions, done, refused)
         self.metrics.eviction_budget.set(self.handover.remaining_evictions(self.guard, self.ledger, now))
         self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
@@ -278,14 +280,19 @@ class Reconciler:
                                                 targets=[r.action] if target else (),
                                                 scales=[r.action] if _refused_scale(r) else ())
 
-    def _unsent(self, before: Any, planned: tuple[Action, ...], done: list[tuple[ActionResult, float]]) -> None:
-        """The planned actions that did not go out (refused by the guard, rejected on the fresh snapshot, skipped once
-        the cycle was stopped, failed having changed nothing; a dry run's went out), told to the planner
-        (`capacity_loop.unsent`: the capacity planner counts a scale as made when it plans it, and forgets a scale up
-        that did not go out). Not after the cycle lost the lead: the state is the next term's then."""
+    def _unsent(self, before: Any, planned: tuple[Action, ...], done: list[tuple[ActionResult, float]],
+                refused: list[Action]) -> None:
+        """The planned actions that did not go out for a passing cause (an emergency stop, in the review or on the
+        fresh snapshot, the fresh snapshot otherwise stale, the cycle stopped before them, failed having changed
+        nothing; a dry run's went out), told to the planner (`capacity_loop.unsent`: the capacity planner counts a
+        scale as made when it plans it, and forgets a scale up that did not go out). Not those the guard `refused` for
+        a lasting cause (its minimum gain, a protected workload, a budget): forgotten, such a step was asked, refused,
+        logged and audited every cycle; waited out as if made, it is asked again after the service's hold, as before.
+        Not after the cycle lost the lead: the state is the next term's then."""
         if self._offices != self._cycle_office:
             return
         went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
+        went += refused
         if isinstance(self.state, planner_mod.PlannerState) and isinstance(before, planner_mod.PlannerState):
             self.state = capacity_loop.unsent(self.state, before, [a for a in planned if a not in went])
 

@@ -10,6 +10,7 @@ steps at 50%) on 5 req/s (one replica is enough for the demand); GPUs 1-3 and 7 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from balancer.actuate.base import ActionResult, Outcome
@@ -99,3 +100,18 @@ def test_unsent_puts_back_only_the_unsent_services_memory():
     assert unsent(after, before, []) is after
     down = [ScaleInference(service="chat", replicas=1, previous_replicas=3, reason="", expected_gain=1.0)]
     assert unsent(after, before, down) is after   # a loan not made still waits its hold: not asked every cycle
+
+
+def test_a_step_the_guard_refuses_for_a_lasting_cause_waits_as_before_not_asked_every_cycle(tmp_path):
+    """Its minimum gain refuses the step each time: forgotten, it was asked, refused, logged and audited every cycle
+    (audit a7); waited out as if made, once, then after the service's hold."""
+    policy = replace(ON, safety=replace(ON.safety, min_expected_gain=50.0))
+    clock = [1000.0]
+    planner = partial(plan_with_capacity, profiles={"chat": PROFILES["chat"]}, capacity_policy=CapacityPolicy())
+    rec = Reconciler(source=Source(clock), actuator=Actuator(), policy=policy, planner=planner,
+                     guard=SafetyGuard(policy.safety, emergency_stop_file=tmp_path / "stop"), clock=lambda: clock[0])
+    refusals = 0
+    for i in range(6):
+        clock[0] = 1000.0 + 60 * i
+        refusals += sum(r == "min_gain" for a, r in rec.run_once().rejected if chat_step([a]))
+    assert refusals == 1
