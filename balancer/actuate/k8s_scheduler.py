@@ -11,9 +11,9 @@ has).
 
 Within a pass the bindings are assumed the same way, into one view of the nodes: the filters run over all nodes
 at once per pod (`k8s_filters.Offers`: the placement rules once per distinct set of rules in the pass, what is left
-as numpy columns updated after each binding), and a `place` that has `start_pass(view)` (`EnginePlacer`) is asked through
-the pass it returns: `place(request, offered_indices)`, and `bound(i)` after each binding the API accepted, so it
-can keep one placement state for the whole pass instead of building one per pod.
+as numpy columns updated after each binding), and a `place` that has `start_pass(view)` (`EnginePlacer`) is asked
+through the pass it returns: `place(request, offered_indices)`, and `bound(i)` after each binding the API accepted, so
+it can keep one placement state for the whole pass instead of building one per pod.
 
 Required pod affinity and anti-affinity, the pod's own and the bound pods' anti-affinity, are kube-scheduler's
 InterPodAffinity filter (`k8s_podaffinity`), over the bound and assumed pods and those bound earlier in the pass;
@@ -36,10 +36,11 @@ Deadlines. However slow the API server, a pass keeps moving: its reads before th
 (2 minutes, `k8s_budget`; a pass out of time fails and the next one lists again), and each pod's turn (its claims,
 binding, preemption or hold, Events; a pod group's own turn, then one per member) within `turn_s` (1 minute), the
 last third kept for what completes or undoes a change already made (the reservation a binding used up, the nodes
-the bound pod held elsewhere, one a failed preemption leaves, the Scheduled Event): the gateway cuts each try's timeout to what is left and starts
-no call or retry that could not end in time (`_Api.deadline`). A pod out of time waits for the next pass, as after
-any failed call. `progress(what)` is called as the reads and each turn begin: `gputide schedule`'s liveness probe
-counts a pass of many pods as moving, and its limit follows from these two figures (`turn_budget_s`).
+the bound pod held elsewhere, one a failed preemption leaves, the Scheduled Event): the gateway cuts each try's timeout
+to what is left and starts no call or retry that could not end in time (`_Api.deadline`). A pod out of time waits for
+the next pass, as after any failed call. `progress(what)` is called as the reads and each turn begin:
+`gputide schedule`'s liveness probe counts a pass of many pods as moving, and its limit follows from these two
+figures (`turn_budget_s`).
 
 Stopping. `stop()` (`gputide schedule` on SIGTERM) is checked where the Lease is (`halted()`): before each read of
 the pass (pods, nodes, bound pods, namespaces, claims, volumes, classes: `k8s_sched_reads`, `k8s_volumes`), each

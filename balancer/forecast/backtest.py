@@ -1,8 +1,8 @@
 """Honest rolling-origin backtest: at every origin a model sees only the past, and is scored on what came true.
 
 For each model, origins walk forward one step at a time (every `stride` steps: a quicker, noisier run whose
-intervals are calibrated to the same level, see `conformal.calibrate_path`) from a burn-in point; the model is refitted every
-`refit_every` steps (parameters re-estimated on everything before the origin) and otherwise only `update`d with
+intervals are calibrated to the same level, see `conformal.calibrate_path`) from a burn-in point; the model is refitted
+every `refit_every` steps (parameters re-estimated on everything before the origin) and otherwise only `update`d with
 the newest observations, like the controller does. Each origin forecasts the longest horizon once; the
 requested horizons are read off that path.
 
@@ -147,8 +147,8 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     score_start = min(int(min_train_days * DAY_S / step), n // 2)
     # calibration origins: the longest horizon's whole calibration window (`calibration_window`: a week of
     # day-ahead residuals) known by the first scored origin, or as much of it as two days of burn-in leave
-    first = max(score_start - calibration_window(int(calib_days * day), int(steps.max())), min(2 * day, score_start // 2),
-                2)
+    first = max(score_start - calibration_window(int(calib_days * day), int(steps.max())),
+                min(2 * day, score_start // 2), 2)
     origins = np.arange(first, n - int(steps.min()), stride)
     if 1 <= n - 1 - score_start < steps.min():   # every horizon asked for passes the end from the first scored origin
         raise ValueError(_past_end(float(steps.max() * step), score_start, n, float((n - 1 - score_start) * step)))
@@ -171,7 +171,8 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     window = int(calib_days * day)
     scored = origins >= score_start
     scores = []
-    details = {"step_s": step, "timezone": tz, "origins": int(scored.sum()), "calibration_origins": int((~scored).sum()),
+    details = {"step_s": step, "timezone": tz, "origins": int(scored.sum()),
+               "calibration_origins": int((~scored).sum()),
                "first_scored": str(y.index[origins[scored][0]]),
                "fallbacks": {k: f"{v.fallback_origins} of {len(origins)} origins, first: {v.fallback}"
                              for k, v in runs.items() if v.fallback}}
@@ -213,7 +214,8 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
 
 
 def format_table(scores: list[Score]) -> str:
-    head = "| model | horizon | n | MAE | MASE vs seasonal naive | MASE vs persistence | pinball | p90 coverage | fit s |"
+    head = ("| model | horizon | n | MAE | MASE vs seasonal naive | MASE vs persistence | pinball | p90 coverage "
+            "| fit s |")
     rows = [head, "|" + "---|" * 9]
     for s in scores:
         rows.append(f"| {s.model} | {s.horizon} | {s.n} | {s.mae:.2f} | {s.mase_seasonal:.3f} | "

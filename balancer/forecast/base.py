@@ -16,9 +16,10 @@ backtest and the online forecaster re-calibrate all of them on out-of-sample res
 
 `Fallback` wraps any model: if it raises or returns non-finite values, a persistence forecast is served
 instead and ``reason_`` says why; the forecast's ``fallbacks`` names every model so replaced (the wrapped one or,
-for auto, its candidates) with its error, so a caller can log and count them (`online`). `MODELS` maps a name to a zero-argument factory; every entry is covered by the
-conformance test in tests/forecast. `make(name, tz)` builds one for a time zone: a model with a calendar (an attribute
-``tz``: seasonal naive, GBM, profile, auto) reads days and weeks in that zone's local time; the others have none.
+for auto, its candidates) with its error, so a caller can log and count them (`online`). `MODELS` maps a name to a
+zero-argument factory; every entry is covered by the conformance test in tests/forecast. `make(name, tz)` builds one for
+a time zone: a model with a calendar (an attribute ``tz``: seasonal naive, GBM, profile, auto) reads days and weeks in
+that zone's local time; the others have none.
 """
 
 from __future__ import annotations

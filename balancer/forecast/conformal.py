@@ -30,10 +30,10 @@ window has not seen, errors that come in day-long runs at long horizons):
 
 * **Adaptive conformal inference** (Gibbs & Candes 2021, optional: `gamma` > 0): the quantile level read from
   the residuals is ``1 - alpha_t`` with ``alpha_{t+1} = alpha_t + gamma * (alpha - miss_t)`` (kept in [0, 1]),
-  where ``miss_t`` says whether the truth of an earlier forecast landed above its calibrated quantile. A run of misses lowers alpha_t (wider
-  intervals) until coverage is back; a run of covers narrows them. Misses are applied only once their truth is
-  known (origin + h <= now), so the feedback is delayed by the horizon, as in a live controller. Unclipped,
-  the long-run miss rate is within ``(1 + gamma) / (gamma T)`` of alpha whatever the data. It is off by
+  where ``miss_t`` says whether the truth of an earlier forecast landed above its calibrated quantile. A run of misses
+  lowers alpha_t (wider intervals) until coverage is back; a run of covers narrows them. Misses are applied only once
+  their truth is known (origin + h <= now), so the feedback is delayed by the horizon, as in a live controller.
+  Unclipped, the long-run miss rate is within ``(1 + gamma) / (gamma T)`` of alpha whatever the data. It is off by
   default: with feedback delayed by h the level overshoots (on the ServeGen traces gamma = 0.01 raised the p90
   pinball loss by 10-25% at every horizon and did not fix the day-ahead coverage).
 * **Horizon-proportional windows**: horizon h keeps at least ``window_per_h * h`` steps of residuals (a day-ahead

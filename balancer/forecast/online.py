@@ -32,9 +32,10 @@ A forecast is refused (`ShortHistory`, a `ValueError`) until the service has the
 `tide_history_s` of demand (the model's daily season, as many times as the model needs to fit it) plus the horizon
 asked for, measured as the span from its first real bucket to its last (`covered_buckets`): a gap no longer than a
 forecast may be issued across (`max_stale_steps` + 1, a cycle: with a cycle of 5 steps only 1 bucket in 5 gets a
-sample) counts as covered, a longer outage does not. A forecast from an hour of night demand is flat, and the capacity planner would lend the
-service's GPUs just before the morning rise (a new or renamed service, or any after Prometheus lost its data). A
-forecast is refused too (`StaleDemand`) while the latest real bucket is more than `max_stale_steps` old.
+sample) counts as covered, a longer outage does not. A forecast from an hour of night demand is flat, and the capacity
+planner would lend the service's GPUs just before the morning rise (a new or renamed service, or any after Prometheus
+lost its data). A forecast is refused too (`StaleDemand`) while the latest real bucket is more than `max_stale_steps`
+old.
 """
 
 from __future__ import annotations
@@ -270,7 +271,8 @@ class DemandForecaster:
         season), else its model's `tide_history_s` plus the horizon, covered (`covered_buckets`)."""
         if self.min_history is not None or not self.tide_s:
             have = int(finite.size)
-            need = max(self.min_history if self.min_history is not None else SEASONLESS_BUCKETS, 1)   # no real bucket: no forecast
+            # no real bucket: no forecast
+            need = max(self.min_history if self.min_history is not None else SEASONLESS_BUCKETS, 1)
             if have < need:
                 raise ShortHistory(f"not enough history for {service!r}: need {need} buckets")
             return

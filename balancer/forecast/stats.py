@@ -16,8 +16,8 @@ filters the new observations with the fitted parameters:
   (daily + weekly seasons) that is 672 hourly means instead of 8064 points with a season of 2016.
 
 Fit times (one fit, CPU seconds, on the shared 2-core development machine at load average 2-7; wall time was up
-to twice that): Holt-Winters (two weeks kept) 0.3 s at 600 s steps, 0.5 s at 300 s; MSTL at 300 s steps 0.3 s with 7-10 days,
-0.25-0.55 s with 15-28 days (decomposing every step instead took 0.5 s, 9 s and 15-17 s: a controller cycle that
+to twice that): Holt-Winters (two weeks kept) 0.3 s at 600 s steps, 0.5 s at 300 s; MSTL at 300 s steps 0.3 s with 7-10
+days, 0.25-0.55 s with 15-28 days (decomposing every step instead took 0.5 s, 9 s and 15-17 s: a controller cycle that
 refitted two services ran 46 s, past the loop's 30 s interval, and now 1.3-4.8 s wall including the calibration);
 at 600 s steps 0.4 s up to 28 days (was 4.6 s at 28 days). The bench's 10-minute series with under two weeks
 of history have only the daily season of 144 points and are decomposed at every step as before.

@@ -17,9 +17,9 @@ DatetimeIndex at a regular step, with NaN where nothing was observed. Three form
   (a row missing from its file, or windows at an offset leaving the trace's edges half covered) makes that time
   missing (NaN), neither zero nor the mean of the clients that did report. A window given twice in one file is an
   InputError. A client whose starts lie on the folder's grid (the most common spacing of all its clients' starts)
-  takes the longest window its spacings share, else its own (`servegen`); a start off the client's grid is an InputError naming
-  the file, the row, the value and the window. ServeGen's ``window_start_s`` counts seconds from an arbitrary origin;
-  it is mapped onto ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC) unless ``origin`` overrides it. A coarser
+  takes the longest window its spacings share, else its own (`servegen`); a start off the client's grid is an InputError
+  naming the file, the row, the value and the window. ServeGen's ``window_start_s`` counts seconds from an arbitrary
+  origin; it is mapped onto ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC) unless ``origin`` overrides it. A coarser
   ``step`` averages the observed windows, as for csv.
 * ``requests``: one row per request with a ``timestamp`` column (any case), in any order, several at one time
   allowed; counted per step, divided by the step.

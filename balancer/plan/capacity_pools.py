@@ -195,11 +195,13 @@ class Pools:
                         reclaim=True,
                         cause="reclaim",
                         reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
-                        f"(priority {j.priority}, elastic min {j.elastic_min}){_RESTART if j.restarts_on_resize else ''}",
+                        f"(priority {j.priority}, elastic min {j.elastic_min})"
+                        f"{_RESTART if j.restarts_on_resize else ''}",
                     )
                 )
             else:
-                lost = f"; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint{_RESTART}" if j.restarts_on_resize else ""
+                lost = (f"; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint{_RESTART}"
+                        if j.restarts_on_resize else "")
                 out.append(
                     ScaleTraining(
                         job=name,
@@ -213,7 +215,8 @@ class Pools:
         return out
 
 
-_RESTART = "; a resize restarts the whole job (queued in Kueue and not elastic there, or its framework restarts every worker)"
+_RESTART = ("; a resize restarts the whole job (queued in Kueue and not elastic there, or its framework restarts "
+            "every worker)")
 
 
 def grow_gain(j: JobView, workers: int, hours: float) -> float:
