@@ -1,7 +1,7 @@
 """The capacity planner's defences against what the forecast misses, and the policy file's `capacity` section.
 
-Burst floor (`rise_allowance`, `ServiceView.burst`), ramp projection, surge response, the latency safety net, no loans while demand
-rises, suspended jobs growing back, and `CapacityPolicy.from_config` end to end through `gputide simulate`.
+Burst floor (`rise_allowance`, `ServiceView.burst`), ramp projection, surge response, the latency safety net, no loans
+while demand rises, suspended jobs growing back, and `CapacityPolicy.from_config` end to end through `gputide simulate`.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ def test_ramp_of_two_rises_is_met_ahead_and_a_step_that_stopped_rising_is_met_at
     ramp = run_demand([60.0, 65.0, 70.0])
     assert ramp[-1] >= replicas_for(70.0 + 5 / 60 * 360, PROFILE, 0.0), "+5 req/s a minute, 6 min ahead"
     step = run_demand([60.0, 90.0, 90.0])
-    assert step[-1] == replicas_for(90.0, PROFILE, 0.0), "a step that stopped rising is met at its level, not projected as a ramp"
+    assert step[-1] == replicas_for(90.0, PROFILE, 0.0), (
+        "a step that stopped rising is met at its level, not projected as a ramp")
 
 
 def surge_run(demands, *, replicas=4, burst=0.0, home=0, expected=30.0, policy=POLICY):

@@ -18,8 +18,8 @@ PROFILES = {name: ServiceCapacity(name=name, rps_per_replica=10, warmup_s=300) f
 
 
 def hot_shrink(job, workers=3):
-    return ScaleTraining(job=job, workers=workers - 1, previous_workers=workers, reason="hot GPU, throttling not enough",
-                         expected_gain=1.0)
+    return ScaleTraining(job=job, workers=workers - 1, previous_workers=workers,
+                         reason="hot GPU, throttling not enough", expected_gain=1.0)
 
 
 def base_with(*actions):

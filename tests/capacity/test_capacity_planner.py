@@ -142,7 +142,8 @@ def test_flapping_demand_causes_no_flapping_actions():
 
 
 def test_scale_down_waits_for_the_minimum_hold_time_and_the_dead_band():
-    policy = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_replicas=2, dead_band_frac=0.0, min_hold_s=1800.0)
+    policy = CapacityPolicy(headroom=0.0, reclaim_headroom=0.0, dead_band_replicas=2, dead_band_frac=0.0,
+                            min_hold_s=1800.0)
     fc = forecast([30] * 24, now=1000.0)
     recent = CapacityState(MappingProxyType({"chat": 0.0}), MappingProxyType({"chat": (940.0, 30.0, 0.0)}))
     assert plan_capacity(view(10, 30.0, now=1000.0), {"chat": fc}, policy, recent).actions == ()

@@ -352,7 +352,8 @@ API_SERVER_PORTS = {443, 6443, 8443}   # after the kubernetes Service's DNAT: ma
 
 @pytest.mark.parametrize("overlay,name", [("base", "gputide-controller"), ("overlays/scheduler", "gputide-scheduler"),
                                           ("overlays/power-cap", "gputide-exporter")])
-def test_every_pod_that_talks_to_the_api_server_may_reach_it_on_each_of_its_usual_ports(overlay: str, name: str) -> None:
+def test_every_pod_that_talks_to_the_api_server_may_reach_it_on_each_of_its_usual_ports(
+        overlay: str, name: str) -> None:
     """A NetworkPolicy matches egress on the API server's own port (after DNAT), which differs between clusters: a
     policy that allowed 443 and 6443 only cut the controller off from minikube's API server (8443)."""
     policy = one(overlay, "NetworkPolicy", name)["spec"]

@@ -21,7 +21,8 @@ def _write(path: Path, text: str) -> str:
 CSV_CASES = [
     ("iso timestamps", "timestamp,value\n2024-03-01T00:00:00Z,10\n2024-03-01T00:10:00Z,20\n2024-03-01T00:20:00Z,30\n"),
     ("epoch seconds", "timestamp,value\n1709251200,10\n1709251800,20\n1709252400,30\n"),
-    ("naive iso taken as utc", "timestamp,value\n2024-03-01 00:00:00,10\n2024-03-01 00:10:00,20\n2024-03-01 00:20:00,30\n"),
+    ("naive iso taken as utc",
+     "timestamp,value\n2024-03-01 00:00:00,10\n2024-03-01 00:10:00,20\n2024-03-01 00:20:00,30\n"),
 ]
 
 

@@ -324,7 +324,8 @@ def _storage_errors(obj: dict[str, Any]) -> list[str]:
     if kind in ("PersistentVolumeClaim", "PersistentVolume"):
         if not spec.get("accessModes"):
             errors.append("spec.accessModes: Required value: at least 1 access mode is required")
-        size = (spec.get("resources") or {}).get("requests") if kind == "PersistentVolumeClaim" else spec.get("capacity")
+        size = ((spec.get("resources") or {}).get("requests") if kind == "PersistentVolumeClaim"
+                else spec.get("capacity"))
         if "storage" not in (size or {}):
             errors.append("spec: Required value: storage size")
     required = (spec.get("nodeAffinity") or {}).get("required") if kind == "PersistentVolume" else None
@@ -365,7 +366,8 @@ def _update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What the API server refuses to change on an update (its ValidateXUpdate), for the kinds the tests change."""
     kind, was, now = new.get("kind"), old.get("spec") or {}, new.get("spec") or {}
     if kind == "Pod":
-        added = {g["name"] for g in now.get("schedulingGates") or []} - {g["name"] for g in was.get("schedulingGates") or []}
+        added = ({g["name"] for g in now.get("schedulingGates") or []}
+                 - {g["name"] for g in was.get("schedulingGates") or []})
         return [f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate {g!r}"
                 for g in sorted(added)]
     if kind == "PersistentVolumeClaim":
@@ -375,8 +377,9 @@ def _update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if kind == "PersistentVolume" and was.get("nodeAffinity") and was["nodeAffinity"] != now.get("nodeAffinity"):
         return ["spec.nodeAffinity: Invalid value: field is immutable"]
     if kind == "StorageClass":
-        return [f"{k}: Forbidden: updates to {k} are forbidden." for k in ("provisioner", "parameters", "reclaimPolicy",
-                                                                         "volumeBindingMode") if old.get(k) != new.get(k)]
+        return [f"{k}: Forbidden: updates to {k} are forbidden."
+                for k in ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
+                if old.get(k) != new.get(k)]
     return []
 
 
@@ -970,7 +973,8 @@ class FakeKube:
         if RESOURCES[plural][2] is False and namespace is not None:
             raise ApiError(404, "NotFound", f"{plural} is not namespaced")
         query = dict(parse_qsl(qs, keep_blank_values=True))
-        return _Route(plural, namespace, parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else None, query)
+        return _Route(plural, namespace, parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else None,
+                      query)
 
     def dispatch(self, method: str, path: str, content_type: str | None, body: Any) -> tuple[int, Any]:
         with self._lock:

@@ -175,7 +175,8 @@ def reference(nodes: list[dict], pods: Iterable[tuple[str, str, Mapping[str, str
         exist = all(near.get((t.topology_key, lab.get(t.topology_key)), 0) > 0 for t in affinity.affinity)
         if not keyed or not (exist or first):
             out.append(AFFINITY_REASON)
-        elif any(away.get((t.topology_key, lab[t.topology_key]), 0) > 0 for t in affinity.anti if t.topology_key in lab):
+        elif any(away.get((t.topology_key, lab[t.topology_key]), 0) > 0
+                 for t in affinity.anti if t.topology_key in lab):
             out.append(ANTI_AFFINITY_REASON)
         elif any(existing.get(pair, 0) > 0 for pair in lab.items()):
             out.append(EXISTING_ANTI_AFFINITY_REASON)

@@ -74,7 +74,8 @@ def test_the_node_stays_held_for_the_preemptor_even_by_a_replica_that_did_not_pr
     full.add(pending("sneaky", 4, 50, preemptionPolicy="Never"))       # as important, and may not preempt
     other = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     # sneaky's turn comes first (by name): the reservation holds the room for urgent, which the same pass binds
-    # there (a pod of higher priority it would not hold back, as kube-scheduler's nominated pods: test_k8s_hold_priority)
+    # there (a pod of higher priority it would not hold back, as kube-scheduler's nominated pods:
+    # test_k8s_hold_priority)
     assert other.schedule_once() == {"default/sneaky": None, "default/urgent": "a"}
     assert "reserved for other pods" in other.reasons["default/sneaky"]
 

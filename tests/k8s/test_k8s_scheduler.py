@@ -232,7 +232,8 @@ def test_a_pod_that_fits_nowhere_is_told_why_as_kube_scheduler_tells_it(cluster:
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     cluster.add(pod("resident", gpus=6, node_name="big"))
     assert sched.schedule_once() == {"default/fits": "big", "default/huge": None}
-    why = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint {gputide.io/hot: true}."
+    why = ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+           "1 node(s) had untolerated taint {gputide.io/hot: true}.")
     assert events_of(cluster, "huge") == [("Warning", "FailedScheduling", why)]
     assert events_of(cluster, "fits") == [("Normal", "Scheduled", "Successfully assigned default/fits to big")]
     condition = scheduled_condition(cluster, "huge")      # what the cluster autoscaler looks for

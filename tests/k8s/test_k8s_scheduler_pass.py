@@ -34,7 +34,8 @@ def views(draw):
             "memory_mib_total": 262144, "memory_mib_free": draw(st.sampled_from([0, 8192, 262144])),
             "extended_total": {}, "extended_free": draw(st.dictionaries(
                 st.sampled_from(["pods", "nvidia.com/mig-1g.10gb"]), st.sampled_from([0.0, 1.0, 3.0]))),
-            "reservations": {key: {"count": draw(st.integers(0, 3)), "cpu_milli": draw(st.sampled_from([0, 2000, 60000])),
+            "reservations": {key: {"count": draw(st.integers(0, 3)),
+                                   "cpu_milli": draw(st.sampled_from([0, 2000, 60000])),
                                    "memory_mib": draw(st.sampled_from([0, 8192]))} for key in keys},
         })  # fmt: skip
     return out

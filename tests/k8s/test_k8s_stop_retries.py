@@ -48,7 +48,8 @@ def gateway(owner: Owner, sleeps: list[float]) -> _Api:
     return _Api(None, 3, 100.0, sleeps.append, 10.0, stopping=owner.stopping)
 
 
-@pytest.mark.parametrize(("status", "error"), [(503, KubeTemporaryError), (429, ThrottledError), (0, KubeTemporaryError)],
+@pytest.mark.parametrize(("status", "error"),
+                         [(503, KubeTemporaryError), (429, ThrottledError), (0, KubeTemporaryError)],
                          ids=["an API server error", "throttled", "no answer"])
 def test_a_call_failing_after_the_stop_is_not_retried_and_fails_as_out_of_retries(status, error):
     owner, sleeps = Owner(), []

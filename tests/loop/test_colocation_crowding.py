@@ -24,7 +24,8 @@ def reference(s: ClusterSnapshot, policy: BalancerPolicy, pressured: set[str]) -
                 gpu_services.setdefault(g, set()).add(w.owner)
     shared: dict[str, list[str]] = {}
     for w in s.workloads:
-        if w.workload_class != WorkloadClass.TRAINING or w.protected or w.namespace in policy.safety.protected_namespaces:
+        if (w.workload_class != WorkloadClass.TRAINING or w.protected
+                or w.namespace in policy.safety.protected_namespaces):
             continue
         hit = set().union(*(gpu_services.get(g, set()) for g in s.placements.get(w.name, ())))
         if hit:

@@ -49,8 +49,8 @@ def observe(obj: dict, p99: float, pods: int | None = None, time: float = T0):
     """The snapshot: the Job's pods carrying its co-location record as `KubernetesWorkloads` reads it (`pods`: as
     many pods as a lagging pod list still shows, else the Job's size)."""
     record, void = k8s_jobs.colocation_record(obj)
-    pods = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", milli=500, mem=20480, elastic_min=1, elastic_max=8,
-                      priority=10, colocation_from=record.before if record else 0,
+    pods = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", milli=500, mem=20480, elastic_min=1,
+                      elastic_max=8, priority=10, colocation_from=record.before if record else 0,
                       colocation_service=record.service if record else "",
                       colocation_overridden=void), (SLOT[i],))
             for i in range(k8s_jobs.size(obj) if pods is None else pods)]

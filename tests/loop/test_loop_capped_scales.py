@@ -87,11 +87,13 @@ def run(times: list[float], most: int = 2) -> tuple[Reconciler, HpaCappedFleet]:
 
 
 def chat_ups(fleet: HpaCappedFleet, after: float = 0.0) -> list[Action]:
-    return [a for t, a in fleet.applied if t > after and isinstance(a, ScaleInference) and a.replicas > a.previous_replicas]
+    return [a for t, a in fleet.applied
+            if t > after and isinstance(a, ScaleInference) and a.replicas > a.previous_replicas]
 
 
 def shrinks(fleet: HpaCappedFleet, after: float = 0.0) -> list[Action]:
-    return [a for t, a in fleet.applied if t > after and isinstance(a, ScaleTraining) and a.workers < a.previous_workers]
+    return [a for t, a in fleet.applied
+            if t > after and isinstance(a, ScaleTraining) and a.workers < a.previous_workers]
 
 
 def test_once_capped_the_service_is_held_and_training_gets_the_gpus_back(caplog) -> None:
@@ -104,7 +106,8 @@ def test_once_capped_the_service_is_held_and_training_gets_the_gpus_back(caplog)
     assert [t for t, a in fleet.applied if a in chat_ups(fleet)] == [1000.0, 1300.0]
     assert [a.job for a in shrinks(fleet)] == ["cheap"] and shrinks(fleet, after=1000.0) == []
     assert fleet.replicas["chat"] == 2 and fleet.idle == 0, fleet.replicas   # training holds the other 6 GPUs
-    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {"chat": CapBelief(2, 1300.0, 2)}
+    assert isinstance(rec.state, planner_mod.PlannerState) and dict(rec.state.capped_scales) == {
+        "chat": CapBelief(2, 1300.0, 2)}
     said = [r.getMessage() for r in caplog.records if NOTE in r.getMessage()]
     assert [("for 5 min" in m, "for 10 min" in m) for m in said] == [(True, False), (False, True)], said
     assert all("set the profile's maxReplicas to 2" in m for m in said), said
@@ -176,7 +179,8 @@ FIRST_S = ON.safety.cooldown_s / 2
                  id="forgotten a loan horizon after it lapsed"),
     pytest.param(3, 1000.0, 1, None, False, True, True,
                  id="running more replicas than the cap (a rollout's surge, or a raise) ends no belief"),
-    pytest.param(2, 1000.0, 1, 2, False, False, True, id="a profile's maxReplicas at the cap already says nothing more"),
+    pytest.param(2, 1000.0, 1, 2, False, False, True,
+                 id="a profile's maxReplicas at the cap already says nothing more"),
 ])
 def test_how_long_a_cap_is_believed(replicas, capped_at, times, max_replicas, asked, held, kept) -> None:
     plan, state = plan_capped(replicas, capped_at, times=times, max_replicas=max_replicas)

@@ -30,7 +30,8 @@ def halves(n: int = 4, cls: WorkloadClass = WorkloadClass.INFERENCE, **kw):
     1 GPU). A move goes to another node (on Kubernetes the kubelet, not the scheduler, picks a node's GPU)."""
     half = [0, 1, 4, 5][:n]
     ws = [(workload(f"half-{i}", cls, owner=f"half{i}", milli=500, mem=8192, **kw), (g,)) for i, g in enumerate(half)]
-    ws += [(workload(f"whole-{g}", WorkloadClass.INFERENCE, owner=f"whole{g}"), (g,)) for g in range(8) if g not in half]
+    ws += [(workload(f"whole-{g}", WorkloadClass.INFERENCE, owner=f"whole{g}"), (g,))
+           for g in range(8) if g not in half]
     return ws
 
 

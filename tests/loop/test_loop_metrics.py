@@ -234,7 +234,8 @@ def test_forecast_error_comes_from_the_forecasters_rolling_error():
 
 @pytest.mark.parametrize(("seconds", "label"), [(3600, "1h"), (300, "5m"), (5400, "1h30m"), (86400, "24h"),
                                                (90, "1m30s"), (3605, "1h5s")],
-                         ids=["hour", "minutes", "hours and minutes", "a day", "minutes and seconds", "hour and seconds"])
+                         ids=["hour", "minutes", "hours and minutes", "a day", "minutes and seconds",
+                              "hour and seconds"])
 def test_horizon_labels_are_prometheus_durations(seconds, label):
     assert horizon_label(seconds) == label
     assert parse_step(label).total_seconds() == seconds  # what rolling_error reads back

@@ -249,8 +249,9 @@ TDP_A100 = 400.0
     ([(CAP, TDP_A100 - 0.5), (CAP, TDP_A100 - 0.5)], [False, True]),
     ([0x20 | CAP, 0x20 | CAP], [False, True]),
 ], ids=["N capped readings activate", "capping that is not sustained", "hardware power brake",
-        "capped under a lowered limit", "released after M uncapped readings", "capping again restarts the release count",
-        "a limit within a watt of TDP is the default", "thermal and power bits together"])
+        "capped under a lowered limit", "released after M uncapped readings",
+        "capping again restarts the release count", "a limit within a watt of TDP is the default",
+        "thermal and power bits together"])
 def test_power_capping_is_a_hot_signal_with_hysteresis(readings, expected):
     from balancer.plan import hotspots
 

@@ -138,7 +138,8 @@ def test_two_replicas_sharing_a_lease_only_the_leader_acts():
         assert a.run_once().status == "ok"
         assert b.run_once().status == "standby"
     assert act_a.calls and not act_b.calls
-    assert reg_a.get_sample_value("gputide_leader", {"lease": ""}) == 1 and reg_b.get_sample_value("gputide_leader", {"lease": ""}) == 0
+    assert (reg_a.get_sample_value("gputide_leader", {"lease": ""}) == 1
+            and reg_b.get_sample_value("gputide_leader", {"lease": ""}) == 0)
     # the leader dies without releasing: the standby takes over once the lease expires
     sim.step()  # 60 s after the leader's last renewal: its 90 s lease still holds
     assert b.run_once().status == "standby"
@@ -233,4 +234,5 @@ def test_a_demoted_replica_stops_reporting_the_fleet_it_saw_as_leader():
     assert a.run_once().status == "standby"
     assert reg_a.get_sample_value("gputide_capacity_gpus", {"class": "inference"}) == 0
     assert not any(m.name == "gputide_fragmentation_ratio" and m.samples for m in reg_a.collect())
-    assert reg_a.get_sample_value("gputide_fail_static") == 0 and reg_a.get_sample_value("gputide_leader", {"lease": ""}) == 0
+    assert (reg_a.get_sample_value("gputide_fail_static") == 0
+            and reg_a.get_sample_value("gputide_leader", {"lease": ""}) == 0)

@@ -41,7 +41,8 @@ def test_owed_workers_are_the_workers_before_less_the_pods_the_job_has_now():
 def test_owed_workers_are_at_most_what_the_job_can_run():
     fl = make_fleet(2, 4)
     pods = [(workload(f"co-{i}", TRAIN, owner="co", elastic_max=3), (i,)) for i in range(2)]
-    assert owed_workers(snapshot(fl, workloads=pods), {}, {"co": (5, "svc")}) == {"hotspot": {}, "colocation": {"co": 1}}
+    assert owed_workers(snapshot(fl, workloads=pods), {}, {"co": (5, "svc")}) == {
+        "hotspot": {}, "colocation": {"co": 1}}
 
 
 def gauge(registry: CollectorRegistry, cause: str, name: str = "gputide_shrunk_workers") -> float | None:

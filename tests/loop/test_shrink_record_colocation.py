@@ -45,8 +45,8 @@ def write(obj: dict, a: ScaleTraining) -> dict:
 def observe(obj: dict, p99: float, hot_gpu: int | None = None):
     """The snapshot: the Job's pods carrying its record as `KubernetesWorkloads` reads it, the service on GPU 0."""
     before, void = k8s_jobs.shrink_record(obj)
-    pods = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", milli=500, mem=20480, elastic_min=1, elastic_max=8,
-                      priority=10, shrunk_from=before, shrink_overridden=void), (SLOT[i],))
+    pods = [(workload(f"job-{i}", WorkloadClass.TRAINING, owner="job", milli=500, mem=20480, elastic_min=1,
+                      elastic_max=8, priority=10, shrunk_from=before, shrink_overridden=void), (SLOT[i],))
             for i in range(k8s_jobs.size(obj))]
     svc = workload("svc-0", owner="svc", milli=500)
     services = {"svc": ServiceStatus(name="svc", demand_rps=10, p99_latency_s=p99, slo_latency_s=0.5, replicas=1)}

@@ -92,8 +92,10 @@ JOIN = "\n".join([
     "# HELP gputide_gpu_workload_info Which pod runs on which GPU (attribution join table).",
     "# TYPE gputide_gpu_workload_info gauge",
     f'gputide_gpu_workload_info{{UUID="{A1["labels"]["UUID"]}",namespace="ml",pod="p1",workload_class="inference"}} 1',
-    f'gputide_gpu_workload_info{{UUID="{A1["labels"]["UUID"]}",namespace="research",pod="p2",workload_class="training"}} 1',
-    f'gputide_gpu_workload_info{{UUID="{B0["labels"]["UUID"]}",namespace="research",pod="p4",workload_class="training"}} 1',
+    f'gputide_gpu_workload_info{{UUID="{A1["labels"]["UUID"]}",namespace="research",pod="p2",'
+    f'workload_class="training"}} 1',
+    f'gputide_gpu_workload_info{{UUID="{B0["labels"]["UUID"]}",namespace="research",pod="p4",'
+    f'workload_class="training"}} 1',
     f'gputide_gpu_workload_info{{UUID="{B1["labels"]["UUID"]}",namespace="ml",pod="p3",workload_class="inference"}} 1',
 ]) + "\n"
 

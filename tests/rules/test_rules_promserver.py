@@ -106,7 +106,8 @@ def test_cli_config_only_writes_a_self_contained_folder(tmp_path):
 
 @pytest.mark.parametrize(
     "argv",
-    [["--targets", "nohost"], ["--targets", "h:99999"], ["--targets", ","], ["--targets", "h:1", "--rules", "/nope.yaml"],
+    [["--targets", "nohost"], ["--targets", "h:99999"], ["--targets", ","],
+     ["--targets", "h:1", "--rules", "/nope.yaml"],
      ["--targets", "h:1", "--scrape-interval", "fast"], ["--targets", "h:1", "--controller", "h:x"]],
     ids=["no port", "port out of range", "empty list", "missing rule file", "bad interval", "bad controller"],
 )

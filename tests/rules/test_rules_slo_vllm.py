@@ -67,7 +67,8 @@ def test_the_le_matcher_takes_both_spellings_of_a_boundary_and_nothing_else(boun
 def test_a_bare_name_leaves_the_namespaces_a_qualified_profile_names_to_it():
     slos = sr.choose_buckets([("llm", 1.0), ("team-a/llm", 1.0), ("team-b/llm", 1.0), ("chat", 1.0)],
                              sr.VLLM_E2E_BUCKETS)
-    exprs = {(r["record"], tuple(sorted(r.get("labels", {}).items()))): r["expr"] for r in sr.rule_groups(slos)[0]["rules"]}
+    exprs = {(r["record"], tuple(sorted(r.get("labels", {}).items()))): r["expr"]
+             for r in sr.rule_groups(slos)[0]["rules"]}
     bare = exprs[("service:vllm_requests:rate5m", (("service", "llm"),))]
     qualified = exprs[("service:vllm_requests:rate5m", (("namespace", "team-a"), ("service", "llm")))]
     assert 'namespace!~"team-a|team-b"' in bare
@@ -81,7 +82,8 @@ def test_the_promtool_fixture_is_what_the_generator_writes(capsys, monkeypatch):
     rc, out, err = generate(capsys)
     assert rc == 0
     assert out == (FIXTURES / "slo-vllm.yaml").read_text(), (
-        "regenerate: gputide slo-rules --services rules/tests/fixtures/services.yaml --out rules/tests/fixtures/slo-vllm.yaml")
+        "regenerate: gputide slo-rules --services rules/tests/fixtures/services.yaml "
+        "--out rules/tests/fixtures/slo-vllm.yaml")
     assert "search: SLO 0.7 s is not a bucket boundary; requests over 0.5 s" in err
 
 
@@ -135,7 +137,8 @@ def test_the_alerts_are_the_workbook_s_pages_and_tickets_against_a_p99_objective
     assert rule["expr"] == (f"service:vllm_slo_violations:ratio_rate{short} > ({factor} * 0.01)\nand\n"
                             f"service:vllm_slo_violations:ratio_rate{long} > ({factor} * 0.01)\n")
     assert rule["labels"] == {"severity": severity} and "for" not in rule
-    assert "the 1% error budget of a 99% objective (the SLO is a p99 latency target)" in rule["annotations"]["description"]
+    assert ("the 1% error budget of a 99% objective (the SLO is a p99 latency target)"
+            in rule["annotations"]["description"])
     assert rule["annotations"]["runbook_url"].endswith("#" + alert.lower())
 
 
