@@ -296,13 +296,15 @@ def pending_beside_idle(view: CapacityView, state: CapacityState) -> dict[str, f
 
 
 def next_unhonoured(view: CapacityView, state: CapacityState, stepped: set[str],
-                    actions: Sequence[Action]) -> dict[str, int]:
-    """`CapacityState.emergency` for the next cycle: the services whose emergency step this cycle went out, with the
-    replicas they hold now, and those whose earlier step still is not honoured (the same replicas)."""
+                    actions: Sequence[Action], served: set[str]) -> dict[str, int]:
+    """`CapacityState.emergency` for the next cycle: the services whose emergency step this cycle went out (a scale,
+    or GPUs freed for replicas already asked: `served`), with the replicas they hold now, and those whose earlier
+    step still is not honoured (the same replicas)."""
     replicas = {s.profile.name: s.replicas for s in view.services}
     out = {n: r for n, r in state.emergency.items() if replicas.get(n) == r}
     out.update({a.service: replicas[a.service] for a in actions
                 if isinstance(a, ScaleInference) and a.service in stepped})
+    out.update({n: replicas[n] for n in served})
     return out
 
 
@@ -427,17 +429,21 @@ def plan_capacity(
                       if view.time - pending.get(s.profile.name, -math.inf) < s.profile.warmup_s)
     actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh, needs)
     notes += more
-    for a in actions:
-        if isinstance(a, ScaleInference):
-            last[a.service] = view.time
-            first.pop(a.service, None)
+    # a latency-net step within replicas already asked sends no scale, only the GPUs freed for those asks: that is
+    # its change (else no warm-up was waited and the step grew again every cycle, up to every ask)
+    held = {s.profile.name: s.replicas for s in view.services}
+    served = {n for n in stepped if needs.get(n, 0) > held[n]}
+    for name in {a.service for a in actions if isinstance(a, ScaleInference)} | served:
+        last[name] = view.time
+        first.pop(name, None)
     targets = {s.profile.name: new[s.profile.name] * s.profile.gpus_per_replica for s in view.services}
     return CapacityDecision(
         actions=tuple(actions),
         split=capacity_split(view, targets),
         targets=MappingProxyType(targets),
         state=CapacityState(MappingProxyType(last), MappingProxyType(seen), MappingProxyType(first),
-                            MappingProxyType(periods), MappingProxyType(next_unhonoured(view, state, stepped, actions)),
+                            MappingProxyType(periods),
+                            MappingProxyType(next_unhonoured(view, state, stepped, actions, served)),
                             MappingProxyType(pending)),
         notes=tuple(notes),
     )

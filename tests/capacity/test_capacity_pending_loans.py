@@ -209,3 +209,25 @@ def test_7_a_need_tying_the_cap_is_not_named_where_another_was_cut():
     scale, _ = plan(cluster(8, home=5), forecast(60.0))
     assert scale.replicas == 6
     assert scale.reason == "loan to training: p90 demand stays below 60 req/s for 2.0 h"
+
+
+def test_8_a_latency_step_served_by_held_asks_waits_its_warm_up_as_a_scale_does():
+    """A step within replicas already asked sends no scale, only the GPUs freed for those asks: before, that was no
+    change, so no warm-up was waited and the step grew every cycle, training losing a worker or two each minute up to
+    every ask (audit a8). Now it goes as without asks: a step, a warm-up, the next."""
+    runs = {}
+    for asked in (None, 12):
+        r, desired, train, state, lost = 4, asked, 8, None, []
+        for k in range(6):   # a cycle a minute; the GPUs freed hold a replica by the next
+            v = cluster(r, desired=desired, t=60.0 * k, demand=40.0, pressure=2.0)
+            v = replace(v, jobs=tuple(replace(j, workers=train, elastic_max=32,
+                                              gpus_by_model=MappingProxyType({"A100": train})) for j in v.jobs),
+                        training_gpus=train, total_gpus=r + train)
+            d = plan_capacity(v, {"chat": forecast(40.0)}, POLICY, state or settled(v))
+            state, took = d.state, -training(d)
+            desired = scales(d)[0].replicas if scales(d) else desired
+            train, r = train - took, r + took
+            lost.append(took)
+        runs[asked] = lost
+    assert runs[None] == [1, 0, 0, 0, 0, 2]
+    assert runs[12] == runs[None]
