@@ -377,9 +377,10 @@ class SchedulerReads:
         and is due still."""
         now = self.clock()
         at_once = {k for k, v in self._assumed.items() if k in others and v.read_for != others[k]}
+        # `checked` starts at the binding's time and only grows: past `assume_s` since it, past it since the binding
+        periodic = self._bound_watched
         due = sorted((k not in at_once, k not in listed, v.checked, k) for k, v in self._assumed.items()
-                     if k not in (seen or {}) and (k in at_once or self._bound_watched and now - v.when >= self.assume_s
-                                                   and now - v.checked >= self.assume_s))
+                     if k not in (seen or {}) and (k in at_once or periodic and now - v.checked >= self.assume_s))
         for *_, key in due[:READ_BACKS]:
             if self.halted():
                 return
@@ -403,15 +404,15 @@ class SchedulerReads:
             else:
                 self._assumed[key] = kept._replace(read_for=others.get(key, ""))
 
-    def _listed_assumed(self, listed: list[Usage], uids: Mapping[str, str]) -> None:
-        """The bound pods a pass listed itself (consistently, `uids`: pod -> its uid) count as a read of each binding
-        they show (the pod of its uid, on its node): read now, no GET spent on it (module docstring). It stays
-        assumed: the bound cache, once synced, may not show it yet."""
+    def _listed_assumed(self, shown: Mapping[str, tuple[str, str]]) -> None:
+        """The assumed pods a pass's own bound-pod list showed (consistently, `shown`: pod -> (its node, its uid))
+        count as a read of each binding they show (the pod of its uid, on its node): read now, no GET spent on it
+        (module docstring). It stays assumed: the bound cache, once synced, may not show it yet."""
         now = self.clock()
-        for u in listed:
-            v = self._assumed.get(u.key)
-            if v is not None and v.usage.node == u.node and (not v.uid or uids.get(u.key) in ("", v.uid)):
-                self._assumed[u.key] = v._replace(checked=now)
+        for key, (node, uid) in shown.items():
+            v = self._assumed[key]
+            if v.usage.node == node and (not v.uid or uid in ("", v.uid)):
+                self._assumed[key] = v._replace(checked=now)
 
     def nodes_view(self) -> list[Json]:
         """Per node, by name: capacity, what bound (and assumed) pods and live reservations use, labels, taints."""
@@ -441,17 +442,19 @@ class SchedulerReads:
         20,000 unchanged pods). The cache's items summed are the pass's (`_bound`)."""
         items = self._pass_bound = self._cached("bound pods")
         if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
-            uids: dict[str, str] = {}
+            shown: dict[str, tuple[str, str]] = {}   # assumed pods the list shows: (node, uid)
+            watched = self._bound_watched   # without the watch `checked` is never read: nothing to note
 
             def usage_of(pod: Json) -> Usage:
                 u = pod_usage(pod)
-                uids[u.key] = (pod.get("metadata") or {}).get("uid") or ""
+                if watched and u.key in self._assumed:
+                    shown[u.key] = (u.node, (pod.get("metadata") or {}).get("uid") or "")
                 return u
 
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
                                    usage_of, field_selector=BOUND)
             self._listed_bound = usage
-            self._listed_assumed(usage, uids)
+            self._listed_assumed(shown)
             return sum_usage(usage), False
         generation = self._snapshots["bound pods"][0]
         if self._usage_memo is None or self._usage_memo[0] != generation:
