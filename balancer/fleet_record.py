@@ -16,6 +16,7 @@ unknown (`hold`). A failure while recording is logged and never stops the loop.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,9 +70,12 @@ class FleetRecorder:
         GputideForecastErrorHigh's `for`)."""
         try:
             self.metrics.fleet_unknown()
-            self._forecast_series({}, forecaster, horizon_s, 0.0, keep_error=True)
         except Exception:  # the gauges must never stop the controller
             log.exception("clearing fleet metrics for a hold failed")
+        try:   # apart, as in `record`: a fleet gauge that failed must not leave the forecast's frozen too
+            self._forecast_series({}, forecaster, horizon_s, math.nan, keep_error=True)   # no service: no `now` read
+        except Exception:
+            log.exception("clearing forecast metrics for a hold failed")
 
     def _owed(self, snap: ClusterSnapshot, state: Any, now: float) -> None:
         """Workers owed per cause, and how long the longest-owing job of each cause has owed them."""

@@ -30,7 +30,8 @@ against a fresh snapshot (drop any whose source moved or whose target no longer 
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
 goes from leader to leader (`balancer.ledger_handover`). A capacity scale up that did not go out is told to the
-planner as never proposed (`_unsent`; the guard's refusals also as refused, `planner.refuse`). What its actions
+planner as never proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle;
+a lasting refusal of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions
 leave on the fleet the actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`):
 when, under which holds, is `balancer.loop_upkeep`.
 
@@ -291,10 +292,13 @@ class Reconciler:
         Not after the cycle lost the lead: the state is the next term's then."""
         if self._offices != self._cycle_office:
             return
+        scales = [a for a in planned if isinstance(a, ScaleInference)]   # all `unsent` reads: the compares stay few
+        if not scales or not (isinstance(self.state, planner_mod.PlannerState)
+                              and isinstance(before, planner_mod.PlannerState)):
+            return
         went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
         went += refused
-        if isinstance(self.state, planner_mod.PlannerState) and isinstance(before, planner_mod.PlannerState):
-            self.state = capacity_loop.unsent(self.state, before, [a for a in planned if a not in went])
+        self.state = capacity_loop.unsent(self.state, before, [a for a in scales if a not in went])
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

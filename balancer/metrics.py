@@ -247,9 +247,7 @@ class ControllerMetrics:
         holds stays: a hold gives no worker back (`shrunk_workers`), forgets no refusal (`exclusions`), and moves no
         capacity (`capacity_holding`: cleared, a hold of a minute or two every few minutes reset
         GputideCapacityHolding's `for` and kept it from firing while nothing was decided for an hour)."""
-        for cls in CAPACITY_CLASSES:
-            self.capacity.labels(cls).set(math.nan)
-        self.capacity_target.set_all({})
+        self.set_capacity(dict.fromkeys(CAPACITY_CLASSES, math.nan), {})
         self.set_fragmentation({})
         for over in WAITING_OVER_S:
             self.training_waiting.labels(over).set(math.nan)

@@ -431,8 +431,8 @@ def plan_capacity(
     notes += more
     # a latency-net step within replicas already asked sends no scale, only the GPUs freed for those asks: that is
     # its change (else no warm-up was waited and the step grew again every cycle, up to every ask)
-    held = {s.profile.name: s.replicas for s in view.services}
-    served = {n for n in stepped if needs.get(n, 0) > held[n]}
+    served = {s.profile.name for s in view.services
+              if s.profile.name in stepped and needs.get(s.profile.name, 0) > s.replicas}
     for name in {a.service for a in actions if isinstance(a, ScaleInference)} | served:
         last[name] = view.time
         first.pop(name, None)
