@@ -6,8 +6,7 @@ set, so the binding waited another `assume_s` (a deleted pod's room held that mu
 from __future__ import annotations
 
 from fakeapi import FakeKube
-from test_k8s_sched_cut_watch import POD_GET, pending, scheduler, waiting  # noqa: F401  (fixture)
-from test_k8s_watch import eventually
+from test_k8s_sched_cut_watch import POD_GET, left_pending, pending, scheduler, waiting  # noqa: F401  (fixture)
 
 from balancer.actuate.kubernetes import MIN_TRY_S
 
@@ -18,7 +17,7 @@ def test_a_read_back_not_tried_for_the_deadline_is_read_in_the_next_pass(
     waiting(kube, sched, ["gone"], 8)
     assert sched.schedule_once() == {"default/gone": "a"}
     kube.delete("pods", "gone", "default")
-    eventually(lambda: pending(sched) == [])
+    left_pending(sched)
     clock.advance(sched.assume_s)
     with sched.api.deadline(MIN_TRY_S / 2, reserve_s=0.0):   # the pass's reads left less than a try needs
         assert pending(sched) == []
