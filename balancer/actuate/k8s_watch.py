@@ -13,6 +13,17 @@ client's `kubernetes.watch.Watch`:
    refused, 5xx, 403): wait with exponential backoff (1 s doubling to 60 s) and list again, so a lost event can
    never stay lost.
 
+**Never older.** A list again (3.) asks for a state not older than the last resourceVersion the cache showed
+(`resourceVersion=<it>`, `resourceVersionMatch=NotOlderThan`), as client-go's reflector relists: still served from
+the watch cache, but one that has reached it. It used to list at `resourceVersion=0`, which an API server whose watch
+cache lags (not the watch's, behind the same address) serves from any older state: the cache went back in time, a
+binding it had shown vanished, and the scheduler, which had stopped assuming it once shown (`k8s_sched_reads`),
+bound another pod onto its GPUs (tests/k8s/test_k8s_sched_relist_lag.py). When the API server cannot serve that
+(410 Gone, or 504 "Too large resource version": its cache did not catch up in time) the list is consistent (no
+resourceVersion: from etcd), as the reflector's fallback. The first list stays at "0", cheap (every replica lists
+each resource as it starts): it may lag as any watch may, but behind nothing this cache showed, and the scheduler
+keeps its own bindings until the cache shows them (`k8s_sched_reads`).
+
 `convert(obj)` turns an object into the cached item (None drops it): the cache holds items, not raw objects, so
 readers pay nothing per event. Readers get `snapshot()`: the generation (bumped on every change) and a copy of the
 items, consistent at one point in time. Until the first list has succeeded `synced` is False and the reader
@@ -83,6 +94,14 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, An
     return out + [("DELETED", old, None) for key, old in before.items() if key not in after]
 
 
+def unavailable(exc: Exception) -> bool:
+    """Whether a list's failure says the API server cannot serve the resourceVersion asked for: 410 Gone (compacted),
+    or 504 "Too large resource version" (its watch cache has not reached it), as client-go's reflector tells them
+    (`isExpiredError`, `isTooLargeResourceVersionError`)."""
+    status = int(getattr(exc, "status", 0) or 0)
+    return status == GONE or status == 504 and "too large resource version" in str(exc).lower()
+
+
 def object_key(obj: Json) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
@@ -124,6 +143,7 @@ class ListWatch:
         self._thread: threading.Thread | None = None
         self._watch: k8s_watch.Watch | None = None
         self.lists = 0        # lists made (the first, and one after each expiry or failure)
+        self.seen: str | None = None   # the last resourceVersion the items showed (a list, an event, a bookmark)
         self.failures = 0     # consecutive failures (0 while the watch is healthy)
         self.streams = 0      # watch streams begun
 
@@ -201,7 +221,7 @@ class ListWatch:
             self._stop.wait(wait)
 
     def _relist(self) -> str:
-        listed = self.list_call(resource_version="0", **self.selectors)
+        listed = self._list()
         items = converted(listed, self.convert)
         with self._lock:
             before, first = self._items, not self._synced
@@ -209,7 +229,23 @@ class ListWatch:
         self._synced = True
         self.lists += 1
         self._changed([] if first or not self._handlers else changes(before, items))
-        return str((listed.get("metadata") or {}).get("resourceVersion") or "0")
+        version = str((listed.get("metadata") or {}).get("resourceVersion") or "0")
+        self.seen = version
+        return version
+
+    def _list(self) -> Json:
+        """The first list at "0", from the watch cache; a later one not older than `seen`, and consistent when the
+        API server cannot serve that (module docstring: never older)."""
+        if self.seen is None:
+            return self.list_call(resource_version="0", **self.selectors)
+        try:
+            return self.list_call(resource_version=self.seen, resource_version_match="NotOlderThan",
+                                  **self.selectors)
+        except (ApiException, ActuationError) as exc:
+            if not unavailable(exc):
+                raise
+            log.info("%s: no list at resourceVersion %s or newer (%s): listing consistently", self.what, self.seen, exc)
+        return self.list_call(**self.selectors)
 
     def _follow(self, version: str) -> str:
         """One watch from `version` until the server ends it; returns the last resourceVersion seen."""
@@ -221,7 +257,7 @@ class ListWatch:
                                   _request_timeout=(10.0, self.watch_s + 30.0), **self.selectors):
                 self.failures = 0  # the watch delivers
                 obj = event.get("raw_object") or {}
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                version = self.seen = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                     self._apply(event["type"], obj)
                 if self._stop.is_set():

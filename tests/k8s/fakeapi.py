@@ -56,6 +56,15 @@ to it through `FakeKube.client()`. What it implements the way the real API serve
   ends after `timeoutSeconds` (with a BOOKMARK when `allowWatchBookmarks=true`). A resourceVersion older than the
   kept history (`compact()` forgets it all) gets an ERROR event with a 410 Expired Status, as etcd compaction
   does. Faults apply to watch requests like any other.
+- Lists and the watch cache: a list without `resourceVersion` is consistent (what exists now); one with
+  `resourceVersion=0` is served from the API server's watch cache, and one with `resourceVersion=N` (with
+  `resourceVersionMatch=NotOlderThan`, or none: the legacy meaning) from it too, at N or later. The cache is current
+  unless `hold_cache()` froze it (another API server, behind the same address, whose watch cache lags: what a client
+  reconnecting after a failure may reach), until `release_cache()`: lists at "0" then get the state it froze (its
+  resourceVersion, older than changes a watch already sent), and a list at an N it has not reached answers 504
+  "Too large resource version", as the API server does when its cache does not catch up in time (it waits 3 s;
+  the fake answers at once). An N past the server's own version answers the same. Watches are not held: they keep
+  serving every change (from a server that is current). `resourceVersionMatch=Exact` is not supported (400).
 
 Faults on demand: `inject("POST", r"/eviction$", 500, count=2)` makes the next two matching requests fail;
 `before("PUT", r"/leases/", fn)` runs `fn()` just before the next matching request, to stage races;
@@ -598,6 +607,7 @@ class FakeKube:
         self._kueue_evicted: dict[str, Any] = {}   # Workload uid -> the admission its deactivation cleared
         self._history: list[_Event] = []
         self._expired_below = 0    # watches from a resourceVersion below this answer 410 Expired
+        self._cache: tuple[int, dict[tuple[str, str, str], dict[str, Any]]] | None = None   # `hold_cache()`
         self._changed = threading.Condition(self._lock)
         self._agent = threading.local()   # the User-Agent of the request each handler thread serves
         self._closing = False
@@ -647,6 +657,17 @@ class FakeKube:
         with self._lock:
             self._history.clear()
             self._expired_below = self._rv
+
+    def hold_cache(self) -> None:
+        """Freeze the watch cache that lists at a resourceVersion are served from at what exists now, until
+        `release_cache()` (the module docstring): a lagging API server's cache."""
+        with self._lock:
+            self._cache = (self._rv, copy.deepcopy(self.objects))
+
+    def release_cache(self) -> None:
+        """The watch cache is current again."""
+        with self._lock:
+            self._cache = None
 
     def inject(self, method: str | None, path: str, code: int, count: int = 1, delay_s: float = 0.0) -> Fault:
         """The next `count` requests whose path matches regex `path` (and method, if given) answer `code`,
@@ -908,10 +929,27 @@ class FakeKube:
 
     def _list(self, plural: str, namespace: str | None, query: dict[str, str]) -> dict[str, Any]:
         matches = self._matcher(plural, namespace, query)
-        items = [copy.deepcopy(obj) for (p, _, _), obj in sorted(self.objects.items()) if p == plural and matches(obj)]
+        at, objects = self._listed_state(query.get("resourceVersion") or "", query.get("resourceVersionMatch") or "")
+        items = [copy.deepcopy(obj) for (p, _, _), obj in sorted(objects.items()) if p == plural and matches(obj)]
         kind, api_version, _ = RESOURCES[plural]
         return {"kind": f"{kind}List", "apiVersion": api_version,
-                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+                "metadata": {"resourceVersion": str(at)}, "items": items}
+
+    def _listed_state(self, version: str, match: str) -> tuple[int, dict[tuple[str, str, str], dict[str, Any]]]:
+        """(resourceVersion, objects) a list at `version` (and `resourceVersionMatch` `match`) is served from: what
+        exists now without one, else the watch cache, held or current (the module docstring)."""
+        if match and not version:
+            raise ApiError(400, "BadRequest", "resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if match not in ("", "NotOlderThan"):
+            raise ApiError(400, "BadRequest", f"resourceVersionMatch {match!r} is not supported by the fake")
+        if not version:
+            return self._rv, self.objects
+        if not version.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {version!r}")
+        at, objects = self._cache or (self._rv, self.objects)
+        if int(version) > at:
+            raise ApiError(504, "Timeout", f"Too large resource version: {version}, current: {at}")
+        return at, objects
 
     def _watch(self, plural: str, namespace: str | None, query: dict[str, str]) -> Iterator[dict[str, Any]]:
         """Watch events (see the module docstring); a bad selector answers before the stream starts."""

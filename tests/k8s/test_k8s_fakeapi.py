@@ -245,3 +245,29 @@ def test_merge_patch_follows_rfc7386(target, patch) -> None:
     if isinstance(target, dict):
         for key in set(target) - set(patch):
             assert result[key] == target[key]
+
+
+def test_a_held_watch_cache_serves_lists_at_a_version_older_state_but_never_older_than_asked(
+        kube: FakeKube, api) -> None:
+    """`hold_cache()`: a list at "0" gets the state the cache froze (a lagging API server's), one at a version the
+    cache has not reached 504 Too large resource version, one without a version what exists now."""
+    core = k8s.CoreV1Api(api)
+
+    def names(**kw) -> tuple[str, list[str]]:
+        out = core.list_pod_for_all_namespaces(**kw)
+        return out.metadata.resource_version, [p.metadata.name for p in out.items]
+
+    held = kube.add(pod("a"))["metadata"]["resourceVersion"]
+    kube.hold_cache()
+    now = kube.add(pod("b"))["metadata"]["resourceVersion"]
+    assert names(resource_version="0") == (held, ["a"])
+    assert names(resource_version=held, resource_version_match="NotOlderThan") == (held, ["a"])
+    with pytest.raises(ApiException) as err:
+        names(resource_version=now, resource_version_match="NotOlderThan")
+    assert err.value.status == 504 and "Too large resource version" in err.value.body
+    assert names() == (now, ["a", "b"])   # consistent
+    kube.release_cache()
+    assert names(resource_version="0") == names(resource_version=now) == (now, ["a", "b"])
+    with pytest.raises(ApiException) as err:
+        names(resource_version_match="NotOlderThan")
+    assert err.value.status == 400

@@ -122,6 +122,24 @@ def test_list_watch_lists_again_after_410_and_after_a_failed_watch_and_loses_not
     eventually(lambda: pods_watch.failures == 0)
 
 
+def test_a_list_again_is_not_older_than_what_the_watch_showed_and_consistent_when_that_is_gone(
+        kube: FakeKube, pods_watch: ListWatch):
+    """A list after a failed watch asks for no older state than the last resourceVersion seen (NotOlderThan); told
+    410 Gone, it lists consistently. Before, every list was at "0": a lagging watch cache served an older state."""
+    kube.add(pod("a", gpus=1))
+    pods_watch.start()
+    eventually(lambda: pods_watch.synced)
+    seen = kube.add(pod("b", gpus=1))["metadata"]["resourceVersion"]
+    eventually(lambda: pods_watch.seen == seen)
+    kube.inject("GET", r"/pods\?(?!.*watch=true).*resourceVersionMatch=NotOlderThan", 410, count=1)
+    kube.inject("GET", r"/pods\?.*watch=true", 500, count=1)
+    eventually(lambda: pods_watch.lists == 2)
+    selector = {"field_selector": "status.phase=Running"}
+    assert pods_watch.list_kwargs[1:] == [
+        {"resource_version": seen, "resource_version_match": "NotOlderThan", **selector}, selector]
+    assert set(owners(pods_watch)) == {"default/a", "default/b"}
+
+
 def test_stop_ends_the_thread_while_a_watch_is_open(kube: FakeKube, api):
     core = k8s.CoreV1Api(api)
     lw = ListWatch("pods", lambda **kw: core.list_pod_for_all_namespaces(_preload_content=False, **kw).json(),
