@@ -16,9 +16,11 @@ time): the pod is read back, and found on the node asked for it is bound, its an
 back (after such a failure or a 409; out of time, it is not read) may be bound there (`bind_unsure`): it is assumed
 there as a binding made, so neither this pass nor the next offers its room to another pod nor places it again, until
 the bound-pod cache shows where it is, or the pod read back after `assume_s` holds no node's room (`k8s_sched_reads`;
-without watches, after `assume_s`). It used to count for its own pass only: its GPUs went to the next pass's pods
-whenever the cache had not shown it yet. The cost: a binding that failed after all is tried again only that much
-later.
+without watches, after `assume_s`), in every mode: from the bound-pod cache, or from a pass's own list of the bound
+pods (without watches, or before the watch syncs) that does not show it yet, the binding received but written after
+that list. It used to count for its own pass only: its GPUs went to the next pass's pods whenever the cache had not
+shown it yet, or the list did not (`k8s_sched_reads`). The cost: a binding that failed after all is tried again only
+that much later.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ API server itself. It used to count as caught up, a stream begun after the bindi
 another pod onto them.
 
 So a binding past `assume_s` that the bound cache does not show is read back (`read_back`: a GET, read from etcd as
-it is now; a relist is not, served from the API server's watch cache at `resourceVersion=0`, which may lag): dropped
+it is now; a list again is not, served from the API server's watch cache, which may lag, if never behind what the
+cache showed: `k8s_watch`): dropped
 if the pod is gone, on no node, finished, or another pod of its name (its uid, kept with the binding: a
 StatefulSet's replica created again), moved if on another node, kept if on its node (the cache will show it) or
 unreadable, as kube-scheduler keeps an assumed pod until its informer shows it (its assumed pods never expire:
@@ -50,7 +51,11 @@ passes. A read the pass's read deadline leaves no time to try (`DeadlineExceeded
 
 Only `pending()` reads back, as the pass begins: a binding is never dropped mid-pass (`_bound`). Without a synced
 bound-pod watch the pass lists the bound pods itself (a consistent list, which shows every binding made), and an
-assumed binding, not counted again, only keeps the pod out of the pending ones (whose cache may lag). Without
+assumed binding keeps the pod out of the pending ones (whose cache may lag) and counts on its node only where that
+list does not show its pod: not twice, and still while the binding may be in flight (of unknown outcome, `k8s_bind`:
+received, its answer lost, written after the list). It used to count only as listed: the next pass bound another pod
+onto the GPUs of a binding of unknown outcome, which then landed on top (tests/k8s/test_k8s_sched_unsure_listed.py).
+The cost: a pod bound that finished or was deleted before the list holds its room until dropped, as below. Without
 watches (`watch=False`) it does so for `assume_s` (or until read back, once a pod of another uid holds its name):
 every pass lists consistently, and no cache is ever read. With a bound-pod watch that has not synced yet (its first
 list failing), it is kept and read back as above, not dropped by time: it used to be, the watch then synced from a
@@ -439,7 +444,8 @@ class SchedulerReads:
     def _bound_usage(self) -> tuple[tuple[dict[str, list[int]], dict[str, dict[str, float]]], bool]:
         """What bound pods use per node, and whether it comes from the watch cache. From the cache it is summed
         again only when the cache changed (a pass woken by a pending pod that fits nowhere would otherwise re-add
-        20,000 unchanged pods). The cache's items summed are the pass's (`_bound`)."""
+        20,000 unchanged pods). The cache's items summed are the pass's (`_bound`). From a list of its own, with the
+        assumed pods that list does not show (module docstring)."""
         items = self._pass_bound = self._cached("bound pods")
         if items is None:   # no synced watch: a consistent list, summed every time (and kept for preemption)
             shown: dict[str, tuple[str, str]] = {}   # assumed pods the list shows: (node, uid)
@@ -453,9 +459,10 @@ class SchedulerReads:
 
             usage, _ = self._items("bound pods", "list bound pods", self.api.core.list_pod_for_all_namespaces,
                                    usage_of, field_selector=BOUND)
-            self._listed_bound = usage
+            listed = {u.key for u in usage}   # a binding in flight is not listed yet: counted as assumed
+            self._listed_bound = [*usage, *(u for k, u in self._live_assumed(None).items() if k not in listed)]
             self._listed_assumed(shown)
-            return sum_usage(usage), False
+            return sum_usage(self._listed_bound), False
         generation = self._snapshots["bound pods"][0]
         if self._usage_memo is None or self._usage_memo[0] != generation:
             self._usage_memo = (generation, sum_usage(items.values()))
@@ -470,6 +477,6 @@ class SchedulerReads:
         what the pass reads later (preemption's victims, a pod group's bound members) while its view still counts
         it."""
         cached = self._pass_bound
-        if cached is None:   # the pass's own list: consistent, it already holds every binding made before it
+        if cached is None:   # the pass's own list (every binding made before it), and the assumed ones it did not show
             return list(self._listed_bound)
         return [*cached.values(), *(v.usage for k, v in self._assumed.items() if k not in cached)]
