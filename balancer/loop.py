@@ -286,13 +286,14 @@ class Reconciler:
         """The planned actions that did not go out for a passing cause (an emergency stop, in the review or on the
         fresh snapshot, the fresh snapshot otherwise stale, the cycle stopped before them, failed having changed
         nothing; a dry run's went out), told to the planner (`capacity_loop.unsent`: the capacity planner counts a
-        scale as made when it plans it, and forgets a scale up that did not go out). Not those the guard `refused` for
-        a lasting cause (its minimum gain, a protected workload, a budget): forgotten, such a step was asked, refused,
-        logged and audited every cycle; waited out as if made, it is asked again after the service's hold, as before.
-        Not after the cycle lost the lead: the state is the next term's then."""
+        scale as made when it plans it, and forgets a scale up that did not go out, or a latency-net step whose reclaim
+        shrinks did not). Not those the guard `refused` for a lasting cause (its minimum gain, a protected workload, a
+        budget): forgotten, such a step was asked, refused, logged and audited every cycle; waited out as if made, it is
+        asked again after the service's hold, as before. Not after the cycle lost the lead: the state is the next
+        term's then."""
         if self._offices != self._cycle_office:
             return
-        scales = [a for a in planned if isinstance(a, ScaleInference)]   # all `unsent` reads: the compares stay few
+        scales = [a for a in planned if capacity_loop.remembered(a)]   # all `unsent` reads: the compares stay few
         if not scales or not (isinstance(self.state, planner_mod.PlannerState)
                               and isinstance(before, planner_mod.PlannerState)):
             return

@@ -75,8 +75,9 @@ Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.cap
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
 hysteresis' last change, the latency net's step); the loop tells it which did not go out for a passing cause
 (`unsent`: an emergency stop, held on the fresh snapshot, skipped once the cycle was stopped, failed having changed
-nothing; not the guard's lasting refusals), and the memory of those that scaled up is put back as before the plan
-(a scale down waits its hold as if made).
+nothing; not the guard's lasting refusals), and the memory of those that scaled up is put back as before the plan,
+and of those whose latency-net step a reclaim shrink that did not go out served (such a shrink names the steps it
+frees GPUs for); a scale down waits its hold as if made.
 """
 
 from __future__ import annotations
@@ -276,22 +277,35 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
             replace(state, capacity=decision.state))
 
 
+def remembered(action: Action) -> bool:
+    """Whether `unsent` reads `action`: a capacity scale, or a reclaim shrink (it names the latency-net steps it
+    serves)."""
+    return isinstance(action, ScaleInference) or (isinstance(action, ScaleTraining) and action.cause == "reclaim")
+
+
 def unsent(state: planner_mod.PlannerState, before: planner_mod.PlannerState,
            actions: Iterable[Action]) -> planner_mod.PlannerState:
-    """`state`, the one a cycle's plan returned, once the `ScaleInference`s up in `actions` of that plan did not go out
-    (an emergency stop held them, the fresh snapshot did, the cycle stopped before them, or the actuator failed them
-    having changed nothing: `Reconciler._unsent`): each of their services' hysteresis memory as `before` the plan, as if
-    never proposed: its last change and first sighting, and its emergency step. `plan_capacity` counts a scale as made
-    when it proposes it: kept, a latency-net step that never went out was 'not honoured' and not repeated while the
-    service held the same replicas (an emergency stop set mid-cycle and lifted: the service stayed under pressure for
-    good), and a reclaim waited a warm-up after a change that never happened. A scale down (a loan, a give-back) that
-    did not go out still waits its hold: asked again each cycle, one a guard refuses for a while (an owner's cooldown)
-    was refused, logged and audited every cycle, and waiting to lend never leaves a service short."""
+    """`state`, the one a cycle's plan returned, once the `actions` of that plan did not go out (an emergency stop held
+    them, the fresh snapshot did, the cycle stopped before them, or the actuator failed them having changed nothing:
+    `Reconciler._unsent`): the hysteresis memory of each service scaled up among them, or whose latency-net step a
+    reclaim shrink among them freed GPUs for (`ScaleTraining.service` names it: a step served by replicas already
+    asked sends no scale, only those shrinks), as `before` the plan, as if never proposed: its last change and first
+    sighting, and its emergency step. `plan_capacity` counts a scale as made when it proposes it: kept, a
+    latency-net step that never went out was 'not honoured' and not repeated while the service held the same replicas
+    (an emergency stop set mid-cycle and lifted: the service stayed under pressure for good, no GPU freed for it), and
+    a reclaim waited a warm-up after a change that never happened. A scale down (a loan, a give-back) that did not go
+    out still waits its hold: asked again each cycle, one a guard refuses for a while (an owner's cooldown) was
+    refused, logged and audited every cycle, and waiting to lend never leaves a service short."""
     cap = state.capacity
-    services = {a.service for a in actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas}
-    if not services or not isinstance(cap, CapacityState):
+    if not isinstance(cap, CapacityState):
         return state
     was = before.capacity if isinstance(before.capacity, CapacityState) else CapacityState()
+    services = {a.service for a in actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas}
+    # only a change the plan counted is forgotten (a service unchanged keeps its first sighting)
+    services |= {n for a in actions if remembered(a) and isinstance(a, ScaleTraining) for n in a.service.split(",")
+                 if n and cap.last_change.get(n) != was.last_change.get(n)}
+    if not services:
+        return state
 
     def back(now: Mapping, then: Mapping) -> Mapping:
         return MappingProxyType({**{k: v for k, v in now.items() if k not in services},

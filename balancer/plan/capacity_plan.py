@@ -427,7 +427,10 @@ def plan_capacity(
     pending = pending_beside_idle(view, state)
     fresh = frozenset(s.profile.name for s in view.services
                       if view.time - pending.get(s.profile.name, -math.inf) < s.profile.warmup_s)
-    actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh, needs)
+    # the shrinks a step takes GPUs from name its service: what remembers the step as made is tied to them (kept
+    # when they did not go out, a step served by replicas already asked was never asked again: `capacity_loop.unsent`)
+    actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh, needs,
+                                  frozenset(stepped))
     notes += more
     # a latency-net step within replicas already asked sends no scale, only the GPUs freed for those asks: that is
     # its change (else no warm-up was waited and the step grew again every cycle, up to every ask)

@@ -178,8 +178,11 @@ class Pools:
                     pending -= n
 
     def training_actions(
-        self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float
+        self, reason_up: str, reason_down: str, gain_down: Mapping[str, float], hours: float,
+        serves: Mapping[str, Iterable[str]] | None = None,
     ) -> list[Action]:
+        """The jobs' resizes; a shrink names the services it makes room for in `serves` ({job: services}: the
+        latency net's steps, tied so to it; one served by replicas already asked sends no scale, only its shrinks)."""
         out: list[Action] = []
         for name, j in sorted(self.jobs.items()):
             new = self.workers[name]
@@ -194,6 +197,7 @@ class Pools:
                         expected_gain=gain_down.get(name, 0.0),
                         reclaim=True,
                         cause="reclaim",
+                        service=",".join((serves or {}).get(name, ())),
                         reason=f"{reason_down}; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint "
                         f"(priority {j.priority}, elastic min {j.elastic_min})"
                         f"{_RESTART if j.restarts_on_resize else ''}",
@@ -252,6 +256,7 @@ def apply_targets(
     hold: frozenset[str] = frozenset(),
     keep_pending: frozenset[str] = frozenset(),
     need: Mapping[str, int] | None = None,
+    named: frozenset[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: each inference change right after the training
     shrinks that free its GPUs, then the remaining shrinks, then training growth. Services in `hold` keep what
@@ -259,13 +264,16 @@ def apply_targets(
     briefly: `plan_capacity`) keep the idle GPUs of their models those replicas will take (`Pools.keep_for_pending`),
     which are then not lent to training. A scale-up frees GPUs for at most `need` replicas (default: its target):
     the pending asks it keeps beyond (an HPA's or an operator's, `plan_capacity`) are held as on hold, so a reclaim
-    for one more replica shrinks training by one replica's GPUs, not by all the asks. (The order alone did not keep a
+    for one more replica shrinks training by one replica's GPUs, not by all the asks. A shrink names the services in
+    `named` it frees GPUs for (`ScaleTraining.service`, comma-separated: the latency net's steps, whose memory
+    `capacity_loop.unsent` forgets when the shrink does not go out). (The order alone did not keep a
     per-cycle action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses either for
     that cap, `safety.action_limit`.)"""
     pools = Pools(view)
     pools.keep_for_pending(s for s in view.services if s.profile.name in hold & keep_pending)
     notes: list[str] = []
     shrink_gain: dict[str, float] = {}
+    serves: dict[str, list[str]] = {}   # per job shrunk, the services in `named` it frees GPUs for
     inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
     shrunk: list[str] = []  # jobs in the order a service first shrank them
     granted: dict[str, int] = {}
@@ -287,6 +295,8 @@ def apply_targets(
             got, jobs = pools.free_for(p.models, want, policy.allow_suspend)
             for job in jobs:
                 shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
+                if p.name in named:
+                    serves.setdefault(job, []).append(p.name)
                 if job not in shrunk:
                     shrunk.append(job)
             add = got // p.gpus_per_replica
@@ -316,7 +326,7 @@ def apply_targets(
     hours = policy.loan_horizon_s / 3600.0
     pools.grow_training(hours)
     training = pools.training_actions(
-        "loan idle GPUs to training", "make room for inference", shrink_gain, hours
+        "loan idle GPUs to training", "make room for inference", shrink_gain, hours, serves
     )
     shrinks = {a.job: a for a in training if a.workers < a.previous_workers}
     grows = [a for a in training if a.workers > a.previous_workers]
