@@ -217,7 +217,8 @@ class SchedulerReads:
     work: threading.Event                        # set when a pending pod changed (watch), a node opened, or by `wake`
     watches: dict[str, ListWatch]
     _assumed: dict[str, Assumed]                 # pod -> the binding the bound-pod cache has not shown yet
-    _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed
+    _listed_bound: list[Usage]                   # without a synced watch: the bound pods the pass listed, and the
+    #                                              assumed ones it did not show
     _snapshots: dict[str, tuple[int, dict[str, Any]]]
     _usage_memo: tuple[int, tuple[dict, dict]] | None
     _stop: threading.Event                       # set by `stop()`
@@ -348,11 +349,11 @@ class SchedulerReads:
 
     def _live_assumed(self, seen: Mapping[str, Any] | None) -> dict[str, Usage]:
         """Bindings not yet in the bound cache `seen` (None: not synced, or no bound-pod watch at all). Without that
-        watch (`watch=False`) a binding is dropped after `assume_s`: every pass lists the bound pods consistently,
-        and no cache is ever read. With it, synced or not yet, a binding is dropped once seen there, else only by
-        `_read_back_assumed` (the module docstring): no end of the watch's streams proves the cache would show it,
-        nor would a first list (served at `resourceVersion=0`, which may lag), and dropped the pod's GPUs would look
-        free to the next pod."""
+        watch (`watch=False`) a binding is dropped after `assume_s`: no cache is ever read, nor is a binding read
+        back, and a pass's own list counts an assumed binding it does not show until then (`_bound_usage`). With
+        it, synced or not yet, a binding is dropped once seen there, else only by `_read_back_assumed` (the module
+        docstring): no end of the watch's streams proves the cache would show it, nor would a first list (served at
+        `resourceVersion=0`, which may lag), and dropped the pod's GPUs would look free to the next pod."""
         if self._bound_watched:
             self._assumed = {k: v for k, v in self._assumed.items() if k not in (seen or {})}
         else:
@@ -426,7 +427,7 @@ class SchedulerReads:
                                lambda n: node_facts(n, self.reservation_annotation))
         (used, used_ext), cached = self._bound_usage()
         held = self.holds.preemptor.held(now, {n["name"]: n["reservations"] for n in nodes})
-        if cached:   # a consistent list already shows every binding made; the cache may not yet
+        if cached:   # a pass's own list already added the assumed pods it did not show (`_bound_usage`)
             used, used_ext = with_usage((used, used_ext), self._live_assumed(self._pass_bound).values())
         ports = ports_by_node(self._bound())   # bound and assumed pods' host ports (NodePorts)
         view = []

@@ -171,7 +171,8 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
                            starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
         self.holds.preemptor.emergency_stop = emergency_stop   # why no pod may be evicted now (`k8s_preempt`)
-        self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed
+        self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed, and the
+        #                                        assumed ones it did not show
         self.work = threading.Event()   # set when a pending pod changed (watch), a node opened, or by `wake`
         self.node_wake_s, self.wake_timer, self._wake_lock = node_wake_s, start_timer, threading.Lock()
         self._snapshots: dict[str, tuple[int, dict[str, Any]]] = {}
