@@ -168,8 +168,10 @@ def test_probes_and_metrics_over_http():
 
 
 def test_a_loop_stuck_in_a_call_that_never_returns_fails_liveness():
-    """The real loop in a thread: two iterations beat, then its telemetry source blocks forever."""
-    release, calls = threading.Event(), []
+    """The real loop in a thread: two iterations beat, then its telemetry source blocks forever. The probe's time is
+    the test's clock: on the real one a main thread scheduled a second after the loop's last beat (2 loaded cores)
+    read /healthz stalled already, where the test wants it live."""
+    release, calls, clock = threading.Event(), [], Clock()
 
     class Source:
         def snapshot(self):
@@ -180,20 +182,19 @@ def test_a_loop_stuck_in_a_call_that_never_returns_fails_liveness():
 
     registry = CollectorRegistry()
     rec = Reconciler(source=Source(), actuator=None, metrics=ControllerMetrics(registry))
-    health = Health(stall_after_s=1.0)
+    health = Health(stall_after_s=1.0, clock=clock)
     server = serve(0, registry, health, addr="127.0.0.1")
     stop = threading.Event()
     loop = threading.Thread(target=rec.run, args=(0.05, stop), kwargs={"beat": health.beat}, daemon=True)
     loop.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while len(calls) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert get(server.port, "/healthz")[0] == 200 and health.last is not None
-        while get(server.port, "/healthz")[0] == 200 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        status, body = get(server.port, "/healthz")
-        assert status == 503 and body.startswith("stalled: the last iteration ended"), body
+        assert len(calls) == 3, "the loop did not reach its third iteration"   # blocked in it: no beat follows
+        assert get(server.port, "/healthz")[0] == 200 and health.last == clock.now
+        clock.now += 2.0
+        assert get(server.port, "/healthz") == (503, "stalled: the last iteration ended 2 s ago (limit 1 s)\n")
     finally:
         stop.set()
         release.set()
