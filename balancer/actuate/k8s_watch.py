@@ -19,10 +19,11 @@ the watch cache, but one that has reached it. It used to list at `resourceVersio
 cache lags (not the watch's, behind the same address) serves from any older state: the cache went back in time, a
 binding it had shown vanished, and the scheduler, which had stopped assuming it once shown (`k8s_sched_reads`),
 bound another pod onto its GPUs (tests/k8s/test_k8s_sched_relist_lag.py). When the API server cannot serve that
-(410 Gone, or 504 "Too large resource version": its cache did not catch up in time) the list is consistent (no
-resourceVersion: from etcd), as the reflector's fallback. The first list stays at "0", cheap (every replica lists
-each resource as it starts): it may lag as any watch may, but behind nothing this cache showed, and the scheduler
-keeps its own bindings until the cache shows them (`k8s_sched_reads`).
+(504 "Too large resource version": its cache did not catch up in time; a 410 Gone, which only an `Exact` list should
+get, is taken the same way) the list is consistent (no resourceVersion: from etcd), as the reflector's fallback.
+The first list stays at "0", cheap (every replica lists each resource as it starts): it may lag as any watch may,
+but behind nothing this cache showed, and the scheduler keeps its own bindings until the cache shows them
+(`k8s_sched_reads`).
 
 `convert(obj)` turns an object into the cached item (None drops it): the cache holds items, not raw objects, so
 readers pay nothing per event. Readers get `snapshot()`: the generation (bumped on every change) and a copy of the
@@ -229,9 +230,10 @@ class ListWatch:
         self._synced = True
         self.lists += 1
         self._changed([] if first or not self._handlers else changes(before, items))
-        version = str((listed.get("metadata") or {}).get("resourceVersion") or "0")
-        self.seen = version
-        return version
+        version = (listed.get("metadata") or {}).get("resourceVersion")
+        if version:   # an answer without one leaves `seen`: "0" would let the next relist go back in time
+            self.seen = str(version)
+        return self.seen or "0"
 
     def _list(self) -> Json:
         """The first list at "0", from the watch cache; a later one not older than `seen`, and consistent when the

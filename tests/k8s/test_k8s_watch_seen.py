@@ -1,0 +1,28 @@
+"""`ListWatch.seen`, the version a relist must not go back behind (k8s_watch's module docstring: never older), is
+kept when a list's answer carries no `metadata.resourceVersion`: it used to become "0", and the next relist asked
+for "not older than 0", any state (audit a1 of 925226c). Real API servers set it; a proxy or an aggregated API may
+not."""
+
+from __future__ import annotations
+
+from balancer.actuate.k8s_watch import ListWatch
+
+
+def test_a_list_without_a_resource_version_keeps_what_the_cache_had_seen() -> None:
+    calls: list[dict] = []
+
+    def list_call(**kwargs) -> dict:
+        calls.append(kwargs)
+        return {"items": []} if len(calls) == 1 else {"metadata": {"resourceVersion": "9"}, "items": []}
+
+    lw = ListWatch("pods", list_call, None, lambda o: o)
+    lw.seen = "7"   # what the cache had shown
+    assert lw._relist() == "7" and lw.seen == "7"
+    assert lw._relist() == "9" and lw.seen == "9"
+    assert [c.get("resource_version") for c in calls] == ["7", "7"]
+    assert all(c.get("resource_version_match") == "NotOlderThan" for c in calls)
+
+
+def test_a_first_list_without_one_watches_from_any_version() -> None:
+    lw = ListWatch("pods", lambda **kwargs: {"items": []}, None, lambda o: o)
+    assert lw._relist() == "0" and lw.seen is None   # the next list is a first one again: at "0"
