@@ -377,8 +377,9 @@ class _Api:
 
 
 def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = None,
-                     context: str | None = None) -> k8s.ApiClient:
-    """An ApiClient from the in-cluster service account, or a kubeconfig (default: $KUBECONFIG, ~/.kube/config).
+                     context: str | None = None, host: str | None = None) -> k8s.ApiClient:
+    """An ApiClient from the in-cluster service account, a kubeconfig (default: $KUBECONFIG, ~/.kube/config), or
+    `host` alone: an API server URL and no credentials (the fake API server of the tests, the soak and the bench).
 
     `in_cluster=None` picks in-cluster config when running in a pod (KUBERNETES_SERVICE_HOST is set) and no
     kubeconfig was given.
@@ -387,10 +388,24 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
     GET (or PUT) 3 more times inside one call, each with the whole request timeout, unseen by `_Api` (its retries,
     backoff, deadline and halt) and by the Lease elector's renew deadline: one unanswered GET cost 4 GETs and up to
     4 timeouts. Every caller retries on its own: `_Api` its `retries`, the elector on its retry period, a watch by
-    listing again (`k8s_watch`)."""
+    listing again (`k8s_watch`). The tests and the bench build their clients here too (`host`), so they run what a
+    deployment runs, not a copy of its settings that could drift."""
+    cfg = k8s.Configuration()
+    if host is not None:
+        if kubeconfig is not None or in_cluster or context is not None:
+            raise ValueError("build_api_client: host= takes no kubeconfig, in_cluster or context")
+        cfg.host = host
+    else:
+        _load_config(cfg, kubeconfig, in_cluster, context)
+    cfg.retries = False
+    return k8s.ApiClient(cfg)
+
+
+def _load_config(cfg: k8s.Configuration, kubeconfig: str | None, in_cluster: bool | None,
+                 context: str | None) -> None:
+    """Fills `cfg` from the in-cluster service account or a kubeconfig, as `build_api_client` picks."""
     if in_cluster is None:
         in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    cfg = k8s.Configuration()
     try:
         if in_cluster:
             k8s_config.load_incluster_config(client_configuration=cfg)
@@ -398,8 +413,6 @@ def build_api_client(kubeconfig: str | None = None, in_cluster: bool | None = No
             k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except k8s_config.ConfigException as exc:
         raise PermanentActuationError(f"no Kubernetes API configuration: {exc}") from exc
-    cfg.retries = False
-    return k8s.ApiClient(cfg)
 
 
 __all__ = [

@@ -93,6 +93,8 @@ from kubernetes import client as k8s
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
+from balancer.actuate.kubernetes import build_api_client
+
 K8S_VERSION = "1.29"
 MERGE_PATCH = "application/merge-patch+json"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -620,12 +622,10 @@ class FakeKube:
     # ---- test-side API -------------------------------------------------------------------------------------
 
     def client(self) -> k8s.ApiClient:
-        """A client of this server configured as `build_api_client`'s: urllib3's own retries off, so a request is
-        sent once per try of the caller's (a timed-out GET is not sent 3 more times behind `_Api`'s back)."""
-        cfg = k8s.Configuration()
-        cfg.host = self.url
-        cfg.retries = False
-        return k8s.ApiClient(cfg)
+        """A client of this server built by `build_api_client` itself (not a copy of its settings that could drift):
+        urllib3's own retries off, so a request is sent once per try of the caller's (a timed-out GET is not sent 3
+        more times behind `_Api`'s back)."""
+        return build_api_client(host=self.url)
 
     def add(self, obj: dict[str, Any], manager: str | None = "kubectl-create") -> dict[str, Any]:
         """Store a (validated) object as if created through the API by `manager` (None: with no managedFields, as

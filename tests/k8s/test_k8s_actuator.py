@@ -602,10 +602,8 @@ def test_a_read_timeout_is_retried(cluster: FakeKube, api, sleeps) -> None:
 
 
 def test_an_unreachable_api_server_gives_retry(kube: FakeKube, sleeps) -> None:
-    cfg = k8s.Configuration()
-    cfg.host = "http://127.0.0.1:9"   # discard port: connection refused
-    cfg.retries = False
-    actuator = KubernetesActuator(k8s.ApiClient(cfg), sleep=sleeps.append, max_retries=1)
+    client = build_api_client(host="http://127.0.0.1:9")   # discard port: connection refused
+    actuator = KubernetesActuator(client, sleep=sleeps.append, max_retries=1)
     result = actuator.apply(power(), SNAP)
     assert result.outcome is Outcome.RETRY and result.code == "transport", result.detail
     assert sleeps == [0.5]
