@@ -61,7 +61,8 @@ handlers and the watch go on.
 
 `ListCache` is what a reader holds: the `ListWatch` once it has synced, and before that (or without a watch, as
 `gputide run --once` reads, or when even the first list has not succeeded yet) a list of its own at most once per
-`ttl_s`. Running pods, nodes, PodDisruptionBudgets and the Jobs gputide suspended are each read through one.
+`ttl_s`, each after the first not older than the one before (as a relist: never older). Running pods, nodes,
+PodDisruptionBudgets and the Jobs gputide suspended are each read through one.
 """
 
 from __future__ import annotations
@@ -101,6 +102,27 @@ def unavailable(exc: Exception) -> bool:
     (`isExpiredError`, `isTooLargeResourceVersionError`)."""
     status = int(getattr(exc, "status", 0) or 0)
     return status == GONE or status == 504 and "too large resource version" in str(exc).lower()
+
+
+def list_not_older(what: str, list_call: Callable[..., Json], seen: str | None, selectors: dict[str, str]) -> Json:
+    """The first list (`seen` None) at "0", from the watch cache; a later one not older than `seen`, and consistent
+    when the API server cannot serve that (module docstring: never older)."""
+    if seen is None:
+        return list_call(resource_version="0", **selectors)
+    try:
+        return list_call(resource_version=seen, resource_version_match="NotOlderThan", **selectors)
+    except (ApiException, ActuationError) as exc:
+        if not unavailable(exc):
+            raise
+        log.info("%s: no list at resourceVersion %s or newer (%s): listing consistently", what, seen, exc)
+    return list_call(**selectors)
+
+
+def listed_version(listed: Json, seen: str | None) -> str | None:
+    """The resourceVersion a list answered at; `seen` when it has none (a proxy's, an aggregated API's): "0" would
+    let the next list go back in time."""
+    version = (listed.get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else seen
 
 
 def object_key(obj: Json) -> str:
@@ -230,24 +252,11 @@ class ListWatch:
         self._synced = True
         self.lists += 1
         self._changed([] if first or not self._handlers else changes(before, items))
-        version = (listed.get("metadata") or {}).get("resourceVersion")
-        if version:   # an answer without one leaves `seen`: "0" would let the next relist go back in time
-            self.seen = str(version)
+        self.seen = listed_version(listed, self.seen)
         return self.seen or "0"
 
     def _list(self) -> Json:
-        """The first list at "0", from the watch cache; a later one not older than `seen`, and consistent when the
-        API server cannot serve that (module docstring: never older)."""
-        if self.seen is None:
-            return self.list_call(resource_version="0", **self.selectors)
-        try:
-            return self.list_call(resource_version=self.seen, resource_version_match="NotOlderThan",
-                                  **self.selectors)
-        except (ApiException, ActuationError) as exc:
-            if not unavailable(exc):
-                raise
-            log.info("%s: no list at resourceVersion %s or newer (%s): listing consistently", self.what, self.seen, exc)
-        return self.list_call(**self.selectors)
+        return list_not_older(self.what, self.list_call, self.seen, self.selectors)
 
     def _follow(self, version: str) -> str:
         """One watch from `version` until the server ends it; returns the last resourceVersion seen."""
@@ -319,6 +328,7 @@ class ListCache:
         self._current: Any = None
         self._generation = -1   # the watch's generation `_items` holds
         self._at = -float("inf")  # when the last list of its own answered
+        self.seen: str | None = None   # the resourceVersion that list answered at: the next one is not older
 
     def current(self) -> Any:
         """What the reader sees of the items as last seen; None until a list has answered (class docstring)."""
@@ -331,12 +341,12 @@ class ListCache:
         if now - self._at < self.ttl_s:
             return self._current
         try:
-            listed = self.list_call(resource_version="0", **self.selectors)
+            listed = list_not_older(self.what, self.list_call, self.seen, self.selectors)
         except ActuationError as err:
             log.warning("%s unavailable, keeping the last answer: %s", self.what, err)
             return self._current
         self._keep(converted(listed, self.convert))
-        self._at = now
+        self._at, self.seen = now, listed_version(listed, self.seen)
         return self._current
 
     def _keep(self, items: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ not."""
 
 from __future__ import annotations
 
-from balancer.actuate.k8s_watch import ListWatch
+from balancer.actuate.k8s_watch import ListCache, ListWatch
 
 
 def test_a_list_without_a_resource_version_keeps_what_the_cache_had_seen() -> None:
@@ -26,3 +26,25 @@ def test_a_list_without_a_resource_version_keeps_what_the_cache_had_seen() -> No
 def test_a_first_list_without_one_watches_from_any_version() -> None:
     lw = ListWatch("pods", lambda **kwargs: {"items": []}, None, lambda o: o)
     assert lw._relist() == "0" and lw.seen is None   # the next list is a first one again: at "0"
+
+
+def test_a_list_cache_without_a_watch_never_lists_back_in_time() -> None:
+    """`ListCache`'s own lists (`gputide run --once`, or before its watch syncs) each ask for a state not older than
+    the one before. They all used to list at "0": an API server whose watch cache lags serves that from any older
+    state, and a pod the controller had seen (or seen gone) came back as it was."""
+    calls: list[dict] = []
+    now = {"pods": ["default/b"], "rv": "5"}   # etcd: b, written at version 5
+    behind = {"pods": [], "rv": "3"}           # a lagging watch cache, still before b
+
+    def list_call(**kwargs) -> dict:
+        calls.append(kwargs)
+        at = behind if kwargs.get("resource_version") == "0" else now
+        return {"metadata": {"resourceVersion": at["rv"]},
+                "items": [{"metadata": {"namespace": "default", "name": p.split("/")[1]}} for p in at["pods"]]}
+
+    cache = ListCache("pods", list_call, None, lambda o: o["metadata"]["name"], ttl_s=0.0)
+    behind.update(now)   # the first list, at "0", happens to be current
+    assert cache.current() == {"default/b": "b"} and cache.seen == "5"
+    behind.update(pods=[], rv="3")   # the next request lands on the lagging API server
+    assert cache.current() == {"default/b": "b"}
+    assert calls[-1] == {"resource_version": "5", "resource_version_match": "NotOlderThan"}
