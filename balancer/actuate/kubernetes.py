@@ -71,6 +71,12 @@ class ThrottledError(KubeTemporaryError):
     """429: API priority and fairness, or on an eviction a PodDisruptionBudget."""
 
 
+class TooLargeVersionError(KubeTemporaryError):
+    """504 "Too large resource version": a list asked for a state not older than a version the API server's watch
+    cache did not reach within the server's own wait (~3 s). Not retried: the caller lists consistently at once
+    (`k8s_watch.list_not_older`); each retry would hold a request for that wait again."""
+
+
 class KubePermanentError(PermanentActuationError):
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
@@ -99,6 +105,8 @@ def _translate(exc: ApiException, what: str) -> ActuationError:
         return ThrottledError(text, status)
     if status == 404:
         return NotFoundError(text, status)
+    if status == 504 and "too large resource version" in message.lower():
+        return TooLargeVersionError(text, status)
     if status in (0, 408) or status >= 500:
         return KubeTemporaryError(text, status)
     return KubePermanentError(text, status)
@@ -323,8 +331,8 @@ class _Api:
             except (urllib3.exceptions.HTTPError, OSError) as exc:   # timeouts, refused connections
                 err, cause = KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}"), exc
             self._track(written, err)
-            retryable = isinstance(err, KubeTemporaryError) and not isinstance(err, ConflictError) and (
-                retry_throttled or not isinstance(err, ThrottledError))
+            retryable = isinstance(err, KubeTemporaryError) and not isinstance(
+                err, ConflictError | TooLargeVersionError) and (retry_throttled or not isinstance(err, ThrottledError))
             if not retryable or attempt == limit or self._stopped(err, halt):
                 raise err from cause
             delay, left = self.backoff_s * 2**attempt, self._left()
