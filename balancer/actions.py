@@ -90,7 +90,8 @@ class ScaleTraining(Action):
     shrunk_from: int | None = None
     cause: TrainingCause | None = None  # set by the planner that resizes for a reason of its own (TrainingCause)
     service: str = ""   # a co-location shrink: the inference services it makes room for, comma-separated (given
-    #                     back once each has slack)
+    #                     back once each has slack); a capacity reclaim: the latency-net steps it frees GPUs for
+    #                     (forgotten when it does not go out: `capacity_loop.unsent`)
 
     @property
     def target(self) -> str:

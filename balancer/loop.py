@@ -29,11 +29,11 @@ lost action or a duplicate cycle converges to the same place. Before acting, acc
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
-goes from leader to leader (`balancer.ledger_handover`). A capacity scale up that did not go out is told to the
-planner as never proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle;
-a lasting refusal of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions
-leave on the fleet the actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`):
-when, under which holds, is `balancer.loop_upkeep`.
+goes from leader to leader (`balancer.ledger_handover`). A capacity scale up that did not go out, or a reclaim
+shrink that frees GPUs for a latency-net step, is told to the planner as never proposed where its cause passes
+(`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal of the guard is waited out as if
+made, and refused too, `planner.refuse`). What its actions leave on the fleet the actuator keeps up or releases
+(hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`); a hold
 reports no forecast and the fleet unknown (`FleetRecorder.hold`). A failure while recording is logged and never stops
