@@ -51,6 +51,10 @@ class ServiceView:
     burst: float = 0.0  # relative rise of demand within the warm-up lead to be ready for (`rise_allowance`)
     latency_pressure: float = 0.0  # p99 latency / SLO now
     desired: int | None = None  # the replica count already asked for (placed + pending); None: = replicas
+    # what the HPA that scales it asks for on its own metrics now, after its scale-down stabilisation (the
+    # recommendation before minReplicas clamps it: status.desiredReplicas while gputide's floor does not bind); a
+    # loan lowers only that HPA's minReplicas, so it frees the replicas above both. None: no HPA scales it
+    hpa_wants: int | None = None
 
     @property
     def asked(self) -> int:

@@ -19,7 +19,10 @@ moves the rest of the GPUs to elastic training:
   for went to training, and one below what the keep rule keeps was asked back within the horizon. They are held (no
   GPU freed for them, idle GPUs kept for them a warm-up); a reclaim frees GPUs only for the replicas demand needs
   beyond those holding GPUs (freed for every ask, a rise of one replica shrank training by all of them); a loan drops
-  them with the replicas it sheds (a Deployment deletes pending pods first). A loan's reason names what set its
+  them with the replicas it sheds (a Deployment deletes pending pods first). Under an HPA a loan lowers only its
+  minReplicas, and the HPA keeps what its own metrics ask for (`ServiceView.hpa_wants`): the loan frees, counts and
+  lends only the replicas above both (counted from the new floor, training was grown onto GPUs the HPA kept, its
+  workers pending, and the gain over-stated). A loan's reason names what set its
   target: the loan quantile, the keep quantile (with the reclaim headroom, or the burst floor), the demand now, the
   reclaim quantile, or the cap (where it cut a need, though another ties it).
 * **Burst floor learned from the past.** The forecast misses bursts (a client's batch job, a retry storm): a
@@ -405,7 +408,10 @@ def plan_capacity(
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas), 1)
             held = view.time - last.get(p.name, first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
-            lend = s.replicas - down_need >= band and held >= policy.min_hold_s and calm
+            # under an HPA the loan only lowers its minReplicas to `down_need`: the HPA keeps what its own metrics ask
+            # for, so the loan frees (and its band and gain count) only the replicas above both (`apply_targets` too)
+            kept = max(down_need, s.hpa_wants or 0)
+            lend = s.replicas - kept >= band and held >= policy.min_hold_s and calm
             foreign = foreign_models(s) if lend else []
             if foreign:  # a loan of GPUs its profile does not allow is one-way
                 notes.append(f"{p.name}: lends nothing: its replicas hold {', '.join(foreign)} GPUs, which its "
@@ -416,8 +422,9 @@ def plan_capacity(
                 reasons[p.name] = "loan to training: " + loan_basis(
                     s, policy, down_need, cap, keep=keep,
                     up=top(up_terms(s, policy, now=now_want, lead=(lead_need, peak_lead, window))),
-                ) + (f"; drops its {asked - s.replicas} pending replicas" if asked > s.replicas else "")
-                gains[p.name] = (s.replicas - down_need) * p.gpus_per_replica * hours
+                ) + (f"; drops its {asked - s.replicas} pending replicas" if asked > s.replicas else "") + (
+                    f"; its HPA keeps {kept}, what its metrics ask for" if kept > down_need else "")
+                gains[p.name] = (s.replicas - kept) * p.gpus_per_replica * hours
         new[p.name] = target
         if p.name not in reasons:
             reasons[p.name] = "hold"

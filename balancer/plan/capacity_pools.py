@@ -284,8 +284,8 @@ def apply_targets(
     for s in sorted(view.services, key=lambda s: s.replicas - new[s.profile.name]):
         p = s.profile
         delta = new[p.name] - s.replicas
-        if delta < 0:
-            pools.release(s, new[p.name])
+        if delta < 0:   # an HPA's floor lowered frees only what its metrics no longer ask for (`ServiceView.hpa_wants`)
+            pools.release(s, min(max(new[p.name], s.hpa_wants or 0), s.replicas))
             granted[p.name] = new[p.name]
         elif delta > 0 and p.name in hold:
             granted[p.name] = s.replicas  # pending replicas the forecast does not need: no GPU freed for them
