@@ -244,19 +244,29 @@ class ListWatch:
             self._stop.wait(wait)
 
     def _relist(self) -> str:
-        listed = self._list()
-        items = converted(listed, self.convert)
-        with self._lock:
-            before, first = self._items, not self._synced
-            self._items, self._generation = items, self._generation + 1
-        self._synced = True
+        while True:
+            asked = self.seen
+            listed = list_not_older(self.what, self.list_call, asked, self.selectors)
+            items = converted(listed, self.convert)
+            with self._lock:
+                if self.seen != asked:   # a reader showed newer meanwhile (`not_older_than`): list not behind it
+                    continue
+                before, first = self._items, not self._synced
+                self._items, self._generation = items, self._generation + 1
+                self.seen = listed_version(listed, self.seen)
+                self._synced = True
+            break
         self.lists += 1
         self._changed([] if first or not self._handlers else changes(before, items))
-        self.seen = listed_version(listed, self.seen)
         return self.seen or "0"
 
-    def _list(self) -> Json:
-        return list_not_older(self.what, self.list_call, self.seen, self.selectors)
+    def not_older_than(self, version: str | None) -> None:
+        """Until its first list has answered, list not older than `version`: what a `ListCache`'s own lists showed
+        its reader meanwhile. Its first list, at "0", could go back behind that as the reader turns to this cache
+        (audit a4 of 6f47571); one already asked is asked again."""
+        with self._lock:
+            if not self._synced and version:
+                self.seen = version
 
     def _follow(self, version: str) -> str:
         """One watch from `version` until the server ends it; returns the last resourceVersion seen."""
@@ -312,6 +322,10 @@ class ListCache:
     themselves without a `view`): a failed list is logged and leaves it in place, as stale metadata is safer than
     none. It is the same object until an item changes, so `view` runs once per change, not per call, and `version`
     (bumped on every change) lets a reader memoise what it derives from it in turn.
+
+    Each list of its own after the first is not older than the one before, and its watch's first list not older
+    than them (module docstring: never older). On an API server whose watch cache lags, such a list costs a 504
+    (after the server's own wait, ~3 s, not retried) and a consistent list: only while the watch has not synced.
     """
 
     def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
@@ -332,22 +346,30 @@ class ListCache:
 
     def current(self) -> Any:
         """What the reader sees of the items as last seen; None until a list has answered (class docstring)."""
-        if self.watch is not None and self.watch.start().synced:
+        if self.watch is not None and self.watch.synced:
             if self.watch.generation != self._generation:
                 self._generation, items = self.watch.snapshot()
                 self._keep(items)
             return self._current
         now = self.clock()
-        if now - self._at < self.ttl_s:
-            return self._current
+        if now - self._at >= self.ttl_s:
+            self._list(now)
+        if self.watch is not None:   # after its own first list: the watch's first is then not older than it
+            self.watch.start()
+        return self._current
+
+    def _list(self, now: float) -> None:
+        """A list of its own, not older than the last (the watch's first list then not older either); a failed one
+        is logged and leaves the last answer."""
         try:
             listed = list_not_older(self.what, self.list_call, self.seen, self.selectors)
         except ActuationError as err:
             log.warning("%s unavailable, keeping the last answer: %s", self.what, err)
-            return self._current
+            return
         self._keep(converted(listed, self.convert))
         self._at, self.seen = now, listed_version(listed, self.seen)
-        return self._current
+        if self.watch is not None:
+            self.watch.not_older_than(self.seen)
 
     def _keep(self, items: dict[str, Any]) -> None:
         """Keep a new answer unless it equals the last one (a relist, a list per TTL that found no change)."""

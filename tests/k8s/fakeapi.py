@@ -658,11 +658,16 @@ class FakeKube:
             self._history.clear()
             self._expired_below = self._rv
 
-    def hold_cache(self) -> None:
-        """Freeze the watch cache that lists at a resourceVersion are served from at what exists now, until
-        `release_cache()` (the module docstring): a lagging API server's cache."""
+    def hold_cache(self, state: tuple[int, dict] | None = None) -> None:
+        """Freeze the watch cache that lists at a resourceVersion are served from at what exists now (or at `state`,
+        an earlier `cache_state()`), until `release_cache()` (the module docstring): a lagging API server's cache."""
         with self._lock:
-            self._cache = (self._rv, copy.deepcopy(self.objects))
+            self._cache = state or self.cache_state()
+
+    def cache_state(self) -> tuple[int, dict]:
+        """What exists now, as `hold_cache(state)` can hold it later."""
+        with self._lock:
+            return self._rv, copy.deepcopy(self.objects)
 
     def release_cache(self) -> None:
         """The watch cache is current again."""

@@ -5,7 +5,11 @@ not."""
 
 from __future__ import annotations
 
+from fakeapi import pod
+from test_k8s_watch import eventually
+
 from balancer.actuate.k8s_watch import ListCache, ListWatch
+from balancer.actuate.kubernetes import _Api
 
 
 def test_a_list_without_a_resource_version_keeps_what_the_cache_had_seen() -> None:
@@ -48,3 +52,29 @@ def test_a_list_cache_without_a_watch_never_lists_back_in_time() -> None:
     behind.update(pods=[], rv="3")   # the next request lands on the lagging API server
     assert cache.current() == {"default/b": "b"}
     assert calls[-1] == {"resource_version": "5", "resource_version_match": "NotOlderThan"}
+
+
+def test_a_list_cache_turning_to_its_watch_never_goes_back_behind_its_own_lists(kube) -> None:
+    """The watch's first list (at "0") comes after the cache's own lists showed newer: it is asked not older than
+    those (`ListWatch.not_older_than`). It used to go back behind them the moment the watch synced (audit a4)."""
+    api = _Api(kube.client(), 1, 0.0, lambda _s: None, 10.0)
+    core = api.core
+    cache = ListCache("pods", lambda **kw: api("list pods", core.list_pod_for_all_namespaces, **kw),
+                      core.list_pod_for_all_namespaces, lambda o: o["metadata"]["name"], ttl_s=0.0, watch=True,
+                      watch_s=1.0)
+    start = cache.watch.start
+    cache.watch.start = lambda: cache.watch   # its first list has not answered yet
+    try:
+        kube.add(pod("a", gpus=1))
+        assert cache.current() == {"default/a": "a"}
+        behind = kube.cache_state()
+        kube.add(pod("b", gpus=1))
+        assert cache.current() == {"default/a": "a", "default/b": "b"}   # its own list, not older than the first
+        kube.hold_cache(behind)   # the watch's first list reaches an API server still before b
+        kube.inject("GET", r"/pods\?.*watch=true", 500, count=10_000)   # and no event brings b back after it
+        cache.watch.start = start
+        cache.watch.start()
+        eventually(lambda: cache.watch.synced)
+        assert cache.current() == {"default/a": "a", "default/b": "b"}
+    finally:
+        cache.close()
