@@ -244,12 +244,12 @@ class ListWatch:
             self._stop.wait(wait)
 
     def _relist(self) -> str:
-        while True:
+        for again in (True, False):
             asked = self.seen
             listed = list_not_older(self.what, self.list_call, asked, self.selectors)
             items = converted(listed, self.convert)
             with self._lock:
-                if self.seen != asked:   # a reader showed newer meanwhile (`not_older_than`): list not behind it
+                if again and self.seen != asked:   # a reader showed newer meanwhile (`not_older_than`): once more
                     continue
                 before, first = self._items, not self._synced
                 self._items, self._generation = items, self._generation + 1
@@ -263,7 +263,9 @@ class ListWatch:
     def not_older_than(self, version: str | None) -> None:
         """Until its first list has answered, list not older than `version`: what a `ListCache`'s own lists showed
         its reader meanwhile. Its first list, at "0", could go back behind that as the reader turns to this cache
-        (audit a4 of 6f47571); one already asked is asked again."""
+        (audit a4 of 6f47571); one already asked is asked again, once: a reader listing faster than a list answers
+        (`ttl_s=0`, a busy cluster's version moving every time) must not keep the watch from syncing; what the
+        second answer lacks, the watch's events from its version bring."""
         with self._lock:
             if not self._synced and version:
                 self.seen = version

@@ -78,3 +78,19 @@ def test_a_list_cache_turning_to_its_watch_never_goes_back_behind_its_own_lists(
         assert cache.current() == {"default/a": "a", "default/b": "b"}
     finally:
         cache.close()
+
+
+def test_a_reader_listing_faster_than_the_watch_delays_its_first_list_once_only() -> None:
+    """Every list of the watch overtaken by a reader's newer one (`ttl_s=0`, a busy cluster): it lists again once
+    for the newest, then keeps its answer, and syncs. Asked again each time, it would never sync."""
+    calls: list[dict] = []
+    lw: ListWatch
+
+    def list_call(**kwargs) -> dict:
+        calls.append(kwargs)
+        lw.not_older_than(str(10 + len(calls)))   # meanwhile the reader's own list answered, newer
+        return {"metadata": {"resourceVersion": str(len(calls))}, "items": []}
+
+    lw = ListWatch("pods", list_call, None, lambda o: o)
+    lw._relist()
+    assert lw.synced and len(calls) == 2 and calls[1]["resource_version"] == "11"
