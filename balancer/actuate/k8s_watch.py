@@ -328,6 +328,9 @@ class ListCache:
     Each list of its own after the first is not older than the one before, and its watch's first list not older
     than them (module docstring: never older). On an API server whose watch cache lags, such a list costs a 504
     (after the server's own wait, ~3 s, not retried) and a consistent list: only while the watch has not synced.
+    One gap stays: a list of its own still in flight when the watch's first list answers may be newer than that
+    (the watch listed before a write, it after), and the reader turns to the watch's items, older until the watch's
+    events bring the rest (audit a6; resourceVersions are opaque, so the two are not compared).
     """
 
     def __init__(self, what: str, list_call: Callable[..., Json], watch_fn: Callable[..., Any],
