@@ -43,11 +43,23 @@ def exposition(now: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def prometheus(module_prometheus_factory, module_metrics_server):
+def started(module_prometheus_factory, module_metrics_server):
     exporter = module_metrics_server(exposition(time.time()))
     prom = module_prometheus_factory([Target("rules", exporter.address)])
     prom.wait_for("count(gpu:last_sample:timestamp_seconds)", lambda r: bool(r) and r[0]["value"][1] == "4",
                   timeout=30)
+    return exporter, prom
+
+
+@pytest.fixture
+def prometheus(started):
+    """Prometheus holding readings stamped as the test begins. Stamped once as the module began, the late node's
+    passed 120 s old (and the fresh one's 60 s) whenever Prometheus took 30 s to start on a loaded machine."""
+    exporter, prom = started
+    now = time.time()
+    exporter.text = exposition(now)
+    prom.wait_for(f'count(gpu:last_sample:timestamp_seconds{{hostname="fresh"}} >= {now!r})',
+                  lambda r: bool(r) and r[0]["value"][1] == "2", timeout=30)
     return prom
 
 
