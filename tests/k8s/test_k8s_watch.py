@@ -144,8 +144,9 @@ def test_stop_ends_the_thread_while_a_watch_is_open(kube: FakeKube, api):
     core = k8s.CoreV1Api(api)
     lw = ListWatch("pods", lambda **kw: core.list_pod_for_all_namespaces(_preload_content=False, **kw).json(),
                    core.list_pod_for_all_namespaces, running_workload, watch_s=30.0).start()
-    eventually(lambda: lw.synced)
-    time.sleep(0.2)                    # the watch is now open and idle
+    # the stream open and idle: stop() closes it (`_resp`). Not a 0.2 s sleep after the list: a watch thread that
+    # opened it later was stopped before, and blocked in the 30 s stream the stop missed (left alone: the product's)
+    eventually(lambda: lw.synced and getattr(lw._watch, "_resp", None) is not None)
     started = time.monotonic()
     lw.stop()
     assert not lw._thread.is_alive() and time.monotonic() - started < 5.0
