@@ -166,6 +166,9 @@ class ServiceStatus:
     # `replicas` is its workload's spec.replicas (`gputide_inference_replicas`), which a rolling update's surge pods
     # never raise; False: counted from its pods, or unsaid (the capacity planner reads a cap's end only from the first)
     replicas_from_spec: bool = False
+    # what the HPA that scales it keeps on its own metrics, gputide's floor aside (`k8s_hpa_wants`; its replicas where
+    # that is unknown: nothing lent); None: no HPA scales it, or this source does not read HPAs
+    hpa_wants: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

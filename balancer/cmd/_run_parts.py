@@ -88,6 +88,17 @@ def kubernetes_sources(api_client, interval: float, once: bool, metrics: Control
     return overrides, nodes
 
 
+def hpa_source(api_client, profiles, interval: float):
+    """What the HPA scaling each profiled service keeps on its own metrics (`k8s_hpa_reads.KubernetesHpaWants`,
+    listed at most once per half `interval`, so every cycle reads it fresh), for the capacity planner's loans; None
+    without --services (no right to list HPAs then: components/capacity) or without an API client."""
+    if api_client is None or not profiles:
+        return None
+    from balancer.actuate.k8s_hpa_reads import KubernetesHpaWants
+
+    return KubernetesHpaWants(api_client, ttl_s=interval / 2)
+
+
 def check_capacity_enabled(args: argparse.Namespace, policy: config.BalancerPolicy) -> None:
     """`capacity.enabled` must agree with --services: InputError otherwise (at start, and for a reloaded file, which
     would otherwise pass and be refused at the next restart)."""

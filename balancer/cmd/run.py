@@ -55,6 +55,7 @@ from balancer.cmd._run_parts import (
     capacity_flags,
     capacity_parts,
     check_capacity_enabled,
+    hpa_source,
     keep_ledger,
     kubernetes_sources,
 )
@@ -262,6 +263,7 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                                        workload_overrides=overrides, node_overrides=nodes,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
                                        disruption_budgets=overrides.disruption_budgets if overrides else None,
+                                       hpa_wants=hpa_source(api_client, profiles, interval),
                                        slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},
                                        default_slo_latency_s=policy.colocation.latency_slo_s)
     lease_name = args.lease_name

@@ -52,8 +52,9 @@ class ServiceView:
     latency_pressure: float = 0.0  # p99 latency / SLO now
     desired: int | None = None  # the replica count already asked for (placed + pending); None: = replicas
     # what the HPA that scales it asks for on its own metrics now, after its scale-down stabilisation (the
-    # recommendation before minReplicas clamps it: status.desiredReplicas while gputide's floor does not bind); a
-    # loan lowers only that HPA's minReplicas, so it frees the replicas above both. None: no HPA scales it
+    # recommendation before gputide's floor clamps it: status.desiredReplicas while that floor does not bind); a
+    # loan lowers only that HPA's minReplicas, so it frees the replicas above both. None: no HPA scales it. From
+    # `ServiceStatus.hpa_wants` (Kubernetes: `k8s_hpa_wants`, the HPA's algorithm on its status; the simulator: None)
     hpa_wants: int | None = None
 
     @property
@@ -354,6 +355,7 @@ def view_from_snapshot(
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
             replicas=min(st.replicas, _placed_replicas(held, groups.get(("inference", name)), profiles[name])),
             desired=st.replicas,
+            hpa_wants=st.hpa_wants,
             gpus_by_model=(_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None
                            else empty),
             sole_by_model=_by_model(sole[g], names) if g is not None else empty,

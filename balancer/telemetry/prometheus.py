@@ -92,7 +92,7 @@ from balancer.telemetry.gpu_frame import (
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
 from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts, unhealthy
-from balancer.telemetry.serving import SERVING_SERIES, service_status
+from balancer.telemetry.serving import SERVING_SERIES, service_status, with_hpa_wants
 from balancer.telemetry.topology import Topology
 from balancer.telemetry.vanished import DARK, Absences
 
@@ -160,13 +160,16 @@ class PrometheusTelemetrySource:
     without labels, an emergency-stop label would go unseen. `suspended_jobs` (optional) lists the jobs gputide
     suspended, which no metric shows (no pods); without it the snapshot says it cannot see them
     (`suspended_jobs=None`) and the capacity planner never suspends a job. `disruption_budgets` (optional) lists the
-    PodDisruptionBudgets the safety guard checks migrations against."""
+    PodDisruptionBudgets the safety guard checks migrations against. `hpa_wants` (optional: `KubernetesHpaWants`)
+    says what the HPA scaling each service keeps on its own metrics (`serving.with_hpa_wants`); without it every
+    `ServiceStatus.hpa_wants` is None (no HPA known)."""
 
     def __init__(self, opts: PrometheusOptions, *, fleet: Fleet | None = None,
                  workload_overrides: Callable[[], Mapping[str, Workload]] | None = None,
                  node_overrides: Callable[[], Mapping[str, NodeMeta] | None] | None = None,
                  suspended_jobs: Callable[[], tuple[SuspendedJob, ...] | None] | None = None,
                  disruption_budgets: Callable[[], tuple[DisruptionBudget, ...] | None] | None = None,
+                 hpa_wants: Callable[[], Mapping[str, tuple[int | None, str]] | None] | None = None,
                  slo_latency_s: Mapping[str, float] | None = None, default_slo_latency_s: float = 0.5,
                  clock: Callable[[], float] = time.time, client: PrometheusConnect | None = None) -> None:
         self.opts = opts
@@ -175,6 +178,7 @@ class PrometheusTelemetrySource:
         self.node_overrides = node_overrides
         self.suspended_jobs = suspended_jobs
         self.disruption_budgets = disruption_budgets
+        self.hpa_wants = hpa_wants
         self.slo_latency_s = dict(slo_latency_s or {})
         self.default_slo_latency_s = default_slo_latency_s
         self.clock = clock
@@ -276,6 +280,8 @@ class PrometheusTelemetrySource:
             self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
         services = self._services(workloads, _running(workloads, placements, checked))
+        if self.hpa_wants is not None:
+            services = with_hpa_wants(services, workloads, self.hpa_wants())
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
                                workloads=workloads, placements=placements, services=services,
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,

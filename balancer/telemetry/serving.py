@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from balancer.errors import InvalidTelemetry, MissingTelemetry
 from balancer.model import ServiceStatus, Workload, WorkloadClass
@@ -95,3 +96,33 @@ def _p99(series: Mapping[str, float]) -> float:
     if p99 is not None:
         return p99
     return 0.0 if series["gputide_inference_demand_rps"] == 0 else LATENCY_UNKNOWN
+
+
+def with_hpa_wants(services: Mapping[str, ServiceStatus], workloads: tuple[Workload, ...],
+                   wants: Mapping[str, tuple[int | None, str]] | None) -> dict[str, ServiceStatus]:
+    """Each status with what the HPA that scales it keeps on its own metrics (`ServiceStatus.hpa_wants`), from
+    `wants` by "namespace/target" (`k8s_hpa_reads`). A service's HPA is the one in its namespace (its qualified
+    name's, else that of its pods and serving series, as the actuator finds where to scale it) targeting its bare
+    name; a service whose namespace is not one (no pod, no label; or two) takes any HPA of that name. Unknown is
+    never None (which says no HPA: every replica above the floor lendable) but the service's own replicas, so a loan
+    frees nothing the HPA has not released: an HPA without status yet, two HPAs for one name, or `wants` None (the
+    HPAs not read yet: every service)."""
+    spaces: dict[str, set[str]] = {}
+    for w in workloads:
+        if w.owner:
+            spaces.setdefault(w.owner, set()).add(w.namespace)
+    out = {}
+    for name, st in services.items():
+        if wants is None:
+            out[name] = replace(st, hpa_wants=st.replicas)
+            continue
+        ns, _, bare = name.rpartition("/")
+        where = {ns} if ns else spaces.get(name, set()) | ({st.namespace} if st.namespace else set())
+        found = [n for target, (n, _) in wants.items() if target.rpartition("/")[2] == bare
+                 and (len(where) != 1 or target.rpartition("/")[0] in where)]
+        if not found:
+            out[name] = st
+            continue
+        n = found[0] if len(found) == 1 else None
+        out[name] = replace(st, hpa_wants=st.replicas if n is None else n)
+    return out

@@ -3,7 +3,9 @@ flag must not grant them: the base ClusterRole granted every controller `patch` 
 scale and every ClusterQueue in the cluster, though only capacity shifting (--services, components/capacity) ever
 resizes an inference service and only --kueue-queues (components/kueue) moves quota. Proved from the code: the only
 requests to HPAs and scales are made by `k8s_inference.InferenceScaling`, which only the actuator holds, through
-`KubernetesActuator._scale_inference` (applying ScaleInference alone) and `restore_floors`;
+`KubernetesActuator._scale_inference` (applying ScaleInference alone) and `restore_floors`, and the list of HPAs
+`k8s_hpa_reads.KubernetesHpaWants` makes for the capacity planner, built by `_run_parts.hpa_source` only with
+--services;
 ScaleInference is built only by the capacity planner's pools; and `gputide run` builds the capacity planner only with
 --services (capacity.enabled and --services must agree). And against the fake API server: an actuator without Kueue
 queues resizes a queued Job and keeps house without touching a ClusterQueue, one with them does."""
@@ -17,16 +19,18 @@ import sys
 import numpy as np
 import pytest
 from api_calls import FLAG_GATED, ROOT, _client_method, definitions, endpoint, modules, requests_of, to_rbac
+from kubernetes import client as k8s_client
 
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.cli import build_parser
-from balancer.cmd._run_parts import capacity_parts
+from balancer.cmd._run_parts import capacity_parts, hpa_source
 from balancer.config import BalancerPolicy
 from balancer.errors import InputError
 from balancer.model import GPU_ARRAYS, ClusterSnapshot, ScaleTraining
 
 ACTUATOR = "balancer.actuate.k8s_actuator.KubernetesActuator"
 INFERENCE = "balancer.actuate.k8s_inference.InferenceScaling"   # the actuator's `inference`
+HPA_READER = "balancer.actuate.k8s_hpa_reads.KubernetesHpaWants"   # what each HPA keeps, for the capacity planner
 GATED = {resource for resource, flag in FLAG_GATED["run"].items() if flag == "services"}
 
 
@@ -38,7 +42,13 @@ def methods_calling(cls: str, method: str) -> set[str]:
 
 def test_only_the_actuators_scale_inference_makes_the_requests_behind_services():
     makers = {key for key in definitions() if {r[:2] for r in requests_of(key)} & GATED}
-    assert makers == {INFERENCE}
+    assert makers == {INFERENCE, HPA_READER}
+    # the HPAs' own metrics, read for the capacity planner's loans: one list of HPAs, built by `hpa_source` alone
+    # (test_gputide_run_reads_no_hpas_without_services)
+    assert requests_of(HPA_READER) == {("autoscaling", "horizontalpodautoscalers", "list")}
+    builders = {mod for mod, tree in modules().items() for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "KubernetesHpaWants"}
+    assert builders == {"balancer.cmd._run_parts"}
     methods = {}
     for node in definitions()[INFERENCE].body:
         if isinstance(node, ast.FunctionDef):
@@ -90,6 +100,14 @@ def test_scale_inference_is_built_by_the_capacity_planner_alone():
     builders = {mod for mod, tree in modules().items() for n in ast.walk(tree)
                 if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "ScaleInference"}
     assert builders == {"balancer.plan.capacity_pools"}
+
+
+def test_gputide_run_reads_no_hpas_without_services():
+    # `hpa_source`, the only builder of the HPA reader (above), builds none without --services' profiles
+    assert hpa_source(object(), None, 30.0) is None and hpa_source(object(), {}, 30.0) is None
+    assert hpa_source(None, {"chat": object()}, 30.0) is None
+    reader = hpa_source(k8s_client.ApiClient(), {"chat": object()}, 30.0)
+    assert type(reader).__name__ == "KubernetesHpaWants" and reader.ttl_s == 15.0
 
 
 def test_gputide_run_builds_no_capacity_planner_without_services():

@@ -1,0 +1,129 @@
+"""What an HPA keeps on its own metrics, gputide's floor aside (balancer/actuate/k8s_hpa_wants.py): the HPA
+controller's algorithm run on its status, per metric type, with its tolerance, its scale-down window, and never a
+guess where a metric is missing. And which service each count belongs to (`serving.with_hpa_wants`)."""
+
+from __future__ import annotations
+
+from balancer.actuate.k8s_hpa_wants import hpa_wants, wants_by_target
+from balancer.model import ServiceStatus, Workload, WorkloadClass
+from balancer.telemetry.serving import with_hpa_wants
+
+NOW = 1_700_000_000.0
+LONG_AGO = "2023-11-14T20:00:00Z"   # an hour before NOW: past any scale-down window
+
+
+def resource(name: str = "cpu", target: int = 80, current: int | None = None) -> tuple[dict, dict | None]:
+    spec = {"type": "Resource", "resource": {"name": name, "target": {"type": "Utilization",
+                                                                      "averageUtilization": target}}}
+    status = None if current is None else {"type": "Resource", "resource": {
+        "name": name, "current": {"averageUtilization": current, "averageValue": "1"}}}
+    return spec, status
+
+
+def pods(target: str, current: str) -> tuple[dict, dict]:
+    metric = {"name": "vllm_queue", "selector": {"matchLabels": {"app": "vllm"}}}
+    return ({"type": "Pods", "pods": {"metric": metric, "target": {"type": "AverageValue", "averageValue": target}}},
+            {"type": "Pods", "pods": {"metric": metric, "current": {"averageValue": current}}})
+
+
+def external(target: str, current: str) -> tuple[dict, dict]:
+    metric = {"name": "queue_depth"}
+    return ({"type": "External", "external": {"metric": metric, "target": {"type": "Value", "value": target}}},
+            {"type": "External", "external": {"metric": metric, "current": {"value": current}}})
+
+
+def hpa(*metrics: tuple[dict, dict | None], current: int = 8, lo: int = 1, hi: int = 20, last: str | None = LONG_AGO,
+        down: dict | None = None, name: str = "vllm", target: str = "vllm", ns: str = "team-a",
+        kind: str = "Deployment") -> dict:
+    spec = {"scaleTargetRef": {"kind": kind, "name": target}, "minReplicas": lo, "maxReplicas": hi,
+            "metrics": [m for m, _ in metrics]}
+    if down is not None:
+        spec["behavior"] = {"scaleDown": down}
+    status = {"currentReplicas": current, "desiredReplicas": current,
+              "currentMetrics": [s for _, s in metrics if s is not None]}
+    if last:
+        status["lastScaleTime"] = last
+    return {"metadata": {"name": name, "namespace": ns}, "spec": spec, "status": status}
+
+
+def test_utilization_average_value_and_value_each_scale_by_their_ratio():
+    assert hpa_wants(hpa(resource(current=40)), NOW) == (4, "")          # 8 x 40/80
+    assert hpa_wants(hpa(resource(current=50)), NOW) == (5, "")          # 8 x 50/80 = 5
+    assert hpa_wants(hpa(pods("10", "2500m")), NOW) == (2, "")           # 8 x 2.5/10
+    assert hpa_wants(hpa(pods("100m", "150m")), NOW) == (12, "")         # up: 8 x 1.5
+    assert hpa_wants(hpa(external("1k", "300")), NOW) == (3, "")         # 8 x 0.3 = 2.4 -> 3
+    # the highest over the metrics
+    assert hpa_wants(hpa(resource(current=20), external("100", "75")), NOW) == (6, "")
+
+
+def test_within_the_tolerance_it_keeps_its_replicas():
+    assert hpa_wants(hpa(resource(current=73)), NOW)[0] == 8       # 0.9125: within 10%
+    assert hpa_wants(hpa(resource(current=71)), NOW)[0] == 8       # 0.8875: 7.1 -> 8
+    assert hpa_wants(hpa(resource(current=64)), NOW)[0] == 7       # 0.8: 6.4 -> 7
+    # a tolerance of its own (Kubernetes 1.33+, behavior.scaleDown.tolerance)
+    assert hpa_wants(hpa(resource(current=64), down={"tolerance": "0.25"}), NOW)[0] == 8
+
+
+def test_a_missing_or_unreadable_metric_keeps_its_replicas_and_says_so():
+    n, why = hpa_wants(hpa(resource(current=20), (pods("10", "1")[0], None)), NOW)
+    assert n == 8 and "Pods vllm_queue" in why and "missing or unreadable" in why
+    spec, status = pods("10", "1")
+    status["pods"]["current"]["averageValue"] = "lots"
+    assert hpa_wants(hpa((spec, status)), NOW)[0] == 8
+    # no scale-down on the others while one is unread; a scale-up still counts
+    assert hpa_wants(hpa(resource(current=160), (pods("10", "1")[0], None)), NOW)[0] == 16
+    # an HPA not yet synced: unknown, never guessed
+    unsynced = hpa(resource(current=20))
+    del unsynced["status"]
+    assert hpa_wants(unsynced, NOW) == (None, "no status.currentReplicas")
+
+
+def test_default_metric_is_cpu_at_80_percent():
+    h = hpa((resource()[0], resource(current=40)[1]))
+    h["spec"].pop("metrics")
+    assert hpa_wants(h, NOW)[0] == 4
+
+
+def test_scale_down_window_and_disabled_scale_down_keep_its_replicas():
+    # scaled 60 s ago (the floor raised it): every recommendation of the window may have been 8
+    recent = "2023-11-14T22:12:20Z"   # NOW - 60 s
+    n, why = hpa_wants(hpa(resource(current=40), last=recent), NOW)
+    assert n == 8 and "scale-down window" in why
+    assert hpa_wants(hpa(resource(current=40), last=recent, down={"stabilizationWindowSeconds": 30}), NOW)[0] == 4
+    assert hpa_wants(hpa(resource(current=40), last=None), NOW)[0] == 8   # never scaled: not known to be past it
+    assert hpa_wants(hpa(resource(current=40), down={"selectPolicy": "Disabled"}), NOW)[0] == 8
+    assert hpa_wants(hpa(resource(current=160), last=recent), NOW)[0] == 16   # a scale-up is never held
+
+
+def test_clamped_to_its_own_minimum_and_its_maximum():
+    assert hpa_wants(hpa(resource(current=10), lo=3), NOW)[0] == 3
+    assert hpa_wants(hpa(resource(current=400), hi=20), NOW)[0] == 20
+    # gputide's floor (minReplicas 8, the operator's own 2 recorded) is no part of what it wants
+    floored = hpa(resource(current=40), lo=8)
+    floored["metadata"]["annotations"] = {"gputide.io/own-min-replicas": "2", "gputide.io/floor-min-replicas": "8"}
+    assert hpa_wants(floored, NOW)[0] == 4
+
+
+def test_wants_by_target_prefers_the_hpa_on_a_deployment():
+    other = hpa(resource(current=80), name="a-rollout", kind="Rollout")
+    mine = hpa(resource(current=40), name="b-deploy")
+    assert wants_by_target({"team-a/a-rollout": other, "team-a/b-deploy": mine}, NOW) == {"team-a/vllm": (4, "")}
+
+
+def status(name: str, replicas: int = 8, namespace: str = "") -> ServiceStatus:
+    return ServiceStatus(name=name, demand_rps=5.0, p99_latency_s=0.1, slo_latency_s=1.0, replicas=replicas,
+                         namespace=namespace)
+
+
+def test_each_service_gets_its_own_namespaces_hpa_and_unknown_is_its_replicas():
+    pod = Workload(name="team-a/vllm-0", workload_class=WorkloadClass.INFERENCE, owner="vllm", namespace="team-a")
+    services = {"vllm": status("vllm"), "team-b/vllm": status("team-b/vllm", 6), "chat": status("chat", 3),
+                "lone": status("lone", 5, namespace="x")}
+    wants = {"team-a/vllm": (4, ""), "team-b/vllm": (None, "no status.currentReplicas"), "y/lone": (1, "")}
+    got = with_hpa_wants(services, (pod,), wants)
+    assert got["vllm"].hpa_wants == 4            # its pods' namespace
+    assert got["team-b/vllm"].hpa_wants == 6     # not synced: its replicas, nothing lent
+    assert got["chat"].hpa_wants is None         # no HPA scales it
+    assert got["lone"].hpa_wants is None         # an HPA of its name in another namespace is not its
+    # the HPAs not read yet: every service lends nothing
+    assert {s.hpa_wants for s in with_hpa_wants(services, (pod,), None).values()} == {8, 6, 3, 5}
