@@ -283,14 +283,14 @@ class Reconciler:
 
     def _unsent(self, before: Any, planned: tuple[Action, ...], done: list[tuple[ActionResult, float]],
                 refused: list[Action]) -> None:
-        """The planned actions that did not go out for a passing cause (an emergency stop, in the review or on the
-        fresh snapshot, the fresh snapshot otherwise stale, the cycle stopped before them, failed having changed
-        nothing; a dry run's went out), told to the planner (`capacity_loop.unsent`: the capacity planner counts a
-        scale as made when it plans it, and forgets a scale up that did not go out, or a latency-net step whose reclaim
-        shrinks did not). Not those the guard `refused` for a lasting cause (its minimum gain, a protected workload, a
+        """The planned actions that did not go out for a passing cause (an emergency stop, in the review or on the fresh
+        snapshot, the fresh snapshot otherwise stale, the cycle stopped before them, failed having changed nothing; a
+        dry run's went out), told to the planner (`capacity_loop.unsent`: the capacity planner counts a scale as made
+        when it plans it, and forgets a scale up that did not go out, or a latency-net step none of whose reclaim
+        shrinks did). Not those the guard `refused` for a lasting cause (its minimum gain, a protected workload, a
         budget): forgotten, such a step was asked, refused, logged and audited every cycle; waited out as if made, it is
-        asked again after the service's hold, as before. Not after the cycle lost the lead: the state is the next
-        term's then."""
+        asked again after the service's hold, as before. Not after the cycle lost the lead: the state is the next term's
+        then."""
         if self._offices != self._cycle_office:
             return
         scales = [a for a in planned if capacity_loop.remembered(a)]   # all `unsent` reads: the compares stay few
@@ -299,7 +299,8 @@ class Reconciler:
             return
         went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
         went += refused
-        self.state = capacity_loop.unsent(self.state, before, [a for a in scales if a not in went])
+        self.state = capacity_loop.unsent(self.state, before, [a for a in scales if a not in went],
+                                          [a for a in scales if a in went])
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

@@ -76,8 +76,9 @@ metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scal
 hysteresis' last change, the latency net's step); the loop tells it which did not go out for a passing cause
 (`unsent`: an emergency stop, held on the fresh snapshot, skipped once the cycle was stopped, failed having changed
 nothing; not the guard's lasting refusals), and the memory of those that scaled up is put back as before the plan,
-and of those whose latency-net step a reclaim shrink that did not go out served (such a shrink names the steps it
-frees GPUs for); a scale down waits its hold as if made.
+and of those whose latency-net step only reclaim shrinks that did not go out served (such a shrink names the steps
+it frees GPUs for where no idle GPU served them; a step that partly went out is kept); a scale down waits its hold as
+if made.
 """
 
 from __future__ import annotations
@@ -283,27 +284,34 @@ def remembered(action: Action) -> bool:
     return isinstance(action, ScaleInference) or (isinstance(action, ScaleTraining) and action.cause == "reclaim")
 
 
+def named(actions: Iterable[Action], counted: Callable[[str], bool] = bool) -> set[str]:
+    """The latency-net steps the reclaim shrinks among `actions` name (`ScaleTraining.service`), those `counted`."""
+    return {n for a in actions if remembered(a) and isinstance(a, ScaleTraining) for n in a.service.split(",")
+            if n and counted(n)}
+
+
 def unsent(state: planner_mod.PlannerState, before: planner_mod.PlannerState,
-           actions: Iterable[Action]) -> planner_mod.PlannerState:
+           actions: Iterable[Action], sent: Iterable[Action] = ()) -> planner_mod.PlannerState:
     """`state`, the one a cycle's plan returned, once the `actions` of that plan did not go out (an emergency stop held
     them, the fresh snapshot did, the cycle stopped before them, or the actuator failed them having changed nothing:
     `Reconciler._unsent`): the hysteresis memory of each service scaled up among them, or whose latency-net step a
-    reclaim shrink among them freed GPUs for (`ScaleTraining.service` names it: a step served by replicas already
-    asked sends no scale, only those shrinks), as `before` the plan, as if never proposed: its last change and first
-    sighting, and its emergency step. `plan_capacity` counts a scale as made when it proposes it: kept, a
-    latency-net step that never went out was 'not honoured' and not repeated while the service held the same replicas
-    (an emergency stop set mid-cycle and lifted: the service stayed under pressure for good, no GPU freed for it), and
-    a reclaim waited a warm-up after a change that never happened. A scale down (a loan, a give-back) that did not go
-    out still waits its hold: asked again each cycle, one a guard refuses for a while (an owner's cooldown) was
-    refused, logged and audited every cycle, and waiting to lend never leaves a service short."""
+    reclaim shrink among them freed GPUs for (`ScaleTraining.service` names it: a step served by replicas already asked
+    sends no scale, only those shrinks) and no shrink among the `sent` ones of that plan did, as `before` the plan, as
+    if never proposed: its last change and first sighting, and its emergency step. A step that partly went out (another
+    job's shrink sent, or an idle GPU: `apply_targets` names no step one serves) is kept as made: its replicas changed,
+    and forgotten it grew again at once from its new size, no warm-up waited. `plan_capacity` counts a scale as made
+    when it proposes it: kept, a latency-net step that never went out was 'not honoured' and not repeated while the
+    service held the same replicas (an emergency stop set mid-cycle and lifted: the service stayed under pressure for
+    good, no GPU freed for it), and a reclaim waited a warm-up after a change that never happened. A scale down (a loan,
+    a give-back) that did not go out still waits its hold: asked again each cycle, one a guard refuses for a while (an
+    owner's cooldown) was refused, logged and audited every cycle, and waiting to lend never leaves a service short."""
     cap = state.capacity
     if not isinstance(cap, CapacityState):
         return state
     was = before.capacity if isinstance(before.capacity, CapacityState) else CapacityState()
     services = {a.service for a in actions if isinstance(a, ScaleInference) and a.replicas > a.previous_replicas}
     # only a change the plan counted is forgotten (a service unchanged keeps its first sighting)
-    services |= {n for a in actions if remembered(a) and isinstance(a, ScaleTraining) for n in a.service.split(",")
-                 if n and cap.last_change.get(n) != was.last_change.get(n)}
+    services |= named(actions, lambda n: cap.last_change.get(n) != was.last_change.get(n)) - named(sent)
     if not services:
         return state
 

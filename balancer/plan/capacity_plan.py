@@ -436,13 +436,16 @@ def plan_capacity(
                       if view.time - pending.get(s.profile.name, -math.inf) < s.profile.warmup_s)
     # the shrinks a step takes GPUs from name its service: what remembers the step as made is tied to them (kept
     # when they did not go out, a step served by replicas already asked was never asked again: `capacity_loop.unsent`)
+    granted: dict[str, int] = {}
     actions, more = apply_targets(view, new, policy, reasons, gains, frozenset(holding), fresh, needs,
-                                  frozenset(stepped))
+                                  frozenset(stepped), granted)
     notes += more
     # a latency-net step within replicas already asked sends no scale, only the GPUs freed for those asks: that is
-    # its change (else no warm-up was waited and the step grew again every cycle, up to every ask)
+    # its change (else no warm-up was waited and the step grew again every cycle, up to every ask); one given no GPU
+    # (none to free, or its jobs left to the hotspot plan) changed nothing: remembered, it was 'not honoured' and
+    # never asked again while its latency stayed high
     served = {s.profile.name for s in view.services
-              if s.profile.name in stepped and needs.get(s.profile.name, 0) > s.replicas}
+              if s.profile.name in stepped and granted.get(s.profile.name, 0) > s.replicas}
     for name in {a.service for a in actions if isinstance(a, ScaleInference)} | served:
         last[name] = view.time
         first.pop(name, None)

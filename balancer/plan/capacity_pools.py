@@ -125,15 +125,16 @@ class Pools:
                         got += n
         return got
 
-    def free_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> tuple[int, list[str]]:
+    def free_for(self, models: frozenset[str] | None, gpus: int,
+                 allow_suspend: bool) -> tuple[int, list[str], int]:
         """Free up to `gpus` GPUs of the allowed models for a scale-up, idle ones first, then from elastic training
-        (`shrink_for`); returns how many, and the jobs shrunk for them."""
-        got = self.take_free(models, gpus)
-        if got >= gpus:
-            return got, []
+        (`shrink_for`); returns how many, the jobs shrunk for them, and how many of them were idle."""
+        idle = self.take_free(models, gpus)
+        if idle >= gpus:
+            return idle, [], idle
         before = dict(self.workers)
-        got += self.shrink_for(models, gpus - got, allow_suspend)
-        return got, [j for j, w in self.workers.items() if w < before[j]]
+        got = idle + self.shrink_for(models, gpus - idle, allow_suspend)
+        return got, [j for j, w in self.workers.items() if w < before[j]], idle
 
     def grow_training(self, hours: float) -> None:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
@@ -257,6 +258,7 @@ def apply_targets(
     keep_pending: frozenset[str] = frozenset(),
     need: Mapping[str, int] | None = None,
     named: frozenset[str] = frozenset(),
+    granted: dict[str, int] | None = None,
 ) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: each inference change right after the training
     shrinks that free its GPUs, then the remaining shrinks, then training growth. Services in `hold` keep what
@@ -265,10 +267,12 @@ def apply_targets(
     which are then not lent to training. A scale-up frees GPUs for at most `need` replicas (default: its target):
     the pending asks it keeps beyond (an HPA's or an operator's, `plan_capacity`) are held as on hold, so a reclaim
     for one more replica shrinks training by one replica's GPUs, not by all the asks. A shrink names the services in
-    `named` it frees GPUs for (`ScaleTraining.service`, comma-separated: the latency net's steps, whose memory
-    `capacity_loop.unsent` forgets when the shrink does not go out). (The order alone did not keep a
-    per-cycle action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses either for
-    that cap, `safety.action_limit`.)"""
+    `named` it frees GPUs for and no idle GPU serves (`ScaleTraining.service`, comma-separated: the latency net's
+    steps, whose memory `capacity_loop.unsent` forgets when none of their shrinks goes out; a replica asked takes an
+    idle GPU whatever goes out, so such a step partly went out). `granted`, where passed, gets the replicas each
+    service has GPUs for once they are done (`plan_capacity`: a step given none changed nothing). (The order alone did
+    not keep a per-cycle action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses
+    either for that cap, `safety.action_limit`.)"""
     pools = Pools(view)
     pools.keep_for_pending(s for s in view.services if s.profile.name in hold & keep_pending)
     notes: list[str] = []
@@ -276,7 +280,7 @@ def apply_targets(
     serves: dict[str, list[str]] = {}   # per job shrunk, the services in `named` it frees GPUs for
     inference: list[tuple[Action, int]] = []  # (action, jobs shrunk before it and for it)
     shrunk: list[str] = []  # jobs in the order a service first shrank them
-    granted: dict[str, int] = {}
+    granted = {} if granted is None else granted   # per service, the replicas it has GPUs for
     # scale-ups first (the largest first), then the rest: a scale-up never counts on GPUs another service's loan frees
     # in the same cycle, since the guard may refuse that loan (eviction budget, cooldown) but never the reclaim and
     # its shrinks (`safety.action_limit`). The price, where two services on one model go opposite ways at once: a
@@ -292,10 +296,10 @@ def apply_targets(
         elif delta > 0:
             short = max(0, new[p.name] - max((need or {}).get(p.name, new[p.name]), s.replicas))  # asks held
             want = (delta - short) * p.gpus_per_replica
-            got, jobs = pools.free_for(p.models, want, policy.allow_suspend)
+            got, jobs, idle = pools.free_for(p.models, want, policy.allow_suspend)
             for job in jobs:
                 shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
-                if p.name in named:
+                if p.name in named and not idle:
                     serves.setdefault(job, []).append(p.name)
                 if job not in shrunk:
                     shrunk.append(job)
