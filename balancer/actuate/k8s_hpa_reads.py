@@ -5,7 +5,10 @@ One cluster-wide list per `ttl_s` (the rights capacity shifting holds already: c
 --services, `_run_parts.hpa_source`), never a watch: an HPA's status changes at every sync of its controller (15 s),
 and the planner needs it once a cycle. A failed list keeps the last answer (logged; tried again at the next call),
 as the pods' reads do; None until one has answered (the telemetry then has every service lend nothing:
-`serving.with_hpa_wants`). Why a count is not the algorithm's plain answer (a metric missing, the stabilisation
+`serving.with_hpa_wants`). Each list's recommendation per HPA (`k8s_hpa_wants.recommendation`) is remembered for
+the hour a scale-down window may last, since the status shows none of those the controller keeps the highest of:
+what a loan may count is the highest seen within the window (`k8s_hpa_wants.History`); an HPA watched less than its
+window keeps its replicas. Why a count is not the algorithm's plain answer (a metric missing, the stabilisation
 window) is logged once while it lasts.
 """
 
@@ -17,11 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from balancer.actuate.k8s_hpa_wants import wants_by_target
+from balancer.actuate.k8s_hpa_wants import History, recommendation, wants_by_target
 from balancer.actuate.kubernetes import _Api
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
+WINDOW_MAX_S = 3600.0   # the longest stabilizationWindowSeconds the API accepts
 
 
 class KubernetesHpaWants:
@@ -34,6 +38,7 @@ class KubernetesHpaWants:
         self._at = -math.inf
         self._hpas: dict[str, dict] | None = None
         self._said: dict[str, str] = {}   # target -> the note last logged
+        self._seen: dict[str, History] = {}   # namespace/name -> what each list showed of it
 
     def __call__(self) -> dict[str, tuple[int | None, str]] | None:
         now = self.clock()
@@ -46,12 +51,23 @@ class KubernetesHpaWants:
                 self._hpas = {f"{(h.get('metadata') or {}).get('namespace')}/{(h.get('metadata') or {}).get('name')}": h
                               for h in listed.get("items") or []}
                 self._at = now
+                self._remember(now)
         if self._hpas is None:
             return None
-        wants = wants_by_target(self._hpas, now)
+        wants = wants_by_target(self._hpas, now, self._seen)
         said = {target: note for target, (_, note) in wants.items() if note}
         for target, note in said.items():
             if self._said.get(target) != note:
                 log.info("hpa of %s: a loan frees only the replicas above %s (%s)", target, wants[target][0], note)
         self._said = said
         return wants
+
+    def _remember(self, now: float) -> None:
+        """Each listed HPA's recommendation now, with those of the last hour; an HPA gone is forgotten."""
+        seen = {}
+        for key, h in (self._hpas or {}).items():
+            old = self._seen.get(key) or History(since=now)
+            n, _ = recommendation(h)
+            kept = tuple((at, m) for at, m in old.seen if now - at < WINDOW_MAX_S)
+            seen[key] = History(old.since, kept + (((now, n),) if n is not None else ()))
+        self._seen = seen

@@ -14,25 +14,24 @@ ready pods for a Resource or Pods metric; we count `currentReplicas`.
 
 Nothing is guessed. A metric missing from the status or unreadable (an unknown target type, a zero target, a malformed
 quantity) counts as `currentReplicas`, as the controller itself never scales down while a metric is unavailable, and is
-named in the note: the loan then frees only what the HPA has released already. The scale-down stabilisation is the
-highest recommendation over `spec.behavior.scaleDown.stabilizationWindowSeconds` (default 300 s), which the status does
-not show: within that window of the HPA's last scale (`status.lastScaleTime`; none known: within it) a recommendation
-below `currentReplicas` reads `currentReplicas` (the recommendations of the window may all have been that high);
-after it, the recommendation now (those of the window are not known to have been higher: a loan made while the
-metrics fall may count a few replicas the HPA holds a while longer, and the next cycle sees them still placed). A
-scale-down `selectPolicy: Disabled` keeps `currentReplicas`. No `status.currentReplicas` (an HPA not yet synced):
-unknown (None), and the caller reads the service's own replica count instead.
+named in the note: the loan then frees only what the HPA has released already. The scale-down stabilisation keeps the
+highest recommendation over `spec.behavior.scaleDown.stabilizationWindowSeconds` (default 300 s) however long ago the
+HPA last scaled (while gputide's floor binds it never does), and the status shows none of them: the caller remembers
+the recommendations it saw (`History`, `k8s_hpa_reads`), and the answer is the highest of those within the window and
+the one now; until the caller has watched the HPA a whole window (none: not at all), a recommendation below
+`currentReplicas` reads `currentReplicas` (as the controller's own start does). A scale-down `selectPolicy: Disabled`
+keeps `currentReplicas`. No `status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the
+service's own replica count instead.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_hpa import own_min_replicas
 from balancer.actuate.k8s_requests import exact_quantity
-from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import KubePermanentError
 
 Json = dict[str, Any]
@@ -45,34 +44,65 @@ _FIELD = {"Resource": "resource", "ContainerResource": "containerResource", "Pod
 _READING = {"Utilization": "averageUtilization", "AverageValue": "averageValue", "Value": "value"}
 
 
-def hpa_wants(hpa: Json, now: float) -> tuple[int | None, str]:
-    """(the replicas the HPA keeps on its own metrics, why, where that is not simply its algorithm's answer: a metric
-    missing or unreadable, the stabilisation window, a disabled scale-down; "" otherwise). None: unknown (module
-    docstring)."""
+class History(NamedTuple):
+    """What a caller saw of one HPA: since when it has watched it, and the recommendations (`recommendation`) it
+    saw, as (time, replicas)."""
+    since: float
+    seen: tuple[tuple[float, int], ...] = ()
+
+
+def recommendation(hpa: Json) -> tuple[int | None, str]:
+    """(what its metrics ask for now, before its window and its bounds: the recommendation the controller remembers
+    for its window; a metric missing or unreadable: no fewer than `currentReplicas`, and the note that says so).
+    None: no `status.currentReplicas`."""
     spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
     current = status.get("currentReplicas")
     if not isinstance(current, int) or isinstance(current, bool) or current < 0:
         return None, "no status.currentReplicas"
     if current == 0:   # scaled to zero (or the HPA off while its target is): nothing runs, nothing to keep
         return 0, ""
-    down = ((spec.get("behavior") or {}).get("scaleDown")) or {}
-    up = ((spec.get("behavior") or {}).get("scaleUp")) or {}
+    behavior = spec.get("behavior") or {}
+    tolerance = (_tolerance(behavior.get("scaleDown") or {}), _tolerance(behavior.get("scaleUp") or {}))
     readings = status.get("currentMetrics") or []
-    answers = [(m, _metric_wants(m, readings, current, (_tolerance(down), _tolerance(up))))
-               for m in spec.get("metrics") or DEFAULT_METRICS]
+    answers = [(m, _metric_wants(m, readings, current, tolerance)) for m in spec.get("metrics") or DEFAULT_METRICS]
     raw = max(current if n is None else n for _, n in answers)
     unread = [_metric_name(m) for m, n in answers if n is None]
-    wants, note = raw, ""
     if unread:   # as the controller: no scale-down while a metric is unavailable, a scale-up on the others
-        wants = max(raw, current)
-        note = f"metrics {', '.join(unread)} missing or unreadable: no fewer than its {current} replicas"
-    elif raw < current and down.get("selectPolicy") == "Disabled":
-        wants, note = current, "its scale-down is disabled"
-    elif raw < current and _within_window(status, down, now):
-        wants, note = current, f"within its scale-down window after its last scale: kept at its {current} replicas"
+        names = ", ".join(unread)
+        return max(raw, current), f"metrics {names} missing or unreadable: no fewer than its {current} replicas"
+    return raw, ""
+
+
+def hpa_wants(hpa: Json, now: float, history: History | None = None) -> tuple[int | None, str]:
+    """(the replicas the HPA keeps on its own metrics, why, where that is not simply its algorithm's answer: a metric
+    missing or unreadable, the stabilisation window, a disabled scale-down; "" otherwise). None: unknown. `history`:
+    what the caller saw of it (module docstring)."""
+    wants, note = recommendation(hpa)
+    current = (hpa.get("status") or {}).get("currentReplicas")
+    if wants is None or current == 0:
+        return wants, note
+    spec = hpa.get("spec") or {}
+    down = ((spec.get("behavior") or {}).get("scaleDown")) or {}
+    if not note and wants < current:
+        wants, note = _held(wants, current, down, history, now)
     most = spec.get("maxReplicas")
     low = max(wants, own_min_replicas({**hpa, "spec": spec}), 1)
     return (min(low, most) if isinstance(most, int) and most > 0 else low), note
+
+
+def _held(wants: int, current: int, down: Json, history: History | None, now: float) -> tuple[int, str]:
+    """A scale-down as the controller makes it: none where disabled, the highest recommendation of its window, and
+    none while its window is not yet watched whole."""
+    if down.get("selectPolicy") == "Disabled":
+        return current, "its scale-down is disabled"
+    window = down.get("stabilizationWindowSeconds")
+    window = float(window) if isinstance(window, int | float) and not isinstance(window, bool) else STABILIZATION_S
+    if history is None or now - history.since < window:
+        return current, f"its scale-down window not yet watched whole: kept at its {current} replicas"
+    held = max([wants] + [n for at, n in history.seen if now - at < window])
+    if held >= current:
+        return current, f"a recommendation of its scale-down window: kept at its {current} replicas"
+    return held, ("" if held == wants else "the highest recommendation of its scale-down window")
 
 
 def _metric_wants(metric: Json, readings: list, current: int, tolerance: tuple[float, float]) -> int | None:
@@ -120,17 +150,11 @@ def _tolerance(rules: Json) -> float:
         return TOLERANCE
 
 
-def _within_window(status: Json, down: Json, now: float) -> bool:
-    """Whether `now` is within the scale-down stabilization window of the HPA's last scale (none known: within)."""
-    window = down.get("stabilizationWindowSeconds")
-    window = float(window) if isinstance(window, int | float) and not isinstance(window, bool) else STABILIZATION_S
-    at = parse_time(status.get("lastScaleTime"))
-    return at is None or now - at < window
-
-
-def wants_by_target(hpas: Mapping[str, Json], now: float) -> dict[str, tuple[int | None, str]]:
+def wants_by_target(hpas: Mapping[str, Json], now: float,
+                    history: Mapping[str, History] | None = None) -> dict[str, tuple[int | None, str]]:
     """"namespace/target" -> `hpa_wants` of the HPA that scales it (of several, one targeting a Deployment first, as
-    `k8s_hpa.service_hpa` picks the one it floors), for every HPA of a cluster-wide list by namespace/name."""
+    `k8s_hpa.service_hpa` picks the one it floors), for every HPA of a cluster-wide list by namespace/name, each with
+    its `history` by the same key (none: not watched)."""
     out: dict[str, tuple[int | None, str]] = {}
     deployment: set[str] = set()
     for key in sorted(hpas):
@@ -141,5 +165,5 @@ def wants_by_target(hpas: Mapping[str, Json], now: float) -> dict[str, tuple[int
             continue
         if ref.get("kind") == "Deployment":
             deployment.add(target)
-        out[target] = hpa_wants(h, now)
+        out[target] = hpa_wants(h, now, (history or {}).get(key))
     return out

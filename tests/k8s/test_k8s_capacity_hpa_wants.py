@@ -57,6 +57,17 @@ def cluster(kube: FakeKube, utilization: int) -> list[str]:
     return names
 
 
+def watched(api) -> dict | None:
+    """What the reader says once it has listed the HPAs a whole scale-down window (300 s; before that each keeps its
+    replicas: the recommendations the controller holds are not known), nothing higher seen meanwhile."""
+    t = [1_700_000_000.0]
+    reader = KubernetesHpaWants(api, ttl_s=10.0, clock=lambda: t[0])
+    for _ in range(11):
+        reader()
+        t[0] += 30.0
+    return reader()
+
+
 def plan(api, names: list[str]):
     owners = KubernetesWorkloads(api)()
     base = SimCluster(scaled_fleet(32), seed=0).snapshot()
@@ -64,7 +75,7 @@ def plan(api, names: list[str]):
     # the serving series say 5 req/s (one replica's worth); the HPAs' reading is merged in as the telemetry does
     services = with_hpa_wants({"vllm": ServiceStatus(name="vllm", demand_rps=5.0, p99_latency_s=0.1,
                                                      slo_latency_s=1.0, replicas=8, namespace="team-a")},
-                              workloads, KubernetesHpaWants(api)())
+                              workloads, watched(api))
     snap = replace(base, workloads=workloads, placements={n: (i,) for i, n in enumerate(names)}, services=services,
                    suspended_jobs=())
     profiles = {"vllm": ServiceCapacity(name="vllm", rps_per_replica=10.0, warmup_s=300.0, min_replicas=1,
@@ -109,10 +120,36 @@ def test_the_reader_lists_once_per_ttl_keeps_its_last_answer_and_knows_nothing_b
 
     kube.inject("GET", r"/horizontalpodautoscalers", 403)
     assert reader() is None   # never read: with_hpa_wants then has every service lend nothing
-    assert reader() == {"team-a/vllm": (3, "")}   # a failed list is tried again at the next call
+    assert reader()["team-a/vllm"][0] == 8   # a failed list is tried again at the next call; its window not watched
     listed = lists()
     clock.advance(9.0)
-    assert reader() == {"team-a/vllm": (3, "")} and lists() == listed   # within its ttl: no list
+    assert reader()["team-a/vllm"][0] == 8 and lists() == listed   # within its ttl: no list
+    for _ in range(30):
+        clock.advance(10.0)
+        reader()
+    assert reader() == {"team-a/vllm": (3, "")}   # watched a whole window, nothing higher seen
+    listed = lists()
     kube.inject("GET", r"/horizontalpodautoscalers", 500, count=10)
-    clock.advance(1.0)
+    clock.advance(10.0)
     assert reader() == {"team-a/vllm": (3, "")} and lists() > listed   # the list failed: the last answer
+
+
+def test_the_reader_keeps_the_highest_recommendation_of_the_window(kube: FakeKube, api, clock):
+    """Demand falls while gputide's floor binds: the HPA never scales (its lastScaleTime long past), but the
+    controller keeps the highest recommendation of its last 300 s, which the reader saw (audit a7)."""
+    cluster(kube, 78)   # within the tolerance: all 8
+    reader = KubernetesHpaWants(api, ttl_s=10.0, clock=clock)
+    for _ in range(40):
+        reader()
+        clock.advance(10.0)
+    assert reader()["team-a/vllm"][0] == 8
+    metrics = kube.get("horizontalpodautoscalers", "vllm", "team-a")["status"]["currentMetrics"]
+    metrics[0]["resource"]["current"]["averageUtilization"] = 30   # 3 now
+    kube.mutate("horizontalpodautoscalers", "vllm", "team-a", {"status": {"currentMetrics": metrics}})
+    clock.advance(10.0)
+    n, why = reader()["team-a/vllm"]
+    assert n == 8 and "window" in why   # 8 asked for 10 s ago
+    clock.advance(280.0)
+    assert reader()["team-a/vllm"][0] == 8   # 8 asked 290 s ago: within it still
+    clock.advance(20.0)
+    assert reader() == {"team-a/vllm": (3, "")}
