@@ -20,7 +20,7 @@ def test_a_pod_created_again_under_an_assumed_name_is_placed_at_once(
     kube.delete("pods", "web-0", "default")
     kube.add(pod("web-0", gpus=8, scheduler="gputide", phase="Pending"))
     assert kube.get("pods", "web-0", "default")["metadata"]["uid"] != old
-    eventually(lambda: pending(sched) == ["web-0"], timeout_s=5.0)   # no clock advanced: read back at once
+    eventually(lambda: pending(sched) == ["web-0"])   # no clock advanced: read back at once
     assert len(kube.calls("GET", POD_GET)) == reads + 1 and sched._assumed == {}
     assert sched.schedule_once() == {"default/web-0": "a"}   # its predecessor's room is free
     assert kube.get("pods", "web-0", "default")["spec"]["nodeName"] == "a"
