@@ -8,6 +8,7 @@ training grown by every replica above it, while the HPA kept them (workers pendi
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -153,3 +154,27 @@ def test_the_reader_keeps_the_highest_recommendation_of_the_window(kube: FakeKub
     assert reader()["team-a/vllm"][0] == 8   # 8 asked 290 s ago: within it still
     clock.advance(20.0)
     assert reader() == {"team-a/vllm": (3, "")}
+
+
+def test_a_reader_whose_lists_keep_failing_knows_nothing_after_three_ttls(kube: FakeKube, api, clock, caplog):
+    """A failed list kept the last answer for ever (audit a7): the HPAs' metrics move on, and a loan counted what
+    they asked for long before. Three ttls with no list: None (every service lends nothing), logged once; listed
+    again, each HPA is watched anew (the recommendations of the gap were not seen)."""
+    cluster(kube, 30)
+    reader = KubernetesHpaWants(api, ttl_s=10.0, clock=clock, sleep=lambda _s: None)
+    for _ in range(32):
+        reader()
+        clock.advance(10.0)
+    assert reader() == {"team-a/vllm": (3, "")}
+    fault = kube.inject("GET", r"/horizontalpodautoscalers", 500, count=1000)
+    clock.advance(30.0)
+    assert reader() == {"team-a/vllm": (3, "")}   # three ttls: the last answer still
+    with caplog.at_level(logging.WARNING, logger="balancer.actuate.k8s_hpa_reads"):
+        clock.advance(1.0)
+        assert reader() is None
+        clock.advance(10.0)
+        assert reader() is None
+    assert sum("not listed" in r.getMessage() for r in caplog.records) == 1
+    fault.remaining = 0
+    clock.advance(10.0)
+    assert reader()["team-a/vllm"][0] == 8   # listed again: watched anew, its window not yet whole
