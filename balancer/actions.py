@@ -90,8 +90,9 @@ class ScaleTraining(Action):
     shrunk_from: int | None = None
     cause: TrainingCause | None = None  # set by the planner that resizes for a reason of its own (TrainingCause)
     service: str = ""   # a co-location shrink: the inference services it makes room for, comma-separated (given
-    #                     back once each has slack); a capacity reclaim: the latency-net steps it frees GPUs for
-    #                     (forgotten when it does not go out: `capacity_loop.unsent`)
+    #                     back once each has slack); a capacity reclaim: the latency-net steps it frees GPUs for,
+    #                     where no idle GPU served them (forgotten when none of their shrinks goes out:
+    #                     `capacity_loop.unsent`)
 
     @property
     def target(self) -> str:
