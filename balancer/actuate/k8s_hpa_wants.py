@@ -20,7 +20,8 @@ HPA last scaled (while gputide's floor binds it never does), and the status show
 the recommendations it saw (`History`, `k8s_hpa_reads`), and the answer is the highest of those within the window and
 the one now; until the caller has watched the HPA a whole window (none: not at all), a recommendation below
 `currentReplicas` reads `currentReplicas` (as the controller's own start does). A scale-down `selectPolicy: Disabled`
-keeps `currentReplicas`. No `status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the
+keeps `currentReplicas`; its policies (`spec.behavior.scaleDown.policies`) leave no fewer than one period allows it to
+drop from `currentReplicas` (`_rate_limit`): a loan counts only what the HPA gives up in its next period. No `status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the
 service's own replica count instead.
 """
 
@@ -102,7 +103,31 @@ def _held(wants: int, current: int, down: Json, history: History | None, now: fl
     held = max([wants] + [n for at, n in history.seen if now - at < window])
     if held >= current:
         return current, f"a recommendation of its scale-down window: kept at its {current} replicas"
+    limit = _rate_limit(down, current)
+    if limit > held:
+        return limit, f"its scale-down policies: no fewer than {limit} of its {current} replicas in one period"
     return held, ("" if held == wants else "the highest recommendation of its scale-down window")
+
+
+def _rate_limit(down: Json, current: int) -> int:
+    """The fewest replicas its scale-down policies leave one period from now (0: none set), as the controller counts
+    them: a Pods policy `current - value`, a Percent one `current x (1 - value/100)` truncated; of several, the
+    lowest (selectPolicy Max, the default: the biggest change) or the highest (Min). Its scale-downs within a period
+    are not known (the status shows none): counted from `current`, as if none. A policy unread keeps `current`."""
+    proposed = []
+    for policy in down.get("policies") or []:
+        value = policy.get("value") if isinstance(policy, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return current
+        if policy.get("type") == "Pods":
+            proposed.append(current - value)
+        elif policy.get("type") == "Percent":
+            proposed.append(int(current * (1 - value / 100)))
+        else:
+            return current
+    if not proposed:
+        return 0
+    return max(proposed) if down.get("selectPolicy") == "Min" else min(proposed)
 
 
 def _metric_wants(metric: Json, readings: list, current: int, tolerance: tuple[float, float]) -> int | None:

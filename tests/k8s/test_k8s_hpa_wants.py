@@ -107,6 +107,24 @@ def test_the_window_keeps_the_highest_recommendation_seen_however_long_ago_it_la
     assert hpa_wants(hpa(resource(current=160)), NOW)[0] == 16   # a scale-up is never held
 
 
+def test_a_scale_down_goes_no_further_than_its_policies_allow_in_one_period():
+    """behavior.scaleDown.policies limit how far one period drops (audit a7: ignored, so 1 pod a minute lent 7)."""
+    def down(*policies: tuple[str, int], select: str | None = None) -> tuple[int | None, str]:
+        rules = {"policies": [{"type": t, "value": v, "periodSeconds": 60} for t, v in policies]}
+        if select:
+            rules["selectPolicy"] = select
+        return settled(hpa(resource(current=20), current=10, down=rules))   # 10 x 20/80 = 2.5: 3
+
+    n, why = down(("Pods", 1))
+    assert n == 9 and "scale-down policies" in why
+    assert down(("Percent", 15))[0] == 8                          # 10 x 0.85 = 8.5, truncated as the controller
+    assert down(("Pods", 4), ("Percent", 50))[0] == 5             # Max (the default): the biggest change
+    assert down(("Pods", 4), ("Percent", 50), select="Min")[0] == 6   # Min: the smallest
+    assert down(("Percent", 100)) == (3, "")                      # the API's default: no limit
+    assert down(("Pods", 9)) == (3, "")                           # a limit below the answer: the answer
+    assert down(("Hours", 1))[0] == 10                            # a policy unread: its replicas
+
+
 def test_clamped_to_its_own_minimum_and_its_maximum():
     assert settled(hpa(resource(current=10), lo=3))[0] == 3
     assert settled(hpa(resource(current=400), hi=20))[0] == 20
