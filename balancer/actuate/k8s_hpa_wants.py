@@ -21,8 +21,11 @@ the recommendations it saw (`History`, `k8s_hpa_reads`), and the answer is the h
 the one now; until the caller has watched the HPA a whole window (none: not at all), a recommendation below
 `currentReplicas` reads `currentReplicas` (as the controller's own start does). A scale-down `selectPolicy: Disabled`
 keeps `currentReplicas`; its policies (`spec.behavior.scaleDown.policies`) leave no fewer than one period allows it to
-drop from `currentReplicas` (`_rate_limit`): a loan counts only what the HPA gives up in its next period. No `status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the
-service's own replica count instead.
+drop from `currentReplicas` (`_rate_limit`): a loan counts only what the HPA gives up in its next period. An HPA
+that says it cannot scale (condition AbleToScale or ScalingActive False: its target's scale unreadable, its metrics
+all failing, its scaling disabled) keeps `currentReplicas`, whatever its status's older readings ask. No
+`status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the service's own replica
+count instead.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ DEFAULT_METRICS = ({"type": "Resource",   # autoscaling/v2's default when spec.m
 _FIELD = {"Resource": "resource", "ContainerResource": "containerResource", "Pods": "pods", "Object": "object",
           "External": "external"}   # a metric's type -> the field that holds its source
 _READING = {"Utilization": "averageUtilization", "AverageValue": "averageValue", "Value": "value"}
+_CANNOT = ("AbleToScale", "ScalingActive")   # conditions that, False, say it scales nowhere
 
 
 class History(NamedTuple):
@@ -79,9 +83,14 @@ def hpa_wants(hpa: Json, now: float, history: History | None = None) -> tuple[in
     missing or unreadable, the stabilisation window, a disabled scale-down; "" otherwise). None: unknown. `history`:
     what the caller saw of it (module docstring)."""
     wants, note = recommendation(hpa)
-    current = (hpa.get("status") or {}).get("currentReplicas")
+    status = hpa.get("status") or {}
+    current = status.get("currentReplicas")
     if wants is None or current == 0:
         return wants, note
+    stuck = [f"{c.get('type')} ({c.get('reason') or '?'})" for c in status.get("conditions") or []
+             if isinstance(c, dict) and c.get("type") in _CANNOT and c.get("status") == "False"]
+    if stuck:   # it scales nowhere: what it runs is what it keeps, above its maximum too
+        return current, f"it cannot scale, {', '.join(stuck)} False: kept at its {current} replicas"
     spec = hpa.get("spec") or {}
     down = ((spec.get("behavior") or {}).get("scaleDown")) or {}
     if not note and wants < current:

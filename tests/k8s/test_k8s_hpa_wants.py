@@ -125,6 +125,20 @@ def test_a_scale_down_goes_no_further_than_its_policies_allow_in_one_period():
     assert down(("Hours", 1))[0] == 10                            # a policy unread: its replicas
 
 
+def test_an_hpa_that_cannot_scale_keeps_its_replicas():
+    """AbleToScale or ScalingActive False: its status's readings are old or its scaling off; it keeps what runs."""
+    h = hpa(resource(current=20), hi=6)   # its metrics (older) ask for 2, its maximum 6
+    h["status"]["conditions"] = [{"type": "AbleToScale", "status": "False", "reason": "FailedGetScale"},
+                                 {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"}]
+    n, why = settled(h)
+    assert n == 8 and "AbleToScale (FailedGetScale)" in why
+    h["status"]["conditions"] = [{"type": "AbleToScale", "status": "True"},
+                                 {"type": "ScalingActive", "status": "False", "reason": "FailedGetResourceMetric"}]
+    assert settled(h)[0] == 8
+    h["status"]["conditions"][1]["status"] = "True"
+    assert settled(h) == (2, "")
+
+
 def test_clamped_to_its_own_minimum_and_its_maximum():
     assert settled(hpa(resource(current=10), lo=3))[0] == 3
     assert settled(hpa(resource(current=400), hi=20))[0] == 20
