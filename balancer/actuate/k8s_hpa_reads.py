@@ -83,7 +83,7 @@ class KubernetesHpaWants:
         seen = {}
         for key, h in (self._hpas or {}).items():
             old = self._seen.get(key) or History(since=now)
-            n, _ = recommendation(h)
+            n, _ = recommendation(h, now)
             kept = tuple((at, m) for at, m in old.seen if now - at < WINDOW_MAX_S)
             seen[key] = History(old.since, kept + (((now, n),) if n is not None else ()))
         self._seen = seen

@@ -9,8 +9,13 @@ own algorithm run again on what its status shows (`hpa_wants`). Per metric of `s
 target)` for a Utilization, AverageValue or Value target, `currentReplicas` where the ratio is within the tolerance
 (`spec.behavior.scaleUp/scaleDown.tolerance`, else the controller's default 0.1); the highest over the metrics, never
 below the operator's own minReplicas (`k8s_hpa.own_min_replicas`: the floor gputide writes is never under it) nor 1,
-never above maxReplicas. Where this differs from the controller it errs high (lends less): the controller counts only
-ready pods for a Resource or Pods metric; we count `currentReplicas`.
+never above maxReplicas. The controller counts only the pods that report a reading (ready ones) where we count
+`currentReplicas` (high: lends less); but on a scale-down it counts each running pod that reports none at 100% of
+its request (a Resource utilization; the target, for a Pods metric), and the status says neither how many pods report
+nor which. Pods lack readings mostly just after they start, so within `METRICS_GRACE_S` of the HPA's last scale
+(`status.lastScaleTime`: new pods pulled, started and scraped twice by metrics-server) a recommendation below
+`currentReplicas` reads `currentReplicas`. Pods without readings at other times (recreated by a rollout or an
+eviction, or metrics-server failing for some) are not seen: the answer may then be below the controller's.
 
 Nothing is guessed. A metric missing from the status or unreadable (an unknown target type, a zero target, a malformed
 quantity) counts as `currentReplicas`, as the controller itself never scales down while a metric is unavailable, and is
@@ -36,11 +41,13 @@ from typing import Any, NamedTuple
 
 from balancer.actuate.k8s_hpa import own_min_replicas
 from balancer.actuate.k8s_requests import exact_quantity
+from balancer.actuate.k8s_time import parse_time
 from balancer.actuate.kubernetes import KubePermanentError
 
 Json = dict[str, Any]
 TOLERANCE = 0.1   # the HPA controller's --horizontal-pod-autoscaler-tolerance default
 STABILIZATION_S = 300.0   # its default scale-down stabilization window
+METRICS_GRACE_S = 300.0   # after a scale, how long its new pods may run without a reading (module docstring)
 DEFAULT_METRICS = ({"type": "Resource",   # autoscaling/v2's default when spec.metrics is empty
                     "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}},)
 _FIELD = {"Resource": "resource", "ContainerResource": "containerResource", "Pods": "pods", "Object": "object",
@@ -56,10 +63,10 @@ class History(NamedTuple):
     seen: tuple[tuple[float, int], ...] = ()
 
 
-def recommendation(hpa: Json) -> tuple[int | None, str]:
+def recommendation(hpa: Json, now: float) -> tuple[int | None, str]:
     """(what its metrics ask for now, before its window and its bounds: the recommendation the controller remembers
-    for its window; a metric missing or unreadable: no fewer than `currentReplicas`, and the note that says so).
-    None: no `status.currentReplicas`."""
+    for its window; a metric missing or unreadable, or pods perhaps without a reading yet: no fewer than
+    `currentReplicas`, and the note that says so). None: no `status.currentReplicas`."""
     spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
     current = status.get("currentReplicas")
     if not isinstance(current, int) or isinstance(current, bool) or current < 0:
@@ -75,6 +82,9 @@ def recommendation(hpa: Json) -> tuple[int | None, str]:
     if unread:   # as the controller: no scale-down while a metric is unavailable, a scale-up on the others
         names = ", ".join(unread)
         return max(raw, current), f"metrics {names} missing or unreadable: no fewer than its {current} replicas"
+    scaled = parse_time(status.get("lastScaleTime"))
+    if raw < current and scaled is not None and now - scaled < METRICS_GRACE_S:
+        return current, f"scaled at {status['lastScaleTime']}, new pods perhaps without readings: kept at {current}"
     return raw, ""
 
 
@@ -82,7 +92,7 @@ def hpa_wants(hpa: Json, now: float, history: History | None = None) -> tuple[in
     """(the replicas the HPA keeps on its own metrics, why, where that is not simply its algorithm's answer: a metric
     missing or unreadable, the stabilisation window, a disabled scale-down; "" otherwise). None: unknown. `history`:
     what the caller saw of it (module docstring)."""
-    wants, note = recommendation(hpa)
+    wants, note = recommendation(hpa, now)
     status = hpa.get("status") or {}
     current = status.get("currentReplicas")
     if wants is None or current == 0:
