@@ -26,18 +26,17 @@ another pod onto them.
 
 So a binding past `assume_s` that the bound cache does not show is read back (`read_back`: a GET, read from etcd as
 it is now; a list again is not, served from the API server's watch cache, which may lag, if never behind what the
-cache showed: `k8s_watch`): dropped
-if the pod is gone, on no node, finished, or another pod of its name (its uid, kept with the binding: a
-StatefulSet's replica created again), moved if on another node, kept if on its node (the cache will show it) or
-unreadable, as kube-scheduler keeps an assumed pod until its informer shows it (its assumed pods never expire:
-kubernetes#106361). Else a pod deleted before a pass saw it bound, or a binding of unknown outcome that failed after
-all, held its node's room (and hid the pod from the pending ones) for ever. Each such binding is read at most once
-per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a synced healthy watch shows a
-binding within moments, so one it never shows (the pod deleted or finished before a pass saw it bound, a binding that
-failed after all) is read once, and dropped. Until the watch first syncs it shows none, and a binding kept is read again
-each `assume_s` (below). A binding whose name a pending pod of another uid holds (the pod deleted and created again: a
-StatefulSet's replica, a Job pod of a fixed name) is read back at once, before those due, watch or none, not after
-`assume_s`: the new pod used to count as the one bound, left out of the pending ones (told nothing) and its
+cache showed: `k8s_watch`): dropped if the pod is gone, on no node, finished, or another pod of its name (its uid,
+kept with the binding: a StatefulSet's replica created again), moved if on another node, kept if on its node (the
+cache will show it) or unreadable, as kube-scheduler keeps an assumed pod until its informer shows it (its assumed pods
+never expire: kubernetes#106361). Else a pod deleted before a pass saw it bound, or a binding of unknown outcome that
+failed after all, held its node's room (and hid the pod from the pending ones) for ever. Each such binding is read at
+most once per `assume_s`, at most `READ_BACKS` a pass, those read (or tried) longest ago first: a synced healthy watch
+shows a binding within moments, so one it never shows (the pod deleted or finished before a pass saw it bound, a binding
+that failed after all) is read once, and dropped. Until the watch first syncs it shows none, and a binding kept is read
+again each `assume_s` (below). A binding whose name a pending pod of another uid holds (the pod deleted and created
+again: a StatefulSet's replica, a Job pod of a fixed name) is read back at once, before those due, watch or none, not
+after `assume_s`: the new pod used to count as the one bound, left out of the pending ones (told nothing) and its
 predecessor's room held, until then. It is read once for that pod (`Assumed.read_for`, its uid), not while `checked`
 equals the binding's time, as it was: with a clock that had not moved since the binding (or a read failing in that
 instant) it was read every pass, and once read for any cause (every binding kept while the watch has not synced is)

@@ -200,15 +200,21 @@ class ListWatch:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """End the watch thread: its stream closed, at most `timeout_s` waited. Closed again each 0.1 s while the
+        thread lives: a stream opening as it was stopped (the client's `Watch.stream` clears its stop flag as it
+        begins, and has no response to close yet) would otherwise wait for its next event, up to `watch_s` (r1)."""
         self._stop.set()
-        w = self._watch
-        if w is not None:
-            w.stop()
-            resp = getattr(w, "_resp", None)  # unblock a stream waiting for its next event
-            if resp is not None:
-                resp.close()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            w = self._watch
+            if w is not None:
+                w.stop()
+                resp = getattr(w, "_resp", None)  # unblock a stream waiting for its next event
+                if resp is not None:
+                    resp.close()
+            if self._thread is None or not self._thread.is_alive() or time.monotonic() >= deadline:
+                return
+            self._thread.join(min(0.1, max(deadline - time.monotonic(), 0.0)))
 
     # ---- the reflector --------------------------------------------------------------------------------------
 
@@ -244,18 +250,20 @@ class ListWatch:
             self._stop.wait(wait)
 
     def _relist(self) -> str:
-        for again in (True, False):
-            asked = self.seen
-            listed = list_not_older(self.what, self.list_call, asked, self.selectors)
-            items = converted(listed, self.convert)
-            with self._lock:
-                if again and self.seen != asked:   # a reader showed newer meanwhile (`not_older_than`): once more
-                    continue
-                before, first = self._items, not self._synced
-                self._items, self._generation = items, self._generation + 1
-                self.seen = listed_version(listed, self.seen)
-                self._synced = True
-            break
+        """List and replace the items (`lists` counts one, whatever list calls it took). When a reader showed newer
+        while the list was in flight (`not_older_than`), list once more, not older than that."""
+        asked = self.seen
+        listed = list_not_older(self.what, self.list_call, asked, self.selectors)
+        with self._lock:
+            moved = self.seen != asked
+        if moved:
+            listed = list_not_older(self.what, self.list_call, self.seen, self.selectors)
+        items = converted(listed, self.convert)
+        with self._lock:
+            before, first = self._items, not self._synced
+            self._items, self._generation = items, self._generation + 1
+            self.seen = listed_version(listed, self.seen)
+            self._synced = True
         self.lists += 1
         self._changed([] if first or not self._handlers else changes(before, items))
         return self.seen or "0"
@@ -273,6 +281,8 @@ class ListWatch:
     def _follow(self, version: str) -> str:
         """One watch from `version` until the server ends it; returns the last resourceVersion seen."""
         self._watch = w = k8s_watch.Watch()
+        if self._stop.is_set():   # stopped while it listed: `stop()` found no stream to close
+            return version
         self.streams += 1
         try:
             for event in w.stream(self.watch_fn, resource_version=version, allow_watch_bookmarks=True,
@@ -327,7 +337,8 @@ class ListCache:
 
     Each list of its own after the first is not older than the one before, and its watch's first list not older
     than them (module docstring: never older). On an API server whose watch cache lags, such a list costs a 504
-    (after the server's own wait, ~3 s, not retried) and a consistent list: only while the watch has not synced.
+    (after the server's own wait, ~3 s, not retried) and a consistent list: only while it lists itself (no watch,
+    or one not synced yet).
     One gap stays: a list of its own still in flight when the watch's first list answers may be newer than that
     (the watch listed before a write, it after), and the reader turns to the watch's items, older until the watch's
     events bring the rest (audit a6; resourceVersions are opaque, so the two are not compared).
@@ -359,8 +370,8 @@ class ListCache:
         now = self.clock()
         if now - self._at >= self.ttl_s:
             self._list(now)
-        if self.watch is not None:   # after its own first list: the watch's first is then not older than it
-            self.watch.start()
+        if self.watch is not None:   # after its own first list, so the watch's first is not older (a watch its owner
+            self.watch.start()       # started before, as the scheduler does, asks again once: `not_older_than`)
         return self._current
 
     def _list(self, now: float) -> None:

@@ -11,7 +11,7 @@ import pytest
 from fakeapi import FakeKube
 
 from balancer.actuate import kubernetes as kube_mod
-from balancer.actuate.kubernetes import KubeTemporaryError, _Api, build_api_client
+from balancer.actuate.kubernetes import build_api_client
 
 POD = r"/namespaces/default/pods/p1$"
 
@@ -28,17 +28,6 @@ def test_the_fake_api_servers_client_is_built_by_build_api_client(kube: FakeKube
     client = kube.client()
     client.close()
     assert seen == [{"host": kube.url}]
-
-
-def test_a_client_of_a_bare_url_sends_a_timed_out_get_once_per_try(kube: FakeKube) -> None:
-    kube.inject("GET", POD, 200, count=100, delay_s=1.0)
-    client = build_api_client(host=kube.url)
-    gw = _Api(client, 1, 0.0, lambda _s: None, 0.2)
-    with pytest.raises(KubeTemporaryError, match="ReadTimeoutError"):
-        gw("pod default/p1", gw.core.read_namespaced_pod, "p1", "default")
-    client.close()
-    assert len(kube.calls("GET", POD)) == 2   # 2 tries, not 8
-    assert client.configuration.host == kube.url and client.configuration.retries is False
 
 
 @pytest.mark.parametrize("other", [{"kubeconfig": "/nonexistent"}, {"in_cluster": True}, {"context": "c"}])
