@@ -122,6 +122,7 @@ class CapacityPolicy:
     max_burst: float = 3.0  # cap on the learned burst allowance (relative rise)
     emergency_pressure: float = 0.5  # p99 / SLO at which a service grows at once, whatever the forecast says
     emergency_step: float = 0.25  # ... by this share of its replicas (at least one)
+    emergency_retry_s: float = 1800.0  # a step not honoured is asked again after this long (`CapacityState.emergency`)
 
     @classmethod
     def from_config(cls, section: object, base: CapacityPolicy | None = None) -> CapacityPolicy:
@@ -158,7 +159,9 @@ class CapacityState:
     # per service whose last emergency step (the latency net) is not honoured yet: the replicas holding GPUs when it
     # was asked. While it still holds exactly that many (the ask capped by its HPA's maxReplicas, or its replicas
     # pending) the net does not step again: each step shrank training for replicas that never came, and the next
-    # cycle lent the GPUs back (a restart of the job each warm-up, no relief)
+    # cycle lent the GPUs back (a restart of the job each warm-up, no relief). Until `emergency_retry_s` after the
+    # step: what held it may have passed (a shrink the guard refused, a PDB, a cap raised, freed GPUs another
+    # service's pending replicas took), and remembered for good the service was never stepped again
     emergency: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # per service with replicas pending beside idle GPUs of its allowed models: since when (`plan_capacity` keeps
     # those GPUs for the pending replicas of a service on hold for a warm-up, then lends them)

@@ -39,9 +39,9 @@ moves the rest of the GPUs to elastic training:
 * **Reactive safety net.** When a service's p99 latency reaches ``emergency_pressure`` of its SLO (replicas
   slower than their profile says, or a burst beyond every bound), it grows by ``emergency_step`` at once, like
   an HPA under the predictive floor. A step not honoured (after the warm-up the service still holds the replicas it
-  held then: capped by its HPA's maxReplicas, or pending) is not repeated until its replicas change
-  (`CapacityState.emergency`): each repeat shrank training for replicas that never came, and the next cycle lent
-  the GPUs back.
+  held then: capped by its HPA's maxReplicas, or pending) is not repeated until its replicas change, or for
+  ``emergency_retry_s`` (`CapacityState.emergency`): each repeat shrank training for replicas that never came, and
+  the next cycle lent the GPUs back.
 * **Trust the forecast, check it against the present.** When demand runs above the forecast median for now,
   the whole forecast is scaled up by that ratio (a level correction).
 * **A loan keeps what its reclaim would take back.** The service loans only what the reclaim rule would leave idle
@@ -299,12 +299,13 @@ def pending_beside_idle(view: CapacityView, state: CapacityState) -> dict[str, f
 
 
 def next_unhonoured(view: CapacityView, state: CapacityState, stepped: set[str],
-                    actions: Sequence[Action], served: set[str]) -> dict[str, int]:
+                    actions: Sequence[Action], served: set[str], retry_s: float) -> dict[str, int]:
     """`CapacityState.emergency` for the next cycle: the services whose emergency step this cycle went out (a scale,
     or GPUs freed for replicas already asked: `served`), with the replicas they hold now, and those whose earlier
-    step still is not honoured (the same replicas)."""
+    step still is not honoured (the same replicas), for `retry_s` after it (its time: the service's last change)."""
     replicas = {s.profile.name: s.replicas for s in view.services}
-    out = {n: r for n, r in state.emergency.items() if replicas.get(n) == r}
+    out = {n: r for n, r in state.emergency.items()
+           if replicas.get(n) == r and view.time - state.last_change.get(n, view.time) < retry_s}
     out.update({a.service: replicas[a.service] for a in actions
                 if isinstance(a, ScaleInference) and a.service in stepped})
     out.update({n: replicas[n] for n in served})
@@ -456,7 +457,8 @@ def plan_capacity(
         targets=MappingProxyType(targets),
         state=CapacityState(MappingProxyType(last), MappingProxyType(seen), MappingProxyType(first),
                             MappingProxyType(periods),
-                            MappingProxyType(next_unhonoured(view, state, stepped, actions, served)),
+                            MappingProxyType(next_unhonoured(view, state, stepped, actions, served,
+                                                             policy.emergency_retry_s)),
                             MappingProxyType(pending)),
         notes=tuple(notes),
     )

@@ -143,3 +143,11 @@ def test_replicas_pending_beside_idle_gpus_longer_than_a_warm_up_wait_for_someth
 def replace_demand(state, now):
     """`state` with demand read rising again just before `now` (the planner keeps holding)."""
     return replace(state, last_demand=M({"chat": (now - 30.0, 45.0, 0.0)}))
+
+
+def test_a_step_not_honoured_is_asked_again_after_emergency_retry_s():
+    """What held it may have passed (a refused shrink, a PDB, freed GPUs another service's replicas took): remembered
+    for good, a service still under pressure was never stepped again (audit a8)."""
+    resizes, asks, notes = pressure_run(honoured_up_to=10, cycles=70)
+    assert asks == [(0.0, 13), (1830.0, 13)], "asked again in the first cycle past emergency_retry_s (1800 s)"
+    assert [t for t, _ in resizes] == [0.0, 30.0, 1830.0, 1860.0]
