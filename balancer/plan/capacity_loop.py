@@ -299,12 +299,14 @@ def unsent(state: planner_mod.PlannerState, before: planner_mod.PlannerState,
     sends no scale, only those shrinks) and no shrink among the `sent` ones of that plan did, as `before` the plan, as
     if never proposed: its last change and first sighting, and its emergency step. A step that partly went out (another
     job's shrink sent, or an idle GPU: `apply_targets` names no step one serves) is kept as made: its replicas changed,
-    and forgotten it grew again at once from its new size, no warm-up waited. `plan_capacity` counts a scale as made
-    when it proposes it: kept, a latency-net step that never went out was 'not honoured' and not repeated while the
-    service held the same replicas (an emergency stop set mid-cycle and lifted: the service stayed under pressure for
-    good, no GPU freed for it), and a reclaim waited a warm-up after a change that never happened. A scale down (a loan,
-    a give-back) that did not go out still waits its hold: asked again each cycle, one a guard refuses for a while (an
-    owner's cooldown) was refused, logged and audited every cycle, and waiting to lend never leaves a service short."""
+    and forgotten it grew again at once from its new size, no warm-up waited (with replicas of several GPUs, or GPUs
+    another named service's replicas took, they may not have: then `emergency_retry_s` asks it again). `plan_capacity`
+    counts a scale as made when it proposes it: kept, a latency-net step that never went out was 'not honoured' and not
+    repeated while the service held the same replicas (an emergency stop set mid-cycle and lifted: the service stayed
+    under pressure for good, no GPU freed for it), and a reclaim waited a warm-up after a change that never happened. A
+    scale down (a loan, a give-back) that did not go out still waits its hold: asked again each cycle, one a guard
+    refuses for a while (an owner's cooldown) was refused, logged and audited every cycle, and waiting to lend never
+    leaves a service short."""
     cap = state.capacity
     if not isinstance(cap, CapacityState):
         return state

@@ -269,7 +269,8 @@ def apply_targets(
     for one more replica shrinks training by one replica's GPUs, not by all the asks. A shrink names the services in
     `named` it frees GPUs for and no idle GPU serves (`ScaleTraining.service`, comma-separated: the latency net's
     steps, whose memory `capacity_loop.unsent` forgets when none of their shrinks goes out; a replica asked takes an
-    idle GPU whatever goes out, so such a step partly went out). `granted`, where passed, gets the replicas each
+    idle GPU whatever goes out, so such a step partly went out, where its replica needs one GPU: else
+    `CapacityPolicy.emergency_retry_s` asks it again). `granted`, where passed, gets the replicas each
     service has GPUs for once they are done (`plan_capacity`: a step given none changed nothing). (The order alone did
     not keep a per-cycle action cap from cutting a unit between its shrinks and its scale-up; the guard never refuses
     either for that cap, `safety.action_limit`.)"""
