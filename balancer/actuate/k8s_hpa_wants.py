@@ -26,11 +26,16 @@ the recommendations it saw (`History`, `k8s_hpa_reads`), and the answer is the h
 the one now; until the caller has watched the HPA a whole window (none: not at all), a recommendation below
 `currentReplicas` reads `currentReplicas` (as the controller's own start does). A scale-down `selectPolicy: Disabled`
 keeps `currentReplicas`; its policies (`spec.behavior.scaleDown.policies`) leave no fewer than one period allows it to
-drop from `currentReplicas` (`_rate_limit`): a loan counts only what the HPA gives up in its next period. An HPA
-that says it cannot scale (condition AbleToScale or ScalingActive False: its target's scale unreadable, its metrics
-all failing, its scaling disabled) keeps `currentReplicas`, whatever its status's older readings ask. No
-`status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the service's own replica
-count instead.
+drop (`_rate_limit`): a loan counts only what the HPA gives up in its next period. The controller counts a period
+from the replicas at its start (its scale-downs within it added back), and the status shows only the last scale: a
+policy whose period holds `status.lastScaleTime` allows no drop from `currentReplicas`, one whose period does not
+(or an HPA never scaled) counts from `currentReplicas`. An HPA that says it cannot scale (condition AbleToScale or
+ScalingActive False: its target's scale unreadable, its metrics all failing, its scaling disabled) keeps
+`currentReplicas`, whatever its status's older readings ask; one whose last scale failed to write (AbleToScale
+False, FailedUpdateScale) tries again at each sync, and keeps the higher of `currentReplicas` and its algorithm's
+answer. No `status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the service's own
+replica count instead. An HPA object of a shape the API never serves (a field of the wrong type) is unknown too
+(`wants_by_target`: its `currentReplicas` where readable, else None), never an exception that stops the cycle.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ _FIELD = {"Resource": "resource", "ContainerResource": "containerResource", "Pod
           "External": "external"}   # a metric's type -> the field that holds its source
 _READING = {"Utilization": "averageUtilization", "AverageValue": "averageValue", "Value": "value"}
 _CANNOT = ("AbleToScale", "ScalingActive")   # conditions that, False, say it scales nowhere
+_RETRIES = "AbleToScale (FailedUpdateScale)"   # ... except this one: its scale failed to write, tried at each sync
+ODD = (AttributeError, TypeError, ValueError, KeyError, IndexError, ArithmeticError)   # an object of an odd shape
 
 
 class History(NamedTuple):
@@ -99,18 +106,30 @@ def hpa_wants(hpa: Json, now: float, history: History | None = None) -> tuple[in
         return wants, note
     stuck = [f"{c.get('type')} ({c.get('reason') or '?'})" for c in status.get("conditions") or []
              if isinstance(c, dict) and c.get("type") in _CANNOT and c.get("status") == "False"]
-    if stuck:   # it scales nowhere: what it runs is what it keeps, above its maximum too
+    if any(s != _RETRIES for s in stuck):   # it scales nowhere: what it runs is what it keeps, above its maximum too
         return current, f"it cannot scale, {', '.join(stuck)} False: kept at its {current} replicas"
     spec = hpa.get("spec") or {}
     down = ((spec.get("behavior") or {}).get("scaleDown")) or {}
     if not note and wants < current:
-        wants, note = _held(wants, current, down, history, now)
+        wants, note = _held(wants, current, down, history, now, _since_scale(status, now))
     most = spec.get("maxReplicas")
     low = max(wants, own_min_replicas({**hpa, "spec": spec}), 1)
-    return (min(low, most) if isinstance(most, int) and most > 0 else low), note
+    wants = min(low, most) if isinstance(most, int) and most > 0 else low
+    if stuck:   # its last scale failed to write; it tries again at each sync, a scale-up included
+        return max(wants, current), f"{_RETRIES} False, its last scale tried again: no fewer than its {current}"
+    return wants, note
 
 
-def _held(wants: int, current: int, down: Json, history: History | None, now: float) -> tuple[int, str]:
+def _since_scale(status: Json, now: float) -> float:
+    """How long since its last scale (`status.lastScaleTime`): never scaled, for ever; unreadable, just now."""
+    if status.get("lastScaleTime") is None:
+        return math.inf
+    scaled = parse_time(status["lastScaleTime"])
+    return 0.0 if scaled is None else now - scaled
+
+
+def _held(wants: int, current: int, down: Json, history: History | None, now: float,
+          since_scale: float) -> tuple[int, str]:
     """A scale-down as the controller makes it: none where disabled, the highest recommendation of its window, and
     none while its window is not yet watched whole."""
     if down.get("selectPolicy") == "Disabled":
@@ -122,31 +141,40 @@ def _held(wants: int, current: int, down: Json, history: History | None, now: fl
     held = max([wants] + [n for at, n in history.seen if now - at < window])
     if held >= current:
         return current, f"a recommendation of its scale-down window: kept at its {current} replicas"
-    limit = _rate_limit(down, current)
+    limit = _rate_limit(down, current, since_scale)
     if limit > held:
         return limit, f"its scale-down policies: no fewer than {limit} of its {current} replicas in one period"
     return held, ("" if held == wants else "the highest recommendation of its scale-down window")
 
 
-def _rate_limit(down: Json, current: int) -> int:
+def _rate_limit(down: Json, current: int, since_scale: float) -> int:
     """The fewest replicas its scale-down policies leave one period from now (0: none set), as the controller counts
-    them: a Pods policy `current - value`, a Percent one `current x (1 - value/100)` truncated; of several, the
-    lowest (selectPolicy Max, the default: the biggest change) or the highest (Min). Its scale-downs within a period
-    are not known (the status shows none): counted from `current`, as if none. A policy unread keeps `current`."""
-    proposed = []
-    for policy in down.get("policies") or []:
-        value = policy.get("value") if isinstance(policy, dict) else None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            return current
-        if policy.get("type") == "Pods":
-            proposed.append(current - value)
-        elif policy.get("type") == "Percent":
-            proposed.append(int(current * (1 - value / 100)))
-        else:
-            return current
+    them: a Pods policy `start - value`, a Percent one `start x (1 - value/100)` truncated; of several, the lowest
+    (selectPolicy Max, the default: the biggest change) or the highest (Min). `start` is what ran when the period
+    began: `current` for a period with no scale in it (`since_scale`, seconds since its last); one that holds its
+    last scale is not known (the controller adds back what it removed then), and that policy allows no drop. A policy
+    unread keeps `current`."""
+    floors = [_policy_floor(p, current, since_scale) for p in down.get("policies") or []]
+    proposed = [n for n in floors if n is not None]
+    if len(proposed) < len(floors):
+        return current
     if not proposed:
         return 0
     return max(proposed) if down.get("selectPolicy") == "Min" else min(proposed)
+
+
+def _policy_floor(policy: Any, current: int, since_scale: float) -> int | None:
+    """The fewest replicas one policy leaves (`_rate_limit`); None: unread."""
+    if not isinstance(policy, dict):
+        return None
+    value, period = policy.get("value"), policy.get("periodSeconds")
+    if any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in (value, period)):
+        return None
+    if policy.get("type") not in ("Pods", "Percent"):
+        return None
+    if since_scale < period:   # it scaled within this period, how far from its start is not known: no drop
+        return current
+    return current - value if policy["type"] == "Pods" else int(current * (1 - value / 100))
 
 
 def _metric_wants(metric: Json, readings: list, current: int, tolerance: tuple[float, float]) -> int | None:
@@ -203,11 +231,33 @@ def wants_by_target(hpas: Mapping[str, Json], now: float,
     deployment: set[str] = set()
     for key in sorted(hpas):
         h = hpas[key]
-        ref = (h.get("spec") or {}).get("scaleTargetRef") or {}
-        target = f"{(h.get('metadata') or {}).get('namespace', '')}/{ref.get('name', '')}"
-        if target in out and (target in deployment or ref.get("kind") != "Deployment"):
+        scaled = scaled_target(h)
+        if scaled is None:   # the caller finds these first (`k8s_hpa_reads`): nothing is known of whom it scales
             continue
-        if ref.get("kind") == "Deployment":
+        target, kind = scaled
+        if target in out and (target in deployment or kind != "Deployment"):
+            continue
+        if kind == "Deployment":
             deployment.add(target)
-        out[target] = hpa_wants(h, now, (history or {}).get(key))
+        out[target] = safe_wants(h, now, (history or {}).get(key))
     return out
+
+
+def scaled_target(hpa: Any) -> tuple[str, str] | None:
+    """("namespace/name", kind) of what it scales; None: not readable (an object of an odd shape)."""
+    try:
+        meta, ref = hpa.get("metadata") or {}, (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        ns, name, kind = meta.get("namespace", ""), ref.get("name", ""), ref.get("kind", "")
+    except ODD:
+        return None
+    return (f"{ns}/{name}", kind) if all(isinstance(x, str) for x in (ns, name, kind)) else None
+
+
+def safe_wants(hpa: Json, now: float, history: History | None = None) -> tuple[int | None, str]:
+    """`hpa_wants`, an HPA of an odd shape unknown (its `currentReplicas` where readable, else None), not raised."""
+    try:
+        return hpa_wants(hpa, now, history)
+    except ODD as err:
+        current = (hpa.get("status") or {}).get("currentReplicas") if isinstance(hpa.get("status"), dict) else None
+        ok = isinstance(current, int) and not isinstance(current, bool) and current >= 0
+        return (current if ok else None), f"unreadable ({type(err).__name__}: {err}): kept at its replicas"

@@ -125,6 +125,62 @@ def test_a_scale_down_goes_no_further_than_its_policies_allow_in_one_period():
     assert down(("Hours", 1))[0] == 10                            # a policy unread: its replicas
 
 
+def test_a_policy_whose_period_holds_its_last_scale_allows_no_drop_from_its_replicas():
+    """The controller counts a period from the replicas at its start, its scale-downs within it added back (audit a9:
+    counted from currentReplicas, 1 pod per 600 s scaled 10 to 9 350 s ago lent an 8th it keeps for 250 s more)."""
+    one = {"type": "Pods", "value": 1, "periodSeconds": 600}
+    rules = {"stabilizationWindowSeconds": 0, "policies": [one]}
+    n, why = settled(hpa(resource(current=20), current=9, last="2023-11-14T22:07:30Z", down=rules))   # NOW - 350 s
+    assert n == 9 and "scale-down policies" in why
+    assert settled(hpa(resource(current=20), current=9, last="2023-11-14T22:01:40Z", down=rules))[0] == 8   # - 700 s
+    assert settled(hpa(resource(current=20), current=9, last=None, down=rules))[0] == 8   # never scaled
+    # of several (Max, the default: the lowest), one whose period holds no scale counts from its replicas
+    both = {"policies": [one, {"type": "Pods", "value": 2, "periodSeconds": 60}]}
+    recent = "2023-11-14T22:07:30Z"
+    assert settled(hpa(resource(current=20), current=9, last=recent, down=both))[0] == 7
+    assert settled(hpa(resource(current=20), current=9, last=recent, down={**both, "selectPolicy": "Min"}))[0] == 9
+
+
+def test_an_hpa_whose_last_scale_failed_to_write_tries_it_again():
+    """AbleToScale False, FailedUpdateScale: the controller runs its algorithm again at each sync and writes what it
+    asks (audit a9: read as its replicas, a scale-up from 4 to 10 counted 4, and a loan lent the 6 it takes back)."""
+    conditions = [{"type": "AbleToScale", "status": "False", "reason": "FailedUpdateScale"},
+                  {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"}]
+    up = hpa(resource(current=200), current=4)   # 4 x 200/80 = 10
+    up["status"]["conditions"] = conditions
+    n, why = settled(up)
+    assert n == 10 and "FailedUpdateScale" in why
+    down = hpa(resource(current=20), current=4)
+    down["status"]["conditions"] = conditions
+    assert settled(down)[0] == 4   # a scale-down it failed to write: no fewer than its replicas
+
+
+def odd_shapes() -> dict[str, tuple[dict, int | None]]:
+    """HPA objects no API server serves, each with what it reads as (its replicas where readable)."""
+    def shaped(change) -> dict:
+        h = hpa(resource(current=20))
+        change(h)
+        return h
+
+    return {
+        "a metric None": (shaped(lambda h: h["spec"].__setitem__("metrics", [None])), 8),
+        "a metric's type a list": (shaped(lambda h: h["spec"]["metrics"][0].__setitem__("type", ["x"])), 8),
+        "scaleDown a list": (shaped(lambda h: h["spec"].__setitem__("behavior", {"scaleDown": ["x"]})), 8),
+        "behavior a string": (shaped(lambda h: h["spec"].__setitem__("behavior", "x")), 8),
+        "minReplicas None": (shaped(lambda h: h["spec"].__setitem__("minReplicas", None)), 8),
+        "a target a string": (shaped(lambda h: h["spec"]["metrics"][0]["resource"].__setitem__("target", "x")), 8),
+        "status a list": (shaped(lambda h: h.__setitem__("status", ["x"])), None),
+    }
+
+
+def test_an_hpa_of_an_odd_shape_is_unknown_and_raises_nothing():
+    """A field of the wrong type raised, and the controller's whole cycle held fail-static (audit a9): such an HPA
+    now reads as its replicas (None where those are unreadable too), and says why."""
+    for name, (h, replicas) in odd_shapes().items():
+        n, why = wants_by_target({"team-a/vllm": h}, NOW, {"team-a/vllm": WATCHED})["team-a/vllm"]
+        assert (n, why.startswith("unreadable")) == (replicas, True), name
+
+
 def test_an_hpa_that_cannot_scale_keeps_its_replicas():
     """AbleToScale or ScalingActive False: its status's readings are old or its scaling off; it keeps what runs."""
     h = hpa(resource(current=20), hi=6)   # its metrics (older) ask for 2, its maximum 6
