@@ -288,9 +288,9 @@ class Reconciler:
         dry run's went out), told to the planner (`capacity_loop.unsent`: the capacity planner counts a scale as made
         when it plans it, and forgets a scale up that did not go out, or a latency-net step none of whose reclaim
         shrinks did). Not those the guard `refused` for a lasting cause (its minimum gain, a protected workload, a
-        budget): forgotten, such a step was asked, refused, logged and audited every cycle; waited out as if made, it is
-        asked again once not honoured for `emergency_retry_s` (`CapacityState.emergency`). Not after the cycle lost the
-        lead: the state is the next term's then."""
+        budget): forgotten, such a step was asked, refused, logged and audited every cycle; waited out as if made, a
+        latency-net step is asked again once not honoured for `emergency_retry_s` (`CapacityState.emergency`), any
+        other scale after the service's hold. Not after the cycle lost the lead: the state is the next term's then."""
         if self._offices != self._cycle_office:
             return
         scales = [a for a in planned if capacity_loop.remembered(a)]   # all `unsent` reads: the compares stay few

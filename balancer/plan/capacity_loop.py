@@ -279,9 +279,10 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
 
 
 def remembered(action: Action) -> bool:
-    """Whether `unsent` reads `action`: a capacity scale, or a reclaim shrink (it names the latency-net steps it
-    serves)."""
-    return isinstance(action, ScaleInference) or (isinstance(action, ScaleTraining) and action.cause == "reclaim")
+    """Whether `unsent` reads `action`: a capacity scale, or a reclaim shrink that names the latency-net steps it
+    serves (`ScaleTraining.service`)."""
+    return isinstance(action, ScaleInference) or (
+        isinstance(action, ScaleTraining) and action.cause == "reclaim" and bool(action.service))
 
 
 def named(actions: Iterable[Action], counted: Callable[[str], bool] = bool) -> set[str]:

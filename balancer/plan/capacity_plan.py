@@ -238,15 +238,16 @@ def emergency_step(s: ServiceView, policy: CapacityPolicy, unhonoured: Mapping[s
     """The latency net's replica floor for `s` (0 when it does not step) and a note when a step is held back. Under
     pressure, once its last change has taken effect (`settled`), the service grows by `emergency_step` of its replicas
     (at least one), unless its last step is not honoured yet (`unhonoured`, `CapacityState.emergency`: it still holds
-    the replicas it held then): asked again, the step shrank training once more for replicas that never came (capped
-    by the HPA's maxReplicas, or pending), and the next cycle, holding, lent the GPUs back."""
+    the replicas it held then, for `emergency_retry_s` at most): asked again, the step shrank training once more for
+    replicas that never came (capped by the HPA's maxReplicas, or pending), and the next cycle, holding, lent the GPUs
+    back."""
     p = s.profile
     if not (s.latency_pressure >= policy.emergency_pressure and settled):   # NaN (unknown) is no pressure
         return 0, []
     if unhonoured.get(p.name) == s.replicas:
         return 0, [f"{p.name}: p99 at {s.latency_pressure:.0%} of its SLO, but its last emergency step was not "
                    f"honoured (still {s.replicas} replicas: capped by its HPA's maxReplicas, or pending): not "
-                   "repeated until its replicas change"]
+                   f"repeated until its replicas change, or {policy.emergency_retry_s:.0f} s after the step"]
     return min(s.replicas + max(1, math.ceil(policy.emergency_step * s.replicas)), p.max_replicas), []
 
 
@@ -305,7 +306,7 @@ def next_unhonoured(view: CapacityView, state: CapacityState, stepped: set[str],
     step still is not honoured (the same replicas), for `retry_s` after it (its time: the service's last change)."""
     replicas = {s.profile.name: s.replicas for s in view.services}
     out = {n: r for n, r in state.emergency.items()
-           if replicas.get(n) == r and view.time - state.last_change.get(n, view.time) < retry_s}
+           if replicas.get(n) == r and view.time - state.last_change.get(n, -math.inf) < retry_s}
     out.update({a.service: replicas[a.service] for a in actions
                 if isinstance(a, ScaleInference) and a.service in stepped})
     out.update({n: replicas[n] for n in served})

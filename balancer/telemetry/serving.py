@@ -111,6 +111,10 @@ def with_hpa_wants(services: Mapping[str, ServiceStatus], workloads: tuple[Workl
     for w in workloads:
         if w.owner:
             spaces.setdefault(w.owner, set()).add(w.namespace)
+    by_name: dict[str, list[tuple[str, int | None]]] = {}   # bare target name -> (namespace, wants): one scan
+    for target, (n, _) in (wants or {}).items():
+        namespace, _, bare = target.rpartition("/")
+        by_name.setdefault(bare, []).append((namespace, n))
     out = {}
     for name, st in services.items():
         if wants is None:
@@ -118,8 +122,7 @@ def with_hpa_wants(services: Mapping[str, ServiceStatus], workloads: tuple[Workl
             continue
         ns, _, bare = name.rpartition("/")
         where = {ns} if ns else spaces.get(name, set()) | ({st.namespace} if st.namespace else set())
-        found = [n for target, (n, _) in wants.items() if target.rpartition("/")[2] == bare
-                 and (len(where) != 1 or target.rpartition("/")[0] in where)]
+        found = [n for namespace, n in by_name.get(bare, ()) if len(where) != 1 or namespace in where]
         if not found:
             out[name] = st
             continue
