@@ -40,7 +40,7 @@ from balancer import dashboards_render as dr
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-WARMUP_S = 20  # wall seconds of scraping before rendering: rate() windows, heatmaps, forecast errors scored
+WARMUP_S = 20  # wall seconds at least of scraping before rendering: rate() windows, heatmaps, forecast errors scored
 
 
 def _panels() -> list[tuple[str, str, bool]]:
@@ -183,6 +183,42 @@ def _schedule(scheduler, metrics, stop: threading.Event) -> None:
         scheduler.wait_for_work(0.5)
 
 
+def _empty_panels(url: str, uids: list[str]) -> list[str]:
+    """The panels of the dashboards `uids` with no data over the last two minutes, as `_render` would find them
+    (a panel of hardware this Prometheus lacks is not empty), without drawing."""
+    client, end = dr.PromClient(url), time.time()
+    renderer = dr._Renderer(client, end - 120, end, 2)
+    empty = []
+    for name, dashboard in dr.load_dashboards(ROOT / "dashboards"):
+        if dashboard.get("uid") in uids:
+            variables = dr.resolve_variables(dashboard, client)
+            empty += [f"{name}: {p.get('title')}" for p in dashboard.get("panels", []) if p.get("type") != "row"
+                      and not any(len(s.values) for _, s in renderer.panel_data(p, variables))
+                      and renderer.absent_hardware(p) is None]
+    return empty
+
+
+def _warmed_up(url, reconciler, registry, scheduler_registry, kube, started):
+    """What the assertions need before rendering, beside WARMUP_S of scraping (the previews' rate() windows and
+    heatmaps): the loop's cycles and hotspot actions, the pods that fit bound, the scheduler's GPU facts read, and
+    data in every panel but the chargeback ones (waited for apart). A fixed warm-up left a loaded CI machine's
+    controller, scheduler or rule evaluations behind it."""
+    def ready() -> bool:
+        return (time.time() - started >= WARMUP_S and len(reconciler.reconcile_seconds) >= 10
+                and {"migrate", "power_limit", "taint_node"} <= {t for t, _ in _actions(registry)}
+                and all((kube.get("pods", p, "default") or {}).get("spec", {}).get("nodeName")
+                        for p in ("infer-0", "infer-1", "infer-late"))
+                and (scheduler_registry.get_sample_value("gputide_scheduler_gpu_facts_nodes") or 0) >= 2
+                and not _empty_panels(url, [uid for uid in DASHBOARD_UIDS if uid != CHARGEBACK_UID]))
+    return ready
+
+
+def _until(ready, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(1.0)
+
+
 DASHBOARD_UIDS = [d["uid"] for _, d in dr.load_dashboards(ROOT / "dashboards")]
 CHARGEBACK_UID = "gputide-chargeback"
 
@@ -258,9 +294,11 @@ def rendered(tmp_path_factory):
         prom.wait_for("gpu:temperature:celsius", lambda r: len(r) > 0, timeout=30)
         loop.start()
         scheduling.start()
+        started = time.time()
         time.sleep(WARMUP_S / 2)
         kube.add(_created_now(pod("infer-late", gpus=1, scheduler="gputide", phase="Pending")))   # binds later
-        time.sleep(WARMUP_S / 2)
+        ready = _warmed_up(prom.url, reconciler, metrics.registry, scheduler_metrics.registry, kube, started)
+        _until(ready, timeout=120)   # past it, the assertions name what is missing
         out = tmp_path_factory.mktemp("png")
         report = _render(prom.url, out, [uid for uid in DASHBOARD_UIDS if uid != CHARGEBACK_UID])
         # the chargeback panels integrate the per-namespace rules once a minute, and a subquery's steps fall on
