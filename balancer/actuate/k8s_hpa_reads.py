@@ -74,10 +74,13 @@ class KubernetesHpaWants:
             log.warning("HPAs unavailable, keeping the last answer while recent: %s", err)
             return
         items = listed.get("items") or [] if isinstance(listed, dict) else []
+        items = items if isinstance(items, list) else [items]   # not a list: one odd item
         odd = [i for i, h in enumerate(items) if scaled_target(h) is None]
         if odd and not self._odd:
             log.warning("HPAs unreadable (items %s of the list: whom they scale is not known): none known, every "
                         "service lends nothing", odd)
+        elif self._odd and not odd:
+            log.info("HPAs readable again: loans under them resume")
         self._odd = ", ".join(map(str, odd))
         hpas = {f"{(h.get('metadata') or {}).get('namespace')}/{(h.get('metadata') or {}).get('name')}": h
                 for i, h in enumerate(items) if i not in odd}

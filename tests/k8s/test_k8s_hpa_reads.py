@@ -130,3 +130,21 @@ def test_an_hpa_of_an_odd_shape_is_unknown_and_the_cycle_goes_on(caplog):
         assert sum("unreadable" in rec.getMessage() for rec in caplog.records) == 1
         listed.items = [hpa(20)]
         assert watch(r, clocks, 5) is not None
+
+
+def test_a_list_whose_items_are_not_a_list_is_odd_and_its_recovery_is_logged(caplog):
+    """`{"items": 5}` raised TypeError out of the reader (the cycle held fail-static); an odd list stopped every loan
+    with one warning and nothing said once it read again (audit a10)."""
+    clocks = Clocks()
+
+    class NotAList(Listed):
+        def __call__(self, _what: str, _fn: object) -> dict:
+            return {"items": self.items[0]}
+
+    listed = NotAList(5)
+    r = reader(listed, clocks)
+    assert watch(r, clocks, 10) is None
+    listed.items = [[hpa(20)]]
+    with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_hpa_reads"):
+        watch(r, clocks, 10)
+    assert any("readable again" in rec.getMessage() for rec in caplog.records)
