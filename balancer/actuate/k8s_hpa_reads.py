@@ -46,7 +46,7 @@ class KubernetesHpaWants:
         self.ttl_s, self.clock, self.wall = ttl_s, clock, wall
         self._at = -math.inf
         self._hpas: dict[str, dict] | None = None
-        self._odd = ""   # what of the last list could not be read: whom an HPA scales (logged once)
+        self._odd = False   # whether the last list held an item whose target could not be read (logged once)
         self._said: dict[str, str] = {}   # target -> the note last logged
         self._seen: dict[str, History] = {}   # namespace/name -> what each list showed of it, in `clock` time
         self._uid: dict[str, str] = {}   # namespace/name -> its uid at the last list
@@ -74,14 +74,14 @@ class KubernetesHpaWants:
             log.warning("HPAs unavailable, keeping the last answer while recent: %s", err)
             return
         items = listed.get("items") or [] if isinstance(listed, dict) else []
-        items = items if isinstance(items, list) else [items]   # not a list: one odd item
+        items = items if isinstance(items, list) else [None]   # not a list: one odd item
         odd = [i for i, h in enumerate(items) if scaled_target(h) is None]
         if odd and not self._odd:
             log.warning("HPAs unreadable (items %s of the list: whom they scale is not known): none known, every "
                         "service lends nothing", odd)
         elif self._odd and not odd:
             log.info("HPAs readable again: loans under them resume")
-        self._odd = ", ".join(map(str, odd))
+        self._odd = bool(odd)
         hpas = {f"{(h.get('metadata') or {}).get('namespace')}/{(h.get('metadata') or {}).get('name')}": h
                 for i, h in enumerate(items) if i not in odd}
         gap = now - self._at > STALE_TTLS * self.ttl_s

@@ -35,7 +35,7 @@ ScalingActive False: its target's scale unreadable, its metrics all failing, its
 False, FailedUpdateScale) tries again at each sync, and keeps the higher of `currentReplicas` and its algorithm's
 answer. No `status.currentReplicas` (an HPA not yet synced): unknown (None), and the caller reads the service's own
 replica count instead. An HPA object of a shape the API never serves (a field of the wrong type) is unknown too
-(`wants_by_target`: its `currentReplicas` where readable, else None), never an exception that stops the cycle.
+(`safe_wants`: its `currentReplicas` where readable, else None), never an exception that stops the cycle.
 """
 
 from __future__ import annotations
@@ -89,16 +89,14 @@ def recommendation(hpa: Json, now: float) -> tuple[int | None, str]:
     if unread:   # as the controller: no scale-down while a metric is unavailable, a scale-up on the others
         names = ", ".join(unread)
         return max(raw, current), f"metrics {names} missing or unreadable: no fewer than its {current} replicas"
-    scaled = parse_time(status.get("lastScaleTime"))
-    if raw < current and scaled is not None and now - scaled < METRICS_GRACE_S:
+    if raw < current and _since_scale(status, now) < METRICS_GRACE_S:   # unreadable: just now, as for the policies
         return current, f"scaled at {status['lastScaleTime']}, new pods perhaps without readings: kept at {current}"
     return raw, ""
 
 
 def hpa_wants(hpa: Json, now: float, history: History | None = None) -> tuple[int | None, str]:
-    """(the replicas the HPA keeps on its own metrics, why, where that is not simply its algorithm's answer: a metric
-    missing or unreadable, the stabilisation window, a disabled scale-down; "" otherwise). None: unknown. `history`:
-    what the caller saw of it (module docstring)."""
+    """(the replicas the HPA keeps on its own metrics, why, where that is not its algorithm's plain answer: the
+    module docstring's cases; "" otherwise). None: unknown. `history`: what the caller saw of it."""
     wants, note = recommendation(hpa, now)
     status = hpa.get("status") or {}
     current = status.get("currentReplicas")
