@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client import Gauge as PromGauge
 
-from balancer.actuate.k8s_hpa_wants import ODD, History, recommendation, scaled_target, wants_by_target
+from balancer.actuate.k8s_hpa_wants import History, Recommended, recommend, scaled_target, wants_by_target
 from balancer.actuate.kubernetes import _Api
 from balancer.errors import ActuationError
 
@@ -75,14 +75,18 @@ class KubernetesHpaWants:
 
     def __call__(self) -> dict[str, tuple[int | None, str]] | None:
         now, wall = self.clock(), self.wall()
-        if now - self._at >= self.ttl_s:
-            self._list(now, wall)
+        gap = now - self._at > STALE_TTLS * self.ttl_s   # since the last list (`_remember`)
+        listed = now - self._at >= self.ttl_s and self._list(now)
         why = "unlisted" if self._hpas is None else "stale" if self._too_old(now) else "odd" if self._odd else ""
         for reason in UNUSABLE:
             self.unusable.labels(reason=reason).set(1 if reason == why else 0)
+        # each HPA's recommendation once a call, for its history and for its answer alike
+        recommended = {key: recommend(h, wall) for key, h in (self._hpas or {}).items()} if listed or not why else {}
+        if listed:
+            self._remember(now, recommended, gap)
         if why:
             return None
-        wants = wants_by_target(self._hpas, wall, self._in_wall_time(now, wall))
+        wants = wants_by_target(self._hpas, wall, self._in_wall_time(now, wall), recommended)
         said = {target: note for target, (_, note) in wants.items() if note}
         for target, note in said.items():
             if self._said.get(target) != note:
@@ -90,13 +94,13 @@ class KubernetesHpaWants:
         self._said = said
         return wants
 
-    def _list(self, now: float, wall: float) -> None:
-        """List the HPAs, and remember what each one asks for now (none on a failure: the last list kept)."""
+    def _list(self, now: float) -> bool:
+        """List the HPAs; whether it did (a failure keeps the last list)."""
         try:
             listed = self.api("list HPAs", self.api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
         except ActuationError as err:
             log.warning("HPAs unavailable, keeping the last answer while recent: %s", err)
-            return
+            return False
         items = listed.get("items") or [] if isinstance(listed, dict) else []
         items = items if isinstance(items, list) else [None]   # not a list: one odd item
         odd = [i for i, h in enumerate(items) if scaled_target(h) is None]
@@ -108,9 +112,8 @@ class KubernetesHpaWants:
         self._odd = bool(odd)
         hpas = {f"{(h.get('metadata') or {}).get('namespace')}/{(h.get('metadata') or {}).get('name')}": h
                 for i, h in enumerate(items) if i not in odd}
-        gap = now - self._at > STALE_TTLS * self.ttl_s
         self._hpas, self._at = hpas, now
-        self._remember(now, wall, gap)
+        return True
 
     def _in_wall_time(self, now: float, wall: float) -> dict[str, History]:
         """What was seen of each HPA, its times moved to the wall clock's now (`k8s_hpa_wants` compares them with
@@ -130,19 +133,17 @@ class KubernetesHpaWants:
         self._stale = old
         return old
 
-    def _remember(self, now: float, wall: float, gap: bool) -> None:
-        """Each listed HPA's recommendation now, with those of the last hour; an HPA gone is forgotten, one recreated
-        or listed after a `gap` watched anew (module docstring)."""
+    def _remember(self, now: float, recommended: dict[str, Recommended], gap: bool) -> None:
+        """Each listed HPA's recommendation now (`recommended`), with those of the last hour; an HPA gone is forgotten,
+        one recreated or listed after a `gap` watched anew (module docstring)."""
         seen, uids = {}, {}
         for key, h in (self._hpas or {}).items():
             uids[key] = str((h.get("metadata") or {}).get("uid") or "")
             old = self._seen.get(key)
             if gap or old is None or self._uid.get(key) != uids[key]:
                 old = History(since=now)
-            try:
-                n, _ = recommendation(h, wall)
-            except ODD:   # read as unknown by `wants_by_target` (`safe_wants`), which says why
-                n = None
+            rec = recommended.get(key)
+            n = rec[0] if isinstance(rec, tuple) else None   # raised: unknown to `safe_wants` too, which says why
             kept = tuple((at, m) for at, m in old.seen if now - at < WINDOW_MAX_S)
             seen[key] = History(old.since, kept + (((now, n),) if n is not None else ()))
         self._seen, self._uid = seen, uids

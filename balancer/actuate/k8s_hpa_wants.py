@@ -70,6 +70,19 @@ class History(NamedTuple):
     seen: tuple[tuple[float, int], ...] = ()
 
 
+# `recommendation`'s answer, or what it raised (`ODD`): made once for a caller's every use of it (`recommend`)
+Recommended = tuple[int | None, str] | Exception
+
+
+def recommend(hpa: Json, now: float) -> Recommended:
+    """`recommendation`, what an object of an odd shape raises returned, for a caller that uses it twice (its history,
+    `hpa_wants`) to compute it once (`safe_wants` says why it is unknown)."""
+    try:
+        return recommendation(hpa, now)
+    except ODD as err:
+        return err
+
+
 def recommendation(hpa: Json, now: float) -> tuple[int | None, str]:
     """(what its metrics ask for now, before its window and its bounds: the recommendation the controller remembers
     for its window; a metric missing or unreadable, or pods perhaps without a reading yet: no fewer than
@@ -94,10 +107,12 @@ def recommendation(hpa: Json, now: float) -> tuple[int | None, str]:
     return raw, ""
 
 
-def hpa_wants(hpa: Json, now: float, history: History | None = None) -> tuple[int | None, str]:
+def hpa_wants(hpa: Json, now: float, history: History | None = None,
+              recommended: tuple[int | None, str] | None = None) -> tuple[int | None, str]:
     """(the replicas the HPA keeps on its own metrics, why, where that is not its algorithm's plain answer: the
-    module docstring's cases; "" otherwise). None: unknown. `history`: what the caller saw of it."""
-    wants, note = recommendation(hpa, now)
+    module docstring's cases; "" otherwise). None: unknown. `history`: what the caller saw of it; `recommended`: its
+    `recommendation` now, where the caller made it already."""
+    wants, note = recommendation(hpa, now) if recommended is None else recommended
     status = hpa.get("status") or {}
     current = status.get("currentReplicas")
     if wants is None or current == 0:
@@ -220,11 +235,11 @@ def _tolerance(rules: Json) -> float:
         return TOLERANCE
 
 
-def wants_by_target(hpas: Mapping[str, Json], now: float,
-                    history: Mapping[str, History] | None = None) -> dict[str, tuple[int | None, str]]:
+def wants_by_target(hpas: Mapping[str, Json], now: float, history: Mapping[str, History] | None = None,
+                    recommended: Mapping[str, Recommended] | None = None) -> dict[str, tuple[int | None, str]]:
     """"namespace/target" -> `hpa_wants` of the HPA that scales it (of several, one targeting a Deployment first, as
     `k8s_hpa.service_hpa` picks the one it floors), for every HPA of a cluster-wide list by namespace/name, each with
-    its `history` by the same key (none: not watched)."""
+    its `history` by the same key (none: not watched) and its `recommend` at `now` where the caller made it."""
     out: dict[str, tuple[int | None, str]] = {}
     deployment: set[str] = set()
     for key in sorted(hpas):
@@ -237,7 +252,7 @@ def wants_by_target(hpas: Mapping[str, Json], now: float,
             continue
         if kind == "Deployment":
             deployment.add(target)
-        out[target] = safe_wants(h, now, (history or {}).get(key))
+        out[target] = safe_wants(h, now, (history or {}).get(key), (recommended or {}).get(key))
     return out
 
 
@@ -251,10 +266,14 @@ def scaled_target(hpa: Any) -> tuple[str, str] | None:
     return (f"{ns}/{name}", kind) if all(isinstance(x, str) for x in (ns, name, kind)) else None
 
 
-def safe_wants(hpa: Json, now: float, history: History | None = None) -> tuple[int | None, str]:
-    """`hpa_wants`, an HPA of an odd shape unknown (its `currentReplicas` where readable, else None), not raised."""
+def safe_wants(hpa: Json, now: float, history: History | None = None,
+               recommended: Recommended | None = None) -> tuple[int | None, str]:
+    """`hpa_wants`, an HPA of an odd shape unknown (its `currentReplicas` where readable, else None), not raised;
+    `recommended`: its `recommend` at `now`, where the caller made it (what it raised, raised here)."""
     try:
-        return hpa_wants(hpa, now, history)
+        if isinstance(recommended, Exception):
+            raise recommended
+        return hpa_wants(hpa, now, history, recommended)
     except ODD as err:
         current = (hpa.get("status") or {}).get("currentReplicas") if isinstance(hpa.get("status"), dict) else None
         ok = isinstance(current, int) and not isinstance(current, bool) and current >= 0

@@ -148,3 +148,34 @@ def test_a_list_whose_items_are_not_a_list_is_odd_and_its_recovery_is_logged(cap
     with caplog.at_level(logging.INFO, logger="balancer.actuate.k8s_hpa_reads"):
         watch(r, clocks, 10)
     assert any("readable again" in rec.getMessage() for rec in caplog.records)
+
+
+def test_each_hpa_s_recommendation_is_made_once_a_call(monkeypatch):
+    """A call that listed made every HPA's recommendation twice (its history, then its answer): now once a call, a
+    list's and another's, one that raises (an odd metric) included, and so is its answer."""
+    import balancer.actuate.k8s_hpa_reads as reads
+    import balancer.actuate.k8s_hpa_wants as wants
+
+    made: list[str] = []
+    real = wants.recommendation
+
+    def counted(h: dict, now: float) -> tuple:
+        made.append(h["metadata"]["name"])
+        return real(h, now)
+
+    monkeypatch.setattr(wants, "recommendation", counted)
+    monkeypatch.setattr(reads, "recommendation", counted, raising=False)   # the old reader's own import
+    clocks, odd = Clocks(), hpa(20, name="metric")
+    odd["spec"]["metrics"] = [None]
+    listed = Listed(hpa(20), odd)
+    r = reader(listed, clocks)
+    for step in (5.0, 2.0, 3.0, 5.0):   # calls that list, and one within the ttl that does not
+        made.clear()
+        clocks.advance(step)
+        got = r()
+        assert sorted(made) == ["chat", "metric"]
+        assert got["ns/metric"][0] == 10 and got["ns/metric"][1].startswith("unreadable (AttributeError")
+    listed.items = [hpa(20), "junk"]   # an odd list: no answer, the HPAs it holds remembered all the same
+    made.clear()
+    clocks.advance(5.0)
+    assert r() is None and made == ["chat"]
