@@ -59,7 +59,7 @@ _FIELD = {"Resource": "resource", "ContainerResource": "containerResource", "Pod
           "External": "external"}   # a metric's type -> the field that holds its source
 _READING = {"Utilization": "averageUtilization", "AverageValue": "averageValue", "Value": "value"}
 _CANNOT = ("AbleToScale", "ScalingActive")   # conditions that, False, say it scales nowhere
-_RETRIES = "AbleToScale (FailedUpdateScale)"   # ... except this one: its scale failed to write, tried at each sync
+_RETRIES = ("AbleToScale", "FailedUpdateScale")   # ... but this (type, reason): its write failed, tried at each sync
 ODD = (AttributeError, TypeError, ValueError, KeyError, IndexError, ArithmeticError)   # an object of an odd shape
 
 
@@ -117,10 +117,10 @@ def hpa_wants(hpa: Json, now: float, history: History | None = None,
     current = status.get("currentReplicas")
     if wants is None or current == 0:
         return wants, note
-    stuck = [f"{c.get('type')} ({c.get('reason') or '?'})" for c in status.get("conditions") or []
+    stuck = [(c.get("type"), c.get("reason")) for c in status.get("conditions") or []
              if isinstance(c, dict) and c.get("type") in _CANNOT and c.get("status") == "False"]
     if any(s != _RETRIES for s in stuck):   # it scales nowhere: what it runs is what it keeps, above its maximum too
-        return current, f"it cannot scale, {', '.join(stuck)} False: kept at its {current} replicas"
+        return current, f"it cannot scale, {_conditions(stuck)} False: kept at its {current} replicas"
     spec = hpa.get("spec") or {}
     down = ((spec.get("behavior") or {}).get("scaleDown")) or {}
     if not note and wants < current:
@@ -129,8 +129,15 @@ def hpa_wants(hpa: Json, now: float, history: History | None = None,
     low = max(wants, own_min_replicas({**hpa, "spec": spec}), 1)
     wants = min(low, most) if isinstance(most, int) and most > 0 else low
     if stuck:   # its last scale failed to write; it tries again at each sync, a scale-up included
-        return max(wants, current), f"{_RETRIES} False, its last scale tried again: no fewer than its {current}"
+        said = _conditions([_RETRIES])
+        return max(wants, current), f"{said} False, its last scale tried again: no fewer than its {current}"
     return wants, note
+
+
+def _conditions(stuck: list[tuple[Any, Any]]) -> str:
+    """How a note names conditions (type, reason): "AbleToScale (FailedUpdateScale)". Said only: `hpa_wants` decides
+    on the pairs themselves, so a note's wording never changes which it retries."""
+    return ", ".join(f"{kind} ({reason or '?'})" for kind, reason in stuck)
 
 
 def _since_scale(status: Json, now: float) -> float:

@@ -181,6 +181,20 @@ def test_an_hpa_of_an_odd_shape_is_unknown_and_raises_nothing():
         assert (n, why.startswith("unreadable")) == (replicas, True), name
 
 
+def test_which_condition_it_retries_is_decided_on_type_and_reason_not_on_the_note_s_wording(monkeypatch):
+    """The retried scale (AbleToScale False, FailedUpdateScale) was found by comparing each condition's note text
+    with a formatted constant: a note reworded alone read it as an HPA that cannot scale, its scale-up from 4 to 10
+    counted 4. The pairs are compared; the wording is only said."""
+    import balancer.actuate.k8s_hpa_wants as wants
+
+    monkeypatch.setattr(wants, "_conditions", lambda stuck: "; ".join(f"{kind}={reason}" for kind, reason in stuck))
+    up = hpa(resource(current=200), current=4)   # 4 x 200/80 = 10
+    up["status"]["conditions"] = [{"type": "AbleToScale", "status": "False", "reason": "FailedUpdateScale"}]
+    assert settled(up) == (10, "AbleToScale=FailedUpdateScale False, its last scale tried again: no fewer than its 4")
+    up["status"]["conditions"][0]["reason"] = "FailedGetScale"
+    assert settled(up) == (4, "it cannot scale, AbleToScale=FailedGetScale False: kept at its 4 replicas")
+
+
 def test_an_hpa_that_cannot_scale_keeps_its_replicas():
     """AbleToScale or ScalingActive False: its status's readings are old or its scaling off; it keeps what runs."""
     h = hpa(resource(current=20), hi=6)   # its metrics (older) ask for 2, its maximum 6
