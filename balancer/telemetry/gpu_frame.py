@@ -265,19 +265,41 @@ def check_not_nan(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None
 
 
 def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
-    """Values outside `BOUNDS` (a broken sensor or exporter) on a GPU `checked` (None: every GPU):
-    `InvalidTelemetry`."""
+    """Values outside `BOUNDS` (a broken sensor or exporter), or no board could report together (`_together`), on a
+    GPU `checked` (None: every GPU): `InvalidTelemetry`, naming the first such GPU and its values."""
+    for bad, said in (*_outside(arrays), *_together(arrays)):
+        if checked is not None:
+            bad = bad & checked
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidTelemetry(said(i, f"{wide['UUID'][i]} ({wide['hostname'][i]})"),
+                                   subjects=tuple(wide["UUID"][bad]))
+
+
+Verdict = tuple[np.ndarray, Callable[[int, str], str]]   # per GPU: bad; what to say of GPU i, named as given
+
+
+def _outside(arrays: Mapping[str, np.ndarray]) -> list[Verdict]:
+    out: list[Verdict] = []
     for name, arr in arrays.items():
         lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
         # NaN in a MAY_BE_UNKNOWN field got here only declared unsupported (`_check_complete`): unknown, not bad
         bad = (np.isinf(arr) if name in MAY_BE_UNKNOWN else ~np.isfinite(arr)) | (arr < lo) | (arr > hi)
-        if checked is not None:
-            bad &= checked
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise InvalidTelemetry(f"{_SERIES.get(name, (name,))[0]} = {arr[i]!r} on {wide['UUID'][i]} "
-                                   f"({wide['hostname'][i]}) is outside [{lo}, {hi}]",
-                                   subjects=tuple(wide["UUID"][bad]))
+        rule = _SERIES.get(name, (name,))[0]
+        out.append((bad, lambda i, gpu, rule=rule, arr=arr, lo=lo, hi=hi:
+                    f"{rule} = {arr[i]!r} on {gpu} is outside [{lo}, {hi}]"))
+    return out
+
+
+def _together(arrays: Mapping[str, np.ndarray]) -> list[Verdict]:
+    """What `BOUNDS`, one field at a time, cannot see. Free memory: `arrays` folds it into the total (used + free),
+    so its bound is checked here, on what the snapshot carries (total - used: exact at 0, never below it for a free
+    figure of 0 or more), and a GPU using more memory than it has is refused."""
+    used, total = arrays["mem_used_mib"], arrays["mem_total_mib"]
+    free, (lo, hi) = total - used, BOUNDS["mem_free_mib"]
+    return [((free < lo) | (free > hi), lambda i, gpu: (
+        f"{FIELDS['mem_free_mib'][0]} = {free[i]:g} MiB on {gpu} is outside [{lo}, {hi}] MiB: {used[i]:g} MiB used "
+        f"of {total[i]:g} MiB (used + free)"))]
 
 
 def check_not_frozen(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
