@@ -41,6 +41,8 @@ TELEMETRY_ERROR = "telemetry_error"   # reading telemetry raised something other
 FAIL_STATIC_REASONS = ("stale_telemetry", "missing_telemetry", "invalid_telemetry", "telemetry_unavailable",
                        TELEMETRY_ERROR, "emergency_stop")
 CAPACITY_CLASSES = ("inference", "training", "loaned", "idle")
+# gputide_hpa_reads_unusable{reason}: no HPA list yet, none listed for three ttls, one HPA's target unreadable
+HPA_UNUSABLE = ("unlisted", "stale", "odd")
 EXCLUSION_SCOPES = ("target", "workload")   # gputide_migration_exclusions{scope}: `balancer.plan.planner.exclusions`
 STALE_PLAN = "stale_plan"   # the loop's own rejections: the fleet changed between planning and acting,
 NOT_LEADER = "not_leader"   # the Lease was lost mid-cycle (another replica may act now),
@@ -164,6 +166,10 @@ class ControllerMetrics:
         self.capacity_holding = _LabelledGauge(Gauge(
             "gputide_capacity_holding", "1 while capacity shifting holds, by reason (unattributed_pods: a profiled "
             "service's pods have no owner).", ["reason"], registry=r))
+        self.hpa_reads_unusable = _LabelledGauge(Gauge(
+            "gputide_hpa_reads_unusable", "1 while the HPAs read for capacity loans are unusable, so no service lends "
+            "a replica, by the reason (unlisted: no list yet; stale: none listed for three ttls; odd: an HPA whose "
+            "target cannot be read); 0 for the others.", ["reason"], registry=r))
         self.forecast_for_now = _LabelledGauge(Gauge(
             "gputide_forecast_for_now", "Demand (req/s) forecast for now when now was `horizon` ahead: plotted against "
             "the demand now, forecast and outcome line up in time.", ["service", "quantile", "horizon"], registry=r))
@@ -229,6 +235,7 @@ class ControllerMetrics:
         self.forgotten.set_all({})
         self.set_capacity({}, {})
         self.set_capacity_holding("")
+        self.set_hpa_reads_unusable(None)
         self.set_forecast_demand({})
         self.set_forecast_for_now({})
         self.set_forecast_error({})
@@ -288,6 +295,11 @@ class ControllerMetrics:
     def set_capacity_holding(self, reason: str) -> None:
         """The capacity planner's hold reason this cycle ("" = none: the gauge has no series)."""
         self.capacity_holding.set_all({(reason,): 1.0} if reason else {})
+
+    def set_hpa_reads_unusable(self, reason: str | None) -> None:
+        """Why the HPA reader's last answer was unusable for loans (`k8s_hpa_reads.UNUSABLE`; "" usable: every reason
+        0), set at each of its reads; None: no series (no reader read, or a standby, which reads none)."""
+        self.hpa_reads_unusable.set_all({} if reason is None else {(r,): float(r == reason) for r in HPA_UNUSABLE})
 
     def set_forecast_demand(self, values: Mapping[tuple[str, str, str], float]) -> None:
         """{(service, quantile, horizon): req/s} forecast for the coming horizon, every service of this cycle's

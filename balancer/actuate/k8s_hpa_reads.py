@@ -16,8 +16,9 @@ cannot be read (an object of an odd shape): the service it scales is not known, 
 lend every replica above its floor. Times are the `clock`'s (monotonic: a wall clock stepped back neither stops the
 lists nor stretches a window); only `status.lastScaleTime` is compared with the `wall` clock. Why a count is not the
 algorithm's plain answer (a metric missing, the stabilisation window, an HPA unreadable) is logged once while it
-lasts. Why a call answers None (`UNUSABLE`) is also set at each call on `gputide_hpa_reads_unusable{reason}`
-(`unusable_gauge`): loans stopped by it are otherwise seen only in the log.
+lasts. Why a call answers None ("unlisted", "stale", "odd"; "" when usable) is also told at each call to `report`
+(the controller's `gputide_hpa_reads_unusable{reason}`, `ControllerMetrics.set_hpa_reads_unusable`, which a standby,
+calling no reader, clears): loans stopped by it were otherwise seen only in the log.
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client import Gauge as PromGauge
-
 from balancer.actuate.k8s_hpa_wants import History, Recommended, recommend, scaled_target, wants_by_target
 from balancer.actuate.kubernetes import _Api
 from balancer.errors import ActuationError
@@ -38,21 +36,6 @@ from balancer.errors import ActuationError
 log = logging.getLogger(__name__)
 WINDOW_MAX_S = 3600.0   # the longest stabilizationWindowSeconds the API accepts
 STALE_TTLS = 3.0   # a last answer older than this many ttls is none
-# why a call answers None: no list yet (none made, or every one failed), the last list too old, an odd item in it
-UNUSABLE = ("unlisted", "stale", "odd")
-
-
-def unusable_gauge(registry: CollectorRegistry | None, reasons: tuple[str, ...] = UNUSABLE) -> PromGauge:
-    """`gputide_hpa_reads_unusable{reason}`: 1 for the reason (`UNUSABLE`) the last call answered None, every service
-    then lending nothing; else 0, the series of `reasons` from the start ("unlisted" 1 until the first call; none:
-    no HPA is read, `_run_parts.hpa_source`). Without a registry, on one of its own (set, not served)."""
-    gauge = PromGauge("gputide_hpa_reads_unusable", "1 while the HPAs read for capacity loans are unusable, so no "
-                      "service lends a replica, by the reason (unlisted: no list yet; stale: none listed for three "
-                      "ttls; odd: an HPA whose target cannot be read).", ["reason"],
-                      registry=registry if registry is not None else CollectorRegistry())
-    for reason in reasons:
-        gauge.labels(reason=reason).set(1 if reason == "unlisted" else 0)
-    return gauge
 
 
 class KubernetesHpaWants:
@@ -60,8 +43,9 @@ class KubernetesHpaWants:
 
     def __init__(self, api_client: Any, ttl_s: float = 10.0, clock: Callable[[], float] = time.monotonic, *,
                  wall: Callable[[], float] = time.time, max_retries: int = 1,
-                 sleep: Callable[[float], None] = time.sleep, registry: CollectorRegistry | None = None) -> None:
-        """`registry`: where `gputide_hpa_reads_unusable` is served (the controller's)."""
+                 sleep: Callable[[float], None] = time.sleep,
+                 report: Callable[[str], None] | None = None) -> None:
+        """`report`: told at each call why its answer is unusable ("" usable; module docstring)."""
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
         self.ttl_s, self.clock, self.wall = ttl_s, clock, wall
         self._at = -math.inf
@@ -71,15 +55,14 @@ class KubernetesHpaWants:
         self._seen: dict[str, History] = {}   # namespace/name -> what each list showed of it, in `clock` time
         self._uid: dict[str, str] = {}   # namespace/name -> its uid at the last list
         self._stale = False   # whether the last call found the last list too old (logged once)
-        self.unusable = unusable_gauge(registry)
+        self.report = report or (lambda _why: None)
 
     def __call__(self) -> dict[str, tuple[int | None, str]] | None:
         now, wall = self.clock(), self.wall()
         gap = now - self._at > STALE_TTLS * self.ttl_s   # since the last list (`_remember`)
         listed = now - self._at >= self.ttl_s and self._list(now)
         why = "unlisted" if self._hpas is None else "stale" if self._too_old(now) else "odd" if self._odd else ""
-        for reason in UNUSABLE:
-            self.unusable.labels(reason=reason).set(1 if reason == why else 0)
+        self.report(why)
         # each HPA's recommendation once a call, for its history and for its answer alike
         recommended = {key: recommend(h, wall) for key, h in (self._hpas or {}).items()} if listed or not why else {}
         if listed:

@@ -88,20 +88,16 @@ def kubernetes_sources(api_client, interval: float, once: bool, metrics: Control
     return overrides, nodes
 
 
-def hpa_source(api_client, profiles, interval: float, registry=None):
+def hpa_source(api_client, profiles, interval: float, report=None):
     """What the HPA scaling each profiled service keeps on its own metrics (`k8s_hpa_reads.KubernetesHpaWants`,
     listed at most once per half `interval`, so every cycle reads it fresh), for the capacity planner's loans; None
-    without --services (no right to list HPAs then: components/capacity) or without an API client. `registry`: the
-    controller's, which serves why the reads are unusable for loans (`k8s_hpa_reads.unusable_gauge`): without a
-    reader, its family with no series."""
-    if (api_client is None or not profiles) and registry is None:
-        return None
-    from balancer.actuate.k8s_hpa_reads import KubernetesHpaWants, unusable_gauge
-
+    without --services (no right to list HPAs then: components/capacity) or without an API client. `report`: told at
+    each read why the reads are unusable for loans (the controller's `set_hpa_reads_unusable`)."""
     if api_client is None or not profiles:
-        unusable_gauge(registry, ())
         return None
-    return KubernetesHpaWants(api_client, ttl_s=interval / 2, registry=registry)
+    from balancer.actuate.k8s_hpa_reads import KubernetesHpaWants
+
+    return KubernetesHpaWants(api_client, ttl_s=interval / 2, report=report)
 
 
 def check_capacity_enabled(args: argparse.Namespace, policy: config.BalancerPolicy) -> None:

@@ -263,7 +263,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                                        workload_overrides=overrides, node_overrides=nodes,
                                        suspended_jobs=overrides.suspended_jobs if overrides else None,
                                        disruption_budgets=overrides.disruption_budgets if overrides else None,
-                                       hpa_wants=hpa_source(api_client, profiles, interval, metrics.registry),
+                                       hpa_wants=hpa_source(api_client, profiles, interval,
+                                                            metrics.set_hpa_reads_unusable),
                                        slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},
                                        default_slo_latency_s=policy.colocation.latency_slo_s)
     lease_name = args.lease_name
