@@ -45,8 +45,9 @@ class ServiceView:
     replicas: int  # current replica count (warming ones included)
     # the GPUs its replicas hold, weighted by their gpu_milli (two half-GPU replicas on one GPU hold one), rounded up
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    # the GPUs only its pods occupy (what its scale-down can empty); None (a view built by hand): each replica holds
-    # gpus_per_replica whole GPUs of its own
+    # the GPUs only its pods occupy (what its scale-down can empty) that another tide pod could then take (healthy,
+    # `schedulable`: a loan's growth onto a GPU of a cordoned node would only wait); None (a view built by hand): each
+    # replica holds gpus_per_replica whole GPUs of its own
     sole_by_model: Mapping[str, int] | None = None
     burst: float = 0.0  # relative rise of demand within the warm-up lead to be ready for (`rise_allowance`)
     latency_pressure: float = 0.0  # p99 latency / SLO now
@@ -77,6 +78,9 @@ class JobView:
     speed: float = 1.0  # A100-equivalent progress per GPU
     models: frozenset[str] | None = None
     gpus_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # of `gpus_by_model`, those a new inference pod could take once the job lets them go (healthy, `schedulable`: not
+    # on a cordoned or hot-tainted node): all a reclaim may count on. None (a view built by hand): all of them
+    reclaimable_by_model: Mapping[str, int] | None = None
     restarts_on_resize: bool = False  # any resize restarts every worker (queued in Kueue, not elastic there; or
     #                                   its framework restarts the worker group: gputide.io/resize-restarts)
     protected: bool = False  # a worker protected, or in a protected namespace: the safety guard refuses any resize,
@@ -219,9 +223,10 @@ def _by_model(counts: np.ndarray, names: list[str]) -> Mapping[str, int]:
 
 
 def _shares(n_gpus: int, placed_all: list[int], gpu_grp: list[int], gpu_idx: list[int], gpu_mil: list[int],
-            codes: np.ndarray, n_groups: int, n_models: int) -> tuple[np.ndarray, np.ndarray]:
+            codes: np.ndarray, n_groups: int, n_models: int, takes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per (group, model): the GPUs its pods hold weighted by their gpu_milli (whole GPUs, rounded up), and the
-    GPUs no pod of another group shares (those its shrink can leave empty). Vectorised over the (group, GPU) pairs."""
+    GPUs no pod of another group shares that new pods can take (`takes`, per GPU): those its shrink can leave empty
+    for another. Vectorised over the (group, GPU) pairs."""
     shape = (n_groups, n_models)
     if not gpu_grp:
         return np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
@@ -230,7 +235,7 @@ def _shares(n_gpus: int, placed_all: list[int], gpu_grp: list[int], gpu_idx: lis
     weighted = np.bincount(cell, weights=np.asarray(gpu_mil, dtype=float) / 1000.0, minlength=n_groups * n_models)
     pairs, own = np.unique(g * n_gpus + i, return_counts=True)   # pods of a group per (group, GPU)
     pg, pi = pairs // n_gpus, pairs % n_gpus
-    alone = own == np.bincount(np.asarray(placed_all, dtype=np.int64), minlength=n_gpus)[pi]
+    alone = (own == np.bincount(np.asarray(placed_all, dtype=np.int64), minlength=n_gpus)[pi]) & takes[pi]
     sole = np.bincount(pg * n_models + codes[pi], weights=alone, minlength=n_groups * n_models)
     return (np.ceil(weighted - 1e-9).astype(np.int64).reshape(shape),
             np.rint(sole).astype(np.int64).reshape(shape))
@@ -290,7 +295,10 @@ def view_from_snapshot(
 
     An idle GPU is free only where the services' and jobs' pods can be scheduled (`schedulable`: not on a node
     whose taints they do not tolerate, nor on one of `tainting`, the nodes this cycle's hotspot plan taints) and
-    when this cycle's plan does not already send work there (`claimed`: GPU indices, a migration's targets).
+    when this cycle's plan does not already send work there (`claimed`: GPU indices, a migration's targets). The GPUs
+    a job or a service lets go count for another only there too: a reclaim counts a job's GPUs only on nodes the new
+    replicas could be scheduled on (`JobView.reclaimable_by_model`), a loan a service's only where the grown workers
+    could (`ServiceView.sole_by_model`); elsewhere the shrink freed nothing the other could use, and it stayed pending.
 
     `sharded`: the snapshot is one shard's cut (`telemetry.shard.restrict`), which keeps a service none of whose
     replicas is placed in every shard; such a service is left out, or each shard would reclaim GPUs for its whole
@@ -342,13 +350,19 @@ def view_from_snapshot(
     used = np.zeros(len(snapshot.gpus), dtype=bool)
     used[np.asarray(placed_all, dtype=np.int64)] = True
     used[np.asarray(list(claimed), dtype=np.int64)] = True
-    used |= ~schedulable(snapshot, rules, tainting)
     healthy = snapshot.healthy   # neither lent nor counted
+    takes = schedulable(snapshot, rules, tainting) & healthy   # where a GPU let go can take a tide pod
+    used |= ~takes
     free_counts = np.bincount(codes[~used & healthy], minlength=n_models)
     free = {names[k]: int(free_counts[k]) for k in np.flatnonzero(free_counts)}
-    held = np.bincount(np.asarray(gpu_grp, dtype=np.int64) * n_models + codes[np.asarray(gpu_idx, dtype=np.int64)],
-                       minlength=len(first) * n_models).reshape(len(first), n_models) if first else np.zeros((0, 0))
-    weighted, sole = _shares(len(snapshot.gpus), placed_all, gpu_grp, gpu_idx, gpu_mil, codes, len(first), n_models)
+    cells = np.asarray(gpu_grp, dtype=np.int64) * n_models + codes[np.asarray(gpu_idx, dtype=np.int64)]
+    shape = (len(first), n_models) if first else (0, 0)
+    held = np.bincount(cells, minlength=len(first) * n_models).reshape(shape)
+    # a job's GPUs a reclaim can hand to inference: not those on a node the new replicas cannot be scheduled on
+    ours = np.rint(np.bincount(cells, weights=takes[np.asarray(gpu_idx, dtype=np.int64)],
+                               minlength=len(first) * n_models)).astype(np.int64).reshape(shape)
+    weighted, sole = _shares(len(snapshot.gpus), placed_all, gpu_grp, gpu_idx, gpu_mil, codes, len(first), n_models,
+                             takes)
     empty: Mapping[str, int] = MappingProxyType({})
     services = tuple(
         ServiceView(
@@ -392,6 +406,7 @@ def view_from_snapshot(
                     speed=float(counts @ speed / n_placed) if n_placed else 1.0,
                     models=w0.allowed_models,
                     gpus_by_model=_by_model(counts, names),
+                    reclaimable_by_model=_by_model(ours[g], names),
                     restarts_on_resize=w0.restarts_on_resize,
                     protected=g in guarded,
                 )

@@ -48,7 +48,9 @@ class Pools:
         self.free = dict(view.free)
         self.jobs = {j.name: j for j in view.jobs}
         self.workers = {j.name: j.workers for j in view.jobs}
-        self.held = {j.name: dict(j.gpus_by_model) for j in view.jobs}
+        # what each job holds that a reclaim can give inference (`JobView.reclaimable_by_model`)
+        self.held = {j.name: dict(j.gpus_by_model if j.reclaimable_by_model is None else j.reclaimable_by_model)
+                     for j in view.jobs}
         self.released: dict[str, int] = {}   # GPUs per model this pass's scale-downs free (`claim_pending`)
 
     def take_free(self, models: frozenset[str] | None, gpus: int) -> int:

@@ -1,0 +1,103 @@
+"""A reclaim counts only the training GPUs the new inference replicas could be scheduled on, and a loan lends only
+the GPUs its scale-down empties where a worker could be scheduled: a job's GPUs on a cordoned or hot-tainted node
+(or unhealthy ones) freed nothing the scale-up could use, so the job was shrunk and the replicas stayed pending."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from balancer import config
+from balancer.model import Forecast, ScaleTraining, ServiceStatus
+from balancer.model import WorkloadClass as C
+from balancer.plan import planner as planner_mod
+from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, view_from_snapshot
+from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.safety import SafetyGuard, SafetyLedger
+from tests.capacity.settled_state import settled
+from tests.loop.loop_helpers import make_fleet, snapshot, workload
+
+ON = config.BalancerPolicy(capacity=config.CapacityPolicy(enabled=True))
+CHAT = {"chat": ServiceCapacity(name="chat", rps_per_replica=10, warmup_s=300)}
+A100 = "A100-SXM4-80GB"
+TAINTS = ["node.kubernetes.io/unschedulable:NoSchedule", "gputide.io/hot=true:NoSchedule"]
+
+
+def chat(demand: float, replicas: int, p99: float = 0.9) -> dict[str, ServiceStatus]:
+    return {"chat": ServiceStatus(name="chat", demand_rps=demand, p99_latency_s=p99, slo_latency_s=0.5,
+                                  replicas=replicas)}
+
+
+def job(snap):
+    return next(j for j in view_from_snapshot(snap, CHAT).jobs if j.name == "job")
+
+
+def _reclaim(n1_taint: str, job_gpus=(4, 5, 6, 7)):
+    """chat (30 req/s at 10 a replica) on GPU 0; a fixed job fills the rest of n0, the elastic `job` holds
+    `job_gpus`; n1 carries `n1_taint`, which chat's pods do not tolerate (the job's were placed before it)."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    nodes = (fl.nodes[0], replace(fl.nodes[1], taints=(n1_taint,) if n1_taint else ()))
+    wl = [(workload("chat-0", owner="chat"), (0,))]
+    wl += [(workload(f"fixed-{i}", C.TRAINING, owner="fixed"), (g,)) for i, g in enumerate((1, 2, 3))
+           if g not in job_gpus]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+           for i, g in enumerate(job_gpus)]
+    return snapshot(fl, workloads=wl, time=1000.0, services=chat(30.0, 1), nodes=nodes)
+
+
+def _sizes(snap, fc=None, state=None):
+    plan, _ = plan_with_capacity(snap, fc or {}, ON, state, profiles=CHAT, capacity_policy=CapacityPolicy())
+    review = SafetyGuard(ON.safety).review(plan.actions, snap, SafetyLedger(), snap.time)
+    assert not review.rejected
+    return [(a.target, a.previous_workers, a.workers) if isinstance(a, ScaleTraining)
+            else (a.target, a.previous_replicas, a.replicas) for a in review.accepted]
+
+
+@pytest.mark.parametrize("taint", TAINTS, ids=["cordoned", "hot"])
+def test_a_job_on_a_node_the_replicas_cannot_be_scheduled_on_is_not_shrunk_for_them(taint):
+    snap = _reclaim(taint)
+    assert (dict(job(snap).gpus_by_model), dict(job(snap).reclaimable_by_model)) == ({A100: 4}, {})
+    assert _sizes(snap) == []   # was: job 4 -> 1 and chat 1 -> 4, whose new replicas could only stay pending
+
+
+def test_without_the_taint_the_same_reclaim_shrinks_the_job():
+    assert _sizes(_reclaim("")) == [("job", 4, 1), ("chat", 1, 4)]
+
+
+@pytest.mark.parametrize("taint", TAINTS, ids=["cordoned", "hot"])
+def test_a_job_across_nodes_frees_only_its_gpus_where_the_replicas_can_go(taint):
+    snap = _reclaim(taint, job_gpus=(3, 4, 5, 6, 7))   # one worker on n0, four on cordoned n1
+    assert (dict(job(snap).gpus_by_model), dict(job(snap).reclaimable_by_model)) == ({A100: 5}, {A100: 1})
+    assert _sizes(snap) == [("job", 5, 4), ("chat", 1, 2)]   # was: job 5 -> 2 and chat 1 -> 4
+
+
+def test_an_unhealthy_gpu_a_job_holds_is_not_counted_for_a_reclaim():
+    snap = _reclaim("")
+    xid = np.zeros(snap.n_gpus)
+    xid[[4, 5, 6]] = 79   # fallen off the bus: no new pod can use them
+    snap = replace(snap, xid=xid)
+    assert dict(job(snap).reclaimable_by_model) == {A100: 1}
+
+
+def _loan(n1_taint: str):
+    """chat at 1 req/s on GPUs 0 (n0) and 4 (n1, `n1_taint`): its forecast lends one of its two replicas; the job
+    on n0's other GPUs could grow into the GPU the loan empties."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    nodes = (fl.nodes[0], replace(fl.nodes[1], taints=(n1_taint,) if n1_taint else ()))
+    wl = [(workload(f"chat-{k}", owner="chat"), (g,)) for k, g in enumerate((0, 4))]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+           for i, g in enumerate((1, 2, 3))]
+    wl += [(workload(f"batch-{i}", C.BATCH, owner="batch"), (g,)) for i, g in enumerate((5, 6, 7))]
+    t = 100_000.0
+    snap = snapshot(fl, workloads=wl, nodes=nodes, time=t, services=chat(1.0, 2, p99=0.1))
+    fc = {"chat": Forecast(service="chat", issued_at=t - 300, step_s=300.0,
+                           quantiles={q: np.full(30, 1.0) for q in (0.5, 0.9, 0.99)})}
+    return snap, fc, planner_mod.PlannerState(capacity=settled(view_from_snapshot(snap, CHAT)))
+
+
+def test_a_loan_lends_no_gpu_its_scale_down_may_empty_only_on_a_cordoned_node():
+    # either replica may go; the one left may be n0's, so the GPU emptied may be n1's, where no worker can go
+    assert _sizes(*_loan(TAINTS[0])) == [("chat", 2, 1)]   # was: and job 3 -> 4, its new worker pending
+    assert _sizes(*_loan("")) == [("chat", 2, 1), ("job", 3, 4)]
