@@ -55,10 +55,21 @@ OPTIONAL = {"memory_temperature_c", "slowdown_temp_c", "sm_clock_mhz", "clock_ev
 # (lowest, highest) physically possible values; outside means a broken sensor or exporter
 BOUNDS: Mapping[str, tuple[float, float]] = {
     "temperature_c": (-20, 150), "memory_temperature_c": (-20, 150), "slowdown_temp_c": (40, 150),
-    "power_w": (0, 3000), "power_limit_w": (0, 3000), "sm_active": (0, 1.05), "mem_used_mib": (0, 1 << 22),
+    "power_w": (0, 3000), "power_limit_w": (1, 3000), "sm_active": (0, 1.05), "mem_used_mib": (0, 1 << 22),
     "mem_free_mib": (0, 1 << 22), "sm_clock_mhz": (0, 5000), "clock_event_reasons": (0, 1 << 16),
     "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
 }
+# A management limit below 1 W (0 W) is no limit a board enforces (NVML's lowest minimum limits are tens of watts):
+# one that has none (NotSupported) has no series, missing telemetry. And no board draws `POWER_OVER_LIMIT` times its
+# limit for a sample: the limiter acts within milliseconds, and DCGM_FI_DEV_POWER_USAGE, a 1-second average
+# (dcgm-exporter's and gputide's: `exporters.backends.nvml`), smooths the transients above it (a loaded H200 averaged
+# 692 W, its instant reading 705 W, at its 700 W limit). Up to a second after a lower limit, the average still holds
+# what the board drew before it: the controller caps to no less than half the TDP by default (min_power_fraction),
+# so 2x, and a little more with the overshoot, is a real reading; 3x leaves that room. Beyond it the two are not one
+# board's readings (a broken sensor, a unit read wrong) and the reading is refused. An operator's cap far below the
+# TDP (nvidia-smi -pl to the minimum) can make the one sample within that second read so: the controller then holds
+# still until the next sample, which is what this false reject costs.
+POWER_OVER_LIMIT = 3.0
 GPU_KEY = ("hostname", "gpu", "UUID")
 # per GPU with a NaN sample of a required field (`gpu_frame`, only when there is one): the position in the answer of
 # its first such sample, how many it has and the rule of the first (`check_not_nan`)
@@ -294,12 +305,17 @@ def _outside(arrays: Mapping[str, np.ndarray]) -> list[Verdict]:
 def _together(arrays: Mapping[str, np.ndarray]) -> list[Verdict]:
     """What `BOUNDS`, one field at a time, cannot see. Free memory: `arrays` folds it into the total (used + free),
     so its bound is checked here, on what the snapshot carries (total - used: exact at 0, never below it for a free
-    figure of 0 or more), and a GPU using more memory than it has is refused."""
+    figure of 0 or more), and a GPU using more memory than it has is refused. Power above `POWER_OVER_LIMIT` times
+    the GPU's limit likewise (MIG: both are the whole GPU's)."""
     used, total = arrays["mem_used_mib"], arrays["mem_total_mib"]
     free, (lo, hi) = total - used, BOUNDS["mem_free_mib"]
+    power, limit = arrays["power_w"], arrays["power_limit_w"]
     return [((free < lo) | (free > hi), lambda i, gpu: (
-        f"{FIELDS['mem_free_mib'][0]} = {free[i]:g} MiB on {gpu} is outside [{lo}, {hi}] MiB: {used[i]:g} MiB used "
-        f"of {total[i]:g} MiB (used + free)"))]
+                f"{FIELDS['mem_free_mib'][0]} = {free[i]:g} MiB on {gpu} is outside [{lo}, {hi}] MiB: {used[i]:g} "
+                f"MiB used of {total[i]:g} MiB (used + free)")),
+            (power > POWER_OVER_LIMIT * limit, lambda i, gpu: (
+                f"{FIELDS['power_w'][0]} = {power[i]:g} W on {gpu} is over {POWER_OVER_LIMIT:g} times its "
+                f"{FIELDS['power_limit_w'][0]} ({limit[i]:g} W): not a reading of one board"))]
 
 
 def check_not_frozen(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:

@@ -31,7 +31,8 @@ def test_a_full_gpu_is_a_reading():
 
 def test_only_the_gpus_checked_refuse_the_reading():
     wide = pd.DataFrame({"UUID": ["GPU-0", "GPU-1"], "hostname": ["node-0", "node-1"]})
-    arrays = {"mem_used_mib": np.array([10.0, 10.0]), "mem_total_mib": np.array([9.0, 20.0])}
+    arrays = {"mem_used_mib": np.array([10.0, 10.0]), "mem_total_mib": np.array([9.0, 20.0]),
+              "power_w": np.full(2, 300.0), "power_limit_w": np.full(2, 700.0)}
     check_values(arrays, wide, np.array([False, True]))   # node-0's GPU is another shard's
     with pytest.raises(InvalidTelemetry, match="GPU-0"):
         check_values(arrays, wide, np.array([True, True]))
