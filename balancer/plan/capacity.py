@@ -105,6 +105,9 @@ class CapacityView:
     inference_gpus: int
     training_gpus: int
     total_gpus: int
+    # the services left out while telemetry has forgotten a node: they ask for more replicas than it places, and
+    # those may run there unseen (`view_from_snapshot`'s `forgotten`); the caller says so
+    unseen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,6 +293,7 @@ def view_from_snapshot(
     claimed: Collection[int] = (),
     tainting: Collection[str] = (),
     sharded: bool = False,
+    forgotten: Collection[str] = (),
 ) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
 
@@ -308,6 +312,15 @@ def view_from_snapshot(
     is `JobView.protected`: the guard would refuse its resize, so the planner must pick another job. A service
     with a protected pod, or in a protected namespace, is left out of `services` for the same reason (the guard
     refuses scaling it up as well as down); its GPUs still count as inference's.
+
+    `forgotten`: the nodes the Kubernetes API still lists whose GPUs telemetry has forgotten (gone from it for
+    `forget_vanished_after_s`: `PrometheusTelemetrySource.forgotten`'s nodes). Their pods have no placement, so a
+    service's replicas there read as pending, and a reclaim shrank training every cycle to make room for replicas
+    that were running. While any node is forgotten, a service asking for more replicas than are placed is left out
+    of `services` as a protected one is, and named in `CapacityView.unseen`: neither grown (no reclaim) nor lent
+    from (its scale-down would free GPUs counted from replicas it cannot see) until its replicas are all seen, its
+    asks drop to those placed, or the node reports again or leaves the API (its pods rescheduled: pending for real).
+    A service with every replica it asks for placed has none there, and is planned as usual.
 
     One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
     codes, names, speed = _model_codes(snapshot.gpus)
@@ -364,13 +377,23 @@ def view_from_snapshot(
     weighted, sole = _shares(len(snapshot.gpus), placed_all, gpu_grp, gpu_idx, gpu_mil, codes, len(first), n_models,
                              takes)
     empty: Mapping[str, int] = MappingProxyType({})
+
+    def placed(name: str) -> int:
+        return _placed_replicas(held, groups.get(("inference", name)), profiles[name])
+
+    planned = [(name, st) for name, st in sorted(snapshot.services.items())
+               # a protected service (a protected pod, or its namespace protected) is no tide's: the guard refuses to
+               # scale it either way, so planning it would shrink training for a scale-up that never goes out
+               if name in profiles and groups.get(("inference", name)) not in guarded
+               and st.namespace not in protected_namespaces and not (sharded and ("inference", name) not in groups)]
+    unseen = tuple(name for name, st in planned if forgotten and st.replicas > placed(name))
     services = tuple(
         ServiceView(
             profile=profiles[name],
             demand_rps=st.demand_rps,
             # replicas that hold GPUs (warming ones included): a replica still pending for want of a GPU serves
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
-            replicas=min(st.replicas, _placed_replicas(held, groups.get(("inference", name)), profiles[name])),
+            replicas=min(st.replicas, placed(name)),
             desired=st.replicas,
             hpa_wants=st.hpa_wants,
             gpus_by_model=(_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None
@@ -379,11 +402,7 @@ def view_from_snapshot(
             burst=float((bursts or {}).get(name, 0.0)),
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
         )
-        for name, st in sorted(snapshot.services.items())
-        # a protected service (a protected pod, or its namespace protected) is no tide's: the guard refuses to scale
-        # it either way, so planning it would shrink training for a scale-up that never goes out
-        if name in profiles and groups.get(("inference", name)) not in guarded
-        and st.namespace not in protected_namespaces and not (sharded and ("inference", name) not in groups)
+        for name, st in planned if name not in unseen
     )
     if jobs is None:
         ages = since_checkpoint(snapshot.time, trainers, len(first))
@@ -425,4 +444,5 @@ def view_from_snapshot(
         inference_gpus=round(by_class[WorkloadClass.INFERENCE] / 1000),
         training_gpus=round(by_class[WorkloadClass.TRAINING] / 1000),
         total_gpus=int(healthy.sum()),
+        unseen=unseen,
     )
