@@ -136,6 +136,27 @@ def forecast_peak(fc: Forecast, quantile: float, now: float, horizon_s: float) -
     return fc.window_max(q, start, start + horizon_s)
 
 
+def readable_forecasts(forecasts: Mapping[str, Forecast]) -> tuple[dict[str, Forecast], list[str]]:
+    """The forecasts the planner can read, and a note for each service whose forecast it cannot (`why_unreadable`):
+    a model fit gone wrong in an injected forecaster (the built-in ones fall back to persistence first:
+    `balancer.forecast.base.Fallback`). Read, a NaN raised out of `replicas_for` and ended the cycle, hotspot relief
+    with it. Left out, its service plans as one without a forecast (hold, or follow current demand up), as every
+    service does when the forecaster raises (`Reconciler._forecast`)."""
+    why = {name: why_unreadable(fc) for name, fc in forecasts.items()}
+    return ({n: fc for n, fc in forecasts.items() if not why[n]},
+            [f"{n}: planned without its forecast (hold, or follow current demand up): {w}"
+             for n, w in sorted(why.items()) if w])
+
+
+def why_unreadable(fc: Forecast) -> str:
+    """Why `fc` cannot be read ('' when it can): a NaN or infinite issue time, step or value, or a step that is no
+    time."""
+    if not (math.isfinite(fc.issued_at) and math.isfinite(fc.step_s) and fc.step_s > 0):
+        return f"issued at {fc.issued_at}, a step of {fc.step_s} s"
+    bad = sorted(q for q, a in fc.quantiles.items() if not np.isfinite(a).all())
+    return f"NaN or infinite values in its quantile(s) {', '.join(f'{q:g}' for q in bad)}" if bad else ""
+
+
 def median_now(fc: Forecast | None, now: float) -> float:
     """The forecast median (nearest quantile) for `now`; 0 without a forecast."""
     if fc is None or fc.horizon == 0:
@@ -323,7 +344,7 @@ def plan_capacity(
     holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
     needs: dict[str, int] = {}  # per service, the replicas GPUs are freed for: asks beyond are held, as on hold
     stepped: set[str] = set()  # services the latency net grows this cycle
-    notes: list[str] = []
+    forecasts, notes = readable_forecasts(forecasts)
     last = dict(state.last_change)
     seen = dict(state.last_demand)
     # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting
