@@ -251,8 +251,11 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         return (replace(plan, notes=plan.notes + (note,)),
                 replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
     state = replace(state, capacity_holding="")
-    view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded,
+    view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
+    unseen = ((f"capacity holds {', '.join(view.unseen)}: more replicas asked than telemetry places while the GPUs of "
+               f"{', '.join(sorted(snapshot.forgotten_nodes))} are forgotten (gputide_gpus_forgotten): the rest may "
+               "run there unseen, so no room is made for them and nothing is lent",) if view.unseen else ())
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
                                  capacity_policy.loan_horizon_s,
@@ -269,7 +272,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
     notes = plan.notes + tuple(f"capacity leaves {name} alone: the actuator failed scaling it for good (its failed "
                                "scale_inference's detail says why): not scaled, nor room made for it, for "
-                               "safety.cooldownS after" for name in held) + tuple(capped)
+                               "safety.cooldownS after" for name in held) + tuple(capped) + unseen
     if clash:
         decision = plan_capacity(_without(view, clash, decision.actions), forecasts or {}, capacity_policy, cap_state)
         notes += (f"capacity leaves {', '.join(clash)} to the hotspot plan this cycle, with what needed them",)

@@ -286,7 +286,7 @@ class PrometheusTelemetrySource:
                                workloads=workloads, placements=placements, services=services,
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
-                               **arrays_)
+                               forgotten_nodes=frozenset(self.absences.forgotten.values()), **arrays_)
 
     def _sorted(self, wide: pd.DataFrame) -> pd.DataFrame:
         """`wide` in the snapshot's GPU order: the fleet's, so snapshots from any source line up GPU by GPU, else by

@@ -125,8 +125,10 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
     # the PodDisruptionBudgets are the cluster's, whichever shard evicts: without them a shard's guard and planner
     # would read "this source cannot see budgets" and evict past every budget
+    # ... and so are the forgotten nodes: a service placed here may run replicas on another shard's dark node
     part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
-                           services=services, disruption_budgets=snapshot.disruption_budgets, **arrays)
+                           services=services, disruption_budgets=snapshot.disruption_budgets,
+                           forgotten_nodes=snapshot.forgotten_nodes, **arrays)
     return part, index
 
 

@@ -1,0 +1,25 @@
+"""The snapshot says which nodes' GPUs telemetry has forgotten while Kubernetes still lists them
+(`ClusterSnapshot.forgotten_nodes`): their pods are not in it, and the capacity planner must not read the replicas
+running there as pending. A shard's cut keeps the whole cluster's: a service placed there may run on another's."""
+
+from __future__ import annotations
+
+from test_telemetry_forgotten_gauge import Fleet
+
+from balancer.telemetry.shard import ShardSelector, restrict
+
+
+def test_the_snapshot_names_the_nodes_forgotten_while_listed_until_they_report_again():
+    fleet = Fleet()
+    assert fleet.read(0) is None   # held still for node-c: missing, not forgotten yet
+    snap = fleet.read(600)
+    assert snap.forgotten_nodes == frozenset({"node-c"}) and "node-c" not in {n.name for n in snap.nodes}
+    part, _ = restrict(snap, ShardSelector(name="a", nodes=frozenset({"node-a"})))
+    assert part.forgotten_nodes == frozenset({"node-c"})
+    assert fleet.read(615, node_c=True).forgotten_nodes == frozenset()
+
+
+def test_a_node_gone_from_kubernetes_is_not_forgotten_in_the_snapshot():
+    fleet = Fleet()
+    del fleet.nodes["node-c"]   # its pods are gone with it (rescheduled: pending for real)
+    assert fleet.read(0).forgotten_nodes == frozenset()
