@@ -82,24 +82,32 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
 
+ISO_OR_EPOCH = "ISO-8601 (e.g. 2024-01-01T00:00:00Z) or epoch seconds"
+# a zone written as a word or a lower-case z (2024-01-01 00:00:00 UTC, as BigQuery exports it): ISO-8601's Z
+_ZONE_WORD = re.compile(r"(?<=\d)\s*(?:UTC|GMT|z)\s*$")
+
+
+def _iso(value: object) -> object:
+    return _ZONE_WORD.sub("Z", value) if isinstance(value, str) else value
+
+
 def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
-    """A timestamp column (ISO-8601 or epoch seconds) as UTC times; a bad cell is an InputError naming its row."""
+    """A timestamp column (ISO-8601 or epoch seconds) as UTC times; a bad cell is an InputError naming its row.
+
+    ISO-8601 only, never pandas' guess at a format: `format="mixed"` read a day-first 01/02/2024 as 2 January and
+    13/01/2024 as 13 January in one file, a trace silently reordered (exit 0)."""
     if pd.api.types.is_bool_dtype(raw):   # pandas reads a column of True/False as booleans: no times at all
-        raise InputError(path, column, raw.iloc[0], "ISO-8601 timestamps or epoch seconds", detail="row 2")
+        raise InputError(path, column, raw.iloc[0], ISO_OR_EPOCH, detail="row 2")
     numeric = pd.to_numeric(raw, errors="coerce")
-    if numeric.notna().all():
-        bad = ~np.isfinite(numeric.to_numpy(float)) | (numeric < 0) | (numeric > MAX_EPOCH_S)
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(path, column, raw.iloc[row], "epoch seconds between 1970 and 2100",
-                             detail=f"row {row + 2}")
-        return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
-    allowed = "ISO-8601 timestamps or epoch seconds"
-    try:
-        index = pd.DatetimeIndex(pd.to_datetime(raw, utc=True, format="mixed"))
-    except (ValueError, TypeError, OverflowError) as exc:
-        bad = next((i for i, v in enumerate(raw) if _not_a_time(v)), 0)
-        raise InputError(path, column, raw.iloc[bad], allowed, detail=f"row {bad + 2}") from exc
+    allowed = ISO_OR_EPOCH
+    if numeric.notna().all() or pd.api.types.is_numeric_dtype(raw):   # epoch seconds, an empty cell NaN
+        index = _epoch_seconds(raw, numeric, path, column)
+    else:
+        try:
+            index = pd.DatetimeIndex(pd.to_datetime(raw.map(_iso), utc=True, format="ISO8601"))
+        except (ValueError, TypeError, OverflowError) as exc:
+            bad = next((i for i, v in enumerate(raw) if _not_a_time(v)), 0)
+            raise InputError(path, column, raw.iloc[bad], allowed, detail=f"row {bad + 2}") from exc
     if index.hasnans:   # an empty cell (or NaN, NaT) reads as NaT: a sample at no time at all
         row = int(np.flatnonzero(index.isna())[0])
         raise InputError(path, column, raw.iloc[row], allowed + " (a time on every row)", detail=f"row {row + 2}")
@@ -113,10 +121,22 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     return index
 
 
+def _epoch_seconds(raw: pd.Series, numeric: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
+    """A column of numbers as epoch seconds from 1970 to 2100; an empty cell is NaT, for the caller to refuse."""
+    bad = numeric.notna() & (~np.isfinite(numeric.to_numpy(float)) | (numeric < 0) | (numeric > MAX_EPOCH_S))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(path, column, raw.iloc[row], "epoch seconds between 1970 and 2100", detail=f"row {row + 2}")
+    return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
+
+
 def _not_a_time(value: object) -> bool:
-    """True for a cell pandas cannot read as a time (a bool raises TypeError even with errors='coerce')."""
+    """True for a cell that is no ISO-8601 time; an empty one is not the cell that failed (it reads as NaT), and
+    any other non-string (a bool) is no time at all."""
+    if not isinstance(value, str):
+        return not pd.isna(value)
     try:
-        return bool(pd.isna(pd.to_datetime(value, errors="coerce", utc=True)))
+        return bool(pd.isna(pd.to_datetime(_iso(value), errors="coerce", utc=True, format="ISO8601")))
     except (ValueError, TypeError, OverflowError):
         return True
 
