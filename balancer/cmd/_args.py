@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import tempfile
 import time
@@ -95,14 +96,20 @@ def epoch(text: str | None, flag: str) -> float:
     return value
 
 
-def output_file(path: str | None, flag: str) -> str | None:
-    """A file to write at the end of a run, checked at its start: not a folder, in a folder that exists."""
+def output_file(path: str | None, flag: str, inputs: dict[str, str | None] | None = None) -> str | None:
+    """A file to write at the end of a run, checked at its start: not a folder, in a folder that exists, and none
+    of the run's `inputs` ({flag: path}; the same file by any name, a link too): `--json trace.csv` wrote the
+    backtest over the trace it had just read."""
     if path is None or path == "-":
         return path
     target = Path(path)
     allowed = "a writable file path in an existing folder"
     if target.is_dir() or not target.parent.is_dir():
         raise InputError(None, flag, path, allowed)
+    for other_flag, other in (inputs or {}).items():
+        if other not in (None, "-") and _same_file(path, other):
+            raise InputError(None, flag, path, "a file other than the run's inputs",
+                             f"it is the input {other_flag} {other}, which writing would overwrite")
     try:   # a folder this process cannot write in (or a file it cannot write) failed after the run, a traceback
         if target.exists():
             with open(target, "r+b"):   # opened, not truncated: the file is left as it is
@@ -113,6 +120,14 @@ def output_file(path: str | None, flag: str) -> str | None:
     except OSError as exc:
         raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
     return path
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one existing file (a path not there yet is no file to overwrite)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def output_dir(path: str, flag: str) -> str:

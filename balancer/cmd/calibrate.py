@@ -160,11 +160,12 @@ def _checked(args: argparse.Namespace) -> float:
     cluster_name(args.cluster)   # it goes into PromQL matchers
     for name in args.service:
         service_name(name, None, "--service")   # it goes into PromQL matchers
-    output_file(args.json, "--json")
+    inputs = {"--csv": args.csv, "--services": args.services}
+    output_file(args.json, "--json", inputs)
     if args.write_services is not None and not args.services:
         raise InputError(None, "--write-services", args.write_services, "only with --services FILE (the profiles "
                          "file it rewrites)")
-    output_file(args.write_services, "--write-services")
+    output_file(args.write_services, "--write-services", inputs)
     return duration(args.settle, "--settle", allow_zero=True)
 
 

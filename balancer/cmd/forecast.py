@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         number(args.min_train_days, "--min-train-days", 0, unit=" (days)")
     if args.origin is not None and args.format != "servegen":
         raise InputError(args.trace, "--origin", args.origin, "no --origin: only --format servegen reads one")
-    output_file(args.json, "--json")
+    output_file(args.json, "--json", {"--trace": args.trace})
     y = load_demand(args.trace, args.format, args.step, origin=args.origin)
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
     for h in horizons:

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--inflate", args.inflate, "a number between 1.0 and 5.0")
     if args.max_moves < 1:
         raise InputError(None, "--max-moves", args.max_moves, "an integer >= 1")
-    output_file(args.json_out, "--json")
+    output_file(args.json_out, "--json", {"--nodes": args.nodes, "--pods": args.pods})
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     if not pods:
         raise InputError(args.pods, "rows", 0, "at least one pod")

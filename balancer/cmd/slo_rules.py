@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     buckets = slo_rules.parse_buckets(args.buckets) if args.buckets is not None else slo_rules.VLLM_E2E_BUCKETS
     objective = slo_rules.parse_objective(args.objective)
     namespace = _namespace(args)
-    output_file(args.out, "--out")
+    output_file(args.out, "--out", {"--services": args.services})
     profiles = load_profiles(args.services)
     slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles.values()], buckets, args.services,
                                     exact=args.exact)
