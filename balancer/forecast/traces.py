@@ -54,18 +54,45 @@ DAY_S = 86400.0
 
 
 _SECONDS = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")   # a bare number: seconds
+# the words pandas reads for each unit, in seconds (M, a month to pandas, is none): read here, never by pandas
+_UNIT_S = {**dict.fromkeys(("w", "week", "weeks"), 604800.0), **dict.fromkeys(("d", "day", "days"), 86400.0),
+           **dict.fromkeys(("h", "hr", "hour", "hours"), 3600.0),
+           **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
+           **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0), "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_PART = r"(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*"
+_DURATION = re.compile(rf"\s*([+-]?)\s*(?:{_PART})+")
+
+
+def _duration_s(text: str) -> float | None:
+    """Seconds from '10min', '1h', '1.5h', '1d12h' or '2 days': numbers each with a unit, largest first, no unit
+    twice; None for anything else. pandas.Timedelta read '1,5h' as 15 h, '1.5.5h' as 2 h and '10min20min' as
+    30 min, each a --step or horizon the writer did not mean."""
+    whole = _DURATION.fullmatch(text)
+    if whole is None:
+        return None
+    total, last = 0.0, float("inf")
+    for number, unit in re.findall(_PART, text[whole.end(1):]):
+        size = _UNIT_S.get(unit if unit == "M" else unit.lower())
+        if size is None or size >= last:
+            return None
+        total, last = total + float(number) * size, size
+    return -total if whole.group(1) == "-" else total
 
 
 def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, field: str = "step") -> pd.Timedelta:
-    """'10min', '1h', '600s' or seconds (a number, or a string holding a bare number such as '3600': pandas
+    """'10min', '1h', '600s', '1d12h' or seconds (a number, or a string holding a bare number such as '3600': pandas
     alone reads that as nanoseconds) -> a positive Timedelta; InputError otherwise."""
-    if isinstance(step, str):   # "8d": pandas deprecates the lower-case day unit (gone in pandas 4); same value
-        step = re.sub(r"(?<=\d)\s*d(?![a-zA-Z])", "D", step)
-    seconds = isinstance(step, int | float) or (isinstance(step, str) and _SECONDS.fullmatch(step) is not None)
+    allowed = "a duration such as 10min, 1h, 1d12h, 600s or a number of seconds"
     try:
-        td = pd.Timedelta(seconds=float(step)) if seconds else pd.Timedelta(step)
+        if isinstance(step, str):
+            seconds = float(step) if _SECONDS.fullmatch(step) else _duration_s(step)
+            if seconds is None:
+                raise InputError(file, field, step, allowed)
+            td = pd.Timedelta(seconds=seconds)
+        else:
+            td = pd.Timedelta(seconds=float(step)) if isinstance(step, int | float) else pd.Timedelta(step)
     except (ValueError, TypeError, OverflowError) as exc:   # OverflowError: beyond pandas' 292 years
-        raise InputError(file, field, step, "a duration such as 10min, 1h, 600s or a number of seconds") from exc
+        raise InputError(file, field, step, allowed) from exc
     if pd.isna(td) or td < pd.Timedelta(seconds=1):
         raise InputError(file, field, step, "a duration of at least 1s, such as 10min")
     return td

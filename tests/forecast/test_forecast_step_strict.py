@@ -1,0 +1,48 @@
+"""A --step or --horizons duration is numbers each with a unit, largest first, each unit once; nothing else.
+
+Before: parse_step handed the text to pandas.Timedelta, which read `1,5h` as 15 h, `1.5.5h` as 2 h and
+`10min20min` as 30 min: a backtest ran at a step its writer never meant, exit 0.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from balancer.cli import main
+from balancer.errors import InputError
+from balancer.forecast.traces import parse_step
+
+BACKTEST = ["forecast", "backtest", "--models", "persistence", "--min-train-days", "0.5"]
+ALLOWED = "a duration such as 10min, 1h, 1d12h, 600s or a number of seconds"
+
+
+@pytest.mark.parametrize("text", ["1,5h", "1.5.5h", "10min20min", "1h1d", "1h 1h", "1M", "1y", "1e3h", "h",
+                                  "1h-30m", "01:00:00", "1 days 02:00:00"])
+def test_a_duration_pandas_would_guess_at_is_refused(text):
+    with pytest.raises(InputError) as info:
+        parse_step(text, field="--step")
+    assert (info.value.field, info.value.value, info.value.allowed) == ("--step", text, ALLOWED)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("10min", 600), ("1h", 3600), ("30s", 30), ("1d", 86400), ("8d", 8 * 86400), ("1d12h", 36 * 3600),
+    ("1h30m", 5400), ("1m30s", 90), ("1.5h", 5400), ("2 days", 2 * 86400), ("1 h 30 min", 5400), ("1D", 86400),
+    ("1w", 7 * 86400), ("3600", 3600), ("1e3", 1000),
+])
+def test_the_documented_forms_still_read(text, seconds):
+    assert parse_step(text) == pd.Timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(("flag", "given", "value"), [
+    ("--step", "1,5h", "1,5h"), ("--step", "10min20min", "10min20min"), ("--horizons", "1.5.5h", "1.5.5h"),
+    ("--horizons", "4h,2h2h", "2h2h"),
+])
+def test_backtest_refuses_them_naming_the_flag(tmp_path, capsys, flag, given, value):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{600 * i},{10 + i % 6}\n" for i in range(6 * 48)))
+    args = {"--step": "1h", "--horizons": "4h", flag: given}
+    code = main(BACKTEST + ["--trace", str(trace), "--step", args["--step"], "--horizons", args["--horizons"]])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip() == f"gputide: error: field '{flag}': invalid value '{value}'; allowed: {ALLOWED}", err
