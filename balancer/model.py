@@ -135,9 +135,10 @@ class ClusterSnapshot:
     suspended_jobs: tuple[SuspendedJob, ...] | None = None  # None: this source cannot see suspended jobs
     disruption_budgets: tuple[DisruptionBudget, ...] | None = None  # None: this source cannot see them
     # the nodes the Kubernetes API still lists whose GPUs telemetry has forgotten (gone from it past
-    # `forget_vanished_after_s`: `vanished.Absences.forgotten`): their pods are in neither `workloads` nor
-    # `placements`, so what runs there is unseen (the capacity planner holds a service whose replicas may be there)
-    forgotten_nodes: frozenset[str] = frozenset()
+    # `forget_vanished_after_s`: `vanished.Absences.forgotten`) -> how many of their GPUs (0: unknown, a node known by
+    # name only). Their pods are in neither `workloads` nor `placements`, so what runs there is unseen: the capacity
+    # planner counts a service's replicas asked beyond those placed as running there, as many as those GPUs hold
+    forgotten_nodes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         n = len(self.gpus)

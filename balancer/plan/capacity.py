@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy as np
 
 from balancer import catalog
-from balancer.model import Action, ClusterSnapshot, WorkloadClass
+from balancer.model import Action, ClusterSnapshot, ServiceStatus, WorkloadClass
 from balancer.noderules import NO_RULES, NodeRules, Taint
 from balancer.plan.simulate import HOT_TAINT
 
@@ -57,6 +57,9 @@ class ServiceView:
     # loan lowers only that HPA's minReplicas, so it frees the replicas above both. None: no HPA scales it. From
     # `ServiceStatus.hpa_wants` (Kubernetes: `k8s_hpa_wants`, the HPA's algorithm on its status; the simulator: None)
     hpa_wants: int | None = None
+    # of `replicas`, those asked that telemetry places nowhere, counted as running on a forgotten node's GPUs
+    # (`view_from_snapshot`'s `forgotten`): they may be pending instead, so idle GPUs are kept for them, never lent
+    unseen: int = 0
 
     @property
     def asked(self) -> int:
@@ -105,9 +108,9 @@ class CapacityView:
     inference_gpus: int
     training_gpus: int
     total_gpus: int
-    # the services left out while telemetry has forgotten a node: they ask for more replicas than it places, and
-    # those may run there unseen (`view_from_snapshot`'s `forgotten`); the caller says so
-    unseen: tuple[str, ...] = ()
+    # while telemetry has forgotten a node: per service, the replicas it places nowhere that `replicas` counts as
+    # running there unseen (`view_from_snapshot`'s `forgotten`); the caller says so
+    unseen: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,6 +251,17 @@ def _placed_replicas(held: np.ndarray, group: int | None, profile: ServiceCapaci
     return 0 if group is None else int(held[group].sum()) // max(profile.gpus_per_replica, 1)
 
 
+def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> int:
+    """The GPUs of the `forgotten` nodes (node -> its GPUs forgotten; a node with 0, or a bare collection of names:
+    unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
+    alike). Their models are not known once forgotten: a bound for every service, whatever GPU models it may use."""
+    counts = forgotten if isinstance(forgotten, Mapping) else dict.fromkeys(forgotten, 0)
+    if not counts:
+        return 0
+    widest = int(np.bincount(np.asarray(snapshot.node_index, dtype=np.int64)).max()) if len(snapshot.gpus) else 8
+    return sum(int(n) if n > 0 else widest for n in counts.values())
+
+
 def schedulable(snapshot: ClusterSnapshot, rules: Collection[NodeRules],
                 tainting: Collection[str] = ()) -> np.ndarray:
     """Per GPU: whether its node takes new pods of every one of `rules` by their taints (a `NoSchedule` /
@@ -293,7 +307,7 @@ def view_from_snapshot(
     claimed: Collection[int] = (),
     tainting: Collection[str] = (),
     sharded: bool = False,
-    forgotten: Collection[str] = (),
+    forgotten: Collection[str] | Mapping[str, int] = (),
 ) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
 
@@ -314,13 +328,17 @@ def view_from_snapshot(
     refuses scaling it up as well as down); its GPUs still count as inference's.
 
     `forgotten`: the nodes the Kubernetes API still lists whose GPUs telemetry has forgotten (gone from it for
-    `forget_vanished_after_s`: `PrometheusTelemetrySource.forgotten`'s nodes). Their pods have no placement, so a
-    service's replicas there read as pending, and a reclaim shrank training every cycle to make room for replicas
-    that were running. While any node is forgotten, a service asking for more replicas than are placed is left out
-    of `services` as a protected one is, and named in `CapacityView.unseen`: neither grown (no reclaim) nor lent
-    from (its scale-down would free GPUs counted from replicas it cannot see) until its replicas are all seen, its
-    asks drop to those placed, or the node reports again or leaves the API (its pods rescheduled: pending for real).
-    A service with every replica it asks for placed has none there, and is planned as usual.
+    `forget_vanished_after_s`: `ClusterSnapshot.forgotten_nodes`, node -> its GPUs). Their pods have no placement, so
+    a service's replicas there read as pending, and a reclaim shrank training every cycle to make room for replicas
+    that were running. While a node is forgotten, a service's replicas asked beyond those placed count as running
+    there, as many as the forgotten GPUs hold (`dark_gpus` / gpus_per_replica; `ServiceView.unseen`,
+    `CapacityView.unseen`): no room is made for them, idle GPUs are still kept for them (they may be pending), and
+    the asks beyond that bound are pending as ever (a reclaim makes room for them; the latency net steps from the
+    count with them). A bound only: the whole service was held once, and any node forgotten, even one GPU of a node
+    whose others report, held every service with a replica pending, an urgent scale-up and its idle GPUs (lent to
+    training) with them. A service counted from its pods (`ServiceStatus.replicas_from_spec` False) cannot see its
+    pods there at all: it counts as many more placed and asked (not scaled up for them, nor training shrunk, beyond
+    what the latency net asks). A service with every replica it asks for placed has none there.
 
     One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
     codes, names, speed = _model_codes(snapshot.gpus)
@@ -386,15 +404,25 @@ def view_from_snapshot(
                # scale it either way, so planning it would shrink training for a scale-up that never goes out
                if name in profiles and groups.get(("inference", name)) not in guarded
                and st.namespace not in protected_namespaces and not (sharded and ("inference", name) not in groups)]
-    unseen = tuple(name for name, st in planned if forgotten and st.replicas > placed(name))
+    dark = dark_gpus(snapshot, forgotten)
+
+    def unseen_of(name: str, st: ServiceStatus) -> int:
+        """The replicas of `name` that may run unseen on the forgotten GPUs: its asks beyond those placed, at most
+        what those GPUs hold; counted from its pods, all they hold (none of its pods there is seen)."""
+        room = dark // max(profiles[name].gpus_per_replica, 1)
+        return min(max(st.replicas - placed(name), 0), room) if st.replicas_from_spec else room
+
+    unseen = {name: n for name, st in planned if (n := unseen_of(name, st))}
     services = tuple(
         ServiceView(
             profile=profiles[name],
             demand_rps=st.demand_rps,
             # replicas that hold GPUs (warming ones included): a replica still pending for want of a GPU serves
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
-            replicas=min(st.replicas, placed(name)),
-            desired=st.replicas,
+            # (and those a forgotten node's GPUs may run unseen: `forgotten`)
+            replicas=min(st.replicas, placed(name)) + (n := unseen.get(name, 0)),
+            desired=st.replicas if st.replicas_from_spec else st.replicas + n,
+            unseen=n if st.replicas_from_spec else 0,   # counted from its pods: those there are no pending ones
             hpa_wants=st.hpa_wants,
             gpus_by_model=(_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None
                            else empty),
@@ -402,7 +430,7 @@ def view_from_snapshot(
             burst=float((bursts or {}).get(name, 0.0)),
             latency_pressure=st.p99_latency_s / st.slo_latency_s if st.slo_latency_s > 0 else 0.0,
         )
-        for name, st in planned if name not in unseen
+        for name, st in planned
     )
     if jobs is None:
         ages = since_checkpoint(snapshot.time, trainers, len(first))
@@ -444,5 +472,5 @@ def view_from_snapshot(
         inference_gpus=round(by_class[WorkloadClass.INFERENCE] / 1000),
         training_gpus=round(by_class[WorkloadClass.TRAINING] / 1000),
         total_gpus=int(healthy.sum()),
-        unseen=unseen,
+        unseen=MappingProxyType(unseen),
     )

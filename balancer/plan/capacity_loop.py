@@ -253,9 +253,10 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
-    unseen = ((f"capacity holds {', '.join(view.unseen)}: more replicas asked than telemetry places while the GPUs of "
-               f"{', '.join(sorted(snapshot.forgotten_nodes))} are forgotten (gputide_gpus_forgotten): the rest may "
-               "run there unseen, so no room is made for them and nothing is lent",) if view.unseen else ())
+    unseen = ((f"capacity counts {', '.join(f'{n} of {name}' for name, n in sorted(view.unseen.items()))} replicas "
+               f"as running unseen on {', '.join(sorted(snapshot.forgotten_nodes))}, whose GPUs telemetry has "
+               "forgotten (gputide_gpus_forgotten): at most what those GPUs hold; no room is made for them, idle GPUs "
+               "are kept for them, and replicas asked beyond are pending as ever",) if view.unseen else ())
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
                                  capacity_policy.loan_horizon_s,

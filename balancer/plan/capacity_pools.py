@@ -72,6 +72,15 @@ class Pools:
         for s in services:
             self.take_free(s.profile.models, max(0, s.asked - s.replicas) * s.profile.gpus_per_replica)
 
+    def keep_for_unseen(self, services: Iterable[ServiceView], granted: Mapping[str, int]) -> None:
+        """Keep idle GPUs of each service's allowed models for the replicas it counts as running unseen on a forgotten
+        node (`ServiceView.unseen`) and keeps (`granted`: a loan sheds pending replicas first): they may be pending
+        instead, and lent, those GPUs would leave them waiting for as long as the node stays dark (the view counts
+        them placed, so no reclaim makes room for them)."""
+        for s in services:
+            kept = min(s.unseen, max(0, granted.get(s.profile.name, s.replicas) - (s.replicas - s.unseen)))
+            self.take_free(s.profile.models, kept * s.profile.gpus_per_replica)
+
     def release(self, service: ServiceView, replicas: int) -> None:
         """Return the GPUs a scale-down to `replicas` leaves empty to the idle pool, on the models the service holds
         most of. Replicas that share GPUs (gpu_milli < 1000) free one only once it is empty: the replicas left hold
@@ -331,6 +340,7 @@ def apply_targets(
                 len(shrunk),
             ))
     hours = policy.loan_horizon_s / 3600.0
+    pools.keep_for_unseen(view.services, granted)   # after the scale-ups, which may take them: inference's anyway
     pools.grow_training(hours)
     training = pools.training_actions(
         "loan idle GPUs to training", "make room for inference", shrink_gain, hours, serves

@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -286,7 +287,7 @@ class PrometheusTelemetrySource:
                                workloads=workloads, placements=placements, services=services,
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
-                               forgotten_nodes=frozenset(self.absences.forgotten.values()), **arrays_)
+                               forgotten_nodes=self._forgotten_gpus(listed), **arrays_)
 
     def _sorted(self, wide: pd.DataFrame) -> pd.DataFrame:
         """`wide` in the snapshot's GPU order: the fleet's, so snapshots from any source line up GPU by GPU, else by
@@ -397,6 +398,21 @@ class PrometheusTelemetrySource:
         """GPUs forgotten after `forget_vanished_after_s` gone from telemetry while the Kubernetes API still lists
         their node -> that node, until they report again or the node goes (`vanished.Absences`; the loop's gauge)."""
         return self.absences.forgotten
+
+    def _forgotten_gpus(self, listed: Callable[[], Mapping[str, object] | None] | None) -> Mapping[str, int]:
+        """`ClusterSnapshot.forgotten_nodes`: per node forgotten while listed, its GPUs forgotten. A node known by name
+        only (`vanished.DARK`: its GPUs never seen) counts what the fleet spec or its `nvidia.com/gpu.count` label
+        (GPU feature discovery) says it has, else 0 (unknown)."""
+        counts: dict[str, int] = {}
+        for uuid, node in self.absences.forgotten.items():
+            if not uuid.startswith(DARK):
+                counts[node] = counts.get(node, 0) + 1
+                continue
+            spec = {n.name: n.gpu_count for n in self.fleet.nodes} if self.fleet is not None else {}
+            meta = ((listed() if listed is not None else None) or {}).get(node)
+            label = str((getattr(meta, "labels", None) or {}).get("nvidia.com/gpu.count", ""))
+            counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))
+        return MappingProxyType(counts)
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))

@@ -1,12 +1,13 @@
 """A node whose exporter went dark is forgotten after `forget_vanished_after_s` while Kubernetes still lists it: its
 pods leave the snapshot with its GPUs, and a service's replicas running there read as pending. Planned so, a reclaim
 shrank training every cycle to make room for replicas that ran (audit a2: job 2 -> 1 each cycle). While a node is
-forgotten (`view_from_snapshot`'s `forgotten`), a service asking for more replicas than are placed is held."""
+forgotten (`view_from_snapshot`'s `forgotten`), a service's replicas asked beyond those placed count as running there,
+as many as its GPUs hold: no room is made for them, and the asks beyond that bound are pending as ever (audit a4: the
+whole service was held, so any forgotten node held every urgent scale-up, and lent its idle GPUs to training)."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from balancer.model import Forecast, ScaleTraining, ServiceStatus
 from balancer.model import WorkloadClass as C
@@ -50,29 +51,54 @@ def _actions(snap, forgotten=(), forecasts=None):
                   else (a.target, a.previous_replicas, a.replicas) for a in decision.actions]
 
 
-@pytest.mark.parametrize("demand, forecasts", [(30.0, None), (1.0, _flat(1.0))], ids=["reclaim", "loan"])
-def test_a_service_asking_for_more_replicas_than_are_placed_is_held_while_a_node_is_forgotten(demand, forecasts):
-    snap = _dark(demand)
-    view, actions = _actions(snap, forgotten=("n1",), forecasts=forecasts)
-    assert (view.services, view.unseen, view.inference_gpus) == ((), ("chat",), 2)   # its GPUs still inference's
-    assert actions == []   # was: job 6 -> 4 (reclaim); chat 4 -> 1 and job 6 -> 7 (loan)
+def test_the_replicas_asked_beyond_those_placed_count_as_running_on_the_forgotten_node():
+    view, actions = _actions(_dark(30.0), forgotten={"n1": 8})
+    assert dict(view.unseen) == {"chat": 2}
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(4, 4, 2)]
+    assert actions == []   # was (no forgotten input): job 6 -> 4 to make room for replicas that ran
+
+
+def test_only_as_many_as_the_forgotten_gpus_hold():
+    """One GPU of n1 forgotten (the others report, or it had one): one of chat's two asks beyond those placed may run
+    there, the other is pending, and a reclaim makes room for it (the whole service was held)."""
+    view, actions = _actions(_dark(30.0), forgotten={"n1": 1})
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(3, 4, 1)]
+    assert actions == [("job", 6, 5)]
+
+
+def test_a_node_known_by_name_only_holds_as_many_gpus_as_the_widest_node():
+    view, _ = _actions(_dark(30.0, chat_replicas=12), forgotten=("n1",))   # n0 has 8: up to 8 unseen
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(10, 12, 8)]
+
+
+def test_a_loan_credits_only_the_gpus_certainly_freed():
+    """chat counted at 4 (2 of them unseen) lends down to 1: whichever replicas go, one of the GPUs seen empties."""
+    view, actions = _actions(_dark(1.0), forgotten={"n1": 8}, forecasts=_flat(1.0))
+    assert actions == [("chat", 4, 1), ("job", 6, 7)]
 
 
 def test_with_no_node_forgotten_the_replicas_asked_beyond_those_placed_are_pending():
     """The same snapshot is a service whose replicas wait for GPUs training holds: the reclaim is right there."""
     view, actions = _actions(_dark(30.0))
-    assert view.unseen == () and [(s.replicas, s.desired) for s in view.services] == [(2, 4)]
+    assert view.unseen == {} and [(s.replicas, s.desired) for s in view.services] == [(2, 4)]
     assert actions == [("job", 6, 4)]   # GPUs freed for the replicas asked already: no second request
 
 
-def test_a_service_with_every_replica_placed_is_planned_while_a_node_is_forgotten():
+def test_another_service_is_planned_while_a_node_is_forgotten():
     view, actions = _actions(_dark(30.0, api=25.0), forgotten=("n1",))
-    assert view.unseen == ("chat",) and [s.profile.name for s in view.services] == ["api"]
+    assert dict(view.unseen) == {"chat": 2} and [s.profile.name for s in view.services] == ["api", "chat"]
     assert actions == [("job", 5, 3), ("api", 1, 3)]
 
 
-@pytest.mark.parametrize("spec", [True, False], ids=["spec", "counted-from-pods"])
-def test_a_service_whose_replicas_are_all_placed_is_planned_while_a_node_is_forgotten(spec):
-    view, actions = _actions(_dark(30.0, chat_replicas=2, spec=spec), forgotten=("n1",))
-    assert view.unseen == () and [(s.replicas, s.desired) for s in view.services] == [(2, 2)]
+def test_a_service_whose_replicas_are_all_placed_is_planned_while_a_node_is_forgotten():
+    view, actions = _actions(_dark(30.0, chat_replicas=2), forgotten=("n1",))
+    assert view.unseen == {} and [(s.replicas, s.desired) for s in view.services] == [(2, 2)]
     assert actions == [("job", 6, 4), ("chat", 2, 4)]
+
+
+def test_a_service_counted_from_its_pods_counts_those_the_forgotten_gpus_hold():
+    """Its pods on n1 are not seen at all (no replicas series: `replicas_from_spec` False): 2 counted where 4 run.
+    Planned from 2, it was scaled up and training shrunk every cycle (audit a4); it counts what n1 may hold."""
+    view, actions = _actions(_dark(30.0, chat_replicas=2, spec=False), forgotten={"n1": 2})
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(4, 4, 0)]   # none of them is pending
+    assert dict(view.unseen) == {"chat": 2} and actions == []
