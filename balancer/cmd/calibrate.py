@@ -79,10 +79,10 @@ def _frame(times, demand, replicas, p99) -> pd.DataFrame:
 
 
 def from_csv(path: str) -> pd.DataFrame:
-    from balancer.forecast.traces import check_header, to_utc
+    from balancer.forecast.traces import check_header, read_rows, to_utc
 
     try:
-        raw = pd.read_csv(path)
+        raw = read_rows(path)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise InputError(path, "file", path, "a CSV file with header " + ",".join(CSV_COLUMNS)) from exc
     check_header(path)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -199,11 +200,36 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "") ->
 def _read_table(path: str, allowed: str) -> tuple[pd.DataFrame, dict[str, str]]:
     """The CSV at `path` and its columns by lower-cased name; unreadable files name what is `allowed`."""
     try:
-        df = pd.read_csv(path)
+        df = read_rows(path)
     except _READ_ERRORS as exc:
         raise InputError(path, "file", path, allowed, detail=_one_line(exc)) from exc
     check_header(path, fold_case=True)
     return df, {c.strip().lower(): c for c in df.columns}
+
+
+def read_rows(path: str) -> pd.DataFrame:
+    """The CSV at `path` under its header's names, whatever a row's length. pandas took a field more than the header
+    on every row (a trailing comma) for an index: each value was read under the next column's name, the demand as
+    the time and no value at all. Here a trailing comma's empty field is dropped, and a row holding a value past
+    the header is an InputError naming its line; pandas' own errors (a later row longer than the first) pass on."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)   # a row longer than the header: pandas drops the rest
+        try:
+            return pd.read_csv(path, index_col=False)
+        except pd.errors.ParserWarning:
+            _refuse_long_rows(path)
+        warnings.simplefilter("ignore", pd.errors.ParserWarning)   # only empty fields past the header
+        return pd.read_csv(path, index_col=False)
+
+
+def _refuse_long_rows(path: str) -> None:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        for fields in reader:
+            if any(field.strip() for field in fields[len(header):]):
+                raise InputError(path, f"row {reader.line_num}", ",".join(fields), f"at most {len(header)} fields, "
+                                 f"one per column of the header ({','.join(header)})")
 
 
 def check_header(path: str, *, fold_case: bool = False) -> None:
