@@ -71,7 +71,8 @@ def test_serving_rules_record_every_series_the_controller_reads_and_have_a_promt
     records = {r["record"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]}
     helpers = {r for r in records if re.fullmatch(r"gputide:\w+:\w+", r)}  # level:metric:operation steps
     assert records - helpers == {"gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
-                                 "gputide_inference_replicas", "gputide_inference_replicas_ready"}
+                                 "gputide_inference_replicas", "gputide_inference_replicas_ready",
+                                 "gputide_inference_pods_reporting", "gputide_inference_pods_stalled"}
     tested = {f for f in TEST_FILES if f"../serving/{path.name}" in f.read_text()}
     assert tested, f"no promtool test loads {path.name}"
 
