@@ -3,7 +3,8 @@
 The controller reads, per `service` label, the offered load `gputide_inference_demand_rps`, the p99
 `gputide_inference_latency_p99_seconds` and the replicas asked for `gputide_inference_replicas`
 (rules/serving/vllm.yaml records them from vLLM and kube-state-metrics; the simulated fleet's exporter publishes
-them itself). No I/O here.
+them itself), and, to say why a demand is unknown, the ready replicas and the pods reporting and stalled. No I/O
+here.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from balancer.telemetry.gpu_frame import sample
 P99_BEYOND_BUCKETS_S = 3600.0   # a +Inf p99: beyond the highest bucket of any serving latency histogram
 LATENCY_UNKNOWN = math.nan   # a p99 absent or NaN while requests arrive: no latency evidence, never 0 (calm)
 SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
-                  "gputide_inference_replicas")
+                  "gputide_inference_replicas", "gputide_inference_replicas_ready", "gputide_inference_pods_reporting",
+                  "gputide_inference_pods_stalled")
 
 
 def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
@@ -72,9 +74,10 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
         unknown = [s for s in unknown if s in by]
     if unknown:
         raise MissingTelemetry(
-            f"serving series of {', '.join(unknown)} without gputide_inference_demand_rps (or NaN): the demand their "
-            "capacity is sized from is unknown, and is never read as 0; check the scrape of the service's metrics "
-            "and the rule that records its demand (rules/serving/)", subjects=tuple(unknown))
+            f"serving series of {', '.join(_why_unknown(s, by[s]) for s in unknown)} without "
+            "gputide_inference_demand_rps (or NaN): the demand their capacity is sized from is unknown, and is never "
+            "read as 0 nor as the part of it that reports; check the scrape of the service's metrics, its vLLM "
+            "servers and the rule that records its demand (rules/serving/)", subjects=tuple(unknown))
     pods: dict[str, int] = {}
     if any("gputide_inference_replicas" not in v for v in by.values()):
         for w in workloads:
@@ -87,6 +90,21 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
                              else pods.get(s, 0), namespace=namespace.get(s, ""),
                              replicas_from_spec="gputide_inference_replicas" in v)
             for s, v in by.items()}
+
+
+def _why_unknown(name: str, series: Mapping[str, float]) -> str:
+    """A service whose demand is unknown, with why where its series tell: rules/serving/vllm.yaml records the
+    demand NaN where a pod is stalled (requests wait, none finished over the window: a hung vLLM's flat counters
+    would read 0) or where fewer pods report vLLM metrics than the Deployment has ready (the sum of those that do
+    would read low), and records both counts beside it so the hold names which."""
+    why = []
+    stalled = series.get("gputide_inference_pods_stalled", 0.0)
+    if stalled > 0:
+        why.append(f"stalled: {stalled:g} pod(s) with requests waiting and none finished over the window")
+    reporting, ready = series.get("gputide_inference_pods_reporting"), series.get("gputide_inference_replicas_ready")
+    if reporting is not None and ready is not None and reporting < ready:
+        why.append(f"{reporting:g} of {ready:g} ready pods reporting vLLM metrics")
+    return f"{name} ({'; '.join(why)})" if why else name
 
 
 def _p99(series: Mapping[str, float]) -> float:

@@ -1,0 +1,101 @@
+"""A demand that is stalled or partial is unknown, and the hold says which (audit a2).
+
+rules/serving/vllm.yaml summed vLLM's finished rate and queue growth over whatever pods were scraped: a hung vLLM
+(200 requests waiting, counters flat) read demand 0, and a Deployment with half its pods unscraped read half, so the
+capacity planner lent the service's GPUs to training. The rules now record the demand NaN there (promtool:
+rules/tests/gputide-serving-demand-unknown_test.yaml) with two counts beside it, `gputide_inference_pods_stalled`
+and `gputide_inference_pods_reporting`; the source reads them with the ready replicas and names why it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.errors import MissingTelemetry
+from balancer.loop import Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.telemetry.serving import SERVING_SERIES, service_status
+from tests.telemetry.test_telemetry_prometheus_unit import NOW, FakeClient, source
+
+ROOT = Path(__file__).resolve().parents[2]
+STALLED = {"gputide_inference_demand_rps": "NaN", "gputide_inference_replicas": "4",
+           "gputide_inference_replicas_ready": "4", "gputide_inference_pods_reporting": "4",
+           "gputide_inference_pods_stalled": "1"}
+PARTIAL = {"gputide_inference_demand_rps": "NaN", "gputide_inference_replicas": "4",
+           "gputide_inference_replicas_ready": "4", "gputide_inference_pods_reporting": "2",
+           "gputide_inference_pods_stalled": "0"}
+
+
+def _rows(series: dict[str, str], service: str = "chat") -> list[dict]:
+    return [{"metric": {"__name__": k, "service": service}, "value": [0, v]} for k, v in series.items()]
+
+
+@pytest.mark.parametrize(("series", "why"), [
+    (STALLED, "chat (stalled: 1 pod(s) with requests waiting and none finished over the window)"),
+    (PARTIAL, "chat (2 of 4 ready pods reporting vLLM metrics)"),
+    ({**STALLED, "gputide_inference_pods_reporting": "3"},
+     "chat (stalled: 1 pod(s) with requests waiting and none finished over the window; 3 of 4 ready pods reporting"),
+], ids=["stalled", "partial", "both"])
+def test_an_unknown_demand_names_why(series, why):
+    with pytest.raises(MissingTelemetry) as caught:
+        service_status(_rows(series), (), {}, 0.5)
+    assert why in str(caught.value) and caught.value.subjects == ("chat",)
+
+
+def test_a_nan_demand_with_no_count_to_tell_why_keeps_the_plain_message():
+    rows = _rows({"gputide_inference_demand_rps": "NaN", "gputide_inference_replicas": "3",
+                  "gputide_inference_pods_reporting": "5", "gputide_inference_replicas_ready": "3"})
+    with pytest.raises(MissingTelemetry, match="serving series of chat without gputide_inference_demand_rps"):
+        service_status(rows, (), {}, 0.5)
+
+
+@pytest.mark.parametrize("counts", [
+    {"gputide_inference_pods_reporting": "5", "gputide_inference_replicas_ready": "4"},   # a rollout's surge pod
+    {"gputide_inference_pods_reporting": "0", "gputide_inference_replicas_ready": "0"},   # scaled to zero
+    {"gputide_inference_pods_stalled": "0"},
+    {},                                                                                    # the sim's exporter
+], ids=["surge", "scaled-to-zero", "none-stalled", "no-counts"])
+def test_a_finite_demand_reads_as_before_whatever_counts_come_with_it(counts):
+    st = service_status(_rows({"gputide_inference_demand_rps": "12", "gputide_inference_replicas": "4", **counts}),
+                        (), {}, 0.5)["chat"]
+    assert (st.demand_rps, st.replicas, st.replicas_from_spec) == (12.0, 4, True)
+
+
+def test_the_counts_the_source_reads_are_what_the_serving_rules_record():
+    """Both ends of the contract: every series the source reads, but the simulated fleet's own, is recorded."""
+    doc = yaml.safe_load((ROOT / "rules" / "serving" / "vllm.yaml").read_text())
+    records = {r.get("record") for g in doc["groups"] for r in g["rules"]}
+    assert set(SERVING_SERIES) <= records
+    assert {"gputide_inference_pods_reporting", "gputide_inference_pods_stalled"} <= set(SERVING_SERIES)
+
+
+class Spy:
+    name = "spy"
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def apply(self, action, snapshot):
+        self.calls.append(action)
+        return ActionResult(action, Outcome.APPLIED)
+
+
+@pytest.mark.parametrize(("serving", "why"), [(STALLED, "stalled: 1 pod(s)"), (PARTIAL, "2 of 4 ready pods")],
+                         ids=["stalled", "partial"])
+def test_the_loop_holds_still_and_its_log_says_why(serving, why, caplog):
+    reg = CollectorRegistry()
+    actuator = Spy()
+    rec = Reconciler(source=source(FakeClient(serving=serving)), actuator=actuator, clock=lambda: NOW,
+                     metrics=ControllerMetrics(reg))
+    with caplog.at_level(logging.WARNING, logger="balancer.loop"):
+        report = rec.run_once()
+    assert (report.status, report.reason) == ("fail_static", "missing_telemetry")
+    assert actuator.calls == []
+    assert reg.get_sample_value("gputide_fail_static_info", {"reason": "missing_telemetry"}) == 1
+    assert any("fail-static (missing_telemetry)" in r.getMessage() and why in r.getMessage() for r in caplog.records)
