@@ -79,7 +79,7 @@ def _frame(times, demand, replicas, p99) -> pd.DataFrame:
 
 
 def from_csv(path: str) -> pd.DataFrame:
-    from balancer.forecast.traces import check_header, read_rows, to_utc
+    from balancer.forecast.traces import cell, check_header, read_rows, to_utc
 
     try:
         raw = read_rows(path)
@@ -96,12 +96,13 @@ def from_csv(path: str) -> pd.DataFrame:
         v = pd.to_numeric(raw[c], errors="coerce").to_numpy(float)
         bad = np.flatnonzero(~np.isfinite(v) & raw[c].notna().to_numpy() | (v < 0))
         if bad.size:
-            raise InputError(path, c, raw[c].iloc[bad[0]], "numbers >= 0 (empty = missing)", detail=f"row {bad[0] + 2}")
+            raise InputError(path, c, cell(raw[c], bad[0]), "numbers >= 0 (empty = missing)",
+                             detail=f"row {bad[0] + 2}")
         cols[c] = v
     index = to_utc(raw["timestamp"], path, "timestamp")
     repeated = np.flatnonzero(index.duplicated())
     if repeated.size:   # two samples at one time: which replica count held then?
-        raise InputError(path, "timestamp", raw["timestamp"].iloc[repeated[0]], "each time once",
+        raise InputError(path, "timestamp", cell(raw["timestamp"], repeated[0]), "each time once",
                          detail=f"row {repeated[0] + 2}")
     # in time order: the settle filter measures the time since the last replica change row by row
     return _frame(index.as_unit("s").asi8.astype(float), cols["demand_rps"], cols["replicas"],

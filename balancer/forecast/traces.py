@@ -106,6 +106,12 @@ MAX_STEPS = 5_000_000  # a trace resampled to more steps than this is a wrong --
 _READ_ERRORS = (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError)
 
 
+def cell(column: pd.Series, row: int) -> object:
+    """A cell as read, a numpy scalar as its Python value: a message shows -1, not np.int64(-1)."""
+    value = column.iloc[row]
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
@@ -125,7 +131,7 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     ISO-8601 only, never pandas' guess at a format: `format="mixed"` read a day-first 01/02/2024 as 2 January and
     13/01/2024 as 13 January in one file, a trace silently reordered (exit 0)."""
     if pd.api.types.is_bool_dtype(raw):   # pandas reads a column of True/False as booleans: no times at all
-        raise InputError(path, column, raw.iloc[0], ISO_OR_EPOCH, detail="row 2")
+        raise InputError(path, column, cell(raw, 0), ISO_OR_EPOCH, detail="row 2")
     numeric = pd.to_numeric(raw, errors="coerce")
     allowed = ISO_OR_EPOCH
     if numeric.notna().all() or pd.api.types.is_numeric_dtype(raw):   # epoch seconds, an empty cell NaN
@@ -135,17 +141,17 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
             index = pd.DatetimeIndex(pd.to_datetime(raw.map(_iso), utc=True, format="ISO8601"))
         except (ValueError, TypeError, OverflowError) as exc:
             bad = next((i for i, v in enumerate(raw) if _not_a_time(v)), 0)
-            raise InputError(path, column, raw.iloc[bad], allowed, detail=f"row {bad + 2}") from exc
+            raise InputError(path, column, cell(raw, bad), allowed, detail=f"row {bad + 2}") from exc
     if index.hasnans:   # an empty cell (or NaN, NaT) reads as NaT: a sample at no time at all
         row = int(np.flatnonzero(index.isna())[0])
-        raise InputError(path, column, raw.iloc[row], allowed + " (a time on every row)", detail=f"row {row + 2}")
+        raise InputError(path, column, cell(raw, row), allowed + " (a time on every row)", detail=f"row {row + 2}")
     _one_zone_kind(raw, path, column)
     # a mistyped year (0224, 2204 for 2024) parses: past 2262 it overflowed pandas' nanosecond times (a traceback),
     # within it one row stretched the trace over centuries of empty steps (a hang); epoch seconds are checked alike
     outside = (index < _FIRST) | (index > _LAST)
     if outside.any():
         row = int(np.flatnonzero(outside)[0])
-        raise InputError(path, column, raw.iloc[row], "ISO-8601 timestamps from 1970 to 2100", detail=f"row {row + 2}")
+        raise InputError(path, column, cell(raw, row), "ISO-8601 timestamps from 1970 to 2100", detail=f"row {row + 2}")
     return index
 
 
@@ -154,7 +160,7 @@ def _epoch_seconds(raw: pd.Series, numeric: pd.Series, path: str, column: str) -
     bad = numeric.notna() & (~np.isfinite(numeric.to_numpy(float)) | (numeric < 0) | (numeric > MAX_EPOCH_S))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(path, column, raw.iloc[row], "epoch seconds between 1970 and 2100", detail=f"row {row + 2}")
+        raise InputError(path, column, cell(raw, row), "epoch seconds between 1970 and 2100", detail=f"row {row + 2}")
     return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
 
 
@@ -180,7 +186,7 @@ def _one_zone_kind(raw: pd.Series, path: str, column: str) -> None:
     if zoned.any() and not zoned.all():
         row = int(np.flatnonzero(~zoned)[0])
         first = int(np.flatnonzero(zoned)[0])
-        raise InputError(path, column, raw.iloc[row], "times that all name their zone (Z or an offset such as "
+        raise InputError(path, column, cell(raw, row), "times that all name their zone (Z or an offset such as "
                          "+02:00) or none of them (then UTC)", detail=f"row {row + 2} names none, row {first + 2} does")
 
 
@@ -260,14 +266,14 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
     bad = (values.isna() & df[cols["value"]].notna()) | (values < 0) | ~(values <= MAX_RPS) & values.notna()
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(path, "value", df[cols["value"]].iloc[row], f"a number from 0 to {MAX_RPS:g} (req/s; "
+        raise InputError(path, "value", cell(df[cols["value"]], row), f"a number from 0 to {MAX_RPS:g} (req/s; "
                          "empty: not observed)", detail=f"row {row + 2}")
     index = to_utc(df[cols["timestamp"]], path, "timestamp")
     repeated = index.duplicated()
     if repeated.any():   # two demands at one time: averaging them would invent a third, summing double one
         row = int(np.flatnonzero(repeated)[0])
         earlier = int(np.flatnonzero(index == index[row])[0])
-        raise InputError(path, "timestamp", df[cols["timestamp"]].iloc[row], "each time once, rows in any order (one "
+        raise InputError(path, "timestamp", cell(df[cols["timestamp"]], row), "each time once, rows in any order (one "
                          "series: export sum(...) rather than one series per label set, an HA pair deduplicated)",
                          detail=f"row {row + 2} repeats {index[row].isoformat()} of row {earlier + 2}")
     series = pd.Series(values.to_numpy(float), index=index)
