@@ -178,6 +178,15 @@ def stop_file(path: str | None, flag: str) -> str | None:
     return path
 
 
+def watched_file(path: str | None, flag: str) -> str | None:
+    """A file a long run reads again and again, which need not exist yet (the exporter's power caps: none until
+    written), checked at start as `stop_file` is: in a missing folder it could never be written where the run looks,
+    so every cap written for it was silently never applied; a folder there was 'unreadable' at every read."""
+    if path:
+        _file_in_folder(path, flag, "look in", writable=False)
+    return path
+
+
 def _file_in_folder(path: str, flag: str, can: str, *, writable: bool) -> None:
     """InputError unless `path` is no folder and its folder exists, this process can look in it (stat() of a path
     in a folder it cannot search raises EACCES) and, when `writable`, create a file there."""

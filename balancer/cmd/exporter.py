@@ -37,7 +37,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from balancer.cmd._args import add_listen_address, bind, duration_between, number, seed
+from balancer.cmd._args import add_listen_address, bind, duration_between, number, seed, watched_file
 from balancer.errors import InputError
 from exporters.health import DEFAULT_COLLECT_TIMEOUT_S
 
@@ -96,6 +96,7 @@ def _check(args: argparse.Namespace) -> None:
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
     number(args.caps_interval, "--caps-interval", 0, above=True, unit=" (seconds)")
     collect_timeouts(args)
+    watched_file(args.power_caps_file, "--power-caps-file")
     if args.backend == "nvml":
         for flag, value in (("--fleet", args.fleet), ("--node", args.node)):
             if value:
