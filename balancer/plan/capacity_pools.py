@@ -51,6 +51,10 @@ class Pools:
         # what each job holds that a reclaim can give inference (`JobView.reclaimable_by_model`)
         self.held = {j.name: dict(j.gpus_by_model if j.reclaimable_by_model is None else j.reclaimable_by_model)
                      for j in view.jobs}
+        # ... and the GPUs it holds that no new pod can take (a cordoned or tainted node, unhealthy): a shrink may stop
+        # the workers there first (an Indexed Job stops its highest indexes, wherever they run)
+        self.stuck = {j.name: max(0, sum(j.gpus_by_model.values()) - sum(self.held[j.name].values()))
+                      for j in view.jobs}
         self.released: dict[str, int] = {}   # GPUs per model this pass's scale-downs free (`claim_pending`)
 
     def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
@@ -104,7 +108,12 @@ class Pools:
         self.released[model] = self.released.get(model, 0) + n
 
     def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
-        """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first."""
+        """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first. A job's shrink by k
+        workers counts only what it frees at worst: k x gpus_per_worker less the GPUs it holds that no new pod can
+        take (`stuck`: the workers stopped may be those), as a loan counts a service's (`ServiceView.sole_by_model`);
+        a job that frees none so (a worker's GPUs not all usable, or its usable ones fewer than the stuck ones its
+        spare workers may be) is not shrunk. Counted as if every worker freed usable GPUs, a job across a cordoned
+        node was shrunk a worker each cycle while its cordoned workers went, and the replicas stayed pending."""
 
         def usable(j: JobView) -> int:
             return sum(n for m, n in self.held[j.name].items() if _allowed(models, m))
@@ -117,15 +126,15 @@ class Pools:
             for j in ranked:
                 if got >= gpus:
                     return got
-                gpw = max(j.gpus_per_worker, 1)
+                gpw, stuck = max(j.gpus_per_worker, 1), self.stuck[j.name]
                 spare = min(self.workers[j.name], j.placed_workers) - floor(j)
-                if spare <= 0 or usable(j) <= 0:
+                k = min(spare, math.ceil((gpus - got + stuck) / gpw), (usable(j) + stuck) // gpw)
+                if k <= 0 or k * gpw <= stuck:
                     continue
-                k = min(spare, math.ceil((gpus - got) / gpw), usable(j) // gpw or 1)
                 # lowering a job's size removes its pending workers first (as a Job's controller deletes unscheduled
                 # pods before running ones): they free no GPU, so the new size is k below the placed workers
                 self.workers[j.name] = min(self.workers[j.name], j.placed_workers) - k
-                freed = k * gpw
+                freed, self.stuck[j.name] = k * gpw - stuck, 0   # at worst, the stuck workers went first
                 for m in sorted(self.held[j.name]):
                     if freed <= 0:
                         break

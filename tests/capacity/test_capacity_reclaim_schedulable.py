@@ -1,6 +1,8 @@
 """A reclaim counts only the training GPUs the new inference replicas could be scheduled on, and a loan lends only
 the GPUs its scale-down empties where a worker could be scheduled: a job's GPUs on a cordoned or hot-tainted node
-(or unhealthy ones) freed nothing the scale-up could use, so the job was shrunk and the replicas stayed pending."""
+(or unhealthy ones) freed nothing the scale-up could use, so the job was shrunk and the replicas stayed pending. A
+shrink counts what it frees at worst: the workers it stops may be those on such GPUs (an Indexed Job stops its highest
+indexes, wherever they run), so a job across a cordoned node was shrunk a worker each cycle (audit a4)."""
 
 from __future__ import annotations
 
@@ -67,10 +69,34 @@ def test_without_the_taint_the_same_reclaim_shrinks_the_job():
 
 
 @pytest.mark.parametrize("taint", TAINTS, ids=["cordoned", "hot"])
-def test_a_job_across_nodes_frees_only_its_gpus_where_the_replicas_can_go(taint):
+def test_a_job_across_nodes_is_not_shrunk_where_the_workers_it_stops_may_all_be_on_the_tainted_node(taint):
     snap = _reclaim(taint, job_gpus=(3, 4, 5, 6, 7))   # one worker on n0, four on cordoned n1
     assert (dict(job(snap).gpus_by_model), dict(job(snap).reclaimable_by_model)) == ({A100: 5}, {A100: 1})
-    assert _sizes(snap) == [("job", 5, 4), ("chat", 1, 2)]   # was: job 5 -> 2 and chat 1 -> 4
+    # its four spare workers may be the four on n1: was job 5 -> 4 and chat 1 -> 2, then 4 -> 3, 3 -> 2, 2 -> 1 each
+    # cycle, the replica pending all along
+    assert _sizes(snap) == []
+
+
+@pytest.mark.parametrize("taint", TAINTS, ids=["cordoned", "hot"])
+def test_a_job_across_nodes_is_shrunk_by_what_frees_its_usable_gpus_at_worst(taint):
+    snap = _reclaim(taint, job_gpus=(2, 3, 4))   # two workers on n0, one on n1: stopping two frees one of n0's
+    assert _sizes(snap) == [("job", 3, 1), ("chat", 1, 2)]   # was: chat 1 -> 3, counting both freed
+
+
+def test_a_job_whose_usable_gpus_make_no_whole_worker_is_not_shrunk():
+    """2-GPU workers and replicas: of the job's GPUs only GPU 2 can take a replica (3 is unhealthy, n1 cordoned)."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    nodes = (fl.nodes[0], replace(fl.nodes[1], taints=(TAINTS[0],)))
+    wl = [(workload("chat-0", owner="chat", gpus=2), (0, 1))]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8, gpus=2), g)
+           for i, g in enumerate(((2, 3), (4, 5), (6, 7)))]
+    snap = snapshot(fl, workloads=wl, time=1000.0, services=chat(20.0, 1), nodes=nodes)
+    xid = np.zeros(snap.n_gpus, dtype=np.int64)
+    xid[3] = 79
+    profiles = {"chat": ServiceCapacity(name="chat", rps_per_replica=10, warmup_s=300, gpus_per_replica=2)}
+    plan, _ = plan_with_capacity(replace(snap, xid=xid), {}, ON, None, profiles=profiles,
+                                 capacity_policy=CapacityPolicy())
+    assert [a for a in plan.actions if isinstance(a, ScaleTraining)] == []   # was: job 3 -> 2, freeing no replica
 
 
 def test_an_unhealthy_gpu_a_job_holds_is_not_counted_for_a_reclaim():
