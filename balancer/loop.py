@@ -5,7 +5,8 @@
 * `source`      a TelemetrySource; any TelemetryError means *hold still* (fail-static), reported in the metrics
                 (`gputide_fail_static`, `gputide_fail_static_info{reason}`), the log and the audit log; so does any
                 other exception raised while reading it (reason `telemetry_error`, logged with its traceback);
-* `forecaster`  optional `forecast(snapshot) -> {service: Forecast}`; a failing forecaster is logged and skipped;
+* `forecaster`  optional `forecast(snapshot) -> {service: Forecast}`; a failing forecaster is logged and skipped, a
+                forecast the capacity planner cannot read left out of the plan and the gauges alike;
 * `planner`     `plan(snapshot, forecasts, policy, state) -> (Plan, state)`, pure; it already simulates its
                 proposals on a projection and drops those that do not help or do not fit;
 * `guard`       the safety chokepoint (`balancer.safety.SafetyGuard`); its ledger counts the actions applied and
@@ -69,6 +70,7 @@ from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ER
 from balancer.model import ClusterSnapshot, Forecast, ScaleInference
 from balancer.plan import capacity_loop
 from balancer.plan import planner as planner_mod
+from balancer.plan.capacity_plan import readable_forecasts
 from balancer.plan.simulate import Projection
 from balancer.safety import EmergencyStop, Review, SafetyGuard, SafetyLedger, check_telemetry
 from balancer.safety_groups import whole_groups
@@ -203,13 +205,13 @@ class Reconciler:
             return self.upkeep.holding_still(now, self._hold(now, "emergency_stop", "emergency stop is set"))
         self.metrics.set_fail_static(None)
         self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
-        forecasts = self._forecast(snap)
+        forecasts, unread = self._forecast(snap)
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
-            self._log_notes(plan.notes)
+            self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
             review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)   # evictions saved first
             rejected = [(a, exc.reason) for a, exc in review.rejected]
@@ -383,15 +385,20 @@ class Reconciler:
         self.metrics.rejected.labels(reason=reason).inc()
         self._audit(now, action_record(a, f"rejected:{reason}", detail))
 
-    def _forecast(self, snap: ClusterSnapshot) -> Mapping[str, Forecast] | None:
+    def _forecast(self, snap: ClusterSnapshot) -> tuple[Mapping[str, Forecast] | None, tuple[str, ...]]:
+        """This cycle's forecasts, those the capacity planner can read only (`readable_forecasts`), and a note for
+        each left out: the planner and the forecast gauges see the same set. Given to the gauges, a NaN forecast the
+        planner left out was exported as NaN, and one of step 0 raised in `window_max` every cycle, its series frozen
+        at the last good value (auditor a7); left out here, its service's series go absent, as a service's without a
+        forecast do."""
         if self.forecaster is None or not self.policy.forecast.enabled:
-            return None
+            return None, ()
         try:
-            forecasts = self.forecaster(snap)
+            kept, notes = readable_forecasts(self.forecaster(snap) or {})
         except Exception as exc:  # a broken forecaster must not stop hotspot protection
             log.warning("forecaster failed, planning without a forecast: %s", exc)
-            return None
-        return forecasts   # its gauges: `FleetRecorder.record` (cleared in a cycle without a forecast)
+            return None, ()
+        return kept, tuple(f"forecast: {n}" for n in notes)   # its gauges: `FleetRecorder.record`
 
     def _hold(self, now: float, reason: str, message: str, exc_info: bool = False) -> CycleReport:
         self._break_streaks()

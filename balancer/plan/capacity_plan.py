@@ -150,9 +150,11 @@ def readable_forecasts(forecasts: Mapping[str, Forecast]) -> tuple[dict[str, For
 
 def why_unreadable(fc: Forecast) -> str:
     """Why `fc` cannot be read ('' when it can): a NaN or infinite issue time, step or value, or a step that is no
-    time."""
-    if not (math.isfinite(fc.issued_at) and math.isfinite(fc.step_s) and fc.step_s > 0):
-        return f"issued at {fc.issued_at}, a step of {fc.step_s} s"
+    time. It names only what is wrong, so the note stays the same from cycle to cycle (logged once while it lasts)."""
+    if not math.isfinite(fc.issued_at):
+        return f"issued at {fc.issued_at}"
+    if not (math.isfinite(fc.step_s) and fc.step_s > 0):
+        return f"a step of {fc.step_s} s"
     bad = sorted(q for q, a in fc.quantiles.items() if not np.isfinite(a).all())
     return f"NaN or infinite values in its quantile(s) {', '.join(f'{q:g}' for q in bad)}" if bad else ""
 

@@ -85,5 +85,5 @@ def test_a_nan_forecast_leaves_the_cycle_and_its_hotspot_relief_running(caplog):
             clock[0] += 30
     assert "migrate" in kinds   # the hot GPU is relieved
     assert registry.get_sample_value("gputide_fail_static") == 0
-    assert "capacity: chat: planned without its forecast (hold, or follow current demand up): NaN or infinite " \
+    assert "forecast: chat: planned without its forecast (hold, or follow current demand up): NaN or infinite " \
            "values in its quantile(s) 0.1, 0.5, 0.9" in caplog.text
