@@ -37,9 +37,11 @@ Cleaning rules (used for fitting and scoring, never to change what `load_demand`
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import warnings
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -56,43 +58,60 @@ DAY_S = 86400.0
 
 _SECONDS = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")   # a bare number: seconds
 # the words pandas reads for each unit, in seconds (M, a month to pandas, is none): read here, never by pandas
-_UNIT_S = {**dict.fromkeys(("w", "week", "weeks"), 604800.0), **dict.fromkeys(("d", "day", "days"), 86400.0),
-           **dict.fromkeys(("h", "hr", "hour", "hours"), 3600.0),
-           **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
-           **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0), "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_UNIT_S = {**dict.fromkeys(("w", "week", "weeks"), Decimal(604800)),
+           **dict.fromkeys(("d", "day", "days"), Decimal(86400)),
+           **dict.fromkeys(("h", "hr", "hour", "hours"), Decimal(3600)),
+           **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), Decimal(60)),
+           **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), Decimal(1)),
+           "ms": Decimal("1e-3"), "us": Decimal("1e-6"), "ns": Decimal("1e-9")}
 _PART = r"(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*"
 _DURATION = re.compile(rf"\s*([+-]?)\s*(?:{_PART})+")
 
 
-def _duration_s(text: str) -> float | None:
+def _duration_s(text: str) -> Decimal | None:
     """Seconds from '10min', '1h', '1.5h', '1d12h' or '2 days': numbers each with a unit, largest first, no unit
     twice; None for anything else. pandas.Timedelta read '1,5h' as 15 h, '1.5.5h' as 2 h and '10min20min' as
-    30 min, each a --step or horizon the writer did not mean."""
+    30 min, each a --step or horizon the writer did not mean. Decimal, not float: 4.1 x 60 s in floats is
+    245.99999999999997 s, a Timedelta of 245999999999 ns that pandas' resampling refused (a traceback)."""
     whole = _DURATION.fullmatch(text)
     if whole is None:
         return None
-    total, last = 0.0, float("inf")
+    total, last = Decimal(0), Decimal("Infinity")
     for number, unit in re.findall(_PART, text[whole.end(1):]):
         size = _UNIT_S.get(unit if unit == "M" else unit.lower())
         if size is None or size >= last:
             return None
-        total, last = total + float(number) * size, size
+        total, last = total + Decimal(number) * size, size
     return -total if whole.group(1) == "-" else total
+
+
+_TOO_LONG_S = Decimal("1e11")
+
+
+def _whole_us(seconds: Decimal) -> pd.Timedelta:
+    """`seconds` rounded to whole microseconds: trace times are held in microseconds (or seconds, both whole ones),
+    and pandas refuses to resample them at a step finer than their unit."""
+    if not abs(seconds) < _TOO_LONG_S:   # past pandas' 292 years; 1e999999999s made a billion-digit int first
+        raise OverflowError(f"{seconds} s")
+    return pd.Timedelta(int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN)), unit="us")
 
 
 def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, field: str = "step") -> pd.Timedelta:
     """'10min', '1h', '600s', '1d12h' or seconds (a number, or a string holding a bare number such as '3600': pandas
-    alone reads that as nanoseconds) -> a positive Timedelta; InputError otherwise."""
+    alone reads that as nanoseconds) -> a positive Timedelta of whole microseconds; InputError otherwise."""
     allowed = "a duration such as 10min, 1h, 1d12h, 600s or a number of seconds"
     try:
         if isinstance(step, str):
-            seconds = float(step) if _SECONDS.fullmatch(step) else _duration_s(step)
+            seconds = Decimal(step) if _SECONDS.fullmatch(step) else _duration_s(step)
             if seconds is None:
                 raise InputError(file, field, step, allowed)
-            td = pd.Timedelta(seconds=seconds)
+            td = _whole_us(seconds)
+        elif isinstance(step, int | float):
+            td = _whole_us(Decimal(repr(float(step)))) if math.isfinite(step) else pd.NaT
         else:
-            td = pd.Timedelta(seconds=float(step)) if isinstance(step, int | float) else pd.Timedelta(step)
-    except (ValueError, TypeError, OverflowError) as exc:   # OverflowError: beyond pandas' 292 years
+            td = pd.Timedelta(step)
+            td = td if pd.isna(td) else td.round("us")
+    except (ValueError, TypeError, ArithmeticError) as exc:   # OverflowError (beyond 292 years), decimal.Overflow
         raise InputError(file, field, step, allowed) from exc
     if pd.isna(td) or td < pd.Timedelta(seconds=1):
         raise InputError(file, field, step, "a duration of at least 1s, such as 10min")

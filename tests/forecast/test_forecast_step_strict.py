@@ -11,7 +11,7 @@ import pytest
 
 from balancer.cli import main
 from balancer.errors import InputError
-from balancer.forecast.traces import parse_step
+from balancer.forecast.traces import load_demand, parse_step
 
 BACKTEST = ["forecast", "backtest", "--models", "persistence", "--min-train-days", "0.5"]
 ALLOWED = "a duration such as 10min, 1h, 1d12h, 600s or a number of seconds"
@@ -46,3 +46,39 @@ def test_backtest_refuses_them_naming_the_flag(tmp_path, capsys, flag, given, va
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.strip() == f"gputide: error: field '{flag}': invalid value '{value}'; allowed: {ALLOWED}", err
+
+
+DECIMAL_STEPS = [("4.1min", 246), ("33.3min", 1998), ("8.2h", 29520), ("0.7d", 60480), ("4.1s", 4.1),
+                 ("1.001s", 1.001), ("1s1ms", 1.001)]
+
+
+@pytest.mark.parametrize(("text", "seconds"), DECIMAL_STEPS)
+def test_a_decimal_step_is_exact_to_the_microsecond(text, seconds):
+    """Summed in floats, 4.1min was 245.99999999999997 s, a Timedelta of 245999999999 ns: pandas refused to resample
+    microsecond times at that step and every decimal --step such as 33.3min was a traceback (exit 1)."""
+    step = parse_step(text)
+    assert step == pd.Timedelta(microseconds=round(seconds * 1_000_000)), step
+    assert step.value % 1000 == 0
+
+
+def test_below_a_microsecond_is_rounded_to_the_nearest_one():
+    assert parse_step("1s1ns") == pd.Timedelta(seconds=1)
+    assert parse_step(245.99999999999997) == pd.Timedelta(seconds=246)   # 4.1 x 60 in floats, given as seconds
+
+
+@pytest.mark.parametrize(("text", "seconds"), DECIMAL_STEPS)
+def test_a_trace_loads_at_a_decimal_step(tmp_path, text, seconds):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{7200 * i},{10 + i % 6}\n" for i in range(24 * 4)))
+    y = load_demand(trace, step=text)
+    assert y.index.freq == pd.Timedelta(microseconds=round(seconds * 1_000_000))
+    assert y.index[1] - y.index[0] == y.index.freq and y.notna().sum() >= 2
+
+
+def test_backtest_runs_at_a_decimal_step(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{60 * i},{10 + i % 6}\n" for i in range(60 * 36)))
+    code = main(BACKTEST + ["--trace", str(trace), "--step", "4.1min", "--horizons", "1h"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "steps of 246s" in captured.out, captured.out
