@@ -179,11 +179,24 @@ def stop_file(path: str | None, flag: str) -> str | None:
 
 
 def watched_file(path: str | None, flag: str) -> str | None:
-    """A file a long run reads again and again, which need not exist yet (the exporter's power caps: none until
-    written), checked at start as `stop_file` is: in a missing folder it could never be written where the run looks,
-    so every cap written for it was silently never applied; a folder there was 'unreadable' at every read."""
-    if path:
-        _file_in_folder(path, flag, "look in", writable=False)
+    """A file a long run reads again and again, which need not exist yet, nor its folder (the exporter's power caps:
+    none until written, and /run/gputide is emptied at each boot until the writer makes it again), checked at start
+    for what can never be read: a folder there ('unreadable' at every read), a path under a file, or under a folder
+    this process cannot look in. A missing folder is the caller's to warn of: refusing it stopped the README's
+    exporter on every fresh host."""
+    if not path:
+        return path
+    allowed = "a file path, not a folder, under folders this process can look in (the file and its folder need " \
+              "not exist yet)"
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise InputError(None, flag, path, allowed, "a folder")
+        above = next((p for p in target.parents if p.exists()), None)   # the nearest that exists: / at worst
+        if above is not None and not above.is_dir():
+            raise InputError(None, flag, path, allowed, f"under a file, not a folder ({above})")
+    except OSError as exc:   # EACCES: a folder on the way this process cannot look in
+        raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
     return path
 
 

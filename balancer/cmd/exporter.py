@@ -209,6 +209,9 @@ def run(args: argparse.Namespace) -> int:
     first_collection(TrackedCollector(registry, health))
     agent = agent_metrics = None
     if args.power_caps_file:
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.power_caps_file))):
+            log.warning("no folder for --power-caps-file %s yet: no power caps are applied until it is written "
+                        "there", args.power_caps_file)
         agent = PowerCapAgent(JsonFileCaps(args.power_caps_file), getattr(backend, "caps_target", backend))
         agent_metrics = AgentMetrics(registry)   # served with the GPUs' series
     deadline = time.monotonic() + args.duration if args.duration > 0 else None
