@@ -140,8 +140,16 @@ ISO_OR_EPOCH = "ISO-8601 (e.g. 2024-01-01T00:00:00Z) or epoch seconds"
 _ZONE_WORD = re.compile(r"(?<=\d)\s*(?:UTC|GMT|z)\s*$")
 
 
+# RFC 3339's lower-case t between date and time (2024-01-01t00:00:00z), and ISO-8601's comma before a fraction of
+# a second (2024-01-01 00:00:00,123, Python logging's default): both valid, both refused by pandas' ISO8601 format
+_LOWER_T = re.compile(r"(?<=\d)t(?=\d)")
+_COMMA_FRACTION = re.compile(r"(?<=\d:\d\d:\d\d),(?=\d)")
+
+
 def _iso(value: object) -> object:
-    return _ZONE_WORD.sub("Z", value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    return _COMMA_FRACTION.sub(".", _LOWER_T.sub("T", _ZONE_WORD.sub("Z", value), count=1), count=1)
 
 
 def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
@@ -195,7 +203,7 @@ def _not_a_time(value: object) -> bool:
 
 
 # a time of day followed by a zone: Z, UTC, GMT or an offset such as +02:00, -0500
-_ZONED = r"\d:\d\d(?::\d\d(?:\.\d+)?)?\s*(?:[zZ]|UTC|GMT|[+-]\d\d(?::?\d\d)?)\s*$"
+_ZONED = r"\d:\d\d(?::\d\d(?:[.,]\d+)?)?\s*(?:[zZ]|UTC|GMT|[+-]\d\d(?::?\d\d)?)\s*$"
 
 
 def _one_zone_kind(raw: pd.Series, path: str, column: str) -> None:

@@ -68,3 +68,31 @@ def test_epoch_seconds_with_an_empty_cell_name_that_row_not_the_first():
     with pytest.raises(InputError) as info:
         to_utc(pd.Series([1704067200.0, float("nan"), 1704067800.0]), "t.csv", "timestamp")
     assert info.value.detail == "row 3" and info.value.allowed == ALLOWED + " (a time on every row)"
+
+
+@pytest.mark.parametrize(("cell", "utc"), [
+    ("2024-01-02t00:00:00z", "2024-01-02T00:00:00"), ("2024-01-02t01:00:00+01:00", "2024-01-02T00:00:00"),
+    ("2024-01-02 00:00:00,123", "2024-01-02T00:00:00.123"), ("2024-01-02T00:00:00,5Z", "2024-01-02T00:00:00.5"),
+    ("2024-01-02t00:00:00,25+01:00", "2024-01-01T23:00:00.25"),
+])
+def test_a_lower_case_t_and_a_comma_fraction_read(cell, utc):
+    """RFC 3339 allows a lower-case t, ISO-8601 a comma before the fraction (Python logging's asctime writes one):
+    the old format='mixed' read both, format='ISO8601' refused them (exit 2)."""
+    assert to_utc(pd.Series([cell]), "t.csv", "timestamp")[0] == pd.Timestamp(utc, tz="UTC")
+
+
+def test_a_comma_fraction_with_a_zone_counts_as_zoned():
+    """Beside `...:01Z`, a `...:00,123Z` is no naive time: the file names its zone on every row."""
+    cells = ["2024-01-02T00:00:00,123Z", "2024-01-02T00:00:01Z"]
+    assert list(to_utc(pd.Series(cells), "t.csv", "timestamp")) == [
+        pd.Timestamp("2024-01-02T00:00:00.123Z"), pd.Timestamp("2024-01-02T00:00:01Z")]
+
+
+def test_a_logging_style_trace_backtests(tmp_path, capsys):
+    """Through the CLI: a trace whose times Python's logging wrote (quoted for their comma) is backtested."""
+    trace = tmp_path / "log.csv"
+    trace.write_text("timestamp,value\n" + "".join(f'"2024-01-{1 + h // 24:02d} {h % 24:02d}:00:00,000",{10 + h % 5}\n'
+                                                   for h in range(24 * 3)))   # quoted, as a CSV writer quotes it
+    code = main(BACKTEST + ["--trace", str(trace)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
