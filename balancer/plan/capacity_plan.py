@@ -136,27 +136,52 @@ def forecast_peak(fc: Forecast, quantile: float, now: float, horizon_s: float) -
     return fc.window_max(q, start, start + horizon_s)
 
 
-def readable_forecasts(forecasts: Mapping[str, Forecast]) -> tuple[dict[str, Forecast], list[str]]:
+def readable_forecasts(forecasts: Mapping[str, Forecast],
+                       view: CapacityView | None = None) -> tuple[dict[str, Forecast], list[str]]:
     """The forecasts the planner can read, and a note for each service whose forecast it cannot (`why_unreadable`):
-    a model fit gone wrong in an injected forecaster (the built-in ones fall back to persistence first:
-    `balancer.forecast.base.Fallback`). Read, a NaN raised out of `replicas_for` and ended the cycle, hotspot relief
-    with it. Left out, its service plans as one without a forecast (hold, or follow current demand up), as every
-    service does when the forecaster raises (`Reconciler._forecast`)."""
-    why = {name: why_unreadable(fc) for name, fc in forecasts.items()}
+    a model fit gone wrong in an injected forecaster (the built-in ones fall back to persistence first, and clip at
+    0: `balancer.forecast.base.Fallback`, `QuantileForecast.to_model`). Read, a NaN raised out of `replicas_for` and
+    ended the cycle, hotspot relief with it. Left out, its service plans as one without a forecast (hold, or follow
+    current demand up), as every service does when the forecaster raises (`Reconciler._forecast`, which leaves out
+    the same ones before the plan and the forecast gauges). With `view`, a forecast of one of its services that
+    asks for more replicas than the whole fleet could hold (`beyond_fleet`) is left out too."""
+    profiles = {s.profile.name: s.profile for s in view.services} if view is not None else {}
+    why = {name: why_unreadable(fc) or beyond_fleet(fc, profiles.get(name), view) for name, fc in forecasts.items()}
     return ({n: fc for n, fc in forecasts.items() if not why[n]},
             [f"{n}: planned without its forecast (hold, or follow current demand up): {w}"
              for n, w in sorted(why.items()) if w])
 
 
 def why_unreadable(fc: Forecast) -> str:
-    """Why `fc` cannot be read ('' when it can): a NaN or infinite issue time, step or value, or a step that is no
-    time. It names only what is wrong, so the note stays the same from cycle to cycle (logged once while it lasts)."""
+    """Why `fc` cannot be read ('' when it can): a NaN or infinite issue time, step or value, a step that is no
+    time, or a negative value (demand is never below 0: a -30 planned as 0 and lent the service's GPUs). It names
+    only what is wrong, so the note stays the same from cycle to cycle (logged once while it lasts)."""
     if not math.isfinite(fc.issued_at):
         return f"issued at {fc.issued_at}"
     if not (math.isfinite(fc.step_s) and fc.step_s > 0):
         return f"a step of {fc.step_s} s"
     bad = sorted(q for q, a in fc.quantiles.items() if not np.isfinite(a).all())
-    return f"NaN or infinite values in its quantile(s) {', '.join(f'{q:g}' for q in bad)}" if bad else ""
+    if bad:
+        return f"NaN or infinite values in its quantile(s) {', '.join(f'{q:g}' for q in bad)}"
+    low = sorted(q for q, a in fc.quantiles.items() if (np.asarray(a) < 0).any())
+    return f"negative values in its quantile(s) {', '.join(f'{q:g}' for q in low)}" if low else ""
+
+
+def beyond_fleet(fc: Forecast, profile: ServiceCapacity | None, view: CapacityView | None) -> str:
+    """Why `fc` asks for more than any plan could read as demand ('' when it does not): its highest value needs
+    more replicas than the whole fleet could hold at the finest GPU share a pod takes (1 milli-GPU each: 1000 per
+    GPU), a bound that moves with the fleet, no tuned constant. Below it a forecast is read, one beyond the fleet
+    included (a real surge: the planner reclaims what it can, `max_replicas` the cap). Above it, it is no demand
+    forecast (a finite 1e308 targeted 1,000,000 replicas and scaled training to 0, auditor a7; near the float limit
+    `replicas_for` overflowed). Only the planner knows a service's profile: the forecast gauges still show it."""
+    if profile is None or view is None or not fc.quantiles:
+        return ""
+    peak = max((float(np.max(a)) for a in fc.quantiles.values() if np.size(a)), default=0.0)
+    most = 1000 * max(view.total_gpus, 1)
+    if peak <= most * profile.rps_per_replica:
+        return ""
+    return (f"its peak needs more replicas than the whole fleet ({view.total_gpus} GPUs) could hold at 1 milli-GPU "
+            f"each ({most}, at {profile.rps_per_replica:g} req/s each)")   # no value: the note stays as it lasts
 
 
 def median_now(fc: Forecast | None, now: float) -> float:
@@ -346,7 +371,7 @@ def plan_capacity(
     holding: set[str] = set()  # services that keep what they asked for: no GPU freed for their pending replicas
     needs: dict[str, int] = {}  # per service, the replicas GPUs are freed for: asks beyond are held, as on hold
     stepped: set[str] = set()  # services the latency net grows this cycle
-    forecasts, notes = readable_forecasts(forecasts)
+    forecasts, notes = readable_forecasts(forecasts, view)
     last = dict(state.last_change)
     seen = dict(state.last_demand)
     # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting
