@@ -256,13 +256,21 @@ def read_rows(path: str) -> pd.DataFrame:
 
 
 def _refuse_long_rows(path: str) -> None:
+    """The first row holding a value past the header, as an InputError naming its line; a field past the csv
+    module's limit (131072 characters, where pandas has none) is one too, not a traceback."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
-        header = next(reader, [])
-        for fields in reader:
-            if any(field.strip() for field in fields[len(header):]):
-                raise InputError(path, f"row {reader.line_num}", ",".join(fields), f"at most {len(header)} fields, "
-                                 f"one per column of the header ({','.join(header)})")
+        try:
+            header = next(reader, [])
+            for fields in reader:
+                if any(field.strip() for field in fields[len(header):]):
+                    raise InputError(path, f"row {reader.line_num}", ",".join(fields), f"at most {len(header)} "
+                                     f"fields, one per column of the header ({','.join(header)})")
+        except csv.Error as exc:
+            limit = csv.field_size_limit()
+            raise InputError(path, f"row {reader.line_num}", f"a field over {limit} characters", "at most one field "
+                             f"per column of the header, each at most {limit} characters",
+                             detail=_one_line(exc)) from exc
 
 
 def check_header(path: str, *, fold_case: bool = False) -> None:

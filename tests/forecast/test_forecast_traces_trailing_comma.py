@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from balancer.cli import main
 from balancer.cmd.calibrate import from_csv
 from balancer.errors import InputError
 from balancer.forecast.traces import load_demand
@@ -49,3 +50,18 @@ def test_a_value_past_the_header_is_refused_naming_its_line(tmp_path, text, line
         load_demand(path, "csv")
     assert (info.value.file, info.value.field, info.value.value) == (str(path), f"row {line}", value)
     assert info.value.allowed == "at most 2 fields, one per column of the header (timestamp,value)"
+
+
+def test_a_field_past_the_csv_modules_limit_is_refused_naming_its_row(tmp_path, capsys):
+    """A row longer than the header is read again by the csv module, whose fields stop at 131072 characters (pandas'
+    have no limit): one longer escaped as a _csv.Error traceback, exit 1 (audit a6)."""
+    path = _write(tmp_path / "t.csv", "timestamp,value\n2024-01-01T00:00:00Z,5,\n2024-01-01T01:00:00Z,6,"
+                  + "y" * 200_000 + "\n2024-01-01T02:00:00Z,7,\n")
+    with pytest.raises(InputError) as info:
+        load_demand(path, "csv")
+    assert (info.value.file, info.value.field, info.value.value) == (str(path), "row 3",
+                                                                      "a field over 131072 characters")
+    assert info.value.allowed == "at most one field per column of the header, each at most 131072 characters"
+    code = main(["forecast", "backtest", "--models", "persistence", "--trace", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"gputide: error: {path}: field 'row 3': "), err
