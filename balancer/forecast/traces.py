@@ -244,33 +244,51 @@ def read_rows(path: str) -> pd.DataFrame:
     """The CSV at `path` under its header's names, whatever a row's length. pandas took a field more than the header
     on every row (a trailing comma) for an index: each value was read under the next column's name, the demand as
     the time and no value at all. Here a trailing comma's empty field is dropped, and a row holding a value past
-    the header is an InputError naming its line; pandas' own errors (a later row longer than the first) pass on."""
+    the header, or more fields than the header and the first row (a trailing comma on some rows only: pandas
+    refused it as a 'C error'), is an InputError naming its line; pandas' other errors pass on."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.ParserWarning)   # a row longer than the header: pandas drops the rest
         try:
             return pd.read_csv(path, index_col=False)
         except pd.errors.ParserWarning:
             _refuse_long_rows(path)
+        except pd.errors.ParserError:
+            _refuse_long_rows(path, uneven=True)
+            raise
         warnings.simplefilter("ignore", pd.errors.ParserWarning)   # only empty fields past the header
         return pd.read_csv(path, index_col=False)
 
 
-def _refuse_long_rows(path: str) -> None:
-    """The first row holding a value past the header, as an InputError naming its line; a field past the csv
-    module's limit (131072 characters, where pandas has none) is one too, not a traceback."""
+def _refuse_long_rows(path: str, *, uneven: bool = False) -> None:
+    """The first row holding a value past the header, or (`uneven`: pandas refused the file) more fields than both
+    the header and the first row, as an InputError naming its line; a field past the csv module's limit (131072
+    characters, where pandas has none) is one too, not a traceback."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, [])
-            for fields in reader:
-                if any(field.strip() for field in fields[len(header):]):
-                    raise InputError(path, f"row {reader.line_num}", ",".join(fields), f"at most {len(header)} "
-                                     f"fields, one per column of the header ({','.join(header)})")
+            _check_widths(path, reader, header, uneven)
         except csv.Error as exc:
             limit = csv.field_size_limit()
             raise InputError(path, f"row {reader.line_num}", f"a field over {limit} characters", "at most one field "
                              f"per column of the header, each at most {limit} characters",
                              detail=_one_line(exc)) from exc
+
+
+def _check_widths(path: str, reader, header: list[str], uneven: bool) -> None:
+    allowed = f"at most {len(header)} fields, one per column of the header ({','.join(header)})"
+    width = None
+    for fields in reader:
+        if any(field.strip() for field in fields[len(header):]):
+            raise InputError(path, f"row {reader.line_num}", ",".join(fields), allowed)
+        if not fields:   # a blank line, which pandas skips
+            continue
+        width = len(fields) if width is None else width
+        if uneven and len(fields) > max(width, len(header)):
+            raise InputError(path, f"row {reader.line_num}", ",".join(fields), f"as many fields on every row, one "
+                             f"per column of the header ({','.join(header)}): a trailing comma on every row or on "
+                             f"none", detail=f"{len(fields)} fields, where the header has {len(header)} and the "
+                             f"first row {width}")
 
 
 def check_header(path: str, *, fold_case: bool = False) -> None:

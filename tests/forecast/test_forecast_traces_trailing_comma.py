@@ -65,3 +65,29 @@ def test_a_field_past_the_csv_modules_limit_is_refused_naming_its_row(tmp_path, 
     code = main(["forecast", "backtest", "--models", "persistence", "--trace", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"gputide: error: {path}: field 'row 3': "), err
+
+
+@pytest.mark.parametrize(("text", "line", "value", "detail"), [
+    ("timestamp,value\n0,1\n600,2\n1200,3,\n", 4, "1200,3,", "3 fields, where the header has 2 and the first row 2"),
+    ("timestamp,value\n0,1,\n600,2,,\n", 3, "600,2,,", "4 fields, where the header has 2 and the first row 3"),
+], ids=["a later row only", "one more on a later row"])
+def test_a_trailing_comma_on_some_rows_only_is_refused_naming_the_row(tmp_path, capsys, text, line, value, detail):
+    """pandas refuses a row with more fields than the first: the message was 'a readable UTF-8 CSV (Error
+    tokenizing data. C error: ...)', which the README's 'a trailing comma on every row is fine' left unexplained."""
+    path = _write(tmp_path / "t.csv", text)
+    with pytest.raises(InputError) as info:
+        load_demand(path, "csv")
+    assert (info.value.file, info.value.field, info.value.value) == (str(path), f"row {line}", value)
+    assert info.value.allowed == ("as many fields on every row, one per column of the header (timestamp,value): "
+                                  "a trailing comma on every row or on none")
+    assert info.value.detail == detail
+    code = main(["forecast", "backtest", "--models", "persistence", "--trace", str(path)])
+    assert code == 2 and f"field 'row {line}'" in capsys.readouterr().err
+
+
+def test_a_value_past_the_header_on_a_later_row_only_names_that_row(tmp_path):
+    path = _write(tmp_path / "t.csv", "timestamp,value\n0,1\n600,2,x\n1200,3\n")
+    with pytest.raises(InputError) as info:
+        load_demand(path, "csv")
+    assert (info.value.field, info.value.value) == ("row 3", "600,2,x")
+    assert info.value.allowed == "at most 2 fields, one per column of the header (timestamp,value)"
