@@ -111,6 +111,8 @@ class CapacityView:
     # while telemetry has forgotten a node: per service, the replicas it places nowhere that `replicas` counts as
     # running there unseen (`view_from_snapshot`'s `forgotten`); the caller says so
     unseen: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # ... and the services counted from their pods left out of `services` meanwhile (`view_from_snapshot`); ditto
+    uncounted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,14 +333,18 @@ def view_from_snapshot(
     `forget_vanished_after_s`: `ClusterSnapshot.forgotten_nodes`, node -> its GPUs). Their pods have no placement, so
     a service's replicas there read as pending, and a reclaim shrank training every cycle to make room for replicas
     that were running. While a node is forgotten, a service's replicas asked beyond those placed count as running
-    there, as many as the forgotten GPUs hold (`dark_gpus` / gpus_per_replica; `ServiceView.unseen`,
-    `CapacityView.unseen`): no room is made for them, idle GPUs are still kept for them (they may be pending), and
-    the asks beyond that bound are pending as ever (a reclaim makes room for them; the latency net steps from the
-    count with them). A bound only: the whole service was held once, and any node forgotten, even one GPU of a node
-    whose others report, held every service with a replica pending, an urgent scale-up and its idle GPUs (lent to
-    training) with them. A service counted from its pods (`ServiceStatus.replicas_from_spec` False) cannot see its
-    pods there at all: it counts as many more placed and asked (not scaled up for them, nor training shrunk, beyond
-    what the latency net asks). A service with every replica it asks for placed has none there.
+    there, as many as the forgotten GPUs hold (`dark_gpus` x the replicas of its pods' gpu_milli one GPU holds /
+    gpus_per_replica: two half-GPU replicas on one dark GPU are two; `ServiceView.unseen`, `CapacityView.unseen`): no
+    room is made for them, idle GPUs are still kept for them (they may be pending), and the asks beyond that bound
+    are pending as ever (a reclaim makes room for them; the latency net steps from the count with them). A bound
+    only: the whole service was held once, and any node forgotten, even one GPU of a node whose others report, held
+    every service with a replica pending, an urgent scale-up and its idle GPUs (lent to training) with them. A
+    service counted from its pods (`ServiceStatus.replicas_from_spec` False) cannot see its pods there at all: its
+    count may miss any number of them up to that bound, and a scale to a count read so may add replicas or remove
+    live ones (counted with the whole bound, 2 pods none of which ran there were scaled to 11). It is left out of
+    `services` while any node is forgotten (`CapacityView.uncounted`), as a protected one is: neither scaled nor
+    lent, nor room made for it, its GPUs still inference's (it has no pending replicas to keep idle GPUs for: a pod
+    count sees none). A service with every replica it asks for placed has none there.
 
     One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
     codes, names, speed = _model_codes(snapshot.gpus)
@@ -349,6 +355,7 @@ def view_from_snapshot(
     gpu_idx: list[int] = []
     gpu_grp: list[int] = []
     gpu_mil: list[int] = []
+    milli: dict[int, int] = {}   # per group, the least gpu_milli of its pods (how many replicas one GPU may hold)
     placed_all: list[int] = []
     by_class = {WorkloadClass.INFERENCE: 0, WorkloadClass.TRAINING: 0, WorkloadClass.BATCH: 0}  # milli-GPUs
     trainers: list[tuple[int, float, float]] = []   # (group, checkpointed_at, started_at) of each training pod
@@ -370,6 +377,7 @@ def view_from_snapshot(
             first.append(w)
             members.append(0)
         members[g] += 1
+        milli[g] = min(milli.get(g, 1000), w.gpu_milli)
         rules.add(w.node_rules)
         if key[0] == "training":
             trainers.append((g, w.checkpointed_at, w.started_at))
@@ -405,12 +413,17 @@ def view_from_snapshot(
                if name in profiles and groups.get(("inference", name)) not in guarded
                and st.namespace not in protected_namespaces and not (sharded and ("inference", name) not in groups)]
     dark = dark_gpus(snapshot, forgotten)
+    # counted from its pods, a service's count misses those on a forgotten node: no count to scale it to (`forgotten`)
+    uncounted = tuple(name for name, st in planned if forgotten and not st.replicas_from_spec)
+    planned = [(name, st) for name, st in planned if name not in uncounted]
 
     def unseen_of(name: str, st: ServiceStatus) -> int:
         """The replicas of `name` that may run unseen on the forgotten GPUs: its asks beyond those placed, at most
-        what those GPUs hold; counted from its pods, all they hold (none of its pods there is seen)."""
-        room = dark // max(profiles[name].gpus_per_replica, 1)
-        return min(max(st.replicas - placed(name), 0), room) if st.replicas_from_spec else room
+        what those GPUs hold (a fractional replica's pods share a GPU: 1000 // gpu_milli of them to one)."""
+        g = groups.get(("inference", name))
+        per_gpu = 1000 // m if g is not None and 0 < (m := milli[g]) < 1000 else 1
+        room = dark * per_gpu // max(profiles[name].gpus_per_replica, 1)
+        return min(max(st.replicas - placed(name), 0), room)
 
     unseen = {name: n for name, st in planned if (n := unseen_of(name, st))}
     services = tuple(
@@ -420,9 +433,9 @@ def view_from_snapshot(
             # replicas that hold GPUs (warming ones included): a replica still pending for want of a GPU serves
             # nothing, and counting it would leave the planner content while training keeps the GPU it needs
             # (and those a forgotten node's GPUs may run unseen: `forgotten`)
-            replicas=min(st.replicas, placed(name)) + (n := unseen.get(name, 0)),
-            desired=st.replicas if st.replicas_from_spec else st.replicas + n,
-            unseen=n if st.replicas_from_spec else 0,   # counted from its pods: those there are no pending ones
+            replicas=min(st.replicas, placed(name)) + unseen.get(name, 0),
+            desired=st.replicas,
+            unseen=unseen.get(name, 0),
             hpa_wants=st.hpa_wants,
             gpus_by_model=(_by_model(weighted[g], names) if (g := groups.get(("inference", name))) is not None
                            else empty),
@@ -473,4 +486,5 @@ def view_from_snapshot(
         training_gpus=round(by_class[WorkloadClass.TRAINING] / 1000),
         total_gpus=int(healthy.sum()),
         unseen=MappingProxyType(unseen),
+        uncounted=uncounted,
     )

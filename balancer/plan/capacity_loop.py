@@ -257,6 +257,11 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
                f"as running unseen on {', '.join(sorted(snapshot.forgotten_nodes))}, whose GPUs telemetry has "
                "forgotten (gputide_gpus_forgotten): at most what those GPUs hold; no room is made for them, idle GPUs "
                "are kept for them, and replicas asked beyond are pending as ever",) if view.unseen else ())
+    unseen += ((f"capacity leaves {', '.join(view.uncounted)} alone while telemetry has forgotten "
+                f"{', '.join(sorted(snapshot.forgotten_nodes))} (gputide_gpus_forgotten): counted from its pods (no "
+                "gputide_inference_replicas series), it may run replicas there unseen, and a scale to a count read "
+                "without them could add or remove live ones: not scaled, nor lent, nor room made for it",)
+               if view.uncounted else ())
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
                                  capacity_policy.loan_horizon_s,

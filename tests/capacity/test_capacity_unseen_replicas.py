@@ -96,9 +96,35 @@ def test_a_service_whose_replicas_are_all_placed_is_planned_while_a_node_is_forg
     assert actions == [("job", 6, 4), ("chat", 2, 4)]
 
 
-def test_a_service_counted_from_its_pods_counts_those_the_forgotten_gpus_hold():
-    """Its pods on n1 are not seen at all (no replicas series: `replicas_from_spec` False): 2 counted where 4 run.
-    Planned from 2, it was scaled up and training shrunk every cycle (audit a4); it counts what n1 may hold."""
-    view, actions = _actions(_dark(30.0, chat_replicas=2, spec=False), forgotten={"n1": 2})
-    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(4, 4, 0)]   # none of them is pending
-    assert dict(view.unseen) == {"chat": 2} and actions == []
+def test_a_service_counted_from_its_pods_is_left_out_while_a_node_is_forgotten():
+    """Its pods on n1 are not seen at all (no replicas series: `replicas_from_spec` False): 2 counted where 4 may run,
+    or 2 where 2 run. Planned from 2, it was scaled up and training shrunk every cycle (audit a4); counted with all
+    n1 holds, its 2 pods were sent a scale to 11 (audit a8). No count to scale it to: left out, nothing lent."""
+    for demand in (30.0, 1.0):
+        view, actions = _actions(_dark(demand, chat_replicas=2, spec=False), forgotten={"n1": 2},
+                                 forecasts=_flat(demand))
+        assert (view.services, view.uncounted, dict(view.unseen)) == ((), ("chat",), {})
+        assert actions == []
+    view, _ = _actions(_dark(30.0, chat_replicas=2, spec=False))
+    assert view.uncounted == () and [s.replicas for s in view.services] == [2]   # no node forgotten: planned
+
+
+def _half(spec: int, forgotten, demand: float = 20.0):
+    """chat's half-GPU replicas (gpu_milli 500): two placed on GPU 0, the rest of its spec on n1; the job on 1-7."""
+    wl = [(workload(f"chat-{i}", owner="chat", milli=500), (0,)) for i in range(2)]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+           for i, g in enumerate(range(1, 8))]
+    snap = snapshot(make_fleet(nodes=1, gpus_per_node=8), workloads=wl, time=T,
+                    services={"chat": status("chat", demand, spec)})
+    return _actions(snap, forgotten=forgotten)
+
+
+def test_a_forgotten_gpu_holds_as_many_fractional_replicas_as_share_it():
+    """Two half-GPU replicas ran on n1's one GPU: both count there (the bound read 1 GPU / 1 GPU a replica, so the
+    other read pending, and training was shrunk for it every cycle: audit a8)."""
+    view, actions = _half(4, {"n1": 1})
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(4, 4, 2)]
+    assert actions == []   # was: job 7 -> 6
+    view, actions = _half(5, {"n1": 1}, 40.0)   # a third beyond the two the GPU holds is pending: room made
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(4, 5, 2)]
+    assert actions == [("job", 7, 6)]
