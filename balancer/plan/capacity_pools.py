@@ -145,15 +145,21 @@ class Pools:
                         got += n
         return got
 
-    def free_for(self, models: frozenset[str] | None, gpus: int,
-                 allow_suspend: bool) -> tuple[int, list[str], int]:
+    def free_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool,
+                 per: int = 1) -> tuple[int, list[str], int]:
         """Free up to `gpus` GPUs of the allowed models for a scale-up, idle ones first, then from elastic training
-        (`shrink_for`); returns how many, the jobs shrunk for them, and how many of them were idle."""
+        (`shrink_for`); returns how many, the jobs shrunk for them, and how many of them were idle. Shrinks that add
+        no whole replica of `per` GPUs to the idle ones (what they free at worst) are undone: sent, a job across a
+        hot-tainted node was shrunk 5 -> 1 for a 2-GPU replica that could only stay pending."""
         idle = self.take_free(models, gpus)
         if idle >= gpus:
             return idle, [], idle
         before = dict(self.workers)
+        held, stuck = {j: dict(h) for j, h in self.held.items()}, dict(self.stuck)
         got = idle + self.shrink_for(models, gpus - idle, allow_suspend)
+        if got // max(per, 1) <= idle // max(per, 1):
+            self.workers, self.held, self.stuck = before, held, stuck
+            return idle, [], idle
         return got, [j for j, w in self.workers.items() if w < before[j]], idle
 
     def grow_training(self, hours: float) -> None:
@@ -317,7 +323,7 @@ def apply_targets(
         elif delta > 0:
             short = max(0, new[p.name] - max((need or {}).get(p.name, new[p.name]), s.replicas))  # asks held
             want = (delta - short) * p.gpus_per_replica
-            got, jobs, idle = pools.free_for(p.models, want, policy.allow_suspend)
+            got, jobs, idle = pools.free_for(p.models, want, policy.allow_suspend, p.gpus_per_replica)
             for job in jobs:
                 shrink_gain[job] = shrink_gain.get(job, 0.0) + gains.get(p.name, 0.0)
                 if p.name in named and not idle:

@@ -127,3 +127,28 @@ def test_a_loan_lends_no_gpu_its_scale_down_may_empty_only_on_a_cordoned_node():
     # either replica may go; the one left may be n0's, so the GPU emptied may be n1's, where no worker can go
     assert _sizes(*_loan(TAINTS[0])) == [("chat", 2, 1)]   # was: and job 3 -> 4, its new worker pending
     assert _sizes(*_loan("")) == [("chat", 2, 1), ("job", 3, 4)]
+
+
+def test_no_shrink_goes_out_for_a_reclaim_that_frees_no_whole_replica_at_worst():
+    """2-GPU replicas; the job's three lowest workers on hot-tainted n0, two on n1 beside chat: stopping four frees
+    one usable GPU at worst, half a replica (audit a8: job 5 -> 1 went out, and no replica came of it)."""
+    fl = make_fleet(nodes=2, gpus_per_node=4)
+    nodes = (replace(fl.nodes[0], taints=(TAINTS[1],)), fl.nodes[1])
+    wl = [(workload("chat-0", owner="chat", gpus=2), (4, 5))]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (g,))
+           for i, g in enumerate((0, 1, 2, 6, 7))]
+    snap = snapshot(fl, workloads=wl, time=1000.0, services=chat(10.0, 1, p99=0.6), nodes=nodes)
+    profiles = {"chat": ServiceCapacity(name="chat", rps_per_replica=10, warmup_s=300, gpus_per_replica=2)}
+    plan, _ = plan_with_capacity(snap, {}, ON, None, profiles=profiles, capacity_policy=CapacityPolicy())
+    assert [a for a in plan.actions if isinstance(a, ScaleTraining)] == []   # was: job 5 -> 1
+    assert "capacity: chat: wants 1 more replicas, only 0 GPUs' worth can be freed" in plan.notes
+
+
+def test_a_shrink_that_frees_a_whole_replica_at_worst_still_goes_out():
+    """1-GPU replicas, the job's lowest worker on an unhealthy GPU: stopping two frees one usable GPU at worst."""
+    wl = [(workload("chat-0", owner="chat"), (0,))]
+    wl += [(workload(f"job-{i}", C.TRAINING, owner="job", elastic_min=1, elastic_max=8), (1 + i,)) for i in range(3)]
+    snap = snapshot(make_fleet(nodes=1, gpus_per_node=4), workloads=wl, time=1000.0, services=chat(20.0, 2, p99=1.5))
+    xid = np.zeros(snap.n_gpus, dtype=np.int64)
+    xid[1] = 79
+    assert _sizes(replace(snap, xid=xid)) == [("job", 3, 1)]   # for chat's replica asked already: no second ask
