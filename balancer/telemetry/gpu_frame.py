@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from balancer import catalog
 from balancer.errors import InvalidTelemetry, StaleTelemetry
 from balancer.model import MAY_BE_UNKNOWN
 
@@ -60,15 +61,18 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "xid": (0, 1 << 16), "memory_unhealthy": (0, 1),
 }
 # A management limit below 1 W (0 W) is no limit a board enforces (NVML's lowest minimum limits are tens of watts):
-# one that has none (NotSupported) has no series, missing telemetry. And no board draws `POWER_OVER_LIMIT` times its
-# limit for a sample: the limiter acts within milliseconds, and DCGM_FI_DEV_POWER_USAGE, a 1-second average
-# (dcgm-exporter's and gputide's: `exporters.backends.nvml`), smooths the transients above it (a loaded H200 averaged
-# 692 W, its instant reading 705 W, at its 700 W limit). Up to a second after a lower limit, the average still holds
-# what the board drew before it: the controller caps to no less than half the TDP by default (min_power_fraction),
-# so 2x, and a little more with the overshoot, is a real reading; 3x leaves that room. Beyond it the two are not one
-# board's readings (a broken sensor, a unit read wrong) and the reading is refused. An operator's cap far below the
-# TDP (nvidia-smi -pl to the minimum) can make the one sample within that second read so: the controller then holds
-# still until the next sample, which is what this false reject costs.
+# one that has none (NotSupported) has no series, missing telemetry. And no board draws `POWER_OVER_LIMIT` times the
+# larger of its limit and its default limit (the catalogue's TDP for its modelName: `default_limits`) for a sample:
+# the limiter acts within milliseconds, and a board never draws much above the highest limit it may be set to (a
+# loaded H200 at its 700 W limit read 705 W instant, 692 W averaged over 1 s). The limit alone refused real readings:
+# DCGM_FI_DEV_POWER_USAGE is a 1 s average or an instant sample (`exporters.backends.nvml`: nvmlDeviceGetPowerUsage
+# averages over 1 s on Ampere, except GA100, and newer; GA100 and older return instantaneous power), and the
+# average still holds what a loaded board drew before a lower limit for up to that second: 692-705 W against an
+# operator's `nvidia-smi -pl 200` on an H200, 3.5x (auditor a7); the controller's own caps go down to
+# min_power_fraction of the TDP, 0.25 allowed, 4x on an A100. Against the default limit no real reading comes near
+# 3x; beyond it the two are not one board's readings (a broken sensor, a unit read wrong) and the reading is refused.
+# A board the catalogue does not know is judged by its limit alone: a cap below a third of what it drew can then read
+# so for the one sample in that second, and the controller holds still until the next.
 POWER_OVER_LIMIT = 3.0
 GPU_KEY = ("hostname", "gpu", "UUID")
 # per GPU with a NaN sample of a required field (`gpu_frame`, only when there is one): the position in the answer of
@@ -278,7 +282,7 @@ def check_not_nan(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None
 def check_values(arrays: Mapping[str, np.ndarray], wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
     """Values outside `BOUNDS` (a broken sensor or exporter), or no board could report together (`_together`), on a
     GPU `checked` (None: every GPU): `InvalidTelemetry`, naming the first such GPU and its values."""
-    for bad, said in (*_outside(arrays), *_together(arrays)):
+    for bad, said in (*_outside(arrays), *_together(arrays, default_limits(wide))):
         if checked is not None:
             bad = bad & checked
         if bad.any():
@@ -302,20 +306,35 @@ def _outside(arrays: Mapping[str, np.ndarray]) -> list[Verdict]:
     return out
 
 
-def _together(arrays: Mapping[str, np.ndarray]) -> list[Verdict]:
+def _together(arrays: Mapping[str, np.ndarray], default: np.ndarray) -> list[Verdict]:
     """What `BOUNDS`, one field at a time, cannot see. Free memory: `arrays` folds it into the total (used + free),
     so its bound is checked here, on what the snapshot carries (total - used: exact at 0, never below it for a free
     figure of 0 or more), and a GPU using more memory than it has is refused. Power above `POWER_OVER_LIMIT` times
-    the GPU's limit likewise (MIG: both are the whole GPU's)."""
+    the larger of the GPU's limit and its `default` limit likewise (MIG: both are the whole GPU's)."""
     used, total = arrays["mem_used_mib"], arrays["mem_total_mib"]
     free, (lo, hi) = total - used, BOUNDS["mem_free_mib"]
     power, limit = arrays["power_w"], arrays["power_limit_w"]
+    ref = np.maximum(limit, default)   # a NaN limit (unknown) stays NaN: not judged, as before
+
+    def over(i: int, gpu: str) -> str:
+        of = (f"its {FIELDS['power_limit_w'][0]} ({limit[i]:g} W)" if limit[i] >= default[i] else
+              f"its default limit ({default[i]:g} W, its model's TDP; {FIELDS['power_limit_w'][0]} {limit[i]:g} W)")
+        return (f"{FIELDS['power_w'][0]} = {power[i]:g} W on {gpu} is over {POWER_OVER_LIMIT:g} times {of}: not a "
+                "reading of one board")
     return [((free < lo) | (free > hi), lambda i, gpu: (
                 f"{FIELDS['mem_free_mib'][0]} = {free[i]:g} MiB on {gpu} is outside [{lo}, {hi}] MiB: {used[i]:g} "
                 f"MiB used of {total[i]:g} MiB (used + free)")),
-            (power > POWER_OVER_LIMIT * limit, lambda i, gpu: (
-                f"{FIELDS['power_w'][0]} = {power[i]:g} W on {gpu} is over {POWER_OVER_LIMIT:g} times its "
-                f"{FIELDS['power_limit_w'][0]} ({limit[i]:g} W): not a reading of one board"))]
+            (power > POWER_OVER_LIMIT * ref, over)]
+
+
+def default_limits(wide: pd.DataFrame) -> np.ndarray:
+    """Per GPU row, the default power limit of its modelName's board (the catalogue's TDP), 0 where the catalogue
+    does not know it (or no modelName): the power check's floor under the limit (`_together`)."""
+    if "modelName" not in wide:
+        return np.zeros(len(wide))
+    names = wide["modelName"].to_numpy(dtype=object)
+    tdp = {n: s.tdp_w if (s := catalog.by_model_name(n)) else 0.0 for n in set(names.tolist())}
+    return np.array([tdp[n] for n in names.tolist()], dtype=float)
 
 
 def check_not_frozen(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
