@@ -18,8 +18,9 @@ waiting on every read; the last one per GPU is reported, none for a GPU whose ev
 (`exporters.backends.nvml_xid`). Slowdown and shutdown thresholds are kept once read.
 
 Power is NVML's 1-second average (``NVML_FI_DEV_POWER_AVERAGE``, falling back to ``nvmlDeviceGetPowerUsage``,
-which returns that average on Ampere and newer and the instant power before), as dcgm-exporter's
-``DCGM_FI_DEV_POWER_USAGE`` and nvidia-smi's ``power.draw`` report it. The instant field swings around it: on a real
+which NVML documents as that average on Ampere, except GA100, and newer, and as instantaneous power on GA100 (A100)
+and older: there the fallback serves an instant sample), as dcgm-exporter's ``DCGM_FI_DEV_POWER_USAGE`` and
+nvidia-smi's ``power.draw`` report it on those newer boards. The instant field swings around it: on a real
 H200 at its 700 W limit it read 704.8 W while the average held 692 W (bench/device/h200-2026-12-04), and a
 planner comparing power with the limit must not see a board above its own cap.
 
