@@ -44,7 +44,8 @@ def _readers_follow_the_record(record: str) -> set[str]:
 
 
 def test_the_cordon_record_is_read_in_its_group_after_it_by_the_maintenance_rules():
-    assert _readers_follow_the_record(CORDON) == {"node:gpu_maintained:bool", "GpuNodeDarkAfterMaintenance"}
+    assert _readers_follow_the_record(CORDON) == {"node:gpu_maintained:bool", "GpuNodeDarkAfterMaintenance",
+                                                  "node:gpu_count:in_service", "GpuNodeShortAfterMaintenance"}
 
 
 def test_only_the_record_and_the_copies_a_record_would_change_name_the_taint_keys():
