@@ -132,7 +132,7 @@ class FakeDevice:
     mem_temp: int | None = 52      # None: no memory temperature sensor (field 82 answers NotSupported)
     slowdown: int = 87
     shutdown: int = 92
-    power_mw: int = 350_000         # the 1 s average (nvmlDeviceGetPowerUsage on Ampere and newer, field 185)
+    power_mw: int = 350_000         # the 1 s average (field 185; nvmlDeviceGetPowerUsage on Ampere but GA100 and newer)
     power_instant_mw: int | None = None   # field 186; None: the average
     limit_mw: int = 700_000         # the management limit (nvidia-smi -pl); enforced_mw: what the driver enforces
     enforced_mw: int | None = None  # (field 190): None the same, lower under an out-of-band limit
