@@ -7,8 +7,7 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
 * an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
   `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
-* an inference service with serving series but no finite demand (`serving.service_status`) -> `MissingTelemetry`,
-  for `forget_vanished_after_s` at most: then it is left out of the statuses, unplanned (`serving.UnknownDemands`)
+* an inference service with serving series but no finite demand (`serving.service_status`) -> `MissingTelemetry`
 * no GPU series at all, a GPU seen before that vanished (or a GPU node the Kubernetes API lists with no GPU in
   telemetry, seen or not: `vanished.Absences`), or a GPU missing a field -> `MissingTelemetry`; except
   a field its exporter declares unsupported (``gputide_exporter_unsupported_field_info``, `gpu_frame.UNKNOWABLE`:
@@ -94,7 +93,7 @@ from balancer.telemetry.gpu_frame import (
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
 from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts, unhealthy
-from balancer.telemetry.serving import SERVING_SERIES, UnknownDemands, with_hpa_wants
+from balancer.telemetry.serving import SERVING_SERIES, service_status, with_hpa_wants
 from balancer.telemetry.topology import Topology
 from balancer.telemetry.vanished import DARK, Absences
 
@@ -118,8 +117,7 @@ class PrometheusOptions:
     stale_after_s: float | None = None   # the limit in seconds when set (`gputide run --stale-after`), else the above
     # a GPU gone from telemetry (or a GPU node the Kubernetes API lists with none in telemetry: `vanished.Absences`)
     # holds still for this long, then is forgotten, loudly (`gputide_gpus_forgotten{node}` while its node is listed):
-    # one dark exporter must not stop the whole fleet for good. Forgotten at once when its node leaves the API. So,
-    # after as long, is a service whose demand is unknown (`serving.UnknownDemands`: left out of the plan, loudly)
+    # one dark exporter must not stop the whole fleet for good. Forgotten at once when its node leaves the API
     forget_vanished_after_s: float = 600.0
     cluster: str | None = None          # restrict to series with this `cluster` label
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -187,7 +185,6 @@ class PrometheusTelemetrySource:
         self.clock = clock
         self.client = client or connect(opts)
         self.absences = Absences(opts.forget_vanished_after_s)   # GPUs seen, gone, forgotten (`vanished.Absences`)
-        self.unknown_demands = UnknownDemands(opts.forget_vanished_after_s)   # services held for, then left out
         self._known_from: tuple[Gpu, ...] | None = None   # the topology `absences.known` was last updated from
         self._evaluated_at = math.nan                # Prometheus's clock at the last GPU query
         self._topology = Topology()                  # nodes and GPUs from the series' labels, with its caches
@@ -427,10 +424,9 @@ class PrometheusTelemetrySource:
     def _services(self, workloads: tuple[Workload, ...] = (),
                   concerned: Callable[[str], bool] | None = None) -> dict[str, ServiceStatus]:
         """Serving series per `service` (`serving.service_status`; `concerned`: the services whose unknown demand
-        refuses the reading, None: all; each for `forget_vanished_after_s` at most: `serving.UnknownDemands`)."""
+        refuses the reading, None: all)."""
         rows = self._query(f'{{__name__=~"{"|".join(SERVING_SERIES)}"{self._selector()}}}')
-        return self.unknown_demands.statuses(self.clock(), rows, workloads, self.slo_latency_s,
-                                             self.default_slo_latency_s, concerned)
+        return service_status(rows, workloads, self.slo_latency_s, self.default_slo_latency_s, concerned)
 
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:

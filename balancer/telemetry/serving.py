@@ -4,21 +4,18 @@ The controller reads, per `service` label, the offered load `gputide_inference_d
 `gputide_inference_latency_p99_seconds` and the replicas asked for `gputide_inference_replicas`
 (rules/serving/vllm.yaml records them from vLLM and kube-state-metrics; the simulated fleet's exporter publishes
 them itself), and, to say why a demand is unknown, the ready replicas and the pods reporting and stalled. No I/O
-here but the log line of a service whose unknown demand is no longer held for (`UnknownDemands`).
+here.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from balancer.errors import InvalidTelemetry, MissingTelemetry
 from balancer.model import ServiceStatus, Workload, WorkloadClass
 from balancer.telemetry.gpu_frame import sample
-
-log = logging.getLogger("balancer.telemetry.prometheus")   # the source's own log: operators filter on it
 
 P99_BEYOND_BUCKETS_S = 3600.0   # a +Inf p99: beyond the highest bucket of any serving latency histogram
 LATENCY_UNKNOWN = math.nan   # a p99 absent or NaN while requests arrive: no latency evidence, never 0 (calm)
@@ -93,48 +90,6 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
                              else pods.get(s, 0), namespace=namespace.get(s, ""),
                              replicas_from_spec="gputide_inference_replicas" in v)
             for s, v in by.items()}
-
-
-@dataclass
-class UnknownDemands:
-    """Services whose demand is unknown (`service_status`'s `MissingTelemetry`): held for `forget_after_s` from the
-    first reading that found it so, then left out of the statuses, loudly once, as a vanished GPU is forgotten
-    (`vanished.Absences`): one stalled or unscraped service must not stop the whole fleet, thermal relief and every
-    other service's scaling included, for as long as it stays so. Left out, it is unplanned, as a shard leaves the
-    services it is not concerned with: not scaled, its pods keep their GPUs (nothing lent from it), never read as 0.
-    Its demand known again (or its series gone), it starts afresh: unknown again, it holds for another
-    `forget_after_s`."""
-    forget_after_s: float
-    since: dict[str, float] = field(default_factory=dict)   # service -> when a reading first found its demand unknown
-    forgotten: set[str] = field(default_factory=set)         # those left out now (each logged once)
-
-    def statuses(self, now: float, rows: list[dict], workloads: tuple[Workload, ...],
-                 slo_latency_s: Mapping[str, float], default_slo_latency_s: float,
-                 concerned: Callable[[str], bool] | None = None) -> dict[str, ServiceStatus]:
-        """`service_status` of the reading at `now`, holding (`MissingTelemetry`) only for the services `concerned`
-        (None: every one) whose demand has been unknown for less than `forget_after_s`. A service no reading found
-        unknown since (known, gone, or no concern of the caller's) is dropped from `since` and `forgotten`."""
-        unknown: set[str] = set()
-
-        def held(service: str) -> bool:
-            if concerned is not None and not concerned(service):
-                return False
-            unknown.add(service)
-            since = self.since.setdefault(service, now)
-            if now - since < self.forget_after_s:
-                return True
-            if service not in self.forgotten:
-                self.forgotten.add(service)
-                log.warning("leaving service %s out of the plan: its demand has been unknown for %.0fs (held still "
-                            "for it until then); not scaled, nothing lent from it, until its demand is known again",
-                            service, now - since)
-            return False
-
-        try:
-            return service_status(rows, workloads, slo_latency_s, default_slo_latency_s, held)
-        finally:
-            self.since = {s: t for s, t in self.since.items() if s in unknown}
-            self.forgotten &= unknown
 
 
 def _why_unknown(name: str, series: Mapping[str, float]) -> str:
