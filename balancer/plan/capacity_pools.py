@@ -356,7 +356,8 @@ def apply_targets(
             ))
     hours = policy.loan_horizon_s / 3600.0
     pools.keep_for_unseen(view.services, granted)   # after the scale-ups, which may take them: inference's anyway
-    pools.grow_training(hours)
+    if not view.uncounted:   # a service left out while a node is forgotten may need the idle GPUs: none lent meanwhile
+        pools.grow_training(hours)
     training = pools.training_actions(
         "loan idle GPUs to training", "make room for inference", shrink_gain, hours, serves
     )
