@@ -18,13 +18,9 @@ line, no thermal bits) and only the software cap (0x04) is set: its work may sti
 finds a gain, but its node is not tainted, so a fleet busy at full power is not closed to new work. The hardware
 power brake (0x80) is the node's power delivery asking for less, and taints like heat.
 
-`detect` updates the streaks, `thermal_nodes` names the hot nodes (thermal hotspots and inherited hot taints not yet
-cooled), `hot_nodes` the nodes to keep tainted: the hot ones less those `kept_open` leaves open. Hot taints never close
-a pool's idle GPUs: when every node of a pool (a GPU model) is hot, one of them with a free GPU (one already open
-first, then the coolest) is left untainted, or a pod evicted or recreated there (a rollout, a failed node, a migration's
-replacement) would have nowhere to run while GPUs sat idle under the taints. `on_nodes` and `power_capped_at_default`
-are per-GPU masks. What to do about the hotspots (migrate, throttle, shrink, give back) is `balancer.plan.hotspots`,
-which re-exports these. Pure: no clock, no I/O.
+`detect` updates the streaks, `hot_nodes` names the nodes to keep tainted (thermal hotspots and inherited hot taints
+not yet cooled), `on_nodes` and `power_capped_at_default` are its per-GPU masks. What to do about the hotspots
+(migrate, throttle, shrink, give back) is `balancer.plan.hotspots`, which re-exports these. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -35,7 +31,6 @@ import numpy as np
 
 from balancer.config import BalancerPolicy
 from balancer.model import ClusterSnapshot
-from balancer.noderules import Taint
 from balancer.plan.simulate import THERMAL_BITS, hot_tainted, model_arrays
 
 HW_POWER_BRAKE = 0x80
@@ -129,59 +124,9 @@ def power_capped_at_default(snapshot: ClusterSnapshot) -> np.ndarray:
     return bits & (snapshot.power_limit_w >= model_arrays(snapshot)["tdp"] - DEFAULT_LIMIT_TOLERANCE_W)
 
 
-def thermal_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
+def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
     """Nodes with a thermal hotspot (not one kept active by power capping alone), or an inherited hot taint not yet
-    cooled: the hot nodes, each tainted unless `kept_open` keeps it open."""
+    cooled: the nodes to keep tainted."""
     thermal = (state.active | state.inherited) & ~state.power_only
     idx = np.unique(snapshot.node_index[thermal]) if snapshot.n_gpus else []
     return frozenset(snapshot.nodes[i].name for i in idx)
-
-
-def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
-    """The nodes to keep tainted: the hot ones (`thermal_nodes`) less those `kept_open` keeps open."""
-    hot = thermal_nodes(snapshot, state)
-    return hot - kept_open(snapshot, hot).keys() if hot else hot
-
-
-def kept_open(snapshot: ClusterSnapshot, hot: frozenset[str]) -> dict[str, str]:
-    """{hot node: its pool} of the hot nodes left untainted so that hot taints never close a pool's idle GPUs (a pool:
-    its GPU model, unless the fleet names pools: `Node.pool_name`): a pool every node of which is hot, of those new
-    pods may reach (no `node.kubernetes.io/` taint such as a cordon's), keeps one with a free GPU (healthy, nothing
-    placed on it) open. Tainting them all left a pod evicted or recreated there (a rollout, a failed node, a
-    migration's replacement) nowhere to run while GPUs sat idle under the taints. A pool with a node not hot keeps
-    tainting its hot ones (the taint steers work within the pool: a hot node whose work was moved off takes no new
-    work even when its freed GPUs are the pool's only free ones), and so does one whose hot nodes have no free GPU (the
-    taints close no idle GPU). The one kept: a node not tainted now (no flapping between nodes), then the coolest (its
-    hottest GPU the furthest below slowdown), then the one with the most free GPUs, then by name."""
-    s = snapshot
-    if not hot or not s.n_gpus:
-        return {}
-    nodes = s.nodes
-    reachable = [i for i, n in enumerate(nodes) if not _closed(n.taints)]
-    open_pools = {nodes[i].pool_name for i in reachable if nodes[i].name not in hot}
-    n_free = np.bincount(s.node_index[s.healthy & (s.gpu_milli_used == 0)], minlength=len(nodes))
-    candidates: dict[str, list[int]] = {}
-    for i in reachable:
-        if nodes[i].pool_name not in open_pools and n_free[i]:
-            candidates.setdefault(nodes[i].pool_name, []).append(i)
-    if not candidates:
-        return {}
-    excess = np.full(len(nodes), -np.inf)
-    np.maximum.at(excess, s.node_index, s.temperature_c - s.slowdown_temp_c)
-    shown = hot_tainted(s)
-
-    def rank(i: int) -> tuple:
-        return nodes[i].name in shown, excess[i], -n_free[i], nodes[i].name
-
-    return {nodes[min(idx, key=rank)].name: pool for pool, idx in sorted(candidates.items())}
-
-
-def kept_open_reason(node: str, pool: str) -> str:
-    """Why `node` (hot) is not tainted: one text while it lasts, so the controller logs it once."""
-    return (f"hot node {node} left untainted: every node of pool {pool} is hot, and tainting them all would close its "
-            f"free GPUs to every new or recreated pod")
-
-
-def _closed(taints: tuple[str, ...]) -> bool:
-    """Whether Kubernetes' own node taints (a cordon, not-ready, unreachable, ...) keep every new pod off."""
-    return any(t.repels and t.key.startswith("node.kubernetes.io/") for t in map(Taint.parse, taints))

@@ -16,10 +16,7 @@ For each active hotspot, hottest first, the proposals are, in order of preferenc
    (never below max(GPU minimum, `minPowerFraction` x TDP));
 3. if even the floor is too hot, shrink one low-priority elastic training job by a worker.
 
-Nodes with a thermal hotspot are tainted so replacements land elsewhere, but never all of a pool's (a GPU model's):
-when every node of a pool is hot, one with a free GPU is kept open (`kept_open`, untainted if it was, said in a
-note: `notes`), so a pod evicted or recreated there still has a place to run; it is still no migration's target.
-When they cool the taint, power limits and
+Nodes with a thermal hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
 shrunk jobs are given back. A hot taint read from a node before this controller could have set one (its first
 `hotReadings` readings: it was restarted, or has just become the leader) is its predecessor's and is kept with the
 same hysteresis (`HotspotState.inherited`): every GPU of the node holds it, as an active hotspot would, until it has
@@ -61,11 +58,8 @@ from balancer.plan.hotspot_detect import (  # noqa: F401  (re-exported: the plan
     HotspotState,
     detect,
     hot_nodes,
-    kept_open,
-    kept_open_reason,
     on_nodes,
     power_capped_at_default,
-    thermal_nodes,
 )
 from balancer.plan.shrink_records import shrunk_jobs  # noqa: F401  (the planner's hotspots.shrunk_jobs)
 from balancer.plan.simulate import Projection
@@ -88,34 +82,23 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
     `excluded`: {workload: positions of nodes it may not be moved to} (targets the actuator refused lately)."""
     s = snapshot
     actions: list[Action] = []
-    thermal = thermal_nodes(s, state)
-    opened = kept_open(s, thermal)   # hot, but all of their pool is: one stays open
-    hot_node_set = thermal - opened.keys()
+    hot_node_set = hot_nodes(s, state)
     if policy.hotspots.taint_hot_nodes:
         actions += [TaintNode(node=n, reason="node has a GPU near its slowdown temperature")
                     for n in sorted(hot_node_set - tainted)]
     on_gpu = _placed_on(s, state.active)
-    if state.active.any():   # a hot node kept open is still no migration's target
-        room = Room.start(s, policy, state, proj, thermal | tainted, excluded)
+    if state.active.any():
+        room = Room.start(s, policy, state, proj, hot_node_set | tainted, excluded)
         actions += _relieve(s, policy, state, proj, room, on_gpu, shrunk, refused)
     actions += _give_back_power(s, proj, state, policy, throttled)
-    # a node no longer hot (its inherited taint included: `HotspotState.inherited`), or kept open, is opened again
-    actions += [TaintNode(node=n, remove=True,
-                          reason=kept_open_reason(n, opened[n]) if n in opened else "node cooled")
-                for n in sorted(tainted - hot_node_set)]
+    # a node no longer hot (its inherited taint included: `HotspotState.inherited`) is opened again
+    actions += [TaintNode(node=n, remove=True, reason="node cooled") for n in sorted(tainted - hot_node_set)]
     # not yet cool: a hotspot, an inherited taint, or a hot reading a restarted controller has not counted out yet
     if not shrunk:
         return actions
     warm = np.flatnonzero(state.active | state.inherited | (state.hot_streak > 0))
     busy_jobs = {w.owner for g in warm.tolist() for w in s.workloads_on(g)}
     return actions + _give_back_workers(proj, shrunk, busy_jobs | held)
-
-
-def notes(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState) -> tuple[str, ...]:
-    """Why a hot node is left untainted (`kept_open`): a taint held back is said, as a dropped proposal is."""
-    if not policy.hotspots.taint_hot_nodes:
-        return ()
-    return tuple(kept_open_reason(n, m) for n, m in sorted(kept_open(snapshot, thermal_nodes(snapshot, state)).items()))
 
 
 def _placed_on(s: ClusterSnapshot, gpus: np.ndarray) -> dict[int, list[str]]:

@@ -188,8 +188,8 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
         moves, change = consolidation.propose(snapshot, policy, hs, proj, frozenset(hot | tainted), frozenset(refused),
                                               off)
         kept, after = tuple(moves), after + change
-    notes = colocation.notes(snapshot, policy, co) + hotspots.notes(snapshot, policy, hs) + tuple(
-        f"dropped {a.kind} {a.target}: {why}" for a, why in result.dropped)
+    notes = colocation.notes(snapshot, policy, co) + tuple(f"dropped {a.kind} {a.target}: {why}"
+                                                           for a, why in result.dropped)
     lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
                                 if name in nodes and nodes[name].hot_until == until})
     renewals = _renewals(snapshot, nodes, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
