@@ -131,6 +131,12 @@ def cell(column: pd.Series, row: int) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def booleans(column: pd.Series) -> pd.Series:
+    """Cells pandas read as True/False (`true`, `FALSE`): to_numeric takes them for 1 and 0, where no number was
+    written; a demand or a GPU count of `true` is a mistake to name, not a 1."""
+    return column.map(lambda v: isinstance(v, (bool, np.bool_))).astype(bool)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
@@ -317,6 +323,7 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
         raise InputError(path, "rows", 0, "at least two rows")
     values = pd.to_numeric(df[cols["value"]], errors="coerce")
     bad = (values.isna() & df[cols["value"]].notna()) | (values < 0) | ~(values <= MAX_RPS) & values.notna()
+    bad |= booleans(df[cols["value"]])
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(path, "value", cell(df[cols["value"]], row), f"a number from 0 to {MAX_RPS:g} (req/s; "
@@ -353,8 +360,9 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
         except _READ_ERRORS as exc:
             raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...") from exc
         s, r = pd.to_numeric(df[0], errors="coerce"), pd.to_numeric(df[1], errors="coerce")
-        bad_start = ~np.isfinite(s.to_numpy(float)) | (s.abs() > MAX_EPOCH_S).to_numpy()
+        bad_start = ~np.isfinite(s.to_numpy(float)) | (s.abs() > MAX_EPOCH_S).to_numpy() | booleans(df[0]).to_numpy()
         bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy() | (r > MAX_RPS).to_numpy()
+        bad_rate |= booleans(df[1]).to_numpy()
         if (bad_start | bad_rate).any():
             row = int(np.flatnonzero(bad_start | bad_rate)[0])
             col, column = ("window_start_s", 0) if bad_start[row] else ("rate_req_per_s", 1)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
-from balancer.forecast.traces import check_header
+from balancer.forecast.traces import booleans, check_header
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.scheduler import Scheduler, get_policy
 from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, parse_gpu_spec
@@ -78,12 +78,14 @@ def _long_row(path: str) -> InputError:
 
 def _ints(df: pd.DataFrame, column: str, path: str | Path, lo: int, hi: int | None = None) -> np.ndarray:
     values = pd.to_numeric(df[column], errors="coerce")
-    bad = values.isna() | (values < lo) | (values != values.round())
+    boolean = booleans(df[column])
+    bad = values.isna() | (values < lo) | (values != values.round()) | boolean
     # inf and 1e30 pass the checks above but wrap around when cast to int64: cap every column at 2**53
     bad |= values > (hi if hi is not None else INT_CAP)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         allowed = f"integers {lo}..{hi}" if hi is not None else f"integers {lo}..{INT_CAP}"
+        allowed = f"a number ({allowed}), not true/false" if boolean.iloc[row] else allowed
         value = df[column].iloc[row]   # the cell as read: a numpy scalar when the column is numeric
         value = value.item() if isinstance(value, np.generic) else value
         raise InputError(str(path), column, value, allowed, f"row {row + 2}")
