@@ -99,6 +99,9 @@ def load_nodes(path: str | Path) -> ClusterState:
     for i, (m, k) in enumerate(zip(models, gpus, strict=True)):
         if k > 0 and m is None:
             raise InputError(str(path), "model", "", "a GPU model name on nodes with gpu > 0", f"row {i + 2}")
+        if m is not None and "|" in m:   # no pod could ask for it: a gpu_spec of T4|A10 allows T4 or A10
+            raise InputError(str(path), "model", m, "a GPU model name without '|' ('|' separates the models a "
+                             "pod's gpu_spec allows, so no pod could name this one)", f"row {i + 2}")
     return ClusterState.from_nodes(
         _ints(df, "cpu_milli", path, 0), _ints(df, "memory_mib", path, 0), gpus, models,
         names=_names(df, "sn", path),
