@@ -17,6 +17,8 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
+* a last sample stamped in the future, past a scrape interval + 5 s (a clock running ahead: its age is unknown)
+                                                                             -> `InvalidTelemetry`
 * GPU series of several `cluster` labels while no `cluster` is chosen         -> `InvalidTelemetry`
 * one UUID under two hosts or slots, both fresh (two exporters that disagree)  -> `InvalidTelemetry`; where only
   one is fresh, the other is what a GPU left behind when it moved (a renamed node, a board moved, series that
@@ -334,6 +336,7 @@ class PrometheusTelemetrySource:
         age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
         if mine.any():
             self.oldest_sample_age_s = max(float(age[mine].max()), 0.0)
+        self._check_not_ahead(wide, age, mine)
         limit = self._stale_limit()
         stale = (age > limit) & mine
         if stale.any():
@@ -342,6 +345,24 @@ class PrometheusTelemetrySource:
                                  f"(worst: {wide['UUID'][worst]} on {wide['hostname'][worst]}, {age[worst]:.0f}s old)",
                                  subjects=tuple(wide["UUID"][stale]))
         return age
+
+    def _check_not_ahead(self, wide: pd.DataFrame, age: np.ndarray, mine: np.ndarray) -> None:
+        """Refuse (`InvalidTelemetry`) GPUs `mine` whose last sample is stamped ahead of the evaluation time by more
+        than a scrape interval and 5 s. A query at T selects no sample stamped after T, so on one Prometheus an age is
+        never below 0; one that is comes from a store that breaks that (or from the controller's clock, where the
+        answer had no evaluation time), and a sample stamped by a clock running ahead (an exporter's own timestamps,
+        `honor_timestamps`, remote write, federation) is older than it reads by as much: clipped to 0 it read fresh,
+        so the staleness limit never fired. Its age is unknown, not old: invalid, like a last sample not a time.
+        The margin is what rounding (milliseconds) and one scrape's jitter could give; Prometheus's own scrape
+        takes samples up to 10 minutes ahead of its clock, so it does not stop them."""
+        ahead = (age < -(self.opts.scrape_interval_s + 5.0)) & mine
+        if ahead.any():
+            worst = int(np.argmin(np.where(ahead, age, np.inf)))
+            raise InvalidTelemetry(f"{int(ahead.sum())} GPU(s) have samples stamped in the future, up to "
+                                   f"{-age[worst]:.0f}s ahead of Prometheus's evaluation time (worst: "
+                                   f"{wide['UUID'][worst]} on {wide['hostname'][worst]}): a clock running ahead "
+                                   "(the exporter's, a remote-write or federation agent's) hides how old they are",
+                                   subjects=tuple(wide["UUID"][ahead]))
 
     def _check_complete(self, wide: pd.DataFrame, checked: np.ndarray | None, vanished: list[str]) -> None:
         """`vanished` (the known GPUs absent from this reading, held for) and the required fields missing on a GPU
