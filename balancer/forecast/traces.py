@@ -358,7 +358,8 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
         try:
             df = pd.read_csv(f, header=None, usecols=[0, 1])
         except _READ_ERRORS as exc:
-            raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...") from exc
+            raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...",
+                             detail=_one_line(exc)) from exc
         s, r = pd.to_numeric(df[0], errors="coerce"), pd.to_numeric(df[1], errors="coerce")
         bad_start = ~np.isfinite(s.to_numpy(float)) | (s.abs() > MAX_EPOCH_S).to_numpy() | booleans(df[0]).to_numpy()
         bad_rate = ~np.isfinite(r.to_numpy(float)) | (r < 0).to_numpy() | (r > MAX_RPS).to_numpy()
