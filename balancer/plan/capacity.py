@@ -113,6 +113,8 @@ class CapacityView:
     unseen: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # ... and the services counted from their pods left out of `services` meanwhile (`view_from_snapshot`); ditto
     uncounted: tuple[str, ...] = ()
+    # the GPU models those may run on, whose idle GPUs are lent to no job meanwhile (None: any model)
+    uncounted_models: frozenset[str] | None = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -487,4 +489,6 @@ def view_from_snapshot(
         total_gpus=int(healthy.sum()),
         unseen=MappingProxyType(unseen),
         uncounted=uncounted,
+        uncounted_models=(None if any(profiles[n].models is None for n in uncounted)
+                          else frozenset().union(*(profiles[n].models or () for n in uncounted))),
     )

@@ -260,7 +260,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     unseen += ((f"capacity leaves {', '.join(view.uncounted)} alone while telemetry has forgotten "
                 f"{', '.join(sorted(snapshot.forgotten_nodes))} (gputide_gpus_forgotten): counted from its pods (no "
                 "gputide_inference_replicas series), it may run replicas there unseen, and a scale to a count read "
-                "without them could add or remove live ones: not scaled, nor lent, nor room made for it",)
+                "without them could add or remove live ones: not scaled, nor lent, nor room made for it, nor the idle "
+                "GPUs of its models lent to training",)
                if view.uncounted else ())
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),

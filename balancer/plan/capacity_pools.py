@@ -162,11 +162,19 @@ class Pools:
             return idle, [], idle
         return got, [j for j, w in self.workers.items() if w < before[j]], idle
 
-    def grow_training(self, hours: float) -> None:
+    def grow_training(self, hours: float, keep: frozenset[str] | None = frozenset()) -> None:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
         restarts) up to their elastic maximum, a job only when the `hours` of the added workers outweigh the work
-        its restart and the loan's reclaim lose (`grow_gain`)."""
+        its restart and the loan's reclaim lose (`grow_gain`). Not those of the models in `keep` (None: any model):
+        a service left out while a node is forgotten may need them (`CapacityView.uncounted_models`)."""
         self.claim_pending()
+        kept = {m: n for m, n in self.free.items() if keep is None or m in keep}
+        self.free.update(dict.fromkeys(kept, 0))
+        self._grow(hours)
+        for m, n in kept.items():
+            self.free[m] += n
+
+    def _grow(self, hours: float) -> None:
         for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.restarts_on_resize, j.name)):
             gpw = max(j.gpus_per_worker, 1)
             if j.protected or self.workers[j.name] > j.placed_workers or self.workers[j.name] < j.workers:
@@ -356,8 +364,7 @@ def apply_targets(
             ))
     hours = policy.loan_horizon_s / 3600.0
     pools.keep_for_unseen(view.services, granted)   # after the scale-ups, which may take them: inference's anyway
-    if not view.uncounted:   # a service left out while a node is forgotten may need the idle GPUs: none lent meanwhile
-        pools.grow_training(hours)
+    pools.grow_training(hours, keep=view.uncounted_models)
     training = pools.training_actions(
         "loan idle GPUs to training", "make room for inference", shrink_gain, hours, serves
     )

@@ -40,3 +40,20 @@ def test_no_idle_gpu_is_lent_while_a_pod_counted_service_is_left_out(p99: float,
 
 def test_without_a_forgotten_node_the_same_fleet_is_planned() -> None:
     assert ("chat", 2, 3) in actions({}, 1.5, 30.0)   # the latency net steps onto the idle GPU
+
+
+def test_only_the_idle_gpus_of_its_models_are_kept() -> None:
+    """The left-out service may use A100s only: the idle H100s still go to a job (audit a12: every loan stopped,
+    across every model, while any node was forgotten)."""
+    a100, h100 = "A100-SXM4-80GB", "H100-SXM"
+    chat = {"chat": ServiceCapacity(name="chat", rps_per_replica=10, warmup_s=300, models=frozenset({a100}))}
+    wl = [(workload(f"chat-{i}", owner="chat"), (i,)) for i in range(3)]   # n0 (A100): one GPU idle
+    wl += [(workload("job-0", C.TRAINING, owner="job", elastic_min=1, elastic_max=16), (4,))]   # on n1 (H100)
+    st = {"chat": ServiceStatus(name="chat", demand_rps=20.0, p99_latency_s=0.1, slo_latency_s=0.5, replicas=3,
+                                replicas_from_spec=False)}
+    fleet = make_fleet(nodes=3, gpus_per_node=4, models=[a100, h100, h100])
+    snap = replace(snapshot(fleet, workloads=wl, time=1000.0, services=st), forgotten_nodes={"n2": 4})
+    plan, _ = plan_with_capacity(snap, {}, ON, None, profiles=chat, capacity_policy=CapacityPolicy())
+    grown = [a for a in plan.actions if isinstance(a, ScaleTraining) and a.workers > a.previous_workers]
+    # the 7 idle H100s (n1's 3, n2's 4: the snapshot still lists them), not n0's idle A100
+    assert [(a.target, a.previous_workers, a.workers) for a in grown] == [("job", 1, 8)]
