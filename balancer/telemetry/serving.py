@@ -94,13 +94,15 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
 
 def _why_unknown(name: str, series: Mapping[str, float]) -> str:
     """A service whose demand is unknown, with why where its series tell: rules/serving/vllm.yaml records the
-    demand NaN where a pod is stalled (requests in hand, no token generated over the window: a hung vLLM's flat
-    counters would read 0) or where fewer pods report vLLM metrics than the Deployment had ready over the last
-    3 min (the sum of those that do would read low), and records both counts beside it so the hold names which."""
+    demand NaN where a pod is stalled (requests in hand, no token generated, request finished nor prompt read over
+    the window: a hung vLLM's flat counters would read 0) or where fewer pods report vLLM metrics than the
+    Deployment had ready over the last 3 min (the sum of those that do would read low), and records both counts
+    beside it so the hold names which."""
     why = []
     stalled = series.get("gputide_inference_pods_stalled", 0.0)
     if stalled > 0:
-        why.append(f"stalled: {stalled:g} pod(s) with requests in hand and no token generated over the window")
+        why.append(f"stalled: {stalled:g} pod(s) with requests in hand and no progress (tokens, finished requests) "
+                   "over the window")
     reporting, ready = series.get("gputide_inference_pods_reporting"), series.get("gputide_inference_replicas_ready")
     if reporting is not None and ready is not None and reporting < ready:
         why.append(f"{reporting:g} of {ready:g} ready pods reporting vLLM metrics")
