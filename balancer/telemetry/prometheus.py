@@ -336,7 +336,8 @@ class PrometheusTelemetrySource:
         age = (self._evaluated_at if math.isfinite(self._evaluated_at) else now) - sampled
         if mine.any():
             self.oldest_sample_age_s = max(float(age[mine].max()), 0.0)
-        self._check_not_ahead(wide, age, mine)
+        if math.isfinite(self._evaluated_at):   # ages on the controller's clock: a skew, not a sample, would be ahead
+            self._check_not_ahead(wide, age, mine)
         limit = self._stale_limit()
         stale = (age > limit) & mine
         if stale.any():
@@ -349,8 +350,9 @@ class PrometheusTelemetrySource:
     def _check_not_ahead(self, wide: pd.DataFrame, age: np.ndarray, mine: np.ndarray) -> None:
         """Refuse (`InvalidTelemetry`) GPUs `mine` whose last sample is stamped ahead of the evaluation time by more
         than a scrape interval and 5 s. A query at T selects no sample stamped after T, so on one Prometheus an age is
-        never below 0; one that is comes from a store that breaks that (or from the controller's clock, where the
-        answer had no evaluation time), and a sample stamped by a clock running ahead (an exporter's own timestamps,
+        never below 0; one that is comes from a store that breaks that (not checked where the answer had no
+        evaluation time: ages then read on the controller's clock, whose skew behind Prometheus's would refuse every
+        fresh sample), and a sample stamped by a clock running ahead (an exporter's own timestamps,
         `honor_timestamps`, remote write, federation) is older than it reads by as much: clipped to 0 it read fresh,
         so the staleness limit never fired. Its age is unknown, not old: invalid, like a last sample not a time.
         The margin is what rounding (milliseconds) and one scrape's jitter could give; Prometheus's own scrape

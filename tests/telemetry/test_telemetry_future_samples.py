@@ -8,6 +8,7 @@ import pytest
 from test_telemetry_prometheus_unit import GPUS, NOW, FakeClient, source
 
 from balancer.errors import InvalidTelemetry
+from balancer.telemetry.prometheus import PrometheusOptions, PrometheusTelemetrySource
 
 
 def test_a_sample_stamped_minutes_ahead_holds_still_naming_the_gpu_and_how_far():
@@ -34,3 +35,19 @@ def test_a_gpu_ahead_outside_a_shards_nodes_holds_only_the_shard_that_owns_it():
     assert src.snapshot_for(lambda name, _node: name == "node-a").n_gpus == len(GPUS)
     with pytest.raises(InvalidTelemetry, match="GPU-b0"):
         src.snapshot_for(lambda name, _node: name == "node-b")
+
+
+def test_ages_on_the_controllers_clock_are_not_refused_as_ahead():
+    """An answer without an evaluation time reads ages on the controller's clock: one 30 s behind Prometheus's made
+    every fresh sample look 25 s ahead and held the fleet (audit a13). The check applies only on Prometheus's clock."""
+
+    class NoTime(FakeClient):
+        def custom_query(self, q):
+            rows = super().custom_query(q)
+            for r in rows:
+                r["value"] = [None, r["value"][1]]
+            return rows
+
+    src = PrometheusTelemetrySource(PrometheusOptions(url="http://x", scrape_interval_s=15), client=NoTime(),
+                                    clock=lambda: NOW - 30)
+    assert src.snapshot().sample_age_s.tolist() == [0.0, 0.0, 0.0]
