@@ -297,7 +297,7 @@ class ControllerMetrics:
         self.capacity_holding.set_all({(reason,): 1.0} if reason else {})
 
     def set_hpa_reads_unusable(self, reason: str | None) -> None:
-        """Why the HPA reader's last answer was unusable for loans (`k8s_hpa_reads.UNUSABLE`; "" usable: every reason
+        """Why the HPA reader's last answer was unusable for loans (`HPA_UNUSABLE`; "" usable: every reason
         0), set at each of its reads; None: no series (no reader read, or a standby, which reads none)."""
         self.hpa_reads_unusable.set_all({} if reason is None else {(r,): float(r == reason) for r in HPA_UNUSABLE})
 

@@ -345,8 +345,9 @@ def view_from_snapshot(
     count may miss any number of them up to that bound, and a scale to a count read so may add replicas or remove
     live ones (counted with the whole bound, 2 pods none of which ran there were scaled to 11). It is left out of
     `services` while any node is forgotten (`CapacityView.uncounted`), as a protected one is: neither scaled nor
-    lent, nor room made for it, its GPUs still inference's (it has no pending replicas to keep idle GPUs for: a pod
-    count sees none). A service with every replica it asks for placed has none there.
+    lent, nor room made for it, its GPUs still inference's, and the idle GPUs of the models it may use are lent to
+    no job meanwhile (`CapacityView.uncounted_models`: it may need them). A service with every replica it asks for
+    placed has none there.
 
     One pass over the workloads collects (group, GPU) pairs; the per-model counts are then one bincount."""
     codes, names, speed = _model_codes(snapshot.gpus)

@@ -253,16 +253,17 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
-    unseen = ((f"capacity counts {', '.join(f'{n} of {name}' for name, n in sorted(view.unseen.items()))} replicas "
-               f"as running unseen on {', '.join(sorted(snapshot.forgotten_nodes))}, whose GPUs telemetry has "
-               "forgotten (gputide_gpus_forgotten): at most what those GPUs hold; no room is made for them, idle GPUs "
-               "are kept for them, and replicas asked beyond are pending as ever",) if view.unseen else ())
-    unseen += ((f"capacity leaves {', '.join(view.uncounted)} alone while telemetry has forgotten "
-                f"{', '.join(sorted(snapshot.forgotten_nodes))} (gputide_gpus_forgotten): counted from its pods (no "
-                "gputide_inference_replicas series), it may run replicas there unseen, and a scale to a count read "
-                "without them could add or remove live ones: not scaled, nor lent, nor room made for it, nor the idle "
-                "GPUs of its models lent to training",)
-               if view.uncounted else ())
+    counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
+    dark = ", ".join(sorted(snapshot.forgotten_nodes))
+    forgotten_notes = ((f"capacity counts {counts} replicas as running unseen on {dark}, whose GPUs telemetry has "
+                        "forgotten (gputide_gpus_forgotten): at most what those GPUs hold; no room is made for them, "
+                        "idle GPUs are kept for them, and replicas asked beyond are pending as ever",)
+                       if view.unseen else ())
+    forgotten_notes += ((f"capacity leaves {', '.join(view.uncounted)} alone while telemetry has forgotten {dark} "
+                         "(gputide_gpus_forgotten): counted from its pods (no gputide_inference_replicas series), it "
+                         "may run replicas there unseen, and a scale to a count read without them could add or remove "
+                         "live ones: not scaled, nor lent, nor room made for it, nor the idle GPUs of its models lent "
+                         "to training",) if view.uncounted else ())
     view, held = _without_refused(view, planner_mod.scales_held(state, policy, snapshot.time))
     view, caps, capped = _capped(view, state.capped_scales, max(policy.safety.cooldown_s / 2, FIRST_BELIEF_MIN_S),
                                  capacity_policy.loan_horizon_s,
@@ -279,7 +280,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     clash = sorted({a.target for a in decision.actions} & touched(plan.actions, snapshot))
     notes = plan.notes + tuple(f"capacity leaves {name} alone: the actuator failed scaling it for good (its failed "
                                "scale_inference's detail says why): not scaled, nor room made for it, for "
-                               "safety.cooldownS after" for name in held) + tuple(capped) + unseen
+                               "safety.cooldownS after" for name in held) + tuple(capped) + forgotten_notes
     if clash:
         decision = plan_capacity(_without(view, clash, decision.actions), forecasts or {}, capacity_policy, cap_state)
         notes += (f"capacity leaves {', '.join(clash)} to the hotspot plan this cycle, with what needed them",)

@@ -17,7 +17,8 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
-* a last sample stamped in the future, past a scrape interval + 5 s (a clock running ahead: its age is unknown)
+* a last sample stamped in the future, past a scrape interval + 5 s of Prometheus's evaluation time (a clock running
+  ahead: its age is unknown; not checked where ages are read on the controller's clock)
                                                                              -> `InvalidTelemetry`
 * GPU series of several `cluster` labels while no `cluster` is chosen         -> `InvalidTelemetry`
 * one UUID under two hosts or slots, both fresh (two exporters that disagree)  -> `InvalidTelemetry`; where only
@@ -427,11 +428,11 @@ class PrometheusTelemetrySource:
         only (`vanished.DARK`: its GPUs never seen) counts what the fleet spec or its `nvidia.com/gpu.count` label
         (GPU feature discovery) says it has, else 0 (unknown)."""
         counts: dict[str, int] = {}
+        spec = {n.name: n.gpu_count for n in self.fleet.nodes} if self.fleet is not None else {}
         for uuid, node in self.absences.forgotten.items():
             if not uuid.startswith(DARK):
                 counts[node] = counts.get(node, 0) + 1
                 continue
-            spec = {n.name: n.gpu_count for n in self.fleet.nodes} if self.fleet is not None else {}
             meta = ((listed() if listed is not None else None) or {}).get(node)
             label = str((getattr(meta, "labels", None) or {}).get("nvidia.com/gpu.count", ""))
             counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))

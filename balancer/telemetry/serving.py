@@ -101,8 +101,8 @@ def _why_unknown(name: str, series: Mapping[str, float]) -> str:
     why = []
     stalled = series.get("gputide_inference_pods_stalled", 0.0)
     if stalled > 0:
-        why.append(f"stalled: {stalled:g} pod(s) with requests in hand and no progress (tokens, finished requests) "
-                   "over the window")
+        why.append(f"stalled: {stalled:g} pod(s) with requests in hand and no progress (tokens, finished requests, "
+                   "prompts read) over the window")
     reporting, ready = series.get("gputide_inference_pods_reporting"), series.get("gputide_inference_replicas_ready")
     if reporting is not None and ready is not None and reporting < ready:
         why.append(f"{reporting:g} of {ready:g} ready pods reporting vLLM metrics")

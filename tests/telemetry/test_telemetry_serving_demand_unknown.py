@@ -37,11 +37,12 @@ def _rows(series: dict[str, str], service: str = "chat") -> list[dict]:
 
 
 @pytest.mark.parametrize(("series", "why"), [
-    (STALLED, "chat (stalled: 1 pod(s) with requests in hand and no progress (tokens, finished requests) over the "
-              "window)"),
+    (STALLED, "chat (stalled: 1 pod(s) with requests in hand and no progress (tokens, finished requests, "
+              "prompts read) over the window)"),
     (PARTIAL, "chat (2 of 4 ready pods reporting vLLM metrics)"),
     ({**STALLED, "gputide_inference_pods_reporting": "3"},
-     "chat (stalled: 1 pod(s) with requests in hand and no progress (tokens, finished requests) over the window; "
+     "chat (stalled: 1 pod(s) with requests in hand and no progress (tokens, finished requests, prompts read) "
+     "over the window; "
      "3 of 4 ready pods reporting"),
 ], ids=["stalled", "partial", "both"])
 def test_an_unknown_demand_names_why(series, why):
