@@ -79,7 +79,7 @@ def _frame(times, demand, replicas, p99) -> pd.DataFrame:
 
 
 def from_csv(path: str) -> pd.DataFrame:
-    from balancer.forecast.traces import cell, check_header, read_rows, to_utc
+    from balancer.forecast.traces import booleans, cell, check_header, read_rows, to_utc
 
     try:
         raw = read_rows(path)
@@ -94,7 +94,7 @@ def from_csv(path: str) -> pd.DataFrame:
     cols = {}
     for c in CSV_COLUMNS[1:]:
         v = pd.to_numeric(raw[c], errors="coerce").to_numpy(float)
-        bad = np.flatnonzero(~np.isfinite(v) & raw[c].notna().to_numpy() | (v < 0))
+        bad = np.flatnonzero(~np.isfinite(v) & raw[c].notna().to_numpy() | (v < 0) | booleans(raw[c]).to_numpy())
         if bad.size:
             raise InputError(path, c, cell(raw[c], bad[0]), "numbers >= 0 (empty = missing)",
                              detail=f"row {bad[0] + 2}")

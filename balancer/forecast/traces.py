@@ -91,7 +91,9 @@ _TOO_LONG_S = Decimal("1e11")
 def _whole_us(seconds: Decimal) -> pd.Timedelta:
     """`seconds` rounded to whole microseconds: trace times are held in microseconds (or seconds, both whole ones),
     and pandas refuses to resample them at a step finer than their unit."""
-    if not abs(seconds) < _TOO_LONG_S:   # past pandas' 292 years; 1e999999999s made a billion-digit int first
+    # about 3,170 years (pandas' own overflow, caught by the caller, stops at 292); 1e999999999 s made a
+    # billion-digit int first
+    if not abs(seconds) < _TOO_LONG_S:
         raise OverflowError(f"{seconds} s")
     return pd.Timedelta(int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN)), unit="us")
 
@@ -133,7 +135,12 @@ def cell(column: pd.Series, row: int) -> object:
 
 def booleans(column: pd.Series) -> pd.Series:
     """Cells pandas read as True/False (`true`, `FALSE`): to_numeric takes them for 1 and 0, where no number was
-    written; a demand or a GPU count of `true` is a mistake to name, not a 1."""
+    written; a demand or a GPU count of `true` is a mistake to name, not a 1. Only a bool or object column can hold
+    them: a numeric one is answered without looking at its cells."""
+    if column.dtype == bool:
+        return pd.Series(True, index=column.index)
+    if column.dtype != object:
+        return pd.Series(False, index=column.index)
     return column.map(lambda v: isinstance(v, (bool, np.bool_))).astype(bool)
 
 
