@@ -111,7 +111,12 @@ def client_windows(clients: list[Client]) -> list[float]:
     return [fallback if w is None else w for w in windows]
 
 
-def cell_value(rows: pd.DataFrame, column: int, row: int) -> object:
-    """A cell as read, a numpy scalar as its Python value: the message shows 5, not np.int64(5)."""
-    value = rows[column].iloc[row]
+def cell(column: pd.Series, row: int) -> object:
+    """A cell as read, a numpy scalar as its Python value: a message shows -1, not np.int64(-1)."""
+    value = column.iloc[row]
     return value.item() if isinstance(value, np.generic) else value
+
+
+def cell_value(rows: pd.DataFrame, column: int, row: int) -> object:
+    """`cell` of `rows`' `column`."""
+    return cell(rows[column], row)

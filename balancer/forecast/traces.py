@@ -49,7 +49,7 @@ import pandas as pd
 
 from balancer.errors import InputError
 from balancer.forecast.grid import TooManyCells, sum_on_grid
-from balancer.forecast.servegen import cell_value, client_of, client_windows
+from balancer.forecast.servegen import cell, cell_value, client_of, client_windows
 
 SERVEGEN_EPOCH = pd.Timestamp("2024-01-01T00:00:00Z")  # a Monday
 FORMATS = ("csv", "servegen", "requests")
@@ -125,12 +125,6 @@ _FIRST, _LAST = pd.Timestamp(0, unit="s", tz="UTC"), pd.Timestamp(MAX_EPOCH_S, u
 MAX_RPS = 1e9  # demand beyond this is a wrong column or unit, and sums of such values overflow to inf
 MAX_STEPS = 5_000_000  # a trace resampled to more steps than this is a wrong --step, not a long history
 _READ_ERRORS = (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError)
-
-
-def cell(column: pd.Series, row: int) -> object:
-    """A cell as read, a numpy scalar as its Python value: a message shows -1, not np.int64(-1)."""
-    value = column.iloc[row]
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def booleans(column: pd.Series) -> pd.Series:
