@@ -332,9 +332,9 @@ def default_limits(wide: pd.DataFrame) -> np.ndarray:
     does not know it (or no modelName): the power check's floor under the limit (`_together`)."""
     if "modelName" not in wide:
         return np.zeros(len(wide))
-    names = wide["modelName"].to_numpy(dtype=object)
-    tdp = {n: s.tdp_w if (s := catalog.by_model_name(n)) else 0.0 for n in set(names.tolist())}
-    return np.array([tdp[n] for n in names.tolist()], dtype=float)
+    codes, names = pd.factorize(wide["modelName"])   # each model looked up once; a missing name is code -1
+    tdp = np.array([s.tdp_w if (s := catalog.by_model_name(n)) else 0.0 for n in names] + [0.0], dtype=float)
+    return tdp[codes]
 
 
 def check_not_frozen(wide: pd.DataFrame, checked: np.ndarray | None = None) -> None:
