@@ -13,7 +13,6 @@ CSV validation raises `InputError` naming the file, the column, the bad value an
 
 from __future__ import annotations
 
-import csv
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
-from balancer.forecast.traces import booleans, check_header
+from balancer.forecast.traces import booleans, check_header, read_rows
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.scheduler import Scheduler, get_policy
 from balancer.plan.placement.state import MILLI, ClusterState, PodRequest, parse_gpu_spec
@@ -37,16 +36,14 @@ NUMERIC_COLUMNS = frozenset({"cpu_milli", "memory_mib", "gpu", "num_gpu", "gpu_m
 
 def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
     try:
-        # index_col=False: with a field more than the header on every row pandas would take the first column for the
-        # index and read each value under the next column's name (a trailing comma on each row is still fine)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            df = pd.read_csv(path, keep_default_na=True, index_col=False)
+        # `read_rows`, the trace readers' own: with a field more than the header on every row pandas took the first
+        # column for the index and read each value under the next column's name; a row with a value past the
+        # header, a trailing comma on some rows only, or a field past the csv module's limit in such a row is an
+        # InputError naming its row (a trailing comma on every row is still fine)
+        df = read_rows(str(path))
         with warnings.catch_warnings():   # the rows' lengths are checked above: a trailing comma's empty field
             warnings.simplefilter("ignore", pd.errors.ParserWarning)   # is one more field once '' is not NA
             text = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False)
-    except pd.errors.ParserWarning as exc:   # a row longer than the header, whose extra field pandas would drop
-        raise _long_row(str(path)) from exc
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         raise InputError(str(path), "path", str(path), "an existing, readable CSV file", str(exc)) from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -62,18 +59,6 @@ def _read(path: str | Path, columns: tuple[str, ...]) -> pd.DataFrame:
     if df.empty:
         raise InputError(str(path), "rows", 0, "at least one data row below the header")
     return df
-
-
-def _long_row(path: str) -> InputError:
-    """The first row with more fields than the header, as an InputError."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        rows = csv.reader(handle)
-        header = next(rows, [])
-        for row in rows:
-            if len(row) > len(header) and any(row[len(header):]):
-                return InputError(path, f"row {rows.line_num}", ",".join(row),
-                                  f"at most {len(header)} fields, one per column of the header ({','.join(header)})")
-    return InputError(path, "format", path, "rows with no more fields than the header")
 
 
 def _ints(df: pd.DataFrame, column: str, path: str | Path, lo: int, hi: int | None = None) -> np.ndarray:
