@@ -10,9 +10,12 @@ sub-command.)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import math
 import os
 import re
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -99,15 +102,15 @@ def epoch(text: str | None, flag: str) -> float:
 def output_file(path: str | None, flag: str, inputs: dict[str, str | None] | None = None) -> str | None:
     """A file to write at the end of a run, checked at its start: not a folder, in a folder that exists, and none
     of the run's `inputs` ({flag: path}; the same file by any name, a link too): `--json trace.csv` wrote the
-    backtest over the trace it had just read."""
-    if path is None or path == "-":
+    backtest over the trace it had just read. '-' (standard output, `write_json`) passes as it is."""
+    if path is None or path == STDOUT:
         return path
     target = Path(path)
     allowed = "a writable file path in an existing folder"
     if target.is_dir() or not target.parent.is_dir():
         raise InputError(None, flag, path, allowed)
     for other_flag, other in (inputs or {}).items():
-        if other not in (None, "-") and _same_file(path, other):
+        if other not in (None, STDOUT) and _same_file(path, other):
             raise InputError(None, flag, path, "a file other than the run's inputs",
                              f"it is the input {other_flag} {other}, which writing would overwrite")
     try:   # a folder this process cannot write in (or a file it cannot write) failed after the run, a traceback
@@ -120,6 +123,26 @@ def output_file(path: str | None, flag: str, inputs: dict[str, str | None] | Non
     except OSError as exc:
         raise InputError(None, flag, path, allowed, exc.strerror or str(exc)) from exc
     return path
+
+
+STDOUT = "-"   # an output path meaning standard output, as Unix tools read it
+
+
+def write_json(path: str, doc: object, **dump) -> None:
+    """`doc` as JSON (json.dump's `dump` options) into the file at `path`, or onto standard output when `path` is
+    '-': `--json -` wrote a file named '-', so `gputide place ... --json - | jq` read nothing."""
+    if path == STDOUT:
+        json.dump(doc, sys.stdout, **dump)
+        sys.stdout.write("\n")
+        return
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, **dump)
+
+
+def report_to(path: str | None) -> contextlib.AbstractContextManager:
+    """Where a command's human report (its table) is printed: standard output, or standard error for a run whose
+    `--json -` takes standard output, so that the JSON there is all a reader (jq) gets."""
+    return contextlib.redirect_stdout(sys.stderr) if path == STDOUT else contextlib.nullcontext()
 
 
 def _same_file(a: str, b: str) -> bool:

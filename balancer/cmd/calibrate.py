@@ -15,14 +15,14 @@ From Prometheus, three range queries per service (`$service` is replaced by its 
 `gputide_inference_*` series, with the replicas that serve: placed and warm, as kube-state-metrics'
 `kube_deployment_status_replicas_available` counts them); from a CSV, one row per sample with the header
 `timestamp,demand_rps,replicas,p99_s` (ISO-8601 or epoch seconds). Prints, per service, the estimate, whether the
-data crossed the SLO (measured) or only shows a lower bound, the samples behind it, and a ServiceProfiles snippet.
+data crossed the SLO (measured) or only shows a lower bound, the samples behind it, and a ServiceProfiles snippet
+(`--json -` writes the JSON to standard output and these to standard error).
 Exit 0 when every service got an estimate, 1 when one did not (or Prometheus did not answer), 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from decimal import Decimal
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balancer.cmd._args import duration, epoch, number, output_file
+from balancer.cmd._args import STDOUT, duration, epoch, number, output_file, report_to, write_json
 from balancer.cmd.run import cluster_name, prometheus_url
 from balancer.errors import InputError, TelemetryError
 from balancer.telemetry.slo_rules import service_name
@@ -66,7 +66,7 @@ def register(subparsers) -> None:
                    help="with --prometheus: read only this cluster's series ($selector gets cluster=\"NAME\", "
                         "$cluster is NAME), as `gputide run --cluster` does; without it a Prometheus holding several "
                         "clusters sums one service's demand and replicas over all of them and takes the worst p99")
-    p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON (- for stdout)")
     p.add_argument("--write-services", default=None, metavar="OUT",
                    help="with --services: write the whole profiles file here with each rpsPerReplica as suggested "
                         "(the file the controller reads, checked as it reads it; YAML comments are not kept)")
@@ -166,6 +166,9 @@ def _checked(args: argparse.Namespace) -> float:
     if args.write_services is not None and not args.services:
         raise InputError(None, "--write-services", args.write_services, "only with --services FILE (the profiles "
                          "file it rewrites)")
+    if args.write_services == STDOUT:   # the snippet the run prints is what it writes there; '-' made a file
+        raise InputError(None, "--write-services", STDOUT, "a file path (the ServiceProfiles snippet printed on "
+                         "standard output is the same text)")
     output_file(args.write_services, "--write-services", inputs)
     return duration(args.settle, "--settle", allow_zero=True)
 
@@ -249,13 +252,13 @@ def run(args: argparse.Namespace) -> int:
     results = {name: estimate(f, slo_of(name), args.margin, settle_s) for name, f in frames.items()}
     current = {n: p.rps_per_replica for n, p in profiles.items()}
     suggested = {n: suggestion(current.get(n), c) for n, c in results.items()}
-    _print_report(results, current, suggested, slo_of)
-    if args.write_services:
-        write_profiles(args.services, args.write_services, suggested)
-        print(f"\nwrote {args.write_services}: {args.services} with these rpsPerReplica")
+    with report_to(args.json):
+        _print_report(results, current, suggested, slo_of)
+        if args.write_services:
+            write_profiles(args.services, args.write_services, suggested)
+            print(f"\nwrote {args.write_services}: {args.services} with these rpsPerReplica")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"margin": args.margin, "services": {
-                n: {**c.as_dict(), "slo_s": slo_of(n), "profile_rps_per_replica": current.get(n),
-                    "suggested_rps_per_replica": suggested[n]} for n, c in results.items()}}, fh, indent=2)
+        write_json(args.json, {"margin": args.margin, "services": {
+            n: {**c.as_dict(), "slo_s": slo_of(n), "profile_rps_per_replica": current.get(n),
+                "suggested_rps_per_replica": suggested[n]} for n, c in results.items()}}, indent=2)
     return 0 if all(c.rps_per_replica is not None for c in results.values()) else 1

@@ -4,21 +4,21 @@
                               [--horizons 1h,4h,24h] [--models a,b,...] [--timezone ZONE] [--json OUT]
 
 Prints one row per model and horizon (MAE, MASE against seasonal naive and persistence, pinball loss, p90
-coverage, fit time); `--json` writes the same table plus run details. `--timezone` (an IANA name, default UTC) is
-the local time in which seasonal naive, profile, GBM and auto read the demand's days and weeks.
+coverage, fit time); `--json` writes the same table plus run details (`--json -`: to standard output, the table
+then to standard error). `--timezone` (an IANA name, default UTC) is the local time in which seasonal naive,
+profile, GBM and auto read the demand's days and weeks.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 
 import pandas as pd
 
-from balancer.cmd._args import NegativeValues, number, output_file
+from balancer.cmd._args import NegativeValues, number, output_file, report_to, write_json
 from balancer.errors import InputError
 
 
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     b.add_argument("--stride", type=int, default=1, help="score every N-th origin (1 = every step)")
     b.add_argument("--timezone", default="UTC", metavar="ZONE",
                    help="IANA time zone of the demand's day and week, e.g. Europe/Berlin (default UTC)")
-    b.add_argument("--json", default=None, metavar="OUT", help="also write the table as JSON")
+    b.add_argument("--json", default=None, metavar="OUT", help="also write the table as JSON (- for stdout)")
     b.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -117,14 +117,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(args.trace, "trace", f"{len(y)} steps", "a longer trace", detail=str(exc)) from exc
     details["seconds"] = round(time.perf_counter() - t0, 2)
-    print(f"backtest of {args.trace}: {len(y)} steps of {details['step_s']:g}s, "
-          f"{details['origins']} scored origins from {details['first_scored']}, {details['seconds']} s"
-          + (f", calendar in {args.timezone}" if args.timezone != "UTC" else ""))
-    print(format_table(scores))
+    with report_to(args.json):
+        print(f"backtest of {args.trace}: {len(y)} steps of {details['step_s']:g}s, "
+              f"{details['origins']} scored origins from {details['first_scored']}, {details['seconds']} s"
+              + (f", calendar in {args.timezone}" if args.timezone != "UTC" else ""))
+        print(format_table(scores))
     for name, why in details["fallbacks"].items():
         print(f"note: {name} fell back to persistence (its rows score that) at {why}", file=sys.stderr)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(_strict({"trace": args.trace, "details": details, "scores": [s.as_dict() for s in scores]}),
-                      fh, indent=2, default=str, allow_nan=False)
+        doc = {"trace": args.trace, "details": details, "scores": [s.as_dict() for s in scores]}
+        write_json(args.json, _strict(doc), indent=2, default=str, allow_nan=False)
     return 0

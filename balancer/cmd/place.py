@@ -3,19 +3,18 @@
 Follows the FGD paper's arrival-only protocol (see balancer.plan.placement.replay): per seed, shuffle, inflate
 to `--inflate` x GPU capacity, record the GPU allocation ratio at each arrived level. Prints the median
 unallocated GPU % at 50/80/100/130 % arrival and, with `--json OUT`, writes every seed's curve, the median curve
-and `unallocated_gpu_pct_at_100` (the median at 100 %).
+and `unallocated_gpu_pct_at_100` (the median at 100 %); `--json -` writes them to standard output and the table to
+standard error.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from balancer.cmd._args import output_file
+from balancer.cmd._args import output_file, report_to, write_json
 from balancer.errors import InputError
 from balancer.plan.defrag import Defragmenter
 from balancer.plan.placement.replay import check_replayable, fgd_seeds, load_nodes, load_pods, replay
@@ -40,7 +39,7 @@ def register(subparsers) -> None:
         "--defrag", action="store_true", help="consolidate (at most --max-moves moves) when a pod fails"
     )
     parser.add_argument("--max-moves", type=int, default=2, help="moves allowed per failed pod with --defrag")
-    parser.add_argument("--json", dest="json_out", help="write per-seed and median curves here")
+    parser.add_argument("--json", dest="json_out", help="write per-seed and median curves here (- for stdout)")
     parser.set_defaults(func=run)
 
 
@@ -106,13 +105,14 @@ def run(args: argparse.Namespace) -> int:
     summary = summarise(results, args)
     median = summary["median_unallocated_gpu_pct"]
     label = args.policy + (" +defrag" if args.defrag else "")
-    print(f"policy {label}: {nodes.n_nodes} nodes, {nodes.total_gpu_milli // 1000} GPUs, {len(pods)} pods, "
-          f"{args.seeds} seeds")  # fmt: skip
-    print("| arrived % | unallocated GPU % (median) |")
-    print("|---:|---:|")
-    for level in (50, 80, 100, 130):
-        if level < len(median):
-            print(f"| {level} | {median[level]:.2f} |")
+    with report_to(args.json_out):
+        print(f"policy {label}: {nodes.n_nodes} nodes, {nodes.total_gpu_milli // 1000} GPUs, {len(pods)} pods, "
+              f"{args.seeds} seeds")  # fmt: skip
+        print("| arrived % | unallocated GPU % (median) |")
+        print("|---:|---:|")
+        for level in (50, 80, 100, 130):
+            if level < len(median):
+                print(f"| {level} | {median[level]:.2f} |")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(summary, indent=1))
+        write_json(args.json_out, summary, indent=1)
     return 0
