@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from balancer.errors import InputError
+from balancer.forecast.servegen import cell
 from balancer.forecast.traces import booleans, check_header, read_rows
 from balancer.plan.placement.fragmentation import WorkloadMix
 from balancer.plan.placement.scheduler import Scheduler, get_policy
@@ -71,9 +72,7 @@ def _ints(df: pd.DataFrame, column: str, path: str | Path, lo: int, hi: int | No
         row = int(np.flatnonzero(bad.to_numpy())[0])
         allowed = f"integers {lo}..{hi}" if hi is not None else f"integers {lo}..{INT_CAP}"
         allowed = f"a number ({allowed}), not true/false" if boolean.iloc[row] else allowed
-        value = df[column].iloc[row]   # the cell as read: a numpy scalar when the column is numeric
-        value = value.item() if isinstance(value, np.generic) else value
-        raise InputError(str(path), column, value, allowed, f"row {row + 2}")
+        raise InputError(str(path), column, cell(df[column], row), allowed, f"row {row + 2}")
     return values.to_numpy(dtype=np.int64)
 
 
