@@ -280,5 +280,5 @@ def nothing_read(families: Iterable[Metric]) -> str | None:
         return None
     gpus = int(counts.get(GPUS, 0))
     if not gpus:
-        return "the last collection found no GPU to read"
+        return "the last collection found no GPU to read (looked for again at each collection)"
     return f"the last collection read no field of its {gpus} GPUs (every one failed; see the exporter's log)"

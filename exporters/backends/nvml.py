@@ -45,7 +45,8 @@ Any other ``NVMLError`` (NoPermission, Unknown, ...) makes the field NaN and an 
 again at the next scrape; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape (its
 unsupported fields stay unsupported, the others are errors) and its XID becomes 79 (fallen off the bus). Errors
 never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started) is left out, the others
-served (`exporters.backends.nvml_identity`).
+served (`exporters.backends.nvml_identity`). NVML naming no GPU at all at start is NVML down (below): asked again at
+each read, not a backend serving nothing until a restart.
 
 NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
 Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
@@ -146,6 +147,8 @@ class NvmlBackend:
         self._xids: XidEvents | None = None
         self.identity: tuple[GpuIdentity, ...] = ()
         self._serve(identify(nvml, host, driver))   # a GPU NVML cannot name is left out (`nvml_identity`)
+        if not self.identity:
+            self._init.no_gpu()   # asked again at each read, as after NVML stopped answering
 
     def _serve(self, gpus: Gpus) -> None:
         """Everything tied to one NVML initialisation, built anew for the GPUs NVML names: at start, and after NVML

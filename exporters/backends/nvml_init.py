@@ -15,7 +15,9 @@ named again by its index and UUID (`exporters.backends.nvml_identity`), since a 
 initialisation only and an index can move when a reload loses or finds a GPU. It answers the GPUs NVML names now,
 labelled as at start (the host and driver version kept), or None while NVML is still unusable: logged (the first
 time for each kind of error), counted in `failures`, tried again at the next read. NVML naming no GPU at all is
-such a failure (a driver still coming up). The backend then serves what NVML names, as a restarted exporter would:
+such a failure (a driver still coming up), and so is NVML naming none at start (`no_gpu`): the backend asks again at
+every read, as it does while NVML is down, rather than serving no GPU until a restart (the exporter stays live, and
+not ready while it reads nothing). The backend then serves what NVML names, as a restarted exporter would:
 a served GPU NVML no longer names is gone (logged at ERROR; its series end) and a GPU not served before is served
 from then (logged); `reinits` counts the re-initialisations that succeeded.
 
@@ -62,6 +64,16 @@ class NvmlInit:
         if isinstance(exc, getattr(self.nvml, "NVMLError_Uninitialized", ())):
             self.held = False   # NVML says this process's initialisation no longer counts
 
+    def no_gpu(self) -> None:
+        """NVML answered at start but named no GPU (a driver still coming up): down until a `restart` names one."""
+        log.error("NVML names no GPU: none is served until it names one, asked again at each read")
+        self.down = self._not_found()
+        self._said.add(type(self.down).__name__)   # said: the failed re-initialisations need not say it again
+
+    def _not_found(self) -> Exception:
+        nvml = self.nvml
+        return nvml.NVMLError_NotFound() if hasattr(nvml, "NVMLError_NotFound") else nvml.NVMLError()
+
     def why(self) -> str:
         """What says NVML does not answer, for a caller that refuses its work meanwhile."""
         return f"NVML does not answer ({type(self.down).__name__}: {self.down}), initialised again at the next read"
@@ -96,8 +108,7 @@ class NvmlInit:
         except nvml.NVMLError as exc:
             return self._failed(exc)
         if not found.identity:
-            return self._failed(nvml.NVMLError_NotFound() if hasattr(nvml, "NVMLError_NotFound")
-                                else nvml.NVMLError(), "NVML names no GPU")
+            return self._failed(self._not_found(), "NVML names no GPU")
         named = [g.uuid for g in found.identity]
         for uuid in served:
             if uuid not in named:

@@ -58,7 +58,8 @@ NAN = np.array([np.nan])
     (GpuReadings(identity=(GPU,), values={"DCGM_FI_DEV_GPU_TEMP": NAN, "DCGM_FI_DEV_XID_ERRORS": NAN},
                  errors=(("GPU-0", "DCGM_FI_DEV_GPU_TEMP"), ("GPU-0", "DCGM_FI_DEV_XID_ERRORS"))),
      "the last collection read no field of its 1 GPUs (every one failed; see the exporter's log)"),
-    (GpuReadings(identity=(), values={}), "the last collection found no GPU to read"),
+    (GpuReadings(identity=(), values={}),
+     "the last collection found no GPU to read (looked for again at each collection)"),
     (GpuReadings(identity=(GPU, GPU), values={"DCGM_FI_DEV_GPU_TEMP": np.array([np.nan, 40.0])}), None),
 ])
 def test_a_collection_reads_nothing_when_no_field_of_any_gpu_has_a_value(readings, reason):
