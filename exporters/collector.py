@@ -19,7 +19,10 @@ of its own, shared by the scrapes that arrive meanwhile, and a scrape waits for 
   boards that support everything adds no series),
 * ``gputide_exporter_gpus`` (the GPUs the backend serves) and ``gputide_exporter_gpus_read`` (those of which this
   collection read at least one field): with none read (every field of every GPU failed, or no GPU at all) the
-  collection has nothing real in it, and `nothing_read` says so to the exporter's readiness (`exporters.health`),
+  collection has nothing real in it, and `nothing_read` says so to the exporter's readiness (`exporters.health`).
+  Values a backend keeps rather than reads at each collection do not count (`KEPT`: the XID, heard from events, or
+  79 for a GPU fallen off the bus; the temperature thresholds, read once): with every getter failing they still had
+  values, so a collection that read nothing counted every GPU read and the exporter stayed ready,
 * ``gputide_exporter_nvml_reinits_total`` and ``gputide_exporter_nvml_reinit_failures_total`` where the backend
   counts them (NVML initialised again after it stopped answering, `exporters.backends.nvml_init`),
 * the simulated serving series ``gputide_inference_*{service}`` when the backend provides them.
@@ -80,6 +83,8 @@ GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 GPU_FIELD_NAMES = tuple(f[0] for f in GPU_FIELDS)
 GPUS, GPUS_READ = "gputide_exporter_gpus", "gputide_exporter_gpus_read"
+# values kept between collections rather than read in each: not a GPU read (module docstring)
+KEPT = frozenset({"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SLOWDOWN_TEMP", "DCGM_FI_DEV_SHUTDOWN_TEMP"})
 # backend attribute -> (counter, help); published where the backend has the attribute (the NVML backend)
 BACKEND_COUNTERS = {
     "nvml_reinits": ("gputide_exporter_nvml_reinits", "Times NVML was initialised again after it stopped answering "
@@ -185,10 +190,11 @@ class GpuCollector(Collector):
         """How many GPUs are served and how many had a field read; the backend's counters of NVML re-initialisations."""
         read = np.zeros(len(r.identity), dtype=bool)
         for name in GPU_FIELD_NAMES:
-            if (values := r.values.get(name)) is not None:
+            if name not in KEPT and (values := r.values.get(name)) is not None:
                 read |= np.isfinite(np.asarray(values, dtype=float))
         for name, doc, value in ((GPUS, "GPUs the backend serves.", len(r.identity)),
-                                 (GPUS_READ, "GPUs of which this collection read at least one field.",
+                                 (GPUS_READ, "GPUs of which this collection read at least one field (not the "
+                                 "XID nor the temperature thresholds, which are kept).",
                                   int(read.sum()))):
             m = Metric(name, doc, "gauge")
             m.add_sample(name, {}, float(value))
