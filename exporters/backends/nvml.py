@@ -43,10 +43,10 @@ this one holds the GPU open, so the exporter restarts around them and asks again
 
 Any other ``NVMLError`` (NoPermission, Unknown, ...) makes the field NaN and an ``(UUID, field)`` error, asked
 again at the next scrape; a GPU that raises ``NVMLError_GpuIsLost`` loses every field for this scrape (its
-unsupported fields stay unsupported, the others are errors) and its XID becomes 79 (fallen off the bus). Errors
-never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started) is left out, the others
-served (`exporters.backends.nvml_identity`). NVML naming no GPU at all at start is NVML down (below): asked again at
-each read, not a backend serving nothing until a restart.
+unsupported fields stay unsupported, the others are errors) and its XID becomes 79 (fallen off the bus) until a
+read finds it again. Errors never fail a scrape. A GPU NVML cannot name at start (lost before the exporter started)
+is left out, the others served (`exporters.backends.nvml_identity`). NVML naming no GPU at all at start is NVML
+down (below): asked again at each read, not a backend serving nothing until a restart.
 
 NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
 Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
@@ -222,6 +222,7 @@ class NvmlBackend:
             out = _Out()
             try:
                 self._read_one(k, h, vals, out)
+                self._xids.found(k)   # back on the bus: no longer 79
             except self.nvml.NVMLError_GpuIsLost:
                 self._xids.lost(k)
                 out = _Out()

@@ -13,7 +13,9 @@ at every `drain()` until it succeeds. Only a Timeout from ``nvmlEventSetWait`` m
 error (NVML uninitialised under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every
 GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` creates and registers a new one.
 Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
-A GPU fallen off the bus (`lost`) reads 79 whatever it could hear. A backend that initialises NVML again makes a new
+A GPU fallen off the bus (`lost`) reads 79 whatever it could hear, until its next read that finds it (`found`): then
+the last XID heard again (79 if NVML delivered that event too); kept at 79, a GPU that came back read "fallen off
+the bus" until the exporter restarted. A backend that initialises NVML again makes a new
 `XidEvents` with the handles of that initialisation and hands it the `last` XID of each GPU still served, by UUID
 (they were heard; 0 for a GPU served from then).
 
@@ -89,13 +91,18 @@ class XidEvents:
         self._set = None
 
     def lost(self, k: int) -> None:
-        """GPU `k` fell off the bus (NVML said GpuIsLost): its XID is 79 from now on."""
+        """GPU `k` fell off the bus (NVML said GpuIsLost): its XID is 79 until it is `found`."""
         self._lost[k] = True
-        self.last[k] = FALLEN_OFF_THE_BUS
+
+    def found(self, k: int) -> None:
+        """GPU `k` was read without GpuIsLost: if it was lost, its XID is the last one heard again."""
+        if self._lost[k]:
+            self._lost[k] = False
+            log.warning("GPU %d answers again after it fell off the bus: its XID is the last one heard", k)
 
     def values(self) -> np.ndarray:
         """The last XID per GPU; NaN where none can be heard (`unsupported` tells whether for good)."""
-        return np.where(self.listening | self._lost, self.last, np.nan)
+        return np.where(self._lost, FALLEN_OFF_THE_BUS, np.where(self.listening, self.last, np.nan))
 
     def drain(self) -> None:
         """Register the GPUs not listening yet (unless unsupported), then take every queued XID event."""
