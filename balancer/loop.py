@@ -36,6 +36,10 @@ shrink that frees GPUs for a latency-net step, is told to the planner as never p
 made, and refused too, `planner.refuse`). What its actions leave on the fleet the actuator keeps up or releases
 (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
 
+An inference service whose demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is no hold of
+the loop's: the capacity planner holds (`gputide_capacity_holding{reason="inference_demand_unknown"}`), thermal relief
+goes on, and the loop logs the services and why each time their set changes (`_log_demand_unknown`).
+
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`); a hold
 reports no forecast and the fleet unknown (`FleetRecorder.hold`). A failure while recording is logged and never stops
 the loop.
@@ -125,6 +129,7 @@ class Reconciler:
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self.handover = LedgerHandover(self.elector, self.metrics.registry)   # the ledger, leader to leader
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
+        self._demand_unknown: frozenset[str] = frozenset()  # the services whose demand was unknown last reading
         self._leading = False
         self._term: object = None   # the elector's `terms` when this replica last took the lead
         self._offices = 0           # times this replica took the lead: a cycle stops when it changes under it
@@ -204,6 +209,7 @@ class Reconciler:
         if self.guard.emergency_stopped():   # nothing renewed: the caps lapse (said once per stop)
             return self.upkeep.holding_still(now, self._hold(now, "emergency_stop", "emergency stop is set"))
         self.metrics.set_fail_static(None)
+        self._log_demand_unknown(snap.demand_unknown)
         self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
         forecasts, unread = self._forecast(snap)
         before = self.state
@@ -318,6 +324,20 @@ class Reconciler:
             if note not in self._last_notes:
                 log.info("plan: %s", note)
         self._last_notes = frozenset(notes)
+
+    def _log_demand_unknown(self, unknown: Mapping[str, str]) -> None:
+        """The services whose demand is unknown (`ClusterSnapshot.demand_unknown`), with why, each time that set
+        changes, not every cycle: the capacity planner holds for them while the loop goes on (thermal relief)."""
+        if frozenset(unknown) == self._demand_unknown:
+            return
+        if unknown:
+            log.warning("inference demand unknown for %s: the capacity planner holds while a profiled one is "
+                        "(gputide_capacity_holding inference_demand_unknown), co-location holds for them; thermal "
+                        "relief goes on",
+                        "; ".join(f"{n} ({why})" for n, why in sorted(unknown.items())))
+        else:
+            log.info("inference demand known again for %s", ", ".join(sorted(self._demand_unknown)))
+        self._demand_unknown = frozenset(unknown)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
         """The accepted actions that still fit the fresh snapshot and that no emergency stop it shows now holds (a node

@@ -165,7 +165,8 @@ class ControllerMetrics:
                                                     ["service", "quantile", "horizon"], registry=r))
         self.capacity_holding = _LabelledGauge(Gauge(
             "gputide_capacity_holding", "1 while capacity shifting holds, by reason (unattributed_pods: a profiled "
-            "service's pods have no owner).", ["reason"], registry=r))
+            "service's pods have no owner; inference_demand_unknown: a profiled service's demand is unknown, NaN, "
+            "while thermal relief goes on).", ["reason"], registry=r))
         self.hpa_reads_unusable = _LabelledGauge(Gauge(
             "gputide_hpa_reads_unusable", "1 while the HPAs read for capacity loans are unusable, so no service lends "
             "a replica, by the reason (unlisted: no list yet; stale: none listed for three ttls; odd: an HPA whose "

@@ -91,6 +91,9 @@ class ServiceForecaster:
     if its reason changes), and its end at info. `unseeded()` lists the services whose history is too short for
     their model's daily season too (the ``gputide_forecast_history_waiting`` gauge).
 
+    A service whose demand a snapshot shows unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is a gap
+    that cycle: not fed, no forecast, and still seen.
+
     A service no snapshot has shown for `forget_after_s` (a day: deleted or renamed, not a telemetry gap) is
     forgotten, its history and model included, so a controller running for months does not keep every service it
     ever saw; if it comes back it is seeded again from its history."""
@@ -144,6 +147,8 @@ class ServiceForecaster:
         due = getattr(self.online, "fit_due", None)
         self._forget_gone(snap.time)
         self._seed_all(snap.services, snap.time)
+        for name in snap.demand_unknown:   # a gap: never fed (read as 0 it would teach the model an idle hour), but
+            self.seen[name] = snap.time    # seen, so a demand unknown for a day is not a service gone
         for name, status in snap.services.items():
             self.seen[name] = snap.time
             if name not in self.seeds.seeded:

@@ -70,6 +70,12 @@ Capacity holds (no capacity action, a note) while inference pods on GPUs have no
 that reports replicas has none of its own: its pods are there but cannot be told apart, and a service that looks
 empty would be "reclaimed" for from every training job at once (a controller started before the Kubernetes API
 answered, a dry run without the API, a join table without owners). A stray bare pod does not stop the tide.
+So does it (`capacity_holding` "inference_demand_unknown", a note naming each service and why) while a profiled
+service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod, fewer pods reporting than ready):
+read as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The
+hotspot and co-location plan goes on (thermal relief, consolidation); before, the reading was refused and the whole
+loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
+GputideInferenceDemandUnknown names the service after 10 minutes.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -244,12 +250,17 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     if not policy.capacity.enabled or not profiles:
         return plan, state
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
+    unknown = {n: why for n, why in snapshot.demand_unknown.items() if n in profiles}
     blind = unattributed_services(snapshot, profiles)
-    if blind:
-        note = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} report replicas but "
+    if unknown or blind:
+        note = (f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
+                "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
+                "no GPU lent nor reclaimed, no room made, until it is known again; thermal relief goes on" if unknown
+                else f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} report replicas but "
                 "own none of them (pod metadata not read yet?)")
         return (replace(plan, notes=plan.notes + (note,)),
-                replace(state, capacity=cap_state, capacity_holding="unattributed_pods"))
+                replace(state, capacity=cap_state,
+                        capacity_holding="inference_demand_unknown" if unknown else "unattributed_pods"))
     state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))

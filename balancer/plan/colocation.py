@@ -188,7 +188,9 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
     (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs to cool, so does co-location's,
     which would otherwise also hand back, while the node is still hot, the workers a hotspot took from the job after
     co-location's shrink. The shrink stays held (and recorded) meanwhile. A service is gone only once no pod of it is
-    left (`_gone`): one whose serving series vanished while its pods run is unseen, and holds the shrink (`notes`)."""
+    left (`_gone`): one whose serving series vanished while its pods run is unseen, and holds the shrink (`notes`);
+    so does one whose demand is unknown (`ClusterSnapshot.demand_unknown`), pods or none: it has no slack streak (not
+    in `services`) and is never gone."""
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
         if proj.hot_nodes and _on_nodes(s, job, proj.hot_nodes):
@@ -209,14 +211,16 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
 def _gone(s: ClusterSnapshot, service: str) -> bool:
     """Whether `service` is gone: no serving series and no pod of it (placed or pending). Its series alone missing
     (a scrape down, a rule broken) leave it unseen, not gone: giving its shrink back would put training onto the GPUs
-    of a service last seen under pressure."""
-    return service not in s.services and not s.workloads_by_owner.get(service)
+    of a service last seen under pressure. Nor is one whose demand is unknown (`demand_unknown`: its series are there,
+    NaN), whether or not its pods are read: a stalled vLLM is not a service gone."""
+    return service not in s.services and service not in s.demand_unknown and not s.workloads_by_owner.get(service)
 
 
 def notes(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState) -> tuple[str, ...]:
     """Why co-location reads no latency where it would: a service it holds a shrink for is unseen (no serving series
-    while its pods run), or a service's p99 is unknown while requests arrive (NaN: neither pressure nor slack). One
-    line each, without readings in them: the loop logs a note once while it lasts."""
+    while its pods run) or its demand is unknown (`demand_unknown`: held, `_give_backs`), or a service's
+    p99 is unknown while requests arrive (NaN: neither pressure nor slack). One line each, without readings in them
+    (but the pod counts a demand is unknown by): the loop logs a note once while it lasts."""
     if not policy.colocation.enabled:
         return ()
     held: dict[str, list[str]] = {}
@@ -225,7 +229,10 @@ def notes(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSt
             held.setdefault(n, []).append(job)
     out = [f"co-location keeps {', '.join(jobs)} shrunk: {n} has no serving series while its pods run (unseen, not "
            "gone): no give-back until its series return or its pods are gone"
-           for n, jobs in sorted(held.items()) if n not in snapshot.services and snapshot.workloads_by_owner.get(n)]
+           for n, jobs in sorted(held.items()) if n not in snapshot.services and n not in snapshot.demand_unknown
+           and snapshot.workloads_by_owner.get(n)]
+    out += [f"co-location keeps {', '.join(held[n])} shrunk: {n}'s demand is unknown ({why}): no give-back until it "
+            "is known again and has latency slack" for n, why in sorted(snapshot.demand_unknown.items()) if n in held]
     out += [f"co-location: {n}'s p99 latency is unknown while requests arrive (no latency series, or NaN): neither "
             "pressure nor slack is read from it" + (f"; {', '.join(held[n])} kept shrunk" if n in held else "")
             for n, st in sorted(snapshot.services.items()) if math.isnan(st.p99_latency_s)]
