@@ -7,7 +7,6 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
 * Prometheus unreachable after retries (urllib3 Retry with backoff)  -> `TelemetryUnavailable`
 * an answer with warnings (Thanos's partial response, a failed remote read: series may be missing,
   `promapi.refuse_warnings`)                                             -> `MissingTelemetry`
-* an inference service with serving series but no finite demand (`serving.service_status`) -> `MissingTelemetry`
 * no GPU series at all, a GPU seen before that vanished (or a GPU node the Kubernetes API lists with no GPU in
   telemetry, seen or not: `vanished.Absences`), or a GPU missing a field -> `MissingTelemetry`; except
   a field its exporter declares unsupported (``gputide_exporter_unsupported_field_info``, `gpu_frame.UNKNOWABLE`:
@@ -25,17 +24,20 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
   one is fresh, the other is what a GPU left behind when it moved (a renamed node, a board moved, series that
   linger without staleness markers) and is dropped (`gpu_frame.drop_leftovers`)
 
+Not refused: an inference service with serving series but no finite demand (`serving.read_services`) is left out of
+the services and named, with why, in `ClusterSnapshot.demand_unknown`: capacity shifting holds, thermal relief goes on.
+
 A sharded controller reads through `snapshot_for(scope)` (`base.ScopedSource`, from `shard.ShardedSource`): the
 per-GPU refusals above (vanished, missing a field, stale, frozen, NaN or impossible values) then concern the GPUs of
 the nodes the scope owns alone, so one dark exporter holds still its node's shard, not the whole fleet. One UUID
 under two hosts, both fresh, concerns a scope that owns either host (`gpu_frame.check_once`: the GPU may be on either,
-an action on it could reach either); a service without finite demand, a scope with a replica of it on its nodes
-(`_running`: a shard plans only those; one with no replica placed anywhere is no shard's, and left out of the
-statuses). The others refuse the reading whatever nodes they concern: Prometheus unreachable or its answer not a
-vector, no GPU series at all, a malformed series, several clusters (a misconfiguration every controller reading that
-Prometheus shares: hostnames are unique within a cluster only, so no row can be told to be the scope's), and a
-partial answer (its warnings do not say which series are missing: a scope's own GPUs, pods or serving series may be
-among them). `snapshot()` checks every node.
+an action on it could reach either). A service without finite demand is in the `demand_unknown` of a scope with a
+replica of it on its nodes (`_running`: a shard plans only those; one with no replica placed anywhere is no shard's,
+and left out of the statuses and of `demand_unknown`). The others refuse the reading whatever nodes they concern:
+Prometheus unreachable or its answer not a vector, no GPU series at all, a malformed series, several clusters (a
+misconfiguration every controller reading that Prometheus shares: hostnames are unique within a cluster only, so no
+row can be told to be the scope's), and a partial answer (its warnings do not say which series are missing: a
+scope's own GPUs, pods or serving series may be among them). `snapshot()` checks every node.
 
 Optional fields and flags are not missing telemetry: the snapshot uses the catalogue's figure or a neutral value; a
 GPU lacking a health series (XID, memory health) others publish has unknown health (`gpu_frame.HEALTH`: no new work,
@@ -96,7 +98,7 @@ from balancer.telemetry.gpu_frame import (
 from balancer.telemetry.gpu_frame import natural_key as _natural_key
 from balancer.telemetry.gpu_frame import sample as _sample
 from balancer.telemetry.node_facts import HEALTH_RULES, health_frame, node_facts, unhealthy
-from balancer.telemetry.serving import SERVING_SERIES, service_status, with_hpa_wants
+from balancer.telemetry.serving import SERVING_SERIES, read_services, with_hpa_wants
 from balancer.telemetry.topology import Topology
 from balancer.telemetry.vanished import DARK, Absences
 
@@ -283,11 +285,12 @@ class PrometheusTelemetrySource:
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
-        services = self._services(workloads, _running(workloads, placements, checked))
+        services, demand_unknown = self._services(workloads, _running(workloads, placements, checked))
         if self.hpa_wants is not None:
             services = with_hpa_wants(services, workloads, self.hpa_wants())
         return ClusterSnapshot(time=now, nodes=nodes, gpus=gpus, sample_age_s=np.clip(age, 0, None),
                                workloads=workloads, placements=placements, services=services,
+                               demand_unknown=demand_unknown,
                                suspended_jobs=self.suspended_jobs() if self.suspended_jobs else None,
                                disruption_budgets=self.disruption_budgets() if self.disruption_budgets else None,
                                forgotten_nodes=self._forgotten_gpus(listed), **arrays_)
@@ -446,11 +449,11 @@ class PrometheusTelemetrySource:
                           (finished() if finished else None) or frozenset())
 
     def _services(self, workloads: tuple[Workload, ...] = (),
-                  concerned: Callable[[str], bool] | None = None) -> dict[str, ServiceStatus]:
-        """Serving series per `service` (`serving.service_status`; `concerned`: the services whose unknown demand
-        refuses the reading, None: all)."""
+                  concerned: Callable[[str], bool] | None = None) -> tuple[dict[str, ServiceStatus], dict[str, str]]:
+        """Serving series per `service`, and the services whose demand is unknown with why (`serving.read_services`;
+        `concerned`: the services whose unknown demand is the caller's, None: all)."""
         rows = self._query(f'{{__name__=~"{"|".join(SERVING_SERIES)}"{self._selector()}}}')
-        return service_status(rows, workloads, self.slo_latency_s, self.default_slo_latency_s, concerned)
+        return read_services(rows, workloads, self.slo_latency_s, self.default_slo_latency_s, concerned)
 
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:

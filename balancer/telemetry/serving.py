@@ -13,12 +13,15 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from balancer.errors import InvalidTelemetry, MissingTelemetry
+from balancer.errors import InvalidTelemetry
 from balancer.model import ServiceStatus, Workload, WorkloadClass
 from balancer.telemetry.gpu_frame import sample
 
 P99_BEYOND_BUCKETS_S = 3600.0   # a +Inf p99: beyond the highest bucket of any serving latency histogram
 LATENCY_UNKNOWN = math.nan   # a p99 absent or NaN while requests arrive: no latency evidence, never 0 (calm)
+# a demand unknown that no count explains: its series absent or NaN (`_why_unknown`)
+UNTOLD = ("gputide_inference_demand_rps absent or NaN; check the scrape of the service's metrics, its vLLM servers "
+          "and the rule that records its demand (rules/serving/)")
 SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99_seconds",
                   "gputide_inference_replicas", "gputide_inference_replicas_ready", "gputide_inference_pods_reporting",
                   "gputide_inference_pods_stalled")
@@ -27,16 +30,26 @@ SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99
 def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
                    default_slo_latency_s: float, concerned: Callable[[str], bool] | None = None
                    ) -> dict[str, ServiceStatus]:
+    """The statuses of `read_services`, those of a known demand only."""
+    return read_services(rows, workloads, slo_latency_s, default_slo_latency_s, concerned)[0]
+
+
+def read_services(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
+                  default_slo_latency_s: float, concerned: Callable[[str], bool] | None = None
+                  ) -> tuple[dict[str, ServiceStatus], dict[str, str]]:
     """Instant-vector rows of `SERVING_SERIES` -> one status per service. Without a `gputide_inference_replicas`
     series (the replicas asked for: the sim exporter's, or a recording rule over kube-state-metrics'
     `kube_deployment_spec_replicas`), a service counts the inference pods it owns on GPUs (pending ones are
     invisible then; never 0 while pods run). A `service` label found with two `namespace` labels names two
     services: both become `namespace/service`, as `KubernetesWorkloads` names such owners, instead of one
     overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs).
-    A service with serving series but no finite demand is `MissingTelemetry` (the loop holds still): read as 0 it
-    would look idle, and the capacity planner would lend its GPUs away while its traffic is only unseen. Only where
-    it `concerned` the caller (None: every service), though: a shard holds for the services with a replica on its
-    nodes (`prometheus._running`), and leaves the others out of its statuses, unplanned (never read as 0). A p99
+    A service with serving series but no finite demand has no status: it is in the second mapping, with why where
+    its series tell (`ClusterSnapshot.demand_unknown`). Read as 0 it would look idle, and the capacity planner would
+    lend its GPUs away while its traffic is only unseen; so the capacity planner holds while a profiled one is
+    unknown, co-location holds for it, and thermal relief goes on (before, `MissingTelemetry` held the whole loop:
+    one hung vLLM pod stopped every throttle and migration of the fleet). Only where it `concerned` the caller (None:
+    every service), though: a shard holds for the services with a replica on its nodes (`prometheus._running`), and
+    leaves the others out of both, unplanned (never read as 0). A p99
     absent or NaN (histogram_quantile over a window without requests) reads 0 only while the demand is 0: no request
     waited. With demand it is unknown and reads NaN (`LATENCY_UNKNOWN`), never 0: a service whose latency series is
     lost (a scrape down, a renamed vLLM histogram) would look perfectly calm, and co-location would give training
@@ -72,12 +85,7 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
     if concerned is not None:   # another shard's service, or no shard's: left out, never read as 0
         by = {s: v for s, v in by.items() if s not in unknown or concerned(s)}
         unknown = [s for s in unknown if s in by]
-    if unknown:
-        raise MissingTelemetry(
-            f"serving series of {', '.join(_why_unknown(s, by[s]) for s in unknown)} without "
-            "gputide_inference_demand_rps (or NaN): the demand their capacity is sized from is unknown, and is never "
-            "read as 0 nor as the part of it that reports; check the scrape of the service's metrics, its vLLM "
-            "servers and the rule that records its demand (rules/serving/)", subjects=tuple(unknown))
+    why = {s: _why_unknown(by.pop(s)) for s in unknown}
     pods: dict[str, int] = {}
     if any("gputide_inference_replicas" not in v for v in by.values()):
         for w in workloads:
@@ -89,15 +97,15 @@ def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latenc
                              replicas=int(v["gputide_inference_replicas"]) if "gputide_inference_replicas" in v
                              else pods.get(s, 0), namespace=namespace.get(s, ""),
                              replicas_from_spec="gputide_inference_replicas" in v)
-            for s, v in by.items()}
+            for s, v in by.items()}, why
 
 
-def _why_unknown(name: str, series: Mapping[str, float]) -> str:
-    """A service whose demand is unknown, with why where its series tell: rules/serving/vllm.yaml records the
-    demand NaN where a pod is stalled (requests in hand, no token generated, request finished nor prompt read over
-    the window: a hung vLLM's flat counters would read 0) or where fewer pods report vLLM metrics than the
-    Deployment had ready over the last 3 min (the sum of those that do would read low), and records both counts
-    beside it so the hold names which."""
+def _why_unknown(series: Mapping[str, float]) -> str:
+    """Why a service's demand is unknown, where its series tell: rules/serving/vllm.yaml records the demand NaN
+    where a pod is stalled (requests in hand, no token generated, request finished nor prompt read over the window: a
+    hung vLLM's flat counters would read 0) or where fewer pods report vLLM metrics than the Deployment had ready
+    over the last 3 min (the sum of those that do would read low), and records both counts beside it so the hold
+    names which. Else only that the demand series is absent or NaN."""
     why = []
     stalled = series.get("gputide_inference_pods_stalled", 0.0)
     if stalled > 0:
@@ -106,7 +114,7 @@ def _why_unknown(name: str, series: Mapping[str, float]) -> str:
     reporting, ready = series.get("gputide_inference_pods_reporting"), series.get("gputide_inference_replicas_ready")
     if reporting is not None and ready is not None and reporting < ready:
         why.append(f"{reporting:g} of {ready:g} ready pods reporting vLLM metrics")
-    return f"{name} ({'; '.join(why)})" if why else name
+    return "; ".join(why) if why else UNTOLD
 
 
 def _p99(series: Mapping[str, float]) -> float:

@@ -17,8 +17,9 @@ Fail-static is per shard: the inner source's checks (stale, vanished, NaN or imp
 refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
 with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. One GPU reported
-fresh under two hosts holds the shards of both; a service with no finite demand, the shards with a replica of it on
-their nodes (one with none placed is no shard's, and in no shard's snapshot). Several clusters in one Prometheus and a
+fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the
+shard: thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`;
+one with none placed is no shard's, and in no shard's snapshot). Several clusters in one Prometheus and a
 partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
 
 An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
@@ -122,12 +123,16 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     workloads = tuple(_owner_sized(w) if w.owner in outside else w for w in snapshot.workloads
                       if w.name in placements or (w.owner in own and not snapshot.placements.get(w.name)))
     services = {k: s for k, s in snapshot.services.items() if k not in outside}
+    # a service whose demand is unknown holds the capacity plan of a shard with a replica of it here, spread over two
+    # shards or not (as its `MissingTelemetry` held each such shard before): its GPUs here must not be lent as idle
+    here = {w.owner for w in workloads if w.owner and w.name in placements}
+    unknown = {k: why for k, why in snapshot.demand_unknown.items() if k in here}
     arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
     # the PodDisruptionBudgets are the cluster's, whichever shard evicts: without them a shard's guard and planner
     # would read "this source cannot see budgets" and evict past every budget
     # ... and so are the forgotten nodes: a service placed here may run replicas on another shard's dark node
     part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
-                           services=services, disruption_budgets=snapshot.disruption_budgets,
+                           services=services, demand_unknown=unknown, disruption_budgets=snapshot.disruption_budgets,
                            forgotten_nodes=snapshot.forgotten_nodes, **arrays)
     return part, index
 

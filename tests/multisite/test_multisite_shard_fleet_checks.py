@@ -1,12 +1,13 @@
 """Sharding and fail-static, the checks that held every shard after 9be79be: one GPU UUID reported fresh under two
-hosts, and an inference service with no finite demand. Each concerns some nodes only, so it holds still the shards of
+hosts, and an inference service with no finite demand. Each concerns some nodes only, so it holds the shards of
 those nodes (and the unsharded controller), never the others:
 
-* a UUID reported by two exporters holds the shards of both its hosts: either may hold the GPU, and an action on it
-  could reach either; a shard with neither host reads its own GPUs under their own UUIDs;
-* a service whose demand is unknown holds the shards with a replica of it on their nodes: a shard plans only those
-  (`restrict`, the capacity planner's `sharded`); one with no replica placed anywhere is planned by no shard, and is
-  left out of every shard's snapshot (never read as 0).
+* a UUID reported by two exporters holds still the shards of both its hosts: either may hold the GPU, and an action
+  on it could reach either; a shard with neither host reads its own GPUs under their own UUIDs;
+* a service whose demand is unknown is named (`demand_unknown`: their capacity plan holds, not the loop) in the
+  snapshots of the shards with a replica of it on their nodes: a shard plans only those (`restrict`, the capacity
+  planner's `sharded`); one with no replica placed anywhere is planned by no shard, and is left out of every shard's
+  snapshot (never read as 0). Before, it held those shards still (`missing_telemetry`), thermal relief included.
 
 Still whole-reading (not tested here: unchanged): several clusters in one Prometheus without --cluster (a
 misconfiguration every shard of that Prometheus shares; hostnames are unique within a cluster only), and a partial
@@ -51,15 +52,24 @@ class Serving(Fleet):
 
 def run(fleet: Serving, fault) -> dict[str, tuple[str, str]]:
     """(status, reason) of shards a, b, c and the unsharded controller after `fault`, each having read the fleet
-    once before it."""
+    once before it; "ok" with the services whose demand its last snapshot names unknown, if any."""
     controllers = {name: controller(fleet, None if name == "whole" else name) for name in ("a", "b", "c", "whole")}
     assert {n: c.run_once().status for n, c in controllers.items()} == dict.fromkeys(controllers, "ok")
     fault(fleet)
-    return {n: (r.status, r.reason if r.status != "ok" else "") for n, c in controllers.items() if (r := c.run_once())}
+    out = {}
+    for n, c in controllers.items():
+        r = c.run_once()
+        out[n] = (r.status, r.reason) if r.status != "ok" else ("ok", ",".join(sorted(_snapshot(c).demand_unknown)))
+    return out
+
+
+def _snapshot(c):
+    """The controller's snapshot as its planner saw it this cycle (its source read again: the fleet is unchanged)."""
+    return c.source.snapshot()
 
 
 HELD_FOR_TWICE = ("fail_static", "invalid_telemetry")
-HELD_FOR_DEMAND = ("fail_static", "missing_telemetry")
+HELD_FOR_DEMAND = ("ok", "chat")   # not held still: named, its capacity plan holds
 OK = ("ok", "")
 CASES = {
     "a UUID under two of shard a's nodes": (
@@ -83,6 +93,7 @@ CASES = {
 
 @pytest.mark.parametrize(("fault", "expected"), CASES.values(), ids=CASES.keys())
 def test_a_fault_of_some_nodes_holds_their_shards_and_the_unsharded_controller_never_another_shard(fault, expected):
+    """HELD_FOR_DEMAND: the shard goes on, its snapshot naming chat's demand unknown."""
     assert run(Serving(), fault) == expected
 
 
@@ -94,4 +105,5 @@ def test_a_service_without_demand_in_no_shard_is_left_out_of_every_shards_snapsh
     snap = a.source.snapshot()
     assert set(snap.services) == {"chat"} and snap.services["chat"].demand_rps == 5.0
     assert "idle" not in a.source.last_full.services
+    assert dict(snap.demand_unknown) == {} and dict(a.source.last_full.demand_unknown) == {}
 

@@ -124,17 +124,23 @@ def test_suspended_jobs_come_from_their_provider_and_a_source_without_one_says_i
         (FakeClient(values={("GPU-b0", "sm_active"): 3.0}), InvalidTelemetry, "gpu:sm_active:ratio"),
         (FakeClient(drop={("GPU-a0", "power_w")}), MissingTelemetry, "gpu:power:watts missing"),
         (FakeClient(fail=True), TelemetryUnavailable, "did not answer"),
-        (FakeClient(serving={"gputide_inference_replicas": "3", "gputide_inference_latency_p99_seconds": "0.2"}),
-         MissingTelemetry, "chat without gputide_inference_demand_rps"),
-        (FakeClient(serving={"gputide_inference_demand_rps": "NaN", "gputide_inference_replicas": "3"}),
-         MissingTelemetry, "chat without gputide_inference_demand_rps"),
     ],
     ids=["stale-sample", "nan-temperature", "negative-power", "impossible-sm-active", "gpu-missing-a-field",
-         "prometheus-down", "a-service-without-its-demand", "a-service-with-nan-demand"],
+         "prometheus-down"],
 )
 def test_bad_telemetry_raises_a_typed_error_never_zeros(client, error, message):
     with pytest.raises(error, match=message):
         source(client).snapshot()
+
+
+@pytest.mark.parametrize("serving", [
+    {"gputide_inference_replicas": "3", "gputide_inference_latency_p99_seconds": "0.2"},
+    {"gputide_inference_demand_rps": "NaN", "gputide_inference_replicas": "3"},
+], ids=["a-service-without-its-demand", "a-service-with-nan-demand"])
+def test_a_service_without_a_finite_demand_is_named_unknown_never_read_as_0(serving):
+    """Not refused (the loop's thermal relief goes on): left out of the services, named in `demand_unknown`."""
+    snap = source(FakeClient(serving=serving)).snapshot()
+    assert "chat" not in snap.services and "gputide_inference_demand_rps absent or NaN" in snap.demand_unknown["chat"]
 
 
 def test_a_nan_p99_is_no_request_waiting_not_missing_telemetry():
