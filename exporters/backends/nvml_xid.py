@@ -13,6 +13,10 @@ at every `drain()` until it succeeds. Only a Timeout from ``nvmlEventSetWait`` m
 error (NVML uninitialised under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every
 GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` creates and registers a new one.
 Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
+GpuIsLost from the wait is one GPU on the set fallen off the bus, not the set deaf: the set is made anew in the same
+`drain()` (the lost GPU's registration refused, retried at later drains; what was queued on the old set is dropped
+with it) and waited on again, so the healthy GPUs keep their XID (it blanked every GPU's for that scrape). A new set
+answering GpuIsLost too is deaf as above.
 A GPU fallen off the bus (`lost`) reads 79 whatever it could hear, until its next read that finds it (`found`): then
 the last XID heard again (79 if NVML delivered that event too); kept at 79, a GPU that came back read "fallen off
 the bus" until the exporter restarted. A backend that initialises NVML again makes a new
@@ -85,6 +89,16 @@ class XidEvents:
             self._deaf_said = True
             log.warning("waiting for XID events failed (%s: %s): no XID series until they are heard again",
                         type(exc).__name__, exc)
+        self._drop()
+
+    def _rebuild(self) -> bool:
+        """A GPU on the set fell off the bus (the wait said GpuIsLost): a new set without it; whether one is made."""
+        log.warning("a GPU on the XID event set fell off the bus: the set is made anew (events queued on it are lost)")
+        self._drop()
+        self._listen()
+        return self._set is not None
+
+    def _drop(self) -> None:
         self.listening[:] = False
         with contextlib.suppress(self.nvml.NVMLError, AttributeError):   # a set NVML no longer knows: nothing to free
             self.nvml.nvmlEventSetFree(self._set)
@@ -111,12 +125,21 @@ class XidEvents:
             self._listen()
         if self._set is None:
             return
+        rebuilt = False
         for _ in range(1024):
             try:
                 data = nvml.nvmlEventSetWait(self._set, 0)
             except nvml.NVMLError_Timeout:   # nothing queued
                 self._deaf_said = False
                 return
+            except nvml.NVMLError_GpuIsLost as exc:   # one GPU on the set, not the set (module docstring)
+                if rebuilt:   # the new set too: deaf
+                    self._deaf(exc)
+                    return
+                rebuilt = True
+                if not self._rebuild():
+                    return
+                continue
             except nvml.NVMLError as exc:   # the set hears nothing (module docstring)
                 self._deaf(exc)
                 return
