@@ -26,17 +26,27 @@ from dashboards.common import (
 )
 
 UID = "gputide-tidal-capacity"
-# The inference services $service selects (the demand series' `service` label, what the forecaster is fed).
-SERVICE = f'{CLUSTER}, service=~"$service"'
+# A service is named as the controller names it (balancer.telemetry.serving.read_services), so that its demand, its
+# forecast and its GPU target are one line each under one name: the `service` label alone (a Deployment's name),
+# `namespace/service` where that name is found in two namespaces of a cluster (team-a/vllm and team-b/vllm: their
+# profiles are named so, and the controller's gauges, gputide_forecast_* and gputide_capacity_target_gpus, carry that
+# name in their `service` label; a `namespace` label on them is the controller's scrape target's). `$service` holds
+# such names. The demand selected by the bare `service` label matched no forecast of team-a/vllm and added team-a's
+# and team-b's demand into one line "vllm".
+SERVICE = f'{CLUSTER}, service=~"$service"'   # the controller's own series, named by it
+# Demand per (cluster, namespace, service), each series once: an HA pair read without deduplication or two scrape
+# jobs publish it twice, and the controller reads the higher (balancer/app/capacity_run.py), where a sum doubled it.
+DEMAND = f"max by (cluster, namespace, service) (gputide_inference_demand_rps{{{CLUSTER}}})"
 # An SLO series is one service by (cluster, namespace, service) (rules/gputide-recording.yaml's gputide-slo group,
 # balancer.telemetry.slo_rules.SERVICE_IDENTITY): a Deployment's name can recur in two namespaces of a cluster, each
 # its own service with its own budget. The SLO panels keep every series apart (no sum) and name it by this label,
 # `namespace/service` as a ServiceProfiles name is written (`service` alone for counters without a namespace, the
 # simulated fleet's), so two namespaces' `chat` are two lines, team-a/chat and team-b/chat, not two lines "chat".
-# `$service` still selects by the `service` label, every namespace's of that name. The controller's own gauges
-# (gputide_forecast_*, gputide_capacity_target_gpus) have no namespace of the service (a `namespace` label on them
-# is the controller's scrape target's): their `service` is the profile's name, and they stay keyed by it.
+# `$service` selects a line by that name (team-a/chat) or by its `service` label (chat, as the controller names a
+# service found in one namespace: every namespace's chat).
 SLO_NAME = "qualified_service"
+PICKED = "selected_by_service"   # scratch label of `_pick`, dropped again
+SERVICE_REGEX = r'/\bservice="([^"]+)"/'   # the `service` of each series query_result lists
 
 # The SLO the burn rate is measured against: 99 % of requests under their latency target, the objective of the
 # burn-rate alerts (rules/gputide-alerts.yaml, and `gputide slo-rules`' default). latencySloSeconds is a p99 target,
@@ -51,16 +61,41 @@ def _capacity(cls: str) -> str:
 
 def _named(expr: str) -> str:
     """`expr` (one series per (cluster, namespace, service)) with each series' SLO_NAME: `namespace/service`, or
-    `service` where the series has no namespace (label_join's leading `/` cut off)."""
+    `service` where the series has no namespace (label_join's leading `/` cut off); those `$service` selects."""
     joined = f'label_join({expr}, "{SLO_NAME}", "/", "namespace", "service")'
-    return f'label_replace({joined}, "{SLO_NAME}", "$1", "{SLO_NAME}", "/(.*)")'
+    return _pick(f'label_replace({joined}, "{SLO_NAME}", "$1", "{SLO_NAME}", "/(.*)")', "service", SLO_NAME)
+
+
+def controller_names(expr: str) -> str:
+    """`expr` (one series per (cluster, namespace, service)) with `service` the name the controller gives it:
+    `namespace/service` where the cluster has that service in two namespaces, else the name alone (a series without
+    a namespace keeps it then too: label_join's leading `/` cut off)."""
+    shared = f"(count by (cluster, service) ({expr}) > 1)"
+    joined = f'label_join({expr} and on (cluster, service) {shared}, "service", "/", "namespace", "service")'
+    return (f'(label_replace({joined}, "service", "$1", "service", "/(.*)") '
+            f"or ({expr} unless on (cluster, service) {shared}))")
+
+
+def _pick(expr: str, *labels: str) -> str:
+    """The series of `expr` that `$service` selects by one of `labels`: a selector cannot test a label a query
+    computed, so each match marks the series (label_replace leaves one that does not match as it was), the unmarked
+    ones go (`unless` against a vector without labels) and the mark is dropped."""
+    for label in labels:
+        expr = f'label_replace({expr}, "{PICKED}", "$1", "{label}", "($service)")'
+    return f'label_replace({expr} unless on ({PICKED}) vector(1), "{PICKED}", "", "{PICKED}", ".*")'
+
+
+def _per_cluster(series: str) -> str:
+    """A controller's gauge `series` per service: each cluster's once (a scrape job's copy, an HA pair's), the
+    clusters' added (select one cluster where a service runs in several)."""
+    return f"sum by (service) (max by (cluster, service) ({series}))"
 
 
 def _burn(short: str, long: str) -> str:
     """Per service (cluster, namespace, service), the lower of the burn rates over the windows `short` and `long`:
     above an alert's factor exactly when both are (the multi-window alerts of rules/gputide-alerts.yaml, matched on
     the same identity: the comparison matches all three labels)."""
-    ratio = "service:inference_slo_violations:ratio_rate{}{{" + SERVICE + "}} / " + f"{1 - SLO_TARGET:g}"
+    ratio = "service:inference_slo_violations:ratio_rate{}{{" + CLUSTER + "}} / " + f"{1 - SLO_TARGET:g}"
     return _named(f"({ratio.format(short)} <= {ratio.format(long)}) or {ratio.format(long)}")
 
 
@@ -76,9 +111,10 @@ def build() -> dashboard.Dashboard:
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
         ["capacity", "forecast", "slo"],
     ).with_variable(query_variable(
-        "service", "Service", 'label_values(gputide_inference_demand_rps{cluster=~"$cluster"}, service)',
-        "Inference services (the `service` label of gputide_inference_demand_rps, what the forecaster is fed). "
-        "Demand vs forecast draws one panel per service selected."))
+        "service", "Service", f"query_result({controller_names(DEMAND)})",
+        "Inference services as the controller names them (its profiles, its forecast and target gauges): the "
+        "`service` label of gputide_inference_demand_rps, namespace/service where a cluster has that name in two "
+        "namespaces. Demand vs forecast draws one panel per service selected.").regex(SERVICE_REGEX))
     d = d.annotation(action_annotation("GPU loans to training", "blue",
                                        {"scale_inference": ("loan",), "scale_training": ("loan",)})).annotation(
         action_annotation("GPU reclaims for inference", "orange",
@@ -93,12 +129,15 @@ def build() -> dashboard.Dashboard:
         "(gputide_forecast_for_now), so forecast and outcome line up in time. A calibrated forecast has demand above "
         "the p90 line about one step in ten. One panel per service ($service; the panel repeats): the forecast is "
         "a quantile per service, and quantiles do not add (the sum of the services' p90s is not the p90 of their "
-        "total, their peaks seldom coincide), so no fleet-wide band is drawn. Forecasts are per cluster: where one "
-        "service runs in several clusters, select one ($cluster), or its lines add the clusters' demand and their "
-        "quantiles alike.", "reqps",
-        [q(f"sum by (service) (gputide_inference_demand_rps{{{SERVICE}}})", "demand"),
-         q(f'sum by (service) (gputide_forecast_for_now{{{SERVICE}, quantile="0.5"}})', "forecast p50"),
-         q(f'sum by (service) (gputide_forecast_for_now{{{SERVICE}, quantile="0.9"}})', "forecast p90")],
+        "total, their peaks seldom coincide), so no fleet-wide band is drawn. A service is named as the controller "
+        "names it (its profile, its gauges): namespace/service where a cluster has its name in two namespaces, so "
+        "team-a/vllm's demand is drawn against team-a/vllm's forecast, never with team-b's added; a demand series "
+        "published twice (an HA pair, two scrape jobs) counts once, as the controller reads it. Forecasts are per "
+        "cluster: where one service runs in several clusters, select one ($cluster), or its lines add the clusters' "
+        "demand and their quantiles alike.", "reqps",
+        [q(f'sum by (service) ({_pick(controller_names(DEMAND), "service")})', "demand"),
+         q(_per_cluster('gputide_forecast_for_now{' + SERVICE + ', quantile="0.5"}'), "forecast p50"),
+         q(_per_cluster('gputide_forecast_for_now{' + SERVICE + ', quantile="0.9"}'), "forecast p90")],
         w=24, h=9, min_val=0,
     ).override_by_name("forecast p90", _fill_between("forecast p50", "forecast p90")).repeat(
         "service").repeat_direction("v")
@@ -117,7 +156,7 @@ def build() -> dashboard.Dashboard:
         .with_panel(timeseries_panel(
             "GPUs the forecast asks for", "Inference GPUs each service needs for its forecast demand "
             "(gputide_capacity_target_gpus) against what it holds.", "none",
-            [q(f"sum by (service) (gputide_capacity_target_gpus{{{SERVICE}}})", "{{service}} target"),
+            [q(_per_cluster(f"gputide_capacity_target_gpus{{{SERVICE}}}"), "{{service}} target"),
              q(_capacity("inference"), "inference held")], min_val=0))
         .with_panel(timeseries_panel(
             "SLO attainment (1h)", "Share of requests served within their latency SLO over the last hour, "
@@ -127,7 +166,7 @@ def build() -> dashboard.Dashboard:
             "the rules gputide slo-rules writes. A service is its cluster, namespace and name, as the SLO alerts "
             "see it: one line each, named namespace/service (the name alone for series without a namespace), so "
             "two namespaces' services of one name are two lines.", "percentunit",
-            [q(_named(f"1 - service:inference_slo_violations:ratio_rate1h{{{SERVICE}}}"), "{{" + SLO_NAME + "}}")],
+            [q(_named(f"1 - service:inference_slo_violations:ratio_rate1h{{{CLUSTER}}}"), "{{" + SLO_NAME + "}}")],
             max_val=1))
         .with_panel(timeseries_panel(
             "SLO burn rate", f"Error-budget burn rate per service against a {SLO_TARGET:.0%} SLO (1 spends the "

@@ -8,8 +8,13 @@ Here two services in one cluster: chat (demand 80, p50 70, p90 100) and batch (d
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
-from panel_eval import panel, panel_query, run
+from panel_eval import ALL, ROOT, panel, panel_query, run
+
+from balancer.dashboards_render import interpolate
 
 BOARD = "tidal-capacity.json"
 TITLE = "Demand vs forecast: $service"
@@ -51,3 +56,66 @@ def test_all_services_are_never_summed_into_one_quantile(promtool, tmp_path):
     tests = [{"expr": panel_query(BOARD, TITLE, "forecast p90"), "eval_time": "5m",
               "exp_samples": [{"labels": f'{{service="{s}"}}', "value": v[2]} for s, v in sorted(SERVICES.items())]}]
     run(promtool, tmp_path, _series(), tests)
+
+
+# A cluster where the Deployment name vllm is in two namespaces: the controller reads them as team-a/vllm and
+# team-b/vllm (balancer.telemetry.serving.read_services), their profiles are named so and its gauges carry those names
+# (a `namespace` label on them is the controller's own). chat is in one namespace: plain `chat`, its demand scraped by
+# two jobs (the controller reads the higher, one demand). service -> ((namespace, demand), p50, p90, GPU target).
+NAMED = {"team-a/vllm": (("team-a", 80), 70, 100, 4), "team-b/vllm": (("team-b", 30), 20, 50, 2),
+         "chat": (("team-a", 50), 40, 60, 3)}
+
+
+def _named_series() -> list[dict]:
+    out = []
+    for name, ((namespace, demand), p50, p90, gpus) in NAMED.items():
+        bare = name.rpartition("/")[2]
+        jobs = ("vllm-a", "vllm-b") if name == "chat" else ("vllm-a",)
+        out += [{"series": f'gputide_inference_demand_rps{{cluster="c1", job="{job}", namespace="{namespace}", '
+                           f'service="{bare}"}}', "values": f"{demand}x10"} for job in jobs]
+        # the controller's gauges, its chat forecast also from a second scrape job (a copy, never added)
+        for job in ("gputide-controller", "gputide-controller-copy")[:1 + (name == "chat")]:
+            ctl = f'cluster="c1", job="{job}", namespace="gputide", service="{name}"'
+            out += [{"series": f'gputide_forecast_for_now{{{ctl}, quantile="{q}", horizon="30m"}}', "values": f"{v}x10"}
+                    for q, v in (("0.5", p50), ("0.9", p90))]
+            out.append({"series": f"gputide_capacity_target_gpus{{{ctl}}}", "values": f"{gpus}x10"})
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("service", sorted(NAMED))
+def test_demand_is_named_as_the_controller_names_the_service_and_lines_up_with_its_forecast(promtool, tmp_path,
+                                                                                             service):
+    """Selecting team-a/vllm (as the controller's gauges name it) reads team-a's demand beside team-a/vllm's p50, p90
+    and GPU target; chat's demand published twice reads 50, not 100. The demand was selected and summed by the bare
+    `service` label: `vllm` drew 110 (both namespaces') against no forecast, team-a/vllm drew no demand at all, and
+    chat read 100."""
+    (_, demand), p50, p90, gpus = NAMED[service]
+    legends = {(TITLE, "demand"): demand, (TITLE, "forecast p50"): p50, (TITLE, "forecast p90"): p90,
+               ("GPUs the forecast asks for", "{{service}} target"): gpus}
+    tests = [{"expr": panel_query(BOARD, title, legend, {"service": service}), "eval_time": "5m",
+              "exp_samples": [{"labels": f'{{service="{service}"}}', "value": value}]}
+             for (title, legend), value in legends.items()]
+    run(promtool, tmp_path, _named_series(), tests)
+
+
+@pytest.mark.integration
+def test_the_service_variable_lists_the_controllers_names(promtool, tmp_path):
+    """`$service` lists each service under the controller's name (query_result's series, the variable's regex taking
+    their `service`): team-a/vllm, team-b/vllm and chat, the `service` values of its forecast gauges, where the
+    bare label listed `vllm` (matching none of them) and `chat`. With every service selected the demand is one line
+    per name."""
+    var = next(v for v in json.loads((ROOT / "dashboards" / BOARD).read_text())["templating"]["list"]
+               if v["name"] == "service")
+    query = interpolate(var["query"]["query"], ALL, step=60, range_s=3600)
+    assert query.startswith("query_result(") and query.endswith(")")
+    # a line as Grafana lists query_result's answer: the regex takes `service`, never `namespace`
+    line = '{cluster="c1", namespace="team-a", service="team-a/vllm"} 80 1700000000'
+    assert re.findall(var["regex"].strip("/"), line) == ["team-a/vllm"]
+    listed = [{"labels": f'{{service="{s}"}}', "value": 1} for s in sorted(NAMED)]
+    tests = [{"expr": f"group by (service) ({query[len('query_result('):-1]})", "eval_time": "5m",
+              "exp_samples": listed},
+             {"expr": "group by (service) (gputide_forecast_for_now)", "eval_time": "5m", "exp_samples": listed},
+             {"expr": panel_query(BOARD, TITLE, "demand"), "eval_time": "5m",
+              "exp_samples": [{"labels": f'{{service="{s}"}}', "value": v[0][1]} for s, v in sorted(NAMED.items())]}]
+    run(promtool, tmp_path, _named_series(), tests)

@@ -3,7 +3,9 @@
 two namespaces of one cluster, each with its own budget. The panels named each line by `service` alone, so
 team-a's and team-b's `chat` were two lines both called "chat" (one healthy, one burning, and no telling which).
 Each line is now named `namespace/service` (`qualified_service`), or the name alone for counters without a
-namespace (the simulated fleet's), and `$service` still selects every namespace's service of that name.
+namespace (the simulated fleet's), and `$service` still selects every namespace's service of that name. `$service`
+holds the controller's names (dashboards.capacity.controller_names): team-a/chat where chat is in two namespaces,
+and that selects team-a's line alone (it selected nothing: the panels matched it against the bare `service` label).
 
 The controller's own gauges (gputide_forecast_*, gputide_capacity_target_gpus) carry the profile's name and no
 namespace of the service, so their panels stay keyed by `service`.
@@ -50,17 +52,19 @@ def test_every_slo_line_is_named_by_namespace_and_service():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("selected", [".*", "chat"])
+@pytest.mark.parametrize("selected", [".*", "chat", "team-a/chat", "(sim|team-b/chat)"])
 def test_two_namespaces_services_of_one_name_are_two_named_lines(promtool, tmp_path, selected):
     """Counters through the shipped gputide-slo rules: team-a/chat meets its SLO, team-b/chat has 5 % slow, sim
-    (no namespace) 2 %. Selecting `chat` keeps both namespaces' lines."""
+    (no namespace) 2 %. Selecting `chat` keeps both namespaces' lines; `team-a/chat` (as the controller names it)
+    team-a's alone."""
     series = []
     for (namespace, service), (requests, violations) in COUNTERS.items():
         series += [{"series": f"gputide_inference_requests_total{{{_labels(namespace, service)}}}",
                     "values": f"0+{requests}x80"},
                    {"series": f"gputide_inference_slo_violations_total{{{_labels(namespace, service)}}}",
                     "values": f"0+{violations}x80"}]
-    shown = {k: v for k, v in COUNTERS.items() if selected == ".*" or k[1] == selected}
+    shown = {k: v for k, v in COUNTERS.items()
+             if re.fullmatch(selected, k[1]) or re.fullmatch(selected, "/".join(filter(None, k)))}
     tests = []
     # the attainment line, and the burn rate's fast-page line (the lower of 5m and 1h), both constant here
     for title, digits, value in ((ATTAINMENT, 0.001, lambda r, v: 1 - v / r), (BURN, 0.01, lambda r, v: v / r / 0.01)):
