@@ -40,6 +40,7 @@ import csv
 import math
 import os
 import re
+import sys
 import warnings
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
@@ -122,6 +123,7 @@ def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, fie
 
 MAX_EPOCH_S = 4102444800.0  # 2100-01-01: later (or negative) epoch seconds are not demand history
 _FIRST, _LAST = pd.Timestamp(0, unit="s", tz="UTC"), pd.Timestamp(MAX_EPOCH_S, unit="s", tz="UTC")
+ROW_SHOWN = 200  # characters of a refused row a message shows
 MAX_RPS = 1e9  # demand beyond this is a wrong column or unit, and sums of such values overflow to inf
 MAX_STEPS = 5_000_000  # a trace resampled to more steps than this is a wrong --step, not a long history
 _READ_ERRORS = (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError)
@@ -268,18 +270,32 @@ def read_rows(path: str) -> pd.DataFrame:
 
 def _refuse_long_rows(path: str, *, uneven: bool = False) -> None:
     """The first row holding a value past the header, or (`uneven`: pandas refused the file) more fields than both
-    the header and the first row, as an InputError naming its line; a field past the csv module's limit (131072
-    characters, where pandas has none) is one too, not a traceback."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
-        try:
-            header = next(reader, [])
-            _check_widths(path, reader, header, uneven)
-        except csv.Error as exc:
-            limit = csv.field_size_limit()
-            raise InputError(path, f"row {reader.line_num}", f"a field over {limit} characters", "at most one field "
-                             f"per column of the header, each at most {limit} characters",
-                             detail=_one_line(exc)) from exc
+    the header and the first row, as an InputError naming its line. The csv module scans without its 131072-character
+    field limit (pandas has none): with it, a long name in a too-long row, or a stray quote with the rest of a large
+    file behind it, was blamed on 'a field over 131072 characters' at a later row instead of on the row or the
+    quote; a scan that finds nothing lets pandas' own error (the quote's) pass on."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            try:
+                header = next(reader, [])
+                _check_widths(path, reader, header, uneven)
+            except csv.Error as exc:
+                if uneven:   # pandas refused the file too, and its error (a quote's) says more
+                    return
+                raise InputError(path, f"row {reader.line_num}", "a row the csv module cannot read",
+                                 "a CSV file with a header row", detail=_one_line(exc)) from exc
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _shown(fields: list[str]) -> str:
+    """A row as a message shows it: whole when short, else its start and how long it is (a 200,000-character name
+    is no message)."""
+    row = ",".join(fields)
+    return row if len(row) <= ROW_SHOWN else f"{row[:ROW_SHOWN]}... ({len(row)} characters)"
 
 
 def _check_widths(path: str, reader, header: list[str], uneven: bool) -> None:
@@ -287,12 +303,12 @@ def _check_widths(path: str, reader, header: list[str], uneven: bool) -> None:
     width = None
     for fields in reader:
         if any(field.strip() for field in fields[len(header):]):
-            raise InputError(path, f"row {reader.line_num}", ",".join(fields), allowed)
+            raise InputError(path, f"row {reader.line_num}", _shown(fields), allowed)
         if not fields:   # a blank line, which pandas skips
             continue
         width = len(fields) if width is None else width
         if uneven and len(fields) > max(width, len(header)):
-            raise InputError(path, f"row {reader.line_num}", ",".join(fields), f"as many fields on every row, one "
+            raise InputError(path, f"row {reader.line_num}", _shown(fields), f"as many fields on every row, one "
                              f"per column of the header ({','.join(header)}): a trailing comma on every row or on "
                              f"none", detail=f"{len(fields)} fields, where the header has {len(header)} and the "
                              f"first row {width}")
