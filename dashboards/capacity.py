@@ -109,7 +109,7 @@ def build() -> dashboard.Dashboard:
     d = new_dashboard(
         UID, "gputide / Tidal Capacity",
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
-        ["capacity", "forecast", "slo"],
+        ["capacity", "forecast", "slo"], gpus=False,
     ).with_variable(query_variable(
         "service", "Service", f"query_result({controller_names(DEMAND)})",
         "Inference services as the controller names them (its profiles, its forecast and target gauges): the "

@@ -39,7 +39,7 @@ def build() -> dashboard.Dashboard:
     d = new_dashboard(
         UID, "gputide / Usage & Chargeback",
         "GPU-hours and energy (kWh) per namespace per day.",
-        ["chargeback", "usage"],
+        ["chargeback", "usage"], gpus=False,
     ).time("now-7d", "now")
     gpu_hours = timeseries_panel(
         "GPU-hours per namespace per day", "GPU-hours each namespace held in the day ending at each bar: "

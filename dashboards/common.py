@@ -73,21 +73,18 @@ def query_variable(name: str, label: str, query: str, description: str) -> dashb
     )
 
 
-def variables(*, per_gpu: bool = False) -> list:
-    """The four variables every gputide dashboard has: datasource, cluster, node and GPU model; and, on a dashboard
-    with per-GPU panels (`per_gpu`), the GPU: each chained on the ones before it, so a node lists its own GPUs."""
+def variables(*, per_gpu: bool = False, gpus: bool = True) -> list:
+    """The variables of a gputide dashboard: datasource and cluster; node and GPU model where its panels read GPU
+    series (`gpus`: a dashboard of the controller's series has no node to narrow, and a selector there that no panel
+    reads looks like a filter and filters nothing); and, on a dashboard with per-GPU panels (`per_gpu`), the GPU:
+    each chained on the ones before it, so a node lists its own GPUs."""
     per_gpu_variables = [query_variable(
         "gpu", "GPU",
         'label_values(gpu:temperature:celsius{cluster=~"$cluster", hostname=~"$node", modelName=~"$model"}, gpu)',
         "GPU index on its node (dcgm-exporter's `gpu` label, as nvidia-smi numbers them): pick a node first to "
         "narrow the per-GPU panels to one board; on All nodes, index 0 is every node's first GPU.",
     )] if per_gpu else []
-    return [
-        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        query_variable(
-            "cluster", "Cluster", "label_values(gpu:temperature:celsius, cluster)",
-            "Clusters (the `cluster` label; empty on a single-cluster Prometheus).",
-        ),
+    gpu_variables = [
         query_variable(
             "node", "Node", 'label_values(gpu:temperature:celsius{cluster=~"$cluster"}, hostname)',
             "GPU nodes (the normalised `hostname` label).",
@@ -97,12 +94,20 @@ def variables(*, per_gpu: bool = False) -> list:
             'label_values(gpu:temperature:celsius{cluster=~"$cluster", hostname=~"$node"}, modelName)',
             "GPU models (dcgm-exporter's `modelName`).",
         ),
+    ]
+    return [
+        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        query_variable(
+            "cluster", "Cluster", "label_values(gpu:temperature:celsius, cluster)",
+            "Clusters (the `cluster` label; empty on a single-cluster Prometheus).",
+        ),
+        *(gpu_variables if gpus else []),
         *per_gpu_variables,
     ]
 
 
 def new_dashboard(uid: str, title: str, description: str, tags: list[str], *,
-                  per_gpu: bool = False) -> dashboard.Dashboard:
+                  per_gpu: bool = False, gpus: bool = True) -> dashboard.Dashboard:
     builder = (
         dashboard.Dashboard(title)
         .uid(uid)
@@ -114,7 +119,7 @@ def new_dashboard(uid: str, title: str, description: str, tags: list[str], *,
         .timezone("browser")
         .tooltip(dm.DashboardCursorSync.CROSSHAIR)
     )
-    for var in variables(per_gpu=per_gpu):
+    for var in variables(per_gpu=per_gpu, gpus=gpus):
         builder = builder.with_variable(var)
     return builder
 

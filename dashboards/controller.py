@@ -136,7 +136,7 @@ def build() -> dashboard.Dashboard:
         UID, "gputide / Balancer",
         "The reconcile loop: actions and why, rejections and by which limit, duration, staleness, "
         "fail-static and leadership; the secondary scheduler's binds, pending pods and watches.",
-        ["controller"],
+        ["controller"], gpus=False,
     )
     for marker in hotspot_annotations():
         d = d.annotation(marker)

@@ -8,9 +8,11 @@ what a user imports into Grafana:
 - panel-datasource: every panel, target and annotation uses `${datasource}`;
 - panel-title-description / panel-units: every panel has a title, a description and a unit;
 - target-rate-interval: every rate()/irate()/increase() range is `$__rate_interval`;
-- template-variables: `cluster`, `node`, `model` (and `gpu` where there is one) are multi-select label_values
+- template-variables: `cluster` (and `node`, `model`, `gpu` where there are) are multi-select label_values
   queries on a normalised series, over the `cluster`, `hostname`, `modelName` (and `gpu`) labels, with "All"
-  matching an absent label (`.*`);
+  matching an absent label (`.*`); every variable a query names is defined (before the variable that names it), and
+  every variable is named by some panel query, annotation or repeat: a selector no panel reads looks like a filter
+  and filters nothing (a node picked on a dashboard of the controller's series changed no line);
 - template-gpu-variable: a dashboard with per-GPU panels (a legend or a grid column per `gpu`) has a `gpu`
   variable, after `model` and chained on `$cluster`, `$node` and `$model`;
 - target-label-filters: every query filters on `$cluster`; per-GPU `gpu:*` and `gpu_instance:*` selectors also on
@@ -27,10 +29,12 @@ from collections.abc import Callable, Iterator
 
 DATASOURCE_UID = "${datasource}"
 EXPECTED_VARIABLES = {"cluster": "cluster", "node": "hostname", "model": "modelName"}
+REQUIRED_VARIABLES = ("cluster",)   # the others only where a panel reads them
 GPU_VARIABLE = ("gpu", "gpu")   # (name, label), on dashboards with per-GPU panels
 _RATE_FUNC = re.compile(r"\b(rate|irate|increase)\s*\(")
 _RANGE = re.compile(r"\[([^\]]+)\]")
 _GPU_SELECTOR = re.compile(r"\bgpu(?:_instance)?:[a-z_]+:[a-z_]+\{([^}]*)\}")
+_VARIABLE_REF = re.compile(r"\$\{?([A-Za-z_]\w*)")   # $name, ${name}, ${name:fmt}; not $1 nor $__interval
 _LABEL_VALUES = re.compile(r"^label_values\((?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?,\s*(?P<label>\w+)\)$")
 
 
@@ -116,14 +120,36 @@ def _variable_query(var: dict) -> str:
     return (query.get("query", "") if isinstance(query, dict) else str(query or "")).strip()
 
 
+def _named_variables(text: str) -> set[str]:
+    return {name for name in _VARIABLE_REF.findall(text) if not name.startswith("__")}
+
+
+def _variable_problems(dashboard: dict) -> list[str]:
+    """Variables a query names but no variable defines (or only one after it, which it cannot read), and variables
+    no panel query, annotation or panel repeat names."""
+    found = _variables(dashboard)
+    order = list(found)
+    problems = [f"{where}: query names ${name}, which no variable defines"
+                for where, t in targets(dashboard) for name in sorted(_named_variables(t.get("expr", "")))
+                if name not in found]
+    for i, (name, var) in enumerate(found.items()):
+        problems += [f"variable {name!r} names ${ref}, " + ("which no variable defines" if ref not in found else
+                                                              "defined after it")
+                     for ref in sorted(_named_variables(_variable_query(var))) if ref not in order[:i]]
+    used = {name for _, t in targets(dashboard) for name in _named_variables(t.get("expr", ""))}
+    used |= {str(p.get("repeat")) for p in panels(dashboard) if p.get("repeat")}
+    problems += [f"variable {name!r} is used by no panel query: it selects nothing" for name, var in found.items()
+                 if var.get("type") == "query" and name not in used]
+    return problems
+
+
 def template_variables(dashboard: dict) -> list[str]:
     found = _variables(dashboard)
-    expected = {**EXPECTED_VARIABLES, **dict([GPU_VARIABLE] if GPU_VARIABLE[0] in found else [])}
-    problems = []
+    problems = [f"variable {name!r} missing" for name in REQUIRED_VARIABLES if name not in found]
+    expected = {**EXPECTED_VARIABLES, **dict([GPU_VARIABLE])}
     for name, label in expected.items():
         var = found.get(name)
         if var is None:
-            problems.append(f"variable {name!r} missing")
             continue
         query = _variable_query(var)
         m = _LABEL_VALUES.match(query)
@@ -135,7 +161,7 @@ def template_variables(dashboard: dict) -> list[str]:
             problems.append(f"variable {name!r}: want includeAll with allValue '.*'")
         if not var.get("multi"):
             problems.append(f"variable {name!r}: want a multi-select")
-    return problems
+    return problems + _variable_problems(dashboard)
 
 
 def _per_gpu(panel: dict) -> bool:

@@ -34,6 +34,15 @@ ALLOCATED = (f"count(max by (cluster, UUID) (gpu_pod:attribution:share{{{CLUSTER
              f"{SELECTED}) or (0 * sum(cluster:gpu_allocated:count{{{CLUSTER}}}) and on () {TOTAL})")
 SM_ACTIVE = each_gpu(f"gpu:sm_active:ratio{{{GPUS}}}")   # each GPU once, as TOTAL counts them
 IDLE = f"{TOTAL} - ({ALLOCATED})"
+# The selected GPUs per workload class (class:gpu_count:sum's count, of the GPUs $node and $model select: the rule is
+# per cluster), and the idle ones as class idle, No data while the exporter is dark as ALLOCATED is.
+BY_CLASS = (f"count by (workload_class) (max by (cluster, UUID, workload_class) "
+            f"(gpu_pod:attribution:share{{{CLUSTER}}}) and on (cluster, UUID) {SELECTED}) "
+            f'or label_replace({IDLE}, "workload_class", "idle", "", "")')
+# Per model, each selected GPU once (model:gpu_sm_active:ratio_avg / _stddev's sums, of the nodes $node selects).
+SM_BY_MODEL = f"max by (cluster, modelName, UUID) (gpu:sm_active:ratio{{{GPUS}}})"
+# The controller's per-model gauges: it plans the whole cluster, by GPU model, and publishes no node.
+CONTROLLER_SCOPE = " Per GPU model, from the controller, for the whole cluster: $node does not narrow it."
 
 
 def build() -> dashboard.Dashboard:
@@ -50,7 +59,7 @@ def build() -> dashboard.Dashboard:
                                "the work actually done.", "percentunit",
                                [q(f"avg({SM_ACTIVE})", "used")], w=8))
         .with_panel(stat_panel("Unallocatable GPUs", "Idle GPUs that no pending request can use "
-                               "(gputide_unallocatable_gpus).", "none",
+                               "(gputide_unallocatable_gpus)." + CONTROLLER_SCOPE, "none",
                                [q(f"sum(gputide_unallocatable_gpus{{{MODEL}}})", "unallocatable")], w=8))
     )
     d = (
@@ -64,24 +73,27 @@ def build() -> dashboard.Dashboard:
              q(IDLE, "idle")], w=24, min_val=0))
         .with_panel(timeseries_panel(
             "Fragmentation by GPU model", "Share of idle GPUs that are fragmented - partly used GPUs or "
-            "nodes that cannot host a typical request (gputide_fragmentation_ratio).", "percentunit",
+            "nodes that cannot host a typical request (gputide_fragmentation_ratio)." + CONTROLLER_SCOPE,
+            "percentunit",
             [q(f"gputide_fragmentation_ratio{{{MODEL}}}", "{{modelName}}")], min_val=0, max_val=1))
         .with_panel(timeseries_panel(
             "Unallocatable GPUs by model", "Idle GPUs no pending request can use, per model "
-            "(gputide_unallocatable_gpus).", "none",
+            "(gputide_unallocatable_gpus)." + CONTROLLER_SCOPE, "none",
             [q(f"gputide_unallocatable_gpus{{{MODEL}}}", "{{modelName}}")], stack=True, min_val=0))
         .with_panel(timeseries_panel(
-            "GPUs by workload class", "GPUs per workload class from the attribution join "
-            "(class:gpu_count:sum), cluster-wide: $node and $model do not narrow it. On a real cluster the pods come "
+            "GPUs by workload class", "The selected GPUs per workload class from the attribution join (as "
+            "class:gpu_count:sum counts them, of the GPUs $node and $model select), those holding none as idle. On "
+            "a real cluster the pods come "
             "from the kubelet or dcgm-exporter, which do not "
             "know their class: they show as unknown, and the Tidal Capacity dashboard's GPUs by class "
             "(gputide_capacity_gpus, from the controller) splits them. Not stacked: a GPU pods of two classes share "
             "counts in each.", "none",
-            [q(f"sum by (workload_class) (class:gpu_count:sum{{{CLUSTER}}})", "{{workload_class}}")], min_val=0))
+            [q(BY_CLASS, "{{workload_class}}")], min_val=0))
         .with_panel(timeseries_panel(
             "SM activity by model (mean and spread)", "Mean SM activity per GPU model and its standard "
-            "deviation across the pool; a wide spread is an imbalanced pool.", "percentunit",
-            [q(f"model:gpu_sm_active:ratio_avg{{{MODEL}}}", "{{modelName}} mean"),
-             q(f"model:gpu_sm_active:ratio_stddev{{{MODEL}}}", "{{modelName}} stddev")], min_val=0))
+            "deviation across the pool, of the GPUs $node and $model select (model:gpu_sm_active:ratio_avg and "
+            "_stddev, per node); a wide spread is an imbalanced pool.", "percentunit",
+            [q(f"avg by (cluster, modelName) ({SM_BY_MODEL})", "{{modelName}} mean"),
+             q(f"stddev by (cluster, modelName) ({SM_BY_MODEL})", "{{modelName}} stddev")], min_val=0))
     )
     return d

@@ -169,3 +169,38 @@ def test_each_rule_catches_its_defect(rule, breakage):
     breakage(dashboard)
     assert rule in RULES
     assert rule in lint(dashboard)
+
+
+def _variable(name: str) -> dict:
+    return copy.deepcopy(next(v for v in committed("gpu-fleet")["templating"]["list"] if v["name"] == name))
+
+
+@pytest.mark.parametrize("name", sorted(build.DASHBOARDS))
+def test_every_variable_is_read_by_a_panel(name):
+    """A dashboard offers only the variables its panels read: the Balancer, Tidal Capacity and Usage & Chargeback
+    dashboards offered $node and $model, which no query of theirs named, so picking a node changed no line."""
+    d = committed(name)
+    used = {m for _, t in targets(d) for m in re.findall(r"\$\{?(\w+)", t["expr"])}
+    used |= {p["repeat"] for p in panels(d) if p.get("repeat")}
+    offered = {v["name"] for v in d["templating"]["list"] if v["type"] == "query"}
+    assert offered <= used, offered - used
+
+
+def test_a_variable_no_panel_reads_is_flagged():
+    d = copy.deepcopy(committed("balancer"))
+    d["templating"]["list"] += [_variable("node")]
+    assert "variable 'node' is used by no panel query: it selects nothing" in lint(d)["template-variables"]
+
+
+def test_a_query_naming_an_undefined_variable_is_flagged():
+    d = copy.deepcopy(committed("balancer"))
+    _first(d)["targets"][0]["expr"] = 'sum(gputide_reconcile_total{cluster=~"$cluster", hostname=~"$node"})'
+    assert any("names $node, which no variable defines" in m for m in lint(d)["template-variables"])
+
+
+def test_a_variable_chained_on_a_missing_one_is_flagged():
+    """The model variable lists the models of the selected nodes: without a node variable its query would keep a
+    literal `$node`."""
+    d = copy.deepcopy(committed("balancer"))
+    d["templating"]["list"] += [_variable("model")]
+    assert "variable 'model' names $node, which no variable defines" in lint(d)["template-variables"]

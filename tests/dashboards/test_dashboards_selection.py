@@ -8,6 +8,8 @@ allocation: n0 read 60 % allocated beside 10 % used.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from panel_eval import ROOT, panel_query, run
 
@@ -51,3 +53,42 @@ def test_counts_and_shares_are_of_the_selected_gpus(promtool, tmp_path, variable
         reads("Allocated share", "allocated", round(allocated / total, 3)),
         reads("Used share", "used", round(used / total, 3)),
     ], rules=RULES, interval="15s")
+
+
+# (selection, {class: GPUs}, {model: (mean, stddev) of SM activity})
+BY_NODE = [
+    ({"node": "n0"}, {"training": 1, "idle": 1}, {"NVIDIA H200": (0.1, 0.1)}),
+    ({"node": "n1"}, {"training": 2, "idle": 0}, {"NVIDIA H200": (0.9, 0)}),
+    ({"node": "n2"}, {"idle": 1}, {"NVIDIA L4": (0, 0)}),
+    ({}, {"training": 3, "idle": 2}, {"NVIDIA H200": (0.5, 0.4062), "NVIDIA L4": (0, 0)}),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("variables", "classes", "models"), BY_NODE, ids=["node n0", "node n1", "node n2", "all"])
+def test_classes_and_per_model_activity_are_of_the_selected_nodes(promtool, tmp_path, variables, classes, models):
+    """GPUs by workload class and SM activity by model read the cluster's rules (class:gpu_count:sum,
+    model:gpu_sm_active:ratio_avg / _stddev), so with node n0 picked they drew the cluster's 3 training GPUs and an
+    H200 mean of 0.5 beside n0's counts (1 allocated of 2, 0.2 used). They are now of the selected GPUs; the panels
+    that read the controller's per-model gauges cannot be, and say so."""
+    def series(title: str, legend: str, label: str, values: dict[str, float]) -> dict:
+        return {"expr": f"round({panel_query(BOARD, title, legend, variables)}, 0.0001)", "eval_time": "4m",
+                "exp_samples": [{"labels": f'{{{label}="{k}"}}' if label == "workload_class" else
+                                 f'{{cluster="c", {label}="{k}"}}', "value": v} for k, v in sorted(values.items())]}
+
+    run(promtool, tmp_path, _series(), [
+        series("GPUs by workload class", "{{workload_class}}", "workload_class", classes),
+        series("SM activity by model (mean and spread)", "{{modelName}} mean", "modelName",
+               {m: v[0] for m, v in models.items()}),
+        series("SM activity by model (mean and spread)", "{{modelName}} stddev", "modelName",
+               {m: v[1] for m, v in models.items()}),
+    ], rules=RULES, interval="15s")
+
+
+def test_every_panel_the_node_does_not_narrow_says_so():
+    """Beside the node-filtered panels, a panel that cannot narrow to the selected node (the controller's per-model
+    gauges) says `$node does not narrow it`; every other panel's queries filter on $node."""
+    for p in json.loads((ROOT / "dashboards" / BOARD).read_text())["panels"]:
+        if not all("$node" in t["expr"] for t in p["targets"]):
+            assert "$node does not narrow it" in p["description"], p["title"]
+            assert all("gputide_" in t["expr"] for t in p["targets"]), p["title"]
