@@ -55,6 +55,11 @@ def one_per_gpu(series: str) -> str:
     return f"topk by (cluster, UUID) (1, {series})"
 
 
+# Grafana's Prometheus variable editor's query types: label_values (1) and query_result (3), which it opens the query
+# string as (it is the string Grafana runs).
+_QUERY_TYPE = {"label_values": 1, "query_result": 3}
+
+
 def query_variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
     # allValue ".*" also matches an absent label, so a single-cluster Prometheus without a `cluster`
     # label still shows everything.
@@ -63,7 +68,8 @@ def query_variable(name: str, label: str, query: str, description: str) -> dashb
         .label(label)
         .description(description)
         .datasource(DATASOURCE)
-        .query({"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+        .query({"qryType": _QUERY_TYPE.get(query.partition("(")[0], 1), "query": query,
+                "refId": "PrometheusVariableQueryEditor-VariableQuery"})
         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(dm.VariableSort.NATURAL_ASC)
         .multi(True)

@@ -109,6 +109,7 @@ def test_the_service_variable_lists_the_controllers_names(promtool, tmp_path):
                if v["name"] == "service")
     query = interpolate(var["query"]["query"], ALL, step=60, range_s=3600)
     assert query.startswith("query_result(") and query.endswith(")")
+    assert var["query"]["qryType"] == 3   # Grafana's editor opens it as a query_result, not as label_values
     # a line as Grafana lists query_result's answer: the regex takes `service`, never `namespace`
     line = '{cluster="c1", namespace="team-a", service="team-a/vllm"} 80 1700000000'
     assert re.findall(var["regex"].strip("/"), line) == ["team-a/vllm"]
