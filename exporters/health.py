@@ -21,6 +21,14 @@ room to send the answer; a healthy read takes well under a second):
   ``gputide_exporter_collection_age_seconds``: how long ago the collection it carries began;
 * a collection that fails (an exception) fails the scrape as before: only a slow one is answered from the past.
 
+One hung GPU no longer hangs the collection: the NVML backend reads each GPU in a thread of its own with a deadline
+(`exporters.backends.nvml_gpu_reads`, 3 s by default), and a GPU past it has no series in that collection, its
+fields counted as errors, while the node's other GPUs are served in time; it is not read again until its call
+returns. The limits above remain for what still runs in the collection's own thread (the XID event drain, a
+re-initialisation of NVML, the kubelet's answer, a backend without per-GPU reads) and for a GPU deadline set above
+the collection timeout. A GPU read left hung holds no collection open, so only its `watching` (below) shows it to
+the probes.
+
 `TrackedCollector` wraps the registry a scrape renders, runs it through `CollectHealth.run`, and `CollectHealth`
 keeps when each collection began and ended; the probes only read that:
 
@@ -48,8 +56,10 @@ power-limit call that never returns holds that lock, so the next collection wait
 apply to that collection (scrapes answered in time, then not ready, then not live). A scrape alone starts a
 collection, though: with none (Prometheus away) nothing would see the agent stuck, its caps never applied again.
 So work that is not a collection but shares NVML with them runs inside `CollectHealth.watching` (each sync of the
-exporter's agent loop), which the probes read as they read a collection: not ready once it has run longer than the
-collection timeout, not live once longer than `stuck_after_s`, each naming it. Either way a cap is recorded as set
+exporter's agent loop, and each GPU's read where the NVML backend's `reads.watching` is set to it), which the probes
+read as they read a collection: not ready once it has run longer than the collection timeout, not live once longer
+than `stuck_after_s`, each naming it: a GPU whose call never returns still gets the process restarted, as a hung
+collection did. Either way a cap is recorded as set
 only once the call that set it has returned (`exporters.power_caps`), so one stuck when the kubelet restarts the
 pod is applied again by the next agent.
 

@@ -48,6 +48,14 @@ read finds it again. Errors never fail a scrape. A GPU NVML cannot name at start
 is left out, the others served (`exporters.backends.nvml_identity`). NVML naming no GPU at all at start is NVML
 down (below): asked again at each read, not a backend serving nothing until a restart.
 
+Each GPU is read in a thread of its own (its fields, then its GPU instances' SM activity), all of them waited for
+`GPU_TIMEOUT_S` at most (`exporters.backends.nvml_gpu_reads`): a GPU whose read has not returned by then (a call
+hung in a GPU in recovery) has no series this scrape, its XID's included, and every field an error, while the others
+are served; it is not read again until that read returns. The XID drain, the DRA MIG listing and a
+re-initialisation still run in the collection's own thread. A read that outlives its NVML initialisation (hung
+across a re-initialisation) stops at its next step rather than use or mark the state built for the next one
+(`_fresh`); what it read is dropped.
+
 NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
 Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
 GPU is NaN and an error (a field the GPU is known not to have stays unsupported), its XID too: no series, never a 0.
@@ -65,7 +73,8 @@ sets), the one the agent judges its caps by and DCGM reports under that name, no
 (field 190, ``nvmlDeviceGetEnforcedPowerLimit``), which an out-of-band limit can hold lower. A limit is set only
 through a handle of the initialisation it was read under (`exporters.backends.nvml_power`: nothing while NVML does not
 answer). The collection and the agent may share the backend from two threads (``--power-caps-file``): one lock keeps
-their NVML calls, re-initialisations included, one at a time, so neither uses handles the other has replaced.
+their NVML calls, re-initialisations included, one at a time, so neither uses handles the other has replaced (a
+GPU's read left hung past its deadline holds no lock: the agent may call NVML beside it, which NVML allows).
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
 DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`).
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
@@ -81,8 +90,9 @@ from typing import Any
 
 import numpy as np
 
-from exporters.backends.base import GpuIdentity, GpuReadings, MigInstance
+from exporters.backends.base import GpuIdentity, GpuReadings, InstanceReading, MigInstance
 from exporters.backends.nvml_gpm import UNSUPPORTED, GpuActivity, MigActivity
+from exporters.backends.nvml_gpu_reads import GpuReads
 from exporters.backends.nvml_identity import Gpus, identify
 from exporters.backends.nvml_identity import text as _text
 from exporters.backends.nvml_init import NvmlInit
@@ -107,6 +117,9 @@ SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 XID = "DCGM_FI_DEV_XID_ERRORS"
 FB_FIELDS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a classic getter to fall back on
+# how long a collection waits for its GPUs' reads: with the kubelet's answer after it (at most half the collection
+# timeout, `balancer.cmd.exporter`), within the exporter's 8 s collection timeout
+GPU_TIMEOUT_S = 3.0
 
 
 def _field_value(fv: Any, nvml: Any) -> float:
@@ -127,8 +140,16 @@ class _Out:
         self.unsupported: list[str] = []
 
 
+class _Stale(Exception):
+    """A GPU's read that outlived the NVML initialisation it began under (`NvmlBackend._fresh`)."""
+
+
 class NvmlBackend:
-    def __init__(self, nvml: Any = None, *, hostname: str | None = None) -> None:
+    def __init__(self, nvml: Any = None, *, hostname: str | None = None, reads: GpuReads | None = None) -> None:
+        """`reads`: how each GPU is read, and waited for (`exporters.backends.nvml_gpu_reads`: `GPU_TIMEOUT_S`, its
+        `watching` settable later, to `exporters.health.CollectHealth.watching` in the exporter)."""
+        self.reads = reads or GpuReads(GPU_TIMEOUT_S)
+        self._local = threading.local()   # a GPU read's thread: the initialisation it began under
         if nvml is None:
             import pynvml as nvml
         self.nvml = nvml
@@ -216,25 +237,59 @@ class NvmlBackend:
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         errors: list[tuple[str, str]] = []
         unsupported: list[tuple[str, str]] = []
+        instances: list[InstanceReading] = []
         self._xids.drain()
         self._mig.new_collection()   # GPU instance placements are listed again for this collection's DRA devices
-        for k, h in enumerate(self.handles):
+        done = self.reads.run({g.uuid: lambda k=k, h=h: self._read_gpu(k, h)
+                                for k, (g, h) in enumerate(zip(self.identity, self.handles, strict=True))})
+        for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
+            if read.error is not None and not isinstance(read.error, self.nvml.NVMLError_GpuIsLost):
+                raise read.error
+        unread = []
+        for k, g in enumerate(self.identity):
             out = _Out()
-            try:
-                self._read_one(k, h, vals, out)
-                self._xids.found(k)   # back on the bus: no longer 79
-            except self.nvml.NVMLError_GpuIsLost:
-                self._xids.lost(k)
-                out = _Out()
+            read = done.get(g.uuid)
+            if read is None:   # late or stuck (`exporters.backends.nvml_gpu_reads`): no series this collection
                 self._unread(k, vals, out)
-            uuid = self.identity[k].uuid
-            errors.extend((uuid, f) for f in out.errors)
-            unsupported.extend((uuid, f) for f in out.unsupported)
+                unread.append(k)
+            elif read.error is not None:   # GpuIsLost
+                self._xids.lost(k)
+                self._unread(k, vals, out)
+            else:
+                mine, out, gis = read.result
+                for name in GPU_FIELD_NAMES:
+                    vals[name][k] = mine[name][k]
+                instances.extend(gis)
+                self._xids.found(k)   # back on the bus: no longer 79
+            errors.extend((g.uuid, f) for f in out.errors)
+            unsupported.extend((g.uuid, f) for f in out.unsupported)
         vals[XID] = xid = self._xids.values()
-        for k in np.flatnonzero(np.isnan(xid)).tolist():   # events NVML will not deliver for that GPU
+        xid[unread] = np.nan
+        for k in np.flatnonzero(np.isnan(xid)).tolist():   # events NVML will not deliver for that GPU, or not read
             (unsupported if self._xids.unsupported[k] else errors).append((self.identity[k].uuid, XID))
         return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
-                           instances=self._mig_activity.read())
+                           instances=tuple(instances))
+
+    def _read_gpu(self, k: int, h: Any) -> tuple[dict[str, np.ndarray], _Out, list[InstanceReading]]:
+        """GPU `k`'s fields and its GPU instances' SM activity, in a thread of its own (`GpuReads`): into arrays of
+        its own, which `_read` copies from only if it returned in time."""
+        self._local.reinits = self._init.reinits
+        vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
+        out = _Out()
+        self._read_one(k, h, vals, out)
+        self._fresh()
+        return vals, out, self._mig_activity.read_gpu(k)
+
+    def _fresh(self) -> None:
+        """Raise `_Stale` in a GPU's read that outlived its NVML initialisation (hung across a re-initialisation:
+        `_read` no longer waits for it), before it uses or writes the state `_serve` built for the next one."""
+        if getattr(self._local, "reinits", self._init.reinits) != self._init.reinits:
+            raise _Stale
+
+    def _mark(self, k: int, fields: Sequence[str]) -> None:
+        """`fields` of GPU `k` are unsupported (NVML answered NotSupported): not asked again."""
+        self._fresh()
+        self._unsupported.update((k, f) for f in fields)
 
     def _unread(self, k: int, vals: dict[str, np.ndarray], out: _Out) -> None:
         """GPU `k` read nothing: every field but its XID NaN, an error unless the GPU is known not to have it."""
@@ -262,6 +317,7 @@ class NvmlBackend:
         for good (`fn` is not called for them again), another NVMLError counts them as errors. GpuIsLost, and NVML
         itself not answering, propagate."""
         nvml = self.nvml
+        self._fresh()
         if all((k, f) in self._unsupported for f in fields):
             out.unsupported.extend(fields)
             return None
@@ -270,7 +326,7 @@ class NvmlBackend:
         except self._fatal:
             raise
         except nvml.NVMLError_NotSupported:
-            self._unsupported.update((k, f) for f in fields)
+            self._mark(k, fields)
             out.unsupported.extend(fields)
         except nvml.NVMLError:
             out.errors.extend(fields)
@@ -312,7 +368,7 @@ class NvmlBackend:
             vals["DCGM_FI_DEV_FB_USED"][k] = round(mem.used / MIB)
             vals["DCGM_FI_DEV_FB_FREE"][k] = round(mem.free / MIB)
             if k in self._memory.v1:   # version 1: used includes the reserved, which it does not report
-                self._unsupported.add((k, "DCGM_FI_DEV_FB_RESERVED"))
+                self._mark(k, ("DCGM_FI_DEV_FB_RESERVED",))
                 out.unsupported.append("DCGM_FI_DEV_FB_RESERVED")
             else:
                 vals["DCGM_FI_DEV_FB_RESERVED"][k] = round(mem.reserved / MIB)
@@ -323,11 +379,12 @@ class NvmlBackend:
 
     def _sm_active(self, k: int, h: Any, vals: dict[str, np.ndarray], out: _Out) -> None:
         """SM activity from GPM (`exporters.backends.nvml_gpm.GpuActivity`): none on a GPU's first read."""
+        self._fresh()
         sm, fault = self._sm.read(k, h)
         if sm is not None:
             vals[SM_ACTIVE][k] = sm
         elif fault == UNSUPPORTED:   # no GPM (before Hopper, or NotSupported): no SM activity, as dcgm-exporter
-            self._unsupported.add((k, SM_ACTIVE))
+            self._mark(k, (SM_ACTIVE,))
             out.unsupported.append(SM_ACTIVE)
         elif fault:
             out.errors.append(SM_ACTIVE)
@@ -337,14 +394,16 @@ class NvmlBackend:
         nvidia-ml-py has both, and calls into a driver without the symbol raise FunctionNotFound."""
         nvml = self.nvml
         while True:
+            reasons = self._reasons   # GPUs are read in threads of their own: one drops the new name, once
             try:
-                return self._reasons[0](h)
+                return reasons[0](h)
             except nvml.NVMLError_FunctionNotFound:
-                if len(self._reasons) == 1:
+                if len(reasons) == 1:
                     raise
-                log.info("driver without nvmlDeviceGetCurrentClocksEventReasons (before R535): clock event reasons "
-                         "from nvmlDeviceGetCurrentClocksThrottleReasons")
-                self._reasons = self._reasons[1:]
+                if self._reasons is reasons:
+                    log.info("driver without nvmlDeviceGetCurrentClocksEventReasons (before R535): clock event "
+                             "reasons from nvmlDeviceGetCurrentClocksThrottleReasons")
+                    self._reasons = reasons[1:]
 
     def _batched(self, k: int, h: Any) -> dict[str, float]:
         """The fields of GPU `k`'s ``nvmlDeviceGetFieldValues`` call that came back; the caller falls back for the
@@ -369,7 +428,7 @@ class NvmlBackend:
             elif ret == nvml.NVML_ERROR_NOT_SUPPORTED:
                 ids.remove(fid)
                 if batch[fid] in BATCH_ONLY:
-                    self._unsupported.add((k, batch[fid]))
+                    self._mark(k, (batch[fid],))
         return got
 
     def _memory_health(self, k: int, h: Any, got: Mapping[str, float], vals: dict[str, np.ndarray],

@@ -158,22 +158,25 @@ class MigActivity:
     def read(self) -> tuple[InstanceReading, ...]:
         """One reading per GPU instance that has two samples; an instance NVML fails for is left out this scrape,
         a GPU it fails for entirely (lost, not answering) too."""
-        nvml, out = self.nvml, []
-        for k, h in enumerate(self.handles):
-            if not self.mig[k]:
-                continue
+        return tuple(r for k in range(len(self.handles)) for r in self.read_gpu(k))
+
+    def read_gpu(self, k: int) -> list[InstanceReading]:
+        """`read()` of GPU `k` alone (the backend reads each GPU in a thread of its own)."""
+        nvml, h, out = self.nvml, self.handles[k], []
+        if not self.mig[k]:
+            return out
+        try:
+            instances = self._instances(h)
+        except nvml.NVMLError:
+            return out
+        for gi in [g for kk, g in list(self._prev) if kk == k and g not in instances]:
+            nvml.nvmlGpmSampleFree(self._prev.pop((k, gi)))   # an instance destroyed since
+        for gi, profile in sorted(instances.items()):
             try:
-                instances = self._instances(h)
-            except nvml.NVMLError:
+                value = self._sample(k, h, gi)
+            except nvml.NVMLError as exc:
+                log.debug("GPM sample of GPU %d instance %d failed: %s", k, gi, exc)
                 continue
-            for gi in [g for kk, g in self._prev if kk == k and g not in instances]:
-                nvml.nvmlGpmSampleFree(self._prev.pop((k, gi)))   # an instance destroyed since
-            for gi, profile in sorted(instances.items()):
-                try:
-                    value = self._sample(k, h, gi)
-                except nvml.NVMLError as exc:
-                    log.debug("GPM sample of GPU %d instance %d failed: %s", k, gi, exc)
-                    continue
-                if value is not None and math.isfinite(value):
-                    out.append(InstanceReading(k, str(gi), profile, value))
-        return tuple(out)
+            if value is not None and math.isfinite(value):
+                out.append(InstanceReading(k, str(gi), profile, value))
+        return out
