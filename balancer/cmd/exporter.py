@@ -189,6 +189,20 @@ def exporter_registry(backend, args: argparse.Namespace, collect_timeout_s: floa
     return backend, registry
 
 
+def watch_gpu_reads(backend, health) -> None:
+    """The NVML backend's GPU reads (`exporters.backends.nvml_gpu_reads`) run inside `health.watching`, so a read
+    that never returns fails ``/readyz`` after ``--collect-timeout`` and ``/healthz`` after ``--stuck-after`` as a
+    stuck collection does (a hung GPU holds no collection open: unwatched, it failed neither probe), and are waited
+    for at most 3/8 of the collection timeout: with the kubelet's answer after them (at most half of it,
+    `pod_resources_timeout_s`) the collection still ends within it, where the reads' own 3 s outran a
+    ``--collect-timeout`` under 4 s. A backend without such reads (sim) is left as it is."""
+    reads = getattr(backend, "reads", None)
+    if reads is None:
+        return
+    reads.watching = health.watching
+    reads.timeout_s = min(reads.timeout_s, health.collect_timeout_s * 3 / 8)
+
+
 def _url_host(addr: str) -> str:
     return f"[{addr.strip('[]')}]" if ":" in addr else addr
 
@@ -201,8 +215,10 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     timeouts = collect_timeouts(args)
-    backend, registry = exporter_registry(build_backend(args), args, timeouts["collect_timeout_s"])
+    raw = build_backend(args)
+    backend, registry = exporter_registry(raw, args, timeouts["collect_timeout_s"])
     health = CollectHealth(**timeouts)
+    watch_gpu_reads(raw, health)
     server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
