@@ -12,6 +12,7 @@ from test_deploy_manifests import OVERLAYS, render
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME
 from balancer.cli import build_parser
+from balancer.telemetry.shard import parse_selector
 
 NAMESPACE = "gputide"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -50,9 +51,49 @@ def needs(overlay: str) -> dict[str, set]:
     return out
 
 
+def leases_of(rendered: tuple[dict, ...] | list[dict]) -> dict[str, set[str]]:
+    """{ServiceAccount: the Leases its gputide commands elect on}: --lease-name, or a shard's <lease-name>-NAME, as
+    `gputide run --shard` names it (balancer.telemetry.shard)."""
+    out: dict[str, set[str]] = {}
+    for obj in (o for o in rendered if o["kind"] in WORKLOADS):
+        pod = obj["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            if _gputide_command(container) is None:
+                continue
+            args = build_parser().parse_args(container["args"])
+            if not getattr(args, "leader_elect", False):
+                continue
+            name = args.lease_name
+            if getattr(args, "shard", None):
+                name = parse_selector(args.shard, args.selector).lease_name(name)
+            out.setdefault(pod.get("serviceAccountName", "default"), set()).add(name)
+    return out
+
+
+def _names_allowed(rule: dict, own_leases: set[str]) -> bool:
+    """Named objects only for the record of the operator's Deployment counts (test_deploy_rbac_scope.py) and, for
+    leases, exactly the Leases the account's own commands elect on (test_deploy_rbac_leases.py): a Role still naming
+    a Lease its --lease-name no longer passes would 403 its leader election."""
+    names = rule.get("resourceNames")
+    if names is None:
+        return True
+    if rule["resources"] == ["configmaps"]:
+        return names == [RECORD_NAME]
+    return rule["resources"] == ["leases"] and bool(names) and set(names) == own_leases
+
+
+NAMELESS = {"create", "list", "watch", "deletecollection"}   # requests RBAC's resourceNames never match
+
+
 def granted(overlay: str) -> dict[str, dict[tuple[str, str, str], set[str]]]:
     """{ServiceAccount: {(group, resource, verb): where ("*" cluster-wide, else the namespace)}}."""
-    rendered = render(overlay)
+    return granted_in(render(overlay))
+
+
+def granted_in(rendered: tuple[dict, ...] | list[dict]) -> dict[str, dict[tuple[str, str, str], set[str]]]:
+    """`granted` of rendered objects. A rule that names its objects grants none of the requests that carry no
+    name (`NAMELESS`: a create's name is in its body, not its path)."""
+    leases = leases_of(rendered)
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
              for o in rendered if o["kind"] in ("ClusterRole", "Role")}
     out: dict[str, dict] = {}
@@ -65,9 +106,9 @@ def granted(overlay: str) -> dict[str, dict[tuple[str, str, str], set[str]]]:
             rights = out.setdefault(subject["name"], {})
             for rule in role["rules"]:
                 assert not rule.get("nonResourceURLs"), rule
-                # named objects only for the record of the operator's Deployment counts (test_deploy_rbac_scope.py)
-                assert rule.get("resourceNames") in (None, [RECORD_NAME]), rule
-                for triple in itertools.product(rule["apiGroups"], rule["resources"], rule["verbs"]):
+                assert _names_allowed(rule, leases.get(subject["name"], set())), (subject["name"], rule)
+                verbs = [v for v in rule["verbs"] if not (rule.get("resourceNames") and v in NAMELESS)]
+                for triple in itertools.product(rule["apiGroups"], rule["resources"], verbs):
                     rights.setdefault(triple, set()).add(where)
     return out
 
