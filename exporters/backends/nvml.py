@@ -52,9 +52,11 @@ Each GPU is read in a thread of its own (its fields, then its GPU instances' SM 
 `GPU_TIMEOUT_S` at most (`exporters.backends.nvml_gpu_reads`): a GPU whose read has not returned by then (a call
 hung in a GPU in recovery) has no series this scrape, its XID's included, and every field an error, while the others
 are served; it is not read again until that read returns. The XID drain, the DRA MIG listing and a
-re-initialisation still run in the collection's own thread. A read that outlives its NVML initialisation (hung
-across a re-initialisation) stops at its next step rather than use or mark the state built for the next one
-(`_fresh`); what it read is dropped.
+re-initialisation still run in the collection's own thread. NVML is not initialised again while a GPU's read is
+still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then freeing a GPM sample of the
+old initialisation, could crash the process): the backend stays blind until the read returns, and the probes fail
+meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops at its next step, before
+any GPM free, rather than use or mark the state built for the next one (`_fresh`); what it read is dropped.
 
 NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
 Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
@@ -185,8 +187,8 @@ class NvmlBackend:
         minors = [self._try_static(lambda h=h: nvml.nvmlDeviceGetMinorNumber(h), None) for h in handles]
         self._thresholds = {"DCGM_FI_DEV_SLOWDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, np.full(n, np.nan)),
                             "DCGM_FI_DEV_SHUTDOWN_TEMP": (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, np.full(n, np.nan))}
-        self._sm = GpuActivity(nvml, handles, [g.uuid for g in ids], self._init.gone)
-        self._mig_activity = MigActivity(nvml, handles, self._sm.on)   # before GPM on a MIG GPU turns itself off
+        self._sm = GpuActivity(nvml, handles, [g.uuid for g in ids], self._init.gone, fresh=self._fresh)
+        self._mig_activity = MigActivity(nvml, handles, self._sm.on, fresh=self._fresh)   # before GPM turns off
         self._xids = XidEvents(nvml, handles, [g.uuid for g in ids], lambda h: _text(nvml.nvmlDeviceGetUUID(h)),
                                last=[heard.get(g.uuid, 0.0) for g in ids])
         self._batch_ids = [list(self._batch) for _ in handles]   # a field NotSupported leaves its GPU's batch
@@ -230,7 +232,13 @@ class NvmlBackend:
                 return self._blind()
 
     def _answers(self) -> bool:
-        """Whether NVML answers, after one attempt to initialise it again where it did not (`NvmlInit.answers`)."""
+        """Whether NVML answers, after one attempt to initialise it again where it did not (`NvmlInit.answers`).
+        Not while a GPU's read is still inside NVML (`GpuReads.stuck`): ``nvmlShutdown`` under a call in flight, and
+        that read then freeing what it allocated under the old initialisation, could crash the process; the
+        re-initialisation waits until that read returns (`NvmlInit.deferred`, logged once)."""
+        if self._init.down is not None and (stuck := self.reads.stuck()):
+            self._init.deferred(stuck)
+            return False
         return self._init.answers([g.uuid for g in self.identity], self._serve)
 
     def _read(self) -> GpuReadings:
@@ -240,7 +248,8 @@ class NvmlBackend:
         instances: list[InstanceReading] = []
         self._xids.drain()
         self._mig.new_collection()   # GPU instance placements are listed again for this collection's DRA devices
-        done = self.reads.run({g.uuid: lambda k=k, h=h: self._read_gpu(k, h)
+        now = self._init.reinits   # the initialisation each read is of: when it is asked for, not when it starts
+        done = self.reads.run({g.uuid: lambda k=k, h=h: self._read_gpu(k, h, now)
                                 for k, (g, h) in enumerate(zip(self.identity, self.handles, strict=True))})
         for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
             if read.error is not None and not isinstance(read.error, self.nvml.NVMLError_GpuIsLost):
@@ -270,10 +279,10 @@ class NvmlBackend:
         return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
                            instances=tuple(instances))
 
-    def _read_gpu(self, k: int, h: Any) -> tuple[dict[str, np.ndarray], _Out, list[InstanceReading]]:
+    def _read_gpu(self, k: int, h: Any, reinits: int) -> tuple[dict[str, np.ndarray], _Out, list[InstanceReading]]:
         """GPU `k`'s fields and its GPU instances' SM activity, in a thread of its own (`GpuReads`): into arrays of
-        its own, which `_read` copies from only if it returned in time."""
-        self._local.reinits = self._init.reinits
+        its own, which `_read` copies from only if it returned in time. `reinits`: the initialisation `h` is of."""
+        self._local.reinits = reinits
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         out = _Out()
         self._read_one(k, h, vals, out)

@@ -24,14 +24,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from exporters.backends.base import InstanceReading
 from exporters.backends.nvml_mig import profile_of_name
 
 log = logging.getLogger(__name__)
+Fresh = Callable[[], None]   # raises in a read that outlived its NVML initialisation (`exporters.backends.nvml`)
 UNSUPPORTED, ERROR = "unsupported", "error"   # why `GpuActivity.read` has no value ("": a first sample)
+
+
+def _always_fresh() -> None:
+    return None
 
 
 def sm_util(nvml: Any, prev: Any, cur: Any) -> tuple[float | None, bool]:
@@ -51,11 +56,13 @@ def sm_util(nvml: Any, prev: Any, cur: Any) -> tuple[float | None, bool]:
 class GpuActivity:
     """`read(k, h)`: SM activity of GPU `k` of `handles` (named `uuids`) between this read's GPM sample and the
     previous one (module docstring). `gone`: the errors that say NVML itself stopped answering, raised to the caller,
-    the sample dropped with the rest of that initialisation. `on[k]`: GPM used."""
+    the sample dropped with the rest of that initialisation. `on[k]`: GPM used. `fresh()` is called after each call
+    that can hang and before each free: it raises in a read that outlived its initialisation, whose samples NVML's
+    shutdown may have freed already (a second free, or a metric of them, could crash the process)."""
 
     def __init__(self, nvml: Any, handles: Sequence[Any], uuids: Sequence[str],
-                 gone: tuple[type[Exception], ...] = ()) -> None:
-        self.nvml, self.uuids, self.gone = nvml, uuids, gone
+                 gone: tuple[type[Exception], ...] = (), *, fresh: Fresh = _always_fresh) -> None:
+        self.nvml, self.uuids, self.gone, self.fresh = nvml, uuids, gone, fresh
         self.on = [self._supported(h) for h in handles]
         self._prev: list[Any] = [None] * len(handles)
 
@@ -68,6 +75,7 @@ class GpuActivity:
             return False
 
     def _free(self, sample: Any) -> None:
+        self.fresh()
         with contextlib.suppress(self.nvml.NVMLError):
             self.nvml.nvmlGpmSampleFree(sample)
 
@@ -87,6 +95,7 @@ class GpuActivity:
                 raise
             self._free(sample)
             return None, self._failed(k, isinstance(exc, nvml.NVMLError_NotSupported))
+        self.fresh()
         prev, self._prev[k] = self._prev[k], cur
         if prev is None:
             return None, ""
@@ -112,8 +121,10 @@ class GpuActivity:
 class MigActivity:
     """`read()`: SM activity per GPU instance of the MIG-mode GPUs among `handles` whose `gpm` flag is set."""
 
-    def __init__(self, nvml: Any, handles: Sequence[Any], gpm: Sequence[bool]) -> None:
-        self.nvml, self.handles = nvml, handles
+    def __init__(self, nvml: Any, handles: Sequence[Any], gpm: Sequence[bool], *,
+                 fresh: Fresh = _always_fresh) -> None:
+        """`fresh`: as `GpuActivity`'s, called after each call that can hang and before each free."""
+        self.nvml, self.handles, self.fresh = nvml, handles, fresh
         self.mig = [bool(ok) and self._mig_mode(h) for h, ok in zip(handles, gpm, strict=True)]
         self._prev: dict[tuple[int, int], Any] = {}
 
@@ -145,15 +156,20 @@ class MigActivity:
         try:
             nvml.nvmlGpmMigSampleGet(h, gi, cur)
         except nvml.NVMLError:
-            nvml.nvmlGpmSampleFree(cur)
+            self._free(cur)
             raise
+        self.fresh()
         prev, self._prev[k, gi] = self._prev.get((k, gi)), cur
         if prev is None:
             return None
         try:
             return sm_util(nvml, prev, cur)[0]
         finally:
-            nvml.nvmlGpmSampleFree(prev)
+            self._free(prev)
+
+    def _free(self, sample: Any) -> None:
+        self.fresh()
+        self.nvml.nvmlGpmSampleFree(sample)
 
     def read(self) -> tuple[InstanceReading, ...]:
         """One reading per GPU instance that has two samples; an instance NVML fails for is left out this scrape,
@@ -170,7 +186,7 @@ class MigActivity:
         except nvml.NVMLError:
             return out
         for gi in [g for kk, g in list(self._prev) if kk == k and g not in instances]:
-            nvml.nvmlGpmSampleFree(self._prev.pop((k, gi)))   # an instance destroyed since
+            self._free(self._prev.pop((k, gi)))   # an instance destroyed since
         for gi, profile in sorted(instances.items()):
             try:
                 value = self._sample(k, h, gi)

@@ -54,6 +54,7 @@ class NvmlInit:
         self.failures = 0     # re-initialisations that failed
         self.reinits = 0      # re-initialisations that succeeded
         self._said: set[str] = set()
+        self.waiting: tuple[str, ...] = ()   # GPUs whose read, still inside NVML, holds off a re-initialisation
 
     def lost(self, exc: Exception) -> None:
         """NVML raised `exc` (one of `gone`): every read is blind until `restart` succeeds."""
@@ -76,7 +77,9 @@ class NvmlInit:
 
     def why(self) -> str:
         """What says NVML does not answer, for a caller that refuses its work meanwhile."""
-        return f"NVML does not answer ({type(self.down).__name__}: {self.down}), initialised again at the next read"
+        wait = f" once the read of {', '.join(self.waiting)} returns" if self.waiting else ""
+        return (f"NVML does not answer ({type(self.down).__name__}: {self.down}), initialised again at the next "
+                f"read{wait}")
 
     def answers(self, served: Sequence[str], serve: Callable[[Gpus], None]) -> bool:
         """Whether NVML answers, after one `restart` where it did not; `serve` is handed the GPUs it names then."""
@@ -86,6 +89,16 @@ class NvmlInit:
         if gpus is not None:
             serve(gpus)
         return gpus is not None
+
+    def deferred(self, stuck: Sequence[str]) -> None:
+        """NVML is down, but not initialised again while the reads of `stuck` (GPU UUIDs) are still inside it:
+        ``nvmlShutdown`` under a call in flight, and what that call allocated freed after it, could crash the process.
+        Logged once per episode; `why` says so."""
+        self.waiting = tuple(stuck)
+        if "deferred" not in self._said:
+            self._said.add("deferred")
+            log.error("NVML is not initialised again while a GPU's read is still inside it (%s): every field stays an "
+                      "error until that read returns", ", ".join(stuck))
 
     def refusal(self, limits_read: int | None) -> str | None:
         """Why no power limit may be set now, or None: NVML does not answer, or it was initialised again since the
@@ -100,6 +113,7 @@ class NvmlInit:
         """``nvmlInit`` again and the GPUs NVML names now, or None (still unusable: counted, logged). `served`: the
         UUIDs served until now, to say which are gone and which are new."""
         nvml = self.nvml
+        self.waiting = ()
         self._release()
         try:
             nvml.nvmlInit()
