@@ -53,7 +53,9 @@ keeps when each collection began and ended; the probes only read that:
 
 The exporter's power-cap agent (``--power-caps-file``) shares NVML, and the backend's lock, with the collections: a
 power-limit call that never returns holds that lock, so the next collection waits behind it and the limits above
-apply to that collection (scrapes answered in time, then not ready, then not live). A scrape alone starts a
+apply to that collection (scrapes answered in time, then not ready, then not live); it waits the collection timeout
+at most, then fails (`exporters.backends.nvml.NvmlBusy`) and ends, and the agent leaves a GPU whose read is stuck
+alone, so it does not hang on that GPU in the first place. A scrape alone starts a
 collection, though: with none (Prometheus away) nothing would see the agent stuck, its caps never applied again.
 So work that is not a collection but shares NVML with them runs inside `CollectHealth.watching` (each sync of the
 exporter's agent loop, and each GPU's read where the NVML backend's `reads.watching` is set to it), which the probes

@@ -195,12 +195,15 @@ def watch_gpu_reads(backend, health) -> None:
     stuck collection does (a hung GPU holds no collection open: unwatched, it failed neither probe), and are waited
     for at most 3/8 of the collection timeout: with the kubelet's answer after them (at most half of it,
     `pod_resources_timeout_s`) the collection still ends within it, where the reads' own 3 s outran a
-    ``--collect-timeout`` under 4 s. A backend without such reads (sim) is left as it is."""
+    ``--collect-timeout`` under 4 s. A collection waits for the power-cap agent's NVML call (the backend's lock) for
+    the collection timeout, then fails (`NvmlBusy`) rather than wait for good: scrapes meanwhile get what a late
+    collection gets. A backend without such reads (sim) is left as it is."""
     reads = getattr(backend, "reads", None)
     if reads is None:
         return
     reads.watching = health.watching
     reads.timeout_s = min(reads.timeout_s, health.collect_timeout_s * 3 / 8)
+    backend.lock_timeout_s = health.collect_timeout_s
 
 
 def _url_host(addr: str) -> str:

@@ -76,7 +76,10 @@ sets), the one the agent judges its caps by and DCGM reports under that name, no
 through a handle of the initialisation it was read under (`exporters.backends.nvml_power`: nothing while NVML does not
 answer). The collection and the agent may share the backend from two threads (``--power-caps-file``): one lock keeps
 their NVML calls, re-initialisations included, one at a time, so neither uses handles the other has replaced (a
-GPU's read left hung past its deadline holds no lock: the agent may call NVML beside it, which NVML allows).
+GPU's read left hung past its deadline holds no lock). The agent leaves a GPU whose read is stuck alone (its limit
+unread, a cap for it refused and asked again at the next sync): its call would hang too, holding the lock. A
+collection waits for the lock `lock_timeout_s` at most (the collection timeout in the exporter), then fails
+(`NvmlBusy`, logged once) rather than wait for good behind an agent's call that does not return.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
 DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`).
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
@@ -122,6 +125,9 @@ BATCH_ONLY = frozenset({"DCGM_FI_DEV_MEMORY_TEMP"})   # batched fields without a
 # how long a collection waits for its GPUs' reads: with the kubelet's answer after it (at most half the collection
 # timeout, `balancer.cmd.exporter`), within the exporter's 8 s collection timeout
 GPU_TIMEOUT_S = 3.0
+# how long a collection waits for the power-cap agent's NVML calls (the backend's lock): the exporter's collection
+# timeout (`balancer.cmd.exporter.watch_gpu_reads` sets it), so scrapes meanwhile get what a late collection gets
+LOCK_TIMEOUT_S = 8.0
 
 
 def _field_value(fv: Any, nvml: Any) -> float:
@@ -146,11 +152,18 @@ class _Stale(Exception):
     """A GPU's read that outlived the NVML initialisation it began under (`NvmlBackend._fresh`)."""
 
 
+class NvmlBusy(TimeoutError):
+    """A collection that could not take the backend's lock within `NvmlBackend.lock_timeout_s`: the power-cap
+    agent's NVML call has not returned (a GPU in recovery). The collection fails, and ends, rather than wait on."""
+
+
 class NvmlBackend:
     def __init__(self, nvml: Any = None, *, hostname: str | None = None, reads: GpuReads | None = None) -> None:
         """`reads`: how each GPU is read, and waited for (`exporters.backends.nvml_gpu_reads`: `GPU_TIMEOUT_S`, its
         `watching` settable later, to `exporters.health.CollectHealth.watching` in the exporter)."""
         self.reads = reads or GpuReads(GPU_TIMEOUT_S)
+        self.lock_timeout_s = LOCK_TIMEOUT_S
+        self._busy = False   # the last read found the lock held past lock_timeout_s (logged once per episode)
         self._local = threading.local()   # a GPU read's thread: the initialisation it began under
         if nvml is None:
             import pynvml as nvml
@@ -221,8 +234,19 @@ class NvmlBackend:
     # ---- reading -----------------------------------------------------------------------------------------------
     def read(self) -> GpuReadings:
         """Every GPU's fields; while NVML does not answer (`exporters.backends.nvml_init`), one attempt to initialise
-        it again, and every field an error until it succeeds."""
-        with self._lock:
+        it again, and every field an error until it succeeds. Raises `NvmlBusy` if the power-cap agent holds NVML
+        (the backend's lock) past `lock_timeout_s`: a failed collection, never one that waits for good."""
+        if not self._lock.acquire(timeout=self.lock_timeout_s):
+            why = (f"no GPU read: the power-cap agent's NVML call has held the backend for over "
+                   f"{self.lock_timeout_s:g} s (a GPU in recovery?); the collection fails rather than wait on")
+            if not self._busy:
+                self._busy = True
+                log.error("%s", why)
+            raise NvmlBusy(why)
+        try:
+            if self._busy:
+                self._busy = False
+                log.warning("the power-cap agent's NVML call returned: GPUs read again")
             if not self._answers():
                 return self._blind()
             try:
@@ -230,6 +254,8 @@ class NvmlBackend:
             except self._init.gone as exc:
                 self._init.lost(exc)
                 return self._blind()
+        finally:
+            self._lock.release()
 
     def _answers(self) -> bool:
         """Whether NVML answers, after one attempt to initialise it again where it did not (`NvmlInit.answers`).
@@ -475,20 +501,23 @@ class NvmlBackend:
     # ---- power-cap agent ---------------------------------------------------------------------------------------
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
         """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused,
-        every GPU while NVML does not answer (never initialised again here: `power_limits` is)."""
+        every GPU while NVML does not answer (never initialised again here: `power_limits` is). A GPU whose read is
+        stuck in NVML (`GpuReads.stuck`) is refused without asking NVML (the call would hang under the lock every
+        collection needs): not set, so the agent asks again at its next sync."""
         with self._lock:
             if why := self._init.refusal(self._limits_read):
                 raise PowerCapError({}, dict.fromkeys(caps, why))
-            return self._power.apply_power_caps(caps)
+            return self._power.apply_power_caps(caps, stuck=self.reads.stuck())
 
     def power_limits(self) -> dict[str, PowerLimit]:
         """Each GPU's power management limit now and its default, in watts; while NVML does not answer, one attempt
-        to initialise it again, and `TargetUnavailable` if it fails."""
+        to initialise it again, and `TargetUnavailable` if it fails. A GPU whose read is stuck in NVML reads NaN
+        (unread: the agent judges nothing on it) without asking NVML."""
         with self._lock:
             if not self._answers():
                 raise TargetUnavailable(self._init.why())
             self._limits_read = self._init.reinits
-            return self._power.power_limits()
+            return self._power.power_limits(stuck=self.reads.stuck())
 
     def close(self) -> None:
         self._init.close()   # not behind the lock: a collection stuck in NVML must not hold up the process's exit

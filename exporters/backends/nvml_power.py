@@ -17,7 +17,9 @@ at and every one after it without asking NVML. The handles are one initialisatio
 with the new ones when NVML is initialised again, which only its `read()` and `power_limits()` do (one attempt
 each, the agent's once per sync; `TargetUnavailable` while it fails). Its ``apply_power_caps`` refuses every GPU
 while NVML does not answer, and after NVML was initialised again since its last ``power_limits()`` (by a collection
-of the same process): the caps were judged on limits read through the old handles.
+of the same process): the caps were judged on limits read through the old handles. A GPU the backend names *stuck*
+(its read has not returned from NVML) is not asked at all: its limit reads NaN, its cap is refused (`STUCK`) and
+asked again at the next sync, since the call would hang too, under the lock every collection needs.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -26,13 +28,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from exporters.backends.nvml_init import NvmlInit
 from exporters.power_caps import PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
+STUCK = "its read is stuck inside NVML (a GPU in recovery?): not asked, set at a later sync once it returns"
 
 
 class NvmlPowerCaps:
@@ -43,7 +46,8 @@ class NvmlPowerCaps:
         self.handles = dict(handles)
         self.gone = init.gone
 
-    def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
+    def apply_power_caps(self, caps: Mapping[str, float], stuck: Collection[str] = ()) -> dict[str, float]:
+        """`stuck`: GPUs whose read is stuck inside NVML, refused without a call (it would hang too)."""
         nvml = self.nvml
         applied: dict[str, float] = {}
         refused: dict[str, str] = {}
@@ -54,6 +58,9 @@ class NvmlPowerCaps:
                 continue
             if self.init.down is not None:   # NVML stopped at an earlier GPU
                 refused[uuid] = self.init.why()
+                continue
+            if uuid in stuck:
+                refused[uuid] = STUCK
                 continue
             try:
                 lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
@@ -70,9 +77,11 @@ class NvmlPowerCaps:
             raise PowerCapError(applied, refused)
         return applied
 
-    def power_limits(self) -> dict[str, PowerLimit]:
+    def power_limits(self, stuck: Collection[str] = ()) -> dict[str, PowerLimit]:
+        """`stuck`: GPUs whose read is stuck inside NVML, NaN (unread) without a call."""
         try:
-            return {uuid: self._limit(h) for uuid, h in self.handles.items()}
+            return {uuid: PowerLimit(math.nan, math.nan) if uuid in stuck else self._limit(h)
+                    for uuid, h in self.handles.items()}
         except self.gone as exc:
             self.init.lost(exc)
             raise TargetUnavailable(self.init.why()) from exc

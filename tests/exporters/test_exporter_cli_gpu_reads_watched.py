@@ -22,6 +22,7 @@ def test_a_hung_gpu_read_fails_readiness_then_liveness_as_a_stuck_collection_doe
     backend = NvmlBackend(nvml, hostname="n1")
     watch_gpu_reads(backend, health)
     assert backend.reads.timeout_s == 0.75   # 3/8 of 2 s: with the kubelet's half after it, within the 2 s
+    assert backend.lock_timeout_s == 2.0   # the power-cap agent's call waited for as a late collection, no longer
     tracked = TrackedCollector(GpuCollector(backend), health)
     tracked.exposition()
     nvml.hung = "GPU-1"
