@@ -134,8 +134,10 @@ def build() -> dashboard.Dashboard:
         "team-a/vllm's demand is drawn against team-a/vllm's forecast, never with team-b's added; a demand series "
         "published twice (an HA pair, two scrape jobs) counts once, as the controller reads it. Forecasts are per "
         "cluster: where one service runs in several clusters, select one ($cluster), or its lines add the clusters' "
-        "demand and their quantiles alike.", "reqps",
-        [q(f'sum by (service) ({_pick(controller_names(DEMAND), "service")})', "demand"),
+        "demand and their quantiles alike; a cluster whose demand is unknown (NaN: no requests seen in its window, "
+        "which the controller holds for) is left out of the sum, where it blanked every cluster's demand, and the "
+        "line has a gap only while no cluster's demand is known.", "reqps",
+        [q(f'sum by (service) ({_pick(controller_names(DEMAND), "service")} >= 0)', "demand"),
          q(_per_cluster('gputide_forecast_for_now{' + SERVICE + ', quantile="0.5"}'), "forecast p50"),
          q(_per_cluster('gputide_forecast_for_now{' + SERVICE + ', quantile="0.9"}'), "forecast p90")],
         w=24, h=9, min_val=0,

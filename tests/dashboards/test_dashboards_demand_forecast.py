@@ -120,3 +120,17 @@ def test_the_service_variable_lists_the_controllers_names(promtool, tmp_path):
              {"expr": panel_query(BOARD, TITLE, "demand"), "eval_time": "5m",
               "exp_samples": [{"labels": f'{{service="{s}"}}', "value": v[0][1]} for s, v in sorted(NAMED.items())]}]
     run(promtool, tmp_path, _named_series(), tests)
+
+
+@pytest.mark.integration
+def test_one_clusters_unknown_demand_does_not_blank_the_others(promtool, tmp_path):
+    """chat in clusters c1 and c2 with $cluster at All: c1's demand is NaN (no request in its window, unknown),
+    c2's 40. The sum over clusters read NaN, no line at all; it reads c2's 40. With every cluster's unknown, no
+    value (a gap), never 0."""
+    nan = " ".join(["NaN"] * 11)
+    series = [{"series": f'gputide_inference_demand_rps{{cluster="{c}", namespace="team-a", service="{s}"}}',
+               "values": v} for c, s, v in (("c1", "chat", nan), ("c2", "chat", "40x10"), ("c1", "idle", nan))]
+    tests = [{"expr": panel_query(BOARD, TITLE, "demand", {"service": "chat"}), "eval_time": "5m",
+              "exp_samples": [{"labels": '{service="chat"}', "value": 40}]},
+             {"expr": panel_query(BOARD, TITLE, "demand", {"service": "idle"}), "eval_time": "5m", "exp_samples": []}]
+    run(promtool, tmp_path, series, tests)
