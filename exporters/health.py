@@ -22,12 +22,12 @@ room to send the answer; a healthy read takes well under a second):
 * a collection that fails (an exception) fails the scrape as before: only a slow one is answered from the past.
 
 One hung GPU no longer hangs the collection: the NVML backend reads each GPU in a thread of its own with a deadline
-(`exporters.backends.nvml_gpu_reads`, 3 s by default), and a GPU past it has no series in that collection, its
-fields counted as errors, while the node's other GPUs are served in time; it is not read again until its call
-returns. The limits above remain for what still runs in the collection's own thread (the XID event drain, a
-re-initialisation of NVML, the kubelet's answer, a backend without per-GPU reads) and for a GPU deadline set above
-the collection timeout. A GPU read left hung holds no collection open, so only its `watching` (below) shows it to
-the probes.
+(`exporters.backends.nvml_gpu_reads`, 3 s by default), and a GPU past it has no series in that collection but its
+XID (heard by the event drain), its other fields counted as errors, while the node's other GPUs are served in
+time; it is not read again until its call returns. The limits above remain for what still runs in the collection's own
+thread (the XID event drain, a re-initialisation of NVML, the kubelet's answer, a backend without per-GPU reads) and for
+a GPU deadline set above the collection timeout. A GPU read left hung holds no collection open, so only its `watching`
+(below) shows it to the probes.
 
 `TrackedCollector` wraps the registry a scrape renders, runs it through `CollectHealth.run`, and `CollectHealth`
 keeps when each collection began and ended; the probes only read that:

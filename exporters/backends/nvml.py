@@ -50,13 +50,15 @@ down (below): asked again at each read, not a backend serving nothing until a re
 
 Each GPU is read in a thread of its own (its fields, then its GPU instances' SM activity), all of them waited for
 `GPU_TIMEOUT_S` at most (`exporters.backends.nvml_gpu_reads`): a GPU whose read has not returned by then (a call
-hung in a GPU in recovery) has no series this scrape, its XID's included, and every field an error, while the others
-are served; it is not read again until that read returns. The XID drain, the DRA MIG listing and a
-re-initialisation still run in the collection's own thread. NVML is not initialised again while a GPU's read is
-still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then freeing a GPM sample of the
-old initialisation, could crash the process): the backend stays blind until the read returns, and the probes fail
-meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops at its next step, before
-any GPM free, rather than use or mark the state built for the next one (`_fresh`); what it read is dropped.
+hung in a GPU in recovery) has no series this scrape but its XID, and every other field an error, while the others
+are served (its XID comes from the event drain, not from its read: the XID a GPU in recovery raised, say 119, or 79
+while it is lost, is what says why it does not answer); it is not read again until that read returns. The XID
+drain, the DRA MIG listing and a re-initialisation still run in the collection's own thread. NVML is not initialised
+again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
+freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
+returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops
+at its next step, before any GPM free, rather than use or mark the state built for the next one (`_fresh`); what it
+read is dropped.
 
 NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
 Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
@@ -280,13 +282,11 @@ class NvmlBackend:
         for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
             if read.error is not None and not isinstance(read.error, self.nvml.NVMLError_GpuIsLost):
                 raise read.error
-        unread = []
         for k, g in enumerate(self.identity):
             out = _Out()
             read = done.get(g.uuid)
-            if read is None:   # late or stuck (`exporters.backends.nvml_gpu_reads`): no series this collection
+            if read is None:   # late or stuck (`exporters.backends.nvml_gpu_reads`): no series but its XID
                 self._unread(k, vals, out)
-                unread.append(k)
             elif read.error is not None:   # GpuIsLost
                 self._xids.lost(k)
                 self._unread(k, vals, out)
@@ -298,9 +298,8 @@ class NvmlBackend:
                 self._xids.found(k)   # back on the bus: no longer 79
             errors.extend((g.uuid, f) for f in out.errors)
             unsupported.extend((g.uuid, f) for f in out.unsupported)
-        vals[XID] = xid = self._xids.values()
-        xid[unread] = np.nan
-        for k in np.flatnonzero(np.isnan(xid)).tolist():   # events NVML will not deliver for that GPU, or not read
+        vals[XID] = xid = self._xids.values()   # heard by the drain, a late GPU's too (79 while it is lost)
+        for k in np.flatnonzero(np.isnan(xid)).tolist():   # events NVML will not deliver for that GPU
             (unsupported if self._xids.unsupported[k] else errors).append((self.identity[k].uuid, XID))
         return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
                            instances=tuple(instances))
