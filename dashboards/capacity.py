@@ -76,6 +76,16 @@ def controller_names(expr: str) -> str:
             f"or ({expr} unless on (cluster, service) {shared}))")
 
 
+# `$service` lists the names seen over the dashboard's time range, as the old label_values did (a series API call over
+# the range): query_result is one instant query at the range's end, so a service that stopped reporting within it
+# (or a name that changed, team-a/vllm once team-b's vllm is gone) was not listed, and under All its panel was never
+# drawn. The subquery names the demand at each step (its default step: the evaluation interval) and keeps each name
+# seen; the controller's forecast gauges add the names it forecasts. Grafana fills in $__range (whole seconds) in a
+# variable's query, refreshed on each time range change (query_variable).
+SERVICES = (f"group by (service) (last_over_time({controller_names(DEMAND)}[$__range:]) "
+            f"or last_over_time(gputide_forecast_for_now{{{CLUSTER}}}[$__range]))")
+
+
 def _pick(expr: str, *labels: str) -> str:
     """The series of `expr` that `$service` selects by one of `labels`: a selector cannot test a label a query
     computed, so each match marks the series (label_replace leaves one that does not match as it was), the unmarked
@@ -111,10 +121,11 @@ def build() -> dashboard.Dashboard:
         "Inference demand vs its forecast, the inference/training split, loans and reclaims, SLO attainment.",
         ["capacity", "forecast", "slo"], gpus=False,
     ).with_variable(query_variable(
-        "service", "Service", f"query_result({controller_names(DEMAND)})",
+        "service", "Service", f"query_result({SERVICES})",
         "Inference services as the controller names them (its profiles, its forecast and target gauges): the "
         "`service` label of gputide_inference_demand_rps, namespace/service where a cluster has that name in two "
-        "namespaces. Demand vs forecast draws one panel per service selected.").regex(SERVICE_REGEX))
+        "namespaces; every name seen over the time range, and those the controller forecasts. Demand vs forecast "
+        "draws one panel per service selected.").regex(SERVICE_REGEX))
     d = d.annotation(action_annotation("GPU loans to training", "blue",
                                        {"scale_inference": ("loan",), "scale_training": ("loan",)})).annotation(
         action_annotation("GPU reclaims for inference", "orange",

@@ -122,6 +122,31 @@ def test_the_service_variable_lists_the_controllers_names(promtool, tmp_path):
     run(promtool, tmp_path, _named_series(), tests)
 
 
+def _service_variable_query(range_s: int) -> str:
+    """`$service`'s query as Grafana runs it over a time range of `range_s` (query_result's argument)."""
+    var = next(v for v in json.loads((ROOT / "dashboards" / BOARD).read_text())["templating"]["list"]
+               if v["name"] == "service")
+    assert var["refresh"] == 2   # on time range change: $__range is the range shown
+    return interpolate(var["query"]["query"], ALL, step=60, range_s=range_s)[len("query_result("):-1]
+
+
+@pytest.mark.integration
+def test_the_service_variable_lists_every_name_seen_over_the_time_range(promtool, tmp_path):
+    """query_result is one instant query at the range's end: over 0-30m, team-b's vllm and `gone` stopped at 10m,
+    and the variable listed only `vllm` (team-a's, alone since), so under All neither team-b/vllm's nor gone's
+    panel, nor team-a's first 10 minutes as team-a/vllm, were drawn. It lists every name the demand had within the
+    range, and a name only the controller's forecast carries (`queued`, no demand yet)."""
+    series = [{"series": f'gputide_inference_demand_rps{{cluster="c1", namespace="{n}", service="{s}"}}',
+               "values": v} for n, s, v in (("team-a", "vllm", "80x30"), ("team-b", "vllm", "30x10"),
+                                            ("team-a", "gone", "5x10"))]
+    series.append({"series": 'gputide_forecast_for_now{cluster="c1", service="queued", quantile="0.5"}',
+                   "values": "_x20 7x10"})
+    listed = ["gone", "queued", "team-a/vllm", "team-b/vllm", "vllm"]
+    tests = [{"expr": f"group by (service) ({_service_variable_query(1800)})", "eval_time": "30m",
+              "exp_samples": [{"labels": f'{{service="{s}"}}', "value": 1} for s in listed]}]
+    run(promtool, tmp_path, series, tests)
+
+
 @pytest.mark.integration
 def test_one_clusters_unknown_demand_does_not_blank_the_others(promtool, tmp_path):
     """chat in clusters c1 and c2 with $cluster at All: c1's demand is NaN (no request in its window, unknown),
