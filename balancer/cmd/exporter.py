@@ -197,12 +197,14 @@ def watch_gpu_reads(backend, health) -> None:
     `pod_resources_timeout_s`) the collection still ends within it, where the reads' own 3 s outran a
     ``--collect-timeout`` under 4 s. A collection waits for the power-cap agent's NVML call (the backend's lock) for
     the collection timeout, then fails (`NvmlBusy`) rather than wait for good: scrapes meanwhile get what a late
-    collection gets. A backend without such reads (sim) is left as it is."""
+    collection gets. A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
+    a late collection is. A backend without such reads (sim) is left as it is."""
     reads = getattr(backend, "reads", None)
     if reads is None:
         return
     reads.watching = health.watching
     reads.timeout_s = min(reads.timeout_s, health.collect_timeout_s * 3 / 8)
+    reads.max_age_s = health.serve_stale_s   # a late read served at the next collection: as old as a late one
     backend.lock_timeout_s = health.collect_timeout_s
 
 

@@ -52,7 +52,9 @@ Each GPU is read in a thread of its own (its fields, then its GPU instances' SM 
 `GPU_TIMEOUT_S` at most (`exporters.backends.nvml_gpu_reads`): a GPU whose read has not returned by then (a call
 hung in a GPU in recovery) has no series this scrape but its XID, and every other field an error, while the others
 are served (its XID comes from the event drain, not from its read: the XID a GPU in recovery raised, say 119, or 79
-while it is lost, is what says why it does not answer); it is not read again until that read returns. The XID
+while it is lost, is what says why it does not answer); it is not read again until that read returns. A late read
+that has returned by the next collection is served there if that collection's own read of the GPU is late too (a GPU
+always slower than the deadline is served one collection late), unless NVML was initialised again in between. The XID
 drain, the DRA MIG listing and a re-initialisation still run in the collection's own thread. NVML is not initialised
 again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
 freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
@@ -290,8 +292,10 @@ class NvmlBackend:
             elif read.error is not None:   # GpuIsLost
                 self._xids.lost(k)
                 self._unread(k, vals, out)
+            elif read.result[0] != self._init.reinits:   # a late read of an earlier initialisation: not served
+                self._unread(k, vals, out)
             else:
-                mine, out, gis = read.result
+                _, mine, out, gis = read.result
                 for name in GPU_FIELD_NAMES:
                     vals[name][k] = mine[name][k]
                 instances.extend(gis)
@@ -304,15 +308,17 @@ class NvmlBackend:
         return GpuReadings(identity=self.identity, values=vals, errors=tuple(errors), unsupported=tuple(unsupported),
                            instances=tuple(instances))
 
-    def _read_gpu(self, k: int, h: Any, reinits: int) -> tuple[dict[str, np.ndarray], _Out, list[InstanceReading]]:
+    def _read_gpu(self, k: int, h: Any, reinits: int) -> tuple[int, dict[str, np.ndarray], _Out,
+                                                                list[InstanceReading]]:
         """GPU `k`'s fields and its GPU instances' SM activity, in a thread of its own (`GpuReads`): into arrays of
-        its own, which `_read` copies from only if it returned in time. `reinits`: the initialisation `h` is of."""
+        its own, which `_read` copies from only if it returned in time, or late under the same initialisation
+        (`reinits`: the one `h` is of, returned first)."""
         self._local.reinits = reinits
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         out = _Out()
         self._read_one(k, h, vals, out)
         self._fresh()
-        return vals, out, self._mig_activity.read_gpu(k)
+        return reinits, vals, out, self._mig_activity.read_gpu(k)
 
     def _fresh(self) -> None:
         """Raise `_Stale` in a GPU's read that outlived its NVML initialisation (hung across a re-initialisation:

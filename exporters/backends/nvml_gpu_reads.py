@@ -11,8 +11,14 @@ waits for them all until `timeout_s` after it started them. A read done by then 
 one not done is *late*: the backend counts that GPU's fields as errors and publishes none of its series this
 collection, the other GPUs are served. A late read keeps its thread until NVML returns, and until then the GPU is
 not read again (*stuck*, likewise errors): no second thread piles up behind the first, so there are at most as many
-threads as GPUs, and none between collections. What a read returns after its collection ended is dropped; the GPU is
-read again at the next `run`. Each read runs inside `watching(what)` (`exporters.health.CollectHealth.watching` where
+threads as GPUs, and none between collections. A late read that returns (a GPU slower than the deadline, not hung)
+is served at the next `run` in place of that run's own read of the GPU, should that one be late too, if it began at
+most `max_age_s` ago (the exporter's ``--serve-stale-for``, 30 s: what a late collection is served for) and returned
+what it read (an error is not served late); the GPU is read again at each `run` all the same, so a GPU always slower
+than the deadline is served one collection late rather than never. Its thread was not piled up: the new read starts
+only once the late one has returned. The backend drops a late read of another NVML initialisation. The log says
+when a GPU's read turns late, stuck (still running at the next `run`), and in time again, not at every collection.
+Each read runs inside `watching(what)` (`exporters.health.CollectHealth.watching` where
 the exporter hands it over): the probes then see a read still stuck after its collection ended as they saw a stuck
 collection, not ready past the collection timeout, not live past ``--stuck-after``.
 
@@ -32,6 +38,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Watching = Callable[[str], AbstractContextManager[Any]]
+MAX_AGE_S = 30.0   # a late read served at the next collection began at most this long ago (--serve-stale-for)
+LATE, STUCK = "late", "stuck"   # a GPU's read past its deadline; still running at the next collection
 
 
 def _unwatched(what: str) -> AbstractContextManager[Any]:
@@ -41,33 +49,37 @@ def _unwatched(what: str) -> AbstractContextManager[Any]:
 class Read:
     """One GPU's read: what it returned (`result`) or raised (`error`) once `done` is set."""
 
-    __slots__ = ("done", "error", "result", "started")
+    __slots__ = ("done", "error", "late", "result", "started")
 
     def __init__(self, started: float) -> None:
         self.started = started
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.late = False   # served at a collection after its own (it missed its deadline)
 
 
 class GpuReads:
     """The reads of one backend's GPUs, keyed by UUID (module docstring)."""
 
     def __init__(self, timeout_s: float, *, watching: Watching = _unwatched,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.timeout_s, self.watching, self.clock = timeout_s, watching, clock
+                 clock: Callable[[], float] = time.monotonic, max_age_s: float = MAX_AGE_S) -> None:
+        self.timeout_s, self.watching, self.clock, self.max_age_s = timeout_s, watching, clock, max_age_s
         self._running: dict[str, Read] = {}   # reads not done when their collection ended
+        self._state: dict[str, str] = {}   # GPU -> LATE or STUCK, as last logged; absent: in time
 
     def run(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Read]:
-        """The reads of `jobs` done within `timeout_s`, by key; a key missing is late or stuck (not read)."""
+        """The reads of `jobs` done within `timeout_s`, by key, else an earlier late read of it that returned since
+        (`Read.late`; module docstring); a key missing is late or stuck (nothing read)."""
         started: dict[str, Read] = {}
+        returned: dict[str, Read] = {}   # late reads of earlier collections, done since
         for key, job in jobs.items():
-            if (stuck := self._running.get(key)) is not None:
-                if not stuck.done.is_set():
+            if (earlier := self._running.get(key)) is not None:
+                if not earlier.done.is_set():
+                    self._say(key, STUCK, earlier)
                     continue
                 del self._running[key]
-                log.warning("GPU %s: its read returned after %.0f s: read again from this collection", key,
-                            self.clock() - stuck.started)
+                returned[key] = earlier
             started[key] = read = Read(self.clock())
             threading.Thread(target=self._read, args=(key, job, read), name=f"gputide-read-{key}",
                              daemon=True).start()
@@ -78,11 +90,33 @@ class GpuReads:
         for key, read in started.items():
             if read.done.is_set():
                 done[key] = read
-            else:
-                self._running[key] = read
-                log.warning("GPU %s: its read has not returned after %g s: no series for it (its fields are collect "
-                            "errors) and it is not read again until that read returns", key, self.timeout_s)
+                self._say(key, None, read)
+                continue
+            self._running[key] = read
+            self._say(key, LATE, read)
+            if (earlier := returned.get(key)) is not None and earlier.error is None \
+                    and self.clock() - earlier.started <= self.max_age_s:
+                earlier.late = True
+                done[key] = earlier
         return done
+
+    def _say(self, key: str, state: str | None, read: Read) -> None:
+        """Log GPU `key`'s read turning late, stuck, or in time again; nothing while it stays as it was."""
+        was = self._state.get(key)
+        if state == was:
+            return
+        if state is None:
+            del self._state[key]
+            log.warning("GPU %s: its read returns in time again", key)
+            return
+        self._state[key] = state
+        if state == LATE:
+            log.warning("GPU %s: its read has not returned after %g s: no series for it but its XID this collection "
+                        "(its fields are collect errors); what it reads is served at the next collection if it has "
+                        "returned by then", key, self.timeout_s)
+        else:
+            log.warning("GPU %s: its read is still inside NVML after %.0f s: not read again until it returns", key,
+                        self.clock() - read.started)
 
     def stuck(self) -> list[str]:
         """The GPUs whose read is still running after its collection ended."""

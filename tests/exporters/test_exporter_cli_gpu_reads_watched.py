@@ -18,11 +18,12 @@ from tests.cli.test_cli_health import Clock
 def test_a_hung_gpu_read_fails_readiness_then_liveness_as_a_stuck_collection_does():
     nvml = HungTemperature([FakeDevice(uuid=f"GPU-{i}", minor=i) for i in range(2)])
     clock = Clock()
-    health = CollectHealth(clock=clock, collect_timeout_s=2.0, stuck_after_s=60.0)
+    health = CollectHealth(clock=clock, collect_timeout_s=2.0, stuck_after_s=60.0, serve_stale_s=12.0)
     backend = NvmlBackend(nvml, hostname="n1")
     watch_gpu_reads(backend, health)
     assert backend.reads.timeout_s == 0.75   # 3/8 of 2 s: with the kubelet's half after it, within the 2 s
     assert backend.lock_timeout_s == 2.0   # the power-cap agent's call waited for as a late collection, no longer
+    assert backend.reads.max_age_s == 12.0   # a late GPU read served as long as a late collection is
     tracked = TrackedCollector(GpuCollector(backend), health)
     tracked.exposition()
     nvml.hung = "GPU-1"
