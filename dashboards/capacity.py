@@ -39,11 +39,12 @@ SERVICE = f'{CLUSTER}, service=~"$service"'   # the controller's own series, nam
 DEMAND = f"max by (cluster, namespace, service) (gputide_inference_demand_rps{{{CLUSTER}}})"
 # An SLO series is one service by (cluster, namespace, service) (rules/gputide-recording.yaml's gputide-slo group,
 # balancer.telemetry.slo_rules.SERVICE_IDENTITY): a Deployment's name can recur in two namespaces of a cluster, each
-# its own service with its own budget. The SLO panels keep every series apart (no sum) and name it by this label,
-# `namespace/service` as a ServiceProfiles name is written (`service` alone for counters without a namespace, the
-# simulated fleet's), so two namespaces' `chat` are two lines, team-a/chat and team-b/chat, not two lines "chat".
-# `$service` selects a line by that name (team-a/chat) or by its `service` label (chat, as the controller names a
-# service found in one namespace: every namespace's chat).
+# its own service with its own budget. The SLO panels keep every series apart (no sum) and name it in this label as
+# the controller names the service in its cluster (controller_names, the namespaces of the demand and of the SLO
+# series counted): team-a/chat and team-b/chat where chat is in two namespaces there, chat where it is in one (and for
+# counters without a namespace, the simulated fleet's); `$service` selects a line by that name alone, as it selects
+# the demand, so `vllm` (a cluster's only vllm) never also draws another cluster's team-a/vllm. The cluster then
+# leads the name where the series has one ("c1: team-a/vllm"): two clusters' team-a/vllm are two lines told apart.
 SLO_NAME = "qualified_service"
 PICKED = "selected_by_service"   # scratch label of `_pick`, dropped again
 SERVICE_REGEX = r'/\bservice="([^"]+)"/'   # the `service` of each series query_result lists
@@ -60,20 +61,25 @@ def _capacity(cls: str) -> str:
 
 
 def _named(expr: str) -> str:
-    """`expr` (one series per (cluster, namespace, service)) with each series' SLO_NAME: `namespace/service`, or
-    `service` where the series has no namespace (label_join's leading `/` cut off); those `$service` selects."""
-    joined = f'label_join({expr}, "{SLO_NAME}", "/", "namespace", "service")'
-    return _pick(f'label_replace({joined}, "{SLO_NAME}", "$1", "{SLO_NAME}", "/(.*)")', "service", SLO_NAME)
+    """`expr` (one series per (cluster, namespace, service)) with its SLO_NAME: the controller's name of the service
+    (`$service` selects by it), then led by the series' cluster where it has one."""
+    picked = _pick(controller_names(expr, SLO_NAME, also=DEMAND), SLO_NAME)
+    joined = f'label_join({picked}, "{SLO_NAME}", ": ", "cluster", "{SLO_NAME}")'
+    return f'label_replace({joined}, "{SLO_NAME}", "$1", "{SLO_NAME}", ": (.*)")'
 
 
-def controller_names(expr: str) -> str:
-    """`expr` (one series per (cluster, namespace, service)) with `service` the name the controller gives it:
-    `namespace/service` where the cluster has that service in two namespaces, else the name alone (a series without
-    a namespace keeps it then too: label_join's leading `/` cut off)."""
-    shared = f"(count by (cluster, service) ({expr}) > 1)"
-    joined = f'label_join({expr} and on (cluster, service) {shared}, "service", "/", "namespace", "service")'
-    return (f'(label_replace({joined}, "service", "$1", "service", "/(.*)") '
-            f"or ({expr} unless on (cluster, service) {shared}))")
+def controller_names(expr: str, label: str = "service", also: str = "") -> str:
+    """`expr` (one series per (cluster, namespace, service)) with `label` the name the controller gives it:
+    `namespace/service` where the cluster has that service in two namespaces (among `expr`'s series and `also`'s),
+    else the name alone (a series without a namespace keeps it then too: label_join's leading `/` cut off)."""
+    expr = f"({expr})"   # `expr` may be a binary operation (a burn rate's `or`): whole under `and` and `unless`
+    spaces = f"group by (cluster, namespace, service) ({expr}) or group by (cluster, namespace, service) ({also})"
+    shared = f"(count by (cluster, service) ({spaces if also else expr}) > 1)"
+    joined = f'label_join({expr} and on (cluster, service) {shared}, "{label}", "/", "namespace", "service")'
+    alone = f"{expr} unless on (cluster, service) {shared}"
+    if label != "service":
+        alone = f'label_replace({alone}, "{label}", "$1", "service", "(.*)")'
+    return f'(label_replace({joined}, "{label}", "$1", "{label}", "/(.*)") or ({alone}))'
 
 
 # `$service` lists the names seen over the dashboard's time range, as the old label_values did (a series API call over
@@ -177,8 +183,10 @@ def build() -> dashboard.Dashboard:
             "gputide_inference_requests_total and "
             "gputide_inference_slo_violations_total (the simulated fleet publishes them) or, serving with vLLM, from "
             "the rules gputide slo-rules writes. A service is its cluster, namespace and name, as the SLO alerts "
-            "see it: one line each, named namespace/service (the name alone for series without a namespace), so "
-            "two namespaces' services of one name are two lines.", "percentunit",
+            "see it: one line each, named as the controller names it in its cluster (namespace/service where the "
+            "cluster has the name in two namespaces, else the name, as $service lists it) after its cluster "
+            "(c1: team-a/vllm), so two namespaces' or two clusters' services of one name are lines told apart.",
+            "percentunit",
             [q(_named(f"1 - service:inference_slo_violations:ratio_rate1h{{{CLUSTER}}}"), "{{" + SLO_NAME + "}}")],
             max_val=1))
         .with_panel(timeseries_panel(
@@ -188,8 +196,9 @@ def build() -> dashboard.Dashboard:
             "windows above its factor for one service, so each line is the lower of the two. Pages: fast, 5m and 1h, "
             "InferenceSloBurnRateFast above 14.4; slow, 30m and 6h, InferenceSloBurnRateSlow above 6. Tickets: 2h "
             "and 1d, InferenceSloBurnRate1d above 3; 6h and 3d, InferenceSloBurnRate3d above 1. None waits a `for`. "
-            "A service on vLLM has its own objective (gputide slo-rules --objective, 99 % by default). Lines are "
-            "named namespace/service, the identity the alerts use.", "none",
+            "A service on vLLM has its own objective (gputide slo-rules --objective, 99 % by default). One line per "
+            "cluster, namespace and service, the identity the alerts use, named cluster: name as the attainment "
+            "lines.", "none",
             [q(_burn("5m", "1h"), "{{" + SLO_NAME + "}} fast (5m and 1h)"),
              q(_burn("30m", "6h"), "{{" + SLO_NAME + "}} slow (30m and 6h)"),
              q(_burn("2h", "1d"), "{{" + SLO_NAME + "}} 1d ticket (2h and 1d)"),

@@ -32,7 +32,7 @@ def test_each_line_is_above_an_alerts_factor_only_where_the_alert_fires(promtool
     tests = []
     for i, legend in enumerate(LEGENDS):
         tests.append({"expr": f"round({panel_query(BOARD, 'SLO burn rate', legend)}, 0.01)", "eval_time": "4m",
-                      "exp_samples": [{"labels": f'{{cluster="c", service="{svc}", qualified_service="{svc}"}}',
+                      "exp_samples": [{"labels": f'{{cluster="c", service="{svc}", qualified_service="c: {svc}"}}',
                                        "value": lines[i]}
                                       for svc, lines in LINES.items()]})
     run(promtool, tmp_path, series, tests, interval="15s")
