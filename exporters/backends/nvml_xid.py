@@ -2,7 +2,10 @@
 
 One event set (``nvmlEventSetCreate``) with every GPU registered for ``nvmlEventTypeXidCriticalError``;
 `drain()` takes what is queued without waiting (``nvmlEventSetWait`` with a 0 ms timeout) and `values()` answers the
-last XID per GPU: 0 until one arrives, as dcgm-exporter reports it.
+last XID per GPU: 0 until one arrives, as dcgm-exporter reports it. An event's GPU is the handle it carries, matched
+against the handles held (`handle_key`) without asking NVML: a GPU in recovery raises XIDs while its calls hang, and
+``nvmlDeviceGetUUID`` on it hung the collection's thread (the drain runs there, under the backend's lock); only a
+handle not matched is named by ``uuid_of``.
 
 A GPU whose XIDs cannot be heard has no XID value (NaN), never 0: 0 says "no XID since the exporter started", and a
 GPU that cannot report one has not said that (dcgm-exporter, whose host engine cannot watch the field there, emits
@@ -29,6 +32,7 @@ This module never imports `pynvml`: it uses the `nvml` module the backend was gi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +43,21 @@ log = logging.getLogger(__name__)
 FALLEN_OFF_THE_BUS = 79
 
 
+def handle_key(h: Any) -> Any:
+    """What tells two handles of one GPU alike: the address a ctypes pointer holds (pynvml's ``c_nvmlDevice_t``:
+    an event's handle is another object than the one ``nvmlDeviceGetHandleByIndex`` gave), else the handle itself
+    where it can be hashed, else the object."""
+    try:
+        return ("address", ctypes.cast(h, ctypes.c_void_p).value)
+    except (TypeError, ctypes.ArgumentError):
+        pass
+    try:
+        hash(h)
+    except TypeError:
+        return ("object", id(h))
+    return ("handle", h)
+
+
 class XidEvents:
     """The last XID of each GPU of `handles` (named `uuids`, in the same order; `uuid_of` names the GPU an event's
     handle is); see the module docstring."""
@@ -47,6 +66,7 @@ class XidEvents:
                  uuid_of: Callable[[Any], str], *, last: Sequence[float] | None = None) -> None:
         self.nvml, self.handles, self._uuid_of = nvml, list(handles), uuid_of
         self._index = {u: k for k, u in enumerate(uuids)}
+        self._by_handle = {handle_key(h): k for k, h in enumerate(self.handles)}
         n = len(self.handles)
         self.last = np.zeros(n) if last is None else np.array(last, dtype=float)
         self.listening = np.zeros(n, dtype=bool)
@@ -143,9 +163,11 @@ class XidEvents:
             except nvml.NVMLError as exc:   # the set hears nothing (module docstring)
                 self._deaf(exc)
                 return
-            try:
-                k = self._index.get(self._uuid_of(data.device))
-            except nvml.NVMLError:
-                continue
+            k = self._by_handle.get(handle_key(data.device))
+            if k is None:   # a handle not held (another object for it): named by NVML
+                try:
+                    k = self._index.get(self._uuid_of(data.device))
+                except nvml.NVMLError:
+                    continue
             if k is not None:
                 self.last[k] = float(data.eventData)
