@@ -147,8 +147,10 @@ class ServiceForecaster:
         due = getattr(self.online, "fit_due", None)
         self._forget_gone(snap.time)
         self._seed_all(snap.services, snap.time)
-        for name in snap.demand_unknown:   # a gap: never fed (read as 0 it would teach the model an idle hour), but
-            self.seen[name] = snap.time    # seen, so a demand unknown for a day is not a service gone
+        # a demand unknown is a gap: never fed (read as 0 it would teach the model an idle hour), but seen, so one
+        # unknown for a day is not a service gone (a snapshot-like without the field, a test's, has none)
+        for name in getattr(snap, "demand_unknown", ()):
+            self.seen[name] = snap.time
         for name, status in snap.services.items():
             self.seen[name] = snap.time
             if name not in self.seeds.seeded:

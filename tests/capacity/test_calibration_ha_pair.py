@@ -28,7 +28,7 @@ def test_calibrate_reads_duplicated_series_once_as_the_live_reading_does(prometh
     prom.wait_for('count(gputide_inference_replicas_ready{service="chat"}) == 2', bool, timeout=30)
     time.sleep(3)   # a few scrapes of both copies
     source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0))
-    live = source._services()["chat"]
+    live = source._services()[0]["chat"]   # (statuses, unknown demands)
     args = argparse.Namespace(demand_query=DEMAND_QUERY, replicas_query=REPLICAS_QUERY, latency_query=LATENCY_QUERY,
                               cluster=None)
     now = time.time()

@@ -26,7 +26,7 @@ def test_history_reads_an_ha_pairs_duplicated_demand_as_the_live_reading_does(pr
     prom.wait_for('count(gputide_inference_demand_rps{service="chat"}) == 2', bool, timeout=30)
     time.sleep(3)   # a few scrapes of both copies
     source = PrometheusTelemetrySource(PrometheusOptions(url=prom.url, scrape_interval_s=1.0))
-    live = source._services()   # what each cycle reads
+    live = source._services()[0]   # what each cycle reads (statuses; then the unknown demands)
     history = PrometheusDemandHistory(source, days=1.0, step_s=1.0)
     now = time.time()
     for service in ("chat", "mail"):
