@@ -9,9 +9,9 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
   stuck terminating on a node that still admits the pod: kept while they are there, and said, `k8s_stuck`); where an
   eviction failed after others were made, or the Lease was lost between them, the node stays held and each pass
   evicts the victims left (`resume`), as the reservation names them, while they still make room for the pod there
-  (once others took or hold that room, none is evicted, the node is given back and the pod plans afresh); the
-  holds there for pods of lower priority are given back and their nominations cleared, as kube-scheduler clears
-  them (their room is the preemptor's);
+  (once others took or hold that room, or the node no longer admits the pod: cordoned, tainted, relabelled, none
+  is evicted, the node is given back and the pod plans afresh); the holds there for pods of lower priority are
+  given back and their nominations cleared, as kube-scheduler clears them (their room is the preemptor's);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node, save members sharing an unbound
@@ -149,8 +149,10 @@ class Holds:
         """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims
         left, keep the node held while the evicted ones terminate, past the hour while they are stuck there:
         `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or
-        its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`): then
-        the node is given back instead (`_room_taken`)."""
+        its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), or
+        victims are left to evict on a node that no longer admits the pod (`_refusal`): then none is evicted and the
+        node is given back instead (`_room_taken`). With all evicted, such a node stays held up to its cap while
+        they terminate (`k8s_stuck`)."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
@@ -158,10 +160,13 @@ class Holds:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
+        left = sorted(set(entry.get(LEFT, ())) & running)
         if not makes_room(view[i], req, self._leaving(view[i])):   # those evicted already are not spared
-            return self._room_taken(req, i, view, offers, sorted(set(entry.get(LEFT, ())) & running))
-        stuck = stuck_victims(self.preemptor, req, node, entry, running, self._refusal(req, i, view, offers),
-                              self._lapsing)
+            return self._room_taken(req, i, view, offers, left)
+        refusal = self._refusal(req, i, view, offers)
+        if refusal is not None and left:   # cordoned, tainted, relabelled since: no one is evicted for nothing
+            return self._room_taken(req, i, view, offers, left, refusal)
+        stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
         self._off(bound, node, done.done)
         view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}   # holds as much as before
@@ -179,20 +184,25 @@ class Holds:
                 tell_stuck(self.preemptor, req, node, kept, entry)
         return f" preemption: {did}{self._left_said(node, done)}."
 
-    def _room_taken(self, req: Json, i: int, view: list[Json], offers: Offers, victims: list[str]) -> str:
+    def _room_taken(self, req: Json, i: int, view: list[Json], offers: Offers, victims: list[str],
+                    refusal: str | None = None) -> str:
         """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its
         evictions made, or hold it (a more important pod bound there, its hold not being held against it, or
-        holding it; a pod someone else bound there). None of the `victims` (those left to evict, still there) is
-        evicted (killed for room it would not get), the node is given back and its nomination cleared: it plans
-        afresh at the next pass (elsewhere, or there with other victims). Nothing once `halted()`; a write that
-        fails is logged, and the next pass asks again."""
+        holding it; a pod someone else bound there); or, with victims left to evict, the node no longer admits it
+        (`refusal`: cordoned, tainted, relabelled since its preemption began; kube-scheduler too lets a pod whose
+        nominated node became unresolvable preempt elsewhere). None of the `victims` (those left to evict, still
+        there) is evicted (killed for room it would not get), the node is given back and its nomination cleared:
+        it plans afresh at the next pass (elsewhere, or there with other victims). Nothing once `halted()`; a
+        write that fails is logged, and the next pass asks again."""
         key, node = req["name"], view[i]["name"]
         if self.preemptor.halted():
             return ""
-        log.info("scheduler %s: %s: %s no longer makes room for it (taken meanwhile): %s not evicted, the node "
-                 "given back", self.scheduler_name, key, node, ", ".join(victims) or "no victim")
-        said = (f" preemption: its victims no longer make room for it on {node} (others took or hold the room its "
-                f"evictions made){': ' + ', '.join(victims) + ' not evicted' if victims else ''}")
+        why = f"no longer admits it ({refusal})" if refusal else "no longer makes room for it (taken meanwhile)"
+        log.info("scheduler %s: %s: %s %s: %s not evicted, the node given back", self.scheduler_name, key, node, why,
+                 ", ".join(victims) or "no victim")
+        said = (f" preemption: {node} no longer admits it ({refusal})" if refusal else
+                f" preemption: its victims no longer make room for it on {node} (others took or hold the room its "
+                "evictions made)") + (f": {', '.join(victims)} not evicted" if victims else "")
         try:
             self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: None}))
         except ActuationError as err:
