@@ -12,15 +12,17 @@ one not done is *late*: the backend counts that GPU's fields as errors and publi
 collection, the other GPUs are served. A late read keeps its thread until NVML returns, and until then the GPU is
 not read again (*stuck*, likewise errors): no second thread piles up behind the first, so there are at most as many
 threads as GPUs, and none between collections. A late read that returns (a GPU slower than the deadline, not hung)
-is served at the next `run` in place of that run's own read of the GPU, should that one be late too, if it began at
-most `max_age_s` ago (the exporter's ``--serve-stale-for``, 30 s: what a late collection is served for) and returned
-what it read (an error is not served late); the GPU is read again at each `run` all the same, so a GPU always slower
-than the deadline is served one collection late rather than never. Its thread was not piled up: the new read starts
-only once the late one has returned. The backend drops a late read of another NVML initialisation. The log says
-when a GPU's read turns late, stuck (still running at the next `run`), and in time again, not at every collection.
-Each read runs inside `watching(what)` (`exporters.health.CollectHealth.watching` where
-the exporter hands it over): the probes then see a read still stuck after its collection ended as they saw a stuck
-collection, not ready past the collection timeout, not live past ``--stuck-after``.
+is served at a later `run` if it began at most `max_age_s` ago (the exporter's ``--serve-stale-for``, 30 s: what a
+late collection is served for) and read without an error: a `run` that finds it still running, and not that old,
+waits for it too, within its own deadline, and starts no other read of that GPU; a `run` that finds it returned
+reads the GPU again all the same and serves it only should that new read be late too. A GPU always slower than the
+deadline is thus served late rather than never (every collection while it returns between scrapes, every other one
+while it is slower than the scrape interval). The backend drops a late read of another NVML initialisation. The log
+says when a GPU's read turns late, stuck (still running after `max_age_s`: no longer waited for, and what it reads
+then is not served), and in time again, not at every collection. Each read runs inside `watching(what)`
+(`exporters.health.CollectHealth.watching` where the exporter hands it over): the probes then see a read still stuck
+after its collection ended as they saw a stuck collection, not ready past the collection timeout, not live past
+``--stuck-after``.
 
 This module never imports `pynvml`.
 """
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 
 Watching = Callable[[str], AbstractContextManager[Any]]
 MAX_AGE_S = 30.0   # a late read served at the next collection began at most this long ago (--serve-stale-for)
-LATE, STUCK = "late", "stuck"   # a GPU's read past its deadline; still running at the next collection
+LATE, STUCK = "late", "stuck"   # a GPU's read past its deadline; still running after max_age_s
 
 
 def _unwatched(what: str) -> AbstractContextManager[Any]:
@@ -73,10 +75,11 @@ class GpuReads:
         (`Read.late`; module docstring); a key missing is late or stuck (nothing read)."""
         started: dict[str, Read] = {}
         returned: dict[str, Read] = {}   # late reads of earlier collections, done since
+        running: dict[str, Read] = {}    # late reads still running: waited for too, not started again
         for key, job in jobs.items():
             if (earlier := self._running.get(key)) is not None:
                 if not earlier.done.is_set():
-                    self._say(key, STUCK, earlier)
+                    running[key] = earlier   # waited for while it could be served, else only said stuck
                     continue
                 del self._running[key]
                 returned[key] = earlier
@@ -84,9 +87,9 @@ class GpuReads:
             threading.Thread(target=self._read, args=(key, job, read), name=f"gputide-read-{key}",
                              daemon=True).start()
         deadline = self.clock() + self.timeout_s
-        for read in started.values():
+        for read in (*started.values(), *(r for r in running.values() if not self._too_old(r))):
             read.done.wait(max(0.0, deadline - self.clock()))
-        done = {}
+        done = self._still_running(running)
         for key, read in started.items():
             if read.done.is_set():
                 done[key] = read
@@ -94,11 +97,32 @@ class GpuReads:
                 continue
             self._running[key] = read
             self._say(key, LATE, read)
-            if (earlier := returned.get(key)) is not None and earlier.error is None \
-                    and self.clock() - earlier.started <= self.max_age_s:
-                earlier.late = True
+            if (earlier := returned.get(key)) is not None and self._servable(earlier):
                 done[key] = earlier
         return done
+
+    def _still_running(self, running: Mapping[str, Read]) -> dict[str, Read]:
+        """Of the late reads found running at this `run`, those that returned within its deadline, to serve."""
+        done = {}
+        for key, earlier in running.items():
+            if not earlier.done.is_set():
+                if self._too_old(earlier):   # not served should it return
+                    self._say(key, STUCK, earlier)
+                continue
+            del self._running[key]
+            if self._servable(earlier):
+                done[key] = earlier
+        return done
+
+    def _servable(self, earlier: Read) -> bool:
+        """Whether a late read may be served (marked `late`): it read without an error, at most `max_age_s` ago."""
+        if earlier.error is not None or self._too_old(earlier):
+            return False
+        earlier.late = True
+        return True
+
+    def _too_old(self, read: Read) -> bool:
+        return self.clock() - read.started > self.max_age_s
 
     def _say(self, key: str, state: str | None, read: Read) -> None:
         """Log GPU `key`'s read turning late, stuck, or in time again; nothing while it stays as it was."""
@@ -115,8 +139,8 @@ class GpuReads:
                         "(its fields are collect errors); what it reads is served at the next collection if it has "
                         "returned by then", key, self.timeout_s)
         else:
-            log.warning("GPU %s: its read is still inside NVML after %.0f s: not read again until it returns", key,
-                        self.clock() - read.started)
+            log.warning("GPU %s: its read is still inside NVML after %.0f s: not read again until it returns, and "
+                        "what it reads then is not served", key, self.clock() - read.started)
 
     def stuck(self) -> list[str]:
         """The GPUs whose read is still running after its collection ended."""
