@@ -276,7 +276,8 @@ class NvmlBackend:
         errors: list[tuple[str, str]] = []
         unsupported: list[tuple[str, str]] = []
         instances: list[InstanceReading] = []
-        self._xids.drain()
+        stuck = set(self.reads.stuck())
+        self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in stuck])   # not to hang there too
         self._mig.new_collection()   # GPU instance placements are listed again for this collection's DRA devices
         now = self._init.reinits   # the initialisation each read is of: when it is asked for, not when it starts
         done = self.reads.run({g.uuid: lambda k=k, h=h: self._read_gpu(k, h, now)
@@ -525,4 +526,10 @@ class NvmlBackend:
             return self._power.power_limits(stuck=self.reads.stuck())
 
     def close(self) -> None:
-        self._init.close()   # not behind the lock: a collection stuck in NVML must not hold up the process's exit
+        """``nvmlShutdown``, not behind the lock (a collection stuck in NVML must not hold up the process's exit),
+        and not while a GPU's read is still inside NVML: a shutdown under a call in flight could crash the process
+        on its way out; its exit releases NVML all the same."""
+        if stuck := self.reads.stuck():
+            log.warning("NVML not shut down at exit: the read of %s is still inside it", ", ".join(stuck))
+            return
+        self._init.close()

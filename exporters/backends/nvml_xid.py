@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,7 @@ class XidEvents:
         self._said: set[int] = set()   # GPUs whose failure to register was logged
         self._deaf_said = False   # the event set's failure was logged (until it hears again)
         self._set: Any = None
+        self._skip: frozenset[int] = frozenset()   # GPUs not to register this drain (their reads stuck in NVML)
         self._listen()
 
     def _listen(self) -> None:
@@ -86,6 +87,8 @@ class XidEvents:
                 self._refused(range(len(self.handles)), exc)
                 return
         for k in np.flatnonzero(~self.listening & ~self.unsupported).tolist():
+            if k in self._skip:
+                continue
             try:
                 nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError as exc:
@@ -138,9 +141,12 @@ class XidEvents:
         """The last XID per GPU; NaN where none can be heard (`unsupported` tells whether for good)."""
         return np.where(self._lost, FALLEN_OFF_THE_BUS, np.where(self.listening, self.last, np.nan))
 
-    def drain(self) -> None:
-        """Register the GPUs not listening yet (unless unsupported), then take every queued XID event."""
+    def drain(self, skip: Collection[int] = ()) -> None:
+        """Register the GPUs not listening yet (unless unsupported, or in `skip`: GPUs whose read is stuck in NVML,
+        where a registration would hang the collection too; registered at a later drain), then take every queued
+        XID event."""
         nvml = self.nvml
+        self._skip = frozenset(skip)
         if not (self.listening | self.unsupported).all():
             self._listen()
         if self._set is None:
