@@ -29,8 +29,10 @@ A pod that fits nowhere may preempt pods of lower priority (`k8s_preempt`; not a
 a node once it has starved long enough (`k8s_holds`); the pods of a pod group are bound all together or none is
 (`k8s_gang`). A pod's claims keep it to the nodes where its volumes can be attached or provisioned, and before
 its Binding its unbound WaitForFirstConsumer claims are given its node (`k8s_volumes`, kube-scheduler's
-VolumeBinding). What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod
-conditions that tell a pod's owner what was done are `k8s_tell`.
+VolumeBinding). Right before its binding a pod's node is looked at again, as the nodes cache (else a GET) shows it
+now: one deleted, cordoned or tainted since the pass read it gets the pod no more, which waits for the next pass, and
+the later pods of the pass keep off it (`k8s_sched_nodes`). What is read of pods and nodes is `k8s_reads`; the
+filters are `k8s_filters`; the Events and pod conditions that tell a pod's owner what was done are `k8s_tell`.
 
 Deadlines. However slow the API server, a pass keeps moving: its reads before the first pod end within `reads_s`
 (2 minutes, `k8s_budget`; a pass out of time fails and the next one lists again), and each pod's turn (its claims,
@@ -87,6 +89,7 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
+from balancer.actuate.k8s_sched_nodes import Changed, node_now
 from balancer.actuate.k8s_sched_reads import (
     NODE_WAKE_S,
     Assumed,
@@ -126,6 +129,7 @@ class _Pass:
     stopped: str = ""                     # why it stopped (told to, the Lease lost): nothing more is bound this pass
     cut: list[Json] = field(default_factory=list)   # the pods of the turn it cut, left unbound: told so
     preferred: Preferred | None = None    # the pods' preferences over the nodes, once a pod has some
+    changed: Changed = field(default_factory=Changed)   # nodes found gone or changed before a binding
 
 
 class SecondaryScheduler(Binder, SchedulerReads):
@@ -294,13 +298,16 @@ class SecondaryScheduler(Binder, SchedulerReads):
         if why := waiting(req, len(ps.view)):   # its claims are not ready: no node considered, no one preempted
             self._left_pending(req, why, ps)
             return
-        offered = ps.offers.fitting(req)
+        fitting = ps.offers.fitting(req)
+        offered = ps.changed.offered(req, fitting)   # less the nodes found changed before a binding in the pass
         reserved = ps.offers.reserved_for(req)
         target = reserved["name"] if reserved else self._choose(req, ps, offered)
         i = ps.index.get(target) if target else None
         if i is None or why_not(ps.view[i], req) is not None or not ps.offers.fits(i):
             why = unschedulable(ps.offers.reasons(), req, len(offered))
-            if not any(model_allows(ps.view[j], req) for j in offered):   # no room on a GPU model it may use
+            if len(offered) < len(fitting):   # it fitted nodes that changed since: no one preempted, the next pass
+                why += ps.changed.said(fitting)   # reads them again
+            elif not any(model_allows(ps.view[j], req) for j in offered):   # no room on a GPU model it may use
                 why += self.holds.for_unplaced(req, ps.view, ps.index, ps.offers, ps.now)
             self._left_pending(req, why, ps)
             return
@@ -346,6 +353,9 @@ class SecondaryScheduler(Binder, SchedulerReads):
         if not self._leads(ps):
             ps.cut.append(req)
             return
+        if why := self._node_refusal(req, i, ps):   # gone, cordoned, tainted since the pass read it
+            self._left_pending(req, why, ps)
+            return
         why = self.volumes.prebind(req, ps.view[i]["name"], self.halted)
         # asked again right before the binding: the Lease may have lapsed while its claims were given the node (a
         # slow PATCH), and a binding written without it may put the pod where the next leader places another
@@ -380,6 +390,19 @@ class SecondaryScheduler(Binder, SchedulerReads):
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
+
+    def _node_refusal(self, req: Json, i: int, ps: _Pass) -> str | None:
+        """Why `req` is no longer bound to node i: gone, or its rules refuse the pod now, as the nodes cache shows
+        it now, else as a GET of it says (`k8s_sched_nodes`); None when it may be."""
+        node = ps.view[i]
+        name = node["name"]
+        now = node_now(node, self._cached("nodes"), lambda: node_facts(
+            self.api(f"node {name}", self.api.core.read_node, name, retries=0, halt=self.halted),
+            self.reservation_annotation))
+        why = ps.changed.refusal(i, node, now, req)
+        if why:
+            log.info("scheduler %s: %s not bound: %s", self.scheduler_name, req["name"], why)
+        return why
 
     def _failed(self, req: Json, why: str) -> None:
         """A pod whose claims could not be given its node, or whose binding failed: a Warning `FailedScheduling`

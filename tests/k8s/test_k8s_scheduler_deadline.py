@@ -46,7 +46,7 @@ def test_a_pod_whose_binding_never_answers_has_one_turn_and_the_pods_after_it_ar
     assert [what for what, _ in moves] == ["a pass's reads", "pod default/a", "pod default/b", "pod default/c"]
     began = dict(moves)
     assert began["pod default/b"] - began["pod default/a"] == pytest.approx(40.0)
-    assert mono.now - began["pod default/c"] == 10.0   # its Binding, then its Scheduled Event
+    assert mono.now - began["pod default/c"] == 15.0   # its node read again, its Binding, its Scheduled Event
     assert len(cluster.calls("POST", r"/pods/a/binding$")) == 4   # at 0, 10.5, 21.5 and 33.5 s (that one cut to 6.5 s)
 
 
@@ -141,7 +141,8 @@ def test_a_stop_mid_group_on_a_slow_api_server_tells_the_members_left_within_tel
 
     assert list(sched.schedule_once().values()) == ["n1"]
 
-    assert moves[-1] == ("telling 7 pods the pass stopped", moves[-2][1] + 10.0)   # a binding and its Event
+    # its node read again (`k8s_sched_nodes`), a binding and its Event
+    assert moves[-1] == ("telling 7 pods the pass stopped", moves[-2][1] + 15.0)
     assert mono.now - moves[-1][1] == sched.tell_s == 10.0
     reasons = [r.body["reason"] for r in kube.calls("POST", r"/events$")]
     assert reasons == ["Scheduled", "SchedulingDeferred", "SchedulingDeferred"]
