@@ -75,7 +75,9 @@ service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM po
 read as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The
 hotspot and co-location plan goes on (thermal relief, consolidation); before, the reading was refused and the whole
 loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
-GputideInferenceDemandUnknown names the service after 10 minutes.
+GputideInferenceDemandUnknown names the service after 10 minutes. Either hold still sizes training by the tide: the
+give-backs `_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a
+hotspot or co-location give-back grew training into free GPUs the held service may need).
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -174,6 +176,23 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
     return plan, replace(state, colocation=colocation.hand_over(state.colocation, handed))
 
 
+def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> tuple[str, str] | None:
+    """Why capacity holds this cycle, (reason, note), or None: a profiled service's demand unknown, or profiled
+    services' pods unattributed (module docstring)."""
+    unknown = {n: why for n, why in snapshot.demand_unknown.items() if n in profiles}
+    if unknown:
+        return ("inference_demand_unknown",
+                f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
+                "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
+                "no GPU lent nor reclaimed, no room made, no training grown, until it is known again; thermal relief "
+                "goes on")
+    blind = unattributed_services(snapshot, profiles)
+    if blind:
+        return ("unattributed_pods", f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
+                "report replicas but own none of them (pod metadata not read yet?)")
+    return None
+
+
 def _whose(a: ScaleTraining) -> str:
     if a.shrunk_from == 0:
         return "the hotspot give-back"
@@ -250,20 +269,16 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     if not policy.capacity.enabled or not profiles:
         return plan, state
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
-    unknown = {n: why for n, why in snapshot.demand_unknown.items() if n in profiles}
-    blind = unattributed_services(snapshot, profiles)
-    if unknown or blind:
-        note = (f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
-                "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
-                "no GPU lent nor reclaimed, no room made, until it is known again; thermal relief goes on" if unknown
-                else f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} report replicas but "
-                "own none of them (pod metadata not read yet?)")
-        return (replace(plan, notes=plan.notes + (note,)),
-                replace(state, capacity=cap_state,
-                        capacity_holding="inference_demand_unknown" if unknown else "unattributed_pods"))
-    state = replace(state, capacity_holding="")
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
+    held_for = _holding(snapshot, profiles)
+    if held_for:
+        # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
+        # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known
+        plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
+        return (replace(plan, notes=plan.notes + (held_for[1],)),
+                replace(state, capacity=cap_state, capacity_holding=held_for[0]))
+    state = replace(state, capacity_holding="")
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
     forgotten_notes = ((f"capacity counts {counts} replicas as running unseen on {dark}, whose GPUs telemetry has "
