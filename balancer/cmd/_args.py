@@ -30,9 +30,15 @@ MAX_EPOCH_S = 4102444800.0  # 2100-01-01
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = False) -> float:
-    """Seconds from `30s`, `1m`, `500ms`, `2h`, `14d` or a number: finite and positive (or 0 with `allow_zero`).
-    float() reads `inf` and `nan` (and `1e999` as inf): a loop every `inf` seconds never runs a second cycle."""
+MOST_INTERVAL_S = 86400.0   # a loop's longest interval: at least one cycle a day
+
+
+def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = False,
+                   most: float = math.inf) -> float:
+    """Seconds from `30s`, `1m`, `500ms`, `2h`, `14d` or a number: finite and positive (or 0 with `allow_zero`), at
+    most `most` (a loop's interval: `MOST_INTERVAL_S`). float() reads `inf` and `nan` (and `1e999` as inf): a loop
+    every `inf` seconds never runs a second cycle, and one every `1e308` seconds crashed after its first (a lease
+    or a deadline of three intervals overflows)."""
     number, scale = text, 1.0
     for unit in sorted(_UNITS, key=len, reverse=True):
         if text.endswith(unit):
@@ -42,9 +48,11 @@ def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = F
         value = float(number) * scale
     except ValueError:
         value = math.nan
-    if math.isfinite(value) and (value > 0 or (allow_zero and value == 0)):
+    if math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and value <= most:
         return value
     what = "a finite duration >= 0" if allow_zero else "a finite positive duration"
+    if math.isfinite(most):
+        what += f" up to {most:g}s" + (" (24h)" if most == MOST_INTERVAL_S else "")
     raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
 
 
@@ -65,9 +73,9 @@ def number(value: float, flag: str, lo: float, hi: float = math.inf, *, above: b
     return value
 
 
-def duration(text: str, flag: str, *, allow_zero: bool = False) -> float:
+def duration(text: str, flag: str, *, allow_zero: bool = False, most: float = math.inf) -> float:
     """Seconds from `30s`, `1m`, `500ms` or a number (`parse_interval`)."""
-    return parse_interval(text, flag, allow_zero=allow_zero)
+    return parse_interval(text, flag, allow_zero=allow_zero, most=most)
 
 
 def duration_between(text: str, flag: str, least: float, most: float, allowed: str) -> float:

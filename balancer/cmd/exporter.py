@@ -37,7 +37,15 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from balancer.cmd._args import add_listen_address, bind, duration_between, number, seed, watched_file
+from balancer.cmd._args import (
+    MOST_INTERVAL_S,
+    add_listen_address,
+    bind,
+    duration_between,
+    number,
+    seed,
+    watched_file,
+)
 from balancer.errors import InputError
 from exporters.health import DEFAULT_COLLECT_TIMEOUT_S
 
@@ -55,7 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speed", type=float, default=60.0, help="sim backend: simulated seconds per wall second")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--power-caps-file", help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
-    p.add_argument("--caps-interval", type=float, default=10.0, help="seconds between power-cap file reads")
+    p.add_argument("--caps-interval", type=float, default=10.0,
+                   help="seconds between power-cap file reads (at most 86400)")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
     p.add_argument("--hostname", default="", metavar="NAME",
                    help="nvml backend: the Hostname label of every series, the node's name (default: $NODE_NAME, "
@@ -94,7 +103,7 @@ def _check(args: argparse.Namespace) -> None:
     seed(args.seed)
     number(args.speed, "--speed", 0)
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
-    number(args.caps_interval, "--caps-interval", 0, above=True, unit=" (seconds)")
+    number(args.caps_interval, "--caps-interval", 0, MOST_INTERVAL_S, above=True, unit=" (seconds, 24h at most)")
     collect_timeouts(args)
     watched_file(args.power_caps_file, "--power-caps-file")
     if args.backend == "nvml":

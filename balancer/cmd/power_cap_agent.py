@@ -190,7 +190,7 @@ def serve_with_probes(registry: CollectorRegistry, health: Health, port: int, ad
 
 
 def run(args: argparse.Namespace) -> int:
-    from balancer.cmd._args import duration, kube_client
+    from balancer.cmd._args import MOST_INTERVAL_S, duration, kube_client
     from balancer.cmd.exporter import nvml_backend
     from exporters.power_caps import PowerCapAgent
     from exporters.power_limits_before import LimitsBefore
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
-    interval = duration(args.interval, "--interval")
+    interval = duration(args.interval, "--interval", most=MOST_INTERVAL_S)
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 
@@ -235,7 +235,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--node", default="", help="this node's name (required)")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
-    p.add_argument("--interval", default="10s", help="seconds between reads of the node's caps (default 10s)")
+    p.add_argument("--interval", default="10s",
+                   help="seconds between reads of the node's caps (default 10s, at most 24h)")
     p.add_argument("--port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.add_argument("--state-file", default="",
