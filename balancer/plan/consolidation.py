@@ -14,7 +14,9 @@ chokepoint as every other action. What a move must pass, before the guard's budg
 * the workload may move as a hotspot migration may (`hotspots.may_move`: movable, not protected, its owner within
   `maxUnavailablePerWorkload`, a disruption left in every PodDisruptionBudget covering it), was not refused or failed
   recently, and is not training: a training worker's move restarts its synchronous job from its last checkpoint, a
-  price fragmentation does not pay;
+  price fragmentation does not pay; nor a pod of a service whose demand is unknown (`ClusterSnapshot.demand_unknown`:
+  a stalled vLLM pod, pods not reporting): a degraded service whose load nobody sees is not restarted for
+  housekeeping (before, its pods were moved as any; a hotspot migration, for thermal safety, still moves them);
 * the target GPU is a migration target a hotspot migration could use (not hot, no fatal XID, not on a tainted
   or hot node, nor on one the actuator lately refused the workload as a target, the target headroom below slowdown),
   with the GPU memory and the node's per-node migration limit free, on a node whose taints, node selector, node affinity
@@ -75,9 +77,10 @@ def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view: SnapshotState,
                 refused: frozenset[str], blocked: frozenset[str], excluded: Mapping[str, np.ndarray]) -> PodsByNode:
     """(request, where it runs) of every workload consolidation may move: a share of one partly used GPU (the only
     GPUs it empties; a pod on a full or whole GPU stays in the state as used capacity) of a fragmented model, not
-    on a hot or tainted node, movable, not training, not refused lately. The cheap tests are vectorised first:
-    a large fleet has tens of thousands of workloads and few on partly used GPUs; the requests are built node by
-    node, for the nodes `plan_consolidation` looks at (a few, as it stops at its move budget)."""
+    on a hot or tainted node, movable, not training, not refused lately, not of a service whose demand is unknown.
+    The cheap tests are vectorised first: a large fleet has tens of thousands of workloads and few on partly used
+    GPUs; the requests are built node by node, for the nodes `plan_consolidation` looks at (a few, as it stops at its
+    move budget)."""
     c = view.cols
     if not len(c.idx):
         return PodsByNode(0, lambda node: ())
@@ -92,6 +95,8 @@ def _candidates(s: ClusterSnapshot, policy: BalancerPolicy, view: SnapshotState,
     ok = hotspots.may_move_now(s, ws, policy)
     if refused:
         ok &= np.fromiter((w.name not in refused for w in ws), dtype=bool, count=len(ws))
+    if s.demand_unknown:   # a service whose demand is unknown: its pods are not restarted for housekeeping
+        ok &= np.fromiter((w.owner not in s.demand_unknown for w in ws), dtype=bool, count=len(ws))
     rows = rows[ok]
     gpu = first[rows]
     node = s.node_index[gpu]
