@@ -335,10 +335,23 @@ class SecondaryScheduler(Binder, SchedulerReads):
             with self._turn(f"pod {m['name']}"):
                 if joining:
                     self._place_one(m, ps)
-                elif why is not None:
-                    self._left_pending(m, why, ps)
+                elif why is not None or (why := self._no_longer_fits(m, chosen[m["name"]], ps)) is not None:
+                    self._left_pending(m, why, ps)   # and the members after it: none bound on top of another pod
                 else:
                     self._commit(m, chosen[m["name"]], ps)
+
+    @staticmethod
+    def _no_longer_fits(member: Json, i: int, ps: _Pass) -> str | None:
+        """Why a pod group's `member` no longer fits node i, where the group's trial placed it (None: it does). The
+        trial counted the members before it where it placed them; one bound meanwhile by someone else (a binding
+        answered 409: another replica's, in flight as it lost the Lease) is counted where it runs, which may be this
+        member's node: bound there too, the two would take more than the node has."""
+        ps.offers.fitting(member)
+        if ps.offers.fits(i):
+            return None
+        return (f"pod group {member['group']}: member {member['name']} no longer fits {ps.view[i]['name']}, where "
+                f"the group was placed ({ps.offers.reasons()[i]}: a member was bound elsewhere than planned, by "
+                "someone else): the members not bound yet wait for the next pass.")
 
     def _left_pending(self, req: Json, why: str, ps: _Pass) -> None:
         created = parse_time(req["created"])
