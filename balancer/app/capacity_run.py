@@ -70,7 +70,10 @@ _FIELDS: dict[str, tuple[str, type, float, bool]] = {
 }
 
 _MAX = {"minReplicas": 100_000, "maxReplicas": 100_000, "homeReplicas": 100_000, "gpusPerReplica": 64,
-        "warmupSeconds": 86_400, "latencySloSeconds": 3_600}
+        "warmupSeconds": 86_400, "latencySloSeconds": 3_600, "rpsPerReplica": 1e9}
+# the fields something is divided by: demand / rpsPerReplica is a replica count, p99 / latencySloSeconds a latency
+# pressure; `rpsPerReplica: 1.0e-320` passed `> 0` and the division overflowed in the planner (OverflowError)
+_LEAST = {"rpsPerReplica": 1e-6, "latencySloSeconds": 1e-3}
 
 
 def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
@@ -95,6 +98,8 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
             bound += (" (a service at 0 replicas has no vLLM pod to report its demand, so the controller could "
                       "never see it to bring it back)")
         raise InputError(file, where, value, f"{what} {bound}")
+    if value < _LEAST.get(key, -math.inf):
+        raise InputError(file, where, value, f"a number from {_LEAST[key]:g} to {_MAX[key]:g}")
     if value > _MAX.get(key, math.inf):
         raise InputError(file, where, value, f"{'an integer' if kind is int else 'a number'} up to {_MAX[key]:g}")
     return kind(value)
