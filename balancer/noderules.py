@@ -7,8 +7,8 @@ A pod's own placement rules, as kube-scheduler and the kubelet apply them:
   given) and by `Exists` on the key (an empty key with `Exists` tolerates every taint) or `Equal` on key and value;
 * **the node selector**: every label it names, with that value;
 * **required node affinity**: any term (ORed) whose requirements all hold (`In`, `NotIn`, `Exists`,
-  `DoesNotExist`, `Gt`, `Lt` on labels; on fields, `metadata.name`); a term with no requirement matches nothing,
-  and no terms at all allow every node.
+  `DoesNotExist`, `Gt`, `Lt` on labels, numbers read as Go's `strconv.ParseInt` reads them: `parse_int`; on
+  fields, `metadata.name`); a term with no requirement matches nothing, and no terms at all allow every node.
 
 `NodeRules.from_pod_spec(spec)` turns a pod spec (or a pod template's) into frozen tuples. Pods of one template
 have equal rules, so whoever checks many pods against many nodes checks each distinct rule set once: the
@@ -38,6 +38,7 @@ kube-scheduler would, never fewer); who reads pods from the API resolves them (`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,20 @@ class Toleration:
         return self.key == taint.key and (exists or self.value == taint.value)
 
 
+_INT = re.compile(r"[+-]?[0-9]+")   # Go's strconv.ParseInt(s, 10, 64): a sign, ASCII digits, nothing else
+_INT64 = range(-(2**63), 2**63)
+
+
+def parse_int(text: str | None) -> int | None:
+    """`text` as Kubernetes reads a `Gt`/`Lt` value and the label it is compared with (`strconv.ParseInt(s, 10, 64)`),
+    None where it fails (the requirement then holds for no node). Python's `int` takes more: "1_0", " 10 ", other
+    scripts' digits ("١٠"), integers past 64 bits; a node such a label gives matched here and nowhere else."""
+    if text is None or not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value in _INT64 else None
+
+
 @dataclass(frozen=True, slots=True)
 class Requirement:
     """One node selector requirement, on a label or a field."""
@@ -100,9 +115,8 @@ class Requirement:
     def holds(self, values_of: Mapping[str, str]) -> bool:
         has, value = self.key in values_of, values_of.get(self.key)
         if self.operator in ("Gt", "Lt"):
-            try:
-                a, b = int(value), int(self.values[0])  # type: ignore[arg-type]
-            except (TypeError, ValueError, IndexError):
+            a, b = parse_int(value), parse_int(self.values[0]) if len(self.values) == 1 else None
+            if a is None or b is None:
                 return False
             return a > b if self.operator == "Gt" else a < b
         if self.operator == "In":
