@@ -19,7 +19,9 @@ room to send the answer; a healthy read takes well under a second):
   (`DEFAULT_SERVE_STALE_S`, 30 s: two scrape intervals), else ``503`` with what is running and for how long (so
   ``up`` reads 0 and the GPU series go stale, rather than a hung GPU's last values living on). Every answer ends with
   ``gputide_exporter_collection_age_seconds``: how long ago the collection it carries began;
-* a collection that fails (an exception) fails the scrape as before: only a slow one is answered from the past.
+* a collection that fails (an exception) fails the scrape as before: only a slow one is answered from the past,
+  and one that gave up waiting (a `TimeoutError`: `exporters.backends.nvml.NvmlBusy`, the power-cap agent's NVML
+  call holding the backend) as a slow one is: counted, the last complete exposition, else ``503`` naming why.
 
 One hung GPU no longer hangs the collection: the NVML backend reads each GPU in a thread of its own with a deadline
 (`exporters.backends.nvml_gpu_reads`, 3 s by default), and a GPU past it has no series in that collection but its
@@ -211,9 +213,10 @@ class CollectHealth:
                                  name="gputide-collection", daemon=True).start()
         self.wait(run.done, max(0.0, min(self.collect_timeout_s, run.started + self.collect_timeout_s - self.clock())))
         if run.done.is_set():
-            if run.error is not None:
+            if run.error is None:
+                return run, True
+            if not isinstance(run.error, TimeoutError):
                 raise run.error
-            return run, True
         return self._instead_of(run), False
 
     def _collect(self, source: Collector, run: Collection, token: int) -> None:
@@ -234,20 +237,28 @@ class CollectHealth:
                             self.clock() - run.started)
 
     def _instead_of(self, run: Collection) -> Collection:
+        """The last complete collection while recent enough, for `run`: one still running past the collection
+        timeout, or one that gave up waiting (raised a `TimeoutError`: `exporters.backends.nvml.NvmlBusy`, the
+        power-cap agent's NVML call holding the backend), which is no fault of the exporter's to answer with a 500;
+        else `CollectTimeout` naming why."""
+        failed = run.done.is_set() and run.error is not None
         with self._runs:
             if not run.timed_out:
                 run.timed_out = True
                 self.timeouts += 1
-                log.warning("a collection has been running for %g s (the collection timeout): scrapes get the last "
-                            "complete one while it began at most %g s ago, then fail; no other collection starts "
-                            "until it ends", self.collect_timeout_s, self.serve_stale_s)
+                if not failed:
+                    log.warning("a collection has been running for %g s (the collection timeout): scrapes get the "
+                                "last complete one while it began at most %g s ago, then fail; no other collection "
+                                "starts until it ends", self.collect_timeout_s, self.serve_stale_s)
             last = self.last_complete
         now = self.clock()
         if last is not None and now - last.started <= self.serve_stale_s:
             return last
         had = "none has completed" if last is None else f"the last complete one began {now - last.started:.0f} s ago"
-        raise CollectTimeout(f"collection timed out: one has been running for {now - run.started:.0f} s (timeout "
-                             f"{self.collect_timeout_s:g} s) and {had} (served for up to {self.serve_stale_s:g} s)")
+        why = (f"collection gave up: {run.error}" if failed else
+               f"collection timed out: one has been running for {now - run.started:.0f} s (timeout "
+               f"{self.collect_timeout_s:g} s)")
+        raise CollectTimeout(f"{why} and {had} (served for up to {self.serve_stale_s:g} s)")
 
     def families(self, age_s: float) -> list[Metric]:
         """The exporter's own series about its collections, `age_s`: that of the collection a scrape carries."""
