@@ -85,7 +85,8 @@ unread, a cap for it refused and asked again at the next sync): its call would h
 collection waits for the lock `lock_timeout_s` at most (the collection timeout in the exporter), then fails
 (`NvmlBusy`, logged once) rather than wait for good behind an agent's call that does not return.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
-DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`).
+DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`):
+None for a GPU whose read is late or stuck, and None rather than a wait past `lock_timeout_s` for the lock.
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
 """
 
@@ -168,6 +169,7 @@ class NvmlBackend:
         self.reads = reads or GpuReads(GPU_TIMEOUT_S)
         self.lock_timeout_s = LOCK_TIMEOUT_S
         self._busy = False   # the last read found the lock held past lock_timeout_s (logged once per episode)
+        self._mig_busy = False   # a MIG lookup of this collection found the lock held: the others do not wait
         self._local = threading.local()   # a GPU read's thread: the initialisation it began under
         if nvml is None:
             import pynvml as nvml
@@ -211,7 +213,8 @@ class NvmlBackend:
         self._batch_ids = [list(self._batch) for _ in handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
         self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(minors, handles, ids)
-                                                        if m is not None})   # DRA names a GPU by its minor
+                                                        if m is not None},   # DRA names a GPU by its minor
+                                  {int(g.gpu): g.uuid for g in ids})
         self.device_files = {f"nvidia{m}": g.uuid for m, g in zip(minors, ids) if m is not None}
         self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
                                      getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
@@ -248,6 +251,7 @@ class NvmlBackend:
                 log.error("%s", why)
             raise NvmlBusy(why)
         try:
+            self._mig_busy = False
             if self._busy:
                 self._busy = False
                 log.warning("the power-cap agent's NVML call returned: GPUs read again")
@@ -500,9 +504,18 @@ class NvmlBackend:
 
     def mig_instance(self, device_id: str) -> MigInstance | None:
         """The MIG device a device plugin's ID or a DRA driver's device name names (`exporters.backends.nvml_mig`),
-        for pod attribution."""
-        with self._lock:
-            return self._mig(device_id)
+        for pod attribution. None, without asking NVML, for a GPU whose read is late or stuck (the call would hang
+        there too, in the collection's thread, under the lock), and None when the power-cap agent holds the lock
+        past `lock_timeout_s`: the first lookup of a collection waits that long, the others then not at all (no MIG
+        attribution this scrape, rather than a collection waiting for good)."""
+        if not self._lock.acquire(timeout=0 if self._mig_busy else self.lock_timeout_s):
+            self._mig_busy = True
+            return None
+        try:
+            self._mig_busy = False
+            return self._mig(device_id, skip=frozenset(self.reads.stuck()))
+        finally:
+            self._lock.release()
 
     # ---- power-cap agent ---------------------------------------------------------------------------------------
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:

@@ -21,7 +21,10 @@ plugin's ID. The listing is kept for one collection (`new_collection()` drops it
 destroyed as DRA claims come and go). A name no GPU instance matches (the GPU re-partitioned since) is None, as is
 every name on a GPU whose listing NVML refused (NoPermission without the MIG monitor capability, NotSupported, a
 lost GPU): pod attribution then holds the whole GPU, as before this lookup could read placements. Each is logged
-once (per name; per GPU and error); refused listings are counted in `errors`.
+once (per name; per GPU and error); refused listings are counted in `errors`. A GPU whose read is late or stuck in
+NVML (`skip`, from the backend's `GpuReads.stuck`) is not asked: its MIG devices are None this scrape, not a call that
+would hang the collection with it, and so is a MIG UUID not resolved before while any GPU is (NVML names its GPU only
+once asked).
 
 A MIG UUID names one instance for its whole life (re-creating the instance gives it a new UUID), so what a UUID
 resolved to is kept; an index is asked each time (re-partitioning reuses it). What NVML cannot resolve is None and
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from exporters.backends.base import MigInstance
@@ -72,9 +75,12 @@ class NvmlMigLookup:
     for a GPU it left out), `by_minor` its served GPUs by minor number: {minor: (handle, UUID)}."""
 
     def __init__(self, nvml: Any, handles: Sequence[Any],
-                 by_minor: Mapping[int, tuple[Any, str]] | None = None) -> None:
+                 by_minor: Mapping[int, tuple[Any, str]] | None = None,
+                 index_uuids: Mapping[int, str] | None = None) -> None:
+        """`index_uuids`: the UUID of each served GPU by NVML index (which GPU an index lookup asks NVML of)."""
         self.nvml, self.handles = nvml, handles
         self.by_minor = dict(by_minor or {})
+        self.index_uuids = dict(index_uuids or {})
         self._by_uuid: dict[str, MigInstance] = {}
         self._placements: dict[int, Placements | None] = {}   # this collection's, by minor; None: NVML refused
         self._logged: set[tuple[str, str]] = set()
@@ -84,12 +90,17 @@ class NvmlMigLookup:
         """Forget the GPU instances listed for the last collection."""
         self._placements.clear()
 
-    def __call__(self, device_id: str) -> MigInstance | None:
+    def __call__(self, device_id: str, skip: Collection[str] = ()) -> MigInstance | None:
+        """The MIG device `device_id` names, or None; None without asking NVML where the GPU it would ask is in
+        `skip` (UUIDs: GPUs whose read is late or stuck in NVML, where a call would hang too), and for a MIG UUID not
+        resolved before while any GPU is skipped (NVML is asked the UUID before the GPU is known)."""
         nvml = self.nvml
         if device_id in self._by_uuid:
             return self._by_uuid[device_id]
         if dra := _DRA_MIG.match(device_id):
             minor, profile_id, start, size = map(int, dra.groups())
+            if minor in self.by_minor and self.by_minor[minor][1] in skip:
+                return None
             return self._dra(device_id, minor, (profile_id, start, size))
         index = _INDEX.match(device_id)
         try:
@@ -97,8 +108,12 @@ class NvmlMigLookup:
                 gpu, mig = int(index[1]), int(index[2])
                 if gpu >= len(self.handles) or self.handles[gpu] is None:   # None: a GPU the backend left out
                     return None
+                if self.index_uuids.get(gpu) in skip:
+                    return None
                 found = self._describe(nvml.nvmlDeviceGetMigDeviceHandleByIndex(self.handles[gpu], mig))
             elif device_id.startswith("MIG-"):
+                if skip:
+                    return None
                 found = self._by_uuid[device_id] = self._describe(nvml.nvmlDeviceGetHandleByUUID(device_id))
             else:
                 return None
