@@ -55,7 +55,9 @@ are served (its XID comes from the event drain, not from its read: the XID a GPU
 while it is lost, is what says why it does not answer); it is not read again until that read returns. A late read
 that has returned by the next collection is served there if that collection's own read of the GPU is late too (a GPU
 always slower than the deadline is served one collection late), unless NVML was initialised again in between. The XID
-drain, the DRA MIG listing and a re-initialisation still run in the collection's own thread. NVML is not initialised
+drain, the DRA MIG listing and a re-initialisation still run in the collection's own thread; the drain runs after the
+reads, and neither it nor the MIG listing asks NVML of a GPU whose read is late or stuck (its XID registration is
+left to a later drain: one hung since the last collection is known only once its read is late). NVML is not initialised
 again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
 freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
 returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops
@@ -280,8 +282,6 @@ class NvmlBackend:
         errors: list[tuple[str, str]] = []
         unsupported: list[tuple[str, str]] = []
         instances: list[InstanceReading] = []
-        stuck = set(self.reads.stuck())
-        self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in stuck])   # not to hang there too
         self._mig.new_collection()   # GPU instance placements are listed again for this collection's DRA devices
         now = self._init.reinits   # the initialisation each read is of: when it is asked for, not when it starts
         done = self.reads.run({g.uuid: lambda k=k, h=h: self._read_gpu(k, h, now)
@@ -289,6 +289,8 @@ class NvmlBackend:
         for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
             if read.error is not None and not isinstance(read.error, self.nvml.NVMLError_GpuIsLost):
                 raise read.error
+        stuck = set(self.reads.stuck())   # after the reads: a GPU hung since the last collection is late by now
+        self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in stuck])   # not to hang there too
         for k, g in enumerate(self.identity):
             out = _Out()
             read = done.get(g.uuid)
