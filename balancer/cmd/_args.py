@@ -18,12 +18,13 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
-from balancer.errors import InputError
+from balancer.errors import EXIT_INPUT_ERROR, InputError
 from balancer.yamlfile import MAX_ALIASED_VALUES, AliasBomb, BoundedLoader
 
 MAX_EPOCH_S = 4102444800.0  # 2100-01-01
@@ -54,6 +55,20 @@ def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = F
     if math.isfinite(most):
         what += f" up to {most:g}s" + (" (24h)" if most == MOST_INTERVAL_S else "")
     raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
+
+
+def given(flag: str, allowed: str = "a file path") -> Callable[[str], str]:
+    """argparse `type=` for a flag that names a file, a folder or a name: an empty (or blank) value is refused as the
+    command line is read (`NegativeValues`: one line naming the flag, exit 2). Commands test these with `if
+    args.x:`, so `--shard ""` ran unsharded (acting on every node), `--controller-policy ""` dropped the policy's
+    emergency stop, `--policy ""` ran the defaults, and `--csv ""` or `--node ""` ended in a traceback."""
+    def check(text: str) -> str:
+        if not text.strip():
+            raise InputError(None, flag, text, f"{allowed}, not empty (leave {flag} out for its default)")
+        return text
+
+    check.__name__ = flag   # what argparse would name in a message of its own
+    return check
 
 
 def seed(value: int, flag: str = "--seed") -> int:
@@ -333,7 +348,10 @@ class NegativeValues(argparse.ArgumentParser):
                 continue
             out.append(word)
             i += 1
-        return super().parse_known_args(out, namespace)
+        try:
+            return super().parse_known_args(out, namespace)
+        except InputError as exc:   # a `type=` check (`given`): one line and exit 2, as the commands' own checks
+            self.exit(EXIT_INPUT_ERROR, f"gputide: error: {exc}\n")
 
 
 LISTEN_HELP = "address to bind (default 0.0.0.0, IPv4 only; :: or [::] for IPv6, e.g. an IPv6-only cluster)"

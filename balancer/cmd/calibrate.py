@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balancer.cmd._args import STDOUT, duration, epoch, number, output_file, report_to, write_json
+from balancer.cmd._args import STDOUT, duration, epoch, given, number, output_file, report_to, write_json
 from balancer.cmd.run import cluster_name, prometheus_url
 from balancer.errors import InputError, TelemetryError
 from balancer.telemetry.slo_rules import service_name
@@ -46,10 +46,10 @@ MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range
 def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="estimate each service's rpsPerReplica from its load and p99 history")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
-    src.add_argument("--csv", metavar="FILE", help="samples: timestamp,demand_rps,replicas,p99_s")
+    src.add_argument("--prometheus", type=given("--prometheus", "a URL"), metavar="URL", help="Prometheus base URL")
+    src.add_argument("--csv", type=given("--csv"), metavar="FILE", help="samples: timestamp,demand_rps,replicas,p99_s")
     p.add_argument("--service", action="append", default=[], help="service name (repeat for several)")
-    p.add_argument("--services", default=None, metavar="FILE",
+    p.add_argument("--services", type=given("--services"), default=None, metavar="FILE",
                    help="ServiceProfiles file: calibrate every service in it, each against its own latency SLO")
     p.add_argument("--slo", type=float, default=None,
                    help="p99 latency SLO in seconds (default: the profile's latencySloSeconds, else 0.5)")
@@ -58,16 +58,19 @@ def register(subparsers) -> None:
     p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
     p.add_argument("--step", default="1m", help="range-query step (default 1m)")
     p.add_argument("--settle", default="5m", help="drop samples this soon after a replica change (default 5m)")
-    p.add_argument("--demand-query", default=DEMAND_QUERY,
+    p.add_argument("--demand-query", type=given("--demand-query", "a PromQL query"), default=DEMAND_QUERY,
                    help=f"PromQL; $service, $namespace, $selector filled in (default {DEMAND_QUERY})")
-    p.add_argument("--replicas-query", default=REPLICAS_QUERY, help=f"PromQL (default {REPLICAS_QUERY})")
-    p.add_argument("--latency-query", default=LATENCY_QUERY, help=f"PromQL, seconds (default {LATENCY_QUERY})")
+    p.add_argument("--replicas-query", type=given("--replicas-query", "a PromQL query"), default=REPLICAS_QUERY,
+                   help=f"PromQL (default {REPLICAS_QUERY})")
+    p.add_argument("--latency-query", type=given("--latency-query", "a PromQL query"), default=LATENCY_QUERY,
+                   help=f"PromQL, seconds (default {LATENCY_QUERY})")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help="with --prometheus: read only this cluster's series ($selector gets cluster=\"NAME\", "
                         "$cluster is NAME), as `gputide run --cluster` does; without it a Prometheus holding several "
                         "clusters sums one service's demand and replicas over all of them and takes the worst p99")
-    p.add_argument("--json", default=None, metavar="OUT", help="also write the estimates as JSON (- for stdout)")
-    p.add_argument("--write-services", default=None, metavar="OUT",
+    p.add_argument("--json", type=given("--json"), default=None, metavar="OUT",
+                   help="also write the estimates as JSON (- for stdout)")
+    p.add_argument("--write-services", type=given("--write-services"), default=None, metavar="OUT",
                    help="with --services: write the whole profiles file here with each rpsPerReplica as suggested "
                         "(the file the controller reads, checked as it reads it; YAML comments are not kept)")
     p.set_defaults(func=run)

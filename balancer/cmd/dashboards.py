@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from balancer.cmd._args import given
 from balancer.errors import TelemetryUnavailable
 
 
@@ -61,17 +62,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("dashboards", help="build the Grafana dashboards or render them to PNG")
     sub = parser.add_subparsers(dest="dashboards_command", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="regenerate dashboards/*.json from the Python sources")
-    b.add_argument("--out", default=None, help="output directory (default: dashboards/)")
+    b.add_argument("--out", type=given("--out", "a folder"), default=None,
+                   help="output directory (default: dashboards/)")
     b.add_argument("--check", action="store_true", help="exit 1 if the committed JSON is out of date")
     b.set_defaults(func=run_build)
     r = sub.add_parser("render", help="draw each dashboard's panels to PNG from a Prometheus")
     r.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090")
-    r.add_argument("--out", required=True, help="directory for the PNGs")
+    r.add_argument("--out", type=given("--out", "a folder"), required=True, help="directory for the PNGs")
     r.add_argument("--dashboard", default=None, help="render only the dashboard with this uid")
     r.add_argument("--range", default="1h", help="time range ending at --end (default 1h)")
     r.add_argument("--end", default="now", help="end of the range: now, unix seconds or ISO 8601")
     r.add_argument("--step", default=None, help="query step (default: range / 300)")
-    r.add_argument("--dashboards-dir", default=None,
+    r.add_argument("--dashboards-dir", type=given("--dashboards-dir", "a folder"), default=None,
                    help="where the JSON files are (default: $GPUTIDE_DASHBOARDS_DIR, "
                         "else the repository's dashboards/)")
     r.add_argument("--require-data", action="store_true", help="exit 1 if any panel had no data")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from balancer.cmd._args import given
+
 STAGES = ("live", "hotspot", "tidal", "forecast", "place")
 
 
@@ -13,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Runs the reconcile loop on a simulated fleet through a real Prometheus, the "
                                    "hotspot and tidal scenarios, a forecast backtest and a placement replay, and "
                                    "writes OUT/report.html.")
-    p.add_argument("--out", default="out", metavar="DIR")
+    p.add_argument("--out", type=given("--out", "a folder"), default="out", metavar="DIR")
     p.add_argument("--quick", action="store_true", help="shorter runs (a few minutes in all)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     p.set_defaults(func=run)

@@ -42,6 +42,7 @@ from balancer.cmd._args import (
     add_listen_address,
     bind,
     duration_between,
+    given,
     number,
     seed,
     watched_file,
@@ -58,11 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["sim", "nvml"], default="sim")
     p.add_argument("--port", type=int, default=9400, help="TCP port (0: pick a free one and print it)")
     add_listen_address(p, "--listen", dest="listen")
-    p.add_argument("--fleet", help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
-    p.add_argument("--node", help="sim backend: serve only this node's GPUs")
+    p.add_argument("--fleet", type=given("--fleet"),
+                   help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
+    p.add_argument("--node", type=given("--node", "a name"), help="sim backend: serve only this node's GPUs")
     p.add_argument("--speed", type=float, default=60.0, help="sim backend: simulated seconds per wall second")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--power-caps-file", help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
+    p.add_argument("--power-caps-file", type=given("--power-caps-file"),
+                   help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
     p.add_argument("--caps-interval", type=float, default=10.0,
                    help="seconds between power-cap file reads (at most 86400)")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")

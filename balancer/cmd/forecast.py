@@ -18,7 +18,7 @@ import time
 
 import pandas as pd
 
-from balancer.cmd._args import NegativeValues, number, output_file, report_to, write_json
+from balancer.cmd._args import NegativeValues, given, number, output_file, report_to, write_json
 from balancer.errors import InputError
 
 
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     # one argument'
     sub = p.add_subparsers(dest="forecast_command", metavar="ACTION", parser_class=NegativeValues)
     b = sub.add_parser("backtest", help="rolling-origin backtest of the forecasters on a demand trace")
-    b.add_argument("--trace", required=True, help="CSV file, ServeGen folder or per-request CSV")
+    b.add_argument("--trace", type=given("--trace"), required=True, help="CSV file, ServeGen folder or per-request CSV")
     b.add_argument("--format", default="csv", choices=["csv", "servegen", "requests"])
     b.add_argument("--step", default=None, help="resample to this step (default: the trace's own; 1min for requests)")
     b.add_argument("--horizons", default="1h,4h,24h", help="comma-separated durations")
@@ -43,7 +43,8 @@ def register(subparsers) -> None:
     b.add_argument("--stride", type=int, default=1, help="score every N-th origin (1 = every step)")
     b.add_argument("--timezone", default="UTC", metavar="ZONE",
                    help="IANA time zone of the demand's day and week, e.g. Europe/Berlin (default UTC)")
-    b.add_argument("--json", default=None, metavar="OUT", help="also write the table as JSON (- for stdout)")
+    b.add_argument("--json", type=given("--json"), default=None, metavar="OUT",
+                   help="also write the table as JSON (- for stdout)")
     b.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

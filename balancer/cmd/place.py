@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from balancer.cmd._args import output_file, report_to, write_json
+from balancer.cmd._args import given, output_file, report_to, write_json
 from balancer.errors import InputError
 from balancer.plan.defrag import Defragmenter
 from balancer.plan.placement.replay import check_replayable, fgd_seeds, load_nodes, load_pods, replay
@@ -26,9 +26,11 @@ MAX_SEEDS = 1000
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("place", help="replay a pod list with a placement policy (FGD protocol)")
-    parser.add_argument("--nodes", required=True, help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    parser.add_argument("--nodes", type=given("--nodes"), required=True,
+                        help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
     parser.add_argument(
-        "--pods", required=True, help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"
+        "--pods", type=given("--pods"), required=True,
+        help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"
     )
     parser.add_argument("--policy", required=True, help=f"one of: {', '.join(POLICIES)}")
     parser.add_argument("--seeds", type=int, default=10, help="number of seeds (42, 43, ...), default 10")
@@ -39,7 +41,8 @@ def register(subparsers) -> None:
         "--defrag", action="store_true", help="consolidate (at most --max-moves moves) when a pod fails"
     )
     parser.add_argument("--max-moves", type=int, default=2, help="moves allowed per failed pod with --defrag")
-    parser.add_argument("--json", dest="json_out", help="write per-seed and median curves here (- for stdout)")
+    parser.add_argument("--json", type=given("--json"), dest="json_out",
+                        help="write per-seed and median curves here (- for stdout)")
     parser.set_defaults(func=run)
 
 

@@ -62,7 +62,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from balancer.app.health import Health, call_budget_s
 from balancer.app.health import app as probes_app
-from balancer.cmd._args import add_listen_address, bind
+from balancer.cmd._args import add_listen_address, bind, given
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.power_cap_agent")
@@ -234,12 +234,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("power-cap-agent", help="apply the controller's requested GPU power limits on this node",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--node", default="", help="this node's name (required)")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--kubeconfig", type=given("--kubeconfig"), default=None,
+                   help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--interval", default="10s",
                    help="seconds between reads of the node's caps (default 10s, at most 24h)")
     p.add_argument("--port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
-    p.add_argument("--state-file", default="",
+    p.add_argument("--state-file", type=given("--state-file"), default=None,
                    help="JSON file keeping each GPU's power limit from before gputide's cap across restarts "
                         "(a hostPath; default: memory only)")
     add_listen_address(p)

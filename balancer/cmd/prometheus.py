@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from balancer.cmd._args import output_dir
+from balancer.cmd._args import given, output_dir
 from balancer.cmd._rulefile import check_rule_file
 from balancer.cmd.run import cluster_name
 from balancer.errors import InputError
@@ -88,8 +88,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--controller", default="", help=f"controller metrics endpoints, {_ADDRESS_HELP}")
     parser.add_argument("--cluster", default="local", help="value of the cluster label on every target")
     parser.add_argument("--scrape-interval", default="5s", help="scrape and rule evaluation interval")
-    parser.add_argument("--rules", nargs="*", help="rule files (default: the repository's rules/*.yaml)")
-    parser.add_argument("--out", help="with --config-only: directory to write; with --run: data directory")
+    parser.add_argument("--rules", type=given("--rules"), nargs="*",
+                        help="rule files (default: the repository's rules/*.yaml)")
+    parser.add_argument("--out", type=given("--out"),
+                        help="with --config-only: directory to write; with --run: data directory")
     parser.add_argument("--port", type=int, default=None, help="with --run: port (default: a free one)")
     parser.add_argument("--retention", default=None,
                         help="with --run: how long the data is kept, e.g. 7d (default 1d, or 15d with --out: a "

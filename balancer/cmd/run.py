@@ -45,6 +45,7 @@ from balancer.cmd._args import (
     appendable_file,
     bind,
     duration_between,
+    given,
     kube_client,
     parse_interval,
     replaceable_file,
@@ -129,41 +130,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help="read only series with this `cluster` label (required when Prometheus holds several)")
     p.add_argument("--dry-run", action="store_true", help="plan and log, change nothing")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster or ~/.kube/config)")
+    p.add_argument("--kubeconfig", type=given("--kubeconfig"), default=None,
+                   help="kubeconfig path (default: in-cluster or ~/.kube/config)")
     p.add_argument("--once", action="store_true", help="one reconcile cycle, then exit")
     p.add_argument("--interval", default="30s", help="time between cycles (default 30s, at most 24h)")
-    p.add_argument("--policy", default=None, metavar="FILE", help="BalancerPolicy YAML")
+    p.add_argument("--policy", type=given("--policy"), default=None, metavar="FILE", help="BalancerPolicy YAML")
     p.add_argument("--leader-elect", action="store_true", help="act only while holding a coordination.k8s.io Lease")
-    p.add_argument("--lease-name", default="gputide-controller")
-    p.add_argument("--lease-namespace", default=None,
+    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default="gputide-controller")
+    p.add_argument("--lease-namespace", type=given("--lease-namespace", "a name"), default=None,
                    help="namespace of the Lease (default: the pod's own namespace: POD_NAMESPACE, the service "
                         "account's namespace, else gputide)")
     p.add_argument("--metrics-port", type=int, default=9402, help="serve controller metrics here (0: off)")
     add_listen_address(p)
-    p.add_argument("--audit-log", default=None, metavar="PATH", help="append JSON lines of every decision here")
-    p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
+    p.add_argument("--audit-log", type=given("--audit-log"), default=None, metavar="PATH",
+                   help="append JSON lines of every decision here")
+    p.add_argument("--emergency-stop-file", type=given("--emergency-stop-file"), default=None, metavar="PATH",
                    help="while this file exists, every action is rejected (emergency stop); its folder must exist")
-    p.add_argument("--fleet", default=None, metavar="SPEC",
+    p.add_argument("--fleet", type=given("--fleet"), default=None, metavar="SPEC",
                    help="FleetSpec YAML: adds NVLink islands, pools, sites and node sizes that PromQL cannot know")
-    p.add_argument("--shard", default=None, metavar="NAME",
+    p.add_argument("--shard", type=given("--shard", "a name"), default=None, metavar="NAME",
                    help="run as one shard: act only on nodes matching --selector, elect on Lease <lease-name>-NAME")
     p.add_argument("--selector", default="", metavar="EXPR",
                    help="shard node selector, e.g. pool=H100-SXM,site=eu-1,gputide.io/shard=a (needs --shard)")
-    p.add_argument("--services", default=None, metavar="FILE",
+    p.add_argument("--services", type=given("--services"), default=None, metavar="FILE",
                    help="ServiceProfiles YAML: the inference services capacity shifting may resize (needs "
                         "capacity.enabled in the policy file)")
-    p.add_argument("--demand-query", default=None, metavar="PROMQL",
+    p.add_argument("--demand-query", type=given("--demand-query", "a PromQL query"), default=None, metavar="PROMQL",
                    help="a service's demand in req/s; $service, $namespace, $cluster and $selector (the label "
                         "matchers for them; cluster only with --cluster) are filled in "
                         "(default: max(gputide_inference_demand_rps{$selector}), the higher of duplicate series "
                         "as the live reading takes it; needs --services)")
-    p.add_argument("--forecast-model", default=None, metavar="NAME",
+    p.add_argument("--forecast-model", type=given("--forecast-model", "a name"), default=None, metavar="NAME",
                    help=f"forecaster for capacity shifting ({', '.join(sorted(MODELS))}; default mstl; needs "
                         "--services)")
-    p.add_argument("--forecast-history", default=None, metavar="DURATION",
+    p.add_argument("--forecast-history", type=given("--forecast-history", "a duration"), default=None,
+                   metavar="DURATION",
                    help=f"demand history read from Prometheus when a service is first seen (default 14d, at most "
                         f"{MOST_FORECAST_HISTORY_D:.0f}d: the forecaster keeps no more; needs --services)")
-    p.add_argument("--kueue-queues", default=None, metavar="INFERENCE_CQ,TRAINING_CQ",
+    p.add_argument("--kueue-queues", type=given("--kueue-queues", "two ClusterQueue names"), default=None,
+                   metavar="INFERENCE_CQ,TRAINING_CQ",
                    help="scaling a Kueue-queued training Job moves GPU nominalQuota between these two ClusterQueues "
                         "of one cohort, in the flavor Kueue admitted the Job under (ignored with --dry-run)")
     p.add_argument("--action-deadline", default=f"{ACTION_DEADLINE_S:.0f}s", metavar="DURATION",
@@ -175,7 +180,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"hold still while a GPU's newest reading is older than this (default: the policy's "
                         f"spec.safety.maxTelemetryAgeS, 120s, the age GpuTelemetryStale fires at; "
                         f"{STALE_FLOOR_S:.0f}s to maxTelemetryAgeS); at least the scrape interval + 30s")
-    p.add_argument("--ledger-file", default=None, metavar="PATH",
+    p.add_argument("--ledger-file", type=given("--ledger-file"), default=None, metavar="PATH",
                    help="keep the safety ledger (cooldowns, evictions in their window) in this file, read at start "
                         "and replaced atomically after every change, so a restart without --leader-elect (a crash "
                         "loop, --once from cron) keeps the eviction budget spent; its folder must exist and be "

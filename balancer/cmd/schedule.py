@@ -59,6 +59,7 @@ from balancer.cmd._args import (
     add_listen_address,
     bind,
     duration_between,
+    given,
     kube_client,
     stop_file,
 )
@@ -77,15 +78,17 @@ STALE_ALLOWED = (f"a duration from {STALE_FLOOR_S:.0f}s (the rules' 15 s evaluat
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("schedule", help="secondary scheduler: bind pending pods with schedulerName gputide")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--scheduler-name", default="gputide", help="the spec.schedulerName served (default gputide)")
-    p.add_argument("--policy", default="gputide", metavar="NAME",
+    p.add_argument("--kubeconfig", type=given("--kubeconfig"), default=None,
+                   help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--scheduler-name", type=given("--scheduler-name", "a name"), default="gputide",
+                   help="the spec.schedulerName served (default gputide)")
+    p.add_argument("--policy", type=given("--policy", "a name"), default="gputide", metavar="NAME",
                    help="placement policy: gputide (default), fgd, bestfit, dotprod, gpupacking, gpuclustering, random")
     p.add_argument("--interval", default="2s",
                    help="longest time between passes; a new pending pod or a node that opens starts one at once "
                         "(default 2s, at most 24h)")
     p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
-    p.add_argument("--prometheus", default=None, metavar="URL",
+    p.add_argument("--prometheus", type=given("--prometheus", "a URL"), default=None, metavar="URL",
                    help="Prometheus with gputide's rules: per-GPU thermal headroom and which GPUs are in use")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help="with --prometheus: read only series with this `cluster` label")
@@ -94,13 +97,14 @@ def register(subparsers) -> None:
                         f"thermal headroom (default {MOST_STALE_S:.0f}s, GpuTelemetryStale's age, gputide run's "
                         f"default; {STALE_FLOOR_S:.0f}s to {MOST_STALE_S:.0f}s); at least the scrape interval + 30s")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
-    p.add_argument("--lease-name", default="gputide-scheduler")
-    p.add_argument("--lease-namespace", default=None, help="default: the pod's own namespace")
+    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default="gputide-scheduler")
+    p.add_argument("--lease-namespace", type=given("--lease-namespace", "a name"), default=None,
+                   help="default: the pod's own namespace")
     p.add_argument("--no-preemption", action="store_true",
                    help="never evict pods of lower priority to make room for a pod that fits nowhere")
-    p.add_argument("--emergency-stop-file", default=None, metavar="PATH",
+    p.add_argument("--emergency-stop-file", type=given("--emergency-stop-file"), default=None, metavar="PATH",
                    help="while this file exists (gputide run's flag of the same name), no pod is evicted to make room")
-    p.add_argument("--controller-policy", default=None, metavar="FILE",
+    p.add_argument("--controller-policy", type=given("--controller-policy"), default=None, metavar="FILE",
                    help="the controller's policy file: while its spec.safety.emergencyStop is true, no pod is evicted "
                         "to make room (read again when it changes)")
     p.add_argument("--starving-after", default="10m", metavar="DURATION",

@@ -22,7 +22,7 @@ import json
 
 from balancer import config, fleet
 from balancer.app import scenarios
-from balancer.cmd._args import output_dir, seed
+from balancer.cmd._args import given, output_dir, seed
 from balancer.errors import InputError
 
 NOT_MEASURED = "not measured"   # a summary figure the run had nothing to measure for (null in summary.json)
@@ -32,8 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="run a scenario on the simulated fleet under a control policy")
     p.add_argument("--scenario", required=True, help="scenario name (e.g. hotspot)")
     p.add_argument("--policy", required=True, help="control policy: none, gputide, ...")
-    p.add_argument("--cluster", default=None, metavar="SPEC", help="FleetSpec YAML (default: the scenario's fleet)")
-    p.add_argument("--trace", default=None, metavar="PATH", help="demand trace (file or ServeGen folder)")
+    p.add_argument("--cluster", type=given("--cluster"), default=None, metavar="SPEC",
+                   help="FleetSpec YAML (default: the scenario's fleet)")
+    p.add_argument("--trace", type=given("--trace"), default=None, metavar="PATH",
+                   help="demand trace (file or ServeGen folder)")
     p.add_argument("--format", choices=scenarios.TRACE_FORMATS, default=None, dest="trace_format",
                    help="trace format (default: a folder is servegen, a file csv)")
     p.add_argument("--days", type=float, default=None, help="simulated days (default: the scenario's)")
@@ -41,10 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=float, default=60.0, help="simulator step in seconds")
     p.add_argument("--print", choices=("json", "table"), default="table", dest="print_as",
                    help="how to print the summary (default table)")
-    p.add_argument("--policy-file", default=None, metavar="FILE", help="BalancerPolicy YAML for the gputide policy")
+    p.add_argument("--policy-file", type=given("--policy-file"), default=None, metavar="FILE",
+                   help="BalancerPolicy YAML for the gputide policy")
     p.add_argument("--checkpoint-on-sigterm", choices=("none", "all"), default=None,
                    help="tidal: do the training jobs checkpoint on SIGTERM, so a shrink loses nothing (default none)")
-    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--out", type=given("--out", "a folder"), required=True, metavar="DIR")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)
 

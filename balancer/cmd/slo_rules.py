@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from balancer.cmd._args import output_file
+from balancer.cmd._args import given, output_file
 from balancer.errors import InputError
 from balancer.telemetry import slo_rules
 
@@ -64,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("slo-rules", help="write the Prometheus rules that derive each service's SLO "
                                                 "burn rates from vLLM's metrics, and alert on them")
-    p.add_argument("--services", required=True, metavar="FILE", help="ServiceProfiles file (name, latencySloSeconds)")
-    p.add_argument("--out", default=None, metavar="FILE", help="write here (default: stdout)")
+    p.add_argument("--services", type=given("--services"), required=True, metavar="FILE",
+                   help="ServiceProfiles file (name, latencySloSeconds)")
+    p.add_argument("--out", type=given("--out"), default=None, metavar="FILE", help="write here (default: stdout)")
     p.add_argument("--buckets", default=None, metavar="LIST",
                    help="the bucket boundaries (s) of vLLM's vllm:e2e_request_latency_seconds, comma-separated "
                         "(default: vLLM's, " + ",".join(f"{b:g}" for b in slo_rules.VLLM_E2E_BUCKETS) + ")")

@@ -11,6 +11,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from balancer.cmd._args import given
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("soak", help="fault-injection soak: the loop on a simulated fleet through a real Prometheus",
@@ -21,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "mid-migration, leader change) and checks invariants throughout.")
     p.add_argument("--days", type=float, default=None, help="simulated days (default 7; 1 with --short)")
     p.add_argument("--gpus", type=int, default=None, help="fleet size (default 512; 128 with --short)")
-    p.add_argument("--out", default="out/soak", metavar="DIR")
+    p.add_argument("--out", type=given("--out", "a folder"), default="out/soak", metavar="DIR")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault-every-hours", type=float, default=None, metavar="H",
                    help="simulated hours between faults (default 4; 2 with --short)")
