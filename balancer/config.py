@@ -25,6 +25,7 @@ more entry in `SECTIONS`; nothing else changes. Errors are `InputError`s naming 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -193,8 +194,23 @@ def _convert(cls: type, key: str, f: Any, value: Any, path: str, file: str | Non
         kind = "a number"
     # `not lo <= value <= hi` (not `value < lo or value > hi`): NaN compares false both ways and must fail
     if not ok or (lo is not None and not value >= lo) or (hi is not None and not value <= hi):
-        raise InputError(file, path, value, f"{kind} from {lo:g} to {hi:g}")
+        raise InputError(file, path, value, f"{kind} from {lo:g} to {hi:g}",
+                         number_as_text(value, integer=kind == "an integer"))
     return type(default)(value)
+
+
+def number_as_text(value: Any, *, integer: bool = False) -> str:
+    """A hint for a number YAML read as text: YAML 1.1 (PyYAML) takes `1e-3` (no dot, or no sign in the exponent)
+    for a string, so `minExpectedGain: 1e-3` was refused as 'invalid value '1e-3'' with no word why. '' for any
+    other value."""
+    try:
+        number = float(value) if isinstance(value, str) else math.nan
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    written = f"{int(number)}" if integer and number.is_integer() else repr(number)
+    return f"YAML reads {value} as text, not a number: write {written}"
 
 
 TIMEZONE_ALLOWED = "an IANA time zone name such as UTC, Europe/Berlin or America/New_York"

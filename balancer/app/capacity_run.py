@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from balancer import catalog
-from balancer.config import BalancerPolicy
+from balancer.config import BalancerPolicy, number_as_text
 from balancer.errors import GputideError, InputError
 from balancer.forecast.service import HistorySeeds
 from balancer.model import ClusterSnapshot, Forecast, Plan
@@ -97,7 +97,7 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
         if key == "minReplicas":   # scale to zero: no vLLM pod, no demand series, the service could never return
             bound += (" (a service at 0 replicas has no vLLM pod to report its demand, so the controller could "
                       "never see it to bring it back)")
-        raise InputError(file, where, value, f"{what} {bound}")
+        raise InputError(file, where, value, f"{what} {bound}", number_as_text(value, integer=kind is int))
     if value < _LEAST.get(key, -math.inf):
         raise InputError(file, where, value, f"a number from {_LEAST[key]:g} to {_MAX[key]:g}")
     if value > _MAX.get(key, math.inf):
