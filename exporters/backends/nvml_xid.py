@@ -46,11 +46,10 @@ FALLEN_OFF_THE_BUS = 79
 def handle_key(h: Any) -> Any:
     """What tells two handles of one GPU alike: the address a ctypes pointer holds (pynvml's ``c_nvmlDevice_t``:
     an event's handle is another object than the one ``nvmlDeviceGetHandleByIndex`` gave), else the handle itself
-    where it can be hashed, else the object."""
-    try:
+    where it can be hashed, else the object. Only a ctypes pointer is read for an address: ctypes casts a string to
+    a temporary buffer's, which two strings may share."""
+    if isinstance(h, (ctypes._Pointer, ctypes.c_void_p)):
         return ("address", ctypes.cast(h, ctypes.c_void_p).value)
-    except (TypeError, ctypes.ArgumentError):
-        pass
     try:
         hash(h)
     except TypeError:

@@ -43,3 +43,12 @@ def test_two_pynvml_handles_of_one_address_are_one_gpu():
     assert a is not b and handle_key(a) == handle_key(b) != handle_key(c)
     d = FakeDevice(uuid="GPU-0")
     assert handle_key(d) == handle_key(d) != handle_key(FakeDevice(uuid="GPU-0"))
+
+
+def test_string_handles_are_keyed_by_value_not_by_a_temporary_buffers_address():
+    """ctypes casts a string to a temporary buffer's address, which two strings may share (and one string's two
+    casts need not): a handle that is no ctypes pointer is keyed by itself."""
+    one, same = "GPU-0", "".join(["GPU-", "0"])
+    assert one is not same
+    assert handle_key(one) == handle_key(same) == ("handle", "GPU-0") != handle_key("GPU-1")
+    assert handle_key(b"GPU-0") == handle_key(b"".join([b"GPU-", b"0"])) != handle_key(b"GPU-1")
