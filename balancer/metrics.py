@@ -294,8 +294,9 @@ class ControllerMetrics:
         self.unallocatable.set_all({(name[m],): v["unallocatable_gpus"] for m, v in by_model.items()})
 
     def set_capacity_holding(self, reason: str) -> None:
-        """The capacity planner's hold reason this cycle ("" = none: the gauge has no series)."""
-        self.capacity_holding.set_all({(reason,): 1.0} if reason else {})
+        """The capacity planner's hold reasons this cycle, comma-separated (`PlannerState.capacity_holding`: both
+        when a demand is unknown and pods are unattributed), a series each; "" = none: the gauge has no series."""
+        self.capacity_holding.set_all({(r,): 1.0 for r in reason.split(",") if r})
 
     def set_hpa_reads_unusable(self, reason: str | None) -> None:
         """Why the HPA reader's last answer was unusable for loans (`HPA_UNUSABLE`; "" usable: every reason

@@ -75,9 +75,11 @@ service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM po
 read as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The
 hotspot and co-location plan goes on (thermal relief, consolidation); before, the reading was refused and the whole
 loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
-GputideInferenceDemandUnknown names the service after 10 minutes. Either hold still sizes training by the tide: the
-give-backs `_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a
-hotspot or co-location give-back grew training into free GPUs the held service may need).
+GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated meanwhile). Both
+holds at once: both notes, both reasons (`capacity_holding` "inference_demand_unknown,unattributed_pods", a gauge
+series each; before, the demand's hid the other). Either hold still sizes training by the tide: the give-backs
+`_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a hotspot or
+co-location give-back grew training into free GPUs the held service may need).
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -176,21 +178,22 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
     return plan, replace(state, colocation=colocation.hand_over(state.colocation, handed))
 
 
-def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> tuple[str, str] | None:
-    """Why capacity holds this cycle, (reason, note), or None: a profiled service's demand unknown, or profiled
-    services' pods unattributed (module docstring)."""
+def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> dict[str, str]:
+    """Why capacity holds this cycle, {reason: note}, empty when it plans: a profiled service's demand unknown,
+    profiled services' pods unattributed, or both (each named: before, the demand's hid the other)."""
+    why: dict[str, str] = {}
     unknown = {n: why for n, why in snapshot.demand_unknown.items() if n in profiles}
     if unknown:
-        return ("inference_demand_unknown",
-                f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
-                "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
-                "no GPU lent nor reclaimed, no room made, no training grown, until it is known again; thermal relief "
-                "goes on")
+        why["inference_demand_unknown"] = (
+            f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
+            "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
+            "no GPU lent nor reclaimed, no room made, no training grown, until it is known again; thermal relief "
+            "goes on")
     blind = unattributed_services(snapshot, profiles)
     if blind:
-        return ("unattributed_pods", f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
-                "report replicas but own none of them (pod metadata not read yet?)")
-    return None
+        why["unattributed_pods"] = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
+                                    "report replicas but own none of them (pod metadata not read yet?)")
+    return why
 
 
 def _whose(a: ScaleTraining) -> str:
@@ -276,8 +279,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
         # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known
         plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
-        return (replace(plan, notes=plan.notes + (held_for[1],)),
-                replace(state, capacity=cap_state, capacity_holding=held_for[0]))
+        return (replace(plan, notes=plan.notes + tuple(held_for.values())),
+                replace(state, capacity=cap_state, capacity_holding=",".join(sorted(held_for))))
     state = replace(state, capacity_holding="")
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
