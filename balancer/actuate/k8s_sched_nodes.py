@@ -6,7 +6,8 @@ each pod, `turn_s`). A node deleted, cordoned or tainted meanwhile (drained for 
 the pod is lost until its owner deletes it; to one tainted NoExecute, the taint manager evicts it at once. So right
 before each binding the node is looked at again (`node_now`), as the scheduler knows it freshest: the nodes
 watch's cache as it is now (with watches, `watch=True`: free), else a GET of that node (one per binding; one that
-fails, or that the turn leaves no time for, changes nothing: the pass's view is bound on, as before). Its
+fails, or that the turn leaves no time for, changes nothing: the pass's view is bound on, as before, and no other
+GET is tried in that pass, `Changed.look`: a stalled API server would cost each binding a try's timeout). Its
 placement rules (`RULES`: cordon, taints, labels) are asked again (`k8s_filters.rule_refusal`); a pod they now
 refuse, or whose node is gone, is not bound: it waits for the next pass, told why (not lost, nor evicted). What
 the pass learned so (`Changed`) keeps the later pods of the pass off that node (`Changed.offered`) rather than each
@@ -59,18 +60,42 @@ class Changed:
     def __init__(self) -> None:
         self.nodes: dict[int, Json | None] = {}
         self.names: dict[int, str] = {}
+        self.unread = ""   # a node GET of the pass that failed: no other is tried in it (`look`)
 
-    def refusal(self, i: int, node: Json, now: Json | None, req: Json) -> str | None:
+    def look(self, node: Json, cached: Mapping[str, Json] | None, read: Callable[[], Json | None]) -> Json | None:
+        """`node_now`, save that once a GET of the pass failed (`unread`), none is tried again in it: `node` as the
+        pass read it, as before these looks. A GET that stalls costs its try's timeout, and every binding after it
+        would pay it again (3 pods 39 s, not 9), in a turn it leaves less time to bind in."""
+        if cached is None and self.unread:
+            return node
+
+        def noted() -> Json | None:
+            try:
+                return read()
+            except NotFoundError:
+                raise
+            except ActuationError as err:
+                self.unread = f"{node['name']}: {err}"
+                log.info("no node read again before a binding for the rest of the pass (bound as it read them)")
+                raise
+
+        return node_now(node, cached, noted)
+
+    def why(self, i: int, node: Json, now: Json | None, req: Json) -> str | None:
         """Why `req` is not bound to node i (`node`, of the pass's view; `now`: as `node_now` says it is), None when
-        it may be. Noted for the rest of the pass."""
+        it may be, as a clause. Noted for the rest of the pass."""
         if now is node:
             return None
         self.nodes[i], self.names[i] = now, node["name"]
         if now is None:
-            return f"node {node['name']} was deleted during the pass; it waits for the next pass."
+            return f"node {node['name']} was deleted during the pass"
         why = rule_refusal(now, req)
-        return None if why is None else (
-            f"node {node['name']} changed during the pass: {why}; it waits for the next pass.")
+        return None if why is None else f"node {node['name']} changed during the pass: {why}"
+
+    def refusal(self, i: int, node: Json, now: Json | None, req: Json) -> str | None:
+        """`why`, as told a pod that waits for the next pass for it."""
+        why = self.why(i, node, now, req)
+        return None if why is None else f"{why}; it waits for the next pass."
 
     def offered(self, req: Json, offered: np.ndarray) -> np.ndarray:
         """`offered` (view indices) less the nodes found gone, or changed so that they refuse `req`."""

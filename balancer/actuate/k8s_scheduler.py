@@ -89,7 +89,7 @@ from balancer.actuate.k8s_reads import (
     scheduler_watches,
     scheduling_request,
 )
-from balancer.actuate.k8s_sched_nodes import Changed, node_now
+from balancer.actuate.k8s_sched_nodes import Changed
 from balancer.actuate.k8s_sched_reads import (
     NODE_WAKE_S,
     Assumed,
@@ -406,10 +406,10 @@ class SecondaryScheduler(Binder, SchedulerReads):
 
     def _node_refusal(self, req: Json, i: int, ps: _Pass) -> str | None:
         """Why `req` is no longer bound to node i: gone, or its rules refuse the pod now, as the nodes cache shows
-        it now, else as a GET of it says (`k8s_sched_nodes`); None when it may be."""
+        it now, else as a GET of it says (none after one failed in the pass: `Changed.look`); None when it may be."""
         node = ps.view[i]
         name = node["name"]
-        now = node_now(node, self._cached("nodes"), lambda: node_facts(
+        now = ps.changed.look(node, self._cached("nodes"), lambda: node_facts(
             self.api(f"node {name}", self.api.core.read_node, name, retries=0, halt=self.halted),
             self.reservation_annotation))
         why = ps.changed.refusal(i, node, now, req)

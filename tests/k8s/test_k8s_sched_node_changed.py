@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from fakeapi import FakeKube, node, pod
+from slow_api import Clock, SlowServer
 from test_k8s_sched_node_wakes import started
 from test_k8s_scheduler import bound_to, most_free
 from test_k8s_watch import eventually
@@ -98,3 +99,20 @@ def test_with_watches_the_nodes_cache_is_asked(kube: FakeKube, api, clock, how):
         assert kube.calls("GET", r"/api/v1/nodes/a$") == []
     finally:
         sched.close()
+
+
+def test_after_a_node_get_fails_the_pass_reads_no_other(kube: FakeKube, api, clock):
+    """A GET of a node that stalls costs its try's timeout: once one failed, the rest of the pass binds on its view
+    (as before these looks) instead of each binding waiting for it again (3 pods: 39 s, not 9 s); the next pass
+    tries again."""
+    three_pending(kube, node("a", 8))
+    mono = Clock()
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, max_retries=10, sleep=mono.advance,
+                               deadline_clock=mono)
+    SlowServer(kube, sched.api, mono, 1.0, {("GET", r"/api/v1/nodes/a$"): 600.0})
+    assert sched.schedule_once() == {f"default/{p}": "a" for p in PODS}
+    assert len(kube.calls("GET", r"/api/v1/nodes/a$")) == 1 and mono.now < 20.0, mono.now
+    kube.add(pod("p4", gpus=1, scheduler="gputide", phase="Pending"))
+    clock.advance(5)
+    sched.schedule_once()
+    assert len(kube.calls("GET", r"/api/v1/nodes/a$")) == 2
