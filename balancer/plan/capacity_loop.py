@@ -79,7 +79,9 @@ GputideInferenceDemandUnknown names the service after 10 minutes (its pods are n
 holds at once: both notes, both reasons (`capacity_holding` "inference_demand_unknown,unattributed_pods", a gauge
 series each; before, the demand's hid the other). Either hold still sizes training by the tide: the give-backs
 `_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a hotspot or
-co-location give-back grew training into free GPUs the held service may need).
+co-location give-back grew training into free GPUs the held service may need). A hold decides no target: the
+services' targets go (`capacity_targets` empty: gputide_capacity_target_gpus absent; before, the last planned
+cycle's stayed, as if current, for as long as it held); the loans made stand, so `loaned_gpus` stays.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -279,8 +281,10 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
         # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known
         plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
+        # no target decided: the last planned cycle's would read as current for as long as it holds (the loans
+        # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
         return (replace(plan, notes=plan.notes + tuple(held_for.values())),
-                replace(state, capacity=cap_state, capacity_holding=",".join(sorted(held_for))))
+                replace(state, capacity=cap_state, capacity_holding=",".join(sorted(held_for)), capacity_targets={}))
     state = replace(state, capacity_holding="")
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
