@@ -38,7 +38,8 @@ made, and refused too, `planner.refuse`). What its actions leave on the fleet th
 
 An inference service whose demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is no hold of
 the loop's: the capacity planner holds (`gputide_capacity_holding{reason="inference_demand_unknown"}`), thermal relief
-goes on, and the loop logs the services and why each time their set changes (`_log_demand_unknown`).
+goes on, and the loop logs the services and why each time their set changes, saying whether capacity holds for
+them (a profiled one among them) or not (`_log_demand_unknown`).
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`); a hold
 reports no forecast and the fleet unknown (`FleetRecorder.hold`). A failure while recording is logged and never stops
@@ -129,7 +130,8 @@ class Reconciler:
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self.handover = LedgerHandover(self.elector, self.metrics.registry)   # the ledger, leader to leader
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
-        self._demand_unknown: frozenset[str] = frozenset()  # the services whose demand was unknown last reading
+        # the services whose demand was unknown last reading, and whether the capacity planner held for them
+        self._demand_unknown: tuple[frozenset[str], bool] = (frozenset(), False)
         self._leading = False
         self._term: object = None   # the elector's `terms` when this replica last took the lead
         self._offices = 0           # times this replica took the lead: a cycle stops when it changes under it
@@ -209,11 +211,12 @@ class Reconciler:
         if self.guard.emergency_stopped():   # nothing renewed: the caps lapse (said once per stop)
             return self.upkeep.holding_still(now, self._hold(now, "emergency_stop", "emergency stop is set"))
         self.metrics.set_fail_static(None)
-        self._log_demand_unknown(snap.demand_unknown)
         self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
         forecasts, unread = self._forecast(snap)
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
+        self._log_demand_unknown(snap.demand_unknown,
+                                 "inference_demand_unknown" in (getattr(self.state, "capacity_holding", "") or ""))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
@@ -325,19 +328,23 @@ class Reconciler:
                 log.info("plan: %s", note)
         self._last_notes = frozenset(notes)
 
-    def _log_demand_unknown(self, unknown: Mapping[str, str]) -> None:
-        """The services whose demand is unknown (`ClusterSnapshot.demand_unknown`), with why, each time that set
-        changes, not every cycle: the capacity planner holds for them while the loop goes on (thermal relief)."""
-        if frozenset(unknown) == self._demand_unknown:
+    def _log_demand_unknown(self, unknown: Mapping[str, str], held: bool) -> None:
+        """The services whose demand is unknown (`ClusterSnapshot.demand_unknown`), with why, each time that set or
+        whether the capacity planner holds for it (`held`: one has a capacity profile) changes, not every cycle.
+        Co-location and consolidation leave them alone either way; thermal relief goes on. Before, the log said the
+        capacity planner held even for services with no profile, where nothing held."""
+        if (frozenset(unknown), held) == self._demand_unknown:
             return
         if unknown:
-            log.warning("inference demand unknown for %s: the capacity planner holds while a profiled one is "
-                        "(gputide_capacity_holding inference_demand_unknown), co-location holds for them; thermal "
-                        "relief goes on",
-                        "; ".join(f"{n} ({why})" for n, why in sorted(unknown.items())))
-        else:
-            log.info("inference demand known again for %s", ", ".join(sorted(self._demand_unknown)))
-        self._demand_unknown = frozenset(unknown)
+            log.warning("inference demand unknown for %s: %s; co-location holds for them and consolidation leaves "
+                        "their pods alone; thermal relief goes on",
+                        "; ".join(f"{n} ({why})" for n, why in sorted(unknown.items())),
+                        "capacity shifting holds (gputide_capacity_holding inference_demand_unknown)" if held else
+                        "none has a capacity profile (or capacity shifting is off), so capacity shifting does not "
+                        "hold for them")
+        elif self._demand_unknown[0]:
+            log.info("inference demand known again for %s", ", ".join(sorted(self._demand_unknown[0])))
+        self._demand_unknown = (frozenset(unknown), held)
 
     def _revalidate(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float) -> list[Action]:
         """The accepted actions that still fit the fresh snapshot and that no emergency stop it shows now holds (a node
