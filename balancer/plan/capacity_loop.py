@@ -73,8 +73,8 @@ answered, a dry run without the API, a join table without owners). A stray bare 
 So does it (`capacity_holding` "inference_demand_unknown", a note naming each service and why) while a profiled
 service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod, fewer pods reporting than ready):
 read as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The
-hotspot and co-location plan goes on (thermal relief, consolidation); before, the reading was refused and the whole
-loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
+hotspot and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused
+and the whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
 GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated meanwhile). Both
 holds at once: both notes, both reasons (`capacity_holding` "inference_demand_unknown,unattributed_pods", a gauge
 series each; before, the demand's hid the other). Either hold still sizes training by the tide: the give-backs
