@@ -74,14 +74,15 @@ So does it (`capacity_holding` "inference_demand_unknown", a note naming each se
 service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod, fewer pods reporting than ready):
 read as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The
 hotspot and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused
-and the whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
-GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated meanwhile). Both
-holds at once: both notes, both reasons (`capacity_holding` "inference_demand_unknown,unattributed_pods", a gauge
-series each; before, the demand's hid the other). Either hold still sizes training by the tide: the give-backs
-`_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a hotspot or
-co-location give-back grew training into free GPUs the held service may need). A hold decides no target: the
-services' targets go (`capacity_targets` empty: gputide_capacity_target_gpus absent; before, the last planned
-cycle's stayed, as if current, for as long as it held); the loans made stand, so `loaned_gpus` stays.
+and the whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is
+unknown, and GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated
+meanwhile). Both holds at once: both notes, both reasons (`capacity_holding`
+"inference_demand_unknown,unattributed_pods", a gauge series each; before, the demand's hid the other). Either hold
+still sizes training by the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
+returned before that filter, and a hotspot or co-location give-back grew training into free GPUs the held service
+may need). A hold decides no target: the services' targets go (`capacity_targets` empty:
+gputide_capacity_target_gpus absent; before, the last planned cycle's stayed, as if current, for as long as it
+held); the loans made stand, so `loaned_gpus` stays.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
