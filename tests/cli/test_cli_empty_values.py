@@ -43,7 +43,8 @@ FLAGS = [
 
 @pytest.mark.parametrize("value", ["", "  "], ids=["empty", "blank"])
 @pytest.mark.parametrize("base, flag", FLAGS, ids=[f"{b[0]} {f}" for b, f in FLAGS])
-def test_an_empty_value_exits_2_naming_the_flag(tmp_path, capsys, base, flag, value):
+def test_an_empty_value_exits_2_naming_the_flag(tmp_path, capsys, monkeypatch, base, flag, value):
+    monkeypatch.chdir(tmp_path)   # the old code wrote `--out ""` and `--audit-log "  "` into the current folder
     argv = [a.replace("{tmp}", str(tmp_path)) for a in base] + [flag, value]
     with pytest.raises(SystemExit) as stop:
         main(argv)
