@@ -9,7 +9,9 @@ watch's cache as it is now (with watches, `watch=True`: free), else a GET of tha
 fails, or that the turn leaves no time for, changes nothing: the pass's view is bound on, as before, and no other
 GET is tried in that pass, `Changed.look`: a stalled API server would cost each binding a try's timeout). Its
 placement rules (`RULES`: cordon, taints, labels) are asked again (`k8s_filters.rule_refusal`); a pod they now
-refuse, or whose node is gone, is not bound: it waits for the next pass, told why (not lost, nor evicted). What
+refuse, or whose node is gone, is not bound: it waits for the next pass, told why (not lost, nor evicted); the
+members of a pod group are all looked at before the first is bound, so that none is bound when one is refused
+(bound, the others would hold their nodes while the group waits for a node that refuses it). What
 the pass learned so (`Changed`) keeps the later pods of the pass off that node (`Changed.offered`) rather than each
 choosing it to be refused in turn. Its resources are not asked again: the pass counts its own bindings, and
 another scheduler's are the kubelet's to refuse, as for kube-scheduler.
@@ -91,11 +93,6 @@ class Changed:
             return f"node {node['name']} was deleted during the pass"
         why = rule_refusal(now, req)
         return None if why is None else f"node {node['name']} changed during the pass: {why}"
-
-    def refusal(self, i: int, node: Json, now: Json | None, req: Json) -> str | None:
-        """`why`, as told a pod that waits for the next pass for it."""
-        why = self.why(i, node, now, req)
-        return None if why is None else f"{why}; it waits for the next pass."
 
     def offered(self, req: Json, offered: np.ndarray) -> np.ndarray:
         """`offered` (view indices) less the nodes found gone, or changed so that they refuse `req`."""

@@ -31,8 +31,10 @@ a node once it has starved long enough (`k8s_holds`); the pods of a pod group ar
 its Binding its unbound WaitForFirstConsumer claims are given its node (`k8s_volumes`, kube-scheduler's
 VolumeBinding). Right before its binding a pod's node is looked at again, as the nodes cache (else a GET) shows it
 now: one deleted, cordoned or tainted since the pass read it gets the pod no more, which waits for the next pass, and
-the later pods of the pass keep off it (`k8s_sched_nodes`). What is read of pods and nodes is `k8s_reads`; the
-filters are `k8s_filters`; the Events and pod conditions that tell a pod's owner what was done are `k8s_tell`.
+the later pods of the pass keep off it (`k8s_sched_nodes`); a pod group's nodes are all looked at before its first
+member is bound (one refusing binds none), and a member refused at its own binding stops the members after it.
+What is read of pods and nodes is `k8s_reads`; the filters are `k8s_filters`; the Events and pod conditions that
+tell a pod's owner what was done are `k8s_tell`.
 
 Deadlines. However slow the API server, a pass keeps moving: its reads before the first pod end within `reads_s`
 (2 minutes, `k8s_budget`; a pass out of time fails and the next one lists again), and each pod's turn (its claims,
@@ -328,6 +330,8 @@ class SecondaryScheduler(Binder, SchedulerReads):
                 chosen, why = trial(members, ps.view, self.place, ps.offers.pods.copy())
                 if why is not None:   # enough members, not enough room: a group that waited too long holds nodes
                     why += self.holds.hold_for_starving_group(members, ps.view, ps.index, ps.offers, ps.now)
+                else:
+                    why = self._group_refusal(members, chosen, ps)
         for k, m in enumerate(members):
             if not self._leads(ps):   # a member's turn is a pod's: none begun once stopped or the Lease is lost
                 ps.cut += members[k:]
@@ -337,8 +341,25 @@ class SecondaryScheduler(Binder, SchedulerReads):
                     self._place_one(m, ps)
                 elif why is not None or (why := self._no_longer_fits(m, chosen[m["name"]], ps)) is not None:
                     self._left_pending(m, why, ps)   # and the members after it: none bound on top of another pod
-                else:
-                    self._commit(m, chosen[m["name"]], ps)
+                elif refused := self._commit(m, chosen[m["name"]], ps):   # changed since `_group_refusal`'s look:
+                    why = (f"pod group {m['group']}: {refused} (at member {m['name']}'s binding): the members not "
+                           "bound yet wait for the next pass.")   # none bound after it
+
+    def _group_refusal(self, members: list[Json], chosen: dict[str, int], ps: _Pass) -> str | None:
+        """Why none of a pod group's members is bound: a node the trial placed one on is gone, or refuses it now
+        (`_node_refusal`), looked at for every member before the first binding (each node once). Found at one
+        member's binding, after others were bound, the group would be left partly bound: those holding their
+        nodes, the rest waiting for a node that refuses them (a cordon: until it is lifted)."""
+        nows: dict[int, Json | None] = {}
+        for m in members:
+            i = chosen[m["name"]]
+            if i not in nows:
+                nows[i] = self._node_now(i, ps)
+            if why := ps.changed.why(i, ps.view[i], nows[i], m):
+                log.info("scheduler %s: pod group %s not bound: %s", self.scheduler_name, m["group"], why)
+                return (f"pod group {m['group']}: {why} (member {m['name']}'s node): no member is bound, the "
+                        "group waits for the next pass.")
+        return None
 
     @staticmethod
     def _no_longer_fits(member: Json, i: int, ps: _Pass) -> str | None:
@@ -360,31 +381,32 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.reasons[req["name"]] = why
         self.tell.unschedulable(req, why)
 
-    def _commit(self, req: Json, i: int, ps: _Pass) -> None:
+    def _commit(self, req: Json, i: int, ps: _Pass) -> str | None:
         """Bind `req` to node i of the pass and count it there (the filters and the placement state too), its
-        claims given the node first (none given: not bound this pass). Not once stopped or the Lease is lost."""
+        claims given the node first (none given: not bound this pass). Not once stopped or the Lease is lost.
+        Why its node refused it (`_node_refusal`: gone, cordoned, tainted since the pass read it), else None."""
         if not self._leads(ps):
             ps.cut.append(req)
-            return
-        if why := self._node_refusal(req, i, ps):   # gone, cordoned, tainted since the pass read it
-            self._left_pending(req, why, ps)
-            return
+            return None
+        if why := self._node_refusal(req, i, ps):
+            self._left_pending(req, f"{why}; it waits for the next pass.", ps)
+            return why
         why = self.volumes.prebind(req, ps.view[i]["name"], self.halted)
         # asked again right before the binding: the Lease may have lapsed while its claims were given the node (a
         # slow PATCH), and a binding written without it may put the pod where the next leader places another
         if not self._leads(ps):   # told with the pods the stop left unbound
             ps.cut.append(req)
-            return
+            return None
         if why:
             ps.results[req["name"]], self.reasons[req["name"]] = None, why
             self._failed(req, why)
-            return
+            return None
         bound = self._bind(req, ps.view[i])
         if bound is None:   # bound by someone else, or deleted: the nodes it held are held for no one
             with self.api.reserve():
                 self.holds.release_elsewhere(req, -1, ps.view, ps.offers)
             self._count_elsewhere(req, ps)
-            return
+            return None
         ps.results[req["name"]] = bound or None
         if not bound:
             if self.bind_unsure:   # it may be bound there (`k8s_bind`): assumed there, and counted in the pass's view
@@ -393,7 +415,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
                 ps.cut.append(req)
             elif not isinstance(self.bind_failure, DeadlineExceeded):   # out of time: its turn is over, the
                 self._failed(req, self.reasons.get(req["name"], "Binding rejected"))   # reserve is not for Events
-            return
+            return None
         ps.offers.update(i, req)   # and counted where pods run, for pod affinity
         if ps.session is not None:
             ps.session.bound(i)
@@ -403,19 +425,23 @@ class SecondaryScheduler(Binder, SchedulerReads):
         created = parse_time(req["created"])
         if created:
             self.latencies.append(max(ps.now - created, 0.0))
+        return None
 
     def _node_refusal(self, req: Json, i: int, ps: _Pass) -> str | None:
-        """Why `req` is no longer bound to node i: gone, or its rules refuse the pod now, as the nodes cache shows
-        it now, else as a GET of it says (none after one failed in the pass: `Changed.look`); None when it may be."""
-        node = ps.view[i]
-        name = node["name"]
-        now = ps.changed.look(node, self._cached("nodes"), lambda: node_facts(
-            self.api(f"node {name}", self.api.core.read_node, name, retries=0, halt=self.halted),
-            self.reservation_annotation))
-        why = ps.changed.refusal(i, node, now, req)
+        """Why `req` is no longer bound to node i: gone, or its rules refuse the pod now (`_node_now`); None when it
+        may be."""
+        why = ps.changed.why(i, ps.view[i], self._node_now(i, ps), req)
         if why:
             log.info("scheduler %s: %s not bound: %s", self.scheduler_name, req["name"], why)
         return why
+
+    def _node_now(self, i: int, ps: _Pass) -> Json | None:
+        """Node i of the pass as the nodes cache shows it now, else as a GET of it says (none after one failed in the
+        pass: `Changed.look`); None: gone."""
+        name = ps.view[i]["name"]
+        return ps.changed.look(ps.view[i], self._cached("nodes"), lambda: node_facts(
+            self.api(f"node {name}", self.api.core.read_node, name, retries=0, halt=self.halted),
+            self.reservation_annotation))
 
     def _failed(self, req: Json, why: str) -> None:
         """A pod whose claims could not be given its node, or whose binding failed: a Warning `FailedScheduling`
