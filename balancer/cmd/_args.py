@@ -71,6 +71,18 @@ def given(flag: str, allowed: str = "a file path") -> Callable[[str], str]:
     return check
 
 
+def distinct(texts: list[str], flag: str, keys: list | None = None) -> None:
+    """InputError naming the first of `texts` (a comma-separated flag's values) that repeats an earlier one, by
+    `keys` where given (`1h,60m`: one horizon): `--stages live,live` ran the stage twice, `--models a,a` scored
+    one model twice."""
+    seen: dict = {}
+    for text, key in zip(texts, texts if keys is None else keys, strict=True):
+        if key in seen:
+            same = "given twice" if seen[key] == text else f"the same as {seen[key]}"
+            raise InputError(None, flag, text, f"comma-separated values, each once ({text} is {same})")
+        seen[key] = text
+
+
 def seed(value: int, flag: str = "--seed") -> int:
     """A random seed: numpy takes any integer >= 0 and raises on a negative one."""
     if value < 0:

@@ -41,6 +41,7 @@ REPLICAS_QUERY = 'max(gputide_inference_replicas_ready{$selector})'
 LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{$selector})'
 CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
+MOST_RANGE_S = 366 * 86400.0   # --range: a year (1e308 was blamed on --step, the points it would need)
 
 
 def register(subparsers) -> None:
@@ -54,7 +55,7 @@ def register(subparsers) -> None:
     p.add_argument("--slo", type=float, default=None,
                    help="p99 latency SLO in seconds (default: the profile's latencySloSeconds, else 0.5)")
     p.add_argument("--margin", type=float, default=1.0, help="aim at margin x SLO, 0 < margin <= 1 (default 1)")
-    p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d)")
+    p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d, at most 366d)")
     p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
     p.add_argument("--step", default="1m", help="range-query step (default 1m)")
     p.add_argument("--settle", default="5m", help="drop samples this soon after a replica change (default 5m)")
@@ -198,7 +199,7 @@ def write_profiles(source: str, out: str, suggested: dict[str, float | None]) ->
 
 def _from_prometheus(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     """Each service's samples from Prometheus; TelemetryError when it does not answer."""
-    step_s, span = duration(args.step, "--step"), duration(args.range_, "--range")
+    step_s, span = duration(args.step, "--step"), duration(args.range_, "--range", most=MOST_RANGE_S)
     if span / step_s > MAX_POINTS:
         raise InputError(None, "--step", args.step, f"at least {span / MAX_POINTS:.0f}s for --range {args.range_} "
                          f"(Prometheus returns at most {MAX_POINTS} points a series)")

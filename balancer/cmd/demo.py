@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from balancer.cmd._args import given
+from balancer.cmd._args import distinct, given
 
 STAGES = ("live", "hotspot", "tidal", "forecast", "place")
 
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not stages:
         raise InputError(None, "--stages", unknown[0] if unknown else args.stages,
                          "comma-separated stages of " + ", ".join(STAGES))
+    distinct(list(stages), "--stages")
     output_dir(args.out, "--out")
     run_demo(Path(args.out), quick=args.quick, stages=stages)
     return 0

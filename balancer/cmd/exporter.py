@@ -62,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fleet", type=given("--fleet"),
                    help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
     p.add_argument("--node", type=given("--node", "a name"), help="sim backend: serve only this node's GPUs")
-    p.add_argument("--speed", type=float, default=60.0, help="sim backend: simulated seconds per wall second")
+    p.add_argument("--speed", type=float, default=60.0,
+                   help="sim backend: simulated seconds per wall second (0: the simulated clock stands still)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--power-caps-file", type=given("--power-caps-file"),
                    help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")

@@ -18,7 +18,7 @@ import time
 
 import pandas as pd
 
-from balancer.cmd._args import NegativeValues, given, number, output_file, report_to, write_json
+from balancer.cmd._args import NegativeValues, distinct, given, number, output_file, report_to, write_json
 from balancer.errors import InputError
 
 
@@ -58,6 +58,7 @@ def _durations(args: argparse.Namespace) -> list[float]:
     horizons = [parse_step(h, field="--horizons").total_seconds() for h in _split(args.horizons)]
     if not horizons:
         raise InputError(None, "--horizons", args.horizons, "comma-separated durations such as 1h,4h,24h")
+    distinct(_split(args.horizons), "--horizons", horizons)
     return horizons
 
 
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for m in models or []:
         if m not in MODELS:
             raise InputError(None, "--models", m, ", ".join(sorted(MODELS)))
+    distinct(models or [], "--models")
     if args.stride < 1:
         raise InputError(None, "--stride", args.stride, "an integer >= 1")
     if args.min_train_days is not None:
