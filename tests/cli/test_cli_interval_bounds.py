@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from balancer.cli import main
+from tests.cli.test_cli_run_inputs import one_error_line
 
 PROM = "http://127.0.0.1:1"   # nothing answers there: every case must fail before a query
 
@@ -22,12 +23,9 @@ PROM = "http://127.0.0.1:1"   # nothing answers there: every case must fail befo
                   "--power-caps-file", "{tmp}/caps.json"], "--caps-interval", id="exporter"),
 ])
 def test_an_interval_past_a_day_exits_2_naming_the_bound(tmp_path, capsys, argv, flag):
-    code = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith(f"gputide: error: field '{flag}': invalid value "), err
-    assert "24h" in lines[0], err
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"gputide: error: field '{flag}': invalid value ") and "24h" in line, line
 
 
 @pytest.mark.parametrize("text, seconds", [("24h", 86400.0), ("1d", 86400.0), ("30s", 30.0)])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from balancer.cli import main
+from tests.cli.test_cli_run_inputs import one_error_line
 
 TRACE = "timestamp,value\n" + "".join(f"{600 * i},{1 + i % 5}\n" for i in range(50))
 BACKTEST = ["forecast", "backtest", "--trace", "{tmp}/trace.csv"]
@@ -24,9 +25,6 @@ BACKTEST = ["forecast", "backtest", "--trace", "{tmp}/trace.csv"]
         "calibrate range"])
 def test_a_repeated_or_unreadable_value_exits_2_naming_it(tmp_path, capsys, argv, flag, value):
     (tmp_path / "trace.csv").write_text(TRACE)
-    code = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith(f"gputide: error: field '{flag}': invalid value '{value}'"), err
-    assert "allowed: " in lines[0], err
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"gputide: error: field '{flag}': invalid value '{value}'") and "allowed: " in line, line
