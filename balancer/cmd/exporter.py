@@ -209,8 +209,11 @@ def watch_gpu_reads(backend, health) -> None:
     for at most 3/8 of the collection timeout: with the kubelet's answer after them (at most half of it,
     `pod_resources_timeout_s`) the collection still ends within it, where the reads' own 3 s outran a
     ``--collect-timeout`` under 4 s. A collection waits for the power-cap agent's NVML call (the backend's lock) for
-    the collection timeout, then fails (`NvmlBusy`) rather than wait for good: scrapes meanwhile get what a late
-    collection gets. A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
+    1/8 of the collection timeout, then fails (`NvmlBusy`) rather than wait for good: with the reads and the kubelet
+    after it the collection ends within the timeout, so a scrape is told the agent held NVML (waited for the whole
+    timeout, the collection outran it and the scrape read only 'timed out'); an agent's sync takes milliseconds, and
+    its call on a GPU in recovery is cut at the reads' deadline. Scrapes meanwhile get what a late collection gets.
+    A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
     a late collection is. A backend without such reads (sim) is left as it is."""
     reads = getattr(backend, "reads", None)
     if reads is None:
@@ -218,7 +221,7 @@ def watch_gpu_reads(backend, health) -> None:
     reads.watching = health.watching
     reads.timeout_s = min(reads.timeout_s, health.collect_timeout_s * 3 / 8)
     reads.max_age_s = health.serve_stale_s   # a late read served at the next collection: as old as a late one
-    backend.lock_timeout_s = health.collect_timeout_s
+    backend.lock_timeout_s = health.collect_timeout_s / 8
 
 
 def _url_host(addr: str) -> str:

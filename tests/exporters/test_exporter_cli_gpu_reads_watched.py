@@ -22,7 +22,7 @@ def test_a_hung_gpu_read_fails_readiness_then_liveness_as_a_stuck_collection_doe
     backend = NvmlBackend(nvml, hostname="n1")
     watch_gpu_reads(backend, health)
     assert backend.reads.timeout_s == 0.75   # 3/8 of 2 s: with the kubelet's half after it, within the 2 s
-    assert backend.lock_timeout_s == 2.0   # the power-cap agent's call waited for as a late collection, no longer
+    assert backend.lock_timeout_s == 0.25   # 1/8: lock, reads and kubelet together within the 2 s
     assert backend.reads.max_age_s == 12.0   # a late GPU read served as long as a late collection is
     tracked = TrackedCollector(GpuCollector(backend), health)
     tracked.exposition()
