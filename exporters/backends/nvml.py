@@ -83,9 +83,7 @@ through a handle of the initialisation it was read under (`exporters.backends.nv
 answer). The collection and the agent may share the backend from two threads (``--power-caps-file``): one lock keeps
 their NVML calls, re-initialisations included, one at a time, so neither uses handles the other has replaced (a
 GPU's read left hung past its deadline holds no lock). The agent leaves a GPU whose read is stuck alone (its limit
-unread, a cap for it refused and asked again at the next sync): its call would hang too, holding the lock. Its own
-per-GPU calls run as the reads do (`GpuReads.run`, their deadline): the agent the first to call a GPU in recovery
-leaves that GPU stuck and the lock free, rather than holding it for good. A
+unread, a cap for it refused and asked again at the next sync): its call would hang too, holding the lock. A
 collection waits for the lock `lock_timeout_s` at most (the collection timeout in the exporter), then fails
 (`NvmlBusy`, logged once) rather than wait for good behind an agent's call that does not return.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
@@ -530,7 +528,7 @@ class NvmlBackend:
         with self._lock:
             if why := self._init.refusal(self._limits_read):
                 raise PowerCapError({}, dict.fromkeys(caps, why))
-            return self._power.apply_power_caps(caps, run=self._calls, stuck=self.reads.stuck())
+            return self._power.apply_power_caps(caps, stuck=self.reads.stuck())
 
     def power_limits(self) -> dict[str, PowerLimit]:
         """Each GPU's power management limit now and its default, in watts; while NVML does not answer, one attempt
@@ -540,12 +538,7 @@ class NvmlBackend:
             if not self._answers():
                 raise TargetUnavailable(self._init.why())
             self._limits_read = self._init.reinits
-            return self._power.power_limits(run=self._calls, stuck=self.reads.stuck())
-
-    def _calls(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
-        """The power-cap agent's per-GPU NVML calls, run and waited for as GPU reads are (`GpuReads.run`): one that
-        does not return in time leaves its GPU stuck, and the lock free, rather than the agent holding it for good."""
-        return self.reads.run(jobs, call="power-limit call")
+            return self._power.power_limits(stuck=self.reads.stuck())
 
     def close(self) -> None:
         """``nvmlShutdown``, not behind the lock (a collection stuck in NVML must not hold up the process's exit),

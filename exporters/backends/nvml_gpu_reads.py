@@ -22,9 +22,7 @@ says when a GPU's read turns late, stuck (still running after `max_age_s`: no lo
 then is not served), and in time again, not at every collection. Each read runs inside `watching(what)`
 (`exporters.health.CollectHealth.watching` where the exporter hands it over): the probes then see a read still stuck
 after its collection ended as they saw a stuck collection, not ready past the collection timeout, not live past
-``--stuck-after``. The power-cap agent's NVML calls run the same way (`run(jobs, call=...)`): one hung in NVML
-leaves its GPU stuck, as a read does, rather than the agent holding the backend's lock for good; what such a call
-returns late is never served as a read.
+``--stuck-after``.
 
 This module never imports `pynvml`.
 """
@@ -51,13 +49,12 @@ def _unwatched(what: str) -> AbstractContextManager[Any]:
 
 
 class Read:
-    """One GPU's read: what it returned (`result`) or raised (`error`) once `done` is set; `call` names another NVML
-    call run the same way (`GpuReads.run`), never served as a read."""
+    """One GPU's read: what it returned (`result`) or raised (`error`) once `done` is set."""
 
-    __slots__ = ("call", "done", "error", "late", "result", "started")
+    __slots__ = ("done", "error", "late", "result", "started")
 
-    def __init__(self, started: float, call: str | None = None) -> None:
-        self.started, self.call = started, call
+    def __init__(self, started: float) -> None:
+        self.started = started
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -73,27 +70,24 @@ class GpuReads:
         self._running: dict[str, Read] = {}   # reads not done when their collection ended
         self._state: dict[str, str] = {}   # GPU -> LATE or STUCK, as last logged; absent: in time
 
-    def run(self, jobs: Mapping[str, Callable[[], Any]], *, call: str | None = None) -> dict[str, Read]:
+    def run(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Read]:
         """The reads of `jobs` done within `timeout_s`, by key, else an earlier late read of it that returned since
-        (`Read.late`; module docstring); a key missing is late or stuck (nothing read). `call` names jobs that are
-        not reads (the power-cap agent's NVML calls, run here so that one hung in NVML is known stuck, and left
-        alone, as a read is): only what they return in time is theirs, and nothing they return late is served."""
+        (`Read.late`; module docstring); a key missing is late or stuck (nothing read)."""
         started: dict[str, Read] = {}
         returned: dict[str, Read] = {}   # late reads of earlier collections, done since
         running: dict[str, Read] = {}    # late reads still running: waited for too, not started again
         for key, job in jobs.items():
             if (earlier := self._running.get(key)) is not None:
                 if not earlier.done.is_set():
-                    if call is None:
-                        running[key] = earlier   # waited for while it could be served, else only said stuck
+                    running[key] = earlier   # waited for while it could be served, else only said stuck
                     continue
                 del self._running[key]
                 returned[key] = earlier
-            started[key] = read = Read(self.clock(), call)
+            started[key] = read = Read(self.clock())
             threading.Thread(target=self._read, args=(key, job, read), name=f"gputide-read-{key}",
                              daemon=True).start()
         deadline = self.clock() + self.timeout_s
-        for read in (*started.values(), *(r for r in running.values() if r.call is None and not self._too_old(r))):
+        for read in (*started.values(), *(r for r in running.values() if not self._too_old(r))):
             read.done.wait(max(0.0, deadline - self.clock()))
         done = self._still_running(running)
         for key, read in started.items():
@@ -103,7 +97,7 @@ class GpuReads:
                 continue
             self._running[key] = read
             self._say(key, LATE, read)
-            if call is None and (earlier := returned.get(key)) is not None and self._servable(earlier):
+            if (earlier := returned.get(key)) is not None and self._servable(earlier):
                 done[key] = earlier
         return done
 
@@ -122,7 +116,7 @@ class GpuReads:
 
     def _servable(self, earlier: Read) -> bool:
         """Whether a late read may be served (marked `late`): it read without an error, at most `max_age_s` ago."""
-        if earlier.call is not None or earlier.error is not None or self._too_old(earlier):
+        if earlier.error is not None or self._too_old(earlier):
             return False
         earlier.late = True
         return True
@@ -140,16 +134,13 @@ class GpuReads:
             log.warning("GPU %s: its read returns in time again", key)
             return
         self._state[key] = state
-        if state == LATE and read.call is not None:
-            log.warning("GPU %s: the %s has not returned after %g s (a GPU in recovery?): the GPU is not asked "
-                        "again, nor read, until it returns", key, read.call, self.timeout_s)
-        elif state == LATE:
+        if state == LATE:
             log.warning("GPU %s: its read has not returned after %g s: no series for it but its XID this collection "
                         "(its fields are collect errors); what it reads is served at the next collection if it has "
                         "returned by then", key, self.timeout_s)
         else:
-            log.warning("GPU %s: its %s is still inside NVML after %.0f s: not read again until it returns, and "
-                        "what it reads then is not served", key, read.call or "read", self.clock() - read.started)
+            log.warning("GPU %s: its read is still inside NVML after %.0f s: not read again until it returns, and "
+                        "what it reads then is not served", key, self.clock() - read.started)
 
     def stuck(self) -> list[str]:
         """The GPUs whose read is still running after its collection ended."""
@@ -157,7 +148,7 @@ class GpuReads:
 
     def _read(self, key: str, job: Callable[[], Any], read: Read) -> None:
         try:
-            with self.watching(f"GPU {key}'s {read.call or 'read'}"):
+            with self.watching(f"GPU {key}'s read"):
                 read.result = job()
         except BaseException as exc:   # noqa: BLE001 - handed to the collection, which raises or counts it
             read.error = exc
