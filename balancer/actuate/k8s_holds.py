@@ -10,8 +10,10 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
   eviction failed after others were made, or the Lease was lost between them, the node stays held and each pass
   evicts the victims left (`resume`), as the reservation names them, while they still make room for the pod there
   (once others took or hold that room, or the node no longer admits the pod: cordoned, tainted, relabelled, none
-  is evicted, the node is given back and the pod plans afresh); the holds there for pods of lower priority are
-  given back and their nominations cleared, as kube-scheduler clears them (their room is the preemptor's);
+  is evicted, the node is given back and the pod plans afresh; save where the only rule refusing it is gputide's
+  own hot taint, which lapses within minutes: the preemption is paused, none evicted and the node kept held, until
+  the taint goes or the hold expires); the holds there for pods of lower priority are given back and their
+  nominations cleared, as kube-scheduler clears them (their room is the preemptor's);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node, save members sharing an unbound
@@ -48,7 +50,7 @@ from balancer.actuate.k8s_preempt import (
 )
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.k8s_stuck import stuck_said, stuck_victims, tell_stuck
-from balancer.actuate.kubernetes import _Api, parse_time
+from balancer.actuate.kubernetes import HOT_TAINT_KEY, _Api, parse_time
 from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
@@ -63,9 +65,10 @@ class Holds:
     the hour for victims stuck terminating (`k8s_stuck`)."""
 
     def __init__(self, api: _Api, scheduler_name: str, reservation_annotation: str, clock: Callable[[], float], *,
-                 preemption: bool = True, starving_s: float = 600.0, halted: Callable[[], bool] = lambda: False
-                 ) -> None:
+                 preemption: bool = True, starving_s: float = 600.0, halted: Callable[[], bool] = lambda: False,
+                 hot_taint_key: str = HOT_TAINT_KEY) -> None:
         self.api, self.scheduler_name, self.reservation_annotation = api, scheduler_name, reservation_annotation
+        self.hot_taint_key = hot_taint_key   # gputide's own short-lived taint: pauses a preemption (`_paused`)
         self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock, halted=halted)
         self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []
@@ -165,6 +168,8 @@ class Holds:
             return self._room_taken(req, i, view, offers, left)
         refusal = self._refusal(req, i, view, offers)
         if refusal is not None and left:   # cordoned, tainted, relabelled since: no one is evicted for nothing
+            if self._only_hot(req, view[i]):   # the controller's taint, lapsing on its own: the room is kept
+                return self._paused(req, view[i], left)
             return self._room_taken(req, i, view, offers, left, refusal)
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
@@ -213,6 +218,26 @@ class Holds:
         self.preemptor.release(node, key)
         self.preemptor.nominate(key, None)
         return f"{said}; the node is given back and it plans afresh at the next pass."
+
+    def _only_hot(self, req: Json, node: Json) -> bool:
+        """Whether the only rule of `node` that refuses `req` is gputide's hot taint (`hot_taint_key` NoSchedule: a
+        Migrate's or the controller's, which lapses on its own, `gputide.io/hot-until`)."""
+        hot = [t for t in node["taints"] if t.key == self.hot_taint_key and t.effect == "NoSchedule"]
+        return bool(hot) and model_allows(node, req) and rule_refusal(
+            {**node, "taints": tuple(t for t in node["taints"] if t not in hot)}, req) is None
+
+    def _paused(self, req: Json, node: Json, victims: list[str]) -> str:
+        """`req`'s preemption on `node` paused while gputide's hot taint is there (`resume`): given back, the node
+        would lose the room the victims evicted already made, and the pod preempt again elsewhere, evicting more
+        pods for a node that admits it again within minutes. No victim is evicted into the hot node meanwhile, and
+        the hold is left as it is (not renewed): the preemption carries on once the taint goes, or the pod plans
+        afresh once the hold expires."""
+        key, name = req["name"], node["name"]
+        until = (node["reservations"].get(key) or {}).get("expires", "its expiry")
+        log.info("scheduler %s: %s: %s tainted %s: preemption paused, %s not evicted, the node held until %s",
+                 self.scheduler_name, key, name, self.hot_taint_key, ", ".join(victims), until)
+        return (f" preemption: paused while {name} is tainted {self.hot_taint_key} (gputide's, lapsing on its own): "
+                f"{', '.join(victims)} not evicted until it goes; {name} held until {until}.")
 
     @staticmethod
     def _refusal(req: Json, i: int, view: list[Json], offers: Offers) -> str | None:

@@ -104,6 +104,7 @@ from balancer.actuate.k8s_tell import Teller
 from balancer.actuate.k8s_volumes import VolumeBinding, group_waiting, waiting
 from balancer.actuate.k8s_watch import ListWatch
 from balancer.actuate.kubernetes import (
+    HOT_TAINT_KEY,
     RESERVATION_ANNOTATION,
     DeadlineExceeded,
     _Api,
@@ -147,7 +148,8 @@ class SecondaryScheduler(Binder, SchedulerReads):
     took the Lease, moved on) begins a new term, reading afresh from the cluster what it knew of the reservations
     (`begin_term`).
     `emergency_stop()` says why the controller's emergency stop holds (None: it does not): no pod is then evicted
-    for a preemption, nor on a node labelled `gputide.io/emergency-stop=true` (`k8s_preempt`)."""
+    for a preemption, nor on a node labelled `gputide.io/emergency-stop=true` (`k8s_preempt`). `hot_taint_key`: the
+    controller's hot taint (its `hot_taint_key`), which pauses a preemption rather than ending it (`k8s_holds`)."""
 
     def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = "gputide", place: PlaceFn | None = None,
                  *, reservation_annotation: str = RESERVATION_ANNOTATION, clock: Callable[[], float] = time.time,
@@ -158,7 +160,7 @@ class SecondaryScheduler(Binder, SchedulerReads):
                  turn_s: float = POD_DEADLINE_S, reads_s: float = PASS_READS_DEADLINE_S,
                  deadline_clock: Callable[[], float] = time.monotonic,
                  progress: Callable[[str], None] = lambda what: None, node_wake_s: float = NODE_WAKE_S,
-                 emergency_stop: Callable[[], str | None] = lambda: None) -> None:
+                 emergency_stop: Callable[[], str | None] = lambda: None, hot_taint_key: str = HOT_TAINT_KEY) -> None:
         if place is None:
             raise ValueError("SecondaryScheduler needs a place(pod_request, nodes_view) function")
         self._stop = threading.Event()  # `stop()`: no pod is begun or bound, no failed call retried any more
@@ -174,8 +176,9 @@ class SecondaryScheduler(Binder, SchedulerReads):
         self.oldest_pending_s = 0.0        # the last pass: age of the oldest pod it left pending
         self.reasons: dict[str, str] = {}  # the last pass: why each pod it left pending waits
         self._assumed: dict[str, Assumed] = {}   # pod -> a binding the bound-pod cache has not shown yet
-        self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,
-                           starving_s=starving_s, halted=self.halted)   # nodes held for pods that preempt or starve
+        self.holds = Holds(self.api, scheduler_name, reservation_annotation, clock, preemption=preemption,   # nodes
+                           starving_s=starving_s, halted=self.halted, hot_taint_key=hot_taint_key)   # held for pods
+        #                                                                                   that preempt or starve
         self.holds.preemptor.emergency_stop = emergency_stop   # why no pod may be evicted now (`k8s_preempt`)
         self._listed_bound: list[Usage] = []   # without a synced watch: the bound pods the pass listed, and the
         #                                        assumed ones it did not show
