@@ -80,9 +80,9 @@ meanwhile). Both holds at once: both notes, both reasons (`capacity_holding`
 "inference_demand_unknown,unattributed_pods", a gauge series each; before, the demand's hid the other). Either hold
 still sizes training by the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
 returned before that filter, and a hotspot or co-location give-back grew training into free GPUs the held service
-may need). A hold decides no target: the services' targets go (`capacity_targets` empty:
-gputide_capacity_target_gpus absent; before, the last planned cycle's stayed, as if current, for as long as it
-held); the loans made stand, so `loaned_gpus` stays.
+may need); their shrinks stay remembered, still owed, until the tide plans and sizes the jobs. A hold decides no
+target: the services' targets go (`capacity_targets` empty: gputide_capacity_target_gpus absent; before, the last
+planned cycle's stayed, as if current, for as long as it held); the loans made stand, so `loaned_gpus` stays.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -157,13 +157,15 @@ def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, Serv
     return sorted(n for n, st in snapshot.services.items() if n in profiles and st.replicas > 0 and not serving(n))
 
 
-def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
-                         managed: set[str]) -> tuple[Plan, planner_mod.PlannerState]:
+def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState, managed: set[str],
+                         holding: bool = False) -> tuple[Plan, planner_mod.PlannerState]:
     """`plan` without the growths of the jobs the tide sizes (`managed`), and `state` without the hotspot planner's
     memory of their shrinks. Elastic training is sized by the tide: the hotspot planner's "give the workers back"
     after a cooled hotspot would grow a job into GPUs the capacity plan reclaimed for inference; idle GPUs reach
     training through the capacity plan's own growth instead. Each growth dropped gets a note (no number in it that
-    changes while the job does not, so the loop logs it once) and its gain leaves `objective_after`."""
+    changes while the job does not, so the loop logs it once) and its gain leaves `objective_after`. `holding`: the
+    tide sizes nothing this cycle, so the memory stays: the workers held back are still owed (gputide_shrunk_workers;
+    forgotten, a job stayed short for the whole hold owed nowhere), given back by the tide once it plans."""
     grows = [a for a in plan.actions if isinstance(a, ScaleTraining) and a.job in managed
              and a.workers > a.previous_workers]
     if grows:
@@ -173,6 +175,8 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState,
                       for a in grows)
         plan = replace(plan, actions=tuple(a for a in plan.actions if a not in grows), notes=plan.notes + notes,
                        objective_after=plan.objective_after + sum(a.expected_gain for a in grows))
+    if holding:
+        return plan, state
     if managed & set(state.shrunk):
         state = replace(state, shrunk={k: v for k, v in state.shrunk.items() if k not in managed})
     # co-location's memory (and record) of a shrink whose give-back the tide took over: kept, it held the job
@@ -281,7 +285,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     if held_for:
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
         # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known
-        plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs})
+        plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs}, holding=True)
         # no target decided: the last planned cycle's would read as current for as long as it holds (the loans
         # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
         return (replace(plan, notes=plan.notes + tuple(held_for.values())),

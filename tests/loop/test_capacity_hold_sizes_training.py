@@ -5,7 +5,9 @@ co-location's give-back of a slack shrink are dropped for the jobs it sizes (`ca
 since they would grow a job into GPUs inference may need. The hold returned the base plan before that filter ran, so
 during a hold both went out: training grew into free GPUs that may be held for the service's pending replicas (or
 be reclaimed at once for it when its demand is known again, two restarts). Now the hold drops them as planning does,
-with the same note."""
+with the same note. The hold keeps their shrink records (`shrunk`, co-location's memory): forgotten, as planning
+forgets them once the tide sizes the jobs, a job held short for the whole hold was owed nowhere (no
+gputide_shrunk_workers, GputideTrainingShrunkTooLong silent); the tide forgets them once it plans again."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from dataclasses import replace
 
 import pytest
 
+from balancer.fleet_usage import owed_workers
 from balancer.model import Plan, ScaleTraining
 from balancer.plan.capacity import CapacityPolicy
 from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.plan.colocation import ColocationState
 from balancer.plan.planner import PlannerState
 from tests.capacity.test_capacity_clash import ON, PROFILES
 from tests.loop.test_loop_demand_unknown import WHY, Fleet
@@ -37,7 +41,31 @@ def test_the_hotspot_give_back_is_dropped_while_an_unknown_demand_holds(owed):  
     assert state.capacity_holding == "inference_demand_unknown"
     assert grows(p) == [], [a.describe() for a in grows(p)]
     assert [n for n in p.notes if n.startswith(f"dropped scale_training {job}:")]
-    assert job not in state.shrunk
+
+
+def test_the_workers_held_back_stay_owed_through_the_hold_and_the_tide_takes_them_once_it_plans(owed):  # noqa: F811
+    snap, forecasts, profiles, job = owed
+    svc = sorted(profiles)[0]
+    held = snap.replace(services={k: v for k, v in snap.services.items() if k != svc}, demand_unknown={svc: WHY})
+    _, state = with_capacity(held, {k: v for k, v in forecasts.items() if k != svc}, profiles)
+    _, state = with_capacity(held, {k: v for k, v in forecasts.items() if k != svc}, profiles, state)
+    assert state.capacity_holding == "inference_demand_unknown" and job in state.shrunk
+    assert owed_workers(held, state.shrunk, state.colocation.shrunk)["hotspot"] == {job: 1}
+    _, state = with_capacity(snap, forecasts, profiles, state)   # known again: the tide sizes it
+    assert state.capacity_holding == "" and job not in state.shrunk
+
+
+def test_co_locations_memory_of_a_slack_shrink_stays_through_the_hold():
+    fleet = Fleet([1000.0])
+    fleet.hot = False
+
+    def base(snapshot, forecasts, policy, state):
+        return Plan(actions=(GIVE,)), state
+
+    before = PlannerState(colocation=ColocationState(shrunk={"other": (5, "chat")}))
+    plan, state = plan_with_capacity(fleet.snapshot(), {}, ON, before, profiles={"chat": PROFILES["chat"]},
+                                     capacity_policy=CapacityPolicy(), base=base)
+    assert grows(plan) == [] and dict(state.colocation.shrunk) == {"other": (5, "chat")}
 
 
 def hold(how: str) -> tuple[Plan, PlannerState]:
