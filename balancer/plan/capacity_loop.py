@@ -80,9 +80,10 @@ meanwhile). Both holds at once: both notes, both reasons (`capacity_holding`
 "inference_demand_unknown,unattributed_pods", a gauge series each; before, the demand's hid the other). Either hold
 still sizes training by the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
 returned before that filter, and a hotspot or co-location give-back grew training into free GPUs the held service
-may need); their shrinks stay remembered, still owed, until the tide plans and sizes the jobs. A hold decides no
-target: the services' targets go (`capacity_targets` empty: gputide_capacity_target_gpus absent; before, the last
-planned cycle's stayed, as if current, for as long as it held); the loans made stand, so `loaned_gpus` stays.
+may need), for the jobs on GPU models a held service may use (unattributed pods: every job); their shrinks stay
+remembered, still owed, until the tide plans and sizes the jobs. A hold decides no target: the services' targets go
+(`capacity_targets` empty: gputide_capacity_target_gpus absent; before, the last planned cycle's stayed, as if
+current, for as long as it held); the loans made stand, so `loaned_gpus` stays.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -203,6 +204,22 @@ def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity])
     return why
 
 
+def _held_jobs(view: CapacityView, snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity],
+               held_for: Mapping[str, str]) -> set[str]:
+    """The jobs whose give-backs a hold drops: those that may grow onto a GPU model (theirs, None: any in the fleet)
+    that a service whose demand is unknown may use (its profile's `models`; None: any). Pods unattributed name no
+    service: every job the tide sizes. Before, every job's were dropped, and one on models no held service can use
+    stayed short for the whole hold."""
+    jobs = {j.name: j.models for j in view.jobs}
+    if "unattributed_pods" in held_for:
+        return set(jobs)
+    models = [profiles[n].models for n in snapshot.demand_unknown if n in profiles]
+    if any(m is None for m in models):
+        return set(jobs)
+    wanted, fleet = frozenset().union(*models), frozenset(g.model for g in snapshot.gpus)
+    return {name for name, m in jobs.items() if (fleet if m is None else m) & wanted}
+
+
 def _whose(a: ScaleTraining) -> str:
     if a.shrunk_from == 0:
         return "the hotspot give-back"
@@ -284,8 +301,9 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     held_for = _holding(snapshot, profiles)
     if held_for:
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
-        # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known
-        plan, state = _tide_sizes_training(plan, state, {j.name for j in view.jobs}, holding=True)
+        # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known;
+        # only those of jobs on GPU models a held service may use (`_held_jobs`)
+        plan, state = _tide_sizes_training(plan, state, _held_jobs(view, snapshot, profiles, held_for), holding=True)
         # no target decided: the last planned cycle's would read as current for as long as it holds (the loans
         # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
         return (replace(plan, notes=plan.notes + tuple(held_for.values())),

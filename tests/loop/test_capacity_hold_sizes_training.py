@@ -68,7 +68,7 @@ def test_co_locations_memory_of_a_slack_shrink_stays_through_the_hold():
     assert grows(plan) == [] and dict(state.colocation.shrunk) == {"other": (5, "chat")}
 
 
-def hold(how: str) -> tuple[Plan, PlannerState]:
+def hold(how: str, models: frozenset[str] | None = None) -> tuple[Plan, PlannerState]:
     fleet = Fleet([1000.0])
     fleet.unknown, fleet.hot = how == "unknown", False
     snap = fleet.snapshot()
@@ -78,7 +78,7 @@ def hold(how: str) -> tuple[Plan, PlannerState]:
     def base(snapshot, forecasts, policy, state):
         return Plan(actions=(GROW, GIVE)), (state or PlannerState())
 
-    return plan_with_capacity(snap, {}, ON, PlannerState(), profiles={"chat": PROFILES["chat"]},
+    return plan_with_capacity(snap, {}, ON, PlannerState(), profiles={"chat": replace(PROFILES["chat"], models=models)},
                               capacity_policy=CapacityPolicy(), base=base)
 
 
@@ -89,3 +89,15 @@ def test_neither_give_back_goes_out_during_either_hold(how):
     assert grows(plan) == [], [a.describe() for a in plan.actions]
     assert {n.split(":")[0] for n in plan.notes if n.startswith("dropped")} == {
         "dropped scale_training cheap", "dropped scale_training other"}
+
+
+@pytest.mark.parametrize(("how", "models", "dropped"), [
+    ("unknown", frozenset({"H100-SXM5-80GB"}), False),   # the fleet's GPUs are all A100s: chat could use none
+    ("unknown", frozenset({"A100-SXM4-80GB", "H100-SXM5-80GB"}), True),
+    ("unattributed", frozenset({"H100-SXM5-80GB"}), True),   # no service named: every job's
+])
+def test_a_hold_drops_the_give_backs_of_jobs_on_models_a_held_service_may_use_only(how, models, dropped):
+    """Before, a job whose GPUs the service whose demand is unknown could never take stayed short for the hold."""
+    plan, _ = hold(how, models)
+    assert (grows(plan) == []) is dropped and (grows(plan) == [GROW, GIVE]) is not dropped
+    assert bool([n for n in plan.notes if n.startswith("dropped")]) is dropped
