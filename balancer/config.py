@@ -209,8 +209,16 @@ def number_as_text(value: Any, *, integer: bool = False) -> str:
         return ""
     if not math.isfinite(number):
         return ""
-    written = f"{int(number)}" if integer and number.is_integer() else repr(number)
+    written = f"{int(number)}" if integer and number.is_integer() else _yaml_float(number)
     return f"YAML reads {value} as text, not a number: write {written}"
+
+
+def _yaml_float(number: float) -> str:
+    """`number` as YAML 1.1 reads a float: a mantissa with a dot where there is an exponent (Python's `5e-06` is
+    text to PyYAML too, so the hint told the user to write what had just been refused)."""
+    text = repr(number)
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
 
 
 TIMEZONE_ALLOWED = "an IANA time zone name such as UTC, Europe/Berlin or America/New_York"

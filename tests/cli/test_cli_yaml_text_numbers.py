@@ -33,3 +33,16 @@ def test_text_that_is_no_number_gets_no_hint(tmp_path, capsys):
     assert main(["check", str(path)]) == 2
     out = capsys.readouterr()
     assert "spec.safety.minExpectedGain" in out.out + out.err and "as text" not in out.out + out.err
+
+
+@pytest.mark.parametrize("written", ["5e-6", "1e-7", "2e20", "1E-5"])
+def test_the_hint_is_a_number_yaml_reads_as_one(written):
+    """The hint printed Python's repr, `5e-06`, which PyYAML reads as text too (audit s32y9): the user was told to write
+    what had just been refused. The hint's mantissa has a dot, so YAML reads it as the float meant."""
+    import yaml
+
+    from balancer.config import number_as_text
+
+    hint = number_as_text(written)
+    suggested = hint.rsplit("write ", 1)[1]
+    assert yaml.safe_load(f"a: {suggested}")["a"] == float(written), hint
