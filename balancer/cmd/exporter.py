@@ -70,10 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--caps-interval", type=float, default=10.0,
                    help="seconds between power-cap file reads (at most 86400)")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
-    p.add_argument("--hostname", default="", metavar="NAME",
+    p.add_argument("--hostname", type=given("--hostname", "a node name"), default=None, metavar="NAME",
                    help="nvml backend: the Hostname label of every series, the node's name (default: $NODE_NAME, "
                         "else this machine's hostname; in a pod that is the pod's name, so the DaemonSet passes it)")
-    p.add_argument("--pod-resources-socket", default="", metavar="PATH",
+    p.add_argument("--pod-resources-socket", type=given("--pod-resources-socket"), default=None, metavar="PATH",
                    help="nvml backend: the kubelet's PodResources socket, to publish which pod holds which GPU "
                         "(e.g. /var/lib/kubelet/pod-resources/kubelet.sock; default: off)")
     p.add_argument("--stuck-after", default="5m", metavar="DURATION",

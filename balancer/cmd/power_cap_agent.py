@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     from exporters.power_caps import PowerCapAgent
     from exporters.power_limits_before import LimitsBefore
 
-    if not args.node:
+    if not args.node.strip():   # blank: no node's name either
         raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")

@@ -27,7 +27,7 @@ FLAGS = [
                               "--scheduler-name", "--prometheus", "--lease-name", "--lease-namespace")],
     *[(SIM, f) for f in ("--cluster", "--trace", "--policy-file", "--out")],
     *[(CAL, f) for f in ("--csv", "--prometheus", "--services", "--json", "--write-services", "--demand-query")],
-    *[(EXPORTER, f) for f in ("--node", "--fleet", "--power-caps-file")],
+    *[(EXPORTER, f) for f in ("--node", "--fleet", "--power-caps-file", "--hostname", "--pod-resources-socket")],
     (["power-cap-agent", "--node", "n", "--once"], "--state-file"),
     (["power-cap-agent", "--node", "n", "--once"], "--kubeconfig"),
     (["place", "--policy", "bestfit", "--pods", "{tmp}/p.csv"], "--nodes"),
@@ -67,3 +67,12 @@ def test_a_given_value_still_reaches_the_command():
 
     args = build_parser().parse_args([*RUN, "--shard", "a", "--lease-name", "ctl"])
     assert (args.shard, args.lease_name, args.policy) == ("a", "ctl", None)
+
+
+@pytest.mark.parametrize("value", ["", "   "], ids=["empty", "blank"])
+def test_power_cap_agent_refuses_a_blank_node_name_first(capsys, value):
+    """`--node '   '` passed the agent's own check (`if not args.node`) and failed later on --kubeconfig (audit
+    s32y9): a blank name is no node's either."""
+    assert main(["power-cap-agent", "--node", value, "--once", "--kubeconfig", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert f"field '--node': invalid value {value!r}" in err and "kubeconfig" not in err, err
