@@ -36,7 +36,9 @@ and placement, not its GPU instance ID: the backend's `mig_instance` is asked th
 GPU instance at that placement, `exporters.backends.nvml_mig`) and gives its `GPU_I_ID` and `GPU_I_PROFILE` as for
 a device plugin's MIG device. Where it cannot (NVML refuses to list GPU instances, no instance lies there, a backend
 without MIG) the pod is attributed to the whole GPU without `GPU_I_ID`, which the controller counts as holding a
-whole GPU's share (never as free), and the device is counted in `gputide_pod_resources_unresolved_mig_devices`.
+whole GPU's share (never as free), and the device is counted in `gputide_pod_resources_unresolved_mig_devices`; so is
+a device plugin's `<gpu index>:<mig index>` on a GPU whose read is stuck in NVML (not asked: the call would hang the
+collection), rather than left unattributed, which reads its GPU instance as free.
 Pods sharing one ResourceClaim all hold its device (DRA claims are never superseded, below). DRA devices of other
 drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu.nvidia.com` no GPU here matches (a
 `gpu-vfio-<n>` passthrough GPU, which NVML does not see) are counted unmatched.
@@ -233,7 +235,7 @@ class DeviceIndex:
         self.by_device = ({f: self.by_uuid[u] for f, u in files.items() if u in self.by_uuid} if files
                           else {g.device: g for g in ids})
         self.mig = mig
-        self.unresolved: set[str] = set()   # DRA MIG devices held whole: their GPU instance not resolved
+        self.unresolved: set[str] = set()   # MIG devices held whole: their GPU instance not resolved
 
     def place(self, device_id: str, resource: str = GPU_RESOURCES[0]) -> Placement | None:
         device = _SHARED_REPLICA.sub("", device_id)
@@ -249,6 +251,9 @@ class DeviceIndex:
         found = self.mig(device) if self.mig is not None else None
         if found is None or (g := self.by_uuid.get(found.parent_uuid)) is None:
             return None   # not a MIG device NVML knows, or one of another node's GPUs
+        if found.gpu_instance_id is None:   # an index on a GPU stuck in NVML: held whole, as a DRA device unresolved
+            self.unresolved.add(device)
+            return Placement(g)
         return Placement(g, str(found.gpu_instance_id), found.profile or profile)
 
     def place_dra(self, name: str) -> Placement | None:
@@ -260,7 +265,7 @@ class DeviceIndex:
             if g is None or m.re is _DRA_GPU:
                 return Placement(g) if g else None
             found = self.mig(name) if self.mig is not None else None
-            if found is None or found.parent_uuid != g.uuid:
+            if found is None or found.parent_uuid != g.uuid or found.gpu_instance_id is None:
                 self.unresolved.add(name)
                 return Placement(g)   # the GPU is known, its instance not: held whole, never free
             return Placement(g, str(found.gpu_instance_id), found.profile)
@@ -374,8 +379,9 @@ class PodAttribution:
         yield GaugeMetricFamily("gputide_pod_resources_unmatched_devices", "GPU and MIG device IDs, and DRA GPU "
                                 "devices, allocated to pods that match no GPU of this exporter.",
                                 value=float(self._unmatched))
-        yield GaugeMetricFamily("gputide_pod_resources_unresolved_mig_devices", "DRA MIG devices whose GPU instance "
-                                "the backend could not resolve: their pods are attributed to the whole GPU.",
+        yield GaugeMetricFamily("gputide_pod_resources_unresolved_mig_devices", "DRA MIG devices, and a device "
+                                "plugin's MIG indices on a GPU stuck in NVML, whose GPU instance the backend could "
+                                "not resolve: their pods are attributed to the whole GPU.",
                                 value=float(self._unresolved))
         yield GaugeMetricFamily("gputide_pod_resources_superseded_claims", "Claims on a GPU or MIG device ID left "
                                 "out because a pod that appeared later claims it too (the older pod has finished).",

@@ -68,7 +68,7 @@ class MigInstance:
     """A MIG device as NVML knows it: the GPU it is carved from, its GPU instance, that instance's profile."""
 
     parent_uuid: str
-    gpu_instance_id: int
+    gpu_instance_id: int | None   # None: its GPU known, its instance not asked (GPU stuck in NVML): held whole
     profile: str = ""   # e.g. "1g.10gb"; "" when NVML did not say
 
 

@@ -90,7 +90,8 @@ collection waits for the lock `lock_timeout_s` at most (the collection timeout i
 (`NvmlBusy`, logged once) rather than wait for good behind an agent's call that does not return.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
 DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`):
-None for a GPU whose read is late or stuck, and None rather than a wait past `lock_timeout_s` for the lock.
+NVML is never asked of a GPU whose read is late or stuck (its DRA devices None, an index on it its GPU with no GPU
+instance, a new MIG UUID looked for on the other GPUs), and None rather than a wait past `lock_timeout_s` for the lock.
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
 """
 
@@ -510,10 +511,10 @@ class NvmlBackend:
 
     def mig_instance(self, device_id: str) -> MigInstance | None:
         """The MIG device a device plugin's ID or a DRA driver's device name names (`exporters.backends.nvml_mig`),
-        for pod attribution. None, without asking NVML, for a GPU whose read is late or stuck (the call would hang
-        there too, in the collection's thread, under the lock), and None when the power-cap agent holds the lock
-        past `lock_timeout_s`: the first lookup of a collection waits that long, the others then not at all (no MIG
-        attribution this scrape, rather than a collection waiting for good)."""
+        for pod attribution. Never asking NVML of a GPU whose read is late or stuck (the call would hang there too, in
+        the collection's thread, under the lock: `NvmlMigLookup.__call__`), and None when the power-cap agent holds
+        the lock past `lock_timeout_s`: the first lookup of a collection waits that long, the others then not at all
+        (no MIG attribution this scrape, rather than a collection waiting for good)."""
         if not self._lock.acquire(timeout=0 if self._mig_busy else self.lock_timeout_s):
             self._mig_busy = True
             return None

@@ -22,9 +22,12 @@ destroyed as DRA claims come and go). A name no GPU instance matches (the GPU re
 every name on a GPU whose listing NVML refused (NoPermission without the MIG monitor capability, NotSupported, a
 lost GPU): pod attribution then holds the whole GPU, as before this lookup could read placements. Each is logged
 once (per name; per GPU and error); refused listings are counted in `errors`. A GPU whose read is late or stuck in
-NVML (`skip`, from the backend's `GpuReads.stuck`) is not asked: its MIG devices are None this scrape, not a call that
-would hang the collection with it, and so is a MIG UUID not resolved before while any GPU is (NVML names its GPU only
-once asked).
+NVML (`skip`, from the backend's `GpuReads.stuck`) is not asked, not a call that would hang the collection with it:
+its DRA MIG devices are None this scrape, a device plugin's index on it is its GPU with no GPU instance (the index names
+the GPU; pod attribution holds it whole, as a DRA device it cannot resolve). A MIG UUID not resolved before is then
+not asked of NVML (``nvmlDeviceGetHandleByUUID`` may ask every GPU, the stuck one too) but looked for among the other
+GPUs' MIG devices, listed once per collection: found, it is kept as ever; not found (on the stuck GPU, or gone), None
+this scrape and looked for again at the next.
 
 A MIG UUID names one instance for its whole life (re-creating the instance gives it a new UUID), so what a UUID
 resolved to is kept; an index is asked each time (re-partitioning reuses it). What NVML cannot resolve is None and
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from exporters.backends.base import MigInstance
@@ -83,17 +86,20 @@ class NvmlMigLookup:
         self.index_uuids = dict(index_uuids or {})
         self._by_uuid: dict[str, MigInstance] = {}
         self._placements: dict[int, Placements | None] = {}   # this collection's, by minor; None: NVML refused
+        self._walked: dict[str, MigInstance] | None = None   # this collection's MIG devices of GPUs not stuck, by UUID
         self._logged: set[tuple[str, str]] = set()
         self.errors = 0   # GPU instance listings NVML refused
 
     def new_collection(self) -> None:
         """Forget the GPU instances listed for the last collection."""
         self._placements.clear()
+        self._walked = None
 
     def __call__(self, device_id: str, skip: Collection[str] = ()) -> MigInstance | None:
-        """The MIG device `device_id` names, or None; None without asking NVML where the GPU it would ask is in
-        `skip` (UUIDs: GPUs whose read is late or stuck in NVML, where a call would hang too), and for a MIG UUID not
-        resolved before while any GPU is skipped (NVML is asked the UUID before the GPU is known)."""
+        """The MIG device `device_id` names, or None; never asking NVML of a GPU in `skip` (UUIDs: GPUs whose read
+        is late or stuck in NVML, where a call would hang too): a DRA name there is None, an index there its GPU with
+        no GPU instance (`MigInstance.gpu_instance_id` None), and a MIG UUID not resolved before is looked for among
+        the other GPUs' MIG devices only (`_walk`: ``nvmlDeviceGetHandleByUUID`` may ask every GPU)."""
         nvml = self.nvml
         if device_id in self._by_uuid:
             return self._by_uuid[device_id]
@@ -108,13 +114,14 @@ class NvmlMigLookup:
                 gpu, mig = int(index[1]), int(index[2])
                 if gpu >= len(self.handles) or self.handles[gpu] is None:   # None: a GPU the backend left out
                     return None
-                if self.index_uuids.get(gpu) in skip:
-                    return None
+                if (uuid := self.index_uuids.get(gpu)) is not None and uuid in skip:
+                    return MigInstance(uuid, None)   # the index names its GPU: held whole, the instance not asked
                 found = self._describe(nvml.nvmlDeviceGetMigDeviceHandleByIndex(self.handles[gpu], mig))
             elif device_id.startswith("MIG-"):
-                if skip:
-                    return None
-                found = self._by_uuid[device_id] = self._describe(nvml.nvmlDeviceGetHandleByUUID(device_id))
+                found = (self._walk(skip).get(device_id) if skip   # NVML would ask every GPU, the stuck one too
+                         else self._describe(nvml.nvmlDeviceGetHandleByUUID(device_id)))
+                if found is not None:
+                    self._by_uuid[device_id] = found
             else:
                 return None
         except nvml.NVMLError:
@@ -127,6 +134,33 @@ class NvmlMigLookup:
         return MigInstance(parent_uuid=_text(nvml.nvmlDeviceGetUUID(parent)),
                            gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
                            profile=profile_of_name(nvml.nvmlDeviceGetName(mig)))
+
+    def _walk(self, skip: Collection[str]) -> dict[str, MigInstance]:
+        """The MIG devices of every GPU not in `skip`, by MIG UUID, listed once per collection (while some GPU is
+        stuck); a GPU that refuses (not in MIG mode, NotSupported) lists none."""
+        if self._walked is not None:
+            return self._walked
+        nvml, self._walked = self.nvml, {}
+        for gpu, uuid in self.index_uuids.items():
+            if uuid in skip or gpu >= len(self.handles) or (handle := self.handles[gpu]) is None:
+                continue
+            try:
+                for mig in self._migs(handle):
+                    self._walked[_text(nvml.nvmlDeviceGetUUID(mig))] = MigInstance(
+                        uuid, int(nvml.nvmlDeviceGetGpuInstanceId(mig)), profile_of_name(nvml.nvmlDeviceGetName(mig)))
+            except nvml.NVMLError:
+                continue
+        return self._walked
+
+    def _migs(self, handle: Any) -> Iterator[Any]:
+        """The MIG devices under one GPU, as the DRA driver lists them (NVMLError where NVML refuses to)."""
+        nvml = self.nvml
+        absent = (nvml.NVMLError_NotFound, nvml.NVMLError_InvalidArgument)   # no MIG device at that index
+        for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+            except absent:
+                continue
 
     def _dra(self, name: str, minor: int, where: tuple[int, int, int]) -> MigInstance | None:
         """The GPU instance a DRA driver's MIG device name places (module docstring), or None."""
@@ -148,13 +182,8 @@ class NvmlMigLookup:
     def _list(self, handle: Any, uuid: str) -> Placements | None:
         """The GPU instances of one GPU by their profile ID and placement, or None where NVML refuses to say."""
         nvml, found = self.nvml, {}
-        absent = (nvml.NVMLError_NotFound, nvml.NVMLError_InvalidArgument)   # no MIG device at that index
         try:
-            for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-                try:
-                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
-                except absent:
-                    continue
+            for mig in self._migs(handle):
                 gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
                 info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
                 where = (int(info.profileId), int(info.placement.start), int(info.placement.size))

@@ -2,7 +2,7 @@
 device's GPU instance listing, or an index lookup, called NVML on a GPU whose read was stuck, in the collection's
 thread under the backend's lock, and the lock was taken with no timeout behind a power-cap agent call that did not
 return. A late or stuck GPU's MIG devices are now None for that scrape (no MIG attribution), asked again once its read
-returns; a lock held past `lock_timeout_s` is None too.
+returns (an index on it names its GPU, with no GPU instance); a lock held past `lock_timeout_s` is None too.
 
 Every wait is bounded: hung calls at most `BOUND_S`, the threads joined with a timeout."""
 
@@ -34,10 +34,11 @@ def test_a_stuck_gpus_mig_devices_are_none_without_a_call_and_resolved_once_its_
     try:
         b.read()
         assert b.reads.stuck() == ["GPU-A100"]
-        for device in (DRA, INDEX, "MIG-1111"):   # a MIG UUID never resolved: its GPU is not known before asking
+        held_whole = MigInstance("GPU-A100", None)   # the index names its GPU (test_exporter_nvml_mig_healthy_...)
+        for device, want in ((DRA, None), (INDEX, held_whole), ("MIG-1111", None)):   # the UUID: not on the H100
             t, out = in_thread(lambda device=device: b.mig_instance(device))
             assert not t.is_alive(), f"the MIG lookup of {device} hung on the stuck GPU"
-            assert out == {"result": None}
+            assert out == {"result": want}
     finally:
         nvml.release.set()
     ended()
