@@ -174,7 +174,9 @@ def build() -> dashboard.Dashboard:
             stack=True, min_val=0))
         .with_panel(timeseries_panel(
             "GPUs the forecast asks for", "Inference GPUs each service needs for its forecast demand "
-            "(gputide_capacity_target_gpus) against what it holds.", "none",
+            "(gputide_capacity_target_gpus) against what it holds. The targets gap while capacity shifting holds "
+            "(gputide_capacity_holding: a service's demand unknown or its pods unattributed) and while the "
+            "controller holds still: no target is decided then.", "none",
             [q(_per_cluster(f"gputide_capacity_target_gpus{{{SERVICE}}}"), "{{service}} target"),
              q(_capacity("inference"), "inference held")], min_val=0))
         .with_panel(timeseries_panel(

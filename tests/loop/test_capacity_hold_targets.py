@@ -5,7 +5,9 @@ lends nor reclaims), so the loaned count stays."""
 
 from __future__ import annotations
 
+import json
 from functools import partial
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -41,3 +43,15 @@ def test_the_targets_go_while_capacity_holds_and_come_back_when_it_plans():
     clock[0] += 60.0
     rec.run_once()
     assert target() is not None
+
+
+def test_where_operators_read_the_targets_they_are_told_a_hold_gaps_them():
+    """The runbook sent operators to gputide_capacity_target_gpus, and the dashboard drew it, with no word that a hold
+    leaves it absent: a gap read as a scrape failure, or a target of none."""
+    root = Path(__file__).resolve().parents[2]
+    paragraphs = (root / "docs" / "runbooks.md").read_text().split("\n\n")
+    assert all("gputide_capacity_holding" in p for p in paragraphs if "gputide_capacity_target_gpus" in p)
+    panels = json.loads((root / "dashboards" / "tidal-capacity.json").read_text())["panels"]
+    drawn = [p for p in panels
+             if any("gputide_capacity_target_gpus" in t.get("expr", "") for t in p.get("targets", []))]
+    assert drawn and all("gputide_capacity_holding" in p["description"] for p in drawn)
