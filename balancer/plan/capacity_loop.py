@@ -195,8 +195,8 @@ def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity])
         why["inference_demand_unknown"] = (
             f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
             "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
-            "no GPU lent nor reclaimed, no room made, no training grown, until it is known again; thermal relief "
-            "goes on")
+            "no GPU lent nor reclaimed, no room made, no training grown onto the GPU models it may use, until "
+            "it is known again; thermal relief goes on")
     blind = unattributed_services(snapshot, profiles)
     if blind:
         why["unattributed_pods"] = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
