@@ -78,7 +78,7 @@ and the whole loop held still, fleet-wide, until the pod was mended. No timer: i
 unknown, and GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated
 meanwhile). Both holds at once: both notes, both reasons (`capacity_holding`
 "inference_demand_unknown,unattributed_pods", a gauge series each; before, the demand's hid the other). Either hold
-still sizes training by the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
+leaves training's growth to the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
 returned before that filter, and a hotspot or co-location give-back grew training into free GPUs the held service
 may need), for the jobs on GPU models a held service may use (unattributed pods: every job); their shrinks stay
 remembered, still owed, until the tide plans and sizes the jobs. A hold decides no target: the services' targets go
@@ -190,11 +190,11 @@ def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity])
     """Why capacity holds this cycle, {reason: note}, empty when it plans: a profiled service's demand unknown,
     profiled services' pods unattributed, or both (each named: before, the demand's hid the other)."""
     why: dict[str, str] = {}
-    unknown = {n: why for n, why in snapshot.demand_unknown.items() if n in profiles}
+    unknown = {n: because for n, because in snapshot.demand_unknown.items() if n in profiles}
     if unknown:
         why["inference_demand_unknown"] = (
-            f"capacity holds: the demand of {'; '.join(f'{n} ({why})' for n, why in sorted(unknown.items()))} "
-            "is unknown (gputide_inference_demand_rps NaN): read as 0 it would look idle, so no service is scaled, "
+            f"capacity holds: the demand of {'; '.join(f'{n} ({b})' for n, b in sorted(unknown.items()))} "
+            "is unknown: read as 0 it would look idle, so no service is scaled, "
             "no GPU lent nor reclaimed, no room made, no training grown onto the GPU models it may use, until "
             "it is known again; thermal relief goes on")
     blind = unattributed_services(snapshot, profiles)
@@ -293,8 +293,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     """`base`'s plan, plus the capacity plan for the services in `profiles` (see the module docstring); `sharded`:
     the snapshot is one shard's (`view_from_snapshot`)."""
     plan, state = base(snapshot, forecasts, policy, state)
-    if not policy.capacity.enabled or not profiles:
-        return plan, state
+    if not policy.capacity.enabled or not profiles:   # a hold kept from before a reload would read on for ever
+        return plan, replace(state, capacity_holding="")
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))

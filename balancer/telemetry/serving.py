@@ -47,14 +47,14 @@ def read_services(rows: list[dict], workloads: tuple[Workload, ...], slo_latency
     its series tell (`ClusterSnapshot.demand_unknown`). Read as 0 it would look idle, and the capacity planner would
     lend its GPUs away while its traffic is only unseen; so the capacity planner holds while a profiled one is
     unknown, co-location holds for it, and thermal relief goes on (before, `MissingTelemetry` held the whole loop:
-    one hung vLLM pod stopped every throttle and migration of the fleet). Only where it `concerned` the caller (None:
-    every service), though: a shard holds for the services with a replica on its nodes (`prometheus._running`), and
-    leaves the others out of both, unplanned (never read as 0). A p99
-    absent or NaN (histogram_quantile over a window without requests) reads 0 only while the demand is 0: no request
-    waited. With demand it is unknown and reads NaN (`LATENCY_UNKNOWN`), never 0: a service whose latency series is
-    lost (a scrape down, a renamed vLLM histogram) would look perfectly calm, and co-location would give training
-    its GPUs back; every consumer reads NaN as no latency evidence (its comparisons are False: neither slack nor
-    pressure). A +Inf p99 (beyond the highest bucket) reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm
+    one hung vLLM pod stopped every throttle and migration of the fleet), and consolidation leaves its pods alone.
+    Only where it `concerned` the caller (None: every service), though: a shard names in `demand_unknown` the services
+    with a replica on its nodes (`prometheus._running`), and leaves the others out of both, unplanned (never read as
+    0). A p99 absent or NaN (histogram_quantile over a window without requests) reads 0 only while the demand is 0:
+    no request waited. With demand it is unknown and reads NaN (`LATENCY_UNKNOWN`), never 0: a service whose latency
+    series is lost (a scrape down, a renamed vLLM histogram) would look perfectly calm, and co-location would give
+    training its GPUs back; every consumer reads NaN as no latency evidence (its comparisons are False: neither slack
+    nor pressure). A +Inf p99 (beyond the highest bucket) reads `P99_BEYOND_BUCKETS_S`: under pressure, never calm
     (finite, so the planner's arithmetic stays finite). A series found twice for one service (an HA pair, two
     scrape jobs) reads its higher value. `replicas_from_spec` says which replicas a status has: a count of its pods
     includes a rolling update's surge pods, the spec never does (the capacity planner reads a raised cap from it)."""
