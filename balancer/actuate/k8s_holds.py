@@ -11,9 +11,10 @@ every replica of the scheduler; `k8s_filters` offers no other pod what it holds)
   evicts the victims left (`resume`), as the reservation names them, while they still make room for the pod there
   (once others took or hold that room, or the node no longer admits the pod: cordoned, tainted, relabelled, none
   is evicted, the node is given back and the pod plans afresh; save where the only rule refusing it is gputide's
-  own hot taint, which lapses within minutes: the preemption is paused, none evicted and the node kept held, until
-  the taint goes or the hold expires); the holds there for pods of lower priority are given back and their
-  nominations cleared, as kube-scheduler clears them (their room is the preemptor's);
+  own hot taint, which lapses within minutes: the preemption is paused, none evicted and the node kept held, the
+  hold renewed up to the taint's expiry, at most the hour, until the taint goes or the hold expires); the holds
+  there for pods of lower priority are given back and their nominations cleared, as kube-scheduler clears them
+  (their room is the preemptor's);
 * **anti-starvation**: a pod pending longer than `starving_s` that preempts no one holds the node closest to
   fitting it, so that what frees up there goes to it rather than to smaller pods that keep arriving; so do the
   members of a pod group that cannot be placed whole, each its own node, save members sharing an unbound
@@ -169,7 +170,7 @@ class Holds:
         refusal = self._refusal(req, i, view, offers)
         if refusal is not None and left:   # cordoned, tainted, relabelled since: no one is evicted for nothing
             if self._only_hot(req, view[i]):   # the controller's taint, lapsing on its own: the room is kept
-                return self._paused(req, view[i], left)
+                return self._paused(req, i, view, left)
             return self._room_taken(req, i, view, offers, left, refusal)
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
@@ -226,14 +227,18 @@ class Holds:
         return bool(hot) and model_allows(node, req) and rule_refusal(
             {**node, "taints": tuple(t for t in node["taints"] if t not in hot)}, req) is None
 
-    def _paused(self, req: Json, node: Json, victims: list[str]) -> str:
-        """`req`'s preemption on `node` paused while gputide's hot taint is there (`resume`): given back, the node
+    def _paused(self, req: Json, i: int, view: list[Json], victims: list[str]) -> str:
+        """`req`'s preemption on node i paused while gputide's hot taint is there (`resume`): given back, the node
         would lose the room the victims evicted already made, and the pod preempt again elsewhere, evicting more
         pods for a node that admits it again within minutes. No victim is evicted into the hot node meanwhile, and
-        the hold is left as it is (not renewed): the preemption carries on once the taint goes, or the pod plans
-        afresh once the hold expires."""
-        key, name = req["name"], node["name"]
-        until = (node["reservations"].get(key) or {}).get("expires", "its expiry")
+        the hold is renewed as it runs out up to the taint's expiry (`gputide.io/hot-until`) and a minute more,
+        never past the hour from the preemption's start (`Preemptor.hold_paused`): left to lapse after `reserve_s`,
+        it ran out under a taint of 15 min or more, and the pod preempted elsewhere anyway. The preemption carries
+        on once the taint goes, or the pod plans afresh once the hold expires."""
+        key, name = req["name"], view[i]["name"]
+        entry = self.preemptor.hold_paused(req, name, view[i]["reservations"][key])
+        view[i]["reservations"] = {**view[i]["reservations"], key: entry}   # holds as much as before
+        until = entry.get("expires", "its expiry")
         log.info("scheduler %s: %s: %s tainted %s: preemption paused, %s not evicted, the node held until %s",
                  self.scheduler_name, key, name, self.hot_taint_key, ", ".join(victims), until)
         return (f" preemption: paused while {name} is tainted {self.hot_taint_key} (gputide's, lapsing on its own): "

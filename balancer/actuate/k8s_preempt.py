@@ -78,7 +78,15 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_workloads import disruption_budget
-from balancer.actuate.kubernetes import GPU_RESOURCE, MERGE_PATCH, NotFoundError, _Api, parse_time, rfc3339
+from balancer.actuate.kubernetes import (
+    GPU_RESOURCE,
+    HOT_UNTIL_ANNOTATION,
+    MERGE_PATCH,
+    NotFoundError,
+    _Api,
+    parse_time,
+    rfc3339,
+)
 from balancer.errors import ActuationError
 from balancer.noderules import Selector
 from balancer.plan.preemption import Preemption, Running, choose
@@ -164,6 +172,20 @@ def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Se
     if until != expires:
         new["expires"] = rfc3339(until)
     return entry if new == entry else new
+
+
+def paused(entry: Json, hot_until: float | None, now: float, reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:
+    """A paused preemption's reservation `entry` (`k8s_holds`: gputide's hot taint alone refuses the pod) as it must
+    now say: renewed as it runs out (within `reserve_s` / 2) until the taint's expiry `hot_until`
+    (`gputide.io/hot-until`, at least 15 min, renewed while the node stays hot) and `GRACE_SLACK_S` more, for the
+    pass that carries the preemption on once the taint goes; by `reserve_s` where that expiry is unknown or past.
+    Never past `max_hold_s` from the preemption's start (`SINCE`), nor cut back. Pure: `entry` when nothing changes."""
+    expires = parse_time(entry.get("expires")) or now
+    if expires - now >= reserve_s / 2:
+        return entry
+    want = hot_until + GRACE_SLACK_S if hot_until is not None and hot_until > now else now + reserve_s
+    until = min(max(expires, want), max(expires, (parse_time(entry.get(SINCE)) or now) + max_hold_s))
+    return entry if until == expires else {**entry, "expires": rfc3339(until)}
 
 
 def ranked(entry: Json, req: Json) -> Json:
@@ -423,6 +445,25 @@ class Preemptor:
                     stuck=bool(stuck))
         done.entry = self._note(req["name"], node, entry, ranked(new, req))
         return done
+
+    def hold_paused(self, req: Json, node: str, entry: Json) -> Json:
+        """`req`'s preemption on `node` paused by gputide's hot taint (`k8s_holds`): its reservation `entry` renewed
+        as it runs out (`paused`), up to the taint's expiry as the node says it now (read then, not every pass), so
+        that the hold outlasts the taint rather than lapsing under it (the pod would then preempt elsewhere, evicting
+        more pods while the room made here sits idle). The reservation as it now is; `entry` when it is not renewed
+        (a read or write that fails is logged: the next pass asks again)."""
+        now = self.clock()
+        if (parse_time(entry.get("expires")) or now) - now >= self.reserve_s / 2 or self.halted():
+            return entry
+        try:
+            seen = self.api(f"node {node}", self.api.core.read_node, node)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot read %s to renew %s's paused hold: %s", self.scheduler_name, node,
+                        req["name"], err)
+            return entry
+        notes = (seen.get("metadata") or {}).get("annotations") or {}
+        return self._note(req["name"], node, entry, paused(entry, parse_time(notes.get(HOT_UNTIL_ANNOTATION)), now,
+                                                           self.reserve_s))
 
     def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:
         """`key`'s reservation on `node` written as `new` (`noted`), unless it is `entry` as it was or `halted()`
