@@ -170,9 +170,9 @@ def _checked(args: argparse.Namespace) -> float:
     if args.write_services is not None and not args.services:
         raise InputError(None, "--write-services", args.write_services, "only with --services FILE (the profiles "
                          "file it rewrites)")
-    if args.write_services == STDOUT:   # the snippet the run prints is what it writes there; '-' made a file
-        raise InputError(None, "--write-services", STDOUT, "a file path (the ServiceProfiles snippet printed on "
-                         "standard output is the same text)")
+    if args.write_services == STDOUT:   # a whole ServiceProfiles file, not JSON: '-' made a file named '-'
+        raise InputError(None, "--write-services", STDOUT, "a file path (it writes the whole ServiceProfiles file; "
+                         "the run prints each service's rpsPerReplica on standard output)")
     output_file(args.write_services, "--write-services", inputs)
     return duration(args.settle, "--settle", allow_zero=True)
 

@@ -212,7 +212,8 @@ def watch_gpu_reads(backend, health) -> None:
     1/8 of the collection timeout, then fails (`NvmlBusy`) rather than wait for good: with the reads and the kubelet
     after it the collection ends within the timeout, so a scrape is told the agent held NVML (waited for the whole
     timeout, the collection outran it and the scrape read only 'timed out'); an agent's sync takes milliseconds, and
-    its call on a GPU in recovery is cut at the reads' deadline. Scrapes meanwhile get what a late collection gets.
+    its calls have no deadline (a call on a GPU in recovery holds the lock until it returns). Scrapes meanwhile get
+    what a late collection gets.
     A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
     a late collection is. A backend without such reads (sim) is left as it is."""
     reads = getattr(backend, "reads", None)
