@@ -57,14 +57,12 @@ that has returned by the next collection is served there if that collection's ow
 always slower than the deadline is served one collection late), unless NVML was initialised again in between. The XID
 drain, the DRA MIG listing and a re-initialisation still run in the collection's own thread; the drain runs after the
 reads, and neither it nor the MIG listing asks NVML of a GPU whose read is late or stuck (its XID registration is
-left to a later drain: one hung since the last collection is known only once its read is late). The drain does
-register a late GPU whose earlier late read this collection serves: slower than the deadline, not hung, its calls
-return (skipped, a GPU always late was never registered again after a refusal or an event set made anew).
-NVML is not initialised again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in
-flight, and that read then freeing a GPM sample of the old initialisation, could crash the process): the backend stays
-blind until the read returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its
-initialisation, it stops at its next step, before any GPM free, rather than use or mark the state built for the next
-one (`_fresh`); what it read is dropped.
+left to a later drain: one hung since the last collection is known only once its read is late). NVML is not initialised
+again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
+freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
+returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops
+at its next step, before any GPM free, rather than use or mark the state built for the next one (`_fresh`); what it
+read is dropped.
 
 NVML itself can stop answering under the exporter or the power-cap agent (`exporters.backends.nvml_init`:
 Uninitialized, DriverNotLoaded, LibRmVersionMismatch). The read stops at the first; from then every field of every
@@ -292,9 +290,7 @@ class NvmlBackend:
         for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
             if read.error is not None and not isinstance(read.error, self.nvml.NVMLError_GpuIsLost):
                 raise read.error
-        # after the reads: a GPU hung since the last collection is late by now. Not skipped: a late GPU whose earlier
-        # late read returned and is served now (slow, not hung: skipped, it was never registered again)
-        stuck = set(self.reads.stuck()) - done.keys()
+        stuck = set(self.reads.stuck())   # after the reads: a GPU hung since the last collection is late by now
         self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in stuck])   # not to hang there too
         for k, g in enumerate(self.identity):
             out = _Out()

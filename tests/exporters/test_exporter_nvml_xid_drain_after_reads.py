@@ -7,9 +7,6 @@ Bounded: the hung calls wait at most `BOUND_S`, the collection is joined for `JO
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from exporters.backends.fake_nvml import FakeDevice, NVMLError
 from exporters.backends.nvml import XID, NvmlBackend
 from exporters.backends.nvml_gpu_reads import GpuReads
@@ -17,22 +14,14 @@ from tests.exporters.test_exporter_nvml_gpu_hung import DEADLINE_S, ended
 from tests.exporters.test_exporter_power_cap_stuck_gpu import HungDevice, in_thread
 
 
-def gpu_1_refused(make: Callable[[list[FakeDevice]], Any], n: int,
-                  deadline_s: float = DEADLINE_S) -> tuple[list[FakeDevice], Any, NvmlBackend]:
-    """`n` GPUs on the fake NVML `make` gives, GPU-1's XID registration refused at start (retried at every drain,
-    refused no more once this returns), read once: (the devices, the NVML, the backend)."""
-    devs = [FakeDevice(uuid=f"GPU-{i}", minor=i) for i in range(n)]
-    devs[1].fail = {"nvmlDeviceRegisterEvents": NVMLError}
-    nvml = make(devs)
-    backend = NvmlBackend(nvml, hostname="n1", reads=GpuReads(deadline_s))
-    backend.read()
-    assert backend._xids.listening.tolist() == [k != 1 for k in range(n)]
-    devs[1].fail = {}
-    return devs, nvml, backend
-
-
 def test_a_gpu_hung_since_the_last_collection_is_not_registered_for_xids_before_its_read_is_found_late():
-    _, nvml, backend = gpu_1_refused(HungDevice, 3)
+    devs = [FakeDevice(uuid=f"GPU-{i}", minor=i) for i in range(3)]
+    devs[1].fail = {"nvmlDeviceRegisterEvents": NVMLError}   # refused at start: retried at every drain
+    nvml = HungDevice(devs)
+    backend = NvmlBackend(nvml, hostname="n1", reads=GpuReads(DEADLINE_S))
+    backend.read()
+    assert backend._xids.listening.tolist() == [True, False, True]
+    devs[1].fail = {}
     nvml.hung = "GPU-1"   # every call of GPU-1 hangs from now: its read not begun, not stuck yet
     try:
         t, out = in_thread(backend.read)
