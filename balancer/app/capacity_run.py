@@ -56,28 +56,26 @@ log = logging.getLogger(__name__)
 DEFAULT_DEMAND_QUERY = 'max(gputide_inference_demand_rps{$selector})'
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
 
-# YAML key -> (ServiceCapacity field, type, lowest allowed, required)
-_FIELDS: dict[str, tuple[str, type, float, bool]] = {
-    "name": ("name", str, 0, True),
-    "rpsPerReplica": ("rps_per_replica", float, 0, True),
-    "warmupSeconds": ("warmup_s", float, 0, False),
-    "minReplicas": ("min_replicas", int, 1, False),   # 0: see `_value`
-    "maxReplicas": ("max_replicas", int, 1, False),
-    "gpusPerReplica": ("gpus_per_replica", int, 1, False),
-    "gpuModels": ("models", list, 0, False),
-    "homeReplicas": ("home_replicas", int, 0, False),
-    "latencySloSeconds": ("slo_latency_s", float, 0, False),
+# YAML key -> (ServiceCapacity field, type, lowest allowed, highest allowed, required): one bound each way, so every
+# refusal of a number says "from LO to HI" (the lows and highs lived in three tables, and rpsPerReplica 0 said
+# "> 0", 1e-9 "from 1e-06 to 1e+09" and 2e9 "up to 1e+09"). The fields something is divided by have a real low:
+# demand / rpsPerReplica is a replica count, p99 / latencySloSeconds a latency pressure, and `rpsPerReplica:
+# 1.0e-320` passed `> 0` and the division overflowed in the planner (OverflowError).
+_FIELDS: dict[str, tuple[str, type, float, float, bool]] = {
+    "name": ("name", str, 0, 0, True),
+    "rpsPerReplica": ("rps_per_replica", float, 1e-6, 1e9, True),
+    "warmupSeconds": ("warmup_s", float, 0, 86_400, False),
+    "minReplicas": ("min_replicas", int, 1, 100_000, False),   # 0: see `_value`
+    "maxReplicas": ("max_replicas", int, 1, 100_000, False),
+    "gpusPerReplica": ("gpus_per_replica", int, 1, 64, False),
+    "gpuModels": ("models", list, 0, 0, False),
+    "homeReplicas": ("home_replicas", int, 0, 100_000, False),
+    "latencySloSeconds": ("slo_latency_s", float, 1e-3, 3_600, False),
 }
-
-_MAX = {"minReplicas": 100_000, "maxReplicas": 100_000, "homeReplicas": 100_000, "gpusPerReplica": 64,
-        "warmupSeconds": 86_400, "latencySloSeconds": 3_600, "rpsPerReplica": 1e9}
-# the fields something is divided by: demand / rpsPerReplica is a replica count, p99 / latencySloSeconds a latency
-# pressure; `rpsPerReplica: 1.0e-320` passed `> 0` and the division overflowed in the planner (OverflowError)
-_LEAST = {"rpsPerReplica": 1e-6, "latencySloSeconds": 1e-3}
 
 
 def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
-    attr, kind, low, _ = _FIELDS[key]
+    _attr, kind, low, high, _ = _FIELDS[key]
     value = item[key]
     if kind is str:
         if not isinstance(value, str) or not value.strip():
@@ -91,17 +89,13 @@ def _value(item: Mapping[str, Any], key: str, where: str, file: str) -> Any:
     # finite before any float(): float() of a 400-digit integer overflows
     finite = number and (math.isfinite(value) if isinstance(value, float) else abs(value) < 1e300)
     ok = finite and (kind is float or float(value).is_integer())
-    if not ok or value < low or (kind is float and low == 0 and value <= 0):
+    if not ok or not low <= value <= high:
         what = "an integer" if kind is int else "a number"
-        bound = f">= {low:g}" if not (kind is float and low == 0) else "> 0"
-        if key == "minReplicas":   # scale to zero: no vLLM pod, no demand series, the service could never return
-            bound += (" (a service at 0 replicas has no vLLM pod to report its demand, so the controller could "
-                      "never see it to bring it back)")
-        raise InputError(file, where, value, f"{what} {bound}", number_as_text(value, integer=kind is int))
-    if value < _LEAST.get(key, -math.inf):
-        raise InputError(file, where, value, f"a number from {_LEAST[key]:g} to {_MAX[key]:g}")
-    if value > _MAX.get(key, math.inf):
-        raise InputError(file, where, value, f"{'an integer' if kind is int else 'a number'} up to {_MAX[key]:g}")
+        allowed = f"{what} from {low:g} to {high:g}" if math.isfinite(high) else f"{what} at least {low:g}"
+        if key == "minReplicas" and ok and value == 0:   # scale to zero: no vLLM pod, no demand series
+            allowed += (" (a service at 0 replicas has no vLLM pod to report its demand, so the controller could "
+                        "never see it to bring it back)")
+        raise InputError(file, where, value, allowed, number_as_text(value, integer=kind is int))
     return kind(value)
 
 
@@ -119,7 +113,7 @@ def profiles_from_dict(doc: Any, file: str) -> dict[str, ServiceCapacity]:
         if unknown:
             raise InputError(file, f"{path}.{unknown[0]}", item[unknown[0]], "one of the fields " + ", ".join(_FIELDS))
         kwargs = {}
-        for key, (attr, _kind, _low, required) in _FIELDS.items():
+        for key, (attr, _kind, _low, _high, required) in _FIELDS.items():
             if key in item:
                 kwargs[attr] = _value(item, key, f"{path}.{key}", file)
             elif required:
