@@ -71,15 +71,16 @@ def given(flag: str, allowed: str = "a file path") -> Callable[[str], str]:
     return check
 
 
-def distinct(texts: list[str], flag: str, keys: list | None = None) -> None:
-    """InputError naming the first of `texts` (a comma-separated flag's values) that repeats an earlier one, by
-    `keys` where given (`1h,60m`: one horizon): `--stages live,live` ran the stage twice, `--models a,a` scored
-    one model twice."""
+def distinct(texts: list[str], flag: str, keys: list | None = None, *,
+             values: str = "comma-separated values") -> None:
+    """InputError naming the first of `texts` (a comma-separated flag's values, or a repeated flag's: `values`
+    says which) that repeats an earlier one, by `keys` where given (`1h,60m`: one horizon): `--stages live,live`
+    ran the stage twice, `--models a,a` scored one model twice."""
     seen: dict = {}
     for text, key in zip(texts, texts if keys is None else keys, strict=True):
         if key in seen:
             same = "given twice" if seen[key] == text else f"the same as {seen[key]}"
-            raise InputError(None, flag, text, f"comma-separated values, each once ({text} is {same})")
+            raise InputError(None, flag, text, f"{values}, each once ({text} is {same})")
         seen[key] = text
 
 

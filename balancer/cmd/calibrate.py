@@ -31,7 +31,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balancer.cmd._args import STDOUT, duration, epoch, given, number, output_file, report_to, write_json
+from balancer.cmd._args import (
+    STDOUT,
+    distinct,
+    duration,
+    epoch,
+    given,
+    number,
+    output_file,
+    report_to,
+    write_json,
+)
 from balancer.cmd.run import cluster_name, prometheus_url
 from balancer.errors import InputError, TelemetryError
 from balancer.telemetry.slo_rules import service_name
@@ -165,6 +175,8 @@ def _checked(args: argparse.Namespace) -> float:
     cluster_name(args.cluster)   # it goes into PromQL matchers
     for name in args.service:
         service_name(name, None, "--service")   # it goes into PromQL matchers
+    # `--service chat --service chat` queried chat twice, or with --csv was refused as 'one name' with no word why
+    distinct(args.service, "--service", values="service names (one --service each)")
     inputs = {"--csv": args.csv, "--services": args.services}
     output_file(args.json, "--json", inputs)
     if args.write_services is not None and not args.services:

@@ -38,7 +38,8 @@ def run_render(args: argparse.Namespace) -> int:
     prometheus_url(args.prometheus)
     output_dir(args.out, "--out")
     range_s = dr.parse_duration(args.range)
-    step = dr.parse_duration(args.step, "--step") if args.step else None
+    # `is not None`: `--step ''` is a step given and unusable (refused naming it), not the default range / 300
+    step = dr.parse_duration(args.step, "--step") if args.step is not None else None
     try:
         report = dr.render(args.prometheus, Path(args.out),
                            dashboards_dir=Path(args.dashboards_dir or dr.DEFAULT_DASHBOARDS_DIR),

@@ -58,8 +58,11 @@ def _targets(args: argparse.Namespace) -> list[Target]:
 
 
 def _rule_files(args: argparse.Namespace) -> list[Path]:
-    if not args.rules:
+    if args.rules is None:
         return default_rule_files()
+    if not args.rules:   # `--rules` with no file (nargs='*', a glob that matched nothing) took the default rules
+        raise InputError(None, "--rules", "", "one or more rule files (leave --rules out for the repository's "
+                         "rules/*.yaml)")
     files = [Path(p) for p in args.rules]
     names: dict[str, Path] = {}
     for path in files:
@@ -89,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cluster", default="local", help="value of the cluster label on every target")
     parser.add_argument("--scrape-interval", default="5s", help="scrape and rule evaluation interval")
     parser.add_argument("--rules", type=given("--rules"), nargs="*",
-                        help="rule files (default: the repository's rules/*.yaml)")
+                        help="one or more rule files (left out: the repository's rules/*.yaml)")
     parser.add_argument("--out", type=given("--out"),
                         help="with --config-only: directory to write; with --run: data directory")
     parser.add_argument("--port", type=int, default=None, help="with --run: port (default: a free one)")

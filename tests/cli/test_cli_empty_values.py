@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from balancer.cli import main
+from tests.cli.test_cli_run_inputs import one_error_line
 
 PROM = "http://127.0.0.1:1"   # nothing answers there
 RUN = ["run", "--prometheus", PROM, "--once", "--dry-run", "--metrics-port", "0"]
@@ -76,3 +77,15 @@ def test_power_cap_agent_refuses_a_blank_node_name_first(capsys, value):
     assert main(["power-cap-agent", "--node", value, "--once", "--kubeconfig", "/nonexistent"]) == 2
     err = capsys.readouterr().err
     assert f"field '--node': invalid value {value!r}" in err and "kubeconfig" not in err, err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["dashboards", "render", "--prometheus", PROM, "--out", "{tmp}/png", "--step", ""], "--step"),
+    (["prometheus", "--config-only", "--targets", "a:1", "--rules"], "--rules"),
+], ids=["dashboards render --step ''", "prometheus --rules and no file"])
+def test_a_flag_given_with_nothing_is_refused_not_its_default(tmp_path, capsys, argv, flag):
+    """`dashboards render --step ''` rendered at the default step (range / 300), and `prometheus --rules` with no
+    file (a glob that matched nothing) wrote the repository's rules, each without a word (review of s32)."""
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"gputide: error: field '{flag}': invalid value ''; allowed: "), line

@@ -21,10 +21,21 @@ BACKTEST = ["forecast", "backtest", "--trace", "{tmp}/trace.csv"]
     ([*BACKTEST, "--models", "persistence", "--horizons", "1h,60m"], "--horizons", "60m"),
     (["calibrate", "--prometheus", "http://127.0.0.1:1", "--service", "chat", "--range", "1e308"], "--range",
      "1e308"),
+    (["calibrate", "--prometheus", "http://127.0.0.1:1", "--service", "chat", "--service", "chat"], "--service",
+     "chat"),
+    (["calibrate", "--csv", "{tmp}/trace.csv", "--service", "chat", "--service", "chat"], "--service", "chat"),
 ], ids=["demo stages", "backtest models", "backtest horizons", "backtest horizons in two spellings",
-        "calibrate range"])
+        "calibrate range", "calibrate --service repeated", "calibrate --csv and --service repeated"])
 def test_a_repeated_or_unreadable_value_exits_2_naming_it(tmp_path, capsys, argv, flag, value):
     (tmp_path / "trace.csv").write_text(TRACE)
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     line = one_error_line(capsys)
     assert line.startswith(f"gputide: error: field '{flag}': invalid value '{value}'") and "allowed: " in line, line
+
+
+def test_a_repeated_service_is_named_as_repeated(capsys):
+    """With --csv, `--service chat --service chat` was refused as 'one name: a CSV holds one service', not as the
+    same name given twice; from Prometheus it queried chat twice (review of s32)."""
+    assert main(["calibrate", "--prometheus", "http://127.0.0.1:1", "--service", "chat", "--service", "chat"]) == 2
+    line = one_error_line(capsys)
+    assert "allowed: service names (one --service each), each once (chat is given twice)" in line, line
