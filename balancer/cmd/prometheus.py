@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--config-only", action="store_true", help="print (or write with --out) the config")
     mode.add_argument("--run", action="store_true", help="run Prometheus in the foreground until Ctrl-C")
     parser.add_argument("--targets", required=True, help=f"exporter addresses, {_ADDRESS_HELP}")
-    parser.add_argument("--job", default="gputide-exporter", help="job name of the --targets (default: %(default)s)")
+    parser.add_argument("--job", type=given("--job", "a job name"), default="gputide-exporter",
+                        help="job name of the --targets (default: %(default)s)")
     parser.add_argument("--controller", default="", help=f"controller metrics endpoints, {_ADDRESS_HELP}")
     parser.add_argument("--cluster", default="local", help="value of the cluster label on every target")
     parser.add_argument("--scrape-interval", default="5s", help="scrape and rule evaluation interval")
@@ -108,8 +109,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(None, "--scrape-interval", args.scrape_interval, "a duration like 1s, 15s, 1m") from exc
     cluster_name(args.cluster)   # the label the controller's --cluster selects by: the same values
-    if not args.job.strip():
-        raise InputError(None, "--job", args.job, "a non-empty job name")
     if args.port is not None and not 0 < args.port <= 65535:
         raise InputError(None, "--port", args.port, "1..65535")
     for flag, value in (("--port", args.port), ("--retention", args.retention)):

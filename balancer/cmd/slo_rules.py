@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from balancer.cmd._args import given, output_file
+from balancer.cmd._args import STDOUT, given, output_file
 from balancer.errors import InputError
 from balancer.telemetry import slo_rules
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     slos = slo_rules.choose_buckets([(p.name, p.slo_latency_s) for p in profiles.values()], buckets, args.services,
                                     exact=args.exact)
     text = slo_rules.render(slos, buckets, args.services, namespace, objective)
-    if args.out in (None, "-"):
+    if args.out in (None, STDOUT):
         sys.stdout.write(text)
     else:
         try:

@@ -66,8 +66,6 @@ CASES = [
     pytest.param(["prometheus", "--config-only", "--targets", "a:1", "--out", "{tmp}/trace.csv"], "--out",
                  id="prometheus: --out a file"),
     pytest.param(["prometheus", "--run", "--targets", "a:1", "--port=-1"], "--port", id="prometheus: port -1"),
-    pytest.param(["prometheus", "--config-only", "--targets", "a:1", "--job", ""], "--job",
-                 id="prometheus: an empty job"),
     pytest.param(["prometheus", "--config-only", "--targets", "a:1", "--cluster", 'eu"1'], "--cluster",
                  id="prometheus: a cluster no controller can select"),
     pytest.param(RENDER + ["--end", "nan"], "--end", id="dashboards: NaN end"),

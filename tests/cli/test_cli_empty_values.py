@@ -35,6 +35,7 @@ FLAGS = [
     (["forecast", "backtest"], "--trace"),
     (["slo-rules"], "--services"),
     (["prometheus", "--config-only", "--targets", "a:1"], "--out"),
+    (["prometheus", "--config-only", "--targets", "a:1"], "--job"),
     (["dashboards", "build"], "--out"),
     (["dashboards", "render", "--prometheus", PROM], "--out"),
     (["soak", "--short"], "--out"),

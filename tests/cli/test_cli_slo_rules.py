@@ -83,3 +83,11 @@ def test_objective_sets_the_alerts_budget_and_the_default_is_a_p99_target(capsys
     assert "> (6 * 0.001)" in alerts["InferenceSloBurnRateSlow"]["expr"]
     assert "--objective 0.999: latencySloSeconds is a p99.9 target" in strict
     assert "--objective 0.99: latencySloSeconds is a p99 target" in default and "(6 * 0.01)" in default
+
+
+def test_out_dash_is_standard_output_not_a_file_named_dash(capsys, tmp_path, monkeypatch):
+    """`--out -` is `_args.STDOUT`, as every command's output flag reads it (a refactor: the literal '-' before)."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = run(capsys, tmp_path, "chat", "", "--out", "-")
+    assert rc == 0 and yaml.safe_load(out)["groups"][0]["name"] == "gputide-slo-vllm"
+    assert not (tmp_path / "-").exists()
