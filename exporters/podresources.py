@@ -38,7 +38,9 @@ a device plugin's MIG device. Where it cannot (NVML refuses to list GPU instance
 without MIG) the pod is attributed to the whole GPU without `GPU_I_ID`, which the controller counts as holding a
 whole GPU's share (never as free), and the device is counted in `gputide_pod_resources_unresolved_mig_devices`; so is
 a device plugin's `<gpu index>:<mig index>` on a GPU whose read is stuck in NVML (not asked: the call would hang the
-collection), rather than left unattributed, which reads its GPU instance as free.
+collection), rather than left unattributed, which reads its GPU instance as free. A MIG UUID the backend has not seen
+on a GPU while some GPU is stuck (`MIG_GPU_UNKNOWN`: it may lie there) has no GPU to hold: it is left out of the
+rows and counted in that gauge too, not as unmatched (which says "on no GPU of this node").
 Pods sharing one ResourceClaim all hold its device (DRA claims are never superseded, below). DRA devices of other
 drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu.nvidia.com` no GPU here matches (a
 `gpu-vfio-<n>` passthrough GPU, which NVML does not see) are counted unmatched.
@@ -93,7 +95,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from prometheus_client.core import GaugeMetricFamily
 
-from exporters.backends.base import GpuIdentity, GpuReadings, MigLookup, WorkloadInfo
+from exporters.backends.base import MIG_GPU_UNKNOWN, GpuIdentity, GpuReadings, MigLookup, WorkloadInfo
 from exporters.backends.nvml_mig import gpu_instance_profile
 
 log = logging.getLogger(__name__)
@@ -235,7 +237,8 @@ class DeviceIndex:
         self.by_device = ({f: self.by_uuid[u] for f, u in files.items() if u in self.by_uuid} if files
                           else {g.device: g for g in ids})
         self.mig = mig
-        self.unresolved: set[str] = set()   # MIG devices held whole: their GPU instance not resolved
+        self.unresolved: set[str] = set()   # MIG devices held whole, or on a GPU not knowable: instance not resolved
+        self.unplaced: set[str] = set()   # device IDs whose GPU is not knowable now (`MIG_GPU_UNKNOWN`): not unmatched
 
     def place(self, device_id: str, resource: str = GPU_RESOURCES[0]) -> Placement | None:
         device = _SHARED_REPLICA.sub("", device_id)
@@ -249,6 +252,10 @@ class DeviceIndex:
             g = self.by_uuid.get(m[1]) or self.by_device.get(m[1])
             return Placement(g, m[2], profile) if g else None
         found = self.mig(device) if self.mig is not None else None
+        if found == MIG_GPU_UNKNOWN:   # a MIG UUID maybe on a GPU stuck in NVML: on no GPU to attribute, yet ours
+            self.unresolved.add(device)
+            self.unplaced.add(device_id)
+            return None
         if found is None or (g := self.by_uuid.get(found.parent_uuid)) is None:
             return None   # not a MIG device NVML knows, or one of another node's GPUs
         if found.gpu_instance_id is None:   # an index on a GPU stuck in NVML: held whole, as a DRA device unresolved
@@ -354,6 +361,8 @@ class PodAttribution:
         for a in self._settled(self._allocations()):
             p = index.place_dra(a.device_id) if a.claim else index.place(a.device_id, a.resource)
             if p is None:
+                if a.device_id in index.unplaced:
+                    continue   # counted unresolved
                 unmatched += 1
                 self._log_unmatched(a)
                 continue
@@ -381,7 +390,8 @@ class PodAttribution:
                                 value=float(self._unmatched))
         yield GaugeMetricFamily("gputide_pod_resources_unresolved_mig_devices", "DRA MIG devices, and a device "
                                 "plugin's MIG indices on a GPU stuck in NVML, whose GPU instance the backend could "
-                                "not resolve: their pods are attributed to the whole GPU.",
+                                "not resolve: their pods are attributed to the whole GPU; and MIG UUIDs not known "
+                                "while a GPU is stuck in NVML, whose GPU cannot be known: their pods not attributed.",
                                 value=float(self._unresolved))
         yield GaugeMetricFamily("gputide_pod_resources_superseded_claims", "Claims on a GPU or MIG device ID left "
                                 "out because a pod that appeared later claims it too (the older pod has finished).",

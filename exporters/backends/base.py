@@ -67,9 +67,14 @@ class WorkloadInfo:
 class MigInstance:
     """A MIG device as NVML knows it: the GPU it is carved from, its GPU instance, that instance's profile."""
 
-    parent_uuid: str
+    parent_uuid: str   # "": not knowable now (`MIG_GPU_UNKNOWN`)
     gpu_instance_id: int | None   # None: its GPU known, its instance not asked (GPU stuck in NVML): held whole
     profile: str = ""   # e.g. "1g.10gb"; "" when NVML did not say
+
+
+# A MIG UUID never seen on a GPU walked while some GPU is stuck in NVML: it may lie on that GPU, which cannot be asked
+# (the call would hang), so its GPU is not known either: pod attribution counts it unresolved, not unmatched.
+MIG_GPU_UNKNOWN = MigInstance("", None)
 
 
 class MigLookup(Protocol):

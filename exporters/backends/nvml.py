@@ -89,7 +89,8 @@ collection waits for the lock `lock_timeout_s` at most (the collection timeout i
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
 DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU instances listed once per `read()`):
 NVML is never asked of a GPU whose read is late or stuck (its DRA devices None, an index on it its GPU with no GPU
-instance, a new MIG UUID looked for on the other GPUs), and None rather than a wait past `lock_timeout_s` for the lock.
+instance, a MIG UUID among those walked on it before or on the other GPUs, else `MIG_GPU_UNKNOWN`), and None rather
+than a wait past `lock_timeout_s` for the lock.
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
 """
 

@@ -24,14 +24,18 @@ lost GPU): pod attribution then holds the whole GPU, as before this lookup could
 once (per name; per GPU and error); refused listings are counted in `errors`. A GPU whose read is late or stuck in
 NVML (`skip`, from the backend's `GpuReads.stuck`) is not asked, not a call that would hang the collection with it:
 its DRA MIG devices are None this scrape, a device plugin's index on it is its GPU with no GPU instance (the index names
-the GPU; pod attribution holds it whole, as a DRA device it cannot resolve). A MIG UUID not resolved before is then
-not asked of NVML (``nvmlDeviceGetHandleByUUID`` may ask every GPU, the stuck one too) but looked for among the other
-GPUs' MIG devices, listed once per collection: found, it is kept as ever; not found (on the stuck GPU, or gone), None
-this scrape and looked for again at the next.
+the GPU; pod attribution holds it whole, as a DRA device it cannot resolve).
 
 A MIG UUID names one instance for its whole life (re-creating the instance gives it a new UUID), so what a UUID
-resolved to is kept; an index is asked each time (re-partitioning reuses it). What NVML cannot resolve is None and
-asked again at the next scrape. The formats that carry their GPU (R450/R460's ``MIG-GPU-<uuid>/<gi>/<ci>``, GKE's
+resolved to is kept, and so is every MIG device a walk finds: a MIG UUID not known yet walks the MIG devices of every
+GPU not late or stuck (once per collection), then, with no GPU stuck and the walk not finding it, asks NVML
+(``nvmlDeviceGetHandleByUUID``, which may ask every GPU: not while one is stuck). So the instances of a GPU that
+existed when it was last walked still resolve while it is stuck (audit s32y11); a walk forgets its GPU's UUIDs it no
+longer finds (destroyed instances), and an NVML re-initialisation all of them (the backend builds a new lookup). A
+UUID still unknown while a GPU is stuck is `MIG_GPU_UNKNOWN` (it may lie on the stuck GPU, which cannot be asked): not
+attributed, counted unresolved rather than as on no GPU here, and looked for again at the next collection. An index
+is asked each time (re-partitioning reuses it). What NVML cannot resolve is None and asked again at the next
+scrape. The formats that carry their GPU (R450/R460's ``MIG-GPU-<uuid>/<gi>/<ci>``, GKE's
 ``nvidia<n>/gi<gi>``) need no NVML: `exporters.podresources` reads them itself.
 
 Not verified on MIG hardware with the DRA driver (none was available): written against NVML's documented calls,
@@ -46,7 +50,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from exporters.backends.base import MigInstance
+from exporters.backends.base import MIG_GPU_UNKNOWN, MigInstance
 
 log = logging.getLogger(__name__)
 _INDEX = re.compile(r"^(\d+):(\d+)$")
@@ -84,22 +88,23 @@ class NvmlMigLookup:
         self.nvml, self.handles = nvml, handles
         self.by_minor = dict(by_minor or {})
         self.index_uuids = dict(index_uuids or {})
-        self._by_uuid: dict[str, MigInstance] = {}
+        self._by_uuid: dict[str, MigInstance] = {}   # across collections: resolved, or found by a walk
         self._placements: dict[int, Placements | None] = {}   # this collection's, by minor; None: NVML refused
-        self._walked: dict[str, MigInstance] | None = None   # this collection's MIG devices of GPUs not stuck, by UUID
+        self._walked = False   # this collection's GPUs not stuck walked into `_by_uuid`
         self._logged: set[tuple[str, str]] = set()
         self.errors = 0   # GPU instance listings NVML refused
 
     def new_collection(self) -> None:
         """Forget the GPU instances listed for the last collection."""
         self._placements.clear()
-        self._walked = None
+        self._walked = False
 
     def __call__(self, device_id: str, skip: Collection[str] = ()) -> MigInstance | None:
         """The MIG device `device_id` names, or None; never asking NVML of a GPU in `skip` (UUIDs: GPUs whose read
         is late or stuck in NVML, where a call would hang too): a DRA name there is None, an index there its GPU with
-        no GPU instance (`MigInstance.gpu_instance_id` None), and a MIG UUID not resolved before is looked for among
-        the other GPUs' MIG devices only (`_walk`: ``nvmlDeviceGetHandleByUUID`` may ask every GPU)."""
+        no GPU instance (`MigInstance.gpu_instance_id` None), and a MIG UUID not known before is looked for only
+        among the MIG devices walked, the stuck GPU's before it stuck (`_walk`: ``nvmlDeviceGetHandleByUUID`` may ask
+        every GPU), else `MIG_GPU_UNKNOWN`."""
         nvml = self.nvml
         if device_id in self._by_uuid:
             return self._by_uuid[device_id]
@@ -118,10 +123,12 @@ class NvmlMigLookup:
                     return MigInstance(uuid, None)   # the index names its GPU: held whole, the instance not asked
                 found = self._describe(nvml.nvmlDeviceGetMigDeviceHandleByIndex(self.handles[gpu], mig))
             elif device_id.startswith("MIG-"):
-                found = (self._walk(skip).get(device_id) if skip   # NVML would ask every GPU, the stuck one too
-                         else self._describe(nvml.nvmlDeviceGetHandleByUUID(device_id)))
-                if found is not None:
-                    self._by_uuid[device_id] = found
+                self._walk(skip)
+                if device_id in self._by_uuid:
+                    return self._by_uuid[device_id]
+                if skip:   # NVML would ask every GPU, the stuck one too
+                    return MIG_GPU_UNKNOWN
+                found = self._by_uuid[device_id] = self._describe(nvml.nvmlDeviceGetHandleByUUID(device_id))
             else:
                 return None
         except nvml.NVMLError:
@@ -135,22 +142,24 @@ class NvmlMigLookup:
                            gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
                            profile=profile_of_name(nvml.nvmlDeviceGetName(mig)))
 
-    def _walk(self, skip: Collection[str]) -> dict[str, MigInstance]:
-        """The MIG devices of every GPU not in `skip`, by MIG UUID, listed once per collection (while some GPU is
-        stuck); a GPU that refuses (not in MIG mode, NotSupported) lists none."""
-        if self._walked is not None:
-            return self._walked
-        nvml, self._walked = self.nvml, {}
+    def _walk(self, skip: Collection[str]) -> None:
+        """Keep the MIG devices of every GPU not in `skip` in `_by_uuid`, listed once per collection, and forget the
+        UUIDs a GPU listed in full no longer has; a GPU that refuses (not in MIG mode, NotSupported) keeps its own."""
+        if self._walked:
+            return
+        nvml, self._walked = self.nvml, True
         for gpu, uuid in self.index_uuids.items():
             if uuid in skip or gpu >= len(self.handles) or (handle := self.handles[gpu]) is None:
                 continue
             try:
-                for mig in self._migs(handle):
-                    self._walked[_text(nvml.nvmlDeviceGetUUID(mig))] = MigInstance(
-                        uuid, int(nvml.nvmlDeviceGetGpuInstanceId(mig)), profile_of_name(nvml.nvmlDeviceGetName(mig)))
+                found = {_text(nvml.nvmlDeviceGetUUID(mig)): MigInstance(
+                    uuid, int(nvml.nvmlDeviceGetGpuInstanceId(mig)), profile_of_name(nvml.nvmlDeviceGetName(mig)))
+                    for mig in self._migs(handle)}
             except nvml.NVMLError:
                 continue
-        return self._walked
+            for gone in [u for u, m in self._by_uuid.items() if m.parent_uuid == uuid and u not in found]:
+                del self._by_uuid[gone]
+            self._by_uuid.update(found)
 
     def _migs(self, handle: Any) -> Iterator[Any]:
         """The MIG devices under one GPU, as the DRA driver lists them (NVMLError where NVML refuses to)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from exporters.backends.base import MigInstance
+from exporters.backends.base import MIG_GPU_UNKNOWN, MigInstance
 from exporters.backends.fake_nvml import FakeDevice, FakeMig
 from exporters.backends.nvml import NvmlBackend
 from exporters.backends.nvml_gpu_reads import GpuReads
@@ -41,7 +41,8 @@ def test_a_mig_uuid_first_seen_while_a_gpu_is_stuck_is_resolved_on_the_others_wi
         asked = len(nvml.asked)
         t, out = in_thread(lambda: [b.mig_instance(d) for d in ("MIG-CCCC", "MIG-AAAA", "MIG-BBBB")])
         assert not t.is_alive(), "a MIG UUID lookup asked the stuck GPU"
-        assert out == {"result": [MigInstance("GPU-B", 11, "1g.10gb"), None, MigInstance("GPU-B", 9, "1g.10gb")]}
+        assert out == {"result": [MigInstance("GPU-B", 11, "1g.10gb"), MIG_GPU_UNKNOWN,   # never walked on GPU-A
+                                  MigInstance("GPU-B", 9, "1g.10gb")]}
         assert all(uuid != "GPU-A" for _, uuid in nvml.asked[asked:])
         assert b.mig_instance("0:0") == MigInstance("GPU-A", None)   # the index names GPU-A: no instance asked
     finally:

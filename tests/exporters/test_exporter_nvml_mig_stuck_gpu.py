@@ -8,7 +8,7 @@ Every wait is bounded: hung calls at most `BOUND_S`, the threads joined with a t
 
 from __future__ import annotations
 
-from exporters.backends.base import MigInstance
+from exporters.backends.base import MIG_GPU_UNKNOWN, MigInstance
 from exporters.backends.fake_nvml import FakeDevice, FakeMig
 from exporters.backends.nvml import NvmlBackend
 from exporters.backends.nvml_gpu_reads import GpuReads
@@ -35,7 +35,8 @@ def test_a_stuck_gpus_mig_devices_are_none_without_a_call_and_resolved_once_its_
         b.read()
         assert b.reads.stuck() == ["GPU-A100"]
         held_whole = MigInstance("GPU-A100", None)   # the index names its GPU (test_exporter_nvml_mig_healthy_...)
-        for device, want in ((DRA, None), (INDEX, held_whole), ("MIG-1111", None)):   # the UUID: not on the H100
+        unknown = MIG_GPU_UNKNOWN   # the UUID: not on the H100, never walked (test_exporter_nvml_mig_uuids_kept...)
+        for device, want in ((DRA, None), (INDEX, held_whole), ("MIG-1111", unknown)):
             t, out = in_thread(lambda device=device: b.mig_instance(device))
             assert not t.is_alive(), f"the MIG lookup of {device} hung on the stuck GPU"
             assert out == {"result": want}
