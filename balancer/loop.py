@@ -215,8 +215,8 @@ class Reconciler:
         forecasts, unread = self._forecast(snap)
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
-        self._log_demand_unknown(snap.demand_unknown,
-                                 "inference_demand_unknown" in (getattr(self.state, "capacity_holding", "") or ""))
+        self._log_demand_unknown(snap.demand_unknown, capacity_loop.HOLD_DEMAND_UNKNOWN in (
+            getattr(self.state, "capacity_holding", "") or "").split(","))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
@@ -339,7 +339,8 @@ class Reconciler:
             log.warning("inference demand unknown for %s: %s; co-location holds for them and consolidation leaves "
                         "their pods alone; thermal relief goes on",
                         "; ".join(f"{n} ({why})" for n, why in sorted(unknown.items())),
-                        "capacity shifting holds (gputide_capacity_holding inference_demand_unknown)" if held else
+                        f"capacity shifting holds (gputide_capacity_holding {capacity_loop.HOLD_DEMAND_UNKNOWN})"
+                        if held else
                         "none has a capacity profile (or capacity shifting is off), so capacity shifting does not "
                         "hold for them")
         elif self._demand_unknown[0]:

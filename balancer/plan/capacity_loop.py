@@ -98,7 +98,7 @@ if made.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
@@ -127,6 +127,20 @@ from balancer.plan.capacity_plan import plan_capacity
 
 Planner = Callable[..., tuple[Plan, planner_mod.PlannerState]]
 FIRST_BELIEF_MIN_S = 60.0   # a cap is believed at least this long at first, whatever safety.cooldownS (`_capped`)
+# `PlannerState.capacity_holding`'s reasons, comma-joined: gputide_capacity_holding's label values, which alerts and
+# runbooks name, so spelt once here (the loop tests them too)
+HOLD_DEMAND_UNKNOWN = "inference_demand_unknown"
+HOLD_UNATTRIBUTED = "unattributed_pods"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why capacity holds this cycle (`_holding`), worked out once: `notes`, {reason: note}, empty when it plans; the
+    profiled services whose demand is unknown (`held_services`) and whether profiled services' pods are unattributed
+    (`blind`), which `_held_jobs` reads. Before, it filtered the demand unknown again and tested a note's key."""
+    notes: Mapping[str, str]
+    held_services: tuple[str, ...] = ()
+    blind: bool = False
 
 
 def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
@@ -186,34 +200,34 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState, managed: s
     return plan, replace(state, colocation=colocation.hand_over(state.colocation, handed))
 
 
-def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> dict[str, str]:
-    """Why capacity holds this cycle, {reason: note}, empty when it plans: a profiled service's demand unknown,
-    profiled services' pods unattributed, or both (each named: before, the demand's hid the other)."""
+def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> Hold:
+    """Why capacity holds this cycle (`Hold`): a profiled service's demand unknown, profiled services' pods
+    unattributed, or both (each named: before, the demand's hid the other)."""
     why: dict[str, str] = {}
     unknown = {n: because for n, because in snapshot.demand_unknown.items() if n in profiles}
     if unknown:
-        why["inference_demand_unknown"] = (
+        why[HOLD_DEMAND_UNKNOWN] = (
             f"capacity holds: the demand of {'; '.join(f'{n} ({b})' for n, b in sorted(unknown.items()))} "
             "is unknown: read as 0 it would look idle, so no service is scaled, "
             "no GPU lent nor reclaimed, no room made, no training grown onto the GPU models it may use, until "
             "it is known again; thermal relief goes on")
     blind = unattributed_services(snapshot, profiles)
     if blind:
-        why["unattributed_pods"] = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
-                                    "report replicas but own none of them (pod metadata not read yet?)")
-    return why
+        why[HOLD_UNATTRIBUTED] = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
+                                  "report replicas but own none of them (pod metadata not read yet?)")
+    return Hold(MappingProxyType(why), tuple(sorted(unknown)), bool(blind))
 
 
 def _held_jobs(view: CapacityView, snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity],
-               held_for: Mapping[str, str]) -> set[str]:
+               hold: Hold) -> set[str]:
     """The jobs whose give-backs a hold drops: those that may grow onto a GPU model (theirs, None: any in the fleet)
-    that a service whose demand is unknown may use (its profile's `models`; None: any). Pods unattributed name no
-    service: every job the tide sizes. Before, every job's were dropped, and one on models no held service can use
-    stayed short for the whole hold."""
+    that a service whose demand is unknown (`Hold.held_services`) may use (its profile's `models`; None: any). Pods
+    unattributed (`Hold.blind`) name no service: every job the tide sizes. Before, every job's were dropped, and one
+    on models no held service can use stayed short for the whole hold."""
     jobs = {j.name: j.models for j in view.jobs}
-    if "unattributed_pods" in held_for:
+    if hold.blind:
         return set(jobs)
-    models = [profiles[n].models for n in snapshot.demand_unknown if n in profiles]
+    models = [profiles[n].models for n in hold.held_services]
     if any(m is None for m in models):
         return set(jobs)
     wanted, fleet = frozenset().union(*models), frozenset(g.model for g in snapshot.gpus)
@@ -298,16 +312,16 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
-    held_for = _holding(snapshot, profiles)
-    if held_for:
+    hold = _holding(snapshot, profiles)
+    if hold.notes:
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
         # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known;
         # only those of jobs on GPU models a held service may use (`_held_jobs`)
-        plan, state = _tide_sizes_training(plan, state, _held_jobs(view, snapshot, profiles, held_for), holding=True)
+        plan, state = _tide_sizes_training(plan, state, _held_jobs(view, snapshot, profiles, hold), holding=True)
         # no target decided: the last planned cycle's would read as current for as long as it holds (the loans
         # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
-        return (replace(plan, notes=plan.notes + tuple(held_for.values())),
-                replace(state, capacity=cap_state, capacity_holding=",".join(sorted(held_for)), capacity_targets={}))
+        return (replace(plan, notes=plan.notes + tuple(hold.notes.values())),
+                replace(state, capacity=cap_state, capacity_holding=",".join(sorted(hold.notes)), capacity_targets={}))
     state = replace(state, capacity_holding="")
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
