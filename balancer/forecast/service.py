@@ -148,8 +148,8 @@ class ServiceForecaster:
         self._forget_gone(snap.time)
         self._seed_all(snap.services, snap.time)
         # a demand unknown is a gap: never fed (read as 0 it would teach the model an idle hour), but seen, so one
-        # unknown for a day is not a service gone (a snapshot-like without the field, a test's, has none)
-        for name in getattr(snap, "demand_unknown", ()):
+        # unknown for a day is not a service gone
+        for name in snap.demand_unknown:
             self.seen[name] = snap.time
         for name, status in snap.services.items():
             self.seen[name] = snap.time

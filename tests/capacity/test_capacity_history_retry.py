@@ -44,7 +44,7 @@ class Prometheus:
 
 
 def snap(t: float, *names: str, demand: float = 50.0):
-    return SimpleNamespace(time=t, services={n: SimpleNamespace(demand_rps=demand) for n in names})
+    return SimpleNamespace(time=t, services={n: SimpleNamespace(demand_rps=demand) for n in names}, demand_unknown={})
 
 
 def forecaster(prom: Prometheus, **kw) -> ServiceForecaster:

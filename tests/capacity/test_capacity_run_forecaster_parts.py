@@ -41,7 +41,8 @@ def parts(interval: float, step: float = STEP, timezone: str = "UTC", model: str
 def cycles(forecaster: ServiceForecaster, n: int = 24) -> list[bool]:
     out = []
     for k in range(n):
-        s = SimpleNamespace(time=T0 + k * INTERVAL, services={"chat": SimpleNamespace(demand_rps=100.0)})
+        s = SimpleNamespace(time=T0 + k * INTERVAL, services={"chat": SimpleNamespace(demand_rps=100.0)},
+                            demand_unknown={})
         out.append("chat" in forecaster(s))
     return out
 

@@ -37,7 +37,7 @@ def history(hours: float) -> pd.Series:
 
 
 def snap(t: float, rps: float = 50.0):
-    return SimpleNamespace(time=t, services={"chat": SimpleNamespace(demand_rps=rps)})
+    return SimpleNamespace(time=t, services={"chat": SimpleNamespace(demand_rps=rps)}, demand_unknown={})
 
 
 def replicas_planned(forecasts) -> int:

@@ -61,7 +61,7 @@ def _run(model: str, reuse: bool, caplog) -> tuple[list, list]:
         if 40 <= k < 90:
             continue   # the loop held still: buckets nobody reported
         snap = SimpleNamespace(time=t, services={n: SimpleNamespace(demand_rps=_demand(n, k, t, rest))
-                                                 for n in SERVICES})
+                                                 for n in SERVICES}, demand_unknown={})
         out = sf(snap)
         extra = online.forecast("chat", t, 6) if k % 7 == 3 and "chat" in out else None   # another horizon
         online.update("code", t - 3 * STEP, 1e6)   # a late sample: ignored
