@@ -20,7 +20,8 @@ NODES_INF = "sn,cpu_milli,memory_mib,gpu,model\nn1,inf,1024,1,G2\n"
 PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,100,100,1,500\n"
 POLICY_TWICE = ("apiVersion: gputide/v1alpha1\nkind: BalancerPolicy\nspec:\n  safety: {maxActionsPerCycle: 5}\n"
                 "  safety: {cooldownS: 5}\n")
-NODES_RAGGED = "sn\n" + "a\n" * 2 + "a,b\n"   # pandas' message ends in a newline
+NODES_RAGGED = "sn\n" + "a\n" * 2 + "a,b\n"   # a row longer than the header: named by its row (traces.read_rows)
+NODES_QUOTE = "sn,cpu_milli\n" + "a,1\n" * 2 + '"b,1\n'   # pandas' message (EOF inside string) ends in a newline
 TRACE_NEG = "timestamp,value\n0,1\n600,-4\n1200,3\n"
 
 CASES = {
@@ -41,8 +42,10 @@ CASES = {
     "demand trace with negative demand": (["forecast", "backtest", "--trace", "{bad}"], TRACE_NEG, "value"),
     "policy file with a section written twice": (["check", "{bad}"], POLICY_TWICE, "safety"),
     "policy file nested past Python's stack": (["check", "{bad}"], "[" * 5000 + "]" * 5000, "(document)"),
+    "node list with a row too long": (["place", "--nodes", "{bad}", "--pods", "{tmp}/pods.csv", "--policy",
+                                       "fgd", "--seeds", "1"], NODES_RAGGED, "row 4"),
     "node list the pandas parser chokes on": (["place", "--nodes", "{bad}", "--pods", "{tmp}/pods.csv", "--policy",
-                                               "fgd", "--seeds", "1"], NODES_RAGGED, "format"),
+                                               "fgd", "--seeds", "1"], NODES_QUOTE, "format"),
 }
 
 
