@@ -197,7 +197,22 @@ def _epoch_seconds(raw: pd.Series, numeric: pd.Series, path: str, column: str) -
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(path, column, cell(raw, row), "epoch seconds between 1970 and 2100", detail=f"row {row + 2}")
+    _not_basic_dates(raw, numeric, path, column)
     return pd.DatetimeIndex(pd.to_datetime(numeric, unit="s", utc=True))
+
+
+def _not_basic_dates(raw: pd.Series, numeric: pd.Series, path: str, column: str) -> None:
+    """A column whose every number is a date written YYYYMMDD (20240101, ISO-8601's basic format, as a spreadsheet
+    or `date +%Y%m%d` writes it) is refused: read as epoch seconds it was August 1970, one day 86,400 s apart read
+    as 1 s to 100 s apart, and the trace was silently squeezed into weeks of 1970 (exit 0)."""
+    values = numeric.dropna()
+    if values.empty or not ((values % 1 == 0) & (values >= 19000101) & (values <= 21001231)).all():
+        return
+    dates = pd.to_datetime(values.astype("int64").astype(str), format="%Y%m%d", errors="coerce")
+    if dates.notna().all():
+        row = int(np.flatnonzero(numeric.notna().to_numpy())[0])
+        raise InputError(path, column, cell(raw, row), "epoch seconds or ISO-8601 with dashes (2024-01-01): "
+                         "YYYYMMDD numbers read as epoch seconds fall in August 1970", detail=f"row {row + 2}")
 
 
 def _not_a_time(value: object) -> bool:
