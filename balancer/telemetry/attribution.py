@@ -12,6 +12,14 @@ query hands over as the row's value (`gpu_instance:gpu_share:ratio`: compute sli
 GPU a pod holds. A row of value 1 (a whole GPU, a 7g instance, an instance whose profile is not known) is counted
 as a whole GPU's. A pod the API says has finished (Succeeded or Failed) holds nothing, whatever its rows say (old
 kubelets still list its devices). No I/O here.
+
+A GPU is never held past its whole. A pod's whole-GPU row (no GPU_I_ID) beside its rows of instances of the same GPU
+is left out: it is the coarser view of the same device (dcgm-exporter labelling a MIG GPU's own series with the pods
+of its instances; one replica of an undeduplicated HA pair that could not resolve the MIG device and held the whole
+GPU while the other named the instance), and a GPU in MIG mode is never handed out whole beside its instances, so
+the instance says how much the pod holds. Counted as well, it made the pod a whole GPU's and the GPU 1,571 milli
+(4g + 3g pods). The pods counted as whole-GPU sharers of a GPU with known instances share what those instances leave,
+and instances that claim more than the GPU between them are scaled to it.
 """
 
 from __future__ import annotations
@@ -45,13 +53,45 @@ def _fraction(m: Mapping[str, str], value: float, name: str) -> float:
     return value if m.get("GPU_I_ID") and value < 1.0 else 1.0
 
 
-def _milli(held: Mapping[tuple[int, str], float], holders: Mapping[tuple[int, str], int]) -> int:
+def _milli(slots: Collection[tuple[int, str]], worth: Mapping[tuple[int, str], float],
+           holders: Mapping[tuple[int, str], int]) -> int:
     """Milli-GPUs a pod holds on the GPU where it holds least: per GPU, the sum over its slots there (a whole GPU
-    is slot "", a MIG instance its GPU_I_ID) of the slot's fraction / the pods on that slot."""
+    is slot "", a MIG instance its GPU_I_ID) of the slot's worth (`_worth`) / the pods on that slot."""
     per_gpu: dict[int, float] = {}
-    for slot, fraction in held.items():
-        per_gpu[slot[0]] = per_gpu.get(slot[0], 0.0) + fraction / holders[slot]
+    for slot in slots:
+        per_gpu[slot[0]] = per_gpu.get(slot[0], 0.0) + worth[slot] / holders[slot]
     return max(0, min(1000, int(1000 * min(per_gpu.values()) + 1e-9)))
+
+
+def _worth(fractions: Mapping[tuple[int, str], float]) -> dict[tuple[int, str], float]:
+    """Each slot's fraction of its GPU, the slots of one GPU never more than it: the instances their fractions
+    (scaled down together where they claim more than the GPU), the whole-GPU slot what the instances leave."""
+    claimed: dict[int, float] = {}
+    for (gpu, gi), fraction in fractions.items():
+        if gi:
+            claimed[gpu] = claimed.get(gpu, 0.0) + fraction
+    return {(gpu, gi): fraction / max(1.0, claimed[gpu]) if gi else max(0.0, 1.0 - claimed.get(gpu, 0.0))
+            for (gpu, gi), fraction in fractions.items()}
+
+
+def _rows(rows: list[dict], index: Mapping[str, int], finished: Collection[str],
+          ) -> list[tuple[str, int, str, float, Mapping[str, str]]]:
+    """Rows of `index`'s GPUs and of pods not finished as (pod, GPU, slot, fraction, labels), slot "" for a row
+    counted as a whole GPU's; a pod's rows without GPU_I_ID left out on a GPU where it has rows with one (the
+    module docstring says why)."""
+    out: list[tuple[str, int, str, float, Mapping[str, str]]] = []
+    for r in rows:
+        m, value = sample(r)
+        gpu = index.get(m.get("UUID", ""))
+        if gpu is None:
+            continue
+        name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
+        if name in finished:
+            continue
+        fraction = _fraction(m, value, name)
+        out.append((name, gpu, m.get("GPU_I_ID", "") if fraction < 1.0 else "", fraction, m))
+    on_instances = {(name, gpu) for name, gpu, _, _, m in out if m.get("GPU_I_ID")}
+    return [row for row in out if row[4].get("GPU_I_ID") or (row[0], row[1]) not in on_instances]
 
 
 def _workload(name: str, m: Mapping[str, str], gpus: int, milli: int) -> Workload:
@@ -80,27 +120,22 @@ def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[st
     the API says) holds nothing: kubelets before 1.34 still list a finished pod's devices (kubernetes#119423)."""
     gpus_of: dict[str, list[int]] = {}
     meta: dict[str, Mapping[str, str]] = {}
-    held: dict[str, dict[tuple[int, str], float]] = {}
+    held: dict[str, set[tuple[int, str]]] = {}
     holders: dict[tuple[int, str], int] = {}
-    for r in rows:
-        m, value = sample(r)
-        gpu = index.get(m.get("UUID", ""))
-        if gpu is None:
-            continue
-        name = f"{m.get('namespace', 'default')}/{m.get('pod', '?')}"
-        if name in finished:
-            continue
-        fraction = _fraction(m, value, name)
-        slot = (gpu, m.get("GPU_I_ID", "") if fraction < 1.0 else "")
-        if slot in held.setdefault(name, {}):
+    fractions: dict[tuple[int, str], float] = {}
+    for name, gpu, gi, fraction, m in _rows(rows, index, finished):
+        slot = (gpu, gi)
+        if slot in held.setdefault(name, set()):
             continue  # a repeated row (two scrapes, an HA pair) is one holder of its slot, not two
-        held[name][slot] = fraction
+        held[name].add(slot)
         holders[slot] = holders.get(slot, 0) + 1
+        fractions.setdefault(slot, fraction)
         if gpu not in gpus_of.setdefault(name, []):
             gpus_of[name].append(gpu)  # a pod on two MIG instances of one GPU is one placement on it
         meta[name] = m
-    workloads = [_overridden(overrides[name], _milli(held[name], holders)) if name in overrides
-                 else _workload(name, meta[name], len(idx), _milli(held[name], holders))
+    worth = _worth(fractions)
+    workloads = [_overridden(overrides[name], _milli(held[name], worth, holders)) if name in overrides
+                 else _workload(name, meta[name], len(idx), _milli(held[name], worth, holders))
                  for name, idx in gpus_of.items()]
     return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
 
