@@ -49,7 +49,7 @@ class FleetRecorder:
             usage = fleet_usage(snap)
             split = dict(usage.capacity, loaned=int(getattr(state, "loaned_gpus", 0) or 0))
             m.set_capacity(split, getattr(state, "capacity_targets", None))
-            m.set_capacity_holding(getattr(state, "capacity_holding", ""))
+            m.set_capacity_holding(getattr(state, "capacity_holding", frozenset()))
             m.set_fragmentation(usage.fragmentation)
             self.waiting_since = {j: self.waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self.waiting_since.items()})

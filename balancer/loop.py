@@ -215,8 +215,8 @@ class Reconciler:
         forecasts, unread = self._forecast(snap)
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
-        self._log_demand_unknown(snap.demand_unknown, capacity_loop.HOLD_DEMAND_UNKNOWN in (
-            getattr(self.state, "capacity_holding", "") or "").split(","))
+        self._log_demand_unknown(snap.demand_unknown, capacity_loop.HOLD_DEMAND_UNKNOWN in getattr(
+            self.state, "capacity_holding", frozenset()))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
@@ -235,7 +235,7 @@ class ControllerMetrics:
         self.health_unknown.set(math.nan)
         self.forgotten.set_all({})
         self.set_capacity({}, {})
-        self.set_capacity_holding("")
+        self.set_capacity_holding(())
         self.set_hpa_reads_unusable(None)
         self.set_forecast_demand({})
         self.set_forecast_for_now({})
@@ -293,10 +293,13 @@ class ControllerMetrics:
         self.fragmentation.set_all({(name[m],): v["fragmentation_ratio"] for m, v in by_model.items()})
         self.unallocatable.set_all({(name[m],): v["unallocatable_gpus"] for m, v in by_model.items()})
 
-    def set_capacity_holding(self, reason: str) -> None:
-        """The capacity planner's hold reasons this cycle, comma-separated (`PlannerState.capacity_holding`: both
-        when a demand is unknown and pods are unattributed), a series each; "" = none: the gauge has no series."""
-        self.capacity_holding.set_all({(r,): 1.0 for r in reason.split(",") if r})
+    def set_capacity_holding(self, reasons: Collection[str]) -> None:
+        """The capacity planner's hold reasons this cycle (`PlannerState.capacity_holding`: both when a demand is
+        unknown and pods are unattributed), a series each; none: the gauge has no series. A string is refused: it
+        was the comma-joined form once, and iterated it would label a series per character."""
+        if isinstance(reasons, str):
+            raise TypeError(f"set_capacity_holding: a collection of reasons, not the string {reasons!r}")
+        self.capacity_holding.set_all({(r,): 1.0 for r in reasons})
 
     def set_hpa_reads_unusable(self, reason: str | None) -> None:
         """Why the HPA reader's last answer was unusable for loans (`HPA_UNUSABLE`; "" usable: every reason

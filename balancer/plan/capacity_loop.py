@@ -76,8 +76,8 @@ read as 0 it looks idle and its GPUs would be lent to training, and every other 
 hotspot and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused
 and the whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is
 unknown, and GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated
-meanwhile). Both holds at once: both notes, both reasons (`capacity_holding`
-"inference_demand_unknown,unattributed_pods", a gauge series each; before, the demand's hid the other). Either hold
+meanwhile). Both holds at once: both notes, both reasons (`capacity_holding` {"inference_demand_unknown",
+"unattributed_pods"}, a gauge series each; before, the demand's hid the other). Either hold
 leaves training's growth to the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
 returned before that filter, and a hotspot or co-location give-back grew training into free GPUs the held service
 may need), for the jobs on GPU models a held service may use (unattributed pods: every job); their shrinks stay
@@ -127,7 +127,7 @@ from balancer.plan.capacity_plan import plan_capacity
 
 Planner = Callable[..., tuple[Plan, planner_mod.PlannerState]]
 FIRST_BELIEF_MIN_S = 60.0   # a cap is believed at least this long at first, whatever safety.cooldownS (`_capped`)
-# `PlannerState.capacity_holding`'s reasons, comma-joined: gputide_capacity_holding's label values, which alerts and
+# `PlannerState.capacity_holding`'s reasons: gputide_capacity_holding's label values, which alerts and
 # runbooks name, so spelt once here (the loop tests them too)
 HOLD_DEMAND_UNKNOWN = "inference_demand_unknown"
 HOLD_UNATTRIBUTED = "unattributed_pods"
@@ -308,7 +308,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     the snapshot is one shard's (`view_from_snapshot`)."""
     plan, state = base(snapshot, forecasts, policy, state)
     if not policy.capacity.enabled or not profiles:   # a hold kept from before a reload would read on for ever
-        return plan, replace(state, capacity_holding="")
+        return plan, replace(state, capacity_holding=frozenset())
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
@@ -321,8 +321,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         # no target decided: the last planned cycle's would read as current for as long as it holds (the loans
         # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
         return (replace(plan, notes=plan.notes + tuple(hold.notes.values())),
-                replace(state, capacity=cap_state, capacity_holding=",".join(sorted(hold.notes)), capacity_targets={}))
-    state = replace(state, capacity_holding="")
+                replace(state, capacity=cap_state, capacity_holding=frozenset(hold.notes), capacity_targets={}))
+    state = replace(state, capacity_holding=frozenset())
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
     forgotten_notes = ((f"capacity counts {counts} replicas as running unseen on {dark}, whose GPUs telemetry has "

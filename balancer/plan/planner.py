@@ -149,8 +149,8 @@ class PlannerState:
     # a wrapping capacity planner's own memory (`balancer.plan.capacity_loop`: its CapacityState)
     capacity: object = None
     capacity_split: Mapping[str, int] | None = None  # its last split: inference, training, loaned, idle GPUs
-    # why the capacity planner holds this cycle ("" = it planned): its reasons comma-joined, one metric label each
-    capacity_holding: str = ""
+    # why the capacity planner holds this cycle (empty: it planned): its reasons, one metric label each
+    capacity_holding: frozenset[str] = frozenset()
     # workload -> when a migration of it was refused (guard) or failed (actuator): not proposed again for a while
     refused_moves: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target

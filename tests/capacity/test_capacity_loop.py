@@ -119,8 +119,8 @@ def test_capacity_holds_while_the_services_pods_have_no_owners_but_not_for_a_str
     metrics = ControllerMetrics(CollectorRegistry())
     metrics.set_capacity_holding(state.capacity_holding)  # what the loop does with it each cycle
     assert metrics.registry.get_sample_value("gputide_capacity_holding", {"reason": "unattributed_pods"}) == 1
-    assert plan_for(snap, full=True)[1].capacity_holding == ""  # owners known: it plans, and the gauge clears
-    metrics.set_capacity_holding("")
+    assert plan_for(snap, full=True)[1].capacity_holding == frozenset()  # owners known: it plans, and the gauge clears
+    metrics.set_capacity_holding(())
     assert metrics.registry.get_sample_value("gputide_capacity_holding", {"reason": "unattributed_pods"}) is None
     # one service's pods unattributed: still no capacity action (it would be "reclaimed" for from scratch)
     partly = replace(snap, workloads=tuple(replace(w, owner="") if w.owner == service else w for w in snap.workloads))

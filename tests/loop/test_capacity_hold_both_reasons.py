@@ -32,12 +32,12 @@ def test_both_reasons_are_noted_and_published():
                                      capacity_policy=CapacityPolicy())
     holds = [n for n in plan.notes if n.startswith("capacity holds")]
     assert any("chat" in n and WHY in n for n in holds) and any("no owner" in n and "embed" in n for n in holds), holds
-    assert state.capacity_holding == "inference_demand_unknown,unattributed_pods"
+    assert state.capacity_holding == {"inference_demand_unknown", "unattributed_pods"}
     reg = CollectorRegistry()
     m = ControllerMetrics(reg)
     m.set_capacity_holding(state.capacity_holding)
     assert {r: reg.get_sample_value("gputide_capacity_holding", {"reason": r})
             for r in ("inference_demand_unknown", "unattributed_pods")} == {
         "inference_demand_unknown": 1.0, "unattributed_pods": 1.0}
-    m.set_capacity_holding("")
+    m.set_capacity_holding(())
     assert reg.get_sample_value("gputide_capacity_holding", {"reason": "unattributed_pods"}) is None

@@ -24,7 +24,7 @@ OFF = config.BalancerPolicy(capacity=config.CapacityPolicy(enabled=False))
 def test_a_hold_is_cleared_once_capacity_shifting_no_longer_plans(policy, profiles):
     fleet = Fleet([1000.0])
     fleet.unknown, fleet.hot = True, False
-    held = replace(planner_mod.PlannerState(), capacity_holding="inference_demand_unknown")
+    held = replace(planner_mod.PlannerState(), capacity_holding=frozenset({"inference_demand_unknown"}))
     _, state = plan_with_capacity(fleet.snapshot(), None, policy, held, profiles=profiles,
                                   capacity_policy=CapacityPolicy())
-    assert state.capacity_holding == ""
+    assert state.capacity_holding == frozenset()

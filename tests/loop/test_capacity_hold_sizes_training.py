@@ -38,7 +38,7 @@ def test_the_hotspot_give_back_is_dropped_while_an_unknown_demand_holds(owed):  
     svc = sorted(profiles)[0]
     held = snap.replace(services={k: v for k, v in snap.services.items() if k != svc}, demand_unknown={svc: WHY})
     p, state = with_capacity(held, {k: v for k, v in forecasts.items() if k != svc}, profiles)
-    assert state.capacity_holding == "inference_demand_unknown"
+    assert state.capacity_holding == {"inference_demand_unknown"}
     assert grows(p) == [], [a.describe() for a in grows(p)]
     assert [n for n in p.notes if n.startswith(f"dropped scale_training {job}:")]
 
@@ -49,10 +49,10 @@ def test_the_workers_held_back_stay_owed_through_the_hold_and_the_tide_takes_the
     held = snap.replace(services={k: v for k, v in snap.services.items() if k != svc}, demand_unknown={svc: WHY})
     _, state = with_capacity(held, {k: v for k, v in forecasts.items() if k != svc}, profiles)
     _, state = with_capacity(held, {k: v for k, v in forecasts.items() if k != svc}, profiles, state)
-    assert state.capacity_holding == "inference_demand_unknown" and job in state.shrunk
+    assert state.capacity_holding == {"inference_demand_unknown"} and job in state.shrunk
     assert owed_workers(held, state.shrunk, state.colocation.shrunk)["hotspot"] == {job: 1}
     _, state = with_capacity(snap, forecasts, profiles, state)   # known again: the tide sizes it
-    assert state.capacity_holding == "" and job not in state.shrunk
+    assert state.capacity_holding == frozenset() and job not in state.shrunk
 
 
 def test_co_locations_memory_of_a_slack_shrink_stays_through_the_hold():
@@ -85,7 +85,7 @@ def hold(how: str, models: frozenset[str] | None = None) -> tuple[Plan, PlannerS
 @pytest.mark.parametrize("how", ["unknown", "unattributed"])
 def test_neither_give_back_goes_out_during_either_hold(how):
     plan, state = hold(how)
-    assert state.capacity_holding == {"unknown": "inference_demand_unknown", "unattributed": "unattributed_pods"}[how]
+    assert state.capacity_holding == {{"unknown": "inference_demand_unknown", "unattributed": "unattributed_pods"}[how]}
     assert grows(plan) == [], [a.describe() for a in plan.actions]
     assert {n.split(":")[0] for n in plan.notes if n.startswith("dropped")} == {
         "dropped scale_training cheap", "dropped scale_training other"}

@@ -64,7 +64,7 @@ class Forecaster:
 def planner(snap, forecasts, policy, state):
     plan, state = planner_mod.plan(snap, forecasts, policy, state)
     return plan, planner_mod.replace(state, loaned_gpus=1, capacity_targets={"chat": 2},
-                                     capacity_holding="unattributed_pods")
+                                     capacity_holding=frozenset({"unattributed_pods"}))
 
 
 def reconciler(tmp_path):
