@@ -27,13 +27,6 @@ SERVING_SERIES = ("gputide_inference_demand_rps", "gputide_inference_latency_p99
                   "gputide_inference_pods_stalled")
 
 
-def service_status(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
-                   default_slo_latency_s: float, concerned: Callable[[str], bool] | None = None
-                   ) -> dict[str, ServiceStatus]:
-    """The statuses of `read_services`, those of a known demand only."""
-    return read_services(rows, workloads, slo_latency_s, default_slo_latency_s, concerned)[0]
-
-
 def read_services(rows: list[dict], workloads: tuple[Workload, ...], slo_latency_s: Mapping[str, float],
                   default_slo_latency_s: float, concerned: Callable[[str], bool] | None = None
                   ) -> tuple[dict[str, ServiceStatus], dict[str, str]]:

@@ -2,7 +2,7 @@
 
 An HA Prometheus pair read without deduplication (copies differing only by `prometheus_replica`), or two scrape
 jobs of one exporter, gives a service's serving series twice. The controller reads the higher copy
-(`serving.service_status`); calibrate summed demand and replicas, so a duplicated demand series (a gateway scraped
+(`serving.read_services`); calibrate summed demand and replicas, so a duplicated demand series (a gateway scraped
 by two jobs) beside a single replica count doubled the requests per replica it suggested for the profile.
 """
 

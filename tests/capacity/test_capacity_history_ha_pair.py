@@ -2,7 +2,7 @@
 
 An HA Prometheus pair read without deduplication (through Thanos or federation, the copies differing only by a
 `prometheus_replica` label), or two scrape jobs of one exporter, gives one service's `gputide_inference_demand_rps`
-twice. The live reading takes the higher copy (`serving.service_status`); the default history query summed them,
+twice. The live reading takes the higher copy (`serving.read_services`); the default history query summed them,
 so the forecaster learnt twice the traffic the controller then observed and sized the service's capacity from it.
 """
 

@@ -14,7 +14,7 @@ import numpy as np
 from balancer.model import Forecast, ScaleInference, WorkloadClass
 from balancer.plan.capacity import CapacityPolicy, ServiceCapacity, view_from_snapshot
 from balancer.plan.capacity_plan import plan_capacity
-from balancer.telemetry.serving import service_status
+from balancer.telemetry.serving import read_services
 from tests.capacity.settled_state import settled
 from tests.loop.loop_helpers import make_fleet, snapshot, workload
 
@@ -32,7 +32,7 @@ def decide(demand: str, **p99: str):
     rows += [{"metric": {"__name__": "gputide_inference_latency_p99_seconds", "service": "chat"}, "value": [0, v]}
              for v in p99.values()]
     snap = snapshot(FL, workloads=PODS, time=100_000.0,
-                    services=service_status(rows, tuple(w for w, _ in PODS), {}, 0.5))
+                    services=read_services(rows, tuple(w for w, _ in PODS), {}, 0.5)[0])
     view = view_from_snapshot(snap, {"chat": PROF})
     forecast = {"chat": Forecast(service="chat", issued_at=view.time - 300, step_s=300.0,
                                  quantiles={q: np.full(60, float(demand)) for q in (0.5, 0.9, 0.99)})}

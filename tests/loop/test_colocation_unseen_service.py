@@ -20,7 +20,7 @@ from balancer.config import BalancerPolicy
 from balancer.model import ScaleTraining, ServiceStatus, WorkloadClass
 from balancer.plan.planner import PlannerState, acknowledge, plan
 from balancer.plan.simulate import Projection
-from balancer.telemetry.serving import service_status
+from balancer.telemetry.serving import read_services
 
 FL = make_fleet(3, 4)
 SLOT = (0, 4, 8)   # the job's workers: GPU 0 shared with service a
@@ -86,7 +86,7 @@ def test_an_unknown_p99_read_from_the_series_neither_shrinks_nor_gives_back():
     """End to end from the serving rows: demand and no p99 series is no pressure and no slack."""
     rows = [{"metric": {"__name__": "gputide_inference_demand_rps", "service": s}, "value": [0, "50"]}
             for s in ("a", "b")]
-    unknown = {n: st.p99_latency_s for n, st in service_status(rows, (), {}, 0.5).items()}
+    unknown = {n: st.p99_latency_s for n, st in read_services(rows, (), {}, 0.5)[0].items()}
     resizes, _, state = run([unknown] * 6)
     assert resizes == [] and dict(state.colocation.slack_streak) == {"a": 0, "b": 0}
     resizes, _, _ = run([{"a": PRESSURED, "b": SLACK}] + [unknown] * 6)

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.loop import Reconciler
 from balancer.metrics import ControllerMetrics
-from balancer.telemetry.serving import SERVING_SERIES, UNTOLD, read_services, service_status
+from balancer.telemetry.serving import SERVING_SERIES, UNTOLD, read_services
 from tests.telemetry.test_telemetry_prometheus_unit import NOW, FakeClient, source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +68,8 @@ def test_a_nan_demand_with_no_count_to_tell_why_says_its_series_is_absent_or_nan
     {},                                                                                    # the sim's exporter
 ], ids=["surge", "scaled-to-zero", "none-stalled", "no-counts"])
 def test_a_finite_demand_reads_as_before_whatever_counts_come_with_it(counts):
-    st = service_status(_rows({"gputide_inference_demand_rps": "12", "gputide_inference_replicas": "4", **counts}),
-                        (), {}, 0.5)["chat"]
+    st = read_services(_rows({"gputide_inference_demand_rps": "12", "gputide_inference_replicas": "4", **counts}),
+                       (), {}, 0.5)[0]["chat"]
     assert (st.demand_rps, st.replicas, st.replicas_from_spec) == (12.0, 4, True)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from balancer.telemetry.serving import service_status
+from balancer.telemetry.serving import read_services
 
 
 def _row(name: str, value: str, replica: str) -> dict:
@@ -19,7 +19,7 @@ def test_duplicate_serving_series_take_the_higher_reading_in_any_order(order):
             _row("gputide_inference_latency_p99_seconds", "2.5", "a"),
             _row("gputide_inference_latency_p99_seconds", "0.1", "b"),
             _row("gputide_inference_replicas", "6", "a"), _row("gputide_inference_replicas", "4", "b")][::order]
-    status = service_status(rows, (), {}, 0.5)["chat"]
+    status = read_services(rows, (), {}, 0.5)[0]["chat"]
     assert status.demand_rps == 100   # 10 would look idle: the capacity planner lends its GPUs away
     assert status.p99_latency_s == 2.5
     assert status.replicas == 6

@@ -7,7 +7,7 @@ say which, and a raise the HPA scaled past was ignored while the cap was believe
 from __future__ import annotations
 
 from balancer.model import WorkloadClass
-from balancer.telemetry.serving import service_status
+from balancer.telemetry.serving import read_services
 from tests.loop.loop_helpers import workload
 
 
@@ -19,6 +19,6 @@ def test_a_status_says_whether_its_replicas_are_the_spec_or_a_count_of_pods() ->
     rows = [_row("gputide_inference_demand_rps", "10", "chat"), _row("gputide_inference_replicas", "2", "chat"),
             _row("gputide_inference_demand_rps", "10", "code")]
     pods = tuple(workload(f"code-{i}", WorkloadClass.INFERENCE, owner="code") for i in range(3))   # one surging
-    got = service_status(rows, pods, {}, 0.5)
+    got = read_services(rows, pods, {}, 0.5)[0]
     assert (got["chat"].replicas, got["chat"].replicas_from_spec) == (2, True)
     assert (got["code"].replicas, got["code"].replicas_from_spec) == (3, False)

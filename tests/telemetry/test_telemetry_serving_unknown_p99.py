@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from balancer.telemetry.serving import service_status
+from balancer.telemetry.serving import read_services
 
 
 def _rows(**series: str) -> list[dict]:
@@ -21,7 +21,7 @@ def _rows(**series: str) -> list[dict]:
 
 
 def _p99(**series: str) -> float:
-    return service_status(_rows(**series), (), {}, 0.5)["chat"].p99_latency_s
+    return read_services(_rows(**series), (), {}, 0.5)[0]["chat"].p99_latency_s
 
 
 @pytest.mark.parametrize("series", [
@@ -49,4 +49,4 @@ def test_one_nan_p99_of_a_pair_takes_the_other():
     rows = _rows(demand_rps="50") + [
         {"metric": {"__name__": "gputide_inference_latency_p99_seconds", "service": "chat", "replica": r},
          "value": [0, v]} for r, v in (("a", "NaN"), ("b", "0.3"))]
-    assert service_status(rows, (), {}, 0.5)["chat"].p99_latency_s == 0.3
+    assert read_services(rows, (), {}, 0.5)[0]["chat"].p99_latency_s == 0.3
