@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -32,14 +34,15 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 MOST_INTERVAL_S = 86400.0   # a loop's longest interval: at least one cycle a day
+LEAST_INTERVAL_S = 0.05     # a loop's shortest: twenty cycles a second (`--interval 1e-320` passed and spun a core)
 
 
 def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = False,
-                   most: float = math.inf) -> float:
+                   most: float = math.inf, least: float = 0.0) -> float:
     """Seconds from `30s`, `1m`, `500ms`, `2h`, `14d` or a number: finite and positive (or 0 with `allow_zero`), at
-    most `most` (a loop's interval: `MOST_INTERVAL_S`). float() reads `inf` and `nan` (and `1e999` as inf): a loop
-    every `inf` seconds never runs a second cycle, and one every `1e308` seconds crashed after its first (a lease
-    or a deadline of three intervals overflows)."""
+    least `least` and at most `most` (a loop's interval: `loop_interval`). float() reads `inf` and `nan` (and `1e999`
+    as inf): a loop every `inf` seconds never runs a second cycle, and one every `1e308` seconds crashed after its
+    first (a lease or a deadline of three intervals overflows)."""
     number, scale = text, 1.0
     for unit in sorted(_UNITS, key=len, reverse=True):
         if text.endswith(unit):
@@ -49,12 +52,20 @@ def parse_interval(text: str, field: str = "--interval", *, allow_zero: bool = F
         value = float(number) * scale
     except ValueError:
         value = math.nan
-    if math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and value <= most:
+    if math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) and least <= value <= most:
         return value
     what = "a finite duration >= 0" if allow_zero else "a finite positive duration"
+    if least > 0:
+        what += f" from {least:g}s"
     if math.isfinite(most):
         what += f" up to {most:g}s" + (" (24h)" if most == MOST_INTERVAL_S else "")
     raise InputError(None, field, text, f"{what} such as 30s, 1m or 500ms")
+
+
+def loop_interval(text: str, field: str = "--interval", *, least: float = LEAST_INTERVAL_S,
+                  most: float = MOST_INTERVAL_S) -> float:
+    """A loop's time between cycles (`parse_interval`), from `least` (no busy loop) to `most` (a day by default)."""
+    return parse_interval(text, field, least=least, most=most)
 
 
 def given(flag: str, allowed: str = "a file path") -> Callable[[str], str]:
@@ -367,19 +378,46 @@ class NegativeValues(argparse.ArgumentParser):
             self.exit(EXIT_INPUT_ERROR, f"gputide: error: {exc}\n")
 
 
-LISTEN_HELP = "address to bind (default 0.0.0.0, IPv4 only; :: or [::] for IPv6, e.g. an IPv6-only cluster)"
+LISTEN_HELP = ("address to bind (default: every address, IPv6 and IPv4, on :: where this kernel's IPv6 sockets take "
+               "IPv4 too, else 0.0.0.0; :: or [::] for IPv6 alone, 0.0.0.0 for IPv4 alone)")
+IPV4_ANY, IPV6_ANY = "0.0.0.0", "::"
 
 
 def add_listen_address(p: argparse.ArgumentParser, *aliases: str, dest: str = "listen_address") -> None:
-    """`--listen-address` for a command that serves HTTP (metrics, probes)."""
-    p.add_argument("--listen-address", *aliases, dest=dest, default="0.0.0.0", help=LISTEN_HELP)
+    """`--listen-address` for a command that serves HTTP (metrics, probes). Left out, None: `bind` serves on every
+    address (`every_address`). Given empty it is refused as the line is read: `bind` took "" for every IPv4 address,
+    so `--listen-address ""` (an unset variable in a manifest) served everywhere without a word."""
+    p.add_argument("--listen-address", *aliases, dest=dest, default=None, help=LISTEN_HELP,
+                   type=given("--listen-address", "an address of this machine such as ::, 0.0.0.0 or 127.0.0.1"))
 
 
-def bind(serve, addr: str, port: int, port_flag: str = "--port", **kw):
-    """`serve(..., port=, addr=)`; an address this machine does not have (or no address at all), or a port in use or
-    reserved, is an InputError naming both flags, not an OSError traceback."""
+def every_address() -> str:
+    """Where a server left without `--listen-address` binds: `::` where a new IPv6 socket here also takes IPv4
+    (IPV6_V6ONLY off, the kernel's default net.ipv6.bindv6only=0: one socket answers on a dual-stack, an IPv6-only
+    and an IPv4-only pod alike), else 0.0.0.0 as before (no IPv6 in this kernel, or bindv6only=1, where `::` would
+    drop IPv4 and the probes of an IPv4 cluster with it)."""
     try:
-        return serve(port=port, addr=addr, **kw)
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            if s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0:
+                return IPV6_ANY
+    except (OSError, AttributeError):   # EAFNOSUPPORT: a kernel booted with ipv6.disable=1
+        pass
+    return IPV4_ANY
+
+
+def bind(serve, addr: str | None, port: int, port_flag: str = "--port", **kw):
+    """`serve(..., port=, addr=)`; `addr` None (no --listen-address) is `every_address()`, and where `::` cannot be
+    bound there (IPv6 off in the pod's network) 0.0.0.0. An address this machine does not have, or a port in use or
+    reserved, is an InputError naming both flags, not an OSError traceback."""
+    chosen = every_address() if addr is None else addr
+    try:
+        try:
+            return serve(port=port, addr=chosen, **kw)
+        except OSError as exc:
+            if addr is not None or chosen == IPV4_ANY or exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                raise   # a port in use on :: is in use on 0.0.0.0 too
+            chosen = IPV4_ANY
+            return serve(port=port, addr=chosen, **kw)
     except OSError as exc:
-        raise InputError(None, f"--listen-address/{port_flag}", f"{addr}:{port}",
+        raise InputError(None, f"--listen-address/{port_flag}", f"{chosen}:{port}",
                          "an address of this machine and a free port (0: any free one)", str(exc)) from exc

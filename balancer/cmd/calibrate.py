@@ -63,7 +63,7 @@ def register(subparsers) -> None:
     p.add_argument("--services", type=given("--services"), default=None, metavar="FILE",
                    help="ServiceProfiles file: calibrate every service in it, each against its own latency SLO")
     p.add_argument("--slo", type=float, default=None,
-                   help="p99 latency SLO in seconds (default: the profile's latencySloSeconds, else 0.5)")
+                   help="p99 latency SLO, 0.001 to 3600 s (default: the profile's latencySloSeconds, else 0.5)")
     p.add_argument("--margin", type=float, default=1.0, help="aim at margin x SLO, 0 < margin <= 1 (default 1)")
     p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d, at most 366d)")
     p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
@@ -162,10 +162,15 @@ def profile_number(value: float) -> str:
     return format(Decimal(digits).scaleb(-exponent).normalize(), "f")
 
 
+# --slo as a services file's latencySloSeconds (balancer.app.capacity_run): `--slo 1e-320` passed `> 0` and put every
+# sample over the SLO
+SLO_RANGE_S = (1e-3, 3600.0)
+
+
 def _checked(args: argparse.Namespace) -> float:
     """Every command-line value checked before anything is read; the settle time in seconds."""
     if args.slo is not None:
-        number(args.slo, "--slo", 0, above=True, unit=" (seconds)")
+        number(args.slo, "--slo", *SLO_RANGE_S, unit=" (seconds, as a services file's latencySloSeconds)")
     if not 0 < args.margin <= 1:
         raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
     if args.prometheus:

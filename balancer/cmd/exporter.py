@@ -38,6 +38,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from balancer.cmd._args import (
+    LEAST_INTERVAL_S,
     MOST_INTERVAL_S,
     add_listen_address,
     bind,
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--power-caps-file", type=given("--power-caps-file"),
                    help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
     p.add_argument("--caps-interval", type=float, default=10.0,
-                   help="seconds between power-cap file reads (at most 86400)")
+                   help="seconds between power-cap file reads (0.05 to 86400)")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
     p.add_argument("--hostname", type=given("--hostname", "a node name"), default=None, metavar="NAME",
                    help="nvml backend: the Hostname label of every series, the node's name (default: $NODE_NAME, "
@@ -107,7 +108,8 @@ def _check(args: argparse.Namespace) -> None:
     seed(args.seed)
     number(args.speed, "--speed", 0)
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
-    number(args.caps_interval, "--caps-interval", 0, MOST_INTERVAL_S, above=True, unit=" (seconds, 24h at most)")
+    number(args.caps_interval, "--caps-interval", LEAST_INTERVAL_S, MOST_INTERVAL_S,
+           unit=" (seconds: 24h at most, and no busy loop)")
     collect_timeouts(args)
     watched_file(args.power_caps_file, "--power-caps-file")
     if args.backend == "nvml":
@@ -243,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     watch_gpu_reads(raw, health)
     server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
-          f"http://{_url_host(args.listen)}:{server.port}/metrics", flush=True)
+          f"http://{_url_host(server.server.server_address[0])}:{server.port}/metrics", flush=True)
     first_collection(TrackedCollector(registry, health))
     agent = agent_metrics = None
     if args.power_caps_file:

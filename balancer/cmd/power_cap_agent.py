@@ -62,7 +62,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from balancer.app.health import Health, call_budget_s
 from balancer.app.health import app as probes_app
-from balancer.cmd._args import add_listen_address, bind, given
+from balancer.cmd._args import add_listen_address, bind, given, loop_interval
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.power_cap_agent")
@@ -189,8 +189,26 @@ def serve_with_probes(registry: CollectorRegistry, health: Health, port: int, ad
     return serve_app(dispatch, port=port, addr=addr, name="gputide-power-cap-agent")
 
 
+LEAST_AGENT_INTERVAL_S = 1.0   # every GPU node reads its Node each interval: 1000 nodes at 1s, 1000 GETs a second
+
+
+def agent_interval(text: str) -> float:
+    """Seconds between the agent's reads, from `LEAST_AGENT_INTERVAL_S` (`--interval 1e-320` passed: a busy loop of
+    API reads) to a third of the caps' expiry (`POWER_CAP_TTL_S`, 15 minutes, the least a controller writes): the
+    agent sees an expiry only when it reads, so the day allowed before kept a cap its controller no longer renewed up
+    to a day past its expiry, and applied a new cap as late. A third: at most 5 minutes (plus `EXPIRY_MARGIN_S`)."""
+    from balancer.actuate.k8s_nodes import POWER_CAP_TTL_S
+
+    most = POWER_CAP_TTL_S / 3
+    try:
+        return loop_interval(text, least=LEAST_AGENT_INTERVAL_S, most=most)
+    except InputError as exc:
+        raise InputError(None, "--interval", text, f"a duration from {LEAST_AGENT_INTERVAL_S:g}s to {most:g}s (a third "
+                         f"of the power caps' {POWER_CAP_TTL_S / 60:g}-minute expiry), such as 10s") from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    from balancer.cmd._args import MOST_INTERVAL_S, duration, kube_client
+    from balancer.cmd._args import kube_client
     from balancer.cmd.exporter import nvml_backend
     from exporters.power_caps import PowerCapAgent
     from exporters.power_limits_before import LimitsBefore
@@ -199,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
-    interval = duration(args.interval, "--interval", most=MOST_INTERVAL_S)
+    interval = agent_interval(args.interval)
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 
@@ -237,7 +255,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kubeconfig", type=given("--kubeconfig"), default=None,
                    help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--interval", default="10s",
-                   help="seconds between reads of the node's caps (default 10s, at most 24h)")
+                   help="time between reads of the node's caps (default 10s; 1s to 5m, a third of the caps' expiry)")
     p.add_argument("--port", type=int, default=9837,
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.add_argument("--state-file", type=given("--state-file"), default=None,

@@ -55,15 +55,16 @@ from collections.abc import Callable, Sequence
 from balancer.app.health import LEASE_CALLS_TO_RELEASE, Health, Retries, call_budget_s, stall_limit
 from balancer.app.health import serve as serve_metrics
 from balancer.cmd._args import (
-    MOST_INTERVAL_S,
     add_listen_address,
     bind,
     duration_between,
     given,
     kube_client,
+    loop_interval,
+    parse_interval,
     stop_file,
 )
-from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, parse_interval, prometheus_url
+from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, prometheus_url
 from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError
 
@@ -86,7 +87,7 @@ def register(subparsers) -> None:
                    help="placement policy: gputide (default), fgd, bestfit, dotprod, gpupacking, gpuclustering, random")
     p.add_argument("--interval", default="2s",
                    help="longest time between passes; a new pending pod or a node that opens starts one at once "
-                        "(default 2s, at most 24h)")
+                        "(default 2s; 50ms to 24h)")
     p.add_argument("--once", action="store_true", help="one pass, print where each pod went, exit")
     p.add_argument("--prometheus", type=given("--prometheus", "a URL"), default=None, metavar="URL",
                    help="Prometheus with gputide's rules: per-GPU thermal headroom and which GPUs are in use")
@@ -285,7 +286,7 @@ def stop_budget_s(scheduler, lease_api: Retries | None) -> float:
 def run(args: argparse.Namespace) -> int:
     from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
-    interval = parse_interval(args.interval, most=MOST_INTERVAL_S)
+    interval = loop_interval(args.interval)
     starving_s = parse_interval(args.starving_after, "--starving-after")
     placer = build_placer(args)
     emergency = emergency_stop(args)

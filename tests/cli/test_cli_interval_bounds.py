@@ -18,7 +18,6 @@ PROM = "http://127.0.0.1:1"   # nothing answers there: every case must fail befo
     pytest.param(["run", "--prometheus", PROM, "--once", "--dry-run", "--metrics-port", "0", "--interval", "25h"],
                  "--interval", id="run: a day and an hour"),
     pytest.param(["schedule", "--once", "--interval", "1e308"], "--interval", id="schedule"),
-    pytest.param(["power-cap-agent", "--node", "n", "--interval", "1e308"], "--interval", id="power-cap-agent"),
     pytest.param(["exporter", "--backend", "sim", "--port", "0", "--duration", "1", "--caps-interval", "1e308",
                   "--power-caps-file", "{tmp}/caps.json"], "--caps-interval", id="exporter"),
 ])
@@ -26,6 +25,13 @@ def test_an_interval_past_a_day_exits_2_naming_the_bound(tmp_path, capsys, argv,
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     line = one_error_line(capsys)
     assert line.startswith(f"gputide: error: field '{flag}': invalid value ") and "24h" in line, line
+
+
+def test_the_power_cap_agents_interval_is_bounded_by_the_caps_expiry(capsys):
+    """Tighter than a day: a third of the caps' 15-minute expiry (tests/cli/test_cli_input_floors.py)."""
+    assert main(["power-cap-agent", "--node", "n", "--interval", "1e308"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("gputide: error: field '--interval': invalid value ") and "to 300s" in line, line
 
 
 @pytest.mark.parametrize("text, seconds", [("24h", 86400.0), ("1d", 86400.0), ("30s", 30.0)])

@@ -23,7 +23,7 @@ from balancer.errors import InputError
     (["exporter"], "listen"),
 ])
 def test_each_serving_command_takes_a_listen_address(argv, dest):
-    assert getattr(build_parser().parse_args(argv), dest) == "0.0.0.0", "IPv4 all by default, as before"
+    assert getattr(build_parser().parse_args(argv), dest) is None, "every address, `bind`'s choice (dual stack)"
     assert getattr(build_parser().parse_args([*argv, "--listen-address", "::"]), dest) == "::"
 
 

@@ -18,6 +18,7 @@ import yaml
 from balancer.cli import main
 from balancer.cmd import _args
 from balancer.cmd import run as run_cmd
+from balancer.cmd._args import parse_interval
 from balancer.errors import InputError
 
 PROM = "http://127.0.0.1:1"   # nothing answers there: every case must fail before a query
@@ -48,16 +49,16 @@ def one_error_line(capsys) -> str:
                                   "0", "0s", "-1", "-30s", "", "s", "soon"])
 def test_a_duration_that_is_not_finite_and_positive_is_refused(text):
     with pytest.raises(InputError) as err:
-        run_cmd.parse_interval(text, "--interval")
+        parse_interval(text, "--interval")
     assert err.value.field == "--interval" and "finite positive duration" in err.value.allowed
 
 
 def test_durations_in_every_unit_still_parse():
-    assert [run_cmd.parse_interval(t) for t in ("500ms", "30s", "30", "1.5m", "2h", "14d")] == [
+    assert [parse_interval(t) for t in ("500ms", "30s", "30", "1.5m", "2h", "14d")] == [
         0.5, 30.0, 30.0, 90.0, 7200.0, 14 * 86400.0]
-    assert run_cmd.parse_interval("0s", allow_zero=True) == 0.0
+    assert parse_interval("0s", allow_zero=True) == 0.0
     with pytest.raises(InputError):
-        run_cmd.parse_interval("inf", allow_zero=True)
+        parse_interval("inf", allow_zero=True)
 
 
 @pytest.mark.parametrize("argv, flag", [

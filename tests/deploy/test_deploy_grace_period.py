@@ -18,7 +18,8 @@ from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.health import action_budget_s, call_budget_s, stall_limit, stop_budget_s
 from balancer.cli import build_parser
-from balancer.cmd.run import action_deadline, lease_elector, parse_interval
+from balancer.cmd._args import parse_interval
+from balancer.cmd.run import action_deadline, lease_elector
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "base"

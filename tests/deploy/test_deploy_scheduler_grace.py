@@ -15,7 +15,8 @@ import yaml
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.health import call_budget_s
 from balancer.cli import build_parser
-from balancer.cmd.run import lease_elector, parse_interval
+from balancer.cmd._args import parse_interval
+from balancer.cmd.run import lease_elector
 from balancer.cmd.schedule import stop_budget_s
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "components" / "scheduler" / "scheduler.yaml"
