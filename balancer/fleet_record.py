@@ -7,10 +7,11 @@ the job owing the longest has owed (per job, from the first cycle that saw it ow
 different jobs that follow one another do not add up to one long debt). When a
 forecaster is configured: its rolling error (`rolling_error(service, horizon)`) and what it forecast for now
 (`forecast_for(service, time, horizon)`), when it offers them. What only a capacity planner knows, GPUs on loan,
-the GPUs each service's forecast asks for and why it holds, is read from the planner state (`loaned_gpus`,
-`capacity_targets`, `capacity_holding`) when the planner keeps it there; the shrinks owed from its `shrunk` and
-`colocation.shrunk`. A held cycle (fail-static) records none of it: its forecast series go absent and the fleet reads
-unknown (`hold`). A failure while recording is logged and never stops the loop.
+the GPUs each service's forecast asks for, why it holds and for which services' unknown demand, is read from the
+planner state (`loaned_gpus`, `capacity_targets`, `capacity_holding`, `demand_held`) when the planner keeps it there;
+the shrinks owed from its `shrunk` and `colocation.shrunk`. A held cycle (fail-static) records none of it: its
+forecast series go absent and the fleet reads unknown (`hold`). A failure while recording is logged and never stops
+the loop.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class FleetRecorder:
             split = dict(usage.capacity, loaned=int(getattr(state, "loaned_gpus", 0) or 0))
             m.set_capacity(split, getattr(state, "capacity_targets", None))
             m.set_capacity_holding(getattr(state, "capacity_holding", frozenset()))
+            m.set_inference_demand_unknown(getattr(state, "demand_held", frozenset()))
             m.set_fragmentation(usage.fragmentation)
             self.waiting_since = {j: self.waiting_since.get(j, now) for j in usage.waiting_jobs}
             m.set_training_waiting({j: now - t for j, t in self.waiting_since.items()})

@@ -165,8 +165,12 @@ class ControllerMetrics:
                                                     ["service", "quantile", "horizon"], registry=r))
         self.capacity_holding = _LabelledGauge(Gauge(
             "gputide_capacity_holding", "1 while capacity shifting holds, by reason (unattributed_pods: a profiled "
-            "service's pods have no owner; inference_demand_unknown: a profiled service's demand is unknown, NaN, "
-            "while thermal relief goes on).", ["reason"], registry=r))
+            "service's pods have no owner; inference_demand_unknown: a profiled service's demand is unknown, NaN or "
+            "no series while its pods run, while thermal relief goes on).", ["reason"], registry=r))
+        self.inference_demand_unknown = _LabelledGauge(Gauge(
+            "gputide_inference_demand_unknown", "1 for each profiled inference service whose unknown demand capacity "
+            "shifting holds for this cycle (its demand NaN, or no serving series at all while its pods run); no "
+            "series for the others.", ["service"], registry=r))
         self.hpa_reads_unusable = _LabelledGauge(Gauge(
             "gputide_hpa_reads_unusable", "1 while the HPAs read for capacity loans are unusable, so no service lends "
             "a replica, by the reason (unlisted: no list yet; stale: none listed for three ttls; odd: an HPA whose "
@@ -236,6 +240,7 @@ class ControllerMetrics:
         self.forgotten.set_all({})
         self.set_capacity({}, {})
         self.set_capacity_holding(())
+        self.set_inference_demand_unknown(())
         self.set_hpa_reads_unusable(None)
         self.set_forecast_demand({})
         self.set_forecast_for_now({})
@@ -300,6 +305,15 @@ class ControllerMetrics:
         if isinstance(reasons, str):
             raise TypeError(f"set_capacity_holding: a collection of reasons, not the string {reasons!r}")
         self.capacity_holding.set_all({(r,): 1.0 for r in reasons})
+
+    def set_inference_demand_unknown(self, services: Collection[str]) -> None:
+        """The profiled services whose unknown demand the capacity planner holds for this cycle
+        (`PlannerState.demand_held`), a series each; the rest, and services gone, have none. Before, only the
+        recorded NaN told, so a service whose series were gone altogether (every vLLM scrape lost) was named by no
+        alert."""
+        if isinstance(services, str):
+            raise TypeError(f"set_inference_demand_unknown: a collection of services, not the string {services!r}")
+        self.inference_demand_unknown.set_all({(n,): 1.0 for n in services})
 
     def set_hpa_reads_unusable(self, reason: str | None) -> None:
         """Why the HPA reader's last answer was unusable for loans (`HPA_UNUSABLE`; "" usable: every reason

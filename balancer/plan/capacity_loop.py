@@ -71,19 +71,21 @@ that reports replicas has none of its own: its pods are there but cannot be told
 empty would be "reclaimed" for from every training job at once (a controller started before the Kubernetes API
 answered, a dry run without the API, a join table without owners). A stray bare pod does not stop the tide.
 So does it (`capacity_holding` "inference_demand_unknown", a note naming each service and why) while a profiled
-service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod, fewer pods reporting than ready):
-read as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The
-hotspot and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused
-and the whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is
-unknown, and GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated
-meanwhile). Both holds at once: both notes, both reasons (`capacity_holding` {"inference_demand_unknown",
-"unattributed_pods"}, a gauge series each; before, the demand's hid the other). Either hold
-leaves training's growth to the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold
-returned before that filter, and a hotspot or co-location give-back grew training into free GPUs the held service
-may need), for the jobs on GPU models a held service may use (unattributed pods: every job); their shrinks stay
-remembered, still owed, until the tide plans and sizes the jobs. A hold decides no target: the services' targets go
-(`capacity_targets` empty: gputide_capacity_target_gpus absent; before, the last planned cycle's stayed, as if
-current, for as long as it held); the loans made stand, so `loaned_gpus` stays.
+service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod, fewer pods reporting than ready; or
+no serving series at all while its pods run, `unseen_services`: a scrape lost for over 5 minutes, or never set up): read
+as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The hotspot
+and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused and the
+whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
+GputideInferenceDemandUnknown names the service after 10 minutes (a NaN one's pods are not consolidated meanwhile;
+`PlannerState.demand_held`, gputide_inference_demand_unknown{service}, names each service held for). Both holds at once:
+both notes, both reasons (`capacity_holding` {"inference_demand_unknown", "unattributed_pods"}, a gauge series each;
+before, the demand's hid the other). Either hold leaves training's growth to the tide: the give-backs
+`_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a hotspot or
+co-location give-back grew training into free GPUs the held service may need), for the jobs on GPU models a held service
+may use (unattributed pods: every job); their shrinks stay remembered, still owed, until the tide plans and sizes the
+jobs. A hold decides no target: the services' targets go (`capacity_targets` empty: gputide_capacity_target_gpus absent;
+before, the last planned cycle's stayed, as if current, for as long as it held); the loans made stand, so `loaned_gpus`
+stays.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -131,6 +133,9 @@ FIRST_BELIEF_MIN_S = 60.0   # a cap is believed at least this long at first, wha
 # runbooks name, so spelt once here (the loop tests them too)
 HOLD_DEMAND_UNKNOWN = "inference_demand_unknown"
 HOLD_UNATTRIBUTED = "unattributed_pods"
+# why a profiled service with pods on GPUs and no serving series at all is held (`unseen_services`)
+NO_SERIES = ("no serving series at all while its pods run: gputide_inference_demand_rps absent, not NaN (its vLLM "
+             "metrics unscraped for over 5 minutes, or their scrape or the rules/serving/ rule not set up for it)")
 
 
 @dataclass(frozen=True)
@@ -159,17 +164,30 @@ def claims(actions: tuple[Action, ...]) -> dict[str, set]:
             "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}}
 
 
+def _serving(snapshot: ClusterSnapshot, owner: str) -> bool:
+    """Whether `owner` has an inference pod placed on a GPU ("": some inference pod has no owner)."""
+    return any(w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name)
+               for w in snapshot.workloads_by_owner.get(owner, ()))
+
+
 def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
     """Profiled services that report replicas but own no pod, while some inference pods have no owner."""
-    by_owner = snapshot.workloads_by_owner
-
-    def serving(owner: str) -> bool:
-        return any(w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name)
-                   for w in by_owner.get(owner, ()))
-
-    if not serving(""):
+    if not _serving(snapshot, ""):
         return []
-    return sorted(n for n, st in snapshot.services.items() if n in profiles and st.replicas > 0 and not serving(n))
+    return sorted(n for n, st in snapshot.services.items()
+                  if n in profiles and st.replicas > 0 and not _serving(snapshot, n))
+
+
+def unseen_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
+    """Profiled services with a pod placed on a GPU and no serving series at all: no status, and not in
+    `demand_unknown` (`NO_SERIES`). Their demand is as unknown as a NaN one: rules/serving/vllm.yaml records it NaN
+    while pods report fewer than ready, and absent once no pod has reported for the 5 min its rate reads (every
+    scrape lost), and a profile's minReplicas is 1 at least so that a profiled service always has a pod to report
+    it. Before, such a service was simply left out of the plan: no hold, no note, and the idle GPUs its demand needs
+    lent to training, 3 minutes after the same lost scrape had held. A profiled service with no pod placed (not deployed
+    yet, deleted, all on a forgotten node) has nothing running to misjudge: left out, as co-location counts it gone."""
+    return sorted(n for n in profiles if n not in snapshot.services and n not in snapshot.demand_unknown
+                  and _serving(snapshot, n))
 
 
 def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState, managed: set[str],
@@ -200,11 +218,14 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState, managed: s
     return plan, replace(state, colocation=colocation.hand_over(state.colocation, handed))
 
 
-def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> Hold:
-    """Why capacity holds this cycle (`Hold`): a profiled service's demand unknown, profiled services' pods
-    unattributed, or both (each named: before, the demand's hid the other)."""
+def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity], sharded: bool = False) -> Hold:
+    """Why capacity holds this cycle (`Hold`): a profiled service's demand unknown (NaN, or no series while its pods
+    run: `unseen_services`), profiled services' pods unattributed, or both (each named: before, the demand's hid the
+    other). `sharded`: a shard's snapshot drops the status of a service spread over two shards (`shard.restrict`),
+    which would read as one without series; a shard holds only for a NaN demand."""
     why: dict[str, str] = {}
     unknown = {n: because for n, because in snapshot.demand_unknown.items() if n in profiles}
+    unknown.update(dict.fromkeys(() if sharded else unseen_services(snapshot, profiles), NO_SERIES))
     if unknown:
         why[HOLD_DEMAND_UNKNOWN] = (
             f"capacity holds: the demand of {'; '.join(f'{n} ({b})' for n, b in sorted(unknown.items()))} "
@@ -308,11 +329,11 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
     the snapshot is one shard's (`view_from_snapshot`)."""
     plan, state = base(snapshot, forecasts, policy, state)
     if not policy.capacity.enabled or not profiles:   # a hold kept from before a reload would read on for ever
-        return plan, replace(state, capacity_holding=frozenset())
+        return plan, replace(state, capacity_holding=frozenset(), demand_held=frozenset())
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
-    hold = _holding(snapshot, profiles)
+    hold = _holding(snapshot, profiles, sharded)
     if hold.notes:
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
         # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known;
@@ -321,8 +342,9 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         # no target decided: the last planned cycle's would read as current for as long as it holds (the loans
         # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
         return (replace(plan, notes=plan.notes + tuple(hold.notes.values())),
-                replace(state, capacity=cap_state, capacity_holding=frozenset(hold.notes), capacity_targets={}))
-    state = replace(state, capacity_holding=frozenset())
+                replace(state, capacity=cap_state, capacity_holding=frozenset(hold.notes), capacity_targets={},
+                        demand_held=frozenset(hold.held_services)))
+    state = replace(state, capacity_holding=frozenset(), demand_held=frozenset())
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
     forgotten_notes = ((f"capacity counts {counts} replicas as running unseen on {dark}, whose GPUs telemetry has "

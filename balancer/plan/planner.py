@@ -151,6 +151,9 @@ class PlannerState:
     capacity_split: Mapping[str, int] | None = None  # its last split: inference, training, loaned, idle GPUs
     # why the capacity planner holds this cycle (empty: it planned): its reasons, one metric label each
     capacity_holding: frozenset[str] = frozenset()
+    # the profiled services whose unknown demand it holds for (NaN, or no series while their pods run): one
+    # gputide_inference_demand_unknown series each, which GputideInferenceDemandUnknown reads
+    demand_held: frozenset[str] = frozenset()
     # workload -> when a migration of it was refused (guard) or failed (actuator): not proposed again for a while
     refused_moves: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target
