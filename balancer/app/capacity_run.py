@@ -51,7 +51,7 @@ from balancer.telemetry.slo_rules import service_name
 from balancer.yamlfile import expect_kind, read_yaml
 
 log = logging.getLogger(__name__)
-# the higher of a service's series, as the live reading takes it (`serving.service_status`): copies of its series
+# the higher of a service's series, as the live reading takes it (`serving.read_services`): copies of its series
 # (an HA pair read without deduplication, two scrape jobs) are one demand, which a sum counted twice
 DEFAULT_DEMAND_QUERY = 'max(gputide_inference_demand_rps{$selector})'
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
