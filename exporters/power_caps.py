@@ -45,6 +45,12 @@ What `PowerCapAgent.sync()` does, each interval:
   a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not stop the other GPUs. Either way `failed` says why (the
   agent's CLI counts a failed sync, which ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried
   again at the next sync.
+* **A Set that has not returned is pending, never done nor forgotten.** The NVML target calls each GPU with a
+  deadline (a GPU in recovery): a Set past it may still land when NVML returns (`PowerCapError.pending`). It is
+  kept, with the watts asked (in the limits before too, so a restarted agent knows it), and the GPU is left alone
+  (not Set again, nothing given back, its limit not taken as changed by hand) until a sync reads its limit: at the
+  watts asked, the Set is done (gputide's cap, the limit before still the one remembered: taken for an operator's,
+  its give-back restored gputide's own cap); else it did not take, and is asked again as a refused one is.
 
 Expiry. A cap the source gives as ``Expiring(W, until)`` (on Kubernetes: the node annotation
 ``gputide.io/power-caps-until``, which the controller renews while it still wants its caps) is the cap W until
@@ -70,7 +76,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -111,11 +117,23 @@ Entry = float | Restore | Expiring
 
 
 class PowerCapError(Exception):
-    """The driver refused some of the limits asked for; `applied` holds those it set, `refused` why per GPU."""
+    """The driver refused some of the limits asked for; `applied` holds those it set, `refused` why per GPU, and
+    `pending` those of them whose Set has not returned (it may yet land: neither done nor refused for good)."""
 
-    def __init__(self, applied: Mapping[str, float], refused: Mapping[str, str]) -> None:
+    def __init__(self, applied: Mapping[str, float], refused: Mapping[str, str], pending: Iterable[str] = ()) -> None:
         super().__init__("; ".join(f"{uuid}: {why}" for uuid, why in refused.items()))
-        self.applied, self.refused = dict(applied), dict(refused)
+        self.applied, self.refused, self.pending = dict(applied), dict(refused), frozenset(pending)
+
+
+class Pending(NamedTuple):
+    """A Set that has not returned: what the source asked for then (None: a cap given back by deletion; `AFTER`
+    when an earlier agent made it) and the watts asked of the target."""
+
+    want: Entry | None
+    watts: float
+
+
+AFTER = Restore(math.nan)   # a Pending kept by an earlier agent (the limits before say so): what it was for unknown
 
 
 class TargetUnavailable(Exception):
@@ -202,6 +220,9 @@ class PowerCapAgent:
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
         self._blind: set[str] = set()   # this sync: GPUs whose limit could not be read, their give-back waiting
+        self._pending: dict[str, Pending] = {   # Sets that have not returned: judged once the GPU's limit reads
+            uuid: Pending(AFTER, held.pending_w) for uuid, held in self.before.items()
+            if not math.isnan(held.pending_w)}
         self.lost: set[str] = set()     # this sync: GPUs found above gputide's cap (raised by hand, reset), re-capped
 
     def sync(self) -> dict[str, float]:
@@ -220,23 +241,68 @@ class PowerCapAgent:
         except TargetUnavailable as exc:   # nothing judged or set on limits not read (the next sync tries again)
             self.failed = f"no power limit read or set: {exc}"
             return {}
+        settled = self._settle(limits)
         self._changed_by_hand(wanted, limits)
         requests = self._held_down(self._requests(wanted, limits), limits)
-        self.failed = None
-        if self._blind:   # tried again next sync, and counted failed meanwhile (GputidePowerCapAgentFailing)
-            self.failed = (f"the power limits of {', '.join(sorted(self._blind))} could not be read: their "
-                           "cap or give-back waits for the next sync")
-        applied = self._apply(requests) if requests else {}
+        self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
+        applied = self._apply(requests, wanted) if requests else {}
         for uuid, watts in applied.items():
-            if uuid not in wanted or isinstance(wanted[uuid], Restore):   # given back
-                self._forget(uuid)
-            if uuid in wanted:
-                self._asked[uuid], self._applied[uuid] = wanted[uuid], watts
-            if (held := self.before.get(uuid)) is not None:
-                self._keep(lambda u=uuid, h=held, w=watts: self.before.put(u, h._replace(set_w=w)))
+            self._done(uuid, wanted.get(uuid), watts)
         if self._unsaved:
             self.failed = "; ".join(filter(None, (self.failed, self._unsaved)))
-        return applied
+        return {**settled, **applied}
+
+    def _waiting(self) -> list[str]:
+        """Why some GPU's cap or give-back waits for a later sync (GputidePowerCapAgentFailing counts it)."""
+        why = []
+        if self._blind:
+            why.append(f"the power limits of {', '.join(sorted(self._blind))} could not be read: their cap or "
+                       "give-back waits for the next sync")
+        if self._pending:
+            why.append(f"the power-limit Set of {', '.join(sorted(self._pending))} has not returned: pending, judged "
+                       "from the GPU's limit once it does")
+        return why
+
+    def _done(self, uuid: str, want: Entry | None, watts: float) -> None:
+        """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is
+        remembered as applied and as the limit gputide set. An earlier agent's Set (`AFTER`) was a give-back where it
+        set the limit before, else a cap (kept as the limit gputide set; this agent applies its own caps anew)."""
+        held = self.before.get(uuid)
+        if want is AFTER and (held is None or abs(watts - held.before_w) <= TOLERANCE_W):
+            want = None
+        if want is None or (isinstance(want, Restore) and want is not AFTER):   # given back
+            self._forget(uuid)
+            if want is not None:
+                self._asked[uuid], self._applied[uuid] = want, watts
+            return
+        if want is not AFTER:
+            self._asked[uuid], self._applied[uuid] = want, watts
+        if held is not None:
+            self._keep(lambda: self.before.put(uuid, held._replace(set_w=watts, pending_w=math.nan)))
+
+    def _settle(self, limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
+        """Sets that had not returned, judged from the limit each GPU reads now, before anything else is: at the
+        watts asked, done (the limit gputide set, never an operator's; the limit before stays the one remembered),
+        else not done (asked again as any refused Set is). One whose GPU's limit is unread stays pending, its GPU
+        left alone (not Set again, nothing given back or taken as changed by hand). What was done is returned."""
+        settled = {}
+        for uuid, pending in list(self._pending.items()):
+            limit = None if limits is None else limits.get(uuid)
+            if limit is not None and math.isnan(limit.current_w):
+                continue   # its call (or a read) still inside NVML, or unreadable: judged at a later sync
+            del self._pending[uuid]
+            if limit is None:   # no such GPU now (or a target that cannot say): nothing of it to judge
+                continue
+            if abs(limit.current_w - in_force(pending.watts, limit)) <= TOLERANCE_W:
+                log.info("the power-limit Set of %s that had not returned is done: %.0f W", uuid, limit.current_w)
+                self._done(uuid, pending.want, limit.current_w)
+                settled[uuid] = limit.current_w
+            else:
+                log.info("the power-limit Set of %s that had not returned did not take (%.0f W, not %.0f W): asked "
+                         "again as a refused one is", uuid, limit.current_w, in_force(pending.watts, limit))
+                if (held := self.before.get(uuid)) is not None:
+                    self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(pending_w=math.nan)))
+        return settled
 
     def _unexpired(self, read: Mapping[str, Entry]) -> dict[str, float | Restore]:
         """`read` with each `Expiring` cap made a plain cap, or a give-back (`Restore`) once its expiry has passed
@@ -261,18 +327,24 @@ class PowerCapAgent:
             del self._expired[uuid]   # no expiry any more, or no cap: an expiry seen later is news again
         return out
 
-    def _apply(self, requests: Mapping[str, float]) -> dict[str, float]:
+    def _apply(self, requests: Mapping[str, float], wanted: Mapping[str, Entry]) -> dict[str, float]:
         try:
             return dict(self.target.apply_power_caps(requests))
         except PowerCapError as err:
-            self.failed = f"the driver refused: {err}"
+            self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {err}")))
             log.error("power caps not applied: %s", err)
+            for uuid in err.pending & requests.keys():   # may yet land: neither done nor forgotten, across restarts
+                self._pending[uuid] = Pending(wanted.get(uuid), requests[uuid])
+                if (held := self.before.get(uuid)) is not None:
+                    self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(pending_w=requests[u])))
             return err.applied
 
     def _changed_by_hand(self, wanted: Mapping[str, Entry], limits: Mapping[str, PowerLimit] | None) -> None:
         """A GPU under gputide's cap found at a limit gputide did not set (an operator's ``nvidia-smi -pl``, a
         driver reload): that limit replaces the one before, so no later cap or give-back raises the GPU above it."""
         for uuid, held in self.before.items():
+            if uuid in self._pending:   # its Set may yet land: left as it is until judged (`_settle`)
+                continue
             limit = None if limits is None else limits.get(uuid)
             want = wanted.get(uuid, Restore(0.0))
             capped = not isinstance(want, Restore)
@@ -341,6 +413,8 @@ class PowerCapAgent:
     def _requests(self, wanted: Mapping[str, Entry], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         requests = {}
         for uuid, want in wanted.items():
+            if uuid in self._pending:   # not Set again, nor judged, until its Set is (`_settle`)
+                continue
             if limits is not None and uuid not in limits:
                 if uuid not in self._unknown:
                     self._unknown.add(uuid)
@@ -351,7 +425,7 @@ class PowerCapAgent:
             watts = self._request(uuid, want, None if limits is None else limits[uuid])
             if watts is not None:
                 requests[uuid] = watts
-        for uuid in self._asked.keys() - wanted.keys():   # deleted outright: given back
+        for uuid in self._asked.keys() - wanted.keys() - self._pending.keys():   # deleted outright: given back
             asked = self._asked[uuid]
             if isinstance(asked, Restore) or (limits is not None and uuid not in limits):
                 self._forget(uuid)
@@ -369,8 +443,8 @@ class PowerCapAgent:
         that cap, as if the entry had been deleted under this agent."""
         requests = {}
         for uuid, held in self.before.items():
-            if uuid in wanted or uuid in self._asked or uuid not in limits or math.isnan(held.set_w) \
-                    or self._unread(uuid, limits[uuid]):
+            if uuid in wanted or uuid in self._asked or uuid in self._pending or uuid not in limits \
+                    or math.isnan(held.set_w) or self._unread(uuid, limits[uuid]):
                 continue
             if self._gives_back(uuid, held.set_w, limits[uuid]):
                 log.info("%s still runs at the %.0f W cap an earlier agent set, no longer asked for: given back "

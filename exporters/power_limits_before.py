@@ -4,9 +4,12 @@ The power-cap agent (`exporters.power_caps.PowerCapAgent`) never sets a GPU abov
 before its first cap (``nvidia-smi -pl 250`` on a 700 W board stays 250 W once gputide gives the GPU back), nor above
 one an operator set while gputide's cap was in force. The agent keeps, per GPU under its cap, a `Held`: that limit
 (``before_w``) and the one it set itself (``set_w``, NaN until it did), the latter so that a limit found elsewhere
-later (an operator, a driver reload) is told from its own.
+later (an operator, a driver reload) is told from its own; and a Set that has not returned (``pending_w``: the watts
+asked, NaN when none), which may yet land, so that an agent restarted meanwhile judges it as the one that made it
+would (`exporters.power_caps`), rather than take its own cap for an operator's.
 
-It lives in a small JSON file on the node (``{"GPU-...": {"before_w": 250.0, "set_w": 200.0}}``, written whole to a
+It lives in a small JSON file on the node (``{"GPU-...": {"before_w": 250.0, "set_w": 200.0}}``, ``pending_w`` only
+while a Set is pending, written whole to a
 temporary file and renamed over, so a crash leaves the old file or the new one), because the agent restarts
 (upgrades, crash loops, the liveness probe) while NVML keeps the limits it set: a restarted agent that read the
 GPU's limit afresh would read its own cap as the operator's and never give the GPU back. A node-local file needs
@@ -31,10 +34,12 @@ log = logging.getLogger(__name__)
 
 
 class Held(NamedTuple):
-    """A GPU under gputide's cap: the limit in force before it (never raised above), and the one gputide set."""
+    """A GPU under gputide's cap: the limit in force before it (never raised above), the one gputide set, and the
+    one a Set that has not returned asked for."""
 
     before_w: float
     set_w: float = math.nan
+    pending_w: float = math.nan
 
 
 class LimitsBefore:
@@ -62,7 +67,8 @@ class LimitsBefore:
             return {}
         try:
             doc = json.loads(self.path.read_text())
-            return {str(uuid): Held(float(v["before_w"]), float(v.get("set_w", math.nan)))
+            return {str(uuid): Held(float(v["before_w"]), float(v.get("set_w", math.nan)),
+                                    float(v.get("pending_w", math.nan)))
                     for uuid, v in doc.items() if float(v["before_w"]) > 0}
         except FileNotFoundError:
             return {}
@@ -74,7 +80,8 @@ class LimitsBefore:
     def _save(self) -> None:
         if self.path is None:
             return
-        doc = {uuid: {"before_w": h.before_w, **({} if math.isnan(h.set_w) else {"set_w": h.set_w})}
+        doc = {uuid: {"before_w": h.before_w, **{k: w for k, w in (("set_w", h.set_w), ("pending_w", h.pending_w))
+                                                 if not math.isnan(w)}}
                for uuid, h in self._held.items()}
         tmp = self.path.with_name(self.path.name + ".tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -83,7 +83,10 @@ through a handle of the initialisation it was read under (`exporters.backends.nv
 answer). The collection and the agent may share the backend from two threads (``--power-caps-file``): one lock keeps
 their NVML calls, re-initialisations included, one at a time, so neither uses handles the other has replaced (a
 GPU's read left hung past its deadline holds no lock). The agent leaves a GPU whose read is stuck alone (its limit
-unread, a cap for it refused and asked again at the next sync): its call would hang too, holding the lock. A
+unread, a cap for it refused and asked again at the next sync): its call would hang too. Its own per-GPU calls run
+in each GPU's own job with the reads' deadline (`GpuReads.call`): the agent the first to call a GPU in recovery
+leaves that GPU stuck and the lock free, rather than holding it for good, and a Set that misses the deadline is
+pending (`exporters.backends.nvml_power`), judged by the agent from the limit the GPU reads once it returns. A
 collection waits for the lock `lock_timeout_s` at most (the collection timeout in the exporter), then fails
 (`NvmlBusy`, logged once) rather than wait for good behind an agent's call that does not return.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
@@ -525,12 +528,14 @@ class NvmlBackend:
     def apply_power_caps(self, caps: Mapping[str, float]) -> dict[str, float]:
         """Set each GPU's power limit, clamped to [its minimum, its default]; raises `PowerCapError` if refused,
         every GPU while NVML does not answer (never initialised again here: `power_limits` is). A GPU whose read is
-        stuck in NVML (`GpuReads.stuck`) is refused without asking NVML (the call would hang under the lock every
-        collection needs): not set, so the agent asks again at its next sync."""
+        stuck in NVML (`GpuReads.stuck`) is refused without asking NVML (the call would hang too): not set, so the agent
+        asks again at its next sync. A Set that misses the reads' deadline is refused as pending
+        (`PowerCapError.pending`): it may still land."""
         with self._lock:
             if why := self._init.refusal(self._limits_read):
                 raise PowerCapError({}, dict.fromkeys(caps, why))
-            return self._power.apply_power_caps(caps, stuck=self.reads.stuck())
+            return self._power.apply_power_caps(caps, call=lambda jobs: self.reads.call(jobs, "power-limit Set"),
+                                                stuck=self.reads.stuck())
 
     def power_limits(self) -> dict[str, PowerLimit]:
         """Each GPU's power management limit now and its default, in watts; while NVML does not answer, one attempt
@@ -540,7 +545,8 @@ class NvmlBackend:
             if not self._answers():
                 raise TargetUnavailable(self._init.why())
             self._limits_read = self._init.reinits
-            return self._power.power_limits(stuck=self.reads.stuck())
+            return self._power.power_limits(call=lambda jobs: self.reads.call(jobs, "power-limit read"),
+                                            stuck=self.reads.stuck())
 
     def close(self) -> None:
         """``nvmlShutdown``, not behind the lock (a collection stuck in NVML must not hold up the process's exit),

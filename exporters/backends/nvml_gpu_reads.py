@@ -24,6 +24,12 @@ then is not served), and in time again, not at every collection. Each read runs 
 after its collection ended as they saw a stuck collection, not ready past the collection timeout, not live past
 ``--stuck-after``.
 
+The power-cap agent's NVML calls on a GPU run the same way, in that GPU's own job (`call(jobs, what)`): one hung in
+NVML leaves its GPU stuck, as a read does (collections, the MIG lookup, the XID drain and the agent then leave it
+alone), rather than the agent holding the backend's lock for good. A GPU with a read or a call still running gets no
+other job. Calls are kept apart from reads: what a call returns late is never served, and a call takes nothing of
+the reads' (a slow GPU's late read that has returned stays for the next collection to serve).
+
 This module never imports `pynvml`.
 """
 
@@ -49,12 +55,13 @@ def _unwatched(what: str) -> AbstractContextManager[Any]:
 
 
 class Read:
-    """One GPU's read: what it returned (`result`) or raised (`error`) once `done` is set."""
+    """One GPU's read: what it returned (`result`) or raised (`error`) once `done` is set; `what` names it in the
+    log ("read", or the power-cap agent's call: `GpuReads.call`)."""
 
-    __slots__ = ("done", "error", "late", "result", "started")
+    __slots__ = ("done", "error", "late", "result", "started", "what")
 
-    def __init__(self, started: float) -> None:
-        self.started = started
+    def __init__(self, started: float, what: str = "read") -> None:
+        self.started, self.what = started, what
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -68,7 +75,8 @@ class GpuReads:
                  clock: Callable[[], float] = time.monotonic, max_age_s: float = MAX_AGE_S) -> None:
         self.timeout_s, self.watching, self.clock, self.max_age_s = timeout_s, watching, clock, max_age_s
         self._running: dict[str, Read] = {}   # reads not done when their collection ended
-        self._state: dict[str, str] = {}   # GPU -> LATE or STUCK, as last logged; absent: in time
+        self._calls: dict[str, Read] = {}     # the agent's calls not done by their deadline: never served
+        self._state: dict[tuple[str, bool], str] = {}   # (GPU, a call?) -> LATE or STUCK, as last logged
 
     def run(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Read]:
         """The reads of `jobs` done within `timeout_s`, by key, else an earlier late read of it that returned since
@@ -76,6 +84,7 @@ class GpuReads:
         started: dict[str, Read] = {}
         returned: dict[str, Read] = {}   # late reads of earlier collections, done since
         running: dict[str, Read] = {}    # late reads still running: waited for too, not started again
+        done_earlier: dict[str, Read] = {}   # late reads of GPUs the agent's call holds: served, none started
         for key, job in jobs.items():
             if (earlier := self._running.get(key)) is not None:
                 if not earlier.done.is_set():
@@ -83,13 +92,15 @@ class GpuReads:
                     continue
                 del self._running[key]
                 returned[key] = earlier
-            started[key] = read = Read(self.clock())
-            threading.Thread(target=self._read, args=(key, job, read), name=f"gputide-read-{key}",
-                             daemon=True).start()
+            if self._calling(key):   # the agent's call still inside NVML: not read, its late read served if it can
+                if (earlier := returned.get(key)) is not None and self._servable(earlier):
+                    done_earlier[key] = earlier
+                continue
+            started[key] = self._start(key, job, Read(self.clock()))
         deadline = self.clock() + self.timeout_s
         for read in (*started.values(), *(r for r in running.values() if not self._too_old(r))):
             read.done.wait(max(0.0, deadline - self.clock()))
-        done = self._still_running(running)
+        done = {**self._still_running(running), **done_earlier}
         for key, read in started.items():
             if read.done.is_set():
                 done[key] = read
@@ -100,6 +111,45 @@ class GpuReads:
             if (earlier := returned.get(key)) is not None and self._servable(earlier):
                 done[key] = earlier
         return done
+
+    def call(self, jobs: Mapping[str, Callable[[], Any]], what: str) -> dict[str, Read]:
+        """The power-cap agent's calls (`what`), each in its GPU's own job, those done within `timeout_s` by key; a
+        key missing has a read or call still inside NVML (not called: it would hang too) or has not returned in time
+        (its GPU stuck until it does, the call then forgotten, never served). A late read that has returned is left
+        for the next collection to serve."""
+        started: dict[str, Read] = {}
+        for key, job in jobs.items():
+            if self._calling(key) or ((read := self._running.get(key)) is not None and not read.done.is_set()):
+                continue
+            started[key] = self._start(key, job, Read(self.clock(), what))
+        deadline = self.clock() + self.timeout_s
+        for read in started.values():
+            read.done.wait(max(0.0, deadline - self.clock()))
+        done = {}
+        for key, read in started.items():
+            if read.done.is_set():
+                done[key] = read
+                self._say(key, None, read)
+            else:
+                self._calls[key] = read
+                self._say(key, LATE, read)
+        return done
+
+    def _calling(self, key: str) -> bool:
+        """Whether the agent's call on GPU `key` is still inside NVML (said stuck once past `max_age_s`); one that
+        has returned is forgotten."""
+        if (call := self._calls.get(key)) is None:
+            return False
+        if call.done.is_set():
+            del self._calls[key]
+            return False
+        if self._too_old(call):
+            self._say(key, STUCK, call)
+        return True
+
+    def _start(self, key: str, job: Callable[[], Any], read: Read) -> Read:
+        threading.Thread(target=self._read, args=(key, job, read), name=f"gputide-read-{key}", daemon=True).start()
+        return read
 
     def _still_running(self, running: Mapping[str, Read]) -> dict[str, Read]:
         """Of the late reads found running at this `run`, those that returned within its deadline, to serve."""
@@ -125,30 +175,37 @@ class GpuReads:
         return self.clock() - read.started > self.max_age_s
 
     def _say(self, key: str, state: str | None, read: Read) -> None:
-        """Log GPU `key`'s read turning late, stuck, or in time again; nothing while it stays as it was."""
-        was = self._state.get(key)
+        """Log GPU `key`'s read (or the agent's calls) turning late, stuck, or in time again; nothing while it stays
+        as it was."""
+        at = (key, read.what != "read")
+        was = self._state.get(at)
         if state == was:
             return
         if state is None:
-            del self._state[key]
-            log.warning("GPU %s: its read returns in time again", key)
+            del self._state[at]
+            log.warning("GPU %s: %s in time again", key,
+                        "its read returns" if read.what == "read" else "the power-cap agent's calls on it return")
             return
-        self._state[key] = state
-        if state == LATE:
+        self._state[at] = state
+        if state == LATE and read.what != "read":
+            log.warning("GPU %s: the %s has not returned after %g s (a GPU in recovery?): the GPU is not asked "
+                        "again, nor read, until it returns", key, read.what, self.timeout_s)
+        elif state == LATE:
             log.warning("GPU %s: its read has not returned after %g s: no series for it but its XID this collection "
                         "(its fields are collect errors); what it reads is served at the next collection if it has "
                         "returned by then", key, self.timeout_s)
         else:
-            log.warning("GPU %s: its read is still inside NVML after %.0f s: not read again until it returns, and "
-                        "what it reads then is not served", key, self.clock() - read.started)
+            log.warning("GPU %s: its %s is still inside NVML after %.0f s: not read again until it returns, and "
+                        "what it reads then is not served", key, read.what, self.clock() - read.started)
 
     def stuck(self) -> list[str]:
-        """The GPUs whose read is still running after its collection ended."""
-        return [key for key, read in self._running.items() if not read.done.is_set()]
+        """The GPUs whose read is still running after its collection ended, or the agent's call after its
+        deadline."""
+        return [key for key, read in (*self._running.items(), *self._calls.items()) if not read.done.is_set()]
 
     def _read(self, key: str, job: Callable[[], Any], read: Read) -> None:
         try:
-            with self.watching(f"GPU {key}'s read"):
+            with self.watching(f"GPU {key}'s {read.what}"):
                 read.result = job()
         except BaseException as exc:   # noqa: BLE001 - handed to the collection, which raises or counts it
             read.error = exc

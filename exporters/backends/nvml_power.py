@@ -12,14 +12,22 @@ a GPU back only while it runs at the cap gputide set, as clamped here.
 
 NVML itself stopping (`exporters.backends.nvml_init`: uninitialised, the driver unloaded or reloaded) is no one
 GPU's refusal: told to the backend's `NvmlInit.lost`, it ends the call. ``power_limits()`` then raises
-`TargetUnavailable` (no limit of this initialisation can be trusted), ``apply_power_caps`` refuses the GPU it was
-at and every one after it without asking NVML. The handles are one initialisation's: the backend builds this anew
+`TargetUnavailable` (no limit of this initialisation can be trusted), ``apply_power_caps`` refuses every GPU whose
+call failed with it. The handles are one initialisation's: the backend builds this anew
 with the new ones when NVML is initialised again, which only its `read()` and `power_limits()` do (one attempt
 each, the agent's once per sync; `TargetUnavailable` while it fails). Its ``apply_power_caps`` refuses every GPU
 while NVML does not answer, and after NVML was initialised again since its last ``power_limits()`` (by a collection
 of the same process): the caps were judged on limits read through the old handles. A GPU the backend names *stuck*
 (its read has not returned from NVML) is not asked at all: its limit reads NaN, its cap is refused (`STUCK`) and
 asked again at the next sync, since the call would hang too, under the lock every collection needs.
+
+Each GPU's calls run in that GPU's own job, with the reads' deadline (`call`: the backend's `GpuReads.call`): the
+agent the first to call a GPU in recovery leaves that GPU stuck, as a late read does, and goes on, freeing the
+backend's lock (it held it for good, and every collection failed behind it). A limit read that does not return in
+time is NaN. A Set that does not return in time is neither done nor refused: NVML may still set it when the call
+returns. It is refused `LATE` and named *pending* (`PowerCapError.pending`), for the agent to judge from the limit
+the GPU reads once its call has returned (`exporters.power_caps`). NVML stopping is told by any GPU's call failing
+with it.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -28,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from exporters.backends.nvml_init import NvmlInit
@@ -36,6 +44,11 @@ from exporters.power_caps import PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
 STUCK = "its read is stuck inside NVML (a GPU in recovery?): not asked, set at a later sync once it returns"
+LATE = ("its power-limit Set has not returned in time (a GPU in recovery?): pending, judged from the limit the GPU "
+        "reads once it returns")
+# `GpuReads.call` with what the calls are named: each job in its GPU's own job, those done in time by key
+# (`.result` or `.error`), one still running left to run on (its GPU then stuck) rather than waited for
+Call = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, Any]]
 
 
 class NvmlPowerCaps:
@@ -46,45 +59,65 @@ class NvmlPowerCaps:
         self.handles = dict(handles)
         self.gone = init.gone
 
-    def apply_power_caps(self, caps: Mapping[str, float], stuck: Collection[str] = ()) -> dict[str, float]:
-        """`stuck`: GPUs whose read is stuck inside NVML, refused without a call (it would hang too)."""
-        nvml = self.nvml
-        applied: dict[str, float] = {}
+    def apply_power_caps(self, caps: Mapping[str, float], *, call: Call,
+                         stuck: Collection[str] = ()) -> dict[str, float]:
+        """`stuck`: GPUs whose read or call is stuck inside NVML, refused without a call (it would hang too);
+        `call`: how the GPUs' Sets are made and waited for (module docstring)."""
+        jobs: dict[str, Callable[[], float]] = {}
         refused: dict[str, str] = {}
         for uuid, watts in caps.items():
             h = self.handles.get(uuid)
             if h is None:
                 log.warning("power cap for unknown GPU %s ignored", uuid)
-                continue
-            if self.init.down is not None:   # NVML stopped at an earlier GPU
-                refused[uuid] = self.init.why()
-                continue
-            if uuid in stuck:
+            elif uuid in stuck:
                 refused[uuid] = STUCK
-                continue
-            try:
-                lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
-                top = min(nvml.nvmlDeviceGetPowerManagementDefaultLimit(h), hi)
-                mw = int(max(min(float(watts) * 1000.0, top), min(lo, top)))
-                nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
-                applied[uuid] = mw / 1000.0
-            except nvml.NVMLError as exc:
-                if isinstance(exc, self.gone):
-                    self.init.lost(exc)
-                refused[uuid] = f"{type(exc).__name__}: {exc}"
+            else:
+                jobs[uuid] = lambda h=h, watts=watts: self._set(h, watts)
+        applied: dict[str, float] = {}
+        done = self._calls(call, jobs)
+        pending = [uuid for uuid in jobs if uuid not in done]
+        refused.update(dict.fromkeys(pending, LATE))
+        for uuid, set_call in done.items():
+            if set_call.error is None:
+                applied[uuid] = set_call.result
+            else:
+                refused[uuid] = f"{type(set_call.error).__name__}: {set_call.error}"
                 log.warning("could not set the power limit of %s: %s", uuid, refused[uuid])
         if refused:
-            raise PowerCapError(applied, refused)
+            raise PowerCapError(applied, refused, pending)
         return applied
 
-    def power_limits(self, stuck: Collection[str] = ()) -> dict[str, PowerLimit]:
-        """`stuck`: GPUs whose read is stuck inside NVML, NaN (unread) without a call."""
-        try:
-            return {uuid: PowerLimit(math.nan, math.nan) if uuid in stuck else self._limit(h)
-                    for uuid, h in self.handles.items()}
-        except self.gone as exc:
-            self.init.lost(exc)
-            raise TargetUnavailable(self.init.why()) from exc
+    def _set(self, h: Any, watts: float) -> float:
+        nvml = self.nvml
+        lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
+        top = min(nvml.nvmlDeviceGetPowerManagementDefaultLimit(h), hi)
+        mw = int(max(min(float(watts) * 1000.0, top), min(lo, top)))
+        nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
+        return mw / 1000.0
+
+    def power_limits(self, *, call: Call, stuck: Collection[str] = ()) -> dict[str, PowerLimit]:
+        """`stuck`: GPUs whose read or call is stuck inside NVML, NaN (unread) without a call; a GPU whose call does
+        not return in time is NaN too."""
+        done = self._calls(call, {uuid: (lambda h=h: self._limit(h)) for uuid, h in self.handles.items()
+                                  if uuid not in stuck})
+        if self.init.down is not None:
+            raise TargetUnavailable(self.init.why()) from self.init.down
+        unread = PowerLimit(math.nan, math.nan)
+        return {uuid: done[uuid].result if uuid in done and done[uuid].error is None else unread
+                for uuid in self.handles}
+
+    def _calls(self, call: Call, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
+        """Each job's call through `call` that returned in time, by GPU; NVML stopping (`gone`) told to
+        `init.lost`; an error that is not NVML's raised."""
+        done = dict(call(jobs))
+        for one in done.values():
+            if one.error is None:
+                continue
+            if isinstance(one.error, self.gone):
+                self.init.lost(one.error)
+            elif not isinstance(one.error, self.nvml.NVMLError):
+                raise one.error
+        return done
 
     def _limit(self, h: Any) -> PowerLimit:
         nvml = self.nvml

@@ -16,7 +16,7 @@ from exporters.collector import GpuCollector
 from exporters.health import CollectHealth
 from exporters.server import serve
 from tests.cli.test_cli_health import get
-from tests.exporters.test_exporter_power_cap_stuck_gpu import BOUND_S, HungDevice, in_thread
+from tests.exporters.test_exporter_power_cap_stuck_gpu import BOUND_S, HungDevice, lock_held
 
 LOCK_S = 0.2
 
@@ -31,19 +31,14 @@ def exporter(serve_stale_s: float):
     return nvml, backend, health, serve(registry, health=health, port=0)
 
 
-def hang_the_agent(nvml, backend):
-    nvml.hung, nvml.hang_on = "GPU-1", "nvmlDeviceGetPowerManagementLimit"   # hangs in the agent, not in a read
-    agent, _ = in_thread(backend.power_limits)
-    assert agent.is_alive()   # holding the backend's lock
-    return agent
 
 
 def test_a_scrape_behind_a_hung_agent_call_gets_the_last_complete_exposition_not_a_500():
-    nvml, backend, health, server = exporter(serve_stale_s=30.0)
+    _, backend, health, server = exporter(serve_stale_s=30.0)
     try:
         code, before = get(server.port, "/metrics")
         assert code == 200 and 'DCGM_FI_DEV_GPU_TEMP{' in before
-        agent = hang_the_agent(nvml, backend)
+        agent, release = lock_held(backend)   # an agent's NVML call that does not return
         try:
             for _ in range(2):
                 code, text = get(server.port, "/metrics")
@@ -52,7 +47,7 @@ def test_a_scrape_behind_a_hung_agent_call_gets_the_last_complete_exposition_not
                     "gputide_exporter_collect_timeouts")[0]   # the last complete one
             assert health.timeouts == 2   # each collection that gave up counted as one that timed out
         finally:
-            nvml.release.set()
+            release.set()
         agent.join(BOUND_S)
         code, text = get(server.port, "/metrics")
         assert code == 200 and health.timeouts == 2
@@ -61,15 +56,15 @@ def test_a_scrape_behind_a_hung_agent_call_gets_the_last_complete_exposition_not
 
 
 def test_with_nothing_recent_to_serve_a_scrape_behind_a_hung_agent_call_is_a_503_naming_why():
-    nvml, backend, _, server = exporter(serve_stale_s=30.0)
+    _, backend, _, server = exporter(serve_stale_s=30.0)
     try:
-        agent = hang_the_agent(nvml, backend)   # before any collection: nothing complete to serve
+        agent, release = lock_held(backend)   # before any collection: nothing complete to serve
         try:
             code, text = get(server.port, "/metrics")
             assert code == 503, text
             assert "power-cap agent" in text and "none has completed" in text and "Traceback" not in text
         finally:
-            nvml.release.set()
+            release.set()
         agent.join(BOUND_S)
         assert get(server.port, "/metrics")[0] == 200
     finally:

@@ -13,7 +13,7 @@ from exporters.backends.fake_nvml import FakeDevice, FakeMig
 from exporters.backends.nvml import NvmlBackend
 from exporters.backends.nvml_gpu_reads import GpuReads
 from tests.exporters.test_exporter_nvml_gpu_hung import DEADLINE_S, ended
-from tests.exporters.test_exporter_power_cap_stuck_gpu import BOUND_S, HungDevice, in_thread
+from tests.exporters.test_exporter_power_cap_stuck_gpu import BOUND_S, HungDevice, in_thread, lock_held
 
 DRA = "gpu-0-mig-19-0-1"   # the A100's 1g.10gb instance, by placement
 INDEX = "0:0"              # the same, as --device-id-strategy=index names it
@@ -48,18 +48,16 @@ def test_a_stuck_gpus_mig_devices_are_none_without_a_call_and_resolved_once_its_
 
 
 def test_a_mig_lookup_waits_for_an_agent_call_that_does_not_return_at_most_lock_timeout_s():
-    nvml, b = backend()
+    _, b = backend()
     b.lock_timeout_s = 0.2
     b.read()
-    nvml.hung, nvml.hang_on = "GPU-H100", "nvmlDeviceGetPowerManagementLimit"   # hangs in the agent, not in a read
+    agent, release = lock_held(b)   # an agent's NVML call that does not return
     try:
-        agent, _ = in_thread(b.power_limits)
-        assert agent.is_alive()   # holding the backend's lock
         t, out = in_thread(lambda: [b.mig_instance(INDEX), b.mig_instance(DRA)])
         assert not t.is_alive(), "the MIG lookup waited on the lock for good"
         assert out == {"result": [None, None]}
     finally:
-        nvml.release.set()
+        release.set()
     agent.join(BOUND_S)
     b.read()
     assert b.mig_instance(INDEX) == FOUND

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml
 from exporters.backends.nvml import NvmlBackend
+from exporters.backends.nvml_gpu_reads import GpuReads
 from exporters.collector import GpuCollector
 from exporters.health import CollectHealth, TrackedCollector, first_collection
 from exporters.power_caps import PowerCapAgent
@@ -33,6 +34,7 @@ from exporters.server import RunningServer, serve
 from tests.cli.test_cli_health import Clock, get
 
 BOUND_S = 10.0   # the most a test waits for a thread to get somewhere (it takes milliseconds)
+DEADLINE_S = 60.0
 SYNC = "the power-cap agent's sync"
 
 
@@ -79,7 +81,9 @@ def exporter(tmp_path: Path) -> Iterator[Node]:
     collection done. On leaving, the hung call returns and the server closes, whatever the test asserted."""
     device = FakeDevice(uuid="GPU-0", minor=0)
     nvml = FakeNvml([device])
-    backend = NvmlBackend(nvml, hostname="n1")
+    # the reads' deadline, which the agent's calls now keep too (test_exporter_power_cap_late_set), out of the way:
+    # the call here holds the lock until the test releases it, however slow the machine
+    backend = NvmlBackend(nvml, hostname="n1", reads=GpuReads(DEADLINE_S))
     inside, release = threading.Event(), threading.Event()
     set_limit = nvml.nvmlDeviceSetPowerManagementLimit
 

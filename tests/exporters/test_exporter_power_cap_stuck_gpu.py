@@ -61,6 +61,23 @@ def in_thread(fn) -> tuple[threading.Thread, dict]:
     return t, out
 
 
+def lock_held(backend: NvmlBackend) -> tuple[threading.Thread, threading.Event]:
+    """The backend's lock held by another thread until the event is set (at most `BOUND_S`): an agent's NVML call
+    under it that does not return and is no GPU's (nvmlInit in a re-initialisation, say: a GPU's own calls run with
+    a deadline, `test_exporter_power_cap_agent_first`)."""
+    release, held = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with backend._lock:
+            held.set()
+            release.wait(BOUND_S)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    held.wait(BOUND_S)
+    return t, release
+
+
 def test_the_agent_leaves_a_gpu_whose_read_is_stuck_alone_and_caps_it_once_it_returns():
     devs = [FakeDevice(uuid=f"GPU-{i}", minor=i) for i in range(3)]
     nvml = HungDevice(devs)
@@ -94,10 +111,8 @@ def test_a_collection_waits_for_an_agent_call_that_does_not_return_at_most_lock_
     backend = NvmlBackend(nvml, hostname="n1", reads=GpuReads(DEADLINE_S))
     backend.lock_timeout_s = 0.3
     backend.read()
-    nvml.hung, nvml.hang_on = "GPU-1", "nvmlDeviceGetPowerManagementLimit"   # hangs in the agent, not in a read
+    agent, release = lock_held(backend)
     try:
-        agent, _ = in_thread(lambda: backend.power_limits())
-        assert agent.is_alive()   # holding the backend's lock
         with caplog.at_level(logging.ERROR, logger="exporters.backends.nvml"):
             for _ in range(2):
                 t, out = in_thread(backend.read)
@@ -105,7 +120,7 @@ def test_a_collection_waits_for_an_agent_call_that_does_not_return_at_most_lock_
                 assert isinstance(out.get("error"), NvmlBusy) and "power-cap agent" in str(out["error"])
         assert len([r for r in caplog.records if r.name == "exporters.backends.nvml"]) == 1   # said once
     finally:
-        nvml.release.set()
+        release.set()
     agent.join(BOUND_S)
     assert backend.read().values["DCGM_FI_DEV_GPU_TEMP"].tolist() == [45, 45]
 
