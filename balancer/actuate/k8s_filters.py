@@ -13,9 +13,10 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
 * **what is left** (`resource_refusal`): the host ports the pod needs (kube-scheduler's NodePorts: the same
   protocol and port taken on the node, on the same address or every address), GPUs, CPU and memory, each less what
   is reserved for other pods (node annotation `gputide.io/reserved-for`: written by a Migrate for the workload's
-  replacement, its GPUs only, and by this scheduler for a pod that preempts or starves, its GPUs, CPU and memory, and
-  its priority: a hold for a pod of lower priority is not held against the pod, as kube-scheduler ignores lower-priority
-  nominated pods, `counts_against`), every extended resource and the node's pod slots;
+  replacement, its GPUs only, and by this scheduler for a pod that preempts or starves, its GPUs, CPU and memory, its
+  host ports and extended resources, and its priority: a hold for a pod of lower priority is not held against the pod,
+  as kube-scheduler ignores lower-priority nominated pods, `counts_against`), every extended resource and the node's
+  pod slots (less those held for other pods too);
 * **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, the
   required anti-affinity of the pods bound already, and the pod's hard topology spread constraints. These depend on
   the pass's bindings, so only `Offers` answers them (with the pass's `PodPlacement`); `why_not` does not.
@@ -48,6 +49,8 @@ Json = dict[str, Any]
 
 GPUS, CPU, MEMORY = "count", "cpu_milli", "memory_mib"   # what a reservation holds, by its keys
 PRIORITY = "priority"   # a hold's field: the priority of the pod it holds the node for (`k8s_preempt.reserve`)
+# a hold's fields: the host ports ([protocol, host IP, port]) and extended resources ({name: amount}) of its pod
+HOST_PORTS, EXTENDED = "hostPorts", "extended"
 LEFT = "victims"        # a preemption's hold field: the victims still to evict (all of them, until evicted)
 EVICTED = "evicted"     # ... the victims evicted and still terminating: the hold is renewed while any is there
 # a cordoned node admits the pods that tolerate this taint (kube-scheduler's NodeUnschedulable filter), whether or
@@ -129,6 +132,39 @@ def reserved_for_others(node: Json, req: Json, what: str = GPUS) -> int:
                if k not in req["owned"] and counts_against(v, req))
 
 
+def _counted(node: Json, req: Json) -> list[Json]:
+    """The reservations on `node` held against `req` (`reserved_for_others`)."""
+    return [v for k, v in node["reservations"].items() if k not in req["owned"] and counts_against(v, req)] \
+        if node["reservations"] else []
+
+
+def ports_reserved_for_others(node: Json, req: Json) -> frozenset[tuple]:
+    """The host ports ((protocol, host IP, port)) held on `node` for pods other than `req` that count against it:
+    a preemptor's or a starving pod's (`k8s_preempt.reserve`), so that no pod takes the port it waits for. A hold
+    that does not list them (a Migrate's, an older gputide's), or lists one in another form, holds none of them."""
+    held = set()
+    for entry in _counted(node, req):
+        value = entry.get(HOST_PORTS)
+        for p in value if isinstance(value, list) else ():
+            if isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and isinstance(p[1], str) \
+                    and isinstance(p[2], int) and not isinstance(p[2], bool):
+                held.add(tuple(p))
+    return frozenset(held)
+
+
+def extended_reserved_for_others(node: Json, req: Json, resource: str) -> float:
+    """How much of the extended resource `resource` is held on `node` for pods other than `req` that count against
+    it (0 where a hold does not say, or says it in a form that is not a number)."""
+    total = 0.0
+    for entry in _counted(node, req):
+        value = entry.get(EXTENDED)
+        try:
+            total += max(float((value if isinstance(value, dict) else {}).get(resource) or 0), 0.0)
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
 def _discounted(node: Json, req: Json) -> bool:
     """Whether `node` holds a reservation that does not count against `req`: its own, or a lower-priority pod's."""
     return any(k in req["owned"] or not counts_against(v, req) for k, v in node["reservations"].items())
@@ -199,6 +235,12 @@ def rule_refusal(node: Json, req: Json) -> str | None:
 RESERVED_GPUS = "node(s) had GPUs reserved for other pods"
 RESERVED_CPU = "node(s) had cpu reserved for other pods"
 RESERVED_MEMORY = "node(s) had memory reserved for other pods"
+RESERVED_PORTS = "node(s) had the requested pod ports reserved for other pods"
+
+
+def reserved_words(resource: str) -> str:
+    """Why a node whose `resource` (an extended resource, pod slots) is held for other pods refuses a pod."""
+    return f"node(s) had {'pod slots' if resource == 'pods' else resource} reserved for other pods"
 
 
 def resource_refusal(node: Json, req: Json) -> str | None:
@@ -206,6 +248,8 @@ def resource_refusal(node: Json, req: Json) -> str | None:
     memory, the rest, pod slots."""
     if port_conflict(node.get("host_ports"), req.get("host_ports")):
         return PORTS
+    if req.get("host_ports") and port_conflict(ports_reserved_for_others(node, req), req["host_ports"]):
+        return RESERVED_PORTS
     if node["gpus_free"] < req["num_gpu"]:
         return f"Insufficient {GPU_RESOURCE}"
     if node["gpus_free"] - reserved_for_others(node, req) < req["num_gpu"]:
@@ -218,13 +262,18 @@ def resource_refusal(node: Json, req: Json) -> str | None:
         return "Insufficient memory"
     if node["memory_mib_free"] - reserved_for_others(node, req, MEMORY) < req["memory_mib"]:
         return RESERVED_MEMORY
+    return _extended_refusal(node, req)
+
+
+def _extended_refusal(node: Json, req: Json) -> str | None:
+    """Every extended resource and the pod slots: what the node has, then less what is held for other pods."""
     free = node["extended_free"]
     for k, v in req["extended"].items():
-        if k == "pods":   # a node that does not say how many pods it takes is not limited here
-            if free.get("pods", v) < v:
-                return "Too many pods"
-        elif free.get(k, 0.0) < v:
-            return f"Insufficient {k}"
+        have = free.get(k, float("inf") if k == "pods" else 0.0)   # a node that does not count its pods: any number
+        if have < v:
+            return "Too many pods" if k == "pods" else f"Insufficient {k}"
+        if have - extended_reserved_for_others(node, req, k) < v:
+            return reserved_words(k)
     return None
 
 
@@ -296,17 +345,16 @@ class Offers:
         """Indices of the nodes `req` fits, in view order; `reasons()` then says why not the others."""
         others = self._others(req)
         gpus, cpu, memory = req["num_gpu"], req["cpu_milli"], req["memory_mib"]
-        # host ports first (kube-scheduler's NodePorts comes before NodeResourcesFit); a node where one is taken is
-        # not admitted either: preemption, which weighs resources only, would free none there
-        ports = np.array([port_conflict(n.get("host_ports"), req["host_ports"]) for n in self.view], dtype=bool) \
-            if req.get("host_ports") else np.zeros(len(self.view), dtype=bool)
-        failed = [ports, self.gpus < gpus, self.gpus - others[GPUS] < gpus, self.cpu < cpu,
+        # host ports first (kube-scheduler's NodePorts comes before NodeResourcesFit); a node where one is taken, or
+        # held for another pod, is not admitted either: preemption, which weighs resources only, would free none there
+        ports, held = self._ports(req)
+        failed = [ports, held, self.gpus < gpus, self.gpus - others[GPUS] < gpus, self.cpu < cpu,
                   self.cpu - others[CPU] < cpu, self.memory < memory, self.memory - others[MEMORY] < memory]
-        words = [PORTS, f"Insufficient {GPU_RESOURCE}", RESERVED_GPUS, "Insufficient cpu", RESERVED_CPU,
-                 "Insufficient memory", RESERVED_MEMORY]
+        words = [PORTS, RESERVED_PORTS, f"Insufficient {GPU_RESOURCE}", RESERVED_GPUS, "Insufficient cpu",
+                 RESERVED_CPU, "Insufficient memory", RESERVED_MEMORY]
         for k, v in req["extended"].items():
-            failed.append(self._free(k) < v)
-            words.append("Too many pods" if k == "pods" else f"Insufficient {k}")
+            failed += [self._free(k) < v, self._free(k) - self._held_extended(req, k) < v]
+            words += ["Too many pods" if k == "pods" else f"Insufficient {k}", reserved_words(k)]
         code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
         rules, rules_ok = self._rules(req)
         spread = self.pods.refusals(req.get("namespace", ""), req.get("labels") or {}, req["pod_affinity"])
@@ -315,9 +363,28 @@ class Offers:
                                              lambda c: self._spread_nodes(req["rules"], c))
             spread = skew if spread is None else np.where(spread == 0, skew, spread)
         self._last = (rules, code, words, spread)
-        self._admitted = (rules_ok if spread is None else rules_ok & (spread == 0)) & ~ports
+        self._admitted = (rules_ok if spread is None else rules_ok & (spread == 0)) & ~ports & ~held
         self._fits = self._admitted & (code == 0)
         return np.flatnonzero(self._fits)
+
+    def _ports(self, req: Json) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, whether a host port `req` needs is taken there, and whether one is held there for another pod
+        (only the few reserving nodes are looked at)."""
+        none = np.zeros(len(self.view), dtype=bool)
+        if not req.get("host_ports"):
+            return none, none
+        taken = np.array([port_conflict(n.get("host_ports"), req["host_ports"]) for n in self.view], dtype=bool)
+        held = none.copy()
+        for i in self.reserving:
+            held[i] = port_conflict(ports_reserved_for_others(self.view[i], req), req["host_ports"])
+        return taken, held
+
+    def _held_extended(self, req: Json, resource: str) -> np.ndarray:
+        """Per node, how much of `resource` is held for pods other than `req` (only the reserving nodes)."""
+        held = np.zeros(len(self.view))
+        for i in self.reserving:
+            held[i] = extended_reserved_for_others(self.view[i], req, resource)
+        return held
 
     def _spread_nodes(self, rules: Any, c: Any) -> np.ndarray:
         """The nodes a topology spread constraint `c` (`k8s_podaffinity.Spread`) of a pod with `rules` counts pods

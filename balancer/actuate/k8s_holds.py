@@ -1,8 +1,8 @@
 """Nodes held for pods that fit nowhere, for the secondary scheduler (balancer/actuate/k8s_scheduler.py).
 
 A pod left pending because no node has room for it may get a node held for it, by a reservation under its own name
-of its GPUs, CPU and memory (node annotation `gputide.io/reserved-for`, the one a Migrate writes, honoured by
-every replica of the scheduler; `k8s_filters` offers no other pod what it holds):
+of its GPUs, CPU, memory, host ports and extended resources (node annotation `gputide.io/reserved-for`, the one a
+Migrate writes, honoured by every replica of the scheduler; `k8s_filters` offers no other pod what it holds):
 
 * **preemption** (`k8s_preempt`): pods of lower priority are evicted from a node, which is held while they
   terminate (as long as their grace periods, renewed while they are still there, at most an hour, save for victims
@@ -263,7 +263,7 @@ class Holds:
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
                           now: float) -> str:
         """Anti-starvation: a pod pending longer than `starving_s` that fits nowhere and preempts no one holds the
-        node closest to fitting it (a reservation of its GPUs, CPU and memory, renewed while it waits), so that
+        node closest to fitting it (a reservation of what it asks, `Preemptor.reserve`, renewed while it waits), so that
         what frees up there goes to it instead of to smaller pods that keep arriving.
         " waiting <m> min: holding <node> ...", or ""."""
         created = parse_time(req["created"])

@@ -4,13 +4,13 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
 * victims are **evicted through the Eviction API**, so a PodDisruptionBudget is never broken (kube-scheduler
   deletes them, and only prefers nodes where no budget is broken); a node where room would need a disruption a
   budget does not allow is no candidate at all;
-* the node is **held for the preemptor by a reservation** of its GPUs, CPU and memory (node annotation
-  `gputide.io/reserved-for`, the one a Migrate writes), which every replica of the scheduler honours and which
-  survives a restart, instead of kube-scheduler's in-memory nominated pods. As a nominated pod is, it is held
-  only against pods of equal or lower priority: it records the pod's priority (`k8s_filters.counts_against`; one
-  that does not, written by an older gputide, is held against every pod until a pass carries its preemption on
-  and writes it, `ranked`, at the latest before it is kept past the hour). The pod also gets
-  `status.nominatedNodeName`, as kube-scheduler sets it.
+* the node is **held for the preemptor by a reservation** of its GPUs, CPU, memory, host ports and extended
+  resources (node annotation `gputide.io/reserved-for`, the one a Migrate writes), which every replica of the
+  scheduler honours and which survives a restart, instead of kube-scheduler's in-memory nominated pods. As a
+  nominated pod is, it is held only against pods of equal or lower priority: it records the pod's priority
+  (`k8s_filters.counts_against`; one that does not, written by an older gputide, is held against every pod until a
+  pass carries its preemption on and writes it, `ranked`, at the latest before it is kept past the hour). The pod
+  also gets `status.nominatedNodeName`, as kube-scheduler sets it.
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
 pod slots are short there), whose `preemptionPolicy` is not `Never`, and that holds no live reservation already
@@ -22,14 +22,14 @@ start time and the budgets that cover them; budgets are read only when a preempt
 null selector covers no pod, as in policy/v1, while an empty one covers its whole namespace). Only pods of
 lower priority are ever victims, and as few and as unimportant as the node allows.
 
-Then: reserve the node's GPUs, CPU and memory for the pod, the reservation naming every victim still to evict
-(`victims`) before the first is evicted; evict each victim (read first, for its grace period) with an Event
-`Preempted` on it ("Preempted by <pod> on node <node>"); write down what is left (`noted`), set the pod's nominated
-node. The holds this scheduler made there for pods of lower priority are given back, and those pods' nominations
-cleared (`lower_holds`, `k8s_holds`), as kube-scheduler clears lower-priority nominations on the node it preempts
-on: the preemptor counted their room as its own, and they plan afresh. A later pass binds the pod once the
-victims are gone. So the reservation always says what is left to do: whichever replica leads next (this one in
-a later term too, having read it again) carries the preemption on (`resume`) or gives the node back
+Then: reserve the node's GPUs, CPU, memory, host ports and extended resources for the pod, the reservation naming
+every victim still to evict (`victims`) before the first is evicted; evict each victim (read first, for its grace
+period) with an Event `Preempted` on it ("Preempted by <pod> on node <node>"); write down what is left (`noted`),
+set the pod's nominated node. The holds this scheduler made there for pods of lower priority are given back, and
+those pods' nominations cleared (`lower_holds`, `k8s_holds`), as kube-scheduler clears lower-priority nominations on
+the node it preempts on: the preemptor counted their room as its own, and they plan afresh. A later pass binds the
+pod once the victims are gone. So the reservation always says what is left to do: whichever replica leads next (this
+one in a later term too, having read it again) carries the preemption on (`resume`) or gives the node back
 (`k8s_holds.release_gone`), even when the Lease was lost between two evictions.
 
 How long: a victim's own grace period (`terminationGracePeriodSeconds`, 30 min for a training job that checkpoints)
@@ -68,11 +68,14 @@ from balancer.actuate.k8s_actuator import post_event
 from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold fields naming its victims
     CPU,
     EVICTED,
+    EXTENDED,
     GPUS,
+    HOST_PORTS,
     LEFT,
     MEMORY,
     PRIORITY,
     counts_against,
+    extended_reserved_for_others,
     reserved_for_others,
 )
 from balancer.actuate.k8s_migrate import eviction
@@ -355,7 +358,8 @@ class Preemptor:
                                                 if u.key.startswith(f"{ns}/") and sel.matches(dict(u.labels))))
                        for u in lower[n["name"]]]
             # a resource the node does not list is none of it, except pod slots: then it takes any number
-            extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0) for k in req["extended"]}
+            extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0)
+                        - extended_reserved_for_others(n, req, k) for k in req["extended"]}   # less others' holds
             free = resources(*usable(n, req), extended)
             options[n["name"]] = (free, running)
         choice = choose(need, req["priority"], options, allowed, respect_budgets=True)
@@ -365,9 +369,11 @@ class Preemptor:
         return choice
 
     def reserve(self, req: Json, node: str, victims: Sequence[str] = ()) -> Json:
-        """Hold `req`'s GPUs, CPU and memory on `node` for it (a reservation every replica honours, expiring after
-        `reserve_s`): without the CPU and memory, pods that need no more GPUs than are left over could take them
-        and the pod would never fit. A preemption's names its `victims`, all of them still to evict (`LEFT`), and
+        """Hold `req`'s GPUs, CPU and memory, host ports and extended resources on `node` for it (a reservation every
+        replica honours, expiring after `reserve_s`): what the filters check (`k8s_filters.resource_refusal`), as
+        without the CPU and memory, pods that need no more GPUs than are left over could take them, and without its
+        host ports or an extended resource (an RDMA device) a pod that needs no GPU could take those: either way the
+        pod would never fit. A preemption's names its `victims`, all of them still to evict (`LEFT`), and
         when it began (`SINCE`), before any is evicted: whatever happens to this replica from then on, the cluster
         says what is left to do. Returns the reservation. None is written once `halted()` (stopping, or the Lease
         lost: the next leader places on these nodes)."""
@@ -378,6 +384,10 @@ class Preemptor:
         # its priority: a pod of higher priority is not held back by it (`k8s_filters.counts_against`)
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
                  PRIORITY: req["priority"], "expires": rfc3339(now + self.reserve_s), HOLDER: self.scheduler_name}
+        if req.get("host_ports"):
+            entry[HOST_PORTS] = [list(p) for p in sorted(req["host_ports"])]
+        if req["extended"]:
+            entry[EXTENDED] = dict(req["extended"])
         if victims:
             entry |= {LEFT: list(victims), SINCE: rfc3339(now)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))

@@ -50,7 +50,8 @@ def test_a_starving_pod_keeps_the_cpu_it_needs_on_the_node_it_holds(kube: FakeKu
     assert sched.schedule_once() == {"default/big": None} and sched.starving == [("default/big", "a")]
     assert held(kube, "a")["default/big"] | {"expires": None} == {
         "pod": "default/big", "gpus": [], "count": 1, "cpu_milli": 8000, "memory_mib": 8192, "priority": 0,
-        "expires": None, "scheduler": "gputide"}   # a hold of this scheduler's: given back once the pod no longer waits
+        "expires": None, "scheduler": "gputide",   # a hold of this scheduler's: given back once the pod no longer waits
+        "extended": {"pods": 1.0}}   # its pod slot too, as the filters count it
     kube.delete("pods", "busy", "default")                               # a: 2 GPUs and 8 CPU free
     # as important and older, so placed first (a GPU would be left over); of higher priority, the hold would not
     # count against it (test_k8s_hold_priority)
