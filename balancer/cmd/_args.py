@@ -378,17 +378,22 @@ class NegativeValues(argparse.ArgumentParser):
             self.exit(EXIT_INPUT_ERROR, f"gputide: error: {exc}\n")
 
 
-LISTEN_HELP = ("address to bind (default: every address, IPv6 and IPv4, on :: where this kernel's IPv6 sockets take "
-               "IPv4 too, else 0.0.0.0; :: or [::] for IPv6 alone, 0.0.0.0 for IPv4 alone)")
+LISTEN_ENV = "GPUTIDE_LISTEN_ADDRESS"
+LISTEN_HELP = (f"address to bind (default ${LISTEN_ENV}, else every address, IPv6 and IPv4: :: where this kernel's "
+               "IPv6 sockets take IPv4 too, else 0.0.0.0; :: or [::] for IPv6 alone, 0.0.0.0 for IPv4 alone)")
 IPV4_ANY, IPV6_ANY = "0.0.0.0", "::"
 
 
 def add_listen_address(p: argparse.ArgumentParser, *aliases: str, dest: str = "listen_address") -> None:
-    """`--listen-address` for a command that serves HTTP (metrics, probes). Left out, None: `bind` serves on every
-    address (`every_address`). Given empty it is refused as the line is read: `bind` took "" for every IPv4 address,
-    so `--listen-address ""` (an unset variable in a manifest) served everywhere without a word."""
-    p.add_argument("--listen-address", *aliases, dest=dest, default=None, help=LISTEN_HELP,
-                   type=given("--listen-address", "an address of this machine such as ::, 0.0.0.0 or 127.0.0.1"))
+    """`--listen-address` for a command that serves HTTP (metrics, probes), by default `$GPUTIDE_LISTEN_ADDRESS`: one
+    setting for every gputide container of a pod (deploy/components/listen-address puts it in each container's
+    environment, which a kustomize patch of the containers' args could not reach in a DaemonSet whose containers
+    depend on the overlay). Neither given, None: `bind` serves on every address (`every_address`). An empty value is
+    refused as the line is read (argparse checks a default as it checks a value given): `bind` took "" for every
+    IPv4 address, so `--listen-address ""` (an unset variable in a manifest) served everywhere without a word."""
+    p.add_argument("--listen-address", *aliases, dest=dest, default=os.environ.get(LISTEN_ENV), help=LISTEN_HELP,
+                   type=given("--listen-address", f"an address of this machine such as ::, 0.0.0.0 or 127.0.0.1 "
+                                                  f"(also from ${LISTEN_ENV})"))
 
 
 def every_address() -> str:

@@ -108,6 +108,27 @@ def test_an_empty_listen_address_exits_2_naming_the_flag(capsys, argv, value):
         line
 
 
+@pytest.mark.parametrize(("argv", "dest"), [(["schedule"], "listen_address"), (["exporter"], "listen")])
+def test_the_default_is_read_from_the_environment_and_a_flag_given_wins(monkeypatch, argv, dest):
+    """deploy/components/listen-address sets GPUTIDE_LISTEN_ADDRESS in every gputide container (envFrom)."""
+    from balancer.cli import build_parser
+
+    monkeypatch.setenv("GPUTIDE_LISTEN_ADDRESS", "::1")
+    assert getattr(build_parser().parse_args(argv), dest) == "::1"
+    assert getattr(build_parser().parse_args([*argv, "--listen-address", "127.0.0.1"]), dest) == "127.0.0.1"
+    monkeypatch.delenv("GPUTIDE_LISTEN_ADDRESS")
+    assert getattr(build_parser().parse_args(argv), dest) is None
+
+
+def test_an_empty_environment_value_exits_2_too(monkeypatch, capsys):
+    monkeypatch.setenv("GPUTIDE_LISTEN_ADDRESS", "")
+    with pytest.raises(SystemExit) as stop:
+        main(["schedule", "--once"])
+    line = one_error_line(capsys)
+    assert stop.value.code == 2 and "field '--listen-address': invalid value ''" in line and \
+        "$GPUTIDE_LISTEN_ADDRESS" in line, line
+
+
 def test_the_exporter_prints_the_address_it_bound(capsys):
     assert main(["exporter", "--backend", "sim", "--port", "0", "--duration", "0.1", "--listen", "127.0.0.1"]) == 0
     assert "http://127.0.0.1:" in capsys.readouterr().out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,7 +25,8 @@ from deploy import gen  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["base", "overlays/dev", "overlays/production", "overlays/power-cap", "overlays/with-dcgm-exporter",
-            "overlays/capacity", "overlays/capacity-kueue", "overlays/scheduler", "overlays/dev-scheduler"]
+            "overlays/capacity", "overlays/capacity-kueue", "overlays/scheduler", "overlays/dev-scheduler",
+            "overlays/sharded"]
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 K8S_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
@@ -38,6 +40,24 @@ def render(overlay: str) -> tuple[dict, ...]:
     out = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy" / overlay)], check=True,
                          capture_output=True, text=True, timeout=60).stdout
     return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def render_over(tmp_path: Path, overlay: str, components: tuple[str, ...] = (), **fields) -> list[dict]:
+    """An operator's own kustomization over `overlay`, with `components` (names under deploy/components) and any
+    other kustomization `fields` (its `namespace:`), rendered."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with kustomize) not on PATH")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **fields,
+        "resources": [os.path.relpath(ROOT / "deploy" / overlay, mine)],
+        **({"components": [os.path.relpath(ROOT / "deploy" / "components" / c, mine) for c in components]}
+           if components else {})}))
+    out = subprocess.run([kubectl, "kustomize", str(mine)], check=True, capture_output=True, text=True,
+                         timeout=60).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
 
 
 def objects(overlay: str, kind: str) -> list[dict]:

@@ -9,28 +9,13 @@ gputide/..., and every call they made was refused (audit s32x1).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import pytest
-import yaml
 
-from tests.deploy.test_deploy_manifests import OVERLAYS, ROOT
+from tests.deploy.test_deploy_manifests import OVERLAYS, render_over
 
 
 def _render_in(tmp_path, overlay: str, namespace: str) -> list[dict]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl (with kustomize) not on PATH")
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": namespace,
-        "resources": [os.path.relpath(ROOT / "deploy" / overlay, mine)]}))
-    out = subprocess.run([kubectl, "kustomize", str(mine)], check=True, capture_output=True,
-                         text=True, timeout=60).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return render_over(tmp_path, overlay, namespace=namespace)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -5,6 +5,7 @@ run time) and no more (a right nothing uses is one an attacker with the token ge
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import pytest
 from api_calls import requests_of, requests_of_command, requests_of_container, to_rbac
@@ -90,26 +91,35 @@ def granted(overlay: str) -> dict[str, dict[tuple[str, str, str], set[str]]]:
     return granted_in(render(overlay))
 
 
-def granted_in(rendered: tuple[dict, ...] | list[dict]) -> dict[str, dict[tuple[str, str, str], set[str]]]:
-    """`granted` of rendered objects. A rule that names its objects grants none of the requests that carry no
-    name (`NAMELESS`: a create's name is in its body, not its path)."""
-    leases = leases_of(rendered)
+def bound_rules(rendered: tuple[dict, ...] | list[dict]) -> Iterator[tuple[str, str, dict]]:
+    """(ServiceAccount, where: "*" cluster-wide else the binding's namespace, rule) for every rule of every role a
+    binding grants, as the API server's RBAC authorizer walks them: binding, roleRef, rules."""
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
              for o in rendered if o["kind"] in ("ClusterRole", "Role")}
-    out: dict[str, dict] = {}
     for binding in (o for o in rendered if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         ref = binding["roleRef"]
         where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else "*"
         role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else where, ref["name"])]
         for subject in binding["subjects"]:
             assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE, subject
-            rights = out.setdefault(subject["name"], {})
             for rule in role["rules"]:
-                assert not rule.get("nonResourceURLs"), rule
-                assert _names_allowed(rule, leases.get(subject["name"], set())), (subject["name"], rule)
-                verbs = [v for v in rule["verbs"] if not (rule.get("resourceNames") and v in NAMELESS)]
-                for triple in itertools.product(rule["apiGroups"], rule["resources"], verbs):
-                    rights.setdefault(triple, set()).add(where)
+                yield subject["name"], where, rule
+
+
+def granted_in(rendered: tuple[dict, ...] | list[dict]) -> dict[str, dict[tuple[str, str, str], set[str]]]:
+    """`granted` of rendered objects. A rule that names its objects grants none of the requests that carry no
+    name (`NAMELESS`: a create's name is in its body, not its path)."""
+    leases = leases_of(rendered)
+    out: dict[str, dict] = {}
+    for account, where, rule in bound_rules(rendered):
+        rights = out.setdefault(account, {})
+        assert not rule.get("nonResourceURLs"), rule
+        own = sorted(leases.get(account, ()))
+        assert _names_allowed(rule, set(own)), \
+            f"{account}: a rule names {rule['resources']} {rule.get('resourceNames')}, its commands elect on {own}"
+        verbs = [v for v in rule["verbs"] if not (rule.get("resourceNames") and v in NAMELESS)]
+        for triple in itertools.product(rule["apiGroups"], rule["resources"], verbs):
+            rights.setdefault(triple, set()).add(where)
     return out
 
 

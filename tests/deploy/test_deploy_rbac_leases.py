@@ -13,7 +13,7 @@ import copy
 
 import pytest
 from test_deploy_manifests import OVERLAYS, render
-from test_deploy_rbac import NAMESPACE, granted_in, leases_of
+from test_deploy_rbac import NAMESPACE, bound_rules, granted_in, leases_of
 
 EVERY = None   # a rule without resourceNames: every Lease of the namespace
 WRITES = ("get", "update", "patch", "delete")   # what touches a named Lease: its ledger, its holder
@@ -21,26 +21,16 @@ WRITES = ("get", "update", "patch", "delete")   # what touches a named Lease: it
 
 def lease_reach(rendered, verb: str) -> dict[str, set[str] | None]:
     """{ServiceAccount: the names of the Leases in gputide's namespace it may `verb` (EVERY: all of them)}."""
-    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
-             for o in rendered if o["kind"] in ("ClusterRole", "Role")}
     out: dict[str, set[str] | None] = {}
-    for binding in (o for o in rendered if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
-        where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else "*"
-        if where not in ("*", NAMESPACE):
+    for account, where, rule in bound_rules(rendered):
+        if not (where in ("*", NAMESPACE) and {"coordination.k8s.io", "*"} & set(rule.get("apiGroups", ()))
+                and {"leases", "*"} & set(rule.get("resources", ())) and {verb, "*"} & set(rule.get("verbs", ()))):
             continue
-        ref = binding["roleRef"]
-        role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else where, ref["name"])]
-        for rule in role["rules"]:
-            if not ({"coordination.k8s.io", "*"} & set(rule.get("apiGroups", ()))
-                    and {"leases", "*"} & set(rule.get("resources", ()))
-                    and {verb, "*"} & set(rule.get("verbs", ()))):
-                continue
-            for subject in binding["subjects"]:
-                names = rule.get("resourceNames")
-                if names is None:
-                    out[subject["name"]] = EVERY
-                elif subject["name"] not in out or out[subject["name"]] is not EVERY:
-                    out[subject["name"]] = out.get(subject["name"], set()) | set(names)
+        names = rule.get("resourceNames")
+        if names is None:
+            out[account] = EVERY
+        elif out.get(account, set()) is not EVERY:
+            out[account] = out.get(account, set()) | set(names)
     return out
 
 
@@ -53,7 +43,8 @@ def _may(rendered, account: str, verb: str, lease: str) -> bool:
 def test_each_account_may_read_and_write_its_own_leases_and_no_other(overlay):
     rendered = render(overlay)
     own = leases_of(rendered)
-    assert own.get("gputide-controller") == {"gputide-controller"}, own
+    shards = {"gputide-controller-a", "gputide-controller-b"}   # overlays/sharded: test_deploy_shards.py
+    assert own.get("gputide-controller") == (shards if overlay == "overlays/sharded" else {"gputide-controller"}), own
     for verb in WRITES:
         for account, reach in lease_reach(rendered, verb).items():
             assert reach is not EVERY, f"{overlay}: {account} may {verb} every Lease of {NAMESPACE}"
@@ -83,15 +74,17 @@ def _with_args(rendered, deployment: str, edit) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize(("deployment", "edit"), [
-    ("gputide-scheduler", lambda args: [a.replace("=gputide-scheduler", "=gputide-binder") for a in args]),
-    ("gputide-controller", lambda args: [*args, "--shard=h100", "--selector=pool=H100-SXM"]),
+@pytest.mark.parametrize(("deployment", "edit", "lease"), [
+    ("gputide-scheduler", lambda args: [a.replace("=gputide-scheduler", "=gputide-binder") for a in args],
+     "gputide-binder"),
+    ("gputide-controller", lambda args: [*args, "--shard=h100", "--selector=pool=H100-SXM"], "gputide-controller-h100"),
 ])
-def test_a_lease_renamed_in_the_args_but_not_in_its_role_is_caught(deployment, edit):
+def test_a_lease_renamed_in_the_args_but_not_in_its_role_is_caught(deployment, edit, lease):
     """The Role's resourceNames follow the container's --lease-name (and --shard): changed in one place alone,
     leader election would be refused at run time (403), so the RBAC reading refuses it here."""
     rendered = render("overlays/scheduler")
     granted_in(rendered)   # as deployed: accepted
     renamed = _with_args(rendered, deployment, edit)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=rf"^{deployment}: a rule names \['leases'\] \['{deployment}'\], "
+                                             rf"its commands elect on \['{lease}'\]"):
         granted_in(renamed)

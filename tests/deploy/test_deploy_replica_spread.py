@@ -13,7 +13,8 @@ LEADER_ELECTED = {"gputide-controller", "gputide-scheduler"}
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_leader_elected_replicas_spread_over_zones_and_nodes(overlay):
-    deployments = [d for d in objects(overlay, "Deployment") if d["metadata"]["name"] in LEADER_ELECTED]
+    deployments = [d for d in objects(overlay, "Deployment") if d["metadata"]["name"] in LEADER_ELECTED
+                   or "gputide.io/controller-shard" in d["metadata"].get("labels", {})]   # overlays/sharded
     assert deployments
     for deploy in deployments:
         pod, labels = deploy["spec"]["template"]["spec"], deploy["spec"]["template"]["metadata"]["labels"]
