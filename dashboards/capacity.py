@@ -37,16 +37,25 @@ SERVICE = f'{CLUSTER}, service=~"$service"'   # the controller's own series, nam
 # Demand per (cluster, namespace, service), each series once: an HA pair read without deduplication or two scrape
 # jobs publish it twice, and the controller reads the higher (balancer/app/capacity_run.py), where a sum doubled it.
 DEMAND = f"max by (cluster, namespace, service) (gputide_inference_demand_rps{{{CLUSTER}}})"
+# The names are recorded (rules/gputide-recording.yaml, gputide-slo group), one series per (cluster, namespace,
+# service) with the name in NAME: the demand's as the controller names it (CONTROLLER_NAMES), and each SLO series'
+# (SLO_NAMES), the namespaces of the demand and of the last hour's SLO series counted, so team-a's and team-b's chat
+# are never two lines both named chat. Each query here pasted the PromQL that works the name out (a count of
+# namespaces per name, twice per series it names: 1,900 characters a burn-rate line) and `$service` ran it at every
+# step of a subquery over the time range (43,000 steps over 30 days). A name is joined on the series' identity, `max`
+# over the table's copies (two Prometheus servers read without deduplication), and `$service` selects by it.
+NAME = "controller_service"
+CONTROLLER_NAMES = "service:inference_controller_name:info"
+SLO_NAMES = "service:inference_slo_name:info"
 # An SLO series is one service by (cluster, namespace, service) (rules/gputide-recording.yaml's gputide-slo group,
 # balancer.telemetry.slo_rules.SERVICE_IDENTITY): a Deployment's name can recur in two namespaces of a cluster, each
 # its own service with its own budget. The SLO panels keep every series apart (no sum) and name it in this label as
-# the controller names the service in its cluster (controller_names, the namespaces of the demand and of the SLO
-# series counted): team-a/chat and team-b/chat where chat is in two namespaces there, chat where it is in one (and for
-# counters without a namespace, the simulated fleet's); `$service` selects a line by that name alone, as it selects
-# the demand, so `vllm` (a cluster's only vllm) never also draws another cluster's team-a/vllm. The cluster then
-# leads the name where the series has one ("c1: team-a/vllm"): two clusters' team-a/vllm are two lines told apart.
+# the controller names the service in its cluster (SLO_NAMES): team-a/chat and team-b/chat where chat is in two
+# namespaces there, chat where it is in one (and for counters without a namespace, the simulated fleet's); `$service`
+# selects a line by that name alone, as it selects the demand, so `vllm` (a cluster's only vllm) never also draws
+# another cluster's team-a/vllm. The cluster then leads the name where the series has one ("c1: team-a/vllm"): two
+# clusters' team-a/vllm are two lines told apart.
 SLO_NAME = "qualified_service"
-PICKED = "selected_by_service"   # scratch label of `_pick`, dropped again
 SERVICE_REGEX = r'/\bservice="([^"]+)"/'   # the `service` of each series query_result lists
 
 # The SLO the burn rate is measured against: 99 % of requests under their latency target, the objective of the
@@ -60,45 +69,36 @@ def _capacity(cls: str) -> str:
     return f'sum(gputide_capacity_gpus{{{CLUSTER}, class="{cls}"}})'
 
 
+def _with_name(expr: str, names: str) -> str:
+    """`expr` (one series per (cluster, namespace, service)) with NAME, its service's name from the table `names`,
+    those `$service` selects alone."""
+    table = f'max by (cluster, namespace, service, {NAME}) ({names}{{{CLUSTER}, {NAME}=~"$service"}})'
+    return f"({expr}) * on (cluster, namespace, service) group_left ({NAME}) {table}"
+
+
 def _named(expr: str) -> str:
     """`expr` (one series per (cluster, namespace, service)) with its SLO_NAME: the controller's name of the service
-    (`$service` selects by it), then led by the series' cluster where it has one."""
-    picked = _pick(controller_names(expr, SLO_NAME, also=DEMAND), SLO_NAME)
-    joined = f'label_join({picked}, "{SLO_NAME}", ": ", "cluster", "{SLO_NAME}")'
-    return f'label_replace({joined}, "{SLO_NAME}", "$1", "{SLO_NAME}", ": (.*)")'
-
-
-def controller_names(expr: str, label: str = "service", also: str = "") -> str:
-    """`expr` (one series per (cluster, namespace, service)) with `label` the name the controller gives it:
-    `namespace/service` where the cluster has that service in two namespaces (among `expr`'s series and `also`'s),
-    else the name alone (a series without a namespace keeps it then too: label_join's leading `/` cut off)."""
-    expr = f"({expr})"   # `expr` may be a binary operation (a burn rate's `or`): whole under `and` and `unless`
-    spaces = f"group by (cluster, namespace, service) ({expr}) or group by (cluster, namespace, service) ({also})"
-    shared = f"(count by (cluster, service) ({spaces if also else expr}) > 1)"
-    joined = f'label_join({expr} and on (cluster, service) {shared}, "{label}", "/", "namespace", "service")'
-    alone = f"{expr} unless on (cluster, service) {shared}"
-    if label != "service":
-        alone = f'label_replace({alone}, "{label}", "$1", "service", "(.*)")'
-    return f'(label_replace({joined}, "{label}", "$1", "{label}", "/(.*)") or ({alone}))'
+    (`$service` selects by it), led by the series' cluster where it has one."""
+    joined = f'label_join({_with_name(expr, SLO_NAMES)}, "{SLO_NAME}", ": ", "cluster", "{NAME}")'
+    dropped = f'label_replace({joined}, "{NAME}", "", "", "")'
+    return f'label_replace({dropped}, "{SLO_NAME}", "$1", "{SLO_NAME}", ": (.*)")'
 
 
 # `$service` lists the names seen over the dashboard's time range, as the old label_values did (a series API call over
 # the range): query_result is one instant query at the range's end, so a service that stopped reporting within it
 # (or a name that changed, team-a/vllm once team-b's vllm is gone) was not listed, and under All its panel was never
-# drawn. The subquery names the demand at each step (its default step: the evaluation interval) and keeps each name
-# seen; the controller's forecast gauges add the names it forecasts. Grafana fills in $__range (whole seconds) in a
-# variable's query, refreshed on each time range change (query_variable).
-SERVICES = (f"group by (service) (last_over_time({controller_names(DEMAND)}[$__range:]) "
-            f"or last_over_time(gputide_forecast_for_now{{{CLUSTER}}}[$__range]))")
+# drawn. The recorded names are read over the range (each name kept), and the controller's forecast gauges add the
+# names it forecasts. Grafana fills in $__range (whole seconds) in a variable's query, refreshed on each time range
+# change (query_variable).
+SERVICES = (f'group by (service) (label_replace(last_over_time({CONTROLLER_NAMES}{{{CLUSTER}}}[$__range]), '
+            f'"service", "$1", "{NAME}", "(.*)") or last_over_time(gputide_forecast_for_now{{{CLUSTER}}}[$__range]))')
 
 
-def _pick(expr: str, *labels: str) -> str:
-    """The series of `expr` that `$service` selects by one of `labels`: a selector cannot test a label a query
-    computed, so each match marks the series (label_replace leaves one that does not match as it was), the unmarked
-    ones go (`unless` against a vector without labels) and the mark is dropped."""
-    for label in labels:
-        expr = f'label_replace({expr}, "{PICKED}", "$1", "{label}", "($service)")'
-    return f'label_replace({expr} unless on ({PICKED}) vector(1), "{PICKED}", "", "{PICKED}", ".*")'
+def _demand() -> str:
+    """Each service's demand under the controller's name (`$service` selects by it), its clusters' added; an unknown
+    one (NaN) left out of the sum."""
+    named = _with_name(DEMAND, CONTROLLER_NAMES)
+    return f'sum by (service) (label_replace({named}, "service", "$1", "{NAME}", "(.*)") >= 0)'
 
 
 def _per_cluster(series: str) -> str:
@@ -154,7 +154,7 @@ def build() -> dashboard.Dashboard:
         "demand and their quantiles alike; a cluster whose demand is unknown (NaN: no requests seen in its window, "
         "which the controller holds for) is left out of the sum, where it blanked every cluster's demand, and the "
         "line has a gap only while no cluster's demand is known.", "reqps",
-        [q(f'sum by (service) ({_pick(controller_names(DEMAND), "service")} >= 0)', "demand"),
+        [q(_demand(), "demand"),
          q(_per_cluster('gputide_forecast_for_now{' + SERVICE + ', quantile="0.5"}'), "forecast p50"),
          q(_per_cluster('gputide_forecast_for_now{' + SERVICE + ', quantile="0.9"}'), "forecast p90")],
         w=24, h=9, min_val=0,

@@ -12,9 +12,11 @@ and 20 on 1h (b), both above 14.4, and had no 30m line at all for the slow alert
 from __future__ import annotations
 
 import pytest
-from panel_eval import panel_query, run
+from panel_eval import ROOT, panel_query, run
 
 BOARD = "tidal-capacity.json"
+# the recording rules name each line (service:inference_slo_name:info, from the ratios given here)
+RULES = ROOT / "rules" / "gputide-recording.yaml"
 # service -> error ratio per window
 RATIOS = {"a": {"5m": 0.2, "1h": 0.01, "30m": 0.04, "2h": 0.05, "6h": 0.008, "1d": 0.02, "3d": 0.005},
           "b": {"5m": 0.0, "1h": 0.2, "30m": 0.07, "2h": 0.02, "6h": 0.07, "1d": 0.04, "3d": 0.012},
@@ -35,4 +37,4 @@ def test_each_line_is_above_an_alerts_factor_only_where_the_alert_fires(promtool
                       "exp_samples": [{"labels": f'{{cluster="c", service="{svc}", qualified_service="c: {svc}"}}',
                                        "value": lines[i]}
                                       for svc, lines in LINES.items()]})
-    run(promtool, tmp_path, series, tests, interval="15s")
+    run(promtool, tmp_path, series, tests, rules=RULES, interval="15s")

@@ -17,6 +17,8 @@ from panel_eval import ALL, ROOT, panel, panel_query, run
 from balancer.dashboards_render import interpolate
 
 BOARD = "tidal-capacity.json"
+# the recording rules name the services (service:inference_controller_name:info), which the panels join on
+RULES = ROOT / "rules" / "gputide-recording.yaml"
 TITLE = "Demand vs forecast: $service"
 SERVICES = {"chat": (80, 70, 100), "batch": (30, 20, 50)}
 
@@ -46,7 +48,7 @@ def test_each_services_panel_reads_its_own_demand_and_quantiles(promtool, tmp_pa
     tests = [{"expr": panel_query(BOARD, TITLE, legend, {"service": service}), "eval_time": "5m",
               "exp_samples": [{"labels": f'{{service="{service}"}}', "value": value}]}
              for legend, value in zip(("demand", "forecast p50", "forecast p90"), SERVICES[service], strict=True)]
-    run(promtool, tmp_path, _series(), tests)
+    run(promtool, tmp_path, _series(), tests, rules=RULES)
 
 
 @pytest.mark.integration
@@ -55,7 +57,7 @@ def test_all_services_are_never_summed_into_one_quantile(promtool, tmp_path):
     service, 100 and 50, not a fleet line of 150 that no forecast made."""
     tests = [{"expr": panel_query(BOARD, TITLE, "forecast p90"), "eval_time": "5m",
               "exp_samples": [{"labels": f'{{service="{s}"}}', "value": v[2]} for s, v in sorted(SERVICES.items())]}]
-    run(promtool, tmp_path, _series(), tests)
+    run(promtool, tmp_path, _series(), tests, rules=RULES)
 
 
 # A cluster where the Deployment name vllm is in two namespaces: the controller reads them as team-a/vllm and
@@ -96,7 +98,7 @@ def test_demand_is_named_as_the_controller_names_the_service_and_lines_up_with_i
     tests = [{"expr": panel_query(BOARD, title, legend, {"service": service}), "eval_time": "5m",
               "exp_samples": [{"labels": f'{{service="{service}"}}', "value": value}]}
              for (title, legend), value in legends.items()]
-    run(promtool, tmp_path, _named_series(), tests)
+    run(promtool, tmp_path, _named_series(), tests, rules=RULES)
 
 
 @pytest.mark.integration
@@ -119,7 +121,7 @@ def test_the_service_variable_lists_the_controllers_names(promtool, tmp_path):
              {"expr": "group by (service) (gputide_forecast_for_now)", "eval_time": "5m", "exp_samples": listed},
              {"expr": panel_query(BOARD, TITLE, "demand"), "eval_time": "5m",
               "exp_samples": [{"labels": f'{{service="{s}"}}', "value": v[0][1]} for s, v in sorted(NAMED.items())]}]
-    run(promtool, tmp_path, _named_series(), tests)
+    run(promtool, tmp_path, _named_series(), tests, rules=RULES)
 
 
 def _service_variable_query(range_s: int) -> str:
@@ -144,7 +146,7 @@ def test_the_service_variable_lists_every_name_seen_over_the_time_range(promtool
     listed = ["gone", "queued", "team-a/vllm", "team-b/vllm", "vllm"]
     tests = [{"expr": f"group by (service) ({_service_variable_query(1800)})", "eval_time": "30m",
               "exp_samples": [{"labels": f'{{service="{s}"}}', "value": 1} for s in listed]}]
-    run(promtool, tmp_path, series, tests)
+    run(promtool, tmp_path, series, tests, rules=RULES)
 
 
 @pytest.mark.integration
@@ -158,4 +160,4 @@ def test_one_clusters_unknown_demand_does_not_blank_the_others(promtool, tmp_pat
     tests = [{"expr": panel_query(BOARD, TITLE, "demand", {"service": "chat"}), "eval_time": "5m",
               "exp_samples": [{"labels": '{service="chat"}', "value": 40}]},
              {"expr": panel_query(BOARD, TITLE, "demand", {"service": "idle"}), "eval_time": "5m", "exp_samples": []}]
-    run(promtool, tmp_path, series, tests)
+    run(promtool, tmp_path, series, tests, rules=RULES)

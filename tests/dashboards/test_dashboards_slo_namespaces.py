@@ -2,7 +2,7 @@
 (cluster, namespace, service) (balancer.telemetry.slo_rules.SERVICE_IDENTITY), and a Deployment's name can recur in
 two namespaces of one cluster, each with its own budget. The panels named each line by `service` alone, so
 team-a's and team-b's `chat` were two lines both called "chat" (one healthy, one burning, and no telling which).
-Each line is named as the controller names the service in its cluster (dashboards.capacity.controller_names):
+Each line is named as the controller names the service in its cluster (service:inference_slo_name:info, recorded):
 `namespace/service` where the cluster has the name in two namespaces, else the name alone (and for counters without
 a namespace, the simulated fleet's), after the series' cluster where it has one (`c: team-a/chat`). `$service`
 holds the controller's names and selects a line by that name alone: team-a/chat selects team-a's line, `chat`
@@ -53,7 +53,9 @@ def test_every_slo_line_is_named_by_namespace_and_service():
         assert targets and all(t["legendFormat"].startswith("{{qualified_service}}") for t in targets), title
         for t in targets:
             assert not re.search(r"\bby\s*\(\s*service\s*\)", t["expr"]), (title, t["expr"])  # no merging
-            assert 'label_join(' in t["expr"] and '"namespace", "service"' in t["expr"], (title, t["expr"])
+            # named by the recorded name of its (cluster, namespace, service)
+            assert "on (cluster, namespace, service) group_left (controller_service)" in t["expr"], (title, t["expr"])
+            assert "service:inference_slo_name:info{" in t["expr"], (title, t["expr"])
 
 
 @pytest.mark.integration
@@ -114,7 +116,8 @@ def _ratio(cluster: str, namespace: str) -> dict:
 def test_each_clusters_lines_are_named_as_its_controller_names_them(promtool, tmp_path, selected, lines):
     """Each line is named after its cluster and as that cluster's controller names the service: `vllm` selects c2's
     line alone and team-a/vllm c1's team-a line alone, where both selected lines of two clusters named alike."""
-    run(promtool, tmp_path, [_ratio(*k) for k in CLUSTERS], [_attainment(selected, {k: NAMES[k] for k in lines})])
+    run(promtool, tmp_path, [_ratio(*k) for k in CLUSTERS], [_attainment(selected, {k: NAMES[k] for k in lines})],
+        rules=RULES)
 
 
 @pytest.mark.integration
@@ -126,4 +129,4 @@ def test_the_demand_names_a_service_whose_other_namespace_has_no_slo_series(prom
         {"series": f'gputide_inference_demand_rps{{cluster="c1", namespace="{n}", service="vllm"}}', "values": "5x10"}
         for n in ("team-a", "team-b") if demand]
     name = "c1: team-a/vllm" if demand else "c1: vllm"
-    run(promtool, tmp_path, series, [_attainment(".*", {("c1", "team-a"): name})])
+    run(promtool, tmp_path, series, [_attainment(".*", {("c1", "team-a"): name})], rules=RULES)
