@@ -21,6 +21,18 @@ power brake (0x80) is the node's power delivery asking for less, and taints like
 `detect` updates the streaks, `hot_nodes` names the nodes to keep tainted (thermal hotspots and inherited hot taints
 not yet cooled), `on_nodes` and `power_capped_at_default` are its per-GPU masks. What to do about the hotspots
 (migrate, throttle, shrink, give back) is `balancer.plan.hotspots`, which re-exports these. Pure: no clock, no I/O.
+
+The last open node. The hot taint steers new work to cooler nodes; in a heat wave where every node that takes GPU
+work is hot it would steer it nowhere: a pod rescheduled after a node failure, a new replica, would stay Pending, and
+no action may leave a workload without a place to run. So `kept_open` names one hot node the taint leaves open when
+it would otherwise close them all: the coolest (its hottest GPU's margin to slowdown), the one already open preferred
+(not hot-tainted now), so the choice holds cycle to cycle rather than flapping between two nodes as work lands on the
+open one and heats it. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, any `NoSchedule` /
+`NoExecute` taint but gputide's) or with no healthy GPU takes no work and does not count as open; where others
+closed every node, gputide closes nothing and keeps nothing open. The rule is per cluster (per snapshot: a shard
+keeps one of its own nodes open), not per GPU model pool: a pool rule would keep every single-node pool's hot node
+open, so a fleet of one node per model would never taint at all, and the taint is there to send work to another
+pool's cooler node where the pod allows it. A pod pinned to a model whose nodes are all hot waits, as it did.
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ import numpy as np
 
 from balancer.config import BalancerPolicy
 from balancer.model import ClusterSnapshot
-from balancer.plan.simulate import THERMAL_BITS, hot_tainted, model_arrays
+from balancer.noderules import Taint
+from balancer.plan.simulate import HOT_TAINT, THERMAL_BITS, hot_tainted, model_arrays
 
 HW_POWER_BRAKE = 0x80
 POWER_CAP_BITS = 0x04 | HW_POWER_BRAKE  # NVML SW power cap / HW power brake slowdown
@@ -130,3 +143,42 @@ def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
     thermal = (state.active | state.inherited) & ~state.power_only
     idx = np.unique(snapshot.node_index[thermal]) if snapshot.n_gpus else []
     return frozenset(snapshot.nodes[i].name for i in idx)
+
+
+def kept_open(snapshot: ClusterSnapshot, hot: frozenset[str], tainted: frozenset[str]) -> str | None:
+    """The hot node the hot taint leaves open when tainting all of `hot` would close every node that takes GPU work
+    (see "The last open node"); None when some such node stays open anyway, or none takes work whatever gputide does.
+    `tainted`: the nodes carrying gputide's hot taint now; one of `hot` without it is already open and preferred."""
+    if not hot:
+        return None
+    takes = _takes_work(snapshot)
+    if any(takes(i) for i, n in enumerate(snapshot.nodes) if n.name not in hot):   # the common case: stops early
+        return None
+    takers = {n.name for i, n in enumerate(snapshot.nodes) if takes(i)}   # all of them hot
+    if not takers:
+        return None
+    margin = node_margins(snapshot)
+    return max(sorted(takers - tainted or takers), key=margin.__getitem__)
+
+
+def node_margins(snapshot: ClusterSnapshot) -> dict[str, float]:
+    """{node: its hottest GPU's margin to slowdown, in C} (-inf for a GPU with no reading: never the coolest)."""
+    margin = np.nan_to_num(snapshot.slowdown_temp_c - snapshot.temperature_c, nan=-np.inf)
+    worst = np.full(len(snapshot.nodes), np.inf)
+    np.minimum.at(worst, snapshot.node_index, margin)
+    out: dict[str, float] = {}
+    for n, m in zip(snapshot.nodes, worst.tolist(), strict=True):
+        out[n.name] = min(out.get(n.name, np.inf), m)
+    return out
+
+
+def _takes_work(snapshot: ClusterSnapshot):
+    """Per node position: whether it takes new GPU work but for gputide's hot taint (a healthy GPU, no repelling
+    taint of anyone else's)."""
+    healthy = np.zeros(len(snapshot.nodes), dtype=bool)
+    healthy[snapshot.node_index[snapshot.healthy]] = True
+
+    def takes(i: int) -> bool:
+        return bool(healthy[i]) and not any(t.repels and t.key != HOT_TAINT
+                                            for t in map(Taint.parse, snapshot.nodes[i].taints))
+    return takes

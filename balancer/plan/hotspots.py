@@ -16,7 +16,9 @@ For each active hotspot, hottest first, the proposals are, in order of preferenc
    (never below max(GPU minimum, `minPowerFraction` x TDP));
 3. if even the floor is too hot, shrink one low-priority elastic training job by a worker.
 
-Nodes with a thermal hotspot are tainted so replacements land elsewhere; when they cool the taint, power limits and
+Nodes with a thermal hotspot are tainted so replacements land elsewhere, but never the last that take GPU work: when
+every such node is hot, the coolest stays open (`kept_open`, `balancer.plan.hotspot_detect`'s "The last open node"),
+its taint taken away if it had one, though no migration targets it; when they cool the taint, power limits and
 shrunk jobs are given back. A hot taint read from a node before this controller could have set one (its first
 `hotReadings` readings: it was restarted, or has just become the leader) is its predecessor's and is kept with the
 same hysteresis (`HotspotState.inherited`): every GPU of the node holds it, as an active hotspot would, until it has
@@ -58,6 +60,8 @@ from balancer.plan.hotspot_detect import (  # noqa: F401  (re-exported: the plan
     HotspotState,
     detect,
     hot_nodes,
+    kept_open,
+    node_margins,
     on_nodes,
     power_capped_at_default,
 )
@@ -75,17 +79,18 @@ def _movable(w, policy: BalancerPolicy) -> bool:
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotState, proj: Projection,
             tainted: frozenset[str], throttled: Mapping[str, float], shrunk: Mapping[str, int],
             refused: frozenset[str] = frozenset(), held: frozenset[str] = frozenset(), *,
-            excluded: Mapping[str, np.ndarray] | None = None) -> list[Action]:
+            excluded: Mapping[str, np.ndarray] | None = None, keep_open: str | None = None) -> list[Action]:
     """Proposals for active hotspots and give-backs for cooled ones (gains are filled in by simulation). `refused`:
     workloads whose migration was recently refused or failed; their GPUs are throttled instead. `held`: shrunk jobs
     another planner holds smaller still (co-location): their workers are given back only after its own give-back.
-    `excluded`: {workload: positions of nodes it may not be moved to} (targets the actuator refused lately)."""
+    `excluded`: {workload: positions of nodes it may not be moved to} (targets the actuator refused lately).
+    `keep_open`: the hot node the taint leaves open, the last that takes GPU work (`hotspot_detect.kept_open`):
+    not tainted, its taint taken away; still no migration's target."""
     s = snapshot
     actions: list[Action] = []
     hot_node_set = hot_nodes(s, state)
     if policy.hotspots.taint_hot_nodes:
-        actions += [TaintNode(node=n, reason="node has a GPU near its slowdown temperature")
-                    for n in sorted(hot_node_set - tainted)]
+        actions += _taints(s, hot_node_set, tainted, keep_open)
     on_gpu = _placed_on(s, state.active)
     if state.active.any():
         room = Room.start(s, policy, state, proj, hot_node_set | tainted, excluded)
@@ -99,6 +104,18 @@ def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: HotspotSta
     warm = np.flatnonzero(state.active | state.inherited | (state.hot_streak > 0))
     busy_jobs = {w.owner for g in warm.tolist() for w in s.workloads_on(g)}
     return actions + _give_back_workers(proj, shrunk, busy_jobs | held)
+
+
+def _taints(s: ClusterSnapshot, hot: frozenset[str], tainted: frozenset[str], keep_open: str | None) -> list[Action]:
+    """A hot taint for each hot node not tainted yet but `keep_open`, whose own taint, if any, is taken away."""
+    out: list[Action] = [TaintNode(node=n, reason="node has a GPU near its slowdown temperature")
+                         for n in sorted(hot - tainted - {keep_open})]
+    if keep_open in tainted:
+        margin = node_margins(s)[keep_open]
+        out.append(TaintNode(node=keep_open, remove=True,
+                             reason=f"kept open: every other node that takes GPU work is hot or closed, this is the "
+                                    f"coolest (its hottest GPU {margin:.1f} C below slowdown)"))
+    return out
 
 
 def _placed_on(s: ClusterSnapshot, gpus: np.ndarray) -> dict[int, list[str]]:

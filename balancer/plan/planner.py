@@ -173,9 +173,12 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     nodes = _first_nodes(snapshot)
     tainted = hot_tainted(snapshot) | (state.tainted & nodes.keys())
     hot = hotspots.hot_nodes(snapshot, hs)
+    # the last node open to GPU work stays so though hot (hotspot_detect's "The last open node"); what the taint closes
+    keep = hotspots.kept_open(snapshot, hot, frozenset(tainted)) if policy.hotspots.taint_hot_nodes else None
+    closing = hot - {keep}
     shrunk = hotspots.shrunk_jobs(snapshot, state.shrunk)   # the jobs' records too; gone jobs forgotten
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **shrunk}
-    proj = Projection(snapshot, policy, hot_nodes=hot, tainted=tainted, desired_workers=desired)
+    proj = Projection(snapshot, policy, hot_nodes=closing, tainted=tainted, desired_workers=desired)
     refused = {w: t for w, t in state.refused_moves.items() if snapshot.time - t < policy.hotspots.refused_retry_s}
     refused_targets = _live(state.refused_targets, snapshot.time, policy.hotspots.refused_target_retry_s)
     off = excluded_nodes(snapshot, refused_targets)
@@ -184,7 +187,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     # a job co-location holds shrunk gets co-location's give-back first: the hotspot's now would undo a QoS shrink
     held = frozenset(j for j, (n, _) in co.shrunk.items() if proj.workers.get(j, 0) < n)
     proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, shrunk,
-                                 frozenset(refused), held, excluded=off)
+                                 frozenset(refused), held, excluded=off, keep_open=keep)
     proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     kept, after = result.kept, result.objective_after
@@ -194,9 +197,11 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
         kept, after = tuple(moves), after + change
     notes = colocation.notes(snapshot, policy, co) + tuple(f"dropped {a.kind} {a.target}: {why}"
                                                            for a, why in result.dropped)
+    if keep is not None:   # once in the log while it lasts (`Reconciler._log_notes`): no temperature in it
+        notes += (f"hotspots: {keep} kept open though hot: every other node that takes GPU work is hot or closed",)
     lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
                                 if name in nodes and nodes[name].hot_until == until})
-    renewals = _renewals(snapshot, nodes, hot, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
+    renewals = _renewals(snapshot, nodes, closing, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
     out = Plan(actions=kept + renewals, notes=notes, objective_before=result.objective_before,
                objective_after=after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
@@ -210,7 +215,7 @@ def _renewals(snapshot: ClusterSnapshot, nodes: Mapping[str, Node], hot: frozens
               lagging: frozenset[str]) -> tuple[TaintNode, ...]:
     """A renewal for each node still hot whose hot taint (as the snapshot's nodes show it) expires within
     `RENEW_WITHIN_S`; not for one whose node list still shows the expiry an acknowledged write replaced (`lagging`:
-    the fresh one is not shown yet)."""
+    the fresh one is not shown yet). `hot`: the hot nodes the taint closes, not the one kept open (`kept_open`)."""
     shown = hot_tainted(snapshot)
     due = {name: n.hot_until - snapshot.time for name, n in nodes.items()
            if name in hot and name in shown and name not in lagging and n.hot_until is not None}
