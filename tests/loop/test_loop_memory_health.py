@@ -50,7 +50,9 @@ def test_the_coolest_gpu_with_unhealthy_memory_is_passed_over_for_the_next_coole
 def test_with_every_cool_gpu_unhealthy_the_hot_gpu_is_throttled_not_moved():
     p = hot_plan(unhealthy(*range(4, 12)))
     assert targets(p) == set()
-    assert sorted(a.kind for a in p.actions) == ["power_limit", "taint_node"]
+    # n0 is the last node with a healthy GPU: the hot taint leaves it open (`hotspot_detect.kept_open`)
+    assert sorted(a.kind for a in p.actions) == ["power_limit"]
+    assert any("n0 kept open" in n for n in p.notes)
 
 
 @settings(max_examples=60, deadline=None)
