@@ -27,7 +27,8 @@ The library itself can stop answering, as real NVML does: it counts ``nvmlInit``
 ``nvmlInit`` included, until it is set back to None. Handles, event sets and GPM samples belong to one initialisation:
 the first one's are the `FakeDevice`s themselves, each later one's are `FakeHandle`s of that `generation`, and a handle
 or event set of another initialisation is refused with `NVMLError_InvalidArgument`, so a caller that does not name its
-GPUs again after ``nvmlInit`` fails.
+GPUs again after ``nvmlInit`` fails. So is an event set used after ``nvmlEventSetFree`` (a crash in NVML), which sets
+`used_freed_set`.
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ class FakeHandle:
     generation: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FakeEventSet:
+    """An event set: one object per ``nvmlEventSetCreate`` (told apart by identity, as NVML's pointers are)."""
+
     generation: int
 
 
@@ -234,6 +237,8 @@ class FakeNvml:
         self.devices = devices
         self.events: list[SimpleNamespace] = []
         self.calls: list[str] = []
+        self.freed_sets: set[FakeEventSet] = set()   # nvmlEventSetFree'd: using one again is a crash in NVML
+        self.used_freed_set = False
         self.asked: list[tuple[str, str]] = []   # (function or "nvmlDeviceGetFieldValues:<id>", UUID it asked about)
         self.refs = 0           # nvmlInit calls not yet matched by nvmlShutdown; 0: uninitialised
         self.generation = 0     # initialisations after the first (their handles are `FakeHandle`s)
@@ -491,7 +496,15 @@ class FakeNvml:
         self._dev(h, "nvmlDeviceRegisterEvents")
         self._event_set(events)
 
+    def nvmlEventSetFree(self, events) -> None:
+        self._library("nvmlEventSetFree")
+        self._event_set(events)
+        self.freed_sets.add(events)
+
     def _event_set(self, events: Any) -> None:
+        if events in self.freed_sets:   # NVML's memory freed: a crash there, told here
+            self.used_freed_set = True
+            raise NVMLError_InvalidArgument()
         if isinstance(events, FakeEventSet) and events.generation != self.generation:
             raise NVMLError_InvalidArgument()   # a set of another initialisation
 

@@ -56,8 +56,11 @@ while it is lost, is what says why it does not answer); it is not read again unt
 that has returned by the next collection is served there if that collection's own read of the GPU is late too (a GPU
 always slower than the deadline is served one collection late), unless NVML was initialised again in between. The XID
 drain, the DRA MIG listing and a re-initialisation still run in the collection's own thread; the drain runs after the
-reads, and neither it nor the MIG listing asks NVML of a GPU whose read is late or stuck (its XID registration is
-left to a later drain: one hung since the last collection is known only once its read is late). NVML is not initialised
+reads, and neither it nor the MIG listing asks NVML of a GPU whose read is late or stuck (one hung since the last
+collection is known only once its read is late). A GPU not registered for XID events is registered by its own read,
+in its job under the deadline (`XidEvents.register`), so a GPU always slower than the deadline is registered again
+after a refusal or a set made anew, and one that hangs there is late, the collection not hung; the drain registers
+only the GPUs no read job tried. NVML is not initialised
 again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
 freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
 returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops
@@ -324,11 +327,14 @@ class NvmlBackend:
                                                                 list[InstanceReading]]:
         """GPU `k`'s fields and its GPU instances' SM activity, in a thread of its own (`GpuReads`): into arrays of
         its own, which `_read` copies from only if it returned in time, or late under the same initialisation
-        (`reinits`: the one `h` is of, returned first)."""
+        (`reinits`: the one `h` is of, returned first). Its XID registration too, where it is not listening: under
+        the deadline, a registration that hangs leaves this GPU late, not the collection hung (`XidEvents.register`)."""
         self._local.reinits = reinits
         vals = {name: np.full(len(self.handles), np.nan) for name in GPU_FIELD_NAMES}
         out = _Out()
         self._read_one(k, h, vals, out)
+        self._fresh()
+        self._xids.register(k)
         self._fresh()
         return reinits, vals, out, self._mig_activity.read_gpu(k)
 

@@ -10,16 +10,21 @@ handle not matched is named by ``uuid_of``.
 A GPU whose XIDs cannot be heard has no XID value (NaN), never 0: 0 says "no XID since the exporter started", and a
 GPU that cannot report one has not said that (dcgm-exporter, whose host engine cannot watch the field there, emits
 no series either, and the controller keeps a GPU without the XID series the rest of the fleet has from new work).
-Registration answering NotSupported (a platform without XID events, e.g. some vGPU guests) is for good: `unsupported`
-marks the GPU, and it is not asked again. Any other failure (the event set or the registration refused) is asked again
-at every `drain()` until it succeeds. Only a Timeout from ``nvmlEventSetWait`` means nothing is queued: any other
-error (NVML uninitialised under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every
-GPU on it is unheard (NaN) from then, the set is freed, and the next `drain()` creates and registers a new one.
-Taken for "nothing queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard.
-GpuIsLost from the wait is one GPU on the set fallen off the bus, not the set deaf: the set is made anew in the same
-`drain()` (the lost GPU's registration refused, retried at later drains; what was queued on the old set is dropped
-with it) and waited on again, so the healthy GPUs keep their XID (it blanked every GPU's for that scrape). A new set
-answering GpuIsLost too is deaf as above.
+Registration answering NotSupported (a platform without XID events, e.g. some vGPU guests) is for good:
+`unsupported` marks the GPU, and it is not asked again. Any other failure (the event set or the registration
+refused) is asked again until it succeeds: by each of the GPU's reads, in its own job under the reads' deadline
+(`register(k)`: a GPU slower than the deadline, whose read is late at every drain, was never registered again after
+a refusal or a set made anew; the drain registering it from the collection's thread hung the collection once the GPU
+hung), and by `drain()` for a GPU no read job tried since the last drain (nor late: its registration would hang the
+collection too). A set is never freed while a registration on it is in flight: the registration's job frees it once
+it returns. Only a Timeout from ``nvmlEventSetWait`` means nothing is queued: any other error (NVML uninitialised
+under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every GPU on it is unheard
+(NaN) from then, the set is freed, and the next `drain()` creates and registers a new one. Taken for "nothing
+queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard. GpuIsLost from
+the wait is one GPU on the set fallen off the bus, not the set deaf: the set is made anew in the same `drain()` (the
+lost GPU's registration refused, retried at later drains; what was queued on the old set is dropped with it) and
+waited on again, so the healthy GPUs keep their XID (it blanked every GPU's for that scrape). A new set answering
+GpuIsLost too is deaf as above.
 A GPU fallen off the bus (`lost`) reads 79 whatever it could hear, until its next read that finds it (`found`): then
 the last XID heard again (79 if NVML delivered that event too); kept at 79, a GPU that came back read "fallen off
 the bus" until the exporter restarted. A backend that initialises NVML again makes a new
@@ -34,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -75,6 +81,9 @@ class XidEvents:
         self._deaf_said = False   # the event set's failure was logged (until it hears again)
         self._set: Any = None
         self._skip: frozenset[int] = frozenset()   # GPUs not to register this drain (their reads stuck in NVML)
+        self._mu = threading.Lock()   # `_set`, `_registering`, `_tried` between read jobs and the drain: no NVML call
+        self._registering: dict[int, Any] = {}   # GPU -> the set its read job is registering it on, in flight
+        self._tried: set[int] = set()   # GPUs whose read job asked for their registration since the last drain
         self._listen()
 
     def _listen(self) -> None:
@@ -86,8 +95,9 @@ class XidEvents:
                 self._refused(range(len(self.handles)), exc)
                 return
         for k in np.flatnonzero(~self.listening & ~self.unsupported).tolist():
-            if k in self._skip:
-                continue
+            with self._mu:
+                if k in self._skip or k in self._registering or k in self._tried:
+                    continue
             try:
                 nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError as exc:
@@ -121,10 +131,43 @@ class XidEvents:
         return self._set is not None
 
     def _drop(self) -> None:
-        self.listening[:] = False
+        with self._mu:
+            self.listening[:] = False
+            dropped, self._set = self._set, None
+            if any(s is dropped for s in self._registering.values()):
+                return   # freed by the registration in flight on it, once it returns (`register`)
+        self._free(dropped)
+
+    def _free(self, dropped: Any) -> None:
         with contextlib.suppress(self.nvml.NVMLError, AttributeError):   # a set NVML no longer knows: nothing to free
-            self.nvml.nvmlEventSetFree(self._set)
-        self._set = None
+            self.nvml.nvmlEventSetFree(dropped)
+
+    def register(self, k: int) -> None:
+        """Register GPU `k` on the event set if it is not listening (nor unsupported): from the GPU's own read job,
+        under the reads' deadline, so a registration that hangs (a GPU in recovery) leaves that GPU late, not the
+        collection hung (module docstring)."""
+        nvml = self.nvml
+        with self._mu:
+            events = self._set
+            if events is None or self.listening[k] or self.unsupported[k] or k in self._registering:
+                return   # no set: the drain makes one, and registers the GPUs then
+            self._tried.add(k)
+            self._registering[k] = events
+        refused: Exception | None = None
+        try:
+            nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, events)
+        except nvml.NVMLError as exc:
+            refused = exc
+        with self._mu:
+            del self._registering[k]
+            current = events is self._set
+            if current and refused is None:
+                self.listening[k] = True
+            orphan = not current and not any(s is events for s in self._registering.values())
+        if orphan:   # dropped while this registration was in flight: its last user frees it
+            self._free(events)
+        elif refused is not None:
+            self._refused((k,), refused)
 
     def lost(self, k: int) -> None:
         """GPU `k` fell off the bus (NVML said GpuIsLost): its XID is 79 until it is `found`."""
@@ -141,13 +184,16 @@ class XidEvents:
         return np.where(self._lost, FALLEN_OFF_THE_BUS, np.where(self.listening, self.last, np.nan))
 
     def drain(self, skip: Collection[int] = ()) -> None:
-        """Register the GPUs not listening yet (unless unsupported, or in `skip`: GPUs whose read is stuck in NVML,
-        where a registration would hang the collection too; registered at a later drain), then take every queued
-        XID event."""
+        """Register the GPUs not listening yet (unless unsupported, tried by their read job since the last drain, or
+        in `skip`: GPUs whose read is stuck in NVML, where a registration would hang the collection too; their read
+        job registers them), then take every queued XID event."""
         nvml = self.nvml
-        self._skip = frozenset(skip)
+        with self._mu:
+            self._skip = frozenset(skip)
         if not (self.listening | self.unsupported).all():
             self._listen()
+        with self._mu:
+            self._tried.clear()
         if self._set is None:
             return
         rebuilt = False
