@@ -5,21 +5,29 @@ dcgm-exporter attributes pods instead, from the recording rule `gpu_pod:dcgm_att
 A pod's row repeated (two scrapes of one exporter, an HA pair read without deduplication, one row per MIG instance
 the pod holds on a GPU) is one placement on that GPU.
 
-How much of a GPU a pod holds is decided as the recording rule `gpu_pod:attribution:share` decides it: a whole
-GPU is split evenly between the pods on it (time-slicing, MPS); a MIG instance is its fraction of the GPU, which the
-query hands over as the row's value (`gpu_instance:gpu_share:ratio`: compute slices of its profile over the GPU's,
-1/7 for a 1g.10gb on an A100), split evenly between the pods on that instance and summed over the instances of the
-GPU a pod holds. A row of value 1 (a whole GPU, a 7g instance, an instance whose profile is not known) is counted
-as a whole GPU's. A pod the API says has finished (Succeeded or Failed) holds nothing, whatever its rows say (old
-kubelets still list its devices). No I/O here.
+How much of a GPU a pod holds: a whole GPU is split evenly between the pods on it (time-slicing, MPS); a MIG
+instance is its fraction of the GPU, which the query hands over as the row's value (`gpu_instance:gpu_share:ratio`:
+compute slices of its profile over the GPU's, 1/7 for a 1g.10gb on an A100), split evenly between the pods on that
+instance and summed over the instances of the GPU a pod holds. A row of value 1 (a whole GPU, a 7g instance, an
+instance whose profile is not known) is counted as a whole GPU's. An instance given two fractions (rows of two
+scrapes) is the larger, whatever the rows' order. A pod the API says has finished (Succeeded or Failed) holds
+nothing, whatever its rows say (old kubelets still list its devices). No I/O here.
 
-A GPU is never held past its whole. A pod's whole-GPU row (no GPU_I_ID) beside its rows of instances of the same GPU
-is left out: it is the coarser view of the same device (dcgm-exporter labelling a MIG GPU's own series with the pods
-of its instances; one replica of an undeduplicated HA pair that could not resolve the MIG device and held the whole
-GPU while the other named the instance), and a GPU in MIG mode is never handed out whole beside its instances, so
-the instance says how much the pod holds. Counted as well, it made the pod a whole GPU's and the GPU 1,571 milli
-(4g + 3g pods). The pods counted as whole-GPU sharers of a GPU with known instances share what those instances leave,
-and instances that claim more than the GPU between them are scaled to it.
+A pod's whole-GPU row (no GPU_I_ID) on a GPU where the same pod has rows of instances is left out: it is the coarser
+view of the same device (dcgm-exporter labelling a MIG GPU's own series with the pods of its instances; one replica
+of an undeduplicated HA pair that could not resolve the MIG device while the other named the instance), and a GPU in
+MIG mode is never handed out whole beside its instances. Counted as well, the pod held a whole GPU and an A100 split
+4g + 3g read 1,571 milli. Nothing else is trimmed to the GPU's whole: a pod known on a GPU by a whole row alone holds
+it whole (split with the other such pods) beside instances other pods hold, and instances claiming more than the GPU
+(rows left from before a repartition) keep their fractions. Either reads a GPU fuller than it is, never emptier; a
+pod's share is the least over its GPUs, so one read too low would make every GPU it holds read free.
+
+The recording rule `gpu_pod:attribution:share` (chargeback) decides a pod's share of a GPU the same way but for:
+the whole-GPU row beside the same pod's instance rows, which it counts (the pod billed its instance and a share of
+the whole GPU, the GPU's whole-GPU pods a smaller one); a pod's rows counted as a whole GPU's on one GPU (its whole
+row, instances of no known profile), which it bills once each where here they are one slot; a 7g instance (fraction
+1), whose pods it splits apart from the GPU's whole-GPU pods where here they share one slot; and a pod's share of one
+GPU, which it does not cap at 1 (here 1000 milli). It has one fraction per instance, so the larger-of-two never applies.
 """
 
 from __future__ import annotations
@@ -53,25 +61,14 @@ def _fraction(m: Mapping[str, str], value: float, name: str) -> float:
     return value if m.get("GPU_I_ID") and value < 1.0 else 1.0
 
 
-def _milli(slots: Collection[tuple[int, str]], worth: Mapping[tuple[int, str], float],
+def _milli(slots: Collection[tuple[int, str]], fractions: Mapping[tuple[int, str], float],
            holders: Mapping[tuple[int, str], int]) -> int:
     """Milli-GPUs a pod holds on the GPU where it holds least: per GPU, the sum over its slots there (a whole GPU
-    is slot "", a MIG instance its GPU_I_ID) of the slot's worth (`_worth`) / the pods on that slot."""
+    is slot "", a MIG instance its GPU_I_ID) of the slot's fraction / the pods on that slot."""
     per_gpu: dict[int, float] = {}
     for slot in slots:
-        per_gpu[slot[0]] = per_gpu.get(slot[0], 0.0) + worth[slot] / holders[slot]
+        per_gpu[slot[0]] = per_gpu.get(slot[0], 0.0) + fractions[slot] / holders[slot]
     return max(0, min(1000, int(1000 * min(per_gpu.values()) + 1e-9)))
-
-
-def _worth(fractions: Mapping[tuple[int, str], float]) -> dict[tuple[int, str], float]:
-    """Each slot's fraction of its GPU, the slots of one GPU never more than it: the instances their fractions
-    (scaled down together where they claim more than the GPU), the whole-GPU slot what the instances leave."""
-    claimed: dict[int, float] = {}
-    for (gpu, gi), fraction in fractions.items():
-        if gi:
-            claimed[gpu] = claimed.get(gpu, 0.0) + fraction
-    return {(gpu, gi): fraction / max(1.0, claimed[gpu]) if gi else max(0.0, 1.0 - claimed.get(gpu, 0.0))
-            for (gpu, gi), fraction in fractions.items()}
 
 
 def _rows(rows: list[dict], index: Mapping[str, int], finished: Collection[str],
@@ -125,17 +122,16 @@ def attributed(rows: list[dict], index: Mapping[str, int], overrides: Mapping[st
     fractions: dict[tuple[int, str], float] = {}
     for name, gpu, gi, fraction, m in _rows(rows, index, finished):
         slot = (gpu, gi)
+        fractions[slot] = max(fraction, fractions.get(slot, 0.0))  # the larger of two, whatever the rows' order
         if slot in held.setdefault(name, set()):
             continue  # a repeated row (two scrapes, an HA pair) is one holder of its slot, not two
         held[name].add(slot)
         holders[slot] = holders.get(slot, 0) + 1
-        fractions.setdefault(slot, fraction)
         if gpu not in gpus_of.setdefault(name, []):
             gpus_of[name].append(gpu)  # a pod on two MIG instances of one GPU is one placement on it
         meta[name] = m
-    worth = _worth(fractions)
-    workloads = [_overridden(overrides[name], _milli(held[name], worth, holders)) if name in overrides
-                 else _workload(name, meta[name], len(idx), _milli(held[name], worth, holders))
+    workloads = [_overridden(overrides[name], _milli(held[name], fractions, holders)) if name in overrides
+                 else _workload(name, meta[name], len(idx), _milli(held[name], fractions, holders))
                  for name, idx in gpus_of.items()]
     return tuple(workloads), {k: tuple(sorted(v)) for k, v in gpus_of.items()}
 
