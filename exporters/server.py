@@ -7,7 +7,7 @@ recent enough, else ``503 Service Unavailable`` saying what is running and for h
 
 The app renders with `exporters.exposition.render` (dcgm-exporter's counter names kept verbatim) and is served
 by wsgiref in a daemon thread, one thread per request, as prometheus_client's own `start_http_server` does. The
-address may be IPv4 or IPv6 (``::``, ``::1``, bracketed or not), for IPv6-only clusters.
+address may be IPv4 or IPv6 (``::``, ``::1``, bracketed or not), for IPv6-only clusters; ``::`` takes IPv4 too.
 """
 
 from __future__ import annotations
@@ -30,7 +30,16 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _Server6(_Server):
+    """IPv6, and on `::` IPv4 too: IPV6_V6ONLY is turned off before the bind, as http.server's DualStackServer does.
+    Left to the kernel's default (net.ipv6.bindv6only), a host with bindv6only=1 made `::` IPv6 alone, so the IPv4
+    probes of a dual-stack pod failed, and gputide's default chose 0.0.0.0 there, which an IPv6-only pod could not
+    reach."""
+
     address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -88,9 +97,12 @@ class RunningServer:
 
 
 def serve_app(app, *, port: int, addr: str = "127.0.0.1", name: str = "gputide-http") -> RunningServer:
-    """Serve any WSGI `app` from a daemon thread, one thread per request, without request logs."""
-    addr = addr.removeprefix("[").removesuffix("]")   # [::] as in a URL
-    httpd = make_server(addr, port, app, server_class=_Server6 if ":" in addr else _Server,
+    """Serve any WSGI `app` from a daemon thread, one thread per request, without request logs. An empty address
+    (`[]` too) is a ValueError: socketserver reads "" as every IPv4 address."""
+    host = addr.removeprefix("[").removesuffix("]")   # [::] as in a URL
+    if not host.strip():
+        raise ValueError(f"no address to bind in {addr!r}: give 0.0.0.0 (every IPv4 address) or :: (every address)")
+    httpd = make_server(host, port, app, server_class=_Server6 if ":" in host else _Server,
                         handler_class=_QuietHandler)
     thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
     thread.start()

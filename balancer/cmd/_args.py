@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -379,8 +378,9 @@ class NegativeValues(argparse.ArgumentParser):
 
 
 LISTEN_ENV = "GPUTIDE_LISTEN_ADDRESS"
-LISTEN_HELP = (f"address to bind (default ${LISTEN_ENV}, else every address, IPv6 and IPv4: :: where this kernel's "
-               "IPv6 sockets take IPv4 too, else 0.0.0.0; :: or [::] for IPv6 alone, 0.0.0.0 for IPv4 alone)")
+LISTEN_HELP = (f"address to bind (default ${LISTEN_ENV}, else ::, every address, IPv6 and IPv4, or 0.0.0.0 where this "
+               "kernel has no IPv6; :: or [::] takes IPv4 too, 0.0.0.0 is IPv4 alone, an IPv6 address such as ::1 "
+               "IPv6 alone)")
 IPV4_ANY, IPV6_ANY = "0.0.0.0", "::"
 
 
@@ -388,41 +388,45 @@ def add_listen_address(p: argparse.ArgumentParser, *aliases: str, dest: str = "l
     """`--listen-address` for a command that serves HTTP (metrics, probes), by default `$GPUTIDE_LISTEN_ADDRESS`: one
     setting for every gputide container of a pod (deploy/components/listen-address puts it in each container's
     environment, which a kustomize patch of the containers' args could not reach in a DaemonSet whose containers
-    depend on the overlay). Neither given, None: `bind` serves on every address (`every_address`). An empty value is
-    refused as the line is read (argparse checks a default as it checks a value given): `bind` took "" for every
-    IPv4 address, so `--listen-address ""` (an unset variable in a manifest) served everywhere without a word."""
+    depend on the overlay). Neither given, None: `bind` serves on every address. An empty value, bracketed or not,
+    is refused as the line is read (`listen_address`; argparse checks a default as it checks a value given)."""
     p.add_argument("--listen-address", *aliases, dest=dest, default=os.environ.get(LISTEN_ENV), help=LISTEN_HELP,
-                   type=given("--listen-address", f"an address of this machine such as ::, 0.0.0.0 or 127.0.0.1 "
-                                                  f"(also from ${LISTEN_ENV})"))
+                   type=listen_address)
 
 
-def every_address() -> str:
-    """Where a server left without `--listen-address` binds: `::` where a new IPv6 socket here also takes IPv4
-    (IPV6_V6ONLY off, the kernel's default net.ipv6.bindv6only=0: one socket answers on a dual-stack, an IPv6-only
-    and an IPv4-only pod alike), else 0.0.0.0 as before (no IPv6 in this kernel, or bindv6only=1, where `::` would
-    drop IPv4 and the probes of an IPv4 cluster with it)."""
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            if s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0:
-                return IPV6_ANY
-    except (OSError, AttributeError):   # EAFNOSUPPORT: a kernel booted with ipv6.disable=1
-        pass
-    return IPV4_ANY
+def listen_address(text: str) -> str:
+    """argparse `type=` for `--listen-address`: refused when empty once its brackets are taken off (`[]` too), as the
+    server takes them off (exporters.server.serve_app) and socketserver reads "" as every IPv4 address: `""` (an
+    unset variable in a manifest) or `[]` served on every IPv4 address without a word. The same for an empty
+    $GPUTIDE_LISTEN_ADDRESS: refused, not ignored, for it is set only to choose an address (the ConfigMap of
+    deploy/components/listen-address), and guessing one (every address) could serve where its operator meant not
+    to."""
+    if not text.strip().removeprefix("[").removesuffix("]").strip():
+        raise InputError(None, "--listen-address", text, f"an address of this machine such as ::, 0.0.0.0 or "
+                         f"127.0.0.1 (also from ${LISTEN_ENV}), not empty (leave it out for every address)")
+    return text
+
+
+def host_port(addr: str, port: int) -> str:
+    """`addr:port` as a URL writes it: an IPv6 address bracketed (`[::]:9400`, not `:::9400`)."""
+    host = addr.removeprefix("[").removesuffix("]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def bind(serve, addr: str | None, port: int, port_flag: str = "--port", **kw):
-    """`serve(..., port=, addr=)`; `addr` None (no --listen-address) is `every_address()`, and where `::` cannot be
-    bound there (IPv6 off in the pod's network) 0.0.0.0. An address this machine does not have, or a port in use or
-    reserved, is an InputError naming both flags, not an OSError traceback."""
-    chosen = every_address() if addr is None else addr
+    """`serve(..., port=, addr=)`; `addr` None (no --listen-address) is `::`, which the server binds with IPV6_V6ONLY
+    off (exporters.server) so that it takes IPv4 too whatever net.ipv6.bindv6only says, and 0.0.0.0 where `::`
+    cannot be bound (a kernel without IPv6, IPv6 off in the pod's network). An address this machine does not have,
+    or a port in use or reserved, is an InputError naming both flags, not an OSError traceback."""
+    chosen = IPV6_ANY if addr is None else addr
     try:
         try:
             return serve(port=port, addr=chosen, **kw)
         except OSError as exc:
-            if addr is not None or chosen == IPV4_ANY or exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            if addr is not None or exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                 raise   # a port in use on :: is in use on 0.0.0.0 too
             chosen = IPV4_ANY
             return serve(port=port, addr=chosen, **kw)
     except OSError as exc:
-        raise InputError(None, f"--listen-address/{port_flag}", f"{chosen}:{port}",
+        raise InputError(None, f"--listen-address/{port_flag}", host_port(chosen, port),
                          "an address of this machine and a free port (0: any free one)", str(exc)) from exc

@@ -44,6 +44,7 @@ from balancer.cmd._args import (
     bind,
     duration_between,
     given,
+    host_port,
     number,
     seed,
     watched_file,
@@ -227,10 +228,6 @@ def watch_gpu_reads(backend, health) -> None:
     backend.lock_timeout_s = health.collect_timeout_s / 8
 
 
-def _url_host(addr: str) -> str:
-    return f"[{addr.strip('[]')}]" if ":" in addr else addr
-
-
 def run(args: argparse.Namespace) -> int:
     from balancer.cmd.power_cap_agent import AgentMetrics, sync_once
     from exporters.health import CollectHealth, TrackedCollector, first_collection
@@ -245,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     watch_gpu_reads(raw, health)
     server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
-          f"http://{_url_host(server.server.server_address[0])}:{server.port}/metrics", flush=True)
+          f"http://{host_port(server.server.server_address[0], server.port)}/metrics", flush=True)
     first_collection(TrackedCollector(registry, health))
     agent = agent_metrics = None
     if args.power_caps_file:

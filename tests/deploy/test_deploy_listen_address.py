@@ -1,10 +1,11 @@
-"""Where gputide's servers bind is settable in the manifests (audit s33h4). Nothing set `--listen-address`, which
-bound 0.0.0.0: an IPv6-only cluster's kubelet probes and Prometheus reached none of them. The default is now every
-address (`::` taking IPv4 too where the kernel allows, balancer/cmd/_args.py), and components/listen-address sets one
-address for all of them at once: each gputide container that serves imports the optional ConfigMap
-gputide-listen-address into its environment, whose GPUTIDE_LISTEN_ADDRESS is `--listen-address`'s default. (A
-component patching the containers' args could not: the exporter DaemonSet's containers are [exporter] or
-[power-cap-agent, exporter] depending on the overlay, and a JSON patch names a container by its index.)"""
+"""Where gputide's servers bind is settable in the manifests (audit s33h4). Nothing set `--listen-address`, which bound
+0.0.0.0: an IPv6-only cluster's kubelet probes and Prometheus reached none of them. The default is now every address
+(`::`, bound with IPV6_V6ONLY off so that it takes IPv4 too, exporters/server.py; 0.0.0.0 on a kernel without IPv6,
+balancer/cmd/_args.py bind), and components/listen-address sets one address for all of them at once: each gputide
+container that serves imports the optional ConfigMap gputide-listen-address into its environment, whose
+GPUTIDE_LISTEN_ADDRESS is `--listen-address`'s default. (A component patching the containers' args could not: the
+exporter DaemonSet's containers are [exporter] or [power-cap-agent, exporter] depending on the overlay, and a JSON
+patch names a container by its index.)"""
 
 from __future__ import annotations
 
