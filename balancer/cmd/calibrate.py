@@ -64,7 +64,8 @@ def register(subparsers) -> None:
                    help="ServiceProfiles file: calibrate every service in it, each against its own latency SLO")
     p.add_argument("--slo", type=float, default=None,
                    help="p99 latency SLO, 0.001 to 3600 s (default: the profile's latencySloSeconds, else 0.5)")
-    p.add_argument("--margin", type=float, default=1.0, help="aim at margin x SLO, 0 < margin <= 1 (default 1)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="aim at margin x SLO, 0 < margin <= 1 and margin x SLO at least 0.001 s (default 1)")
     p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d, at most 366d)")
     p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
     p.add_argument("--step", default="1m", help="range-query step (default 1m)")
@@ -167,6 +168,17 @@ def profile_number(value: float) -> str:
 SLO_RANGE_S = (1e-3, 3600.0)
 
 
+def aimed_at(margin: float, slos: dict[str, float]) -> None:
+    """InputError naming --margin unless margin x SLO, the p99 calibration aims at, is at least --slo's floor for
+    each service ({name: SLO in seconds}): `--margin 1e-320` passed `0 < margin <= 1` and put every sample over the
+    target, as `--slo 1e-320` did."""
+    least = SLO_RANGE_S[0]
+    for name, slo in slos.items():
+        if slo * margin < least * (1 - 1e-9):   # 1e-9: 0.002 x 0.5 is 0.001, whatever binary rounding says
+            raise InputError(None, "--margin", margin, f"a number in (0, 1] whose margin x SLO is at least {least:g} s "
+                             f"(--slo's floor): at least {least / slo:.3g} for {name}'s SLO of {slo:g} s")
+
+
 def _checked(args: argparse.Namespace) -> float:
     """Every command-line value checked before anything is read; the settle time in seconds."""
     if args.slo is not None:
@@ -255,6 +267,11 @@ def run(args: argparse.Namespace) -> int:
         args.service = list(dict.fromkeys([*args.service, *profiles]))
     if args.prometheus and not args.service:
         raise InputError(None, "--service", None, "at least one service name (or --services FILE) with --prometheus")
+
+    def slo_of(name: str) -> float:
+        return args.slo if args.slo is not None else (profiles[name].slo_latency_s if name in profiles else 0.5)
+
+    aimed_at(args.margin, {name: slo_of(name) for name in args.service or ["service"]})
     frames: dict[str, pd.DataFrame] = {}
     if args.csv:
         if len(args.service) > 1:
@@ -266,9 +283,6 @@ def run(args: argparse.Namespace) -> int:
         except TelemetryError as exc:
             print(f"gputide: error: {exc}", file=sys.stderr)
             return 1
-
-    def slo_of(name: str) -> float:
-        return args.slo if args.slo is not None else (profiles[name].slo_latency_s if name in profiles else 0.5)
 
     results = {name: estimate(f, slo_of(name), args.margin, settle_s) for name, f in frames.items()}
     current = {n: p.rps_per_replica for n, p in profiles.items()}

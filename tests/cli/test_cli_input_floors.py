@@ -1,8 +1,9 @@
 """Values that passed "finite and positive" but make no sense (audit s33h4): `--interval 1e-320` ran the controller's,
-the scheduler's and the power-cap agent's loops (and the exporter's `--caps-interval`) as busy loops,
-`calibrate --slo 1e-320` put every sample over the SLO, and the power-cap agent's `--interval` could be a day, so a cap
-its controller stopped renewing stayed up to a day past its 15-minute expiry. Each now has a floor (and the agent a
-third of the expiry as its ceiling): exit 2, one line naming the flag, the value and what is allowed."""
+the scheduler's and the power-cap agent's loops (and the exporter's `--caps-interval`) as busy loops, `calibrate
+--slo 1e-320` (and `--margin 1e-320`, audit s33a2: it aims at margin x SLO) put every sample over the SLO, and the
+power-cap agent's `--interval` could be a day, so a cap its controller stopped renewing stayed up to a day past its
+15-minute expiry. Each now has a floor (and the agent a third of the expiry as its ceiling): exit 2, one line naming
+the flag, the value and what is allowed."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ REFUSED = [
                  "from 1s to 300s", id="power-cap-agent: a day, allowed before"),
     pytest.param([*CAL, "--slo", "1e-320"], "--slo", "1e-320", ">= 0.001 and <= 3600", id="calibrate: a tiny SLO"),
     pytest.param([*CAL, "--slo", "7200"], "--slo", "7200.0", ">= 0.001 and <= 3600", id="calibrate: two hours"),
+    pytest.param([*CAL, "--margin", "1e-320"], "--margin", "1e-320",
+                 "margin x SLO is at least 0.001 s (--slo's floor): at least 0.002 for chat's SLO of 0.5 s",
+                 id="calibrate: a tiny margin"),
+    pytest.param([*CAL, "--slo", "0.001", "--margin", "0.5"], "--margin", "0.5", "at least 1 for chat's SLO of 0.001 s",
+                 id="calibrate: a margin under the least SLO"),
 ]
 
 
@@ -72,3 +78,18 @@ def test_calibrates_slo_bounds_are_the_services_files():
     from balancer.cmd.calibrate import SLO_RANGE_S
 
     assert _FIELDS["latencySloSeconds"][2:4] == SLO_RANGE_S
+
+
+def test_calibrates_margin_floor_is_the_slos_for_each_services_own_slo(tmp_path, capsys):
+    """The target is margin x SLO, each service's from its profile: 0.002 of a 0.5 s SLO is the least --slo, 1 ms."""
+    from balancer.cmd.calibrate import aimed_at
+
+    aimed_at(0.002, {"chat": 0.5})
+    aimed_at(1.0, {"fast": 0.001})
+    (tmp_path / "services.yaml").write_text("apiVersion: gputide/v1alpha1\nkind: ServiceProfiles\nservices:\n"
+                                            "  - {name: chat, rpsPerReplica: 5, latencySloSeconds: 0.5}\n"
+                                            "  - {name: fast, rpsPerReplica: 5, latencySloSeconds: 0.01}\n")
+    assert main(["calibrate", "--prometheus", PROM, "--services", str(tmp_path / "services.yaml"),
+                 "--margin", "0.05"]) == 2   # before any query: nothing answers at PROM
+    line = one_error_line(capsys)
+    assert "invalid value 0.05" in line and "at least 0.1 for fast's SLO of 0.01 s" in line, line
