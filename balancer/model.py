@@ -142,8 +142,12 @@ class ClusterSnapshot:
     # the inference services with serving series but no finite demand (a stalled vLLM pod, fewer pods reporting than
     # ready: rules/serving/vllm.yaml records NaN) -> why, where the series tell. Not in `services`: never a NaN in
     # arithmetic, never read as 0 (idle). The capacity planner holds while a profiled one is here; co-location holds
-    # for it; thermal relief goes on (`serving.read_services`)
+    # for it; thermal relief goes on (`serving.read_services`). The capacity planner's plan adds the profiled services
+    # with no series at all while their pods run (`capacity_loop.with_unseen`)
     demand_unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # a shard's snapshot (`shard.restrict`): the services with a status in the fleet's that it leaves out, spread over
+    # two shards (scaled by neither). Their demand is known: a status missing says nothing of their series here
+    spread_services: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         n = len(self.gpus)

@@ -72,11 +72,12 @@ empty would be "reclaimed" for from every training job at once (a controller sta
 answered, a dry run without the API, a join table without owners). A stray bare pod does not stop the tide.
 So does it (`capacity_holding` "inference_demand_unknown", a note naming each service and why) while a profiled
 service's demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod, fewer pods reporting than ready; or
-no serving series at all while its pods run, `unseen_services`: a scrape lost for over 5 minutes, or never set up): read
+no serving series at all while its pods run, `unseen_services`, put in the snapshot's `demand_unknown` for the whole
+plan by `with_unseen`, on a shard too: a scrape lost for over 5 minutes, or never set up): read
 as 0 it looks idle and its GPUs would be lent to training, and every other plan's arithmetic would miss it. The hotspot
 and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused and the
 whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
-GputideInferenceDemandUnknown names the service after 10 minutes (a NaN one's pods are not consolidated meanwhile;
+GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated meanwhile;
 `PlannerState.demand_held`, gputide_inference_demand_unknown{service}, names each service held for). Both holds at once:
 both notes, both reasons (`capacity_holding` {"inference_demand_unknown", "unattributed_pods"}, a gauge series each;
 before, the demand's hid the other). Either hold leaves training's growth to the tide: the give-backs
@@ -136,6 +137,11 @@ HOLD_UNATTRIBUTED = "unattributed_pods"
 # why a profiled service with pods on GPUs and no serving series at all is held (`unseen_services`)
 NO_SERIES = ("no serving series at all while its pods run: gputide_inference_demand_rps absent, not NaN (its vLLM "
              "metrics unscraped for over 5 minutes, or their scrape or the rules/serving/ rule not set up for it)")
+# ... where its name's series are there, all namespace-qualified (`no_series_why`): NO_SERIES would send the operator
+# to a scrape that works
+QUALIFIED = ("no serving series under its name while its pods run: its name's series carry two namespaces, so "
+             "each is read as namespace/service ({names}), none of them the profile's name (a namespace move whose "
+             "old series linger, or a namesake in another namespace)")
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,27 @@ def unseen_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCap
     lent to training, 3 minutes after the same lost scrape had held. A profiled service with no pod placed (not deployed
     yet, deleted, all on a forgotten node) has nothing running to misjudge: left out, as co-location counts it gone."""
     return sorted(n for n in profiles if n not in snapshot.services and n not in snapshot.demand_unknown
-                  and _serving(snapshot, n))
+                  and n not in snapshot.spread_services and _serving(snapshot, n))
+
+
+def no_series_why(snapshot: ClusterSnapshot, service: str) -> str:
+    """Why `service` has no series (`unseen_services`): `NO_SERIES`, or `QUALIFIED` naming the namespace-qualified
+    names its series are read under (`serving.read_services`: a `service` label found with two namespaces)."""
+    names = sorted(k for k in (*snapshot.services, *snapshot.demand_unknown) if k.partition("/")[2] == service)
+    return QUALIFIED.format(names=", ".join(names)) if names else NO_SERIES
+
+
+def with_unseen(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> ClusterSnapshot:
+    """`snapshot` with each of `unseen_services` in `demand_unknown` (`no_series_why`): one mechanism for everything
+    that leaves a NaN demand alone, the capacity hold, consolidation (its pods not restarted for housekeeping) and
+    co-location (no give-back for it). Before, the capacity hold alone read them, and consolidation moved a held
+    service's pods. Here, not in the telemetry source: only a profile says a service must report a demand (its
+    minReplicas >= 1); an unprofiled inference service without vLLM metrics is no unknown demand."""
+    unseen = unseen_services(snapshot, profiles)
+    if not unseen:
+        return snapshot
+    return snapshot.replace(demand_unknown={**snapshot.demand_unknown,
+                                            **{n: no_series_why(snapshot, n) for n in unseen}})
 
 
 def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState, managed: set[str],
@@ -218,14 +244,12 @@ def _tide_sizes_training(plan: Plan, state: planner_mod.PlannerState, managed: s
     return plan, replace(state, colocation=colocation.hand_over(state.colocation, handed))
 
 
-def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity], sharded: bool = False) -> Hold:
+def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> Hold:
     """Why capacity holds this cycle (`Hold`): a profiled service's demand unknown (NaN, or no series while its pods
-    run: `unseen_services`), profiled services' pods unattributed, or both (each named: before, the demand's hid the
-    other). `sharded`: a shard's snapshot drops the status of a service spread over two shards (`shard.restrict`),
-    which would read as one without series; a shard holds only for a NaN demand."""
+    run: put in `demand_unknown` by `with_unseen`), profiled services' pods unattributed, or both (each named: before,
+    the demand's hid the other)."""
     why: dict[str, str] = {}
     unknown = {n: because for n, because in snapshot.demand_unknown.items() if n in profiles}
-    unknown.update(dict.fromkeys(() if sharded else unseen_services(snapshot, profiles), NO_SERIES))
     if unknown:
         why[HOLD_DEMAND_UNKNOWN] = (
             f"capacity holds: the demand of {'; '.join(f'{n} ({b})' for n, b in sorted(unknown.items()))} "
@@ -327,13 +351,15 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
                        ) -> tuple[Plan, planner_mod.PlannerState]:
     """`base`'s plan, plus the capacity plan for the services in `profiles` (see the module docstring); `sharded`:
     the snapshot is one shard's (`view_from_snapshot`)."""
+    if policy.capacity.enabled and profiles:
+        snapshot = with_unseen(snapshot, profiles)   # `base`'s consolidation and co-location leave them alone too
     plan, state = base(snapshot, forecasts, policy, state)
     if not policy.capacity.enabled or not profiles:   # a hold kept from before a reload would read on for ever
         return plan, replace(state, capacity_holding=frozenset(), demand_held=frozenset())
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
-    hold = _holding(snapshot, profiles, sharded)
+    hold = _holding(snapshot, profiles)
     if hold.notes:
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs
         # that may be the held service's (its pending replicas) or be reclaimed for it once its demand is known;

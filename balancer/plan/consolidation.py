@@ -15,7 +15,8 @@ chokepoint as every other action. What a move must pass, before the guard's budg
   `maxUnavailablePerWorkload`, a disruption left in every PodDisruptionBudget covering it), was not refused or failed
   recently, and is not training: a training worker's move restarts its synchronous job from its last checkpoint, a
   price fragmentation does not pay; nor a pod of a service whose demand is unknown (`ClusterSnapshot.demand_unknown`:
-  a stalled vLLM pod, pods not reporting): a degraded service whose load nobody sees is not restarted for
+  a stalled vLLM pod, pods not reporting; under capacity shifting, a profiled one with no serving series at all while
+  its pods run too, `capacity_loop.with_unseen`): a degraded service whose load nobody sees is not restarted for
   housekeeping (before, its pods were moved as any; a hotspot migration, for thermal safety, still moves them);
 * the target GPU is a migration target a hotspot migration could use (not hot, no fatal XID, not on a tainted
   or hot node, nor on one the actuator lately refused the workload as a target, the target headroom below slowdown),

@@ -19,8 +19,10 @@ exporter on one shard's node holds that shard still and no other. A node missing
 with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. One GPU reported
 fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the
 shard: thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`;
-one with none placed is no shard's, and in no shard's snapshot). Several clusters in one Prometheus and a
-partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
+one with none placed is no shard's, and in no shard's snapshot); so does a profiled one with no serving series at
+all (`capacity_loop.unseen_services`): the snapshot names the services whose status it leaves out for being spread
+(`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it held for neither). Several clusters
+in one Prometheus and a partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
 
 An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
 GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
@@ -127,13 +129,16 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     # shards or not (as its `MissingTelemetry` held each such shard before): its GPUs here must not be lent as idle
     here = {w.owner for w in workloads if w.owner and w.name in placements}
     unknown = {k: why for k, why in snapshot.demand_unknown.items() if k in here}
+    # ... and one with no series at all holds it too (`capacity_loop.unseen_services`): told apart from one whose status
+    # is left out here for being spread (known, `spread_services`), which a shard could not do before
+    spread = frozenset(k for k in snapshot.services if k in outside and k in here)
     arrays = {name: np.asarray(getattr(snapshot, name))[index] for name in GPU_ARRAYS}
     # the PodDisruptionBudgets are the cluster's, whichever shard evicts: without them a shard's guard and planner
     # would read "this source cannot see budgets" and evict past every budget
     # ... and so are the forgotten nodes: a service placed here may run replicas on another shard's dark node
     part = ClusterSnapshot(time=snapshot.time, nodes=nodes, gpus=gpus, workloads=workloads, placements=placements,
                            services=services, demand_unknown=unknown, disruption_budgets=snapshot.disruption_budgets,
-                           forgotten_nodes=snapshot.forgotten_nodes, **arrays)
+                           forgotten_nodes=snapshot.forgotten_nodes, spread_services=spread, **arrays)
     return part, index
 
 

@@ -6,9 +6,8 @@ pod has reported for the 5 minutes its rate reads: every vLLM scrape of it lost 
 has neither a status nor a `demand_unknown` entry for it, and the capacity planner simply left it out: no hold, no
 note, and the idle GPUs its demand needs lent to training, 3 minutes after the same lost scrape had held. The alert
 GputideInferenceDemandUnknown read the recorded NaN only, so it never fired for it (the NaN lasts under its 10 min).
-A profiled service with no pod placed has nothing running to misjudge: left out as before. A shard cannot tell a
-service spread over two shards (its status dropped by `shard.restrict`) from one without series: it holds for NaN
-only."""
+A profiled service with no pod placed has nothing running to misjudge: left out as before. A shard holds for it too
+(test_capacity_hold_no_series_everywhere: it tells it from a service spread over two shards)."""
 
 from __future__ import annotations
 
@@ -59,7 +58,7 @@ def test_no_series_while_its_pod_runs_holds_as_a_nan_demand_does():
                                                                                    {"chat": 4})
 
 
-def test_a_profiled_service_with_no_pod_is_left_out_and_a_shard_holds_for_nan_only():
+def test_a_profiled_service_with_no_pod_is_left_out_and_a_shard_holds_for_it_as_for_nan():
     snap = idle_two()
     gone = snap.replace(services={}, demand_unknown={},
                         workloads=tuple(w for w in snap.workloads if w.owner != "chat"))
@@ -67,7 +66,7 @@ def test_a_profiled_service_with_no_pod_is_left_out_and_a_shard_holds_for_nan_on
     assert (state.capacity_holding, state.demand_held) == (frozenset(), frozenset())
     assert [a.job for a in p.actions if isinstance(a, ScaleTraining)], "idle GPUs lent: nothing of chat runs"
     absent = snap.replace(services={}, demand_unknown={})
-    assert plan(absent, sharded=True)[1].demand_held == frozenset()   # spread over two shards, or no series
+    assert plan(absent, sharded=True)[1].demand_held == {"chat"}   # a shard's, nothing of it spread (`spread_services`)
     assert plan(absent.replace(demand_unknown={"chat": WHY}), sharded=True)[1].demand_held == {"chat"}
 
 
