@@ -38,8 +38,9 @@ made, and refused too, `planner.refuse`). What its actions leave on the fleet th
 
 An inference service whose demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is no hold of
 the loop's: the capacity planner holds (`gputide_capacity_holding{reason="inference_demand_unknown"}`), thermal relief
-goes on, and the loop logs the services and why each time their set changes, saying whether capacity holds for
-them (a profiled one among them) or not (`_log_demand_unknown`).
+goes on, and the loop logs the services and why each time their set changes, saying which of them capacity holds
+for (`PlannerState.demand_held`: the profiled ones, one with no serving series at all while its pods run among them)
+(`_log_demand_unknown`).
 
 Every planning cycle also records what the fleet looks like (`balancer.fleet_record.FleetRecorder`); a hold
 reports no forecast and the fleet unknown (`FleetRecorder.hold`). A failure while recording is logged and never stops
@@ -130,8 +131,8 @@ class Reconciler:
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self.handover = LedgerHandover(self.elector, self.metrics.registry)   # the ledger, leader to leader
         self._last_notes: frozenset[str] = frozenset()  # the planner's notes last cycle (logged once each)
-        # the services whose demand was unknown last reading, and whether the capacity planner held for them
-        self._demand_unknown: tuple[frozenset[str], bool] = (frozenset(), False)
+        # the services whose demand was unknown last reading, and those the capacity planner held for
+        self._demand_unknown: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._leading = False
         self._term: object = None   # the elector's `terms` when this replica last took the lead
         self._offices = 0           # times this replica took the lead: a cycle stops when it changes under it
@@ -215,8 +216,7 @@ class Reconciler:
         forecasts, unread = self._forecast(snap)
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
-        self._log_demand_unknown(snap.demand_unknown, capacity_loop.HOLD_DEMAND_UNKNOWN in getattr(
-            self.state, "capacity_holding", frozenset()))
+        self._log_demand_unknown(snap, frozenset(getattr(self.state, "demand_held", frozenset())))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
@@ -328,18 +328,24 @@ class Reconciler:
                 log.info("plan: %s", note)
         self._last_notes = frozenset(notes)
 
-    def _log_demand_unknown(self, unknown: Mapping[str, str], held: bool) -> None:
-        """The services whose demand is unknown (`ClusterSnapshot.demand_unknown`), with why, each time that set or
-        whether the capacity planner holds for it (`held`: one has a capacity profile) changes, not every cycle.
-        Co-location and consolidation leave them alone either way; thermal relief goes on. Before, the log said the
-        capacity planner held even for services with no profile, where nothing held."""
+    def _log_demand_unknown(self, snap: ClusterSnapshot, held: frozenset[str]) -> None:
+        """The services whose demand is unknown (`ClusterSnapshot.demand_unknown`, and those the capacity planner
+        holds for without series, `PlannerState.demand_held`), with why, each time that set or those held for
+        change, not every cycle. Co-location and consolidation leave them alone either way; thermal relief goes on.
+        The hold is said of the services held for (`held`: profiled) alone. Before, the log said the capacity planner
+        held even for services with no profile, where nothing held; then, from whether it held at all, it said so of
+        an unprofiled NaN service held for nothing, and named not the profiled one without series it held for."""
+        unknown = {**{n: capacity_loop.no_series_why(snap, n) for n in held}, **snap.demand_unknown}
         if (frozenset(unknown), held) == self._demand_unknown:
             return
         if unknown:
+            free = sorted(set(unknown) - held)
             log.warning("inference demand unknown for %s: %s; co-location holds for them and consolidation leaves "
                         "their pods alone; thermal relief goes on",
                         "; ".join(f"{n} ({why})" for n, why in sorted(unknown.items())),
-                        f"capacity shifting holds (gputide_capacity_holding {capacity_loop.HOLD_DEMAND_UNKNOWN})"
+                        f"capacity shifting holds for {', '.join(sorted(held))} (gputide_capacity_holding "
+                        f"{capacity_loop.HOLD_DEMAND_UNKNOWN})" + (f"; not for {', '.join(free)}, without a capacity "
+                                                                    "profile" if free else "")
                         if held else
                         "none has a capacity profile (or capacity shifting is off), so capacity shifting does not "
                         "hold for them")
