@@ -92,7 +92,9 @@ class ServiceForecaster:
     their model's daily season too (the ``gputide_forecast_history_waiting`` gauge).
 
     A service whose demand a snapshot shows unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is a gap
-    that cycle: not fed, no forecast, and still seen.
+    that cycle: not fed, no forecast, and still seen. So is one seen before whose pods still run on GPUs with no
+    serving series at all (every scrape of it lost; the capacity planner holds for it when profiled): before, it was
+    forgotten after a day, history and model, while the same gap read NaN kept it.
 
     A service no snapshot has shown for `forget_after_s` (a day: deleted or renamed, not a telemetry gap) is
     forgotten, its history and model included, so a controller running for months does not keep every service it
@@ -151,6 +153,8 @@ class ServiceForecaster:
         # unknown for a day is not a service gone
         for name in snap.demand_unknown:
             self.seen[name] = snap.time
+        for name in [n for n in self.seen if n not in snap.services and _runs(snap, n)]:   # series lost, pods on
+            self.seen[name] = snap.time
         for name, status in snap.services.items():
             self.seen[name] = snap.time
             if name not in self.seeds.seeded:
@@ -192,6 +196,11 @@ class ServiceForecaster:
 
     def forecast_for(self, service: str, now: float, horizon: str) -> dict[float, float]:
         return self.online.forecast_for(service, now, horizon) if hasattr(self.online, "forecast_for") else {}
+
+
+def _runs(snap: ClusterSnapshot, service: str) -> bool:
+    """Whether a pod of `service` is placed on a GPU: a service running is not gone, whatever its series say."""
+    return any(snap.placements.get(w.name) for w in snap.workloads_by_owner.get(service, ()))
 
 
 def horizon_label(seconds: float) -> str:

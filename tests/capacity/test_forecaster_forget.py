@@ -14,8 +14,9 @@ DAY = 86400.0
 
 
 def snap(t: float, *names: str):
-    """What ServiceForecaster reads of a snapshot: its time, each service's demand, and those unknown (none)."""
-    return SimpleNamespace(time=t, services={n: SimpleNamespace(demand_rps=10.0) for n in names}, demand_unknown={})
+    """What ServiceForecaster reads of a snapshot: its time, each service's demand, those unknown and pods (none)."""
+    return SimpleNamespace(time=t, services={n: SimpleNamespace(demand_rps=10.0) for n in names}, demand_unknown={},
+                           workloads_by_owner={}, placements={})
 
 
 def feed(fc: ServiceForecaster, start: float, end: float, *names: str) -> None:
