@@ -60,7 +60,7 @@ reads, and neither it nor the MIG listing asks NVML of a GPU whose read is late 
 collection is known only once its read is late). A GPU not registered for XID events is registered by its own read,
 in its job under the deadline (`XidEvents.register`), so a GPU always slower than the deadline is registered again
 after a refusal or a set made anew, and one that hangs there is late, the collection not hung; the drain registers
-only the GPUs no read job tried. NVML is not initialised
+only the GPUs no read job tried (nor one served late: its job tried before the last drain). NVML is not initialised
 again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
 freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
 returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops
@@ -297,8 +297,10 @@ class NvmlBackend:
         for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
             if read.error is not None and not isinstance(read.error, self.nvml.NVMLError_GpuIsLost):
                 raise read.error
-        stuck = set(self.reads.stuck())   # after the reads: a GPU hung since the last collection is late by now
-        self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in stuck])   # not to hang there too
+        # not registered from here (it would hang the collection with the GPU): a GPU hung since the last collection
+        # (late by now, after the reads) and one served late, whose read job tried its registration (`XidEvents`)
+        skip = set(self.reads.stuck()) | {uuid for uuid, read in done.items() if read.late}
+        self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in skip])
         for k, g in enumerate(self.identity):
             out = _Out()
             read = done.get(g.uuid)
