@@ -41,9 +41,12 @@ restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timest
 malformed, NVML refusing a GPU or not answering at all, a GPU's limit unreadable, or the state file unwritable; alert
 `GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's
 next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
-The same port serves the probes (`balancer.app.health`): `/healthz` fails once no sync has ended (whatever its
-result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent stuck in a call
-(an NVML call that never returns; its metrics thread would keep answering, `up` stay 1 and no alert fire);
+The same port serves the probes (`balancer.app.health`, `AgentHealth`): `/healthz` fails once no sync has ended
+(whatever its result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent
+stuck in a call (its metrics thread would keep answering, `up` stay 1 and no alert fire); and once one of its NVML
+calls on a GPU has been inside NVML that long. Those run in each GPU's own job with a deadline
+(`exporters.backends.nvml_gpu_reads`): a Set that never returns (a GPU in recovery) leaves the sync ending, the Set
+pending and the GPU stuck, so the sync's beat alone never failed the probe and the agent was never restarted;
 `/readyz` once a sync has ended.
 Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 1 `--once` and its sync failed (logged), 2 bad input.
 """
@@ -51,11 +54,13 @@ Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 1 `--once` and its s
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -156,7 +161,7 @@ def sync_once(agent: Any, metrics: AgentMetrics, clock=time.time) -> dict[str, f
     return applied
 
 
-NVML_ALLOWANCE_S = 30.0   # NVML calls have no timeout; healthy ones take milliseconds, a GPU in recovery seconds
+NVML_ALLOWANCE_S = 30.0   # NVML's calls, each GPU's under the reads' deadline (a stuck one is `AgentHealth`'s)
 LEAST_STALL_S = 60.0
 
 
@@ -165,6 +170,43 @@ def stall_limit_s(interval_s: float, read_s: float) -> float:
     deadline (`read_s`: every try of the API call, `NodeAnnotationCaps`) and NVML's calls, at least five intervals
     and a minute. Failures are not stuck (an alert watches them): a restart would not mend an API server down."""
     return max(5.0 * interval_s, LEAST_STALL_S, interval_s + read_s + NVML_ALLOWANCE_S)
+
+
+class AgentHealth(Health):
+    """`Health` that also fails liveness once an NVML call on a GPU (run inside `watching`: the backend's
+    `GpuReads.watching`, `watch_nvml`) has been inside NVML for `stall_after_s`: such a call leaves its sync ending
+    (the Set pending, its GPU stuck), so the beats alone kept a hung agent live for good."""
+
+    def __init__(self, stall_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(stall_after_s, clock)
+        self._mu = threading.Lock()
+        self._tokens = itertools.count()
+        self._calls: dict[int, tuple[float, str]] = {}   # NVML calls in flight: when each began, and what it is
+
+    @contextlib.contextmanager
+    def watching(self, what: str) -> Iterator[None]:
+        with self._mu:
+            token = next(self._tokens)
+            self._calls[token] = (self.clock(), what)
+        try:
+            yield
+        finally:
+            with self._mu:
+                del self._calls[token]
+
+    def live(self) -> tuple[bool, str]:
+        with self._mu:
+            oldest = min(self._calls.values(), default=None)
+        if oldest is not None and (age := self.clock() - oldest[0]) > self.stall_after_s:
+            return False, f"stuck: {oldest[1]} has been inside NVML for {age:.0f} s (limit {self.stall_after_s:.0f} s)"
+        return super().live()
+
+
+def watch_nvml(backend: Any, health: AgentHealth) -> None:
+    """The backend's per-GPU NVML calls run inside `health.watching` (a backend without them, sim, left alone)."""
+    reads = getattr(backend, "reads", None)
+    if reads is not None:
+        reads.watching = health.watching
 
 
 def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: threading.Event,
@@ -232,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         sync_once(agent, metrics)
         return 1 if metrics.failure else 0   # a script (a node's uninstall step, a check) must see it fail
-    health = Health(stall_limit_s(interval, call_budget_s(source.api)))
+    health = AgentHealth(stall_limit_s(interval, call_budget_s(source.api)))
+    watch_nvml(backend, health)
     server = bind(lambda **kw: serve_with_probes(registry, health, **kw), args.listen_address, args.port) \
         if args.port else None
     stop = threading.Event()
