@@ -35,6 +35,7 @@ Nodes and requests are the plain dicts of `balancer.actuate.k8s_scheduler` (`nod
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from typing import Any
 
@@ -154,15 +155,25 @@ def ports_reserved_for_others(node: Json, req: Json) -> frozenset[tuple]:
 
 def extended_reserved_for_others(node: Json, req: Json, resource: str) -> float:
     """How much of the extended resource `resource` is held on `node` for pods other than `req` that count against
-    it (0 where a hold does not say, or says it in a form that is not a number)."""
+    it (0 where a hold does not say, or says it in a form that is not an amount: `_amount`)."""
     total = 0.0
     for entry in _counted(node, req):
         value = entry.get(EXTENDED)
-        try:
-            total += max(float((value if isinstance(value, dict) else {}).get(resource) or 0), 0.0)
-        except (TypeError, ValueError):
-            continue
+        total += _amount(value.get(resource)) if isinstance(value, dict) else 0.0
     return total
+
+
+def _amount(value: Any) -> float:
+    """An amount of a hold's `EXTENDED` map as `k8s_preempt.reserve` writes it: a finite number, not negative, not a
+    bool. Anything else (written by hand or another tool) holds nothing: NaN added to the others' made their total
+    NaN, which no comparison refuses (the others' holds erased), Infinity held all of it, `true` one, "1" one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    try:
+        amount = float(value)
+    except OverflowError:   # an integer past any float: no amount either
+        return 0.0
+    return amount if math.isfinite(amount) and amount >= 0 else 0.0
 
 
 def _discounted(node: Json, req: Json) -> bool:
@@ -243,13 +254,21 @@ def reserved_words(resource: str) -> str:
     return f"node(s) had {'pod slots' if resource == 'pods' else resource} reserved for other pods"
 
 
-def resource_refusal(node: Json, req: Json) -> str | None:
-    """What the node has left: the host ports the pod needs, GPUs (less those reserved for other pods), CPU,
-    memory, the rest, pod slots."""
+def port_refusal(node: Json, req: Json) -> str | None:
+    """Why `node` refuses `req` a host port it needs: taken there, or held there for another pod that counts against
+    it; None when neither. A node refused so is not admitted for preemption or a hold (`Offers.fitting`)."""
     if port_conflict(node.get("host_ports"), req.get("host_ports")):
         return PORTS
     if req.get("host_ports") and port_conflict(ports_reserved_for_others(node, req), req["host_ports"]):
         return RESERVED_PORTS
+    return None
+
+
+def resource_refusal(node: Json, req: Json) -> str | None:
+    """What the node has left: the host ports the pod needs, GPUs (less those reserved for other pods), CPU,
+    memory, the rest, pod slots."""
+    if why := port_refusal(node, req):
+        return why
     if node["gpus_free"] < req["num_gpu"]:
         return f"Insufficient {GPU_RESOURCE}"
     if node["gpus_free"] - reserved_for_others(node, req) < req["num_gpu"]:

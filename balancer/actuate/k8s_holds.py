@@ -35,7 +35,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from balancer.actuate.k8s_filters import EVICTED, LEFT, Offers, reservation_key, rule_refusal
+from balancer.actuate.k8s_filters import EVICTED, LEFT, Offers, port_refusal, reservation_key, rule_refusal
 from balancer.actuate.k8s_gang import sharers, together
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
@@ -175,7 +175,9 @@ class Holds:
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
         self._off(bound, node, done.done)
-        view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}   # holds as much as before
+        # its GPUs, CPU and memory as before (the offers' columns stand); host ports and extended resources named
+        # now where they were not (`k8s_preempt.filled`) are read from the view where a pod asks them
+        view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}
         self.preempted += [(v, node) for v in done.done]
         if done.done:
             log.info("scheduler %s: %s: evicted the rest of its victims on %s: %s", self.scheduler_name, key, node,
@@ -247,10 +249,11 @@ class Holds:
     @staticmethod
     def _refusal(req: Json, i: int, view: list[Json], offers: Offers) -> str | None:
         """Why node i no longer admits `req` (`offers` was last asked about it), None when it does: its hold is then
-        kept no longer than its cap."""
+        kept no longer than its cap. A host port taken or held there by a more important pod (`port_refusal`) is
+        said as such: it was said to be the pod's affinity or GPU model, which admitted it."""
         if i in offers.admitted().tolist() and model_allows(view[i], req):
             return None
-        return rule_refusal(view[i], req) or "its pod affinity or GPU model"
+        return rule_refusal(view[i], req) or port_refusal(view[i], req) or "its pod affinity or GPU model"
 
     @staticmethod
     def _left_said(node: str, done: Evictions) -> str:

@@ -9,8 +9,9 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
   scheduler honours and which survives a restart, instead of kube-scheduler's in-memory nominated pods. As a
   nominated pod is, it is held only against pods of equal or lower priority: it records the pod's priority
   (`k8s_filters.counts_against`; one that does not, written by an older gputide, is held against every pod until a
-  pass carries its preemption on and writes it, `ranked`, at the latest before it is kept past the hour). The pod
-  also gets `status.nominatedNodeName`, as kube-scheduler sets it.
+  pass carries its preemption on and writes it, `ranked`, at the latest before it is kept past the hour; one that
+  names no host ports or extended resources holds none of them until then, `filled`). The pod also gets
+  `status.nominatedNodeName`, as kube-scheduler sets it.
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
 pod slots are short there), whose `preemptionPolicy` is not `Never`, and that holds no live reservation already
@@ -203,6 +204,27 @@ def ranked(entry: Json, req: Json) -> Json:
     return {**entry, PRIORITY: priority}
 
 
+def asked(req: Json) -> Json:
+    """The fields of a hold for `req` that name its host ports and extended resources (`HOST_PORTS`, `EXTENDED`),
+    those it asks: what `k8s_filters` refuses to the pods the hold counts against."""
+    said: Json = {}
+    if req.get("host_ports"):
+        said[HOST_PORTS] = [list(p) for p in sorted(req["host_ports"])]
+    if req.get("extended"):
+        said[EXTENDED] = dict(req["extended"])
+    return said
+
+
+def filled(entry: Json, req: Json) -> Json:
+    """A preemption's reservation `entry` for `req` naming `req`'s host ports and extended resources (`asked`) where
+    it does not: one written by a gputide that did not hold them holds none (`k8s_filters`), so a pod it counts
+    against took the port or the device `req` waits for on the node its victims leave, and carried on it is kept up
+    to the hour (`ranked`); the write that carries it on names them from then on. `entry` itself when it names both
+    already, or `req` asks neither."""
+    missing = {k: v for k, v in asked(req).items() if k not in entry}
+    return {**entry, **missing} if missing else entry
+
+
 def capped(entry: Json, terminating: Sequence[str], now: float, reserve_s: float,
            max_hold_s: float = MAX_HOLD_S) -> bool:
     """Whether `noted` would renew the hold for victims still `terminating` now, but for its cap (`max_hold_s` from
@@ -237,14 +259,24 @@ def model_allows(node: Json, req: Json) -> bool:
 
 def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
     """The node a pod that waits too long should hold as GPUs free up: among those big enough for it at all once
-    what they hold for others is set aside, the one with the most GPUs free and not reserved for others (ties: by
-    name); None when none is big enough."""
+    what they hold for others is set aside (GPUs, CPU, memory, and each extended resource it asks: `big_enough`),
+    the one with the most GPUs free and not reserved for others (ties: by name); None when none is big enough."""
     big = [n for n in nodes if all(n[total] - reserved_for_others(n, req, what) >= req[want] for total, what, want in (
         ("gpus_total", GPUS, "num_gpu"), ("cpu_milli_total", CPU, "cpu_milli"),
-        ("memory_mib_total", MEMORY, "memory_mib")))]
+        ("memory_mib_total", MEMORY, "memory_mib"))) and big_enough(n, req)]
     if not big:
         return None
     return max(big, key=lambda n: (n["gpus_free"] - reserved_for_others(n, req), n["name"]))["name"]
+
+
+def big_enough(node: Json, req: Json) -> bool:
+    """Whether `node` has each extended resource `req` asks (an RDMA device, pod slots) at all, less what is held
+    there for others (`k8s_filters.extended_reserved_for_others`): a starving pod held the node with the most GPUs
+    free even where it lacked one, a hold that could never be used, while a node that has it was left to others.
+    A node that does not count its pods takes any number (`k8s_filters.resource_refusal`)."""
+    total = node.get("extended_total") or {}
+    return all(total.get(k, float("inf") if k == "pods" else 0.0) - extended_reserved_for_others(node, req, k) >= v
+               for k, v in req["extended"].items())
 
 
 def usable(node: Json, req: Json) -> tuple[int, int, int]:
@@ -384,10 +416,7 @@ class Preemptor:
         # its priority: a pod of higher priority is not held back by it (`k8s_filters.counts_against`)
         entry = {"pod": key, "gpus": [], "count": req["num_gpu"], CPU: req["cpu_milli"], MEMORY: req["memory_mib"],
                  PRIORITY: req["priority"], "expires": rfc3339(now + self.reserve_s), HOLDER: self.scheduler_name}
-        if req.get("host_ports"):
-            entry[HOST_PORTS] = [list(p) for p in sorted(req["host_ports"])]
-        if req["extended"]:
-            entry[EXTENDED] = dict(req["extended"])
+        entry |= asked(req)
         if victims:
             entry |= {LEFT: list(victims), SINCE: rfc3339(now)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
@@ -453,7 +482,7 @@ class Preemptor:
                        and (stuck is None or k in stuck)]
         new = noted(entry, done.left, [*terminating, *done.evicted], done.ends, self.clock(), self.reserve_s,
                     stuck=bool(stuck))
-        done.entry = self._note(req["name"], node, entry, ranked(new, req))
+        done.entry = self._note(req["name"], node, entry, filled(ranked(new, req), req))
         return done
 
     def hold_paused(self, req: Json, node: str, entry: Json) -> Json:
