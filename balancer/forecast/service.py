@@ -94,7 +94,8 @@ class ServiceForecaster:
     A service whose demand a snapshot shows unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is a gap
     that cycle: not fed, no forecast, and still seen. So is one seen before whose pods still run on GPUs with no
     serving series at all (every scrape of it lost; the capacity planner holds for it when profiled): before, it was
-    forgotten after a day, history and model, while the same gap read NaN kept it.
+    forgotten after a day, history and model, while the same gap read NaN kept it. Not one whose series go on under
+    other names or in another shard (`_running_unread`).
 
     A service no snapshot has shown for `forget_after_s` (a day: deleted or renamed, not a telemetry gap) is
     forgotten, its history and model included, so a controller running for months does not keep every service it
@@ -153,7 +154,7 @@ class ServiceForecaster:
         # unknown for a day is not a service gone
         for name in snap.demand_unknown:
             self.seen[name] = snap.time
-        for name in [n for n in self.seen if n not in snap.services and _runs(snap, n)]:   # series lost, pods on
+        for name in _running_unread(snap, self.seen):   # series lost, pods on
             self.seen[name] = snap.time
         for name, status in snap.services.items():
             self.seen[name] = snap.time
@@ -196,6 +197,17 @@ class ServiceForecaster:
 
     def forecast_for(self, service: str, now: float, horizon: str) -> dict[float, float]:
         return self.online.forecast_for(service, now, horizon) if hasattr(self.online, "forecast_for") else {}
+
+
+def _running_unread(snap: ClusterSnapshot, seen: Iterable[str]) -> list[str]:
+    """The services of `seen` that `snap` shows no series of while a pod of theirs is placed on a GPU: a gap, not a
+    service gone. Not one whose series go on elsewhere: read under namespace-qualified names (`*/name`:
+    `serving.read_services`, a namesake in another namespace) or spread over two shards (`spread_services`, its status
+    left out of a shard's snapshot). Kept, its unqualified model was never fed (a hole of unknown buckets) and had no
+    forecast the cycle it came back; forgotten after the day, it is seeded again from its history then."""
+    moved = {k.partition("/")[2] for k in (*snap.services, *snap.demand_unknown)}
+    spread = getattr(snap, "spread_services", frozenset())   # duck-typed: one without the field spreads nothing
+    return [n for n in seen if n not in snap.services and n not in moved and n not in spread and _runs(snap, n)]
 
 
 def _runs(snap: ClusterSnapshot, service: str) -> bool:
