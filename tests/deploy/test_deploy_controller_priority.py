@@ -6,7 +6,7 @@ Pending in. The node agents (the exporter, the power-cap agent) already ran at s
 from __future__ import annotations
 
 import pytest
-from test_deploy_manifests import OVERLAYS, objects, render
+from test_deploy_manifests import OVERLAYS, controllers, objects, render
 
 # Kubernetes' built-in classes (pkg/apis/scheduling: SystemCriticalPriority = 2e9; node-critical 1000 above it)
 BUILT_IN = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
@@ -21,8 +21,10 @@ def priority(pod: dict, overlay: str) -> int:
 
 
 def controller(overlay: str) -> dict:
-    (found,) = [d for d in objects(overlay, "Deployment") if d["metadata"]["name"] == "gputide-controller"]
-    return found["spec"]["template"]["spec"]
+    """The controller's pod (overlays/sharded: each shard's, and they must agree: test_deploy_shards.py)."""
+    pods = [d["spec"]["template"]["spec"] for d in controllers(overlay)]
+    assert all(p.get("priorityClassName") == pods[0].get("priorityClassName") for p in pods), overlay
+    return pods[0]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

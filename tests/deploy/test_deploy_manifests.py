@@ -146,18 +146,27 @@ def _restricted(container: dict, pod: dict, *, root: bool = False) -> None:
     assert container.get("resources", {}).get("requests") and container["resources"].get("limits")
 
 
+def controllers(overlay: str) -> list[dict]:
+    """The controller's Deployments: gputide-controller, or each shard's gputide-controller-NAME
+    (overlays/sharded, whose shards are that Deployment but for the shard: test_deploy_shards.py)."""
+    found = [d for d in objects(overlay, "Deployment")
+             if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "gputide-controller"]
+    assert found, overlay
+    return found
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_controller_is_ha_probed_and_locked_down(overlay):
-    deploy = one(overlay, "Deployment", "gputide-controller")
-    pod = deploy["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    assert deploy["spec"]["replicas"] == (1 if overlay.startswith("overlays/dev") else 2)
-    assert container["args"][0] == "run" and "--leader-elect" in container["args"]
-    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}  # the loop's own probes
-    assert {"name": "metrics", "containerPort": 9836, "protocol": "TCP"} in container["ports"]
-    assert pod["serviceAccountName"] == "gputide-controller"
-    _restricted(container, pod["securityContext"])
+    for deploy in controllers(overlay):
+        pod = deploy["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert deploy["spec"]["replicas"] == (1 if overlay.startswith("overlays/dev") else 2)
+        assert container["args"][0] == "run" and "--leader-elect" in container["args"]
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}  # the loop's own probes
+        assert {"name": "metrics", "containerPort": 9836, "protocol": "TCP"} in container["ports"]
+        assert pod["serviceAccountName"] == "gputide-controller"
+        _restricted(container, pod["securityContext"])
 
 
 @pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "overlays/with-dcgm-exporter"])
