@@ -138,10 +138,11 @@ HOLD_UNATTRIBUTED = "unattributed_pods"
 NO_SERIES = ("no serving series at all while its pods run: gputide_inference_demand_rps absent, not NaN (its vLLM "
              "metrics unscraped for over 5 minutes, or their scrape or the rules/serving/ rule not set up for it)")
 # ... where its name's series are there, all namespace-qualified (`no_series_why`): NO_SERIES would send the operator
-# to a scrape that works
-QUALIFIED = ("no serving series under its name while its pods run: its name's series carry two namespaces, so "
-             "each is read as namespace/service ({names}), none of them the profile's name (a namespace move whose "
-             "old series linger, or a namesake in another namespace)")
+# to a scrape that works. {names} are those the snapshot shows, not always all: a shard's (`shard.restrict`) keeps a
+# qualified status and drops a qualified NaN key (its owner is the bare name), so the note never counts them
+QUALIFIED = ("no serving series under its name while its pods run: its name's series are found in more than one "
+             "namespace, so each is read as namespace/service ({names} among them), none of them the profile's name "
+             "(a namespace move whose old series linger, or a namesake in another namespace)")
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,8 @@ def unseen_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCap
 
 def no_series_why(snapshot: ClusterSnapshot, service: str) -> str:
     """Why `service` has no series (`unseen_services`): `NO_SERIES`, or `QUALIFIED` naming the namespace-qualified
-    names its series are read under (`serving.read_services`: a `service` label found with two namespaces)."""
+    names its series are read under that `snapshot` shows (`serving.read_services`: a `service` label found with two
+    namespaces)."""
     names = sorted(k for k in (*snapshot.services, *snapshot.demand_unknown) if k.partition("/")[2] == service)
     return QUALIFIED.format(names=", ".join(names)) if names else NO_SERIES
 
