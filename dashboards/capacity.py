@@ -8,6 +8,13 @@ The forecast is a set of quantiles per service, so demand and forecast are drawn
 panel repeated for every service $service selects): quantiles do not add, the sum of the services' p90s is not the
 p90 of their total (their peaks seldom coincide), and the fleet-wide band this panel once drew by summing them looked
 like a forecast of the fleet's demand that no model made.
+
+Services are named from recording rules (service:inference_controller_name:info, service:inference_slo_name:info), so
+what came before those rules were loaded (the upgrade that added them) has no recorded name: the demand there is drawn
+under its bare `service` where the rule names it so (no namesake in another namespace of its cluster), and a namesake's
+(team-a/vllm) is not drawn; the SLO attainment and burn-rate lines are not drawn at all (their name counts the
+namespaces of two series sets, pasted into five queries). $service lists from that time only the names the controller
+forecasts. A 30-day view is partly blank so for 30 days after the upgrade.
 """
 
 from __future__ import annotations
@@ -42,8 +49,8 @@ DEMAND = f"max by (cluster, namespace, service) (gputide_inference_demand_rps{{{
 # (SLO_NAMES), the namespaces of the demand and of the last hour's SLO series counted, so team-a's and team-b's chat
 # are never two lines both named chat. Each query here pasted the PromQL that works the name out (a count of
 # namespaces per name, twice per series it names: 1,900 characters a burn-rate line) and `$service` ran it at every
-# step of a subquery over the time range (43,000 steps over 30 days). A name is joined on the series' identity, `max`
-# over the table's copies (two Prometheus servers read without deduplication), and `$service` selects by it.
+# step of a subquery over the time range (43,000 steps over 30 days). A name is joined on the series' identity, one
+# per identity (_table: two names for one failed the range query), and `$service` selects by it.
 NAME = "controller_service"
 CONTROLLER_NAMES = "service:inference_controller_name:info"
 SLO_NAMES = "service:inference_slo_name:info"
@@ -69,17 +76,27 @@ def _capacity(cls: str) -> str:
     return f'sum(gputide_capacity_gpus{{{CLUSTER}, class="{cls}"}})'
 
 
-def _with_name(expr: str, names: str) -> str:
-    """`expr` (one series per (cluster, namespace, service)) with NAME, its service's name from the table `names`,
-    those `$service` selects alone."""
-    table = f'max by (cluster, namespace, service, {NAME}) ({names}{{{CLUSTER}, {NAME}=~"$service"}})'
-    return f"({expr}) * on (cluster, namespace, service) group_left ({NAME}) {table}"
+def _table(names: str) -> str:
+    """One name per (cluster, namespace, service) from the table `names`, those `$service` selects (value 1).
+
+    Its newest, so a restarted Prometheus's last name (no stale marker: it lingers the lookback's 5 minutes) yields to
+    the renamed one; two servers read without deduplication and renaming one evaluation apart are one of theirs, not
+    two names (a many-to-many join failed the whole range query). Selected after the choice, so a line is never
+    drawn under both names."""
+    newest = f"topk by (cluster, namespace, service) (1, timestamp({names}{{{CLUSTER}}}))"
+    chosen = f'{names}{{{CLUSTER}, {NAME}=~"$service"}} and on (cluster, namespace, service, {NAME}) {newest}'
+    return f"max by (cluster, namespace, service, {NAME}) ({chosen})"
+
+
+def _with_name(expr: str, table: str) -> str:
+    """`expr` (one series per (cluster, namespace, service)) with NAME from `table` (one series of value 1 each)."""
+    return f"({expr}) * on (cluster, namespace, service) group_left ({NAME}) ({table})"
 
 
 def _named(expr: str) -> str:
     """`expr` (one series per (cluster, namespace, service)) with its SLO_NAME: the controller's name of the service
     (`$service` selects by it), led by the series' cluster where it has one."""
-    joined = f'label_join({_with_name(expr, SLO_NAMES)}, "{SLO_NAME}", ": ", "cluster", "{NAME}")'
+    joined = f'label_join({_with_name(expr, _table(SLO_NAMES))}, "{SLO_NAME}", ": ", "cluster", "{NAME}")'
     dropped = f'label_replace({joined}, "{NAME}", "", "", "")'
     return f'label_replace({dropped}, "{SLO_NAME}", "$1", "{SLO_NAME}", ": (.*)")'
 
@@ -96,8 +113,15 @@ SERVICES = (f'group by (service) (label_replace(last_over_time({CONTROLLER_NAMES
 
 def _demand() -> str:
     """Each service's demand under the controller's name (`$service` selects by it), its clusters' added; an unknown
-    one (NaN) left out of the sum."""
-    named = _with_name(DEMAND, CONTROLLER_NAMES)
+    one (NaN) left out of the sum. A series with no recorded name (before the rule was loaded, or the evaluation
+    before it records a new one) is named by its bare `service` where it is the only namespace of that name in its
+    cluster at that step, as the rule names it (the same count), and not otherwise: never under a name the rule does
+    not give it, and never where the table has a name for it, chosen or not (`$service` selects one name a line)."""
+    raw = f'group by (cluster, namespace, service) (gputide_inference_demand_rps{{{CLUSTER}, service=~"$service"}})'
+    alone = f"{raw} and on (cluster, service) count by (cluster, service) ({raw}) == 1"
+    bare = f'label_replace({alone}, "{NAME}", "$1", "service", "(.*)") unless on (cluster, namespace, service) ' \
+           f"{CONTROLLER_NAMES}{{{CLUSTER}}}"
+    named = _with_name(DEMAND, f"{_table(CONTROLLER_NAMES)} or {bare}")
     return f'sum by (service) (label_replace({named}, "service", "$1", "{NAME}", "(.*)") >= 0)'
 
 
