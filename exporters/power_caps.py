@@ -48,9 +48,11 @@ What `PowerCapAgent.sync()` does, each interval:
 * **A Set that has not returned is pending, never done nor forgotten.** The NVML target calls each GPU with a
   deadline (a GPU in recovery): a Set past it may still land when NVML returns (`PowerCapError.pending`). It is
   kept, with the watts asked (in the limits before too, so a restarted agent knows it), and the GPU is left alone
-  (not Set again, nothing given back, its limit not taken as changed by hand) until a sync reads its limit: at the
-  watts asked, the Set is done (gputide's cap, the limit before still the one remembered: taken for an operator's,
-  its give-back restored gputide's own cap); else it did not take, and is asked again as a refused one is.
+  (not Set again, nothing given back, its limit not taken as changed by hand) until the target says what the Set
+  returned (`returned_sets`: the watts set, done; refused, not done, whatever the limit reads) or, where it cannot
+  (an agent restarted meanwhile), a sync reads its limit: at the watts asked, the Set is done (gputide's cap, the
+  limit before still the one remembered: taken for an operator's, its give-back restored gputide's own cap); else it
+  did not take, and is asked again as a refused one is.
 
 Expiry. A cap the source gives as ``Expiring(W, until)`` (on Kubernetes: the node annotation
 ``gputide.io/power-caps-until``, which the controller renews while it still wants its caps) is the cap W until
@@ -281,28 +283,40 @@ class PowerCapAgent:
             self._keep(lambda: self.before.put(uuid, held._replace(set_w=watts, pending_w=math.nan)))
 
     def _settle(self, limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
-        """Sets that had not returned, judged from the limit each GPU reads now, before anything else is: at the
+        """Sets that had not returned, judged before anything else is: from what the Set returned where the target
+        says (`returned_sets`: the watts set, done; refused, not done, whatever the limit reads: an operator's
+        ``nvidia-smi -pl`` at the watts asked is the operator's), else from the limit each GPU reads now: at the
         watts asked, done (the limit gputide set, never an operator's; the limit before stays the one remembered),
-        else not done (asked again as any refused Set is). One whose GPU's limit is unread stays pending, its GPU
-        left alone (not Set again, nothing given back or taken as changed by hand). What was done is returned."""
+        else not done (asked again as any refused Set is). One whose GPU's limit is unread and whose Set has not
+        said stays pending, its GPU left alone (not Set again, nothing given back or taken as changed by hand). What
+        was done is returned."""
         settled = {}
+        returned = self._returned_sets()
         for uuid, pending in list(self._pending.items()):
             limit = None if limits is None else limits.get(uuid)
-            if limit is not None and math.isnan(limit.current_w):
+            got = returned.get(uuid)
+            if got is None and limit is not None and math.isnan(limit.current_w):
                 continue   # its call (or a read) still inside NVML, or unreadable: judged at a later sync
             del self._pending[uuid]
-            if limit is None:   # no such GPU now (or a target that cannot say): nothing of it to judge
-                continue
-            if abs(limit.current_w - in_force(pending.watts, limit)) <= TOLERANCE_W:
-                log.info("the power-limit Set of %s that had not returned is done: %.0f W", uuid, limit.current_w)
-                self._done(uuid, pending.want, limit.current_w)
-                settled[uuid] = limit.current_w
-            else:
-                log.info("the power-limit Set of %s that had not returned did not take (%.0f W, not %.0f W): asked "
-                         "again as a refused one is", uuid, limit.current_w, in_force(pending.watts, limit))
+            if got is None and limit is not None and abs(limit.current_w - in_force(pending.watts, limit)) \
+                    <= TOLERANCE_W:
+                got = limit.current_w
+            if isinstance(got, float | int):
+                log.info("the power-limit Set of %s that had not returned is done: %.0f W", uuid, got)
+                self._done(uuid, pending.want, got)
+                settled[uuid] = got
+            elif limit is not None or got is not None:   # else no such GPU now: nothing of it to judge
+                log.info("the power-limit Set of %s that had not returned did not take (%s): asked again as a "
+                         "refused one is", uuid, got or f"{limit.current_w:.0f} W, not "
+                         f"{in_force(pending.watts, limit):.0f} W")
                 if (held := self.before.get(uuid)) is not None:
                     self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(pending_w=math.nan)))
         return settled
+
+    def _returned_sets(self) -> Mapping[str, float | str]:
+        """What the target's pending Sets returned since (a target that cannot say: nothing)."""
+        returned = getattr(self.target, "returned_sets", None)
+        return returned() if callable(returned) else {}
 
     def _unexpired(self, read: Mapping[str, Entry]) -> dict[str, float | Restore]:
         """`read` with each `Expiring` cap made a plain cap, or a give-back (`Restore`) once its expiry has passed

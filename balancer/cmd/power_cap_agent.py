@@ -202,11 +202,14 @@ class AgentHealth(Health):
         return super().live()
 
 
-def watch_nvml(backend: Any, health: AgentHealth) -> None:
-    """The backend's per-GPU NVML calls run inside `health.watching` (a backend without them, sim, left alone)."""
+def watch_nvml(backend: Any, health: AgentHealth, interval_s: float = 0.0) -> None:
+    """The backend's per-GPU NVML calls run inside `health.watching` (a backend without them, sim, left alone), and
+    a limit read that missed its deadline is used at the next sync, `interval_s` later, once it has returned (a GPU
+    slower than the deadline: `exporters.backends.nvml_power`), not dropped as too old."""
     reads = getattr(backend, "reads", None)
     if reads is not None:
         reads.watching = health.watching
+        reads.max_age_s = max(reads.max_age_s, 2.0 * interval_s)
 
 
 def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: threading.Event,
@@ -275,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         sync_once(agent, metrics)
         return 1 if metrics.failure else 0   # a script (a node's uninstall step, a check) must see it fail
     health = AgentHealth(stall_limit_s(interval, call_budget_s(source.api)))
-    watch_nvml(backend, health)
+    watch_nvml(backend, health, interval)
     server = bind(lambda **kw: serve_with_probes(registry, health, **kw), args.listen_address, args.port) \
         if args.port else None
     stop = threading.Event()

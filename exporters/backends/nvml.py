@@ -554,7 +554,12 @@ class NvmlBackend:
                 raise TargetUnavailable(self._init.why())
             self._limits_read = self._init.reinits
             return self._power.power_limits(call=lambda jobs: self.reads.call(jobs, "power-limit read"),
-                                            stuck=self.reads.stuck())
+                                            stuck=self.reads.stuck(), young=self.reads.young)
+
+    def returned_sets(self) -> dict[str, float | str]:
+        """The power-limit Sets that missed the reads' deadline (pending) and have returned since: the watts set, or
+        why refused (`exporters.backends.nvml_power`); no NVML call, so not behind the lock."""
+        return self._power.returned_sets()
 
     def close(self) -> None:
         """``nvmlShutdown``, not behind the lock (a collection stuck in NVML must not hold up the process's exit),

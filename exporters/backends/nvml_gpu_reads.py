@@ -27,8 +27,9 @@ after its collection ended as they saw a stuck collection, not ready past the co
 The power-cap agent's NVML calls on a GPU run the same way, in that GPU's own job (`call(jobs, what)`): one hung in
 NVML leaves its GPU stuck, as a read does (collections, the MIG lookup, the XID drain and the agent then leave it
 alone), rather than the agent holding the backend's lock for good. A GPU with a read or a call still running gets no
-other job. Calls are kept apart from reads: what a call returns late is never served, and a call takes nothing of
-the reads' (a slow GPU's late read that has returned stays for the next collection to serve).
+other job. Calls are kept apart from reads: what a call returns late is never served (the agent's own, it is handed
+back to it: `exporters.backends.nvml_power`), and a call takes nothing of the reads' (a slow GPU's late read that has
+returned stays for the next collection to serve).
 
 This module never imports `pynvml`.
 """
@@ -65,7 +66,7 @@ class Read:
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
-        self.late = False   # served at a collection after its own (it missed its deadline)
+        self.late = False   # served at a collection after its own; a call: past its deadline (it missed it)
 
 
 class GpuReads:
@@ -113,10 +114,10 @@ class GpuReads:
         return done
 
     def call(self, jobs: Mapping[str, Callable[[], Any]], what: str) -> dict[str, Read]:
-        """The power-cap agent's calls (`what`), each in its GPU's own job, those done within `timeout_s` by key; a
-        key missing has a read or call still inside NVML (not called: it would hang too) or has not returned in time
-        (its GPU stuck until it does, the call then forgotten, never served). A late read that has returned is left
-        for the next collection to serve."""
+        """The power-cap agent's calls (`what`), each in its GPU's own job, by key: `late` where it has not returned
+        within `timeout_s` (its GPU stuck until it does; what it returns then is the caller's to use, `done` telling
+        when: never served to a collection); a key missing has a read or call still inside NVML (not called: it
+        would hang too). A late read that has returned is left for the next collection to serve."""
         started: dict[str, Read] = {}
         for key, job in jobs.items():
             if self._calling(key) or ((read := self._running.get(key)) is not None and not read.done.is_set()):
@@ -125,15 +126,18 @@ class GpuReads:
         deadline = self.clock() + self.timeout_s
         for read in started.values():
             read.done.wait(max(0.0, deadline - self.clock()))
-        done = {}
         for key, read in started.items():
             if read.done.is_set():
-                done[key] = read
                 self._say(key, None, read)
             else:
+                read.late = True
                 self._calls[key] = read
                 self._say(key, LATE, read)
-        return done
+        return started
+
+    def young(self, read: Read) -> bool:
+        """Whether `read` began at most `max_age_s` ago (a late one older is not used)."""
+        return not self._too_old(read)
 
     def _calling(self, key: str) -> bool:
         """Whether the agent's call on GPU `key` is still inside NVML (said stuck once past `max_age_s`); one that

@@ -26,8 +26,10 @@ agent the first to call a GPU in recovery leaves that GPU stuck, as a late read 
 backend's lock (it held it for good, and every collection failed behind it). A limit read that does not return in
 time is NaN. A Set that does not return in time is neither done nor refused: NVML may still set it when the call
 returns. It is refused `LATE` and named *pending* (`PowerCapError.pending`), for the agent to judge from the limit
-the GPU reads once its call has returned (`exporters.power_caps`). NVML stopping is told by any GPU's call failing
-with it.
+the GPU reads once its call has returned (`exporters.power_caps`), or from what the Set returned (`returned_sets`:
+the watts set, or its refusal: then it did not take, whatever the limit reads). A limit read that did not return in
+time is used at the next `power_limits` once it has returned (a GPU slower than the deadline is read one sync late,
+not never). NVML stopping is told by any GPU's call failing with it.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -46,8 +48,8 @@ log = logging.getLogger(__name__)
 STUCK = "its read is stuck inside NVML (a GPU in recovery?): not asked, set at a later sync once it returns"
 LATE = ("its power-limit Set has not returned in time (a GPU in recovery?): pending, judged from the limit the GPU "
         "reads once it returns")
-# `GpuReads.call` with what the calls are named: each job in its GPU's own job, those done in time by key
-# (`.result` or `.error`), one still running left to run on (its GPU then stuck) rather than waited for
+# `GpuReads.call` with what the calls are named: each job in its GPU's own job, by key (`.result` or `.error` once
+# `.done`), one still running at its deadline (`.late`) left to run on (its GPU then stuck) rather than waited for
 Call = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, Any]]
 
 
@@ -58,6 +60,8 @@ class NvmlPowerCaps:
         self.nvml, self.init = nvml, init
         self.handles = dict(handles)
         self.gone = init.gone
+        self._late_limits: dict[str, Any] = {}   # limit reads past their deadline: used once returned, if young
+        self._late_sets: dict[str, Any] = {}     # Sets past their deadline (pending): their outcome, once returned
 
     def apply_power_caps(self, caps: Mapping[str, float], *, call: Call,
                          stuck: Collection[str] = ()) -> dict[str, float]:
@@ -74,8 +78,12 @@ class NvmlPowerCaps:
             else:
                 jobs[uuid] = lambda h=h, watts=watts: self._set(h, watts)
         applied: dict[str, float] = {}
-        done = self._calls(call, jobs)
-        pending = [uuid for uuid in jobs if uuid not in done]
+        for uuid in jobs:   # a limit read before this Set is no longer the GPU's limit
+            self._late_limits.pop(uuid, None)
+        done, late = self._calls(call, jobs)
+        self._late_sets.update(late)
+        refused.update({uuid: STUCK for uuid in jobs if uuid not in done and uuid not in late})   # a call in flight
+        pending = list(late)
         refused.update(dict.fromkeys(pending, LATE))
         for uuid, set_call in done.items():
             if set_call.error is None:
@@ -95,21 +103,43 @@ class NvmlPowerCaps:
         nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
         return mw / 1000.0
 
-    def power_limits(self, *, call: Call, stuck: Collection[str] = ()) -> dict[str, PowerLimit]:
+    def power_limits(self, *, call: Call, stuck: Collection[str] = (),
+                     young: Callable[[Any], bool] = lambda read: True) -> dict[str, PowerLimit]:
         """`stuck`: GPUs whose read or call is stuck inside NVML, NaN (unread) without a call; a GPU whose call does
-        not return in time is NaN too."""
-        done = self._calls(call, {uuid: (lambda h=h: self._limit(h)) for uuid, h in self.handles.items()
-                                  if uuid not in stuck})
+        not return in time is NaN too, and its limit read, once it has returned, is this GPU's limit at the next
+        `power_limits` if `young` (and no Set made since), not read again: a GPU answering, but slower than the
+        deadline, was never read in time, so never capped nor given back."""
+        returned = {}
+        for uuid, read in list(self._late_limits.items()):
+            if read.done.is_set():
+                del self._late_limits[uuid]
+                if read.error is None and young(read):
+                    returned[uuid] = read
+        done, late = self._calls(call, {uuid: (lambda h=h: self._limit(h)) for uuid, h in self.handles.items()
+                                        if uuid not in stuck and uuid not in returned})
+        self._late_limits.update(late)
         if self.init.down is not None:
             raise TargetUnavailable(self.init.why()) from self.init.down
+        done.update(returned)
         unread = PowerLimit(math.nan, math.nan)
         return {uuid: done[uuid].result if uuid in done and done[uuid].error is None else unread
                 for uuid in self.handles}
 
-    def _calls(self, call: Call, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
-        """Each job's call through `call` that returned in time, by GPU; NVML stopping (`gone`) told to
-        `init.lost`; an error that is not NVML's raised."""
-        done = dict(call(jobs))
+    def returned_sets(self) -> dict[str, float | str]:
+        """The Sets that had not returned in time (pending) and have since: the watts set, or why it was refused
+        (then it did not take); taken once."""
+        out: dict[str, float | str] = {}
+        for uuid, read in list(self._late_sets.items()):
+            if read.done.is_set():
+                del self._late_sets[uuid]
+                out[uuid] = read.result if read.error is None else f"{type(read.error).__name__}: {read.error}"
+        return out
+
+    def _calls(self, call: Call, jobs: Mapping[str, Callable[[], Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Each job's call through `call` that returned in time, by GPU, and those that did not (`late`); NVML
+        stopping (`gone`) told to `init.lost`; an error that is not NVML's raised."""
+        ran = dict(call(jobs))
+        done = {uuid: one for uuid, one in ran.items() if not one.late}
         for one in done.values():
             if one.error is None:
                 continue
@@ -117,7 +147,7 @@ class NvmlPowerCaps:
                 self.init.lost(one.error)
             elif not isinstance(one.error, self.nvml.NVMLError):
                 raise one.error
-        return done
+        return done, {uuid: one for uuid, one in ran.items() if one.late}
 
     def _limit(self, h: Any) -> PowerLimit:
         nvml = self.nvml
