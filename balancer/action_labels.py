@@ -8,7 +8,9 @@ start each pair at 0 (balancer.metrics), and a pair added here is there too.
 A training resize is labelled by its planner's cause (`ScaleTraining.cause`: the tide's `loan` and `reclaim`,
 co-location's `colocation_slo` and `colocation_slack`), an inference scale by its direction (up: `reclaim`, down:
 `loan`); a hotspot shrink by its record (`shrunk_from` > 0:
-`hotspot`, 0: its give-back, `give_back`); a resize with neither as `resize`.
+`hotspot`, 0: its give-back, `give_back`); a resize with neither as `resize`. A hot taint's removal is `cooled`, but
+the one that keeps the last node open to GPU work in a heat wave (`hotspot_detect.kept_open`: its reason starts with
+`KEPT_OPEN`), which is `kept_open`: that node is still hot.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from balancer.actions import (
     TrainingCause,
 )
 
+KEPT_OPEN = "kept open"   # how the reason of a hot taint's removal from the node kept open begins (`hotspots`)
+
 
 def _always(_: Any) -> bool:
     return True
@@ -43,7 +47,8 @@ _Rules = tuple[tuple[str, Callable[[Any], bool]], ...]
 RULES: dict[type[Action], _Rules] = {
     Migrate: (("hotspot", _always),),
     SetPowerLimit: (("throttle", lambda a: a.is_throttle), ("unthrottle", _always)),
-    TaintNode: (("cooled", lambda a: a.remove), ("renew", lambda a: a.renew), ("hot_node", _always)),
+    TaintNode: (("kept_open", lambda a: a.remove and a.reason.startswith(KEPT_OPEN)), ("cooled", lambda a: a.remove),
+                ("renew", lambda a: a.renew), ("hot_node", _always)),
     ScaleTraining: (*((c, _cause(c)) for c in get_args(TrainingCause)),
                     ("give_back", lambda a: a.shrunk_from == 0),
                     ("hotspot", lambda a: a.shrunk_from is not None),
