@@ -22,33 +22,37 @@ power brake (0x80) is the node's power delivery asking for less, and taints like
 not yet cooled), `on_nodes` and `power_capped_at_default` are its per-GPU masks. What to do about the hotspots
 (migrate, throttle, shrink, give back) is `balancer.plan.hotspots`, which re-exports these. Pure: no clock, no I/O.
 
-The last open node. The hot taint steers new work to cooler nodes; in a heat wave where every node that takes GPU
-work is hot it would steer it nowhere: a pod rescheduled after a node failure, a new replica, would stay Pending, and
-no action may leave a workload without a place to run. So `kept_open` names one hot node the taint leaves open when
-it would otherwise close them all: the coolest (its hottest GPU's margin to slowdown), the one already open preferred
-(not hot-tainted now), so the choice holds cycle to cycle rather than flapping between two nodes as work lands on the
-open one and heats it. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, any `NoSchedule` /
-`NoExecute` taint but gputide's) or with no healthy GPU takes no work and does not count as open; where others
-closed every node, gputide closes nothing and keeps nothing open. The rule is per cluster (per snapshot: a shard
-keeps one of its own nodes open), not per GPU model pool: a pool rule would keep every single-node pool's hot node
-open, so a fleet of one node per model would never taint at all, and the taint is there to send work to another
-pool's cooler node where the pod allows it. A pod pinned to a model whose nodes are all hot waits, as it did.
+The last open node. The hot taint steers new work to cooler nodes; in a heat wave where every node that takes GPU work
+is hot it would steer it nowhere: a pod rescheduled after a node failure, a new replica, would stay Pending, and no
+action may leave a workload without a place to run. So `kept_open` names one hot node the taint leaves open when it
+would otherwise close them all: the coolest (its hottest GPU's margin to slowdown), the one already open preferred (not
+hot-tainted now), so the choice holds cycle to cycle rather than flapping between two nodes as work lands on the open
+one and heats it. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, a `NoSchedule` / `NoExecute`
+taint but gputide's that some placed GPU workload does not tolerate: `capacity.schedulable`'s reading, so GKE's
+`nvidia.com/gpu=present:NoSchedule` that every GPU pod tolerates closes nothing) or with no healthy GPU takes no work
+and does not count as open; where others closed every node, gputide closes nothing and keeps nothing open. The rule is
+per cluster (per snapshot: a shard keeps one of its own nodes open), not per GPU model pool: a pool rule would keep
+every single-node pool's hot node open, so a fleet of one node per model would never taint at all, and the taint is
+there to send work to another pool's cooler node where the pod allows it. A pod pinned to a model whose nodes are all
+hot waits, as it did.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from balancer.config import BalancerPolicy
 from balancer.model import ClusterSnapshot
-from balancer.noderules import Taint
+from balancer.noderules import NO_RULES, Toleration
+from balancer.plan.capacity import schedulable
 from balancer.plan.simulate import HOT_TAINT, THERMAL_BITS, hot_tainted, model_arrays
 
 HW_POWER_BRAKE = 0x80
 POWER_CAP_BITS = 0x04 | HW_POWER_BRAKE  # NVML SW power cap / HW power brake slowdown
 DEFAULT_LIMIT_TOLERANCE_W = 1.0
+_HOT_TOLERATED = Toleration(key=HOT_TAINT, operator="Exists")   # `_takes_work` judges the node but for gputide's taint
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -152,9 +156,9 @@ def kept_open(snapshot: ClusterSnapshot, hot: frozenset[str], tainted: frozenset
     if not hot:
         return None
     takes = _takes_work(snapshot)
-    if any(takes(i) for i, n in enumerate(snapshot.nodes) if n.name not in hot):   # the common case: stops early
+    if any(t and n.name not in hot for n, t in zip(snapshot.nodes, takes, strict=True)):
         return None
-    takers = {n.name for i, n in enumerate(snapshot.nodes) if takes(i)}   # all of them hot
+    takers = {n.name for n, t in zip(snapshot.nodes, takes, strict=True) if t}   # all of them hot
     if not takers:
         return None
     margin = node_margins(snapshot)
@@ -172,13 +176,13 @@ def node_margins(snapshot: ClusterSnapshot) -> dict[str, float]:
     return out
 
 
-def _takes_work(snapshot: ClusterSnapshot):
-    """Per node position: whether it takes new GPU work but for gputide's hot taint (a healthy GPU, no repelling
-    taint of anyone else's)."""
-    healthy = np.zeros(len(snapshot.nodes), dtype=bool)
-    healthy[snapshot.node_index[snapshot.healthy]] = True
-
-    def takes(i: int) -> bool:
-        return bool(healthy[i]) and not any(t.repels and t.key != HOT_TAINT
-                                            for t in map(Taint.parse, snapshot.nodes[i].taints))
-    return takes
+def _takes_work(snapshot: ClusterSnapshot) -> list[bool]:
+    """Per node position: whether it takes new GPU work but for gputide's hot taint: a healthy GPU, and no repelling
+    taint of anyone else's that some placed GPU workload does not tolerate (`capacity.schedulable`, with gputide's hot
+    taint tolerated; no workload placed: every repelling taint closes)."""
+    placed = {w.node_rules for w in snapshot.workloads if snapshot.placements.get(w.name)} or {NO_RULES}
+    rules = [replace(r, tolerations=(*r.tolerations, _HOT_TOLERATED)) for r in placed]
+    gpu = schedulable(snapshot, rules) & snapshot.healthy
+    takes = np.zeros(len(snapshot.nodes), dtype=bool)
+    takes[snapshot.node_index[gpu]] = True
+    return takes.tolist()
