@@ -122,16 +122,18 @@ def hand_over(state: ColocationState, jobs: set[str]) -> ColocationState:
 
 
 def propose(snapshot: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
-            owed: Mapping[str, int] = MappingProxyType({})) -> list[Action]:
+            owed: Mapping[str, int] = MappingProxyType({}), *, hot: frozenset[str] | None = None) -> list[Action]:
     """Shrinks for pressured services and give-backs for those with slack; `owed`: {job: workers before a hotspot
-    shrink} still to give back, whose record each resize keeps (the module docstring)."""
+    shrink} still to give back, whose record each resize keeps (the module docstring). `hot`: every hot node, the one
+    the taint leaves open too (`hotspot_detect.kept_open`, which `Projection.hot_nodes` leaves out: it is what the
+    taint closes); None: `proj.hot_nodes`."""
     cp = policy.colocation
     if not cp.enabled or not snapshot.services:
         return []
     # an unknown p99 (NaN) compares False: no pressure either, no shrink decided on a latency nobody measured
     pressured = {n for n, st in snapshot.services.items() if st.p99_latency_s > cp.slo_pressure * st.slo_latency_s}
     actions = _shrinks(snapshot, policy, state, proj, pressured, owed) if pressured else []
-    return actions + _give_backs(snapshot, policy, state, proj, owed)
+    return actions + _give_backs(snapshot, policy, state, proj, owed, proj.hot_nodes if hot is None else hot)
 
 
 def _crowding(s: ClusterSnapshot, policy: BalancerPolicy, pressured: set[str]) -> dict[str, list[str]]:
@@ -181,11 +183,11 @@ def _shrinks(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState,
 
 
 def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationState, proj: Projection,
-                owed: Mapping[str, int]) -> list[Action]:
+                owed: Mapping[str, int], hot: frozenset[str] | set[str]) -> list[Action]:
     """Shrunk jobs scaled back once each service the shrink made room for has had `slackReadings` cycles of slack (or
     is gone: given back on the first one's slack alone, a job shrunk for two was grown back next to the other, still
     under pressure, and shrunk again the next cycle, over and over) and none of their workers runs on a hot node
-    (`Projection.hot_nodes`): as a hotspot's own give-back waits for its job's GPUs to cool, so does co-location's,
+    (`hot`, kept open too): as a hotspot's own give-back waits for its job's GPUs to cool, so does co-location's,
     which would otherwise also hand back, while the node is still hot, the workers a hotspot took from the job after
     co-location's shrink. The shrink stays held (and recorded) meanwhile. A service is gone only once no pod of it is
     left (`_gone`): one whose serving series vanished while its pods run is unseen, and holds the shrink (`notes`);
@@ -193,7 +195,7 @@ def _give_backs(s: ClusterSnapshot, policy: BalancerPolicy, state: ColocationSta
     in `services`) and is never gone."""
     actions: list[Action] = []
     for job, (workers, svc) in sorted(state.shrunk.items()):
-        if proj.hot_nodes and _on_nodes(s, job, proj.hot_nodes):
+        if hot and _on_nodes(s, job, hot):
             continue
         names = svc.split(SEPARATOR)
         gone = [n for n in names if _gone(s, n)]

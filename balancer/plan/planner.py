@@ -175,7 +175,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     hot = hotspots.hot_nodes(snapshot, hs)
     # the last node open to GPU work stays so though hot (hotspot_detect's "The last open node"); what the taint closes
     keep = hotspots.kept_open(snapshot, hot, frozenset(tainted)) if policy.hotspots.taint_hot_nodes else None
-    closing = hot - {keep}
+    closing = hot - {keep}   # the taint's decision alone (proposals, objective, renewals); co-location waits on `hot`
     shrunk = hotspots.shrunk_jobs(snapshot, state.shrunk)   # the jobs' records too; gone jobs forgotten
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **shrunk}
     proj = Projection(snapshot, policy, hot_nodes=closing, tainted=tainted, desired_workers=desired)
@@ -188,7 +188,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     held = frozenset(j for j, (n, _) in co.shrunk.items() if proj.workers.get(j, 0) < n)
     proposals = hotspots.propose(snapshot, policy, hs, proj, frozenset(tainted), throttled, shrunk,
                                  frozenset(refused), held, excluded=off, keep_open=keep)
-    proposals += colocation.propose(snapshot, policy, co, proj, shrunk)   # its resizes keep the hotspot's records
+    proposals += colocation.propose(snapshot, policy, co, proj, shrunk, hot=hot)   # resizes keep the hotspot's records
     result = simulate_plan(snapshot, proposals, policy, projection=proj)
     kept, after = result.kept, result.objective_after
     if not kept and not hs.active.any():   # a calm cycle: consolidation may use it (balancer/plan/consolidation.py)
