@@ -27,8 +27,10 @@ is hot it would steer it nowhere: a pod rescheduled after a node failure, a new 
 action may leave a workload without a place to run. So `kept_open` names one hot node the taint leaves open when it
 would otherwise close them all: the coolest (its hottest GPU's margin to slowdown), the one already open preferred (not
 hot-tainted now), so the choice holds cycle to cycle rather than flapping between two nodes as work lands on the open
-one and heats it. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, a `NoSchedule` / `NoExecute`
-taint but gputide's that some placed GPU workload does not tolerate: `capacity.schedulable`'s reading, so GKE's
+one and heats it; the planner remembers the node it kept (`PlannerState.kept_open`) and keeps it while it still takes
+work, so a node list that lags its taint's removal a cycle (showing it closed still) does not move the choice to
+another. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, a `NoSchedule` / `NoExecute` taint but
+gputide's that some placed GPU workload does not tolerate: `capacity.schedulable`'s reading, so GKE's
 `nvidia.com/gpu=present:NoSchedule` that every GPU pod tolerates closes nothing) or with no healthy GPU takes no work
 and does not count as open; where others closed every node, gputide closes nothing and keeps nothing open. The rule is
 per cluster (per snapshot: a shard keeps one of its own nodes open), not per GPU model pool: a pool rule would keep
@@ -149,18 +151,21 @@ def hot_nodes(snapshot: ClusterSnapshot, state: HotspotState) -> frozenset[str]:
     return frozenset(snapshot.nodes[i].name for i in idx)
 
 
-def kept_open(snapshot: ClusterSnapshot, hot: frozenset[str], tainted: frozenset[str]) -> str | None:
+def kept_open(snapshot: ClusterSnapshot, hot: frozenset[str], tainted: frozenset[str],
+              kept: str | None = None) -> str | None:
     """The hot node the hot taint leaves open when tainting all of `hot` would close every node that takes GPU work
     (see "The last open node"); None when some such node stays open anyway, or none takes work whatever gputide does.
-    `tainted`: the nodes carrying gputide's hot taint now; one of `hot` without it is already open and preferred."""
+    `tainted`: the nodes carrying gputide's hot taint now; one of `hot` without it is already open and preferred.
+    `kept`: the node kept open last cycle, kept while it still takes work (whatever the node list shows of its taint).
+    """
     if not hot:
         return None
     takes = _takes_work(snapshot)
     if any(t and n.name not in hot for n, t in zip(snapshot.nodes, takes, strict=True)):
         return None
     takers = {n.name for n, t in zip(snapshot.nodes, takes, strict=True) if t}   # all of them hot
-    if not takers:
-        return None
+    if not takers or kept in takers:   # none: every node closed by others; `kept`: it holds while it takes work
+        return kept if takers else None
     margin = node_margins(snapshot)
     return max(sorted(takers - tainted or takers), key=margin.__getitem__)
 

@@ -139,6 +139,9 @@ class PlannerState:
     # node -> the expiry its node showed when this controller's hot-taint write (add or renewal) was acknowledged (None:
     # no expiry, no taint), kept while the node list still shows that one: it lags the write (see the docstring)
     taint_written: Mapping[str, float | None] = field(default_factory=lambda: _EMPTY)
+    # the hot node the taint left open last cycle (`hotspot_detect.kept_open`): kept while it still takes work, so a
+    # node list lagging its taint's removal does not move the choice to another node (both open, the note logged anew)
+    kept_open: str | None = None
     # training job -> workers before a hotspot shrink (acknowledged ones, and each cycle what the snapshot's jobs
     # record: `hotspots.shrunk_jobs`), until given back, resized by someone else or gone
     shrunk: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
@@ -174,7 +177,8 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     tainted = hot_tainted(snapshot) | (state.tainted & nodes.keys())
     hot = hotspots.hot_nodes(snapshot, hs)
     # the last node open to GPU work stays so though hot (hotspot_detect's "The last open node"); what the taint closes
-    keep = hotspots.kept_open(snapshot, hot, frozenset(tainted)) if policy.hotspots.taint_hot_nodes else None
+    keep = (hotspots.kept_open(snapshot, hot, frozenset(tainted), state.kept_open)
+            if policy.hotspots.taint_hot_nodes else None)
     closing = hot - {keep}   # the taint's decision alone (proposals, objective, renewals); co-location waits on `hot`
     shrunk = hotspots.shrunk_jobs(snapshot, state.shrunk)   # the jobs' records too; gone jobs forgotten
     desired = {**{j: n for j, (n, _) in co.shrunk.items()}, **shrunk}
@@ -204,7 +208,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     renewals = _renewals(snapshot, nodes, closing, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
     out = Plan(actions=kept + renewals, notes=notes, objective_before=result.objective_before,
                objective_after=after)
-    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging,
+    return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging, kept_open=keep,
                         shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused),
                         refused_targets=MappingProxyType(refused_targets),
