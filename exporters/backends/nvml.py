@@ -60,7 +60,8 @@ reads, and neither it nor the MIG listing asks NVML of a GPU whose read is late 
 collection is known only once its read is late). A GPU not registered for XID events is registered by its own read,
 in its job under the deadline (`XidEvents.register`), so a GPU always slower than the deadline is registered again
 after a refusal or a set made anew, and one that hangs there is late, the collection not hung; the drain registers
-only the GPUs no read job tried (nor one served late: its job tried before the last drain). NVML is not initialised
+only the GPUs no read job tried (nor one served late: its job tried before the last drain), each in its own job
+under the deadline too (a set made anew, one that hangs there stuck, not the collection). NVML is not initialised
 again while a GPU's read is still inside it (`_answers`: ``nvmlShutdown`` under a call in flight, and that read then
 freeing a GPM sample of the old initialisation, could crash the process): the backend stays blind until the read
 returns, and the probes fail meanwhile as for any stuck read. Should a read still outlive its initialisation, it stops
@@ -220,6 +221,7 @@ class NvmlBackend:
         self._mig_activity = MigActivity(nvml, handles, self._sm.on, fresh=self._fresh)   # before GPM turns off
         self._xids = XidEvents(nvml, handles, [g.uuid for g in ids], lambda h: _text(nvml.nvmlDeviceGetUUID(h)),
                                last=[heard.get(g.uuid, 0.0) for g in ids])
+        self._xids.in_jobs = self._register_xids
         self._batch_ids = [list(self._batch) for _ in handles]   # a field NotSupported leaves its GPU's batch
         self._unsupported: set[tuple[int, str]] = set()   # (GPU, field) NVML answered NotSupported: never asked again
         self._mig = NvmlMigLookup(nvml, gpus.by_index, {m: (h, g.uuid) for m, h, g in zip(minors, handles, ids)
@@ -339,6 +341,13 @@ class NvmlBackend:
         self._xids.register(k)
         self._fresh()
         return reinits, vals, out, self._mig_activity.read_gpu(k)
+
+    def _register_xids(self, gpus: Sequence[int]) -> None:
+        """The XID drain's registrations, each in its GPU's own job under the reads' deadline (`GpuReads.call`): one
+        that hangs (a GPU in recovery since its read) leaves that GPU stuck, not the collection hung, as the GPU's
+        read job's own registration does."""
+        xids = self._xids
+        self.reads.call({self.identity[k].uuid: (lambda k=k: xids.register(k)) for k in gpus}, "XID registration")
 
     def _fresh(self) -> None:
         """Raise `_Stale` in a GPU's read that outlived its NVML initialisation (hung across a re-initialisation:

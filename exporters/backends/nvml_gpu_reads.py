@@ -187,8 +187,7 @@ class GpuReads:
             return
         if state is None:
             del self._state[at]
-            log.warning("GPU %s: %s in time again", key,
-                        "its read returns" if read.what == "read" else "the power-cap agent's calls on it return")
+            log.warning("GPU %s: its %ss return in time again", key, read.what)
             return
         self._state[at] = state
         if state == LATE and read.what != "read":

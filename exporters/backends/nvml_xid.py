@@ -16,15 +16,16 @@ refused) is asked again until it succeeds: by each of the GPU's reads, in its ow
 (`register(k)`: a GPU slower than the deadline, whose read is late at every drain, was never registered again after
 a refusal or a set made anew; the drain registering it from the collection's thread hung the collection once the GPU
 hung), and by `drain()` for a GPU no read job tried since the last drain (nor late: its registration would hang the
-collection too). A set is never freed while a registration on it is in flight: the registration's job frees it once
-it returns. Only a Timeout from ``nvmlEventSetWait`` means nothing is queued: any other error (NVML uninitialised
-under the exporter, the driver unloaded or reloaded) means the set hears nothing, so every GPU on it is unheard
-(NaN) from then, the set is freed, and the next `drain()` creates and registers a new one. Taken for "nothing
-queued", such an error left every GPU reading its last XID (0: healthy) while none could be heard. GpuIsLost from
-the wait is one GPU on the set fallen off the bus, not the set deaf: the set is made anew in the same `drain()` (the
-lost GPU's registration refused, retried at later drains; what was queued on the old set is dropped with it) and
-waited on again, so the healthy GPUs keep their XID (it blanked every GPU's for that scrape). A new set answering
-GpuIsLost too is deaf as above.
+collection too), each in its GPU's own job under the reads' deadline too (`in_jobs`: a set made anew registers every
+GPU read in time from the drain, and one that hung there hung the collection). A set is never freed while a
+registration on it is in flight: the registration's job frees it once it returns. Only a Timeout from
+``nvmlEventSetWait`` means nothing is queued: any other error (NVML uninitialised under the exporter, the driver
+unloaded or reloaded) means the set hears nothing, so every GPU on it is unheard (NaN) from then, the set is freed,
+and the next `drain()` creates and registers a new one. Taken for "nothing queued", such an error left every GPU
+reading its last XID (0: healthy) while none could be heard. GpuIsLost from the wait is one GPU on the set fallen
+off the bus, not the set deaf: the set is made anew in the same `drain()` (the lost GPU's registration refused,
+retried at later drains; what was queued on the old set is dropped with it) and waited on again, so the healthy GPUs
+keep their XID (it blanked every GPU's for that scrape). A new set answering GpuIsLost too is deaf as above.
 A GPU fallen off the bus (`lost`) reads 79 whatever it could hear, until its next read that finds it (`found`): then
 the last XID heard again (79 if NVML delivered that event too); kept at 79, a GPU that came back read "fallen off
 the bus" until the exporter restarted. A backend that initialises NVML again makes a new
@@ -84,6 +85,9 @@ class XidEvents:
         self._mu = threading.Lock()   # `_set`, `_registering`, `_tried` between read jobs and the drain: no NVML call
         self._registering: dict[int, Any] = {}   # GPU -> the set its read job is registering it on, in flight
         self._tried: set[int] = set()   # GPUs whose read job asked for their registration since the last drain
+        # how the drain registers GPUs: each `register(k)` in the GPU's own job under the reads' deadline (the
+        # backend's `GpuReads.call`); None (at construction, before any read): in this thread
+        self.in_jobs: Callable[[Sequence[int]], None] | None = None
         self._listen()
 
     def _listen(self) -> None:
@@ -94,10 +98,15 @@ class XidEvents:
             except nvml.NVMLError as exc:
                 self._refused(range(len(self.handles)), exc)
                 return
+        gpus = []
         for k in np.flatnonzero(~self.listening & ~self.unsupported).tolist():
             with self._mu:
-                if k in self._skip or k in self._registering or k in self._tried:
-                    continue
+                if k not in self._skip and k not in self._registering and k not in self._tried:
+                    gpus.append(k)
+        if self.in_jobs is not None:   # one that hangs leaves its GPU stuck, not the collection hung
+            self.in_jobs(gpus)
+            return
+        for k in gpus:
             try:
                 nvml.nvmlDeviceRegisterEvents(self.handles[k], nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError as exc:
