@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_deploy_manifests import ROOT, objects, one, render
+from test_deploy_manifests import ROOT, one, render, render_over
 from test_deploy_rbac import granted_in, leases_of
 from test_deploy_rbac_leases import lease_reach
 
@@ -46,9 +46,20 @@ def _args(deployment: dict):
     return build_parser().parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+def pod_selectors(pod: dict) -> list[dict]:
+    """The matchLabels of every spread constraint and every anti-affinity term of a pod spec (each, not the first
+    alone: a second constraint the overlay left without the shard's label selects every shard's pods)."""
+    anti = (pod.get("affinity") or {}).get("podAntiAffinity") or {}
+    terms = [*(pod.get("topologySpreadConstraints") or ()),
+             *anti.get("requiredDuringSchedulingIgnoredDuringExecution", ()),
+             *(t["podAffinityTerm"] for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", ()))]
+    return [t["labelSelector"]["matchLabels"] for t in terms]
+
+
 def as_shard(base: dict, shard: str) -> dict:
     """The base controller's Deployment or PodDisruptionBudget as shard `shard`'s: its name, the shard label on it
-    and in its selector; a Deployment's pods, spread and anti-affinity too, and --shard and --selector after `run`."""
+    and in its selector; a Deployment's pods, every spread constraint and anti-affinity term too, and --shard and
+    --selector after `run`."""
     out = copy.deepcopy(base)
     out["metadata"]["name"] = f"gputide-controller-{shard}"
     out["metadata"]["labels"][LABEL] = shard
@@ -57,10 +68,8 @@ def as_shard(base: dict, shard: str) -> dict:
     if out["kind"] == "Deployment":
         spec["template"]["metadata"]["labels"][LABEL] = shard
         pod = spec["template"]["spec"]
-        for term in (pod["topologySpreadConstraints"][0],
-                     pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
-                         "podAffinityTerm"]):
-            term["labelSelector"]["matchLabels"][LABEL] = shard
+        for term in pod_selectors(pod):
+            term[LABEL] = shard
         pod["containers"][0]["args"][1:1] = [f"--shard={shard}", f"--selector=gputide.io/shard={shard}"]
     return out
 
@@ -174,19 +183,58 @@ def test_overlays_capacity_under_the_sharding_reaches_every_shard(tmp_path):
     assert all(_args(d).services for d in _controllers(rendered).values())
 
 
-def test_no_shards_selector_budget_or_spread_takes_another_shards_pods():
-    controllers = _controllers()
-    budgets = {b["metadata"]["name"]: b["spec"]["selector"]["matchLabels"] for b in objects(OVERLAY,
-                                                                                           "PodDisruptionBudget")}
+def assert_no_selector_takes_another_shards_pods(rendered) -> None:
+    controllers = _controllers(rendered)
+    budgets = {b["metadata"]["name"]: b["spec"]["selector"]["matchLabels"] for b in rendered
+               if b["kind"] == "PodDisruptionBudget"}
     for name, deployment in controllers.items():
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        pod = deployment["spec"]["template"]["spec"]
-        spread = pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
-        anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
-            "podAffinityTerm"]["labelSelector"]["matchLabels"]
-        for selector in (deployment["spec"]["selector"]["matchLabels"], spread, anti):
+        spreads = pod_selectors(deployment["spec"]["template"]["spec"])
+        assert len(spreads) >= 2, name   # a spread constraint and an anti-affinity term at least
+        for selector in (deployment["spec"]["selector"]["matchLabels"], *spreads):
             takes = [other for other, d in controllers.items()
                      if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
             assert takes == [name], (name, selector)
         # one budget alone: the Eviction API refuses to evict a pod that more than one selects
         assert [b for b, sel in budgets.items() if sel.items() <= labels.items()] == [name]
+
+
+def test_no_shards_selector_budget_or_spread_takes_another_shards_pods():
+    assert_no_selector_takes_another_shards_pods(render(OVERLAY))
+
+
+def test_a_spread_constraint_the_overlay_leaves_unlabelled_is_caught(tmp_path):
+    """Every constraint is read (audit s33a12: the first alone was): a base that gains a second spread constraint
+    gets the shard's label on the first only (the overlay's patches name /0), so the second spreads every shard's
+    pods together."""
+    second = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+              "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "gputide-controller"}}}
+    under = {"patches": [{"target": {"kind": "Deployment", "name": "gputide-controller"}, "patch": yaml.safe_dump([
+        {"op": "add", "path": "/spec/template/spec/topologySpreadConstraints/-", "value": second}])}]}
+    rendered = kustomize(sharded_over(tmp_path, under))
+    base = {(o["kind"], o["metadata"]["name"]): o for o in kustomize(tmp_path / "under")}
+    with pytest.raises(AssertionError, match="gputide-controller-a"):
+        assert_no_selector_takes_another_shards_pods(rendered)
+    with pytest.raises(AssertionError, match="gputide-controller-a"):
+        assert_shards_are_the_base(rendered, base["Deployment", "gputide-controller"],
+                                   base["PodDisruptionBudget", "gputide-controller"])
+
+
+def test_annotations_reach_the_shards_on_top_by_label_not_under_the_sharding(tmp_path):
+    """What the comment says of metadata.annotations (audit s33a12: it said a patch of gputide-controller under the
+    sharding reached both shards, which is true of its spec and labels alone; copy.yaml says why)."""
+    note = {"example.com/owner": "ml-platform"}
+    under = {"patches": [{"target": {"kind": "Deployment", "name": "gputide-controller"}, "patch": yaml.safe_dump([
+        {"op": "add", "path": "/metadata/annotations", "value": note}])}]}
+    (tmp_path / "below").mkdir()
+    below = _controllers(kustomize(sharded_over(tmp_path / "below", under)))
+    assert set(below) == set(SHARDS) and not any(d["metadata"].get("annotations") for d in below.values())
+    (tmp_path / "on-top").mkdir()
+    on_top = _controllers(render_over(tmp_path / "on-top", OVERLAY, patches=[{
+        "target": {"kind": "Deployment", "labelSelector": LABEL}, "patch": yaml.safe_dump([
+            {"op": "add", "path": "/metadata/annotations", "value": note}])}]))
+    assert {name: d["metadata"].get("annotations") for name, d in on_top.items()} == {name: note for name in SHARDS}
+    text = " ".join(line.lstrip("# ").strip() for line in (ROOT / "deploy" / OVERLAY / "kustomization.yaml")
+                    .read_text().splitlines() if line.startswith("#"))
+    assert "both shards get its spec and its labels, not its metadata.annotations" in text
+    assert "and both shards get it." not in text
