@@ -29,32 +29,33 @@ would otherwise close them all: the coolest (its hottest GPU's margin to slowdow
 hot-tainted now), so the choice holds cycle to cycle rather than flapping between two nodes as work lands on the open
 one and heats it; the planner remembers the node it kept (`PlannerState.kept_open`) and keeps it while it still takes
 work, so a node list that lags its taint's removal a cycle (showing it closed still) does not move the choice to
-another. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, a `NoSchedule` / `NoExecute` taint but
-gputide's that some placed GPU workload does not tolerate: `capacity.schedulable`'s reading, so GKE's
-`nvidia.com/gpu=present:NoSchedule` that every GPU pod tolerates closes nothing) or with no healthy GPU takes no work
-and does not count as open; where others closed every node, gputide closes nothing and keeps nothing open. The rule is
-per cluster (per snapshot: a shard keeps one of its own nodes open), not per GPU model pool: a pool rule would keep
-every single-node pool's hot node open, so a fleet of one node per model would never taint at all, and the taint is
-there to send work to another pool's cooler node where the pod allows it. A pod pinned to a model whose nodes are all
-hot waits, as it did.
+another. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, whatever tolerates it; `NoSchedule` /
+`NoExecute` taints but gputide's that no placed GPU workload tolerates all of: GKE's `nvidia.com/gpu=present:NoSchedule`
+that every GPU pod tolerates closes nothing, nor a dedicated pool's taint its own pods tolerate) or with no healthy GPU
+takes no work and does not count as open; where others closed every node, gputide closes nothing and keeps nothing
+open. The rule is per cluster (per snapshot: a shard keeps one of its own nodes open), not per GPU model pool: a pool
+rule would keep every single-node pool's hot node open, so a fleet of one node per model would never taint at all, and
+the taint is there to send work to another pool's cooler node where the pod allows it. A pod pinned to a model whose
+nodes are all hot waits, as it did; so does one of a dedicated pool whose nodes are all hot while another pool's node
+is the one kept open. The node kept open is no free capacity: the tide lends none of its idle GPUs to training while
+it is hot (`capacity_loop.claims`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from balancer.config import BalancerPolicy
 from balancer.model import ClusterSnapshot
-from balancer.noderules import NO_RULES, Toleration
-from balancer.plan.capacity import schedulable
+from balancer.noderules import Taint
 from balancer.plan.simulate import HOT_TAINT, THERMAL_BITS, hot_tainted, model_arrays
 
 HW_POWER_BRAKE = 0x80
 POWER_CAP_BITS = 0x04 | HW_POWER_BRAKE  # NVML SW power cap / HW power brake slowdown
 DEFAULT_LIMIT_TOLERANCE_W = 1.0
-_HOT_TOLERATED = Toleration(key=HOT_TAINT, operator="Exists")   # `_takes_work` judges the node but for gputide's taint
+CORDON = "node.kubernetes.io/unschedulable"   # a cordon's taint: closes a node whatever tolerates it
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -157,10 +158,15 @@ def kept_open(snapshot: ClusterSnapshot, hot: frozenset[str], tainted: frozenset
     (see "The last open node"); None when some such node stays open anyway, or none takes work whatever gputide does.
     `tainted`: the nodes carrying gputide's hot taint now; one of `hot` without it is already open and preferred.
     `kept`: the node kept open last cycle, kept while it still takes work (whatever the node list shows of its taint).
+    A healthy node outside `hot` with no repelling taint but gputide's answers None before any workload's rules are
+    read (the common case: reading 20,000 workloads' tolerations cost 10-20 ms a cycle with one hot node).
     """
     if not hot:
         return None
-    takes = _takes_work(snapshot)
+    healthy, parsed = _healthy_nodes(snapshot), _Repelling()
+    if any(h and n.name not in hot and not parsed(n.taints) for n, h in zip(snapshot.nodes, healthy, strict=True)):
+        return None
+    takes = _takes_work(snapshot, healthy, parsed)
     if any(t and n.name not in hot for n, t in zip(snapshot.nodes, takes, strict=True)):
         return None
     takers = {n.name for n, t in zip(snapshot.nodes, takes, strict=True) if t}   # all of them hot
@@ -181,13 +187,54 @@ def node_margins(snapshot: ClusterSnapshot) -> dict[str, float]:
     return out
 
 
-def _takes_work(snapshot: ClusterSnapshot) -> list[bool]:
-    """Per node position: whether it takes new GPU work but for gputide's hot taint: a healthy GPU, and no repelling
-    taint of anyone else's that some placed GPU workload does not tolerate (`capacity.schedulable`, with gputide's hot
-    taint tolerated; no workload placed: every repelling taint closes)."""
-    placed = {w.node_rules for w in snapshot.workloads if snapshot.placements.get(w.name)} or {NO_RULES}
-    rules = [replace(r, tolerations=(*r.tolerations, _HOT_TOLERATED)) for r in placed]
-    gpu = schedulable(snapshot, rules) & snapshot.healthy
-    takes = np.zeros(len(snapshot.nodes), dtype=bool)
-    takes[snapshot.node_index[gpu]] = True
-    return takes.tolist()
+class _Repelling:
+    """A node's `NoSchedule` / `NoExecute` taints but gputide's hot taint, parsed once per taint set (nodes share a
+    few)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, ...], tuple[Taint, ...]] = {}
+
+    def __call__(self, taints: tuple[str, ...]) -> tuple[Taint, ...]:
+        out = self._seen.get(taints)
+        if out is None:
+            out = self._seen[taints] = tuple(t for t in map(Taint.parse, taints) if t.repels and t.key != HOT_TAINT)
+        return out
+
+
+def _healthy_nodes(snapshot: ClusterSnapshot) -> list[bool]:
+    """Per node position: whether it has a healthy GPU."""
+    healthy = np.zeros(len(snapshot.nodes), dtype=bool)
+    healthy[snapshot.node_index[snapshot.healthy]] = True
+    return healthy.tolist()
+
+
+def _takes_work(snapshot: ClusterSnapshot, healthy: list[bool], parsed: _Repelling) -> list[bool]:
+    """Per node position: whether it takes new GPU work but for gputide's hot taint: a healthy GPU, no cordon
+    (`node.kubernetes.io/unschedulable`, whatever tolerates it), and repelling taints (`parsed`) some placed GPU
+    workload tolerates all of (with none placed, none at all). Some, not every: with two dedicated pools (n0, n1
+    `dedicated=a`, n2 `dedicated=b`, each pool's pods tolerating their own) no node takes every pod, and requiring it
+    (`capacity.schedulable`'s reading) counted none open and tainted the whole fleet. The workloads are read until
+    every taint set is answered: on GKE (`nvidia.com/gpu=present:NoSchedule` on every GPU node) the first GPU pod
+    answers; each tolerations tuple is judged once (by identity first: pods mostly share them, or have none)."""
+    open_: dict[tuple[Taint, ...], bool] = {}
+    for n, h in zip(snapshot.nodes, healthy, strict=True):
+        taints = parsed(n.taints)
+        if h and taints not in open_ and not any(t.key == CORDON for t in taints):
+            open_[taints] = not taints
+    unanswered = [k for k, v in open_.items() if not v]
+    placements, judged, seen = snapshot.placements, set[int](), set[tuple]()
+    for w in snapshot.workloads if unanswered else ():
+        tolerations = w.node_rules.tolerations
+        if id(tolerations) in judged or not placements.get(w.name):
+            continue
+        judged.add(id(tolerations))
+        before = len(seen)
+        seen.add(tolerations)
+        if len(seen) == before:   # an equal tuple judged already (hashed once)
+            continue
+        for k in [k for k in unanswered if all(any(t.matches(x) for t in tolerations) for x in k)]:
+            open_[k] = True
+            unanswered.remove(k)
+        if not unanswered:
+            break
+    return [h and open_.get(parsed(n.taints), False) for n, h in zip(snapshot.nodes, healthy, strict=True)]

@@ -2,8 +2,9 @@
 2154ce8). `_takes_work` counted any `NoSchedule` / `NoExecute` taint but gputide's as closing a node: on GKE, whose GPU
 nodes all carry `nvidia.com/gpu=present:NoSchedule` (every GPU pod tolerates it), no node counted as open, `kept_open`
 gave None and a heat wave tainted every node again, leaving no place for a rescheduled pod. Now a node's taints are
-judged as `capacity.schedulable` judges them, by the placed GPU workloads' tolerations: one that some placed workload
-does not tolerate still closes the node (a cordon, `dedicated=other`); with none placed, every repelling taint does."""
+judged by the placed GPU workloads' tolerations: taints no placed workload tolerates all of still close the node
+(`dedicated=other`), as a cordon does whatever tolerates it; with none placed, every repelling taint does. Some
+workload, not every (s33h19): test_planner_kept_open_pools.py."""
 
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ def test_a_dedicated_taint_its_pods_tolerate_does_not_close_the_node():
     assert any("n2 kept open" in n for n in p.notes)
 
 
-def test_a_taint_some_placed_workload_does_not_tolerate_still_closes_the_node():
-    other = (workload("batch-0", owner="batch"), (2,))   # tolerates nothing: nvidia.com/gpu on n2 keeps it off
-    p, _ = cycles({0: 86.0, 4: 85.0}, taints={"n2": (GPU,)}, workloads=placed(TOLERATES_GPU, other))
+def test_a_taint_no_placed_workload_tolerates_still_closes_the_node():
+    other = (workload("batch-0", owner="batch"), (2,))   # tolerates nothing, as the svc pods: dedicated=other closes n2
+    p, _ = cycles({0: 86.0, 4: 85.0}, taints={"n2": (GPU, "dedicated=other:NoSchedule")},
+                  workloads=placed(TOLERATES_GPU, other))
     assert taints(p) == [("n0", False)]
     assert any("n1 kept open" in n for n in p.notes)
 
