@@ -2,9 +2,10 @@
 
 `plan_with_capacity` is the planner `gputide run` uses when the policy file's ``capacity.enabled`` is true. It
 runs `balancer.plan.planner.plan` (hotspots, co-location), then `balancer.plan.capacity_plan.plan_capacity` on the
-same snapshot with the cycle's forecasts (its idle GPUs less those the hotspot plan's migrations target and those on
-nodes it taints hot: `claims`), and appends the capacity actions (ScaleTraining shrinks before the
-ScaleInference that needs their GPUs, as `plan_capacity` orders them) to the plan. Every action of both then
+same snapshot with the cycle's forecasts (its idle GPUs less those the hotspot plan's migrations target, those on
+nodes it taints hot and those of the hot node its taint keeps open in a heat wave: `claims`), and appends the
+capacity actions (ScaleTraining shrinks before the ScaleInference that needs their GPUs, as `plan_capacity` orders
+them) to the plan. Every action of both then
 goes through the one safety chokepoint (`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle
 cap bound the tide exactly as they bound hotspot moves (a reclaim for inference, its scale-up and the shrinks that
 free its GPUs, spends the budget and the cap but is never refused by them).
@@ -163,12 +164,18 @@ def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
     return out
 
 
-def claims(actions: tuple[Action, ...]) -> dict[str, set]:
-    """What the hotspot plan's actions take from the idle pool this cycle: the GPUs its migrations target
-    (`claimed`) and the nodes it taints hot (`tainting`); a GPU lent to training there would have two users, or
-    none that can schedule."""
-    return {"claimed": {g for a in actions if isinstance(a, Migrate) for g in a.target_gpus},
-            "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}}
+def claims(actions: tuple[Action, ...], snapshot: ClusterSnapshot | None = None,
+           kept_open: str | None = None) -> dict[str, set]:
+    """What the hotspot plan takes from the idle pool this cycle: the GPUs its migrations target and every GPU of the
+    hot node its taint keeps open (`claimed`; `kept_open`, `PlannerState.kept_open`, named only while that node is
+    hot, its GPUs found in `snapshot`), and the nodes it taints hot (`tainting`); a GPU lent to training there would
+    have two users, none that can schedule, or run on a node the taint spares only so that a pod with nowhere else
+    to go has a place. Before, the kept node (its taint removed, or never written) looked as open as a cool one, and
+    the tide lent its idle GPUs to training every cycle of the heat wave."""
+    claimed = {g for a in actions if isinstance(a, Migrate) for g in a.target_gpus}
+    if kept_open is not None and snapshot is not None:
+        claimed |= {i for i, g in enumerate(snapshot.gpus) if g.node == kept_open}
+    return {"claimed": claimed, "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}}
 
 
 def _serving(snapshot: ClusterSnapshot, owner: str) -> bool:
@@ -360,7 +367,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         return plan, replace(state, capacity_holding=frozenset(), demand_held=frozenset())
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
-                              protected_namespaces=policy.safety.protected_namespaces, **claims(plan.actions))
+                              protected_namespaces=policy.safety.protected_namespaces,
+                              **claims(plan.actions, snapshot, state.kept_open))
     hold = _holding(snapshot, profiles)
     if hold.notes:
         # training is the tide's to size even while it holds: the give-backs it drops would grow jobs into GPUs

@@ -140,7 +140,9 @@ class PlannerState:
     # no expiry, no taint), kept while the node list still shows that one: it lags the write (see the docstring)
     taint_written: Mapping[str, float | None] = field(default_factory=lambda: _EMPTY)
     # the hot node the taint left open last cycle (`hotspot_detect.kept_open`): kept while it still takes work, so a
-    # node list lagging its taint's removal does not move the choice to another node (both open, the note logged anew)
+    # node list lagging its taint's removal does not move the choice to another node (both open, the note logged anew);
+    # set only while that node is hot, so `plan`'s state says which node it is: the capacity plan lends none of its
+    # idle GPUs (`capacity_loop.claims`)
     kept_open: str | None = None
     # training job -> workers before a hotspot shrink (acknowledged ones, and each cycle what the snapshot's jobs
     # record: `hotspots.shrunk_jobs`), until given back, resized by someone else or gone
