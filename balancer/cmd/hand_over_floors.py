@@ -1,0 +1,197 @@
+"""`gputide hand-over-floors`: hands the HPA floors and gputide-replicas entries one controller wrote over to another.
+
+    gputide hand-over-floors FROM TO [--namespace gputide] [--kubeconfig PATH] [--dry-run]
+
+FROM and TO are controllers' Leases (gputide-controller, a shard's gputide-controller-a), both in --namespace; a
+writer is recorded as NAMESPACE/LEASE. A controller gives back only what names it as its writer (an HPA's
+gputide.io/floor-owner, a gputide-replicas entry's "owner": balancer/actuate/k8s_hpa.py `owned_by`), so what a
+controller that no longer runs wrote is no one's: a floor whose service later leaves gputide's management stays raised
+for good. Handed over, TO gives it back then; the floor itself, and the count the entry keeps, do not change. Used
+when switching between the unsharded controller and the shards (deploy/overlays/sharded/kustomization.yaml).
+
+Only what names NAMESPACE/FROM changes: another controller's floors and entries (another namespace's Lease of the
+same name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1)
+while deployment/FROM exists in --namespace: running, it would go on writing its own name. Each HPA is patched at the
+resourceVersion it was read at and the record replaced at its own, so a write in between fails that object (exit 1,
+the others still handed over) rather than being lost: run it again, which hands over what still names FROM.
+`--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit 0)
+when a run would be refused for the Deployment. Bad input (a name that is no Lease's, FROM and TO the same, a bad
+--namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: get on deployments in --namespace,
+list and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of --namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+import time
+from typing import Any
+
+from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
+from balancer.actuate.k8s_hpa import HPA_FLOOR_OWNER_ANNOTATION, floor_owner
+from balancer.cmd._args import given
+from balancer.errors import InputError
+
+Json = dict[str, Any]
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+LEASE_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*")   # a Lease's (and a Deployment's) name: a DNS subdomain
+NAMESPACE = re.compile(_LABEL)   # a namespace's: a DNS label
+
+
+# ---- what changes, decided from the API's answers (no calls here) --------------------------------------------------
+
+
+def floors_of(hpas: Json, writer: str) -> list[Json]:
+    """The HPAs (of a cluster-wide list) whose floor names `writer` ("ns/lease") as its writer (`floor_owner`), in
+    namespace and name order. Not `owned_by`: that takes unnamed floors too, which are no one's to hand over."""
+    named = [h for h in hpas.get("items", []) if floor_owner(h) == writer]
+    return sorted(named, key=lambda h: (h["metadata"]["namespace"], h["metadata"]["name"]))
+
+
+def floor_hand_patch(hpa: Json, to: str) -> Json:
+    """The merge patch naming `to` the writer of the HPA's floor, at the resourceVersion read (a write since: 409)."""
+    return {"metadata": {"annotations": {HPA_FLOOR_OWNER_ANNOTATION: to},
+                         "resourceVersion": hpa["metadata"]["resourceVersion"]}}
+
+
+def entries_of(record: Json | None, writer: str, to: str) -> dict[str, Entry]:
+    """The record's entries (`entries`: hand-edited values left out) that name `writer`, each named `to` instead,
+    by key in order; nothing else of them changes."""
+    return {key: dataclasses.replace(entry, owner=to) for key, entry in sorted(entries(record).items())
+            if entry.owner == writer}
+
+
+# ---- the command ----------------------------------------------------------------------------------------------------
+
+
+def _names(args: argparse.Namespace) -> tuple[str, str, str]:
+    """(namespace, FROM, TO) as given, or bad input naming the argument."""
+    for field, value in (("FROM", args.from_lease), ("TO", args.to_lease)):
+        if "/" in value:
+            raise InputError(None, field, value, "a Lease's name alone, such as gputide-controller (its namespace "
+                                                 "is --namespace)")
+        if len(value) > 253 or not LEASE_NAME.fullmatch(value):
+            raise InputError(None, field, value, "a controller's Lease name (lower-case letters, digits, '-' and "
+                                                 "'.'), such as gputide-controller or gputide-controller-a")
+    if args.to_lease == args.from_lease:
+        raise InputError(None, "TO", args.to_lease, "another controller's Lease than FROM's")
+    if len(args.namespace) > 63 or not NAMESPACE.fullmatch(args.namespace):
+        raise InputError(None, "--namespace", args.namespace, "a namespace's name (lower-case letters, digits and '-', "
+                                                              "at most 63), the controllers' Leases'")
+    return args.namespace, args.from_lease, args.to_lease
+
+
+def run(args: argparse.Namespace) -> int:
+    from balancer.actuate.kubernetes import _Api
+    from balancer.cmd._args import kube_client
+    from balancer.errors import ActuationError
+
+    ns, from_lease, to_lease = _names(args)
+    api = _Api(kube_client(args.kubeconfig), 3, 0.5, time.sleep, 10.0)
+    try:
+        return _hand_over(api, ns, from_lease, to_lease, args.dry_run)
+    except ActuationError as exc:   # a read refused (403), the API server not answering
+        print(f"gputide: hand-over-floors: {exc}: nothing more handed over", file=sys.stderr)
+        return 1
+
+
+def _hand_over(api: Any, ns: str, from_lease: str, to_lease: str, dry_run: bool) -> int:
+    """Hands NS/FROM's floors and entries to NS/TO (or, `dry_run`, says which it would): 0, or 1 when refused or
+    when a write failed (each said on stderr)."""
+    from balancer.actuate.kubernetes import NotFoundError
+
+    writer, heir = f"{ns}/{from_lease}", f"{ns}/{to_lease}"
+    try:
+        api(f"deployment {ns}/{from_lease}", api.apps.read_namespaced_deployment, from_lease, ns)
+        if not dry_run:
+            print(f"gputide: hand-over-floors: deployment/{from_lease} still exists in {ns}: delete it first, and "
+                  "wait for it to go (deploy/overlays/sharded/kustomization.yaml says how)", file=sys.stderr)
+            return 1
+        print(f"gputide: hand-over-floors: deployment/{from_lease} still exists in {ns}: a run now would be refused "
+              "(delete it first)", file=sys.stderr)
+    except NotFoundError:
+        pass
+    verb = "would be handed" if dry_run else "handed"
+    hpas, failed = _hand_floors(api, writer, heir, dry_run), False
+    for hpa in hpas:
+        meta = hpa["metadata"]
+        if "failed" in hpa:
+            print(f"gputide: hand-over-floors: {hpa['failed']}", file=sys.stderr)
+            failed = True
+        else:
+            print(f"hpa {meta['namespace']}/{meta['name']}: floor {verb} from {writer} to {heir}")
+    handed, problem = _hand_entries(api, ns, writer, heir, dry_run)
+    for key in handed:
+        print(f"configmap {ns}/{RECORD_NAME} {key}: entry {verb} from {writer} to {heir}")
+    if problem:
+        print(f"gputide: hand-over-floors: {problem}", file=sys.stderr)
+    floors = sum("failed" not in h for h in hpas)
+    print(f"{'would hand' if dry_run else 'handed'} from {writer} to {heir}: {floors} HPA floor(s), {len(handed)} "
+          f"{RECORD_NAME} entr{'y' if len(handed) == 1 else 'ies'}")
+    return 1 if failed or problem else 0
+
+
+def _hand_floors(api: Any, writer: str, heir: str, dry_run: bool) -> list[Json]:
+    """The HPAs whose floor names `writer`, each patched to name `heir` (not with `dry_run`); one whose patch failed
+    carries "failed": why (a 409: written since it was read), one deleted since it was read is left out."""
+    from balancer.actuate.k8s_hpa import FIELD_MANAGER
+    from balancer.actuate.kubernetes import MERGE_PATCH, ConflictError, NotFoundError
+    from balancer.errors import ActuationError
+
+    out = []
+    listed = api("list HPAs", api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
+    for hpa in floors_of(listed, writer):
+        hns, name = hpa["metadata"]["namespace"], hpa["metadata"]["name"]
+        if not dry_run:
+            try:
+                api(f"hpa {hns}/{name}", api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, name, hns,
+                    floor_hand_patch(hpa, heir), _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
+            except NotFoundError:
+                continue   # deleted since the list: no floor left to hand over
+            except ConflictError as exc:
+                hpa = {**hpa, "failed": f"{exc}: written since it was read, not handed over: run it again"}
+            except ActuationError as exc:
+                hpa = {**hpa, "failed": f"{exc}: not handed over"}
+        out.append(hpa)
+    return out
+
+
+def _hand_entries(api: Any, ns: str, writer: str, heir: str, dry_run: bool) -> tuple[list[str], str]:
+    """(the record keys whose entries named `writer`, now `heir`'s; why none is, or "") for NS's gputide-replicas,
+    replaced at the resourceVersion read (not with `dry_run`)."""
+    from balancer.actuate.kubernetes import ConflictError, NotFoundError
+
+    what = f"configmap {ns}/{RECORD_NAME}"
+    try:
+        record = api(what, api.core.read_namespaced_config_map, RECORD_NAME, ns)
+    except NotFoundError:
+        return [], ""
+    changes = entries_of(record, writer, heir)
+    body = record_body(record, ns, RECORD_NAME, changes)
+    if body is None or dry_run:
+        return list(changes), ""
+    try:
+        api(what, api.core.replace_namespaced_config_map, RECORD_NAME, ns, body)
+    except ConflictError as exc:
+        return [], f"{exc}: written since it was read, no entry handed over: run it again"
+    except NotFoundError as exc:
+        return [], f"{exc}: deleted since it was read, no entry handed over"
+    return list(changes), ""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("hand-over-floors", help="hand the HPA floors and gputide-replicas entries one "
+                                                       "controller wrote over to another (switching to or from shards)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("from_lease", metavar="FROM", help="the Lease of the controller that wrote them (no longer "
+                                                      "running), e.g. gputide-controller")
+    p.add_argument("to_lease", metavar="TO", help="the Lease of the controller taking them over, e.g. "
+                                                  "gputide-controller-a")
+    p.add_argument("--namespace", type=given("--namespace", "a namespace"), default="gputide",
+                   help="the namespace of both Leases and of the gputide-replicas record (default gputide)")
+    p.add_argument("--kubeconfig", type=given("--kubeconfig"), default=None,
+                   help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be handed over, write nothing")
+    p.set_defaults(func=run)

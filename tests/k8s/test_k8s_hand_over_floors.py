@@ -1,0 +1,273 @@
+"""`gputide hand-over-floors FROM TO` (balancer/cmd/hand_over_floors.py) against the fake API server: a controller
+gives back only what names it as its writer (k8s_hpa.owned_by), and the unsharded controller's floors name
+gputide/gputide-controller, which no shard is; after a switch to the shards (or back) a floor whose service later
+left gputide's management stayed raised for good. The command renames the writer on FROM's HPA floors and
+gputide-replicas entries, nothing else, at the resourceVersions read; read back here with the controller's own rules
+(floor_restore_patch, floored_namespaces, to_give_back). It replaces deploy/overlays/sharded/hand-over-floors.sh,
+whose test skipped without jq (the project's CI has none)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from fakeapi import FakeKube, deployment, hpa
+
+from balancer.actuate import kubernetes as kube_mod
+from balancer.actuate.k8s_deploy_record import Entry, entries, to_give_back
+from balancer.actuate.k8s_hpa import (
+    HPA_FLOOR_ANNOTATION,
+    HPA_FLOOR_OWNER_ANNOTATION,
+    HPA_OWN_MIN_ANNOTATION,
+    floor_restore_patch,
+    floored_namespaces,
+)
+from balancer.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAY = ROOT / "deploy" / "overlays" / "sharded" / "kustomization.yaml"
+OLD, SHARD_A, SHARD_B = "gputide/gputide-controller", "gputide/gputide-controller-a", "gputide/gputide-controller-b"
+ELSEWHERE = "other/gputide-controller"   # another install's controller: the same Lease name, another namespace
+HPAS, RECORD = "horizontalpodautoscalers", "gputide-replicas"
+WRITES = ("PATCH", "PUT", "POST", "DELETE")
+
+
+def floored(ns: str, name: str, owner: str | None, floor: int = 6, own: int = 2) -> dict:
+    obj = hpa(name, name, ns, lo=floor, hi=10)
+    obj["metadata"]["annotations"] = {HPA_OWN_MIN_ANNOTATION: str(own), HPA_FLOOR_ANNOTATION: str(floor),
+                                      **({HPA_FLOOR_OWNER_ANNOTATION: owner} if owner else {})}
+    return obj
+
+
+def record(ns: str, data: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": RECORD, "namespace": ns}, "data": data}
+
+
+WRITTEN = (("chat", "llm", OLD), ("search", "embed", SHARD_B), ("web", "old", None), ("team", "bot", ELSEWHERE))
+
+
+@pytest.fixture
+def kube(monkeypatch):
+    """What the unsharded controller left, a shard and another install wrote since: a floor and a record entry of
+    each writer, one unnamed of each, an HPA gputide never floored, a hand-edited entry; the command's client is
+    the fake's. (Not conftest's `kube`: the command runs with the operator's rights, not the controller's RBAC.)"""
+    with FakeKube() as fake:
+        client = fake.client()
+        monkeypatch.setattr(kube_mod, "build_api_client", lambda kubeconfig=None: client)
+        for ns, name, owner in WRITTEN:
+            fake.add(floored(ns, name, owner))
+        fake.add(hpa("plain", "plain", "web", lo=1, hi=4))
+        data = {f"{ns}.{name}": Entry(2, 1, owner, ns, name).text() for ns, name, owner in WRITTEN}
+        fake.add(record("gputide", {**data, "hand.edited": "{not json"}))
+        fake.add(record("other", {"team.bot": Entry(2, 1, ELSEWHERE, "team", "bot").text()}))
+        yield fake
+        client.close()
+
+
+def state(kube: FakeKube) -> dict:
+    return copy.deepcopy({k: v for k, v in kube.objects.items() if k[0] in (HPAS, "configmaps")})
+
+
+def hpas(kube: FakeKube) -> dict[str, dict]:
+    return {name: obj for (plural, _, name), obj in kube.objects.items() if plural == HPAS}
+
+
+def data(kube: FakeKube, ns: str = "gputide") -> dict[str, str]:
+    return kube.get("configmaps", RECORD, ns)["data"]
+
+
+def entry_owner(kube: FakeKube, key: str, ns: str = "gputide") -> str | None:
+    return entries(kube.get("configmaps", RECORD, ns))[key].owner
+
+
+def writes(kube: FakeKube) -> list:
+    return [r for r in kube.requests if r.method in WRITES]
+
+
+def hand_over(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["hand-over-floors", *argv])
+    except SystemExit as exc:   # refused as the command line is read (`_args.given`)
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_shard_leaves_the_unsharded_controllers_floors_until_they_are_handed_over(kube, capsys):
+    before = state(kube)
+    left = f"floor set by {OLD}, not by {SHARD_A}: left to it"
+    assert floor_restore_patch(hpas(kube)["llm"], SHARD_A) == (None, left)
+    assert "chat.llm" not in to_give_back(entries(kube.get("configmaps", RECORD, "gputide")), None, (), SHARD_A)
+
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"hpa chat/llm: floor handed from {OLD} to {SHARD_A}",
+        f"configmap gputide/{RECORD} chat.llm: entry handed from {OLD} to {SHARD_A}",
+        f"handed from {OLD} to {SHARD_A}: 1 HPA floor(s), 1 {RECORD} entry"]
+    after = hpas(kube)
+    # shard a now gives the floor back once its service leaves management: the operator's own 2, the record gone
+    body, what = floor_restore_patch(after["llm"], SHARD_A)
+    assert body == {"metadata": {"annotations": dict.fromkeys((HPA_OWN_MIN_ANNOTATION, HPA_FLOOR_ANNOTATION,
+                                                               HPA_FLOOR_OWNER_ANNOTATION))},
+                    "spec": {"minReplicas": 2}}, what
+    assert floored_namespaces({"items": list(after.values())}, (), SHARD_A) == ("chat", "web")
+    assert floored_namespaces({"items": list(after.values())}, ("llm",), SHARD_A) == ("web",)   # managed: kept
+    # the floor itself as it was, only its writer renamed
+    was = before[(HPAS, "chat", "llm")]
+    assert after["llm"]["spec"] == was["spec"]
+    assert after["llm"]["metadata"]["annotations"] == {**was["metadata"]["annotations"],
+                                                       HPA_FLOOR_OWNER_ANNOTATION: SHARD_A}
+    # every other HPA, and the other namespace's record, not written at all (same resourceVersion)
+    for key in ((HPAS, "search", "embed"), (HPAS, "web", "old"), (HPAS, "team", "bot"), (HPAS, "web", "plain"),
+                ("configmaps", "other", RECORD)):
+        assert kube.objects[key] == before[key], key
+    # the record: the old controller's entry is shard a's, the rest byte for byte as they were
+    old, new = before[("configmaps", "gputide", RECORD)]["data"], data(kube)
+    assert {k for k in new if new[k] != old[k]} == {"chat.llm"} and new.keys() == old.keys()
+    recorded = entries(kube.get("configmaps", RECORD, "gputide"))
+    assert recorded["chat.llm"] == Entry(2, 1, SHARD_A, "chat", "llm")
+    assert to_give_back(recorded, None, (), SHARD_A) == ["chat.llm", "web.old"]
+    assert to_give_back(recorded, None, (), SHARD_B) == ["search.embed", "web.old"]
+
+
+def test_back_to_unsharded_both_shards_floors_are_handed_to_the_controller(kube, capsys):
+    for shard in ("gputide-controller-a", "gputide-controller-b"):
+        code, _, err = hand_over(capsys, shard, "gputide-controller")
+        assert code == 0, err
+    owners = {n: h["metadata"].get("annotations", {}).get(HPA_FLOOR_OWNER_ANNOTATION) for n, h in hpas(kube).items()}
+    assert owners == {"llm": OLD, "embed": OLD, "old": None, "bot": ELSEWHERE, "plain": None}
+    assert to_give_back(entries(kube.get("configmaps", RECORD, "gputide")), None, (), OLD) == [
+        "chat.llm", "search.embed", "web.old"]
+
+
+def test_another_namespaces_controller_of_the_same_lease_name_is_left_alone(kube, capsys):
+    """--namespace picks whose: other/gputide-controller's floor and record change, gputide's stay."""
+    before = state(kube)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "other")
+    assert code == 0, err
+    assert out.splitlines()[-1] == (f"handed from {ELSEWHERE} to other/gputide-controller-a: 1 HPA floor(s), "
+                                    f"1 {RECORD} entry")
+    assert hpas(kube)["bot"]["metadata"]["annotations"][HPA_FLOOR_OWNER_ANNOTATION] == "other/gputide-controller-a"
+    assert entry_owner(kube, "team.bot", "other") == "other/gputide-controller-a"
+    for key in ((HPAS, "chat", "llm"), ("configmaps", "gputide", RECORD)):
+        assert kube.objects[key] == before[key], key
+
+
+def test_refused_while_the_old_controller_runs_and_nothing_changes(kube, capsys):
+    """A running controller writes its own name again at its next floor: the hand-over waits for its deletion."""
+    kube.add(deployment("gputide-controller", "gputide"))
+    before = state(kube)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and "deployment/gputide-controller still exists in gputide: delete it first" in err, err
+    assert out == "" and state(kube) == before and not writes(kube)
+    # a Deployment of that name in another namespace is not the controller
+    code, _, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "other")
+    assert code == 0, err
+
+
+def test_a_floor_written_between_the_read_and_the_hand_over_is_not_lost(kube, capsys):
+    """Someone writes the HPA after the list: the patch at the resourceVersion read is refused (409), so their write
+    stands and the floor still names the old controller; the rest is handed over, and a second run finishes."""
+    kube.before("PATCH", r"/horizontalpodautoscalers/llm(\?|$)", lambda: kube.mutate(HPAS, "llm", "chat", {
+        "metadata": {"annotations": {HPA_FLOOR_ANNOTATION: "7"}}, "spec": {"minReplicas": 7}}))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and "hpa chat/llm: HTTP 409" in err and "run it again" in err, err
+    llm = hpas(kube)["llm"]
+    assert llm["spec"]["minReplicas"] == 7 and llm["metadata"]["annotations"][HPA_FLOOR_OWNER_ANNOTATION] == OLD
+    assert "0 HPA floor(s), 1 " in out and entry_owner(kube, "chat.llm") == SHARD_A
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and "1 HPA floor(s), 0 " in out, err
+    llm = hpas(kube)["llm"]
+    assert llm["spec"]["minReplicas"] == 7 and llm["metadata"]["annotations"][HPA_FLOOR_OWNER_ANNOTATION] == SHARD_A
+
+
+def test_a_record_written_between_the_read_and_the_hand_over_is_not_lost(kube, capsys):
+    """A controller records a new entry after the read: the replace at the resourceVersion read is refused (409), so
+    the new entry stands; run again, both are there."""
+    new = Entry(3, 1, SHARD_B, "chat", "rag").text()
+    kube.before("PUT", rf"/configmaps/{RECORD}$", lambda: kube.mutate("configmaps", RECORD, "gputide", {
+        "data": {"chat.rag": new}}))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and f"configmap gputide/{RECORD}: HTTP 409" in err and "run it again" in err, err
+    assert data(kube)["chat.rag"] == new and entry_owner(kube, "chat.llm") == OLD
+    assert "1 HPA floor(s), 0 " in out
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and "0 HPA floor(s), 1 " in out, err
+    assert data(kube)["chat.rag"] == new and entry_owner(kube, "chat.llm") == SHARD_A
+
+
+def test_dry_run_says_what_it_would_hand_over_and_writes_nothing(kube, capsys):
+    before = state(kube)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
+    assert code == 0 and err == "", err
+    assert out.splitlines() == [
+        f"hpa chat/llm: floor would be handed from {OLD} to {SHARD_A}",
+        f"configmap gputide/{RECORD} chat.llm: entry would be handed from {OLD} to {SHARD_A}",
+        f"would hand from {OLD} to {SHARD_A}: 1 HPA floor(s), 1 {RECORD} entry"]
+    assert state(kube) == before and not writes(kube)
+    # before the old controller is deleted: the same list, and a word that the run would be refused
+    kube.add(deployment("gputide-controller", "gputide"))
+    code, again, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
+    assert code == 0 and again == out and "a run now would be refused" in err
+    assert state(kube) == before and not writes(kube)
+
+
+def test_nothing_of_the_controllers_is_a_no_op(kube, capsys):
+    kube.delete("configmaps", RECORD, "gputide")
+    before = state(kube)
+    code, out, err = hand_over(capsys, "gputide-controller-c", "gputide-controller")
+    assert code == 0, err
+    assert out == f"handed from gputide/gputide-controller-c to {OLD}: 0 HPA floor(s), 0 {RECORD} entries\n"
+    assert state(kube) == before and not writes(kube)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["gputide/gputide-controller", "gputide-controller-a"], "FROM"),
+    (["gputide-controller", "Gputide-Controller-A"], "TO"),
+    (["", "gputide-controller-a"], "FROM"),
+    (["gputide-controller", "gputide-controller"], "TO"),
+    (["gputide-controller", "gputide-controller-a", "--namespace", "gputide/x"], "--namespace"),
+    (["gputide-controller", "gputide-controller-a", "--namespace", ""], "--namespace"),
+    (["gputide-controller", "gputide-controller-a", "--kubeconfig", ""], "--kubeconfig"),
+], ids=["FROM namespaced", "TO upper case", "FROM empty", "TO is FROM", "bad namespace", "empty namespace",
+        "empty kubeconfig"])
+def test_bad_input_exits_2_naming_it_before_any_call(kube, capsys, argv, field):
+    code, out, err = hand_over(capsys, *argv)
+    assert code == 2 and err.startswith(f"gputide: error: field '{field}': invalid value "), err
+    assert not kube.requests
+
+
+def test_an_unreadable_list_fails_without_a_traceback(kube, capsys):
+    kube.inject("GET", r"/horizontalpodautoscalers$", 403)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and "list HPAs: HTTP 403" in err and not writes(kube), err
+
+
+def test_the_overlays_switch_steps_run_the_command_between_delete_and_apply():
+    """Both ways: unsharded to a shard after deleting the controller and before applying the shards, and each shard's
+    back to the controller after deleting the shards; every step is a command line the parser takes. (Moved from
+    tests/deploy/test_deploy_shards_handover.py with the script.)"""
+    text = "\n".join(line[1:].strip() for line in OVERLAY.read_text().splitlines() if line.startswith("#"))
+    assert "hand-over-floors.sh" not in text
+    base_role = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text())
+                     if d and d["kind"] == "Role" and d["metadata"]["name"] == "gputide-leader-election")
+    (lease,) = base_role["rules"][0]["resourceNames"]
+    role_patch = next(p for p in yaml.safe_load(OVERLAY.read_text())["patches"]
+                      if p["target"] == {"kind": "Role", "name": "gputide-leader-election"})
+    shards = yaml.safe_load(role_patch["patch"])[0]["value"]
+    assert lease == "gputide-controller" and sorted(shards) == ["gputide-controller-a", "gputide-controller-b"]
+    steps = re.findall(r"^\s*gputide hand-over-floors (.+)$", text, re.M)
+    for step in steps:
+        args = build_parser().parse_args(["hand-over-floors", *step.split()])
+        assert args.func.__module__ == "balancer.cmd.hand_over_floors" and args.namespace == "gputide", step
+    pairs = [tuple(s.split()) for s in steps]
+    assert pairs[0][0] == lease and pairs[0][1] in shards
+    assert sorted(f for f, t in pairs[1:] if t == lease) == sorted(shards) and len(pairs) == 1 + len(shards)
+    first = text.index("gputide hand-over-floors")
+    assert text.index("delete deployment/gputide-controller --cascade=foreground") < first < text.index(
+        "kubectl apply -k")
+    assert text.index("Back to unsharded") < text.index(f"gputide hand-over-floors {sorted(shards)[0]}")
