@@ -32,6 +32,9 @@ ACTUATOR = "balancer.actuate.k8s_actuator.KubernetesActuator"
 INFERENCE = "balancer.actuate.k8s_inference.InferenceScaling"   # the actuator's `inference`
 HPA_READER = "balancer.actuate.k8s_hpa_reads.KubernetesHpaWants"   # what each HPA keeps, for the capacity planner
 GATED = {resource for resource, flag in FLAG_GATED["run"].items() if flag == "services"}
+# `gputide hand-over-floors` renames the writer of HPA floors and gputide-replicas entries: an operator's command, run
+# with their rights between deleting one controller and applying another, never by a deployed container
+HAND_OVER = "balancer.cmd.hand_over_floors"
 
 
 def methods_calling(cls: str, method: str) -> set[str]:
@@ -42,7 +45,11 @@ def methods_calling(cls: str, method: str) -> set[str]:
 
 def test_only_the_actuators_scale_inference_makes_the_requests_behind_services():
     makers = {key for key in definitions() if {r[:2] for r in requests_of(key)} & GATED}
-    assert makers == {INFERENCE, HPA_READER}
+    assert {m for m in makers if m.startswith(f"{HAND_OVER}.")} == {
+        f"{HAND_OVER}.{f}" for f in ("_hand_over", "_hand_floors", "_hand_entries")}
+    assert not [p for p in (ROOT / "deploy").rglob("*.yaml") if any(   # no manifest runs it (comments may say so)
+        "hand-over-floors" in line and not line.lstrip().startswith("#") for line in p.read_text().splitlines())]
+    assert {m for m in makers if not m.startswith(f"{HAND_OVER}.")} == {INFERENCE, HPA_READER}
     # the HPAs' own metrics, read for the capacity planner's loans: one list of HPAs, built by `hpa_source` alone
     # (test_gputide_run_reads_no_hpas_without_services)
     assert requests_of(HPA_READER) == {("autoscaling", "horizontalpodautoscalers", "list")}
