@@ -119,6 +119,13 @@ class ActuationErrors:
         return self.counter.labels(type=type, outcome=outcome, code=error_code(outcome, code))
 
 
+def _one_each(names: Collection[str], caller: str) -> dict[tuple[str], float]:
+    """A series at 1 for each name: a string is refused, since iterated it would label a series per character."""
+    if isinstance(names, str):
+        raise TypeError(f"{caller}: a collection of names, not the string {names!r}")
+    return {(n,): 1.0 for n in names}
+
+
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
@@ -302,18 +309,14 @@ class ControllerMetrics:
         """The capacity planner's hold reasons this cycle (`PlannerState.capacity_holding`: both when a demand is
         unknown and pods are unattributed), a series each; none: the gauge has no series. A string is refused: it
         was the comma-joined form once, and iterated it would label a series per character."""
-        if isinstance(reasons, str):
-            raise TypeError(f"set_capacity_holding: a collection of reasons, not the string {reasons!r}")
-        self.capacity_holding.set_all({(r,): 1.0 for r in reasons})
+        self.capacity_holding.set_all(_one_each(reasons, "set_capacity_holding"))
 
     def set_inference_demand_unknown(self, services: Collection[str]) -> None:
         """The profiled services whose unknown demand the capacity planner holds for this cycle
         (`PlannerState.demand_held`), a series each; the rest, and services gone, have none. Before, only the
         recorded NaN told, so a service whose series were gone altogether (every vLLM scrape lost) was named by no
         alert."""
-        if isinstance(services, str):
-            raise TypeError(f"set_inference_demand_unknown: a collection of services, not the string {services!r}")
-        self.inference_demand_unknown.set_all({(n,): 1.0 for n in services})
+        self.inference_demand_unknown.set_all(_one_each(services, "set_inference_demand_unknown"))
 
     def set_hpa_reads_unusable(self, reason: str | None) -> None:
         """Why the HPA reader's last answer was unusable for loans (`HPA_UNUSABLE`; "" usable: every reason
