@@ -122,14 +122,20 @@ def sharers(members: Sequence[Json]) -> list[list[Json]]:
 
 def together(members: Sequence[Json]) -> Json:
     """One request for `members` that must run on one node (`sharers`), to weigh nodes for all of them at once
-    (`k8s_preempt.closest_to_fitting`): the first's, asking what they ask together, owning what each owns (their
-    own holds are not held against them), at the lowest priority among them (what is held against any of them is
-    held against the whole), and listing them (`members`)."""
+    (`k8s_preempt.closest_to_fitting`): the first's, asking what they ask together (GPUs, CPU, memory and each
+    extended resource, pod slots included: the first's alone weighed a node lacking the RDMA device another asks as
+    big enough), owning what each owns (their own holds are not held against them), at the lowest priority among
+    them (what is held against any of them is held against the whole), and listing them (`members`)."""
     priorities = [m.get("priority") for m in members]
     ints = all(isinstance(p, int) and not isinstance(p, bool) for p in priorities)
+    extended: dict[str, float] = {}
+    for m in members:
+        for k, v in m["extended"].items():
+            extended[k] = extended.get(k, 0) + v
     return dict(members[0], members=list(members), num_gpu=sum(m["num_gpu"] for m in members),
                 cpu_milli=sum(m["cpu_milli"] for m in members), memory_mib=sum(m["memory_mib"] for m in members),
-                owned=frozenset().union(*(m["owned"] for m in members)), priority=min(priorities) if ints else None)
+                extended=extended, owned=frozenset().union(*(m["owned"] for m in members)),
+                priority=min(priorities) if ints else None)
 
 
 def groups(pending: Sequence[Json]) -> Mapping[str, list[Json]]:

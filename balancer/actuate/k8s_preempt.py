@@ -10,7 +10,8 @@ as kube-scheduler's DefaultPreemption does, with two differences that keep it sa
   nominated pod is, it is held only against pods of equal or lower priority: it records the pod's priority
   (`k8s_filters.counts_against`; one that does not, written by an older gputide, is held against every pod until a
   pass carries its preemption on and writes it, `ranked`, at the latest before it is kept past the hour; one that
-  names no host ports or extended resources holds none of them until then, `filled`). The pod also gets
+  names no host ports or extended resources holds none of them until then, nor one written for an earlier pod of
+  its name those it asks now, `filled`). The pod also gets
   `status.nominatedNodeName`, as kube-scheduler sets it.
 
 When: a pod left pending that no node fits by its resources, while its own rules allow some (GPUs, CPU, memory or
@@ -60,6 +61,7 @@ nomination cleared (`k8s_holds`), and it plans afresh at the next pass.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,13 +72,13 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
     CPU,
     EVICTED,
     EXTENDED,
-    GPUS,
     HOST_PORTS,
     LEFT,
     MEMORY,
     PRIORITY,
     counts_against,
     extended_reserved_for_others,
+    others_held,
     reserved_for_others,
 )
 from balancer.actuate.k8s_migrate import eviction
@@ -216,13 +218,15 @@ def asked(req: Json) -> Json:
 
 
 def filled(entry: Json, req: Json) -> Json:
-    """A preemption's reservation `entry` for `req` naming `req`'s host ports and extended resources (`asked`) where
-    it does not: one written by a gputide that did not hold them holds none (`k8s_filters`), so a pod it counts
-    against took the port or the device `req` waits for on the node its victims leave, and carried on it is kept up
-    to the hour (`ranked`); the write that carries it on names them from then on. `entry` itself when it names both
-    already, or `req` asks neither."""
-    missing = {k: v for k, v in asked(req).items() if k not in entry}
-    return {**entry, **missing} if missing else entry
+    """A preemption's reservation `entry` for `req` naming `req`'s host ports and extended resources (`asked`) as
+    `req` asks them now: one written by a gputide that did not hold them holds none (`k8s_filters`), so a pod it
+    counts against took the port or the device `req` waits for on the node its victims leave, and carried on it is
+    kept up to the hour (`ranked`); one written for an earlier pod of `req`'s name (deleted and made again, asking
+    port 29501 where it asked 29500) held what this one does not ask and left free what it does. The write that
+    carries it on names them from then on (and no longer names what `req` does not ask). `entry` itself when it
+    names them as `req` asks them."""
+    new = {k: v for k, v in entry.items() if k not in (HOST_PORTS, EXTENDED)} | asked(req)
+    return entry if new == entry else new
 
 
 def capped(entry: Json, terminating: Sequence[str], now: float, reserve_s: float,
@@ -260,23 +264,37 @@ def model_allows(node: Json, req: Json) -> bool:
 def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
     """The node a pod that waits too long should hold as GPUs free up: among those big enough for it at all once
     what they hold for others is set aside (GPUs, CPU, memory, and each extended resource it asks: `big_enough`),
-    the one with the most GPUs free and not reserved for others (ties: by name); None when none is big enough."""
-    big = [n for n in nodes if all(n[total] - reserved_for_others(n, req, what) >= req[want] for total, what, want in (
-        ("gpus_total", GPUS, "num_gpu"), ("cpu_milli_total", CPU, "cpu_milli"),
-        ("memory_mib_total", MEMORY, "memory_mib"))) and big_enough(n, req)]
-    if not big:
-        return None
-    return max(big, key=lambda n: (n["gpus_free"] - reserved_for_others(n, req), n["name"]))["name"]
+    the one with the most GPUs free and not reserved for others (ties: by name); None when none is big enough.
+    What each node holds for others is summed in one walk over its holds (`k8s_filters.others_held`), not one per
+    resource: a starving pod weighs every node it may hold, at each pass."""
+    best: tuple[int, str] | None = None
+    for n in nodes:
+        gpus, cpu, memory, extended = others_held(n, req) if n["reservations"] else (0, 0, 0, None)
+        if n["gpus_total"] - gpus >= req["num_gpu"] and n["cpu_milli_total"] - cpu >= req["cpu_milli"] \
+                and n["memory_mib_total"] - memory >= req["memory_mib"] and big_enough(n, req, extended):
+            key = (n["gpus_free"] - gpus, n["name"])
+            best = key if best is None or key > best else best
+    return best[1] if best else None
 
 
-def big_enough(node: Json, req: Json) -> bool:
+def big_enough(node: Json, req: Json, held: Mapping[str, float] | None = None) -> bool:
     """Whether `node` has each extended resource `req` asks (an RDMA device, pod slots) at all, less what is held
-    there for others (`k8s_filters.extended_reserved_for_others`): a starving pod held the node with the most GPUs
-    free even where it lacked one, a hold that could never be used, while a node that has it was left to others.
-    A node that does not count its pods takes any number (`k8s_filters.resource_refusal`)."""
+    there for others (`held`, by resource, when the caller summed it: `k8s_filters.others_held`): a starving pod
+    held the node with the most GPUs free even where it lacked one, a hold that could never be used, while a node
+    that has it was left to others. A node that does not count its pods takes any number
+    (`k8s_filters.resource_refusal`). The node's own amounts are weighed first, the holds summed only where they
+    suffice and the node holds any."""
+    want = req["extended"]
+    if not want:
+        return True
     total = node.get("extended_total") or {}
-    return all(total.get(k, float("inf") if k == "pods" else 0.0) - extended_reserved_for_others(node, req, k) >= v
-               for k, v in req["extended"].items())
+    for k, v in want.items():
+        if total.get(k, math.inf if k == "pods" else 0.0) < v:
+            return False
+    if not node["reservations"]:
+        return True
+    held = others_held(node, req)[3] if held is None else held
+    return all(total.get(k, math.inf if k == "pods" else 0.0) - held.get(k, 0.0) >= v for k, v in want.items())
 
 
 def usable(node: Json, req: Json) -> tuple[int, int, int]:
