@@ -249,8 +249,9 @@ class Holds:
     @staticmethod
     def _refusal(req: Json, i: int, view: list[Json], offers: Offers) -> str | None:
         """Why node i no longer admits `req` (`offers` was last asked about it), None when it does: its hold is then
-        kept no longer than its cap. A host port taken or held there by a more important pod (`port_refusal`) is
-        said as such: it was said to be the pod's affinity or GPU model, which admitted it."""
+        kept no longer than its cap. A host port it needs taken there by any pod, or held there for another whose
+        hold counts against it (`port_refusal`: of equal or higher priority, or not saying its own), is said as
+        such: it was said to be the pod's affinity or GPU model, which admitted it."""
         if i in offers.admitted().tolist() and model_allows(view[i], req):
             return None
         return rule_refusal(view[i], req) or port_refusal(view[i], req) or "its pod affinity or GPU model"
