@@ -262,7 +262,7 @@ class PowerCapAgent:
                        "give-back waits for the next sync")
         if self._pending:
             why.append(f"the power-limit Set of {', '.join(sorted(self._pending))} has not returned: pending, judged "
-                       "from the GPU's limit once it does")
+                       "from what it returns once it does")
         return why
 
     def _done(self, uuid: str, want: Entry | None, watts: float) -> None:

@@ -90,7 +90,8 @@ GPU's read left hung past its deadline holds no lock). The agent leaves a GPU wh
 unread, a cap for it refused and asked again at the next sync): its call would hang too. Its own per-GPU calls run
 in each GPU's own job with the reads' deadline (`GpuReads.call`): the agent the first to call a GPU in recovery
 leaves that GPU stuck and the lock free, rather than holding it for good, and a Set that misses the deadline is
-pending (`exporters.backends.nvml_power`), judged by the agent from the limit the GPU reads once it returns. A
+pending (`exporters.backends.nvml_power`), judged by the agent from what it returns (kept across a
+re-initialisation). Each Set is made only while the GPU's limit is still the one the agent's decision read. A
 collection waits for the lock `lock_timeout_s` at most (the collection timeout in the exporter), then fails
 (`NvmlBusy`, logged once) rather than wait for good behind an agent's call that does not return.
 `mig_instance(device_id)` tells pod attribution which GPU and GPU instance a device plugin's MIG device is, and a
@@ -198,6 +199,7 @@ class NvmlBackend:
                        **{getattr(nvml, fid): name for name, (fid, _) in ECC_FIELDS.items()},
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._xids: XidEvents | None = None
+        self._power: NvmlPowerCaps | None = None
         self.identity: tuple[GpuIdentity, ...] = ()
         self._serve(identify(nvml, host, driver))   # a GPU NVML cannot name is left out (`nvml_identity`)
         if not self.identity:
@@ -208,7 +210,9 @@ class NvmlBackend:
         is initialised again. What NVML said of a GPU under the previous one (unsupported fields, GPM, MIG mode,
         memory version 2, event registrations) is asked again; its GPM samples and event set are dropped, not freed
         (NVML may have freed them at its shutdown: freeing twice would crash the process, leaking costs a few KiB
-        per re-initialisation). The last XID heard of each GPU still served is kept, by UUID."""
+        per re-initialisation). The last XID heard of each GPU still served is kept, by UUID, and so are the power-cap
+        agent's pending Sets (`NvmlPowerCaps.late_sets`): what one returned says whether it took, which the limit read
+        under the new initialisation cannot (an operator's limit at the watts asked)."""
         nvml = self.nvml
         heard = {} if self._xids is None else dict(zip((g.uuid for g in self.identity), self._xids.last.tolist()))
         self.identity = ids = gpus.identity
@@ -231,7 +235,8 @@ class NvmlBackend:
         self._reasons = [f for f in (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),   # R535 and newer
                                      getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)) if f]
         self._memory = NvmlMemory(nvml)
-        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, handles, strict=True)}, self._init)
+        self._power = NvmlPowerCaps(nvml, {g.uuid: h for g, h in zip(ids, handles, strict=True)}, self._init,
+                                    late_sets=None if self._power is None else self._power.late_sets())
 
     @property
     def nvml_reinits(self) -> int:

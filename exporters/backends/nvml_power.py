@@ -25,11 +25,17 @@ Each GPU's calls run in that GPU's own job, with the reads' deadline (`call`: th
 agent the first to call a GPU in recovery leaves that GPU stuck, as a late read does, and goes on, freeing the
 backend's lock (it held it for good, and every collection failed behind it). A limit read that does not return in
 time is NaN. A Set that does not return in time is neither done nor refused: NVML may still set it when the call
-returns. It is refused `LATE` and named *pending* (`PowerCapError.pending`), for the agent to judge from the limit
-the GPU reads once its call has returned (`exporters.power_caps`), or from what the Set returned (`returned_sets`:
-the watts set, or its refusal: then it did not take, whatever the limit reads). A limit read that did not return in
-time is used at the next `power_limits` once it has returned (a GPU slower than the deadline is read one sync late,
-not never). NVML stopping is told by any GPU's call failing with it.
+returns. It is refused `LATE` and named *pending* (`PowerCapError.pending`), for the agent to judge from what the
+Set returned (`returned_sets`: the watts set, or its refusal: then it did not take, whatever the limit reads; kept
+across a re-initialisation, `late_sets`), or where it cannot say (an agent restarted meanwhile) from the limit the
+GPU reads (`exporters.power_caps`). A limit read that did not return in time is used at the next `power_limits` once
+it has returned (a GPU slower than the deadline is read one sync late, not never), unless a Set was made since.
+
+Each Set is a compare-and-set: in the GPU's job, right before it, the limit is read again, and a GPU no longer at the
+limit the last `power_limits` answered for it (the one the agent decided on) is not Set (`Moved`, refused: judged
+again at the next sync). A late limit read may have sampled the limit before an operator's ``nvidia-smi -pl 250``:
+a give-back judged on it raised 250 W to the default, a first cap kept the default as the limit before.
+NVML stopping is told by any GPU's call failing with it.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -42,26 +48,35 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from exporters.backends.nvml_init import NvmlInit
-from exporters.power_caps import PowerCapError, PowerLimit, TargetUnavailable
+from exporters.power_caps import TOLERANCE_W, PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
 STUCK = "its read is stuck inside NVML (a GPU in recovery?): not asked, set at a later sync once it returns"
-LATE = ("its power-limit Set has not returned in time (a GPU in recovery?): pending, judged from the limit the GPU "
-        "reads once it returns")
+LATE = ("its power-limit Set has not returned in time (a GPU in recovery?): pending, judged from what it returns "
+        "once it does")
+
+
+class Moved(Exception):
+    """A Set not made: the GPU's limit is no longer the one the agent's decision used (`NvmlPowerCaps._set`)."""
+
+
 # `GpuReads.call` with what the calls are named: each job in its GPU's own job, by key (`.result` or `.error` once
 # `.done`), one still running at its deadline (`.late`) left to run on (its GPU then stuck) rather than waited for
 Call = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, Any]]
 
 
 class NvmlPowerCaps:
-    """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`)."""
+    """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`); `late_sets`: the pending Sets of the
+    previous initialisation's `NvmlPowerCaps` (`returned_sets` still answers what they returned)."""
 
-    def __init__(self, nvml: Any, handles: Mapping[str, Any], init: NvmlInit) -> None:
+    def __init__(self, nvml: Any, handles: Mapping[str, Any], init: NvmlInit, *,
+                 late_sets: Mapping[str, Any] | None = None) -> None:
         self.nvml, self.init = nvml, init
         self.handles = dict(handles)
         self.gone = init.gone
         self._late_limits: dict[str, Any] = {}   # limit reads past their deadline: used once returned, if young
-        self._late_sets: dict[str, Any] = {}     # Sets past their deadline (pending): their outcome, once returned
+        self._late_sets: dict[str, Any] = dict(late_sets or {})   # Sets past their deadline (pending): outcomes
+        self._used: dict[str, float] = {}   # the limit each GPU read at the last `power_limits`: the agent's decision's
 
     def apply_power_caps(self, caps: Mapping[str, float], *, call: Call,
                          stuck: Collection[str] = ()) -> dict[str, float]:
@@ -76,10 +91,12 @@ class NvmlPowerCaps:
             elif uuid in stuck:
                 refused[uuid] = STUCK
             else:
-                jobs[uuid] = lambda h=h, watts=watts: self._set(h, watts)
+                was = self._used.get(uuid, math.nan)
+                jobs[uuid] = lambda h=h, watts=watts, was=was: self._set(h, watts, was)
         applied: dict[str, float] = {}
         for uuid in jobs:   # a limit read before this Set is no longer the GPU's limit
             self._late_limits.pop(uuid, None)
+            self._used.pop(uuid, None)
         done, late = self._calls(call, jobs)
         self._late_sets.update(late)
         refused.update({uuid: STUCK for uuid in jobs if uuid not in done and uuid not in late})   # a call in flight
@@ -95,8 +112,15 @@ class NvmlPowerCaps:
             raise PowerCapError(applied, refused, pending)
         return applied
 
-    def _set(self, h: Any, watts: float) -> float:
+    def _set(self, h: Any, watts: float, was: float) -> float:
+        """Set `watts` (clamped) only while the GPU's limit is still `was`, the one the agent decided on (NaN: none
+        read), re-read in this job right before: a limit changed since (an operator's ``nvidia-smi -pl`` while a
+        late read that sampled the old one was inside NVML) is refused (`Moved`), not overwritten."""
         nvml = self.nvml
+        if not math.isnan(was) and abs((now := nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0) - was) \
+                > TOLERANCE_W:
+            raise Moved(f"its limit is {now:.0f} W, not the {was:.0f} W it read (changed since, by hand?): not set, "
+                        "judged again at the next sync")
         lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
         top = min(nvml.nvmlDeviceGetPowerManagementDefaultLimit(h), hi)
         mw = int(max(min(float(watts) * 1000.0, top), min(lo, top)))
@@ -122,8 +146,10 @@ class NvmlPowerCaps:
             raise TargetUnavailable(self.init.why()) from self.init.down
         done.update(returned)
         unread = PowerLimit(math.nan, math.nan)
-        return {uuid: done[uuid].result if uuid in done and done[uuid].error is None else unread
-                for uuid in self.handles}
+        limits = {uuid: done[uuid].result if uuid in done and done[uuid].error is None else unread
+                  for uuid in self.handles}
+        self._used = {uuid: limit.current_w for uuid, limit in limits.items()}
+        return limits
 
     def returned_sets(self) -> dict[str, float | str]:
         """The Sets that had not returned in time (pending) and have since: the watts set, or why it was refused
@@ -135,6 +161,10 @@ class NvmlPowerCaps:
                 out[uuid] = read.result if read.error is None else f"{type(read.error).__name__}: {read.error}"
         return out
 
+    def late_sets(self) -> dict[str, Any]:
+        """The pending Sets, returned or not, for the `NvmlPowerCaps` of the next initialisation (`late_sets=`)."""
+        return dict(self._late_sets)
+
     def _calls(self, call: Call, jobs: Mapping[str, Callable[[], Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Each job's call through `call` that returned in time, by GPU, and those that did not (`late`); NVML
         stopping (`gone`) told to `init.lost`; an error that is not NVML's raised."""
@@ -145,7 +175,7 @@ class NvmlPowerCaps:
                 continue
             if isinstance(one.error, self.gone):
                 self.init.lost(one.error)
-            elif not isinstance(one.error, self.nvml.NVMLError):
+            elif not isinstance(one.error, self.nvml.NVMLError | Moved):
                 raise one.error
         return done, {uuid: one for uuid, one in ran.items() if one.late}
 

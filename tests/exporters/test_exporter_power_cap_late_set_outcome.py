@@ -18,7 +18,9 @@ from tests.exporters.test_exporter_nvml_gpu_late_served import returned
 from tests.exporters.test_exporter_power_cap_late_set import SET, lands, late_set, node
 
 
-def test_a_late_set_refused_then_an_operators_limit_at_its_watts_is_the_operators(tmp_path):
+def refused_late_then_set_by_hand(tmp_path):
+    """GPU-1 capped at 300 W; a Set to 250 W misses its deadline and returns refused; then the operator's
+    ``nvidia-smi -pl 250``: `node`'s (devs, nvml, backend, source, agent, state)."""
     devs, nvml, backend, source, agent, state = node(tmp_path, {"GPU-1": 300.0})
     assert agent.sync() == {"GPU-1": 300.0}
     source.caps = {"GPU-1": 250.0}
@@ -30,6 +32,11 @@ def test_a_late_set_refused_then_an_operators_limit_at_its_watts_is_the_operator
     devs[1].fail = {}
     assert devs[1].limit_mw == 300_000
     devs[1].limit_mw = 250_000   # the operator's nvidia-smi -pl 250, after the refused Set returned
+    return devs, nvml, backend, source, agent, state
+
+
+def test_a_late_set_refused_then_an_operators_limit_at_its_watts_is_the_operators(tmp_path):
+    devs, nvml, backend, source, agent, state = refused_late_then_set_by_hand(tmp_path)
     agent.sync()
     assert json.loads(state.read_text())["GPU-1"]["before_w"] == 250.0   # the operator's, not gputide's
     source.caps = {}
