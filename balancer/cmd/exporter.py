@@ -211,13 +211,15 @@ def watch_gpu_reads(backend, health) -> None:
     stuck collection does (a hung GPU holds no collection open: unwatched, it failed neither probe), and are waited
     for at most 3/8 of the collection timeout: with the kubelet's answer after them (at most half of it,
     `pod_resources_timeout_s`) the collection still ends within it, where the reads' own 3 s outran a
-    ``--collect-timeout`` under 4 s. A collection waits for the power-cap agent's NVML call (the backend's lock) for
-    1/8 of the collection timeout, then fails (`NvmlBusy`) rather than wait for good: with the reads and the kubelet
-    after it the collection ends within the timeout, so a scrape is told the agent held NVML (waited for the whole
-    timeout, the collection outran it and the scrape read only 'timed out'); an agent's sync takes milliseconds, its
-    calls on a GPU end within the reads' deadline (one on a GPU in recovery leaves that GPU stuck, the lock free, and
-    is watched by the probes as a read is), and what is no GPU's (initialising NVML again) has no deadline. Scrapes
-    meanwhile get what a late collection gets.
+    ``--collect-timeout`` under 4 s. The XID drain's registrations end with that deadline too (at most
+    `exporters.backends.nvml.XID_GRACE_S` past it): each took a fresh one, and a collection up to three. A
+    collection waits for the power-cap agent's NVML call (the backend's lock) for 1/8 of the collection timeout,
+    then fails (`NvmlBusy`) rather than wait for good: with the reads and the kubelet after it the collection ends
+    within the timeout, so a scrape is told the agent held NVML (waited for the whole timeout, the collection outran
+    it and the scrape read only 'timed out'); an agent's sync takes milliseconds, its calls on a GPU end within the
+    reads' deadline (one on a GPU in recovery leaves that GPU stuck, the lock free, and is watched by the probes as
+    a read is), and what is no GPU's (initialising NVML again) has no deadline. Scrapes meanwhile get what a late
+    collection gets.
     A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
     a late collection is. A backend without such reads (sim) is left as it is."""
     reads = getattr(backend, "reads", None)

@@ -145,6 +145,9 @@ GPU_TIMEOUT_S = 3.0
 # how long a collection waits for the power-cap agent's NVML calls (the backend's lock): the exporter's collection
 # timeout (`balancer.cmd.exporter.watch_gpu_reads` sets it), so scrapes meanwhile get what a late collection gets
 LOCK_TIMEOUT_S = 8.0
+# the least the XID drain's registrations are waited for where the reads used their whole deadline (a late GPU): one
+# answers in microseconds, so after a set made anew the healthy GPUs are heard that collection, not blanked
+XID_GRACE_S = 0.05
 
 
 def _field_value(fv: Any, nvml: Any) -> float:
@@ -200,6 +203,7 @@ class NvmlBackend:
                        **{getattr(nvml, fid): name for name, fid in REMAP_FIELDS.items()}}
         self._xids: XidEvents | None = None
         self._power: NvmlPowerCaps | None = None
+        self._xid_until: float | None = None   # when this collection's XID registrations are no longer waited for
         self.identity: tuple[GpuIdentity, ...] = ()
         self._serve(identify(nvml, host, driver))   # a GPU NVML cannot name is left out (`nvml_identity`)
         if not self.identity:
@@ -299,6 +303,7 @@ class NvmlBackend:
         instances: list[InstanceReading] = []
         self._mig.new_collection()   # GPU instance placements are listed again for this collection's DRA devices
         now = self._init.reinits   # the initialisation each read is of: when it is asked for, not when it starts
+        started = self.reads.clock()
         done = self.reads.run({g.uuid: lambda k=k, h=h: self._read_gpu(k, h, now)
                                 for k, (g, h) in enumerate(zip(self.identity, self.handles, strict=True))})
         for read in done.values():   # NVML itself stopped answering (`read`), or a fault of this module: raised
@@ -307,6 +312,10 @@ class NvmlBackend:
         # not registered from here (it would hang the collection with the GPU): a GPU hung since the last collection
         # (late by now, after the reads) and one served late, whose read job tried its registration (`XidEvents`)
         skip = set(self.reads.stuck()) | {uuid for uuid, read in done.items() if read.late}
+        # the drain's registrations (a set made anew: twice in one drain) end with the reads' deadline, not a fresh
+        # one each: the collection stays within it (`balancer.cmd.exporter.watch_gpu_reads`), but for a short grace
+        grace = min(XID_GRACE_S, self.reads.timeout_s)
+        self._xid_until = max(started + self.reads.timeout_s, self.reads.clock() + grace)
         self._xids.drain(skip=[k for k, g in enumerate(self.identity) if g.uuid in skip])
         for k, g in enumerate(self.identity):
             out = _Out()
@@ -348,11 +357,13 @@ class NvmlBackend:
         return reinits, vals, out, self._mig_activity.read_gpu(k)
 
     def _register_xids(self, gpus: Sequence[int]) -> None:
-        """The XID drain's registrations, each in its GPU's own job under the reads' deadline (`GpuReads.call`): one
-        that hangs (a GPU in recovery since its read) leaves that GPU stuck, not the collection hung, as the GPU's
-        read job's own registration does."""
+        """The XID drain's registrations, each in its GPU's own job (`GpuReads.call`) until what is left of this
+        collection's reads' deadline (`_xid_until`: they took a fresh deadline each, the drain's and a rebuild's,
+        and a collection took up to three): one that hangs (a GPU in recovery since its read) leaves that GPU stuck,
+        not the collection hung, as the GPU's read job's own registration does."""
         xids = self._xids
-        self.reads.call({self.identity[k].uuid: (lambda k=k: xids.register(k)) for k in gpus}, "XID registration")
+        self.reads.call({self.identity[k].uuid: (lambda k=k: xids.register(k)) for k in gpus}, "XID registration",
+                        until=self._xid_until)
 
     def _fresh(self) -> None:
         """Raise `_Stale` in a GPU's read that outlived its NVML initialisation (hung across a re-initialisation:

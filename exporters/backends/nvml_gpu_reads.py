@@ -24,12 +24,13 @@ then is not served), and in time again, not at every collection. Each read runs 
 after its collection ended as they saw a stuck collection, not ready past the collection timeout, not live past
 ``--stuck-after``.
 
-The power-cap agent's NVML calls on a GPU run the same way, in that GPU's own job (`call(jobs, what)`): one hung in
-NVML leaves its GPU stuck, as a read does (collections, the MIG lookup, the XID drain and the agent then leave it
-alone), rather than the agent holding the backend's lock for good. A GPU with a read or a call still running gets no
-other job. Calls are kept apart from reads: what a call returns late is never served (the agent's own, it is handed
-back to it: `exporters.backends.nvml_power`), and a call takes nothing of the reads' (a slow GPU's late read that has
-returned stays for the next collection to serve).
+Other NVML calls on a GPU run the same way, in that GPU's own job (`call(jobs, what)`): the power-cap agent's, and
+the XID drain's registrations (`exporters.backends.nvml_xid`, under what is left of the reads' deadline: `until`).
+One hung in NVML leaves its GPU stuck, as a read does (collections, the MIG lookup, the XID drain and the agent then
+leave it alone), rather than the caller holding the backend's lock for good. A GPU with a read or a call still
+running gets no other job. Calls are kept apart from reads: what a call returns late is never served (the caller's
+own: the agent's is handed back to it, `exporters.backends.nvml_power`), and a call takes nothing of the reads' (a
+slow GPU's late read that has returned stays for the next collection to serve).
 
 This module never imports `pynvml`.
 """
@@ -57,7 +58,7 @@ def _unwatched(what: str) -> AbstractContextManager[Any]:
 
 class Read:
     """One GPU's read: what it returned (`result`) or raised (`error`) once `done` is set; `what` names it in the
-    log ("read", or the power-cap agent's call: `GpuReads.call`)."""
+    log ("read", or what a call is: `GpuReads.call`)."""
 
     __slots__ = ("done", "error", "late", "result", "started", "what")
 
@@ -76,7 +77,7 @@ class GpuReads:
                  clock: Callable[[], float] = time.monotonic, max_age_s: float = MAX_AGE_S) -> None:
         self.timeout_s, self.watching, self.clock, self.max_age_s = timeout_s, watching, clock, max_age_s
         self._running: dict[str, Read] = {}   # reads not done when their collection ended
-        self._calls: dict[str, Read] = {}     # the agent's calls not done by their deadline: never served
+        self._calls: dict[str, Read] = {}     # calls (the agent's, XID registrations) past their deadline
         self._state: dict[tuple[str, bool], str] = {}   # (GPU, a call?) -> LATE or STUCK, as last logged
 
     def run(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Read]:
@@ -85,7 +86,7 @@ class GpuReads:
         started: dict[str, Read] = {}
         returned: dict[str, Read] = {}   # late reads of earlier collections, done since
         running: dict[str, Read] = {}    # late reads still running: waited for too, not started again
-        done_earlier: dict[str, Read] = {}   # late reads of GPUs the agent's call holds: served, none started
+        done_earlier: dict[str, Read] = {}   # late reads of GPUs a call holds: served, none started
         for key, job in jobs.items():
             if (earlier := self._running.get(key)) is not None:
                 if not earlier.done.is_set():
@@ -93,7 +94,7 @@ class GpuReads:
                     continue
                 del self._running[key]
                 returned[key] = earlier
-            if self._calling(key):   # the agent's call still inside NVML: not read, its late read served if it can
+            if self._calling(key):   # a call still inside NVML: not read, its late read served if it can
                 if (earlier := returned.get(key)) is not None and self._servable(earlier):
                     done_earlier[key] = earlier
                 continue
@@ -113,17 +114,18 @@ class GpuReads:
                 done[key] = earlier
         return done
 
-    def call(self, jobs: Mapping[str, Callable[[], Any]], what: str) -> dict[str, Read]:
-        """The power-cap agent's calls (`what`), each in its GPU's own job, by key: `late` where it has not returned
-        within `timeout_s` (its GPU stuck until it does; what it returns then is the caller's to use, `done` telling
-        when: never served to a collection); a key missing has a read or call still inside NVML (not called: it
-        would hang too). A late read that has returned is left for the next collection to serve."""
+    def call(self, jobs: Mapping[str, Callable[[], Any]], what: str, *, until: float | None = None) -> dict[str, Read]:
+        """Calls that are not reads (`what`: the power-cap agent's, the XID drain's registrations), each in its GPU's
+        own job, by key: `late` where it has not returned within `timeout_s`, or by `until` (`clock` time) where
+        given (its GPU stuck until it does; what it returns then is the caller's to use, `done` telling when: never
+        served to a collection); a key missing has a read or call still inside NVML (not called: it would hang
+        too). A late read that has returned is left for the next collection to serve."""
         started: dict[str, Read] = {}
         for key, job in jobs.items():
             if self._calling(key) or ((read := self._running.get(key)) is not None and not read.done.is_set()):
                 continue
             started[key] = self._start(key, job, Read(self.clock(), what))
-        deadline = self.clock() + self.timeout_s
+        deadline = self.clock() + self.timeout_s if until is None else until
         for read in started.values():
             read.done.wait(max(0.0, deadline - self.clock()))
         for key, read in started.items():
@@ -140,7 +142,7 @@ class GpuReads:
         return not self._too_old(read)
 
     def _calling(self, key: str) -> bool:
-        """Whether the agent's call on GPU `key` is still inside NVML (said stuck once past `max_age_s`); one that
+        """Whether a call on GPU `key` is still inside NVML (said stuck once past `max_age_s`); one that
         has returned is forgotten."""
         if (call := self._calls.get(key)) is None:
             return False
@@ -179,7 +181,7 @@ class GpuReads:
         return self.clock() - read.started > self.max_age_s
 
     def _say(self, key: str, state: str | None, read: Read) -> None:
-        """Log GPU `key`'s read (or the agent's calls) turning late, stuck, or in time again; nothing while it stays
+        """Log GPU `key`'s read (or its calls) turning late, stuck, or in time again; nothing while it stays
         as it was."""
         at = (key, read.what != "read")
         was = self._state.get(at)
@@ -202,8 +204,7 @@ class GpuReads:
                         "what it reads then is not served", key, read.what, self.clock() - read.started)
 
     def stuck(self) -> list[str]:
-        """The GPUs whose read is still running after its collection ended, or the agent's call after its
-        deadline."""
+        """The GPUs whose read is still running after its collection ended, or a call after its deadline."""
         return [key for key, read in (*self._running.items(), *self._calls.items()) if not read.done.is_set()]
 
     def _read(self, key: str, job: Callable[[], Any], read: Read) -> None:

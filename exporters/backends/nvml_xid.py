@@ -16,9 +16,10 @@ refused) is asked again until it succeeds: by each of the GPU's reads, in its ow
 (`register(k)`: a GPU slower than the deadline, whose read is late at every drain, was never registered again after
 a refusal or a set made anew; the drain registering it from the collection's thread hung the collection once the GPU
 hung), and by `drain()` for a GPU no read job tried since the last drain (nor late: its registration would hang the
-collection too), each in its GPU's own job under the reads' deadline too (`in_jobs`: a set made anew registers every
-GPU read in time from the drain, and one that hung there hung the collection). A set is never freed while a
-registration on it is in flight: the registration's job frees it once it returns. Only a Timeout from
+collection too), each in its GPU's own job until the reads' deadline too (`in_jobs`: a set made anew registers every
+GPU read in time from the drain, and one that hung there hung the collection; the backend gives the drain's
+registrations, a rebuild's included, what is left of the reads' deadline, not a fresh one each). A set is never
+freed while a registration on it is in flight: the registration's job frees it once it returns. Only a Timeout from
 ``nvmlEventSetWait`` means nothing is queued: any other error (NVML uninitialised under the exporter, the driver
 unloaded or reloaded) means the set hears nothing, so every GPU on it is unheard (NaN) from then, the set is freed,
 and the next `drain()` creates and registers a new one. Taken for "nothing queued", such an error left every GPU
