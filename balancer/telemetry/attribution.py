@@ -22,10 +22,9 @@ it whole (split with the other such pods) beside instances other pods hold, and 
 (rows left from before a repartition) keep their fractions. Either reads a GPU fuller than it is, never emptier; a
 pod's share is the least over its GPUs, so one read too low would make every GPU it holds read free.
 
-The recording rule `gpu_pod:attribution:share` (chargeback) decides a pod's share of a GPU the same way but for:
-the whole-GPU row beside the same pod's instance rows, which it counts (the pod billed its instance and a share of
-the whole GPU, the GPU's whole-GPU pods a smaller one); a pod's rows counted as a whole GPU's on one GPU (its whole
-row, instances of no known profile), which it bills once each where here they are one slot; a 7g instance (fraction
+The recording rule `gpu_pod:attribution:share` (chargeback) decides a pod's share of a GPU the same way (it too
+leaves out a pod's whole-GPU row beside the same pod's instance rows) but for: a pod's rows counted as a whole GPU's
+on one GPU (instances of no known profile), which it bills once each where here they are one slot; a 7g instance (fraction
 1), whose pods it splits apart from the GPU's whole-GPU pods where here they share one slot; and a pod's share of one
 GPU, which it does not cap at 1 (here 1000 milli). It has one fraction per instance, so the larger-of-two never applies.
 """
