@@ -24,9 +24,10 @@ pod's share is the least over its GPUs, so one read too low would make every GPU
 
 The recording rule `gpu_pod:attribution:share` (chargeback) decides a pod's share of a GPU the same way (it too
 leaves out a pod's whole-GPU row beside the same pod's instance rows) but for: a pod's rows counted as a whole GPU's
-on one GPU (instances of no known profile), which it bills once each where here they are one slot; a 7g instance (fraction
-1), whose pods it splits apart from the GPU's whole-GPU pods where here they share one slot; and a pod's share of one
-GPU, which it does not cap at 1 (here 1000 milli). It has one fraction per instance, so the larger-of-two never applies.
+on one GPU (instances of no known profile), which it bills once each where here they are one slot; a 7g instance
+(fraction 1), whose pods it splits apart from the GPU's whole-GPU pods where here they share one slot; and a pod's
+share of one GPU, which it does not cap at 1 (here 1000 milli). It has one fraction per instance, so the
+larger-of-two never applies.
 """
 
 from __future__ import annotations
