@@ -67,7 +67,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from balancer.app.health import Health, call_budget_s
 from balancer.app.health import app as probes_app
-from balancer.cmd._args import add_listen_address, bind, given, loop_interval
+from balancer.cmd._args import add_listen_address, bind, duration_between, given
 from balancer.errors import InputError
 
 log = logging.getLogger("gputide.power_cap_agent")
@@ -245,11 +245,9 @@ def agent_interval(text: str) -> float:
     from balancer.actuate.k8s_nodes import POWER_CAP_TTL_S
 
     most = POWER_CAP_TTL_S / 3
-    try:
-        return loop_interval(text, least=LEAST_AGENT_INTERVAL_S, most=most)
-    except InputError as exc:
-        raise InputError(None, "--interval", text, f"a duration from {LEAST_AGENT_INTERVAL_S:g}s to {most:g}s (a third "
-                         f"of the power caps' {POWER_CAP_TTL_S / 60:g}-minute expiry), such as 10s") from exc
+    return duration_between(text, "--interval", LEAST_AGENT_INTERVAL_S, most, f"a duration from "
+                            f"{LEAST_AGENT_INTERVAL_S:g}s to {most:g}s (a third of the power caps' "
+                            f"{POWER_CAP_TTL_S / 60:g}-minute expiry), such as 10s")
 
 
 def run(args: argparse.Namespace) -> int:
