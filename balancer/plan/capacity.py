@@ -113,7 +113,8 @@ class CapacityView:
     unseen: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # ... and the services counted from their pods left out of `services` meanwhile (`view_from_snapshot`); ditto
     uncounted: tuple[str, ...] = ()
-    # the GPU models those may run on, whose idle GPUs are lent to no job meanwhile (None: any model)
+    # the GPU models whose idle GPUs are lent to no job this cycle (None: any model): those the `uncounted` services
+    # may run on, and those of the `unlent` GPUs (`view_from_snapshot`: the hot node kept open in a heat wave)
     uncounted_models: frozenset[str] | None = frozenset()
 
 
@@ -255,6 +256,12 @@ def _placed_replicas(held: np.ndarray, group: int | None, profile: ServiceCapaci
     return 0 if group is None else int(held[group].sum()) // max(profile.gpus_per_replica, 1)
 
 
+def _models_of(codes: np.ndarray, names: list[str], gpus: Collection[int], healthy: np.ndarray) -> frozenset[str]:
+    """The models of the healthy GPUs among `gpus` (indices)."""
+    idx = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
+    return frozenset(names[k] for k in np.unique(codes[idx[healthy[idx]]]).tolist())
+
+
 def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> int:
     """The GPUs of the `forgotten` nodes (node -> its GPUs forgotten; a node with 0, or a bare collection of names:
     unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
@@ -312,6 +319,7 @@ def view_from_snapshot(
     tainting: Collection[str] = (),
     sharded: bool = False,
     forgotten: Collection[str] | Mapping[str, int] = (),
+    unlent: Collection[int] = (),
 ) -> CapacityView:
     """The planner's view of a snapshot: idle GPUs per model, services with a profile, elastic training jobs.
 
@@ -321,6 +329,14 @@ def view_from_snapshot(
     a job or a service lets go count for another only there too: a reclaim counts a job's GPUs only on nodes the new
     replicas could be scheduled on (`JobView.reclaimable_by_model`), a loan a service's only where the grown workers
     could (`ServiceView.sole_by_model`); elsewhere the shrink freed nothing the other could use, and it stayed pending.
+
+    `unlent`: GPU indices no job may grow onto, while the services may (the hot node the taint keeps open in a heat
+    wave: `capacity_loop.claims`). Their idle ones stay in `free`, so a scale-up takes them and a reclaim counts them
+    before it shrinks training (a service's pending replicas land there anyway); their healthy GPUs' models join
+    `uncounted_models`: no job grows onto an idle GPU of those models this cycle, nor onto one a loan frees. `free` is
+    per model, not per node, so that holds back every idle GPU of those models; in the heat wave that keeps a node
+    open, every other node that takes GPU work is hot and tainted, its idle GPUs in no pool, so those are the kept
+    node's.
 
     `sharded`: the snapshot is one shard's cut (`telemetry.shard.restrict`), which keeps a service none of whose
     replicas is placed in every shard; such a service is left out, or each shard would reclaim GPUs for its whole
@@ -491,5 +507,6 @@ def view_from_snapshot(
         unseen=MappingProxyType(unseen),
         uncounted=uncounted,
         uncounted_models=(None if any(profiles[n].models is None for n in uncounted)
-                          else frozenset().union(*(profiles[n].models or () for n in uncounted))),
+                          else frozenset().union(*(profiles[n].models or () for n in uncounted))
+                          | _models_of(codes, names, unlent, healthy)),
     )

@@ -2,13 +2,13 @@
 
 `plan_with_capacity` is the planner `gputide run` uses when the policy file's ``capacity.enabled`` is true. It
 runs `balancer.plan.planner.plan` (hotspots, co-location), then `balancer.plan.capacity_plan.plan_capacity` on the
-same snapshot with the cycle's forecasts (its idle GPUs less those the hotspot plan's migrations target, those on
-nodes it taints hot and those of the hot node its taint keeps open in a heat wave: `claims`), and appends the
-capacity actions (ScaleTraining shrinks before the ScaleInference that needs their GPUs, as `plan_capacity` orders
-them) to the plan. Every action of both then
-goes through the one safety chokepoint (`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle
-cap bound the tide exactly as they bound hotspot moves (a reclaim for inference, its scale-up and the shrinks that
-free its GPUs, spends the budget and the cap but is never refused by them).
+same snapshot with the cycle's forecasts (its idle GPUs less those the hotspot plan's migrations target and those on
+nodes it taints hot; those of the hot node its taint keeps open in a heat wave are the services' but no job's:
+`claims`), and appends the capacity actions (ScaleTraining shrinks before the ScaleInference that needs their GPUs,
+as `plan_capacity` orders them) to the plan. Every action of both then goes through the one safety chokepoint
+(`SafetyGuard.review`): cooldowns, the eviction budget and the per-cycle cap bound the tide exactly as they bound
+hotspot moves (a reclaim for inference, its scale-up and the shrinks that free its GPUs, spends the budget and the cap
+but is never refused by them).
 
 Elastic training jobs are then sized by the tide: the hotspot planner's give-back of workers it shrank (after a
 hotspot cooled) is dropped for them, since it would grow a job into GPUs just reclaimed for inference; idle GPUs
@@ -166,16 +166,19 @@ def touched(actions: tuple[Action, ...], snapshot: ClusterSnapshot) -> set[str]:
 
 def claims(actions: tuple[Action, ...], snapshot: ClusterSnapshot | None = None,
            kept_open: str | None = None) -> dict[str, set]:
-    """What the hotspot plan takes from the idle pool this cycle: the GPUs its migrations target and every GPU of the
-    hot node its taint keeps open (`claimed`; `kept_open`, `PlannerState.kept_open`, named only while that node is
-    hot, its GPUs found in `snapshot`), and the nodes it taints hot (`tainting`); a GPU lent to training there would
-    have two users, none that can schedule, or run on a node the taint spares only so that a pod with nowhere else
-    to go has a place. Before, the kept node (its taint removed, or never written) looked as open as a cool one, and
-    the tide lent its idle GPUs to training every cycle of the heat wave."""
-    claimed = {g for a in actions if isinstance(a, Migrate) for g in a.target_gpus}
-    if kept_open is not None and snapshot is not None:
-        claimed |= {i for i, g in enumerate(snapshot.gpus) if g.node == kept_open}
-    return {"claimed": claimed, "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}}
+    """What the hotspot plan takes from the idle pool this cycle, `view_from_snapshot`'s arguments: the GPUs its
+    migrations target (`claimed`: used, a GPU lent there would have two users) and the nodes it taints hot
+    (`tainting`: none that can schedule), and every GPU of the hot node its taint keeps open (`unlent`; `kept_open`,
+    `PlannerState.kept_open`, named only while that node is hot, its GPUs found in `snapshot`): the taint spares it
+    only so that a pod with nowhere else to go has a place, so no job grows onto it, but its idle GPUs stay free for
+    the services (a scale-up, a pending replica, which the scheduler puts there anyway). Before, they were `claimed`:
+    used, hidden from inference too, so a service's pending replicas looked placeless and the tide shrank training
+    elsewhere every cycle of the heat wave to make room for replicas that landed on those idle GPUs anyway; and
+    before that, the kept node looked as open as a cool one, and the tide lent its idle GPUs to training."""
+    unlent = ({i for i, g in enumerate(snapshot.gpus) if g.node == kept_open}
+              if kept_open is not None and snapshot is not None else set())
+    return {"claimed": {g for a in actions if isinstance(a, Migrate) for g in a.target_gpus},
+            "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}, "unlent": unlent}
 
 
 def _serving(snapshot: ClusterSnapshot, owner: str) -> bool:

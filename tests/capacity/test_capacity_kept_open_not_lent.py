@@ -3,7 +3,8 @@ only the hot taints the plan writes (`tainting`), so the node the taint spares (
 coolest, its taint removed or never written) looked as open as a cool one: on the tidal fleet with every GPU 3 C under
 slowdown, the tide lent its 8 idle GPUs to training every cycle (+8 workers on a node 2 C under slowdown). Now the
 planner's state names the node (`PlannerState.kept_open`, only while it is hot) and `claims` counts its GPUs claimed:
-none lent while it is hot; once it cools the tide may lend them again."""
+none lent while it is hot; once it cools the tide may lend them again. They are `unlent`, not `claimed` (s33h22):
+still free for the services' scale-ups and pending replicas."""
 
 from __future__ import annotations
 
@@ -37,12 +38,11 @@ def fleet():
     return snap, forecasts, ctx.profiles
 
 
-def run(fleet, temps: list[np.ndarray]):
-    """One cycle per reading, the plan's taints applied before the next; per cycle: the node kept open, the workers
-    the capacity plan grows training by."""
+def cycles(fleet, temps: list[np.ndarray]):
+    """One cycle per reading, the plan's taints applied before the next: each cycle's plan and state."""
     snap0, forecasts, profiles = fleet
     tainted: set[str] = set()
-    state, out = None, []
+    state = None
     for c, t in enumerate(temps):
         nodes = tuple(replace(n, taints=(*n.taints, *((HOT,) if n.name in tainted else ()))) for n in snap0.nodes)
         s = replace(snap0, time=snap0.time + 30 * c, temperature_c=np.asarray(t, dtype=float), nodes=nodes)
@@ -51,10 +51,14 @@ def run(fleet, temps: list[np.ndarray]):
         state = acknowledge(state, p.actions, s)
         written = [a for a in p.actions if isinstance(a, TaintNode) and not a.renew]
         tainted = (tainted - {a.node for a in written if a.remove}) | {a.node for a in written if not a.remove}
-        grown = sum(a.workers - a.previous_workers for a in p.actions
-                    if isinstance(a, ScaleTraining) and a.workers > a.previous_workers)
-        out.append((state.kept_open, grown))
-    return out
+        yield p, state
+
+
+def run(fleet, temps: list[np.ndarray]):
+    """Per cycle (`cycles`): the node kept open, the workers the capacity plan grows training by."""
+    return [(state.kept_open, sum(a.workers - a.previous_workers for a in p.actions
+                                  if isinstance(a, ScaleTraining) and a.workers > a.previous_workers))
+            for p, state in cycles(fleet, temps)]
 
 
 def heat_wave(snap) -> np.ndarray:
@@ -79,8 +83,10 @@ def test_once_the_kept_node_cools_its_idle_gpus_may_be_lent_again(fleet):
     assert cycles[-1][0] is None and any(grown for kept, grown in cycles[-3:]), cycles
 
 
-def test_claims_counts_every_gpu_of_the_kept_node(fleet):
+def test_claims_names_every_gpu_of_the_kept_node_unlent_not_claimed(fleet):
+    """`unlent`, not `claimed` (s33h22): claimed GPUs are used, hidden from the services' pending replicas too
+    (tests/capacity/test_capacity_kept_open_serves_inference.py)."""
     snap = fleet[0]
     on_kept = {i for i, g in enumerate(snap.gpus) if g.node == KEPT}
-    assert claims((), snap, KEPT)["claimed"] == on_kept
-    assert claims((), snap)["claimed"] == set() and claims(())["claimed"] == set()
+    assert claims((), snap, KEPT) == {"claimed": set(), "tainting": set(), "unlent": on_kept}
+    assert claims((), snap)["unlent"] == set() and claims(())["unlent"] == set()
