@@ -72,6 +72,13 @@ class ThrottlePolicy:
     max_priority_to_shrink: int = _f(50, "training at or below this priority may be shrunk", 0, 1_000_000)
 
 
+# A p99 latency SLO's bounds in seconds, one range for the policy's `latencySloSeconds` default, a services file's
+# `latencySloSeconds` (balancer.app.capacity_run) and `calibrate --slo` (balancer.cmd.calibrate): the three copies
+# could drift apart. The low is a real one: p99 / SLO is a latency pressure, and `--slo 1e-320` put every sample over
+# the SLO.
+SLO_RANGE_S = (1e-3, 3600.0)
+
+
 @dataclass(frozen=True)
 class ColocationPolicy:
     enabled: bool = _f(True, "protect inference latency on GPUs shared with training")
@@ -79,7 +86,7 @@ class ColocationPolicy:
     slo_slack: float = _f(0.5, "give training back when p99 is below this fraction of the SLO", 0, 5)
     slack_readings: int = _f(5, "consecutive slack readings before giving back", 1, 1000)
     latency_slo_s: float = _f(0.5, "p99 latency SLO of services without their own (ServiceProfiles "
-                                   "latencySloSeconds)", 0.001, 3600)
+                                   "latencySloSeconds)", *SLO_RANGE_S)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from balancer import catalog
-from balancer.config import BalancerPolicy, number_as_text
+from balancer.config import SLO_RANGE_S, BalancerPolicy, number_as_text
 from balancer.errors import GputideError, InputError
 from balancer.forecast.service import HistorySeeds
 from balancer.model import ClusterSnapshot, Forecast, Plan
@@ -70,7 +70,7 @@ _FIELDS: dict[str, tuple[str, type, float, float, bool]] = {
     "gpusPerReplica": ("gpus_per_replica", int, 1, 64, False),
     "gpuModels": ("models", list, 0, 0, False),
     "homeReplicas": ("home_replicas", int, 0, 100_000, False),
-    "latencySloSeconds": ("slo_latency_s", float, 1e-3, 3_600, False),
+    "latencySloSeconds": ("slo_latency_s", float, *SLO_RANGE_S, False),
 }
 
 

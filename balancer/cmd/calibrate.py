@@ -43,6 +43,7 @@ from balancer.cmd._args import (
     write_json,
 )
 from balancer.cmd.run import cluster_name, prometheus_url
+from balancer.config import SLO_RANGE_S  # --slo as a services file's latencySloSeconds
 from balancer.errors import InputError, TelemetryError
 from balancer.telemetry.slo_rules import service_name
 
@@ -161,11 +162,6 @@ def profile_number(value: float) -> str:
     exponent = 3 - math.floor(math.log10(value))
     digits = math.floor(value * 10.0 ** exponent * (1 + 1e-12))  # 1e-12: 29.44 is not 29.43 for binary rounding
     return format(Decimal(digits).scaleb(-exponent).normalize(), "f")
-
-
-# --slo as a services file's latencySloSeconds (balancer.app.capacity_run): `--slo 1e-320` passed `> 0` and put every
-# sample over the SLO
-SLO_RANGE_S = (1e-3, 3600.0)
 
 
 def aimed_at(margin: float, slos: dict[str, float]) -> None:
