@@ -202,7 +202,8 @@ def unseen_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCap
     scrape lost), and a profile's minReplicas is 1 at least so that a profiled service always has a pod to report
     it. Before, such a service was simply left out of the plan: no hold, no note, and the idle GPUs its demand needs
     lent to training, 3 minutes after the same lost scrape had held. A profiled service with no pod placed (not deployed
-    yet, deleted, all on a forgotten node) has nothing running to misjudge: left out, as co-location counts it gone."""
+    yet, deleted, all on a forgotten node) has nothing running to misjudge: left out, as co-location counts it gone;
+    so is one a shard left out because it spans two shards (`spread_services`: its demand is known elsewhere)."""
     return sorted(n for n in profiles if n not in snapshot.services and n not in snapshot.demand_unknown
                   and n not in snapshot.spread_services and _serving(snapshot, n))
 
