@@ -205,7 +205,7 @@ def exporter_registry(backend, args: argparse.Namespace, collect_timeout_s: floa
     return backend, registry
 
 
-def watch_gpu_reads(backend, health) -> None:
+def watch_gpu_reads(backend, health, caps_interval_s: float | None = None) -> None:
     """The NVML backend's GPU reads (`exporters.backends.nvml_gpu_reads`) run inside `health.watching`, so a read
     that never returns fails ``/readyz`` after ``--collect-timeout`` and ``/healthz`` after ``--stuck-after`` as a
     stuck collection does (a hung GPU holds no collection open: unwatched, it failed neither probe), and are waited
@@ -221,7 +221,10 @@ def watch_gpu_reads(backend, health) -> None:
     a read is), and what is no GPU's (initialising NVML again) has no deadline. Scrapes meanwhile get what a late
     collection gets.
     A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
-    a late collection is. A backend without such reads (sim) is left as it is."""
+    a late collection is; the agent's late limit read (`caps_interval_s`: ``--caps-interval``) at its next sync if it
+    began at most two intervals ago (`NvmlBackend.agent_syncs_every`), whatever ``--serve-stale-for``: bound by it,
+    a GPU slower than the reads' deadline was never capped nor given back at an interval at or above it. A backend
+    without such reads (sim) is left as it is."""
     reads = getattr(backend, "reads", None)
     if reads is None:
         return
@@ -229,6 +232,8 @@ def watch_gpu_reads(backend, health) -> None:
     reads.timeout_s = min(reads.timeout_s, health.collect_timeout_s * 3 / 8)
     reads.max_age_s = health.serve_stale_s   # a late read served at the next collection: as old as a late one
     backend.lock_timeout_s = health.collect_timeout_s / 8
+    if caps_interval_s is not None:
+        backend.agent_syncs_every(caps_interval_s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -242,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     raw = build_backend(args)
     backend, registry = exporter_registry(raw, args, timeouts["collect_timeout_s"])
     health = CollectHealth(**timeouts)
-    watch_gpu_reads(raw, health)
+    watch_gpu_reads(raw, health, args.caps_interval)
     server = bind(lambda **kw: serve(registry, health=health, **kw), args.listen, args.port)
     print(f"gputide exporter ({args.backend}) serving {len(backend.identity)} GPUs on "
           f"http://{host_port(server.server.server_address[0], server.port)}/metrics", flush=True)

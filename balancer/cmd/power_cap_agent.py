@@ -205,11 +205,13 @@ class AgentHealth(Health):
 def watch_nvml(backend: Any, health: AgentHealth, interval_s: float = 0.0) -> None:
     """The backend's per-GPU NVML calls run inside `health.watching` (a backend without them, sim, left alone), and
     a limit read that missed its deadline is used at the next sync, `interval_s` later, once it has returned (a GPU
-    slower than the deadline: `exporters.backends.nvml_power`), not dropped as too old."""
+    slower than the deadline: `exporters.backends.nvml_power`), not dropped as too old (`agent_syncs_every`: the
+    reads' own `max_age_s`, which says when a call counts as stuck, is left as it is)."""
     reads = getattr(backend, "reads", None)
     if reads is not None:
         reads.watching = health.watching
-        reads.max_age_s = max(reads.max_age_s, 2.0 * interval_s)
+        if interval_s > 0:
+            backend.agent_syncs_every(interval_s)
 
 
 def run_agent(agent: Any, metrics: AgentMetrics, interval_s: float, stop: threading.Event,

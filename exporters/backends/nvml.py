@@ -114,7 +114,7 @@ import numpy as np
 
 from exporters.backends.base import GpuIdentity, GpuReadings, InstanceReading, MigInstance
 from exporters.backends.nvml_gpm import UNSUPPORTED, GpuActivity, MigActivity
-from exporters.backends.nvml_gpu_reads import GpuReads
+from exporters.backends.nvml_gpu_reads import MAX_AGE_S, GpuReads
 from exporters.backends.nvml_identity import Gpus, identify
 from exporters.backends.nvml_identity import text as _text
 from exporters.backends.nvml_init import NvmlInit
@@ -183,6 +183,7 @@ class NvmlBackend:
         `watching` settable later, to `exporters.health.CollectHealth.watching` in the exporter)."""
         self.reads = reads or GpuReads(GPU_TIMEOUT_S)
         self.lock_timeout_s = LOCK_TIMEOUT_S
+        self.limits_max_age_s = MAX_AGE_S   # a late limit read used at the agent's next sync: `agent_syncs_every`
         self._busy = False   # the last read found the lock held past lock_timeout_s (logged once per episode)
         self._mig_busy = False   # a MIG lookup of this collection found the lock held: the others do not wait
         self._local = threading.local()   # a GPU read's thread: the initialisation it began under
@@ -579,7 +580,16 @@ class NvmlBackend:
                 raise TargetUnavailable(self._init.why())
             self._limits_read = self._init.reinits
             return self._power.power_limits(call=lambda jobs: self.reads.call(jobs, "power-limit read"),
-                                            stuck=self.reads.stuck(), young=self.reads.young)
+                                            stuck=self.reads.stuck(),
+                                            young=lambda read: self.reads.young(read, self.limits_max_age_s))
+
+    def agent_syncs_every(self, interval_s: float) -> None:
+        """The power-cap agent syncs every `interval_s`: a limit read that missed its deadline is used at the next
+        `power_limits` if it began at most two intervals ago. Its own bound, not the reads' `max_age_s` (the
+        exporter's ``--serve-stale-for``): at a ``--caps-interval`` at or above that (or ``--serve-stale-for 0s``) a
+        GPU slower than the deadline was never capped nor given back; and raising the reads' to the agent's interval
+        changed when a read counts as stuck."""
+        self.limits_max_age_s = 2.0 * interval_s
 
     def returned_sets(self) -> dict[str, float | str]:
         """The power-limit Sets that missed the reads' deadline (pending) and have returned since: the watts set, or

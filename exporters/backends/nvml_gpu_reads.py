@@ -137,9 +137,10 @@ class GpuReads:
                 self._say(key, LATE, read)
         return started
 
-    def young(self, read: Read) -> bool:
-        """Whether `read` began at most `max_age_s` ago (a late one older is not used)."""
-        return not self._too_old(read)
+    def young(self, read: Read, max_age_s: float) -> bool:
+        """Whether `read` began at most `max_age_s` ago (a late call's caller's own bound: the power-cap agent's
+        limit reads are used within two of its intervals, whatever the reads' `max_age_s`)."""
+        return self.clock() - read.started <= max_age_s
 
     def _calling(self, key: str) -> bool:
         """Whether a call on GPU `key` is still inside NVML (said stuck once past `max_age_s`); one that

@@ -75,7 +75,8 @@ def test_a_power_limit_set_that_never_returns_fails_liveness_after_the_stall_lim
 
 def test_the_standalone_agent_uses_a_late_limit_read_up_to_the_next_sync_at_its_interval():
     """A slow GPU's late limit read is used at the next sync (`NvmlPowerCaps.power_limits`) if no older than the
-    reads' `max_age_s`: at a 60 s interval, the 30 s default dropped it at every sync (never capped)."""
+    agent's two intervals: at a 60 s interval, the reads' 30 s default dropped it at every sync (never capped). The
+    reads' own `max_age_s` (when a call counts as stuck) is left as it is."""
     backend = NvmlBackend(HungSet([FakeDevice(uuid="GPU-0", minor=0)]), hostname="n1", reads=GpuReads(0.1))
     watch_nvml(backend, AgentHealth(STALL_S), 60.0)
-    assert backend.reads.max_age_s == 120.0
+    assert backend.limits_max_age_s == 120.0 and backend.reads.max_age_s == 30.0

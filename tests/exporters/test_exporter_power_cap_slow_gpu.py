@@ -4,8 +4,8 @@ The agent's calls on a GPU run under the reads' deadline (fa5c495): a GPU whose 
 outran it read NaN at every sync, so it was never capped, and one capped while fast and slow since was never given
 back (audit s33a8, p8_slow / p8b_slow_giveback); the agent before fa5c495, with no deadline, capped it. A limit read
 that missed its deadline is now used at the next sync once it has returned (`NvmlPowerCaps.power_limits`), if it
-began at most `max_age_s` ago and no Set was made on the GPU since: such a GPU is capped or given back a sync or two
-late, not never. Its late Set is pending and judged from what it returned (`returned_sets`).
+began at most two agent intervals ago (`limits_max_age_s`) and no Set was made on the GPU since: such a GPU is capped
+or given back a sync or two late, not never. Its late Set is pending and judged from what it returned (`returned_sets`).
 
 Bounded: each slow call sleeps `CALL_S`; waits for the jobs are bounded (`returned`)."""
 
@@ -74,7 +74,7 @@ def test_a_gpu_capped_while_fast_and_slow_since_is_given_back():
 
 def test_a_late_limit_read_older_than_max_age_is_not_used():
     devs, nvml, backend, source, agent = slow_node({"GPU-1": 300.0})
-    backend.reads.max_age_s = 0.0
+    backend.limits_max_age_s = 0.0
     nvml.slow = "GPU-1"
     assert syncs(agent, backend, 3) == {} and devs[1].limit_mw == 700_000
     assert "could not be read" in agent.failed
