@@ -335,8 +335,10 @@ def view_from_snapshot(
     before it shrinks training (a service's pending replicas land there anyway); their healthy GPUs' models join
     `uncounted_models`: no job grows onto an idle GPU of those models this cycle, nor onto one a loan frees. `free` is
     per model, not per node, so that holds back every idle GPU of those models; in the heat wave that keeps a node
-    open, every other node that takes GPU work is hot and tainted, its idle GPUs in no pool, so those are the kept
-    node's.
+    open, every other node that takes GPU work is hot and tainted, its idle GPUs in no pool, so those are mostly the
+    kept node's; not all of them where the pods reach other nodes (cordoned, tainted by others) through a key-less
+    `Exists` toleration, which `schedulable` honours and the kept-open reading does not: those nodes' idle GPUs of
+    the kept node's models are held back too for the heat wave.
 
     `sharded`: the snapshot is one shard's cut (`telemetry.shard.restrict`), which keeps a service none of whose
     replicas is placed in every shard; such a service is left out, or each shard would reclaim GPUs for its whole

@@ -33,7 +33,9 @@ another. A node others closed (a cordon's `node.kubernetes.io/unschedulable`, wh
 `NoExecute` taints but gputide's that no placed GPU workload tolerates all of: GKE's `nvidia.com/gpu=present:NoSchedule`
 that every GPU pod tolerates closes nothing, nor a dedicated pool's taint its own pods tolerate; a key-less `Exists`
 toleration, which tolerates every taint, is not read: a pod that has one, a DaemonSet-style GPU agent, says nothing
-about where ordinary work may go, and one such pod placed counted every tainted node open) or with no healthy GPU
+about where ordinary work may go, and one such pod placed counted every tainted node open; a fleet whose pods reach
+tainted nodes only through such a toleration therefore keeps no node open, harmlessly: those pods tolerate the hot
+taint as well) or with no healthy GPU
 takes no work and does not count as open; where others closed every node, gputide closes nothing and keeps nothing
 open. The rule is per cluster (per snapshot: a shard keeps one of its own nodes open), not per GPU model pool: a pool
 rule would keep every single-node pool's hot node open, so a fleet of one node per model would never taint at all, and
