@@ -25,7 +25,8 @@ What `PowerCapAgent.sync()` does, each interval:
   gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless
   the GPU runs at the cap asked (applied, and the agent stopped before it wrote so). A GPU whose limit cannot be
   read is not capped for the first time until it can (its limit before would be unknown; counted failed
-  meanwhile). A GPU found
+  meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit: one an operator
+  lowered meanwhile was raised). A GPU found
   already at the cap asked with nothing remembered (the state file lost, or none kept, and the agent restarted)
   has no limit before: its give-back restores the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
@@ -467,7 +468,10 @@ class PowerCapAgent:
         return requests
 
     def _request(self, uuid: str, want: Entry, limit: PowerLimit | None) -> float | None:
-        """What to ask the target for `uuid` now (None: nothing)."""
+        """What to ask the target for `uuid` now (None: nothing). A GPU under gputide's cap whose limit is unread
+        waits for a later sync, as a first cap does (`_held_down`): its Set is a compare-and-set on the limit read
+        (`exporters.backends.nvml_power`), so one on no limit was blind, and a cap changed then overwrote an
+        operator's lower limit (150 W under a 200 W cap became 300 W, then given back to the default)."""
         if isinstance(want, Restore):
             if self._asked.get(uuid) == want or self._unread(uuid, limit):
                 return None   # carried out, or left alone, already; or not to be judged on a failed read
@@ -477,6 +481,8 @@ class PowerCapAgent:
             self._applied.pop(uuid, None)
             self._keep(lambda: self.before.drop(uuid))
             return None
+        if self.before.get(uuid) is not None and self._unread(uuid, limit):
+            return None   # under gputide's cap, its limit unread: a Set now would be blind (below)
         if self._asked.get(uuid) != want or (limit is not None and self._lifted(uuid, limit)):
             return want
         return None

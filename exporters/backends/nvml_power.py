@@ -114,7 +114,8 @@ class NvmlPowerCaps:
 
     def _set(self, h: Any, watts: float, was: float) -> float:
         """Set `watts` (clamped) only while the GPU's limit is still `was`, the one the agent decided on (NaN: none
-        read), re-read in this job right before: a limit changed since (an operator's ``nvidia-smi -pl`` while a
+        read; the agent asks no Set on a GPU whose limit is unread, `PowerCapAgent._request`), re-read in this job
+        right before: a limit changed since (an operator's ``nvidia-smi -pl`` while a
         late read that sampled the old one was inside NVML) is refused (`Moved`), not overwritten."""
         nvml = self.nvml
         if not math.isnan(was) and abs((now := nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0) - was) \
