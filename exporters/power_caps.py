@@ -306,11 +306,12 @@ class PowerCapAgent:
                 log.info("the power-limit Set of %s that had not returned is done: %.0f W", uuid, got)
                 self._done(uuid, pending.want, got)
                 settled[uuid] = got
-            elif limit is not None or got is not None:   # else no such GPU now: nothing of it to judge
-                log.info("the power-limit Set of %s that had not returned did not take (%s): asked again as a "
-                         "refused one is", uuid, got or f"{limit.current_w:.0f} W, not "
-                         f"{in_force(pending.watts, limit):.0f} W")
-                if (held := self.before.get(uuid)) is not None:
+            else:   # no such GPU now: nothing of it to judge, but forgotten in the state file too
+                if limit is not None or got is not None:
+                    log.info("the power-limit Set of %s that had not returned did not take (%s): asked again as a "
+                             "refused one is", uuid, got or f"{limit.current_w:.0f} W, not "
+                             f"{in_force(pending.watts, limit):.0f} W")
+                if (held := self.before.get(uuid)) is not None:   # else reloaded as pending at every restart
                     self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(pending_w=math.nan)))
         return settled
 
