@@ -127,10 +127,7 @@ def _unranked(entry: Json) -> bool:
 def reserved_for_others(node: Json, req: Json, what: str = GPUS) -> int:
     """GPUs (or, by `what`, CPU milli or memory MiB) reserved on `node` for anyone but `req` that counts against it
     (`counts_against`: its own reservations are not held against it, nor those of pods of lower priority)."""
-    if not node["reservations"]:   # most nodes: nothing to look up
-        return 0
-    return sum(_held(v, what) for k, v in node["reservations"].items()
-               if k not in req["owned"] and counts_against(v, req))
+    return sum(_held(v, what) for v in _counted(node, req))
 
 
 def _counted(node: Json, req: Json) -> list[Json]:
