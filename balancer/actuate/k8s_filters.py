@@ -150,6 +150,12 @@ def ports_reserved_for_others(node: Json, req: Json) -> frozenset[tuple]:
     return frozenset(held)
 
 
+def unlisted_amount(resource: str) -> float:
+    """What a node that does not list the extended resource `resource` has of it: none, except pod slots, where a
+    node that does not count its pods takes any number (the filters, `Offers` and preemption read it alike)."""
+    return math.inf if resource == "pods" else 0.0
+
+
 def extended_reserved_for_others(node: Json, req: Json, resource: str) -> float:
     """How much of the extended resource `resource` is held on `node` for pods other than `req` that count against
     it (0 where a hold does not say, or says it in a form that is not an amount: `_amount`)."""
@@ -300,7 +306,7 @@ def _extended_refusal(node: Json, req: Json) -> str | None:
     """Every extended resource and the pod slots: what the node has, then less what is held for other pods."""
     free = node["extended_free"]
     for k, v in req["extended"].items():
-        have = free.get(k, float("inf") if k == "pods" else 0.0)   # a node that does not count its pods: any number
+        have = free.get(k, unlisted_amount(k))
         if have < v:
             return "Too many pods" if k == "pods" else f"Insufficient {k}"
         if have - extended_reserved_for_others(node, req, k) < v:
@@ -343,7 +349,7 @@ class Offers:
         self.gpus = np.array([n["gpus_free"] for n in view])
         self.cpu = np.array([n["cpu_milli_free"] for n in view])
         self.memory = np.array([n["memory_mib_free"] for n in view])
-        self.extended: dict[str, Any] = {}   # resource -> free per node (missing: 0, or not limited for "pods")
+        self.extended: dict[str, Any] = {}   # resource -> free per node (one it does not list: `unlisted_amount`)
         self.rules: dict[tuple, tuple[list[str | None], np.ndarray]] = {}
         self._spreading: dict[tuple, np.ndarray] = {}   # (rules, policies) -> nodes a spread constraint counts on
         for n in view:
@@ -352,14 +358,10 @@ class Offers:
         self._fits = np.zeros(len(view), dtype=bool)
         self._admitted = self._fits
 
-    @staticmethod
-    def _missing(resource: str) -> float:
-        return float("inf") if resource == "pods" else 0.0   # a node that does not count its pods takes any number
-
     def _free(self, resource: str) -> np.ndarray:
         column = self.extended.get(resource)
         if column is None:
-            missing = self._missing(resource)
+            missing = unlisted_amount(resource)
             column = self.extended[resource] = np.array(
                 [n["extended_free"].get(resource, missing) for n in self.view], dtype=float)
         return column
@@ -485,4 +487,4 @@ class Offers:
         elif listed and not n["reservations"]:
             del self.reserving[at]
         for k, column in self.extended.items():
-            column[i] = n["extended_free"].get(k, self._missing(k))
+            column[i] = n["extended_free"].get(k, unlisted_amount(k))

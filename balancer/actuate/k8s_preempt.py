@@ -61,7 +61,6 @@ nomination cleared (`k8s_holds`), and it plans afresh at the next pass.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +79,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
     extended_reserved_for_others,
     others_held,
     reserved_for_others,
+    unlisted_amount,
 )
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
@@ -289,12 +289,12 @@ def big_enough(node: Json, req: Json, held: Mapping[str, float] | None = None) -
         return True
     total = node.get("extended_total") or {}
     for k, v in want.items():
-        if total.get(k, math.inf if k == "pods" else 0.0) < v:
+        if total.get(k, unlisted_amount(k)) < v:
             return False
     if not node["reservations"]:
         return True
     held = others_held(node, req)[3] if held is None else held
-    return all(total.get(k, math.inf if k == "pods" else 0.0) - held.get(k, 0.0) >= v for k, v in want.items())
+    return all(total.get(k, unlisted_amount(k)) - held.get(k, 0.0) >= v for k, v in want.items())
 
 
 def usable(node: Json, req: Json) -> tuple[int, int, int]:
@@ -407,8 +407,7 @@ class Preemptor:
                                u.started, tuple(k for k, ns, sel in selectors
                                                 if u.key.startswith(f"{ns}/") and sel.matches(dict(u.labels))))
                        for u in lower[n["name"]]]
-            # a resource the node does not list is none of it, except pod slots: then it takes any number
-            extended = {k: n["extended_free"].get(k, float("inf") if k == "pods" else 0.0)
+            extended = {k: n["extended_free"].get(k, unlisted_amount(k))
                         - extended_reserved_for_others(n, req, k) for k in req["extended"]}   # less others' holds
             free = resources(*usable(n, req), extended)
             options[n["name"]] = (free, running)
