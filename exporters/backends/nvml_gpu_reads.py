@@ -78,7 +78,7 @@ class GpuReads:
         self.timeout_s, self.watching, self.clock, self.max_age_s = timeout_s, watching, clock, max_age_s
         self._running: dict[str, Read] = {}   # reads not done when their collection ended
         self._calls: dict[str, Read] = {}     # calls (the agent's, XID registrations) past their deadline
-        self._state: dict[tuple[str, bool], str] = {}   # (GPU, a call?) -> LATE or STUCK, as last logged
+        self._state: dict[tuple[str, str], str] = {}   # (GPU, what: read or call) -> LATE or STUCK, as logged
 
     def run(self, jobs: Mapping[str, Callable[[], Any]]) -> dict[str, Read]:
         """The reads of `jobs` done within `timeout_s`, by key, else an earlier late read of it that returned since
@@ -182,9 +182,10 @@ class GpuReads:
         return self.clock() - read.started > self.max_age_s
 
     def _say(self, key: str, state: str | None, read: Read) -> None:
-        """Log GPU `key`'s read (or its calls) turning late, stuck, or in time again; nothing while it stays
-        as it was."""
-        at = (key, read.what != "read")
+        """Log GPU `key`'s reads (or one kind of its calls, `what`) turning late, stuck, or in time again; nothing
+        while they stay as they were. Each kind apart: one key for all calls said a late Set's GPU's limit reads
+        'return in time again'."""
+        at = (key, read.what)
         was = self._state.get(at)
         if state == was:
             return
