@@ -51,9 +51,9 @@ What `PowerCapAgent.sync()` does, each interval:
   kept, with the watts asked (in the limits before too, so a restarted agent knows it), and the GPU is left alone
   (not Set again, nothing given back, its limit not taken as changed by hand) until the target says what the Set
   returned (`returned_sets`: the watts set, done; refused, not done, whatever the limit reads) or, where it cannot
-  (an agent restarted meanwhile), a sync reads its limit: at the watts asked, the Set is done (gputide's cap, the
-  limit before still the one remembered: taken for an operator's, its give-back restored gputide's own cap); else it
-  did not take, and is asked again as a refused one is.
+  (an agent restarted meanwhile), a sync reads its limit: at the watts asked, the Set is done (gputide's cap, not an
+  operator's: the limit before stays the one remembered); else it did not take, and is asked again as a refused one
+  is.
 
 Expiry. A cap the source gives as ``Expiring(W, until)`` (on Kubernetes: the node annotation
 ``gputide.io/power-caps-until``, which the controller renews while it still wants its caps) is the cap W until

@@ -218,8 +218,9 @@ def watch_gpu_reads(backend, health, caps_interval_s: float | None = None) -> No
     within the timeout, so a scrape is told the agent held NVML (waited for the whole timeout, the collection outran
     it and the scrape read only 'timed out'); an agent's sync takes milliseconds, its calls on a GPU end within the
     reads' deadline (one on a GPU in recovery leaves that GPU stuck, the lock free, and is watched by the probes as
-    a read is), and what is no GPU's (initialising NVML again) has no deadline. Scrapes meanwhile get what a late
-    collection gets.
+    a read is), so they may hold the lock up to 3/8 of the collection timeout (a slow GPU), and a collection
+    meanwhile waits its 1/8 and fails (`NvmlBusy`), and what is no GPU's (initialising NVML again) has no
+    deadline. Scrapes meanwhile get what a late collection gets.
     A GPU read that returned late is served at the next collection for ``--serve-stale-for``, as
     a late collection is; the agent's late limit read (`caps_interval_s`: ``--caps-interval``) at its next sync if it
     began at most two intervals ago (`NvmlBackend.agent_syncs_every`), whatever ``--serve-stale-for``: bound by it,

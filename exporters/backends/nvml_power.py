@@ -18,8 +18,9 @@ with the new ones when NVML is initialised again, which only its `read()` and `p
 each, the agent's once per sync; `TargetUnavailable` while it fails). Its ``apply_power_caps`` refuses every GPU
 while NVML does not answer, and after NVML was initialised again since its last ``power_limits()`` (by a collection
 of the same process): the caps were judged on limits read through the old handles. A GPU the backend names *stuck*
-(its read has not returned from NVML) is not asked at all: its limit reads NaN, its cap is refused (`STUCK`) and
-asked again at the next sync, since the call would hang too, under the lock every collection needs.
+(its read, or an earlier call, has not returned from NVML) is not asked at all: its limit reads NaN (the agent
+then waits, `exporters.power_caps`), a cap asked all the same is refused (`STUCK`) and asked again at the next
+sync: the GPU gets no other job while one is inside NVML (`GpuReads`).
 
 Each GPU's calls run in that GPU's own job, with the reads' deadline (`call`: the backend's `GpuReads.call`): the
 agent the first to call a GPU in recovery leaves that GPU stuck, as a late read does, and goes on, freeing the
@@ -51,7 +52,8 @@ from exporters.backends.nvml_init import NvmlInit
 from exporters.power_caps import TOLERANCE_W, PowerCapError, PowerLimit, TargetUnavailable
 
 log = logging.getLogger(__name__)
-STUCK = "its read is stuck inside NVML (a GPU in recovery?): not asked, set at a later sync once it returns"
+STUCK = ("its read or an earlier call is stuck inside NVML (a GPU in recovery?): not asked, set at a later sync "
+         "once it returns")
 LATE = ("its power-limit Set has not returned in time (a GPU in recovery?): pending, judged from what it returns "
         "once it does")
 
