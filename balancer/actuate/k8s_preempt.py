@@ -76,9 +76,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
     MEMORY,
     PRIORITY,
     counts_against,
-    extended_reserved_for_others,
     others_held,
-    reserved_for_others,
     unlisted_amount,
 )
 from balancer.actuate.k8s_migrate import eviction
@@ -298,9 +296,17 @@ def big_enough(node: Json, req: Json, held: Mapping[str, float] | None = None) -
 
 
 def usable(node: Json, req: Json) -> tuple[int, int, int]:
-    """(GPUs, CPU milli, memory MiB) free on `node` and not reserved for pods other than `req`."""
-    return (node["gpus_free"] - reserved_for_others(node, req), node["cpu_milli_free"] - reserved_for_others(
-        node, req, CPU), node["memory_mib_free"] - reserved_for_others(node, req, MEMORY))
+    """(GPUs, CPU milli, memory MiB) free on `node` and not reserved for pods other than `req`: the node's holds
+    walked once (`k8s_filters.others_held`), not once per resource."""
+    return _usable(node, req)[:3]
+
+
+def _usable(node: Json, req: Json) -> tuple[int, int, int, dict[str, float]]:
+    """`usable`, and each extended resource `req` asks free on `node` less what is held there for others (a resource
+    the node does not list: `k8s_filters.unlisted_amount`), from one walk over the node's holds."""
+    gpus, cpu, memory, extended = others_held(node, req)
+    return (node["gpus_free"] - gpus, node["cpu_milli_free"] - cpu, node["memory_mib_free"] - memory,
+            {k: node["extended_free"].get(k, unlisted_amount(k)) - extended[k] for k in req["extended"]})
 
 
 def makes_room(node: Json, req: Json, victims: Sequence[Any]) -> bool:
@@ -407,10 +413,7 @@ class Preemptor:
                                u.started, tuple(k for k, ns, sel in selectors
                                                 if u.key.startswith(f"{ns}/") and sel.matches(dict(u.labels))))
                        for u in lower[n["name"]]]
-            extended = {k: n["extended_free"].get(k, unlisted_amount(k))
-                        - extended_reserved_for_others(n, req, k) for k in req["extended"]}   # less others' holds
-            free = resources(*usable(n, req), extended)
-            options[n["name"]] = (free, running)
+            options[n["name"]] = (resources(*_usable(n, req)), running)   # less what is held for others
         choice = choose(need, req["priority"], options, allowed, respect_budgets=True)
         if choice is not None and (why := self.stop_reason()):
             raise EvictionsStopped(f"held: {why}, so {', '.join(sorted(v.key for v in choice.victims))} on "
