@@ -23,7 +23,8 @@ What `PowerCapAgent.sync()` does, each interval:
   before nor the one gputide set) takes its place: raised by hand, the cap is applied again and the give-back
   restores the operator's new limit; lowered, no later cap raises it. So does one changed while the driver refuses
   gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless
-  the GPU runs at the cap asked (applied, and the agent stopped before it wrote so). A GPU whose limit cannot be
+  the GPU runs at the cap asked (applied, and the agent stopped before it wrote so) and the agent has not itself
+  seen that cap refused (then it is an operator's at the cap's watts). A GPU whose limit cannot be
   read is not capped for the first time until it can (its limit before would be unknown; counted failed
   meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit: one an operator
   lowered meanwhile was raised). A GPU found
@@ -223,6 +224,7 @@ class PowerCapAgent:
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
         self._blind: set[str] = set()   # this sync: GPUs whose limit could not be read, their give-back waiting
+        self._refused: set[str] = set()   # GPUs whose first cap this agent saw refused: none of its Sets landed
         self._pending: dict[str, Pending] = {   # Sets that have not returned: judged once the GPU's limit reads
             uuid: Pending(AFTER, held.pending_w) for uuid, held in self.before.items()
             if not math.isnan(held.pending_w)}
@@ -270,6 +272,7 @@ class PowerCapAgent:
         """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is
         remembered as applied and as the limit gputide set. An earlier agent's Set (`AFTER`) was a give-back where it
         set the limit before, else a cap (kept as the limit gputide set; this agent applies its own caps anew)."""
+        self._refused.discard(uuid)
         held = self.before.get(uuid)
         if want is AFTER and (held is None or abs(watts - held.before_w) <= TOLERANCE_W):
             want = None
@@ -307,6 +310,8 @@ class PowerCapAgent:
                 self._done(uuid, pending.want, got)
                 settled[uuid] = got
             else:   # no such GPU now: nothing of it to judge, but forgotten in the state file too
+                if got is not None and (held := self.before.get(uuid)) is not None and math.isnan(held.set_w):
+                    self._refused.add(uuid)   # a first cap, refused: none of this agent's Sets landed
                 if limit is not None or got is not None:
                     log.info("the power-limit Set of %s that had not returned did not take (%s): asked again as a "
                              "refused one is", uuid, got or f"{limit.current_w:.0f} W, not "
@@ -349,6 +354,8 @@ class PowerCapAgent:
         except PowerCapError as err:
             self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {err}")))
             log.error("power caps not applied: %s", err)
+            self._refused.update(uuid for uuid in err.refused.keys() - err.pending
+                                 if (held := self.before.get(uuid)) is not None and math.isnan(held.set_w))
             for uuid in err.pending & requests.keys():   # may yet land: neither done nor forgotten, across restarts
                 self._pending[uuid] = Pending(wanted.get(uuid), requests[uuid])
                 if (held := self.before.get(uuid)) is not None:
@@ -384,12 +391,16 @@ class PowerCapAgent:
     def _not_capped_yet(self, uuid: str, held: Held, cap_w: float | None, limit: PowerLimit | None) -> None:
         """A GPU whose first cap was refused so far: asked no more, nothing to keep; still asked, the limit before
         is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
-        the cap asked (set, and the agent stopped before it could write so down: gputide's own)."""
+        the cap asked (set, and the agent stopped before it could write so down: gputide's own) and this agent has
+        not seen its own first cap refused (then none of its Sets landed: an operator's ``-pl`` at the cap's watts
+        was taken for gputide's, and its give-back raised the GPU to the limit before)."""
         if cap_w is None:
+            self._refused.discard(uuid)
             self._keep(lambda: self.before.drop(uuid))
             return
         if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
-                or abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:
+                or (uuid not in self._refused
+                    and abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W):
             return
         log.info("power limit of %s changed to %.0f W (was %.0f W) before gputide's first cap went through: the "
                  "limit before is %.0f W", uuid, limit.current_w, held.before_w, limit.current_w)
@@ -509,6 +520,7 @@ class PowerCapAgent:
         return False
 
     def _forget(self, uuid: str) -> None:
+        self._refused.discard(uuid)
         self._asked.pop(uuid, None)
         self._applied.pop(uuid, None)
         self._keep(lambda: self.before.drop(uuid))
