@@ -110,6 +110,33 @@ class Collection:
     timed_out: bool = False
 
 
+class WatchedCalls:
+    """Work in flight that a probe holds to a limit (`watching`, thread-safe), each with when it began (on `clock`)
+    and what it is: the exporter's `CollectHealth` and the power-cap agent's `AgentHealth` read the oldest."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._tokens = itertools.count()
+        self._calls: dict[int, tuple[float, str]] = {}   # token -> (when it began, what)
+
+    @contextmanager
+    def watching(self, what: str) -> Iterator[None]:
+        with self._lock:
+            token = next(self._tokens)
+            self._calls[token] = (self.clock(), what)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls.pop(token, None)
+
+    def oldest(self) -> tuple[float, str] | None:
+        """(when the longest-running work began, what it is), or None while none runs."""
+        with self._lock:
+            return min(self._calls.values(), default=None)
+
+
 class CollectHealth:
     """When collections began and ended (`begin()`, `end()`; thread-safe), what the probes make of it, and the
     collections themselves, one at a time and bounded (`run`; module docstring)."""
@@ -126,7 +153,7 @@ class CollectHealth:
         self._lock = threading.Lock()
         self._tokens = itertools.count()
         self._running: dict[int, float] = {}   # token -> when that collection began
-        self._watched: dict[int, tuple[float, str]] = {}   # token -> (when it began, what): `watching`
+        self._watched = WatchedCalls(lambda: self.clock())   # `watching`; on `clock` as it is then
         self.last_end: float | None = None
         self.last_ok: float | None = None
         self.last_failed = False
@@ -156,22 +183,17 @@ class CollectHealth:
     def watching(self, what: str) -> Iterator[None]:
         """Work that shares NVML with the collections (the power-cap agent's sync) runs inside: the probes hold it
         to the collections' limits (module docstring), `what` naming it in their answers."""
-        with self._lock:
-            token = next(self._tokens)
-            self._watched[token] = (self.clock(), what)
-        try:
+        with self._watched.watching(what):
             yield
-        finally:
-            with self._lock:
-                self._watched.pop(token, None)
 
     def _oldest(self) -> tuple[tuple[float, str] | None, float | None, float, float | None]:
         """(how long the longest-running collection or watched work has run and what it is, or None; when the
         oldest running collection began, or None; now; when the last collection ended)."""
+        watched = self._watched.oldest()
         with self._lock:
             now = self.clock()
             collection = min(self._running.values(), default=None)
-            began = list(self._watched.values())
+            began = [] if watched is None else [watched]
             if collection is not None:
                 began.append((collection, "a collection"))
             first = min(began, default=None)

@@ -55,12 +55,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -69,6 +68,7 @@ from balancer.app.health import Health, call_budget_s
 from balancer.app.health import app as probes_app
 from balancer.cmd._args import add_listen_address, bind, duration_between, given
 from balancer.errors import InputError
+from exporters.health import WatchedCalls
 
 log = logging.getLogger("gputide.power_cap_agent")
 
@@ -179,24 +179,13 @@ class AgentHealth(Health):
 
     def __init__(self, stall_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(stall_after_s, clock)
-        self._mu = threading.Lock()
-        self._tokens = itertools.count()
-        self._calls: dict[int, tuple[float, str]] = {}   # NVML calls in flight: when each began, and what it is
+        self._calls = WatchedCalls(lambda: self.clock())   # NVML calls in flight: when each began, and what it is
 
-    @contextlib.contextmanager
-    def watching(self, what: str) -> Iterator[None]:
-        with self._mu:
-            token = next(self._tokens)
-            self._calls[token] = (self.clock(), what)
-        try:
-            yield
-        finally:
-            with self._mu:
-                del self._calls[token]
+    def watching(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return self._calls.watching(what)
 
     def live(self) -> tuple[bool, str]:
-        with self._mu:
-            oldest = min(self._calls.values(), default=None)
+        oldest = self._calls.oldest()
         if oldest is not None and (age := self.clock() - oldest[0]) > self.stall_after_s:
             return False, f"stuck: {oldest[1]} has been inside NVML for {age:.0f} s (limit {self.stall_after_s:.0f} s)"
         return super().live()
