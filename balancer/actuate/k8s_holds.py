@@ -116,10 +116,24 @@ class Holds:
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.done]
-        did = (f"preempting {len(done.done)} pod(s) of lower priority on {choice.node}: "
-               f"{', '.join(sorted(done.done))}")
+        did = self._preempted_said(choice.node, done)
         log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], did)
         return f" preemption: {did}{self._left_said(choice.node, done)}."
+
+    @staticmethod
+    def _preempted_said(node: str, done: Evictions) -> str:
+        """What a preemption did, as words: the victims it evicted, those found gone already; where it evicted none,
+        that it holds the node all the same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod
+        fits there by what preemption weighs, a 0-GPU pod refused a node whose GPUs are held for others): it was said
+        to be "preempting 0 pod(s)", while it only held the node and waits there for what refuses it."""
+        gone = f"{', '.join(sorted(done.gone))} gone already" if done.gone else ""
+        if done.evicted:
+            return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
+                    f"{', '.join(sorted(done.evicted))}" + (f" ({gone})" if gone else ""))
+        held = f"{node} held for it until {done.entry.get('expires', 'its expiry')}"
+        if gone:
+            return f"no pod evicted on {node}, its victims {gone}: {held}"
+        return f"nothing to preempt on {node} (no pod of lower priority takes the room it needs there): {held}"
 
     def _clear_lower(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
         """`req` preempted on node i: the holds there for pods of lower priority (`lower_holds`) are given back and
