@@ -12,12 +12,14 @@ when switching between the unsharded controller and the shards (deploy/overlays/
 Only what names NAMESPACE/FROM changes: another controller's floors and entries (another namespace's Lease of the
 same name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1)
 while deployment/FROM exists in --namespace: running, it would go on writing its own name. Each HPA is patched at the
-resourceVersion it was read at and the record replaced at its own, so a write in between fails that object (exit 1,
-the others still handed over) rather than being lost: run it again, which hands over what still names FROM.
+resourceVersion it was read at and the record replaced at its own; a write in between (409) is not lost: the
+object is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries,
+a short jittered wait between), so a floor or entry someone wrote meanwhile stands and what no longer names FROM is
+left. Only an object written again before every try fails (exit 1, the others still handed over): run it again.
 `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit 0)
 when a run would be refused for the Deployment. Bad input (a name that is no Lease's, FROM and TO the same, a bad
 --namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: get on deployments in --namespace,
-list and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of --namespace.
+list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of --namespace.
 """
 
 from __future__ import annotations
@@ -135,50 +137,62 @@ def _hand_over(api: Any, ns: str, from_lease: str, to_lease: str, dry_run: bool)
 
 def _hand_floors(api: Any, writer: str, heir: str, dry_run: bool) -> list[Json]:
     """The HPAs whose floor names `writer`, each patched to name `heir` (not with `dry_run`); one whose patch failed
-    carries "failed": why (a 409: written since it was read), one deleted since it was read is left out."""
+    carries "failed": why. A write since it was read (409) reads it again and decides again (`_Api.update`): one that
+    then no longer names `writer`, or deleted since, is left out."""
     from balancer.actuate.k8s_hpa import FIELD_MANAGER
     from balancer.actuate.kubernetes import MERGE_PATCH, ConflictError, NotFoundError
     from balancer.errors import ActuationError
 
-    out = []
-    listed = api("list HPAs", api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
-    for hpa in floors_of(listed, writer):
+    def hand(hpa: Json) -> Json | None:
+        """`hpa` handed over (as listed), None when nothing was to hand, or it with "failed"."""
         hns, name = hpa["metadata"]["namespace"], hpa["metadata"]["name"]
-        if not dry_run:
-            try:
-                api(f"hpa {hns}/{name}", api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, name, hns,
-                    floor_hand_patch(hpa, heir), _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER)
-            except NotFoundError:
-                continue   # deleted since the list: no floor left to hand over
-            except ConflictError as exc:
-                hpa = {**hpa, "failed": f"{exc}: written since it was read, not handed over: run it again"}
-            except ActuationError as exc:
-                hpa = {**hpa, "failed": f"{exc}: not handed over"}
-        out.append(hpa)
-    return out
+        what, first = f"hpa {hns}/{name}", [hpa]   # the first try at the listed object: no GET unless a 409
+
+        def read() -> Json:
+            return first.pop() if first else api(what, api.autoscaling.read_namespaced_horizontal_pod_autoscaler,
+                                                 name, hns)
+        try:
+            patched = api.update(
+                what, read, lambda body: api(what, api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, name,
+                                             hns, body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER),
+                lambda now: floor_hand_patch(now, heir) if floor_owner(now) == writer else None)
+        except NotFoundError:
+            return None   # deleted since the list: no floor left to hand over
+        except ConflictError as exc:
+            return {**hpa, "failed": f"{exc}: written again before each of {api.max_retries + 1} tries, not handed "
+                                     "over: run it again"}
+        except ActuationError as exc:
+            return {**hpa, "failed": f"{exc}: not handed over"}
+        return None if patched is None else hpa   # None: no longer `writer`'s when read again
+
+    listed = api("list HPAs", api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
+    found = floors_of(listed, writer)
+    return found if dry_run else [h for h in map(hand, found) if h is not None]
 
 
 def _hand_entries(api: Any, ns: str, writer: str, heir: str, dry_run: bool) -> tuple[list[str], str]:
     """(the record keys whose entries named `writer`, now `heir`'s; why none is, or "") for NS's gputide-replicas,
-    replaced at the resourceVersion read (not with `dry_run`)."""
+    replaced at the resourceVersion read (not with `dry_run`); a write since (409) reads it again and decides again
+    (`_Api.update`), so an entry another writer wrote in between stays."""
     from balancer.actuate.kubernetes import ConflictError, NotFoundError
 
-    what = f"configmap {ns}/{RECORD_NAME}"
+    what, handed = f"configmap {ns}/{RECORD_NAME}", []
+
+    def change(record: Json) -> Json | None:
+        changes = entries_of(record, writer, heir)
+        handed[:] = changes
+        return None if dry_run else record_body(record, ns, RECORD_NAME, changes)
     try:
-        record = api(what, api.core.read_namespaced_config_map, RECORD_NAME, ns)
+        api.update(what, lambda: api(what, api.core.read_namespaced_config_map, RECORD_NAME, ns),
+                   lambda body: api(what, api.core.replace_namespaced_config_map, RECORD_NAME, ns, body), change)
     except NotFoundError:
-        return [], ""
-    changes = entries_of(record, writer, heir)
-    body = record_body(record, ns, RECORD_NAME, changes)
-    if body is None or dry_run:
-        return list(changes), ""
-    try:
-        api(what, api.core.replace_namespaced_config_map, RECORD_NAME, ns, body)
+        if not handed:
+            return [], ""   # no record: nothing to hand over
+        return [], f"{what}: deleted since it was read, no entry handed over"
     except ConflictError as exc:
-        return [], f"{exc}: written since it was read, no entry handed over: run it again"
-    except NotFoundError as exc:
-        return [], f"{exc}: deleted since it was read, no entry handed over"
-    return list(changes), ""
+        return [], (f"{exc}: written again before each of {api.max_retries + 1} tries, no entry handed over: run it "
+                    "again")
+    return handed, ""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
