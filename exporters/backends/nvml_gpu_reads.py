@@ -125,7 +125,9 @@ class GpuReads:
             if self._calling(key) or ((read := self._running.get(key)) is not None and not read.done.is_set()):
                 continue
             started[key] = self._start(key, job, Read(self.clock(), what))
-        deadline = self.clock() + self.timeout_s if until is None else until
+        now = self.clock()
+        deadline = now + self.timeout_s if until is None else until
+        given_s = max(0.0, deadline - now)   # what is left of `until` may be less than `timeout_s`
         for read in started.values():
             read.done.wait(max(0.0, deadline - self.clock()))
         for key, read in started.items():
@@ -134,7 +136,7 @@ class GpuReads:
             else:
                 read.late = True
                 self._calls[key] = read
-                self._say(key, LATE, read)
+                self._say(key, LATE, read, given_s)
         return started
 
     def young(self, read: Read, max_age_s: float) -> bool:
@@ -181,10 +183,11 @@ class GpuReads:
     def _too_old(self, read: Read) -> bool:
         return self.clock() - read.started > self.max_age_s
 
-    def _say(self, key: str, state: str | None, read: Read) -> None:
+    def _say(self, key: str, state: str | None, read: Read, given_s: float | None = None) -> None:
         """Log GPU `key`'s reads (or one kind of its calls, `what`) turning late, stuck, or in time again; nothing
         while they stay as they were. Each kind apart: one key for all calls said a late Set's GPU's limit reads
-        'return in time again'."""
+        'return in time again'. `given_s`: how long a late call was waited for (`timeout_s` where not said; a call
+        `until` a deadline got what was left of it, which the log said was `timeout_s`)."""
         at = (key, read.what)
         was = self._state.get(at)
         if state == was:
@@ -196,7 +199,8 @@ class GpuReads:
         self._state[at] = state
         if state == LATE and read.what != "read":
             log.warning("GPU %s: the %s has not returned after %g s (a GPU in recovery?): the GPU is not asked "
-                        "again, nor read, until it returns", key, read.what, self.timeout_s)
+                        "again, nor read, until it returns", key, read.what,
+                        self.timeout_s if given_s is None else round(given_s, 2))
         elif state == LATE:
             log.warning("GPU %s: its read has not returned after %g s: no series for it but its XID this collection "
                         "(its fields are collect errors); what it reads is served at the next collection if it has "
