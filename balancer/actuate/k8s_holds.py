@@ -47,6 +47,7 @@ from balancer.actuate.k8s_preempt import (
     kept_past_cap,
     lower_holds,
     makes_room,
+    mig_asked,
     model_allows,
 )
 from balancer.actuate.k8s_reads import Usage
@@ -290,6 +291,9 @@ class Holds:
         node = closest_to_fitting(req, self._candidates(req, view, offers))
         if node is None or not self._hold_starving(req, node, view, index, offers):
             return ""
+        if mig := mig_asked(req):   # a pod asking MIG instances, no whole GPU: 0 GPUs were said reserved
+            return (f" Waiting {(now - created) / 60:.0f} min: holding {node} "
+                    f"({', '.join(f'{v:g} {k}' for k, v in sorted(mig.items()))} reserved) as they free up there.")
         return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
                 "as GPUs free up there.")
 

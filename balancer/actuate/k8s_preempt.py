@@ -260,19 +260,45 @@ def model_allows(node: Json, req: Json) -> bool:
 
 
 def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
-    """The node a pod that waits too long should hold as GPUs free up: among those big enough for it at all once
-    what they hold for others is set aside (GPUs, CPU, memory, and each extended resource it asks: `big_enough`),
-    the one with the most GPUs free and not reserved for others (ties: by name); None when none is big enough.
-    What each node holds for others is summed in one walk over its holds (`k8s_filters.others_held`), not one per
-    resource: a starving pod weighs every node it may hold, at each pass."""
-    best: tuple[int, str] | None = None
+    """The node a pod that waits too long should hold as what it asks frees up: among those big enough for it at all
+    once what they hold for others is set aside (GPUs, CPU, memory, and each extended resource it asks:
+    `big_enough`), the one closest to fitting it by what it asks (`_closeness`: whole GPUs, or the MIG instances of a
+    pod that asks those and no whole GPU), ties by name; None when none is big enough. What each node holds for
+    others is summed in one walk over its holds (`k8s_filters.others_held`), not one per resource: a starving pod
+    weighs every node it may hold, at each pass."""
+    mig = mig_asked(req)
+    best: tuple[tuple[float, ...], str] | None = None
     for n in nodes:
         gpus, cpu, memory, extended = others_held(n, req) if n["reservations"] else (0, 0, 0, None)
         if n["gpus_total"] - gpus >= req["num_gpu"] and n["cpu_milli_total"] - cpu >= req["cpu_milli"] \
                 and n["memory_mib_total"] - memory >= req["memory_mib"] and big_enough(n, req, extended):
-            key = (n["gpus_free"] - gpus, n["name"])
+            key = (_closeness(n, gpus, mig, extended), n["name"])
             best = key if best is None or key > best else best
     return best[1] if best else None
+
+
+MIG_PREFIX = "nvidia.com/mig-"   # the NVIDIA device plugin's MIG instances (mixed strategy): nvidia.com/mig-3g.40gb
+
+
+def mig_asked(req: Json) -> dict[str, float]:
+    """The MIG instances (`MIG_PREFIX` resources, by profile) a pod asks that asks no whole GPU ({} otherwise): what
+    it waits for, rather than whole GPUs (`closest_to_fitting`)."""
+    if req["num_gpu"]:
+        return {}
+    return {k: v for k, v in req["extended"].items() if k.startswith(MIG_PREFIX)}
+
+
+def _closeness(node: Json, gpus_held: int, mig: Mapping[str, float],
+               held: Mapping[str, float] | None) -> tuple[float, ...]:
+    """How close `node` is to fitting a starving pod, the greater the closer: its whole GPUs free and not held for
+    others (`gpus_held`); for a pod that asks MIG instances (`mig`, `mig_asked`) and no whole GPU, the instances of
+    those profiles it lacks there (negated), then those free, each less what is held there for others (`held`, by
+    resource; None: nothing). A MIG-only pod was ranked by whole GPUs, which it does not use: a node with all its
+    GPUs free but none of the pod's profile was held rather than one a slice short."""
+    if not mig:
+        return (node["gpus_free"] - gpus_held,)
+    free = {k: (node.get("extended_free") or {}).get(k, 0.0) - (held or {}).get(k, 0.0) for k in mig}
+    return -sum(max(v - free[k], 0.0) for k, v in mig.items()), sum(free.values())
 
 
 def big_enough(node: Json, req: Json, held: Mapping[str, float] | None = None) -> bool:
