@@ -9,8 +9,8 @@ A training resize is labelled by its planner's cause (`ScaleTraining.cause`: the
 co-location's `colocation_slo` and `colocation_slack`), an inference scale by its direction (up: `reclaim`, down:
 `loan`); a hotspot shrink by its record (`shrunk_from` > 0:
 `hotspot`, 0: its give-back, `give_back`); a resize with neither as `resize`. A hot taint's removal is `cooled`, but
-the one that keeps the last node open to GPU work in a heat wave (`hotspot_detect.kept_open`: its reason starts with
-`KEPT_OPEN`), which is `kept_open`: that node is still hot.
+the one that keeps the last node open to GPU work in a heat wave (`hotspot_detect.kept_open`: `TaintNode.kept_open`,
+which the hotspot planner sets; never read from the reason's free text), which is `kept_open`: that node is still hot.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from balancer.actions import (
     TrainingCause,
 )
 
-KEPT_OPEN = "kept open"   # how the reason of a hot taint's removal from the node kept open begins (`hotspots`)
-
 
 def _always(_: Any) -> bool:
     return True
@@ -47,7 +45,7 @@ _Rules = tuple[tuple[str, Callable[[Any], bool]], ...]
 RULES: dict[type[Action], _Rules] = {
     Migrate: (("hotspot", _always),),
     SetPowerLimit: (("throttle", lambda a: a.is_throttle), ("unthrottle", _always)),
-    TaintNode: (("kept_open", lambda a: a.remove and a.reason.startswith(KEPT_OPEN)), ("cooled", lambda a: a.remove),
+    TaintNode: (("kept_open", lambda a: a.remove and a.kept_open), ("cooled", lambda a: a.remove),
                 ("renew", lambda a: a.renew), ("hot_node", _always)),
     ScaleTraining: (*((c, _cause(c)) for c in get_args(TrainingCause)),
                     ("give_back", lambda a: a.shrunk_from == 0),

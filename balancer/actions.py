@@ -121,12 +121,21 @@ HOT_TAINT_TTL_S = 900.0
 @dataclass(frozen=True, kw_only=True)
 class TaintNode(Action):
     """Keep new work off a hot node until it cools (`remove=True` takes the taint away). `renew=True` writes a fresh
-    expiry on a node that already carries the taint and is still hot: it changes nothing for any workload."""
+    expiry on a node that already carries the taint and is still hot: it changes nothing for any workload.
+    `kept_open=True` (with `remove=True` only) marks the removal that keeps the last node open to GPU work in a heat
+    wave (`hotspot_detect.kept_open`): the node is still hot, and `gputide_actions_total` counts it as `kept_open`, not
+    `cooled` (`balancer.action_labels`). A field, not the reason's wording: read from the free text, any removal whose
+    reason happened to begin alike was counted as one."""
 
     kind: ClassVar[str] = "taint_node"
     node: str
     remove: bool = False
     renew: bool = False
+    kept_open: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kept_open and not self.remove:
+            raise ValueError(f"TaintNode {self.node}: kept_open is a removal's (remove=True), not a taint's")
 
     @property
     def target(self) -> str:

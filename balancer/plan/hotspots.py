@@ -41,7 +41,6 @@ from operator import attrgetter
 
 import numpy as np
 
-from balancer.action_labels import KEPT_OPEN
 from balancer.admission import eviction_room, spend
 from balancer.config import BalancerPolicy
 from balancer.model import (
@@ -113,8 +112,8 @@ def _taints(s: ClusterSnapshot, hot: frozenset[str], tainted: frozenset[str], ke
                          for n in sorted(hot - tainted - {keep_open})]
     if keep_open in tainted:
         margin = node_margins(s)[keep_open]
-        out.append(TaintNode(node=keep_open, remove=True,
-                             reason=f"{KEPT_OPEN}: every other node that takes GPU work is hot or closed, this is the "
+        out.append(TaintNode(node=keep_open, remove=True, kept_open=True,
+                             reason=f"kept open: every other node that takes GPU work is hot or closed, this is the "
                                     f"coolest (its hottest GPU {margin:.1f} C below slowdown)"))
     return out
 

@@ -28,6 +28,11 @@ CASES = {
     "a hot taint": (TaintNode(reason="hot", node="n0"), "hot_node"),
     "a renewed hot taint": (TaintNode(reason="hot", node="n0", renew=True), "renew"),
     "a removed hot taint": (TaintNode(reason="cool", node="n0", remove=True), "cooled"),
+    # the label is the action's field, not its free text (was: a reason starting "kept open" counted as kept_open)
+    "a removed hot taint whose reason reads like the kept-open one": (
+        TaintNode(reason="kept open: an operator's words", node="n0", remove=True), "cooled"),
+    "the removal keeping the last node open": (TaintNode(reason="why", node="n0", remove=True, kept_open=True),
+                                                "kept_open"),
     "a hotspot shrink": (resize(3, 4, shrunk_from=4), "hotspot"),
     "a hotspot give-back": (resize(4, 3, shrunk_from=0), "give_back"),
     "the tide's loan, a grow": (resize(6, 4, cause="loan"), "loan"),
@@ -48,6 +53,11 @@ def test_each_action_is_counted_under_its_reason_and_that_pair_is_listed(case):
     action, reason = CASES[case]
     assert reason_label(action) == reason
     assert (action.kind, reason) in action_label_pairs()
+
+
+def test_only_a_removal_is_kept_open():
+    with pytest.raises(ValueError, match="n0: kept_open is a removal's"):
+        TaintNode(reason="hot", node="n0", kept_open=True)
 
 
 def test_the_pairs_cover_every_action_class_once_each():
