@@ -9,17 +9,21 @@ controller that no longer runs wrote is no one's: a floor whose service later le
 for good. Handed over, TO gives it back then; the floor itself, and the count the entry keeps, do not change. Used
 when switching between the unsharded controller and the shards (deploy/overlays/sharded/kustomization.yaml).
 
-Only what names NAMESPACE/FROM changes: another controller's floors and entries (another namespace's Lease of the
-same name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1)
-while deployment/FROM exists in --namespace: running, it would go on writing its own name. Each HPA is patched at the
-resourceVersion it was read at and the record replaced at its own; a write in between (409) is not lost: the
-object is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries,
-a short jittered wait between), so a floor or entry someone wrote meanwhile stands and what no longer names FROM is
-left. Only an object written again before every try fails (exit 1, the others still handed over): run it again.
-`--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit 0)
-when a run would be refused for the Deployment. Bad input (a name that is no Lease's, FROM and TO the same, a bad
---namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: get on deployments in --namespace,
-list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of --namespace.
+Only what names NAMESPACE/FROM changes: another controller's floors and entries (another namespace's Lease of the same
+name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1) while a
+controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
+name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
+--shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`), or the Lease itself held
+by a holder whose renewal has not expired by this machine's clock (a controller run some other way). Each HPA is
+patched at the resourceVersion it was read at and the record replaced at its own; a write in between (409) is not
+lost: the object is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to
+4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands and what no longer names
+FROM is left. Only an object written again before every try fails (exit 1, the others still handed over): run it
+again. `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr
+(exit 0) when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad
+--namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get
+on the Lease NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas
+ConfigMap of --namespace.
 """
 
 from __future__ import annotations
@@ -65,6 +69,95 @@ def entries_of(record: Json | None, writer: str, to: str) -> dict[str, Entry]:
             if entry.owner == writer}
 
 
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][-._A-Za-z0-9]*)\)")   # Kubernetes' $(VAR) in a container's args
+_LEASE_FLAGS = ("--lease-name", "--lease-namespace", "--shard")   # `gputide run`'s, which name its Lease
+
+
+def _container_env(container: Json, namespace: str) -> dict[str, str]:
+    """The container's env values that its args can use: literal ones and the pod's namespace (a fieldRef); a value
+    from elsewhere (a Secret, another field) is unknown here, its $(VAR) left as written."""
+    out = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            out[var.get("name", "")] = str(var["value"])
+        elif ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "metadata.namespace":
+            out[var.get("name", "")] = namespace
+    return out
+
+
+def _lease_flags(tokens: list[str]) -> dict[str, str] | None:
+    """`gputide run`'s Lease flags among `tokens` (a container's command and args), the last of each as argparse
+    keeps it; None when they run no `gputide run`: a "run" followed by the --prometheus it requires (so `npm run`
+    is not one)."""
+    if "run" not in tokens:
+        return None
+    after = tokens[tokens.index("run") + 1:]
+    if not any(t == "--prometheus" or t.startswith("--prometheus=") for t in after):
+        return None
+    flags = {}
+    for i, token in enumerate(after):
+        name, eq, value = token.partition("=")
+        if name in _LEASE_FLAGS:
+            if eq:
+                flags[name] = value
+            elif i + 1 < len(after):
+                flags[name] = after[i + 1]
+    return flags
+
+
+def controller_writers(deployment: Json) -> list[str]:
+    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) of the `gputide run` containers of `deployment`, as
+    the controller works its own out from its args: --lease-name (default gputide-controller), -NAME with --shard
+    NAME, in --lease-namespace, else the pod's own (POD_NAMESPACE, else the Deployment's namespace). Its $(VAR)s
+    expanded as the kubelet does. What ties a Deployment to a Lease: its name need not be the Lease's."""
+    from balancer.telemetry.shard import ShardSelector
+
+    meta = deployment.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    out = []
+    for container in pod.get("containers") or []:
+        env = _container_env(container, namespace)
+
+        def expand(token: str, env: dict[str, str] = env) -> str:
+            return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), str(token))
+        flags = _lease_flags([expand(t) for t in [*(container.get("command") or []), *(container.get("args") or [])]])
+        if flags is None:
+            continue
+        lease = flags.get("--lease-name", "gputide-controller")
+        if flags.get("--shard"):
+            lease = ShardSelector(flags["--shard"]).lease_name(lease)
+        out.append(f"{flags.get('--lease-namespace') or env.get('POD_NAMESPACE', '').strip() or namespace}/{lease}")
+    return out
+
+
+def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -> list[str]:
+    """Why a controller may still write as `writer` ("ns/lease"), one line each; [] when none seems to: a Deployment
+    of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name), and
+    the Lease itself held by a holder whose renewal has not expired by `now` (this machine's clock; a controller run
+    some other way, a StatefulSet or a bare pod, holds it too)."""
+    why = [f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']} runs a controller on Lease {writer}"
+           for d in deployments.get("items", []) if writer in controller_writers(d)]
+    spec = (lease or {}).get("spec") or {}
+    holder, renewed = spec.get("holderIdentity"), _seconds(spec.get("renewTime") or spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds")
+    expires = None if renewed is None or duration is None else renewed + float(duration)
+    if holder and (expires is None or expires > now):
+        why.append(f"Lease {writer} is held by {holder}" + ("" if expires is None else
+                                                              f" for {expires - now:.0f} s more unless renewed"))
+    return why
+
+
+def _seconds(stamp: str | None) -> float | None:
+    """A Lease's MicroTime ("2026-12-07T04:20:56.123456Z") as epoch seconds; None when absent or unreadable."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
 # ---- the command ----------------------------------------------------------------------------------------------------
 
 
@@ -105,16 +198,18 @@ def _hand_over(api: Any, ns: str, from_lease: str, to_lease: str, dry_run: bool)
     from balancer.actuate.kubernetes import NotFoundError
 
     writer, heir = f"{ns}/{from_lease}", f"{ns}/{to_lease}"
+    deployments = api("list Deployments", api.apps.list_deployment_for_all_namespaces)
     try:
-        api(f"deployment {ns}/{from_lease}", api.apps.read_namespaced_deployment, from_lease, ns)
-        if not dry_run:
-            print(f"gputide: hand-over-floors: deployment/{from_lease} still exists in {ns}: delete it first, and "
-                  "wait for it to go (deploy/overlays/sharded/kustomization.yaml says how)", file=sys.stderr)
-            return 1
-        print(f"gputide: hand-over-floors: deployment/{from_lease} still exists in {ns}: a run now would be refused "
-              "(delete it first)", file=sys.stderr)
+        lease = api(f"lease {writer}", api.coordination.read_namespaced_lease, from_lease, ns)
     except NotFoundError:
-        pass
+        lease = None
+    running = running_on(deployments, lease, writer, time.time())
+    for why in running:
+        print(f"gputide: hand-over-floors: {why}: " + (
+            "a run now would be refused (stop it first)" if dry_run else "stop it first, and wait for it to go "
+            "(deploy/overlays/sharded/kustomization.yaml says how)"), file=sys.stderr)
+    if running and not dry_run:
+        return 1
     verb = "would be handed" if dry_run else "handed"
     hpas, failed = _hand_floors(api, writer, heir, dry_run), False
     for hpa in hpas:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -157,16 +158,80 @@ def test_another_namespaces_controller_of_the_same_lease_name_is_left_alone(kube
         assert kube.objects[key] == before[key], key
 
 
+def controller(name: str, ns: str = "gputide", *flags: str) -> dict:
+    """The base controller's Deployment (deploy/base/controller.yaml: its args and env as deployed) named `name` in
+    `ns`, `flags` added last (a shard's --shard=a; a flag given twice counts the last, as argparse does)."""
+    dep = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "controller.yaml").read_text())
+               if d and d["kind"] == "Deployment")
+    dep["metadata"].update(name=name, namespace=ns)
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = [*container["args"], *flags]
+    return dep
+
+
+def lease(name: str, holder: str, renewed_s_ago: float, ns: str = "gputide", duration: int = 90) -> dict:
+    stamp = (datetime.now(UTC) - timedelta(seconds=renewed_s_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": ns},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": stamp,
+                     "acquireTime": stamp}}
+
+
 def test_refused_while_the_old_controller_runs_and_nothing_changes(kube, capsys):
     """A running controller writes its own name again at its next floor: the hand-over waits for its deletion."""
-    kube.add(deployment("gputide-controller", "gputide"))
+    kube.add(controller("gputide-controller"))
     before = state(kube)
     code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
-    assert code == 1 and "deployment/gputide-controller still exists in gputide: delete it first" in err, err
+    assert code == 1 and (f"deployment/gputide-controller in gputide runs a controller on Lease {OLD}: stop it "
+                          "first") in err, err
     assert out == "" and state(kube) == before and not writes(kube)
-    # a Deployment of that name in another namespace is not the controller
+    # its Lease is in its own namespace ($(POD_NAMESPACE)): not other's controller of that name
     code, _, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "other")
     assert code == 0, err
+
+
+def test_a_controller_is_found_by_its_lease_not_by_its_name(kube, capsys):
+    """What ties a Deployment to the Lease is its `gputide run` args (--lease-name, --shard, --lease-namespace,
+    POD_NAMESPACE), not its name: a controller renamed, a shard named otherwise, one in another namespace electing in
+    gputide are each caught; a Deployment named as the Lease that runs no controller is not one."""
+    kube.add(controller("balancer"))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and f"deployment/balancer in gputide runs a controller on Lease {OLD}" in err and out == "", err
+    kube.delete("deployments", "balancer", "gputide")
+    kube.add(controller("east", "gputide", "--shard=a", "--selector=gputide.io/shard=a"))
+    code, _, err = hand_over(capsys, "gputide-controller-a", "gputide-controller")
+    assert code == 1 and f"deployment/east in gputide runs a controller on Lease {SHARD_A}" in err, err
+    kube.delete("deployments", "east", "gputide")
+    kube.add(controller("elsewhere", "ops", "--lease-name", "gputide-controller-b", "--lease-namespace=gputide"))
+    code, _, err = hand_over(capsys, "gputide-controller-b", "gputide-controller")
+    assert code == 1 and f"deployment/elsewhere in ops runs a controller on Lease {SHARD_B}" in err, err
+    assert not writes(kube)
+    # ... and no other Lease's: shard b's controller does not hold up the unsharded one's hand-over
+    code, _, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "", err
+
+
+def test_an_unrelated_deployment_is_not_the_controller(kube, capsys):
+    """A Deployment named as the Lease that runs something else, and one whose command has a `run` of its own (no
+    --prometheus: no `gputide run`), hold nothing up."""
+    kube.add(deployment("gputide-controller", "gputide"))
+    npm = deployment("web", "gputide")
+    npm["spec"]["template"]["spec"]["containers"][0].update(command=["npm", "run", "start"], args=["--port=80"])
+    kube.add(npm)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
+
+
+@pytest.mark.parametrize("holder, ago, refused", [("controller-7f9-x", 5, True), ("controller-7f9-x", 3600, False),
+                                                 ("", 5, False)], ids=["held", "expired", "released"])
+def test_a_lease_held_by_a_controller_run_some_other_way_refuses(kube, capsys, holder, ago, refused):
+    """No Deployment runs it, but its Lease is held and renewed (a StatefulSet, a bare pod): refused; a Lease whose
+    renewal expired (its controller killed) or released (stopped as it should) is not."""
+    kube.add(lease("gputide-controller", holder, ago))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    if refused:
+        assert code == 1 and f"Lease {OLD} is held by controller-7f9-x for " in err and not writes(kube), err
+    else:
+        assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
 
 
 def test_a_floor_written_between_the_read_and_the_hand_over_is_not_lost(kube, capsys):
@@ -242,7 +307,7 @@ def test_dry_run_says_what_it_would_hand_over_and_writes_nothing(kube, capsys):
         f"would hand from {OLD} to {SHARD_A}: 1 HPA floor(s), 1 {RECORD} entry"]
     assert state(kube) == before and not writes(kube)
     # before the old controller is deleted: the same list, and a word that the run would be refused
-    kube.add(deployment("gputide-controller", "gputide"))
+    kube.add(controller("gputide-controller"))
     code, again, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
     assert code == 0 and again == out and "a run now would be refused" in err
     assert state(kube) == before and not writes(kube)
