@@ -254,7 +254,9 @@ class Holds:
         on once the taint goes, or the pod plans afresh once the hold expires."""
         key, name = req["name"], view[i]["name"]
         entry = self.preemptor.hold_paused(req, name, view[i]["reservations"][key])
-        view[i]["reservations"] = {**view[i]["reservations"], key: entry}   # holds as much as before
+        # its GPUs, CPU and memory as before (the offers' columns stand); its priority, host ports and extended
+        # resources, written now where they were not (`k8s_preempt.ranked`, `filled`), are read from the view
+        view[i]["reservations"] = {**view[i]["reservations"], key: entry}
         until = entry.get("expires", "its expiry")
         log.info("scheduler %s: %s: %s tainted %s: preemption paused, %s not evicted, the node held until %s",
                  self.scheduler_name, key, name, self.hot_taint_key, ", ".join(victims), until)

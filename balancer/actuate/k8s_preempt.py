@@ -535,19 +535,24 @@ class Preemptor:
         """`req`'s preemption on `node` paused by gputide's hot taint (`k8s_holds`): its reservation `entry` renewed
         as it runs out (`paused`), up to the taint's expiry as the node says it now (read then, not every pass), so
         that the hold outlasts the taint rather than lapsing under it (the pod would then preempt elsewhere, evicting
-        more pods while the room made here sits idle). The reservation as it now is; `entry` when it is not renewed
-        (a read or write that fails is logged: the next pass asks again)."""
+        more pods while the room made here sits idle). As `resume` writes it, it says the pod's priority (`ranked`)
+        and names the host ports and extended resources the pod asks (`filled`), renewed or not: one written by an
+        older gputide (or for an earlier pod of its name) was renewed as it was while paused, held against more
+        important pods (those tolerating the taint) and leaving free what the pod asks, up to the hour, when the
+        renewals were to write them first. The reservation as it now is; `entry` when nothing changed (a read or
+        write that fails is logged: the next pass asks again)."""
         now = self.clock()
-        if (parse_time(entry.get("expires")) or now) - now >= self.reserve_s / 2 or self.halted():
-            return entry
+        said = filled(ranked(entry, req), req)   # written at once, as `resume` would; the node read only to renew
+        if (parse_time(said.get("expires")) or now) - now >= self.reserve_s / 2 or self.halted():
+            return self._note(req["name"], node, entry, said)
         try:
             seen = self.api(f"node {node}", self.api.core.read_node, node)
         except ActuationError as err:
             log.warning("scheduler %s: cannot read %s to renew %s's paused hold: %s", self.scheduler_name, node,
                         req["name"], err)
-            return entry
+            return self._note(req["name"], node, entry, said)
         notes = (seen.get("metadata") or {}).get("annotations") or {}
-        return self._note(req["name"], node, entry, paused(entry, parse_time(notes.get(HOT_UNTIL_ANNOTATION)), now,
+        return self._note(req["name"], node, entry, paused(said, parse_time(notes.get(HOT_UNTIL_ANNOTATION)), now,
                                                            self.reserve_s))
 
     def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:
