@@ -216,7 +216,7 @@ class Reconciler:
         forecasts, unread = self._forecast(snap)
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
-        self._log_demand_unknown(snap, frozenset(getattr(self.state, "demand_held", frozenset())))
+        self._log_demand_unknown(snap, getattr(self.state, "demand_held", {}))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
@@ -328,14 +328,16 @@ class Reconciler:
                 log.info("plan: %s", note)
         self._last_notes = frozenset(notes)
 
-    def _log_demand_unknown(self, snap: ClusterSnapshot, held: frozenset[str]) -> None:
+    def _log_demand_unknown(self, snap: ClusterSnapshot, held_why: Mapping[str, str]) -> None:
         """The services whose demand is unknown (`ClusterSnapshot.demand_unknown`, and those the capacity planner
-        holds for without series, `PlannerState.demand_held`), with why, each time that set or those held for
-        change, not every cycle. Co-location and consolidation leave them alone either way; thermal relief goes on.
-        The hold is said of the services held for (`held`: profiled) alone. Before, the log said the capacity planner
+        holds for without series, `PlannerState.demand_held`, {service: why}: the planner says why, so it is not
+        worked out again here), with why, each time that set or those held for change, not every cycle. Co-location
+        and consolidation leave them alone either way; thermal relief goes on. The hold is said of the services held
+        for (`held_why`: profiled) alone. Before, the log said the capacity planner
         held even for services with no profile, where nothing held; then, from whether it held at all, it said so of
         an unprofiled NaN service held for nothing, and named not the profiled one without series it held for."""
-        unknown = {**{n: capacity_loop.no_series_why(snap, n) for n in held}, **snap.demand_unknown}
+        held = frozenset(held_why)
+        unknown = {**held_why, **snap.demand_unknown}
         if (frozenset(unknown), held) == self._demand_unknown:
             return
         if unknown:

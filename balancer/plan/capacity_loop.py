@@ -79,15 +79,15 @@ as 0 it looks idle and its GPUs would be lent to training, and every other plan'
 and co-location plan goes on (thermal relief, consolidation of other pods); before, the reading was refused and the
 whole loop held still, fleet-wide, until the pod was mended. No timer: it holds as long as the demand is unknown, and
 GputideInferenceDemandUnknown names the service after 10 minutes (its pods are not consolidated meanwhile;
-`PlannerState.demand_held`, gputide_inference_demand_unknown{service}, names each service held for). Both holds at once:
-both notes, both reasons (`capacity_holding` {"inference_demand_unknown", "unattributed_pods"}, a gauge series each;
-before, the demand's hid the other). Either hold leaves training's growth to the tide: the give-backs
-`_tide_sizes_training` drops are dropped then too (before, the hold returned before that filter, and a hotspot or
-co-location give-back grew training into free GPUs the held service may need), for the jobs on GPU models a held service
-may use (unattributed pods: every job); their shrinks stay remembered, still owed, until the tide plans and sizes the
-jobs. A hold decides no target: the services' targets go (`capacity_targets` empty: gputide_capacity_target_gpus absent;
-before, the last planned cycle's stayed, as if current, for as long as it held); the loans made stand, so `loaned_gpus`
-stays.
+`PlannerState.demand_held`, gputide_inference_demand_unknown{service}, names each service held for, and why, which
+the loop logs). Both holds at once: both notes, both reasons (`capacity_holding` {"inference_demand_unknown",
+"unattributed_pods"}, a gauge series each; before, the demand's hid the other). Either hold leaves training's growth
+to the tide: the give-backs `_tide_sizes_training` drops are dropped then too (before, the hold returned before that
+filter, and a hotspot or co-location give-back grew training into free GPUs the held service may need), for the jobs
+on GPU models a held service may use (unattributed pods: every job); their shrinks stay remembered, still owed,
+until the tide plans and sizes the jobs. A hold decides no target: the services' targets go (`capacity_targets`
+empty: gputide_capacity_target_gpus absent; before, the last planned cycle's stayed, as if current, for as long as
+it held); the loans made stand, so `loaned_gpus` stays.
 
 Pure: the capacity planner's memory (`CapacityState`) rides in `PlannerState.capacity`; what it decided for the
 metrics goes to `loaned_gpus` and `capacity_targets`. It counts a service's scale as made when it plans it (the
@@ -102,7 +102,7 @@ if made.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
@@ -130,6 +130,7 @@ from balancer.plan.capacity import (
 from balancer.plan.capacity_plan import plan_capacity
 
 Planner = Callable[..., tuple[Plan, planner_mod.PlannerState]]
+_NONE: Mapping[str, str] = MappingProxyType({})   # no service held for (`PlannerState.demand_held`)
 FIRST_BELIEF_MIN_S = 60.0   # a cap is believed at least this long at first, whatever safety.cooldownS (`_capped`)
 # `PlannerState.capacity_holding`'s reasons: gputide_capacity_holding's label values, which alerts and
 # runbooks name, so spelt once here (the loop tests them too)
@@ -149,10 +150,11 @@ QUALIFIED = ("no serving series under its name while its pods run: its name's se
 @dataclass(frozen=True)
 class Hold:
     """Why capacity holds this cycle (`_holding`), worked out once: `notes`, {reason: note}, empty when it plans; the
-    profiled services whose demand is unknown (`held_services`) and whether profiled services' pods are unattributed
-    (`blind`), which `_held_jobs` reads. Before, it filtered the demand unknown again and tested a note's key."""
+    profiled services whose demand is unknown, with why (`held_services`, {service: why}: `PlannerState.demand_held`)
+    and whether profiled services' pods are unattributed (`blind`), which `_held_jobs` reads. Before, it filtered the
+    demand unknown again and tested a note's key."""
     notes: Mapping[str, str]
-    held_services: tuple[str, ...] = ()
+    held_services: Mapping[str, str] = field(default_factory=lambda: _NONE)
     blind: bool = False
 
 
@@ -273,7 +275,7 @@ def _holding(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity])
     if blind:
         why[HOLD_UNATTRIBUTED] = (f"capacity holds: inference pods on GPUs have no owner and {', '.join(blind)} "
                                   "report replicas but own none of them (pod metadata not read yet?)")
-    return Hold(MappingProxyType(why), tuple(sorted(unknown)), bool(blind))
+    return Hold(MappingProxyType(why), MappingProxyType(dict(sorted(unknown.items()))), bool(blind))
 
 
 def _held_jobs(view: CapacityView, snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity],
@@ -368,7 +370,7 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         snapshot = with_unseen(snapshot, profiles)   # `base`'s consolidation and co-location leave them alone too
     plan, state = base(snapshot, forecasts, policy, state)
     if not policy.capacity.enabled or not profiles:   # a hold kept from before a reload would read on for ever
-        return plan, replace(state, capacity_holding=frozenset(), demand_held=frozenset())
+        return plan, replace(state, capacity_holding=frozenset(), demand_held=_NONE)
     cap_state = state.capacity if isinstance(state.capacity, CapacityState) else CapacityState()
     view = view_from_snapshot(snapshot, profiles, bursts=bursts, sharded=sharded, forgotten=snapshot.forgotten_nodes,
                               protected_namespaces=policy.safety.protected_namespaces,
@@ -383,8 +385,8 @@ def plan_with_capacity(snapshot: ClusterSnapshot, forecasts: Mapping[str, Foreca
         # made stand, nothing lends nor reclaims, so `loaned_gpus` stays)
         return (replace(plan, notes=plan.notes + tuple(hold.notes.values())),
                 replace(state, capacity=cap_state, capacity_holding=frozenset(hold.notes), capacity_targets={},
-                        demand_held=frozenset(hold.held_services)))
-    state = replace(state, capacity_holding=frozenset(), demand_held=frozenset())
+                        demand_held=hold.held_services))
+    state = replace(state, capacity_holding=frozenset(), demand_held=_NONE)
     counts = ", ".join(f"{n} of {name}" for name, n in sorted(view.unseen.items()))
     dark = ", ".join(sorted(snapshot.forgotten_nodes))
     forgotten_notes = ((f"capacity counts {counts} replicas as running unseen on {dark}, whose GPUs telemetry has "

@@ -156,9 +156,10 @@ class PlannerState:
     capacity_split: Mapping[str, int] | None = None  # its last split: inference, training, loaned, idle GPUs
     # why the capacity planner holds this cycle (empty: it planned): its reasons, one metric label each
     capacity_holding: frozenset[str] = frozenset()
-    # the profiled services whose unknown demand it holds for (NaN, or no series while their pods run): one
+    # the profiled services whose unknown demand it holds for (NaN, or no series while their pods run) -> why, as its
+    # snapshot's `demand_unknown` says (`capacity_loop.with_unseen`), which the loop logs: one
     # gputide_inference_demand_unknown series each, which GputideInferenceDemandUnknown reads
-    demand_held: frozenset[str] = frozenset()
+    demand_held: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     # workload -> when a migration of it was refused (guard) or failed (actuator): not proposed again for a while
     refused_moves: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target

@@ -48,13 +48,13 @@ def test_no_series_while_its_pod_runs_holds_as_a_nan_demand_does():
     snap = idle_two()
     absent = snap.replace(services={}, demand_unknown={})
     p, state = plan(absent)
-    assert state.capacity_holding == {HOLD_DEMAND_UNKNOWN} and state.demand_held == {"chat"}
+    assert state.capacity_holding == {HOLD_DEMAND_UNKNOWN} and state.demand_held == {"chat": NO_SERIES}
     assert not [a for a in p.actions if isinstance(a, ScaleTraining)], [a.describe() for a in p.actions]
     assert any("chat" in n and NO_SERIES in n for n in p.notes if n.startswith("capacity holds")), p.notes
     nan = snap.replace(services={}, demand_unknown={"chat": WHY})
-    assert plan(nan)[1].demand_held == {"chat"}
+    assert plan(nan)[1].demand_held == {"chat": WHY}
     known = plan(snap, state)[1]   # known again: planned, and no service held for
-    assert (known.capacity_holding, known.demand_held, known.capacity_targets) == (frozenset(), frozenset(),
+    assert (known.capacity_holding, known.demand_held, known.capacity_targets) == (frozenset(), {},
                                                                                    {"chat": 4})
 
 
@@ -63,17 +63,18 @@ def test_a_profiled_service_with_no_pod_is_left_out_and_a_shard_holds_for_it_as_
     gone = snap.replace(services={}, demand_unknown={},
                         workloads=tuple(w for w in snap.workloads if w.owner != "chat"))
     p, state = plan(gone)
-    assert (state.capacity_holding, state.demand_held) == (frozenset(), frozenset())
+    assert (state.capacity_holding, state.demand_held) == (frozenset(), {})
     assert [a.job for a in p.actions if isinstance(a, ScaleTraining)], "idle GPUs lent: nothing of chat runs"
     absent = snap.replace(services={}, demand_unknown={})
-    assert plan(absent, sharded=True)[1].demand_held == {"chat"}   # a shard's, nothing of it spread (`spread_services`)
-    assert plan(absent.replace(demand_unknown={"chat": WHY}), sharded=True)[1].demand_held == {"chat"}
+    # a shard's, nothing of it spread (`spread_services`)
+    assert plan(absent, sharded=True)[1].demand_held == {"chat": NO_SERIES}
+    assert plan(absent.replace(demand_unknown={"chat": WHY}), sharded=True)[1].demand_held == {"chat": WHY}
 
 
 def test_capacity_shifting_off_clears_the_services_held_for():
-    held = replace(PlannerState(), capacity_holding=frozenset({HOLD_DEMAND_UNKNOWN}), demand_held=frozenset({"chat"}))
+    held = replace(PlannerState(), capacity_holding=frozenset({HOLD_DEMAND_UNKNOWN}), demand_held={"chat": WHY})
     off = replace(ON, capacity=replace(ON.capacity, enabled=False))
-    assert plan(idle_two().replace(services={}, demand_unknown={}), held, policy=off)[1].demand_held == frozenset()
+    assert plan(idle_two().replace(services={}, demand_unknown={}), held, policy=off)[1].demand_held == {}
 
 
 class Absent(Fleet):

@@ -12,7 +12,7 @@ from tests.loop.test_capacity_hold_both_reasons import both
 def test_holding_names_the_held_services_and_the_blind_pods():
     snap = both()   # chat's demand unknown; embed reports a replica but owns no pod
     hold = _holding(snap.replace(demand_unknown={**snap.demand_unknown, "unprofiled": "stalled"}), PROFILES)
-    assert isinstance(hold, Hold) and (hold.held_services, hold.blind) == (("chat",), True)
+    assert isinstance(hold, Hold) and (hold.held_services, hold.blind) == ({"chat": snap.demand_unknown["chat"]}, True)
     assert sorted(hold.notes) == [HOLD_DEMAND_UNKNOWN, HOLD_UNATTRIBUTED] == ["inference_demand_unknown",
                                                                             "unattributed_pods"]
     assert not _holding(snap.replace(demand_unknown={}, workloads=()), PROFILES).notes
