@@ -8,7 +8,10 @@ it boots with. A request at or above the default (`exporters.power_caps.RESTORE`
 default. Every GPU asked for is tried; those NVML refuses (NoPermission without root or CAP_SYS_ADMIN, a lost GPU)
 raise one `PowerCapError` at the end, holding the ones it set. ``power_limits()`` answers each GPU's current
 management limit (what ``nvidia-smi -pl`` sets), default and minimum, NaN where NVML will not say: the agent gives
-a GPU back only while it runs at the cap gputide set, as clamped here.
+a GPU back only while it runs at the cap gputide set, as clamped here. A GPU's default limit and allowed range are
+constants of the board: a Set clamps to them as last read under this initialisation (by ``power_limits()``, which
+reads them each time, or an earlier Set: `_constant`), so it asks NVML for the current limit and the Set alone (four
+calls each on a slow GPU before); NVML initialised again builds this anew, and asks them again.
 
 NVML itself stopping (`exporters.backends.nvml_init`: uninitialised, the driver unloaded or reloaded) is no one
 GPU's refusal: told to the backend's `NvmlInit.lost`, it ends the call. ``power_limits()`` then raises
@@ -79,6 +82,7 @@ class NvmlPowerCaps:
         self._late_limits: dict[str, Any] = {}   # limit reads past their deadline: used once returned, if young
         self._late_sets: dict[str, Any] = dict(late_sets or {})   # Sets past their deadline (pending): outcomes
         self._used: dict[str, float] = {}   # the limit each GPU read at the last `power_limits`: the agent's decision's
+        self._constants: dict[tuple[str, str], Any] = {}   # (GPU, NVML function) -> its answer: `_constant`
 
     def apply_power_caps(self, caps: Mapping[str, float], *, call: Call,
                          stuck: Collection[str] = ()) -> dict[str, float]:
@@ -94,7 +98,7 @@ class NvmlPowerCaps:
                 refused[uuid] = STUCK
             else:
                 was = self._used.get(uuid, math.nan)
-                jobs[uuid] = lambda h=h, watts=watts, was=was: self._set(h, watts, was)
+                jobs[uuid] = lambda uuid=uuid, h=h, watts=watts, was=was: self._set(uuid, h, watts, was)
         applied: dict[str, float] = {}
         for uuid in jobs:   # a limit read before this Set is no longer the GPU's limit
             self._late_limits.pop(uuid, None)
@@ -114,7 +118,7 @@ class NvmlPowerCaps:
             raise PowerCapError(applied, refused, pending)
         return applied
 
-    def _set(self, h: Any, watts: float, was: float) -> float:
+    def _set(self, uuid: str, h: Any, watts: float, was: float) -> float:
         """Set `watts` (clamped) only while the GPU's limit is still `was`, the one the agent decided on (NaN: none
         read; the agent asks no Set on a GPU whose limit is unread, `PowerCapAgent._request`), re-read in this job
         right before: a limit changed since (an operator's ``nvidia-smi -pl`` while a
@@ -124,8 +128,8 @@ class NvmlPowerCaps:
                 > TOLERANCE_W:
             raise Moved(f"its limit is {now:.0f} W, not the {was:.0f} W it read (changed since, by hand?): not set, "
                         "judged again at the next sync")
-        lo, hi = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
-        top = min(nvml.nvmlDeviceGetPowerManagementDefaultLimit(h), hi)
+        lo, hi = self._constant(uuid, "nvmlDeviceGetPowerManagementLimitConstraints", h)
+        top = min(self._constant(uuid, "nvmlDeviceGetPowerManagementDefaultLimit", h), hi)
         mw = int(max(min(float(watts) * 1000.0, top), min(lo, top)))
         nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
         return mw / 1000.0
@@ -142,7 +146,8 @@ class NvmlPowerCaps:
                 del self._late_limits[uuid]
                 if read.error is None and young(read):
                     returned[uuid] = read
-        done, late = self._calls(call, {uuid: (lambda h=h: self._limit(h)) for uuid, h in self.handles.items()
+        done, late = self._calls(call, {uuid: (lambda uuid=uuid, h=h: self._limit(uuid, h))
+                                        for uuid, h in self.handles.items()
                                         if uuid not in stuck and uuid not in returned})
         self._late_limits.update(late)
         if self.init.down is not None:
@@ -182,18 +187,30 @@ class NvmlPowerCaps:
                 raise one.error
         return done, {uuid: one for uuid, one in ran.items() if one.late}
 
-    def _limit(self, h: Any) -> PowerLimit:
+    def _limit(self, uuid: str, h: Any) -> PowerLimit:
         nvml = self.nvml
         try:
             limit = PowerLimit(nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
-                               nvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000.0)
+                               self._constant(uuid, "nvmlDeviceGetPowerManagementDefaultLimit", h, fresh=True)
+                               / 1000.0)
         except self.gone:
             raise
         except nvml.NVMLError:
             return PowerLimit(math.nan, math.nan)
         try:
-            return limit._replace(min_w=nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[0] / 1000.0)
+            return limit._replace(min_w=self._constant(uuid, "nvmlDeviceGetPowerManagementLimitConstraints", h,
+                                                       fresh=True)[0] / 1000.0)
         except self.gone:
             raise
         except nvml.NVMLError:
             return limit
+
+    def _constant(self, uuid: str, fn: str, h: Any, *, fresh: bool = False) -> Any:
+        """NVML's `fn` of GPU `uuid` (its default limit, its limit's allowed range: constants of the board) as last
+        asked under this initialisation (the backend builds this object anew at each), asked only where never (or
+        `fresh`: the limit read, which answers them to the agent, asks as before): a Set on a slow GPU asked both
+        again each time, four calls where two do. An error is not remembered (asked again)."""
+        key = (uuid, fn)
+        if fresh or key not in self._constants:
+            self._constants[key] = getattr(self.nvml, fn)(h)
+        return self._constants[key]

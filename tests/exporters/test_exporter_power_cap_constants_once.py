@@ -1,0 +1,66 @@
+"""A Set clamps to the GPU's default power limit and allowed range as last read under this NVML initialisation
+(`exporters.backends.nvml_power.NvmlPowerCaps._constant`: constants of the board), not read again at every Set: a
+Set asked NVML four times (the limit, its range, the default, the Set), on a slow GPU four slow calls under the
+reads' deadline where two do. The limit read asks them as before; NVML initialised again asks them again."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_DriverNotLoaded
+from exporters.backends.nvml import NvmlBackend
+from exporters.power_caps import TargetUnavailable
+
+LIMIT, SET = "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceSetPowerManagementLimit"
+DEFAULT, RANGE = "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetPowerManagementLimitConstraints"
+POWER = {LIMIT, SET, DEFAULT, RANGE}
+W = 1000   # milliwatts
+
+
+def node() -> tuple[FakeNvml, NvmlBackend]:
+    gpus = [FakeDevice(uuid="GPU-0", minor=0), FakeDevice(uuid="GPU-1", minor=1, bus_id="00000000:2A:00.0")]
+    nvml = FakeNvml(gpus)
+    return nvml, NvmlBackend(nvml, hostname="n1")
+
+
+def asked(nvml: FakeNvml, since: int) -> list[tuple[str, str]]:
+    """The power-limit calls NVML was asked since `since`, by (function, GPU), sorted (GPUs are asked in threads)."""
+    return sorted(a for a in nvml.asked[since:] if a[0] in POWER)
+
+
+def test_a_set_after_a_limit_read_asks_nvml_for_the_limit_and_the_set_alone():
+    nvml, backend = node()
+    for watts in (300.0, 250.0):
+        n = len(nvml.asked)
+        backend.power_limits()
+        assert asked(nvml, n) == sorted((fn, gpu) for fn in (LIMIT, DEFAULT, RANGE) for gpu in ("GPU-0", "GPU-1"))
+        n = len(nvml.asked)
+        assert backend.apply_power_caps({"GPU-0": watts}) == {"GPU-0": watts}
+        assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]   # was 4: the range and the default again
+        assert nvml.devices[0].limit_mw == watts * W
+
+
+def test_sets_without_a_limit_read_ask_the_constants_once():
+    nvml, backend = node()
+    for watts in (300.0, 250.0):   # no limit read: nothing to compare, the constants asked at the first Set
+        n = len(nvml.asked)
+        backend.apply_power_caps({"GPU-1": watts})
+        assert asked(nvml, n) == (sorted([(RANGE, "GPU-1"), (DEFAULT, "GPU-1"), (SET, "GPU-1")]) if watts == 300.0
+                                  else [(SET, "GPU-1")])
+    assert nvml.devices[1].limit_mw == 250 * W
+
+
+def test_after_nvml_is_initialised_again_a_set_clamps_to_what_the_new_initialisation_read():
+    nvml, backend = node()
+    backend.power_limits()
+    backend.apply_power_caps({"GPU-0": 300.0})
+    nvml.broken = NVMLError_DriverNotLoaded
+    with pytest.raises(TargetUnavailable):
+        backend.power_limits()
+    nvml.broken = None
+    nvml.devices[0].default_limit_mw = 650 * W   # what the reloaded driver says of the board
+    nvml.devices[0].limit_mw = 650 * W
+    assert backend.power_limits()["GPU-0"].default_w == 650.0 and backend.nvml_reinits == 1
+    n = len(nvml.asked)
+    assert backend.apply_power_caps({"GPU-0": 700.0}) == {"GPU-0": 650.0}   # not above the default read anew
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]
