@@ -106,6 +106,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
+from balancer.forecast.service import placed
 from balancer.model import (
     Action,
     ClusterSnapshot,
@@ -183,18 +184,12 @@ def claims(actions: tuple[Action, ...], snapshot: ClusterSnapshot | None = None,
             "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}, "unlent": unlent}
 
 
-def _serving(snapshot: ClusterSnapshot, owner: str) -> bool:
-    """Whether `owner` has an inference pod placed on a GPU ("": some inference pod has no owner)."""
-    return any(w.workload_class is WorkloadClass.INFERENCE and snapshot.placements.get(w.name)
-               for w in snapshot.workloads_by_owner.get(owner, ()))
-
-
 def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
     """Profiled services that report replicas but own no pod, while some inference pods have no owner."""
-    if not _serving(snapshot, ""):
+    if not placed(snapshot, "", WorkloadClass.INFERENCE):
         return []
     return sorted(n for n, st in snapshot.services.items()
-                  if n in profiles and st.replicas > 0 and not _serving(snapshot, n))
+                  if n in profiles and st.replicas > 0 and not placed(snapshot, n, WorkloadClass.INFERENCE))
 
 
 def unseen_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
@@ -207,7 +202,7 @@ def unseen_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCap
     yet, deleted, all on a forgotten node) has nothing running to misjudge: left out, as co-location counts it gone;
     so is one a shard left out because it spans two shards (`spread_services`: its demand is known elsewhere)."""
     return sorted(n for n in profiles if n not in snapshot.services and n not in snapshot.demand_unknown
-                  and n not in snapshot.spread_services and _serving(snapshot, n))
+                  and n not in snapshot.spread_services and placed(snapshot, n, WorkloadClass.INFERENCE))
 
 
 def no_series_why(snapshot: ClusterSnapshot, service: str) -> str:
