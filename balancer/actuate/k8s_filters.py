@@ -16,7 +16,8 @@ Three parts, checked in this order for each node (kube-scheduler's order of its 
   replacement, its GPUs only, and by this scheduler for a pod that preempts or starves, its GPUs, CPU and memory, its
   host ports and extended resources, and its priority: a hold for a pod of lower priority is not held against the pod,
   as kube-scheduler ignores lower-priority nominated pods, `counts_against`), every extended resource and the node's
-  pod slots (less those held for other pods too);
+  pod slots (less those held for other pods too); each only if the pod asks it (`short`: a 0-GPU pod is not refused
+  a node whose GPUs are held for others, as kube-scheduler's NodeResourcesFit skips what a pod does not request);
 * **where other pods run** (`k8s_podaffinity`): the pod's required pod affinity and anti-affinity, the
   required anti-affinity of the pods bound already, and the pod's hard topology spread constraints. These depend on
   the pass's bindings, so only `Offers` answers them (with the pass's `PodPlacement`); `why_not` does not.
@@ -282,22 +283,29 @@ def port_refusal(node: Json, req: Json) -> str | None:
     return None
 
 
+def short(have: Any, want: Any) -> Any:
+    """Whether `have` (a node's amount, or a numpy column of them) is less than `want`, for a resource the pod asks:
+    one it asks none of never refuses a node, as kube-scheduler's NodeResourcesFit skips it. A 0-GPU pod was refused
+    a node whose GPUs were held for others past what is free there (free less held below 0), though it needs none."""
+    return (have < want) & (want > 0)
+
+
 def resource_refusal(node: Json, req: Json) -> str | None:
     """What the node has left: the host ports the pod needs, GPUs (less those reserved for other pods), CPU,
-    memory, the rest, pod slots."""
+    memory, the rest, pod slots; only those the pod asks (`short`)."""
     if why := port_refusal(node, req):
         return why
-    if node["gpus_free"] < req["num_gpu"]:
+    if short(node["gpus_free"], req["num_gpu"]):
         return f"Insufficient {GPU_RESOURCE}"
-    if node["gpus_free"] - reserved_for_others(node, req) < req["num_gpu"]:
+    if short(node["gpus_free"] - reserved_for_others(node, req), req["num_gpu"]):
         return RESERVED_GPUS
-    if node["cpu_milli_free"] < req["cpu_milli"]:
+    if short(node["cpu_milli_free"], req["cpu_milli"]):
         return "Insufficient cpu"
-    if node["cpu_milli_free"] - reserved_for_others(node, req, CPU) < req["cpu_milli"]:
+    if short(node["cpu_milli_free"] - reserved_for_others(node, req, CPU), req["cpu_milli"]):
         return RESERVED_CPU
-    if node["memory_mib_free"] < req["memory_mib"]:
+    if short(node["memory_mib_free"], req["memory_mib"]):
         return "Insufficient memory"
-    if node["memory_mib_free"] - reserved_for_others(node, req, MEMORY) < req["memory_mib"]:
+    if short(node["memory_mib_free"] - reserved_for_others(node, req, MEMORY), req["memory_mib"]):
         return RESERVED_MEMORY
     return _extended_refusal(node, req)
 
@@ -307,9 +315,9 @@ def _extended_refusal(node: Json, req: Json) -> str | None:
     free = node["extended_free"]
     for k, v in req["extended"].items():
         have = free.get(k, unlisted_amount(k))
-        if have < v:
+        if short(have, v):
             return "Too many pods" if k == "pods" else f"Insufficient {k}"
-        if have - extended_reserved_for_others(node, req, k) < v:
+        if short(have - extended_reserved_for_others(node, req, k), v):
             return reserved_words(k)
     return None
 
@@ -381,12 +389,13 @@ class Offers:
         # host ports first (kube-scheduler's NodePorts comes before NodeResourcesFit); a node where one is taken, or
         # held for another pod, is not admitted either: preemption, which weighs resources only, would free none there
         ports, held = self._ports(req)
-        failed = [ports, held, self.gpus < gpus, self.gpus - others[GPUS] < gpus, self.cpu < cpu,
-                  self.cpu - others[CPU] < cpu, self.memory < memory, self.memory - others[MEMORY] < memory]
+        failed = [ports, held, short(self.gpus, gpus), short(self.gpus - others[GPUS], gpus), short(self.cpu, cpu),
+                  short(self.cpu - others[CPU], cpu), short(self.memory, memory),
+                  short(self.memory - others[MEMORY], memory)]
         words = [PORTS, RESERVED_PORTS, f"Insufficient {GPU_RESOURCE}", RESERVED_GPUS, "Insufficient cpu",
                  RESERVED_CPU, "Insufficient memory", RESERVED_MEMORY]
         for k, v in req["extended"].items():
-            failed += [self._free(k) < v, self._free(k) - self._held_extended(req, k) < v]
+            failed += [short(self._free(k), v), short(self._free(k) - self._held_extended(req, k), v)]
             words += ["Too many pods" if k == "pods" else f"Insufficient {k}", reserved_words(k)]
         code = np.select(failed, np.arange(1, len(failed) + 1), 0)   # the first check each node fails
         rules, rules_ok = self._rules(req)
