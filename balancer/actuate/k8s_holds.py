@@ -62,7 +62,8 @@ Json = dict[str, Any]
 class Holds:
     """Preemption, anti-starvation and the release of held nodes for one scheduler (module docstring).
 
-    `preempted` and `starving` say what the last pass did: (victim, node) of each preemption started, (pod, node)
+    `preempted` and `starving` say what the last pass did: (victim, node) of each victim a preemption evicted (not
+    those found gone already: `gputide_scheduler_preempted_pods_total` counts evictions), (pod, node)
     of each starving pod given a node to hold; `stuck`: (pod, node, victims) of each preemption's hold it kept past
     the hour for victims stuck terminating (`k8s_stuck`)."""
 
@@ -116,7 +117,7 @@ class Holds:
         self._off(bound, choice.node, gone)
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
-        self.preempted += [(v, choice.node) for v in done.done]
+        self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone already: no eviction made
         did = self._preempted_said(choice.node, done)
         log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], did)
         return f" preemption: {did}{self._left_said(choice.node, done)}."
@@ -127,7 +128,7 @@ class Holds:
         that it holds the node all the same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod
         fits there by what preemption weighs, a 0-GPU pod refused a node whose GPUs are held for others): it was said
         to be "preempting 0 pod(s)", while it only held the node and waits there for what refuses it."""
-        gone = f"{', '.join(sorted(done.gone))} gone already" if done.gone else ""
+        gone = Holds._gone_said(done)
         if done.evicted:
             return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
                     f"{', '.join(sorted(done.evicted))}" + (f" ({gone})" if gone else ""))
@@ -135,6 +136,21 @@ class Holds:
         if gone:
             return f"no pod evicted on {node}, its victims {gone}: {held}"
         return f"nothing to preempt on {node} (no pod of lower priority takes the room it needs there): {held}"
+
+    @staticmethod
+    def _gone_said(done: Evictions) -> str:
+        """The victims a preemption found gone already (deleted, or no longer on the node), as words ("" when none):
+        their room is made, but no eviction was, so they are not counted as preempted (`preempted`)."""
+        return f"{', '.join(sorted(done.gone))} gone already" if done.gone else ""
+
+    @staticmethod
+    def _resumed_said(node: str, done: Evictions) -> str:
+        """What carrying on a preemption did (`resume`), as words: the victims left it evicted, those found gone
+        already, or that it holds the node. Victims found gone were said (and counted) as evicted by it."""
+        gone = Holds._gone_said(done)
+        if done.evicted:
+            return f"evicted {', '.join(sorted(done.evicted))} on {node}" + (f" ({gone})" if gone else "")
+        return f"holding {node}" + (f" ({gone})" if gone else "")
 
     def _clear_lower(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
         """`req` preempted on node i: the holds there for pods of lower priority (`lower_holds`) are given back and
@@ -193,11 +209,10 @@ class Holds:
         # its GPUs, CPU and memory as before (the offers' columns stand); host ports and extended resources named
         # now where they were not (`k8s_preempt.filled`) are read from the view where a pod asks them
         view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}
-        self.preempted += [(v, node) for v in done.done]
+        self.preempted += [(v, node) for v in done.evicted]   # not those gone already: no eviction made
+        did = self._resumed_said(node, done)
         if done.done:
-            log.info("scheduler %s: %s: evicted the rest of its victims on %s: %s", self.scheduler_name, key, node,
-                     ", ".join(done.done))
-        did = f"evicted {', '.join(sorted(done.done))} on {node}" if done.done else f"holding {node}"
+            log.info("scheduler %s: %s: the rest of its victims: %s", self.scheduler_name, key, did)
         if ending := done.entry.get(EVICTED):
             did += f" while {', '.join(ending)} terminate(s) (held until {done.entry['expires']})"
         if kept := kept_past_cap(done.entry):
@@ -293,11 +308,16 @@ class Holds:
         node = closest_to_fitting(req, self._candidates(req, view, offers))
         if node is None or not self._hold_starving(req, node, view, index, offers):
             return ""
-        if mig := mig_asked(req):   # a pod asking MIG instances, no whole GPU: 0 GPUs were said reserved
-            return (f" Waiting {(now - created) / 60:.0f} min: holding {node} "
-                    f"({', '.join(f'{v:g} {k}' for k, v in sorted(mig.items()))} reserved) as they free up there.")
-        return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({req['num_gpu']} GPUs reserved) "
-                "as GPUs free up there.")
+        return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({self._reserved_said(req)} reserved) as "
+                f"{'they' if mig_asked(req) else 'GPUs'} free up there.")
+
+    @staticmethod
+    def _reserved_said(req: Json) -> str:
+        """What a starving pod's hold reserves of what it waits for, as words: the MIG instances it asks where it asks
+        no whole GPU (`mig_asked`: "0 GPUs" was said reserved for it, and that it waited for GPUs), else its GPUs."""
+        if mig := mig_asked(req):
+            return ", ".join(f"{v:g} {k}" for k, v in sorted(mig.items()))
+        return f"{req['num_gpu']} GPUs"
 
     def hold_for_starving_group(self, members: list[Json], view: list[Json], index: dict[str, int], offers: Offers,
                                 now: float) -> str:
@@ -318,11 +338,11 @@ class Holds:
             node = self._part_node(part, view, offers)
             for m in part["members"] if node is not None else ():
                 if not offers.holds_for(m) and self._hold_starving(m, node, view, index, offers):
-                    held.append(f"{m['name']} on {node}")
+                    held.append(f"{m['name']} on {node}, {self._reserved_said(m)} reserved")
         if not held:
             return ""
-        return (f" Waiting {(now - min(created)) / 60:.0f} min: holding nodes for the group's members as GPUs free "
-                f"up there ({', '.join(held)}).")
+        return (f" Waiting {(now - min(created)) / 60:.0f} min: holding nodes for the group's members "
+                f"({'; '.join(held)}) as what each waits for frees up there.")
 
     def _part_node(self, part: Json, view: list[Json], offers: Offers) -> str | None:
         """The node a part of a starving pod group (`together`: members that must run on one node) holds for those
