@@ -23,8 +23,9 @@ What `PowerCapAgent.sync()` does, each interval:
   before nor the one gputide set) takes its place: raised by hand, the cap is applied again and the give-back
   restores the operator's new limit; lowered, no later cap raises it. So does one changed while the driver refuses
   gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless
-  the GPU runs at the cap asked (applied, and the agent stopped before it wrote so) and the agent has not itself
-  seen that cap refused (then it is an operator's at the cap's watts). A GPU whose limit cannot be
+  the GPU runs at the cap asked (applied, and the agent stopped before it wrote so) and no agent has seen that cap
+  refused (then it is an operator's at the cap's watts; the refusal is kept in the limits before, so an agent
+  restarted since knows it too). A GPU whose limit cannot be
   read is not capped for the first time until it can (its limit before would be unknown; counted failed
   meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit: one an operator
   lowered meanwhile was raised). A GPU found
@@ -224,7 +225,6 @@ class PowerCapAgent:
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
         self._blind: set[str] = set()   # this sync: GPUs whose limit could not be read, their give-back waiting
-        self._refused: set[str] = set()   # GPUs whose first cap this agent saw refused: none of its Sets landed
         self._pending: dict[str, Pending] = {   # Sets that have not returned: judged once the GPU's limit reads
             uuid: Pending(AFTER, held.pending_w) for uuid, held in self.before.items()
             if not math.isnan(held.pending_w)}
@@ -272,7 +272,6 @@ class PowerCapAgent:
         """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is
         remembered as applied and as the limit gputide set. An earlier agent's Set (`AFTER`) was a give-back where it
         set the limit before, else a cap (kept as the limit gputide set; this agent applies its own caps anew)."""
-        self._refused.discard(uuid)
         held = self.before.get(uuid)
         if want is AFTER and (held is None or abs(watts - held.before_w) <= TOLERANCE_W):
             want = None
@@ -284,7 +283,7 @@ class PowerCapAgent:
         if want is not AFTER:
             self._asked[uuid], self._applied[uuid] = want, watts
         if held is not None:
-            self._keep(lambda: self.before.put(uuid, held._replace(set_w=watts, pending_w=math.nan)))
+            self._keep(lambda: self.before.put(uuid, held._replace(set_w=watts, pending_w=math.nan, refused=False)))
 
     def _settle(self, limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         """Sets that had not returned, judged before anything else is: from what the Set returned where the target
@@ -310,14 +309,15 @@ class PowerCapAgent:
                 self._done(uuid, pending.want, got)
                 settled[uuid] = got
             else:   # no such GPU now: nothing of it to judge, but forgotten in the state file too
-                if got is not None and (held := self.before.get(uuid)) is not None and math.isnan(held.set_w):
-                    self._refused.add(uuid)   # a first cap, refused: none of this agent's Sets landed
                 if limit is not None or got is not None:
                     log.info("the power-limit Set of %s that had not returned did not take (%s): asked again as a "
                              "refused one is", uuid, got or f"{limit.current_w:.0f} W, not "
                              f"{in_force(pending.watts, limit):.0f} W")
                 if (held := self.before.get(uuid)) is not None:   # else reloaded as pending at every restart
-                    self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(pending_w=math.nan)))
+                    # a first cap, refused: none of gputide's Sets landed (`_not_capped_yet`)
+                    refused = held.refused or (got is not None and math.isnan(held.set_w))
+                    self._keep(lambda u=uuid, h=held, r=refused: self.before.put(u, h._replace(pending_w=math.nan,
+                                                                                               refused=r)))
         return settled
 
     def _returned_sets(self) -> Mapping[str, float | str]:
@@ -354,8 +354,9 @@ class PowerCapAgent:
         except PowerCapError as err:
             self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {err}")))
             log.error("power caps not applied: %s", err)
-            self._refused.update(uuid for uuid in err.refused.keys() - err.pending
-                                 if (held := self.before.get(uuid)) is not None and math.isnan(held.set_w))
+            for uuid in err.refused.keys() - err.pending:   # a first cap, refused: none of its Sets landed
+                if (held := self.before.get(uuid)) is not None and math.isnan(held.set_w):
+                    self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(refused=True)))
             for uuid in err.pending & requests.keys():   # may yet land: neither done nor forgotten, across restarts
                 self._pending[uuid] = Pending(wanted.get(uuid), requests[uuid])
                 if (held := self.before.get(uuid)) is not None:
@@ -391,20 +392,19 @@ class PowerCapAgent:
     def _not_capped_yet(self, uuid: str, held: Held, cap_w: float | None, limit: PowerLimit | None) -> None:
         """A GPU whose first cap was refused so far: asked no more, nothing to keep; still asked, the limit before
         is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
-        the cap asked (set, and the agent stopped before it could write so down: gputide's own) and this agent has
-        not seen its own first cap refused (then none of its Sets landed: an operator's ``-pl`` at the cap's watts
-        was taken for gputide's, and its give-back raised the GPU to the limit before)."""
+        the cap asked (set, and the agent stopped before it could write so down: gputide's own) and no agent has seen
+        its first cap refused (`Held.refused`, kept across restarts: then none of its Sets landed, and an operator's
+        ``-pl`` at the cap's watts was taken for gputide's, its give-back raising the GPU to the limit before)."""
         if cap_w is None:
-            self._refused.discard(uuid)
             self._keep(lambda: self.before.drop(uuid))
             return
         if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
-                or (uuid not in self._refused
+                or (not held.refused
                     and abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W):
             return
         log.info("power limit of %s changed to %.0f W (was %.0f W) before gputide's first cap went through: the "
                  "limit before is %.0f W", uuid, limit.current_w, held.before_w, limit.current_w)
-        self._keep(lambda: self.before.put(uuid, Held(limit.current_w)))
+        self._keep(lambda: self.before.put(uuid, Held(limit.current_w, refused=held.refused)))
 
     def _held_down(self, requests: dict[str, float], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         """`requests` held to each GPU's limit before gputide's cap, a give-back (RESTORE) set to it; that limit
@@ -520,7 +520,6 @@ class PowerCapAgent:
         return False
 
     def _forget(self, uuid: str) -> None:
-        self._refused.discard(uuid)
         self._asked.pop(uuid, None)
         self._applied.pop(uuid, None)
         self._keep(lambda: self.before.drop(uuid))

@@ -4,20 +4,23 @@ The power-cap agent (`exporters.power_caps.PowerCapAgent`) never sets a GPU abov
 before its first cap (``nvidia-smi -pl 250`` on a 700 W board stays 250 W once gputide gives the GPU back), nor above
 one an operator set while gputide's cap was in force. The agent keeps, per GPU under its cap, a `Held`: that limit
 (``before_w``) and the one it set itself (``set_w``, NaN until it did), the latter so that a limit found elsewhere
-later (an operator, a driver reload) is told from its own; and a Set that has not returned (``pending_w``: the watts
+later (an operator, a driver reload) is told from its own; a Set that has not returned (``pending_w``: the watts
 asked, NaN when none), which may yet land, so that an agent restarted meanwhile judges it as the one that made it
-would (`exporters.power_caps`), rather than take its own cap for an operator's.
+would (`exporters.power_caps`), rather than take its own cap for an operator's; and whether gputide's first cap was
+seen refused (``refused``: none of its Sets landed), so that an agent restarted meanwhile takes an operator's limit at
+the cap's watts for the operator's, as the one that saw the refusal does, rather than for its own cap.
 
 It lives in a small JSON file on the node (``{"GPU-...": {"before_w": 250.0, "set_w": 200.0}}``, ``pending_w`` only
-while a Set is pending, written whole to a
-temporary file and renamed over, so a crash leaves the old file or the new one), because the agent restarts
-(upgrades, crash loops, the liveness probe) while NVML keeps the limits it set: a restarted agent that read the
-GPU's limit afresh would read its own cap as the operator's and never give the GPU back. A node-local file needs
-no more than the agent has (a node annotation would need `patch` on every node for a privileged pod on each of
-them); it outlives a reboot, which resets the limits, and the agent then finds the limit no longer the one it set
-and takes the one in force as the operator's (`PowerCapAgent`). Without a path it is kept in memory only (the
-agent's start-up then knows nothing, as before). An unreadable file is logged and read as empty; a write that fails
-raises `OSError` with the entry kept in memory (the agent says so and carries on: a hot GPU is capped anyway).
+while a Set is pending, ``"refused": true`` only while a first cap is refused: a file without them, an older
+agent's, loads as none pending or refused; written whole to a temporary file and renamed over, so a crash leaves the
+old file or the new one), because the agent restarts (upgrades, crash loops, the liveness probe) while NVML keeps
+the limits it set: a restarted agent that read the GPU's limit afresh would read its own cap as the operator's and
+never give the GPU back. A node-local file needs no more than the agent has (a node annotation would need `patch` on
+every node for a privileged pod on each of them); it outlives a reboot, which resets the limits, and the agent then
+finds the limit no longer the one it set and takes the one in force as the operator's (`PowerCapAgent`). Without a
+path it is kept in memory only (the agent's start-up then knows nothing, as before). An unreadable file is logged
+and read as empty; a write that fails raises `OSError` with the entry kept in memory (the agent says so and carries
+on: a hot GPU is capped anyway).
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ log = logging.getLogger(__name__)
 
 
 class Held(NamedTuple):
-    """A GPU under gputide's cap: the limit in force before it (never raised above), the one gputide set, and the
-    one a Set that has not returned asked for."""
+    """A GPU under gputide's cap: the limit in force before it (never raised above), the one gputide set, the one a
+    Set that has not returned asked for, and whether its first cap (`set_w` NaN) was seen refused."""
 
     before_w: float
     set_w: float = math.nan
     pending_w: float = math.nan
+    refused: bool = False
 
 
 class LimitsBefore:
@@ -68,7 +72,7 @@ class LimitsBefore:
         try:
             doc = json.loads(self.path.read_text())
             return {str(uuid): Held(float(v["before_w"]), float(v.get("set_w", math.nan)),
-                                    float(v.get("pending_w", math.nan)))
+                                    float(v.get("pending_w", math.nan)), v.get("refused") is True)
                     for uuid, v in doc.items() if float(v["before_w"]) > 0}
         except FileNotFoundError:
             return {}
@@ -81,7 +85,7 @@ class LimitsBefore:
         if self.path is None:
             return
         doc = {uuid: {"before_w": h.before_w, **{k: w for k, w in (("set_w", h.set_w), ("pending_w", h.pending_w))
-                                                 if not math.isnan(w)}}
+                                                 if not math.isnan(w)}, **({"refused": True} if h.refused else {})}
                for uuid, h in self._held.items()}
         tmp = self.path.with_name(self.path.name + ".tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)

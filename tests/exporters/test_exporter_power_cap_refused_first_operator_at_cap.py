@@ -5,8 +5,9 @@ _not_capped_yet`).
 A GPU found at the cap asked before any cap was written down is taken for gputide's (its Set landed and the agent
 stopped before it wrote so): right for an agent restarted, wrong for the one that saw its own Set refused, none of
 whose Sets landed. The give-back then raised the operator's 250 W to the 700 W found before (review s33r3 finding 3
-LOW). An agent restarted meanwhile knows no refusal and still takes it for gputide's (test_exporter_power_cap_
-refused_first)."""
+LOW). The refusal is kept in the state file, so an agent restarted meanwhile knows it too
+(test_exporter_power_cap_refused_first_restarted); one with no refusal written down still takes it for gputide's
+(test_exporter_power_cap_refused_first)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from exporters.backends.fake_nvml import NVMLError_NoPermission
 from tests.exporters.test_exporter_power_cap_late_set import SET, lands, late_set, node
 
 
-@pytest.mark.parametrize("late", [False, True])
-def test_an_operator_limit_at_the_refused_first_caps_watts_is_given_back_to_itself(tmp_path, late):
+def refused_first_cap(tmp_path, late: bool):
+    """(GPUs, backend, source, agent, state file) of a node whose first cap of GPU-1, 250 W, the driver refused (in
+    time, or late: it has returned refused, not yet judged by a sync), and still refuses."""
     devs, nvml, backend, source, agent, state = node(tmp_path, {})
     agent.sync()
     source.caps = {"GPU-1": 250.0}
@@ -29,6 +31,12 @@ def test_an_operator_limit_at_the_refused_first_caps_watts_is_given_back_to_itse
             lands(nvml, backend)
     else:
         agent.sync()
+    return devs, backend, source, agent, state
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_an_operator_limit_at_the_refused_first_caps_watts_is_given_back_to_itself(tmp_path, late):
+    devs, _, source, agent, _ = refused_first_cap(tmp_path, late)
     devs[1].fail = {}
     assert devs[1].limit_mw == 700_000
     devs[1].limit_mw = 250_000   # the operator: nvidia-smi -pl 250
