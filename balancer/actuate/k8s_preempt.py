@@ -77,6 +77,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
     PRIORITY,
     counts_against,
     others_held,
+    short,
     unlisted_amount,
 )
 from balancer.actuate.k8s_migrate import eviction
@@ -337,8 +338,10 @@ def _usable(node: Json, req: Json) -> tuple[int, int, int, dict[str, float]]:
 
 def makes_room(node: Json, req: Json, victims: Sequence[Any]) -> bool:
     """Whether `req`'s GPUs, CPU and memory are free on `node` once `victims` (`k8s_reads.Usage` of pods bound
-    there) are gone, what is held there for other pods staying held (`usable`)."""
-    return all(have + sum(getattr(u, field) for u in victims) >= want for have, field, want in zip(
+    there) are gone, what is held there for other pods staying held (`usable`): only those it asks
+    (`k8s_filters.short`), as the filters weigh them. A 0-GPU pod was found no room where the GPUs held for others
+    exceed those free, though it needs none: it did not preempt there, or gave up a preemption begun there."""
+    return not any(short(have + sum(getattr(u, field) for u in victims), want) for have, field, want in zip(
         usable(node, req), ("gpus", "cpu_milli", "memory_mib"), (req["num_gpu"], req["cpu_milli"], req["memory_mib"]),
         strict=True))
 
