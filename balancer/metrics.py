@@ -106,6 +106,27 @@ class WatchGauges:
         self.failures.labels(resource).set_function(lambda: float(failures()))
 
 
+class ShardGauges:
+    """What the shard a controller runs (`gputide run --shard`) owns: a GPU node labelled for no shard, or for one that
+    does not run, is left alone by every shard, and GputideGpuNodeInNoShard finds it against the exporters'
+    hostnames."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.count = _LabelledGauge(Gauge("gputide_shard_nodes", "Nodes the shard this controller runs owns (those "
+                                          "its selector matches in the latest reading, and a dark one it held last), "
+                                          "by shard; no series unsharded or on a replica that does not lead.",
+                                          ["shard"], registry=registry))
+        self.info = _LabelledGauge(Gauge("gputide_shard_node_info", "1 for each node the shard this controller runs "
+                                         "owns (as gputide_shard_nodes counts them), by shard and node.",
+                                         ["shard", "node"], registry=registry))
+
+    def own(self, shard: str | None, nodes: Collection[str]) -> None:
+        """The nodes shard `shard` owns (`ShardedSource.shard_nodes`, held or not: the shard's, not this reading's);
+        None: no shard (unsharded, or a replica that stopped leading), no series. A shard that owns none says 0."""
+        self.count.set_all({} if shard is None else {(shard,): float(len(set(nodes)))})
+        self.info.set_all({} if shard is None else {(shard, node): 1.0 for node in set(nodes)})
+
+
 class ActuationErrors:
     """`gputide_actuation_errors_total`, every (type, outcome, code) the controller can count created at 0; `labels`
     maps the actuator's code into that set (`balancer.actuation_codes.error_code`)."""
@@ -163,6 +184,7 @@ class ControllerMetrics:
         self.forgotten = _LabelledGauge(Gauge(
             "gputide_gpus_forgotten", "GPUs forgotten (out of the plan) after holding still for them gone from "
             "telemetry, while their node is still a Kubernetes node, by node.", ["node"], registry=r))
+        self.shard = ShardGauges(r)
         self._leader = Gauge("gputide_leader", "1 on the replica that acts, by the Lease it elects on (empty without "
                              "leader election).", ["lease"], registry=r)
         self.leader = self._leader.labels(lease="")
@@ -239,9 +261,9 @@ class ControllerMetrics:
     def standby(self) -> None:
         """A replica that stopped acting (it lost its Lease) stops reporting what it saw while it acted: fail-static,
         capacity, forecasts, fragmentation, waiting jobs, owed workers and held-back migrations go back to empty and
-        the GPUs of unknown health to NaN (it reads no telemetry), so alerts and dashboard sums count the leader only,
-        not also the frozen values of a former one. Its staleness and eviction budget stay (the dashboards and alerts
-        skip a standby's)."""
+        the GPUs of unknown health to NaN (it reads no telemetry), and a shard's nodes go (another replica leads it
+        now), so alerts and dashboard sums count the leader only, not also the frozen values of a former one. Its
+        staleness and eviction budget stay (the dashboards and alerts skip a standby's)."""
         self.set_fail_static(None)
         self.health_unknown.set(math.nan)
         self.forgotten.set_all({})
@@ -258,6 +280,7 @@ class ControllerMetrics:
         self.set_training_waiting({})
         self.set_shrunk_workers({})
         self.set_exclusions({})
+        self.shard.own(None, ())
 
     def fleet_unknown(self) -> None:
         """A held cycle (fail-static) plans on no reading: what planned cycles report of the fleet is not shown as if
@@ -284,12 +307,14 @@ class ControllerMetrics:
         """One telemetry reading, held on or not: the staleness of what it measured (`oldest_age`: NaN when it
         measured none) and, on one acted on, the GPUs of unknown health its source saw (`health_unknown`, where
         the source keeps it; NaN where it cannot tell, and during a hold), and the GPUs its source has forgotten while
-        their node is still listed, by node (`forgotten`, held or not: the source's state, not this reading's)."""
+        their node is still listed, by node (`forgotten`, held or not: the source's state, not this reading's), and,
+        of a shard's source, the nodes the shard owns (`ShardedSource.shard_nodes`, likewise)."""
         self.staleness.set(oldest_age(snapshot, source))
         unknown = None if held else getattr(source, "health_unknown", None)
         self.health_unknown.set(math.nan if unknown is None else len(unknown))
         self.forgotten.set_all({(node,): float(n) for node, n in
                                 Counter((getattr(source, "forgotten", None) or {}).values()).items()})
+        self.shard.own(*(getattr(source, "shard_nodes", None) or (None, ())))   # a shard's source alone
 
     def set_capacity(self, split: Mapping[str, float], targets: Mapping[str, float] | None = None) -> None:
         """`split`: GPUs per class (missing classes read 0); `targets`: GPUs per service (None: leave as is)."""

@@ -187,14 +187,21 @@ class ShardedSource:
     def snapshot(self) -> ClusterSnapshot:
         full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         part, index = restrict(full, self.selector)
+        # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
+        # (its exporter dark) stays with the shard that last held it. So even when none is left here: a shard whose
+        # last node was relabelled out claimed it for good (`shard_nodes`: no alert said it was no shard's)
+        self.nodes = (self.nodes - {n.name for n in full.nodes}) | {n.name for n in part.nodes}
+        self.held = frozenset(n.name for n in part.nodes)
         if part.n_gpus == 0:
             raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
         self.last_full, self.index = full, index
-        # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
-        # (its exporter dark) stays with the shard that last held it
-        self.nodes = (self.nodes - {n.name for n in full.nodes}) | {n.name for n in part.nodes}
-        self.held = frozenset(n.name for n in part.nodes)
         return part
+
+    @property
+    def shard_nodes(self) -> tuple[str, frozenset[str]]:
+        """(the shard's name, the nodes it owns: `nodes`), for the controller's gputide_shard_node_info: a GPU node
+        that no shard's controller reports owning is left alone by all (GputideGpuNodeInNoShard)."""
+        return self.selector.name, frozenset(self.nodes)
 
     def globalize(self, action: Action) -> Action:
         return globalize(action, self.index)
