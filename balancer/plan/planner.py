@@ -12,7 +12,9 @@ process is read back from the snapshot every cycle, not from memory: gputide's h
 replica that has just become the leader gives back what an earlier one tainted or throttled. Which nodes are tainted
 is what the snapshot says, not what the controller remembers doing: a person may remove the taint, and a node still
 hot must then be tainted again, by this controller or any other. A taint acknowledged last cycle counts once more
-while the node list may not show it yet (`PlannerState.tainted`).
+while the node list may not show it yet (`PlannerState.tainted`); a removal acknowledged counts done while the list
+still shows the taint it took away, with the expiry it had (`PlannerState.untainted`), so it is not proposed, carried
+out and counted in `gputide_actions_total` again (a kept-open node's removal was, each cycle the list lagged).
 
 Renewal. The Kubernetes hot taint expires (`gputide.io/hot-until`, `HOT_TAINT_TTL_S` = 15 minutes after it was
 written, `Node.hot_until`) and the actuator's housekeeping then removes it: the safety net for a controller that dies
@@ -139,6 +141,11 @@ class PlannerState:
     # node -> the expiry its node showed when this controller's hot-taint write (add or renewal) was acknowledged (None:
     # no expiry, no taint), kept while the node list still shows that one: it lags the write (see the docstring)
     taint_written: Mapping[str, float | None] = field(default_factory=lambda: _EMPTY)
+    # node -> the expiry its hot taint showed when this controller's removal of it was acknowledged, kept while the node
+    # list still shows that taint: it lags the removal, and the node counts open (not removed again, nor counted again
+    # in gputide_actions_total, nor renewed); once the list shows no hot taint, or another expiry (a later write), only
+    # the snapshot counts
+    untainted: Mapping[str, float | None] = field(default_factory=lambda: _EMPTY)
     # the hot node the taint left open last cycle (`hotspot_detect.kept_open`): kept while it still takes work, so a
     # node list lagging its taint's removal does not move the choice to another node (both open, the note logged anew);
     # set only while that node is hot, so `plan`'s state says which node it is: the capacity plan lends none of its
@@ -177,7 +184,10 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
     hs = hotspots.detect(snapshot, policy, state.hotspots)
     co = colocation.observe(snapshot, policy, state.colocation)
     nodes = _first_nodes(snapshot)
-    tainted = hot_tainted(snapshot) | (state.tainted & nodes.keys())
+    shown = hot_tainted(snapshot)
+    removing = MappingProxyType({name: until for name, until in state.untainted.items()
+                                 if name in shown and nodes[name].hot_until == until})   # a list lagging a removal
+    tainted = (shown - removing.keys()) | (state.tainted & nodes.keys())
     hot = hotspots.hot_nodes(snapshot, hs)
     # the last node open to GPU work stays so though hot (hotspot_detect's "The last open node"); what the taint closes
     keep = (hotspots.kept_open(snapshot, hot, frozenset(tainted), state.kept_open)
@@ -208,10 +218,12 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
         notes += (f"hotspots: {keep} kept open though hot: every other node that takes GPU work is hot or closed",)
     lagging = MappingProxyType({name: until for name, until in state.taint_written.items()
                                 if name in nodes and nodes[name].hot_until == until})
-    renewals = _renewals(snapshot, nodes, closing, frozenset(lagging)) if policy.hotspots.taint_hot_nodes else ()
+    renewals = (_renewals(snapshot, nodes, closing, frozenset(lagging) | removing.keys())
+                if policy.hotspots.taint_hot_nodes else ())
     out = Plan(actions=kept + renewals, notes=notes, objective_before=result.objective_before,
                objective_after=after)
     return out, replace(state, hotspots=hs, colocation=co, tainted=frozenset(), taint_written=lagging, kept_open=keep,
+                        untainted=removing,
                         shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused),
                         refused_targets=MappingProxyType(refused_targets),
@@ -348,14 +360,21 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
 
 def _acknowledge_taints(state: PlannerState, applied: list[TaintNode], snapshot: ClusterSnapshot) -> PlannerState:
     """The hot taints written count as tainted until the next plan (`tainted`); each write remembers the expiry its
-    node showed (`taint_written`: a node list still showing it lags the write)."""
+    node showed (`taint_written`: a node list still showing it lags the write), and so does each removal of a taint
+    the node showed (`untainted`: a node list still showing it lags the removal)."""
     if not applied:
         return state
     tainted, written, nodes = set(state.tainted), dict(state.taint_written), _first_nodes(snapshot)
+    removed, shown = dict(state.untainted), hot_tainted(snapshot)
     for a in applied:
         (tainted.discard if a.remove else tainted.add)(a.node)
         if a.remove or a.node not in nodes:
             written.pop(a.node, None)
         else:
             written[a.node] = nodes[a.node].hot_until
-    return replace(state, tainted=frozenset(tainted), taint_written=MappingProxyType(written))
+        if a.remove and a.node in shown:
+            removed[a.node] = nodes[a.node].hot_until
+        else:
+            removed.pop(a.node, None)
+    return replace(state, tainted=frozenset(tainted), taint_written=MappingProxyType(written),
+                   untainted=MappingProxyType(removed))
