@@ -263,17 +263,19 @@ def model_allows(node: Json, req: Json) -> bool:
 def closest_to_fitting(req: Json, nodes: Sequence[Json]) -> str | None:
     """The node a pod that waits too long should hold as what it asks frees up: among those big enough for it at all
     once what they hold for others is set aside (GPUs, CPU, memory, and each extended resource it asks:
-    `big_enough`), the one closest to fitting it by what it asks (`_closeness`: whole GPUs, or the MIG instances of a
-    pod that asks those and no whole GPU), ties by name; None when none is big enough. What each node holds for
-    others is summed in one walk over its holds (`k8s_filters.others_held`), not one per resource: a starving pod
-    weighs every node it may hold, at each pass."""
+    `big_enough`; one it asks none of rules out no node, `k8s_filters.short`, as in the filters), the one closest to
+    fitting it by what it asks (`_closeness`: whole GPUs, the MIG instances of a pod that asks those and no whole
+    GPU, or CPU and memory for a pod that asks neither), ties by name; None when none is big enough. What each node
+    holds for others is summed in one walk over its holds (`k8s_filters.others_held`), not one per resource: a
+    starving pod weighs every node it may hold, at each pass."""
     mig = mig_asked(req)
     best: tuple[tuple[float, ...], str] | None = None
     for n in nodes:
         gpus, cpu, memory, extended = others_held(n, req) if n["reservations"] else (0, 0, 0, None)
-        if n["gpus_total"] - gpus >= req["num_gpu"] and n["cpu_milli_total"] - cpu >= req["cpu_milli"] \
-                and n["memory_mib_total"] - memory >= req["memory_mib"] and big_enough(n, req, extended):
-            key = (_closeness(n, gpus, mig, extended), n["name"])
+        if not any(short(have, want) for have, want in (
+                (n["gpus_total"] - gpus, req["num_gpu"]), (n["cpu_milli_total"] - cpu, req["cpu_milli"]),
+                (n["memory_mib_total"] - memory, req["memory_mib"]))) and big_enough(n, req, extended):
+            key = (_closeness(n, req, (gpus, cpu, memory), mig, extended), n["name"])
             best = key if best is None or key > best else best
     return best[1] if best else None
 
@@ -289,17 +291,27 @@ def mig_asked(req: Json) -> dict[str, float]:
     return {k: v for k, v in req["extended"].items() if k.startswith(MIG_PREFIX)}
 
 
-def _closeness(node: Json, gpus_held: int, mig: Mapping[str, float],
+def _closeness(node: Json, req: Json, others: tuple[int, int, int], mig: Mapping[str, float],
                held: Mapping[str, float] | None) -> tuple[float, ...]:
-    """How close `node` is to fitting a starving pod, the greater the closer: its whole GPUs free and not held for
-    others (`gpus_held`); for a pod that asks MIG instances (`mig`, `mig_asked`) and no whole GPU, the instances of
-    those profiles it lacks there (negated), then those free, each less what is held there for others (`held`, by
-    resource; None: nothing). A MIG-only pod was ranked by whole GPUs, which it does not use: a node with all its
-    GPUs free but none of the pod's profile was held rather than one a slice short."""
-    if not mig:
-        return (node["gpus_free"] - gpus_held,)
-    free = {k: (node.get("extended_free") or {}).get(k, 0.0) - (held or {}).get(k, 0.0) for k in mig}
-    return -sum(max(v - free[k], 0.0) for k, v in mig.items()), sum(free.values())
+    """How close `node` is to fitting starving `req`, the greater the closer, by what it asks, each amount free less
+    what is held there for others (`others`: GPUs, CPU milli, memory MiB; `held`: by extended resource, None:
+    nothing): for a pod asking whole GPUs, its whole GPUs free; for one that asks MIG instances (`mig`, `mig_asked`)
+    and no whole GPU, the instances of those profiles it lacks there (negated), then those free; for one that asks
+    neither, the CPU it lacks there, then the memory (negated), then the CPU and the memory free. Such pods were
+    ranked by whole GPUs, which they do not use: a MIG-only pod held a node with all its GPUs free but none of its
+    profile rather than one a slice short, a CPU-only pod one with GPUs free but no CPU rather than one a core short."""
+    if req["num_gpu"]:
+        return (node["gpus_free"] - others[0],)
+    if mig:
+        free = {k: (node.get("extended_free") or {}).get(k, 0.0) - (held or {}).get(k, 0.0) for k in mig}
+        return -sum(max(v - free[k], 0.0) for k, v in mig.items()), sum(free.values())
+    cpu, memory = node["cpu_milli_free"] - others[1], node["memory_mib_free"] - others[2]
+    return -_lacking(cpu, req["cpu_milli"]), -_lacking(memory, req["memory_mib"]), cpu, memory
+
+
+def _lacking(have: float, want: float) -> float:
+    """How much of `want` `have` lacks: none of what a pod asks none of (`k8s_filters.short`)."""
+    return max(want - have, 0) if want > 0 else 0
 
 
 def big_enough(node: Json, req: Json, held: Mapping[str, float] | None = None) -> bool:

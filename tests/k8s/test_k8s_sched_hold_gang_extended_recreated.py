@@ -110,17 +110,26 @@ def test_filled_names_what_the_pod_asks_now():
 
 
 def _reference(req: dict, nodes: list[dict]) -> str | None:
-    """`closest_to_fitting` as 6f1a3f4 wrote it: each resource's holds summed apart."""
+    """`closest_to_fitting` as 6f1a3f4 wrote it, each resource's holds summed apart, with what a pod asks none of
+    ruling out no node and a pod asking no GPU ranked by the CPU, then memory, it lacks, then those free."""
     def fits(n: dict) -> bool:
-        if any(n[total] - reserved_for_others(n, req, what) < req[want] for total, what, want in (
+        if any(req[want] > 0 and n[total] - reserved_for_others(n, req, what) < req[want] for total, what, want in (
                 ("gpus_total", GPUS, "num_gpu"), ("cpu_milli_total", CPU, "cpu_milli"),
                 ("memory_mib_total", MEMORY, "memory_mib"))):
             return False
         have = n.get("extended_total") or {}
         return all(have.get(k, float("inf") if k == "pods" else 0.0) - extended_reserved_for_others(n, req, k) >= v
                    for k, v in req["extended"].items())
+
+    def closeness(n: dict) -> tuple:
+        if req["num_gpu"]:
+            return (n["gpus_free"] - reserved_for_others(n, req),)
+        cpu, memory = (n["cpu_milli_free"] - reserved_for_others(n, req, CPU),
+                       n["memory_mib_free"] - reserved_for_others(n, req, MEMORY))
+        return (-max(req["cpu_milli"] - cpu, 0) if req["cpu_milli"] else 0,
+                -max(req["memory_mib"] - memory, 0) if req["memory_mib"] else 0, cpu, memory)
     big = [n for n in nodes if fits(n)]
-    return max(big, key=lambda n: (n["gpus_free"] - reserved_for_others(n, req), n["name"]))["name"] if big else None
+    return max(big, key=lambda n: (closeness(n), n["name"]))["name"] if big else None
 
 
 def _random_node(rng: random.Random, i: int) -> dict:
@@ -133,7 +142,8 @@ def _random_node(rng: random.Random, i: int) -> dict:
                                               {"other": 1}))}
     extended_total = {k: float(rng.randint(0, 3)) for k in (RDMA, "pods") if rng.random() < 0.7}
     return dict(name=f"n{i:03}", gpus_total=8, cpu_milli_total=2000, memory_mib_total=2000,
-                gpus_free=rng.randint(0, 8), reservations=holds, extended_total=extended_total)
+                gpus_free=rng.randint(0, 8), cpu_milli_free=rng.randint(0, 2000), memory_mib_free=rng.randint(0, 2000),
+                reservations=holds, extended_total=extended_total)
 
 
 def test_closest_to_fitting_answers_as_summing_each_resources_holds_apart():
