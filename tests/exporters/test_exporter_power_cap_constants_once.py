@@ -5,11 +5,8 @@ reads' deadline where two do. The limit read asks them as before; NVML initialis
 
 from __future__ import annotations
 
-import pytest
-
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_DriverNotLoaded
 from exporters.backends.nvml import NvmlBackend
-from exporters.power_caps import TargetUnavailable
 
 LIMIT, SET = "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceSetPowerManagementLimit"
 DEFAULT, RANGE = "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetPowerManagementLimitConstraints"
@@ -51,16 +48,17 @@ def test_sets_without_a_limit_read_ask_the_constants_once():
 
 
 def test_after_nvml_is_initialised_again_a_set_clamps_to_what_the_new_initialisation_read():
+    """No limit read after the re-initialisation (the collection's `read()` initialises NVML again): a limit read
+    asks the constants afresh anyway, so only a Set alone tells whether the earlier initialisation's are kept."""
     nvml, backend = node()
-    backend.power_limits()
-    backend.apply_power_caps({"GPU-0": 300.0})
+    assert backend.apply_power_caps({"GPU-0": 900.0}) == {"GPU-0": 700.0}   # the constants asked, and remembered
     nvml.broken = NVMLError_DriverNotLoaded
-    with pytest.raises(TargetUnavailable):
-        backend.power_limits()
+    backend.read()   # NVML stopped: every field an error
     nvml.broken = None
     nvml.devices[0].default_limit_mw = 650 * W   # what the reloaded driver says of the board
-    nvml.devices[0].limit_mw = 650 * W
-    assert backend.power_limits()["GPU-0"].default_w == 650.0 and backend.nvml_reinits == 1
+    backend.read()
+    assert backend.nvml_reinits == 1
     n = len(nvml.asked)
-    assert backend.apply_power_caps({"GPU-0": 700.0}) == {"GPU-0": 650.0}   # not above the default read anew
-    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]
+    assert backend.apply_power_caps({"GPU-0": 900.0}) == {"GPU-0": 650.0}   # not the 700 W of the old one
+    assert asked(nvml, n) == sorted([(RANGE, "GPU-0"), (DEFAULT, "GPU-0"), (SET, "GPU-0")])   # asked again
+    assert nvml.devices[0].limit_mw == 650 * W
