@@ -126,8 +126,8 @@ class Holds:
     def _preempted_said(node: str, done: Evictions) -> str:
         """What a preemption did, as words: the victims it evicted, those found gone already; where it evicted none,
         that it holds the node all the same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod
-        fits there by what preemption weighs, a 0-GPU pod refused a node whose GPUs are held for others): it was said
-        to be "preempting 0 pod(s)", while it only held the node and waits there for what refuses it."""
+        fits there by what preemption weighs): it was said to be "preempting 0 pod(s)", while it only held the node
+        and waits there for what refuses it."""
         gone = Holds._gone_said(done)
         if done.evicted:
             return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
@@ -309,15 +309,21 @@ class Holds:
         if node is None or not self._hold_starving(req, node, view, index, offers):
             return ""
         return (f" Waiting {(now - created) / 60:.0f} min: holding {node} ({self._reserved_said(req)} reserved) as "
-                f"{'they' if mig_asked(req) else 'GPUs'} free up there.")
+                f"{'GPUs' if req['num_gpu'] else 'they'} free up there.")
 
     @staticmethod
     def _reserved_said(req: Json) -> str:
-        """What a starving pod's hold reserves of what it waits for, as words: the MIG instances it asks where it asks
-        no whole GPU (`mig_asked`: "0 GPUs" was said reserved for it, and that it waited for GPUs), else its GPUs."""
+        """What a starving pod's hold reserves of what it waits for, as words (`closest_to_fitting` ranks the nodes
+        by the same): its GPUs where it asks whole GPUs; the MIG instances it asks where it asks those and no whole
+        GPU (`mig_asked`); else the CPU and memory it asks. Such pods were said to hold "0 GPUs", and to wait for
+        GPUs."""
+        if req["num_gpu"]:
+            return f"{req['num_gpu']} GPUs"
         if mig := mig_asked(req):
             return ", ".join(f"{v:g} {k}" for k, v in sorted(mig.items()))
-        return f"{req['num_gpu']} GPUs"
+        asked = [said for n, said in ((req["cpu_milli"], f"{req['cpu_milli']}m CPU"),
+                                      (req["memory_mib"], f"{req['memory_mib']} MiB memory")) if n]
+        return ", ".join(asked) or "no GPU, CPU or memory"
 
     def hold_for_starving_group(self, members: list[Json], view: list[Json], index: dict[str, int], offers: Offers,
                                 now: float) -> str:
