@@ -6,15 +6,17 @@ It was used only while younger than the reads' `max_age_s`, which `watch_gpu_rea
 0s``, a GPU slower than the reads' deadline was never capped nor given back (review s33r3 finding 1: 700 W over 5
 syncs). The reads' `max_age_s` is left to say what a collection serves and when a call counts as stuck.
 
-The reads' clock is a fake one, moved by the agent's interval between syncs; the slow GPU's calls sleep `CALL_S`."""
+The reads' clock is a fake one, moved by the agent's interval between syncs; the slow GPU's calls are held until
+their sync has returned (`tests.exporters.test_exporter_power_cap_slow_gpu.sync`): always late. They slept 50 ms
+each, and a fast GPU slow to be scheduled let the slow one's read return in time (its wait, on a clock that does
+not move, begins after the fast GPU's): read, and capped, at 21 s a sync."""
 
 from __future__ import annotations
 
 from balancer.cmd.exporter import watch_gpu_reads
 from exporters.health import CollectHealth
 from tests.cli.test_cli_health import Clock
-from tests.exporters.test_exporter_nvml_gpu_late_served import returned
-from tests.exporters.test_exporter_power_cap_slow_gpu import slow_node
+from tests.exporters.test_exporter_power_cap_slow_gpu import slow_node, sync
 
 
 def capped_after(serve_stale_s: float, caps_interval_s: float | None, syncs: int = 5, step_s: float | None = None):
@@ -32,8 +34,7 @@ def capped_after(serve_stale_s: float, caps_interval_s: float | None, syncs: int
     nvml.slow = "GPU-1"
     out: dict[str, float] = {}
     for _ in range(syncs):
-        out.update(agent.sync())
-        returned(backend.reads)
+        out.update(sync(agent, backend))
         clock.now += step_s or caps_interval_s or 1.0
     assert agent.failed is None or "could not be read" in agent.failed
     return out, devs[1].limit_mw, backend

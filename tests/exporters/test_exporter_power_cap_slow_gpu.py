@@ -7,31 +7,60 @@ that missed its deadline is now used at the next sync once it has returned (`Nvm
 began at most two agent intervals ago (`limits_max_age_s`) and no Set was made on the GPU since: such a GPU is capped
 or given back a sync or two late, not never. Its late Set is pending and judged from what it returned (`returned_sets`).
 
-Bounded: each slow call sleeps `CALL_S`; waits for the jobs are bounded (`returned`)."""
+The slow GPU's calls are held until its sync has returned (`SlowPower.between`), then waited for (`settled`): late
+whatever the load. They slept a time above the deadline, but a test whose reads' clock is a fake one (it does not
+move while a call waits) waits each GPU's job a whole deadline after the one before, so a fast GPU slow to be
+scheduled gave the slow GPU's three 50 ms calls 0.2 s: read in time, and capped in a test saying it never is."""
 
 from __future__ import annotations
 
+import threading
 import time
+
+import pytest
 
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml
 from exporters.backends.nvml import NvmlBackend
 from exporters.backends.nvml_gpu_reads import GpuReads
 from exporters.power_caps import PowerCapAgent
-from tests.exporters.test_exporter_nvml_gpu_late_served import returned
-from tests.exporters.test_exporter_power_cap_stuck_gpu import Caps
+from tests.exporters.test_exporter_power_cap_stuck_gpu import BOUND_S, Caps
 
-DEADLINE_S, CALL_S = 0.1, 0.05   # a limit read is three calls: always late, back within a fraction of a second
+DEADLINE_S = 0.1
 
 
 class SlowPower(FakeNvml):
-    """Every power-limit call on the GPU `slow` takes `CALL_S`."""
+    """Every power-limit call on the GPU `slow` waits until `between` is set (by `sync`, once the sync has returned;
+    at most `BOUND_S`): never back within its sync's deadline, back before the next sync."""
 
     slow: str | None = None
 
+    def __init__(self, devices: list[FakeDevice]) -> None:
+        super().__init__(devices)
+        self.between = threading.Event()
+
     def _dev(self, h, fn):
         if self.slow is not None and getattr(h, "target", h).uuid == self.slow and "PowerManagement" in fn:
-            time.sleep(CALL_S)
+            self.between.wait(BOUND_S)
         return super()._dev(h, fn)
+
+
+def settled(backend: NvmlBackend) -> None:
+    """Wait until no GPU's job is inside NVML; fails the test (rather than go on with one running) after `BOUND_S`."""
+    for _ in range(int(BOUND_S * 100)):
+        if not backend.reads.stuck():
+            return
+        time.sleep(0.01)
+    pytest.fail(f"still inside NVML after {BOUND_S} s: {backend.reads.stuck()}")
+
+
+def sync(agent: PowerCapAgent, backend: NvmlBackend) -> dict[str, float]:
+    """One sync, the slow GPU's calls held until it has returned (so late), then let through and waited for."""
+    backend.nvml.between.clear()
+    try:
+        return agent.sync()
+    finally:
+        backend.nvml.between.set()
+        settled(backend)
 
 
 def slow_node(caps: dict[str, float]):
@@ -44,11 +73,10 @@ def slow_node(caps: dict[str, float]):
 
 
 def syncs(agent: PowerCapAgent, backend: NvmlBackend, n: int) -> dict[str, float]:
-    """`n` syncs, each after the late calls of the last have returned; what they applied or settled, merged."""
+    """`n` syncs (`sync`); what they applied or settled, merged."""
     out: dict[str, float] = {}
     for _ in range(n):
-        out.update(agent.sync())
-        returned(backend.reads)
+        out.update(sync(agent, backend))
     return out
 
 
