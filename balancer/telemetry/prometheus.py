@@ -143,7 +143,8 @@ def _running(workloads: tuple[Workload, ...], placements: Mapping[str, tuple[int
         return frozenset(w.owner for w in workloads
                          if w.owner and any(checked[g] for g in placements.get(w.name, ())))
 
-    return lambda service: service in owners()
+    # a namespace-qualified name (`serving.read_services`) concerns the shard running its bare name's pods
+    return lambda service: service in owners() or service.partition("/")[2] in owners()
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:

@@ -128,7 +128,9 @@ def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[Cluste
     # a service whose demand is unknown holds the capacity plan of a shard with a replica of it here, spread over two
     # shards or not (as its `MissingTelemetry` held each such shard before): its GPUs here must not be lent as idle
     here = {w.owner for w in workloads if w.owner and w.name in placements}
-    unknown = {k: why for k, why in snapshot.demand_unknown.items() if k in here}
+    # (a namespace-qualified key, `serving.read_services`: where the bare name's pods are here, so `no_series_why`
+    # finds the name's series in the shard as in the fleet)
+    unknown = {k: why for k, why in snapshot.demand_unknown.items() if k in here or k.partition("/")[2] in here}
     # ... and one with no series at all holds it too (`capacity_loop.unseen_services`): told apart from one whose status
     # is left out here for being spread (known, `spread_services`), which a shard could not do before
     spread = frozenset(k for k in snapshot.services if k in outside and k in here)
