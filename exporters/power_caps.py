@@ -24,11 +24,12 @@ What `PowerCapAgent.sync()` does, each interval:
   restores the operator's new limit; lowered, no later cap raises it. So does one changed while the driver refuses
   gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless
   the GPU runs at the cap asked (applied, and the agent stopped before it wrote so) and no agent has seen that cap
-  refused (then it is an operator's at the cap's watts; the refusal is kept in the limits before, so an agent
-  restarted since knows it too). A GPU whose limit cannot be
-  read is not capped for the first time until it can (its limit before would be unknown; counted failed
-  meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit: one an operator
-  lowered meanwhile was raised). A GPU found
+  refused since it was last asked (then it is an operator's at the cap's watts). The refusal is kept in the limits
+  before, so an agent restarted since knows it too, and cleared there before the cap is asked again (written again
+  at the next sync if that write fails), so a Set that lands is never taken for a refused one, though the agent
+  stop before it writes the Set down. A GPU whose limit cannot be read is not capped for the first time until it
+  can (its limit before would be unknown; counted failed meanwhile), nor, once capped, given a changed cap (the Set
+  would not be checked against the limit: one an operator lowered meanwhile was raised). A GPU found
   already at the cap asked with nothing remembered (the state file lost, or none kept, and the agent restarted)
   has no limit before: its give-back restores the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
@@ -241,6 +242,7 @@ class PowerCapAgent:
         self._blind: set[str] = set()
         self.lost = set()
         self._unsaved = None
+        self._keep(self.before.flush)   # what an earlier sync could not write
         try:
             limits = self._limits()
         except TargetUnavailable as exc:   # nothing judged or set on limits not read (the next sync tries again)
@@ -250,6 +252,7 @@ class PowerCapAgent:
         self._changed_by_hand(wanted, limits)
         requests = self._held_down(self._requests(wanted, limits), limits)
         self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
+        self._unrefuse(requests)
         applied = self._apply(requests, wanted) if requests else {}
         for uuid, watts in applied.items():
             self._done(uuid, wanted.get(uuid), watts)
@@ -267,6 +270,15 @@ class PowerCapAgent:
             why.append(f"the power-limit Set of {', '.join(sorted(self._pending))} has not returned: pending, judged "
                        "from what it returns once it does")
         return why
+
+    def _unrefuse(self, requests: Mapping[str, float]) -> None:
+        """A refused first cap asked again is refused no more, written before the Set is asked (`_apply` writes it
+        refused again if it is): a Set that lands while the file still says refused (the agent stopped before it
+        wrote the Set down, or that write failed) was taken by a restarted agent for an operator's limit at the cap's
+        watts, and its give-back left the GPU capped for good."""
+        for uuid in requests:
+            if (held := self.before.get(uuid)) is not None and held.refused:
+                self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(refused=False)))
 
     def _done(self, uuid: str, want: Entry | None, watts: float) -> None:
         """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is

@@ -20,7 +20,9 @@ every node for a privileged pod on each of them); it outlives a reboot, which re
 finds the limit no longer the one it set and takes the one in force as the operator's (`PowerCapAgent`). Without a
 path it is kept in memory only (the agent's start-up then knows nothing, as before). An unreadable file is logged
 and read as empty; a write that fails raises `OSError` with the entry kept in memory (the agent says so and carries
-on: a hot GPU is capped anyway).
+on: a hot GPU is capped anyway); `flush()`, which the agent calls each sync, writes them all again until a write
+succeeds (`put` writes nothing for an entry the memory already holds, so an entry whose write failed was otherwise
+never written: a restarted agent read the file's older one).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class LimitsBefore:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
         self._held: dict[str, Held] = self._load()
+        self._unwritten = False   # the last write failed: the file is not what the memory holds
 
     def get(self, uuid: str) -> Held | None:
         return self._held.get(uuid)
@@ -64,6 +67,11 @@ class LimitsBefore:
 
     def drop(self, uuid: str) -> None:
         if self._held.pop(uuid, None) is not None:
+            self._save()
+
+    def flush(self) -> None:
+        """Write the limits again if the last write failed (`OSError` if it fails again)."""
+        if self._unwritten:
             self._save()
 
     def _load(self) -> dict[str, Held]:
@@ -84,6 +92,7 @@ class LimitsBefore:
     def _save(self) -> None:
         if self.path is None:
             return
+        self._unwritten = True
         doc = {uuid: {"before_w": h.before_w, **{k: w for k, w in (("set_w", h.set_w), ("pending_w", h.pending_w))
                                                  if not math.isnan(w)}, **({"refused": True} if h.refused else {})}
                for uuid, h in self._held.items()}
@@ -91,3 +100,4 @@ class LimitsBefore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(doc, sort_keys=True))
         os.replace(tmp, self.path)
+        self._unwritten = False
