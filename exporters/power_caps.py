@@ -22,16 +22,17 @@ What `PowerCapAgent.sync()` does, each interval:
   back, not the default. A limit changed by someone else while gputide's cap is in force (found neither the one
   before nor the one gputide set) takes its place: raised by hand, the cap is applied again and the give-back
   restores the operator's new limit; lowered, no later cap raises it. So does one changed while the driver refuses
-  gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless
-  the GPU runs at the cap asked (applied, and the agent stopped before it wrote so) and no agent has seen that cap
-  refused since it was last asked (then it is an operator's at the cap's watts). The refusal is kept in the limits
-  before, so an agent restarted since knows it too, and cleared there before the cap is asked again (written again
-  at the next sync if that write fails), so a Set that lands is never taken for a refused one, though the agent
-  stop before it writes the Set down. A GPU whose limit cannot be read is not capped for the first time until it
-  can (its limit before would be unknown; counted failed meanwhile), nor, once capped, given a changed cap (the Set
-  would not be checked against the limit: one an operator lowered meanwhile was raised). A GPU found
-  already at the cap asked with nothing remembered (the state file lost, or none kept, and the agent restarted)
-  has no limit before: its give-back restores the default, as it did before the file.
+  gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless the
+  GPU runs at the cap asked (applied, and the agent stopped before it wrote so: written down now as gputide's cap,
+  which a refused Set no longer makes a refused first cap) and no agent has seen that cap refused since it was last
+  asked (then it is an operator's at the cap's watts). The refusal is kept in the limits before, so an agent restarted
+  since knows it too, and cleared there before the cap is asked again (written again at the next sync if that write
+  fails), so a Set that lands is never taken for a refused one, even if the agent stops before it writes so. A
+  GPU whose limit cannot be read is not capped for the first time until it can (its limit before would be unknown;
+  counted failed meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit:
+  one an operator lowered meanwhile was raised). A GPU found already at the cap asked with nothing remembered (the
+  state file lost, or none kept, and the agent restarted) has no limit before: its give-back restores the default, as
+  it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -404,15 +405,19 @@ class PowerCapAgent:
     def _not_capped_yet(self, uuid: str, held: Held, cap_w: float | None, limit: PowerLimit | None) -> None:
         """A GPU whose first cap was refused so far: asked no more, nothing to keep; still asked, the limit before
         is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
-        the cap asked (set, and the agent stopped before it could write so down: gputide's own) and no agent has seen
+        the cap asked (set, and the agent stopped before it could write so down: gputide's own, written down now as
+        the limit gputide set, so that the cap asked again and refused is no first cap refused) and no agent has seen
         its first cap refused (`Held.refused`, kept across restarts: then none of its Sets landed, and an operator's
         ``-pl`` at the cap's watts was taken for gputide's, its give-back raising the GPU to the limit before)."""
         if cap_w is None:
             self._keep(lambda: self.before.drop(uuid))
             return
-        if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
-                or (not held.refused
-                    and abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W):
+        if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W:
+            return
+        if not held.refused and abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:
+            # gputide's: kept as the limit it set, so that this cap asked again and refused (an agent restarted
+            # without CAP_SYS_ADMIN) is not a first cap refused, its limit then taken for an operator's
+            self._keep(lambda: self.before.put(uuid, held._replace(set_w=limit.current_w)))
             return
         log.info("power limit of %s changed to %.0f W (was %.0f W) before gputide's first cap went through: the "
                  "limit before is %.0f W", uuid, limit.current_w, held.before_w, limit.current_w)
