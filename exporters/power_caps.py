@@ -27,12 +27,13 @@ What `PowerCapAgent.sync()` does, each interval:
   which a refused Set no longer makes a refused first cap) and no agent has seen that cap refused since it was last
   asked (then it is an operator's at the cap's watts). The refusal is kept in the limits before, so an agent restarted
   since knows it too, and cleared there before the cap is asked again (written again at the next sync if that write
-  fails), so a Set that lands is never taken for a refused one, even if the agent stops before it writes so. A
-  GPU whose limit cannot be read is not capped for the first time until it can (its limit before would be unknown;
-  counted failed meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit:
-  one an operator lowered meanwhile was raised). A GPU found already at the cap asked with nothing remembered (the
-  state file lost, or none kept, and the agent restarted) has no limit before: its give-back restores the default, as
-  it did before the file.
+  fails), so a Set that lands is never taken for a refused one, even if the agent stops before it writes so. A cap
+  given back or expired while still refused is carried out as it is: nothing of gputide's to put back (the GPU at the
+  cap's watts is an operator's). A GPU whose limit cannot be read is not capped for the first time until it can (its
+  limit before would be unknown; counted failed meanwhile), nor, once capped, given a changed cap (the Set would not
+  be checked against the limit: one an operator lowered meanwhile was raised). A GPU found already at the cap asked
+  with nothing remembered (the state file lost, or none kept, and the agent restarted) has no limit before: its
+  give-back restores the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -386,7 +387,7 @@ class PowerCapAgent:
             want = wanted.get(uuid, Restore(0.0))
             capped = not isinstance(want, Restore)
             if math.isnan(held.set_w):   # a first cap not applied yet (refused)
-                self._not_capped_yet(uuid, held, want if capped else None, limit)
+                self._not_capped_yet(uuid, held, wanted.get(uuid), limit)
                 continue
             if limit is None or not capped \
                     or not abs(limit.current_w - held.set_w) > TOLERANCE_W:   # NaN: unread, nothing to say
@@ -402,16 +403,21 @@ class PowerCapAgent:
                          "never raised above it", uuid, limit.current_w, held.set_w, held.before_w)
             self._keep(lambda u=uuid, w=limit.current_w: self.before.put(u, Held(w, w)))
 
-    def _not_capped_yet(self, uuid: str, held: Held, cap_w: float | None, limit: PowerLimit | None) -> None:
-        """A GPU whose first cap was refused so far: asked no more, nothing to keep; still asked, the limit before
+    def _not_capped_yet(self, uuid: str, held: Held, want: Entry | None, limit: PowerLimit | None) -> None:
+        """A GPU whose first cap was refused so far: asked no more, nothing to keep (a give-back or an expiry of a
+        cap seen refused is carried out as it is: none of its Sets landed, so the GPU at the cap's watts is an
+        operator's, which `_request` would have given back to the default); still asked, the limit before
         is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
         the cap asked (set, and the agent stopped before it could write so down: gputide's own, written down now as
         the limit gputide set, so that the cap asked again and refused is no first cap refused) and no agent has seen
         its first cap refused (`Held.refused`, kept across restarts: then none of its Sets landed, and an operator's
         ``-pl`` at the cap's watts was taken for gputide's, its give-back raising the GPU to the limit before)."""
-        if cap_w is None:
+        if want is None or isinstance(want, Restore):
+            if want is not None and held.refused:
+                self._asked[uuid] = want   # carried out: nothing of gputide's to put back
             self._keep(lambda: self.before.drop(uuid))
             return
+        cap_w = float(want)
         if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W:
             return
         if not held.refused and abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:

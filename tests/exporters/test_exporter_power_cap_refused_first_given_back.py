@@ -1,0 +1,31 @@
+"""A first cap the driver refused, given back (a `Restore`) or expired while still refused, is carried out as it is:
+none of its Sets landed, so the GPU's limit is left where it is, though an operator's ``nvidia-smi -pl`` set it at
+the cap's watts meanwhile (audit of 7b97569f, finding 3).
+
+The agent dropped the refused cap's limit before, then judged the give-back as any other: the GPU ran at the cap's
+watts, so it was taken for gputide's cap and given back to the default, raising the operator's 250 W to 700 W once
+the driver let it (`PowerCapAgent._not_capped_yet` now records the give-back as carried out)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporters.power_caps import Expiring, Restore
+from tests.exporters.test_exporter_power_cap_refused_first_operator_at_cap import refused_first_cap
+
+
+@pytest.mark.parametrize("given_back", [Restore(250.0), Expiring(250.0, 0.0)], ids=["restore", "expired"])
+def test_a_refused_first_cap_given_back_leaves_an_operators_limit_at_its_watts(tmp_path, given_back):
+    devs, _, source, agent, state = refused_first_cap(tmp_path, False)
+    devs[1].limit_mw = 250_000   # the operator: nvidia-smi -pl 250, while gputide's cap is refused
+    agent.sync()
+    assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 250.0, "refused": True}}
+    source.caps = {"GPU-1": given_back}
+    agent.sync()
+    assert json.loads(state.read_text()) == {}
+    devs[1].fail = {}   # the driver lets the agent set limits now
+    agent.sync()
+    assert devs[1].limit_mw == 250_000   # the operator's, not the default 700 W
+    assert agent.failed is None
