@@ -63,7 +63,7 @@ class Holds:
     """Preemption, anti-starvation and the release of held nodes for one scheduler (module docstring).
 
     `preempted` and `starving` say what the last pass did: (victim, node) of each victim a preemption evicted (not
-    those found gone already: `gputide_scheduler_preempted_pods_total` counts evictions), (pod, node)
+    those found gone, or terminating, already: `gputide_scheduler_preempted_pods_total` counts evictions), (pod, node)
     of each starving pod given a node to hold; `stuck`: (pod, node, victims) of each preemption's hold it kept past
     the hour for victims stuck terminating (`k8s_stuck`)."""
 
@@ -117,24 +117,26 @@ class Holds:
         self._off(bound, choice.node, gone)
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
-        self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone already: no eviction made
+        self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone or terminating: no eviction
         did = self._preempted_said(choice.node, done)
         log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], did)
         return f" preemption: {did}{self._left_said(choice.node, done)}."
 
     @staticmethod
     def _preempted_said(node: str, done: Evictions) -> str:
-        """What a preemption did, as words: the victims it evicted, those found gone already; where it evicted none,
-        that it holds the node all the same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod
-        fits there by what preemption weighs): it was said to be "preempting 0 pod(s)", while it only held the node
-        and waits there for what refuses it."""
-        gone = Holds._gone_said(done)
+        """What a preemption did, as words: the victims it evicted, those found gone or terminating already (not
+        said evicted: no eviction was made, `_found_said`); where it evicted none, that it holds the node all the
+        same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod fits there by what preemption
+        weighs): it was said to be "preempting 0 pod(s)", while it only held the node and waits there for what
+        refuses it."""
         if done.evicted:
+            found = Holds._found_said(done)
             return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
-                    f"{', '.join(sorted(done.evicted))}" + (f" ({gone})" if gone else ""))
+                    f"{', '.join(sorted(done.evicted))}" + (f" ({found})" if found else ""))
         held = f"{node} held for it until {done.entry.get('expires', 'its expiry')}"
-        if gone:
-            return f"no pod evicted on {node}, its victims {gone}: {held}"
+        gone = Holds._gone_said(done)
+        if found := "; ".join(s for s in (gone and f"its victims {gone}", Holds._terminating_said(done)) if s):
+            return f"no pod evicted on {node}, {found}: {held}"
         return f"nothing to preempt on {node} (no pod of lower priority takes the room it needs there): {held}"
 
     @staticmethod
@@ -144,13 +146,27 @@ class Holds:
         return f"{', '.join(sorted(done.gone))} gone already" if done.gone else ""
 
     @staticmethod
+    def _terminating_said(done: Evictions) -> str:
+        """The victims a preemption found terminating already (`Evictions.terminating`), as words ("" when none): the
+        pod waits for them, but no eviction was made, so they are neither counted (`preempted`) nor said evicted.
+        They were: a victim its owner was deleting, or one evicted by a replica that lost the Lease before writing
+        it down, was said "evicted" (or "preempting 1 pod(s)") and counted, by the replica that made no eviction."""
+        return f"waiting for {', '.join(sorted(done.terminating))}, terminating already" if done.terminating else ""
+
+    @staticmethod
+    def _found_said(done: Evictions) -> str:
+        """The victims a preemption found gone or terminating already, as words ("" when none)."""
+        return "; ".join(s for s in (Holds._gone_said(done), Holds._terminating_said(done)) if s)
+
+    @staticmethod
     def _resumed_said(node: str, done: Evictions) -> str:
-        """What carrying on a preemption did (`resume`), as words: the victims left it evicted, those found gone
-        already, or that it holds the node. Victims found gone were said (and counted) as evicted by it."""
-        gone = Holds._gone_said(done)
+        """What carrying on a preemption did (`resume`), as words: the victims left it evicted, those found gone or
+        terminating already (`_found_said`), or that it holds the node. Victims found gone were said (and counted)
+        as evicted by it."""
+        found = Holds._found_said(done)
         if done.evicted:
-            return f"evicted {', '.join(sorted(done.evicted))} on {node}" + (f" ({gone})" if gone else "")
-        return f"holding {node}" + (f" ({gone})" if gone else "")
+            return f"evicted {', '.join(sorted(done.evicted))} on {node}" + (f" ({found})" if found else "")
+        return f"holding {node}" + (f" ({found})" if found else "")
 
     def _clear_lower(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
         """`req` preempted on node i: the holds there for pods of lower priority (`lower_holds`) are given back and
@@ -209,7 +225,7 @@ class Holds:
         # its GPUs, CPU and memory as before (the offers' columns stand); host ports and extended resources named
         # now where they were not (`k8s_preempt.filled`) are read from the view where a pod asks them
         view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}
-        self.preempted += [(v, node) for v in done.evicted]   # not those gone already: no eviction made
+        self.preempted += [(v, node) for v in done.evicted]   # not those gone or terminating: no eviction made
         did = self._resumed_said(node, done)
         if done.done:
             log.info("scheduler %s: %s: the rest of its victims: %s", self.scheduler_name, key, did)

@@ -118,11 +118,15 @@ def stop_labelled(node: Json) -> bool:
 
 @dataclass(slots=True)
 class Evictions:
-    """What a preemption's evictions did: the victims evicted (or found terminating already), found gone already,
-    and left (from the one that failed, or where `halted()` stopped them, on), the error that stopped them, the
-    reservation holding the node for the pod afterwards, and when the evicted victims' grace periods end."""
+    """What a preemption's evictions did: the victims evicted, found terminating already (not evicted again: an
+    earlier term's eviction, the Lease lost before it was written down, or their owner deleting them), found gone
+    already, and left (from the one that failed, or where `halted()` stopped them, on), the error that stopped them,
+    the reservation holding the node for the pod afterwards, and when the grace periods of the victims evicted or
+    terminating end. Those terminating already were counted and said as evicted (`k8s_holds`: `preempted`,
+    gputide_scheduler_preempted_pods_total, pods evicted through the Eviction API), though no eviction was made."""
 
     evicted: list[str] = field(default_factory=list)
+    terminating: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
     error: ActuationError | None = None
@@ -130,9 +134,14 @@ class Evictions:
     ends: list[float] = field(default_factory=list)   # when the grace period of each victim evicted ends
 
     @property
+    def leaving(self) -> list[str]:
+        """The victims whose room is on its way: evicted, or terminating already (the pod waits for them)."""
+        return [*self.evicted, *self.terminating]
+
+    @property
     def done(self) -> list[str]:
-        """The victims whose room is made: evicted, or gone already."""
-        return [*self.evicted, *self.gone]
+        """The victims whose room is made: evicted, terminating already, or gone already."""
+        return [*self.leaving, *self.gone]
 
 
 def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
@@ -504,7 +513,7 @@ class Preemptor:
         victims = [(v.key, v.budgets) for v in sorted(choice.victims, key=lambda v: not v.budgets)]
         entry = self.reserve(req, choice.node, [v for v, _ in victims])
         done = self._evict(key, choice.node, victims)
-        if done.error is not None and not done.evicted:
+        if done.error is not None and not done.leaving:
             if self.halted():   # the Lease lost (or stopping) meanwhile: the node stays held, its victims named
                 raise done.error
             self.release(choice.node, key)   # a budget changed meanwhile, or the API failed: give the node back
@@ -512,7 +521,7 @@ class Preemptor:
                 self.api.update_node(choice.node, lambda n: annotation_map_change(
                     n, self.reservation_annotation, {key: None}))
             raise done.error
-        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.evicted, done.ends,
+        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.leaving, done.ends,
                                                                self.clock(), self.reserve_s))
         if not self.halted():
             self.nominate(key, choice.node)
@@ -539,9 +548,9 @@ class Preemptor:
         (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
         bound, no longer waits, or the reservation expires (then the pod plans afresh)."""
         done = self._evict(req["name"], node, [(k, ()) for k in entry.get(LEFT) or () if k in running])
-        terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.evicted
+        terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
                        and (stuck is None or k in stuck)]
-        new = noted(entry, done.left, [*terminating, *done.evicted], done.ends, self.clock(), self.reserve_s,
+        new = noted(entry, done.left, [*terminating, *done.leaving], done.ends, self.clock(), self.reserve_s,
                     stuck=bool(stuck))
         done.entry = self._note(req["name"], node, entry, filled(ranked(new, req), req))
         return done
@@ -589,23 +598,26 @@ class Preemptor:
         """Evict `victims` ((pod, the budgets covering it)) in order for `key`, until one fails or `halted()` (asked
         before each victim's read and again before its eviction). Each is read first, for its grace period
         (`Evictions.ends`); one terminating already is not evicted again (an earlier term's eviction, the Lease lost
-        before it was written down), its grace ending when it says."""
+        before it was written down, or its owner deleting it), its grace ending when it says: the pod waits for it
+        all the same, but it is no eviction made (`Evictions.terminating`)."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
             try:
                 self._leads(key, node)   # the Lease lost (or stopping), or an emergency stop: no one more evicted
-                done.ends.append(self._evict_one(key, node, victim, budgets))
+                ending, evicted = self._evict_one(key, node, victim, budgets)
             except NotFoundError:   # gone already: its room is free all the same
                 done.gone.append(victim)
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
                 return done
-            done.evicted.append(victim)
+            done.ends.append(ending)
+            (done.evicted if evicted else done.terminating).append(victim)
         return done
 
-    def _evict_one(self, key: str, node: str, victim: str, budgets: Sequence[str]) -> float:
-        """Evict `victim` for `key` (unless it terminates already); when its grace period ends. Only the pod of its
+    def _evict_one(self, key: str, node: str, victim: str, budgets: Sequence[str]) -> tuple[float, bool]:
+        """Evict `victim` for `key` (unless it terminates already): when its grace period ends, and whether it was
+        evicted (False: terminating already). Only the pod of its
         name on `node`, the one read (its uid a precondition, `k8s_migrate.eviction`): one made again under its name
         since (a StatefulSet's) runs elsewhere and frees nothing here, so it is not evicted (NotFoundError, gone
         from the node; 409 when it takes the name between the read and the eviction)."""
@@ -616,7 +628,7 @@ class Preemptor:
             raise NotFoundError(f"pod {victim}: no longer on {node} (a pod of its name is on "
                                 f"{spec.get('nodeName') or 'no node'}): not evicted", 404)
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
-            return ending
+            return ending, False
         grace = spec.get("terminationGracePeriodSeconds")
         # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
         # and the next leader may be placing on this node already
@@ -627,7 +639,7 @@ class Preemptor:
             self._spent[b] = self._spent.get(b, 0) + 1
         self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
                     f"Preempted by {key} on node {node}")
-        return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace))
+        return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace)), True
 
     def _leads(self, key: str, node: str) -> None:
         """Raises unless this replica may still evict for `key` on `node`: not once `halted()` (stopping, or the

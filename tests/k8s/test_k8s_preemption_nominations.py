@@ -33,7 +33,7 @@ def test_a_more_important_preemption_clears_the_lower_hold_and_the_pod_plans_afr
     kube.add(pending("top", 8, 50))                     # mid's hold is not held against it: top preempts on a too
     clock.advance(60)
     assert sched.schedule_once() == {"default/top": None, "default/mid": None}
-    assert ("default/train", "a") in sched.preempted    # terminating already: not evicted again, but its room is top's
+    assert ("default/train", "a") not in sched.preempted   # terminating already: not evicted again, nor counted
     assert list(reservations(kube, "a")) == ["default/top"]   # mid's hold on a cleared
     # mid plans afresh in its turn: a's room is top's, b's pod is less important than mid
     assert ("default/low-3", "b") in sched.preempted and kube.get("pods", "low-3", "default") is None
