@@ -23,17 +23,17 @@ What `PowerCapAgent.sync()` does, each interval:
   before nor the one gputide set) takes its place: raised by hand, the cap is applied again and the give-back
   restores the operator's new limit; lowered, no later cap raises it. So does one changed while the driver refuses
   gputide's first cap (no CAP_SYS_ADMIN yet): until a cap is applied, the limit before is the one in force, unless the
-  GPU runs at the cap asked (applied, and the agent stopped before it wrote so: written down now as gputide's cap,
-  which a refused Set no longer makes a refused first cap) and no agent has seen that cap refused since it was last
-  asked (then it is an operator's at the cap's watts). The refusal is kept in the limits before, so an agent restarted
-  since knows it too, and cleared there before the cap is asked again (written again at the next sync if that write
-  fails), so a Set that lands is never taken for a refused one, even if the agent stops before it writes so. A cap
-  given back or expired while still refused is carried out as it is: nothing of gputide's to put back (the GPU at the
-  cap's watts is an operator's). A GPU whose limit cannot be read is not capped for the first time until it can (its
-  limit before would be unknown; counted failed meanwhile), nor, once capped, given a changed cap (the Set would not
-  be checked against the limit: one an operator lowered meanwhile was raised). A GPU found already at the cap asked
-  with nothing remembered (the state file lost, or none kept, and the agent restarted) has no limit before: its
-  give-back restores the default, as it did before the file.
+  GPU runs at the cap asked (applied, and the agent stopped before it wrote so: written down now as gputide's cap: a
+  refused Set no longer makes it a refused first cap, and its give-back puts the limit before back, not the default)
+  and no agent has seen that cap refused since it was last asked (then it is an operator's at the cap's watts). The
+  refusal is kept in the limits before, so an agent restarted since knows it too, and cleared there before the cap is
+  asked again (written again at the next sync if that write fails), so a Set that lands is never taken for a refused
+  one, even if the agent stops before it writes so. A cap given back or expired while still refused is carried out as
+  it is: nothing of gputide's to put back (the GPU at the cap's watts is an operator's). A GPU whose limit cannot be
+  read is not capped for the first time until it can (its limit before would be unknown; counted failed meanwhile),
+  nor, once capped, given a changed cap (the Set would not be checked against the limit: one an operator lowered
+  meanwhile was raised). A GPU found already at the cap asked with nothing remembered (the state file lost, or none
+  kept, and the agent restarted) has no limit before: its give-back restores the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -408,26 +408,35 @@ class PowerCapAgent:
         cap seen refused is carried out as it is: none of its Sets landed, so the GPU at the cap's watts is an
         operator's, which `_request` would have given back to the default); still asked, the limit before
         is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
-        the cap asked (set, and the agent stopped before it could write so down: gputide's own, written down now as
-        the limit gputide set, so that the cap asked again and refused is no first cap refused) and no agent has seen
-        its first cap refused (`Held.refused`, kept across restarts: then none of its Sets landed, and an operator's
-        ``-pl`` at the cap's watts was taken for gputide's, its give-back raising the GPU to the limit before)."""
+        the cap (`_landed`: gputide's own) and no agent has seen its first cap refused (`Held.refused`, kept across
+        restarts: then none of its Sets landed, and an operator's ``-pl`` at the cap's watts was taken for
+        gputide's, its give-back raising the GPU to the limit before)."""
         if want is None or isinstance(want, Restore):
             if want is not None and held.refused:
                 self._asked[uuid] = want   # carried out: nothing of gputide's to put back
+            elif want is not None and self._landed(uuid, held, want.cap_w, limit):
+                return   # given back by `_request` to the limit before (was: to the default, the limit dropped)
             self._keep(lambda: self.before.drop(uuid))
             return
-        cap_w = float(want)
-        if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W:
-            return
-        if not held.refused and abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:
-            # gputide's: kept as the limit it set, so that this cap asked again and refused (an agent restarted
-            # without CAP_SYS_ADMIN) is not a first cap refused, its limit then taken for an operator's
-            self._keep(lambda: self.before.put(uuid, held._replace(set_w=limit.current_w)))
+        if limit is None or math.isnan(limit.current_w) or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
+                or self._landed(uuid, held, float(want), limit):
             return
         log.info("power limit of %s changed to %.0f W (was %.0f W) before gputide's first cap went through: the "
                  "limit before is %.0f W", uuid, limit.current_w, held.before_w, limit.current_w)
         self._keep(lambda: self.before.put(uuid, Held(limit.current_w, refused=held.refused)))
+
+    def _landed(self, uuid: str, held: Held, cap_w: float, limit: PowerLimit | None) -> bool:
+        """Whether a GPU never seen refused runs at its first cap (`cap_w`), not at the limit before: the Set landed
+        and the agent stopped before it wrote so. Written down now as the limit gputide set, so that the cap asked
+        again and refused (an agent restarted without CAP_SYS_ADMIN) is no refused first cap, its limit then taken
+        for an operator's, and its give-back (a `Restore` or an expiry written while no agent ran) puts the limit
+        before back, not the default."""
+        if held.refused or limit is None or math.isnan(limit.current_w) \
+                or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
+                or not abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:
+            return False
+        self._keep(lambda: self.before.put(uuid, held._replace(set_w=limit.current_w)))
+        return True
 
     def _held_down(self, requests: dict[str, float], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         """`requests` held to each GPU's limit before gputide's cap, a give-back (RESTORE) set to it; that limit
