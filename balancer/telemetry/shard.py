@@ -180,14 +180,26 @@ class ShardedSource:
         # forgotten GPUs' nodes among them)
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
+        self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
 
     def owns(self, name: str, node: Node | None) -> bool:
         """Whether node `name` is this shard's (`base.NodeScope`): one the reading shows (`node`) by the selector; one
         it lacks altogether (its exporter dark) if this shard held it last, so the dark node holds its own shard."""
-        return self.selector.matches(node) if node is not None else name in self.nodes
+        if node is None:
+            return name in self.nodes
+        self._shown[name] = mine = self.selector.matches(node)
+        return mine
 
     def snapshot(self) -> ClusterSnapshot:
-        full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
+        self._shown = {}
+        try:
+            full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
+        except Exception:
+            # a reading refused for our own nodes' telemetry (stale, NaN) still showed which nodes are ours: they are
+            # the shard's whether their telemetry is fresh or not (`shard_nodes`; a new leader held from its first
+            # reading reported none, and GputideGpuNodeInNoShard named every node of its shard)
+            self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
+            raise
         part, index = restrict(full, self.selector)
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
         # (its exporter dark) stays with the shard that last held it. So even when none is left here: a shard whose
