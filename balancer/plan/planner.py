@@ -14,7 +14,8 @@ is what the snapshot says, not what the controller remembers doing: a person may
 hot must then be tainted again, by this controller or any other. A taint acknowledged last cycle counts once more
 while the node list may not show it yet (`PlannerState.tainted`); a removal acknowledged counts done while the list
 still shows the taint it took away, with the expiry it had (`PlannerState.untainted`), so it is not proposed, carried
-out and counted in `gputide_actions_total` again (a kept-open node's removal was, each cycle the list lagged).
+out and counted in `gputide_actions_total` again (a kept-open node's removal was, each cycle the list lagged); a
+taint with no expiry is judged afresh each cycle: a person may have written it again.
 
 Renewal. The Kubernetes hot taint expires (`gputide.io/hot-until`, `HOT_TAINT_TTL_S` = 15 minutes after it was
 written, `Node.hot_until`) and the actuator's housekeeping then removes it: the safety net for a controller that dies
@@ -144,7 +145,9 @@ class PlannerState:
     # node -> the expiry its hot taint showed when this controller's removal of it was acknowledged, kept while the node
     # list still shows that taint: it lags the removal, and the node counts open (not removed again, nor counted again
     # in gputide_actions_total, nor renewed); once the list shows no hot taint, or another expiry (a later write), only
-    # the snapshot counts
+    # the snapshot counts. Only a taint with an expiry is remembered: one without (hand-written, no
+    # gputide.io/hot-until) looks the same whether the list lags or a person wrote it again, and trusting it removed
+    # would leave it in place for good while the node counted open (a migration target); its removal may repeat
     untainted: Mapping[str, float | None] = field(default_factory=lambda: _EMPTY)
     # the hot node the taint left open last cycle (`hotspot_detect.kept_open`): kept while it still takes work, so a
     # node list lagging its taint's removal does not move the choice to another node (both open, the note logged anew);
@@ -361,7 +364,7 @@ def acknowledge(state: PlannerState, applied: Iterable[Action], snapshot: Cluste
 def _acknowledge_taints(state: PlannerState, applied: list[TaintNode], snapshot: ClusterSnapshot) -> PlannerState:
     """The hot taints written count as tainted until the next plan (`tainted`); each write remembers the expiry its
     node showed (`taint_written`: a node list still showing it lags the write), and so does each removal of a taint
-    the node showed (`untainted`: a node list still showing it lags the removal)."""
+    the node showed with an expiry (`untainted`: a node list still showing it lags the removal)."""
     if not applied:
         return state
     tainted, written, nodes = set(state.tainted), dict(state.taint_written), _first_nodes(snapshot)
@@ -372,7 +375,7 @@ def _acknowledge_taints(state: PlannerState, applied: list[TaintNode], snapshot:
             written.pop(a.node, None)
         else:
             written[a.node] = nodes[a.node].hot_until
-        if a.remove and a.node in shown:
+        if a.remove and a.node in shown and nodes[a.node].hot_until is not None:
             removed[a.node] = nodes[a.node].hot_until
         else:
             removed.pop(a.node, None)
