@@ -46,7 +46,7 @@ from balancer.noderules import NodeRules
 __all__ = [
     "GPU_ARRAYS", "MAY_BE_UNKNOWN", "Action", "ClusterSnapshot", "DisruptionBudget", "Forecast", "Gpu", "Migrate",
     "Node", "NodeGpuFacts", "NodeMeta", "Plan", "ScaleInference", "ScaleTraining", "ServiceStatus", "SetPowerLimit",
-    "SuspendedJob", "TaintNode", "Workload", "WorkloadClass",
+    "SuspendedJob", "TaintNode", "Workload", "WorkloadClass", "placed",
 ]
 
 
@@ -256,6 +256,17 @@ class ClusterSnapshot:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return ClusterSnapshot(**values)  # type: ignore[arg-type]
+
+
+def placed(snap: ClusterSnapshot, owner: str, workload_class: WorkloadClass | None = None) -> bool:
+    """Whether a pod of `owner` (of `workload_class`; None: any) is placed on a GPU: a service running is not gone,
+    whatever its series say. The forecaster counts any of its pods (`forecast.service._running_unread`: one served by a
+    StatefulSet without the workload-class label is BATCH); the capacity planner asks for its inference pods
+    (`capacity_loop.unseen_services`), and `owner` "" there: some inference pod has no owner. One function for both:
+    the forecaster's copy and the planner's had drifted apart only by that filter. Here, not in the forecaster's
+    module, which the planner would import with every forecasting model and pandas for it."""
+    return any(snap.placements.get(w.name) for w in snap.workloads_by_owner.get(owner, ())
+               if workload_class is None or w.workload_class is workload_class)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from balancer.errors import GputideError
-from balancer.model import ClusterSnapshot, Forecast, WorkloadClass
+from balancer.model import ClusterSnapshot, Forecast, placed
 
 log = logging.getLogger(__name__)
 ISSUE_LAG_STEPS = 3   # how many steps before now a forecast may be issued (see `ServiceForecaster.__init__`)
@@ -208,16 +208,6 @@ def _running_unread(snap: ClusterSnapshot, seen: Iterable[str]) -> list[str]:
     moved = {k.partition("/")[2] for k in (*snap.services, *snap.demand_unknown)}
     spread = getattr(snap, "spread_services", frozenset())   # duck-typed: one without the field spreads nothing
     return [n for n in seen if n not in snap.services and n not in moved and n not in spread and placed(snap, n)]
-
-
-def placed(snap: ClusterSnapshot, owner: str, workload_class: WorkloadClass | None = None) -> bool:
-    """Whether a pod of `owner` (of `workload_class`; None: any) is placed on a GPU: a service running is not gone,
-    whatever its series say. Here any of its pods counts (one served by a StatefulSet without the workload-class
-    label is BATCH); the capacity planner asks for its inference pods (`capacity_loop.unseen_services`), and `owner`
-    "" there: some inference pod has no owner. One function for both: the forecaster's copy and the planner's had
-    drifted apart only by that filter."""
-    return any(snap.placements.get(w.name) for w in snap.workloads_by_owner.get(owner, ())
-               if workload_class is None or w.workload_class is workload_class)
 
 
 def horizon_label(seconds: float) -> str:

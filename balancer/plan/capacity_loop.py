@@ -106,7 +106,6 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from balancer.config import BalancerPolicy
-from balancer.forecast.service import placed
 from balancer.model import (
     Action,
     ClusterSnapshot,
@@ -117,6 +116,7 @@ from balancer.model import (
     ScaleTraining,
     TaintNode,
     WorkloadClass,
+    placed,
 )
 from balancer.plan import colocation
 from balancer.plan import planner as planner_mod
