@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
 from balancer.actuate.k8s_hpa import HPA_FLOOR_OWNER_ANNOTATION, floor_owner
@@ -70,7 +71,6 @@ def entries_of(record: Json | None, writer: str, to: str) -> dict[str, Entry]:
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][-._A-Za-z0-9]*)\)")   # Kubernetes' $(VAR) in a container's args
-_LEASE_FLAGS = ("--lease-name", "--lease-namespace", "--shard")   # `gputide run`'s, which name its Lease
 
 
 def _container_env(container: Json, namespace: str) -> dict[str, str]:
@@ -85,31 +85,51 @@ def _container_env(container: Json, namespace: str) -> dict[str, str]:
     return out
 
 
-def _lease_flags(tokens: list[str]) -> dict[str, str] | None:
-    """`gputide run`'s Lease flags among `tokens` (a container's command and args), the last of each as argparse
-    keeps it; None when they run no `gputide run`: a "run" followed by the --prometheus it requires (so `npm run`
-    is not one)."""
+class _NotRun(Exception):
+    """Args the `run` parser refuses: the controller would exit 2 on them, so they run no controller."""
+
+
+@functools.cache
+def _run_parser() -> argparse.ArgumentParser:
+    """`gputide run`'s own parser (`balancer.cmd.run.register`), quiet: an error or --help raises `_NotRun` instead
+    of printing and exiting."""
+    from balancer.cmd import run as run_cmd
+    from balancer.cmd._args import NegativeValues
+
+    class Quiet(NegativeValues):
+        def error(self, message: str) -> NoReturn:
+            raise _NotRun(message)
+
+        def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+            raise _NotRun(message or "")
+
+        def print_help(self, file: Any = None) -> None:
+            pass
+
+    sub = argparse.ArgumentParser(prog="gputide").add_subparsers(parser_class=Quiet)
+    run_cmd.register(sub)
+    return sub.choices["run"]
+
+
+def _run_args(tokens: list[str]) -> argparse.Namespace | None:
+    """`gputide run`'s args among `tokens` (a container's command and args, after the first "run"), read by its own
+    parser as the controller reads them (abbreviations such as --shar=a or --prom= included, the last of a flag given
+    twice); None when they run no `gputide run`: no "run", or args that parser refuses (no --prometheus, which it
+    requires: `npm run start` is not one; the controller would exit 2 on them)."""
     if "run" not in tokens:
         return None
-    after = tokens[tokens.index("run") + 1:]
-    if not any(t == "--prometheus" or t.startswith("--prometheus=") for t in after):
+    try:
+        return _run_parser().parse_known_args(tokens[tokens.index("run") + 1:])[0]
+    except _NotRun:
         return None
-    flags = {}
-    for i, token in enumerate(after):
-        name, eq, value = token.partition("=")
-        if name in _LEASE_FLAGS:
-            if eq:
-                flags[name] = value
-            elif i + 1 < len(after):
-                flags[name] = after[i + 1]
-    return flags
 
 
 def controller_writers(deployment: Json) -> list[str]:
     """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) of the `gputide run` containers of `deployment`, as
-    the controller works its own out from its args: --lease-name (default gputide-controller), -NAME with --shard
-    NAME, in --lease-namespace, else the pod's own (POD_NAMESPACE, else the Deployment's namespace). Its $(VAR)s
-    expanded as the kubelet does. What ties a Deployment to a Lease: its name need not be the Lease's."""
+    the controller works its own out from its args (read by `gputide run`'s own parser, `_run_args`): --lease-name
+    (default gputide-controller), -NAME with --shard NAME, in --lease-namespace, else the pod's own (POD_NAMESPACE,
+    else the Deployment's namespace). Its $(VAR)s expanded as the kubelet does. What ties a Deployment to a Lease:
+    its name need not be the Lease's."""
     from balancer.telemetry.shard import ShardSelector
 
     meta = deployment.get("metadata") or {}
@@ -121,13 +141,11 @@ def controller_writers(deployment: Json) -> list[str]:
 
         def expand(token: str, env: dict[str, str] = env) -> str:
             return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), str(token))
-        flags = _lease_flags([expand(t) for t in [*(container.get("command") or []), *(container.get("args") or [])]])
-        if flags is None:
+        args = _run_args([expand(t) for t in [*(container.get("command") or []), *(container.get("args") or [])]])
+        if args is None:
             continue
-        lease = flags.get("--lease-name", "gputide-controller")
-        if flags.get("--shard"):
-            lease = ShardSelector(flags["--shard"]).lease_name(lease)
-        out.append(f"{flags.get('--lease-namespace') or env.get('POD_NAMESPACE', '').strip() or namespace}/{lease}")
+        lease = ShardSelector(args.shard).lease_name(args.lease_name) if args.shard else args.lease_name
+        out.append(f"{args.lease_namespace or env.get('POD_NAMESPACE', '').strip() or namespace}/{lease}")
     return out
 
 

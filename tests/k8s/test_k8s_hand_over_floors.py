@@ -210,6 +210,35 @@ def test_a_controller_is_found_by_its_lease_not_by_its_name(kube, capsys):
     assert code == 0 and err == "", err
 
 
+def abbreviated(name: str, *args: str) -> dict:
+    """The base controller's Deployment whose args are `args` alone."""
+    dep = controller(name)
+    dep["spec"]["template"]["spec"]["containers"][0]["args"] = ["run", *args]
+    return dep
+
+
+def test_a_controller_given_abbreviated_flags_is_read_as_gputide_run_reads_them(kube, capsys):
+    """`gputide run` takes any unambiguous prefix of a flag (argparse): --prom= is --prometheus, --shar=a is --shard a,
+    --lease-namespa is --lease-namespace. Read by hand, --prom= ran no controller and --shar=a no shard, so the
+    controller was missed (its floors handed over under it), and --lease-namespa left the pod's namespace, wrongly
+    refusing the hand-over of a Lease it does not elect on."""
+    kube.add(abbreviated("east", "--prom=http://prom:9090", "--shar=a", "--sel=gputide.io/shard=a"))
+    code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller")
+    assert code == 1 and f"deployment/east in gputide runs a controller on Lease {SHARD_A}" in err, err
+    assert out == "" and not writes(kube)
+    kube.delete("deployments", "east", "gputide")
+    kube.add(controller("west", "gputide", "--lease-namespa", "other"))   # the last given counts, as argparse's
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err   # west elects in other, not gputide
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "other")
+    assert code == 1 and f"deployment/west in gputide runs a controller on Lease {ELSEWHERE}" in err, err
+    # an ambiguous prefix (--lease: -name or -namespace?) is refused by `gputide run` too: no controller runs so
+    kube.delete("deployments", "west", "gputide")
+    kube.add(abbreviated("broken", "--prometheus=http://prom:9090", "--lease=gputide-controller-b"))
+    code, out, err = hand_over(capsys, "gputide-controller-b", "gputide-controller")
+    assert code == 0 and err == "", err
+
+
 def test_an_unrelated_deployment_is_not_the_controller(kube, capsys):
     """A Deployment named as the Lease that runs something else, and one whose command has a `run` of its own (no
     --prometheus: no `gputide run`), hold nothing up."""
