@@ -13,17 +13,18 @@ Only what names NAMESPACE/FROM changes: another controller's floors and entries 
 name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1) while a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
---shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`), or the Lease itself held
-by a holder whose renewal has not expired by this machine's clock (a controller run some other way). Each HPA is
-patched at the resourceVersion it was read at and the record replaced at its own; a write in between (409) is not
-lost: the object is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to
-4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands and what no longer names
-FROM is left. Only an object written again before every try fails (exit 1, the others still handed over): run it
-again. `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr
-(exit 0) when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad
---namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get
-on the Lease NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas
-ConfigMap of --namespace.
+--shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`), or the Lease itself held by
+a holder whose renewal has not expired by this machine's clock (a controller run some other way). Each HPA is patched at
+the resourceVersion it was read at and the record replaced at its own; a write in between (409) is not lost: the object
+is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries, a short
+jittered wait between), so a floor or entry someone wrote meanwhile stands and what no longer names FROM is left; one
+that names TO after a write this run tried is counted handed (the write landed, its answer lost, and the client's retry
+of it got the 409). Only an object written again before every try fails (exit 1, the others still handed over): run it
+again. `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit
+0) when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad --namespace
+or --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get on the Lease
+NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of
+--namespace.
 """
 
 from __future__ import annotations
@@ -260,15 +261,20 @@ def _hand_floors(api: Any, writer: str, heir: str, dry_run: bool) -> list[Json]:
         """`hpa` handed over (as listed), None when nothing was to hand, or it with "failed"."""
         hns, name = hpa["metadata"]["namespace"], hpa["metadata"]["name"]
         what, first = f"hpa {hns}/{name}", [hpa]   # the first try at the listed object: no GET unless a 409
+        seen: list[Json] = []   # the object as each try read it: a try after the first follows a write this run tried
 
         def read() -> Json:
             return first.pop() if first else api(what, api.autoscaling.read_namespaced_horizontal_pod_autoscaler,
                                                  name, hns)
+
+        def decide(now: Json) -> Json | None:
+            seen.append(now)
+            return floor_hand_patch(now, heir) if floor_owner(now) == writer else None
         try:
             patched = api.update(
                 what, read, lambda body: api(what, api.autoscaling.patch_namespaced_horizontal_pod_autoscaler, name,
                                              hns, body, _content_type=MERGE_PATCH, field_manager=FIELD_MANAGER),
-                lambda now: floor_hand_patch(now, heir) if floor_owner(now) == writer else None)
+                decide)
         except NotFoundError:
             return None   # deleted since the list: no floor left to hand over
         except ConflictError as exc:
@@ -276,7 +282,10 @@ def _hand_floors(api: Any, writer: str, heir: str, dry_run: bool) -> list[Json]:
                                      "over: run it again"}
         except ActuationError as exc:
             return {**hpa, "failed": f"{exc}: not handed over"}
-        return None if patched is None else hpa   # None: no longer `writer`'s when read again
+        # None: no longer `writer`'s when read again; but `heir`'s after a write this run tried is this run's: a
+        # patch whose answer was lost (a timeout) landed, and its retry by `_Api` at the old resourceVersion got a 409
+        landed = len(seen) > 1 and floor_owner(seen[-1]) == heir
+        return hpa if patched is not None or landed else None
 
     listed = api("list HPAs", api.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
     found = floors_of(listed, writer)
@@ -289,11 +298,15 @@ def _hand_entries(api: Any, ns: str, writer: str, heir: str, dry_run: bool) -> t
     (`_Api.update`), so an entry another writer wrote in between stays."""
     from balancer.actuate.kubernetes import ConflictError, NotFoundError
 
-    what, handed = f"configmap {ns}/{RECORD_NAME}", []
+    what, handed, tried = f"configmap {ns}/{RECORD_NAME}", [], set()   # tried: the keys a write of this run named
 
     def change(record: Json) -> Json | None:
         changes = entries_of(record, writer, heir)
-        handed[:] = changes
+        # an entry `heir`'s now that a write this run tried named is this run's: a replace whose answer was lost (a
+        # timeout) landed, and its retry by `_Api` at the old resourceVersion got a 409
+        landed = {key for key, entry in entries(record).items() if key in tried and entry.owner == heir}
+        handed[:] = sorted({*changes, *landed})
+        tried.update(changes)
         return None if dry_run else record_body(record, ns, RECORD_NAME, changes)
     try:
         api.update(what, lambda: api(what, api.core.read_namespaced_config_map, RECORD_NAME, ns),

@@ -301,6 +301,28 @@ def test_a_floor_handed_elsewhere_in_between_is_left(kube, capsys):
     assert hpas(kube)["llm"]["metadata"]["annotations"][HPA_FLOOR_OWNER_ANNOTATION] == SHARD_B
 
 
+def test_a_write_that_landed_with_its_answer_lost_is_counted_as_handed(kube, capsys):
+    """The PATCH and the PUT land but their answers are lost (here a 503 after the write; a timeout alike): the client
+    (`_Api`) sends them again at the resourceVersion read, the API server answers 409, and read again the floor and
+    the entry name TO. That is this run's hand-over: printed and counted (it said "0 HPA floor(s), 0 entries", exit 0,
+    with both handed)."""
+    kube.before("PATCH", r"/horizontalpodautoscalers/llm(\?|$)", lambda: kube.mutate(HPAS, "llm", "chat", {
+        "metadata": {"annotations": {HPA_FLOOR_OWNER_ANNOTATION: SHARD_A}}}))
+    kube.inject("PATCH", r"/horizontalpodautoscalers/llm(\?|$)", 503)
+    kube.before("PUT", rf"/configmaps/{RECORD}$", lambda: kube.mutate("configmaps", RECORD, "gputide", {
+        "data": {"chat.llm": Entry(2, 1, SHARD_A, "chat", "llm").text()}}))
+    kube.inject("PUT", rf"/configmaps/{RECORD}$", 503)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "", err
+    assert out.splitlines() == [
+        f"hpa chat/llm: floor handed from {OLD} to {SHARD_A}",
+        f"configmap gputide/{RECORD} chat.llm: entry handed from {OLD} to {SHARD_A}",
+        f"handed from {OLD} to {SHARD_A}: 1 HPA floor(s), 1 {RECORD} entry"]
+    assert [r.method for r in kube.requests if "/horizontalpodautoscalers/llm" in r.path] == [
+        "PATCH", "PATCH", "GET"]   # the lost answer, the retry refused (409), the read that finds it handed
+    assert entry_owner(kube, "chat.llm") == SHARD_A and entry_owner(kube, "search.embed") == SHARD_B
+
+
 def test_a_floor_written_before_every_try_fails_and_a_rerun_finishes(kube, capsys):
     """Conflicts past the retries: that HPA fails (exit 1, nothing of it lost), the rest is handed over, a rerun
     finishes."""
