@@ -126,7 +126,7 @@ def _scheduler(d: dashboard.Dashboard) -> dashboard.Dashboard:
             [q(per_minute(f"gputide_scheduler_preempted_pods_total{{{CLUSTER}}}"), "evicted")], min_val=0))
         .with_panel(timeseries_panel(
             "Starving pods", "Pods the leading replica's last pass found waiting longer than --starving-after, each "
-            "holding the node closest to fitting it as GPUs free up there (gputide_scheduler_starving_pods).",
+            "holding the node closest to fitting it as what it asks frees up there (gputide_scheduler_starving_pods).",
             "none", [q(f"max(gputide_scheduler_starving_pods{{{CLUSTER}}} {_ON_LEADER})", "starving")], min_val=0))
     )
 

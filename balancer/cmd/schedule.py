@@ -143,7 +143,7 @@ class SchedulerMetrics:
         self.preempted = Counter("gputide_scheduler_preempted_pods", "Pods of lower priority evicted to make room "
                                  "for a pod that fit nowhere.", registry=r)
         self.starving = Gauge("gputide_scheduler_starving_pods", "Pods the last pass found waiting longer than "
-                              "--starving-after and gave a node to hold as GPUs free up there.", registry=r)
+                              "--starving-after and gave a node to hold as what they ask frees up there.", registry=r)
         self.stuck = Gauge("gputide_scheduler_holds_stuck", "Preemption holds the last pass kept past the hour for "
                            "victims stuck terminating on a node that still admits the pod (the log names them).",
                            registry=r)
