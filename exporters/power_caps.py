@@ -27,13 +27,16 @@ What `PowerCapAgent.sync()` does, each interval:
   refused Set no longer makes it a refused first cap, and its give-back puts the limit before back, not the default)
   and no agent has seen that cap refused since it was last asked (then it is an operator's at the cap's watts). The
   refusal is kept in the limits before, so an agent restarted since knows it too, and cleared there before the cap is
-  asked again (written again at the next sync if that write fails), so a Set that lands is never taken for a refused
-  one, even if the agent stops before it writes so. A cap given back or expired while still refused is carried out as
-  it is: nothing of gputide's to put back (the GPU at the cap's watts is an operator's). A GPU whose limit cannot be
-  read is not capped for the first time until it can (its limit before would be unknown; counted failed meanwhile),
-  nor, once capped, given a changed cap (the Set would not be checked against the limit: one an operator lowered
-  meanwhile was raised). A GPU found already at the cap asked with nothing remembered (the state file lost, or none
-  kept, and the agent restarted) has no limit before: its give-back restores the default, as it did before the file.
+  asked again (a GPU whose clearing cannot be written is not asked that sync, counted failed), so a Set that lands is
+  never taken for a refused one, even if the agent stops before it writes so. A cap given back or expired while still
+  refused is carried out as it is: nothing of gputide's to put back (the GPU at the cap's watts is an operator's); its
+  refusal stays written while the give-back does, so an agent restarted once the driver allows Sets leaves it too.
+  A GPU whose limit cannot be read is not capped for the first time until it can (its limit before would be unknown;
+  counted failed meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit:
+  one an operator lowered meanwhile was raised), nor its first cap's give-back judged (whether that cap landed is
+  told from the limit: its limit before is kept meanwhile). A GPU found already at the cap asked with nothing
+  remembered (the state file lost, or none kept, and the agent restarted) has no limit before: its give-back restores
+  the default, as it did before the file.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -254,7 +257,7 @@ class PowerCapAgent:
         self._changed_by_hand(wanted, limits)
         requests = self._held_down(self._requests(wanted, limits), limits)
         self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
-        self._unrefuse(requests)
+        requests = self._unrefuse(requests)
         applied = self._apply(requests, wanted) if requests else {}
         for uuid, watts in applied.items():
             self._done(uuid, wanted.get(uuid), watts)
@@ -273,14 +276,17 @@ class PowerCapAgent:
                        "from what it returns once it does")
         return why
 
-    def _unrefuse(self, requests: Mapping[str, float]) -> None:
-        """A refused first cap asked again is refused no more, written before the Set is asked (`_apply` writes it
-        refused again if it is): a Set that lands while the file still says refused (the agent stopped before it
-        wrote the Set down, or that write failed) was taken by a restarted agent for an operator's limit at the cap's
-        watts, and its give-back left the GPU capped for good."""
-        for uuid in requests:
-            if (held := self.before.get(uuid)) is not None and held.refused:
-                self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(refused=False)))
+    def _unrefuse(self, requests: dict[str, float]) -> dict[str, float]:
+        """`requests`, each refused first cap in them refused no more, written before the Set is asked (`_apply`
+        writes it refused again if it is): a Set that lands while the file still says refused (the agent stopped
+        before it wrote the Set down, or that write failed) was taken by a restarted agent for an operator's limit at
+        the cap's watts, and its give-back left the GPU capped for good. One write for all of them; if it fails,
+        they are not asked this sync (still refused, in memory as on disk)."""
+        refused = {uuid: held for uuid in requests if (held := self.before.get(uuid)) is not None and held.refused}
+        if not refused or self._keep(lambda: self.before.put_many(
+                {uuid: held._replace(refused=False) for uuid, held in refused.items()}, or_none=True)):
+            return requests
+        return {uuid: watts for uuid, watts in requests.items() if uuid not in refused}
 
     def _done(self, uuid: str, want: Entry | None, watts: float) -> None:
         """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is
@@ -368,13 +374,15 @@ class PowerCapAgent:
         except PowerCapError as err:
             self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {err}")))
             log.error("power caps not applied: %s", err)
+            kept = {}   # written in one write, however many GPUs
             for uuid in err.refused.keys() - err.pending:   # a first cap, refused: none of its Sets landed
                 if (held := self.before.get(uuid)) is not None and math.isnan(held.set_w):
-                    self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(refused=True)))
+                    kept[uuid] = held._replace(refused=True)
             for uuid in err.pending & requests.keys():   # may yet land: neither done nor forgotten, across restarts
                 self._pending[uuid] = Pending(wanted.get(uuid), requests[uuid])
                 if (held := self.before.get(uuid)) is not None:
-                    self._keep(lambda u=uuid, h=held: self.before.put(u, h._replace(pending_w=requests[u])))
+                    kept[uuid] = held._replace(pending_w=requests[uuid])
+            self._keep(lambda: self.before.put_many(kept))
             return err.applied
 
     def _changed_by_hand(self, wanted: Mapping[str, Entry], limits: Mapping[str, PowerLimit] | None) -> None:
@@ -406,15 +414,24 @@ class PowerCapAgent:
     def _not_capped_yet(self, uuid: str, held: Held, want: Entry | None, limit: PowerLimit | None) -> None:
         """A GPU whose first cap was refused so far: asked no more, nothing to keep (a give-back or an expiry of a
         cap seen refused is carried out as it is: none of its Sets landed, so the GPU at the cap's watts is an
-        operator's, which `_request` would have given back to the default); still asked, the limit before
+        operator's, which `_request` would have given back to the default; its refusal is kept while the give-back
+        lasts, for an agent restarted meanwhile; one whose limit is unread waits); still asked, the limit before
         is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
         the cap (`_landed`: gputide's own) and no agent has seen its first cap refused (`Held.refused`, kept across
         restarts: then none of its Sets landed, and an operator's ``-pl`` at the cap's watts was taken for
         gputide's, its give-back raising the GPU to the limit before)."""
         if want is None or isinstance(want, Restore):
             if want is not None and held.refused:
-                self._asked[uuid] = want   # carried out: nothing of gputide's to put back
-            elif want is not None and self._landed(uuid, held, want.cap_w, limit):
+                # carried out: nothing of gputide's to put back. The refusal stays written while the give-back
+                # does (the controller keeps it while the GPU runs at its watts): dropped, an agent restarted once
+                # the driver allowed Sets took the operator's limit at the cap's watts for gputide's cap, and gave
+                # it back to the default
+                self._asked[uuid] = want
+                return
+            if want is not None and limit is not None and math.isnan(limit.current_w):
+                return   # unread: whether the cap landed is judged once it reads (dropped, it was given back to
+                #          the default, not the limit before)
+            if want is not None and self._landed(uuid, held, want.cap_w, limit):
                 return   # given back by `_request` to the limit before (was: to the default, the limit dropped)
             self._keep(lambda: self.before.drop(uuid))
             return
@@ -458,12 +475,15 @@ class PowerCapAgent:
             held_down[uuid] = watts if held is None else min(watts, held.before_w)
         return held_down
 
-    def _keep(self, write) -> None:
+    def _keep(self, write) -> bool:
+        """Whether `write` wrote (else the sync fails, saying why)."""
         try:
             write()
         except OSError as exc:
             self._unsaved = f"the power limits before gputide's caps could not be written: {exc}"
             log.error("%s", self._unsaved)
+            return False
+        return True
 
     def _limits(self) -> Mapping[str, PowerLimit] | None:
         limits = getattr(self.target, "power_limits", None)

@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -61,9 +61,28 @@ class LimitsBefore:
         return iter(list(self._held.items()))
 
     def put(self, uuid: str, held: Held) -> None:
-        if self._held.get(uuid) != held:
-            self._held[uuid] = held
+        self.put_many({uuid: held})
+
+    def put_many(self, entries: Mapping[str, Held], *, or_none: bool = False) -> None:
+        """Keep all `entries`, written in one write (none if the memory holds them already): the agent keeps a
+        refused first cap's record per GPU each sync, two writes a GPU were a dozen a minute for each. A write that
+        fails raises `OSError` with them kept in memory, or, `or_none`, with none of them (the memory as it was, as
+        the file is, for an entry the caller must not act on unless it is written)."""
+        changed = {uuid: held for uuid, held in entries.items() if self._held.get(uuid) != held}
+        if not changed:
+            return
+        was = {uuid: self._held.get(uuid) for uuid in changed}
+        self._held.update(changed)
+        try:
             self._save()
+        except OSError:
+            if or_none:
+                for uuid, held in was.items():
+                    if held is None:
+                        del self._held[uuid]
+                    else:
+                        self._held[uuid] = held
+            raise
 
     def drop(self, uuid: str) -> None:
         if self._held.pop(uuid, None) is not None:

@@ -6,7 +6,8 @@ that says what gputide set. An agent killed before that write, or whose write fa
 nothing: the memory already held the entry), left the file saying refused while the GPU ran at gputide's 250 W; the
 restarted agent took that for an operator's ``nvidia-smi -pl 250`` and its give-back left the GPU at 250 W for good,
 not the 700 W found before. Now the refusal is cleared (written) before the cap is asked again
-(`PowerCapAgent._unrefuse`), and a failed write is written again at the next sync (`LimitsBefore.flush`)."""
+(`PowerCapAgent._unrefuse`); a GPU whose refusal cannot be cleared (the write fails) is not asked that sync (audit
+s34x8, finding 4: it was asked, and a Set that landed left the file saying refused)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_a_first_cap_that_lands_after_a_refusal_is_given_back_by_an_agent_killed
     assert devs[1].limit_mw == 700_000   # given back (was: left at 250 W)
 
 
-def test_a_first_cap_that_lands_after_a_refusal_while_the_state_file_cannot_be_written_is_written_next_sync(
+def test_a_refused_first_cap_is_not_asked_again_while_its_refusal_cannot_be_cleared_on_disk(
         tmp_path, monkeypatch):
     devs, backend, source, agent, state = refused_first_cap(tmp_path, False)
 
@@ -56,11 +57,13 @@ def test_a_first_cap_that_lands_after_a_refusal_while_the_state_file_cannot_be_w
     monkeypatch.setattr(limits_before.os, "replace", full)
     devs[1].fail = {}
     agent.sync()
-    assert devs[1].limit_mw == 250_000 and "could not be written" in agent.failed
+    assert "could not be written" in agent.failed
+    assert devs[1].limit_mw == 700_000   # not asked: its refusal could not be cleared (was: set, still "refused")
     assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 700.0, "refused": True}}
+    assert agent.before.get("GPU-1").refused   # in memory as on disk
     monkeypatch.undo()
-    agent.sync()   # nothing changes: what the last sync could not write is written now
-    assert agent.failed is None
+    agent.sync()   # cleared, then asked: it lands
+    assert agent.failed is None and devs[1].limit_mw == 250_000
     assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 700.0, "set_w": 250.0}}
     agent = PowerCapAgent(source, backend, LimitsBefore(state))   # restarted
     agent.sync()
