@@ -125,6 +125,9 @@ def test_the_comment_names_the_only_series_that_carry_the_shards_lease():
     with_lease = sorted({f.name for f in registry.collect() for s in f.samples if "lease" in s.labels}
                         | {c._name for c in registry._collector_to_names if "lease" in getattr(c, "_labelnames", ())})
     assert with_lease == ["gputide_leader"]
+    with_shard = sorted(c._name for c in registry._collector_to_names if "shard" in getattr(c, "_labelnames", ()))
+    assert with_shard == ["gputide_shard_node_info", "gputide_shard_nodes"]   # the shard's leader's own (749af3e0)
     text = " ".join(comment().split())
-    assert 'gputide_leader carries lease="gputide-controller-NAME"; it is the only controller series' in text
+    assert ('gputide_leader carries lease="gputide-controller-NAME", and a shard\'s leader\'s gputide_shard_nodes and '
+            'gputide_shard_node_info carry shard="NAME"; they are the only controller series') in text
     assert "series carry lease=" not in text
