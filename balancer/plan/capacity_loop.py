@@ -141,8 +141,8 @@ HOLD_UNATTRIBUTED = "unattributed_pods"
 NO_SERIES = ("no serving series at all while its pods run: gputide_inference_demand_rps absent, not NaN (its vLLM "
              "metrics unscraped for over 5 minutes, or their scrape or the rules/serving/ rule not set up for it)")
 # ... where its name's series are there, all namespace-qualified (`no_series_why`): NO_SERIES would send the operator
-# to a scrape that works. {names} are those the snapshot shows, so the note counts them not: a shard's keeps a
-# qualified NaN key where the bare name's pods are (`shard.restrict`, the Prometheus source's `_running`)
+# to a scrape that works. {names} are those the snapshot shows, so a shard's note names them as the fleet's does: a
+# shard keeps a qualified NaN key where the bare name's pods are (`shard.restrict`, the Prometheus source's `_running`)
 QUALIFIED = ("no serving series under its name while its pods run: its name's series are found in more than one "
              "namespace, so each is read as namespace/service ({names} among them), none of them the profile's name "
              "(a namespace move whose old series linger, or a namesake in another namespace)")

@@ -176,8 +176,9 @@ class ShardedSource:
         self.inner, self.selector = inner, selector
         self.last_full: ClusterSnapshot | None = None
         self.index = np.zeros(0, dtype=np.int64)
-        # nodes of the last snapshot, and those a snapshot of this shard held that no reading shows since (its
-        # forgotten GPUs' nodes among them)
+        # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
+        # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
+        # GPUs' nodes among them); `shard_nodes` reports them, and the power caps renewed are theirs, during a hold too
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
