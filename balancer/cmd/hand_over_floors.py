@@ -13,7 +13,8 @@ Only what names NAMESPACE/FROM changes: another controller's floors and entries 
 name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1) while a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
---shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`), or the Lease itself held by
+--shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`) or cannot be told from them
+(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three: any Lease), or the Lease itself held by
 a holder whose renewal has not expired by this machine's clock (a controller run some other way). Each HPA is patched at
 the resourceVersion it was read at and the record replaced at its own; a write in between (409) is not lost: the object
 is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries, a short
@@ -90,10 +91,15 @@ class _NotRun(Exception):
     """Args the `run` parser refuses: the controller would exit 2 on them, so they run no controller."""
 
 
+_LEASE_DESTS = ("lease_name", "lease_namespace", "shard")   # `gputide run`'s args that name its Lease
+
+
 @functools.cache
 def _run_parser() -> argparse.ArgumentParser:
     """`gputide run`'s own parser (`balancer.cmd.run.register`), quiet: an error or --help raises `_NotRun` instead
-    of printing and exiting."""
+    of printing and exiting. Its type checks and choices kept only on the args that name the Lease (`_LEASE_DESTS`):
+    another's value may be a $(VAR) the kubelet fills from outside the args (a ConfigMap, a Secret, envFrom), left
+    unexpanded here, and `--metrics-port=$(PORT)` failing int() judged a running controller to run none."""
     from balancer.cmd import run as run_cmd
     from balancer.cmd._args import NegativeValues
 
@@ -109,7 +115,11 @@ def _run_parser() -> argparse.ArgumentParser:
 
     sub = argparse.ArgumentParser(prog="gputide").add_subparsers(parser_class=Quiet)
     run_cmd.register(sub)
-    return sub.choices["run"]
+    parser = sub.choices["run"]
+    for action in parser._actions:
+        if action.dest not in _LEASE_DESTS:
+            action.type, action.choices = None, None
+    return parser
 
 
 def _run_args(tokens: list[str]) -> argparse.Namespace | None:
@@ -129,8 +139,9 @@ def controller_writers(deployment: Json) -> list[str]:
     """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) of the `gputide run` containers of `deployment`, as
     the controller works its own out from its args (read by `gputide run`'s own parser, `_run_args`): --lease-name
     (default gputide-controller), -NAME with --shard NAME, in --lease-namespace, else the pod's own (POD_NAMESPACE,
-    else the Deployment's namespace). Its $(VAR)s expanded as the kubelet does. What ties a Deployment to a Lease:
-    its name need not be the Lease's."""
+    else the Deployment's namespace). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know (a
+    ConfigMap's, a Secret's, envFrom's) is left as written, so a writer with a "$(" in it is a Lease that cannot be
+    told (`running_on` takes it for any). What ties a Deployment to a Lease: its name need not be the Lease's."""
     from balancer.telemetry.shard import ShardSelector
 
     meta = deployment.get("metadata") or {}
@@ -152,11 +163,20 @@ def controller_writers(deployment: Json) -> list[str]:
 
 def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -> list[str]:
     """Why a controller may still write as `writer` ("ns/lease"), one line each; [] when none seems to: a Deployment
-    of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name), and
+    of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name) or
+    whose Lease cannot be told (a $(VAR) unknown here left in --shard, --lease-name or --lease-namespace), and
     the Lease itself held by a holder whose renewal has not expired by `now` (this machine's clock; a controller run
     some other way, a StatefulSet or a bare pod, holds it too)."""
-    why = [f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']} runs a controller on Lease {writer}"
-           for d in deployments.get("items", []) if writer in controller_writers(d)]
+    why = []
+    for d in deployments.get("items", []):
+        where, writers = f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']}", controller_writers(d)
+        untold = [w for w in writers if "$(" in w]
+        if writer in writers:
+            why.append(f"{where} runs a controller on Lease {writer}")
+        elif untold:
+            why.append(f"{where} runs a controller on Lease {untold[0]}, which cannot be told here (its --shard, "
+                       "--lease-name or --lease-namespace takes a $(VAR) set from outside its args: a ConfigMap, a "
+                       f"Secret, envFrom), so it may be {writer}")
     spec = (lease or {}).get("spec") or {}
     holder, renewed = spec.get("holderIdentity"), _seconds(spec.get("renewTime") or spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
@@ -251,8 +271,9 @@ def _hand_over(api: Any, ns: str, from_lease: str, to_lease: str, dry_run: bool)
 
 def _hand_floors(api: Any, writer: str, heir: str, dry_run: bool) -> list[Json]:
     """The HPAs whose floor names `writer`, each patched to name `heir` (not with `dry_run`); one whose patch failed
-    carries "failed": why. A write since it was read (409) reads it again and decides again (`_Api.update`): one that
-    then no longer names `writer`, or deleted since, is left out."""
+    carries "failed": why. A write since it was read (409) reads it again and decides again (`_Api.update`): one
+    deleted since is left out, and so is one that then no longer names `writer`, unless it names `heir` after a write
+    this run tried (the patch landed, its answer lost, and `_Api`'s retry got the 409): that one is counted handed."""
     from balancer.actuate.k8s_hpa import FIELD_MANAGER
     from balancer.actuate.kubernetes import MERGE_PATCH, ConflictError, NotFoundError
     from balancer.errors import ActuationError

@@ -239,6 +239,40 @@ def test_a_controller_given_abbreviated_flags_is_read_as_gputide_run_reads_them(
     assert code == 0 and err == "", err
 
 
+def from_outside(dep: dict, var: str, ref: str = "configMapKeyRef") -> dict:
+    """`dep` whose container's env takes `var` from a ConfigMap's key (or a Secret's): the kubelet fills its $(var),
+    unknown here."""
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [*container.get("env", []), {"name": var, "valueFrom": {ref: {"name": "gputide", "key": var}}}]
+    return dep
+
+
+def test_a_value_the_kubelet_fills_from_outside_the_args_does_not_hide_the_controller(kube, capsys):
+    """gputide run's parser checks its values' types; --metrics-port=$(PORT) (from a ConfigMap, left unexpanded here)
+    failed int() and the Deployment was judged to run no controller, its floors handed over under it."""
+    kube.add(from_outside(controller("balancer", "gputide", "--metrics-port=$(PORT)", "--interval", "$(EVERY)"),
+                          "PORT"))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and f"deployment/balancer in gputide runs a controller on Lease {OLD}: stop it" in err, err
+    assert out == "" and not writes(kube)
+
+
+@pytest.mark.parametrize("flag", ["--shard=$(SHARD)", "--lease-name=gputide-controller-$(SHARD)",
+                                  "--lease-namespace=$(SHARD)"])
+def test_a_lease_named_from_outside_the_args_refuses_any_hand_over(kube, capsys, flag):
+    """--shard=$(SHARD) from a ConfigMap's key: the Lease it elects on cannot be told here (read as written, shard
+    "$(SHARD)", it was no Lease handed over and the hand-over went ahead), so it may be any: refused, saying why."""
+    kube.add(from_outside(controller("east", "gputide", flag, "--selector=gputide.io/shard=a"), "SHARD"))
+    for lease_name, writer in (("gputide-controller-a", SHARD_A), ("gputide-controller", OLD)):
+        code, out, err = hand_over(capsys, lease_name, "gputide-controller-b")
+        assert code == 1 and "deployment/east in gputide runs a controller on Lease " in err, err
+        assert f"which cannot be told here (its --shard, --lease-name or --lease-namespace takes a $(VAR) set " \
+               f"from outside its args: a ConfigMap, a Secret, envFrom), so it may be {writer}: stop it" in err, err
+        assert out == "" and not writes(kube)
+    code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller", "--dry-run")
+    assert code == 0 and "may be gputide/gputide-controller-a: a run now would be refused" in err, err
+
+
 def test_an_unrelated_deployment_is_not_the_controller(kube, capsys):
     """A Deployment named as the Lease that runs something else, and one whose command has a `run` of its own (no
     --prometheus: no `gputide run`), hold nothing up."""
