@@ -412,14 +412,16 @@ class PowerCapAgent:
             self._keep(lambda u=uuid, w=limit.current_w: self.before.put(u, Held(w, w)))
 
     def _not_capped_yet(self, uuid: str, held: Held, want: Entry | None, limit: PowerLimit | None) -> None:
-        """A GPU whose first cap was refused so far: asked no more, nothing to keep (a give-back or an expiry of a
-        cap seen refused is carried out as it is: none of its Sets landed, so the GPU at the cap's watts is an
-        operator's, which `_request` would have given back to the default; its refusal is kept while the give-back
-        lasts, for an agent restarted meanwhile; one whose limit is unread waits); still asked, the limit before
-        is the one in force now (the operator may have changed it while the driver refused), unless the GPU runs at
-        the cap (`_landed`: gputide's own) and no agent has seen its first cap refused (`Held.refused`, kept across
-        restarts: then none of its Sets landed, and an operator's ``-pl`` at the cap's watts was taken for
-        gputide's, its give-back raising the GPU to the limit before)."""
+        """A GPU whose first cap was refused so far. Asked no more (its cap given back, expired, or its entry
+        removed): a give-back of a cap seen refused is carried out as it is, nothing of gputide's to put back (none
+        of its Sets landed, so the GPU at the cap's watts is an operator's, which `_request` would have given back to
+        the default), its refusal kept while the give-back lasts, for an agent restarted meanwhile; a give-back whose
+        GPU's limit is unread waits; one whose cap landed unwritten (`_landed`) is given back to the limit before;
+        any other record is dropped. Still asked, the limit before is the one in force now (the operator may have
+        changed it while the driver refused), unless the GPU runs at the cap (`_landed`: gputide's own) and no agent
+        has seen its first cap refused (`Held.refused`, kept across restarts: then none of its Sets landed, and an
+        operator's ``-pl`` at the cap's watts was taken for gputide's, its give-back raising the GPU to the limit
+        before)."""
         if want is None or isinstance(want, Restore):
             if want is not None and held.refused:
                 # carried out: nothing of gputide's to put back. The refusal stays written while the give-back

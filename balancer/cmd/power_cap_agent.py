@@ -36,7 +36,8 @@ minutes by default). Caps written without an expiry (an older controller) never 
 given back; once per GPU and expiry; published at 0 for every GPU NVML names when the agent starts, and for one it
 names later once a cap is applied to it: a counter first published at 1 is no increase to `GputidePowerCapsExpired`),
 `gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
-restores, as the state file keeps it), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
+restores, as the state file keeps it; none for a GPU whose first cap the driver refused, kept there though it
+restores nothing), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
 `gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
 malformed, NVML refusing a GPU or not answering at all, a GPU's limit unreadable, or the state file unwritable; alert
 `GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's
@@ -90,7 +91,8 @@ class AgentMetrics:
                                "controller renewing it (stopped, uninstalled, no working leader), given back.",
                                ["UUID"], registry=registry)
         self.before = Gauge("gputide_power_cap_agent_limit_before_watts", "Per GPU under gputide's cap: the limit it "
-                            "ran at before, which giving the cap back restores.", ["UUID"], registry=registry)
+                            "ran at before, which giving the cap back restores (none for a GPU whose first cap "
+                            "the driver refused).", ["UUID"], registry=registry)
         for result in ("applied", "unchanged", "failed"):
             self.syncs.labels(result=result)
         self.failure: str | None = None   # why the last sync failed, logged once per reason
@@ -110,13 +112,17 @@ class AgentMetrics:
         self.failure = why
 
     def held(self, agent: Any) -> None:
-        """The GPUs the agent holds under its cap, with the limit each is given back to."""
+        """The GPUs the agent holds under its cap, with the limit each is given back to. A GPU whose first cap the
+        driver refused (`Held.refused`) is under none, and its give-back restores nothing: its record stays in the
+        state file while the cap is asked and while its give-back lasts, its limit before no longer followed then
+        (served, an operator's ``-pl 300`` after the give-back left it saying 700 W would be restored)."""
         before = getattr(agent, "before", None)
         if before is None:
             return
         self.before.clear()
         for uuid, held in before.items():
-            self.before.labels(UUID=uuid).set(held.before_w)
+            if not held.refused:
+                self.before.labels(UUID=uuid).set(held.before_w)
 
 
 def gpus_named(target: Any) -> set[str]:
