@@ -331,15 +331,18 @@ class Holds:
     def _reserved_said(req: Json) -> str:
         """What a starving pod's hold reserves of what it waits for, as words (`closest_to_fitting` ranks the nodes
         by the same): its GPUs where it asks whole GPUs; the MIG instances it asks where it asks those and no whole
-        GPU (`mig_asked`); else the CPU and memory it asks. Such pods were said to hold "0 GPUs", and to wait for
-        GPUs."""
+        GPU (`mig_asked`); else the CPU and memory it asks; where it asks neither, the extended resources it asks
+        (an RDMA device; not the pod slot every pod takes). Such pods were said to hold "0 GPUs", and to wait for
+        GPUs; one asking only an RDMA device was said to hold "no GPU, CPU or memory", though its hold reserves the
+        device."""
         if req["num_gpu"]:
             return f"{req['num_gpu']} GPUs"
         if mig := mig_asked(req):
-            return ", ".join(f"{v:g} {k}" for k, v in sorted(mig.items()))
+            return _amounts_said(mig)
         asked = [said for n, said in ((req["cpu_milli"], f"{req['cpu_milli']}m CPU"),
                                       (req["memory_mib"], f"{req['memory_mib']} MiB memory")) if n]
-        return ", ".join(asked) or "no GPU, CPU or memory"
+        extended = {k: v for k, v in req["extended"].items() if k != "pods" and v}
+        return ", ".join(asked) or _amounts_said(extended) or "no GPU, CPU, memory or extended resource"
 
     def hold_for_starving_group(self, members: list[Json], view: list[Json], index: dict[str, int], offers: Offers,
                                 now: float) -> str:
@@ -478,3 +481,8 @@ class Holds:
             for u in self._bound():
                 self._by_node.setdefault(u.node, []).append(u)
         return self._by_node
+
+
+def _amounts_said(amounts: dict[str, float]) -> str:
+    """Resources and their amounts, as words ("2 nvidia.com/mig-1g.10gb, 1 rdma/hca"; "" when none)."""
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(amounts.items()))

@@ -61,5 +61,9 @@ def test_the_reserved_said_names_only_what_the_pod_asks():
     assert said(cpu=8000, memory=16384) == "8000m CPU, 16384 MiB memory"
     assert said(cpu=500) == "500m CPU"
     assert said(memory=512) == "512 MiB memory"
-    assert said() == "no GPU, CPU or memory"
+    assert said() == "no GPU, CPU, memory or extended resource"   # the pod slot alone is not said
+    # a pod asking only an RDMA device: its hold reserves the device (it was "no GPU, CPU or memory")
+    assert said(extended={"rdma/hca": 1.0, "pods": 1.0}) == "1 rdma/hca"
+    assert said(extended={"rdma/hca": 2.0, "example.com/fpga": 1.0, "pods": 1.0}) == "1 example.com/fpga, 2 rdma/hca"
+    assert said(cpu=500, extended={"rdma/hca": 1.0, "pods": 1.0}) == "500m CPU"   # it waits for the CPU
     assert said(cpu=500, extended={"nvidia.com/mig-1g.10gb": 2.0}) == "2 nvidia.com/mig-1g.10gb"
