@@ -306,11 +306,16 @@ class Holds:
 
     @staticmethod
     def _left_said(node: str, done: Evictions) -> str:
-        """What a preemption's evictions left undone, as words ("" when nothing)."""
+        """What a preemption's evictions left undone, as words ("" when nothing): the node stays held, while the
+        victims it evicted, or found terminating already (`Evictions.terminating`), terminate. It said "while the
+        evicted pods terminate" where none was evicted, its only victims found terminating already."""
         if not done.left:
             return ""
-        return (f"; evicting {done.left[0]} failed ({done.error}): {node} stays held while the evicted pods "
-                f"terminate, and {', '.join(done.left)} is evicted at the next pass")
+        waited = " and ".join(w for w in ("the evicted pods" if done.evicted else "",
+                                          "those found terminating already" if done.terminating else "") if w)
+        return (f"; evicting {done.left[0]} failed ({done.error}): {node} stays held"
+                f"{f' while {waited} terminate' if waited else ''}, and {', '.join(done.left)} is evicted at the "
+                "next pass")
 
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
                           now: float) -> str:

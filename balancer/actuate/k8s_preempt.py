@@ -131,7 +131,7 @@ class Evictions:
     left: list[str] = field(default_factory=list)
     error: ActuationError | None = None
     entry: Json = field(default_factory=dict)
-    ends: list[float] = field(default_factory=list)   # when the grace period of each victim evicted ends
+    ends: list[float] = field(default_factory=list)   # when the grace period of each victim leaving ends
 
     @property
     def leaving(self) -> list[str]:
