@@ -193,10 +193,16 @@ def in_force(cap_w: float, limit: PowerLimit) -> float:
     return watts if math.isnan(limit.min_w) else max(watts, min(limit.min_w, limit.default_w))
 
 
+def runs_at(limit: PowerLimit, cap_w: float) -> bool:
+    """Whether a GPU's limit reads a cap of `cap_w` as the target set it (`in_force`, within `TOLERANCE_W`): the one
+    test of "the GPU runs at the cap" wherever the agent tells its own cap from another limit, so that those tests
+    cannot drift apart. An unread limit (NaN) never does."""
+    return abs(limit.current_w - in_force(cap_w, limit)) <= TOLERANCE_W
+
+
 def holds(limit: PowerLimit, cap_w: float) -> bool:
     """Whether a GPU still runs at the cap gputide set (`cap_w`) and under its default: gputide's to give back."""
-    return (abs(limit.current_w - in_force(cap_w, limit)) <= TOLERANCE_W
-            and limit.current_w < limit.default_w - TOLERANCE_W)
+    return runs_at(limit, cap_w) and limit.current_w < limit.default_w - TOLERANCE_W
 
 
 class JsonFileCaps:
@@ -239,15 +245,18 @@ class PowerCapAgent:
     def sync(self) -> dict[str, float]:
         """Apply what the source asks for now; returns what the target set (UUID -> watts)."""
         self.expired = set()
+        self._unsaved = None
+        # what an earlier sync could not write, first, whatever else fails: a refusal `_apply` could not write left
+        # the file saying "not refused" (`_unrefuse`), so an agent restarted before it is written took an operator's
+        # limit at the cap's watts for gputide's cap (was: not written while the source was unreadable)
+        self._keep(self.before.flush)
         read = self.source.read()
         if read is None:
-            self.failed = "the requested caps are unreadable"
+            self.failed = "; ".join(filter(None, ("the requested caps are unreadable", self._unsaved)))
             return {}
         wanted = self._unexpired(read)
         self._blind: set[str] = set()
         self.lost = set()
-        self._unsaved = None
-        self._keep(self.before.flush)   # what an earlier sync could not write
         try:
             limits = self._limits()
         except TargetUnavailable as exc:   # nothing judged or set on limits not read (the next sync tries again)
@@ -321,8 +330,7 @@ class PowerCapAgent:
             if got is None and limit is not None and math.isnan(limit.current_w):
                 continue   # its call (or a read) still inside NVML, or unreadable: judged at a later sync
             del self._pending[uuid]
-            if got is None and limit is not None and abs(limit.current_w - in_force(pending.watts, limit)) \
-                    <= TOLERANCE_W:
+            if got is None and limit is not None and runs_at(limit, pending.watts):
                 got = limit.current_w
             if isinstance(got, float | int):
                 log.info("the power-limit Set of %s that had not returned is done: %.0f W", uuid, got)
@@ -452,7 +460,7 @@ class PowerCapAgent:
         before back, not the default."""
         if held.refused or limit is None or math.isnan(limit.current_w) \
                 or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
-                or not abs(limit.current_w - in_force(min(cap_w, held.before_w), limit)) <= TOLERANCE_W:
+                or not runs_at(limit, min(cap_w, held.before_w)):
             return False
         self._keep(lambda: self.before.put(uuid, held._replace(set_w=limit.current_w)))
         return True
@@ -467,7 +475,7 @@ class PowerCapAgent:
             if held is None and watts != RESTORE and limit is not None:
                 if self._unread(uuid, limit):
                     continue   # its limit before unknown: capped once it reads
-                if not abs(limit.current_w - in_force(watts, limit)) <= TOLERANCE_W or uuid in self._asked:
+                if not runs_at(limit, watts) or uuid in self._asked:
                     held = Held(limit.current_w)
                     self._keep(lambda u=uuid, h=held: self.before.put(u, h))
                 else:
