@@ -319,8 +319,9 @@ def _closeness(node: Json, req: Json, others: tuple[int, int, int], mig: Mapping
 
 
 def _lacking(have: float, want: float) -> float:
-    """How much of `want` `have` lacks: none of what a pod asks none of (`k8s_filters.short`)."""
-    return max(want - have, 0) if want > 0 else 0
+    """How much of `want` `have` lacks: none where `have` is not short of it, or the pod asks none
+    (`k8s_filters.short`, whose rule this uses rather than repeats)."""
+    return want - have if short(have, want) else 0
 
 
 def big_enough(node: Json, req: Json, held: Mapping[str, float] | None = None) -> bool:
