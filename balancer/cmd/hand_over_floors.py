@@ -14,18 +14,18 @@ name included) and unnamed ones (which any controller gives back already) stay a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
 --shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`) or cannot be told from them
-(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three: any Lease), or the Lease itself held by
-a holder whose renewal has not expired by this machine's clock (a controller run some other way). Each HPA is patched at
-the resourceVersion it was read at and the record replaced at its own; a write in between (409) is not lost: the object
-is read again and decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries, a short
-jittered wait between), so a floor or entry someone wrote meanwhile stands and what no longer names FROM is left; one
-that names TO after a write this run tried is counted handed (the write landed, its answer lost, and the client's retry
-of it got the 409). Only an object written again before every try fails (exit 1, the others still handed over): run it
-again. `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit
-0) when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad --namespace
-or --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get on the Lease
-NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of
---namespace.
+(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three: any Lease it may be, each $(VAR) any text),
+or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a controller run some other
+way). Each HPA is patched at the resourceVersion it was read at and the record replaced at its own; a write in between
+(409) is not lost: the object is read again and decided again, as the controller's own read-modify-writes are
+(`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands and
+what no longer names FROM is left; one that names TO after a write this run tried is counted handed (the write landed,
+its answer lost, and the client's retry of it got the 409). Only an object written again before every try fails (exit 1,
+the others still handed over): run it again. `--dry-run` reads the same and writes nothing: it prints what a run would
+hand over now, and says on stderr (exit 0) when a run would be refused, and why. Bad input (a name that is no Lease's,
+FROM and TO the same, a bad --namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on
+deployments cluster-wide, get on the Lease NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on
+the gputide-replicas ConfigMap of --namespace.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import functools
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
@@ -75,13 +76,20 @@ def entries_of(record: Json | None, writer: str, to: str) -> dict[str, Entry]:
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][-._A-Za-z0-9]*)\)")   # Kubernetes' $(VAR) in a container's args
 
 
+def _expand(text: str, env: dict[str, str]) -> str:
+    """`text` with its $(VAR)s expanded from `env` as the kubelet does ($$ is a "$"); one `env` lacks is left as
+    written."""
+    return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), str(text))
+
+
 def _container_env(container: Json, namespace: str) -> dict[str, str]:
-    """The container's env values that its args can use: literal ones and the pod's namespace (a fieldRef); a value
-    from elsewhere (a Secret, another field) is unknown here, its $(VAR) left as written."""
-    out = {}
+    """The container's env values that its args can use: literal ones (their $(VAR)s of earlier ones expanded, in
+    order, as the kubelet does: LEASE=gputide-controller-$(SHARD) after SHARD=a) and the pod's namespace (a
+    fieldRef); a value from elsewhere (a Secret, another field) is unknown here, its $(VAR) left as written."""
+    out: dict[str, str] = {}
     for var in container.get("env") or []:
         if "value" in var:
-            out[var.get("name", "")] = str(var["value"])
+            out[var.get("name", "")] = _expand(var["value"], out)
         elif ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "metadata.namespace":
             out[var.get("name", "")] = namespace
     return out
@@ -97,9 +105,12 @@ _LEASE_DESTS = ("lease_name", "lease_namespace", "shard")   # `gputide run`'s ar
 @functools.cache
 def _run_parser() -> argparse.ArgumentParser:
     """`gputide run`'s own parser (`balancer.cmd.run.register`), quiet: an error or --help raises `_NotRun` instead
-    of printing and exiting. Its type checks and choices kept only on the args that name the Lease (`_LEASE_DESTS`):
-    another's value may be a $(VAR) the kubelet fills from outside the args (a ConfigMap, a Secret, envFrom), left
-    unexpanded here, and `--metrics-port=$(PORT)` failing int() judged a running controller to run none."""
+    of printing and exiting. Its type checks skip a value with a $(VAR) in it (`_unless_var`): the kubelet fills it
+    from outside the args (a ConfigMap, a Secret, envFrom), left unexpanded here, and `--metrics-port=$(PORT)`
+    failing int() judged a running controller to run none; any other value is checked as the controller checks it
+    (--metrics-port=abc or --policy= exits 2: a crash loop runs no controller). --listen-address's default is not
+    this machine's $GPUTIDE_LISTEN_ADDRESS (an empty one here refused every Deployment's args): it is the
+    container's (`_run_args`)."""
     from balancer.cmd import run as run_cmd
     from balancer.cmd._args import NegativeValues
 
@@ -117,22 +128,37 @@ def _run_parser() -> argparse.ArgumentParser:
     run_cmd.register(sub)
     parser = sub.choices["run"]
     for action in parser._actions:
+        if action.type is not None:
+            action.type = _unless_var(action.type)
         if action.dest not in _LEASE_DESTS:
-            action.type, action.choices = None, None
+            action.choices = None
+        if action.dest == "listen_address":
+            action.default = None
     return parser
 
 
-def _run_args(tokens: list[str]) -> argparse.Namespace | None:
+def _unless_var(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse `type=` `check`, skipped for a value with a $(VAR) the kubelet fills (left as written)."""
+    return lambda text: text if "$(" in text else check(text)
+
+
+def _run_args(tokens: list[str], env: dict[str, str]) -> argparse.Namespace | None:
     """`gputide run`'s args among `tokens` (a container's command and args, after the first "run"), read by its own
     parser as the controller reads them (abbreviations such as --shar=a or --prom= included, the last of a flag given
     twice); None when they run no `gputide run`: no "run", or args that parser refuses (no --prometheus, which it
-    requires: `npm run start` is not one; the controller would exit 2 on them)."""
+    requires: `npm run start` is not one; the controller would exit 2 on them), or no --listen-address and the
+    container's `env` (`_container_env`) sets $GPUTIDE_LISTEN_ADDRESS to one it refuses (empty)."""
+    from balancer.cmd._args import LISTEN_ENV, listen_address
+
     if "run" not in tokens:
         return None
     try:
-        return _run_parser().parse_known_args(tokens[tokens.index("run") + 1:])[0]
-    except _NotRun:
+        args = _run_parser().parse_known_args(tokens[tokens.index("run") + 1:])[0]
+        if args.listen_address is None and LISTEN_ENV in env:
+            _unless_var(listen_address)(env[LISTEN_ENV])
+    except (_NotRun, InputError):
         return None
+    return args
 
 
 def controller_writers(deployment: Json) -> list[str]:
@@ -140,8 +166,8 @@ def controller_writers(deployment: Json) -> list[str]:
     the controller works its own out from its args (read by `gputide run`'s own parser, `_run_args`): --lease-name
     (default gputide-controller), -NAME with --shard NAME, in --lease-namespace, else the pod's own (POD_NAMESPACE,
     else the Deployment's namespace). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know (a
-    ConfigMap's, a Secret's, envFrom's) is left as written, so a writer with a "$(" in it is a Lease that cannot be
-    told (`running_on` takes it for any). What ties a Deployment to a Lease: its name need not be the Lease's."""
+    ConfigMap's, a Secret's, envFrom's) is left as written, so a writer's $(VAR) is a part that cannot be told
+    (`running_on` takes it for any text). What ties a Deployment to a Lease: its name need not be the Lease's."""
     from balancer.telemetry.shard import ShardSelector
 
     meta = deployment.get("metadata") or {}
@@ -150,10 +176,8 @@ def controller_writers(deployment: Json) -> list[str]:
     out = []
     for container in pod.get("containers") or []:
         env = _container_env(container, namespace)
-
-        def expand(token: str, env: dict[str, str] = env) -> str:
-            return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), str(token))
-        args = _run_args([expand(t) for t in [*(container.get("command") or []), *(container.get("args") or [])]])
+        tokens = [*(container.get("command") or []), *(container.get("args") or [])]
+        args = _run_args([_expand(t, env) for t in tokens], env)
         if args is None:
             continue
         lease = ShardSelector(args.shard).lease_name(args.lease_name) if args.shard else args.lease_name
@@ -164,13 +188,13 @@ def controller_writers(deployment: Json) -> list[str]:
 def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -> list[str]:
     """Why a controller may still write as `writer` ("ns/lease"), one line each; [] when none seems to: a Deployment
     of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name) or
-    whose Lease cannot be told (a $(VAR) unknown here left in --shard, --lease-name or --lease-namespace), and
-    the Lease itself held by a holder whose renewal has not expired by `now` (this machine's clock; a controller run
-    some other way, a StatefulSet or a bare pod, holds it too)."""
+    whose Lease cannot be told but may be it (a $(VAR) unknown here left in --shard, --lease-name or
+    --lease-namespace, `may_be`), and the Lease itself held by a holder whose renewal has not expired by `now` (this
+    machine's clock; a controller run some other way, a StatefulSet or a bare pod, holds it too)."""
     why = []
     for d in deployments.get("items", []):
         where, writers = f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']}", controller_writers(d)
-        untold = [w for w in writers if "$(" in w]
+        untold = [w for w in writers if "$(" in w and may_be(w, writer)]
         if writer in writers:
             why.append(f"{where} runs a controller on Lease {writer}")
         elif untold:
@@ -185,6 +209,13 @@ def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -
         why.append(f"Lease {writer} is held by {holder}" + ("" if expires is None else
                                                               f" for {expires - now:.0f} s more unless renewed"))
     return why
+
+
+def may_be(told: str, writer: str) -> bool:
+    """Whether `told` ("ns/lease" as `controller_writers` works it out, a $(VAR) unknown here left in it) may be
+    `writer`: each $(VAR) any text, the rest as written. team-b/gputide-controller-$(SHARD) is no gputide/... writer,
+    nor gputide/gputide-controller (its "-" is written): only what it may be refuses a hand-over."""
+    return re.fullmatch(".*".join(map(re.escape, re.split(r"\$\([^)]*\)", told))), writer) is not None
 
 
 def _seconds(stamp: str | None) -> float | None:

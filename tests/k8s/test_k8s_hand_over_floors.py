@@ -257,20 +257,108 @@ def test_a_value_the_kubelet_fills_from_outside_the_args_does_not_hide_the_contr
     assert out == "" and not writes(kube)
 
 
-@pytest.mark.parametrize("flag", ["--shard=$(SHARD)", "--lease-name=gputide-controller-$(SHARD)",
-                                  "--lease-namespace=$(SHARD)"])
-def test_a_lease_named_from_outside_the_args_refuses_any_hand_over(kube, capsys, flag):
+@pytest.mark.parametrize("flag, may_be", [("--shard=$(SHARD)", SHARD_A),
+                                          ("--lease-name=gputide-controller-$(SHARD)", SHARD_A),
+                                          ("--lease-namespace=$(SHARD)", OLD)])
+def test_a_lease_named_from_outside_the_args_refuses_a_hand_over_of_what_it_may_be(kube, capsys, flag, may_be):
     """--shard=$(SHARD) from a ConfigMap's key: the Lease it elects on cannot be told here (read as written, shard
-    "$(SHARD)", it was no Lease handed over and the hand-over went ahead), so it may be any: refused, saying why."""
+    "$(SHARD)", it was no Lease handed over and the hand-over went ahead), so it may be any shard's: refused, saying
+    why. But never the unsharded controller's (gputide-controller-$(SHARD) is not gputide-controller), nor
+    --lease-namespace=$(SHARD)'s gputide-controller a shard's: a hand-over of those went ahead (was: refused, saying
+    the Deployment may be it)."""
     kube.add(from_outside(controller("east", "gputide", flag, "--selector=gputide.io/shard=a"), "SHARD"))
     for lease_name, writer in (("gputide-controller-a", SHARD_A), ("gputide-controller", OLD)):
-        code, out, err = hand_over(capsys, lease_name, "gputide-controller-b")
-        assert code == 1 and "deployment/east in gputide runs a controller on Lease " in err, err
+        code, out, err = hand_over(capsys, lease_name, "gputide-controller-b", "--dry-run")
+        if writer != may_be:
+            assert code == 0 and err == "" and "would hand from " in out, err
+            continue
+        assert code == 0 and "deployment/east in gputide runs a controller on Lease " in err, err
         assert f"which cannot be told here (its --shard, --lease-name or --lease-namespace takes a $(VAR) set " \
-               f"from outside its args: a ConfigMap, a Secret, envFrom), so it may be {writer}: stop it" in err, err
-        assert out == "" and not writes(kube)
+               f"from outside its args: a ConfigMap, a Secret, envFrom), so it may be {writer}: a run now would be " \
+               "refused" in err, err
+    code, out, err = hand_over(capsys, may_be.split("/")[1], "gputide-controller-b")
+    assert code == 1 and f"so it may be {may_be}: stop it" in err and out == "" and not writes(kube), err
+
+
+def test_a_lease_named_from_outside_the_args_in_another_namespace_holds_up_only_its_own(kube, capsys):
+    """A team's shard electing in its own namespace (--lease-namespace=team-b, --shard=$(SHARD) from a ConfigMap)
+    refused every hand-over, saying it "may be gputide/gputide-controller": its Lease is team-b's, whatever SHARD is."""
+    kube.add(from_outside(controller("east", "team-b", "--lease-namespace=team-b", "--shard=$(SHARD)",
+                                     "--selector=gputide.io/shard=a"), "SHARD"))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
     code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller", "--dry-run")
-    assert code == 0 and "may be gputide/gputide-controller-a: a run now would be refused" in err, err
+    assert code == 0 and err == "", err
+    code, out, err = hand_over(capsys, "gputide-controller-x", "gputide-controller", "--namespace", "team-b")
+    assert code == 1 and "deployment/east in team-b runs a controller on Lease team-b/gputide-controller-$(SHARD), " \
+                          "which cannot be told here" in err and "so it may be team-b/gputide-controller-x" in err, err
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "team-b")
+    assert code == 0 and err == "", err
+
+
+def replaced(kube: FakeKube, dep: dict) -> None:
+    kube.delete("deployments", dep["metadata"]["name"], dep["metadata"]["namespace"])
+    kube.add(dep)
+
+
+def test_an_env_value_made_of_earlier_ones_is_expanded_as_the_kubelet_does(kube, capsys):
+    """LEASE=gputide-controller-$(SHARD) with SHARD=a before it: the kubelet gives the controller gputide-controller-a;
+    a value that refers to a later variable (or one from outside) keeps its $(VAR), which may be anything."""
+    dep = controller("east", "gputide", "--lease-name=$(LEASE)")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [*container.get("env", []), {"name": "SHARD", "value": "a"},
+                        {"name": "LEASE", "value": "gputide-controller-$(SHARD)"}]
+    kube.add(dep)
+    code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller")
+    assert code == 1 and f"deployment/east in gputide runs a controller on Lease {SHARD_A}: stop it" in err, err
+    code, out, err = hand_over(capsys, "gputide-controller-b", "gputide-controller")   # a alone: not b
+    assert code == 0 and err == "", err
+    container["env"] = container["env"][::-1]   # SHARD after LEASE: $(SHARD) left as written
+    replaced(kube, dep)
+    code, out, err = hand_over(capsys, "gputide-controller-b", "gputide-controller", "--dry-run")
+    assert code == 0 and "on Lease gputide/gputide-controller-$(SHARD), which cannot be told here" in err, err
+    assert "so it may be gputide/gputide-controller-b: a run now would be refused" in err, err
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port=abc", "--policy=", "--listen-address=", "--shard=",
+                                  "--interval=$(EVERY)"])
+def test_args_gputide_run_exits_2_on_run_no_controller(kube, capsys, flag):
+    """`gputide run` exits 2 on --metrics-port=abc, --policy= or --listen-address=: that Deployment crash-loops and
+    writes nothing, so it holds up no hand-over (its type checks were all dropped, 15d56f2f, for a $(VAR)'s sake:
+    only a value with one skips its check, and --interval takes any text as the parser reads it)."""
+    kube.add(controller("broken", "gputide", flag))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    if flag == "--interval=$(EVERY)":
+        assert code == 1 and f"deployment/broken in gputide runs a controller on Lease {OLD}" in err, err
+    else:
+        assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
+
+
+def test_the_operators_own_listen_address_is_not_the_controllers(kube, capsys, monkeypatch):
+    """--listen-address defaults to $GPUTIDE_LISTEN_ADDRESS, the controller's own (its container's env), not the
+    operator's: set empty on the operator's machine, every Deployment's args read as refused (no controller, its
+    floors handed over under it); set empty in the container's env, the controller exits 2 (none runs)."""
+    from balancer.cmd import hand_over_floors
+
+    monkeypatch.setenv("GPUTIDE_LISTEN_ADDRESS", "")
+    hand_over_floors._run_parser.cache_clear()   # built with the environment it was first built in
+    try:
+        dep = controller("balancer")
+        kube.add(dep)
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+        assert code == 1 and f"deployment/balancer in gputide runs a controller on Lease {OLD}: stop it" in err, err
+        monkeypatch.delenv("GPUTIDE_LISTEN_ADDRESS")
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        container["env"] = [*container.get("env", []), {"name": "GPUTIDE_LISTEN_ADDRESS", "value": " "}]
+        replaced(kube, dep)
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+        assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
+        container["args"] = [*container["args"], "--listen-address=::"]   # given: the environment's is not read
+        replaced(kube, dep)
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
+        assert code == 0 and f"deployment/balancer in gputide runs a controller on Lease {OLD}" in err, err
+    finally:
+        hand_over_floors._run_parser.cache_clear()
 
 
 def test_an_unrelated_deployment_is_not_the_controller(kube, capsys):
