@@ -260,7 +260,7 @@ class PowerCapAgent:
         try:
             limits = self._limits()
         except TargetUnavailable as exc:   # nothing judged or set on limits not read (the next sync tries again)
-            self.failed = f"no power limit read or set: {exc}"
+            self.failed = "; ".join(filter(None, (f"no power limit read or set: {exc}", self._unsaved)))
             return {}
         settled = self._settle(limits)
         self._changed_by_hand(wanted, limits)

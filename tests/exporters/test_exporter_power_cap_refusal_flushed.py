@@ -49,3 +49,32 @@ def test_a_refusal_whose_write_failed_is_written_next_sync_though_the_source_is_
     agent.sync()
     assert "unreadable" in agent.failed
     assert json.loads(state.read_text()) == {"GPU-0": {"before_w": 700.0, "refused": True}}
+
+
+def test_a_flush_that_fails_fails_the_sync_though_the_source_or_the_limits_are_unreadable(tmp_path, monkeypatch):
+    """The sync says the state file could not be written whatever else stops it: an unreadable source, or limits
+    NVML cannot read (`TargetUnavailable`), where it said only that (a flush failing there was only logged)."""
+    from exporters.power_caps import TargetUnavailable
+
+    devs, _, _, source, agent, state = node(tmp_path, {})
+    agent.sync()
+    source.caps = {"GPU-0": 250.0}
+    devs[0].fail = {SET: NVMLError_NoPermission}
+    agent.sync()
+    agent.before._unwritten = True   # as after a failed write: the next sync's flush writes again
+
+    def full(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(limits_before.LimitsBefore, "_save", full)
+    source.read = lambda: None
+    agent.sync()
+    assert "unreadable" in agent.failed and "could not be written: disk full" in agent.failed
+    source.read = lambda: {}
+
+    def unavailable():
+        raise TargetUnavailable("NVML not initialised")
+
+    monkeypatch.setattr(agent, "_limits", unavailable)
+    agent.sync()
+    assert "no power limit read" in agent.failed and "could not be written: disk full" in agent.failed
