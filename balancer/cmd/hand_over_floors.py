@@ -14,8 +14,8 @@ name included) and unnamed ones (which any controller gives back already) stay a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
 --shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`) or cannot be told from them
-(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three: any Lease it may be, each $(VAR) any text),
-or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a controller run some other
+(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, or such a POD_NAMESPACE: any Lease it may
+be, each $(VAR) any text), or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a controller run some other
 way). Each HPA is patched at the resourceVersion it was read at and the record replaced at its own; a write in between
 (409) is not lost: the object is read again and decided again, as the controller's own read-modify-writes are
 (`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands and
@@ -181,8 +181,20 @@ def controller_writers(deployment: Json) -> list[str]:
         if args is None:
             continue
         lease = ShardSelector(args.shard).lease_name(args.lease_name) if args.shard else args.lease_name
-        out.append(f"{args.lease_namespace or env.get('POD_NAMESPACE', '').strip() or namespace}/{lease}")
+        out.append(f"{args.lease_namespace or _pod_namespace(container, env) or namespace}/{lease}")
     return out
+
+
+def _pod_namespace(container: Json, env: dict[str, str]) -> str:
+    """The container's POD_NAMESPACE, which `gputide run` takes for its Lease's namespace before the pod's own: the
+    value known here (`_container_env`); "$(POD_NAMESPACE)", a part that cannot be told, where it is set from a
+    ConfigMap, a Secret or another field, or may come from envFrom (a literal env entry wins over envFrom); "" where
+    it is not set (the Deployment's namespace then). It was read as unset in all those cases, so a controller whose
+    POD_NAMESPACE points elsewhere was looked for in its Deployment's namespace and missed."""
+    named = [var for var in container.get("env") or [] if var.get("name") == "POD_NAMESPACE"]
+    if named:
+        return env.get("POD_NAMESPACE", "$(POD_NAMESPACE)").strip()
+    return "$(POD_NAMESPACE)" if container.get("envFrom") else ""
 
 
 def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -> list[str]:

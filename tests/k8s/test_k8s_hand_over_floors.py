@@ -541,3 +541,29 @@ def test_the_overlays_switch_steps_run_the_command_between_delete_and_apply():
     assert text.index("delete deployment/gputide-controller --cascade=foreground") < first < text.index(
         "kubectl apply -k")
     assert text.index("Back to unsharded") < text.index(f"gputide hand-over-floors {sorted(shards)[0]}")
+
+
+@pytest.mark.parametrize("source", ["configMapKeyRef", "envFrom"])
+def test_a_pod_namespace_set_from_outside_may_be_any_namespace(kube, capsys, source):
+    """A controller with no --lease-namespace elects in its POD_NAMESPACE; one set from a ConfigMap's key (or that
+    may come from envFrom, no env entry naming it) cannot be told here. It was read as unset, the Lease looked for in
+    the Deployment's namespace (team-b), and a hand-over of gputide's Lease went ahead under a controller that may
+    elect there."""
+    dep = controller("east", "team-b")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = [a for a in container["args"] if not a.startswith("--lease-namespace")]
+    container["env"] = [v for v in container.get("env", []) if v.get("name") != "POD_NAMESPACE"]
+    if source == "envFrom":
+        container["envFrom"] = [{"configMapRef": {"name": "team-b-env"}}]
+    else:
+        container.pop("envFrom", None)
+        from_outside(dep, "POD_NAMESPACE")
+    kube.add(dep)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and "deployment/east in team-b runs a controller on Lease $(POD_NAMESPACE)/gputide-controller" \
+                          in err and f"so it may be {OLD}: stop it" in err and out == "" and not writes(kube), err
+    container.pop("envFrom", None)   # POD_NAMESPACE unset, no envFrom: the Deployment's namespace, not gputide
+    container["env"] = [v for v in container.get("env", []) if v.get("name") != "POD_NAMESPACE"]
+    replaced(kube, dep)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "", err
