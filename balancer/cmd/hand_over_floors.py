@@ -14,18 +14,18 @@ name included) and unnamed ones (which any controller gives back already) stay a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
 --shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`) or cannot be told from them
-(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, or such a POD_NAMESPACE: any Lease it may
-be, each $(VAR) any text), or the Lease itself held by a holder whose renewal has not expired by this machine's clock
-(a controller run some other way). Each HPA is patched at the resourceVersion it was read at and the record replaced
-at its own; a write in between (409) is not lost: the object is read again and decided again, as the controller's own read-modify-writes are
-(`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands and
-what no longer names FROM is left; one that names TO after a write this run tried is counted handed (the write landed,
-its answer lost, and the client's retry of it got the 409). Only an object written again before every try fails (exit 1,
-the others still handed over): run it again. `--dry-run` reads the same and writes nothing: it prints what a run would
-hand over now, and says on stderr (exit 0) when a run would be refused, and why. Bad input (a name that is no Lease's,
-FROM and TO the same, a bad --namespace or --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on
-deployments cluster-wide, get on the Lease NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on
-the gputide-replicas ConfigMap of --namespace.
+(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, or such a POD_NAMESPACE: any Lease it may be,
+each $(VAR) any text), or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a
+controller run some other way). Each HPA is patched at the resourceVersion it was read at and the record replaced at its
+own; a write in between (409) is not lost: the object is read again and decided again, as the controller's own
+read-modify-writes are (`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote
+meanwhile stands and what no longer names FROM is left; one that names TO after a write this run tried is counted handed
+(the write landed, its answer lost, and the client's retry of it got the 409). Only an object written again before every
+try fails (exit 1, the others still handed over): run it again. `--dry-run` reads the same and writes nothing: it prints
+what a run would hand over now, and says on stderr (exit 0) when a run would be refused, and why. Bad input (a name that
+is no Lease's, FROM and TO the same, a bad --namespace or --kubeconfig) exits 2 naming it. Runs with the operator's
+rights: list on deployments cluster-wide, get on the Lease NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get
+and update on the gputide-replicas ConfigMap of --namespace.
 """
 
 from __future__ import annotations
