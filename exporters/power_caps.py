@@ -61,7 +61,11 @@ What `PowerCapAgent.sync()` does, each interval:
   returned (`returned_sets`: the watts set, done; refused, not done, whatever the limit reads) or, where it cannot
   (an agent restarted meanwhile), a sync reads its limit: at the watts asked, the Set is done (gputide's cap, not an
   operator's: the limit before stays the one remembered); else it did not take, and is asked again as a refused one
-  is.
+  is. A first cap (no limit gputide set yet) is written pending, at the watts asked, before it is asked (with its
+  limit before when that is new, `_unrefuse` else: only first Sets cost a write more), and written set, or refused,
+  once it returns: an agent stopped as it lands leaves a file that says a Set may have landed, so a restarted agent
+  finding the GPU at those watts takes them for gputide's cap, not an operator's, and gives the GPU back to the limit
+  before once its entry is gone (was: the limit before dropped, the GPU left capped for good, nothing failing).
 
 Expiry. A cap the source gives as ``Expiring(W, until)`` (on Kubernetes: the node annotation
 ``gputide.io/power-caps-until``, which the controller renews while it still wants its caps) is the cap W until
@@ -270,6 +274,7 @@ class PowerCapAgent:
         applied = self._apply(requests, wanted) if requests else {}
         for uuid, watts in applied.items():
             self._done(uuid, wanted.get(uuid), watts)
+        self._unasked(requests, applied)
         if self._unsaved:
             self.failed = "; ".join(filter(None, (self.failed, self._unsaved)))
         return {**settled, **applied}
@@ -286,16 +291,31 @@ class PowerCapAgent:
         return why
 
     def _unrefuse(self, requests: dict[str, float]) -> dict[str, float]:
-        """`requests`, each refused first cap in them refused no more, written before the Set is asked (`_apply`
-        writes it refused again if it is): a Set that lands while the file still says refused (the agent stopped
-        before it wrote the Set down, or that write failed) was taken by a restarted agent for an operator's limit at
-        the cap's watts, and its give-back left the GPU capped for good. One write for all of them; if it fails,
-        they are not asked this sync (still refused, in memory as on disk)."""
-        refused = {uuid: held for uuid in requests if (held := self.before.get(uuid)) is not None and held.refused}
-        if not refused or self._keep(lambda: self.before.put_many(
-                {uuid: held._replace(refused=False) for uuid, held in refused.items()}, or_none=True)):
+        """`requests`, each first cap in them (no limit gputide set yet) written as pending at the watts asked, and
+        refused no more, before the Set is asked (`_done` writes it set once it lands, `_apply` refused again if it
+        is): an agent stopped between the Set landing and that write left a record that said no cap of gputide's,
+        so a restarted agent took the Set for an operator's limit at the cap's watts (refused), or, its entry
+        deleted meanwhile, dropped the limit before and left the GPU capped for good (`_left_capped` needs a limit
+        set); pending, it is judged as any Set that has not returned (`_settle`: at those watts, gputide's cap).
+        A first cap `_held_down` has just written is so already: no write. One write for all the others; if it
+        fails, the refused ones are not asked this sync (still refused, in memory as on disk), the others are (a
+        hot GPU is capped anyway, as when its limit before cannot be written)."""
+        first = {uuid: held for uuid, watts in requests.items() if watts != RESTORE
+                 and (held := self.before.get(uuid)) is not None and math.isnan(held.set_w)}
+        if not first or self._keep(lambda: self.before.put_many(
+                {uuid: held._replace(refused=False, pending_w=requests[uuid]) for uuid, held in first.items()},
+                or_none=True)):
             return requests
-        return {uuid: watts for uuid, watts in requests.items() if uuid not in refused}
+        return {uuid: watts for uuid, watts in requests.items() if uuid not in first or not first[uuid].refused}
+
+    def _unasked(self, requests: Mapping[str, float], applied: Mapping[str, float]) -> None:
+        """First caps written pending (`_unrefuse`) that neither landed, nor were refused (`_apply` writes those),
+        nor are pending: pending no more (a target that said nothing of them)."""
+        stale = {uuid: held._replace(pending_w=math.nan) for uuid in requests.keys() - applied.keys()
+                 - self._pending.keys() if (held := self.before.get(uuid)) is not None
+                 and not math.isnan(held.pending_w)}
+        if stale:
+            self._keep(lambda: self.before.put_many(stale))
 
     def _done(self, uuid: str, want: Entry | None, watts: float) -> None:
         """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is
@@ -385,7 +405,7 @@ class PowerCapAgent:
             kept = {}   # written in one write, however many GPUs
             for uuid in err.refused.keys() - err.pending:   # a first cap, refused: none of its Sets landed
                 if (held := self.before.get(uuid)) is not None and math.isnan(held.set_w):
-                    kept[uuid] = held._replace(refused=True)
+                    kept[uuid] = held._replace(refused=True, pending_w=math.nan)   # written pending before
             for uuid in err.pending & requests.keys():   # may yet land: neither done nor forgotten, across restarts
                 self._pending[uuid] = Pending(wanted.get(uuid), requests[uuid])
                 if (held := self.before.get(uuid)) is not None:
@@ -476,7 +496,8 @@ class PowerCapAgent:
                 if self._unread(uuid, limit):
                     continue   # its limit before unknown: capped once it reads
                 if not runs_at(limit, watts) or uuid in self._asked:
-                    held = Held(limit.current_w)
+                    # the watts asked written as pending with it (`_unrefuse`), in the same write
+                    held = Held(limit.current_w, pending_w=min(watts, limit.current_w))
                     self._keep(lambda u=uuid, h=held: self.before.put(u, h))
                 else:
                     log.warning("%s already runs at the %.0f W cap asked and no limit before it is known (state "

@@ -1,28 +1,30 @@
 """What each GPU's power limit was before gputide capped it, kept across agent restarts: `LimitsBefore(path)`.
 
-The power-cap agent (`exporters.power_caps.PowerCapAgent`) never sets a GPU above the limit it found in force
-before its first cap (``nvidia-smi -pl 250`` on a 700 W board stays 250 W once gputide gives the GPU back), nor above
-one an operator set while gputide's cap was in force. The agent keeps, per GPU under its cap, a `Held`: that limit
-(``before_w``) and the one it set itself (``set_w``, NaN until it did), the latter so that a limit found elsewhere
-later (an operator, a driver reload) is told from its own; a Set that has not returned (``pending_w``: the watts
-asked, NaN when none), which may yet land, so that an agent restarted meanwhile judges it as the one that made it
-would (`exporters.power_caps`), rather than take its own cap for an operator's; and whether gputide's first cap was
-seen refused (``refused``: none of its Sets landed), so that an agent restarted meanwhile takes an operator's limit at
-the cap's watts for the operator's, as the one that saw the refusal does, rather than for its own cap.
+The power-cap agent (`exporters.power_caps.PowerCapAgent`) never sets a GPU above the limit it found in force before its
+first cap (``nvidia-smi -pl 250`` on a 700 W board stays 250 W once gputide gives the GPU back), nor above one an
+operator set while gputide's cap was in force. The agent keeps, per GPU under its cap, a `Held`: that limit
+(``before_w``) and the one it set itself (``set_w``, NaN until it did), the latter so that a limit found elsewhere later
+(an operator, a driver reload) is told from its own; a Set that has not returned (``pending_w``: the watts asked, NaN
+when none), which may yet land, so that an agent restarted meanwhile judges it as the one that made it would
+(`exporters.power_caps`), rather than take its own cap for an operator's (a first cap's, ``set_w`` NaN, is written
+before it is asked, in the write that keeps ``before_w`` where it can: an agent stopped as it lands leaves a record that
+says so); and whether gputide's first cap was seen refused (``refused``: none of its Sets landed), so that an agent
+restarted meanwhile takes an operator's limit at the cap's watts for the operator's, as the one that saw the refusal
+does, rather than for its own cap.
 
 It lives in a small JSON file on the node (``{"GPU-...": {"before_w": 250.0, "set_w": 200.0}}``, ``pending_w`` only
-while a Set is pending, ``"refused": true`` only while a first cap is refused: a file without them, an older
-agent's, loads as none pending or refused; written whole to a temporary file and renamed over, so a crash leaves the
-old file or the new one), because the agent restarts (upgrades, crash loops, the liveness probe) while NVML keeps
-the limits it set: a restarted agent that read the GPU's limit afresh would read its own cap as the operator's and
+while a Set is pending or a first cap being asked, ``"refused": true`` only while a first cap is refused: a file without
+them, an older agent's, loads as none pending or refused; written whole to a temporary file and renamed over, so a crash
+leaves the old file or the new one), because the agent restarts (upgrades, crash loops, the liveness probe) while NVML
+keeps the limits it set: a restarted agent that read the GPU's limit afresh would read its own cap as the operator's and
 never give the GPU back. A node-local file needs no more than the agent has (a node annotation would need `patch` on
 every node for a privileged pod on each of them); it outlives a reboot, which resets the limits, and the agent then
-finds the limit no longer the one it set and takes the one in force as the operator's (`PowerCapAgent`). Without a
-path it is kept in memory only (the agent's start-up then knows nothing, as before). An unreadable file is logged
-and read as empty; a write that fails raises `OSError` with the entry kept in memory (the agent says so and carries
-on: a hot GPU is capped anyway); `flush()`, which the agent calls each sync, writes them all again until a write
-succeeds (`put` writes nothing for an entry the memory already holds, so an entry whose write failed was otherwise
-never written: a restarted agent read the file's older one).
+finds the limit no longer the one it set and takes the one in force as the operator's (`PowerCapAgent`). Without a path
+it is kept in memory only (the agent's start-up then knows nothing, as before). An unreadable file is logged and read as
+empty; a write that fails raises `OSError` with the entry kept in memory (the agent says so and carries on: a hot GPU is
+capped anyway); `flush()`, which the agent calls each sync, writes them all again until a write succeeds (`put` writes
+nothing for an entry the memory already holds, so an entry whose write failed was otherwise never written: a restarted
+agent read the file's older one).
 """
 
 from __future__ import annotations

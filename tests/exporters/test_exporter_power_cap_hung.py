@@ -155,9 +155,10 @@ def test_a_hung_power_limit_call_keeps_no_scrape_waiting_and_its_cap_is_not_reco
         node.clock.now += 270
         assert get(node.server.port, "/healthz") == (503, "stuck: a collection has been running for 301 s "
                                                           "(limit 300 s)\n")
-        # nothing says the cap is set while the call has not returned: a restart now applies it again
+        # nothing says the cap is set while the call has not returned (pending: a restart judges it from the
+        # limit, 700 W, not landed, and applies it again)
         assert node.device.limit_mw == 700_000 and node.agent._applied == {}
-        assert json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 700.0}}
+        assert json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 700.0, "pending_w": 300.0}}
         assert applied(node) == {}
         node.release.set()
         syncing.join(BOUND_S)
@@ -177,7 +178,8 @@ def test_a_hung_power_cap_sync_fails_the_probes_without_any_scrape(tmp_path):
         stuck = f"stuck: {SYNC} has been running for 301 s (limit 300 s)\n"
         assert get(node.server.port, "/healthz") == (503, stuck)
         assert get(node.server.port, "/readyz") == (503, stuck)
-        assert node.agent._applied == {} and json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 700.0}}
+        assert node.agent._applied == {} \
+            and json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 700.0, "pending_w": 300.0}}
         node.release.set()
         syncing.join(BOUND_S)
         assert not syncing.is_alive() and node.device.limit_mw == 300_000

@@ -44,7 +44,8 @@ def test_a_refusal_whose_write_failed_is_written_next_sync_though_the_source_is_
     monkeypatch.setattr(limits_before.LimitsBefore, "_save", second_write_fails)
     agent.sync()
     assert "disk full" in agent.failed
-    assert json.loads(state.read_text()) == {"GPU-0": {"before_w": 700.0}}   # the window: "not refused" on disk
+    # the window: "not refused" on disk (pending: a restarted agent finding 700 W settles it as not landed)
+    assert json.loads(state.read_text()) == {"GPU-0": {"before_w": 700.0, "pending_w": 250.0}}
     source.read = lambda: None   # unreadable caps (the API server down)
     agent.sync()
     assert "unreadable" in agent.failed
