@@ -320,9 +320,13 @@ class PowerCapAgent:
     def _done(self, uuid: str, want: Entry | None, watts: float) -> None:
         """The target set `watts` on `uuid` for `want` (None: a cap deleted): a give-back forgets the GPU, a cap is
         remembered as applied and as the limit gputide set. An earlier agent's Set (`AFTER`) was a give-back where it
-        set the limit before, else a cap (kept as the limit gputide set; this agent applies its own caps anew)."""
+        set the limit before, else a cap (kept as the limit gputide set; this agent applies its own caps anew). Only a
+        GPU gputide had capped (`set_w` known) can have been given back: a first cap's pending Set (written before it
+        is asked, set_w unknown) at the limit before is that cap, landed (an operator's limit at the cap's watts, the
+        cap refused earlier), not a give-back, so its limit before stays to be restored (audit s34x11 of 2ee8c2f8)."""
         held = self.before.get(uuid)
-        if want is AFTER and (held is None or abs(watts - held.before_w) <= TOLERANCE_W):
+        if want is AFTER and (held is None
+                              or not math.isnan(held.set_w) and abs(watts - held.before_w) <= TOLERANCE_W):
             want = None
         if want is None or (isinstance(want, Restore) and want is not AFTER):   # given back
             self._forget(uuid)
