@@ -105,6 +105,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+import numpy as np
+
 from balancer.config import BalancerPolicy
 from balancer.model import (
     Action,
@@ -178,10 +180,17 @@ def claims(actions: tuple[Action, ...], snapshot: ClusterSnapshot | None = None,
     used, hidden from inference too, so a service's pending replicas looked placeless and the tide shrank training
     elsewhere every cycle of the heat wave to make room for replicas that landed on those idle GPUs anyway; and
     before that, the kept node looked as open as a cool one, and the tide lent its idle GPUs to training."""
-    unlent = ({i for i, g in enumerate(snapshot.gpus) if g.node == kept_open}
-              if kept_open is not None and snapshot is not None else set())
+    unlent = _gpus_on(snapshot, kept_open) if kept_open is not None and snapshot is not None else set()
     return {"claimed": {g for a in actions if isinstance(a, Migrate) for g in a.target_gpus},
             "tainting": {a.node for a in actions if isinstance(a, TaintNode) and not a.remove}, "unlent": unlent}
+
+
+def _gpus_on(snapshot: ClusterSnapshot, node: str) -> set[int]:
+    """The GPUs of every node named `node`: their `node_index` among all its positions in `nodes`, a loop over the
+    nodes, not the GPUs. Every position, not `node_position`'s first: a name may repeat (clusters merged), and
+    `node_index` maps a repeated name's GPUs to one of its positions only."""
+    at = [i for i, n in enumerate(snapshot.nodes) if n.name == node]
+    return set(np.flatnonzero(np.isin(snapshot.node_index, at)).tolist()) if at else set()
 
 
 def unattributed_services(snapshot: ClusterSnapshot, profiles: Mapping[str, ServiceCapacity]) -> list[str]:
