@@ -32,6 +32,7 @@ scheduler made (the reservation's `scheduler` field) for pods that are no longer
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
@@ -308,14 +309,16 @@ class Holds:
     def _left_said(node: str, done: Evictions) -> str:
         """What a preemption's evictions left undone, as words ("" when nothing): the node stays held, while the
         victims it evicted, or found terminating already (`Evictions.terminating`), terminate. It said "while the
-        evicted pods terminate" where none was evicted, its only victims found terminating already."""
+        evicted pods terminate" where none was evicted, its only victims found terminating already. Where it
+        neither evicted nor found any terminating (`resume`, its first eviction refused again: those evicted at an
+        earlier pass are said by the caller), only that the node stays held."""
         if not done.left:
             return ""
         waited = " and ".join(w for w in ("the evicted pods" if done.evicted else "",
                                           "those found terminating already" if done.terminating else "") if w)
         return (f"; evicting {done.left[0]} failed ({done.error}): {node} stays held"
-                f"{f' while {waited} terminate' if waited else ''}, and {', '.join(done.left)} is evicted at the "
-                "next pass")
+                f"{f' while {waited} terminate' if waited else ''}, and {', '.join(done.left)} "
+                f"{'is' if len(done.left) == 1 else 'are'} evicted at the next pass")
 
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
                           now: float) -> str:
@@ -489,5 +492,32 @@ class Holds:
 
 
 def _amounts_said(amounts: dict[str, float]) -> str:
-    """Resources and their amounts, as words ("2 nvidia.com/mig-1g.10gb, 1 rdma/hca"; "" when none)."""
-    return ", ".join(f"{v:g} {k}" for k, v in sorted(amounts.items()))
+    """Resources and their amounts, as words ("2 nvidia.com/mig-1g.10gb, 10Gi ephemeral-storage, 1 rdma/hca"; ""
+    when none), each amount a Kubernetes quantity (`_quantity_said`)."""
+    return ", ".join(f"{_quantity_said(k, v)} {k}" for k, v in sorted(amounts.items()))
+
+
+# the suffixes a quantity of bytes is said with (apimachinery's binary and decimal SI ones)
+_BYTE_SUFFIXES = (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60),
+                  ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18))
+
+
+def _quantity_said(resource: str, amount: float) -> str:
+    """`amount` of `resource` as the Kubernetes quantity a person would write, exactly: bytes (memory,
+    ephemeral-storage, hugepages-<size>) with the suffix that divides them whole into the smallest number ("10Gi",
+    "1536Mi", "500M"; else the whole number of bytes); a count as a whole number ("2", "1000000"); a fraction in
+    thousandths ("500m", "1500m", as CPU is said), finer ones as the number. Amounts were said as floats: a pod
+    asking 10Gi of ephemeral-storage was told "1.07374e+10 ephemeral-storage", which is not what it asks, rounded."""
+    amount = float(amount)
+    if not math.isfinite(amount):
+        return f"{amount:g}"
+    if not amount.is_integer():
+        milli = amount * 1000
+        return f"{round(milli)}m" if abs(milli - round(milli)) < 1e-6 else f"{amount:g}"
+    n = int(amount)
+    if n and (resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-")):
+        said = [(n // scale, suffix) for suffix, scale in _BYTE_SUFFIXES if n % scale == 0]
+        if said:
+            whole, suffix = min(said, key=lambda s: s[0])   # "1000Ki" rather than "1024k", "4096M" than "4000000Ki"
+            return f"{whole}{suffix}"
+    return str(n)
