@@ -13,19 +13,21 @@ Only what names NAMESPACE/FROM changes: another controller's floors and entries 
 name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1) while a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
---shard, --lease-namespace, else its POD_NAMESPACE or its namespace: `controller_writers`) or cannot be told from them
-(a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, or such a POD_NAMESPACE: any Lease it may be,
-each $(VAR) any text), or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a
-controller run some other way). Each HPA is patched at the resourceVersion it was read at and the record replaced at its
-own; a write in between (409) is not lost: the object is read again and decided again, as the controller's own
-read-modify-writes are (`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote
-meanwhile stands and what no longer names FROM is left; one that names TO after a write this run tried is counted handed
-(the write landed, its answer lost, and the client's retry of it got the 409). Only an object written again before every
-try fails (exit 1, the others still handed over): run it again. `--dry-run` reads the same and writes nothing: it prints
-what a run would hand over now, and says on stderr (exit 0) when a run would be refused, and why. Bad input (a name that
-is no Lease's, FROM and TO the same, a bad --namespace or --kubeconfig) exits 2 naming it. Runs with the operator's
-rights: list on deployments cluster-wide, get on the Lease NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get
-and update on the gputide-replicas ConfigMap of --namespace.
+--shard, --lease-namespace, else its POD_NAMESPACE, else its namespace as its service-account token names it, else
+gputide: `controller_writers`; both its namespace and gputide where its pod may mount no token, false or left to its
+ServiceAccount) or cannot be told from them (a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three,
+or such a POD_NAMESPACE: any Lease it may be, each $(VAR) any text), or the Lease itself held by a holder whose renewal
+has not expired by this machine's clock (a controller run some other way). Each HPA is patched at the resourceVersion it
+was read at and the record replaced at its own; a write in between (409) is not lost: the object is read again and
+decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries, a short jittered wait
+between), so a floor or entry someone wrote meanwhile stands and what no longer names FROM is left; one that names TO
+after a write this run tried is counted handed (the write landed, its answer lost, and the client's retry of it got the
+409). Only an object written again before every try fails (exit 1, the others still handed over): run it again.
+`--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit 0)
+when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad --namespace or
+--kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get on the Lease
+NAMESPACE/FROM, list, get and patch on HPAs cluster-wide, get and update on the gputide-replicas ConfigMap of
+--namespace.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import PurePosixPath
 from typing import Any, NoReturn
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
@@ -84,14 +87,20 @@ def _expand(text: str, env: dict[str, str]) -> str:
 
 def _container_env(container: Json, namespace: str) -> dict[str, str]:
     """The container's env values that its args can use: literal ones (their $(VAR)s of earlier ones expanded, in
-    order, as the kubelet does: LEASE=gputide-controller-$(SHARD) after SHARD=a) and the pod's namespace (a
-    fieldRef); a value from elsewhere (a Secret, another field) is unknown here, its $(VAR) left as written."""
+    order, as the kubelet does: LEASE=gputide-controller-$(SHARD) after SHARD=a; no value is "") and the pod's
+    namespace (a fieldRef); a value from elsewhere (a ConfigMap, a Secret, another field) is unknown here, its $(VAR)
+    left as written. The last entry of a name is the one the kubelet sets: an unknown one after a literal one
+    (SHARD=a, then SHARD from a ConfigMap) makes the name unknown; it was read as the literal's, a
+    --shard=$(SHARD) controller taken for shard a's alone."""
     out: dict[str, str] = {}
     for var in container.get("env") or []:
-        if "value" in var:
-            out[var.get("name", "")] = _expand(var["value"], out)
-        elif ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "metadata.namespace":
-            out[var.get("name", "")] = namespace
+        name = var.get("name", "")
+        if "valueFrom" not in var:
+            out[name] = _expand(var.get("value") or "", out)
+        elif ((var["valueFrom"] or {}).get("fieldRef") or {}).get("fieldPath") == "metadata.namespace":
+            out[name] = namespace
+        else:
+            out.pop(name, None)
     return out
 
 
@@ -161,12 +170,13 @@ def _run_args(tokens: list[str], env: dict[str, str]) -> argparse.Namespace | No
     return args
 
 
-def controller_writers(deployment: Json) -> list[str]:
-    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) of the `gputide run` containers of `deployment`, as
-    the controller works its own out from its args (read by `gputide run`'s own parser, `_run_args`): --lease-name
-    (default gputide-controller), -NAME with --shard NAME, in --lease-namespace, else the pod's own (POD_NAMESPACE,
-    else the Deployment's namespace). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know (a
-    ConfigMap's, a Secret's, envFrom's) is left as written, so a writer's $(VAR) is a part that cannot be told
+def controller_writers(deployment: Json) -> list[tuple[str, ...]]:
+    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) each `gputide run` container of `deployment` may run
+    as, a tuple a container, as the controller works its own out from its args (read by `gputide run`'s own parser,
+    `_run_args`): --lease-name (default gputide-controller), -NAME with --shard NAME, in --lease-namespace, else the
+    pod's own (`_own_namespaces`: POD_NAMESPACE, else the namespace its service-account token names, else gputide:
+    two where the pod may mount no token). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know
+    (a ConfigMap's, a Secret's, envFrom's) is left as written, so a writer's $(VAR) is a part that cannot be told
     (`running_on` takes it for any text). What ties a Deployment to a Lease: its name need not be the Lease's."""
     from balancer.telemetry.shard import ShardSelector
 
@@ -181,38 +191,84 @@ def controller_writers(deployment: Json) -> list[str]:
         if args is None:
             continue
         lease = ShardSelector(args.shard).lease_name(args.lease_name) if args.shard else args.lease_name
-        out.append(f"{args.lease_namespace or _pod_namespace(container, env) or namespace}/{lease}")
+        spaces = (args.lease_namespace,) if args.lease_namespace else _own_namespaces(pod, container, env, namespace)
+        out.append(tuple(f"{ns}/{lease}" for ns in spaces))
     return out
 
 
-def _pod_namespace(container: Json, env: dict[str, str]) -> str:
-    """The container's POD_NAMESPACE, which `gputide run` takes for its Lease's namespace before the pod's own: the
-    value known here (`_container_env`); "$(POD_NAMESPACE)", a part that cannot be told, where it is set from a
-    ConfigMap, a Secret or another field, or may come from envFrom (a literal env entry wins over envFrom); "" where
-    it is not set (the Deployment's namespace then). It was read as unset in all those cases, so a controller whose
-    POD_NAMESPACE points elsewhere was looked for in its Deployment's namespace and missed."""
-    named = [var for var in container.get("env") or [] if var.get("name") == "POD_NAMESPACE"]
-    if named:
-        return env.get("POD_NAMESPACE", "$(POD_NAMESPACE)").strip()
-    return "$(POD_NAMESPACE)" if container.get("envFrom") else ""
+def _own_namespaces(pod: Json, container: Json, env: dict[str, str], namespace: str) -> tuple[str, ...]:
+    """The namespaces `gputide run` may take for its own in `container` (`balancer.cmd.run.own_namespace`): its
+    POD_NAMESPACE where set and not blank: the value known here (`_container_env`), "$(POD_NAMESPACE)", a part that
+    cannot be told, where its last entry takes it from a ConfigMap, a Secret or another field, or where it may come
+    from envFrom (an env entry wins over envFrom); else the namespace file's (`_namespace_file`). It was read as
+    unset in those cases, so a controller whose POD_NAMESPACE points elsewhere was looked for in its Deployment's
+    namespace and missed."""
+    if any(var.get("name") == "POD_NAMESPACE" for var in container.get("env") or []):
+        told = env.get("POD_NAMESPACE", "$(POD_NAMESPACE)").strip()
+        if told:
+            return (told,)
+    elif container.get("envFrom"):
+        return ("$(POD_NAMESPACE)",)
+    return _namespace_file(pod, container, namespace)
+
+
+def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[str, ...]:
+    """What `gputide run` takes for its namespace with no POD_NAMESPACE: the one its service-account token's
+    namespace file names (the Deployment's), else gputide, its fallback. The Deployment's where the pod mounts the
+    token (automountServiceAccountToken: true), gputide where it does not (false), either where the pod leaves that
+    to its ServiceAccount (not read here: the operator's rights hold no get on ServiceAccounts), so a hand-over of
+    gputide's Lease waits for such a controller in any namespace. A volume of the container's own mounted over the
+    file is read instead of the token's: the Deployment's namespace where it is a projected (or downwardAPI) volume
+    giving the pod's namespace as that file, as a hand-made token mount does; else either (a ConfigMap's file there
+    naming a third namespace is not looked into). The Deployment's namespace was taken always, and a controller
+    whose pod mounts no token, electing in gputide, was missed."""
+    from balancer.cmd.run import DEFAULT_NAMESPACE, SERVICE_ACCOUNT_NAMESPACE
+
+    file = PurePosixPath(SERVICE_ACCOUNT_NAMESPACE)
+    over = [m for m in container.get("volumeMounts") or []
+            if PurePosixPath(m.get("mountPath") or ".") in (file, *file.parents)]
+    automount = pod.get("automountServiceAccountToken")
+    if over:
+        if all(_gives_namespace(pod, m, file) for m in over):
+            return (namespace,)
+    elif automount is True:
+        return (namespace,)
+    elif automount is False:
+        return (DEFAULT_NAMESPACE,)
+    return tuple(dict.fromkeys((namespace, DEFAULT_NAMESPACE)))
+
+
+def _gives_namespace(pod: Json, mount: Json, file: PurePosixPath) -> bool:
+    """Whether `mount` (a container's volumeMount over `file`) is a projected or downwardAPI volume of `pod` that
+    writes the pod's namespace (metadata.namespace) at `file`."""
+    if mount.get("subPath") or mount.get("subPathExpr") or file == PurePosixPath(mount["mountPath"]):
+        return False
+    at = file.relative_to(mount["mountPath"])
+    volume = next((v for v in pod.get("volumes") or [] if v.get("name") == mount.get("name")), {})
+    sources = [s.get("downwardAPI") or {} for s in (volume.get("projected") or {}).get("sources") or []]
+    return any(PurePosixPath(item.get("path") or ".") == at
+               and (item.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"
+               for source in [*sources, volume.get("downwardAPI") or {}] for item in source.get("items") or [])
 
 
 def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -> list[str]:
     """Why a controller may still write as `writer` ("ns/lease"), one line each; [] when none seems to: a Deployment
-    of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name) or
-    whose Lease cannot be told but may be it (a $(VAR) unknown here left in --shard, --lease-name or
-    --lease-namespace, `may_be`), and the Lease itself held by a holder whose renewal has not expired by `now` (this
-    machine's clock; a controller run some other way, a StatefulSet or a bare pod, holds it too)."""
+    of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name; or
+    one of two, where its pod may mount no service-account token) or whose Lease cannot be told but may be it (a
+    $(VAR) unknown here left in --shard, --lease-name or --lease-namespace, `may_be`), and the Lease itself held by a
+    holder whose renewal has not expired by `now` (this machine's clock; a controller run some other way, a
+    StatefulSet or a bare pod, holds it too)."""
     why = []
     for d in deployments.get("items", []):
-        where, writers = f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']}", controller_writers(d)
-        untold = [w for w in writers if "$(" in w and may_be(w, writer)]
-        if writer in writers:
-            why.append(f"{where} runs a controller on Lease {writer}")
+        where, found = f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']}", controller_writers(d)
+        told = [ws for ws in found if writer in ws]
+        untold = [ws for ws in found if any("$(" in w and may_be(w, writer) for w in ws)]
+        if told:
+            why.append(f"{where} runs a controller on Lease {_leases(told[0])}")
         elif untold:
-            why.append(f"{where} runs a controller on Lease {untold[0]}, which cannot be told here (its --shard, "
-                       "--lease-name or --lease-namespace takes a $(VAR) set from outside its args: a ConfigMap, a "
-                       f"Secret, envFrom), so it may be {writer}")
+            why.append(f"{where} runs a controller on Lease {_leases(untold[0])}, which cannot be told here (its "
+                       "--shard, --lease-name or --lease-namespace takes a $(VAR) set from outside its args: a "
+                       f"ConfigMap, a Secret, envFrom), so it may be {writer}")
     spec = (lease or {}).get("spec") or {}
     holder, renewed = spec.get("holderIdentity"), _seconds(spec.get("renewTime") or spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
@@ -221,6 +277,15 @@ def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -
         why.append(f"Lease {writer} is held by {holder}" + ("" if expires is None else
                                                               f" for {expires - now:.0f} s more unless renewed"))
     return why
+
+
+def _leases(writers: tuple[str, ...]) -> str:
+    """A container's writers as `running_on` says them: two where its pod may mount no service-account token."""
+    if len(writers) == 1:
+        return writers[0]
+    return (f"{' or '.join(writers)} (with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the "
+            "namespace its service-account token names, else in gputide: a token the pod may not mount, "
+            "automountServiceAccountToken being false or left to its ServiceAccount)")
 
 
 def may_be(told: str, writer: str) -> bool:

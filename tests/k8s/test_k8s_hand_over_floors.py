@@ -562,8 +562,91 @@ def test_a_pod_namespace_set_from_outside_may_be_any_namespace(kube, capsys, sou
     code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
     assert code == 1 and "deployment/east in team-b runs a controller on Lease $(POD_NAMESPACE)/gputide-controller" \
                           in err and f"so it may be {OLD}: stop it" in err and out == "" and not writes(kube), err
-    container.pop("envFrom", None)   # POD_NAMESPACE unset, no envFrom: the Deployment's namespace, not gputide
+
+
+def without_pod_namespace(name: str, ns: str) -> dict:
+    """The base controller in `ns` with no --lease-namespace, no POD_NAMESPACE and no envFrom: it elects in the
+    namespace its service-account token names, else in gputide (`balancer.cmd.run.own_namespace`)."""
+    dep = controller(name, ns)
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = [a for a in container["args"] if not a.startswith("--lease-namespace")]
     container["env"] = [v for v in container.get("env", []) if v.get("name") != "POD_NAMESPACE"]
+    container.pop("envFrom", None)
+    return dep
+
+
+TOKEN = {"name": "token", "projected": {"sources": [
+    {"serviceAccountToken": {"path": "token"}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}
+ODD = {"name": "token", "configMap": {"name": "odd"}}   # its namespace file, if any, cannot be told here
+
+
+NO_TOKEN = "automountServiceAccountToken being false or left to its ServiceAccount"
+
+
+def test_with_no_pod_namespace_a_pod_that_may_mount_no_token_may_elect_in_gputide(kube, capsys):
+    """`gputide run` with no POD_NAMESPACE and no --lease-namespace elects in the namespace its service-account
+    token's namespace file names, else (no token mounted) in gputide. The guard took the Deployment's namespace
+    always: a team-b controller whose pod says automountServiceAccountToken: false, electing on
+    gputide/gputide-controller, did not hold up that Lease's hand-over, which went ahead under it. Where the pod
+    leaves it to its ServiceAccount (not read), either may be; a token mounted (or a hand-made projected one giving
+    the pod's namespace) is the pod's alone; another volume over the token's is the pod's namespace or none."""
+    kube.add(without_pod_namespace("east", "team-b"))
+    for automount, volume, elects in ((None, None, ("team-b", "gputide")), (False, None, ("gputide",)),
+                                      (True, None, ("team-b",)), (False, TOKEN, ("team-b",)),
+                                      (True, ODD, ("team-b", "gputide"))):
+        dep = without_pod_namespace("east", "team-b")
+        pod = dep["spec"]["template"]["spec"]
+        if automount is not None:
+            pod["automountServiceAccountToken"] = automount
+        if volume is not None:
+            pod["volumes"] = [*pod.get("volumes", []), volume]
+            pod["containers"][0]["volumeMounts"] = [*pod["containers"][0].get("volumeMounts", []), {
+                "name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount/", "readOnly": True}]
+        replaced(kube, dep)
+        said = " or ".join(f"{ns}/gputide-controller" for ns in elects)
+        for ns in ("gputide", "team-b", "other"):
+            code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns,
+                                       "--dry-run")
+            if ns not in elects:
+                assert code == 0 and err == "" and "would hand from " in out, (automount, volume, ns, err)
+                continue
+            assert f"deployment/east in team-b runs a controller on Lease {said}" in err, (automount, volume, ns, err)
+            assert (NO_TOKEN in err) == (len(elects) > 1), err
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")   # the last: either
+    assert code == 1 and f"runs a controller on Lease team-b/gputide-controller or {OLD} (" in err, err
+    assert out == "" and not writes(kube)
+    # the shipped controller (its POD_NAMESPACE the pod's namespace) holds up its own namespace's alone, token or not
+    dep = controller("east", "team-b")
+    dep["spec"]["template"]["spec"]["automountServiceAccountToken"] = False
     replaced(kube, dep)
     code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "team-b")
+    assert code == 1 and "deployment/east in team-b runs a controller on Lease team-b/gputide-controller: " in err
+
+
+def test_a_later_env_entry_from_outside_replaces_an_earlier_literal(kube, capsys):
+    """The kubelet sets the last env entry of a name: SHARD=a and then SHARD from a ConfigMap's key is the
+    ConfigMap's, unknown here, so --shard=$(SHARD) may be any shard's Lease. The literal was kept, the controller
+    taken for shard a's alone, and a hand-over of shard b's floors went ahead under it."""
+    dep = controller("east", "gputide", "--shard=$(SHARD)", "--selector=gputide.io/shard=a")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [*container.get("env", []), {"name": "SHARD", "value": "a"}]
+    kube.add(from_outside(dep, "SHARD"))
+    code, out, err = hand_over(capsys, "gputide-controller-b", "gputide-controller")
+    assert code == 1 and "deployment/east in gputide runs a controller on Lease gputide/gputide-controller-$(SHARD), " \
+                          "which cannot be told here" in err and f"so it may be {SHARD_B}: stop it" in err, err
+    assert out == "" and not writes(kube)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
+    assert code == 0 and err == "", err   # a shard's Lease, whatever SHARD is: not the unsharded one's
+    container["env"].append({"name": "SHARD", "value": "a"})   # a literal last: shard a's alone
+    replaced(kube, dep)
+    code, out, err = hand_over(capsys, "gputide-controller-b", "gputide-controller", "--dry-run")
+    assert code == 0 and err == "", err
+    code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller", "--dry-run")
+    assert f"runs a controller on Lease {SHARD_A}: a run now would be refused" in err, err
+    container["env"].append({"name": "SHARD"})   # no value: "" (--shard= , which gputide run exits 2 on)
+    replaced(kube, dep)
+    code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller", "--dry-run")
     assert code == 0 and err == "", err
