@@ -572,8 +572,9 @@ class NvmlBackend:
                                                 stuck=self.reads.stuck())
 
     def power_limits(self) -> dict[str, PowerLimit]:
-        """Each GPU's power management limit now and its default, in watts; while NVML does not answer, one attempt
-        to initialise it again, and `TargetUnavailable` if it fails. A GPU whose read is stuck in NVML reads NaN
+        """Each GPU's power management limit now and its default, in watts (one NVML call a GPU: the default and
+        allowed range are asked once per initialisation, `NvmlPowerCaps._constant`); while NVML does not answer, one
+        attempt to initialise it again, and `TargetUnavailable` if it fails. A GPU whose read is stuck in NVML reads NaN
         (unread: the agent judges nothing on it) without asking NVML."""
         with self._lock:
             if not self._answers():

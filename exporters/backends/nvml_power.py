@@ -9,9 +9,9 @@ default. Every GPU asked for is tried; those NVML refuses (NoPermission without 
 raise one `PowerCapError` at the end, holding the ones it set. ``power_limits()`` answers each GPU's current
 management limit (what ``nvidia-smi -pl`` sets), default and minimum, NaN where NVML will not say: the agent gives
 a GPU back only while it runs at the cap gputide set, as clamped here. A GPU's default limit and allowed range are
-constants of the board: a Set clamps to them as last read under this initialisation (by ``power_limits()``, which
-reads them each time, or an earlier Set: `_constant`), so it asks NVML for the current limit and the Set alone (four
-calls each on a slow GPU before); NVML initialised again builds this anew, and asks them again.
+constants of the board, asked once under this initialisation (by the first ``power_limits()`` or Set: `_constant`):
+a limit read asks NVML for the current limit alone, a Set for it and the Set (before: three calls and four, each
+under the reads' deadline on a slow GPU); NVML initialised again builds this anew, and asks them again.
 
 NVML itself stopping (`exporters.backends.nvml_init`: uninitialised, the driver unloaded or reloaded) is no one
 GPU's refusal: told to the backend's `NvmlInit.lost`, it ends the call. ``power_limits()`` then raises
@@ -191,26 +191,26 @@ class NvmlPowerCaps:
         nvml = self.nvml
         try:
             limit = PowerLimit(nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
-                               self._constant(uuid, "nvmlDeviceGetPowerManagementDefaultLimit", h, fresh=True)
-                               / 1000.0)
+                               self._constant(uuid, "nvmlDeviceGetPowerManagementDefaultLimit", h) / 1000.0)
         except self.gone:
             raise
         except nvml.NVMLError:
             return PowerLimit(math.nan, math.nan)
         try:
-            return limit._replace(min_w=self._constant(uuid, "nvmlDeviceGetPowerManagementLimitConstraints", h,
-                                                       fresh=True)[0] / 1000.0)
+            return limit._replace(min_w=self._constant(uuid, "nvmlDeviceGetPowerManagementLimitConstraints", h)[0]
+                                  / 1000.0)
         except self.gone:
             raise
         except nvml.NVMLError:
             return limit
 
-    def _constant(self, uuid: str, fn: str, h: Any, *, fresh: bool = False) -> Any:
-        """NVML's `fn` of GPU `uuid` (its default limit, its limit's allowed range: constants of the board) as last
-        asked under this initialisation (the backend builds this object anew at each), asked only where never (or
-        `fresh`: the limit read, which answers them to the agent, asks as before): a Set on a slow GPU asked both
-        again each time, four calls where two do. An error is not remembered (asked again)."""
+    def _constant(self, uuid: str, fn: str, h: Any) -> Any:
+        """NVML's `fn` of GPU `uuid` (its default limit, its limit's allowed range: constants of the board) as
+        first asked under this initialisation (the backend builds this object anew at each, so a reloaded driver's
+        are asked again), by a limit read or a Set. Each asked both every time before: a Set four calls where two do,
+        a limit read three where one does, on a slow GPU all of them under the reads' deadline. An error is not
+        remembered (asked again)."""
         key = (uuid, fn)
-        if fresh or key not in self._constants:
+        if key not in self._constants:
             self._constants[key] = getattr(self.nvml, fn)(h)
         return self._constants[key]

@@ -1,7 +1,8 @@
-"""A Set clamps to the GPU's default power limit and allowed range as last read under this NVML initialisation
+"""A Set clamps to the GPU's default power limit and allowed range as first read under this NVML initialisation
 (`exporters.backends.nvml_power.NvmlPowerCaps._constant`: constants of the board), not read again at every Set: a
 Set asked NVML four times (the limit, its range, the default, the Set), on a slow GPU four slow calls under the
-reads' deadline where two do. The limit read asks them as before; NVML initialised again asks them again."""
+reads' deadline where two do. The limit read, every sync, uses the same: one call a GPU (its limit now), not three.
+NVML initialised again asks them again (a reloaded driver may say otherwise of the board)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_a_set_after_a_limit_read_asks_nvml_for_the_limit_and_the_set_alone():
     for watts in (300.0, 250.0):
         n = len(nvml.asked)
         backend.power_limits()
-        assert asked(nvml, n) == sorted((fn, gpu) for fn in (LIMIT, DEFAULT, RANGE) for gpu in ("GPU-0", "GPU-1"))
+        assert asked(nvml, n) == sorted((fn, gpu) for fn in ((LIMIT, DEFAULT, RANGE) if watts == 300.0 else (LIMIT,))
+                                        for gpu in ("GPU-0", "GPU-1"))   # the constants the first time only
         n = len(nvml.asked)
         assert backend.apply_power_caps({"GPU-0": watts}) == {"GPU-0": watts}
         assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]   # was 4: the range and the default again
@@ -48,8 +50,8 @@ def test_sets_without_a_limit_read_ask_the_constants_once():
 
 
 def test_after_nvml_is_initialised_again_a_set_clamps_to_what_the_new_initialisation_read():
-    """No limit read after the re-initialisation (the collection's `read()` initialises NVML again): a limit read
-    asks the constants afresh anyway, so only a Set alone tells whether the earlier initialisation's are kept."""
+    """No limit read after the re-initialisation (the collection's `read()` initialises NVML again): the Set alone
+    tells whether the earlier initialisation's constants are kept."""
     nvml, backend = node()
     assert backend.apply_power_caps({"GPU-0": 900.0}) == {"GPU-0": 700.0}   # the constants asked, and remembered
     nvml.broken = NVMLError_DriverNotLoaded
@@ -62,3 +64,32 @@ def test_after_nvml_is_initialised_again_a_set_clamps_to_what_the_new_initialisa
     assert backend.apply_power_caps({"GPU-0": 900.0}) == {"GPU-0": 650.0}   # not the 700 W of the old one
     assert asked(nvml, n) == sorted([(RANGE, "GPU-0"), (DEFAULT, "GPU-0"), (SET, "GPU-0")])   # asked again
     assert nvml.devices[0].limit_mw == 650 * W
+
+
+def test_limit_reads_ask_each_gpu_for_its_limit_alone_once_the_constants_are_known():
+    nvml, backend = node()
+    backend.power_limits()
+    for _ in range(3):
+        n = len(nvml.asked)
+        limits = backend.power_limits()
+        assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]   # was 3 a GPU: the range and default again
+        assert limits["GPU-0"] == (700.0, 700.0, 200.0)   # the constants as first read
+    nvml.devices[0].limit_mw = 400 * W   # nvidia-smi -pl: the limit is read every time
+    assert backend.power_limits()["GPU-0"].current_w == 400.0
+
+
+def test_after_nvml_is_initialised_again_a_limit_read_asks_the_constants_anew_once():
+    nvml, backend = node()
+    backend.power_limits()
+    nvml.broken = NVMLError_DriverNotLoaded
+    backend.read()
+    nvml.broken = None
+    nvml.devices[0].default_limit_mw = 650 * W   # what the reloaded driver says of the board
+    backend.read()
+    assert backend.nvml_reinits == 1
+    n = len(nvml.asked)
+    assert backend.power_limits()["GPU-0"].default_w == 650.0   # not the 700 W of the old initialisation
+    assert asked(nvml, n) == sorted((fn, gpu) for fn in (LIMIT, DEFAULT, RANGE) for gpu in ("GPU-0", "GPU-1"))
+    n = len(nvml.asked)
+    assert backend.power_limits()["GPU-0"].default_w == 650.0
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]

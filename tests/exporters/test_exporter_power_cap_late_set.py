@@ -30,9 +30,9 @@ DEADLINE_S = 0.2
 SET = "nvmlDeviceSetPowerManagementLimit"
 
 
-def node(tmp_path: Path, caps: dict[str, float]):
+def node(tmp_path: Path, caps: dict[str, float], fake: type[HungDevice] = HungDevice):
     devs = [FakeDevice(uuid=f"GPU-{i}", minor=i) for i in range(2)]
-    nvml = HungDevice(devs)
+    nvml = fake(devs)
     backend = NvmlBackend(nvml, hostname="n1", reads=GpuReads(DEADLINE_S))
     backend.read()
     state = tmp_path / "before.json"

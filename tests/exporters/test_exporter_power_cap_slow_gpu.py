@@ -1,6 +1,7 @@
 """A GPU that answers, but slower than the reads' deadline, is still capped and given back by the power-cap agent.
 
-The agent's calls on a GPU run under the reads' deadline (fa5c495): a GPU whose limit read (three NVML calls) always
+The agent's calls on a GPU run under the reads' deadline (fa5c495): a GPU whose limit read (one NVML call, three the
+first time under an NVML initialisation: its default and range are asked then, `NvmlPowerCaps._constant`) always
 outran it read NaN at every sync, so it was never capped, and one capped while fast and slow since was never given
 back (audit s33a8, p8_slow / p8b_slow_giveback); the agent before fa5c495, with no deadline, capped it. A limit read
 that missed its deadline is now used at the next sync once it has returned (`NvmlPowerCaps.power_limits`), if it
@@ -10,7 +11,7 @@ or given back a sync or two late, not never. Its late Set is pending and judged 
 The slow GPU's calls are held until its sync has returned (`SlowPower.between`), then waited for (`settled`): late
 whatever the load. They slept a time above the deadline, but a test whose reads' clock is a fake one (it does not
 move while a call waits) waits each GPU's job a whole deadline after the one before, so a fast GPU slow to be
-scheduled gave the slow GPU's three 50 ms calls 0.2 s: read in time, and capped in a test saying it never is."""
+scheduled gave the slow GPU's 50 ms calls 0.2 s: read in time, and capped in a test saying it never is."""
 
 from __future__ import annotations
 

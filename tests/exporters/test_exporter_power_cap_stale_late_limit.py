@@ -15,17 +15,35 @@ from __future__ import annotations
 import json
 
 from exporters.backends.fake_nvml import NVMLError_Uninitialized
-from tests.exporters.test_exporter_power_cap_late_set import lands, node
+from tests.exporters.test_exporter_power_cap_late_set import lands
+from tests.exporters.test_exporter_power_cap_late_set import node as hung_node
 from tests.exporters.test_exporter_power_cap_late_set_outcome import refused_late_then_set_by_hand
-from tests.exporters.test_exporter_power_cap_stuck_gpu import in_thread
+from tests.exporters.test_exporter_power_cap_stuck_gpu import HungDevice, in_thread
 
-DEFAULT = "nvmlDeviceGetPowerManagementDefaultLimit"   # read after the current limit: the read has sampled it
+LIMIT = "nvmlDeviceGetPowerManagementLimit"
+
+
+class SampledThenHung(HungDevice):
+    """The limit read of the GPU `hung` samples its limit, then hangs (`hang_on` LIMIT): what it returns once
+    released is the limit as it was. A limit read is that one call (the default and range are asked once per NVML
+    initialisation, `NvmlPowerCaps._constant`), so the stale read is a call inside NVML, not one of three."""
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        if self.hung is None:
+            return super().nvmlDeviceGetPowerManagementLimit(h)
+        sampled = self._target(h).limit_mw
+        self._dev(h, LIMIT)   # hangs on the GPU `hung`
+        return sampled
+
+
+def node(tmp_path, caps):
+    return hung_node(tmp_path, caps, SampledThenHung)
 
 
 def stale_read(nvml, backend, agent, devs, operator_mw: int) -> None:
     """A sync whose limit read of GPU-1 samples the limit, then hangs; the operator sets `operator_mw` meanwhile; the
     read returns, to be used at the next sync."""
-    nvml.hung, nvml.hang_on = "GPU-1", DEFAULT
+    nvml.hung, nvml.hang_on = "GPU-1", LIMIT
     try:
         t, _ = in_thread(agent.sync)
         assert not t.is_alive() and "could not be read" in agent.failed
@@ -70,7 +88,7 @@ def test_a_set_made_on_the_limit_read_goes_through(tmp_path):
 
 def test_a_set_forgets_the_late_limit_read_of_its_gpu(tmp_path):
     devs, nvml, backend, source, agent, state = node(tmp_path, {})
-    nvml.hung, nvml.hang_on = "GPU-1", DEFAULT
+    nvml.hung, nvml.hang_on = "GPU-1", LIMIT
     try:
         t, out = in_thread(backend.power_limits)   # GPU-1's read samples 700 W, then hangs: NaN this time
         assert out["result"]["GPU-1"].current_w != out["result"]["GPU-1"].current_w
