@@ -506,18 +506,22 @@ def _quantity_said(resource: str, amount: float) -> str:
     """`amount` of `resource` as the Kubernetes quantity a person would write, exactly: bytes (memory,
     ephemeral-storage, hugepages-<size>) with the suffix that divides them whole into the smallest number ("10Gi",
     "1536Mi", "500M"; else the whole number of bytes); a count as a whole number ("2", "1000000"); a fraction in
-    thousandths ("500m", "1500m", as CPU is said), finer ones as the number. Amounts were said as floats: a pod
+    thousandths ("500m", "1500m", as CPU is said), finer ones as the number in full; bytes not whole are rounded up
+    first. Amounts were said as floats: a pod
     asking 10Gi of ephemeral-storage was told "1.07374e+10 ephemeral-storage", which is not what it asks, rounded."""
     amount = float(amount)
     if not math.isfinite(amount):
         return f"{amount:g}"
+    of_bytes = resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-")
+    if of_bytes:   # bytes are counted whole, rounded up, as the scheduler counts them ("1.1111111Gi": 1193046352)
+        amount = float(math.ceil(amount))
     if not amount.is_integer():
         milli = amount * 1000
-        return f"{round(milli)}m" if abs(milli - round(milli)) < 1e-6 else f"{amount:g}"
+        return f"{round(milli)}m" if abs(milli - round(milli)) < 1e-6 else repr(amount)
     n = int(amount)
-    if n and (resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-")):
+    if n and of_bytes:
         said = [(n // scale, suffix) for suffix, scale in _BYTE_SUFFIXES if n % scale == 0]
-        if said:
-            whole, suffix = min(said, key=lambda s: s[0])   # "1000Ki" rather than "1024k", "4096M" than "4000000Ki"
+        if said:   # "1000Ki" rather than "1024k", "4096M" than "4000000Ki"
+            whole, suffix = min(said, key=lambda s: abs(s[0]))
             return f"{whole}{suffix}"
     return str(n)

@@ -11,6 +11,7 @@ from test_k8s_starvation import most_free, pending
 
 from balancer.actuate.k8s_holds import Holds, _amounts_said, _quantity_said
 from balancer.actuate.k8s_reads import scheduling_request
+from balancer.actuate.k8s_requests import quantity
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
 
@@ -61,6 +62,10 @@ def test_the_amounts_a_pod_asks_are_said_as_it_wrote_them(clock):
     ("nvidia.com/mig-1g.10gb", 2.0, "2"),
     ("cpu", 1.5, "1500m"),                           # a fraction in thousandths, as CPU is said
     ("cpu", 0.5, "500m"),
+    ("ephemeral-storage", quantity("1.1111111Gi"), "1193046460"),   # bytes not whole: rounded up, never "1.19305e+09"
+    ("ephemeral-storage", 1234567.0001, "1234568"),
+    ("ephemeral-storage", quantity("1.3Gi"), "1395864372"),         # never "1395864371200m"
+    ("example.com/widget", 1234567.0001, "1234567.0001"),           # a count not whole: in full, never "1.23457e+06"
 ])
 def test_an_amount_is_said_as_a_quantity(resource, amount, said):
     assert _quantity_said(resource, amount) == said
