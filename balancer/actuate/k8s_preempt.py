@@ -55,7 +55,11 @@ first), and each later pass evicts the victims left until none is left, the pod 
 expires, after which the pod plans afresh with the room already made. Each such pass first asks whether its victims
 still make room for it there (`makes_room`): a pod of higher priority may have been bound in the room made (the
 hold is not held against it), or hold it; then none is evicted any more, the node is given back and the pod's
-nomination cleared (`k8s_holds`), and it plans afresh at the next pass.
+nomination cleared (`k8s_holds`), and it plans afresh at the next pass. An eviction that got no answer (a timeout, a
+connection reset) may have landed: where the preemption goes on, its victim is left to evict, remembered by uid for
+the rest of the preemption in the replica's term (`Preemptor._unsure`); found terminating or gone by a later pass, it
+is counted and said as evicted, with its Event `Preempted` (`Evictions`), while a victim the replica never asked to
+evict is not.
 """
 
 from __future__ import annotations
@@ -123,7 +127,13 @@ class Evictions:
     already, and left (from the one that failed, or where `halted()` stopped them, on), the error that stopped them,
     the reservation holding the node for the pod afterwards, and when the grace periods of the victims evicted or
     terminating end. Those terminating already were counted and said as evicted (`k8s_holds`: `preempted`,
-    gputide_scheduler_preempted_pods_total, pods evicted through the Eviction API), though no eviction was made."""
+    gputide_scheduler_preempted_pods_total, pods evicted through the Eviction API), though no eviction was made.
+
+    `evicted` also holds the victims whose eviction this replica asked earlier in the preemption (this term) and got
+    no answer to (a timeout, a connection reset: `Preemptor._unsure`), found terminating or gone now: their
+    eviction landed unseen, so they are counted and said evicted, with their Event `Preempted`. They were not: left
+    to evict, they were found terminating (`terminating`) or gone (dropped unsaid) by the next pass, so the
+    preemption counted fewer pods than it evicted. Those found gone are in `went` too (nothing to wait for)."""
 
     evicted: list[str] = field(default_factory=list)
     terminating: list[str] = field(default_factory=list)
@@ -132,16 +142,18 @@ class Evictions:
     error: ActuationError | None = None
     entry: Json = field(default_factory=dict)
     ends: list[float] = field(default_factory=list)   # when the grace period of each victim leaving ends
+    went: list[str] = field(default_factory=list)   # of `evicted`: gone already, their earlier eviction unanswered
 
     @property
     def leaving(self) -> list[str]:
-        """The victims whose room is on its way: evicted, or terminating already (the pod waits for them)."""
-        return [*self.evicted, *self.terminating]
+        """The victims whose room is on its way: evicted (and not gone already: `went`), or terminating already (the
+        pod waits for them)."""
+        return [*(v for v in self.evicted if v not in self.went), *self.terminating]
 
     @property
     def done(self) -> list[str]:
         """The victims whose room is made: evicted, terminating already, or gone already."""
-        return [*self.leaving, *self.gone]
+        return [*self.evicted, *self.terminating, *self.gone]
 
 
 def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
@@ -389,6 +401,9 @@ class Preemptor:
         self.emergency_stop: Callable[[], str | None] = lambda: None
         self.stopped_nodes: frozenset[str] = frozenset()   # the pass's nodes that carry the per-node stop
         self._said_stop: str | None = None
+        # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction got no answer
+        # (`_evict_one`), each until a read resolves it (`_landed`) or the preemption ends (`release`, `held`, `forget`)
+        self._unsure: dict[tuple[str, str], dict[str, str]] = {}
 
     def stop_reason(self, node: str | None = None) -> str | None:
         """Why no pod may be evicted now (on `node`, when given), None when evictions may go on: the cluster-wide
@@ -413,15 +428,21 @@ class Preemptor:
     def held(self, now: float, seen: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Json]]:
         """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
         show yet, or not as last written (the victims a preemption left, updated), and that have not expired: a pass
-        must hold the node, and read what is left to evict, even before the watch brings the annotation."""
+        must hold the node, and read what is left to evict, even before the watch brings the annotation. The
+        unanswered evictions remembered (`_unsure`) of a preemption whose hold is gone or expired are forgotten: it
+        ended (a later one there starts afresh)."""
         self._held = {node: kept for node, entries in self._held.items() if (kept := {
             k: e for k, e in entries.items()
             if seen.get(node, {}).get(k) != e and (parse_time(e["expires"]) or 0) > now})}
+        self._unsure = {(k, n): v for (k, n), v in self._unsure.items() if k in self._held.get(n, {}) or (
+            isinstance(e := seen.get(n, {}).get(k), Mapping) and (parse_time(e.get("expires")) or 0) > now)}
         return self._held
 
     def release(self, node: str, key: str) -> None:
-        """`key` was bound (or gave up) on `node`: its reservation no longer holds anything."""
+        """`key` was bound (or gave up) on `node`: its reservation no longer holds anything, and its preemption there
+        ended (its unanswered evictions, `_unsure`, are forgotten)."""
         self._held.get(node, {}).pop(key, None)
+        self._unsure.pop((key, node), None)
 
     def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Selector]]]:
         """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`, listed at most once per
@@ -497,8 +518,10 @@ class Preemptor:
     def forget(self) -> None:
         """A new term as leader: what this replica wrote or counted in an earlier one (reservations the node cache
         may not show yet, budgets and the disruptions spent of them) is read again from the cluster, where another
-        leader may have changed it meanwhile."""
-        self._held, self._budget_list, self._spent = {}, None, {}
+        leader may have changed it meanwhile. Its evictions that got no answer (`_unsure`) are forgotten too: a
+        victim found terminating or gone in this term may be another leader's eviction (counted by that leader),
+        its own having failed."""
+        self._held, self._budget_list, self._spent, self._unsure = {}, None, {}, {}
 
     def preempt(self, req: Json, choice: Preemption) -> Evictions:
         """Reserve the node for `req` (its victims written on the reservation, `LEFT`), evict the victims, write
@@ -547,8 +570,15 @@ class Preemptor:
         (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
         are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
         (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
-        bound, no longer waits, or the reservation expires (then the pod plans afresh)."""
-        done = self._evict(req["name"], node, [(k, ()) for k in entry.get(LEFT) or () if k in running])
+        bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
+        this replica asked and got no answer to (`_unsure`) and that is gone from `running` now was evicted by it
+        (`Evictions.went`); one it never asked to evict (another leader's term, an owner deleting it) is not."""
+        left = entry.get(LEFT) or ()
+        done = self._evict(req["name"], node, [(k, ()) for k in left if k in running])
+        for k in left:
+            if k not in running and self._landed(req["name"], node, k):
+                done.evicted.append(k)
+                done.went.append(k)
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
                        and (stuck is None or k in stuck)]
         new = noted(entry, done.left, [*terminating, *done.leaving], done.ends, self.clock(), self.reserve_s,
@@ -600,14 +630,19 @@ class Preemptor:
         before each victim's read and again before its eviction). Each is read first, for its grace period
         (`Evictions.ends`); one terminating already is not evicted again (an earlier term's eviction, the Lease lost
         before it was written down, or its owner deleting it), its grace ending when it says: the pod waits for it
-        all the same, but it is no eviction made (`Evictions.terminating`)."""
+        all the same, but it is no eviction made (`Evictions.terminating`), unless this replica asked its eviction
+        and got no answer (`_landed`): then it is one, as is one found gone then."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
             try:
                 self._leads(key, node)   # the Lease lost (or stopping), or an emergency stop: no one more evicted
                 ending, evicted = self._evict_one(key, node, victim, budgets)
             except NotFoundError:   # gone already: its room is free all the same
-                done.gone.append(victim)
+                if self._landed(key, node, victim):   # after this replica's eviction, unanswered: its own
+                    done.evicted.append(victim)
+                    done.went.append(victim)
+                else:
+                    done.gone.append(victim)
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
@@ -618,10 +653,13 @@ class Preemptor:
 
     def _evict_one(self, key: str, node: str, victim: str, budgets: Sequence[str]) -> tuple[float, bool]:
         """Evict `victim` for `key` (unless it terminates already): when its grace period ends, and whether it was
-        evicted (False: terminating already). Only the pod of its
+        evicted (False: terminating already; True too where this replica's eviction of it got no answer, and
+        landed: `_landed`). Only the pod of its
         name on `node`, the one read (its uid a precondition, `k8s_migrate.eviction`): one made again under its name
         since (a StatefulSet's) runs elsewhere and frees nothing here, so it is not evicted (NotFoundError, gone
-        from the node; 409 when it takes the name between the read and the eviction)."""
+        from the node; 409 when it takes the name between the read and the eviction). An eviction that gets no
+        answer (every try unanswered, `_Api.writes`) is remembered by the uid read (`_unsure`), until a later read
+        of the victim tells whether it landed."""
         ns, name = victim.split("/", 1)
         pod = self.api(f"pod {victim}", self.api.core.read_namespaced_pod, name, ns, halt=self.halted)
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
@@ -629,18 +667,53 @@ class Preemptor:
             raise NotFoundError(f"pod {victim}: no longer on {node} (a pod of its name is on "
                                 f"{spec.get('nodeName') or 'no node'}): not evicted", 404)
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
-            return ending, False
+            return ending, self._landed(key, node, victim, meta.get("uid") or "")
+        self._forget(key, node, victim)   # still running: an eviction asked earlier did not land
         grace = spec.get("terminationGracePeriodSeconds")
         # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
         # and the next leader may be placing on this node already
         self._leads(key, node)
-        self.api(f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
-                 retry_throttled=False, halt=self.halted)
+        what = f"evict pod {victim}"
+        with self.api.writes() as unanswered:
+            try:
+                self.api(what, self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
+                         retry_throttled=False, halt=self.halted)
+            except ActuationError:
+                if what in unanswered and meta.get("uid"):   # it may have landed: told by the victim's next read
+                    self._unsure.setdefault((key, node), {})[victim] = meta["uid"]
+                raise
         for b in budgets:   # the eviction used one of each budget's disruptions
             self._spent[b] = self._spent.get(b, 0) + 1
+        self._preempted(key, node, victim)
+        return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace)), True
+
+    def _landed(self, key: str, node: str, victim: str, uid: str | None = None) -> bool:
+        """Whether `victim`'s eviction for `key` on `node`, asked by this replica in this term without an answer
+        (`_unsure`), landed, as the victim read now says: the pod read is that one (`uid`), terminating (the
+        caller asks only then), or no pod of its name is on `node` any more (`uid` None): then its Event
+        `Preempted` is posted, as a landed eviction's. Resolved either way, it is forgotten; a pod of its name with
+        another uid there is another pod (made again there since), which that eviction did not touch, and the pod
+        it asked to evict is forgotten uncounted. False for a victim it never asked to evict."""
+        was = self._forget(key, node, victim)
+        if was is None or uid is not None and uid != was:
+            return False
+        self._preempted(key, node, victim)
+        return True
+
+    def _forget(self, key: str, node: str, victim: str) -> str | None:
+        """The uid of `victim` whose eviction for `key` on `node` got no answer (`_unsure`; None: none), forgotten:
+        a read of it told whether it landed."""
+        asked = self._unsure.get((key, node), {})
+        was = asked.pop(victim, None)
+        if not asked:
+            self._unsure.pop((key, node), None)
+        return was
+
+    def _preempted(self, key: str, node: str, victim: str) -> None:
+        """The Event `Preempted` on `victim`, evicted for `key` on `node`."""
+        ns, name = victim.split("/", 1)
         self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
                     f"Preempted by {key} on node {node}")
-        return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace)), True
 
     def _leads(self, key: str, node: str) -> None:
         """Raises unless this replica may still evict for `key` on `node`: not once `halted()` (stopping, or the

@@ -1,0 +1,134 @@
+"""An eviction a preemption asked that got no answer (every try timed out) may have landed: the victim stays left to
+evict on the reservation, and the next pass, finding it terminating or gone, counts it as evicted by this replica
+(`preempted`, gputide_scheduler_preempted_pods_total) with its Event `Preempted`. It was neither: the pass took it for
+one terminating already (another leader's eviction, or its owner's deletion) or dropped it gone, so the scheduler
+counted fewer pods than it evicted. A victim it never asked to evict (its owner deleting it), or asked in an earlier
+term (another leader may have evicted it since, and counted it), is still not counted. Against the fake API server."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import urllib3
+from fakeapi import FakeKube, node
+from test_k8s_preemption import bound, events, most_free, pending, reservations
+
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.kubernetes import rfc3339
+
+
+def three_victims(kube: FakeKube) -> None:
+    """a: low-1, low-2, low-3 (evicted in that order: the most important first); the urgent pod needs all of it."""
+    kube.add(node("a", 12))
+    for i in (1, 2, 3):
+        kube.add(bound(f"low-{i}", "a", 4, 4 - i))
+    kube.add(pending("urgent", 12, 50))
+
+
+def terminate(kube: FakeKube, clock, name: str) -> None:
+    kube.mutate("pods", name, "default", {"metadata": {"deletionTimestamp": rfc3339(clock.now + 30)}})
+
+
+def unanswered(sched: SecondaryScheduler, victim: str, landed) -> list[bool]:
+    """Every try of the eviction of `victim` times out reading the answer; the first was carried out (`landed()`:
+    what the API server did). Returns the tries, as they come."""
+    real, tries = sched.api.core.create_namespaced_pod_eviction, []
+
+    @functools.wraps(real)   # keeps its name: the gateway knows a write by it
+    def evict(*args, **kwargs):
+        if args[0] != victim:
+            return real(*args, **kwargs)
+        tries.append(True)
+        if len(tries) == 1:
+            landed()
+        raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
+
+    sched.api.core.create_namespaced_pod_eviction = evict
+    return tries
+
+
+def first_pass(kube: FakeKube, api, clock, landed, **kwargs) -> tuple[SecondaryScheduler, list[bool]]:
+    """low-1 evicted; low-2's eviction carried out (`landed`) but unanswered: low-2 and low-3 left to evict. The
+    scheduler, and the tries of low-2's eviction."""
+    three_victims(kube)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None, **kwargs)
+    tries = unanswered(sched, "low-2", landed)
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert len(tries) == 4                                             # the first try and 3 retries
+    assert sched.preempted == [("default/low-1", "a")]
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-2", "default/low-3"]
+    return sched, tries
+
+
+def test_a_victim_terminating_after_an_unanswered_eviction_is_counted_as_evicted(kube: FakeKube, api, clock):
+    sched, tries = first_pass(kube, api, clock, lambda: terminate(kube, clock, "low-2"))
+    assert events(kube, "low-2") == []                                 # no answer: not said yet
+    kube.inject("POST", r"/pods/low-3/eviction$", 429)                 # refused: left for the next pass
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert sched.preempted == [("default/low-2", "a")]                 # its eviction landed: this replica's
+    assert events(kube, "low-2") == [("Preempted", "Preempted by default/urgent on node a")]
+    assert len(tries) == 4                                             # not evicted again
+    assert "evicted default/low-2 on a" in sched.reasons["default/urgent"]
+    held = reservations(kube, "a")["default/urgent"]
+    assert held["victims"] == ["default/low-3"] and held["evicted"] == ["default/low-2"]   # waited for
+
+    terminate(kube, clock, "low-3")                                    # its owner deletes it
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == []                                       # low-2 counted once; low-3 never evicted
+    assert events(kube, "low-3") == [] and len(kube.calls("POST", r"/pods/low-3/eviction$")) == 1
+    held = reservations(kube, "a")["default/urgent"]
+    assert "victims" not in held and held["evicted"] == ["default/low-2", "default/low-3"]
+
+
+@pytest.mark.parametrize("when", ["before the pass", "as the pass reads it"])
+def test_a_victim_gone_after_an_unanswered_eviction_is_counted_as_evicted(kube: FakeKube, api, clock, when):
+    sched, _ = first_pass(kube, api, clock, lambda: terminate(kube, clock, "low-2"))
+    kube.inject("POST", r"/pods/low-3/eviction$", 429)
+    clock.advance(5)
+    if when == "before the pass":
+        kube.delete("pods", "low-2", "default")
+    else:   # the pass's list still shows it
+        kube.before("GET", r"/namespaces/default/pods/low-2$", lambda: kube.delete("pods", "low-2", "default"))
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert sched.preempted == [("default/low-2", "a")]
+    assert events(kube, "low-2") == [("Preempted", "Preempted by default/urgent on node a")]
+    assert "evicted default/low-2 on a" in sched.reasons["default/urgent"]
+    held = reservations(kube, "a")["default/urgent"]
+    assert held["victims"] == ["default/low-3"] and "default/low-2" not in held.get("evicted", [])   # none to wait for
+
+
+def test_an_unanswered_eviction_of_an_earlier_term_is_not_counted(kube: FakeKube, api, clock):
+    """The Lease lost and taken back after low-2's unanswered eviction: low-2 found terminating may be another
+    leader's eviction (counted by it), so it is not counted; low-3's, unanswered in this term, is."""
+    term = [1]
+    sched, _ = first_pass(kube, api, clock, lambda: terminate(kube, clock, "low-2"), term=lambda: term[0])
+    term[0] = 2
+    unanswered(sched, "low-3", lambda: terminate(kube, clock, "low-3"))
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [] and events(kube, "low-2") == []
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-3"]
+
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-3", "a")]
+    assert events(kube, "low-3") == [("Preempted", "Preempted by default/urgent on node a")]
+
+
+@pytest.mark.parametrize("ends", ["the pod deleted", "the hold expired"])
+def test_the_unanswered_evictions_of_a_preemption_that_ended_are_forgotten(kube: FakeKube, api, clock, ends):
+    """What the replica remembers of its unanswered evictions is bounded: once the preemption ends unresolved (its
+    pod gone, its hold given back or expired), it is dropped, not kept for the scheduler's lifetime."""
+    sched, _ = first_pass(kube, api, clock, lambda: None)              # not carried out: low-2 runs on
+    assert set(sched.holds.preemptor._unsure) == {("default/urgent", "a")}
+    kube.add(pending("later", 1, 0))                                   # a pass reads the nodes while a pod waits
+    if ends == "the pod deleted":
+        kube.delete("pods", "urgent", "default")
+    else:
+        kube.mutate("pods", "urgent", "default", {"spec": {"preemptionPolicy": "Never"}})   # waits, preempts no more
+        clock.advance(sched.holds.preemptor.reserve_s + 1)
+    sched.schedule_once()
+    assert sched.holds.preemptor._unsure == {}
