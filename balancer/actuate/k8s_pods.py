@@ -152,6 +152,28 @@ def _claims_to_settle(pod: Json) -> Mounts | None:
     return None if _said((pod.get("metadata") or {}).get("annotations") or {}) in ("true", "false") else pod_mounts(pod)
 
 
+CLASS_LABEL = "gputide.io/workload-class"
+
+
+def said_class(labels: Json) -> WorkloadClass | None:
+    """The class the pod's `gputide.io/workload-class` label says; None without one (or with a value no class has):
+    its owner's kind then decides (`_pod_workload`), or its owner's profile (`servable`)."""
+    try:
+        return WorkloadClass(labels.get(CLASS_LABEL, ""))
+    except ValueError:
+        return None
+
+
+def servable(meta: Json) -> bool:
+    """Whether the pod is a replica of its owner's service where a profile names that owner: no label says its class
+    and its controller is no Job (a Job runs to its end: its pod is the service's batch work, never a serving
+    replica). A StatefulSet's or an operator's pod is otherwise batch (`_pod_workload`), and a profiled service
+    served by one had no inference pod: its capacity lent while its series were missing (`KubernetesWorkloads`'
+    `services`). A LeaderWorkerSet's leaders are its StatefulSet of its name; its workers', `<name>-<group>`, name
+    no profile: only their label makes them inference."""
+    return said_class(meta.get("labels") or {}) is None and pod_owner(meta)[1] not in ("Job", "")
+
+
 def _pod_workload(pod: Json) -> Workload | None:
     """The Workload a GPU pod is, as its own object says: pod affinity terms with a namespaceSelector unresolved
     and `movable` by its own object alone (`may_move`, which `k8s_migrate` asks again of the pod as read at the
@@ -163,11 +185,8 @@ def _pod_workload(pod: Json) -> Workload | None:
     labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
     owner, kind = pod_owner(meta)
     elastic_min, elastic_max = elastic_bounds(notes)
-    try:
-        klass = WorkloadClass(labels.get("gputide.io/workload-class", ""))
-    except ValueError:
-        klass = (WorkloadClass.INFERENCE if kind == "Deployment"
-                 else WorkloadClass.TRAINING if kind == "Job" and elastic_max > 0 else WorkloadClass.BATCH)
+    klass = said_class(labels) or (WorkloadClass.INFERENCE if kind == "Deployment" else WorkloadClass.TRAINING
+                                   if kind == "Job" and elastic_max > 0 else WorkloadClass.BATCH)
     namespace = meta.get("namespace", "default")
     milli = min(max(as_int(notes.get("gputide.io/gpu-milli"), 1000), 1), 1000)
     affinity = PodAffinity.from_spec(namespace, spec)
@@ -246,14 +265,16 @@ def _running(pod: Json) -> bool:
 
 
 class Running(NamedTuple):
-    """What the pods cache holds of a running GPU pod: `_pod_workload`, and the claims still to settle."""
+    """What the pods cache holds of a running GPU pod: `_pod_workload`, the claims still to settle, and whether a
+    profile naming its owner makes it inference."""
 
     workload: Workload
     mounts: Mounts | None   # `_claims_to_settle`
+    servable: bool = False  # `servable`
 
 
 def running_pod(pod: Json) -> Running | None:
     """What the pods cache holds of a Running pod (settled by `with_namespaces` and `with_volumes` as the workloads
     are handed out, against the namespaces' labels, claims and volumes of that moment); None otherwise."""
     w = _pod_workload(pod) if _running(pod) else None
-    return None if w is None else Running(w, _claims_to_settle(pod))
+    return None if w is None else Running(w, _claims_to_settle(pod), servable(pod.get("metadata") or {}))

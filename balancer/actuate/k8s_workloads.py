@@ -15,7 +15,9 @@ nothing; until that first list succeeds (or when watching is refused) it lists p
 | `owner` | label `gputide.io/service` or `gputide.io/job`; else the controlling owner: a ReplicaSet's Deployment (its
   name less the `pod-template-hash`), a Job's name, any other controller's name |
 | `workload_class` | label `gputide.io/workload-class` (inference, training, batch); else a Deployment's pod is
-  inference, a Job's pod with elastic bounds is training, anything else batch |
+  inference, a Job's pod with elastic bounds is training, a pod of any other controller (a StatefulSet, an
+  operator's) whose owner a profile of `--services` names (`services`, matched as owners are qualified below)
+  inference, anything else batch (`k8s_pods.servable`) |
 | `priority` | `spec.priority` (set by its PriorityClass) |
 | `gpus`, `cpu_milli`, `memory_mib` | the containers' `nvidia.com/gpu` limits and cpu/memory requests |
 | `gpu_milli` | annotation `gputide.io/gpu-milli` (a shared GPU), else 1000 |
@@ -112,7 +114,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -262,6 +264,15 @@ def disruption_budget(pdb: Json) -> DisruptionBudget | None:
                             max(as_int((pdb.get("status") or {}).get("disruptionsAllowed"), 0), 0))
 
 
+def served(workloads: dict[str, Workload], servable: frozenset[str], services: frozenset[str]) -> dict[str, Workload]:
+    """`workloads` with each pod of `servable` (`k8s_pods.servable`: no class label, no Job's) whose owner, as
+    qualified (`qualify_ambiguous`), is one of `services` (the profiles' names) made inference."""
+    made = {k: replace(w, workload_class=WorkloadClass.INFERENCE) for k in servable
+            if (w := workloads.get(k)) is not None and w.owner in services
+            and w.workload_class is not WorkloadClass.INFERENCE}
+    return workloads | made if made else workloads
+
+
 def ambiguous_owners(workloads: dict[str, Workload], suspended: tuple[SuspendedJob, ...] | None) -> frozenset[str]:
     """Bare owner (and suspended Job) names that occur in more than one namespace."""
     spaces: dict[str, set[str]] = {}
@@ -287,12 +298,15 @@ def qualify_ambiguous(workloads: dict[str, Workload], suspended: tuple[Suspended
 
 
 class KubernetesWorkloads:
-    """`workload_overrides` for `PrometheusTelemetrySource`: {"namespace/pod": Workload} of the running GPU pods."""
+    """`workload_overrides` for `PrometheusTelemetrySource`: {"namespace/pod": Workload} of the running GPU pods.
+    `services`: the names of `--services`' profiles, whose pods of any controller but a Job are inference unless
+    their label says otherwise (`served`); none: every pod is classed by its own object alone."""
 
     def __init__(self, api_client: Any, ttl_s: float = 60.0, clock: Callable[[], float] = time.time, *,
                  max_retries: int = 1, sleep: Callable[[float], None] = time.sleep, watch: bool = False,
-                 watch_s: float = 300.0) -> None:
+                 watch_s: float = 300.0, services: Collection[str] = ()) -> None:
         self.api = _Api(api_client, max_retries, 0.5, sleep, 10.0)
+        self.services = frozenset(services)
         self.ttl_s, self.clock = ttl_s, clock
         core, batch, policy = self.api.core, self.api.batch, self.api.policy
         self.pods = ListCache(
@@ -335,20 +349,25 @@ class KubernetesWorkloads:
         # (pods, namespaces, jobs, claims, volumes versions) and the workloads of the last `__call__`, settled
         self._pods: tuple[tuple[int, ...], dict[str, Workload]] = ((0, 0, 0, 0, 0), {})
         self._mounted = (-1, False)   # (pods version, whether a pod has claims to settle)
+        self._servable: frozenset[str] = frozenset()   # of the last `__call__`'s pods: `k8s_pods.servable`
         self._jobs: tuple[int, tuple[SuspendedJob, ...] | None] = (0, None)  # of the last `suspended_jobs()`
         self._memo: tuple[tuple, tuple] | None = None
         self._clash: frozenset[str] = frozenset()
 
     def _qualified(self) -> tuple[dict[str, Workload], tuple[SuspendedJob, ...] | None]:
-        """Both latest answers with ambiguous owners qualified (recomputed only when either answer changed)."""
-        key = (self._pods[0], self._jobs[0])
+        """Both latest answers with ambiguous owners qualified, and then the profiled services' pods made inference
+        (`served`; recomputed only when either answer changed)."""
+        key = (self._pods[0], self._jobs[0], self.services)
         if self._memo is None or self._memo[0] != key:
             clash = ambiguous_owners(self._pods[1], self._jobs[1])
             if clash != self._clash and clash:  # said once while it lasts, not at every pod event
                 log.warning("owner names used in several namespaces, qualified as namespace/name: %s",
                             ", ".join(sorted(clash)))
             self._clash = clash
-            self._memo = (key, qualify_ambiguous(self._pods[1], self._jobs[1], clash))
+            pods, jobs = qualify_ambiguous(self._pods[1], self._jobs[1], clash)
+            if self.services:
+                pods = served(pods, self._servable, self.services)
+            self._memo = (key, (pods, jobs))
         return self._memo[1]
 
     def suspended_jobs(self) -> tuple[SuspendedJob, ...] | None:
@@ -402,4 +421,5 @@ class KubernetesWorkloads:
             if facts:
                 items = {k: with_job(w, facts.get(f"{w.namespace}/{w.owner}")) for k, w in items.items()}
             self._pods = (key, items)
+            self._servable = frozenset(k for k, r in running.items() if r.servable) if self.services else frozenset()
         return self._qualified()[0]

@@ -15,6 +15,7 @@ import argparse
 import inspect
 import logging
 import math
+from collections.abc import Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -64,17 +65,20 @@ def forecast_history_days(text: str, field: str = "--forecast-history") -> float
                             "(the forecaster keeps no more of a service's demand), such as 14d") / 86400.0
 
 
-def kubernetes_sources(api_client, interval: float, once: bool, metrics: ControllerMetrics):
+def kubernetes_sources(api_client, interval: float, once: bool, metrics: ControllerMetrics,
+                       services: Collection[str] = ()):
     """(workload overrides, node overrides) from the Kubernetes API: what the metrics cannot say of pods (owners,
     priorities, elastic bounds, node rules) and of nodes (labels, taints); (None, None) without an API client. A
-    long-running controller lists once and follows the watches; `--once` lists once and exits."""
+    long-running controller lists once and follows the watches; `--once` lists once and exits. `services`: the names
+    of --services' profiles, whose pods are inference whatever controller runs them (a StatefulSet's too) unless
+    their label says otherwise (`KubernetesWorkloads`)."""
     if api_client is None:
         return None, None
     from balancer.actuate.k8s_nodes import KubernetesNodes
     from balancer.actuate.k8s_workloads import KubernetesWorkloads
 
     ttl = max(interval, 30.0)
-    overrides = KubernetesWorkloads(api_client, ttl_s=ttl, watch=not once)
+    overrides = KubernetesWorkloads(api_client, ttl_s=ttl, watch=not once, services=services)
     nodes = KubernetesNodes(api_client, ttl_s=ttl, watch=not once)
     for what, lw in (("pods", overrides.watch), ("nodes", nodes.watch), ("jobs", overrides.jobs.watch),
                      ("poddisruptionbudgets", overrides.budgets.watch),

@@ -256,12 +256,13 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
         except InputError as exc:
             log.warning("dry run without the Kubernetes API (%s): pods have no owners, so capacity shifting holds "
                         "(no service's replicas can be counted)", exc.detail)
-    overrides, nodes = kubernetes_sources(api_client, interval, args.once, metrics)
     profiles = None
     if args.services:
         from balancer.app.capacity_run import load_profiles
 
         profiles = load_profiles(args.services)
+    # a profiled service's pods are inference whatever runs them (a StatefulSet's too): held when its series go missing
+    overrides, nodes = kubernetes_sources(api_client, interval, args.once, metrics, tuple(profiles or ()))
     # each profiled service's p99 SLO (latency pressure = p99 / SLO); others: the policy's colocation.latencySloS
     source = PrometheusTelemetrySource(PrometheusOptions(url=args.prometheus, cluster=args.cluster,
                                                          stale_after_s=stale_s), fleet=fleet,
