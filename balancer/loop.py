@@ -187,8 +187,13 @@ class Reconciler:
         planner state starts empty (what gputide holds on the fleet, hot taints and power caps, is read back from
         the snapshot, as after a restart), the actuator's `recover()` runs again, and the training-wait clocks restart.
         Kept: the safety ledger, merged with the one the previous leader left (cooldowns and evictions only
-        restrain), the policy, and the forecaster with its demand history (what was observed, not who acted)."""
+        restrain), the policy, and the forecaster with its demand history (what was observed, not who acted). A shard's
+        source forgets the nodes it owned (`ShardedSource.new_term`): reported and kept power-capped from the earlier
+        term, they were another shard's once relabelled meanwhile."""
         self._offices += 1
+        new_term = getattr(self.source, "new_term", None)
+        if new_term is not None:
+            new_term()
         self.state = planner_mod.PlannerState()
         self.upkeep.take_office()
         self.fleet.restart()

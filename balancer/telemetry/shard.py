@@ -16,7 +16,10 @@ names and per-node slots.
 Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters)
 refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
-with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. One GPU reported
+with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. Those are of the
+current term as leader: a replica that takes the lead again knows none from before (`ShardedSource.new_term`), and
+until a reading shows the scope, those the node list says (`ShardedSource.listed`: Prometheus down, the shard's GPU
+nodes are still its own in the gauges and for its power caps' renewal). One GPU reported
 fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the
 shard: thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`;
 one with none placed is no shard's, and in no shard's snapshot); so does a profiled one with no serving series at
@@ -57,6 +60,7 @@ from balancer.model import (
     Workload,
 )
 from balancer.telemetry.base import ScopedSource, TelemetrySource
+from balancer.telemetry.vanished import gpu_node
 
 log = logging.getLogger("balancer.telemetry.shard")
 
@@ -178,10 +182,51 @@ class ShardedSource:
         self.index = np.zeros(0, dtype=np.int64)
         # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
         # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
-        # GPUs' nodes among them); `shard_nodes` reports them, and the power caps renewed are theirs, during a hold too
+        # GPUs' nodes among them); `shard_nodes` reports them, and the power caps renewed are theirs, during a hold too.
+        # Of this term as leader only (`new_term`); before any reading of it reached the scope check, the node list's
+        # (`listed`)
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
+        self._read = False   # a reading of this term has shown the scope (else `nodes` are the node list's: `listed`)
+
+    def new_term(self) -> None:
+        """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts as a new
+        process would, with no reading (`last_full`, `held`) and no node known (`nodes`) until one shows the scope, or
+        the node list tells (`listed`, at a reading refused before the scope check). What its readings showed in an
+        earlier term says nothing of now: another replica led meanwhile, and nodes were relabelled into other shards,
+        went dark or came back unseen. Kept, they were reported as this shard's (gputide_shard_node_info: a node of
+        another shard's owned twice) and their power caps renewed while this term held still before any reading
+        reached the scope check, keeping alive the caps of a node another shard now owns, or of a shard no longer
+        running: what `run.power_cap_scope` is there to prevent.
+
+        None known is fail-static for the caps: an empty scope renews none (`keep_power_caps`) and drops none. A cap is
+        given back only by its node's agent once its expiry (`gputide.io/power-caps-until`, the longer of 15 minutes
+        and three intervals after its last renewal) passes, so the caps the previous leader kept stay while this one
+        reads its first scope; those of the nodes the node list says are this shard's (`listed`) are renewed from the
+        first refused reading on. Only a hold that outlasts their expiry with neither a reading nor the node list
+        lets them lapse, as a restarted controller's would: renewing a scope nobody can vouch for would keep another
+        shard's caps alive."""
+        self.last_full, self.index, self.held = None, np.zeros(0, dtype=np.int64), frozenset()
+        self.nodes, self._read = set(), False
+
+    def listed(self) -> frozenset[str]:
+        """The GPU nodes this shard's selector matches as the inner source's node list has them, no telemetry read: the
+        Kubernetes API's nodes (`node_overrides`) that the exporter runs on (`vanished.gpu_node`) or that the fleet file
+        lists with GPUs, with their API labels and, where the fleet file lists them, its pool, site and model (without
+        telemetry a node it does not list has no model, so a selector on model or pool leaves it to a reading); without
+        `node_overrides`, the fleet file's GPU nodes. None while the API's nodes are not listed yet, or where the inner
+        source keeps no node list (the simulator's): which node is the shard's is then the reading's alone to tell."""
+        fleet = getattr(self.inner, "fleet", None)
+        spec = {n.name: n for n in fleet.nodes if n.gpu_count} if fleet is not None else {}
+        api = getattr(self.inner, "node_overrides", None)
+        if callable(api):
+            meta = api()
+            if meta is None:
+                return frozenset()
+            spec = {name: replace(spec.get(name) or Node(name=name, gpu_model="", gpu_count=0), labels=m.labels)
+                    for name, m in meta.items() if name in spec or gpu_node(m)}
+        return frozenset(name for name, n in spec.items() if self.selector.matches(n))
 
     def owns(self, name: str, node: Node | None) -> bool:
         """Whether node `name` is this shard's (`base.NodeScope`): one the reading shows (`node`) by the selector; one
@@ -199,18 +244,30 @@ class ShardedSource:
             # a reading refused for our own nodes' telemetry (stale, NaN) still showed which nodes are ours: they are
             # the shard's whether their telemetry is fresh or not (`shard_nodes`; a new leader held from its first
             # reading reported none, and GputideGpuNodeInNoShard named every node of its shard)
-            self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
+            if self._shown:
+                self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
+                self._read = True
+            elif not self._read:   # refused before the scope check (Prometheus down) with none read this term
+                self.nodes = set(self._listed_or_none())
             raise
         part, index = restrict(full, self.selector)
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
         # (its exporter dark) stays with the shard that last held it. So even when none is left here: a shard whose
         # last node was relabelled out claimed it for good (`shard_nodes`: no alert said it was no shard's)
         self.nodes = (self.nodes - {n.name for n in full.nodes}) | {n.name for n in part.nodes}
-        self.held = frozenset(n.name for n in part.nodes)
+        self.held, self._read = frozenset(n.name for n in part.nodes), True
         if part.n_gpus == 0:
             raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
         self.last_full, self.index = full, index
         return part
+
+    def _listed_or_none(self) -> frozenset[str]:
+        """`listed`, or none where the node list itself fails: the reading's refusal is what the loop reports."""
+        try:
+            return self.listed()
+        except Exception:  # the reading's own error is the one raised (and the node list is the reading's too)
+            log.debug("shard %s: node list unreadable", self.selector.name, exc_info=True)
+            return frozenset()
 
     @property
     def shard_nodes(self) -> tuple[str, frozenset[str]]:
