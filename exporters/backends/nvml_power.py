@@ -11,7 +11,11 @@ management limit (what ``nvidia-smi -pl`` sets), default and minimum, NaN where 
 a GPU back only while it runs at the cap gputide set, as clamped here. A GPU's default limit and allowed range are
 constants of the board, asked once under this initialisation (by the first ``power_limits()`` or Set: `_constant`):
 a limit read asks NVML for the current limit alone, a Set for it and the Set (before: three calls and four, each
-under the reads' deadline on a slow GPU); NVML initialised again builds this anew, and asks them again.
+under the reads' deadline on a slow GPU); NVML initialised again builds this anew, and asks them again. A board
+that answers NotSupported for one has none, for the whole initialisation: remembered as such (its minimum reads
+NaN, its default NaN with its limit, a Set on it refused), not asked at every read. Asked again: a transient error
+(a timeout, Unknown, a lost GPU), and an answer no board gives (a default at or below 0, a range whose minimum is at
+or below 0 or above its maximum), used for that call as it is, rather than kept until NVML is initialised again.
 
 NVML itself stopping (`exporters.backends.nvml_init`: uninitialised, the driver unloaded or reloaded) is no one
 GPU's refusal: told to the backend's `NvmlInit.lost`, it ends the call. ``power_limits()`` then raises
@@ -208,9 +212,31 @@ class NvmlPowerCaps:
         """NVML's `fn` of GPU `uuid` (its default limit, its limit's allowed range: constants of the board) as
         first asked under this initialisation (the backend builds this object anew at each, so a reloaded driver's
         are asked again), by a limit read or a Set. Each asked both every time before: a Set four calls where two do,
-        a limit read three where one does, on a slow GPU all of them under the reads' deadline. An error is not
-        remembered (asked again)."""
+        a limit read three where one does, on a slow GPU all of them under the reads' deadline. NotSupported is
+        remembered too, and raised again without a call: the board has none until NVML is reset (asked at every
+        read, such a GPU took two calls where one does). Any other error (a timeout, a lost GPU: it may pass) is not
+        remembered, nor an answer no board gives (`_plausible`): kept, it refused every Set until a re-init."""
         key = (uuid, fn)
         if key not in self._constants:
-            self._constants[key] = getattr(self.nvml, fn)(h)
-        return self._constants[key]
+            try:
+                value = getattr(self.nvml, fn)(h)
+            except self.nvml.NVMLError_NotSupported as e:
+                self._constants[key] = e
+                raise
+            if not _plausible(fn, value):
+                return value
+            self._constants[key] = value
+        value = self._constants[key]
+        if isinstance(value, BaseException):
+            raise value.with_traceback(None)
+        return value
+
+
+def _plausible(fn: str, value: Any) -> bool:
+    """Whether NVML's answer for `fn` may be a board's: a default limit above 0 mW, an allowed range with its minimum
+    above 0 and at most its maximum. Another is a glitch of that call, not the board's constant: used as it is for
+    that call (the Set's clamp, the limit read, as every call did before the cache), asked again at the next."""
+    if fn == "nvmlDeviceGetPowerManagementLimitConstraints":
+        lo, hi = value
+        return 0 < lo <= hi
+    return value > 0

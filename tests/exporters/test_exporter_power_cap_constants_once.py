@@ -2,12 +2,25 @@
 (`exporters.backends.nvml_power.NvmlPowerCaps._constant`: constants of the board), not read again at every Set: a
 Set asked NVML four times (the limit, its range, the default, the Set), on a slow GPU four slow calls under the
 reads' deadline where two do. The limit read, every sync, uses the same: one call a GPU (its limit now), not three.
-NVML initialised again asks them again (a reloaded driver may say otherwise of the board)."""
+NVML initialised again asks them again (a reloaded driver may say otherwise of the board). A board without one
+(NotSupported) is asked once too; a transient error and an answer no board gives are asked again."""
 
 from __future__ import annotations
 
-from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_DriverNotLoaded
+import math
+
+import pytest
+
+from exporters.backends.fake_nvml import (
+    FakeDevice,
+    FakeNvml,
+    NVMLError_DriverNotLoaded,
+    NVMLError_InvalidArgument,
+    NVMLError_NotSupported,
+    NVMLError_Timeout,
+)
 from exporters.backends.nvml import NvmlBackend
+from exporters.power_caps import PowerCapError
 
 LIMIT, SET = "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceSetPowerManagementLimit"
 DEFAULT, RANGE = "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetPowerManagementLimitConstraints"
@@ -93,3 +106,68 @@ def test_after_nvml_is_initialised_again_a_limit_read_asks_the_constants_anew_on
     n = len(nvml.asked)
     assert backend.power_limits()["GPU-0"].default_w == 650.0
     assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]
+
+
+def test_a_range_nvml_does_not_support_is_asked_once_a_timeout_again():
+    """GPU-1's allowed range answers NotSupported (the board has none): asked at every read it was two calls a read,
+    each under the deadline on a slow GPU. GPU-0's times out: it may answer at the next read, so it is asked again."""
+    nvml, backend = node()
+    nvml.devices[0].fail[RANGE] = NVMLError_Timeout
+    nvml.devices[1].fail[RANGE] = NVMLError_NotSupported
+    backend.power_limits()
+    for _ in range(3):
+        n = len(nvml.asked)
+        limits = backend.power_limits()
+        assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1"), (RANGE, "GPU-0")]   # GPU-1's range: not again
+        assert limits["GPU-1"][:2] == (700.0, 700.0) and math.isnan(limits["GPU-1"].min_w)
+        assert math.isnan(limits["GPU-0"].min_w)
+    n = len(nvml.asked)
+    with pytest.raises(PowerCapError) as refused:   # a Set on it is refused as it was, without asking the range again
+        backend.apply_power_caps({"GPU-1": 300.0})
+    assert asked(nvml, n) == [(LIMIT, "GPU-1")]
+    assert "NotSupported" in refused.value.refused["GPU-1"] and nvml.devices[1].limit_mw == 700 * W
+    del nvml.devices[0].fail[RANGE]   # the timeout passed: read, then remembered
+    assert backend.power_limits()["GPU-0"].min_w == 200.0
+    n = len(nvml.asked)
+    assert backend.power_limits()["GPU-0"].min_w == 200.0
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]
+
+
+def test_a_default_nvml_does_not_support_is_asked_once():
+    nvml, backend = node()
+    nvml.devices[1].fail[DEFAULT] = NVMLError_NotSupported
+    backend.power_limits()
+    for _ in range(3):
+        n = len(nvml.asked)
+        limit = backend.power_limits()["GPU-1"]
+        assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]   # was the default again on GPU-1
+        assert math.isnan(limit.current_w) and math.isnan(limit.default_w)   # unread, as before
+
+
+@pytest.mark.parametrize(("bogus", "fixed"), [
+    ({"default_limit_mw": 0}, {"default_limit_mw": 700 * W}),
+    ({"min_limit_mw": 800 * W}, {"min_limit_mw": 200 * W}),   # its minimum above its maximum
+    ({"min_limit_mw": 0}, {"min_limit_mw": 200 * W}),
+])
+def test_an_answer_no_board_gives_is_not_kept_for_the_initialisation(bogus, fixed):
+    """Kept, a default of 0 clamped every Set to 0 mW (refused by the driver) and a range above its maximum or at 0
+    read so until NVML was initialised again; used for that call as before, asked again at the next."""
+    nvml, backend = node()
+    vars(nvml.devices[0]).update(bogus)
+    backend.power_limits()
+    vars(nvml.devices[0]).update(fixed)
+    n = len(nvml.asked)
+    assert backend.power_limits()["GPU-0"] == (700.0, 700.0, 200.0)   # the board's answer now
+    assert (DEFAULT if "default_limit_mw" in bogus else RANGE, "GPU-0") in asked(nvml, n)
+    assert backend.apply_power_caps({"GPU-0": 100.0}) == {"GPU-0": 200.0}   # clamped to what the board says
+    assert nvml.devices[0].limit_mw == 200 * W
+
+
+def test_a_bogus_default_clamps_that_set_alone():
+    nvml, backend = node()
+    nvml.devices[0].default_limit_mw = 0
+    with pytest.raises(PowerCapError) as refused:   # clamped to 0 mW, the driver refuses it: as every Set did before
+        backend.apply_power_caps({"GPU-0": 300.0})
+    assert NVMLError_InvalidArgument.__name__ in refused.value.refused["GPU-0"]
+    nvml.devices[0].default_limit_mw = 700 * W
+    assert backend.apply_power_caps({"GPU-0": 300.0}) == {"GPU-0": 300.0}   # was refused until a re-init
