@@ -12,17 +12,22 @@ when switching between the unsharded controller and the shards (deploy/overlays/
 Only what names NAMESPACE/FROM changes: another controller's floors and entries (another namespace's Lease of the same
 name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1) while a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
-name in any namespace, whose `gputide run` works that Lease out from its args as the controller does (--lease-name,
---shard, --lease-namespace, else its POD_NAMESPACE, else its namespace as its service-account token names it, else
-gputide: `controller_writers`; both its namespace and gputide where its pod may mount no token, false or left to its
-ServiceAccount) or cannot be told from them (a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three,
-or such a POD_NAMESPACE: any Lease it may be, each $(VAR) any text), or the Lease itself held by a holder whose renewal
-has not expired by this machine's clock (a controller run some other way). Each HPA is patched at the resourceVersion it
-was read at and the record replaced at its own; a write in between (409) is not lost: the object is read again and
-decided again, as the controller's own read-modify-writes are (`_Api.update`: up to 4 tries, a short jittered wait
-between), so a floor or entry someone wrote meanwhile stands and what no longer names FROM is left; one that names TO
-after a write this run tried is counted handed (the write landed, its answer lost, and the client's retry of it got the
-409). Only an object written again before every try fails (exit 1, the others still handed over): run it again.
+name in any namespace, one of whose long-running containers (its containers and native sidecars, initContainers with
+restartPolicy Always; a plain initContainer runs to its end before the others start, no controller) is a `gputide run`
+that works that Lease out from its args as the controller does (--lease-name, --shard, --lease-namespace, else its
+POD_NAMESPACE, else the namespace its service-account namespace file names, else gputide: `controller_writers`; the
+Deployment's namespace where its pod mounts the token, gputide where it mounts none (automountServiceAccountToken
+false), either where that is left to its ServiceAccount; a volume of the container's own that is the deepest mount
+over that file decides instead: the Deployment's namespace where it gives metadata.namespace there, else any) or
+cannot be told from them (a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, such a
+POD_NAMESPACE, or such a volume over the namespace file: any Lease it may be, each $(VAR) any text; refused saying
+which), or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a controller run
+some other way). Each HPA is patched at the resourceVersion it was read at and the record replaced at its own; a write
+in between (409) is not lost: the object is read again and decided again, as the controller's own read-modify-writes
+are (`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands
+and what no longer names FROM is left; one that names TO after a write this run tried is counted handed (the write
+landed, its answer lost, and the client's retry of it got the 409). Only an object written again before every try
+fails (exit 1, the others still handed over): run it again.
 `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit 0)
 when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad --namespace or
 --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get on the Lease
@@ -40,7 +45,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import PurePosixPath
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
 from balancer.actuate.k8s_hpa import HPA_FLOOR_OWNER_ANNOTATION, floor_owner
@@ -170,72 +175,112 @@ def _run_args(tokens: list[str], env: dict[str, str]) -> argparse.Namespace | No
     return args
 
 
-def controller_writers(deployment: Json) -> list[tuple[str, ...]]:
-    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) each `gputide run` container of `deployment` may run
-    as, a tuple a container, as the controller works its own out from its args (read by `gputide run`'s own parser,
-    `_run_args`): --lease-name (default gputide-controller), -NAME with --shard NAME, in --lease-namespace, else the
-    pod's own (`_own_namespaces`: POD_NAMESPACE, else the namespace its service-account token names, else gputide:
-    two where the pod may mount no token). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know
+class Elects(NamedTuple):
+    """The writers ("ns/lease") one `gputide run` container may run as, and why more than one or one not told (a
+    $(VAR) part), "" when its args and env tell it alone; `running_on` says it as it refuses."""
+
+    writers: tuple[str, ...]
+    why: str = ""
+
+
+_ARGS_FROM_OUTSIDE = ("its --shard, --lease-name or --lease-namespace takes a $(VAR) set from outside its args: a "
+                      "ConfigMap, a Secret, envFrom")
+
+
+def controller_writers(deployment: Json) -> list[Elects]:
+    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) each long-running `gputide run` container of
+    `deployment` may run as, an `Elects` a container, as the controller works its own out from its args (read by
+    `gputide run`'s own parser, `_run_args`): --lease-name (default gputide-controller), -NAME with --shard NAME, in
+    --lease-namespace, else the pod's own (`_own_namespaces`: POD_NAMESPACE, else the namespace its service-account
+    namespace file names, else gputide). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know
     (a ConfigMap's, a Secret's, envFrom's) is left as written, so a writer's $(VAR) is a part that cannot be told
-    (`running_on` takes it for any text). What ties a Deployment to a Lease: its name need not be the Lease's."""
+    (`running_on` takes it for any text). What ties a Deployment to a Lease: its name need not be the Lease's. Its
+    containers and its native sidecars (initContainers with restartPolicy Always, which run beside them; a sidecar
+    controller was missed) are read; a plain initContainer runs to its end before the containers start, no
+    long-running controller, and is not."""
     from balancer.telemetry.shard import ShardSelector
 
     meta = deployment.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    sidecars = [c for c in pod.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
     out = []
-    for container in pod.get("containers") or []:
+    for container in [*sidecars, *(pod.get("containers") or [])]:
         env = _container_env(container, namespace)
         tokens = [*(container.get("command") or []), *(container.get("args") or [])]
         args = _run_args([_expand(t, env) for t in tokens], env)
         if args is None:
             continue
         lease = ShardSelector(args.shard).lease_name(args.lease_name) if args.shard else args.lease_name
-        spaces = (args.lease_namespace,) if args.lease_namespace else _own_namespaces(pod, container, env, namespace)
-        out.append(tuple(f"{ns}/{lease}" for ns in spaces))
+        spaces, why = (((args.lease_namespace,), "") if args.lease_namespace
+                       else _own_namespaces(pod, container, env, namespace))
+        if "$(" in lease + (args.lease_namespace or ""):
+            why = "; ".join(filter(None, (_ARGS_FROM_OUTSIDE, why)))
+        out.append(Elects(tuple(f"{ns}/{lease}" for ns in spaces), why))
     return out
 
 
-def _own_namespaces(pod: Json, container: Json, env: dict[str, str], namespace: str) -> tuple[str, ...]:
-    """The namespaces `gputide run` may take for its own in `container` (`balancer.cmd.run.own_namespace`): its
-    POD_NAMESPACE where set and not blank: the value known here (`_container_env`), "$(POD_NAMESPACE)", a part that
-    cannot be told, where its last entry takes it from a ConfigMap, a Secret or another field, or where it may come
-    from envFrom (an env entry wins over envFrom); else the namespace file's (`_namespace_file`). It was read as
-    unset in those cases, so a controller whose POD_NAMESPACE points elsewhere was looked for in its Deployment's
-    namespace and missed."""
+def _own_namespaces(pod: Json, container: Json, env: dict[str, str], namespace: str) -> tuple[tuple[str, ...], str]:
+    """(the namespaces `gputide run` may take for its own in `container`, `balancer.cmd.run.own_namespace`; why
+    more than one or one not told, else ""): its POD_NAMESPACE where set and not blank: the value known here
+    (`_container_env`), "$(POD_NAMESPACE)", a part that cannot be told, where its last entry takes it from a
+    ConfigMap, a Secret or another field, or where it may come from envFrom (an env entry wins over envFrom); else the
+    namespace file's (`_namespace_file`). It was read as unset in those cases, so a controller whose POD_NAMESPACE
+    points elsewhere was looked for in its Deployment's namespace and missed."""
     if any(var.get("name") == "POD_NAMESPACE" for var in container.get("env") or []):
         told = env.get("POD_NAMESPACE", "$(POD_NAMESPACE)").strip()
         if told:
-            return (told,)
+            return (told,), "" if "$(" not in told else "its POD_NAMESPACE takes a value set from outside its " \
+                                                        "args: a ConfigMap, a Secret, another field"
     elif container.get("envFrom"):
-        return ("$(POD_NAMESPACE)",)
+        return ("$(POD_NAMESPACE)",), "its POD_NAMESPACE may be set by envFrom"
     return _namespace_file(pod, container, namespace)
 
 
-def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[str, ...]:
-    """What `gputide run` takes for its namespace with no POD_NAMESPACE: the one its service-account token's
-    namespace file names (the Deployment's), else gputide, its fallback. The Deployment's where the pod mounts the
-    token (automountServiceAccountToken: true), gputide where it does not (false), either where the pod leaves that
-    to its ServiceAccount (not read here: the operator's rights hold no get on ServiceAccounts), so a hand-over of
-    gputide's Lease waits for such a controller in any namespace. A volume of the container's own mounted over the
-    file is read instead of the token's: the Deployment's namespace where it is a projected (or downwardAPI) volume
-    giving the pod's namespace as that file, as a hand-made token mount does; else either (a ConfigMap's file there
-    naming a third namespace is not looked into). The Deployment's namespace was taken always, and a controller
-    whose pod mounts no token, electing in gputide, was missed."""
+_ANY_FILE = "$(namespace file)"   # what a volume over the namespace file may name: any namespace, as a $(VAR) is
+
+
+def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[tuple[str, ...], str]:
+    """(what `gputide run` takes for its namespace with no POD_NAMESPACE, why more than one or one not told): the one
+    its service-account namespace file names, else gputide, its fallback. The file is the token's (the Deployment's
+    namespace) where the pod mounts the token (automountServiceAccountToken: true), none (gputide) where it does not
+    (false), either where the pod leaves that to its ServiceAccount (not read here: the operator's rights hold no get
+    on ServiceAccounts), so a hand-over of gputide's Lease waits for such a controller in any namespace. A volume of
+    the container's own mounted over the file decides instead where it is the deepest mount there (the kubelet mounts
+    the deeper over the shallower, and the token's directory is not mounted where the container mounts something
+    there; an emptyDir at /var/run under a mounted token reads the token's): the Deployment's namespace where it is a
+    projected (or downwardAPI) volume giving the pod's namespace as that file, as a hand-made token mount does; else
+    any namespace (`_ANY_FILE`, a ConfigMap's, a Secret's or a hostPath's file there naming a third one, an emptyDir
+    written by another container: it was taken for either, and a hand-over of a third namespace's Lease went ahead
+    under it)."""
     from balancer.cmd.run import DEFAULT_NAMESPACE, SERVICE_ACCOUNT_NAMESPACE
 
     file = PurePosixPath(SERVICE_ACCOUNT_NAMESPACE)
     over = [m for m in container.get("volumeMounts") or []
             if PurePosixPath(m.get("mountPath") or ".") in (file, *file.parents)]
+    mount = max(over, key=lambda m: len(PurePosixPath(m["mountPath"]).parts), default=None)
     automount = pod.get("automountServiceAccountToken")
-    if over:
-        if all(_gives_namespace(pod, m, file) for m in over):
-            return (namespace,)
-    elif automount is True:
-        return (namespace,)
-    elif automount is False:
-        return (DEFAULT_NAMESPACE,)
-    return tuple(dict.fromkeys((namespace, DEFAULT_NAMESPACE)))
+    head = (f"with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the namespace that {file} names, "
+            "else in gputide")
+    if automount is True and (mount is None or PurePosixPath(mount["mountPath"]) not in (file, file.parent)):
+        return (namespace,), ""   # the token's directory mounted over (deeper than) the container's volume
+    if mount is None:
+        if automount is False:
+            return (DEFAULT_NAMESPACE,), f"{head}: its pod mounts no service-account token " \
+                                         "(automountServiceAccountToken false)"
+        return tuple(dict.fromkeys((namespace, DEFAULT_NAMESPACE))), (
+            f"{head}: its pod may mount no service-account token (automountServiceAccountToken left to its "
+            "ServiceAccount, not read here)")
+    if _gives_namespace(pod, mount, file):
+        return (namespace,), ""
+    kind = next((k for k in _volume(pod, mount) if k != "name"), "none of the pod's")
+    return (_ANY_FILE,), (f"{head}, and its volume {mount.get('name')} ({kind}) mounted over it at "
+                          f"{mount['mountPath']} may put any namespace there")
+
+
+def _volume(pod: Json, mount: Json) -> Json:
+    """The volume of `pod` that `mount` mounts ({} where none is named so)."""
+    return next((v for v in pod.get("volumes") or [] if v.get("name") == mount.get("name")), {})
 
 
 def _gives_namespace(pod: Json, mount: Json, file: PurePosixPath) -> bool:
@@ -244,7 +289,7 @@ def _gives_namespace(pod: Json, mount: Json, file: PurePosixPath) -> bool:
     if mount.get("subPath") or mount.get("subPathExpr") or file == PurePosixPath(mount["mountPath"]):
         return False
     at = file.relative_to(mount["mountPath"])
-    volume = next((v for v in pod.get("volumes") or [] if v.get("name") == mount.get("name")), {})
+    volume = _volume(pod, mount)
     sources = [s.get("downwardAPI") or {} for s in (volume.get("projected") or {}).get("sources") or []]
     return any(PurePosixPath(item.get("path") or ".") == at
                and (item.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"
@@ -255,20 +300,20 @@ def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -
     """Why a controller may still write as `writer` ("ns/lease"), one line each; [] when none seems to: a Deployment
     of a `gputide run` that works its Lease out to be it (`controller_writers`, whatever the Deployment's name; or
     one of two, where its pod may mount no service-account token) or whose Lease cannot be told but may be it (a
-    $(VAR) unknown here left in --shard, --lease-name or --lease-namespace, `may_be`), and the Lease itself held by a
-    holder whose renewal has not expired by `now` (this machine's clock; a controller run some other way, a
-    StatefulSet or a bare pod, holds it too)."""
+    $(VAR) unknown here left in --shard, --lease-name or --lease-namespace, or in its namespace: `may_be`), each
+    saying why as its namespace was judged (`Elects.why`), and the Lease itself held by a holder whose renewal has not
+    expired by `now` (this machine's clock; a controller run some other way, a StatefulSet or a bare pod, holds it
+    too)."""
     why = []
     for d in deployments.get("items", []):
         where, found = f"deployment/{d['metadata']['name']} in {d['metadata']['namespace']}", controller_writers(d)
-        told = [ws for ws in found if writer in ws]
-        untold = [ws for ws in found if any("$(" in w and may_be(w, writer) for w in ws)]
+        told = [e for e in found if writer in e.writers]
+        untold = [e for e in found if any("$(" in w and may_be(w, writer) for w in e.writers)]
         if told:
             why.append(f"{where} runs a controller on Lease {_leases(told[0])}")
         elif untold:
-            why.append(f"{where} runs a controller on Lease {_leases(untold[0])}, which cannot be told here (its "
-                       "--shard, --lease-name or --lease-namespace takes a $(VAR) set from outside its args: a "
-                       f"ConfigMap, a Secret, envFrom), so it may be {writer}")
+            why.append(f"{where} runs a controller on Lease {' or '.join(untold[0].writers)}, which cannot be told "
+                       f"here ({untold[0].why}), so it may be {writer}")
     spec = (lease or {}).get("spec") or {}
     holder, renewed = spec.get("holderIdentity"), _seconds(spec.get("renewTime") or spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")
@@ -279,13 +324,11 @@ def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -
     return why
 
 
-def _leases(writers: tuple[str, ...]) -> str:
-    """A container's writers as `running_on` says them: two where its pod may mount no service-account token."""
-    if len(writers) == 1:
-        return writers[0]
-    return (f"{' or '.join(writers)} (with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the "
-            "namespace its service-account token names, else in gputide: a token the pod may not mount, "
-            "automountServiceAccountToken being false or left to its ServiceAccount)")
+def _leases(elects: Elects) -> str:
+    """A container's writers as `running_on` says them, with why where its namespace was not told alone (two where
+    its pod may mount no service-account token; gputide where it mounts none), as it was judged: a volume over the
+    namespace file was said to be a token not mounted."""
+    return " or ".join(elects.writers) + (f" ({elects.why})" if elects.why else "")
 
 
 def may_be(told: str, writer: str) -> bool:

@@ -579,9 +579,23 @@ TOKEN = {"name": "token", "projected": {"sources": [
     {"serviceAccountToken": {"path": "token"}},
     {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}
 ODD = {"name": "token", "configMap": {"name": "odd"}}   # its namespace file, if any, cannot be told here
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+MAY_MOUNT_NO_TOKEN = ("its pod may mount no service-account token (automountServiceAccountToken left to its "
+                      "ServiceAccount")
+MOUNTS_NO_TOKEN = "its pod mounts no service-account token (automountServiceAccountToken false)"
 
 
-NO_TOKEN = "automountServiceAccountToken being false or left to its ServiceAccount"
+def mounted(dep: dict, automount: bool | None, *mounts: tuple[dict, str, str | None]) -> dict:
+    """`dep` whose pod says `automount` (None: not said, left to its ServiceAccount) and whose container mounts each
+    (volume, mountPath, subPath) given."""
+    pod = dep["spec"]["template"]["spec"]
+    if automount is not None:
+        pod["automountServiceAccountToken"] = automount
+    for volume, path, sub in mounts:
+        pod["volumes"] = [*pod.get("volumes", []), volume]
+        pod["containers"][0]["volumeMounts"] = [*pod["containers"][0].get("volumeMounts", []), {
+            "name": volume["name"], "mountPath": path, "readOnly": True, **({"subPath": sub} if sub else {})}]
+    return dep
 
 
 def test_with_no_pod_namespace_a_pod_that_may_mount_no_token_may_elect_in_gputide(kube, capsys):
@@ -590,20 +604,14 @@ def test_with_no_pod_namespace_a_pod_that_may_mount_no_token_may_elect_in_gputid
     always: a team-b controller whose pod says automountServiceAccountToken: false, electing on
     gputide/gputide-controller, did not hold up that Lease's hand-over, which went ahead under it. Where the pod
     leaves it to its ServiceAccount (not read), either may be; a token mounted (or a hand-made projected one giving
-    the pod's namespace) is the pod's alone; another volume over the token's is the pod's namespace or none."""
+    the pod's namespace) is the pod's alone. Each refusal says why as it was judged: gputide alone for a token not
+    mounted (said with no reason before), either for one left to the ServiceAccount; none for the pod's own."""
     kube.add(without_pod_namespace("east", "team-b"))
-    for automount, volume, elects in ((None, None, ("team-b", "gputide")), (False, None, ("gputide",)),
-                                      (True, None, ("team-b",)), (False, TOKEN, ("team-b",)),
-                                      (True, ODD, ("team-b", "gputide"))):
-        dep = without_pod_namespace("east", "team-b")
-        pod = dep["spec"]["template"]["spec"]
-        if automount is not None:
-            pod["automountServiceAccountToken"] = automount
-        if volume is not None:
-            pod["volumes"] = [*pod.get("volumes", []), volume]
-            pod["containers"][0]["volumeMounts"] = [*pod["containers"][0].get("volumeMounts", []), {
-                "name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount/", "readOnly": True}]
-        replaced(kube, dep)
+    for automount, volume, elects, reason in ((None, None, ("team-b", "gputide"), MAY_MOUNT_NO_TOKEN),
+                                              (False, None, ("gputide",), MOUNTS_NO_TOKEN),
+                                              (True, None, ("team-b",), None), (False, TOKEN, ("team-b",), None)):
+        replaced(kube, mounted(without_pod_namespace("east", "team-b"), automount,
+                               *([(volume, SA_DIR + "/", None)] if volume else [])))
         said = " or ".join(f"{ns}/gputide-controller" for ns in elects)
         for ns in ("gputide", "team-b", "other"):
             code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns,
@@ -611,9 +619,12 @@ def test_with_no_pod_namespace_a_pod_that_may_mount_no_token_may_elect_in_gputid
             if ns not in elects:
                 assert code == 0 and err == "" and "would hand from " in out, (automount, volume, ns, err)
                 continue
-            assert f"deployment/east in team-b runs a controller on Lease {said}" in err, (automount, volume, ns, err)
-            assert (NO_TOKEN in err) == (len(elects) > 1), err
-    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")   # the last: either
+            told = f"deployment/east in team-b runs a controller on Lease {said}"
+            assert told + (f" (with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the namespace "
+                           f"that {SA_DIR}/namespace names, else in gputide: {reason}" if reason else
+                           ": a run now would be refused") in err, (automount, volume, ns, err)
+    replaced(kube, without_pod_namespace("east", "team-b"))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")   # left to it: either
     assert code == 1 and f"runs a controller on Lease team-b/gputide-controller or {OLD} (" in err, err
     assert out == "" and not writes(kube)
     # the shipped controller (its POD_NAMESPACE the pod's namespace) holds up its own namespace's alone, token or not
@@ -624,6 +635,89 @@ def test_with_no_pod_namespace_a_pod_that_may_mount_no_token_may_elect_in_gputid
     assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
     code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "team-b")
     assert code == 1 and "deployment/east in team-b runs a controller on Lease team-b/gputide-controller: " in err
+
+
+NAME_AS_NAMESPACE = {"name": "token", "projected": {"sources": [
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}
+
+
+@pytest.mark.parametrize("automount", [True, None, False], ids=["automount", "left", "no-automount"])
+@pytest.mark.parametrize("mounts, kind", [
+    ([(ODD, SA_DIR + "/", None)], "configMap"),
+    ([({"name": "token", "secret": {"secretName": "odd"}}, SA_DIR, None)], "secret"),
+    ([({"name": "token", "hostPath": {"path": "/etc/odd"}}, SA_DIR, None)], "hostPath"),
+    ([(NAME_AS_NAMESPACE, SA_DIR, None)], "projected"),
+    ([(TOKEN, SA_DIR, None), ({**ODD, "name": "odd"}, SA_DIR + "/namespace", "ns")], "configMap"),
+], ids=["configMap", "secret", "hostPath", "not-metadata.namespace", "configMap-key-over-a-token"])
+def test_a_volume_over_the_namespace_file_may_name_any_namespace(kube, capsys, automount, mounts, kind):
+    """A ConfigMap, a Secret, a hostPath (anything but a volume giving the pod's metadata.namespace there) mounted
+    over the service-account namespace file may name a third namespace, which `gputide run` with no POD_NAMESPACE
+    elects in. It was taken for the Deployment's namespace or gputide: a hand-over of team-c's Lease went ahead under
+    it, and the refusal of gputide's blamed automountServiceAccountToken ("false or left to its ServiceAccount"),
+    even where the pod mounts the token. Now any namespace, as a POD_NAMESPACE from a ConfigMap is, saying that
+    volume. The deepest mount decides: a ConfigMap key mounted at the file itself wins over a token's projected
+    directory."""
+    kube.add(mounted(without_pod_namespace("east", "team-b"), automount, *mounts))
+    name, path = mounts[-1][0]["name"], mounts[-1][1]
+    for ns in ("team-c", "gputide", "team-b"):
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns)
+        assert code == 1 and out == "" and not writes(kube), (ns, err)
+        assert (f"deployment/east in team-b runs a controller on Lease $(namespace file)/gputide-controller, which "
+                f"cannot be told here (with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the "
+                f"namespace that {SA_DIR}/namespace names, else in gputide, and its volume {name} ({kind}) mounted "
+                f"over it at {path} may put any namespace there), so it may be {ns}/gputide-controller: stop it") in err
+        assert "automountServiceAccountToken" not in err, err
+    code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller", "--namespace", "team-c")
+    assert code == 0 and err == "", err   # its Lease's name is told: gputide-controller's alone
+
+
+@pytest.mark.parametrize("automount, mounts, elects", [
+    (True, [({"name": "run", "emptyDir": {}}, "/var/run", None)], ("team-b",)),
+    (False, [({"name": "run", "emptyDir": {}}, "/var/run", None)], None),
+    (None, [({"name": "run", "emptyDir": {}}, "/var/run", None)], None),
+    (None, [({"name": "run", "emptyDir": {}}, "/var/run", None), ({"name": "secrets", "projected": {"sources": [
+        {"downwardAPI": {"items": [{"path": "kubernetes.io/serviceaccount/namespace",
+                                    "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}, "/var/run/secrets", None)],
+     ("team-b",)),
+    (True, [(TOKEN, SA_DIR, None), ({"name": "run", "emptyDir": {}}, "/var/run", None)], ("team-b",)),
+], ids=["emptyDir-under-a-token", "emptyDir-no-token", "emptyDir-token-left", "projected-over-an-emptyDir",
+        "token-and-emptyDir"])
+def test_the_deepest_mount_over_the_namespace_file_decides(kube, capsys, automount, mounts, elects):
+    """The kubelet mounts a deeper path over a shallower one: an emptyDir at /var/run under a mounted token (the
+    token's directory, deeper) reads the token's namespace, the pod's alone (it was taken for either, refusing
+    gputide's hand-over as well); with no token mounted (or one that may not be) the emptyDir is the file's, which
+    another container may write: any namespace. A projected volume giving the pod's namespace at the file's place,
+    mounted over that emptyDir, is the pod's."""
+    kube.add(mounted(without_pod_namespace("east", "team-b"), automount, *mounts))
+    for ns in ("team-b", "gputide", "team-c"):
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns,
+                                   "--dry-run")
+        if elects is None or ns in elects:
+            said = "team-b/gputide-controller: " if elects else "$(namespace file)/gputide-controller, which cannot"
+            assert code == 0 and f"deployment/east in team-b runs a controller on Lease {said}" in err, (ns, err)
+        else:
+            assert code == 0 and err == "" and "would hand from " in out, (ns, err)
+
+
+def test_a_native_sidecar_controller_holds_up_its_lease(kube, capsys):
+    """A `gputide run` as a native sidecar (an initContainer with restartPolicy Always) runs beside the pod's
+    containers for its life: only `containers` were read, and a hand-over went ahead under it. A plain initContainer
+    runs to its end before the containers start: no controller that goes on writing, no refusal."""
+    dep = controller("east", "gputide")
+    pod = dep["spec"]["template"]["spec"]
+    sidecar = {**pod["containers"][0], "name": "gputide", "restartPolicy": "Always"}
+    pod["initContainers"], pod["containers"] = [sidecar], [{"name": "app", "image": "nginx", "args": ["run"]}]
+    kube.add(dep)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and out == "" and not writes(kube), err
+    assert f"deployment/east in gputide runs a controller on Lease {OLD}: stop it first" in err, err
+    for restart in ("OnFailure", None):   # a plain initContainer (none may say another restartPolicy; read alike)
+        sidecar.pop("restartPolicy")
+        if restart:
+            sidecar["restartPolicy"] = restart
+        replaced(kube, dep)
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
+        assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, (restart, err)
 
 
 def test_a_later_env_entry_from_outside_replaces_an_earlier_literal(kube, capsys):
