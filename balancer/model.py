@@ -261,7 +261,8 @@ class ClusterSnapshot:
 def placed(snap: ClusterSnapshot, owner: str, workload_class: WorkloadClass | None = None) -> bool:
     """Whether a pod of `owner` (of `workload_class`; None: any) is placed on a GPU: a service running is not gone,
     whatever its series say. The forecaster counts any of its pods (`forecast.service._running_unread`: one served by a
-    StatefulSet without the workload-class label is BATCH); the capacity planner asks for its inference pods
+    StatefulSet without the workload-class label is BATCH unless a --services profile names its owner:
+    `KubernetesWorkloads.services`); the capacity planner asks for its inference pods
     (`capacity_loop.unseen_services`), and `owner` "" there: some inference pod has no owner. One function for both:
     the forecaster's copy and the planner's had drifted apart only by that filter. Here, not in the forecaster's
     module, which the planner would import with every forecasting model and pandas for it."""

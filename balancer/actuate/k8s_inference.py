@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import NoReturn
 
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S
 from balancer.actuate.k8s_deploy_record import (
@@ -139,8 +140,18 @@ class InferenceScaling:
         A count already at `want` (the same action tried again after a write that got no answer) is left as it is.
         With `floor_owner`, the operator's count is recorded before each write (`_keep_record`): a lowering whose
         record cannot be written is not made, a raise is made anyway; one back at the operator's own count drops its
-        record after."""
+        record after.
+        No Deployment of that name (a StatefulSet's service, an operator's, profiled: `k8s_pods.servable` makes its
+        pods inference) is refused: gputide scales no other kind but through an HPA's floor."""
         what, seen = f"deployment {ns}/{name}", {}
+
+        def read() -> Json:
+            try:
+                return self.api(what, self.api.apps.read_namespaced_deployment, name, ns)
+            except NotFoundError:   # a 404 said only "not found", every cooldown: say what gputide scales
+                self._refuse(f"no HPA targets {ns}/{name} and there is no Deployment {ns}/{name}: not scaled "
+                             "(gputide scales a Deployment or floors an HPA: give a StatefulSet's or an operator's "
+                             "service an HPA, or leave it out of the profiles)")
 
         def change(d: Json) -> Json | None:
             owner = controller_name(d)
@@ -159,9 +170,7 @@ class InferenceScaling:
                 seen["own"] = self._keep_record(d, want)
             return {"spec": {"replicas": want}}
 
-        self.api.update(
-            what, lambda: self.api(what, self.api.apps.read_namespaced_deployment, name, ns),
-            lambda body: self._patch_scale(what, ns, name, body), change)
+        self.api.update(what, read, lambda body: self._patch_scale(what, ns, name, body), change)
         if seen.get("own") == want:   # the operator's own count again: nothing of gputide's to give back
             self._forget_record(ns, name, want)
         return f"{ns}/{name} replicas = {want}" + (" (already)" if seen["now"] == want else "")
@@ -248,7 +257,7 @@ class InferenceScaling:
                     if attempt == self.api.max_retries:
                         raise
 
-    def _refuse(self, why: str) -> None:
+    def _refuse(self, why: str) -> NoReturn:
         """Refuse the action (FAILED, code "refused"), logging `why` at WARNING the first time only: the loop reports
         every FAILED result already (its log line, the audit, gputide_actuation_errors_total{code="refused"})."""
         if why not in self.refusals:

@@ -43,6 +43,24 @@ def test_a_profiled_statefulsets_pod_is_inference_and_an_unprofiled_ones_stays_b
     assert classes(api) == {"serving/chat-0": ("chat", BATCH), "serving/cache-0": ("cache", BATCH)}
 
 
+def operators(name: str, namespace: str, kind: str, owner: str) -> dict:
+    made = pod(name, namespace, gpus=1, owner=(kind, owner))
+    if kind == "InferenceService":
+        made["metadata"]["ownerReferences"][0]["apiVersion"] = "serving.kserve.io/v1beta1"
+    return made
+
+
+@pytest.mark.parametrize("kind", ["InferenceService", "ReplicaSet"], ids=["an-operators", "a-bare-replicaset"])
+def test_a_profiled_services_pod_of_any_other_controller_is_inference_too(kube: FakeKube, api, kind):
+    """Not StatefulSets alone: a pod an operator's resource controls (a KServe InferenceService run in raw mode), or
+    a ReplicaSet no Deployment made (no `pod-template-hash`: its own name is the owner), is its profiled service's
+    replica; unprofiled, batch as before."""
+    kube.add(operators("chat-0", "serving", kind, "chat"))
+    kube.add(operators("cache-0", "serving", kind, "cache"))
+    assert classes(api, ("chat",)) == {"serving/chat-0": ("chat", INF), "serving/cache-0": ("cache", BATCH)}
+    assert classes(api) == {"serving/chat-0": ("chat", BATCH), "serving/cache-0": ("cache", BATCH)}
+
+
 @pytest.mark.parametrize(("made", "expected"), [
     (lambda: stateful("chat-batch-0", "serving", "chat", {"gputide.io/workload-class": "batch"}), BATCH),
     (lambda: stateful("chat-train-0", "serving", "chat", {"gputide.io/workload-class": "training"}),
