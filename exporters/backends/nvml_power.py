@@ -12,10 +12,13 @@ a GPU back only while it runs at the cap gputide set, as clamped here. A GPU's d
 constants of the board, asked once under this initialisation (by the first ``power_limits()`` or Set: `_constant`):
 a limit read asks NVML for the current limit alone, a Set for it and the Set (before: three calls and four, each
 under the reads' deadline on a slow GPU); NVML initialised again builds this anew, and asks them again. A board
-that answers NotSupported for one has none, for the whole initialisation: remembered as such (its minimum reads
-NaN, its default NaN with its limit, a Set on it refused), not asked at every read. Asked again: a transient error
-(a timeout, Unknown, a lost GPU), and an answer no board gives (a default at or below 0, a range whose minimum is at
-or below 0 or above its maximum), used for that call as it is, rather than kept until NVML is initialised again.
+that answers NotSupported for one has none: remembered as such (its minimum reads NaN, its default NaN with its
+limit, a Set on it refused, `RememberedNotSupported`), not asked at every read, for `NOT_SUPPORTED_TTL_S` at most:
+a GPU in recovery (an XID, a reset: NVML is not initialised again) may answer it for a while, and kept for the whole
+initialisation it read NaN (every sync failed, a cap never given back) and refused every Set until the agent
+restarted. Asked again: a transient error (a timeout, Unknown, a lost GPU), and an answer no board gives (a default
+at or below 0, a range whose minimum is at or below 0 or above its maximum), used for that call as it is, rather than
+kept until NVML is initialised again.
 
 NVML itself stopping (`exporters.backends.nvml_init`: uninitialised, the driver unloaded or reloaded) is no one
 GPU's refusal: told to the backend's `NvmlInit.lost`, it ends the call. ``power_limits()`` then raises
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -63,10 +67,17 @@ STUCK = ("its read or an earlier call is stuck inside NVML (a GPU in recovery?):
          "once it returns")
 LATE = ("its power-limit Set has not returned in time (a GPU in recovery?): pending, judged from what it returns "
         "once it does")
+NOT_SUPPORTED_TTL_S = 600.0   # how long a NotSupported default limit or range is remembered before it is asked again
 
 
 class Moved(Exception):
     """A Set not made: the GPU's limit is no longer the one the agent's decision used (`NvmlPowerCaps._set`)."""
+
+
+class RememberedNotSupported(Exception):
+    """NVML's NotSupported for a GPU's default limit or range, raised again from memory (`NvmlPowerCaps._constant`)
+    rather than from a call: not NVML's own error, so a refusal says how old the answer is and when it is asked
+    again."""
 
 
 # `GpuReads.call` with what the calls are named: each job in its GPU's own job, by key (`.result` or `.error` once
@@ -76,10 +87,11 @@ Call = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, Any]]
 
 class NvmlPowerCaps:
     """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`); `late_sets`: the pending Sets of the
-    previous initialisation's `NvmlPowerCaps` (`returned_sets` still answers what they returned)."""
+    previous initialisation's `NvmlPowerCaps` (`returned_sets` still answers what they returned); `clock`: the
+    monotonic clock a remembered NotSupported ages on (`time.monotonic`)."""
 
     def __init__(self, nvml: Any, handles: Mapping[str, Any], init: NvmlInit, *,
-                 late_sets: Mapping[str, Any] | None = None) -> None:
+                 late_sets: Mapping[str, Any] | None = None, clock: Callable[[], float] | None = None) -> None:
         self.nvml, self.init = nvml, init
         self.handles = dict(handles)
         self.gone = init.gone
@@ -87,6 +99,8 @@ class NvmlPowerCaps:
         self._late_sets: dict[str, Any] = dict(late_sets or {})   # Sets past their deadline (pending): outcomes
         self._used: dict[str, float] = {}   # the limit each GPU read at the last `power_limits`: the agent's decision's
         self._constants: dict[tuple[str, str], Any] = {}   # (GPU, NVML function) -> its answer: `_constant`
+        self._not_supported: dict[tuple[str, str], float] = {}   # (GPU, NVML function) -> when it said NotSupported
+        self.clock = clock or time.monotonic
 
     def apply_power_caps(self, caps: Mapping[str, float], *, call: Call,
                          stuck: Collection[str] = ()) -> dict[str, float]:
@@ -187,7 +201,7 @@ class NvmlPowerCaps:
                 continue
             if isinstance(one.error, self.gone):
                 self.init.lost(one.error)
-            elif not isinstance(one.error, self.nvml.NVMLError | Moved):
+            elif not isinstance(one.error, self.nvml.NVMLError | Moved | RememberedNotSupported):
                 raise one.error
         return done, {uuid: one for uuid, one in ran.items() if one.late}
 
@@ -198,14 +212,14 @@ class NvmlPowerCaps:
                                self._constant(uuid, "nvmlDeviceGetPowerManagementDefaultLimit", h) / 1000.0)
         except self.gone:
             raise
-        except nvml.NVMLError:
+        except (nvml.NVMLError, RememberedNotSupported):
             return PowerLimit(math.nan, math.nan)
         try:
             return limit._replace(min_w=self._constant(uuid, "nvmlDeviceGetPowerManagementLimitConstraints", h)[0]
                                   / 1000.0)
         except self.gone:
             raise
-        except nvml.NVMLError:
+        except (nvml.NVMLError, RememberedNotSupported):
             return limit
 
     def _constant(self, uuid: str, fn: str, h: Any) -> Any:
@@ -213,23 +227,34 @@ class NvmlPowerCaps:
         first asked under this initialisation (the backend builds this object anew at each, so a reloaded driver's
         are asked again), by a limit read or a Set. Each asked both every time before: a Set four calls where two do,
         a limit read three where one does, on a slow GPU all of them under the reads' deadline. NotSupported is
-        remembered too, and raised again without a call: the board has none until NVML is reset (asked at every
-        read, such a GPU took two calls where one does). Any other error (a timeout, a lost GPU: it may pass) is not
-        remembered, nor an answer no board gives (`_plausible`): kept, it refused every Set until a re-init."""
+        remembered too, and raised again without a call (`RememberedNotSupported`, saying how old): the board has
+        none until NVML is initialised again, or the time-to-live `NOT_SUPPORTED_TTL_S` passes (a GPU in recovery
+        may answer it for a while; asked at every read, such a GPU took two calls where one does). Any other error
+        (a timeout, a lost GPU: it may pass) is not remembered, nor an answer no board gives (`_plausible`): kept,
+        it refused every Set until a re-init."""
         key = (uuid, fn)
+        said = self._not_supported.get(key)
+        if said is not None:
+            age = self.clock() - said
+            if age < NOT_SUPPORTED_TTL_S:
+                raise RememberedNotSupported(
+                    f"NotSupported for its {_WHAT[fn]}, remembered from {age:.0f} s ago (not asked again for "
+                    f"{NOT_SUPPORTED_TTL_S:.0f} s): not set, NVML asked again in {NOT_SUPPORTED_TTL_S - age:.0f} s")
+            del self._not_supported[key]
         if key not in self._constants:
             try:
                 value = getattr(self.nvml, fn)(h)
-            except self.nvml.NVMLError_NotSupported as e:
-                self._constants[key] = e
+            except self.nvml.NVMLError_NotSupported:
+                self._not_supported[key] = self.clock()
                 raise
             if not _plausible(fn, value):
                 return value
             self._constants[key] = value
-        value = self._constants[key]
-        if isinstance(value, BaseException):
-            raise value.with_traceback(None)
-        return value
+        return self._constants[key]
+
+
+_WHAT = {"nvmlDeviceGetPowerManagementDefaultLimit": "default limit",
+         "nvmlDeviceGetPowerManagementLimitConstraints": "limit's allowed range"}
 
 
 def _plausible(fn: str, value: Any) -> bool:

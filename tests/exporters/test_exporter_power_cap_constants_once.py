@@ -3,14 +3,17 @@
 Set asked NVML four times (the limit, its range, the default, the Set), on a slow GPU four slow calls under the
 reads' deadline where two do. The limit read, every sync, uses the same: one call a GPU (its limit now), not three.
 NVML initialised again asks them again (a reloaded driver may say otherwise of the board). A board without one
-(NotSupported) is asked once too; a transient error and an answer no board gives are asked again."""
+(NotSupported) is asked once too, until its time-to-live passes (a GPU in recovery may answer it for a while); a
+transient error and an answer no board gives are asked again."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
+from exporters.backends import nvml_power
 from exporters.backends.fake_nvml import (
     FakeDevice,
     FakeNvml,
@@ -20,7 +23,9 @@ from exporters.backends.fake_nvml import (
     NVMLError_Timeout,
 )
 from exporters.backends.nvml import NvmlBackend
+from exporters.backends.nvml_power import NOT_SUPPORTED_TTL_S
 from exporters.power_caps import PowerCapError
+from tests.cli.test_cli_health import Clock
 
 LIMIT, SET = "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceSetPowerManagementLimit"
 DEFAULT, RANGE = "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetPowerManagementLimitConstraints"
@@ -32,6 +37,14 @@ def node() -> tuple[FakeNvml, NvmlBackend]:
     gpus = [FakeDevice(uuid="GPU-0", minor=0), FakeDevice(uuid="GPU-1", minor=1, bus_id="00000000:2A:00.0")]
     nvml = FakeNvml(gpus)
     return nvml, NvmlBackend(nvml, hostname="n1")
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The monotonic clock a remembered NotSupported ages on (`NvmlPowerCaps.clock`), moved by the test."""
+    clock = Clock()
+    monkeypatch.setattr(nvml_power, "time", SimpleNamespace(monotonic=clock))
+    return clock
 
 
 def asked(nvml: FakeNvml, since: int) -> list[tuple[str, str]]:
@@ -171,3 +184,60 @@ def test_a_bogus_default_clamps_that_set_alone():
     assert NVMLError_InvalidArgument.__name__ in refused.value.refused["GPU-0"]
     nvml.devices[0].default_limit_mw = 700 * W
     assert backend.apply_power_caps({"GPU-0": 300.0}) == {"GPU-0": 300.0}   # was refused until a re-init
+
+
+def test_a_default_nvml_does_not_support_for_a_while_is_asked_again_after_its_time_to_live(clock):
+    """A GPU in recovery (an XID, a reset: NVML is not initialised again) answered NotSupported for its default:
+    remembered for the whole initialisation, its limit read NaN at every sync (the agent failed each, never gave a
+    cap back) until the agent restarted."""
+    nvml, backend = node()
+    nvml.devices[1].fail[DEFAULT] = NVMLError_NotSupported
+    assert math.isnan(backend.power_limits()["GPU-1"].default_w)
+    del nvml.devices[1].fail[DEFAULT]   # recovered
+    clock.now += NOT_SUPPORTED_TTL_S - 1
+    n = len(nvml.asked)
+    assert math.isnan(backend.power_limits()["GPU-1"].default_w)   # still remembered: not asked
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]
+    clock.now += 1
+    n = len(nvml.asked)
+    assert backend.power_limits()["GPU-1"] == (700.0, 700.0, 200.0)
+    assert asked(nvml, n) == sorted([(LIMIT, "GPU-0"), (LIMIT, "GPU-1"), (DEFAULT, "GPU-1"),   # asked again, kept
+                                     (RANGE, "GPU-1")])   # not asked while its default was NotSupported
+    n = len(nvml.asked)
+    backend.power_limits()
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]
+
+
+def test_a_set_refused_from_a_remembered_range_says_so_and_one_after_its_time_to_live_is_made(clock):
+    nvml, backend = node()
+    nvml.devices[0].fail[RANGE] = NVMLError_NotSupported
+    backend.power_limits()
+    del nvml.devices[0].fail[RANGE]   # recovered: remembered, every Set on it was refused until the agent restarted
+    clock.now += 60
+    backend.power_limits()
+    n = len(nvml.asked)
+    with pytest.raises(PowerCapError) as refused:
+        backend.apply_power_caps({"GPU-0": 300.0})
+    assert asked(nvml, n) == [(LIMIT, "GPU-0")]   # the range not asked
+    why = refused.value.refused["GPU-0"]
+    assert "NotSupported" in why and "remembered from 60 s ago" in why and "asked again in 540 s" in why, why
+    clock.now += NOT_SUPPORTED_TTL_S - 60
+    backend.power_limits()
+    n = len(nvml.asked)
+    assert backend.apply_power_caps({"GPU-0": 300.0}) == {"GPU-0": 300.0}
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]   # the range asked again by the read, and kept
+    assert nvml.devices[0].limit_mw == 300 * W
+
+
+def test_a_board_with_a_fixed_limit_is_a_board_and_kept():
+    """A range whose minimum is its maximum (a board whose limit cannot be changed) is one a board gives: kept, not
+    asked at every read, and a Set clamps to it."""
+    nvml, backend = node()
+    nvml.devices[0].min_limit_mw = 700 * W
+    backend.power_limits()
+    n = len(nvml.asked)
+    assert backend.power_limits()["GPU-0"] == (700.0, 700.0, 700.0)
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]
+    n = len(nvml.asked)
+    assert backend.apply_power_caps({"GPU-0": 300.0}) == {"GPU-0": 700.0}
+    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]
