@@ -56,14 +56,15 @@ expires, after which the pod plans afresh with the room already made. Each such 
 still make room for it there (`makes_room`): a pod of higher priority may have been bound in the room made (the
 hold is not held against it), or hold it; then none is evicted any more, the node is given back and the pod's
 nomination cleared (`k8s_holds`), and it plans afresh at the next pass. An eviction that got no answer (a timeout, a
-connection reset) may have landed: where the preemption goes on, its victim is left to evict, remembered by uid for
-the rest of the preemption in the replica's term (`Preemptor._unsure`); found terminating or gone by a later pass, it
-is counted and said as evicted, with its Event `Preempted` (`Evictions`), while a victim the replica never asked to
-evict is not.
+connection reset; or a retry's 404 or 409 after such a try) may have landed: where the preemption goes on, its victim
+is left to evict, remembered by uid for the rest of the preemption in the replica's term (`Preemptor._unsure`); found
+terminating or gone by a later pass (not finished on its own), it is counted and said as evicted, with its Event
+`Preempted` (`Evictions`), while a victim the replica never asked to evict is not.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
     HOT_UNTIL_ANNOTATION,
     MERGE_PATCH,
+    ConflictError,
     NotFoundError,
     _Api,
     parse_time,
@@ -571,12 +573,13 @@ class Preemptor:
         are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
         (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
         bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
-        this replica asked and got no answer to (`_unsure`) and that is gone from `running` now was evicted by it
-        (`Evictions.went`); one it never asked to evict (another leader's term, an owner deleting it) is not."""
+        this replica asked and got no answer to (`_unsure`) and that is no longer among `running` was evicted by it
+        (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own;
+        one it never asked to evict (another leader's term, an owner deleting it) is not."""
         left = entry.get(LEFT) or ()
         done = self._evict(req["name"], node, [(k, ()) for k in left if k in running])
         for k in left:
-            if k not in running and self._landed(req["name"], node, k):
+            if k not in running and self._went(req["name"], node, k):
                 done.evicted.append(k)
                 done.went.append(k)
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
@@ -657,15 +660,11 @@ class Preemptor:
         landed: `_landed`). Only the pod of its
         name on `node`, the one read (its uid a precondition, `k8s_migrate.eviction`): one made again under its name
         since (a StatefulSet's) runs elsewhere and frees nothing here, so it is not evicted (NotFoundError, gone
-        from the node; 409 when it takes the name between the read and the eviction). An eviction that gets no
-        answer (every try unanswered, `_Api.writes`) is remembered by the uid read (`_unsure`), until a later read
-        of the victim tells whether it landed."""
-        ns, name = victim.split("/", 1)
-        pod = self.api(f"pod {victim}", self.api.core.read_namespaced_pod, name, ns, halt=self.halted)
+        from the node; 409 when it takes the name between the read and the eviction). An eviction that may have
+        landed unseen is remembered by the uid read (`_ask`, `_unsure`), until a later read of the victim tells
+        whether it did."""
+        pod = self._read(node, victim)
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        if spec.get("nodeName") != node:
-            raise NotFoundError(f"pod {victim}: no longer on {node} (a pod of its name is on "
-                                f"{spec.get('nodeName') or 'no node'}): not evicted", 404)
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
         self._forget(key, node, victim)   # still running: an eviction asked earlier did not land
@@ -673,19 +672,65 @@ class Preemptor:
         # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
         # and the next leader may be placing on this node already
         self._leads(key, node)
-        what = f"evict pod {victim}"
-        with self.api.writes() as unanswered:
-            try:
-                self.api(what, self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
-                         retry_throttled=False, halt=self.halted)
-            except ActuationError:
-                if what in unanswered and meta.get("uid"):   # it may have landed: told by the victim's next read
-                    self._unsure.setdefault((key, node), {})[victim] = meta["uid"]
-                raise
+        self._ask(key, node, victim, pod)
         for b in budgets:   # the eviction used one of each budget's disruptions
             self._spent[b] = self._spent.get(b, 0) + 1
         self._preempted(key, node, victim)
         return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace)), True
+
+    def _ask(self, key: str, node: str, victim: str, pod: Json) -> None:
+        """Ask `victim`'s eviction for `key` on `node` (`pod` as read: its uid a precondition). Where it fails yet
+        may have landed unseen, it is remembered by that uid (`_unsure`) until a later read of the victim tells:
+        every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer: what a landed
+        earlier try leaves (the pod gone; terminating, or made again under its name), which `writes` takes for a
+        definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the next pass."""
+        ns, name = victim.split("/", 1)
+        what, real, doubt = f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, [False]
+        with self.api.writes() as unanswered:
+            @functools.wraps(real)   # keeps its name: `_Api` knows a write by it
+            def evict(*args: Any, **kwargs: Any) -> Any:
+                doubt[0] = doubt[0] or what in unanswered   # a try after one that got no answer
+                return real(*args, **kwargs)
+
+            try:
+                self.api(what, evict, name, ns, eviction(pod), retry_throttled=False, halt=self.halted)
+            except ActuationError as err:
+                unsure = what in unanswered or doubt[0] and isinstance(err, NotFoundError | ConflictError)
+                if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
+                    self._unsure.setdefault((key, node), {})[victim] = uid
+                raise
+
+    def _read(self, node: str, victim: str) -> Json:
+        """`victim` read: the pod of its name on `node` (NotFoundError: none, or one made again elsewhere since)."""
+        ns, name = victim.split("/", 1)
+        pod = self.api(f"pod {victim}", self.api.core.read_namespaced_pod, name, ns, halt=self.halted)
+        if (where := (pod.get("spec") or {}).get("nodeName")) != node:
+            raise NotFoundError(f"pod {victim}: no longer on {node} (a pod of its name is on "
+                                f"{where or 'no node'}): not evicted", 404)
+        return pod
+
+    def _went(self, key: str, node: str, victim: str) -> bool:
+        """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there
+        (bound, not finished), left through this replica's eviction that got no answer (`_unsure`), as a read of it
+        now says (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted
+        (`deletionTimestamp`). One found finished on its own (Succeeded, Failed: the pass's bound pods leave such
+        pods out) was not evicted: that eviction did not land, and it is forgotten uncounted, as one found still
+        running is. A read that fails leaves the doubt to the next pass. False for a victim it never asked to evict
+        (not read)."""
+        if victim not in self._unsure.get((key, node), {}):
+            return False
+        try:
+            meta = self._read(node, victim).get("metadata") or {}
+        except NotFoundError:
+            return self._landed(key, node, victim)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot read %s, evicted for %s without an answer: %s", self.scheduler_name,
+                        victim, key, err)
+            return False
+        if meta.get("deletionTimestamp"):
+            return self._landed(key, node, victim, meta.get("uid") or "")
+        self._forget(key, node, victim)   # finished on its own, or running on unseen: not evicted
+        return False
 
     def _landed(self, key: str, node: str, victim: str, uid: str | None = None) -> bool:
         """Whether `victim`'s eviction for `key` on `node`, asked by this replica in this term without an answer

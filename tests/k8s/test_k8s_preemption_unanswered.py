@@ -3,7 +3,10 @@ evict on the reservation, and the next pass, finding it terminating or gone, cou
 (`preempted`, gputide_scheduler_preempted_pods_total) with its Event `Preempted`. It was neither: the pass took it for
 one terminating already (another leader's eviction, or its owner's deletion) or dropped it gone, so the scheduler
 counted fewer pods than it evicted. A victim it never asked to evict (its owner deleting it), or asked in an earlier
-term (another leader may have evicted it since, and counted it), is still not counted. Against the fake API server."""
+term (another leader may have evicted it since, and counted it), is still not counted; nor is one that finished on
+its own, one made again under its name, or one found running (the eviction did not land) and deleted by its owner
+later. A retry answered 404 or 409 after a try that got no answer is what a landed try leaves: that victim is judged
+the same way. Against the fake API server."""
 
 from __future__ import annotations
 
@@ -132,3 +135,101 @@ def test_the_unanswered_evictions_of_a_preemption_that_ended_are_forgotten(kube:
         clock.advance(sched.holds.preemptor.reserve_s + 1)
     sched.schedule_once()
     assert sched.holds.preemptor._unsure == {}
+
+
+def test_a_victim_finished_on_its_own_after_an_unanswered_eviction_is_not_counted(kube: FakeKube, api, clock):
+    """low-2's unanswered eviction did not land, and its Job pod then finished on its own (Succeeded: no longer among
+    the pods the pass lists bound, yet not gone): no eviction of this replica's made it leave, so it is neither
+    counted nor said preempted, nor evicted again."""
+    sched, tries = first_pass(kube, api, clock, lambda: None)          # not carried out: low-2 runs on
+    kube.mutate("pods", "low-2", "default", {"status": {"phase": "Succeeded"}})
+    kube.inject("POST", r"/pods/low-3/eviction$", 429)
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert sched.preempted == [] and events(kube, "low-2") == [] and len(tries) == 4
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-3"]
+    assert sched.holds.preemptor._unsure == {}                         # resolved: it did not land
+
+
+def test_a_pod_made_again_under_the_victims_name_and_terminating_is_not_counted(kube: FakeKube, api, clock):
+    """low-2's unanswered eviction did not land; its owner deleted it and made it again under its name on the same
+    node (a StatefulSet's), and the new pod (another uid) is terminating: that eviction did not touch it, so it is
+    not counted (waited for all the same, as one terminating already)."""
+    sched, _ = first_pass(kube, api, clock, lambda: None)
+    kube.delete("pods", "low-2", "default")
+    kube.add(bound("low-2", "a", 4, 2))                                # a new uid
+    terminate(kube, clock, "low-2")
+    kube.inject("POST", r"/pods/low-3/eviction$", 429)
+    clock.advance(5)
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert sched.preempted == [] and events(kube, "low-2") == []
+    held = reservations(kube, "a")["default/urgent"]
+    assert held["victims"] == ["default/low-3"] and held["evicted"] == ["default/low-2"]
+
+
+@pytest.mark.parametrize("deleted", ["terminating", "gone"])
+def test_a_victim_refused_again_after_an_unanswered_eviction_then_deleted_by_its_owner_is_not_counted(
+        kube: FakeKube, api, clock, deleted):
+    """low-2 found still running after its unanswered eviction: that eviction did not land, and the doubt is
+    dropped. Evicted again, it is refused (429, a budget); its owner then deletes it: no eviction of this replica's
+    made it leave, so it is not counted, while low-3, evicted then, is."""
+    sched, tries = first_pass(kube, api, clock, lambda: None)
+    del sched.api.core.create_namespaced_pod_eviction                  # the client's own again: answered
+    kube.inject("POST", r"/pods/low-2/eviction$", 429)
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [] and len(kube.calls("POST", r"/pods/low-2/eviction$")) == 1
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-2", "default/low-3"]
+
+    if deleted == "terminating":
+        terminate(kube, clock, "low-2")
+    else:
+        kube.delete("pods", "low-2", "default")
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-3", "a")] and events(kube, "low-2") == []
+
+
+def answer_lost(sched: SecondaryScheduler, victim: str, landed) -> None:
+    """The first try of the eviction of `victim` is carried out (`landed()`: what the API server did) and times out
+    reading the answer; the retries reach the API server."""
+    real, tries = sched.api.core.create_namespaced_pod_eviction, []
+
+    @functools.wraps(real)
+    def evict(*args, **kwargs):
+        if args[0] != victim or tries:
+            return real(*args, **kwargs)
+        tries.append(True)
+        landed()
+        raise urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out. (read timeout=10.0)")
+
+    sched.api.core.create_namespaced_pod_eviction = evict
+
+
+def test_a_retry_answered_404_after_an_unanswered_try_counts_the_victim_as_evicted(kube: FakeKube, api, clock):
+    """low-2's first try landed (the pod gone at once) unanswered; the retry finds no pod (404): the eviction was
+    this replica's, counted and said, with nothing to wait for."""
+    three_victims(kube)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    answer_lost(sched, "low-2", lambda: kube.delete("pods", "low-2", "default"))
+    assert sched.schedule_once() == {"default/urgent": None}
+    assert sched.preempted == [("default/low-1", "a"), ("default/low-2", "a"), ("default/low-3", "a")]
+    assert events(kube, "low-2") == [("Preempted", "Preempted by default/urgent on node a")]
+    assert len(kube.calls("POST", r"/pods/low-2/eviction$")) == 1      # the retry
+    assert "default/low-2" not in reservations(kube, "a")["default/urgent"].get("evicted", [])
+
+
+def test_a_retry_answered_409_after_an_unanswered_try_leaves_it_to_the_next_pass(kube: FakeKube, api, clock):
+    """low-2's first try landed (the pod terminating) unanswered; the retry is refused (409): the next pass, finding
+    low-2 terminating, counts it as this replica's eviction."""
+    three_victims(kube)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    answer_lost(sched, "low-2", lambda: terminate(kube, clock, "low-2"))
+    kube.inject("POST", r"/pods/low-2/eviction$", 409)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-1", "a")] and events(kube, "low-2") == []
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-2", "default/low-3"]
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-2", "a"), ("default/low-3", "a")]
+    assert events(kube, "low-2") == [("Preempted", "Preempted by default/urgent on node a")]
