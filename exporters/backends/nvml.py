@@ -573,10 +573,10 @@ class NvmlBackend:
 
     def power_limits(self) -> dict[str, PowerLimit]:
         """Each GPU's power management limit now and its default, in watts (one NVML call a GPU: the default and
-        allowed range are asked once per initialisation, a NotSupported answer included; again after a transient
-        error or an answer no board gives, `NvmlPowerCaps._constant`); while NVML does not answer, one
-        attempt to initialise it again, and `TargetUnavailable` if it fails. A GPU whose read is stuck in NVML reads NaN
-        (unread: the agent judges nothing on it) without asking NVML."""
+        allowed range are asked once per initialisation, a NotSupported answer for at most `NOT_SUPPORTED_TTL_S`;
+        again after a transient error or an answer no board gives, `NvmlPowerCaps._constant`); while NVML does not
+        answer, one attempt to initialise it again, and `TargetUnavailable` if it fails. A GPU whose read is stuck in
+        NVML reads NaN (unread: the agent judges nothing on it) without asking NVML."""
         with self._lock:
             if not self._answers():
                 raise TargetUnavailable(self._init.why())
