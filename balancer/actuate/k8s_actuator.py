@@ -35,7 +35,9 @@ action reaches the cluster:
                     ScaledObject) is refused (FAILED): its owner writes the floor back.
                     So is a Deployment no HPA scales that another controller keeps (a controlling ownerReference: a
                     KServe InferenceService, an operator's custom resource), read first (get): its owner writes
-                    `spec.replicas` back. Each refusal is logged once (WARNING) while it lasts, then at DEBUG.
+                    `spec.replicas` back. So is a service with neither (a StatefulSet's or an operator's, profiled
+                    with --services): nothing gputide can scale. Each refusal is logged once (WARNING) while it
+                    lasts, then at DEBUG.
                     A Deployment's scale is lowered only while its `spec.replicas` is still the action's
                     `previous_replicas`, with the resourceVersion read: a count someone else set since the plan (an
                     operator's scale-up for a spike) is theirs, the plan stale (RETRY, code 409, nothing written); a
