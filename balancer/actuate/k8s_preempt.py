@@ -126,16 +126,20 @@ def stop_labelled(node: Json) -> bool:
 class Evictions:
     """What a preemption's evictions did: the victims evicted, found terminating already (not evicted again: an
     earlier term's eviction, the Lease lost before it was written down, or their owner deleting them), found gone
-    already, and left (from the one that failed, or where `halted()` stopped them, on), the error that stopped them,
-    the reservation holding the node for the pod afterwards, and when the grace periods of the victims evicted or
-    terminating end. Those terminating already were counted and said as evicted (`k8s_holds`: `preempted`,
+    already, and left (from the one that failed, or where `halted()` stopped them, on; in `Preemptor.resume` also
+    those below that cannot be read now, the read's error theirs unless an eviction failed), the error that stopped
+    them, the reservation holding the node for the pod afterwards, and when the grace periods of the victims evicted
+    or terminating end. Those terminating already were counted and said as evicted (`k8s_holds`: `preempted`,
     gputide_scheduler_preempted_pods_total, pods evicted through the Eviction API), though no eviction was made.
 
-    `evicted` also holds the victims whose eviction this replica asked earlier in the preemption (this term) and got
-    no answer to (a timeout, a connection reset: `Preemptor._unsure`), found terminating or gone now: their
-    eviction landed unseen, so they are counted and said evicted, with their Event `Preempted`. They were not: left
-    to evict, they were found terminating (`terminating`) or gone (dropped unsaid) by the next pass, so the
-    preemption counted fewer pods than it evicted. Those found gone are in `went` too (nothing to wait for)."""
+    `evicted` also holds the victims whose eviction this replica asked earlier in the preemption (this term) and that
+    may have landed unseen (`Preemptor._unsure`: every try unanswered, a timeout or a connection reset; or a retry
+    answered 404 or 409 after such a try, what a landed try leaves), found now terminating (the pod it asked to
+    evict, by uid) or gone: their eviction landed, so they are counted and said evicted, with their Event
+    `Preempted`. They were not: left to evict, they were found terminating (`terminating`) or gone (dropped unsaid)
+    by the next pass, so the preemption counted fewer pods than it evicted. Those found gone are in `went` too
+    (nothing to wait for). One found finished on its own (Succeeded, Failed), still running, or made again under its
+    name (another uid) was not evicted by that eviction: it is forgotten, uncounted."""
 
     evicted: list[str] = field(default_factory=list)
     terminating: list[str] = field(default_factory=list)
@@ -403,8 +407,9 @@ class Preemptor:
         self.emergency_stop: Callable[[], str | None] = lambda: None
         self.stopped_nodes: frozenset[str] = frozenset()   # the pass's nodes that carry the per-node stop
         self._said_stop: str | None = None
-        # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction got no answer
-        # (`_evict_one`), each until a read resolves it (`_landed`) or the preemption ends (`release`, `held`, `forget`)
+        # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction may have landed unseen
+        # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
+        # (`_landed`, `_forget`) or the preemption ends (`release`, `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
 
     def stop_reason(self, node: str | None = None) -> str | None:
@@ -575,13 +580,13 @@ class Preemptor:
         bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
         this replica asked and got no answer to (`_unsure`) and that is no longer among `running` was evicted by it
         (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own;
-        one it never asked to evict (another leader's term, an owner deleting it) is not."""
+        one it never asked to evict (another leader's term, an owner deleting it) is not. One it cannot read now
+        stays left (`Evictions.left`, the read's error `Evictions.error`), its doubt asked again at the next pass."""
         left = entry.get(LEFT) or ()
         done = self._evict(req["name"], node, [(k, ()) for k in left if k in running])
         for k in left:
-            if k not in running and self._went(req["name"], node, k):
-                done.evicted.append(k)
-                done.went.append(k)
+            if k not in running:
+                self._judge(req["name"], node, k, done)
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
                        and (stuck is None or k in stuck)]
         new = noted(entry, done.left, [*terminating, *done.leaving], done.ends, self.clock(), self.reserve_s,
@@ -672,18 +677,18 @@ class Preemptor:
         # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
         # and the next leader may be placing on this node already
         self._leads(key, node)
-        self._ask(key, node, victim, pod)
-        for b in budgets:   # the eviction used one of each budget's disruptions
-            self._spent[b] = self._spent.get(b, 0) + 1
+        self._ask(key, node, victim, pod, budgets)
+        self._spend(budgets)   # the eviction used one of each budget's disruptions
         self._preempted(key, node, victim)
         return self.clock() + (DEFAULT_GRACE_S if grace is None else float(grace)), True
 
-    def _ask(self, key: str, node: str, victim: str, pod: Json) -> None:
+    def _ask(self, key: str, node: str, victim: str, pod: Json, budgets: Sequence[str]) -> None:
         """Ask `victim`'s eviction for `key` on `node` (`pod` as read: its uid a precondition). Where it fails yet
         may have landed unseen, it is remembered by that uid (`_unsure`) until a later read of the victim tells:
         every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer: what a landed
         earlier try leaves (the pod gone; terminating, or made again under its name), which `writes` takes for a
-        definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the next pass."""
+        definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the next pass. Such an eviction spends
+        its `budgets` as one answered does (`_spend`): it may have used their disruptions."""
         ns, name = victim.split("/", 1)
         what, real, doubt = f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, [False]
         with self.api.writes() as unanswered:
@@ -696,9 +701,21 @@ class Preemptor:
                 self.api(what, evict, name, ns, eviction(pod), retry_throttled=False, halt=self.halted)
             except ActuationError as err:
                 unsure = what in unanswered or doubt[0] and isinstance(err, NotFoundError | ConflictError)
+                if unsure:
+                    self._spend(budgets)
                 if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
                     self._unsure.setdefault((key, node), {})[victim] = uid
                 raise
+
+    def _spend(self, budgets: Sequence[str]) -> None:
+        """One disruption of each of `budgets` used by an eviction of this replica's, landed or maybe landed (no
+        answer: `_ask`): `_budgets` counts the next preemptions' allowed disruptions short by it until the budgets
+        are listed again (`budgets_ttl_s`). Counted where an unanswered eviction did not land, a preemption that
+        needs the disruption is put off (or made elsewhere) until then; left uncounted where it landed, a later one
+        was planned on a disruption already used: refused (429) at that victim, it gave its node back, any victim
+        evicted before it killed for no one. So the safe direction is to count it."""
+        for b in budgets:
+            self._spent[b] = self._spent.get(b, 0) + 1
 
     def _read(self, node: str, victim: str) -> Json:
         """`victim` read: the pod of its name on `node` (NotFoundError: none, or one made again elsewhere since)."""
@@ -709,24 +726,38 @@ class Preemptor:
                                 f"{where or 'no node'}): not evicted", 404)
         return pod
 
+    def _judge(self, key: str, node: str, victim: str, done: Evictions) -> None:
+        """`victim`, left to evict for `key` on `node` and no longer among the pass's running pods, added to `done`:
+        to `evicted` and `went` where this replica's eviction of it, unanswered, made it leave (`_went`); to `left`
+        where it cannot be read now (`error`: the read's, unless an eviction's came first), so that the next pass
+        reads it again rather than dropping it from the reservation, its eviction never counted."""
+        try:
+            went = self._went(key, node, victim)
+        except ActuationError as err:
+            log.warning("scheduler %s: cannot read %s, evicted for %s without an answer: %s", self.scheduler_name,
+                        victim, key, err)
+            done.left.append(victim)
+            done.error = done.error or ActuationError(
+                f"cannot read {victim} to tell whether its unanswered eviction landed: {err}")
+            return
+        if went:
+            done.evicted.append(victim)
+            done.went.append(victim)
+
     def _went(self, key: str, node: str, victim: str) -> bool:
         """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there
         (bound, not finished), left through this replica's eviction that got no answer (`_unsure`), as a read of it
         now says (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted
         (`deletionTimestamp`). One found finished on its own (Succeeded, Failed: the pass's bound pods leave such
         pods out) was not evicted: that eviction did not land, and it is forgotten uncounted, as one found still
-        running is. A read that fails leaves the doubt to the next pass. False for a victim it never asked to evict
-        (not read)."""
+        running is. A read that fails raises (ActuationError), the doubt kept for the next pass (`_judge`). False
+        for a victim it never asked to evict (not read)."""
         if victim not in self._unsure.get((key, node), {}):
             return False
         try:
             meta = self._read(node, victim).get("metadata") or {}
         except NotFoundError:
             return self._landed(key, node, victim)
-        except ActuationError as err:
-            log.warning("scheduler %s: cannot read %s, evicted for %s without an answer: %s", self.scheduler_name,
-                        victim, key, err)
-            return False
         if meta.get("deletionTimestamp"):
             return self._landed(key, node, victim, meta.get("uid") or "")
         self._forget(key, node, victim)   # finished on its own, or running on unseen: not evicted

@@ -6,7 +6,8 @@ counted fewer pods than it evicted. A victim it never asked to evict (its owner 
 term (another leader may have evicted it since, and counted it), is still not counted; nor is one that finished on
 its own, one made again under its name, or one found running (the eviction did not land) and deleted by its owner
 later. A retry answered 404 or 409 after a try that got no answer is what a landed try leaves: that victim is judged
-the same way. Against the fake API server."""
+the same way, while a first try answered 404 or 409 (no try unanswered) is not. A victim that cannot be read stays left
+for the next pass, and an unanswered eviction spends its budget's disruption. Against the fake API server."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import functools
 
 import pytest
 import urllib3
-from fakeapi import FakeKube, node
+from fakeapi import FakeKube, node, pdb
 from test_k8s_preemption import bound, events, most_free, pending, reservations
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
@@ -233,3 +234,61 @@ def test_a_retry_answered_409_after_an_unanswered_try_leaves_it_to_the_next_pass
     sched.schedule_once()
     assert sched.preempted == [("default/low-2", "a"), ("default/low-3", "a")]
     assert events(kube, "low-2") == [("Preempted", "Preempted by default/urgent on node a")]
+
+
+@pytest.mark.parametrize("status", [404, 409])
+def test_a_first_try_refused_404_or_409_is_no_unanswered_eviction(kube: FakeKube, api, clock, status):
+    """low-2's owner deletes it between its read and its eviction, whose first try is answered: 404 (gone), or 409
+    (its uid no longer the one read; refused). No try went unanswered, so none of this replica's evictions can have
+    landed: low-2 is not remembered, nor ever counted or said preempted."""
+    three_victims(kube)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    kube.before("POST", r"/pods/low-2/eviction$", lambda: kube.delete("pods", "low-2", "default"))
+    if status == 409:
+        kube.inject("POST", r"/pods/low-2/eviction$", status)
+    sched.schedule_once()
+    assert ("default/low-2", "a") not in sched.preempted and events(kube, "low-2") == []
+    assert sched.holds.preemptor._unsure == {}
+    clock.advance(5)
+    sched.schedule_once()
+    assert ("default/low-2", "a") not in sched.preempted and events(kube, "low-2") == []
+
+
+def test_a_read_that_fails_leaves_an_unanswered_victim_to_the_next_pass(kube: FakeKube, api, clock):
+    """low-2's unanswered eviction landed (the pod gone at once); the next pass cannot read it (500, every try): the
+    doubt is left to the pass after, which finds it gone and counts it. It was forgotten, or dropped from the victims
+    left (not read again): an eviction of this replica's never counted."""
+    sched, tries = first_pass(kube, api, clock, lambda: kube.delete("pods", "low-2", "default"))
+    kube.inject("POST", r"/pods/low-3/eviction$", 429)                 # room not made yet: the pod is not bound
+    kube.inject("GET", r"/namespaces/default/pods/low-2$", 500, count=4)   # the read and its 3 retries
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [] and events(kube, "low-2") == []
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-3", "default/low-2"]
+    assert "default/low-3, default/low-2 are evicted at the next pass" in sched.reasons["default/urgent"]
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-3", "a"), ("default/low-2", "a")] and len(tries) == 4
+    assert events(kube, "low-2") == [("Preempted", "Preempted by default/urgent on node a")]
+    assert sched.holds.preemptor._unsure == {}
+
+
+def test_an_unanswered_eviction_spends_its_budget_for_the_next_preemption(kube: FakeKube, api, clock):
+    """p's eviction got no answer, yet landed: the budget covering it (one disruption) is spent. The next preemption
+    of the pass, on the budgets as listed, must not count on that disruption: it evicted nothing, yet it tried q2
+    (refused, 429) and gave the node back. Spent where it may not have landed, the budget is counted short until it is
+    listed again (`budgets_ttl_s`): a preemption put off, rather than one begun on a disruption already used."""
+    kube.add(pdb("batch", "default", {"tier": "batch"}, 1))
+    kube.add(node("a", 4))
+    kube.add(bound("p", "a", 4, 1, labels={"tier": "batch"}))
+    kube.add(node("b", 8))
+    kube.add(bound("q1", "b", 4, 2))
+    kube.add(bound("q2", "b", 4, 1, labels={"tier": "batch"}))
+    kube.add(pending("urgent-1", 4, 50))                                   # evicts p on a: no answer
+    kube.add(pending("urgent-2", 8, 40))                                   # would need q1 and q2
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    unanswered(sched, "p", lambda: (terminate(kube, clock, "p"), kube.mutate(
+        "poddisruptionbudgets", "batch", "default", {"status": {"disruptionsAllowed": 0}})))
+    sched.schedule_once()
+    assert kube.get("pods", "q1", "default") is not None and kube.get("pods", "q2", "default") is not None
+    assert not kube.calls("POST", r"/q2/eviction$")                        # not even tried
