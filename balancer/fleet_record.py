@@ -93,9 +93,14 @@ class FleetRecorder:
                          now: float, keep_error: bool = False) -> None:
         """This cycle's forecasts, their rolling error, what was forecast for `now` and the fallbacks serving, for the
         services forecast this cycle only: a cycle without a forecast (the forecaster failed, or is off, or a hold)
-        clears them rather than leaving the last ones frozen, and a deleted service's series go."""
+        clears them rather than leaving the last ones frozen, and a deleted service's series go.
+
+        The demand forecast is the largest over [now, now + horizon_s], the window the capacity planner reads
+        (`capacity_plan.forecast_peak`): measured from `issued_at` (a step before the current bucket), the gauge
+        missed the last step of the planner's horizon, and a forecast kept from an earlier cycle showed buckets
+        already past."""
         label = horizon_label(horizon_s)
-        self.metrics.set_forecast_demand({(name, f"{q:g}", label): f.window_max(q, 0.0, horizon_s)
+        self.metrics.set_forecast_demand({(name, f"{q:g}", label): _ahead(f, q, now, horizon_s)
                                           for name, f in forecasts.items() for q in f.quantiles})
         fallbacks = getattr(forecaster, "fallbacks", None)
         # a model that failed: persistence serves (logged by the forecaster)
@@ -110,3 +115,9 @@ class FleetRecorder:
         if forecast_for is not None:
             self.metrics.set_forecast_for_now({(name, f"{q:g}", label): v for name in forecasts
                                                for q, v in forecast_for(name, now, label).items()})
+
+
+def _ahead(fc: Forecast, quantile: float, now: float, horizon_s: float) -> float:
+    """Largest forecast `quantile` over [now, now + horizon_s]; from `issued_at` when `now` came before it."""
+    start = max(now - fc.issued_at, 0.0)
+    return fc.window_max(quantile, start, start + horizon_s)
