@@ -493,10 +493,34 @@ class PrometheusTelemetrySource:
                               freq=f"{int(step_s)}s")
         if not result:
             return pd.Series(np.nan, index=index, name="demand")
-        # several series (an HA pair read without deduplication, a template that does not aggregate): the higher
-        # reading at each step, never the first series listed (a lagging copy would shed the service's capacity)
-        values = [pair for series in result for pair in series["values"]]
-        got = pd.Series([float(v) for _, v in values],
-                        index=pd.to_datetime([int(float(t)) for t, _ in values], unit="s", utc=True), name="demand")
+        got = _range_floats(promql, result)
         got = got[np.isfinite(got.to_numpy())]
         return got.groupby(level=0).max().reindex(index)
+
+
+def _range_floats(promql: str, result: object) -> pd.Series:
+    """Every (time, float) pair of a range query's `result`, read as the demand; `InvalidTelemetry` naming `promql`
+    and what is wrong where the answer is not series of float samples: native histogram samples (a custom
+    ``--demand-query`` over a native histogram, whose series carry ``histograms`` and no ``values``) or a body of a
+    proxy's own. Raised from here, not as the KeyError it was, it is a failed query the callers catch
+    (`capacity_run.PrometheusDemandHistory`, `forecast.service.HistorySeeds`): a KeyError ended every reconcile cycle
+    with an error, thermal relief included. Several series (an HA pair read without deduplication, a template that
+    does not aggregate) are all kept: the caller takes the higher reading at each step, never the first series
+    listed (a lagging copy would shed the service's capacity)."""
+    if not isinstance(result, list):
+        raise InvalidTelemetry(f"range query {promql!r} answered {type(result).__name__}, not a range vector")
+    times: list[int] = []
+    values: list[float] = []
+    for series in result:
+        if isinstance(series, dict) and "histograms" in series:
+            raise InvalidTelemetry(f"range query {promql!r} answered native histogram samples "
+                                   f"(series {series.get('metric', {})}): a demand is a float per step, e.g. "
+                                   "sum(histogram_count(rate(...[5m])))")
+        try:
+            for t, v in series["values"]:
+                times.append(int(float(t)))
+                values.append(float(v))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidTelemetry(f"range query {promql!r} answered a series that is not [time, value] pairs "
+                                   f"({exc!r}): {str(series)[:200]}") from exc
+    return pd.Series(values, index=pd.to_datetime(times, unit="s", utc=True), name="demand")
