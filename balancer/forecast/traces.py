@@ -4,7 +4,9 @@
 DatetimeIndex at a regular step, with NaN where nothing was observed. Three formats:
 
 * ``csv``: a header ``timestamp,value``; timestamps ISO-8601 (naive ones are taken as UTC) or epoch seconds;
-  ``value`` is demand per second (empty: not observed). Resampled to ``step`` by averaging the observed rows.
+  ``value`` is demand per second (empty: not observed). Resampled to ``step`` by averaging the observed rows;
+  without one, the trace's own step is the median gap between its times, rounded to whole microseconds as a
+  ``--step`` is (`parse_step`) and at least 1s (`own_step`: shorter, an InputError naming the gap).
   Rows may come in any order (exports of several periods pasted together): they are put in time order. Each
   time may appear once, as in a Prometheus series (Prometheus itself refuses a second sample at one timestamp):
   a repeated time, the same instant written twice in any form (``...T01:00+01:00`` and ``...T00:00Z``), is an
@@ -20,7 +22,7 @@ DatetimeIndex at a regular step, with NaN where nothing was observed. Three form
   takes the longest window its spacings share, else its own (`servegen`); a start off the client's grid is an InputError
   naming the file, the row, the value and the window. ServeGen's ``window_start_s`` counts seconds from an arbitrary
   origin; it is mapped onto ``SERVEGEN_EPOCH`` (Monday 2024-01-01 00:00 UTC) unless ``origin`` overrides it. A coarser
-  ``step`` averages the observed windows, as for csv.
+  ``step`` averages the observed windows, as for csv; without one, the window is the step (held as csv's own step).
 * ``requests``: one row per request with a ``timestamp`` column (any case), in any order, several at one time
   allowed; counted per step, divided by the step.
 
@@ -374,8 +376,21 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
         diffs = diffs[diffs > 0]
         if not diffs.size:
             raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
-        step = pd.Timedelta(int(np.median(diffs)), unit="ns")
+        step = own_step(Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, path, "timestamp",
+                        "the median gap between its times")
     return _regular(series, step, "mean", path)
+
+
+def own_step(seconds: Decimal, path: str, field: str, what: str) -> pd.Timedelta:
+    """A trace's own step (`what`: how it was read off the trace, e.g. the median gap between its times), held to what
+    `parse_step` makes of a --step: whole microseconds, at least 1s. Unrounded, a gap of 600.0000015 s was a step
+    pandas refused to resample times held in microseconds at (a traceback); shorter than 1s, the trace loaded and the
+    backtest refused it as too short ('a longer trace'), nothing naming the step."""
+    td = _whole_us(seconds)
+    if td < pd.Timedelta(seconds=1):
+        raise InputError(path, field, f"{float(seconds):g}s", "a trace whose own step is at least 1s, or a --step "
+                         "of at least 1s to resample it", detail=f"{what}, the trace's step without --step")
+    return td
 
 
 def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -> pd.Series:
@@ -410,7 +425,8 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
                          "the clients' span", detail=str(exc)) from exc
     index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
     series = pd.Series(total, index=index)
-    return _regular(series, step or pd.Timedelta(seconds=native), "mean", path)
+    step = step or own_step(Decimal(repr(float(native))), path, "window_start_s", "the clients' window")
+    return _regular(series, step, "mean", path)
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
