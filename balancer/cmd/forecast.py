@@ -4,9 +4,9 @@
                               [--horizons 1h,4h,24h] [--models a,b,...] [--timezone ZONE] [--json OUT]
 
 Prints one row per model and horizon (MAE, MASE against seasonal naive and persistence, pinball loss, p90
-coverage, fit time); `--json` writes the same table plus run details (`--json -`: to standard output, the table
-then to standard error). `--timezone` (an IANA name, default UTC) is the local time in which seasonal naive,
-profile, GBM and auto read the demand's days and weeks.
+coverage, fit time); a horizon is a whole number of the trace's steps (else exit 2); `--json` writes the same
+table plus run details (`--json -`: to standard output, the table then to standard error). `--timezone` (an IANA
+name, default UTC) is the local time in which seasonal naive, profile, GBM and auto read the demand's days and weeks.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import math
 import sys
 import time
+from decimal import Decimal
 
 import pandas as pd
 
@@ -35,7 +36,8 @@ def register(subparsers) -> None:
     b.add_argument("--trace", type=given("--trace"), required=True, help="CSV file, ServeGen folder or per-request CSV")
     b.add_argument("--format", default="csv", choices=["csv", "servegen", "requests"])
     b.add_argument("--step", default=None, help="resample to this step (default: the trace's own; 1min for requests)")
-    b.add_argument("--horizons", default="1h,4h,24h", help="comma-separated durations")
+    b.add_argument("--horizons", default="1h,4h,24h",
+                   help="comma-separated durations, each a whole number of the trace's steps")
     b.add_argument("--models", default=None, help="comma-separated model names (default: all)")
     b.add_argument("--origin", default=None, help="servegen: timestamp of window_start_s = 0 (default 2024-01-01Z)")
     b.add_argument("--min-train-days", type=float, default=None,
@@ -60,6 +62,25 @@ def _durations(args: argparse.Namespace) -> list[float]:
         raise InputError(None, "--horizons", args.horizons, "comma-separated durations such as 1h,4h,24h")
     distinct(_split(args.horizons), "--horizons", horizons)
     return horizons
+
+
+def _whole_steps(args: argparse.Namespace, y: pd.Series) -> None:
+    """Each horizon a whole number of the trace's steps, at least one. The backtest forecasts whole steps ahead: a
+    horizon between two was rounded to the nearer, `--horizons 90min,150min` on an hourly trace two rows both '2h'
+    (exit 0), and one under a step rounded up to a step."""
+    from balancer.forecast.traces import parse_step
+
+    if y.index.freq is None:
+        return
+    step = pd.Timedelta(y.index.freq)
+    shown = f"{Decimal(step.value) / 1_000_000_000}s"   # exact: 600.000002s, where :g printed 600s
+    for text in _split(args.horizons):
+        horizon = parse_step(text)
+        if horizon < step:
+            raise InputError(args.trace, "--horizons", text, f"durations of at least one step ({shown})")
+        if horizon.value % step.value:
+            raise InputError(args.trace, "--horizons", text, f"multiples of the trace's step ({shown})"
+                             + ("" if args.step else "; --step resamples the trace to another"))
 
 
 def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:
@@ -109,9 +130,7 @@ def run(args: argparse.Namespace) -> int:
     output_file(args.json, "--json", {"--trace": args.trace})
     y = load_demand(args.trace, args.format, args.step, origin=args.origin)
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
-    for h in horizons:
-        if step and h < step:
-            raise InputError(args.trace, "--horizons", h, f"durations of at least one step ({step:g}s)")
+    _whole_steps(args, y)
     min_train_days = _min_train_days(args, y, step)
     t0 = time.perf_counter()
     try:

@@ -4,7 +4,7 @@ For each model, origins walk forward one step at a time (every `stride` steps: a
 intervals are calibrated to the same level, see `conformal.calibrate_path`) from a burn-in point; the model is refitted
 every `refit_every` steps (parameters re-estimated on everything before the origin) and otherwise only `update`d with
 the newest observations, like the controller does. Each origin forecasts the longest horizon once; the
-requested horizons are read off that path.
+requested horizons, each a whole number of steps, are read off that path.
 
 * Fitting sees the series as cleaned at the origin (outages masked, bursts clipped, from the past only:
   `traces.CausalClean`); scoring uses the unclipped truth with outages masked (an outage is not demand a model
@@ -133,6 +133,18 @@ def _past_end(horizon_s: float, first: int, n: int, longest_s: float) -> str:
             f"step {first} of {n}; longest horizon {_label(longest_s)})")
 
 
+def _whole_steps(horizons_s, step: float) -> np.ndarray:
+    """Each horizon in steps; ValueError for one that is not a whole number of steps, at least one. It was rounded
+    to the nearer (at least one): 90 and 150 minutes on an hourly trace were both scored, as two rows of '2h'."""
+    ratio = np.asarray(horizons_s, dtype=float) / step
+    steps = np.rint(ratio).astype(int)
+    off = (np.abs(ratio - steps) > 1e-9 * np.maximum(ratio, 1.0)) | (steps < 1)
+    if off.any():
+        raise ValueError(f"horizon {float(np.asarray(horizons_s, dtype=float)[off][0]):g}s is not a whole number "
+                         f"of steps ({step:g}s)")
+    return steps
+
+
 def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[float] = (3600, 4 * 3600, DAY_S),
              min_train_days: float = 7.0, calib_days: float = 3.0, refit_every_s: float = DAY_S,
              stride: int = 1, keep_paths: bool = False, tz: str = "UTC") -> tuple[list[Score], dict]:
@@ -142,7 +154,7 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     by the time they forecast (columns: actual, 0.5, 0.9, 0.99), for plots of forecast vs actual."""
     step = step_of(y)
     n = len(y)
-    steps = np.array([max(int(round(h / step)), 1) for h in horizons_s])
+    steps = _whole_steps(horizons_s, step)
     day = int(round(DAY_S / step))
     score_start = min(int(min_train_days * DAY_S / step), n // 2)
     # calibration origins: the longest horizon's whole calibration window (`calibration_window`: a week of

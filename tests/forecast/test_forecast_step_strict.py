@@ -78,7 +78,8 @@ def test_a_trace_loads_at_a_decimal_step(tmp_path, text, seconds):
 def test_backtest_runs_at_a_decimal_step(tmp_path, capsys):
     trace = tmp_path / "trace.csv"
     trace.write_text("timestamp,value\n" + "".join(f"{60 * i},{10 + i % 6}\n" for i in range(60 * 36)))
-    code = main(BACKTEST + ["--trace", str(trace), "--step", "4.1min", "--horizons", "1h"])
+    # 41min: ten steps (a horizon is a whole number of steps; 1h, 14.6 of them, is refused)
+    code = main(BACKTEST + ["--trace", str(trace), "--step", "4.1min", "--horizons", "41min"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "steps of 246s" in captured.out, captured.out
+    assert "steps of 246s" in captured.out and "| persistence | 41min |" in captured.out, captured.out

@@ -1,0 +1,67 @@
+"""A backtest horizon is a whole number of the trace's steps, refused otherwise naming it as the user wrote it.
+
+Before (auditor s35s2): a horizon between two steps was rounded to the nearer, so `--horizons 90min,150min` on an
+hourly trace printed two identical '2h' rows (exit 0); one under a step was refused showing it in seconds (1800.0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from balancer.cli import main
+from balancer.forecast.backtest import backtest
+
+BACKTEST = ["forecast", "backtest", "--models", "persistence", "--min-train-days", "3"]
+
+
+def _hourly(tmp_path):
+    path = tmp_path / "hourly.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{3600 * i},{1 + i % 5}\n" for i in range(400)))
+    return path
+
+
+def _one_error(capsys, code: int) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(("horizons", "value"), [("90min,150min", "90min"), ("1h,150min", "150min"),
+                                                 ("1h,1.5h", "1.5h"), ("5400", "5400")])
+def test_a_horizon_between_two_steps_is_refused_as_written(tmp_path, capsys, horizons, value):
+    trace = _hourly(tmp_path)
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace), "--horizons", horizons]))
+    assert line.startswith(f"gputide: error: {trace}: field '--horizons': invalid value '{value}'; allowed: "
+                           "multiples of the trace's step (3600s)"), line
+
+
+def test_a_horizon_under_a_step_is_refused_as_written(tmp_path, capsys):
+    trace = _hourly(tmp_path)
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace), "--horizons", "1h,30min"]))
+    assert "field '--horizons': invalid value '30min'; allowed: durations of at least one step (3600s)" in line
+
+
+def test_a_horizon_off_a_step_given_is_refused_naming_that_step(tmp_path, capsys):
+    trace = _hourly(tmp_path)
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace), "--step", "40min", "--horizons", "1h"]))
+    assert "invalid value '1h'; allowed: multiples of the trace's step (2400s)" in line and "--step resamples" \
+        not in line
+
+
+def test_the_step_is_shown_exactly(tmp_path, capsys):
+    """A trace's own step of 600.000002 s was shown as 600s by :g, a step the horizon seems a multiple of."""
+    trace = tmp_path / "halfus.csv"
+    trace.write_text("timestamp,value\n2024-01-01T00:00:00.000000Z,1\n2024-01-01T00:10:00.000001Z,2\n"
+                     "2024-01-01T00:20:00.000003Z,3\n")
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace), "--horizons", "1h"]))
+    assert "multiples of the trace's step (600.000002s); --step resamples the trace to another" in line
+
+
+def test_the_library_refuses_a_horizon_between_two_steps():
+    index = pd.date_range("2024-01-01", periods=400, freq="1h", tz="UTC")
+    y = pd.Series(np.arange(400) % 5 + 1.0, index=index)
+    for horizons in ([5400.0, 9000.0], [1800.0]):
+        with pytest.raises(ValueError, match="not a whole number of steps"):
+            backtest(y, models=["persistence"], horizons_s=horizons, min_train_days=3)
