@@ -65,9 +65,11 @@ def _durations(args: argparse.Namespace) -> list[float]:
 
 
 def _whole_steps(args: argparse.Namespace, y: pd.Series) -> None:
-    """Each horizon a whole number of the trace's steps, at least one. The backtest forecasts whole steps ahead: a
+    """Each horizon a whole number of the trace's steps, at least one, to within `STEP_SLACK` (a trace's own step
+    read off jittered times, 600.007s, still scores 1h as six steps). The backtest forecasts whole steps ahead: a
     horizon between two was rounded to the nearer, `--horizons 90min,150min` on an hourly trace two rows both '2h'
     (exit 0), and one under a step rounded up to a step."""
+    from balancer.forecast.backtest import STEP_SLACK
     from balancer.forecast.traces import parse_step
 
     if y.index.freq is None:
@@ -78,7 +80,8 @@ def _whole_steps(args: argparse.Namespace, y: pd.Series) -> None:
         horizon = parse_step(text)
         if horizon < step:
             raise InputError(args.trace, "--horizons", text, f"durations of at least one step ({shown})")
-        if horizon.value % step.value:
+        ratio = horizon.value / step.value
+        if abs(ratio - round(ratio)) > STEP_SLACK * round(ratio):
             raise InputError(args.trace, "--horizons", text, f"multiples of the trace's step ({shown})"
                              + ("" if args.step else "; --step resamples the trace to another"))
 

@@ -133,12 +133,18 @@ def _past_end(horizon_s: float, first: int, n: int, longest_s: float) -> str:
             f"step {first} of {n}; longest horizon {_label(longest_s)})")
 
 
+# how far from a whole number of steps a horizon may be: a trace's own step is the median gap between its times,
+# 600.007s where they jitter, and 1h is then 5.9999 of its steps (scored as 6), while 90min on an hourly trace is not
+STEP_SLACK = 1e-3
+
+
 def _whole_steps(horizons_s, step: float) -> np.ndarray:
-    """Each horizon in steps; ValueError for one that is not a whole number of steps, at least one. It was rounded
-    to the nearer (at least one): 90 and 150 minutes on an hourly trace were both scored, as two rows of '2h'."""
+    """Each horizon in steps; ValueError for one that is not a whole number of steps (to within `STEP_SLACK`), at
+    least one. It was rounded to the nearer (at least one): 90 and 150 minutes on an hourly trace were both scored,
+    as two rows of '2h'."""
     ratio = np.asarray(horizons_s, dtype=float) / step
     steps = np.rint(ratio).astype(int)
-    off = (np.abs(ratio - steps) > 1e-9 * np.maximum(ratio, 1.0)) | (steps < 1)
+    off = (np.abs(ratio - steps) > STEP_SLACK * steps) | (steps < 1)
     if off.any():
         raise ValueError(f"horizon {float(np.asarray(horizons_s, dtype=float)[off][0]):g}s is not a whole number "
                          f"of steps ({step:g}s)")

@@ -55,8 +55,9 @@ def test_the_step_is_shown_exactly(tmp_path, capsys):
     trace = tmp_path / "halfus.csv"
     trace.write_text("timestamp,value\n2024-01-01T00:00:00.000000Z,1\n2024-01-01T00:10:00.000001Z,2\n"
                      "2024-01-01T00:20:00.000003Z,3\n")
-    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace), "--horizons", "1h"]))
-    assert "multiples of the trace's step (600.000002s); --step resamples the trace to another" in line
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace), "--horizons", "65min"]))
+    assert ("invalid value '65min'; allowed: multiples of the trace's step (600.000002s); --step resamples the "
+            "trace to another") in line
 
 
 def test_the_library_refuses_a_horizon_between_two_steps():
@@ -65,3 +66,18 @@ def test_the_library_refuses_a_horizon_between_two_steps():
     for horizons in ([5400.0, 9000.0], [1800.0]):
         with pytest.raises(ValueError, match="not a whole number of steps"):
             backtest(y, models=["persistence"], horizons_s=horizons, min_train_days=3)
+
+
+def test_a_trace_whose_own_step_is_read_off_jittered_times_still_scores_whole_hours(tmp_path, capsys):
+    """Times 600 s apart give or take a few milliseconds: the trace's own step (the median gap) is 600.00x s, and
+    1h is 5.999 of those steps. It is scored as six (STEP_SLACK), not refused as between two steps."""
+    rng = np.random.default_rng(7)
+    t = 600.0 * np.arange(2000) + rng.uniform(0, 0.03, 2000)
+    path = tmp_path / "jitter.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{x:.6f},{1 + i % 7}\n" for i, x in enumerate(t)))
+    out = tmp_path / "out.json"
+    assert main(BACKTEST + ["--trace", str(path), "--horizons", "1h,4h", "--json", str(out)]) == 0, \
+        capsys.readouterr().err
+    capsys.readouterr()
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(path), "--horizons", "65min"]))   # 6.5 steps
+    assert "invalid value '65min'; allowed: multiples of the trace's step (600.000089s)" in line, line
