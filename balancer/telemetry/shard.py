@@ -18,8 +18,9 @@ refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
 with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. Those are of the
 current term as leader: a replica that takes the lead again knows none from before (`ShardedSource.new_term`), and
-until a reading shows the scope, those the node list says (`ShardedSource.listed`: Prometheus down, the shard's GPU
-nodes are still its own in the gauges and for its power caps' renewal). One GPU reported
+until a reading shows the scope, those the node list says (`ShardedSource.listed`: a dark node labelled for the shard
+holds it still, and with Prometheus down the shard's GPU nodes are still its own in the gauges and for its power
+caps' renewal). One GPU reported
 fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the
 shard: thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`;
 one with none placed is no shard's, and in no shard's snapshot); so does a profiled one with no serving series at
@@ -183,8 +184,7 @@ class ShardedSource:
         # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
         # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
         # GPUs' nodes among them); `shard_nodes` reports them, and the power caps renewed are theirs, during a hold too.
-        # Of this term as leader only (`new_term`); before any reading of it reached the scope check, the node list's
-        # (`listed`)
+        # Of this term as leader only (`new_term`); until a reading of it shows the scope, the node list's (`listed`)
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
@@ -192,8 +192,8 @@ class ShardedSource:
 
     def new_term(self) -> None:
         """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts as a new
-        process would, with no reading (`last_full`, `held`) and no node known (`nodes`) until one shows the scope, or
-        the node list tells (`listed`, at a reading refused before the scope check). What its readings showed in an
+        process would, with no reading (`last_full`, `held`) and no node known (`nodes`) but those the node list tells
+        (`listed`, asked before each reading until one shows the scope: `snapshot`). What its readings showed in an
         earlier term says nothing of now: another replica led meanwhile, and nodes were relabelled into other shards,
         went dark or came back unseen. Kept, they were reported as this shard's (gputide_shard_node_info: a node of
         another shard's owned twice) and their power caps renewed while this term held still before any reading
@@ -237,18 +237,27 @@ class ShardedSource:
         return mine
 
     def snapshot(self) -> ClusterSnapshot:
+        """The shard's part of the inner source's reading, refused for its own nodes' faults (`owns`). Until a reading
+        of this term has shown the scope, the shard's nodes are first the node list's (`listed`), asked before the
+        reading and not only once it is refused: whether it is refused depends on them. A node the reading lacks
+        altogether (its exporter dark) is the shard's only if it is among `nodes` (`owns`), and a new term knows none:
+        a dark node still labelled for the shard would be no shard's, and the term's first reading would go through
+        without it (status ok, planned without it and its pods, reported without it, its power caps no longer renewed,
+        to lapse on GPUs nobody sees) where the term before held still for it. A node list that fails leaves none
+        known (`_listed_or_none`): the reading's own error, or its outcome, is what the loop sees."""
         self._shown = {}
+        if not self._read:
+            self.nodes = set(self._listed_or_none())
         try:
             full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         except Exception:
             # a reading refused for our own nodes' telemetry (stale, NaN) still showed which nodes are ours: they are
             # the shard's whether their telemetry is fresh or not (`shard_nodes`; a new leader held from its first
             # reading reported none, and GputideGpuNodeInNoShard named every node of its shard)
+            # (refused before the scope check, Prometheus down: the node list's, as asked above, or the term's)
             if self._shown:
                 self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
                 self._read = True
-            elif not self._read:   # refused before the scope check (Prometheus down) with none read this term
-                self.nodes = set(self._listed_or_none())
             raise
         part, index = restrict(full, self.selector)
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether

@@ -5,7 +5,8 @@ A replica that led, was demoted and led again kept the nodes of its earlier term
 relabelled into another shard meanwhile was still reported as its own (gputide_shard_node_info, the node owned by two
 shards) and had its power caps renewed while the new term held still, until a reading reached the scope check. And a
 leader whose readings all failed before the scope check reported no node at all, so GputideGpuNodeInNoShard named
-every node of its shard after 15 minutes, though the node list tells them without any telemetry."""
+every node of its shard after 15 minutes, though the node list tells them without any telemetry. Nor did a replica
+leading again hold still for a dark node of its shard: knowing none, it found the node no shard's."""
 
 from __future__ import annotations
 
@@ -145,3 +146,54 @@ def test_without_the_kubernetes_api_the_fleet_files_gpu_nodes_are_the_node_list(
     with pytest.raises(TelemetryUnavailable):
         shard.snapshot()
     assert shard.shard_nodes == ("a", frozenset({"n0", "n2"}))
+
+
+def test_a_replica_leading_again_holds_still_for_a_dark_node_of_its_shard_and_renews_its_caps():
+    """node-c's exporter goes dark while replica 2 leads (it holds still: missing telemetry); replica 1, leading
+    again, knew no node of the new term, so the dark node was no shard's (`owns`: its name among none): its first
+    reading went through without node-c, planned without it and its pods, reported node-a alone and let node-c's
+    power caps lapse on GPUs nobody can see. The node list still labels node-c for shard a: it is the shard's."""
+    fleet = Cluster()
+    lease, clock = InMemoryLease(duration_s=LEASE_S), Clock()
+    one, two = replica(fleet, lease, "1", clock), replica(fleet, lease, "2", clock)
+    assert one.run_once().status == "ok" and owned(one) == {"a": {"node-a", "node-c"}}
+    clock.now += LEASE_S + 10.0
+    assert two.run_once().status == "ok"
+    fleet.dark.add("node-c")
+    held = two.run_once()
+    assert (held.status, held.reason) == ("fail_static", "missing_telemetry")
+    assert one.run_once().status == "standby"
+    clock.now += LEASE_S + 10.0   # replica 2 goes; replica 1 leads again
+    report = one.run_once()
+    assert (report.status, report.reason) == ("fail_static", "missing_telemetry")
+    assert owned(one) == {"a": {"node-a", "node-c"}} and renewed(one) == {"node-a", "node-c"}
+
+
+class ApiDown(Cluster):
+    """The Kubernetes API's node list fails its next `fails` calls (every call while None)."""
+
+    def __init__(self, fails: int | None) -> None:
+        super().__init__()
+        self.fails = fails
+
+    def nodes(self):
+        if self.fails is None or self.fails > 0:
+            self.fails = None if self.fails is None else self.fails - 1
+            raise requests.ConnectionError("the API server is not answering")
+        return super().nodes()
+
+
+def test_a_node_list_that_fails_leaves_a_new_leaders_reading_its_own_error_and_outcome():
+    """The node list is asked before a term's first reading (`ShardedSource.snapshot`); its failure is not the
+    reading's: Prometheus down still holds with telemetry_unavailable (not an API error in its place), and a reading
+    that gets through once the API answers again is acted on."""
+    fleet = ApiDown(fails=None)
+    fleet.down = True
+    one = replica(fleet, InMemoryLease(duration_s=LEASE_S), "1", Clock())
+    with pytest.raises(TelemetryUnavailable):
+        one.source.snapshot()
+    report = one.run_once()
+    assert (report.status, report.reason) == ("fail_static", "telemetry_unavailable")
+    assert owned(one) == {"a": set()} and renewed(one) == set()
+    fleet.fails, fleet.down = 1, False   # the API fails the listing once more, then answers the reading
+    assert one.run_once().status == "ok" and owned(one) == {"a": {"node-a", "node-c"}}
