@@ -66,7 +66,8 @@ def _durations(args: argparse.Namespace) -> list[float]:
 
 def _whole_steps(args: argparse.Namespace, y: pd.Series) -> None:
     """Each horizon a whole number of the trace's steps, at least one, to within `STEP_SLACK` (a trace's own step
-    read off jittered times, 600.007s, still scores 1h as six steps). The backtest forecasts whole steps ahead: a
+    read off jittered times, 600.000089s, still scores 1h as six steps; an absolute slack, so 24h1min on 10-minute
+    steps is refused). The backtest forecasts whole steps ahead: a
     horizon between two was rounded to the nearer, `--horizons 90min,150min` on an hourly trace two rows both '2h'
     (exit 0), and one under a step rounded up to a step."""
     from balancer.forecast.backtest import STEP_SLACK
@@ -76,14 +77,18 @@ def _whole_steps(args: argparse.Namespace, y: pd.Series) -> None:
         return
     step = pd.Timedelta(y.index.freq)
     shown = f"{Decimal(step.value) / 1_000_000_000}s"   # exact: 600.000002s, where :g printed 600s
+    seen: dict[int, str] = {}
     for text in _split(args.horizons):
-        horizon = parse_step(text)
-        if horizon < step:
+        ratio = parse_step(text).value / step.value
+        if round(ratio) < 1:   # rounded: one step of a jittered trace (10min of 600.000089s) is one step
             raise InputError(args.trace, "--horizons", text, f"durations of at least one step ({shown})")
-        ratio = horizon.value / step.value
-        if abs(ratio - round(ratio)) > STEP_SLACK * round(ratio):
+        if abs(ratio - round(ratio)) > STEP_SLACK:
             raise InputError(args.trace, "--horizons", text, f"multiples of the trace's step ({shown})"
                              + ("" if args.step else "; --step resamples the trace to another"))
+        if round(ratio) in seen:   # 1h and 1h0.1s on 10-minute steps: the same six steps, two identical rows
+            raise InputError(args.trace, "--horizons", text, f"horizons of different numbers of steps ({shown}): "
+                             f"{seen[round(ratio)]} is as many")
+        seen[round(ratio)] = text
 
 
 def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:

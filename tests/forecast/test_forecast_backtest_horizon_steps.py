@@ -5,6 +5,8 @@ hourly trace printed two identical '2h' rows (exit 0); one under a step was refu
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -76,8 +78,30 @@ def test_a_trace_whose_own_step_is_read_off_jittered_times_still_scores_whole_ho
     path = tmp_path / "jitter.csv"
     path.write_text("timestamp,value\n" + "".join(f"{x:.6f},{1 + i % 7}\n" for i, x in enumerate(t)))
     out = tmp_path / "out.json"
-    assert main(BACKTEST + ["--trace", str(path), "--horizons", "1h,4h", "--json", str(out)]) == 0, \
+    assert main(BACKTEST + ["--trace", str(path), "--horizons", "10min,1h,4h", "--json", str(out)]) == 0, \
         capsys.readouterr().err
+    rows = json.loads(out.read_text())["scores"]
+    assert sorted({r["horizon"] for r in rows}) == ["10min", "1h", "4h"]   # not 3600s, 14400s
     capsys.readouterr()
     line = _one_error(capsys, main(BACKTEST + ["--trace", str(path), "--horizons", "65min"]))   # 6.5 steps
     assert "invalid value '65min'; allowed: multiples of the trace's step (600.000089s)" in line, line
+
+
+@pytest.mark.parametrize(("horizons", "value"), [("24h,24h1min", "24h1min"), ("1h,1h1s", "1h1s")])
+def test_the_slack_does_not_grow_with_the_horizon(tmp_path, capsys, horizons, value):
+    """A slack of 0.1% of the horizon's steps took any horizon past 500 steps: 24h and 24h1min on 10-minute steps
+    were two identical '24h' rows (audit s35a12)."""
+    path = tmp_path / "ten.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{600 * i},{1 + i % 5}\n" for i in range(2000)))
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(path), "--horizons", horizons]))
+    assert f"invalid value '{value}'; allowed: multiples of the trace's step (600s)" in line, line
+
+
+def test_two_horizons_of_the_same_steps_are_refused(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    t = 600.0 * np.arange(2000) + rng.uniform(0, 0.03, 2000)
+    path = tmp_path / "jitter.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{x:.6f},{1 + i % 7}\n" for i, x in enumerate(t)))
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(path), "--horizons", "1h,1h0.1s"]))
+    assert "invalid value '1h0.1s'; allowed: horizons of different numbers of steps (600.000089s): 1h is as many" \
+        in line, line
