@@ -243,6 +243,10 @@ class PrometheusTelemetrySource:
         return gpu_frame(rows, self._one_cluster, fresh_since=now - self._stale_limit(),
                          on_leftovers=self._log_leftovers)
 
+    def _ahead_limit(self) -> float:
+        """How far ahead of the evaluation time a last sample may be stamped and still be read (`_check_not_ahead`)."""
+        return self.opts.scrape_interval_s + 5.0
+
     def _stale_limit(self) -> float:
         opts = self.opts
         return (opts.stale_after_s if opts.stale_after_s is not None
@@ -362,7 +366,7 @@ class PrometheusTelemetrySource:
         so the staleness limit never fired. Its age is unknown, not old: invalid, like a last sample not a time.
         The margin is what rounding (milliseconds) and one scrape's jitter could give; Prometheus's own scrape
         takes samples up to 10 minutes ahead of its clock, so it does not stop them."""
-        ahead = (age < -(self.opts.scrape_interval_s + 5.0)) & mine
+        ahead = (age < -self._ahead_limit()) & mine
         if ahead.any():
             worst = int(np.argmin(np.where(ahead, age, np.inf)))
             raise InvalidTelemetry(f"{int(ahead.sum())} GPU(s) have samples stamped in the future, up to "
@@ -459,14 +463,18 @@ class PrometheusTelemetrySource:
     # ---- for the secondary scheduler ------------------------------------------------------------------------
     def gpu_facts(self) -> dict[str, NodeGpuFacts]:
         """Per node (`hostname` label): each GPU's thermal headroom, from readings fresher than the staleness
-        limit (a stale GPU is left out, never guessed), the GPUs a pod is attributed to (`attribution_query`) and
-        the unhealthy ones, those the reconcile loop keeps from new work (`ClusterSnapshot.healthy`: a fatal XID,
-        bad memory, health unknown; `node_facts.unhealthy`). Raises `TelemetryError` subclasses like
-        `snapshot()`; the caller decides what to do without the facts (the scheduler places as if it had none)."""
+        limit, stamped no further ahead than the snapshot takes (`_check_not_ahead`: a clock running ahead hides
+        their age) and not frozen (`gpu:readings_frozen:bool`: fresh timestamps on values the exporter stopped
+        reading); such a GPU is left out, never guessed, as the snapshot refuses it. Also the GPUs a pod is
+        attributed to (`attribution_query`) and the unhealthy ones, those the reconcile loop keeps from new work
+        (`ClusterSnapshot.healthy`: a fatal XID, bad memory, health unknown; `node_facts.unhealthy`). Raises
+        `TelemetryError` subclasses like `snapshot()`; the caller decides what to do without the facts (the
+        scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
-        limit = self._stale_limit()
-        rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and on (cluster, hostname, gpu, UUID) "
-                           f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} < {limit:g})")
+        on, ages = "on (cluster, hostname, gpu, UUID)", f"< {self._stale_limit():g} > {-self._ahead_limit():g}"
+        rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and {on} "
+                           f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} {ages}) "
+                           f"unless {on} (gpu:readings_frozen:bool{{{sel}}} == 1)")
         busy = {_sample(r)[0].get("UUID") for r in self._query(f"count by (UUID) ({attribution_query(sel)})")}
         health = health_frame(self._query(f'{{__name__=~"{"|".join(HEALTH_RULES)}"{self._selector()}}}'),
                               (_sample(r)[0].get("UUID", "") for r in rows))
