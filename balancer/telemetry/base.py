@@ -8,9 +8,9 @@ loop treats any of these as "hold still" (fail-static) and reports the error's `
 
 A controller that acts on some nodes only (a shard: `balancer.telemetry.shard.ShardedSource`) holds still for the
 telemetry of those nodes only. A `ScopedSource` takes a `NodeScope` with the reading: its per-GPU checks (stale,
-vanished, missing, NaN or impossible values, frozen counters) refuse a reading for the GPUs of the nodes the scope
-owns, as do one GPU reported fresh under two hosts (where the scope owns either) and an inference service without
-demand (where a replica of it is on the scope's nodes); the snapshot still lists every node and GPU it read (the
+vanished, missing, NaN or impossible values, frozen counters, pods unknown) refuse a reading for the GPUs of the nodes
+the scope owns, as do one GPU reported fresh under two hosts (where the scope owns either) and an inference service
+without demand (where a replica of it is on the scope's nodes); the snapshot still lists every node and GPU it read (the
 others unchecked: the caller keeps none of them). What concerns the reading as a whole (Prometheus unreachable, no GPU
 series at all, several clusters, a partial answer that does not say what it lacks) still refuses it for everyone.
 `snapshot()` is the reading with every node checked.

@@ -13,6 +13,8 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
   SM activity and utilisation both, an A100/A30 in MIG mode): NaN, unknown, in the snapshot. dcgm-exporter declares
   nothing
 * a sample older than `stale_after_s` (default `stale_after_intervals` x the scrape interval) -> `StaleTelemetry`
+* a GPU whose exporter's kubelet PodResources API did not answer (`gputide_pod_resources_up` 0: its pods are
+  dropped, the GPU would read idle)                                          -> `MissingTelemetry`
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
@@ -28,8 +30,9 @@ Not refused: an inference service with serving series but no finite demand (`ser
 the services and named, with why, in `ClusterSnapshot.demand_unknown`: capacity shifting holds, thermal relief goes on.
 
 A sharded controller reads through `snapshot_for(scope)` (`base.ScopedSource`, from `shard.ShardedSource`): the
-per-GPU refusals above (vanished, missing a field, stale, frozen, NaN or impossible values) then concern the GPUs of
-the nodes the scope owns alone, so one dark exporter holds still its node's shard, not the whole fleet. One UUID
+per-GPU refusals above (vanished, missing a field, stale, frozen, NaN or impossible values, pods unknown) then
+concern the GPUs of the nodes the scope owns alone, so one dark exporter holds still its node's shard, not the whole
+fleet. One UUID
 under two hosts, both fresh, concerns a scope that owns either host (`gpu_frame.check_once`: the GPU may be on either,
 an action on it could reach either). A service without finite demand is in the `demand_unknown` of a scope with a
 replica of it on its nodes (`_running`: a shard plans only those; one with no replica placed anywhere is no shard's,
@@ -103,6 +106,8 @@ from balancer.telemetry.topology import Topology
 from balancer.telemetry.vanished import DARK, Absences
 
 log = logging.getLogger(__name__)
+# a series gputide's exporter publishes for each of its GPUs, joined to its `gputide_pod_resources_up` by target
+_ATTRIBUTED_BY = "DCGM_FI_DEV_GPU_TEMP"
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
            "attribution_query", "connect"]
 
@@ -286,6 +291,7 @@ class PrometheusTelemetrySource:
         arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
         check_values(arrays_, wide, checked)
         arrays_ = with_unknown(arrays_, self._health_unknown(wide))
+        self._check_attributed(wide, checked)
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
@@ -445,6 +451,27 @@ class PrometheusTelemetrySource:
             label = str((getattr(meta, "labels", None) or {}).get("nvidia.com/gpu.count", ""))
             counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))
         return MappingProxyType(counts)
+
+    def _check_attributed(self, wide: pd.DataFrame, checked: np.ndarray | None) -> None:
+        """Refuse (`MissingTelemetry`) the GPUs `checked` (None: every GPU) whose exporter says the kubelet's
+        PodResources API did not answer its last scrape (`gputide_pod_resources_up` 0): it publishes them without
+        the pods a minute later (the last answer kept until then holds no pod placed since), so they would read idle
+        (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations. Joined to the GPUs on the
+        exporter's target (`cluster`, `job`, `instance`: its GPU temperature, `_ATTRIBUTED_BY`), the `Hostname` the
+        scrape gives it not needed. An exporter without the series (the simulator's, NVML without
+        ``--pod-resources-socket``, dcgm-exporter) is not down: nothing is refused for it."""
+        sel = self._selector().lstrip(",")
+        rows = self._query(f"{_ATTRIBUTED_BY}{{{sel}}} and on (cluster, job, instance) "
+                           f"(gputide_pod_resources_up{{{sel}}} == 0)")
+        down = {m.get("UUID") for m, _ in map(_sample, rows) if m.get("__name__") == _ATTRIBUTED_BY}
+        lacks = wide["UUID"].isin(down).to_numpy(dtype=bool) & (True if checked is None else checked)
+        if lacks.any():
+            hosts = sorted(set(wide["hostname"][lacks]), key=_natural_key)
+            uuids = tuple(wide["UUID"][lacks])
+            raise MissingTelemetry(f"the kubelet PodResources API is not answering gputide's exporter on "
+                                   f"{len(hosts)} node(s) ({', '.join(hosts[:5])}; gputide_pod_resources_up 0): "
+                                   f"their {len(uuids)} GPU(s) are published without their pods, which would read "
+                                   f"idle: {', '.join(uuids[:5])}", subjects=uuids)
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))
