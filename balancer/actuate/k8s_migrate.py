@@ -1,9 +1,10 @@
 """`Migrate` on Kubernetes: how the actuator moves a pod off a hot GPU, make-room-first.
 
 The pod's node is checked against the plan (a pod that runs elsewhere makes the plan stale: FAILED) and the target,
-as it is now, against the pod's own rules and the node affinity of the PersistentVolumes it mounts (`placement_refusal`:
-a replacement that could not run there, or could not attach its disks there, is not evicted), and the snapshot's
-pods against its hard topology spread constraints (`k8s_spread`). The volumes' affinity
+as it is now, against the pod's own rules (a cordon too, read from `spec.unschedulable`) and the node affinity of
+the PersistentVolumes it mounts (`placement_refusal`: a replacement that could not run there, or could not attach
+its disks there, is not evicted), and the snapshot's pods against its hard topology spread constraints
+(`k8s_spread`). The volumes' affinity
 is the snapshot's: the workload's node rules there are the pod's own ANDed with its volumes' (`k8s_claims.confined`,
 read by `k8s_workloads`), so it costs no API call. The target's room is checked as it is now, not as the snapshot
 saw it (a cycle old: the default scheduler, which does not read gputide's reservations, may have filled it since):
@@ -42,6 +43,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from balancer.actuate.base import Refused
+from balancer.actuate.k8s_filters import CORDON
 from balancer.actuate.k8s_jobs import eviction_refusal
 from balancer.actuate.k8s_nodes import annotation_map_change, taints_change
 from balancer.actuate.k8s_pods import may_move, recreated
@@ -89,14 +91,18 @@ class WorkloadRefused(PermanentActuationError):
 
 
 def placement_refusal(pod: Json, node: Json, planned: NodeRules | None = None) -> str | None:
-    """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a NoSchedule or NoExecute taint it
-    does not tolerate, its node selector, its required node affinity) or, when the node affinity of the workload's
-    `planned` rules is not the pod's own, by that (its PersistentVolumes', `k8s_claims.confined`); None when they
-    allow it."""
-    meta = node.get("metadata") or {}
+    """Why Kubernetes would not run `pod` on `node` by the pod's own rules (a cordon, `spec.unschedulable`, unless
+    it tolerates `k8s_filters.CORDON`; a NoSchedule or NoExecute taint it does not tolerate, its node selector, its
+    required node affinity) or, when the node affinity of the workload's `planned` rules is not the pod's own, by
+    that (its PersistentVolumes', `k8s_claims.confined`); None when they allow it. The cordon is read from the spec,
+    as kube-scheduler's NodeUnschedulable filter reads it: the node lifecycle controller adds its taint only later,
+    and a pod evicted towards a node cordoned in between had its replacement refused there."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     name, labels = meta.get("name", ""), meta.get("labels") or {}
     own = NodeRules.from_pod_spec(pod.get("spec") or {})
-    refusal = own.refusal(name, labels, map(Taint.from_json, (node.get("spec") or {}).get("taints") or ()))
+    if spec.get("unschedulable") and not own.tolerates(CORDON):
+        return f"been cordoned (spec.unschedulable), and the pod does not tolerate {CORDON.key}:{CORDON.effect}"
+    refusal = own.refusal(name, labels, map(Taint.from_json, spec.get("taints") or ()))
     if refusal is None and planned is not None and planned.terms != own.terms and not planned.affinity_allows(
             name, labels):
         return "labels the node affinity of the PersistentVolumes it mounts does not allow"
