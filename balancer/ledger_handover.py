@@ -16,11 +16,15 @@ both hold the ledger. Without either, budgets and cooldowns start afresh at ever
 A `--once` run has no next cycle to try a failed save again: it saves a still-unsaved ledger before it exits
 (`saved_before_exit`) and exits non-zero when that fails (balancer/cmd/run.py).
 
-No eviction before it is saved: the guard's review (`review`) writes the ledger with the evictions it accepted
-(a reservation) before the loop carries any out, and when that write fails the evictions wait (rejected as
-`eviction_budget`: none may be spent that a successor would not know of), so a crash or fail-over never lets the
-next leader spend budget this one already spent. Reclaims of loaned GPUs still go (the budget never refuses them),
-as does everything that evicts no pod. The reservation is dated at the cycle's start and replaced by the ledger
+No eviction before it is saved: the guard's review (`review`) writes the ledger with the evictions and cooldowns
+of the actions it accepted (a reservation) before the loop carries any out, and when that write fails the evictions
+wait (rejected as `eviction_budget`: none may be spent that a successor would not know of), so a crash or fail-over
+never lets the next leader spend budget this one already spent. Reclaims of loaned GPUs still go (the budget never
+refuses them), as does everything that evicts no pod. The cooldowns are in the reservation too: saved only after
+acting, a power cap's or a taint's was lost to a process killed in between (SIGKILL, OOM), and the next leader could
+cap or taint the same GPU or node again inside `powerCooldownS`. So a cycle that acts writes the ledger twice (one
+Lease write each, and the file's); a cycle with nothing accepted, or only renewals of hot taints (they set no
+cooldown), writes none before acting. The reservation is dated at the cycle's start and replaced by the ledger
 itself once the actions are done (or at the next cycle's start).
 
 An inherited ledger that cannot be read (an annotation cut short, edited by hand; a ledger file this process cannot
@@ -143,17 +147,20 @@ class LedgerHandover:
 
     def review(self, guard: SafetyGuard, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:
-        """`guard`'s review of `actions`, its evictions saved before any is carried out (module docstring): those it
-        accepted wait, rejected, when the ledger with them cannot be saved. `ledger` merged with `held` (module
-        docstring)."""
+        """`guard`'s review of `actions`, its evictions and cooldowns saved before any is carried out (module
+        docstring): the evictions it accepted wait, rejected, when the ledger with them cannot be saved. `ledger`
+        merged with `held` (module docstring)."""
         ledger = _with(ledger, self._held(guard, now))
         review = guard.review(actions, snapshot, ledger, now)
-        if not any(getattr(s, "save_state", None) for s in self.stores) or not any(
-                count_evictions(a, snapshot) for a in review.accepted):
+        if not any(getattr(s, "save_state", None) for s in self.stores):
             return review
-        saved = self._save(guard.record(ledger, review.accepted, snapshot, now), "its evictions wait")
+        reserved = guard.record(ledger, review.accepted, snapshot, now)
+        if reserved == guard.record(ledger, (), snapshot, now):   # nothing accepted, or renewals only: no write
+            return review
+        evicts = any(count_evictions(a, snapshot) for a in review.accepted)
+        saved = self._save(reserved, "its evictions wait" if evicts else "tried again after acting")
         self.unsaved = True   # the ledger saved (a reservation) or not: written again once the actions are done
-        if saved:
+        if saved or not evicts:
             return review
         held = {id(a) for a in held_evictions(review.accepted, snapshot)}
         why = EvictionBudgetExhausted("the safety ledger could not be saved for a successor: no eviction until it is")
