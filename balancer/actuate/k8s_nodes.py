@@ -66,6 +66,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from balancer.actuate.k8s_filters import CORDON
 from balancer.actuate.k8s_watch import ListCache
 from balancer.actuate.kubernetes import (
     HOT_UNTIL_ANNOTATION,
@@ -98,10 +99,19 @@ def caps_until_key(annotation: str) -> str:
 
 
 def node_meta(node: Json) -> NodeMeta:
-    """A Node object's labels, taints, gputide power caps and hot-taint expiry."""
+    """A Node object's labels, taints, gputide power caps and hot-taint expiry.
+
+    A cordoned node (`spec.unschedulable`) counts as carrying the cordon's taint (`k8s_filters.CORDON`) even before
+    the node lifecycle controller has added it (a while, or never where that controller does not run): kube-scheduler
+    refuses new pods there unless they tolerate it (its NodeUnschedulable filter), and so does the actuator
+    (`k8s_migrate.placement_refusal`), so the planner must not pick such a node as a target either."""
     meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    taints = tuple(str(Taint.from_json(t)) for t in spec.get("taints") or ())
+    if spec.get("unschedulable") and str(CORDON) not in taints:
+        taints += (str(CORDON),)
     return NodeMeta(labels=MappingProxyType(dict(meta.get("labels") or {})),
-                    taints=tuple(str(Taint.from_json(t)) for t in (node.get("spec") or {}).get("taints") or ()),
+                    taints=taints,
                     power_caps=MappingProxyType(read_power_caps(node)),
                     hot_until=parse_time((meta.get("annotations") or {}).get(HOT_UNTIL_ANNOTATION)))
 
