@@ -4,8 +4,9 @@ leader election: a single replica in a crash loop, or `gputide run --once` from 
 Without it such a controller starts every run with a full eviction budget and no cooldowns, so one that restarts
 every minute may evict its hourly budget every minute. `LedgerFile` keeps the contract of an elector's
 `load_state` / `save_state` (balancer/actuate/leader.py), so `LedgerHandover` inherits from it and hands on to it as
-it does through the Lease, with the same rules (balancer/ledger_handover.py): evictions saved before any is carried
-out, a failed save tried again every cycle while evictions wait, an unreadable ledger taken as a spent budget.
+it does through the Lease, with the same rules (balancer/ledger_handover.py): the evictions and cooldowns of a
+cycle's actions saved before any is carried out (evictions wait while that save fails), a failed save tried again
+every cycle, an unreadable ledger taken as a spent budget.
 
 * `save_state` writes atomically: a temporary file in the same folder, flushed and fsync'ed, `os.replace`d over
   PATH, then the folder fsync'ed, so a crash at any point leaves the last ledger or the new one, never half of one.

@@ -227,7 +227,8 @@ class Reconciler:
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
-            review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)   # evictions saved first
+            # the ledger with the accepted actions' evictions and cooldowns is saved before any is carried out
+            review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)
             rejected = [(a, exc.reason) for a, exc in review.rejected]
             for a, exc in review.rejected:
                 self.metrics.rejected.labels(reason=exc.reason).inc()
