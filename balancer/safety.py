@@ -20,12 +20,15 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            pods, a resize that stops pods, a reclaim too) is in cooldown for the other kinds:
     │                            a scale-down or shrink of a Deployment or job a migration of its pod just disrupted,
     │                            or the reverse, waits (reclaims are exempt; more migrations of its other pods are
-    │                            `maxUnavailablePerWorkload`'s to count)
+    │                            `maxUnavailablePerWorkload`'s to count). A pod of an owner migrated within
+    │                            `cooldownS` is held too when it started since (`Workload.started_at`): a
+    │                            Deployment's or Job's replacement has a new name the per-pod cooldown never saw
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle (an inference scale-up and the
     │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
-    │                            (migrations, with those still settling); and, within one review, a resize that
+    │                            (migrations, with those still settling, and, as a PodDisruptionBudget counts them,
+    │                            its replicas not running: `_short`); and, within one review, a resize that
     │                            stops pods (an inference scale-down, a training shrink or stop) together with any
     │                            other disruption of the same owner (a migration of one of its pods): the second
     │                            one is refused, whichever kind it is. A reclaim shrink disrupts its job too: never
@@ -172,12 +175,13 @@ def _spend_budgets(w: Workload, budgets: Iterable[DisruptionBudget] | None, spen
 @dataclass
 class _Tally:
     """What one review counts as it accepts actions: evictions left in the window, migrations in flight per node
-    and per owner, placed replicas per owner (for the PodDisruptionBudgets given as data) and this review's
-    evictions per cluster PodDisruptionBudget."""
+    and per owner, replicas per owner not running (`_short`), placed replicas per owner (for the PodDisruptionBudgets
+    given as data) and this review's evictions per cluster PodDisruptionBudget."""
 
     budget: int
     per_node: dict[str, int] = field(default_factory=dict)
     per_owner: dict[str, int] = field(default_factory=dict)
+    short: dict[str, int] = field(default_factory=dict)
     healthy: dict[str, int] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)
 
@@ -237,8 +241,9 @@ class SafetyGuard:
 
     def _tally(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> _Tally:
         """What the limits count before this review: evictions left, the migrations in flight per node and
-        owner, and (only when PodDisruptionBudgets are given as data) the placed replicas per owner."""
-        t = _Tally(budget=self.remaining_evictions(ledger, now))
+        owner, the replicas per owner not running (`_short`), and (only when PodDisruptionBudgets are given as data)
+        the placed replicas per owner."""
+        t = _Tally(budget=self.remaining_evictions(ledger, now), short=_short(snapshot))
         for _, src, dst, owner in (m for m in ledger.migrations if now - m[0] < self.policy.migration_settle_s):
             t.per_node[src] = t.per_node.get(src, 0) + 1
             if dst != src:
@@ -273,9 +278,11 @@ class SafetyGuard:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
                 raise MaxConcurrentMigrations(f"node {node} already has {t.per_node.get(node, 0)} in flight "
                                               f"(limit {p.max_concurrent_migrations_per_node})")
-        if t.per_owner.get(owner, 0) + 1 > p.max_unavailable_per_workload:
-            raise MaxUnavailable(f"{owner} already has {t.per_owner.get(owner, 0)} replica(s) disrupted")
-        self._check_pdb(owner, t.healthy.get(owner, 0), t.per_owner.get(owner, 0) + 1)
+        moving, short = t.per_owner.get(owner, 0), t.short.get(owner, 0)
+        if moving + short + 1 > p.max_unavailable_per_workload:
+            why = f" and {short} not running (Pending: it gets no migration until it is whole)" if short else ""
+            raise MaxUnavailable(f"{owner} already has {moving} replica(s) disrupted{why}")
+        self._check_pdb(owner, t.healthy.get(owner, 0), moving + 1, short)
         _spend_budgets(w, s.disruption_budgets, t.spent)
         for node in nodes:
             t.per_node[node] = t.per_node.get(node, 0) + 1
@@ -335,6 +342,8 @@ class SafetyGuard:
             raise CooldownActive(f"{a.target} was acted on {now - last:.0f} s ago (cooldown {cooldown:.0f} s)")
         if owner is not None:
             self._check_owner_cooldown(a, owner, ledger, now)
+        if isinstance(a, Migrate):
+            self._check_replacement(a, ctx.snapshot, ledger, now)
 
     def _check_owner_cooldown(self, a: Action, owner: str, ledger: SafetyLedger, now: float) -> None:
         """Raise CooldownActive when `owner`, which `a` disrupts, was disrupted by another kind of action within
@@ -345,6 +354,22 @@ class SafetyGuard:
             if last is not None and now - last < self.policy.cooldown_s:
                 raise CooldownActive(f"{owner} was disrupted by a {kind} {now - last:.0f} s ago (cooldown "
                                      f"{self.policy.cooldown_s:.0f} s): a {a.kind} would disrupt it again")
+
+    def _check_replacement(self, a: Migrate, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> None:
+        """Raise CooldownActive when `a` moves a pod of an owner migrated within `cooldownS` that is not known to
+        have started before that migration: a Deployment's or Job's replacement pod has a new name, so the per-pod
+        cooldown never sees it, and a one-replica service would go down twice in one cooldown. A sibling running
+        since before (`Workload.started_at`) is not the replacement: more of those are `maxUnavailablePerWorkload`'s
+        to count. One whose start is unknown (NaN: a source without the Kubernetes API's pods) is taken as a
+        sibling: holding every pod of the owner for `cooldownS` would stop a hot node's drain after its first move,
+        and the simulator keeps a moved pod's name (the per-pod cooldown holds it there)."""
+        w = snapshot.workload_by_name.get(a.workload)
+        last = ledger.last_action.get(_disruption_key(Migrate.kind, w.owner)) if w is not None and w.owner else None
+        if last is None or now - last >= self.policy.cooldown_s or not w.started_at >= last:
+            return
+        raise CooldownActive(f"{w.owner} had a pod migrated {now - last:.0f} s ago (cooldown "
+                             f"{self.policy.cooldown_s:.0f} s) and {a.workload} did not run before it: it may be that "
+                             "pod's replacement")
 
     @staticmethod
     def _check_nodes(a: Action, ctx: ReviewContext) -> None:
@@ -361,13 +386,15 @@ class SafetyGuard:
             raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: pod affinity or anti-affinity "
                                    "(its own, or that of pods running there or moving there this cycle) keeps it off")
 
-    def _check_pdb(self, owner: str, healthy: int, disrupted: int) -> None:
+    def _check_pdb(self, owner: str, healthy: int, disrupted: int, short: int = 0) -> None:
+        """`healthy`: the owner's placed replicas, which leave out the `short` ones not running (`_short`): those
+        count against maxUnavailable only."""
         pdb = self.pdbs.get(owner)
         if pdb is None:
             return
         if pdb.min_available is not None and healthy - disrupted < pdb.min_available:
             raise PdbViolation(f"{owner}: {healthy} healthy, PDB minAvailable {pdb.min_available}")
-        if pdb.max_unavailable is not None and disrupted > pdb.max_unavailable:
+        if pdb.max_unavailable is not None and disrupted + short > pdb.max_unavailable:
             raise PdbViolation(f"{owner}: PDB maxUnavailable {pdb.max_unavailable}")
 
     def record(self, ledger: SafetyLedger, applied: Iterable[Action], snapshot: ClusterSnapshot,
@@ -414,6 +441,29 @@ def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
     if isinstance(a, ScaleTraining) and (a.workers < a.previous_workers or _evictions(a, snapshot)):
         return a.job
     return None
+
+
+def _short(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """Per owner, its replicas not running, as a PodDisruptionBudget counts them unavailable: its pods the snapshot
+    lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and an inference
+    service's replicas asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods (the Kubernetes
+    source lists running pods only, so a Pending replacement shows there as this shortfall). `migrationSettleS`
+    alone forgot a migration whose replacement had not started yet. An owner short for reasons of its own (a
+    replica Pending for want of room, a scale-up not yet placed) gets no migration meanwhile: it is already down
+    that many replicas. A replacement still Pending within the settle window counts twice (as the migration and as
+    Pending): cautious, and only that long."""
+    out: dict[str, int] = {}
+    running: dict[str, int] = {}
+    for w in snapshot.workloads:
+        owner = w.owner or w.name
+        if not snapshot.placements.get(w.name):
+            out[owner] = out.get(owner, 0) + 1
+        elif w.workload_class is WorkloadClass.INFERENCE:
+            running[owner] = running.get(owner, 0) + 1
+    for name, st in snapshot.services.items():
+        if st.replicas_from_spec and st.replicas > running.get(name, 0):
+            out[name] = max(out.get(name, 0), st.replicas - running.get(name, 0))
+    return out
 
 
 def _check_disruption(a: Action, owner: str | None, ctx: ReviewContext) -> None:
