@@ -129,14 +129,18 @@ class Holds:
         said evicted: no eviction was made, `_found_said`); where it evicted none, that it holds the node all the
         same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod fits there by what preemption
         weighs): it was said to be "preempting 0 pod(s)", while it only held the node and waits there for what
-        refuses it."""
+        refuses it. A victim whose eviction got no answer (`Evictions.unanswered`: it may have landed) is said as
+        such: it was said "nothing to preempt", while the node stays held for the next pass to judge it."""
         if done.evicted:
             found = Holds._found_said(done)
             return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
                     f"{', '.join(sorted(done.evicted))}" + (f" ({found})" if found else ""))
         held = f"{node} held for it until {done.entry.get('expires', 'its expiry')}"
         gone = Holds._gone_said(done)
-        if found := "; ".join(s for s in (gone and f"its victims {gone}", Holds._terminating_said(done)) if s):
+        unsure = done.unanswered and (f"the eviction of {', '.join(done.unanswered)} sent, no answer yet (judged at "
+                                      f"the next pass)")
+        if found := "; ".join(s for s in (gone and f"its victims {gone}", Holds._terminating_said(done), unsure)
+                              if s):
             return f"no pod evicted on {node}, {found}: {held}"
         return f"nothing to preempt on {node} (no pod of lower priority takes the room it needs there): {held}"
 
@@ -311,14 +315,19 @@ class Holds:
         victims it evicted, or found terminating already (`Evictions.terminating`), terminate. It said "while the
         evicted pods terminate" where none was evicted, its only victims found terminating already. Where it
         neither evicted nor found any terminating (`resume`, its first eviction refused again: those evicted at an
-        earlier pass are said by the caller), only that the node stays held."""
+        earlier pass are said by the caller), only that the node stays held. Victims no longer running that could not
+        be read (`Evictions.unread`: whether their unanswered eviction landed) are read again at the next pass: they
+        were said "evicted at the next pass", and failing there as "evicting X failed (cannot read X ...)"."""
         if not done.left:
             return ""
         waited = " and ".join(w for w in ("the evicted pods" if done.evicted else "",
                                           "those found terminating already" if done.terminating else "") if w)
-        return (f"; evicting {done.left[0]} failed ({done.error}): {node} stays held"
-                f"{f' while {waited} terminate' if waited else ''}, and {', '.join(done.left)} "
-                f"{'is' if len(done.left) == 1 else 'are'} evicted at the next pass")
+        evict, reread = [v for v in done.left if v not in done.unread], done.unread
+        then = " and ".join(f"{', '.join(vs)} {'is' if len(vs) == 1 else 'are'} {what}"
+                            for vs, what in ((evict, "evicted"), (reread, "read again")) if vs)
+        failed = f"evicting {evict[0]} failed ({done.error})" if evict else str(done.error)   # the read's
+        return (f"; {failed}: {node} stays held{f' while {waited} terminate' if waited else ''}, and {then} at the "
+                f"next pass")
 
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
                           now: float) -> str:

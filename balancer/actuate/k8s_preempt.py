@@ -149,6 +149,10 @@ class Evictions:
     entry: Json = field(default_factory=dict)
     ends: list[float] = field(default_factory=list)   # when the grace period of each victim leaving ends
     went: list[str] = field(default_factory=list)   # of `evicted`: gone already, their earlier eviction unanswered
+    # of `left`: the victim whose eviction, asked now, got no answer (or a retry's 404 or 409), judged by the next pass
+    unanswered: list[str] = field(default_factory=list)
+    # of `left` (`Preemptor.resume`): no longer running, their unanswered eviction not judged (the read failed)
+    unread: list[str] = field(default_factory=list)
 
     @property
     def leaving(self) -> list[str]:
@@ -534,8 +538,10 @@ class Preemptor:
         """Reserve the node for `req` (its victims written on the reservation, `LEFT`), evict the victims, write
         what is left and until when the node is held (`noted`), nominate the node (module docstring). An eviction
         that fails before any victim was evicted gives the node back (and raises: nothing was done); after some
-        were, the node stays held for the pod while they terminate, and the victims left stay written on its
-        reservation for the next pass to evict (`resume`): given back, the room the evicted victims free would go to
+        were (or left gone after an unanswered eviction, `Evictions.went`), or where the one that failed got no
+        answer and may have landed (`Evictions.unanswered`: the next pass judges it), the node stays held for the
+        pod while they terminate, and the victims left stay written on its reservation for the next pass to evict
+        (`resume`): given back, the room the evicted victims free would go to
         whoever came first, while the pod still waited for the rest. Nothing more once `halted()`: the reservation
         still names every victim not known evicted, so the next leader (or this replica's next term) carries on."""
         key = req["name"]
@@ -544,7 +550,10 @@ class Preemptor:
         victims = [(v.key, v.budgets) for v in sorted(choice.victims, key=lambda v: not v.budgets)]
         entry = self.reserve(req, choice.node, [v for v, _ in victims])
         done = self._evict(key, choice.node, victims)
-        if done.error is not None and not done.leaving:
+        # nothing done for sure: given back. Not where a victim left already (`went`, counted) or one's eviction got
+        # no answer (it may have landed): given back, its release forgot that doubt (`_unsure`), the eviction landed
+        # never counted, and a victim counted (its Event `Preempted` posted) was not in `preempted`
+        if done.error is not None and not done.leaving and not done.went and not done.unanswered:
             if self.halted():   # the Lease lost (or stopping) meanwhile: the node stays held, its victims named
                 raise done.error
             self.release(choice.node, key)   # a budget changed meanwhile, or the API failed: give the node back
@@ -654,6 +663,8 @@ class Preemptor:
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
+                if victim in self._unsure.get((key, node), {}):   # it may have landed: the next pass judges
+                    done.unanswered.append(victim)
                 return done
             done.ends.append(ending)
             (done.evicted if evicted else done.terminating).append(victim)
@@ -688,7 +699,7 @@ class Preemptor:
         every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer: what a landed
         earlier try leaves (the pod gone; terminating, or made again under its name), which `writes` takes for a
         definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the next pass. Such an eviction spends
-        its `budgets` as one answered does (`_spend`): it may have used their disruptions."""
+        its `budgets` as one answered does (`_spend`): it may have used their disruptions. `resume` names none."""
         ns, name = victim.split("/", 1)
         what, real, doubt = f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, [False]
         with self.api.writes() as unanswered:
@@ -713,7 +724,10 @@ class Preemptor:
         are listed again (`budgets_ttl_s`). Counted where an unanswered eviction did not land, a preemption that
         needs the disruption is put off (or made elsewhere) until then; left uncounted where it landed, a later one
         was planned on a disruption already used: refused (429) at that victim, it gave its node back, any victim
-        evicted before it killed for no one. So the safe direction is to count it."""
+        evicted before it killed for no one. So the safe direction is to count it. Only `preempt` names the budgets
+        (`Preemption.victims`): `resume` evicts the victims left with none named (their budgets not looked up again),
+        so its evictions spend nothing here, and a preemption planned before the budgets are listed again may count
+        on a disruption one of them used (refused, 429, at that victim: the Eviction API has the last word)."""
         for b in budgets:
             self._spent[b] = self._spent.get(b, 0) + 1
 
@@ -737,6 +751,7 @@ class Preemptor:
             log.warning("scheduler %s: cannot read %s, evicted for %s without an answer: %s", self.scheduler_name,
                         victim, key, err)
             done.left.append(victim)
+            done.unread.append(victim)
             done.error = done.error or ActuationError(
                 f"cannot read {victim} to tell whether its unanswered eviction landed: {err}")
             return
