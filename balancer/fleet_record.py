@@ -25,6 +25,7 @@ from balancer.fleet_usage import fleet_usage, owed_workers
 from balancer.forecast.service import horizon_label
 from balancer.metrics import ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast
+from balancer.plan.capacity_plan import forecast_peak
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class FleetRecorder:
         missed the last step of the planner's horizon, and a forecast kept from an earlier cycle showed buckets
         already past."""
         label = horizon_label(horizon_s)
-        self.metrics.set_forecast_demand({(name, f"{q:g}", label): _ahead(f, q, now, horizon_s)
+        self.metrics.set_forecast_demand({(name, f"{q:g}", label): forecast_peak(f, q, now, horizon_s)
                                           for name, f in forecasts.items() for q in f.quantiles})
         fallbacks = getattr(forecaster, "fallbacks", None)
         # a model that failed: persistence serves (logged by the forecaster)
@@ -115,9 +116,3 @@ class FleetRecorder:
         if forecast_for is not None:
             self.metrics.set_forecast_for_now({(name, f"{q:g}", label): v for name in forecasts
                                                for q, v in forecast_for(name, now, label).items()})
-
-
-def _ahead(fc: Forecast, quantile: float, now: float, horizon_s: float) -> float:
-    """Largest forecast `quantile` over [now, now + horizon_s]; from `issued_at` when `now` came before it."""
-    start = max(now - fc.issued_at, 0.0)
-    return fc.window_max(quantile, start, start + horizon_s)

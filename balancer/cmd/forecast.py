@@ -15,7 +15,6 @@ import argparse
 import math
 import sys
 import time
-from decimal import Decimal
 
 import pandas as pd
 
@@ -64,31 +63,20 @@ def _durations(args: argparse.Namespace) -> list[float]:
     return horizons
 
 
-def _whole_steps(args: argparse.Namespace, y: pd.Series) -> None:
-    """Each horizon a whole number of the trace's steps, at least one, to within `STEP_SLACK` (a trace's own step
-    read off jittered times, 600.000089s, still scores 1h as six steps; an absolute slack, so 24h1min on 10-minute
-    steps is refused). The backtest forecasts whole steps ahead: a
-    horizon between two was rounded to the nearer, `--horizons 90min,150min` on an hourly trace two rows both '2h'
-    (exit 0), and one under a step rounded up to a step."""
-    from balancer.forecast.backtest import STEP_SLACK
-    from balancer.forecast.traces import parse_step
+def _whole_steps(args: argparse.Namespace, horizons: list[float], step: float | None) -> None:
+    """Each horizon a whole number of the trace's steps, at least one, no two of the same steps (the library's rule,
+    `backtest.whole_steps`), refused naming it as written on the command line: 90min between two hourly steps was
+    scored as 2h, and the library's ValueError read as a trace too short."""
+    from balancer.forecast.backtest import HorizonError, whole_steps
 
-    if y.index.freq is None:
+    if step is None:
         return
-    step = pd.Timedelta(y.index.freq)
-    shown = f"{Decimal(step.value) / 1_000_000_000}s"   # exact: 600.000002s, where :g printed 600s
-    seen: dict[int, str] = {}
-    for text in _split(args.horizons):
-        ratio = parse_step(text).value / step.value
-        if round(ratio) < 1:   # rounded: one step of a jittered trace (10min of 600.000089s) is one step
-            raise InputError(args.trace, "--horizons", text, f"durations of at least one step ({shown})")
-        if abs(ratio - round(ratio)) > STEP_SLACK:
-            raise InputError(args.trace, "--horizons", text, f"multiples of the trace's step ({shown})"
-                             + ("" if args.step else "; --step resamples the trace to another"))
-        if round(ratio) in seen:   # 1h and 1h0.1s on 10-minute steps: the same six steps, two identical rows
-            raise InputError(args.trace, "--horizons", text, f"horizons of different numbers of steps ({shown}): "
-                             f"{seen[round(ratio)]} is as many")
-        seen[round(ratio)] = text
+    texts = _split(args.horizons)
+    try:
+        whole_steps(horizons, step, texts)
+    except HorizonError as exc:
+        raise InputError(args.trace, "--horizons", texts[exc.index], exc.allowed + (
+            "; --step resamples the trace to another" if exc.between and not args.step else "")) from exc
 
 
 def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:
@@ -138,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     output_file(args.json, "--json", {"--trace": args.trace})
     y = load_demand(args.trace, args.format, args.step, origin=args.origin)
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
-    _whole_steps(args, y)
+    _whole_steps(args, horizons, step)
     min_train_days = _min_train_days(args, y, step)
     t0 = time.perf_counter()
     try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -123,15 +124,16 @@ def pinball(y: np.ndarray, qs: dict[float, np.ndarray]) -> float:
 
 
 def _label(seconds: float) -> str:
-    """A horizon as words, to the second (six steps of a jittered trace's 600.000089 s are "1h", not "3600s")."""
-    seconds = round(seconds)
+    """A horizon as words: each row is labelled with the horizon asked for (`backtest`), not its steps times the
+    step, so six steps of a jittered trace's 600.000089 s asked as 3600 s read "1h", and 2.5 s steps "2.5s" (once
+    rounded to the second for the former, it printed the latter as "2s")."""
     if seconds % 3600 == 0:
         return f"{int(seconds // 3600)}h"
     return f"{int(seconds // 60)}min" if seconds % 60 == 0 else f"{seconds:g}s"
 
 
-def _past_end(horizon_s: float, first: int, n: int, longest_s: float) -> str:
-    return (f"horizon {_label(horizon_s)} reaches past the trace's end from every scored origin (scoring starts at "
+def _past_end(horizon: str, first: int, n: int, longest_s: float) -> str:
+    return (f"horizon {horizon} reaches past the trace's end from every scored origin (scoring starts at "
             f"step {first} of {n}; longest horizon {_label(longest_s)})")
 
 
@@ -141,16 +143,34 @@ def _past_end(horizon_s: float, first: int, n: int, longest_s: float) -> str:
 STEP_SLACK = 1e-3
 
 
-def _whole_steps(horizons_s, step: float) -> np.ndarray:
-    """Each horizon in steps; ValueError for one that is not a whole number of steps (to within `STEP_SLACK`), at
-    least one. It was rounded to the nearer (at least one): 90 and 150 minutes on an hourly trace were both scored,
-    as two rows of '2h'."""
+class HorizonError(ValueError):
+    """A horizon `whole_steps` refuses: `index` is its place among those asked, `allowed` what a horizon may be, and
+    `between` whether it fell between two steps (a step of another length might take it)."""
+
+    def __init__(self, index: int, name: str, allowed: str, between: bool = False) -> None:
+        super().__init__(f"horizon {name}: allowed are {allowed}")
+        self.index, self.allowed, self.between = index, allowed, between
+
+
+def whole_steps(horizons_s, step: float, names: list[str]) -> np.ndarray:
+    """Each horizon in steps: a whole number of them (to within `STEP_SLACK`), at least one, and no two horizons of
+    the same steps; else `HorizonError` naming the first that is not as `names` write it (the CLI: as typed).
+
+    Horizons between two steps were rounded to the nearer (90 and 150 minutes on an hourly trace both scored, as two
+    rows of '2h'), and two of the same steps (3600 and 3600.3 s on 10-minute steps) are two identical rows. The step
+    is shown exactly (600.000002s, where :g printed 600s, a step the horizon seems a multiple of)."""
+    shown = f"{Decimal(round(step * 1e9)) / 1_000_000_000}s"
     ratio = np.asarray(horizons_s, dtype=float) / step
     steps = np.rint(ratio).astype(int)
-    off = (np.abs(ratio - steps) > STEP_SLACK) | (steps < 1)
-    if off.any():
-        raise ValueError(f"horizon {float(np.asarray(horizons_s, dtype=float)[off][0]):g}s is not a whole number "
-                         f"of steps ({step:g}s)")
+    seen: dict[int, str] = {}
+    for i, (r, s) in enumerate(zip(ratio, steps.tolist(), strict=True)):
+        if s < 1:   # rounded: one step of a jittered trace (10min of 600.000089s) is one step
+            raise HorizonError(i, names[i], f"durations of at least one step ({shown})")
+        if abs(r - s) > STEP_SLACK:
+            raise HorizonError(i, names[i], f"multiples of the trace's step ({shown})", between=True)
+        if s in seen:
+            raise HorizonError(i, names[i], f"horizons of different numbers of steps ({shown}): {seen[s]} is as many")
+        seen[s] = names[i]
     return steps
 
 
@@ -163,7 +183,9 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
     by the time they forecast (columns: actual, 0.5, 0.9, 0.99), for plots of forecast vs actual."""
     step = step_of(y)
     n = len(y)
-    steps = _whole_steps(horizons_s, step)
+    labels = [_label(float(h)) for h in horizons_s]   # as asked, not steps x step (jittered, or 2.5s steps)
+    steps = whole_steps(horizons_s, step, labels)
+    longest = labels[int(np.argmax(steps))]
     day = int(round(DAY_S / step))
     score_start = min(int(min_train_days * DAY_S / step), n // 2)
     # calibration origins: the longest horizon's whole calibration window (`calibration_window`: a week of
@@ -172,12 +194,12 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
                 min(2 * day, score_start // 2), 2)
     origins = np.arange(first, n - int(steps.min()), stride)
     if 1 <= n - 1 - score_start < steps.min():   # every horizon asked for passes the end from the first scored origin
-        raise ValueError(_past_end(float(steps.max() * step), score_start, n, float((n - 1 - score_start) * step)))
+        raise ValueError(_past_end(longest, score_start, n, float((n - 1 - score_start) * step)))
     if len(origins) < 2 or not np.any(origins >= score_start):
         raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
     reach = n - 1 - int(origins[origins >= score_start][0])   # steps from the first scored origin to the end
     if steps.max() > reach:   # no outcome to score: rows of n = 0 and NaN
-        raise ValueError(_past_end(float(steps.max() * step), n - 1 - reach, n, float(reach * step)))
+        raise ValueError(_past_end(longest, n - 1 - reach, n, float(reach * step)))
     truth = mask_outages(y).to_numpy(float)
     y_fit = CausalClean(y)
     requested = list(models or [*CANDIDATES, "auto"])
@@ -218,19 +240,19 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
             mae = float(np.mean(np.abs(yt - p50)[ok]))
             if keep_paths:
                 at = y.index[np.clip(target[scored], 0, n - 1)]
-                details.setdefault("paths", {})[(name, _label(float(h * step)))] = pd.DataFrame(
+                details.setdefault("paths", {})[(name, labels[j])] = pd.DataFrame(
                     {"actual": yt[scored], **{q: cal[q][scored] for q in QUANTILES}}, index=at)
             sn = float(np.mean(base_err[("seasonal_naive_daily", j)][ok]))
             pe = float(np.mean(base_err[("persistence", j)][ok]))
             scores.append(Score(
-                model=name, horizon=_label(float(h * step)), horizon_steps=int(h), n=int(ok.sum()), mae=mae,
+                model=name, horizon=labels[j], horizon_steps=int(h), n=int(ok.sum()), mae=mae,
                 mase_seasonal=mae / sn if sn > 0 else float("nan"),
                 mase_persistence=mae / pe if pe > 0 else float("nan"),
                 pinball=pinball(yt[ok], {q: cal[q][ok] for q in QUANTILES}),
                 coverage_p90=float(np.mean(yt[ok] <= cal[0.9][ok])),
                 fit_s=run.seconds))
-    details["baseline_mae"] = {f"{b}@{_label(float(h * step))}": float(np.nanmean(
-        base_err[(b, j)][scored & np.isfinite(base_err[(b, j)])])) for b in BASELINES for j, h in enumerate(steps)}
+    details["baseline_mae"] = {f"{b}@{labels[j]}": float(np.nanmean(
+        base_err[(b, j)][scored & np.isfinite(base_err[(b, j)])])) for b in BASELINES for j in range(len(steps))}
     return scores, details
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from balancer.cli import main
-from balancer.forecast.backtest import backtest
+from balancer.forecast.backtest import BASELINES, backtest
 
 BACKTEST = ["forecast", "backtest", "--models", "persistence", "--min-train-days", "3"]
 
@@ -21,6 +21,20 @@ def _hourly(tmp_path):
     path = tmp_path / "hourly.csv"
     path.write_text("timestamp,value\n" + "".join(f"{3600 * i},{1 + i % 5}\n" for i in range(400)))
     return path
+
+
+def _jittered(tmp_path):
+    """Times 600 s apart give or take a few milliseconds: the trace's own step (the median gap) is 600.000089 s."""
+    rng = np.random.default_rng(7)
+    t = 600.0 * np.arange(2000) + rng.uniform(0, 0.03, 2000)
+    path = tmp_path / "jitter.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{x:.6f},{1 + i % 7}\n" for i, x in enumerate(t)))
+    return path
+
+
+def _series(step_s: float, n: int) -> pd.Series:
+    index = pd.date_range("2024-01-01", periods=n, freq=pd.Timedelta(seconds=step_s), tz="UTC")
+    return pd.Series(np.arange(n) % 5 + 1.0, index=index)
 
 
 def _one_error(capsys, code: int) -> str:
@@ -62,21 +76,44 @@ def test_the_step_is_shown_exactly(tmp_path, capsys):
             "trace to another") in line
 
 
-def test_the_library_refuses_a_horizon_between_two_steps():
-    index = pd.date_range("2024-01-01", periods=400, freq="1h", tz="UTC")
-    y = pd.Series(np.arange(400) % 5 + 1.0, index=index)
-    for horizons in ([5400.0, 9000.0], [1800.0]):
-        with pytest.raises(ValueError, match="not a whole number of steps"):
-            backtest(y, models=["persistence"], horizons_s=horizons, min_train_days=3)
+@pytest.mark.parametrize(("horizons", "message"), [
+    ([5400.0, 9000.0], "horizon 90min: allowed are multiples of the trace's step (3600s)"),
+    ([1800.0], "horizon 30min: allowed are durations of at least one step (3600s)")])
+def test_the_library_refuses_a_horizon_between_two_steps(horizons, message):
+    with pytest.raises(ValueError) as caught:
+        backtest(_series(3600, 400), models=["persistence"], horizons_s=horizons, min_train_days=3)
+    assert str(caught.value) == message
+
+
+def test_the_library_refuses_two_horizons_of_the_same_steps():
+    """Only the CLI refused them: 3600 and 3600.3 s on 10-minute steps were two identical rows, both '1h'."""
+    with pytest.raises(ValueError) as caught:
+        backtest(_series(600, 2000), models=["persistence"], horizons_s=[3600, 3600.3], min_train_days=3)
+    assert str(caught.value) == "horizon 3600.3s: allowed are horizons of different numbers of steps (600s): 1h is " \
+        "as many"
+
+
+def test_rows_are_labelled_with_the_horizon_asked_for(tmp_path, capsys):
+    """Labels rounded to the second printed 2.5 s and 7.5 s horizons on 2.5 s steps as '2s' and '8s' (review s35r3
+    of 9d34899b); the rows, the plotted paths and the baselines' errors are keyed by the horizon as asked."""
+    _, details = backtest(_series(2.5, 400), models=["persistence"], horizons_s=[2.5, 7.5], min_train_days=0.001,
+                          keep_paths=True)
+    assert sorted(details["paths"]) == [("persistence", "2.5s"), ("persistence", "7.5s")]
+    assert sorted(details["baseline_mae"]) == [f"{b}@{h}" for b in sorted(BASELINES) for h in ("2.5s", "7.5s")]
+    path = tmp_path / "half.csv"
+    path.write_text("timestamp,value\n" + "".join(f"{2.5 * i},{1 + i % 5}\n" for i in range(400)))
+    out, cmd = tmp_path / "out.json", [*BACKTEST[:-1], "0.001", "--trace", str(path)]
+    assert main(cmd + ["--horizons", "2.5s,7.5s", "--json", str(out)]) == 0, capsys.readouterr().err
+    assert [r["horizon"] for r in json.loads(out.read_text())["scores"]] == ["2.5s", "7.5s"]
+    capsys.readouterr()
+    line = _one_error(capsys, main(cmd + ["--horizons", "1002.5s"]))   # 401 steps, 365 left after the first origin
+    assert "horizon 1002.5s reaches past the trace's end" in line and "longest horizon 912.5s" in line, line
 
 
 def test_a_trace_whose_own_step_is_read_off_jittered_times_still_scores_whole_hours(tmp_path, capsys):
-    """Times 600 s apart give or take a few milliseconds: the trace's own step (the median gap) is 600.00x s, and
-    1h is 5.999 of those steps. It is scored as six (STEP_SLACK), not refused as between two steps."""
-    rng = np.random.default_rng(7)
-    t = 600.0 * np.arange(2000) + rng.uniform(0, 0.03, 2000)
-    path = tmp_path / "jitter.csv"
-    path.write_text("timestamp,value\n" + "".join(f"{x:.6f},{1 + i % 7}\n" for i, x in enumerate(t)))
+    """On a trace's own step read off jittered times (600.000089 s), 1h is 5.99999 steps: it is scored as six
+    (STEP_SLACK), not refused as between two steps, and its row reads 1h, as asked."""
+    path = _jittered(tmp_path)
     out = tmp_path / "out.json"
     assert main(BACKTEST + ["--trace", str(path), "--horizons", "10min,1h,4h", "--json", str(out)]) == 0, \
         capsys.readouterr().err
@@ -98,10 +135,7 @@ def test_the_slack_does_not_grow_with_the_horizon(tmp_path, capsys, horizons, va
 
 
 def test_two_horizons_of_the_same_steps_are_refused(tmp_path, capsys):
-    rng = np.random.default_rng(7)
-    t = 600.0 * np.arange(2000) + rng.uniform(0, 0.03, 2000)
-    path = tmp_path / "jitter.csv"
-    path.write_text("timestamp,value\n" + "".join(f"{x:.6f},{1 + i % 7}\n" for i, x in enumerate(t)))
+    path = _jittered(tmp_path)
     line = _one_error(capsys, main(BACKTEST + ["--trace", str(path), "--horizons", "1h,1h0.1s"]))
     assert "invalid value '1h0.1s'; allowed: horizons of different numbers of steps (600.000089s): 1h is as many" \
         in line, line
