@@ -49,7 +49,9 @@ is evicted, asked again before each victim (`EvictionsStopped`, a failed evictio
 node held and resumes once the stop is lifted). Binding pods onto free room and holding nodes for starving pods go
 on: they disrupt nothing.
 
-If an eviction fails before any victim was evicted, the reservation is released and the pod is told why; once some
+If an eviction fails before any victim was evicted, the reservation is released and the pod is told why, unless that
+eviction got no answer (it may have landed: `Evictions.unanswered`) or a victim left after an earlier one that got
+none (`Evictions.went`): the node is then kept held for the next pass to judge it; once some
 were, the node stays held for the pod while they terminate (given back, their room would go to whoever came
 first), and each later pass evicts the victims left until none is left, the pod no longer waits or the reservation
 expires, after which the pod plans afresh with the room already made. Each such pass first asks whether its victims
