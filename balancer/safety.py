@@ -21,7 +21,7 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            a scale-down or shrink of a Deployment or job a migration of its pod just disrupted,
     │                            or the reverse, waits (reclaims are exempt; more migrations of its other pods are
     │                            `maxUnavailablePerWorkload`'s to count). A pod of an owner migrated within
-    │                            `cooldownS` is held too when it started since (`Workload.started_at`): a
+    │                            `cooldownS` is held too when it started since the first of them (`started_at`): a
     │                            Deployment's or Job's replacement has a new name the per-pod cooldown never saw
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle (an inference scale-up and the
     │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
@@ -59,6 +59,7 @@ returned updated by `record`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,11 +177,13 @@ def _spend_budgets(w: Workload, budgets: Iterable[DisruptionBudget] | None, spen
 class _Tally:
     """What one review counts as it accepts actions: evictions left in the window, migrations in flight per node
     and per owner, replicas per owner not running (`_short`), placed replicas per owner (for the PodDisruptionBudgets
-    given as data) and this review's evictions per cluster PodDisruptionBudget."""
+    given as data) and this review's evictions per cluster PodDisruptionBudget. `per_owner`: the migrations still
+    settling from the ledger; `moved`: those this review accepted."""
 
     budget: int
     per_node: dict[str, int] = field(default_factory=dict)
     per_owner: dict[str, int] = field(default_factory=dict)
+    moved: dict[str, int] = field(default_factory=dict)
     short: dict[str, int] = field(default_factory=dict)
     healthy: dict[str, int] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)
@@ -278,15 +281,18 @@ class SafetyGuard:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
                 raise MaxConcurrentMigrations(f"node {node} already has {t.per_node.get(node, 0)} in flight "
                                               f"(limit {p.max_concurrent_migrations_per_node})")
-        moving, short = t.per_owner.get(owner, 0), t.short.get(owner, 0)
-        if moving + short + 1 > p.max_unavailable_per_workload:
-            why = f" and {short} not running (Pending: it gets no migration until it is whole)" if short else ""
-            raise MaxUnavailable(f"{owner} already has {moving} replica(s) disrupted{why}")
-        self._check_pdb(owner, t.healthy.get(owner, 0), moving + 1, short)
+        # a replacement still Pending within the settle window is both a settling migration and short: counted once
+        settling, short, moved = t.per_owner.get(owner, 0), t.short.get(owner, 0), t.moved.get(owner, 0)
+        unavailable = max(settling, short) + moved
+        if unavailable + 1 > p.max_unavailable_per_workload:
+            why = f", {short} not running (Pending: it gets no migration until it is whole)" if short else ""
+            raise MaxUnavailable(f"{owner} already has {unavailable} replica(s) unavailable ({settling + moved} "
+                                 f"disrupted{why})")
+        self._check_pdb(owner, t.healthy.get(owner, 0), settling + moved + 1, unavailable + 1)
         _spend_budgets(w, s.disruption_budgets, t.spent)
         for node in nodes:
             t.per_node[node] = t.per_node.get(node, 0) + 1
-        t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
+        t.moved[owner] = moved + 1
         ctx.moved[w.name] = s.node_position[a.target_node]
 
     def stops_now(self, actions: list[Action], snapshot: ClusterSnapshot) -> list[EmergencyStop | None]:
@@ -357,17 +363,20 @@ class SafetyGuard:
 
     def _check_replacement(self, a: Migrate, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> None:
         """Raise CooldownActive when `a` moves a pod of an owner migrated within `cooldownS` that is not known to
-        have started before that migration: a Deployment's or Job's replacement pod has a new name, so the per-pod
-        cooldown never sees it, and a one-replica service would go down twice in one cooldown. A sibling running
-        since before (`Workload.started_at`) is not the replacement: more of those are `maxUnavailablePerWorkload`'s
-        to count. One whose start is unknown (NaN: a source without the Kubernetes API's pods) is taken as a
-        sibling: holding every pod of the owner for `cooldownS` would stop a hot node's drain after its first move,
-        and the simulator keeps a moved pod's name (the per-pod cooldown holds it there)."""
+        have started before the earliest of those migrations: a Deployment's or Job's replacement pod has a new name,
+        so the per-pod cooldown never sees it, and a one-replica service would go down twice in one cooldown. The
+        earliest, not the latest: svc-0's replacement started after svc-0 moved is still in its cooldown when svc-1
+        moved since. A sibling running since before (`Workload.started_at`) is not a replacement: more of those are
+        `maxUnavailablePerWorkload`'s to count. One whose start is unknown (NaN: a source without the Kubernetes
+        API's pods) is taken as a sibling: holding every pod of the owner for `cooldownS` would stop a hot node's
+        drain after its first move, and the simulator keeps a moved pod's name (the per-pod cooldown holds it)."""
         w = snapshot.workload_by_name.get(a.workload)
-        last = ledger.last_action.get(_disruption_key(Migrate.kind, w.owner)) if w is not None and w.owner else None
-        if last is None or now - last >= self.policy.cooldown_s or not w.started_at >= last:
+        if w is None or not w.owner:
             return
-        raise CooldownActive(f"{w.owner} had a pod migrated {now - last:.0f} s ago (cooldown "
+        first = _first_migration(ledger, w.owner, now, self.policy.cooldown_s)
+        if first is None or not w.started_at >= first:
+            return
+        raise CooldownActive(f"{w.owner} had a pod migrated {now - first:.0f} s ago (cooldown "
                              f"{self.policy.cooldown_s:.0f} s) and {a.workload} did not run before it: it may be that "
                              "pod's replacement")
 
@@ -386,15 +395,16 @@ class SafetyGuard:
             raise PlacementRefused(f"{a.workload} may not run on {a.target_node}: pod affinity or anti-affinity "
                                    "(its own, or that of pods running there or moving there this cycle) keeps it off")
 
-    def _check_pdb(self, owner: str, healthy: int, disrupted: int, short: int = 0) -> None:
-        """`healthy`: the owner's placed replicas, which leave out the `short` ones not running (`_short`): those
-        count against maxUnavailable only."""
+    def _check_pdb(self, owner: str, healthy: int, disrupted: int, unavailable: int | None = None) -> None:
+        """`healthy`: the owner's placed replicas, which leave out those not running (`_short`): they count against
+        maxUnavailable only, in `unavailable` (default `disrupted`)."""
         pdb = self.pdbs.get(owner)
         if pdb is None:
             return
         if pdb.min_available is not None and healthy - disrupted < pdb.min_available:
             raise PdbViolation(f"{owner}: {healthy} healthy, PDB minAvailable {pdb.min_available}")
-        if pdb.max_unavailable is not None and disrupted + short > pdb.max_unavailable:
+        unavailable = disrupted if unavailable is None else unavailable
+        if pdb.max_unavailable is not None and unavailable > pdb.max_unavailable:
             raise PdbViolation(f"{owner}: PDB maxUnavailable {pdb.max_unavailable}")
 
     def record(self, ledger: SafetyLedger, applied: Iterable[Action], snapshot: ClusterSnapshot,
@@ -408,7 +418,9 @@ class SafetyGuard:
         last = {k: min(t, now) for k, t in ledger.last_action.items()
                 if now - t < (p.power_cooldown_s if k.startswith(_POWER_KEYS) else p.cooldown_s)}
         evictions = [min(t, now) for t in ledger.evictions if now - t < p.eviction_window_s]
-        migrations = [(min(m[0], now), *m[1:]) for m in ledger.migrations if now - m[0] < p.migration_settle_s]
+        # migrations are kept for their cooldown too, not only while settling: `_first_migration`
+        kept = max(p.migration_settle_s, p.cooldown_s)
+        migrations = [(min(m[0], now), *m[1:]) for m in ledger.migrations if now - m[0] < kept]
         for a in applied:
             if not _renewal(a):   # a renewal does not re-arm the taint's cooldown
                 last[_cooldown_key(a)] = now
@@ -450,8 +462,10 @@ def _short(snapshot: ClusterSnapshot) -> dict[str, int]:
     source lists running pods only, so a Pending replacement shows there as this shortfall). `migrationSettleS`
     alone forgot a migration whose replacement had not started yet. An owner short for reasons of its own (a
     replica Pending for want of room, a scale-up not yet placed) gets no migration meanwhile: it is already down
-    that many replicas. A replacement still Pending within the settle window counts twice (as the migration and as
-    Pending): cautious, and only that long."""
+    that many replicas. A replacement still Pending within the settle window is both a migration settling and
+    Pending: counted once, as the larger of the two (`_count_migration`). Replicas a node telemetry has forgotten may
+    hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither `workloads` nor `placements`) are not short: as
+    many as its GPUs hold, else every service with a replica there would get no migration while it stays dark."""
     out: dict[str, int] = {}
     running: dict[str, int] = {}
     for w in snapshot.workloads:
@@ -460,10 +474,19 @@ def _short(snapshot: ClusterSnapshot) -> dict[str, int]:
             out[owner] = out.get(owner, 0) + 1
         elif w.workload_class is WorkloadClass.INFERENCE:
             running[owner] = running.get(owner, 0) + 1
+    dark = _dark_gpus(snapshot)
     for name, st in snapshot.services.items():
-        if st.replicas_from_spec and st.replicas > running.get(name, 0):
-            out[name] = max(out.get(name, 0), st.replicas - running.get(name, 0))
+        if st.replicas_from_spec and (n := st.replicas - running.get(name, 0) - dark) > 0:
+            out[name] = max(out.get(name, 0), n)
     return out
+
+
+def _dark_gpus(snapshot: ClusterSnapshot) -> int:
+    """The GPUs of the forgotten nodes, one unseen replica each at most (a multi-GPU replica takes more, a fractional
+    one less: one a GPU is the capacity planner's bound for whole-GPU replicas); a node whose count is unknown (0)
+    as the widest node of the snapshot, 8 with none."""
+    widest = max(Counter(g.node for g in snapshot.gpus).values(), default=8)
+    return sum(n if n > 0 else widest for n in snapshot.forgotten_nodes.values())
 
 
 def _check_disruption(a: Action, owner: str | None, ctx: ReviewContext) -> None:
@@ -520,6 +543,15 @@ _DISRUPTIVE_KINDS = (Migrate.kind, ScaleInference.kind, ScaleTraining.kind)   # 
 def _disruption_key(kind: str, owner: str) -> str:
     """Where the ledger keeps when `owner` was last disrupted by an action of `kind` (`_check_owner_cooldown`)."""
     return f"disrupted:{kind}:{owner}"
+
+
+def _first_migration(ledger: SafetyLedger, owner: str, now: float, cooldown: float) -> float | None:
+    """The earliest migration of a pod of `owner` within `cooldown` of `now`, or None: the ledger keeps its
+    migrations that long (`record`), and the latest under `_disruption_key` (a ledger kept for the settle window
+    only, from before, has that one)."""
+    latest = ledger.last_action.get(_disruption_key(Migrate.kind, owner))
+    times = [m[0] for m in ledger.migrations if m[3] == owner] + ([] if latest is None else [latest])
+    return min((t for t in times if now - t < cooldown), default=None)
 
 
 def _cooldown_key(a: Action) -> str:
