@@ -60,7 +60,7 @@ returned updated by `record`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -246,7 +246,8 @@ class SafetyGuard:
         """What the limits count before this review: evictions left, the migrations in flight per node and
         owner, the replicas per owner not running (`_short`), and (only when PodDisruptionBudgets are given as data)
         the placed replicas per owner."""
-        t = _Tally(budget=self.remaining_evictions(ledger, now), short=_short(snapshot))
+        moving = {o for o in snapshot.services if _first_migration(ledger, o, now, self.policy.cooldown_s) is not None}
+        t = _Tally(budget=self.remaining_evictions(ledger, now), short=_short(snapshot, moving))
         for _, src, dst, owner in (m for m in ledger.migrations if now - m[0] < self.policy.migration_settle_s):
             t.per_node[src] = t.per_node.get(src, 0) + 1
             if dst != src:
@@ -281,9 +282,11 @@ class SafetyGuard:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
                 raise MaxConcurrentMigrations(f"node {node} already has {t.per_node.get(node, 0)} in flight "
                                               f"(limit {p.max_concurrent_migrations_per_node})")
-        # a replacement still Pending within the settle window is both a settling migration and short: counted once
+        # summed: a settling migration whose replacement runs already (loading) and a replica Pending for reasons of
+        # its own are two down (the larger of the two counted one); a replacement still Pending within the settle
+        # window is counted twice until `migrationSettleS` passes, the safe side
         settling, short, moved = t.per_owner.get(owner, 0), t.short.get(owner, 0), t.moved.get(owner, 0)
-        unavailable = max(settling, short) + moved
+        unavailable = settling + short + moved
         if unavailable + 1 > p.max_unavailable_per_workload:
             why = f", {short} not running (Pending: it gets no migration until it is whole)" if short else ""
             raise MaxUnavailable(f"{owner} already has {unavailable} replica(s) unavailable ({settling + moved} "
@@ -455,7 +458,7 @@ def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
     return None
 
 
-def _short(snapshot: ClusterSnapshot) -> dict[str, int]:
+def _short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, int]:
     """Per owner, its replicas not running, as a PodDisruptionBudget counts them unavailable: its pods the snapshot
     lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and an inference
     service's replicas asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods (the Kubernetes
@@ -463,9 +466,12 @@ def _short(snapshot: ClusterSnapshot) -> dict[str, int]:
     alone forgot a migration whose replacement had not started yet. An owner short for reasons of its own (a
     replica Pending for want of room, a scale-up not yet placed) gets no migration meanwhile: it is already down
     that many replicas. A replacement still Pending within the settle window is both a migration settling and
-    Pending: counted once, as the larger of the two (`_count_migration`). Replicas a node telemetry has forgotten may
-    hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither `workloads` nor `placements`) are not short: as
-    many as its GPUs hold, else every service with a replica there would get no migration while it stays dark."""
+    Pending: counted as both until the settle window passes (`_count_migration`). Replicas a node telemetry has
+    forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither `workloads` nor `placements`) are
+    not short: as many as its GPUs hold, else every service with a replica there would get no migration while it
+    stays dark; but not for an owner `moving` (a migration of it within `cooldownS`): its missing replica is more
+    likely the replacement not yet started than one on the dark node, and excused, its last running replica could
+    be moved."""
     out: dict[str, int] = {}
     running: dict[str, int] = {}
     for w in snapshot.workloads:
@@ -476,7 +482,8 @@ def _short(snapshot: ClusterSnapshot) -> dict[str, int]:
             running[owner] = running.get(owner, 0) + 1
     dark = _dark_gpus(snapshot)
     for name, st in snapshot.services.items():
-        if st.replicas_from_spec and (n := st.replicas - running.get(name, 0) - dark) > 0:
+        excused = 0 if name in moving else dark
+        if st.replicas_from_spec and (n := st.replicas - running.get(name, 0) - excused) > 0:
             out[name] = max(out.get(name, 0), n)
     return out
 

@@ -98,19 +98,21 @@ def test_a_replacement_waits_out_the_cooldown_of_the_first_move_not_only_the_lat
     assert guard.review([move("svc-new", 9, 2)], snap, ledger, NOW - 200 + 600).accepted == (move("svc-new", 9, 2),)
 
 
-def test_a_replacement_pending_in_the_settle_window_counts_once_not_as_settling_and_as_short():
-    guard = SafetyGuard(SafetyPolicy(max_unavailable_per_workload=2, max_concurrent_migrations_per_node=9),
-                        pdbs=[PodDisruptionBudget(owner="svc", max_unavailable=2)])
-    ledger = moved_svc_0(guard, NOW - 30)   # still settling, and its replacement still Pending: one replica down
-    snap = snapshot(FL, workloads=[(svc(1), (1,)), (svc(2), (2,)), (svc("new", NOW - 20), ())])
-    r = guard.review([move("svc-1", 1, 10), move("svc-2", 2, 11)], snap, ledger, NOW)
-    assert r.accepted == (move("svc-1", 1, 10),)   # the second move would make three down
-    assert reasons(r) == [("inference/svc-2", "max_unavailable")]
-    # the PDB given as data counts the same way
+def test_a_settling_migration_and_an_unrelated_pending_replica_are_two_down():
+    """svc-0 moved 30 s ago, its replacement already placed (loading); svc-3 Pending for reasons of its own: two
+    replicas down. Counted as the larger of the two (one), svc-1 was accepted and three were down (audit s35a17)."""
+    guard = SafetyGuard(SafetyPolicy(max_unavailable_per_workload=2, max_concurrent_migrations_per_node=9))
+    ledger = moved_svc_0(guard, NOW - 30)
+    snap = snapshot(FL, workloads=[(svc(1), (1,)), (svc(2), (2,)), (svc("new", NOW - 20), (9,)), (svc(3), ())])
+    assert reasons(guard.review([move("svc-1", 1, 10)], snap, ledger, NOW)) == [("inference/svc-1",
+                                                                                  "max_unavailable")]
+    # the same PDB given as data counts the same way
     guard = SafetyGuard(SafetyPolicy(max_unavailable_per_workload=5, max_concurrent_migrations_per_node=9),
                         pdbs=[PodDisruptionBudget(owner="svc", max_unavailable=2)])
-    r = guard.review([move("svc-1", 1, 10), move("svc-2", 2, 11)], snap, ledger, NOW)
-    assert (r.accepted, reasons(r)) == ((move("svc-1", 1, 10),), [("inference/svc-2", "pdb")])
+    assert reasons(guard.review([move("svc-1", 1, 10)], snap, ledger, NOW)) == [("inference/svc-1", "pdb")]
+    # svc-3 running too: only the settling move is down, and one more fits
+    snap = snapshot(FL, workloads=[(svc(1), (1,)), (svc(2), (2,)), (svc("new", NOW - 20), (9,)), (svc(3), (3,))])
+    assert guard.review([move("svc-1", 1, 10)], snap, ledger, NOW).accepted == (move("svc-1", 1, 10),)
 
 
 def test_replicas_a_forgotten_node_may_hold_are_not_short():
@@ -126,3 +128,19 @@ def test_replicas_a_forgotten_node_may_hold_are_not_short():
     lit = snapshot(FL, workloads=wl, services={"svc": status})
     assert reasons(guard.review([move("svc-1", 1, 10)], lit, SafetyLedger(), NOW)) == [("inference/svc-1",
                                                                                           "max_unavailable")]
+
+
+def test_a_forgotten_node_does_not_excuse_the_missing_replica_of_a_service_just_migrated():
+    """A forgotten node excused its GPUs' worth of missing replicas for every service: svc, 2 replicas asked, one
+    running, the other the replacement of a migration 90 s ago still Pending (past the settle window), and an
+    unrelated 8-GPU node forgotten: the move of svc's last running replica was accepted (audit s35a17)."""
+    guard = SafetyGuard(SafetyPolicy())
+    ledger = moved_svc_0(guard, NOW - 90)
+    status = ServiceStatus(name="svc", demand_rps=10.0, p99_latency_s=0.1, slo_latency_s=0.5, replicas=2,
+                           replicas_from_spec=True)
+    snap = dataclasses.replace(snapshot(FL, workloads=[(svc(1), (1,))], services={"svc": status}),
+                               forgotten_nodes={"gone": 8})
+    assert reasons(guard.review([move("svc-1", 1, 10)], snap, ledger, NOW)) == [("inference/svc-1",
+                                                                                  "max_unavailable")]
+    # its migration's cooldown over, the dark node excuses the missing replica again
+    assert guard.review([move("svc-1", 1, 10)], snap, ledger, NOW - 90 + 601).accepted == (move("svc-1", 1, 10),)
