@@ -16,7 +16,6 @@ import inspect
 import logging
 import math
 from collections.abc import Collection
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from balancer import config
@@ -25,7 +24,7 @@ from balancer.cmd._args import duration_between
 from balancer.errors import InputError
 from balancer.ledger_handover import LedgerHandover
 from balancer.metrics import ControllerMetrics
-from balancer.model import Action, ClusterSnapshot, Node
+from balancer.model import Action, ClusterSnapshot
 
 if TYPE_CHECKING:
     from balancer.telemetry.shard import ShardedSource
@@ -210,25 +209,14 @@ class ShardBound:
     def own_nodes(self) -> frozenset[str]:
         """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading and a dark one it held
         last, whose power caps it renews too). Before its first reading (the loop calls `recover` only after a good
-        reading, so only for a caller of its own), the nodes its selector matches as the inner source knows them then:
-        the Kubernetes API's nodes
-        (`node_overrides`) with their labels, each with the fleet file's pool, site and model where it lists the node
-        (a node it does not list has no model or pool yet, so a selector on either leaves it to the first reading);
-        without `node_overrides`, the fleet file's nodes. No node while the API's nodes are not listed yet: their labels
-        are unknown, and the cycle's housekeeping after the first reading keeps the shard's nodes."""
+        reading, so only for a caller of its own), the node list's (`ShardedSource.listed`): the GPU nodes its selector
+        matches as the Kubernetes API labels them, or the fleet file's; none while the API's nodes are not listed yet
+        (the cycle's housekeeping after the first reading keeps the shard's nodes). GPU nodes only, as a reading's
+        are: a node without GPUs carries no hot taint, reservation or power cap of gputide's, and the same set is
+        the one the shard reports (`shard_nodes`) and renews power caps on before a reading."""
         if self.source.last_full is not None:
             return frozenset(self.source.nodes)
-        inner = self.source.inner
-        fleet = getattr(inner, "fleet", None)
-        spec = {n.name: n for n in fleet.nodes} if fleet is not None else {}
-        listed = getattr(inner, "node_overrides", None)
-        if callable(listed):
-            meta = listed()
-            if meta is None:
-                return frozenset()
-            spec = {name: replace(spec.get(name) or Node(name=name, gpu_model="", gpu_count=0), labels=m.labels)
-                    for name, m in meta.items()}
-        return frozenset(name for name, n in spec.items() if self.source.selector.matches(n))
+        return self.source.listed()
 
     def housekeeping(self) -> list[str]:
         """The loop's per-cycle hook, `inner`'s on this shard's nodes only (`own_nodes`): the Kubernetes actuator's

@@ -28,6 +28,7 @@ from balancer.actuate.kubernetes import (
 from balancer.cmd._run_parts import ShardBound
 from balancer.model import NodeMeta
 from balancer.telemetry.shard import ShardedSource, parse_selector
+from balancer.telemetry.vanished import GPU_PRESENT
 from tests.loop.loop_helpers import make_fleet, snapshot
 
 SHARD = "gputide.io/shard"
@@ -36,9 +37,11 @@ LABELS = {"n0": "a", "n1": "a", "n2": "b"}
 OWNER = "training/job"
 
 
-def expired(name: str, shard: str, now: float) -> dict:
-    """A node that carries gputide's hot taint and a reservation, both expired a minute before `now`."""
-    obj = node(name, 2, labels={SHARD: shard})
+def expired(name: str, shard: str, now: float, gpu: bool = True) -> dict:
+    """A node that carries gputide's hot taint and a reservation, both expired a minute before `now`; a GPU node
+    as the GPU operator labels one (`nvidia.com/gpu.present=true`, the exporter's nodeSelector) unless `gpu` is
+    False."""
+    obj = node(name, 2, labels={SHARD: shard} | ({GPU_PRESENT: "true"} if gpu else {}))
     obj["spec"]["taints"] = [{"key": HOT_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
     obj["metadata"]["annotations"] = {
         HOT_UNTIL_ANNOTATION: rfc3339(now - 60),
@@ -115,6 +118,18 @@ def test_a_node_relabelled_into_the_shard_is_its_own_before_the_first_reading(ku
     bound.recover()
     assert held(kube, "n1") == held(kube, "n2") == (False, set())
     assert held(kube, "n0") == (True, {OWNER})
+
+
+def test_before_the_first_reading_a_node_without_gpus_labelled_for_the_shard_is_not_its_own(kube, api, clock, nodes):
+    """The shard's nodes before a reading are the node list's GPU nodes (`ShardedSource.listed`), the set it reports
+    and renews power caps on then, and the kind a reading shows after: a CPU node carrying the shard's label (a
+    selector on a label CPU nodes share) is none of its own, however its annotations read."""
+    kube.add(expired("cpu-1", "b", clock(), gpu=False))
+    bound, source = shard_b(api, clock)
+    assert source.last_full is None and bound.own_nodes() == source.listed() == {"n2"}
+    bound.recover()
+    assert held(kube, "n2") == (False, set())
+    assert held(kube, "cpu-1") == held(kube, "n0") == (True, {OWNER})
 
 
 def test_before_the_api_has_listed_the_nodes_a_shards_recover_releases_nothing(kube, api, clock, nodes):
