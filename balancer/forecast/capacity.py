@@ -1,7 +1,8 @@
 """From forecast demand to GPUs: how many GPUs each inference service needs, early enough to act.
 
 A GPU taken back from training needs `warmup_s` (plus the controller's own lead time) before it serves, so the
-decision made now must cover the demand of the window ``[now + lead_time, now + lead_time + window]``. The rule:
+decision made now must cover the demand of the window ``[now + lead_time, now + lead_time + window]``, read as the
+controller reads its forecasts (`Forecast.window_max`: the steps holding the window's two ends count). The rule:
 
     gpus = max(min_replicas, ceil( max_{window} q-quantile of demand * (1 + headroom) / rps_per_gpu[gpu_model] ))
 
@@ -39,39 +40,44 @@ class ServiceProfile:
             raise InputError(None, f"services.{self.name}.min_replicas", self.min_replicas, "an integer >= 0")
 
 
-def _window_peak(forecast, quantile: float, lead_time_s: float, window_s: float) -> float:
+def _window_peak(forecast, quantile: float, now: float | None, lead_time_s: float, window_s: float) -> float:
+    """The largest `quantile` forecast over [now + lead_time_s, now + lead_time_s + window_s] (`now` None: the
+    forecast's issue time), read as the controller reads it (`capacity_plan.forecast_peak`: `Forecast.window_max`,
+    the steps covering the window's two ends included). It once counted from the issue time whatever the time, a
+    forecast issued a step or two before now (the online forecaster's is) read a step early; and it rounded the
+    window's start up where the controller rounds it down, so a peak in the step holding the start was missed."""
     if quantile not in forecast.quantiles:
         raise InputError(None, "quantile", quantile, ", ".join(str(q) for q in sorted(forecast.quantiles)))
-    arr = np.asarray(forecast.quantiles[quantile], float)
-    step = forecast.step_s
-    # array index i holds step i+1, i.e. time issued_at + (i+1)*step
-    lo = max(int(math.ceil(lead_time_s / step)) - 1, 0)
-    hi = max(int(math.ceil((lead_time_s + window_s) / step)), lo + 1)
-    window = arr[lo:hi]
-    window = window[np.isfinite(window)]
-    if not window.size:  # the forecast does not reach that far: its last finite value is the best guess
-        finite = arr[np.isfinite(arr)]
-        return float(finite[-1]) if finite.size else 0.0
-    return float(window.max())
+    for name, value in (("lead_time_s", lead_time_s), ("window_s", window_s)):
+        if not (math.isfinite(value) and value >= 0):
+            raise InputError(None, name, value, "seconds >= 0")
+    arr = forecast.quantiles[quantile]
+    if not (np.size(arr) and np.isfinite(arr).all()):   # the controller plans without such a forecast
+        raise InputError(None, f"forecast.quantiles[{quantile:g}]", "NaN or infinite values" if np.size(arr)
+                         else "no steps", "finite req/s for at least one step")
+    start = lead_time_s + (0.0 if now is None else max(now - forecast.issued_at, 0.0))
+    end = start + window_s
+    return forecast.window_max(quantile, start, end)
 
 
 def gpus_needed(forecast, profile: ServiceProfile, *, lead_time_s: float, window_s: float,
-                quantile: float = 0.9, headroom: float = 0.1, gpu_model: str) -> int:
-    """GPUs of `gpu_model` that `profile`'s service needs over [now+lead, now+lead+window]."""
+                quantile: float = 0.9, headroom: float = 0.1, gpu_model: str, now: float | None = None) -> int:
+    """GPUs of `gpu_model` that `profile`'s service needs over [now+lead, now+lead+window]; `now` (epoch seconds,
+    as the forecast's `issued_at`) defaults to the forecast's issue time."""
     if gpu_model not in profile.rps_per_gpu:
         raise InputError(None, f"services.{profile.name}.rps_per_gpu", gpu_model,
                          ", ".join(sorted(profile.rps_per_gpu)) or "a GPU model with a measured capacity")
     if headroom < 0:
         raise InputError(None, "headroom", headroom, "a share >= 0, e.g. 0.1")
-    peak = max(_window_peak(forecast, quantile, lead_time_s, window_s), 0.0)
+    peak = max(_window_peak(forecast, quantile, now, lead_time_s, window_s), 0.0)
     need = math.ceil(peak * (1.0 + headroom) / profile.rps_per_gpu[gpu_model] - 1e-9)
     return max(int(need), profile.min_replicas)
 
 
 def gpus_needed_by_model(forecast, profile: ServiceProfile, *, lead_time_s: float, window_s: float,
-                         quantile: float = 0.9, headroom: float = 0.1) -> dict[str, int]:
+                         quantile: float = 0.9, headroom: float = 0.1, now: float | None = None) -> dict[str, int]:
     """`gpus_needed` for every GPU model the profile knows, in one vectorised division."""
-    peak = max(_window_peak(forecast, quantile, lead_time_s, window_s), 0.0)
+    peak = max(_window_peak(forecast, quantile, now, lead_time_s, window_s), 0.0)
     models = sorted(profile.rps_per_gpu)
     rps = np.array([profile.rps_per_gpu[m] for m in models], float)
     need = np.maximum(np.ceil(peak * (1.0 + headroom) / rps - 1e-9), profile.min_replicas).astype(int)
