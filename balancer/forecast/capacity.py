@@ -2,7 +2,9 @@
 
 A GPU taken back from training needs `warmup_s` (plus the controller's own lead time) before it serves, so the
 decision made now must cover the demand of the window ``[now + lead_time, now + lead_time + window]``, read as the
-controller reads its forecasts (`Forecast.window_max`: the steps holding the window's two ends count). The rule:
+controller reads its forecasts (`Forecast.window_max`: the steps holding the window's two ends count). A window
+that ends past the forecast's last step is refused (`InputError`): the demand there is unknown, and the last step's
+value, read in its place before, is no bound on it. The rule:
 
     gpus = max(min_replicas, ceil( max_{window} q-quantile of demand * (1 + headroom) / rps_per_gpu[gpu_model] ))
 
@@ -45,7 +47,8 @@ def _window_peak(forecast, quantile: float, now: float | None, lead_time_s: floa
     forecast's issue time), read as the controller reads it (`capacity_plan.forecast_peak`: `Forecast.window_max`,
     the steps covering the window's two ends included). It once counted from the issue time whatever the time, a
     forecast issued a step or two before now (the online forecaster's is) read a step early; and it rounded the
-    window's start up where the controller rounds it down, so a peak in the step holding the start was missed."""
+    window's start up where the controller rounds it down, so a peak in the step holding the start was missed. A
+    window past the forecast's last step is refused: the controller reads what it has there, silently."""
     if quantile not in forecast.quantiles:
         raise InputError(None, "quantile", quantile, ", ".join(str(q) for q in sorted(forecast.quantiles)))
     for name, value in (("lead_time_s", lead_time_s), ("window_s", window_s)):
@@ -57,6 +60,12 @@ def _window_peak(forecast, quantile: float, now: float | None, lead_time_s: floa
                          else "no steps", "finite req/s for at least one step")
     start = lead_time_s + (0.0 if now is None else max(now - forecast.issued_at, 0.0))
     end = start + window_s
+    reach = forecast.horizon * forecast.step_s
+    if end > reach * (1 + 1e-9):   # past the last step a peak is unknown: not the last step's value, nor none
+        raise InputError(None, "window_s", window_s, (
+            f"a window ending within the forecast, which reaches {reach / 60:g} min after its issue "
+            f"({forecast.horizon} steps of {forecast.step_s / 60:g} min); this one ends {end / 60:g} min after it"
+        ), detail="forecast further ahead, or shorten the lead time or the window")
     return forecast.window_max(quantile, start, end)
 
 

@@ -86,3 +86,31 @@ def test_what_the_controller_would_not_read_is_refused(case, p90, kwargs, field)
         gpus_needed(_forecast(p90), PROFILE, gpu_model="H100", **args)
     with pytest.raises(InputError, match=re.escape(f"field '{field}'")):
         gpus_needed_by_model(_forecast(p90), PROFILE, **args)
+
+
+PAST_END = [
+    # (case, steps of 10 min, now after the issue, lead, window): the window ends after the last step's time
+    ("the lead alone passes the end", 4, None, 6000, 600),
+    ("the window ends a second past the last step", 4, None, 1200, 1201),
+    ("from now, the issue lag counted", 4, 1200, 600, 1200),
+]
+
+
+@pytest.mark.parametrize(("case", "steps", "since", "lead", "window"), PAST_END, ids=[c[0] for c in PAST_END])
+def test_a_window_past_the_forecast_end_is_refused_saying_how_far_it_reaches(case, steps, since, lead, window):
+    # it read the last step's value (or what it had) in place of a peak it cannot know, and said nothing
+    fc = _forecast([10] * (steps - 1) + [40])
+    now = None if since is None else ISSUED + since
+    for call in (lambda: gpus_needed(fc, PROFILE, now=now, lead_time_s=lead, window_s=window, gpu_model="H100"),
+                 lambda: gpus_needed_by_model(fc, PROFILE, now=now, lead_time_s=lead, window_s=window)):
+        with pytest.raises(InputError, match="field 'window_s'") as err:
+            call()
+        assert "reaches 40 min after its issue (4 steps of 10 min)" in str(err.value), err.value
+        assert f"ends {((since or 0) + lead + window) / 60:g} min after it" in str(err.value), err.value
+
+
+def test_a_window_ending_on_the_last_step_is_read():
+    fc = _forecast([10, 10, 10, 40])
+    assert gpus_needed(fc, PROFILE, lead_time_s=1200, window_s=1200, headroom=0.0, gpu_model="H100") == 4
+    assert gpus_needed(fc, PROFILE, now=ISSUED + 600, lead_time_s=600, window_s=1200, headroom=0.0,
+                       gpu_model="H100") == 4
