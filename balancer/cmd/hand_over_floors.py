@@ -17,8 +17,9 @@ restartPolicy Always; a plain initContainer runs to its end before the others st
 that works that Lease out from its args as the controller does (--lease-name, --shard, --lease-namespace, else its
 POD_NAMESPACE, else the namespace its service-account namespace file names, else gputide: `controller_writers`; the
 Deployment's namespace where its pod mounts the token, gputide where it mounts none (automountServiceAccountToken
-false), either where that is left to its ServiceAccount; a volume of the container's own that is the deepest mount
-over that file decides instead: the Deployment's namespace where it gives metadata.namespace there, else any) or
+false), either where that is left to its ServiceAccount; the deepest mount over that file decides, the container's
+own or the ServiceAccount admission plugin's, which mounts the pod's first volume named kube-api-access-*, of
+whatever kind, where it has one: the Deployment's namespace where it gives metadata.namespace there, else any) or
 cannot be told from them (a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, such a
 POD_NAMESPACE, or such a volume over the namespace file: any Lease it may be, each $(VAR) any text; refused saying
 which), or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a controller run
@@ -238,44 +239,75 @@ def _own_namespaces(pod: Json, container: Json, env: dict[str, str], namespace: 
 
 
 _ANY_FILE = "$(namespace file)"   # what a volume over the namespace file may name: any namespace, as a $(VAR) is
+TOKEN_VOLUME_PREFIX = "kube-api-access-"   # the ServiceAccount admission plugin's token volume is named so
+_PLUGIN_TOKEN = {"name": TOKEN_VOLUME_PREFIX + "(added)", "projected": {"sources": [   # the one it adds
+    {"serviceAccountToken": {"path": "token"}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}
 
 
 def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[tuple[str, ...], str]:
     """(what `gputide run` takes for its namespace with no POD_NAMESPACE, why more than one or one not told): the one
-    its service-account namespace file names, else gputide, its fallback. The file is the token's (the Deployment's
-    namespace) where the pod mounts the token (automountServiceAccountToken: true), none (gputide) where it does not
-    (false), either where the pod leaves that to its ServiceAccount (not read here: the operator's rights hold no get
-    on ServiceAccounts), so a hand-over of gputide's Lease waits for such a controller in any namespace. A volume of
-    the container's own mounted over the file decides instead where it is the deepest mount there (the kubelet mounts
-    the deeper over the shallower, and the token's directory is not mounted where the container mounts something
-    there; an emptyDir at /var/run under a mounted token reads the token's): the Deployment's namespace where it is a
-    projected (or downwardAPI) volume giving the pod's namespace as that file, as a hand-made token mount does; else
-    any namespace (`_ANY_FILE`, a ConfigMap's, a Secret's or a hostPath's file there naming a third one, an emptyDir
-    written by another container: it was taken for either, and a hand-over of a third namespace's Lease went ahead
-    under it)."""
+    its service-account namespace file names, else gputide, its fallback. The file is the token's where the pod
+    mounts the token (automountServiceAccountToken: true), none (gputide) where it does not (false), either where the
+    pod leaves that to its ServiceAccount (not read here: the operator's rights hold no get on ServiceAccounts), so a
+    hand-over of gputide's Lease waits for such a controller in any namespace. The token is what the ServiceAccount
+    admission plugin mounts (`_token_mount`): the pod's first volume named kube-api-access-*, whatever it is, where it
+    has one (a spec copied from a running pod), else its own projected one (the Deployment's namespace). It was taken
+    for the plugin's own always: a ConfigMap named kube-api-access-x, which the plugin mounts there instead, was read
+    as the Deployment's namespace, and a hand-over of the Lease its namespace key names went ahead under it. The
+    deepest mount over the file decides, the container's own or the plugin's (the kubelet mounts the deeper over the
+    shallower; an emptyDir at /var/run under a mounted token reads the token's; two at one path, which the plugin's
+    comparing paths as written allows, may each be it): the Deployment's namespace where it is a projected (or
+    downwardAPI) volume giving the pod's namespace as that file (`_gives_namespace`), as a hand-made token mount
+    does; else any namespace (`_ANY_FILE`, a ConfigMap's, a Secret's or a hostPath's file there naming a third one,
+    an emptyDir written by another container)."""
     from balancer.cmd.run import DEFAULT_NAMESPACE, SERVICE_ACCOUNT_NAMESPACE
 
     file = PurePosixPath(SERVICE_ACCOUNT_NAMESPACE)
-    over = [m for m in container.get("volumeMounts") or []
-            if PurePosixPath(m.get("mountPath") or ".") in (file, *file.parents)]
-    mount = max(over, key=lambda m: len(PurePosixPath(m["mountPath"]).parts), default=None)
+    own = list(container.get("volumeMounts") or [])
+    pod, token = _token_mount(pod, container, str(file.parent))
     automount = pod.get("automountServiceAccountToken")
+    worlds = {True: [[*own, *token]], False: [own]}.get(automount, [[*own, *token], own])
+    found = [m for world in worlds for m in (_deepest(world, file) or [None])]   # None: no file there, gputide
     head = (f"with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the namespace that {file} names, "
             "else in gputide")
-    if automount is True and (mount is None or PurePosixPath(mount["mountPath"]) not in (file, file.parent)):
-        return (namespace,), ""   # the token's directory mounted over (deeper than) the container's volume
-    if mount is None:
-        if automount is False:
-            return (DEFAULT_NAMESPACE,), f"{head}: its pod mounts no service-account token " \
-                                         "(automountServiceAccountToken false)"
-        return tuple(dict.fromkeys((namespace, DEFAULT_NAMESPACE))), (
-            f"{head}: its pod may mount no service-account token (automountServiceAccountToken left to its "
-            "ServiceAccount, not read here)")
-    if _gives_namespace(pod, mount, file):
+    odd = next((m for m in found if m is not None and not _gives_namespace(pod, m, file)), None)
+    if odd is not None:
+        kind = next((k for k in _volume(pod, odd) if k != "name"), "none of the pod's")
+        by = "" if any(odd is m for m in own) else (" by the ServiceAccount admission plugin (the pod's first volume "
+                                                     f"named {TOKEN_VOLUME_PREFIX}*, where it mounts the token)")
+        return (_ANY_FILE,), (f"{head}, and its volume {odd.get('name')} ({kind}) mounted over it at "
+                              f"{odd['mountPath']}{by} may put any namespace there")
+    if None not in found:
         return (namespace,), ""
-    kind = next((k for k in _volume(pod, mount) if k != "name"), "none of the pod's")
-    return (_ANY_FILE,), (f"{head}, and its volume {mount.get('name')} ({kind}) mounted over it at "
-                          f"{mount['mountPath']} may put any namespace there")
+    if automount is False:
+        return (DEFAULT_NAMESPACE,), f"{head}: its pod mounts no service-account token (automountServiceAccountToken " \
+                                     "false)"
+    return tuple(dict.fromkeys((namespace, DEFAULT_NAMESPACE))), (
+        f"{head}: its pod may mount no service-account token (automountServiceAccountToken left to its "
+        "ServiceAccount, not read here)")
+
+
+def _token_mount(pod: Json, container: Json, at: str) -> tuple[Json, list[Json]]:
+    """(`pod`, with the plugin's own token volume where it adds one; the mount the ServiceAccount admission plugin
+    gives `container` at `at` where the pod mounts the token, [] where it gives none): the pod's first volume named
+    kube-api-access-* (of whatever kind) where it has one, else its own (`_PLUGIN_TOKEN`); none to a container with a
+    mount at `at` as written (the plugin compares the path as written: `at/` is not it)."""
+    if any(m.get("mountPath") == at for m in container.get("volumeMounts") or []):
+        return pod, []
+    volumes = pod.get("volumes") or []
+    volume = next((v for v in volumes if str(v.get("name") or "").startswith(TOKEN_VOLUME_PREFIX)), None)
+    if volume is None:
+        volume, pod = _PLUGIN_TOKEN, {**pod, "volumes": [*volumes, _PLUGIN_TOKEN]}
+    return pod, [{"name": volume["name"], "mountPath": at, "readOnly": True}]
+
+
+def _deepest(mounts: list[Json], file: PurePosixPath) -> list[Json]:
+    """The deepest of `mounts` over `file` (the file itself or a folder above it), each at that depth ([] if none)."""
+    over = [m for m in mounts if PurePosixPath(m.get("mountPath") or ".") in (file, *file.parents)]
+    depth = max((len(PurePosixPath(m["mountPath"]).parts) for m in over), default=0)
+    return [m for m in over if len(PurePosixPath(m["mountPath"]).parts) == depth]
 
 
 def _volume(pod: Json, mount: Json) -> Json:
@@ -285,15 +317,23 @@ def _volume(pod: Json, mount: Json) -> Json:
 
 def _gives_namespace(pod: Json, mount: Json, file: PurePosixPath) -> bool:
     """Whether `mount` (a container's volumeMount over `file`) is a projected or downwardAPI volume of `pod` that
-    writes the pod's namespace (metadata.namespace) at `file`."""
+    writes the pod's namespace (metadata.namespace) at `file`, and nothing else there: a projected ConfigMap or
+    Secret source listing no items writes each of its keys, a `namespace` key over the item (the later source's
+    wins), so it may name any (the API refuses two items of one path)."""
     if mount.get("subPath") or mount.get("subPathExpr") or file == PurePosixPath(mount["mountPath"]):
         return False
     at = file.relative_to(mount["mountPath"])
     volume = _volume(pod, mount)
-    sources = [s.get("downwardAPI") or {} for s in (volume.get("projected") or {}).get("sources") or []]
+    sources = (volume.get("projected") or {}).get("sources") or []
+    if len(at.parts) == 1 and any(k in s and not (s[k] or {}).get("items") for s in sources for k in _ALL_KEYS):
+        return False
+    downward = [s.get("downwardAPI") or {} for s in sources]
     return any(PurePosixPath(item.get("path") or ".") == at
                and (item.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"
-               for source in [*sources, volume.get("downwardAPI") or {}] for item in source.get("items") or [])
+               for source in [*downward, volume.get("downwardAPI") or {}] for item in source.get("items") or [])
+
+
+_ALL_KEYS = ("configMap", "secret")   # projected sources that write each key where they list no items
 
 
 def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -> list[str]:

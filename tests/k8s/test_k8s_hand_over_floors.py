@@ -744,3 +744,55 @@ def test_a_later_env_entry_from_outside_replaces_an_earlier_literal(kube, capsys
     replaced(kube, dep)
     code, out, err = hand_over(capsys, "gputide-controller-a", "gputide-controller", "--dry-run")
     assert code == 0 and err == "", err
+
+
+KUBE_API_ACCESS = {"name": "kube-api-access-xyz", "projected": {"defaultMode": 420, "sources": [   # a running pod's
+    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                  "fieldPath": "metadata.namespace"}}]}}]}}
+ODD_ACCESS = {"name": "kube-api-access-xyz", "configMap": {"name": "odd"}}
+ALL_KEYS_ACCESS = {"name": "kube-api-access-xyz", "projected": {"sources": [
+    *KUBE_API_ACCESS["projected"]["sources"], {"configMap": {"name": "odd"}}]}}   # each of odd's keys, namespace too
+BY_PLUGIN = (" by the ServiceAccount admission plugin (the pod's first volume named kube-api-access-*, where it "
+             "mounts the token)")
+
+
+@pytest.mark.parametrize("automount, volume, mount, elects, said", [
+    (True, ODD_ACCESS, None, None, f"kube-api-access-xyz (configMap) mounted over it at {SA_DIR}{BY_PLUGIN}"),
+    (None, ODD_ACCESS, None, None, f"kube-api-access-xyz (configMap) mounted over it at {SA_DIR}{BY_PLUGIN}"),
+    (False, ODD_ACCESS, None, ("gputide",), MOUNTS_NO_TOKEN),
+    (True, ALL_KEYS_ACCESS, None, None, f"kube-api-access-xyz (projected) mounted over it at {SA_DIR}{BY_PLUGIN}"),
+    (False, ALL_KEYS_ACCESS, SA_DIR, None, f"kube-api-access-xyz (projected) mounted over it at {SA_DIR} may"),
+    (True, KUBE_API_ACCESS, None, ("team-b",), None),
+    (None, KUBE_API_ACCESS, None, ("team-b", "gputide"), MAY_MOUNT_NO_TOKEN),
+    (False, KUBE_API_ACCESS, SA_DIR + "/", ("team-b",), None),
+    (None, KUBE_API_ACCESS, "/var/run/secrets/kubernetes.io/./serviceaccount", ("team-b",), None),
+], ids=["odd-automount", "odd-left", "odd-no-automount", "all-keys", "all-keys-mounted", "copied-automount",
+        "copied-left", "copied-mounted-slash", "copied-mounted-dot"])
+def test_a_pods_kube_api_access_volume_is_the_token_the_plugin_mounts(kube, capsys, automount, volume, mount,
+                                                                       elects, said):
+    """The ServiceAccount admission plugin, where the pod mounts the token, mounts the pod's first volume named
+    kube-api-access-* (a spec copied from a running pod carries one) over the namespace file, whatever kind it is,
+    in each container with no mount at that path as written. It was taken for the plugin's own projected token: a
+    ConfigMap named kube-api-access-xyz, whose namespace key names team-c, was read as team-b's, and a hand-over of
+    team-c's Lease went ahead under the controller electing there. A projected source listing no items (each key of
+    a ConfigMap, a namespace key too) may write over the downwardAPI item. The running pod's own volume, copied, is
+    the pod's namespace (mounted by the plugin, or by the container at the path however written)."""
+    dep = mounted(without_pod_namespace("east", "team-b"), automount, *([(volume, mount, None)] if mount else []))
+    dep["spec"]["template"]["spec"]["volumes"] = [volume]   # mounted by the container, or by the plugin alone
+    kube.add(dep)
+    for ns in ("team-c", "team-b", "gputide"):
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns,
+                                   "--dry-run")
+        if elects is None:
+            assert (f"deployment/east in team-b runs a controller on Lease $(namespace file)/gputide-controller, "
+                    f"which cannot be told here (with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in "
+                    f"the namespace that {SA_DIR}/namespace names, else in gputide, and its volume {said}") in err, \
+                (ns, err)
+        elif ns in elects:
+            told = " or ".join(f"{e}/gputide-controller" for e in elects)
+            assert f"deployment/east in team-b runs a controller on Lease {told}" + (
+                " (with no --lease-namespace" if said else ": a run now") in err and (said or "") in err, (ns, err)
+        else:
+            assert code == 0 and err == "" and "would hand from " in out, (ns, err)
