@@ -132,9 +132,24 @@ def _label(seconds: float) -> str:
     return f"{int(seconds // 60)}min" if seconds % 60 == 0 else f"{seconds:g}s"
 
 
-def _past_end(horizon: str, first: int, n: int, longest_s: float) -> str:
+def _step_shown(step: float) -> str:
+    """The trace's step exactly: 600.000002s, where :g printed 600s, a step a horizon seems a multiple of."""
+    return f"{Decimal(round(step * 1e9)) / 1_000_000_000}s"
+
+
+def _past_end(horizon: str, first: int, n: int, step: float) -> str:
+    """Why `horizon` scores nothing, naming the longest that does: the steps from the first scored origin (`first`)
+    to the trace's last, as a duration to type (whole seconds where those are as many steps, within `STEP_SLACK`:
+    1008 steps of a jittered 600.000089 s read 168h, not 604800s) and as those steps of the step. It printed the
+    steps times the step alone, after "longest horizon", which read as the longest asked for."""
+    steps = n - 1 - first
+    seconds = steps * step
+    if abs(round(seconds) / step - steps) <= STEP_SLACK:
+        seconds = float(round(seconds))
+    every = _label(step) if float(f"{step:g}") == step else _step_shown(step)
     return (f"horizon {horizon} reaches past the trace's end from every scored origin (scoring starts at "
-            f"step {first} of {n}; longest horizon {_label(longest_s)})")
+            f"step {first} of {n}; longest horizon {_label(seconds)}, the {steps} steps of {every} from there to "
+            f"the trace's end)")
 
 
 # how far from a whole number of steps a horizon may be, in steps: a trace's own step is the median gap between its
@@ -158,8 +173,8 @@ def whole_steps(horizons_s, step: float, names: list[str]) -> np.ndarray:
 
     Horizons between two steps were rounded to the nearer (90 and 150 minutes on an hourly trace both scored, as two
     rows of '2h'), and two of the same steps (3600 and 3600.3 s on 10-minute steps) are two identical rows. The step
-    is shown exactly (600.000002s, where :g printed 600s, a step the horizon seems a multiple of)."""
-    shown = f"{Decimal(round(step * 1e9)) / 1_000_000_000}s"
+    is shown exactly (`_step_shown`)."""
+    shown = _step_shown(step)
     ratio = np.asarray(horizons_s, dtype=float) / step
     steps = np.rint(ratio).astype(int)
     seen: dict[int, str] = {}
@@ -194,12 +209,12 @@ def backtest(y: pd.Series, *, models: list[str] | None = None, horizons_s: list[
                 min(2 * day, score_start // 2), 2)
     origins = np.arange(first, n - int(steps.min()), stride)
     if 1 <= n - 1 - score_start < steps.min():   # every horizon asked for passes the end from the first scored origin
-        raise ValueError(_past_end(longest, score_start, n, float((n - 1 - score_start) * step)))
+        raise ValueError(_past_end(longest, score_start, n, step))
     if len(origins) < 2 or not np.any(origins >= score_start):
         raise ValueError(f"series too short for a backtest: {n} steps of {step:g}s")
     reach = n - 1 - int(origins[origins >= score_start][0])   # steps from the first scored origin to the end
     if steps.max() > reach:   # no outcome to score: rows of n = 0 and NaN
-        raise ValueError(_past_end(longest, n - 1 - reach, n, float(reach * step)))
+        raise ValueError(_past_end(longest, n - 1 - reach, n, step))
     truth = mask_outages(y).to_numpy(float)
     y_fit = CausalClean(y)
     requested = list(models or [*CANDIDATES, "auto"])

@@ -139,3 +139,14 @@ def test_two_horizons_of_the_same_steps_are_refused(tmp_path, capsys):
     line = _one_error(capsys, main(BACKTEST + ["--trace", str(path), "--horizons", "1h,1h0.1s"]))
     assert "invalid value '1h0.1s'; allowed: horizons of different numbers of steps (600.000089s): 1h is as many" \
         in line, line
+
+
+@pytest.mark.parametrize(("trace", "longest"), [
+    (_jittered, "longest horizon 15670min, the 1567 steps of 600.000089s from there to the trace's end"),
+    (lambda tmp_path: _hourly(tmp_path), "longest horizon 327h, the 327 steps of 1h from there to the trace's end")],
+    ids=["jittered 10-minute steps", "hourly steps"])
+def test_the_longest_horizon_that_fits_reads_as_a_horizon_to_type_and_its_steps(tmp_path, capsys, trace, longest):
+    """It printed the steps times a jittered step, "longest horizon 940200s" (:g of 940200.14), and never said it
+    was a count of steps: 15670min, typed, is those 1567 steps (`STEP_SLACK`)."""
+    line = _one_error(capsys, main(BACKTEST + ["--trace", str(trace(tmp_path)), "--horizons", "1000h"]))
+    assert "horizon 1000h reaches past the trace's end from every scored origin" in line and longest in line, line
