@@ -16,7 +16,8 @@ names and per-node slots.
 Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters)
 refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
-with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard. Those are of the
+with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard, until the node list
+labels it out of the shard (`ShardedSource.relabelled_out`: the shard it is labelled for holds for it). Those are of the
 current term as leader: a replica that takes the lead again knows none from before (`ShardedSource.new_term`), and
 until a reading shows the scope, those the node list says (`ShardedSource.listed`: a dark node labelled for the shard
 holds it still, and with Prometheus down the shard's GPU nodes are still its own in the gauges and for its power
@@ -81,8 +82,11 @@ class ShardSelector:
         pool = node.pool or node.gpu_model
         return ((not self.pools or pool in self.pools) and (not self.sites or node.site in self.sites)
                 and (not self.models or node.gpu_model in self.models)
-                and all(node.labels.get(k) == v for k, v in self.labels.items())
-                and (not self.nodes or node.name in self.nodes))
+                and self.labelled(node.labels) and (not self.nodes or node.name in self.nodes))
+
+    def labelled(self, labels: Mapping[str, str]) -> bool:
+        """Whether node labels `labels` give a node to this shard (its label criteria; the rest are not labels)."""
+        return all(labels.get(k) == v for k, v in self.labels.items())
 
     def lease_name(self, base: str = "gputide-controller") -> str:
         """The Lease this shard's replicas elect their leader on."""
@@ -183,8 +187,9 @@ class ShardedSource:
         self.index = np.zeros(0, dtype=np.int64)
         # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
         # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
-        # GPUs' nodes among them); `shard_nodes` reports them, and the power caps renewed are theirs, during a hold too.
-        # Of this term as leader only (`new_term`); until a reading of it shows the scope, the node list's (`listed`)
+        # GPUs' nodes among them) until the node list labels them out (`relabelled_out`); `shard_nodes` reports them,
+        # and the power caps renewed are theirs, during a hold too. Of this term as leader only (`new_term`); until a
+        # reading of it shows the scope, the node list's (`listed`)
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
@@ -248,6 +253,8 @@ class ShardedSource:
         self._shown = {}
         if not self._read:
             self.nodes = set(self._listed_or_none())
+        else:
+            self.nodes -= self.relabelled_out()
         try:
             full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         except Exception:
@@ -269,6 +276,22 @@ class ShardedSource:
             raise MissingTelemetry(f"shard {self.selector.name}: no GPU of the snapshot matches its selector")
         self.last_full, self.index = full, index
         return part
+
+    def relabelled_out(self) -> frozenset[str]:
+        """The nodes among `nodes` that the inner source's node list (`node_overrides`) labels out of the shard now (a
+        label of the selector gone or another value), asked before each reading once one of the term showed the scope.
+        A node the reading shows is judged by the reading; one it lacks (its exporter dark) stayed the shard's for the
+        whole term, however it was relabelled: the shard held still for it until it came back, reported it as its own
+        and renewed its power caps, all of which are the shard's it is labelled for now (its `listed`). Only labels
+        are judged (pool, site and model are the fleet file's or telemetry's, not relabelled). No node while the node
+        list is unknown (not listed yet, failing, or none kept): the nodes held stay, fail-static."""
+        api = getattr(self.inner, "node_overrides", None)
+        try:
+            meta = api() if callable(api) else None
+        except Exception:  # the reading asks the node list too, and reports its failure
+            log.debug("shard %s: node list unreadable", self.selector.name, exc_info=True)
+            return frozenset()
+        return frozenset(n for n in self.nodes if meta and n in meta and not self.selector.labelled(meta[n].labels))
 
     def _listed_or_none(self) -> frozenset[str]:
         """`listed`, or none where the node list itself fails: the reading's refusal is what the loop reports."""

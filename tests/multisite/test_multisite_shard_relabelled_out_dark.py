@@ -1,0 +1,45 @@
+"""A dark node relabelled out of a shard mid-term is no longer the shard's: it stops holding it still and having its
+power caps renewed there, and holds the shard it is labelled for now.
+
+A node no reading shows (its exporter dark) stayed with the shard that held it (`ShardedSource.nodes`) for the whole
+term: listed at the term's start, or read before it went dark. Relabelled into another shard meanwhile, no reading
+showed it again, so it stayed: the old shard held still for it (missing telemetry) until the node came back, reported
+it as its own (gputide_shard_node_info: owned by two shards once the new one listed it) and renewed its power caps,
+keeping alive the caps of a node another shard owns, which `run.power_cap_scope` is there to prevent."""
+
+from __future__ import annotations
+
+import pytest
+
+from balancer.loop import InMemoryLease
+from balancer.telemetry.shard import parse_selector
+from tests.multisite.test_multisite_shard_fail_static import LABEL
+from tests.multisite.test_multisite_shard_nodes_gauge import owned
+from tests.multisite.test_multisite_shard_nodes_new_term import LEASE_S, Clock, Cluster, renewed, replica
+
+
+@pytest.mark.parametrize("read_first", [False, True], ids=["dark since before the term", "read, then dark"])
+def test_a_dark_node_relabelled_out_mid_term_is_no_longer_the_shards_once_the_node_list_says_so(read_first):
+    fleet = Cluster()
+    if not read_first:
+        fleet.dark.add("node-c")
+    one = replica(fleet, InMemoryLease(duration_s=LEASE_S), "1", Clock())
+    if read_first:
+        assert one.run_once().status == "ok"
+        fleet.dark.add("node-c")
+    report = one.run_once()
+    assert (report.status, report.reason) == ("fail_static", "missing_telemetry")
+    assert owned(one) == {"a": {"node-a", "node-c"}} and renewed(one) == {"node-a", "node-c"}
+    fleet.hosts["node-c"] = "b"   # relabelled while dark: no reading shows it
+    fleet.listed = False          # ... and the node list is not known yet: which shard's it is is unknown, it stays
+    report = one.run_once()
+    assert report.status == "fail_static" and renewed(one) == {"node-a", "node-c"}
+    fleet.listed = True
+    assert one.run_once().status == "ok"
+    assert owned(one) == {"a": {"node-a"}} and renewed(one) == {"node-a"}
+    # shard b's leader owns it by the node list, and holds still for it
+    b = replica(fleet, InMemoryLease(duration_s=LEASE_S), "b1", Clock())
+    b.source.selector = parse_selector("b", f"{LABEL}=b")
+    held = b.run_once()
+    assert (held.status, held.reason) == ("fail_static", "missing_telemetry")
+    assert owned(b) == {"b": {"node-b", "node-c"}} and renewed(b) == {"node-b", "node-c"}
