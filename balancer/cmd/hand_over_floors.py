@@ -12,23 +12,23 @@ when switching between the unsharded controller and the shards (deploy/overlays/
 Only what names NAMESPACE/FROM changes: another controller's floors and entries (another namespace's Lease of the same
 name included) and unnamed ones (which any controller gives back already) stay as they are. Refused (exit 1) while a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
-name in any namespace, one of whose long-running containers (its containers and native sidecars, initContainers with
-restartPolicy Always; a plain initContainer runs to its end before the others start, no controller) is a `gputide run`
-that works that Lease out from its args as the controller does (--lease-name, --shard, --lease-namespace, else its
-POD_NAMESPACE, else the namespace its service-account namespace file names, else gputide: `controller_writers`; the
-Deployment's namespace where its pod mounts the token, gputide where it mounts none (automountServiceAccountToken
-false), either where that is left to its ServiceAccount; the deepest mount over that file decides, the container's
-own or the ServiceAccount admission plugin's, which mounts the pod's first volume named kube-api-access-*, of
-whatever kind, where it has one: the Deployment's namespace where it gives metadata.namespace there, else any) or
-cannot be told from them (a $(VAR) set from a ConfigMap, a Secret or envFrom in one of those three, such a
-POD_NAMESPACE, or such a volume over the namespace file: any Lease it may be, each $(VAR) any text; refused saying
-which), or the Lease itself held by a holder whose renewal has not expired by this machine's clock (a controller run
-some other way). Each HPA is patched at the resourceVersion it was read at and the record replaced at its own; a write
-in between (409) is not lost: the object is read again and decided again, as the controller's own read-modify-writes
-are (`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or entry someone wrote meanwhile stands
-and what no longer names FROM is left; one that names TO after a write this run tried is counted handed (the write
-landed, its answer lost, and the client's retry of it got the 409). Only an object written again before every try
-fails (exit 1, the others still handed over): run it again.
+name in any namespace, one of whose containers (its containers, its native sidecars, initContainers with restartPolicy
+Always, and its plain initContainers: one with no --once never ends, the controller running there for good and its pod
+never starting; one with --once runs at each start of one of its pods) is a `gputide run` that works that Lease out from
+its args as the controller does (--lease-name, --shard, --lease-namespace, else its POD_NAMESPACE, else the namespace
+its service-account namespace file names, else gputide: `controller_writers`; the Deployment's namespace where its pod
+mounts the token, gputide where it mounts none (automountServiceAccountToken false), either where that is left to its
+ServiceAccount; the deepest mount over that file decides, the container's own or the ServiceAccount admission plugin's,
+which mounts the pod's first volume named kube-api-access-*, of whatever kind, where it has one: the Deployment's
+namespace where it gives metadata.namespace there, else any) or cannot be told from them (a $(VAR) set from a ConfigMap,
+a Secret or envFrom in one of those three, such a POD_NAMESPACE, or such a volume over the namespace file: any Lease it
+may be, each $(VAR) any text; refused saying which), or the Lease itself held by a holder whose renewal has not expired
+by this machine's clock (a controller run some other way). Each HPA is patched at the resourceVersion it was read at and
+the record replaced at its own; a write in between (409) is not lost: the object is read again and decided again, as the
+controller's own read-modify-writes are (`_Api.update`: up to 4 tries, a short jittered wait between), so a floor or
+entry someone wrote meanwhile stands and what no longer names FROM is left; one that names TO after a write this run
+tried is counted handed (the write landed, its answer lost, and the client's retry of it got the 409). Only an object
+written again before every try fails (exit 1, the others still handed over): run it again.
 `--dry-run` reads the same and writes nothing: it prints what a run would hand over now, and says on stderr (exit 0)
 when a run would be refused, and why. Bad input (a name that is no Lease's, FROM and TO the same, a bad --namespace or
 --kubeconfig) exits 2 naming it. Runs with the operator's rights: list on deployments cluster-wide, get on the Lease
@@ -178,10 +178,12 @@ def _run_args(tokens: list[str], env: dict[str, str]) -> argparse.Namespace | No
 
 class Elects(NamedTuple):
     """The writers ("ns/lease") one `gputide run` container may run as, and why more than one or one not told (a
-    $(VAR) part), "" when its args and env tell it alone; `running_on` says it as it refuses."""
+    $(VAR) part), "" when its args and env tell it alone; where it runs, where not as the pod's container or native
+    sidecar (a plain initContainer's, `_init_run`); `running_on` says them as it refuses."""
 
     writers: tuple[str, ...]
     why: str = ""
+    where: str = ""
 
 
 _ARGS_FROM_OUTSIDE = ("its --shard, --lease-name or --lease-namespace takes a $(VAR) set from outside its args: a "
@@ -189,24 +191,23 @@ _ARGS_FROM_OUTSIDE = ("its --shard, --lease-name or --lease-namespace takes a $(
 
 
 def controller_writers(deployment: Json) -> list[Elects]:
-    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) each long-running `gputide run` container of
+    """The writers ("ns/lease", `balancer.cmd.run.floor_owner`) each `gputide run` container (or initContainer) of
     `deployment` may run as, an `Elects` a container, as the controller works its own out from its args (read by
     `gputide run`'s own parser, `_run_args`): --lease-name (default gputide-controller), -NAME with --shard NAME, in
     --lease-namespace, else the pod's own (`_own_namespaces`: POD_NAMESPACE, else the namespace its service-account
     namespace file names, else gputide). Its $(VAR)s expanded as the kubelet does; one whose value this cannot know
     (a ConfigMap's, a Secret's, envFrom's) is left as written, so a writer's $(VAR) is a part that cannot be told
     (`running_on` takes it for any text). What ties a Deployment to a Lease: its name need not be the Lease's. Its
-    containers and its native sidecars (initContainers with restartPolicy Always, which run beside them; a sidecar
-    controller was missed) are read; a plain initContainer runs to its end before the containers start, no
-    long-running controller, and is not."""
+    containers, its native sidecars (initContainers with restartPolicy Always, which run beside them; a sidecar
+    controller was missed) and its plain initContainers (`_init_run`) are read."""
     from balancer.telemetry.shard import ShardSelector
 
     meta = deployment.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    sidecars = [c for c in pod.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
     out = []
-    for container in [*sidecars, *(pod.get("containers") or [])]:
+    inits = [(c, c.get("restartPolicy") != "Always") for c in pod.get("initContainers") or []]   # True: a plain one
+    for container, plain in [*inits, *((c, False) for c in pod.get("containers") or [])]:
         env = _container_env(container, namespace)
         tokens = [*(container.get("command") or []), *(container.get("args") or [])]
         args = _run_args([_expand(t, env) for t in tokens], env)
@@ -217,8 +218,20 @@ def controller_writers(deployment: Json) -> list[Elects]:
                        else _own_namespaces(pod, container, env, namespace))
         if "$(" in lease + (args.lease_namespace or ""):
             why = "; ".join(filter(None, (_ARGS_FROM_OUTSIDE, why)))
-        out.append(Elects(tuple(f"{ns}/{lease}" for ns in spaces), why))
+        out.append(Elects(tuple(f"{ns}/{lease}" for ns in spaces), why,
+                          _init_run(container.get("name"), args.once) if plain else ""))
     return out
+
+
+def _init_run(name: str | None, once: bool) -> str:
+    """Where a plain initContainer (no restartPolicy Always) `name` runs `gputide run`, as `running_on` says it. The
+    pod's containers start once each initContainer has ended: with no --once the controller never ends, so it runs
+    there for good, electing and writing, and the pod never starts; with --once it runs one reconcile cycle at each
+    start of one of the Deployment's pods (a rollout, a pod rescheduled or evicted), writing as its Lease then. Either
+    goes on writing its own name: such a Deployment was not read, and a hand-over went ahead under it."""
+    return (f" in its initContainer {name}, " + ("once at each start of one of its pods (`gputide run --once`)"
+                                                 if once else "for good (`gputide run` with no --once never ends, "
+                                                 "so its pod's containers never start)"))
 
 
 def _own_namespaces(pod: Json, container: Json, env: dict[str, str], namespace: str) -> tuple[tuple[str, ...], str]:
@@ -350,10 +363,10 @@ def running_on(deployments: Json, lease: Json | None, writer: str, now: float) -
         told = [e for e in found if writer in e.writers]
         untold = [e for e in found if any("$(" in w and may_be(w, writer) for w in e.writers)]
         if told:
-            why.append(f"{where} runs a controller on Lease {_leases(told[0])}")
+            why.append(f"{where} runs a controller{told[0].where} on Lease {_leases(told[0])}")
         elif untold:
-            why.append(f"{where} runs a controller on Lease {' or '.join(untold[0].writers)}, which cannot be told "
-                       f"here ({untold[0].why}), so it may be {writer}")
+            why.append(f"{where} runs a controller{untold[0].where} on Lease {' or '.join(untold[0].writers)}, which "
+                       f"cannot be told here ({untold[0].why}), so it may be {writer}")
     spec = (lease or {}).get("spec") or {}
     holder, renewed = spec.get("holderIdentity"), _seconds(spec.get("renewTime") or spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds")

@@ -699,10 +699,12 @@ def test_the_deepest_mount_over_the_namespace_file_decides(kube, capsys, automou
             assert code == 0 and err == "" and "would hand from " in out, (ns, err)
 
 
-def test_a_native_sidecar_controller_holds_up_its_lease(kube, capsys):
+def test_a_native_sidecar_or_init_container_controller_holds_up_its_lease(kube, capsys):
     """A `gputide run` as a native sidecar (an initContainer with restartPolicy Always) runs beside the pod's
     containers for its life: only `containers` were read, and a hand-over went ahead under it. A plain initContainer
-    runs to its end before the containers start: no controller that goes on writing, no refusal."""
+    must end before the pod's containers start, and `gputide run` with no --once never ends: it is the controller,
+    running there for good (its pod never starting); with --once it runs a cycle at each start of one of the
+    Deployment's pods, writing as its Lease. Either was taken for no controller, and the hand-over went ahead."""
     dep = controller("east", "gputide")
     pod = dep["spec"]["template"]["spec"]
     sidecar = {**pod["containers"][0], "name": "gputide", "restartPolicy": "Always"}
@@ -711,13 +713,21 @@ def test_a_native_sidecar_controller_holds_up_its_lease(kube, capsys):
     code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
     assert code == 1 and out == "" and not writes(kube), err
     assert f"deployment/east in gputide runs a controller on Lease {OLD}: stop it first" in err, err
-    for restart in ("OnFailure", None):   # a plain initContainer (none may say another restartPolicy; read alike)
-        sidecar.pop("restartPolicy")
+    args = sidecar["args"]
+    for restart, once in (("OnFailure", False), (None, False), (None, True)):   # a plain initContainer (none may
+        sidecar.pop("restartPolicy", None)                                     # say another restartPolicy; alike)
         if restart:
             sidecar["restartPolicy"] = restart
+        sidecar["args"] = [*args, "--once"] if once else args
         replaced(kube, dep)
-        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
-        assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, (restart, err)
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+        assert code == 1 and out == "" and not writes(kube), (restart, once, err)
+        assert "deployment/east in gputide runs a controller in its initContainer gputide, " + (
+            "once at each start of one of its pods (`gputide run --once`)" if once else
+            "for good (`gputide run` with no --once never ends, so its pod's containers never start)") + (
+            f" on Lease {OLD}: stop it first") in err, (restart, once, err)
+    code, out, err = hand_over(capsys, "gputide-controller-b", "gputide-controller", "--dry-run")
+    assert code == 0 and err == "", err   # another Lease's: not held up
 
 
 def test_a_later_env_entry_from_outside_replaces_an_earlier_literal(kube, capsys):
