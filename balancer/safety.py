@@ -59,8 +59,7 @@ returned updated by `record`.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -88,6 +87,7 @@ from balancer.safety_violations import (  # noqa: F401  (re-exported: callers im
     PlacementRefused,
     ProtectedWorkload,
 )
+from balancer.unavailable import short as _short  # an owner's replicas not running: the hotspot planner's too
 
 EMERGENCY_LABEL = "gputide.io/emergency-stop"
 
@@ -246,8 +246,8 @@ class SafetyGuard:
         """What the limits count before this review: evictions left, the migrations in flight per node and
         owner, the replicas per owner not running (`_short`), and (only when PodDisruptionBudgets are given as data)
         the placed replicas per owner."""
-        moving = {o for o in snapshot.services if _first_migration(ledger, o, now, self.policy.cooldown_s) is not None}
-        t = _Tally(budget=self.remaining_evictions(ledger, now), short=_short(snapshot, moving))
+        t = _Tally(budget=self.remaining_evictions(ledger, now),
+                   short=_short(snapshot, _migrated(ledger, snapshot.services, now, self.policy.cooldown_s)))
         for _, src, dst, owner in (m for m in ledger.migrations if now - m[0] < self.policy.migration_settle_s):
             t.per_node[src] = t.per_node.get(src, 0) + 1
             if dst != src:
@@ -458,44 +458,6 @@ def _disrupted_owner(a: Action, snapshot: ClusterSnapshot) -> str | None:
     return None
 
 
-def _short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, int]:
-    """Per owner, its replicas not running, as a PodDisruptionBudget counts them unavailable: its pods the snapshot
-    lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and an inference
-    service's replicas asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods (the Kubernetes
-    source lists running pods only, so a Pending replacement shows there as this shortfall). `migrationSettleS`
-    alone forgot a migration whose replacement had not started yet. An owner short for reasons of its own (a
-    replica Pending for want of room, a scale-up not yet placed) gets no migration meanwhile: it is already down
-    that many replicas. A replacement still Pending within the settle window is both a migration settling and
-    Pending: counted as both until the settle window passes (`_count_migration`). Replicas a node telemetry has
-    forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither `workloads` nor `placements`) are
-    not short: as many as its GPUs hold, else every service with a replica there would get no migration while it
-    stays dark; but not for an owner `moving` (a migration of it within `cooldownS`): its missing replica is more
-    likely the replacement not yet started than one on the dark node, and excused, its last running replica could
-    be moved."""
-    out: dict[str, int] = {}
-    running: dict[str, int] = {}
-    for w in snapshot.workloads:
-        owner = w.owner or w.name
-        if not snapshot.placements.get(w.name):
-            out[owner] = out.get(owner, 0) + 1
-        elif w.workload_class is WorkloadClass.INFERENCE:
-            running[owner] = running.get(owner, 0) + 1
-    dark = _dark_gpus(snapshot)
-    for name, st in snapshot.services.items():
-        excused = 0 if name in moving else dark
-        if st.replicas_from_spec and (n := st.replicas - running.get(name, 0) - excused) > 0:
-            out[name] = max(out.get(name, 0), n)
-    return out
-
-
-def _dark_gpus(snapshot: ClusterSnapshot) -> int:
-    """The GPUs of the forgotten nodes, one unseen replica each at most (a multi-GPU replica takes more, a fractional
-    one less: one a GPU is the capacity planner's bound for whole-GPU replicas); a node whose count is unknown (0)
-    as the widest node of the snapshot, 8 with none."""
-    widest = max(Counter(g.node for g in snapshot.gpus).values(), default=8)
-    return sum(n if n > 0 else widest for n in snapshot.forgotten_nodes.values())
-
-
 def _check_disruption(a: Action, owner: str | None, ctx: ReviewContext) -> None:
     """Raise MaxUnavailable when `a`, disrupting `owner` (`_disrupted_owner`), and a disruption of the same owner
     accepted earlier in this review, or a reclaim of it anywhere in the plan (`_reclaimed`), would disrupt it twice
@@ -559,6 +521,15 @@ def _first_migration(ledger: SafetyLedger, owner: str, now: float, cooldown: flo
     latest = ledger.last_action.get(_disruption_key(Migrate.kind, owner))
     times = [m[0] for m in ledger.migrations if m[3] == owner] + ([] if latest is None else [latest])
     return min((t for t in times if now - t < cooldown), default=None)
+
+
+def _migrated(ledger: SafetyLedger, owners: Iterable[str], now: float, cooldown: float) -> set[str]:
+    """Those of `owners` with a migration within `cooldown` of `now` (`_first_migration` not None): the ledger's
+    migrations read once for all of them, not once per owner (a fleet's thousand services times its migrations)."""
+    recent = {m[3] for m in ledger.migrations if now - m[0] < cooldown}
+    last = ledger.last_action
+    return {o for o in owners if o in recent
+            or ((t := last.get(_disruption_key(Migrate.kind, o))) is not None and now - t < cooldown)}
 
 
 def _cooldown_key(a: Action) -> str:

@@ -21,6 +21,7 @@ from balancer import catalog
 from balancer.model import Action, ClusterSnapshot, ServiceStatus, WorkloadClass
 from balancer.noderules import NO_RULES, NodeRules, Taint
 from balancer.plan.simulate import HOT_TAINT
+from balancer.unavailable import dark_gpus  # the safety guard's count of them too
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,17 +261,6 @@ def _models_of(codes: np.ndarray, names: list[str], gpus: Collection[int], healt
     """The models of the healthy GPUs among `gpus` (indices)."""
     idx = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
     return frozenset(names[k] for k in np.unique(codes[idx[healthy[idx]]]).tolist())
-
-
-def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> int:
-    """The GPUs of the `forgotten` nodes (node -> its GPUs forgotten; a node with 0, or a bare collection of names:
-    unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
-    alike). Their models are not known once forgotten: a bound for every service, whatever GPU models it may use."""
-    counts = forgotten if isinstance(forgotten, Mapping) else dict.fromkeys(forgotten, 0)
-    if not counts:
-        return 0
-    widest = int(np.bincount(np.asarray(snapshot.node_index, dtype=np.int64)).max()) if len(snapshot.gpus) else 8
-    return sum(int(n) if n > 0 else widest for n in counts.values())
 
 
 def schedulable(snapshot: ClusterSnapshot, rules: Collection[NodeRules],

@@ -1,0 +1,99 @@
+"""An owner's replicas not running now, as a PodDisruptionBudget counts them unavailable: what the safety guard's
+`maxUnavailablePerWorkload` counts before any migration (`balancer.safety`, with the owners it knows are moving),
+and what the hotspot planner counts before it proposes one (`balancer.plan.hotspots.may_move`), so that it does not
+propose a move the guard would refuse. One function for both: the planner cannot import the guard (they are sibling
+layers), and a copy would drift. Pure functions of the snapshot.
+
+The GPUs of the nodes telemetry has forgotten (`dark_gpus`) are here too: the capacity planner counts the replicas
+that may run unseen there with them (`balancer.plan.capacity.view_from_snapshot`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Collection, Mapping
+
+import numpy as np
+
+from balancer.model import ClusterSnapshot, WorkloadClass
+
+
+def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> int:
+    """The GPUs of the `forgotten` nodes (node -> its GPUs forgotten; a node with 0, or a bare collection of names:
+    unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
+    alike). Their models are not known once forgotten: a bound for every service, whatever GPU models it may use.
+    0 at once with none forgotten (the guard asks every review: no pass over the GPUs for nothing)."""
+    counts = forgotten if isinstance(forgotten, Mapping) else dict.fromkeys(forgotten, 0)
+    if not counts:
+        return 0
+    if all(int(n) > 0 for n in counts.values()):
+        return sum(int(n) for n in counts.values())
+    # by position in `nodes` (`node_index`): a name listed twice is one position, as a count by name would be
+    widest = int(np.bincount(np.asarray(snapshot.node_index, dtype=np.int64)).max()) if len(snapshot.gpus) else 8
+    return sum(int(n) if n > 0 else widest for n in counts.values())
+
+
+class _Counts:
+    """What `short` counts of a snapshot whatever the owners moving: per owner its pods unplaced, and per service
+    counted from its spec its inference pods placed. One pass over the workloads, only the counts a snapshot's
+    services ask for: numpy columns built from the workloads (`np.fromiter` over a `map`) cost as much as the loop
+    itself on CPython 3.11, so it stays a loop, cached per snapshot (`_counts`) for the planner and the guard."""
+
+    __slots__ = ("running", "unplaced")
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        get, inference = snapshot.placements.get, WorkloadClass.INFERENCE
+        unplaced: dict[str, int] = {}
+        running: dict[str, int] = {}
+        if any(st.replicas_from_spec for st in snapshot.services.values()):
+            for w in snapshot.workloads:
+                if not get(w.name):   # no entry, or an empty placement
+                    owner = w.owner or w.name
+                    unplaced[owner] = unplaced.get(owner, 0) + 1
+                elif w.workload_class is inference:
+                    owner = w.owner or w.name
+                    running[owner] = running.get(owner, 0) + 1
+        else:   # only a service counted from its spec reads its placed pods
+            for w in snapshot.workloads:
+                if not get(w.name):
+                    owner = w.owner or w.name
+                    unplaced[owner] = unplaced.get(owner, 0) + 1
+        self.unplaced, self.running = unplaced, running
+
+
+_counts_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _counts(snapshot: ClusterSnapshot) -> _Counts:
+    """`_Counts` of `snapshot`, once per snapshot: the planner and the guard of one cycle both ask."""
+    c = _counts_cache.get(snapshot)
+    if c is None:
+        c = _counts_cache[snapshot] = _Counts(snapshot)
+    return c
+
+
+def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, int]:
+    """Per owner, its replicas not running, as a PodDisruptionBudget counts them unavailable: its pods the snapshot
+    lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and an inference
+    service's replicas asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods (the Kubernetes
+    source lists running pods only, so a Pending replacement shows there as this shortfall). `migrationSettleS`
+    alone forgot a migration whose replacement had not started yet. An owner short for reasons of its own (a replica
+    Pending for want of room, a scale-up not yet placed) gets no migration meanwhile: it is already down that many
+    replicas. A replacement still Pending within the settle window is both a migration settling and Pending: the
+    guard counts it as both until the settle window passes (`balancer.safety`'s `_count_migration`).
+
+    Replicas a node telemetry has forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither
+    `workloads` nor `placements`) are not short: as many as its GPUs hold (`dark_gpus`), else every service with a
+    replica there would get no migration while it stays dark: one unseen replica a GPU at most (a multi-GPU replica
+    takes more, a fractional one less). Not for an owner in `moving` (the guard's: one migrated
+    within `cooldownS`): its missing replica is more likely the replacement not yet started than one on the dark
+    node, and excused, its last running replica could be moved."""
+    c = _counts(snapshot)
+    out = dict(c.unplaced)
+    dark = dark_gpus(snapshot, snapshot.forgotten_nodes)
+    for name, st in snapshot.services.items():
+        excused = 0 if name in moving else dark
+        if st.replicas_from_spec and (n := st.replicas - c.running.get(name, 0) - excused) > 0:
+            out[name] = max(out.get(name, 0), n)
+    return out
+
