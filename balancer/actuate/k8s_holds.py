@@ -227,6 +227,10 @@ class Holds:
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck)
         self._off(bound, node, done.done)
+        if done.give_back and not self.preemptor.halted():   # a victim that does not answer: no hold for ever
+            self.preempted += [(v, node) for v in done.evicted]   # found gone after an earlier unanswered eviction
+            log.info("scheduler %s: %s: %s: the node given back", self.scheduler_name, key, done.error)
+            return f" preemption: {done.error}{self._give_back(req, i, view, offers)}"
         # its GPUs, CPU and memory as before (the offers' columns stand); host ports and extended resources named
         # now where they were not (`k8s_preempt.filled`) are read from the view where a pod asks them
         view[i]["reservations"] = {**view[i]["reservations"], key: done.entry}
@@ -262,16 +266,24 @@ class Holds:
         said = (f" preemption: {node} no longer admits it ({refusal})" if refusal else
                 f" preemption: its victims no longer make room for it on {node} (others took or hold the room its "
                 "evictions made)") + (f": {', '.join(victims)} not evicted" if victims else "")
+        return said + self._give_back(req, i, view, offers)
+
+    def _give_back(self, req: Json, i: int, view: list[Json], offers: Offers) -> str:
+        """`req`'s hold on node i given back (`_room_taken`; `resume`: a victim whose evictions go unanswered,
+        `Evictions.give_back`): off the node, out of the pass's view (the pods after it in the pass may use the
+        room), its nomination cleared; it plans afresh at the next pass. What was done, as words; a write that
+        fails is logged and said, and the next pass asks again (or the hold expires)."""
+        key, node = req["name"], view[i]["name"]
         try:
             self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: None}))
         except ActuationError as err:
             log.warning("scheduler %s: cannot give %s back for %s: %s", self.scheduler_name, node, key, err)
-            return f"{said}; giving the node back failed ({err})."
+            return f"; giving the node back failed ({err})."
         view[i]["reservations"] = {k: v for k, v in view[i]["reservations"].items() if k != key}
         offers.update(i)
         self.preemptor.release(node, key)
         self.preemptor.nominate(key, None)
-        return f"{said}; the node is given back and it plans afresh at the next pass."
+        return "; the node is given back and it plans afresh at the next pass."
 
     def _only_hot(self, req: Json, node: Json) -> bool:
         """Whether the only rule of `node` that refuses `req` is gputide's hot taint (`hot_taint_key` NoSchedule: a

@@ -61,7 +61,9 @@ nomination cleared (`k8s_holds`), and it plans afresh at the next pass. An evict
 connection reset; or a retry's 404 or 409 after such a try) may have landed: where the preemption goes on, its victim
 is left to evict, remembered by uid for the rest of the preemption in the replica's term (`Preemptor._unsure`); found
 terminating or gone by a later pass (not finished on its own), it is counted and said as evicted, with its Event
-`Preempted` (`Evictions`), while a victim the replica never asked to evict is not.
+`Preempted` (`Evictions`), while a victim the replica never asked to evict is not. A victim whose evictions get no
+answer `UNANSWERED_ASKS` times in a row, found running after each, is not asked again: with nothing else leaving,
+the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`).
 """
 
 from __future__ import annotations
@@ -112,10 +114,16 @@ SINCE = "since"        # a preemption's hold field (beside LEFT, EVICTED): when 
 DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
 GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
 MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
+UNANSWERED_ASKS = 3      # evictions of one victim, each unanswered and found not landed, before its node is given back
 
 
 class EvictionsStopped(ActuationError):
     """No pod is evicted for a preemption: the controller's emergency stop holds (the module docstring)."""
+
+
+class EvictionUnanswered(ActuationError):
+    """A victim's eviction got no answer `UNANSWERED_ASKS` times, each found not landed by the next pass's read of it
+    (still running): it is not asked again, and `Preemptor.resume` gives the node back (`Evictions.give_back`)."""
 
 
 def stop_labelled(node: Json) -> bool:
@@ -155,6 +163,9 @@ class Evictions:
     unanswered: list[str] = field(default_factory=list)
     # of `left` (`Preemptor.resume`): no longer running, their unanswered eviction not judged (the read failed)
     unread: list[str] = field(default_factory=list)
+    # `Preemptor.resume`: a victim's evictions went unanswered `UNANSWERED_ASKS` times while it ran on, nothing else
+    # leaves: the node is to be given back (`k8s_holds`), the reservation (`entry`) not written again
+    give_back: bool = False
 
     @property
     def leaving(self) -> list[str]:
@@ -417,6 +428,12 @@ class Preemptor:
         # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
         # (`_landed`, `_forget`) or the preemption ends (`release`, `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
+        # (pod, node) -> {victim: evictions asked in a row that got no answer (`_ask`)}, kept and forgotten as
+        # `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back (`resume`)
+        self._unanswered: dict[tuple[str, str], dict[str, int]] = {}
+        # (pod, node, victim) -> until when that pod does not preempt that victim there again: its node was given back
+        # for it (`resume`: its evictions went unanswered while it ran on)
+        self._passed_over: dict[tuple[str, str, str], float] = {}
 
     def stop_reason(self, node: str | None = None) -> str | None:
         """Why no pod may be evicted now (on `node`, when given), None when evictions may go on: the cluster-wide
@@ -447,8 +464,9 @@ class Preemptor:
         self._held = {node: kept for node, entries in self._held.items() if (kept := {
             k: e for k, e in entries.items()
             if seen.get(node, {}).get(k) != e and (parse_time(e["expires"]) or 0) > now})}
-        self._unsure = {(k, n): v for (k, n), v in self._unsure.items() if k in self._held.get(n, {}) or (
+        self._unsure, self._unanswered = ({(k, n): v for (k, n), v in m.items() if k in self._held.get(n, {}) or (
             isinstance(e := seen.get(n, {}).get(k), Mapping) and (parse_time(e.get("expires")) or 0) > now)}
+            for m in (self._unsure, self._unanswered))
         return self._held
 
     def release(self, node: str, key: str) -> None:
@@ -456,6 +474,7 @@ class Preemptor:
         ended (its unanswered evictions, `_unsure`, are forgotten)."""
         self._held.get(node, {}).pop(key, None)
         self._unsure.pop((key, node), None)
+        self._unanswered.pop((key, node), None)
 
     def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Selector]]]:
         """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`, listed at most once per
@@ -478,10 +497,14 @@ class Preemptor:
 
     def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
         """Where `req` should preempt and whom, among `nodes` (those whose rules admit it); `bound`: per node, the
-        bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget.
+        bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget. A victim whose
+        evictions for `req` there went unanswered until its node was given back (`resume`) is none for `reserve_s`.
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
         only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
-        lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]] for n in nodes}
+        now = self.clock()
+        self._passed_over = {k: until for k, until in self._passed_over.items() if until > now}
+        lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]
+                             and (req["name"], n["name"], u.key) not in self._passed_over] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
         held = sorted(n["name"] for n in nodes if stop_labelled(n))
         nodes = [n for n in nodes if not stop_labelled(n)]
@@ -534,7 +557,7 @@ class Preemptor:
         leader may have changed it meanwhile. Its evictions that got no answer (`_unsure`) are forgotten too: a
         victim found terminating or gone in this term may be another leader's eviction (counted by that leader),
         its own having failed."""
-        self._held, self._budget_list, self._spent, self._unsure = {}, None, {}, {}
+        self._held, self._budget_list, self._spent, self._unsure, self._unanswered = {}, None, {}, {}, {}
 
     def preempt(self, req: Json, choice: Preemption) -> Evictions:
         """Reserve the node for `req` (its victims written on the reservation, `LEFT`), evict the victims, write
@@ -592,7 +615,17 @@ class Preemptor:
         this replica asked and got no answer to (`_unsure`) and that is no longer among `running` was evicted by it
         (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own;
         one it never asked to evict (another leader's term, an owner deleting it) is not. One it cannot read now
-        stays left (`Evictions.left`, the read's error `Evictions.error`), its doubt asked again at the next pass."""
+        stays left (`Evictions.left`, the read's error `Evictions.error`), its doubt asked again at the next pass.
+
+        A victim whose evictions got no answer `UNANSWERED_ASKS` times in a row, found still running after each (so
+        none landed), is not asked again (`EvictionUnanswered`); with nothing else leaving the node (no victim
+        terminating, none left unread), the node is to be given back (`Evictions.give_back`, the reservation not
+        written again: `k8s_holds` gives it back, clears the nomination, and the pod plans afresh). Kept, the hold
+        ran out unrenewed (nothing leaves), the pod preempted afresh there at once (`SINCE` anew, its cap never
+        reached) and evicted the victim again unanswered, pass after pass: the node was held for it for ever, and a
+        pod fitting beside the victim never bound there. Planned afresh, the pod does not preempt that victim there
+        again for `reserve_s` (`plan`: `_passed_over`): it would hold the node again at once, evicting with it a pod
+        bound there meanwhile, and ask the victim's eviction again unanswered."""
         left = entry.get(LEFT) or ()
         done = self._evict(req["name"], node, [(k, ()) for k in left if k in running])
         for k in left:
@@ -600,6 +633,10 @@ class Preemptor:
                 self._judge(req["name"], node, k, done)
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
                        and (stuck is None or k in stuck)]
+        if isinstance(done.error, EvictionUnanswered) and not (terminating or done.leaving or done.unread):
+            done.entry, done.give_back = entry, True
+            self._passed_over[(req["name"], node, done.left[0])] = self.clock() + self.reserve_s
+            return done
         new = noted(entry, done.left, [*terminating, *done.leaving], done.ends, self.clock(), self.reserve_s,
                     stuck=bool(stuck))
         done.entry = self._note(req["name"], node, entry, filled(ranked(new, req), req))
@@ -680,12 +717,16 @@ class Preemptor:
         since (a StatefulSet's) runs elsewhere and frees nothing here, so it is not evicted (NotFoundError, gone
         from the node; 409 when it takes the name between the read and the eviction). An eviction that may have
         landed unseen is remembered by the uid read (`_ask`, `_unsure`), until a later read of the victim tells
-        whether it did."""
+        whether it did; one whose evictions got no answer `UNANSWERED_ASKS` times while it ran on is not asked again
+        (`EvictionUnanswered`)."""
         pod = self._read(node, victim)
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
         self._forget(key, node, victim)   # still running: an eviction asked earlier did not land
+        if (asked := self._unanswered.get((key, node), {}).get(victim, 0)) >= UNANSWERED_ASKS:
+            raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
+                                     "not asked again")
         grace = spec.get("terminationGracePeriodSeconds")
         # asked again right before the eviction: the Lease may have lapsed while the victim was read (a slow GET),
         # and the next leader may be placing on this node already
@@ -701,7 +742,8 @@ class Preemptor:
         every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer: what a landed
         earlier try leaves (the pod gone; terminating, or made again under its name), which `writes` takes for a
         definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the next pass. Such an eviction spends
-        its `budgets` as one answered does (`_spend`): it may have used their disruptions. `resume` names none."""
+        its `budgets` as one answered does (`_spend`): it may have used their disruptions. `resume` names none.
+        Unanswered asks in a row are counted (`_unanswered`), an answer ends the count."""
         ns, name = victim.split("/", 1)
         what, real, doubt = f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, [False]
         with self.api.writes() as unanswered:
@@ -718,7 +760,20 @@ class Preemptor:
                     self._spend(budgets)
                 if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
                     self._unsure.setdefault((key, node), {})[victim] = uid
+                self._count(key, node, victim, unsure)
                 raise
+            self._count(key, node, victim, False)
+
+    def _count(self, key: str, node: str, victim: str, unanswered: bool) -> None:
+        """`victim`'s eviction for `key` on `node` asked: one more unanswered in a row (`_unanswered`), or answered,
+        which ends the count."""
+        asks = self._unanswered.setdefault((key, node), {})
+        if unanswered:
+            asks[victim] = asks.get(victim, 0) + 1
+        else:
+            asks.pop(victim, None)
+        if not asks:
+            self._unanswered.pop((key, node), None)
 
     def _spend(self, budgets: Sequence[str]) -> None:
         """One disruption of each of `budgets` used by an eviction of this replica's, landed or maybe landed (no

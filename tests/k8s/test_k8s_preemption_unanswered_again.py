@@ -1,0 +1,77 @@
+"""A victim whose eviction keeps getting no answer (every try times out) while reads of it keep working and find it
+running: the node is given back after `UNANSWERED_ASKS` such evictions, and the pod does not preempt that victim
+there again for `reserve_s`. Before, the hold, not renewed (nothing left the node), ran out, and the pod preempted
+afresh there at once (a new `since`: its hour never reached), asking the eviction again unanswered: the node was
+held for it pass after pass, for ever, and a pod fitting beside the victim never bound there. Against the fake API
+server."""
+
+from __future__ import annotations
+
+from fakeapi import FakeKube, node
+from test_k8s_preemption import bound, events, most_free, pending, reservations
+from test_k8s_preemption_unanswered import unanswered
+
+from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+
+
+def placed(kube: FakeKube, name: str) -> str | None:
+    pod = kube.get("pods", name, "default")
+    return pod and pod["spec"].get("nodeName")
+
+
+def test_a_victim_whose_evictions_keep_getting_no_answer_has_its_node_given_back(kube: FakeKube, api, clock):
+    kube.add(node("a", 8))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 8, 50))
+    kube.add(pending("fits", 4, 10))                                   # fits beside p
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    tries = unanswered(sched, "p", lambda: None)                       # p runs on: no eviction lands
+    for _ in range(UNANSWERED_ASKS):
+        sched.schedule_once()
+        assert "default/urgent" in reservations(kube, "a") and placed(kube, "fits") is None
+        clock.advance(5)
+    assert len(tries) == 4 * UNANSWERED_ASKS                           # each eviction: a try and 3 retries
+    sched.schedule_once()
+    assert len(tries) == 4 * UNANSWERED_ASKS                           # not asked again
+    assert reservations(kube, "a") == {} and placed(kube, "fits") == "a"   # given back: used in the same pass
+    assert kube.get("pods", "urgent", "default")["status"].get("nominatedNodeName") is None
+    assert (f"preemption: evicting default/p got no answer {UNANSWERED_ASKS} times while it kept running on a: not "
+            "asked again; the node is given back and it plans afresh at the next pass.") in \
+        sched.reasons["default/urgent"]
+    assert sched.preempted == [] and events(kube, "p") == []
+
+    for _ in range(10):                                                # p passed over: fits is not evicted for it
+        clock.advance(5)
+        sched.schedule_once()
+        assert reservations(kube, "a") == {} and placed(kube, "fits") == "a"
+    assert len(tries) == 4 * UNANSWERED_ASKS
+
+    clock.advance(300)                                                 # reserve_s later it may preempt p again
+    sched.schedule_once()
+    assert "default/urgent" in reservations(kube, "a") and len(tries) == 4 * UNANSWERED_ASKS + 4
+
+
+def test_an_answer_ends_the_count_of_unanswered_evictions(kube: FakeKube, api, clock):
+    """An eviction answered (refused, 429) between unanswered ones: the API answers, so the node stays held and the
+    count begins again: the node is given back only after `UNANSWERED_ASKS` unanswered in a row."""
+    kube.add(node("a", 4))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 4, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    real = sched.api.core.create_namespaced_pod_eviction
+    tries = unanswered(sched, "p", lambda: None)
+    timing_out = sched.api.core.create_namespaced_pod_eviction
+    for k in range(2 * UNANSWERED_ASKS - 1):
+        sched.api.core.create_namespaced_pod_eviction = real if k == UNANSWERED_ASKS - 1 else timing_out
+        if k == UNANSWERED_ASKS - 1:
+            kube.inject("POST", r"/pods/p/eviction$", 429)
+        sched.schedule_once()
+        assert "default/urgent" in reservations(kube, "a"), k
+        clock.advance(5)
+    assert len(tries) == 4 * (2 * UNANSWERED_ASKS - 2)
+    sched.schedule_once()                                              # the last of them in a row
+    assert "default/urgent" in reservations(kube, "a")
+    clock.advance(5)
+    sched.schedule_once()
+    assert reservations(kube, "a") == {} and len(tries) == 4 * (2 * UNANSWERED_ASKS - 1)
