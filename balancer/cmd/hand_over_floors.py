@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import posixpath
 import re
 import sys
 import time
@@ -318,9 +319,18 @@ def _token_mount(pod: Json, container: Json, at: str) -> tuple[Json, list[Json]]
 
 def _deepest(mounts: list[Json], file: PurePosixPath) -> list[Json]:
     """The deepest of `mounts` over `file` (the file itself or a folder above it), each at that depth ([] if none)."""
-    over = [m for m in mounts if PurePosixPath(m.get("mountPath") or ".") in (file, *file.parents)]
-    depth = max((len(PurePosixPath(m["mountPath"]).parts) for m in over), default=0)
-    return [m for m in over if len(PurePosixPath(m["mountPath"]).parts) == depth]
+    over = [m for m in mounts if _mount_path(m) in (file, *file.parents)]
+    depth = max((len(_mount_path(m).parts) for m in over), default=0)
+    return [m for m in over if len(_mount_path(m).parts) == depth]
+
+
+def _mount_path(mount: Json) -> PurePosixPath:
+    """Where `mount` lands in the container: its mountPath cleaned as the runtime cleans it (Go's filepath.Clean
+    under the container's root: "//var/run" and "/var/run/x/.." are /var/run, which the API leaves as written); "."
+    (over no file) where it has none. Read as written, a token mounted at //var/run/secrets/... was over no file, and
+    the controller it makes elect in its pod's namespace was taken for gputide's alone."""
+    text = str(mount.get("mountPath") or "")
+    return PurePosixPath(posixpath.normpath("/" + text.lstrip("/"))) if text else PurePosixPath(".")
 
 
 def _volume(pod: Json, mount: Json) -> Json:
@@ -333,9 +343,9 @@ def _gives_namespace(pod: Json, mount: Json, file: PurePosixPath) -> bool:
     writes the pod's namespace (metadata.namespace) at `file`, and nothing else there: a projected ConfigMap or
     Secret source listing no items writes each of its keys, a `namespace` key over the item (the later source's
     wins), so it may name any (the API refuses two items of one path)."""
-    if mount.get("subPath") or mount.get("subPathExpr") or file == PurePosixPath(mount["mountPath"]):
+    if mount.get("subPath") or mount.get("subPathExpr") or file == _mount_path(mount):
         return False
-    at = file.relative_to(mount["mountPath"])
+    at = file.relative_to(_mount_path(mount))
     volume = _volume(pod, mount)
     sources = (volume.get("projected") or {}).get("sources") or []
     if len(at.parts) == 1 and any(k in s and not (s[k] or {}).get("items") for s in sources for k in _ALL_KEYS):

@@ -806,3 +806,30 @@ def test_a_pods_kube_api_access_volume_is_the_token_the_plugin_mounts(kube, caps
                 " (with no --lease-namespace" if said else ": a run now") in err and (said or "") in err, (ns, err)
         else:
             assert code == 0 and err == "" and "would hand from " in out, (ns, err)
+
+
+@pytest.mark.parametrize("automount, volume, path, elects", [
+    (False, TOKEN, "//var/run/secrets/kubernetes.io/serviceaccount", ("team-b",)),
+    (False, TOKEN, "/var/run/secrets/x/../kubernetes.io/serviceaccount", ("team-b",)),
+    (True, ODD, "//var/run/secrets/kubernetes.io/serviceaccount", None),
+    (False, TOKEN, SA_DIR + "/", ("team-b",)),
+    (False, TOKEN, "/var/run/secrets/kubernetes.io/./serviceaccount/", ("team-b",)),
+], ids=["double-slash", "dot-dot", "double-slash-beside-the-plugins", "trailing-slash", "dot"])
+def test_a_mount_path_is_read_as_the_runtime_cleans_it(kube, capsys, automount, volume, path, elects):
+    """The runtime cleans a mountPath (//var/run is /var/run, x/.. is nothing), which the API keeps as written: a
+    token mounted at //var/run/secrets/kubernetes.io/serviceaccount was read as over no file, its controller taken
+    for gputide's (no token mounted) and a hand-over of team-b's Lease went ahead under it; a ConfigMap there beside
+    the token the admission plugin adds (its path as written is not the plugin's) was not read either. A trailing
+    slash or a ./ was read cleaned already: a correct spec is not refused."""
+    kube.add(mounted(without_pod_namespace("east", "team-b"), automount, (volume, path, None)))
+    for ns in ("team-b", "gputide", "team-c"):
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns,
+                                   "--dry-run")
+        if elects is None:
+            assert "runs a controller on Lease $(namespace file)/gputide-controller, which cannot be told here" in err \
+                and f"its volume token (configMap) mounted over it at {path} may put" in err, (ns, err)
+        elif ns in elects:
+            assert f"deployment/east in team-b runs a controller on Lease {ns}/gputide-controller: a run" in err, \
+                (ns, err)
+        else:
+            assert code == 0 and err == "" and "would hand from " in out, (ns, err)
