@@ -27,7 +27,8 @@ The rules and the room are checked on the node as the reservation reads it (one 
 The reservation and the taint expire on their own (`KubernetesActuator.release_expired`), so only the eviction is
 listed as a write whose outcome counts (`_Api.writes`). An eviction that got no answer is confirmed by one read of
 the pod on the reserve (`Migrations.eviction_landed`): gone, being deleted or replaced, it landed (APPLIED, the
-reservation kept); still running, it did not.
+reservation kept); still running, it did not. So is one whose retry, after a try that got no answer, is answered 409
+(what that try, landed, may leave; `_Api` says so: `after_unanswered`); answered 404, it landed (the pod is gone).
 
 Refusals, all before anything changes, say what they refuse (`balancer.actuate.base.Refused`, the result's
 `refused`): the target (`TargetRefused`: the pod's rules, its volumes' or its topology spread there; `TargetHeld`:
@@ -272,32 +273,51 @@ class Migrations:
             return reserve_change(target, self.reservation_annotation, key, entry, now, min(room, left))
 
         self._reserve(action.target_node, key, entry, reserve)
-        evict, uid = f"evict pod {ns}/{pod}", (current.get("metadata") or {}).get("uid")
         try:
             if source and source != action.target_node and action.taint_source:
                 with self.api.writes():
                     self.api.update_node(source, lambda n: taints_change(
                         n, self.hot_taint_key, True, taint_until(n, now + max(self.hot_taint_ttl_s, hold))))
-            try:
-                self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, eviction(current),
-                         retry_throttled=False)
-            except NotFoundError:   # the pod (not the source node) is gone since we read it: deleted, or our own
-                return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} was already gone"
-            except ConflictError:   # its uid precondition failed (a pod of its name, a StatefulSet's, replaced it),
-                replaced = self.eviction_landed(evict, ns, pod, uid)   # or the PDB's update kept conflicting
-                if replaced is None:   # the pod read still runs: not evicted
-                    raise
-                return f"reserved {action.target_node} GPUs {slots} for {key}; {ns}/{pod} {replaced}"
-        except ActuationError as err:   # timed-out eviction went through; a 404 before it (the node) is a failure
-            landed = self.eviction_landed(evict, ns, pod, uid) if evict in self.api.unknown_writes else None
-            if landed is not None:   # the reservation is its replacement's
-                return (f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from "
-                        f"{source or '?'} (confirmed after no answer: the pod {landed}; {err})")
+            return self._evict(current, ns, pod, f"reserved {action.target_node} GPUs {slots} for {key}", source)
+        except ActuationError as err:   # a 404 before the eviction (the node) is a failure
             self.release_reservation(action.target_node, key, entry)
             if isinstance(err, ThrottledError):
                 raise KubeTemporaryError(f"eviction blocked by a PodDisruptionBudget: {err}", err.status) from err
             raise
-        return f"reserved {action.target_node} GPUs {slots} for {key}, evicted {ns}/{pod} from {source or '?'}"
+
+    def _evict(self, current: Json, ns: str, pod: str, reserved: str, source: str) -> str:
+        """Evict pod `ns/pod`, `current` as read (its uid a precondition), once `reserved` is held: the detail, or the
+        error when it did not go (the caller then releases the hold). A pod gone since the read (404), or replaced by
+        one of its name (409, the precondition; confirmed by a read, `eviction_landed`), leaves the hold to its
+        replacement. After a try that got no answer (the error's `after_unanswered`), a 404 is that try's eviction
+        landed, the pod gone: the migration happened; a 409 is what it may have left (the pod terminating, or made
+        again), which `_Api.writes` takes for a definite answer: the eviction is listed as of unknown outcome again
+        until the read tells (gone, terminating or replaced: landed; running still: not; no read: `maybe_applied`)."""
+        evict, uid = f"evict pod {ns}/{pod}", (current.get("metadata") or {}).get("uid")
+        try:
+            self.api(evict, self.api.core.create_namespaced_pod_eviction, pod, ns, eviction(current),
+                     retry_throttled=False)
+            return f"{reserved}, evicted {ns}/{pod} from {source or '?'}"
+        except NotFoundError as err:   # the pod (not the source node) is gone since it was read
+            if not err.after_unanswered:   # deleted by another
+                return f"{reserved}; {ns}/{pod} was already gone"
+            landed, why = "is gone", err   # by the try that got no answer
+        except ConflictError as err:   # its uid precondition failed (a pod of its name, a StatefulSet's, replaced
+            if err.after_unanswered and evict not in self.api.unknown_writes:   # it), the PDB's update kept
+                self.api.unknown_writes.append(evict)   # conflicting, or an earlier try landed
+            replaced = self.eviction_landed(evict, ns, pod, uid)
+            if replaced is None:   # the pod read still runs: not evicted (or the read cannot tell: still listed)
+                raise
+            if not err.after_unanswered:
+                return f"{reserved}; {ns}/{pod} {replaced}"
+            landed, why = replaced, err
+        except ActuationError as err:   # a timed-out eviction may have gone through
+            found = self.eviction_landed(evict, ns, pod, uid) if evict in self.api.unknown_writes else None
+            if found is None:
+                raise
+            landed, why = found, err
+        return (f"{reserved}, evicted {ns}/{pod} from {source or '?'} (confirmed after no answer: the pod {landed}; "
+                f"{why})")
 
     def _movable_pod(self, ns: str, pod: str, source: str) -> Json:
         """The pod, read, once it may be moved: not being deleted already (evicted: its controller replaces it, and

@@ -58,6 +58,11 @@ Json = dict[str, Any]
 
 
 class KubeTemporaryError(TemporaryActuationError):
+    # whether a try of the call before the one this error answers got no answer (`_Api.__call__`): the request may
+    # have landed, and what this error says is then what it left (a 404: the object it deleted is gone; a 409: it
+    # was created, or the pod it evicted is terminating or made again), which only the caller can judge
+    after_unanswered = False
+
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
@@ -78,6 +83,8 @@ class TooLargeVersionError(KubeTemporaryError):
 
 
 class KubePermanentError(PermanentActuationError):
+    after_unanswered = False   # as `KubeTemporaryError.after_unanswered`
+
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
@@ -92,7 +99,7 @@ class DeadlineExceeded(KubeTemporaryError):
     could end: the call or retry was not started (`_Api.deadline`). Temporary: the work is tried again next time."""
 
 
-def _translate(exc: ApiException, what: str) -> ActuationError:
+def _translate(exc: ApiException, what: str) -> KubeTemporaryError | KubePermanentError:
     status = int(exc.status or 0)
     try:
         message = json.loads(exc.body or "{}").get("message", "") or exc.reason
@@ -198,6 +205,13 @@ def _never() -> bool:
     return False
 
 
+def _marked(err: KubeTemporaryError | KubePermanentError, after_unanswered: bool
+            ) -> KubeTemporaryError | KubePermanentError:
+    """`err`, saying whether a try of its call before the one it answers got no answer (`after_unanswered`)."""
+    err.after_unanswered = after_unanswered
+    return err
+
+
 class _Api:
     """Calls the generated client, returns parsed JSON, retries what is worth retrying, maps the rest; inside
     `deadline(s)`, every call and retry ends within it (`clock`: monotonic seconds, injectable). Once `stopping()`
@@ -255,8 +269,10 @@ class _Api:
         """Inside, this thread's writes (`MUTATING`) whose outcome is unknown are tracked: a write whose last try got
         no answer (a transport error: the request may have been received; or a 504), or whose retries the deadline
         stopped after such a try, is listed by its `what` until a later try of the same call gets a definite answer
-        (`_settles`). Yields the list, fresh for the block; nested, the inner block's writes are its own, and with
-        `hand_up` those still listed when it ends (none its caller settled meanwhile) join the enclosing block's."""
+        (`_settles`; a 404 or 409 after no answer too: a caller to whom that means the write landed reads the
+        error's `after_unanswered`). Yields the list, fresh for the block; nested, the inner block's writes are its
+        own, and with `hand_up` those still listed when it ends (none its caller settled meanwhile) join the
+        enclosing block's."""
         d = self._deadline
         saved, d.unknown = d.unknown, []
         try:
@@ -315,21 +331,32 @@ class _Api:
         """`fn(*args, **kwargs)`'s answer as JSON. A temporary error (5xx, 429 unless not `retry_throttled`, no
         answer) is tried again up to `retries` (default `max_retries`) times after an exponential backoff; none is
         begun, nor its backoff slept, once `stopping()` or this call's `halt()` (`_stopped`: e.g. a binding once
-        the Lease is lost) or when it could not end within the deadline."""
+        the Lease is lost) or when it could not end within the deadline.
+
+        The error raised says whether a try before the one it answers got no answer (`after_unanswered`): a 404 or
+        409 is then what a landed earlier try may have left, not a definite refusal, for the caller to judge
+        (`writes()` lists the write no longer: `_settles`)."""
         limit = self.max_retries if retries is None else retries
         written = what if getattr(fn, "__name__", "").startswith(MUTATING) else None   # tracked: `writes()`
+        unanswered = False   # whether a try so far got no answer
         for attempt in range(limit + 1):
-            timeout = self._try_timeout(what)
+            try:
+                timeout = self._try_timeout(what)
+            except DeadlineExceeded as exc:   # not started (a retry: the clock moved during its backoff)
+                exc.after_unanswered = unanswered
+                raise
             try:
                 resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
                 data = resp.data
                 self._track(written, None)
                 return json.loads(data) if data else {}
             except ApiException as exc:
-                err: ActuationError = _translate(exc, what)
+                err: KubeTemporaryError | KubePermanentError = _translate(exc, what)
                 cause: Exception = exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:   # timeouts, refused connections
                 err, cause = KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}"), exc
+            err.after_unanswered = unanswered
+            unanswered = unanswered or _settles(err) is True
             self._track(written, err)
             retryable = isinstance(err, KubeTemporaryError) and not isinstance(
                 err, ConflictError | TooLargeVersionError) and (retry_throttled or not isinstance(err, ThrottledError))
@@ -337,8 +364,8 @@ class _Api:
                 raise err from cause
             delay, left = self.backoff_s * 2**attempt, self._left()
             if left is not None and left - delay < MIN_TRY_S:   # the retry could not end in time: not started
-                raise DeadlineExceeded(f"{err}; not retried: {self._over(left)}", int(getattr(err, "status", 0))
-                                       ) from cause
+                raise _marked(DeadlineExceeded(f"{err}; not retried: {self._over(left)}", err.status), unanswered
+                              ) from cause
             log.info("%s; retry %d/%d", err, attempt + 1, limit)
             self.sleep(delay)
             if self._stopped(err, halt):   # told to stop (or to halt) during the backoff

@@ -103,9 +103,10 @@ def test_a_write_whose_retries_the_deadline_stopped_after_no_answer_is_listed():
         raise timeout()
 
     slow.__name__ = "patch_namespaced_deployment_scale"
-    with api.deadline(25.0, reserve_s=0.0), api.writes() as listed, pytest.raises(DeadlineExceeded):
+    with api.deadline(25.0, reserve_s=0.0), api.writes() as listed, pytest.raises(DeadlineExceeded) as raised:
         api("deployment web scale", slow)
     assert listed == ["deployment web scale"]
+    assert raised.value.after_unanswered, "the error says a try before it got no answer"
 
 
 def test_writes_are_listed_only_inside_a_block_and_an_inner_block_keeps_its_own():
