@@ -34,18 +34,26 @@ def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[st
 
 
 class _Counts:
-    """What `short` counts of a snapshot whatever the owners moving: per owner its pods unplaced, and per service
-    counted from its spec its inference pods placed. One pass over the workloads, only the counts a snapshot's
+    """What `short` counts of a snapshot whatever the owners moving: per owner its pods unplaced, per service counted
+    from its spec its inference pods placed, and, while a node is forgotten, the most GPUs one of its inference pods
+    asks (`gpus`, at least 1; none seen: 1). One pass over the workloads, only the counts a snapshot's
     services ask for: numpy columns built from the workloads (`np.fromiter` over a `map`) cost as much as the loop
     itself on CPython 3.11, so it stays a loop, cached per snapshot (`_counts`) for the planner and the guard."""
 
-    __slots__ = ("running", "unplaced")
+    __slots__ = ("gpus", "running", "unplaced")
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         get, inference = snapshot.placements.get, WorkloadClass.INFERENCE
         unplaced: dict[str, int] = {}
         running: dict[str, int] = {}
-        if any(st.replicas_from_spec for st in snapshot.services.values()):
+        self.gpus: dict[str, int] = {}
+        spec = any(st.replicas_from_spec for st in snapshot.services.values())
+        if spec and snapshot.forgotten_nodes:   # a pass of its own: only while a node is forgotten
+            for w in snapshot.workloads:
+                if w.workload_class is inference:
+                    owner = w.owner or w.name
+                    self.gpus[owner] = max(self.gpus.get(owner, 1), w.gpus)
+        if spec:
             for w in snapshot.workloads:
                 if not get(w.name):   # no entry, or an empty placement
                     owner = w.owner or w.name
@@ -84,15 +92,21 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
 
     Replicas a node telemetry has forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither
     `workloads` nor `placements`) are not short: as many as its GPUs hold (`dark_gpus`), else every service with a
-    replica there would get no migration while it stays dark: one unseen replica a GPU at most (a multi-GPU replica
-    takes more, a fractional one less). Not for an owner in `moving` (the guard's: one migrated
+    replica there would get no migration while it stays dark. As many whole replicas as they hold: the dark GPUs over
+    the most GPUs one of the service's inference pods asks (`Workload.gpus`: its pods there are unseen, its others
+    tell its template; 1 with none seen), so a 2-GPU replica is excused once per two dark GPUs, not twice; a
+    fractional one once per GPU, the fewest a GPU may hold. The fewer excused, the safer: one excused too many lets a
+    service's last running replica be moved, one too few holds back a move for as long as the node stays dark. The
+    capacity planner bounds the same replicas from the other side (`capacity.view_from_snapshot`: its profile's
+    `gpusPerReplica`, and as many fractional replicas as a GPU holds): it keeps room for replicas that may be
+    running, this lets moves go only for those that may be. Not for an owner in `moving` (the guard's: one migrated
     within `cooldownS`): its missing replica is more likely the replacement not yet started than one on the dark
     node, and excused, its last running replica could be moved."""
     c = _counts(snapshot)
     out = dict(c.unplaced)
     dark = dark_gpus(snapshot, snapshot.forgotten_nodes)
     for name, st in snapshot.services.items():
-        excused = 0 if name in moving else dark
+        excused = 0 if name in moving else dark // c.gpus.get(name, 1)
         if st.replicas_from_spec and (n := st.replicas - c.running.get(name, 0) - excused) > 0:
             out[name] = max(out.get(name, 0), n)
     return out
