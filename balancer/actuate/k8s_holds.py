@@ -42,6 +42,7 @@ from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt import (
     SINCE,
     Evictions,
+    EvictionUnanswered,
     Preemptor,
     closest_to_fitting,
     holds_of,
@@ -130,15 +131,15 @@ class Holds:
         same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod fits there by what preemption
         weighs): it was said to be "preempting 0 pod(s)", while it only held the node and waits there for what
         refuses it. A victim whose eviction got no answer (`Evictions.unanswered`: it may have landed) is said as
-        such: it was said "nothing to preempt", while the node stays held for the next pass to judge it."""
+        such: it was said "nothing to preempt", while the node stays held for the next pass to judge it (what the
+        next pass does, `_left_said` says)."""
         if done.evicted:
             found = Holds._found_said(done)
             return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
                     f"{', '.join(sorted(done.evicted))}" + (f" ({found})" if found else ""))
         held = f"{node} held for it until {done.entry.get('expires', 'its expiry')}"
         gone = Holds._gone_said(done)
-        unsure = done.unanswered and (f"the eviction of {', '.join(done.unanswered)} sent, no answer yet (judged at "
-                                      f"the next pass)")
+        unsure = done.unanswered and f"the eviction of {', '.join(done.unanswered)} sent, no answer yet"
         if found := "; ".join(s for s in (gone and f"its victims {gone}", Holds._terminating_said(done), unsure)
                               if s):
             return f"no pod evicted on {node}, {found}: {held}"
@@ -329,17 +330,25 @@ class Holds:
         neither evicted nor found any terminating (`resume`, its first eviction refused again: those evicted at an
         earlier pass are said by the caller), only that the node stays held. Victims no longer running that could not
         be read (`Evictions.unread`: whether their unanswered eviction landed) are read again at the next pass: they
-        were said "evicted at the next pass", and failing there as "evicting X failed (cannot read X ...)"."""
+        were said "evicted at the next pass", and failing there as "evicting X failed (cannot read X ...)". So is a
+        victim whose eviction got no answer now (`Evictions.unanswered`): the next pass reads it, counting it where
+        the eviction landed, asking it again where it still runs; it was said both "judged at the next pass" and
+        "evicted at the next pass". One no longer asked (`EvictionUnanswered`) is not evicted: the node is given back
+        once nothing else leaves it (`Preemptor.resume`)."""
         if not done.left:
             return ""
         waited = " and ".join(w for w in ("the evicted pods" if done.evicted else "",
                                           "those found terminating already" if done.terminating else "") if w)
-        evict, reread = [v for v in done.left if v not in done.unread], done.unread
+        held = f"{node} stays held{f' while {waited} terminate' if waited else ''}"
+        if isinstance(done.error, EvictionUnanswered):
+            return f"; {done.error}: {held}, then it is given back"
+        reread = [v for v in done.left if v in done.unread or v in done.unanswered]   # did their eviction land?
+        evict = [v for v in done.left if v not in reread]
         then = " and ".join(f"{', '.join(vs)} {'is' if len(vs) == 1 else 'are'} {what}"
                             for vs, what in ((evict, "evicted"), (reread, "read again")) if vs)
-        failed = f"evicting {evict[0]} failed ({done.error})" if evict else str(done.error)   # the read's
-        return (f"; {failed}: {node} stays held{f' while {waited} terminate' if waited else ''}, and {then} at the "
-                f"next pass")
+        failed = (f"evicting {done.unanswered[0]} got no answer ({done.error})" if done.unanswered else
+                  f"evicting {evict[0]} failed ({done.error})" if evict else str(done.error))   # else the read's
+        return f"; {failed}: {held}, and {then} at the next pass"
 
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,
                           now: float) -> str:

@@ -315,8 +315,12 @@ def test_a_first_victims_unanswered_eviction_keeps_the_node_held_for_the_next_pa
     assert sched.preempted == [] and events(kube, "p") == []
     assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/p"]
     said = sched.reasons["default/urgent"]
-    assert "preemption: no pod evicted on a, the eviction of default/p sent, no answer yet (judged at the next pass)" \
+    assert "preemption: no pod evicted on a, the eviction of default/p sent, no answer yet: a held for it until " \
         in said and "nothing to preempt" not in said
+    # what the next pass does, said once: it reads p (counted if the eviction landed), not "evicted at the next pass"
+    assert "; evicting default/p got no answer (evict pod default/p: " in said
+    assert said.endswith("): a stays held, and default/p is read again at the next pass.")
+    assert "evicted at the next pass" not in said and "judged" not in said
     clock.advance(5)
     sched.schedule_once()
     assert sched.preempted == [("default/p", "a")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fakeapi import FakeKube, node
 from test_k8s_preemption import bound, events, most_free, pending, reservations
+from test_k8s_preemption_grace import terminating
 from test_k8s_preemption_unanswered import unanswered
 
 from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
@@ -75,3 +76,33 @@ def test_an_answer_ends_the_count_of_unanswered_evictions(kube: FakeKube, api, c
     clock.advance(5)
     sched.schedule_once()
     assert reservations(kube, "a") == {} and len(tries) == 4 * (2 * UNANSWERED_ASKS - 1)
+
+
+def test_a_node_is_kept_while_another_victim_terminates_and_given_back_then(kube: FakeKube, api, clock):
+    """low-1 evicted (terminating, 30 min), p's evictions unanswered while it runs on: p is not asked again, the node
+    stays held while low-1 terminates (its room is the pod's), and is given back once low-1 is gone. Said so, not
+    "evicting p failed (...): a stays held, and p is evicted at the next pass"."""
+    kube.add(node("a", 8))
+    kube.add(bound("low-1", "a", 4, 2))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 8, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    tries = unanswered(sched, "p", lambda: None)
+    sched.schedule_once()
+    assert sched.preempted == [("default/low-1", "a")]
+    terminating(kube, "low-1", "a", 4, 2, clock.now + 1800)           # the fake deletes at once; a kubelet waits
+    for _ in range(UNANSWERED_ASKS):
+        clock.advance(5)
+        sched.schedule_once()
+        assert reservations(kube, "a")["default/urgent"]["evicted"] == ["default/low-1"]
+    assert len(tries) == 4 * UNANSWERED_ASKS
+    said = sched.reasons["default/urgent"]
+    assert said.endswith(f"; evicting default/p got no answer {UNANSWERED_ASKS} times while it kept running on a: "
+                         "not asked again: a stays held, then it is given back.")
+    assert "evicted at the next pass" not in said
+
+    kube.delete("pods", "low-1", "default")
+    clock.advance(5)
+    sched.schedule_once()
+    assert reservations(kube, "a") == {} and len(tries) == 4 * UNANSWERED_ASKS
+    assert "the node is given back and it plans afresh at the next pass." in sched.reasons["default/urgent"]
