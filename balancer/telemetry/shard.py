@@ -17,17 +17,19 @@ Fail-static is per shard: the inner source's checks (stale, vanished, NaN or imp
 refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
 exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
 with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard, until the node list
-labels it out of the shard (`ShardedSource.relabelled_out`: the shard it is labelled for holds for it). Those are of the
-current term as leader: a replica that takes the lead again knows none from before (`ShardedSource.new_term`), and
-until a reading shows the scope, those the node list says (`ShardedSource.listed`: a dark node labelled for the shard
-holds it still, and with Prometheus down the shard's GPU nodes are still its own in the gauges and for its power
-caps' renewal). One GPU reported
-fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the
-shard: thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`;
-one with none placed is no shard's, and in no shard's snapshot); so does a profiled one with no serving series at
-all (`capacity_loop.unseen_services`): the snapshot names the services whose status it leaves out for being spread
-(`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it held for neither). Several clusters
-in one Prometheus and a partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
+labels it out of the shard (`ShardedSource.relabelled_out`). Those are of the current term as leader: a replica
+that takes the lead again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the
+node list labels for the shard are its own too (`ShardedSource.listed`), mid-term as at its start: a dark node
+labelled for the shard, or relabelled into it while dark, holds it still (else, dropped by its old shard and shown by
+no reading, it was no shard's and its power caps lapsed), and with Prometheus down the shard's GPU nodes are still its
+own in the gauges and for its power caps' renewal. A reading that shows a node in another shard takes it out again.
+One GPU reported fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity
+plan (not the shard: thermal relief goes on) of the shards with a replica of it on their nodes
+(`ClusterSnapshot.demand_unknown`; one with none placed is no shard's, and in no shard's snapshot); so does a
+profiled one with no serving series at all (`capacity_loop.unseen_services`): the snapshot names the services whose
+status it leaves out for being spread (`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it
+held for neither). Several clusters in one Prometheus and a partial answer still hold every shard
+(`balancer.telemetry.prometheus` says why).
 
 An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
 GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
@@ -187,9 +189,9 @@ class ShardedSource:
         self.index = np.zeros(0, dtype=np.int64)
         # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
         # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
-        # GPUs' nodes among them) until the node list labels them out (`relabelled_out`); `shard_nodes` reports them,
-        # and the power caps renewed are theirs, during a hold too. Of this term as leader only (`new_term`); until a
-        # reading of it shows the scope, the node list's (`listed`)
+        # GPUs' nodes among them) until the node list labels them out (`relabelled_out`), and the node list's
+        # (`listed`, added before each reading); `shard_nodes` reports them, and the power caps renewed are theirs,
+        # during a hold too. Of this term as leader only (`new_term`)
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
@@ -198,12 +200,12 @@ class ShardedSource:
     def new_term(self) -> None:
         """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts as a new
         process would, with no reading (`last_full`, `held`) and no node known (`nodes`) but those the node list tells
-        (`listed`, asked before each reading until one shows the scope: `snapshot`). What its readings showed in an
-        earlier term says nothing of now: another replica led meanwhile, and nodes were relabelled into other shards,
-        went dark or came back unseen. Kept, they were reported as this shard's (gputide_shard_node_info: a node of
-        another shard's owned twice) and their power caps renewed while this term held still before any reading
-        reached the scope check, keeping alive the caps of a node another shard now owns, or of a shard no longer
-        running: what `run.power_cap_scope` is there to prevent.
+        (`listed`, asked before each reading: `snapshot`). What its readings showed in an earlier term says nothing of
+        now: another replica led meanwhile, and nodes were relabelled into other shards, went dark or came back unseen.
+        Kept, they were reported as this shard's (gputide_shard_node_info: a node of another shard's owned twice) and
+        their power caps renewed while this term held still before any reading reached the scope check, keeping alive
+        the caps of a node another shard now owns, or of a shard no longer running: what `run.power_cap_scope` is there
+        to prevent.
 
         None known is fail-static for the caps: an empty scope renews none (`keep_power_caps`) and drops none. A cap is
         given back only by its node's agent once its expiry (`gputide.io/power-caps-until`, the longer of 15 minutes
@@ -249,12 +251,18 @@ class ShardedSource:
         a dark node still labelled for the shard would be no shard's, and the term's first reading would go through
         without it (status ok, planned without it and its pods, reported without it, its power caps no longer renewed,
         to lapse on GPUs nobody sees) where the term before held still for it. A node list that fails leaves none
-        known (`_listed_or_none`): the reading's own error, or its outcome, is what the loop sees."""
+        known (`_listed_or_none`): the reading's own error, or its outcome, is what the loop sees. Once a reading of
+        the term has shown the scope, the node list counts both ways before each reading: a node it labels out of the
+        shard is dropped (`relabelled_out`) and one it labels for the shard added (`listed`), so a dark node relabelled
+        from one shard into another mid-term moves with its label, to be held still for by its new shard; a node the
+        reading shows is then the reading's to judge, and an unknown node list adds and drops none."""
         self._shown = {}
         if not self._read:
             self.nodes = set(self._listed_or_none())
         else:
-            self.nodes -= self.relabelled_out()
+            # the node list both ways: one relabelled into the shard while dark is no other shard's (its old one
+            # dropped it) and no reading shows it here; a node shown in another shard is taken out again below
+            self.nodes = (self.nodes - self.relabelled_out()) | self._listed_or_none()
         try:
             full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         except Exception:
@@ -282,9 +290,10 @@ class ShardedSource:
         label of the selector gone or another value), asked before each reading once one of the term showed the scope.
         A node the reading shows is judged by the reading; one it lacks (its exporter dark) stayed the shard's for the
         whole term, however it was relabelled: the shard held still for it until it came back, reported it as its own
-        and renewed its power caps, all of which are the shard's it is labelled for now (its `listed`). Only labels
-        are judged (pool, site and model are the fleet file's or telemetry's, not relabelled). No node while the node
-        list is unknown (not listed yet, failing, or none kept): the nodes held stay, fail-static."""
+        and renewed its power caps, all of which are the shard's it is labelled for now (its `listed`, which that
+        shard's `snapshot` adds before each of its readings, mid-term too). Only labels are judged (pool, site and model
+        are the fleet file's or telemetry's, not relabelled). No node while the node list is unknown (not listed yet,
+        failing, or none kept): the nodes held stay, fail-static."""
         api = getattr(self.inner, "node_overrides", None)
         try:
             meta = api() if callable(api) else None

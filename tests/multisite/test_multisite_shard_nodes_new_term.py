@@ -128,10 +128,10 @@ def test_a_new_leader_whose_readings_fail_before_the_scope_check_owns_the_gpu_no
     assert one.run_once().status == "fail_static" and owned(one) == {"a": {"node-a"}}
     fleet.down = False
     assert one.run_once().status == "ok" and owned(one) == {"a": {"node-a"}}
-    # once a reading of the term showed which nodes are the shard's, a refused one keeps them: the node list's labels
-    # (node-c back in shard a) wait for a reading to show them, as a relabel into another shard does
+    # once a reading of the term showed which nodes are the shard's, a refused one keeps them, and the node list still
+    # counts both ways: node-c relabelled back into shard a is its own again (shard b's list drops it: else no shard's)
     fleet.hosts["node-c"], fleet.down = "a", True
-    assert one.run_once().status == "fail_static" and owned(one) == {"a": {"node-a"}}
+    assert one.run_once().status == "fail_static" and owned(one) == {"a": {"node-a", "node-c"}}
 
 
 def test_without_the_kubernetes_api_the_fleet_files_gpu_nodes_are_the_node_list():

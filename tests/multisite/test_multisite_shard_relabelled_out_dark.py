@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from balancer.loop import InMemoryLease
+from balancer.loop import InMemoryLease, Reconciler
 from balancer.telemetry.shard import parse_selector
 from tests.multisite.test_multisite_shard_fail_static import LABEL
 from tests.multisite.test_multisite_shard_nodes_gauge import owned
@@ -43,3 +43,35 @@ def test_a_dark_node_relabelled_out_mid_term_is_no_longer_the_shards_once_the_no
     held = b.run_once()
     assert (held.status, held.reason) == ("fail_static", "missing_telemetry")
     assert owned(b) == {"b": {"node-b", "node-c"}} and renewed(b) == {"node-b", "node-c"}
+
+
+def shard_replica(fleet, shard: str) -> Reconciler:
+    """The leader of shard `shard` (`gputide run --shard NAME --selector gputide.io/shard=NAME`), on its own Lease."""
+    leader = replica(fleet, InMemoryLease(duration_s=LEASE_S), f"{shard}1", Clock())
+    leader.source.selector = parse_selector(shard, f"{LABEL}={shard}")
+    return leader
+
+
+def test_a_dark_node_relabelled_mid_term_is_the_shard_its_labelled_for_even_one_already_reading():
+    """The shard it is relabelled into is mid-term too: its nodes grew only from a reading that shows the node or the
+    node list at the term's start, a dark node in neither. The old shard dropped node-c and the new one never added
+    it: owned by no shard, nobody held still for it, and its power caps were renewed by none, to lapse."""
+    fleet = Cluster()
+    a, b = shard_replica(fleet, "a"), shard_replica(fleet, "b")
+    assert a.run_once().status == "ok" and b.run_once().status == "ok"   # both terms past their first reading
+    fleet.dark.add("node-c")
+    held, on_b = a.run_once(), b.run_once()
+    assert (held.status, held.reason, on_b.status) == ("fail_static", "missing_telemetry", "ok")
+    fleet.hosts["node-c"] = "b"   # relabelled while dark
+    on_a, held = a.run_once(), b.run_once()
+    assert on_a.status == "ok" and owned(a) == {"a": {"node-a"}} and renewed(a) == {"node-a"}
+    assert (held.status, held.reason) == ("fail_static", "missing_telemetry")
+    assert owned(b) == {"b": {"node-b", "node-c"}} and renewed(b) == {"node-b", "node-c"}
+    fleet.hosts["node-c"] = "a"   # ... and back: shard a's own again, not b's
+    held, on_b = a.run_once(), b.run_once()
+    assert (held.status, held.reason) == ("fail_static", "missing_telemetry")
+    assert owned(a) == {"a": {"node-a", "node-c"}} and renewed(a) == {"node-a", "node-c"}
+    assert on_b.status == "ok" and owned(b) == {"b": {"node-b"}} and renewed(b) == {"node-b"}
+    fleet.dark.discard("node-c")   # its exporter back: read where it is labelled
+    assert a.run_once().status == "ok" and b.run_once().status == "ok"
+    assert owned(a) == {"a": {"node-a", "node-c"}} and owned(b) == {"b": {"node-b"}}
