@@ -58,14 +58,22 @@ def _window_peak(forecast, quantile: float, now: float | None, lead_time_s: floa
     if not (np.size(arr) and np.isfinite(arr).all()):   # the controller plans without such a forecast
         raise InputError(None, f"forecast.quantiles[{quantile:g}]", "NaN or infinite values" if np.size(arr)
                          else "no steps", "finite req/s for at least one step")
-    start = lead_time_s + (0.0 if now is None else max(now - forecast.issued_at, 0.0))
+    if now is not None and not (math.isfinite(now) and math.isfinite(forecast.issued_at)):
+        raise InputError(None, "now", now, f"finite epoch seconds, as the forecast's issue time "
+                         f"({forecast.issued_at:g})")
+    age = 0.0 if now is None else max(now - forecast.issued_at, 0.0)
+    start = lead_time_s + age
     end = start + window_s
-    reach = forecast.horizon * forecast.step_s
+    steps = int(np.size(arr))   # this quantile's own steps: `horizon` is the first quantile's
+    reach = steps * forecast.step_s
     if end > reach * (1 + 1e-9):   # past the last step a peak is unknown: not the last step's value, nor none
-        raise InputError(None, "window_s", window_s, (
+        field, value, fix = ("now", now, "forecast again") if age > reach else (
+            "window_s", window_s, "forecast further ahead, or shorten the lead time or the window")
+        raise InputError(None, field, value, (
             f"a window ending within the forecast, which reaches {reach / 60:g} min after its issue "
-            f"({forecast.horizon} steps of {forecast.step_s / 60:g} min); this one ends {end / 60:g} min after it"
-        ), detail="forecast further ahead, or shorten the lead time or the window")
+            f"({steps} steps of {forecast.step_s / 60:g} min); this one ends {end / 60:g} min after it, "
+            f"{end - reach:g} s past it" + (f" (the forecast is {age / 60:g} min old)" if age else "")
+        ), detail=fix)
     return forecast.window_max(quantile, start, end)
 
 

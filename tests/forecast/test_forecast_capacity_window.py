@@ -114,3 +114,33 @@ def test_a_window_ending_on_the_last_step_is_read():
     assert gpus_needed(fc, PROFILE, lead_time_s=1200, window_s=1200, headroom=0.0, gpu_model="H100") == 4
     assert gpus_needed(fc, PROFILE, now=ISSUED + 600, lead_time_s=600, window_s=1200, headroom=0.0,
                        gpu_model="H100") == 4
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf")])
+def test_a_now_that_is_no_time_is_refused_naming_now(now):
+    # a NaN now raised a bare ValueError from window_max, an infinite one was blamed on window_s
+    with pytest.raises(InputError, match="field 'now'"):
+        gpus_needed(_forecast([10, 10, 10]), PROFILE, now=now, lead_time_s=0, window_s=600, gpu_model="H100")
+
+
+def test_a_forecast_too_old_for_the_window_is_refused_naming_now_and_its_age():
+    # a day-old forecast with window 0 was blamed on window_s, and the advice never said the forecast was old
+    fc = _forecast([10, 10, 10, 40])
+    with pytest.raises(InputError, match="field 'now'") as err:
+        gpus_needed(fc, PROFILE, now=ISSUED + 86_400, lead_time_s=0, window_s=0, gpu_model="H100")
+    assert "the forecast is 1440 min old" in str(err.value) and "forecast again" in str(err.value), err.value
+
+
+def test_how_far_past_the_end_is_said_in_seconds():
+    # ":g" minutes hid a one-second overrun of a week-long forecast: "reaches 10080 min ... ends 10080 min"
+    fc = _forecast([10] * 1008)
+    with pytest.raises(InputError, match="1 s past it"):
+        gpus_needed(fc, PROFILE, lead_time_s=0, window_s=1008 * 600 + 1, gpu_model="H100")
+
+
+def test_the_quantile_asked_for_is_read_to_its_own_end():
+    # `horizon` is the first quantile's length: a shorter p90 was read past its end, its last value silently
+    fc = Forecast(service="chat", issued_at=ISSUED, step_s=600.0,
+                  quantiles={0.5: np.full(6, 8.0), 0.9: np.array([10.0, 10.0, 40.0])})
+    with pytest.raises(InputError, match=r"\(3 steps of 10 min\)"):
+        gpus_needed(fc, PROFILE, lead_time_s=0, window_s=3000, gpu_model="H100")
