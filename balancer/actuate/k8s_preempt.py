@@ -687,11 +687,17 @@ class Preemptor:
         (`Evictions.ends`); one terminating already is not evicted again (an earlier term's eviction, the Lease lost
         before it was written down, or its owner deleting it), its grace ending when it says: the pod waits for it
         all the same, but it is no eviction made (`Evictions.terminating`), unless this replica asked its eviction
-        and got no answer (`_landed`): then it is one, as is one found gone then."""
+        and got no answer (`_landed`): then it is one, as is one found gone then. Such a victim is read even while
+        an emergency stop holds (reading evicts nothing; it is evicted again only once the stop is lifted): left
+        unread, the hold ran out under the stop (nothing known leaving, it is not renewed), its doubt (`_unsure`) was
+        forgotten with it, and the eviction, landed and its budget's disruption spent, was never counted. A victim
+        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_unanswered` grew)."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
+            asks = self._unanswered.get((key, node), {}).get(victim, 0)
             try:
-                self._leads(key, node)   # the Lease lost (or stopping), or an emergency stop: no one more evicted
+                # the Lease lost (or stopping), or an emergency stop (but for reading an unsure victim): none evicted
+                self._leads(key, node, stop=victim not in self._unsure.get((key, node), {}))
                 ending, evicted = self._evict_one(key, node, victim, budgets)
             except NotFoundError:   # gone already: its room is free all the same
                 if self._landed(key, node, victim):   # after this replica's eviction, unanswered: its own
@@ -702,7 +708,7 @@ class Preemptor:
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
-                if victim in self._unsure.get((key, node), {}):   # it may have landed: the next pass judges
+                if self._unanswered.get((key, node), {}).get(victim, 0) > asks:   # may have landed: next pass judges
                     done.unanswered.append(victim)
                 return done
             done.ends.append(ending)
@@ -863,12 +869,13 @@ class Preemptor:
         self._event({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns}, "Normal", "Preempted",
                     f"Preempted by {key} on node {node}")
 
-    def _leads(self, key: str, node: str) -> None:
+    def _leads(self, key: str, node: str, stop: bool = True) -> None:
         """Raises unless this replica may still evict for `key` on `node`: not once `halted()` (stopping, or the
-        Lease lost), nor while an emergency stop holds evictions there (`stop_reason`: `EvictionsStopped`)."""
+        Lease lost), nor while an emergency stop holds evictions there (`stop_reason`: `EvictionsStopped`; not asked
+        where `stop` is False: only a read follows)."""
         if self.halted():
             raise ActuationError(f"evicting no more for {key}: stopping, or the Lease is lost")
-        if why := self.stop_reason(node):
+        if stop and (why := self.stop_reason(node)):
             raise EvictionsStopped(f"evicting no more for {key}: {why}")
 
     def _event(self, involved: Json, kind: str, reason: str, message: str) -> None:

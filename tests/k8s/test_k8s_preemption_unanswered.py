@@ -17,6 +17,7 @@ import pytest
 import urllib3
 from fakeapi import FakeKube, node, pdb
 from test_k8s_preemption import bound, events, most_free, pending, reservations
+from test_k8s_preemption_emergency_stop import Switch
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.actuate.kubernetes import rfc3339
@@ -353,3 +354,47 @@ def test_a_victim_that_only_cannot_be_read_is_said_read_again(kube: FakeKube, ap
     assert "; cannot read default/low-2 to tell whether its unanswered eviction landed: " in said
     assert ": a stays held while the evicted pods terminate, and default/low-2 is read again at the next pass." in said
     assert "evicting default/low-2" not in said
+
+
+def test_an_unanswered_eviction_is_judged_while_an_emergency_stop_holds(kube: FakeKube, api, clock):
+    """p's eviction got no answer and landed (p terminating, 30 min); then the emergency stop is set. The next pass
+    reads p all the same (a read evicts nothing) and counts it, the node held while it terminates. Left unread under
+    the stop, the hold ran out unrenewed, its doubt forgotten with it: p's eviction, landed and its budget's
+    disruption spent, was never counted, nor said. A victim found running is not evicted under the stop."""
+    kube.add(node("a", 4))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 4, 50))
+    stop = Switch()
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None, emergency_stop=stop)
+    tries = unanswered(sched, "p", lambda: kube.mutate("pods", "p", "default", {"metadata": {
+        "deletionTimestamp": rfc3339(clock.now + 1800)}}))
+    sched.schedule_once()
+    assert sched.preempted == [] and len(tries) == 4
+    stop.state = "the controller's emergency stop"
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [("default/p", "a")]
+    assert events(kube, "p") == [("Preempted", "Preempted by default/urgent on node a")]
+    held = reservations(kube, "a")["default/urgent"]
+    assert held["evicted"] == ["default/p"] and "victims" not in held
+    assert held["expires"] >= rfc3339(clock.now + 1800) and len(tries) == 4     # held while it terminates
+
+
+def test_an_unanswered_eviction_found_not_landed_is_not_asked_again_under_a_stop(kube: FakeKube, api, clock):
+    """p's eviction got no answer and did not land (p runs on); the emergency stop is then set: p is read (its
+    doubt resolved: not evicted), but not evicted again while the stop holds, and not said to have got no answer."""
+    kube.add(node("a", 4))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 4, 50))
+    stop = Switch()
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None, emergency_stop=stop)
+    tries = unanswered(sched, "p", lambda: None)
+    sched.schedule_once()
+    stop.state = "the controller's emergency stop"
+    clock.advance(5)
+    sched.schedule_once()
+    assert len(tries) == 4 and sched.preempted == [] and kube.get("pods", "p", "default") is not None
+    said = sched.reasons["default/urgent"]
+    assert "evicting default/p failed (evicting no more for default/urgent: the controller's emergency stop)" in said
+    assert "no answer" not in said
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/p"]
