@@ -107,7 +107,8 @@ deadline after one) may have landed: the gateway lists it (`_Api.writes`) and a 
 (`maybe_applied`, "outcome unknown" in `detail`), which the loop counts against the safety budgets. A Migrate
 counts its eviction only (the reservation and taint expire) and first confirms it by one read of the pod on the
 reserve (`k8s_migrate`): gone, being deleted or replaced, it landed (APPLIED, the reservation kept); running, it did
-not.
+not. So does a Migrate whose eviction is answered 409 after a try that got no answer (`after_unanswered`): where
+that read fails too, the result is `maybe_applied`.
 """
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ class Migrations:
         except NotFoundError as err:   # the pod (not the source node) is gone since it was read
             if not err.after_unanswered:   # deleted by another
                 return f"{reserved}; {ns}/{pod} was already gone"
-            landed, why = "is gone", err   # by the try that got no answer
+            landed, why = "is gone (by that eviction, or deleted by another)", err   # most likely the try unanswered
         except ConflictError as err:   # its uid precondition failed (a pod of its name, a StatefulSet's, replaced
             if err.after_unanswered and evict not in self.api.unknown_writes:   # it), the PDB's update kept
                 self.api.unknown_writes.append(evict)   # conflicting, or an earlier try landed

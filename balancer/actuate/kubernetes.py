@@ -333,9 +333,9 @@ class _Api:
         begun, nor its backoff slept, once `stopping()` or this call's `halt()` (`_stopped`: e.g. a binding once
         the Lease is lost) or when it could not end within the deadline.
 
-        The error raised says whether a try before the one it answers got no answer (`after_unanswered`): a 404 or
-        409 is then what a landed earlier try may have left, not a definite refusal, for the caller to judge
-        (`writes()` lists the write no longer: `_settles`)."""
+        The error raised by a write says whether a try before the one it answers got no answer (`after_unanswered`;
+        never for a read, which leaves nothing): a 404 or 409 is then what a landed earlier try may have left, not
+        a definite refusal, for the caller to judge (`writes()` lists the write no longer: `_settles`)."""
         limit = self.max_retries if retries is None else retries
         written = what if getattr(fn, "__name__", "").startswith(MUTATING) else None   # tracked: `writes()`
         unanswered = False   # whether a try so far got no answer
@@ -343,7 +343,7 @@ class _Api:
             try:
                 timeout = self._try_timeout(what)
             except DeadlineExceeded as exc:   # not started (a retry: the clock moved during its backoff)
-                exc.after_unanswered = unanswered
+                exc.after_unanswered = unanswered and written is not None
                 raise
             try:
                 resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
@@ -355,7 +355,7 @@ class _Api:
                 cause: Exception = exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:   # timeouts, refused connections
                 err, cause = KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}"), exc
-            err.after_unanswered = unanswered
+            err.after_unanswered = unanswered and written is not None   # a read that got no answer left nothing
             unanswered = unanswered or _settles(err) is True
             self._track(written, err)
             retryable = isinstance(err, KubeTemporaryError) and not isinstance(
@@ -364,8 +364,8 @@ class _Api:
                 raise err from cause
             delay, left = self.backoff_s * 2**attempt, self._left()
             if left is not None and left - delay < MIN_TRY_S:   # the retry could not end in time: not started
-                raise _marked(DeadlineExceeded(f"{err}; not retried: {self._over(left)}", err.status), unanswered
-                              ) from cause
+                raise _marked(DeadlineExceeded(f"{err}; not retried: {self._over(left)}", err.status),
+                              unanswered and written is not None) from cause
             log.info("%s; retry %d/%d", err, attempt + 1, limit)
             self.sleep(delay)
             if self._stopped(err, halt):   # told to stop (or to halt) during the backoff

@@ -46,6 +46,15 @@ def test_the_error_says_whether_a_try_before_it_got_no_answer(answers, after):
     assert raised.value.after_unanswered is after
 
 
+def test_a_read_that_got_no_answer_is_no_earlier_write():
+    # a GET timed out then answered 404 said `after_unanswered` too: "may have landed" means nothing for a read
+    api, call = gateway(max_retries=1), Script("read_namespaced_pod", "timeout", 404)
+    with pytest.raises(ActuationError) as raised:
+        api("read pod default/web-1", call)
+    assert call.tries == 2
+    assert raised.value.status == 404 and raised.value.after_unanswered is False
+
+
 # ---- the Migrate's eviction --------------------------------------------------------------------------------------
 
 
