@@ -137,7 +137,9 @@ def capacity_parts(args: argparse.Namespace, policy: config.BalancerPolicy, sour
     history_d = forecast_history_days(history_text)
     history = PrometheusDemandHistory(source, args.demand_query or DEFAULT_DEMAND_QUERY, history_d, step,
                                       cluster=args.cluster)
-    # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead
+    # the planner reads the forecast over the loan horizon and over each service's warm-up + margin lead. Not over
+    # the wait for a job's next checkpoint a reclaim may add: that period is learned at run time and bounded by
+    # nothing, so the planner cuts the window where the forecast ends and says so (`capacity_plan.reclaim_window`)
     horizon = max([policy.forecast.horizon_s, cap.loan_horizon_s]
                   + [reclaim_horizon_s(p, cap) for p in profiles.values()])
     model = args.forecast_model or "mstl"

@@ -58,7 +58,8 @@ moves the rest of the GPUs to elastic training:
   of its checkpoint period, learned from the checkpoint times it reports: `checkpoint_periods`), the service takes
   now what the reclaim quantile needs until that job's next checkpoint and the reclaim lead after it
   (`checkpoint_reclaim_s`): taken later, the same GPUs would roll the whole job back to this checkpoint, on all its
-  GPUs; taken now they cost only their own time until the demand comes.
+  GPUs; taken now they cost only their own time until the demand comes. As far as the forecast reaches, and the
+  reason says where it stopped short (`reclaim_window`): a job's checkpoint period is learned, bounded by nothing.
 * **Hysteresis.** Scale-downs must shed at least a dead band of replicas and wait a minimum hold time after the
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
   the replicas its peaks need instead of flapping. The memory is the leader's process's own: after a restart or a
@@ -281,6 +282,40 @@ def checkpoint_reclaim_s(view: CapacityView, models: frozenset[str] | None,
     return period - first.since_checkpoint_s
 
 
+def forecast_reach_s(fc: Forecast, now: float) -> float:
+    """How far past `now` the forecast reaches: its last step's time less now (negative once it has run out)."""
+    return fc.issued_at + fc.horizon * fc.step_s - now
+
+
+def reclaim_window(lead_s: float, wait_s: float, fc: Forecast, now: float) -> tuple[float, float]:
+    """The window a reclaim reads the forecast over, and the window it wanted when that was longer (0 when not): the
+    reclaim lead, and `wait_s` more (`checkpoint_reclaim_s`) cut where the forecast ends. The lead is never cut: the
+    controller forecasts far enough for it (`gputide run` sizes the forecast for every service's lead). The wait is a
+    job's time to its next checkpoint, learned at run time from the checkpoints it reports and bounded by nothing (a
+    job that checkpoints every 6 h, or one suspended for hours between two), so no forecast sized at start covers it
+    all. Past the forecast's end nothing is known; the cut is the safe side for inference, since what lies there
+    enters the forecast on a later cycle and is reclaimed then, the lead ahead as every reclaim is; what the cut
+    can cost is the job's rollback, if that later reclaim shrinks it before its next checkpoint. Read past the end,
+    the peak was the forecast's own over its reach all the same, but the reason named the whole wait ("within
+    194 min" of a 140-minute forecast), which no forecast had looked at."""
+    wanted = lead_s + wait_s
+    window = max(lead_s, min(wanted, forecast_reach_s(fc, now)))
+    return window, (wanted if window < wanted else 0.0)
+
+
+def reclaim_reason(policy: CapacityPolicy, peak: float, need: int, window: float, lead: float, wanted: float) -> str:
+    """A forecast reclaim's reason: the reclaim quantile's peak over `window` and the replicas it needs; where the
+    window runs past the lead, that the job it shrinks has just checkpointed, and, where the forecast ended before
+    that job's next checkpoint and the lead after it (`wanted`, `reclaim_window`), that the window stops there."""
+    why = (f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand {peak:.0f} req/s within "
+           f"{window / 60:.0f} min needs {need} replicas")
+    if wanted:
+        return why + (f" (the job it shrinks has just checkpointed; its next checkpoint and the lead after it are "
+                      f"{wanted / 60:.0f} min away, past the forecast's end: beyond it the forecast is read on later "
+                      "cycles)")
+    return why + (" (the job it shrinks has just checkpointed)" if window > lead else "")
+
+
 def emergency_step(s: ServiceView, policy: CapacityPolicy, unhonoured: Mapping[str, int],
                    settled: bool) -> tuple[int, list[str]]:
     """The latency net's replica floor for `s` (0 when it does not step) and a note when a step is held back. Under
@@ -420,8 +455,8 @@ def plan_capacity(
         level = level_correction(fc, view.time, s.demand_rps, policy.max_level_correction)
         # the reclaim quantile over the reclaim lead or, when the job a reclaim would shrink has just checkpointed,
         # until its next checkpoint and the lead after it (`checkpoint_reclaim_s`: later, the same reclaim would
-        # roll that job back)
-        window = lead + checkpoint_reclaim_s(view, p.models, periods)
+        # roll that job back), as far as the forecast reaches (`reclaim_window`)
+        window, wanted = reclaim_window(lead, checkpoint_reclaim_s(view, p.models, periods), fc, view.time)
         peak_lead = level * forecast_peak(fc, policy.reclaim_quantile, view.time, window)
         lead_need = replicas_for(peak_lead, p, policy.reclaim_headroom)
         up_need = min(max(now_need, lead_need), cap)
@@ -430,11 +465,7 @@ def plan_capacity(
             # GPUs are freed for what demand needs: asks beyond it (an HPA's, an operator's) are held, never dropped
             # nor given GPUs (freed for them, a reclaim of one replica shrank training by every pending ask)
             target, needs[p.name] = max(up_need, asked), up_need
-            reasons[p.name] = (
-                f"reclaim ahead of the rise: p{round(policy.reclaim_quantile * 100)} demand "
-                f"{peak_lead:.0f} req/s within {window / 60:.0f} min needs {up_need} replicas"
-                + (" (the job it shrinks has just checkpointed)" if window > lead else "")
-            )
+            reasons[p.name] = reclaim_reason(policy, peak_lead, up_need, window, lead, wanted)
             gains[p.name] = (up_need - s.replicas) * p.rps_per_replica
         else:
             peak_loan = level * forecast_peak(fc, policy.quantile, view.time, max(policy.loan_horizon_s, lead))
