@@ -75,6 +75,8 @@ class Holds:
         self.api, self.scheduler_name, self.reservation_annotation = api, scheduler_name, reservation_annotation
         self.hot_taint_key = hot_taint_key   # gputide's own short-lived taint: pauses a preemption (`_paused`)
         self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock, halted=halted)
+        # a victim whose unanswered eviction is found landed as its hold is released (a binding there, too) counts
+        self.preemptor.on_landed = lambda victim, node: self.preempted.append((victim, node))
         self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []
         self.starving: list[tuple[str, str]] = []

@@ -426,7 +426,7 @@ class Preemptor:
         self._said_stop: str | None = None
         # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction may have landed unseen
         # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
-        # (`_landed`, `_forget`) or the preemption ends (`release`, `held`, `forget`)
+        # (`_landed`, `_forget`) or the preemption ends (`release`, which reads it first; `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
         # (pod, node) -> {victim: evictions asked in a row that got no answer (`_ask`)}, kept and forgotten as
         # `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back (`resume`)
@@ -434,6 +434,8 @@ class Preemptor:
         # (pod, node, victim) -> until when that pod does not preempt that victim there again: its node was given back
         # for it (`resume`: its evictions went unanswered while it ran on)
         self._passed_over: dict[tuple[str, str, str], float] = {}
+        # told of each (victim, node) whose unanswered eviction a read at `release` finds landed (`k8s_holds` counts it)
+        self.on_landed: Callable[[str, str], None] = lambda victim, node: None
 
     def stop_reason(self, node: str | None = None) -> str | None:
         """Why no pod may be evicted now (on `node`, when given), None when evictions may go on: the cluster-wide
@@ -471,8 +473,18 @@ class Preemptor:
 
     def release(self, node: str, key: str) -> None:
         """`key` was bound (or gave up) on `node`: its reservation no longer holds anything, and its preemption there
-        ended (its unanswered evictions, `_unsure`, are forgotten)."""
+        ended. Its victims whose eviction got no answer (`_unsure`) are read first (`_went`): one found gone or
+        terminating is counted as evicted (`on_landed`, its Event `Preempted` posted), as a later pass finding it so
+        counts it; then they are forgotten. Forgotten unread, a victim gone before any pass read it (the pod then
+        fitting, bound on the node and released) was never counted. A read that fails is logged, the doubt dropped."""
         self._held.get(node, {}).pop(key, None)
+        for victim in list(self._unsure.get((key, node), {})):
+            try:
+                if self._went(key, node, victim):
+                    self.on_landed(victim, node)
+            except ActuationError as err:
+                log.warning("scheduler %s: cannot read %s, evicted for %s without an answer: %s", self.scheduler_name,
+                            victim, key, err)
         self._unsure.pop((key, node), None)
         self._unanswered.pop((key, node), None)
 

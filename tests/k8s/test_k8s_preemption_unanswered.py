@@ -398,3 +398,27 @@ def test_an_unanswered_eviction_found_not_landed_is_not_asked_again_under_a_stop
     assert "evicting default/p failed (evicting no more for default/urgent: the controller's emergency stop)" in said
     assert "no answer" not in said
     assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/p"]
+
+
+@pytest.mark.parametrize("then", ["the pod is bound there", "the pod is deleted"])
+def test_a_victim_gone_before_any_pass_read_it_is_counted_as_its_hold_is_released(kube: FakeKube, api, clock, then):
+    """p's eviction got no answer, landed, and p was gone before the next pass: that pass binds the pod on the room
+    p left (or the pod was deleted, and its hold is given back), and releasing the hold reads p first: gone, it is
+    counted, with its Event `Preempted`, as a pass finding it gone counts it. Before, `release` forgot the doubt
+    unread, and p's eviction was never counted."""
+    kube.add(node("a", 4))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 4, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    unanswered(sched, "p", lambda: kube.delete("pods", "p", "default"))
+    sched.schedule_once()
+    assert sched.preempted == [] and events(kube, "p") == []
+    if then == "the pod is deleted":
+        kube.delete("pods", "urgent", "default")
+        kube.add(pending("other", 8, 5))                                   # a pass that reads the nodes (fits none)
+    clock.advance(5)
+    assert sched.schedule_once() == ({"default/urgent": "a"} if then == "the pod is bound there" else
+                                     {"default/other": None})
+    assert sched.preempted == [("default/p", "a")]
+    assert events(kube, "p") == [("Preempted", "Preempted by default/urgent on node a")]
+    assert reservations(kube, "a") == {}
