@@ -18,9 +18,10 @@ never starting; one with --once runs at each start of one of its pods) is a `gpu
 its args as the controller does (--lease-name, --shard, --lease-namespace, else its POD_NAMESPACE, else the namespace
 its service-account namespace file names, else gputide: `controller_writers`; the Deployment's namespace where its pod
 mounts the token, gputide where it mounts none (automountServiceAccountToken false), either where that is left to its
-ServiceAccount; the deepest mount over that file decides, the container's own or the ServiceAccount admission plugin's,
-which mounts the pod's first volume named kube-api-access-*, of whatever kind, where it has one: the Deployment's
-namespace where it gives metadata.namespace there, else any) or cannot be told from them (a $(VAR) set from a ConfigMap,
+ServiceAccount; the deepest mount over that file decides (one at /run over /var/run: a symlink to /run in the
+image), the container's own or the ServiceAccount admission plugin's, which mounts the pod's first volume named
+kube-api-access-*, of whatever kind, where it has one: the Deployment's namespace where it gives metadata.namespace
+there, else any) or cannot be told from them (a $(VAR) set from a ConfigMap,
 a Secret or envFrom in one of those three, such a POD_NAMESPACE, or such a volume over the namespace file: any Lease it
 may be, each $(VAR) any text; refused saying which), or the Lease itself held by a holder whose renewal has not expired
 by this machine's clock (a controller run some other way). Each HPA is patched at the resourceVersion it was read at and
@@ -270,9 +271,10 @@ def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[tuple[s
     has one (a spec copied from a running pod), else its own projected one (the Deployment's namespace). It was taken
     for the plugin's own always: a ConfigMap named kube-api-access-x, which the plugin mounts there instead, was read
     as the Deployment's namespace, and a hand-over of the Lease its namespace key names went ahead under it. The
-    deepest mount over the file decides, the container's own or the plugin's (the kubelet mounts the deeper over the
-    shallower; an emptyDir at /var/run under a mounted token reads the token's; two at one path, which the plugin's
-    comparing paths as written allows, may each be it): the Deployment's namespace where it is a projected (or
+    deepest mount over the file decides, the container's own or the plugin's (`_deepest`: the runtime mounts the
+    deeper over the shallower; an emptyDir at /var/run under a mounted token reads the token's; one at /run is over
+    /var/run's, the image's /var/run a symlink to /run; two at one place, which the plugin's comparing paths as
+    written allows, may each be it): the Deployment's namespace where it is a projected (or
     downwardAPI) volume giving the pod's namespace as that file (`_gives_namespace`), as a hand-made token mount
     does; else any namespace (`_ANY_FILE`, a ConfigMap's, a Secret's or a hostPath's file there naming a third one,
     an emptyDir written by another container)."""
@@ -307,7 +309,8 @@ def _token_mount(pod: Json, container: Json, at: str) -> tuple[Json, list[Json]]
     """(`pod`, with the plugin's own token volume where it adds one; the mount the ServiceAccount admission plugin
     gives `container` at `at` where the pod mounts the token, [] where it gives none): the pod's first volume named
     kube-api-access-* (of whatever kind) where it has one, else its own (`_PLUGIN_TOKEN`); none to a container with a
-    mount at `at` as written (the plugin compares the path as written: `at/` is not it)."""
+    mount at `at` as written (the plugin compares the path as written: `at/`, //var/run/... and /run/... are not
+    it, each mounted beside its own)."""
     if any(m.get("mountPath") == at for m in container.get("volumeMounts") or []):
         return pod, []
     volumes = pod.get("volumes") or []
@@ -318,17 +321,40 @@ def _token_mount(pod: Json, container: Json, at: str) -> tuple[Json, list[Json]]
 
 
 def _deepest(mounts: list[Json], file: PurePosixPath) -> list[Json]:
-    """The deepest of `mounts` over `file` (the file itself or a folder above it), each at that depth ([] if none)."""
-    over = [m for m in mounts if _mount_path(m) in (file, *file.parents)]
-    depth = max((len(_mount_path(m).parts) for m in over), default=0)
-    return [m for m in over if len(_mount_path(m).parts) == depth]
+    """The ones of `mounts` over `file` (the file itself or a folder above it) that may be the one read there ([] if
+    none): the runtime mounts them in the order of their cleaned paths' depth as written, a later one over an earlier
+    one, so the last is the deepest as written; those of the deepest place in the container (/run read as /var/run,
+    `_mount_path`) are taken too, and each of a depth tied (their order there is not read here): one too many refuses
+    a hand-over, one missed lets it go ahead under a controller. An own mount at /var (or /) hides the image's
+    /var/run -> /run: no mount at /run is over the file then."""
+    linked = not any(_cleaned(m) in _HIDES_RUN for m in mounts)
+    where = _mount_path if linked else _cleaned
+    over = [m for m in mounts if where(m) in (file, *file.parents)]
+    last = [max((len(at(m).parts) for m in over), default=0) for at in (where, _cleaned)]
+    return [m for m in over if len(where(m).parts) == last[0] or len(_cleaned(m).parts) == last[1]]
+
+
+_RUN, _VAR_RUN = PurePosixPath("/run"), PurePosixPath("/var/run")
+_HIDES_RUN = (PurePosixPath("/"), PurePosixPath("/var"))   # a mount here hides the image's /var/run symlink
 
 
 def _mount_path(mount: Json) -> PurePosixPath:
-    """Where `mount` lands in the container: its mountPath cleaned as the runtime cleans it (Go's filepath.Clean
-    under the container's root: "//var/run" and "/var/run/x/.." are /var/run, which the API leaves as written); "."
-    (over no file) where it has none. Read as written, a token mounted at //var/run/secrets/... was over no file, and
-    the controller it makes elect in its pod's namespace was taken for gputide's alone."""
+    """Where `mount` lands in the container: its mountPath cleaned as the runtime cleans it (`_cleaned`), one under
+    /run read as under /var/run: the controller opens /var/run/secrets/kubernetes.io/serviceaccount/namespace, and in
+    the shipped image (python:3.11-slim-bookworm; Alpine's and distroless too) /var/run is a symlink to /run, which the
+    runtime follows as it mounts. Read as written, a projected token at /run/secrets/kubernetes.io/serviceaccount (in a
+    pod that mounts none itself) was over no file, and the controller it makes elect in its pod's namespace was taken
+    for gputide's alone; a ConfigMap there naming a third namespace was missed too. An image with /var/run a folder of
+    its own reads the /run one as over no file: taken for over it, refused (the safe side)."""
+    at = _cleaned(mount)
+    return _VAR_RUN.joinpath(at.relative_to(_RUN)) if at.is_relative_to(_RUN) else at
+
+
+def _cleaned(mount: Json) -> PurePosixPath:
+    """`mount`'s mountPath cleaned as the runtime cleans it (Go's filepath.Clean under the container's root: "//var/run"
+    and "/var/run/x/.." are /var/run, which the API leaves as written); "." (over no file) where it has none. Read as
+    written, a token mounted at //var/run/secrets/... was over no file, and the controller it makes elect in its pod's
+    namespace was taken for gputide's alone."""
     text = str(mount.get("mountPath") or "")
     return PurePosixPath(posixpath.normpath("/" + text.lstrip("/"))) if text else PurePosixPath(".")
 

@@ -822,14 +822,59 @@ def test_a_mount_path_is_read_as_the_runtime_cleans_it(kube, capsys, automount, 
     the token the admission plugin adds (its path as written is not the plugin's) was not read either. A trailing
     slash or a ./ was read cleaned already: a correct spec is not refused."""
     kube.add(mounted(without_pod_namespace("east", "team-b"), automount, (volume, path, None)))
+    judged(capsys, elects, f"token (configMap) mounted over it at {path}")
+
+
+def judged(capsys, elects: tuple[str, ...] | None, said: str) -> None:
+    """A dry-run hand-over of gputide-controller in team-b, gputide and team-c finds deployment/east in team-b to
+    elect in `elects` (with no --lease-namespace or POD_NAMESPACE), or, None, in any namespace, its volume `said`
+    ("NAME (KIND) mounted over it at PATH") over the namespace file."""
     for ns in ("team-b", "gputide", "team-c"):
         code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", ns,
                                    "--dry-run")
         if elects is None:
             assert "runs a controller on Lease $(namespace file)/gputide-controller, which cannot be told here" in err \
-                and f"its volume token (configMap) mounted over it at {path} may put" in err, (ns, err)
+                and f"its volume {said} may put any namespace there" in err, (ns, err)
         elif ns in elects:
             assert f"deployment/east in team-b runs a controller on Lease {ns}/gputide-controller: a run" in err, \
                 (ns, err)
         else:
             assert code == 0 and err == "" and "would hand from " in out, (ns, err)
+
+
+RUN_SA = "/run/secrets/kubernetes.io/serviceaccount"   # /var/run is a symlink to /run in the shipped image
+EMPTY = {"name": "run", "emptyDir": {}}
+
+
+@pytest.mark.parametrize("automount, mounts, elects, said", [
+    (False, [(TOKEN, RUN_SA)], ("team-b",), None),
+    (False, [(TOKEN, RUN_SA + "/../serviceaccount/")], ("team-b",), None),
+    (False, [(ODD, RUN_SA)], None, f"token (configMap) mounted over it at {RUN_SA}"),
+    (True, [(ODD, RUN_SA)], None, f"token (configMap) mounted over it at {RUN_SA}"),
+    (None, [(ODD, RUN_SA)], None, f"token (configMap) mounted over it at {RUN_SA}"),
+    (True, [(TOKEN, RUN_SA)], ("team-b",), None),
+    (False, [(EMPTY, "/run")], None, "run (emptyDir) mounted over it at /run"),
+    (True, [(EMPTY, "/run")], ("team-b",), None),
+    (False, [(TOKEN, SA_DIR), ({**ODD, "name": "odd"}, RUN_SA)], None, f"odd (configMap) mounted over it at {RUN_SA}"),
+    (False, [(TOKEN, RUN_SA), ({**ODD, "name": "odd"}, "/var/run/secrets/kubernetes.io")], None,
+     "odd (configMap) mounted over it at /var/run/secrets/kubernetes.io"),
+    (False, [(TOKEN, RUN_SA), (EMPTY, "/var")], None, "run (emptyDir) mounted over it at /var"),
+], ids=["token", "token-unclean", "configMap", "configMap-beside-the-plugins", "configMap-token-left", "two-tokens",
+        "emptyDir", "emptyDir-under-the-plugins", "configMap-over-a-token", "configMap-above-a-token-mounted-after",
+        "emptyDir-at-var-hides-the-symlink"])
+def test_a_mount_under_run_is_over_the_namespace_file_under_var_run(kube, capsys, automount, mounts, elects, said):
+    """The controller opens /var/run/secrets/kubernetes.io/serviceaccount/namespace, and in the shipped image
+    (python:3.11-slim-bookworm) /var/run is a symlink to /run, which the runtime follows as it mounts: a mount at
+    /run/secrets/kubernetes.io/serviceaccount is over that file. Mounts were compared against /var/run alone: a pod
+    with automountServiceAccountToken false mounting its own projected token there was taken for gputide's (no token),
+    and a hand-over of team-b's Lease went ahead under its controller; a ConfigMap there naming team-c was missed the
+    same way. The admission plugin skips its own mount only for one at exactly the token path as written, so a /run
+    one sits beside its token: either may be read (refused as any where one is a ConfigMap). The runtime mounts the
+    shallower path as written first, so a ConfigMap at /var/run/secrets/kubernetes.io may be mounted after (over) a
+    token at /run/.../serviceaccount, one as deep as written; an own mount at /var hides the symlink, its emptyDir
+    the file's."""
+    kube.add(mounted(without_pod_namespace("east", "team-b"), automount, *((v, p, None) for v, p in mounts)))
+    judged(capsys, elects, said)
+    if elects:   # run for real: refused, nothing written
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "team-b")
+        assert code == 1 and out == "" and not writes(kube), err
