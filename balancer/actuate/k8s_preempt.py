@@ -68,7 +68,6 @@ the node is given back, and the pod does not preempt that victim there for `rese
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -757,23 +756,20 @@ class Preemptor:
     def _ask(self, key: str, node: str, victim: str, pod: Json, budgets: Sequence[str]) -> None:
         """Ask `victim`'s eviction for `key` on `node` (`pod` as read: its uid a precondition). Where it fails yet
         may have landed unseen, it is remembered by that uid (`_unsure`) until a later read of the victim tells:
-        every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer: what a landed
-        earlier try leaves (the pod gone; terminating, or made again under its name), which `writes` takes for a
-        definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the next pass. Such an eviction spends
-        its `budgets` as one answered does (`_spend`): it may have used their disruptions. `resume` names none.
-        Unanswered asks in a row are counted (`_unanswered`), an answer ends the count."""
+        every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer (the error's
+        `after_unanswered`): what a landed earlier try leaves (the pod gone; terminating, or made again under its
+        name), which `writes` takes for a definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the
+        next pass. Such an eviction spends its `budgets` as one answered does (`_spend`): it may have used their
+        disruptions. `resume` names none. Unanswered asks in a row are counted (`_unanswered`), an answer ends the
+        count."""
         ns, name = victim.split("/", 1)
-        what, real, doubt = f"evict pod {victim}", self.api.core.create_namespaced_pod_eviction, [False]
+        what = f"evict pod {victim}"
         with self.api.writes() as unanswered:
-            @functools.wraps(real)   # keeps its name: `_Api` knows a write by it
-            def evict(*args: Any, **kwargs: Any) -> Any:
-                doubt[0] = doubt[0] or what in unanswered   # a try after one that got no answer
-                return real(*args, **kwargs)
-
             try:
-                self.api(what, evict, name, ns, eviction(pod), retry_throttled=False, halt=self.halted)
+                self.api(what, self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
+                         retry_throttled=False, halt=self.halted)
             except ActuationError as err:
-                unsure = what in unanswered or doubt[0] and isinstance(err, NotFoundError | ConflictError)
+                unsure = what in unanswered or isinstance(err, NotFoundError | ConflictError) and err.after_unanswered
                 if unsure:
                     self._spend(budgets)
                 if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
