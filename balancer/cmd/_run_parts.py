@@ -209,13 +209,13 @@ class ShardBound:
         return self.inner.apply(action, snapshot) if no is None else no
 
     def own_nodes(self) -> frozenset[str]:
-        """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading and a dark one it held
-        last, whose power caps it renews too). Before its first reading (the loop calls `recover` only after a good
-        reading, so only for a caller of its own), the node list's (`ShardedSource.listed`): the GPU nodes its selector
-        matches as the Kubernetes API labels them, or the fleet file's; none while the API's nodes are not listed yet
-        (the cycle's housekeeping after the first reading keeps the shard's nodes). GPU nodes only, as a reading's
-        are: a node without GPUs carries no hot taint, reservation or power cap of gputide's, and the same set is
-        the one the shard reports (`shard_nodes`) and renews power caps on before a reading."""
+        """The nodes this shard's hooks keep: `ShardedSource.nodes` (those of its latest reading, and a dark one it held
+        last or the node list labels for it, whose power caps it renews too). Before its first reading (the loop calls
+        `recover` only after a good reading, so only for a caller of its own), the node list's (`ShardedSource.listed`):
+        the GPU nodes its selector matches as the Kubernetes API labels them, or the fleet file's; none while the API's
+        nodes are not listed yet (the cycle's housekeeping after the first reading keeps the shard's nodes). GPU nodes
+        only, as a reading's are: a node without GPUs carries no hot taint, reservation or power cap of gputide's, and
+        the same set is the one the shard reports (`shard_nodes`) and renews power caps on before a reading."""
         if self.source.last_full is not None:
             return frozenset(self.source.nodes)
         return self.source.listed()

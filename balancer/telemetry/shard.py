@@ -237,7 +237,8 @@ class ShardedSource:
 
     def owns(self, name: str, node: Node | None) -> bool:
         """Whether node `name` is this shard's (`base.NodeScope`): one the reading shows (`node`) by the selector; one
-        it lacks altogether (its exporter dark) if this shard held it last, so the dark node holds its own shard."""
+        it lacks altogether (its exporter dark) if this shard held it last or the node list labels it for this shard
+        (`nodes`), so the dark node holds its own shard."""
         if node is None:
             return name in self.nodes
         self._shown[name] = mine = self.selector.matches(node)
@@ -385,9 +386,9 @@ class ShardedSource:
 
     @property
     def forgotten(self) -> Mapping[str, str] | None:
-        """The inner source's forgotten GPUs (-> node) on this shard's nodes: a GPU is forgotten only once a snapshot
-        held it, so its node is among `nodes` unless a later reading showed it in another shard (None: the inner
-        source cannot tell)."""
+        """The inner source's forgotten GPUs (-> node) on this shard's nodes (`nodes`: those its readings held, and
+        those the node list labels for it, a node known by name only included), unless a later reading showed it in
+        another shard (None: the inner source cannot tell)."""
         forgotten = getattr(self.inner, "forgotten", None)
         return None if forgotten is None else {u: n for u, n in forgotten.items() if n in self.nodes}
 
