@@ -14,9 +14,10 @@ name included) and unnamed ones (which any controller gives back already) stay a
 controller may still run as NAMESPACE/FROM: running, it would go on writing its own name. That is a Deployment, of any
 name in any namespace, one of whose containers (its containers, its native sidecars, initContainers with restartPolicy
 Always, and its plain initContainers: one with no --once never ends, the controller running there for good and its pod
-never starting; one with --once runs at each start of one of its pods) is a `gputide run` that works that Lease out from
-its args as the controller does (--lease-name, --shard, --lease-namespace, else its POD_NAMESPACE, else the namespace
-its service-account namespace file names, else gputide: `controller_writers`; the Deployment's namespace where its pod
+never starting; one with --once runs at each start of one of its pods) is a `gputide run` (one with --dry-run writes
+none: not it, its Lease held with --leader-elect refusing by itself) that works that Lease out from its args as the
+controller does (--lease-name, --shard, --lease-namespace, else its POD_NAMESPACE, else the namespace its
+service-account namespace file names, else gputide: `controller_writers`; the Deployment's namespace where its pod
 mounts the token, gputide where it mounts none (automountServiceAccountToken false), either where that is left to its
 ServiceAccount; the deepest mount over that file decides (one at /run over /var/run: a symlink to /run in the
 image), the container's own or the ServiceAccount admission plugin's, which mounts the pod's first volume named
@@ -201,7 +202,10 @@ def controller_writers(deployment: Json) -> list[Elects]:
     (a ConfigMap's, a Secret's, envFrom's) is left as written, so a writer's $(VAR) is a part that cannot be told
     (`running_on` takes it for any text). What ties a Deployment to a Lease: its name need not be the Lease's. Its
     containers, its native sidecars (initContainers with restartPolicy Always, which run beside them; a sidecar
-    controller was missed) and its plain initContainers (`_init_run`) are read."""
+    controller was missed) and its plain initContainers (`_init_run`) are read. One with --dry-run writes no floor
+    and no entry (its actuator is the DryRunActuator, with no floor owner): a preflight initContainer `gputide run
+    --once --dry-run` refused a hand-over as a writer. With --leader-elect it holds the Lease still, under which
+    `running_on` refuses by itself."""
     from balancer.telemetry.shard import ShardSelector
 
     meta = deployment.get("metadata") or {}
@@ -213,7 +217,7 @@ def controller_writers(deployment: Json) -> list[Elects]:
         env = _container_env(container, namespace)
         tokens = [*(container.get("command") or []), *(container.get("args") or [])]
         args = _run_args([_expand(t, env) for t in tokens], env)
-        if args is None:
+        if args is None or args.dry_run:   # --dry-run: a DryRunActuator, no floor or entry written
             continue
         lease = ShardSelector(args.shard).lease_name(args.lease_name) if args.shard else args.lease_name
         spaces, why = (((args.lease_namespace,), "") if args.lease_namespace

@@ -878,3 +878,40 @@ def test_a_mount_under_run_is_over_the_namespace_file_under_var_run(kube, capsys
     if elects:   # run for real: refused, nothing written
         code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--namespace", "team-b")
         assert code == 1 and out == "" and not writes(kube), err
+
+
+def test_a_dry_run_controller_writes_no_floor_and_holds_up_only_by_its_lease(kube, capsys):
+    """`gputide run --dry-run` acts through the DryRunActuator: it writes no floor and no record entry, as no writer.
+    A preflight initContainer `gputide run --once --dry-run` (or a dry-run container) refused a hand-over, said to
+    write as its Lease. With --leader-elect it still takes the Lease: refused while the Lease is held, as any holder
+    is, and not once its renewal has expired. A flag the kubelet fills from outside may be anything but --dry-run."""
+    dep = controller("east", "gputide")
+    pod = dep["spec"]["template"]["spec"]
+    preflight, app = {**pod["containers"][0], "name": "preflight"}, {"name": "app", "image": "nginx"}
+    args = [a for a in preflight["args"] if a != "--leader-elect"]
+    kube.add(dep)
+    for init, flags in ((True, ["--once", "--dry-run"]), (True, ["--dry"]), (False, ["--dry-run"])):
+        preflight["args"] = [*args, *flags]
+        pod["initContainers"], pod["containers"] = ([preflight], [app]) if init else ([], [preflight])
+        replaced(kube, dep)
+        code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a", "--dry-run")
+        assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, (init, flags, err)
+    preflight["args"] = [*args, "--once", "--dry-run", "--leader-elect"]
+    pod["initContainers"], pod["containers"] = [preflight], [app]
+    replaced(kube, dep)
+    kube.add(lease("gputide-controller", "east-7f9-x", 5))
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and f"Lease {OLD} is held by east-7f9-x for " in err and not writes(kube), err
+    assert "runs a controller" not in err, err
+    kube.delete("leases", "gputide-controller", "gputide")
+    kube.add(lease("gputide-controller", "east-7f9-x", 3600))   # its renewal expired
+    preflight["args"] = [*args, "--once", "$(FLAGS)"]   # from a ConfigMap: --dry-run or not, unknown here
+    preflight["env"] = [*preflight["env"], {"name": "FLAGS", "valueFrom": {"configMapKeyRef": {"name": "gputide",
+                                                                                            "key": "FLAGS"}}}]
+    replaced(kube, dep)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 1 and "in its initContainer preflight, once at each start" in err and not writes(kube), err
+    preflight["args"] = [*args, "--once", "--dry-run", "--leader-elect"]
+    replaced(kube, dep)
+    code, out, err = hand_over(capsys, "gputide-controller", "gputide-controller-a")
+    assert code == 0 and err == "" and "1 HPA floor(s), 1 " in out, err
