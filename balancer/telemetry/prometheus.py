@@ -108,6 +108,8 @@ from balancer.telemetry.vanished import DARK, Absences
 log = logging.getLogger(__name__)
 # a series gputide's exporter publishes for each of its GPUs, joined to its `gputide_pod_resources_up` by target
 _ATTRIBUTED_BY = "DCGM_FI_DEV_GPU_TEMP"
+# the same join recorded per GPU (rules/gputide-recording.yaml): what a global view keeping gpu:* series holds
+_ATTRIBUTION_DOWN = "gpu:pod_attribution_down:bool"
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
            "attribution_query", "connect"]
 
@@ -150,6 +152,13 @@ def _running(workloads: tuple[Workload, ...], placements: Mapping[str, tuple[int
 
     # a namespace-qualified name (`serving.read_services`) concerns the shard running its bare name's pods
     return lambda service: service in owners() or service.partition("/")[2] in owners()
+
+
+def _down_query(selector: str) -> str:
+    """The GPUs whose exporter's kubelet did not answer (`PrometheusTelemetrySource._attribution_down`): the raw
+    join of an exporter's target, or its record, whichever the Prometheus read holds."""
+    return (f"{_ATTRIBUTED_BY}{{{selector}}} and on (cluster, job, instance) "
+            f"(gputide_pod_resources_up{{{selector}}} == 0) or {_ATTRIBUTION_DOWN}{{{selector}}} == 1")
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:
@@ -452,19 +461,26 @@ class PrometheusTelemetrySource:
             counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))
         return MappingProxyType(counts)
 
+    def _attribution_down(self) -> set[str]:
+        """The GPUs (UUIDs) whose exporter says the kubelet's PodResources API did not answer its last scrape
+        (`gputide_pod_resources_up` 0). Read from the recording rule `gpu:pod_attribution_down:bool` or from the raw
+        join it records, whichever is there, in one query: a global view (federation, remote write) keeps the
+        recorded `gpu:*` series and not the raw `DCGM_FI_*` ones that tie an exporter's target to its GPUs, and a
+        Prometheus whose rules are older than this controller has the raw series only. The raw join is the exporter's
+        target (`cluster`, `job`, `instance`: its GPU temperature, `_ATTRIBUTED_BY`), the `Hostname` the scrape gives
+        it not needed. An exporter without the series (the simulator's, NVML without ``--pod-resources-socket``,
+        dcgm-exporter) is not down."""
+        rows = self._query(_down_query(self._selector().lstrip(",")))
+        named = (_ATTRIBUTED_BY, _ATTRIBUTION_DOWN)
+        return {m.get("UUID") for m, _ in map(_sample, rows) if m.get("__name__") in named}
+
     def _check_attributed(self, wide: pd.DataFrame, checked: np.ndarray | None) -> None:
         """Refuse (`MissingTelemetry`) the GPUs `checked` (None: every GPU) whose exporter says the kubelet's
-        PodResources API did not answer its last scrape (`gputide_pod_resources_up` 0): it publishes them without
-        the pods a minute later (the last answer kept until then holds no pod placed since), so they would read idle
-        (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations. Joined to the GPUs on the
-        exporter's target (`cluster`, `job`, `instance`: its GPU temperature, `_ATTRIBUTED_BY`), the `Hostname` the
-        scrape gives it not needed. An exporter without the series (the simulator's, NVML without
-        ``--pod-resources-socket``, dcgm-exporter) is not down: nothing is refused for it."""
-        sel = self._selector().lstrip(",")
-        rows = self._query(f"{_ATTRIBUTED_BY}{{{sel}}} and on (cluster, job, instance) "
-                           f"(gputide_pod_resources_up{{{sel}}} == 0)")
-        down = {m.get("UUID") for m, _ in map(_sample, rows) if m.get("__name__") == _ATTRIBUTED_BY}
-        lacks = wide["UUID"].isin(down).to_numpy(dtype=bool) & (True if checked is None else checked)
+        PodResources API did not answer its last scrape (`_attribution_down`): it publishes them without the pods a
+        minute later (the last answer kept until then holds no pod placed since), so they would read idle
+        (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations."""
+        lacks = wide["UUID"].isin(self._attribution_down()).to_numpy(dtype=bool) & (True if checked is None
+                                                                                    else checked)
         if lacks.any():
             hosts = sorted(set(wide["hostname"][lacks]), key=_natural_key)
             uuids = tuple(wide["UUID"][lacks])

@@ -1,0 +1,34 @@
+"""On real Prometheus servers: a global view (here federation) that keeps the recorded `gpu:*` and the `gputide_*`
+series, not the raw `DCGM_FI_*` ones (docs/readme/scale-out.md), still holds the GPUs of a node whose exporter says
+the kubelet's PodResources API does not answer: they come through as `gpu:pod_attribution_down:bool` 1. Before, the
+hold joined the raw series to the exporter's target, so a shard reading the global view read those GPUs idle."""
+
+from __future__ import annotations
+
+import pytest
+from test_telemetry_pod_attribution_down_prometheus import pods
+from test_telemetry_real_world import dcgm, exporter, settle, source  # noqa: F401  (fixture)
+
+from balancer.errors import MissingTelemetry
+from balancer.telemetry.promserver import Target, default_rule_files
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_global_view_holds_the_gpus_of_a_node_whose_kubelet_does_not_answer(prometheus_factory, exporter):  # noqa: F811
+    local = prometheus_factory([
+        Target("gputide-exporter", exporter(lambda: dcgm("n1") + "gputide_pod_resources_up 0\n")),
+        Target("gputide-exporter", exporter(lambda: dcgm("n2") + "gputide_pod_resources_up 1\n"
+                                                 + pods("GPU-n2-0", "b")))],
+        rule_files=default_rule_files())
+    glob = prometheus_factory([], extra_config={"scrape_configs": [{   # the README's federation match
+        "job_name": "gputide-federate", "honor_labels": True, "metrics_path": "/federate",
+        "params": {"match[]": ['{__name__=~"gpu:.+|node:.+|model:.+|cluster:.+|service:.+"}',
+                               '{__name__=~"gputide_.+"}']},
+        "static_configs": [{"targets": [local.url.removeprefix("http://")]}]}]})
+    glob.wait_for("gpu:pod_attribution_down:bool", lambda r: len(r) == 4, timeout=40)
+    assert glob.query('{__name__=~"DCGM_FI_.+"}') == []   # the raw series stay local
+    src = source(glob)
+    got = settle(src, lambda g: isinstance(g, MissingTelemetry) and "PodResources" in str(g))
+    assert isinstance(got, MissingTelemetry), got
+    assert "on 1 node(s) (n1;" in str(got) and set(got.subjects) == {"GPU-n1-0", "GPU-n1-1"}
