@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Collection, Mapping
+from types import MappingProxyType
 
 import numpy as np
 
@@ -111,3 +112,14 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
             out[name] = max(out.get(name, 0), n)
     return out
 
+
+_short_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def short_now(snapshot: ClusterSnapshot) -> Mapping[str, int]:
+    """`short(snapshot)` with no owner taken as moving, once per snapshot (read-only): the hotspot planner's
+    (`balancer.plan.hotspots.may_move`), which keeps no ledger of past migrations."""
+    s = _short_cache.get(snapshot)
+    if s is None:
+        s = _short_cache[snapshot] = MappingProxyType(short(snapshot))
+    return s

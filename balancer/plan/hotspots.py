@@ -67,6 +67,7 @@ from balancer.plan.hotspot_detect import (  # noqa: F401  (re-exported: the plan
 )
 from balancer.plan.shrink_records import shrunk_jobs  # noqa: F401  (the planner's hotspots.shrunk_jobs)
 from balancer.plan.simulate import Projection
+from balancer.unavailable import short_now
 
 _MOVABLE_CLASSES = frozenset((WorkloadClass.INFERENCE, WorkloadClass.TRAINING, WorkloadClass.BATCH))
 
@@ -248,16 +249,26 @@ def _why(s: ClusterSnapshot, state: HotspotState, g: int) -> str:
 
 def may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[str, int],
               spent: Mapping[str, int]) -> bool:
-    """Whether `w` may be migrated this cycle: movable, its owner within `maxUnavailablePerWorkload`, and every
-    PodDisruptionBudget covering it with a disruption left after this cycle's proposals (a move the guard and the
-    Eviction API would refuse is not proposed, so the hot GPU is throttled instead)."""
-    return (_movable(w, policy) and per_owner.get(w.owner or w.name, 0) < policy.safety.max_unavailable_per_workload
+    """Whether `w` may be migrated this cycle: movable, its owner within `maxUnavailablePerWorkload` with this
+    cycle's proposals (`per_owner`) and its replicas not running (`balancer.unavailable.short_now`, the guard's
+    count), and every PodDisruptionBudget covering it with a disruption left after this cycle's proposals (a move the
+    guard and the Eviction API would refuse is not proposed, so the hot GPU is throttled instead).
+
+    What the guard counts from its ledger the planner does not see: the migrations still settling, and the owners
+    migrated within `cooldownS`, whose missing replicas a forgotten node does not excuse there. The planner takes
+    none as moving (a forgotten node's GPUs excuse every service's), so the guard may still refuse such a move, once:
+    refused, it is throttled the next cycle (`planner.refuse`). Taking every owner as moving would throttle, for as
+    long as a node stays dark, every hot GPU of a service with a replica there whose move the guard would accept."""
+    owner = w.owner or w.name
+    return (_movable(w, policy)
+            and per_owner.get(owner, 0) + short_now(s).get(owner, 0) < policy.safety.max_unavailable_per_workload
             and eviction_room(s.disruption_budgets, w, spent)[1] is None)
 
 
 def may_move_now(s: ClusterSnapshot, ws: Sequence[Workload], policy: BalancerPolicy) -> np.ndarray:
     """`may_move(s, w, policy, {}, {})` of each of `ws` (nothing proposed yet): `_movable`'s tests one C-level pass
-    per attribute; with nothing spent, only a PodDisruptionBudget with no disruption left at all can refuse."""
+    per attribute; with nothing spent, only a PodDisruptionBudget with no disruption left at all can refuse, and only
+    an owner with replicas not running (`short_now`) can be past `maxUnavailablePerWorkload`."""
     def test(attr: str, holds) -> np.ndarray:
         return np.fromiter(map(holds, map(attrgetter(attr), ws)), dtype=bool, count=len(ws))
 
@@ -266,7 +277,10 @@ def may_move_now(s: ClusterSnapshot, ws: Sequence[Workload], policy: BalancerPol
     exhausted = [b for b in s.disruption_budgets or () if b.disruptions_allowed < 1]   # eviction_room's, spent {}
     if exhausted:
         ok &= np.fromiter((eviction_room(exhausted, w, {})[1] is None for w in ws), dtype=bool, count=len(ws))
-    return ok & (policy.safety.max_unavailable_per_workload >= 1)
+    limit = policy.safety.max_unavailable_per_workload
+    if short := short_now(s):
+        ok &= np.fromiter((short.get(w.owner or w.name, 0) < limit for w in ws), dtype=bool, count=len(ws))
+    return ok & (limit >= 1)
 
 
 def _pick_target(s, policy, w, ok_target, free_milli, free_mem, temp, node_room, moved,
