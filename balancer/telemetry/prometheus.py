@@ -510,7 +510,10 @@ class PrometheusTelemetrySource:
         their age) and not frozen (`gpu:readings_frozen:bool`: fresh timestamps on values the exporter stopped
         reading); such a GPU is left out, never guessed, as the snapshot refuses it. Also the GPUs a pod is
         attributed to (`attribution_query`) and the unhealthy ones, those the reconcile loop keeps from new work
-        (`ClusterSnapshot.healthy`: a fatal XID, bad memory, health unknown; `node_facts.unhealthy`). Raises
+        (`ClusterSnapshot.healthy`: a fatal XID, bad memory, health unknown; `node_facts.unhealthy`). The GPUs of
+        an exporter whose kubelet did not answer (`_attribution_down`: the snapshot refuses them) count busy too:
+        their pods are not published, so none is known free, and the scheduler fills free slots first; in the same
+        query as the pods, so a scrape that drops the pods as it reads the kubelet down is never read half. Raises
         `TelemetryError` subclasses like `snapshot()`; the caller decides what to do without the facts (the
         scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
@@ -518,7 +521,8 @@ class PrometheusTelemetrySource:
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and {on} "
                            f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} {ages}) "
                            f"unless {on} (gpu:readings_frozen:bool{{{sel}}} == 1)")
-        busy = {_sample(r)[0].get("UUID") for r in self._query(f"count by (UUID) ({attribution_query(sel)})")}
+        busy = {_sample(r)[0].get("UUID")
+                for r in self._query(f"count by (UUID) ({attribution_query(sel)} or ({_down_query(sel)}))")}
         health = health_frame(self._query(f'{{__name__=~"{"|".join(HEALTH_RULES)}"{self._selector()}}}'),
                               (_sample(r)[0].get("UUID", "") for r in rows))
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
