@@ -166,6 +166,7 @@ class ClusterSnapshot:
         object.__setattr__(self, "placements", MappingProxyType(dict(self.placements)))
         object.__setattr__(self, "services", MappingProxyType(dict(self.services)))
         object.__setattr__(self, "demand_unknown", MappingProxyType(dict(self.demand_unknown)))
+        object.__setattr__(self, "forgotten_nodes", MappingProxyType(dict(self.forgotten_nodes)))
         object.__setattr__(self, "spread_services", frozenset(self.spread_services))
 
     @property

@@ -24,14 +24,19 @@ def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[st
     unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
     alike). Their models are not known once forgotten: a bound for every service, whatever GPU models it may use.
     0 at once with none forgotten (the guard asks every review: no pass over the GPUs for nothing)."""
+    return sum(_dark_per_node(snapshot, forgotten))
+
+
+def _dark_per_node(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> list[int]:
+    """`dark_gpus` node by node: a replica runs on one node, so whole replicas are counted per node (`short`)."""
     counts = forgotten if isinstance(forgotten, Mapping) else dict.fromkeys(forgotten, 0)
     if not counts:
-        return 0
+        return []
     if all(int(n) > 0 for n in counts.values()):
-        return sum(int(n) for n in counts.values())
+        return [int(n) for n in counts.values()]
     # by position in `nodes` (`node_index`): a name listed twice is one position, as a count by name would be
     widest = int(np.bincount(np.asarray(snapshot.node_index, dtype=np.int64)).max()) if len(snapshot.gpus) else 8
-    return sum(int(n) if n > 0 else widest for n in counts.values())
+    return [int(n) if n > 0 else widest for n in counts.values()]
 
 
 class _Counts:
@@ -93,7 +98,8 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
 
     Replicas a node telemetry has forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither
     `workloads` nor `placements`) are not short: as many as its GPUs hold (`dark_gpus`), else every service with a
-    replica there would get no migration while it stays dark. As many whole replicas as they hold: the dark GPUs over
+    replica there would get no migration while it stays dark. As many whole replicas as they hold, node by node (a
+    replica runs on one node: two forgotten 1-GPU boards hold no 2-GPU replica): each node's dark GPUs over
     the most GPUs one of the service's inference pods asks (`Workload.gpus`: its pods there are unseen, its others
     tell its template; 1 with none seen), so a 2-GPU replica is excused once per two dark GPUs, not twice; a
     fractional one once per GPU, the fewest a GPU may hold. The fewer excused, the safer: one excused too many lets a
@@ -105,9 +111,10 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
     node, and excused, its last running replica could be moved."""
     c = _counts(snapshot)
     out = dict(c.unplaced)
-    dark = dark_gpus(snapshot, snapshot.forgotten_nodes)
+    dark = _dark_per_node(snapshot, snapshot.forgotten_nodes)
     for name, st in snapshot.services.items():
-        excused = 0 if name in moving else dark // c.gpus.get(name, 1)
+        width = c.gpus.get(name, 1)   # a replica is on one node: two dark 1-GPU nodes hold no 2-GPU replica
+        excused = 0 if name in moving or not dark else sum(k // width for k in dark)
         if st.replicas_from_spec and (n := st.replicas - c.running.get(name, 0) - excused) > 0:
             out[name] = max(out.get(name, 0), n)
     return out

@@ -22,9 +22,10 @@ def status(replicas: int) -> ServiceStatus:
                          replicas_from_spec=True)
 
 
-def review(pods, replicas: int, dark: int, src: tuple[int, ...], dst: tuple[int, ...]):
+def review(pods, replicas: int, dark, src: tuple[int, ...], dst: tuple[int, ...]):
+    forgotten = dark if isinstance(dark, dict) else {"gone": dark}
     snap = dataclasses.replace(snapshot(FL, workloads=pods, services={"llm": status(replicas)}),
-                               forgotten_nodes={"gone": dark})
+                               forgotten_nodes=forgotten)
     move = Migrate(workload=pods[0][0].name, source_gpus=src, target_gpus=dst, target_node=FL.gpus[dst[0]].node,
                    reason="hot", expected_gain=1.0)
     r = SafetyGuard(SafetyPolicy()).review([move], snap, SafetyLedger(), NOW)   # maxUnavailablePerWorkload 1
@@ -41,3 +42,12 @@ def test_two_dark_gpus_excuse_one_replica_of_two_gpus():
     pods = [(workload("llm-0"), (0,)), (workload("llm-1"), (4,))]
     assert review(pods, 4, 2, (0,), (8,)) == (["inference/llm-0"], [])
     assert review(pods, 4, 1, (0,), (8,)) == ([], ["max_unavailable"])
+
+
+def test_a_replica_is_counted_whole_node_by_node():
+    # two forgotten boards of one GPU each hold no 2-GPU replica: 4 asked, 2 running, 2 down; summed first (2 // 2),
+    # one was excused and the move of a running replica accepted (audit s36a6)
+    pods = [(workload("llm-0", gpus=2), (0, 1)), (workload("llm-1", gpus=2), (4, 5))]
+    assert review(pods, 4, {"g1": 1, "g2": 1}, (0, 1), (8, 9)) == ([], ["max_unavailable"])
+    assert review(pods, 3, {"g1": 1, "g2": 1}, (0, 1), (8, 9)) == ([], ["max_unavailable"])
+    assert review(pods, 3, {"g1": 2, "g2": 1}, (0, 1), (8, 9)) == (["inference/llm-0"], [])
