@@ -63,7 +63,9 @@ is left to evict, remembered by uid for the rest of the preemption in the replic
 terminating or gone by a later pass (not finished on its own), it is counted and said as evicted, with its Event
 `Preempted` (`Evictions`), while a victim the replica never asked to evict is not. A victim whose evictions get no
 answer `UNANSWERED_ASKS` times in a row, found running after each, is not asked again: with nothing else leaving,
-the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`).
+the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`); each
+such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
+outlasts the passes that count them, however far apart.
 """
 
 from __future__ import annotations
@@ -165,6 +167,16 @@ class Evictions:
     # `Preemptor.resume`: a victim's evictions went unanswered `UNANSWERED_ASKS` times while it ran on, nothing else
     # leaves: the node is to be given back (`k8s_holds`), the reservation (`entry`) not written again
     give_back: bool = False
+
+    def holding(self, now: float) -> list[float]:
+        """Until when the evictions keep the node held (`noted`'s `ends`): the grace periods of the victims leaving
+        (`ends`), and `now` where an eviction asked now got no answer (`unanswered`): awaiting its verdict, it renews
+        the hold by `reserve_s`, as one that landed would. Unrenewed (nothing known leaving), the hold ran out
+        `reserve_s` after the preemption began, and with it the count of unanswered asks (`Preemptor.held`): with
+        passes 100 s or more apart the 4th pass, which gives the node back, came after it, and the pod preempted
+        afresh, asking again unanswered, for ever. Renewed only by a new ask, at most `UNANSWERED_ASKS` in a row
+        before the victim is asked no more, it holds the node no longer than that."""
+        return [*self.ends, *([now] if self.unanswered else [])]
 
     @property
     def leaving(self) -> list[str]:
@@ -597,8 +609,9 @@ class Preemptor:
                 self.api.update_node(choice.node, lambda n: annotation_map_change(
                     n, self.reservation_annotation, {key: None}))
             raise done.error
-        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.leaving, done.ends,
-                                                               self.clock(), self.reserve_s))
+        now = self.clock()
+        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.leaving, done.holding(now), now,
+                                                               self.reserve_s))
         if not self.halted():
             self.nominate(key, choice.node)
         return done
@@ -648,7 +661,8 @@ class Preemptor:
             done.entry, done.give_back = entry, True
             self._passed_over[(req["name"], node, done.left[0])] = self.clock() + self.reserve_s
             return done
-        new = noted(entry, done.left, [*terminating, *done.leaving], done.ends, self.clock(), self.reserve_s,
+        now = self.clock()
+        new = noted(entry, done.left, [*terminating, *done.leaving], done.holding(now), now, self.reserve_s,
                     stuck=bool(stuck))
         done.entry = self._note(req["name"], node, entry, filled(ranked(new, req), req))
         return done

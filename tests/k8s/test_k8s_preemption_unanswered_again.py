@@ -14,6 +14,7 @@ from test_k8s_preemption_unanswered import unanswered
 
 from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.kubernetes import rfc3339
 
 
 def placed(kube: FakeKube, name: str) -> str | None:
@@ -106,3 +107,28 @@ def test_a_node_is_kept_while_another_victim_terminates_and_given_back_then(kube
     sched.schedule_once()
     assert reservations(kube, "a") == {} and len(tries) == 4 * UNANSWERED_ASKS
     assert "the node is given back and it plans afresh at the next pass." in sched.reasons["default/urgent"]
+
+
+def test_passes_minutes_apart_give_the_node_back_too(kube: FakeKube, api, clock):
+    """Passes 2 min apart (`--interval 2m`, no watch event between them; or slow asks): each eviction that gets no
+    answer renews the hold as it waits for its verdict, so the count is not forgotten with a hold that ran out, and
+    the node is given back at the 4th pass. Before, nothing leaving renewed nothing: the hold ran out after
+    `reserve_s`, its count with it, before the 4th pass, and the pod preempted afresh, asking p again unanswered
+    pass after pass (48 tries in 12 passes), the node never given back. The hold lasts no longer than that: `reserve_s`
+    after the last unanswered eviction (the 3rd), and the victim is not asked again."""
+    kube.add(node("a", 8))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 8, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    tries = unanswered(sched, "p", lambda: None)
+    for k in range(UNANSWERED_ASKS):
+        sched.schedule_once()
+        assert reservations(kube, "a")["default/urgent"]["expires"] == rfc3339(clock.now + 300), k
+        clock.advance(120)
+    sched.schedule_once()
+    assert reservations(kube, "a") == {} and len(tries) == 4 * UNANSWERED_ASKS
+    assert "not asked again; the node is given back" in sched.reasons["default/urgent"]
+    for _ in range(2):                                                 # passed over for reserve_s: not asked
+        clock.advance(120)
+        sched.schedule_once()
+    assert len(tries) == 4 * UNANSWERED_ASKS
