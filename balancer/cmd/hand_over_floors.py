@@ -348,8 +348,9 @@ def _mount_path(mount: Json) -> PurePosixPath:
     the shipped image (python:3.11-slim-bookworm; Alpine's and distroless too) /var/run is a symlink to /run, which the
     runtime follows as it mounts. Read as written, a projected token at /run/secrets/kubernetes.io/serviceaccount (in a
     pod that mounts none itself) was over no file, and the controller it makes elect in its pod's namespace was taken
-    for gputide's alone; a ConfigMap there naming a third namespace was missed too. An image with /var/run a folder of
-    its own reads the /run one as over no file: taken for over it, refused (the safe side)."""
+    for gputide's alone; a ConfigMap there naming a third namespace was missed too. Written for the shipped image: in
+    one with /var/run a folder of its own the /run mount is over no file, and one taken for over it may hide the mount
+    that is (a ConfigMap at /var/run/secrets under a token at /run/...: the token is read here, the ConfigMap there)."""
     at = _cleaned(mount)
     return _VAR_RUN.joinpath(at.relative_to(_RUN)) if at.is_relative_to(_RUN) else at
 
