@@ -65,7 +65,8 @@ terminating or gone by a later pass (not finished on its own), it is counted and
 answer `UNANSWERED_ASKS` times in a row, found running after each, is not asked again: with nothing else leaving,
 the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`); each
 such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
-outlasts the passes that count them, however far apart.
+outlasts the passes that count them, however far apart. They are counted by the victim's uid: a pod made again under
+its name (a StatefulSet's) starts its own count (`Preemptor._asks`).
 """
 
 from __future__ import annotations
@@ -439,9 +440,10 @@ class Preemptor:
         # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
         # (`_landed`, `_forget`) or the preemption ends (`release`, which reads it first; `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
-        # (pod, node) -> {victim: evictions asked in a row that got no answer (`_ask`)}, kept and forgotten as
-        # `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back (`resume`)
-        self._unanswered: dict[tuple[str, str], dict[str, int]] = {}
+        # (pod, node) -> {victim: (its uid, evictions of that pod asked in a row that got no answer: `_ask`)}, kept and
+        # forgotten as `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back
+        # (`resume`). By uid: a pod made again under the victim's name (a StatefulSet's) starts its own count
+        self._unanswered: dict[tuple[str, str], dict[str, tuple[str, int]]] = {}
         # (pod, node, victim) -> until when that pod does not preempt that victim there again: its node was given back
         # for it (`resume`: its evictions went unanswered while it ran on)
         self._passed_over: dict[tuple[str, str, str], float] = {}
@@ -716,10 +718,10 @@ class Preemptor:
         an emergency stop holds (reading evicts nothing; it is evicted again only once the stop is lifted): left
         unread, the hold ran out under the stop (nothing known leaving, it is not renewed), its doubt (`_unsure`) was
         forgotten with it, and the eviction, landed and its budget's disruption spent, was never counted. A victim
-        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_unanswered` grew)."""
+        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_unanswered` counted it)."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
-            asks = self._unanswered.get((key, node), {}).get(victim, 0)
+            asks = self._unanswered.get((key, node), {}).get(victim)
             try:
                 # the Lease lost (or stopping), or an emergency stop (but for reading an unsure victim): none evicted
                 self._leads(key, node, stop=victim not in self._unsure.get((key, node), {}))
@@ -733,7 +735,7 @@ class Preemptor:
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
-                if self._unanswered.get((key, node), {}).get(victim, 0) > asks:   # may have landed: next pass judges
+                if self._unanswered.get((key, node), {}).get(victim) not in (None, asks):   # counted: next pass judges
                     done.unanswered.append(victim)
                 return done
             done.ends.append(ending)
@@ -755,7 +757,7 @@ class Preemptor:
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
         self._forget(key, node, victim)   # still running: an eviction asked earlier did not land
-        if (asked := self._unanswered.get((key, node), {}).get(victim, 0)) >= UNANSWERED_ASKS:
+        if (asked := self._asks(key, node, victim, meta.get("uid") or "")) >= UNANSWERED_ASKS:
             raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
                                      "not asked again")
         grace = spec.get("terminationGracePeriodSeconds")
@@ -788,16 +790,25 @@ class Preemptor:
                     self._spend(budgets)
                 if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
                     self._unsure.setdefault((key, node), {})[victim] = uid
-                self._count(key, node, victim, unsure)
+                self._count(key, node, victim, pod, unsure)
                 raise
-            self._count(key, node, victim, False)
+            self._count(key, node, victim, pod, False)
 
-    def _count(self, key: str, node: str, victim: str, unanswered: bool) -> None:
-        """`victim`'s eviction for `key` on `node` asked: one more unanswered in a row (`_unanswered`), or answered,
-        which ends the count."""
+    def _asks(self, key: str, node: str, victim: str, uid: str) -> int:
+        """How many evictions of `victim` for `key` on `node` in a row got no answer (`_unanswered`), counted only
+        while it is the pod of that `uid`: one made again under its name since (a StatefulSet's) was never asked.
+        Counted by name, it inherited the count of the pod it replaced, and was given up on (its node given back)
+        after fewer unanswered asks than `UNANSWERED_ASKS`."""
+        said, asked = self._unanswered.get((key, node), {}).get(victim, ("", 0))
+        return asked if said == uid else 0
+
+    def _count(self, key: str, node: str, victim: str, pod: Json, unanswered: bool) -> None:
+        """`victim`'s eviction for `key` on `node` asked (`pod` as read): one more unanswered in a row of that pod
+        (`_unanswered`, by its uid: `_asks`), or answered, which ends the count."""
         asks = self._unanswered.setdefault((key, node), {})
         if unanswered:
-            asks[victim] = asks.get(victim, 0) + 1
+            uid = (pod.get("metadata") or {}).get("uid") or ""
+            asks[victim] = (uid, self._asks(key, node, victim, uid) + 1)
         else:
             asks.pop(victim, None)
         if not asks:

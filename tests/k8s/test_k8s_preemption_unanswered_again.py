@@ -132,3 +132,27 @@ def test_passes_minutes_apart_give_the_node_back_too(kube: FakeKube, api, clock)
         clock.advance(120)
         sched.schedule_once()
     assert len(tries) == 4 * UNANSWERED_ASKS
+
+
+def test_a_victim_made_again_under_its_name_starts_its_own_count(kube: FakeKube, api, clock):
+    """p's evictions got no answer twice while it ran on; its owner then deletes it and makes it again under its name
+    on the node (a StatefulSet's: another uid). The new pod's evictions are counted from its first: it is asked
+    `UNANSWERED_ASKS` times, as any victim, before the node is given back. Before, the count was kept by name: the
+    new pod inherited the old one's two and was given up on after one unanswered eviction."""
+    kube.add(node("a", 8))
+    kube.add(bound("p", "a", 4, 1))
+    kube.add(pending("urgent", 8, 50))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
+    tries = unanswered(sched, "p", lambda: None)
+    for _ in range(UNANSWERED_ASKS - 1):
+        sched.schedule_once()
+        clock.advance(5)
+    kube.delete("pods", "p", "default")
+    kube.add(bound("p", "a", 4, 1))                                    # a new uid
+    for k in range(UNANSWERED_ASKS):
+        sched.schedule_once()
+        assert "default/urgent" in reservations(kube, "a"), k
+        clock.advance(5)
+    assert len(tries) == 4 * (2 * UNANSWERED_ASKS - 1)
+    sched.schedule_once()
+    assert reservations(kube, "a") == {} and len(tries) == 4 * (2 * UNANSWERED_ASKS - 1)
