@@ -302,6 +302,12 @@ class PrometheusTelemetrySource:
         arrays_ = with_unknown(arrays_, self._health_unknown(wide))
         self._check_attributed(wide, checked)
         workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
+        # asked again after the pods: each is a query of its own, at its own evaluation time, and an exporter scraped
+        # no more often than it keeps the kubelet's last answer (60 s: Prometheus's default 1m scrape interval) drops
+        # the pods in the very scrape that first reads the kubelet down; landing between the two, the pods read were
+        # gone while the check before read up. After them, that scrape is seen (the one before the pods, in turn,
+        # guards the scrape where the kubelet answers again, whose pods and up come back together)
+        self._check_attributed(wide, checked)
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
