@@ -20,7 +20,11 @@ from balancer.errors import GputideError
 from balancer.model import ClusterSnapshot, Forecast, placed
 
 log = logging.getLogger(__name__)
-ISSUE_LAG_STEPS = 3   # how many steps before now a forecast may be issued (see `ServiceForecaster.__init__`)
+# how many steps before now the forecast the controller serves may be issued (`Forecast.issued_at`): one issued now
+# is under 2 (the start of the bucket before the current one), one kept while a fit waits is served up to this old.
+# The forecast is asked for as many steps past the horizon (`ServiceForecaster.steps`), so the oldest one served
+# still reaches the end of the planner's window [now, now + horizon]
+MAX_AGE_STEPS = 4
 
 
 class HistorySeeds:
@@ -105,9 +109,11 @@ class ServiceForecaster:
                  max_fits_per_cycle: int = 2, forget_after_s: float = 86400.0) -> None:
         self.online = online
         # a forecast is issued at the start of the last complete bucket (up to 2 steps before now) and one kept while
-        # a fit waits is a cycle older still: the steps past the horizon cover that, so the planner's window
-        # [now, now + horizon] ends inside the forecast, not beyond it
-        self.steps = max(math.ceil(horizon_s / online.step_s), 1) + ISSUE_LAG_STEPS
+        # a fit waits is older still, served up to MAX_AGE_STEPS: the steps past the horizon cover the oldest one
+        # served, so the planner's window [now, now + horizon] ends inside the forecast, not beyond it (3 steps
+        # past it, one kept 4 steps ended a step short: `Forecast.window_max` read what it had, a rise at the end of
+        # a reclaim's lead unread)
+        self.steps = max(math.ceil(horizon_s / online.step_s), 1) + MAX_AGE_STEPS
         self.history = history
         self.max_fits_per_cycle = max_fits_per_cycle
         self.forget_after_s = forget_after_s
@@ -164,7 +170,7 @@ class ServiceForecaster:
             if due is not None and due(name, snap.time):
                 if fits >= self.max_fits_per_cycle:
                     kept = self.last.get(name)   # its last forecast, unless older than a forecast may be issued
-                    if kept is not None and snap.time - kept.issued_at <= (ISSUE_LAG_STEPS + 1) * self.online.step_s:
+                    if kept is not None and snap.time - kept.issued_at <= MAX_AGE_STEPS * self.online.step_s:
                         out[name] = kept
                     continue
                 fits += 1

@@ -83,11 +83,11 @@ def test_a_time_zone_the_model_has_no_calendar_for_is_warned_about_at_start(capl
 
 
 @pytest.mark.parametrize("model, history, need, enough", [
-    ("mstl", "24h", "50.2 h", "3d"), (None, "2d", "50.2 h", None), ("seasonal_naive_weekly", "7d", "170 h", None),
+    ("mstl", "24h", "50.3 h", "3d"), (None, "2d", "50.3 h", None), ("seasonal_naive_weekly", "7d", "170 h", None),
     ("persistence", None, None, "1h")])
 def test_a_forecast_history_shorter_than_the_model_needs_is_warned_about_at_start(caplog, model, history, need,
                                                                                   enough):
-    """--forecast-history 24h with mstl (50.2 h with the horizon) was accepted silently: each service waited two
+    """--forecast-history 24h with mstl (50.3 h with the horizon) was accepted silently: each service waited two
     days of live cycles, and a controller restarted more often (history is in memory only) never forecast. A history
     that covers the model (the 14d default does for every one; persistence needs no tide) is not warned about."""
     def warned(history: str | None) -> list[str]:

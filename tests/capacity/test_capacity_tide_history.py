@@ -65,7 +65,7 @@ def test_a_service_with_an_hour_of_history_gets_no_forecast_and_the_planner_lend
     assert out == {} and short.unseeded() == ["chat"]   # gputide_forecast_history_waiting{service="chat"} 1
     assert replicas_planned(out) == 12
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 1 and "chat: 1 h of demand history, a forecast needs 50.2 h" in said[0], said
+    assert len(said) == 1 and "chat: 1 h of demand history, a forecast needs 50.3 h" in said[0], said
     seeded = week(snap(NOW))
     assert "chat" in seeded and week.unseeded() == [] and replicas_planned(seeded) == 12
 
@@ -73,7 +73,7 @@ def test_a_service_with_an_hour_of_history_gets_no_forecast_and_the_planner_lend
 def test_a_new_service_answered_with_no_data_waits_a_day_of_watching_and_is_warned_about_once(caplog):
     sf = ServiceForecaster(DemandForecaster(model="seasonal_naive_daily", step_s=STEP), 3600, history=lambda s, n: None)
     t0 = DAY0 + 5 * 3600
-    need = 86400 / STEP + 3600 / STEP + 3   # a day, the horizon, the steps a forecast may be issued before now
+    need = 86400 / STEP + 3600 / STEP + 4   # a day, the horizon, the steps a served forecast may be issued before now
     got = []
     with caplog.at_level(logging.INFO, logger="balancer.forecast.service"):
         for k in range(int(need) + 2):
@@ -81,7 +81,7 @@ def test_a_new_service_answered_with_no_data_waits_a_day_of_watching_and_is_warn
     first = got.index(True)
     assert not any(got[:first]) and all(got[first:]) and first == need   # closed buckets before step k: k
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "a forecast needs 25.2 h" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "a forecast needs 25.3 h" in warnings[0].getMessage()
     assert any("forecast for chat again" in r.getMessage() for r in caplog.records)
     assert sf.unseeded() == []
 
