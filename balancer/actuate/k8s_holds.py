@@ -330,9 +330,11 @@ class Holds:
         victims it evicted, or found terminating already (`Evictions.terminating`), terminate. It said "while the
         evicted pods terminate" where none was evicted, its only victims found terminating already. Where it
         neither evicted nor found any terminating (`resume`, its first eviction refused again: those evicted at an
-        earlier pass are said by the caller), only that the node stays held. Victims no longer running that could not
-        be read (`Evictions.unread`: whether their unanswered eviction landed) are read again at the next pass: they
-        were said "evicted at the next pass", and failing there as "evicting X failed (cannot read X ...)". So is a
+        earlier pass are said by the caller), only that the node stays held. Victims that could not be read
+        (`Evictions.unread`: whether their unanswered eviction landed) are read again at the next pass: they were
+        said "evicted at the next pass", and failing there as "evicting X failed (cannot read X ...)"; where such a
+        victim still ran as the pass saw it, the victim after it, never tried, was said failed with its read's
+        error (the error is the first victim left's: `Evictions.left`). So is a
         victim whose eviction got no answer now (`Evictions.unanswered`): the next pass reads it, counting it where
         the eviction landed, asking it again where it still runs; it was said both "judged at the next pass" and
         "evicted at the next pass". One no longer asked (`EvictionUnanswered`) is not evicted: the node is given back
@@ -348,8 +350,10 @@ class Holds:
         evict = [v for v in done.left if v not in reread]
         then = " and ".join(f"{', '.join(vs)} {'is' if len(vs) == 1 else 'are'} {what}"
                             for vs, what in ((evict, "evicted"), (reread, "read again")) if vs)
-        failed = (f"evicting {done.unanswered[0]} got no answer ({done.error})" if done.unanswered else
-                  f"evicting {evict[0]} failed ({done.error})" if evict else str(done.error))   # else the read's
+        # the error is the first victim left's (`Evictions.left`): a read's where it is read again (`unread_error`)
+        first = done.left[0]
+        failed = (f"evicting {first} got no answer ({done.error})" if done.unanswered else
+                  str(done.error) if first in reread else f"evicting {first} failed ({done.error})")
         return f"; {failed}: {held}, and {then} at the next pass"
 
     def hold_for_starving(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers,

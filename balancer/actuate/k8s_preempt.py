@@ -128,6 +128,12 @@ class EvictionUnanswered(ActuationError):
     (still running): it is not asked again, and `Preemptor.resume` gives the node back (`Evictions.give_back`)."""
 
 
+def unread_error(victim: str, err: ActuationError) -> ActuationError:
+    """The error of a pass that could not read `victim`, whose eviction got no answer earlier (`Preemptor._unsure`),
+    to tell whether that eviction landed (`err`: the read's): it is read again at the next pass, not evicted."""
+    return ActuationError(f"cannot read {victim} to tell whether its unanswered eviction landed: {err}")
+
+
 def stop_labelled(node: Json) -> bool:
     """Whether `node` (as `k8s_reads.node_facts` has it) carries the controller's per-node emergency stop,
     `gputide.io/emergency-stop=true` in any case, as the safety guard reads it."""
@@ -163,7 +169,8 @@ class Evictions:
     went: list[str] = field(default_factory=list)   # of `evicted`: gone already, their earlier eviction unanswered
     # of `left`: the victim whose eviction, asked now, got no answer (or a retry's 404 or 409), judged by the next pass
     unanswered: list[str] = field(default_factory=list)
-    # of `left` (`Preemptor.resume`): no longer running, their unanswered eviction not judged (the read failed)
+    # of `left`: their unanswered eviction not judged (the read failed; `Preemptor.resume`: no longer running, or
+    # `_evict`: running as the pass saw it), their doubt kept: the next pass reads them first
     unread: list[str] = field(default_factory=list)
     # `Preemptor.resume`: a victim's evictions went unanswered `UNANSWERED_ASKS` times while it ran on, nothing else
     # leaves: the node is to be given back (`k8s_holds`), the reservation (`entry`) not written again
@@ -718,7 +725,9 @@ class Preemptor:
         an emergency stop holds (reading evicts nothing; it is evicted again only once the stop is lifted): left
         unread, the hold ran out under the stop (nothing known leaving, it is not renewed), its doubt (`_unsure`) was
         forgotten with it, and the eviction, landed and its budget's disruption spent, was never counted. A victim
-        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_unanswered` counted it)."""
+        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_unanswered` counted it);
+        one whose earlier eviction got no answer and that cannot be read now is `Evictions.unread` (its doubt kept,
+        the next pass reads it first), its error saying so (`unread_error`)."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
             asks = self._unanswered.get((key, node), {}).get(victim)
@@ -737,6 +746,9 @@ class Preemptor:
                 done.left, done.error = [v for v, _ in victims[n:]], err
                 if self._unanswered.get((key, node), {}).get(victim) not in (None, asks):   # counted: next pass judges
                     done.unanswered.append(victim)
+                elif victim in self._unsure.get((key, node), {}):   # not read: its doubt kept, read first next pass
+                    done.unread.append(victim)
+                    done.error = err if self.halted() else unread_error(victim, err)
                 return done
             done.ends.append(ending)
             (done.evicted if evicted else done.terminating).append(victim)
@@ -848,8 +860,7 @@ class Preemptor:
                         victim, key, err)
             done.left.append(victim)
             done.unread.append(victim)
-            done.error = done.error or ActuationError(
-                f"cannot read {victim} to tell whether its unanswered eviction landed: {err}")
+            done.error = done.error or unread_error(victim, err)
             return
         if went:
             done.evicted.append(victim)

@@ -276,6 +276,31 @@ def test_a_read_that_fails_leaves_an_unanswered_victim_to_the_next_pass(kube: Fa
     assert sched.holds.preemptor._unsure == {}
 
 
+def test_a_running_victim_whose_read_fails_after_an_unanswered_eviction_is_said_read_again(kube: FakeKube, api,
+                                                                                           clock):
+    """low-2's unanswered eviction did not land (it runs on); the next pass cannot read it (500, every try), so it
+    keeps its doubt, and the pass after reads it first. Said so: the read failed, low-2 is read again and low-3
+    evicted at the next pass. It was said "evicting default/low-2 failed (pod default/low-2: HTTP 500 ...): ...
+    default/low-2, default/low-3 are evicted at the next pass"; with low-2 marked unread alone, "evicting
+    default/low-3 failed (<low-2's read error>)", low-3 never tried; with `Evictions.unanswered` any victim still in
+    doubt (`_unsure`) rather than one whose eviction was asked now, "evicting default/low-2 got no answer"."""
+    sched, tries = first_pass(kube, api, clock, lambda: None)
+    kube.inject("GET", r"/namespaces/default/pods/low-2$", 500, count=4)   # the read and its 3 retries
+    clock.advance(5)
+    sched.schedule_once()
+    said = sched.reasons["default/urgent"]
+    assert "; cannot read default/low-2 to tell whether its unanswered eviction landed: " in said
+    assert said.endswith(": a stays held, and default/low-3 is evicted and default/low-2 is read again at the next "
+                         "pass.")
+    assert "no answer (" not in said and "evicting default/low-3" not in said and "evicting default/low-2" not in said
+    assert reservations(kube, "a")["default/urgent"]["victims"] == ["default/low-2", "default/low-3"]
+    assert set(sched.holds.preemptor._unsure.get(("default/urgent", "a"), {})) == {"default/low-2"}   # kept
+    assert len(tries) == 4 and not kube.calls("POST", r"/pods/low-3/eviction$")
+    clock.advance(5)
+    sched.schedule_once()                                              # read: running, its eviction asked again
+    assert len(tries) == 8 and sched.preempted == []
+
+
 def test_an_unanswered_eviction_spends_its_budget_for_the_next_preemption(kube: FakeKube, api, clock):
     """p's eviction got no answer, yet landed: the budget covering it (one disruption) is spent. The next preemption
     of the pass, on the budgets as listed, must not count on that disruption: it evicted nothing, yet it tried q2
