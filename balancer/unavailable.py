@@ -4,7 +4,7 @@ and what the hotspot planner counts before it proposes one (`balancer.plan.hotsp
 propose a move the guard would refuse. One function for both: the planner cannot import the guard (they are sibling
 layers), and a copy would drift. Pure functions of the snapshot.
 
-The GPUs of the nodes telemetry has forgotten (`dark_gpus`) are here too: the capacity planner counts the replicas
+The GPUs of the nodes telemetry has forgotten (`dark_per_node`) are here too: the capacity planner counts the replicas
 that may run unseen there with them (`balancer.plan.capacity.view_from_snapshot`).
 """
 
@@ -19,16 +19,13 @@ import numpy as np
 from balancer.model import ClusterSnapshot, WorkloadClass
 
 
-def dark_gpus(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> int:
-    """The GPUs of the `forgotten` nodes (node -> its GPUs forgotten; a node with 0, or a bare collection of names:
-    unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
-    alike). Their models are not known once forgotten: a bound for every service, whatever GPU models it may use.
-    0 at once with none forgotten (the guard asks every review: no pass over the GPUs for nothing)."""
-    return sum(_dark_per_node(snapshot, forgotten))
-
-
-def _dark_per_node(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> list[int]:
-    """`dark_gpus` node by node: a replica runs on one node, so whole replicas are counted per node (`short`)."""
+def dark_per_node(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> list[int]:
+    """The GPUs of each of the `forgotten` nodes (node -> its GPUs forgotten; a node with 0, or a bare collection of
+    names: unknown, counted as the most GPUs a node of the snapshot has, 8 with none: a fleet's GPU nodes are mostly
+    alike). Their models are not known once forgotten: a bound for every service, whatever GPU models it may use. Node
+    by node: a replica runs on one node, so whole replicas are counted per node (`short`, and the capacity planner's
+    replicas that may run unseen: two forgotten 1-GPU boards hold no 2-GPU replica). [] at once with none forgotten
+    (the guard asks every review: no pass over the GPUs for nothing)."""
     counts = forgotten if isinstance(forgotten, Mapping) else dict.fromkeys(forgotten, 0)
     if not counts:
         return []
@@ -97,7 +94,7 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
     guard counts it as both until the settle window passes (`balancer.safety`'s `_count_migration`).
 
     Replicas a node telemetry has forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither
-    `workloads` nor `placements`) are not short: as many as its GPUs hold (`dark_gpus`), else every service with a
+    `workloads` nor `placements`) are not short: as many as its GPUs hold (`dark_per_node`), else every service with a
     replica there would get no migration while it stays dark. As many whole replicas as they hold, node by node (a
     replica runs on one node: two forgotten 1-GPU boards hold no 2-GPU replica): each node's dark GPUs over
     the most GPUs one of the service's inference pods asks (`Workload.gpus`: its pods there are unseen, its others
@@ -111,7 +108,7 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
     node, and excused, its last running replica could be moved."""
     c = _counts(snapshot)
     out = dict(c.unplaced)
-    dark = _dark_per_node(snapshot, snapshot.forgotten_nodes)
+    dark = dark_per_node(snapshot, snapshot.forgotten_nodes)
     for name, st in snapshot.services.items():
         width = c.gpus.get(name, 1)   # a replica is on one node: two dark 1-GPU nodes hold no 2-GPU replica
         excused = 0 if name in moving or not dark else sum(k // width for k in dark)

@@ -21,7 +21,7 @@ from balancer import catalog
 from balancer.model import Action, ClusterSnapshot, ServiceStatus, WorkloadClass
 from balancer.noderules import NO_RULES, NodeRules, Taint
 from balancer.plan.simulate import HOT_TAINT
-from balancer.unavailable import dark_gpus  # the safety guard's count of them too
+from balancer.unavailable import dark_per_node  # the safety guard's count of them too
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -343,8 +343,9 @@ def view_from_snapshot(
     `forget_vanished_after_s`: `ClusterSnapshot.forgotten_nodes`, node -> its GPUs). Their pods have no placement, so
     a service's replicas there read as pending, and a reclaim shrank training every cycle to make room for replicas
     that were running. While a node is forgotten, a service's replicas asked beyond those placed count as running
-    there, as many as the forgotten GPUs hold (`dark_gpus` x the replicas of its pods' gpu_milli one GPU holds /
-    gpus_per_replica: two half-GPU replicas on one dark GPU are two; `ServiceView.unseen`, `CapacityView.unseen`): no
+    there, as many as the forgotten GPUs hold, node by node (`dark_per_node` x the replicas of its pods' gpu_milli one
+    GPU holds / gpus_per_replica: two half-GPU replicas on one dark GPU are two, two dark 1-GPU nodes hold no 2-GPU
+    replica; `ServiceView.unseen`, `CapacityView.unseen`): no
     room is made for them, idle GPUs are still kept for them (they may be pending), and the asks beyond that bound
     are pending as ever (a reclaim makes room for them; the latency net steps from the count with them). A bound
     only: the whole service was held once, and any node forgotten, even one GPU of a node whose others report, held
@@ -423,7 +424,7 @@ def view_from_snapshot(
                # scale it either way, so planning it would shrink training for a scale-up that never goes out
                if name in profiles and groups.get(("inference", name)) not in guarded
                and st.namespace not in protected_namespaces and not (sharded and ("inference", name) not in groups)]
-    dark = dark_gpus(snapshot, forgotten)
+    dark = dark_per_node(snapshot, forgotten)
     # counted from its pods, a service's count misses those on a forgotten node: no count to scale it to (`forgotten`)
     uncounted = tuple(name for name, st in planned if forgotten and not st.replicas_from_spec)
     planned = [(name, st) for name, st in planned if name not in uncounted]
@@ -433,7 +434,8 @@ def view_from_snapshot(
         what those GPUs hold (a fractional replica's pods share a GPU: 1000 // gpu_milli of them to one)."""
         g = groups.get(("inference", name))
         per_gpu = 1000 // m if g is not None and 0 < (m := milli[g]) < 1000 else 1
-        room = dark * per_gpu // max(profiles[name].gpus_per_replica, 1)
+        gpr = max(profiles[name].gpus_per_replica, 1)
+        room = sum(k * per_gpu // gpr for k in dark)   # node by node: a replica runs on one node
         return min(max(st.replicas - placed(name), 0), room)
 
     unseen = {name: n for name, st in planned if (n := unseen_of(name, st))}

@@ -128,3 +128,14 @@ def test_a_forgotten_gpu_holds_as_many_fractional_replicas_as_share_it():
     view, actions = _half(5, {"n1": 1}, 40.0)   # a third beyond the two the GPU holds is pending: room made
     assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(4, 5, 2)]
     assert actions == [("job", 7, 6)]
+
+
+def test_a_replica_of_two_gpus_is_counted_whole_node_by_node():
+    """Two forgotten nodes of one dark GPU each hold no replica of 2 GPUs: chat's asks beyond those placed (its 2
+    GPUs seen are one replica of 2) are all pending. Summed first (2 dark GPUs // 2), one was counted running unseen,
+    and room was made for one too few."""
+    wide = {"chat": ServiceCapacity(name="chat", rps_per_replica=10, warmup_s=300, gpus_per_replica=2)}
+    view = view_from_snapshot(_dark(30.0), wide, forgotten={"n1": 1, "n2": 1})
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(1, 4, 0)]
+    view = view_from_snapshot(_dark(30.0), wide, forgotten={"n1": 2, "n2": 1})
+    assert [(s.replicas, s.desired, s.unseen) for s in view.services] == [(2, 4, 1)]
