@@ -768,7 +768,7 @@ class Preemptor:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
-        self._forget(key, node, victim)   # still running: an eviction asked earlier did not land
+        self._ran(key, node, victim, meta.get("uid") or "")   # still running: no eviction asked earlier landed
         if (asked := self._asks(key, node, victim, meta.get("uid") or "")) >= UNANSWERED_ASKS:
             raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
                                      "not asked again")
@@ -897,6 +897,19 @@ class Preemptor:
             return False
         self._preempted(key, node, victim)
         return True
+
+    def _ran(self, key: str, node: str, victim: str, uid: str) -> None:
+        """`victim`, the pod of `uid`, found running on `node` by `key`'s preemption: no eviction of it that this
+        replica asked earlier landed, whichever preemption asked it. Its doubt is forgotten for `key` and for every
+        other preemption on `node` that asked that pod's eviction without an answer (`_unsure`, by uid), so that at
+        most one preemption ever doubts a pod: kept, a lower one's doubt (given up to `key`, of higher priority,
+        evicting it after, answered) read it terminating at its `release` and counted it again through `on_landed`,
+        with a false Event `Preempted` naming the lower pod. A pod made again under its name since (another uid)
+        keeps the other preemptions' doubts: the pod they asked to evict is no longer there."""
+        self._forget(key, node, victim)
+        for k, n in list(self._unsure):
+            if n == node and self._unsure[(k, n)].get(victim) == uid:
+                self._forget(k, node, victim)
 
     def _forget(self, key: str, node: str, victim: str) -> str | None:
         """The uid of `victim` whose eviction for `key` on `node` got no answer (`_unsure`; None: none), forgotten:
