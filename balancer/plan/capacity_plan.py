@@ -311,8 +311,8 @@ def reclaim_reason(policy: CapacityPolicy, peak: float, need: int, window: float
            f"{window / 60:.0f} min needs {need} replicas")
     if wanted:
         return why + (f" (the job it shrinks has just checkpointed; its next checkpoint and the lead after it are "
-                      f"{wanted / 60:.0f} min away, past the forecast's end: beyond it the forecast is read on later "
-                      "cycles)")
+                      f"{math.ceil(wanted / 60 - 1e-9)} min away, past the forecast's end: beyond it the forecast is "
+                      "read on later cycles)")
     return why + (" (the job it shrinks has just checkpointed)" if window > lead else "")
 
 

@@ -33,3 +33,13 @@ def test_a_window_past_the_forecast_is_cut_where_it_ends_and_the_reason_says_so(
     assert f"within {reach_min} min needs 9 replicas" in reason
     assert "194 min" not in reason.split("(")[0]   # the window read is not the one wanted
     assert f"{(PERIOD - 60.0 + 900.0) / 60:.0f} min away, past the forecast's end" in reason
+
+
+def test_a_wait_seconds_past_the_reach_is_not_said_as_the_reach():
+    # rounded alike, a reach of 140 min and a wanted 140 min 20 s read "within 140 min ... 140 min away, past the
+    # forecast's end" (audit s36a12): the wanted time is rounded up
+    from balancer.plan.capacity import CapacityPolicy
+    from balancer.plan.capacity_plan import reclaim_reason
+
+    why = reclaim_reason(CapacityPolicy(), 90.0, 9, 140 * 60.0, 15 * 60.0, 140 * 60.0 + 20)
+    assert "within 140 min" in why and "141 min away, past the forecast's end" in why, why
