@@ -25,7 +25,10 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            Deployment's or Job's replacement has a new name the per-pod cooldown never saw
     ├── MaxActionsPerCycle       more than `maxActionsPerCycle` actions this cycle (an inference scale-up and the
     │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
-    ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node
+    ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node: those
+    │                            started within `migrationSettleS` on their source and target nodes, and, on its
+    │                            target node, one older (within `cooldownS`) whose owner still has replicas not
+    │                            running (`_short`): its replacement may still be pulling or warming up there
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     │                            (migrations, with those still settling, and, as a PodDisruptionBudget counts them,
     │                            its replicas not running: `_short`); and, within one review, a resize that
@@ -178,10 +181,12 @@ class _Tally:
     """What one review counts as it accepts actions: evictions left in the window, migrations in flight per node
     and per owner, replicas per owner not running (`_short`), placed replicas per owner (for the PodDisruptionBudgets
     given as data) and this review's evictions per cluster PodDisruptionBudget. `per_owner`: the migrations still
-    settling from the ledger; `moved`: those this review accepted."""
+    settling from the ledger; `moved`: those this review accepted; `landing`: per node, those of `per_node` past
+    the settle window whose replacement may not run yet (`_in_flight`), for the refusal to say so."""
 
     budget: int
     per_node: dict[str, int] = field(default_factory=dict)
+    landing: dict[str, int] = field(default_factory=dict)
     per_owner: dict[str, int] = field(default_factory=dict)
     moved: dict[str, int] = field(default_factory=dict)
     short: dict[str, int] = field(default_factory=dict)
@@ -248,11 +253,7 @@ class SafetyGuard:
         the placed replicas per owner."""
         t = _Tally(budget=self.remaining_evictions(ledger, now),
                    short=_short(snapshot, _migrated(ledger, snapshot.services, now, self.policy.cooldown_s)))
-        for _, src, dst, owner in (m for m in ledger.migrations if now - m[0] < self.policy.migration_settle_s):
-            t.per_node[src] = t.per_node.get(src, 0) + 1
-            if dst != src:
-                t.per_node[dst] = t.per_node.get(dst, 0) + 1
-            t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
+        _in_flight(t, ledger, now, self.policy)
         if self.pdbs:
             for w in snapshot.workloads:
                 if w.name in snapshot.placements:
@@ -280,8 +281,10 @@ class SafetyGuard:
         nodes = {s.gpus[a.source_gpus[0]].node, a.target_node}
         for node in nodes:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
+                why = (f", {k} of them older than migrationSettleS ({p.migration_settle_s:.0f} s) with its owner's "
+                       "replica not running yet" if (k := t.landing.get(node)) else "")
                 raise MaxConcurrentMigrations(f"node {node} already has {t.per_node.get(node, 0)} in flight "
-                                              f"(limit {p.max_concurrent_migrations_per_node})")
+                                              f"(limit {p.max_concurrent_migrations_per_node}{why})")
         # summed: a settling migration whose replacement runs already (loading) and a replica Pending for reasons of
         # its own are two down (the larger of the two counted one); a replacement still Pending within the settle
         # window is counted twice until `migrationSettleS` passes, the safe side
@@ -433,6 +436,34 @@ class SafetyGuard:
             if isinstance(a, Migrate):   # `owner`: its pod's owner (`_disrupted_owner` names one for every migration)
                 migrations.append((now, snapshot.gpus[a.source_gpus[0]].node, a.target_node, owner))
         return SafetyLedger(MappingProxyType(last), tuple(evictions), tuple(migrations))
+
+
+def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> None:
+    """Count the ledger's migrations in flight into `t.per_node` and `t.per_owner` (`t.short` already counted).
+
+    One started within `migrationSettleS` counts on its source and its target node, and for its owner. Past that, a
+    migration whose replacement is not running yet is still in flight where it lands: the image pull and the model's
+    warm-up `maxConcurrentMigrationsPerNode` bounds are still ahead on its target node (its source was freed when the
+    pod stopped). The snapshot does not tell which pod is the replacement (the Kubernetes source lists running pods
+    only: a Pending one shows as its owner's spec replicas beyond those placed), so an owner with replicas not running
+    (`_short`) counts as many of its older migrations as it is short, the latest first (the earlier ones had longer
+    to land), each on its target node; for no longer than `cooldownS`, the ledger's lifetime for them (`record`).
+    An owner short for reasons of its own (a replica Pending for want of room) holds its targets' room that long at
+    most: the safe side. One pass over the ledger (its migrations within `cooldownS`), none over the workloads."""
+    kept = max(p.migration_settle_s, p.cooldown_s)
+    older: dict[str, list[tuple[float, str]]] = {}
+    for when, src, dst, owner in ledger.migrations:
+        if now - when < p.migration_settle_s:
+            t.per_node[src] = t.per_node.get(src, 0) + 1
+            if dst != src:
+                t.per_node[dst] = t.per_node.get(dst, 0) + 1
+            t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
+        elif now - when < kept and t.short.get(owner):
+            older.setdefault(owner, []).append((when, dst))
+    for owner, moves in older.items():
+        for _, dst in sorted(moves, reverse=True)[:t.short[owner]]:
+            t.per_node[dst] = t.per_node.get(dst, 0) + 1
+            t.landing[dst] = t.landing.get(dst, 0) + 1
 
 
 def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:
