@@ -11,7 +11,7 @@
                 proposals on a projection and drops those that do not help or do not fit;
 * `guard`       the safety chokepoint (`balancer.safety.SafetyGuard`); its ledger counts the actions applied and
                 those that may have been (`ActionResult.maybe_applied`: a write got no answer), never told to the
-                planner as done;
+                planner as done; a dry run's too, in a what-if ledger of its own that is never handed on (`_WhatIf`);
 * `actuator`    sim, dry-run or Kubernetes; dry-run is just another actuator;
 * `elector`     leader election (`balancer.actuate.leader`): only the leader acts (a standby replica observes
                 nothing and says so); asked again after the telemetry read and before every action, it stops
@@ -53,7 +53,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -110,6 +110,34 @@ def _refused_scale(result: ActionResult) -> bool:
         result.outcome == Outcome.FAILED or result.refused is not None)
 
 
+class _WhatIf:
+    """`guard` as a dry run's hand-over review sees it (`LedgerHandover.review`, `remaining_evictions`): restrained by
+    `what_if`, the ledger with what the dry run answered DRY_RUN as if applied (`Reconciler._settle`), so its audit
+    log and metrics show what a live run would do: each migration once, not every cycle, the eviction budget, the
+    cooldowns, `maxConcurrentMigrationsPerNode` and `maxUnavailablePerWorkload` spent as a live run spends them.
+    Yet nothing it records reaches a successor: `record` adds none of the accepted actions, so the review saves no
+    reservation (a dry run evicts nothing: none is needed), and the ledger a dry run hands on (the Lease, the
+    --ledger-file) is the one it inherited, as before. A live leader after a dry run would otherwise find budgets
+    spent and cooldowns running for actions never taken, and act less."""
+
+    def __init__(self, guard: SafetyGuard, what_if: SafetyLedger) -> None:
+        self.guard, self.what_if = guard, what_if
+
+    @property
+    def policy(self) -> Any:
+        return self.guard.policy
+
+    def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> Review:
+        return self.guard.review(actions, snapshot, ledger.merged(self.what_if), now)
+
+    def remaining_evictions(self, ledger: SafetyLedger, now: float) -> int:
+        return self.guard.remaining_evictions(ledger.merged(self.what_if), now)
+
+    def record(self, ledger: SafetyLedger, applied: Iterable[Action], snapshot: ClusterSnapshot,
+               now: float) -> SafetyLedger:
+        return self.guard.record(ledger, (), snapshot, now)
+
+
 class Reconciler:
     def __init__(self, *, source: TelemetrySource, actuator: Actuator, policy: BalancerPolicy | None = None,
                  guard: SafetyGuard | None = None, clock: Callable[[], float] = time.time,
@@ -127,6 +155,7 @@ class Reconciler:
         self.metrics = metrics or ControllerMetrics()
         self.state = planner_mod.PlannerState()
         self.ledger = SafetyLedger()
+        self.what_if = SafetyLedger()   # a dry run's ledger: `ledger` and what it answered DRY_RUN (`_WhatIf`)
         # a fresh controller has its whole eviction budget; 0 here would page GputideEvictionBudgetExhausted
         self.metrics.eviction_budget.set(self.guard.remaining_evictions(self.ledger, self.clock()))
         self.handover = LedgerHandover(self.elector, self.metrics.registry)   # the ledger, leader to leader
@@ -199,7 +228,7 @@ class Reconciler:
         self.fleet.restart()
         self._last_notes = frozenset()
         self.ledger = self.handover.inherit(self.ledger)
-        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self.guard, self.ledger, self.clock()))
+        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self._guard(), self.ledger, self.clock()))
 
     def _cycle(self) -> CycleReport:
         now = self.clock()
@@ -228,7 +257,7 @@ class Reconciler:
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
             # the ledger with the accepted actions' evictions and cooldowns is saved before any is carried out
-            review = self.handover.review(self.guard, plan.actions, snap, self.ledger, now)
+            review = self.handover.review(self._guard(), plan.actions, snap, self.ledger, now)
             rejected = [(a, exc.reason) for a, exc in review.rejected]
             for a, exc in review.rejected:
                 self.metrics.rejected.labels(reason=exc.reason).inc()
@@ -248,7 +277,7 @@ class Reconciler:
                     self._settle(done, fresh, now)
         finally:
             self._unsent(before, plan.actions, done, refused)
-        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self.guard, self.ledger, now))
+        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self._guard(), self.ledger, now))
         self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 
@@ -279,7 +308,8 @@ class Reconciler:
         believed from before it was met (a spec.replicas sampled before the HPA's clamp ended it:
         `CapBelief.raised_by`), and a refusal's while (`safety.cooldownS`, `hotspots.refusedRetryS`) was cut by how
         long acting took. The review's rejections are refused at the cycle's start (`_cycle`): that is when they were
-        refused."""
+        refused. A dry run's results (DRY_RUN) go into its what-if ledger alone (`_WhatIf`), never told to the planner
+        as done: it would believe a throttle, a taint or a shrink in place that is not, and give it back later."""
         applied = [r.action for r, _ in done if r.outcome == Outcome.APPLIED]
         spent = [(r.action, t) for r, t in done if r.outcome == Outcome.APPLIED or r.maybe_applied]
         self.ledger = self.guard.record(self.ledger, [], fresh, now)   # what left its window since the last cycle
@@ -287,6 +317,9 @@ class Reconciler:
             self.ledger = self.guard.record(self.ledger, [a], fresh, t)
         if spent:
             self.handover.changed(self.ledger)
+        self.what_if = self.guard.record(self.what_if, [], fresh, now)
+        for a, t in ((r.action, t) for r, t in done if r.outcome == Outcome.DRY_RUN):   # on the ledger as it is now
+            self.what_if = self.guard.record(self.ledger.merged(self.what_if), [a], fresh, t)
         self.state = planner_mod.acknowledge(self.state, applied, fresh, [r.action for r, _ in done if r.unchanged
                                                                           and r.outcome == Outcome.APPLIED])
         for r, t in done:   # each dated when its result came: the cycle's start was minutes early after slow acts
@@ -297,6 +330,11 @@ class Reconciler:
                 self.state = planner_mod.refuse(self.state, () if target else [r.action], t,
                                                 targets=[r.action] if target else (),
                                                 scales=[r.action] if _refused_scale(r) else ())
+
+    def _guard(self) -> SafetyGuard | _WhatIf:
+        """The guard as the review and the eviction-budget gauge see it: a dry run's restrained by its what-if ledger
+        too (its actuator's `dry_run`: `DryRunActuator.dry_run`, through a shard's `ShardBound` too)."""
+        return _WhatIf(self.guard, self.what_if) if getattr(self.actuator, "dry_run", False) else self.guard
 
     def _unsent(self, before: Any, planned: tuple[Action, ...], done: list[tuple[ActionResult, float]],
                 refused: list[Action]) -> None:

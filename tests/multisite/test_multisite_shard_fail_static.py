@@ -18,6 +18,7 @@ import pytest
 from balancer.actions import Migrate, Plan, SetPowerLimit, TaintNode
 from balancer.actuate.dryrun import DryRunActuator
 from balancer.cmd._run_parts import ShardBound, bound_to_shard
+from balancer.config import BalancerPolicy, SafetyPolicy
 from balancer.inventory import NodeMeta
 from balancer.loop import Reconciler
 from balancer.telemetry.gpu_frame import FIELDS, FLAGS
@@ -76,7 +77,9 @@ def controller(fleet: Fleet, shard: str | None, planner=taint_every_node) -> Rec
     if shard is not None:
         source = ShardedSource(source, parse_selector(shard, f"{LABEL}={shard}"))
         actuator = bound_to_shard(actuator, source)
-    return Reconciler(source=source, actuator=actuator, planner=planner, clock=lambda: NOW)
+    # no power cooldown: a dry run's taints restrain it as a live run's would, and its clock stands still at NOW
+    return Reconciler(source=source, actuator=actuator, planner=planner, clock=lambda: NOW,
+                      policy=BalancerPolicy(safety=SafetyPolicy(power_cooldown_s=0.0)))
 
 
 def go_dark(fleet: Fleet) -> None:
