@@ -466,27 +466,29 @@ class Holds:
             if j != i and key in node["reservations"]:
                 node["reservations"] = {k: v for k, v in node["reservations"].items() if k != key}
                 offers.update(j)
-                self.preemptor.release(node["name"], key)
                 try:
                     self.api.update_node(node["name"], lambda n: annotation_map_change(
                         n, self.reservation_annotation, {key: None}))
                 except ActuationError as err:   # it expires on its own
                     log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,
                                 node["name"], err)
+                self.preemptor.release(node["name"], key)   # its reads after the give-back (`release_gone`)
 
     def release_gone(self, view: list[Json], waiting: Collection[str]) -> None:
         """Give back at once the nodes this scheduler holds for pods no longer `waiting` (its pending pods, as the
         pass read them: deleted, bound by anyone, finished), out of `view` (before the pass's filters are built) and
         off the nodes; they held the room for no one until they expired (`reserve_s`), while other pods waited.
-        Nothing is written once `halted()` (the pass stops; the next leader does it). A write that fails is logged:
-        the reservation expires on its own."""
+        Nothing is written or read once `halted()` (the pass stops; the next leader does it, and this replica's next
+        term forgets what it doubted: `Preemptor.forget`). A write that fails is logged: the reservation expires on
+        its own. Each hold is released (`Preemptor.release`, which reads the victims whose eviction got no answer,
+        to count those that left) after the node is given back: its reads came first, and an API hanging on them
+        spent the pass's time on them, the give-back waiting a pass, the node held for no one; and they were made,
+        and an Event `Preempted` posted, while halted."""
         for node in view:
             gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []
             if not gone:
                 continue
             node["reservations"] = {k: v for k, v in node["reservations"].items() if k not in gone}
-            for key in gone:
-                self.preemptor.release(node["name"], key)
             if self.preemptor.halted():
                 continue
             log.info("scheduler %s: %s no longer wait(s) for a node: %s given back", self.scheduler_name,
@@ -497,6 +499,8 @@ class Holds:
             except ActuationError as err:   # it expires on its own
                 log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, ", ".join(gone),
                             node["name"], err)
+            for key in gone:
+                self.preemptor.release(node["name"], key)
 
     def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str]) -> None:
         """The pods `evicted` from `node` for a preemption are no one else's victims for the rest of the pass: off
