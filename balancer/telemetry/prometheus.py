@@ -110,6 +110,9 @@ log = logging.getLogger(__name__)
 _ATTRIBUTED_BY = "DCGM_FI_DEV_GPU_TEMP"
 # the same join recorded per GPU (rules/gputide-recording.yaml): what a global view keeping gpu:* series holds
 _ATTRIBUTION_DOWN = "gpu:pod_attribution_down:bool"
+_DOWN_BY_UUID = (_ATTRIBUTED_BY, _ATTRIBUTION_DOWN)
+# gputide's exporter's own health: 0 while the kubelet's PodResources API does not answer it
+_KUBELET_UP = "gputide_pod_resources_up"
 __all__ = ["BOUNDS", "FIELDS", "FLAGS", "OPTIONAL", "PrometheusOptions", "PrometheusTelemetrySource",
            "attribution_query", "connect"]
 
@@ -155,10 +158,35 @@ def _running(workloads: tuple[Workload, ...], placements: Mapping[str, tuple[int
 
 
 def _down_query(selector: str) -> str:
-    """The GPUs whose exporter's kubelet did not answer (`PrometheusTelemetrySource._attribution_down`): the raw
-    join of an exporter's target, or its record, whichever the Prometheus read holds."""
+    """The GPUs, and the hosts, whose exporter's kubelet did not answer (`_split_down`): the raw join of an exporter's
+    target, its record, and the exporter's `gputide_pod_resources_up` 0 named by its `Hostname` label. The record
+    alone lags: a global view (remote write) gets the raw series as they are scraped, the record at the next rule
+    evaluation (up to 15 s on), so a scrape that reads the kubelet down and drops the pods (an exporter scraped each
+    60 s or more, or restarted while the kubelet is down) showed the pods gone while the record still said 0. The
+    up series comes with that very scrape: the shipped PodMonitor sets `Hostname` on every series of the target, so
+    it names the node there as well (a scrape without that label is read by the raw join, where it is local)."""
+    hosts = 'Hostname!=""' + (f",{selector}" if selector else "")
     return (f"{_ATTRIBUTED_BY}{{{selector}}} and on (cluster, job, instance) "
-            f"(gputide_pod_resources_up{{{selector}}} == 0) or {_ATTRIBUTION_DOWN}{{{selector}}} == 1")
+            f"({_KUBELET_UP}{{{selector}}} == 0) or {_ATTRIBUTION_DOWN}{{{selector}}} == 1 "
+            f"or {_KUBELET_UP}{{{hosts}}} == 0")
+
+
+def _split_down(rows: list[dict]) -> tuple[list[dict], set[str], set[str]]:
+    """The rows of a query `or`-ed with `_down_query` -> (the other rows, the UUIDs down, the hosts down), told
+    apart by `__name__` (comparisons and `and` keep the left side's name)."""
+    rest: list[dict] = []
+    uuids: set[str] = set()
+    hosts: set[str] = set()
+    for r in rows:
+        m, _ = _sample(r)
+        name = m.get("__name__")
+        if name in _DOWN_BY_UUID:
+            uuids.add(m.get("UUID", ""))
+        elif name == _KUBELET_UP:
+            hosts.add(m.get("Hostname", ""))
+        else:
+            rest.append(r)
+    return rest, uuids - {""}, hosts - {""}
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:
@@ -467,33 +495,34 @@ class PrometheusTelemetrySource:
             counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))
         return MappingProxyType(counts)
 
-    def _attribution_down(self) -> set[str]:
-        """The GPUs (UUIDs) whose exporter says the kubelet's PodResources API did not answer its last scrape
-        (`gputide_pod_resources_up` 0). Read from the recording rule `gpu:pod_attribution_down:bool` or from the raw
-        join it records, whichever is there, in one query: a global view (federation, remote write) keeps the
-        recorded `gpu:*` series and not the raw `DCGM_FI_*` ones that tie an exporter's target to its GPUs, and a
-        Prometheus whose rules are older than this controller has the raw series only. The raw join is the exporter's
-        target (`cluster`, `job`, `instance`: its GPU temperature, `_ATTRIBUTED_BY`), the `Hostname` the scrape gives
-        it not needed. An exporter without the series (the simulator's, NVML without ``--pod-resources-socket``,
+    def _attribution_down(self) -> tuple[set[str], set[str]]:
+        """The GPUs (UUIDs) and the hosts whose exporter says the kubelet's PodResources API did not answer its last
+        scrape (`gputide_pod_resources_up` 0; `_down_query`), in one query: the recording rule
+        `gpu:pod_attribution_down:bool`, the raw join it records, and the up series by its `Hostname`, whichever is
+        there. A global view (federation, remote write) keeps the recorded `gpu:*` and the `gputide_*` series, not
+        the raw `DCGM_FI_*` ones that tie an exporter's target to its GPUs; the record lags the scrape by a rule
+        evaluation, the up series does not; a Prometheus whose rules are older than this controller has the raw
+        series only. The raw join is the exporter's target (`cluster`, `job`, `instance`: its GPU temperature,
+        `_ATTRIBUTED_BY`). An exporter without the series (the simulator's, NVML without ``--pod-resources-socket``,
         dcgm-exporter) is not down."""
-        rows = self._query(_down_query(self._selector().lstrip(",")))
-        named = (_ATTRIBUTED_BY, _ATTRIBUTION_DOWN)
-        return {m.get("UUID") for m, _ in map(_sample, rows) if m.get("__name__") in named}
+        _, uuids, hosts = _split_down(self._query(_down_query(self._selector().lstrip(","))))
+        return uuids, hosts
 
     def _check_attributed(self, wide: pd.DataFrame, checked: np.ndarray | None) -> None:
         """Refuse (`MissingTelemetry`) the GPUs `checked` (None: every GPU) whose exporter says the kubelet's
         PodResources API did not answer its last scrape (`_attribution_down`): it publishes them without the pods a
         minute later (the last answer kept until then holds no pod placed since), so they would read idle
         (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations."""
-        lacks = wide["UUID"].isin(self._attribution_down()).to_numpy(dtype=bool) & (True if checked is None
-                                                                                    else checked)
+        uuids, hosts = self._attribution_down()
+        lacks = ((wide["UUID"].isin(uuids) | wide["hostname"].isin(hosts)).to_numpy(dtype=bool)
+                 & (True if checked is None else checked))
         if lacks.any():
-            hosts = sorted(set(wide["hostname"][lacks]), key=_natural_key)
-            uuids = tuple(wide["UUID"][lacks])
+            hosts_ = sorted(set(wide["hostname"][lacks]), key=_natural_key)
+            uuids_ = tuple(wide["UUID"][lacks])
             raise MissingTelemetry(f"the kubelet PodResources API is not answering gputide's exporter on "
-                                   f"{len(hosts)} node(s) ({', '.join(hosts[:5])}; gputide_pod_resources_up 0): "
-                                   f"their {len(uuids)} GPU(s) are published without their pods, which would read "
-                                   f"idle: {', '.join(uuids[:5])}", subjects=uuids)
+                                   f"{len(hosts_)} node(s) ({', '.join(hosts_[:5])}; gputide_pod_resources_up 0): "
+                                   f"their {len(uuids_)} GPU(s) are published without their pods, which would read "
+                                   f"idle: {', '.join(uuids_[:5])}", subjects=uuids_)
 
     def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         rows = self._query(attribution_query(self._selector().lstrip(",")))
@@ -527,8 +556,10 @@ class PrometheusTelemetrySource:
         rows = self._query(f"gpu:temperature_headroom:celsius{{{sel}}} and {on} "
                            f"(time() - gpu:last_sample:timestamp_seconds{{{sel}}} {ages}) "
                            f"unless {on} (gpu:readings_frozen:bool{{{sel}}} == 1)")
-        busy = {_sample(r)[0].get("UUID")
-                for r in self._query(f"count by (UUID) ({attribution_query(sel)} or ({_down_query(sel)}))")}
+        pods, down, hosts = _split_down(self._query(f"count by (UUID) ({attribution_query(sel)}) "
+                                                    f"or ({_down_query(sel)})"))
+        busy = {_sample(r)[0].get("UUID") for r in pods} | down | {
+            m.get("UUID") for m, _ in map(_sample, rows) if m.get("hostname") in hosts}
         health = health_frame(self._query(f'{{__name__=~"{"|".join(HEALTH_RULES)}"{self._selector()}}}'),
                               (_sample(r)[0].get("UUID", "") for r in rows))
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})
