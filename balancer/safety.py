@@ -27,8 +27,9 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            training shrinks that reclaim GPUs for it count, but are never refused by it)
     ├── MaxConcurrentMigrations  more than `maxConcurrentMigrationsPerNode` migrations in flight on a node: those
     │                            started within `migrationSettleS` on their source and target nodes, and, on its
-    │                            target node, one older (within `cooldownS`) whose owner still has replicas not
-    │                            running (`_short`): its replacement may still be pulling or warming up there
+    │                            target node, one older (within `cooldownS`) among the latest as many of its owner's
+    │                            as it has replicas not running (`_short`): its replacement may still be pulling or
+    │                            warming up there
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     │                            (migrations, with those still settling, and, as a PodDisruptionBudget counts them,
     │                            its replicas not running: `_short`); and, within one review, a resize that
@@ -446,24 +447,30 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
     warm-up `maxConcurrentMigrationsPerNode` bounds are still ahead on its target node (its source was freed when the
     pod stopped). The snapshot does not tell which pod is the replacement (the Kubernetes source lists running pods
     only: a Pending one shows as its owner's spec replicas beyond those placed), so an owner with replicas not running
-    (`_short`) counts as many of its older migrations as it is short, the latest first (the earlier ones had longer
-    to land), each on its target node; for no longer than `cooldownS`, the ledger's lifetime for them (`record`).
-    An owner short for reasons of its own (a replica Pending for want of room) holds its targets' room that long at
-    most: the safe side. One pass over the ledger (its migrations within `cooldownS`), none over the workloads."""
+    (`_short`) is taken to be waiting on as many of its migrations as it is short, the latest first (the earlier ones
+    had longer to land), chosen among all of them, those still settling too: one of those is the likelier one
+    Pending, and it counts on its nodes already. Those chosen past the settle window count on their target node, for
+    no longer than `cooldownS`, the ledger's lifetime for them (`record`). Chosen among the older ones only, an owner
+    short one replica whose move 20 s ago was Pending held the target of a move 5 minutes ago whose replacement
+    had landed. An owner short for reasons of its own (a replica Pending for want of room) holds its targets' room
+    that long at most: the safe side. One pass over the ledger (its migrations within `cooldownS`), none over the
+    workloads."""
     kept = max(p.migration_settle_s, p.cooldown_s)
-    older: dict[str, list[tuple[float, str]]] = {}
+    recent: dict[str, list[tuple[float, str, bool]]] = {}   # owner short -> (when, target, still settling)
     for when, src, dst, owner in ledger.migrations:
-        if now - when < p.migration_settle_s:
+        settling = now - when < p.migration_settle_s
+        if settling:
             t.per_node[src] = t.per_node.get(src, 0) + 1
             if dst != src:
                 t.per_node[dst] = t.per_node.get(dst, 0) + 1
             t.per_owner[owner] = t.per_owner.get(owner, 0) + 1
-        elif now - when < kept and t.short.get(owner):
-            older.setdefault(owner, []).append((when, dst))
-    for owner, moves in older.items():
-        for _, dst in sorted(moves, reverse=True)[:t.short[owner]]:
-            t.per_node[dst] = t.per_node.get(dst, 0) + 1
-            t.landing[dst] = t.landing.get(dst, 0) + 1
+        if now - when < kept and t.short.get(owner):
+            recent.setdefault(owner, []).append((when, dst, settling))
+    for owner, moves in recent.items():
+        for _, dst, settling in sorted(moves, reverse=True)[:t.short[owner]]:
+            if not settling:   # one still settling counts on its nodes already
+                t.per_node[dst] = t.per_node.get(dst, 0) + 1
+                t.landing[dst] = t.landing.get(dst, 0) + 1
 
 
 def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:

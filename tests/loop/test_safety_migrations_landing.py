@@ -82,3 +82,17 @@ def test_an_owner_short_one_replica_holds_the_target_of_its_latest_migration_onl
     r = GUARD.review([move("b-0", 4, 10), move("c-0", 1, 6)], snap, ledger, NOW)
     assert reasons(r) == [("inference/b-0", "max_concurrent_migrations")]
     assert r.accepted == (move("c-0", 1, 6),)
+
+
+def test_the_shortfall_is_blamed_on_the_latest_move_even_one_still_settling():
+    """svc-a's a-0 moved n0 -> n1 300 s ago and its replacement runs on n1; a-2 moved within n2 20 s ago and its
+    replacement is Pending: svc-a is short 1, a-2's (the latest), which counts on n2 already. n1's move has landed:
+    c-0 may go there. Before, the shortfall was blamed on the latest of the moves past the settle window, a-0's."""
+    ledger = moved(moved(SafetyLedger(), "a-0", 0, 5, NOW - 300), "a-2", 8, 9, NOW - 20)   # n0 -> n1, n2 -> n2
+    pods = [(pod("a-1", "svc-a"), (2,)), (pod("a-0new", "svc-a"), (5,)), (pod("a-2new", "svc-a"), ()),
+            (pod("b-0", "svc-b"), (4,)), (pod("c-0", "svc-c"), (1,))]
+    snap = snapshot(FL, workloads=pods)
+    assert GUARD.review([move("c-0", 1, 6)], snap, ledger, NOW).accepted == (move("c-0", 1, 6),)   # n0 -> n1
+    r = GUARD.review([move("c-0", 1, 10)], snap, ledger, NOW)   # n0 -> n2: a-2 settles there, counted once
+    assert reasons(r) == [("inference/c-0", "max_concurrent_migrations")]
+    assert "node n2 already has 1 in flight (limit 1)" in str(r.rejected[0][1])
