@@ -62,10 +62,12 @@ connection reset; or a retry's 404 or 409 after such a try) may have landed: whe
 is left to evict, remembered by uid for the rest of the preemption in the replica's term (`Preemptor._unsure`); found
 terminating or gone by a later pass (not finished on its own), it is counted and said as evicted, with its Event
 `Preempted` (`Evictions`), while a victim the replica never asked to evict is not. A victim whose evictions get no
-answer `UNANSWERED_ASKS` times in a row, found running after each, is not asked again: with nothing else leaving,
-the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`); each
-such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
-outlasts the passes that count them, however far apart. They are counted by the victim's uid: a pod made again under
+answer `UNANSWERED_ASKS` times in the preemption, found running after each, is not asked again: with nothing else
+leaving, the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`);
+each such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
+outlasts the passes that count them, however far apart. An answered refusal between them (429: a budget, or
+throttling) does not begin the count again: it says nothing of whether they landed, and counted "in a row" the
+unanswered ones renewed the hold up to the hour's cap. They are counted by the victim's uid: a pod made again under
 its name (a StatefulSet's) starts its own count (`Preemptor._asks`).
 """
 
@@ -182,8 +184,10 @@ class Evictions:
         the hold by `reserve_s`, as one that landed would. Unrenewed (nothing known leaving), the hold ran out
         `reserve_s` after the preemption began, and with it the count of unanswered asks (`Preemptor.held`): with
         passes 100 s or more apart the 4th pass, which gives the node back, came after it, and the pod preempted
-        afresh, asking again unanswered, for ever. Renewed only by a new ask, at most `UNANSWERED_ASKS` in a row
-        before the victim is asked no more, it holds the node no longer than that."""
+        afresh, asking again unanswered, for ever. Renewed only by a new unanswered ask, at most `UNANSWERED_ASKS`
+        of a victim in the preemption (an answered refusal between them does not begin the count again:
+        `Preemptor._ask`) before it is asked no more, it holds the node no longer than that (`reserve_s` past the
+        last, where nothing else leaves)."""
         return [*self.ends, *([now] if self.unanswered else [])]
 
     @property
@@ -447,7 +451,8 @@ class Preemptor:
         # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
         # (`_landed`, `_forget`) or the preemption ends (`release`, which reads it first; `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
-        # (pod, node) -> {victim: (its uid, evictions of that pod asked in a row that got no answer: `_ask`)}, kept and
+        # (pod, node) -> {victim: (its uid, evictions of that pod asked in the preemption that got no answer: `_ask`;
+        # an answered refusal between them does not begin the count again)}, kept and
         # forgotten as `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back
         # (`resume`). By uid: a pod made again under the victim's name (a StatefulSet's) starts its own count
         self._unanswered: dict[tuple[str, str], dict[str, tuple[str, int]]] = {}
@@ -650,7 +655,7 @@ class Preemptor:
         one it never asked to evict (another leader's term, an owner deleting it) is not. One it cannot read now
         stays left (`Evictions.left`, the read's error `Evictions.error`), its doubt asked again at the next pass.
 
-        A victim whose evictions got no answer `UNANSWERED_ASKS` times in a row, found still running after each (so
+        A victim whose evictions got no answer `UNANSWERED_ASKS` times in all, found still running after each (so
         none landed), is not asked again (`EvictionUnanswered`); with nothing else leaving the node (no victim
         terminating, none left unread), the node is to be given back (`Evictions.give_back`, the reservation not
         written again: `k8s_holds` gives it back, clears the nomination, and the pod plans afresh). Kept, the hold
@@ -788,8 +793,12 @@ class Preemptor:
         `after_unanswered`): what a landed earlier try leaves (the pod gone; terminating, or made again under its
         name), which `writes` takes for a definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the
         next pass. Such an eviction spends its `budgets` as one answered does (`_spend`): it may have used their
-        disruptions. `resume` names none. Unanswered asks in a row are counted (`_unanswered`), an answer ends the
-        count."""
+        disruptions. `resume` names none. Unanswered asks are counted (`_unanswered`) for the preemption: an answered
+        refusal (a 429: the budget, or throttling) leaves the count as it is, for it says nothing of whether the
+        unanswered ones landed (each was found not landed, the victim running). Begun again by each answer, a victim
+        answered now and then (no answer, no answer, 429, ...) never reached `UNANSWERED_ASKS`, and each unanswered
+        ask renewed the hold (`Evictions.holding`): the node was held up to the hour's cap (`MAX_HOLD_S`), then
+        preempted afresh, for ever. One that went through ends it (the victim terminates, asked no more)."""
         ns, name = victim.split("/", 1)
         what = f"evict pod {victim}"
         with self.api.writes() as unanswered:
@@ -802,12 +811,13 @@ class Preemptor:
                     self._spend(budgets)
                 if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
                     self._unsure.setdefault((key, node), {})[victim] = uid
-                self._count(key, node, victim, pod, unsure)
+                if unsure:   # an answered refusal (a 429: a budget, throttling) leaves the count as it is
+                    self._count(key, node, victim, pod, True)
                 raise
-            self._count(key, node, victim, pod, False)
+            self._count(key, node, victim, pod, False)   # it went through: the victim terminates, asked no more
 
     def _asks(self, key: str, node: str, victim: str, uid: str) -> int:
-        """How many evictions of `victim` for `key` on `node` in a row got no answer (`_unanswered`), counted only
+        """How many evictions of `victim` for `key` on `node` got no answer (`_unanswered`), counted only
         while it is the pod of that `uid`: one made again under its name since (a StatefulSet's) was never asked.
         Counted by name, it inherited the count of the pod it replaced, and was given up on (its node given back)
         after fewer unanswered asks than `UNANSWERED_ASKS`."""
@@ -815,8 +825,8 @@ class Preemptor:
         return asked if said == uid else 0
 
     def _count(self, key: str, node: str, victim: str, pod: Json, unanswered: bool) -> None:
-        """`victim`'s eviction for `key` on `node` asked (`pod` as read): one more unanswered in a row of that pod
-        (`_unanswered`, by its uid: `_asks`), or answered, which ends the count."""
+        """`victim`'s eviction for `key` on `node` asked (`pod` as read): one more unanswered of that pod
+        (`_unanswered`, by its uid: `_asks`), or gone through, which ends the count (`_ask`: not a refusal)."""
         asks = self._unanswered.setdefault((key, node), {})
         if unanswered:
             uid = (pod.get("metadata") or {}).get("uid") or ""
