@@ -78,7 +78,14 @@ from balancer.plan import capacity_loop
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity_plan import readable_forecasts
 from balancer.plan.simulate import Projection
-from balancer.safety import EmergencyStop, Review, SafetyGuard, SafetyLedger, check_telemetry
+from balancer.safety import (
+    EmergencyStop,
+    MaxConcurrentMigrations,
+    Review,
+    SafetyGuard,
+    SafetyLedger,
+    check_telemetry,
+)
 from balancer.safety_groups import whole_groups
 from balancer.telemetry.base import TelemetrySource
 
@@ -263,8 +270,11 @@ class Reconciler:
                 self.metrics.rejected.labels(reason=exc.reason).inc()
                 log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
-            # a refused migration is not offered again for a while: its hot GPU is throttled instead
-            self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected], now)
+            # a refused migration is not offered again for a while: its hot GPU is throttled instead; one refused for
+            # its target node alone (`MaxConcurrentMigrations.target_only`) is kept off that node only
+            at = {id(a) for a, exc in review.rejected if isinstance(exc, MaxConcurrentMigrations) and exc.target_only}
+            self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected if id(a) not in at], now,
+                                            targets=[a for a, _ in review.rejected if id(a) in at])
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
             accepted = list(review.accepted)
             if accepted:

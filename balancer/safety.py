@@ -29,7 +29,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            started within `migrationSettleS` on their source and target nodes, and, on its
     │                            target node, one older (within `cooldownS`) among the latest as many of its owner's
     │                            as it has replicas not running (`_short`): its replacement may still be pulling or
-    │                            warming up there
+    │                            warming up there (the refusal names its owner). Refused for its target node alone
+    │                            (`target_only`: its source has room), the pod may go elsewhere at once
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     │                            (migrations, with those still settling, and, as a PodDisruptionBudget counts them,
     │                            its replicas not running: `_short`); and, within one review, a resize that
@@ -182,12 +183,12 @@ class _Tally:
     """What one review counts as it accepts actions: evictions left in the window, migrations in flight per node
     and per owner, replicas per owner not running (`_short`), placed replicas per owner (for the PodDisruptionBudgets
     given as data) and this review's evictions per cluster PodDisruptionBudget. `per_owner`: the migrations still
-    settling from the ledger; `moved`: those this review accepted; `landing`: per node, those of `per_node` past
-    the settle window whose replacement may not run yet (`_in_flight`), for the refusal to say so."""
+    settling from the ledger; `moved`: those this review accepted; `landing`: per node, the owners of those of
+    `per_node` past the settle window whose replacement may not run yet (`_in_flight`), for the refusal to say so."""
 
     budget: int
     per_node: dict[str, int] = field(default_factory=dict)
-    landing: dict[str, int] = field(default_factory=dict)
+    landing: dict[str, list[str]] = field(default_factory=dict)
     per_owner: dict[str, int] = field(default_factory=dict)
     moved: dict[str, int] = field(default_factory=dict)
     short: dict[str, int] = field(default_factory=dict)
@@ -279,13 +280,11 @@ class SafetyGuard:
         p, s = self.policy, ctx.snapshot
         w = s.workload_by_name[a.workload]
         owner = w.owner or w.name
-        nodes = {s.gpus[a.source_gpus[0]].node, a.target_node}
+        nodes = dict.fromkeys((s.gpus[a.source_gpus[0]].node, a.target_node))   # the source first: see below
         for node in nodes:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
-                why = (f", {k} of them older than migrationSettleS ({p.migration_settle_s:.0f} s) with its owner's "
-                       "replica not running yet" if (k := t.landing.get(node)) else "")
-                raise MaxConcurrentMigrations(f"node {node} already has {t.per_node.get(node, 0)} in flight "
-                                              f"(limit {p.max_concurrent_migrations_per_node}{why})")
+                # the target alone full, the pod may go elsewhere; its own node full, nowhere (`target_only`)
+                raise MaxConcurrentMigrations(_in_flight_on(node, t, p), target_only=node not in _sources(a, s))
         # summed: a settling migration whose replacement runs already (loading) and a replica Pending for reasons of
         # its own are two down (the larger of the two counted one); a replacement still Pending within the settle
         # window is counted twice until `migrationSettleS` passes, the safe side
@@ -470,7 +469,18 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
         for _, dst, settling in sorted(moves, reverse=True)[:t.short[owner]]:
             if not settling:   # one still settling counts on its nodes already
                 t.per_node[dst] = t.per_node.get(dst, 0) + 1
-                t.landing[dst] = t.landing.get(dst, 0) + 1
+                t.landing.setdefault(dst, []).append(owner)
+
+
+def _in_flight_on(node: str, t: _Tally, p: SafetyPolicy) -> str:
+    """Why `node` takes no more migrations: those in flight there, naming the owners of those past the settle window
+    still landing (`_in_flight`): whose replacement the next move waits on, and whether its owner's pods are Pending
+    for another reason."""
+    owners = t.landing.get(node, [])
+    why = (f", {len(owners)} of them older than migrationSettleS ({p.migration_settle_s:.0f} s) with its owner's "
+           f"replica not running yet: {', '.join(sorted(set(owners)))}" if owners else "")
+    limit = p.max_concurrent_migrations_per_node
+    return f"node {node} already has {t.per_node.get(node, 0)} in flight (limit {limit}{why})"
 
 
 def _stopping_on(a: Action, ctx: ReviewContext) -> set[str]:

@@ -31,7 +31,15 @@ class MaxActionsPerCycle(SafetyViolation):
 
 
 class MaxConcurrentMigrations(SafetyViolation):
+    """`target_only`: refused for its target node alone, its source having room: the pod may move elsewhere at once
+    (the loop keeps it off that node only, `planner.refuse(..., targets=...)`); a full source node is the pod's own,
+    whatever the target: it is not moved for a while."""
+
     reason = "max_concurrent_migrations"
+
+    def __init__(self, message: str, *, target_only: bool = False) -> None:
+        super().__init__(message)
+        self.target_only = target_only
 
 
 class MaxUnavailable(SafetyViolation):
