@@ -41,8 +41,9 @@ again, the same move was refused every cycle. The loop folds such refusals in wi
 (which ones: the actuator's result says so, `ActionResult.refused`), and for `hotspots.refusedTargetRetryS` the
 workload's moves skip that node: the hotspot planner's target filter and the consolidation engine's
 (`PodRequest.excluded_nodes`) leave it out, so the next-best target is chosen, or, where there is none, the hot GPU is
-throttled. Other failures, and the guard's refusals, keep the workload from moving at all for
-`hotspots.refusedRetryS` (`refused_moves`).
+throttled. The guard's `maxConcurrentMigrationsPerNode` refusal for the target node alone (a replacement still
+landing there: `MaxConcurrentMigrations.target_only`) is folded in the same way. Other failures, and the guard's other
+refusals, keep the workload from moving at all for `hotspots.refusedRetryS` (`refused_moves`).
 
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
