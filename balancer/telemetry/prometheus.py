@@ -158,13 +158,18 @@ def _running(workloads: tuple[Workload, ...], placements: Mapping[str, tuple[int
 
 
 def _down_query(selector: str) -> str:
-    """The GPUs, and the hosts, whose exporter's kubelet did not answer (`_split_down`): the raw join of an exporter's
-    target, its record, and the exporter's `gputide_pod_resources_up` 0 named by its `Hostname` label. The record
-    alone lags: a global view (remote write) gets the raw series as they are scraped, the record at the next rule
-    evaluation (up to 15 s on), so a scrape that reads the kubelet down and drops the pods (an exporter scraped each
-    60 s or more, or restarted while the kubelet is down) showed the pods gone while the record still said 0. The
-    up series comes with that very scrape: the shipped PodMonitor sets `Hostname` on every series of the target, so
-    it names the node there as well (a scrape without that label is read by the raw join, where it is local)."""
+    """The GPUs, and the hosts, whose exporter says the kubelet's PodResources API did not answer its last scrape
+    (`gputide_pod_resources_up` 0; `_split_down` tells them apart), read with the pods
+    (`PrometheusTelemetrySource._workloads`, `gpu_facts`): the recording rule `gpu:pod_attribution_down:bool`, the raw
+    join it records, and the up series by its `Hostname` label, whichever is there. A global view (federation,
+    remote write) keeps the recorded `gpu:*` and the `gputide_*` series, not the raw `DCGM_FI_*` ones that tie an
+    exporter's target (`cluster`, `job`, `instance`: its GPU temperature, `_ATTRIBUTED_BY`) to its GPUs; a Prometheus
+    whose rules are older than this controller has the raw series only. The record alone lags: a global view (remote
+    write) gets the raw series as they are scraped, the record at the next rule evaluation (up to 15 s on), so a
+    scrape that reads the kubelet down and drops the pods (an exporter scraped each 60 s or more, or restarted while
+    the kubelet is down) showed the pods gone while the record still said 0. The up series comes with that very
+    scrape: the shipped PodMonitor sets `Hostname` on every series of the target, so it names the node there as well
+    (a scrape without that label is read by the raw join, where it is local)."""
     hosts = 'Hostname!=""' + (f",{selector}" if selector else "")
     return (f"{_ATTRIBUTED_BY}{{{selector}}} and on (cluster, job, instance) "
             f"({_KUBELET_UP}{{{selector}}} == 0) or {_ATTRIBUTION_DOWN}{{{selector}}} == 1 "
@@ -328,14 +333,7 @@ class PrometheusTelemetrySource:
         arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
         check_values(arrays_, wide, checked)
         arrays_ = with_unknown(arrays_, self._health_unknown(wide))
-        self._check_attributed(wide, checked)
-        workloads, placements = self._workloads({g.uuid: g.index for g in gpus})
-        # asked again after the pods: each is a query of its own, at its own evaluation time, and an exporter scraped
-        # no more often than it keeps the kubelet's last answer (60 s: Prometheus's default 1m scrape interval) drops
-        # the pods in the very scrape that first reads the kubelet down; landing between the two, the pods read were
-        # gone while the check before read up. After them, that scrape is seen (the one before the pods, in turn,
-        # guards the scrape where the kubelet answers again, whose pods and up come back together)
-        self._check_attributed(wide, checked)
+        workloads, placements = self._workloads(wide, checked, {g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
@@ -495,25 +493,13 @@ class PrometheusTelemetrySource:
             counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))
         return MappingProxyType(counts)
 
-    def _attribution_down(self) -> tuple[set[str], set[str]]:
-        """The GPUs (UUIDs) and the hosts whose exporter says the kubelet's PodResources API did not answer its last
-        scrape (`gputide_pod_resources_up` 0; `_down_query`), in one query: the recording rule
-        `gpu:pod_attribution_down:bool`, the raw join it records, and the up series by its `Hostname`, whichever is
-        there. A global view (federation, remote write) keeps the recorded `gpu:*` and the `gputide_*` series, not
-        the raw `DCGM_FI_*` ones that tie an exporter's target to its GPUs; the record lags the scrape by a rule
-        evaluation, the up series does not; a Prometheus whose rules are older than this controller has the raw
-        series only. The raw join is the exporter's target (`cluster`, `job`, `instance`: its GPU temperature,
-        `_ATTRIBUTED_BY`). An exporter without the series (the simulator's, NVML without ``--pod-resources-socket``,
-        dcgm-exporter) is not down."""
-        _, uuids, hosts = _split_down(self._query(_down_query(self._selector().lstrip(","))))
-        return uuids, hosts
-
-    def _check_attributed(self, wide: pd.DataFrame, checked: np.ndarray | None) -> None:
+    def _check_attributed(self, wide: pd.DataFrame, checked: np.ndarray | None, uuids: set[str],
+                          hosts: set[str]) -> None:
         """Refuse (`MissingTelemetry`) the GPUs `checked` (None: every GPU) whose exporter says the kubelet's
-        PodResources API did not answer its last scrape (`_attribution_down`): it publishes them without the pods a
-        minute later (the last answer kept until then holds no pod placed since), so they would read idle
-        (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations."""
-        uuids, hosts = self._attribution_down()
+        PodResources API did not answer its last scrape (`uuids`, or on `hosts`: `_down_query`): it publishes them
+        without the pods a minute later (the last answer kept until then holds no pod placed since), so they would
+        read idle (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations. An exporter
+        without the series (the simulator's, NVML without ``--pod-resources-socket``, dcgm-exporter) is not down."""
         lacks = ((wide["UUID"].isin(uuids) | wide["hostname"].isin(hosts)).to_numpy(dtype=bool)
                  & (True if checked is None else checked))
         if lacks.any():
@@ -524,8 +510,17 @@ class PrometheusTelemetrySource:
                                    f"their {len(uuids_)} GPU(s) are published without their pods, which would read "
                                    f"idle: {', '.join(uuids_[:5])}", subjects=uuids_)
 
-    def _workloads(self, index: Mapping[str, int]) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
-        rows = self._query(attribution_query(self._selector().lstrip(",")))
+    def _workloads(self, wide: pd.DataFrame, checked: np.ndarray | None, index: Mapping[str, int],
+                   ) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
+        """The pods on the GPUs (`attribution.attributed`), read in one query with the GPUs and hosts whose kubelet
+        did not answer (`_down_query`, the rows told apart by `__name__`), which refuse the reading where `checked`
+        (`_check_attributed`). One query: Prometheus evaluates it at one instant over one view, so a scrape that
+        drops a node's pods as it reads the kubelet down (an exporter scraped each 60 s or more) is seen whole or
+        not at all. The check asked apart, before the pods and again after them, cost two more queries a snapshot,
+        each reading every GPU's temperature and record series."""
+        sel = self._selector().lstrip(",")
+        rows, uuids, hosts = _split_down(self._query(f"{attribution_query(sel)} or ({_down_query(sel)})"))
+        self._check_attributed(wide, checked, uuids, hosts)
         overrides = self.workload_overrides
         finished = getattr(overrides, "finished_pods", None)   # KubernetesWorkloads: pods Succeeded or Failed
         return attributed(rows, index, dict(overrides()) if overrides else {},
@@ -546,7 +541,7 @@ class PrometheusTelemetrySource:
         reading); such a GPU is left out, never guessed, as the snapshot refuses it. Also the GPUs a pod is
         attributed to (`attribution_query`) and the unhealthy ones, those the reconcile loop keeps from new work
         (`ClusterSnapshot.healthy`: a fatal XID, bad memory, health unknown; `node_facts.unhealthy`). The GPUs of
-        an exporter whose kubelet did not answer (`_attribution_down`: the snapshot refuses them) count busy too:
+        an exporter whose kubelet did not answer (`_down_query`: the snapshot refuses them) count busy too:
         their pods are not published, so none is known free, and the scheduler fills free slots first; in the same
         query as the pods, so a scrape that drops the pods as it reads the kubelet down is never read half. Raises
         `TelemetryError` subclasses like `snapshot()`; the caller decides what to do without the facts (the

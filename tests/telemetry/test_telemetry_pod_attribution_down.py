@@ -13,18 +13,20 @@ from balancer.errors import MissingTelemetry
 
 
 class KubeletDown(FakeClient):
-    """FakeClient whose gputide exporter on `down` hosts says the kubelet did not answer: the query joining its GPU
-    temperature to `gputide_pod_resources_up == 0` answers those GPUs' temperature series."""
+    """FakeClient whose gputide exporter on `down` hosts says the kubelet did not answer: the query reading the pods
+    `or` the join of their GPU temperature to `gputide_pod_resources_up == 0` answers those GPUs' temperature series
+    too."""
 
     def __init__(self, down=(), **kw):
         super().__init__(**kw)
         self.down = set(down)
 
     def custom_query(self, promql):
-        if promql.startswith("DCGM_FI_DEV_GPU_TEMP") and "gputide_pod_resources_up" in promql:
-            return [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "Hostname": host, "gpu": gpu, "UUID": uuid,
-                                "instance": f"{host}:9835", "job": "gputide/gputide-exporter"}, "value": [NOW, "60"]}
-                    for host, gpu, uuid, _ in GPUS if host in self.down]
+        if promql.startswith("gputide_gpu_workload_info") and "gputide_pod_resources_up" in promql:
+            return super().custom_query(promql) + [
+                {"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "Hostname": host, "gpu": gpu, "UUID": uuid,
+                            "instance": f"{host}:9835", "job": "gputide/gputide-exporter"}, "value": [NOW, "60"]}
+                for host, gpu, uuid, _ in GPUS if host in self.down]
         return super().custom_query(promql)
 
 
