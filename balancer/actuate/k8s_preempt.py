@@ -449,7 +449,8 @@ class Preemptor:
         self._said_stop: str | None = None
         # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction may have landed unseen
         # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
-        # (`_landed`, `_forget`) or the preemption ends (`release`, which reads it first; `held`, `forget`)
+        # (`_landed`, `_forget`), another preemption's eviction of it is sent (`_overtaken`) or the preemption ends
+        # (`release`, which reads it first; `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
         # (pod, node) -> {victim: (its uid, evictions of that pod asked in the preemption that got no answer: `_ask`;
         # an answered refusal between them does not begin the count again)}, kept and
@@ -773,7 +774,7 @@ class Preemptor:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
-        self._ran(key, node, victim, meta.get("uid") or "")   # still running: no eviction asked earlier landed
+        self._forget(key, node, victim)   # still running: no eviction it asked earlier landed (yet: `_ask`)
         if (asked := self._asks(key, node, victim, meta.get("uid") or "")) >= UNANSWERED_ASKS:
             raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
                                      "not asked again")
@@ -798,9 +799,11 @@ class Preemptor:
         unanswered ones landed (each was found not landed, the victim running). Begun again by each answer, a victim
         answered now and then (no answer, no answer, 429, ...) never reached `UNANSWERED_ASKS`, and each unanswered
         ask renewed the hold (`Evictions.holding`): the node was held up to the hour's cap (`MAX_HOLD_S`), then
-        preempted afresh, for ever. One that went through ends it (the victim terminates, asked no more)."""
+        preempted afresh, for ever. One that went through ends it (the victim terminates, asked no more). Sent, gone
+        through or unanswered, it takes over the other preemptions' doubts of that pod (`_overtaken`)."""
         ns, name = victim.split("/", 1)
         what = f"evict pod {victim}"
+        uid = (pod.get("metadata") or {}).get("uid")
         with self.api.writes() as unanswered:
             try:
                 self.api(what, self.api.core.create_namespaced_pod_eviction, name, ns, eviction(pod),
@@ -809,11 +812,13 @@ class Preemptor:
                 unsure = what in unanswered or isinstance(err, NotFoundError | ConflictError) and err.after_unanswered
                 if unsure:
                     self._spend(budgets)
-                if unsure and (uid := (pod.get("metadata") or {}).get("uid")):
+                    self._overtaken(key, node, victim, uid)
+                if unsure and uid:
                     self._unsure.setdefault((key, node), {})[victim] = uid
                 if unsure:   # an answered refusal (a 429: a budget, throttling) leaves the count as it is
                     self._count(key, node, victim, pod, True)
                 raise
+            self._overtaken(key, node, victim, uid)
             self._count(key, node, victim, pod, False)   # it went through: the victim terminates, asked no more
 
     def _asks(self, key: str, node: str, victim: str, uid: str) -> int:
@@ -908,17 +913,21 @@ class Preemptor:
         self._preempted(key, node, victim)
         return True
 
-    def _ran(self, key: str, node: str, victim: str, uid: str) -> None:
-        """`victim`, the pod of `uid`, found running on `node` by `key`'s preemption: no eviction of it that this
-        replica asked earlier landed, whichever preemption asked it. Its doubt is forgotten for `key` and for every
-        other preemption on `node` that asked that pod's eviction without an answer (`_unsure`, by uid), so that at
-        most one preemption ever doubts a pod: kept, a lower one's doubt (given up to `key`, of higher priority,
-        evicting it after, answered) read it terminating at its `release` and counted it again through `on_landed`,
-        with a false Event `Preempted` naming the lower pod. A pod made again under its name since (another uid)
-        keeps the other preemptions' doubts: the pod they asked to evict is no longer there."""
-        self._forget(key, node, victim)
+    def _overtaken(self, key: str, node: str, victim: str, uid: str | None) -> None:
+        """`key`'s eviction of `victim`, the pod of `uid` on `node`, sent and gone through, or unanswered (`_ask`):
+        it is `key`'s from now on. The doubts of the other preemptions on `node` that asked that pod's eviction
+        without an answer (`_unsure`, by uid) are forgotten, so that at most one preemption doubts a pod and a
+        landed eviction is counted once: kept, a lower one's doubt (given up to `key`, of higher priority, its
+        eviction answered) read the victim terminating at its `release` and counted it again through `on_landed`,
+        with a false Event `Preempted` naming the lower pod. Gone through, `key` counts the victim; unanswered, it
+        doubts it itself (whichever eviction lands, counted once, by `key`). Not where `key` only read the victim
+        running: an earlier eviction of another's may still be in flight at the API server (a 504 leaves it so), and
+        where `key` then asks none (the emergency stop, its own count at `UNANSWERED_ASKS`, a 429), that one lands
+        after the read, and its preemption, its doubt forgotten, found the victim terminating: never counted, no
+        Event. A pod made again under its name since (another uid, or none read) keeps the other preemptions'
+        doubts: the pod they asked to evict is another."""
         for k, n in list(self._unsure):
-            if n == node and self._unsure[(k, n)].get(victim) == uid:
+            if k != key and n == node and uid and self._unsure[(k, n)].get(victim) == uid:
                 self._forget(k, node, victim)
 
     def _forget(self, key: str, node: str, victim: str) -> str | None:
