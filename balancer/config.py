@@ -58,8 +58,10 @@ class HotspotPolicy:
     refused_retry_s: float = _f(300.0, "after a migration was refused or failed, throttle instead of proposing it "
                                        "again for this long", 0, 86400)
     refused_target_retry_s: float = _f(600.0, "after the actuator refused a migration's target (the pod's topology "
-                                              "spread, a hold on the node, its rules there), move that workload "
-                                              "elsewhere but not there for this long", 0, 86400)
+                                              "spread, a hold on the node, its rules there), or the safety guard "
+                                              "found it at maxConcurrentMigrationsPerNode (then every node at that "
+                                              "limit too), move that workload elsewhere but not there for this long",
+                                       0, 86400)
     target_headroom_c: float = _f(15.0, "a migration target must be at least this far below slowdown", 0, 60)
     taint_hot_nodes: bool = _f(True, "taint a node with a hot GPU so new work lands elsewhere")
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from balancer.actions import Action, Plan
+from balancer.actions import Action, Migrate, Plan
 from balancer.actuate.base import ActionResult, Actuator, Outcome, Refused
 from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, imported from here by soak and tests)
     InMemoryLeaderElector,
@@ -115,6 +115,23 @@ def _refused_scale(result: ActionResult) -> bool:
     no answer) is tried again next cycle."""
     return isinstance(result.action, ScaleInference) and not result.maybe_applied and (
         result.outcome == Outcome.FAILED or result.refused is not None)
+
+
+def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]) -> tuple[list[Action], list[Action]]:
+    """The guard's refusals as `planner.refuse` takes them: the actions whose workloads are not moved for a while, and
+    the moves kept off nodes only (`targets`). One refused for its target node alone
+    (`MaxConcurrentMigrations.target_only`) is kept off every node at the limit (`full_nodes`, its target among
+    them), one move per node: the planner does not count migrations in flight, and kept off its target alone the pod
+    was proposed the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all had
+    been."""
+    whole: list[Action] = []
+    nodes: list[Action] = []
+    for a, exc in rejected:
+        if isinstance(a, Migrate) and isinstance(exc, MaxConcurrentMigrations) and exc.target_only:
+            nodes += [replace(a, target_node=n) for n in sorted(exc.full_nodes | {a.target_node})]
+        else:
+            whole.append(a)
+    return whole, nodes
 
 
 class _WhatIf:
@@ -271,10 +288,9 @@ class Reconciler:
                 log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
             # a refused migration is not offered again for a while: its hot GPU is throttled instead; one refused for
-            # its target node alone (`MaxConcurrentMigrations.target_only`) is kept off that node only
-            at = {id(a) for a, exc in review.rejected if isinstance(exc, MaxConcurrentMigrations) and exc.target_only}
-            self.state = planner_mod.refuse(self.state, [a for a, _ in review.rejected if id(a) not in at], now,
-                                            targets=[a for a, _ in review.rejected if id(a) in at])
+            # its target node alone is kept off the full nodes only (`_guard_refusals`)
+            whole, kept_off = _guard_refusals(review.rejected)
+            self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off)
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
             accepted = list(review.accepted)
             if accepted:

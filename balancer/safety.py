@@ -30,7 +30,8 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            target node, one older (within `cooldownS`) among the latest as many of its owner's
     │                            as it has replicas not running (`_short`): its replacement may still be pulling or
     │                            warming up there (the refusal names its owner). Refused for its target node alone
-    │                            (`target_only`: its source has room), the pod may go elsewhere at once
+    │                            (`target_only`: its source has room), the pod may go elsewhere at once, but not to
+    │                            any node at the limit (`full_nodes`)
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     │                            (migrations, with those still settling, and, as a PodDisruptionBudget counts them,
     │                            its replicas not running: `_short`); and, within one review, a resize that
@@ -284,7 +285,8 @@ class SafetyGuard:
         for node in nodes:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
                 # the target alone full, the pod may go elsewhere; its own node full, nowhere (`target_only`)
-                raise MaxConcurrentMigrations(_in_flight_on(node, t, p), target_only=node not in _sources(a, s))
+                raise MaxConcurrentMigrations(_in_flight_on(node, t, p), target_only=node not in _sources(a, s),
+                                              full_nodes=_full(t, p))
         # summed: a settling migration whose replacement runs already (loading) and a replica Pending for reasons of
         # its own are two down (the larger of the two counted one); a replacement still Pending within the settle
         # window is counted twice until `migrationSettleS` passes, the safe side
@@ -470,6 +472,12 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
             if not settling:   # one still settling counts on its nodes already
                 t.per_node[dst] = t.per_node.get(dst, 0) + 1
                 t.landing.setdefault(dst, []).append(owner)
+
+
+def _full(t: _Tally, p: SafetyPolicy) -> frozenset[str]:
+    """The nodes that take no more migrations in this review (`MaxConcurrentMigrations.full_nodes`): one pass over
+    the nodes with any in flight."""
+    return frozenset(node for node, k in t.per_node.items() if k >= p.max_concurrent_migrations_per_node)
 
 
 def _in_flight_on(node: str, t: _Tally, p: SafetyPolicy) -> str:

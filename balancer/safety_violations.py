@@ -32,14 +32,17 @@ class MaxActionsPerCycle(SafetyViolation):
 
 class MaxConcurrentMigrations(SafetyViolation):
     """`target_only`: refused for its target node alone, its source having room: the pod may move elsewhere at once
-    (the loop keeps it off that node only, `planner.refuse(..., targets=...)`); a full source node is the pod's own,
-    whatever the target: it is not moved for a while."""
+    (the loop keeps it off the full nodes only, `planner.refuse(..., targets=...)`); a full source node is the pod's
+    own, whatever the target: it is not moved for a while. `full_nodes`: every node at the limit in this review, the
+    target among them: the planner does not see them, and kept off the target alone the pod was proposed the
+    next-best full node each cycle, its hot GPU unthrottled until every one had been refused."""
 
     reason = "max_concurrent_migrations"
 
-    def __init__(self, message: str, *, target_only: bool = False) -> None:
+    def __init__(self, message: str, *, target_only: bool = False, full_nodes: frozenset[str] = frozenset()) -> None:
         super().__init__(message)
         self.target_only = target_only
+        self.full_nodes = full_nodes
 
 
 class MaxUnavailable(SafetyViolation):

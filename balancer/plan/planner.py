@@ -42,8 +42,10 @@ again, the same move was refused every cycle. The loop folds such refusals in wi
 workload's moves skip that node: the hotspot planner's target filter and the consolidation engine's
 (`PodRequest.excluded_nodes`) leave it out, so the next-best target is chosen, or, where there is none, the hot GPU is
 throttled. The guard's `maxConcurrentMigrationsPerNode` refusal for the target node alone (a replacement still
-landing there: `MaxConcurrentMigrations.target_only`) is folded in the same way. Other failures, and the guard's other
-refusals, keep the workload from moving at all for `hotspots.refusedRetryS` (`refused_moves`).
+landing there: `MaxConcurrentMigrations.target_only`) is folded in the same way, for every node at that limit
+(`full_nodes`): the planner does not count migrations in flight, and would propose the next full node. Other
+failures, and the guard's other refusals, keep the workload from moving at all for `hotspots.refusedRetryS`
+(`refused_moves`).
 
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
@@ -255,10 +257,11 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
            scales: Iterable[Action] = ()) -> PlannerState:
     """Fold migrations the guard refused or the actuator could not carry out into the state: the planner does not
     propose moving those workloads again for `hotspots.refusedRetryS`, so a hot GPU whose pod cannot move is throttled
-    instead of being offered the same refused move every cycle. `targets`: migrations the actuator refused for their
-    target alone (`ActionResult.refused`): for `hotspots.refusedTargetRetryS` their workloads are not moved to
-    those nodes, and may be moved elsewhere at once. `scales`: `ScaleInference`s the actuator failed for good: their
-    services are not scaled for `safety.cooldownS` ("Refused scales")."""
+    instead of being offered the same refused move every cycle. `targets`: migrations refused for their target alone,
+    by the actuator (`ActionResult.refused`) or by the guard (`MaxConcurrentMigrations.target_only`: the loop passes
+    one per node at `maxConcurrentMigrationsPerNode`, the target among them): for `hotspots.refusedTargetRetryS`
+    their workloads are not moved to those nodes, and may be moved elsewhere at once. `scales`: `ScaleInference`s
+    the actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused scales")."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
     at = {(a.workload, a.target_node): now for a in targets if isinstance(a, Migrate)}
     services = {a.service: now for a in scales if isinstance(a, ScaleInference)}

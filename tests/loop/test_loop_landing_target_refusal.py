@@ -97,3 +97,36 @@ def test_the_refusal_names_the_owner_whose_replacement_is_landing_and_whether_it
         assert exc.target_only is target_only, str(exc)
         if named:
             assert f"replica not running yet: {named})" in str(exc), str(exc)
+
+
+FL6 = make_fleet(6, 4)
+OTHERS = [workload(f"x{i}-new", owner=f"svc-x{i}") for i in range(1, 6)]   # each owner short 1
+
+
+def test_every_full_node_is_kept_off_at_once_so_the_hot_gpu_is_throttled_the_next_cycle() -> None:
+    """Six nodes: n1..n5 each hold another owner's replacement still landing (limit 1), web-0 hot on n0. The planner
+    does not see them full: kept off its target alone, web-0 was proposed n2, n3, n4, n5 in turn, each refused, and
+    its GPU throttled only in the sixth cycle. Every full node kept off at once, it is throttled the next cycle."""
+    clock = [T0]
+
+    class Six:
+        def snapshot(self) -> ClusterSnapshot:
+            return snapshot(FL6, workloads=[(WEB, (0,)), *((w, ()) for w in OTHERS)], temps={0: 86}, time=clock[0])
+
+    rec = Reconciler(source=Six(), actuator=Applies(),
+                     policy=BalancerPolicy().with_section("safety", max_concurrent_migrations_per_node=1),
+                     clock=lambda: clock[0])
+    rec.ledger = SafetyLedger(migrations=tuple((T0 - 90.0, f"n{i % 5 + 1}", f"n{i}", f"svc-x{i}") for i in range(1, 6)))
+    kinds = []
+    for _ in range(3):
+        kinds.append(sorted({a.kind for a in rec.run_once().plan.actions} - {"taint_node"}))
+        clock[0] += 30.0
+    assert kinds == [[], ["migrate"], ["power_limit"]], kinds   # before: [[], ["migrate"], ["migrate"]] (to n2)
+    assert {n for w, n in rec.state.refused_targets if w == "inference/web-0"} == {f"n{i}" for i in range(1, 6)}
+    assert "inference/web-0" not in rec.state.refused_moves
+    # the guard says which: every node at the limit in this review, the target among them
+    to_n1 = Migrate(workload="inference/web-0", source_gpus=(0,), target_gpus=(4,), target_node="n1", reason="hot",
+                    expected_gain=1.0)
+    six = snapshot(FL6, workloads=[(WEB, (0,)), *((w, ()) for w in OTHERS)], temps={0: 86}, time=T0)
+    (_, exc), = SafetyGuard(LIMIT).review([to_n1], six, rec.ledger, T0).rejected
+    assert exc.target_only and exc.full_nodes == {f"n{i}" for i in range(1, 6)}, (exc.full_nodes, str(exc))
