@@ -129,11 +129,12 @@ class Binder:
             req.get("uid") or "", now)
 
     def _bound_to(self, req: Json, node: Json) -> str:
-        """`req` is bound to `node`: assumed there, and the reservation it used up there released."""
+        """`req` is bound to `node`: assumed there, and the reservation it used up there released: the node given
+        back first, then the hold's doubted victims read (`Preemptor.release`, as `k8s_holds` releases after the
+        give-back): read first, an API hanging on them spent the pod's turn and the node was not given back."""
         self._assume(req, node["name"])
         key = take(node, req)
         if key is not None:
-            self.holds.preemptor.release(node["name"], key)
             try:
                 with self.api.reserve():   # the pod is bound: releasing what it used up may use the reserve
                     self.api.update_node(node["name"], lambda n, k=key: annotation_map_change(
@@ -141,5 +142,6 @@ class Binder:
             except ActuationError as err:   # it expires on its own; the pod is bound all the same
                 log.warning("scheduler %s: cannot release reservation %s on %s: %s", self.scheduler_name, key,
                             node["name"], err)
+            self.holds.preemptor.release(node["name"], key)
         return node["name"]
 
