@@ -459,8 +459,9 @@ class Holds:
     def release_elsewhere(self, req: Json, i: int, view: list[Json], offers: Offers) -> None:
         """A pod that held other nodes for itself (preemption, starvation: reservations under its own name) and was
         bound to node i gives them back at once rather than when they expire (i = -1: it was bound by someone else
-        or deleted, every node it held is given back)."""
-        key = req["name"]
+        or deleted, every node it held is given back). Every node is given back before any hold is released
+        (`Preemptor.release` reads the victims whose eviction got no answer), as in `release_gone`."""
+        key, given = req["name"], []
         for j in list(offers.reserving):   # the few nodes with reservations, not every node
             node = view[j]
             if j != i and key in node["reservations"]:
@@ -472,7 +473,9 @@ class Holds:
                 except ActuationError as err:   # it expires on its own
                     log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, key,
                                 node["name"], err)
-                self.preemptor.release(node["name"], key)   # its reads after the give-back (`release_gone`)
+                given.append(node["name"])
+        for name in given:   # their reads after every give-back (`release_gone`)
+            self.preemptor.release(name, key)
 
     def release_gone(self, view: list[Json], waiting: Collection[str]) -> None:
         """Give back at once the nodes this scheduler holds for pods no longer `waiting` (its pending pods, as the
@@ -481,9 +484,10 @@ class Holds:
         Nothing is written or read once `halted()` (the pass stops; the next leader does it, and this replica's next
         term forgets what it doubted: `Preemptor.forget`). A write that fails is logged: the reservation expires on
         its own. Each hold is released (`Preemptor.release`, which reads the victims whose eviction got no answer,
-        to count those that left) after the node is given back: its reads came first, and an API hanging on them
-        spent the pass's time on them, the give-back waiting a pass, the node held for no one; and they were made,
-        and an Event `Preempted` posted, while halted."""
+        to count those that left) after every node is given back: its reads came first (or before the next node's
+        give-back), and an API hanging on them spent the pass's time on them, the give-back waiting a pass, the node
+        held for no one; and they were made, and an Event `Preempted` posted, while halted."""
+        given: list[tuple[str, list[str]]] = []
         for node in view:
             gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []
             if not gone:
@@ -499,8 +503,10 @@ class Holds:
             except ActuationError as err:   # it expires on its own
                 log.warning("scheduler %s: cannot release %s on %s: %s", self.scheduler_name, ", ".join(gone),
                             node["name"], err)
+            given.append((node["name"], gone))
+        for name, gone in given:
             for key in gone:
-                self.preemptor.release(node["name"], key)
+                self.preemptor.release(name, key)
 
     def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str]) -> None:
         """The pods `evicted` from `node` for a preemption are no one else's victims for the rest of the pass: off
