@@ -486,7 +486,10 @@ class Holds:
         its own. Each hold is released (`Preemptor.release`, which reads the victims whose eviction got no answer,
         to count those that left) after every node is given back: its reads came first (or before the next node's
         give-back), and an API hanging on them spent the pass's time on them, the give-back waiting a pass, the node
-        held for no one; and they were made, and an Event `Preempted` posted, while halted."""
+        held for no one; and they were made, and an Event `Preempted` posted, while halted. Halted after the
+        give-backs (the Lease lost in one of them, or in a read), the releases read nothing more and drop the
+        doubts (`Preemptor.release`): a doubted victim's eviction that landed then goes uncounted, with no Event
+        `Preempted`, as it does where this replica's next term forgets it."""
         given: list[tuple[str, list[str]]] = []
         for node in view:
             gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []

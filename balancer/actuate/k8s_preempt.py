@@ -502,9 +502,15 @@ class Preemptor:
         ended. Its victims whose eviction got no answer (`_unsure`) are read first (`_went`): one found gone or
         terminating is counted as evicted (`on_landed`, its Event `Preempted` posted), as a later pass finding it so
         counts it; then they are forgotten. Forgotten unread, a victim gone before any pass read it (the pod then
-        fitting, bound on the node and released) was never counted. A read that fails is logged, the doubt dropped."""
+        fitting, bound on the node and released) was never counted. A read that fails is logged, the doubt dropped.
+        Once `halted()` (stopping, or the Lease lost: during a binding's POST, say) none is read, the doubt dropped
+        unread: a replica no longer leading reads nothing and posts no Event (an eviction that landed then goes
+        uncounted, as it does where the next term forgets it: `forget`). Asked here, it covers every caller (the
+        binding's `k8s_bind`, `k8s_holds.release_elsewhere`, which never asked it, and the rest)."""
         self._held.get(node, {}).pop(key, None)
         for victim in list(self._unsure.get((key, node), {})):
+            if self.halted():   # asked before each read: the Lease may be lost in the one before
+                break
             try:
                 if self._went(key, node, victim):
                     self.on_landed(victim, node)
