@@ -65,7 +65,8 @@ terminating or gone by a later pass (not finished on its own), it is counted and
 answer `UNANSWERED_ASKS` times in the preemption, found running after each, is not asked again: with nothing else
 leaving, the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`);
 each such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
-outlasts the passes that count them, however far apart. An answered refusal between them (429: a budget, or
+outlasts passes less than `reserve_s` apart that count them (refusals alone for `reserve_s` let it lapse, and the count
+with it: a later preemption counts afresh). An answered refusal between them (429: a budget, or
 throttling) does not begin the count again: it says nothing of whether they landed, and counted "in a row" the
 unanswered ones renewed the hold up to the hour's cap. They are counted by the victim's uid: a pod made again under
 its name (a StatefulSet's) starts its own count (`Preemptor._asks`).
