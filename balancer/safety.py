@@ -30,8 +30,9 @@ rejection a `SafetyViolation` subclass whose `reason` labels `gputide_actions_re
     │                            target node, one older (within `cooldownS`) among the latest as many of its owner's
     │                            as it has replicas not running (`_short`): its replacement may still be pulling or
     │                            warming up there (the refusal names its owner). Refused for its target node alone
-    │                            (`target_only`: its source has room), the pod may go elsewhere at once, but not to
-    │                            any node at the limit (`full_nodes`)
+    │                            (`target_only`: its source has room and its owner's limits allow the move), the pod
+    │                            may go elsewhere at once, but not to any node the older ones alone hold at the
+    │                            limit (`full_nodes`)
     ├── MaxUnavailable           more than `maxUnavailablePerWorkload` replicas of one owner disrupted at once
     │                            (migrations, with those still settling, and, as a PodDisruptionBudget counts them,
     │                            its replicas not running: `_short`); and, within one review, a resize that
@@ -185,7 +186,8 @@ class _Tally:
     and per owner, replicas per owner not running (`_short`), placed replicas per owner (for the PodDisruptionBudgets
     given as data) and this review's evictions per cluster PodDisruptionBudget. `per_owner`: the migrations still
     settling from the ledger; `moved`: those this review accepted; `landing`: per node, the owners of those of
-    `per_node` past the settle window whose replacement may not run yet (`_in_flight`), for the refusal to say so."""
+    `per_node` past the settle window whose replacement may not run yet (`_in_flight`), for the refusal to say so and
+    to tell the nodes that stay full (`_full`)."""
 
     budget: int
     per_node: dict[str, int] = field(default_factory=dict)
@@ -282,11 +284,28 @@ class SafetyGuard:
         w = s.workload_by_name[a.workload]
         owner = w.owner or w.name
         nodes = dict.fromkeys((s.gpus[a.source_gpus[0]].node, a.target_node))   # the source first: see below
+        # asked first, raised after the per-node limit (whose refusal it is when both hold): a pod its owner keeps from
+        # moving anywhere is no target's refusal, and kept off the full nodes only it was throttled a cycle late
+        owner_refusal = self._owner_refusal(w, owner, t, s)
         for node in nodes:
             if t.per_node.get(node, 0) >= p.max_concurrent_migrations_per_node:
-                # the target alone full, the pod may go elsewhere; its own node full, nowhere (`target_only`)
-                raise MaxConcurrentMigrations(_in_flight_on(node, t, p), target_only=node not in _sources(a, s),
+                # the target alone full, the pod may go elsewhere; its own node full, or its owner at its limit,
+                # nowhere (`target_only`)
+                target_only = node not in _sources(a, s) and owner_refusal is None
+                raise MaxConcurrentMigrations(_in_flight_on(node, t, p), target_only=target_only,
                                               full_nodes=_full(t, p))
+        if owner_refusal is not None:
+            raise owner_refusal
+        _spend_budgets(w, s.disruption_budgets, t.spent)
+        for node in nodes:
+            t.per_node[node] = t.per_node.get(node, 0) + 1
+        t.moved[owner] = t.moved.get(owner, 0) + 1
+        ctx.moved[w.name] = s.node_position[a.target_node]
+
+    def _owner_refusal(self, w: Workload, owner: str, t: _Tally, s: ClusterSnapshot) -> SafetyViolation | None:
+        """What refuses a migration of `w` (of `owner`) to any node, counting nothing: `maxUnavailablePerWorkload`,
+        the PodDisruptionBudgets given as data and the cluster's own (`_spend_budgets`); None when none does."""
+        p = self.policy
         # summed: a settling migration whose replacement runs already (loading) and a replica Pending for reasons of
         # its own are two down (the larger of the two counted one); a replacement still Pending within the settle
         # window is counted twice until `migrationSettleS` passes, the safe side
@@ -294,14 +313,14 @@ class SafetyGuard:
         unavailable = settling + short + moved
         if unavailable + 1 > p.max_unavailable_per_workload:
             why = f", {short} not running (Pending: it gets no migration until it is whole)" if short else ""
-            raise MaxUnavailable(f"{owner} already has {unavailable} replica(s) unavailable ({settling + moved} "
-                                 f"disrupted{why})")
-        self._check_pdb(owner, t.healthy.get(owner, 0), settling + moved + 1, unavailable + 1)
-        _spend_budgets(w, s.disruption_budgets, t.spent)
-        for node in nodes:
-            t.per_node[node] = t.per_node.get(node, 0) + 1
-        t.moved[owner] = moved + 1
-        ctx.moved[w.name] = s.node_position[a.target_node]
+            return MaxUnavailable(f"{owner} already has {unavailable} replica(s) unavailable ({settling + moved} "
+                                  f"disrupted{why})")
+        try:
+            self._check_pdb(owner, t.healthy.get(owner, 0), settling + moved + 1, unavailable + 1)
+            _spend_budgets(w, s.disruption_budgets, dict(t.spent))   # a copy: nothing spent
+        except PdbViolation as exc:
+            return exc
+        return None
 
     def stops_now(self, actions: list[Action], snapshot: ClusterSnapshot) -> list[EmergencyStop | None]:
         """Per action, an emergency stop that holds it on `snapshot` (the loop asks again on the snapshot it acts on),
@@ -475,9 +494,13 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
 
 
 def _full(t: _Tally, p: SafetyPolicy) -> frozenset[str]:
-    """The nodes that take no more migrations in this review (`MaxConcurrentMigrations.full_nodes`): one pass over
-    the nodes with any in flight."""
-    return frozenset(node for node, k in t.per_node.items() if k >= p.max_concurrent_migrations_per_node)
+    """The nodes that stay full for a while (`MaxConcurrentMigrations.full_nodes`): those whose migrations past
+    `migrationSettleS` still landing (`t.landing`) alone reach the limit, held until their owner's replicas run or
+    `cooldownS` passes. Not those full only with migrations still settling (their sources too) or accepted in this
+    review: they free within `migrationSettleS`, and kept off them for `refusedTargetRetryS` the pod was throttled
+    though one had room by then (the loop keeps it off the refused target itself whatever it holds). One pass over
+    the nodes with any landing."""
+    return frozenset(node for node, owners in t.landing.items() if len(owners) >= p.max_concurrent_migrations_per_node)
 
 
 def _in_flight_on(node: str, t: _Tally, p: SafetyPolicy) -> str:

@@ -18,7 +18,7 @@ from balancer.config import BalancerPolicy, SafetyPolicy
 from balancer.loop import Reconciler
 from balancer.model import ClusterSnapshot, Migrate
 from balancer.plan.planner import PlannerState
-from balancer.safety import SafetyGuard, SafetyLedger
+from balancer.safety import PodDisruptionBudget, SafetyGuard, SafetyLedger
 
 FL = make_fleet(3, 4)
 T0 = 1000.0
@@ -130,3 +130,62 @@ def test_every_full_node_is_kept_off_at_once_so_the_hot_gpu_is_throttled_the_nex
     six = snapshot(FL6, workloads=[(WEB, (0,)), *((w, ()) for w in OTHERS)], temps={0: 86}, time=T0)
     (_, exc), = SafetyGuard(LIMIT).review([to_n1], six, rec.ledger, T0).rejected
     assert exc.target_only and exc.full_nodes == {f"n{i}" for i in range(1, 6)}, (exc.full_nodes, str(exc))
+
+
+def test_nodes_full_only_with_a_settling_migration_are_kept_off_the_refused_target_only() -> None:
+    """svc-y moved n2 -> n1 20 s before the first cycle, its replacement running: n1 and n2 (its source) are full
+    (limit 1) only until it settles, 60 s. The move to n1 refused at T0+30, the pod is kept off n1 alone, and at T0+60
+    goes to n2, free by then. Before, every node at the limit was kept off for refusedTargetRetryS (600 s), n2 too:
+    the hot GPU throttled at T0+60 though n2 had room."""
+    rec, targets, rejected = run(SafetyLedger(migrations=((T0 - 20.0, "n2", "n1", "svc-y"),)))
+    assert targets == [None, "n1", "n2"], targets   # before: [None, "n1", None] (throttled)
+    assert [(a.target_node, why) for a, why in rejected[1]] == [("n1", "max_concurrent_migrations")]
+    assert not rejected[2]
+    assert {n for w, n in rec.state.refused_targets if w == "inference/web-0"} == {"n1"}
+    # the guard names only the nodes held by replacements landing past the settle window: none here, n1 below
+    to_n1 = Migrate(workload="inference/web-0", source_gpus=(0,), target_gpus=(4,), target_node="n1", reason="hot",
+                    expected_gain=1.0)
+    settling = SafetyLedger(migrations=((T0 - 20.0, "n2", "n1", "svc-y"),))
+    for ledger, full in ((settling, frozenset()), (landing("n2", "n1"), {"n1"})):
+        (_, exc), = SafetyGuard(LIMIT).review([to_n1], fleet([T0]), ledger, T0).rejected
+        assert exc.target_only and exc.full_nodes == full, (exc.full_nodes, str(exc))
+
+
+FL5 = make_fleet(5, 4)
+WEB1 = workload("web-1", owner="web")
+
+
+def test_a_pod_whose_owner_is_at_its_limit_is_not_refused_for_its_target_alone() -> None:
+    """web-1 moved n3 -> n4 at T0+20 (settling: web has maxUnavailablePerWorkload, 1, disrupted, which the planner
+    does not see); n1 holds svc-x's replacement still landing (limit 1 per node). web-0's move to n1 at T0+30 is
+    refused for n1, but its owner would refuse it anywhere: not the target's refusal alone, the pod is not moved for a
+    while and its hot GPU throttled the next cycle. Before, kept off n1 only, it was proposed n2 at T0+60 (refused:
+    MaxUnavailable) and throttled a cycle later."""
+    clock = [T0]
+
+    class Five:
+        def snapshot(self) -> ClusterSnapshot:
+            return snapshot(FL5, workloads=[(WEB, (0,)), (WEB1, (16,)), (PENDING, ())], temps={0: 86}, time=clock[0])
+
+    rec = Reconciler(source=Five(), actuator=Applies(),
+                     policy=BalancerPolicy().with_section("safety", max_concurrent_migrations_per_node=1),
+                     clock=lambda: clock[0])
+    rec.ledger = SafetyLedger(migrations=((T0 - 90.0, "n2", "n1", "svc-x"), (T0 + 20.0, "n3", "n4", "web")))
+    kinds = []
+    for _ in range(3):
+        kinds.append(sorted({a.kind for a in rec.run_once().plan.actions} - {"taint_node"}))
+        clock[0] += 30.0
+    assert kinds == [[], ["migrate"], ["power_limit"]], kinds   # before: [[], ["migrate"], ["migrate"]] (to n2)
+    assert "inference/web-0" in rec.state.refused_moves
+    # the guard: refused for n1 (the per-node limit's reason, as before), not for the target alone
+    to_n1 = Migrate(workload="inference/web-0", source_gpus=(0,), target_gpus=(4,), target_node="n1", reason="hot",
+                    expected_gain=1.0)
+    five = snapshot(FL5, workloads=[(WEB, (0,)), (WEB1, (16,)), (PENDING, ())], temps={0: 86}, time=T0 + 30.0)
+    (_, exc), = SafetyGuard(LIMIT).review([to_n1], five, rec.ledger, T0 + 30.0).rejected
+    assert exc.reason == "max_concurrent_migrations" and not exc.target_only, str(exc)
+    # a PodDisruptionBudget given as data that allows web no disruption refuses it anywhere too; one that does, not
+    alone = SafetyLedger(migrations=rec.ledger.migrations[:1])   # svc-x's landing on n1 only
+    for max_unavailable, target_only in ((0, False), (1, True)):
+        guard = SafetyGuard(LIMIT, pdbs=[PodDisruptionBudget(owner="web", max_unavailable=max_unavailable)])
+        (_, exc), = guard.review([to_n1], five, alone, T0 + 30.0).rejected
+        assert exc.reason == "max_concurrent_migrations" and exc.target_only is target_only, str(exc)
