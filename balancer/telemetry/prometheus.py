@@ -14,7 +14,7 @@ immutable `ClusterSnapshot`. It refuses to hand the controller anything it must 
   nothing
 * a sample older than `stale_after_s` (default `stale_after_intervals` x the scrape interval) -> `StaleTelemetry`
 * a GPU whose exporter's kubelet PodResources API did not answer (`gputide_pod_resources_up` 0: its pods are
-  dropped, the GPU would read idle)                                          -> `MissingTelemetry`
+  dropped, the GPU would read idle; a node named by that series' `cluster` and `Hostname`) -> `MissingTelemetry`
 * an energy counter that has not moved for 2 minutes (`gpu:readings_frozen:bool`: the exporter serves frozen
   values with fresh timestamps)                                              -> `StaleTelemetry`
 * NaN, negative or physically impossible values                              -> `InvalidTelemetry`
@@ -168,30 +168,35 @@ def _down_query(selector: str) -> str:
     write) gets the raw series as they are scraped, the record at the next rule evaluation (up to 15 s on), so a
     scrape that reads the kubelet down and drops the pods (an exporter scraped each 60 s or more, or restarted while
     the kubelet is down) showed the pods gone while the record still said 0. The up series comes with that very
-    scrape: the shipped PodMonitor sets `Hostname` on every series of the target, so it names the node there as well
-    (a scrape without that label is read by the raw join, where it is local)."""
+    scrape (through remote write with several shards, within `batch_send_deadline` of it: `_workloads`): the shipped
+    PodMonitor sets `Hostname` on every series of the target, so it names the node there as well (a scrape without
+    that label is read by the raw join, where it is local), with its `cluster`: host names are unique within a
+    cluster only, and another cluster's exporters may send `gputide_*` series to this view before its GPU series are
+    read here (rules not loaded yet), which `_one_cluster` cannot see."""
     hosts = 'Hostname!=""' + (f",{selector}" if selector else "")
     return (f"{_ATTRIBUTED_BY}{{{selector}}} and on (cluster, job, instance) "
             f"({_KUBELET_UP}{{{selector}}} == 0) or {_ATTRIBUTION_DOWN}{{{selector}}} == 1 "
             f"or {_KUBELET_UP}{{{hosts}}} == 0")
 
 
-def _split_down(rows: list[dict]) -> tuple[list[dict], set[str], set[str]]:
-    """The rows of a query `or`-ed with `_down_query` -> (the other rows, the UUIDs down, the hosts down), told
+def _split_down(rows: list[dict]) -> tuple[list[dict], set[str], set[tuple[str, str]]]:
+    """The rows of a query `or`-ed with `_down_query` -> (the other rows, the UUIDs down, the hosts down as
+    (`cluster`, `Hostname`) pairs: '' where the series has no `cluster`, matching GPU series without one), told
     apart by `__name__` (comparisons and `and` keep the left side's name)."""
     rest: list[dict] = []
     uuids: set[str] = set()
-    hosts: set[str] = set()
+    hosts: set[tuple[str, str]] = set()
     for r in rows:
         m, _ = _sample(r)
         name = m.get("__name__")
         if name in _DOWN_BY_UUID:
             uuids.add(m.get("UUID", ""))
         elif name == _KUBELET_UP:
-            hosts.add(m.get("Hostname", ""))
+            if m.get("Hostname"):
+                hosts.add((m.get("cluster", ""), m["Hostname"]))
         else:
             rest.append(r)
-    return rest, uuids - {""}, hosts - {""}
+    return rest, uuids - {""}, hosts
 
 
 def connect(opts: PrometheusOptions) -> PrometheusConnect:
@@ -271,8 +276,9 @@ class PrometheusTelemetrySource:
             raise InvalidTelemetry(f"GPU series of {len(clusters)} clusters in Prometheus at {self.opts.url} "
                                    f"({named}): pick this cluster's with --cluster NAME")
 
-    def _gpu_frame(self) -> pd.DataFrame:
-        """Every GPU series with all its labels, one instant query. Measured and not shipped: asking for 11 of the
+    def _gpu_frame(self) -> tuple[pd.DataFrame, str]:
+        """Every GPU series with all its labels, one instant query, and their one `cluster` label ('' where they
+        have none; `_one_cluster` refuses several). Measured and not shipped: asking for 11 of the
         12 fields by `max by (__name__, UUID)` makes the answer a third smaller at 10,000 GPUs (26.5 -> 17.1 MiB)
         and saves the controller 220-340 ms of CPU a snapshot, but Prometheus 2.42's own evaluation of the query
         grew by 170-590 ms in every run (537 -> 1,129 ms in one), and a NaN with a good duplicate would be hidden
@@ -287,8 +293,14 @@ class PrometheusTelemetrySource:
         except (KeyError, IndexError, TypeError, ValueError):
             self._evaluated_at = math.nan
         now = self._evaluated_at if math.isfinite(self._evaluated_at) else self.clock()
-        return gpu_frame(rows, self._one_cluster, fresh_since=now - self._stale_limit(),
-                         on_leftovers=self._log_leftovers)
+        clusters: set[str] = set()
+
+        def one_cluster(seen: set[str]) -> None:
+            self._one_cluster(seen)
+            clusters.update(seen)
+
+        wide = gpu_frame(rows, one_cluster, fresh_since=now - self._stale_limit(), on_leftovers=self._log_leftovers)
+        return wide, next(iter(clusters), "")
 
     def _ahead_limit(self) -> float:
         """How far ahead of the evaluation time a last sample may be stamped and still be read (`_check_not_ahead`)."""
@@ -314,7 +326,7 @@ class PrometheusTelemetrySource:
         """The snapshot, refused (`TelemetryError`) for what is wrong on the GPUs of the nodes `scope` owns (None:
         every node; `base.ScopedSource`). Every GPU read is in it, those outside the scope unchecked."""
         now, self.oldest_sample_age_s = self.clock(), math.nan   # the age this reading measured, if it gets so far
-        wide = self._gpu_frame()
+        wide, cluster = self._gpu_frame()
         # the Kubernetes API's nodes asked once a reading: the vanished-GPU check and the topology see the same answer
         # (a list that fails for one and answers the other would let a reading through half blind)
         listed = None if self.node_overrides is None else functools.cache(self.node_overrides)
@@ -333,7 +345,7 @@ class PrometheusTelemetrySource:
         arrays_ = arrays(wide, self._topology.slowdown_defaults(gpus))
         check_values(arrays_, wide, checked)
         arrays_ = with_unknown(arrays_, self._health_unknown(wide))
-        workloads, placements = self._workloads(wide, checked, {g.uuid: g.index for g in gpus})
+        workloads, placements = self._workloads(wide, cluster, checked, {g.uuid: g.index for g in gpus})
         if gpus is not self._known_from:   # a new topology: remember its GPUs (the same one costs nothing)
             self.absences.known.update((g.uuid, g.node) for g in gpus)
             self._known_from = gpus
@@ -493,14 +505,16 @@ class PrometheusTelemetrySource:
             counts[node] = counts.get(node, 0) + (spec.get(node) or (int(label) if label.isdigit() else 0))
         return MappingProxyType(counts)
 
-    def _check_attributed(self, wide: pd.DataFrame, checked: np.ndarray | None, uuids: set[str],
-                          hosts: set[str]) -> None:
+    def _check_attributed(self, wide: pd.DataFrame, cluster: str, checked: np.ndarray | None, uuids: set[str],
+                          hosts: set[tuple[str, str]]) -> None:
         """Refuse (`MissingTelemetry`) the GPUs `checked` (None: every GPU) whose exporter says the kubelet's
-        PodResources API did not answer its last scrape (`uuids`, or on `hosts`: `_down_query`): it publishes them
-        without the pods a minute later (the last answer kept until then holds no pod placed since), so they would
-        read idle (`gpu_milli_used` 0): lent by the capacity planner, counted free by migrations. An exporter
-        without the series (the simulator's, NVML without ``--pod-resources-socket``, dcgm-exporter) is not down."""
-        lacks = ((wide["UUID"].isin(uuids) | wide["hostname"].isin(hosts)).to_numpy(dtype=bool)
+        PodResources API did not answer its last scrape (`uuids`, or on `hosts` of the GPUs' `cluster`:
+        `_down_query`): it publishes them without the pods a minute later (the last answer kept until then holds no
+        pod placed since), so they would read idle (`gpu_milli_used` 0): lent by the capacity planner, counted free
+        by migrations. An exporter without the series (the simulator's, NVML without ``--pod-resources-socket``,
+        dcgm-exporter) is not down; nor is a node of the same name in another cluster."""
+        here = {host for c, host in hosts if c == cluster}
+        lacks = ((wide["UUID"].isin(uuids) | wide["hostname"].isin(here)).to_numpy(dtype=bool)
                  & (True if checked is None else checked))
         if lacks.any():
             hosts_ = sorted(set(wide["hostname"][lacks]), key=_natural_key)
@@ -510,17 +524,22 @@ class PrometheusTelemetrySource:
                                    f"their {len(uuids_)} GPU(s) are published without their pods, which would read "
                                    f"idle: {', '.join(uuids_[:5])}", subjects=uuids_)
 
-    def _workloads(self, wide: pd.DataFrame, checked: np.ndarray | None, index: Mapping[str, int],
+    def _workloads(self, wide: pd.DataFrame, cluster: str, checked: np.ndarray | None, index: Mapping[str, int],
                    ) -> tuple[tuple[Workload, ...], dict[str, tuple[int, ...]]]:
         """The pods on the GPUs (`attribution.attributed`), read in one query with the GPUs and hosts whose kubelet
         did not answer (`_down_query`, the rows told apart by `__name__`), which refuse the reading where `checked`
-        (`_check_attributed`). One query: Prometheus evaluates it at one instant over one view, so a scrape that
+        (`_check_attributed`; `cluster`: the GPUs' own, `_gpu_frame`). One query: Prometheus evaluates it at one
+        instant over one view, so where that view is one Prometheus scraping the exporter itself, a scrape that
         drops a node's pods as it reads the kubelet down (an exporter scraped each 60 s or more) is seen whole or
-        not at all. The check asked apart, before the pods and again after them, cost two more queries a snapshot,
-        each reading every GPU's temperature and record series."""
+        not at all. Not so through remote write with several shards: the staleness markers of the dropped
+        `gputide_gpu_workload_info` series and the `gputide_pod_resources_up` 0 sample of that scrape may travel in
+        different shards and land up to `batch_send_deadline` (5 s by default) apart, so a query between them can
+        read the pods gone and the kubelet still up; the next snapshot reads it down. The check asked apart, before
+        the pods and again after them, cost two more queries a snapshot, each reading every GPU's temperature and
+        record series, and would not close that gap either."""
         sel = self._selector().lstrip(",")
         rows, uuids, hosts = _split_down(self._query(f"{attribution_query(sel)} or ({_down_query(sel)})"))
-        self._check_attributed(wide, checked, uuids, hosts)
+        self._check_attributed(wide, cluster, checked, uuids, hosts)
         overrides = self.workload_overrides
         finished = getattr(overrides, "finished_pods", None)   # KubernetesWorkloads: pods Succeeded or Failed
         return attributed(rows, index, dict(overrides()) if overrides else {},
@@ -542,8 +561,11 @@ class PrometheusTelemetrySource:
         attributed to (`attribution_query`) and the unhealthy ones, those the reconcile loop keeps from new work
         (`ClusterSnapshot.healthy`: a fatal XID, bad memory, health unknown; `node_facts.unhealthy`). The GPUs of
         an exporter whose kubelet did not answer (`_down_query`: the snapshot refuses them) count busy too:
-        their pods are not published, so none is known free, and the scheduler fills free slots first; in the same
-        query as the pods, so a scrape that drops the pods as it reads the kubelet down is never read half. Raises
+        their pods are not published, so none is known free, and the scheduler fills free slots first; a host down
+        is matched in the GPU's own `cluster` (host names are unique within a cluster only). In the same query as
+        the pods, so a scrape that drops the pods as it reads the kubelet down is never read half from one
+        Prometheus scraping the exporter (through remote write with several shards it may be, for up to
+        `batch_send_deadline`: `_workloads`). Raises
         `TelemetryError` subclasses like `snapshot()`; the caller decides what to do without the facts (the
         scheduler places as if it had none)."""
         sel = self._selector().lstrip(",")
@@ -554,7 +576,7 @@ class PrometheusTelemetrySource:
         pods, down, hosts = _split_down(self._query(f"count by (UUID) ({attribution_query(sel)}) "
                                                     f"or ({_down_query(sel)})"))
         busy = {_sample(r)[0].get("UUID") for r in pods} | down | {
-            m.get("UUID") for m, _ in map(_sample, rows) if m.get("hostname") in hosts}
+            m.get("UUID") for m, _ in map(_sample, rows) if (m.get("cluster", ""), m.get("hostname")) in hosts}
         health = health_frame(self._query(f'{{__name__=~"{"|".join(HEALTH_RULES)}"{self._selector()}}}'),
                               (_sample(r)[0].get("UUID", "") for r in rows))
         self._one_cluster({_sample(r)[0].get("cluster", "") for r in rows})

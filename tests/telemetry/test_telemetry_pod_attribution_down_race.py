@@ -2,8 +2,10 @@
 scrape interval) drops a node's pods in the same scrape that first reads `gputide_pod_resources_up` 0. Wherever that
 scrape lands among the queries a snapshot asks, the snapshot either refuses the node or reads its pods: never its
 GPUs with no pods and the kubelet read up (idle). The kubelet's state is read in the query that reads the pods, at
-one instant over one view, so no scrape lands between them; asked apart (before the pods, and again after them, as
-35265dac did) it cost two more queries a snapshot, each reading every GPU's temperature and record series."""
+one instant over one view, so no scrape of a Prometheus scraping the exporter lands between them (through remote
+write with several shards, the two may land up to batch_send_deadline apart: `PrometheusTelemetrySource._workloads`);
+asked apart (before the pods, and again after them, as 35265dac did) it cost two more queries a snapshot, each
+reading every GPU's temperature and record series."""
 
 from __future__ import annotations
 
