@@ -48,7 +48,8 @@ def _window_peak(forecast, quantile: float, now: float | None, lead_time_s: floa
     the steps covering the window's two ends included). It once counted from the issue time whatever the time, a
     forecast issued a step or two before now (the online forecaster's is) read a step early; and it rounded the
     window's start up where the controller rounds it down, so a peak in the step holding the start was missed. A
-    window past the forecast's last step is refused: the controller reads what it has there, silently."""
+    window past the forecast's last step is refused (the controller cuts its checkpoint-timed reclaim window there
+    and says so in the reason: `capacity_plan.reclaim_window`; a library caller asked for the window it named)."""
     if quantile not in forecast.quantiles:
         raise InputError(None, "quantile", quantile, ", ".join(str(q) for q in sorted(forecast.quantiles)))
     for name, value in (("lead_time_s", lead_time_s), ("window_s", window_s)):

@@ -283,8 +283,11 @@ def checkpoint_reclaim_s(view: CapacityView, models: frozenset[str] | None,
 
 
 def forecast_reach_s(fc: Forecast, now: float) -> float:
-    """How far past `now` the forecast reaches: its last step's time less now (negative once it has run out)."""
-    return fc.issued_at + fc.horizon * fc.step_s - now
+    """How far past `now` the forecast reaches: its last step's time less now (negative once it has run out), by its
+    shortest quantile: `horizon` is the first quantile's length, and `forecast_peak` reads the quantile nearest the one
+    asked, which an injected forecaster may give fewer steps (the built-in ones give every quantile as many)."""
+    steps = min((len(a) for a in fc.quantiles.values()), default=0)
+    return fc.issued_at + steps * fc.step_s - now
 
 
 def reclaim_window(lead_s: float, wait_s: float, fc: Forecast, now: float) -> tuple[float, float]:

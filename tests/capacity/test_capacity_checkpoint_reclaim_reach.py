@@ -43,3 +43,16 @@ def test_a_wait_seconds_past_the_reach_is_not_said_as_the_reach():
 
     why = reclaim_reason(CapacityPolicy(), 90.0, 9, 140 * 60.0, 15 * 60.0, 140 * 60.0 + 20)
     assert "within 140 min" in why and "141 min away, past the forecast's end" in why, why
+
+
+def test_the_reach_is_the_shortest_quantiles():
+    # `horizon` is the first quantile's length: a p90 shorter than the p50 was said read "within 140 min" where only
+    # 80 were there (review s36r1)
+    import numpy as np
+
+    from balancer.model import Forecast
+    from balancer.plan.capacity_plan import forecast_reach_s
+
+    fc = Forecast(service="chat", issued_at=0.0, step_s=600.0,
+                  quantiles={0.5: np.full(14, 10.0), 0.9: np.full(8, 12.0)})
+    assert forecast_reach_s(fc, 0.0) == 8 * 600.0
