@@ -196,6 +196,11 @@ class ShardedSource:
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
         self._read = False   # a reading of this term has shown the scope (else `nodes` are the node list's: `listed`)
+        # every node a reading showed, as it showed it (GPU model, pool, site), across terms: what `listed` judges a
+        # node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
+        # new term's dark node needs them as much. Bounded by the fleet's nodes (`listed` forgets one the node list
+        # no longer has)
+        self._seen: dict[str, Node] = {}
 
     def new_term(self) -> None:
         """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts as a new
@@ -220,10 +225,14 @@ class ShardedSource:
     def listed(self) -> frozenset[str]:
         """The GPU nodes this shard's selector matches as the inner source's node list has them, no telemetry read: the
         Kubernetes API's nodes (`node_overrides`) that the exporter runs on (`vanished.gpu_node`) or that the fleet file
-        lists with GPUs, with their API labels and, where the fleet file lists them, its pool, site and model (without
-        telemetry a node it does not list has no model, so a selector on model or pool leaves it to a reading); without
-        `node_overrides`, the fleet file's GPU nodes. None while the API's nodes are not listed yet, or where the inner
-        source keeps no node list (the simulator's): which node is the shard's is then the reading's alone to tell."""
+        lists with GPUs, with their API labels and, where the fleet file lists them, its pool, site and model, else
+        those a reading of this process showed (`_seen`): a dark node relabelled into this shard, dropped by its old
+        shard (`relabelled_out` judges labels only), would otherwise fail a selector on model or pool here and be no
+        shard's, its power caps lapsing. The labels are always the node list's, so a remembered model never claims a
+        node labelled for another shard. A node neither lists nor any reading showed has no model, so a selector on
+        model or pool leaves it to a reading; without `node_overrides`, the fleet file's GPU nodes. None while the
+        API's nodes are not listed yet, or where the inner source keeps no node list (the simulator's): which node is
+        the shard's is then the reading's alone to tell."""
         fleet = getattr(self.inner, "fleet", None)
         spec = {n.name: n for n in fleet.nodes if n.gpu_count} if fleet is not None else {}
         api = getattr(self.inner, "node_overrides", None)
@@ -231,7 +240,10 @@ class ShardedSource:
             meta = api()
             if meta is None:
                 return frozenset()
-            spec = {name: replace(spec.get(name) or Node(name=name, gpu_model="", gpu_count=0), labels=m.labels)
+            for gone in self._seen.keys() - meta.keys():   # deleted from the cluster: nothing left to judge
+                del self._seen[gone]
+            spec = {name: replace(spec.get(name) or self._seen.get(name) or Node(name=name, gpu_model="", gpu_count=0),
+                                  labels=m.labels)
                     for name, m in meta.items() if name in spec or gpu_node(m)}
         return frozenset(name for name, n in spec.items() if self.selector.matches(n))
 
@@ -241,6 +253,7 @@ class ShardedSource:
         (`nodes`), so the dark node holds its own shard."""
         if node is None:
             return name in self.nodes
+        self._seen[name] = node
         self._shown[name] = mine = self.selector.matches(node)
         return mine
 
@@ -275,6 +288,7 @@ class ShardedSource:
                 self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
                 self._read = True
             raise
+        self._seen.update((n.name, n) for n in full.nodes)
         part, index = restrict(full, self.selector)
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
         # (its exporter dark) stays with the shard that last held it. So even when none is left here: a shard whose

@@ -59,6 +59,32 @@ def test_a_dark_node_relabelled_mid_term_is_the_shard_its_labelled_for_even_one_
     fleet = Cluster()
     a, b = shard_replica(fleet, "a"), shard_replica(fleet, "b")
     assert a.run_once().status == "ok" and b.run_once().status == "ok"   # both terms past their first reading
+    relabel_dark_node_c_there_and_back(fleet, a, b)
+    fleet.dark.discard("node-c")   # its exporter back: read where it is labelled
+    assert a.run_once().status == "ok" and b.run_once().status == "ok"
+    assert owned(a) == {"a": {"node-a", "node-c"}} and owned(b) == {"b": {"node-b"}}
+
+
+@pytest.mark.parametrize("key", ["model", "pool"])
+def test_a_dark_node_relabelled_mid_term_moves_with_its_label_under_a_selector_on_gpu_model_or_pool(key):
+    """With no fleet file, a node the node list has is known by its labels only: without telemetry it had no model and
+    no pool, so a selector that also names the GPU model or pool (`model=H100-SXM,gputide.io/shard=b`) never matched
+    the dark node relabelled into shard b. Shard a dropped it (its label says b), shard b could not add it: both ok,
+    no shard owned it, and its power caps lapsed. A node a reading showed is judged by the model and pool it showed."""
+    fleet = Cluster()
+    a, b = shard_replica(fleet, "a"), shard_replica(fleet, "b")
+    assert a.run_once().status == "ok"
+    shown = a.source.last_full.nodes[0]
+    value = shown.gpu_model if key == "model" else (shown.pool or shown.gpu_model)
+    for leader, shard in ((a, "a"), (b, "b")):
+        leader.source.selector = parse_selector(shard, f"{key}={value},{LABEL}={shard}")
+    assert a.run_once().status == "ok" and b.run_once().status == "ok"
+    relabel_dark_node_c_there_and_back(fleet, a, b)   # and back: the model shard b remembers does not keep it
+
+
+def relabel_dark_node_c_there_and_back(fleet, a: Reconciler, b: Reconciler) -> None:
+    """node-c (shard a's) goes dark, is relabelled into shard b (which holds still for it and owns it, shard a no
+    longer), then back into shard a (shard a's own again, not b's); both shards' terms past their first reading."""
     fleet.dark.add("node-c")
     held, on_b = a.run_once(), b.run_once()
     assert (held.status, held.reason, on_b.status) == ("fail_static", "missing_telemetry", "ok")
@@ -72,6 +98,3 @@ def test_a_dark_node_relabelled_mid_term_is_the_shard_its_labelled_for_even_one_
     assert (held.status, held.reason) == ("fail_static", "missing_telemetry")
     assert owned(a) == {"a": {"node-a", "node-c"}} and renewed(a) == {"node-a", "node-c"}
     assert on_b.status == "ok" and owned(b) == {"b": {"node-b"}} and renewed(b) == {"node-b"}
-    fleet.dark.discard("node-c")   # its exporter back: read where it is labelled
-    assert a.run_once().status == "ok" and b.run_once().status == "ok"
-    assert owned(a) == {"a": {"node-a", "node-c"}} and owned(b) == {"b": {"node-b"}}
