@@ -7,8 +7,10 @@ that fits and drops the entries that restrain least first:
 1. cooldowns (`last_action`), oldest first: they are what grows with the fleet (a power cap per GPU), each holds
    back one target only, and the oldest ends soonest;
 2. then migrations, oldest first: kept for the longer of `migrationSettleS` and `cooldownS`; those within
-   `migrationSettleS` count against the per-node and per-owner limits, the older ones still tell a migrated pod's
-   replacement from a pod started since (`safety._first_migration`);
+   `migrationSettleS` count against the per-node and per-owner limits; the older ones still count on their target
+   node while their owner has replicas not running (its replacement may still be landing there: `safety._in_flight`),
+   mark their owner as moving (a forgotten node does not excuse its missing replicas: `safety._migrated`), and tell a
+   migrated pod's replacement from a pod started since (`safety._first_migration`);
 3. evictions last, oldest first: each one dropped is one more eviction the successor's hourly budget allows.
 
 Entries past their windows never reach it: `SafetyGuard.record` forgets each once its window or cooldown has passed.

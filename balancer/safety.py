@@ -473,8 +473,11 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
     no longer than `cooldownS`, the ledger's lifetime for them (`record`). Chosen among the older ones only, an owner
     short one replica whose move 20 s ago was Pending held the target of a move 5 minutes ago whose replacement
     had landed. An owner short for reasons of its own (a replica Pending for want of room) holds its targets' room
-    that long at most: the safe side. One pass over the ledger (its migrations within `cooldownS`), none over the
-    workloads."""
+    that long at most: the safe side. The rule sees only what `_short` counts: the replicas beyond those placed of a
+    service counted from its spec (`replicas_from_spec`) and the pods the snapshot lists Pending (the simulator's).
+    A training or batch pod's Pending replacement the Kubernetes source does not list (running pods only), and no
+    spec counts its job's replicas: such a move stops counting on its target node once it has settled. One pass over
+    the ledger (its migrations within `cooldownS`), none over the workloads."""
     kept = max(p.migration_settle_s, p.cooldown_s)
     recent: dict[str, list[tuple[float, str, bool]]] = {}   # owner short -> (when, target, still settling)
     for when, src, dst, owner in ledger.migrations:

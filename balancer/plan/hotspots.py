@@ -258,7 +258,12 @@ def may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[s
     migrated within `cooldownS`, whose missing replicas a forgotten node does not excuse there. The planner takes
     none as moving (a forgotten node's GPUs excuse every service's), so the guard may still refuse such a move, once:
     refused, it is throttled the next cycle (`planner.refuse`). Taking every owner as moving would throttle, for as
-    long as a node stays dark, every hot GPU of a service with a replica there whose move the guard would accept."""
+    long as a node stays dark, every hot GPU of a service with a replica there whose move the guard would accept.
+    The migrations in flight per node (`maxConcurrentMigrationsPerNode`) are the guard's alone too: the planner
+    learns them only from a refusal for the target node alone (`MaxConcurrentMigrations.target_only`), which keeps the
+    pod off that node and off every node whose landing replacements alone hold it at the limit (`full_nodes`) for
+    `refusedTargetRetryS`: the next cycle proposes another target or, with none, throttles. Refused for its own node
+    (or by its owner's limits), it is not moved for `refusedRetryS`."""
     owner = w.owner or w.name
     return (_movable(w, policy)
             and per_owner.get(owner, 0) + short_now(s).get(owner, 0) < policy.safety.max_unavailable_per_workload

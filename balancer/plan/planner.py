@@ -41,9 +41,12 @@ again, the same move was refused every cycle. The loop folds such refusals in wi
 (which ones: the actuator's result says so, `ActionResult.refused`), and for `hotspots.refusedTargetRetryS` the
 workload's moves skip that node: the hotspot planner's target filter and the consolidation engine's
 (`PodRequest.excluded_nodes`) leave it out, so the next-best target is chosen, or, where there is none, the hot GPU is
-throttled. The guard's `maxConcurrentMigrationsPerNode` refusal for the target node alone (a replacement still
-landing there: `MaxConcurrentMigrations.target_only`) is folded in the same way, for every node at that limit
-(`full_nodes`): the planner does not count migrations in flight, and would propose the next full node. Other
+throttled. The guard's `maxConcurrentMigrationsPerNode` refusal for the target node alone
+(`MaxConcurrentMigrations.target_only`: the pod's own node and its owner's limits allow the move, the target holds
+a migration still settling, one the same review accepted, or a replacement still landing past `migrationSettleS`)
+is folded in the same way, for the target and every node whose landing replacements alone hold it at that limit
+(`full_nodes`): the planner does not count migrations in flight, and would propose the next such node; a node full
+only with migrations settling frees within `migrationSettleS`, and is proposed again once it has. Other
 failures, and the guard's other refusals, keep the workload from moving at all for `hotspots.refusedRetryS`
 (`refused_moves`).
 
