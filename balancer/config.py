@@ -59,8 +59,9 @@ class HotspotPolicy:
                                        "again for this long", 0, 86400)
     refused_target_retry_s: float = _f(600.0, "after the actuator refused a migration's target (the pod's topology "
                                               "spread, a hold on the node, its rules there), or the safety guard "
-                                              "found it at maxConcurrentMigrationsPerNode (then every node at that "
-                                              "limit too), move that workload elsewhere but not there for this long",
+                                              "found it at maxConcurrentMigrationsPerNode (then every node that "
+                                              "replacements still landing hold at that limit too), move that "
+                                              "workload elsewhere but not there for this long",
                                        0, 86400)
     target_headroom_c: float = _f(15.0, "a migration target must be at least this far below slowdown", 0, 60)
     taint_hot_nodes: bool = _f(True, "taint a node with a hot GPU so new work lands elsewhere")

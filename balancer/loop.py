@@ -120,10 +120,10 @@ def _refused_scale(result: ActionResult) -> bool:
 def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]) -> tuple[list[Action], list[Action]]:
     """The guard's refusals as `planner.refuse` takes them: the actions whose workloads are not moved for a while, and
     the moves kept off nodes only (`targets`). One refused for its target node alone
-    (`MaxConcurrentMigrations.target_only`) is kept off every node at the limit (`full_nodes`, its target among
-    them), one move per node: the planner does not count migrations in flight, and kept off its target alone the pod
-    was proposed the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all had
-    been."""
+    (`MaxConcurrentMigrations.target_only`) is kept off its target and every node that replacements still landing past
+    `migrationSettleS` alone hold at the limit (`full_nodes`), one move per node: the planner does not count migrations
+    in flight, and kept off its target alone the pod was proposed the next-best full node each cycle, one refused per
+    cycle, its hot GPU throttled only once all had been."""
     whole: list[Action] = []
     nodes: list[Action] = []
     for a, exc in rejected:

@@ -31,11 +31,13 @@ class MaxActionsPerCycle(SafetyViolation):
 
 
 class MaxConcurrentMigrations(SafetyViolation):
-    """`target_only`: refused for its target node alone, its source having room: the pod may move elsewhere at once
-    (the loop keeps it off the full nodes only, `planner.refuse(..., targets=...)`); a full source node is the pod's
-    own, whatever the target: it is not moved for a while. `full_nodes`: every node at the limit in this review, the
-    target among them: the planner does not see them, and kept off the target alone the pod was proposed the
-    next-best full node each cycle, its hot GPU unthrottled until every one had been refused."""
+    """`target_only`: refused for its target node alone, its source having room and its owner's limits allowing the
+    move: the pod may move elsewhere at once (the loop keeps it off the full nodes only, `planner.refuse(...,
+    targets=...)`); a full source node is the pod's own, whatever the target: it is not moved for a while.
+    `full_nodes`: every node that replacements still landing past `migrationSettleS` alone hold at the limit in this
+    review (a node full only with migrations settling frees within that window): the planner does not see them, and
+    kept off the target alone the pod was proposed the next-best full node each cycle, its hot GPU unthrottled until
+    every one had been refused."""
 
     reason = "max_concurrent_migrations"
 
