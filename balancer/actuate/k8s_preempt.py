@@ -159,8 +159,9 @@ class Evictions:
     evict, by uid) or gone: their eviction landed, so they are counted and said evicted, with their Event
     `Preempted`. They were not: left to evict, they were found terminating (`terminating`) or gone (dropped unsaid)
     by the next pass, so the preemption counted fewer pods than it evicted. Those found gone are in `went` too
-    (nothing to wait for). One found finished on its own (Succeeded, Failed), still running, or made again under its
-    name (another uid) was not evicted by that eviction: it is forgotten, uncounted."""
+    (nothing to wait for). One found finished on its own (Succeeded, Failed), or made again under its name (another
+    uid), was not evicted by that eviction: it is forgotten, uncounted; one found still running stays in doubt until
+    an eviction of it is sent again (that eviction may still be in flight: `Preemptor._evict_one`)."""
 
     evicted: list[str] = field(default_factory=list)
     terminating: list[str] = field(default_factory=list)
@@ -450,7 +451,8 @@ class Preemptor:
         self._said_stop: str | None = None
         # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction may have landed unseen
         # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
-        # (`_landed`, `_forget`), another preemption's eviction of it is sent (`_overtaken`) or the preemption ends
+        # (`_landed`, `_forget`), an eviction of it is sent again, its own or another's (`_overtaken`; found running,
+        # the earlier one may still land: `_evict_one`) or the preemption ends
         # (`release`, which reads it first; `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
         # (pod, node) -> {victim: (its uid, evictions of that pod asked in the preemption that got no answer: `_ask`;
@@ -743,11 +745,12 @@ class Preemptor:
         the next pass reads it first), its error saying so (`unread_error`)."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
-            asks = self._unanswered.get((key, node), {}).get(victim)
+            asks, pod = self._unanswered.get((key, node), {}).get(victim), None
             try:
                 # the Lease lost (or stopping), or an emergency stop (but for reading an unsure victim): none evicted
                 self._leads(key, node, stop=victim not in self._unsure.get((key, node), {}))
-                ending, evicted = self._evict_one(key, node, victim, budgets)
+                pod = self._read(node, victim)
+                ending, evicted = self._evict_one(key, node, victim, pod, budgets)
             except NotFoundError:   # gone already: its room is free all the same
                 if self._landed(key, node, victim):   # after this replica's eviction, unanswered: its own
                     done.evicted.append(victim)
@@ -759,7 +762,7 @@ class Preemptor:
                 done.left, done.error = [v for v, _ in victims[n:]], err
                 if self._unanswered.get((key, node), {}).get(victim) not in (None, asks):   # counted: next pass judges
                     done.unanswered.append(victim)
-                elif victim in self._unsure.get((key, node), {}):   # not read: its doubt kept, read first next pass
+                elif pod is None and victim in self._unsure.get((key, node), {}):   # not read: read first next pass
                     done.unread.append(victim)
                     done.error = err if self.halted() else unread_error(victim, err)
                 return done
@@ -767,21 +770,24 @@ class Preemptor:
             (done.evicted if evicted else done.terminating).append(victim)
         return done
 
-    def _evict_one(self, key: str, node: str, victim: str, budgets: Sequence[str]) -> tuple[float, bool]:
-        """Evict `victim` for `key` (unless it terminates already): when its grace period ends, and whether it was
-        evicted (False: terminating already; True too where this replica's eviction of it got no answer, and
-        landed: `_landed`). Only the pod of its
-        name on `node`, the one read (its uid a precondition, `k8s_migrate.eviction`): one made again under its name
-        since (a StatefulSet's) runs elsewhere and frees nothing here, so it is not evicted (NotFoundError, gone
-        from the node; 409 when it takes the name between the read and the eviction). An eviction that may have
-        landed unseen is remembered by the uid read (`_ask`, `_unsure`), until a later read of the victim tells
-        whether it did; one whose evictions got no answer `UNANSWERED_ASKS` times while it ran on is not asked again
-        (`EvictionUnanswered`)."""
-        pod = self._read(node, victim)
+    def _evict_one(self, key: str, node: str, victim: str, pod: Json, budgets: Sequence[str]) -> tuple[float, bool]:
+        """Evict `victim` for `key` (`pod`: it as read, `_read`), unless it terminates already: when its grace
+        period ends, and whether it was evicted (False: terminating already; True too where this replica's eviction
+        of it got no answer, and landed: `_landed`). Only the pod of its name on `node`, the one read (its uid a
+        precondition, `k8s_migrate.eviction`): one made again under its name since (a StatefulSet's) runs elsewhere
+        and frees nothing here, so it is not evicted (NotFoundError, gone from the node; 409 when it takes the name
+        between the read and the eviction). An eviction that may have landed unseen is remembered by the uid read
+        (`_ask`, `_unsure`) until a later read finds the victim terminating or gone (`_landed`) or an eviction of it
+        is sent again (`_overtaken`); one whose evictions got no answer `UNANSWERED_ASKS` times while it ran on is
+        not asked again (`EvictionUnanswered`). A read finding it running keeps the doubt: the earlier eviction may
+        still be in flight at the API server (a 504 leaves it so), and where none is sent now (the emergency stop,
+        `UNANSWERED_ASKS`, a 429) it lands after the read; forgotten at the read, the next pass found the victim
+        terminating already: never counted, no Event `Preempted`."""
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
-        self._forget(key, node, victim)   # still running: no eviction it asked earlier landed (yet: `_ask`)
+        if self._unsure.get((key, node), {}).get(victim) not in (None, meta.get("uid")):   # made again: not that pod
+            self._forget(key, node, victim)
         if (asked := self._asks(key, node, victim, meta.get("uid") or "")) >= UNANSWERED_ASKS:
             raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
                                      "not asked again")
@@ -807,7 +813,8 @@ class Preemptor:
         answered now and then (no answer, no answer, 429, ...) never reached `UNANSWERED_ASKS`, and each unanswered
         ask renewed the hold (`Evictions.holding`): the node was held up to the hour's cap (`MAX_HOLD_S`), then
         preempted afresh, for ever. One that went through ends it (the victim terminates, asked no more). Sent, gone
-        through or unanswered, it takes over the other preemptions' doubts of that pod (`_overtaken`)."""
+        through or unanswered, it takes over every doubt of that pod, its own earlier one too (`_overtaken`); refused
+        (429), it leaves them: an earlier eviction may still land."""
         ns, name = victim.split("/", 1)
         what = f"evict pod {victim}"
         uid = (pod.get("metadata") or {}).get("uid")
@@ -922,19 +929,20 @@ class Preemptor:
 
     def _overtaken(self, key: str, node: str, victim: str, uid: str | None) -> None:
         """`key`'s eviction of `victim`, the pod of `uid` on `node`, sent and gone through, or unanswered (`_ask`):
-        it is `key`'s from now on. The doubts of the other preemptions on `node` that asked that pod's eviction
-        without an answer (`_unsure`, by uid) are forgotten, so that at most one preemption doubts a pod and a
-        landed eviction is counted once: kept, a lower one's doubt (given up to `key`, of higher priority, its
-        eviction answered) read the victim terminating at its `release` and counted it again through `on_landed`,
-        with a false Event `Preempted` naming the lower pod. Gone through, `key` counts the victim; unanswered, it
-        doubts it itself (whichever eviction lands, counted once, by `key`). Not where `key` only read the victim
-        running: an earlier eviction of another's may still be in flight at the API server (a 504 leaves it so), and
-        where `key` then asks none (the emergency stop, its own count at `UNANSWERED_ASKS`, a 429), that one lands
-        after the read, and its preemption, its doubt forgotten, found the victim terminating: never counted, no
-        Event. A pod made again under its name since (another uid, or none read) keeps the other preemptions'
-        doubts: the pod they asked to evict is another."""
+        it is `key`'s from now on. The doubts of the preemptions on `node` that asked that pod's eviction without an
+        answer (`_unsure`, by uid; `key`'s own earlier one too: the eviction sent now stands for it) are forgotten,
+        so that at most one preemption doubts a pod and a landed eviction is counted once: kept, a lower one's doubt
+        (given up to `key`, of higher priority, its eviction answered) read the victim terminating at its `release`
+        and counted it again through `on_landed`, with a false Event `Preempted` naming the lower pod. Gone
+        through, `key` counts the victim; unanswered, it doubts it itself (whichever eviction lands, counted once,
+        by `key`). Not where `key` only read the victim running: an earlier eviction (another's, or `key`'s own:
+        `_evict_one`) may still be in flight at the API server (a 504 leaves it so), and where `key` then asks none
+        (the emergency stop, its own count at `UNANSWERED_ASKS`, a 429), that one lands after the read, and its
+        preemption, its doubt forgotten, found the victim terminating: never counted, no Event. A pod made again
+        under its name since (another uid, or none read) keeps the other preemptions' doubts: the pod they asked to
+        evict is another."""
         for k, n in list(self._unsure):
-            if k != key and n == node and uid and self._unsure[(k, n)].get(victim) == uid:
+            if n == node and uid and self._unsure[(k, n)].get(victim) == uid:
                 self._forget(k, node, victim)
 
     def _forget(self, key: str, node: str, victim: str) -> str | None:

@@ -16,6 +16,13 @@ from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
 def in_flight(kube: FakeKube, api, clock, **kwargs) -> SecondaryScheduler:
     """low's eviction of v on a unanswered, not landed yet (v runs on); urgent, of higher priority, pending."""
+    sched = low_unanswered(kube, api, clock, **kwargs)
+    kube.add(pending("urgent", 4, 50))                                 # placed first: it reads v running
+    return sched
+
+
+def low_unanswered(kube: FakeKube, api, clock, **kwargs) -> SecondaryScheduler:
+    """low's eviction of v on a unanswered, not landed yet (v runs on); answered from then on."""
     kube.add(node("a", 4))
     kube.add(bound("v", "a", 4, 1))
     kube.add(pending("low", 4, 10))
@@ -25,7 +32,6 @@ def in_flight(kube: FakeKube, api, clock, **kwargs) -> SecondaryScheduler:
     assert len(tries) == 4 and sched.preempted == []
     assert reservations(kube, "a")["default/low"]["victims"] == ["default/v"]
     del sched.api.core.create_namespaced_pod_eviction                  # answered from now on
-    kube.add(pending("urgent", 4, 50))                                 # placed first: it reads v running
     return sched
 
 

@@ -2,8 +2,10 @@
 higher priority, whose eviction of it is answered: the lower pod's hold there is given back (`lower_holds`), and its
 release reads the victim it doubted, finding it terminating. That is the higher pod's eviction, counted once by it:
 it was counted again for the lower pod (`on_landed`), `preempted` naming the victim twice, and the victim got a
-second Event `Preempted` naming the lower pod, which evicted nothing. A victim found running forgets every doubt
-about it on its node, whichever preemption asked. Against the fake API server."""
+second Event `Preempted` naming the lower pod, which evicted nothing. A doubt is handed over only when another
+preemption sends its eviction of the victim, answered or not (`Preemptor._overtaken`); a read finding the victim
+running keeps every doubt, for an earlier eviction may still land (test_k8s_preemption_unanswered_inflight.py,
+test_k8s_preemption_unanswered_own_inflight.py). Against the fake API server."""
 
 from __future__ import annotations
 
